@@ -1,0 +1,44 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).parent
+
+
+def read_version() -> str:
+    namespace: dict = {}
+    exec((ROOT / 'xmr' / 'version.py').read_text(), namespace)
+    return namespace['__version__']
+
+
+setup(
+    name='xmr',
+    version=read_version(),
+    description='Cross-lingual cross-modal retrieval on frozen vision-language models',
+    long_description=(ROOT / 'README.md').read_text(encoding='utf-8'),
+    long_description_content_type='text/markdown',
+    packages=find_packages(include=['xmr', 'xmr.*']),
+    python_requires='>=3.11',
+    install_requires=[
+        'torch>=2.1',
+        'torchvision',
+        'mmengine>=0.10.7',
+        'open_clip_torch>=2.24',
+        'timm>=1.0',
+        'transformers>=4.40',
+        'tokenizers',
+        'sentencepiece',
+        'faiss-cpu>=1.8',
+        'decord>=0.6',
+        'jsonargparse>=4.27',
+        'numpy',
+        'pillow',
+        'scikit-learn',
+        'matplotlib',
+    ],
+    extras_require={'tests': ['pytest>=8', 'ruff']},
+    classifiers=[
+        'Programming Language :: Python :: 3.11',
+        'Programming Language :: Python :: 3.12',
+    ],
+)

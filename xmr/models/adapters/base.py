@@ -1,0 +1,98 @@
+"""What every adapter shares: where it sits in a text block, what it is called with.
+
+A text tower runs its frozen blocks through :class:`SiteHooks`; the target-language branch
+answers those hooks with the adapters of the language being encoded. Two kinds of site exist:
+
+* residual sites (``block.output``, ``attn.output``, ``mlp.output``): the adapter gets the hidden
+  state ``[B, L, D]`` and returns its replacement (a static adapter returns ``x + up(relu(down x))``);
+* linear sites (``attn.qkv``, ``attn.out``, ``mlp.fc``, ``mlp.proj``): the adapter gets the input of
+  that frozen projection ``[B, L, D_in]`` and returns a delta added to its output
+  ``[B, L, D_out]`` (LoRA);
+* the ``input`` site: called once on the embedded sequence ``[B, L, D]`` before the first block; it
+  may lengthen the sequence (prompts) and then updates ``ctx.attention_mask`` / ``ctx.eos_index``.
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+
+class AdapterSite(StrEnum):
+    """Places in a pre-norm transformer block where an adapter can act."""
+
+    INPUT = 'input'
+    ATTN_QKV = 'attn.qkv'
+    ATTN_OUT = 'attn.out'
+    ATTN_OUTPUT = 'attn.output'
+    MLP_FC = 'mlp.fc'
+    MLP_PROJ = 'mlp.proj'
+    MLP_OUTPUT = 'mlp.output'
+    BLOCK_OUTPUT = 'block.output'
+
+    @property
+    def is_linear(self) -> bool:
+        return self in (AdapterSite.ATTN_QKV, AdapterSite.ATTN_OUT, AdapterSite.MLP_FC,
+                        AdapterSite.MLP_PROJ)
+
+
+@dataclass
+class AdapterContext:
+    """Per-forward information an adapter may read.
+
+    Attributes:
+        lang: language code of every sample in this forward (batches are split by language).
+        block_index: index of the block whose site is being run; ``-1`` for the input site.
+        condition: method-specific condition, e.g. DASD's per-block ``W^z``; ``None`` for static
+            adapters. Whoever produces it documents its layout.
+        attention_mask: ``[B, L]`` bool, True on real tokens; input-site adapters may replace it.
+        eos_index: ``[B]`` position of the pooled token; input-site adapters may shift it.
+        extras: free slots for method-specific values.
+    """
+
+    lang: str
+    block_index: int = -1
+    condition: Any = None
+    attention_mask: torch.Tensor | None = None
+    eos_index: torch.Tensor | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class BaseAdapter(nn.Module):
+    """Base class of a trainable module placed in a frozen text tower.
+
+    Subclasses declare ``sites``: the places they occupy. One instance is built per
+    (language, block, site) with ``width`` = the tower width (``D``), ``site`` = the place it
+    serves and ``block_index``; they are called as ``adapter(x, ctx)``.
+
+    Args:
+        width: hidden width ``D`` of the text tower.
+        site: the site this instance serves (one of ``sites``).
+        block_index: index of its block (``-1`` for the input site).
+        in_features: input width of the frozen projection at a linear site (else ``width``).
+        out_features: output width of the frozen projection at a linear site (else ``width``).
+    """
+
+    sites: ClassVar[tuple[AdapterSite, ...]] = (AdapterSite.BLOCK_OUTPUT,)
+
+    def __init__(self, width: int, site: AdapterSite | str | None = None,
+                 block_index: int = -1, in_features: int | None = None,
+                 out_features: int | None = None) -> None:
+        super().__init__()
+        site = AdapterSite(site) if site is not None else self.sites[0]
+        if site not in self.sites:
+            raise ValueError(f'{type(self).__name__} serves {[str(s) for s in self.sites]}, '
+                             f'not {site!s}')
+        self.width = width
+        self.site = site
+        self.block_index = block_index
+        self.in_features = in_features or width
+        self.out_features = out_features or width
+
+    @abstractmethod
+    def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+        """Residual sites: new hidden state ``[B, L, D]``; linear sites: output delta."""

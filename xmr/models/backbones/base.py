@@ -1,0 +1,172 @@
+"""The interface between frozen vision-language towers and everything else in xmr.
+
+Nothing outside ``xmr/models/backbones`` reaches into open_clip, timm or transformers internals:
+the target-language branch, the adapters and the disentanglers only see a :class:`TextTower`
+(embed, positions, blocks run through adapter hooks, mask, pooling, final norm + projection) and a
+:class:`VisionLanguageBackbone` (``encode_image``, ``encode_video``, ``encode_source_text``).
+"""
+from __future__ import annotations
+
+from abc import ABCMeta, abstractmethod
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from xmr.models.adapters.base import AdapterSite
+from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch
+
+
+class SiteHooks(Protocol):
+    """What a text tower calls at each adapter site while running a block."""
+
+    def residual(self, site: AdapterSite, block_index: int, x: torch.Tensor) -> torch.Tensor:
+        """Return the hidden state to continue with (``x`` itself when no adapter sits there)."""
+
+    def linear(self, site: AdapterSite, block_index: int,
+               x_in: torch.Tensor) -> torch.Tensor | None:
+        """Return a delta to add to the frozen projection's output, or ``None``."""
+
+
+class TextTower(nn.Module, metaclass=ABCMeta):
+    """A frozen transformer text encoder seen block by block.
+
+    Attributes:
+        width: hidden width ``D``.
+        embed_dim: output width ``E`` after the projection.
+        num_blocks: number of transformer blocks.
+        context_length: longest sequence the positional table covers.
+        causal: whether blocks attend causally (CLIP) or bidirectionally (BERT).
+        pooling: ``'eos'`` (token at ``eos_index``), ``'cls'`` (token 0) or ``'mean'`` (masked).
+    """
+
+    width: int
+    embed_dim: int
+    num_blocks: int
+    context_length: int
+    causal: bool
+    pooling: str
+
+    @abstractmethod
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The tower's own token embedding, ``[B, L] -> [B, L, D]`` (no positions)."""
+
+    @abstractmethod
+    def add_positions(self, x: torch.Tensor) -> torch.Tensor:
+        """Add the positional embedding of positions ``0..L-1`` to ``x`` ``[B, L, D]``."""
+
+    @abstractmethod
+    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | None,
+                  hooks: SiteHooks | None = None) -> torch.Tensor:
+        """Run block ``index`` on ``x`` ``[B, L, D]`` with the mask from :meth:`build_mask`."""
+
+    @abstractmethod
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Final norm and projection of pooled tokens, ``[B, D] -> [B, E]``."""
+
+    def build_mask(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Additive attention bias ``[B, 1, L, L]`` from a ``[B, L]`` bool mask of real tokens.
+
+        Padding keys are masked for every tower; causal towers also mask future keys.
+        """
+        batch, length = attention_mask.shape
+        allowed = attention_mask[:, None, None, :].expand(batch, 1, length, length)
+        if self.causal:
+            causal = torch.ones(length, length, dtype=torch.bool,
+                                device=attention_mask.device).tril()
+            allowed = allowed & causal
+        # A query on a padding position would see no key at all; let it see itself so that
+        # softmax stays finite (its output is never pooled).
+        eye = torch.eye(length, dtype=torch.bool, device=attention_mask.device)
+        allowed = allowed | eye
+        bias = torch.zeros(allowed.shape, dtype=torch.float32, device=attention_mask.device)
+        return bias.masked_fill(~allowed, float('-inf'))
+
+    def pool(self, x: torch.Tensor, attention_mask: torch.Tensor,
+             eos_index: torch.Tensor) -> torch.Tensor:
+        """Pool ``[B, L, D]`` into ``[B, D]`` by this tower's rule."""
+        if self.pooling == 'eos':
+            return x[torch.arange(x.shape[0], device=x.device), eos_index]
+        if self.pooling == 'cls':
+            return x[:, 0]
+        if self.pooling == 'mean':
+            weights = attention_mask.to(x.dtype).unsqueeze(-1)
+            return (x * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+        raise ValueError(f"unknown pooling '{self.pooling}' (eos, cls or mean)")
+
+    def encode_embeddings(self, x: torch.Tensor, attention_mask: torch.Tensor,
+                          eos_index: torch.Tensor, hooks: SiteHooks | None = None,
+                          blocks: range | None = None) -> torch.Tensor:
+        """Run blocks on already embedded (and positioned) tokens; return hidden states.
+
+        Args:
+            x: ``[B, L, D]`` embeddings with positions added.
+            attention_mask: ``[B, L]`` bool, True on real tokens.
+            eos_index: ``[B]`` pooled position (unused here, kept for hooks' context).
+            hooks: adapter hooks, or ``None`` for the plain frozen tower.
+            blocks: which blocks to run (default all, in order).
+
+        Returns:
+            ``[B, L, D]`` hidden states after the last block run.
+        """
+        mask = self.build_mask(attention_mask)
+        for index in (blocks if blocks is not None else range(self.num_blocks)):
+            x = self.run_block(index, x, mask, hooks)
+        return x
+
+    def forward(self, tokens: TokenBatch) -> torch.Tensor:
+        """Encode source-language tokens with the plain tower: ``r = head(pool(blocks(x)))``.
+
+        Returns:
+            ``[B, E]`` unnormalised text embeddings.
+        """
+        x = self.add_positions(self.embed_tokens(tokens['input_ids']))
+        x = self.encode_embeddings(x, tokens['attention_mask'], tokens['eos_index'])
+        return self.head(self.pool(x, tokens['attention_mask'], tokens['eos_index']))
+
+
+class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
+    """A frozen dual-encoder: an image tower, a source text tower and its tokenizer.
+
+    Attributes:
+        text_tower: the :class:`TextTower` the target branch reuses block by block.
+        tokenizer: tokenizer of the source language (the tower's own).
+        embed_dim: width ``E`` of the joint space.
+        image_mean / image_std: per-channel normalisation of the image tower, in ``[0, 1]`` units.
+        image_size: input resolution ``(H, W)``.
+    """
+
+    text_tower: TextTower
+    tokenizer: BaseTokenizer
+    embed_dim: int
+    image_mean: tuple[float, float, float]
+    image_std: tuple[float, float, float]
+    image_size: tuple[int, int]
+
+    @abstractmethod
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        """``[B, 3, H, W]`` normalised images -> ``[B, E]`` unnormalised embeddings ``r^V``."""
+
+    def encode_video(self, frames: torch.Tensor) -> torch.Tensor:
+        """``[B, T, 3, H, W]`` frames -> ``[B, E]``: frames encoded as images, then mean-pooled.
+
+        The CLIP4Clip mean-pooling recipe of the DASD paper: each frame embedding is
+        L2-normalised before the mean so that no frame dominates by norm.
+        """
+        batch, num_frames = frames.shape[:2]
+        per_frame = self.encode_image(frames.flatten(0, 1)).view(batch, num_frames, -1)
+        per_frame = per_frame / per_frame.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+        return per_frame.mean(dim=1)
+
+    def encode_media(self, media: torch.Tensor) -> torch.Tensor:
+        """Images ``[B, 3, H, W]`` or videos ``[B, T, 3, H, W]`` -> ``[B, E]``."""
+        return self.encode_video(media) if media.dim() == 5 else self.encode_image(media)
+
+    def encode_source_text(self, tokens: TokenBatch) -> torch.Tensor:
+        """Source-language tokens -> ``[B, E]`` unnormalised embeddings ``r^S``."""
+        return self.text_tower(tokens)
+
+    def freeze(self) -> None:
+        """Freeze every weight; a phase that fine-tunes the towers unfreezes them itself."""
+        for parameter in self.parameters():
+            parameter.requires_grad_(False)

@@ -1,0 +1,237 @@
+"""Tokenizers that turn captions into padded id batches, registered in ``TOKENIZERS``.
+
+Every tokenizer pads to the longest caption of the batch (never to the context length) and
+reports where the pooled end-of-sequence token sits, since only open_clip's own vocabulary lets
+``argmax`` find it (DESIGN pitfalls).
+"""
+from __future__ import annotations
+
+import io
+from abc import ABCMeta, abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypedDict
+
+import torch
+
+from xmr.registry import FUNCTIONS, TOKENIZERS
+
+
+class TokenBatch(TypedDict):
+    """A tokenised batch.
+
+    Keys:
+        input_ids: ``[B, L]`` int64, ``L`` = longest caption in the batch (with specials).
+        attention_mask: ``[B, L]`` bool, True on real tokens.
+        eos_index: ``[B]`` int64 position of the end-of-sequence token (pooled by EOS towers).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    eos_index: torch.Tensor
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int) -> TokenBatch:
+    """Right-pad id lists into a :class:`TokenBatch`; the last real token is the EOS."""
+    if not sequences:
+        raise ValueError('cannot tokenise an empty batch of captions')
+    lengths = torch.tensor([len(seq) for seq in sequences], dtype=torch.long)
+    if int(lengths.min()) == 0:
+        raise ValueError('a caption tokenised to zero tokens')
+    input_ids = torch.full((len(sequences), int(lengths.max())), pad_id, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        input_ids[row, :len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+    attention_mask = torch.arange(input_ids.shape[1])[None, :] < lengths[:, None]
+    return TokenBatch(input_ids=input_ids, attention_mask=attention_mask, eos_index=lengths - 1)
+
+
+class BaseTokenizer(metaclass=ABCMeta):
+    """Caption strings -> :class:`TokenBatch`.
+
+    Args:
+        max_length: longest sequence kept, specials included; longer captions are truncated with
+            their EOS kept last.
+    """
+
+    def __init__(self, max_length: int = 77) -> None:
+        self.max_length = max_length
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids the tokenizer can emit."""
+
+    @property
+    @abstractmethod
+    def pad_id(self) -> int:
+        """Id used for padding."""
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """One caption -> ids with the begin and end specials, untruncated."""
+
+    def truncate(self, ids: list[int]) -> list[int]:
+        return ids if len(ids) <= self.max_length else ids[:self.max_length - 1] + ids[-1:]
+
+    def __call__(self, texts: Sequence[str]) -> TokenBatch:
+        return pad_batch([self.truncate(self.encode(text)) for text in texts], self.pad_id)
+
+
+@TOKENIZERS.register_module()
+class OpenCLIPTokenizer(BaseTokenizer):
+    """open_clip's tokenizer of an architecture (CLIP's BPE ships with open_clip: no download).
+
+    Args:
+        model_name: open_clip architecture name, e.g. ``'ViT-B-32'``.
+        max_length: context length (77 for CLIP).
+    """
+
+    def __init__(self, model_name: str = 'ViT-B-32', max_length: int = 77) -> None:
+        super().__init__(max_length)
+        import open_clip
+
+        self._tokenizer = open_clip.get_tokenizer(model_name)
+        inner = getattr(self._tokenizer, 'tokenizer', self._tokenizer)
+        self._encode_body = inner.encode if hasattr(inner, 'encode') else None
+        self._sot = getattr(self._tokenizer, 'sot_token_id', None)
+        self._eot = getattr(self._tokenizer, 'eot_token_id', None)
+        self._vocab = getattr(self._tokenizer, 'vocab_size', None) or len(
+            getattr(inner, 'encoder', {})) or 49408
+        if self._sot is None or self._eot is None or self._encode_body is None:
+            raise ValueError(f"open_clip tokenizer of '{model_name}' is not a BPE tokenizer with "
+                             'start/end tokens; use HFTokenizer for this architecture')
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    @property
+    def pad_id(self) -> int:
+        return 0
+
+    def encode(self, text: str) -> list[int]:
+        return [self._sot, *self._encode_body(text), self._eot]
+
+
+@TOKENIZERS.register_module()
+class HFTokenizer(BaseTokenizer):
+    """A Hugging Face tokenizer: a hub name / local folder, or a ``tokenizer.json`` file.
+
+    Args:
+        name_or_path: hub name or folder for ``AutoTokenizer.from_pretrained`` (e.g.
+            ``'bert-base-multilingual-cased'``).
+        tokenizer_file: a ``tokenizers`` JSON file, loaded without the hub.
+        max_length: longest sequence kept.
+        lowercase: lower-case captions first (CCLM's retrieval recipe).
+    """
+
+    def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
+                 max_length: int = 77, lowercase: bool = False) -> None:
+        super().__init__(max_length)
+        if (name_or_path is None) == (tokenizer_file is None):
+            raise ValueError('HFTokenizer needs exactly one of name_or_path or tokenizer_file')
+        self.lowercase = lowercase
+        if tokenizer_file is not None:
+            from tokenizers import Tokenizer
+
+            path = Path(tokenizer_file)
+            if not path.is_file():
+                raise FileNotFoundError(f'tokenizer_file {path} does not exist')
+            self._fast = Tokenizer.from_file(str(path))
+            self._fast.no_padding()
+            self._fast.no_truncation()
+            vocab = self._fast.get_vocab()
+            pad = next((vocab[t] for t in ('<pad>', '[PAD]', '<|pad|>') if t in vocab), 0)
+            self._pad_id, self._vocab = pad, self._fast.get_vocab_size()
+            self._encode_fn: Callable[[str], list[int]] = lambda t: self._fast.encode(t).ids
+        else:
+            from transformers import AutoTokenizer
+
+            hf = AutoTokenizer.from_pretrained(name_or_path)
+            self._pad_id = hf.pad_token_id if hf.pad_token_id is not None else 0
+            self._vocab = len(hf)
+            self._encode_fn = lambda t: hf(t, add_special_tokens=True)['input_ids']
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    @property
+    def pad_id(self) -> int:
+        return self._pad_id
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._encode_fn(text.lower() if self.lowercase else text))
+
+
+@TOKENIZERS.register_module()
+class SentencePieceTokenizer(BaseTokenizer):
+    """A SentencePiece unigram tokenizer, loaded from a model file or trained on a corpus.
+
+    Ids: 0 = pad, 1 = unk, 2 = BOS, 3 = EOS; every caption is ``BOS ... EOS``.
+
+    Args:
+        model_file: a trained ``.model`` file; when missing and ``corpus`` is given, the model is
+            trained and written there.
+        corpus: captions to train on: a list of strings, a text file (one caption a line), or a
+            ``FUNCTIONS`` config returning a list of strings.
+        vocab_size: pieces to learn when training.
+        max_length: longest sequence kept.
+        character_coverage: SentencePiece's coverage (keep near 1 for CJK).
+    """
+
+    def __init__(self, model_file: str | None = None,
+                 corpus: Sequence[str] | str | dict | None = None, vocab_size: int = 1000,
+                 max_length: int = 77, character_coverage: float = 0.9999) -> None:
+        super().__init__(max_length)
+        import sentencepiece as spm
+
+        path = Path(model_file) if model_file else None
+        if path is not None and path.is_file():
+            proto = path.read_bytes()
+        elif corpus is not None:
+            proto = self._train(self._corpus_lines(corpus), vocab_size, character_coverage)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(path.suffix + '.tmp')
+                tmp.write_bytes(proto)
+                tmp.replace(path)
+        else:
+            raise FileNotFoundError(
+                f'SentencePiece model_file {model_file} does not exist and no corpus was given '
+                'to train one')
+        self._sp = spm.SentencePieceProcessor(model_proto=proto)
+
+    @staticmethod
+    def _corpus_lines(corpus: Sequence[str] | str | dict) -> list[str]:
+        if isinstance(corpus, dict):
+            corpus = FUNCTIONS.build(corpus)
+        if isinstance(corpus, str):
+            source = Path(corpus)
+            if not source.is_file():
+                raise FileNotFoundError(f'SentencePiece corpus file {source} does not exist')
+            return [line for line in source.read_text(encoding='utf-8').splitlines() if line]
+        return [line for line in corpus if line]
+
+    @staticmethod
+    def _train(lines: list[str], vocab_size: int, character_coverage: float) -> bytes:
+        import sentencepiece as spm
+
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
+            character_coverage=character_coverage, model_type='unigram', pad_id=0, unk_id=1,
+            bos_id=2, eos_id=3, hard_vocab_limit=False, num_threads=1, minloglevel=2,
+            input_sentence_size=0, shuffle_input_sentence=False, seed_sentencepiece_size=100000)
+        return model.getvalue()
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    @property
+    def pad_id(self) -> int:
+        return 0
+
+    def encode(self, text: str) -> list[int]:
+        return [2, *self._sp.encode(text), 3]

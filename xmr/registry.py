@@ -1,0 +1,130 @@
+"""Registries of xmr.
+
+Every MMEngine root registry has a child here with scope ``xmr``, so that a config with
+``default_scope = 'xmr'`` finds xmr's classes first and MMEngine's (optimisers, hooks, loops)
+through the parent. Three project registries hold the parts a method is made of:
+``ADAPTERS`` (trainable modules placed in a frozen text tower), ``DISENTANGLERS`` (modules that
+turn target embeddings into a condition and losses) and ``TOKENIZERS``.
+
+A user registers a new type from their own module and loads it with ``custom_imports``::
+
+    from xmr.registry import ADAPTERS
+    from xmr.models.adapters import BaseAdapter
+
+    @ADAPTERS.register_module()
+    class MyAdapter(BaseAdapter):
+        ...
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
+from mmengine.registry import DATASETS as MMENGINE_DATASETS
+from mmengine.registry import EVALUATOR as MMENGINE_EVALUATOR
+from mmengine.registry import FUNCTIONS as MMENGINE_FUNCTIONS
+from mmengine.registry import HOOKS as MMENGINE_HOOKS
+from mmengine.registry import INFERENCERS as MMENGINE_INFERENCERS
+from mmengine.registry import LOG_PROCESSORS as MMENGINE_LOG_PROCESSORS
+from mmengine.registry import LOOPS as MMENGINE_LOOPS
+from mmengine.registry import METRICS as MMENGINE_METRICS
+from mmengine.registry import MODEL_WRAPPERS as MMENGINE_MODEL_WRAPPERS
+from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
+from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
+from mmengine.registry import OPTIMIZERS as MMENGINE_OPTIMIZERS
+from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
+from mmengine.registry import RUNNER_CONSTRUCTORS as MMENGINE_RUNNER_CONSTRUCTORS
+from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
+from mmengine.registry import STRATEGIES as MMENGINE_STRATEGIES
+from mmengine.registry import TASK_UTILS as MMENGINE_TASK_UTILS
+from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
+from mmengine.registry import VISBACKENDS as MMENGINE_VISBACKENDS
+from mmengine.registry import VISUALIZERS as MMENGINE_VISUALIZERS
+from mmengine.registry import WEIGHT_INITIALIZERS as MMENGINE_WEIGHT_INITIALIZERS
+from mmengine.registry import Registry
+
+__all__ = [
+    'RUNNERS', 'RUNNER_CONSTRUCTORS', 'LOOPS', 'HOOKS', 'STRATEGIES', 'DATASETS',
+    'DATA_SAMPLERS', 'TRANSFORMS', 'MODELS', 'MODEL_WRAPPERS', 'WEIGHT_INITIALIZERS',
+    'OPTIMIZERS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'PARAM_SCHEDULERS',
+    'METRICS', 'EVALUATOR', 'TASK_UTILS', 'VISUALIZERS', 'VISBACKENDS', 'LOG_PROCESSORS',
+    'INFERENCERS', 'FUNCTIONS', 'ADAPTERS', 'DISENTANGLERS', 'TOKENIZERS', 'XMRRegistry',
+]
+
+
+class XMRRegistry(Registry):
+    """A registry whose failed look-up names the closest registered types.
+
+    MMEngine's own message only says the type is missing; a typo such as ``StaticAdaptor``
+    deserves the list of names it was probably meant to be.
+    """
+
+    def get(self, key: str) -> Any:
+        found = super().get(key)
+        if found is None and isinstance(key, str):
+            raise KeyError(self._unknown_type_message(key))
+        return found
+
+    def __contains__(self, key: Any) -> bool:
+        try:
+            return self.get(key) is not None
+        except KeyError:
+            return False
+
+    def known_names(self) -> list[str]:
+        """Names this registry resolves: its own, then its ancestors'."""
+        self.import_from_location()
+        names: list[str] = []
+        registry: Registry | None = self
+        while registry is not None:
+            names.extend(registry.module_dict)
+            registry = registry.parent
+        return sorted(set(names))
+
+    def _unknown_type_message(self, key: str) -> str:
+        name = key.split('.')[-1]
+        names = self.known_names()
+        close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+        lowered = [n for n in names if name.lower() in n.lower() and n not in close]
+        suggestions = close + lowered[: max(0, 5 - len(close))]
+        hint = (f' Closest registered names: {", ".join(suggestions)}.'
+                if suggestions else f' Registered names: {", ".join(names[:30])}.')
+        return (f"'{key}' is not a registered type in the xmr '{self.name}' registry.{hint} "
+                'A type from your own module needs custom_imports in the config.')
+
+
+def _child(name: str, parent: Registry, locations: list[str]) -> XMRRegistry:
+    return XMRRegistry(name, parent=parent, scope='xmr', locations=locations)
+
+
+RUNNERS = _child('runner', MMENGINE_RUNNERS, ['xmr.engine'])
+RUNNER_CONSTRUCTORS = _child('runner constructor', MMENGINE_RUNNER_CONSTRUCTORS, ['xmr.engine'])
+LOOPS = _child('loop', MMENGINE_LOOPS, ['xmr.engine'])
+HOOKS = _child('hook', MMENGINE_HOOKS, ['xmr.engine'])
+STRATEGIES = _child('strategy', MMENGINE_STRATEGIES, ['xmr.engine'])
+DATASETS = _child('dataset', MMENGINE_DATASETS, ['xmr.datasets'])
+DATA_SAMPLERS = _child('data sampler', MMENGINE_DATA_SAMPLERS, ['xmr.datasets'])
+TRANSFORMS = _child('transform', MMENGINE_TRANSFORMS, ['xmr.datasets'])
+MODELS = _child('model', MMENGINE_MODELS, ['xmr.models'])
+MODEL_WRAPPERS = _child('model_wrapper', MMENGINE_MODEL_WRAPPERS, ['xmr.models'])
+WEIGHT_INITIALIZERS = _child('weight initializer', MMENGINE_WEIGHT_INITIALIZERS, ['xmr.models'])
+OPTIMIZERS = _child('optimizer', MMENGINE_OPTIMIZERS, ['xmr.engine'])
+OPTIM_WRAPPERS = _child('optim_wrapper', MMENGINE_OPTIM_WRAPPERS, ['xmr.engine'])
+OPTIM_WRAPPER_CONSTRUCTORS = _child(
+    'optimizer wrapper constructor', MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, ['xmr.engine'])
+PARAM_SCHEDULERS = _child('parameter scheduler', MMENGINE_PARAM_SCHEDULERS, ['xmr.engine'])
+METRICS = _child('metric', MMENGINE_METRICS, ['xmr.evaluation'])
+EVALUATOR = _child('evaluator', MMENGINE_EVALUATOR, ['xmr.evaluation'])
+TASK_UTILS = _child('task util', MMENGINE_TASK_UTILS, ['xmr.models'])
+VISUALIZERS = _child('visualizer', MMENGINE_VISUALIZERS, ['xmr.engine'])
+VISBACKENDS = _child('vis_backend', MMENGINE_VISBACKENDS, ['xmr.engine'])
+LOG_PROCESSORS = _child('log_processor', MMENGINE_LOG_PROCESSORS, ['xmr.engine'])
+INFERENCERS = _child('inferencer', MMENGINE_INFERENCERS, ['xmr.apis'])
+FUNCTIONS = _child('function', MMENGINE_FUNCTIONS, ['xmr.datasets'])
+
+# Project registries stand alone: their types are only ever built by xmr's own modules.
+ADAPTERS = XMRRegistry('adapter', scope='xmr', locations=['xmr.models.adapters'])
+DISENTANGLERS = XMRRegistry('disentangler', scope='xmr', locations=['xmr.models.disentanglers'])
+TOKENIZERS = XMRRegistry('tokenizer', scope='xmr', locations=['xmr.models.language'])
