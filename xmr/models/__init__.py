@@ -1,0 +1,6 @@
+"""Models: frozen backbones, the target-language side, adapters, disentanglers, losses."""
+from xmr.models import adapters, backbones, disentanglers, language, losses  # noqa: F401
+from xmr.models.data_preprocessor import RetrievalDataPreprocessor
+from xmr.models.retriever import CrossLingualRetriever
+
+__all__ = ['CrossLingualRetriever', 'RetrievalDataPreprocessor']

@@ -1,0 +1,6 @@
+"""Frozen vision-language towers behind one interface."""
+from xmr.models.backbones.base import SiteHooks, TextTower, VisionLanguageBackbone
+from xmr.models.backbones.open_clip import OpenCLIPBackbone, OpenCLIPTextTower
+
+__all__ = ['SiteHooks', 'TextTower', 'VisionLanguageBackbone', 'OpenCLIPBackbone',
+           'OpenCLIPTextTower']

@@ -1,0 +1,1 @@
+"""Disentanglers: target embeddings -> condition for the adapters + named losses."""

@@ -1,0 +1,119 @@
+"""Per-language adapter sets and the hooks through which a text tower calls them."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
+from xmr.registry import ADAPTERS
+
+
+def _key(block_index: int, site: AdapterSite) -> str:
+    # ModuleDict keys may not contain dots.
+    return f'{block_index}:{site.value.replace(".", "_")}'
+
+
+class LanguageAdapters(nn.Module):
+    """The adapters of every target language, placed at the sites their classes declare.
+
+    Args:
+        languages: target language codes; each gets its own adapter instances.
+        adapters: one adapter config or a list of them (e.g. LoRA and a Houlsby adapter).
+            A config may carry ``blocks`` (indices it is placed after; default all blocks)
+            and ``sites`` (a subset of the class's sites; default all of them).
+        width: tower width ``D``; a config that names another ``width`` is refused.
+        num_blocks: number of blocks the branch runs.
+        linear_shapes: ``(in, out)`` of the frozen projection at each linear site.
+    """
+
+    def __init__(self, languages: Sequence[str], adapters: dict | Sequence[dict] | None,
+                 width: int, num_blocks: int,
+                 linear_shapes: dict[AdapterSite, tuple[int, int]] | None = None) -> None:
+        super().__init__()
+        self.languages = list(languages)
+        self.width = width
+        configs = [] if adapters is None else ([adapters] if isinstance(adapters, dict)
+                                                else list(adapters))
+        linear_shapes = linear_shapes or {}
+        self.sets = nn.ModuleDict()
+        for lang in self.languages:
+            placed = nn.ModuleDict()
+            for cfg in configs:
+                for block_index, site, adapter in self._build(cfg, num_blocks, linear_shapes):
+                    placed[_key(block_index, site)] = adapter
+            self.sets[lang] = placed
+
+    def _build(self, cfg: dict, num_blocks: int,
+               linear_shapes: dict[AdapterSite, tuple[int, int]]):
+        cfg = dict(cfg)
+        if 'width' in cfg and cfg['width'] != self.width:
+            raise ValueError(f"adapter {cfg.get('type')} is configured with width "
+                             f"{cfg['width']} but the text tower width is {self.width}")
+        cfg.pop('width', None)
+        blocks = cfg.pop('blocks', None)
+        blocks = list(range(num_blocks)) if blocks is None else list(blocks)
+        for index in blocks:
+            if not -1 <= index < num_blocks:
+                raise ValueError(f'adapter {cfg.get("type")} placed at block {index}, but the '
+                                 f'branch runs {num_blocks} blocks (0..{num_blocks - 1})')
+        adapter_cls = ADAPTERS.get(cfg['type'])
+        if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, BaseAdapter)):
+            raise TypeError(f"adapter type {cfg['type']} must subclass xmr BaseAdapter")
+        sites = cfg.pop('sites', None)
+        sites = adapter_cls.sites if sites is None else tuple(AdapterSite(s) for s in sites)
+        for site in sites:
+            if site not in adapter_cls.sites:
+                raise ValueError(f'{cfg["type"]} cannot sit at {site!s}; its sites are '
+                                 f'{[str(s) for s in adapter_cls.sites]}')
+            site_blocks = [-1] if site == AdapterSite.INPUT else [b for b in blocks if b >= 0]
+            for index in site_blocks:
+                shape = {}
+                if site.is_linear:
+                    if site not in linear_shapes:
+                        raise ValueError(f'the text tower exposes no linear site {site!s}')
+                    shape = dict(zip(('in_features', 'out_features'), linear_shapes[site]))
+                yield index, site, ADAPTERS.build(
+                    cfg, default_args=dict(width=self.width, site=site, block_index=index,
+                                           **shape))
+
+    def check_language(self, lang: str) -> None:
+        if lang not in self.sets:
+            raise KeyError(f"no adapters for language '{lang}'; configured languages: "
+                           f'{self.languages}')
+
+    def input_adapters(self, lang: str) -> list[BaseAdapter]:
+        self.check_language(lang)
+        placed = self.sets[lang]
+        key = _key(-1, AdapterSite.INPUT)
+        return [placed[key]] if key in placed else []
+
+    def hooks(self, ctx: AdapterContext) -> LanguageHooks:
+        """Site hooks that run ``ctx.lang``'s adapters."""
+        self.check_language(ctx.lang)
+        return LanguageHooks(self.sets[ctx.lang], ctx)
+
+
+class LanguageHooks:
+    """:class:`~xmr.models.backbones.base.SiteHooks` answered by one language's adapters."""
+
+    def __init__(self, placed: nn.ModuleDict, ctx: AdapterContext) -> None:
+        self.placed = placed
+        self.ctx = ctx
+
+    def _adapter(self, site: AdapterSite, block_index: int) -> BaseAdapter | None:
+        key = _key(block_index, site)
+        if key not in self.placed:
+            return None
+        self.ctx.block_index = block_index
+        return self.placed[key]
+
+    def residual(self, site: AdapterSite, block_index: int, x: torch.Tensor) -> torch.Tensor:
+        adapter = self._adapter(site, block_index)
+        return x if adapter is None else adapter(x, self.ctx)
+
+    def linear(self, site: AdapterSite, block_index: int,
+               x_in: torch.Tensor) -> torch.Tensor | None:
+        adapter = self._adapter(site, block_index)
+        return None if adapter is None else adapter(x_in, self.ctx)

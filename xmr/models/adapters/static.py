@@ -1,0 +1,36 @@
+"""The static bottleneck adapter of MLA (DASD's "Traditional Adapter")."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
+from xmr.registry import ADAPTERS
+
+
+@ADAPTERS.register_module()
+class StaticAdapter(BaseAdapter):
+    """``x + W_up ReLU(W_down x)`` after a frozen text block, one set per language.
+
+    Args:
+        width: tower width ``D``.
+        hidden: bottleneck width (256 in MLA and DASD).
+        zero_init: start ``W_up`` at zero so a fresh adapter is the identity; MLA keeps PyTorch's
+            default initialisation, which is the default here too.
+        **kwargs: site, block index (see :class:`BaseAdapter`).
+    """
+
+    sites = (AdapterSite.BLOCK_OUTPUT, AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
+
+    def __init__(self, width: int, hidden: int = 256, zero_init: bool = False,
+                 **kwargs) -> None:
+        super().__init__(width, **kwargs)
+        self.down = nn.Linear(width, hidden)
+        self.up = nn.Linear(hidden, width)
+        if zero_init:
+            nn.init.zeros_(self.up.weight)
+            nn.init.zeros_(self.up.bias)
+
+    def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+        """``[B, L, D] -> [B, L, D]``."""
+        return x + self.up(torch.relu(self.down(x)))

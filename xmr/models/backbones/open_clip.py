@@ -1,0 +1,216 @@
+"""open_clip CLIP as a frozen :class:`VisionLanguageBackbone`."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xmr.models.adapters.base import AdapterSite
+from xmr.models.backbones.base import SiteHooks, TextTower, VisionLanguageBackbone
+from xmr.models.language.tokenizers import OpenCLIPTokenizer
+from xmr.registry import MODELS, TOKENIZERS
+
+
+class OpenCLIPTextTower(TextTower):
+    """open_clip's causal text transformer, run block by block with adapter sites.
+
+    The residual block is written out on the frozen weights rather than called, because
+    ``nn.MultiheadAttention`` reads ``in_proj_weight``/``out_proj`` directly: a wrapped projection
+    would be silently ignored (DESIGN pitfalls). Written out, every site is reachable.
+
+    Args:
+        clip: an ``open_clip.CLIP`` whose text tower is used (not copied).
+    """
+
+    causal = True
+    pooling = 'eos'
+
+    def __init__(self, clip: nn.Module) -> None:
+        super().__init__()
+        self.token_embedding = clip.token_embedding
+        self.positional_embedding = clip.positional_embedding
+        self.blocks = clip.transformer.resblocks
+        self.ln_final = clip.ln_final
+        self.text_projection = clip.text_projection
+        self.width = clip.transformer.width
+        self.num_blocks = len(self.blocks)
+        self.context_length = clip.positional_embedding.shape[0]
+        self.embed_dim = (clip.text_projection.out_features
+                          if isinstance(clip.text_projection, nn.Linear)
+                          else clip.text_projection.shape[1])
+        self.num_heads = self.blocks[0].attn.num_heads
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.token_embedding(input_ids)
+
+    def add_positions(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        if length > self.context_length:
+            raise ValueError(f'sequence of {length} tokens exceeds the text context length '
+                             f'{self.context_length}')
+        return x + self.positional_embedding[:length].to(x.dtype)
+
+    @staticmethod
+    def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                hooks: SiteHooks | None, site: AdapterSite, index: int) -> torch.Tensor:
+        out = F.linear(x, weight, bias)
+        if hooks is not None:
+            delta = hooks.linear(site, index, x)
+            if delta is not None:
+                out = out + delta
+        return out
+
+    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | None,
+                  hooks: SiteHooks | None = None) -> torch.Tensor:
+        """One pre-LN block: ``x + attn(ln_1 x)`` then ``x + mlp(ln_2 x)``, with sites.
+
+        Args:
+            index: block index.
+            x: ``[B, L, D]`` hidden states.
+            mask: additive attention bias ``[B, 1, L, L]`` from :meth:`build_mask`.
+            hooks: adapter hooks or ``None``.
+
+        Returns:
+            ``[B, L, D]``.
+        """
+        block = self.blocks[index]
+        attn = block.attn
+        batch, length, width = x.shape
+        heads = self.num_heads
+
+        qkv = self._linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias, hooks,
+                           AdapterSite.ATTN_QKV, index)
+        q, k, v = (t.view(batch, length, heads, width // heads).transpose(1, 2)
+                   for t in qkv.chunk(3, dim=-1))
+        attn_mask = mask.to(q.dtype) if mask is not None else None
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        context = context.transpose(1, 2).reshape(batch, length, width)
+        h = block.ls_1(self._linear(context, attn.out_proj.weight, attn.out_proj.bias, hooks,
+                                    AdapterSite.ATTN_OUT, index))
+        if hooks is not None:
+            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
+        x = x + h
+
+        mlp = block.mlp
+        h = self._linear(block.ln_2(x), mlp.c_fc.weight, mlp.c_fc.bias, hooks,
+                         AdapterSite.MLP_FC, index)
+        h = self._linear(mlp.gelu(h), mlp.c_proj.weight, mlp.c_proj.bias, hooks,
+                         AdapterSite.MLP_PROJ, index)
+        h = block.ls_2(h)
+        if hooks is not None:
+            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
+        x = x + h
+        if hooks is not None:
+            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
+        return x
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        pooled = self.ln_final(pooled)
+        if isinstance(self.text_projection, nn.Linear):
+            return self.text_projection(pooled)
+        return pooled @ self.text_projection
+
+    def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
+        """``(in_features, out_features)`` of the frozen projection at each linear site."""
+        mlp = self.blocks[0].mlp
+        return {
+            AdapterSite.ATTN_QKV: (self.width, 3 * self.width),
+            AdapterSite.ATTN_OUT: (self.width, self.width),
+            AdapterSite.MLP_FC: (self.width, mlp.c_fc.out_features),
+            AdapterSite.MLP_PROJ: (mlp.c_fc.out_features, self.width),
+        }
+
+
+@MODELS.register_module()
+class OpenCLIPBackbone(VisionLanguageBackbone):
+    """A frozen open_clip CLIP: image tower, English text tower and CLIP's BPE tokenizer.
+
+    Args:
+        arch: any open_clip architecture name (``'ViT-B-32'``, ``'ViT-L-14'``, ...), or ``None``
+            when ``model_cfg`` gives the architecture inline.
+        pretrained: an open_clip pretrained tag (``'openai'``, ``'laion2b_s34b_b79k'``), a local
+            checkpoint file, or ``None`` for random weights (tests, demo pre-training).
+        model_cfg: an open_clip model config dict (``embed_dim``, ``vision_cfg``, ``text_cfg``)
+            for architectures open_clip does not name, e.g. the demo's tiny CLIP.
+        tokenizer: tokenizer config of the source language; defaults to open_clip's for ``arch``.
+        freeze: freeze every weight (phases that fine-tune the towers unfreeze them).
+    """
+
+    def __init__(self, arch: str | None = 'ViT-B-32', pretrained: str | None = None,
+                 model_cfg: dict | None = None, tokenizer: dict | None = None,
+                 freeze: bool = True) -> None:
+        super().__init__()
+        import open_clip
+
+        if (arch is None) == (model_cfg is None):
+            raise ValueError('OpenCLIPBackbone needs exactly one of arch or model_cfg')
+        if model_cfg is not None:
+            self.clip = open_clip.CLIP(**model_cfg)
+            self.arch = 'custom'
+        else:
+            if arch not in open_clip.list_models():
+                import difflib
+
+                close = difflib.get_close_matches(arch, open_clip.list_models(), n=5)
+                raise ValueError(f"unknown open_clip architecture '{arch}'; closest: {close}")
+            self.clip = open_clip.create_model(arch, pretrained=None)
+            self.arch = arch
+        if not isinstance(self.clip, open_clip.CLIP):
+            raise TypeError(f"open_clip architecture '{arch}' builds a "
+                            f'{type(self.clip).__name__}; xmr needs the CLIP text transformer')
+        self.pretrained = pretrained
+        if pretrained:
+            self._load_pretrained(arch, pretrained)
+
+        self.text_tower = OpenCLIPTextTower(self.clip)
+        self.embed_dim = self.text_tower.embed_dim
+        visual = self.clip.visual
+        size = visual.image_size
+        self.image_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+        self.image_mean = tuple(getattr(visual, 'image_mean', None) or open_clip.OPENAI_DATASET_MEAN)
+        self.image_std = tuple(getattr(visual, 'image_std', None) or open_clip.OPENAI_DATASET_STD)
+        tokenizer = tokenizer or dict(type='OpenCLIPTokenizer',
+                                      model_name=arch or 'ViT-B-32',
+                                      max_length=self.text_tower.context_length)
+        self.tokenizer = TOKENIZERS.build(tokenizer)
+        if isinstance(self.tokenizer, OpenCLIPTokenizer) and \
+                self.tokenizer.vocab_size > self.clip.vocab_size:
+            raise ValueError(f'tokenizer emits {self.tokenizer.vocab_size} ids but the text '
+                             f'tower has {self.clip.vocab_size} embeddings')
+        if freeze:
+            self.freeze()
+
+    def _load_pretrained(self, arch: str | None, pretrained: str) -> None:
+        import open_clip
+
+        path = Path(pretrained)
+        if path.suffix in ('.pt', '.pth', '.bin', '.safetensors') or path.exists():
+            if not path.is_file():
+                raise FileNotFoundError(f'pretrained checkpoint {path} does not exist')
+            open_clip.load_checkpoint(self.clip, str(path))
+            return
+        if arch is None:
+            raise ValueError(f"pretrained tag '{pretrained}' needs an open_clip arch name")
+        tags = open_clip.list_pretrained_tags_by_model(arch)
+        if pretrained not in tags:
+            raise ValueError(f"'{pretrained}' is neither a file nor an open_clip tag of {arch} "
+                             f'(tags: {tags})')
+        self.clip = open_clip.create_model(arch, pretrained=pretrained)
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        return self.clip.encode_image(images)
+
+    @property
+    def logit_scale(self) -> nn.Parameter:
+        return self.clip.logit_scale
+
+    def fingerprint(self) -> str:
+        """Architecture + weights hash: keys feature caches to exactly these frozen weights."""
+        digest = hashlib.sha256(str(self.arch).encode())
+        for name, tensor in sorted(self.clip.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().float().cpu().numpy().tobytes())
+        return digest.hexdigest()[:16]

@@ -1,0 +1,86 @@
+"""Turns a collated batch into model inputs: normalised media and tokenised captions."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from mmengine.model import BaseDataPreprocessor
+
+from xmr.models.language.tokenizers import BaseTokenizer
+from xmr.registry import MODELS
+
+
+@MODELS.register_module()
+class RetrievalDataPreprocessor(BaseDataPreprocessor):
+    """Normalise uint8 media and tokenise every text of the batch, padded to its longest caption.
+
+    The retriever binds the tokenizers and the image statistics of its backbone, so a config
+    only names the type.
+
+    Output keys (those present in the batch): ``media`` (float ``[B, 3, H, W]`` or
+    ``[B, T, 3, H, W]``), ``source_tokens``, ``target_tokens`` (:class:`TokenBatch`), ``langs``,
+    ``media_ids``, ``indices``, ``caption_tokens`` (``{lang: (TokenBatch, owner [N])}`` with
+    ``owner[n]`` the batch row of caption ``n``), and any cached features the batch carries.
+    """
+
+    def __init__(self, non_blocking: bool = False) -> None:
+        super().__init__(non_blocking)
+        self.source_tokenizer: BaseTokenizer | None = None
+        self.target_tokenizer: BaseTokenizer | None = None
+        self.source_language = 'en'
+        self.register_buffer('mean', torch.zeros(3, 1, 1), persistent=False)
+        self.register_buffer('std', torch.ones(3, 1, 1), persistent=False)
+
+    def bind(self, source_tokenizer: BaseTokenizer, target_tokenizer: BaseTokenizer | None,
+             mean: Sequence[float], std: Sequence[float], source_language: str = 'en') -> None:
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+        self.source_language = source_language
+        self.mean.copy_(torch.tensor(mean, dtype=torch.float32).view(3, 1, 1))
+        self.std.copy_(torch.tensor(std, dtype=torch.float32).view(3, 1, 1))
+
+    def normalize_media(self, media: torch.Tensor) -> torch.Tensor:
+        """uint8 ``[..., 3, H, W]`` in 0..255 -> float, normalised with the backbone's stats."""
+        media = media.to(self.mean.device, non_blocking=self._non_blocking)
+        if media.dtype == torch.uint8:
+            media = media.float().div_(255.0)
+        return (media - self.mean) / self.std
+
+    def _tokenizer_for(self, lang: str) -> BaseTokenizer:
+        """The source tokenizer for the source language, the target one for any other."""
+        tokenizer = (self.source_tokenizer if lang == self.source_language
+                     else self.target_tokenizer)
+        if tokenizer is None:
+            raise RuntimeError(f"no tokenizer bound for language '{lang}': the model has no "
+                               'target-language branch')
+        return tokenizer
+
+    def forward(self, data: dict, training: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if data.get('media') is not None:
+            out['media'] = self.normalize_media(data['media'])
+        if 'source_text' in data:
+            out['source_tokens'] = self._tokenizer_for(self.source_language)(data['source_text'])
+        targets = data.get('target_text')
+        if targets is not None and all(t is not None for t in targets):
+            out['target_tokens'] = self._tokenizer_for(data['lang'][0])(targets)
+            out['langs'] = list(data['lang'])
+        if 'captions' in data:
+            out['caption_tokens'] = {}
+            for lang in dict.fromkeys(l for item in data['captions'] for l in item):
+                texts, owner = [], []
+                for row, item in enumerate(data['captions']):
+                    for text in item.get(lang, []):
+                        texts.append(text)
+                        owner.append(row)
+                if texts:
+                    out['caption_tokens'][lang] = (self._tokenizer_for(lang)(texts),
+                                                   torch.tensor(owner, dtype=torch.long))
+        for key in ('media_id', 'index'):
+            if key in data:
+                out[key + 's' if key == 'media_id' else 'indices'] = data[key]
+        for key, value in data.items():
+            if key.endswith('_features'):
+                out[key] = value
+        return self.cast_data(out)

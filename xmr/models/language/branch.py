@@ -1,0 +1,125 @@
+"""The target-language branch: trainable embedding block + frozen blocks with adapter slots."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from xmr.models.adapters.base import AdapterContext
+from xmr.models.adapters.slots import LanguageAdapters
+from xmr.models.language.tokenizers import TokenBatch
+from xmr.registry import MODELS, TOKENIZERS
+
+if TYPE_CHECKING:
+    from xmr.models.backbones.base import TextTower
+
+
+def index_condition(condition: Any, index: torch.Tensor) -> Any:
+    """Select the samples ``index`` of a per-sample condition (tensor, or list/dict of them)."""
+    if condition is None:
+        return None
+    if isinstance(condition, torch.Tensor):
+        return condition[index]
+    if isinstance(condition, (list, tuple)):
+        return type(condition)(index_condition(c, index) for c in condition)
+    if isinstance(condition, dict):
+        return {k: index_condition(v, index) for k, v in condition.items()}
+    raise TypeError(f'cannot split a condition of type {type(condition).__name__} by sample')
+
+
+def select_tokens(tokens: TokenBatch, index: torch.Tensor) -> TokenBatch:
+    return TokenBatch(**{k: v[index] for k, v in tokens.items()})
+
+
+@MODELS.register_module()
+class TargetLanguageBranch(nn.Module):
+    """Encodes target-language captions into the frozen model's joint space.
+
+    ``r^T = W_p · LN(x_EOS)`` where ``x`` runs through the embedding block (table, ``W_e``, CLIP
+    positions) and the frozen text blocks, each followed by the language's adapters.
+
+    Args:
+        tower: the backbone's :class:`TextTower`; used, not owned (it is not registered as a
+            submodule, so the frozen weights appear once, under the backbone).
+        languages: target language codes, each with its own adapter set.
+        tokenizer: ``TOKENIZERS`` config of the target tokenizer.
+        embedding: ``MODELS`` config of the embedding block (default :class:`TargetEmbedding`);
+            ``vocab_size`` and ``width`` are filled in from the tokenizer and the tower.
+        adapters: adapter config(s), see :class:`LanguageAdapters`.
+        num_blocks: how many of the tower's blocks the branch runs (all by default; DASD Table 9).
+    """
+
+    def __init__(self, tower: TextTower, languages: Sequence[str], tokenizer: dict,
+                 embedding: dict | None = None, adapters: dict | Sequence[dict] | None = None,
+                 num_blocks: int | None = None) -> None:
+        super().__init__()
+        object.__setattr__(self, 'tower', tower)
+        if not languages:
+            raise ValueError('the target-language branch needs at least one language')
+        self.languages = list(languages)
+        self.tokenizer = TOKENIZERS.build(tokenizer)
+        self.num_blocks = tower.num_blocks if num_blocks is None else num_blocks
+        if not 1 <= self.num_blocks <= tower.num_blocks:
+            raise ValueError(f'num_blocks={num_blocks} but the text tower has '
+                             f'{tower.num_blocks} blocks')
+        embedding = dict(embedding or dict(type='TargetEmbedding'))
+        if embedding.setdefault('width', tower.width) != tower.width:
+            raise ValueError(f"embedding block width {embedding['width']} does not match the "
+                             f'text tower width {tower.width}')
+        embedding.setdefault('vocab_size', self.tokenizer.vocab_size)
+        embedding.setdefault('padding_idx', self.tokenizer.pad_id)
+        self.embedding = MODELS.build(embedding)
+        linear_shapes = tower.linear_shapes() if hasattr(tower, 'linear_shapes') else None
+        self.adapters = LanguageAdapters(self.languages, adapters, tower.width, self.num_blocks,
+                                         linear_shapes)
+
+    def tokenize(self, texts: Sequence[str]) -> TokenBatch:
+        return self.tokenizer(texts)
+
+    def embed(self, tokens: TokenBatch) -> torch.Tensor:
+        """``[B, L]`` ids -> ``[B, L, D]`` embeddings with the tower's positions added."""
+        return self.tower.add_positions(self.embedding(tokens['input_ids']))
+
+    def encode(self, embeddings: torch.Tensor, tokens: TokenBatch, langs: Sequence[str],
+               condition: Any = None) -> torch.Tensor:
+        """Run each language's samples through the blocks with that language's adapters.
+
+        Args:
+            embeddings: ``[B, L, D]`` output of :meth:`embed`.
+            tokens: the batch's :class:`TokenBatch`.
+            langs: language of each sample (``B`` codes).
+            condition: per-sample condition for conditioned adapters (DASD's ``W^z``), indexed
+                along its first dimension.
+
+        Returns:
+            ``[B, E]`` unnormalised ``r^T``.
+        """
+        if len(langs) != embeddings.shape[0]:
+            raise ValueError(f'{len(langs)} language codes for a batch of {embeddings.shape[0]}')
+        for lang in set(langs):
+            self.adapters.check_language(lang)
+        out = embeddings.new_empty(embeddings.shape[0], self.tower.embed_dim)
+        for lang in dict.fromkeys(langs):
+            index = torch.tensor([i for i, code in enumerate(langs) if code == lang],
+                                 device=embeddings.device)
+            group = select_tokens(tokens, index)
+            ctx = AdapterContext(lang=lang, condition=index_condition(condition, index),
+                                 attention_mask=group['attention_mask'],
+                                 eos_index=group['eos_index'])
+            out[index] = self._encode_group(embeddings[index], ctx)
+        return out
+
+    def _encode_group(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+        for adapter in self.adapters.input_adapters(ctx.lang):
+            x = adapter(x, ctx)
+        x = self.tower.encode_embeddings(x, ctx.attention_mask, ctx.eos_index,
+                                         hooks=self.adapters.hooks(ctx),
+                                         blocks=range(self.num_blocks))
+        return self.tower.head(self.tower.pool(x, ctx.attention_mask, ctx.eos_index))
+
+    def forward(self, tokens: TokenBatch, langs: Sequence[str],
+                condition: Any = None) -> torch.Tensor:
+        """Tokens -> ``[B, E]`` ``r^T`` (embedding block, blocks with adapters, head)."""
+        return self.encode(self.embed(tokens), tokens, langs, condition)

@@ -1,0 +1,228 @@
+"""The MMEngine model of xmr: frozen towers + target-language branch + optional disentangler."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from mmengine.model import BaseModel
+
+from xmr.models.language.tokenizers import TokenBatch
+from xmr.registry import DISENTANGLERS, MODELS
+
+#: Losses the retriever itself computes; a disentangler adds its own names.
+RETRIEVER_LOSSES = {
+    'source_cm': 'InfoNCE between English captions and media while fine-tuning the towers',
+    'cl': 'L_CL: alignment of r^T to the frozen r^S (cross-lingual phase)',
+    'cm': 'L_CM: InfoNCE between r^T and r^V (cross-modal phase)',
+}
+
+
+@MODELS.register_module()
+class CrossLingualRetriever(BaseModel):
+    """Teaches a frozen vision-language model new languages through a trainable branch.
+
+    One training step (DESIGN "data flow"): frozen towers give ``r^S`` and ``r^V`` (or cached
+    features); the embedding block embeds the target caption; the disentangler, if any, turns it
+    into a condition and its losses; the branch runs the frozen blocks with the language's
+    adapters into ``r^T``; the current phase's weighted losses are returned.
+
+    Args:
+        backbone: ``MODELS`` config of a :class:`VisionLanguageBackbone`.
+        language_branch: config of :class:`TargetLanguageBranch` (the tower is filled in).
+        disentangler: ``DISENTANGLERS`` config, or ``None``.
+        losses: configs of ``source_cm``, ``cl`` and ``cm`` (defaults: InfoNCE τ=0.07 with a
+            learned scale for fine-tuning the towers, MSE, InfoNCE τ=0.01).
+        source_language: the language the frozen text tower reads.
+        data_preprocessor: config of the preprocessor (default
+            :class:`RetrievalDataPreprocessor`).
+        init_cfg: MMEngine init config.
+    """
+
+    def __init__(self, backbone: dict, language_branch: dict | None = None,
+                 disentangler: dict | None = None, losses: Mapping[str, dict] | None = None,
+                 source_language: str = 'en', data_preprocessor: dict | None = None,
+                 init_cfg: dict | None = None) -> None:
+        preprocessor = MODELS.build(data_preprocessor or dict(type='RetrievalDataPreprocessor'))
+        super().__init__(data_preprocessor=preprocessor, init_cfg=init_cfg)
+        self.backbone = MODELS.build(backbone)
+        self.source_language = source_language
+        tower = self.backbone.text_tower
+        self.language_branch = None
+        if language_branch is not None:
+            self.language_branch = MODELS.build(language_branch, default_args=dict(tower=tower))
+            if source_language in self.language_branch.languages:
+                raise ValueError(f"source language '{source_language}' is read by the frozen "
+                                 'tower; it cannot also be a target language')
+        self.disentangler = None
+        if disentangler is not None:
+            if self.language_branch is None:
+                raise ValueError('a disentangler needs a language_branch to condition')
+            self.disentangler = DISENTANGLERS.build(disentangler, default_args=dict(tower=tower))
+        loss_cfgs = dict(source_cm=dict(type='InfoNCELoss', temperature=0.07, learnable=True),
+                         cl=dict(type='AlignmentLoss', kind='mse'),
+                         cm=dict(type='InfoNCELoss', temperature=0.01))
+        for name, cfg in (losses or {}).items():
+            if name not in loss_cfgs:
+                raise KeyError(f"unknown retriever loss '{name}'; known: {sorted(loss_cfgs)}")
+            loss_cfgs[name] = cfg
+        self.losses = torch.nn.ModuleDict({k: MODELS.build(v) for k, v in loss_cfgs.items()})
+        self.data_preprocessor.bind(
+            self.backbone.tokenizer,
+            self.language_branch.tokenizer if self.language_branch is not None else None,
+            self.backbone.image_mean, self.backbone.image_std, source_language)
+        self.phase = 'cross_lingual'
+        self.loss_weights: dict[str, float] = {'cl': 1.0}
+
+    # ----------------------------------------------------------------------------- phases
+    @property
+    def languages(self) -> list[str]:
+        """Target languages the model was built for."""
+        return [] if self.language_branch is None else list(self.language_branch.languages)
+
+    def loss_names(self) -> set[str]:
+        names = set(RETRIEVER_LOSSES)
+        if self.disentangler is not None:
+            names |= set(self.disentangler.loss_names)
+        return names
+
+    def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
+        """Select the phase whose losses :meth:`loss` runs, with their weights."""
+        unknown = set(loss_weights) - self.loss_names()
+        if unknown:
+            raise KeyError(f'phase {name}: unknown loss weights {sorted(unknown)}; this model '
+                           f'computes {sorted(self.loss_names())}')
+        if self.language_branch is None and set(loss_weights) - {'source_cm'}:
+            raise ValueError(f'phase {name} weights {sorted(loss_weights)} need a '
+                             'language_branch')
+        self.phase = name
+        self.loss_weights = {k: float(v) for k, v in loss_weights.items() if v}
+
+    # ----------------------------------------------------------------------------- encoders
+    def _tower_grad(self) -> bool:
+        return any(p.requires_grad for p in self.backbone.parameters())
+
+    def encode_source(self, tokens: TokenBatch) -> torch.Tensor:
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self._tower_grad()):
+            return self.backbone.encode_source_text(tokens)
+
+    def encode_media(self, media: torch.Tensor) -> torch.Tensor:
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self._tower_grad()):
+            return self.backbone.encode_media(media)
+
+    def encode_target(self, tokens: TokenBatch, langs: Sequence[str],
+                      r_source: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Target captions -> ``r^T`` ``[B, E]`` and the disentangler's losses.
+
+        Args:
+            tokens: target tokens.
+            langs: language of each caption.
+            r_source: ``[B, E]`` teacher embeddings of the paired source captions (training);
+                without them the disentangler computes only the condition.
+        """
+        if self.language_branch is None:
+            raise ValueError('this model has no target-language branch')
+        embeddings = self.language_branch.embed(tokens)
+        condition, losses = None, {}
+        if self.disentangler is not None:
+            condition, losses = self.disentangler(embeddings, tokens, r_source=r_source)
+        return self.language_branch.encode(embeddings, tokens, langs, condition), losses
+
+    # ----------------------------------------------------------------------------- modes
+    def forward(self, mode: str = 'tensor', **batch: Any) -> Any:
+        if mode == 'loss':
+            return self.loss(**batch)
+        if mode == 'predict':
+            return self.predict(**batch)
+        if mode == 'tensor':
+            return self.predict(**batch)
+        raise ValueError(f"unknown forward mode '{mode}' (loss, predict or tensor)")
+
+    def loss(self, media: torch.Tensor | None = None, source_tokens: TokenBatch | None = None,
+             target_tokens: TokenBatch | None = None, langs: Sequence[str] | None = None,
+             source_features: torch.Tensor | None = None,
+             media_features: torch.Tensor | None = None, **_: Any) -> dict[str, torch.Tensor]:
+        """The current phase's weighted losses, ``{'loss_<name>': scalar}``.
+
+        ``source_features`` / ``media_features`` (``[B, E]``, from the feature cache) replace
+        the frozen towers' forward passes when present.
+        """
+        weights = self.loss_weights
+        losses: dict[str, torch.Tensor] = {}
+        needs_media = bool({'source_cm', 'cm'} & set(weights))
+        needs_source = 'source_cm' in weights or 'cl' in weights or (
+            self.disentangler is not None and bool(set(weights) & self.disentangler.loss_names))
+        r_source = source_features
+        if needs_source and r_source is None:
+            r_source = self.encode_source(self._require(source_tokens, 'source_text'))
+        r_media = media_features
+        if needs_media and r_media is None:
+            r_media = self.encode_media(self._require(media, 'media'))
+        if 'source_cm' in weights:
+            losses['loss_source_cm'] = weights['source_cm'] * self.losses['source_cm'](
+                r_source, r_media)
+        if set(weights) - {'source_cm'}:
+            tokens = self._require(target_tokens, 'target_text')
+            r_target, extra = self.encode_target(tokens, langs, r_source=r_source)
+            if 'cl' in weights:
+                losses['loss_cl'] = weights['cl'] * self.losses['cl'](r_target, r_source)
+            if 'cm' in weights:
+                losses['loss_cm'] = weights['cm'] * self.losses['cm'](r_target, r_media)
+            for name, value in extra.items():
+                if name in weights:
+                    losses[f'loss_{name}'] = weights[name] * value
+        return losses
+
+    @staticmethod
+    def _require(value: Any, key: str) -> Any:
+        if value is None:
+            raise ValueError(f"this phase's losses need '{key}' in every batch")
+        return value
+
+    @torch.no_grad()
+    def predict(self, media: torch.Tensor | None = None,
+                caption_tokens: Mapping[str, tuple[TokenBatch, torch.Tensor]] | None = None,
+                media_ids: Sequence[str] | None = None,
+                media_features: torch.Tensor | None = None, **_: Any) -> list[dict[str, Any]]:
+        """Embed a gallery batch and its captions in every language.
+
+        Returns:
+            One dict per item: ``media_id``, ``media_embedding`` ``[E]`` and
+            ``caption_embeddings`` ``{lang: [n, E]}``, all L2-normalised float32 on CPU.
+        """
+        r_media = media_features if media_features is not None else self.encode_media(media)
+        r_media = F.normalize(r_media.float(), dim=-1).cpu()
+        outputs = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
+                        media_embedding=r_media[i], caption_embeddings={})
+                   for i in range(r_media.shape[0])]
+        for lang, (tokens, owner) in (caption_tokens or {}).items():
+            if lang == self.source_language:
+                embeddings = self.encode_source(tokens)
+            else:
+                if lang not in self.languages:
+                    raise KeyError(f"the model was not trained on language '{lang}'; trained "
+                                   f'languages: {[self.source_language, *self.languages]}')
+                embeddings, _ = self.encode_target(tokens, [lang] * len(owner))
+            embeddings = F.normalize(embeddings.float(), dim=-1).cpu()
+            owner = owner.cpu()
+            for row, out in enumerate(outputs):
+                out['caption_embeddings'][lang] = embeddings[owner == row]
+        return outputs
+
+    # ----------------------------------------------------------------------------- checkpoints
+    def get_extra_state(self) -> dict[str, Any]:
+        """What a checkpoint must agree on with the config it is loaded into."""
+        return dict(backbone=type(self.backbone).__name__,
+                    arch=getattr(self.backbone, 'arch', None),
+                    embed_dim=self.backbone.embed_dim, languages=self.languages,
+                    source_language=self.source_language)
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        mine = self.get_extra_state()
+        mismatched = {k: (state[k], mine[k]) for k in mine if k in state and state[k] != mine[k]}
+        if mismatched:
+            details = '; '.join(f'{k}: checkpoint {a!r} vs config {b!r}'
+                                for k, (a, b) in mismatched.items())
+            raise ValueError(f'checkpoint does not match the config: {details}')
