@@ -68,7 +68,7 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
             out['langs'] = list(data['lang'])
         if 'captions' in data:
             out['caption_tokens'] = {}
-            for lang in dict.fromkeys(l for item in data['captions'] for l in item):
+            for lang in dict.fromkeys(code for item in data['captions'] for code in item):
                 texts, owner = [], []
                 for row, item in enumerate(data['captions']):
                     for text in item.get(lang, []):

@@ -4,7 +4,7 @@ A text tower runs its frozen blocks through :class:`SiteHooks`; the target-langu
 answers those hooks with the adapters of the language being encoded. Two kinds of site exist:
 
 * residual sites (``block.output``, ``attn.output``, ``mlp.output``): the adapter gets the hidden
-  state ``[B, L, D]`` and returns its replacement (a static adapter returns ``x + up(relu(down x))``);
+  state ``[B, L, D]`` and returns its replacement (a static adapter: ``x + up(relu(down x))``);
 * linear sites (``attn.qkv``, ``attn.out``, ``mlp.fc``, ``mlp.proj``): the adapter gets the input of
   that frozen projection ``[B, L, D_in]`` and returns a delta added to its output
   ``[B, L, D_out]`` (LoRA);

@@ -170,8 +170,10 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         visual = self.clip.visual
         size = visual.image_size
         self.image_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
-        self.image_mean = tuple(getattr(visual, 'image_mean', None) or open_clip.OPENAI_DATASET_MEAN)
-        self.image_std = tuple(getattr(visual, 'image_std', None) or open_clip.OPENAI_DATASET_STD)
+        self.image_mean = tuple(getattr(visual, 'image_mean', None)
+                                or open_clip.OPENAI_DATASET_MEAN)
+        self.image_std = tuple(getattr(visual, 'image_std', None)
+                               or open_clip.OPENAI_DATASET_STD)
         tokenizer = tokenizer or dict(type='OpenCLIPTokenizer',
                                       model_name=arch or 'ViT-B-32',
                                       max_length=self.text_tower.context_length)
