@@ -1,0 +1,5 @@
+"""Hooks of xmr's runner."""
+from xmr.engine.hooks.phase_report import PhaseReportHook
+from xmr.engine.hooks.rng_state import RNGStateHook
+
+__all__ = ['PhaseReportHook', 'RNGStateHook']

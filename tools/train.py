@@ -1,0 +1,69 @@
+"""Train a model from a config: ``python tools/train.py CONFIG [--work-dir DIR] [--resume]``."""
+from __future__ import annotations
+
+import argparse
+import os
+import os.path as osp
+import sys
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Train an xmr model')
+    parser.add_argument('config', help='config file')
+    parser.add_argument('--work-dir', help='where logs and checkpoints go '
+                        '(default: work_dirs/<config name>)')
+    parser.add_argument('--resume', nargs='?', type=str, const='auto',
+                        help="resume from a checkpoint path, or 'auto' (the default when the "
+                        'flag has no value): the latest checkpoint in the work dir')
+    parser.add_argument('--amp', action='store_true',
+                        help='mixed precision: bf16 where supported, fp16 + loss scaling on '
+                        'older GPUs')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config keys, e.g. model.language_branch.num_blocks=6')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher for distributed training')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    from xmr.engine.amp import enable_amp
+
+    if not osp.isfile(args.config):
+        raise FileNotFoundError(f'config file {args.config} does not exist')
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    cfg.launcher = args.launcher
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(args.config))[0])
+    if args.amp:
+        enable_amp(cfg)
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume is not None:
+        if not osp.isfile(args.resume):
+            raise FileNotFoundError(f'--resume checkpoint {args.resume} does not exist')
+        cfg.resume, cfg.load_from = True, args.resume
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> None:
+    import xmr  # noqa: F401  (registers every module)
+    from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+
+    allow_mmengine_checkpoint_types()
+    cfg = build_config(parse_args(argv))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Mixed precision on CPU and CUDA: bf16 where the device supports it, else fp16 + loss scaling."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from mmengine.optim import OptimWrapper
+
+from xmr.registry import OPTIM_WRAPPERS
+
+
+def amp_dtype(device_type: str) -> torch.dtype:
+    """bf16 on CPU and on GPUs that support it (Ampere and newer), fp16 on older GPUs."""
+    if device_type == 'cuda' and not torch.cuda.is_bf16_supported():
+        return torch.float16
+    return torch.bfloat16
+
+
+@OPTIM_WRAPPERS.register_module()
+class AutocastOptimWrapper(OptimWrapper):
+    """An optimiser wrapper whose forward passes run under ``torch.autocast``.
+
+    MMEngine's ``AmpOptimWrapper`` refuses CPUs; this one picks the device from the model's
+    parameters at the first step, autocasts to bf16 there (fp16 with a dynamic ``GradScaler``
+    on GPUs without bf16), and keeps parameters and optimiser state in fp32.
+
+    Args:
+        dtype: ``'bfloat16'``, ``'float16'`` or ``None`` (choose per device).
+        **kwargs: :class:`mmengine.optim.OptimWrapper` arguments.
+    """
+
+    def __init__(self, dtype: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.requested_dtype = getattr(torch, dtype) if dtype else None
+        self.scaler: torch.amp.GradScaler | None = None
+        self._device_type: str | None = None
+
+    def _resolve(self) -> tuple[str, torch.dtype]:
+        if self._device_type is None:
+            first = next(p for group in self.optimizer.param_groups for p in group['params'])
+            self._device_type = first.device.type
+            dtype = self.requested_dtype or amp_dtype(self._device_type)
+            self.requested_dtype = dtype
+            if dtype == torch.float16 and self._device_type == 'cuda':
+                self.scaler = torch.amp.GradScaler('cuda')
+        return self._device_type, self.requested_dtype
+
+    @contextmanager
+    def optim_context(self, model: torch.nn.Module):
+        device_type, dtype = self._resolve()
+        with super().optim_context(model), torch.autocast(device_type, dtype=dtype):
+            yield
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward(**kwargs)
+        self._inner_count += 1
+
+    def step(self, **kwargs: Any) -> None:
+        if self.scaler is None:
+            super().step(**kwargs)
+            return
+        if self.clip_grad_kwargs:
+            self.scaler.unscale_(self.optimizer)
+            self._clip_grad()
+        self.scaler.step(self.optimizer, **kwargs)
+        self.scaler.update()
+
+    def state_dict(self) -> dict:
+        state = self.optimizer.state_dict()
+        if self.scaler is not None:
+            state['loss_scaler'] = self.scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        scaler_state = state_dict.pop('loss_scaler', None)
+        if scaler_state is not None:
+            self._resolve()
+            if self.scaler is not None:
+                self.scaler.load_state_dict(scaler_state)
+        self.optimizer.load_state_dict(state_dict)
+
+
+def enable_amp(cfg: Any) -> None:
+    """Switch a config's ``optim_wrapper`` to :class:`AutocastOptimWrapper` (``--amp``)."""
+    wrapper = cfg.optim_wrapper
+    if wrapper.get('type', 'OptimWrapper') not in ('OptimWrapper', 'AutocastOptimWrapper'):
+        raise ValueError(f"--amp cannot wrap optim_wrapper type {wrapper['type']}")
+    wrapper['type'] = 'AutocastOptimWrapper'

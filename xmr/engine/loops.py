@@ -1,0 +1,276 @@
+"""The phased training loop: ordered alignment phases on one global iteration counter."""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from mmengine.model import is_model_wrapper
+from mmengine.runner.base_loop import BaseLoop
+from torch.utils.data import DataLoader
+
+from xmr.registry import LOOPS
+
+SCHEDULES = ('cosine', 'linear', 'constant')
+
+
+def phase_lr_factor(step: int, total: int, warmup_ratio: float, schedule: str,
+                    min_ratio: float = 0.0) -> float:
+    """Multiplier of a phase's base learning rate at ``step`` (0-based) of ``total``.
+
+    Linear warm-up over the first ``warmup_ratio`` of the phase (DASD: 10%), from ``1/W`` to 1,
+    then ``schedule``: ``cosine`` or ``linear`` decay to ``min_ratio``, or ``constant``. Each phase
+    starts from its own base learning rate, so schedules never stack across phases.
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule '{schedule}'; choose from {SCHEDULES}")
+    warmup = int(round(warmup_ratio * total))
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == 'constant' or total <= warmup + 1:
+        return 1.0
+    progress = (step - warmup) / (total - warmup - 1)
+    decay = 0.5 * (1 + math.cos(math.pi * progress)) if schedule == 'cosine' else 1 - progress
+    return min_ratio + (1 - min_ratio) * decay
+
+
+@dataclass
+class Phase:
+    """One alignment phase, as configured.
+
+    Attributes:
+        name: ``source_finetune``, ``cross_lingual``, ``cross_modal`` or any other label.
+        iters: number of iterations.
+        lr: base learning rate of the phase.
+        trainable: parameter-name prefixes that train in this phase; everything else is frozen.
+        loss_weights: ``{loss name: weight}`` passed to the model's ``set_phase``.
+        dataloader: dataloader config of the phase (``None``: the runner's train_dataloader).
+        warmup_ratio: fraction of ``iters`` with linear warm-up.
+        schedule: decay after warm-up (``cosine``, ``linear``, ``constant``).
+        min_lr_ratio: floor of the decay, as a fraction of ``lr``.
+        lr_mult: ``{parameter-group name: multiplier}``.
+        validate_at_start: run validation before the phase's first step (a "before" row).
+        start: first global iteration of the phase (filled in by the loop).
+    """
+
+    name: str
+    iters: int
+    lr: float
+    trainable: Sequence[str]
+    loss_weights: dict[str, float]
+    dataloader: dict | None = None
+    warmup_ratio: float = 0.1
+    schedule: str = 'cosine'
+    min_lr_ratio: float = 0.0
+    lr_mult: dict[str, float] = field(default_factory=dict)
+    validate_at_start: bool = False
+    start: int = 0
+
+    @property
+    def end(self) -> int:
+        return self.start + self.iters
+
+
+@contextmanager
+def preserved_rng_state() -> Iterator[None]:
+    """Run a block (validation) without disturbing any random stream of training."""
+    state = capture_rng_state()
+    try:
+        yield
+    finally:
+        restore_rng_state(state)
+
+
+def capture_rng_state() -> dict[str, Any]:
+    state = dict(torch=torch.get_rng_state(), numpy=np.random.get_state(),
+                 python=random.getstate())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state['cuda'] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state['torch'])
+    np.random.set_state(state['numpy'])
+    random.setstate(state['python'])
+    if 'cuda' in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state['cuda'])
+
+
+class _InfiniteIterator:
+    """Cycles a dataloader forever, advancing the sampler's epoch at each pass."""
+
+    def __init__(self, dataloader: DataLoader) -> None:
+        self.dataloader = dataloader
+        self.epoch = 0
+        self._iterator = iter(dataloader)
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            self.epoch += 1
+            sampler = getattr(self.dataloader, 'sampler', None)
+            if hasattr(sampler, 'set_epoch'):
+                sampler.set_epoch(self.epoch)
+            self._iterator = iter(self.dataloader)
+            return next(self._iterator)
+
+
+@LOOPS.register_module()
+class PhasedTrainLoop(BaseLoop):
+    """Runs the configured phases in order on one global iteration counter.
+
+    At the start of a phase the loop selects the model's losses (``set_phase``), freezes every
+    parameter outside ``trainable``, clears the optimiser state (phases train independently,
+    as in DASD) and builds the phase's dataloader. Every iteration sets each parameter group's
+    learning rate from the phase's own warm-up + decay, so no scheduler stacks on another.
+    Hooks, checkpoints and resume see one ``iter`` counter: a run resumed in the middle of
+    phase 2 re-enters phase 2, fast-forwards its data and restores the RNG state of the
+    checkpoint (saved by :class:`~xmr.engine.hooks.RNGStateHook`), keeping the optimiser state
+    it loaded.
+
+    Args:
+        runner: the MMEngine runner.
+        dataloader: the runner's ``train_dataloader`` (config or object); phases without their
+            own dataloader use it.
+        phases: list of :class:`Phase` fields as dicts.
+        val_interval: validate every this many global iterations (0: only at phase ends).
+        validate_at_phase_end: validate after the last step of each phase.
+    """
+
+    def __init__(self, runner, dataloader: DataLoader | dict | None, phases: Sequence[dict],
+                 val_interval: int = 0, validate_at_phase_end: bool = True) -> None:
+        if not phases:
+            raise ValueError('PhasedTrainLoop needs at least one phase')
+        self.phases: list[Phase] = []
+        start = 0
+        for index, cfg in enumerate(phases):
+            missing = {'name', 'iters', 'lr', 'trainable', 'loss_weights'} - set(cfg)
+            if missing:
+                raise KeyError(f'phase {index} ({cfg.get("name", "?")}) lacks {sorted(missing)}')
+            phase = Phase(**cfg, start=start)
+            if phase.iters <= 0:
+                raise ValueError(f'phase {phase.name}: iters must be positive, got {phase.iters}')
+            if phase.schedule not in SCHEDULES:
+                raise ValueError(f"phase {phase.name}: unknown schedule '{phase.schedule}'; "
+                                 f'choose from {SCHEDULES}')
+            self.phases.append(phase)
+            start = phase.end
+        if dataloader is None and any(p.dataloader is None for p in self.phases):
+            raise ValueError('a phase without its own dataloader needs train_dataloader')
+        if dataloader is None:
+            dataloader = self.phases[0].dataloader
+        super().__init__(runner, dataloader)
+        self.val_interval = val_interval
+        self.validate_at_phase_end = validate_at_phase_end
+        self._max_iters = start
+        self._iter = 0
+        self._epoch = 0
+        self.current_phase: Phase | None = None
+        self.pending_rng_state: dict[str, Any] | None = None
+        self.stop_training = False
+        self._check_trainable_prefixes()
+
+    # MMEngine reads these.
+    @property
+    def max_iters(self) -> int:
+        return self._max_iters
+
+    @property
+    def max_epochs(self) -> int:
+        return 1
+
+    @property
+    def iter(self) -> int:
+        return self._iter
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def model(self) -> torch.nn.Module:
+        model = self.runner.model
+        return model.module if is_model_wrapper(model) else model
+
+    def _check_trainable_prefixes(self) -> None:
+        names = [name for name, _ in self.model.named_parameters()]
+        for phase in self.phases:
+            for prefix in phase.trainable:
+                if not any(n == prefix or n.startswith(prefix + '.') for n in names):
+                    raise ValueError(f"phase {phase.name}: trainable prefix '{prefix}' matches "
+                                     'no parameter of the model')
+
+    # ----------------------------------------------------------------------------- phases
+    def _enter_phase(self, phase: Phase, fresh: bool) -> Iterator:
+        self.current_phase = phase
+        self.model.set_phase(phase.name, phase.loss_weights)
+        for name, parameter in self.model.named_parameters():
+            parameter.requires_grad_(any(name == p or name.startswith(p + '.')
+                                         for p in phase.trainable))
+        optimizer = self.runner.optim_wrapper.optimizer
+        if fresh:
+            optimizer.state.clear()
+        self.runner.message_hub.update_info('phase', phase.name)
+        trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        self.runner.logger.info(
+            f'phase {phase.name}: iterations {phase.start}-{phase.end}, lr {phase.lr}, '
+            f'losses {phase.loss_weights}, {trainable:,} trainable parameters in '
+            f'{list(phase.trainable)}')
+        dataloader = self.dataloader if phase.dataloader is None else \
+            self.runner.build_dataloader(phase.dataloader, seed=self.runner.seed)
+        return _InfiniteIterator(dataloader)
+
+    def _set_lr(self, phase: Phase) -> None:
+        factor = phase_lr_factor(self._iter - phase.start, phase.iters, phase.warmup_ratio,
+                                 phase.schedule, phase.min_lr_ratio)
+        for group in self.runner.optim_wrapper.optimizer.param_groups:
+            group['lr'] = phase.lr * phase.lr_mult.get(group.get('name', ''), 1.0) * factor
+
+    def validate(self) -> None:
+        if self.runner.val_loop is not None:
+            with preserved_rng_state():
+                self.runner.val_loop.run()
+
+    def run(self) -> torch.nn.Module:
+        self.runner.call_hook('before_train')
+        self.runner.call_hook('before_train_epoch')
+        for phase in self.phases:
+            if self._iter >= phase.end or self.stop_training:
+                continue
+            fresh = self._iter == phase.start
+            iterator = self._enter_phase(phase, fresh)
+            for _ in range(self._iter - phase.start):
+                next(iterator)
+            if self.pending_rng_state is not None:
+                restore_rng_state(self.pending_rng_state)
+                self.pending_rng_state = None
+            if fresh and phase.validate_at_start:
+                self.validate()
+            while self._iter < phase.end and not self.stop_training:
+                self._set_lr(phase)
+                self.runner.model.train()
+                self.run_iter(next(iterator))
+                at_end = self._iter == phase.end
+                if (self.val_interval and self._iter % self.val_interval == 0
+                        and not (at_end and self.validate_at_phase_end)):
+                    self.validate()
+            if self._iter == phase.end and self.validate_at_phase_end:
+                self.validate()
+        self.runner.call_hook('after_train_epoch')
+        self.runner.call_hook('after_train')
+        return self.runner.model
+
+    def run_iter(self, data_batch: Any) -> None:
+        self.runner.call_hook('before_train_iter', batch_idx=self._iter, data_batch=data_batch)
+        outputs = self.runner.model.train_step(data_batch,
+                                               optim_wrapper=self.runner.optim_wrapper)
+        self.runner.call_hook('after_train_iter', batch_idx=self._iter, data_batch=data_batch,
+                              outputs=outputs)
+        self._iter += 1
