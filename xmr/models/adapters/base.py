@@ -65,7 +65,8 @@ class AdapterContext:
 class BaseAdapter(nn.Module):
     """Base class of a trainable module placed in a frozen text tower.
 
-    Subclasses declare ``sites``: the places they occupy. One instance is built per
+    Subclasses declare ``sites``, the places they can occupy, and ``default_sites``, those they
+    occupy unless a config names ``sites`` (default: the first). One instance is built per
     (language, block, site) with ``width`` = the tower width (``D``), ``site`` = the place it
     serves and ``block_index``; they are called as ``adapter(x, ctx)``.
 
@@ -78,6 +79,7 @@ class BaseAdapter(nn.Module):
     """
 
     sites: ClassVar[tuple[AdapterSite, ...]] = (AdapterSite.BLOCK_OUTPUT,)
+    default_sites: ClassVar[tuple[AdapterSite, ...] | None] = None
 
     def __init__(self, width: int, site: AdapterSite | str | None = None,
                  block_index: int = -1, in_features: int | None = None,

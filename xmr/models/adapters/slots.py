@@ -22,7 +22,7 @@ class LanguageAdapters(nn.Module):
         languages: target language codes; each gets its own adapter instances.
         adapters: one adapter config or a list of them (e.g. LoRA and a Houlsby adapter).
             A config may carry ``blocks`` (indices it is placed after; default all blocks)
-            and ``sites`` (a subset of the class's sites; default all of them).
+            and ``sites`` (a subset of the class's sites; default its ``default_sites``).
         width: tower width ``D``; a config that names another ``width`` is refused.
         num_blocks: number of blocks the branch runs.
         linear_shapes: ``(in, out)`` of the frozen projection at each linear site.
@@ -62,7 +62,9 @@ class LanguageAdapters(nn.Module):
         if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, BaseAdapter)):
             raise TypeError(f"adapter type {cfg['type']} must subclass xmr BaseAdapter")
         sites = cfg.pop('sites', None)
-        sites = adapter_cls.sites if sites is None else tuple(AdapterSite(s) for s in sites)
+        if sites is None:
+            sites = adapter_cls.default_sites or adapter_cls.sites[:1]
+        sites = tuple(AdapterSite(s) for s in sites)
         for site in sites:
             if site not in adapter_cls.sites:
                 raise ValueError(f'{cfg["type"]} cannot sit at {site!s}; its sites are '

@@ -217,6 +217,10 @@ class SentencePieceTokenizer(BaseTokenizer):
     def _train(lines: list[str], vocab_size: int, character_coverage: float) -> bytes:
         import sentencepiece as spm
 
+        characters = len({c for line in lines for c in line if not c.isspace()})
+        if vocab_size < characters + 5:
+            raise ValueError(f'SentencePiece vocab_size {vocab_size} is smaller than the '
+                             f'{characters} distinct characters of the corpus plus 5 specials')
         model = io.BytesIO()
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,

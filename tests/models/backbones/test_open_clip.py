@@ -1,0 +1,88 @@
+import open_clip
+import pytest
+import torch
+
+from tests.conftest import TINY_CLIP, tiny_backbone_cfg
+from xmr.models.adapters.base import AdapterSite
+from xmr.registry import MODELS
+
+
+@pytest.fixture
+def backbone():
+    torch.manual_seed(0)
+    return MODELS.build(tiny_backbone_cfg()).eval()
+
+
+TEXTS = ['a red circle', 'two blue squares on the left of a big green triangle', 'x']
+
+
+def test_sited_blocks_equal_open_clip_encode_text(backbone):
+    tokens = backbone.tokenizer(TEXTS)
+    assert tokens['input_ids'].shape[1] == int(tokens['attention_mask'].sum(1).max())
+    reference = backbone.clip.encode_text(
+        open_clip.get_tokenizer('ViT-B-32')(TEXTS, context_length=32))
+    torch.testing.assert_close(backbone.encode_source_text(tokens), reference,
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_video_is_mean_of_normalised_frames(backbone):
+    frames = torch.randn(2, 3, 3, 32, 32)
+    per_frame = torch.nn.functional.normalize(backbone.encode_image(frames.flatten(0, 1)), dim=-1)
+    expected = per_frame.view(2, 3, -1).mean(1)
+    torch.testing.assert_close(backbone.encode_video(frames), expected)
+    torch.testing.assert_close(backbone.encode_media(frames), expected)
+
+
+def test_towers_frozen_by_default(backbone):
+    assert not any(p.requires_grad for p in backbone.parameters())
+
+
+class _AddOne:
+    """Hooks that add ones at one site and count how often that site is reached."""
+
+    def __init__(self, site, linear_shapes):
+        self.site, self.linear_shapes, self.calls = site, linear_shapes, 0
+
+    def residual(self, site, index, x):
+        if site == self.site:
+            self.calls += 1
+            return x + 1.0
+        return x
+
+    def linear(self, site, index, x_in):
+        if site == self.site:
+            self.calls += 1
+            return torch.ones(*x_in.shape[:-1], self.linear_shapes[site][1])
+        return None
+
+
+@pytest.mark.parametrize('site', [s for s in AdapterSite if s != AdapterSite.INPUT])
+def test_every_site_is_reached_and_changes_the_output(backbone, site):
+    tokens = backbone.tokenizer(TEXTS)
+    tower = backbone.text_tower
+    x = tower.add_positions(tower.embed_tokens(tokens['input_ids']))
+    plain = tower.encode_embeddings(x, tokens['attention_mask'], tokens['eos_index'])
+    hooks = _AddOne(site, tower.linear_shapes())
+    hooked = tower.encode_embeddings(x, tokens['attention_mask'], tokens['eos_index'], hooks)
+    assert hooks.calls == tower.num_blocks
+    assert not torch.allclose(plain, hooked)
+
+
+def test_local_checkpoint_file_loads(tmp_path):
+    torch.manual_seed(1)
+    source = open_clip.CLIP(**TINY_CLIP)
+    path = tmp_path / 'tiny.pt'
+    torch.save({'state_dict': source.state_dict()}, path)
+    torch.manual_seed(2)
+    loaded = MODELS.build(tiny_backbone_cfg(pretrained=str(path)))
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(loaded.encode_image(images), source.eval().encode_image(images))
+
+
+def test_bad_names_fail_clearly(tmp_path):
+    with pytest.raises(ValueError, match="unknown open_clip architecture 'ViT-B-33'.*ViT-B-32"):
+        MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-33'))
+    with pytest.raises(FileNotFoundError, match='missing.pt'):
+        MODELS.build(tiny_backbone_cfg(pretrained=str(tmp_path / 'missing.pt')))
+    with pytest.raises(ValueError, match="'nonsense' is neither a file nor an open_clip tag"):
+        MODELS.build(dict(type='OpenCLIPBackbone', arch='RN50', pretrained='nonsense'))

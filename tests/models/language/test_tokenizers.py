@@ -1,0 +1,59 @@
+import pytest
+import torch
+
+from tests.conftest import CORPUS
+from xmr.models.language.tokenizers import (
+    HFTokenizer,
+    OpenCLIPTokenizer,
+    SentencePieceTokenizer,
+    pad_batch,
+)
+
+
+def test_pad_batch_pads_to_longest_and_marks_eos():
+    batch = pad_batch([[5, 6, 7], [8, 9], [1, 2, 3, 4]], pad_id=0)
+    assert batch['input_ids'].tolist() == [[5, 6, 7, 0], [8, 9, 0, 0], [1, 2, 3, 4]]
+    assert batch['attention_mask'].sum(1).tolist() == [3, 2, 4]
+    assert batch['eos_index'].tolist() == [2, 1, 3]
+
+
+def test_truncation_keeps_the_end_token():
+    tokenizer = OpenCLIPTokenizer(max_length=5)
+    ids = tokenizer(['one two three four five six seven'])['input_ids'][0].tolist()
+    assert len(ids) == 5 and ids[0] == 49406 and ids[-1] == 49407
+
+
+def test_sentencepiece_trains_writes_and_reloads(tmp_path):
+    path = tmp_path / 'spm' / 'target.model'
+    trained = SentencePieceTokenizer(model_file=str(path), corpus=CORPUS * 10, vocab_size=64)
+    assert path.is_file()
+    reloaded = SentencePieceTokenizer(model_file=str(path))
+    texts = ['zwei rote Kreise', '一个蓝色的圆']
+    assert torch.equal(trained(texts)['input_ids'], reloaded(texts)['input_ids'])
+    ids = trained(texts)['input_ids']
+    assert ids[0, 0] == 2 and ids[0, trained(texts)['eos_index'][0]] == 3
+
+
+def test_sentencepiece_bad_input_fails_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError, match='nothing.model'):
+        SentencePieceTokenizer(model_file=str(tmp_path / 'nothing.model'))
+    with pytest.raises(ValueError, match='vocab_size 20 is smaller than the 37 distinct'):
+        SentencePieceTokenizer(corpus=CORPUS, vocab_size=20)
+
+
+def test_hf_tokenizer_file_reads_the_real_xlmr_tokenizer(shared_data):
+    tokenizer = HFTokenizer(tokenizer_file=str(shared_data / 'tokenizers' /
+                                              'xlm-roberta.tokenizer.json'))
+    batch = tokenizer(['Ein Hund läuft.', '一只狗在跑'])
+    assert tokenizer.vocab_size == 250002 and tokenizer.pad_id == 1
+    ids = batch['input_ids']
+    assert ids[0, 0] == 0  # <s>
+    assert ids[0, batch['eos_index'][0]] == 2 and ids[1, batch['eos_index'][1]] == 2  # </s>
+    assert (ids[~batch['attention_mask']] == 1).all()
+
+
+def test_hf_tokenizer_needs_exactly_one_source(tmp_path):
+    with pytest.raises(ValueError, match='exactly one'):
+        HFTokenizer()
+    with pytest.raises(FileNotFoundError, match='absent.json'):
+        HFTokenizer(tokenizer_file=str(tmp_path / 'absent.json'))

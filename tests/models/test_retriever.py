@@ -1,0 +1,90 @@
+import pytest
+import torch
+
+from tests.conftest import tiny_retriever_cfg
+from xmr.registry import MODELS
+
+BATCH = dict(
+    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8),
+    source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
+    target_text=['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise', '一个绿色的三角形'],
+    lang=['de', 'zh', 'de', 'zh'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
+
+
+def test_preprocessor_normalises_with_the_backbone_statistics(tiny_retriever):
+    data = tiny_retriever.data_preprocessor(BATCH, True)
+    mean = torch.tensor(tiny_retriever.backbone.image_mean).view(3, 1, 1)
+    std = torch.tensor(tiny_retriever.backbone.image_std).view(3, 1, 1)
+    torch.testing.assert_close(data['media'], (BATCH['media'].float() / 255 - mean) / std)
+    assert data['target_tokens']['input_ids'].shape[0] == 4
+    assert data['langs'] == BATCH['lang']
+
+
+def test_each_phase_runs_only_its_losses(tiny_retriever):
+    model = tiny_retriever
+    data = model.data_preprocessor(BATCH, True)
+    model.set_phase('cross_lingual', dict(cl=1.0))
+    losses = model(mode='loss', **data)
+    assert set(losses) == {'loss_cl'}
+    r_source = model.backbone.encode_source_text(data['source_tokens'])
+    r_target, _ = model.encode_target(data['target_tokens'], data['langs'])
+    torch.testing.assert_close(losses['loss_cl'], ((r_target - r_source) ** 2).mean())
+
+    model.set_phase('cross_modal', dict(cm=0.5))
+    losses = model(mode='loss', **data)
+    assert set(losses) == {'loss_cm'}
+    a = torch.nn.functional.normalize(r_target, dim=-1)
+    b = torch.nn.functional.normalize(model.backbone.encode_media(data['media']), dim=-1)
+    logits = 100 * a @ b.t()
+    labels = torch.arange(4)
+    expected = (torch.nn.functional.cross_entropy(logits, labels)
+                + torch.nn.functional.cross_entropy(logits.t(), labels)) / 2
+    torch.testing.assert_close(losses['loss_cm'], 0.5 * expected, rtol=1e-4, atol=1e-5)
+
+
+def test_cached_features_replace_the_towers(tiny_retriever):
+    model = tiny_retriever
+    data = model.data_preprocessor(BATCH, True)
+    model.set_phase('cross_lingual', dict(cl=1.0))
+    fake = torch.zeros(4, 32)
+    data['source_features'] = fake
+    r_target, _ = model.encode_target(data['target_tokens'], data['langs'])
+    torch.testing.assert_close(model(mode='loss', **data)['loss_cl'], (r_target ** 2).mean())
+
+
+def test_unknown_loss_weight_fails_naming_the_known_ones(tiny_retriever):
+    with pytest.raises(KeyError, match=r"unknown loss weights \['sc'\].*'cl'"):
+        tiny_retriever.set_phase('cross_lingual', dict(cl=1.0, sc=0.1))
+
+
+def test_predict_returns_normalised_embeddings_per_language(tiny_retriever):
+    batch = dict(media=BATCH['media'][:2], media_id=['a', 'b'], index=[0, 1],
+                 captions=[{'en': ['a red circle', 'red circle'], 'de': ['ein roter Kreis']},
+                           {'en': ['a blue square'], 'zh': ['一个蓝色的正方形']}])
+    outputs = tiny_retriever.val_step(batch)
+    assert [o['media_id'] for o in outputs] == ['a', 'b']
+    assert outputs[0]['caption_embeddings']['en'].shape == (2, 32)
+    assert outputs[0]['caption_embeddings']['zh'].shape == (0, 32)
+    assert outputs[1]['caption_embeddings']['zh'].shape == (1, 32)
+    torch.testing.assert_close(outputs[0]['media_embedding'].norm(), torch.tensor(1.0))
+
+
+def test_untrained_language_is_refused_listing_the_trained_ones(tiny_retriever):
+    batch = dict(media=BATCH['media'][:1], media_id=['a'], index=[0],
+                 captions=[{'fr': ['un cercle rouge']}])
+    with pytest.raises(KeyError, match=r"not trained on language 'fr'.*\['en', 'de', 'zh'\]"):
+        tiny_retriever.val_step(batch)
+
+
+def test_checkpoint_of_other_languages_is_refused(tiny_retriever):
+    other = MODELS.build(tiny_retriever_cfg(language_branch=dict(
+        tiny_retriever_cfg()['language_branch'], languages=['de', 'ja'])))
+    with pytest.raises(ValueError, match=r"languages: checkpoint \['de', 'ja'\] vs config "
+                                         r"\['de', 'zh'\]"):
+        tiny_retriever.load_state_dict(other.state_dict())
+
+
+def test_source_language_cannot_be_a_target():
+    with pytest.raises(ValueError, match="source language 'en'"):
+        MODELS.build(tiny_retriever_cfg(language_branch=dict(
+            tiny_retriever_cfg()['language_branch'], languages=['en', 'de'])))
