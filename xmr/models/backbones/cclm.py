@@ -1,0 +1,308 @@
+"""CCLM (Cross-View Language Modeling, ACL 2023) as a frozen dual-stream backbone.
+
+CCLM is a fusion model: a Swin-B image encoder, a 12-layer text encoder with the xlm-roberta-large
+configuration whose layers 6-11 cross-attend to the image, and an ITM head on top. Used as a
+dual-stream model (DASD Table 3) it keeps what encodes each modality alone:
+
+* image: Swin-B (timm), ``r^V = vision_proj(mean of the final patch tokens)``, the token CCLM
+  prepends to the patch sequence and projects;
+* text: embeddings and the 6 text-only layers (post-LN BERT layers, positions ``0..L-1``),
+  ``r^S = text_proj(x_CLS)``;
+
+and drops the fusion layers and the heads. Both features are returned unnormalised; CCLM
+L2-normalises them and divides their products by the temperature ``temp`` (0.07).
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from mmengine.logging import print_log
+from torch import nn
+
+from xmr.models.adapters.base import AdapterSite
+from xmr.models.backbones.base import SiteHooks, TextTower, VisionLanguageBackbone
+from xmr.models.backbones.cclm_checkpoint import (
+    CheckpointReport,
+    convert_cclm_state_dict,
+    read_cclm_checkpoint,
+)
+from xmr.models.backbones.cclm_tokenizer import CCLMTokenizer
+from xmr.models.backbones.relative_position import INTERPOLATION_MODES
+from xmr.models.language.tokenizers import BaseTokenizer
+from xmr.registry import MODELS, TOKENIZERS
+
+__all__ = ['CCLMDualStream', 'CCLMTextTower', 'CCLMTokenizer', 'build_bert']
+
+#: CCLM's Swin-B (``configs/config_swinB_384.json`` of the authors' code).
+CCLM_VISION = dict(embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), patch_size=4,
+                   mlp_ratio=4.0)
+
+#: The xlm-roberta-large configuration CCLM's text encoder is built from, cut to the 6
+#: text-only layers of the 12 it keeps.
+CCLM_TEXT = dict(hidden_size=1024, num_layers=6, num_heads=16, intermediate_size=4096,
+                 vocab_size=250002, max_position_embeddings=514, type_vocab_size=1,
+                 layer_norm_eps=1e-5, pad_token_id=1, hidden_act='gelu')
+
+#: CCLM normalises images with CLIP's statistics (``dataset/__init__.py``), not ImageNet's.
+CCLM_IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CCLM_IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
+
+CCLM_TEMPERATURE = 0.07
+
+
+def _merge(defaults: dict, overrides: dict | None, what: str) -> dict:
+    merged = dict(defaults)
+    unknown = sorted(set(overrides or {}) - set(defaults))
+    if unknown:
+        raise KeyError(f'unknown CCLM {what} option(s) {unknown}; known: {sorted(defaults)}')
+    merged.update(overrides or {})
+    return merged
+
+
+def build_bert(text: dict) -> nn.Module:
+    """A transformers ``BertModel`` (no pooler) with CCLM's text configuration ``text``."""
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(
+        vocab_size=text['vocab_size'], hidden_size=text['hidden_size'],
+        num_hidden_layers=text['num_layers'], num_attention_heads=text['num_heads'],
+        intermediate_size=text['intermediate_size'], hidden_act=text['hidden_act'],
+        max_position_embeddings=text['max_position_embeddings'],
+        type_vocab_size=text['type_vocab_size'], layer_norm_eps=text['layer_norm_eps'],
+        pad_token_id=text['pad_token_id'],
+        # The tower is frozen and run through explicit blocks that apply no dropout.
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return BertModel(config, add_pooling_layer=False)
+
+
+class CCLMTextTower(TextTower):
+    """CCLM's text-only BERT layers, run layer by layer with adapter sites.
+
+    Each post-LN layer is written out on the frozen weights of transformers' ``BertLayer``:
+    ``x = LN_1(x + attn(x))``, ``x = LN_2(x + W_2 gelu(W_1 x))``, so that adapters can act on the
+    q/k/v and output projections and on each sub-layer's output before its residual add.
+
+    Args:
+        bert: a ``BertModel`` whose embeddings and layers are used (not copied).
+        embed_dim: width ``E`` of ``text_proj``.
+    """
+
+    causal = False
+    pooling = 'cls'
+
+    def __init__(self, bert: nn.Module, embed_dim: int) -> None:
+        super().__init__()
+        config = bert.config
+        self.embeddings = bert.embeddings
+        self.layers = bert.encoder.layer
+        self.width = config.hidden_size
+        self.text_proj = nn.Linear(self.width, embed_dim)
+        self.embed_dim = embed_dim
+        self.num_blocks = len(self.layers)
+        self.context_length = config.max_position_embeddings
+        self.num_heads = config.num_attention_heads
+        self.intermediate_size = config.intermediate_size
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embeddings.word_embeddings(input_ids)
+
+    def add_positions(self, x: torch.Tensor) -> torch.Tensor:
+        """``LN(x + type_0 + pos_{0..L-1})``: BERT's embedding sum and its LayerNorm.
+
+        CCLM's encoder is BERT, not RoBERTa: position ids start at 0, not at ``pad_id + 1``.
+        The single token type (0) is part of every token's embedding.
+        """
+        length = x.shape[1]
+        if length > self.context_length:
+            raise ValueError(f'sequence of {length} tokens exceeds the text context length '
+                             f'{self.context_length}')
+        token_type = self.embeddings.token_type_embeddings.weight[0]
+        positions = self.embeddings.position_embeddings.weight[:length]
+        return self.embeddings.LayerNorm(x + token_type + positions)
+
+    @staticmethod
+    def _linear(x: torch.Tensor, layer: nn.Linear, hooks: SiteHooks | None, site: AdapterSite,
+                index: int) -> torch.Tensor:
+        out = layer(x)
+        if hooks is not None:
+            delta = hooks.linear(site, index, x)
+            if delta is not None:
+                out = out + delta
+        return out
+
+    def _self_attention(self, index: int, x: torch.Tensor, mask: torch.Tensor | None,
+                        hooks: SiteHooks | None) -> torch.Tensor:
+        """``softmax(q k^T / sqrt(d) + mask) v`` with the q/k/v deltas of ``attn.qkv``."""
+        attention = self.layers[index].attention.self
+        batch, length, width = x.shape
+        q, k, v = attention.query(x), attention.key(x), attention.value(x)
+        if hooks is not None:
+            delta = hooks.linear(AdapterSite.ATTN_QKV, index, x)
+            if delta is not None:
+                dq, dk, dv = delta.chunk(3, dim=-1)
+                q, k, v = q + dq, k + dk, v + dv
+        q, k, v = (t.view(batch, length, self.num_heads, width // self.num_heads).transpose(1, 2)
+                   for t in (q, k, v))
+        attn_mask = mask.to(q.dtype) if mask is not None else None
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return context.transpose(1, 2).reshape(batch, length, width)
+
+    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | None,
+                  hooks: SiteHooks | None = None) -> torch.Tensor:
+        """One post-LN BERT layer with its adapter sites.
+
+        Args:
+            index: layer index.
+            x: ``[B, L, D]`` hidden states.
+            mask: additive attention bias ``[B, 1, L, L]`` from :meth:`build_mask`.
+            hooks: adapter hooks or ``None``.
+
+        Returns:
+            ``[B, L, D]``.
+        """
+        layer = self.layers[index]
+        context = self._self_attention(index, x, mask, hooks)
+        h = self._linear(context, layer.attention.output.dense, hooks, AdapterSite.ATTN_OUT,
+                         index)
+        if hooks is not None:
+            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
+        x = layer.attention.output.LayerNorm(h + x)
+
+        h = self._linear(x, layer.intermediate.dense, hooks, AdapterSite.MLP_FC, index)
+        h = layer.intermediate.intermediate_act_fn(h)
+        h = self._linear(h, layer.output.dense, hooks, AdapterSite.MLP_PROJ, index)
+        if hooks is not None:
+            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
+        x = layer.output.LayerNorm(h + x)
+        if hooks is not None:
+            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
+        return x
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``r = text_proj(x_CLS)``; BERT is post-LN, so there is no final norm."""
+        return self.text_proj(pooled)
+
+    def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
+        """``(in_features, out_features)`` of the frozen projection at each linear site."""
+        return {
+            AdapterSite.ATTN_QKV: (self.width, 3 * self.width),
+            AdapterSite.ATTN_OUT: (self.width, self.width),
+            AdapterSite.MLP_FC: (self.width, self.intermediate_size),
+            AdapterSite.MLP_PROJ: (self.intermediate_size, self.width),
+        }
+
+
+@MODELS.register_module()
+class CCLMDualStream(VisionLanguageBackbone):
+    """CCLM's image and text towers without the fusion encoder, frozen.
+
+    Args:
+        checkpoint: an official CCLM checkpoint file (pre-trained or retrieval fine-tuned), an
+            already loaded state dict, or ``None`` for random weights (tests).
+        image_size: input resolution; 384 is CCLM's retrieval setting, 224 its pre-training one.
+        window_size: Swin window; defaults to ``image_size // 32`` (7 at 224, 12 at 384). Bias
+            tables of a checkpoint trained with another window are resampled.
+        vision: Swin options over :data:`CCLM_VISION` (``embed_dim``, ``depths``,
+            ``num_heads``, ``patch_size``, ``mlp_ratio``).
+        text: text encoder options over :data:`CCLM_TEXT`; ``num_layers`` text-only layers are
+            kept (at most the index of the first fusion layer).
+        embed_dim: width of ``vision_proj`` / ``text_proj`` (256).
+        tokenizer: ``TOKENIZERS`` config or a built tokenizer; defaults to
+            :class:`CCLMTokenizer` on the hub's ``xlm-roberta-large`` (pass ``tokenizer_file``
+            for the offline JSON).
+        bias_interpolation: ``'bicubic'`` or ``'geometric'`` (BEiT's scheme, CCLM's loader), see
+            :func:`~xmr.models.backbones.relative_position.resize_relative_position_bias`.
+        strict: refuse a checkpoint that leaves backbone weights missing or has unexplained keys.
+        checkpoint_weights_only: load the file with torch's safe loader.
+        freeze: freeze every weight.
+    """
+
+    def __init__(self, checkpoint: str | dict | None = None, image_size: int = 384,
+                 window_size: int | None = None, vision: dict | None = None,
+                 text: dict | None = None, embed_dim: int = 256,
+                 tokenizer: dict | BaseTokenizer | None = None,
+                 bias_interpolation: str = 'bicubic', strict: bool = True,
+                 checkpoint_weights_only: bool = True, freeze: bool = True) -> None:
+        super().__init__()
+        from timm.models.swin_transformer import SwinTransformer
+
+        if bias_interpolation not in INTERPOLATION_MODES:
+            raise ValueError(f"unknown bias_interpolation '{bias_interpolation}'; choose one of "
+                             f'{INTERPOLATION_MODES}')
+        vision = _merge(CCLM_VISION, vision, 'vision')
+        text = _merge(CCLM_TEXT, text, 'text')
+        self.window_size = image_size // 32 if window_size is None else window_size
+        self.bias_interpolation = bias_interpolation
+        self.vision = SwinTransformer(
+            img_size=image_size, patch_size=vision['patch_size'], embed_dim=vision['embed_dim'],
+            depths=tuple(vision['depths']), num_heads=tuple(vision['num_heads']),
+            window_size=self.window_size, mlp_ratio=vision['mlp_ratio'], num_classes=0,
+            global_pool='avg', drop_rate=0.0, proj_drop_rate=0.0, attn_drop_rate=0.0,
+            drop_path_rate=0.0)
+        self.vision_proj = nn.Linear(self.vision.num_features, embed_dim)
+        self.text_tower = CCLMTextTower(build_bert(text), embed_dim)
+        self.register_buffer('temperature', torch.tensor(CCLM_TEMPERATURE))
+        self.embed_dim = embed_dim
+        self.image_size = (image_size, image_size)
+        self.image_mean = CCLM_IMAGE_MEAN
+        self.image_std = CCLM_IMAGE_STD
+
+        if not isinstance(tokenizer, BaseTokenizer):
+            tokenizer = TOKENIZERS.build(
+                tokenizer or dict(type='CCLMTokenizer', name_or_path='xlm-roberta-large'))
+        self.tokenizer = tokenizer
+        if self.tokenizer.vocab_size > text['vocab_size']:
+            raise ValueError(f'tokenizer emits {self.tokenizer.vocab_size} ids but the text '
+                             f"encoder has {text['vocab_size']} embeddings")
+        self.checkpoint_report: CheckpointReport | None = None
+        if checkpoint is not None:
+            self.checkpoint_report = self.load_checkpoint(checkpoint, strict,
+                                                          checkpoint_weights_only)
+        if freeze:
+            self.freeze()
+
+    def load_checkpoint(self, checkpoint: str | Path | dict, strict: bool = True,
+                        weights_only: bool = True) -> CheckpointReport:
+        """Load an official CCLM checkpoint (file or state dict) into this backbone.
+
+        Args:
+            checkpoint: path of the file, or its state dict (``{'model': ...}`` accepted).
+            strict: raise when backbone weights are missing or keys are unexplained.
+            weights_only: torch's safe loader for files.
+
+        Returns:
+            The :class:`CheckpointReport` (also logged).
+
+        Raises:
+            ValueError: not a CCLM checkpoint, shapes that do not fit the configuration, or
+                (``strict``) missing / unexpected keys.
+        """
+        if isinstance(checkpoint, dict):
+            state_dict, source = checkpoint.get('model', checkpoint), '<state dict>'
+        else:
+            state_dict = read_cclm_checkpoint(checkpoint, weights_only=weights_only)
+            source = str(checkpoint)
+        converted, report = convert_cclm_state_dict(
+            state_dict, self.state_dict(), self.text_tower.num_blocks, self.bias_interpolation,
+            source)
+        if strict and not report.complete:
+            raise ValueError(f'{report.summary()}\nthis does not fit the configured CCLM '
+                             'backbone; fix the vision/text options or pass strict=False')
+        self.load_state_dict(converted, strict=False)
+        print_log(report.summary(), logger='current')
+        return report
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        """``[B, 3, H, W]`` -> ``[B, E]``: ``vision_proj`` of the mean final patch token."""
+        return self.vision_proj(self.vision(images))
+
+    def fingerprint(self) -> str:
+        """Configuration + weights hash: keys feature caches to exactly these frozen weights."""
+        digest = hashlib.sha256(f'cclm-{self.image_size}-{self.window_size}'.encode())
+        for name, tensor in sorted(self.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().float().cpu().numpy().tobytes())
+        return digest.hexdigest()[:16]
