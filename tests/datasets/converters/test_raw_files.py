@@ -1,0 +1,72 @@
+"""Reading raw caption files: line ends, final newlines, gzip, checks that name the file."""
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.raw_files import (
+    check_media_exist,
+    parse_lang_paths,
+    read_lines,
+    require_same_length,
+)
+
+
+@pytest.mark.parametrize('raw', [
+    b'eins\nzwei \n\xc5\xbelut\xc3\xbd\n',          # LF with final newline
+    b'eins\r\nzwei \r\n\xc5\xbelut\xc3\xbd',         # CRLF without final newline
+    b'\xef\xbb\xbfeins\nzwei \n\xc5\xbelut\xc3\xbd',  # BOM, no final newline
+])
+def test_line_ends_and_final_newline_do_not_change_captions(tmp_path, raw):
+    path = tmp_path / 'captions.txt'
+    path.write_bytes(raw)
+    assert read_lines(path) == ['eins', 'zwei ', 'žlutý']
+
+
+def test_gzip_is_read_transparently(tmp_path):
+    path = tmp_path / 'train.cs.gz'
+    with gzip.open(path, 'wb') as handle:
+        handle.write('Muž v oranžovém klobouku.\nDívka.\n'.encode())
+    assert read_lines(path) == ['Muž v oranžovém klobouku.', 'Dívka.']
+
+
+def test_blank_line_and_bad_encoding_name_file_and_line(tmp_path):
+    path = tmp_path / 'de.txt'
+    path.write_bytes(b'eins\n\nzwei\n')
+    with pytest.raises(ConversionError, match=r'de\.txt has an empty line 2'):
+        read_lines(path)
+    path.write_bytes(b'eins\nzwei\n\xff\xfe\n')
+    with pytest.raises(ConversionError, match=r'de\.txt is not UTF-8 \(invalid bytes on line 3\)'):
+        read_lines(path)
+    with pytest.raises(ConversionError, match=r'caption file not found: .*missing\.txt'):
+        read_lines(tmp_path / 'missing.txt')
+
+
+def test_short_file_names_file_and_both_counts(tmp_path):
+    reference = tmp_path / 'val.txt'
+    short = tmp_path / 'val.cs'
+    with pytest.raises(ConversionError) as info:
+        require_same_length((reference, 3), {short: ['a', 'b']})
+    assert str(short) in str(info.value) and str(reference) in str(info.value)
+    assert 'has 2 lines' in str(info.value) and 'has 3' in str(info.value)
+
+
+def test_missing_media_names_its_full_path(tmp_path):
+    (tmp_path / 'val2014').mkdir()
+    (tmp_path / 'val2014' / 'a.jpg').touch()
+    check_media_exist(tmp_path, ['val2014/a.jpg'])
+    with pytest.raises(ConversionError) as info:
+        check_media_exist(tmp_path, ['val2014/a.jpg', 'val2014/b.jpg', 'train2014/c.jpg'])
+    assert str(tmp_path / 'val2014' / 'b.jpg') in str(info.value)
+    assert 'and 1 more' in str(info.value)
+
+
+def test_lang_path_options():
+    assert {k: v.name for k, v in parse_lang_paths(['de=a/de.txt'], '--x').items()} == {
+        'de': 'de.txt'}
+    with pytest.raises(ConversionError, match='--x expects LANG=PATH'):
+        parse_lang_paths(['de:a.txt'], '--x')
+    with pytest.raises(ConversionError, match="names 'de' twice"):
+        parse_lang_paths(['de=a', 'de=b'], '--x')

@@ -1,0 +1,92 @@
+"""The annotation schema: round trip, validation messages, atomic writes."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from xmr.datasets.annotation import (
+    Annotation,
+    AnnotationError,
+    MediaRecord,
+    dump_annotation,
+    load_annotation,
+)
+
+
+def _annotation(**overrides) -> Annotation:
+    fields = dict(
+        dataset='demo', split='train', media_type='image', languages=['en', 'cs'],
+        source_lang='en', translation_langs=['ja'],
+        items=[MediaRecord('a', 'a.jpg', {'en': ['A dog.', 'A brown dog.'],
+                                          'cs': ['Pes v oranžovém obojku.']},
+                           {'ja': ['犬。', '茶色の犬。']}),
+               MediaRecord('b', 'sub/b.jpg', {'en': ['A cat.'], 'cs': ['Kočka.']},
+                           {'ja': ['猫。']})])
+    fields.update(overrides)
+    return Annotation(**fields)
+
+
+def test_round_trip_keeps_every_field_and_non_ascii_bytes(tmp_path):
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(), path)
+    assert 'oranžovém'.encode() in path.read_bytes()
+    assert '茶色の犬'.encode() in path.read_bytes()
+    assert load_annotation(path) == _annotation()
+
+
+def test_loader_names_file_item_and_key(tmp_path):
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(), path)
+    data = json.loads(path.read_text(encoding='utf-8'))
+    del data['items'][1]['captions']['cs']
+    path.write_text(json.dumps(data), encoding='utf-8')
+    with pytest.raises(AnnotationError, match=r"ann\.json: item 1 \(media_id 'b'\): captions "
+                                              r"must have exactly the languages \['en', 'cs'\]"):
+        load_annotation(path)
+
+
+@pytest.mark.parametrize(('change', 'message'), [
+    (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': ['y']}, {'ja': ['1', '2']})]),
+     r"translations\['ja'\] has 2 entries but captions\['en'\] has 1"),
+    (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': ['']}, {'ja': ['1']})]),
+     r"captions\['cs'\]\[0\] must be a non-empty string"),
+    (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': ['y']}, {'ja': ['1']}),
+                 MediaRecord('a', 'b.jpg', {'en': ['x'], 'cs': ['y']}, {'ja': ['1']})]),
+     r"item 1: media_id 'a' repeats item 0"),
+    (dict(languages=['en', 'Czech']), r"languages holds 'Czech', not a language code"),
+    (dict(media_type='audio'), r"media_type must be one of \('image', 'video'\)"),
+    (dict(source_lang=None), 'translation_langs is set but source_lang is missing'),
+    (dict(items=[]), 'the file holds no items'),
+])
+def test_validation_rejects(change, message):
+    with pytest.raises(AnnotationError, match=message):
+        _annotation(**change).validate('origin.json')
+
+
+def test_foreign_json_is_rejected_with_a_hint(tmp_path):
+    path = tmp_path / 'dataset_coco.json'
+    path.write_text(json.dumps({'images': []}), encoding='utf-8')
+    with pytest.raises(AnnotationError, match='prepare_<dataset>.py'):
+        load_annotation(path)
+
+
+def test_invalid_annotation_writes_nothing(tmp_path):
+    path = tmp_path / 'out.json'
+    with pytest.raises(AnnotationError):
+        dump_annotation(_annotation(items=[]), path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / 'out.json'
+    path.write_text('old', encoding='utf-8')
+
+    def failing_replace(*args):
+        raise OSError('disk full')
+
+    monkeypatch.setattr('xmr.datasets.annotation.os.replace', failing_replace)
+    with pytest.raises(OSError, match='disk full'):
+        dump_annotation(_annotation(), path)
+    assert path.read_text(encoding='utf-8') == 'old'
+    assert [p.name for p in tmp_path.iterdir()] == ['out.json']

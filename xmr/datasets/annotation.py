@@ -1,0 +1,306 @@
+"""The one annotation format of xmr for media-caption data in several languages.
+
+A file is one JSON document (schema in ``docs/data.md``)::
+
+    {"format": "xmr-media-captions", "version": 1,
+     "dataset": "multi30k", "split": "train", "media_type": "image",
+     "languages": ["en", "de"], "source_lang": "en", "translation_langs": ["de"],
+     "items": [{"media_id": "1000092795", "media_path": "1000092795.jpg",
+                "captions": {"en": ["Two young guys ..."], "de": ["Zwei junge ..."]},
+                "translations": {"de": ["<machine translation of the en caption>"]}}]}
+
+``translations[lang][k]`` is the machine translation of ``captions[source_lang][k]``: the training
+pairs of the cross-lingual phases. Every item carries captions for every language of
+``languages`` and translations for every language of ``translation_langs``, so a retrieval gallery
+never has holes. :func:`load_annotation` validates all of it and names the file, the item and the
+key at fault; :func:`dump_annotation` writes through a temporary file and a rename, so a failed
+conversion never leaves a partial file behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
+    'Annotation', 'annotation_from_json', 'load_annotation', 'dump_annotation',
+    'dump_annotations', 'atomic_write_text',
+]
+
+ANNOTATION_FORMAT = 'xmr-media-captions'
+ANNOTATION_VERSION = 1
+MEDIA_TYPES = ('image', 'video')
+# ISO 639-1/-3 code with an optional region or script subtag (``zh``, ``pt-BR``, ``zh-Hant``).
+_LANGUAGE_CODE = re.compile(r'^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$')
+_HEADER_KEYS = ('format', 'version', 'dataset', 'split', 'media_type', 'languages', 'items')
+_ITEM_KEYS = {'media_id', 'media_path', 'captions', 'translations'}
+
+
+class AnnotationError(ValueError):
+    """An annotation file, or the data meant to become one, breaks the schema."""
+
+
+@dataclass
+class MediaRecord:
+    """One image or video with its captions.
+
+    Attributes:
+        media_id: unique id of the media inside its file (Flickr id, COCO file stem, video id).
+        media_path: path of the file, relative to the dataset's media root (or absolute).
+        captions: language -> one or more human captions.
+        translations: language -> machine translations, aligned one to one with
+            ``captions[source_lang]``; empty for evaluation data.
+    """
+
+    media_id: str
+    media_path: str
+    captions: dict[str, list[str]]
+    translations: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {'media_id': self.media_id, 'media_path': self.media_path,
+                                'captions': self.captions}
+        if self.translations:
+            data['translations'] = self.translations
+        return data
+
+
+@dataclass
+class Annotation:
+    """A validated annotation file in memory.
+
+    Attributes:
+        dataset: benchmark name (``multi30k``, ``mscoco``, ``xtd10``, ``cc3m``, ``msrvtt``, ...).
+        split: split name (``train``, ``val``, ``test``, ``test1k_fold0``, ...).
+        media_type: ``image`` or ``video``.
+        languages: caption languages, present in every record.
+        items: the records, in file order.
+        source_lang: language the translations were made from; required with translations.
+        translation_langs: languages of the machine translations, present in every record.
+    """
+
+    dataset: str
+    split: str
+    media_type: str
+    languages: list[str]
+    items: list[MediaRecord]
+    source_lang: str | None = None
+    translation_langs: list[str] = field(default_factory=list)
+
+    def validate(self, origin: str = '<memory>') -> None:
+        """Check the whole annotation against the schema.
+
+        Args:
+            origin: the file (or converter) the data comes from, named in every error.
+
+        Raises:
+            AnnotationError: on the first violation, naming ``origin``, item and key.
+        """
+        _check_name(self.dataset, 'dataset', origin)
+        _check_name(self.split, 'split', origin)
+        if self.media_type not in MEDIA_TYPES:
+            raise AnnotationError(f'{origin}: media_type must be one of {MEDIA_TYPES}, '
+                                  f'got {self.media_type!r}')
+        _check_languages(self.languages, 'languages', origin, allow_empty=False)
+        _check_languages(self.translation_langs, 'translation_langs', origin, allow_empty=True)
+        if self.translation_langs:
+            if self.source_lang is None:
+                raise AnnotationError(f'{origin}: translation_langs is set but source_lang is '
+                                      'missing; translations need the language they come from')
+            if self.source_lang not in self.languages:
+                raise AnnotationError(f'{origin}: source_lang {self.source_lang!r} is not one of '
+                                      f'the caption languages {self.languages}')
+        if not self.items:
+            raise AnnotationError(f'{origin}: the file holds no items')
+        seen: dict[str, int] = {}
+        for position, record in enumerate(self.items):
+            where = f'{origin}: item {position}'
+            _check_record(record, self, where)
+            if record.media_id in seen:
+                raise AnnotationError(f'{where}: media_id {record.media_id!r} repeats item '
+                                      f'{seen[record.media_id]}')
+            seen[record.media_id] = position
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            'format': ANNOTATION_FORMAT, 'version': ANNOTATION_VERSION,
+            'dataset': self.dataset, 'split': self.split, 'media_type': self.media_type,
+            'languages': self.languages,
+        }
+        if self.source_lang is not None:
+            data['source_lang'] = self.source_lang
+        if self.translation_langs:
+            data['translation_langs'] = self.translation_langs
+        data['items'] = [record.to_json() for record in self.items]
+        return data
+
+    def source_captions(self) -> list[str]:
+        """All ``captions[source_lang]`` in file order: the lines a translation file aligns with.
+
+        Raises:
+            AnnotationError: if the annotation names no ``source_lang``.
+        """
+        if self.source_lang is None:
+            raise AnnotationError(f'{self.dataset}/{self.split}: no source_lang is set, so the '
+                                  'annotation has no source captions to translate')
+        return [text for record in self.items for text in record.captions[self.source_lang]]
+
+
+def _check_name(value: Any, key: str, origin: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise AnnotationError(f'{origin}: {key} must be a non-empty string, got {value!r}')
+
+
+def _check_languages(value: Any, key: str, origin: str, allow_empty: bool) -> None:
+    if not isinstance(value, list) or (not value and not allow_empty):
+        raise AnnotationError(f'{origin}: {key} must be a {"" if allow_empty else "non-empty "}'
+                              f'list of language codes, got {value!r}')
+    for code in value:
+        if not isinstance(code, str) or not _LANGUAGE_CODE.match(code):
+            raise AnnotationError(f'{origin}: {key} holds {code!r}, not a language code such '
+                                  "as 'de' or 'zh-Hant'")
+    if len(set(value)) != len(value):
+        raise AnnotationError(f'{origin}: {key} lists a language twice: {value}')
+
+
+def _check_texts(value: Any, where: str) -> None:
+    if not isinstance(value, list) or not value:
+        raise AnnotationError(f'{where} must be a non-empty list of strings, got {value!r}')
+    for k, text in enumerate(value):
+        if not isinstance(text, str) or not text.strip():
+            raise AnnotationError(f'{where}[{k}] must be a non-empty string, got {text!r}')
+
+
+def _check_record(record: MediaRecord, ann: Annotation, where: str) -> None:
+    _check_name(record.media_id, 'media_id', where)
+    _check_name(record.media_path, 'media_path', where)
+    where = f'{where} (media_id {record.media_id!r})'
+    if not isinstance(record.captions, dict) or set(record.captions) != set(ann.languages):
+        found = sorted(record.captions) if isinstance(record.captions, dict) else record.captions
+        raise AnnotationError(f'{where}: captions must have exactly the languages '
+                              f'{ann.languages}, found {found}')
+    for lang, texts in record.captions.items():
+        _check_texts(texts, f'{where}: captions[{lang!r}]')
+    if not isinstance(record.translations, dict) or (
+            set(record.translations) != set(ann.translation_langs)):
+        found = (sorted(record.translations) if isinstance(record.translations, dict)
+                 else record.translations)
+        raise AnnotationError(f'{where}: translations must have exactly the languages '
+                              f'{ann.translation_langs}, found {found}')
+    for lang, texts in record.translations.items():
+        _check_texts(texts, f'{where}: translations[{lang!r}]')
+        expected = len(record.captions[ann.source_lang])
+        if len(texts) != expected:
+            raise AnnotationError(f'{where}: translations[{lang!r}] has {len(texts)} entries but '
+                                  f'captions[{ann.source_lang!r}] has {expected}; each source '
+                                  'caption needs exactly one translation')
+
+
+def _record_from_json(data: Any, where: str) -> MediaRecord:
+    if not isinstance(data, dict):
+        raise AnnotationError(f'{where} must be an object, got {type(data).__name__}')
+    missing = {'media_id', 'media_path', 'captions'} - set(data)
+    if missing:
+        raise AnnotationError(f'{where} lacks {sorted(missing)}')
+    unknown = set(data) - _ITEM_KEYS
+    if unknown:
+        raise AnnotationError(f'{where} has unknown keys {sorted(unknown)}; allowed: '
+                              f'{sorted(_ITEM_KEYS)}')
+    return MediaRecord(media_id=data['media_id'], media_path=data['media_path'],
+                       captions=data['captions'], translations=data.get('translations', {}))
+
+
+def annotation_from_json(data: Any, origin: str) -> Annotation:
+    """Build and validate an :class:`Annotation` from parsed JSON.
+
+    Raises:
+        AnnotationError: naming ``origin`` and what is wrong.
+    """
+    if not isinstance(data, dict):
+        raise AnnotationError(f'{origin}: the top level must be a JSON object')
+    if data.get('format') != ANNOTATION_FORMAT:
+        raise AnnotationError(f'{origin}: format must be {ANNOTATION_FORMAT!r}, got '
+                              f'{data.get("format")!r}; convert the raw release with '
+                              'tools/data/prepare_<dataset>.py')
+    if data.get('version') != ANNOTATION_VERSION:
+        raise AnnotationError(f'{origin}: version {data.get("version")!r} is not supported '
+                              f'(this xmr reads version {ANNOTATION_VERSION})')
+    missing = [key for key in _HEADER_KEYS if key not in data]
+    if missing:
+        raise AnnotationError(f'{origin}: header lacks {missing}')
+    if not isinstance(data['items'], list):
+        raise AnnotationError(f'{origin}: items must be a list')
+    items = [_record_from_json(item, f'{origin}: item {position}')
+             for position, item in enumerate(data['items'])]
+    ann = Annotation(dataset=data['dataset'], split=data['split'],
+                     media_type=data['media_type'], languages=data['languages'], items=items,
+                     source_lang=data.get('source_lang'),
+                     translation_langs=data.get('translation_langs', []))
+    ann.validate(origin)
+    return ann
+
+
+def load_annotation(path: str | os.PathLike) -> Annotation:
+    """Read and validate an annotation file.
+
+    Args:
+        path: the JSON file written by a converter.
+
+    Returns:
+        The validated annotation.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        AnnotationError: if it is not valid JSON or breaks the schema.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f'annotation file not found: {path}')
+    try:
+        with path.open(encoding='utf-8') as handle:
+            data = json.load(handle)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise AnnotationError(f'{path}: not a UTF-8 JSON file ({err})') from err
+    return annotation_from_json(data, str(path))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary sibling and a rename.
+
+    Readers see the old file or the complete new one, never a partial file; the temporary file
+    is removed when writing fails.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+    try:
+        with temporary.open('w', encoding='utf-8', newline='\n') as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+
+
+def dump_annotation(ann: Annotation, path: str | os.PathLike) -> None:
+    """Validate ``ann`` and write it to ``path`` atomically (UTF-8, non-ASCII kept as is)."""
+    ann.validate(f'annotation for {path}')
+    atomic_write_text(path, json.dumps(ann.to_json(), ensure_ascii=False, indent=1) + '\n')
+
+
+def dump_annotations(outputs: Mapping[str | os.PathLike, Annotation]) -> list[Path]:
+    """Validate every annotation first, then write them all; nothing is written on a failure."""
+    for path, ann in outputs.items():
+        ann.validate(f'annotation for {path}')
+    written = []
+    for path, ann in outputs.items():
+        dump_annotation(ann, path)
+        written.append(Path(path))
+    return written

@@ -1,0 +1,153 @@
+"""Reading the plain files of the raw releases, with checks that name the file at fault.
+
+Caption files of the public releases are one caption per line, sometimes gzipped, sometimes with
+Windows line ends, sometimes without a final newline (XTD10's zh and ru). :func:`read_lines`
+accepts all of these and returns every caption exactly as written: only the line terminator is
+removed, so non-ASCII text survives byte for byte.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from xmr.datasets.converters.errors import ConversionError
+
+__all__ = ['read_lines', 'require_file', 'find_first', 'require_same_length',
+           'check_media_exist', 'parse_lang_paths']
+
+_UTF8_BOM = '\ufeff'
+
+
+def require_file(path: str | os.PathLike, what: str) -> Path:
+    """Return ``path`` as a :class:`Path` if it is a file, else stop naming it and its role."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConversionError(f'{what} not found: {path}')
+    return path
+
+
+def find_first(directory: str | os.PathLike, names: Sequence[str], what: str) -> Path:
+    """The first of ``names`` that exists in ``directory`` (e.g. ``train.en.gz``, ``train.en``)."""
+    directory = Path(directory)
+    for name in names:
+        if (directory / name).is_file():
+            return directory / name
+    raise ConversionError(f'{what} not found in {directory}: looked for {", ".join(names)}')
+
+
+def read_lines(path: str | os.PathLike, what: str = 'caption file',
+               allow_empty_lines: bool = False) -> list[str]:
+    """Read a UTF-8 text file (``.gz`` transparently) as a list of lines.
+
+    Line terminators (``\\n`` or ``\\r\\n``) are removed, a final newline is optional, a UTF-8 byte
+    order mark at the start is dropped; nothing else of a line changes.
+
+    Args:
+        path: the file.
+        what: its role, named in errors (``caption file``, ``image list``).
+        allow_empty_lines: accept blank lines instead of stopping at the first one.
+
+    Returns:
+        One string per line.
+
+    Raises:
+        ConversionError: if the file is missing, not UTF-8, empty, or has a blank line.
+    """
+    path = require_file(path, what)
+    opener = gzip.open if path.suffix == '.gz' else open
+    try:
+        with opener(path, 'rb') as handle:
+            raw = handle.read()
+    except (OSError, EOFError) as err:
+        raise ConversionError(f'{what} {path} cannot be read: {err}') from err
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError as err:
+        line_number = raw[:err.start].count(b'\n') + 1
+        raise ConversionError(f'{what} {path} is not UTF-8 (invalid bytes on line '
+                              f'{line_number})') from err
+    if text.startswith(_UTF8_BOM):
+        text = text[1:]
+    if not text:
+        raise ConversionError(f'{what} {path} is empty')
+    lines = text.split('\n')
+    if lines[-1] == '':
+        lines.pop()
+    lines = [line[:-1] if line.endswith('\r') else line for line in lines]
+    if not allow_empty_lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                raise ConversionError(f'{what} {path} has an empty line {number}')
+    return lines
+
+
+def require_same_length(reference: tuple[Path, int], files: Mapping[Path, Sequence[str]],
+                        reference_what: str = 'image list', what: str = 'caption file') -> None:
+    """Stop unless every file has as many lines as the reference.
+
+    Args:
+        reference: the file the others align with, and its line count.
+        files: file -> its lines.
+        reference_what: the reference's role in the message.
+        what: the role of ``files`` in the message.
+
+    Raises:
+        ConversionError: naming the first file that differs and both counts.
+    """
+    reference_path, expected = reference
+    for path, lines in files.items():
+        if len(lines) != expected:
+            raise ConversionError(
+                f'{what} {path} has {len(lines)} lines but {reference_what} {reference_path} has '
+                f'{expected}; line i of both must describe the same media')
+
+
+def check_media_exist(media_root: str | os.PathLike, relative_paths: Iterable[str],
+                      what: str = 'image') -> None:
+    """Stop unless every media file exists under ``media_root``.
+
+    Each directory is listed once, so checking 300k files costs one ``scandir`` per folder
+    rather than one ``stat`` per file.
+
+    Raises:
+        ConversionError: naming the first missing file's full path and how many are missing.
+    """
+    media_root = Path(media_root)
+    if not media_root.is_dir():
+        raise ConversionError(f'{what} folder not found: {media_root}')
+    by_folder: dict[str, list[str]] = defaultdict(list)
+    for relative in relative_paths:
+        folder, _, name = relative.rpartition('/')
+        by_folder[folder].append(name)
+    missing: list[Path] = []
+    for folder, names in by_folder.items():
+        directory = media_root / folder if folder else media_root
+        try:
+            present = {entry.name for entry in os.scandir(directory)}
+        except FileNotFoundError:
+            present = set()
+        missing.extend(directory / name for name in names if name not in present)
+    if missing:
+        more = f' and {len(missing) - 1} more' if len(missing) > 1 else ''
+        raise ConversionError(f'{what} file not found: {missing[0]}{more}')
+
+
+def parse_lang_paths(pairs: Sequence[str] | None, option: str,
+                     key_name: str = 'LANG') -> dict[str, Path]:
+    """Parse ``LANG=PATH`` (or ``<key_name>=PATH``) command-line values into a mapping.
+
+    Raises:
+        ConversionError: naming the option and the malformed value.
+    """
+    parsed: dict[str, Path] = {}
+    for pair in pairs or []:
+        lang, sep, path = pair.partition('=')
+        if not sep or not lang or not path:
+            raise ConversionError(f'{option} expects {key_name}=PATH, got {pair!r}')
+        if lang in parsed:
+            raise ConversionError(f'{option} names {lang!r} twice')
+        parsed[lang] = Path(path)
+    return parsed
