@@ -1,0 +1,84 @@
+"""CC3M / CC300K from UC2-style translated TSVs (tiny files written by the test)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from xmr.datasets.converters.cc3m import convert_cc3m, main
+from xmr.datasets.converters.errors import ConversionError
+
+
+def _write_tsvs(folder, rows_per_lang):
+    folder.mkdir(exist_ok=True)
+    for lang, rows in rows_per_lang.items():
+        (folder / f'train_imageId2Ann_{lang}.tsv').write_text(
+            ''.join('\t'.join(row) + '\n' for row in rows), encoding='utf-8')
+
+
+def _uc2(folder, ids=range(1, 21)):
+    rows = {lang: [] for lang in ('en', 'de', 'zh')}
+    for i in ids:
+        ok = {'en': True, 'de': i != 4, 'zh': i != 9}
+        for lang, words in (('en', f'a photo {i}'), ('de', f'ein Foto {i}'), ('zh', f'照片{i}')):
+            rows[lang].append((str(i), f'http://x/{i}.jpg', words if ok[lang] else '',
+                               'success' if ok[lang] else 'fail'))
+    _write_tsvs(folder, rows)
+
+
+def test_failed_rows_drop_the_image_and_translations_align(tmp_path):
+    _uc2(tmp_path)
+    ann = convert_cc3m(tmp_path, languages=['en', 'de', 'zh'])
+    ids = [r.media_id for r in ann.items]
+    assert ids == [str(i) for i in range(1, 21) if i not in (4, 9)]
+    record = ann.items[ids.index('12')]
+    assert record.media_path == '00000012.jpg'
+    assert record.captions == {'en': ['a photo 12']}
+    assert record.translations == {'de': ['ein Foto 12'], 'zh': ['照片12']}
+    assert ann.translation_langs == ['de', 'zh'] and ann.source_lang == 'en'
+
+
+def test_seeded_subset_is_reproducible(tmp_path):
+    _uc2(tmp_path)
+    eligible = [str(i) for i in range(1, 21) if i not in (4, 9)]
+    expected = sorted(random.Random(7).sample(eligible, 5), key=int)
+    for _ in range(2):
+        ann = convert_cc3m(tmp_path, languages=['en', 'de', 'zh'], subset_size=5, seed=7)
+        assert [r.media_id for r in ann.items] == expected
+    with pytest.raises(ConversionError, match='subset of 19 images asked for, but only 18'):
+        convert_cc3m(tmp_path, languages=['en', 'de', 'zh'], subset_size=19)
+
+
+def test_images_without_a_file_are_left_out_with_a_warning(tmp_path):
+    _uc2(tmp_path / 'uc2')
+    images = tmp_path / 'images'
+    images.mkdir()
+    for i in (1, 2, 3):
+        (images / f'{i:08d}.jpg').touch()
+    with pytest.warns(UserWarning, match='15 of 18 images have no file'):
+        ann = convert_cc3m(tmp_path / 'uc2', ['en', 'de', 'zh'], images_dir=images)
+    assert [r.media_id for r in ann.items] == ['1', '2', '3']
+
+
+@pytest.mark.parametrize(('row', 'message'), [
+    (('1', 'u', 'x', 'done'), r"line 2 has status 'done'"),
+    (('1', 'u', 'x'), 'line 2 has 3 tab-separated fields'),
+    (('one', 'u', 'x', 'success'), "line 2 has id 'one'"),
+    (('1', 'u', ' ', 'success'), 'line 2 is marked success but has no caption'),
+])
+def test_malformed_rows_name_file_and_line(tmp_path, row, message):
+    _write_tsvs(tmp_path, {'en': [('2', 'u', 'fine', 'success'), row]})
+    with pytest.raises(ConversionError, match=r'train_imageId2Ann_en\.tsv ' + message):
+        convert_cc3m(tmp_path, languages=['en'])
+
+
+def test_command_line_writes_the_subset(tmp_path):
+    _uc2(tmp_path / 'uc2')
+    out = tmp_path / 'cc300k_train.json'
+    main(['--uc2-dir', str(tmp_path / 'uc2'), '--languages', 'en', 'de', 'zh',
+          '--subset-size', '3', '--out', str(out)])
+    assert out.is_file()
+    with pytest.raises(SystemExit, match='UC2 TSV not found'):
+        main(['--uc2-dir', str(tmp_path / 'uc2'), '--languages', 'en', 'ja',
+              '--out', str(tmp_path / 'never.json')])
+    assert not (tmp_path / 'never.json').exists()

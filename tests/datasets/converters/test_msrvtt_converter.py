@@ -1,0 +1,72 @@
+"""Multi-MSRVTT from the 1k-A CSV, per-language JSONs and training lists (tiny test files)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.msrvtt import convert_msrvtt, main
+
+TEST_IDS = ['video7010', 'video7020', 'video7030']
+
+
+@pytest.fixture
+def msrvtt(tmp_path):
+    (tmp_path / 'test.csv').write_text(
+        'key,vid_key,video_id,sentence\n' + ''.join(
+            f'ret{i},msr{v[5:]},{v},a clip number {i}\n' for i, v in enumerate(TEST_IDS)))
+    (tmp_path / 'de.json').write_text(json.dumps(
+        [{'video_id': v, 'caption': f'Clip Nummer {i}'} for i, v in enumerate(TEST_IDS)]))
+    (tmp_path / 'zh.json').write_text(json.dumps(
+        {v: [f'片段{i}'] for i, v in enumerate(reversed(TEST_IDS))}, ensure_ascii=False),
+        encoding='utf-8')
+    sentences = [{'video_id': f'video{v}', 'sen_id': 100 * v + k, 'caption': f'v{v} s{k}'}
+                 for v in range(6) for k in (2, 0, 1)]
+    (tmp_path / 'data.json').write_text(json.dumps({'videos': [], 'sentences': sentences}))
+    (tmp_path / '7k.csv').write_text('video_id\nvideo0\nvideo1\nvideo2\n')
+    (tmp_path / '9k.csv').write_text('video_id\nvideo0\nvideo1\nvideo2\nvideo3\nvideo4\n')
+    return tmp_path
+
+
+def test_test_train_and_held_out_validation(msrvtt):
+    outputs = convert_msrvtt(msrvtt / 'test.csv', {'de': msrvtt / 'de.json',
+                                                  'zh': msrvtt / 'zh.json'},
+                             msrvtt / 'data.json', {'7k': msrvtt / '7k.csv',
+                                                    '9k': msrvtt / '9k.csv'})
+    test = outputs['msrvtt_test1ka']
+    assert test.media_type == 'video' and test.languages == ['en', 'de', 'zh']
+    assert [r.media_id for r in test.items] == TEST_IDS
+    assert test.items[0].media_path == 'video7010.mp4'
+    assert test.items[2].captions == {'en': ['a clip number 2'], 'de': ['Clip Nummer 2'],
+                                      'zh': ['片段0']}
+    assert [r.media_id for r in outputs['msrvtt_train7k'].items] == ['video0', 'video1',
+                                                                     'video2']
+    assert [r.media_id for r in outputs['msrvtt_val'].items] == ['video3', 'video4']
+    # Training captions follow sen_id, not file order.
+    assert outputs['msrvtt_train9k'].items[4].captions['en'] == ['v4 s0', 'v4 s1', 'v4 s2']
+
+
+def test_inputs_are_checked(msrvtt):
+    (msrvtt / 'fr.json').write_text(json.dumps({TEST_IDS[0]: 'un', TEST_IDS[1]: 'deux'}))
+    with pytest.raises(ConversionError, match=r'fr test JSON .*fr\.json has no caption for 1 of '
+                                              r'the 3 test videos .*\(first: video7030\)'):
+        convert_msrvtt(msrvtt / 'test.csv', {'fr': msrvtt / 'fr.json'})
+    (msrvtt / 'leak.csv').write_text('video_id\nvideo1\nvideo7020\n')
+    with pytest.raises(ConversionError, match='holds 1 1k-A test videos'):
+        convert_msrvtt(msrvtt / 'test.csv', data_json=msrvtt / 'data.json',
+                       train_lists={'9k': msrvtt / 'leak.csv'})
+    (msrvtt / 'bad.csv').write_text('key,video,sentence\nret0,video1,hi\n')
+    with pytest.raises(ConversionError, match=r"bad\.csv lacks the column\(s\) \['video_id'\]"):
+        convert_msrvtt(msrvtt / 'bad.csv')
+
+
+def test_missing_video_stops_the_command_line(msrvtt):
+    videos = msrvtt / 'videos'
+    videos.mkdir()
+    for video_id in TEST_IDS[:2]:
+        (videos / f'{video_id}.mp4').touch()
+    with pytest.raises(SystemExit, match=f'video file not found: {videos / "video7030.mp4"}'):
+        main(['--test-csv', str(msrvtt / 'test.csv'), '--videos-dir', str(videos),
+              '--out-dir', str(msrvtt / 'out')])
+    assert not (msrvtt / 'out').exists()

@@ -1,0 +1,105 @@
+"""Multi30K conversion on the real release files of ../shared/data/multi30k."""
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from xmr.datasets.annotation import load_annotation
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.multi30k import convert_multi30k, main
+
+
+@pytest.fixture
+def multi30k(shared_data) -> Path:
+    root = shared_data / 'multi30k'
+    if not (root / 'raw').is_dir():
+        pytest.skip(f'Multi30K fixtures not found under {root}')
+    return root
+
+
+def _raw_lines(path: Path) -> list[bytes]:
+    """Independent reference: the file's lines as bytes."""
+    return gzip.open(path, 'rb').read().split(b'\n')[:-1]
+
+
+def _placeholder_images(folder: Path, names: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).touch()
+
+
+def test_counts_per_split_and_language(multi30k, tmp_path):
+    # The 29k train images are not created: train is converted without the media check.
+    train = convert_multi30k(multi30k / 'raw', multi30k / 'image_splits', splits=['train'])
+    images = tmp_path / 'flickr30k-images'
+    names = {split: (multi30k / 'image_splits' / f'{split}.txt').read_text().split()
+             for split in ('val', 'test_2016_flickr')}
+    _placeholder_images(images, names['val'] + names['test_2016_flickr'])
+    evaluation = convert_multi30k(multi30k / 'raw', multi30k / 'image_splits', images,
+                                  splits=['val', 'test', 'test_5captions'])
+    outputs = {**train, **evaluation}
+    expected = {'train': 29000, 'val': 1014, 'test': 1000, 'test_5captions': 1000}
+    assert {split: len(ann.items) for split, ann in outputs.items()} == expected
+    for split in ('train', 'val', 'test'):
+        assert outputs[split].languages == ['en', 'de', 'fr', 'cs']
+        assert all(len(r.captions[lang]) == 1 for r in outputs[split].items
+                   for lang in ('en', 'de', 'fr', 'cs'))
+    five = outputs['test_5captions']
+    assert five.languages == ['en', 'de']
+    assert all(len(r.captions[lang]) == 5 for r in five.items for lang in ('en', 'de'))
+    # Line i of the image list names item i, in every split.
+    assert [r.media_path for r in outputs['test'].items] == names['test_2016_flickr']
+    assert [r.media_path for r in five.items] == names['test_2016_flickr']
+    assert outputs['test'].items[0].media_id == names['test_2016_flickr'][0].removesuffix('.jpg')
+    # Task 2's k-th caption of image i is line i of test_2016.k.de.gz.
+    third = _raw_lines(multi30k / 'raw' / 'test_2016.3.de.gz')
+    assert [r.captions['de'][2].encode() for r in five.items] == third
+
+
+def test_czech_caption_survives_the_round_trip_byte_for_byte(multi30k, tmp_path):
+    outputs = convert_multi30k(multi30k / 'raw', multi30k / 'image_splits', splits=['test'])
+    raw = _raw_lines(multi30k / 'raw' / 'test_2016_flickr.cs.gz')
+    line = next(i for i, text in enumerate(raw) if 'ž'.encode() in text and 'ě'.encode() in text)
+    main(['--raw-dir', str(multi30k / 'raw'), '--image-splits-dir',
+          str(multi30k / 'image_splits'), '--skip-media-check', '--splits', 'test',
+          '--out-dir', str(tmp_path)])
+    loaded = load_annotation(tmp_path / 'multi30k_test.json')
+    assert loaded.items[line].captions['cs'][0].encode('utf-8') == raw[line]
+    assert loaded == outputs['test']
+
+
+def test_missing_image_fails_with_its_path(multi30k, tmp_path):
+    names = (multi30k / 'image_splits' / 'val.txt').read_text().split()
+    _placeholder_images(tmp_path, names[:500] + names[501:])
+    with pytest.raises(ConversionError, match=f'image file not found: {tmp_path / names[500]}$'):
+        convert_multi30k(multi30k / 'raw', multi30k / 'image_splits', tmp_path, splits=['val'])
+
+
+def test_caption_file_one_line_short_names_file_and_both_counts(multi30k, tmp_path):
+    raw = tmp_path / 'raw'
+    shutil.copytree(multi30k / 'raw', raw, ignore=shutil.ignore_patterns('train.*', 'test*'))
+    short = raw / 'val.cs.gz'
+    lines = _raw_lines(multi30k / 'raw' / 'val.cs.gz')
+    short.chmod(0o644)
+    with gzip.open(short, 'wb') as handle:
+        handle.write(b'\n'.join(lines[:-1]) + b'\n')
+    with pytest.raises(ConversionError) as info:
+        convert_multi30k(raw, multi30k / 'image_splits', splits=['val'])
+    message = str(info.value)
+    assert str(short) in message and 'has 1013 lines' in message
+    assert str(multi30k / 'image_splits' / 'val.txt') in message and 'has 1014' in message
+
+
+def test_command_line_stops_without_writing_anything(multi30k, tmp_path):
+    raw = tmp_path / 'raw'
+    shutil.copytree(multi30k / 'raw', raw, ignore=shutil.ignore_patterns('train.*'))
+    (raw / 'test_2016.4.en.gz').unlink()
+    out = tmp_path / 'out'
+    with pytest.raises(SystemExit, match=r'error: en caption file not found in .*test_2016\.4'):
+        main(['--raw-dir', str(raw), '--image-splits-dir', str(multi30k / 'image_splits'),
+              '--skip-media-check', '--splits', 'val', 'test', 'test_5captions',
+              '--out-dir', str(out)])
+    assert not out.exists()

@@ -1,0 +1,63 @@
+"""The plain machine-translation format: export, attach, misalignment caught."""
+from __future__ import annotations
+
+import pytest
+
+from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation, load_annotation
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.translations import (
+    attach_translations,
+    export_source_captions,
+    main_attach,
+    main_export,
+)
+
+
+def _source() -> Annotation:
+    return Annotation(dataset='demo', split='train', media_type='image', languages=['en'],
+                      source_lang='en',
+                      items=[MediaRecord('a', 'a.jpg', {'en': ['a dog', 'a brown dog']}),
+                             MediaRecord('b', 'b.jpg', {'en': ['a cat']}),
+                             MediaRecord('c', 'c.jpg', {'en': ['two cats', 'cats', 'a pet']})])
+
+
+def test_export_then_attach_aligns_each_line_with_its_caption(tmp_path):
+    exported = tmp_path / 'source.txt'
+    assert export_source_captions(_source(), exported) == 6
+    assert exported.read_text(encoding='utf-8').splitlines() == [
+        'a dog', 'a brown dog', 'a cat', 'two cats', 'cats', 'a pet']
+    german = tmp_path / 'train.de.txt'
+    german.write_text('ein Hund\r\nein brauner Hund\r\neine Katze\r\nzwei Katzen\r\nKatzen\r\n'
+                      'ein Haustier', encoding='utf-8')
+    japanese = tmp_path / 'train.ja.txt'
+    japanese.write_text('犬\n茶色の犬\n猫\n二匹の猫\n猫たち\nペット\n', encoding='utf-8')
+    ann = attach_translations(_source(), {'de': german, 'ja': japanese})
+    assert ann.translation_langs == ['de', 'ja']
+    assert ann.items[0].translations == {'de': ['ein Hund', 'ein brauner Hund'],
+                                         'ja': ['犬', '茶色の犬']}
+    assert ann.items[1].translations == {'de': ['eine Katze'], 'ja': ['猫']}
+    assert ann.items[2].translations['ja'] == ['二匹の猫', '猫たち', 'ペット']
+    ann.validate()
+
+
+def test_a_translation_file_one_line_short_names_file_and_counts(tmp_path):
+    german = tmp_path / 'train.de.txt'
+    german.write_text('1\n2\n3\n4\n5\n', encoding='utf-8')
+    with pytest.raises(ConversionError) as info:
+        attach_translations(_source(), {'de': german})
+    assert str(german) in str(info.value)
+    assert 'has 5 lines' in str(info.value) and 'has 6 en source captions' in str(info.value)
+
+
+def test_command_lines_round_trip(tmp_path):
+    ann_path = tmp_path / 'ann.json'
+    dump_annotation(_source(), ann_path)
+    main_export([str(ann_path), str(tmp_path / 'src.txt')])
+    lines = (tmp_path / 'src.txt').read_text(encoding='utf-8').splitlines()
+    (tmp_path / 'cs.txt').write_text(''.join(f'{line} (cs)\n' for line in lines),
+                                     encoding='utf-8')
+    main_attach([str(ann_path), '--translations', f'cs={tmp_path / "cs.txt"}', '--out',
+                 str(tmp_path / 'out.json')])
+    assert load_annotation(tmp_path / 'out.json').items[2].translations['cs'][1] == 'cats (cs)'
+    with pytest.raises(SystemExit, match="translation language 'en' is the source"):
+        main_attach([str(ann_path), '--translations', f'en={tmp_path / "cs.txt"}'])

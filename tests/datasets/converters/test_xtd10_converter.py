@@ -1,0 +1,102 @@
+"""XTD10 conversion on the real caption files of ../shared/data/xtd10."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from xmr.datasets.annotation import load_annotation
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.xtd10 import XTD10_LANGUAGES, convert_xtd10, few_shot_splits, main
+
+RELEASE_CODES = ['en', 'de', 'fr', 'es', 'it', 'jp', 'ko', 'pl', 'ru', 'tr', 'zh']
+
+
+@pytest.fixture
+def xtd(shared_data, tmp_path) -> tuple[Path, Path]:
+    """``(caption folder, image list)``; the list is generated when the fixtures lack it."""
+    root = shared_data / 'xtd10'
+    if not (root / 'test_1kcaptions_en.txt').is_file():
+        pytest.skip(f'XTD10 fixtures not found under {root}')
+    names = root / 'test_image_names.txt'
+    if not names.is_file():
+        names = tmp_path / 'test_image_names.txt'
+        names.write_text(''.join(f'COCO_{"train" if i < 800 else "val"}2014_{i:012d}.jpg\n'
+                                 for i in range(1000)))
+    return root, names
+
+
+def _raw_lines(path: Path) -> list[bytes]:
+    """Independent reference: the lines' bytes, whatever the line ends."""
+    return [line.removesuffix(b'\r') for line in path.read_bytes().splitlines(keepends=False)]
+
+
+def _coco_placeholders(root: Path, names: list[str]) -> None:
+    for name in names:
+        folder = root / name.split('_')[1]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).touch()
+
+
+def test_thousand_images_in_eleven_languages(xtd, tmp_path):
+    root, names_file = xtd
+    names = names_file.read_text().split()
+    _coco_placeholders(tmp_path, names)
+    ann = convert_xtd10(root, tmp_path, image_names=names_file)
+    assert ann.languages == list(XTD10_LANGUAGES) and len(ann.languages) == 11
+    assert len(ann.items) == 1000
+    assert all(len(r.captions[lang]) == 1 for r in ann.items for lang in ann.languages)
+    first = ann.items[0]
+    assert first.media_path == f'{names[0].split("_")[1]}/{names[0]}'
+    for lang, code in zip(XTD10_LANGUAGES, RELEASE_CODES):
+        raw = _raw_lines(root / f'test_1kcaptions_{code}.txt')
+        assert len(raw) == 1000, code
+        assert [r.captions[lang][0].encode() for r in ann.items] == raw, code
+
+
+def test_japanese_and_chinese_survive_the_round_trip(xtd, tmp_path):
+    root, names_file = xtd
+    main(['--xtd-dir', str(root), '--image-names', str(names_file), '--skip-media-check',
+          '--out-dir', str(tmp_path)])
+    loaded = load_annotation(tmp_path / 'xtd10_test.json')
+    # zh lacks a final newline: its last caption is complete, with no stray byte.
+    for lang, code, line in (('ja', 'jp', 1), ('zh', 'zh', 999), ('zh', 'zh', 0)):
+        raw = _raw_lines(root / f'test_1kcaptions_{code}.txt')[line]
+        assert loaded.items[line].captions[lang][0].encode('utf-8') == raw
+    assert not any('\r' in r.captions[lang][0] for r in loaded.items for lang in loaded.languages)
+
+
+def test_few_shot_split_follows_the_seeded_permutation(xtd):
+    root, names_file = xtd
+    ann = convert_xtd10(root, image_names=names_file)
+    parts = few_shot_splits(ann, 50, seed=42)
+    order = torch.randperm(1000, generator=torch.Generator().manual_seed(42)).tolist()
+    assert [r.media_id for r in parts['train'].items] == [ann.items[i].media_id
+                                                          for i in order[:50]]
+    assert [len(parts[p].items) for p in ('train', 'val', 'test')] == [50, 50, 900]
+    ids = [{r.media_id for r in parts[p].items} for p in ('train', 'val', 'test')]
+    assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    assert parts['test'].split == 'fewshot50_test'
+
+
+def test_missing_image_fails_with_its_path(xtd, tmp_path):
+    root, names_file = xtd
+    names = names_file.read_text().split()
+    _coco_placeholders(tmp_path, names[:7] + names[8:])
+    missing = tmp_path / names[7].split('_')[1] / names[7]
+    with pytest.raises(ConversionError, match=f'image file not found: {missing}$'):
+        convert_xtd10(root, tmp_path, image_names=names_file)
+
+
+def test_short_caption_file_and_bad_names_are_named(xtd, tmp_path):
+    root, names_file = xtd
+    names = names_file.read_text().split()
+    short = tmp_path / 'names.txt'
+    short.write_text('\n'.join(names[:-1]))
+    with pytest.raises(ConversionError, match=r'test_1kcaptions_en\.txt has 1000 lines but image '
+                                              r'list .*names\.txt has 999'):
+        convert_xtd10(root, image_names=short)
+    short.write_text('\n'.join(['photo.jpg'] + names[1:]))
+    with pytest.raises(ConversionError, match=r"names\.txt line 1: 'photo\.jpg' is not a COCO"):
+        convert_xtd10(root, image_names=short)

@@ -1,0 +1,9 @@
+"""Join machine-translated caption files (one line per source caption) to an xmr annotation.
+
+Usage: ``python tools/data/attach_translations.py ANN --translations de=train.de.txt ...``;
+the line format is in docs/data.md.
+"""
+from xmr.datasets.converters.translations import main_attach
+
+if __name__ == '__main__':
+    main_attach()

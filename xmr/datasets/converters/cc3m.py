@@ -1,0 +1,151 @@
+"""Conceptual Captions with UC2's machine translations (CC3M) and its seeded subset CC300K.
+
+Raw files: UC2's translated TSVs, one per language (``train_imageId2Ann_{lang}.tsv`` by default),
+each row ``id \\t url \\t caption \\t status``. ``status`` is ``success`` or ``fail``: a failed
+row has no caption and is left out. English holds the original captions; every other language
+holds their machine translations, which become the ``translations`` of the English source
+captions. An image is kept when every requested language has a successful row for it (and, with
+an image folder, when its file exists). Images are named ``{id:08d}.jpg`` by default (the layout
+of the crawled images used by UC2, MLA and DASD).
+
+``subset_size`` draws a seeded random subset of the kept ids (``random.Random(seed).sample``
+over the ids in ascending order; CC300K = 300,000) and writes it in ascending id order.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import warnings
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.raw_files import read_lines
+
+__all__ = ['UC2_LANGUAGES', 'read_uc2_tsv', 'convert_cc3m', 'main']
+
+UC2_LANGUAGES = ('en', 'de', 'fr', 'cs', 'zh', 'ja')
+_STATUSES = ('success', 'fail')
+
+
+def read_uc2_tsv(path: str | os.PathLike) -> dict[str, list[str]]:
+    """Captions per image id of one UC2 TSV, failed rows dropped.
+
+    Raises:
+        ConversionError: naming the file and line of a malformed row.
+    """
+    captions: dict[str, list[str]] = defaultdict(list)
+    for number, line in enumerate(read_lines(path, what='UC2 TSV'), start=1):
+        fields = line.split('\t')
+        if len(fields) != 4:
+            raise ConversionError(f'UC2 TSV {path} line {number} has {len(fields)} tab-separated '
+                                  'fields, expected 4 (id, url, caption, status)')
+        image_id, _, caption, status = fields
+        if status not in _STATUSES:
+            raise ConversionError(f'UC2 TSV {path} line {number} has status {status!r}, '
+                                  f'expected one of {_STATUSES}')
+        if not image_id.isdigit():
+            raise ConversionError(f'UC2 TSV {path} line {number} has id {image_id!r}, '
+                                  'expected a number')
+        if status == 'fail':
+            continue
+        if not caption.strip():
+            raise ConversionError(f'UC2 TSV {path} line {number} is marked success but has '
+                                  'no caption')
+        captions[image_id].append(caption)
+    return dict(captions)
+
+
+def convert_cc3m(uc2_dir: str | os.PathLike, languages: Sequence[str] = UC2_LANGUAGES,
+                 images_dir: str | os.PathLike | None = None, subset_size: int | None = None,
+                 seed: int = 0, tsv_pattern: str = 'train_imageId2Ann_{lang}.tsv',
+                 image_name_format: str = '{id:08d}.jpg', split: str = 'train',
+                 ) -> Annotation:
+    """Build the CC3M (or, with ``subset_size``, CC300K) training annotation.
+
+    Args:
+        uc2_dir: folder with the TSVs.
+        languages: the first is the source (``en``), the rest its translations.
+        images_dir: image folder; when given, images without a file are left out with a
+            warning that counts them (CC3M's URLs rot, so no crawl has every image).
+        subset_size: size of the seeded subset, or ``None`` for every kept image.
+        seed: seed of the subset.
+        tsv_pattern: file name of a language's TSV, with ``{lang}``.
+        image_name_format: file name of an image, with ``{id}`` (an int).
+        split: the split name written into the annotation.
+
+    Raises:
+        ConversionError: on malformed files, mismatching caption counts, or a subset larger
+            than the kept images.
+    """
+    uc2_dir = Path(uc2_dir)
+    source, targets = languages[0], list(languages[1:])
+    tables = {lang: read_uc2_tsv(uc2_dir / tsv_pattern.format(lang=lang)) for lang in languages}
+    kept = sorted(set.intersection(*(set(table) for table in tables.values())), key=int)
+    for image_id in kept:
+        expected = len(tables[source][image_id])
+        for lang in targets:
+            if len(tables[lang][image_id]) != expected:
+                raise ConversionError(
+                    f'UC2 TSV {uc2_dir / tsv_pattern.format(lang=lang)} has '
+                    f'{len(tables[lang][image_id])} captions for id {image_id} but the {source} '
+                    f'file has {expected}; translations must align with the source captions')
+    names = {image_id: image_name_format.format(id=int(image_id)) for image_id in kept}
+    if images_dir is not None:
+        present = _existing(Path(images_dir), names.values())
+        missing = [image_id for image_id in kept if names[image_id] not in present]
+        if missing:
+            warnings.warn(f'{len(missing)} of {len(kept)} images have no file in {images_dir} '
+                          f'(first: {names[missing[0]]}); they are left out')
+        kept = [image_id for image_id in kept if names[image_id] in present]
+    if subset_size is not None:
+        if subset_size > len(kept):
+            raise ConversionError(f'subset of {subset_size} images asked for, but only '
+                                  f'{len(kept)} images have captions in {list(languages)}'
+                                  f'{" and a file" if images_dir is not None else ""}')
+        kept = sorted(random.Random(seed).sample(kept, subset_size), key=int)
+    if not kept:
+        raise ConversionError(f'no image of {uc2_dir} has captions in every language of '
+                              f'{list(languages)}')
+    records = [MediaRecord(media_id=image_id, media_path=names[image_id],
+                           captions={source: tables[source][image_id]},
+                           translations={lang: tables[lang][image_id] for lang in targets})
+               for image_id in kept]
+    return Annotation(dataset='cc3m', split=split, media_type='image', languages=[source],
+                      items=records, source_lang=source, translation_langs=targets)
+
+
+def _existing(images_dir: Path, names: Iterable[str]) -> set[str]:
+    if not images_dir.is_dir():
+        raise ConversionError(f'image folder not found: {images_dir}')
+    wanted = set(names)
+    return {entry.name for entry in os.scandir(images_dir) if entry.name in wanted}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line of ``tools/data/prepare_cc3m.py``."""
+    parser = argparse.ArgumentParser(description="Convert UC2's translated Conceptual Captions "
+                                     'TSVs to an xmr annotation; --subset-size 300000 gives '
+                                     'CC300K (docs/data.md).')
+    parser.add_argument('--uc2-dir', type=Path, required=True)
+    parser.add_argument('--languages', nargs='+', default=list(UC2_LANGUAGES),
+                        help='source language first')
+    parser.add_argument('--tsv-pattern', default='train_imageId2Ann_{lang}.tsv')
+    parser.add_argument('--images-dir', type=Path,
+                        help='image folder; images without a file are left out')
+    parser.add_argument('--image-name-format', default='{id:08d}.jpg')
+    parser.add_argument('--subset-size', type=int, help='seeded subset size (CC300K: 300000)')
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--out', type=Path, required=True, help='annotation file to write')
+    args = parser.parse_args(argv)
+    try:
+        ann = convert_cc3m(args.uc2_dir, args.languages, args.images_dir, args.subset_size,
+                           args.seed, args.tsv_pattern, args.image_name_format)
+        dump_annotations({args.out: ann})
+    except (ConversionError, AnnotationError) as err:
+        raise SystemExit(f'error: {err}') from err
+    print(f'{args.out}: {len(ann.items)} images, {args.languages[0]} captions translated to '
+          f'{", ".join(args.languages[1:])}')

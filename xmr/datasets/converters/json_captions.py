@@ -1,0 +1,46 @@
+"""Helpers for releases whose captions come inside JSON or CSV files (COCO, STAIR, MSR-VTT).
+
+Line-based releases keep every caption byte for byte. Captions taken out of JSON/CSV fields are
+the exception: a few of them carry stray line breaks or surrounding blanks, which would break the
+one-caption-per-line translation format, so :func:`clean_caption` folds line breaks into one
+space and strips the ends.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.raw_files import require_file
+
+__all__ = ['clean_caption', 'read_json']
+
+_LINE_BREAKS = re.compile(r'\s*[\r\n]+\s*')
+
+
+def clean_caption(text: Any, where: str) -> str:
+    """Fold line breaks into a space and strip; stop on a non-string or empty caption.
+
+    Args:
+        text: the raw field value.
+        where: file and record, named in the error.
+    """
+    if not isinstance(text, str):
+        raise ConversionError(f'{where}: caption must be a string, got {text!r}')
+    cleaned = _LINE_BREAKS.sub(' ', text).strip()
+    if not cleaned:
+        raise ConversionError(f'{where}: caption is empty')
+    return cleaned
+
+
+def read_json(path: str | os.PathLike, what: str) -> Any:
+    """Parse a JSON file, naming it (and its role) when it is missing or malformed."""
+    path = require_file(path, what)
+    try:
+        with Path(path).open(encoding='utf-8') as handle:
+            return json.load(handle)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConversionError(f'{what} {path} is not a UTF-8 JSON file: {err}') from err

@@ -1,0 +1,258 @@
+"""MSCOCO (Karpathy splits, STAIR Captions ja, COCO-CN zh) to xmr annotations.
+
+Raw files:
+
+* Karpathy's ``dataset_coco.json``: ``images[*]`` with ``filepath`` (``train2014``/``val2014``),
+  ``filename``, ``cocoid``, ``split`` (``train``/``restval``/``val``/``test``) and
+  ``sentences[*].raw`` -- the English captions and the splits;
+* STAIR Captions ``stair_captions_v1.2_{train,val}.json`` (COCO caption format:
+  ``annotations[*]`` with ``image_id`` = COCO id and ``caption``) -- Japanese;
+* COCO-CN ``coco-cn_{train,val,test}.txt`` (one image id per line, e.g.
+  ``COCO_val2014_000000000042``) and ``imageid.human-written-caption.txt``
+  (``<image id>#<k>\\t<caption>``) -- Chinese.
+
+Outputs: ``coco_{train,val,test5k}.json`` (train = Karpathy train + restval), the 1K protocol's
+five folds ``coco_test1k_fold{0..4}.json`` (consecutive 1,000-image chunks of the 5K test, in
+file order), and ``cococn_{train,val,test}.json`` with COCO-CN's own splits.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.json_captions import clean_caption, read_json
+from xmr.datasets.converters.raw_files import (
+    check_media_exist,
+    parse_lang_paths,
+    read_lines,
+    require_file,
+)
+from xmr.datasets.converters.translations import attach_translations
+from xmr.datasets.converters.xtd10 import coco_image_path
+
+__all__ = ['KARPATHY_SPLITS', 'COCO_FOLDS', 'KarpathyImage', 'read_karpathy', 'read_stair',
+           'read_coco_cn', 'convert_mscoco', 'main']
+
+# Output split -> Karpathy split labels it takes.
+KARPATHY_SPLITS = {'train': ('train', 'restval'), 'val': ('val',), 'test5k': ('test',)}
+COCO_FOLDS = 5
+COCO_FOLD_SIZE = 1000
+COCO_CN_SPLITS = ('train', 'val', 'test')
+
+
+@dataclass
+class KarpathyImage:
+    """One image of ``dataset_coco.json``."""
+
+    stem: str
+    media_path: str
+    cocoid: int
+    split: str
+    captions: list[str]
+
+
+def read_karpathy(path: str | os.PathLike) -> list[KarpathyImage]:
+    """Parse and check Karpathy's ``dataset_coco.json``.
+
+    Raises:
+        ConversionError: naming the file, the image index and the bad field.
+    """
+    data = read_json(path, 'Karpathy split file')
+    if not isinstance(data, dict) or not isinstance(data.get('images'), list):
+        raise ConversionError(f'Karpathy split file {path} has no "images" list')
+    known = {label for labels in KARPATHY_SPLITS.values() for label in labels}
+    images = []
+    for index, entry in enumerate(data['images']):
+        where = f'Karpathy split file {path} image {index}'
+        if not isinstance(entry, dict):
+            raise ConversionError(f'{where} is not an object')
+        missing = [key for key in ('filepath', 'filename', 'cocoid', 'split', 'sentences')
+                   if key not in entry]
+        if missing:
+            raise ConversionError(f'{where} lacks {missing}')
+        if entry['split'] not in known:
+            raise ConversionError(f'{where} has split {entry["split"]!r}, expected one of '
+                                  f'{sorted(known)}')
+        sentences = entry['sentences']
+        if not isinstance(sentences, list) or not sentences:
+            raise ConversionError(f'{where} has no sentences')
+        captions = [clean_caption(s.get('raw') if isinstance(s, dict) else s,
+                                  f'{where} ({entry["filename"]}) sentence {k}')
+                    for k, s in enumerate(sentences)]
+        images.append(KarpathyImage(stem=Path(entry['filename']).stem,
+                                    media_path=f'{entry["filepath"]}/{entry["filename"]}',
+                                    cocoid=int(entry['cocoid']), split=entry['split'],
+                                    captions=captions))
+    if not images:
+        raise ConversionError(f'Karpathy split file {path} lists no images')
+    return images
+
+
+def read_stair(paths: Sequence[str | os.PathLike]) -> dict[int, list[str]]:
+    """Japanese captions per COCO id from STAIR Captions files (COCO caption format)."""
+    captions: dict[int, list[str]] = defaultdict(list)
+    for path in paths:
+        data = read_json(path, 'STAIR Captions file')
+        if not isinstance(data, dict) or not isinstance(data.get('annotations'), list):
+            raise ConversionError(f'STAIR Captions file {path} has no "annotations" list')
+        for index, entry in enumerate(data['annotations']):
+            where = f'STAIR Captions file {path} annotation {index}'
+            if not isinstance(entry, dict) or 'image_id' not in entry or 'caption' not in entry:
+                raise ConversionError(f'{where} lacks image_id or caption')
+            captions[int(entry['image_id'])].append(clean_caption(entry['caption'], where))
+    return dict(captions)
+
+
+def read_coco_cn(coco_cn_dir: str | os.PathLike,
+                 caption_file: str = 'imageid.human-written-caption.txt',
+                 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """COCO-CN's split lists and Chinese captions.
+
+    Returns:
+        ``(split -> image stems in file order, image stem -> captions in file order)``.
+    """
+    coco_cn_dir = Path(coco_cn_dir)
+    splits: dict[str, list[str]] = {}
+    for split in COCO_CN_SPLITS:
+        path = coco_cn_dir / f'coco-cn_{split}.txt'
+        splits[split] = [Path(line.strip()).stem if line.strip().endswith('.jpg')
+                         else line.strip() for line in read_lines(path, what='COCO-CN split')]
+    path = require_file(coco_cn_dir / caption_file, 'COCO-CN caption file')
+    captions: dict[str, list[str]] = defaultdict(list)
+    for number, line in enumerate(read_lines(path, what='COCO-CN caption file'), start=1):
+        key, tab, text = line.partition('\t')
+        stem, hash_sign, _ = key.partition('#')
+        if not tab or not hash_sign or not text.strip():
+            raise ConversionError(f'COCO-CN caption file {path} line {number} is not '
+                                  f'"<image id>#<k>\\t<caption>": {line!r}')
+        captions[stem].append(text)
+    return splits, dict(captions)
+
+
+def _records(images: Sequence[KarpathyImage], stair: Mapping[int, list[str]] | None,
+             origin: str) -> list[MediaRecord]:
+    if stair is not None:
+        missing = [image.media_path for image in images if image.cocoid not in stair]
+        if missing:
+            raise ConversionError(f'{origin}: STAIR Captions lack {len(missing)} of '
+                                  f'{len(images)} images (first: {missing[0]}); pass every '
+                                  'STAIR file (train and val)')
+    return [MediaRecord(media_id=image.stem, media_path=image.media_path,
+                        captions={'en': image.captions,
+                                  **({'ja': stair[image.cocoid]} if stair is not None else {})})
+            for image in images]
+
+
+def convert_mscoco(karpathy_json: str | os.PathLike,
+                   images_dir: str | os.PathLike | None = None,
+                   stair_jsons: Sequence[str | os.PathLike] = (),
+                   coco_cn_dir: str | os.PathLike | None = None,
+                   train_translations: Mapping[str, str | os.PathLike] | None = None,
+                   ) -> dict[str, Annotation]:
+    """Build the MSCOCO annotations.
+
+    Args:
+        karpathy_json: ``dataset_coco.json``.
+        images_dir: COCO image folder with ``train2014/`` and ``val2014/``; when given, every
+            image must exist.
+        stair_jsons: STAIR Captions files; when given, every Karpathy image gets ``ja``.
+        coco_cn_dir: COCO-CN folder; when given, the ``cococn_*`` outputs are built.
+        train_translations: target language -> machine translations of the English captions
+            of ``coco_train.json`` (plain line format).
+
+    Returns:
+        Output name (``coco_train``, ``coco_test1k_fold0``, ``cococn_test``, ...) -> annotation.
+    """
+    images = read_karpathy(karpathy_json)
+    stair = read_stair(stair_jsons) if stair_jsons else None
+    by_split: dict[str, list[KarpathyImage]] = {
+        name: [image for image in images if image.split in labels]
+        for name, labels in KARPATHY_SPLITS.items()}
+    languages = ['en', 'ja'] if stair is not None else ['en']
+    outputs: dict[str, Annotation] = {}
+    for name, split_images in by_split.items():
+        if not split_images:
+            raise ConversionError(f'Karpathy split file {karpathy_json} has no '
+                                  f'{"/".join(KARPATHY_SPLITS[name])} images')
+        outputs[f'coco_{name}'] = Annotation(
+            dataset='mscoco', split=name, media_type='image', languages=languages,
+            items=_records(split_images, stair, f'{name} split'), source_lang='en')
+    test = outputs['coco_test5k'].items
+    if len(test) != COCO_FOLDS * COCO_FOLD_SIZE:
+        raise ConversionError(f'Karpathy split file {karpathy_json} has {len(test)} test images; '
+                              f'the 1K/5K protocols need {COCO_FOLDS * COCO_FOLD_SIZE}')
+    for fold in range(COCO_FOLDS):
+        outputs[f'coco_test1k_fold{fold}'] = Annotation(
+            dataset='mscoco', split=f'test1k_fold{fold}', media_type='image',
+            languages=languages, source_lang='en',
+            items=test[fold * COCO_FOLD_SIZE:(fold + 1) * COCO_FOLD_SIZE])
+    if coco_cn_dir is not None:
+        outputs.update(_coco_cn_outputs(images, stair, coco_cn_dir))
+    if images_dir is not None:
+        check_media_exist(images_dir, sorted({r.media_path for ann in outputs.values()
+                                              for r in ann.items}))
+    if train_translations:
+        outputs['coco_train'] = attach_translations(outputs['coco_train'], train_translations)
+    return outputs
+
+
+def _coco_cn_outputs(images: Sequence[KarpathyImage], stair: Mapping[int, list[str]] | None,
+                     coco_cn_dir: str | os.PathLike) -> dict[str, Annotation]:
+    splits, chinese = read_coco_cn(coco_cn_dir)
+    by_stem = {image.stem: image for image in images}
+    outputs = {}
+    for split, stems in splits.items():
+        origin = f'COCO-CN split {Path(coco_cn_dir) / f"coco-cn_{split}.txt"}'
+        split_images = []
+        for stem in stems:
+            coco_image_path(f'{stem}.jpg', origin)
+            if stem not in by_stem:
+                raise ConversionError(f'{origin}: image {stem} is not in the Karpathy file')
+            if stem not in chinese:
+                raise ConversionError(f'{origin}: image {stem} has no Chinese caption in the '
+                                      'COCO-CN caption file')
+            split_images.append(by_stem[stem])
+        records = _records(split_images, stair, origin)
+        for record in records:
+            record.captions['zh'] = chinese[record.media_id]
+        languages = ['en', 'ja', 'zh'] if stair is not None else ['en', 'zh']
+        outputs[f'cococn_{split}'] = Annotation(dataset='coco-cn', split=split,
+                                                media_type='image', languages=languages,
+                                                items=records, source_lang='en')
+    return outputs
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line of ``tools/data/prepare_mscoco.py``."""
+    parser = argparse.ArgumentParser(description='Convert MSCOCO (Karpathy, STAIR Captions, '
+                                     'COCO-CN) to xmr annotations (docs/data.md).')
+    parser.add_argument('--karpathy-json', type=Path, required=True, help='dataset_coco.json')
+    parser.add_argument('--stair-json', type=Path, nargs='+', default=[],
+                        help='STAIR Captions files (train and val) for Japanese')
+    parser.add_argument('--coco-cn-dir', type=Path, help='COCO-CN folder for Chinese')
+    parser.add_argument('--images-dir', type=Path,
+                        help='COCO image folder with train2014/ and val2014/ (checked)')
+    parser.add_argument('--skip-media-check', action='store_true')
+    parser.add_argument('--out-dir', type=Path, required=True)
+    parser.add_argument('--translations', nargs='+', metavar='LANG=PATH',
+                        help='machine translations of coco_train.json, one line per caption')
+    args = parser.parse_args(argv)
+    if args.images_dir is None and not args.skip_media_check:
+        parser.error('give --images-dir, or --skip-media-check to convert without images')
+    try:
+        outputs = convert_mscoco(args.karpathy_json,
+                                 None if args.skip_media_check else args.images_dir,
+                                 args.stair_json, args.coco_cn_dir,
+                                 parse_lang_paths(args.translations, '--translations'))
+        written = dump_annotations({args.out_dir / f'{name}.json': ann
+                                    for name, ann in outputs.items()})
+    except (ConversionError, AnnotationError) as err:
+        raise SystemExit(f'error: {err}') from err
+    for path, ann in zip(written, outputs.values()):
+        print(f'{path}: {len(ann.items)} images, languages {", ".join(ann.languages)}')

@@ -1,0 +1,164 @@
+"""Multi30K (task 1 and task 2 test captions) to xmr annotations.
+
+Raw release layout (github.com/multi30k/dataset, ``data/task1`` and ``data/task2``)::
+
+    <raw_dir>/{train,val,test_2016_flickr}.{en,de,fr,cs}.gz   task 1: one caption per image
+    <raw_dir>/test_2016.{1..5}.{en,de}.gz                     task 2: five captions per image
+    <image_splits_dir>/{train,val,test_2016_flickr}.txt       Flickr30K file name per line
+
+Line ``i`` of every caption file of a split describes the image on line ``i`` of its image list;
+task 2's test files follow ``test_2016_flickr.txt``. Outputs (``docs/data.md``):
+``multi30k_{train,val,test}.json`` (task 1, ``test`` = test_2016_flickr) and
+``multi30k_test_5captions.json`` (task 2, en and de).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.raw_files import (
+    check_media_exist,
+    find_first,
+    parse_lang_paths,
+    read_lines,
+    require_same_length,
+)
+from xmr.datasets.converters.translations import attach_translations
+
+__all__ = ['MULTI30K_SPLITS', 'TASK2_LANGUAGES', 'convert_multi30k', 'main']
+
+# Output split name -> name of the release's task 1 files.
+MULTI30K_SPLITS = {'train': 'train', 'val': 'val', 'test': 'test_2016_flickr'}
+TASK2_SPLIT = 'test_5captions'
+TASK2_LANGUAGES = ('en', 'de')
+TASK2_CAPTIONS = 5
+
+
+def _read_image_list(image_splits_dir: Path, release_split: str) -> tuple[Path, list[str]]:
+    path = find_first(image_splits_dir, [f'{release_split}.txt'], 'image list')
+    names = read_lines(path, what='image list')
+    seen: set[str] = set()
+    for number, name in enumerate(names, start=1):
+        if name != name.strip() or '/' in name:
+            raise ConversionError(f'image list {path} line {number} is not a file name: '
+                                  f'{name!r}')
+        if name in seen:
+            raise ConversionError(f'image list {path} names {name} twice (line {number})')
+        seen.add(name)
+    return path, names
+
+
+def _caption_file(raw_dir: Path, stem: str, lang: str) -> Path:
+    return find_first(raw_dir, [f'{stem}.{lang}.gz', f'{stem}.{lang}'], f'{lang} caption file')
+
+
+def _task1_split(raw_dir: Path, image_splits_dir: Path, split: str,
+                 languages: Sequence[str]) -> Annotation:
+    release_split = MULTI30K_SPLITS[split]
+    list_path, names = _read_image_list(image_splits_dir, release_split)
+    files = {lang: _caption_file(raw_dir, release_split, lang) for lang in languages}
+    captions = {path: read_lines(path) for path in files.values()}
+    require_same_length((list_path, len(names)), captions)
+    records = [
+        MediaRecord(media_id=Path(name).stem, media_path=name,
+                    captions={lang: [captions[files[lang]][i]] for lang in languages})
+        for i, name in enumerate(names)]
+    return Annotation(dataset='multi30k', split=split, media_type='image',
+                      languages=list(languages), items=records, source_lang=languages[0])
+
+
+def _task2_split(raw_dir: Path, image_splits_dir: Path) -> Annotation:
+    list_path, names = _read_image_list(image_splits_dir, MULTI30K_SPLITS['test'])
+    files = {(lang, k): _caption_file(raw_dir, f'test_2016.{k}', lang)
+             for lang in TASK2_LANGUAGES for k in range(1, TASK2_CAPTIONS + 1)}
+    captions = {path: read_lines(path) for path in files.values()}
+    require_same_length((list_path, len(names)), captions)
+    records = [
+        MediaRecord(media_id=Path(name).stem, media_path=name,
+                    captions={lang: [captions[files[lang, k]][i]
+                                     for k in range(1, TASK2_CAPTIONS + 1)]
+                              for lang in TASK2_LANGUAGES})
+        for i, name in enumerate(names)]
+    return Annotation(dataset='multi30k', split=TASK2_SPLIT, media_type='image',
+                      languages=list(TASK2_LANGUAGES), items=records, source_lang='en')
+
+
+def convert_multi30k(raw_dir: str | os.PathLike, image_splits_dir: str | os.PathLike,
+                     images_dir: str | os.PathLike | None = None,
+                     splits: Sequence[str] = ('train', 'val', 'test', TASK2_SPLIT),
+                     languages: Sequence[str] = ('en', 'de', 'fr', 'cs'),
+                     train_translations: Mapping[str, str | os.PathLike] | None = None,
+                     ) -> dict[str, Annotation]:
+    """Build the Multi30K annotations from the raw release.
+
+    Args:
+        raw_dir: folder with the task 1 (and task 2) caption files.
+        image_splits_dir: folder with ``{train,val,test_2016_flickr}.txt``.
+        images_dir: Flickr30K image folder; when given, every listed image must exist in it.
+        splits: outputs to build: ``train``, ``val``, ``test`` and ``test_5captions``.
+        languages: task 1 languages; the first is the source language of translations.
+        train_translations: target language -> machine-translation file for the train split
+            (plain format of :mod:`xmr.datasets.converters.translations`).
+
+    Returns:
+        Output split name -> annotation (nothing is written).
+
+    Raises:
+        ConversionError: naming the file at fault and what is wrong.
+    """
+    raw_dir, image_splits_dir = Path(raw_dir), Path(image_splits_dir)
+    known = (*MULTI30K_SPLITS, TASK2_SPLIT)
+    for split in splits:
+        if split not in known:
+            raise ConversionError(f'unknown Multi30K split {split!r}; choose from {known}')
+    if train_translations and 'train' not in splits:
+        raise ConversionError('train translations given but the train split is not converted')
+    outputs: dict[str, Annotation] = {}
+    for split in splits:
+        if split == TASK2_SPLIT:
+            ann = _task2_split(raw_dir, image_splits_dir)
+        else:
+            ann = _task1_split(raw_dir, image_splits_dir, split, languages)
+        if images_dir is not None:
+            check_media_exist(images_dir, (record.media_path for record in ann.items))
+        if split == 'train' and train_translations:
+            ann = attach_translations(ann, train_translations)
+        outputs[split] = ann
+    return outputs
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line of ``tools/data/prepare_multi30k.py``."""
+    parser = argparse.ArgumentParser(description='Convert the Multi30K release to xmr '
+                                     'annotations (docs/data.md).')
+    parser.add_argument('--raw-dir', type=Path, required=True,
+                        help='folder with {split}.{lang}.gz and test_2016.{k}.{en,de}.gz')
+    parser.add_argument('--image-splits-dir', type=Path, required=True,
+                        help='folder with {train,val,test_2016_flickr}.txt')
+    parser.add_argument('--images-dir', type=Path,
+                        help='Flickr30K image folder (checked for every listed image)')
+    parser.add_argument('--skip-media-check', action='store_true',
+                        help='do not check that the images exist (no --images-dir needed)')
+    parser.add_argument('--out-dir', type=Path, required=True)
+    parser.add_argument('--splits', nargs='+', default=['train', 'val', 'test', TASK2_SPLIT])
+    parser.add_argument('--languages', nargs='+', default=['en', 'de', 'fr', 'cs'])
+    parser.add_argument('--translations', nargs='+', metavar='LANG=PATH',
+                        help='machine translations of the train split, one line per caption')
+    args = parser.parse_args(argv)
+    if args.images_dir is None and not args.skip_media_check:
+        parser.error('give --images-dir, or --skip-media-check to convert without images')
+    try:
+        outputs = convert_multi30k(
+            args.raw_dir, args.image_splits_dir,
+            None if args.skip_media_check else args.images_dir, args.splits, args.languages,
+            parse_lang_paths(args.translations, '--translations'))
+        written = dump_annotations({args.out_dir / f'multi30k_{split}.json': ann
+                                    for split, ann in outputs.items()})
+    except (ConversionError, AnnotationError) as err:
+        raise SystemExit(f'error: {err}') from err
+    for path, ann in zip(written, outputs.values()):
+        print(f'{path}: {len(ann.items)} images, languages {", ".join(ann.languages)}')

@@ -1,0 +1,123 @@
+"""Machine-translated training captions in a plain line format, joined to an annotation.
+
+The format (``docs/data.md``): one UTF-8 text file per target language (``.gz`` allowed), one
+translation per line, line ``i`` translating the ``i``-th source caption of the annotation, i.e.
+``Annotation.source_captions()[i]``: items in file order, and inside an item its
+``captions[source_lang]`` in order. :func:`export_source_captions` writes exactly those lines, so
+``export -> translate line by line -> attach`` cannot misalign.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from xmr.datasets.annotation import (
+    Annotation,
+    AnnotationError,
+    atomic_write_text,
+    dump_annotation,
+    load_annotation,
+)
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
+
+__all__ = ['attach_translations', 'export_source_captions', 'main_attach', 'main_export']
+
+
+def attach_translations(ann: Annotation, files: Mapping[str, str | os.PathLike]) -> Annotation:
+    """Join translation files to the source captions of ``ann``.
+
+    Args:
+        ann: an annotation with ``source_lang`` set.
+        files: target language -> translation file (one line per source caption).
+
+    Returns:
+        A new annotation whose records carry ``translations[lang]`` for every language of
+        ``files`` (added to any translations already there).
+
+    Raises:
+        ConversionError: if a file is missing, malformed, or its line count differs from the
+            number of source captions (the message names the file and both counts).
+    """
+    if ann.source_lang is None:
+        raise ConversionError(f'{ann.dataset}/{ann.split} has no source_lang; cannot align '
+                              'translations with it')
+    for lang in files:
+        if lang == ann.source_lang:
+            raise ConversionError(f'translation language {lang!r} is the source language')
+    sources = ann.source_captions()
+    translated: dict[str, list[str]] = {}
+    for lang, path in files.items():
+        lines = read_lines(path, what=f'{lang} translation file')
+        if len(lines) != len(sources):
+            raise ConversionError(
+                f'{lang} translation file {path} has {len(lines)} lines but '
+                f'{ann.dataset}/{ann.split} has {len(sources)} {ann.source_lang} source captions; '
+                'write one translation per line, in the order of export_source_captions')
+        translated[lang] = lines
+    records = []
+    cursor = 0
+    for record in ann.items:
+        count = len(record.captions[ann.source_lang])
+        translations = dict(record.translations)
+        for lang, lines in translated.items():
+            translations[lang] = lines[cursor:cursor + count]
+        records.append(replace(record, translations=translations))
+        cursor += count
+    langs = list(ann.translation_langs) + [lang for lang in files
+                                           if lang not in ann.translation_langs]
+    return replace(ann, items=records, translation_langs=langs)
+
+
+def export_source_captions(ann: Annotation, path: str | os.PathLike) -> int:
+    """Write the source captions of ``ann`` one per line, the order translations must follow.
+
+    Returns:
+        The number of lines written.
+
+    Raises:
+        ConversionError: if a caption holds a line break (it would shift every later line).
+    """
+    captions = ann.source_captions()
+    for number, text in enumerate(captions, start=1):
+        if '\n' in text or '\r' in text:
+            raise ConversionError(f'source caption {number} of {ann.dataset}/{ann.split} holds '
+                                  f'a line break: {text!r}')
+    atomic_write_text(path, ''.join(text + '\n' for text in captions))
+    return len(captions)
+
+
+def main_attach(argv: Sequence[str] | None = None) -> None:
+    """Command line of ``tools/data/attach_translations.py``."""
+    parser = argparse.ArgumentParser(description='Join machine-translated caption files (one '
+                                     'line per source caption) to an xmr annotation file.')
+    parser.add_argument('ann', type=Path, help='annotation file with source captions')
+    parser.add_argument('--translations', nargs='+', required=True, metavar='LANG=PATH',
+                        help='translation file per target language')
+    parser.add_argument('--out', type=Path, help='output file (default: overwrite ann)')
+    args = parser.parse_args(argv)
+    try:
+        files = parse_lang_paths(args.translations, '--translations')
+        ann = attach_translations(load_annotation(args.ann), files)
+        dump_annotation(ann, args.out or args.ann)
+    except (ConversionError, AnnotationError, FileNotFoundError) as err:
+        raise SystemExit(f'error: {err}') from err
+    print(f'{args.out or args.ann}: translations for {", ".join(files)} attached to '
+          f'{len(ann.items)} items')
+
+
+def main_export(argv: Sequence[str] | None = None) -> None:
+    """Command line of ``tools/data/export_source_captions.py``."""
+    parser = argparse.ArgumentParser(description='Write the source captions of an xmr '
+                                     'annotation file one per line, ready for translation.')
+    parser.add_argument('ann', type=Path, help='annotation file')
+    parser.add_argument('out', type=Path, help='text file to write')
+    args = parser.parse_args(argv)
+    try:
+        count = export_source_captions(load_annotation(args.ann), args.out)
+    except (ConversionError, AnnotationError, FileNotFoundError) as err:
+        raise SystemExit(f'error: {err}') from err
+    print(f'{args.out}: {count} source captions')

@@ -1,0 +1,136 @@
+"""XTD10 to xmr annotations.
+
+Raw release layout (github.com/adobe-research/Cross-lingual-Test-Dataset-XTD10)::
+
+    <xtd_dir>/test_1kcaptions_{lang}.txt   one caption per line, lang in de en es fr it jp ko pl
+                                           ru tr zh (some files use CRLF, zh and ru lack a final
+                                           newline)
+    <xtd_dir>/test_image_names.txt         COCO 2014 file name per line (COCO_train2014_... or
+                                           COCO_val2014_...)
+
+The release's ``jp`` becomes the ISO code ``ja``. Images resolve inside the COCO image folder
+from the file name (``COCO_val2014_x.jpg`` -> ``val2014/COCO_val2014_x.jpg``). Outputs:
+``xtd10_test.json`` (1,000 images x 11 languages) and, with ``few_shot``, PECTVLM's seeded
+few-shot split ``xtd10_fewshot{n}_{train,val,test}.json``: ``torch.randperm(1000)`` drawn from a
+generator seeded with ``seed``; train = ``perm[:n]``, val = ``perm[n:2n]``, test = ``perm[2n:]``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.raw_files import check_media_exist, read_lines, require_same_length
+
+__all__ = ['XTD10_LANGUAGES', 'RELEASE_LANGUAGE_CODES', 'coco_image_path', 'convert_xtd10',
+           'few_shot_splits', 'main']
+
+XTD10_LANGUAGES = ('en', 'de', 'fr', 'es', 'it', 'ja', 'ko', 'pl', 'ru', 'tr', 'zh')
+# ISO code -> the code the release uses in its file names.
+RELEASE_LANGUAGE_CODES = {'ja': 'jp'}
+_COCO_NAME = re.compile(r'^COCO_(train2014|val2014|test2014)_\d+\.jpg$')
+
+
+def coco_image_path(name: str, origin: str) -> str:
+    """``COCO_val2014_000000000042.jpg`` -> ``val2014/COCO_val2014_000000000042.jpg``.
+
+    Raises:
+        ConversionError: if ``name`` is not a COCO 2014 file name (``origin`` names its source).
+    """
+    match = _COCO_NAME.match(name)
+    if match is None:
+        raise ConversionError(f'{origin}: {name!r} is not a COCO 2014 image file name '
+                              '(COCO_<train2014|val2014>_<id>.jpg)')
+    return f'{match.group(1)}/{name}'
+
+
+def convert_xtd10(xtd_dir: str | os.PathLike, images_dir: str | os.PathLike | None = None,
+                  languages: Sequence[str] = XTD10_LANGUAGES,
+                  image_names: str | os.PathLike | None = None) -> Annotation:
+    """Build the XTD10 test annotation.
+
+    Args:
+        xtd_dir: folder with ``test_1kcaptions_{lang}.txt``.
+        images_dir: COCO image folder holding ``train2014/`` and ``val2014/``; when given,
+            every image must exist.
+        languages: ISO codes to convert.
+        image_names: the image list (default ``<xtd_dir>/test_image_names.txt``).
+
+    Raises:
+        ConversionError: naming the file at fault and what is wrong.
+    """
+    xtd_dir = Path(xtd_dir)
+    list_path = Path(image_names) if image_names is not None else (
+        xtd_dir / 'test_image_names.txt')
+    names = read_lines(list_path, what='image list')
+    paths = [coco_image_path(name, f'image list {list_path} line {number}')
+             for number, name in enumerate(names, start=1)]
+    files = {lang: xtd_dir / f'test_1kcaptions_{RELEASE_LANGUAGE_CODES.get(lang, lang)}.txt'
+             for lang in languages}
+    captions = {path: read_lines(path) for path in files.values()}
+    require_same_length((list_path, len(names)), captions)
+    records = [MediaRecord(media_id=Path(name).stem, media_path=path,
+                           captions={lang: [captions[files[lang]][i]] for lang in languages})
+               for i, (name, path) in enumerate(zip(names, paths))]
+    if images_dir is not None:
+        check_media_exist(images_dir, paths)
+    source_lang = 'en' if 'en' in languages else None
+    return Annotation(dataset='xtd10', split='test', media_type='image',
+                      languages=list(languages), items=records, source_lang=source_lang)
+
+
+def few_shot_splits(ann: Annotation, shots: int, seed: int = 42) -> dict[str, Annotation]:
+    """PECTVLM's few-shot split of ``ann``: train/val of ``shots`` images each, the rest test.
+
+    Raises:
+        ConversionError: if ``2 * shots`` leaves no test images.
+    """
+    count = len(ann.items)
+    if shots <= 0 or 2 * shots >= count:
+        raise ConversionError(f'few-shot size {shots} must be positive and leave test images '
+                              f'out of {count}')
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
+    parts = {'train': order[:shots], 'val': order[shots:2 * shots], 'test': order[2 * shots:]}
+    return {part: replace(ann, split=f'fewshot{shots}_{part}',
+                          items=[ann.items[i] for i in indices])
+            for part, indices in parts.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line of ``tools/data/prepare_xtd10.py``."""
+    parser = argparse.ArgumentParser(description='Convert the XTD10 release to xmr '
+                                     'annotations (docs/data.md).')
+    parser.add_argument('--xtd-dir', type=Path, required=True,
+                        help='folder with test_1kcaptions_{lang}.txt and test_image_names.txt')
+    parser.add_argument('--image-names', type=Path,
+                        help='image list (default: <xtd-dir>/test_image_names.txt)')
+    parser.add_argument('--images-dir', type=Path,
+                        help='COCO image folder with train2014/ and val2014/ (checked)')
+    parser.add_argument('--skip-media-check', action='store_true')
+    parser.add_argument('--out-dir', type=Path, required=True)
+    parser.add_argument('--languages', nargs='+', default=list(XTD10_LANGUAGES))
+    parser.add_argument('--few-shot', type=int, metavar='N',
+                        help="also write PECTVLM's seeded few-shot split with N train images")
+    parser.add_argument('--seed', type=int, default=42, help='seed of the few-shot split')
+    args = parser.parse_args(argv)
+    if args.images_dir is None and not args.skip_media_check:
+        parser.error('give --images-dir, or --skip-media-check to convert without images')
+    try:
+        ann = convert_xtd10(args.xtd_dir, None if args.skip_media_check else args.images_dir,
+                            args.languages, args.image_names)
+        outputs = {args.out_dir / 'xtd10_test.json': ann}
+        if args.few_shot is not None:
+            for part in few_shot_splits(ann, args.few_shot, args.seed).values():
+                outputs[args.out_dir / f'xtd10_{part.split}.json'] = part
+        written = dump_annotations(outputs)
+    except (ConversionError, AnnotationError) as err:
+        raise SystemExit(f'error: {err}') from err
+    for path in written:
+        print(f'{path}: {len(outputs[path].items)} images, {len(args.languages)} languages')
