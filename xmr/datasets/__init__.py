@@ -9,6 +9,26 @@ Item contract (every dataset of xmr):
 Media arrive resized and cropped to the backbone's resolution as uint8; the model's data
 preprocessor normalises them.
 """
+from xmr.datasets.annotation import (
+    Annotation,
+    AnnotationError,
+    MediaRecord,
+    dump_annotation,
+    load_annotation,
+)
+from xmr.datasets.base import MediaCaptionDataset
 from xmr.datasets.collate import retrieval_collate
+from xmr.datasets.corrupt_policy import MediaSkippedWarning, SkippedMedia
+from xmr.datasets.frame_sampling import uniform_frame_indices
+from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
+from xmr.datasets.pairs import CaptionPairDataset
+from xmr.datasets.preprocess import backbone_mean_std, backbone_preprocess_cfg
+from xmr.datasets.retrieval import RetrievalDataset
+from xmr.datasets.transforms import MediaTransform
 
-__all__ = ['retrieval_collate']
+__all__ = [
+    'Annotation', 'AnnotationError', 'MediaRecord', 'dump_annotation', 'load_annotation',
+    'MediaCaptionDataset', 'CaptionPairDataset', 'RetrievalDataset', 'retrieval_collate',
+    'MediaSkippedWarning', 'SkippedMedia', 'MediaReadError', 'read_image', 'read_video_frames',
+    'uniform_frame_indices', 'MediaTransform', 'backbone_mean_std', 'backbone_preprocess_cfg',
+]

@@ -6,16 +6,20 @@ from typing import Any
 
 import torch
 
+from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.registry import FUNCTIONS
 
 
 @FUNCTIONS.register_module()
-def retrieval_collate(items: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+def retrieval_collate(items: Sequence[dict[str, Any] | SkippedMedia | None]) -> dict[str, Any]:
     """Collate dataset items into one batch dict.
 
-    Tensors under ``media`` are stacked (``[B, 3, H, W]`` images or ``[B, T, 3, H, W]`` videos);
-    every other key becomes a list of length ``B``. Items that a dataset skipped (``None``: an
-    unreadable video under the ``skip`` policy) are dropped.
+    Tensors under ``media`` are stacked (``[B, 3, H, W]`` images or ``[B, T, 3, H, W]`` videos),
+    and media that are all ``None`` (text-only datasets) collate to ``None``; every other key
+    becomes a list of length ``B``. Items that a dataset skipped (``None``, or a
+    ``SkippedMedia`` marker for an unreadable file under ``on_corrupt='skip'``) are dropped; the
+    markers' file paths are listed under ``skipped_media`` (present only when something was
+    skipped) for ``CorruptMediaHook`` to count.
 
     Args:
         items: dataset items (see ``docs/data.md`` for their keys).
@@ -23,14 +27,19 @@ def retrieval_collate(items: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
     Returns:
         The batch, with ``batch_size`` holding the number of kept items.
     """
-    kept = [item for item in items if item is not None]
+    kept = [item for item in items if item is not None and not isinstance(item, SkippedMedia)]
+    skipped = [item.media_path for item in items if isinstance(item, SkippedMedia)]
     batch: dict[str, Any] = {'batch_size': len(kept)}
+    if skipped:
+        batch['skipped_media'] = skipped
     if not kept:
         return batch
     for key in kept[0]:
         values = [item[key] for item in kept]
         if key == 'media' and all(isinstance(v, torch.Tensor) for v in values):
             batch[key] = torch.stack(values)
+        elif key == 'media' and all(v is None for v in values):
+            batch[key] = None
         else:
             batch[key] = values
     return batch

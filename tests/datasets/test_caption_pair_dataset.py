@@ -1,0 +1,76 @@
+"""CaptionPairDataset: one item per (media, source caption, target language)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from xmr.datasets import (
+    Annotation,
+    CaptionPairDataset,
+    MediaRecord,
+    dump_annotation,
+    retrieval_collate,
+)
+
+TINY = dict(type='MediaTransform', backbone=None, size=8)
+
+
+@pytest.fixture
+def ann_file(tmp_path):
+    ann = Annotation(
+        dataset='demo', split='train', media_type='image', languages=['en', 'de'],
+        source_lang='en', translation_langs=['de', 'cs'],
+        items=[MediaRecord('a', 'a.png', {'en': ['a dog', 'a brown dog'],
+                                          'de': ['ein Hund', 'ein brauner Hund']},
+                           {'de': ['MT Hund', 'MT brauner Hund'], 'cs': ['MT pes', 'MT hnědý']}),
+               MediaRecord('b', 'b.png', {'en': ['a cat'], 'de': ['eine Katze']},
+                           {'de': ['MT Katze'], 'cs': ['MT kočka']})])
+    for name in ('a', 'b'):
+        Image.fromarray(np.zeros((12, 10, 3), dtype=np.uint8)).save(tmp_path / f'{name}.png')
+    dump_annotation(ann, tmp_path / 'ann.json')
+    return tmp_path / 'ann.json'
+
+
+def test_every_translation_is_one_item(ann_file):
+    dataset = CaptionPairDataset(ann_file, data_root=ann_file.parent, transform=TINY)
+    triples = [(dataset[i]['media_id'], dataset[i]['source_text'], dataset[i]['target_text'],
+                dataset[i]['lang']) for i in range(len(dataset))]
+    assert triples == [
+        ('a', 'a dog', 'MT Hund', 'de'), ('a', 'a dog', 'MT pes', 'cs'),
+        ('a', 'a brown dog', 'MT brauner Hund', 'de'), ('a', 'a brown dog', 'MT hnědý', 'cs'),
+        ('b', 'a cat', 'MT Katze', 'de'), ('b', 'a cat', 'MT kočka', 'cs')]
+    item = dataset[5]
+    assert item['index'] == 5 and item['media'].dtype == torch.uint8
+    assert tuple(item['media'].shape) == (3, 8, 8)
+    assert len(CaptionPairDataset(ann_file, data_root=ann_file.parent, target_langs=['cs'],
+                                  transform=TINY)) == 3
+
+
+def test_human_parallel_captions_and_source_only(ann_file):
+    human = CaptionPairDataset(ann_file, data_root=ann_file.parent, target_field='captions',
+                               transform=TINY)
+    assert [human[i]['target_text'] for i in range(len(human))] == [
+        'ein Hund', 'ein brauner Hund', 'eine Katze']
+    source = CaptionPairDataset(ann_file, data_root=ann_file.parent, source_only=True,
+                                transform=TINY)
+    items = [source[i] for i in range(len(source))]
+    assert [(i['source_text'], i['target_text'], i['lang']) for i in items] == [
+        ('a dog', None, 'en'), ('a brown dog', None, 'en'), ('a cat', None, 'en')]
+
+
+def test_text_only_items_collate_without_media(ann_file):
+    dataset = CaptionPairDataset(ann_file, with_media=False, transform=TINY)
+    batch = retrieval_collate([dataset[i] for i in range(4)])
+    assert batch['media'] is None and batch['batch_size'] == 4
+    assert batch['lang'] == ['de', 'cs', 'de', 'cs']
+
+
+def test_bad_choices_are_named(ann_file):
+    with pytest.raises(ValueError, match=r"has no translations in \['ja'\] language"):
+        CaptionPairDataset(ann_file, target_langs=['ja'], transform=TINY)
+    with pytest.raises(ValueError, match='source_only items have no target language'):
+        CaptionPairDataset(ann_file, source_only=True, target_langs=['de'], transform=TINY)
+    with pytest.raises(ValueError, match="on_corrupt must be one of \\('raise', 'skip'\\)"):
+        CaptionPairDataset(ann_file, on_corrupt='ignore', transform=TINY)

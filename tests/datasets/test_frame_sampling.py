@@ -1,0 +1,40 @@
+"""Uniform segment sampling: segment centres in testing, a random offset per segment in training."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from xmr.datasets.frame_sampling import uniform_frame_indices
+
+
+def test_centres_of_twelve_segments_of_310_frames():
+    # Segment length 310 / 12 = 25.833...; centre i = floor((i + 0.5) * 25.833...).
+    assert uniform_frame_indices(310, 12, random_offset=False) == [
+        12, 38, 64, 90, 116, 142, 167, 193, 219, 245, 271, 297]
+
+
+def test_short_clips_repeat_frames():
+    assert uniform_frame_indices(4, 12, random_offset=False) == [0, 0, 0, 1, 1, 1, 2, 2, 2,
+                                                                 3, 3, 3]
+    assert uniform_frame_indices(1, 3, random_offset=True) == [0, 0, 0]
+
+
+def test_training_offsets_stay_inside_their_segment_and_follow_the_generator():
+    generator = torch.Generator().manual_seed(3)
+    draws = [uniform_frame_indices(310, 12, True, generator) for _ in range(50)]
+    for indices in draws:
+        for i, index in enumerate(indices):
+            assert math.floor(i * 310 / 12) <= index < math.ceil((i + 1) * 310 / 12)
+    assert len({tuple(d) for d in draws}) > 40
+    offsets = torch.rand(12, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    expected = [math.floor((i + float(offsets[i])) * 310 / 12) for i in range(12)]
+    assert uniform_frame_indices(310, 12, True, torch.Generator().manual_seed(5)) == expected
+
+
+def test_invalid_counts_are_rejected():
+    with pytest.raises(ValueError, match='at least one frame'):
+        uniform_frame_indices(0, 12, False)
+    with pytest.raises(ValueError, match='num_samples must be positive'):
+        uniform_frame_indices(10, 0, False)

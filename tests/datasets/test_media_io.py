@@ -1,0 +1,70 @@
+"""Decoding images and the real clips of ../shared/data/videos with decord."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
+
+
+@pytest.fixture
+def videos(shared_data):
+    folder = shared_data / 'videos'
+    if not (folder / 'flipping_a_pancake.mkv').is_file():
+        pytest.skip(f'video fixtures not found under {folder}')
+    return folder
+
+
+def test_test_sampling_decodes_the_segment_centres(videos):
+    import decord
+
+    frames, indices = read_video_frames(videos / 'flipping_a_pancake.mkv', 12,
+                                        random_offset=False)
+    assert indices == [12, 38, 64, 90, 116, 142, 167, 193, 219, 245, 271, 297]
+    assert frames.dtype == torch.uint8 and tuple(frames.shape) == (12, 3, 240, 426)
+    reader = decord.VideoReader(str(videos / 'flipping_a_pancake.mkv'))
+    assert torch.equal(frames[5], torch.from_numpy(reader[142].asnumpy()).permute(2, 0, 1))
+
+
+def test_train_sampling_draws_one_frame_per_segment(videos):
+    torch.manual_seed(0)
+    seen = set()
+    for _ in range(5):
+        frames, indices = read_video_frames(videos / 'flipping_a_pancake.mkv', 12, True)
+        assert frames.shape[0] == 12
+        assert all(i * 310 // 12 <= index < -(-(i + 1) * 310 // 12)
+                   for i, index in enumerate(indices))
+        seen.add(tuple(indices))
+    assert len(seen) > 1
+
+
+def test_out_of_order_timestamps_still_give_every_frame(videos):
+    frames, indices = read_video_frames(videos / 'unordered.mov', 12, random_offset=False)
+    assert indices == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert tuple(frames.shape) == (12, 3, 50, 50)
+    _, train_indices = read_video_frames(videos / 'unordered.mov', 8, random_offset=True)
+    assert train_indices == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_corrupted_and_missing_videos_name_the_file(videos, tmp_path):
+    with pytest.raises(MediaReadError, match=r'corrupted\.mp4: decoding failed') as info:
+        read_video_frames(videos / 'corrupted.mp4', 12, random_offset=False)
+    assert info.value.path == str(videos / 'corrupted.mp4')
+    with pytest.raises(MediaReadError, match=r'nothing\.mp4: file not found'):
+        read_video_frames(tmp_path / 'nothing.mp4', 12, random_offset=False)
+
+
+def test_images_decode_as_rgb_and_bad_files_name_their_path(tmp_path):
+    pixels = np.arange(8 * 6 * 3, dtype=np.uint8).reshape(8, 6, 3)
+    Image.fromarray(pixels).save(tmp_path / 'a.png')
+    Image.fromarray(pixels[..., 0]).save(tmp_path / 'gray.png')
+    assert torch.equal(read_image(tmp_path / 'a.png'), torch.from_numpy(pixels).permute(2, 0, 1))
+    gray = read_image(tmp_path / 'gray.png')
+    assert gray.shape == (3, 8, 6) and torch.equal(gray[0], gray[2])
+    (tmp_path / 'broken.jpg').write_bytes(b'not a jpeg')
+    with pytest.raises(MediaReadError, match=r'broken\.jpg: not a decodable image'):
+        read_image(tmp_path / 'broken.jpg')
+    with pytest.raises(MediaReadError, match=r'gone\.jpg: file not found'):
+        read_image(tmp_path / 'gone.jpg')

@@ -1,0 +1,72 @@
+"""uint8 resize/crop against open_clip's own preprocessing, modes, and train augmentation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from open_clip.transform import image_transform
+from PIL import Image
+
+from xmr.datasets.transforms import MediaTransform
+
+
+def _image(height: int, width: int) -> torch.Tensor:
+    y, x = np.mgrid[0:height, 0:width]
+    pixels = np.stack([x * 255 // width, y * 255 // height, (x + y) % 256], -1)
+    return torch.from_numpy(pixels.astype(np.uint8)).permute(2, 0, 1)
+
+
+def test_evaluation_matches_open_clip_preprocessing():
+    image = _image(90, 160)
+    ours = MediaTransform('ViT-B-32', 'openai', size=32)(image)
+    assert ours.dtype == torch.uint8 and tuple(ours.shape) == (3, 32, 32)
+    reference = image_transform(32, is_train=False)(Image.fromarray(
+        image.permute(1, 2, 0).numpy()))
+    mean = torch.tensor([0.48145466, 0.4578275, 0.40821073]).view(3, 1, 1)
+    std = torch.tensor([0.26862954, 0.26130258, 0.27577711]).view(3, 1, 1)
+    normalised = (ours.float() / 255 - mean) / std
+    # Tensor and PIL bicubic resampling differ by at most a couple of grey levels.
+    assert (normalised - reference).abs().max() < 3 / 255 / 0.26
+
+
+def test_backbone_decides_the_size():
+    assert MediaTransform('ViT-L-14-336', 'openai')(_image(400, 500)).shape == (3, 336, 336)
+    assert MediaTransform(backbone=None, size=(16, 24))(_image(40, 40)).shape == (3, 16, 24)
+
+
+def test_squash_and_longest_modes():
+    squash = MediaTransform(backbone=None, size=8, resize_mode='squash')(_image(10, 40))
+    assert squash.shape == (3, 8, 8)
+    white = torch.full((3, 10, 40), 255, dtype=torch.uint8)
+    padded = MediaTransform(backbone=None, size=8, resize_mode='longest', fill_color=0)(white)
+    # 10 x 40 -> 2 x 8, centred vertically in 8 rows: rows 3-4 image, the rest fill.
+    assert padded[:, 3:5].eq(255).all() and padded[:, :3].eq(0).all() and padded[:, 5:].eq(0).all()
+
+
+def test_video_frames_share_one_random_crop_and_flip():
+    torch.manual_seed(0)
+    transform = MediaTransform(backbone=None, size=16, training=True,
+                               random_resized_crop=dict(scale=(0.3, 0.6)), hflip_prob=0.5)
+    clip = _image(48, 64).unsqueeze(0).repeat(4, 1, 1, 1)
+    outputs = [transform(clip) for _ in range(6)]
+    for out in outputs:
+        assert out.shape == (4, 3, 16, 16)
+        assert all(torch.equal(out[0], out[t]) for t in range(1, 4))
+    assert len({out[0].float().sum().item() for out in outputs}) > 1
+
+
+def test_augmentation_is_off_in_evaluation():
+    transform = MediaTransform(backbone=None, size=16, training=False,
+                               random_resized_crop=dict(scale=(0.3, 0.6)), hflip_prob=1.0)
+    image = _image(48, 64)
+    assert torch.equal(transform(image), transform(image))
+    assert torch.equal(transform(image), MediaTransform(backbone=None, size=16)(image))
+
+
+def test_bad_input_and_settings_are_rejected():
+    with pytest.raises(ValueError, match=r'expects uint8 \[3, H, W\]'):
+        MediaTransform(backbone=None, size=8)(torch.zeros(3, 8, 8))
+    with pytest.raises(ValueError, match='resize_mode must be one of'):
+        MediaTransform(backbone=None, size=8, resize_mode='fit')
+    with pytest.raises(ValueError, match='random_resized_crop takes scale and ratio'):
+        MediaTransform(backbone=None, size=8, random_resized_crop=dict(size=3))

@@ -1,0 +1,32 @@
+"""Backbone preprocessing settings read from open_clip's configs, offline."""
+from __future__ import annotations
+
+import pytest
+from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
+
+from xmr.datasets.preprocess import backbone_mean_std, backbone_preprocess_cfg
+
+
+def test_openai_clip_settings():
+    cfg = backbone_preprocess_cfg('ViT-B-32', 'openai')
+    assert cfg['size'] == 224 and cfg['resize_mode'] == 'shortest'
+    assert cfg['interpolation'] == 'bicubic'
+    assert backbone_mean_std('ViT-B-32', 'openai') == (tuple(OPENAI_DATASET_MEAN),
+                                                       tuple(OPENAI_DATASET_STD))
+    assert backbone_preprocess_cfg('ViT-L-14-336', 'openai')['size'] == 336
+
+
+def test_tag_specific_normalisation_and_resize_mode():
+    cfg = backbone_preprocess_cfg('ViT-B-16-SigLIP', 'webli')
+    assert cfg['mean'] == (0.5, 0.5, 0.5) and cfg['std'] == (0.5, 0.5, 0.5)
+    assert cfg['resize_mode'] == 'squash'
+
+
+def test_checkpoint_path_keeps_openai_defaults_and_unknown_names_fail():
+    assert backbone_preprocess_cfg('ViT-B-32', 'work_dirs/clip.pt')['mean'] == tuple(
+        OPENAI_DATASET_MEAN)
+    with pytest.raises(KeyError, match='closest: ViT-B-32'):
+        backbone_preprocess_cfg('ViT-B-32x')
+    with pytest.raises(KeyError, match="no pretrained tag 'opanai' for ViT-B-32; known tags: "
+                                       'openai'):
+        backbone_preprocess_cfg('ViT-B-32', 'opanai')

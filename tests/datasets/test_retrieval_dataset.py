@@ -1,0 +1,110 @@
+"""RetrievalDataset on converted real captions (placeholder images) and the real clips."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader
+
+from xmr.datasets import (
+    Annotation,
+    MediaReadError,
+    MediaRecord,
+    MediaSkippedWarning,
+    RetrievalDataset,
+    SkippedMedia,
+    dump_annotation,
+    retrieval_collate,
+)
+from xmr.datasets.converters.multi30k import convert_multi30k
+from xmr.registry import DATASETS
+
+TINY = dict(type='MediaTransform', backbone=None, size=16)
+CLIPS = ['flipping_a_pancake.mkv', 'video_0.mov', 'unordered.mov', 'corrupted.mp4']
+
+
+@pytest.fixture
+def multi30k_test(shared_data, tmp_path) -> Path:
+    """The real test_2016_flickr annotation with three 8x8 JPEG placeholders."""
+    root = shared_data / 'multi30k'
+    if not (root / 'raw').is_dir():
+        pytest.skip(f'Multi30K fixtures not found under {root}')
+    ann = convert_multi30k(root / 'raw', root / 'image_splits', splits=['test'])['test']
+    (tmp_path / 'images').mkdir()
+    for i, record in enumerate(ann.items[:3]):
+        pixels = np.full((8, 8, 3), 40 * (i + 1), dtype=np.uint8)
+        Image.fromarray(pixels).save(tmp_path / 'images' / record.media_path, quality=95)
+    dump_annotation(ann, tmp_path / 'annotations' / 'multi30k_test.json')
+    return tmp_path
+
+
+@pytest.fixture
+def clips(shared_data, tmp_path) -> Path:
+    folder = shared_data / 'videos'
+    if not (folder / 'corrupted.mp4').is_file():
+        pytest.skip(f'video fixtures not found under {folder}')
+    ann = Annotation(dataset='clips', split='test', media_type='video', languages=['en', 'de'],
+                     items=[MediaRecord(name.split('.')[0], str(folder / name),
+                                        {'en': [f'clip {name}'], 'de': [f'Clip {name}']})
+                            for name in CLIPS])
+    dump_annotation(ann, tmp_path / 'clips.json')
+    return tmp_path / 'clips.json'
+
+
+def test_items_follow_the_contract(multi30k_test):
+    dataset = DATASETS.build(dict(type='RetrievalDataset', data_root=str(multi30k_test),
+                                  ann_file='annotations/multi30k_test.json',
+                                  data_prefix=dict(media='images'), languages=['de', 'cs'],
+                                  transform=TINY))
+    assert len(dataset) == 1000
+    item = dataset[2]
+    assert set(item) == {'media', 'media_id', 'captions', 'index'}
+    assert item['media'].dtype == torch.uint8 and tuple(item['media'].shape) == (3, 16, 16)
+    assert abs(item['media'].float().mean().item() - 120) < 3
+    record = dataset.records[2]
+    assert item['media_id'] == record.media_id and item['index'] == 2
+    assert item['captions'] == {'de': record.captions['de'], 'cs': record.captions['cs']}
+    assert dataset.metainfo['languages'] == ['de', 'cs']
+    assert dataset.metainfo['dataset'] == 'multi30k'
+
+
+def test_missing_image_fails_with_its_path(multi30k_test):
+    dataset = RetrievalDataset(multi30k_test / 'annotations' / 'multi30k_test.json',
+                               data_prefix=dict(media=str(multi30k_test / 'images')),
+                               transform=TINY)
+    missing = multi30k_test / 'images' / dataset.records[3].media_path
+    with pytest.raises(MediaReadError, match=f'{missing}: file not found'):
+        dataset[3]
+
+
+def test_unknown_language_is_rejected(multi30k_test):
+    with pytest.raises(ValueError, match=r"has no \['ja'\] captions"):
+        RetrievalDataset(multi30k_test / 'annotations' / 'multi30k_test.json',
+                         languages=['ja'], transform=TINY)
+
+
+def test_videos_give_twelve_centre_frames_and_corrupt_raises(clips):
+    dataset = RetrievalDataset(clips, transform=TINY)
+    item = dataset[0]
+    assert item['media'].dtype == torch.uint8 and tuple(item['media'].shape) == (12, 3, 16, 16)
+    assert tuple(dataset[2]['media'].shape) == (12, 3, 16, 16)
+    with pytest.raises(MediaReadError, match=r'corrupted\.mp4'):
+        dataset[3]
+
+
+def test_skip_policy_warns_and_the_batch_names_the_file(clips):
+    dataset = RetrievalDataset(clips, transform=TINY, num_frames=4, on_corrupt='skip')
+    with pytest.warns(MediaSkippedWarning, match=r'skipping item 3: .*corrupted\.mp4'):
+        marker = dataset[3]
+    assert isinstance(marker, SkippedMedia) and marker.media_path.endswith('corrupted.mp4')
+    loader = DataLoader(dataset, batch_size=4, num_workers=1, collate_fn=retrieval_collate)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', MediaSkippedWarning)
+        (batch,) = list(loader)
+    assert batch['batch_size'] == 3 and tuple(batch['media'].shape) == (3, 4, 3, 16, 16)
+    assert batch['media_id'] == ['flipping_a_pancake', 'video_0', 'unordered']
+    assert [Path(p).name for p in batch['skipped_media']] == ['corrupted.mp4']

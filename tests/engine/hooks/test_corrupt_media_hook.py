@@ -1,0 +1,64 @@
+"""CorruptMediaHook: counts and names of skipped media per epoch, validation and test."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from xmr.engine.hooks.corrupt_media import CorruptMediaHook
+from xmr.registry import HOOKS
+
+
+class _Logger:
+    def __init__(self):
+        self.warnings: list[str] = []
+
+    def warning(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+def _runner(epoch=0, iteration=0):
+    return SimpleNamespace(logger=_Logger(), epoch=epoch, iter=iteration)
+
+
+def test_train_epoch_report_counts_every_skip_and_resets():
+    hook = HOOKS.build(dict(type='CorruptMediaHook', interval=0))
+    runner = _runner(epoch=2)
+    batches = [{'batch_size': 3, 'skipped_media': ['/v/b.mp4']}, {'batch_size': 4},
+               {'batch_size': 2, 'skipped_media': ['/v/a.mp4', '/v/b.mp4']}]
+    for i, batch in enumerate(batches):
+        hook.after_train_iter(runner, i, batch)
+    assert hook.skipped_counts('train') == {'/v/a.mp4': 1, '/v/b.mp4': 2}
+    hook.after_train_epoch(runner)
+    assert runner.logger.warnings == [
+        'train epoch 3: 3 unreadable media skipped (2 files): /v/a.mp4, /v/b.mp4 (x2)']
+    hook.after_train_epoch(runner)
+    assert len(runner.logger.warnings) == 1
+
+
+def test_validation_and_test_are_reported_apart():
+    hook = CorruptMediaHook(max_names=1)
+    runner = _runner()
+    hook.after_val_iter(runner, 0, {'skipped_media': ['/v/x.mp4', '/v/y.mp4']})
+    hook.after_test_iter(runner, 0, {'skipped_media': ['/v/z.mp4']})
+    hook.after_val_epoch(runner, {})
+    hook.after_test_epoch(runner, {})
+    assert runner.logger.warnings == [
+        'validation: 2 unreadable media skipped (2 files): /v/x.mp4 and 1 more files',
+        'test: 1 unreadable media skipped (1 files): /v/z.mp4']
+
+
+def test_iteration_interval_reports_long_phases():
+    hook = CorruptMediaHook(interval=2)
+    runner = _runner(iteration=0)
+    hook.after_train_iter(runner, 0, {'skipped_media': ['/v/a.mp4']})
+    assert runner.logger.warnings == []
+    runner.iter = 1
+    hook.after_train_iter(runner, 1, {'batch_size': 8})
+    assert runner.logger.warnings == [
+        'train up to iteration 2: 1 unreadable media skipped (1 files): /v/a.mp4']
+
+
+def test_negative_settings_are_rejected():
+    with pytest.raises(ValueError, match='must be >= 0'):
+        CorruptMediaHook(interval=-1)

@@ -1,0 +1,113 @@
+"""Common ground of xmr's datasets: annotation, paths, media decoding and the corrupt policy."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from xmr.datasets.annotation import Annotation, MediaRecord, load_annotation
+from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
+from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
+from xmr.registry import TRANSFORMS
+
+__all__ = ['MediaCaptionDataset']
+
+DEFAULT_TRANSFORM: dict[str, Any] = {'type': 'MediaTransform', 'backbone': 'ViT-B-32',
+                                     'pretrained': 'openai'}
+
+
+class MediaCaptionDataset(Dataset):
+    """Base of the datasets that read an xmr annotation file (``docs/data.md``).
+
+    Args:
+        ann_file: annotation file, relative to ``data_root`` unless absolute.
+        data_root: root of the dataset's files.
+        data_prefix: ``dict(media=folder)``: media root relative to ``data_root`` (unless
+            absolute); every ``media_path`` of the annotation is relative to it.
+        transform: config of the media transform (default: ``MediaTransform`` of open_clip
+            ``ViT-B-32``/``openai``); its ``training`` flag is set to ``not test_mode``.
+        num_frames: frames sampled per video (``T``; DASD uses 12).
+        test_mode: evaluation behaviour: segment-centre frames, no augmentation.
+        on_corrupt: ``raise`` or ``skip`` for unreadable media (``corrupt_policy``).
+        decode_threads: decord threads per video.
+        with_media: decode media; ``False`` gives ``media=None`` for text-only phases.
+    """
+
+    def __init__(self, ann_file: str | os.PathLike, data_root: str | os.PathLike = '',
+                 data_prefix: dict[str, str] | None = None,
+                 transform: dict[str, Any] | None = None, num_frames: int = 12,
+                 test_mode: bool = False, on_corrupt: str = 'raise', decode_threads: int = 1,
+                 with_media: bool = True) -> None:
+        self.data_root = Path(data_root)
+        self.ann_file = self._under_root(ann_file)
+        self.annotation: Annotation = load_annotation(self.ann_file)
+        prefix = dict(data_prefix or {})
+        unknown = set(prefix) - {'media'}
+        if unknown:
+            raise ValueError(f'data_prefix takes only "media", got {sorted(unknown)}')
+        self.media_root = self._under_root(prefix.get('media', ''))
+        if num_frames <= 0:
+            raise ValueError(f'num_frames must be positive, got {num_frames}')
+        self.num_frames = num_frames
+        self.test_mode = test_mode
+        self.on_corrupt = check_policy(on_corrupt)
+        self.decode_threads = decode_threads
+        self.with_media = with_media
+        transform_cfg = dict(DEFAULT_TRANSFORM if transform is None else transform)
+        transform_cfg.setdefault('type', 'MediaTransform')
+        transform_cfg['training'] = not test_mode
+        self.transform = TRANSFORMS.build(transform_cfg)
+
+    def _under_root(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        return path if path.is_absolute() else self.data_root / path
+
+    @property
+    def records(self) -> list[MediaRecord]:
+        """The annotation's records, in file order."""
+        return self.annotation.items
+
+    @property
+    def metainfo(self) -> dict[str, Any]:
+        """Facts about the data, read by MMEngine's runner into evaluators' ``dataset_meta``."""
+        ann = self.annotation
+        return {'dataset': ann.dataset, 'split': ann.split, 'media_type': ann.media_type,
+                'languages': list(ann.languages), 'source_lang': ann.source_lang,
+                'translation_langs': list(ann.translation_langs),
+                'ann_file': str(self.ann_file)}
+
+    def media_path(self, record: MediaRecord) -> Path:
+        """Full path of a record's media file."""
+        return self.media_root / record.media_path
+
+    def load_media(self, record: MediaRecord, index: int) -> torch.Tensor | SkippedMedia | None:
+        """Decode and transform one record's media.
+
+        Returns:
+            uint8 ``[3, S, S]`` (image) or ``[T, 3, S, S]`` (video); ``None`` without media;
+            a :class:`SkippedMedia` marker when unreadable under ``on_corrupt='skip'``.
+
+        Raises:
+            MediaReadError: when unreadable under ``on_corrupt='raise'``.
+        """
+        if not self.with_media:
+            return None
+        path = self.media_path(record)
+        try:
+            if self.annotation.media_type == 'video':
+                media, _ = read_video_frames(path, self.num_frames,
+                                             random_offset=not self.test_mode,
+                                             num_threads=self.decode_threads)
+            else:
+                media = read_image(path)
+        except MediaReadError as err:
+            return skip_or_raise(err, self.on_corrupt, index)
+        return self.transform(media)
+
+    def __repr__(self) -> str:
+        return (f'{type(self).__name__}(ann_file={str(self.ann_file)!r}, items={len(self)}, '
+                f'media_type={self.annotation.media_type!r}, test_mode={self.test_mode}, '
+                f'on_corrupt={self.on_corrupt!r})')

@@ -1,0 +1,45 @@
+"""Uniform segment sampling of video frames (the CLIP4Clip recipe DASD uses for video).
+
+A clip of ``N`` frames is cut into ``T`` equal segments ``[i N / T, (i + 1) N / T)``; one frame is
+taken from each: at a random offset inside the segment when training, at the segment centre when
+testing. With ``N < T`` segments are shorter than a frame and frames repeat, so every clip yields
+exactly ``T`` indices.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ['uniform_frame_indices']
+
+
+def uniform_frame_indices(num_video_frames: int, num_samples: int, random_offset: bool,
+                          generator: torch.Generator | None = None) -> list[int]:
+    """Frame indices, one per segment, in temporal order.
+
+    ``index_i = min(N - 1, floor((i + u_i) * N / T))`` with ``u_i ~ U[0, 1)`` when
+    ``random_offset`` else ``u_i = 0.5``.
+
+    Args:
+        num_video_frames: ``N``, frames in the clip.
+        num_samples: ``T``, frames to return.
+        random_offset: training (random offset) or testing (segment centre).
+        generator: torch generator for the offsets (default: torch's global RNG, which
+            DataLoader seeds per worker).
+
+    Returns:
+        ``T`` indices in ``[0, N)``, non-decreasing.
+
+    Raises:
+        ValueError: if ``N`` or ``T`` is not positive.
+    """
+    if num_video_frames <= 0:
+        raise ValueError(f'a clip needs at least one frame, got {num_video_frames}')
+    if num_samples <= 0:
+        raise ValueError(f'num_samples must be positive, got {num_samples}')
+    if random_offset:
+        offsets = torch.rand(num_samples, generator=generator, dtype=torch.float64)
+    else:
+        offsets = torch.full((num_samples,), 0.5, dtype=torch.float64)
+    positions = (torch.arange(num_samples, dtype=torch.float64) + offsets) * (
+        num_video_frames / num_samples)
+    return positions.floor().long().clamp_(max=num_video_frames - 1).tolist()

@@ -1,0 +1,91 @@
+"""Decoding images (Pillow) and sampled video frames (decord) into uint8 tensors.
+
+Every failure -- a missing file, an undecodable image, a damaged video stream -- becomes a
+:class:`MediaReadError` that carries the file's path, so a dataset can fail or skip by policy and
+always name the file.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from xmr.datasets.frame_sampling import uniform_frame_indices
+
+__all__ = ['MediaReadError', 'read_image', 'read_video_frames']
+
+# decord prefixes its C++ errors with "[hh:mm:ss] /source/file.cc:line: "; the rest is the reason.
+_DECORD_LOCATION = re.compile(r'\[\d\d:\d\d:\d\d\] \S+:\d+: ')
+
+
+class MediaReadError(RuntimeError):
+    """A media file cannot be read.
+
+    Attributes:
+        path: the file.
+        reason: what went wrong.
+    """
+
+    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f'cannot read media file {self.path}: {reason}')
+
+
+def read_image(path: str | os.PathLike) -> torch.Tensor:
+    """Decode an image as RGB.
+
+    Returns:
+        uint8 ``[3, H, W]``.
+
+    Raises:
+        MediaReadError: if the file is missing or not a decodable image.
+    """
+    if not Path(path).is_file():
+        raise MediaReadError(path, 'file not found')
+    try:
+        with Image.open(path) as image:
+            array = np.asarray(image.convert('RGB'))
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        raise MediaReadError(path, f'not a decodable image ({err})') from err
+    return torch.from_numpy(array.copy()).permute(2, 0, 1)
+
+
+def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: bool,
+                      num_threads: int = 1) -> tuple[torch.Tensor, list[int]]:
+    """Decode ``num_frames`` uniformly sampled frames of a video with decord.
+
+    Args:
+        path: the video file.
+        num_frames: frames to sample (one per segment, :func:`uniform_frame_indices`).
+        random_offset: random offset in each segment (training) or the centre (testing).
+        num_threads: decoder threads (keep small inside DataLoader workers).
+
+    Returns:
+        ``(frames uint8 [T, 3, H, W], indices)``.
+
+    Raises:
+        MediaReadError: if the file is missing, has no frames, or decoding fails.
+    """
+    # decord is imported here so that image-only use never loads FFmpeg.
+    import decord
+
+    if not Path(path).is_file():
+        raise MediaReadError(path, 'file not found')
+    try:
+        reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=num_threads)
+        total = len(reader)
+        if total == 0:
+            raise MediaReadError(path, 'the video has no frames')
+        indices = uniform_frame_indices(total, num_frames, random_offset)
+        frames = reader.get_batch(indices).asnumpy()
+    except MediaReadError:
+        raise
+    except (decord.DECORDError, RuntimeError, IndexError, ValueError) as err:
+        reason = _DECORD_LOCATION.sub('', ' '.join(str(err).split())) or repr(err)
+        raise MediaReadError(path, f'decoding failed ({reason})') from err
+    return torch.from_numpy(frames).permute(0, 3, 1, 2).contiguous(), indices

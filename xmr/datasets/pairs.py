@@ -1,0 +1,107 @@
+"""Training pairs: a source caption, its target-language counterpart and the media."""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from xmr.datasets.base import MediaCaptionDataset
+from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.registry import DATASETS
+
+__all__ = ['CaptionPairDataset', 'TARGET_FIELDS']
+
+TARGET_FIELDS = ('translations', 'captions')
+
+
+@DATASETS.register_module()
+class CaptionPairDataset(MediaCaptionDataset):
+    """One item per (media, source caption, target language).
+
+    Item: ``dict(media=uint8 [3, S, S] | [T, 3, S, S] | None, media_id=str, source_text=str,
+    target_text=str | None, lang=str, index=int)``; ``lang`` is the item's target language, or
+    the source language with ``target_text=None`` when ``source_only``. Items are ordered by
+    record, then source caption, then target language.
+
+    Args:
+        ann_file: annotation file (see :class:`MediaCaptionDataset` for the other arguments).
+        target_langs: target languages (default: every language of ``target_field`` other than
+            the source).
+        target_field: ``translations`` pairs each source caption with its machine translation
+            (MT training data); ``captions`` pairs the ``k``-th source caption with the ``k``-th
+            caption of the target language, which is right only for parallel human captions
+            such as Multi30K task 1 or XTD10 (every record must have equal counts).
+        source_only: one item per source caption with ``target_text=None`` (English CLIP
+            fine-tuning).
+    """
+
+    def __init__(self, ann_file: str | os.PathLike, target_langs: Sequence[str] | None = None,
+                 target_field: str = 'translations', source_only: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(ann_file, **kwargs)
+        ann = self.annotation
+        if ann.source_lang is None:
+            raise ValueError(f'{self.ann_file} names no source_lang; training pairs need one')
+        if target_field not in TARGET_FIELDS:
+            raise ValueError(f'target_field must be one of {TARGET_FIELDS}, got {target_field!r}')
+        self.source_lang = ann.source_lang
+        self.target_field = target_field
+        self.source_only = source_only
+        available = (ann.translation_langs if target_field == 'translations'
+                     else [lang for lang in ann.languages if lang != ann.source_lang])
+        if source_only:
+            if target_langs:
+                raise ValueError('source_only items have no target language; drop target_langs')
+            self.target_langs: list[str] = []
+        else:
+            self.target_langs = list(available if target_langs is None else target_langs)
+            missing = [lang for lang in self.target_langs if lang not in available]
+            if missing or not self.target_langs:
+                raise ValueError(f'{self.ann_file} has no {target_field} in {missing or "any"} '
+                                 f'language; it has {available}')
+        self._record, self._caption, self._lang = self._build_index()
+
+    def _build_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        counts = np.asarray([len(record.captions[self.source_lang]) for record in self.records],
+                            dtype=np.int64)
+        if self.target_field == 'captions':
+            for r, record in enumerate(self.records):
+                for lang in self.target_langs:
+                    if len(record.captions[lang]) != counts[r]:
+                        raise ValueError(
+                            f'{self.ann_file}: item {r} ({record.media_id}) has {counts[r]} '
+                            f'{self.source_lang} and {len(record.captions[lang])} {lang} '
+                            "captions; target_field='captions' needs parallel captions")
+        per_caption = max(1, len(self.target_langs))
+        # Flat int arrays keep the index small for millions of pairs and cheap to share with
+        # forked DataLoader workers.
+        record_of_caption = np.repeat(np.arange(len(counts)), counts)
+        caption_of_caption = np.arange(int(counts.sum())) - np.repeat(
+            np.cumsum(counts) - counts, counts)
+        lang_index = (np.tile(np.arange(per_caption), len(record_of_caption))
+                      if self.target_langs else np.full(len(record_of_caption), -1))
+        return (np.repeat(record_of_caption, per_caption),
+                np.repeat(caption_of_caption, per_caption).astype(np.int32),
+                lang_index.astype(np.int16))
+
+    def __len__(self) -> int:
+        return len(self._record)
+
+    def __getitem__(self, index: int) -> dict[str, Any] | SkippedMedia:
+        record = self.records[int(self._record[index])]
+        caption = int(self._caption[index])
+        media = self.load_media(record, index)
+        if isinstance(media, SkippedMedia):
+            return media
+        source_text = record.captions[self.source_lang][caption]
+        if self.source_only:
+            lang, target_text = self.source_lang, None
+        else:
+            lang = self.target_langs[int(self._lang[index])]
+            table = (record.translations if self.target_field == 'translations'
+                     else record.captions)
+            target_text = table[lang][caption]
+        return {'media': media, 'media_id': record.media_id, 'source_text': source_text,
+                'target_text': target_text, 'lang': lang, 'index': index}

@@ -1,0 +1,72 @@
+"""Retrieval evaluation data: one item per image or video with its captions per language."""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from xmr.datasets.base import MediaCaptionDataset
+from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.registry import DATASETS
+
+__all__ = ['RetrievalDataset']
+
+
+@DATASETS.register_module()
+class RetrievalDataset(MediaCaptionDataset):
+    """Gallery media with their captions, for R@K in both directions.
+
+    Item: ``dict(media=uint8 [3, S, S] | [T, 3, S, S], media_id=str,
+    captions={lang: [str, ...]}, index=int)``, or a ``SkippedMedia`` marker for an unreadable
+    file under ``on_corrupt='skip'``.
+
+    Args:
+        ann_file: annotation file (see :class:`MediaCaptionDataset` for the other arguments).
+        languages: human caption languages to return (default: all of the file).
+        translated_languages: languages whose queries are the file's machine translations of
+            the source captions, for splits without human captions in them (Multi-MSRVTT's
+            validation split); ``metainfo['translated_languages']`` lists them.
+        test_mode: defaults to ``True``: segment-centre frames, no augmentation.
+    """
+
+    def __init__(self, ann_file: str | os.PathLike, languages: Sequence[str] | None = None,
+                 translated_languages: Sequence[str] = (), test_mode: bool = True,
+                 **kwargs: Any) -> None:
+        super().__init__(ann_file, test_mode=test_mode, **kwargs)
+        ann = self.annotation
+        self.languages = list(ann.languages if languages is None else languages)
+        self.translated_languages = list(translated_languages)
+        missing = [lang for lang in self.languages if lang not in ann.languages]
+        if missing:
+            raise ValueError(f'{self.ann_file} has no {missing} captions; it has '
+                             f'{ann.languages}')
+        missing = [lang for lang in self.translated_languages
+                   if lang not in ann.translation_langs]
+        if missing:
+            raise ValueError(f'{self.ann_file} has no {missing} translations; it has '
+                             f'{ann.translation_langs}')
+        both = set(self.languages) & set(self.translated_languages)
+        if both:
+            raise ValueError(f'{sorted(both)} asked for as human and as translated captions')
+        if not self.languages and not self.translated_languages:
+            raise ValueError(f'{self.ann_file}: no caption language selected')
+
+    @property
+    def metainfo(self) -> dict[str, Any]:
+        return {**super().metainfo,
+                'languages': self.languages + self.translated_languages,
+                'translated_languages': list(self.translated_languages)}
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> dict[str, Any] | SkippedMedia:
+        record = self.records[index]
+        media = self.load_media(record, index)
+        if isinstance(media, SkippedMedia):
+            return media
+        captions = {lang: list(record.captions[lang]) for lang in self.languages}
+        captions.update({lang: list(record.translations[lang])
+                         for lang in self.translated_languages})
+        return {'media': media, 'media_id': record.media_id, 'captions': captions,
+                'index': index}

@@ -1,0 +1,84 @@
+"""Counting the media that datasets skipped as unreadable, reported per epoch and per run.
+
+Datasets with ``on_corrupt='skip'`` replace an unreadable file's item by a marker; the collate
+function drops it and lists the path under ``batch['skipped_media']``. This hook sums those lists
+and, after every train epoch, validation run and test run, logs how many files were skipped and
+which, so a skipped file never goes unnoticed even when the per-item warnings scrolled away.
+Iteration-based training (xmr's phases) runs a single long "epoch", so the train count is also
+reported every ``interval`` iterations.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from mmengine.hooks import Hook
+
+from xmr.registry import HOOKS
+
+__all__ = ['CorruptMediaHook']
+
+
+@HOOKS.register_module()
+class CorruptMediaHook(Hook):
+    """Report the media skipped by ``on_corrupt='skip'``.
+
+    Args:
+        interval: also report the train count every ``interval`` iterations (0: only at the
+            end of each train epoch).
+        max_names: file names listed in one report (the count is always complete).
+    """
+
+    priority = 'LOW'
+
+    def __init__(self, interval: int = 1000, max_names: int = 20) -> None:
+        if interval < 0 or max_names < 0:
+            raise ValueError(f'interval and max_names must be >= 0, got {interval}, {max_names}')
+        self.interval = interval
+        self.max_names = max_names
+        self._skipped: dict[str, Counter[str]] = {'train': Counter(), 'val': Counter(),
+                                                  'test': Counter()}
+
+    def _collect(self, mode: str, data_batch: Any) -> None:
+        if isinstance(data_batch, dict):
+            self._skipped[mode].update(data_batch.get('skipped_media', ()))
+
+    def _report(self, runner: Any, mode: str, scope: str) -> None:
+        skipped = self._skipped[mode]
+        total = sum(skipped.values())
+        if total:
+            names = sorted(skipped)
+            listed = ', '.join(f'{name} (x{skipped[name]})' if skipped[name] > 1 else name
+                               for name in names[:self.max_names])
+            more = (f' and {len(names) - self.max_names} more files'
+                    if len(names) > self.max_names else '')
+            runner.logger.warning(f'{scope}: {total} unreadable media skipped '
+                                  f'({len(names)} files): {listed}{more}')
+        skipped.clear()
+
+    def skipped_counts(self, mode: str) -> dict[str, int]:
+        """Files skipped so far in the current ``mode`` (``train``/``val``/``test``) period."""
+        return dict(self._skipped[mode])
+
+    def after_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None,
+                         outputs: Any = None) -> None:
+        self._collect('train', data_batch)
+        if self.interval and (runner.iter + 1) % self.interval == 0:
+            self._report(runner, 'train', f'train up to iteration {runner.iter + 1}')
+
+    def after_val_iter(self, runner: Any, batch_idx: int, data_batch: Any = None,
+                       outputs: Any = None) -> None:
+        self._collect('val', data_batch)
+
+    def after_test_iter(self, runner: Any, batch_idx: int, data_batch: Any = None,
+                        outputs: Any = None) -> None:
+        self._collect('test', data_batch)
+
+    def after_train_epoch(self, runner: Any) -> None:
+        self._report(runner, 'train', f'train epoch {runner.epoch + 1}')
+
+    def after_val_epoch(self, runner: Any, metrics: dict[str, float] | None = None) -> None:
+        self._report(runner, 'val', 'validation')
+
+    def after_test_epoch(self, runner: Any, metrics: dict[str, float] | None = None) -> None:
+        self._report(runner, 'test', 'test')
