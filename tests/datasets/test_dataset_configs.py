@@ -1,0 +1,69 @@
+"""Every configs/_base_/datasets file loads, names converter outputs and builds its datasets."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mmengine.config import Config
+
+from xmr.datasets import Annotation, MediaRecord, dump_annotation
+from xmr.registry import DATASETS, FUNCTIONS
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / 'configs' / '_base_' / 'datasets'
+CONFIGS = sorted(CONFIG_DIR.glob('*.py'))
+# File names the converters write (cc300k_train.json is prepare_cc3m.py's documented --out).
+CONVERTER_OUTPUTS = {
+    *(f'multi30k_{s}.json' for s in ('train', 'val', 'test', 'test_5captions')),
+    *(f'coco_{s}.json' for s in ('train', 'val', 'test5k')),
+    *(f'coco_test1k_fold{k}.json' for k in range(5)),
+    *(f'cococn_{s}.json' for s in ('train', 'val', 'test')),
+    'xtd10_test.json', *(f'xtd10_fewshot50_{s}.json' for s in ('train', 'val', 'test')),
+    *(f'msrvtt_{s}.json' for s in ('train7k', 'train9k', 'val', 'test1ka')),
+    'cc300k_train.json',
+}
+LANGUAGES = ['en', 'de', 'fr', 'cs', 'es', 'it', 'ja', 'ko', 'pl', 'ru', 'tr', 'zh', 'vi', 'sw']
+
+
+def _dataloaders(cfg: Config) -> dict[str, dict]:
+    found = {}
+    for key, value in cfg.items():
+        if key.endswith('_dataloader'):
+            found[key] = value
+        elif key.endswith('_dataloaders'):
+            found.update({f'{key}[{i}]': loader for i, loader in enumerate(value)})
+    return found
+
+
+def test_every_benchmark_has_both_settings():
+    names = {path.stem for path in CONFIGS}
+    assert names == {f'{benchmark}_{setting}' for benchmark in ('multi30k', 'mscoco', 'xtd10',
+                                                                'msrvtt')
+                     for setting in ('clft', 'zeroshot')}
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=lambda p: p.stem)
+def test_config_builds_its_datasets(path, tmp_path):
+    cfg = Config.fromfile(path)
+    loaders = _dataloaders(cfg)
+    assert {'train_dataloader', 'val_dataloader', 'test_dataloader'} <= set(loaders)
+    for name, loader in loaders.items():
+        assert loader['collate_fn']['type'] in FUNCTIONS, name
+        assert loader['sampler']['type'] == 'DefaultSampler', name
+        assert loader['sampler']['shuffle'] == (name.endswith('train_dataloader')
+                                                or name == 'source_finetune_dataloader'), name
+        dataset_cfg = dict(loader['dataset'])
+        ann_file = Path(dataset_cfg['ann_file'])
+        assert ann_file.name in CONVERTER_OUTPUTS, f'{name}: {ann_file}'
+        root = tmp_path / dataset_cfg['data_root']
+        if not (root / ann_file).exists():
+            video = ann_file.name.startswith('msrvtt')
+            dump_annotation(Annotation(
+                dataset='any', split='any', media_type='video' if video else 'image',
+                languages=LANGUAGES, source_lang='en', translation_langs=LANGUAGES[1:],
+                items=[MediaRecord('m', 'm.mp4' if video else 'm.jpg',
+                                   {lang: ['x'] for lang in LANGUAGES},
+                                   {lang: ['y'] for lang in LANGUAGES[1:]})]), root / ann_file)
+        dataset_cfg['data_root'] = str(root)
+        dataset = DATASETS.build(dataset_cfg)
+        assert len(dataset) >= 1, name
+        assert dataset.test_mode == (dataset_cfg['type'] == 'RetrievalDataset'), name

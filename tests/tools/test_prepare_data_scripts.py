@@ -1,0 +1,67 @@
+"""The tools/data scripts run end to end on the real fixtures and stop cleanly on bad input."""
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from xmr.datasets import load_annotation
+
+TOOLS = Path(__file__).resolve().parents[2] / 'tools' / 'data'
+
+
+def _run(script: str, args: list[str], monkeypatch) -> None:
+    monkeypatch.setattr(sys, 'argv', [str(TOOLS / script), *args])
+    runpy.run_path(str(TOOLS / script), run_name='__main__')
+
+
+def test_every_converter_has_a_script():
+    names = {path.stem for path in TOOLS.glob('*.py')}
+    assert {f'prepare_{name}' for name in ('multi30k', 'mscoco', 'xtd10', 'cc3m', 'msrvtt')} \
+        <= names
+    assert {'attach_translations', 'export_source_captions'} <= names
+
+
+def test_xtd10_script_writes_test_and_few_shot_files(shared_data, tmp_path, monkeypatch):
+    xtd = shared_data / 'xtd10'
+    if not (xtd / 'test_1kcaptions_en.txt').is_file():
+        pytest.skip(f'XTD10 fixtures not found under {xtd}')
+    names = xtd / 'test_image_names.txt'
+    if not names.is_file():
+        names = tmp_path / 'names.txt'
+        names.write_text(''.join(f'COCO_val2014_{i:012d}.jpg\n' for i in range(1000)))
+    _run('prepare_xtd10.py', ['--xtd-dir', str(xtd), '--image-names', str(names),
+                              '--skip-media-check', '--few-shot', '50',
+                              '--out-dir', str(tmp_path / 'out')], monkeypatch)
+    written = sorted(path.name for path in (tmp_path / 'out').iterdir())
+    assert written == ['xtd10_fewshot50_test.json', 'xtd10_fewshot50_train.json',
+                       'xtd10_fewshot50_val.json', 'xtd10_test.json']
+    assert len(load_annotation(tmp_path / 'out' / 'xtd10_fewshot50_test.json').items) == 900
+
+
+def test_multi30k_script_translations_and_a_bad_file(shared_data, tmp_path, monkeypatch):
+    root = shared_data / 'multi30k'
+    if not (root / 'raw').is_dir():
+        pytest.skip(f'Multi30K fixtures not found under {root}')
+    out = tmp_path / 'out'
+    _run('prepare_multi30k.py', ['--raw-dir', str(root / 'raw'), '--image-splits-dir',
+                                 str(root / 'image_splits'), '--skip-media-check',
+                                 '--splits', 'val', '--out-dir', str(out)], monkeypatch)
+    _run('export_source_captions.py', [str(out / 'multi30k_val.json'), str(tmp_path / 'en.txt')],
+         monkeypatch)
+    english = (tmp_path / 'en.txt').read_text(encoding='utf-8').splitlines()
+    assert len(english) == 1014
+    (tmp_path / 'mt.de.txt').write_text('\n'.join(f'<de> {line}' for line in english),
+                                        encoding='utf-8')
+    _run('attach_translations.py', [str(out / 'multi30k_val.json'), '--translations',
+                                    f'de={tmp_path / "mt.de.txt"}'], monkeypatch)
+    ann = load_annotation(out / 'multi30k_val.json')
+    assert ann.items[7].translations['de'] == [f'<de> {ann.items[7].captions["en"][0]}']
+    (tmp_path / 'short.txt').write_text('\n'.join(english[:-1]), encoding='utf-8')
+    before = (out / 'multi30k_val.json').read_bytes()
+    with pytest.raises(SystemExit, match=r'short\.txt has 1013 lines but multi30k/val has 1014'):
+        _run('attach_translations.py', [str(out / 'multi30k_val.json'), '--translations',
+                                        f'fr={tmp_path / "short.txt"}'], monkeypatch)
+    assert (out / 'multi30k_val.json').read_bytes() == before
