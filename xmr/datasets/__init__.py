@@ -7,7 +7,9 @@ Item contract (every dataset of xmr):
 * retrieval evaluation: ``dict(media=..., media_id=str, captions={lang: [str, ...]}, index=int)``.
 
 Media arrive resized and cropped to the backbone's resolution as uint8; the model's data
-preprocessor normalises them.
+preprocessor normalises them. Under ``on_corrupt='skip'`` an unreadable file's item is a
+``SkippedMedia`` marker, which ``retrieval_collate`` drops (listing its path in
+``batch['skipped_media']``). Formats, converters and pipelines: ``docs/data.md``.
 """
 from xmr.datasets.annotation import (
     Annotation,
