@@ -14,7 +14,7 @@ def _retrieval_loader(ann_file, languages):
     return dict(
         batch_size=128, num_workers=8, persistent_workers=True, drop_last=False,
         sampler=dict(type='DefaultSampler', shuffle=False),
-        collate_fn=dict(type='retrieval_collate'),
+        collate_fn=dict(type='xmr.retrieval_collate'),
         dataset=dict(type='RetrievalDataset', data_root=data_root, data_prefix=data_prefix,
                      ann_file=ann_file, languages=languages, transform=media_transform))
 
@@ -22,14 +22,14 @@ def _retrieval_loader(ann_file, languages):
 train_dataloader = dict(
     batch_size=128, num_workers=8, persistent_workers=True, drop_last=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='CaptionPairDataset', data_root=cc_root, data_prefix=cc_prefix,
                  ann_file='annotations/cc300k_train.json', target_langs=target_langs,
                  transform=media_transform))
 text_train_dataloader = dict(
     batch_size=128, num_workers=2, persistent_workers=True, drop_last=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='CaptionPairDataset', data_root=cc_root, data_prefix=cc_prefix,
                  ann_file='annotations/cc300k_train.json', target_langs=target_langs,
                  transform=media_transform, with_media=False))

@@ -19,28 +19,28 @@ media_transform = dict(type='MediaTransform', backbone='ViT-B-32', pretrained='o
 train_dataloader = dict(
     batch_size=128, num_workers=8, persistent_workers=True, drop_last=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='CaptionPairDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='annotations/msrvtt_train7k.json', target_langs=target_langs,
                  num_frames=num_frames, on_corrupt=on_corrupt, transform=media_transform))
 text_train_dataloader = dict(
     batch_size=128, num_workers=2, persistent_workers=True, drop_last=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='CaptionPairDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='annotations/msrvtt_train7k.json', target_langs=target_langs,
                  transform=media_transform, with_media=False))
 source_finetune_dataloader = dict(
     batch_size=128, num_workers=8, persistent_workers=True, drop_last=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='CaptionPairDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='annotations/msrvtt_train7k.json', source_only=True,
                  num_frames=num_frames, on_corrupt=on_corrupt, transform=media_transform))
 val_dataloader = dict(
     batch_size=32, num_workers=8, persistent_workers=True, drop_last=False,
     sampler=dict(type='DefaultSampler', shuffle=False),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='RetrievalDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='annotations/msrvtt_val.json', languages=['en'],
                  translated_languages=target_langs, num_frames=num_frames,
@@ -48,7 +48,7 @@ val_dataloader = dict(
 test_dataloader = dict(
     batch_size=32, num_workers=8, persistent_workers=True, drop_last=False,
     sampler=dict(type='DefaultSampler', shuffle=False),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='RetrievalDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='annotations/msrvtt_test1ka.json', languages=eval_langs,
                  num_frames=num_frames, on_corrupt=on_corrupt, transform=media_transform))

@@ -12,7 +12,7 @@ media_transform = dict(type='MediaTransform', backbone='ViT-B-32', pretrained='o
 train_dataloader = dict(
     batch_size=128, num_workers=8, persistent_workers=True, drop_last=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='CaptionPairDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='annotations/multi30k_train.json', target_langs=target_langs,
                  transform=media_transform))
@@ -20,7 +20,7 @@ train_dataloader = dict(
 text_train_dataloader = dict(
     batch_size=128, num_workers=2, persistent_workers=True, drop_last=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='CaptionPairDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='annotations/multi30k_train.json', target_langs=target_langs,
                  transform=media_transform, with_media=False))
@@ -28,21 +28,21 @@ text_train_dataloader = dict(
 source_finetune_dataloader = dict(
     batch_size=128, num_workers=8, persistent_workers=True, drop_last=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='CaptionPairDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='annotations/multi30k_train.json', source_only=True,
                  transform=media_transform))
 val_dataloader = dict(
     batch_size=128, num_workers=8, persistent_workers=True, drop_last=False,
     sampler=dict(type='DefaultSampler', shuffle=False),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='RetrievalDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='annotations/multi30k_val.json', languages=eval_langs,
                  transform=media_transform))
 test_dataloader = dict(
     batch_size=128, num_workers=8, persistent_workers=True, drop_last=False,
     sampler=dict(type='DefaultSampler', shuffle=False),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='RetrievalDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='annotations/multi30k_test.json', languages=eval_langs,
                  transform=media_transform))

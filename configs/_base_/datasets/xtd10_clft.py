@@ -13,7 +13,7 @@ train_dataloader = dict(
     # PECTVLM trains with 5 images per batch; 50 images x 10 languages give 500 pairs.
     batch_size=5, num_workers=2, persistent_workers=True, drop_last=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='CaptionPairDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='xtd10/annotations/xtd10_fewshot50_train.json',
                  target_langs=target_langs, target_field='captions',
@@ -21,14 +21,14 @@ train_dataloader = dict(
 val_dataloader = dict(
     batch_size=128, num_workers=4, persistent_workers=True, drop_last=False,
     sampler=dict(type='DefaultSampler', shuffle=False),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='RetrievalDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='xtd10/annotations/xtd10_fewshot50_val.json', languages=eval_langs,
                  transform=media_transform))
 test_dataloader = dict(
     batch_size=128, num_workers=4, persistent_workers=True, drop_last=False,
     sampler=dict(type='DefaultSampler', shuffle=False),
-    collate_fn=dict(type='retrieval_collate'),
+    collate_fn=dict(type='xmr.retrieval_collate'),
     dataset=dict(type='RetrievalDataset', data_root=data_root, data_prefix=data_prefix,
                  ann_file='xtd10/annotations/xtd10_fewshot50_test.json', languages=eval_langs,
                  transform=media_transform))
