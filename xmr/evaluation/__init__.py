@@ -1,0 +1,35 @@
+"""Retrieval evaluation: ranks, protocols, faiss search and the MMEngine metric.
+
+``import xmr.evaluation`` registers :class:`RetrievalMetric` in ``xmr.registry.METRICS``.
+"""
+from xmr.evaluation.metrics import RetrievalMetric
+from xmr.evaluation.protocols import (
+    PROTOCOLS,
+    FewShotSplit,
+    LanguageGallery,
+    Protocol,
+    coco_1k_folds,
+    evaluate_language,
+    evaluate_protocol,
+    protocol_galleries,
+    xtd10_fewshot_split,
+)
+from xmr.evaluation.ranking import (
+    average_recall,
+    grouped_ranks_from_scores,
+    media_to_text_ranks,
+    ranks_from_scores,
+    ranks_from_topk,
+    recall_at_k,
+    recall_sum,
+    text_to_media_ranks,
+)
+from xmr.evaluation.search import FaissSearcher, exact_ranks
+
+__all__ = [
+    'RetrievalMetric', 'PROTOCOLS', 'Protocol', 'FewShotSplit', 'LanguageGallery',
+    'coco_1k_folds', 'evaluate_language', 'evaluate_protocol', 'protocol_galleries',
+    'xtd10_fewshot_split', 'average_recall', 'grouped_ranks_from_scores', 'media_to_text_ranks',
+    'ranks_from_scores', 'ranks_from_topk', 'recall_at_k', 'recall_sum', 'text_to_media_ranks',
+    'FaissSearcher', 'exact_ranks',
+]

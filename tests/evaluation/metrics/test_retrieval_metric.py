@@ -1,0 +1,233 @@
+"""RetrievalMetric end to end on fake val_step outputs with hand-computed results."""
+import math
+
+import pytest
+import torch
+
+import xmr.evaluation  # noqa: F401  (registers the metric)
+from xmr.evaluation import RetrievalMetric
+from xmr.registry import METRICS
+
+E0, E1, E2 = torch.eye(3)
+
+
+def _unit(*values: float) -> torch.Tensor:
+    vector = torch.tensor(values, dtype=torch.float32)
+    return vector / vector.norm()
+
+
+def _item(media_id: str, media: torch.Tensor, **captions: list[torch.Tensor]) -> dict:
+    return {'media_id': media_id, 'media_embedding': media,
+            'caption_embeddings': {lang: torch.stack(rows) if rows else torch.zeros(0, 3)
+                                   for lang, rows in captions.items()}}
+
+
+def _three_media(fr_on_media_2: bool = False) -> list[dict]:
+    """en: perfect. de: media 0 has two captions. fr: media 2 has no caption."""
+    fr_2 = {'fr': []} if fr_on_media_2 else {}
+    return [
+        _item('m0', E0, en=[E0], de=[E0, _unit(1, 1, 0)], fr=[E1]),
+        _item('m1', E1, en=[E1], de=[_unit(0, 1, 2)], fr=[E1]),
+        _item('m2', E2, en=[E2], de=[E2], **fr_2),
+    ]
+
+
+# de, worked out by hand (Ks 1 and 2):
+#   t2i: E0 -> rank 1; (1,1,0) ties media 1 -> rank 2; (0,1,2) prefers media 2 -> rank 2;
+#        E2 -> rank 1. R@1 50, R@2 100, MdR 1.5, MnR 1.5.
+#   i2t: media 0 -> 1; media 1: own caption 0.447 < (1,1,0) caption 0.707 -> 2; media 2 -> 1.
+#        R@1 66.67, R@2 100, MdR 1, MnR 4/3.
+# fr, gallery = media 0 and 1 (media 2 has no fr caption):
+#   t2i: caption of media 0 is E1 -> rank 2; caption of media 1 -> 1. R@1 50, R@2 100.
+#   i2t: media 0 scores 0 on both captions (tie) -> 2; media 1 scores 1 on both -> 2. R@1 0.
+EXPECTED = {
+    'en/t2i_R@1': 100.0, 'en/t2i_R@2': 100.0, 'en/t2i_MdR': 1.0, 'en/t2i_MnR': 1.0,
+    'en/i2t_R@1': 100.0, 'en/i2t_R@2': 100.0, 'en/i2t_MdR': 1.0, 'en/i2t_MnR': 1.0,
+    'en/AR': 100.0, 'en/rSum': 400.0,
+    'de/t2i_R@1': 50.0, 'de/t2i_R@2': 100.0, 'de/t2i_MdR': 1.5, 'de/t2i_MnR': 1.5,
+    'de/i2t_R@1': 200 / 3, 'de/i2t_R@2': 100.0, 'de/i2t_MdR': 1.0, 'de/i2t_MnR': 4 / 3,
+    'de/AR': (50 + 100 + 200 / 3 + 100) / 4, 'de/rSum': 50 + 100 + 200 / 3 + 100,
+    'fr/t2i_R@1': 50.0, 'fr/t2i_R@2': 100.0, 'fr/t2i_MdR': 1.5, 'fr/t2i_MnR': 1.5,
+    'fr/i2t_R@1': 0.0, 'fr/i2t_R@2': 100.0, 'fr/i2t_MdR': 2.0, 'fr/i2t_MnR': 2.0,
+    'fr/AR': 62.5, 'fr/rSum': 250.0,
+    'mAR': ((50 + 100 + 200 / 3 + 100) / 4 + 62.5) / 2,
+    'rSum': 50 + 100 + 200 / 3 + 100 + 250,
+}
+
+
+def _run(metric: RetrievalMetric, samples: list[dict], batch_size: int = 2) -> dict:
+    for start in range(0, len(samples), batch_size):
+        metric.process({}, samples[start:start + batch_size])
+    return metric.evaluate(len(metric.results))
+
+
+def test_end_to_end_by_hand():
+    result = _run(RetrievalMetric(recall_ks=(1, 2)), _three_media())
+    assert result == pytest.approx(EXPECTED)
+    assert list(result)[:2] == ['en/t2i_R@1', 'en/t2i_R@2']  # source language first
+
+
+def test_empty_caption_tensor_equals_absent_language():
+    result = _run(RetrievalMetric(recall_ks=(1, 2)), _three_media(fr_on_media_2=True))
+    assert result == pytest.approx(EXPECTED)
+
+
+def test_duplicated_items_from_ddp_padding_are_dropped():
+    samples = _three_media() + _three_media()[:1]
+    assert _run(RetrievalMetric(recall_ks=(1, 2)), samples) == pytest.approx(EXPECTED)
+
+
+def test_registered_and_built_from_config_with_prefix():
+    metric = METRICS.build(dict(type='RetrievalMetric', recall_ks=(1, 2), prefix='multi30k'))
+    result = _run(metric, _three_media())
+    assert result == pytest.approx({f'multi30k/{k}': v for k, v in EXPECTED.items()})
+
+
+def test_languages_and_mean_languages_select_keys():
+    metric = RetrievalMetric(recall_ks=(1, 2), languages=('de', 'fr'), mean_languages=('fr',))
+    result = _run(metric, _three_media())
+    assert not any(key.startswith('en/') for key in result)
+    assert result['mAR'] == pytest.approx(62.5)
+    assert result['rSum'] == pytest.approx(250.0)
+
+
+def test_source_language_counts_when_asked():
+    metric = RetrievalMetric(recall_ks=(1, 2), mean_languages=('en', 'fr'))
+    assert _run(metric, _three_media())['mAR'] == pytest.approx((100 + 62.5) / 2)
+
+
+def test_unknown_language_lists_the_languages_seen():
+    metric = RetrievalMetric(languages=('de', 'ja'))
+    with pytest.raises(ValueError, match=r"\['ja'\].*\['de', 'en', 'fr'\]"):
+        _run(metric, _three_media())
+
+
+def test_mean_language_not_evaluated_is_an_error():
+    with pytest.raises(ValueError, match='not in languages'):
+        RetrievalMetric(languages=('de',), mean_languages=('fr',))
+    metric = RetrievalMetric(mean_languages=('cs',))
+    with pytest.raises(ValueError, match=r"\['cs'\] are not evaluated"):
+        _run(metric, _three_media())
+
+
+def test_empty_gallery_is_a_clear_error():
+    with pytest.raises(ValueError, match='empty gallery'):
+        RetrievalMetric().compute_metrics([])
+
+
+def test_bad_samples_name_the_media():
+    metric = RetrievalMetric()
+    with pytest.raises(ValueError, match="media 'm0'.*not L2-normalised"):
+        metric.process({}, [_item('m0', 2 * E0, en=[E0])])
+    with pytest.raises(ValueError, match=r"media 'm1' caption_embeddings\['de'\] must be"):
+        metric.process({}, [_item('m1', E1, de=[torch.ones(4) / 2])])
+    with pytest.raises(KeyError, match='media_embedding'):
+        metric.process({}, [{'media_id': 'm2', 'caption_embeddings': {}}])
+    with pytest.raises(ValueError, match='NaN'):
+        metric.process({}, [_item('m3', torch.full((3,), math.nan), en=[E0])])
+
+
+def test_stored_results_are_compact_cpu_copies():
+    batch = torch.eye(3)
+    metric = RetrievalMetric()
+    metric.process({}, [_item('m0', batch[0], en=[E0])])
+    stored = metric.results[0]['media_embedding']
+    assert stored.untyped_storage().nbytes() == 3 * 4  # not the whole [3, 3] batch storage
+    batch[0, 0] = 5.0
+    assert stored[0] == 1.0
+
+
+def test_text_to_video_reports_the_r1_sum():
+    clips = [_item(f'v{i}', torch.eye(4)[i], en=[torch.eye(4)[i]], de=[torch.eye(4)[i]],
+                   fr=[torch.eye(4)[i]]) for i in range(4)]
+    clips[0]['caption_embeddings']['de'] = torch.eye(4)[1:2]  # rank 2
+    clips[1]['caption_embeddings']['fr'] = _unit(0, 1, 0, 1)[None]  # ties clip 3 -> rank 2
+    result = _run(RetrievalMetric(protocol='text_to_video'), clips)
+    assert result['de/t2i_R@1'] == 75.0 and result['fr/t2i_R@1'] == 75.0
+    assert result['t2v_R@1_sum'] == 150.0
+    assert result['de/t2i_MdR'] == 1.0
+    assert not any('i2t' in key for key in result) and 'mAR' not in result
+
+
+def test_xtd10_t2i_r10_mean_over_languages():
+    items = [_item(f'i{i}', torch.eye(12)[i], en=[torch.eye(12)[i]], de=[torch.eye(12)[i]])
+             for i in range(12)]
+    # Its own image scores 0 like 10 others: the ties put it last (rank 12).
+    items[0]['caption_embeddings']['de'] = torch.eye(12)[11:12]
+    metric = RetrievalMetric(protocol='xtd10_t2i_r10', gallery_size=12)
+    result = _run(metric, items)
+    assert result['de/t2i_R@10'] == pytest.approx(1100 / 12)
+    assert result['mean_t2i_R@10'] == pytest.approx(1100 / 12)
+    with pytest.raises(ValueError, match='defined on 1000 media'):
+        _run(RetrievalMetric(protocol='xtd10_t2i_r10'), items)
+
+
+def test_xtd10_fewshot_scores_only_the_test_images():
+    generator = torch.Generator().manual_seed(0)
+    media = torch.randn(1000, 32, generator=generator)
+    media = media / media.norm(dim=1, keepdim=True)
+    split = xmr.evaluation.xtd10_fewshot_split()
+    held_out = split.train + split.val
+    partner = dict(zip(held_out, held_out[1:] + held_out[:1]))
+    # Test images: caption = image (rank 1 both ways). Train/val images: caption = another
+    # train/val image, which makes them miss at R@1 in both directions.
+    items = [_item(str(i), media[i], de=[media[partner.get(i, i)]]) for i in range(1000)]
+    standard = _run(RetrievalMetric(), items, batch_size=250)
+    assert standard['de/t2i_R@1'] == pytest.approx(90.0)
+    assert standard['de/i2t_R@1'] == pytest.approx(90.0)
+    fewshot = _run(RetrievalMetric(protocol='xtd10_fewshot'), items, batch_size=250)
+    assert fewshot['de/t2i_R@1'] == fewshot['de/i2t_R@1'] == 100.0
+    assert fewshot['de/mean_R@1'] == fewshot['mean_R@1'] == 100.0
+
+
+def test_coco_5fold_equals_mean_of_per_fold_runs_and_follows_index_order():
+    generator = torch.Generator().manual_seed(1)
+    media = torch.randn(10, 4, generator=generator)
+    media = media / media.norm(dim=1, keepdim=True)
+    captions = media.repeat_interleave(2, dim=0) + 0.8 * torch.randn(20, 4, generator=generator)
+    captions = captions / captions.norm(dim=1, keepdim=True)
+    items = [dict(_item(f'm{i}', media[i], ja=[captions[2 * i], captions[2 * i + 1]]), index=i)
+             for i in range(10)]
+    folded = _run(RetrievalMetric(protocol='coco_1k_5fold', gallery_size=10), items[::-1])
+    per_fold = [_run(RetrievalMetric(), items[2 * f:2 * f + 2]) for f in range(5)]
+    for key in ('ja/t2i_R@1', 'ja/i2t_R@1', 'ja/t2i_MdR', 'ja/AR', 'mAR', 'rSum'):
+        assert folded[key] == pytest.approx(sum(r[key] for r in per_fold) / 5)
+
+
+def test_shared_media_id_across_dataset_items_is_an_error():
+    items = _three_media()
+    items[0]['index'], items[1]['index'] = 0, 1
+    items[1]['media_id'] = 'm0'
+    with pytest.raises(ValueError, match="share media_id 'm0'"):
+        _run(RetrievalMetric(), items)
+
+
+def test_grouped_mode_through_the_metric():
+    # media 1's own caption is behind both captions of media 2: standard rank 3, grouped 2.
+    items = [
+        _item('a', E0, de=[E0, E0]),
+        _item('b', _unit(0, 1, 1), de=[E1]),
+        _item('c', E2, de=[_unit(0, 1, 3), _unit(0, 1, 2)]),
+    ]
+    standard = _run(RetrievalMetric(recall_ks=(1, 2)), items)
+    grouped = _run(RetrievalMetric(recall_ks=(1, 2), i2t_mode='grouped'), items)
+    assert standard['de/i2t_R@1'] == grouped['de/i2t_R@1']
+    assert standard['de/i2t_R@2'] == pytest.approx(200 / 3)
+    assert grouped['de/i2t_R@2'] == 100.0
+
+
+def test_protocol_option_errors():
+    with pytest.raises(ValueError, match='unknown protocol'):
+        RetrievalMetric(protocol='coco')
+    with pytest.raises(ValueError, match='R@\\(10,\\)'):
+        RetrievalMetric(protocol='xtd10_t2i_r10', recall_ks=(1, 5))
+    with pytest.raises(ValueError, match='directions'):
+        RetrievalMetric(directions=('t2v',))
+    with pytest.raises(ValueError, match='search index'):
+        RetrievalMetric(search=dict(index='ann'))
+
+
+def test_text_to_image_only_reports_the_t2i_r1_sum():
+    result = _run(RetrievalMetric(recall_ks=(1, 2), directions=('t2i',)), _three_media())
+    assert result['t2i_R@1_sum'] == pytest.approx(50.0 + 50.0)
+    assert 'mAR' not in result and 'de/AR' not in result

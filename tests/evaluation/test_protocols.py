@@ -1,0 +1,166 @@
+"""Protocols on hand-built galleries: COCO folds, XTD10 split, per-language galleries."""
+import pytest
+import torch
+
+from xmr.evaluation.protocols import (
+    LanguageGallery,
+    coco_1k_folds,
+    evaluate_language,
+    evaluate_protocol,
+    protocol_galleries,
+    xtd10_fewshot_split,
+)
+
+
+def _gallery_from_scores(scores: torch.Tensor, caption_media: torch.Tensor) -> LanguageGallery:
+    """Media are one-hot rows, so caption c scores ``scores[c, m]`` against media m."""
+    num_media = scores.shape[1]
+    return LanguageGallery(torch.eye(num_media), scores.clone(), caption_media)
+
+
+def _ten_media_in_five_folds() -> LanguageGallery:
+    """One caption per media; folds of 2 consecutive media.
+
+    Folds 0-1: every caption scores 1 on its media, 0 elsewhere. Folds 2-4: caption 2f scores 0.5
+    on its media and 0.9 on media 2f+1 (same fold). Caption 0 also scores 1.0 on media 9, a tie
+    that only exists in the full 10-media gallery.
+    """
+    scores = torch.eye(10)
+    for fold in (2, 3, 4):
+        scores[2 * fold, 2 * fold] = 0.5
+        scores[2 * fold, 2 * fold + 1] = 0.9
+    scores[0, 9] = 1.0
+    return _gallery_from_scores(scores, torch.arange(10))
+
+
+def test_coco_folds_are_consecutive():
+    folds = coco_1k_folds(10, 5)
+    assert [f.tolist() for f in folds] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    assert [len(f) for f in coco_1k_folds(5000)] == [1000] * 5
+    with pytest.raises(ValueError, match='11 media'):
+        coco_1k_folds(11, 5)
+
+
+def test_five_fold_averages_each_fold_by_hand():
+    gallery = _ten_media_in_five_folds()
+    galleries = protocol_galleries('coco_1k_5fold', 10, gallery_size=10)
+    result = evaluate_protocol(gallery, galleries, recall_ks=(1, 2))
+    # t2i R@1: folds 0-1 100, folds 2-4 50 (caption 2f ranks 2nd) -> mean 70
+    assert result['t2i_R@1'] == pytest.approx(70.0)
+    assert result['t2i_R@2'] == pytest.approx(100.0)
+    # MdR per fold: 1, 1, 1.5, 1.5, 1.5 -> mean 1.3; MnR the same here
+    assert result['t2i_MdR'] == pytest.approx(1.3)
+    assert result['t2i_MnR'] == pytest.approx(1.3)
+    # i2t: media 2f+1's own caption (1.0) beats caption 2f (0.9); every fold 100
+    assert result['i2t_R@1'] == pytest.approx(100.0)
+    assert result['AR'] == pytest.approx((70 + 100 + 100 + 100) / 4)
+    assert result['rSum'] == pytest.approx(370.0)
+
+
+def test_full_gallery_sees_cross_fold_confusers():
+    gallery = _ten_media_in_five_folds()
+    result = evaluate_protocol(gallery, protocol_galleries('standard', 10), recall_ks=(1,))
+    # caption 0 ties with media 9 -> rank 2; captions 4, 6, 8 rank 2 -> 6 of 10 at rank 1
+    assert result['t2i_R@1'] == pytest.approx(60.0)
+    # media 9: caption 0 ties with its own caption -> rank 2
+    assert result['i2t_R@1'] == pytest.approx(90.0)
+
+
+def test_dasd_fold_zero_only():
+    gallery = _ten_media_in_five_folds()
+    galleries = protocol_galleries('coco_1k_5fold', 10, gallery_size=10, folds=(2,))
+    assert [g.tolist() for g in galleries] == [[4, 5]]
+    assert evaluate_protocol(gallery, galleries, recall_ks=(1,))['t2i_R@1'] == 50.0
+
+
+def test_protocol_gallery_sizes_are_enforced():
+    with pytest.raises(ValueError, match='defined on 5000 media'):
+        protocol_galleries('coco_5k', 4999)
+    with pytest.raises(ValueError, match='defined on 1000 media'):
+        protocol_galleries('xtd10_t2i_r10', 999)
+    assert protocol_galleries('coco_5k', 5000)[0].tolist() == list(range(5000))
+    with pytest.raises(ValueError, match='fold 5 does not exist'):
+        protocol_galleries('coco_1k_5fold', 5000, folds=(5,))
+    with pytest.raises(ValueError, match='unknown protocol'):
+        protocol_galleries('flickr', 10)
+    with pytest.raises(ValueError, match='empty'):
+        protocol_galleries('standard', 0)
+
+
+def test_xtd10_fewshot_split_is_pectvlm_recipe():
+    split = xtd10_fewshot_split()
+    perm = torch.randperm(1000, generator=torch.Generator().manual_seed(42)).tolist()
+    assert split.train == perm[:50] and split.val == perm[50:100] and split.test == perm[100:]
+    assert len(split.test) == 900
+    assert sorted(split.train + split.val + split.test) == list(range(1000))
+    assert xtd10_fewshot_split(seed=43).train != split.train
+    assert protocol_galleries('xtd10_fewshot', 1000)[0].tolist() == split.test
+    with pytest.raises(ValueError, match='shots'):
+        xtd10_fewshot_split(num_images=10, shots=5)
+
+
+def test_text_to_video_one_caption_per_clip():
+    scores = torch.tensor([
+        [0.9, 0.1, 0.2, 0.3],  # rank 1
+        [0.8, 0.7, 0.1, 0.0],  # rank 2
+        [0.1, 0.2, 0.3, 0.3],  # tie with clip 3 -> rank 2
+        [0.5, 0.6, 0.7, 0.1],  # rank 4
+    ])
+    result = evaluate_language(_gallery_from_scores(scores, torch.arange(4)),
+                               directions=('t2i',), recall_ks=(1, 5, 10))
+    assert result == pytest.approx({'t2i_R@1': 25.0, 't2i_R@5': 100.0, 't2i_R@10': 100.0,
+                                    't2i_MdR': 2.0, 't2i_MnR': 2.25})
+
+
+def test_grouped_option_changes_only_i2t_recall_beyond_one():
+    # media 0 owns captions 0-1, media 1 owns 2, media 2 owns 3-4 (columns of the i2t matrix)
+    caption_media = torch.tensor([0, 0, 1, 2, 2])
+    i2t = torch.tensor([[0.2, 0.6, 0.7, 0.1, 0.6],
+                        [0.3, 0.3, 0.5, 0.9, 0.8],
+                        [0.1, 0.1, 0.1, 0.4, 0.2]])
+    gallery = _gallery_from_scores(i2t.T, caption_media)
+    standard = evaluate_language(gallery, recall_ks=(1, 2))
+    grouped = evaluate_language(gallery, recall_ks=(1, 2), i2t_mode='grouped')
+    assert standard['i2t_R@1'] == grouped['i2t_R@1'] == pytest.approx(100 / 3)
+    assert standard['i2t_R@2'] == pytest.approx(100 / 3)
+    assert grouped['i2t_R@2'] == pytest.approx(200 / 3)
+    assert all(standard[k] == grouped[k] for k in standard if k.startswith('t2i'))
+
+
+def test_restrict_drops_media_without_captions_and_reindexes():
+    gallery = LanguageGallery(torch.eye(4), torch.eye(4)[[3, 1, 3]], torch.tensor([3, 1, 3]))
+    subset = gallery.restrict(torch.tensor([3, 0, 1]))
+    assert torch.equal(subset.media, torch.eye(4)[[3, 1]])
+    assert subset.caption_media.tolist() == [0, 1, 0]
+
+
+def test_language_absent_from_a_fold_is_an_error():
+    gallery = LanguageGallery(torch.eye(4), torch.eye(4)[:1], torch.tensor([0]))
+    with pytest.raises(ValueError, match='gallery 1'):
+        evaluate_protocol(gallery, coco_1k_folds(4, 2))
+
+
+def test_approximate_search_gives_recalls_without_mean_ranks():
+    generator = torch.Generator().manual_seed(0)
+    media = torch.randn(300, 16, generator=generator)
+    media = media / media.norm(dim=1, keepdim=True)
+    captions = media + 0.05 * torch.randn(300, 16, generator=generator)
+    captions = captions / captions.norm(dim=1, keepdim=True)
+    gallery = LanguageGallery(media, captions, torch.arange(300))
+    exact = evaluate_language(gallery)
+    approximate = evaluate_language(gallery, search=dict(index='hnsw'))
+    assert 't2i_MdR' in exact and 't2i_MdR' not in approximate
+    for key in ('t2i_R@1', 't2i_R@10', 'i2t_R@1', 'i2t_R@10'):
+        assert approximate[key] == pytest.approx(exact[key], abs=2.0)
+
+
+def test_bad_options_are_errors():
+    gallery = _gallery_from_scores(torch.eye(2), torch.arange(2))
+    with pytest.raises(ValueError, match='directions'):
+        evaluate_language(gallery, directions=('v2t',))
+    with pytest.raises(ValueError, match='recall_ks'):
+        evaluate_language(gallery, recall_ks=(0,))
+    with pytest.raises(ValueError, match='i2t_mode'):
+        evaluate_language(gallery, i2t_mode='lenient')
+    with pytest.raises(ValueError, match='search index'):
+        evaluate_language(gallery, search=dict(index='lsh'))

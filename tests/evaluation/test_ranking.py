@@ -1,0 +1,145 @@
+"""Ranks on hand-built similarity matrices; ties always count against the query."""
+import pytest
+import torch
+
+from xmr.evaluation.ranking import (
+    average_recall,
+    group_max_scores,
+    grouped_ranks_from_scores,
+    media_to_text_ranks,
+    median_rank,
+    rank_summary,
+    ranks_from_scores,
+    ranks_from_topk,
+    recall_at_k,
+    recall_sum,
+    text_to_media_ranks,
+)
+
+# Captions (rows) × media (columns); caption i belongs to media i.
+T2I_SCORES = torch.tensor([
+    [0.5, 0.5, 0.2],  # ties with media 1: the tie counts against the query -> rank 2
+    [0.1, 0.8, 0.3],  # rank 1
+    [0.7, 0.9, 0.4],  # two media ahead -> rank 3
+])
+
+# Media (rows) × captions (columns): media 0 owns captions 0 and 1, media 1 owns caption 2,
+# media 2 owns captions 3 and 4.
+CAPTION_MEDIA = torch.tensor([0, 0, 1, 2, 2])
+I2T_SCORES = torch.tensor([
+    # best own 0.6 (caption 1); caption 2 (0.7) is ahead and caption 4 ties (0.6) -> rank 3
+    [0.2, 0.6, 0.7, 0.1, 0.6],
+    # own 0.5; captions 3 and 4 of media 2 are ahead -> rank 3, but only one *group* -> 2
+    [0.3, 0.3, 0.5, 0.9, 0.8],
+    # best own 0.4 -> rank 1
+    [0.1, 0.1, 0.1, 0.4, 0.2],
+])
+
+
+def test_text_to_media_ranks_count_ties_against_the_query():
+    ranks = text_to_media_ranks(T2I_SCORES, torch.tensor([0, 1, 2]))
+    assert ranks.tolist() == [2, 1, 3]
+
+
+def test_media_to_text_rank_is_the_best_own_caption_with_ties_against():
+    assert media_to_text_ranks(I2T_SCORES, CAPTION_MEDIA).tolist() == [3, 3, 1]
+
+
+def test_own_captions_never_count_against_each_other():
+    scores = torch.tensor([[0.9, 0.9, 0.1]])  # both own captions tie at the top
+    ranks = ranks_from_scores(scores, torch.tensor([0]), torch.tensor([0, 0, 1]))
+    assert ranks.tolist() == [1]
+
+
+def test_grouped_media_to_text_counts_other_media_once():
+    grouped = media_to_text_ranks(I2T_SCORES, CAPTION_MEDIA, grouped=True)
+    # media 0: media 1's group scores 0.7 and media 2's 0.6 (a tie) -> still rank 3;
+    # media 1: only media 2's group (0.9) is ahead -> rank 2 where the standard rank is 3.
+    assert grouped.tolist() == [3, 2, 1]
+    standard = media_to_text_ranks(I2T_SCORES, CAPTION_MEDIA)
+    assert recall_at_k(grouped, 1) == recall_at_k(standard, 1)
+    assert recall_at_k(grouped, 2) == pytest.approx(200 / 3)
+    assert recall_at_k(standard, 2) == pytest.approx(100 / 3)
+
+
+def test_group_max_scores_takes_each_group_best_item():
+    out = group_max_scores(I2T_SCORES, CAPTION_MEDIA, 3)
+    expected = torch.tensor([[0.6, 0.7, 0.6], [0.3, 0.5, 0.9], [0.1, 0.1, 0.4]])
+    assert torch.equal(out, expected)
+
+
+def test_grouped_rank_never_exceeds_standard_and_matches_loop_reference():
+    generator = torch.Generator().manual_seed(0)
+    owners = torch.randint(0, 6, (30,), generator=generator)
+    owners[:6] = torch.arange(6)
+    scores = torch.rand(6, 30, generator=generator)
+    grouped = media_to_text_ranks(scores, owners, grouped=True)
+    standard = media_to_text_ranks(scores, owners)
+    for media in range(6):
+        best_own = scores[media, owners == media].max()
+        groups_ahead = {int(owners[c]) for c in range(30)
+                        if owners[c] != media and scores[media, c] >= best_own}
+        captions_ahead = sum(1 for c in range(30)
+                             if owners[c] != media and scores[media, c] >= best_own)
+        assert grouped[media] == 1 + len(groups_ahead)
+        assert standard[media] == 1 + captions_ahead
+    assert bool((grouped <= standard).all())
+    assert bool(((grouped == 1) == (standard == 1)).all())
+
+
+def test_ranks_match_sorting_reference_without_ties():
+    generator = torch.Generator().manual_seed(1)
+    scores = torch.rand(40, 25, generator=generator)
+    positives = torch.randint(0, 25, (40,), generator=generator)
+    order = scores.argsort(dim=1, descending=True)
+    reference = (order == positives[:, None]).int().argmax(dim=1) + 1
+    assert torch.equal(text_to_media_ranks(scores, positives), reference)
+
+
+def test_query_without_positive_is_an_error():
+    with pytest.raises(ValueError, match='no positive'):
+        ranks_from_scores(torch.rand(2, 3), torch.tensor([0, 7]), torch.tensor([0, 1, 2]))
+
+
+def test_shape_mismatch_is_an_error():
+    with pytest.raises(ValueError, match='query_group'):
+        ranks_from_scores(torch.rand(2, 3), torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2]))
+
+
+def test_ranks_from_topk_standard_and_grouped():
+    gallery_group = torch.tensor([0, 0, 1, 2, 2, 3])
+    indices = torch.tensor([
+        [3, 4, 2, 0],   # query of group 1: captions of group 2 (twice) then its own
+        [5, 0, 1, 2],   # query of group 0: one negative then its own
+        [0, 1, 3, -1],  # query of group 3: not retrieved; an empty faiss slot at the end
+    ])
+    query_group = torch.tensor([1, 0, 3])
+    assert ranks_from_topk(indices, query_group, gallery_group).tolist() == [3, 2, 4]
+    grouped = ranks_from_topk(indices, query_group, gallery_group, grouped=True)
+    # not found: two distinct negative groups (0, 2) in the list -> lower bound 3
+    assert grouped.tolist() == [2, 2, 3]
+
+
+def test_rank_summary_and_averages_by_hand():
+    ranks = torch.tensor([1, 2, 3, 10])
+    summary = rank_summary(ranks, (1, 5, 10), 't2i')
+    assert summary == pytest.approx({'t2i_R@1': 25.0, 't2i_R@5': 75.0, 't2i_R@10': 100.0,
+                                     't2i_MdR': 2.5, 't2i_MnR': 4.0})
+    summary.update(rank_summary(torch.tensor([1, 1, 6, 20]), (1, 5, 10), 'i2t', exact=False))
+    assert 'i2t_MdR' not in summary
+    assert recall_sum(summary, ('t2i', 'i2t'), (1, 5, 10)) == pytest.approx(200 + 50 + 50 + 75)
+    assert average_recall(summary, ('t2i', 'i2t'), (1, 5, 10)) == pytest.approx(375 / 6)
+
+
+def test_median_of_odd_count_is_the_middle_rank():
+    assert median_rank(torch.tensor([7, 1, 3])) == 3.0
+
+
+def test_empty_ranks_are_an_error():
+    with pytest.raises(ValueError, match='no queries'):
+        recall_at_k(torch.zeros(0, dtype=torch.long), 1)
+
+
+def test_grouped_ranks_need_gallery_groups_in_range():
+    with pytest.raises(ValueError, match='num_groups'):
+        grouped_ranks_from_scores(torch.rand(1, 2), torch.tensor([0]), torch.tensor([0, 3]), 2)

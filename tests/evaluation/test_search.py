@@ -1,0 +1,132 @@
+"""faiss search against brute force, chunking, approximate indexes, exact chunked ranks."""
+import pytest
+import torch
+
+from xmr.evaluation.ranking import (
+    grouped_ranks_from_scores,
+    media_to_text_ranks,
+    ranks_from_scores,
+    text_to_media_ranks,
+)
+from xmr.evaluation.search import FaissSearcher, default_chunk_size, exact_ranks
+
+
+def _unit(rows: torch.Tensor) -> torch.Tensor:
+    return rows / rows.norm(dim=1, keepdim=True)
+
+
+def _random_unit(count: int, dim: int, seed: int) -> torch.Tensor:
+    return _unit(torch.randn(count, dim, generator=torch.Generator().manual_seed(seed)))
+
+
+def _clustered(count: int, dim: int, clusters: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    centres = torch.randn(clusters, dim, generator=generator)
+    members = torch.randint(0, clusters, (count,), generator=generator)
+    return _unit(centres[members] + 0.3 * torch.randn(count, dim, generator=generator))
+
+
+def test_flat_search_equals_brute_force_topk():
+    gallery, queries = _random_unit(500, 32, 0), _random_unit(60, 32, 1)
+    scores, indices = FaissSearcher(gallery).search(queries, 10)
+    reference_scores, reference_indices = (queries @ gallery.T).topk(10, dim=1)
+    assert torch.equal(indices, reference_indices)
+    torch.testing.assert_close(scores, reference_scores, atol=1e-5, rtol=0)
+
+
+def test_chunked_search_equals_unchunked():
+    gallery, queries = _random_unit(300, 16, 2), _random_unit(53, 16, 3)
+    whole = FaissSearcher(gallery, chunk_size=1000).search(queries, 7)
+    chunked = FaissSearcher(gallery, chunk_size=7).search(queries, 7)
+    assert torch.equal(whole[1], chunked[1])
+    assert torch.equal(whole[0], chunked[0])
+
+
+@pytest.mark.parametrize('index, options', [
+    ('ivf', dict(nlist=20, nprobe=4)),
+    ('hnsw', dict(hnsw_m=16, ef_search=64)),
+])
+def test_approximate_indexes_find_most_exact_neighbours(index, options):
+    data = _clustered(2100, 32, clusters=20, seed=4)
+    gallery, queries = data[:2000], data[2000:]
+    _, exact = FaissSearcher(gallery).search(queries, 10)
+    _, approximate = FaissSearcher(gallery, index=index, **options).search(queries, 10)
+    overlap = sum(len(set(a.tolist()) & set(e.tolist())) for a, e in zip(approximate, exact))
+    assert overlap / exact.numel() >= 0.9
+
+
+def test_ivf_picks_a_trainable_default_nlist():
+    searcher = FaissSearcher(_random_unit(400, 8, 5), index='ivf')
+    assert searcher.index.nlist == 400 // 39
+
+
+def test_search_ids_returns_media_ids():
+    gallery = torch.eye(3)
+    searcher = FaissSearcher(gallery, ids=['a', 'b', 'c'])
+    scores, ids = searcher.search_ids(torch.tensor([[0.0, 0.6, 0.8]]), 2)
+    assert ids == [['c', 'b']]
+    torch.testing.assert_close(scores, torch.tensor([[0.8, 0.6]]))
+
+
+def test_search_errors_name_the_problem():
+    with pytest.raises(ValueError, match='empty'):
+        FaissSearcher(torch.zeros(0, 4))
+    with pytest.raises(ValueError, match='ids has 2 entries'):
+        FaissSearcher(torch.eye(3), ids=['a', 'b'])
+    searcher = FaissSearcher(torch.eye(3))
+    with pytest.raises(ValueError, match=r'k must be in \[1, 3\]'):
+        searcher.search(torch.eye(3), 4)
+    with pytest.raises(ValueError, match='dimension 2'):
+        searcher.search(torch.ones(1, 2), 1)
+    with pytest.raises(ValueError, match='without ids'):
+        searcher.search_ids(torch.eye(3), 1)
+    with pytest.raises(ValueError, match="'annoy'"):
+        FaissSearcher(torch.eye(3), index='annoy')
+
+
+def test_exact_ranks_chunked_equal_full_matrix_with_exact_ties():
+    # Small integer entries make every inner product exact, so ties survive any blocking.
+    generator = torch.Generator().manual_seed(6)
+    media = torch.randint(-2, 3, (12, 5), generator=generator).float()
+    captions = torch.randint(-2, 3, (40, 5), generator=generator).float()
+    owners = torch.cat([torch.arange(12), torch.randint(0, 12, (28,), generator=generator)])
+    scores = captions @ media.T
+    assert (scores.unsqueeze(2) == scores.unsqueeze(1)).sum() > scores.numel()  # ties exist
+    t2i_full = text_to_media_ranks(scores, owners)
+    i2t_full = media_to_text_ranks(scores.T, owners)
+    grouped_full = media_to_text_ranks(scores.T, owners, grouped=True)
+    media_rows = torch.arange(12)
+    for chunk in (1, 5, 40):
+        assert torch.equal(exact_ranks(captions, media, owners, media_rows, chunk_size=chunk),
+                           t2i_full)
+        assert torch.equal(exact_ranks(media, captions, media_rows, owners, chunk_size=chunk),
+                           i2t_full)
+        assert torch.equal(exact_ranks(media, captions, media_rows, owners, grouped=True,
+                                       num_groups=12, chunk_size=chunk), grouped_full)
+
+
+def test_exact_ranks_match_the_pure_functions_on_random_data():
+    queries, gallery = _random_unit(70, 16, 7), _random_unit(90, 16, 8)
+    query_group = torch.randint(0, 90, (70,), generator=torch.Generator().manual_seed(9))
+    gallery_group = torch.arange(90)
+    full = ranks_from_scores(queries @ gallery.T, query_group, gallery_group)
+    assert torch.equal(exact_ranks(queries, gallery, query_group, gallery_group, chunk_size=9),
+                       full)
+    grouped = grouped_ranks_from_scores(queries @ gallery.T, query_group, gallery_group, 90)
+    assert torch.equal(grouped, full)  # one item per group: grouping changes nothing
+
+
+def test_default_chunk_keeps_blocks_bounded():
+    assert default_chunk_size(1_000_000) * 1_000_000 <= 2 ** 26
+    assert default_chunk_size(10) == 2 ** 26 // 10
+
+
+def test_exact_ranks_argument_errors():
+    with pytest.raises(ValueError, match='share E'):
+        exact_ranks(torch.ones(2, 3), torch.ones(2, 4), torch.zeros(2), torch.zeros(2))
+    with pytest.raises(ValueError, match='num_groups'):
+        exact_ranks(torch.ones(2, 3), torch.ones(2, 3), torch.zeros(2), torch.zeros(2),
+                    grouped=True)
+    with pytest.raises(ValueError, match='chunk_size'):
+        exact_ranks(torch.ones(2, 3), torch.ones(2, 3), torch.zeros(2), torch.zeros(2),
+                    chunk_size=0)

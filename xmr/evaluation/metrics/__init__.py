@@ -1,0 +1,4 @@
+"""MMEngine metrics of xmr."""
+from xmr.evaluation.metrics.retrieval import RetrievalMetric
+
+__all__ = ['RetrievalMetric']

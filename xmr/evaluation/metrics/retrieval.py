@@ -1,0 +1,304 @@
+"""The retrieval metric of xmr's validation and test loops."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from mmengine.evaluator import BaseMetric
+from mmengine.logging import print_log
+from torch import Tensor
+
+from xmr.evaluation.protocols import (
+    DIRECTIONS,
+    I2T_MODES,
+    PROTOCOLS,
+    LanguageGallery,
+    evaluate_protocol,
+    protocol_galleries,
+)
+from xmr.evaluation.search import INDEX_TYPES
+from xmr.registry import METRICS
+
+__all__ = ['RetrievalMetric']
+
+# Embeddings from a half-precision model, normalised then cast, keep norms within ~1e-3 of 1.
+_NORM_TOLERANCE = 1e-2
+
+
+@METRICS.register_module()
+class RetrievalMetric(BaseMetric):
+    """Image/video–text retrieval in every language of an evaluation set.
+
+    ``process`` receives the model's ``val_step`` output: one dict per gallery item,
+    ``{'media_id': str, 'media_embedding': Tensor [E], 'caption_embeddings': {lang: Tensor
+    [n, E]}}`` (L2-normalised; ``n`` may be 0 or the language absent; an optional int ``index``
+    orders the media). ``compute_metrics`` deduplicates media by ``media_id`` (keeping the first:
+    a distributed sampler pads with repeated items), then scores each language under the
+    protocol (see :mod:`xmr.evaluation.protocols` and ``docs/evaluation.md``).
+
+    Output keys (recalls in percent), for every evaluated language ``lang``:
+    ``{lang}/t2i_R@{k}``, ``{lang}/t2i_MdR``, ``{lang}/t2i_MnR``, the same with ``i2t``, and with
+    both directions ``{lang}/AR`` (mean of the recalls = rSum / 6) and ``{lang}/rSum``. Summaries
+    over ``mean_languages``: ``mAR`` (mean AR) and ``rSum`` (sum of rSum) with both directions;
+    ``t2v_R@1_sum`` (``text_to_video``; ``t2i_R@1_sum`` for other text→media-only runs), the sum
+    of text→media R@1 (DASD Table 2); ``mean_t2i_R@10`` (``xtd10_t2i_r10``, M-CLIP);
+    ``{lang}/mean_R@1`` and ``mean_R@1`` (``xtd10_fewshot``, PECTVLM: the mean of the R@1 of both
+    directions). MMEngine puts ``prefix + '/'`` in front of every key.
+
+    Args:
+        languages: languages to evaluate; ``None`` evaluates every language some item has a
+            caption in.
+        source_language: the teacher's language, reported but left out of the default
+            ``mean_languages``.
+        mean_languages: languages averaged into the summaries; ``None`` = every evaluated language
+            except ``source_language``.
+        recall_ks: the K of R@K.
+        protocol: a key of :data:`xmr.evaluation.protocols.PROTOCOLS`.
+        i2t_mode: ``'standard'`` or ``'grouped'`` (the DASD authors' media→text ranking).
+        directions: ``('t2i', 'i2t')`` or a part of it; ``None`` takes the protocol's
+            (``('t2i',)`` for ``text_to_video`` and ``xtd10_t2i_r10``).
+        search: ``dict(index='flat' | 'ivf' | 'hnsw', chunk_size=None, **faiss options)``;
+            ``'flat'`` = exact ranks (default), the others approximate recalls only.
+        gallery_size: media count the set must have; ``None`` = the protocol's (5,000 for COCO,
+            1,000 for XTD10).
+        num_folds: folds of ``coco_1k_5fold``.
+        folds: folds ``coco_1k_5fold`` averages; ``None`` = all, ``(0,)`` = the DASD code's.
+        fewshot_shots: train/val size of the ``xtd10_fewshot`` split (test = the rest).
+        fewshot_seed: generator seed of the ``xtd10_fewshot`` split.
+        collect_device: ``'cpu'`` or ``'gpu'``, where ranks gather results.
+        prefix: MMEngine's key prefix, e.g. the dataset name when several sets are evaluated.
+        collect_dir: MMEngine's directory for gathering results on ``'cpu'``.
+    """
+
+    # '' (not None) keeps MMEngine from warning about a missing prefix; keys stay bare.
+    default_prefix = ''
+
+    def __init__(self, languages: Sequence[str] | None = None, source_language: str = 'en',
+                 mean_languages: Sequence[str] | None = None,
+                 recall_ks: Sequence[int] = (1, 5, 10), protocol: str = 'standard',
+                 i2t_mode: str = 'standard', directions: Sequence[str] | None = None,
+                 search: Mapping[str, Any] | None = None, gallery_size: int | None = None,
+                 num_folds: int = 5, folds: Sequence[int] | None = None,
+                 fewshot_shots: int = 50, fewshot_seed: int = 42, collect_device: str = 'cpu',
+                 prefix: str | None = None, collect_dir: str | None = None) -> None:
+        super().__init__(collect_device=collect_device, prefix=prefix, collect_dir=collect_dir)
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol '{protocol}'; choose one of {sorted(PROTOCOLS)}.")
+        if i2t_mode not in I2T_MODES:
+            raise ValueError(f"i2t_mode must be one of {I2T_MODES}, got '{i2t_mode}'.")
+        self.protocol = protocol
+        self.directions = tuple(directions) if directions is not None else (
+            PROTOCOLS[protocol].directions)
+        if not self.directions or any(d not in DIRECTIONS for d in self.directions):
+            raise ValueError(f'directions must be a non-empty subset of {DIRECTIONS}, got '
+                             f'{directions}.')
+        self.recall_ks = tuple(recall_ks)
+        if not self.recall_ks or any(int(k) != k or k < 1 for k in self.recall_ks):
+            raise ValueError(f'recall_ks must be positive integers, got {recall_ks}.')
+        self._check_protocol_needs()
+        self.search = dict(search or {})
+        if self.search.get('index', 'flat') not in INDEX_TYPES:
+            raise ValueError(f"search index must be one of {INDEX_TYPES}, got "
+                             f"'{self.search['index']}'.")
+        self.languages = tuple(languages) if languages is not None else None
+        self.source_language = source_language
+        self.mean_languages = tuple(mean_languages) if mean_languages is not None else None
+        if self.languages is not None and self.mean_languages is not None:
+            outside = [lang for lang in self.mean_languages if lang not in self.languages]
+            if outside:
+                raise ValueError(f'mean_languages {outside} are not in languages '
+                                 f'{list(self.languages)}.')
+        self.i2t_mode = i2t_mode
+        self.gallery_size = gallery_size
+        self.num_folds = num_folds
+        self.folds = tuple(folds) if folds is not None else None
+        self.fewshot_shots = fewshot_shots
+        self.fewshot_seed = fewshot_seed
+
+    def process(self, data_batch: Any, data_samples: Sequence[Mapping[str, Any]]) -> None:
+        """Keep each gallery item's embeddings as compact CPU float32 tensors.
+
+        Args:
+            data_batch: the batch (unused: everything comes from the model's output).
+            data_samples: the model's ``val_step`` output, one dict per gallery item.
+        """
+        for sample in data_samples:
+            self.results.append(_checked_item(sample))
+
+    def compute_metrics(self, results: list) -> dict[str, float]:
+        """Score every language under the protocol.
+
+        Args:
+            results: the items stored by :meth:`process`, gathered from all ranks.
+
+        Returns:
+            The metric dict (keys in the class docstring).
+        """
+        items = _unique_items(results)
+        if not items:
+            raise ValueError('RetrievalMetric got an empty gallery: the evaluation produced no '
+                             'media embeddings (is the dataset empty?).')
+        widths = {item['media_embedding'].shape[0] for item in items}
+        if len(widths) > 1:
+            raise ValueError(f'media embeddings have different widths {sorted(widths)}; one '
+                             'model must embed the whole evaluation set.')
+        media = torch.stack([item['media_embedding'] for item in items])
+        languages = self._evaluated_languages(items)
+        mean_languages = self._mean_languages(languages)
+        galleries = protocol_galleries(
+            self.protocol, len(items), gallery_size=self.gallery_size, num_folds=self.num_folds,
+            folds=self.folds, shots=self.fewshot_shots, split_seed=self.fewshot_seed)
+        per_language = {}
+        for lang in languages:
+            gallery = _language_gallery(items, media, lang)
+            try:
+                scores = evaluate_protocol(gallery, galleries, directions=self.directions,
+                                           recall_ks=self.recall_ks, i2t_mode=self.i2t_mode,
+                                           search=self.search)
+            except ValueError as error:
+                raise ValueError(f"language '{lang}': {error}") from error
+            if self.protocol == 'xtd10_fewshot':
+                scores['mean_R@1'] = (scores['t2i_R@1'] + scores['i2t_R@1']) / 2
+            per_language[lang] = scores
+        metrics = {f'{lang}/{key}': value
+                   for lang, scores in per_language.items() for key, value in scores.items()}
+        metrics.update(self._summaries(per_language, mean_languages))
+        self._log_table(per_language)
+        return metrics
+
+    def _check_protocol_needs(self) -> None:
+        needs: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
+            'text_to_video': (('t2i',), (1,)),
+            'xtd10_t2i_r10': (('t2i',), (10,)),
+            'xtd10_fewshot': (DIRECTIONS, (1,)),
+        }
+        if self.protocol not in needs:
+            return
+        directions, ks = needs[self.protocol]
+        if not set(directions) <= set(self.directions) or not set(ks) <= set(self.recall_ks):
+            raise ValueError(f"protocol '{self.protocol}' reports directions {directions} at "
+                             f'R@{ks}; got directions={self.directions}, '
+                             f'recall_ks={self.recall_ks}.')
+
+    def _evaluated_languages(self, items: list[dict[str, Any]]) -> list[str]:
+        seen = sorted({lang for item in items
+                       for lang, captions in item['caption_embeddings'].items()
+                       if captions.shape[0]})
+        if self.languages is None:
+            if not seen:
+                raise ValueError('no item has any caption: nothing to evaluate.')
+            # The source language leads so logs read "en, then the target languages".
+            return sorted(seen, key=lambda lang: (lang != self.source_language, lang))
+        missing = [lang for lang in self.languages if lang not in seen]
+        if missing:
+            raise ValueError(f'languages {missing} were requested but no evaluated item has a '
+                             f'caption in them; languages seen: {seen}.')
+        return list(self.languages)
+
+    def _mean_languages(self, languages: list[str]) -> list[str]:
+        if self.mean_languages is None:
+            return [lang for lang in languages if lang != self.source_language]
+        missing = [lang for lang in self.mean_languages if lang not in languages]
+        if missing:
+            raise ValueError(f'mean_languages {missing} are not evaluated; evaluated languages: '
+                             f'{languages}.')
+        return list(self.mean_languages)
+
+    def _summaries(self, per_language: dict[str, dict[str, float]],
+                   mean_languages: list[str]) -> dict[str, float]:
+        if not mean_languages:
+            return {}
+        chosen = [per_language[lang] for lang in mean_languages]
+        summaries: dict[str, float] = {}
+        if set(self.directions) == set(DIRECTIONS):
+            summaries['mAR'] = sum(s['AR'] for s in chosen) / len(chosen)
+            summaries['rSum'] = sum(s['rSum'] for s in chosen)
+        if self.protocol == 'text_to_video' or (self.directions == ('t2i',) and
+                                                1 in self.recall_ks):
+            name = 't2v' if self.protocol == 'text_to_video' else 't2i'
+            summaries[f'{name}_R@1_sum'] = sum(s['t2i_R@1'] for s in chosen)
+        if self.protocol == 'xtd10_t2i_r10':
+            summaries['mean_t2i_R@10'] = sum(s['t2i_R@10'] for s in chosen) / len(chosen)
+        if self.protocol == 'xtd10_fewshot':
+            summaries['mean_R@1'] = sum(s['mean_R@1'] for s in chosen) / len(chosen)
+        return summaries
+
+    def _log_table(self, per_language: dict[str, dict[str, float]]) -> None:
+        columns = list(next(iter(per_language.values())))
+        lines = [f'Retrieval ({self.protocol}, i2t {self.i2t_mode}):',
+                 '| lang | ' + ' | '.join(columns) + ' |',
+                 '|---' * (len(columns) + 1) + '|']
+        for lang, scores in per_language.items():
+            lines.append(f'| {lang} | ' + ' | '.join(f'{scores[c]:.2f}' for c in columns) + ' |')
+        print_log('\n'.join(lines), logger='current', level=logging.INFO)
+
+
+def _checked_item(sample: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(sample, Mapping):
+        raise TypeError(f'RetrievalMetric expects one dict per gallery item from val_step, got '
+                        f'{type(sample).__name__}.')
+    for key in ('media_id', 'media_embedding', 'caption_embeddings'):
+        if key not in sample:
+            raise KeyError(f"val_step output lacks '{key}' (keys: {sorted(sample)}).")
+    media_id = str(sample['media_id'])
+    media = _compact(sample['media_embedding'], f"media '{media_id}' media_embedding")
+    if media.dim() != 1:
+        raise ValueError(f"media '{media_id}': media_embedding must be [E], got "
+                         f'{tuple(media.shape)}.')
+    _check_normalised(media[None], f"media '{media_id}' media_embedding")
+    captions = {}
+    for lang, embeddings in sample['caption_embeddings'].items():
+        name = f"media '{media_id}' caption_embeddings['{lang}']"
+        rows = _compact(embeddings, name)
+        if rows.dim() != 2 or rows.shape[1] != media.shape[0]:
+            raise ValueError(f'{name} must be [n, {media.shape[0]}], got {tuple(rows.shape)}.')
+        _check_normalised(rows, name)
+        captions[lang] = rows
+    item = {'media_id': media_id, 'media_embedding': media, 'caption_embeddings': captions}
+    if 'index' in sample:
+        item['index'] = int(sample['index'])
+    return item
+
+
+def _compact(tensor: Any, name: str) -> Tensor:
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f'{name} must be a torch.Tensor, got {type(tensor).__name__}.')
+    # clone(): a row view of a batch tensor would pickle (and gather) the whole batch storage.
+    return tensor.detach().to('cpu', torch.float32).clone()
+
+
+def _check_normalised(rows: Tensor, name: str) -> None:
+    if rows.shape[0] == 0:
+        return
+    if not bool(torch.isfinite(rows).all()):
+        raise ValueError(f'{name} holds NaN or inf values.')
+    norms = rows.norm(dim=1)
+    worst = float((norms - 1).abs().max())
+    if worst > _NORM_TOLERANCE:
+        raise ValueError(f'{name} is not L2-normalised (a norm is off by {worst:.3g}); the '
+                         'model must return unit embeddings so that scores are cosines.')
+
+
+def _unique_items(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    first: dict[str, dict[str, Any]] = {}
+    for item in results:
+        kept = first.setdefault(item['media_id'], item)
+        if kept is not item and 'index' in kept and 'index' in item and (
+                kept['index'] != item['index']):
+            raise ValueError(f"dataset items {kept['index']} and {item['index']} share media_id "
+                             f"'{item['media_id']}'; one item per media is expected, with all "
+                             'its captions.')
+    items = list(first.values())
+    if items and all('index' in item for item in items):
+        items.sort(key=lambda item: item['index'])
+    return items
+
+
+def _language_gallery(items: list[dict[str, Any]], media: Tensor, lang: str) -> LanguageGallery:
+    width = media.shape[1]
+    rows = [item['caption_embeddings'].get(lang, media.new_zeros(0, width)) for item in items]
+    owners = torch.repeat_interleave(torch.arange(len(items)),
+                                     torch.tensor([r.shape[0] for r in rows]))
+    return LanguageGallery(media, torch.cat(rows), owners)

@@ -1,0 +1,304 @@
+"""Evaluation protocols of cross-lingual cross-modal retrieval.
+
+A protocol says which media form the gallery (one gallery, or several whose results are averaged),
+which directions are scored by default and how large the gallery must be:
+
+========================  ==========================================================  ==========
+protocol                  galleries                                                   directions
+========================  ==========================================================  ==========
+``standard``              all media                                                   t2i, i2t
+``coco_5k``               all 5,000 COCO test images                                  t2i, i2t
+``coco_1k_5fold``         5 folds of 1,000 consecutive images; mean over folds        t2i, i2t
+``text_to_video``         all clips (Multi-MSRVTT 1k-A: 1,000 clips, one caption)     t2i
+``xtd10_t2i_r10``         all 1,000 XTD10 images (M-CLIP: text→image R@10)            t2i
+``xtd10_fewshot``         the 900 test images of the seed-42 split (PECTVLM)          t2i, i2t
+========================  ==========================================================  ==========
+
+Within a gallery, a language is evaluated on the media that have at least one caption in it, so
+that both directions of one language share one set of media (COCO-CN's ~1,000 zh images inside a
+larger COCO set, for instance).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from xmr.evaluation.ranking import average_recall, rank_summary, ranks_from_topk, recall_sum
+from xmr.evaluation.search import INDEX_TYPES, FaissSearcher, exact_ranks
+
+__all__ = [
+    'Protocol', 'PROTOCOLS', 'DIRECTIONS', 'I2T_MODES', 'FewShotSplit', 'LanguageGallery',
+    'coco_1k_folds', 'xtd10_fewshot_split', 'protocol_galleries', 'evaluate_language',
+    'evaluate_protocol',
+]
+
+DIRECTIONS = ('t2i', 'i2t')
+I2T_MODES = ('standard', 'grouped')
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What a protocol fixes.
+
+    Attributes:
+        name: registry key in :data:`PROTOCOLS`.
+        directions: directions scored unless the caller asks for others.
+        gallery_size: the number of media the protocol is defined on; ``None`` for any.
+    """
+
+    name: str
+    directions: tuple[str, ...]
+    gallery_size: int | None
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    protocol.name: protocol for protocol in (
+        Protocol('standard', DIRECTIONS, None),
+        Protocol('coco_5k', DIRECTIONS, 5000),
+        Protocol('coco_1k_5fold', DIRECTIONS, 5000),
+        Protocol('text_to_video', ('t2i',), None),
+        Protocol('xtd10_t2i_r10', ('t2i',), 1000),
+        Protocol('xtd10_fewshot', DIRECTIONS, 1000),
+    )
+}
+
+
+class FewShotSplit(NamedTuple):
+    """Image indices (positions in XTD10's 1,000-image order) of a few-shot split."""
+
+    train: list[int]
+    val: list[int]
+    test: list[int]
+
+
+def xtd10_fewshot_split(num_images: int = 1000, shots: int = 50, seed: int = 42) -> FewShotSplit:
+    """PECTVLM's XTD10 few-shot split.
+
+    ``perm = torch.randperm(num_images, generator=torch.Generator().manual_seed(seed))``;
+    train = ``perm[:shots]``, val = ``perm[shots:2 * shots]``, test = ``perm[2 * shots:]``
+    (900 test images at the defaults).
+
+    Args:
+        num_images: images in the set (1,000 for XTD10).
+        shots: images in the train split (and in the val split).
+        seed: seed of the permutation's generator.
+
+    Returns:
+        The three index lists, in permutation order.
+    """
+    if shots < 1 or 2 * shots >= num_images:
+        raise ValueError(f'shots must be in [1, {(num_images - 1) // 2}] so that train, val and '
+                         f'test are non-empty for {num_images} images, got {shots}.')
+    generator = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(num_images, generator=generator).tolist()
+    return FewShotSplit(perm[:shots], perm[shots:2 * shots], perm[2 * shots:])
+
+
+def coco_1k_folds(num_media: int, num_folds: int = 5) -> list[Tensor]:
+    """Indices of ``num_folds`` folds of consecutive media (COCO 1K: 5 × 1,000 of the 5K test).
+
+    Args:
+        num_media: media in the gallery, a multiple of ``num_folds``.
+        num_folds: number of folds.
+
+    Returns:
+        ``num_folds`` int64 index tensors ``[num_media // num_folds]``.
+    """
+    if num_folds < 1 or num_media % num_folds:
+        raise ValueError(f'{num_media} media cannot be split into {num_folds} equal folds.')
+    return list(torch.arange(num_media).split(num_media // num_folds))
+
+
+@dataclass
+class LanguageGallery:
+    """The media and the captions of one language that one evaluation ranks.
+
+    Attributes:
+        media: ``[M, E]`` media embeddings.
+        captions: ``[C, E]`` caption embeddings.
+        caption_media: ``[C]`` int64 row of each caption's media in ``media``.
+    """
+
+    media: Tensor
+    captions: Tensor
+    caption_media: Tensor
+
+    def __post_init__(self) -> None:
+        if self.media.dim() != 2 or self.captions.dim() != 2:
+            raise ValueError(f'media [M, E] and captions [C, E] must be matrices, got '
+                             f'{tuple(self.media.shape)} and {tuple(self.captions.shape)}.')
+        if self.captions.shape[0] and self.captions.shape[1] != self.media.shape[1]:
+            raise ValueError(f'captions have dimension {self.captions.shape[1]}, media '
+                             f'{self.media.shape[1]}.')
+        if self.caption_media.shape != (self.captions.shape[0],):
+            raise ValueError(f'caption_media must be [{self.captions.shape[0]}], got '
+                             f'{tuple(self.caption_media.shape)}.')
+        if self.caption_media.numel() and not (
+                0 <= int(self.caption_media.min()) and
+                int(self.caption_media.max()) < self.media.shape[0]):
+            raise ValueError(f'caption_media must index the {self.media.shape[0]} media rows.')
+
+    def restrict(self, media_indices: Tensor) -> LanguageGallery:
+        """The gallery of the given media that have at least one caption, captions re-indexed.
+
+        Args:
+            media_indices: ``[S]`` rows of ``media`` to keep, in the order they are kept.
+        """
+        captioned = torch.zeros(self.media.shape[0], dtype=torch.bool)
+        captioned[self.caption_media] = True
+        kept = media_indices[captioned[media_indices]]
+        new_row = torch.full((self.media.shape[0],), -1, dtype=torch.long)
+        new_row[kept] = torch.arange(kept.numel())
+        caption_rows = new_row[self.caption_media]
+        keep_caption = caption_rows >= 0
+        return LanguageGallery(self.media[kept], self.captions[keep_caption],
+                               caption_rows[keep_caption])
+
+
+def protocol_galleries(protocol: str, num_media: int, gallery_size: int | None = None,
+                       num_folds: int = 5, folds: Sequence[int] | None = None,
+                       shots: int = 50, split_seed: int = 42) -> list[Tensor]:
+    """Media indices of every gallery a protocol evaluates (results are averaged over them).
+
+    Args:
+        protocol: a key of :data:`PROTOCOLS`.
+        num_media: media in the evaluation set, in dataset order.
+        gallery_size: media count the set must have; ``None`` takes the protocol's own
+            (5,000 for COCO, 1,000 for XTD10, any for the others).
+        num_folds: folds of ``coco_1k_5fold``.
+        folds: which folds ``coco_1k_5fold`` averages; ``None`` = all (MLA), ``(0,)`` = the
+            DASD authors' fold 0.
+        shots: train/val images per split of ``xtd10_fewshot``.
+        split_seed: generator seed of ``xtd10_fewshot``.
+
+    Returns:
+        One int64 index tensor per gallery.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol '{protocol}'; choose one of {sorted(PROTOCOLS)}.")
+    expected = gallery_size if gallery_size is not None else PROTOCOLS[protocol].gallery_size
+    if expected is not None and num_media != expected:
+        raise ValueError(f"protocol '{protocol}' is defined on {expected} media, the evaluation "
+                         f'set has {num_media}; pass gallery_size to evaluate another size.')
+    if num_media == 0:
+        raise ValueError('the evaluation gallery is empty: no media were evaluated.')
+    if protocol == 'coco_1k_5fold':
+        all_folds = coco_1k_folds(num_media, num_folds)
+        chosen = range(num_folds) if folds is None else folds
+        for fold in chosen:
+            if not 0 <= fold < num_folds:
+                raise ValueError(f'fold {fold} does not exist; folds are 0..{num_folds - 1}.')
+        return [all_folds[fold] for fold in chosen]
+    if protocol == 'xtd10_fewshot':
+        return [torch.tensor(xtd10_fewshot_split(num_media, shots, split_seed).test)]
+    return [torch.arange(num_media)]
+
+
+def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRECTIONS,
+                      recall_ks: Sequence[int] = (1, 5, 10), i2t_mode: str = 'standard',
+                      search: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """R@K, MdR, MnR of each direction (and AR, rSum with both) for one language and gallery.
+
+    Args:
+        gallery: media and captions of the language.
+        directions: ``'t2i'`` (captions query media) and/or ``'i2t'`` (media query captions).
+        recall_ks: the K of R@K.
+        i2t_mode: ``'standard'`` (rank of the best own caption among captions) or ``'grouped'``
+            (among per-media caption groups, the DASD authors' code).
+        search: ``dict(index='flat' | 'ivf' | 'hnsw', chunk_size=..., **faiss options)``.
+            ``'flat'`` (default) computes exact ranks by chunked inner products; an approximate
+            index ranks within its top-k lists, so MdR and MnR are left out.
+
+    Returns:
+        ``{'t2i_R@1': ..., 't2i_MdR': ..., 'i2t_R@1': ..., 'AR': ..., 'rSum': ...}``, recalls in
+        percent.
+    """
+    _check_options(directions, recall_ks, i2t_mode)
+    if gallery.captions.shape[0] == 0:
+        raise ValueError('the language has no captions in this gallery.')
+    options = dict(search or {})
+    index = options.pop('index', 'flat')
+    chunk_size = options.pop('chunk_size', None)
+    if index not in INDEX_TYPES:
+        raise ValueError(f"search index must be one of {INDEX_TYPES}, got '{index}'.")
+    exact = index == 'flat'
+    num_media = gallery.media.shape[0]
+    media_rows = torch.arange(num_media)
+    grouped = i2t_mode == 'grouped'
+    summary: dict[str, float] = {}
+    for direction in directions:
+        if direction == 't2i':
+            queries, targets = gallery.captions, gallery.media
+            query_group, gallery_group = gallery.caption_media, media_rows
+        else:
+            queries, targets = gallery.media, gallery.captions
+            query_group, gallery_group = media_rows, gallery.caption_media
+        direction_grouped = grouped and direction == 'i2t'
+        if exact:
+            ranks = exact_ranks(queries, targets, query_group, gallery_group,
+                                grouped=direction_grouped, num_groups=num_media,
+                                chunk_size=chunk_size)
+        else:
+            ranks = _approximate_ranks(queries, targets, query_group, gallery_group,
+                                       direction_grouped, max(recall_ks), index, chunk_size,
+                                       options)
+        summary.update(rank_summary(ranks, recall_ks, direction, exact=exact))
+    if set(directions) == set(DIRECTIONS):
+        summary['AR'] = average_recall(summary, DIRECTIONS, recall_ks)
+        summary['rSum'] = recall_sum(summary, DIRECTIONS, recall_ks)
+    return summary
+
+
+def evaluate_protocol(gallery: LanguageGallery, galleries: Sequence[Tensor],
+                      **evaluate_options: Any) -> dict[str, float]:
+    """Evaluate one language on each protocol gallery and average every key over them.
+
+    Args:
+        gallery: all media and the language's captions.
+        galleries: media indices of each gallery (:func:`protocol_galleries`).
+        **evaluate_options: passed to :func:`evaluate_language`.
+
+    Returns:
+        The mean over galleries of each key of :func:`evaluate_language` (COCO 1K: the mean over
+        folds of R@K, MdR, MnR, AR and rSum, as in the VSE++/MLA evaluation code).
+    """
+    per_gallery = []
+    for number, media_indices in enumerate(galleries):
+        subset = gallery.restrict(media_indices)
+        if subset.captions.shape[0] == 0:
+            raise ValueError(f'gallery {number} ({media_indices.numel()} media) holds no caption '
+                             'of this language.')
+        per_gallery.append(evaluate_language(subset, **evaluate_options))
+    return {key: sum(result[key] for result in per_gallery) / len(per_gallery)
+            for key in per_gallery[0]}
+
+
+def _approximate_ranks(queries: Tensor, targets: Tensor, query_group: Tensor,
+                       gallery_group: Tensor, grouped: bool, max_k: int, index: str,
+                       chunk_size: int | None, options: Mapping[str, Any]) -> Tensor:
+    searcher_options = dict(options)
+    if chunk_size is not None:
+        searcher_options['chunk_size'] = chunk_size
+    searcher = FaissSearcher(targets, index=index, **searcher_options)
+    depth = max_k
+    if grouped:
+        # Every other media may place all of its captions ahead, so max_k groups can take
+        # max_k times the largest caption count.
+        depth *= int(torch.bincount(gallery_group).max())
+    _, indices = searcher.search(queries, min(depth, targets.shape[0]))
+    return ranks_from_topk(indices, query_group, gallery_group, grouped=grouped)
+
+
+def _check_options(directions: Sequence[str], recall_ks: Sequence[int], i2t_mode: str) -> None:
+    unknown = [d for d in directions if d not in DIRECTIONS]
+    if not directions or unknown:
+        raise ValueError(f'directions must be a non-empty subset of {DIRECTIONS}, got '
+                         f'{tuple(directions)}.')
+    if not recall_ks or any(int(k) != k or k < 1 for k in recall_ks):
+        raise ValueError(f'recall_ks must be positive integers, got {tuple(recall_ks)}.')
+    if i2t_mode not in I2T_MODES:
+        raise ValueError(f"i2t_mode must be one of {I2T_MODES}, got '{i2t_mode}'.")

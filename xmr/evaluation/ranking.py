@@ -1,0 +1,246 @@
+"""Ranks and rank statistics of retrieval on similarity matrices.
+
+Every function here is pure and works on a similarity block ``scores [Q, G]`` (queries ×
+gallery items, higher = more similar) together with *groups* that say which gallery items are a
+query's positives: gallery item ``g`` is a positive of query ``q`` when
+``gallery_group[g] == query_group[q]``. That covers both directions of image–text retrieval:
+
+* text→media: queries are captions, ``query_group`` = the index of each caption's media, the
+  gallery is the media with ``gallery_group = arange(M)`` (one positive per query);
+* media→text: queries are media with ``query_group = arange(M)``, the gallery is the captions
+  with ``gallery_group`` = the index of each caption's media (one or several positives).
+
+**Tie rule.** A tie counts against the query: the rank of a query is
+``1 + #{negatives g : scores[q, g] >= best positive score}``, where the best positive score is
+the highest score among the query's positives. With one positive this is "1 + the number of
+other gallery items scoring at least as high as the positive"; with several positives (an image
+and its five captions) it is the rank of the best-ranked own caption, so the query is a hit at K
+when *any* of its captions is in the top K. Positives never count against each other. Ranks are
+1-based.
+
+**Grouped media→text** (the DASD authors' code): the captions are grouped by media, each group is
+scored by its best caption, and ranks are taken over groups,
+``1 + #{other media m : max_{c of m} scores[q, c] >= best own caption score}``. A hit at 1 is the
+same event as in the standard protocol; at K > 1 a grouped rank is never larger than the standard
+one, because an other media's several captions ahead of the query's best caption count once.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    'ranks_from_scores', 'group_max_scores', 'grouped_ranks_from_scores', 'text_to_media_ranks',
+    'media_to_text_ranks', 'ranks_from_topk', 'recall_at_k', 'median_rank', 'mean_rank',
+    'rank_summary', 'average_recall', 'recall_sum',
+]
+
+
+def ranks_from_scores(scores: Tensor, query_group: Tensor, gallery_group: Tensor) -> Tensor:
+    """Rank of each query's best positive, ties counting against the query.
+
+    ``rank[q] = 1 + #{g : gallery_group[g] != query_group[q],
+    scores[q, g] >= max_{g' : gallery_group[g'] == query_group[q]} scores[q, g']}``.
+
+    Args:
+        scores: ``[Q, G]`` similarities.
+        query_group: ``[Q]`` integer group of each query.
+        gallery_group: ``[G]`` integer group of each gallery item.
+
+    Returns:
+        ``[Q]`` int64 ranks, 1-based.
+
+    Raises:
+        ValueError: on mismatched shapes or a query without any positive in the gallery.
+    """
+    _check_block(scores, query_group, gallery_group)
+    positive = query_group[:, None] == gallery_group[None, :]
+    has_positive = positive.any(dim=1)
+    if not bool(has_positive.all()):
+        missing = torch.nonzero(~has_positive).flatten()[:5].tolist()
+        raise ValueError(f'queries {missing} (row indices) have no positive gallery item; every '
+                         'query group must occur in gallery_group.')
+    best_positive = scores.masked_fill(~positive, float('-inf')).amax(dim=1)
+    negatives_ahead = ((scores >= best_positive[:, None]) & ~positive).sum(dim=1)
+    return negatives_ahead + 1
+
+
+def group_max_scores(scores: Tensor, gallery_group: Tensor, num_groups: int) -> Tensor:
+    """Score of every gallery group = the best score among its items.
+
+    Args:
+        scores: ``[Q, G]`` similarities.
+        gallery_group: ``[G]`` group of each gallery item, in ``[0, num_groups)``.
+        num_groups: number of groups ``M``.
+
+    Returns:
+        ``[Q, M]`` with ``out[q, m] = max_{g : gallery_group[g] == m} scores[q, g]`` (``-inf``
+        for a group without items).
+    """
+    if gallery_group.numel() and int(gallery_group.max()) >= num_groups:
+        raise ValueError(f'gallery_group holds group {int(gallery_group.max())} but num_groups '
+                         f'is {num_groups}.')
+    out = scores.new_full((scores.shape[0], num_groups), float('-inf'))
+    index = gallery_group.to(scores.device).expand(scores.shape[0], -1)
+    return out.scatter_reduce(1, index, scores, reduce='amax', include_self=True)
+
+
+def grouped_ranks_from_scores(scores: Tensor, query_group: Tensor, gallery_group: Tensor,
+                              num_groups: int) -> Tensor:
+    """Ranks over gallery *groups*, each group scored by its best item (DASD authors' code).
+
+    Args:
+        scores: ``[Q, G]`` similarities.
+        query_group: ``[Q]`` group of each query (its positive group).
+        gallery_group: ``[G]`` group of each gallery item, in ``[0, num_groups)``.
+        num_groups: number of groups ``M``.
+
+    Returns:
+        ``[Q]`` int64 ranks among the ``M`` groups, 1-based, ties against the query.
+    """
+    _check_block(scores, query_group, gallery_group)
+    group_scores = group_max_scores(scores, gallery_group, num_groups)
+    groups = torch.arange(num_groups, device=scores.device)
+    return ranks_from_scores(group_scores, query_group.to(scores.device), groups)
+
+
+def text_to_media_ranks(scores: Tensor, caption_media: Tensor) -> Tensor:
+    """Text→media ranks: each caption's own media among all media.
+
+    Args:
+        scores: ``[C, M]`` caption × media similarities.
+        caption_media: ``[C]`` index of each caption's media.
+
+    Returns:
+        ``[C]`` int64 ranks.
+    """
+    media = torch.arange(scores.shape[1], device=scores.device)
+    return ranks_from_scores(scores, caption_media.to(scores.device), media)
+
+
+def media_to_text_ranks(scores: Tensor, caption_media: Tensor, grouped: bool = False) -> Tensor:
+    """Media→text ranks with one or several captions per media.
+
+    Standard: the rank of the media's best-ranked own caption among all captions (a hit at K when
+    any own caption is in the top K). ``grouped=True``: ranks over per-media caption groups,
+    each scored by its best caption (see the module docstring).
+
+    Args:
+        scores: ``[M, C]`` media × caption similarities.
+        caption_media: ``[C]`` index of each caption's media.
+        grouped: rank caption groups instead of captions.
+
+    Returns:
+        ``[M]`` int64 ranks.
+    """
+    media = torch.arange(scores.shape[0], device=scores.device)
+    caption_media = caption_media.to(scores.device)
+    if grouped:
+        return grouped_ranks_from_scores(scores, media, caption_media, scores.shape[0])
+    return ranks_from_scores(scores, media, caption_media)
+
+
+def ranks_from_topk(indices: Tensor, query_group: Tensor, gallery_group: Tensor,
+                    grouped: bool = False) -> Tensor:
+    """Ranks read from retrieved top-k lists (approximate search).
+
+    The rank is the position of the first positive in the list (``grouped``: the number of
+    distinct other groups before it, plus one). A query whose list holds no positive gets
+    ``1 + the number of distinct negatives (groups) in its list``, a lower bound of its true
+    rank, so ``R@K`` is exact for ``K <=`` that bound. Ties follow the search's own order.
+
+    Args:
+        indices: ``[Q, k]`` gallery indices in decreasing score order; ``-1`` marks an empty slot
+            (faiss returns it when it found fewer than ``k`` items).
+        query_group: ``[Q]`` group of each query.
+        gallery_group: ``[G]`` group of each gallery item.
+        grouped: count distinct groups instead of items.
+
+    Returns:
+        ``[Q]`` int64 ranks.
+    """
+    if indices.dim() != 2 or indices.shape[0] != query_group.shape[0]:
+        raise ValueError(f'indices must be [Q, k] with Q = {query_group.shape[0]}, '
+                         f'got {tuple(indices.shape)}.')
+    valid = indices >= 0
+    retrieved_group = torch.where(valid, gallery_group[indices.clamp(min=0)],
+                                  torch.full_like(indices, -1))
+    hit = valid & (retrieved_group == query_group[:, None])
+    counts = valid & ~hit
+    if grouped:
+        # Only the first appearance of a negative group in the list moves the query down.
+        first_seen = torch.ones_like(valid)
+        for position in range(1, indices.shape[1]):
+            earlier = retrieved_group[:, :position] == retrieved_group[:, position:position + 1]
+            first_seen[:, position] = ~earlier.any(dim=1)
+        counts &= first_seen
+    found = hit.any(dim=1)
+    first_hit = torch.where(found, hit.int().argmax(dim=1),
+                            torch.full_like(query_group, indices.shape[1]))
+    before_hit = torch.arange(indices.shape[1])[None, :] < first_hit[:, None]
+    return (counts & before_hit).sum(dim=1) + 1
+
+
+def recall_at_k(ranks: Tensor, k: int) -> float:
+    """R@K in percent: ``100 * mean(rank <= K)``."""
+    _check_ranks(ranks)
+    return 100.0 * float((ranks <= k).double().mean())
+
+
+def median_rank(ranks: Tensor) -> float:
+    """Median rank (MdR); for an even count, the mean of the two middle ranks (numpy median)."""
+    _check_ranks(ranks)
+    return float(np.median(ranks.cpu().numpy()))
+
+
+def mean_rank(ranks: Tensor) -> float:
+    """Mean rank (MnR)."""
+    _check_ranks(ranks)
+    return float(ranks.double().mean())
+
+
+def rank_summary(ranks: Tensor, recall_ks: Sequence[int], direction: str,
+                 exact: bool = True) -> dict[str, float]:
+    """R@K for every K, then MdR and MnR, keyed ``f'{direction}_R@{k}'``, ``..._MdR``, ``..._MnR``.
+
+    Args:
+        ranks: ``[Q]`` 1-based ranks.
+        recall_ks: the K values.
+        direction: key prefix, ``'t2i'`` or ``'i2t'``.
+        exact: False for ranks from approximate top-k lists: MdR and MnR are left out, since
+            ranks beyond the list are only lower bounds.
+    """
+    summary = {f'{direction}_R@{k}': recall_at_k(ranks, k) for k in recall_ks}
+    if exact:
+        summary[f'{direction}_MdR'] = median_rank(ranks)
+        summary[f'{direction}_MnR'] = mean_rank(ranks)
+    return summary
+
+
+def recall_sum(summary: Mapping[str, float], directions: Sequence[str],
+               recall_ks: Sequence[int]) -> float:
+    """rSum: the sum of R@K over directions and K (six recalls for R@1/5/10 both ways)."""
+    return sum(summary[f'{direction}_R@{k}'] for direction in directions for k in recall_ks)
+
+
+def average_recall(summary: Mapping[str, float], directions: Sequence[str],
+                   recall_ks: Sequence[int]) -> float:
+    """AR (MLA/DASD): the mean of the recalls, ``rSum / (len(directions) * len(recall_ks))``."""
+    return recall_sum(summary, directions, recall_ks) / (len(directions) * len(recall_ks))
+
+
+def _check_block(scores: Tensor, query_group: Tensor, gallery_group: Tensor) -> None:
+    if scores.dim() != 2:
+        raise ValueError(f'scores must be a [Q, G] matrix, got shape {tuple(scores.shape)}.')
+    if query_group.shape != (scores.shape[0],) or gallery_group.shape != (scores.shape[1],):
+        raise ValueError(f'scores {tuple(scores.shape)} need query_group [{scores.shape[0]}] and '
+                         f'gallery_group [{scores.shape[1]}], got {tuple(query_group.shape)} and '
+                         f'{tuple(gallery_group.shape)}.')
+
+
+def _check_ranks(ranks: Tensor) -> None:
+    if ranks.numel() == 0:
+        raise ValueError('no ranks to summarise: the evaluation has no queries.')

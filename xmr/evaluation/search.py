@@ -1,0 +1,199 @@
+"""Nearest-neighbour search over an embedding gallery, and exact ranks for large galleries.
+
+Embeddings are L2-normalised, so the inner product is the cosine similarity. Everything here
+works on query chunks: a chunk of ``q`` queries meets the whole gallery as one ``[q, G]`` block,
+and the full ``[Q, G]`` matrix of a 10k × 1M evaluation never exists.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import faiss
+import numpy as np
+import torch
+from torch import Tensor
+
+from xmr.evaluation.ranking import grouped_ranks_from_scores, ranks_from_scores
+
+__all__ = ['FaissSearcher', 'exact_ranks', 'default_chunk_size', 'INDEX_TYPES']
+
+INDEX_TYPES = ('flat', 'ivf', 'hnsw')
+
+# 2**26 float32 scores = 256 MiB per query block, whatever the gallery size.
+_BLOCK_ELEMENTS = 2 ** 26
+
+
+def default_chunk_size(gallery_size: int, block_elements: int = _BLOCK_ELEMENTS) -> int:
+    """Queries per chunk so that one ``[chunk, G]`` score block holds ``block_elements`` scores."""
+    return max(1, block_elements // max(1, gallery_size))
+
+
+def exact_ranks(queries: Tensor, gallery: Tensor, query_group: Tensor, gallery_group: Tensor,
+                grouped: bool = False, num_groups: int | None = None,
+                chunk_size: int | None = None) -> Tensor:
+    """Exact ranks by inner product, computed chunk of queries by chunk of queries.
+
+    Each chunk's ``[q, G]`` block goes to :func:`~xmr.evaluation.ranking.ranks_from_scores`
+    (or its grouped form), so the ranks equal those of the full matrix, ties counting against
+    the query: the best positive score and the scores it is compared with come out of the same
+    block product.
+
+    Args:
+        queries: ``[Q, E]`` query embeddings.
+        gallery: ``[G, E]`` gallery embeddings.
+        query_group: ``[Q]`` group of each query.
+        gallery_group: ``[G]`` group of each gallery item (see :mod:`xmr.evaluation.ranking`).
+        grouped: rank groups of gallery items, each scored by its best item.
+        num_groups: number of gallery groups; required when ``grouped``.
+        chunk_size: queries per block; ``None`` keeps each block near 256 MiB.
+
+    Returns:
+        ``[Q]`` int64 ranks, 1-based.
+    """
+    _check_pair(queries, gallery)
+    if grouped and num_groups is None:
+        raise ValueError('exact_ranks(grouped=True) needs num_groups.')
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f'chunk_size must be positive, got {chunk_size}.')
+    chunk = chunk_size or default_chunk_size(gallery.shape[0])
+    gallery_t = gallery.float().t().contiguous()
+    ranks = []
+    for start in range(0, queries.shape[0], chunk):
+        block = queries[start:start + chunk].float() @ gallery_t
+        group = query_group[start:start + chunk]
+        if grouped:
+            ranks.append(grouped_ranks_from_scores(block, group, gallery_group, num_groups))
+        else:
+            ranks.append(ranks_from_scores(block, group, gallery_group))
+    if not ranks:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.cat(ranks)
+
+
+class FaissSearcher:
+    """Top-k inner-product search over a fixed gallery with faiss.
+
+    ``index='flat'`` (default) is exact (``IndexFlatIP``). ``'ivf'`` (``IndexIVFFlat``: ``nlist``
+    k-means cells, ``nprobe`` of them visited per query) and ``'hnsw'`` (``IndexHNSWFlat``: graph
+    with ``hnsw_m`` links per node, ``ef_search`` candidates per query) are approximate: faster
+    on large galleries, and may miss true neighbours.
+
+    Args:
+        gallery: ``[G, E]`` gallery embeddings (L2-normalised for cosine similarity).
+        index: ``'flat'``, ``'ivf'`` or ``'hnsw'``.
+        ids: optional ``G`` identifiers (media ids) returned by :meth:`search_ids`.
+        chunk_size: queries per faiss call; bounds the memory of one call.
+        nlist: IVF cells; ``None`` picks ``4 * sqrt(G)``, at most ``G // 39`` so each cell gets
+            the 39 training points faiss asks for.
+        nprobe: IVF cells visited per query.
+        train_size: IVF k-means training points, sampled from the gallery with ``seed``;
+            ``None`` uses ``min(G, 256 * nlist)``.
+        hnsw_m: HNSW links per node.
+        ef_construction: HNSW candidate list while building.
+        ef_search: HNSW candidate list while searching (raised to ``k`` when smaller).
+        seed: seed of the IVF training sample and of faiss's k-means.
+    """
+
+    def __init__(self, gallery: Tensor | np.ndarray, index: str = 'flat',
+                 ids: Sequence[str] | None = None, chunk_size: int = 4096,
+                 nlist: int | None = None, nprobe: int = 16, train_size: int | None = None,
+                 hnsw_m: int = 32, ef_construction: int = 200, ef_search: int = 128,
+                 seed: int = 0) -> None:
+        if index not in INDEX_TYPES:
+            raise ValueError(f"index must be one of {INDEX_TYPES}, got '{index}'.")
+        vectors = _as_float32(gallery, 'gallery')
+        if vectors.shape[0] == 0:
+            raise ValueError('the gallery is empty: nothing to search.')
+        if ids is not None and len(ids) != vectors.shape[0]:
+            raise ValueError(f'ids has {len(ids)} entries for a gallery of {vectors.shape[0]}.')
+        if chunk_size < 1:
+            raise ValueError(f'chunk_size must be positive, got {chunk_size}.')
+        self.index_type = index
+        self.ids = list(ids) if ids is not None else None
+        self.chunk_size = chunk_size
+        self.dim = vectors.shape[1]
+        self.ef_search = ef_search
+        self.index = self._build(vectors, nlist, nprobe, train_size, hnsw_m, ef_construction,
+                                 seed)
+
+    @property
+    def gallery_size(self) -> int:
+        return int(self.index.ntotal)
+
+    def search(self, queries: Tensor | np.ndarray, k: int) -> tuple[Tensor, Tensor]:
+        """The ``k`` best gallery items of every query.
+
+        Args:
+            queries: ``[Q, E]`` query embeddings.
+            k: neighbours per query, at most the gallery size.
+
+        Returns:
+            ``scores [Q, k]`` float32 inner products in decreasing order and ``indices [Q, k]``
+            int64 gallery rows (``-1`` where an approximate index found fewer than ``k``).
+        """
+        if not 1 <= k <= self.gallery_size:
+            raise ValueError(f'k must be in [1, {self.gallery_size}] (the gallery size), got {k}.')
+        vectors = _as_float32(queries, 'queries')
+        if vectors.shape[1] != self.dim:
+            raise ValueError(f'queries have dimension {vectors.shape[1]}, the gallery {self.dim}.')
+        if self.index_type == 'hnsw':
+            self.index.hnsw.efSearch = max(self.ef_search, k)
+        scores = np.empty((vectors.shape[0], k), dtype=np.float32)
+        indices = np.empty((vectors.shape[0], k), dtype=np.int64)
+        for start in range(0, vectors.shape[0], self.chunk_size):
+            stop = start + self.chunk_size
+            scores[start:stop], indices[start:stop] = self.index.search(vectors[start:stop], k)
+        return torch.from_numpy(scores), torch.from_numpy(indices)
+
+    def search_ids(self, queries: Tensor | np.ndarray,
+                   k: int) -> tuple[Tensor, list[list[str | None]]]:
+        """Like :meth:`search`, with gallery rows replaced by their ids (``None`` for ``-1``)."""
+        if self.ids is None:
+            raise ValueError('this FaissSearcher was built without ids; pass ids=[...] to get '
+                             'media ids back.')
+        scores, indices = self.search(queries, k)
+        named = [[self.ids[i] if i >= 0 else None for i in row] for row in indices.tolist()]
+        return scores, named
+
+    def _build(self, vectors: np.ndarray, nlist: int | None, nprobe: int,
+               train_size: int | None, hnsw_m: int, ef_construction: int,
+               seed: int) -> faiss.Index:
+        size, dim = vectors.shape
+        if self.index_type == 'flat':
+            index = faiss.IndexFlatIP(dim)
+        elif self.index_type == 'hnsw':
+            index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = ef_construction
+        else:
+            cells = nlist or max(1, min(round(4 * math.sqrt(size)), size // 39))
+            if not 1 <= cells <= size:
+                raise ValueError(f'nlist must be in [1, {size}] (the gallery size), got {cells}.')
+            quantizer = faiss.IndexFlatIP(dim)
+            index = faiss.IndexIVFFlat(quantizer, dim, cells, faiss.METRIC_INNER_PRODUCT)
+            index.cp.seed = seed
+            sample_size = min(size, train_size or 256 * cells)
+            sample = np.random.default_rng(seed).choice(size, sample_size, replace=False)
+            index.train(vectors[np.sort(sample)])
+            index.nprobe = min(nprobe, cells)
+            # The quantizer belongs to the index; keep Python from freeing it under faiss.
+            self._quantizer = quantizer
+        index.add(vectors)
+        return index
+
+
+def _as_float32(array: Tensor | np.ndarray, name: str) -> np.ndarray:
+    if isinstance(array, Tensor):
+        array = array.detach().cpu().float().numpy()
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    if array.ndim != 2:
+        raise ValueError(f'{name} must be a [N, E] matrix, got shape {array.shape}.')
+    return array
+
+
+def _check_pair(queries: Tensor, gallery: Tensor) -> None:
+    if queries.dim() != 2 or gallery.dim() != 2 or queries.shape[1] != gallery.shape[1]:
+        raise ValueError(f'queries [Q, E] and gallery [G, E] must share E, got '
+                         f'{tuple(queries.shape)} and {tuple(gallery.shape)}.')
+    if gallery.shape[0] == 0:
+        raise ValueError('the gallery is empty: nothing to rank against.')
