@@ -57,6 +57,7 @@ def test_loader_names_file_item_and_key(tmp_path):
     (dict(languages=['en', 'Czech']), r"languages holds 'Czech', not a language code"),
     (dict(media_type='audio'), r"media_type must be one of \('image', 'video'\)"),
     (dict(source_lang=None), 'translation_langs is set but source_lang is missing'),
+    (dict(source_lang='de'), "source_lang 'de' is not one of the caption languages"),
     (dict(items=[]), 'the file holds no items'),
 ])
 def test_validation_rejects(change, message):

@@ -108,13 +108,12 @@ class Annotation:
                                   f'got {self.media_type!r}')
         _check_languages(self.languages, 'languages', origin, allow_empty=False)
         _check_languages(self.translation_langs, 'translation_langs', origin, allow_empty=True)
-        if self.translation_langs:
-            if self.source_lang is None:
-                raise AnnotationError(f'{origin}: translation_langs is set but source_lang is '
-                                      'missing; translations need the language they come from')
-            if self.source_lang not in self.languages:
-                raise AnnotationError(f'{origin}: source_lang {self.source_lang!r} is not one of '
-                                      f'the caption languages {self.languages}')
+        if self.translation_langs and self.source_lang is None:
+            raise AnnotationError(f'{origin}: translation_langs is set but source_lang is '
+                                  'missing; translations need the language they come from')
+        if self.source_lang is not None and self.source_lang not in self.languages:
+            raise AnnotationError(f'{origin}: source_lang {self.source_lang!r} is not one of '
+                                  f'the caption languages {self.languages}')
         if not self.items:
             raise AnnotationError(f'{origin}: the file holds no items')
         seen: dict[str, int] = {}

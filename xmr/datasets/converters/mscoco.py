@@ -211,6 +211,7 @@ def _coco_cn_outputs(images: Sequence[KarpathyImage], stair: Mapping[int, list[s
         origin = f'COCO-CN split {Path(coco_cn_dir) / f"coco-cn_{split}.txt"}'
         split_images = []
         for stem in stems:
+            # Stops on an id that is not a COCO 2014 file stem, naming the split file.
             coco_image_path(f'{stem}.jpg', origin)
             if stem not in by_stem:
                 raise ConversionError(f'{origin}: image {stem} is not in the Karpathy file')
