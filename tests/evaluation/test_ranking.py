@@ -8,6 +8,7 @@ from xmr.evaluation.ranking import (
     grouped_ranks_from_scores,
     media_to_text_ranks,
     median_rank,
+    positive_pairs,
     rank_summary,
     ranks_from_scores,
     ranks_from_topk,
@@ -143,3 +144,9 @@ def test_empty_ranks_are_an_error():
 def test_grouped_ranks_need_gallery_groups_in_range():
     with pytest.raises(ValueError, match='num_groups'):
         grouped_ranks_from_scores(torch.rand(1, 2), torch.tensor([0]), torch.tensor([0, 3]), 2)
+
+
+def test_positive_pairs_lists_every_same_group_pair_by_query():
+    rows, cols = positive_pairs(torch.tensor([2, 0]), torch.tensor([0, 2, 1, 2, 0]))
+    assert rows.tolist() == [0, 0, 1, 1]
+    assert cols.tolist() == [1, 3, 0, 4]

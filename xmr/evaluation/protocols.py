@@ -226,6 +226,9 @@ def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRE
     if index not in INDEX_TYPES:
         raise ValueError(f"search index must be one of {INDEX_TYPES}, got '{index}'.")
     exact = index == 'flat'
+    if exact and options:
+        raise ValueError(f'search options {sorted(options)} only apply to the approximate '
+                         "indexes 'ivf' and 'hnsw'; index='flat' takes chunk_size alone.")
     num_media = gallery.media.shape[0]
     media_rows = torch.arange(num_media)
     grouped = i2t_mode == 'grouped'

@@ -33,10 +33,63 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    'ranks_from_scores', 'group_max_scores', 'grouped_ranks_from_scores', 'text_to_media_ranks',
-    'media_to_text_ranks', 'ranks_from_topk', 'recall_at_k', 'median_rank', 'mean_rank',
-    'rank_summary', 'average_recall', 'recall_sum',
+    'positive_pairs', 'ranks_from_pairs', 'ranks_from_scores', 'group_max_scores',
+    'grouped_ranks_from_scores', 'text_to_media_ranks', 'media_to_text_ranks', 'ranks_from_topk',
+    'recall_at_k', 'median_rank', 'mean_rank', 'rank_summary', 'average_recall', 'recall_sum',
 ]
+
+
+def positive_pairs(query_group: Tensor, gallery_group: Tensor) -> tuple[Tensor, Tensor]:
+    """Every (query, gallery item) pair of the same group, ordered by query.
+
+    Args:
+        query_group: ``[Q]`` integer group of each query.
+        gallery_group: ``[G]`` integer group of each gallery item.
+
+    Returns:
+        ``rows [P]`` and ``cols [P]`` int64: ``gallery_group[cols[p]] == query_group[rows[p]]``,
+        ``rows`` non-decreasing.
+
+    Raises:
+        ValueError: when a query has no positive in the gallery.
+    """
+    order = gallery_group.argsort(stable=True)
+    sorted_groups = gallery_group[order]
+    first = torch.searchsorted(sorted_groups, query_group, right=False)
+    counts = torch.searchsorted(sorted_groups, query_group, right=True) - first
+    if not bool((counts > 0).all()):
+        missing = torch.nonzero(counts == 0).flatten()[:5].tolist()
+        raise ValueError(f'queries {missing} (row indices) have no positive gallery item; every '
+                         'query group must occur in gallery_group.')
+    rows = torch.repeat_interleave(torch.arange(query_group.shape[0]), counts)
+    # Offset of each pair inside its query's run of positives.
+    run_start = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    offsets = torch.arange(rows.shape[0]) - run_start
+    return rows, order[first[rows] + offsets]
+
+
+def ranks_from_pairs(scores: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
+    """Ranks given the positives as (row, column) pairs of ``scores``; the tie rule above.
+
+    ``rank[q] = #{g : scores[q, g] >= best[q]} - #{positives at best[q]} + 1`` with
+    ``best[q]`` the highest positive score, which equals
+    ``1 + #{negatives scoring >= best[q]}`` without building a ``[Q, G]`` positive mask.
+
+    Args:
+        scores: ``[Q, G]`` similarities.
+        rows: ``[P]`` query row of each positive pair; every row in ``[0, Q)`` occurs.
+        cols: ``[P]`` gallery column of each positive pair.
+
+    Returns:
+        ``[Q]`` int64 ranks, 1-based.
+    """
+    positive_scores = scores[rows, cols]
+    best = scores.new_full((scores.shape[0],), float('-inf'))
+    best = best.scatter_reduce(0, rows, positive_scores, reduce='amax')
+    positives_at_best = torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device)
+    positives_at_best.scatter_add_(0, rows, (positive_scores >= best[rows]).long())
+    at_least_best = torch.count_nonzero(scores >= best[:, None], dim=1)
+    return at_least_best - positives_at_best + 1
 
 
 def ranks_from_scores(scores: Tensor, query_group: Tensor, gallery_group: Tensor) -> Tensor:
@@ -57,15 +110,8 @@ def ranks_from_scores(scores: Tensor, query_group: Tensor, gallery_group: Tensor
         ValueError: on mismatched shapes or a query without any positive in the gallery.
     """
     _check_block(scores, query_group, gallery_group)
-    positive = query_group[:, None] == gallery_group[None, :]
-    has_positive = positive.any(dim=1)
-    if not bool(has_positive.all()):
-        missing = torch.nonzero(~has_positive).flatten()[:5].tolist()
-        raise ValueError(f'queries {missing} (row indices) have no positive gallery item; every '
-                         'query group must occur in gallery_group.')
-    best_positive = scores.masked_fill(~positive, float('-inf')).amax(dim=1)
-    negatives_ahead = ((scores >= best_positive[:, None]) & ~positive).sum(dim=1)
-    return negatives_ahead + 1
+    rows, cols = positive_pairs(query_group.cpu(), gallery_group.cpu())
+    return ranks_from_pairs(scores, rows.to(scores.device), cols.to(scores.device))
 
 
 def group_max_scores(scores: Tensor, gallery_group: Tensor, num_groups: int) -> Tensor:

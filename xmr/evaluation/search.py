@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from xmr.evaluation.ranking import grouped_ranks_from_scores, ranks_from_scores
+from xmr.evaluation.ranking import group_max_scores, positive_pairs, ranks_from_pairs
 
 __all__ = ['FaissSearcher', 'exact_ranks', 'default_chunk_size', 'INDEX_TYPES']
 
@@ -34,10 +34,10 @@ def exact_ranks(queries: Tensor, gallery: Tensor, query_group: Tensor, gallery_g
                 chunk_size: int | None = None) -> Tensor:
     """Exact ranks by inner product, computed chunk of queries by chunk of queries.
 
-    Each chunk's ``[q, G]`` block goes to :func:`~xmr.evaluation.ranking.ranks_from_scores`
-    (or its grouped form), so the ranks equal those of the full matrix, ties counting against
-    the query: the best positive score and the scores it is compared with come out of the same
-    block product.
+    Each chunk's ``[q, G]`` block is ranked like :func:`~xmr.evaluation.ranking.ranks_from_scores`
+    (or its grouped form) ranks the full matrix, ties counting against the query: the best
+    positive score and the scores it is compared with come out of the same block product. The
+    positive pairs are found once for all chunks.
 
     Args:
         queries: ``[Q, E]`` query embeddings.
@@ -56,16 +56,24 @@ def exact_ranks(queries: Tensor, gallery: Tensor, query_group: Tensor, gallery_g
         raise ValueError('exact_ranks(grouped=True) needs num_groups.')
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f'chunk_size must be positive, got {chunk_size}.')
-    chunk = chunk_size or default_chunk_size(gallery.shape[0])
-    gallery_t = gallery.float().t().contiguous()
+    if grouped:
+        # Ranked over groups: the gallery of every block is the groups 0..num_groups-1.
+        rows, cols = positive_pairs(query_group, torch.arange(num_groups))
+        chunk = chunk_size or default_chunk_size(max(gallery.shape[0], num_groups))
+    else:
+        rows, cols = positive_pairs(query_group, gallery_group)
+        chunk = chunk_size or default_chunk_size(gallery.shape[0])
+    gallery = gallery.float()
     ranks = []
     for start in range(0, queries.shape[0], chunk):
-        block = queries[start:start + chunk].float() @ gallery_t
-        group = query_group[start:start + chunk]
+        # [G, q] then a transposed view: with few queries and a long gallery, MKL runs this
+        # product about 1.5x faster than [q, E] @ [E, G].
+        block = (gallery @ queries[start:start + chunk].float().T).T
         if grouped:
-            ranks.append(grouped_ranks_from_scores(block, group, gallery_group, num_groups))
-        else:
-            ranks.append(ranks_from_scores(block, group, gallery_group))
+            block = group_max_scores(block, gallery_group, num_groups)
+        # rows is sorted, so this chunk's pairs are one contiguous run.
+        first, last = torch.searchsorted(rows, torch.tensor([start, start + block.shape[0]]))
+        ranks.append(ranks_from_pairs(block, rows[first:last] - start, cols[first:last]))
     if not ranks:
         return torch.zeros(0, dtype=torch.long)
     return torch.cat(ranks)
