@@ -124,6 +124,8 @@ def test_default_chunk_keeps_blocks_bounded():
 def test_exact_ranks_argument_errors():
     with pytest.raises(ValueError, match='share E'):
         exact_ranks(torch.ones(2, 3), torch.ones(2, 4), torch.zeros(2), torch.zeros(2))
+    with pytest.raises(ValueError, match=r'need query_group \[2\]'):
+        exact_ranks(torch.ones(2, 3), torch.ones(2, 3), torch.zeros(3), torch.zeros(2))
     with pytest.raises(ValueError, match='num_groups'):
         exact_ranks(torch.ones(2, 3), torch.ones(2, 3), torch.zeros(2), torch.zeros(2),
                     grouped=True)

@@ -52,6 +52,10 @@ def exact_ranks(queries: Tensor, gallery: Tensor, query_group: Tensor, gallery_g
         ``[Q]`` int64 ranks, 1-based.
     """
     _check_pair(queries, gallery)
+    if query_group.shape != (queries.shape[0],) or gallery_group.shape != (gallery.shape[0],):
+        raise ValueError(f'need query_group [{queries.shape[0]}] and gallery_group '
+                         f'[{gallery.shape[0]}], got {tuple(query_group.shape)} and '
+                         f'{tuple(gallery_group.shape)}.')
     if grouped and num_groups is None:
         raise ValueError('exact_ranks(grouped=True) needs num_groups.')
     if chunk_size is not None and chunk_size < 1:
