@@ -11,6 +11,7 @@ preprocessor normalises them. Under ``on_corrupt='skip'`` an unreadable file's i
 ``SkippedMedia`` marker, which ``retrieval_collate`` drops (listing its path in
 ``batch['skipped_media']``). Formats, converters and pipelines: ``docs/data.md``.
 """
+from xmr.datasets import synthetic  # noqa: F401
 from xmr.datasets.annotation import (
     Annotation,
     AnnotationError,
@@ -33,4 +34,5 @@ __all__ = [
     'MediaCaptionDataset', 'CaptionPairDataset', 'RetrievalDataset', 'retrieval_collate',
     'MediaSkippedWarning', 'SkippedMedia', 'MediaReadError', 'read_image', 'read_video_frames',
     'uniform_frame_indices', 'MediaTransform', 'backbone_mean_std', 'backbone_preprocess_cfg',
+    'synthetic',
 ]

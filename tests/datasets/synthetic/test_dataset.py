@@ -1,0 +1,156 @@
+"""Registered synthetic datasets and corpus: contract, determinism, splits, galleries."""
+import pytest
+import torch
+
+from xmr.datasets.collate import retrieval_collate
+from xmr.datasets.synthetic.captions import CAPTION_LANGUAGES, CAPTION_STYLES, caption_scene
+from xmr.datasets.synthetic.dataset import (
+    SyntheticPairDataset,
+    SyntheticRetrievalDataset,
+    synthetic_caption_corpus,
+)
+from xmr.datasets.synthetic.scenes import scene_at
+from xmr.registry import DATASETS, FUNCTIONS
+
+TARGETS = ['de', 'fr', 'zh', 'ja']
+
+
+def captions_in_all_styles(scene, lang):
+    return {caption_scene(scene, lang, style): style for style in CAPTION_STYLES}
+
+
+def test_registered_and_built_from_config():
+    pairs = DATASETS.build(dict(type='SyntheticPairDataset', num_scenes=4, languages=['de']))
+    assert isinstance(pairs, SyntheticPairDataset)
+    gallery = DATASETS.build(dict(type='SyntheticRetrievalDataset', num_scenes=4))
+    assert isinstance(gallery, SyntheticRetrievalDataset)
+    corpus = FUNCTIONS.build(dict(type='synthetic_caption_corpus', languages=['zh'],
+                                  num_scenes=3))
+    assert len(corpus) == 3 * len(CAPTION_STYLES)
+
+
+def test_pair_items_follow_the_contract():
+    dataset = SyntheticPairDataset(num_scenes=6, languages=TARGETS, image_size=32)
+    assert len(dataset) == 6 * 4
+    item = dataset[5]
+    assert set(item) == {'media', 'media_id', 'source_text', 'target_text', 'lang', 'index'}
+    assert item['media'].dtype == torch.uint8 and item['media'].shape == (3, 32, 32)
+    assert item['index'] == 5 and item['lang'] == TARGETS[5 % 4]
+    # Item 5 is scene 1 in the second language: both captions describe that scene.
+    scene = scene_at(0, 'train', 1)
+    assert item['source_text'] in captions_in_all_styles(scene, 'en')
+    assert item['target_text'] in captions_in_all_styles(scene, item['lang'])
+    assert item['media_id'] == dataset[4]['media_id'] != dataset[8]['media_id']
+    assert torch.equal(item['media'], dataset[4]['media'])
+    assert dataset.metainfo['languages'] == TARGETS
+    assert SyntheticPairDataset(6, TARGETS, image_size=64)[0]['media'].shape == (3, 64, 64)
+
+
+def test_english_only_pairs_have_no_target():
+    dataset = SyntheticPairDataset(num_scenes=5, languages=[])
+    assert len(dataset) == 5
+    item = dataset[3]
+    assert item['target_text'] is None and item['lang'] == 'en'
+    assert item['source_text'] in captions_in_all_styles(scene_at(0, 'train', 3), 'en')
+
+
+def test_items_are_deterministic_across_instances():
+    first = SyntheticPairDataset(8, TARGETS, seed=3)
+    second = SyntheticPairDataset(8, TARGETS, seed=3)
+    for index in (0, 7, 31):
+        a, b = first[index], second[index]
+        assert torch.equal(a['media'], b['media'])
+        assert (a['source_text'], a['target_text']) == (b['source_text'], b['target_text'])
+    other_seed = SyntheticPairDataset(8, TARGETS, seed=4)
+    assert not torch.equal(first[0]['media'], other_seed[0]['media'])
+    gallery_a = SyntheticRetrievalDataset(10, seed=3)
+    gallery_b = SyntheticRetrievalDataset(10, seed=3)
+    for index in (0, 9):
+        assert torch.equal(gallery_a[index]['media'], gallery_b[index]['media'])
+        assert gallery_a[index]['captions'] == gallery_b[index]['captions']
+
+
+def test_pair_styles_vary_across_items():
+    dataset = SyntheticPairDataset(40, ['de'])
+    styles = {captions_in_all_styles(scene_at(0, 'train', i), 'de')[dataset[i]['target_text']]
+              for i in range(40)}
+    assert styles == set(CAPTION_STYLES)
+
+
+def test_splits_are_disjoint():
+    train = SyntheticPairDataset(300, [], split='train')
+    val = SyntheticRetrievalDataset(100, ['en'], split='val')
+    test = SyntheticRetrievalDataset(100, ['en'], split='test')
+    train_captions = {train[i]['source_text'] for i in range(len(train))}
+    val_scenes = {scene.description for _, scene in val.gallery}
+    test_scenes = {scene.description for _, scene in test.gallery}
+    assert not val_scenes & test_scenes
+    assert not {scene_at(0, 'train', i).description for i in range(300)} & val_scenes
+    # No training caption of any style describes a validation image.
+    val_captions = {caption for _, scene in val.gallery
+                    for caption in captions_in_all_styles(scene, 'en')}
+    assert not train_captions & val_captions
+    assert train[0]['media_id'] != val[0]['media_id']
+
+
+def test_gallery_has_distinct_scenes_and_captions_per_style():
+    gallery = SyntheticRetrievalDataset(300, captions_per_image=3)
+    descriptions = [scene.description for _, scene in gallery.gallery]
+    assert len(set(descriptions)) == 300
+    styles_seen = set()
+    for index in (0, 1, 2, 150, 299):
+        item = gallery[index]
+        assert set(item) == {'media', 'media_id', 'captions', 'index'}
+        assert item['media'].shape == (3, 32, 32) and item['media'].dtype == torch.uint8
+        assert list(item['captions']) == list(CAPTION_LANGUAGES)
+        scene = gallery.gallery[index][1]
+        for lang, captions in item['captions'].items():
+            assert len(captions) == 3
+            written = captions_in_all_styles(scene, lang)
+            styles = [written[caption] for caption in captions]
+            assert len(set(styles)) == 3
+            styles_seen.update(styles)
+    assert styles_seen == set(CAPTION_STYLES)
+    # A larger gallery extends a smaller one.
+    small = SyntheticRetrievalDataset(50, captions_per_image=3)
+    assert [s for _, s in small.gallery] == [s for _, s in gallery.gallery[:50]]
+    assert small[49]['captions'] == gallery[49]['captions']
+
+
+def test_retrieval_collate_batches_both_kinds_of_items():
+    gallery = SyntheticRetrievalDataset(4, ['en', 'zh'])
+    batch = retrieval_collate([gallery[i] for i in range(4)])
+    assert batch['batch_size'] == 4 and batch['media'].shape == (4, 3, 32, 32)
+    assert batch['captions'][2] == gallery[2]['captions']
+    pairs = SyntheticPairDataset(2, [])
+    batch = retrieval_collate([pairs[0], pairs[1]])
+    assert batch['media'].shape == (2, 3, 32, 32) and batch['target_text'] == [None, None]
+    assert batch['lang'] == ['en', 'en']
+
+
+def test_corpus_covers_every_language_and_style():
+    corpus = synthetic_caption_corpus(TARGETS, num_scenes=4, seed=1)
+    assert len(corpus) == 4 * len(TARGETS) * len(CAPTION_STYLES)
+    scene = scene_at(1, 'train', 2)
+    for lang in TARGETS:
+        assert set(captions_in_all_styles(scene, lang)) <= set(corpus)
+    assert not any(caption in corpus for caption in captions_in_all_styles(scene, 'en'))
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="'ko'"):
+        SyntheticPairDataset(4, ['de', 'ko'])
+    with pytest.raises(TypeError, match='string'):
+        SyntheticPairDataset(4, 'de')
+    with pytest.raises(ValueError, match='split'):
+        SyntheticRetrievalDataset(4, split='dev')
+    with pytest.raises(ValueError, match='captions_per_image'):
+        SyntheticRetrievalDataset(4, captions_per_image=6)
+    with pytest.raises(ValueError, match='num_scenes=5000 exceeds'):
+        SyntheticRetrievalDataset(5000, split='val')
+    with pytest.raises(ValueError, match='num_scenes'):
+        SyntheticPairDataset(0, [])
+    with pytest.raises(ValueError, match='image_size'):
+        SyntheticPairDataset(4, [], image_size=8)
+    with pytest.raises(IndexError, match='outside'):
+        SyntheticPairDataset(4, ['de'])[4]
