@@ -1,0 +1,143 @@
+"""CDDS disentangler: outputs, loss weights, constraint switches, gradients, inference."""
+import pytest
+import torch
+
+from xmr.models.disentanglers.cdds import CDDSDisentangler, CorrelationWeights
+from xmr.models.losses.cdds import (
+    information_integrity_loss,
+    masked_token_mean,
+    modality_consistency_loss,
+    semantic_consistency_loss,
+    x_semantic_reconstruction_loss,
+)
+from xmr.registry import DISENTANGLERS
+
+B, P, W, D = 4, 7, 5, 16
+ALL_LOSSES = {'loss_semantic_consistency', 'loss_modality_consistency',
+              'loss_information_integrity', 'loss_x_semantic_reconstruction'}
+
+
+def inputs(seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    patches = torch.randn(B, P, D, generator=generator)
+    words = torch.randn(B, W, D, generator=generator)
+    patch_mask = torch.ones(B, P, dtype=torch.bool)
+    patch_mask[0, 4:] = False
+    word_mask = torch.ones(B, W, dtype=torch.bool)
+    word_mask[2, 2:] = False
+    return patches, patch_mask, words, word_mask
+
+
+def build(**kwargs) -> CDDSDisentangler:
+    torch.manual_seed(0)
+    config = dict(type='CDDSDisentangler', dim=D, num_heads=2, noise_std=0.0)
+    config.update(kwargs)
+    return DISENTANGLERS.build(config)
+
+
+def test_outputs_for_unequal_patch_and_word_counts():
+    model = build(noise_std=0.1)
+    out = model(*inputs())
+    for key in ('image_semantic', 'image_modality', 'image_x_semantic'):
+        assert out[key].shape == (B, P, D)
+    for key in ('text_semantic', 'text_modality', 'text_x_semantic'):
+        assert out[key].shape == (B, W, D)
+    assert isinstance(out['correlation'], CorrelationWeights)
+    assert set(out['losses']) == ALL_LOSSES
+    assert all(torch.isfinite(v) and v > 0 for v in out['losses'].values())
+
+
+def test_losses_are_the_weighted_terms_on_the_returned_components():
+    model = build(alpha_s=2.0, alpha_m=0.3, alpha_f=0.8, temperature=0.1)
+    patches, patch_mask, words, word_mask = inputs()
+    out = model(patches, patch_mask, words, word_mask)
+    si, mi, xi = out['image_semantic'], out['image_modality'], out['image_x_semantic']
+    st, mt, xt = out['text_semantic'], out['text_modality'], out['text_x_semantic']
+    expected = {
+        'loss_semantic_consistency': 2.0 * (
+            semantic_consistency_loss(si, patch_mask, xt, word_mask, 0.1)
+            + semantic_consistency_loss(xi, patch_mask, st, word_mask, 0.1)) / 2,
+        'loss_modality_consistency': 0.3 * (modality_consistency_loss(mi, patch_mask)
+                                            + modality_consistency_loss(mt, word_mask)) / 2,
+        'loss_information_integrity': 0.8 * (
+            information_integrity_loss(si, mi, patches, patch_mask)
+            + information_integrity_loss(st, mt, words, word_mask)) / 2,
+        'loss_x_semantic_reconstruction': 0.2 * (
+            x_semantic_reconstruction_loss(xi, mi, patches, patch_mask)
+            + x_semantic_reconstruction_loss(xt, mt, words, word_mask)) / 2,
+    }
+    for name, value in expected.items():
+        torch.testing.assert_close(out['losses'][name], value)
+
+
+@pytest.mark.parametrize('switch,removed', [
+    ('use_semantic_consistency', {'loss_semantic_consistency'}),
+    ('use_modality_consistency', {'loss_modality_consistency'}),
+    ('use_information_integrity', {'loss_information_integrity',
+                                   'loss_x_semantic_reconstruction'}),
+    ('use_distribution_sampling', {'loss_x_semantic_reconstruction'}),
+])
+def test_each_constraint_can_be_removed(switch, removed):
+    out = build(**{switch: False})(*inputs())
+    assert set(out['losses']) == ALL_LOSSES - removed
+
+
+def test_without_distribution_sampling_semantics_are_contrasted_directly():
+    model = build(use_distribution_sampling=False)
+    assert not hasattr(model, 'correlation')
+    patches, patch_mask, words, word_mask = inputs()
+    out = model(patches, patch_mask, words, word_mask)
+    assert not {'image_x_semantic', 'text_x_semantic', 'correlation'} & set(out)
+    torch.testing.assert_close(
+        out['losses']['loss_semantic_consistency'],
+        semantic_consistency_loss(out['image_semantic'], patch_mask, out['text_semantic'],
+                                  word_mask, 0.05))
+    with pytest.raises(RuntimeError, match='no distribution sampling'):
+        model.update_correlation(patches, patch_mask, words, word_mask)
+
+
+def test_gradients_reach_both_unets_and_the_sparsity():
+    model = build(noise_std=0.1, correlation=dict(init_sparsity=0.0))
+    out = model(*inputs())
+    sum(out['losses'].values()).backward()
+    for unet in (model.image_unet, model.text_unet):
+        assert all(p.grad is not None for p in unet.parameters())
+        for part in (unet.encoder, unet.perturbation, unet.semantic_decoder,
+                     unet.modality_decoder):
+            assert sum(p.grad.abs().sum() for p in part.parameters()) > 0
+    assert model.correlation.sparsity.grad is not None
+    assert model.correlation.sparsity.grad != 0
+
+
+def test_inference_uses_semantic_components_only():
+    model = build(noise_std=0.1).eval()
+    patches, patch_mask, words, word_mask = inputs()
+    out = model(patches, patch_mask, words, word_mask)
+    torch.testing.assert_close(model.encode_image(patches, patch_mask), out['image_semantic'])
+    torch.testing.assert_close(model.encode_text(words, word_mask), out['text_semantic'])
+    torch.testing.assert_close(model.embed_image(patches, patch_mask),
+                               masked_token_mean(out['image_semantic'], patch_mask))
+    first = build(pooling='first').eval()
+    torch.testing.assert_close(first.embed_text(words, word_mask),
+                               first.encode_text(words, word_mask)[:, 0])
+
+
+def test_dataset_level_correlation_through_the_disentangler():
+    model = build(correlation=dict(mode='dataset'))
+    patches, patch_mask, words, word_mask = inputs()
+    with pytest.raises(RuntimeError, match='call update'):
+        model(patches, patch_mask, words, word_mask)
+    model.update_correlation(patches, patch_mask, words, word_mask)
+    assert model.correlation.num_accumulated_tokens == (int(patch_mask.sum()),
+                                                        int(word_mask.sum()))
+    assert set(model(patches, patch_mask, words, word_mask)['losses']) == ALL_LOSSES
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match='alpha_f must be in'):
+        build(alpha_f=1.5)
+    with pytest.raises(ValueError, match="pooling 'cls'"):
+        build(pooling='cls')
+    patches, patch_mask, words, word_mask = inputs()
+    with pytest.raises(ValueError, match='paired batches, got 4 images and 3 captions'):
+        build()(patches, patch_mask, words[:3], word_mask[:3])
