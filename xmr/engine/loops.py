@@ -14,6 +14,8 @@ from mmengine.model import is_model_wrapper
 from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
+from xmr.engine.hooks.phase_report import format_table
+from xmr.engine.optim import parameter_counts
 from xmr.registry import LOOPS
 
 SCHEDULES = ('cosine', 'linear', 'constant')
@@ -218,11 +220,15 @@ class PhasedTrainLoop(BaseLoop):
         if fresh:
             optimizer.state.clear()
         self.runner.message_hub.update_info('phase', phase.name)
-        trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        counts = parameter_counts(self.model)
+        rows = [[group, f'{trainable:,}', f'{total:,}']
+                for group, (trainable, total) in counts.items()]
+        rows.append(['all', f'{sum(c[0] for c in counts.values()):,}',
+                     f'{sum(c[1] for c in counts.values()):,}'])
         self.runner.logger.info(
             f'phase {phase.name}: iterations {phase.start}-{phase.end}, lr {phase.lr}, '
-            f'losses {phase.loss_weights}, {trainable:,} trainable parameters in '
-            f'{list(phase.trainable)}')
+            f'losses {phase.loss_weights}, trainable {list(phase.trainable)}\n'
+            + format_table(['module group', 'trainable', 'total'], rows))
         dataloader = self.dataloader if phase.dataloader is None else \
             self.runner.build_dataloader(phase.dataloader, seed=self.runner.seed)
         return _InfiniteIterator(dataloader)

@@ -18,6 +18,17 @@ def group_of(name: str, groups: Sequence[str]) -> str:
     return max(matches, key=len) if matches else name.split('.')[0]
 
 
+def parameter_counts(model: nn.Module,
+                     groups: Sequence[str] = DEFAULT_GROUPS) -> dict[str, tuple[int, int]]:
+    """``{group: (trainable, total)}`` parameter counts (the #TP column of DASD's Table 1)."""
+    counts: dict[str, list[int]] = {}
+    for name, parameter in model.named_parameters():
+        entry = counts.setdefault(group_of(name, groups), [0, 0])
+        entry[0] += parameter.numel() if parameter.requires_grad else 0
+        entry[1] += parameter.numel()
+    return {group: (trainable, total) for group, (trainable, total) in counts.items()}
+
+
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class PhasedOptimWrapperConstructor:
     """Builds the optimiser over every parameter a phase may train, grouped by module.

@@ -1,5 +1,6 @@
 """Hooks of xmr's runner."""
+from xmr.engine.hooks.corrupt_media import CorruptMediaHook
 from xmr.engine.hooks.phase_report import PhaseReportHook
 from xmr.engine.hooks.rng_state import RNGStateHook
 
-__all__ = ['PhaseReportHook', 'RNGStateHook']
+__all__ = ['CorruptMediaHook', 'PhaseReportHook', 'RNGStateHook']

@@ -1,6 +1,8 @@
 """Frozen vision-language towers behind one interface."""
 from xmr.models.backbones.base import SiteHooks, TextTower, VisionLanguageBackbone
+from xmr.models.backbones.cclm import CCLMDualStream, CCLMTextTower
+from xmr.models.backbones.cclm_tokenizer import CCLMTokenizer
 from xmr.models.backbones.open_clip import OpenCLIPBackbone, OpenCLIPTextTower
 
 __all__ = ['SiteHooks', 'TextTower', 'VisionLanguageBackbone', 'OpenCLIPBackbone',
-           'OpenCLIPTextTower']
+           'OpenCLIPTextTower', 'CCLMDualStream', 'CCLMTextTower', 'CCLMTokenizer']

@@ -1,5 +1,15 @@
 """Losses: cross-lingual alignment, contrastive, and method-specific terms."""
 from xmr.models.losses.alignment import AlignmentLoss
+from xmr.models.losses.cdds import (
+    CDDSDistributionSamplingLoss,
+    CDDSInformationIntegrityLoss,
+    CDDSModalityConsistencyLoss,
+    CDDSSemanticConsistencyLoss,
+    CDDSXSemanticReconstructionLoss,
+)
 from xmr.models.losses.contrastive import InfoNCELoss
 
-__all__ = ['AlignmentLoss', 'InfoNCELoss']
+__all__ = [
+    'AlignmentLoss', 'InfoNCELoss', 'CDDSDistributionSamplingLoss', 'CDDSInformationIntegrityLoss',
+    'CDDSModalityConsistencyLoss', 'CDDSSemanticConsistencyLoss', 'CDDSXSemanticReconstructionLoss',
+]
