@@ -184,19 +184,23 @@ class CrossLingualRetriever(BaseModel):
     @torch.no_grad()
     def predict(self, media: torch.Tensor | None = None,
                 caption_tokens: Mapping[str, tuple[TokenBatch, torch.Tensor]] | None = None,
-                media_ids: Sequence[str] | None = None,
+                media_ids: Sequence[str] | None = None, indices: Sequence[int] | None = None,
                 media_features: torch.Tensor | None = None, **_: Any) -> list[dict[str, Any]]:
         """Embed a gallery batch and its captions in every language.
 
         Returns:
-            One dict per item: ``media_id``, ``media_embedding`` ``[E]`` and
-            ``caption_embeddings`` ``{lang: [n, E]}``, all L2-normalised float32 on CPU.
+            One dict per item: ``media_id``, its dataset ``index`` when given,
+            ``media_embedding`` ``[E]`` and ``caption_embeddings`` ``{lang: [n, E]}``, all
+            L2-normalised float32 on CPU.
         """
         r_media = media_features if media_features is not None else self.encode_media(media)
         r_media = F.normalize(r_media.float(), dim=-1).cpu()
         outputs = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
                         media_embedding=r_media[i], caption_embeddings={})
                    for i in range(r_media.shape[0])]
+        if indices is not None:
+            for out, index in zip(outputs, indices):
+                out['index'] = int(index)
         for lang, (tokens, owner) in (caption_tokens or {}).items():
             if lang == self.source_language:
                 embeddings = self.encode_source(tokens)
