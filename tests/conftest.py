@@ -25,7 +25,8 @@ def tiny_backbone_cfg(**overrides) -> dict:
 
 def tiny_branch_cfg(languages=('de', 'zh'), adapters=None, **overrides) -> dict:
     return dict(type='TargetLanguageBranch', languages=list(languages),
-                tokenizer=dict(type='SentencePieceTokenizer', corpus=CORPUS * 20, vocab_size=48),
+                tokenizer=dict(type='SentencePieceTokenizer', corpus=CORPUS * 20, vocab_size=48,
+                               max_length=32),
                 embedding=dict(type='TargetEmbedding', table_width=24),
                 adapters=adapters if adapters is not None else dict(type='StaticAdapter',
                                                                     hidden=8),

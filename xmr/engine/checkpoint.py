@@ -1,13 +1,14 @@
 """Loading MMEngine checkpoints on torch >= 2.6, where ``torch.load`` defaults to weights only.
 
-MMEngine 0.10.7 pickles its ``HistoryBuffer``s, numpy scalars and config objects into every
-checkpoint and calls ``torch.load`` without ``weights_only``; torch >= 2.6 then refuses them,
-breaking ``--resume`` and ``load_from``. xmr allow-lists exactly the types MMEngine writes
-instead of turning the safety check off.
+MMEngine 0.10.7 calls ``torch.load`` without ``weights_only``, so torch >= 2.6 unpickles every
+checkpoint with its weights-only unpickler. Besides tensors, an xmr checkpoint holds numpy
+arrays and scalars (RNG states, metric values) and, once
+:class:`~xmr.engine.hooks.WeightsOnlyCheckpointHook` has flattened them, no other objects.
+xmr allow-lists exactly those numpy types instead of turning the safety check off.
 """
 from __future__ import annotations
 
-import collections
+import importlib
 
 import numpy as np
 import torch
@@ -15,28 +16,29 @@ import torch
 _REGISTERED = False
 
 
-def allow_mmengine_checkpoint_types() -> None:
-    """Add the non-tensor types MMEngine saves to torch's weights-only allow-list (idempotent)."""
-    global _REGISTERED
-    if _REGISTERED or not hasattr(torch.serialization, 'add_safe_globals'):
-        return
-    from mmengine.config import ConfigDict
-    from mmengine.logging import HistoryBuffer
-
-    allowed: list = [HistoryBuffer, ConfigDict, collections.OrderedDict, collections.defaultdict,
-                     np.ndarray, np.dtype, np.core.multiarray._reconstruct
-                     if hasattr(np, 'core') else None, np.random.mtrand.RandomState]
-    for name in ('_core.multiarray._reconstruct', 'core.multiarray._reconstruct',
-                 '_core.multiarray.scalar', 'core.multiarray.scalar'):
-        module_path, attr = name.rsplit('.', 1)
+def _numpy_multiarray():
+    """``numpy._core.multiarray`` (numpy 2) or ``numpy.core.multiarray`` (numpy 1)."""
+    for name in ('numpy._core.multiarray', 'numpy.core.multiarray'):
         try:
-            module = np
-            for part in module_path.split('.'):
-                module = getattr(module, part)
-            allowed.append(getattr(module, attr))
-        except AttributeError:
+            return importlib.import_module(name)
+        except ImportError:
             continue
-    allowed.extend(type(np.dtype(kind)) for kind in ('float64', 'float32', 'int64', 'int32',
-                                                     'bool', 'uint32', 'uint8'))
-    torch.serialization.add_safe_globals([a for a in allowed if a is not None])
+    raise ImportError('numpy has neither _core.multiarray nor core.multiarray')
+
+
+def allow_mmengine_checkpoint_types() -> None:
+    """Add the numpy types xmr checkpoints contain to torch's weights-only allow-list.
+
+    Idempotent; call it before ``Runner.resume`` / ``load_checkpoint`` (``tools/train.py`` and
+    ``tools/test.py`` do).
+    """
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    multiarray = _numpy_multiarray()
+    dtype_classes = [type(np.dtype(kind)) for kind in (
+        'float16', 'float32', 'float64', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint32',
+        'uint64', 'bool')]
+    torch.serialization.add_safe_globals(
+        [np.ndarray, np.dtype, multiarray._reconstruct, multiarray.scalar, *dtype_classes])
     _REGISTERED = True

@@ -80,6 +80,10 @@ def test_width_mismatches_fail_at_build_naming_both_numbers(parts):
     bad_embedding['embedding'] = dict(type='TargetEmbedding', width=512)
     with pytest.raises(ValueError, match='width 512 does not match the text tower width 32'):
         MODELS.build(bad_embedding, default_args=dict(tower=backbone.text_tower))
+    long_tokens = tiny_branch_cfg()
+    long_tokens['tokenizer']['max_length'] = 77
+    with pytest.raises(ValueError, match='max_length 77 exceeds the text tower context length 32'):
+        MODELS.build(long_tokens, default_args=dict(tower=backbone.text_tower))
 
 
 def test_num_blocks_limits_the_branch(parts):

@@ -2,5 +2,6 @@
 from xmr.engine.hooks.corrupt_media import CorruptMediaHook
 from xmr.engine.hooks.phase_report import PhaseReportHook
 from xmr.engine.hooks.rng_state import RNGStateHook
+from xmr.engine.hooks.weights_only_checkpoint import WeightsOnlyCheckpointHook
 
-__all__ = ['CorruptMediaHook', 'PhaseReportHook', 'RNGStateHook']
+__all__ = ['CorruptMediaHook', 'PhaseReportHook', 'RNGStateHook', 'WeightsOnlyCheckpointHook']

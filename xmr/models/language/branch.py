@@ -60,6 +60,10 @@ class TargetLanguageBranch(nn.Module):
             raise ValueError('the target-language branch needs at least one language')
         self.languages = list(languages)
         self.tokenizer = TOKENIZERS.build(tokenizer)
+        if self.tokenizer.max_length > tower.context_length:
+            raise ValueError(f'target tokenizer max_length {self.tokenizer.max_length} exceeds the '
+                             f'text tower context length {tower.context_length}; set '
+                             f'tokenizer.max_length <= {tower.context_length}')
         self.num_blocks = tower.num_blocks if num_blocks is None else num_blocks
         if not 1 <= self.num_blocks <= tower.num_blocks:
             raise ValueError(f'num_blocks={num_blocks} but the text tower has '

@@ -1,0 +1,56 @@
+"""The bundled demo config, on a shortened schedule, through tools/train.py."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from mmengine.config import Config
+
+from tests.conftest import REPO
+
+DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
+sys.path.insert(0, str(REPO / 'tools'))
+import train as train_tool  # noqa: E402
+
+
+def test_demo_config_describes_the_three_phases():
+    cfg = Config.fromfile(DEMO)
+    phases = cfg.train_cfg.phases
+    assert [p.name for p in phases] == ['source_finetune', 'cross_lingual', 'cross_modal']
+    assert phases[0].trainable == ['backbone', 'losses.source_cm']
+    assert phases[0].dataloader.dataset.languages == []
+    assert all(p.trainable == ['language_branch'] for p in phases[1:])
+    assert cfg.model.language_branch.languages == ['de', 'fr', 'zh', 'ja']
+
+
+def test_demo_runs_a_shortened_schedule_to_the_end(tmp_path: Path):
+    short = [
+        'train_cfg.phases.0.iters=3', 'train_cfg.phases.1.iters=3', 'train_cfg.phases.2.iters=3',
+        'train_cfg.phases.0.dataloader.batch_size=16',
+        'train_cfg.phases.0.dataloader.dataset.num_scenes=64',
+        'train_dataloader.batch_size=16', 'train_dataloader.dataset.num_scenes=64',
+        'val_dataloader.dataset.num_scenes=40',
+        'model.language_branch.tokenizer.corpus.num_scenes=100',
+        'model.language_branch.tokenizer.vocab_size=200',
+    ]
+    train_tool.main([str(DEMO), '--work-dir', str(tmp_path), '--cfg-options', *short])
+
+    report = json.loads((tmp_path / 'phase_report.json').read_text())
+    assert [c['column'] for c in report] == [
+        'source_finetune end', 'cross_lingual end', 'cross_modal end']
+    table = (tmp_path / 'phase_report.md').read_text()
+    for row in ('en', 'de', 'fr', 'zh', 'ja', 'mAR'):
+        assert f'| {row} ' in table
+    english = [c['metrics']['en/AR'] for c in report]
+    assert english[0] == english[1] == english[2], 'the frozen English teacher changed'
+    assert report[0]['metrics']['de/AR'] != report[1]['metrics']['de/AR']
+    assert (tmp_path / 'iter_9.pth').is_file()
+
+
+def test_train_tool_refuses_a_missing_config_or_checkpoint(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match='nope.py does not exist'):
+        train_tool.main([str(tmp_path / 'nope.py')])
+    with pytest.raises(FileNotFoundError, match='missing.pth does not exist'):
+        train_tool.main([str(DEMO), '--resume', str(tmp_path / 'missing.pth')])

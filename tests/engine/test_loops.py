@@ -1,0 +1,184 @@
+"""PhasedTrainLoop: learning rates, trainable groups, frozen towers and resume, on a tiny runner."""
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+
+import xmr  # noqa: F401
+from tests.conftest import tiny_retriever_cfg
+from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.engine.loops import phase_lr_factor
+from xmr.registry import HOOKS
+
+LANGS = ['de', 'zh']
+
+
+@HOOKS.register_module(force=True)
+class RecordingHook(Hook):
+    """Records, per iteration, the phase, LRs, trainable prefixes and the losses."""
+
+    priority = 'VERY_LOW'
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.stop_after = stop_after
+        self.records: list[dict] = []
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        model = runner.model
+        trainable = sorted({name.split('.')[0] for name, p in model.named_parameters()
+                            if p.requires_grad})
+        self.records.append(dict(
+            iter=runner.iter, phase=runner.train_loop.current_phase.name,
+            lrs={g['name']: g['lr'] for g in runner.optim_wrapper.optimizer.param_groups},
+            trainable=trainable, weights=dict(model.loss_weights)))
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        self.records[-1]['losses'] = {k: float(v.detach()) for k, v in outputs.items()}
+        if self.stop_after is not None and runner.iter + 1 >= self.stop_after:
+            runner.train_loop.stop_training = True
+
+
+def loader(dataset: dict, batch_size: int = 8) -> dict:
+    return dict(batch_size=batch_size, num_workers=0, drop_last=True,
+                sampler=dict(type='DefaultSampler', shuffle=True),
+                collate_fn=dict(type='xmr.retrieval_collate'), dataset=dataset)
+
+
+PAIRS = dict(type='SyntheticPairDataset', num_scenes=40, languages=LANGS, split='train',
+             image_size=32, seed=0)
+ENGLISH = dict(type='SyntheticPairDataset', num_scenes=40, languages=[], split='train',
+               image_size=32, seed=0)
+
+PHASES = [
+    dict(name='source_finetune', iters=4, lr=1e-3, warmup_ratio=0.5, schedule='constant',
+         trainable=['backbone', 'losses.source_cm'], loss_weights=dict(source_cm=1.0),
+         dataloader=loader(ENGLISH)),
+    dict(name='cross_lingual', iters=8, lr=4e-3, warmup_ratio=0.25, schedule='cosine',
+         trainable=['language_branch'], loss_weights=dict(cl=1.0)),
+    dict(name='cross_modal', iters=4, lr=2e-4, warmup_ratio=0.0, schedule='linear',
+         trainable=['language_branch'], loss_weights=dict(cm=1.0)),
+]
+
+
+def make_cfg(work_dir: Path, phases=PHASES, checkpoint_interval: int = 100,
+             resume_from: Path | None = None, stop_after: int | None = None) -> Config:
+    return Config(dict(
+        default_scope='xmr',
+        work_dir=str(work_dir),
+        model=tiny_retriever_cfg(),
+        train_dataloader=loader(PAIRS),
+        train_cfg=dict(type='PhasedTrainLoop', phases=copy.deepcopy(phases), val_interval=0),
+        optim_wrapper=dict(type='OptimWrapper', constructor='PhasedOptimWrapperConstructor',
+                           optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.1),
+                           clip_grad=dict(max_norm=1.0)),
+        default_hooks=dict(
+            checkpoint=dict(type='CheckpointHook', interval=checkpoint_interval, by_epoch=False),
+            logger=dict(type='LoggerHook', interval=100)),
+        custom_hooks=[dict(type='RNGStateHook'), dict(type='WeightsOnlyCheckpointHook'),
+                      dict(type='RecordingHook', stop_after=stop_after)],
+        randomness=dict(seed=3),
+        log_level='WARNING',
+        resume=resume_from is not None,
+        load_from=None if resume_from is None else str(resume_from),
+    ))
+
+
+def train(cfg: Config) -> tuple[Runner, list[dict]]:
+    allow_mmengine_checkpoint_types()
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    recorder = next(h for h in runner.hooks if isinstance(h, RecordingHook))
+    return runner, recorder.records
+
+
+def test_lr_factor_worked_by_hand():
+    # 10 steps, 20% warm-up = 2 steps: 1/2, 2/2, then decay over the 8 remaining steps.
+    assert phase_lr_factor(0, 10, 0.2, 'cosine') == pytest.approx(0.5)
+    assert phase_lr_factor(1, 10, 0.2, 'cosine') == pytest.approx(1.0)
+    assert phase_lr_factor(2, 10, 0.2, 'cosine') == pytest.approx(1.0)
+    assert phase_lr_factor(5, 10, 0.2, 'cosine') == pytest.approx(
+        0.5 * (1 + math.cos(math.pi * 3 / 7)))
+    assert phase_lr_factor(9, 10, 0.2, 'cosine') == pytest.approx(0.0)
+    assert phase_lr_factor(5, 10, 0.2, 'linear') == pytest.approx(1 - 3 / 7)
+    assert phase_lr_factor(9, 10, 0.2, 'linear', min_ratio=0.1) == pytest.approx(0.1)
+    assert phase_lr_factor(7, 10, 0.2, 'constant') == 1.0
+    with pytest.raises(ValueError, match='unknown schedule'):
+        phase_lr_factor(0, 10, 0.1, 'step')
+
+
+@pytest.fixture(scope='module')
+def full_run(tmp_path_factory):
+    work_dir = tmp_path_factory.mktemp('full')
+    torch.manual_seed(0)
+    runner, records = train(make_cfg(work_dir, checkpoint_interval=7))
+    return work_dir, runner, records
+
+
+def test_phases_set_learning_rates_losses_and_trainable_groups(full_run):
+    _, _, records = full_run
+    assert [r['phase'] for r in records] == (
+        ['source_finetune'] * 4 + ['cross_lingual'] * 8 + ['cross_modal'] * 4)
+    expected_lr = {
+        0: 1e-3 * 0.5, 1: 1e-3, 3: 1e-3,                        # constant after 2 warm-up steps
+        4: 4e-3 * 0.5, 5: 4e-3, 6: 4e-3,                        # warm-up 2 of 8, cosine start
+        8: 4e-3 * 0.5 * (1 + math.cos(math.pi * 2 / 5)), 11: 0.0,
+        12: 2e-4, 13: 2e-4 * (1 - 1 / 3), 15: 0.0,              # linear, no warm-up
+    }
+    for step, lr in expected_lr.items():
+        lrs = list(records[step]['lrs'].values())
+        assert lrs == pytest.approx([lr] * len(lrs)), step
+    assert records[0]['trainable'] == ['backbone', 'losses']
+    assert all(r['trainable'] == ['language_branch'] for r in records[4:])
+    assert records[0]['weights'] == {'source_cm': 1.0}
+    assert set(records[4]['losses']) == {'loss', 'loss_cl'}
+    assert set(records[12]['losses']) == {'loss', 'loss_cm'}
+
+
+def test_towers_stay_bit_identical_while_the_branch_trains(tmp_path):
+    torch.manual_seed(0)
+    runner = Runner.from_cfg(make_cfg(tmp_path, phases=PHASES[1:]))
+    before = {k: v.clone() for k, v in runner.model.state_dict().items()
+              if isinstance(v, torch.Tensor)}
+    runner.train()
+    after = runner.model.state_dict()
+    tower = [k for k in before if k.startswith('backbone.')]
+    branch = [k for k in before if k.startswith('language_branch.') and 'adapters' in k]
+    assert tower and branch
+    assert all(torch.equal(before[k], after[k]) for k in tower)
+    assert any(not torch.equal(before[k], after[k]) for k in branch)
+
+
+def test_checkpoints_load_with_weights_only_torch_load(full_run):
+    work_dir, _, _ = full_run
+    allow_mmengine_checkpoint_types()
+    checkpoint = torch.load(work_dir / 'iter_7.pth', map_location='cpu', weights_only=True)
+    assert checkpoint['meta']['iter'] == 7
+    assert 'rng_state' in checkpoint
+
+
+def test_resume_in_the_middle_of_phase_two_repeats_the_uninterrupted_run(full_run, tmp_path):
+    _, _, uninterrupted = full_run
+    torch.manual_seed(0)
+    _, first = train(make_cfg(tmp_path, checkpoint_interval=7, stop_after=7))
+    assert len(first) == 7
+    torch.manual_seed(123)  # the resumed run must not depend on the process's RNG state
+    _, resumed = train(make_cfg(tmp_path, resume_from=tmp_path / 'iter_7.pth'))
+    assert [r['iter'] for r in resumed] == list(range(7, 16))
+    assert resumed[0]['phase'] == 'cross_lingual'
+    for mine, reference in zip(resumed, uninterrupted[7:]):
+        assert mine['lrs'] == pytest.approx(reference['lrs'])
+        assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-5, abs=1e-6)
+
+
+def test_unknown_trainable_prefix_fails_at_build(tmp_path):
+    phases = copy.deepcopy(PHASES[1:])
+    phases[0]['trainable'] = ['language_brunch']
+    with pytest.raises(ValueError, match="'language_brunch' matches no parameter"):
+        Runner.from_cfg(make_cfg(tmp_path, phases=phases)).train()
