@@ -8,12 +8,14 @@ answers those hooks with the adapters of the language being encoded. Two kinds o
 * linear sites (``attn.qkv``, ``attn.out``, ``mlp.fc``, ``mlp.proj``): the adapter gets the input of
   that frozen projection ``[B, L, D_in]`` and returns a delta added to its output
   ``[B, L, D_out]`` (LoRA);
-* the ``input`` site: called once on the embedded sequence ``[B, L, D]`` before the first block; it
-  may lengthen the sequence (prompts) and then updates ``ctx.attention_mask`` / ``ctx.eos_index``.
+* the ``input`` site: called once per forward on the token embeddings ``[B, L, D]``, before the
+  tower adds its positions (which then cover the whole, possibly longer, sequence); it may
+  lengthen the sequence (prompts) and then updates ``ctx.attention_mask`` / ``ctx.eos_index``.
 """
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -94,6 +96,40 @@ class BaseAdapter(nn.Module):
         self.block_index = block_index
         self.in_features = in_features or width
         self.out_features = out_features or width
+
+    @classmethod
+    def resolve_sites(cls, sites: Sequence[str] | None, cfg: dict) -> tuple[AdapterSite, ...]:
+        """The sites an adapter config occupies: ``sites`` when the config names them, else
+        ``default_sites`` (else the first of ``sites``).
+
+        A class whose options decide its placement (LoRA's ``targets``) overrides this, so that
+        options and sites can never disagree silently.
+
+        Args:
+            sites: the config's ``sites``, or ``None``.
+            cfg: the rest of the adapter config (``type`` and the class's options).
+        """
+        if sites is not None:
+            return tuple(AdapterSite(s) for s in sites)
+        return tuple(cls.default_sites or cls.sites[:1])
+
+    @classmethod
+    def build_shared(cls, width: int, **options: Any) -> nn.Module | None:
+        """Parameters shared by all instances one language builds from one config, or ``None``.
+
+        The adapter set registers the returned module once per language and passes it to every
+        instance as ``shared`` (Compacter's ``A_i``, shared across layers).
+
+        Args:
+            width: tower width ``D``.
+            **options: the adapter config's options (without ``type``, ``sites``, ``blocks``).
+        """
+        return None
+
+    def attach(self, tokenizer: Any, embedding: nn.Module) -> None:
+        """Called once by the target-language branch after building, with its tokenizer and
+        embedding block, for adapters that read them (hard prompts embed their text); no-op by
+        default."""
 
     @abstractmethod
     def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:

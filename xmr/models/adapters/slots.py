@@ -22,7 +22,10 @@ class LanguageAdapters(nn.Module):
         languages: target language codes; each gets its own adapter instances.
         adapters: one adapter config or a list of them (e.g. LoRA and a Houlsby adapter).
             A config may carry ``blocks`` (indices it is placed after; default all blocks)
-            and ``sites`` (a subset of the class's sites; default its ``default_sites``).
+            and ``sites`` (a subset of the class's sites; default: the class's
+            ``resolve_sites``, i.e. its ``default_sites`` unless its options decide). When the
+            class builds shared parameters (``build_shared``), each language registers them
+            once as ``shared_<config index>``.
         width: tower width ``D``; a config that names another ``width`` is refused.
         num_blocks: number of blocks the branch runs.
         linear_shapes: ``(in, out)`` of the frozen projection at each linear site.
@@ -40,13 +43,15 @@ class LanguageAdapters(nn.Module):
         self.sets = nn.ModuleDict()
         for lang in self.languages:
             placed = nn.ModuleDict()
-            for cfg in configs:
-                for block_index, site, adapter in self._build(cfg, num_blocks, linear_shapes):
+            for position, cfg in enumerate(configs):
+                for block_index, site, adapter in self._build(cfg, num_blocks, linear_shapes,
+                                                              placed, position):
                     placed[_key(block_index, site)] = adapter
             self.sets[lang] = placed
 
     def _build(self, cfg: dict, num_blocks: int,
-               linear_shapes: dict[AdapterSite, tuple[int, int]]):
+               linear_shapes: dict[AdapterSite, tuple[int, int]], placed: nn.ModuleDict,
+               position: int):
         cfg = dict(cfg)
         if 'width' in cfg and cfg['width'] != self.width:
             raise ValueError(f"adapter {cfg.get('type')} is configured with width "
@@ -61,10 +66,14 @@ class LanguageAdapters(nn.Module):
         adapter_cls = ADAPTERS.get(cfg['type'])
         if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, BaseAdapter)):
             raise TypeError(f"adapter type {cfg['type']} must subclass xmr BaseAdapter")
-        sites = cfg.pop('sites', None)
-        if sites is None:
-            sites = adapter_cls.default_sites or adapter_cls.sites[:1]
-        sites = tuple(AdapterSite(s) for s in sites)
+        sites = adapter_cls.resolve_sites(cfg.pop('sites', None), cfg)
+        options = {k: v for k, v in cfg.items() if k != 'type'}
+        shared = adapter_cls.build_shared(self.width, **options)
+        shared_args = {}
+        if shared is not None:
+            # Registered once here; the instances hold it without registering it again.
+            placed[f'shared_{position}'] = shared
+            shared_args['shared'] = shared
         for site in sites:
             if site not in adapter_cls.sites:
                 raise ValueError(f'{cfg["type"]} cannot sit at {site!s}; its sites are '
@@ -78,7 +87,7 @@ class LanguageAdapters(nn.Module):
                     shape = dict(zip(('in_features', 'out_features'), linear_shapes[site]))
                 yield index, site, ADAPTERS.build(
                     cfg, default_args=dict(width=self.width, site=site, block_index=index,
-                                           **shape))
+                                           **shape, **shared_args))
 
     def check_language(self, lang: str) -> None:
         if lang not in self.sets:
