@@ -31,14 +31,26 @@ class TokenBatch(TypedDict):
     eos_index: torch.Tensor
 
 
-def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int) -> TokenBatch:
-    """Right-pad id lists into a :class:`TokenBatch`; the last real token is the EOS."""
+def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int,
+              pad_to: int | None = None) -> TokenBatch:
+    """Right-pad id lists into a :class:`TokenBatch`; the last real token is the EOS.
+
+    Args:
+        sequences: token ids of each caption, specials included.
+        pad_id: id written after each caption's end.
+        pad_to: pad every batch to this fixed length instead of its longest caption (the
+            authors' code pads to 77; xmr's default is ``None``, dynamic padding).
+    """
     if not sequences:
         raise ValueError('cannot tokenise an empty batch of captions')
     lengths = torch.tensor([len(seq) for seq in sequences], dtype=torch.long)
     if int(lengths.min()) == 0:
         raise ValueError('a caption tokenised to zero tokens')
-    input_ids = torch.full((len(sequences), int(lengths.max())), pad_id, dtype=torch.long)
+    longest = int(lengths.max())
+    if pad_to is not None and longest > pad_to:
+        raise ValueError(f'a caption of {longest} tokens does not fit pad_to={pad_to}')
+    width = longest if pad_to is None else pad_to
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     for row, seq in enumerate(sequences):
         input_ids[row, :len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
     attention_mask = torch.arange(input_ids.shape[1])[None, :] < lengths[:, None]
@@ -51,10 +63,16 @@ class BaseTokenizer(metaclass=ABCMeta):
     Args:
         max_length: longest sequence kept, specials included; longer captions are truncated with
             their EOS kept last.
+        pad_to: pad every batch to this length (at least ``max_length``) instead of its longest
+            caption; ``None`` (default) pads dynamically.
     """
 
-    def __init__(self, max_length: int = 77) -> None:
+    def __init__(self, max_length: int = 77, pad_to: int | None = None) -> None:
+        if pad_to is not None and pad_to < max_length:
+            raise ValueError(f'pad_to={pad_to} is shorter than max_length={max_length}: a long '
+                             'caption would not fit')
         self.max_length = max_length
+        self.pad_to = pad_to
 
     @property
     @abstractmethod
@@ -74,7 +92,8 @@ class BaseTokenizer(metaclass=ABCMeta):
         return ids if len(ids) <= self.max_length else ids[:self.max_length - 1] + ids[-1:]
 
     def __call__(self, texts: Sequence[str]) -> TokenBatch:
-        return pad_batch([self.truncate(self.encode(text)) for text in texts], self.pad_id)
+        return pad_batch([self.truncate(self.encode(text)) for text in texts], self.pad_id,
+                         self.pad_to)
 
 
 @TOKENIZERS.register_module()
@@ -84,10 +103,12 @@ class OpenCLIPTokenizer(BaseTokenizer):
     Args:
         model_name: open_clip architecture name, e.g. ``'ViT-B-32'``.
         max_length: context length (77 for CLIP).
+        pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
     """
 
-    def __init__(self, model_name: str = 'ViT-B-32', max_length: int = 77) -> None:
-        super().__init__(max_length)
+    def __init__(self, model_name: str = 'ViT-B-32', max_length: int = 77,
+                 pad_to: int | None = None) -> None:
+        super().__init__(max_length, pad_to)
         import open_clip
 
         self._tokenizer = open_clip.get_tokenizer(model_name)
@@ -123,11 +144,13 @@ class HFTokenizer(BaseTokenizer):
         tokenizer_file: a ``tokenizers`` JSON file, loaded without the hub.
         max_length: longest sequence kept.
         lowercase: lower-case captions first (CCLM's retrieval recipe).
+        pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
     """
 
     def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
-                 max_length: int = 77, lowercase: bool = False) -> None:
-        super().__init__(max_length)
+                 max_length: int = 77, lowercase: bool = False,
+                 pad_to: int | None = None) -> None:
+        super().__init__(max_length, pad_to)
         if (name_or_path is None) == (tokenizer_file is None):
             raise ValueError('HFTokenizer needs exactly one of name_or_path or tokenizer_file')
         self.lowercase = lowercase
@@ -178,12 +201,14 @@ class SentencePieceTokenizer(BaseTokenizer):
         vocab_size: pieces to learn when training.
         max_length: longest sequence kept.
         character_coverage: SentencePiece's coverage (keep near 1 for CJK).
+        pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
     """
 
     def __init__(self, model_file: str | None = None,
                  corpus: Sequence[str] | str | dict | None = None, vocab_size: int = 1000,
-                 max_length: int = 77, character_coverage: float = 0.9999) -> None:
-        super().__init__(max_length)
+                 max_length: int = 77, character_coverage: float = 0.9999,
+                 pad_to: int | None = None) -> None:
+        super().__init__(max_length, pad_to)
         import sentencepiece as spm
 
         path = Path(model_file) if model_file else None
