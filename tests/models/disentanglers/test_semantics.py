@@ -1,0 +1,264 @@
+"""SemanticsDisentangler: features against hand references, gradients, the adversarial game,
+its ablation switches, and per-caption conditioning inside the retriever."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import xmr  # noqa: F401
+from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
+from xmr.models.disentanglers import SemanticsDisentangler
+from xmr.models.disentanglers.discriminator import reverse_gradient, shuffled_negatives
+from xmr.registry import DISENTANGLERS, MODELS
+
+ADAPTER = dict(type='StaticAdapter', hidden=8)
+GENERATOR = dict(d_z=16, d_u=4)
+
+
+@pytest.fixture(scope='module')
+def tower():
+    torch.manual_seed(0)
+    return MODELS.build(tiny_backbone_cfg()).text_tower
+
+
+def build(tower, **overrides) -> SemanticsDisentangler:
+    torch.manual_seed(1)
+    cfg = dict(type='SemanticsDisentangler', adapter=ADAPTER, generator=GENERATOR)
+    cfg.update(overrides)
+    return DISENTANGLERS.build(cfg, default_args=dict(tower=tower))
+
+
+def batch(tower, lengths=(5, 3, 4, 2)):
+    torch.manual_seed(2)
+    size, longest = len(lengths), max(lengths)
+    lengths = torch.tensor(lengths)
+    tokens = dict(input_ids=torch.zeros(size, longest, dtype=torch.long),
+                  attention_mask=torch.arange(longest)[None] < lengths[:, None],
+                  eos_index=lengths - 1)
+    embeddings = tower.add_positions(torch.randn(size, longest, tower.width) * 0.1)
+    r_source = torch.randn(size, tower.embed_dim)
+    return embeddings, tokens, r_source
+
+
+def run_stream(tower, adapters, x, tokens, depth):
+    """The SDM stream written out: block i then adapter i, for the first ``depth`` blocks."""
+    if depth == 0:
+        return adapters[0](x, None)
+    mask = tower.build_mask(tokens['attention_mask'])
+    for index in range(depth):
+        x = adapters[index](tower.run_block(index, x, mask), None)
+    return x
+
+
+@pytest.mark.parametrize('depth', [0, 1, 2])
+def test_features_match_the_equations(tower, depth):
+    sdm = build(tower, depth=depth)
+    embeddings, tokens, _ = batch(tower)
+    assert len(sdm.sr_adapters) == len(sdm.sa_adapters) == max(depth, 1)
+    rows = torch.arange(4)
+    x_sr = run_stream(tower, sdm.sr_adapters, embeddings, tokens, depth)
+    expected_sr = F.layer_norm(x_sr[rows, tokens['eos_index']], (tower.width,),
+                               sdm.sr_norm.weight, sdm.sr_norm.bias) @ sdm.sr_projection.weight.T
+    x_sa = F.layer_norm(run_stream(tower, sdm.sa_adapters, embeddings, tokens, depth),
+                        (tower.width,), sdm.sa_norm.weight, sdm.sa_norm.bias)
+    expected_sa = torch.stack([x_sa[b, :int(tokens['eos_index'][b]) + 1].mean(0)
+                               for b in range(4)])
+    found = sdm.extract(embeddings, tokens)
+    torch.testing.assert_close(found['sr'], expected_sr)
+    torch.testing.assert_close(found['sa'], expected_sa)
+    assert found['sr'].shape == (4, tower.embed_dim) and found['sa'].shape == (4, tower.width)
+
+
+def test_padding_does_not_reach_the_features(tower):
+    sdm = build(tower)
+    embeddings, tokens, _ = batch(tower)
+    noisy = embeddings.clone()
+    noisy[~tokens['attention_mask']] += 5.0
+    a, b = sdm.extract(embeddings, tokens), sdm.extract(noisy, tokens)
+    torch.testing.assert_close(a['sr'], b['sr'])
+    torch.testing.assert_close(a['sa'], b['sa'])
+
+
+def test_condition_is_one_generated_matrix_per_block_and_caption(tower):
+    sdm = build(tower)
+    embeddings, tokens, _ = batch(tower)
+    condition, losses = sdm(embeddings, tokens)
+    assert losses == {}
+    assert sorted(condition) == list(range(tower.num_blocks))
+    found = sdm.extract(embeddings, tokens)
+    expected = sdm.generator(torch.cat([found['sr'], found['sa']], -1))
+    for block, matrix in condition.items():
+        assert matrix.shape == (4, 4, 4)
+        torch.testing.assert_close(matrix, expected[block])
+    assert not torch.allclose(condition[0][0], condition[0][1])
+
+
+def test_losses_are_l_sc_and_l_d(tower):
+    sdm = build(tower)
+    embeddings, tokens, r_source = batch(tower)
+    torch.manual_seed(5)
+    _, losses = sdm(embeddings, tokens, r_source=r_source)
+    assert set(losses) == {'sc', 'adv'} == sdm.loss_names
+    found = sdm.extract(embeddings, tokens)
+    torch.testing.assert_close(losses['sc'], (found['sr'] - r_source).abs().mean())
+    torch.manual_seed(5)
+    negatives = shuffled_negatives(4)
+    p_pos = torch.sigmoid(sdm.discriminator(found['sa'], r_source))
+    p_neg = torch.sigmoid(sdm.discriminator(found['sa'], r_source[negatives]))
+    expected = (-torch.log(p_pos) - torch.log(1 - p_neg)).mean()
+    torch.testing.assert_close(losses['adv'], expected)
+
+
+@pytest.mark.parametrize('kind,reference', [
+    ('mse', F.mse_loss), ('smooth_l1', F.smooth_l1_loss), ('l1', F.l1_loss)])
+def test_consistency_loss_kind_is_selectable(tower, kind, reference):
+    sdm = build(tower, consistency_loss=dict(type='AlignmentLoss', kind=kind))
+    embeddings, tokens, r_source = batch(tower)
+    _, losses = sdm(embeddings, tokens, r_source=r_source)
+    f_sr = sdm.semantic_related(embeddings, tokens)
+    torch.testing.assert_close(losses['sc'], reference(f_sr, r_source))
+
+
+def test_trainable_parts_get_gradients_and_frozen_blocks_do_not(tower):
+    sdm = build(tower)
+    embeddings, tokens, r_source = batch(tower)
+    condition, losses = sdm(embeddings, tokens, r_source=r_source)
+    total = losses['sc'] + losses['adv'] + sum(m.square().sum() for m in condition.values())
+    total.backward()
+    for name, parameter in sdm.named_parameters():
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+    assert all(not p.requires_grad and p.grad is None for p in tower.parameters())
+    assert not any(name.startswith('tower') for name, _ in sdm.named_parameters())
+
+
+def test_gradient_reversal_negates_exactly_the_gradient_upstream(tower):
+    sdm = build(tower)
+    embeddings, tokens, r_source = batch(tower)
+    negatives = shuffled_negatives(4)
+    grads = []
+    for through in (reverse_gradient, lambda t: t):
+        sdm.zero_grad()
+        sdm.discriminator.loss(through(sdm.semantic_agnostic(embeddings, tokens)), r_source,
+                               negatives).backward()
+        grads.append(([p.grad.clone() for p in sdm.sa_adapters.parameters()],
+                      [p.grad.clone() for p in sdm.discriminator.parameters()]))
+    (sdm_reversed, disc_reversed), (sdm_plain, disc_plain) = grads
+    for a, b in zip(sdm_reversed, sdm_plain):
+        torch.testing.assert_close(a, -b)
+    for a, b in zip(disc_reversed, disc_plain):
+        torch.testing.assert_close(a, b)
+
+
+def test_discriminator_and_sdm_move_l_d_in_opposite_directions(tower):
+    sdm = build(tower)
+    embeddings, tokens, r_source = batch(tower)
+
+    def l_d(module):
+        torch.manual_seed(7)
+        with torch.no_grad():
+            return float(module(embeddings, tokens, r_source=r_source)[1]['adv'])
+
+    torch.manual_seed(7)
+    sdm(embeddings, tokens, r_source=r_source)[1]['adv'].backward()
+    before = l_d(sdm)
+
+    def stepped(prefixes):
+        moved = copy.deepcopy(sdm)
+        with torch.no_grad():
+            for (name, parameter), original in zip(moved.named_parameters(), sdm.parameters()):
+                if name.startswith(prefixes):
+                    parameter -= 0.05 * original.grad
+        return moved
+
+    assert l_d(stepped(('discriminator',))) < before - 1e-4
+    assert l_d(stepped(('sa_adapters', 'sa_norm'))) > before + 1e-6
+
+
+def test_shuffled_negatives_never_pair_a_caption_with_itself():
+    for size in (2, 3, 8):
+        for seed in range(20):
+            negatives = shuffled_negatives(size, torch.Generator().manual_seed(seed))
+            assert sorted(negatives.tolist()) == list(range(size))
+            assert not (negatives == torch.arange(size)).any()
+    with pytest.raises(ValueError, match='at least two'):
+        shuffled_negatives(1)
+
+
+def test_ablation_switches_remove_their_parts(tower):
+    only_sr = build(tower, features=['sr'], use_adversarial=False)
+    assert not hasattr(only_sr, 'sa_adapters') and only_sr.discriminator is None
+    assert only_sr.generator.to_z[0].in_features == tower.embed_dim
+    assert only_sr.loss_names == {'sc'}
+    only_sa = build(tower, features=['sa'], use_consistency_loss=False)
+    assert not hasattr(only_sa, 'sr_adapters') and not hasattr(only_sa, 'sr_projection')
+    assert only_sa.generator.to_z[0].in_features == tower.width
+    assert only_sa.loss_names == {'adv'}
+    embeddings, tokens, r_source = batch(tower)
+    assert set(only_sa(embeddings, tokens, r_source=r_source)[1]) == {'adv'}
+    no_losses = build(tower, use_consistency_loss=False, use_adversarial=False)
+    assert no_losses.loss_names == set() and no_losses.consistency_loss is None
+    assert no_losses(embeddings, tokens, r_source=r_source)[1] == {}
+    some_blocks = build(tower, generator=dict(GENERATOR, blocks=[0, 2]))
+    assert sorted(some_blocks(embeddings, tokens)[0]) == [0, 2]
+
+
+def test_bad_options_fail_naming_the_option(tower):
+    with pytest.raises(ValueError, match='depth 4 is outside 0..3'):
+        build(tower, depth=4)
+    with pytest.raises(ValueError, match='non-empty subset'):
+        build(tower, features=['sr', 'style'])
+    with pytest.raises(ValueError, match='use_consistency_loss=False'):
+        build(tower, features=['sa'])
+    with pytest.raises(ValueError, match='use_adversarial=False'):
+        build(tower, features=['sr'])
+    with pytest.raises(ValueError, match=r'generator blocks \[3\]'):
+        build(tower, generator=dict(GENERATOR, blocks=[3]))
+    with pytest.raises(ValueError, match='width 16 does not match'):
+        build(tower, adapter=dict(ADAPTER, width=16))
+
+
+# ------------------------------------------------------------------------------------ retriever
+BATCH = dict(
+    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8),
+    source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
+    target_text=['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise', '一个绿色的三角形'],
+    lang=['de', 'zh', 'de', 'zh'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
+
+
+@pytest.fixture(scope='module')
+def dasd():
+    torch.manual_seed(0)
+    return MODELS.build(tiny_retriever_cfg(
+        language_branch=tiny_branch_cfg(adapters=dict(type='DynamicAdapter', hidden=4)),
+        disentangler=dict(type='SemanticsDisentangler', adapter=ADAPTER, generator=GENERATOR)))
+
+
+def test_changing_one_caption_leaves_the_others_outputs_alone(dasd):
+    texts = list(BATCH['target_text'])
+    first = dasd.language_branch.tokenize(texts)
+    texts[2] = 'drei grüne Dreiecke oben links'
+    second = dasd.language_branch.tokenize(texts)
+    with torch.no_grad():
+        a, _ = dasd.encode_target(first, BATCH['lang'])
+        b, _ = dasd.encode_target(second, BATCH['lang'])
+    torch.testing.assert_close(a[[0, 1, 3]], b[[0, 1, 3]], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(a[2], b[2])
+
+
+def test_phase_losses_include_the_weighted_disentangling_terms(dasd):
+    data = dasd.data_preprocessor(BATCH, True)
+    dasd.set_phase('cross_modal', dict(cm=1.0, adv=1.0, sc=0.1))
+    torch.manual_seed(3)
+    losses = dasd(mode='loss', **data)
+    assert set(losses) == {'loss_cm', 'loss_adv', 'loss_sc'}
+    r_source = dasd.backbone.encode_source_text(data['source_tokens'])
+    embeddings = dasd.language_branch.embed(data['target_tokens'])
+    torch.manual_seed(3)
+    _, expected = dasd.disentangler(embeddings, data['target_tokens'], r_source=r_source)
+    torch.testing.assert_close(losses['loss_sc'], 0.1 * expected['sc'])
+    torch.testing.assert_close(losses['loss_adv'], expected['adv'])
+    with pytest.raises(KeyError, match='unknown loss weights'):
+        dasd.set_phase('cross_lingual', dict(cl=1.0, kl=1.0))

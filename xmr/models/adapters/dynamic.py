@@ -1,0 +1,60 @@
+"""DASD's dynamic adapter: a bottleneck whose middle matrix is generated for each caption."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
+from xmr.registry import ADAPTERS
+
+
+@ADAPTERS.register_module()
+class DynamicAdapter(BaseAdapter):
+    """``DA(X) = W_up ReLU(W^z W_down X) + X`` after a frozen text block (DASD, "dynamic adapter").
+
+    ``W_down`` / ``W_up`` belong to one language and one block; ``W^z`` is generated per caption
+    by the shared :class:`~xmr.models.adapters.generator.ParameterGenerator` of the
+    disentangler and arrives in ``ctx.condition`` as ``{block_index: [B, d_u, d_u]}``. With
+    ``W^z = I`` the adapter is a static bottleneck adapter of width ``d_u``.
+
+    Args:
+        width: tower width ``D``.
+        hidden: bottleneck width ``d_u`` (32); must equal the generator's ``d_u``.
+        **kwargs: site, block index (see :class:`BaseAdapter`).
+    """
+
+    sites = (AdapterSite.BLOCK_OUTPUT,)
+
+    def __init__(self, width: int, hidden: int = 32, **kwargs) -> None:
+        super().__init__(width, **kwargs)
+        self.hidden = hidden
+        self.down = nn.Linear(width, hidden)
+        self.up = nn.Linear(hidden, width)
+
+    def middle_matrix(self, ctx: AdapterContext, batch: int) -> torch.Tensor:
+        """This block's ``W^z`` ``[B, d_u, d_u]`` from the context, checked."""
+        condition = ctx.condition
+        if not isinstance(condition, Mapping):
+            raise ValueError(
+                f'DynamicAdapter at block {self.block_index} needs per-caption W^z in '
+                f'ctx.condition, got {type(condition).__name__}; configure a disentangler with '
+                "a parameter generator (type='SemanticsDisentangler')")
+        if self.block_index not in condition:
+            raise KeyError(f'DynamicAdapter at block {self.block_index}: the generator makes W^z '
+                           f'for blocks {sorted(condition)} only; set the generator blocks to '
+                           'the dynamic adapters\' blocks')
+        matrix = condition[self.block_index]
+        if tuple(matrix.shape) != (batch, self.hidden, self.hidden):
+            raise ValueError(f'DynamicAdapter at block {self.block_index} (d_u={self.hidden}, '
+                             f'batch {batch}) got W^z of shape {tuple(matrix.shape)}; the '
+                             "generator's d_u must equal the adapter's hidden")
+        return matrix
+
+    def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+        """``[B, L, D] -> [B, L, D]``, one ``W^z`` per sample (batched matmul)."""
+        matrix = self.middle_matrix(ctx, x.shape[0])
+        # Tokens are rows here, so W^z h (h a column) is h^T W^zT.
+        h = torch.matmul(self.down(x), matrix.transpose(1, 2).to(x.dtype))
+        return x + self.up(torch.relu(h))

@@ -1,0 +1,49 @@
+"""DASD's parameter generator: per-caption middle matrices ``W^z`` of the dynamic adapters."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+class ParameterGenerator(nn.Module):
+    """``z = MLP([f^sr; f^sa])``, then ``W_i^z = reshape(W_i^down z)`` for every adapted block.
+
+    One generator serves every target language: ``z`` is shared by all blocks,
+    each block ``i`` has its own ``W_i^down`` (with bias, as in the authors' code). The MLP is one
+    linear layer and a GELU (the authors' code: ``Linear(1024→512)`` + QuickGELU).
+
+    Args:
+        in_features: width of the concatenated condition features (``E + D`` for
+            ``[f^sr; f^sa]``; ``E`` or ``D`` when one of them is ablated).
+        blocks: indices of the blocks whose dynamic adapters receive a ``W^z``.
+        d_z: width of ``z`` (512 in the paper).
+        d_u: side of each ``W^z`` (32), equal to the dynamic adapters' bottleneck.
+    """
+
+    def __init__(self, in_features: int, blocks: Sequence[int], d_z: int = 512,
+                 d_u: int = 32) -> None:
+        super().__init__()
+        blocks = [int(b) for b in blocks]
+        if not blocks:
+            raise ValueError('the parameter generator needs at least one block to generate for')
+        if len(set(blocks)) != len(blocks) or min(blocks) < 0:
+            raise ValueError(f'generator blocks must be distinct non-negative indices, got '
+                             f'{blocks}')
+        if d_z < 1 or d_u < 1:
+            raise ValueError(f'd_z and d_u must be positive, got d_z={d_z}, d_u={d_u}')
+        self.blocks = sorted(blocks)
+        self.d_z, self.d_u = d_z, d_u
+        self.to_z = nn.Sequential(nn.Linear(in_features, d_z), nn.GELU())
+        # ModuleDict keys must be strings.
+        self.heads = nn.ModuleDict({str(b): nn.Linear(d_z, d_u * d_u) for b in self.blocks})
+
+    def forward(self, features: torch.Tensor) -> dict[int, torch.Tensor]:
+        """``[B, in_features]`` -> ``{block: W^z [B, d_u, d_u]}``.
+
+        The condition the dynamic adapters read: :class:`~xmr.models.adapters.DynamicAdapter`
+        at block ``i`` uses entry ``i``.
+        """
+        z = self.to_z(features)
+        return {b: self.heads[str(b)](z).view(-1, self.d_u, self.d_u) for b in self.blocks}

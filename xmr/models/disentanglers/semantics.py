@@ -1,0 +1,232 @@
+"""DASD's semantics disentangling module (SDM) with its parameter generator and adversary.
+
+For the embedded target captions ``X`` ``[B, L, D]`` (embedding block + positions):
+
+* two streams run the first ``k`` frozen blocks of the text tower, each block followed by the
+  stream's trainable bottleneck adapter, ``A^sr`` or ``A^sa`` (``k = 0``: no block, each adapter
+  once on ``X``, the paper's "two MLPs" point of Figure 4);
+* ``f^sr = W_p^sr · LN(x_pool)``: the tower's pooled token (EOS for CLIP, CLS for BERT-style
+  towers) of the ``sr`` stream, normalised and projected to the joint space ``E``;
+* ``f^sa = mean_t LN(x_t)`` over the non-padding tokens of the ``sa`` stream, ``[B, D]``;
+* the generator turns ``[f^sr; f^sa]`` into one ``W^z`` per adapted block (the condition of
+  :class:`~xmr.models.adapters.DynamicAdapter`);
+* in training, with the source embeddings ``r^S``: ``sc`` = ``L_sc(f^sr, r^S)`` (L1 by
+  default) and ``adv`` = ``L_d`` of :class:`PairDiscriminator` on ``(f^sa, r^S)`` against a
+  shuffled ``r^S−``, behind gradient reversal (see :mod:`.discriminator`), so that minimising
+  ``λ1 · adv`` trains the discriminator on ``L_d`` and the SDM on ``L_adv = −L_d``.
+
+The frozen blocks are the backbone's (used, not owned); everything else here trains, and is
+shared by all target languages.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
+from xmr.models.adapters.generator import ParameterGenerator
+from xmr.models.disentanglers.discriminator import (
+    PairDiscriminator,
+    reverse_gradient,
+    shuffled_negatives,
+)
+from xmr.models.language.tokenizers import TokenBatch
+from xmr.registry import ADAPTERS, DISENTANGLERS, MODELS
+
+if TYPE_CHECKING:
+    from xmr.models.backbones.base import TextTower
+
+#: The two semantic features; ``features`` of the disentangler picks those fed to the generator.
+FEATURES = ('sr', 'sa')
+
+#: The SDM is shared by every language; its adapters read no language from the context.
+SHARED = '*'
+
+
+class _StreamHooks:
+    """Site hooks that put one stream's adapter after each block the SDM runs."""
+
+    def __init__(self, adapters: nn.ModuleList, ctx: AdapterContext) -> None:
+        self.adapters = adapters
+        self.ctx = ctx
+
+    def residual(self, site: AdapterSite, block_index: int, x: torch.Tensor) -> torch.Tensor:
+        if site != AdapterSite.BLOCK_OUTPUT:
+            return x
+        self.ctx.block_index = block_index
+        return self.adapters[block_index](x, self.ctx)
+
+    def linear(self, site: AdapterSite, block_index: int, x_in: torch.Tensor) -> None:
+        return None
+
+
+@DISENTANGLERS.register_module()
+class SemanticsDisentangler(nn.Module):
+    """Semantic-related / semantic-agnostic features of a caption and the ``W^z`` they generate.
+
+    Args:
+        tower: the backbone's :class:`TextTower` (filled in by the retriever); used, not owned.
+        depth: ``k``, the frozen blocks the SDM runs (1 in the paper; Figure 4 sweeps 0..12).
+        adapter: ``ADAPTERS`` config of ``A^sr`` and ``A^sa`` (a block-output adapter; the
+            paper's bottleneck of hidden 256).
+        features: the features fed to the generator, ``('sr', 'sa')`` (paper), ``('sr',)`` or
+            ``('sa',)`` (Table 5). A stream that feeds nothing is not built.
+        generator: options of :class:`ParameterGenerator`: ``d_z`` (512), ``d_u`` (32) and
+            ``blocks`` (the blocks carrying dynamic adapters; default every tower block).
+        consistency_loss: ``MODELS`` config of ``L_sc``; default ``AlignmentLoss`` with
+            ``kind='l1'`` (paper; ``'mse'`` and ``'smooth_l1'`` for Table 7).
+        discriminator: options of :class:`PairDiscriminator`; default ``hidden=(256, 128)``.
+        use_consistency_loss: compute ``L_sc`` (``False``: Table 6 "w/o L_sc"). Needs ``'sr'``
+            in ``features``.
+        use_adversarial: build the discriminator and compute ``L_adv`` (``False``: Table 6
+            "w/o L_adv"). Needs ``'sa'`` in ``features``.
+    """
+
+    def __init__(self, tower: TextTower, depth: int = 1,
+                 adapter: dict | None = None, features: Sequence[str] = FEATURES,
+                 generator: dict | None = None, consistency_loss: dict | None = None,
+                 discriminator: dict | None = None, use_consistency_loss: bool = True,
+                 use_adversarial: bool = True) -> None:
+        super().__init__()
+        object.__setattr__(self, 'tower', tower)
+        if not 0 <= depth <= tower.num_blocks:
+            raise ValueError(f'SDM depth {depth} is outside 0..{tower.num_blocks} (the text '
+                             'tower\'s blocks)')
+        features = tuple(features)
+        if not features or any(f not in FEATURES for f in features) or \
+                len(set(features)) != len(features):
+            raise ValueError(f'features must be a non-empty subset of {FEATURES}, got '
+                             f'{features}')
+        if use_consistency_loss and 'sr' not in features:
+            raise ValueError(f"L_sc supervises f^sr, which features={features} leaves out; set "
+                             'use_consistency_loss=False')
+        if use_adversarial and 'sa' not in features:
+            raise ValueError(f"the discriminator reads f^sa, which features={features} leaves "
+                             'out; set use_adversarial=False')
+        self.depth = depth
+        self.features = features
+        adapter = dict(adapter or dict(type='StaticAdapter', hidden=256))
+        width, embed_dim = tower.width, tower.embed_dim
+        if 'sr' in features:
+            self.sr_adapters = self._build_adapters(adapter)
+            self.sr_norm = nn.LayerNorm(width)
+            self.sr_projection = nn.Linear(width, embed_dim, bias=False)
+            # CLIP's initialisation of its text projection (the authors' W_p^sr is left
+            # uninitialised).
+            nn.init.normal_(self.sr_projection.weight, std=width ** -0.5)
+        if 'sa' in features:
+            self.sa_adapters = self._build_adapters(adapter)
+            self.sa_norm = nn.LayerNorm(width)
+        generator = dict(generator or {})
+        blocks = generator.pop('blocks', None)
+        blocks = list(range(tower.num_blocks)) if blocks is None else list(blocks)
+        outside = [b for b in blocks if not 0 <= b < tower.num_blocks]
+        if outside:
+            raise ValueError(f'generator blocks {outside} are outside the text tower\'s blocks '
+                             f'0..{tower.num_blocks - 1}')
+        in_features = (embed_dim if 'sr' in features else 0) + (width if 'sa' in features
+                                                                else 0)
+        self.generator = ParameterGenerator(in_features, blocks, **generator)
+        self.consistency_loss = None
+        if use_consistency_loss:
+            self.consistency_loss = MODELS.build(
+                consistency_loss or dict(type='AlignmentLoss', kind='l1'))
+        self.discriminator = None
+        if use_adversarial:
+            self.discriminator = PairDiscriminator(width + embed_dim,
+                                                   **(discriminator or dict(hidden=(256, 128))))
+
+    def _build_adapters(self, cfg: dict) -> nn.ModuleList:
+        """One adapter after each of the ``k`` blocks, or one on the embeddings at ``k = 0``."""
+        cfg = dict(cfg)
+        if 'width' in cfg and cfg['width'] != self.tower.width:
+            raise ValueError(f"SDM adapter width {cfg['width']} does not match the text tower "
+                             f'width {self.tower.width}')
+        cfg.pop('width', None)
+        adapters = nn.ModuleList()
+        for index in (range(self.depth) if self.depth else [-1]):
+            adapter = ADAPTERS.build(cfg, default_args=dict(
+                width=self.tower.width, site=AdapterSite.BLOCK_OUTPUT, block_index=index))
+            if not isinstance(adapter, BaseAdapter):
+                raise TypeError(f"SDM adapter type {cfg['type']} must subclass xmr BaseAdapter")
+            adapters.append(adapter)
+        return adapters
+
+    @property
+    def loss_names(self) -> frozenset[str]:
+        """Names of the losses this module returns in training."""
+        names = set()
+        if self.consistency_loss is not None:
+            names.add('sc')
+        if self.discriminator is not None:
+            names.add('adv')
+        return frozenset(names)
+
+    # ----------------------------------------------------------------------------- features
+    def _stream(self, adapters: nn.ModuleList, embeddings: torch.Tensor,
+                tokens: TokenBatch) -> torch.Tensor:
+        """``[B, L, D]`` -> ``[B, L, D]`` through ``k`` frozen blocks and the stream's adapters."""
+        ctx = AdapterContext(lang=SHARED, attention_mask=tokens['attention_mask'],
+                             eos_index=tokens['eos_index'])
+        if self.depth == 0:
+            return adapters[0](embeddings, ctx)
+        return self.tower.encode_embeddings(embeddings, tokens['attention_mask'],
+                                            tokens['eos_index'], hooks=_StreamHooks(adapters, ctx),
+                                            blocks=range(self.depth))
+
+    def semantic_related(self, embeddings: torch.Tensor, tokens: TokenBatch) -> torch.Tensor:
+        """``f^sr = W_p^sr · LN(x_pool)``, ``[B, L, D]`` -> ``[B, E]``."""
+        x = self._stream(self.sr_adapters, embeddings, tokens)
+        pooled = self.tower.pool(x, tokens['attention_mask'], tokens['eos_index'])
+        return self.sr_projection(self.sr_norm(pooled))
+
+    def semantic_agnostic(self, embeddings: torch.Tensor, tokens: TokenBatch) -> torch.Tensor:
+        """``f^sa = mean_t LN(x_t)`` over the non-padding tokens, ``[B, L, D]`` -> ``[B, D]``."""
+        x = self.sa_norm(self._stream(self.sa_adapters, embeddings, tokens))
+        weights = tokens['attention_mask'].to(x.dtype).unsqueeze(-1)
+        return (x * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+
+    def extract(self, embeddings: torch.Tensor, tokens: TokenBatch) -> dict[str, torch.Tensor]:
+        """The configured features, ``{'sr': [B, E], 'sa': [B, D]}`` (a subset when ablated)."""
+        found = {}
+        if 'sr' in self.features:
+            found['sr'] = self.semantic_related(embeddings, tokens)
+        if 'sa' in self.features:
+            found['sa'] = self.semantic_agnostic(embeddings, tokens)
+        return found
+
+    # ----------------------------------------------------------------------------- forward
+    def forward(self, embeddings: torch.Tensor, tokens: TokenBatch,
+                r_source: torch.Tensor | None = None
+                ) -> tuple[dict[int, torch.Tensor], dict[str, torch.Tensor]]:
+        """Condition of the dynamic adapters and, given ``r^S``, the SDM's losses.
+
+        Args:
+            embeddings: ``[B, L, D]`` target embeddings with positions (the branch's ``embed``).
+            tokens: their :class:`TokenBatch` (``attention_mask``, ``eos_index``).
+            r_source: ``[B, E]`` frozen source embeddings of the paired English captions, or
+                ``None`` (inference: no losses).
+
+        Returns:
+            ``({block: W^z [B, d_u, d_u]}, {'sc': L_sc, 'adv': L_d})``, the losses unweighted
+            and present when switched on and ``r_source`` is given.
+        """
+        found = self.extract(embeddings, tokens)
+        condition = self.generator(torch.cat([found[f] for f in FEATURES if f in found], -1))
+        losses: dict[str, torch.Tensor] = {}
+        if r_source is None:
+            return condition, losses
+        if r_source.shape != (embeddings.shape[0], self.tower.embed_dim):
+            raise ValueError(f'r_source has shape {tuple(r_source.shape)}, expected '
+                             f'({embeddings.shape[0]}, {self.tower.embed_dim})')
+        r_source = r_source.detach().to(embeddings.dtype)
+        if self.consistency_loss is not None:
+            losses['sc'] = self.consistency_loss(found['sr'], r_source)
+        if self.discriminator is not None:
+            negatives = shuffled_negatives(embeddings.shape[0], device=embeddings.device)
+            losses['adv'] = self.discriminator.loss(reverse_gradient(found['sa']), r_source,
+                                                    negatives)
+        return condition, losses
