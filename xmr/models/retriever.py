@@ -130,6 +130,22 @@ class CrossLingualRetriever(BaseModel):
             condition, losses = self.disentangler(embeddings, tokens, r_source=r_source)
         return self.language_branch.encode(embeddings, tokens, langs, condition), losses
 
+    def encode_text(self, tokens: TokenBatch, lang: str) -> torch.Tensor:
+        """Captions of one language -> ``[B, E]`` unnormalised embeddings.
+
+        The frozen tower reads the source language, the target branch a trained target language.
+
+        Raises:
+            KeyError: for a language the model was not trained on, listing the trained ones.
+        """
+        if lang == self.source_language:
+            return self.encode_source(tokens)
+        if lang not in self.languages:
+            raise KeyError(f"the model was not trained on language '{lang}'; trained "
+                           f'languages: {[self.source_language, *self.languages]}')
+        embeddings, _ = self.encode_target(tokens, [lang] * tokens['input_ids'].shape[0])
+        return embeddings
+
     # ----------------------------------------------------------------------------- modes
     def forward(self, mode: str = 'tensor', **batch: Any) -> Any:
         if mode == 'loss':
@@ -202,14 +218,7 @@ class CrossLingualRetriever(BaseModel):
             for out, index in zip(outputs, indices):
                 out['index'] = int(index)
         for lang, (tokens, owner) in (caption_tokens or {}).items():
-            if lang == self.source_language:
-                embeddings = self.encode_source(tokens)
-            else:
-                if lang not in self.languages:
-                    raise KeyError(f"the model was not trained on language '{lang}'; trained "
-                                   f'languages: {[self.source_language, *self.languages]}')
-                embeddings, _ = self.encode_target(tokens, [lang] * len(owner))
-            embeddings = F.normalize(embeddings.float(), dim=-1).cpu()
+            embeddings = F.normalize(self.encode_text(tokens, lang).float(), dim=-1).cpu()
             owner = owner.cpu()
             for row, out in enumerate(outputs):
                 out['caption_embeddings'][lang] = embeddings[owner == row]
