@@ -3,12 +3,14 @@
 Nothing outside ``xmr/models/backbones`` reaches into open_clip, timm or transformers internals:
 the target-language branch, the adapters and the disentanglers only see a :class:`TextTower`
 (embed, positions, blocks run through adapter hooks, mask, pooling, final norm + projection) and a
-:class:`VisionLanguageBackbone` (``encode_image``, ``encode_video``, ``encode_source_text``).
+:class:`VisionLanguageBackbone` (``encode_image``, ``encode_video``, ``encode_source_text``, and
+the token-level ``encode_image_tokens`` / ``encode_text_tokens`` that token-level methods such as
+CDDS read).
 """
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -62,7 +64,11 @@ class TextTower(nn.Module, metaclass=ABCMeta):
 
     @abstractmethod
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
-        """Final norm and projection of pooled tokens, ``[B, D] -> [B, E]``."""
+        """Final norm and projection of pooled tokens, ``[B, D] -> [B, E]``.
+
+        Token-wise, so ``[B, L, D] -> [B, L, E]`` projects every token into the joint space
+        (:meth:`VisionLanguageBackbone.encode_text_tokens`).
+        """
 
     def build_mask(self, attention_mask: torch.Tensor) -> torch.Tensor:
         """Additive attention bias ``[B, 1, L, L]`` from a ``[B, L]`` bool mask of real tokens.
@@ -125,6 +131,23 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         return self.head(self.pool(x, tokens['attention_mask'], tokens['eos_index']))
 
 
+class TokenOutput(NamedTuple):
+    """Token-level output of a tower, in the joint space.
+
+    Attributes:
+        tokens: ``[B, N, E]`` every output token (image: prefix tokens such as CLS first, then
+            the patches; text: every position, specials included) through the tower's final
+            norm and projection.
+        mask: ``[B, N]`` bool, True on real tokens.
+        pooled: ``[B, E]`` the tower's own embedding of the same pass (what ``encode_image`` /
+            ``encode_source_text`` return).
+    """
+
+    tokens: torch.Tensor
+    mask: torch.Tensor
+    pooled: torch.Tensor
+
+
 class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
     """A frozen dual-encoder: an image tower, a source text tower and its tokenizer.
 
@@ -165,6 +188,42 @@ class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
     def encode_source_text(self, tokens: TokenBatch) -> torch.Tensor:
         """Source-language tokens -> ``[B, E]`` unnormalised embeddings ``r^S``."""
         return self.text_tower(tokens)
+
+    def encode_image_tokens(self, images: torch.Tensor) -> TokenOutput:
+        """``[B, 3, H, W]`` normalised images -> :class:`TokenOutput` (``[B, N, E]`` tokens).
+
+        Backbones that token-level methods (CDDS) run on override this; the default names the
+        backbone that cannot.
+        """
+        raise TypeError(f'{type(self).__name__} exposes no token-level image encoder '
+                        '(encode_image_tokens); token-level methods such as CDDS need one')
+
+    def encode_media_tokens(self, media: torch.Tensor) -> TokenOutput:
+        """Images ``[B, 3, H, W]`` or videos ``[B, T, 3, H, W]`` -> :class:`TokenOutput`.
+
+        A video's tokens are its frames' tokens one after the other (``N = T · N_frame``); its
+        pooled embedding is :meth:`encode_video`'s mean of L2-normalised frame embeddings.
+        """
+        if media.dim() != 5:
+            return self.encode_image_tokens(media)
+        batch, num_frames = media.shape[:2]
+        frames = self.encode_image_tokens(media.flatten(0, 1))
+        pooled = frames.pooled.view(batch, num_frames, -1)
+        pooled = pooled / pooled.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+        return TokenOutput(frames.tokens.reshape(batch, -1, frames.tokens.shape[-1]),
+                           frames.mask.reshape(batch, -1), pooled.mean(dim=1))
+
+    def encode_text_tokens(self, tokens: TokenBatch) -> TokenOutput:
+        """Source-language tokens -> :class:`TokenOutput`: every position through the head.
+
+        One pass of the plain tower; ``pooled`` equals :meth:`encode_source_text`.
+        """
+        tower = self.text_tower
+        mask, eos_index = tokens['attention_mask'], tokens['eos_index']
+        hidden = tower.encode_embeddings(
+            tower.add_positions(tower.embed_tokens(tokens['input_ids'])), mask, eos_index)
+        return TokenOutput(tower.head(hidden), mask,
+                           tower.head(tower.pool(hidden, mask, eos_index)))
 
     def freeze(self) -> None:
         """Freeze every weight; a phase that fine-tunes the towers unfreezes them itself."""

@@ -23,7 +23,7 @@ from mmengine.logging import print_log
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.base import SiteHooks, TextTower, VisionLanguageBackbone
+from xmr.models.backbones.base import SiteHooks, TextTower, TokenOutput, VisionLanguageBackbone
 from xmr.models.backbones.cclm_checkpoint import (
     CheckpointReport,
     convert_cclm_state_dict,
@@ -298,6 +298,18 @@ class CCLMDualStream(VisionLanguageBackbone):
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` -> ``[B, E]``: ``vision_proj`` of the mean final patch token."""
         return self.vision_proj(self.vision(images))
+
+    def encode_image_tokens(self, images: torch.Tensor) -> TokenOutput:
+        """``[B, 3, H, W]`` -> the final Swin patches through ``vision_proj``, ``[B, h·w, E]``.
+
+        ``vision_proj`` is linear, so the mean of the tokens is :meth:`encode_image`.
+        """
+        features = self.vision.forward_features(images)
+        pooled = self.vision_proj(self.vision.forward_head(features, pre_logits=True))
+        # timm's Swin returns NHWC maps; row-major patches are the token order.
+        tokens = self.vision_proj(features.flatten(1, 2))
+        mask = torch.ones(tokens.shape[:2], dtype=torch.bool, device=tokens.device)
+        return TokenOutput(tokens, mask, pooled)
 
     def fingerprint(self) -> str:
         """Configuration + weights hash: keys feature caches to exactly these frozen weights."""

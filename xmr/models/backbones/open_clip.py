@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.base import SiteHooks, TextTower, VisionLanguageBackbone
+from xmr.models.backbones.base import SiteHooks, TextTower, TokenOutput, VisionLanguageBackbone
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.registry import MODELS, TOKENIZERS
 
@@ -204,6 +204,28 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         return self.clip.encode_image(images)
+
+    def encode_image_tokens(self, images: torch.Tensor) -> TokenOutput:
+        """``[B, 3, H, W]`` -> class token then patches, ``[B, 1 + P, E]``, in one pass.
+
+        open_clip's ``forward_intermediates`` on the last block with its final norm gives the
+        class token and the patches apart; both go through ``ln_post`` and ``proj`` as the pooled
+        token does, so with ``'tok'`` pooling token 0 is :meth:`encode_image` itself.
+        """
+        import open_clip
+
+        visual = self.clip.visual
+        if not isinstance(visual, open_clip.transformer.VisionTransformer) or \
+                visual.attn_pool is not None or visual.proj is None:
+            raise TypeError(f'token-level image encoding needs an open_clip VisionTransformer '
+                            f'without attentional pooling; {self.arch} has '
+                            f'{type(visual).__name__}')
+        out = visual.forward_intermediates(images, indices=1, normalize_intermediates=True,
+                                           output_fmt='NLC', output_extra_tokens=True)
+        tokens = torch.cat([out['image_intermediates_prefix'][0],
+                            out['image_intermediates'][0]], dim=1) @ visual.proj
+        mask = torch.ones(tokens.shape[:2], dtype=torch.bool, device=tokens.device)
+        return TokenOutput(tokens, mask, out['image_features'])
 
     @property
     def logit_scale(self) -> nn.Parameter:

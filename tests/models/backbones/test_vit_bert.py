@@ -1,0 +1,109 @@
+"""The timm ViT / Swin + BERT backbone: registration, towers against their libraries, loading."""
+import pytest
+import timm
+import torch
+from transformers import BertConfig, BertModel
+
+from tests.conftest import CORPUS
+from xmr.models.backbones.vit_bert import ViTBERTBackbone
+from xmr.registry import MODELS, TOKENIZERS
+
+TINY_VIT = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
+TINY_BERT = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=64, max_position_embeddings=80)
+CAPTIONS = ['ein roter Kreis', 'zwei blaue Quadrate links', 'un']
+
+
+def tokenizer(**overrides):
+    return TOKENIZERS.build(dict(type='SentencePieceTokenizer', corpus=CORPUS * 20,
+                                 vocab_size=48, **overrides))
+
+
+def tiny_cfg(**overrides):
+    cfg = dict(type='ViTBERTBackbone', vision='vit_base_patch16_224', vision_cfg=TINY_VIT,
+               text_cfg=TINY_BERT, embed_dim=16, tokenizer=tokenizer())
+    cfg.update(overrides)
+    return cfg
+
+
+@pytest.fixture(scope='module')
+def backbone():
+    torch.manual_seed(0)
+    return MODELS.build(tiny_cfg()).eval()
+
+
+def test_registered_frozen_with_the_vision_models_statistics(backbone):
+    assert isinstance(backbone, ViTBERTBackbone)
+    assert not any(p.requires_grad for p in backbone.parameters())
+    assert backbone.image_size == (32, 32) and backbone.embed_dim == 16
+    assert backbone.image_mean == (0.5, 0.5, 0.5) and backbone.image_std == (0.5, 0.5, 0.5)
+
+
+def test_text_is_transformers_bert_projected(backbone):
+    tower = backbone.text_tower
+    reference = BertModel(BertConfig(**TINY_BERT), add_pooling_layer=False).eval()
+    reference.embeddings.load_state_dict(tower.embeddings.state_dict())
+    reference.encoder.layer.load_state_dict(tower.layers.state_dict())
+    tokens = backbone.tokenizer(CAPTIONS)
+    with torch.no_grad():
+        hidden = reference(input_ids=tokens['input_ids'],
+                           attention_mask=tokens['attention_mask'].long()).last_hidden_state
+        expected = tower.text_proj(hidden)
+        out = backbone.encode_text_tokens(tokens)
+        torch.testing.assert_close(backbone.encode_source_text(tokens), expected[:, 0],
+                                   rtol=1e-4, atol=1e-5)
+    real = tokens['attention_mask']
+    torch.testing.assert_close(out.tokens[real], expected[real], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.pooled, expected[:, 0], rtol=1e-4, atol=1e-5)
+
+
+def test_vit_tokens_are_cls_then_patches_and_cls_is_the_embedding(backbone):
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        expected = backbone.vision_proj(backbone.vision(images))
+        out = backbone.encode_image_tokens(images)
+        torch.testing.assert_close(backbone.encode_image(images), expected)
+    assert out.tokens.shape == (2, 1 + 16, 16) and out.mask.all()
+    torch.testing.assert_close(out.pooled, expected)
+    torch.testing.assert_close(out.tokens[:, 0], expected)
+
+
+def test_swin_tokens_are_the_final_patches_averaging_to_the_embedding():
+    torch.manual_seed(0)
+    backbone = MODELS.build(tiny_cfg(
+        vision='swin_base_patch4_window7_224',
+        vision_cfg=dict(img_size=32, embed_dim=16, depths=(1, 1), num_heads=(2, 2),
+                        window_size=2))).eval()
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        out = backbone.encode_image_tokens(images)
+        expected = backbone.vision_proj(backbone.vision(images))
+    assert out.tokens.shape == (2, 4 * 4, 16)
+    torch.testing.assert_close(out.pooled, expected)
+    torch.testing.assert_close(out.tokens.mean(1), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_vision_weights_load_from_a_local_file(tmp_path):
+    torch.manual_seed(1)
+    source = timm.create_model('vit_base_patch16_224', num_classes=0, **TINY_VIT)
+    path = tmp_path / 'vit.pth'
+    torch.save(source.state_dict(), path)
+    backbone = MODELS.build(tiny_cfg(vision_pretrained=str(path)))
+    for name, tensor in source.state_dict().items():
+        assert torch.equal(backbone.vision.state_dict()[name], tensor), name
+    with pytest.raises(FileNotFoundError, match='missing.pth does not exist'):
+        MODELS.build(tiny_cfg(vision_pretrained=str(tmp_path / 'missing.pth')))
+
+
+def test_bad_configurations_are_named():
+    with pytest.raises(ValueError, match="unknown timm model 'vit_bsae_patch16_224'.*"
+                                         'vit_base_patch16_224'):
+        MODELS.build(tiny_cfg(vision='vit_bsae_patch16_224'))
+    with pytest.raises(ValueError, match='needs text .* or text_cfg'):
+        MODELS.build(tiny_cfg(text_cfg=None))
+    with pytest.raises(ValueError, match='emits 48 ids but the BERT has 40 word embeddings'):
+        MODELS.build(tiny_cfg(text_cfg=dict(TINY_BERT, vocab_size=40)))
+    with pytest.raises(ValueError, match='max_length 77 exceeds the BERT position table'):
+        MODELS.build(tiny_cfg(text_cfg=dict(TINY_BERT, max_position_embeddings=64)))
+    with pytest.raises(ValueError, match='random BERT .* needs an explicit tokenizer'):
+        MODELS.build(tiny_cfg(tokenizer=None))

@@ -1,0 +1,150 @@
+"""A timm vision transformer and a BERT text encoder as one :class:`VisionLanguageBackbone`.
+
+The towers of CDDS's own experiments (and of LAPS, its nearest public base): a ViT-B/16 (or
+Swin-B) image encoder and ``bert-base-uncased``, each followed by a linear map into a joint
+space of width ``E`` (512). Unlike CLIP the two towers were never aligned with each other, so
+the backbone is meant to be fine-tuned with the method on top (LAPS trains both at 0.1 × the
+learning rate of the new layers); it is frozen when built, like every backbone, and a phase's
+``trainable`` prefixes unfreeze it.
+
+* image: ``timm.create_model(vision, num_classes=0)``; its ``forward_features`` are the tokens
+  (ViT: prefix tokens such as CLS, then the patches; Swin: the final ``h × w`` patches), its
+  ``forward_head(pre_logits=True)`` the pooled feature (ViT: CLS; Swin: mean); ``vision_proj``
+  maps both to ``E``.
+* text: transformers' ``BertModel`` run layer by layer by the BERT-layer :class:`CCLMTextTower`
+  (post-LN layers with adapter sites, padding mask, CLS pooling), whose ``text_proj`` maps to
+  ``E``. So target-language branches and adapters work on this tower as on CCLM's.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone
+from xmr.models.backbones.cclm import CCLMTextTower
+from xmr.models.language.tokenizers import BaseTokenizer
+from xmr.registry import MODELS, TOKENIZERS
+
+__all__ = ['ViTBERTBackbone']
+
+
+def build_vision(name: str, pretrained: bool | str | None, options: dict) -> nn.Module:
+    """A headless timm image model; ``pretrained``: ``True`` (timm's hub weights) or a file."""
+    import timm
+
+    if name.split('.')[0] not in timm.list_models():
+        import difflib
+
+        close = difflib.get_close_matches(name.split('.')[0], timm.list_models(), n=5)
+        raise ValueError(f"unknown timm model '{name}'; closest: {close}")
+    kwargs = dict(options, num_classes=0)
+    if isinstance(pretrained, str):
+        path = Path(pretrained)
+        if not path.is_file():
+            raise FileNotFoundError(f'vision_pretrained checkpoint {path} does not exist')
+        return timm.create_model(name, pretrained=True,
+                                 pretrained_cfg_overlay=dict(file=str(path)), **kwargs)
+    return timm.create_model(name, pretrained=bool(pretrained), **kwargs)
+
+
+def build_text(pretrained: str | None, options: dict) -> nn.Module:
+    """A transformers ``BertModel`` without pooler: loaded from ``pretrained`` (hub name or
+    folder) with ``options`` overriding its config, or randomly initialised from ``options``."""
+    from transformers import BertConfig, BertModel
+
+    if pretrained is not None:
+        return BertModel.from_pretrained(pretrained, add_pooling_layer=False, **options)
+    return BertModel(BertConfig(**options), add_pooling_layer=False)
+
+
+@MODELS.register_module()
+class ViTBERTBackbone(VisionLanguageBackbone):
+    """timm ViT (or Swin) + BERT, each linearly mapped to a joint space of width ``embed_dim``.
+
+    Args:
+        vision: timm model name, e.g. ``'vit_base_patch16_224.orig_in21k'`` (LAPS's
+            ``google/vit-base-patch16-224-in21k``), ``'vit_base_patch16_384'``,
+            ``'swin_base_patch4_window7_224'``.
+        vision_cfg: extra ``timm.create_model`` arguments (``img_size``, ``drop_path_rate``, or
+            a small ``embed_dim`` / ``depth`` / ``num_heads`` for tests).
+        vision_pretrained: ``None``/``False`` for random weights, ``True`` for the weights timm
+            names with ``vision``, or a local checkpoint file.
+        text: a BERT hub name or folder whose weights are loaded (``'bert-base-uncased'``), or
+            ``None`` for a random BERT built from ``text_cfg``.
+        text_cfg: ``BertConfig`` fields; with ``text`` they override the loaded config.
+        embed_dim: width ``E`` of ``vision_proj`` and ``text_proj`` (512 in CDDS).
+        tokenizer: ``TOKENIZERS`` config or a built tokenizer; defaults to
+            ``HFTokenizer(name_or_path=text)``.
+        freeze: freeze every weight (phases that fine-tune the towers unfreeze them).
+    """
+
+    def __init__(self, vision: str = 'vit_base_patch16_224', vision_cfg: dict | None = None,
+                 vision_pretrained: bool | str | None = None, text: str | None = None,
+                 text_cfg: dict | None = None, embed_dim: int = 512,
+                 tokenizer: dict | BaseTokenizer | None = None, freeze: bool = True) -> None:
+        super().__init__()
+        if text is None and not text_cfg:
+            raise ValueError('ViTBERTBackbone needs text (a BERT name or folder) or text_cfg '
+                             '(the BertConfig of a random BERT)')
+        self.vision_name = vision
+        self.vision = build_vision(vision, vision_pretrained, dict(vision_cfg or {}))
+        if not hasattr(self.vision, 'forward_features') or \
+                not hasattr(self.vision, 'forward_head'):
+            raise TypeError(f"timm model '{vision}' has no forward_features/forward_head")
+        self._nhwc = getattr(self.vision, 'output_fmt', 'NLC') == 'NHWC'
+        self.vision_proj = nn.Linear(self.vision.num_features, embed_dim)
+        self.text_tower = CCLMTextTower(build_text(text, dict(text_cfg or {})), embed_dim)
+        self.embed_dim = embed_dim
+        size = self.vision.patch_embed.img_size
+        self.image_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+        config = self.vision.pretrained_cfg
+        self.image_mean = tuple(config.get('mean', (0.5, 0.5, 0.5)))
+        self.image_std = tuple(config.get('std', (0.5, 0.5, 0.5)))
+
+        if not isinstance(tokenizer, BaseTokenizer):
+            if tokenizer is None and text is None:
+                raise ValueError('a random BERT (text=None) needs an explicit tokenizer config')
+            tokenizer = TOKENIZERS.build(tokenizer or dict(type='HFTokenizer', name_or_path=text))
+        self.tokenizer = tokenizer
+        vocab = self.text_tower.embeddings.word_embeddings.num_embeddings
+        if self.tokenizer.vocab_size > vocab:
+            raise ValueError(f'tokenizer emits {self.tokenizer.vocab_size} ids but the BERT has '
+                             f'{vocab} word embeddings')
+        if self.tokenizer.max_length > self.text_tower.context_length:
+            raise ValueError(f'tokenizer max_length {self.tokenizer.max_length} exceeds the '
+                             f'BERT position table ({self.text_tower.context_length})')
+        if freeze:
+            self.freeze()
+
+    def _features(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[B, 3, H, W]`` -> tokens ``[B, N, C]`` and pooled ``[B, C]`` of the timm model."""
+        features = self.vision.forward_features(images)
+        pooled = self.vision.forward_head(features, pre_logits=True)
+        tokens = features.flatten(1, 2) if self._nhwc else features
+        if tokens.dim() != 3:
+            raise TypeError(f"timm model '{self.vision_name}' gives features of shape "
+                            f'{tuple(features.shape)}; tokens need [B, N, C] or NHWC maps')
+        return tokens, pooled
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        """``[B, 3, H, W]`` -> ``[B, E]``: ``vision_proj`` of the timm model's pooled feature."""
+        return self.vision_proj(self.vision.forward_head(self.vision.forward_features(images),
+                                                         pre_logits=True))
+
+    def encode_image_tokens(self, images: torch.Tensor) -> TokenOutput:
+        """``[B, 3, H, W]`` -> every output token through ``vision_proj``, ``[B, N, E]``."""
+        tokens, pooled = self._features(images)
+        projected = self.vision_proj(tokens)
+        mask = torch.ones(projected.shape[:2], dtype=torch.bool, device=projected.device)
+        return TokenOutput(projected, mask, self.vision_proj(pooled))
+
+    def fingerprint(self) -> str:
+        """Configuration + weights hash: keys feature caches to exactly these weights."""
+        digest = hashlib.sha256(f'vit-bert-{self.vision_name}-{self.image_size}'.encode())
+        for name, tensor in sorted(self.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().float().cpu().numpy().tobytes())
+        return digest.hexdigest()[:16]
