@@ -46,7 +46,11 @@ class LanguageAdapters(nn.Module):
             for position, cfg in enumerate(configs):
                 for block_index, site, adapter in self._build(cfg, num_blocks, linear_shapes,
                                                               placed, position):
-                    placed[_key(block_index, site)] = adapter
+                    key = _key(block_index, site)
+                    if key in placed:
+                        raise ValueError(f'two adapter configs place an adapter at {site!s} of '
+                                         f'block {block_index}; one site holds one adapter')
+                    placed[key] = adapter
             self.sets[lang] = placed
 
     def _build(self, cfg: dict, num_blocks: int,

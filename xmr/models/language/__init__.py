@@ -8,6 +8,7 @@ from xmr.models.language.tokenizers import (
                                             SentencePieceTokenizer,
                                             TokenBatch,
 )
+from xmr.models.language.tower_embedding import TowerTokenEmbedding
 
 __all__ = ['TargetLanguageBranch', 'TargetEmbedding', 'BaseTokenizer', 'HFTokenizer',
-           'OpenCLIPTokenizer', 'SentencePieceTokenizer', 'TokenBatch']
+           'OpenCLIPTokenizer', 'SentencePieceTokenizer', 'TokenBatch', 'TowerTokenEmbedding']

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from xmr.models.adapters.base import AdapterContext
+from xmr.models.adapters.base import AdapterContext, BaseAdapter
 from xmr.models.adapters.slots import LanguageAdapters
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.registry import MODELS, TOKENIZERS
@@ -46,7 +46,8 @@ class TargetLanguageBranch(nn.Module):
         languages: target language codes, each with its own adapter set.
         tokenizer: ``TOKENIZERS`` config of the target tokenizer.
         embedding: ``MODELS`` config of the embedding block (default :class:`TargetEmbedding`);
-            ``vocab_size`` and ``width`` are filled in from the tokenizer and the tower.
+            ``vocab_size`` and ``width`` are filled in from the tokenizer and the tower, and
+            ``tower`` too when the class sets ``reads_tower`` (the tower's own embedding).
         adapters: adapter config(s), see :class:`LanguageAdapters`.
         num_blocks: how many of the tower's blocks the branch runs (all by default; DASD Table 9).
     """
@@ -74,10 +75,17 @@ class TargetLanguageBranch(nn.Module):
                              f'text tower width {tower.width}')
         embedding.setdefault('vocab_size', self.tokenizer.vocab_size)
         embedding.setdefault('padding_idx', self.tokenizer.pad_id)
-        self.embedding = MODELS.build(embedding)
+        embedding_cls = (embedding['type'] if isinstance(embedding['type'], type)
+                         else MODELS.get(embedding['type']))
+        self.embedding = MODELS.build(
+            embedding, default_args=(dict(tower=tower) if getattr(embedding_cls, 'reads_tower',
+                                                                   False) else None))
         linear_shapes = tower.linear_shapes() if hasattr(tower, 'linear_shapes') else None
         self.adapters = LanguageAdapters(self.languages, adapters, tower.width, self.num_blocks,
                                          linear_shapes)
+        for module in self.adapters.modules():
+            if isinstance(module, BaseAdapter):
+                module.attach(self.tokenizer, self.embedding)
 
     def tokenize(self, texts: Sequence[str]) -> TokenBatch:
         return self.tokenizer(texts)
@@ -89,6 +97,10 @@ class TargetLanguageBranch(nn.Module):
     def encode(self, embeddings: torch.Tensor, tokens: TokenBatch, langs: Sequence[str],
                condition: Any = None) -> torch.Tensor:
         """Run each language's samples through the blocks with that language's adapters.
+
+        A language with ``input``-site adapters (prompts) re-embeds its samples from their
+        tokens: those adapters act before the positions are added, so that the positions cover
+        the lengthened sequence.
 
         Args:
             embeddings: ``[B, L, D]`` output of :meth:`embed`.
@@ -112,12 +124,17 @@ class TargetLanguageBranch(nn.Module):
             ctx = AdapterContext(lang=lang, condition=index_condition(condition, index),
                                  attention_mask=group['attention_mask'],
                                  eos_index=group['eos_index'])
-            out[index] = self._encode_group(embeddings[index], ctx)
+            x = embeddings[index]
+            input_adapters = self.adapters.input_adapters(lang)
+            if input_adapters:
+                x = self.embedding(group['input_ids'])
+                for adapter in input_adapters:
+                    x = adapter(x, ctx)
+                x = self.tower.add_positions(x)
+            out[index] = self._encode_group(x, ctx)
         return out
 
     def _encode_group(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
-        for adapter in self.adapters.input_adapters(ctx.lang):
-            x = adapter(x, ctx)
         x = self.tower.encode_embeddings(x, ctx.attention_mask, ctx.eos_index,
                                          hooks=self.adapters.hooks(ctx),
                                          blocks=range(self.num_blocks))

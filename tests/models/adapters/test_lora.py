@@ -1,0 +1,123 @@
+import copy
+
+import pytest
+import torch
+
+from tests.models.adapters.peft_helpers import CAPTIONS, build_clip_branch
+from xmr.models.adapters import AdapterContext, AdapterSite, LoRA
+from xmr.models.adapters.slots import LanguageAdapters
+
+ALL_TARGETS = ['q', 'k', 'v', 'out', 'fc', 'proj']
+
+
+def randomise_lora(branch, lang='de'):
+    """Give every LoRA of ``lang`` a non-zero B so that it acts."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in branch.adapters.sets[lang].named_parameters():
+            if 'lora_B' in name:
+                parameter.normal_(std=0.2)
+
+
+def merged_clip(backbone, branch, lang='de'):
+    """A copy of the open_clip model whose frozen weights absorb ``W += (α/r) B A``.
+
+    open_clip then runs its own ``nn.MultiheadAttention`` path: an independent reference.
+    """
+    clip = copy.deepcopy(backbone.clip)
+    width = clip.transformer.width
+    placed = branch.adapters.sets[lang]
+    with torch.no_grad():
+        for index, block in enumerate(clip.transformer.resblocks):
+            for key, lora in placed.items():
+                if not key.startswith(f'{index}:'):
+                    continue
+                for target in lora.targets:
+                    delta = lora.delta_weight(target)
+                    if target in ('q', 'k', 'v'):
+                        row = 'qkv'.index(target) * width
+                        block.attn.in_proj_weight[row:row + width] += delta
+                    elif target == 'out':
+                        block.attn.out_proj.weight += delta
+                    elif target == 'fc':
+                        block.mlp.c_fc.weight += delta
+                    else:
+                        block.mlp.c_proj.weight += delta
+    return clip
+
+
+@pytest.mark.parametrize('targets', [['q'], ['v'], ['out'], ['q', 'v'], ALL_TARGETS])
+def test_lora_equals_the_merged_weights_run_by_open_clip_itself(targets):
+    backbone, branch = build_clip_branch(dict(type='LoRA', r=2, alpha=3, targets=targets))
+    randomise_lora(branch)
+    tokens = branch.tokenize(CAPTIONS)
+    adapted = branch(tokens, ['de'] * len(CAPTIONS))
+
+    clip = merged_clip(backbone, branch)
+    context = clip.positional_embedding.shape[0]
+    ids = torch.zeros(len(CAPTIONS), context, dtype=torch.long)
+    ids[:, :tokens['input_ids'].shape[1]] = tokens['input_ids']
+    expected = clip.encode_text(ids)
+    torch.testing.assert_close(adapted, expected, atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(adapted, backbone.clip.encode_text(ids), atol=1e-3)
+
+
+def test_lora_on_the_attention_output_projection_really_acts():
+    """The MHA ``out_proj`` pitfall: a LoRA there must change the block's attention output."""
+    backbone, branch = build_clip_branch(dict(type='LoRA', r=1, targets=['out']))
+    tower = backbone.text_tower
+    tokens = branch.tokenize(CAPTIONS[:1])
+    x = tower.add_positions(tower.embed_tokens(tokens['input_ids']))
+    mask = tower.build_mask(tokens['attention_mask'])
+    ctx = AdapterContext(lang='de', attention_mask=tokens['attention_mask'],
+                         eos_index=tokens['eos_index'])
+    frozen = tower.run_block(0, x, mask, branch.adapters.hooks(ctx))
+    randomise_lora(branch)
+    adapted = tower.run_block(0, x, mask, branch.adapters.hooks(ctx))
+    assert not torch.allclose(adapted, frozen, atol=1e-4)
+
+
+def test_parameter_counts_match_hand_counts():
+    # Tiny CLIP: width 32, MLP 128, 3 blocks. Per block: q and v each A [r, 32] + B [32, r].
+    _, branch = build_clip_branch(dict(type='LoRA', r=2, targets=['q', 'v']), languages=['de'])
+    assert sum(p.numel() for p in branch.adapters.parameters()) == 3 * 2 * (2 * 32 + 32 * 2)
+    # All targets at r = 1: q, k, v, out (32 + 32 each), fc (32 + 128), proj (128 + 32).
+    _, branch = build_clip_branch(dict(type='LoRA', r=1, targets=ALL_TARGETS), languages=['de'])
+    assert sum(p.numel() for p in branch.adapters.parameters()) == 3 * (4 * 64 + 160 + 160)
+
+
+def test_b_starts_at_zero_and_a_does_not():
+    lora = LoRA(32, r=4, targets=['q', 'v'], site='attn.qkv', in_features=32, out_features=96)
+    assert all(torch.count_nonzero(b) == 0 for b in lora.lora_B.values())
+    assert all(torch.count_nonzero(a) > 0 for a in lora.lora_A.values())
+
+
+def test_qkv_delta_updates_only_the_targeted_thirds():
+    lora = LoRA(8, r=2, alpha=2, targets=['k'], site='attn.qkv', in_features=8, out_features=24)
+    with torch.no_grad():
+        lora.lora_B['k'].normal_()
+    x = torch.randn(2, 5, 8)
+    delta = lora(x, AdapterContext(lang='de'))
+    assert delta.shape == (2, 5, 24)
+    assert torch.count_nonzero(delta[..., :8]) == 0 and torch.count_nonzero(delta[..., 16:]) == 0
+    expected = x @ (lora.lora_B['k'] @ lora.lora_A['k']).t()
+    torch.testing.assert_close(delta[..., 8:16], expected)
+
+
+def test_sites_follow_targets_and_a_disagreeing_config_is_refused():
+    shapes = {AdapterSite.ATTN_QKV: (8, 24), AdapterSite.ATTN_OUT: (8, 8),
+              AdapterSite.MLP_FC: (8, 32), AdapterSite.MLP_PROJ: (32, 8)}
+    placed = LanguageAdapters(['de'], dict(type='LoRA', targets=['v', 'fc']), 8, 2, shapes)
+    assert sorted(placed.sets['de']) == ['0:attn_qkv', '0:mlp_fc', '1:attn_qkv', '1:mlp_fc']
+    with pytest.raises(ValueError, match=r"targets \['q', 'out'\] sit at .*attn.qkv.*attn.out"):
+        LanguageAdapters(['de'], dict(type='LoRA', targets=['q', 'out'], sites=['attn.qkv']),
+                         8, 2, shapes)
+    with pytest.raises(ValueError, match=r"unknown LoRA targets \['query'\]"):
+        LanguageAdapters(['de'], dict(type='LoRA', targets=['query']), 8, 2, shapes)
+
+
+def test_scale_is_alpha_over_r():
+    lora = LoRA(8, r=1, alpha=16, targets=['out'], site='attn.out')
+    assert lora.scale == 16.0
+    with pytest.raises(ValueError, match='rank r must be positive'):
+        LoRA(8, r=0, targets=['out'], site='attn.out')

@@ -1,0 +1,79 @@
+import pytest
+import torch
+
+from tests.models.adapters.peft_helpers import CAPTIONS, build_clip_branch
+from xmr.models.adapters import AdapterContext, HardPrompt, SoftPrompt
+from xmr.models.adapters.prompt import insert_after_start
+
+
+def test_insertion_extends_mask_and_moves_the_eos_index():
+    x = torch.arange(2 * 4 * 1, dtype=torch.float32).view(2, 4, 1)
+    mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    ctx = AdapterContext(lang='de', attention_mask=mask, eos_index=torch.tensor([2, 3]))
+    out = insert_after_start(x, torch.tensor([[-1.0], [-2.0]]), ctx)
+    assert out[:, :, 0].tolist() == [[0, -1, -2, 1, 2, 3], [4, -1, -2, 5, 6, 7]]
+    assert ctx.attention_mask.tolist() == [[True, True, True, True, True, False],
+                                           [True, True, True, True, True, True]]
+    assert ctx.eos_index.tolist() == [4, 5]
+
+
+def test_frozen_hard_prompt_equals_writing_the_prefix_into_the_caption():
+    """Positions, mask and EOS after insertion match those of the prefixed text itself."""
+    backbone, branch = build_clip_branch(dict(type='HardPrompt', text='a photo of'))
+    tokenizer = branch.tokenizer
+    prefixed = [f'a photo of {caption}' for caption in CAPTIONS]
+    prefix_ids = tokenizer.encode('a photo of')[1:-1]
+    for caption, text in zip(CAPTIONS, prefixed):
+        ids = tokenizer.encode(caption)
+        assert tokenizer.encode(text) == ids[:1] + prefix_ids + ids[1:]
+    prompted = branch(branch.tokenize(CAPTIONS), ['de'] * 3)
+    expected = backbone.encode_source_text(tokenizer(prefixed))
+    torch.testing.assert_close(prompted, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_soft_prompt_set_to_token_embeddings_equals_the_prefixed_caption():
+    backbone, branch = build_clip_branch(dict(type='SoftPrompt', num_tokens=3),
+                                         languages=['de'])
+    tokenizer = branch.tokenizer
+    prefix_ids = torch.tensor(tokenizer.encode('a photo of')[1:-1])
+    assert len(prefix_ids) == 3
+    prompt = branch.adapters.sets['de']['-1:input']
+    with torch.no_grad():
+        prompt.prompt.copy_(backbone.text_tower.embed_tokens(prefix_ids))
+    prompted = branch(branch.tokenize(CAPTIONS), ['de'] * 3)
+    expected = backbone.encode_source_text(tokenizer([f'a photo of {c}' for c in CAPTIONS]))
+    torch.testing.assert_close(prompted, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_trainable_hard_prompt_starts_from_the_text_embeddings():
+    backbone, branch = build_clip_branch(dict(type='HardPrompt', text='a photo of',
+                                              trainable=True), languages=['de'])
+    prompt = branch.adapters.sets['de']['-1:input']
+    ids = torch.tensor(branch.tokenizer.encode('a photo of')[1:-1])
+    torch.testing.assert_close(prompt.prompt, backbone.text_tower.embed_tokens(ids))
+    assert prompt.prompt.requires_grad and prompt.num_tokens == 3
+    assert [n for n, _ in branch.named_parameters()] == ['adapters.sets.de.-1:input.prompt']
+
+
+def test_soft_prompt_initialisation_and_size():
+    torch.manual_seed(0)
+    prompt = SoftPrompt(64, num_tokens=4, init_std=0.02)
+    assert prompt.prompt.shape == (4, 64)
+    assert prompt.prompt.std().item() == pytest.approx(0.02, rel=0.3)
+    with pytest.raises(ValueError, match='num_tokens > 0'):
+        SoftPrompt(8, num_tokens=0)
+
+
+def test_a_prompt_that_overflows_the_context_names_the_length():
+    # Tiny CLIP context: 32 tokens; captions are cut at 24; 10 prompt tokens overflow.
+    _, branch = build_clip_branch(dict(type='SoftPrompt', num_tokens=10), languages=['de'])
+    tokens = branch.tokenize([' '.join(['red'] * 40)])
+    with pytest.raises(ValueError, match='sequence of 34 tokens exceeds the text context'):
+        branch(tokens, ['de'])
+
+
+def test_unattached_hard_prompt_and_two_prompts_are_refused():
+    with pytest.raises(RuntimeError, match='never attached'):
+        HardPrompt(8, text='a photo of')(torch.zeros(1, 2, 8), AdapterContext(lang='de'))
+    with pytest.raises(ValueError, match='one site holds one adapter'):
+        build_clip_branch([dict(type='SoftPrompt'), dict(type='HardPrompt', text='a photo')])
