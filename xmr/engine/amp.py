@@ -9,6 +9,9 @@ from mmengine.optim import OptimWrapper
 
 from xmr.registry import OPTIM_WRAPPERS
 
+#: Autocast precisions a config may ask for (``None``: the device's best).
+AMP_DTYPES = (None, 'bfloat16', 'float16')
+
 
 def amp_dtype(device_type: str) -> torch.dtype:
     """bf16 on CPU and on GPUs that support it (Ampere and newer), fp16 on older GPUs."""
@@ -22,17 +25,27 @@ class AutocastOptimWrapper(OptimWrapper):
     """An optimiser wrapper whose forward passes run under ``torch.autocast``.
 
     MMEngine's ``AmpOptimWrapper`` refuses CPUs; this one picks the device from the model's
-    parameters at the first step, autocasts to bf16 there (fp16 with a dynamic ``GradScaler``
-    on GPUs without bf16), and keeps parameters and optimiser state in fp32.
+    parameters at the first step, autocasts to bf16 there (fp16 on GPUs without bf16, or when
+    asked), and keeps parameters and optimiser state in fp32. fp16 always comes with a dynamic
+    ``GradScaler``: the loss is scaled before backward, gradients are unscaled before clipping,
+    and a step whose gradients overflowed is skipped.
 
     Args:
         dtype: ``'bfloat16'``, ``'float16'`` or ``None`` (choose per device).
+        loss_scale: ``torch.amp.GradScaler`` arguments for fp16 (``init_scale``,
+            ``growth_interval``, ...); the default starts at 2^16 and skips the first steps
+            while the scale settles.
         **kwargs: :class:`mmengine.optim.OptimWrapper` arguments.
     """
 
-    def __init__(self, dtype: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, dtype: str | None = None, loss_scale: dict | None = None,
+                 **kwargs: Any) -> None:
+        if dtype not in AMP_DTYPES:
+            raise ValueError(f"AutocastOptimWrapper dtype must be one of {AMP_DTYPES}, got "
+                             f'{dtype!r}')
         super().__init__(**kwargs)
         self.requested_dtype = getattr(torch, dtype) if dtype else None
+        self.loss_scale = dict(loss_scale or {})
         self.scaler: torch.amp.GradScaler | None = None
         self._device_type: str | None = None
 
@@ -42,8 +55,9 @@ class AutocastOptimWrapper(OptimWrapper):
             self._device_type = first.device.type
             dtype = self.requested_dtype or amp_dtype(self._device_type)
             self.requested_dtype = dtype
-            if dtype == torch.float16 and self._device_type == 'cuda':
-                self.scaler = torch.amp.GradScaler('cuda')
+            if dtype == torch.float16:
+                # fp16's narrow exponent range underflows small gradients; bf16 needs no scaler.
+                self.scaler = torch.amp.GradScaler(self._device_type, **self.loss_scale)
         return self._device_type, self.requested_dtype
 
     @contextmanager
@@ -84,9 +98,19 @@ class AutocastOptimWrapper(OptimWrapper):
         self.optimizer.load_state_dict(state_dict)
 
 
-def enable_amp(cfg: Any) -> None:
-    """Switch a config's ``optim_wrapper`` to :class:`AutocastOptimWrapper` (``--amp``)."""
+def enable_amp(cfg: Any, dtype: str | None = None) -> None:
+    """Switch a config's ``optim_wrapper`` to :class:`AutocastOptimWrapper` (``--amp``).
+
+    Args:
+        cfg: the run's config.
+        dtype: ``'bfloat16'`` or ``'float16'`` to force a precision; ``None`` keeps the
+            config's choice, else the device's best (bf16, fp16 on GPUs without bf16).
+    """
     wrapper = cfg.optim_wrapper
     if wrapper.get('type', 'OptimWrapper') not in ('OptimWrapper', 'AutocastOptimWrapper'):
         raise ValueError(f"--amp cannot wrap optim_wrapper type {wrapper['type']}")
+    if dtype not in AMP_DTYPES:
+        raise ValueError(f'--amp dtype must be one of {AMP_DTYPES}, got {dtype!r}')
     wrapper['type'] = 'AutocastOptimWrapper'
+    if dtype is not None:
+        wrapper['dtype'] = dtype

@@ -1,10 +1,20 @@
-"""An optimiser with one named parameter group per module group, for phased training."""
+"""An optimiser with one named parameter group per module group, for phased training.
+
+Parameters of embedding tables built with ``sparse=True`` get sparse gradients (only the rows of
+the batch); the constructor gives them to a sparse optimiser (``SparseAdam``) and everything else
+to the configured dense one, behind a single :class:`HybridOptimizer` so that MMEngine's
+``OptimWrapper``, the AMP wrapper and the phased loop see one optimiser as usual.
+"""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from typing import Any
 
+import torch
 from mmengine.optim import OptimWrapper
 from torch import nn
+from torch.optim import Optimizer
 
 from xmr.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS, OPTIMIZERS
 
@@ -29,6 +39,116 @@ def parameter_counts(model: nn.Module,
     return {group: (trainable, total) for group, (trainable, total) in counts.items()}
 
 
+def sparse_parameter_names(model: nn.Module) -> set[str]:
+    """Names of the parameters that receive sparse gradients (``nn.Embedding(sparse=True)``)."""
+    names = set()
+    for module_name, module in model.named_modules():
+        if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) and module.sparse:
+            names.add(f'{module_name}.weight' if module_name else 'weight')
+    return names
+
+
+class _CombinedState(MutableMapping):
+    """The per-parameter states of several optimisers seen as one mapping.
+
+    ``clear()`` empties every part, which is how the phased loop restarts the optimiser state at
+    each phase.
+    """
+
+    def __init__(self, parts: Sequence[Optimizer]) -> None:
+        self._parts = parts
+
+    def _owner(self, parameter: torch.Tensor) -> Optimizer:
+        for optimizer in self._parts:
+            if any(p is parameter for group in optimizer.param_groups for p in group['params']):
+                return optimizer
+        raise KeyError('parameter is not handled by this optimiser')
+
+    def __getitem__(self, parameter: torch.Tensor) -> Any:
+        for optimizer in self._parts:
+            if parameter in optimizer.state:
+                return optimizer.state[parameter]
+        return self._owner(parameter).state[parameter]
+
+    def __setitem__(self, parameter: torch.Tensor, value: Any) -> None:
+        self._owner(parameter).state[parameter] = value
+
+    def __delitem__(self, parameter: torch.Tensor) -> None:
+        for optimizer in self._parts:
+            if parameter in optimizer.state:
+                del optimizer.state[parameter]
+                return
+        raise KeyError('parameter has no optimiser state')
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        for optimizer in self._parts:
+            yield from optimizer.state
+
+    def __len__(self) -> int:
+        return sum(len(optimizer.state) for optimizer in self._parts)
+
+    def clear(self) -> None:
+        for optimizer in self._parts:
+            optimizer.state.clear()
+
+
+class HybridOptimizer(Optimizer):
+    """A dense optimiser and a sparse one behind the interface of a single optimiser.
+
+    ``param_groups`` lists the dense groups then the sparse ones (the same dicts the two
+    optimisers hold, so a learning rate set on a group reaches the optimiser that owns it);
+    ``state`` is the union of both states; ``step``/``zero_grad`` run both. MMEngine's
+    ``OptimWrapper`` (gradient clipping included: ``clip_grad_norm_`` coalesces sparse
+    gradients), the AMP wrapper's ``GradScaler`` and the phased loop need nothing else.
+
+    Args:
+        dense: optimiser of the parameters with dense gradients (e.g. ``AdamW``).
+        sparse: optimiser of the sparse-gradient tables (e.g. ``SparseAdam``).
+    """
+
+    def __init__(self, dense: Optimizer, sparse: Optimizer) -> None:
+        # Optimizer.__init__ would register the parameters a second time; the hook tables are
+        # what the base class's methods expect to find.
+        self.dense = dense
+        self.sparse = sparse
+        self.defaults = dict(dense.defaults)
+        self.param_groups = [*dense.param_groups, *sparse.param_groups]
+        self.state = _CombinedState((dense, sparse))
+        for table in ('_optimizer_step_pre_hooks', '_optimizer_step_post_hooks',
+                      '_optimizer_state_dict_pre_hooks', '_optimizer_state_dict_post_hooks',
+                      '_optimizer_load_state_dict_pre_hooks',
+                      '_optimizer_load_state_dict_post_hooks'):
+            setattr(self, table, OrderedDict())
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.dense.step()
+        self.sparse.step()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.dense.zero_grad(set_to_none=set_to_none)
+        self.sparse.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {'dense': self.dense.state_dict(), 'sparse': self.sparse.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if set(state_dict) != {'dense', 'sparse'}:
+            raise ValueError('this optimiser state was saved without sparse embedding updates; '
+                             'load it into a model built with the same embedding `sparse` '
+                             'setting, or start the optimiser afresh')
+        self.dense.load_state_dict(state_dict['dense'])
+        self.sparse.load_state_dict(state_dict['sparse'])
+
+    def __repr__(self) -> str:
+        return f'{type(self).__name__}(dense={self.dense!r}, sparse={self.sparse!r})'
+
+
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class PhasedOptimWrapperConstructor:
     """Builds the optimiser over every parameter a phase may train, grouped by module.
@@ -38,28 +158,53 @@ class PhasedOptimWrapperConstructor:
     phase can scale one group's learning rate (``lr_mult``); weight decay is not applied to
     biases, norms, embeddings' padding and 0/1-d parameters.
 
+    Tables with sparse gradients (the target embedding built with ``sparse=True``) go to
+    ``paramwise_cfg['sparse_optimizer']`` (default ``SparseAdam`` with the dense optimiser's
+    ``betas`` and ``eps``), which updates only the rows of the batch and applies no weight
+    decay; the wrapper then holds a :class:`HybridOptimizer`. Without sparse tables the dense
+    optimiser is used alone, exactly as configured.
+
     Args:
         optim_wrapper_cfg: MMEngine's ``optim_wrapper`` config (``type``, ``optimizer``, ...).
-        paramwise_cfg: may hold ``groups`` (prefixes, default :data:`DEFAULT_GROUPS`).
+        paramwise_cfg: may hold ``groups`` (prefixes, default :data:`DEFAULT_GROUPS`) and
+            ``sparse_optimizer`` (an ``OPTIMIZERS`` config without ``params``).
     """
 
     def __init__(self, optim_wrapper_cfg: dict, paramwise_cfg: dict | None = None) -> None:
         self.optim_wrapper_cfg = dict(optim_wrapper_cfg)
-        self.groups = tuple((paramwise_cfg or {}).get('groups', DEFAULT_GROUPS))
+        paramwise_cfg = dict(paramwise_cfg or {})
+        self.groups = tuple(paramwise_cfg.pop('groups', DEFAULT_GROUPS))
+        self.sparse_optimizer_cfg = paramwise_cfg.pop('sparse_optimizer', None)
+        if paramwise_cfg:
+            raise KeyError(f'PhasedOptimWrapperConstructor paramwise_cfg takes groups and '
+                           f'sparse_optimizer, got {sorted(paramwise_cfg)}')
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         model = getattr(model, 'module', model)
         cfg = dict(self.optim_wrapper_cfg)
         optimizer_cfg = dict(cfg.pop('optimizer'))
         weight_decay = optimizer_cfg.get('weight_decay', 0.0)
+        sparse_names = sparse_parameter_names(model)
         buckets: dict[tuple[str, bool], list[nn.Parameter]] = {}
+        sparse_buckets: dict[str, list[nn.Parameter]] = {}
         for name, parameter in model.named_parameters():
+            group = group_of(name, self.groups)
+            if name in sparse_names:
+                sparse_buckets.setdefault(group, []).append(parameter)
+                continue
             decays = parameter.ndim >= 2 and 'norm' not in name and 'ln_' not in name
-            buckets.setdefault((group_of(name, self.groups), decays), []).append(parameter)
-        param_groups = [dict(params=params, name=group,
-                             weight_decay=weight_decay if decays else 0.0)
-                        for (group, decays), params in sorted(buckets.items())]
-        optimizer_cfg['params'] = param_groups
+            buckets.setdefault((group, decays), []).append(parameter)
+        optimizer_cfg['params'] = [dict(params=params, name=group,
+                                        weight_decay=weight_decay if decays else 0.0)
+                                   for (group, decays), params in sorted(buckets.items())]
         optimizer = OPTIMIZERS.build(optimizer_cfg)
+        if sparse_buckets:
+            sparse_cfg = dict(self.sparse_optimizer_cfg or dict(
+                type='SparseAdam', betas=optimizer_cfg.get('betas', (0.9, 0.999)),
+                eps=optimizer_cfg.get('eps', 1e-8)))
+            sparse_cfg.setdefault('lr', optimizer_cfg.get('lr', 1e-3))
+            sparse_cfg['params'] = [dict(params=params, name=group)
+                                    for group, params in sorted(sparse_buckets.items())]
+            optimizer = HybridOptimizer(optimizer, OPTIMIZERS.build(sparse_cfg))
         cfg.setdefault('type', 'OptimWrapper')
         return OPTIM_WRAPPERS.build(cfg, default_args=dict(optimizer=optimizer))

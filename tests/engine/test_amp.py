@@ -1,0 +1,110 @@
+"""Mixed precision: bf16/fp16 autocast steps whose fp32 evaluation matches fp32 training.
+
+Stated tolerance (docs/benchmarks.md): after two AMP training steps of the tiny retriever, the
+fp32 evaluation embeddings ``r^T`` differ from those of the same steps in fp32 by at most 1e-2
+relative L2 per caption (measured: ~2e-4 for L_CL in bf16, ~2e-5 in fp16, up to ~3e-3 for L_CM in
+bf16, whose τ = 0.01 multiplies the logits' rounding by 100), while the two steps themselves move
+``r^T`` by ~5e-2.
+"""
+import copy
+
+import pytest
+import torch
+from mmengine.config import Config
+
+from xmr.engine.amp import AutocastOptimWrapper, amp_dtype, enable_amp
+from xmr.engine.optim import PhasedOptimWrapperConstructor
+
+TOLERANCE = 1e-2
+BATCH = dict(
+    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(0)),
+    source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
+    target_text=['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise', '一个绿色的三角形'],
+    lang=['de', 'zh', 'de', 'zh'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
+
+
+def wrapper_for(model, wrapper: str, **kwargs):
+    cfg = dict(type=wrapper, clip_grad=dict(max_norm=1.0), **kwargs,
+               optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.98), eps=1e-6,
+                              weight_decay=0.2))
+    return PhasedOptimWrapperConstructor(cfg)(model)
+
+
+def target_embeddings(model) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        data = model.data_preprocessor(BATCH)
+        embeddings, _ = model.encode_target(data['target_tokens'], data['langs'])
+    return embeddings
+
+
+def test_cpu_autocasts_to_bf16():
+    assert amp_dtype('cpu') is torch.bfloat16
+
+
+@pytest.mark.parametrize('dtype, phase, weights', [
+    ('bfloat16', 'cross_lingual', dict(cl=1.0)),
+    ('bfloat16', 'cross_modal', dict(cm=1.0)),
+    ('float16', 'cross_lingual', dict(cl=1.0)),
+])
+def test_fp32_evaluation_after_amp_steps_matches_fp32_training(tiny_retriever, dtype, phase,
+                                                               weights):
+    tiny_retriever.set_phase(phase, weights)
+    reference, mixed = tiny_retriever, copy.deepcopy(tiny_retriever)
+    untrained = target_embeddings(copy.deepcopy(tiny_retriever))
+    fp32 = wrapper_for(reference, 'OptimWrapper')
+    amp = wrapper_for(mixed, 'AutocastOptimWrapper', dtype=dtype,
+                      loss_scale=dict(init_scale=1024.0))
+    for _ in range(2):
+        fp32_losses = reference.train_step(BATCH, fp32)
+        amp_losses = mixed.train_step(BATCH, amp)
+        torch.testing.assert_close(amp_losses['loss'], fp32_losses['loss'], rtol=2e-2, atol=0)
+    if dtype == 'float16':
+        assert amp.scaler is not None and amp.scaler.get_scale() == 1024.0  # no skipped step
+    else:
+        assert amp.scaler is None
+    expected, got = target_embeddings(reference), target_embeddings(mixed)
+    change = ((expected - untrained).norm(dim=-1) / expected.norm(dim=-1)).min()
+    error = ((got - expected).norm(dim=-1) / expected.norm(dim=-1)).max()
+    assert error <= TOLERANCE < change  # training moved r^T further than AMP perturbed it
+
+
+def test_fp16_step_with_overflowing_gradients_is_skipped(tiny_retriever):
+    wrapper = wrapper_for(tiny_retriever, 'AutocastOptimWrapper', dtype='float16',
+                          loss_scale=dict(init_scale=1024.0))
+    before = {k: v.clone() for k, v in tiny_retriever.state_dict().items()
+              if isinstance(v, torch.Tensor)}
+    with wrapper.optim_context(tiny_retriever):
+        data = tiny_retriever.data_preprocessor(BATCH, True)
+        loss = tiny_retriever(mode='loss', **data)['loss_cl']
+    wrapper.backward(loss * float('inf'))
+    wrapper.step()
+    after = tiny_retriever.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert wrapper.scaler.get_scale() == 512.0  # halved after the overflow
+
+
+def test_loss_scaler_state_is_saved_and_restored(tiny_retriever):
+    wrapper = wrapper_for(tiny_retriever, 'AutocastOptimWrapper', dtype='float16',
+                          loss_scale=dict(init_scale=64.0))
+    tiny_retriever.train_step(BATCH, wrapper)
+    state = wrapper.state_dict()
+    assert state['loss_scaler']['scale'] == 64.0
+    fresh = wrapper_for(tiny_retriever, 'AutocastOptimWrapper', dtype='float16')
+    fresh.load_state_dict(state)
+    assert fresh.scaler.get_scale() == 64.0
+
+
+def test_enable_amp_switches_the_wrapper_and_refuses_others():
+    cfg = Config(dict(optim_wrapper=dict(type='OptimWrapper', optimizer=dict(type='AdamW'))))
+    enable_amp(cfg, 'float16')
+    assert cfg.optim_wrapper.type == 'AutocastOptimWrapper'
+    assert cfg.optim_wrapper.dtype == 'float16'
+    with pytest.raises(ValueError, match="dtype must be one of .*got 'fp8'"):
+        enable_amp(cfg, 'fp8')
+    other = Config(dict(optim_wrapper=dict(type='AmpOptimWrapper')))
+    with pytest.raises(ValueError, match='cannot wrap optim_wrapper type AmpOptimWrapper'):
+        enable_amp(other)
+    with pytest.raises(ValueError, match="must be one of .*got 'half'"):
+        AutocastOptimWrapper(dtype='half', optimizer=torch.optim.SGD([torch.zeros(1)], lr=1))

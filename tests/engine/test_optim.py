@@ -1,0 +1,153 @@
+"""PhasedOptimWrapperConstructor: named groups, and SparseAdam for sparse embedding tables."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import xmr.engine.amp  # noqa: F401  (registers AutocastOptimWrapper)
+from xmr.engine.optim import HybridOptimizer, PhasedOptimWrapperConstructor
+from xmr.models.language.embedding import TargetEmbedding
+
+LR = 0.1
+BETAS = (0.9, 0.98)
+EPS = 1e-6
+
+
+class TinyBranch(nn.Module):
+    """An embedding block plus a dense layer, named like the retriever's groups."""
+
+    def __init__(self, sparse: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.language_branch = nn.Module()
+        self.language_branch.embedding = TargetEmbedding(vocab_size=10, width=4, table_width=3,
+                                                         sparse=sparse)
+        self.language_branch.adapters = nn.Linear(4, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.language_branch.adapters(self.language_branch.embedding(ids)).sum()
+
+
+def build(model: nn.Module, wrapper: str = 'OptimWrapper', weight_decay: float = 0.0,
+          **wrapper_kwargs):
+    cfg = dict(type=wrapper, optimizer=dict(type='AdamW', lr=LR, betas=BETAS, eps=EPS,
+                                            weight_decay=weight_decay), **wrapper_kwargs)
+    return PhasedOptimWrapperConstructor(cfg)(model)
+
+
+def train_step(model: nn.Module, wrapper, ids: list[int]) -> None:
+    with wrapper.optim_context(model):
+        loss = model(torch.tensor([ids]))
+    wrapper.update_params(loss)
+
+
+def test_groups_are_named_and_biases_get_no_weight_decay():
+    model = TinyBranch(sparse=False)
+    optimizer = build(model, weight_decay=0.2).optimizer
+    decay = {(g['name'], g['weight_decay']) for g in optimizer.param_groups}
+    assert decay == {('language_branch.embedding', 0.2), ('language_branch.embedding', 0.0),
+                     ('language_branch.adapters', 0.2), ('language_branch.adapters', 0.0)}
+    assert not isinstance(optimizer, HybridOptimizer)
+
+
+def test_sparse_table_goes_to_sparse_adam_and_the_rest_to_the_dense_optimizer():
+    model = TinyBranch(sparse=True)
+    optimizer = build(model).optimizer
+    assert isinstance(optimizer, HybridOptimizer)
+    assert isinstance(optimizer.sparse, torch.optim.SparseAdam)
+    table = model.language_branch.embedding.table.weight
+    assert [p for g in optimizer.sparse.param_groups for p in g['params']] == [table]
+    assert all(p is not table for g in optimizer.dense.param_groups for p in g['params'])
+    assert optimizer.sparse.param_groups[0]['betas'] == BETAS
+    assert optimizer.sparse.param_groups[0]['eps'] == EPS
+    # A learning rate set through the combined groups reaches the optimiser that owns them.
+    for group in optimizer.param_groups:
+        group['lr'] = 0.5
+    assert optimizer.sparse.param_groups[0]['lr'] == optimizer.dense.param_groups[0]['lr'] == 0.5
+
+
+def test_sparse_update_follows_adam_on_the_batch_rows_only():
+    model = TinyBranch(sparse=True)
+    wrapper = build(model)
+    table = model.language_branch.embedding.table.weight
+    before = table.detach().clone()
+    with wrapper.optim_context(model):
+        loss = model(torch.tensor([[2, 5, 5]]))
+    loss.backward()
+    grad = table.grad.coalesce().to_dense()
+    wrapper.step()
+    # Adam's first step, by hand: m = (1-b1) g, v = (1-b2) g², bias-corrected.
+    m, v = (1 - BETAS[0]) * grad, (1 - BETAS[1]) * grad ** 2
+    step = LR * math.sqrt(1 - BETAS[1]) / (1 - BETAS[0])
+    expected = before - step * m / (v.sqrt() + EPS)
+    touched = [2, 5]
+    torch.testing.assert_close(table.detach()[touched], expected[touched])
+    untouched = [i for i in range(10) if i not in touched]
+    assert torch.equal(table.detach()[untouched], before[untouched])
+
+
+def test_rows_outside_the_batch_stay_put_with_sparse_but_move_with_dense_momentum():
+    moved = {}
+    for sparse in (False, True):
+        model = TinyBranch(sparse=sparse)
+        wrapper = build(model)
+        train_step(model, wrapper, [1, 2])
+        row_one = model.language_branch.embedding.table.weight.detach()[1].clone()
+        wrapper.zero_grad()
+        train_step(model, wrapper, [3, 4])
+        moved[sparse] = not torch.equal(
+            model.language_branch.embedding.table.weight.detach()[1], row_one)
+    assert moved == {False: True, True: False}
+
+
+def test_state_is_cleared_and_saved_for_both_parts():
+    model = TinyBranch(sparse=True)
+    wrapper = build(model)
+    train_step(model, wrapper, [1, 2])
+    optimizer = wrapper.optimizer
+    table = model.language_branch.embedding.table.weight
+    # table (sparse part) + projection and adapter weights and biases (dense part)
+    assert len(optimizer.state) == 5 and 'exp_avg' in optimizer.state[table]
+    saved = optimizer.state_dict()
+    other = build(TinyBranch(sparse=True)).optimizer
+    other.load_state_dict(saved)
+    assert len(other.state) == 5
+    optimizer.state.clear()
+    assert len(optimizer.state) == 0 and not optimizer.dense.state and not optimizer.sparse.state
+    with pytest.raises(ValueError, match='saved without sparse embedding updates'):
+        optimizer.load_state_dict(build(TinyBranch(sparse=False)).optimizer.state_dict())
+
+
+def test_gradient_clipping_measures_the_coalesced_sparse_gradient():
+    model = TinyBranch(sparse=True)
+    wrapper = build(model, clip_grad=dict(max_norm=1e-3))
+    with wrapper.optim_context(model):
+        loss = model(torch.tensor([[2, 2, 7]]))
+    loss.backward()
+    grads = [model.language_branch.embedding.table.weight.grad.coalesce().values()]
+    grads += [p.grad for p in model.language_branch.adapters.parameters()]
+    grads += [p.grad for p in model.language_branch.embedding.proj.parameters()]
+    expected_norm = torch.sqrt(sum((g ** 2).sum() for g in grads))
+    wrapper._clip_grad()
+    assert wrapper.message_hub.get_scalar('train/grad_norm').current() == pytest.approx(
+        float(expected_norm), rel=1e-5)
+    clipped = model.language_branch.embedding.table.weight.grad.coalesce().values()
+    torch.testing.assert_close(clipped, grads[0] * 1e-3 / float(expected_norm), rtol=1e-4,
+                               atol=0)
+
+
+def test_sparse_updates_run_under_fp16_loss_scaling():
+    model = TinyBranch(sparse=True)
+    wrapper = build(model, wrapper='AutocastOptimWrapper', dtype='float16',
+                    loss_scale=dict(init_scale=256.0))
+    before = model.language_branch.embedding.table.weight.detach().clone()
+    train_step(model, wrapper, [1, 2])
+    after = model.language_branch.embedding.table.weight.detach()
+    assert wrapper.scaler is not None and wrapper.scaler.get_scale() == 256.0
+    assert not torch.equal(after[1], before[1]) and torch.equal(after[3], before[3])
+
+
+def test_unknown_paramwise_keys_are_refused():
+    with pytest.raises(KeyError, match=r"takes groups and sparse_optimizer, got \['custom'\]"):
+        PhasedOptimWrapperConstructor(dict(optimizer=dict(type='AdamW')), dict(custom=1))
