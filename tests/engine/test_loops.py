@@ -141,6 +141,13 @@ def test_phases_set_learning_rates_losses_and_trainable_groups(full_run):
     assert set(records[12]['losses']) == {'loss', 'loss_cm'}
 
 
+def test_the_log_window_drops_losses_of_earlier_phases(full_run):
+    _, runner, _ = full_run
+    logged = {k for k in runner.message_hub.log_scalars if k.startswith('train/loss')}
+    assert logged == {'train/loss', 'train/loss_cm'}
+    assert len(runner.message_hub.get_scalar('train/loss').data[0]) == 4  # cross_modal's steps
+
+
 def test_towers_stay_bit_identical_while_the_branch_trains(tmp_path):
     torch.manual_seed(0)
     runner = Runner.from_cfg(make_cfg(tmp_path, phases=PHASES[1:]))

@@ -220,10 +220,10 @@ class PhasedTrainLoop(BaseLoop):
         if fresh:
             optimizer.state.clear()
         self.runner.message_hub.update_info('phase', phase.name)
-        # The log window would otherwise keep printing the last value of an earlier phase's loss.
+        # The log window would otherwise keep averaging in an earlier phase's losses.
         scalars = self.runner.message_hub.log_scalars
-        for key in [k for k in scalars if k.startswith('train/loss_')
-                    and k[len('train/loss_'):] not in phase.loss_weights]:
+        for key in [k for k in scalars if k == 'train/loss' or (
+                k.startswith('train/loss_') and k[len('train/loss_'):] not in phase.loss_weights)]:
             scalars.pop(key)
         counts = parameter_counts(self.model)
         rows = [[group, f'{trainable:,}', f'{total:,}']
