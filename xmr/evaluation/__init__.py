@@ -1,7 +1,17 @@
-"""Retrieval evaluation: ranks, protocols, faiss search and the MMEngine metric.
+"""Retrieval evaluation: ranks, protocols, faiss search, the MMEngine metric and leaderboards.
 
 ``import xmr.evaluation`` registers :class:`RetrievalMetric` in ``xmr.registry.METRICS``.
 """
+from xmr.evaluation.leaderboard import (
+    EvaluationResult,
+    format_table,
+    leaderboard_columns,
+    leaderboard_markdown,
+    leaderboard_table,
+    load_result,
+    save_result,
+    write_csv,
+)
 from xmr.evaluation.metrics import RetrievalMetric
 from xmr.evaluation.protocols import (
     PROTOCOLS,
@@ -31,5 +41,6 @@ __all__ = [
     'coco_1k_folds', 'evaluate_language', 'evaluate_protocol', 'protocol_galleries',
     'xtd10_fewshot_split', 'average_recall', 'grouped_ranks_from_scores', 'media_to_text_ranks',
     'ranks_from_scores', 'ranks_from_topk', 'recall_at_k', 'recall_sum', 'text_to_media_ranks',
-    'FaissSearcher', 'exact_ranks',
+    'FaissSearcher', 'exact_ranks', 'EvaluationResult', 'format_table', 'leaderboard_columns',
+    'leaderboard_markdown', 'leaderboard_table', 'load_result', 'save_result', 'write_csv',
 ]

@@ -146,7 +146,7 @@ class RetrievalMetric(BaseMetric):
                              'model must embed the whole evaluation set.')
         media = torch.stack([item['media_embedding'] for item in items])
         languages = self._evaluated_languages(items)
-        mean_languages = self._mean_languages(languages)
+        mean_languages = self.summary_languages(languages)
         galleries = protocol_galleries(
             self.protocol, len(items), gallery_size=self.gallery_size, num_folds=self.num_folds,
             folds=self.folds, shots=self.fewshot_shots, split_seed=self.fewshot_seed)
@@ -197,13 +197,21 @@ class RetrievalMetric(BaseMetric):
                              f'caption in them; languages seen: {seen}.')
         return list(self.languages)
 
-    def _mean_languages(self, languages: list[str]) -> list[str]:
+    def summary_languages(self, languages: Sequence[str]) -> list[str]:
+        """The languages the summaries (``mAR``, ``rSum``, ...) average or sum.
+
+        Args:
+            languages: the evaluated languages.
+
+        Returns:
+            ``mean_languages``, or every evaluated language except ``source_language``.
+        """
         if self.mean_languages is None:
             return [lang for lang in languages if lang != self.source_language]
         missing = [lang for lang in self.mean_languages if lang not in languages]
         if missing:
             raise ValueError(f'mean_languages {missing} are not evaluated; evaluated languages: '
-                             f'{languages}.')
+                             f'{list(languages)}.')
         return list(self.mean_languages)
 
     def _summaries(self, per_language: dict[str, dict[str, float]],

@@ -1,0 +1,121 @@
+"""Leaderboard columns, Markdown/CSV tables and result files."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from xmr.evaluation.leaderboard import (
+    EvaluationResult,
+    column_legend,
+    format_table,
+    leaderboard_columns,
+    leaderboard_markdown,
+    leaderboard_table,
+    load_result,
+    save_result,
+    write_csv,
+)
+
+MULTI_DATASET = {
+    'multi30k/en/t2i_R@1': 60.0, 'multi30k/en/AR': 80.0, 'multi30k/de/t2i_R@1': 30.0,
+    'multi30k/de/AR': 50.0, 'multi30k/fr/AR': 45.5, 'multi30k/mAR': 47.75,
+    'multi30k/rSum': 573.0,
+    'msrvtt/en/t2i_R@1': 20.0, 'msrvtt/de/t2i_R@1': 10.0, 'msrvtt/de/t2i_MdR': 12.0,
+    'msrvtt/t2v_R@1_sum': 10.0,
+    'xtd/de/AR': 33.0, 'xtd/de/mean_R@1': 21.0, 'xtd/mAR': 33.0, 'xtd/mean_R@1': 21.0,
+    'mAR': 42.0,
+}
+
+
+def test_format_table_pads_columns():
+    assert format_table(['model', 'de'], [['a', '1.00'], ['longer', '-']]) == (
+        '| model  | de   |\n'
+        '|--------|------|\n'
+        '| a      | 1.00 |\n'
+        '| longer | -    |')
+
+
+def test_columns_follow_each_datasets_headline():
+    columns = leaderboard_columns(MULTI_DATASET)
+    assert [(c.label, c.key) for c in columns] == [
+        ('multi30k/en', 'multi30k/en/AR'), ('multi30k/de', 'multi30k/de/AR'),
+        ('multi30k/fr', 'multi30k/fr/AR'), ('multi30k/mAR', 'multi30k/mAR'),
+        # text->video: per-language R@1 and their sum (DASD Table 2)
+        ('msrvtt/en', 'msrvtt/en/t2i_R@1'), ('msrvtt/de', 'msrvtt/de/t2i_R@1'),
+        ('msrvtt/t2v_R@1_sum', 'msrvtt/t2v_R@1_sum'),
+        # XTD10 few-shot reports mAR too; its published number is mean_R@1
+        ('xtd/de', 'xtd/de/mean_R@1'), ('xtd/mean_R@1', 'xtd/mean_R@1'),
+        ('mAR', 'mAR'),
+    ]
+    assert [c.kind for c in columns][-1] == 'overall'
+
+
+def test_bare_single_dataset_keys():
+    metrics = {'en/AR': 90.0, 'de/AR': 40.0, 'de/t2i_R@1': 20.0, 'mAR': 40.0, 'rSum': 240.0}
+    assert [(c.label, c.kind) for c in leaderboard_columns(metrics)] == [
+        ('en', 'language'), ('de', 'language'), ('mAR', 'summary')]
+
+
+def test_table_unions_columns_and_marks_missing_values():
+    first = EvaluationResult('static', {'de/AR': 40.0, 'mAR': 40.0})
+    second = EvaluationResult('dasd', {'de/AR': 41.256, 'fr/AR': 39.0, 'mAR': 40.128})
+    header, rows = leaderboard_table([first, second])
+    assert header == ['model', 'de', 'mAR', 'fr']
+    assert rows == [['static', '40.00', '40.00', '-'], ['dasd', '41.26', '40.13', '39.00']]
+
+
+def test_overall_column_stays_last_when_a_later_result_adds_it():
+    single = EvaluationResult('one', {'a/de/AR': 1.0, 'a/mAR': 1.0})
+    multi = EvaluationResult('two', {'a/de/AR': 2.0, 'a/mAR': 2.0, 'b/ja/AR': 4.0, 'b/mAR': 4.0,
+                               'mAR': 3.0})
+    header, rows = leaderboard_table([single, multi])
+    assert header == ['model', 'a/de', 'a/mAR', 'b/ja', 'b/mAR', 'mAR']
+    assert rows[0] == ['one', '1.00', '1.00', '-', '-', '-']
+
+
+def test_markdown_has_table_and_legend():
+    text = leaderboard_markdown([EvaluationResult('run', MULTI_DATASET)])
+    table, legend = text.split('\n\n')
+    assert table.splitlines()[0].startswith('| model | multi30k/en')
+    assert table.splitlines()[2].startswith('| run   | 80.00')
+    assert legend.splitlines() == [
+        '- multi30k: AR = mean of R@1/5/10 both ways; mAR = mean AR',
+        '- msrvtt: text→video R@1, summed',
+        '- xtd: mean of t2i and i2t R@1 (XTD10, PECTVLM)',
+        '- mAR: over the languages of all datasets; AR = mean of R@1/5/10 both ways; '
+        'mAR = mean AR',
+    ]
+    assert column_legend([EvaluationResult('r', {'de/AR': 1.0, 'mAR': 1.0})]) == [
+        'all columns: AR = mean of R@1/5/10 both ways; mAR = mean AR']
+    with pytest.raises(ValueError, match=r"results of \['r'\] hold no summary metric"):
+        leaderboard_markdown([EvaluationResult('r', {'de/t2i_MdR': 3.0})])
+
+
+def test_result_round_trip_and_csv(tmp_path):
+    result = EvaluationResult('static (best)', {'de/AR': 40.0, 'mAR': 40.0}, config='c.py',
+                        checkpoint='best.pth', extra={'command': 'tools/test.py c.py best.pth'})
+    save_result(tmp_path / 'r.json', result)
+    assert load_result(tmp_path / 'r.json') == result
+    write_csv(tmp_path / 'r.csv', [result, EvaluationResult('other', {'mAR': 1.5, 'de/AR': 1.5,
+                                                                'fr/AR': 0.25})])
+    with open(tmp_path / 'r.csv', newline='', encoding='utf-8') as handle:
+        assert list(csv.reader(handle)) == [['model', 'de', 'mAR', 'fr'],
+                                            ['static (best)', '40.0', '40.0', ''],
+                                            ['other', '1.5', '1.5', '0.25']]
+
+
+def test_bad_result_files_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match='missing.json'):
+        load_result(tmp_path / 'missing.json')
+    (tmp_path / 'log.json').write_text(json.dumps({'mAR': 1.0}))
+    with pytest.raises(ValueError, match=r'log\.json: not an xmr test result'):
+        load_result(tmp_path / 'log.json')
+    (tmp_path / 'broken.json').write_text('{')
+    with pytest.raises(ValueError, match=r'broken\.json: not a JSON file'):
+        load_result(tmp_path / 'broken.json')
+    (tmp_path / 'text.json').write_text(json.dumps(
+        {'format': 'xmr-test-result', 'version': 1, 'metrics': {'mAR': 'high'}}))
+    with pytest.raises(ValueError, match=r'text\.json: metrics must map keys to numbers'):
+        load_result(tmp_path / 'text.json')

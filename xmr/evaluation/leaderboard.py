@@ -1,0 +1,285 @@
+"""Leaderboard tables of retrieval results, like the papers' per-language tables.
+
+A result is the metric dict of one evaluation (one model or checkpoint). Its table columns are
+found from the keys :class:`~xmr.evaluation.RetrievalMetric` writes: every dataset (metric
+prefix) that reports a summary contributes one column per language, holding the per-language
+statistic the summary is made of, then the summary itself:
+
+===================  ======================  ==========================================
+summary key          per-language column     table
+===================  ======================  ==========================================
+``mean_R@1``         ``{lang}/mean_R@1``     XTD10, PECTVLM convention
+``mean_t2i_R@10``    ``{lang}/t2i_R@10``     XTD10, M-CLIP convention
+``t2v_R@1_sum``      ``{lang}/t2i_R@1``      DASD Table 2 (Multi-MSRVTT)
+``t2i_R@1_sum``      ``{lang}/t2i_R@1``      text→image R@1 only
+``mAR``              ``{lang}/AR``           DASD Table 1 (Multi30K, MSCOCO)
+===================  ======================  ==========================================
+
+A dataset reporting several summaries is shown by the first of this order (an XTD10 few-shot run
+also reports ``mAR``; its published number is ``mean_R@1``). A bare summary without per-language
+keys of its own, such as the ``mAR`` across datasets of
+:class:`~xmr.engine.eval_loops.MultiDatasetValLoop`, becomes a last column.
+
+Results are saved as JSON (every metric, plus where it came from) and the table as CSV;
+:func:`load_result` reads a JSON back for side-by-side comparisons.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+__all__ = [
+    'HEADLINES', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult', 'format_table',
+    'leaderboard_columns', 'leaderboard_table', 'leaderboard_markdown', 'column_legend',
+    'save_result', 'load_result', 'write_csv',
+]
+
+RESULT_FORMAT = 'xmr-test-result'
+RESULT_VERSION = 1
+
+
+class Headline(NamedTuple):
+    """A summary key and the per-language statistic it summarises."""
+
+    summary: str
+    per_language: str
+    meaning: str
+
+
+HEADLINES: tuple[Headline, ...] = (
+    Headline('mean_R@1', 'mean_R@1', 'mean of t2i and i2t R@1 (XTD10, PECTVLM)'),
+    Headline('mean_t2i_R@10', 't2i_R@10', 'text→image R@10 (XTD10, M-CLIP)'),
+    Headline('t2v_R@1_sum', 't2i_R@1', 'text→video R@1, summed'),
+    Headline('t2i_R@1_sum', 't2i_R@1', 'text→image R@1, summed'),
+    Headline('mAR', 'AR', 'AR = mean of R@1/5/10 both ways; mAR = mean AR'),
+)
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table whose columns are padded to a common width.
+
+    Args:
+        header: column titles.
+        rows: the cells of each row, as many as ``header``.
+
+    Returns:
+        The table, one line per row, without a final newline.
+    """
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+
+    def line(cells: Sequence[Any]) -> str:
+        return '| ' + ' | '.join(str(c).ljust(w) for c, w in zip(cells, widths)) + ' |'
+
+    return '\n'.join([line(header), '|' + '|'.join('-' * (w + 2) for w in widths) + '|',
+                      *(line(row) for row in rows)])
+
+
+@dataclass(frozen=True)
+class Column:
+    """One leaderboard column.
+
+    Attributes:
+        label: the column title (``multi30k/de``, ``multi30k/mAR``, ``mAR``).
+        key: the metric key whose value the column shows.
+        group: the metric prefix the column belongs to (``''`` for bare keys).
+        headline: the summary that decided the column.
+        kind: ``'language'``, ``'summary'`` (of its dataset) or ``'overall'`` (across
+            datasets).
+    """
+
+    label: str
+    key: str
+    group: str
+    headline: Headline
+    kind: str
+
+
+@dataclass
+class EvaluationResult:
+    """The metrics of one evaluated model, with where they came from.
+
+    Attributes:
+        name: row label (model or checkpoint).
+        metrics: the metric dict of the evaluation.
+        config: the config file evaluated.
+        checkpoint: the checkpoint evaluated.
+        extra: anything else to keep (command line, date).
+    """
+
+    name: str
+    metrics: dict[str, float]
+    config: str | None = None
+    checkpoint: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def leaderboard_columns(metrics: Mapping[str, Any]) -> list[Column]:
+    """The table columns of one metric dict (see the module docstring for the rules).
+
+    Args:
+        metrics: ``{key: value}`` as returned by the validation or test loop.
+
+    Returns:
+        Per dataset (in key order): its per-language columns, then its summary; a bare
+        cross-dataset summary last.
+    """
+    keys = [key for key, value in metrics.items() if _is_number(value)]
+    groups: list[str] = []
+    for key in keys:
+        group, _, name = key.rpartition('/')
+        if any(name == h.summary for h in HEADLINES) and group not in groups:
+            groups.append(group)
+    columns: list[Column] = []
+    overall: list[Column] = []
+    for group in groups:
+        chosen = None
+        for headline in HEADLINES:
+            summary_key = _join(group, headline.summary)
+            languages = _languages(keys, group, headline.per_language)
+            if summary_key in metrics and languages:
+                chosen = headline, summary_key, languages
+                break
+        if chosen is not None:
+            headline, summary_key, languages = chosen
+            columns.extend(Column(_join(group, lang), _join(group, lang, headline.per_language),
+                                  group, headline, 'language') for lang in languages)
+            columns.append(Column(summary_key, summary_key, group, headline, 'summary'))
+        elif group == '':
+            overall.extend(Column(h.summary, h.summary, '', h, 'overall') for h in HEADLINES
+                           if h.summary in metrics)
+    return columns + overall
+
+
+def leaderboard_table(results: Sequence[EvaluationResult]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of a leaderboard: one row per result, the union of their columns.
+
+    Values are shown with two decimals; a column a result lacks shows ``-``.
+    """
+    columns = _union_columns(results)
+    header = ['model', *(column.label for column in columns)]
+    rows = [[result.name, *(_cell(result.metrics.get(column.key)) for column in columns)]
+            for result in results]
+    return header, rows
+
+
+def column_legend(results: Sequence[EvaluationResult]) -> list[str]:
+    """One line per dataset saying which statistic its columns show."""
+    lines, seen = [], set()
+    for column in _union_columns(results):
+        if column.kind == 'overall':
+            lines.append(f'{column.label}: over the languages of all datasets; '
+                         f'{column.headline.meaning}')
+        elif column.group not in seen:
+            seen.add(column.group)
+            lines.append(f'{column.group or "all columns"}: {column.headline.meaning}')
+    return lines
+
+
+def leaderboard_markdown(results: Sequence[EvaluationResult]) -> str:
+    """The Markdown leaderboard followed by the legend of its columns."""
+    if not results:
+        raise ValueError('a leaderboard needs at least one result')
+    header, rows = leaderboard_table(results)
+    if len(header) == 1:
+        raise ValueError(f'the results of {[r.name for r in results]} hold no summary metric '
+                         f'({", ".join(h.summary for h in HEADLINES)}); nothing to tabulate')
+    legend = '\n'.join(f'- {line}' for line in column_legend(results))
+    return f'{format_table(header, rows)}\n\n{legend}'
+
+
+def write_csv(path: str | os.PathLike, results: Sequence[EvaluationResult]) -> None:
+    """Write the leaderboard as CSV with full-precision values (empty where missing)."""
+    columns = _union_columns(results)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open('w', encoding='utf-8', newline='') as handle:
+        writer = csv.writer(handle)
+        writer.writerow(['model', *(column.label for column in columns)])
+        for result in results:
+            writer.writerow([result.name, *(_csv_value(result.metrics.get(column.key))
+                                            for column in columns)])
+
+
+def save_result(path: str | os.PathLike, result: EvaluationResult) -> None:
+    """Write one result as JSON (format ``xmr-test-result``), readable by :func:`load_result`."""
+    data = {'format': RESULT_FORMAT, 'version': RESULT_VERSION, 'name': result.name,
+            'config': result.config, 'checkpoint': result.checkpoint,
+            'metrics': {key: float(value) for key, value in result.metrics.items()
+                        if _is_number(value)},
+            **result.extra}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + '\n', encoding='utf-8')
+
+
+def load_result(path: str | os.PathLike) -> EvaluationResult:
+    """Read a result written by :func:`save_result` (``tools/test.py``).
+
+    Raises:
+        FileNotFoundError: if the file does not exist.
+        ValueError: naming the file when it is not such a result.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f'result file not found: {path}')
+    try:
+        data = json.loads(path.read_text(encoding='utf-8'))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f'{path}: not a JSON file ({error})') from error
+    if not isinstance(data, dict) or data.get('format') != RESULT_FORMAT:
+        raise ValueError(f"{path}: not an xmr test result (format must be '{RESULT_FORMAT}'; "
+                         'write one with tools/test.py)')
+    if data.get('version') != RESULT_VERSION:
+        raise ValueError(f"{path}: result version {data.get('version')!r} is not supported "
+                         f'(this xmr reads version {RESULT_VERSION})')
+    metrics = data.get('metrics')
+    if not isinstance(metrics, dict) or not all(_is_number(v) for v in metrics.values()):
+        raise ValueError(f'{path}: metrics must map keys to numbers')
+    known = {'format', 'version', 'name', 'config', 'checkpoint', 'metrics'}
+    return EvaluationResult(name=str(data.get('name') or path.stem), metrics=metrics,
+                      config=data.get('config'), checkpoint=data.get('checkpoint'),
+                      extra={k: v for k, v in data.items() if k not in known})
+
+
+def _union_columns(results: Sequence[EvaluationResult]) -> list[Column]:
+    seen: dict[str, Column] = {}
+    for result in results:
+        for column in leaderboard_columns(result.metrics):
+            seen.setdefault(column.key, column)
+    # Cross-dataset summaries go last even when only a later result has them.
+    return sorted(seen.values(), key=lambda column: column.kind == 'overall')
+
+
+def _languages(keys: Sequence[str], group: str, statistic: str) -> list[str]:
+    depth = group.count('/') + 1 if group else 0
+    languages = []
+    for key in keys:
+        parts = key.split('/')
+        if (len(parts) == depth + 2 and parts[-1] == statistic
+                and '/'.join(parts[:depth]) == group):
+            languages.append(parts[-2])
+    return languages
+
+
+def _join(*parts: str) -> str:
+    return '/'.join(part for part in parts if part)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return '-'
+    return f'{value:.2f}' if math.isfinite(value) else str(value)
+
+
+def _csv_value(value: float | None) -> str:
+    return '' if value is None else repr(float(value))
