@@ -6,15 +6,10 @@ from pathlib import Path
 
 from mmengine.hooks import Hook
 
+from xmr.evaluation.leaderboard import format_table
 from xmr.registry import HOOKS
 
-
-def format_table(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table."""
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
-    line = lambda cells: '| ' + ' | '.join(str(c).ljust(w) for c, w in zip(cells, widths)) + ' |'  # noqa: E731
-    return '\n'.join([line(header), '|' + '|'.join('-' * (w + 2) for w in widths) + '|',
-                      *(line(r) for r in rows)])
+__all__ = ['PhaseReportHook', 'format_table']
 
 
 @HOOKS.register_module()
