@@ -1,0 +1,226 @@
+"""Multi-dataset validation/test loops: prefixes, one gallery pass, combined mAR, save-best."""
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.evaluator import Evaluator
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+
+import xmr  # noqa: F401
+from tests.conftest import tiny_retriever_cfg
+from xmr.datasets import Annotation, MediaRecord, dump_annotation
+from xmr.engine.eval_loops import combined_mean_ar
+from xmr.evaluation import RetrievalMetric
+
+TINY = dict(type='MediaTransform', backbone=None, size=32)
+CLIPS = ['flipping_a_pancake.mkv', 'video_0.mov', 'unordered.mov']
+# A fresh experiment name per runner: MMEngine keys its logger and scope instances by it.
+RUN_IDS = itertools.count()
+
+
+class EvalRecorder(Hook):
+    """Records the hooks of each mode and the metrics every evaluation reports."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.val_metrics: list[dict] = []
+        self.test_metrics: list[dict] = []
+
+    def before_val_epoch(self, runner) -> None:
+        self.calls.append('before_val_epoch')
+
+    def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        self.calls.append(f'val_iter {batch_idx}')
+
+    def after_val_epoch(self, runner, metrics=None) -> None:
+        self.calls.append('after_val_epoch')
+        self.val_metrics.append(dict(metrics))
+
+    def before_test_epoch(self, runner) -> None:
+        self.calls.append('before_test_epoch')
+
+    def after_test_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        self.calls.append(f'test_iter {batch_idx}')
+
+    def after_test_epoch(self, runner, metrics=None) -> None:
+        self.calls.append('after_test_epoch')
+        self.test_metrics.append(dict(metrics))
+
+
+def eval_loader(dataset: dict, batch_size: int = 4) -> dict:
+    return dict(batch_size=batch_size, num_workers=0, drop_last=False,
+                sampler=dict(type='DefaultSampler', shuffle=False),
+                collate_fn=dict(type='xmr.retrieval_collate'), dataset=dataset)
+
+
+def synthetic(split: str, languages: list[str], num_scenes: int = 6) -> dict:
+    return dict(type='SyntheticRetrievalDataset', num_scenes=num_scenes, languages=languages,
+                split=split, image_size=32, seed=0, captions_per_image=2)
+
+
+def base_cfg(work_dir: Path, **extra) -> dict:
+    cfg = dict(model=tiny_retriever_cfg(), work_dir=str(work_dir), default_scope='xmr',
+               experiment_name=f'eval_loops_{next(RUN_IDS)}',
+               default_hooks=dict(logger=dict(type='LoggerHook', interval=100)),
+               log_level='WARNING', randomness=dict(seed=0))
+    cfg.update(extra)
+    return cfg
+
+
+@pytest.fixture
+def clips_ann(shared_data, tmp_path) -> Path:
+    """Three real clips with an English and a German caption each."""
+    folder = shared_data / 'videos'
+    if not all((folder / name).is_file() for name in CLIPS):
+        pytest.skip(f'video fixtures not found under {folder}')
+    ann = Annotation(dataset='clips', split='test', media_type='video', languages=['en', 'de'],
+                     items=[MediaRecord(name.split('.')[0], str(folder / name),
+                                        {'en': [f'a clip called {name}'],
+                                         'de': [f'ein Clip namens {name}']})
+                            for name in CLIPS])
+    dump_annotation(ann, tmp_path / 'clips.json')
+    return tmp_path / 'clips.json'
+
+
+def test_combined_mean_ar_weighs_every_language_once():
+    multi30k = Evaluator([RetrievalMetric(prefix='multi30k')])
+    coco = Evaluator([RetrievalMetric(prefix='coco', mean_languages=['ja'])])
+    video = Evaluator([RetrievalMetric(prefix='msrvtt', protocol='text_to_video')])
+    results = [
+        {'multi30k/en/AR': 90.0, 'multi30k/de/AR': 50.0, 'multi30k/fr/AR': 70.0,
+         'multi30k/mAR': 60.0},
+        # zh is evaluated but left out of coco's mean_languages, so out of the combined mean.
+        {'coco/en/AR': 80.0, 'coco/ja/AR': 40.0, 'coco/zh/AR': 10.0, 'coco/mAR': 40.0},
+        {'msrvtt/de/t2i_R@1': 30.0, 'msrvtt/t2v_R@1_sum': 30.0},
+    ]
+    # (50 + 70 + 40) / 3, not the mean of the dataset means (60 + 40) / 2.
+    assert combined_mean_ar([multi30k, coco, video], results) == pytest.approx(160 / 3)
+    assert combined_mean_ar([video], results[2:]) is None
+
+
+def test_one_pass_over_image_and_video_sets_with_prefixes(tmp_path, clips_ann):
+    recorder = EvalRecorder()
+    video = dict(type='RetrievalDataset', ann_file=str(clips_ann), num_frames=2,
+                 transform=TINY)
+    runner = Runner(**base_cfg(
+        tmp_path,
+        test_dataloader=[eval_loader(synthetic('val', ['en', 'de', 'zh'])),
+                         eval_loader(synthetic('test', ['en', 'de'], num_scenes=5)),
+                         eval_loader(video, batch_size=2)],
+        test_evaluator=[dict(type='RetrievalMetric', prefix='synth_a'),
+                        [dict(type='RetrievalMetric', prefix='synth_b')],
+                        dict(type='RetrievalMetric', protocol='text_to_video', prefix='clips')],
+        test_cfg=dict(type='MultiDatasetTestLoop'),
+        custom_hooks=[recorder]))
+    model = runner.model
+    encoded = []
+    encode_media = model.encode_media
+    model.encode_media = lambda media: encoded.append(media.shape) or encode_media(media)
+
+    metrics = runner.test()
+
+    # Every media is encoded once, whatever the number of caption languages: 6 + 5 images,
+    # 3 videos of 2 frames, in batches of 4 and 2.
+    assert encoded == [(4, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32), (1, 3, 32, 32),
+                       (2, 2, 3, 32, 32), (1, 2, 3, 32, 32)]
+    assert recorder.calls == ['before_test_epoch', *(f'test_iter {i}' for i in range(6)),
+                              'after_test_epoch']
+    assert recorder.test_metrics == [metrics]
+    assert {key.split('/')[0] for key in metrics} == {'synth_a', 'synth_b', 'clips', 'mAR'}
+    for lang in ('en', 'de', 'zh'):
+        assert f'synth_a/{lang}/AR' in metrics
+    assert 'synth_b/zh/AR' not in metrics and 'clips/de/AR' not in metrics
+    assert set(metrics) >= {'clips/en/t2i_R@1', 'clips/de/t2i_R@1', 'clips/t2v_R@1_sum'}
+    assert metrics['mAR'] == pytest.approx(
+        (metrics['synth_a/de/AR'] + metrics['synth_a/zh/AR'] + metrics['synth_b/de/AR']) / 3)
+    assert len(runner.test_dataloader) == 6
+
+
+def test_bad_configurations_name_the_fault(tmp_path):
+    loaders = [eval_loader(synthetic('val', ['en', 'de'])),
+               eval_loader(synthetic('test', ['en', 'de']))]
+    cases = [
+        ([dict(type='RetrievalMetric', prefix='a')], 'MultiDatasetValLoop: 2 dataloaders but 1'),
+        ([dict(type='RetrievalMetric', prefix='a'), dict(type='RetrievalMetric')],
+         r"val_evaluator\[1\] \(synthetic\): RetrievalMetric has no prefix"),
+        ([dict(type='RetrievalMetric', prefix='a'), dict(type='RetrievalMetric', prefix='a')],
+         r"val_evaluator\[1\] \(synthetic\) and val_evaluator\[0\] share the prefix 'a'"),
+    ]
+    for evaluators, message in cases:
+        runner = Runner(**base_cfg(tmp_path, val_dataloader=loaders, val_evaluator=evaluators,
+                                   val_cfg=dict(type='MultiDatasetValLoop')))
+        with pytest.raises(ValueError, match=message):
+            runner.val()
+    runner = Runner(**base_cfg(tmp_path, val_dataloader=loaders[0],
+                               val_evaluator=[dict(type='RetrievalMetric', prefix='a')],
+                               val_cfg=dict(type='MultiDatasetValLoop')))
+    with pytest.raises(TypeError, match='takes a list of dataloaders as val_dataloader'):
+        runner.val()
+
+
+PHASES = [
+    dict(name='cross_lingual', iters=2, lr=4e-3, warmup_ratio=0.0, schedule='constant',
+         trainable=['language_branch'], loss_weights=dict(cl=1.0)),
+    dict(name='cross_modal', iters=2, lr=4e-3, warmup_ratio=0.0, schedule='constant',
+         trainable=['language_branch'], loss_weights=dict(cm=1.0)),
+]
+
+
+def test_save_best_follows_validation_and_test_never_changes_it(tmp_path):
+    recorder = EvalRecorder()
+    train_loader = eval_loader(dict(type='SyntheticPairDataset', num_scenes=16,
+                                    languages=['de', 'zh'], split='train', image_size=32,
+                                    seed=0), batch_size=8)
+    train_loader['sampler'] = dict(type='DefaultSampler', shuffle=True)
+    runner = Runner(**base_cfg(
+        tmp_path,
+        train_dataloader=train_loader,
+        train_cfg=dict(type='PhasedTrainLoop', phases=copy.deepcopy(PHASES),
+                       validate_at_phase_end=True),
+        optim_wrapper=dict(type='OptimWrapper', constructor='PhasedOptimWrapperConstructor',
+                           optimizer=dict(type='AdamW', lr=1e-3)),
+        val_dataloader=[eval_loader(synthetic('val', ['en', 'de'])),
+                        eval_loader(synthetic('val', ['en', 'zh'], num_scenes=5))],
+        val_evaluator=[dict(type='RetrievalMetric', prefix='val_de'),
+                       dict(type='RetrievalMetric', prefix='val_zh')],
+        val_cfg=dict(type='MultiDatasetValLoop'),
+        test_dataloader=[eval_loader(synthetic('test', ['en', 'de', 'zh'], num_scenes=8))],
+        test_evaluator=[dict(type='RetrievalMetric', prefix='test')],
+        test_cfg=dict(type='MultiDatasetTestLoop'),
+        default_hooks=dict(
+            logger=dict(type='LoggerHook', interval=100),
+            checkpoint=dict(type='CheckpointHook', interval=1000, by_epoch=False,
+                            save_best='mAR', rule='greater')),
+        custom_hooks=[recorder]))
+    runner.train()
+
+    assert len(recorder.val_metrics) == 2
+    val_scores = [metrics['mAR'] for metrics in recorder.val_metrics]
+    for metrics in recorder.val_metrics:
+        assert metrics['mAR'] == pytest.approx(
+            (metrics['val_de/de/AR'] + metrics['val_zh/zh/AR']) / 2)
+    hub = runner.message_hub
+    best_score, best_ckpt = hub.get_info('best_score'), hub.get_info('best_ckpt')
+    assert best_score == pytest.approx(max(val_scores))
+    best_iter = 2 * (val_scores.index(max(val_scores)) + 1)
+    assert Path(best_ckpt).name == f'best_mAR_iter_{best_iter}.pth'
+    saved = {path.name: path.stat().st_mtime_ns for path in Path(best_ckpt).parent.glob('*.pth')}
+
+    test_metrics = runner.test()
+    # A test score cannot move the selection, even when it beats the validation best.
+    runner.call_hook('after_test_epoch', metrics={**test_metrics, 'mAR': best_score + 100})
+
+    assert 'mAR' in test_metrics and recorder.test_metrics[0] == test_metrics
+    assert recorder.calls[-1] == 'after_test_epoch'
+    assert recorder.calls.count('after_val_epoch') == 2
+    assert hub.get_info('best_score') == best_score
+    assert hub.get_info('best_ckpt') == best_ckpt
+    assert {path.name: path.stat().st_mtime_ns
+            for path in Path(best_ckpt).parent.glob('*.pth')} == saved
+    assert torch.load(best_ckpt, map_location='cpu', weights_only=False)['meta']['iter'] == (
+        best_iter)

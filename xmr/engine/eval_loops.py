@@ -1,0 +1,210 @@
+"""Validation and test over several datasets in one pass, with one key to select models on.
+
+DASD's Table 1 spans Multi30K (de, fr, cs) and MSCOCO (ja, and zh from COCO-CN); Table 2 is
+Multi-MSRVTT video. MMEngine's ``ValLoop``/``TestLoop`` take one dataloader and one evaluator;
+these loops take a list of each, evaluate the datasets one after the other (image and video
+sets alike: the model embeds whatever media a batch holds), key every dataset's metrics by its
+own prefix, and add the mean AR over the averaged languages of all datasets, so that
+``CheckpointHook(save_best='mAR')`` selects on the whole validation table.
+
+Config::
+
+    val_dataloader = [multi30k_val_loader, coco_ja_val_loader]
+    val_evaluator = [dict(type='RetrievalMetric', prefix='multi30k'),
+                     dict(type='RetrievalMetric', protocol='coco_1k_5fold', prefix='coco_ja')]
+    val_cfg = dict(type='MultiDatasetValLoop')
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from mmengine.evaluator import Evaluator
+from mmengine.runner.amp import autocast
+from mmengine.runner.base_loop import BaseLoop
+from torch.utils.data import DataLoader
+
+from xmr.evaluation.metrics import RetrievalMetric
+from xmr.registry import LOOPS
+
+__all__ = ['MultiDatasetValLoop', 'MultiDatasetTestLoop', 'LoaderSequence', 'combined_mean_ar']
+
+
+class LoaderSequence:
+    """Several dataloaders seen as one for MMEngine's hooks, which only ask for the length.
+
+    Iterating it runs through every loader in turn; ``len`` is the total number of batches, so
+    progress logs and ETAs cover the whole evaluation.
+    """
+
+    def __init__(self, loaders: Sequence[DataLoader]) -> None:
+        self.loaders = list(loaders)
+
+    def __len__(self) -> int:
+        return sum(len(loader) for loader in self.loaders)
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.chain.from_iterable(self.loaders)
+
+
+def combined_mean_ar(evaluators: Sequence[Evaluator],
+                     results: Sequence[Mapping[str, float]]) -> float | None:
+    """Mean AR over the averaged languages of every dataset (DASD Table 1's mAR).
+
+    Each language counts once, whatever dataset it comes from: with Multi30K de/fr/cs and COCO
+    zh/ja the mean is over five ARs, not over two dataset means. A dataset counts through each of
+    its :class:`RetrievalMetric` that reports per-language AR (both directions scored).
+
+    Args:
+        evaluators: one evaluator per dataset.
+        results: the metric dict each evaluator returned (keys carry the metric prefix).
+
+    Returns:
+        The mean, or ``None`` when no dataset reports AR.
+    """
+    values = []
+    for evaluator, metrics in zip(evaluators, results):
+        for metric in evaluator.metrics:
+            if not isinstance(metric, RetrievalMetric):
+                continue
+            head = f'{metric.prefix}/' if metric.prefix else ''
+            evaluated = [key[len(head):-len('/AR')] for key in metrics
+                         if key.startswith(head) and key.endswith('/AR')
+                         and key.count('/') == head.count('/') + 1]
+            if evaluated:
+                values.extend(metrics[f'{head}{lang}/AR']
+                              for lang in metric.summary_languages(evaluated))
+    return sum(values) / len(values) if values else None
+
+
+class _MultiDatasetLoop(BaseLoop):
+    """Shared body of the validation and test loops; ``mode`` names the hooks it calls."""
+
+    mode = ''
+
+    def __init__(self, runner: Any, dataloader: Sequence[DataLoader | dict],
+                 evaluator: Sequence[Evaluator | dict | list], fp16: bool = False,
+                 summary_key: str | None = 'mAR') -> None:
+        name = type(self).__name__
+        if not isinstance(dataloader, Sequence) or isinstance(dataloader, (str, Mapping)):
+            raise TypeError(f'{name} takes a list of dataloaders as {self.mode}_dataloader, got '
+                            f'{type(dataloader).__name__}; use ValLoop/TestLoop for one dataset.')
+        if not isinstance(evaluator, Sequence) or isinstance(evaluator, (str, Mapping)):
+            raise TypeError(f'{name} takes a list of evaluators as {self.mode}_evaluator (one per '
+                            f'dataloader), got {type(evaluator).__name__}.')
+        if not dataloader:
+            raise ValueError(f'{name}: {self.mode}_dataloader is an empty list.')
+        if len(dataloader) != len(evaluator):
+            raise ValueError(f'{name}: {len(dataloader)} dataloaders but {len(evaluator)} '
+                             f'evaluators; {self.mode}_evaluator[i] scores '
+                             f'{self.mode}_dataloader[i].')
+        seed_per_rank = runner._randomness_cfg.get('diff_rank_seed', False)
+        loaders = [runner.build_dataloader(loader, seed=runner.seed,
+                                           diff_rank_seed=seed_per_rank)
+                   if isinstance(loader, dict) else loader for loader in dataloader]
+        super().__init__(runner, LoaderSequence(loaders))
+        self.evaluators = [runner.build_evaluator(e) if isinstance(e, (dict, list)) else e
+                           for e in evaluator]
+        for loader, built in zip(loaders, self.evaluators):
+            if hasattr(loader.dataset, 'metainfo'):
+                built.dataset_meta = loader.dataset.metainfo
+        self._check_prefixes()
+        self.fp16 = fp16
+        self.summary_key = summary_key
+
+    @property
+    def dataloaders(self) -> list[DataLoader]:
+        return self.dataloader.loaders
+
+    def _check_prefixes(self) -> None:
+        owner: dict[str, int] = {}
+        for index, evaluator in enumerate(self.evaluators):
+            dataset = _dataset_name(self.dataloaders[index])
+            for metric in evaluator.metrics:
+                if not metric.prefix:
+                    raise ValueError(
+                        f'{self.mode}_evaluator[{index}] ({dataset}): {type(metric).__name__} '
+                        "has no prefix; give each dataset's metric its own, e.g. "
+                        f"prefix='{dataset}', so that its keys stay apart from the others'.")
+                if owner.get(metric.prefix, index) != index:
+                    raise ValueError(
+                        f"{self.mode}_evaluator[{index}] ({dataset}) and "
+                        f"{self.mode}_evaluator[{owner[metric.prefix]}] share the prefix "
+                        f"'{metric.prefix}'; each dataset needs its own.")
+                owner[metric.prefix] = index
+
+    def run(self) -> dict[str, float]:
+        """Evaluate every dataset in turn; return all their keys plus the combined summary."""
+        self.runner.call_hook(f'before_{self.mode}')
+        self.runner.call_hook(f'before_{self.mode}_epoch')
+        self.runner.model.eval()
+        metrics: dict[str, float] = {}
+        results = []
+        batch_idx = 0
+        for loader, evaluator in zip(self.dataloaders, self.evaluators):
+            for data_batch in loader:
+                self.run_iter(batch_idx, data_batch, evaluator)
+                batch_idx += 1
+            # Each evaluator drops its stored embeddings here, so one gallery is held at a time.
+            result = evaluator.evaluate(len(loader.dataset))
+            results.append(result)
+            metrics.update(result)
+        if self.summary_key is not None:
+            combined = combined_mean_ar(self.evaluators, results)
+            if combined is not None:
+                metrics[self.summary_key] = combined
+        self.runner.call_hook(f'after_{self.mode}_epoch', metrics=metrics)
+        self.runner.call_hook(f'after_{self.mode}')
+        return metrics
+
+    @torch.no_grad()
+    def run_iter(self, batch_idx: int, data_batch: Any, evaluator: Evaluator) -> None:
+        self.runner.call_hook(f'before_{self.mode}_iter', batch_idx=batch_idx,
+                              data_batch=data_batch)
+        with autocast(enabled=self.fp16):
+            step = (self.runner.model.val_step if self.mode == 'val'
+                    else self.runner.model.test_step)
+            outputs = step(data_batch)
+        evaluator.process(data_samples=outputs, data_batch=data_batch)
+        self.runner.call_hook(f'after_{self.mode}_iter', batch_idx=batch_idx,
+                              data_batch=data_batch, outputs=outputs)
+
+
+@LOOPS.register_module()
+class MultiDatasetValLoop(_MultiDatasetLoop):
+    """Validation over several datasets, each scored by its own evaluator and prefix.
+
+    The runner passes ``val_dataloader`` (a list) and ``val_evaluator`` (a list of the same
+    length: one evaluator config, or a list of metric configs, per dataset). Every metric must
+    have a prefix, distinct across datasets. The returned dict holds every dataset's keys and,
+    under ``summary_key``, :func:`combined_mean_ar`: the key ``CheckpointHook(save_best=...)``
+    selects on. Only validation hooks run (``after_val_epoch`` ...), so the checkpoint kept is
+    chosen on validation data alone.
+
+    Args:
+        runner: the MMEngine runner.
+        dataloader: dataloaders or their configs.
+        evaluator: one evaluator (or its config) per dataloader.
+        fp16: run the model under autocast.
+        summary_key: key of the combined mean AR; ``None`` leaves it out.
+    """
+
+    mode = 'val'
+
+
+@LOOPS.register_module()
+class MultiDatasetTestLoop(_MultiDatasetLoop):
+    """Test over several datasets; :class:`MultiDatasetValLoop` with the test hooks.
+
+    Test hooks never touch the best-checkpoint record, so a test run cannot change which
+    checkpoint validation selected.
+    """
+
+    mode = 'test'
+
+
+def _dataset_name(loader: DataLoader) -> str:
+    metainfo = getattr(loader.dataset, 'metainfo', None) or {}
+    return str(metainfo.get('dataset') or type(loader.dataset).__name__)
