@@ -1,0 +1,13 @@
+# DASD Table 4, "no W^z": the dynamic adapters become static bottleneck adapters of the same width
+# (W_up ReLU(W_down x) + x, d_u = 32), so nothing is generated per caption and the semantics
+# disentangling module, with L_adv and L_sc, goes away. (MLA's static adapter of hidden 256 is
+# configs/_base_/models/clip-vit-b32_static-adapter.py.)
+_base_ = ['../dasd_clip-vit-b32_multi30k_clft.py']
+
+model = dict(
+    language_branch=dict(adapters=dict(_delete_=True, type='StaticAdapter', hidden=32)),
+    disentangler=None)
+train_cfg = dict(phases=[
+    dict(phase, trainable=[t for t in phase['trainable'] if t != 'disentangler'],
+         loss_weights={k: v for k, v in phase['loss_weights'].items() if k not in ('adv', 'sc')})
+    for phase in _base_.train_cfg['phases']])

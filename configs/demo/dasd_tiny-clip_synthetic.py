@@ -1,0 +1,24 @@
+# DASD on the bundled demo (configs/demo/static_tiny-clip_synthetic.py): the same tiny CLIP, data,
+# seed, phases and steps; the static adapters are replaced by DASD's dynamic adapters (d_u 32)
+# whose middle matrices W^z the semantics disentangling module generates per caption, and the
+# alignment phases add lambda1 L_adv + lambda2 L_sc (1 and 0.1) and train the disentangler too.
+# Table of static vs DASD vs ablations: docs/methods/dasd.md.
+_base_ = ['./static_tiny-clip_synthetic.py']
+
+model = dict(
+    language_branch=dict(adapters=dict(_delete_=True, type='DynamicAdapter', hidden=32)),
+    disentangler=dict(
+        type='SemanticsDisentangler',
+        depth=1,
+        adapter=dict(type='StaticAdapter', hidden=256),
+        features=['sr', 'sa'],
+        generator=dict(d_z=64, d_u=32),
+        consistency_loss=dict(type='AlignmentLoss', kind='l1'),
+        discriminator=dict(hidden=(256, 128))))
+
+disentangling_losses = dict(adv=1.0, sc=0.1)
+train_cfg = dict(phases=[
+    phase if phase['name'] == 'source_finetune' else dict(
+        phase, trainable=[*phase['trainable'], 'disentangler'],
+        loss_weights=dict(phase['loss_weights'], **disentangling_losses))
+    for phase in _base_.train_cfg['phases']])

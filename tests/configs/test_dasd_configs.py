@@ -1,0 +1,265 @@
+"""The DASD configs: every paper and ablation config builds (a tiny CLIP stands in for ViT-B/32)
+and its switch removes what it says; the demo config trains end to end with a hand-counted
+number of trainable parameters."""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+
+import xmr  # noqa: F401
+from tests.conftest import CORPUS
+from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.engine.optim import parameter_counts
+from xmr.models.adapters import DynamicAdapter, StaticAdapter
+from xmr.registry import HOOKS, MODELS, TOKENIZERS
+
+CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
+PAPER = sorted((CONFIGS / 'dasd').glob('dasd_clip-vit-b32_*.py'))
+ABLATIONS = sorted((CONFIGS / 'dasd' / 'ablations').glob('*.py'))
+DEMO = CONFIGS / 'demo' / 'dasd_tiny-clip_synthetic.py'
+
+# ViT-B/32's text tower has 12 blocks; the stand-in keeps the depth and shrinks the width.
+TINY_CLIP_12 = dict(
+    embed_dim=24,
+    vision_cfg=dict(image_size=32, layers=1, width=16, patch_size=16, head_width=16),
+    text_cfg=dict(context_length=32, vocab_size=49408, width=32, heads=2, layers=12),
+)
+
+
+@functools.cache
+def clip_tokenizer():
+    # Loading CLIP's BPE vocabulary is most of a tiny model's build time; load it once.
+    return TOKENIZERS.build(dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=32))
+
+
+def tiny_model(cfg: Config) -> dict:
+    """The config's model with a tiny 12-block CLIP and tokenizer; every DASD option kept."""
+    model = copy.deepcopy(cfg.to_dict()['model'])
+    model['backbone'] = dict(type='OpenCLIPBackbone', arch=None, model_cfg=TINY_CLIP_12,
+                             tokenizer=dict(type=clip_tokenizer))
+    branch = model['language_branch']
+    branch['tokenizer'] = dict(type='SentencePieceTokenizer', corpus=CORPUS * 20, vocab_size=48,
+                               max_length=32)
+    branch['embedding'] = dict(type='TargetEmbedding', table_width=16)
+    if model.get('disentangler'):
+        model['disentangler']['adapter'] = dict(model['disentangler']['adapter'], hidden=8)
+        model['disentangler']['generator'] = dict(model['disentangler']['generator'], d_z=16)
+    return model
+
+
+def batch(languages: list[str]) -> dict:
+    size = 4
+    return dict(media=torch.randint(0, 256, (size, 3, 32, 32), dtype=torch.uint8),
+                source_text=['a red circle', 'a blue square', 'two red circles', 'a cross'],
+                target_text=['ein roter Kreis', 'un carré bleu', 'zwei rote Kreise', '一个十字'],
+                lang=[languages[i % len(languages)] for i in range(size)],
+                media_id=list('abcd'), index=list(range(size)))
+
+
+@functools.cache
+def build(path: Path):
+    """The config and its tiny model, built once per test session (tests only run forwards)."""
+    cfg = Config.fromfile(path)
+    torch.manual_seed(0)
+    return cfg, MODELS.build(tiny_model(cfg))
+
+
+def run_phases(cfg: Config, model) -> None:
+    """Every phase's trainable prefixes exist and its weighted losses all come out."""
+    names = [name for name, _ in model.named_parameters()]
+    data = model.data_preprocessor(batch(model.languages), True)
+    for phase in cfg.train_cfg.phases:
+        for prefix in phase['trainable']:
+            assert any(n == prefix or n.startswith(prefix + '.') for n in names), prefix
+        model.set_phase(phase['name'], phase['loss_weights'])
+        losses = model(mode='loss', **data)
+        assert set(losses) == {f'loss_{k}' for k in phase['loss_weights']}, phase['name']
+        assert all(torch.isfinite(v) for v in losses.values())
+
+
+def placed(model, adapter_type) -> dict[str, set[int]]:
+    """Blocks holding an adapter of ``adapter_type``, per language."""
+    return {lang: {a.block_index for a in adapters.values() if isinstance(a, adapter_type)}
+            for lang, adapters in model.language_branch.adapters.sets.items()}
+
+
+def test_the_paper_runs_have_configs():
+    assert {p.stem for p in PAPER} == {
+        f'dasd_clip-vit-b32_{run}' for run in (
+            'multi30k_clft', 'multi30k_zeroshot', 'mscoco_clft', 'mscoco_zeroshot',
+            'msrvtt_clft')}
+
+
+@pytest.mark.parametrize('path', PAPER, ids=lambda p: p.stem)
+def test_paper_config_builds_and_runs_every_phase(path):
+    cfg, model = build(path)
+    assert placed(model, DynamicAdapter) == {lang: set(range(12)) for lang in model.languages}
+    assert model.languages == list(cfg.target_langs)
+    assert sorted(model.disentangler.generator.blocks) == list(range(12))
+    phases = {p['name']: p for p in cfg.train_cfg.phases}
+    assert phases['cross_lingual']['loss_weights'] == dict(cl=1.0, adv=1.0, sc=0.1)
+    assert phases['cross_modal']['loss_weights'] == dict(cm=1.0, adv=1.0, sc=0.1)
+    assert (phases['cross_lingual']['iters'], phases['cross_lingual']['lr']) == (45000, 2e-4)
+    assert (phases['cross_modal']['iters'], phases['cross_modal']['lr']) == (6000, 6e-6)
+    assert ('source_finetune' in phases) == path.stem.endswith('_clft')
+    run_phases(cfg, model)
+
+
+def ablation(name: str) -> Path:
+    return CONFIGS / 'dasd' / 'ablations' / f'{name}.py'
+
+
+@pytest.mark.parametrize('path', ABLATIONS, ids=lambda p: p.stem)
+def test_ablation_config_builds_and_runs_every_phase(path):
+    cfg, model = build(path)
+    if model.disentangler is not None:
+        generated = set(model.disentangler.generator.blocks)
+        assert all(blocks == generated for blocks in placed(model, DynamicAdapter).values())
+    run_phases(cfg, model)
+
+
+def test_static_adapter_ablation_has_no_generated_matrix():
+    _, model = build(ablation('static-adapter'))
+    assert model.disentangler is None
+    assert not placed(model, DynamicAdapter)['de']
+    assert placed(model, StaticAdapter)['de'] == set(range(12))
+    assert all(a.down.out_features == 32 for a in model.language_branch.adapters.sets['de']
+               .values())
+
+
+def test_feature_ablations_drop_the_other_stream():
+    _, only_sr = build(ablation('features-sr'))
+    _, only_sa = build(ablation('features-sa'))
+    _, full = build(PAPER[0])
+    assert not hasattr(only_sr.disentangler, 'sa_adapters')
+    assert only_sr.disentangler.discriminator is None
+    assert not hasattr(only_sa.disentangler, 'sr_adapters')
+    assert only_sa.disentangler.consistency_loss is None
+    width, embed_dim = 32, 24
+    assert full.disentangler.generator.to_z[0].in_features == width + embed_dim
+    assert only_sr.disentangler.generator.to_z[0].in_features == embed_dim
+    assert only_sa.disentangler.generator.to_z[0].in_features == width
+
+
+def test_loss_ablations_remove_their_loss():
+    _, no_sc = build(ablation('no-sc'))
+    _, no_adv = build(ablation('no-adv'))
+    assert no_sc.disentangler.loss_names == {'adv'}
+    assert no_adv.disentangler.loss_names == {'sc'} and no_adv.disentangler.discriminator is None
+    for name, kind in (('sc-mse', 'mse'), ('sc-smooth-l1', 'smooth_l1')):
+        assert build(ablation(name))[1].disentangler.consistency_loss.kind == kind
+    assert build(PAPER[0])[1].disentangler.consistency_loss.kind == 'l1'
+
+
+@pytest.mark.parametrize('blocks', [1, 3, 6, 9, 11])
+def test_branch_depth_ablation_runs_only_those_blocks(blocks):
+    _, model = build(ablation(f'branch-{blocks}-blocks'))
+    assert model.language_branch.num_blocks == blocks
+    assert placed(model, DynamicAdapter)['de'] == set(range(blocks))
+
+
+@pytest.mark.parametrize('removed', [0, 5, 11])
+def test_removed_dynamic_adapter_is_gone_from_branch_and_generator(removed):
+    _, model = build(ablation(f'no-da-block-{removed}'))
+    kept = set(range(12)) - {removed}
+    assert placed(model, DynamicAdapter) == {lang: kept for lang in model.languages}
+    assert set(model.disentangler.generator.blocks) == kept
+
+
+@pytest.mark.parametrize('depth', [0, 2, 12])
+def test_sdm_depth_ablation_runs_that_many_frozen_blocks(depth, monkeypatch):
+    _, model = build(ablation(f'sdm-depth-{depth}'))
+    sdm = model.disentangler
+    assert len(sdm.sr_adapters) == len(sdm.sa_adapters) == max(depth, 1)
+    tower = model.backbone.text_tower
+    calls = []
+    run_block = tower.run_block
+    monkeypatch.setattr(tower, 'run_block',
+                        lambda index, *args, **kwargs: calls.append(index)
+                        or run_block(index, *args, **kwargs))
+    tokens = model.language_branch.tokenize(['ein roter Kreis', 'un carré bleu'])
+    sdm.extract(model.language_branch.embed(tokens), tokens)
+    assert calls == list(range(depth)) * 2
+
+
+@pytest.mark.parametrize('d_u', [16, 64])
+def test_bottleneck_ablation_sets_adapter_and_generator(d_u):
+    _, model = build(ablation(f'du-{d_u}'))
+    assert {a.hidden for a in model.language_branch.adapters.sets['fr'].values()} == {d_u}
+    matrices, _ = model.disentangler(*(lambda t: (model.language_branch.embed(t), t))(
+        model.language_branch.tokenize(['ein roter Kreis'])))
+    assert {tuple(m.shape) for m in matrices.values()} == {(1, d_u, d_u)}
+
+
+# ------------------------------------------------------------------------------------ demo
+@HOOKS.register_module(force=True)
+class PhaseParameterCounts(Hook):
+    """Records, at the first iteration of each phase, the trainable parameters per group."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, dict[str, tuple[int, int]]] = {}
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        phase = runner.train_loop.current_phase.name
+        self.counts.setdefault(phase, parameter_counts(runner.model))
+
+
+def small_demo(path: Path, work_dir: Path) -> Config:
+    cfg = Config.fromfile(path)
+    scenes = dict(num_scenes=48)
+    for phase, iters in zip(cfg.train_cfg.phases, (3, 4, 3)):
+        phase['iters'] = iters
+        if phase.get('dataloader'):
+            phase['dataloader'].update(batch_size=8)
+            phase['dataloader']['dataset'].update(scenes)
+    cfg.train_dataloader.update(batch_size=8)
+    cfg.train_dataloader.dataset.update(scenes)
+    for loader in (cfg.val_dataloader, cfg.test_dataloader):
+        loader.update(batch_size=16)
+        loader.dataset.update(num_scenes=12)
+    cfg.model.language_branch.tokenizer.corpus.num_scenes = 100
+    cfg.work_dir = str(work_dir)
+    cfg.log_level = 'WARNING'
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=-1, save_last=False)
+    cfg.custom_hooks = [*cfg.custom_hooks, dict(type='PhaseParameterCounts')]
+    return cfg
+
+
+def test_demo_dasd_trains_end_to_end_with_the_hand_counted_parameters(tmp_path):
+    allow_mmengine_checkpoint_types()
+    runner = Runner.from_cfg(small_demo(DEMO, tmp_path))
+    model = runner.model
+    generator_before = copy.deepcopy(model.disentangler.generator.state_dict())
+    runner.train()
+    counts = next(h for h in runner.hooks if isinstance(h, PhaseParameterCounts)).counts
+
+    # The demo: tiny CLIP text width 64, embed 64, 2 blocks; 4 languages; table width 64;
+    # dynamic adapters d_u 32; SDM k=1 with adapters of hidden 256, generator d_z 64.
+    vocab, width, langs, blocks, d_u, hidden, d_z = (model.language_branch.tokenizer.vocab_size,
+                                                     64, 4, 2, 32, 256, 64)
+    embedding = vocab * 64 + (64 * width + width)
+    adapters = langs * blocks * ((width * d_u + d_u) + (d_u * width + width))
+    bottleneck = (width * hidden + hidden) + (hidden * width + width)
+    sdm = (2 * bottleneck + 2 * (2 * width)                  # A^sr, A^sa, both LayerNorms
+           + width * width                                   # W_p^sr (E = 64, no bias)
+           + (2 * width * d_z + d_z) + blocks * (d_z * d_u * d_u + d_u * d_u)  # generator
+           + (2 * width * 256 + 256) + (256 * 128 + 128) + (128 + 1))          # discriminator
+    for phase in ('cross_lingual', 'cross_modal'):
+        assert counts[phase]['language_branch.embedding'][0] == embedding
+        assert counts[phase]['language_branch.adapters'][0] == adapters
+        assert counts[phase]['disentangler'][0] == sdm
+        assert counts[phase]['backbone'][0] == 0
+    assert counts['source_finetune']['disentangler'][0] == 0
+
+    moved = model.disentangler.generator.state_dict()
+    assert any(not torch.equal(moved[k], generator_before[k]) for k in moved)
+    report = json.loads((tmp_path / 'phase_report.json').read_text())
+    assert report, 'validation ran after every phase'
