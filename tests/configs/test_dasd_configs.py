@@ -25,6 +25,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
 PAPER = sorted((CONFIGS / 'dasd').glob('dasd_clip-vit-b32_*.py'))
 ABLATIONS = sorted((CONFIGS / 'dasd' / 'ablations').glob('*.py'))
 DEMO = CONFIGS / 'demo' / 'dasd_tiny-clip_synthetic.py'
+DEMO_VARIANTS = sorted((CONFIGS / 'demo').glob('dasd_*.py'))
 
 # ViT-B/32's text tower has 12 blocks; the stand-in keeps the depth and shrinks the width.
 TINY_CLIP_12 = dict(
@@ -200,6 +201,19 @@ def test_bottleneck_ablation_sets_adapter_and_generator(d_u):
 
 
 # ------------------------------------------------------------------------------------ demo
+@pytest.mark.parametrize('path', DEMO_VARIANTS, ids=lambda p: p.stem)
+def test_demo_variant_builds_and_runs_every_phase(path):
+    cfg = Config.fromfile(path)
+    cfg.model.language_branch.tokenizer.corpus.num_scenes = 100
+    cfg.model.backbone.tokenizer = dict(type=clip_tokenizer)
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    base = Config.fromfile(CONFIGS / 'demo' / 'static_tiny-clip_synthetic.py')
+    assert [(p['name'], p['iters'], p['lr']) for p in cfg.train_cfg.phases] == [
+        (p['name'], p['iters'], p['lr']) for p in base.train_cfg.phases]
+    run_phases(cfg, model)
+
+
 @HOOKS.register_module(force=True)
 class PhaseParameterCounts(Hook):
     """Records, at the first iteration of each phase, the trainable parameters per group."""

@@ -1,0 +1,12 @@
+# DASD demo ablation (Table 4, "no W^z"): static bottleneck adapters of DASD's width d_u = 32
+# instead of the dynamic ones, no semantics disentangling module, no L_adv / L_sc. Same data,
+# seed, phases and steps as dasd_tiny-clip_synthetic.py.
+_base_ = ['./dasd_tiny-clip_synthetic.py']
+
+model = dict(
+    language_branch=dict(adapters=dict(_delete_=True, type='StaticAdapter', hidden=32)),
+    disentangler=None)
+train_cfg = dict(phases=[
+    dict(phase, trainable=[t for t in phase['trainable'] if t != 'disentangler'],
+         loss_weights={k: v for k, v in phase['loss_weights'].items() if k not in ('adv', 'sc')})
+    for phase in _base_.train_cfg['phases']])
