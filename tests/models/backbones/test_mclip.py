@@ -1,0 +1,194 @@
+import copy
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from tests.models.backbones.mclip_helpers import (
+    CAPTIONS,
+    TOKENIZER_FILE,
+    mclip_reference,
+    tiny_mclip_cfg,
+    tokenizer_cfg,
+)
+from xmr.models.adapters import AdapterContext
+from xmr.registry import MODELS
+
+pytestmark = pytest.mark.skipif(not TOKENIZER_FILE.is_file(),
+                                reason=f'XLM-R tokenizer fixture missing: {TOKENIZER_FILE}')
+
+
+@pytest.fixture(scope='module')
+def backbone():
+    import xmr  # noqa: F401
+
+    torch.manual_seed(0)
+    return MODELS.build(tiny_mclip_cfg())
+
+
+def release_state_dict(backbone) -> dict:
+    """The tower's weights under the names of M-CLIP's release (with a pooler it never uses)."""
+    tower = backbone.text_tower
+    state = {f'transformer.embeddings.{k}': v for k, v in tower.embeddings.state_dict().items()}
+    state.update({f"transformer.encoder.layer.{k}": v
+                  for k, v in tower.layers.state_dict().items()})
+    state.update({f'LinearTransformation.{k}': v for k, v in tower.text_proj.state_dict().items()})
+    state['transformer.pooler.dense.weight'] = torch.zeros(32, 32)
+    return {k: v.clone().contiguous() for k, v in state.items()}
+
+
+def hf_model(backbone):
+    from transformers import XLMRobertaModel
+
+    model = XLMRobertaModel(backbone.config, add_pooling_layer=False).eval()
+    tower = backbone.text_tower
+    model.embeddings.load_state_dict(tower.embeddings.state_dict())
+    model.encoder.layer.load_state_dict(tower.layers.state_dict())
+    return model
+
+
+def test_text_tower_equals_mclip_formula_on_a_padded_multilingual_batch(backbone):
+    tokens = backbone.tokenizer(CAPTIONS)
+    assert tokens['attention_mask'].sum(1).unique().numel() > 1
+    expected = mclip_reference(hf_model(backbone), backbone.text_tower.text_proj, tokens)
+    torch.testing.assert_close(backbone.encode_source_text(tokens), expected, atol=1e-5,
+                               rtol=1e-4)
+
+
+@pytest.mark.parametrize('suffix', ['.safetensors', '.bin'])
+def test_release_checkpoint_loads_under_its_own_names(backbone, tmp_path, suffix):
+    path = tmp_path / f'model{suffix}'
+    state = release_state_dict(backbone)
+    if suffix == '.safetensors':
+        save_file(state, str(path))
+    else:
+        torch.save(state, path)
+    torch.manual_seed(1)
+    loaded = MODELS.build(tiny_mclip_cfg(checkpoint=str(path), tokenizer=backbone.tokenizer))
+    tokens = backbone.tokenizer(CAPTIONS)
+    torch.testing.assert_close(loaded.encode_source_text(tokens),
+                               backbone.encode_source_text(tokens))
+
+
+def test_a_foreign_or_incomplete_checkpoint_is_refused(backbone, tmp_path):
+    state = release_state_dict(backbone)
+    with pytest.raises(ValueError, match=r"unexpected keys \['visual.proj'\]"):
+        backbone.load_text_checkpoint({**state, 'visual.proj': torch.zeros(1)})
+    del state['LinearTransformation.bias']
+    with pytest.raises(ValueError, match=r"missing \['text_proj.bias'\]"):
+        backbone.load_text_checkpoint(state)
+    with pytest.raises(FileNotFoundError, match='neither model.safetensors nor'):
+        backbone.load_text_checkpoint(tmp_path)
+
+
+def test_roberta_positions_and_context_length(backbone):
+    tower = backbone.text_tower
+    assert tower.context_length == 40 - 1 - 1
+    x = torch.zeros(1, 3, 32)
+    expected = tower.embeddings.LayerNorm(
+        tower.embeddings.position_embeddings.weight[2:5]
+        + tower.embeddings.token_type_embeddings.weight[0])
+    torch.testing.assert_close(tower.add_positions(x)[0], expected)
+    with pytest.raises(ValueError, match='sequence of 39 tokens exceeds'):
+        tower.add_positions(torch.zeros(1, 39, 32))
+
+
+def test_image_tower_is_open_clips_and_dimensions_must_agree(backbone):
+    import open_clip
+
+    from tests.conftest import TINY_CLIP
+
+    images = torch.randn(2, 3, 32, 32)
+    clip = open_clip.CLIP(**TINY_CLIP)
+    clip.visual.load_state_dict(backbone.visual.state_dict())
+    torch.testing.assert_close(backbone.encode_image(images), clip.encode_image(images))
+    with pytest.raises(ValueError, match='gives 16-d embeddings but the image tower custom '
+                                         'gives 32-d'):
+        MODELS.build(tiny_mclip_cfg(embed_dim=16))
+    too_long = copy.copy(backbone.tokenizer)
+    too_long.max_length = 100
+    with pytest.raises(ValueError, match='max_length 100 exceeds the XLM-R context length 38'):
+        MODELS.build(tiny_mclip_cfg(tokenizer=too_long))
+
+
+def test_lora_on_query_and_value_equals_merged_hugging_face_weights(backbone):
+    """The sites reach XLM-R's separate q/k/v projections: LoRA matches merged weights."""
+    branch = MODELS.build(
+        dict(type='TargetLanguageBranch', languages=['de'], tokenizer=tokenizer_cfg(),
+             embedding=dict(type='TowerTokenEmbedding'),
+             adapters=dict(type='LoRA', r=1, alpha=16, targets=['q', 'v'])),
+        default_args=dict(tower=backbone.text_tower))
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for name, parameter in branch.named_parameters():
+            if 'lora_B' in name:
+                parameter.normal_(std=0.05)
+    tokens = branch.tokenize(CAPTIONS)
+    merged = hf_model(backbone)
+    with torch.no_grad():
+        for index, layer in enumerate(merged.encoder.layer):
+            lora = branch.adapters.sets['de'][f'{index}:attn_qkv']
+            layer.attention.self.query.weight += lora.delta_weight('q')
+            layer.attention.self.value.weight += lora.delta_weight('v')
+    expected = mclip_reference(merged, backbone.text_tower.text_proj, tokens)
+    adapted = branch(tokens, ['de'] * len(CAPTIONS))
+    torch.testing.assert_close(adapted, expected, atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(adapted, backbone.encode_source_text(tokens), atol=1e-4)
+
+
+def test_houlsby_sits_before_each_post_ln_sublayer_norm(backbone):
+    branch = MODELS.build(
+        dict(type='TargetLanguageBranch', languages=['de'], tokenizer=tokenizer_cfg(),
+             embedding=dict(type='TowerTokenEmbedding'),
+             adapters=dict(type='HoulsbyAdapter', hidden=4)),
+        default_args=dict(tower=backbone.text_tower))
+    tower = backbone.text_tower
+    tokens = branch.tokenize(CAPTIONS[:1])
+    x = tower.add_positions(tower.embed_tokens(tokens['input_ids']))
+    hooks = branch.adapters.hooks(AdapterContext(lang='de'))
+    layer = tower.layers[0]
+    attention = layer.attention
+    adapted = copy.deepcopy(layer)
+    adapter_attn = branch.adapters.sets['de']['0:attn_output']
+    adapter_ffn = branch.adapters.sets['de']['0:mlp_output']
+
+    # Hugging Face's layer with the adapters spliced in after each output projection.
+    adapted.attention.output.dense = torch.nn.Sequential(
+        attention.output.dense, _Apply(adapter_attn))
+    adapted.output.dense = torch.nn.Sequential(layer.output.dense, _Apply(adapter_ffn))
+    adapted.eval()
+    expected = adapted(x)[0] if isinstance(adapted(x), tuple) else adapted(x)
+    mask = tower.build_mask(tokens['attention_mask'])
+    torch.testing.assert_close(tower.run_block(0, x, mask, hooks), expected, atol=1e-5,
+                               rtol=1e-4)
+
+
+class _Apply(torch.nn.Module):
+    def __init__(self, adapter):
+        super().__init__()
+        self.adapter = adapter
+
+    def forward(self, x):
+        return self.adapter(x, AdapterContext(lang='de'))
+
+
+def test_frozen_hard_prompt_with_mean_pooling_equals_the_prefixed_caption(backbone):
+    branch = MODELS.build(
+        dict(type='TargetLanguageBranch', languages=['de'], tokenizer=tokenizer_cfg(),
+             embedding=dict(type='TowerTokenEmbedding'),
+             adapters=dict(type='HardPrompt', text='a photo of')),
+        default_args=dict(tower=backbone.text_tower))
+    captions = ['a dog runs', 'two cats sleep on a red sofa']
+    prefixed = [f'a photo of {c}' for c in captions]
+    tokenizer = branch.tokenizer
+    prefix = tokenizer.encode('a photo of')[1:-1]
+    assert [tokenizer.encode(t) for t in prefixed] == [
+        tokenizer.encode(c)[:1] + prefix + tokenizer.encode(c)[1:] for c in captions]
+    torch.testing.assert_close(branch(branch.tokenize(captions), ['de', 'de']),
+                               backbone.encode_source_text(tokenizer(prefixed)), atol=1e-5,
+                               rtol=1e-4)
+
+
+def test_image_tower_needs_exactly_one_description():
+    with pytest.raises(ValueError, match='needs exactly one of image_arch or image_model_cfg'):
+        MODELS.build(tiny_mclip_cfg(image_arch='ViT-B-32'))

@@ -1,0 +1,267 @@
+"""Multilingual-CLIP (M-CLIP, Carlsson et al., 2022) as a frozen backbone.
+
+M-CLIP distils CLIP's text tower into a multilingual encoder: a Hugging Face XLM-R encoder whose
+token outputs are mean-pooled over the real tokens and mapped by one linear layer into the space
+of an (unchanged) CLIP image tower::
+
+    r^T = W · (Σ_l m_l h_l / Σ_l m_l) + b,    h = XLM-R(tokens), m = attention mask
+
+PECTVLM uses ``M-CLIP/XLM-Roberta-Large-Vit-L-14`` (XLM-R large, ``Linear(1024 → 768)``) with
+OpenAI's CLIP ViT-L/14 image tower, both frozen, and a fixed logit scale of 100. Its release
+holds ``transformer.*`` (the XLM-R encoder) and ``LinearTransformation.{weight,bias}``; the XLM-R
+architecture is that of ``modelBase`` (``xlm-roberta-large``), which xmr takes as a config so
+that nothing is downloaded. The image tower is any open_clip vision tower.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from xmr.models.backbones.base import VisionLanguageBackbone
+from xmr.models.backbones.cclm import CCLMTextTower
+from xmr.models.language.tokenizers import BaseTokenizer
+from xmr.registry import MODELS, TOKENIZERS
+
+__all__ = ['MultilingualCLIPTextTower', 'MultilingualCLIPBackbone', 'XLMR_LARGE',
+           'convert_mclip_state_dict', 'read_state_dict']
+
+#: ``xlm-roberta-large``, the ``modelBase`` of M-CLIP's XLM-R-Large checkpoints.
+XLMR_LARGE = dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24,
+                  num_attention_heads=16, intermediate_size=4096, hidden_act='gelu',
+                  max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5,
+                  pad_token_id=1, bos_token_id=0, eos_token_id=2)
+
+#: Weights of the release that M-CLIP's forward never reads.
+_UNUSED_PREFIXES = ('transformer.pooler.',)
+_UNUSED_SUFFIXES = ('position_ids', 'token_type_ids')
+
+
+class MultilingualCLIPTextTower(CCLMTextTower):
+    """An XLM-R encoder run layer by layer with adapter sites, mean-pooled and linearly mapped.
+
+    XLM-R's layers are BERT's post-LN layers, so the written-out layers of
+    :class:`~xmr.models.backbones.cclm.CCLMTextTower` run them (every q/k/v, output and FFN
+    projection and each sub-layer output is a site); what differs is RoBERTa's positions, which
+    start at ``pad_id + 1``, the masked mean pooling and the head, M-CLIP's linear map
+    (``text_proj``) without a final norm. The frozen tower applies no dropout.
+
+    Args:
+        xlmr: a transformers ``XLMRobertaModel`` (used, not copied).
+        embed_dim: output width of the linear map (768 for ViT-L/14).
+    """
+
+    causal = False
+    pooling = 'mean'
+
+    def __init__(self, xlmr: nn.Module, embed_dim: int) -> None:
+        super().__init__(xlmr, embed_dim)
+        config = xlmr.config
+        self.padding_idx = config.pad_token_id
+        self.vocab_size = config.vocab_size
+        # RoBERTa numbers real tokens from pad_id + 1, so fewer positions remain for text.
+        self.context_length = config.max_position_embeddings - self.padding_idx - 1
+
+    def add_positions(self, x: torch.Tensor) -> torch.Tensor:
+        """``LN(x + type_0 + pos_{p+1..p+L})`` with ``p`` = the padding id (RoBERTa).
+
+        Hugging Face numbers padding positions ``p`` rather than continuing the count; padding
+        is never attended to nor pooled, so the outputs that matter are the same.
+        """
+        length = x.shape[1]
+        if length > self.context_length:
+            raise ValueError(f'sequence of {length} tokens exceeds the text context length '
+                             f'{self.context_length}')
+        start = self.padding_idx + 1
+        positions = self.embeddings.position_embeddings.weight[start:start + length]
+        token_type = self.embeddings.token_type_embeddings.weight[0]
+        return self.embeddings.LayerNorm(x + token_type + positions)
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Weights of a released checkpoint: a ``.safetensors`` or torch file, or a folder with
+    ``model.safetensors`` or ``pytorch_model.bin``.
+
+    Raises:
+        FileNotFoundError: naming the path and the file names looked for.
+    """
+    path = Path(path)
+    if path.is_dir():
+        candidates = [path / 'model.safetensors', path / 'pytorch_model.bin']
+        found = [c for c in candidates if c.is_file()]
+        if not found:
+            raise FileNotFoundError(f'{path} holds neither model.safetensors nor '
+                                    'pytorch_model.bin')
+        path = found[0]
+    if not path.is_file():
+        raise FileNotFoundError(f'M-CLIP checkpoint {path} does not exist')
+    if path.suffix == '.safetensors':
+        from safetensors.torch import load_file
+
+        return dict(load_file(str(path)))
+    loaded = torch.load(path, map_location='cpu', weights_only=True)
+    if not isinstance(loaded, Mapping):
+        raise ValueError(f'{path} holds a {type(loaded).__name__}, not a state dict')
+    return dict(loaded)
+
+
+def convert_mclip_state_dict(state_dict: Mapping[str, torch.Tensor],
+                             source: str = '<state dict>') -> dict[str, torch.Tensor]:
+    """M-CLIP's release keys -> keys of :class:`MultilingualCLIPTextTower`.
+
+    ``transformer.embeddings.*`` -> ``embeddings.*``, ``transformer.encoder.layer.*`` ->
+    ``layers.*``, ``LinearTransformation.*`` -> ``text_proj.*``; the pooler and the position-id
+    buffers are dropped (M-CLIP never reads them).
+
+    Raises:
+        ValueError: a key outside the release's layout, named with ``source``.
+    """
+    converted: dict[str, torch.Tensor] = {}
+    unknown = []
+    for key, value in state_dict.items():
+        if key.startswith(_UNUSED_PREFIXES) or key.endswith(_UNUSED_SUFFIXES):
+            continue
+        if key.startswith('transformer.embeddings.'):
+            converted['embeddings.' + key[len('transformer.embeddings.'):]] = value
+        elif key.startswith('transformer.encoder.layer.'):
+            converted['layers.' + key[len('transformer.encoder.layer.'):]] = value
+        elif key.startswith('LinearTransformation.'):
+            converted['text_proj.' + key[len('LinearTransformation.'):]] = value
+        else:
+            unknown.append(key)
+    if unknown:
+        raise ValueError(f'{source} is not an M-CLIP text checkpoint: unexpected keys '
+                         f'{unknown[:5]} (expected transformer.* and LinearTransformation.*)')
+    return converted
+
+
+def _xlmr_config(text_encoder: dict | str):
+    from transformers import XLMRobertaConfig
+
+    if isinstance(text_encoder, Mapping):
+        return XLMRobertaConfig(**text_encoder)
+    path = Path(text_encoder)
+    if path.is_file():
+        return XLMRobertaConfig(**json.loads(path.read_text(encoding='utf-8')))
+    return XLMRobertaConfig.from_pretrained(text_encoder)
+
+
+@MODELS.register_module()
+class MultilingualCLIPBackbone(VisionLanguageBackbone):
+    """A frozen M-CLIP: XLM-R text tower with its linear map, and an open_clip image tower.
+
+    Args:
+        text_encoder: the XLM-R architecture: config keys (default :data:`XLMR_LARGE`), a
+            ``config.json`` file, or a Hugging Face name/folder.
+        embed_dim: output width of the text linear map; must equal the image tower's.
+        checkpoint: M-CLIP text weights (``transformer.*`` + ``LinearTransformation.*``): a
+            file or a folder as the release ships them; ``None`` keeps random weights (tests).
+        image_arch: open_clip architecture of the image tower (``'ViT-L-14'``), or ``None``
+            with ``image_model_cfg``.
+        image_pretrained: open_clip pretrained tag (``'openai'``) or checkpoint file, or
+            ``None`` for random weights.
+        image_model_cfg: an inline open_clip model config for the image tower (tests).
+        tokenizer: tokenizer config; default: XLM-R's tokenizer from the hub name
+            ``xlm-roberta-large`` (pass ``tokenizer_file`` for an offline JSON).
+        freeze: freeze every weight.
+    """
+
+    def __init__(self, text_encoder: dict | str | None = None, embed_dim: int = 768,
+                 checkpoint: str | None = None, image_arch: str | None = 'ViT-L-14',
+                 image_pretrained: str | None = None, image_model_cfg: dict | None = None,
+                 tokenizer: dict | BaseTokenizer | None = None, freeze: bool = True) -> None:
+        super().__init__()
+        from transformers import XLMRobertaModel
+
+        self.config = _xlmr_config(XLMR_LARGE if text_encoder is None else text_encoder)
+        self.text_tower = MultilingualCLIPTextTower(
+            XLMRobertaModel(self.config, add_pooling_layer=False), embed_dim)
+        self.checkpoint = checkpoint
+        if checkpoint is not None:
+            self.load_text_checkpoint(checkpoint)
+
+        self.visual, self.arch = self._build_visual(image_arch, image_pretrained,
+                                                    image_model_cfg)
+        image_dim = getattr(self.visual, 'output_dim', None)
+        if image_dim is not None and image_dim != embed_dim:
+            raise ValueError(f'the text linear map gives {embed_dim}-d embeddings but the image '
+                             f'tower {self.arch} gives {image_dim}-d ones')
+        self.embed_dim = embed_dim
+        size = self.visual.image_size
+        self.image_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+        import open_clip
+
+        self.image_mean = tuple(getattr(self.visual, 'image_mean', None)
+                                or open_clip.OPENAI_DATASET_MEAN)
+        self.image_std = tuple(getattr(self.visual, 'image_std', None)
+                               or open_clip.OPENAI_DATASET_STD)
+
+        if not isinstance(tokenizer, BaseTokenizer):
+            tokenizer = TOKENIZERS.build(tokenizer or dict(
+                type='HFTokenizer', name_or_path='xlm-roberta-large',
+                max_length=self.text_tower.context_length))
+        self.tokenizer = tokenizer
+        if self.tokenizer.vocab_size > self.config.vocab_size:
+            raise ValueError(f'tokenizer emits {self.tokenizer.vocab_size} ids but the XLM-R '
+                             f'encoder embeds {self.config.vocab_size}')
+        if self.tokenizer.max_length > self.text_tower.context_length:
+            raise ValueError(f'tokenizer max_length {self.tokenizer.max_length} exceeds the '
+                             f'XLM-R context length {self.text_tower.context_length}')
+        if freeze:
+            self.freeze()
+
+    @staticmethod
+    def _build_visual(arch: str | None, pretrained: str | None,
+                      model_cfg: dict | None) -> tuple[nn.Module, str]:
+        import open_clip
+
+        if (arch is None) == (model_cfg is None):
+            raise ValueError('MultilingualCLIPBackbone needs exactly one of image_arch or '
+                             'image_model_cfg')
+        if model_cfg is not None:
+            clip, name = open_clip.CLIP(**model_cfg), 'custom'
+        else:
+            if arch not in open_clip.list_models():
+                raise ValueError(f"unknown open_clip architecture '{arch}'")
+            tag = pretrained if pretrained and not Path(pretrained).suffix else None
+            if tag is not None and tag not in open_clip.list_pretrained_tags_by_model(arch):
+                raise ValueError(f"'{tag}' is neither a file nor an open_clip tag of {arch}")
+            clip, name = open_clip.create_model(arch, pretrained=tag), arch
+        if pretrained and Path(pretrained).suffix:
+            if not Path(pretrained).is_file():
+                raise FileNotFoundError(f'image tower checkpoint {pretrained} does not exist')
+            open_clip.load_checkpoint(clip, pretrained)
+        # Only the image tower is kept: M-CLIP's text side replaces CLIP's.
+        return clip.visual, name
+
+    def load_text_checkpoint(self, checkpoint: str | Path | Mapping[str, torch.Tensor]) -> None:
+        """Load M-CLIP's released text weights (file, folder or state dict), strictly.
+
+        Raises:
+            ValueError: keys outside the layout, or weights missing for this architecture.
+        """
+        if isinstance(checkpoint, Mapping):
+            state_dict, source = checkpoint, '<state dict>'
+        else:
+            state_dict, source = read_state_dict(checkpoint), str(checkpoint)
+        converted = convert_mclip_state_dict(state_dict, source)
+        missing, unexpected = self.text_tower.load_state_dict(converted, strict=False)
+        if missing or unexpected:
+            raise ValueError(f'{source} does not fit the configured XLM-R encoder: missing '
+                             f'{missing[:5]}, unexpected {unexpected[:5]}')
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        """``[B, 3, H, W]`` -> ``[B, E]`` with the open_clip image tower."""
+        return self.visual(images)
+
+    def fingerprint(self) -> str:
+        """Architecture + weights hash: keys feature caches to exactly these frozen weights."""
+        digest = hashlib.sha256(f'mclip-{self.arch}'.encode())
+        for name, tensor in sorted(self.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().float().cpu().numpy().tobytes())
+        return digest.hexdigest()[:16]
