@@ -78,8 +78,10 @@ def test_losses_are_the_weighted_terms_on_the_returned_components():
     ('use_distribution_sampling', {'loss_x_semantic_reconstruction'}),
 ])
 def test_each_constraint_can_be_removed(switch, removed):
-    out = build(**{switch: False})(*inputs())
+    model = build(**{switch: False})
+    out = model(*inputs())
     assert set(out['losses']) == ALL_LOSSES - removed
+    assert model.loss_names == {name.removeprefix('loss_') for name in ALL_LOSSES - removed}
 
 
 def test_without_distribution_sampling_semantics_are_contrasted_directly():

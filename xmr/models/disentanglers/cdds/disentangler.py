@@ -107,6 +107,20 @@ class CDDSDisentangler(nn.Module):
         self.use_modality_consistency = use_modality_consistency
         self.use_information_integrity = use_information_integrity
 
+    @property
+    def loss_names(self) -> set[str]:
+        """Terms :meth:`forward` returns, without the ``loss_`` prefix of their keys."""
+        names = set()
+        if self.use_semantic_consistency:
+            names.add('semantic_consistency')
+        if self.use_modality_consistency:
+            names.add('modality_consistency')
+        if self.use_information_integrity:
+            names.add('information_integrity')
+            if self.use_distribution_sampling:
+                names.add('x_semantic_reconstruction')
+        return names
+
     # ----------------------------------------------------------------------------- inference
     def encode_image(self, patch_tokens: torch.Tensor, patch_mask: torch.Tensor) -> torch.Tensor:
         """Semantic components of patches: ``[B, P, D]``, ``[B, P]`` -> ``[B, P, D]``."""

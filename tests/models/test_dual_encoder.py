@@ -1,0 +1,167 @@
+"""The dual encoder on token outputs: plain, with the Table 4 plug-in, and with CDDS."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.conftest import tiny_backbone_cfg
+from xmr.models.disentanglers.cdds import column_statistics
+from xmr.models.losses.cdds import CDDSDistributionSamplingLoss
+from xmr.registry import MODELS
+
+BATCH = dict(
+    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(0)),
+    source_text=['a red circle', 'a blue square on the left', 'two red circles',
+                 'a green triangle'],
+    target_text=['ein roter Kreis', 'ein blaues Quadrat links', 'zwei rote Kreise',
+                 'un triangle vert'],
+    lang=['de', 'de', 'de', 'fr'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
+CDDS = dict(type='CDDSDisentangler', num_heads=2, num_perturbations=2)
+CDDS_TERMS = {'semantic_consistency', 'modality_consistency', 'information_integrity',
+              'x_semantic_reconstruction'}
+
+
+def build(**overrides):
+    torch.manual_seed(0)
+    cfg = dict(type='DualEncoderRetriever', backbone=tiny_backbone_cfg())
+    cfg.update(overrides)
+    return MODELS.build(cfg)
+
+
+def info_nce(a, b, scale):
+    logits = scale * F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).t()
+    labels = torch.arange(a.shape[0])
+    return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+
+
+def test_plain_dual_encoder_contrasts_the_towers_own_embeddings():
+    model = build()
+    assert model.loss_names() == {'itc'} and model.loss_weights == {'itc': 1.0}
+    data = model.data_preprocessor(BATCH, True)
+    losses = model(mode='loss', **data)
+    assert set(losses) == {'loss_itc'}
+    image = model.backbone.encode_image(data['media'])
+    text = model.backbone.encode_source_text(data['source_tokens'])
+    torch.testing.assert_close(losses['loss_itc'], info_nce(image, text, 20.0),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_distribution_sampling_plugs_into_the_plain_dual_encoder():
+    model = build(losses=dict(itc=dict(type='InfoNCELoss', temperature=0.05),
+                              distribution_sampling=dict(type='CDDSDistributionSamplingLoss',
+                                                         temperature=0.1)))
+    assert model.losses['distribution_sampling'].correlation.image_dim == 32
+    model.set_phase('baseline+ds', dict(itc=1.0, distribution_sampling=0.5))
+    data = model.data_preprocessor(BATCH, True)
+    losses = model(mode='loss', **data)
+    assert set(losses) == {'loss_itc', 'loss_distribution_sampling'}
+    image = model.backbone.encode_image_tokens(data['media'])
+    text = model.backbone.encode_text_tokens(data['source_tokens'])
+    reference = CDDSDistributionSamplingLoss(dim=32, temperature=0.1)
+    reference.load_state_dict(model.losses['distribution_sampling'].state_dict())
+    torch.testing.assert_close(losses['loss_distribution_sampling'],
+                               0.5 * reference(image.tokens, image.mask, text.tokens, text.mask))
+
+
+def test_cdds_losses_are_the_disentanglers_terms_weighted_by_the_phase():
+    model = build(disentangler=CDDS)
+    assert model.loss_names() == CDDS_TERMS | {'itc'}
+    weights = dict(semantic_consistency=2.0, modality_consistency=0.5,
+                   information_integrity=1.0, x_semantic_reconstruction=1.0, itc=0.25)
+    model.set_phase('cdds', weights)
+    data = model.data_preprocessor(BATCH, True)
+    torch.manual_seed(1)
+    losses = model(mode='loss', **data)
+    image = model.backbone.encode_image_tokens(data['media'])
+    text = model.backbone.encode_text_tokens(data['source_tokens'])
+    torch.manual_seed(1)
+    out = model.disentangler(image.tokens, image.mask, text.tokens, text.mask)
+    for name in CDDS_TERMS:
+        torch.testing.assert_close(losses[f'loss_{name}'], weights[name] * out['losses'][
+            f'loss_{name}'])
+    expected_itc = info_nce(model.disentangler.pool(out['image_semantic'], image.mask),
+                            model.disentangler.pool(out['text_semantic'], text.mask), 20.0)
+    torch.testing.assert_close(losses['loss_itc'], 0.25 * expected_itc, rtol=1e-4, atol=1e-5)
+
+
+def test_a_removed_constraint_is_neither_computed_nor_weighable():
+    model = build(disentangler=dict(CDDS, use_modality_consistency=False))
+    assert 'modality_consistency' not in model.loss_names()
+    with pytest.raises(KeyError, match=r"unknown loss weights \['modality_consistency'\]"):
+        model.set_phase('cdds', dict(modality_consistency=1.0))
+    data = model.data_preprocessor(BATCH, True)
+    assert 'loss_modality_consistency' not in model(mode='loss', **data)
+
+
+def test_frozen_towers_get_no_gradient_and_the_unets_do():
+    model = build(disentangler=CDDS)
+    data = model.data_preprocessor(BATCH, True)
+    sum(model(mode='loss', **data).values()).backward()
+    assert all(p.grad is None for p in model.backbone.parameters())
+    assert all(p.grad is not None for p in model.disentangler.image_unet.parameters())
+    assert model.losses['itc'].log_scale.grad is not None
+
+
+def test_predict_embeds_semantic_components_only():
+    model = build(disentangler=CDDS).eval()
+    batch = dict(media=BATCH['media'][:2], media_id=['a', 'b'], index=[5, 6],
+                 captions=[{'en': ['a red circle', 'red circle']}, {'en': ['a blue square']}])
+    outputs = model.val_step(batch)
+    assert [o['media_id'] for o in outputs] == ['a', 'b'] and outputs[1]['index'] == 6
+    data = model.data_preprocessor(batch, False)
+    image = model.backbone.encode_image_tokens(data['media'])
+    expected = F.normalize(model.disentangler.embed_image(image.tokens, image.mask), dim=-1)
+    torch.testing.assert_close(torch.stack([o['media_embedding'] for o in outputs]), expected)
+    tokens, _ = data['caption_tokens']['en']
+    text = model.backbone.encode_text_tokens(tokens)
+    captions = F.normalize(model.disentangler.embed_text(text.tokens, text.mask), dim=-1)
+    torch.testing.assert_close(outputs[0]['caption_embeddings']['en'], captions[:2])
+    torch.testing.assert_close(outputs[1]['caption_embeddings']['en'], captions[2:])
+    with pytest.raises(KeyError, match=r"does not read language 'de'; languages: \['en'\]"):
+        model.val_step(dict(batch, captions=[{'de': ['ein Kreis']}, {}]))
+
+
+def test_cross_lingual_setting_trains_on_the_target_captions():
+    model = build(disentangler=CDDS, languages=['en', 'de', 'fr'], train_text='target')
+    data = model.data_preprocessor(BATCH, True)
+    assert model.training_text(data['source_tokens'], data['target_tokens'],
+                               data['langs']) is data['target_tokens']
+    assert set(model(mode='loss', **data)) == {f'loss_{n}' for n in CDDS_TERMS | {'itc'}}
+    german_only = build(disentangler=CDDS, languages=['de'], train_text='target')
+    with pytest.raises(ValueError, match=r"captions in \['fr'\], which the model does not"):
+        german_only(mode='loss', **german_only.data_preprocessor(BATCH, True))
+    source_only = dict(BATCH, target_text=[None] * 4)
+    with pytest.raises(ValueError, match="train_text='target' needs a 'target_text'"):
+        model(mode='loss', **model.data_preprocessor(source_only, True))
+
+
+def test_dataset_correlation_accumulates_semantic_statistics():
+    model = build(disentangler=dict(CDDS, correlation=dict(mode='dataset')),
+                  losses=dict(distribution_sampling=dict(type='CDDSDistributionSamplingLoss',
+                                                         correlation=dict(mode='dataset'))))
+    found = model.dataset_correlations()
+    assert found == [model.disentangler.correlation,
+                     model.losses['distribution_sampling'].correlation]
+    model.eval()
+    data = model.data_preprocessor(BATCH, False)
+    model.accumulate_correlation(**data)
+    image = model.backbone.encode_image_tokens(data['media'])
+    text = model.backbone.encode_text_tokens(data['source_tokens'])
+    semantic = model.disentangler.encode_image(image.tokens, image.mask)
+    torch.testing.assert_close(model.disentangler.correlation.image_statistics,
+                               column_statistics(semantic, image.mask), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model.losses['distribution_sampling'].correlation.text_statistics,
+                               column_statistics(text.tokens, text.mask))
+    assert build(disentangler=CDDS).dataset_correlations() == []
+
+
+def test_bad_configurations_are_named():
+    with pytest.raises(KeyError, match=r"unknown dual-encoder losses \['cm'\]"):
+        build(losses=dict(cm=dict(type='InfoNCELoss')))
+    with pytest.raises(ValueError, match="train_text 'both'"):
+        build(train_text='both')
+    with pytest.raises(ValueError, match='reads en captions, which are not among'):
+        build(languages=['de'])
+    other = build(languages=['en', 'de'])
+    with pytest.raises(ValueError, match=r"languages: checkpoint \['en', 'de'\] vs config"):
+        build().load_state_dict(other.state_dict())

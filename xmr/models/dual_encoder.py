@@ -1,0 +1,297 @@
+"""An image–text dual encoder trained on its towers' token outputs, with or without CDDS.
+
+Where :class:`~xmr.models.retriever.CrossLingualRetriever` teaches a frozen model new languages
+through a branch, this model aligns the two towers themselves (CDDS's setting, paper §3): a
+backbone gives patch and word tokens in one joint width (:meth:`encode_image_tokens`,
+:meth:`encode_text_tokens` of :class:`~xmr.models.backbones.base.VisionLanguageBackbone`), and
+
+* **plain** (no disentangler): the towers' own pooled embeddings are the retrieval embeddings,
+  trained with ``itc`` (InfoNCE); ``distribution_sampling`` adds CDDS's distribution sampling
+  on the raw tokens as a plug-in loss (paper Table 4);
+* **CDDS** (a token-level disentangler, :class:`~xmr.models.disentanglers.cdds.CDDSDisentangler`):
+  its losses train the decoupling; retrieval embeddings are the pooled *semantic* components
+  only (paper §3.5), which ``itc`` may also contrast.
+
+Text is read by the backbone's own text tower. The captions it trains on are the pairs'
+source captions (``train_text='source'``) or their target-language captions
+(``train_text='target'``): with a multilingual tower (mBERT, CCLM's XLM-R) the second is the
+cross-lingual setting, a dual encoder that reads the target languages directly
+(``docs/methods/cdds.md``). ``predict`` emits what :class:`~xmr.evaluation.RetrievalMetric`
+reads, as the cross-lingual retriever does.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from mmengine.model import BaseModel
+from torch import nn
+
+from xmr.models.backbones.base import TokenOutput
+from xmr.models.language.tokenizers import TokenBatch
+from xmr.registry import DISENTANGLERS, MODELS
+
+#: Losses the dual encoder computes itself; a disentangler adds its own names.
+DUAL_ENCODER_LOSSES = {
+    'itc': 'symmetric InfoNCE between the retrieval embeddings of images and captions',
+    'distribution_sampling': 'CDDS distribution sampling on the raw token outputs (Table 4)',
+}
+#: Which captions of a training pair the text tower reads.
+TRAIN_TEXTS = ('source', 'target')
+
+
+@MODELS.register_module()
+class DualEncoderRetriever(BaseModel):
+    """Image–text dual encoder on token outputs, optionally decoupled by CDDS.
+
+    Args:
+        backbone: ``MODELS`` config of a backbone with token-level encoders
+            (``OpenCLIPBackbone``, ``ViTBERTBackbone``, ``CCLMDualStream``).
+        disentangler: ``DISENTANGLERS`` config of a token-level disentangler (``dim`` defaults
+            to the backbone's ``embed_dim``), or ``None`` for the plain dual encoder.
+        losses: ``{name: MODELS config}`` for ``itc`` (an :class:`InfoNCELoss`) and
+            ``distribution_sampling`` (a ``CDDSDistributionSamplingLoss``, ``dim`` filled in);
+            default ``itc`` alone, InfoNCE with a learned temperature from 0.05. A phase's
+            ``loss_weights`` choose among these and the disentangler's terms.
+        languages: caption languages the text tower reads; ``predict`` refuses others.
+        source_language: language of the pairs' source captions.
+        train_text: ``'source'`` or ``'target'`` captions of each training pair.
+        data_preprocessor: config of the preprocessor (default ``RetrievalDataPreprocessor``).
+        init_cfg: MMEngine init config.
+    """
+
+    def __init__(self, backbone: dict, disentangler: dict | None = None,
+                 losses: Mapping[str, dict] | None = None,
+                 languages: Sequence[str] = ('en',), source_language: str = 'en',
+                 train_text: str = 'source', data_preprocessor: dict | None = None,
+                 init_cfg: dict | None = None) -> None:
+        preprocessor = MODELS.build(data_preprocessor or dict(type='RetrievalDataPreprocessor'))
+        super().__init__(data_preprocessor=preprocessor, init_cfg=init_cfg)
+        if train_text not in TRAIN_TEXTS:
+            raise ValueError(f"train_text '{train_text}' is not one of {TRAIN_TEXTS}")
+        if not languages:
+            raise ValueError('the dual encoder needs at least one caption language')
+        if train_text == 'source' and source_language not in languages:
+            raise ValueError(f"train_text='source' reads {source_language} captions, which are "
+                             f'not among languages {list(languages)}')
+        self.backbone = MODELS.build(backbone)
+        if not hasattr(self.backbone, 'encode_text_tokens'):
+            raise TypeError(f'{type(self.backbone).__name__} is not a VisionLanguageBackbone '
+                            'with token-level encoders')
+        self.languages = list(languages)
+        self.source_language, self.train_text = source_language, train_text
+        self.disentangler = None
+        if disentangler is not None:
+            self.disentangler = DISENTANGLERS.build(
+                disentangler, default_args=dict(dim=self.backbone.embed_dim))
+            missing = [name for name in ('embed_image', 'embed_text', 'pool', 'loss_names')
+                       if not hasattr(self.disentangler, name)]
+            if missing:
+                raise TypeError(f'{type(self.disentangler).__name__} is not a token-level '
+                                f'disentangler: it lacks {missing}')
+        loss_cfgs = dict(losses) if losses is not None else dict(
+            itc=dict(type='InfoNCELoss', temperature=0.05, learnable=True))
+        unknown = set(loss_cfgs) - set(DUAL_ENCODER_LOSSES)
+        if unknown:
+            raise KeyError(f'unknown dual-encoder losses {sorted(unknown)}; known: '
+                           f'{sorted(DUAL_ENCODER_LOSSES)}')
+        self.losses = nn.ModuleDict()
+        for name, cfg in loss_cfgs.items():
+            defaults = dict(dim=self.backbone.embed_dim) if name == 'distribution_sampling' \
+                else None
+            self.losses[name] = MODELS.build(cfg, default_args=defaults)
+        self.data_preprocessor.bind(self.backbone.tokenizer, self.backbone.tokenizer,
+                                    self.backbone.image_mean, self.backbone.image_std,
+                                    source_language)
+        self.phase = 'train'
+        self.loss_weights = dict.fromkeys(sorted(self.loss_names()), 1.0)
+
+    # ----------------------------------------------------------------------------- phases
+    def loss_names(self) -> set[str]:
+        """Every loss this model can compute (the keys a phase may weigh)."""
+        names = set(self.losses)
+        if self.disentangler is not None:
+            names |= set(self.disentangler.loss_names)
+        return names
+
+    def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
+        """Select the losses :meth:`loss` returns, with their weights (``PhasedTrainLoop``)."""
+        unknown = set(loss_weights) - self.loss_names()
+        if unknown:
+            raise KeyError(f'phase {name}: unknown loss weights {sorted(unknown)}; this model '
+                           f'computes {sorted(self.loss_names())}')
+        self.phase = name
+        self.loss_weights = {k: float(v) for k, v in loss_weights.items() if v}
+
+    # ----------------------------------------------------------------------------- encoders
+    def _tower_grad(self) -> bool:
+        return torch.is_grad_enabled() and any(p.requires_grad
+                                               for p in self.backbone.parameters())
+
+    def encode_media_tokens(self, media: torch.Tensor) -> TokenOutput:
+        """Images ``[B, 3, H, W]`` or videos ``[B, T, 3, H, W]`` -> tokens ``[B, N, E]``."""
+        with torch.set_grad_enabled(self._tower_grad()):
+            return self.backbone.encode_media_tokens(media)
+
+    def encode_text_tokens(self, tokens: TokenBatch) -> TokenOutput:
+        """Tokenised captions -> word tokens ``[B, L, E]`` (every position, mask of reals)."""
+        with torch.set_grad_enabled(self._tower_grad()):
+            return self.backbone.encode_text_tokens(tokens)
+
+    def embed_media(self, media: torch.Tensor) -> torch.Tensor:
+        """Retrieval embeddings ``[B, E]``: pooled semantic components with CDDS, else the
+        image tower's own embedding."""
+        out = self.encode_media_tokens(media)
+        if self.disentangler is None:
+            return out.pooled
+        return self.disentangler.embed_image(out.tokens, out.mask)
+
+    def embed_text(self, tokens: TokenBatch) -> torch.Tensor:
+        """Retrieval embeddings ``[B, E]`` of captions (semantic components with CDDS)."""
+        out = self.encode_text_tokens(tokens)
+        if self.disentangler is None:
+            return out.pooled
+        return self.disentangler.embed_text(out.tokens, out.mask)
+
+    # ----------------------------------------------------------------------------- modes
+    def forward(self, mode: str = 'tensor', **batch: Any) -> Any:
+        if mode == 'loss':
+            return self.loss(**batch)
+        if mode in ('predict', 'tensor'):
+            return self.predict(**batch)
+        raise ValueError(f"unknown forward mode '{mode}' (loss, predict or tensor)")
+
+    def training_text(self, source_tokens: TokenBatch | None, target_tokens: TokenBatch | None,
+                      langs: Sequence[str] | None) -> TokenBatch:
+        """The captions of a training batch that ``train_text`` selects, checked."""
+        if self.train_text == 'source':
+            if source_tokens is None:
+                raise ValueError("train_text='source' needs 'source_text' in every batch")
+            return source_tokens
+        if target_tokens is None:
+            raise ValueError("train_text='target' needs a 'target_text' for every item; the "
+                             'dataset gave none (source-only items?)')
+        unread = sorted(set(langs or ()) - set(self.languages))
+        if unread:
+            raise ValueError(f'training captions in {unread}, which the model does not read; '
+                             f'languages: {self.languages}')
+        return target_tokens
+
+    def loss(self, media: torch.Tensor | None = None, source_tokens: TokenBatch | None = None,
+             target_tokens: TokenBatch | None = None, langs: Sequence[str] | None = None,
+             **_: Any) -> dict[str, torch.Tensor]:
+        """The current phase's weighted losses, ``{'loss_<name>': scalar}``.
+
+        Args:
+            media: ``[B, 3, H, W]`` images (or ``[B, T, 3, H, W]`` videos).
+            source_tokens / target_tokens: the pairs' captions; ``train_text`` picks one.
+            langs: language of each target caption.
+        """
+        if media is None:
+            raise ValueError("the dual encoder needs 'media' in every training batch")
+        weights = self.loss_weights
+        image = self.encode_media_tokens(media)
+        text = self.encode_text_tokens(self.training_text(source_tokens, target_tokens, langs))
+        losses: dict[str, torch.Tensor] = {}
+        image_embedding, text_embedding = image.pooled, text.pooled
+        if self.disentangler is not None:
+            out = self.disentangler(image.tokens, image.mask, text.tokens, text.mask)
+            for key, value in out['losses'].items():
+                name = key.removeprefix('loss_')
+                if name in weights:
+                    losses[f'loss_{name}'] = weights[name] * value
+            image_embedding = self.disentangler.pool(out['image_semantic'], image.mask)
+            text_embedding = self.disentangler.pool(out['text_semantic'], text.mask)
+        if 'itc' in weights:
+            losses['loss_itc'] = weights['itc'] * self.losses['itc'](image_embedding,
+                                                                     text_embedding)
+        if 'distribution_sampling' in weights:
+            losses['loss_distribution_sampling'] = weights['distribution_sampling'] * \
+                self.losses['distribution_sampling'](image.tokens, image.mask, text.tokens,
+                                                     text.mask)
+        return losses
+
+    @torch.no_grad()
+    def predict(self, media: torch.Tensor | None = None,
+                caption_tokens: Mapping[str, tuple[TokenBatch, torch.Tensor]] | None = None,
+                media_ids: Sequence[str] | None = None, indices: Sequence[int] | None = None,
+                **_: Any) -> list[dict[str, Any]]:
+        """Embed a gallery batch and its captions in every language.
+
+        Returns:
+            One dict per item: ``media_id``, its dataset ``index`` when given,
+            ``media_embedding`` ``[E]`` and ``caption_embeddings`` ``{lang: [n, E]}``, all
+            L2-normalised float32 on CPU.
+        """
+        if media is None:
+            raise ValueError("predict needs the gallery's 'media'")
+        embeddings = F.normalize(self.embed_media(media).float(), dim=-1).cpu()
+        outputs = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
+                        media_embedding=embeddings[i], caption_embeddings={})
+                   for i in range(embeddings.shape[0])]
+        if indices is not None:
+            for out, index in zip(outputs, indices):
+                out['index'] = int(index)
+        for lang, (tokens, owner) in (caption_tokens or {}).items():
+            if lang not in self.languages:
+                raise KeyError(f"the model does not read language '{lang}'; languages: "
+                               f'{self.languages}')
+            captions = F.normalize(self.embed_text(tokens).float(), dim=-1).cpu()
+            owner = owner.cpu()
+            for row, out in enumerate(outputs):
+                out['caption_embeddings'][lang] = captions[owner == row]
+        return outputs
+
+    # ----------------------------------------------------------------------------- correlation
+    def dataset_correlations(self) -> list[nn.Module]:
+        """The column correlations whose statistics come from the dataset (paper Table 5)."""
+        found = []
+        if self.disentangler is not None and \
+                getattr(self.disentangler, 'use_distribution_sampling', False) and \
+                self.disentangler.correlation.mode == 'dataset':
+            found.append(self.disentangler.correlation)
+        plug_in = self.losses['distribution_sampling'] \
+            if 'distribution_sampling' in self.losses else None
+        if plug_in is not None and plug_in.correlation.mode == 'dataset':
+            found.append(plug_in.correlation)
+        return found
+
+    @torch.no_grad()
+    def accumulate_correlation(self, media: torch.Tensor | None = None,
+                               source_tokens: TokenBatch | None = None,
+                               target_tokens: TokenBatch | None = None,
+                               langs: Sequence[str] | None = None, **_: Any) -> None:
+        """Add a preprocessed training batch to every dataset-level correlation estimate.
+
+        The disentangler's correlation reads the semantic components, the plug-in loss's the
+        raw tokens: what each one correlates in training.
+        """
+        if media is None:
+            raise ValueError("accumulating the correlation needs 'media' in every batch")
+        image = self.encode_media_tokens(media)
+        text = self.encode_text_tokens(self.training_text(source_tokens, target_tokens, langs))
+        for correlation in self.dataset_correlations():
+            if self.disentangler is not None and correlation is getattr(
+                    self.disentangler, 'correlation', None):
+                self.disentangler.update_correlation(image.tokens, image.mask, text.tokens,
+                                                     text.mask)
+            else:
+                correlation.update(image.tokens, image.mask, text.tokens, text.mask)
+
+    # ----------------------------------------------------------------------------- checkpoints
+    def get_extra_state(self) -> dict[str, Any]:
+        """What a checkpoint must agree on with the config it is loaded into."""
+        return dict(backbone=type(self.backbone).__name__, embed_dim=self.backbone.embed_dim,
+                    languages=self.languages,
+                    disentangler=(type(self.disentangler).__name__
+                                  if self.disentangler is not None else None))
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        mine = self.get_extra_state()
+        mismatched = {k: (state[k], mine[k]) for k in mine if k in state and state[k] != mine[k]}
+        if mismatched:
+            details = '; '.join(f'{k}: checkpoint {a!r} vs config {b!r}'
+                                for k, (a, b) in mismatched.items())
+            raise ValueError(f'checkpoint does not match the config: {details}')
