@@ -1,0 +1,105 @@
+"""CDDSCorrelationHook: dataset-level statistics, when it recomputes them, untouched RNG."""
+import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from tests.conftest import tiny_backbone_cfg
+from xmr.datasets.collate import retrieval_collate
+from xmr.engine.hooks import CDDSCorrelationHook
+from xmr.models.disentanglers.cdds import column_statistics
+from xmr.registry import DATASETS, HOOKS, MODELS
+
+
+def model_with(mode: str = 'dataset'):
+    torch.manual_seed(0)
+    return MODELS.build(dict(
+        type='DualEncoderRetriever', backbone=tiny_backbone_cfg(),
+        disentangler=dict(type='CDDSDisentangler', num_heads=2, num_perturbations=2,
+                          correlation=dict(mode=mode))))
+
+
+def loader():
+    dataset = DATASETS.build(dict(type='SyntheticPairDataset', num_scenes=12, languages=[],
+                                  split='train', image_size=32, seed=0))
+    return DataLoader(dataset, batch_size=5, shuffle=False, collate_fn=retrieval_collate)
+
+
+def runner_for(model, iteration: int = 0):
+    return SimpleNamespace(model=model, iter=iteration, seed=0,
+                           train_loop=SimpleNamespace(dataloader=loader()),
+                           logger=logging.getLogger('test_cdds_correlation_hook'))
+
+
+def expected_statistics(model):
+    """Column statistics of the semantic components of every batch, from scratch."""
+    model.eval()
+    image_sum, text_sum = 0, 0
+    with torch.no_grad():
+        for batch in loader():
+            data = model.data_preprocessor(batch, False)
+            image = model.backbone.encode_image_tokens(data['media'])
+            text = model.backbone.encode_text_tokens(data['source_tokens'])
+            image_sum = image_sum + column_statistics(
+                model.disentangler.encode_image(image.tokens, image.mask), image.mask)
+            text_sum = text_sum + column_statistics(
+                model.disentangler.encode_text(text.tokens, text.mask), text.mask)
+    return image_sum, text_sum
+
+
+def test_before_train_fills_the_estimate_over_the_whole_loader():
+    model = model_with().train()
+    hook = HOOKS.build(dict(type='CDDSCorrelationHook'))
+    torch.manual_seed(3)
+    hook.before_train(runner_for(model))
+    after_hook = torch.rand(3)
+    assert model.training, 'the hook must hand the model back in train mode'
+    correlation = model.disentangler.correlation
+    assert correlation.num_accumulated_tokens == (12 * 17, int(correlation.text_statistics[0, 0]))
+    image, text = expected_statistics(model)
+    torch.testing.assert_close(correlation.image_statistics, image, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(correlation.text_statistics, text, rtol=1e-5, atol=1e-5)
+    torch.manual_seed(3)
+    assert torch.equal(after_hook, torch.rand(3)), 'the hook disturbed the RNG stream'
+
+
+def test_recomputes_once_per_pass_over_the_data_and_keeps_a_resumed_estimate():
+    model = model_with()
+    hook = CDDSCorrelationHook()
+    runner = runner_for(model)
+    hook.before_train(runner)
+    statistics = model.disentangler.correlation.image_statistics
+    statistics.mul_(2)
+    marked = statistics.clone()
+    for iteration in (1, 2, 4):
+        runner.iter = iteration
+        hook.before_train_iter(runner, iteration)
+        assert torch.equal(statistics, marked), f'refreshed at iteration {iteration}'
+    runner.iter = 3  # three batches of 5, 5 and 2 items per pass
+    hook.before_train_iter(runner, 3)
+    assert not torch.equal(statistics, marked)
+    statistics.mul_(2)
+    marked = statistics.clone()
+    hook.before_train(runner_for(model, iteration=7))
+    assert torch.equal(statistics, marked), 'a resumed estimate was recomputed'
+
+
+def test_max_batches_and_a_single_pass():
+    model = model_with()
+    hook = CDDSCorrelationHook(interval=0, max_batches=1)
+    runner = runner_for(model)
+    hook.before_train(runner)
+    assert model.disentangler.correlation.num_accumulated_tokens[0] == 5 * 17
+    statistics = model.disentangler.correlation.image_statistics.clone()
+    runner.iter = 3
+    hook.before_train_iter(runner, 3)
+    assert torch.equal(model.disentangler.correlation.image_statistics, statistics)
+
+
+def test_a_model_without_dataset_correlation_is_refused():
+    with pytest.raises(ValueError, match="no correlation in mode 'dataset'"):
+        CDDSCorrelationHook().before_train(runner_for(model_with('batch')))
+    with pytest.raises(ValueError, match='max_batches must be positive'):
+        CDDSCorrelationHook(max_batches=0)

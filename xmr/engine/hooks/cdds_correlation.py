@@ -1,0 +1,108 @@
+"""Dataset-level column statistics for CDDS's correlation (paper Table 5, "once over the dataset").
+
+A :class:`~xmr.models.disentanglers.cdds.CDDSColumnCorrelation` in mode ``'dataset'`` reads
+its column Gaussians from sufficient statistics accumulated over the training set rather than
+from the current batch. This hook fills them: it empties every such estimate of the model
+(:meth:`~xmr.models.dual_encoder.DualEncoderRetriever.dataset_correlations`), runs the training
+data through the towers (and the UNets) in eval mode without gradient, sums the statistics
+over the ranks, and hands the model back in train mode.
+
+When: before the first iteration (unless a resumed checkpoint already holds an estimate), then
+every ``interval`` iterations — by default once per pass over the data, so the estimate follows
+the semantic components as they train, at the cost of one extra forward pass per epoch.
+Validation-like passes leave every random stream untouched, so a run with the hook trains on
+the same batches as one without.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from mmengine import dist
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+
+from xmr.engine.loops import preserved_rng_state
+from xmr.registry import HOOKS
+
+
+@HOOKS.register_module()
+class CDDSCorrelationHook(Hook):
+    """Recomputes CDDS's dataset-level correlation statistics at the start and periodically.
+
+    Args:
+        interval: iterations between two recomputations; ``None`` = the number of batches of
+            the hook's dataloader (once per epoch); ``0`` = only once, before training.
+        max_batches: read at most this many batches per recomputation (a random subset of the
+            dataset when the loader shuffles); ``None`` = all of them.
+        dataloader: dataloader config to read; ``None`` = the train loop's dataloader.
+    """
+
+    priority = 'ABOVE_NORMAL'
+
+    def __init__(self, interval: int | None = None, max_batches: int | None = None,
+                 dataloader: dict | None = None) -> None:
+        if interval is not None and interval < 0:
+            raise ValueError(f'interval must be non-negative or None, got {interval}')
+        if max_batches is not None and max_batches < 1:
+            raise ValueError(f'max_batches must be positive or None, got {max_batches}')
+        self.interval, self.max_batches = interval, max_batches
+        self.dataloader_cfg = dataloader
+        self._dataloader: Any = None
+
+    @staticmethod
+    def _model(runner) -> torch.nn.Module:
+        model = runner.model
+        return model.module if is_model_wrapper(model) else model
+
+    def _loader(self, runner) -> Any:
+        if self._dataloader is None:
+            self._dataloader = (runner.train_loop.dataloader if self.dataloader_cfg is None
+                                else runner.build_dataloader(self.dataloader_cfg,
+                                                             seed=runner.seed))
+        return self._dataloader
+
+    def _correlations(self, runner) -> list[torch.nn.Module]:
+        model = self._model(runner)
+        if not hasattr(model, 'dataset_correlations'):
+            raise TypeError(f'CDDSCorrelationHook needs a model with dataset_correlations() '
+                            f'(DualEncoderRetriever); got {type(model).__name__}')
+        correlations = model.dataset_correlations()
+        if not correlations:
+            raise ValueError("CDDSCorrelationHook: the model has no correlation in mode "
+                             "'dataset'; set correlation=dict(mode='dataset') or drop the hook")
+        return correlations
+
+    def refresh(self, runner) -> None:
+        """Empty the estimates and accumulate them over the dataloader (all ranks summed)."""
+        model = self._model(runner)
+        correlations = self._correlations(runner)
+        for correlation in correlations:
+            correlation.reset()
+        was_training = model.training
+        model.eval()
+        with preserved_rng_state(), torch.no_grad():
+            for index, batch in enumerate(self._loader(runner)):
+                if self.max_batches is not None and index >= self.max_batches:
+                    break
+                model.accumulate_correlation(**model.data_preprocessor(batch, False))
+        model.train(was_training)
+        for correlation in correlations:
+            # Summed sufficient statistics of all shards are those of the whole dataset.
+            dist.all_reduce(correlation.image_statistics, op='sum')
+            dist.all_reduce(correlation.text_statistics, op='sum')
+        images, words = correlations[0].num_accumulated_tokens
+        runner.logger.info(f'CDDS correlation statistics recomputed at iteration {runner.iter} '
+                           f'from {images:,} image and {words:,} text tokens')
+
+    def before_train(self, runner) -> None:
+        correlations = self._correlations(runner)
+        resumed_estimate = runner.iter > 0 and all(
+            min(c.num_accumulated_tokens) > 0 for c in correlations)
+        if not resumed_estimate:
+            self.refresh(runner)
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch: Any = None) -> None:
+        interval = len(self._loader(runner)) if self.interval is None else self.interval
+        if interval and runner.iter > 0 and runner.iter % interval == 0:
+            self.refresh(runner)
