@@ -1,0 +1,23 @@
+"""Using a trained model: load it, embed text in any trained language and media, search.
+
+``from xmr.apis import init_retriever, MediaIndex``::
+
+    model = init_retriever(config, checkpoint)
+    index = MediaIndex.from_media(model, image_or_video_files)
+    hits = index.search(model, ['ein Hund im Schnee'], lang='de', k=5)
+"""
+from xmr.apis.inference import (
+    VIDEO_SUFFIXES,
+    CheckpointMismatchError,
+    check_languages,
+    encode_media,
+    encode_texts,
+    init_retriever,
+    load_trained_checkpoint,
+    trained_languages,
+)
+from xmr.apis.search import MediaIndex, SearchHit
+
+__all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'check_languages', 'encode_media',
+           'encode_texts', 'init_retriever', 'load_trained_checkpoint', 'trained_languages',
+           'MediaIndex', 'SearchHit']

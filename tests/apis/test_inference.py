@@ -1,0 +1,139 @@
+"""xmr.apis: strict checkpoint loading, language checks, text/media embeddings as in evaluation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from PIL import Image
+from torch.utils.data import DataLoader
+
+import xmr  # noqa: F401
+from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
+from xmr.apis import (
+    CheckpointMismatchError,
+    encode_media,
+    encode_texts,
+    init_retriever,
+    trained_languages,
+)
+from xmr.datasets import Annotation, MediaRecord, dump_annotation, retrieval_collate
+from xmr.registry import DATASETS, MODELS
+
+TINY = dict(type='MediaTransform', backbone=None, size=32)
+
+
+def write_config(path, **model_overrides) -> str:
+    Config(dict(model=tiny_retriever_cfg(**model_overrides))).dump(path)
+    return str(path)
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    """A config file, a checkpoint of a model whose branch moved away from its init, the model."""
+    root = tmp_path_factory.mktemp('apis')
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_retriever_cfg())
+    with torch.no_grad():
+        for parameter in model.language_branch.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    torch.save({'meta': {'iter': 7}, 'state_dict': model.state_dict()}, root / 'tiny.pth')
+    return write_config(root / 'tiny.py'), root / 'tiny.pth', model.eval()
+
+
+def test_init_retriever_loads_every_weight(trained):
+    config, checkpoint, reference = trained
+    torch.manual_seed(1)  # a different random init, overwritten by the checkpoint
+    model = init_retriever(config, checkpoint)
+    assert not model.training and model.cfg.model.type == 'CrossLingualRetriever'
+    expected = reference.state_dict()
+    loaded = model.state_dict()
+    assert loaded.keys() == expected.keys()
+    for key, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(loaded[key], value), key
+    assert trained_languages(model) == ['en', 'de', 'zh']
+
+
+@pytest.mark.parametrize('overrides, message', [
+    (dict(language_branch=tiny_branch_cfg(languages=('de', 'fr'))),
+     r"languages: checkpoint \['de', 'zh'\] vs config \['de', 'fr'\]"),
+    (dict(backbone={**tiny_backbone_cfg(), 'model_cfg': {**TINY_CLIP, 'embed_dim': 48}}),
+     'embed_dim: checkpoint 32 vs config 48'),
+    (dict(language_branch=tiny_branch_cfg(adapters=dict(type='StaticAdapter', hidden=4))),
+     r'size mismatch for language_branch\.adapters'),
+], ids=['languages', 'embed_dim', 'adapter_shape'])
+def test_mismatched_checkpoint_names_the_mismatch(trained, tmp_path, overrides, message):
+    _, checkpoint, _ = trained
+    config = write_config(tmp_path / 'other.py', **overrides)
+    with pytest.raises(CheckpointMismatchError, match=f'(?s)checkpoint {checkpoint} does not '
+                       f'match the config: .*{message}'):
+        init_retriever(config, checkpoint)
+
+
+def test_missing_checkpoint_is_named(trained, tmp_path):
+    config, _, _ = trained
+    with pytest.raises(FileNotFoundError, match='checkpoint not found: .*nothing.pth'):
+        init_retriever(config, tmp_path / 'nothing.pth')
+
+
+def test_untrained_language_lists_the_trained_ones(trained):
+    _, _, model = trained
+    with pytest.raises(ValueError, match=r"not trained on \['ko'\]; trained languages: "
+                       r"\['en', 'de', 'zh'\]"):
+        encode_texts(model, ['개 한 마리'], 'ko')
+
+
+def test_text_embeddings_match_the_evaluation_path(trained):
+    _, _, model = trained
+    captions = {'de': [['ein roter Kreis', 'zwei blaue Quadrate links'], ['drei Dreiecke']],
+                'en': [['a red circle'], ['three green triangles at the top', 'a square']]}
+    batch = model.data_preprocessor({
+        'media': torch.zeros(2, 3, 32, 32, dtype=torch.uint8), 'media_id': ['a', 'b'],
+        'captions': [{lang: captions[lang][row] for lang in captions} for row in range(2)]})
+    predicted = model.predict(**batch)
+    for lang, per_item in captions.items():
+        texts = [text for item in per_item for text in item]
+        expected = torch.cat([out['caption_embeddings'][lang] for out in predicted])
+        # batch_size=1: no padding at all, so this also checks that padding changes nothing.
+        for batch_size in (len(texts), 1):
+            embeddings = encode_texts(model, texts, lang, batch_size=batch_size)
+            assert embeddings.shape == (len(texts), 32)
+            torch.testing.assert_close(embeddings, expected, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(encode_texts(model, 'a red circle', 'en').norm(dim=1), torch.ones(1))
+
+
+def test_media_embeddings_match_the_evaluation_path(trained, shared_data, tmp_path):
+    _, _, model = trained
+    video = shared_data / 'videos' / 'video_0.mov'
+    if not video.is_file():
+        pytest.skip(f'video fixture not found: {video}')
+    rng = np.random.default_rng(0)
+    paths = []
+    for i, (height, width) in enumerate([(40, 48), (64, 30)]):
+        paths.append(tmp_path / f'image{i}.png')
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[i])
+    for media_type, files in (('image', paths), ('video', [video])):
+        ann = Annotation(dataset='mine', split='test', media_type=media_type, languages=['en'],
+                         items=[MediaRecord(f'm{i}', str(path), {'en': ['a caption']})
+                                for i, path in enumerate(files)])
+        dump_annotation(ann, tmp_path / f'{media_type}.json')
+        dataset = DATASETS.build(dict(type='RetrievalDataset', num_frames=3, transform=TINY,
+                                      ann_file=str(tmp_path / f'{media_type}.json')))
+        batch = next(iter(DataLoader(dataset, batch_size=4, collate_fn=retrieval_collate)))
+        predicted = model.predict(**model.data_preprocessor(batch))
+        expected = torch.stack([out['media_embedding'] for out in predicted])
+        embeddings = encode_media(model, files, num_frames=3, batch_size=1)
+        torch.testing.assert_close(embeddings, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_media_tensors_and_bad_media(trained):
+    _, _, model = trained
+    image = torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8)
+    frames = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    mixed = encode_media(model, [image, frames, image])
+    assert mixed.shape == (3, 32)
+    torch.testing.assert_close(mixed[0], mixed[2])
+    torch.testing.assert_close(mixed[1], encode_media(model, [frames])[0])
+    with pytest.raises(ValueError, match=r'media\[1\]: a tensor must be uint8'):
+        encode_media(model, [image, image.float()])

@@ -1,0 +1,73 @@
+"""MediaIndex: search results equal a brute-force ranking of the same embeddings."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import xmr  # noqa: F401
+from tests.conftest import tiny_retriever_cfg
+from xmr.apis import MediaIndex, SearchHit, encode_media, encode_texts
+from xmr.registry import MODELS
+
+QUERIES = {'de': ['ein roter Kreis', 'zwei blaue Quadrate links'],
+           'zh': ['一个红色的圆'], 'en': ['three green triangles']}
+
+
+@pytest.fixture(scope='module')
+def model():
+    torch.manual_seed(0)
+    return MODELS.build(tiny_retriever_cfg()).eval()
+
+
+@pytest.fixture
+def image_files(tmp_path):
+    rng = np.random.default_rng(0)
+    paths = []
+    for name in ('beach', 'forest', 'city', 'desert', 'lake'):
+        paths.append(tmp_path / f'{name}.png')
+        Image.fromarray(rng.integers(0, 256, (36, 44, 3), dtype=np.uint8)).save(paths[-1])
+    return paths
+
+
+def test_search_equals_brute_force_in_every_language(model, image_files):
+    index = MediaIndex.from_media(model, image_files)
+    assert len(index) == 5 and index.media_ids == ['beach', 'forest', 'city', 'desert', 'lake']
+    gallery = encode_media(model, image_files)
+    for lang, queries in QUERIES.items():
+        hits = index.search(model, queries, lang=lang, k=3)
+        scores = encode_texts(model, queries, lang) @ gallery.T
+        best = scores.topk(3, dim=1)
+        assert len(hits) == len(queries)
+        for row, query_hits in enumerate(hits):
+            assert [hit.media_id for hit in query_hits] == [
+                index.media_ids[i] for i in best.indices[row].tolist()]
+            assert [hit.score for hit in query_hits] == pytest.approx(
+                best.values[row].tolist(), abs=1e-5)
+
+
+def test_k_beyond_the_gallery_returns_it_all_and_one_query_string(model, image_files):
+    index = MediaIndex.from_media(model, image_files[:2], media_ids=['x', 'y'])
+    hits = index.search(model, 'ein roter Kreis', lang='de', k=10)
+    assert len(hits) == 1 and sorted(hit.media_id for hit in hits[0]) == ['x', 'y']
+    assert all(isinstance(hit, SearchHit) for hit in hits[0])
+    with pytest.raises(ValueError, match='k must be positive'):
+        index.search(model, 'ein roter Kreis', lang='de', k=0)
+
+
+def test_approximate_index_returns_k_hits(model, image_files):
+    index = MediaIndex.from_media(model, image_files, index='hnsw', hnsw_m=4)
+    hits = index.search(model, QUERIES['de'], lang='de', k=4)
+    assert [len(row) for row in hits] == [4, 4]
+
+
+def test_bad_input_is_named(model, image_files):
+    index = MediaIndex.from_media(model, image_files[:1])
+    with pytest.raises(ValueError, match=r"not trained on \['fr'\]; trained languages: "
+                       r"\['en', 'de', 'zh'\]"):
+        index.search(model, 'un cercle rouge', lang='fr')
+    with pytest.raises(ValueError, match="media_ids 0 and 1 are both 'a'"):
+        MediaIndex(torch.eye(2), ['a', 'a'])
+    with pytest.raises(ValueError, match='1 media_ids for 2 media'):
+        MediaIndex.from_media(model, image_files[:2], media_ids=['a'])

@@ -1,0 +1,227 @@
+"""Load a trained retriever and embed text in any trained language, images and videos.
+
+Embeddings come out exactly as in evaluation: L2-normalised float32 on the CPU, text through the
+frozen tower (source language) or the target-language branch, media through the image tower
+(videos: frames encoded as images and mean-pooled).
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from mmengine.config import Config
+from mmengine.runner.checkpoint import CheckpointLoader, load_state_dict
+from mmengine.utils import import_modules_from_strings
+from torch import Tensor
+
+from xmr.datasets.media_io import read_image, read_video_frames
+from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.models.retriever import CrossLingualRetriever
+from xmr.registry import MODELS, TRANSFORMS
+
+__all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
+           'load_trained_checkpoint', 'trained_languages', 'check_languages', 'encode_texts',
+           'encode_media']
+
+#: File suffixes read as videos (12 uniformly sampled frames by default); others as images.
+VIDEO_SUFFIXES = ('.mp4', '.mkv', '.mov', '.avi', '.webm', '.m4v', '.mpg', '.mpeg')
+
+MediaInput = str | os.PathLike | Tensor
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint does not fit the model its config builds (backbone, languages, shapes)."""
+
+
+def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.PathLike | None = None,
+                   device: str | torch.device = 'cpu',
+                   cfg_options: Mapping[str, Any] | None = None) -> CrossLingualRetriever:
+    """Build the model of a config, load a trained checkpoint into it and set it to eval mode.
+
+    Args:
+        config: config file or :class:`Config` (its ``model`` is built; ``custom_imports`` are
+            imported first).
+        checkpoint: ``.pth`` written by training; ``None`` keeps the built weights.
+        device: where the model runs.
+        cfg_options: overrides merged into the config, as ``--cfg-options`` does.
+
+    Returns:
+        The model, with the config as ``model.cfg``.
+
+    Raises:
+        CheckpointMismatchError: when the checkpoint's backbone, languages or parameter shapes
+            differ from the config's (the message names each mismatch).
+    """
+    cfg = config if isinstance(config, Config) else Config.fromfile(str(config))
+    if cfg_options:
+        cfg.merge_from_dict(dict(cfg_options))
+    if 'model' not in cfg:
+        raise KeyError(f'config {getattr(cfg, "filename", config)} has no model')
+    if cfg.get('custom_imports'):
+        import_modules_from_strings(**cfg.custom_imports)
+    model = MODELS.build(cfg.model)
+    if not isinstance(model, CrossLingualRetriever):
+        raise TypeError(f'the config builds a {type(model).__name__}; xmr.apis serves '
+                        'CrossLingualRetriever models')
+    if checkpoint is not None:
+        load_trained_checkpoint(model, checkpoint)
+    model.cfg = cfg
+    return model.to(device).eval()
+
+
+def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLike) -> dict:
+    """Load every weight of a training checkpoint into ``model``, strictly.
+
+    MMEngine's default ``load_from`` only warns on missing keys and shape mismatches; a test run
+    would then score the built (random or pretrained-only) weights. Here any difference fails.
+
+    Args:
+        model: the model built from the config (a model wrapper is unwrapped).
+        checkpoint: the ``.pth`` file (``state_dict`` of an MMEngine checkpoint, or a bare one).
+
+    Returns:
+        The checkpoint's ``meta`` (empty when absent).
+
+    Raises:
+        FileNotFoundError: if the file is missing.
+        CheckpointMismatchError: naming the checkpoint and every mismatch: backbone type,
+            architecture, embedding width and languages (recorded by the retriever), then missing,
+            unexpected or differently shaped parameters.
+    """
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise FileNotFoundError(f'checkpoint not found: {path}')
+    allow_mmengine_checkpoint_types()
+    loaded = CheckpointLoader.load_checkpoint(str(path), map_location='cpu', logger='silent')
+    state = loaded.get('state_dict', loaded) if isinstance(loaded, dict) else None
+    if not isinstance(state, Mapping):
+        raise CheckpointMismatchError(f'checkpoint {path} holds no state_dict')
+    # Checkpoints of DDP-wrapped models prefix every key with 'module.'.
+    state = {re.sub(r'^module\.', '', key): value for key, value in state.items()}
+    try:
+        load_state_dict(model, state, strict=True, logger=None)
+    except (ValueError, RuntimeError) as error:
+        raise CheckpointMismatchError(f'checkpoint {path} does not match the config: '
+                                      f'{_first_lines(str(error))}') from error
+    return dict(loaded.get('meta') or {})
+
+
+def _first_lines(message: str, limit: int = 6) -> str:
+    """The first ``limit`` non-empty lines of a message (a mismatch can list every parameter)."""
+    lines = [line for line in message.splitlines() if line.strip()]
+    more = f'\n... and {len(lines) - limit} more' if len(lines) > limit else ''
+    return '\n'.join(lines[:limit]) + more
+
+
+def trained_languages(model: CrossLingualRetriever) -> list[str]:
+    """The languages the model embeds: the source language, then the target languages."""
+    return [model.source_language, *model.languages]
+
+
+def check_languages(model: CrossLingualRetriever, languages: Sequence[str],
+                    where: str = 'query') -> None:
+    """Fail unless the model was trained on every language.
+
+    Raises:
+        ValueError: naming ``where``, the untrained languages and the trained ones.
+    """
+    trained = trained_languages(model)
+    untrained = [lang for lang in languages if lang not in trained]
+    if untrained:
+        raise ValueError(f'{where}: the model was not trained on {untrained}; trained '
+                         f'languages: {trained}')
+
+
+@torch.no_grad()
+def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang: str,
+                 batch_size: int = 256) -> Tensor:
+    """Embed captions or queries of one language.
+
+    Args:
+        model: a trained retriever.
+        texts: one text or several.
+        lang: their language, the source language or a trained target language.
+        batch_size: texts per forward pass.
+
+    Returns:
+        ``[N, E]`` L2-normalised float32 on the CPU.
+    """
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    check_languages(model, [lang])
+    if not texts:
+        raise ValueError('no texts to encode')
+    empty = [i for i, text in enumerate(texts) if not isinstance(text, str) or not text.strip()]
+    if empty:
+        raise ValueError(f'texts {empty[:10]} are empty or not strings')
+    if batch_size < 1:
+        raise ValueError(f'batch_size must be positive, got {batch_size}')
+    rows = []
+    for start in range(0, len(texts), batch_size):
+        batch = model.data_preprocessor({'captions': [{lang: texts[start:start + batch_size]}]})
+        tokens, _ = batch['caption_tokens'][lang]
+        rows.append(F.normalize(model.encode_text(tokens, lang).float(), dim=-1).cpu())
+    return torch.cat(rows)
+
+
+@torch.no_grad()
+def encode_media(model: CrossLingualRetriever, media: Sequence[MediaInput],
+                 transform: Mapping[str, Any] | None = None, num_frames: int = 12,
+                 batch_size: int = 32) -> Tensor:
+    """Embed images and videos, given as files or as decoded uint8 tensors.
+
+    Args:
+        model: a trained retriever.
+        media: file paths (a suffix in :data:`VIDEO_SUFFIXES` reads a video) or uint8 tensors
+            ``[3, H, W]`` (image) / ``[T, 3, H, W]`` (video frames).
+        transform: ``TRANSFORMS`` config of the resize + crop; default: ``MediaTransform`` at
+            the backbone's input size (short-side resize, centre crop, bicubic, as open_clip
+            evaluates). Pass the test dataset's transform when it differs.
+        num_frames: frames sampled per video file, uniformly, segment centres (evaluation).
+        batch_size: media per forward pass; images and videos go in separate batches.
+
+    Returns:
+        ``[N, E]`` L2-normalised float32 on the CPU, in input order.
+    """
+    media = list(media)
+    if not media:
+        raise ValueError('no media to encode')
+    if batch_size < 1 or num_frames < 1:
+        raise ValueError(f'batch_size and num_frames must be positive, got {batch_size} and '
+                         f'{num_frames}')
+    resize = TRANSFORMS.build(dict(transform) if transform is not None else dict(
+        type='MediaTransform', backbone=None, size=tuple(model.backbone.image_size)))
+    decoded = [resize(_decode(item, num_frames, position)) for position, item in
+               enumerate(media)]
+    embeddings: list[Tensor | None] = [None] * len(decoded)
+    for rank in (3, 4):
+        positions = [i for i, item in enumerate(decoded) if item.dim() == rank]
+        for start in range(0, len(positions), batch_size):
+            chunk = positions[start:start + batch_size]
+            sizes = {tuple(decoded[i].shape) for i in chunk}
+            if len(sizes) > 1:
+                raise ValueError(f'media of one batch must share a shape after the transform, '
+                                 f'got {sorted(sizes)} (videos need the same frame count)')
+            batch = model.data_preprocessor.normalize_media(torch.stack([decoded[i]
+                                                                         for i in chunk]))
+            rows = F.normalize(model.encode_media(batch).float(), dim=-1).cpu()
+            for i, row in zip(chunk, rows):
+                embeddings[i] = row
+    return torch.stack(embeddings)
+
+
+def _decode(item: MediaInput, num_frames: int, position: int) -> Tensor:
+    if isinstance(item, Tensor):
+        if item.dtype != torch.uint8 or item.dim() not in (3, 4) or item.shape[-3] != 3:
+            raise ValueError(f'media[{position}]: a tensor must be uint8 [3, H, W] or '
+                             f'[T, 3, H, W], got {item.dtype} {tuple(item.shape)}')
+        return item
+    path = Path(item)
+    if path.suffix.lower() in VIDEO_SUFFIXES:
+        frames, _ = read_video_frames(path, num_frames, random_offset=False)
+        return frames
+    return read_image(path)

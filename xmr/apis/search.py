@@ -1,0 +1,117 @@
+"""Text-to-media search: a gallery index of media embeddings, queried in any trained language."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from xmr.apis.inference import MediaInput, encode_media, encode_texts
+from xmr.evaluation.search import FaissSearcher
+from xmr.models.retriever import CrossLingualRetriever
+
+__all__ = ['SearchHit', 'MediaIndex']
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One retrieved media.
+
+    Attributes:
+        media_id: the id the gallery gave the media.
+        score: cosine similarity between query and media.
+    """
+
+    media_id: str
+    score: float
+
+
+class MediaIndex:
+    """A searchable gallery: media embeddings behind a :class:`FaissSearcher`.
+
+    Encode the gallery once, then query it with text in any language the model was trained on::
+
+        model = init_retriever('configs/demo/static_tiny-clip_synthetic.py', 'best.pth')
+        index = MediaIndex.from_media(model, ['a.jpg', 'b.jpg', 'clip.mp4'])
+        hits = index.search(model, 'zwei rote Kreise', lang='de', k=2)[0]
+        # [SearchHit(media_id='b', score=0.41), SearchHit(media_id='clip', score=0.17)]
+
+    Args:
+        embeddings: ``[G, E]`` L2-normalised media embeddings.
+        media_ids: one unique id per row.
+        index: ``'flat'`` (exact, default), ``'ivf'`` or ``'hnsw'`` (approximate, for large
+            galleries).
+        **search_options: further :class:`FaissSearcher` options (``nprobe``, ``ef_search``, ...).
+    """
+
+    def __init__(self, embeddings: Tensor, media_ids: Sequence[str], index: str = 'flat',
+                 **search_options: Any) -> None:
+        media_ids = [str(media_id) for media_id in media_ids]
+        seen: dict[str, int] = {}
+        for position, media_id in enumerate(media_ids):
+            if media_id in seen:
+                raise ValueError(f"media_ids {seen[media_id]} and {position} are both "
+                                 f"'{media_id}'; every gallery item needs its own id")
+            seen[media_id] = position
+        self.searcher = FaissSearcher(embeddings, index=index, ids=media_ids, **search_options)
+        self.media_ids = media_ids
+
+    @classmethod
+    def from_media(cls, model: CrossLingualRetriever, media: Sequence[MediaInput],
+                   media_ids: Sequence[str] | None = None, index: str = 'flat',
+                   transform: Mapping[str, Any] | None = None, num_frames: int = 12,
+                   batch_size: int = 32, **search_options: Any) -> MediaIndex:
+        """Encode media with the model (:func:`~xmr.apis.encode_media`) and index them.
+
+        Args:
+            model: a trained retriever.
+            media: image/video files or uint8 tensors.
+            media_ids: an id per media; default: the file name without suffix, or the position
+                for tensors.
+            index: faiss index type.
+            transform: media transform config (see :func:`~xmr.apis.encode_media`).
+            num_frames: frames per video file.
+            batch_size: media per forward pass.
+            **search_options: :class:`FaissSearcher` options.
+        """
+        media = list(media)
+        if media_ids is None:
+            media_ids = [str(position) if isinstance(item, Tensor) else Path(item).stem
+                         for position, item in enumerate(media)]
+        elif len(media_ids) != len(media):
+            raise ValueError(f'{len(media_ids)} media_ids for {len(media)} media')
+        embeddings = encode_media(model, media, transform=transform, num_frames=num_frames,
+                                  batch_size=batch_size)
+        return cls(embeddings, media_ids, index=index, **search_options)
+
+    def __len__(self) -> int:
+        return self.searcher.gallery_size
+
+    def search(self, model: CrossLingualRetriever, queries: str | Sequence[str], lang: str,
+               k: int = 10) -> list[list[SearchHit]]:
+        """The ``k`` best media for each text query.
+
+        Args:
+            model: the retriever that encoded the gallery.
+            queries: one query or several, in ``lang``.
+            lang: the queries' language; one the model was trained on.
+            k: hits per query (at most the gallery size).
+
+        Returns:
+            Per query, its hits in decreasing score order.
+
+        Raises:
+            ValueError: for an untrained language (listing the trained ones), or a bad ``k``.
+        """
+        return self.search_embeddings(encode_texts(model, queries, lang), k)
+
+    def search_embeddings(self, queries: Tensor, k: int = 10) -> list[list[SearchHit]]:
+        """Like :meth:`search`, for ``[Q, E]`` query embeddings computed elsewhere."""
+        if k < 1:
+            raise ValueError(f'k must be positive, got {k}')
+        scores, ids = self.searcher.search_ids(queries, min(k, len(self)))
+        return [[SearchHit(media_id, float(score))
+                 for media_id, score in zip(row_ids, row_scores.tolist()) if media_id is not None]
+                for row_ids, row_scores in zip(ids, scores)]
