@@ -10,11 +10,14 @@ A file is one JSON document (schema in ``docs/data.md``)::
                 "translations": {"de": ["<machine translation of the en caption>"]}}]}
 
 ``translations[lang][k]`` is the machine translation of ``captions[source_lang][k]``: the training
-pairs of the cross-lingual phases. Every item carries captions for every language of
-``languages`` and translations for every language of ``translation_langs``, so a retrieval gallery
-never has holes. :func:`load_annotation` validates all of it and names the file, the item and the
-key at fault; :func:`dump_annotation` writes through a temporary file and a rename, so a failed
-conversion never leaves a partial file behind.
+pairs of the cross-lingual phases. Optional ``back_translations[lang][k]`` is the machine
+translation of ``captions[lang][k]`` back into ``source_lang`` (PECTVLM's translate-test and
+routine 3). Every item carries captions for every language of ``languages``, translations for
+every language of ``translation_langs`` and back-translations for every language of
+``back_translation_langs``, so a retrieval gallery never has holes. :func:`load_annotation`
+validates all of it and names the file, the item and the key at fault; :func:`dump_annotation`
+writes through a temporary file and a rename, so a failed conversion never leaves a partial file
+behind.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ MEDIA_TYPES = ('image', 'video')
 # ISO 639-1/-3 code with an optional region or script subtag (``zh``, ``pt-BR``, ``zh-Hant``).
 _LANGUAGE_CODE = re.compile(r'^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$')
 _HEADER_KEYS = ('format', 'version', 'dataset', 'split', 'media_type', 'languages', 'items')
-_ITEM_KEYS = {'media_id', 'media_path', 'captions', 'translations'}
+_ITEM_KEYS = {'media_id', 'media_path', 'captions', 'translations', 'back_translations'}
 
 
 class AnnotationError(ValueError):
@@ -55,18 +58,23 @@ class MediaRecord:
         captions: language -> one or more human captions.
         translations: language -> machine translations, aligned one to one with
             ``captions[source_lang]``; empty for evaluation data.
+        back_translations: language -> machine translations of ``captions[language]`` into
+            ``source_lang``, aligned one to one with ``captions[language]``; usually empty.
     """
 
     media_id: str
     media_path: str
     captions: dict[str, list[str]]
     translations: dict[str, list[str]] = field(default_factory=dict)
+    back_translations: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {'media_id': self.media_id, 'media_path': self.media_path,
                                 'captions': self.captions}
         if self.translations:
             data['translations'] = self.translations
+        if self.back_translations:
+            data['back_translations'] = self.back_translations
         return data
 
 
@@ -82,6 +90,8 @@ class Annotation:
         items: the records, in file order.
         source_lang: language the translations were made from; required with translations.
         translation_langs: languages of the machine translations, present in every record.
+        back_translation_langs: caption languages whose captions every record also carries
+            machine-translated into ``source_lang``.
     """
 
     dataset: str
@@ -91,6 +101,7 @@ class Annotation:
     items: list[MediaRecord]
     source_lang: str | None = None
     translation_langs: list[str] = field(default_factory=list)
+    back_translation_langs: list[str] = field(default_factory=list)
 
     def validate(self, origin: str = '<memory>') -> None:
         """Check the whole annotation against the schema.
@@ -114,6 +125,18 @@ class Annotation:
         if self.source_lang is not None and self.source_lang not in self.languages:
             raise AnnotationError(f'{origin}: source_lang {self.source_lang!r} is not one of '
                                   f'the caption languages {self.languages}')
+        _check_languages(self.back_translation_langs, 'back_translation_langs', origin,
+                         allow_empty=True)
+        if self.back_translation_langs:
+            if self.source_lang is None:
+                raise AnnotationError(f'{origin}: back_translation_langs is set but source_lang '
+                                      'is missing; back-translations need the language they '
+                                      'go to')
+            wrong = [lang for lang in self.back_translation_langs
+                     if lang not in self.languages or lang == self.source_lang]
+            if wrong:
+                raise AnnotationError(f'{origin}: back_translation_langs {wrong} must be caption '
+                                      f'languages other than the source {self.source_lang!r}')
         if not self.items:
             raise AnnotationError(f'{origin}: the file holds no items')
         seen: dict[str, int] = {}
@@ -135,6 +158,8 @@ class Annotation:
             data['source_lang'] = self.source_lang
         if self.translation_langs:
             data['translation_langs'] = self.translation_langs
+        if self.back_translation_langs:
+            data['back_translation_langs'] = self.back_translation_langs
         data['items'] = [record.to_json() for record in self.items]
         return data
 
@@ -198,6 +223,19 @@ def _check_record(record: MediaRecord, ann: Annotation, where: str) -> None:
             raise AnnotationError(f'{where}: translations[{lang!r}] has {len(texts)} entries but '
                                   f'captions[{ann.source_lang!r}] has {expected}; each source '
                                   'caption needs exactly one translation')
+    if not isinstance(record.back_translations, dict) or (
+            set(record.back_translations) != set(ann.back_translation_langs)):
+        found = (sorted(record.back_translations) if isinstance(record.back_translations, dict)
+                 else record.back_translations)
+        raise AnnotationError(f'{where}: back_translations must have exactly the languages '
+                              f'{ann.back_translation_langs}, found {found}')
+    for lang, texts in record.back_translations.items():
+        _check_texts(texts, f'{where}: back_translations[{lang!r}]')
+        if len(texts) != len(record.captions[lang]):
+            raise AnnotationError(f'{where}: back_translations[{lang!r}] has {len(texts)} '
+                                  f'entries but captions[{lang!r}] has '
+                                  f'{len(record.captions[lang])}; each caption needs exactly '
+                                  'one back-translation')
 
 
 def _record_from_json(data: Any, where: str) -> MediaRecord:
@@ -211,7 +249,8 @@ def _record_from_json(data: Any, where: str) -> MediaRecord:
         raise AnnotationError(f'{where} has unknown keys {sorted(unknown)}; allowed: '
                               f'{sorted(_ITEM_KEYS)}')
     return MediaRecord(media_id=data['media_id'], media_path=data['media_path'],
-                       captions=data['captions'], translations=data.get('translations', {}))
+                       captions=data['captions'], translations=data.get('translations', {}),
+                       back_translations=data.get('back_translations', {}))
 
 
 def annotation_from_json(data: Any, origin: str) -> Annotation:
@@ -239,7 +278,8 @@ def annotation_from_json(data: Any, origin: str) -> Annotation:
     ann = Annotation(dataset=data['dataset'], split=data['split'],
                      media_type=data['media_type'], languages=data['languages'], items=items,
                      source_lang=data.get('source_lang'),
-                     translation_langs=data.get('translation_langs', []))
+                     translation_langs=data.get('translation_langs', []),
+                     back_translation_langs=data.get('back_translation_langs', []))
     ann.validate(origin)
     return ann
 

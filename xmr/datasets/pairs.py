@@ -11,9 +11,13 @@ from xmr.datasets.base import MediaCaptionDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.registry import DATASETS
 
-__all__ = ['CaptionPairDataset', 'TARGET_FIELDS']
+__all__ = ['CaptionPairDataset', 'TARGET_FIELDS', 'TRANSLATED_TEXTS']
 
 TARGET_FIELDS = ('translations', 'captions')
+#: Machine translations an item can carry besides its two texts (PECTVLM's routines):
+#: ``source_to_target`` (the source caption translated into ``lang``) and ``target_to_source``
+#: (the target caption translated back into the source language).
+TRANSLATED_TEXTS = ('source_to_target', 'target_to_source')
 
 
 @DATASETS.register_module()
@@ -35,11 +39,15 @@ class CaptionPairDataset(MediaCaptionDataset):
             such as Multi30K task 1 or XTD10 (every record must have equal counts).
         source_only: one item per source caption with ``target_text=None`` (English CLIP
             fine-tuning).
+        translated_texts: machine translations each item also carries, from
+            :data:`TRANSLATED_TEXTS`: ``source_to_target`` adds ``source_to_target_text``
+            (``translations[lang][k]``), ``target_to_source`` adds ``target_to_source_text``
+            (``back_translations[lang][k]``, with ``target_field='captions'``).
     """
 
     def __init__(self, ann_file: str | os.PathLike, target_langs: Sequence[str] | None = None,
                  target_field: str = 'translations', source_only: bool = False,
-                 **kwargs: Any) -> None:
+                 translated_texts: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(ann_file, **kwargs)
         ann = self.annotation
         if ann.source_lang is None:
@@ -61,7 +69,29 @@ class CaptionPairDataset(MediaCaptionDataset):
             if missing or not self.target_langs:
                 raise ValueError(f'{self.ann_file} has no {target_field} in {missing or "any"} '
                                  f'language; it has {available}')
+        self.translated_texts = self._check_translated_texts(translated_texts)
         self._record, self._caption, self._lang = self._build_index()
+
+    def _check_translated_texts(self, translated_texts: Sequence[str]) -> tuple[str, ...]:
+        ann = self.annotation
+        unknown = [t for t in translated_texts if t not in TRANSLATED_TEXTS]
+        if unknown:
+            raise ValueError(f'translated_texts {unknown} unknown; choose from {TRANSLATED_TEXTS}')
+        if translated_texts and self.source_only:
+            raise ValueError('source_only items have no target language to translate; drop '
+                             'translated_texts')
+        needs = {'source_to_target': ('translations', ann.translation_langs),
+                 'target_to_source': ('back_translations', ann.back_translation_langs)}
+        for kind in translated_texts:
+            field, available = needs[kind]
+            missing = [lang for lang in self.target_langs if lang not in available]
+            if missing:
+                raise ValueError(f'{self.ann_file} has no {field} in {missing} for '
+                                 f'translated_texts={kind!r}; it has {list(available)}')
+        if 'target_to_source' in translated_texts and self.target_field != 'captions':
+            raise ValueError("translated_texts='target_to_source' back-translates human target "
+                             "captions; it needs target_field='captions'")
+        return tuple(translated_texts)
 
     def _build_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         counts = np.asarray([len(record.captions[self.source_lang]) for record in self.records],
@@ -103,5 +133,10 @@ class CaptionPairDataset(MediaCaptionDataset):
             table = (record.translations if self.target_field == 'translations'
                      else record.captions)
             target_text = table[lang][caption]
-        return {'media': media, 'media_id': record.media_id, 'source_text': source_text,
+        item = {'media': media, 'media_id': record.media_id, 'source_text': source_text,
                 'target_text': target_text, 'lang': lang, 'index': index}
+        if 'source_to_target' in self.translated_texts:
+            item['source_to_target_text'] = record.translations[lang][caption]
+        if 'target_to_source' in self.translated_texts:
+            item['target_to_source_text'] = record.back_translations[lang][caption]
+        return item

@@ -26,11 +26,15 @@ class RetrievalDataset(MediaCaptionDataset):
         translated_languages: languages whose queries are the file's machine translations of
             the source captions, for splits without human captions in them (Multi-MSRVTT's
             validation split); ``metainfo['translated_languages']`` lists them.
+        back_translated_languages: languages whose captions' back-translations into the source
+            language each item also carries as ``back_translations={lang: [...]}`` (aligned
+            with ``captions[lang]``), for models that query with them (translate-test).
         test_mode: defaults to ``True``: segment-centre frames, no augmentation.
     """
 
     def __init__(self, ann_file: str | os.PathLike, languages: Sequence[str] | None = None,
-                 translated_languages: Sequence[str] = (), test_mode: bool = True,
+                 translated_languages: Sequence[str] = (),
+                 back_translated_languages: Sequence[str] = (), test_mode: bool = True,
                  **kwargs: Any) -> None:
         super().__init__(ann_file, test_mode=test_mode, **kwargs)
         ann = self.annotation
@@ -45,6 +49,12 @@ class RetrievalDataset(MediaCaptionDataset):
         if missing:
             raise ValueError(f'{self.ann_file} has no {missing} translations; it has '
                              f'{ann.translation_langs}')
+        self.back_translated_languages = list(back_translated_languages)
+        missing = [lang for lang in self.back_translated_languages
+                   if lang not in ann.back_translation_langs]
+        if missing:
+            raise ValueError(f'{self.ann_file} has no {missing} back-translations; it has '
+                             f'{ann.back_translation_langs}')
         both = set(self.languages) & set(self.translated_languages)
         if both:
             raise ValueError(f'{sorted(both)} asked for as human and as translated captions')
@@ -55,7 +65,8 @@ class RetrievalDataset(MediaCaptionDataset):
     def metainfo(self) -> dict[str, Any]:
         return {**super().metainfo,
                 'languages': self.languages + self.translated_languages,
-                'translated_languages': list(self.translated_languages)}
+                'translated_languages': list(self.translated_languages),
+                'back_translated_languages': list(self.back_translated_languages)}
 
     def __len__(self) -> int:
         return len(self.records)
@@ -68,5 +79,9 @@ class RetrievalDataset(MediaCaptionDataset):
         captions = {lang: list(record.captions[lang]) for lang in self.languages}
         captions.update({lang: list(record.translations[lang])
                          for lang in self.translated_languages})
-        return {'media': media, 'media_id': record.media_id, 'captions': captions,
+        item = {'media': media, 'media_id': record.media_id, 'captions': captions,
                 'index': index}
+        if self.back_translated_languages:
+            item['back_translations'] = {lang: list(record.back_translations[lang])
+                                         for lang in self.back_translated_languages}
+        return item

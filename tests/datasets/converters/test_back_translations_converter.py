@@ -1,0 +1,55 @@
+"""Back-translation files: export a language's captions, attach their translations."""
+from __future__ import annotations
+
+import pytest
+
+from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation, load_annotation
+from xmr.datasets.converters.back_translations import (
+    attach_back_translations,
+    export_captions,
+    main_attach_back,
+)
+from xmr.datasets.converters.errors import ConversionError
+
+
+def _ann() -> Annotation:
+    return Annotation(dataset='demo', split='test', media_type='image', languages=['en', 'de'],
+                      source_lang='en',
+                      items=[MediaRecord('a', 'a.jpg', {'en': ['a dog'],
+                                                        'de': ['ein Hund', 'ein Köter']}),
+                             MediaRecord('b', 'b.jpg', {'en': ['a cat'], 'de': ['eine Katze']})])
+
+
+def test_export_then_attach_aligns_each_line_with_its_caption(tmp_path):
+    assert export_captions(_ann(), 'de', tmp_path / 'de.txt') == 3
+    assert (tmp_path / 'de.txt').read_text(encoding='utf-8').splitlines() == [
+        'ein Hund', 'ein Köter', 'eine Katze']
+    (tmp_path / 'de2en.txt').write_text('a dog\r\na mutt\r\na cat', encoding='utf-8')
+    ann = attach_back_translations(_ann(), {'de': tmp_path / 'de2en.txt'})
+    assert ann.back_translation_langs == ['de']
+    assert [r.back_translations for r in ann.items] == [{'de': ['a dog', 'a mutt']},
+                                                        {'de': ['a cat']}]
+    ann.validate()
+
+
+def test_wrong_line_count_and_source_language_are_refused(tmp_path):
+    (tmp_path / 'de2en.txt').write_text('a dog\na cat\n', encoding='utf-8')
+    with pytest.raises(ConversionError, match=r'de2en.txt has 2 lines but demo/test has 3 de '
+                                              'captions'):
+        attach_back_translations(_ann(), {'de': tmp_path / 'de2en.txt'})
+    with pytest.raises(ConversionError, match="'en' is the source language"):
+        attach_back_translations(_ann(), {'en': tmp_path / 'de2en.txt'})
+
+
+def test_command_line_exports_and_attaches(tmp_path, capsys):
+    dump_annotation(_ann(), tmp_path / 'ann.json')
+    main_attach_back([str(tmp_path / 'ann.json'), '--export', f'de={tmp_path / "de.txt"}'])
+    assert len((tmp_path / 'de.txt').read_text(encoding='utf-8').splitlines()) == 3
+    (tmp_path / 'de2en.txt').write_text('a dog\na mutt\na cat\n', encoding='utf-8')
+    main_attach_back([str(tmp_path / 'ann.json'), '--back-translations',
+                      f'de={tmp_path / "de2en.txt"}', '--out', str(tmp_path / 'out.json')])
+    assert load_annotation(tmp_path / 'out.json').items[1].back_translations == {'de': ['a cat']}
+    with pytest.raises(SystemExit, match='has 2 lines'):
+        (tmp_path / 'short.txt').write_text('x\ny\n', encoding='utf-8')
+        main_attach_back([str(tmp_path / 'ann.json'), '--back-translations',
+                          f'de={tmp_path / "short.txt"}'])

@@ -1,0 +1,109 @@
+"""Back-translations in the annotation, and datasets that carry machine translations along."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from xmr.datasets import (
+    Annotation,
+    AnnotationError,
+    CaptionPairDataset,
+    MediaRecord,
+    RetrievalDataset,
+    dump_annotation,
+    load_annotation,
+)
+
+TINY = dict(type='MediaTransform', backbone=None, size=8)
+
+
+def _annotation(**overrides) -> Annotation:
+    fields = dict(
+        dataset='xtd10', split='train', media_type='image', languages=['en', 'de', 'fr'],
+        source_lang='en', translation_langs=['de', 'fr'], back_translation_langs=['de'],
+        items=[
+            MediaRecord('a', 'a.jpg', {'en': ['a dog'], 'de': ['ein Hund'], 'fr': ['un chien']},
+                        {'de': ['MT ein Hund'], 'fr': ['MT un chien']},
+                        {'de': ['BT a dog']}),
+            MediaRecord('b', 'b.jpg', {'en': ['a cat'], 'de': ['eine Katze'],
+                                       'fr': ['un chat']},
+                        {'de': ['MT eine Katze'], 'fr': ['MT un chat']},
+                        {'de': ['BT a cat']})])
+    fields.update(overrides)
+    return Annotation(**fields)
+
+
+@pytest.fixture
+def ann_file(tmp_path):
+    dump_annotation(_annotation(), tmp_path / 'ann.json')
+    return tmp_path / 'ann.json'
+
+
+def test_back_translations_round_trip(ann_file):
+    assert load_annotation(ann_file) == _annotation()
+    data = json.loads(ann_file.read_text(encoding='utf-8'))
+    assert data['back_translation_langs'] == ['de']
+    assert data['items'][1]['back_translations'] == {'de': ['BT a cat']}
+
+
+@pytest.mark.parametrize(('change', 'message'), [
+    (dict(back_translation_langs=['en']), r"back_translation_langs \['en'\] must be caption "
+                                          r"languages other than the source 'en'"),
+    (dict(back_translation_langs=['cs']), r"back_translation_langs \['cs'\] must be caption"),
+    (dict(back_translation_langs=['fr']), r"back_translations must have exactly the languages "
+                                          r"\['fr'\], found \['de'\]"),
+])
+def test_inconsistent_back_translations_are_named(change, message):
+    with pytest.raises(AnnotationError, match=message):
+        _annotation(**change).validate('ann.json')
+
+
+def test_back_translations_must_align_with_their_captions():
+    ann = _annotation()
+    ann.items[0].back_translations['de'] = ['BT a dog', 'BT extra']
+    with pytest.raises(AnnotationError, match=r"item 0 \(media_id 'a'\): back_translations"
+                                              r"\['de'\] has 2 entries but captions\['de'\] "
+                                              r'has 1'):
+        ann.validate('ann.json')
+
+
+def test_pair_items_carry_the_requested_translations(ann_file):
+    dataset = CaptionPairDataset(ann_file, target_langs=['de'], target_field='captions',
+                                 translated_texts=['source_to_target', 'target_to_source'],
+                                 with_media=False, transform=TINY)
+    item = dataset[1]
+    assert (item['source_text'], item['target_text'], item['lang']) == ('a cat', 'eine Katze',
+                                                                         'de')
+    assert item['source_to_target_text'] == 'MT eine Katze'
+    assert item['target_to_source_text'] == 'BT a cat'
+    plain = CaptionPairDataset(ann_file, target_langs=['de'], target_field='captions',
+                               with_media=False, transform=TINY)
+    assert 'source_to_target_text' not in plain[0] and 'target_to_source_text' not in plain[0]
+
+
+def test_missing_translations_are_refused_early(ann_file):
+    with pytest.raises(ValueError, match=r"no back_translations in \['fr'\] for "
+                                         r"translated_texts='target_to_source'"):
+        CaptionPairDataset(ann_file, target_field='captions', translated_texts=[
+            'target_to_source'], with_media=False, transform=TINY)
+    with pytest.raises(ValueError, match="needs target_field='captions'"):
+        CaptionPairDataset(ann_file, target_langs=['de'], translated_texts=['target_to_source'],
+                           with_media=False, transform=TINY)
+    with pytest.raises(ValueError, match=r"translated_texts \['to_english'\] unknown"):
+        CaptionPairDataset(ann_file, translated_texts=['to_english'], with_media=False,
+                           transform=TINY)
+
+
+def test_retrieval_items_carry_back_translations(ann_file):
+    dataset = RetrievalDataset(ann_file, languages=['en', 'de'], back_translated_languages=['de'],
+                               with_media=False, transform=TINY)
+    item = dataset[0]
+    assert item['captions'] == {'en': ['a dog'], 'de': ['ein Hund']}
+    assert item['back_translations'] == {'de': ['BT a dog']}
+    assert dataset.metainfo['back_translated_languages'] == ['de']
+    assert 'back_translations' not in RetrievalDataset(ann_file, with_media=False,
+                                                       transform=TINY)[0]
+    with pytest.raises(ValueError, match=r"no \['fr'\] back-translations; it has \['de'\]"):
+        RetrievalDataset(ann_file, back_translated_languages=['fr'], with_media=False,
+                         transform=TINY)

@@ -1,0 +1,11 @@
+"""Export target-language captions for translation into the source language, or join the
+translated files back (PECTVLM's translate-test and routine 3).
+
+Usage: ``python tools/data/attach_back_translations.py ANN --export de=de.txt`` then
+``python tools/data/attach_back_translations.py ANN --back-translations de=de2en.txt``;
+the line format is in docs/data.md.
+"""
+from xmr.datasets.converters.back_translations import main_attach_back
+
+if __name__ == '__main__':
+    main_attach_back()

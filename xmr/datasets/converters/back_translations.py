@@ -1,0 +1,126 @@
+"""Back-translations: target-language captions machine-translated into the source language.
+
+PECTVLM's translate-test baseline and its routine 3 query with ``MT(target -> English)``. The
+files follow the plain translation format of ``docs/data.md`` with one change of reference:
+one file per caption language, line ``i`` translating the ``i``-th caption of *that* language
+(items in file order, inside an item its ``captions[lang]`` in order), into ``source_lang``.
+:func:`export_captions` writes exactly those lines, so ``export -> translate -> attach`` cannot
+misalign.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from xmr.datasets.annotation import (
+    Annotation,
+    AnnotationError,
+    atomic_write_text,
+    dump_annotation,
+    load_annotation,
+)
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
+
+__all__ = ['attach_back_translations', 'export_captions', 'main_attach_back']
+
+
+def _captions_of(ann: Annotation, lang: str) -> list[str]:
+    if lang not in ann.languages:
+        raise ConversionError(f'{ann.dataset}/{ann.split} has no {lang!r} captions; it has '
+                              f'{ann.languages}')
+    return [text for record in ann.items for text in record.captions[lang]]
+
+
+def attach_back_translations(ann: Annotation,
+                             files: Mapping[str, str | os.PathLike]) -> Annotation:
+    """Join back-translation files (one line per caption of their language) to ``ann``.
+
+    Args:
+        ann: an annotation with ``source_lang`` set.
+        files: caption language -> file of its captions translated into ``source_lang``.
+
+    Returns:
+        A new annotation whose records carry ``back_translations[lang]`` for every language of
+        ``files`` (added to any already there).
+
+    Raises:
+        ConversionError: naming the file and both counts when its line count differs from the
+            language's caption count, or a language that is the source or has no captions.
+    """
+    if ann.source_lang is None:
+        raise ConversionError(f'{ann.dataset}/{ann.split} has no source_lang to translate into')
+    lines_of: dict[str, list[str]] = {}
+    for lang, path in files.items():
+        if lang == ann.source_lang:
+            raise ConversionError(f'{lang!r} is the source language; it needs no '
+                                  'back-translation')
+        expected = len(_captions_of(ann, lang))
+        lines = read_lines(path, what=f'{lang} back-translation file')
+        if len(lines) != expected:
+            raise ConversionError(f'{lang} back-translation file {path} has {len(lines)} lines '
+                                  f'but {ann.dataset}/{ann.split} has {expected} {lang} captions; '
+                                  'write one line per caption, in the order of export_captions')
+        lines_of[lang] = lines
+    cursor = dict.fromkeys(lines_of, 0)
+    records = []
+    for record in ann.items:
+        back = dict(record.back_translations)
+        for lang, lines in lines_of.items():
+            count = len(record.captions[lang])
+            back[lang] = lines[cursor[lang]:cursor[lang] + count]
+            cursor[lang] += count
+        records.append(replace(record, back_translations=back))
+    langs = list(ann.back_translation_langs) + [lang for lang in files
+                                                if lang not in ann.back_translation_langs]
+    return replace(ann, items=records, back_translation_langs=langs)
+
+
+def export_captions(ann: Annotation, lang: str, path: str | os.PathLike) -> int:
+    """Write the ``lang`` captions of ``ann`` one per line, the order back-translations follow.
+
+    Returns:
+        The number of lines written.
+
+    Raises:
+        ConversionError: if a caption holds a line break (it would shift every later line).
+    """
+    captions = _captions_of(ann, lang)
+    for number, text in enumerate(captions, start=1):
+        if '\n' in text or '\r' in text:
+            raise ConversionError(f'{lang} caption {number} of {ann.dataset}/{ann.split} holds '
+                                  f'a line break: {text!r}')
+    atomic_write_text(path, ''.join(text + '\n' for text in captions))
+    return len(captions)
+
+
+def main_attach_back(argv: Sequence[str] | None = None) -> None:
+    """Command line of ``tools/data/attach_back_translations.py``."""
+    parser = argparse.ArgumentParser(description='Join target-language captions machine-'
+                                     'translated into the source language (one line per '
+                                     'caption) to an xmr annotation file.')
+    parser.add_argument('ann', type=Path, help='annotation file')
+    parser.add_argument('--back-translations', nargs='+', metavar='LANG=PATH',
+                        help='back-translation file per caption language')
+    parser.add_argument('--export', nargs='+', metavar='LANG=PATH',
+                        help='instead, write the LANG captions to translate, one per line')
+    parser.add_argument('--out', type=Path, help='output file (default: overwrite ann)')
+    args = parser.parse_args(argv)
+    if (args.back_translations is None) == (args.export is None):
+        parser.error('give exactly one of --back-translations or --export')
+    try:
+        ann = load_annotation(args.ann)
+        if args.export is not None:
+            for lang, path in parse_lang_paths(args.export, '--export').items():
+                print(f'{path}: {export_captions(ann, lang, path)} {lang} captions')
+            return
+        files = parse_lang_paths(args.back_translations, '--back-translations')
+        ann = attach_back_translations(ann, files)
+        dump_annotation(ann, args.out or args.ann)
+    except (ConversionError, AnnotationError, FileNotFoundError) as err:
+        raise SystemExit(f'error: {err}') from err
+    print(f'{args.out or args.ann}: back-translations for {", ".join(files)} attached to '
+          f'{len(ann.items)} items')
