@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from mmengine.model import BaseModel
 
 from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.losses.distributed import gather_with_grad
 from xmr.registry import DISENTANGLERS, MODELS
 
 #: Losses the retriever itself computes; a disentangler adds its own names.
@@ -162,9 +163,11 @@ class CrossLingualRetriever(BaseModel):
              media_features: torch.Tensor | None = None, **_: Any) -> dict[str, torch.Tensor]:
         """The current phase's weighted losses, ``{'loss_<name>': scalar}``.
 
-        ``source_features`` / ``media_features`` (``[B, E]``, from the feature cache) replace
-        the frozen towers' forward passes when present.
+        ``source_features`` / ``media_features`` (``[B, E]``, or ``B`` rows ``[E]`` as collated
+        from a ``CachedFeatureDataset``) replace the frozen towers' forward passes when present.
+        Contrastive losses see the whole global batch under DDP (``gather_with_grad``).
         """
+        source_features, media_features = _rows(source_features), _rows(media_features)
         weights = self.loss_weights
         losses: dict[str, torch.Tensor] = {}
         needs_media = bool({'source_cm', 'cm'} & set(weights))
@@ -178,14 +181,15 @@ class CrossLingualRetriever(BaseModel):
             r_media = self.encode_media(self._require(media, 'media'))
         if 'source_cm' in weights:
             losses['loss_source_cm'] = weights['source_cm'] * self.losses['source_cm'](
-                r_source, r_media)
+                *gather_with_grad(r_source, r_media))
         if set(weights) - {'source_cm'}:
             tokens = self._require(target_tokens, 'target_text')
             r_target, extra = self.encode_target(tokens, langs, r_source=r_source)
             if 'cl' in weights:
                 losses['loss_cl'] = weights['cl'] * self.losses['cl'](r_target, r_source)
             if 'cm' in weights:
-                losses['loss_cm'] = weights['cm'] * self.losses['cm'](r_target, r_media)
+                losses['loss_cm'] = weights['cm'] * self.losses['cm'](
+                    *gather_with_grad(r_target, r_media))
             for name, value in extra.items():
                 if name in weights:
                     losses[f'loss_{name}'] = weights[name] * value
@@ -209,6 +213,7 @@ class CrossLingualRetriever(BaseModel):
             ``media_embedding`` ``[E]`` and ``caption_embeddings`` ``{lang: [n, E]}``, all
             L2-normalised float32 on CPU.
         """
+        media_features = _rows(media_features)
         r_media = media_features if media_features is not None else self.encode_media(media)
         r_media = F.normalize(r_media.float(), dim=-1).cpu()
         outputs = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
@@ -239,3 +244,10 @@ class CrossLingualRetriever(BaseModel):
             details = '; '.join(f'{k}: checkpoint {a!r} vs config {b!r}'
                                 for k, (a, b) in mismatched.items())
             raise ValueError(f'checkpoint does not match the config: {details}')
+
+
+def _rows(features: torch.Tensor | Sequence[torch.Tensor] | None) -> torch.Tensor | None:
+    """Cached features as one ``[B, E]`` tensor (the collate function keeps them as rows)."""
+    if features is None or isinstance(features, torch.Tensor):
+        return features
+    return torch.stack(list(features))
