@@ -1,0 +1,226 @@
+"""Feature cache: cached and recomputed steps agree; stale caches and changed data are refused."""
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+from tests.conftest import tiny_retriever_cfg
+from xmr.datasets import Annotation, CaptionPairDataset, MediaRecord, dump_annotation
+from xmr.datasets.collate import retrieval_collate
+from xmr.datasets.synthetic import SyntheticPairDataset
+from xmr.engine import feature_cache
+from xmr.engine.feature_cache import (
+    CachedFeatureDataset,
+    FeatureCache,
+    StaleFeatureCacheError,
+    prepare_feature_caches,
+)
+from xmr.registry import MODELS
+
+TINY_TRANSFORM = dict(type='MediaTransform', backbone=None, size=32)
+
+
+class ListDataset(Dataset):
+    """Items held in memory."""
+
+    def __init__(self, items: list[dict]) -> None:
+        self.items = items
+        self.metainfo = {'dataset': 'list', 'split': 'train'}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict:
+        return dict(self.items[index])
+
+
+def pair_items(count: int = 6) -> list[dict]:
+    generator = torch.Generator().manual_seed(0)
+    media = {mid: torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=generator)
+             for mid in 'abc'}
+    sources = ['a red circle', 'a blue square', 'two red circles']
+    targets = [('ein roter Kreis', 'de'), ('一个蓝色的正方形', 'zh')]
+    return [dict(media=media['abc'[i % 3]], media_id='abc'[i % 3], source_text=sources[i % 3],
+                 target_text=targets[i % 2][0], lang=targets[i % 2][1], index=i)
+            for i in range(count)]
+
+
+def loss(model, items: list[dict], phase: str, weights: dict) -> torch.Tensor:
+    model.set_phase(phase, weights)
+    data = model.data_preprocessor(retrieval_collate(items), True)
+    return model(mode='loss', **data)[f'loss_{next(iter(weights))}']
+
+
+def test_cached_and_recomputed_steps_give_the_same_loss(tiny_retriever, tmp_path):
+    inner = SyntheticPairDataset(num_scenes=4, languages=['de', 'zh'], image_size=32)
+    cached = CachedFeatureDataset(inner, tmp_path / 'cache')
+    cached.prepare(tiny_retriever)
+    assert cached.kinds == ['source', 'media']
+    items = [cached[i] for i in range(len(cached))]
+    assert all(item['media'] is None for item in items)
+    assert np.load(tmp_path / 'cache' / 'media.npy').shape == (4, 32)  # one row per scene
+    plain = [inner[i] for i in range(len(inner))]
+    for phase, weights in (('cross_lingual', dict(cl=1.0)), ('cross_modal', dict(cm=1.0))):
+        torch.testing.assert_close(loss(tiny_retriever, items, phase, weights),
+                                   loss(tiny_retriever, plain, phase, weights),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_float16_storage_halves_the_file_and_keeps_the_loss_close(tiny_retriever, tmp_path):
+    dataset = ListDataset(pair_items())
+    full = CachedFeatureDataset(dataset, tmp_path / 'fp32')
+    half = CachedFeatureDataset(dataset, tmp_path / 'fp16', dtype='float16')
+    full.prepare(tiny_retriever)
+    half.prepare(tiny_retriever)
+    assert np.load(tmp_path / 'fp16' / 'source.npy').dtype == np.float16
+    nbytes = lambda path: np.load(path / 'media.npy', mmap_mode='r').nbytes  # noqa: E731
+    assert 2 * nbytes(tmp_path / 'fp16') == nbytes(tmp_path / 'fp32')
+    items = [half[i] for i in range(len(half))]
+    assert items[0]['source_features'].dtype == torch.float32
+    torch.testing.assert_close(loss(tiny_retriever, items, 'cross_lingual', dict(cl=1.0)),
+                               loss(tiny_retriever, [full[i] for i in range(len(full))],
+                                    'cross_lingual', dict(cl=1.0)), rtol=1e-3, atol=1e-4)
+
+
+def test_distinct_captions_and_media_are_encoded_once(tiny_retriever, tmp_path):
+    cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache')
+    cached.prepare(tiny_retriever)
+    meta = json.loads((tmp_path / 'cache' / 'meta.json').read_text())
+    assert meta['counts'] == dict(items=6, source=3, media=3, unreadable_media=0)
+    assert np.load(tmp_path / 'cache' / 'item_media.npy').tolist() == [0, 1, 2, 0, 1, 2]
+    with torch.no_grad():
+        tiny_retriever.eval()
+        tokens = tiny_retriever.backbone.tokenizer(['a blue square'])
+        expected = tiny_retriever.encode_source(tokens)
+    torch.testing.assert_close(cached[4]['source_features'], expected[0], rtol=1e-5, atol=1e-6)
+
+
+def test_other_weights_dtype_or_tokenizer_are_refused_naming_the_field(tiny_retriever, tmp_path):
+    dataset = ListDataset(pair_items())
+    CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    torch.manual_seed(1)
+    other = MODELS.build(tiny_retriever_cfg())
+    with pytest.raises(StaleFeatureCacheError, match=r'(?s)backbone: cache has .*Rebuild it'):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(other)
+    with pytest.raises(StaleFeatureCacheError, match="dtype: cache has 'float32', now 'float16'"):
+        CachedFeatureDataset(dataset, tmp_path / 'cache', dtype='float16').prepare(tiny_retriever)
+    tiny_retriever.data_preprocessor.source_tokenizer.max_length = 16
+    with pytest.raises(StaleFeatureCacheError, match='preprocessing: cache has'):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+
+
+def test_changed_items_are_caught_when_read(tiny_retriever, tmp_path):
+    items = pair_items()
+    CachedFeatureDataset(ListDataset(items), tmp_path / 'cache').prepare(tiny_retriever)
+    items[2] = dict(items[2], source_text='a green triangle')
+    cached = CachedFeatureDataset(ListDataset(items), tmp_path / 'cache')
+    cached.prepare(tiny_retriever)
+    assert cached[1]['source_features'].shape == (32,)
+    with pytest.raises(StaleFeatureCacheError, match="item 2 has source_text 'a green triangle'"):
+        cached[2]
+
+
+def test_a_phase_that_trains_the_backbone_refuses_cached_features(tiny_retriever, tmp_path):
+    tiny_retriever.backbone.clip.visual.proj.requires_grad_(True)
+    cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache')
+    with pytest.raises(StaleFeatureCacheError, match='this phase trains the backbone'):
+        cached.prepare(tiny_retriever)
+
+
+def test_unprepared_or_missing_caches_fail_clearly(tiny_retriever, tmp_path):
+    cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache',
+                                  build_if_missing=False)
+    with pytest.raises(RuntimeError, match='is not prepared'):
+        cached[0]
+    with pytest.raises(FileNotFoundError, match='build it with tools/cache_features.py'):
+        cached.prepare(tiny_retriever)
+    with pytest.raises(FileNotFoundError, match='missing meta.json'):
+        FeatureCache(tmp_path / 'cache')
+
+
+@pytest.fixture
+def pair_ann_file(tmp_path):
+    ann = Annotation(
+        dataset='demo', split='train', media_type='image', languages=['en'],
+        source_lang='en', translation_langs=['de'],
+        items=[MediaRecord(name, f'{name}.png', {'en': [f'a {name} dog', f'the {name} cat']},
+                           {'de': [f'ein {name} Hund', f'die {name} Katze']})
+               for name in ('red', 'blue')])
+    rng = np.random.default_rng(0)
+    for name in ('red', 'blue'):
+        Image.fromarray(rng.integers(0, 255, (40, 36, 3), dtype=np.uint8)).save(
+            tmp_path / f'{name}.png')
+    dump_annotation(ann, tmp_path / 'ann.json')
+    return tmp_path / 'ann.json'
+
+
+def test_annotation_dataset_skips_decoding_once_media_are_cached(tiny_retriever, pair_ann_file,
+                                                                 tmp_path):
+    dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
+                   data_root=str(pair_ann_file.parent), transform=TINY_TRANSFORM)
+    cached = CachedFeatureDataset(dataset, tmp_path / 'cache')
+    assert cached.dataset.with_media is False
+    cached.prepare(tiny_retriever)
+    plain = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent,
+                               transform=TINY_TRANSFORM)
+    item = cached[3]
+    assert item['media'] is None and item['source_text'] == 'the blue cat'
+    with torch.no_grad():
+        media = tiny_retriever.data_preprocessor(dict(media=plain[3]['media'][None]))['media']
+        expected = tiny_retriever.encode_media(media)[0]
+    torch.testing.assert_close(item['media_features'], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_unreadable_media_skip_their_items_as_the_dataset_would(tiny_retriever, pair_ann_file,
+                                                                tmp_path):
+    (pair_ann_file.parent / 'blue.png').write_bytes(b'not an image')
+    dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
+                   data_root=str(pair_ann_file.parent), transform=TINY_TRANSFORM,
+                   on_corrupt='skip')
+    cached = CachedFeatureDataset(dataset, tmp_path / 'cache')
+    with pytest.warns(UserWarning, match='blue.png'):
+        cached.prepare(tiny_retriever)
+    assert json.loads((tmp_path / 'cache' / 'meta.json').read_text())['counts'][
+        'unreadable_media'] == 1
+    assert [type(cached[i]).__name__ for i in range(4)] == ['dict', 'dict', 'SkippedMedia',
+                                                            'SkippedMedia']
+    batch = retrieval_collate([cached[i] for i in range(4)])
+    assert batch['batch_size'] == 2 and len(batch['skipped_media']) == 2
+
+
+def test_media_that_change_every_epoch_are_not_cached(pair_ann_file, tmp_path, monkeypatch):
+    logged = []
+    monkeypatch.setattr(feature_cache, 'print_log', lambda msg, **_: logged.append(msg))
+    flips = dict(TINY_TRANSFORM, hflip_prob=0.5)
+    dataset = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent, transform=flips)
+    cached = CachedFeatureDataset(dataset, tmp_path / 'cache')
+    assert cached.kinds == ['source'] and dataset.with_media is True
+    assert any('media features are not cached because its training transform flips at random'
+               in message for message in logged)
+
+
+def test_cache_pickles_without_its_memory_maps(tiny_retriever, tmp_path):
+    cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache')
+    prepare_feature_caches(torch.utils.data.DataLoader(cached), tiny_retriever)
+    cached[0]
+    copy = pickle.loads(pickle.dumps(cached))
+    assert copy.cache._arrays == {}
+    torch.testing.assert_close(copy[5]['media_features'], cached[5]['media_features'])
+
+
+@pytest.mark.parametrize('test_mode, kinds', [(False, ['source']), (True, ['source', 'media'])])
+def test_video_frames_at_random_offsets_are_not_cached(tmp_path, test_mode, kinds):
+    ann = Annotation(dataset='clips', split='train', media_type='video', languages=['en'],
+                     source_lang='en', translation_langs=['de'],
+                     items=[MediaRecord('v', 'v.mp4', {'en': ['a pancake flips']},
+                                        {'de': ['ein Pfannkuchen']})])
+    dump_annotation(ann, tmp_path / 'ann.json')
+    dataset = CaptionPairDataset(tmp_path / 'ann.json', data_root=tmp_path,
+                                 transform=TINY_TRANSFORM, test_mode=test_mode)
+    assert CachedFeatureDataset(dataset, tmp_path / 'cache').kinds == kinds
