@@ -105,7 +105,11 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
     state = {re.sub(r'^module\.', '', key): value for key, value in state.items()}
     try:
         load_state_dict(model, state, strict=True, logger=None)
-    except (ValueError, RuntimeError) as error:
+    except ValueError as error:
+        # The retriever's own check: backbone, architecture, width, languages.
+        raise CheckpointMismatchError(f'checkpoint {path}: {error}') from error
+    except RuntimeError as error:
+        # Missing, unexpected or differently shaped parameters.
         raise CheckpointMismatchError(f'checkpoint {path} does not match the config: '
                                       f'{_first_lines(str(error))}') from error
     return dict(loaded.get('meta') or {})

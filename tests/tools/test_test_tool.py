@@ -1,0 +1,228 @@
+"""tools/test.py: real XTD10 + Multi30K captions end to end, leaderboard files, compare, errors."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from PIL import Image
+
+import xmr  # noqa: F401
+from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
+from xmr.apis import encode_media, encode_texts, init_retriever
+from xmr.datasets import dump_annotation
+from xmr.datasets.converters.multi30k import convert_multi30k
+from xmr.datasets.converters.xtd10 import XTD10_LANGUAGES, convert_xtd10
+from xmr.evaluation import EvaluationResult, save_result
+from xmr.registry import MODELS
+
+TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'test.py'
+TINY = dict(type='MediaTransform', backbone=None, size=32)
+MULTI30K_LANGUAGES = ['en', 'de', 'fr', 'cs']
+TARGETS = [lang for lang in XTD10_LANGUAGES if lang != 'en'] + ['cs']
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location('xmr_test_tool', TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def eval_loader(dataset: dict, batch_size: int = 250) -> dict:
+    return dict(batch_size=batch_size, num_workers=0, drop_last=False,
+                sampler=dict(type='DefaultSampler', shuffle=False),
+                collate_fn=dict(type='xmr.retrieval_collate'), dataset=dataset)
+
+
+def placeholder_images(folder: Path, relative_paths: list[str], seed: int) -> None:
+    """8x8 noise images, distinct per file, so every media embedding differs."""
+    rng = np.random.default_rng(seed)
+    for relative in relative_paths:
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(path, 'PNG')
+
+
+def save_checkpoint(model_cfg: dict, path: Path, seed: int = 0) -> None:
+    """A checkpoint whose branch weights moved away from a fresh build's."""
+    torch.manual_seed(seed)
+    model = MODELS.build(model_cfg)
+    with torch.no_grad():
+        for parameter in model.language_branch.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    torch.save({'meta': {'iter': 42}, 'state_dict': model.state_dict()}, path)
+
+
+def write_config(path: Path, work_dir: Path, model: dict, datasets: list[dict],
+                 evaluators: list[dict]) -> Path:
+    Config(dict(default_scope='xmr', work_dir=str(work_dir), model=model, log_level='WARNING',
+                test_dataloader=[eval_loader(d) for d in datasets], test_evaluator=evaluators,
+                test_cfg=dict(type='MultiDatasetTestLoop'))).dump(path)
+    return path
+
+
+@pytest.fixture(scope='module')
+def real_captions(tmp_path_factory):
+    """XTD10 (11 languages) and Multi30K test (4 languages) with placeholder images."""
+    data = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'data'
+    if not (data / 'xtd10' / 'test_image_names.txt').is_file() or not (
+            data / 'multi30k' / 'raw' / 'test_2016_flickr.cs.gz').is_file():
+        pytest.skip(f'XTD10 / Multi30K fixtures not found under {data}')
+    root = tmp_path_factory.mktemp('real_captions')
+    xtd10 = convert_xtd10(data / 'xtd10')
+    multi30k = convert_multi30k(data / 'multi30k' / 'raw', data / 'multi30k' / 'image_splits',
+                                splits=['test'])['test']
+    placeholder_images(root / 'coco', [r.media_path for r in xtd10.items], seed=0)
+    placeholder_images(root / 'flickr', [r.media_path for r in multi30k.items], seed=1)
+    dump_annotation(xtd10, root / 'xtd10_test.json')
+    dump_annotation(multi30k, root / 'multi30k_test.json')
+    model = tiny_retriever_cfg(language_branch=tiny_branch_cfg(languages=TARGETS))
+    save_checkpoint(model, root / 'tiny.pth')
+    datasets = [
+        dict(type='RetrievalDataset', ann_file=str(root / 'xtd10_test.json'),
+             data_prefix=dict(media=str(root / 'coco')), transform=TINY),
+        dict(type='RetrievalDataset', ann_file=str(root / 'multi30k_test.json'),
+             data_prefix=dict(media=str(root / 'flickr')), transform=TINY)]
+    config = write_config(root / 'tiny_xtd10_multi30k.py', root / 'work', model, datasets, [
+        dict(type='RetrievalMetric', protocol='xtd10_t2i_r10', prefix='xtd10'),
+        dict(type='RetrievalMetric', prefix='multi30k')])
+    return root, config, xtd10, multi30k
+
+
+@pytest.fixture(scope='module')
+def real_run(real_captions):
+    root, config, _, _ = real_captions
+    import io
+    from contextlib import redirect_stdout
+
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        load_tool().main([str(config), str(root / 'tiny.pth')])
+    return printed.getvalue()
+
+
+def test_real_xtd10_and_multi30k_report_every_language(real_captions, real_run):
+    root, _, _, _ = real_captions
+    result = json.loads((root / 'tiny_test.json').read_text(encoding='utf-8'))
+    metrics = result['metrics']
+    assert result['name'] == 'tiny_xtd10_multi30k (tiny)' and result['iter'] == 42
+    for lang in XTD10_LANGUAGES:
+        assert 0 <= metrics[f'xtd10/{lang}/t2i_R@10'] <= 100
+        assert 1 <= metrics[f'xtd10/{lang}/t2i_MnR'] <= 1000
+    assert metrics['xtd10/mean_t2i_R@10'] == pytest.approx(
+        sum(metrics[f'xtd10/{lang}/t2i_R@10'] for lang in TARGETS[:-1]) / 10)
+    for lang in MULTI30K_LANGUAGES:
+        assert {f'multi30k/{lang}/{key}' for key in ('t2i_R@1', 'i2t_R@10', 'AR')} <= set(metrics)
+    assert metrics['multi30k/mAR'] == pytest.approx(
+        sum(metrics[f'multi30k/{lang}/AR'] for lang in ('de', 'fr', 'cs')) / 3)
+    assert metrics['mAR'] == pytest.approx(metrics['multi30k/mAR'])
+
+    header = real_run.splitlines()[0]
+    columns = [cell.strip() for cell in header.strip('|').split('|')]
+    # The metric lists the source language first, then the others alphabetically.
+    xtd10_order = ['en', *sorted(set(XTD10_LANGUAGES) - {'en'})]
+    assert columns == ['model', *(f'xtd10/{lang}' for lang in xtd10_order),
+                       'xtd10/mean_t2i_R@10', 'multi30k/en', 'multi30k/cs', 'multi30k/de',
+                       'multi30k/fr', 'multi30k/mAR', 'mAR']
+    row = [cell.strip() for cell in real_run.splitlines()[2].strip('|').split('|')]
+    assert row[0] == 'tiny_xtd10_multi30k (tiny)'
+    assert row[columns.index('multi30k/de')] == f"{metrics['multi30k/de/AR']:.2f}"
+    assert row[columns.index('xtd10/ja')] == f"{metrics['xtd10/ja/t2i_R@10']:.2f}"
+    with open(root / 'tiny_test.csv', newline='', encoding='utf-8') as handle:
+        table = list(csv.reader(handle))
+    assert table[0] == columns and float(table[1][-1]) == pytest.approx(metrics['mAR'])
+
+
+def _ranks(queries: torch.Tensor, gallery: torch.Tensor) -> torch.Tensor:
+    """Brute-force ranks of row i's own item i, ties counted against the query."""
+    scores = queries @ gallery.T
+    return (scores >= scores.diagonal()[:, None]).sum(dim=1)
+
+
+def test_real_numbers_equal_a_brute_force_reference(real_captions, real_run):
+    root, config, xtd10, multi30k = real_captions
+    metrics = json.loads((root / 'tiny_test.json').read_text(encoding='utf-8'))['metrics']
+    model = init_retriever(config, root / 'tiny.pth')
+    checks = [('xtd10', xtd10, root / 'coco', 'ja', ('t2i',)),
+              ('multi30k', multi30k, root / 'flickr', 'de', ('t2i', 'i2t'))]
+    for prefix, ann, folder, lang, directions in checks:
+        images = encode_media(model, [folder / r.media_path for r in ann.items], transform=TINY,
+                              batch_size=250)
+        texts = encode_texts(model, [r.captions[lang][0] for r in ann.items], lang)
+        for direction in directions:
+            ranks = _ranks(texts, images) if direction == 't2i' else _ranks(images, texts)
+            # Float noise between the two encoding paths may swap a near tie: a rank off by one
+            # for a caption or two moves MnR by ~0.001 and R@K by 0.1 per swap.
+            assert metrics[f'{prefix}/{lang}/{direction}_MnR'] == pytest.approx(
+                ranks.double().mean().item(), abs=0.01)
+            assert metrics[f'{prefix}/{lang}/{direction}_R@10'] == pytest.approx(
+                100 * (ranks <= 10).double().mean().item(), abs=0.21)
+
+
+@pytest.fixture
+def synthetic_setup(tmp_path):
+    """A fast config on the synthetic set, and a checkpoint of its model."""
+    model = tiny_retriever_cfg()
+    save_checkpoint(model, tmp_path / 'model.pth')
+
+    def config(languages=('en', 'de', 'zh'), model_cfg=model, name='synthetic.py') -> Path:
+        dataset = dict(type='SyntheticRetrievalDataset', num_scenes=8, languages=list(languages),
+                       split='test', image_size=32, seed=0, captions_per_image=2)
+        return write_config(tmp_path / name, tmp_path / 'work', model_cfg, [dataset],
+                            [dict(type='RetrievalMetric', prefix='synthetic')])
+
+    return tmp_path, config
+
+
+def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
+    root, config = synthetic_setup
+    save_result(root / 'baseline.json', EvaluationResult(
+        'baseline', {'synthetic/de/AR': 10.0, 'synthetic/zh/AR': 20.0, 'synthetic/mAR': 15.0,
+                     'mAR': 15.0}))
+    save_result(root / 'other.json', EvaluationResult(
+        'other', {'xtd10/de/t2i_R@10': 30.0, 'xtd10/mean_t2i_R@10': 30.0}))
+    tool = load_tool()
+    tool.main(['--compare', str(root / 'baseline.json'), str(root / 'other.json')])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].split('|')[1:-1] == [
+        ' model    ', ' synthetic/de ', ' synthetic/zh ', ' synthetic/mAR ', ' xtd10/de ',
+        ' xtd10/mean_t2i_R@10 ', ' mAR   ']
+    assert printed[2].split('|')[1:-1] == [
+        ' baseline ', ' 10.00        ', ' 20.00        ', ' 15.00         ', ' -        ',
+        ' -                   ', ' 15.00 ']
+
+    # A new test run joins the comparison as the last row; --out moves the files.
+    tool.main([str(config()), str(root / 'model.pth'), '--compare', str(root / 'baseline.json'),
+               '--out', str(root / 'results' / 'new.json'), '--name', 'new'])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split('|')[1].strip() for line in lines[2:4]] == ['baseline', 'new']
+    assert json.loads((root / 'results' / 'new.json').read_text())['name'] == 'new'
+    assert (root / 'results' / 'new.csv').is_file() and not (root / 'model_test.json').exists()
+
+
+def test_bad_input_stops_with_a_clear_message(synthetic_setup):
+    root, config = synthetic_setup
+    tool = load_tool()
+    other_languages = tiny_retriever_cfg(language_branch=tiny_branch_cfg(languages=('de', 'ja')))
+    cases = [
+        ([str(config(model_cfg=other_languages, name='ja.py')), str(root / 'model.pth')],
+         r"error: checkpoint .*model\.pth: checkpoint does not match the config: languages: "
+         r"checkpoint \['de', 'zh'\] vs config \['de', 'ja'\]"),
+        ([str(config(languages=('en', 'de', 'fr'), name='fr.py')), str(root / 'model.pth')],
+         r"error: test dataset synthetic: the model was not trained on \['fr'\]; trained "
+         r"languages: \['en', 'de', 'zh'\]"),
+        ([str(config()), str(root / 'missing.pth')], 'error: checkpoint .*missing.pth does '
+         'not exist'),
+        (['--compare', str(root / 'nothing.json')], 'error: result file not found'),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit, match=message):
+            tool.main(argv)
+    with pytest.raises(SystemExit):
+        tool.main([str(config())])  # a checkpoint is required
