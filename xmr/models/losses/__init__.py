@@ -8,8 +8,10 @@ from xmr.models.losses.cdds import (
     CDDSXSemanticReconstructionLoss,
 )
 from xmr.models.losses.contrastive import InfoNCELoss
+from xmr.models.losses.translation import TranslationAlignmentLoss
 
 __all__ = [
     'AlignmentLoss', 'InfoNCELoss', 'CDDSDistributionSamplingLoss', 'CDDSInformationIntegrityLoss',
     'CDDSModalityConsistencyLoss', 'CDDSSemanticConsistencyLoss', 'CDDSXSemanticReconstructionLoss',
+    'TranslationAlignmentLoss',
 ]

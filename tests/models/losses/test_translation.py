@@ -1,0 +1,32 @@
+import math
+
+import pytest
+import torch
+
+from xmr.models.losses import TranslationAlignmentLoss
+
+
+def test_mse_is_the_mean_squared_difference_of_raw_embeddings():
+    query = torch.tensor([[1.0, 2.0], [0.0, -1.0]])
+    translation = torch.tensor([[3.0, 2.0], [0.0, 1.0]])
+    # (4 + 0 + 0 + 4) / 4 elements
+    assert TranslationAlignmentLoss('mse')(query, translation).item() == pytest.approx(2.0)
+
+
+def test_contrastive_is_symmetric_infonce_at_scale_100():
+    query = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    translation = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    # Cosines: row 0 [1, 1/√2], row 1 [0, 1/√2]; logits = 100 × cosines.
+    c = 1 / math.sqrt(2)
+    logits = 100 * torch.tensor([[1.0, c], [0.0, c]])
+    row = -(torch.log_softmax(logits, 1)[0, 0] + torch.log_softmax(logits, 1)[1, 1]) / 2
+    col = -(torch.log_softmax(logits.t(), 1)[0, 0] + torch.log_softmax(logits.t(), 1)[1, 1]) / 2
+    loss = TranslationAlignmentLoss('contrastive', temperature=0.01)(query, translation)
+    assert loss.item() == pytest.approx(((row + col) / 2).item(), rel=1e-5)
+
+
+def test_bad_kind_and_unpaired_batches_are_refused():
+    with pytest.raises(ValueError, match="kind 'cosine' is not one of"):
+        TranslationAlignmentLoss('cosine')
+    with pytest.raises(ValueError, match=r'paired batches, got \(2, 4\) and \(3, 4\)'):
+        TranslationAlignmentLoss()(torch.zeros(2, 4), torch.zeros(3, 4))

@@ -1,0 +1,162 @@
+"""PECTVLM's routines: which text each one trains and queries with, and its losses by hand."""
+import pytest
+import torch
+import torch.nn.functional as F
+from mmengine.optim import OptimWrapper
+
+from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
+from xmr.registry import MODELS
+
+# Every text differs, so a routine that reads the wrong one cannot match the expected loss.
+BATCH = dict(
+    media=torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8),
+    source_text=['a red circle', 'two blue squares', 'a green triangle'],
+    target_text=['ein roter Kreis', 'zwei blaue Quadrate', 'ein grünes Dreieck'],
+    source_to_target_text=['ein rotes Rund', 'zwei blaue Vierecke', 'ein grüner Dreier'],
+    target_to_source_text=['one red round', 'a pair of blue squares', 'green triangle'],
+    lang=['de', 'de', 'zh'], media_id=['a', 'b', 'c'], index=[0, 1, 2])
+QUERY_TEXT = {'target_only': 'target_text', 'routine1': 'target_text',
+              'routine2': 'target_text', 'translate_test': 'target_to_source_text',
+              'routine3': 'target_to_source_text'}
+PARTNER_TEXT = {'routine1': 'source_text', 'routine2': 'source_to_target_text',
+                'routine3': 'source_text'}
+
+
+def build(routine, **kwargs):
+    import xmr  # noqa: F401
+
+    torch.manual_seed(0)
+    cfg = dict(type='TranslationAlignmentRetriever', routine=routine,
+               backbone=tiny_backbone_cfg(),
+               language_branch=tiny_branch_cfg(
+                   adapters=dict(type='LoRA', r=2, targets=['q', 'v', 'out'])))
+    cfg.update(kwargs)
+    model = MODELS.build(cfg)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if 'lora_B' in name:
+                parameter.normal_(std=0.1)
+    return model
+
+
+def branch_embed(model, texts, langs):
+    return model.language_branch(model.language_branch.tokenize(texts), langs)
+
+
+def info_nce(a, b, scale=100.0):
+    logits = scale * F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).t()
+    labels = torch.arange(a.shape[0])
+    return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+
+
+@pytest.mark.parametrize('routine', sorted(QUERY_TEXT))
+def test_image_text_loss_uses_the_routines_query_text(routine):
+    model = build(routine)
+    data = model.data_preprocessor(BATCH, True)
+    model.set_phase('train', dict(cm=1.0))
+    losses = model(mode='loss', **data)
+    r_media = model.backbone.encode_media(data['media'])
+    expected = info_nce(branch_embed(model, BATCH[QUERY_TEXT[routine]], BATCH['lang']), r_media)
+    torch.testing.assert_close(losses['loss_cm'], expected, rtol=1e-4, atol=1e-5)
+    swapped = 'target_text' if QUERY_TEXT[routine] != 'target_text' else 'target_to_source_text'
+    wrong = info_nce(branch_embed(model, BATCH[swapped], BATCH['lang']), r_media)
+    assert not torch.allclose(losses['loss_cm'], wrong, rtol=1e-3)
+
+
+@pytest.mark.parametrize('routine', sorted(PARTNER_TEXT))
+@pytest.mark.parametrize('kind', ['mse', 'contrastive'])
+def test_alignment_pairs_the_query_with_the_routines_translation(routine, kind):
+    model = build(routine, alignment=dict(type='TranslationAlignmentLoss', kind=kind))
+    data = model.data_preprocessor(BATCH, True)
+    model.set_phase('train', dict(cm=1.0, align=0.3))
+    losses = model(mode='loss', **data)
+    query = branch_embed(model, BATCH[QUERY_TEXT[routine]], BATCH['lang'])
+    partner = branch_embed(model, BATCH[PARTNER_TEXT[routine]], BATCH['lang'])
+    expected = ((query - partner) ** 2).mean() if kind == 'mse' else info_nce(query, partner)
+    torch.testing.assert_close(losses['loss_align'], 0.3 * expected, rtol=1e-4, atol=1e-6)
+
+
+def test_frozen_english_encoder_aligns_with_the_frozen_tower():
+    model = build('routine1', english_encoder='frozen')
+    data = model.data_preprocessor(BATCH, True)
+    assert 'source_branch_tokens' not in data
+    model.set_phase('train', dict(align=1.0))
+    losses = model(mode='loss', **data)
+    query = branch_embed(model, BATCH['target_text'], BATCH['lang'])
+    teacher = model.backbone.encode_source_text(model.backbone.tokenizer(BATCH['source_text']))
+    torch.testing.assert_close(losses['loss_align'], ((query - teacher) ** 2).mean())
+
+
+EVAL_BATCH = dict(
+    media=torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8), media_id=['a', 'b'],
+    index=[0, 1],
+    captions=[{'en': ['a red circle'], 'de': ['ein roter Kreis']},
+              {'en': ['two blue squares'], 'de': ['zwei blaue Quadrate']}],
+    back_translations=[{'de': ['one red round']}, {'de': ['a pair of blue squares']}])
+
+
+@pytest.mark.parametrize('routine', sorted(QUERY_TEXT))
+def test_test_time_queries_follow_the_routine(routine):
+    model = build(routine)
+    model.eval()
+    outputs = model(mode='predict', **model.data_preprocessor(EVAL_BATCH, False))
+    native = [c['de'][0] for c in EVAL_BATCH['captions']]
+    back = [b['de'][0] for b in EVAL_BATCH['back_translations']]
+    texts = back if QUERY_TEXT[routine] == 'target_to_source_text' else native
+    with torch.no_grad():
+        expected = F.normalize(branch_embed(model, texts, ['de', 'de']), dim=-1)
+        english = F.normalize(model.backbone.encode_source_text(model.backbone.tokenizer(
+            [c['en'][0] for c in EVAL_BATCH['captions']])), dim=-1)
+    for row, out in enumerate(outputs):
+        torch.testing.assert_close(out['caption_embeddings']['de'][0], expected[row],
+                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(out['caption_embeddings']['en'][0], english[row],
+                                   atol=1e-5, rtol=1e-4)
+
+
+def test_translate_test_without_back_translations_names_the_dataset_option():
+    model = build('routine3')
+    batch = {k: v for k, v in EVAL_BATCH.items() if k != 'back_translations'}
+    with pytest.raises(ValueError, match=r"back_translated_languages=\[..., 'de'\]"):
+        model(mode='predict', **model.data_preprocessor(batch, False))
+
+
+def test_missing_training_translation_names_the_dataset_option():
+    model = build('routine2')
+    batch = {k: v for k, v in BATCH.items() if k != 'source_to_target_text'}
+    model.set_phase('train', dict(cm=1.0, align=0.1))
+    with pytest.raises(ValueError, match=r"source_to_target_tokens.*translated_texts="
+                                         r"\['source_to_target'\]"):
+        model(mode='loss', **model.data_preprocessor(batch, True))
+
+
+def test_baselines_refuse_an_alignment_weight_and_unknown_names_fail():
+    with pytest.raises(ValueError, match="'translate_test' is a baseline"):
+        build('translate_test').set_phase('train', dict(cm=1.0, align=0.1))
+    with pytest.raises(ValueError, match="unknown routine 'method3'"):
+        build('method3')
+    with pytest.raises(KeyError, match=r"unknown loss weights \['cl'\]"):
+        build('routine1').set_phase('train', dict(cl=1.0))
+
+
+def test_one_step_moves_only_the_trained_languages_module():
+    model = build('routine3', alignment=dict(type='TranslationAlignmentLoss', kind='contrastive'))
+    model.set_phase('train', dict(cm=1.0, align=0.1))
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith('language_branch.adapters.'))
+    before = {k: v.clone() for k, v in model.state_dict().items()
+              if isinstance(v, torch.Tensor)}
+    optim = OptimWrapper(torch.optim.SGD(
+        [p for p in model.parameters() if p.requires_grad], lr=0.5))
+    batch = {k: (v[:2] if isinstance(v, (list, torch.Tensor)) else v) for k, v in BATCH.items()}
+    model.train_step(batch, optim)
+    moved = {k for k, v in model.state_dict().items()
+             if k in before and not torch.equal(v, before[k])}
+    assert moved and all(k.startswith('language_branch.adapters.sets.de.') for k in moved)
+
+
+def test_checkpoint_state_names_the_routine():
+    model = build('routine3')
+    assert model.get_extra_state()['routine'] == 'routine3'
+    with pytest.raises(ValueError, match="routine: checkpoint 'routine3' vs config 'routine1'"):
+        build('routine1').set_extra_state(model.get_extra_state())

@@ -1,0 +1,56 @@
+"""Tokenises the machine translations that PECTVLM's routines read, besides the usual texts."""
+from __future__ import annotations
+
+from typing import Any
+
+from xmr.models.data_preprocessor import RetrievalDataPreprocessor
+from xmr.registry import MODELS
+
+#: Batch keys of translated training texts -> the token keys they become.
+TRANSLATED_TEXT_KEYS = {'source_to_target_text': 'source_to_target_tokens',
+                        'target_to_source_text': 'target_to_source_tokens'}
+
+
+@MODELS.register_module()
+class TranslationDataPreprocessor(RetrievalDataPreprocessor):
+    """:class:`RetrievalDataPreprocessor` plus the texts the target branch reads in any language.
+
+    Every text below is encoded by the target branch with the sample's language module, so it
+    is tokenised with the *target* tokenizer even when it is English:
+
+    * ``source_to_target_text`` -> ``source_to_target_tokens`` (English MT'd into the target);
+    * ``target_to_source_text`` -> ``target_to_source_tokens`` (the target caption MT'd into
+      English);
+    * ``source_text`` -> ``source_branch_tokens`` when ``source_through_branch`` (PECTVLM runs
+      the original English through the adapted encoder too);
+    * evaluation items' ``back_translations`` -> ``back_translation_tokens``
+      ``{lang: (TokenBatch, owner)}``, laid out like ``caption_tokens``.
+
+    Args:
+        non_blocking: see :class:`RetrievalDataPreprocessor`.
+        source_through_branch: also tokenise ``source_text`` for the branch (set by the model).
+    """
+
+    def __init__(self, non_blocking: bool = False, source_through_branch: bool = False) -> None:
+        super().__init__(non_blocking)
+        self.source_through_branch = source_through_branch
+
+    def forward(self, data: dict, training: bool = False) -> dict[str, Any]:
+        out = super().forward(data, training)
+        extra: dict[str, Any] = {}
+        texts = {key: data[key] for key in TRANSLATED_TEXT_KEYS if data.get(key) is not None}
+        if self.source_through_branch and data.get('source_text') is not None:
+            texts['source_branch_text'] = data['source_text']
+        if texts:
+            if self.target_tokenizer is None:
+                raise RuntimeError('translated texts need the target tokenizer; the model has '
+                                   'no target-language branch')
+            for key, values in texts.items():
+                token_key = TRANSLATED_TEXT_KEYS.get(key, 'source_branch_tokens')
+                extra[token_key] = self.target_tokenizer(values)
+        if data.get('back_translations') is not None:
+            # Grouped per language exactly as captions are: owner[n] is caption n's batch row.
+            extra['back_translation_tokens'] = super().forward(
+                {'captions': data['back_translations']}, training)['caption_tokens']
+        out.update(self.cast_data(extra))
+        return out

@@ -1,0 +1,193 @@
+"""PECTVLM's translation-based alignment on top of the cross-lingual retriever.
+
+Each routine trains a language's modules with the image–text contrastive loss on one text of the
+pair and, in routines 1-3, adds ``λ · align(query, partner)`` between that text and a
+translation (PECTVLM Sec. 3):
+
+========================  ======================================  ==========================
+routine                   image–text loss and test-time queries    aligned with
+========================  ======================================  ==========================
+``target_only`` (base 1)   native target caption                    —
+``routine1``               native target caption                    original English caption
+``routine2``               native target caption                    English MT'd into target
+``translate_test`` (b. 2)  target caption MT'd into English         —
+``routine3``               target caption MT'd into English         original English caption
+========================  ======================================  ==========================
+
+Every text runs through the target branch with the sample's language module; the original
+English does too by default (the authors' code), or through the frozen tower
+(``english_encoder='frozen'``). Routines 3 and translate-test also *query* with the English
+translation at test time, so their evaluation data must carry ``back_translations``.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.retriever import CrossLingualRetriever
+from xmr.registry import MODELS
+
+
+@dataclass(frozen=True)
+class Routine:
+    """Which text a routine queries with and which it aligns that text to.
+
+    Attributes:
+        query: ``target`` (native target caption) or ``target_to_source`` (its MT into English).
+        partner: ``source`` (original English), ``source_to_target`` (English MT'd into the
+            target) or ``None`` (a baseline without alignment).
+    """
+
+    query: str
+    partner: str | None
+
+
+ROUTINES = {
+    'target_only': Routine('target', None),
+    'routine1': Routine('target', 'source'),
+    'routine2': Routine('target', 'source_to_target'),
+    'translate_test': Routine('target_to_source', None),
+    'routine3': Routine('target_to_source', 'source'),
+}
+ENGLISH_ENCODERS = ('branch', 'frozen')
+
+
+@MODELS.register_module()
+class TranslationAlignmentRetriever(CrossLingualRetriever):
+    """A :class:`CrossLingualRetriever` trained by one of PECTVLM's routines.
+
+    Losses (phase weights): ``cm``, the image–text InfoNCE of the query text (τ = 0.01, scale
+    100), and ``align``, the translation alignment weighted by ``λ`` (PECTVLM's
+    ``text_loss_ratio``).
+
+    Args:
+        routine: one of :data:`ROUTINES`.
+        alignment: config of the ``align`` loss (default
+            :class:`~xmr.models.losses.TranslationAlignmentLoss` with MSE).
+        english_encoder: how the original English of routines 1 and 3 is encoded: ``branch``
+            (the target branch with the sample's language module, gradients flowing: the
+            authors' code) or ``frozen`` (the frozen tower, a fixed teacher).
+        **kwargs: :class:`CrossLingualRetriever` arguments (a ``language_branch`` is required,
+            a ``disentangler`` is not supported). The data preprocessor defaults to
+            :class:`~xmr.models.translation_data_preprocessor.TranslationDataPreprocessor`.
+    """
+
+    def __init__(self, routine: str, alignment: dict | None = None,
+                 english_encoder: str = 'branch', **kwargs: Any) -> None:
+        if routine not in ROUTINES:
+            raise ValueError(f"unknown routine '{routine}'; choose from {list(ROUTINES)}")
+        if english_encoder not in ENGLISH_ENCODERS:
+            raise ValueError(f"english_encoder '{english_encoder}' is not one of "
+                             f'{ENGLISH_ENCODERS}')
+        if kwargs.get('disentangler') is not None:
+            raise ValueError('TranslationAlignmentRetriever takes no disentangler')
+        if kwargs.get('language_branch') is None:
+            raise ValueError('TranslationAlignmentRetriever needs a language_branch: the '
+                             'per-language modules are what it trains')
+        kwargs.setdefault('data_preprocessor', dict(type='TranslationDataPreprocessor'))
+        super().__init__(**kwargs)
+        self.routine = routine
+        self.spec = ROUTINES[routine]
+        self.english_encoder = english_encoder
+        self.losses['align'] = MODELS.build(alignment or dict(type='TranslationAlignmentLoss'))
+        if hasattr(self.data_preprocessor, 'source_through_branch'):
+            self.data_preprocessor.source_through_branch = (
+                self.spec.partner == 'source' and english_encoder == 'branch')
+        self.loss_weights = {'cm': 1.0}
+
+    def loss_names(self) -> set[str]:
+        return {'cm', 'align'}
+
+    def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
+        """Select the phase's weights; ``align`` needs a routine with a translation partner."""
+        if loss_weights.get('align') and self.spec.partner is None:
+            raise ValueError(f"phase {name}: routine '{self.routine}' is a baseline without "
+                             "translation alignment; drop the 'align' weight")
+        super().set_phase(name, loss_weights)
+
+    # ----------------------------------------------------------------------------- texts
+    def _tokens(self, batch: Mapping[str, Any], kind: str) -> TokenBatch:
+        key = {'target': 'target_tokens', 'target_to_source': 'target_to_source_tokens',
+               'source_to_target': 'source_to_target_tokens',
+               'source': 'source_branch_tokens'}[kind]
+        tokens = batch.get(key)
+        if tokens is None:
+            dataset_option = {
+                'target_to_source_tokens': "translated_texts=['target_to_source']",
+                'source_to_target_tokens': "translated_texts=['source_to_target']",
+            }.get(key, 'the texts of CaptionPairDataset')
+            raise ValueError(f"routine '{self.routine}' reads {key} in every training batch; "
+                             f'give the dataset {dataset_option} and the model the '
+                             'TranslationDataPreprocessor')
+        return tokens
+
+    def encode_partner(self, batch: Mapping[str, Any], langs: Sequence[str]) -> torch.Tensor:
+        """``[B, E]`` embeddings of the routine's alignment partner texts."""
+        if self.spec.partner == 'source' and self.english_encoder == 'frozen':
+            tokens = batch.get('source_tokens')
+            if tokens is None:
+                raise ValueError(f"routine '{self.routine}' needs source_text in every batch")
+            return self.encode_source(tokens)
+        return self.encode_target(self._tokens(batch, self.spec.partner), langs)[0]
+
+    # ----------------------------------------------------------------------------- modes
+    def loss(self, media: torch.Tensor | None = None, langs: Sequence[str] | None = None,
+             media_features: torch.Tensor | None = None,
+             **batch: Any) -> dict[str, torch.Tensor]:
+        """``{'loss_cm': w · InfoNCE(r_query, r_V), 'loss_align': λ · align(r_query, r_partner)}``.
+
+        ``media_features`` (``[B, E]``, from the feature cache) replace the image tower.
+        """
+        if langs is None:
+            raise ValueError("this phase's losses need 'lang' in every batch")
+        weights = self.loss_weights
+        r_query = self.encode_target(self._tokens(batch, self.spec.query), langs)[0]
+        losses: dict[str, torch.Tensor] = {}
+        if 'cm' in weights:
+            r_media = media_features
+            if r_media is None:
+                r_media = self.encode_media(self._require(media, 'media'))
+            elif not isinstance(r_media, torch.Tensor):
+                r_media = torch.stack(list(r_media))
+            losses['loss_cm'] = weights['cm'] * self.losses['cm'](r_query, r_media)
+        if 'align' in weights:
+            losses['loss_align'] = weights['align'] * self.losses['align'](
+                r_query, self.encode_partner(batch, langs))
+        return losses
+
+    @torch.no_grad()
+    def predict(self, caption_tokens: Mapping[str, tuple[TokenBatch, torch.Tensor]] | None = None,
+                back_translation_tokens: Mapping[str, tuple[TokenBatch, torch.Tensor]]
+                | None = None, **batch: Any) -> list[dict[str, Any]]:
+        """Embed a gallery batch; target languages query with the routine's text.
+
+        Routines querying with ``target_to_source`` replace each target language's captions by
+        their back-translations (still encoded with that language's module); the source
+        language keeps its own captions through the frozen tower.
+
+        Raises:
+            ValueError: a target language without back-translations under such a routine.
+        """
+        if self.spec.query == 'target_to_source' and caption_tokens:
+            back = dict(back_translation_tokens or {})
+            queries = {}
+            for lang, value in caption_tokens.items():
+                if lang == self.source_language:
+                    queries[lang] = value
+                elif lang in back:
+                    queries[lang] = back[lang]
+                else:
+                    raise ValueError(
+                        f"routine '{self.routine}' queries '{lang}' with its captions "
+                        'machine-translated into the source language; give the evaluation '
+                        f"dataset back_translated_languages=[..., '{lang}']")
+            caption_tokens = queries
+        return super().predict(caption_tokens=caption_tokens, **batch)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The parent's checkpoint facts plus the routine (its test-time queries differ)."""
+        return dict(super().get_extra_state(), routine=self.routine)
