@@ -1,0 +1,49 @@
+"""PECTVLM's seeded few-shot protocols: the permutation, the subsample, the command line."""
+from __future__ import annotations
+
+import pytest
+
+from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation, load_annotation
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.few_shot import main, seeded_permutation, subsample
+
+
+def _train(count: int = 10) -> Annotation:
+    return Annotation(
+        dataset='multi30k', split='train', media_type='image', languages=['en', 'de'],
+        source_lang='en', translation_langs=['de'], back_translation_langs=['de'],
+        items=[MediaRecord(f'{i}', f'{i}.jpg', {'en': [f'en {i}'], 'de': [f'de {i}']},
+                           {'de': [f'mt {i}']}, {'de': [f'bt {i}']}) for i in range(count)])
+
+
+def test_the_permutation_is_pectvlms_seed_42_draw():
+    # torch.randperm(n, generator=Generator().manual_seed(42)): the authors' split indices.
+    assert seeded_permutation(1000, 42)[:6] == [542, 618, 816, 68, 94, 215]
+    assert seeded_permutation(10, 42) == [2, 6, 1, 8, 4, 5, 0, 9, 3, 7]
+    assert seeded_permutation(10, 0) != seeded_permutation(10, 42)
+
+
+def test_subsample_keeps_the_first_n_of_the_permutation_with_all_their_texts():
+    part = subsample(_train(), 3, seed=42)
+    assert [r.media_id for r in part.items] == ['2', '6', '1']
+    assert part.split == 'train_3shot'
+    assert part.items[0].translations == {'de': ['mt 2']}
+    assert part.items[0].back_translations == {'de': ['bt 2']}
+    part.validate()
+    with pytest.raises(ConversionError, match='cannot keep 11 of 10 items'):
+        subsample(_train(), 11)
+
+
+def test_command_line_writes_both_protocols(tmp_path, capsys):
+    dump_annotation(_train(), tmp_path / 'train.json')
+    main([str(tmp_path / 'train.json'), '--protocol', 'subsample', '--shots', '4',
+          '--out-dir', str(tmp_path / 'out')])
+    assert len(load_annotation(tmp_path / 'out' / 'multi30k_train_4shot.json').items) == 4
+    main([str(tmp_path / 'train.json'), '--protocol', 'split', '--shots', '2',
+          '--out-dir', str(tmp_path / 'out')])
+    sizes = [len(load_annotation(tmp_path / 'out' / f'multi30k_fewshot2_{part}.json').items)
+             for part in ('train', 'val', 'test')]
+    assert sizes == [2, 2, 6]
+    with pytest.raises(SystemExit, match='few-shot size 5 must be positive and leave test'):
+        main([str(tmp_path / 'train.json'), '--protocol', 'split', '--shots', '5',
+              '--out-dir', str(tmp_path / 'out')])

@@ -1,0 +1,72 @@
+"""PECTVLM's seeded few-shot protocols.
+
+Both draw one permutation with ``torch.randperm(count, generator=Generator().manual_seed(seed))``
+(seed 42 in PECTVLM) over the items of an annotation, in file order:
+
+* **split** (XTD10): one evaluation set becomes train = ``perm[:n]``, val = ``perm[n:2n]``,
+  test = ``perm[2n:]`` (900 test images at ``n = 50``); implemented by the XTD10 converter's
+  :func:`~xmr.datasets.converters.xtd10.few_shot_splits`, re-exported here;
+* **subsample** (Multi30K): a training split keeps ``perm[:n]``; its official val and test splits
+  stay whole.
+
+Records keep every caption, translation and back-translation; items stay in permutation order,
+as the authors index them.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations, load_annotation
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.xtd10 import few_shot_splits
+
+__all__ = ['PROTOCOLS', 'few_shot_splits', 'main', 'seeded_permutation', 'subsample']
+
+PROTOCOLS = ('split', 'subsample')
+
+
+def seeded_permutation(count: int, seed: int = 42) -> list[int]:
+    """``torch.randperm(count)`` from a generator seeded with ``seed``, as a list."""
+    return torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def subsample(ann: Annotation, shots: int, seed: int = 42) -> Annotation:
+    """The first ``shots`` records of a seeded permutation of ``ann`` (split ``<split>_<n>shot``).
+
+    Raises:
+        ConversionError: if ``shots`` is not in ``1..len(ann.items)``.
+    """
+    count = len(ann.items)
+    if not 0 < shots <= count:
+        raise ConversionError(f'{ann.dataset}/{ann.split}: cannot keep {shots} of {count} items')
+    order = seeded_permutation(count, seed)[:shots]
+    return replace(ann, split=f'{ann.split}_{shots}shot', items=[ann.items[i] for i in order])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line of ``tools/data/few_shot_split.py``."""
+    parser = argparse.ArgumentParser(description="PECTVLM's seeded few-shot protocols on an xmr "
+                                     'annotation file (docs/methods/pectvlm.md).')
+    parser.add_argument('ann', type=Path, help='annotation file')
+    parser.add_argument('--protocol', choices=PROTOCOLS, required=True,
+                        help='split: n train / n val / rest test (XTD10); subsample: keep n '
+                        'items of a training split (Multi30K)')
+    parser.add_argument('--shots', type=int, required=True, metavar='N')
+    parser.add_argument('--seed', type=int, default=42)
+    parser.add_argument('--out-dir', type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        ann = load_annotation(args.ann)
+        parts = (list(few_shot_splits(ann, args.shots, args.seed).values())
+                 if args.protocol == 'split' else [subsample(ann, args.shots, args.seed)])
+        outputs = {args.out_dir / f'{part.dataset}_{part.split}.json': part for part in parts}
+        written = dump_annotations(outputs)
+    except (ConversionError, AnnotationError, FileNotFoundError) as err:
+        raise SystemExit(f'error: {err}') from err
+    for path in written:
+        print(f'{path}: {len(outputs[path].items)} items')
