@@ -1,8 +1,7 @@
 # DASD on English CLIP ViT-B/32, MSCOCO, Cross-lingual Finetune setting (DASD Table 1, ja and zh):
 # stage 0 fine-tunes CLIP on the English Karpathy train captions, then the target languages are
-# learnt from their machine translations (MT(DTD)). Japanese is evaluated on STAIR Captions
-# (Karpathy 5K test; the 1K protocol's folds are test1k_fold_dataloaders), Chinese on COCO-CN
-# (zh_val_dataloader / zh_test_dataloader of the dataset config). Phases and weights as in
+# learnt from their machine translations (MT(DTD)). Japanese is evaluated on STAIR Captions of
+# the Karpathy splits, Chinese on COCO-CN. Phases and weights as in
 # dasd_clip-vit-b32_multi30k_clft.py.
 _base_ = [
     '../_base_/models/clip-vit-b32_dasd.py',
@@ -32,6 +31,15 @@ train_cfg = dict(
              trainable=dasd_trainable, loss_weights=dict(cm=1.0, adv=1.0, sc=0.1)),
     ])
 
-val_evaluator = dict(type='RetrievalMetric', languages=['en', 'ja'], source_language='en')
-test_evaluator = dict(type='RetrievalMetric', languages=['en', 'ja'], source_language='en',
-                      protocol='coco_5k')
+# ja (STAIR) on COCO and zh on COCO-CN, one gallery each; the model is selected on the mean AR of
+# ja and zh (MultiDatasetValLoop's mAR). Test: ja on the 1K protocol (mean of the five folds,
+# MLA's convention; folds=(0,) is the DASD code's single fold), zh on the COCO-CN test split.
+val_dataloader = [{{_base_.val_dataloader}}, {{_base_.zh_val_dataloader}}]
+val_evaluator = [dict(type='RetrievalMetric', languages=['en', 'ja'], prefix='coco'),
+                 dict(type='RetrievalMetric', languages=['zh'], prefix='cococn')]
+val_cfg = dict(_delete_=True, type='MultiDatasetValLoop')
+test_dataloader = [{{_base_.test_dataloader}}, {{_base_.zh_test_dataloader}}]
+test_evaluator = [dict(type='RetrievalMetric', languages=['en', 'ja'], protocol='coco_1k_5fold',
+                       prefix='coco1k'),
+                  dict(type='RetrievalMetric', languages=['zh'], prefix='cococn')]
+test_cfg = dict(_delete_=True, type='MultiDatasetTestLoop')

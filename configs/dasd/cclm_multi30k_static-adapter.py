@@ -1,0 +1,12 @@
+# The static-adapter twin of cclm_multi30k.py: MLA's bottleneck adapter (hidden 256) after each
+# of CCLM's 6 text layers instead of the dynamic one, no disentangler; same data, phases and steps,
+# with L_CL then L_CM alone.
+_base_ = ['./cclm_multi30k.py']
+
+model = dict(
+    language_branch=dict(adapters=dict(_delete_=True, type='StaticAdapter', hidden=256)),
+    disentangler=None)
+train_cfg = dict(phases=[
+    dict(phase, trainable=['language_branch'],
+         loss_weights={k: v for k, v in phase['loss_weights'].items() if k not in ('adv', 'sc')})
+    for phase in _base_.train_cfg['phases']])

@@ -1,0 +1,30 @@
+# CCLM zero-shot on MSCOCO (DASD Table 3, the "CCLM" row): ja on the 1K protocol (mean of five
+# folds) and zh on COCO-CN test, with the frozen dual-stream CCLM reading every language itself
+# (see cclm_zeroshot_multi30k.py); nothing is trained.
+_base_ = [
+    '../_base_/models/cclm_dasd.py',
+    '../_base_/datasets/mscoco_clft.py',
+    '../_base_/default_runtime.py',
+]
+
+model = dict(
+    language_branch=dict(languages={{_base_.target_langs}}, adapters=None),
+    disentangler=None)
+
+
+def _with_cclm_media(loader):
+    """The loader with CCLM's image preprocessing instead of CLIP's."""
+    return dict(loader, dataset=dict(loader['dataset'], transform=_base_.cclm_media_transform))
+
+
+train_dataloader = None
+text_train_dataloader = None
+source_finetune_dataloader = None
+val_dataloader = None
+zh_val_dataloader = None
+test_dataloader = [_with_cclm_media(_base_.test_dataloader),
+                   _with_cclm_media(_base_.zh_test_dataloader)]
+test_evaluator = [dict(type='RetrievalMetric', languages=['en', 'ja'], protocol='coco_1k_5fold',
+                       prefix='coco1k'),
+                  dict(type='RetrievalMetric', languages=['zh'], prefix='cococn')]
+test_cfg = dict(type='MultiDatasetTestLoop')

@@ -1,0 +1,30 @@
+# CCLM zero-shot on Multi30K (DASD Table 3, the "CCLM" row): the frozen dual-stream CCLM reads
+# every language itself; nothing is trained. Each target language goes through a branch with
+# CCLM's own embeddings and no adapter, which is CCLM's text encoder unchanged, so English and
+# the target languages are scored by the same model. Evaluate with the runner's test loop, e.g.
+#   Runner.from_cfg(Config.fromfile('configs/dasd/cclm_zeroshot_multi30k.py')).test()
+_base_ = [
+    '../_base_/models/cclm_dasd.py',
+    '../_base_/datasets/multi30k_clft.py',
+    '../_base_/default_runtime.py',
+]
+
+model = dict(
+    language_branch=dict(languages={{_base_.target_langs}}, adapters=None),
+    disentangler=None)
+
+
+def _with_cclm_media(loader):
+    """The loader with CCLM's image preprocessing instead of CLIP's."""
+    return dict(loader, dataset=dict(loader['dataset'], transform=_base_.cclm_media_transform))
+
+
+# Only evaluation runs: the training loaders of the dataset config are dropped.
+train_dataloader = None
+text_train_dataloader = None
+source_finetune_dataloader = None
+val_dataloader = None
+test_dataloader = dict(_delete_=True, **_with_cclm_media(_base_.test_dataloader))
+test_evaluator = dict(type='RetrievalMetric', languages={{_base_.eval_langs}},
+                      source_language='en')
+test_cfg = dict(type='TestLoop')
