@@ -1,0 +1,93 @@
+"""Per-language module files: exact round trip, several languages in one model, shares."""
+import pytest
+import torch
+
+from tests.conftest import tiny_backbone_cfg
+from tests.models.adapters.peft_helpers import CAPTIONS, clip_branch_cfg
+from xmr.models.language.module_io import (
+    language_parameter_report,
+    language_state_dict,
+    load_language_module,
+    save_language_module,
+)
+from xmr.registry import MODELS
+
+LORA = dict(type='LoRA', r=2, targets=['q', 'v'])
+MIXED = [LORA, dict(type='CompacterAdapter', reduction_factor=4),
+         dict(type='SoftPrompt', num_tokens=2)]
+
+
+def build(languages, adapters=MIXED, module_seed=0, **kwargs):
+    """A retriever on the same frozen tiny CLIP every time; its modules drawn from module_seed."""
+    import xmr  # noqa: F401
+
+    torch.manual_seed(0)
+    model = MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                              language_branch=clip_branch_cfg(adapters, languages), **kwargs))
+    torch.manual_seed(module_seed)
+    with torch.no_grad():
+        for parameter in model.language_branch.adapters.parameters():
+            parameter.normal_(std=0.1)
+    return model.eval()
+
+
+def encode(model, lang):
+    tokens = model.language_branch.tokenize(CAPTIONS)
+    with torch.no_grad():
+        return model.encode_text(tokens, lang)
+
+
+def test_round_trip_is_exact_and_the_file_holds_only_the_module(tmp_path):
+    source = build(['de'], module_seed=1)
+    path = save_language_module(source, 'de', tmp_path / 'de.pth')
+    payload = torch.load(path, weights_only=True)
+    assert set(payload['state_dict']) == set(source.language_branch.adapters.sets['de']
+                                             .state_dict())
+    assert payload['lang'] == 'de'
+
+    receiver = build(['de'], module_seed=2)
+    assert not torch.allclose(encode(receiver, 'de'), encode(source, 'de'))
+    assert load_language_module(receiver, path) == 'de'
+    for key, value in language_state_dict(source, 'de').items():
+        assert torch.equal(language_state_dict(receiver, 'de')[key], value), key
+    assert torch.equal(encode(receiver, 'de'), encode(source, 'de'))
+
+
+def test_two_languages_trained_apart_keep_their_own_outputs_in_one_model(tmp_path):
+    german, french = build(['de'], module_seed=3), build(['fr'], module_seed=4)
+    save_language_module(german, 'de', tmp_path / 'de.pth')
+    save_language_module(french, 'fr', tmp_path / 'fr.pth')
+    both = build(['de', 'fr'], module_seed=5)
+    load_language_module(both, tmp_path / 'de.pth')
+    load_language_module(both, tmp_path / 'fr.pth')
+    torch.testing.assert_close(encode(both, 'de'), encode(german, 'de'), atol=0, rtol=0)
+    torch.testing.assert_close(encode(both, 'fr'), encode(french, 'fr'), atol=0, rtol=0)
+    # A module can also be loaded under another language's name.
+    assert load_language_module(both, tmp_path / 'de.pth', lang='fr') == 'fr'
+    torch.testing.assert_close(encode(both, 'fr'), encode(german, 'de'), atol=0, rtol=0)
+
+
+def test_a_module_of_another_config_is_refused_with_the_difference(tmp_path):
+    save_language_module(build(['de'], adapters=LORA), 'de', tmp_path / 'de.pth')
+    with pytest.raises(ValueError, match=r"other shapes \['0:attn_qkv.lora_A.q'"):
+        load_language_module(build(['de'], adapters=dict(LORA, r=1)), tmp_path / 'de.pth')
+    with pytest.raises(ValueError, match=r"missing \['-1:input.prompt'"):
+        load_language_module(build(['de']), tmp_path / 'de.pth')
+    with pytest.raises(KeyError, match="no adapters for language 'de'"):
+        load_language_module(build(['fr'], adapters=LORA), tmp_path / 'de.pth')
+    torch.save({'state_dict': {}}, tmp_path / 'plain.pth')
+    with pytest.raises(ValueError, match='not an xmr language module file'):
+        load_language_module(build(['de'], adapters=LORA), tmp_path / 'plain.pth')
+
+
+def test_parameter_shares_match_hand_counts():
+    model = build(['de', 'fr'], adapters=LORA)
+    clip = model.backbone.clip
+    visual = sum(p.numel() for p in clip.visual.parameters())
+    text = sum(p.numel() for p in clip.parameters()) - visual - clip.logit_scale.numel()
+    report = language_parameter_report(model)
+    lora = 3 * 2 * (2 * 32 + 32 * 2)  # 3 blocks, q and v, A [2, 32] and B [32, 2]
+    assert report['de'].parameters == report['fr'].parameters == lora
+    assert report['de'].of_text_encoder == pytest.approx(lora / text)
+    assert report['de'].of_backbone == pytest.approx(
+        lora / sum(p.numel() for p in model.backbone.parameters()))
