@@ -1,0 +1,18 @@
+# The LoRA twin of ../dasd/dasd_clip-vit-b32_multi30k_clft.py: English CLIP
+# ViT-B/32 frozen, the same mBERT-sized embedding block, and per language a LoRA on the query and
+# value projections of the 12 text blocks (PECTVLM's setting: r = 1, alpha = 16; B starts at
+# zero) instead of the dynamic adapters; no disentangler. Same data, phases, steps and learning
+# rates; the cross-lingual and cross-modal phases keep L_CL and L_CM and drop DASD's L_adv and
+# L_sc. Method: docs/methods/pectvlm.md.
+_base_ = ['../dasd/dasd_clip-vit-b32_multi30k_clft.py']
+
+model = dict(
+    language_branch=dict(adapters=dict(_delete_=True, type='LoRA', r=1, alpha=16,
+                                       targets=['q', 'v'])),
+    disentangler=None)
+train_cfg = dict(phases=[
+    dict(phase,
+         trainable=['language_branch'] if 'disentangler' in phase['trainable']
+         else phase['trainable'],
+         loss_weights={k: v for k, v in phase['loss_weights'].items() if k not in ('adv', 'sc')})
+    for phase in _base_.train_cfg['phases']])

@@ -1,0 +1,7 @@
+# PECTVLM, XTD10 few-shot (50 images), German, LoRA r = 1 on query/value of M-CLIP's XLM-R:
+# routine 3: contrastive on German->English MT + lambda * MSE(that MT, the original English);
+# the MT into English is the query at test time too.
+_base_ = ['./_base_/xtd10_fewshot50.py']
+
+model = dict(routine='routine3')
+train_cfg = dict(phases=[dict(_base_.phase, loss_weights=dict(cm=1.0, align=_base_.lambda_align))])

@@ -1,0 +1,207 @@
+"""The PECTVLM and LoRA configs: each builds (a tiny random M-CLIP / CLIP stands in), runs its
+phases and predicts with the routine's texts; one XTD10 few-shot config trains end to end on
+annotation files written here, keeps the best checkpoint and moves only its language's module."""
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
+from PIL import Image
+
+import xmr  # noqa: F401
+from tests.configs.test_dasd_configs import build as build_clip_config
+from tests.configs.test_dasd_configs import run_phases
+from tests.conftest import TINY_CLIP
+from tests.models.backbones.mclip_helpers import TINY_XLMR, TOKENIZER_FILE
+from xmr.datasets import Annotation, MediaRecord, dump_annotation
+from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.models.adapters import CompacterAdapter, HardPrompt, HoulsbyAdapter, LoRA, SoftPrompt
+from xmr.registry import MODELS, TOKENIZERS
+
+CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
+PECTVLM = sorted((CONFIGS / 'pectvlm').glob('*.py'))
+TRAINED = [p for p in PECTVLM if 'zeroshot' not in p.stem]
+ZERO_SHOT = [p for p in PECTVLM if 'zeroshot' in p.stem]
+LORA_TWINS = sorted((CONFIGS / 'lora').glob('*.py'))
+ADAPTER_OF = {'lora': LoRA, 'houlsby': HoulsbyAdapter, 'compacter': CompacterAdapter,
+              'soft-prompt': SoftPrompt, 'hard-prompt': HardPrompt}
+needs_tokenizer = pytest.mark.skipif(not TOKENIZER_FILE.is_file(),
+                                     reason=f'XLM-R tokenizer fixture missing: {TOKENIZER_FILE}')
+
+
+@TOKENIZERS.register_module(name='PECTVLMTestXLMRTokenizer', force=True)
+@functools.cache
+def xlmr_tokenizer():
+    """The real XLM-R tokenizer, loaded once for every tiny model of this file; registered so
+    that a runner's config can name it."""
+    return TOKENIZERS.build(dict(type='HFTokenizer', tokenizer_file=str(TOKENIZER_FILE),
+                                 max_length=32))
+
+
+TINY_TOKENIZER = dict(type='PECTVLMTestXLMRTokenizer')
+
+
+def tiny_mclip(cfg: Config) -> dict:
+    """The config's model on a tiny random M-CLIP; routine, module and losses as configured."""
+    model = copy.deepcopy(cfg.to_dict()['model'])
+    model['backbone'] = dict(model['backbone'], text_encoder=TINY_XLMR, checkpoint=None,
+                             embed_dim=TINY_CLIP['embed_dim'], image_arch=None,
+                             image_pretrained=None, image_model_cfg=TINY_CLIP,
+                             tokenizer=TINY_TOKENIZER)
+    branch = model['language_branch']
+    branch['tokenizer'] = TINY_TOKENIZER
+    if (branch.get('adapters') or {}).get('type') == 'CompacterAdapter':
+        # Width 32 / 16 leaves 2 hidden units, fewer than the n = 4 Kronecker summands.
+        branch['adapters'] = dict(branch['adapters'], reduction_factor=4)
+    return model
+
+
+def expected_routine(stem: str) -> str:
+    """The routine a config's file name announces."""
+    for piece in ('routine1', 'routine2', 'routine3', 'translate-test'):
+        if piece in stem:
+            return piece.replace('-', '_')
+    return 'target_only'
+
+
+def texts(size: int, lang: str) -> dict:
+    return dict(
+        source_text=['a dog runs', 'two cats sleep', 'a red car', 'children play'][:size],
+        target_text=['ein Hund rennt', 'zwei Katzen schlafen', 'ein rotes Auto',
+                     'Kinder spielen'][:size],
+        source_to_target_text=['ein Hund läuft', 'zwei Katzen ruhen', 'ein roter Wagen',
+                               'Kinder toben'][:size],
+        target_to_source_text=['a dog is running', 'two cats are sleeping', 'a red auto',
+                               'kids are playing'][:size],
+        lang=[lang] * size)
+
+
+@needs_tokenizer
+@pytest.mark.parametrize('path', TRAINED, ids=lambda p: p.stem)
+def test_trained_config_builds_runs_its_phase_and_predicts(path):
+    cfg = Config.fromfile(path)
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_mclip(cfg))
+    lang = model.languages[0]
+    kind = next(k for k in ADAPTER_OF if f'_{k}' in path.stem)
+    modules = model.language_branch.adapters.sets[lang]
+    assert modules and all(isinstance(a, ADAPTER_OF[kind]) for key, a in modules.items()
+                           if not key.startswith('shared_'))
+    assert model.routine == expected_routine(path.stem)
+    phase = cfg.train_cfg.phases[0]
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith(tuple(phase['trainable'])))
+    assert all(n.startswith(f'language_branch.adapters.sets.{lang}.')
+               for n, p in model.named_parameters() if p.requires_grad)
+    data = model.data_preprocessor(dict(
+        media=torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8), media_id=['a', 'b'],
+        index=[0, 1], **texts(2, lang)), True)
+    model.set_phase(phase['name'], phase['loss_weights'])
+    losses = model(mode='loss', **data)
+    assert set(losses) == {f'loss_{k}' for k in phase['loss_weights']}
+    assert all(torch.isfinite(v) for v in losses.values())
+    gallery = dict(media=torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8),
+                   media_id=['a', 'b'], index=[0, 1],
+                   captions=[{'en': ['a dog'], lang: ['ein Hund']},
+                             {'en': ['a cat'], lang: ['eine Katze']}],
+                   back_translations=[{lang: ['a dog']}, {lang: ['a cat']}])
+    outputs = model(mode='predict', **model.data_preprocessor(gallery, False))
+    assert outputs[0]['caption_embeddings'][lang].shape == (1, TINY_CLIP['embed_dim'])
+
+
+@needs_tokenizer
+@pytest.mark.parametrize('path', ZERO_SHOT, ids=lambda p: p.stem)
+def test_zero_shot_config_is_mclip_with_at_most_a_frozen_prompt(path):
+    cfg = Config.fromfile(path)
+    assert cfg.get('train_dataloader') is None and 'train_cfg' not in cfg
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_mclip(cfg))
+    assert not list(model.language_branch.parameters())
+    tokens = xlmr_tokenizer()(['ein Hund rennt', 'un chat dort'])
+    lang = model.languages[0]
+    with torch.no_grad():
+        plain = model.backbone.encode_source_text(tokens)
+        encoded = model.encode_text(tokens, lang)
+    prompt = cfg.model.language_branch.adapters
+    if prompt is None:
+        torch.testing.assert_close(encoded, plain)
+    else:
+        prefixed = xlmr_tokenizer()([f'{prompt.text} ein Hund rennt', f'{prompt.text} un chat '
+                                                                       'dort'])
+        with torch.no_grad():
+            torch.testing.assert_close(encoded, model.backbone.encode_source_text(prefixed),
+                                       atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize('path', LORA_TWINS, ids=lambda p: p.stem)
+def test_lora_twin_of_each_dasd_clip_config_builds_and_runs_its_phases(path):
+    assert (CONFIGS / 'dasd' / path.name.replace('lora_', 'dasd_')).is_file()
+    cfg, model = build_clip_config(path)
+    assert model.disentangler is None
+    for adapters in model.language_branch.adapters.sets.values():
+        assert set(adapters) == {f'{b}:attn_qkv' for b in range(12)}
+        assert all(isinstance(a, LoRA) and a.targets == ('q', 'v') and a.scale == 16.0
+                   for a in adapters.values())
+    assert all(not set(p['loss_weights']) & {'adv', 'sc'} for p in cfg.train_cfg.phases)
+    run_phases(cfg, model)
+
+
+def _image(path: Path, value: int) -> None:
+    Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(path)
+
+
+def _annotation(root: Path, split: str, ids: list[str]) -> str:
+    items = []
+    for i, media_id in enumerate(ids):
+        _image(root / f'{media_id}.png', 40 * i)
+        items.append(MediaRecord(
+            media_id, f'{media_id}.png', {'en': [f'a photo number {i}'],
+                                          'de': [f'ein Foto Nummer {i}']},
+            {'de': [f'ein Bild Nummer {i}']}, {'de': [f'a picture number {i}']}))
+    ann = Annotation(dataset='xtd10', split=split, media_type='image', languages=['en', 'de'],
+                     source_lang='en', translation_langs=['de'], back_translation_langs=['de'],
+                     items=items)
+    dump_annotation(ann, root / f'{split}.json')
+    return f'{split}.json'
+
+
+@needs_tokenizer
+def test_xtd10_few_shot_config_trains_keeps_the_best_and_moves_only_its_module(tmp_path):
+    cfg = Config.fromfile(CONFIGS / 'pectvlm' / 'xtd10_fewshot50_lora-r1_routine3_de.py')
+    transform = dict(type='MediaTransform', backbone=None, size=32)
+    splits = {'train': ['t0', 't1', 't2', 't3'], 'val': ['v0', 'v1', 'v2'],
+              'test': ['s0', 's1', 's2']}
+    loaders = {}
+    for split, ids in splits.items():
+        loader = copy.deepcopy(cfg.to_dict()[f'{split}_dataloader'])
+        loader.update(num_workers=0, persistent_workers=False, batch_size=2)
+        loader['dataset'].update(data_root=str(tmp_path), data_prefix=dict(media=''),
+                                 ann_file=_annotation(tmp_path, split, ids), transform=transform)
+        loaders[split] = loader
+    phase = dict(cfg.train_cfg.phases[0], iters=4)
+    run = Config(dict(
+        default_scope='xmr', work_dir=str(tmp_path / 'work'), model=tiny_mclip(cfg),
+        train_dataloader=loaders['train'], val_dataloader=loaders['val'],
+        test_dataloader=loaders['test'],
+        train_cfg=dict(cfg.train_cfg, val_interval=2, phases=[phase]),
+        val_cfg=cfg.val_cfg, test_cfg=cfg.test_cfg, val_evaluator=cfg.val_evaluator,
+        test_evaluator=cfg.test_evaluator, optim_wrapper=cfg.optim_wrapper,
+        default_hooks=dict(cfg.default_hooks, logger=dict(type='LoggerHook', interval=100)),
+        log_level='WARNING', randomness=dict(seed=0)))
+    allow_mmengine_checkpoint_types()
+    runner = Runner.from_cfg(run)
+    before = {k: v.clone() for k, v in runner.model.state_dict().items()
+              if isinstance(v, torch.Tensor)}
+    runner.train()
+    moved = {k for k, v in runner.model.state_dict().items()
+             if k in before and not torch.equal(v, before[k])}
+    assert moved and all(k.startswith('language_branch.adapters.sets.de.') for k in moved)
+    assert list((tmp_path / 'work').glob('best_mAR_iter_*.pth'))
+    metrics = runner.test()
+    assert 0 <= metrics['mAR'] <= 100 and 'de/t2i_R@1' in metrics
