@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.losses.distributed import gather_with_grad
 from xmr.models.retriever import CrossLingualRetriever
 from xmr.registry import MODELS
 
@@ -141,6 +142,7 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
         """``{'loss_cm': w · InfoNCE(r_query, r_V), 'loss_align': λ · align(r_query, r_partner)}``.
 
         ``media_features`` (``[B, E]``, from the feature cache) replace the image tower.
+        Contrastive terms see the whole global batch under DDP (``gather_with_grad``).
         """
         if langs is None:
             raise ValueError("this phase's losses need 'lang' in every batch")
@@ -153,10 +155,13 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
                 r_media = self.encode_media(self._require(media, 'media'))
             elif not isinstance(r_media, torch.Tensor):
                 r_media = torch.stack(list(r_media))
-            losses['loss_cm'] = weights['cm'] * self.losses['cm'](r_query, r_media)
+            losses['loss_cm'] = weights['cm'] * self.losses['cm'](
+                *gather_with_grad(r_query, r_media))
         if 'align' in weights:
-            losses['loss_align'] = weights['align'] * self.losses['align'](
-                r_query, self.encode_partner(batch, langs))
+            pair = (r_query, self.encode_partner(batch, langs))
+            if getattr(self.losses['align'], 'kind', None) == 'contrastive':
+                pair = gather_with_grad(*pair)
+            losses['loss_align'] = weights['align'] * self.losses['align'](*pair)
         return losses
 
     @torch.no_grad()
