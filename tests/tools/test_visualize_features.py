@@ -1,0 +1,91 @@
+"""tools/visualize_features.py: clusters of f^sa / f^sr, the PNG and the caption listing."""
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.cluster import KMeans
+
+from tests.conftest import CORPUS, tiny_branch_cfg, tiny_retriever_cfg
+from xmr.apis import init_retriever
+
+TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'visualize_features.py'
+tool = runpy.run_path(str(TOOL))
+DISENTANGLER = dict(type='SemanticsDisentangler', adapter=dict(type='StaticAdapter', hidden=8),
+                    generator=dict(d_z=16, d_u=4))
+CAPTIONS = [f'{prefix} {caption}'.strip() for prefix in ('', 'ja,', 'oui:', 'zwei')
+            for caption in CORPUS]
+
+
+def write_config(tmp_path: Path, **model_overrides) -> Path:
+    model = tiny_retriever_cfg(
+        language_branch=tiny_branch_cfg(adapters=dict(type='DynamicAdapter', hidden=4)),
+        disentangler=DISENTANGLER)
+    model.update(model_overrides)
+    gallery = dict(type='SyntheticRetrievalDataset', num_scenes=6, languages=['en', 'de'],
+                   split='test', image_size=32, seed=0)
+    path = tmp_path / 'tiny_dasd.py'
+    path.write_text(f'default_scope = "xmr"\nmodel = {model!r}\n'
+                    f'test_dataloader = dict(batch_size=4, dataset={gallery!r})\n')
+    return path
+
+
+def run(tmp_path: Path, config: Path, *extra: str) -> dict[str, Path]:
+    torch.manual_seed(0)
+    return tool['main']([str(config), '--lang', 'de', '--clusters', '3', '--examples', '2',
+                         '--out-dir', str(tmp_path / 'out'), *extra])
+
+
+def test_clusters_partition_the_captions_as_k_means_on_f_sa(tmp_path):
+    captions_file = tmp_path / 'captions.txt'
+    captions_file.write_text('\n'.join(CAPTIONS) + '\n\n')
+    written = run(tmp_path, write_config(tmp_path), '--captions', str(captions_file))
+    assert written['png'].read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    report = written['text'].read_text(encoding='utf-8').split('\n\n')[1:]
+    listed = [block.split('\n') for block in report if block.startswith('cluster')]
+    assert len(listed) == 3
+    sizes = [int(block[0].split('(')[1].split()[0]) for block in listed]
+    assert sum(sizes) == len(CAPTIONS)
+
+    # An independent reading: the model's f^sa, k-means with the tool's seed.
+    torch.manual_seed(0)
+    model = init_retriever(write_config(tmp_path))
+    tokens = model.language_branch.tokenize(CAPTIONS)
+    with torch.no_grad():
+        f_sa = model.disentangler.semantic_agnostic(model.language_branch.embed(tokens), tokens)
+    kmeans = KMeans(n_clusters=3, n_init=10, random_state=0).fit(f_sa.numpy())
+    for label, block in enumerate(listed):
+        members = np.flatnonzero(kmeans.labels_ == label)
+        assert sizes[label] == len(members)
+        distances = np.linalg.norm(f_sa.numpy()[members] - kmeans.cluster_centers_[label], axis=1)
+        nearest = [CAPTIONS[i] for i in members[np.argsort(distances, kind='stable')][:2]]
+        assert [line.strip() for line in block[1:3]] == nearest
+
+
+def test_captions_come_from_the_configs_test_set_without_media(tmp_path):
+    config = write_config(tmp_path)
+    written = run(tmp_path, config, '--feature', 'sr', '--num-captions', '9')
+    assert written['png'].name == 'de_fsr.png'
+    from xmr.datasets.synthetic.dataset import SyntheticRetrievalDataset
+
+    dataset = SyntheticRetrievalDataset(num_scenes=6, languages=['en', 'de'], split='test')
+    expected = [c for i in range(len(dataset)) for c in dataset.captions_of(i)['de']][:9]
+    assert tool['dataset_captions'](dataset, 'de', 9) == expected
+    listed = [line.strip() for line in written['text'].read_text(encoding='utf-8').splitlines()
+              if line.startswith('  ')]
+    assert set(listed) <= set(expected)
+
+
+def test_models_without_the_feature_are_refused(tmp_path):
+    with pytest.raises(ValueError, match='no SemanticsDisentangler'):
+        run(tmp_path, write_config(tmp_path, disentangler=None,
+                                   language_branch=tiny_branch_cfg()))
+    only_sr = dict(DISENTANGLER, features=['sr'], use_adversarial=False)
+    with pytest.raises(ValueError, match=r"computes only \['sr'\], not 'sa'"):
+        run(tmp_path, write_config(tmp_path, disentangler=only_sr))
+    with pytest.raises(ValueError, match="'fr' is not a target language"):
+        tool['main']([str(write_config(tmp_path)), '--lang', 'fr', '--clusters', '2',
+                      '--out-dir', str(tmp_path)])

@@ -1,0 +1,230 @@
+"""Where DASD's disentangled features put captions: t-SNE map coloured by k-means cluster.
+
+The paper's Figures 3 and 5: the semantic-agnostic features ``f^sa`` of captions in one language
+should group captions by how they are written (sentence pattern, style), the semantic-related
+``f^sr`` by what they say. The tool embeds ``N`` captions of one language with a trained DASD
+model, takes ``f^sa`` or ``f^sr`` from its semantics disentangling module, clusters them with
+k-means (in feature space), maps them to 2-D with t-SNE, and writes
+
+* ``<out>/<lang>_f<feature>.png``: the t-SNE map, one colour per cluster;
+* ``<out>/<lang>_f<feature>_clusters.txt``: per cluster, its size and the captions nearest
+  its centre.
+
+Captions come from a text file (one per line) or from the config's val/test dataset::
+
+    python tools/visualize_features.py configs/demo/dasd_tiny-clip_synthetic.py \\
+        --checkpoint work_dirs/dasd_tiny-clip_synthetic/best_mAR_iter_3300.pth \\
+        --lang de --feature sa --num-captions 500 --clusters 5 --out-dir work_dirs/features
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+FEATURES = ('sa', 'sr')
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('config', help='config of a model with a SemanticsDisentangler')
+    parser.add_argument('--checkpoint', help='trained weights (.pth); default: the built model')
+    parser.add_argument('--lang', required=True, help='language of the captions (a target '
+                        'language of the model)')
+    parser.add_argument('--feature', choices=FEATURES, default='sa',
+                        help='f^sa (semantic-agnostic, default) or f^sr (semantic-related)')
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument('--captions', help='text file (optionally .gz), one caption a line')
+    source.add_argument('--split', choices=('val', 'test'), default='test',
+                        help="take the captions of --lang from the config's val/test dataset "
+                        '(default: test)')
+    parser.add_argument('--num-captions', type=int, default=500, help='captions embedded (N)')
+    parser.add_argument('--clusters', type=int, default=5, help='k of k-means')
+    parser.add_argument('--examples', type=int, default=8,
+                        help='captions listed per cluster, nearest to its centre first')
+    parser.add_argument('--perplexity', type=float, default=30.0, help='t-SNE perplexity')
+    parser.add_argument('--seed', type=int, default=0, help='seed of t-SNE and k-means')
+    parser.add_argument('--batch-size', type=int, default=256)
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--out-dir', default='work_dirs/features')
+    args = parser.parse_args(argv)
+    for name in ('num_captions', 'clusters', 'examples', 'batch_size'):
+        if getattr(args, name) < 1:
+            parser.error(f'--{name.replace("_", "-")} must be positive')
+    if args.clusters > args.num_captions:
+        parser.error(f'--clusters {args.clusters} exceeds --num-captions {args.num_captions}')
+    return args
+
+
+# ----------------------------------------------------------------------------- captions
+def read_caption_file(path: str | Path, limit: int) -> list[str]:
+    """The first ``limit`` non-empty lines of a text file (``.gz`` read transparently)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f'caption file {path} does not exist')
+    opener = gzip.open if path.suffix == '.gz' else open
+    with opener(path, 'rt', encoding='utf-8') as handle:
+        captions = [line.strip() for line in handle if line.strip()]
+    return captions[:limit]
+
+
+def dataset_captions(dataset, lang: str, limit: int) -> list[str]:
+    """The first ``limit`` captions in ``lang`` of an evaluation dataset.
+
+    Reads annotation records (:class:`~xmr.datasets.RetrievalDataset`) or the synthetic set's
+    ``captions_of`` without loading any media.
+    """
+    if hasattr(dataset, 'records'):
+        per_item = (record.captions.get(lang, []) for record in dataset.records)
+    elif hasattr(dataset, 'captions_of'):
+        per_item = (dataset.captions_of(i).get(lang, []) for i in range(len(dataset)))
+    else:
+        raise TypeError(f'{type(dataset).__name__} exposes neither annotation records nor '
+                        'captions_of; pass --captions FILE')
+    captions: list[str] = []
+    for item in per_item:
+        captions.extend(item)
+        if len(captions) >= limit:
+            break
+    return captions[:limit]
+
+
+# ----------------------------------------------------------------------------- features
+def check_model(model, lang: str, feature: str) -> None:
+    """Refuse a model that cannot give ``feature`` for captions in ``lang``.
+
+    Raises:
+        ValueError: the model has no semantics disentangling module, it does not compute the
+            asked feature (an ablated stream), or ``lang`` is not one of its target languages.
+    """
+    from xmr.models.disentanglers import SemanticsDisentangler
+
+    disentangler = getattr(model, 'disentangler', None)
+    if not isinstance(disentangler, SemanticsDisentangler):
+        raise ValueError(f'the model has no SemanticsDisentangler (got '
+                         f'{type(disentangler).__name__}); f^sa / f^sr exist only in DASD models')
+    if feature not in disentangler.features:
+        raise ValueError(f"this model's disentangler computes only {list(disentangler.features)},"
+                         f" not '{feature}'")
+    if lang not in model.languages:
+        raise ValueError(f"'{lang}' is not a target language of the model "
+                         f'({model.languages}); f^sa / f^sr are computed on target captions')
+
+
+@torch.no_grad()
+def extract_features(model, captions: Sequence[str], lang: str, feature: str,
+                     batch_size: int = 256) -> np.ndarray:
+    """``[N, dim]`` ``f^sa`` or ``f^sr`` of target-language captions (see :func:`check_model`)."""
+    check_model(model, lang, feature)
+    disentangler = model.disentangler
+    device = next(model.parameters()).device
+    chunks = []
+    for start in range(0, len(captions), batch_size):
+        tokens = model.language_branch.tokenize(list(captions[start:start + batch_size]))
+        tokens = {k: v.to(device) for k, v in tokens.items()}
+        found = disentangler.extract(model.language_branch.embed(tokens), tokens)
+        chunks.append(found[feature].float().cpu())
+    return torch.cat(chunks).numpy()
+
+
+def cluster(features: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """k-means in feature space: ``(labels [N], distance of each caption to its centre [N])``."""
+    from sklearn.cluster import KMeans
+
+    kmeans = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(features)
+    centres = kmeans.cluster_centers_[kmeans.labels_]
+    return kmeans.labels_, np.linalg.norm(features - centres, axis=1)
+
+
+def tsne(features: np.ndarray, perplexity: float, seed: int) -> np.ndarray:
+    """``[N, 2]`` t-SNE map (perplexity capped below ``N``, as t-SNE requires)."""
+    from sklearn.manifold import TSNE
+
+    perplexity = min(perplexity, max(1.0, (len(features) - 1) / 3))
+    return TSNE(n_components=2, perplexity=perplexity, init='pca',
+                random_state=seed).fit_transform(features)
+
+
+# ----------------------------------------------------------------------------- outputs
+def cluster_report(captions: Sequence[str], labels: np.ndarray, distances: np.ndarray,
+                   examples: int, title: str) -> str:
+    """Text listing each cluster's size and its ``examples`` captions nearest the centre."""
+    lines = [title, '']
+    for label in range(int(labels.max()) + 1):
+        members = np.flatnonzero(labels == label)
+        members = members[np.argsort(distances[members], kind='stable')]
+        lines.append(f'cluster {label} ({len(members)} captions)')
+        lines.extend(f'  {captions[i]}' for i in members[:examples])
+        lines.append('')
+    return '\n'.join(lines)
+
+
+def plot(points: np.ndarray, labels: np.ndarray, title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 6))
+    colours = plt.get_cmap('tab10' if labels.max() < 10 else 'tab20')
+    for label in range(int(labels.max()) + 1):
+        chosen = labels == label
+        axes.scatter(points[chosen, 0], points[chosen, 1], s=10, color=colours(label % 20),
+                     label=f'cluster {label} ({int(chosen.sum())})')
+    axes.set_title(title)
+    axes.set_xticks([])
+    axes.set_yticks([])
+    axes.legend(loc='best', fontsize='small', markerscale=2)
+    figure.tight_layout()
+    figure.savefig(path, dpi=150)
+    plt.close(figure)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
+    args = parse_args(argv)
+    import xmr  # noqa: F401  (registers every module)
+    from xmr.apis import init_retriever
+
+    model = init_retriever(args.config, args.checkpoint, device=args.device)
+    check_model(model, args.lang, args.feature)
+    if args.captions:
+        captions = read_caption_file(args.captions, args.num_captions)
+    else:
+        from mmengine.registry import DefaultScope
+
+        from xmr.registry import DATASETS
+
+        loader = model.cfg.get(f'{args.split}_dataloader')
+        if not isinstance(loader, dict) or 'dataset' not in loader:
+            raise ValueError(f'config {args.config} has no single {args.split}_dataloader to '
+                             'take captions from; pass --captions FILE')
+        with DefaultScope.overwrite_default_scope('xmr'):
+            dataset = DATASETS.build(loader['dataset'])
+        captions = dataset_captions(dataset, args.lang, args.num_captions)
+    if len(captions) < args.clusters:
+        raise ValueError(f'{len(captions)} {args.lang} captions found, fewer than --clusters '
+                         f'{args.clusters}')
+    features = extract_features(model, captions, args.lang, args.feature, args.batch_size)
+    labels, distances = cluster(features, args.clusters, args.seed)
+    points = tsne(features, args.perplexity, args.seed)
+
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f'{args.lang}_f{args.feature}'
+    title = (f'f^{args.feature} of {len(captions)} {args.lang} captions, k-means k={args.clusters}'
+             f' ({Path(args.config).stem})')
+    written = dict(png=out_dir / f'{stem}.png', text=out_dir / f'{stem}_clusters.txt')
+    plot(points, labels, title, written['png'])
+    written['text'].write_text(cluster_report(captions, labels, distances, args.examples, title),
+                               encoding='utf-8')
+    for path in written.values():
+        print(f'wrote {path}')
+    return written
+
+
+if __name__ == '__main__':
+    main()
