@@ -1,6 +1,7 @@
 """The MMEngine model of xmr: frozen towers + target-language branch + optional disentangler."""
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -75,6 +76,10 @@ class CrossLingualRetriever(BaseModel):
             self.backbone.image_mean, self.backbone.image_std, source_language)
         self.phase = 'cross_lingual'
         self.loss_weights: dict[str, float] = {'cl': 1.0}
+        # MMEngine broadcasts every state_dict entry across DDP ranks as tensors; the extra state
+        # travels as JSON bytes in a uint8 tensor and is a dict again when loaded.
+        self.register_state_dict_post_hook(_extra_state_to_tensor)
+        self.register_load_state_dict_pre_hook(_extra_state_from_tensor)
 
     # ----------------------------------------------------------------------------- phases
     @property
@@ -251,3 +256,19 @@ def _rows(features: torch.Tensor | Sequence[torch.Tensor] | None) -> torch.Tenso
     if features is None or isinstance(features, torch.Tensor):
         return features
     return torch.stack(list(features))
+
+
+def _extra_state_to_tensor(module: torch.nn.Module, state_dict: dict, prefix: str,
+                           local_metadata: dict) -> None:
+    key = prefix + '_extra_state'
+    if isinstance(state_dict.get(key), dict):
+        encoded = json.dumps(state_dict[key], sort_keys=True).encode('utf-8')
+        state_dict[key] = torch.tensor(list(encoded), dtype=torch.uint8)
+
+
+def _extra_state_from_tensor(module: torch.nn.Module, state_dict: dict, prefix: str,
+                             *_: Any) -> None:
+    key = prefix + '_extra_state'
+    value = state_dict.get(key)
+    if isinstance(value, torch.Tensor) and value.dtype == torch.uint8:
+        state_dict[key] = json.loads(bytes(value.tolist()).decode('utf-8'))
