@@ -14,6 +14,8 @@ from mmengine.model import is_model_wrapper
 from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
+from xmr.engine.distributed import rewrap_for_phase
+from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.hooks.phase_report import format_table
 from xmr.engine.optim import parameter_counts
 from xmr.registry import LOOPS
@@ -129,9 +131,12 @@ class PhasedTrainLoop(BaseLoop):
     """Runs the configured phases in order on one global iteration counter.
 
     At the start of a phase the loop selects the model's losses (``set_phase``), freezes every
-    parameter outside ``trainable``, clears the optimiser state (phases train independently,
-    as in DASD) and builds the phase's dataloader. Every iteration sets each parameter group's
-    learning rate from the phase's own warm-up + decay, so no scheduler stacks on another.
+    parameter outside ``trainable``, re-wraps the model for DDP over exactly those parameters
+    (:func:`~xmr.engine.distributed.rewrap_for_phase`), clears the optimiser state (phases
+    train independently, as in DASD), builds the phase's dataloader and prepares its feature
+    caches (:func:`~xmr.engine.feature_cache.prepare_feature_caches`). Every iteration sets
+    each parameter group's learning rate from the phase's own warm-up + decay, so no scheduler
+    stacks on another.
     Hooks, checkpoints and resume see one ``iter`` counter: a run resumed in the middle of
     phase 2 re-enters phase 2, fast-forwards its data and restores the RNG state of the
     checkpoint (saved by :class:`~xmr.engine.hooks.RNGStateHook`), keeping the optimiser state
@@ -216,6 +221,8 @@ class PhasedTrainLoop(BaseLoop):
         for name, parameter in self.model.named_parameters():
             parameter.requires_grad_(any(name == p or name.startswith(p + '.')
                                          for p in phase.trainable))
+        # DDP syncs the parameters that require grad when it wraps: wrap for this phase's set.
+        rewrap_for_phase(self.runner)
         optimizer = self.runner.optim_wrapper.optimizer
         if fresh:
             optimizer.state.clear()
@@ -236,6 +243,8 @@ class PhasedTrainLoop(BaseLoop):
             + format_table(['module group', 'trainable', 'total'], rows))
         dataloader = self.dataloader if phase.dataloader is None else \
             self.runner.build_dataloader(phase.dataloader, seed=self.runner.seed)
+        # Cached frozen-tower features are built or checked against this phase's live weights.
+        prepare_feature_caches(dataloader, self.model)
         return _InfiniteIterator(dataloader)
 
     def _set_lr(self, phase: Phase) -> None:

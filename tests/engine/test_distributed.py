@@ -1,0 +1,129 @@
+"""DDP: two CPU (gloo) processes train exactly like one process with the same global batch.
+
+The second phase trains a tower weight that was frozen when the runner first wrapped the model
+(the text projection): without the per-phase re-wrap it would never be synchronised and the
+ranks would drift apart. Its InfoNCE loss sees the global batch through ``gather_with_grad``.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+from tests.conftest import tiny_retriever_cfg
+from xmr.engine.distributed import phase_wrapper_cfg, setup_cpu_distributed
+
+GLOBAL_BATCH = 8
+WORLD = 2
+TRAINED = ('language_branch.', 'backbone.clip.text_projection')
+PHASES = [
+    dict(name='cross_lingual', iters=2, lr=1e-2, warmup_ratio=0.0, schedule='constant',
+         trainable=['language_branch.embedding'], loss_weights=dict(cl=1.0)),
+    dict(name='cross_modal', iters=2, lr=1e-2, warmup_ratio=0.0, schedule='constant',
+         trainable=['language_branch.adapters', 'backbone.clip.text_projection'],
+         loss_weights=dict(cm=1.0)),
+]
+
+
+def make_cfg(work_dir: Path, batch_size: int) -> Config:
+    return Config(dict(
+        default_scope='xmr',
+        work_dir=str(work_dir),
+        model=tiny_retriever_cfg(),
+        train_dataloader=dict(
+            batch_size=batch_size, num_workers=0, drop_last=True,
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            collate_fn=dict(type='xmr.retrieval_collate'),
+            dataset=dict(type='SyntheticPairDataset', num_scenes=16, languages=['de', 'zh'],
+                         image_size=32, seed=0)),
+        train_cfg=dict(type='PhasedTrainLoop', phases=PHASES, val_interval=0),
+        optim_wrapper=dict(type='OptimWrapper', constructor='PhasedOptimWrapperConstructor',
+                           optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.1),
+                           clip_grad=dict(max_norm=1.0)),
+        default_hooks=dict(checkpoint=None, logger=dict(type='LoggerHook', interval=100)),
+        randomness=dict(seed=0),
+        log_level='WARNING',
+    ))
+
+
+def trained_state(runner: Runner) -> dict[str, torch.Tensor]:
+    model = getattr(runner.model, 'module', runner.model)
+    return {name: value.detach().clone() for name, value in model.state_dict().items()
+            if name.startswith(TRAINED)}
+
+
+def _worker(rank: int, port: int, work_dir: str, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    import xmr  # noqa: F401
+
+    cfg = make_cfg(Path(work_dir), GLOBAL_BATCH // WORLD)
+    cfg.launcher = 'pytorch'
+    setup_cpu_distributed(cfg, 'pytorch')
+    runner = Runner.from_cfg(cfg)
+    wrapper_ids = set()
+    original = runner.train_loop._enter_phase
+
+    def record_wrapper(phase, fresh):
+        iterator = original(phase, fresh)
+        wrapper_ids.add(id(runner.model))
+        return iterator
+
+    runner.train_loop._enter_phase = record_wrapper
+    runner.train()
+    torch.save(dict(state=trained_state(runner), wrappers=len(wrapper_ids),
+                    synced=sorted(n for n, p in runner.model.module.named_parameters()
+                                  if p.requires_grad)),
+               Path(out_dir) / f'rank{rank}.pt')
+    torch.distributed.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def test_two_gloo_processes_match_one_process_with_the_global_batch(tmp_path, monkeypatch):
+    import xmr  # noqa: F401
+
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    # fork: the children reuse this process's imports (spawn would re-import for seconds).
+    mp.start_processes(_worker, args=(free_port(), str(tmp_path / 'ddp'), str(tmp_path)),
+                       nprocs=WORLD, join=True, start_method='fork')
+    single = Runner.from_cfg(make_cfg(tmp_path / 'single', GLOBAL_BATCH))
+    initial = trained_state(single)
+    single.train()
+    expected = trained_state(single)
+    ranks = [torch.load(tmp_path / f'rank{r}.pt') for r in range(WORLD)]
+    assert set(ranks[0]['state']) == set(expected)
+    assert not torch.equal(expected['backbone.clip.text_projection'],
+                           initial['backbone.clip.text_projection'])
+    for rank in ranks:
+        assert rank['wrappers'] == len(PHASES)  # a fresh DDP wrapper per phase
+        assert 'backbone.clip.text_projection' in rank['synced']
+        for name, value in expected.items():
+            torch.testing.assert_close(rank['state'][name], value, rtol=1e-4, atol=1e-5,
+                                       msg=name)
+
+
+def test_phase_wrapper_defaults_and_cpu_launcher_checks():
+    assert phase_wrapper_cfg(None, on_cuda=False) == dict(
+        type='MMDistributedDataParallel', broadcast_buffers=False, find_unused_parameters=True,
+        device_ids=None)
+    assert phase_wrapper_cfg(dict(find_unused_parameters=False), on_cuda=False)[
+        'find_unused_parameters'] is False
+    cfg = Config(dict())
+    setup_cpu_distributed(cfg, 'none')
+    assert 'model_wrapper_cfg' not in cfg
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="use the 'pytorch' launcher"):
+            setup_cpu_distributed(cfg, 'slurm')

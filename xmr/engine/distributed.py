@@ -1,0 +1,88 @@
+"""DDP with phased freezing, and distributed runs on CPU machines.
+
+PyTorch's ``DistributedDataParallel`` decides once, when it wraps the model, which parameters it
+synchronises: those that require grad at that moment. MMEngine's runner wraps the model when it
+is built, before any phase has set ``requires_grad``; a parameter that a later phase unfreezes
+(the towers in ``source_finetune``) would then train on each rank's own gradients and drift
+apart silently, and every frozen parameter kept in the buckets would be all-reduced as zeros
+each step. :func:`rewrap_for_phase` therefore wraps the model afresh at the start of every
+phase, after the phase has frozen and unfrozen its parameters, so the wrapper holds exactly the
+parameters the phase trains. ``find_unused_parameters`` defaults to ``True``: a batch without
+a language leaves that language's adapters without a gradient.
+
+MMEngine's ``pytorch`` launcher calls ``torch.cuda.set_device`` even for gloo, and its default
+wrapper passes a GPU index as ``device_ids``; :func:`setup_cpu_distributed` starts the gloo
+process group itself and configures a CPU wrapper, so ``tools/dist_train.sh`` also runs on CPUs.
+"""
+from __future__ import annotations
+
+import gc
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from mmengine.model import is_model_wrapper
+
+from xmr.engine.optim import sparse_parameter_names
+from xmr.registry import MODEL_WRAPPERS
+
+__all__ = ['phase_wrapper_cfg', 'rewrap_for_phase', 'setup_cpu_distributed']
+
+
+def phase_wrapper_cfg(cfg: dict | None, on_cuda: bool) -> dict[str, Any]:
+    """The model-wrapper config a phase is wrapped with.
+
+    Args:
+        cfg: the run's ``model_wrapper_cfg`` (or ``None``); its keys win.
+        on_cuda: the model lives on a GPU (``device_ids`` = the local rank) or not (``None``).
+    """
+    wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
+                   find_unused_parameters=True,
+                   device_ids=[int(os.environ.get('LOCAL_RANK', 0))] if on_cuda else None)
+    wrapper.update(cfg or {})
+    return wrapper
+
+
+def rewrap_for_phase(runner) -> None:
+    """Wrap ``runner.model`` afresh over the parameters the current phase trains.
+
+    Does nothing outside distributed runs. Call it after the phase has set ``requires_grad``.
+
+    Raises:
+        ValueError: when a trained embedding has sparse gradients on a backend without sparse
+            all-reduce (NCCL): use the dense embedding update for multi-GPU runs.
+    """
+    if not getattr(runner, 'distributed', False):
+        return
+    module = runner.model.module if is_model_wrapper(runner.model) else runner.model
+    trained_sparse = [name for name, p in module.named_parameters()
+                      if name in sparse_parameter_names(module) and p.requires_grad]
+    backend = dist.get_backend()
+    if trained_sparse and backend != 'gloo':
+        raise ValueError(f'{trained_sparse[0]} has sparse gradients, which the {backend} '
+                         'backend cannot all-reduce; build the embedding with sparse=False '
+                         'for multi-GPU runs')
+    on_cuda = next(module.parameters()).is_cuda
+    runner.model = None
+    gc.collect()  # the previous wrapper's reducer must release its gradient hooks first
+    runner.model = MODEL_WRAPPERS.build(
+        phase_wrapper_cfg(runner.cfg.get('model_wrapper_cfg'), on_cuda),
+        default_args=dict(module=module))
+
+
+def setup_cpu_distributed(cfg: Any, launcher: str) -> None:
+    """Start a gloo process group for a ``pytorch``-launched run on a machine without CUDA.
+
+    With CUDA, or without a launcher, nothing changes (MMEngine starts NCCL as configured).
+    """
+    if launcher == 'none' or torch.cuda.is_available():
+        return
+    if launcher != 'pytorch':
+        raise ValueError(f"distributed CPU runs use the 'pytorch' launcher (torchrun), got "
+                         f"'{launcher}'")
+    cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
+    cfg.model_wrapper_cfg = phase_wrapper_cfg(cfg.get('model_wrapper_cfg'), on_cuda=False)
+    if not dist.is_initialized():
+        dist.init_process_group('gloo', rank=int(os.environ['RANK']),
+                                world_size=int(os.environ['WORLD_SIZE']))
