@@ -21,6 +21,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--amp', action='store_true',
                         help='mixed precision: bf16 where supported, fp16 + loss scaling on '
                         'older GPUs')
+    parser.add_argument('--amp-dtype', choices=['bfloat16', 'float16'],
+                        help='force the autocast precision of --amp (implies --amp); float16 '
+                        'comes with loss scaling')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config keys, e.g. model.language_branch.num_blocks=6')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
@@ -44,8 +47,8 @@ def build_config(args: argparse.Namespace) -> Config:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(args.config))[0])
-    if args.amp:
-        enable_amp(cfg)
+    if args.amp or args.amp_dtype:
+        enable_amp(cfg, args.amp_dtype)
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume is not None:
@@ -58,9 +61,12 @@ def build_config(args: argparse.Namespace) -> Config:
 def main(argv: list[str] | None = None) -> None:
     import xmr  # noqa: F401  (registers every module)
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+    from xmr.engine.distributed import setup_cpu_distributed
 
     allow_mmengine_checkpoint_types()
-    cfg = build_config(parse_args(argv))
+    args = parse_args(argv)
+    cfg = build_config(args)
+    setup_cpu_distributed(cfg, args.launcher)
     runner = Runner.from_cfg(cfg)
     runner.train()
 

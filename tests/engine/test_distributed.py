@@ -116,9 +116,10 @@ def test_two_gloo_processes_match_one_process_with_the_global_batch(tmp_path, mo
 
 
 def test_phase_wrapper_defaults_and_cpu_launcher_checks():
-    assert phase_wrapper_cfg(None, on_cuda=False) == dict(
-        type='MMDistributedDataParallel', broadcast_buffers=False, find_unused_parameters=True,
-        device_ids=None)
+    default = phase_wrapper_cfg(None, on_cuda=False)
+    assert default['type'] == 'MMDistributedDataParallel' and default['device_ids'] is None
+    assert default['find_unused_parameters'] is True
+    assert default.get('forward_sync_buffers', default.get('broadcast_buffers')) is False
     assert phase_wrapper_cfg(dict(find_unused_parameters=False), on_cuda=False)[
         'find_unused_parameters'] is False
     cfg = Config(dict())

@@ -17,12 +17,14 @@ process group itself and configures a CPU wrapper, so ``tools/dist_train.sh`` al
 from __future__ import annotations
 
 import gc
+import inspect
 import os
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from mmengine.model import is_model_wrapper
+from torch.nn.parallel import DistributedDataParallel
 
 from xmr.engine.optim import sparse_parameter_names
 from xmr.registry import MODEL_WRAPPERS
@@ -37,9 +39,13 @@ def phase_wrapper_cfg(cfg: dict | None, on_cuda: bool) -> dict[str, Any]:
         cfg: the run's ``model_wrapper_cfg`` (or ``None``); its keys win.
         on_cuda: the model lives on a GPU (``device_ids`` = the local rank) or not (``None``).
     """
-    wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
-                   find_unused_parameters=True,
+    wrapper = dict(type='MMDistributedDataParallel', find_unused_parameters=True,
                    device_ids=[int(os.environ.get('LOCAL_RANK', 0))] if on_cuda else None)
+    # xmr's buffers (normalisation statistics, fixed temperatures) never change: sync them once
+    # at wrap time, not before every forward. Newer torch renamed the option.
+    parameters = inspect.signature(DistributedDataParallel.__init__).parameters
+    wrapper['forward_sync_buffers' if 'forward_sync_buffers' in parameters
+            else 'broadcast_buffers'] = False
     wrapper.update(cfg or {})
     return wrapper
 

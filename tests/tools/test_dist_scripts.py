@@ -1,0 +1,68 @@
+"""tools/dist_*.sh and tools/slurm_*.sh compose the launcher commands documented for them."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+TOOLS = REPO / 'tools'
+sys.path.insert(0, str(TOOLS))
+import train as train_tool  # noqa: E402
+
+
+def run(script: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(['bash', str(TOOLS / script), *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, check=False)
+
+
+def test_dist_train_runs_torchrun_with_the_pytorch_launcher():
+    out = run('dist_train.sh', 'cfg.py', '4', '--amp', PYTHON='echo', NNODES='2',
+              NODE_RANK='1', MASTER_ADDR='node0', PORT='1234')
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [
+        '-m', 'torch.distributed.run', '--nnodes=2', '--node_rank=1', '--master_addr=node0',
+        '--master_port=1234', '--nproc_per_node=4', f'{TOOLS}/train.py', 'cfg.py',
+        '--launcher', 'pytorch', '--amp']
+
+
+def test_dist_test_passes_the_checkpoint():
+    out = run('dist_test.sh', 'cfg.py', 'ckpt.pth', '2', PYTHON='echo')
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-5:] == [f'{TOOLS}/test.py', 'cfg.py', 'ckpt.pth', '--launcher',
+                                       'pytorch']
+
+
+def test_slurm_scripts_run_one_task_per_gpu_with_the_slurm_launcher():
+    out = run('slurm_train.sh', 'part', 'job', 'cfg.py', '--amp', SRUN='echo', GPUS='16',
+              SRUN_ARGS='--time=1:00 --qos=high')
+    assert out.stdout.split() == [
+        '-p', 'part', '--job-name=job', '--gres=gpu:8', '--ntasks=16', '--ntasks-per-node=8',
+        '--cpus-per-task=5', '--kill-on-bad-exit=1', '--time=1:00', '--qos=high', 'python',
+        '-u', f'{TOOLS}/train.py', 'cfg.py', '--launcher', 'slurm', '--amp']
+    out = run('slurm_test.sh', 'part', 'job', 'cfg.py', 'ckpt.pth', SRUN='echo', GPUS='2')
+    assert '--ntasks=2' in out.stdout and out.stdout.split()[-4:] == [
+        'cfg.py', 'ckpt.pth', '--launcher', 'slurm']
+
+
+@pytest.mark.parametrize('script, args', [('dist_train.sh', ['cfg.py']),
+                                          ('dist_test.sh', ['cfg.py', 'ckpt.pth']),
+                                          ('slurm_train.sh', ['part', 'job']),
+                                          ('slurm_test.sh', ['part', 'job', 'cfg.py'])])
+def test_missing_arguments_print_the_usage(script, args):
+    out = run(script, *args, PYTHON='echo', SRUN='echo')
+    assert out.returncode == 2 and out.stderr.startswith('usage:')
+
+
+def test_train_amp_dtype_implies_amp(tmp_path):
+    config = tmp_path / 'cfg.py'
+    config.write_text("optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='AdamW'))\n")
+    cfg = train_tool.build_config(train_tool.parse_args([str(config), '--amp-dtype',
+                                                         'float16']))
+    assert cfg.optim_wrapper.type == 'AutocastOptimWrapper'
+    assert cfg.optim_wrapper.dtype == 'float16'
+    plain = train_tool.build_config(train_tool.parse_args([str(config), '--amp']))
+    assert 'dtype' not in plain.optim_wrapper
