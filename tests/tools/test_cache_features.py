@@ -1,0 +1,61 @@
+"""tools/cache_features.py builds, checks and rebuilds the caches a config names."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+from mmengine.config import Config
+
+from tests.conftest import REPO, tiny_retriever_cfg
+from xmr.engine.feature_cache import StaleFeatureCacheError
+
+sys.path.insert(0, str(REPO / 'tools'))
+import cache_features  # noqa: E402
+
+
+def write_config(tmp_path, seed: int = 0):
+    pairs = dict(type='SyntheticPairDataset', num_scenes=3, languages=['de'], image_size=32)
+    gallery = dict(type='SyntheticRetrievalDataset', num_scenes=3, languages=['en', 'de'],
+                   image_size=32, split='val')
+    cached = lambda name, dataset: dict(type='CachedFeatureDataset',  # noqa: E731
+                                        cache_dir=str(tmp_path / name), dataset=dataset)
+    cfg = Config(dict(
+        model=tiny_retriever_cfg(),
+        train_dataloader=dict(dataset=cached('pairs', pairs)),
+        train_cfg=dict(type='PhasedTrainLoop', phases=[
+            dict(name='cross_lingual', iters=1, lr=1.0, trainable=['language_branch'],
+                 loss_weights=dict(cl=1.0), dataloader=dict(dataset=cached('pairs', pairs)))]),
+        val_dataloader=[dict(dataset=cached('gallery', gallery)), dict(dataset=gallery)],
+        randomness=dict(seed=seed)))
+    path = tmp_path / 'cfg.py'
+    cfg.dump(str(path))
+    return path
+
+
+def test_builds_each_named_cache_once_then_checks_it(tmp_path):
+    config = write_config(tmp_path)
+    torch.manual_seed(0)
+    done = cache_features.main([str(config), '--device', 'cpu'])
+    assert [(d['where'], d['items']) for d in done] == [('train_dataloader', 3),
+                                                         ('val_dataloader[0]', 3)]
+    assert done[0]['source'] == 3 and done[1]['media'] == 3 and 'source' not in done[1]
+    built = json.loads((tmp_path / 'pairs' / 'meta.json').read_text())
+    torch.manual_seed(0)
+    cache_features.main([str(config), '--device', 'cpu'])  # same weights: checked, kept
+    assert json.loads((tmp_path / 'pairs' / 'meta.json').read_text()) == built
+    torch.manual_seed(1)
+    with pytest.raises(StaleFeatureCacheError, match='backbone: cache has'):
+        cache_features.main([str(config), '--device', 'cpu'])
+    torch.manual_seed(1)
+    cache_features.main([str(config), '--device', 'cpu', '--overwrite'])
+    assert json.loads((tmp_path / 'pairs' / 'meta.json').read_text())['key']['backbone'] != \
+        built['key']['backbone']
+
+
+def test_a_config_without_caches_is_refused(tmp_path):
+    path = tmp_path / 'plain.py'
+    path.write_text("model = dict(type='CrossLingualRetriever')\n")
+    with pytest.raises(ValueError, match='uses no CachedFeatureDataset'):
+        cache_features.main([str(path)])

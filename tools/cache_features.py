@@ -1,0 +1,99 @@
+"""Build the frozen-tower feature caches a config uses, before training.
+
+    python tools/cache_features.py CONFIG [--checkpoint CKPT] [--overwrite] [--device cuda]
+
+Every dataset of the config (``train_dataloader``, the phases' own dataloaders, validation and
+test dataloaders, lists of them included) of type ``CachedFeatureDataset`` is built and its
+cache computed with the config's model: missing caches are built, existing ones are checked
+(and refused when stale), ``--overwrite`` rebuilds them. ``--checkpoint`` loads weights first,
+e.g. towers fine-tuned in the CL-FT setting's ``source_finetune`` phase, whose features differ
+from the pretrained ones. Training builds missing caches itself on first use; this tool does it
+ahead of time, with more workers, and without holding the other ranks of a DDP job waiting.
+"""
+from __future__ import annotations
+
+import argparse
+import os.path as osp
+from collections.abc import Iterator
+from typing import Any
+
+from mmengine.config import Config, DictAction
+
+LOADER_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Build the feature caches of a config')
+    parser.add_argument('config', help='config file')
+    parser.add_argument('--checkpoint', help='weights to load into the model first')
+    parser.add_argument('--overwrite', action='store_true', help='rebuild existing caches')
+    parser.add_argument('--device', default=None,
+                        help="device of the towers (default: 'cuda' when available, else 'cpu')")
+    parser.add_argument('--batch-size', type=int, help="override each cache's batch_size")
+    parser.add_argument('--num-workers', type=int, help="override each cache's num_workers")
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config keys')
+    return parser.parse_args(argv)
+
+
+def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, dataset config)`` of every ``CachedFeatureDataset`` the config names."""
+    loaders: list[tuple[str, Any]] = [(key, cfg.get(key)) for key in LOADER_KEYS]
+    for phase in (cfg.get('train_cfg') or {}).get('phases', []):
+        loaders.append((f"train_cfg.phases[{phase['name']}]", phase.get('dataloader')))
+    for where, loader in loaders:
+        for index, one in enumerate(loader if isinstance(loader, (list, tuple)) else [loader]):
+            dataset = (one or {}).get('dataset')
+            if isinstance(dataset, dict) and dataset.get('type') == 'CachedFeatureDataset':
+                yield (f'{where}[{index}]' if isinstance(loader, (list, tuple)) else where,
+                       dataset)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    import torch
+    from mmengine.runner import load_checkpoint
+
+    import xmr  # noqa: F401  (registers every module)
+    from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+    from xmr.engine.feature_cache import FeatureCache
+    from xmr.registry import DATASETS, MODELS
+
+    args = parse_args(argv)
+    if not osp.isfile(args.config):
+        raise FileNotFoundError(f'config file {args.config} does not exist')
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    found = list(cached_dataset_cfgs(cfg))
+    if not found:
+        raise ValueError(f'{args.config} uses no CachedFeatureDataset; wrap a dataset in one '
+                         '(docs/benchmarks.md, "Feature cache")')
+    device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    model = MODELS.build(cfg.model).to(device)
+    if args.checkpoint:
+        allow_mmengine_checkpoint_types()
+        load_checkpoint(model, args.checkpoint, map_location='cpu', strict=False)
+    done: dict[str, dict[str, Any]] = {}
+    for where, dataset_cfg in found:
+        dataset_cfg = dict(dataset_cfg)
+        for key, value in (('batch_size', args.batch_size), ('num_workers', args.num_workers)):
+            if value is not None:
+                dataset_cfg[key] = value
+        cache_dir = str(dataset_cfg['cache_dir'])
+        if cache_dir in done:
+            continue
+        dataset = DATASETS.build(dataset_cfg)
+        if args.overwrite:
+            FeatureCache.build(dataset.cache_dir, dataset.dataset, model,
+                               dataset.cache_key(model), dataset.batch_size, dataset.num_workers,
+                               overwrite=True)
+        dataset.prepare(model)
+        meta = dataset.cache.meta
+        done[cache_dir] = dict(where=where, cache_dir=cache_dir, **meta['counts'],
+                               seconds=meta['seconds'])
+        print(f'{where}: {cache_dir} {meta["counts"]} ({meta["seconds"]} s to build)')
+    return list(done.values())
+
+
+if __name__ == '__main__':
+    main()
