@@ -5,7 +5,6 @@ import pytest
 import torch
 from torch import nn
 
-import xmr.engine.amp  # noqa: F401  (registers AutocastOptimWrapper)
 from xmr.engine.optim import HybridOptimizer, PhasedOptimWrapperConstructor
 from xmr.models.language.embedding import TargetEmbedding
 

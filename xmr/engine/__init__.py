@@ -1,8 +1,12 @@
-"""Training engine: phased loop, multi-dataset evaluation loops, optimiser constructor, hooks."""
+"""Training engine: phased loop, multi-dataset evaluation loops, optimiser constructor, hooks,
+mixed precision, feature cache and DDP helpers."""
 from xmr.engine import hooks  # noqa: F401
+from xmr.engine.amp import AutocastOptimWrapper
 from xmr.engine.eval_loops import MultiDatasetTestLoop, MultiDatasetValLoop
+from xmr.engine.feature_cache import CachedFeatureDataset, FeatureCacheHook
 from xmr.engine.loops import PhasedTrainLoop, phase_lr_factor
-from xmr.engine.optim import PhasedOptimWrapperConstructor
+from xmr.engine.optim import HybridOptimizer, PhasedOptimWrapperConstructor
 
 __all__ = ['PhasedTrainLoop', 'PhasedOptimWrapperConstructor', 'phase_lr_factor',
-           'MultiDatasetValLoop', 'MultiDatasetTestLoop']
+           'MultiDatasetValLoop', 'MultiDatasetTestLoop', 'AutocastOptimWrapper',
+           'CachedFeatureDataset', 'FeatureCacheHook', 'HybridOptimizer']
