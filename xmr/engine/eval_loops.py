@@ -16,8 +16,7 @@ Config::
 """
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -33,10 +32,11 @@ __all__ = ['MultiDatasetValLoop', 'MultiDatasetTestLoop', 'LoaderSequence', 'com
 
 
 class LoaderSequence:
-    """Several dataloaders seen as one for MMEngine's hooks, which only ask for the length.
+    """The loop's dataloaders, as ``runner.val_dataloader`` / ``runner.test_dataloader``.
 
-    Iterating it runs through every loader in turn; ``len`` is the total number of batches, so
-    progress logs and ETAs cover the whole evaluation.
+    MMEngine's logger and timer hooks only ask that object for its length; here it is the total
+    number of batches, matching the loop's running batch index, so progress logs and ETAs cover
+    the whole evaluation.
     """
 
     def __init__(self, loaders: Sequence[DataLoader]) -> None:
@@ -44,9 +44,6 @@ class LoaderSequence:
 
     def __len__(self) -> int:
         return sum(len(loader) for loader in self.loaders)
-
-    def __iter__(self) -> Iterator[Any]:
-        return itertools.chain.from_iterable(self.loaders)
 
 
 def combined_mean_ar(evaluators: Sequence[Evaluator],
