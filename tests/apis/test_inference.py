@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.logging import HistoryBuffer
 from PIL import Image
 from torch.utils.data import DataLoader
 
@@ -75,6 +76,17 @@ def test_missing_checkpoint_is_named(trained, tmp_path):
     config, _, _ = trained
     with pytest.raises(FileNotFoundError, match='checkpoint not found: .*nothing.pth'):
         init_retriever(config, tmp_path / 'nothing.pth')
+
+
+def test_checkpoint_with_pickled_objects_gets_advice(trained, tmp_path):
+    config, checkpoint, _ = trained
+    state = torch.load(checkpoint, map_location='cpu', weights_only=True)
+    state['message_hub'] = {'log_scalars': {'train/loss': HistoryBuffer()}}
+    torch.save(state, tmp_path / 'old.pth')
+    with pytest.raises(ValueError, match=r'old\.pth pickles objects that torch\.load\('
+                       r'weights_only=True\) refuses \(mmengine\.logging\.history_buffer'
+                       r'\.HistoryBuffer\).*keep only its weights once'):
+        init_retriever(config, tmp_path / 'old.pth')
 
 
 def test_untrained_language_lists_the_trained_ones(trained):

@@ -7,6 +7,7 @@ frozen tower (source language) or the target-language branch, media through the 
 from __future__ import annotations
 
 import os
+import pickle
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -89,6 +90,7 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
 
     Raises:
         FileNotFoundError: if the file is missing.
+        ValueError: if the file pickles objects a weights-only ``torch.load`` refuses.
         CheckpointMismatchError: naming the checkpoint and every mismatch: backbone type,
             architecture, embedding width and languages (recorded by the retriever), then missing,
             unexpected or differently shaped parameters.
@@ -97,7 +99,16 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
     if not path.is_file():
         raise FileNotFoundError(f'checkpoint not found: {path}')
     allow_mmengine_checkpoint_types()
-    loaded = CheckpointLoader.load_checkpoint(str(path), map_location='cpu', logger='silent')
+    try:
+        loaded = CheckpointLoader.load_checkpoint(str(path), map_location='cpu', logger='silent')
+    except pickle.UnpicklingError as error:
+        refused = re.search(r'Unsupported global: GLOBAL (\S+)', str(error))
+        raise ValueError(
+            f'checkpoint {path} pickles objects that torch.load(weights_only=True) refuses'
+            + (f' ({refused.group(1)})' if refused else '') + '; it was probably written '
+            'before xmr stored its logs as plain data. If you trust the file, keep only its '
+            f"weights once: torch.save({{'state_dict': torch.load('{path}', weights_only=False)"
+            "['state_dict']}, 'weights.pth')") from error
     state = loaded.get('state_dict', loaded) if isinstance(loaded, dict) else None
     if not isinstance(state, Mapping):
         raise CheckpointMismatchError(f'checkpoint {path} holds no state_dict')
