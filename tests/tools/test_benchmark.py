@@ -1,0 +1,73 @@
+"""tools/benchmark.py on a tiny CLIP: rows, padding, equal first losses, ratios and verdicts."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / 'tools'))
+import benchmark  # noqa: E402
+
+
+@pytest.fixture(scope='module')
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp('bench') / 'rows.json'
+    rows = benchmark.main(['--arch', 'tiny', '--batch-size', '4', '--steps', '1', '--warmup',
+                           '0', '--frames', '2', '--in-process', '--cases',
+                           'cross_lingual,video,eval', '--out', str(out)])
+    return rows, json.loads(out.read_text())
+
+
+def test_every_case_has_its_paths_and_the_recompute_path_pads_to_77(tiny_run):
+    rows, _ = tiny_run
+    assert [(r['case'], r['path']) for r in rows] == [
+        ('cross_lingual', 'recompute'), ('cross_lingual', 'xmr'), ('cross_lingual', 'xmr+sparse'),
+        ('video', 'recompute'), ('video', 'xmr'), ('eval', 'recompute'), ('eval', 'xmr')]
+    for row in rows:
+        padded = (row['target_tokens'], row['source_tokens'])
+        if row['path'] == 'recompute':
+            assert padded == (77, 77)
+        else:
+            assert max(padded) < 77
+        assert row['steps_per_s'] > 0 and row['samples_per_s'] == pytest.approx(
+            4 * row['steps_per_s'])
+
+
+def test_cached_and_recomputed_paths_start_from_the_same_loss(tiny_run):
+    rows, saved = tiny_run
+    by_path = {(r['case'], r['path']): r for r in rows}
+    for case in ('cross_lingual', 'video'):
+        reference = by_path[(case, 'recompute')]['first_loss']
+        for path in ('xmr', 'xmr+sparse') if case == 'cross_lingual' else ('xmr',):
+            assert by_path[(case, path)]['first_loss'] == pytest.approx(reference, rel=1e-5)
+            assert by_path[(case, path)]['loss_rel_diff'] < 1e-5
+    assert by_path[('eval', 'xmr')]['first_loss'] is None
+    assert saved['arch'] == 'tiny' and len(saved['rows']) == len(rows)
+
+
+def test_ratios_and_target_verdicts_from_hand_made_rows():
+    def row(case, path, ms, loss=1.0):
+        return dict(case=case, path=path, precision='fp32', step_ms=ms, cpu_ms=2 * ms,
+                    first_loss=loss)
+
+    rows = benchmark.with_ratios([row('cross_lingual', 'recompute', 900.0),
+                                  row('cross_lingual', 'xmr', 300.0, loss=1.001),
+                                  row('video', 'recompute', 1000.0), row('video', 'xmr', 250.0)])
+    assert rows[1]['speedup'] == pytest.approx(3.0)
+    assert rows[1]['cpu_speedup'] == pytest.approx(3.0)
+    assert rows[1]['loss_rel_diff'] == pytest.approx(1e-3)
+    lines = benchmark.summary(rows)
+    assert lines[0].startswith('cross_lingual fp32: xmr is 3.00x') and '3x: met' in lines[0]
+    assert 'target >= 5x: NOT met' in lines[1]
+
+
+def test_defaults_follow_the_device():
+    cpu = benchmark.parse_args([])
+    assert (cpu.batch_size, cpu.steps, cpu.warmup, cpu.amp) == (32, 2, 1, 'none')
+    cuda = benchmark.parse_args(['--device', 'cuda'])
+    assert (cuda.batch_size, cuda.steps, cuda.warmup, cuda.amp) == (128, 20, 5, 'both')
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(['--cases', 'cross_lingual,audio'])

@@ -1,0 +1,359 @@
+"""Train-step and evaluation throughput: the authors' recompute path against xmr's default.
+
+Paths (same model, same inputs, same seed):
+  recompute   the frozen towers run every step (English caption -> r^S, image / 12 frames ->
+              r^V) and every caption is padded to 77 tokens, as in the authors' code
+  xmr         r^S / r^V read from a memory-mapped feature cache, captions padded to the
+              batch's longest (the default of xmr)
+  xmr+sparse  xmr, plus SparseAdam on the embedding table (only the batch's rows update)
+              instead of the faithful dense AdamW over all of it (cross_lingual only)
+
+Cases: cross_lingual (L_CL), cross_modal (L_CM, images), video (L_CM, 12-frame clips), eval
+(embedding a gallery batch and its English + German captions). The model has ViT-B/32 size with
+random weights; the target branch has the paper's 119,547 x 768 embedding table and MLA static
+adapters (hidden 256) for de/fr/zh/ja; captions come from the bundled synthetic set.
+
+A step is: fetch the batch's items (through the feature cache for xmr), collate, tokenise and
+normalise, forward, backward, clip, optimiser step; the same batch every step. Each
+(case, path, precision) row runs in a fresh process so that its peak memory is its own (CPU:
+peak RSS of the process, model included; CUDA: peak allocated). The first step's loss of each
+path is printed: recompute and xmr see the same inputs and weights, so they agree up to fp
+rounding. Building the cache (once per dataset in real use) is not timed. Besides wall-clock
+time, each row reports the process's CPU time per step (all threads), which other processes on
+a shared machine disturb far less; on a busy CPU host compare the CPU-time speed-ups.
+
+Examples::
+
+    python tools/benchmark.py                      # CPU: batch 32, fp32 (< 10 min on 2 cores)
+    python tools/benchmark.py --device cuda        # batch 128, fp32 and AMP
+    python tools/benchmark.py --cases cross_lingual --steps 5 --out bench.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+CASES = ('cross_lingual', 'cross_modal', 'video', 'eval')
+PATHS = ('recompute', 'xmr', 'xmr+sparse')
+LANGUAGES = ('de', 'fr', 'zh', 'ja')
+#: Paper-size target embedding table (mBERT's word embeddings).
+TABLE = dict(vocab_size=119547, table_width=768)
+#: A tiny CLIP for smoke tests of this tool (``--arch tiny``).
+TINY_CLIP = dict(embed_dim=32,
+                 vision_cfg=dict(image_size=32, layers=2, width=32, patch_size=8, head_width=16),
+                 text_cfg=dict(context_length=77, vocab_size=49408, width=32, heads=2, layers=2))
+TINY_TABLE = dict(vocab_size=2000, table_width=24)
+TARGETS = {'cross_lingual': 3.0, 'video': 5.0}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--device', default='cpu', help="'cpu', 'cuda' or 'cuda:N'")
+    parser.add_argument('--cases', default=','.join(CASES),
+                        help=f'comma-separated subset of {CASES}')
+    parser.add_argument('--batch-size', type=int,
+                        help='samples per step (default: 32 on CPU, 128 on CUDA)')
+    parser.add_argument('--steps', type=int, help='timed steps (default: 2 on CPU, 20 on CUDA)')
+    parser.add_argument('--warmup', type=int,
+                        help='untimed steps first (default: 1 on CPU, 5 on CUDA)')
+    parser.add_argument('--frames', type=int, default=12, help='frames per video (DASD: 12)')
+    parser.add_argument('--amp', choices=['none', 'amp', 'both'],
+                        help="precisions: fp32 ('none'), autocast ('amp': bf16, fp16 on GPUs "
+                        "without bf16), or both (default: none on CPU, both on CUDA)")
+    parser.add_argument('--arch', default='ViT-B-32',
+                        help="open_clip architecture (random weights), or 'tiny' for a smoke test")
+    parser.add_argument('--threads', type=int, help='torch CPU threads in each run')
+    parser.add_argument('--work-dir', help='tokenizer model and feature caches (default: temp)')
+    parser.add_argument('--out', help='write the rows as JSON here')
+    parser.add_argument('--in-process', action='store_true',
+                        help='run every row in this process (memory column then is the peak '
+                        'so far, not per row)')
+    parser.add_argument('--one', help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    cuda = args.device.startswith('cuda')
+    args.batch_size = args.batch_size or (128 if cuda else 32)
+    args.steps = args.steps if args.steps is not None else (20 if cuda else 2)
+    args.warmup = args.warmup if args.warmup is not None else (5 if cuda else 1)
+    args.amp = args.amp or ('both' if cuda else 'none')
+    unknown = set(args.cases.split(',')) - set(CASES)
+    if unknown:
+        parser.error(f'unknown cases {sorted(unknown)}; choose from {CASES}')
+    return args
+
+
+# ----------------------------------------------------------------------------------- one row
+def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str) -> dict[str, Any]:
+    """Retriever config: random towers, paper-size table, static adapters."""
+    tiny = arch == 'tiny'
+    backbone = dict(type='OpenCLIPBackbone', pretrained=None,
+                    tokenizer=dict(type='OpenCLIPTokenizer', pad_to=pad_to))
+    backbone.update(dict(arch=None, model_cfg=TINY_CLIP) if tiny else dict(arch=arch))
+    backbone['tokenizer']['model_name'] = 'ViT-B-32' if tiny else arch
+    return dict(
+        type='CrossLingualRetriever', backbone=backbone,
+        language_branch=dict(
+            type='TargetLanguageBranch', languages=list(LANGUAGES),
+            tokenizer=dict(type='SentencePieceTokenizer', model_file=sp_model, pad_to=pad_to,
+                           vocab_size=1000,
+                           corpus=dict(type='synthetic_caption_corpus',
+                                       languages=list(LANGUAGES), num_scenes=300)),
+            embedding=dict(type='TargetEmbedding', sparse=sparse,
+                           **(TINY_TABLE if tiny else TABLE)),
+            adapters=dict(type='StaticAdapter', hidden=256)))
+
+
+class ItemList:
+    """Dataset items held in memory (media pre-decoded: the benchmark times the model)."""
+
+    def __init__(self, items: list[dict[str, Any]], name: str) -> None:
+        self.items = items
+        self.metainfo = {'dataset': f'benchmark_{name}', 'items': len(items)}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return dict(self.items[index])
+
+
+def make_items(case: str, batch: int, frames: int, size: int) -> list[dict[str, Any]]:
+    """One batch of synthetic captions with random uint8 media of the tower's size."""
+    import torch
+
+    from xmr.datasets.synthetic import SyntheticPairDataset
+
+    captions = SyntheticPairDataset(num_scenes=batch, languages=list(LANGUAGES), image_size=16)
+    generator = torch.Generator().manual_seed(0)
+    shape = (frames, 3, size, size) if case == 'video' else (3, size, size)
+    items = []
+    for index in range(batch):
+        pair = captions[index * len(LANGUAGES) + index % len(LANGUAGES)]
+        media = (None if case == 'cross_lingual' else
+                 torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator))
+        item = dict(media=media, media_id=f'{case}_{index:05d}', index=index)
+        if case == 'eval':
+            german = captions[index * len(LANGUAGES)]
+            item['captions'] = {'en': [pair['source_text']], 'de': [german['target_text']]}
+        else:
+            item.update(source_text=pair['source_text'], target_text=pair['target_text'],
+                        lang=pair['lang'])
+        items.append(item)
+    return items
+
+
+def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """Time one (case, path, precision) row."""
+    import torch
+
+    import xmr  # noqa: F401
+    from xmr.datasets.collate import retrieval_collate
+    from xmr.engine.feature_cache import CachedFeatureDataset
+    from xmr.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
+
+    if spec.get('threads'):
+        torch.set_num_threads(spec['threads'])
+    device = torch.device(spec['device'])
+    case, path = spec['case'], spec['path']
+    recompute = path == 'recompute'
+    torch.manual_seed(0)
+    model = MODELS.build(model_cfg(spec['arch'], 77 if recompute else None,
+                                   path == 'xmr+sparse', spec['sp_model'])).to(device)
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith('language_branch.'))
+    weights = {'cross_lingual': dict(cl=1.0)}.get(case, dict(cm=1.0))
+    model.set_phase('cross_lingual' if case == 'cross_lingual' else 'cross_modal', weights)
+    items = make_items(case, spec['batch_size'], spec['frames'], model.backbone.image_size[0])
+    dataset: Any = ItemList(items, case)
+    if not recompute:
+        dataset = CachedFeatureDataset(dataset, Path(spec['work_dir']) / f'cache_{case}',
+                                       batch_size=min(64, spec['batch_size']))
+        dataset.prepare(model)
+    wrapper = None
+    if case != 'eval':
+        wrapper_cfg = dict(type='OptimWrapper', clip_grad=dict(max_norm=1.0),
+                           optimizer=dict(type='AdamW', lr=1e-5, betas=(0.9, 0.98), eps=1e-6,
+                                          weight_decay=0.2))
+        if spec['precision'] == 'amp':
+            wrapper_cfg['type'] = 'AutocastOptimWrapper'
+        wrapper = OPTIM_WRAPPER_CONSTRUCTORS.build(dict(
+            type='PhasedOptimWrapperConstructor', optim_wrapper_cfg=wrapper_cfg))(model)
+    cuda = device.type == 'cuda'
+
+    def step() -> float | None:
+        batch = retrieval_collate([dataset[i] for i in range(len(dataset))])
+        if wrapper is None:
+            model.eval()
+            if spec['precision'] == 'amp':
+                with torch.autocast(device.type, dtype=_amp_dtype(device.type)):
+                    model.val_step(batch)
+            else:
+                model.val_step(batch)
+            return None
+        model.train()
+        return float(model.train_step(batch, wrapper)['loss'])
+
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    first_loss = None
+    times, cpu_times = [], []
+    for index in range(spec['warmup'] + spec['steps']):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        loss = step()
+        if cuda:
+            torch.cuda.synchronize(device)
+        if index == 0:
+            first_loss = loss
+        if index >= spec['warmup']:
+            times.append(time.perf_counter() - started)
+            cpu_times.append(time.process_time() - cpu_started)
+    seconds = sum(times) / len(times)
+    padded = _padded_lengths(model, items, case)
+    memory = (torch.cuda.max_memory_allocated(device) / 2 ** 20 if cuda
+              else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return dict(case=case, path=path, precision=spec['precision'],
+                batch_size=spec['batch_size'], steps_per_s=1.0 / seconds,
+                samples_per_s=spec['batch_size'] / seconds, step_ms=1000 * seconds,
+                cpu_ms=1000 * sum(cpu_times) / len(cpu_times),
+                peak_memory_mib=memory, first_loss=first_loss, **padded)
+
+
+def _amp_dtype(device_type: str):
+    from xmr.engine.amp import amp_dtype
+
+    return amp_dtype(device_type)
+
+
+def _padded_lengths(model, items: list[dict[str, Any]], case: str) -> dict[str, int]:
+    """Padded token length of the batch's target (or German) and English captions."""
+    if case == 'eval':
+        targets = [item['captions']['de'][0] for item in items]
+        sources = [item['captions']['en'][0] for item in items]
+    else:
+        targets = [item['target_text'] for item in items]
+        sources = [item['source_text'] for item in items]
+    return dict(target_tokens=int(model.language_branch.tokenizer(targets)['input_ids'].shape[1]),
+                source_tokens=int(model.backbone.tokenizer(sources)['input_ids'].shape[1]))
+
+
+# ----------------------------------------------------------------------------------- driver
+def rows_to_run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    precisions = {'none': ['fp32'], 'amp': ['amp'], 'both': ['fp32', 'amp']}[args.amp]
+    specs = []
+    for case in args.cases.split(','):
+        paths = PATHS if case == 'cross_lingual' else PATHS[:2]
+        for precision in precisions:
+            for path in paths:
+                specs.append(dict(case=case, path=path, precision=precision))
+    return specs
+
+
+def run_in_subprocess(spec: dict[str, Any]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, '--one', json.dumps(spec)],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f'benchmark row {spec["case"]}/{spec["path"]}/{spec["precision"]} '
+                           f'failed:\n{out.stderr[-4000:]}')
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add each row's speed-up over, and first-loss difference from, its recompute row."""
+    base = {(r['case'], r['precision']): r for r in rows if r['path'] == 'recompute'}
+    for row in rows:
+        reference = base.get((row['case'], row['precision']))
+        if reference is None:
+            continue
+        row['speedup'] = reference['step_ms'] / row['step_ms']
+        row['cpu_speedup'] = reference['cpu_ms'] / row['cpu_ms']
+        if row['first_loss'] is not None and reference['first_loss'] is not None:
+            row['loss_rel_diff'] = (abs(row['first_loss'] - reference['first_loss'])
+                                    / max(abs(reference['first_loss']), 1e-12))
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]], device: str) -> str:
+    unit = 'peak alloc MiB' if device.startswith('cuda') else 'peak RSS MiB'
+    header = ['case', 'path', 'precision', 'steps/s', 'samples/s', 'ms/step', 'CPU ms/step',
+              unit, 'tokens tgt/en', 'first loss', 'speed-up', 'CPU-time speed-up']
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    for r in rows:
+        loss = '' if r['first_loss'] is None else f"{r['first_loss']:.5f}"
+        lines.append('| ' + ' | '.join([
+            r['case'], r['path'], r['precision'], f"{r['steps_per_s']:.3f}",
+            f"{r['samples_per_s']:.1f}", f"{r['step_ms']:.0f}", f"{r['cpu_ms']:.0f}",
+            f"{r['peak_memory_mib']:.0f}", f"{r['target_tokens']}/{r['source_tokens']}", loss,
+            f"{r.get('speedup', 1.0):.2f}x", f"{r.get('cpu_speedup', 1.0):.2f}x"]) + ' |')
+    return '\n'.join(lines)
+
+
+def summary(rows: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for row in rows:
+        if row['path'] != 'xmr':
+            continue
+        target = TARGETS.get(row['case'])
+        verdict = '' if target is None else (
+            f" (target >= {target:.0f}x: {'met' if row['speedup'] >= target else 'NOT met'})")
+        loss = ('' if 'loss_rel_diff' not in row
+                else f", first-step loss differs by {row['loss_rel_diff']:.1e} (relative)")
+        lines.append(f"{row['case']} {row['precision']}: xmr is {row['speedup']:.2f}x the "
+                     f"recompute path ({row['cpu_speedup']:.2f}x in CPU time){verdict}{loss}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    args = parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(json.loads(args.one))))
+        return []
+    import torch
+
+    import xmr  # noqa: F401
+    from xmr.registry import TOKENIZERS
+
+    with tempfile.TemporaryDirectory() as scratch:
+        work_dir = Path(args.work_dir or scratch)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        sp_model = str(work_dir / 'target_sp.model')
+        # Trained once here, read by every row.
+        TOKENIZERS.build(model_cfg(args.arch, None, False, sp_model)['language_branch']
+                         ['tokenizer'])
+        common = dict(device=args.device, arch=args.arch, batch_size=args.batch_size,
+                      steps=args.steps, warmup=args.warmup, frames=args.frames,
+                      threads=args.threads, sp_model=sp_model, work_dir=str(work_dir))
+        rows = []
+        for spec in rows_to_run(args):
+            spec = dict(common, **spec)
+            started = time.perf_counter()
+            row = run_one(spec) if args.in_process else run_in_subprocess(spec)
+            print(f"{row['case']:<14} {row['path']:<11} {row['precision']:<5} "
+                  f"{row['step_ms']:9.0f} ms/step  ({time.perf_counter() - started:.0f} s)",
+                  flush=True)
+            rows.append(row)
+    rows = with_ratios(rows)
+    threads = args.threads or torch.get_num_threads()
+    device = args.device if args.device != 'cpu' else f'cpu ({threads} threads)'
+    print(f'\n{args.arch}, batch {args.batch_size}, {args.frames} frames per video, '
+          f'{args.steps} timed steps after {args.warmup} warm-up, device {device}\n')
+    print(format_table(rows, args.device))
+    print('\n' + '\n'.join(summary(rows)))
+    if args.out:
+        Path(args.out).write_text(json.dumps(dict(
+            arch=args.arch, device=device, batch_size=args.batch_size, frames=args.frames,
+            steps=args.steps, warmup=args.warmup, rows=rows), indent=2))
+    return rows
+
+
+if __name__ == '__main__':
+    os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
+    main()
