@@ -104,9 +104,11 @@ def run_test(args: argparse.Namespace):
     from mmengine.runner import Runner
 
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
+    from xmr.engine.distributed import setup_cpu_distributed
     from xmr.evaluation import EvaluationResult
 
     cfg = build_config(args)
+    setup_cpu_distributed(cfg, args.launcher)
     runner = Runner.from_cfg(cfg)
     model = runner.model.module if is_model_wrapper(runner.model) else runner.model
     try:
