@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader
 
 from xmr.engine.distributed import rewrap_for_phase
 from xmr.engine.feature_cache import prepare_feature_caches
-from xmr.engine.hooks.phase_report import format_table
 from xmr.engine.optim import parameter_counts
+from xmr.evaluation.leaderboard import format_table
 from xmr.registry import LOOPS
 
 SCHEDULES = ('cosine', 'linear', 'constant')
