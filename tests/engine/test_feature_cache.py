@@ -3,21 +3,24 @@ from __future__ import annotations
 
 import json
 import pickle
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from tests.conftest import tiny_retriever_cfg
 from xmr.datasets import Annotation, CaptionPairDataset, MediaRecord, dump_annotation
 from xmr.datasets.collate import retrieval_collate
-from xmr.datasets.synthetic import SyntheticPairDataset
+from xmr.datasets.synthetic import SyntheticPairDataset, SyntheticRetrievalDataset
 from xmr.engine import feature_cache
+from xmr.engine.eval_loops import LoaderSequence
 from xmr.engine.feature_cache import (
     CachedFeatureDataset,
     FeatureCache,
+    FeatureCacheHook,
     StaleFeatureCacheError,
     prepare_feature_caches,
 )
@@ -207,7 +210,7 @@ def test_media_that_change_every_epoch_are_not_cached(pair_ann_file, tmp_path, m
 
 def test_cache_pickles_without_its_memory_maps(tiny_retriever, tmp_path):
     cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache')
-    prepare_feature_caches(torch.utils.data.DataLoader(cached), tiny_retriever)
+    prepare_feature_caches(DataLoader(cached), tiny_retriever)
     cached[0]
     copy = pickle.loads(pickle.dumps(cached))
     assert copy.cache._arrays == {}
@@ -224,3 +227,20 @@ def test_video_frames_at_random_offsets_are_not_cached(tmp_path, test_mode, kind
     dataset = CaptionPairDataset(tmp_path / 'ann.json', data_root=tmp_path,
                                  transform=TINY_TRANSFORM, test_mode=test_mode)
     assert CachedFeatureDataset(dataset, tmp_path / 'cache').kinds == kinds
+
+
+def test_hook_prepares_cached_galleries_and_evaluation_matches(tiny_retriever, tmp_path):
+    gallery = SyntheticRetrievalDataset(num_scenes=3, languages=['en', 'de'], image_size=32)
+    cached = CachedFeatureDataset(gallery, tmp_path / 'gallery')
+    assert cached.kinds == ['media']
+    loaders = LoaderSequence([DataLoader(cached, batch_size=3, collate_fn=retrieval_collate),
+                              DataLoader(gallery, batch_size=3, collate_fn=retrieval_collate)])
+    runner = SimpleNamespace(model=tiny_retriever, val_loop=SimpleNamespace(dataloader=loaders))
+    FeatureCacheHook().before_val(runner)
+    tiny_retriever.eval()
+    from_cache, plain = (tiny_retriever.val_step(next(iter(loader)))
+                         for loader in loaders.loaders)
+    for a, b in zip(from_cache, plain):
+        torch.testing.assert_close(a['media_embedding'], b['media_embedding'], rtol=1e-5,
+                                   atol=1e-6)
+        torch.testing.assert_close(a['caption_embeddings']['de'], b['caption_embeddings']['de'])
