@@ -65,10 +65,8 @@ def test_distribution_sampling_plugs_into_the_plain_dual_encoder():
 
 def test_cdds_losses_are_the_disentanglers_terms_weighted_by_the_phase():
     model = build(disentangler=CDDS)
-    assert model.loss_names() == CDDS_TERMS | {'itc'}
-    weights = dict(semantic_consistency=2.0, modality_consistency=0.5,
-                   information_integrity=1.0, x_semantic_reconstruction=1.0, itc=0.25)
-    model.set_phase('cdds', weights)
+    assert model.loss_names() == {'disentangler', 'itc'}
+    model.set_phase('cdds', dict(disentangler=2.0, itc=0.25))
     data = model.data_preprocessor(BATCH, True)
     torch.manual_seed(1)
     losses = model(mode='loss', **data)
@@ -76,21 +74,37 @@ def test_cdds_losses_are_the_disentanglers_terms_weighted_by_the_phase():
     text = model.backbone.encode_text_tokens(data['source_tokens'])
     torch.manual_seed(1)
     out = model.disentangler(image.tokens, image.mask, text.tokens, text.mask)
+    assert set(losses) == {f'loss_{name}' for name in CDDS_TERMS | {'itc'}}
     for name in CDDS_TERMS:
-        torch.testing.assert_close(losses[f'loss_{name}'], weights[name] * out['losses'][
-            f'loss_{name}'])
+        torch.testing.assert_close(losses[f'loss_{name}'], 2.0 * out['losses'][f'loss_{name}'])
     expected_itc = info_nce(model.disentangler.pool(out['image_semantic'], image.mask),
                             model.disentangler.pool(out['text_semantic'], text.mask), 20.0)
     torch.testing.assert_close(losses['loss_itc'], 0.25 * expected_itc, rtol=1e-4, atol=1e-5)
 
 
-def test_a_removed_constraint_is_neither_computed_nor_weighable():
+def test_a_removed_constraint_is_not_computed_and_single_terms_are_not_weighable():
     model = build(disentangler=dict(CDDS, use_modality_consistency=False))
-    assert 'modality_consistency' not in model.loss_names()
-    with pytest.raises(KeyError, match=r"unknown loss weights \['modality_consistency'\]"):
+    with pytest.raises(KeyError, match=r"unknown loss weights \['modality_consistency'\]; "
+                                       r"this model computes \['disentangler', 'itc'\]"):
         model.set_phase('cdds', dict(modality_consistency=1.0))
     data = model.data_preprocessor(BATCH, True)
-    assert 'loss_modality_consistency' not in model(mode='loss', **data)
+    losses = model(mode='loss', **data)
+    assert set(losses) == {f'loss_{n}' for n in CDDS_TERMS - {'modality_consistency'} | {'itc'}}
+    model.set_phase('itc only', dict(itc=1.0, disentangler=0.0))
+    assert set(model(mode='loss', **data)) == {'loss_itc'}
+
+
+def test_tower_itc_contrasts_the_towers_own_embeddings_beneath_cdds():
+    model = build(disentangler=CDDS, losses=dict(
+        tower_itc=dict(type='InfoNCELoss', temperature=0.1)))
+    model.set_phase('towers', dict(tower_itc=1.0))
+    data = model.data_preprocessor(BATCH, True)
+    losses = model(mode='loss', **data)
+    assert set(losses) == {'loss_tower_itc'}
+    image = model.backbone.encode_image(data['media'])
+    text = model.backbone.encode_source_text(data['source_tokens'])
+    torch.testing.assert_close(losses['loss_tower_itc'], info_nce(image, text, 10.0),
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_frozen_towers_get_no_gradient_and_the_unets_do():

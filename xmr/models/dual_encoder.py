@@ -33,11 +33,14 @@ from xmr.models.backbones.base import TokenOutput
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.registry import DISENTANGLERS, MODELS
 
-#: Losses the dual encoder computes itself; a disentangler adds its own names.
+#: Losses the dual encoder computes itself (configured under ``losses``).
 DUAL_ENCODER_LOSSES = {
     'itc': 'symmetric InfoNCE between the retrieval embeddings of images and captions',
+    'tower_itc': "symmetric InfoNCE between the towers' own pooled embeddings",
     'distribution_sampling': 'CDDS distribution sampling on the raw token outputs (Table 4)',
 }
+#: The phase weight that scales every term the disentangler returns.
+DISENTANGLER_LOSS = 'disentangler'
 #: Which captions of a training pair the text tower reads.
 TRAIN_TEXTS = ('source', 'target')
 
@@ -51,10 +54,15 @@ class DualEncoderRetriever(BaseModel):
             (``OpenCLIPBackbone``, ``ViTBERTBackbone``, ``CCLMDualStream``).
         disentangler: ``DISENTANGLERS`` config of a token-level disentangler (``dim`` defaults
             to the backbone's ``embed_dim``), or ``None`` for the plain dual encoder.
-        losses: ``{name: MODELS config}`` for ``itc`` (an :class:`InfoNCELoss`) and
-            ``distribution_sampling`` (a ``CDDSDistributionSamplingLoss``, ``dim`` filled in);
+        losses: ``{name: MODELS config}`` for ``itc`` (an :class:`InfoNCELoss` on the
+            retrieval embeddings), ``tower_itc`` (an :class:`InfoNCELoss` on the towers' own
+            pooled embeddings, e.g. to pretrain towers from scratch before CDDS; the same as
+            ``itc`` without a disentangler) and ``distribution_sampling`` (a
+            ``CDDSDistributionSamplingLoss``, ``dim`` filled in);
             default ``itc`` alone, InfoNCE with a learned temperature from 0.05. A phase's
-            ``loss_weights`` choose among these and the disentangler's terms.
+            ``loss_weights`` choose among these and ``disentangler``, one weight on all the
+            disentangler's (already α-weighted) terms; the disentangler's own switches remove
+            single terms (CDDS Table 3).
         languages: caption languages the text tower reads; ``predict`` refuses others.
         source_language: language of the pairs' source captions.
         train_text: ``'source'`` or ``'target'`` captions of each training pair.
@@ -86,7 +94,7 @@ class DualEncoderRetriever(BaseModel):
         if disentangler is not None:
             self.disentangler = DISENTANGLERS.build(
                 disentangler, default_args=dict(dim=self.backbone.embed_dim))
-            missing = [name for name in ('embed_image', 'embed_text', 'pool', 'loss_names')
+            missing = [name for name in ('embed_image', 'embed_text', 'pool')
                        if not hasattr(self.disentangler, name)]
             if missing:
                 raise TypeError(f'{type(self.disentangler).__name__} is not a token-level '
@@ -113,7 +121,7 @@ class DualEncoderRetriever(BaseModel):
         """Every loss this model can compute (the keys a phase may weigh)."""
         names = set(self.losses)
         if self.disentangler is not None:
-            names |= set(self.disentangler.loss_names)
+            names.add(DISENTANGLER_LOSS)
         return names
 
     def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
@@ -196,17 +204,19 @@ class DualEncoderRetriever(BaseModel):
         text = self.encode_text_tokens(self.training_text(source_tokens, target_tokens, langs))
         losses: dict[str, torch.Tensor] = {}
         image_embedding, text_embedding = image.pooled, text.pooled
-        if self.disentangler is not None:
+        if self.disentangler is not None and ({DISENTANGLER_LOSS, 'itc'} & set(weights)):
             out = self.disentangler(image.tokens, image.mask, text.tokens, text.mask)
-            for key, value in out['losses'].items():
-                name = key.removeprefix('loss_')
-                if name in weights:
-                    losses[f'loss_{name}'] = weights[name] * value
+            if DISENTANGLER_LOSS in weights:
+                losses.update({key: weights[DISENTANGLER_LOSS] * value
+                               for key, value in out['losses'].items()})
             image_embedding = self.disentangler.pool(out['image_semantic'], image.mask)
             text_embedding = self.disentangler.pool(out['text_semantic'], text.mask)
         if 'itc' in weights:
             losses['loss_itc'] = weights['itc'] * self.losses['itc'](image_embedding,
                                                                      text_embedding)
+        if 'tower_itc' in weights:
+            losses['loss_tower_itc'] = weights['tower_itc'] * self.losses['tower_itc'](
+                image.pooled, text.pooled)
         if 'distribution_sampling' in weights:
             losses['loss_distribution_sampling'] = weights['distribution_sampling'] * \
                 self.losses['distribution_sampling'](image.tokens, image.mask, text.tokens,

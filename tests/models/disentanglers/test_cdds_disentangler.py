@@ -84,6 +84,25 @@ def test_each_constraint_can_be_removed(switch, removed):
     assert model.loss_names == {name.removeprefix('loss_') for name in ALL_LOSSES - removed}
 
 
+def test_tokens_are_a_fixed_reconstruction_target():
+    model = build(use_semantic_consistency=False, use_modality_consistency=False,
+                  use_distribution_sampling=False)
+    patches, patch_mask, words, word_mask = inputs()
+    patches.requires_grad_(True)
+    out = model(patches, patch_mask, words, word_mask)
+    grad, = torch.autograd.grad(out['losses']['loss_information_integrity'], patches,
+                                retain_graph=True)
+    # The gradient reaches the tokens through the components only, not through the target.
+    through_components = 0.5 * (
+        information_integrity_loss(out['image_semantic'], out['image_modality'],
+                                   patches.detach(), patch_mask)
+        + information_integrity_loss(out['text_semantic'], out['text_modality'], words,
+                                     word_mask)) / 2
+    expected, = torch.autograd.grad(through_components, patches)
+    torch.testing.assert_close(grad, expected)
+    assert grad.abs().sum() > 0
+
+
 def test_without_distribution_sampling_semantics_are_contrasted_directly():
     model = build(use_distribution_sampling=False)
     assert not hasattr(model, 'correlation')

@@ -193,8 +193,10 @@ class CDDSDisentangler(nn.Module):
                                               word_mask, weights.image_from_text),
                 text_x_semantic=self.sampler(text.semantic, word_mask, image.semantic,
                                              patch_mask, weights.text_from_image))
-        outputs['losses'] = self._losses(outputs, image, text, patch_tokens, patch_mask,
-                                         word_tokens, word_mask)
+        # The tokens are the reconstructions' fixed target: with a trainable backbone, a target
+        # that moved would let the towers shrink or flatten their tokens to be easy to rebuild.
+        outputs['losses'] = self._losses(outputs, image, text, patch_tokens.detach(),
+                                         patch_mask, word_tokens.detach(), word_mask)
         return outputs
 
     def _losses(self, outputs: dict[str, Any], image: UNetOutput, text: UNetOutput,
