@@ -1,0 +1,38 @@
+# CDDS in a cross-lingual setting: the dual encoder reads the target languages itself. ViT-B/16
+# + multilingual BERT (bert-base-multilingual-cased), trained on the Multi30K images paired with
+# the machine translations of their English captions into German, French and Czech (MT(DTD),
+# the Cross-lingual Finetune data of multi30k_clft), and evaluated on the human de/fr/cs (and en)
+# captions of test_2016_flickr; mAR is the mean over de, fr and cs. CDDS decouples mBERT's word
+# tokens of every language against the same patch tokens. Recipe of cdds_vit-bert-b16_flickr30k.py.
+_base_ = ['./cdds_vit-bert-b16_flickr30k.py']
+
+model = dict(
+    backbone=dict(text='bert-base-multilingual-cased',
+                  tokenizer=dict(name_or_path='bert-base-multilingual-cased')),
+    languages=['en', 'de', 'fr', 'cs'],
+    train_text='target')
+
+target_langs = ['de', 'fr', 'cs']
+eval_langs = ['en', 'de', 'fr', 'cs']
+batch_size = 64
+train_pairs = 3 * 29000
+epoch = train_pairs // batch_size
+num_epochs = 25
+total_iters = num_epochs * epoch
+
+train_dataloader = dict(dataset=dict(source_only=False, target_langs=target_langs))
+val_dataloader = dict(dataset=dict(languages=eval_langs))
+test_dataloader = dict(dataset=dict(ann_file='annotations/multi30k_test.json',
+                                    languages=eval_langs))
+val_evaluator = dict(type='RetrievalMetric', _delete_=True, languages=eval_langs,
+                     source_language='en')
+test_evaluator = val_evaluator
+
+train_cfg = dict(
+    val_interval=epoch,
+    phases=[
+        dict(name='cdds', iters=total_iters, lr=2e-4, warmup_ratio=0.04, schedule='cosine',
+             trainable=['backbone', 'disentangler', 'losses'], lr_mult={'backbone': 0.1},
+             loss_weights=dict(disentangler=1.0, itc=1.0)),
+    ])
+default_hooks = dict(checkpoint=dict(interval=epoch))
