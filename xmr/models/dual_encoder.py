@@ -10,7 +10,8 @@ backbone gives patch and word tokens in one joint width (:meth:`encode_image_tok
   on the raw tokens as a plug-in loss (paper Table 4);
 * **CDDS** (a token-level disentangler, :class:`~xmr.models.disentanglers.cdds.CDDSDisentangler`):
   its losses train the decoupling; retrieval embeddings are the pooled *semantic* components
-  only (paper §3.5), which ``itc`` may also contrast.
+  only (paper §3.5), which ``itc`` may also contrast; ``tower_itc`` contrasts the towers' own
+  embeddings beneath (to pretrain towers from scratch).
 
 Text is read by the backbone's own text tower. The captions it trains on are the pairs'
 source captions (``train_text='source'``) or their target-language captions
