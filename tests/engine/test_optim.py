@@ -150,3 +150,20 @@ def test_sparse_updates_run_under_fp16_loss_scaling():
 def test_unknown_paramwise_keys_are_refused():
     with pytest.raises(KeyError, match=r"takes groups and sparse_optimizer, got \['custom'\]"):
         PhasedOptimWrapperConstructor(dict(optimizer=dict(type='AdamW')), dict(custom=1))
+
+
+def test_adamw_runs_fused_unless_the_config_chooses_and_matches_the_loop_update():
+    fused_model, loop_model = TinyBranch(sparse=False), TinyBranch(sparse=False)
+    fused = build(fused_model, weight_decay=0.2)
+    cfg = dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=LR, betas=BETAS, eps=EPS,
+                                                   weight_decay=0.2, foreach=False))
+    loop = PhasedOptimWrapperConstructor(cfg)(loop_model)
+    assert all(g['fused'] for g in fused.optimizer.param_groups)
+    assert not any(g['fused'] for g in loop.optimizer.param_groups)
+    for _ in range(3):
+        train_step(fused_model, fused, [1, 2, 2])
+        train_step(loop_model, loop, [1, 2, 2])
+    for a, b in zip(fused_model.parameters(), loop_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    sgd = PhasedOptimWrapperConstructor(dict(optimizer=dict(type='SGD', lr=LR)))
+    assert not sgd(TinyBranch(sparse=False)).optimizer.param_groups[0].get('fused')

@@ -20,6 +20,8 @@ from xmr.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS, OPTIMIZERS
 
 DEFAULT_GROUPS = ('backbone', 'language_branch.embedding', 'language_branch.adapters',
                   'disentangler', 'losses')
+#: Optimisers whose single-kernel ("fused") implementation the constructor picks by default.
+FUSABLE = ('Adam', 'AdamW')
 
 
 def group_of(name: str, groups: Sequence[str]) -> str:
@@ -37,6 +39,24 @@ def parameter_counts(model: nn.Module,
         entry[0] += parameter.numel() if parameter.requires_grad else 0
         entry[1] += parameter.numel()
     return {group: (trainable, total) for group, (trainable, total) in counts.items()}
+
+
+def fused_by_default(optimizer_cfg: dict, parameters: Sequence[nn.Parameter]) -> dict:
+    """``optimizer_cfg`` with ``fused=True`` for Adam/AdamW when the parameters' device has
+    fused kernels and the config chose neither ``fused`` nor ``foreach``.
+
+    The fused update is the same Adam update in one kernel per step instead of a Python loop
+    over tensors (on one CPU core: ~0.05 s instead of ~0.6 s for the 92M-parameter table).
+    """
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    if optimizer_cfg.get('type') not in FUSABLE or {'fused', 'foreach'} & set(optimizer_cfg):
+        return optimizer_cfg
+    devices = {p.device.type for p in parameters}
+    if len(devices) != 1 or not devices <= set(_get_fused_kernels_supported_devices()) or \
+            any(not p.is_floating_point() for p in parameters):
+        return optimizer_cfg
+    return dict(optimizer_cfg, fused=True)
 
 
 def sparse_parameter_names(model: nn.Module) -> set[str]:
@@ -162,7 +182,8 @@ class PhasedOptimWrapperConstructor:
     ``paramwise_cfg['sparse_optimizer']`` (default ``SparseAdam`` with the dense optimiser's
     ``betas`` and ``eps``), which updates only the rows of the batch and applies no weight
     decay; the wrapper then holds a :class:`HybridOptimizer`. Without sparse tables the dense
-    optimiser is used alone, exactly as configured.
+    optimiser is used alone. Adam and AdamW run fused (one kernel per step) unless the config
+    sets ``fused`` or ``foreach`` itself (:func:`fused_by_default`).
 
     Args:
         optim_wrapper_cfg: MMEngine's ``optim_wrapper`` config (``type``, ``optimizer``, ...).
@@ -197,6 +218,8 @@ class PhasedOptimWrapperConstructor:
         optimizer_cfg['params'] = [dict(params=params, name=group,
                                         weight_decay=weight_decay if decays else 0.0)
                                    for (group, decays), params in sorted(buckets.items())]
+        optimizer_cfg = fused_by_default(optimizer_cfg,
+                                         [p for params in buckets.values() for p in params])
         optimizer = OPTIMIZERS.build(optimizer_cfg)
         if sparse_buckets:
             sparse_cfg = dict(self.sparse_optimizer_cfg or dict(
