@@ -387,3 +387,11 @@ def test_files_that_are_not_cclm_checkpoints_fail_clearly(tmp_path):
         read_cclm_checkpoint(tensor_file)
     with pytest.raises(ValueError, match='is not a CCLM checkpoint'):
         convert_cclm_state_dict({'text_encoder.x': torch.zeros(1)}, {}, 2)
+
+
+def test_backbone_with_an_absent_checkpoint_fails_before_building_anything(tmp_path):
+    from xmr.models.backbones.cclm import CCLMDualStream
+
+    # The default tokenizer would need the hub; the missing file must be reported first.
+    with pytest.raises(FileNotFoundError, match=r'absent\.th does not exist.*checkpoint=PATH'):
+        CCLMDualStream(checkpoint=str(tmp_path / 'absent.th'))

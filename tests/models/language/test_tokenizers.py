@@ -57,3 +57,9 @@ def test_hf_tokenizer_needs_exactly_one_source(tmp_path):
         HFTokenizer()
     with pytest.raises(FileNotFoundError, match='absent.json'):
         HFTokenizer(tokenizer_file=str(tmp_path / 'absent.json'))
+
+
+def test_hf_tokenizer_out_of_reach_names_it_and_the_offline_route(monkeypatch):
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    with pytest.raises(OSError, match="tokenizer 'xmr-tests/absent-tokenizer'.*tokenizer_file"):
+        HFTokenizer(name_or_path='xmr-tests/absent-tokenizer')

@@ -229,6 +229,11 @@ class CCLMDualStream(VisionLanguageBackbone):
         super().__init__()
         from timm.models.swin_transformer import SwinTransformer
 
+        if isinstance(checkpoint, (str, Path)) and not Path(checkpoint).is_file():
+            # Before anything slow or networked (the tokenizer), so a fresh machine hears this.
+            raise FileNotFoundError(
+                f'CCLM checkpoint {checkpoint} does not exist; download CCLM (see '
+                'docs/methods/cclm.md) and set model.backbone.checkpoint=PATH')
         if bias_interpolation not in INTERPOLATION_MODES:
             raise ValueError(f"unknown bias_interpolation '{bias_interpolation}'; choose one of "
                              f'{INTERPOLATION_MODES}')

@@ -170,7 +170,12 @@ class HFTokenizer(BaseTokenizer):
         else:
             from transformers import AutoTokenizer
 
-            hf = AutoTokenizer.from_pretrained(name_or_path)
+            try:
+                hf = AutoTokenizer.from_pretrained(name_or_path)
+            except OSError as error:
+                raise OSError(f"cannot load the Hugging Face tokenizer '{name_or_path}' (not a "
+                              'local folder, not in the cache, and the hub is unreachable); '
+                              'pass tokenizer_file=<tokenizer.json> or a local folder') from error
             self._pad_id = hf.pad_token_id if hf.pad_token_id is not None else 0
             self._vocab = len(hf)
             self._encode_fn = lambda t: hf(t, add_special_tokens=True)['input_ids']
