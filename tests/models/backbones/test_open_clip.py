@@ -86,3 +86,16 @@ def test_bad_names_fail_clearly(tmp_path):
         MODELS.build(tiny_backbone_cfg(pretrained=str(tmp_path / 'missing.pt')))
     with pytest.raises(ValueError, match="'nonsense' is neither a file nor an open_clip tag"):
         MODELS.build(dict(type='OpenCLIPBackbone', arch='RN50', pretrained='nonsense'))
+
+
+def test_unreachable_pretrained_tag_names_the_tag_and_the_offline_route(monkeypatch):
+    real_create = open_clip.create_model
+
+    def offline_create(arch, pretrained=None, **kwargs):
+        if pretrained:  # what open_clip raises when the hub cannot be reached
+            raise RuntimeError(f"Failed to download weights for tag '{pretrained}'")
+        return real_create(arch, pretrained=None, **kwargs)
+
+    monkeypatch.setattr(open_clip, 'create_model', offline_create)
+    with pytest.raises(RuntimeError, match="'openai' weights of ViT-B-32.*pretrained=<local"):
+        MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-32', pretrained='openai'))

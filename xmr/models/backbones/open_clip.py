@@ -200,7 +200,12 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         if pretrained not in tags:
             raise ValueError(f"'{pretrained}' is neither a file nor an open_clip tag of {arch} "
                              f'(tags: {tags})')
-        self.clip = open_clip.create_model(arch, pretrained=pretrained)
+        try:
+            self.clip = open_clip.create_model(arch, pretrained=pretrained)
+        except RuntimeError as error:
+            raise RuntimeError(f"open_clip could not fetch the '{pretrained}' weights of {arch} "
+                               '(offline?); download them once and set pretrained=<local file>'
+                               ) from error
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         return self.clip.encode_image(images)
