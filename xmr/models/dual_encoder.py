@@ -32,6 +32,7 @@ from torch import nn
 
 from xmr.models.backbones.base import TokenOutput
 from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.phase_weights import checked_loss_weights
 from xmr.registry import DISENTANGLERS, MODELS
 
 #: Losses the dual encoder computes itself (configured under ``losses``).
@@ -127,12 +128,8 @@ class DualEncoderRetriever(BaseModel):
 
     def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
         """Select the losses :meth:`loss` returns, with their weights (``PhasedTrainLoop``)."""
-        unknown = set(loss_weights) - self.loss_names()
-        if unknown:
-            raise KeyError(f'phase {name}: unknown loss weights {sorted(unknown)}; this model '
-                           f'computes {sorted(self.loss_names())}')
+        self.loss_weights = checked_loss_weights(name, loss_weights, self.loss_names())
         self.phase = name
-        self.loss_weights = {k: float(v) for k, v in loss_weights.items() if v}
 
     # ----------------------------------------------------------------------------- encoders
     def _tower_grad(self) -> bool:

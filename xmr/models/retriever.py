@@ -11,6 +11,7 @@ from mmengine.model import BaseModel
 
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.losses.distributed import gather_with_grad
+from xmr.models.phase_weights import checked_loss_weights
 from xmr.registry import DISENTANGLERS, MODELS
 
 #: Losses the retriever itself computes; a disentangler adds its own names.
@@ -95,15 +96,11 @@ class CrossLingualRetriever(BaseModel):
 
     def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
         """Select the phase whose losses :meth:`loss` runs, with their weights."""
-        unknown = set(loss_weights) - self.loss_names()
-        if unknown:
-            raise KeyError(f'phase {name}: unknown loss weights {sorted(unknown)}; this model '
-                           f'computes {sorted(self.loss_names())}')
-        if self.language_branch is None and set(loss_weights) - {'source_cm'}:
-            raise ValueError(f'phase {name} weights {sorted(loss_weights)} need a '
-                             'language_branch')
+        weights = checked_loss_weights(name, loss_weights, self.loss_names())
+        if self.language_branch is None and set(weights) - {'source_cm'}:
+            raise ValueError(f'phase {name} weights {sorted(weights)} need a language_branch')
         self.phase = name
-        self.loss_weights = {k: float(v) for k, v in loss_weights.items() if v}
+        self.loss_weights = weights
 
     # ----------------------------------------------------------------------------- encoders
     def _tower_grad(self) -> bool:
