@@ -179,3 +179,14 @@ def test_bad_configurations_are_named():
     other = build(languages=['en', 'de'])
     with pytest.raises(ValueError, match=r"languages: checkpoint \['en', 'de'\] vs config"):
         build().load_state_dict(other.state_dict())
+
+
+def test_checkpoint_facts_travel_as_a_tensor_and_refuse_another_model():
+    model = build()
+    state = model.state_dict()
+    assert state['_extra_state'].dtype == torch.uint8  # DDP broadcasts state entries as tensors
+    build().load_state_dict(state)
+    other = build(languages=('en', 'de'))
+    with pytest.raises(ValueError,
+                       match=r"languages: checkpoint \['en'\] vs config \['en', 'de'\]"):
+        other.load_state_dict(state)

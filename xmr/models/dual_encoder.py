@@ -31,6 +31,7 @@ from mmengine.model import BaseModel
 from torch import nn
 
 from xmr.models.backbones.base import TokenOutput
+from xmr.models.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.phase_weights import checked_loss_weights
 from xmr.registry import DISENTANGLERS, MODELS
@@ -117,6 +118,7 @@ class DualEncoderRetriever(BaseModel):
                                     source_language)
         self.phase = 'train'
         self.loss_weights = dict.fromkeys(sorted(self.loss_names()), 1.0)
+        store_facts_as_tensor(self)
 
     # ----------------------------------------------------------------------------- phases
     def loss_names(self) -> set[str]:
@@ -297,9 +299,4 @@ class DualEncoderRetriever(BaseModel):
                                   if self.disentangler is not None else None))
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        mine = self.get_extra_state()
-        mismatched = {k: (state[k], mine[k]) for k in mine if k in state and state[k] != mine[k]}
-        if mismatched:
-            details = '; '.join(f'{k}: checkpoint {a!r} vs config {b!r}'
-                                for k, (a, b) in mismatched.items())
-            raise ValueError(f'checkpoint does not match the config: {details}')
+        check_checkpoint_facts(state, self.get_extra_state())

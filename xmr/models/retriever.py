@@ -1,7 +1,6 @@
 """The MMEngine model of xmr: frozen towers + target-language branch + optional disentangler."""
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -9,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.model import BaseModel
 
+from xmr.models.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.losses.distributed import gather_with_grad
 from xmr.models.phase_weights import checked_loss_weights
@@ -77,10 +77,7 @@ class CrossLingualRetriever(BaseModel):
             self.backbone.image_mean, self.backbone.image_std, source_language)
         self.phase = 'cross_lingual'
         self.loss_weights: dict[str, float] = {'cl': 1.0}
-        # MMEngine broadcasts every state_dict entry across DDP ranks as tensors; the extra state
-        # travels as JSON bytes in a uint8 tensor and is a dict again when loaded.
-        self.register_state_dict_post_hook(_extra_state_to_tensor)
-        self.register_load_state_dict_pre_hook(_extra_state_from_tensor)
+        store_facts_as_tensor(self)
 
     # ----------------------------------------------------------------------------- phases
     @property
@@ -240,12 +237,7 @@ class CrossLingualRetriever(BaseModel):
                     source_language=self.source_language)
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        mine = self.get_extra_state()
-        mismatched = {k: (state[k], mine[k]) for k in mine if k in state and state[k] != mine[k]}
-        if mismatched:
-            details = '; '.join(f'{k}: checkpoint {a!r} vs config {b!r}'
-                                for k, (a, b) in mismatched.items())
-            raise ValueError(f'checkpoint does not match the config: {details}')
+        check_checkpoint_facts(state, self.get_extra_state())
 
 
 def _rows(features: torch.Tensor | Sequence[torch.Tensor] | None) -> torch.Tensor | None:
@@ -253,19 +245,3 @@ def _rows(features: torch.Tensor | Sequence[torch.Tensor] | None) -> torch.Tenso
     if features is None or isinstance(features, torch.Tensor):
         return features
     return torch.stack(list(features))
-
-
-def _extra_state_to_tensor(module: torch.nn.Module, state_dict: dict, prefix: str,
-                           local_metadata: dict) -> None:
-    key = prefix + '_extra_state'
-    if isinstance(state_dict.get(key), dict):
-        encoded = json.dumps(state_dict[key], sort_keys=True).encode('utf-8')
-        state_dict[key] = torch.tensor(list(encoded), dtype=torch.uint8)
-
-
-def _extra_state_from_tensor(module: torch.nn.Module, state_dict: dict, prefix: str,
-                             *_: Any) -> None:
-    key = prefix + '_extra_state'
-    value = state_dict.get(key)
-    if isinstance(value, torch.Tensor) and value.dtype == torch.uint8:
-        state_dict[key] = json.loads(bytes(value.tolist()).decode('utf-8'))

@@ -1,0 +1,49 @@
+"""Facts a checkpoint must agree on with the config it is loaded into (a model's extra state).
+
+A retriever returns its facts (backbone type, embedding width, languages, ...) from
+``get_extra_state``; loading a checkpoint whose facts differ fails naming each mismatch. MMEngine
+broadcasts every ``state_dict`` entry across DDP ranks as a tensor, so the facts travel as JSON
+bytes in a uint8 tensor and are a dict again when loaded.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+
+
+def check_checkpoint_facts(checkpoint: dict[str, Any], config: dict[str, Any]) -> None:
+    """Raise naming every fact both sides state with different values.
+
+    Raises:
+        ValueError: ``checkpoint does not match the config: <fact>: checkpoint .. vs config ..``.
+    """
+    mismatched = {k: (checkpoint[k], config[k]) for k in config
+                  if k in checkpoint and checkpoint[k] != config[k]}
+    if mismatched:
+        details = '; '.join(f'{k}: checkpoint {a!r} vs config {b!r}'
+                            for k, (a, b) in mismatched.items())
+        raise ValueError(f'checkpoint does not match the config: {details}')
+
+
+def store_facts_as_tensor(module: torch.nn.Module) -> None:
+    """Make ``module``'s dict extra state a uint8 tensor in its state dict, and back on load."""
+    module.register_state_dict_post_hook(_facts_to_tensor)
+    module.register_load_state_dict_pre_hook(_facts_from_tensor)
+
+
+def _facts_to_tensor(module: torch.nn.Module, state_dict: dict, prefix: str,
+                     local_metadata: dict) -> None:
+    key = prefix + '_extra_state'
+    if isinstance(state_dict.get(key), dict):
+        encoded = json.dumps(state_dict[key], sort_keys=True).encode('utf-8')
+        state_dict[key] = torch.tensor(list(encoded), dtype=torch.uint8)
+
+
+def _facts_from_tensor(module: torch.nn.Module, state_dict: dict, prefix: str,
+                       *_: Any) -> None:
+    key = prefix + '_extra_state'
+    value = state_dict.get(key)
+    if isinstance(value, torch.Tensor) and value.dtype == torch.uint8:
+        state_dict[key] = json.loads(bytes(value.tolist()).decode('utf-8'))
