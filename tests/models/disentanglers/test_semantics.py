@@ -152,6 +152,18 @@ def test_gradient_reversal_negates_exactly_the_gradient_upstream(tower):
         torch.testing.assert_close(a, b)
 
 
+def test_adversarial_gradient_stops_at_the_sdm_input(tower):
+    sdm = build(tower)
+    embeddings, tokens, r_source = batch(tower)
+    embeddings.requires_grad_()
+    _, losses = sdm(embeddings, tokens, r_source=r_source)
+    losses['adv'].backward(retain_graph=True)
+    assert embeddings.grad is None
+    assert all(p.grad.abs().sum() > 0 for p in sdm.sa_adapters.parameters())
+    losses['sc'].backward()
+    assert embeddings.grad.abs().sum() > 0
+
+
 def test_discriminator_and_sdm_move_l_d_in_opposite_directions(tower):
     sdm = build(tower)
     embeddings, tokens, r_source = batch(tower)

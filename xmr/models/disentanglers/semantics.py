@@ -13,7 +13,8 @@ For the embedded target captions ``X`` ``[B, L, D]`` (embedding block + position
 * in training, with the source embeddings ``r^S``: ``sc`` = ``L_sc(f^sr, r^S)`` (L1 by
   default) and ``adv`` = ``L_d`` of :class:`PairDiscriminator` on ``(f^sa, r^S)`` against a
   shuffled ``r^S−``, behind gradient reversal (see :mod:`.discriminator`), so that minimising
-  ``λ1 · adv`` trains the discriminator on ``L_d`` and the SDM on ``L_adv = −L_d``.
+  ``λ1 · adv`` trains the discriminator on ``L_d`` and the SDM on ``L_adv = −L_d``; the
+  reversed gradient stops at the SDM's input, so the shared embedding block does not play.
 
 The frozen blocks are the backbone's (used, not owned); everything else here trains, and is
 shared by all target languages.
@@ -227,6 +228,10 @@ class SemanticsDisentangler(nn.Module):
             losses['sc'] = self.consistency_loss(found['sr'], r_source)
         if self.discriminator is not None:
             negatives = shuffled_negatives(embeddings.shape[0], device=embeddings.device)
-            losses['adv'] = self.discriminator.loss(reverse_gradient(found['sa']), r_source,
+            # The game is between F and the SDM: the reversed gradient stops at the SDM's input,
+            # so the embedding block it shares with the target branch is never trained to hide
+            # the caption's meaning (which L_CL needs). One more pass of the k frozen blocks.
+            agnostic = self.semantic_agnostic(embeddings.detach(), tokens)
+            losses['adv'] = self.discriminator.loss(reverse_gradient(agnostic), r_source,
                                                     negatives)
         return condition, losses
