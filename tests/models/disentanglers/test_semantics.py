@@ -164,6 +164,22 @@ def test_adversarial_gradient_stops_at_the_sdm_input(tower):
     assert embeddings.grad.abs().sum() > 0
 
 
+def test_adversarial_gradient_reaches_the_embeddings_when_asked(tower):
+    sdm = build(tower, adversarial_through_embeddings=True)
+    embeddings, tokens, r_source = batch(tower)
+    embeddings.requires_grad_()
+    torch.manual_seed(5)
+    sdm(embeddings, tokens, r_source=r_source)[1]['adv'].backward()
+    reversed_grad = embeddings.grad.clone()
+    # The same loss without reversal, through f^sa computed by hand: the opposite gradient.
+    embeddings.grad = None
+    torch.manual_seed(5)
+    negatives = shuffled_negatives(4)
+    sdm.discriminator.loss(sdm.semantic_agnostic(embeddings, tokens), r_source,
+                           negatives).backward()
+    torch.testing.assert_close(reversed_grad, -embeddings.grad)
+
+
 def test_discriminator_and_sdm_move_l_d_in_opposite_directions(tower):
     sdm = build(tower)
     embeddings, tokens, r_source = batch(tower)

@@ -84,13 +84,17 @@ class SemanticsDisentangler(nn.Module):
             in ``features``.
         use_adversarial: build the discriminator and compute ``L_adv`` (``False``: Table 6
             "w/o L_adv"). Needs ``'sa'`` in ``features``.
+        adversarial_through_embeddings: let the reversed gradient of ``L_adv`` flow on into the
+            embedding block shared with the target branch, as the authors' code does; by
+            default (the paper's game between ``F`` and the SDM) it stops at the SDM's input.
     """
 
     def __init__(self, tower: TextTower, depth: int = 1,
                  adapter: dict | None = None, features: Sequence[str] = FEATURES,
                  generator: dict | None = None, consistency_loss: dict | None = None,
                  discriminator: dict | None = None, use_consistency_loss: bool = True,
-                 use_adversarial: bool = True) -> None:
+                 use_adversarial: bool = True,
+                 adversarial_through_embeddings: bool = False) -> None:
         super().__init__()
         object.__setattr__(self, 'tower', tower)
         if not 0 <= depth <= tower.num_blocks:
@@ -109,6 +113,7 @@ class SemanticsDisentangler(nn.Module):
                              'out; set use_adversarial=False')
         self.depth = depth
         self.features = features
+        self.adversarial_through_embeddings = adversarial_through_embeddings
         adapter = dict(adapter or dict(type='StaticAdapter', hidden=256))
         width, embed_dim = tower.width, tower.embed_dim
         if 'sr' in features:
@@ -229,9 +234,10 @@ class SemanticsDisentangler(nn.Module):
         if self.discriminator is not None:
             negatives = shuffled_negatives(embeddings.shape[0], device=embeddings.device)
             # The game is between F and the SDM: the reversed gradient stops at the SDM's input,
-            # so the embedding block it shares with the target branch is never trained to hide
+            # so the embedding block it shares with the target branch is not trained to hide
             # the caption's meaning (which L_CL needs). One more pass of the k frozen blocks.
-            agnostic = self.semantic_agnostic(embeddings.detach(), tokens)
+            agnostic = (found['sa'] if self.adversarial_through_embeddings
+                        else self.semantic_agnostic(embeddings.detach(), tokens))
             losses['adv'] = self.discriminator.loss(reverse_gradient(agnostic), r_source,
                                                     negatives)
         return condition, losses
