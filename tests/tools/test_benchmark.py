@@ -1,4 +1,5 @@
-"""tools/benchmark.py on a tiny CLIP: rows, padding, equal first losses, ratios and verdicts."""
+"""tools/benchmark.py on a tiny CLIP: rows, padding and packing, equal first losses, ratios and
+verdicts."""
 from __future__ import annotations
 
 import json
@@ -30,8 +31,11 @@ def test_every_case_has_its_paths_and_the_recompute_path_pads_to_77(tiny_run):
         padded = (row['target_tokens'], row['source_tokens'])
         if row['path'] == 'recompute':
             assert padded == (77, 77)
+            assert row['target_tokens_run'] == 77
         else:
             assert max(padded) < 77
+            # Packed: the blocks run the real tokens only, fewer than the padded batch holds.
+            assert row['target_tokens_run'] < row['target_tokens']
         assert row['steps_per_s'] > 0 and row['samples_per_s'] == pytest.approx(
             4 * row['steps_per_s'])
 

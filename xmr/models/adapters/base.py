@@ -11,6 +11,13 @@ answers those hooks with the adapters of the language being encoded. Two kinds o
 * the ``input`` site: called once per forward on the token embeddings ``[B, L, D]``, before the
   tower adds its positions (which then cover the whole, possibly longer, sequence); it may
   lengthen the sequence (prompts) and then updates ``ctx.attention_mask`` / ``ctx.eos_index``.
+
+Blocks may run on packed tokens (``[T, D]``, the real tokens of the batch end to end, see
+:class:`~xmr.models.language.packing.PackedTokens`) rather than ``[B, L, D]``: an adapter class
+that sets ``accepts_packed_tokens = True`` is called so when ``ctx.packed`` is set. A token-wise
+adapter needs nothing else; one that mixes tokens or reads a per-sample condition goes through
+``ctx.packed`` (``unpack`` to ``[B, L, ...]``, ``sample_index``). A language whose adapters do not
+all accept packed tokens runs its padded batch.
 """
 from __future__ import annotations
 
@@ -18,10 +25,13 @@ from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from xmr.models.language.packing import PackedTokens
 
 
 class AdapterSite(StrEnum):
@@ -53,6 +63,8 @@ class AdapterContext:
             adapters. Whoever produces it documents its layout.
         attention_mask: ``[B, L]`` bool, True on real tokens; input-site adapters may replace it.
         eos_index: ``[B]`` position of the pooled token; input-site adapters may shift it.
+        packed: where the real tokens are when the blocks run on packed tokens ``[T, D]``,
+            ``None`` when they run on the padded ``[B, L, D]``.
         extras: free slots for method-specific values.
     """
 
@@ -61,6 +73,7 @@ class AdapterContext:
     condition: Any = None
     attention_mask: torch.Tensor | None = None
     eos_index: torch.Tensor | None = None
+    packed: PackedTokens | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -78,10 +91,16 @@ class BaseAdapter(nn.Module):
         block_index: index of its block (``-1`` for the input site).
         in_features: input width of the frozen projection at a linear site (else ``width``).
         out_features: output width of the frozen projection at a linear site (else ``width``).
+
+    Attributes:
+        accepts_packed_tokens: ``forward`` is right on packed tokens ``[T, D]`` (see the module
+            docstring); ``False`` (the safe default) keeps a language using this class on its
+            padded batch.
     """
 
     sites: ClassVar[tuple[AdapterSite, ...]] = (AdapterSite.BLOCK_OUTPUT,)
     default_sites: ClassVar[tuple[AdapterSite, ...] | None] = None
+    accepts_packed_tokens: ClassVar[bool] = False
 
     def __init__(self, width: int, site: AdapterSite | str | None = None,
                  block_index: int = -1, in_features: int | None = None,

@@ -97,6 +97,7 @@ class CompacterAdapter(BaseAdapter):
 
     sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT, AdapterSite.BLOCK_OUTPUT)
     default_sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
+    accepts_packed_tokens = True
 
     def __init__(self, width: int, reduction_factor: int = 16, phm_dim: int = 4, rank: int = 1,
                  activation: str = 'gelu_new', init_std: float = 1e-4,

@@ -26,6 +26,7 @@ class DynamicAdapter(BaseAdapter):
     """
 
     sites = (AdapterSite.BLOCK_OUTPUT,)
+    accepts_packed_tokens = True
 
     def __init__(self, width: int, hidden: int = 32, **kwargs) -> None:
         super().__init__(width, **kwargs)
@@ -53,8 +54,18 @@ class DynamicAdapter(BaseAdapter):
         return matrix
 
     def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
-        """``[B, L, D] -> [B, L, D]``, one ``W^z`` per sample (batched matmul)."""
-        matrix = self.middle_matrix(ctx, x.shape[0])
+        """``[B, L, D] -> [B, L, D]`` (or packed ``[T, D] -> [T, D]``), one ``W^z`` per sample.
+
+        Packed tokens go back to ``[B, L, d_u]`` for the batched product with the ``B``
+        matrices: only the ``d_u``-wide bottleneck is unpacked.
+        """
+        packed = ctx.packed
+        h = self.down(x)
+        matrix = self.middle_matrix(ctx, packed.batch if packed is not None else x.shape[0])
+        if packed is not None:
+            h = packed.unpack(h)
         # Tokens are rows here, so W^z h (h a column) is h^T W^zT.
-        h = torch.matmul(self.down(x), matrix.transpose(1, 2).to(x.dtype))
+        h = torch.matmul(h, matrix.transpose(1, 2).to(h.dtype))
+        if packed is not None:
+            h = packed.pack(h)
         return x + self.up(torch.relu(h))

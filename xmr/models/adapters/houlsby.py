@@ -48,6 +48,7 @@ class HoulsbyAdapter(BaseAdapter):
 
     sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT, AdapterSite.BLOCK_OUTPUT)
     default_sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
+    accepts_packed_tokens = True
 
     def __init__(self, width: int, hidden: int = 24, activation: str = 'gelu_new',
                  init_std: float = 0.01, zero_init: bool = False, **kwargs: Any) -> None:

@@ -65,6 +65,7 @@ class LoRA(BaseAdapter):
     sites = (AdapterSite.ATTN_QKV, AdapterSite.ATTN_OUT, AdapterSite.MLP_FC,
              AdapterSite.MLP_PROJ)
     default_targets = ('q', 'v')
+    accepts_packed_tokens = True
 
     def __init__(self, width: int, r: int = 8, alpha: float | None = None, dropout: float = 0.0,
                  targets: Sequence[str] = default_targets, **kwargs: Any) -> None:

@@ -104,6 +104,13 @@ class LanguageAdapters(nn.Module):
         key = _key(-1, AdapterSite.INPUT)
         return [placed[key]] if key in placed else []
 
+    def accepts_packed_tokens(self, lang: str) -> bool:
+        """Whether every adapter ``lang`` places in the blocks takes packed tokens (input-site
+        adapters act before the blocks, on the padded batch, so they do not count)."""
+        self.check_language(lang)
+        return all(module.accepts_packed_tokens for module in self.sets[lang].values()
+                   if isinstance(module, BaseAdapter) and module.site != AdapterSite.INPUT)
+
     def hooks(self, ctx: AdapterContext) -> LanguageHooks:
         """Site hooks that run ``ctx.lang``'s adapters."""
         self.check_language(ctx.lang)

@@ -21,6 +21,7 @@ class StaticAdapter(BaseAdapter):
     """
 
     sites = (AdapterSite.BLOCK_OUTPUT, AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
+    accepts_packed_tokens = True
 
     def __init__(self, width: int, hidden: int = 256, zero_init: bool = False,
                  **kwargs) -> None:

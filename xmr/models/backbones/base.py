@@ -13,14 +13,20 @@ from abc import ABCMeta, abstractmethod
 from typing import NamedTuple, Protocol
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
+from xmr.models.language.packing import PackedTokens
 from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch
 
 
 class SiteHooks(Protocol):
-    """What a text tower calls at each adapter site while running a block."""
+    """What a text tower calls at each adapter site while running a block.
+
+    ``x`` is ``[B, L, D]``, or ``[T, D]`` when the blocks run on packed tokens (see
+    :meth:`TextTower.packing`); the hooks' owner decides whether to pack.
+    """
 
     def residual(self, site: AdapterSite, block_index: int, x: torch.Tensor) -> torch.Tensor:
         """Return the hidden state to continue with (``x`` itself when no adapter sits there)."""
@@ -40,14 +46,21 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         context_length: longest sequence the positional table covers.
         causal: whether blocks attend causally (CLIP) or bidirectionally (BERT).
         pooling: ``'eos'`` (token at ``eos_index``), ``'cls'`` (token 0) or ``'mean'`` (masked).
+        num_heads: attention heads per block.
+        pack_tokens: run blocks on the real tokens only (:class:`PackedTokens`) when a batch
+            has padding; the outputs are those of the padded batch. Set it to ``False`` to run
+            padded batches as they are (the authors' code; ``tools/benchmark.py``'s recompute
+            path).
     """
 
+    pack_tokens: bool = True
     width: int
     embed_dim: int
     num_blocks: int
     context_length: int
     causal: bool
     pooling: str
+    num_heads: int
 
     @abstractmethod
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -58,9 +71,11 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         """Add the positional embedding of positions ``0..L-1`` to ``x`` ``[B, L, D]``."""
 
     @abstractmethod
-    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | None,
+    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
                   hooks: SiteHooks | None = None) -> torch.Tensor:
-        """Run block ``index`` on ``x`` ``[B, L, D]`` with the mask from :meth:`build_mask`."""
+        """Run block ``index`` on ``x``: ``[B, L, D]`` with the bias from :meth:`build_mask`,
+        or packed ``[T, D]`` with the batch's :class:`PackedTokens` (attention through
+        :meth:`attend`)."""
 
     @abstractmethod
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
@@ -88,6 +103,36 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         bias = torch.zeros(allowed.shape, dtype=torch.float32, device=attention_mask.device)
         return bias.masked_fill(~allowed, float('-inf'))
 
+    def packing(self, attention_mask: torch.Tensor) -> PackedTokens | None:
+        """The :class:`PackedTokens` of a batch, or ``None`` when packing is off or the batch
+        has no padding (then packing would only copy)."""
+        if not self.pack_tokens or bool(attention_mask.all()):
+            return None
+        return PackedTokens(attention_mask, self.build_mask(attention_mask))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               mask: torch.Tensor | PackedTokens | None) -> torch.Tensor:
+        """Multi-head ``softmax(q k^T / sqrt(d) + bias) v``, heads split from the last dim.
+
+        Args:
+            q, k, v: ``[B, L, D]``, or ``[T, D]`` packed tokens when ``mask`` is a
+                :class:`PackedTokens` (they are unpacked for attention and the context packed
+                again, so that padding never enters a real token's sum).
+            mask: additive bias ``[B, 1, L, L]``, :class:`PackedTokens`, or ``None``.
+
+        Returns:
+            The context, in the layout of ``q``.
+        """
+        if isinstance(mask, PackedTokens):
+            context = self.attend(mask.unpack(q), mask.unpack(k), mask.unpack(v), mask.bias)
+            return mask.pack(context)
+        batch, length, width = q.shape
+        q, k, v = (t.reshape(batch, length, self.num_heads, width // self.num_heads)
+                   .transpose(1, 2) for t in (q, k, v))
+        bias = mask.to(q.dtype) if mask is not None else None
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        return context.transpose(1, 2).reshape(batch, length, width)
+
     def pool(self, x: torch.Tensor, attention_mask: torch.Tensor,
              eos_index: torch.Tensor) -> torch.Tensor:
         """Pool ``[B, L, D]`` into ``[B, D]`` by this tower's rule."""
@@ -102,7 +147,8 @@ class TextTower(nn.Module, metaclass=ABCMeta):
 
     def encode_embeddings(self, x: torch.Tensor, attention_mask: torch.Tensor,
                           eos_index: torch.Tensor, hooks: SiteHooks | None = None,
-                          blocks: range | None = None) -> torch.Tensor:
+                          blocks: range | None = None,
+                          packed: PackedTokens | None = None) -> torch.Tensor:
         """Run blocks on already embedded (and positioned) tokens; return hidden states.
 
         Args:
@@ -111,14 +157,19 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             eos_index: ``[B]`` pooled position (unused here, kept for hooks' context).
             hooks: adapter hooks, or ``None`` for the plain frozen tower.
             blocks: which blocks to run (default all, in order).
+            packed: :meth:`packing` of ``attention_mask`` to run the blocks on the real tokens
+                only (the hooks then see ``[T, D]``), or ``None`` to run the padded batch.
 
         Returns:
-            ``[B, L, D]`` hidden states after the last block run.
+            ``[B, L, D]`` hidden states after the last block run (zeros on padding when
+            packed).
         """
-        mask = self.build_mask(attention_mask)
+        mask = packed if packed is not None else self.build_mask(attention_mask)
+        if packed is not None:
+            x = packed.pack(x)
         for index in (blocks if blocks is not None else range(self.num_blocks)):
             x = self.run_block(index, x, mask, hooks)
-        return x
+        return packed.unpack(x) if packed is not None else x
 
     def forward(self, tokens: TokenBatch) -> torch.Tensor:
         """Encode source-language tokens with the plain tower: ``r = head(pool(blocks(x)))``.
@@ -126,9 +177,10 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         Returns:
             ``[B, E]`` unnormalised text embeddings.
         """
+        mask = tokens['attention_mask']
         x = self.add_positions(self.embed_tokens(tokens['input_ids']))
-        x = self.encode_embeddings(x, tokens['attention_mask'], tokens['eos_index'])
-        return self.head(self.pool(x, tokens['attention_mask'], tokens['eos_index']))
+        x = self.encode_embeddings(x, mask, tokens['eos_index'], packed=self.packing(mask))
+        return self.head(self.pool(x, mask, tokens['eos_index']))
 
 
 class TokenOutput(NamedTuple):
@@ -221,7 +273,8 @@ class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
         tower = self.text_tower
         mask, eos_index = tokens['attention_mask'], tokens['eos_index']
         hidden = tower.encode_embeddings(
-            tower.add_positions(tower.embed_tokens(tokens['input_ids'])), mask, eos_index)
+            tower.add_positions(tower.embed_tokens(tokens['input_ids'])), mask, eos_index,
+            packed=tower.packing(mask))
         return TokenOutput(tower.head(hidden), mask,
                            tower.head(tower.pool(hidden, mask, eos_index)))
 

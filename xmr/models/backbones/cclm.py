@@ -18,7 +18,6 @@ import hashlib
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from mmengine.logging import print_log
 from torch import nn
 
@@ -31,6 +30,7 @@ from xmr.models.backbones.cclm_checkpoint import (
 )
 from xmr.models.backbones.cclm_tokenizer import CCLMTokenizer
 from xmr.models.backbones.relative_position import INTERPOLATION_MODES
+from xmr.models.language.packing import PackedTokens
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.registry import MODELS, TOKENIZERS
 
@@ -133,35 +133,32 @@ class CCLMTextTower(TextTower):
                 out = out + delta
         return out
 
-    def _self_attention(self, index: int, x: torch.Tensor, mask: torch.Tensor | None,
+    def _self_attention(self, index: int, x: torch.Tensor,
+                        mask: torch.Tensor | PackedTokens | None,
                         hooks: SiteHooks | None) -> torch.Tensor:
         """``softmax(q k^T / sqrt(d) + mask) v`` with the q/k/v deltas of ``attn.qkv``."""
         attention = self.layers[index].attention.self
-        batch, length, width = x.shape
         q, k, v = attention.query(x), attention.key(x), attention.value(x)
         if hooks is not None:
             delta = hooks.linear(AdapterSite.ATTN_QKV, index, x)
             if delta is not None:
                 dq, dk, dv = delta.chunk(3, dim=-1)
                 q, k, v = q + dq, k + dk, v + dv
-        q, k, v = (t.view(batch, length, self.num_heads, width // self.num_heads).transpose(1, 2)
-                   for t in (q, k, v))
-        attn_mask = mask.to(q.dtype) if mask is not None else None
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
-        return context.transpose(1, 2).reshape(batch, length, width)
+        return self.attend(q, k, v, mask)
 
-    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | None,
+    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
                   hooks: SiteHooks | None = None) -> torch.Tensor:
         """One post-LN BERT layer with its adapter sites.
 
         Args:
             index: layer index.
-            x: ``[B, L, D]`` hidden states.
-            mask: additive attention bias ``[B, 1, L, L]`` from :meth:`build_mask`.
+            x: ``[B, L, D]`` hidden states, or ``[T, D]`` packed tokens.
+            mask: additive attention bias ``[B, 1, L, L]`` from :meth:`build_mask`, or the
+                batch's :class:`PackedTokens` when ``x`` is packed.
             hooks: adapter hooks or ``None``.
 
         Returns:
-            ``[B, L, D]``.
+            ``x``'s shape.
         """
         layer = self.layers[index]
         context = self._self_attention(index, x, mask, hooks)

@@ -10,6 +10,7 @@ from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.base import SiteHooks, TextTower, TokenOutput, VisionLanguageBackbone
+from xmr.models.language.packing import PackedTokens
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.registry import MODELS, TOKENIZERS
 
@@ -63,31 +64,26 @@ class OpenCLIPTextTower(TextTower):
                 out = out + delta
         return out
 
-    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | None,
+    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
                   hooks: SiteHooks | None = None) -> torch.Tensor:
         """One pre-LN block: ``x + attn(ln_1 x)`` then ``x + mlp(ln_2 x)``, with sites.
 
         Args:
             index: block index.
-            x: ``[B, L, D]`` hidden states.
-            mask: additive attention bias ``[B, 1, L, L]`` from :meth:`build_mask`.
+            x: ``[B, L, D]`` hidden states, or ``[T, D]`` packed tokens.
+            mask: additive attention bias ``[B, 1, L, L]`` from :meth:`build_mask`, or the
+                batch's :class:`PackedTokens` when ``x`` is packed.
             hooks: adapter hooks or ``None``.
 
         Returns:
-            ``[B, L, D]``.
+            ``x``'s shape.
         """
         block = self.blocks[index]
         attn = block.attn
-        batch, length, width = x.shape
-        heads = self.num_heads
 
         qkv = self._linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias, hooks,
                            AdapterSite.ATTN_QKV, index)
-        q, k, v = (t.view(batch, length, heads, width // heads).transpose(1, 2)
-                   for t in qkv.chunk(3, dim=-1))
-        attn_mask = mask.to(q.dtype) if mask is not None else None
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
-        context = context.transpose(1, 2).reshape(batch, length, width)
+        context = self.attend(*qkv.chunk(3, dim=-1), mask)
         h = block.ls_1(self._linear(context, attn.out_proj.weight, attn.out_proj.bias, hooks,
                                     AdapterSite.ATTN_OUT, index))
         if hooks is not None:

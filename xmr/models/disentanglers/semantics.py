@@ -179,9 +179,11 @@ class SemanticsDisentangler(nn.Module):
                              eos_index=tokens['eos_index'])
         if self.depth == 0:
             return adapters[0](embeddings, ctx)
+        if all(adapter.accepts_packed_tokens for adapter in adapters):
+            ctx.packed = self.tower.packing(ctx.attention_mask)
         return self.tower.encode_embeddings(embeddings, tokens['attention_mask'],
                                             tokens['eos_index'], hooks=_StreamHooks(adapters, ctx),
-                                            blocks=range(self.depth))
+                                            blocks=range(self.depth), packed=ctx.packed)
 
     def semantic_related(self, embeddings: torch.Tensor, tokens: TokenBatch) -> torch.Tensor:
         """``f^sr = W_p^sr · LN(x_pool)``, ``[B, L, D]`` -> ``[B, E]``."""

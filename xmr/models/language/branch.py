@@ -135,9 +135,11 @@ class TargetLanguageBranch(nn.Module):
         return out
 
     def _encode_group(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+        if self.adapters.accepts_packed_tokens(ctx.lang):
+            ctx.packed = self.tower.packing(ctx.attention_mask)
         x = self.tower.encode_embeddings(x, ctx.attention_mask, ctx.eos_index,
                                          hooks=self.adapters.hooks(ctx),
-                                         blocks=range(self.num_blocks))
+                                         blocks=range(self.num_blocks), packed=ctx.packed)
         return self.tower.head(self.tower.pool(x, ctx.attention_mask, ctx.eos_index))
 
     def forward(self, tokens: TokenBatch, langs: Sequence[str],
