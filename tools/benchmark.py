@@ -8,6 +8,8 @@ Paths (same model, same inputs, same seed):
               default of xmr)
   xmr+sparse  xmr, plus SparseAdam on the embedding table (only the batch's rows update)
               instead of the faithful dense AdamW over all of it (cross_lingual only)
+  xmr-padded  xmr with packing off: the blocks run the padding too (cross_lingual only; what
+              packing adds on top of cache + dynamic padding)
 
 Cases: cross_lingual (L_CL), cross_modal (L_CM, images), video (L_CM, 12-frame clips), eval
 (embedding a gallery batch and its English + German captions). The model has ViT-B/32 size with
@@ -44,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 CASES = ('cross_lingual', 'cross_modal', 'video', 'eval')
-PATHS = ('recompute', 'xmr', 'xmr+sparse')
+PATHS = ('recompute', 'xmr', 'xmr+sparse', 'xmr-padded')
 LANGUAGES = ('de', 'fr', 'zh', 'ja')
 #: Paper-size target embedding table (mBERT's word embeddings).
 TABLE = dict(vocab_size=119547, table_width=768)
@@ -170,7 +172,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     model = MODELS.build(model_cfg(spec['arch'], 77 if recompute else None,
                                    path == 'xmr+sparse', spec['sp_model'])).to(device)
     # The authors' code runs every padded position through the blocks.
-    model.backbone.text_tower.pack_tokens = not recompute
+    model.backbone.text_tower.pack_tokens = path in ('xmr', 'xmr+sparse')
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(name.startswith('language_branch.'))
     weights = {'cross_lingual': dict(cl=1.0)}.get(case, dict(cm=1.0))
@@ -203,7 +205,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                 model.val_step(batch)
             return None
         model.train()
-        return float(model.train_step(batch, wrapper)['loss'])
+        return float(model.train_step(batch, wrapper)['loss'].detach())
 
     if cuda:
         torch.cuda.synchronize(device)

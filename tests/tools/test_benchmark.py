@@ -26,7 +26,8 @@ def test_every_case_has_its_paths_and_the_recompute_path_pads_to_77(tiny_run):
     rows, _ = tiny_run
     assert [(r['case'], r['path']) for r in rows] == [
         ('cross_lingual', 'recompute'), ('cross_lingual', 'xmr'), ('cross_lingual', 'xmr+sparse'),
-        ('video', 'recompute'), ('video', 'xmr'), ('eval', 'recompute'), ('eval', 'xmr')]
+        ('cross_lingual', 'xmr-padded'), ('video', 'recompute'), ('video', 'xmr'),
+        ('eval', 'recompute'), ('eval', 'xmr')]
     for row in rows:
         padded = (row['target_tokens'], row['source_tokens'])
         if row['path'] == 'recompute':
@@ -34,8 +35,11 @@ def test_every_case_has_its_paths_and_the_recompute_path_pads_to_77(tiny_run):
             assert row['target_tokens_run'] == 77
         else:
             assert max(padded) < 77
+        if row['path'] in ('xmr', 'xmr+sparse'):
             # Packed: the blocks run the real tokens only, fewer than the padded batch holds.
             assert row['target_tokens_run'] < row['target_tokens']
+        elif row['path'] == 'xmr-padded':
+            assert row['target_tokens_run'] == row['target_tokens']
         assert row['steps_per_s'] > 0 and row['samples_per_s'] == pytest.approx(
             4 * row['steps_per_s'])
 
@@ -45,7 +49,7 @@ def test_cached_and_recomputed_paths_start_from_the_same_loss(tiny_run):
     by_path = {(r['case'], r['path']): r for r in rows}
     for case in ('cross_lingual', 'video'):
         reference = by_path[(case, 'recompute')]['first_loss']
-        for path in ('xmr', 'xmr+sparse') if case == 'cross_lingual' else ('xmr',):
+        for path in ('xmr', 'xmr+sparse', 'xmr-padded') if case == 'cross_lingual' else ('xmr',):
             assert by_path[(case, path)]['first_loss'] == pytest.approx(reference, rel=1e-5)
             assert by_path[(case, path)]['loss_rel_diff'] < 1e-5
     assert by_path[('eval', 'xmr')]['first_loss'] is None
