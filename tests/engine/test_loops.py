@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ class RecordingHook(Hook):
                             if p.requires_grad})
         self.records.append(dict(
             iter=runner.iter, phase=runner.train_loop.current_phase.name,
+            batch_size=data_batch['batch_size'],
             lrs={g['name']: g['lr'] for g in runner.optim_wrapper.optimizer.param_groups},
             trainable=trainable, weights=dict(model.loss_weights)))
 
@@ -67,13 +69,27 @@ PHASES = [
 ]
 
 
+# Phases named by length in epochs and dataloaders named by config key. Worked by hand:
+# source_finetune: 40 English items at batch 16, drop_last -> 2 batches x 3 epochs = 6 iterations;
+# cross_lingual: the runner's train_dataloader, 40 scenes x 2 languages at batch 8 -> 10.
+EPOCH_PHASES = [
+    dict(PHASES[0], iters=None, epochs=3, dataloader='source_finetune_dataloader'),
+    dict(PHASES[1], iters=None, epochs=1),
+    dict(PHASES[2], iters=3),
+]
+EPOCH_BOUNDARIES = [(0, 6), (6, 16), (16, 19)]
+
+
 def make_cfg(work_dir: Path, phases=PHASES, checkpoint_interval: int = 100,
-             resume_from: Path | None = None, stop_after: int | None = None) -> Config:
+             resume_from: Path | None = None, stop_after: int | None = None,
+             english_drop_last: bool = True) -> Config:
     return Config(dict(
         default_scope='xmr',
         work_dir=str(work_dir),
         model=tiny_retriever_cfg(),
         train_dataloader=loader(PAIRS),
+        source_finetune_dataloader=dict(loader(ENGLISH, batch_size=16),
+                                        drop_last=english_drop_last),
         train_cfg=dict(type='PhasedTrainLoop', phases=copy.deepcopy(phases), val_interval=0),
         optim_wrapper=dict(type='OptimWrapper', constructor='PhasedOptimWrapperConstructor',
                            optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.1),
@@ -189,3 +205,80 @@ def test_unknown_trainable_prefix_fails_at_build(tmp_path):
     phases[0]['trainable'] = ['language_brunch']
     with pytest.raises(ValueError, match="'language_brunch' matches no parameter"):
         Runner.from_cfg(make_cfg(tmp_path, phases=phases)).train()
+
+
+# ------------------------------------------------------------------ epochs and dataloader keys
+def loop_of(cfg: Config):
+    """The train loop as the runner builds it (phases resolved), without training."""
+    return Runner.from_cfg(cfg).train_loop
+
+
+def test_epochs_resolve_to_iterations_of_the_built_dataloader(tmp_path):
+    loop = loop_of(make_cfg(tmp_path, phases=EPOCH_PHASES))
+    assert [(p.start, p.end) for p in loop.phases] == EPOCH_BOUNDARIES
+    assert loop.max_iters == 19
+    assert loop.phases[0].dataloader['batch_size'] == 16  # the key named the English loader
+    # Without drop_last the last, partial batch of 40 = 2 x 16 + 8 counts: 3 per epoch.
+    loop = loop_of(make_cfg(tmp_path, phases=EPOCH_PHASES, english_drop_last=False))
+    assert [(p.start, p.end) for p in loop.phases] == [(0, 9), (9, 19), (19, 22)]
+
+
+@pytest.fixture(scope='module')
+def epochs_run(tmp_path_factory):
+    work_dir = tmp_path_factory.mktemp('epochs')
+    torch.manual_seed(0)
+    _, records = train(make_cfg(work_dir, phases=EPOCH_PHASES, checkpoint_interval=3))
+    return work_dir, records
+
+
+def test_epoch_phases_train_their_resolved_lengths_on_their_named_loaders(epochs_run):
+    _, records = epochs_run
+    assert [r['iter'] for r in records] == list(range(19))
+    assert [(r['phase'], r['batch_size']) for r in records] == (
+        [('source_finetune', 16)] * 6 + [('cross_lingual', 8)] * 10 + [('cross_modal', 8)] * 3)
+    # The cosine of cross_lingual spans its 10 resolved iterations: warm-up 2.5 -> 2 steps.
+    assert list(records[6]['lrs'].values())[0] == pytest.approx(4e-3 * 0.5)
+    assert list(records[15]['lrs'].values())[0] == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize('resume_at', [3, 9], ids=['mid-epochs-phase', 'after-epochs-phase'])
+def test_resume_around_an_epochs_phase_repeats_the_uninterrupted_run(epochs_run, tmp_path,
+                                                                    resume_at):
+    work_dir, uninterrupted = epochs_run
+    torch.manual_seed(123)
+    _, resumed = train(make_cfg(tmp_path, phases=EPOCH_PHASES,
+                                resume_from=work_dir / f'iter_{resume_at}.pth'))
+    assert [r['iter'] for r in resumed] == list(range(resume_at, 19))
+    for mine, reference in zip(resumed, uninterrupted[resume_at:]):
+        assert (mine['phase'], mine['batch_size']) == (reference['phase'],
+                                                       reference['batch_size'])
+        assert mine['lrs'] == pytest.approx(reference['lrs'])
+        assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize('lengths, message', [
+    (dict(iters=4, epochs=1), 'phase source_finetune: give exactly one of iters and epochs'),
+    (dict(iters=None), 'phase source_finetune: give exactly one of iters and epochs'),
+    (dict(iters=None, epochs=0), 'phase source_finetune: epochs must be positive'),
+])
+def test_a_phase_needs_exactly_one_positive_length(tmp_path, lengths, message):
+    phases = copy.deepcopy(PHASES)
+    phases[0].update(lengths)
+    with pytest.raises(ValueError, match=message):
+        loop_of(make_cfg(tmp_path, phases=phases))
+
+
+def test_an_unknown_dataloader_key_names_the_phase_and_the_known_keys(tmp_path):
+    phases = copy.deepcopy(PHASES)
+    phases[1]['dataloader'] = 'text_train_dataloader'
+    with pytest.raises(ValueError, match=re.escape(
+            "phase cross_lingual: dataloader 'text_train_dataloader' is no dataloader of the "
+            "config; the config has ['source_finetune_dataloader', 'train_dataloader']")):
+        loop_of(make_cfg(tmp_path, phases=phases))
+
+
+def test_an_epochs_phase_whose_loader_yields_no_batch_fails_at_build(tmp_path):
+    phases = copy.deepcopy(EPOCH_PHASES)
+    phases[0]['dataloader'] = loader(dict(ENGLISH, num_scenes=10), batch_size=16)
+    with pytest.raises(ValueError, match='phase source_finetune: its dataloader yields no batch'):
+        loop_of(make_cfg(tmp_path, phases=phases))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,11 +49,14 @@ class Phase:
 
     Attributes:
         name: ``source_finetune``, ``cross_lingual``, ``cross_modal`` or any other label.
-        iters: number of iterations.
         lr: base learning rate of the phase.
         trainable: parameter-name prefixes that train in this phase; everything else is frozen.
         loss_weights: ``{loss name: weight}`` passed to the model's ``set_phase``.
-        dataloader: dataloader config of the phase (``None``: the runner's train_dataloader).
+        iters: number of iterations; a phase gives either ``iters`` or ``epochs``.
+        epochs: number of passes over the phase's dataloader; the loop sets
+            ``iters = epochs x len(dataloader)`` when it is built.
+        dataloader: dataloader config of the phase, or the name of the top-level config key
+            holding it (``'text_train_dataloader'``); ``None``: the runner's train_dataloader.
         warmup_ratio: fraction of ``iters`` with linear warm-up.
         schedule: decay after warm-up (``cosine``, ``linear``, ``constant``).
         min_lr_ratio: floor of the decay, as a fraction of ``lr``.
@@ -63,11 +66,12 @@ class Phase:
     """
 
     name: str
-    iters: int
     lr: float
     trainable: Sequence[str]
     loss_weights: dict[str, float]
-    dataloader: dict | None = None
+    iters: int | None = None
+    epochs: int | None = None
+    dataloader: dict | str | None = None
     warmup_ratio: float = 0.1
     schedule: str = 'cosine'
     min_lr_ratio: float = 0.0
@@ -78,6 +82,26 @@ class Phase:
     @property
     def end(self) -> int:
         return self.start + self.iters
+
+
+def resolve_dataloader_key(cfg: Mapping[str, Any], key: str, phase_name: str) -> Mapping:
+    """The dataloader config that a phase names by its top-level config key.
+
+    Args:
+        cfg: the whole config (the runner's ``cfg``).
+        key: a top-level key of ``cfg`` holding a dataloader dict, e.g. ``'text_train_dataloader'``.
+        phase_name: the phase asking, named in the error.
+
+    Raises:
+        ValueError: ``key`` holds no dataloader dict; the message lists the keys that do.
+    """
+    loader = cfg.get(key)
+    if not isinstance(loader, Mapping):
+        known = sorted(k for k, v in cfg.items() if k.endswith('dataloader')
+                       and isinstance(v, Mapping))
+        raise ValueError(f"phase {phase_name}: dataloader '{key}' is no dataloader of the "
+                         f'config; the config has {known}')
+    return loader
 
 
 @contextmanager
@@ -130,6 +154,9 @@ class _InfiniteIterator:
 class PhasedTrainLoop(BaseLoop):
     """Runs the configured phases in order on one global iteration counter.
 
+    A phase may name its dataloader by a top-level config key and give its length in
+    ``epochs``; both resolve when the loop is built, before anything trains, so the global
+    iteration counter, phase boundaries and resume see plain iteration counts.
     At the start of a phase the loop selects the model's losses (``set_phase``), freezes every
     parameter outside ``trainable``, re-wraps the model for DDP over exactly those parameters
     (:func:`~xmr.engine.distributed.rewrap_for_phase`), clears the optimiser state (phases
@@ -156,24 +183,38 @@ class PhasedTrainLoop(BaseLoop):
         if not phases:
             raise ValueError('PhasedTrainLoop needs at least one phase')
         self.phases: list[Phase] = []
-        start = 0
         for index, cfg in enumerate(phases):
-            missing = {'name', 'iters', 'lr', 'trainable', 'loss_weights'} - set(cfg)
+            missing = {'name', 'lr', 'trainable', 'loss_weights'} - set(cfg)
             if missing:
                 raise KeyError(f'phase {index} ({cfg.get("name", "?")}) lacks {sorted(missing)}')
-            phase = Phase(**cfg, start=start)
-            if phase.iters <= 0:
-                raise ValueError(f'phase {phase.name}: iters must be positive, got {phase.iters}')
+            phase = Phase(**cfg)
+            if (phase.iters is None) == (phase.epochs is None):
+                raise ValueError(f'phase {phase.name}: give exactly one of iters and epochs, got '
+                                 f'iters={phase.iters}, epochs={phase.epochs}')
+            for length in ('iters', 'epochs'):
+                value = getattr(phase, length)
+                if value is not None and value <= 0:
+                    raise ValueError(f'phase {phase.name}: {length} must be positive, got {value}')
             if phase.schedule not in SCHEDULES:
                 raise ValueError(f"phase {phase.name}: unknown schedule '{phase.schedule}'; "
                                  f'choose from {SCHEDULES}')
+            if isinstance(phase.dataloader, str):
+                phase.dataloader = resolve_dataloader_key(runner.cfg, phase.dataloader,
+                                                          phase.name)
             self.phases.append(phase)
-            start = phase.end
         if dataloader is None and any(p.dataloader is None for p in self.phases):
             raise ValueError('a phase without its own dataloader needs train_dataloader')
         if dataloader is None:
             dataloader = self.phases[0].dataloader
         super().__init__(runner, dataloader)
+        # Dataloaders built to count an epochs-phase's batches, kept until the phase uses them.
+        self._built_dataloaders: dict[int, DataLoader] = {}
+        start = 0
+        for index, phase in enumerate(self.phases):
+            if phase.epochs is not None:
+                self._resolve_epochs(index, phase)
+            phase.start = start
+            start = phase.end
         self.val_interval = val_interval
         self.validate_at_phase_end = validate_at_phase_end
         self._max_iters = start
@@ -206,6 +247,29 @@ class PhasedTrainLoop(BaseLoop):
         model = self.runner.model
         return model.module if is_model_wrapper(model) else model
 
+    def _resolve_epochs(self, index: int, phase: Phase) -> None:
+        """Sets ``phase.iters`` to ``epochs x len(dataloader)``.
+
+        ``len`` of the built DataLoader counts what one pass yields: it respects ``drop_last``
+        and, under DDP, is the per-rank count of the distributed sampler (equal on all ranks).
+        """
+        if phase.dataloader is None:
+            dataloader = self.dataloader
+        else:
+            dataloader = self.runner.build_dataloader(phase.dataloader, seed=self.runner.seed)
+            self._built_dataloaders[index] = dataloader
+        try:
+            batches = len(dataloader)
+        except TypeError as error:
+            raise ValueError(f'phase {phase.name}: epochs needs a dataloader with a length') \
+                from error
+        if batches == 0:
+            raise ValueError(f'phase {phase.name}: its dataloader yields no batch per epoch '
+                             '(fewer items than batch_size with drop_last?)')
+        phase.iters = phase.epochs * batches
+        self.runner.logger.info(f'phase {phase.name}: {phase.epochs} epochs = {phase.iters} '
+                                f'iterations ({batches} per epoch)')
+
     def _check_trainable_prefixes(self) -> None:
         names = [name for name, _ in self.model.named_parameters()]
         for phase in self.phases:
@@ -215,7 +279,8 @@ class PhasedTrainLoop(BaseLoop):
                                      'no parameter of the model')
 
     # ----------------------------------------------------------------------------- phases
-    def _enter_phase(self, phase: Phase, fresh: bool) -> Iterator:
+    def _enter_phase(self, index: int, fresh: bool) -> Iterator:
+        phase = self.phases[index]
         self.current_phase = phase
         self.model.set_phase(phase.name, phase.loss_weights)
         for name, parameter in self.model.named_parameters():
@@ -241,8 +306,12 @@ class PhasedTrainLoop(BaseLoop):
             f'phase {phase.name}: iterations {phase.start}-{phase.end}, lr {phase.lr}, '
             f'losses {phase.loss_weights}, trainable {list(phase.trainable)}\n'
             + format_table(['module group', 'trainable', 'total'], rows))
-        dataloader = self.dataloader if phase.dataloader is None else \
-            self.runner.build_dataloader(phase.dataloader, seed=self.runner.seed)
+        if phase.dataloader is None:
+            dataloader = self.dataloader
+        elif index in self._built_dataloaders:
+            dataloader = self._built_dataloaders.pop(index)
+        else:
+            dataloader = self.runner.build_dataloader(phase.dataloader, seed=self.runner.seed)
         # Cached frozen-tower features are built or checked against this phase's live weights.
         prepare_feature_caches(dataloader, self.model)
         return _InfiniteIterator(dataloader)
@@ -261,11 +330,13 @@ class PhasedTrainLoop(BaseLoop):
     def run(self) -> torch.nn.Module:
         self.runner.call_hook('before_train')
         self.runner.call_hook('before_train_epoch')
-        for phase in self.phases:
+        for index, phase in enumerate(self.phases):
             if self._iter >= phase.end or self.stop_training:
+                # A phase already done (resume) or cut off releases the loader built to count it.
+                self._built_dataloaders.pop(index, None)
                 continue
             fresh = self._iter == phase.start
-            iterator = self._enter_phase(phase, fresh)
+            iterator = self._enter_phase(index, fresh)
             for _ in range(self._iter - phase.start):
                 next(iterator)
             if self.pending_rng_state is not None:
