@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import tiny_backbone_cfg
+from tests.models.backbones.mclip_helpers import TOKENIZER_FILE, tiny_mclip_cfg
 from xmr.models.disentanglers.cdds import column_statistics
 from xmr.models.losses.cdds import CDDSDistributionSamplingLoss
 from xmr.registry import MODELS
@@ -190,3 +191,16 @@ def test_checkpoint_facts_travel_as_a_tensor_and_refuse_another_model():
     with pytest.raises(ValueError,
                        match=r"languages: checkpoint \['en'\] vs config \['en', 'de'\]"):
         other.load_state_dict(state)
+
+
+@pytest.mark.skipif(not TOKENIZER_FILE.is_file(), reason=f'missing {TOKENIZER_FILE}')
+def test_cdds_runs_on_multilingual_clip_token_outputs():
+    model = build(backbone=tiny_mclip_cfg(), disentangler=CDDS)
+    model.set_phase('cdds', dict(disentangler=1.0, itc=1.0))
+    data = model.data_preprocessor(BATCH, True)
+    losses = model(mode='loss', **data)
+    assert set(losses) == {f'loss_{name}' for name in CDDS_TERMS | {'itc'}}
+    sum(losses.values()).backward()
+    assert all(p.grad is None for p in model.backbone.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0
+               for p in model.disentangler.parameters() if p.requires_grad)

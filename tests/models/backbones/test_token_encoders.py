@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from tests.conftest import CORPUS, tiny_backbone_cfg
+from tests.models.backbones.mclip_helpers import TOKENIZER_FILE, tiny_mclip_cfg
 from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone
 from xmr.registry import MODELS, TOKENIZERS
 
@@ -15,20 +16,40 @@ def clip():
     return MODELS.build(tiny_backbone_cfg()).eval()
 
 
-def test_open_clip_image_tokens_are_class_token_then_patches(clip):
-    images = torch.randn(2, 3, 32, 32)
-    out = clip.encode_image_tokens(images)
+def check_open_clip_image_tokens(out: TokenOutput, visual, images, pooled) -> None:
+    """Class token then patches of an open_clip ViT, checked against a hand computation."""
+    grid = visual.grid_size[0] * visual.grid_size[1]
     assert isinstance(out, TokenOutput)
-    assert out.tokens.shape == (2, 1 + 4 * 4, 32) and out.mask.all()
-    reference = clip.clip.encode_image(images)
-    torch.testing.assert_close(out.pooled, reference)
+    assert out.tokens.shape == (images.shape[0], 1 + grid, pooled.shape[1]) and out.mask.all()
+    torch.testing.assert_close(out.pooled, pooled)
     # 'tok' pooling: the pooled embedding is the class token through ln_post and proj.
-    torch.testing.assert_close(out.tokens[:, 0], reference, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.tokens[:, 0], pooled, rtol=1e-4, atol=1e-5)
     # A patch token is ln_post(last block output) @ proj, computed here by hand.
-    visual = clip.clip.visual
     hidden = visual.transformer(visual._embeds(images))
     torch.testing.assert_close(out.tokens[:, 1:], visual.ln_post(hidden[:, 1:]) @ visual.proj,
                                rtol=1e-4, atol=1e-5)
+
+
+def test_open_clip_image_tokens_are_class_token_then_patches(clip):
+    images = torch.randn(2, 3, 32, 32)
+    check_open_clip_image_tokens(clip.encode_image_tokens(images), clip.clip.visual, images,
+                                 clip.clip.encode_image(images))
+
+
+@pytest.mark.skipif(not TOKENIZER_FILE.is_file(), reason=f'missing {TOKENIZER_FILE}')
+def test_mclip_image_tokens_are_its_open_clip_towers():
+    torch.manual_seed(0)
+    backbone = MODELS.build(tiny_mclip_cfg()).eval()
+    images = torch.randn(2, 3, 32, 32)
+    check_open_clip_image_tokens(backbone.encode_image_tokens(images), backbone.visual, images,
+                                 backbone.visual(images))
+    text = backbone.tokenizer(['Ein Hund rennt.', 'a dog on the grass'])
+    out = backbone.encode_text_tokens(text)
+    # Mean pooling: the pooled embedding is the linear map of the masked mean of the tokens.
+    weights = text['attention_mask'].unsqueeze(-1).float()
+    torch.testing.assert_close(out.pooled, (out.tokens * weights).sum(1) / weights.sum(1),
+                               rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.pooled, backbone.encode_source_text(text))
 
 
 def test_text_tokens_are_every_position_through_the_head(clip):

@@ -22,8 +22,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from xmr.models.backbones.base import VisionLanguageBackbone
+from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone
 from xmr.models.backbones.cclm import CCLMTextTower
+from xmr.models.backbones.open_clip import open_clip_image_tokens
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.registry import MODELS, TOKENIZERS
 
@@ -257,6 +258,11 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` -> ``[B, E]`` with the open_clip image tower."""
         return self.visual(images)
+
+    def encode_image_tokens(self, images: torch.Tensor) -> TokenOutput:
+        """``[B, 3, H, W]`` -> class token then patches, ``[B, 1 + P, E]``, for token-level
+        methods such as CDDS (:func:`~xmr.models.backbones.open_clip.open_clip_image_tokens`)."""
+        return open_clip_image_tokens(self.visual, images, self.arch)
 
     def fingerprint(self) -> str:
         """Architecture + weights hash: keys feature caches to exactly these frozen weights."""

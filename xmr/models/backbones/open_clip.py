@@ -120,6 +120,35 @@ class OpenCLIPTextTower(TextTower):
         }
 
 
+def open_clip_image_tokens(visual: nn.Module, images: torch.Tensor, arch: str) -> TokenOutput:
+    """An open_clip ``VisionTransformer``'s class token then patches in the joint space.
+
+    ``forward_intermediates`` on the last block with its final norm gives the class token and
+    the patches apart; both go through ``ln_post`` and ``proj`` as the pooled token does, so
+    with ``'tok'`` pooling token 0 is the tower's own image embedding.
+
+    Args:
+        visual: the image tower of an open_clip CLIP.
+        images: ``[B, 3, H, W]`` normalised images.
+        arch: architecture name for the error of a tower without token outputs.
+
+    Returns:
+        :class:`TokenOutput` with ``[B, 1 + P, E]`` tokens, all real, and the pooled ``[B, E]``.
+    """
+    import open_clip
+
+    if not isinstance(visual, open_clip.transformer.VisionTransformer) or \
+            visual.attn_pool is not None or visual.proj is None:
+        raise TypeError(f'token-level image encoding needs an open_clip VisionTransformer '
+                        f'without attentional pooling; {arch} has {type(visual).__name__}')
+    out = visual.forward_intermediates(images, indices=1, normalize_intermediates=True,
+                                       output_fmt='NLC', output_extra_tokens=True)
+    tokens = torch.cat([out['image_intermediates_prefix'][0],
+                        out['image_intermediates'][0]], dim=1) @ visual.proj
+    mask = torch.ones(tokens.shape[:2], dtype=torch.bool, device=tokens.device)
+    return TokenOutput(tokens, mask, out['image_features'])
+
+
 @MODELS.register_module()
 class OpenCLIPBackbone(VisionLanguageBackbone):
     """A frozen open_clip CLIP: image tower, English text tower and CLIP's BPE tokenizer.
@@ -207,26 +236,9 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         return self.clip.encode_image(images)
 
     def encode_image_tokens(self, images: torch.Tensor) -> TokenOutput:
-        """``[B, 3, H, W]`` -> class token then patches, ``[B, 1 + P, E]``, in one pass.
-
-        open_clip's ``forward_intermediates`` on the last block with its final norm gives the
-        class token and the patches apart; both go through ``ln_post`` and ``proj`` as the pooled
-        token does, so with ``'tok'`` pooling token 0 is :meth:`encode_image` itself.
-        """
-        import open_clip
-
-        visual = self.clip.visual
-        if not isinstance(visual, open_clip.transformer.VisionTransformer) or \
-                visual.attn_pool is not None or visual.proj is None:
-            raise TypeError(f'token-level image encoding needs an open_clip VisionTransformer '
-                            f'without attentional pooling; {self.arch} has '
-                            f'{type(visual).__name__}')
-        out = visual.forward_intermediates(images, indices=1, normalize_intermediates=True,
-                                           output_fmt='NLC', output_extra_tokens=True)
-        tokens = torch.cat([out['image_intermediates_prefix'][0],
-                            out['image_intermediates'][0]], dim=1) @ visual.proj
-        mask = torch.ones(tokens.shape[:2], dtype=torch.bool, device=tokens.device)
-        return TokenOutput(tokens, mask, out['image_features'])
+        """``[B, 3, H, W]`` -> class token then patches, ``[B, 1 + P, E]`` (see
+        :func:`open_clip_image_tokens`)."""
+        return open_clip_image_tokens(self.clip.visual, images, self.arch)
 
     @property
     def logit_scale(self) -> nn.Parameter:
