@@ -6,7 +6,7 @@
 _base_ = [
     '../_base_/models/cclm_dasd.py',
     '../_base_/datasets/mscoco_clft.py',
-    '../_base_/schedules/dasd_phases.py',
+    '../_base_/schedules/dasd_dynamic_phases.py',
     '../_base_/default_runtime.py',
 ]
 
@@ -19,6 +19,7 @@ def _with_cclm_media(loader):
 
 
 train_dataloader = dict(_delete_=True, **_with_cclm_media(_base_.train_dataloader))
+text_train_dataloader = dict(_delete_=True, **_with_cclm_media(_base_.text_train_dataloader))
 val_dataloader = [_with_cclm_media(_base_.val_dataloader),
                   _with_cclm_media(_base_.zh_val_dataloader)]
 val_evaluator = [dict(type='RetrievalMetric', languages=['en', 'ja'], prefix='coco'),
@@ -30,16 +31,3 @@ test_evaluator = [dict(type='RetrievalMetric', languages=['en', 'ja'], protocol=
                        prefix='coco1k'),
                   dict(type='RetrievalMetric', languages=['zh'], prefix='cococn')]
 test_cfg = dict(_delete_=True, type='MultiDatasetTestLoop')
-
-dasd_trainable = ['language_branch', 'disentangler']
-train_cfg = dict(
-    _delete_=True,
-    type='PhasedTrainLoop',
-    val_interval=5000,
-    phases=[
-        dict(name='cross_lingual', iters=45000, lr=2e-4, warmup_ratio=0.1, schedule='cosine',
-             trainable=dasd_trainable, loss_weights=dict(cl=1.0, adv=1.0, sc=0.1),
-             dataloader=_with_cclm_media(_base_.text_train_dataloader)),
-        dict(name='cross_modal', iters=6000, lr=6e-6, warmup_ratio=0.1, schedule='cosine',
-             trainable=dasd_trainable, loss_weights=dict(cm=1.0, adv=1.0, sc=0.1)),
-    ])

@@ -4,24 +4,11 @@
 _base_ = [
     '../_base_/models/clip-vit-b32_dasd.py',
     '../_base_/datasets/mscoco_zeroshot.py',
-    '../_base_/schedules/dasd_phases.py',
+    '../_base_/schedules/dasd_dynamic_phases.py',
     '../_base_/default_runtime.py',
 ]
 
 model = dict(language_branch=dict(languages={{_base_.target_langs}}))
-
-dasd_trainable = ['language_branch', 'disentangler']
-train_cfg = dict(
-    _delete_=True,
-    type='PhasedTrainLoop',
-    val_interval=5000,
-    phases=[
-        dict(name='cross_lingual', iters=45000, lr=2e-4, warmup_ratio=0.1, schedule='cosine',
-             trainable=dasd_trainable, loss_weights=dict(cl=1.0, adv=1.0, sc=0.1),
-             dataloader={{_base_.text_train_dataloader}}),
-        dict(name='cross_modal', iters=6000, lr=6e-6, warmup_ratio=0.1, schedule='cosine',
-             trainable=dasd_trainable, loss_weights=dict(cm=1.0, adv=1.0, sc=0.1)),
-    ])
 
 # ja (STAIR) on COCO and zh on COCO-CN, one gallery each; the model is selected on the mean AR of
 # ja and zh (MultiDatasetValLoop's mAR). Test: ja on the 1K protocol (mean of the five folds,

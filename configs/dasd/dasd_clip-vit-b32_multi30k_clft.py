@@ -1,38 +1,23 @@
 # DASD on English CLIP ViT-B/32, Multi30K, Cross-lingual Finetune setting (DASD Table 1):
-#   0. source_finetune: CLIP fine-tuned on the English Multi30K captions (5 epochs, lr 3e-6);
+#   0. source_finetune: CLIP fine-tuned on the English Multi30K captions (5 epochs, lr 3e-6;
+#      1,130 iterations on the 29,000 captions at batch 128);
 #   1. cross_lingual: towers frozen; embedding block, dynamic adapters and the disentangler learn
 #      de/fr/cs from MT(DTD) text pairs: L_CL + lambda1 L_adv + lambda2 L_sc (45k steps, lr 2e-4);
 #   2. cross_modal: the same modules on image + caption pairs: L_CM + lambda1 L_adv + lambda2 L_sc
 #      (6k steps, lr 6e-6).
 # lambda1 = 1, lambda2 = 0.1; warm-up over 10% of each phase then cosine; batch 128; the model is
-# selected on Multi30K val by mAR (de, fr, cs). Method and choices: docs/methods/dasd.md.
+# selected on Multi30K val by mAR (de, fr, cs). Phases: ../_base_/schedules/dasd_clft_phases.py;
+# method and choices: docs/methods/dasd.md.
 _base_ = [
     '../_base_/models/clip-vit-b32_dasd.py',
     '../_base_/datasets/multi30k_clft.py',
-    '../_base_/schedules/dasd_phases.py',
+    '../_base_/schedules/dasd_clft_phases.py',
     '../_base_/default_runtime.py',
 ]
 
 # The authors fine-tune English CLIP with a fixed logit scale of 100.
 model = dict(language_branch=dict(languages={{_base_.target_langs}}),
              losses=dict(source_cm=dict(type='InfoNCELoss', temperature=0.01)))
-
-dasd_trainable = ['language_branch', 'disentangler']
-train_cfg = dict(
-    _delete_=True,
-    type='PhasedTrainLoop',
-    val_interval=5000,
-    phases=[
-        # 5 epochs of the 29,000 English captions at batch 128 (226 iterations each).
-        dict(name='source_finetune', iters=1130, lr=3e-6, warmup_ratio=0.1, schedule='cosine',
-             trainable=['backbone'], loss_weights=dict(source_cm=1.0),
-             dataloader={{_base_.source_finetune_dataloader}}),
-        dict(name='cross_lingual', iters=45000, lr=2e-4, warmup_ratio=0.1, schedule='cosine',
-             trainable=dasd_trainable, loss_weights=dict(cl=1.0, adv=1.0, sc=0.1),
-             dataloader={{_base_.text_train_dataloader}}),
-        dict(name='cross_modal', iters=6000, lr=6e-6, warmup_ratio=0.1, schedule='cosine',
-             trainable=dasd_trainable, loss_weights=dict(cm=1.0, adv=1.0, sc=0.1)),
-    ])
 
 val_evaluator = dict(type='RetrievalMetric', languages={{_base_.eval_langs}},
                      source_language='en')

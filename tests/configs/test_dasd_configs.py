@@ -16,6 +16,7 @@ from mmengine.runner import Runner
 
 import xmr  # noqa: F401
 from tests.conftest import CORPUS
+from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.optim import parameter_counts
 from xmr.models.adapters import DynamicAdapter, StaticAdapter
@@ -112,6 +113,33 @@ def test_paper_config_builds_and_runs_every_phase(path):
     assert (phases['cross_modal']['iters'], phases['cross_modal']['lr']) == (6000, 6e-6)
     assert ('source_finetune' in phases) == path.stem.endswith('_clft')
     run_phases(cfg, model)
+
+
+def test_clft_source_finetune_runs_five_epochs_of_the_english_captions(tmp_path):
+    """The phases name their loaders by key and the source finetune's 5 epochs become iterations
+    of the config's own source_finetune_dataloader, here over a 29-caption annotation."""
+    cfg = Config.fromfile(CONFIGS / 'dasd' / 'dasd_clip-vit-b32_multi30k_clft.py')
+    cfg.model = tiny_model(cfg)
+    # The runner prints its config: the tokenizer by name, not the cached function.
+    cfg.model.backbone.tokenizer = dict(type='OpenCLIPTokenizer', model_name='ViT-B-32',
+                                        max_length=32)
+    translations = {lang: ['x'] for lang in cfg.target_langs}
+    dump_annotation(Annotation(
+        dataset='multi30k', split='train', media_type='image', languages=['en'],
+        source_lang='en', translation_langs=list(cfg.target_langs),
+        items=[MediaRecord(f'm{i}', f'm{i}.jpg', {'en': ['a caption']}, translations)
+               for i in range(29)]),
+        tmp_path / cfg.source_finetune_dataloader.dataset.ann_file)
+    for key in ('train_dataloader', 'text_train_dataloader', 'source_finetune_dataloader'):
+        cfg[key].update(batch_size=4, num_workers=0, persistent_workers=False)
+        cfg[key].dataset.data_root = str(tmp_path)
+    cfg.update(work_dir=str(tmp_path / 'work'), log_level='WARNING')
+    loop = Runner.from_cfg(cfg).train_loop
+    # 29 captions at batch 4, drop_last: 7 batches per epoch, 35 iterations in 5 epochs.
+    assert [(p.name, p.start, p.end) for p in loop.phases] == [
+        ('source_finetune', 0, 35), ('cross_lingual', 35, 45035), ('cross_modal', 45035, 51035)]
+    assert loop.phases[0].dataloader == cfg.source_finetune_dataloader
+    assert loop.phases[1].dataloader == cfg.text_train_dataloader
 
 
 def ablation(name: str) -> Path:
