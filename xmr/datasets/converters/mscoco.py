@@ -17,81 +17,36 @@ file order), and ``cococn_{train,val,test}.json`` with COCO-CN's own splits.
 """
 from __future__ import annotations
 
-import argparse
 import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
+from xmr.datasets.annotation import Annotation, MediaRecord
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption, read_json
-from xmr.datasets.converters.raw_files import (
-    check_media_exist,
-    parse_lang_paths,
-    read_lines,
-    require_file,
+from xmr.datasets.converters.karpathy import (
+    KarpathyImage,
+    KarpathyLayout,
+    group_splits,
+    karpathy_parser,
+    read_karpathy,
+    run_karpathy_command,
 )
+from xmr.datasets.converters.raw_files import check_media_exist, read_lines, require_file
 from xmr.datasets.converters.translations import attach_translations
 from xmr.datasets.converters.xtd10 import coco_image_path
 
-__all__ = ['KARPATHY_SPLITS', 'COCO_FOLDS', 'KarpathyImage', 'read_karpathy', 'read_stair',
-           'read_coco_cn', 'convert_mscoco', 'main']
+__all__ = ['COCO_KARPATHY', 'COCO_FOLDS', 'read_stair', 'read_coco_cn', 'convert_mscoco', 'main']
 
-# Output split -> Karpathy split labels it takes.
-KARPATHY_SPLITS = {'train': ('train', 'restval'), 'val': ('val',), 'test5k': ('test',)}
 COCO_FOLDS = 5
 COCO_FOLD_SIZE = 1000
+# Output split -> Karpathy split labels it takes; the 5K test must split into the 1K folds.
+COCO_KARPATHY = KarpathyLayout(
+    id_key='cocoid', folder_key='filepath',
+    splits={'train': ('train', 'restval'), 'val': ('val',), 'test5k': ('test',)},
+    split_sizes={'test5k': COCO_FOLDS * COCO_FOLD_SIZE}, sizes_required_by='the 1K/5K protocols')
 COCO_CN_SPLITS = ('train', 'val', 'test')
-
-
-@dataclass
-class KarpathyImage:
-    """One image of ``dataset_coco.json``."""
-
-    stem: str
-    media_path: str
-    cocoid: int
-    split: str
-    captions: list[str]
-
-
-def read_karpathy(path: str | os.PathLike) -> list[KarpathyImage]:
-    """Parse and check Karpathy's ``dataset_coco.json``.
-
-    Raises:
-        ConversionError: naming the file, the image index and the bad field.
-    """
-    data = read_json(path, 'Karpathy split file')
-    if not isinstance(data, dict) or not isinstance(data.get('images'), list):
-        raise ConversionError(f'Karpathy split file {path} has no "images" list')
-    known = {label for labels in KARPATHY_SPLITS.values() for label in labels}
-    images = []
-    for index, entry in enumerate(data['images']):
-        where = f'Karpathy split file {path} image {index}'
-        if not isinstance(entry, dict):
-            raise ConversionError(f'{where} is not an object')
-        missing = [key for key in ('filepath', 'filename', 'cocoid', 'split', 'sentences')
-                   if key not in entry]
-        if missing:
-            raise ConversionError(f'{where} lacks {missing}')
-        if entry['split'] not in known:
-            raise ConversionError(f'{where} has split {entry["split"]!r}, expected one of '
-                                  f'{sorted(known)}')
-        sentences = entry['sentences']
-        if not isinstance(sentences, list) or not sentences:
-            raise ConversionError(f'{where} has no sentences')
-        captions = [clean_caption(s.get('raw') if isinstance(s, dict) else s,
-                                  f'{where} ({entry["filename"]}) sentence {k}')
-                    for k, s in enumerate(sentences)]
-        images.append(KarpathyImage(stem=Path(entry['filename']).stem,
-                                    media_path=f'{entry["filepath"]}/{entry["filename"]}',
-                                    cocoid=int(entry['cocoid']), split=entry['split'],
-                                    captions=captions))
-    if not images:
-        raise ConversionError(f'Karpathy split file {path} lists no images')
-    return images
 
 
 def read_stair(paths: Sequence[str | os.PathLike]) -> dict[int, list[str]]:
@@ -138,14 +93,14 @@ def read_coco_cn(coco_cn_dir: str | os.PathLike,
 def _records(images: Sequence[KarpathyImage], stair: Mapping[int, list[str]] | None,
              origin: str) -> list[MediaRecord]:
     if stair is not None:
-        missing = [image.media_path for image in images if image.cocoid not in stair]
+        missing = [image.media_path for image in images if image.image_id not in stair]
         if missing:
             raise ConversionError(f'{origin}: STAIR Captions lack {len(missing)} of '
                                   f'{len(images)} images (first: {missing[0]}); pass every '
                                   'STAIR file (train and val)')
     return [MediaRecord(media_id=image.stem, media_path=image.media_path,
                         captions={'en': image.captions,
-                                  **({'ja': stair[image.cocoid]} if stair is not None else {})})
+                                  **({'ja': stair[image.image_id]} if stair is not None else {})})
             for image in images]
 
 
@@ -169,24 +124,16 @@ def convert_mscoco(karpathy_json: str | os.PathLike,
     Returns:
         Output name (``coco_train``, ``coco_test1k_fold0``, ``cococn_test``, ...) -> annotation.
     """
-    images = read_karpathy(karpathy_json)
+    images = read_karpathy(karpathy_json, COCO_KARPATHY)
     stair = read_stair(stair_jsons) if stair_jsons else None
-    by_split: dict[str, list[KarpathyImage]] = {
-        name: [image for image in images if image.split in labels]
-        for name, labels in KARPATHY_SPLITS.items()}
+    by_split = group_splits(images, COCO_KARPATHY, karpathy_json)
     languages = ['en', 'ja'] if stair is not None else ['en']
     outputs: dict[str, Annotation] = {}
     for name, split_images in by_split.items():
-        if not split_images:
-            raise ConversionError(f'Karpathy split file {karpathy_json} has no '
-                                  f'{"/".join(KARPATHY_SPLITS[name])} images')
         outputs[f'coco_{name}'] = Annotation(
             dataset='mscoco', split=name, media_type='image', languages=languages,
             items=_records(split_images, stair, f'{name} split'), source_lang='en')
     test = outputs['coco_test5k'].items
-    if len(test) != COCO_FOLDS * COCO_FOLD_SIZE:
-        raise ConversionError(f'Karpathy split file {karpathy_json} has {len(test)} test images; '
-                              f'the 1K/5K protocols need {COCO_FOLDS * COCO_FOLD_SIZE}')
     for fold in range(COCO_FOLDS):
         outputs[f'coco_test1k_fold{fold}'] = Annotation(
             dataset='mscoco', split=f'test1k_fold{fold}', media_type='image',
@@ -231,29 +178,12 @@ def _coco_cn_outputs(images: Sequence[KarpathyImage], stair: Mapping[int, list[s
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line of ``tools/data/prepare_mscoco.py``."""
-    parser = argparse.ArgumentParser(description='Convert MSCOCO (Karpathy, STAIR Captions, '
-                                     'COCO-CN) to xmr annotations (docs/data.md).')
-    parser.add_argument('--karpathy-json', type=Path, required=True, help='dataset_coco.json')
+    parser = karpathy_parser('Convert MSCOCO (Karpathy, STAIR Captions, COCO-CN) to xmr '
+                             'annotations (docs/data.md).',
+                             images_help='COCO image folder with train2014/ and val2014/',
+                             train_output='coco_train.json')
     parser.add_argument('--stair-json', type=Path, nargs='+', default=[],
                         help='STAIR Captions files (train and val) for Japanese')
     parser.add_argument('--coco-cn-dir', type=Path, help='COCO-CN folder for Chinese')
-    parser.add_argument('--images-dir', type=Path,
-                        help='COCO image folder with train2014/ and val2014/ (checked)')
-    parser.add_argument('--skip-media-check', action='store_true')
-    parser.add_argument('--out-dir', type=Path, required=True)
-    parser.add_argument('--translations', nargs='+', metavar='LANG=PATH',
-                        help='machine translations of coco_train.json, one line per caption')
-    args = parser.parse_args(argv)
-    if args.images_dir is None and not args.skip_media_check:
-        parser.error('give --images-dir, or --skip-media-check to convert without images')
-    try:
-        outputs = convert_mscoco(args.karpathy_json,
-                                 None if args.skip_media_check else args.images_dir,
-                                 args.stair_json, args.coco_cn_dir,
-                                 parse_lang_paths(args.translations, '--translations'))
-        written = dump_annotations({args.out_dir / f'{name}.json': ann
-                                    for name, ann in outputs.items()})
-    except (ConversionError, AnnotationError) as err:
-        raise SystemExit(f'error: {err}') from err
-    for path, ann in zip(written, outputs.values()):
-        print(f'{path}: {len(ann.items)} images, languages {", ".join(ann.languages)}')
+    run_karpathy_command(parser, argv, lambda args, images_dir, translations: convert_mscoco(
+        args.karpathy_json, images_dir, args.stair_json, args.coco_cn_dir, translations))
