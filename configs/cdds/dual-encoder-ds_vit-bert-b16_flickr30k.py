@@ -10,7 +10,7 @@ model = dict(losses=dict(distribution_sampling=dict(
 
 train_cfg = dict(
     phases=[
-        dict(name='dual_encoder_ds', iters={{_base_.total_iters}}, lr=2e-4, warmup_ratio=0.04,
+        dict(name='dual_encoder_ds', epochs={{_base_.num_epochs}}, lr=2e-4, warmup_ratio=0.04,
              schedule='cosine', trainable=['backbone', 'losses'], lr_mult={'backbone': 0.1},
              loss_weights=dict(itc=1.0, distribution_sampling=1.0)),
     ])

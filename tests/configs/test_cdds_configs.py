@@ -55,6 +55,16 @@ def test_config_builds_its_model_and_the_model_accepts_its_phases(path: Path):
         assert cfg.train_dataloader.dataset.target_langs == ['de', 'fr', 'cs']
 
 
+@pytest.mark.parametrize('path', [p for p in CONFIGS if p.stem.startswith('cdds_vit')
+                                  or p.stem.startswith('cdds_clip')], ids=lambda p: p.stem)
+def test_paper_config_trains_25_epochs_and_validates_every_epoch(path: Path):
+    """The length is given in epochs (the loop counts the batches); the validation interval in
+    iterations must be one epoch of the configured data at the configured batch."""
+    cfg = Config.fromfile(path)
+    assert [phase['epochs'] for phase in cfg.train_cfg.phases] == [25]
+    assert cfg.train_cfg.val_interval == cfg.train_pairs // cfg.train_dataloader.batch_size
+
+
 def test_demo_config_trains_and_improves_r1_over_its_start(tmp_path: Path):
     """Shortened phases and smaller UNets (1 + 1 layers, one perturbation) keep it to seconds."""
     short = [
