@@ -4,30 +4,7 @@
 #   [GPUS=8] [GPUS_PER_NODE=8] [CPUS_PER_TASK=5] [SRUN_ARGS=...] \
 #       tools/slurm_train.sh PARTITION JOB_NAME CONFIG [tools/train.py options...]
 #
-# One task per GPU; GPUS > GPUS_PER_NODE spans several nodes. MMEngine reads the rank, world
-# size and master address from Slurm's environment.
+# One task per GPU; GPUS > GPUS_PER_NODE spans several nodes (tools/slurm_launch.sh).
 set -euo pipefail
-
-if [ $# -lt 3 ]; then
-    echo "usage: $0 PARTITION JOB_NAME CONFIG [tools/train.py options...]" >&2
-    exit 2
-fi
-PARTITION=$1
-JOB_NAME=$2
-CONFIG=$3
-shift 3
-GPUS=${GPUS:-8}
-GPUS_PER_NODE=${GPUS_PER_NODE:-$(( GPUS < 8 ? GPUS : 8 ))}
-TOOLS=$(dirname "$0")
-read -r -a EXTRA_SRUN_ARGS <<< "${SRUN_ARGS:-}"
-
-PYTHONPATH="$TOOLS/..${PYTHONPATH:+:$PYTHONPATH}" \
-exec "${SRUN:-srun}" -p "$PARTITION" \
-    --job-name="$JOB_NAME" \
-    --gres=gpu:"$GPUS_PER_NODE" \
-    --ntasks="$GPUS" \
-    --ntasks-per-node="$GPUS_PER_NODE" \
-    --cpus-per-task="${CPUS_PER_TASK:-5}" \
-    --kill-on-bad-exit=1 \
-    "${EXTRA_SRUN_ARGS[@]}" \
-    "${PYTHON:-python}" -u "$TOOLS/train.py" "$CONFIG" --launcher slurm "$@"
+source "$(dirname "$0")/slurm_launch.sh"
+slurm_launch train.py 'CONFIG' "$@"

@@ -1,0 +1,41 @@
+# shellcheck shell=bash
+# The shared body of tools/slurm_train.sh and tools/slurm_test.sh, sourced by them (not run):
+#
+#   slurm_launch SCRIPT 'POSITIONAL NAMES' "$@"
+#
+# checks that the caller got PARTITION JOB_NAME and SCRIPT's positional arguments (else prints
+# the usage and exits 2), then runs tools/SCRIPT under srun, one task per GPU, with MMEngine's
+# `slurm` launcher, which reads the rank, world size and master address from Slurm's environment.
+# Environment: GPUS (8), GPUS_PER_NODE (min(GPUS, 8)), CPUS_PER_TASK (5), SRUN_ARGS, SRUN, PYTHON.
+
+slurm_launch() {
+    local script=$1
+    local -a names
+    read -r -a names <<< "$2"
+    shift 2
+    if [ $# -lt $(( 2 + ${#names[@]} )) ]; then
+        echo "usage: $0 PARTITION JOB_NAME ${names[*]} [tools/$script options...]" >&2
+        exit 2
+    fi
+    local partition=$1 job_name=$2
+    shift 2
+    local -a positionals=("${@:1:${#names[@]}}")
+    shift "${#names[@]}"
+    local gpus=${GPUS:-8}
+    local gpus_per_node=${GPUS_PER_NODE:-$(( gpus < 8 ? gpus : 8 ))}
+    local tools
+    tools=$(dirname "$0")
+    local -a extra_srun_args
+    read -r -a extra_srun_args <<< "${SRUN_ARGS:-}"
+
+    PYTHONPATH="$tools/..${PYTHONPATH:+:$PYTHONPATH}" \
+    exec "${SRUN:-srun}" -p "$partition" \
+        --job-name="$job_name" \
+        --gres=gpu:"$gpus_per_node" \
+        --ntasks="$gpus" \
+        --ntasks-per-node="$gpus_per_node" \
+        --cpus-per-task="${CPUS_PER_TASK:-5}" \
+        --kill-on-bad-exit=1 \
+        "${extra_srun_args[@]}" \
+        "${PYTHON:-python}" -u "$tools/$script" "${positionals[@]}" --launcher slurm "$@"
+}
