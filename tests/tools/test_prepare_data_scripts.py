@@ -1,6 +1,7 @@
 """The tools/data scripts run end to end on the real fixtures and stop cleanly on bad input."""
 from __future__ import annotations
 
+import json
 import runpy
 import sys
 from pathlib import Path
@@ -19,8 +20,8 @@ def _run(script: str, args: list[str], monkeypatch) -> None:
 
 def test_every_converter_has_a_script():
     names = {path.stem for path in TOOLS.glob('*.py')}
-    assert {f'prepare_{name}' for name in ('multi30k', 'mscoco', 'xtd10', 'cc3m', 'msrvtt')} \
-        <= names
+    assert {f'prepare_{name}' for name in ('multi30k', 'mscoco', 'flickr30k', 'xtd10', 'cc3m',
+                                           'msrvtt')} <= names
     assert {'attach_translations', 'export_source_captions'} <= names
 
 
@@ -65,3 +66,16 @@ def test_multi30k_script_translations_and_a_bad_file(shared_data, tmp_path, monk
         _run('attach_translations.py', [str(out / 'multi30k_val.json'), '--translations',
                                         f'fr={tmp_path / "short.txt"}'], monkeypatch)
     assert (out / 'multi30k_val.json').read_bytes() == before
+
+
+def test_flickr30k_script_reaches_the_converter(tmp_path, monkeypatch):
+    entries = [{'filename': f'{n}.jpg', 'imgid': n, 'split': split, 'sentids': [n],
+                'sentences': [{'raw': f'caption {n}', 'sentid': n, 'imgid': n}]}
+               for n, split in enumerate(('train', 'val', 'test'))]
+    (tmp_path / 'dataset_flickr30k.json').write_text(json.dumps({'images': entries}))
+    with pytest.raises(SystemExit, match="has 1 train images; Karpathy's Flickr30K splits need "
+                                         '29000'):
+        _run('prepare_flickr30k.py', ['--karpathy-json', str(tmp_path / 'dataset_flickr30k.json'),
+                                      '--skip-media-check', '--out-dir', str(tmp_path / 'out')],
+             monkeypatch)
+    assert not (tmp_path / 'out').exists()

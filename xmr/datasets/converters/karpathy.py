@@ -119,7 +119,7 @@ def read_karpathy(path: str | os.PathLike, layout: KarpathyLayout) -> list[Karpa
         if not isinstance(sentences, list) or not sentences:
             raise ConversionError(f'{where} has no sentences')
         captions = [clean_caption(s.get('raw') if isinstance(s, dict) else s,
-                                  f'{where} ({entry["filename"]}) sentence {k}')
+                                  f'{where} ({entry["filename"]}) sentence {k} "raw"')
                     for k, s in enumerate(sentences)]
         images.append(KarpathyImage(stem=Path(entry['filename']).stem, media_path=media_path,
                                     image_id=image_id, split=entry['split'], captions=captions))
