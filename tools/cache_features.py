@@ -38,9 +38,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, dataset config)`` of every ``CachedFeatureDataset`` the config names."""
+    from xmr.engine.loops import resolve_dataloader_key
+
     loaders: list[tuple[str, Any]] = [(key, cfg.get(key)) for key in LOADER_KEYS]
     for phase in (cfg.get('train_cfg') or {}).get('phases', []):
-        loaders.append((f"train_cfg.phases[{phase['name']}]", phase.get('dataloader')))
+        loader = phase.get('dataloader')
+        if isinstance(loader, str):
+            # Named by its config key: the same loader as LOADER_KEYS or another top-level one.
+            loader = resolve_dataloader_key(cfg, loader, phase['name'])
+        loaders.append((f"train_cfg.phases[{phase['name']}]", loader))
     for where, loader in loaders:
         for index, one in enumerate(loader if isinstance(loader, (list, tuple)) else [loader]):
             dataset = (one or {}).get('dataset')

@@ -59,3 +59,22 @@ def test_a_config_without_caches_is_refused(tmp_path):
     path.write_text("model = dict(type='CrossLingualRetriever')\n")
     with pytest.raises(ValueError, match='uses no CachedFeatureDataset'):
         cache_features.main([str(path)])
+
+
+def test_a_phase_naming_its_dataloader_by_key_has_its_cache_built(tmp_path):
+    texts = dict(type='CachedFeatureDataset', cache_dir=str(tmp_path / 'texts'),
+                 dataset=dict(type='SyntheticPairDataset', num_scenes=2, languages=['fr'],
+                              image_size=32))
+    phase = dict(name='cross_lingual', iters=1, lr=1.0, trainable=['language_branch'],
+                 loss_weights=dict(cl=1.0), dataloader='text_train_dataloader')
+    cfg = Config(dict(model=tiny_retriever_cfg(), text_train_dataloader=dict(dataset=texts),
+                      train_cfg=dict(type='PhasedTrainLoop', phases=[phase])))
+    found = list(cache_features.cached_dataset_cfgs(cfg))
+    assert [(where, dataset['cache_dir']) for where, dataset in found] == [
+        ('train_cfg.phases[cross_lingual]', str(tmp_path / 'texts'))]
+    phase['dataloader'] = 'text_dataloader'
+    with pytest.raises(ValueError, match="dataloader 'text_dataloader' is no dataloader of the "
+                                         r"config; the config has \['text_train_dataloader'\]"):
+        list(cache_features.cached_dataset_cfgs(Config(dict(
+            text_train_dataloader=dict(dataset=texts),
+            train_cfg=dict(type='PhasedTrainLoop', phases=[phase])))))
