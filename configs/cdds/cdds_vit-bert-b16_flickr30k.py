@@ -1,6 +1,6 @@
 # CDDS on ViT-B/16 + BERT, Flickr30K English image-text retrieval (the paper's main setting; data:
 # ../_base_/datasets/flickr30k_en.py). Schedule (../_base_/schedules/cdds_vit-bert-b16_phases.py):
-# 25 epochs (11,325 iterations of the 29,000 captions), batch 64, AdamW (paper); lr 2e-4 with the
+# 25 epochs (56,625 iterations of the 145,000 captions), batch 64, AdamW (paper); lr 2e-4 with the
 # towers at 0.1 x (LAPS), cosine after one epoch of warm-up (xmr's choice).
 _base_ = [
     '../_base_/models/cdds_vit-bert-b16.py',
