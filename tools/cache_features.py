@@ -1,9 +1,11 @@
 """Build the frozen-tower feature caches a config uses, before training.
 
     python tools/cache_features.py CONFIG [--checkpoint CKPT] [--overwrite] [--device cuda]
+        [--work-dir DIR]
 
 Every dataset of the config (``train_dataloader``, the phases' own dataloaders, validation and
-test dataloaders, lists of them included) of type ``CachedFeatureDataset`` is built and its
+test dataloaders, lists of them included) of type ``CachedFeatureDataset``, and the dataset of
+every phase with ``cache_features`` (cached under the run's work directory), is built and its
 cache computed with the config's model: missing caches are built, existing ones are checked
 (and refused when stale), ``--overwrite`` rebuilds them. ``--checkpoint`` loads weights first,
 e.g. towers fine-tuned in the CL-FT setting's ``source_finetune`` phase, whose features differ
@@ -27,6 +29,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('config', help='config file')
     parser.add_argument('--checkpoint', help='weights to load into the model first')
     parser.add_argument('--overwrite', action='store_true', help='rebuild existing caches')
+    parser.add_argument('--work-dir', help="the run's work directory, where phases with "
+                        'cache_features keep their caches (default: work_dirs/<config name>, '
+                        'as tools/train.py)')
     parser.add_argument('--device', default=None,
                         help="device of the towers (default: 'cuda' when available, else 'cpu')")
     parser.add_argument('--batch-size', type=int, help="override each cache's batch_size")
@@ -37,8 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(where, dataset config)`` of every ``CachedFeatureDataset`` the config names."""
-    from xmr.engine.loops import resolve_dataloader_key
+    """``(where, dataset config)`` of every ``CachedFeatureDataset`` the config names,
+    phases with ``cache_features`` included (their caches go under ``cfg.work_dir``)."""
+    from xmr.engine.loops import Phase, resolve_dataloader_key, with_feature_cache
 
     loaders: list[tuple[str, Any]] = [(key, cfg.get(key)) for key in LOADER_KEYS]
     for phase in (cfg.get('train_cfg') or {}).get('phases', []):
@@ -46,6 +52,9 @@ def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
         if isinstance(loader, str):
             # Named by its config key: the same loader as LOADER_KEYS or another top-level one.
             loader = resolve_dataloader_key(cfg, loader, phase['name'])
+        if phase.get('cache_features'):
+            loader = with_feature_cache(loader or cfg.train_dataloader,
+                                        Phase(**dict(phase, dataloader=None)), cfg.work_dir)
         loaders.append((f"train_cfg.phases[{phase['name']}]", loader))
     for where, loader in loaders:
         for index, one in enumerate(loader if isinstance(loader, (list, tuple)) else [loader]):
@@ -62,6 +71,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     import xmr  # noqa: F401  (registers every module)
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
     from xmr.engine.feature_cache import FeatureCache
+    from xmr.engine.work_dir import resolve_work_dir
     from xmr.registry import DATASETS, MODELS
 
     args = parse_args(argv)
@@ -70,6 +80,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
+    resolve_work_dir(cfg, args.config, args.work_dir)
     found = list(cached_dataset_cfgs(cfg))
     if not found:
         raise ValueError(f'{args.config} uses no CachedFeatureDataset; wrap a dataset in one '

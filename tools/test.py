@@ -51,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build_config(args: argparse.Namespace) -> Config:
+    from xmr.engine.work_dir import resolve_work_dir
+
     if not osp.isfile(args.config):
         raise SystemExit(f'error: config file {args.config} does not exist')
     if not osp.isfile(args.checkpoint):
@@ -64,10 +66,7 @@ def build_config(args: argparse.Namespace) -> Config:
         raise SystemExit(f'error: config {args.config} has no {", ".join(missing)}; a test run '
                          'needs the test split(s), their metrics and the test loop')
     cfg.launcher = args.launcher
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(args.config))[0])
+    resolve_work_dir(cfg, args.config, args.work_dir)
     # The checkpoint is loaded strictly below; the runner must neither load nor resume.
     cfg.load_from, cfg.resume = None, False
     return cfg

@@ -36,6 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_config(args: argparse.Namespace) -> Config:
     from xmr.engine.amp import enable_amp
+    from xmr.engine.work_dir import resolve_work_dir
 
     if not osp.isfile(args.config):
         raise FileNotFoundError(f'config file {args.config} does not exist')
@@ -43,10 +44,7 @@ def build_config(args: argparse.Namespace) -> Config:
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
     cfg.launcher = args.launcher
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(args.config))[0])
+    resolve_work_dir(cfg, args.config, args.work_dir)
     if args.amp or args.amp_dtype:
         enable_amp(cfg, args.amp_dtype)
     if args.resume == 'auto':

@@ -20,9 +20,9 @@ train_cfg = dict(
              trainable=['backbone', 'losses.source_cm'], loss_weights=dict(source_cm=1.0),
              dataloader={{_base_.source_finetune_dataloader}}),
         dict(name='cross_lingual', iters=1500, lr=2e-3, warmup_ratio=0.1, schedule='cosine',
-             trainable=['language_branch'], loss_weights=dict(cl=1.0)),
+             trainable=['language_branch'], loss_weights=dict(cl=1.0), cache_features=True),
         dict(name='cross_modal', iters=300, lr=1e-4, warmup_ratio=0.1, schedule='cosine',
-             trainable=['language_branch'], loss_weights=dict(cm=1.0)),
+             trainable=['language_branch'], loss_weights=dict(cm=1.0), cache_features=True),
     ])
 optim_wrapper = dict(optimizer=dict(lr=2e-3, weight_decay=0.05))
 

@@ -116,8 +116,9 @@ def test_paper_config_builds_and_runs_every_phase(path):
 
 
 def test_clft_source_finetune_runs_five_epochs_of_the_english_captions(tmp_path):
-    """The phases name their loaders by key and the source finetune's 5 epochs become iterations
-    of the config's own source_finetune_dataloader, here over a 29-caption annotation."""
+    """The phases name their loaders by key, the source finetune's 5 epochs become iterations
+    of the config's own source_finetune_dataloader, here over a 29-caption annotation, and the
+    alignment phases cache their features."""
     cfg = Config.fromfile(CONFIGS / 'dasd' / 'dasd_clip-vit-b32_multi30k_clft.py')
     cfg.model = tiny_model(cfg)
     # The runner prints its config: the tokenizer by name, not the cached function.
@@ -139,7 +140,12 @@ def test_clft_source_finetune_runs_five_epochs_of_the_english_captions(tmp_path)
     assert [(p.name, p.start, p.end) for p in loop.phases] == [
         ('source_finetune', 0, 35), ('cross_lingual', 35, 45035), ('cross_modal', 45035, 51035)]
     assert loop.phases[0].dataloader == cfg.source_finetune_dataloader
-    assert loop.phases[1].dataloader == cfg.text_train_dataloader
+    # The alignment phases read the frozen towers' features from caches in the work dir.
+    cached = loop.phases[1].dataloader
+    assert cached == dict(cfg.text_train_dataloader, dataset=dict(
+        type='CachedFeatureDataset', dataset=cfg.text_train_dataloader.dataset,
+        cache_dir=str(tmp_path / 'work' / 'feature_cache' / 'cross_lingual')))
+    assert loop.phases[2].dataloader['dataset']['dataset'] == cfg.train_dataloader.dataset
 
 
 def ablation(name: str) -> Path:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 from pathlib import Path
@@ -281,4 +282,46 @@ def test_an_epochs_phase_whose_loader_yields_no_batch_fails_at_build(tmp_path):
     phases = copy.deepcopy(EPOCH_PHASES)
     phases[0]['dataloader'] = loader(dict(ENGLISH, num_scenes=10), batch_size=16)
     with pytest.raises(ValueError, match='phase source_finetune: its dataloader yields no batch'):
+        loop_of(make_cfg(tmp_path, phases=phases))
+
+
+# ------------------------------------------------------------------ cached phase features
+CACHED_PHASES = [dict(phase, cache_features=phase['name'] != 'source_finetune')
+                 for phase in PHASES]
+
+
+def test_phases_with_cache_features_train_as_the_recomputing_run(full_run, tmp_path):
+    _, _, reference = full_run
+    torch.manual_seed(0)
+    _, records = train(make_cfg(tmp_path, phases=CACHED_PHASES))
+    # Built at each phase's start from the live weights (after source_finetune trained them).
+    for phase, kinds in (('cross_lingual', ['source', 'media']),
+                         ('cross_modal', ['source', 'media'])):
+        meta = json.loads((tmp_path / 'feature_cache' / phase / 'meta.json').read_text())
+        assert meta['key']['features'] == kinds
+    assert [(r['iter'], r['phase']) for r in records] == [(r['iter'], r['phase'])
+                                                         for r in reference]
+    for mine, expected in zip(records, reference):
+        assert mine['losses'] == pytest.approx(expected['losses'], rel=1e-4, abs=1e-6)
+
+
+def test_cache_features_on_a_phase_that_trains_the_backbone_fails_at_build(tmp_path):
+    phases = copy.deepcopy(PHASES)
+    phases[0]['cache_features'] = dict(dtype='float16')
+    with pytest.raises(ValueError, match=re.escape(
+            'phase source_finetune: cache_features with a trainable backbone (backbone)')):
+        loop_of(make_cfg(tmp_path, phases=phases))
+
+
+def test_cache_features_options_and_a_second_wrapper(tmp_path):
+    phases = copy.deepcopy(PHASES[1:])
+    phases[0]['cache_features'] = dict(dtype='float16', cache_dir=str(tmp_path / 'mine'))
+    loop = loop_of(make_cfg(tmp_path, phases=phases))
+    dataset = loop.phases[0].dataloader['dataset']
+    assert (dataset['type'], dataset['dtype'], dataset['cache_dir']) == (
+        'CachedFeatureDataset', 'float16', str(tmp_path / 'mine'))
+    assert dataset['dataset'] == PAIRS
+    phases[0]['dataloader'] = loader(dict(type='CachedFeatureDataset', dataset=PAIRS,
+                                          cache_dir=str(tmp_path / 'c')))
+    with pytest.raises(ValueError, match='is a CachedFeatureDataset already'):
         loop_of(make_cfg(tmp_path, phases=phases))

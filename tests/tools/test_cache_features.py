@@ -78,3 +78,23 @@ def test_a_phase_naming_its_dataloader_by_key_has_its_cache_built(tmp_path):
         list(cache_features.cached_dataset_cfgs(Config(dict(
             text_train_dataloader=dict(dataset=texts),
             train_cfg=dict(type='PhasedTrainLoop', phases=[phase])))))
+
+
+def test_phases_with_cache_features_are_built_under_the_work_dir(tmp_path):
+    pairs = dict(type='SyntheticPairDataset', num_scenes=2, languages=['fr'], image_size=32)
+    phases = [dict(name='cross_lingual', iters=1, lr=1.0, trainable=['language_branch'],
+                   loss_weights=dict(cl=1.0), cache_features=dict(dtype='float16')),
+              dict(name='cross_modal', iters=1, lr=1.0, trainable=['language_branch'],
+                   loss_weights=dict(cm=1.0), cache_features=True,
+                   dataloader=dict(dataset=dict(pairs, num_scenes=3)))]
+    path = tmp_path / 'cfg.py'
+    Config(dict(model=tiny_retriever_cfg(), train_dataloader=dict(dataset=pairs),
+                train_cfg=dict(type='PhasedTrainLoop', phases=phases))).dump(str(path))
+    torch.manual_seed(0)
+    done = cache_features.main([str(path), '--device', 'cpu', '--work-dir',
+                                str(tmp_path / 'run')])
+    assert [(d['where'], d['cache_dir'], d['items']) for d in done] == [
+        ('train_cfg.phases[cross_lingual]', str(tmp_path / 'run/feature_cache/cross_lingual'), 2),
+        ('train_cfg.phases[cross_modal]', str(tmp_path / 'run/feature_cache/cross_modal'), 3)]
+    meta = json.loads((tmp_path / 'run/feature_cache/cross_lingual/meta.json').read_text())
+    assert meta['key']['dtype'] == 'float16'

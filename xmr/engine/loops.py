@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import os
+import os.path as osp
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -62,6 +64,11 @@ class Phase:
         min_lr_ratio: floor of the decay, as a fraction of ``lr``.
         lr_mult: ``{parameter-group name: multiplier}``.
         validate_at_start: run validation before the phase's first step (a "before" row).
+        cache_features: read the frozen towers' features (``r^S`` of each source caption,
+            ``r^V`` of fixed media) from a feature cache built at the phase's start with the
+            live weights, under ``<work_dir>/feature_cache/<name>``; a dict gives
+            :class:`~xmr.engine.feature_cache.CachedFeatureDataset` options (``cache_dir``,
+            ``dtype``, ``batch_size``, ...). Refused when the phase trains the backbone.
         start: first global iteration of the phase (filled in by the loop).
     """
 
@@ -77,6 +84,7 @@ class Phase:
     min_lr_ratio: float = 0.0
     lr_mult: dict[str, float] = field(default_factory=dict)
     validate_at_start: bool = False
+    cache_features: bool | dict = False
     start: int = 0
 
     @property
@@ -102,6 +110,40 @@ def resolve_dataloader_key(cfg: Mapping[str, Any], key: str, phase_name: str) ->
         raise ValueError(f"phase {phase_name}: dataloader '{key}' is no dataloader of the "
                          f'config; the config has {known}')
     return loader
+
+
+def with_feature_cache(loader: Mapping[str, Any], phase: Phase,
+                       work_dir: str | os.PathLike) -> dict[str, Any]:
+    """A phase's dataloader config with its dataset read through a feature cache.
+
+    Args:
+        loader: the phase's dataloader config (with a ``dataset`` config).
+        phase: the phase; its ``cache_features`` (``True`` or a dict of
+            :class:`~xmr.engine.feature_cache.CachedFeatureDataset` options) and ``trainable``
+            are read.
+        work_dir: the run's work directory; the cache goes to
+            ``<work_dir>/feature_cache/<phase name>`` unless the options name ``cache_dir``.
+
+    Raises:
+        ValueError: the phase trains the backbone (cached features would be stale after one
+            step), or the loader has no dataset config, or it is cached already.
+    """
+    backbone = [p for p in phase.trainable if p == 'backbone' or p.startswith('backbone.')]
+    if backbone:
+        raise ValueError(f'phase {phase.name}: cache_features with a trainable backbone '
+                         f'({backbone[0]}): its features change every step; drop '
+                         'cache_features for this phase')
+    dataset = loader.get('dataset')
+    if not isinstance(dataset, Mapping):
+        raise ValueError(f'phase {phase.name}: cache_features needs a dataloader config with a '
+                         'dataset config')
+    if dataset.get('type') == 'CachedFeatureDataset':
+        raise ValueError(f'phase {phase.name}: its dataset is a CachedFeatureDataset already; '
+                         'drop cache_features or the wrapper')
+    options = dict(phase.cache_features) if isinstance(phase.cache_features, Mapping) else {}
+    options.setdefault('cache_dir', osp.join(str(work_dir), 'feature_cache', phase.name))
+    return dict(loader, dataset=dict(type='CachedFeatureDataset', dataset=dict(dataset),
+                                     **options))
 
 
 @contextmanager
@@ -201,6 +243,12 @@ class PhasedTrainLoop(BaseLoop):
             if isinstance(phase.dataloader, str):
                 phase.dataloader = resolve_dataloader_key(runner.cfg, phase.dataloader,
                                                           phase.name)
+            if phase.cache_features:
+                loader = dataloader if phase.dataloader is None else phase.dataloader
+                if not isinstance(loader, Mapping):
+                    raise ValueError(f'phase {phase.name}: cache_features needs its dataloader '
+                                     f'as a config, got a built {type(loader).__name__}')
+                phase.dataloader = with_feature_cache(loader, phase, runner.work_dir)
             self.phases.append(phase)
         if dataloader is None and any(p.dataloader is None for p in self.phases):
             raise ValueError('a phase without its own dataloader needs train_dataloader')

@@ -5,9 +5,9 @@ train_cfg = dict(
     val_interval=5000,
     phases=[
         dict(name='cross_lingual', iters=45000, lr=2e-4, warmup_ratio=0.1, schedule='cosine',
-             trainable=['language_branch'], loss_weights=dict(cl=1.0)),
+             trainable=['language_branch'], loss_weights=dict(cl=1.0), cache_features=True),
         dict(name='cross_modal', iters=6000, lr=6e-6, warmup_ratio=0.1, schedule='cosine',
-             trainable=['language_branch'], loss_weights=dict(cm=1.0)),
+             trainable=['language_branch'], loss_weights=dict(cm=1.0), cache_features=True),
     ])
 val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
