@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations
+from xmr.datasets.annotation import Annotation
+from xmr.datasets.converters.cli import write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption, read_json
 from xmr.datasets.converters.raw_files import parse_lang_paths
@@ -193,12 +194,6 @@ def run_karpathy_command(
     args = parser.parse_args(argv)
     if args.images_dir is None and not args.skip_media_check:
         parser.error('give --images-dir, or --skip-media-check to convert without images')
-    try:
-        outputs = convert(args, None if args.skip_media_check else args.images_dir,
-                          parse_lang_paths(args.translations, '--translations'))
-        written = dump_annotations({args.out_dir / f'{name}.json': ann
-                                    for name, ann in outputs.items()})
-    except (ConversionError, AnnotationError) as err:
-        raise SystemExit(f'error: {err}') from err
-    for path, ann in zip(written, outputs.values()):
-        print(f'{path}: {len(ann.items)} images, languages {", ".join(ann.languages)}')
+    write_converted(lambda: convert(args, None if args.skip_media_check else args.images_dir,
+                                    parse_lang_paths(args.translations, '--translations')),
+                    args.out_dir, 'images')

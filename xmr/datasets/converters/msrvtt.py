@@ -29,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
+from xmr.datasets.annotation import Annotation, MediaRecord
+from xmr.datasets.converters.cli import write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption, read_json
 from xmr.datasets.converters.raw_files import (
@@ -223,14 +224,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.videos_dir is None and not args.skip_media_check:
         parser.error('give --videos-dir, or --skip-media-check to convert without videos')
-    try:
-        outputs = convert_msrvtt(
-            args.test_csv, parse_lang_paths(args.test_json, '--test-json'), args.data_json,
-            parse_lang_paths(args.train_list, '--train-list', key_name='NAME'),
-            None if args.skip_media_check else args.videos_dir, args.video_ext)
-        written = dump_annotations({args.out_dir / f'{name}.json': ann
-                                    for name, ann in outputs.items()})
-    except (ConversionError, AnnotationError) as err:
-        raise SystemExit(f'error: {err}') from err
-    for path, ann in zip(written, outputs.values()):
-        print(f'{path}: {len(ann.items)} videos, languages {", ".join(ann.languages)}')
+    write_converted(lambda: convert_msrvtt(
+        args.test_csv, parse_lang_paths(args.test_json, '--test-json'), args.data_json,
+        parse_lang_paths(args.train_list, '--train-list', key_name='NAME'),
+        None if args.skip_media_check else args.videos_dir, args.video_ext),
+        args.out_dir, 'videos')

@@ -18,7 +18,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
+from xmr.datasets.annotation import Annotation, MediaRecord
+from xmr.datasets.converters.cli import write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import (
     check_media_exist,
@@ -151,14 +152,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.images_dir is None and not args.skip_media_check:
         parser.error('give --images-dir, or --skip-media-check to convert without images')
-    try:
+
+    def convert() -> dict[str, Annotation]:
         outputs = convert_multi30k(
             args.raw_dir, args.image_splits_dir,
             None if args.skip_media_check else args.images_dir, args.splits, args.languages,
             parse_lang_paths(args.translations, '--translations'))
-        written = dump_annotations({args.out_dir / f'multi30k_{split}.json': ann
-                                    for split, ann in outputs.items()})
-    except (ConversionError, AnnotationError) as err:
-        raise SystemExit(f'error: {err}') from err
-    for path, ann in zip(written, outputs.values()):
-        print(f'{path}: {len(ann.items)} images, languages {", ".join(ann.languages)}')
+        return {f'multi30k_{split}': ann for split, ann in outputs.items()}
+
+    write_converted(convert, args.out_dir, 'images')
