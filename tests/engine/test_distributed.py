@@ -68,17 +68,18 @@ def _worker(rank: int, port: int, work_dir: str, out_dir: str) -> None:
     cfg.launcher = 'pytorch'
     setup_cpu_distributed(cfg, 'pytorch')
     runner = Runner.from_cfg(cfg)
-    wrapper_ids = set()
+    # The wrappers themselves are kept: an id alone could be reused once a wrapper is freed.
+    wrappers = []
     original = runner.train_loop._enter_phase
 
     def record_wrapper(phase, fresh):
         iterator = original(phase, fresh)
-        wrapper_ids.add(id(runner.model))
+        wrappers.append(runner.model)
         return iterator
 
     runner.train_loop._enter_phase = record_wrapper
     runner.train()
-    torch.save(dict(state=trained_state(runner), wrappers=len(wrapper_ids),
+    torch.save(dict(state=trained_state(runner), wrappers=len({id(w) for w in wrappers}),
                     synced=sorted(n for n, p in runner.model.module.named_parameters()
                                   if p.requires_grad)),
                Path(out_dir) / f'rank{rank}.pt')
