@@ -44,18 +44,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, dataset config)`` of every ``CachedFeatureDataset`` the config names,
     phases with ``cache_features`` included (their caches go under ``cfg.work_dir``)."""
-    from xmr.engine.loops import Phase, resolve_dataloader_key, with_feature_cache
+    from xmr.engine.loops import (
+        Phase,
+        phase_loader_name,
+        resolve_dataloader_key,
+        with_feature_cache,
+    )
 
     loaders: list[tuple[str, Any]] = [(key, cfg.get(key)) for key in LOADER_KEYS]
-    for phase in (cfg.get('train_cfg') or {}).get('phases', []):
-        loader = phase.get('dataloader')
+    for phase_cfg in (cfg.get('train_cfg') or {}).get('phases', []):
+        phase = Phase(**phase_cfg)
+        loader = phase.dataloader
         if isinstance(loader, str):
             # Named by its config key: the same loader as LOADER_KEYS or another top-level one.
-            loader = resolve_dataloader_key(cfg, loader, phase['name'])
-        if phase.get('cache_features'):
-            loader = with_feature_cache(loader or cfg.train_dataloader,
-                                        Phase(**dict(phase, dataloader=None)), cfg.work_dir)
-        loaders.append((f"train_cfg.phases[{phase['name']}]", loader))
+            loader = resolve_dataloader_key(cfg, loader, phase.name)
+        if phase.cache_features:
+            loader = with_feature_cache(loader or cfg.train_dataloader, phase, cfg.work_dir,
+                                        phase_loader_name(phase))
+        loaders.append((f'train_cfg.phases[{phase.name}]', loader))
     for where, loader in loaders:
         for index, one in enumerate(loader if isinstance(loader, (list, tuple)) else [loader]):
             dataset = (one or {}).get('dataset')

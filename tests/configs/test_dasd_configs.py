@@ -144,7 +144,8 @@ def test_clft_source_finetune_runs_five_epochs_of_the_english_captions(tmp_path)
     cached = loop.phases[1].dataloader
     assert cached == dict(cfg.text_train_dataloader, dataset=dict(
         type='CachedFeatureDataset', dataset=cfg.text_train_dataloader.dataset,
-        cache_dir=str(tmp_path / 'work' / 'feature_cache' / 'cross_lingual')))
+        cache_dir=str(tmp_path / 'work' / 'feature_cache' / 'text_train_dataloader'),
+        rebuild_if_stale=True))
     assert loop.phases[2].dataloader['dataset']['dataset'] == cfg.train_dataloader.dataset
 
 

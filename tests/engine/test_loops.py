@@ -16,6 +16,7 @@ from mmengine.runner import Runner
 import xmr  # noqa: F401
 from tests.conftest import tiny_retriever_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.engine.feature_cache import FeatureCache
 from xmr.engine.loops import phase_lr_factor
 from xmr.registry import HOOKS
 
@@ -290,17 +291,46 @@ CACHED_PHASES = [dict(phase, cache_features=phase['name'] != 'source_finetune')
                  for phase in PHASES]
 
 
-def test_phases_with_cache_features_train_as_the_recomputing_run(full_run, tmp_path):
+def count_cache_builds(monkeypatch) -> list[str]:
+    """Records the folder of every feature cache built from now on."""
+    built, original = [], FeatureCache.build.__func__
+
+    def build(cls, path, *args, **kwargs):
+        built.append(Path(path).name)
+        return original(cls, path, *args, **kwargs)
+
+    monkeypatch.setattr(FeatureCache, 'build', classmethod(build))
+    return built
+
+
+def test_phases_with_cache_features_train_as_the_recomputing_run(full_run, tmp_path,
+                                                                 monkeypatch):
     _, _, reference = full_run
+    built = count_cache_builds(monkeypatch)
     torch.manual_seed(0)
     _, records = train(make_cfg(tmp_path, phases=CACHED_PHASES))
-    # Built at each phase's start from the live weights (after source_finetune trained them).
-    for phase, kinds in (('cross_lingual', ['source', 'media']),
-                         ('cross_modal', ['source', 'media'])):
-        meta = json.loads((tmp_path / 'feature_cache' / phase / 'meta.json').read_text())
-        assert meta['key']['features'] == kinds
+    # Built once, at cross_lingual's start from the weights source_finetune left; cross_modal
+    # reads the same loader with the same frozen towers, so it reuses the cache.
+    assert built == ['train_dataloader']
+    meta = json.loads((tmp_path / 'feature_cache' / 'train_dataloader' / 'meta.json').read_text())
+    assert meta['key']['features'] == ['source', 'media']
     assert [(r['iter'], r['phase']) for r in records] == [(r['iter'], r['phase'])
                                                          for r in reference]
+    for mine, expected in zip(records, reference):
+        assert mine['losses'] == pytest.approx(expected['losses'], rel=1e-4, abs=1e-6)
+
+
+def test_a_run_owned_cache_is_rebuilt_after_a_phase_that_trains_the_towers(tmp_path,
+                                                                           monkeypatch):
+    phases = [dict(PHASES[1], iters=3), dict(PHASES[0], iters=3), dict(PHASES[2], iters=3)]
+    torch.manual_seed(0)
+    _, reference = train(make_cfg(tmp_path / 'recompute', phases=phases))
+    built = count_cache_builds(monkeypatch)
+    cached = [dict(phase, cache_features=phase['name'] != 'source_finetune')
+              for phase in phases]
+    torch.manual_seed(0)
+    _, records = train(make_cfg(tmp_path / 'cached', phases=cached))
+    assert built == ['train_dataloader', 'train_dataloader']
     for mine, expected in zip(records, reference):
         assert mine['losses'] == pytest.approx(expected['losses'], rel=1e-4, abs=1e-6)
 

@@ -94,7 +94,8 @@ def test_phases_with_cache_features_are_built_under_the_work_dir(tmp_path):
     done = cache_features.main([str(path), '--device', 'cpu', '--work-dir',
                                 str(tmp_path / 'run')])
     assert [(d['where'], d['cache_dir'], d['items']) for d in done] == [
-        ('train_cfg.phases[cross_lingual]', str(tmp_path / 'run/feature_cache/cross_lingual'), 2),
+        ('train_cfg.phases[cross_lingual]', str(tmp_path / 'run/feature_cache/train_dataloader'),
+         2),
         ('train_cfg.phases[cross_modal]', str(tmp_path / 'run/feature_cache/cross_modal'), 3)]
-    meta = json.loads((tmp_path / 'run/feature_cache/cross_lingual/meta.json').read_text())
+    meta = json.loads((tmp_path / 'run/feature_cache/train_dataloader/meta.json').read_text())
     assert meta['key']['dtype'] == 'float16'

@@ -372,6 +372,10 @@ class CachedFeatureDataset(Dataset):
             for measuring.
         build_if_missing: build the cache on first use (by rank 0 under DDP) when the folder
             does not exist; ``False`` raises instead (build it with ``tools/cache_features.py``).
+        rebuild_if_stale: rebuild a cache built under another key instead of refusing it; for
+            caches a run owns (``cache_features`` phases, in the work dir), so that phases over
+            one dataloader share a cache and a phase after one that trained the towers gets
+            fresh features.
         batch_size: captions or media per forward pass while building.
         num_workers: DataLoader workers decoding media while building.
     """
@@ -379,7 +383,8 @@ class CachedFeatureDataset(Dataset):
     def __init__(self, dataset: Dataset | dict, cache_dir: str | os.PathLike,
                  dtype: str = 'float32', features: Sequence[str] | None = None,
                  cache_media_when_random: bool = False, build_if_missing: bool = True,
-                 batch_size: int = 64, num_workers: int = 0) -> None:
+                 rebuild_if_stale: bool = False, batch_size: int = 64,
+                 num_workers: int = 0) -> None:
         self.dataset = DATASETS.build(dataset) if isinstance(dataset, dict) else dataset
         self.cache_dir = Path(cache_dir)
         if dtype not in _DTYPES:
@@ -393,6 +398,7 @@ class CachedFeatureDataset(Dataset):
         self.requested = None if features is None else list(features)
         self.cache_media_when_random = cache_media_when_random
         self.build_if_missing = build_if_missing
+        self.rebuild_if_stale = rebuild_if_stale
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.kinds = self._choose_kinds()
@@ -460,14 +466,18 @@ class CachedFeatureDataset(Dataset):
                 'dataset for this phase')
         key = self.cache_key(model)
         rank, _ = get_dist_info()
-        if rank == 0 and not (self.cache_dir / 'meta.json').is_file():
-            if not self.build_if_missing:
+        # Rank 0 alone decides and (re)builds; the others wait, then open what it left.
+        exists = rank == 0 and (self.cache_dir / 'meta.json').is_file()
+        stale = exists and self.rebuild_if_stale and FeatureCache(self.cache_dir).key != key
+        if rank == 0 and (not exists or stale):
+            if not exists and not self.build_if_missing:
                 raise FileNotFoundError(f'no feature cache at {self.cache_dir}; build it with '
                                         'tools/cache_features.py or set build_if_missing=True')
-            print_log(f'building feature cache {self.cache_dir} ({", ".join(self.kinds)}) '
-                      f'for {len(self.dataset)} items', logger='current')
+            print_log(f'{"rebuilding stale" if stale else "building"} feature cache '
+                      f'{self.cache_dir} ({", ".join(self.kinds)}) for {len(self.dataset)} '
+                      'items', logger='current')
             built = FeatureCache.build(self.cache_dir, self.dataset, model, key,
-                                       self.batch_size, self.num_workers)
+                                       self.batch_size, self.num_workers, overwrite=stale)
             print_log(f'feature cache {self.cache_dir} built in {built.meta["seconds"]} s: '
                       f'{built.meta["counts"]}', logger='current')
         barrier()

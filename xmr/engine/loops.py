@@ -112,9 +112,20 @@ def resolve_dataloader_key(cfg: Mapping[str, Any], key: str, phase_name: str) ->
     return loader
 
 
-def with_feature_cache(loader: Mapping[str, Any], phase: Phase,
-                       work_dir: str | os.PathLike) -> dict[str, Any]:
+def phase_loader_name(phase: Phase) -> str:
+    """The config key of a phase's dataloader, or the phase's name for one written inline."""
+    if phase.dataloader is None:
+        return 'train_dataloader'
+    return phase.dataloader if isinstance(phase.dataloader, str) else phase.name
+
+
+def with_feature_cache(loader: Mapping[str, Any], phase: Phase, work_dir: str | os.PathLike,
+                       loader_name: str) -> dict[str, Any]:
     """A phase's dataloader config with its dataset read through a feature cache.
+
+    The cache belongs to the run: it lives in the work directory, one per dataloader (phases
+    reading the same loader share it), and is rebuilt rather than refused when stale (a phase in
+    between trained the towers).
 
     Args:
         loader: the phase's dataloader config (with a ``dataset`` config).
@@ -122,7 +133,9 @@ def with_feature_cache(loader: Mapping[str, Any], phase: Phase,
             :class:`~xmr.engine.feature_cache.CachedFeatureDataset` options) and ``trainable``
             are read.
         work_dir: the run's work directory; the cache goes to
-            ``<work_dir>/feature_cache/<phase name>`` unless the options name ``cache_dir``.
+            ``<work_dir>/feature_cache/<loader_name>`` unless the options name ``cache_dir``.
+        loader_name: the config key of the loader (``'train_dataloader'``,
+            ``'text_train_dataloader'``), or the phase's name for a loader written in the phase.
 
     Raises:
         ValueError: the phase trains the backbone (cached features would be stale after one
@@ -141,7 +154,8 @@ def with_feature_cache(loader: Mapping[str, Any], phase: Phase,
         raise ValueError(f'phase {phase.name}: its dataset is a CachedFeatureDataset already; '
                          'drop cache_features or the wrapper')
     options = dict(phase.cache_features) if isinstance(phase.cache_features, Mapping) else {}
-    options.setdefault('cache_dir', osp.join(str(work_dir), 'feature_cache', phase.name))
+    options.setdefault('cache_dir', osp.join(str(work_dir), 'feature_cache', loader_name))
+    options.setdefault('rebuild_if_stale', True)
     return dict(loader, dataset=dict(type='CachedFeatureDataset', dataset=dict(dataset),
                                      **options))
 
@@ -240,6 +254,7 @@ class PhasedTrainLoop(BaseLoop):
             if phase.schedule not in SCHEDULES:
                 raise ValueError(f"phase {phase.name}: unknown schedule '{phase.schedule}'; "
                                  f'choose from {SCHEDULES}')
+            loader_name = phase_loader_name(phase)
             if isinstance(phase.dataloader, str):
                 phase.dataloader = resolve_dataloader_key(runner.cfg, phase.dataloader,
                                                           phase.name)
@@ -248,7 +263,8 @@ class PhasedTrainLoop(BaseLoop):
                 if not isinstance(loader, Mapping):
                     raise ValueError(f'phase {phase.name}: cache_features needs its dataloader '
                                      f'as a config, got a built {type(loader).__name__}')
-                phase.dataloader = with_feature_cache(loader, phase, runner.work_dir)
+                phase.dataloader = with_feature_cache(loader, phase, runner.work_dir,
+                                                      loader_name)
             self.phases.append(phase)
         if dataloader is None and any(p.dataloader is None for p in self.phases):
             raise ValueError('a phase without its own dataloader needs train_dataloader')
