@@ -9,21 +9,5 @@
 # Without CUDA the processes train on CPU over gloo. train_dataloader.batch_size is per
 # process: keep NUM_PROCESSES x batch_size at the configured global batch (DASD: 128).
 set -euo pipefail
-
-if [ $# -lt 2 ]; then
-    echo "usage: $0 CONFIG NUM_PROCESSES [tools/train.py options...]" >&2
-    exit 2
-fi
-CONFIG=$1
-NUM_PROCESSES=$2
-shift 2
-TOOLS=$(dirname "$0")
-
-PYTHONPATH="$TOOLS/..${PYTHONPATH:+:$PYTHONPATH}" \
-exec "${PYTHON:-python}" -m torch.distributed.run \
-    --nnodes="${NNODES:-1}" \
-    --node_rank="${NODE_RANK:-0}" \
-    --master_addr="${MASTER_ADDR:-127.0.0.1}" \
-    --master_port="${PORT:-29500}" \
-    --nproc_per_node="$NUM_PROCESSES" \
-    "$TOOLS/train.py" "$CONFIG" --launcher pytorch "$@"
+source "$(dirname "$0")/dist_launch.sh"
+dist_launch train.py 'CONFIG' "$@"

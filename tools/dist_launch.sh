@@ -1,0 +1,35 @@
+# shellcheck shell=bash
+# The shared body of tools/dist_train.sh and tools/dist_test.sh, sourced by them (not run):
+#
+#   dist_launch SCRIPT 'POSITIONAL NAMES' "$@"
+#
+# checks that the caller got SCRIPT's positional arguments followed by NUM_PROCESSES (else prints
+# the usage and exits 2), then runs tools/SCRIPT under torchrun with MMEngine's `pytorch`
+# launcher. Environment: NNODES (1), NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (29500),
+# PYTHON.
+
+dist_launch() {
+    local script=$1
+    local -a names
+    read -r -a names <<< "$2"
+    shift 2
+    if [ $# -lt $(( ${#names[@]} + 1 )) ]; then
+        echo "usage: $0 ${names[*]} NUM_PROCESSES [tools/$script options...]" >&2
+        exit 2
+    fi
+    local -a positionals=("${@:1:${#names[@]}}")
+    shift "${#names[@]}"
+    local num_processes=$1
+    shift
+    local tools
+    tools=$(dirname "$0")
+
+    PYTHONPATH="$tools/..${PYTHONPATH:+:$PYTHONPATH}" \
+    exec "${PYTHON:-python}" -m torch.distributed.run \
+        --nnodes="${NNODES:-1}" \
+        --node_rank="${NODE_RANK:-0}" \
+        --master_addr="${MASTER_ADDR:-127.0.0.1}" \
+        --master_port="${PORT:-29500}" \
+        --nproc_per_node="$num_processes" \
+        "$tools/$script" "${positionals[@]}" --launcher pytorch "$@"
+}
