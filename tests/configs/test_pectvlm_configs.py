@@ -159,7 +159,7 @@ def _image(path: Path, value: int) -> None:
 def _annotation(root: Path, split: str, ids: list[str]) -> str:
     items = []
     for i, media_id in enumerate(ids):
-        _image(root / f'{media_id}.png', 40 * i)
+        _image(root / f'{media_id}.png', 40 * i % 256)
         items.append(MediaRecord(
             media_id, f'{media_id}.png', {'en': [f'a photo number {i}'],
                                           'de': [f'ein Foto Nummer {i}']},
@@ -184,7 +184,7 @@ def test_xtd10_few_shot_config_trains_keeps_the_best_and_moves_only_its_module(t
         loader['dataset'].update(data_root=str(tmp_path), data_prefix=dict(media=''),
                                  ann_file=_annotation(tmp_path, split, ids), transform=transform)
         loaders[split] = loader
-    phase = dict(cfg.train_cfg.phases[0], iters=4)
+    phase = dict(cfg.train_cfg.phases[0], iters=4, epochs=None)
     run = Config(dict(
         default_scope='xmr', work_dir=str(tmp_path / 'work'), model=tiny_mclip(cfg),
         train_dataloader=loaders['train'], val_dataloader=loaders['val'],
@@ -205,3 +205,21 @@ def test_xtd10_few_shot_config_trains_keeps_the_best_and_moves_only_its_module(t
     assert list((tmp_path / 'work').glob('best_mAR_iter_*.pth'))
     metrics = runner.test()
     assert 0 <= metrics['mAR'] <= 100 and 'de/t2i_R@1' in metrics
+
+
+@needs_tokenizer
+def test_xtd10_few_shot_schedule_is_50_epochs_of_its_50_pairs(tmp_path):
+    """PECTVLM's 50 epochs of 50 pairs at batch 5: 500 steps, resolved from the loader."""
+    cfg = Config.fromfile(CONFIGS / 'pectvlm' / 'xtd10_fewshot50_lora-r1_routine3_de.py')
+    loader = copy.deepcopy(cfg.to_dict()['train_dataloader'])
+    loader.update(num_workers=0, persistent_workers=False)
+    loader['dataset'].update(
+        data_root=str(tmp_path), data_prefix=dict(media=''),
+        ann_file=_annotation(tmp_path, 'train', [f't{i}' for i in range(50)]),
+        transform=dict(type='MediaTransform', backbone=None, size=32))
+    run = Config(dict(default_scope='xmr', work_dir=str(tmp_path / 'work'), model=tiny_mclip(cfg),
+                      train_dataloader=loader, train_cfg=cfg.train_cfg,
+                      optim_wrapper=cfg.optim_wrapper, log_level='WARNING'))
+    loop = Runner.from_cfg(run).train_loop
+    assert [(p.name, p.start, p.end) for p in loop.phases] == [('pectvlm', 0, 500)]
+    assert loop.val_interval == 5

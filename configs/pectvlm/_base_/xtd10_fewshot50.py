@@ -10,48 +10,11 @@
 # and tools/data/attach_back_translations.py --back-translations <lang>=translated_to_en/..,
 # then tools/data/few_shot_split.py --protocol split --shots 50 --seed 42 (docs/methods/pectvlm.md).
 # Another language: see ../xtd10_fewshot50_lora-r1_routine3_ja.py.
-_base_ = [
-    '../../_base_/models/mclip-xlmr-large-vit-l14_pectvlm.py',
-    '../../_base_/datasets/xtd10_clft.py',
-    '../../_base_/default_runtime.py',
-]
-language = 'de'
-media_transform = dict(type='MediaTransform', backbone='ViT-L-14', pretrained='openai')
-epochs = 50
+_base_ = ['../../_base_/datasets/xtd10_clft.py', './recipe.py']
+media_transform = _base_.mclip_transform
 batch_size = 5
-shots = 50
-lambda_align = 0.5  # text_loss_ratio of scripts/de.sh; the grid: 0.3, 0.1, 0.03, 0.01, 0.003
 
-model = dict(language_branch=dict(languages=[language]))
-train_dataloader = dict(
-    batch_size=batch_size, num_workers=2,
-    dataset=dict(target_langs=[language], transform=media_transform,
-                 translated_texts=['source_to_target', 'target_to_source']))
-val_dataloader = dict(
-    batch_size=100, num_workers=2,
-    dataset=dict(languages=['en', language], back_translated_languages=[language],
-                 transform=media_transform))
-test_dataloader = dict(
-    batch_size=100, num_workers=2,
-    dataset=dict(languages=['en', language], back_translated_languages=[language],
-                 transform=media_transform))
-# recall_ks (1,): AR = mean of t2i and i2t R@1, PECTVLM's score; mAR averages the target only.
-val_evaluator = dict(type='RetrievalMetric', languages=['en', language],
-                     mean_languages=[language], recall_ks=(1,))
-test_evaluator = val_evaluator
-
-phase = dict(name='pectvlm', iters=epochs * shots // batch_size, lr=1e-4, warmup_ratio=0.0,
-             schedule='cosine', trainable=['language_branch.adapters'],
-             loss_weights=dict(cm=1.0))
-train_cfg = dict(type='PhasedTrainLoop', val_interval=5, validate_at_phase_end=True,
-                 phases=[phase])
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
-optim_wrapper = dict(
-    type='OptimWrapper',
-    constructor='PhasedOptimWrapperConstructor',
-    optimizer=dict(type='Adam', lr=1e-4, weight_decay=0.0))
-param_scheduler = None
-default_hooks = dict(checkpoint=dict(interval=-1, save_best='mAR', rule='greater',
-                                     save_last=True))
-randomness = dict(seed=1)
+train_dataloader = dict(batch_size=batch_size, num_workers=2, dataset=_base_.train_dataset)
+val_dataloader = dict(batch_size=100, num_workers=2, dataset=_base_.eval_dataset)
+test_dataloader = val_dataloader
+train_cfg = dict(val_interval=5)
