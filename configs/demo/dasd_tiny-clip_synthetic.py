@@ -3,18 +3,12 @@
 # whose middle matrices W^z the semantics disentangling module generates per caption, and the
 # alignment phases add lambda1 L_adv + lambda2 L_sc (1 and 0.1) and train the disentangler too.
 # Table of static vs DASD vs ablations: docs/methods/dasd.md.
-_base_ = ['./static_tiny-clip_synthetic.py']
+_base_ = ['./static_tiny-clip_synthetic.py', '../_base_/models/dasd_sdm.py']
 
+# A smaller generator latent for the tiny model: d_z 64 (512 in the paper).
 model = dict(
-    language_branch=dict(adapters=dict(_delete_=True, type='DynamicAdapter', hidden=32)),
-    disentangler=dict(
-        type='SemanticsDisentangler',
-        depth=1,
-        adapter=dict(type='StaticAdapter', hidden=256),
-        features=['sr', 'sa'],
-        generator=dict(d_z=64, d_u=32),
-        consistency_loss=dict(type='AlignmentLoss', kind='l1'),
-        discriminator=dict(hidden=(256, 128))))
+    language_branch=dict(adapters=dict(_delete_=True, **_base_.dasd_adapters)),
+    disentangler=dict(_base_.dasd_disentangler, generator=dict(d_z=64, d_u=32)))
 
 disentangling_losses = dict(adv=1.0, sc=0.1)
 train_cfg = dict(phases=[

@@ -5,11 +5,12 @@
 # CCLM's own frozen embeddings (TowerTokenEmbedding: CCLM already has a table for every target
 # language) and a dynamic adapter after each of the 6 text layers (W_down 1024->32, W_up 32->1024);
 # the semantics disentangling module runs the first layer with A^sr / A^sa (hidden 256),
-# f^sr = W_p^sr LN(x_CLS) (256-d), f^sa (1024-d), generator d_z 512, d_u 32.
+# f^sr = W_p^sr LN(x_CLS) (256-d), f^sa (1024-d), generator d_z 512, d_u 32 (dasd_sdm.py).
 #
 # The checkpoint is not downloadable from these configs: fetch CCLM (4M) from the authors' README
 # (docs/methods/cclm.md) and point cclm_checkpoint at it, or override it on the command line with
 # --cfg-options model.backbone.checkpoint=PATH. A missing file stops the build naming the path.
+_base_ = ['./dasd_sdm.py']
 cclm_checkpoint = 'checkpoints/cclm_4m.th'
 # XLM-R's SentencePiece tokenizer with CCLM's caption cleaning; offline, use
 # dict(type='CCLMTokenizer', tokenizer_file='../shared/data/tokenizers/xlm-roberta.tokenizer.json').
@@ -24,15 +25,8 @@ model = dict(
         languages=target_languages,
         tokenizer=xlmr_tokenizer,
         embedding=dict(type='TowerTokenEmbedding'),
-        adapters=dict(type='DynamicAdapter', hidden=32)),
-    disentangler=dict(
-        type='SemanticsDisentangler',
-        depth=1,
-        adapter=dict(type='StaticAdapter', hidden=256),
-        features=['sr', 'sa'],
-        generator=dict(d_z=512, d_u=32),
-        consistency_loss=dict(type='AlignmentLoss', kind='l1'),
-        discriminator=dict(hidden=(256, 128))),
+        adapters=_base_.dasd_adapters),
+    disentangler=_base_.dasd_disentangler,
     # CCLM's own contrastive temperature (0.07) for the image-text InfoNCE.
     losses=dict(cl=dict(type='AlignmentLoss', kind='mse'),
                 cm=dict(type='InfoNCELoss', temperature=0.07)),
