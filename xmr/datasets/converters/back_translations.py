@@ -18,12 +18,12 @@ from pathlib import Path
 from xmr.datasets.annotation import (
     Annotation,
     AnnotationError,
-    atomic_write_text,
     dump_annotation,
     load_annotation,
 )
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
+from xmr.datasets.converters.translations import write_caption_lines
 
 __all__ = ['attach_back_translations', 'export_captions', 'main_attach_back']
 
@@ -88,13 +88,7 @@ def export_captions(ann: Annotation, lang: str, path: str | os.PathLike) -> int:
     Raises:
         ConversionError: if a caption holds a line break (it would shift every later line).
     """
-    captions = _captions_of(ann, lang)
-    for number, text in enumerate(captions, start=1):
-        if '\n' in text or '\r' in text:
-            raise ConversionError(f'{lang} caption {number} of {ann.dataset}/{ann.split} holds '
-                                  f'a line break: {text!r}')
-    atomic_write_text(path, ''.join(text + '\n' for text in captions))
-    return len(captions)
+    return write_caption_lines(_captions_of(ann, lang), path, lang, ann)
 
 
 def main_attach_back(argv: Sequence[str] | None = None) -> None:

@@ -81,10 +81,28 @@ def export_source_captions(ann: Annotation, path: str | os.PathLike) -> int:
     Raises:
         ConversionError: if a caption holds a line break (it would shift every later line).
     """
-    captions = ann.source_captions()
+    return write_caption_lines(ann.source_captions(), path, 'source', ann)
+
+
+def write_caption_lines(captions: Sequence[str], path: str | os.PathLike, kind: str,
+                        ann: Annotation) -> int:
+    """Write ``captions`` one per line (atomically), the layout translation files follow.
+
+    Args:
+        captions: the captions, in order.
+        path: the file to write.
+        kind: which captions of ``ann`` these are (``'source'``, a language code), for errors.
+        ann: the annotation they come from, for errors.
+
+    Returns:
+        The number of lines written.
+
+    Raises:
+        ConversionError: if a caption holds a line break (it would shift every later line).
+    """
     for number, text in enumerate(captions, start=1):
         if '\n' in text or '\r' in text:
-            raise ConversionError(f'source caption {number} of {ann.dataset}/{ann.split} holds '
+            raise ConversionError(f'{kind} caption {number} of {ann.dataset}/{ann.split} holds '
                                   f'a line break: {text!r}')
     atomic_write_text(path, ''.join(text + '\n' for text in captions))
     return len(captions)
