@@ -53,3 +53,11 @@ def test_command_line_exports_and_attaches(tmp_path, capsys):
         (tmp_path / 'short.txt').write_text('x\ny\n', encoding='utf-8')
         main_attach_back([str(tmp_path / 'ann.json'), '--back-translations',
                           f'de={tmp_path / "short.txt"}'])
+
+
+def test_a_caption_with_a_line_break_is_not_exported(tmp_path):
+    ann = _ann()
+    ann.items[0].captions['de'][1] = 'ein\rKöter'
+    with pytest.raises(ConversionError, match='de caption 2 of demo/test holds a line break'):
+        export_captions(ann, 'de', tmp_path / 'de.txt')
+    assert not (tmp_path / 'de.txt').exists()

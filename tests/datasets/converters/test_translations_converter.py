@@ -61,3 +61,11 @@ def test_command_lines_round_trip(tmp_path):
     assert load_annotation(tmp_path / 'out.json').items[2].translations['cs'][1] == 'cats (cs)'
     with pytest.raises(SystemExit, match="translation language 'en' is the source"):
         main_attach([str(ann_path), '--translations', f'en={tmp_path / "cs.txt"}'])
+
+
+def test_a_caption_with_a_line_break_is_not_exported(tmp_path):
+    ann = _source()
+    ann.items[1].captions['en'][0] = 'a cat\non a mat'
+    with pytest.raises(ConversionError, match="source caption 3 of demo/train holds a line break"):
+        export_source_captions(ann, tmp_path / 'source.txt')
+    assert not (tmp_path / 'source.txt').exists()
