@@ -1,35 +1,49 @@
 """Train-step and evaluation throughput: the authors' recompute path against xmr's default.
 
+Methods: ``static`` (MLA's static adapters, hidden 256) and ``dasd`` (DASD's dynamic adapters,
+d_u 32, with the semantics disentangling module, the parameter generator and the pair
+discriminator: the paper's configuration, L_CL/L_CM + L_adv + 0.1 L_sc).
+
 Paths (same model, same inputs, same seed):
+  authors     (dasd only; the DASD rows' baseline) recompute, plus what the authors' DASD step
+              pays on top: gradients of every frozen weight (their code leaves requires_grad on),
+              a per-parameter Adam loop (their BertAdam) and the discriminator's own second
+              update. It omits their data loading, BertAdam's exact update rule (the cost of
+              one loop of elementwise ops per tensor is kept) and their two-class discriminator
+              output; it is a lower bound of their step
   recompute   the frozen towers run every step (English caption -> r^S, image / 12 frames ->
-              r^V) and every caption is padded to 77 tokens, as in the authors' code
+              r^V) and every caption is padded to 77 tokens, as in the authors' code (the static
+              rows' baseline: it omits the costs the authors path adds, so it understates what
+              xmr saves)
   xmr         r^S / r^V read from a memory-mapped feature cache, captions padded to the
               batch's longest, the text blocks run on packed tokens (padding skipped; the
               default of xmr)
-  xmr+sparse  xmr, plus SparseAdam on the embedding table (only the batch's rows update)
-              instead of the faithful dense AdamW over all of it (cross_lingual only)
-  xmr-padded  xmr with packing off: the blocks run the padding too (cross_lingual only; what
-              packing adds on top of cache + dynamic padding)
+  xmr+sparse  (static) xmr, plus SparseAdam on the embedding table (only the batch's rows
+              update) instead of the faithful dense AdamW over all of it (cross_lingual only)
+  xmr-padded  (static) xmr with packing off: the blocks run the padding too (cross_lingual only;
+              what packing adds on top of cache + dynamic padding)
 
 Cases: cross_lingual (L_CL), cross_modal (L_CM, images), video (L_CM, 12-frame clips), eval
 (embedding a gallery batch and its English + German captions). The model has ViT-B/32 size with
-random weights; the target branch has the paper's 119,547 x 768 embedding table and MLA static
-adapters (hidden 256) for de/fr/zh/ja; captions come from the bundled synthetic set.
+random weights; the target branch has the paper's 119,547 x 768 embedding table and the
+method's adapters for de/fr/zh/ja; captions come from the bundled synthetic set. The summary
+projects the paper's schedule (45k cross_lingual + 6k cross_modal steps) from the step times.
 
 A step is: fetch the batch's items (through the feature cache for xmr), collate, tokenise and
 normalise, forward, backward, clip, optimiser step; the same batch every step. Each
 (case, path, precision) row runs in a fresh process so that its peak memory is its own (CPU:
 peak RSS of the process, model included; CUDA: peak allocated). The first step's loss of each
-path is printed: recompute and xmr see the same inputs and weights, so they agree up to fp
-rounding. Building the cache (once per dataset in real use) is not timed. Times are those of the
-fastest timed step (other processes only ever add time). Besides wall-clock
+path is printed: all paths see the same inputs, weights and shuffled negatives, so they agree up
+to fp rounding. Building the cache (once per dataset in real use) is not timed. Times are those
+of the fastest timed step (other processes only ever add time). Besides wall-clock
 time, each row reports the process's CPU time per step (all threads), which other processes on
 a shared machine disturb far less; on a busy CPU host compare the CPU-time speed-ups.
 
 Examples::
 
     python tools/benchmark.py                      # CPU: batch 32, fp32 (< 10 min on 2 cores)
-    python tools/benchmark.py --device cuda        # batch 128, fp32 and AMP
+    python tools/benchmark.py --device cuda        # batch 128, fp32 and AMP, static and DASD
+    python tools/benchmark.py --methods dasd       # DASD against the authors' step, on CPU
     python tools/benchmark.py --cases cross_lingual --steps 5 --out bench.json
 """
 from __future__ import annotations
@@ -46,7 +60,15 @@ from pathlib import Path
 from typing import Any
 
 CASES = ('cross_lingual', 'cross_modal', 'video', 'eval')
-PATHS = ('recompute', 'xmr', 'xmr+sparse', 'xmr-padded')
+METHODS = ('static', 'dasd')
+#: Each method's paths, its baseline first (cross_lingual runs them all, other cases the first
+#: paths up to and including 'xmr').
+PATHS = {'static': ('recompute', 'xmr', 'xmr+sparse', 'xmr-padded'),
+         'dasd': ('authors', 'recompute', 'xmr')}
+#: The paper's loss weights (DASD: lambda1 = 1, lambda2 = 0.1).
+LOSS_WEIGHTS = {'static': dict(), 'dasd': dict(adv=1.0, sc=0.1)}
+#: Steps of the paper's schedule at batch 128, for the projected wall time.
+PAPER_STEPS = {'cross_lingual': 45000, 'cross_modal': 6000}
 LANGUAGES = ('de', 'fr', 'zh', 'ja')
 #: Paper-size target embedding table (mBERT's word embeddings).
 TABLE = dict(vocab_size=119547, table_width=768)
@@ -55,7 +77,8 @@ TINY_CLIP = dict(embed_dim=32,
                  vision_cfg=dict(image_size=32, layers=2, width=32, patch_size=8, head_width=16),
                  text_cfg=dict(context_length=77, vocab_size=49408, width=32, heads=2, layers=2))
 TINY_TABLE = dict(vocab_size=2000, table_width=24)
-TARGETS = {'cross_lingual': 3.0, 'video': 5.0}
+TARGETS = {('static', 'cross_lingual'): 3.0, ('static', 'video'): 5.0,
+           ('dasd', 'cross_lingual'): 5.0}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--device', default='cpu', help="'cpu', 'cuda' or 'cuda:N'")
     parser.add_argument('--cases', default=','.join(CASES),
                         help=f'comma-separated subset of {CASES}')
+    parser.add_argument('--methods', help=f'comma-separated subset of {METHODS} (default: '
+                        'static on CPU, both on CUDA)')
     parser.add_argument('--batch-size', type=int,
                         help='samples per step (default: 32 on CPU, 128 on CUDA)')
     parser.add_argument('--steps', type=int, help='timed steps (default: 2 on CPU, 20 on CUDA)')
@@ -88,22 +113,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.steps = args.steps if args.steps is not None else (20 if cuda else 2)
     args.warmup = args.warmup if args.warmup is not None else (5 if cuda else 1)
     args.amp = args.amp or ('both' if cuda else 'none')
-    unknown = set(args.cases.split(',')) - set(CASES)
-    if unknown:
-        parser.error(f'unknown cases {sorted(unknown)}; choose from {CASES}')
+    args.methods = args.methods or (','.join(METHODS) if cuda else 'static')
+    for option, known in (('cases', CASES), ('methods', METHODS)):
+        unknown = set(getattr(args, option).split(',')) - set(known)
+        if unknown:
+            parser.error(f'unknown {option} {sorted(unknown)}; choose from {known}')
     return args
 
 
 # ----------------------------------------------------------------------------------- one row
-def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str) -> dict[str, Any]:
-    """Retriever config: random towers, paper-size table, static adapters."""
+def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str,
+              method: str = 'static') -> dict[str, Any]:
+    """Retriever config: random towers, paper-size table, the method's modules (DASD's as in
+    configs/_base_/models/dasd_sdm.py)."""
     tiny = arch == 'tiny'
     backbone = dict(type='OpenCLIPBackbone', pretrained=None,
                     tokenizer=dict(type='OpenCLIPTokenizer', pad_to=pad_to))
     backbone.update(dict(arch=None, model_cfg=TINY_CLIP) if tiny else dict(arch=arch))
     backbone['tokenizer']['model_name'] = 'ViT-B-32' if tiny else arch
+    dasd = method == 'dasd'
+    extra = dict(disentangler=dict(
+        type='SemanticsDisentangler', depth=1, adapter=dict(type='StaticAdapter', hidden=256),
+        generator=dict(d_z=512, d_u=32), consistency_loss=dict(type='AlignmentLoss', kind='l1'),
+        discriminator=dict(hidden=(256, 128)))) if dasd else {}
     return dict(
-        type='CrossLingualRetriever', backbone=backbone,
+        type='CrossLingualRetriever', backbone=backbone, **extra,
         language_branch=dict(
             type='TargetLanguageBranch', languages=list(LANGUAGES),
             tokenizer=dict(type='SentencePieceTokenizer', model_file=sp_model, pad_to=pad_to,
@@ -112,7 +146,8 @@ def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str) -> dic
                                        languages=list(LANGUAGES), num_scenes=300)),
             embedding=dict(type='TargetEmbedding', sparse=sparse,
                            **(TINY_TABLE if tiny else TABLE)),
-            adapters=dict(type='StaticAdapter', hidden=256)))
+            adapters=(dict(type='DynamicAdapter', hidden=32) if dasd
+                      else dict(type='StaticAdapter', hidden=256))))
 
 
 class ItemList:
@@ -166,17 +201,18 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get('threads'):
         torch.set_num_threads(spec['threads'])
     device = torch.device(spec['device'])
-    case, path = spec['case'], spec['path']
-    recompute = path == 'recompute'
+    case, path, method = spec['case'], spec['path'], spec.get('method', 'static')
+    recompute = path in ('recompute', 'authors')
     torch.manual_seed(0)
     model = MODELS.build(model_cfg(spec['arch'], 77 if recompute else None,
-                                   path == 'xmr+sparse', spec['sp_model'])).to(device)
+                                   path == 'xmr+sparse', spec['sp_model'], method)).to(device)
     # The authors' code runs every padded position through the blocks.
     model.backbone.text_tower.pack_tokens = path in ('xmr', 'xmr+sparse')
     for name, parameter in model.named_parameters():
-        parameter.requires_grad_(name.startswith('language_branch.'))
-    weights = {'cross_lingual': dict(cl=1.0)}.get(case, dict(cm=1.0))
-    model.set_phase('cross_lingual' if case == 'cross_lingual' else 'cross_modal', weights)
+        parameter.requires_grad_(name.startswith(('language_branch.', 'disentangler.')))
+    phase = 'cross_lingual' if case == 'cross_lingual' else 'cross_modal'
+    model.set_phase(phase, dict({'cross_lingual': dict(cl=1.0)}.get(case, dict(cm=1.0)),
+                                **LOSS_WEIGHTS[method]))
     items = make_items(case, spec['batch_size'], spec['frames'], model.backbone.image_size[0])
     dataset: Any = ItemList(items, case)
     if not recompute:
@@ -190,8 +226,12 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                                           weight_decay=0.2))
         if spec['precision'] == 'amp':
             wrapper_cfg['type'] = 'AutocastOptimWrapper'
+        if path == 'authors':
+            wrapper_cfg['optimizer'].update(foreach=False, fused=False)
         wrapper = OPTIM_WRAPPER_CONSTRUCTORS.build(dict(
             type='PhasedOptimWrapperConstructor', optim_wrapper_cfg=wrapper_cfg))(model)
+    authors_extra = (AuthorsDASDCosts(model) if path == 'authors' and wrapper is not None
+                     else None)
     cuda = device.type == 'cuda'
 
     def step() -> float | None:
@@ -205,11 +245,15 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                 model.val_step(batch)
             return None
         model.train()
-        return float(model.train_step(batch, wrapper)['loss'].detach())
+        loss = float(model.train_step(batch, wrapper)['loss'].detach())
+        if authors_extra is not None:
+            authors_extra.update_discriminator()
+        return loss
 
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+    torch.manual_seed(1)  # every path draws the same shuffled negatives
     first_loss = None
     times, cpu_times = [], []
     for index in range(spec['warmup'] + spec['steps']):
@@ -227,11 +271,41 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     padded = _padded_lengths(model, items, case)
     memory = (torch.cuda.max_memory_allocated(device) / 2 ** 20 if cuda
               else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    return dict(case=case, path=path, precision=spec['precision'],
+    return dict(method=method, case=case, path=path, precision=spec['precision'],
                 batch_size=spec['batch_size'], steps_per_s=1.0 / seconds,
                 samples_per_s=spec['batch_size'] / seconds, step_ms=1000 * seconds,
                 cpu_ms=1000 * min(cpu_times),
                 peak_memory_mib=memory, first_loss=first_loss, **padded)
+
+
+class AuthorsDASDCosts:
+    """What the authors' DASD step pays beyond the recompute path (the ``authors`` rows).
+
+    Every frozen weight keeps ``requires_grad`` (their code never turns it off), so backward
+    computes gradients no optimiser reads; and the discriminator takes a second, own update on
+    the step's detached ``(f^sa, r^S, r^S-)`` with a per-parameter Adam loop.
+    """
+
+    def __init__(self, model) -> None:
+        import torch
+
+        for parameter in model.parameters():
+            parameter.requires_grad_(True)
+        discriminator = model.disentangler.discriminator
+        self.loss = discriminator.loss
+        self.optimizer = torch.optim.Adam(discriminator.parameters(), lr=1e-5, foreach=False,
+                                          fused=False)
+        self.inputs: tuple = ()
+        discriminator.loss = self._capture
+
+    def _capture(self, agnostic, source, negatives):
+        self.inputs = (agnostic.detach(), source.detach(), negatives)
+        return self.loss(agnostic, source, negatives)
+
+    def update_discriminator(self) -> None:
+        self.optimizer.zero_grad()
+        self.loss(*self.inputs).backward()
+        self.optimizer.step()
 
 
 def _amp_dtype(device_type: str):
@@ -261,11 +335,13 @@ def _padded_lengths(model, items: list[dict[str, Any]], case: str) -> dict[str, 
 def rows_to_run(args: argparse.Namespace) -> list[dict[str, Any]]:
     precisions = {'none': ['fp32'], 'amp': ['amp'], 'both': ['fp32', 'amp']}[args.amp]
     specs = []
-    for case in args.cases.split(','):
-        paths = PATHS if case == 'cross_lingual' else PATHS[:2]
-        for precision in precisions:
-            for path in paths:
-                specs.append(dict(case=case, path=path, precision=precision))
+    for method in args.methods.split(','):
+        paths = PATHS[method]
+        for case in args.cases.split(','):
+            chosen = paths if case == 'cross_lingual' else paths[:paths.index('xmr') + 1]
+            for precision in precisions:
+                specs.extend(dict(method=method, case=case, path=path, precision=precision)
+                             for path in chosen)
     return specs
 
 
@@ -279,10 +355,12 @@ def run_in_subprocess(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Add each row's speed-up over, and first-loss difference from, its recompute row."""
-    base = {(r['case'], r['precision']): r for r in rows if r['path'] == 'recompute'}
+    """Add each row's speed-up over, and first-loss difference from, its method's baseline row
+    (the first of ``PATHS[method]``)."""
+    base = {(r.get('method', 'static'), r['case'], r['precision']): r for r in rows
+            if r['path'] == PATHS[r.get('method', 'static')][0]}
     for row in rows:
-        reference = base.get((row['case'], row['precision']))
+        reference = base.get((row.get('method', 'static'), row['case'], row['precision']))
         if reference is None:
             continue
         row['speedup'] = reference['step_ms'] / row['step_ms']
@@ -295,14 +373,15 @@ def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def format_table(rows: list[dict[str, Any]], device: str) -> str:
     unit = 'peak alloc MiB' if device.startswith('cuda') else 'peak RSS MiB'
-    header = ['case', 'path', 'precision', 'steps/s', 'samples/s', 'ms/step', 'CPU ms/step',
-              unit, 'tokens tgt/en', 'tgt tokens run', 'first loss', 'speed-up',
+    header = ['method', 'case', 'path', 'precision', 'steps/s', 'samples/s', 'ms/step',
+              'CPU ms/step', unit, 'tokens tgt/en', 'tgt tokens run', 'first loss', 'speed-up',
               'CPU-time speed-up']
     lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
     for r in rows:
         loss = '' if r['first_loss'] is None else f"{r['first_loss']:.5f}"
         lines.append('| ' + ' | '.join([
-            r['case'], r['path'], r['precision'], f"{r['steps_per_s']:.3f}",
+            r.get('method', 'static'), r['case'], r['path'], r['precision'],
+            f"{r['steps_per_s']:.3f}",
             f"{r['samples_per_s']:.1f}", f"{r['step_ms']:.0f}", f"{r['cpu_ms']:.0f}",
             f"{r['peak_memory_mib']:.0f}", f"{r['target_tokens']}/{r['source_tokens']}",
             f"{r['target_tokens_run']:.1f}", loss,
@@ -311,17 +390,37 @@ def format_table(rows: list[dict[str, Any]], device: str) -> str:
 
 
 def summary(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per xmr row (speed-up and its target), then the paper's schedule projected."""
     lines = []
     for row in rows:
         if row['path'] != 'xmr':
             continue
-        target = TARGETS.get(row['case'])
+        method = row.get('method', 'static')
+        target = TARGETS.get((method, row['case']))
         verdict = '' if target is None else (
             f" (target >= {target:.0f}x: {'met' if row['speedup'] >= target else 'NOT met'})")
         loss = ('' if 'loss_rel_diff' not in row
                 else f", first-step loss differs by {row['loss_rel_diff']:.1e} (relative)")
-        lines.append(f"{row['case']} {row['precision']}: xmr is {row['speedup']:.2f}x the "
-                     f"recompute path ({row['cpu_speedup']:.2f}x in CPU time){verdict}{loss}")
+        lines.append(f"{method} {row['case']} {row['precision']}: xmr is {row['speedup']:.2f}x "
+                     f"the {PATHS[method][0]} path ({row['cpu_speedup']:.2f}x in CPU time)"
+                     f"{verdict}{loss}")
+    return lines + projected_schedule(rows)
+
+
+def projected_schedule(rows: list[dict[str, Any]]) -> list[str]:
+    """Wall time of the paper's 45k + 6k steps at each row's step time (both cases measured)."""
+    steps: dict[tuple, dict[str, float]] = {}
+    for row in rows:
+        if row['case'] in PAPER_STEPS:
+            key = (row.get('method', 'static'), row['path'], row['precision'],
+                   row.get('batch_size'))
+            steps.setdefault(key, {})[row['case']] = row['step_ms']
+    lines = []
+    for (method, path, precision, batch), times in steps.items():
+        if len(times) == len(PAPER_STEPS):
+            hours = sum(PAPER_STEPS[c] * times[c] for c in PAPER_STEPS) / 3.6e6
+            lines.append(f'{method} {path} {precision}: the paper\'s 45k + 6k steps at batch '
+                         f'{batch} would take {hours:.2f} h')
     return lines
 
 
@@ -350,7 +449,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             spec = dict(common, **spec)
             started = time.perf_counter()
             row = run_one(spec) if args.in_process else run_in_subprocess(spec)
-            print(f"{row['case']:<14} {row['path']:<11} {row['precision']:<5} "
+            print(f"{row['method']:<7} {row['case']:<14} {row['path']:<11} {row['precision']:<5} "
                   f"{row['step_ms']:9.0f} ms/step  ({time.perf_counter() - started:.0f} s)",
                   flush=True)
             rows.append(row)
