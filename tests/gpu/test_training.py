@@ -1,0 +1,103 @@
+"""Training steps on the accelerator: fused AdamW, AMP with and without a loss scaler, and the
+feature cache, each against the CPU or the unfused implementation."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tests.conftest import tiny_retriever_cfg
+from tests.engine.test_amp import BATCH, TOLERANCE, target_embeddings, wrapper_for
+from tests.engine.test_feature_cache import ListDataset, pair_items
+from tests.gpu.conftest import FP32_TOLERANCE
+from xmr.engine.feature_cache import CachedFeatureDataset
+from xmr.registry import MODELS
+
+pytestmark = pytest.mark.gpu
+
+
+def retriever(device: torch.device, phase: str = 'cross_lingual', weights=None):
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_retriever_cfg()).to(device)
+    model.set_phase(phase, weights or dict(cl=1.0))
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith('language_branch.'))
+    return model
+
+
+def trained_branch(model, wrapper, steps: int = 3) -> dict[str, torch.Tensor]:
+    for _ in range(steps):
+        model.train_step(BATCH, wrapper)
+    return {name: p.detach().cpu() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def test_fused_adamw_equals_the_per_tensor_loop(accelerator):
+    fused_model, loop_model = retriever(accelerator), retriever(accelerator)
+    fused = wrapper_for(fused_model, 'OptimWrapper')
+    assert fused.optimizer.defaults['fused'] is True  # the constructor's default on a device
+    loop = wrapper_for(loop_model, 'OptimWrapper')
+    loop.optimizer = torch.optim.AdamW(loop.optimizer.param_groups, foreach=False, fused=False)
+    expected = trained_branch(loop_model, loop)
+    got = trained_branch(fused_model, fused)
+    assert any(not torch.equal(v, p.detach().cpu()) for v, p in zip(
+        got.values(), retriever(torch.device('cpu')).parameters()))
+    for name, value in got.items():
+        torch.testing.assert_close(value, expected[name], **FP32_TOLERANCE, msg=name)
+
+
+@pytest.mark.parametrize('dtype, phase, weights', [
+    ('bfloat16', 'cross_lingual', dict(cl=1.0)),
+    ('bfloat16', 'cross_modal', dict(cm=1.0)),
+    ('float16', 'cross_lingual', dict(cl=1.0)),
+    ('float16', 'cross_modal', dict(cm=1.0)),
+])
+def test_amp_steps_stay_within_the_documented_tolerance_of_fp32(accelerator, dtype, phase,
+                                                                weights):
+    """The tolerance of tests/engine/test_amp.py (docs/benchmarks.md), on the accelerator."""
+    reference = retriever(accelerator, phase, weights)
+    mixed = copy.deepcopy(reference)
+    untrained = target_embeddings(copy.deepcopy(reference))
+    fp32 = wrapper_for(reference, 'OptimWrapper')
+    amp = wrapper_for(mixed, 'AutocastOptimWrapper', dtype=dtype,
+                      loss_scale=dict(init_scale=1024.0))
+    for _ in range(2):
+        expected_loss = reference.train_step(BATCH, fp32)['loss']
+        torch.testing.assert_close(mixed.train_step(BATCH, amp)['loss'], expected_loss,
+                                   rtol=2e-2, atol=0)
+    assert (amp.scaler is None) == (dtype == 'bfloat16')
+    expected, got = target_embeddings(reference), target_embeddings(mixed)
+    change = ((expected - untrained).norm(dim=-1) / expected.norm(dim=-1)).min()
+    error = ((got - expected).norm(dim=-1) / expected.norm(dim=-1)).max()
+    assert error <= TOLERANCE < change
+
+
+def test_fp16_overflow_skips_the_step_and_halves_the_scale(accelerator):
+    model = retriever(accelerator)
+    wrapper = wrapper_for(model, 'AutocastOptimWrapper', dtype='float16',
+                          loss_scale=dict(init_scale=1024.0))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with wrapper.optim_context(model):
+        data = model.data_preprocessor(BATCH, True)
+        loss = model(mode='loss', **data)['loss_cl']
+    wrapper.backward(loss * float('inf'))
+    wrapper.step()
+    wrapper.zero_grad()
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert wrapper.scaler.get_scale() == 512.0
+    model.train_step(BATCH, wrapper)  # the next, finite step updates again
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_feature_cache_built_on_the_accelerator_equals_one_built_on_the_cpu(accelerator,
+                                                                               tmp_path):
+    dataset = ListDataset(pair_items())
+    caches = {}
+    for device in (torch.device('cpu'), accelerator):
+        cache = CachedFeatureDataset(dataset, tmp_path / device.type / 'cache')
+        cache.prepare(retriever(device, 'cross_modal', dict(cm=1.0)))
+        caches[device.type] = [cache[i] for i in range(len(cache))]
+    for got, expected in zip(caches[accelerator.type], caches['cpu'], strict=True):
+        for key in ('source_features', 'media_features'):
+            torch.testing.assert_close(torch.as_tensor(got[key]), torch.as_tensor(expected[key]),
+                                       **FP32_TOLERANCE)

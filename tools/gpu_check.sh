@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The GPU check of a bare CUDA machine with no network: install xmr's missing dependencies from
+# local wheels next to the machine's own torch (never replacing it), then run the GPU test tier
+# and the CUDA benchmark, and write a report.
+#
+#   bash tools/gpu_check.sh --download DIR   # on a machine with network: fetch the wheels of
+#                                            # requirements/gpu_wheels.txt for Linux x86-64
+#   bash tools/gpu_check.sh [WHEELS [OUT]]   # on the GPU machine (defaults: .whl, gpu_report)
+#
+# Environment: PYTHON (python3), PYTHON_VERSION of the GPU machine for --download (3.12),
+# BENCHMARK_ARGS (extra tools/benchmark.py arguments, e.g. "--cases cross_lingual").
+# The report, OUT/gpu_report.md, holds the device, the versions, the tier's summary and the
+# benchmark table; OUT also keeps the full logs and benchmark.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+if [ "${1:-}" = "--download" ]; then
+    dest=${2:?usage: $0 --download DIR}
+    platforms=()
+    for tag in manylinux_2_28 manylinux_2_27 manylinux_2_17 manylinux2014 manylinux2010 manylinux1; do
+        platforms+=(--platform "${tag}_x86_64")
+    done
+    grep -vE '^\s*(#|$)' requirements/gpu_wheels.txt | while read -r requirement; do
+        "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --implementation cp \
+            --python-version "${PYTHON_VERSION:-3.12}" "${platforms[@]}" -d "$dest" \
+            "$requirement" || "$PYTHON" -m pip download -q --no-deps -d "$dest" "$requirement"
+    done
+    ls "$dest"
+    exit 0
+fi
+
+wheels=${1:-.whl}
+out=${2:-gpu_report}
+if ! "$PYTHON" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    echo "error: $PYTHON: its torch sees no CUDA device: run this on a GPU machine" >&2
+    exit 2
+fi
+if ! compgen -G "$wheels/*.whl" > /dev/null; then
+    echo "error: $wheels: no wheels: fetch them with 'bash $0 --download $wheels'" >&2
+    exit 2
+fi
+mkdir -p "$out"
+site=$(mktemp -d)
+"$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
+    "$wheels"/*.whl
+export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+"$PYTHON" - <<'PY'
+import importlib, sys
+missing = []
+for name in ('torch', 'mmengine', 'open_clip', 'faiss', 'decord', 'timm', 'transformers',
+             'tokenizers', 'sentencepiece', 'jsonargparse', 'xmr'):
+    try:
+        importlib.import_module(name)
+    except Exception as error:  # noqa: BLE001 - each missing module is named below
+        missing.append(f'{name} ({error})')
+if missing:
+    sys.exit('error: cannot import ' + ', '.join(missing) + ': add their wheels to the wheel '
+             'directory (requirements/gpu_wheels.txt lists what a CUDA image usually lacks)')
+PY
+
+set +e
+"$PYTHON" -m pytest -m gpu tests -q -rs -p no:cacheprovider 2>&1 | tee "$out/gpu_tier.log"
+tier=${PIPESTATUS[0]}
+# shellcheck disable=SC2086
+"$PYTHON" tools/benchmark.py --device cuda --out "$out/benchmark.json" ${BENCHMARK_ARGS:-} \
+    2>&1 | tee "$out/benchmark.log"
+bench=${PIPESTATUS[0]}
+set -e
+
+{
+    echo "# xmr GPU check"
+    echo
+    "$PYTHON" -c 'import torch; print(f"- device: {torch.cuda.get_device_name()}"); print(f"- torch {torch.__version__}, CUDA {torch.version.cuda}")'
+    echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo
+    echo "## GPU tier (python -m pytest -m gpu tests): exit $tier"
+    echo
+    tail -n 15 "$out/gpu_tier.log" | sed 's/^/    /'
+    echo
+    echo "## tools/benchmark.py --device cuda ${BENCHMARK_ARGS:-}: exit $bench"
+    echo
+    sed -n '/^|/,$p' "$out/benchmark.log"
+} > "$out/gpu_report.md"
+echo "report: $out/gpu_report.md"
+[ "$tier" -eq 0 ] && [ "$bench" -eq 0 ]
