@@ -58,8 +58,8 @@ def demo_mar(work_dir: Path, env: dict[str, str],
 
 @pytest.mark.slow
 def test_the_shortened_demo_reaches_the_cpu_mar_band(accelerator, tmp_path):
-    on_cpu = demo_mar(tmp_path / 'cpu', cpu_only_env())
-    on_device = demo_mar(tmp_path / accelerator.type, device_env(accelerator))
+    on_cpu = demo_mar(tmp_path / 'reference_cpu', cpu_only_env())
+    on_device = demo_mar(tmp_path / 'under_test', device_env(accelerator))
     print(f'shortened demo mAR: cpu {on_cpu:.2f}, {accelerator.type} {on_device:.2f}')
     assert on_cpu > 50, 'the shortened demo no longer learns: the band would mean nothing'
     assert abs(on_device - on_cpu) <= MAR_BAND
