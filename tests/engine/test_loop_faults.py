@@ -18,6 +18,7 @@ from xmr.engine import loops
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.divergence import DivergenceMonitor, TrainingDivergedError
 from xmr.engine.loops import Phase
+from xmr.engine.resume import can_skip_at_sampler, skip_at_sampler
 from xmr.registry import DATASETS
 
 # cross_lingual crosses a pass of its loader (80 pairs at batch 8 = 10 batches): 4-16, then
@@ -231,3 +232,22 @@ def test_fp16_steps_skipped_by_the_loss_scaler_are_not_divergence(tmp_path):
     runner, records = train(cfg)
     assert len(records) == 3
     assert runner.optim_wrapper.scaler.get_scale() < 2.0 ** 40
+
+
+def test_only_map_style_loaders_batched_by_torch_skip_at_the_sampler():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    assert can_skip_at_sampler(torch.utils.data.DataLoader(list(range(10)), batch_size=2))
+    assert not can_skip_at_sampler(torch.utils.data.DataLoader(Stream(), batch_size=2))
+    grouped = torch.utils.data.DataLoader(list(range(10)), batch_sampler=[[0, 5], [1, 6]])
+    assert not can_skip_at_sampler(grouped)
+
+
+def test_skip_at_sampler_drops_whole_batches_of_the_next_pass_only():
+    dataloader = torch.utils.data.DataLoader(list(range(10)), batch_size=3)
+    skip_at_sampler(dataloader, 2)
+    assert [b.tolist() for b in dataloader] == [[6, 7, 8], [9]]
+    assert [b.tolist() for b in dataloader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert len(dataloader) == 4

@@ -5,7 +5,7 @@ import itertools
 from collections.abc import Iterator, Sized
 
 from mmengine.hooks import IterTimerHook
-from torch.utils.data import BatchSampler, DataLoader, Sampler
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler
 
 
 class SkipFirstIndices(Sampler):
@@ -35,8 +35,12 @@ class SkipFirstIndices(Sampler):
 
 
 def can_skip_at_sampler(dataloader: DataLoader) -> bool:
-    """Whether :func:`skip_at_sampler` applies: a map-style DataLoader batched by torch."""
-    return type(dataloader.batch_sampler) is BatchSampler
+    """Whether :func:`skip_at_sampler` applies: a map-style DataLoader batched by torch.
+
+    An iterable dataset ignores the sampler's indices, so dropping them would skip nothing.
+    """
+    return (type(dataloader.batch_sampler) is BatchSampler
+            and not isinstance(dataloader.dataset, IterableDataset))
 
 
 def skip_at_sampler(dataloader: DataLoader, batches: int) -> None:
