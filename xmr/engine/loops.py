@@ -329,9 +329,13 @@ class PhasedTrainLoop(BaseLoop):
     each parameter group's learning rate from the phase's own warm-up + decay, so no scheduler
     stacks on another.
     Hooks, checkpoints and resume see one ``iter`` counter: a run resumed in the middle of
-    phase 2 re-enters phase 2, fast-forwards its data and restores the RNG state of the
-    checkpoint (saved by :class:`~xmr.engine.hooks.RNGStateHook`), keeping the optimiser state
-    it loaded.
+    phase 2 re-enters phase 2, skips the batches it trained on at the sampler (none is read),
+    restores the RNG state of the checkpoint (saved by :class:`~xmr.engine.hooks.RNGStateHook`)
+    and keeps the optimiser state it loaded (warning when the checkpoint had none).
+    Everything that can be checked before a step is: phase values when the loop is built
+    (:meth:`Phase.from_config`), ``lr_mult`` groups and the data's languages when ``run``
+    starts. A non-finite loss stops training before the iteration's hooks run
+    (:class:`~xmr.engine.divergence.DivergenceMonitor`).
 
     Args:
         runner: the MMEngine runner.
