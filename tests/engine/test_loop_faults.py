@@ -12,6 +12,7 @@ import pytest
 import torch
 from mmengine.runner import Runner
 
+from tests.conftest import tiny_retriever_cfg
 from tests.engine.test_loops import PAIRS, PHASES, RecordingHook, loader, loop_of, make_cfg, train
 from xmr.datasets.synthetic.dataset import SyntheticPairDataset
 from xmr.engine import loops
@@ -148,6 +149,14 @@ def test_the_last_phase_is_checked_when_the_loop_is_built(tmp_path, bad, message
     phases[2].update(bad)
     with pytest.raises((ValueError, KeyError), match=message):
         loop_of(make_cfg(tmp_path, phases=phases))
+
+
+def test_a_loss_the_model_cannot_run_is_refused_when_the_loop_is_built(tmp_path):
+    cfg = make_cfg(tmp_path, phases=[dict(PHASES[0]), dict(PHASES[2], trainable=['backbone'])])
+    cfg.model = tiny_retriever_cfg(language_branch=None)
+    with pytest.raises(ValueError, match=re.escape(
+            "phase cross_modal weights ['cm'] need a language_branch")):
+        loop_of(cfg)
 
 
 def runner_that_fails_before_training(cfg) -> tuple[Runner, pytest.ExceptionInfo]:

@@ -24,7 +24,6 @@ from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.optim import parameter_counts
 from xmr.engine.resume import can_skip_at_sampler, restart_iteration_timers, skip_at_sampler
 from xmr.evaluation.leaderboard import format_table
-from xmr.models.phase_weights import checked_loss_weights
 from xmr.registry import LOOPS
 
 SCHEDULES = ('cosine', 'linear', 'constant')
@@ -470,16 +469,17 @@ class PhasedTrainLoop(BaseLoop):
         check_data_languages(self.model, datasets)
 
     def _check_phases_against_model(self) -> None:
-        """Every phase's ``trainable`` prefixes and loss names exist in the model."""
+        """Every phase's ``trainable`` prefixes match parameters and the model can run its
+        losses (the model's ``check_phase``: names, and what the model needs for them)."""
         names = [name for name, _ in self.model.named_parameters()]
-        loss_names = getattr(self.model, 'loss_names', None)
+        check_phase = getattr(self.model, 'check_phase', None)
         for phase in self.phases:
             for prefix in phase.trainable:
                 if not any(n == prefix or n.startswith(prefix + '.') for n in names):
                     raise ValueError(f"phase {phase.name}: trainable prefix '{prefix}' matches "
                                      'no parameter of the model')
-            if loss_names is not None:
-                checked_loss_weights(phase.name, phase.loss_weights, loss_names())
+            if check_phase is not None:
+                check_phase(phase.name, phase.loss_weights)
 
     # ----------------------------------------------------------------------------- phases
     def _enter_phase(self, index: int, fresh: bool) -> Iterator:

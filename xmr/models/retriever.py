@@ -107,13 +107,22 @@ class CrossLingualRetriever(BaseModel):
             names |= set(self.disentangler.loss_names)
         return names
 
-    def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
-        """Select the phase whose losses :meth:`loss` runs, with their weights."""
+    def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
+        """The phase's non-zero weights, once the model can run them (``PhasedTrainLoop`` calls
+        this for every phase when it is built, before anything trains).
+
+        Raises:
+            KeyError: an unknown loss name. ValueError: a loss this model cannot compute.
+        """
         weights = checked_loss_weights(name, loss_weights, self.loss_names())
         if self.language_branch is None and set(weights) - {'source_cm'}:
             raise ValueError(f'phase {name} weights {sorted(weights)} need a language_branch')
+        return weights
+
+    def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
+        """Select the phase whose losses :meth:`loss` runs, with their weights."""
+        self.loss_weights = self.check_phase(name, loss_weights)
         self.phase = name
-        self.loss_weights = weights
 
     # ----------------------------------------------------------------------------- encoders
     def _tower_grad(self) -> bool:
