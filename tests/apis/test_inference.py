@@ -91,7 +91,7 @@ def test_checkpoint_with_pickled_objects_gets_advice(trained, tmp_path):
 
 def test_untrained_language_lists_the_trained_ones(trained):
     _, _, model = trained
-    with pytest.raises(ValueError, match=r"not trained on \['ko'\]; trained languages: "
+    with pytest.raises(ValueError, match=r"has no adapters for \['ko'\]; it reads "
                        r"\['en', 'de', 'zh'\]"):
         encode_texts(model, ['개 한 마리'], 'ko')
 

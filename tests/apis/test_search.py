@@ -64,7 +64,7 @@ def test_approximate_index_returns_k_hits(model, image_files):
 
 def test_bad_input_is_named(model, image_files):
     index = MediaIndex.from_media(model, image_files[:1])
-    with pytest.raises(ValueError, match=r"not trained on \['fr'\]; trained languages: "
+    with pytest.raises(ValueError, match=r"has no adapters for \['fr'\]; it reads "
                        r"\['en', 'de', 'zh'\]"):
         index.search(model, 'un cercle rouge', lang='fr')
     with pytest.raises(ValueError, match="media_ids 0 and 1 are both 'a'"):

@@ -25,7 +25,7 @@ LANGS = ['de', 'zh']
 
 @HOOKS.register_module(force=True)
 class RecordingHook(Hook):
-    """Records, per iteration, the phase, LRs, trainable prefixes and the losses."""
+    """Records, per iteration, the phase, LRs, trainable prefixes, the losses and the ETA."""
 
     priority = 'VERY_LOW'
 
@@ -45,6 +45,7 @@ class RecordingHook(Hook):
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         self.records[-1]['losses'] = {k: float(v.detach()) for k, v in outputs.items()}
+        self.records[-1]['eta'] = runner.message_hub.get_info('eta')
         if self.stop_after is not None and runner.iter + 1 >= self.stop_after:
             runner.train_loop.stop_training = True
 
@@ -261,7 +262,7 @@ def test_resume_around_an_epochs_phase_repeats_the_uninterrupted_run(epochs_run,
 @pytest.mark.parametrize('lengths, message', [
     (dict(iters=4, epochs=1), 'phase source_finetune: give exactly one of iters and epochs'),
     (dict(iters=None), 'phase source_finetune: give exactly one of iters and epochs'),
-    (dict(iters=None, epochs=0), 'phase source_finetune: epochs must be positive'),
+    (dict(iters=None, epochs=0), 'phase source_finetune: epochs must be a positive integer, got 0'),
 ])
 def test_a_phase_needs_exactly_one_positive_length(tmp_path, lengths, message):
     phases = copy.deepcopy(PHASES)

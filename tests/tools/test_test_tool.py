@@ -215,8 +215,8 @@ def test_bad_input_stops_with_a_clear_message(synthetic_setup):
          r"error: checkpoint .*model\.pth: checkpoint does not match the config: languages: "
          r"checkpoint \['de', 'zh'\] vs config \['de', 'ja'\]"),
         ([str(config(languages=('en', 'de', 'fr'), name='fr.py')), str(root / 'model.pth')],
-         r"error: test dataset synthetic: the model was not trained on \['fr'\]; trained "
-         r"languages: \['en', 'de', 'zh'\]"),
+         r"error: test dataset synthetic: the model has no adapters for \['fr'\]; it reads "
+         r"\['en', 'de', 'zh'\]"),
         ([str(config()), str(root / 'missing.pth')], 'error: checkpoint .*missing.pth does '
          'not exist'),
         (['--compare', str(root / 'nothing.json')], 'error: result file not found'),

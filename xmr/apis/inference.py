@@ -140,16 +140,12 @@ def trained_languages(model: CrossLingualRetriever) -> list[str]:
 
 def check_languages(model: CrossLingualRetriever, languages: Sequence[str],
                     where: str = 'query') -> None:
-    """Fail unless the model was trained on every language.
+    """Fail unless the model reads every language (:meth:`CrossLingualRetriever.check_languages`).
 
     Raises:
-        ValueError: naming ``where``, the untrained languages and the trained ones.
+        ValueError: naming ``where``, the languages without adapters and those the model reads.
     """
-    trained = trained_languages(model)
-    untrained = [lang for lang in languages if lang not in trained]
-    if untrained:
-        raise ValueError(f'{where}: the model was not trained on {untrained}; trained '
-                         f'languages: {trained}')
+    model.check_languages(languages, where)
 
 
 @torch.no_grad()

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import os.path as osp
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -16,9 +17,12 @@ from mmengine.model import is_model_wrapper
 from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
+from xmr.engine.data_languages import check_data_languages
 from xmr.engine.distributed import rewrap_for_phase
+from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
 from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.optim import parameter_counts
+from xmr.engine.resume import can_skip_at_sampler, restart_iteration_timers, skip_at_sampler
 from xmr.evaluation.leaderboard import format_table
 from xmr.registry import LOOPS
 
@@ -87,9 +91,98 @@ class Phase:
     cache_features: bool | dict = False
     start: int = 0
 
+    def __post_init__(self) -> None:
+        check_phase_values(self)
+
+    @classmethod
+    def from_config(cls, index: int, cfg: Mapping[str, Any]) -> Phase:
+        """The phase of a ``train_cfg.phases`` entry, its keys and values checked.
+
+        Raises:
+            KeyError: a required key is missing or a key is unknown (naming the phase).
+            ValueError: a value has the wrong type or range (naming the phase, key and value).
+        """
+        label = f'phase {index} ({cfg.get("name", "?")})'
+        missing = {'name', 'lr', 'trainable', 'loss_weights'} - set(cfg)
+        if missing:
+            raise KeyError(f'{label} lacks {sorted(missing)}')
+        known = {f.name for f in fields(cls)} - {'start'}
+        unknown = set(cfg) - known
+        if unknown:
+            raise KeyError(f'{label}: unknown keys {sorted(unknown)}; a phase has '
+                           f'{sorted(known)}')
+        return cls(**cfg)
+
     @property
     def end(self) -> int:
         return self.start + self.iters
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+
+
+def _check_weights(phase: str, key: str, weights: Any) -> None:
+    """``weights`` is a ``{name: finite number >= 0}`` mapping (``loss_weights``, ``lr_mult``)."""
+    if not isinstance(weights, Mapping):
+        raise ValueError(f'phase {phase}: {key} must be a dict of name: number, got {weights!r}')
+    for name, weight in weights.items():
+        if not isinstance(name, str) or not _is_number(weight) or weight < 0:
+            raise ValueError(f'phase {phase}: {key}[{name!r}]={weight!r} must be a finite '
+                             'number >= 0')
+
+
+def check_phase_values(phase: Phase) -> None:
+    """Types and ranges of every field of a phase, before anything trains.
+
+    Raises:
+        ValueError: naming the phase, the key and the value at fault.
+    """
+    name = phase.name
+    if not isinstance(name, str) or not name:
+        raise ValueError(f'phase name must be a non-empty string, got {name!r}')
+    if not _is_number(phase.lr) or phase.lr <= 0:
+        raise ValueError(f'phase {name}: lr={phase.lr!r} must be a positive number, e.g. 1e-4')
+    if (phase.iters is None) == (phase.epochs is None):
+        raise ValueError(f'phase {name}: give exactly one of iters and epochs, got '
+                         f'iters={phase.iters!r}, epochs={phase.epochs!r}')
+    for length in ('iters', 'epochs'):
+        value = getattr(phase, length)
+        if value is not None and not _is_positive_int(value):
+            raise ValueError(f'phase {name}: {length} must be a positive integer, got {value!r}')
+    ratios = (('warmup_ratio', phase.warmup_ratio, '[0, 1)', lambda r: 0 <= r < 1),
+              ('min_lr_ratio', phase.min_lr_ratio, '[0, 1]', lambda r: 0 <= r <= 1))
+    for key, value, interval, inside in ratios:
+        if not _is_number(value) or not inside(value):
+            raise ValueError(f'phase {name}: {key}={value!r} must be a number in {interval}')
+    if phase.schedule not in SCHEDULES:
+        raise ValueError(f'phase {name}: unknown schedule {phase.schedule!r}; choose from '
+                         f'{SCHEDULES}')
+    trainable = phase.trainable
+    if (isinstance(trainable, str) or not isinstance(trainable, Sequence) or not trainable
+            or not all(isinstance(p, str) and p for p in trainable)):
+        raise ValueError(f'phase {name}: trainable={trainable!r} must be a non-empty list of '
+                         "parameter-name prefixes, e.g. ['language_branch']")
+    _check_weights(name, 'loss_weights', phase.loss_weights)
+    if not any(phase.loss_weights.values()):
+        raise ValueError(f'phase {name}: loss_weights={phase.loss_weights!r} gives no loss a '
+                         'positive weight; the phase would train nothing')
+    _check_weights(name, 'lr_mult', phase.lr_mult)
+    if not isinstance(phase.validate_at_start, bool):
+        raise ValueError(f'phase {name}: validate_at_start={phase.validate_at_start!r} must be '
+                         'True or False')
+    if not isinstance(phase.cache_features, (bool, Mapping)):
+        raise ValueError(f'phase {name}: cache_features={phase.cache_features!r} must be True, '
+                         'False or a dict of CachedFeatureDataset options')
+    if not isinstance(phase.dataloader, (str, Mapping, type(None))):
+        raise ValueError(f'phase {name}: dataloader={phase.dataloader!r} must be a dataloader '
+                         'dict or the name of a top-level config key holding one')
+
+
 
 
 def resolve_dataloader_key(cfg: Mapping[str, Any], key: str, phase_name: str) -> Mapping:
@@ -187,21 +280,35 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 
 class _InfiniteIterator:
-    """Cycles a dataloader forever, advancing the sampler's epoch at each pass."""
+    """Cycles a dataloader forever, setting the sampler's epoch at each pass.
 
-    def __init__(self, dataloader: DataLoader) -> None:
+    Started at batch ``start`` of the cycle (a phase resumed in its middle), it sets the epoch
+    of the pass holding that batch and skips the batches before it in that pass at the sampler
+    (:func:`~xmr.engine.resume.skip_at_sampler`): no skipped item is read or collated, and what
+    follows is what the uninterrupted run drew. Every phase counts its passes from epoch 0, so
+    a phase's order does not depend on how many passes an earlier phase made over a shared
+    loader (which a resumed run could not know).
+    """
+
+    def __init__(self, dataloader: DataLoader, start: int = 0) -> None:
         self.dataloader = dataloader
-        self.epoch = 0
+        self.epoch, within = divmod(start, len(dataloader)) if start else (0, 0)
+        self._set_epoch()
+        if within:
+            skip_at_sampler(dataloader, within)
         self._iterator = iter(dataloader)
+
+    def _set_epoch(self) -> None:
+        sampler = getattr(self.dataloader, 'sampler', None)
+        if hasattr(sampler, 'set_epoch'):
+            sampler.set_epoch(self.epoch)
 
     def __next__(self) -> Any:
         try:
             return next(self._iterator)
         except StopIteration:
             self.epoch += 1
-            sampler = getattr(self.dataloader, 'sampler', None)
-            if hasattr(sampler, 'set_epoch'):
-                sampler.set_epoch(self.epoch)
+            self._set_epoch()
             self._iterator = iter(self.dataloader)
             return next(self._iterator)
 
@@ -221,9 +328,13 @@ class PhasedTrainLoop(BaseLoop):
     each parameter group's learning rate from the phase's own warm-up + decay, so no scheduler
     stacks on another.
     Hooks, checkpoints and resume see one ``iter`` counter: a run resumed in the middle of
-    phase 2 re-enters phase 2, fast-forwards its data and restores the RNG state of the
-    checkpoint (saved by :class:`~xmr.engine.hooks.RNGStateHook`), keeping the optimiser state
-    it loaded.
+    phase 2 re-enters phase 2, skips the batches it trained on at the sampler (none is read),
+    restores the RNG state of the checkpoint (saved by :class:`~xmr.engine.hooks.RNGStateHook`)
+    and keeps the optimiser state it loaded (warning when the checkpoint had none).
+    Everything that can be checked before a step is: phase values when the loop is built
+    (:meth:`Phase.from_config`), ``lr_mult`` groups and the data's languages when ``run``
+    starts. A non-finite loss stops training before the iteration's hooks run
+    (:class:`~xmr.engine.divergence.DivergenceMonitor`).
 
     Args:
         runner: the MMEngine runner.
@@ -232,28 +343,20 @@ class PhasedTrainLoop(BaseLoop):
         phases: list of :class:`Phase` fields as dicts.
         val_interval: validate every this many global iterations (0: only at phase ends).
         validate_at_phase_end: validate after the last step of each phase.
+        nonfinite_patience: consecutive iterations with a NaN or infinite loss tolerated
+            before training stops with :class:`~xmr.engine.divergence.TrainingDivergedError`
+            (0: at the first). Such an iteration reaches no hook (it is neither logged into the
+            window, saved nor validated) and a phase may not end on one.
     """
 
     def __init__(self, runner, dataloader: DataLoader | dict | None, phases: Sequence[dict],
-                 val_interval: int = 0, validate_at_phase_end: bool = True) -> None:
+                 val_interval: int = 0, validate_at_phase_end: bool = True,
+                 nonfinite_patience: int = 0) -> None:
         if not phases:
             raise ValueError('PhasedTrainLoop needs at least one phase')
         self.phases: list[Phase] = []
         for index, cfg in enumerate(phases):
-            missing = {'name', 'lr', 'trainable', 'loss_weights'} - set(cfg)
-            if missing:
-                raise KeyError(f'phase {index} ({cfg.get("name", "?")}) lacks {sorted(missing)}')
-            phase = Phase(**cfg)
-            if (phase.iters is None) == (phase.epochs is None):
-                raise ValueError(f'phase {phase.name}: give exactly one of iters and epochs, got '
-                                 f'iters={phase.iters}, epochs={phase.epochs}')
-            for length in ('iters', 'epochs'):
-                value = getattr(phase, length)
-                if value is not None and value <= 0:
-                    raise ValueError(f'phase {phase.name}: {length} must be positive, got {value}')
-            if phase.schedule not in SCHEDULES:
-                raise ValueError(f"phase {phase.name}: unknown schedule '{phase.schedule}'; "
-                                 f'choose from {SCHEDULES}')
+            phase = Phase.from_config(index, cfg)
             loader_name = phase_loader_name(phase)
             if isinstance(phase.dataloader, str):
                 phase.dataloader = resolve_dataloader_key(runner.cfg, phase.dataloader,
@@ -271,8 +374,10 @@ class PhasedTrainLoop(BaseLoop):
         if dataloader is None:
             dataloader = self.phases[0].dataloader
         super().__init__(runner, dataloader)
-        # Dataloaders built to count an epochs-phase's batches, kept until the phase uses them.
+        # Phases' own dataloaders, built before training (to count an epochs-phase's batches,
+        # to check languages) and kept until the phase uses them.
         self._built_dataloaders: dict[int, DataLoader] = {}
+        self.divergence = DivergenceMonitor(nonfinite_patience)
         start = 0
         for index, phase in enumerate(self.phases):
             if phase.epochs is not None:
@@ -287,7 +392,7 @@ class PhasedTrainLoop(BaseLoop):
         self.current_phase: Phase | None = None
         self.pending_rng_state: dict[str, Any] | None = None
         self.stop_training = False
-        self._check_trainable_prefixes()
+        self._check_phases_against_model()
 
     # MMEngine reads these.
     @property
@@ -317,11 +422,7 @@ class PhasedTrainLoop(BaseLoop):
         ``len`` of the built DataLoader counts what one pass yields: it respects ``drop_last``
         and, under DDP, is the per-rank count of the distributed sampler (equal on all ranks).
         """
-        if phase.dataloader is None:
-            dataloader = self.dataloader
-        else:
-            dataloader = self.runner.build_dataloader(phase.dataloader, seed=self.runner.seed)
-            self._built_dataloaders[index] = dataloader
+        dataloader = self._phase_dataloader(index)
         try:
             batches = len(dataloader)
         except TypeError as error:
@@ -334,13 +435,51 @@ class PhasedTrainLoop(BaseLoop):
         self.runner.logger.info(f'phase {phase.name}: {phase.epochs} epochs = {phase.iters} '
                                 f'iterations ({batches} per epoch)')
 
-    def _check_trainable_prefixes(self) -> None:
+    def _phase_dataloader(self, index: int) -> DataLoader:
+        """A phase's built dataloader: the runner's, or the phase's own, built once."""
+        phase = self.phases[index]
+        if phase.dataloader is None:
+            return self.dataloader
+        if index not in self._built_dataloaders:
+            self._built_dataloaders[index] = self.runner.build_dataloader(
+                phase.dataloader, seed=self.runner.seed)
+        return self._built_dataloaders[index]
+
+    def _check_before_training(self) -> None:
+        """What the optimiser and the built data must agree on, checked before any step.
+
+        Every ``lr_mult`` names a parameter group of the optimiser (built after the loop), and
+        the model reads every caption language of the phases still to run and of validation.
+        """
+        groups = {g.get('name') for g in self.runner.optim_wrapper.optimizer.param_groups}
+        for phase in self.phases:
+            unknown = sorted(set(phase.lr_mult) - groups)
+            if unknown:
+                raise ValueError(f'phase {phase.name}: lr_mult names {unknown}, which are no '
+                                 f'parameter group of the optimiser; it has '
+                                 f'{sorted(g for g in groups if g)}')
+        datasets = {f'phase {phase.name} dataset ({phase_loader_name(phase)})':
+                    self._phase_dataloader(index).dataset
+                    for index, phase in enumerate(self.phases) if self._iter < phase.end}
+        val_loop = self.runner.val_loop
+        if val_loop is not None:
+            loaders = getattr(val_loop, 'dataloaders', None) or [val_loop.dataloader]
+            datasets.update({f'val dataset {i} ({type(loader.dataset).__name__})':
+                             loader.dataset for i, loader in enumerate(loaders)})
+        check_data_languages(self.model, datasets)
+
+    def _check_phases_against_model(self) -> None:
+        """Every phase's ``trainable`` prefixes match parameters and the model can run its
+        losses (the model's ``check_phase``: names, and what the model needs for them)."""
         names = [name for name, _ in self.model.named_parameters()]
+        check_phase = getattr(self.model, 'check_phase', None)
         for phase in self.phases:
             for prefix in phase.trainable:
                 if not any(n == prefix or n.startswith(prefix + '.') for n in names):
                     raise ValueError(f"phase {phase.name}: trainable prefix '{prefix}' matches "
                                      'no parameter of the model')
+            if check_phase is not None:
+                check_phase(phase.name, phase.loss_weights)
 
     # ----------------------------------------------------------------------------- phases
     def _enter_phase(self, index: int, fresh: bool) -> Iterator:
@@ -370,15 +509,39 @@ class PhasedTrainLoop(BaseLoop):
             f'phase {phase.name}: iterations {phase.start}-{phase.end}, lr {phase.lr}, '
             f'losses {phase.loss_weights}, trainable {list(phase.trainable)}\n'
             + format_table(['module group', 'trainable', 'total'], rows))
-        if phase.dataloader is None:
-            dataloader = self.dataloader
-        elif index in self._built_dataloaders:
-            dataloader = self._built_dataloaders.pop(index)
-        else:
-            dataloader = self.runner.build_dataloader(phase.dataloader, seed=self.runner.seed)
+        dataloader = self._phase_dataloader(index)
+        self._built_dataloaders.pop(index, None)
         # Cached frozen-tower features are built or checked against this phase's live weights.
         prepare_feature_caches(dataloader, self.model)
-        return _InfiniteIterator(dataloader)
+        return self._resumed_data(phase, dataloader, self._iter - phase.start)
+
+    def _resumed_data(self, phase: Phase, dataloader: DataLoader, done: int) -> Iterator:
+        """The phase's data from its batch ``done`` on (0 for a phase starting afresh)."""
+        if not done:
+            return _InfiniteIterator(dataloader)
+        if can_skip_at_sampler(dataloader):
+            self.runner.logger.info(
+                f'phase {phase.name}: resuming at iteration {self._iter}: skipped its first '
+                f'{done} batches at the sampler ({done // len(dataloader)} whole passes + '
+                f'{done % len(dataloader)} batches), none read')
+            return _InfiniteIterator(dataloader, start=done)
+        self.runner.logger.warning(
+            f'phase {phase.name}: resuming at iteration {self._iter}: its dataloader batches '
+            f'with {type(dataloader.batch_sampler).__name__}, whose batches cannot be skipped '
+            f'without drawing them; reading and dropping {done} batches')
+        iterator = _InfiniteIterator(dataloader)
+        for _ in range(done):
+            next(iterator)
+        return iterator
+
+    def _warn_if_optimiser_restarts(self, phase: Phase) -> None:
+        """A phase resumed in its middle from a checkpoint without optimiser state (``best_*``)."""
+        if not self.runner.optim_wrapper.optimizer.state:
+            self.runner.logger.warning(
+                f'phase {phase.name}: resumed at iteration {self._iter} from a checkpoint '
+                'without optimiser state (best_*.pth keeps only weights): Adam restarts from '
+                'zero moments and the run departs from the uninterrupted one; resume from an '
+                'iter_*.pth checkpoint to continue exactly')
 
     def _set_lr(self, phase: Phase) -> None:
         factor = phase_lr_factor(self._iter - phase.start, phase.iters, phase.warmup_ratio,
@@ -392,6 +555,7 @@ class PhasedTrainLoop(BaseLoop):
                 self.runner.val_loop.run()
 
     def run(self) -> torch.nn.Module:
+        self._check_before_training()
         self.runner.call_hook('before_train')
         self.runner.call_hook('before_train_epoch')
         for index, phase in enumerate(self.phases):
@@ -401,23 +565,27 @@ class PhasedTrainLoop(BaseLoop):
                 continue
             fresh = self._iter == phase.start
             iterator = self._enter_phase(index, fresh)
-            for _ in range(self._iter - phase.start):
-                next(iterator)
+            if not fresh:
+                self._warn_if_optimiser_restarts(phase)
             if self.pending_rng_state is not None:
                 restore_rng_state(self.pending_rng_state)
                 self.pending_rng_state = None
             if fresh and phase.validate_at_start:
                 self.validate()
+            restart_iteration_timers(self.runner)
             while self._iter < phase.end and not self.stop_training:
                 self._set_lr(phase)
                 self.runner.model.train()
                 self.run_iter(next(iterator))
                 at_end = self._iter == phase.end
                 if (self.val_interval and self._iter % self.val_interval == 0
-                        and not (at_end and self.validate_at_phase_end)):
+                        and not (at_end and self.validate_at_phase_end)
+                        and not self.divergence.streak):
                     self.validate()
-            if self._iter == phase.end and self.validate_at_phase_end:
-                self.validate()
+            if self._iter == phase.end:
+                self.divergence.check_phase_end(phase.name)
+                if self.validate_at_phase_end:
+                    self.validate()
         self.runner.call_hook('after_train_epoch')
         self.runner.call_hook('after_train')
         return self.runner.model
@@ -426,6 +594,12 @@ class PhasedTrainLoop(BaseLoop):
         self.runner.call_hook('before_train_iter', batch_idx=self._iter, data_batch=data_batch)
         outputs = self.runner.model.train_step(data_batch,
                                                optim_wrapper=self.runner.optim_wrapper)
-        self.runner.call_hook('after_train_iter', batch_idx=self._iter, data_batch=data_batch,
-                              outputs=outputs)
+        if self.divergence.check(outputs, self.current_phase.name, self._iter + 1):
+            self.runner.call_hook('after_train_iter', batch_idx=self._iter,
+                                  data_batch=data_batch, outputs=outputs)
+        else:
+            self.runner.logger.warning(
+                f'phase {self.current_phase.name}: non-finite loss at iteration {self._iter + 1} '
+                f'({dict(nonfinite_terms(outputs))}), {self.divergence.streak} in a row of '
+                f'{self.divergence.patience} tolerated; the iteration reaches no hook')
         self._iter += 1

@@ -128,9 +128,14 @@ class DualEncoderRetriever(BaseModel):
             names.add(DISENTANGLER_LOSS)
         return names
 
+    def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
+        """The phase's non-zero weights, every name checked (``PhasedTrainLoop`` calls this
+        for every phase when it is built)."""
+        return checked_loss_weights(name, loss_weights, self.loss_names())
+
     def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
         """Select the losses :meth:`loss` returns, with their weights (``PhasedTrainLoop``)."""
-        self.loss_weights = checked_loss_weights(name, loss_weights, self.loss_names())
+        self.loss_weights = self.check_phase(name, loss_weights)
         self.phase = name
 
     # ----------------------------------------------------------------------------- encoders

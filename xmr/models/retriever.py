@@ -85,19 +85,44 @@ class CrossLingualRetriever(BaseModel):
         """Target languages the model was built for."""
         return [] if self.language_branch is None else list(self.language_branch.languages)
 
+    def check_languages(self, languages: Sequence[str], where: str) -> None:
+        """Fail unless the model reads every language: its source one or one it has adapters for.
+
+        Args:
+            languages: languages of captions or queries.
+            where: what holds them (``'query'``, ``'val dataset xtd10 (path)'``), for the message.
+
+        Raises:
+            ValueError: naming ``where``, the languages without adapters and those the model reads.
+        """
+        missing = [lang for lang in languages
+                   if lang != self.source_language and lang not in self.languages]
+        if missing:
+            raise ValueError(f'{where}: the model has no adapters for {missing}; it reads '
+                             f'{[self.source_language, *self.languages]}')
+
     def loss_names(self) -> set[str]:
         names = set(RETRIEVER_LOSSES)
         if self.disentangler is not None:
             names |= set(self.disentangler.loss_names)
         return names
 
-    def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
-        """Select the phase whose losses :meth:`loss` runs, with their weights."""
+    def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
+        """The phase's non-zero weights, once the model can run them (``PhasedTrainLoop`` calls
+        this for every phase when it is built, before anything trains).
+
+        Raises:
+            KeyError: an unknown loss name. ValueError: a loss this model cannot compute.
+        """
         weights = checked_loss_weights(name, loss_weights, self.loss_names())
         if self.language_branch is None and set(weights) - {'source_cm'}:
             raise ValueError(f'phase {name} weights {sorted(weights)} need a language_branch')
+        return weights
+
+    def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
+        """Select the phase whose losses :meth:`loss` runs, with their weights."""
+        self.loss_weights = self.check_phase(name, loss_weights)
         self.phase = name
-        self.loss_weights = weights
 
     # ----------------------------------------------------------------------------- encoders
     def _tower_grad(self) -> bool:
@@ -136,13 +161,11 @@ class CrossLingualRetriever(BaseModel):
         The frozen tower reads the source language, the target branch a trained target language.
 
         Raises:
-            KeyError: for a language the model was not trained on, listing the trained ones.
+            ValueError: for a language without adapters, listing those the model reads.
         """
         if lang == self.source_language:
             return self.encode_source(tokens)
-        if lang not in self.languages:
-            raise KeyError(f"the model was not trained on language '{lang}'; trained "
-                           f'languages: {[self.source_language, *self.languages]}')
+        self.check_languages([lang], 'query')
         embeddings, _ = self.encode_target(tokens, [lang] * tokens['input_ids'].shape[0])
         return embeddings
 

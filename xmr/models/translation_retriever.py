@@ -103,12 +103,12 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
     def loss_names(self) -> set[str]:
         return {'cm', 'align'}
 
-    def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
-        """Select the phase's weights; ``align`` needs a routine with a translation partner."""
+    def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
+        """The phase's weights; ``align`` needs a routine with a translation partner."""
         if loss_weights.get('align') and self.spec.partner is None:
             raise ValueError(f"phase {name}: routine '{self.routine}' is a baseline without "
                              "translation alignment; drop the 'align' weight")
-        super().set_phase(name, loss_weights)
+        return super().check_phase(name, loss_weights)
 
     # ----------------------------------------------------------------------------- texts
     def _tokens(self, batch: Mapping[str, Any], kind: str) -> TokenBatch:

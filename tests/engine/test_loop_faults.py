@@ -1,0 +1,262 @@
+"""PhasedTrainLoop under faults: a resume reads no skipped data, bad phases and data languages
+are refused before anything trains, and a diverging loss stops the run at once."""
+from __future__ import annotations
+
+import copy
+import math
+import re
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.runner import Runner
+
+from tests.conftest import tiny_retriever_cfg
+from tests.engine.test_loops import PAIRS, PHASES, RecordingHook, loader, loop_of, make_cfg, train
+from xmr.datasets.synthetic.dataset import SyntheticPairDataset
+from xmr.engine import loops
+from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.engine.divergence import DivergenceMonitor, TrainingDivergedError
+from xmr.engine.loops import Phase
+from xmr.engine.resume import can_skip_at_sampler, skip_at_sampler
+from xmr.registry import DATASETS
+
+# cross_lingual crosses a pass of its loader (80 pairs at batch 8 = 10 batches): 4-16, then
+# cross_modal (16-20) shares that loader.
+LONG_PHASES = [PHASES[0], dict(PHASES[1], iters=12), PHASES[2]]
+
+
+@DATASETS.register_module(force=True)
+class CountingPairDataset(SyntheticPairDataset):
+    """The synthetic pairs, recording the index of every item read."""
+
+    reads: list[int] = []
+
+    def __getitem__(self, index: int) -> dict:
+        CountingPairDataset.reads.append(index)
+        return super().__getitem__(index)
+
+
+def sampler_order(size: int, seed: int, epoch: int) -> list[int]:
+    """MMEngine's DefaultSampler(shuffle=True) order, restated: a permutation seeded seed+epoch."""
+    generator = torch.Generator()
+    generator.manual_seed(seed + epoch)
+    return torch.randperm(size, generator=generator).tolist()
+
+
+def log_text(work_dir: Path) -> str:
+    return '\n'.join(path.read_text() for path in work_dir.glob('*/*.log'))
+
+
+@pytest.fixture(scope='module')
+def long_run(tmp_path_factory):
+    work_dir = tmp_path_factory.mktemp('long')
+    torch.manual_seed(0)
+    _, records = train(make_cfg(work_dir, phases=LONG_PHASES, checkpoint_interval=15))
+    return work_dir, records
+
+
+# ------------------------------------------------------------------ item 7: resume
+def test_resume_skips_at_the_sampler_reads_nothing_skipped_and_times_no_skip(
+        long_run, tmp_path, monkeypatch):
+    work_dir, uninterrupted = long_run
+    clock = types.SimpleNamespace(now=0.0)
+
+    def tick() -> float:
+        clock.now += 1.0
+        return clock.now
+
+    def slow_phase_entry(*args) -> None:
+        clock.now += 10_000.0  # what building caches or reading 3,290 batches would cost
+
+    monkeypatch.setattr('mmengine.hooks.iter_timer_hook.time', types.SimpleNamespace(time=tick))
+    monkeypatch.setattr(loops, 'prepare_feature_caches', slow_phase_entry)
+    cfg = make_cfg(tmp_path, phases=LONG_PHASES, resume_from=work_dir / 'iter_15.pth')
+    cfg.train_dataloader.dataset.type = 'CountingPairDataset'
+    cfg.log_level = 'INFO'
+    CountingPairDataset.reads.clear()
+    torch.manual_seed(123)
+    _, resumed = train(cfg)
+
+    assert [r['iter'] for r in resumed] == list(range(15, 20))
+    for mine, reference in zip(resumed, uninterrupted[15:]):
+        assert (mine['phase'], mine['lrs']) == (reference['phase'], pytest.approx(reference['lrs']))
+        assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-5, abs=1e-6)
+    # Iteration 15 is cross_lingual's batch 11 = batch 1 of its second pass; cross_modal then
+    # starts its own pass 0. Nothing before batch 1 of pass 1 is read.
+    assert CountingPairDataset.reads == (sampler_order(80, 3, 1)[8:16]
+                                         + sampler_order(80, 3, 0)[:32])
+    assert ('phase cross_lingual: resuming at iteration 15: skipped its first 11 batches at the '
+            'sampler (1 whole passes + 1 batches), none read') in log_text(tmp_path)
+    # The timer reads the fake clock twice per iteration (data time, then iteration time), so
+    # an iteration takes 2 s and ETA = 2 s x iterations left; the 10,000 s phase entries and
+    # the skip are not iterations.
+    assert [r['eta'] for r in resumed] == [8.0, 6.0, 4.0, 2.0, 0.0]
+
+
+def test_resume_from_a_checkpoint_without_optimiser_state_warns_that_adam_restarts(
+        long_run, tmp_path):
+    work_dir, _ = long_run
+    allow_mmengine_checkpoint_types()
+    checkpoint = torch.load(work_dir / 'iter_15.pth', map_location='cpu', weights_only=True)
+    del checkpoint['optimizer']
+    torch.save(checkpoint, tmp_path / 'best_mAR_iter_15.pth')
+    train(make_cfg(tmp_path, phases=LONG_PHASES, resume_from=tmp_path / 'best_mAR_iter_15.pth',
+                   stop_after=16))
+    assert ('phase cross_lingual: resumed at iteration 15 from a checkpoint without optimiser '
+            'state (best_*.pth keeps only weights): Adam restarts') in log_text(tmp_path)
+
+
+# ------------------------------------------------------------------ item 9: phase values
+@pytest.mark.parametrize('key, value, message', [
+    ('lr', 'fast', "lr='fast' must be a positive number"),
+    ('lr', 0, 'lr=0 must be a positive number'),
+    ('lr', math.inf, 'lr=inf must be a positive number'),
+    ('iters', 'abc', "iters must be a positive integer, got 'abc'"),
+    ('iters', 2.5, 'iters must be a positive integer, got 2.5'),
+    ('iters', True, 'iters must be a positive integer, got True'),
+    ('warmup_ratio', 1.0, r'warmup_ratio=1.0 must be a number in \[0, 1\)'),
+    ('min_lr_ratio', -0.1, r'min_lr_ratio=-0.1 must be a number in \[0, 1\]'),
+    ('schedule', 'cosin', "unknown schedule 'cosin'"),
+    ('trainable', 'language_branch', "trainable='language_branch' must be a non-empty list"),
+    ('trainable', [], r'trainable=\[\] must be a non-empty list'),
+    ('loss_weights', dict(cl='x'), r"loss_weights\['cl'\]='x' must be a finite number >= 0"),
+    ('loss_weights', dict(cl=math.nan), r"loss_weights\['cl'\]=nan must be a finite number"),
+    ('loss_weights', dict(cl=0), r"loss_weights=\{'cl': 0\} gives no loss a positive weight"),
+    ('lr_mult', dict(adapters=-1), r"lr_mult\['adapters'\]=-1 must be a finite number >= 0"),
+    ('validate_at_start', 'yes', "validate_at_start='yes' must be True or False"),
+    ('cache_features', 'yes', "cache_features='yes' must be True, False or a dict"),
+    ('dataloader', 3, 'dataloader=3 must be a dataloader dict or the name'),
+])
+def test_a_bad_phase_value_names_the_phase_key_and_value(key, value, message):
+    with pytest.raises(ValueError, match='phase cross_lingual: ' + message):
+        Phase.from_config(1, dict(PHASES[1], **{key: value}))
+
+
+def test_an_unknown_phase_key_names_the_phase_and_the_known_keys():
+    with pytest.raises(KeyError, match=r"phase 1 \(cross_lingual\): unknown keys \['itres'\]; "
+                                       r"a phase has \['cache_features', 'dataloader', "):
+        Phase.from_config(1, dict(PHASES[1], itres=8))
+
+
+@pytest.mark.parametrize('bad, message', [
+    (dict(lr='fast'), "phase cross_modal: lr='fast' must be a positive number"),
+    (dict(loss_weights=dict(cmm=1.0)), r"phase cross_modal: unknown loss weights \['cmm'\]"),
+])
+def test_the_last_phase_is_checked_when_the_loop_is_built(tmp_path, bad, message):
+    phases = copy.deepcopy(PHASES)
+    phases[2].update(bad)
+    with pytest.raises((ValueError, KeyError), match=message):
+        loop_of(make_cfg(tmp_path, phases=phases))
+
+
+def test_a_loss_the_model_cannot_run_is_refused_when_the_loop_is_built(tmp_path):
+    cfg = make_cfg(tmp_path, phases=[dict(PHASES[0]), dict(PHASES[2], trainable=['backbone'])])
+    cfg.model = tiny_retriever_cfg(language_branch=None)
+    with pytest.raises(ValueError, match=re.escape(
+            "phase cross_modal weights ['cm'] need a language_branch")):
+        loop_of(cfg)
+
+
+def runner_that_fails_before_training(cfg) -> tuple[Runner, pytest.ExceptionInfo]:
+    allow_mmengine_checkpoint_types()
+    runner = Runner.from_cfg(cfg)
+    with pytest.raises(ValueError) as error:
+        runner.train()
+    assert next(h for h in runner.hooks if isinstance(h, RecordingHook)).records == []
+    return runner, error
+
+
+def test_an_lr_mult_of_no_parameter_group_fails_before_the_first_step(tmp_path):
+    phases = copy.deepcopy(PHASES)
+    phases[2]['lr_mult'] = dict(adapter=0.1)
+    _, error = runner_that_fails_before_training(make_cfg(tmp_path, phases=phases))
+    assert str(error.value) == (
+        "phase cross_modal: lr_mult names ['adapter'], which are no parameter group of the "
+        "optimiser; it has ['backbone', 'language_branch.adapters', 'language_branch.embedding', "
+        "'losses']")
+
+
+# ------------------------------------------------------------------ item 10: data languages
+def test_a_val_language_without_adapters_fails_before_the_first_step(tmp_path):
+    cfg = make_cfg(tmp_path)
+    cfg.val_dataloader = dict(
+        batch_size=8, num_workers=0, sampler=dict(type='DefaultSampler', shuffle=False),
+        collate_fn=dict(type='xmr.retrieval_collate'),
+        dataset=dict(type='SyntheticRetrievalDataset', num_scenes=8, languages=['en', 'de', 'fr'],
+                     split='val', image_size=32, seed=0))
+    cfg.val_cfg = dict(type='ValLoop')
+    cfg.val_evaluator = dict(type='RetrievalMetric', languages=['en', 'de', 'fr'])
+    _, error = runner_that_fails_before_training(cfg)
+    assert str(error.value) == ("val dataset 0 (SyntheticRetrievalDataset): the model has no "
+                                "adapters for ['fr']; it reads ['en', 'de', 'zh']")
+
+
+def test_a_phase_language_without_adapters_fails_before_the_first_step(tmp_path):
+    phases = copy.deepcopy(PHASES)
+    phases[1]['dataloader'] = loader(dict(PAIRS, languages=['de', 'fr']))
+    _, error = runner_that_fails_before_training(make_cfg(tmp_path, phases=phases))
+    assert str(error.value) == ("phase cross_lingual dataset (cross_lingual): the model has no "
+                                "adapters for ['fr']; it reads ['en', 'de', 'zh']")
+
+
+# ------------------------------------------------------------------ item 11: divergence
+def test_a_huge_lr_stops_at_the_first_nan_and_keeps_the_last_finite_checkpoint(tmp_path):
+    phases = copy.deepcopy(PHASES[1:])
+    phases[0].update(lr=1e6, warmup_ratio=0.0, schedule='constant')
+    cfg = make_cfg(tmp_path, phases=phases, checkpoint_interval=1)
+    cfg.optim_wrapper.clip_grad = None
+    with pytest.raises(TrainingDivergedError, match=re.escape(
+            'phase cross_lingual: the loss is non-finite at iteration 2 (loss_cl=nan), 1 '
+            'iteration(s) in a row (nonfinite_patience=0)')):
+        train(cfg)
+    assert sorted(p.name for p in tmp_path.glob('*.pth')) == ['iter_1.pth']
+    assert (tmp_path / 'last_checkpoint').read_text().endswith('iter_1.pth')
+    checkpoint = torch.load(tmp_path / 'iter_1.pth', map_location='cpu', weights_only=True)
+    assert all(torch.isfinite(v).all() for v in checkpoint['state_dict'].values()
+               if v.is_floating_point())
+
+
+def test_patience_counts_consecutive_nonfinite_iterations():
+    finite, nan = dict(loss=torch.tensor(1.0)), dict(loss=torch.tensor(math.nan),
+                                                     loss_cm=torch.tensor(math.inf))
+    monitor = DivergenceMonitor(patience=2)
+    assert [monitor.check(o, 'cross_modal', i) for i, o in enumerate(
+        [finite, nan, nan, finite, nan, nan], start=1)] == [True, False, False, True, False,
+                                                             False]
+    with pytest.raises(TrainingDivergedError, match=re.escape(
+            'phase cross_modal: the loss is non-finite at iteration 7 (loss_cm=inf), 3 '
+            'iteration(s) in a row (nonfinite_patience=2)')):
+        monitor.check(nan, 'cross_modal', 7)
+    with pytest.raises(ValueError, match='nonfinite_patience must be an integer >= 0, got -1'):
+        DivergenceMonitor(-1)
+
+
+def test_fp16_steps_skipped_by_the_loss_scaler_are_not_divergence(tmp_path):
+    cfg = make_cfg(tmp_path, phases=[dict(PHASES[1], iters=3)])
+    # A scale of 2^40 overflows the fp16 gradients: the scaler skips steps, the loss is finite.
+    cfg.optim_wrapper.update(type='AutocastOptimWrapper', dtype='float16',
+                             loss_scale=dict(init_scale=2.0 ** 40))
+    runner, records = train(cfg)
+    assert len(records) == 3
+    assert runner.optim_wrapper.scaler.get_scale() < 2.0 ** 40
+
+
+def test_only_map_style_loaders_batched_by_torch_skip_at_the_sampler():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    assert can_skip_at_sampler(torch.utils.data.DataLoader(list(range(10)), batch_size=2))
+    assert not can_skip_at_sampler(torch.utils.data.DataLoader(Stream(), batch_size=2))
+    grouped = torch.utils.data.DataLoader(list(range(10)), batch_sampler=[[0, 5], [1, 6]])
+    assert not can_skip_at_sampler(grouped)
+
+
+def test_skip_at_sampler_drops_whole_batches_of_the_next_pass_only():
+    dataloader = torch.utils.data.DataLoader(list(range(10)), batch_size=3)
+    skip_at_sampler(dataloader, 2)
+    assert [b.tolist() for b in dataloader] == [[6, 7, 8], [9]]
+    assert [b.tolist() for b in dataloader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert len(dataloader) == 4

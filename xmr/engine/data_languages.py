@@ -1,0 +1,45 @@
+"""The caption languages of a run's data, checked against the model's before anything trains."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch.utils.data import Dataset
+
+from xmr.datasets.pairs import CaptionPairDataset
+from xmr.engine.feature_cache import CachedFeatureDataset
+
+
+def caption_languages(dataset: Dataset) -> list[str]:
+    """Languages of the captions a dataset hands the model.
+
+    A :class:`CaptionPairDataset` hands its ``target_langs`` (its annotation's ``languages``
+    may list more); other datasets state theirs as ``metainfo['languages']`` (pair datasets:
+    the target languages; galleries: every caption language, the source one included). A
+    :class:`CachedFeatureDataset` hands those of the dataset it wraps. A dataset that states
+    none yields ``[]``.
+    """
+    if isinstance(dataset, CachedFeatureDataset):
+        dataset = dataset.dataset
+    if isinstance(dataset, CaptionPairDataset):
+        return list(dataset.target_langs)
+    metainfo = getattr(dataset, 'metainfo', None) or {}
+    return list(metainfo.get('languages', []))
+
+
+def check_data_languages(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -> None:
+    """Fail unless the model reads every caption language of every dataset.
+
+    Args:
+        model: the retriever; a model without ``check_languages`` is not checked.
+        datasets: ``{what the dataset is, for the message: dataset}``, e.g.
+            ``{'phase cross_lingual dataset (train_dataloader)': ...}``.
+
+    Raises:
+        ValueError: naming the dataset, the languages without adapters and those the model reads.
+    """
+    check = getattr(model, 'check_languages', None)
+    if check is None:
+        return
+    for where, dataset in datasets.items():
+        check(caption_languages(dataset), where)

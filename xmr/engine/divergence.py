@@ -1,0 +1,89 @@
+"""Stopping a run whose loss is no longer finite, before any hook saves or validates that state."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from mmengine.dist import all_reduce, is_distributed
+
+
+class TrainingDivergedError(RuntimeError):
+    """The loss was non-finite for more consecutive iterations than the loop tolerates."""
+
+
+def nonfinite_terms(outputs: Mapping[str, Any]) -> dict[str, float]:
+    """The logged scalars of one iteration (``{'loss': ..., 'loss_cl': ...}``) that are NaN or inf.
+
+    The weighted terms are named when any is non-finite; the total ``loss`` only otherwise.
+    """
+    values = {name: float(value.detach()) if isinstance(value, torch.Tensor) else value
+              for name, value in outputs.items()
+              if not isinstance(value, torch.Tensor) or value.numel() == 1}
+    bad = {name: value for name, value in values.items()
+           if isinstance(value, float) and not math.isfinite(value)}
+    terms = {name: value for name, value in bad.items() if name != 'loss'}
+    return terms or bad
+
+
+def on_any_rank(flag: bool) -> bool:
+    """``flag`` or'ed over the processes, so that every rank stops at the same iteration."""
+    if not is_distributed():
+        return flag
+    count = torch.tensor([float(flag)])
+    all_reduce(count, op='sum')
+    return bool(count.item())
+
+
+class DivergenceMonitor:
+    """Counts consecutive iterations whose loss is non-finite and stops training past a patience.
+
+    The loss is what is checked, not the gradients: fp16's loss scaler skips steps whose
+    scaled gradients overflowed (``grad_norm: inf``) while the loss stays finite, and those
+    steps are not divergence.
+
+    Args:
+        patience: consecutive non-finite iterations tolerated; 0 stops at the first.
+    """
+
+    def __init__(self, patience: int = 0) -> None:
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise ValueError(f'nonfinite_patience must be an integer >= 0, got {patience!r}')
+        self.patience = patience
+        self.streak = 0
+
+    def check(self, outputs: Mapping[str, Any], phase: str, iteration: int) -> bool:
+        """Whether iteration ``iteration`` (1-based, as logged) of ``phase`` had a finite loss.
+
+        Raises:
+            TrainingDivergedError: the non-finite streak exceeds the patience; names the phase,
+                the iteration and the non-finite terms.
+        """
+        terms = nonfinite_terms(outputs)
+        if not on_any_rank(bool(terms)):
+            self.streak = 0
+            return True
+        self.streak += 1
+        if self.streak > self.patience:
+            named = ', '.join(f'{name}={value}' for name, value in terms.items())
+            raise TrainingDivergedError(
+                f'phase {phase}: the loss is non-finite at iteration {iteration} '
+                f'({named or "on another rank"}), {self.streak} iteration(s) in a row '
+                f'(nonfinite_patience={self.patience}); training stopped before any hook saw '
+                'this state, so the checkpoints already written hold the last finite one. '
+                "Lower the phase's lr or lengthen its warm-up, then resume from the last "
+                'checkpoint')
+        return False
+
+    def check_phase_end(self, phase: str) -> None:
+        """A phase may not end in a non-finite streak: its end would validate that state.
+
+        Raises:
+            TrainingDivergedError: naming the phase and the length of the streak.
+        """
+        if self.streak:
+            raise TrainingDivergedError(
+                f'phase {phase} ended with {self.streak} non-finite iteration(s) in a row; its '
+                "end is not validated nor saved. Lower the phase's lr or lengthen its warm-up, "
+                'then resume from the last checkpoint')
