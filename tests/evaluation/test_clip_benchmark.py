@@ -55,3 +55,26 @@ def test_files_are_plain_json_named_as_clip_benchmark_names_them(tmp_path):
     [path] = write_clip_benchmark([record], tmp_path / 'cb')
     assert path.name == 'xtd200_ckpt.pth_a_b_swh_Latn_zeroshot_retrieval.json'
     assert json.loads(path.read_text(encoding='utf-8')) == record
+
+
+def test_scored_datasets_of_single_and_multi_dataset_loops():
+    from types import SimpleNamespace
+
+    from xmr.evaluation import RetrievalMetric, scored_datasets
+
+    def loader(name):
+        return SimpleNamespace(dataset=SimpleNamespace(metainfo={'dataset': name}))
+
+    xm3600 = SimpleNamespace(metrics=[
+        RetrievalMetric(protocol='crossmodal3600', prefix='all'),
+        RetrievalMetric(protocol='crossmodal3600_first_caption', prefix='cb')])
+    single = SimpleNamespace(dataloader=loader('crossmodal3600'), evaluator=xm3600)
+    assert scored_datasets(single) == [
+        ScoredDataset('all', 'crossmodal3600', 'crossmodal3600'),
+        ScoredDataset('cb', 'crossmodal3600', 'crossmodal3600_first_caption')]
+    multi = SimpleNamespace(
+        dataloaders=[loader('xtd200'), loader('multi30k')],
+        evaluators=[SimpleNamespace(metrics=[RetrievalMetric(protocol='xtd200', prefix='x')]),
+                    SimpleNamespace(metrics=[RetrievalMetric(prefix='m')])])
+    assert scored_datasets(multi) == [ScoredDataset('x', 'xtd200', 'xtd200'),
+                                      ScoredDataset('m', 'multi30k', 'standard')]
