@@ -122,8 +122,11 @@ def test_flickr30k_200_script_and_its_errors(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match=r"'quz' \('quz'\) is not a FLORES-200 language"):
         _run('prepare_flickr30k_200.py', [*args, 'quz'], monkeypatch)
     with pytest.raises(SystemExit, match='caption file not found: .*ace_Arab.txt'):
-        _run('prepare_flickr30k_200.py', [*args, 'all'], monkeypatch)
+        _run('prepare_flickr30k_200.py', [*args, 'ace_Arab'], monkeypatch)
     assert not (tmp_path / 'out').exists()
+    (release / 'eng_Latn.txt').write_text('A man.\nA dog.\n', encoding='utf-8')
+    _run('prepare_flickr30k_200.py', [*args, 'all'], monkeypatch)
+    assert load_annotation(tmp_path / 'out' / 'flickr30k_200_test.json').languages == ['en', 'sw']
     _run('prepare_flickr30k_200.py', [*args, 'swh_Latn'], monkeypatch)
     ann = load_annotation(tmp_path / 'out' / 'flickr30k_200_test.json')
     assert ann.dataset == 'flickr30k_200' and ann.languages == ['sw']

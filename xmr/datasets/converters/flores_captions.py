@@ -47,7 +47,7 @@ def convert_flores_captions(dataset: str, captions_dir: str | os.PathLike,
         dataset: ``'xtd200'`` or ``'flickr30k_200'``.
         captions_dir: folder with the ``<flores code>.txt`` files and the image list.
         languages: languages in any accepted form (``sw``, ``swh_Latn``); ``['all']`` takes
-            every FLORES-200 language.
+            every FLORES-200 caption file of ``captions_dir``.
         images_dir: the image folder; when given, every image must exist.
         media_path: ``(file name, origin) -> path`` relative to the image folder; default the
             bare file name.
@@ -59,7 +59,8 @@ def convert_flores_captions(dataset: str, captions_dir: str | os.PathLike,
         raise ConversionError(f'unknown dataset {dataset!r}; choose one of {list(IMAGE_LISTS)}')
     captions_dir = Path(captions_dir)
     if list(languages) == ['all']:
-        languages = list(FLORES200_TO_CANONICAL)
+        languages = sorted(path.stem for path in captions_dir.glob('*.txt')
+                           if path.stem in FLORES200_TO_CANONICAL)
     languages = canonical_languages(languages, '--languages')
     list_path = captions_dir / IMAGE_LISTS[dataset]
     names = read_lines(list_path, what='image list')
