@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 
 __all__ = ['LanguageCodeError', 'FLORES200_TO_CANONICAL', 'ISO639_1', 'normalize_language',
            'normalize_languages', 'is_language_alias', 'flores_code', 'release_code']
@@ -92,7 +93,7 @@ _OTHER_CANONICAL = frozenset({'fil', 'quz'})
 _DATASET_ALIASES = {
     'jp': 'ja', 'zh-cn': 'zh', 'zh-sg': 'zh', 'zh-hans': 'zh', 'zh-tw': 'zh-Hant',
     'zh-hk': 'zh-Hant', 'zh-mo': 'zh-Hant', 'iw': 'he', 'in': 'id', 'ji': 'yi', 'zho': 'zh',
-    'swa': 'sw', 'msa': 'ms', 'fas': 'fa', 'ara': 'ar', 'aze': 'az', 'est': 'et', 'lav': 'lv',
+    'swa': 'sw', 'msa': 'ms', 'fas': 'fa', 'ara': 'ar', 'aze': 'az', 'lav': 'lv',
     'mon': 'mn', 'nep': 'ne', 'ori': 'or', 'mlg': 'mg', 'uzb': 'uz', 'orm': 'om', 'sqi': 'sq',
     'yid': 'yi', 'pus': 'ps', 'kur': 'ku', 'nor': 'no',
 }
@@ -154,8 +155,7 @@ def normalize_language(code: str, where: str = 'language code') -> str:
         'language codes section of docs/data.md')
 
 
-def normalize_languages(codes: list[str] | tuple[str, ...], where: str = 'languages'
-                        ) -> list[str]:
+def normalize_languages(codes: Sequence[str], where: str = 'languages') -> list[str]:
     """:func:`normalize_language` of each code; two codes of one language are an error.
 
     Raises:
