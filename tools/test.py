@@ -6,6 +6,9 @@ Markdown table (one row per model, one column per language plus the mean or sum,
 Tables 1 and 2) and writes the metrics as ``<checkpoint>_test.json`` and the table as
 ``<checkpoint>_test.csv`` next to the checkpoint (or at ``--out``).
 
+``--format clip_benchmark`` also writes CLIP_benchmark's JSON, one file per dataset and language,
+into ``<result>_clip_benchmark/`` beside the result (docs/evaluation.md).
+
 ``python tools/test.py --compare a.json b.json ...`` prints earlier results side by side; with
 CONFIG and CHECKPOINT as well, the new result is the last row.
 """
@@ -32,6 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         'default: <checkpoint>_test.json next to the checkpoint')
     parser.add_argument('--name', help='row label of this model (default: "<config name> '
                         '(<checkpoint name>)")')
+    parser.add_argument('--format', choices=['xmr', 'clip_benchmark'], default='xmr',
+                        help="clip_benchmark: also write CLIP_benchmark's JSON per dataset and "
+                        'language into <result>_clip_benchmark/')
     parser.add_argument('--compare', nargs='+', metavar='JSON',
                         help='result files of earlier runs to show side by side')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
@@ -46,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error('give CONFIG and CHECKPOINT to test, or --compare JSON ...')
     if args.config is None and (args.out or args.work_dir or args.cfg_options or args.name):
         parser.error('--out, --work-dir, --name and --cfg-options need CONFIG and CHECKPOINT')
+    if args.config is None and args.format != 'xmr':
+        parser.error('--format clip_benchmark needs CONFIG and CHECKPOINT')
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
 
@@ -98,13 +106,18 @@ def check_test_languages(runner, model) -> None:
 
 
 def run_test(args: argparse.Namespace):
-    """Test the checkpoint; return its :class:`~xmr.evaluation.EvaluationResult`."""
+    """Test the checkpoint; return its :class:`~xmr.evaluation.EvaluationResult` and metrics.
+
+    The second value lists the test metrics with their datasets
+    (:func:`~xmr.evaluation.scored_datasets`); with ``--format clip_benchmark`` they must include
+    one CLIP_benchmark can be compared with, checked before any encoding.
+    """
     from mmengine.model import is_model_wrapper
     from mmengine.runner import Runner
 
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
     from xmr.engine.distributed import setup_cpu_distributed
-    from xmr.evaluation import EvaluationResult
+    from xmr.evaluation import EvaluationResult, clip_benchmark_records, scored_datasets
 
     cfg = build_config(args)
     setup_cpu_distributed(cfg, args.launcher)
@@ -113,6 +126,9 @@ def run_test(args: argparse.Namespace):
     try:
         meta = load_trained_checkpoint(model, args.checkpoint)
         check_test_languages(runner, model)
+        scored = scored_datasets(runner.test_loop)
+        if args.format == 'clip_benchmark':
+            clip_benchmark_records({}, scored, '', '')
     except (CheckpointMismatchError, ValueError) as error:
         raise SystemExit(f'error: {error}') from error
     metrics = runner.test()
@@ -123,7 +139,21 @@ def run_test(args: argparse.Namespace):
     if 'iter' in meta:
         extra['iter'] = int(meta['iter'])
     return EvaluationResult(name=name, metrics=dict(metrics), config=str(args.config),
-                            checkpoint=str(args.checkpoint), extra=extra)
+                            checkpoint=str(args.checkpoint), extra=extra), scored
+
+
+def write_clip_benchmark_files(args: argparse.Namespace, result, scored, json_path: Path) -> Path:
+    """CLIP_benchmark's files of ``result`` in ``<result>_clip_benchmark/``; return the folder.
+
+    ``model`` is ``--name`` or the config's name, ``pretrained`` the checkpoint.
+    """
+    from xmr.evaluation import clip_benchmark_records, write_clip_benchmark
+
+    model = args.name or osp.splitext(osp.basename(args.config))[0]
+    folder = json_path.with_name(f'{json_path.stem}_clip_benchmark')
+    write_clip_benchmark(clip_benchmark_records(result.metrics, scored, model,
+                                                str(args.checkpoint)), folder)
+    return folder
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -140,12 +170,14 @@ def main(argv: list[str] | None = None) -> None:
         except (FileNotFoundError, ValueError) as error:
             raise SystemExit(f'error: {error}') from error
     if args.config is not None:
-        result = run_test(args)
+        result, scored = run_test(args)
         if not is_main_process():
             return
         json_path, csv_path = output_paths(args)
         save_result(json_path, result)
         write_csv(csv_path, [result])
+        if args.format == 'clip_benchmark':
+            print(f'clip_benchmark: {write_clip_benchmark_files(args, result, scored, json_path)}')
         results.append(result)
     try:
         table = leaderboard_markdown(results)

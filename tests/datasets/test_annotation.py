@@ -54,7 +54,7 @@ def test_loader_names_file_item_and_key(tmp_path):
     (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': ['y']}, {'ja': ['1']}),
                  MediaRecord('a', 'b.jpg', {'en': ['x'], 'cs': ['y']}, {'ja': ['1']})]),
      r"item 1: media_id 'a' repeats item 0"),
-    (dict(languages=['en', 'Czech']), r"languages holds 'Czech', not a language code"),
+    (dict(languages=['en', 'Czech']), r"languages: unknown language code 'Czech'"),
     (dict(media_type='audio'), r"media_type must be one of \('image', 'video'\)"),
     (dict(source_lang=None), 'translation_langs is set but source_lang is missing'),
     (dict(source_lang='de'), "source_lang 'de' is not one of the caption languages"),

@@ -14,7 +14,10 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / 'configs' / '_base_' / 'datas
 # The file-based benchmarks; synthetic.py (generated on the fly) is tested with the demo;
 # loaders.py (dataloader defaults) and cc300k_train.py (zero-shot training) are parts of the others.
 PARTS = ('synthetic', 'loaders', 'cc300k_train')
-CONFIGS = sorted(p for p in CONFIG_DIR.glob('*.py') if p.stem not in PARTS)
+# Test-only benchmarks (no training or validation split), with their converters' outputs.
+EVAL_ONLY = {'crossmodal3600': 'crossmodal3600_test.json', 'xtd200': 'xtd200_test.json',
+             'flickr30k_200': 'flickr30k_200_test.json'}
+CONFIGS = sorted(p for p in CONFIG_DIR.glob('*.py') if p.stem not in (*PARTS, *EVAL_ONLY))
 # File names the converters write (cc300k_train.json is prepare_cc3m.py's documented --out).
 CONVERTER_OUTPUTS = {
     *(f'multi30k_{s}.json' for s in ('train', 'val', 'test', 'test_5captions')),
@@ -79,3 +82,34 @@ def test_config_builds_its_datasets(path, tmp_path):
         assert len(dataset) >= 1, name
         assert dataset.test_mode == (dataset_cfg['type'] == 'RetrievalDataset'), name
         assert dataloader.collate_fn([None])['batch_size'] == 0, name
+
+
+@pytest.mark.parametrize('name', EVAL_ONLY)
+def test_eval_only_benchmark_builds_its_test_set_and_metrics(name, tmp_path):
+    from mmengine.evaluator import Evaluator
+
+    import xmr  # noqa: F401  (registers RetrievalMetric)
+
+    cfg = Config.fromfile(CONFIG_DIR / f'{name}.py')
+    # loaders.py's defaults only: the benchmark gives no training or validation data.
+    assert 'dataset' not in cfg.train_dataloader and 'dataset' not in cfg.val_dataloader
+    loader = cfg.test_dataloader
+    assert not loader['sampler']['shuffle'] and not loader['drop_last']
+    dataset_cfg = dict(loader['dataset'], languages=['en', 'swh_Latn'])
+    ann_file = Path(dataset_cfg['ann_file'])
+    assert ann_file.name == EVAL_ONLY[name]
+    root = tmp_path / dataset_cfg['data_root']
+    dump_annotation(Annotation(dataset=name, split='test', media_type='image',
+                               languages=['en', 'sw'], source_lang='en',
+                               items=[MediaRecord('m', 'm.jpg', {'en': ['x'], 'sw': ['y']})]),
+                    root / ann_file)
+    dataset_cfg['data_root'] = str(root)
+    with DefaultScope.overwrite_default_scope('xmr'):
+        dataloader = Runner.build_dataloader(dict(loader, dataset=dataset_cfg, num_workers=0,
+                                                  persistent_workers=False))
+        evaluator = Evaluator(cfg.test_evaluator)
+    assert dataloader.dataset.metainfo['languages'] == ['en', 'sw']
+    assert [metric.protocol for metric in evaluator.metrics] == (
+        ['crossmodal3600', 'crossmodal3600_first_caption'] if name == 'crossmodal3600'
+        else [name])
+    assert cfg.test_cfg == dict(type='TestLoop')

@@ -119,3 +119,12 @@ def test_bad_result_files_are_named(tmp_path):
         {'format': 'xmr-test-result', 'version': 1, 'metrics': {'mAR': 'high'}}))
     with pytest.raises(ValueError, match=r'text\.json: metrics must map keys to numbers'):
         load_result(tmp_path / 'text.json')
+
+
+def test_loaded_results_use_canonical_language_codes(tmp_path):
+    from xmr.evaluation import EvaluationResult, load_result, save_result
+
+    save_result(tmp_path / 'old.json', EvaluationResult('old', {
+        'xtd10/jp/t2i_R@10': 40.0, 'nllb/swh_Latn/AR': 5.0, 'nllb/mAR': 5.0, 'AR': 1.0}))
+    assert load_result(tmp_path / 'old.json').metrics == {
+        'xtd10/ja/t2i_R@10': 40.0, 'nllb/sw/AR': 5.0, 'nllb/mAR': 5.0, 'AR': 1.0}

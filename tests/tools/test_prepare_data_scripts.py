@@ -21,7 +21,8 @@ def _run(script: str, args: list[str], monkeypatch) -> None:
 def test_every_converter_has_a_script():
     names = {path.stem for path in TOOLS.glob('*.py')}
     assert {f'prepare_{name}' for name in ('multi30k', 'mscoco', 'flickr30k', 'xtd10', 'cc3m',
-                                           'msrvtt')} <= names
+                                           'msrvtt', 'crossmodal3600', 'xtd200',
+                                           'flickr30k_200')} <= names
     assert {'attach_translations', 'export_source_captions'} <= names
 
 

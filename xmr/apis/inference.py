@@ -20,6 +20,7 @@ from mmengine.runner.checkpoint import CheckpointLoader, load_state_dict
 from mmengine.utils import import_modules_from_strings
 from torch import Tensor
 
+from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import read_image, read_video_frames
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.models.retriever import CrossLingualRetriever
@@ -163,6 +164,7 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
         ``[N, E]`` L2-normalised float32 on the CPU.
     """
     texts = [texts] if isinstance(texts, str) else list(texts)
+    lang = normalize_language(lang, 'encode_texts lang')
     check_languages(model, [lang])
     if not texts:
         raise ValueError('no texts to encode')

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from xmr.datasets.languages import LanguageCodeError, normalize_language, normalize_languages
 
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
@@ -38,8 +39,6 @@ __all__ = [
 ANNOTATION_FORMAT = 'xmr-media-captions'
 ANNOTATION_VERSION = 1
 MEDIA_TYPES = ('image', 'video')
-# ISO 639-1/-3 code with an optional region or script subtag (``zh``, ``pt-BR``, ``zh-Hant``).
-_LANGUAGE_CODE = re.compile(r'^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$')
 _HEADER_KEYS = ('format', 'version', 'dataset', 'split', 'media_type', 'languages', 'items')
 _ITEM_KEYS = {'media_id', 'media_path', 'captions', 'translations', 'back_translations'}
 
@@ -185,9 +184,13 @@ def _check_languages(value: Any, key: str, origin: str, allow_empty: bool) -> No
         raise AnnotationError(f'{origin}: {key} must be a {"" if allow_empty else "non-empty "}'
                               f'list of language codes, got {value!r}')
     for code in value:
-        if not isinstance(code, str) or not _LANGUAGE_CODE.match(code):
-            raise AnnotationError(f'{origin}: {key} holds {code!r}, not a language code such '
-                                  "as 'de' or 'zh-Hant'")
+        try:
+            canonical = normalize_language(code, f'{origin}: {key}')
+        except LanguageCodeError as error:
+            raise AnnotationError(str(error)) from error
+        if canonical != code:
+            raise AnnotationError(f'{origin}: {key} holds {code!r}; write its canonical code '
+                                  f'{canonical!r} (docs/data.md, language codes)')
     if len(set(value)) != len(value):
         raise AnnotationError(f'{origin}: {key} lists a language twice: {value}')
 
@@ -280,8 +283,43 @@ def annotation_from_json(data: Any, origin: str) -> Annotation:
                      source_lang=data.get('source_lang'),
                      translation_langs=data.get('translation_langs', []),
                      back_translation_langs=data.get('back_translation_langs', []))
+    _canonical_languages(ann, origin)
     ann.validate(origin)
     return ann
+
+
+def _canonical_languages(ann: Annotation, origin: str) -> None:
+    """Rename every language code of ``ann`` to its canonical form (``jp`` -> ``ja``), in place.
+
+    Codes that are no language, or lists that are no lists, are left for ``validate`` to name.
+    """
+    try:
+        renamed = {key: _renamed(getattr(ann, key), f'{origin}: {key}')
+                   for key in ('languages', 'translation_langs', 'back_translation_langs')}
+        if isinstance(ann.source_lang, str):
+            ann.source_lang = normalize_language(ann.source_lang, f'{origin}: source_lang')
+    except LanguageCodeError as error:
+        raise AnnotationError(str(error)) from error
+    for key, codes in renamed.items():
+        setattr(ann, key, codes)
+    for record in ann.items:
+        for key in ('captions', 'translations', 'back_translations'):
+            texts = getattr(record, key)
+            if isinstance(texts, dict):
+                setattr(record, key, {_renamed_key(lang): value for lang, value in texts.items()})
+
+
+def _renamed(codes: Any, where: str) -> Any:
+    if not isinstance(codes, list) or not all(isinstance(code, str) for code in codes):
+        return codes
+    return normalize_languages(codes, where)
+
+
+def _renamed_key(code: Any) -> Any:
+    try:
+        return normalize_language(code)
+    except LanguageCodeError:
+        return code
 
 
 def load_annotation(path: str | os.PathLike) -> Annotation:

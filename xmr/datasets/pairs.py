@@ -9,6 +9,7 @@ import numpy as np
 
 from xmr.datasets.base import MediaCaptionDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.datasets.languages import normalize_languages
 from xmr.registry import DATASETS
 
 __all__ = ['CaptionPairDataset', 'TARGET_FIELDS', 'TRANSLATED_TEXTS']
@@ -64,7 +65,9 @@ class CaptionPairDataset(MediaCaptionDataset):
                 raise ValueError('source_only items have no target language; drop target_langs')
             self.target_langs: list[str] = []
         else:
-            self.target_langs = list(available if target_langs is None else target_langs)
+            self.target_langs = normalize_languages(list(
+                available if target_langs is None else target_langs),
+                'CaptionPairDataset target_langs')
             missing = [lang for lang in self.target_langs if lang not in available]
             if missing or not self.target_langs:
                 raise ValueError(f'{self.ann_file} has no {target_field} in {missing or "any"} '

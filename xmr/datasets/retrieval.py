@@ -7,6 +7,7 @@ from typing import Any
 
 from xmr.datasets.base import MediaCaptionDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.datasets.languages import normalize_languages
 from xmr.registry import DATASETS
 
 __all__ = ['RetrievalDataset']
@@ -38,8 +39,10 @@ class RetrievalDataset(MediaCaptionDataset):
                  **kwargs: Any) -> None:
         super().__init__(ann_file, test_mode=test_mode, **kwargs)
         ann = self.annotation
-        self.languages = list(ann.languages if languages is None else languages)
-        self.translated_languages = list(translated_languages)
+        self.languages = normalize_languages(list(
+            ann.languages if languages is None else languages), 'RetrievalDataset languages')
+        self.translated_languages = normalize_languages(list(translated_languages),
+                                                        'RetrievalDataset translated_languages')
         missing = [lang for lang in self.languages if lang not in ann.languages]
         if missing:
             raise ValueError(f'{self.ann_file} has no {missing} captions; it has '
@@ -49,7 +52,8 @@ class RetrievalDataset(MediaCaptionDataset):
         if missing:
             raise ValueError(f'{self.ann_file} has no {missing} translations; it has '
                              f'{ann.translation_langs}')
-        self.back_translated_languages = list(back_translated_languages)
+        self.back_translated_languages = normalize_languages(
+            list(back_translated_languages), 'RetrievalDataset back_translated_languages')
         missing = [lang for lang in self.back_translated_languages
                    if lang not in ann.back_translation_langs]
         if missing:

@@ -21,7 +21,8 @@ keys of its own, such as the ``mAR`` across datasets of
 :class:`~xmr.engine.eval_loops.MultiDatasetValLoop`, becomes a last column.
 
 Results are saved as JSON (every metric, plus where it came from) and the table as CSV;
-:func:`load_result` reads a JSON back for side-by-side comparisons.
+:func:`load_result` reads a JSON back for side-by-side comparisons, renaming language codes to the
+canonical ones (``jp`` -> ``ja``, ``swh_Latn`` -> ``sw``; ``xmr.datasets.languages``).
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from xmr.datasets.languages import is_language_alias, normalize_language
 
 __all__ = [
     'HEADLINES', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult', 'format_table',
@@ -242,9 +245,17 @@ def load_result(path: str | os.PathLike) -> EvaluationResult:
     if not isinstance(metrics, dict) or not all(_is_number(v) for v in metrics.values()):
         raise ValueError(f'{path}: metrics must map keys to numbers')
     known = {'format', 'version', 'name', 'config', 'checkpoint', 'metrics'}
+    metrics = {_canonical_key(key): value for key, value in metrics.items()}
     return EvaluationResult(name=str(data.get('name') or path.stem), metrics=metrics,
                       config=data.get('config'), checkpoint=data.get('checkpoint'),
                       extra={k: v for k, v in data.items() if k not in known})
+
+
+def _canonical_key(key: str) -> str:
+    """``xtd10/jp/t2i_R@10`` -> ``xtd10/ja/t2i_R@10``: results written before (or outside) xmr's
+    canonical codes line up with today's columns."""
+    return '/'.join(normalize_language(part) if is_language_alias(part) else part
+                    for part in key.split('/'))
 
 
 def _union_columns(results: Sequence[EvaluationResult]) -> list[Column]:

@@ -12,6 +12,11 @@ protocol                  galleries                                             
 ``text_to_video``         all clips (Multi-MSRVTT 1k-A: 1,000 clips, one caption)     t2i
 ``xtd10_t2i_r10``         all 1,000 XTD10 images (M-CLIP: text→image R@10)            t2i
 ``xtd10_fewshot``         the 900 test images of the seed-42 split (PECTVLM)          t2i, i2t
+``crossmodal3600``        all 3,600 images, all captions of the language              t2i, i2t
+``crossmodal3600_first_   all 3,600 images, each with only its first caption           t2i, i2t
+caption``                 (CLIP_benchmark)
+``xtd200``                all 1,000 XTD images, one NLLB caption each                 t2i, i2t
+``flickr30k_200``         all 1,000 Flickr30K 1K-test images, one NLLB caption each   t2i, i2t
 ========================  ==========================================================  ==========
 
 Within a gallery, a language is evaluated on the media that have at least one caption in it, so
@@ -48,11 +53,14 @@ class Protocol:
         name: registry key in :data:`PROTOCOLS`.
         directions: directions scored unless the caller asks for others.
         gallery_size: the number of media the protocol is defined on; ``None`` for any.
+        captions_per_media: how many of a media's captions (its first ones, in file order) the
+            protocol ranks; ``None`` for all.
     """
 
     name: str
     directions: tuple[str, ...]
     gallery_size: int | None
+    captions_per_media: int | None = None
 
 
 PROTOCOLS: dict[str, Protocol] = {
@@ -63,6 +71,10 @@ PROTOCOLS: dict[str, Protocol] = {
         Protocol('text_to_video', ('t2i',), None),
         Protocol('xtd10_t2i_r10', ('t2i',), 1000),
         Protocol('xtd10_fewshot', DIRECTIONS, 1000),
+        Protocol('crossmodal3600', DIRECTIONS, 3600),
+        Protocol('crossmodal3600_first_caption', DIRECTIONS, 3600, captions_per_media=1),
+        Protocol('xtd200', DIRECTIONS, 1000),
+        Protocol('flickr30k_200', DIRECTIONS, 1000),
     )
 }
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from mmengine.model import BaseModel
 from torch import nn
 
+from xmr.datasets.languages import normalize_languages
 from xmr.models.backbones.base import TokenOutput
 from xmr.models.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
 from xmr.models.language.tokenizers import TokenBatch
@@ -91,7 +92,7 @@ class DualEncoderRetriever(BaseModel):
         if not hasattr(self.backbone, 'encode_text_tokens'):
             raise TypeError(f'{type(self.backbone).__name__} is not a VisionLanguageBackbone '
                             'with token-level encoders')
-        self.languages = list(languages)
+        self.languages = normalize_languages(list(languages), 'DualEncoderRetriever languages')
         self.source_language, self.train_text = source_language, train_text
         self.disentangler = None
         if disentangler is not None:

@@ -100,3 +100,14 @@ def test_short_caption_file_and_bad_names_are_named(xtd, tmp_path):
     short.write_text('\n'.join(['photo.jpg'] + names[1:]))
     with pytest.raises(ConversionError, match=r"names\.txt line 1: 'photo\.jpg' is not a COCO"):
         convert_xtd10(root, image_names=short)
+
+
+def test_release_code_jp_is_read_as_ja_whichever_code_is_asked_for(tmp_path):
+    from xmr.datasets.converters.xtd10 import convert_xtd10
+
+    (tmp_path / 'test_image_names.txt').write_text('COCO_val2014_000000000042.jpg\n')
+    (tmp_path / 'test_1kcaptions_en.txt').write_text('a cat\n')
+    (tmp_path / 'test_1kcaptions_jp.txt').write_text('猫\n', encoding='utf-8')
+    for asked in (['en', 'ja'], ['en', 'jp'], ['eng_Latn', 'jpn_Jpan']):
+        ann = convert_xtd10(tmp_path, languages=asked)
+        assert ann.languages == ['en', 'ja'] and ann.items[0].captions['ja'] == ['猫']

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.languages import LanguageCodeError, normalize_languages
 
 __all__ = ['read_lines', 'require_file', 'find_first', 'require_same_length',
-           'check_media_exist', 'parse_lang_paths']
+           'check_media_exist', 'parse_lang_paths', 'canonical_languages']
 
 _UTF8_BOM = '\ufeff'
 
@@ -151,3 +152,15 @@ def parse_lang_paths(pairs: Sequence[str] | None, option: str,
             raise ConversionError(f'{option} names {lang!r} twice')
         parsed[lang] = Path(path)
     return parsed
+
+
+def canonical_languages(codes: Sequence[str], option: str) -> list[str]:
+    """The canonical codes of languages asked for on a command line (``jp`` -> ``ja``).
+
+    Raises:
+        ConversionError: naming the option, the code and the accepted forms.
+    """
+    try:
+        return normalize_languages(list(codes), option)
+    except LanguageCodeError as error:
+        raise ConversionError(str(error)) from error

@@ -27,14 +27,18 @@ import torch
 
 from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
 from xmr.datasets.converters.errors import ConversionError
-from xmr.datasets.converters.raw_files import check_media_exist, read_lines, require_same_length
+from xmr.datasets.converters.raw_files import (
+    canonical_languages,
+    check_media_exist,
+    read_lines,
+    require_same_length,
+)
+from xmr.datasets.languages import release_code
 
-__all__ = ['XTD10_LANGUAGES', 'RELEASE_LANGUAGE_CODES', 'coco_image_path', 'convert_xtd10',
+__all__ = ['XTD10_LANGUAGES', 'coco_image_path', 'convert_xtd10',
            'few_shot_splits', 'main']
 
 XTD10_LANGUAGES = ('en', 'de', 'fr', 'es', 'it', 'ja', 'ko', 'pl', 'ru', 'tr', 'zh')
-# ISO code -> the code the release uses in its file names.
-RELEASE_LANGUAGE_CODES = {'ja': 'jp'}
 _COCO_NAME = re.compile(r'^COCO_(train2014|val2014|test2014)_\d+\.jpg$')
 
 
@@ -60,19 +64,20 @@ def convert_xtd10(xtd_dir: str | os.PathLike, images_dir: str | os.PathLike | No
         xtd_dir: folder with ``test_1kcaptions_{lang}.txt``.
         images_dir: COCO image folder holding ``train2014/`` and ``val2014/``; when given,
             every image must exist.
-        languages: ISO codes to convert.
+        languages: languages to convert, in any accepted form (``ja`` or the release's ``jp``).
         image_names: the image list (default ``<xtd_dir>/test_image_names.txt``).
 
     Raises:
         ConversionError: naming the file at fault and what is wrong.
     """
     xtd_dir = Path(xtd_dir)
+    languages = canonical_languages(languages, '--languages')
     list_path = Path(image_names) if image_names is not None else (
         xtd_dir / 'test_image_names.txt')
     names = read_lines(list_path, what='image list')
     paths = [coco_image_path(name, f'image list {list_path} line {number}')
              for number, name in enumerate(names, start=1)]
-    files = {lang: xtd_dir / f'test_1kcaptions_{RELEASE_LANGUAGE_CODES.get(lang, lang)}.txt'
+    files = {lang: xtd_dir / f"test_1kcaptions_{release_code('xtd10', lang)}.txt"
              for lang in languages}
     captions = {path: read_lines(path) for path in files.values()}
     require_same_length((list_path, len(names)), captions)

@@ -10,6 +10,7 @@ from mmengine.evaluator import BaseMetric
 from mmengine.logging import print_log
 from torch import Tensor
 
+from xmr.datasets.languages import normalize_language, normalize_languages
 from xmr.evaluation.protocols import (
     DIRECTIONS,
     I2T_MODES,
@@ -46,6 +47,9 @@ class RetrievalMetric(BaseMetric):
     of text→media R@1 (DASD Table 2); ``mean_t2i_R@10`` (``xtd10_t2i_r10``, M-CLIP);
     ``{lang}/mean_R@1`` and ``mean_R@1`` (``xtd10_fewshot``, PECTVLM: the mean of the R@1 of both
     directions). MMEngine puts ``prefix + '/'`` in front of every key.
+
+    Language codes may be given in any form :func:`~xmr.datasets.languages.normalize_language`
+    accepts (``swh_Latn``, ``jp``); keys use the canonical codes (``sw``, ``ja``).
 
     Args:
         languages: languages to evaluate; ``None`` evaluates every language some item has a
@@ -102,9 +106,10 @@ class RetrievalMetric(BaseMetric):
         if self.search.get('index', 'flat') not in INDEX_TYPES:
             raise ValueError(f"search index must be one of {INDEX_TYPES}, got "
                              f"'{self.search['index']}'.")
-        self.languages = tuple(languages) if languages is not None else None
-        self.source_language = source_language
-        self.mean_languages = tuple(mean_languages) if mean_languages is not None else None
+        self.languages = _canonical(languages, 'RetrievalMetric languages')
+        self.source_language = normalize_language(source_language,
+                                                  'RetrievalMetric source_language')
+        self.mean_languages = _canonical(mean_languages, 'RetrievalMetric mean_languages')
         if self.languages is not None and self.mean_languages is not None:
             outside = [lang for lang in self.mean_languages if lang not in self.languages]
             if outside:
@@ -152,7 +157,8 @@ class RetrievalMetric(BaseMetric):
             folds=self.folds, shots=self.fewshot_shots, split_seed=self.fewshot_seed)
         per_language = {}
         for lang in languages:
-            gallery = _language_gallery(items, media, lang)
+            gallery = _language_gallery(items, media, lang,
+                                        PROTOCOLS[self.protocol].captions_per_media)
             try:
                 scores = evaluate_protocol(gallery, galleries, directions=self.directions,
                                            recall_ks=self.recall_ks, i2t_mode=self.i2t_mode,
@@ -243,6 +249,10 @@ class RetrievalMetric(BaseMetric):
         print_log('\n'.join(lines), logger='current', level=logging.INFO)
 
 
+def _canonical(codes: Sequence[str] | None, where: str) -> tuple[str, ...] | None:
+    return None if codes is None else tuple(normalize_languages(list(codes), where))
+
+
 def _checked_item(sample: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(sample, Mapping):
         raise TypeError(f'RetrievalMetric expects one dict per gallery item from val_step, got '
@@ -304,9 +314,11 @@ def _unique_items(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-def _language_gallery(items: list[dict[str, Any]], media: Tensor, lang: str) -> LanguageGallery:
+def _language_gallery(items: list[dict[str, Any]], media: Tensor, lang: str,
+                      captions_per_media: int | None) -> LanguageGallery:
     width = media.shape[1]
-    rows = [item['caption_embeddings'].get(lang, media.new_zeros(0, width)) for item in items]
+    rows = [item['caption_embeddings'].get(lang, media.new_zeros(0, width))[:captions_per_media]
+            for item in items]
     owners = torch.repeat_interleave(torch.arange(len(items)),
                                      torch.tensor([r.shape[0] for r in rows]))
     return LanguageGallery(media, torch.cat(rows), owners)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from xmr.datasets.languages import normalize_languages
 from xmr.models.adapters.base import AdapterContext, BaseAdapter
 from xmr.models.adapters.slots import LanguageAdapters
 from xmr.models.language.tokenizers import TokenBatch
@@ -59,7 +60,7 @@ class TargetLanguageBranch(nn.Module):
         object.__setattr__(self, 'tower', tower)
         if not languages:
             raise ValueError('the target-language branch needs at least one language')
-        self.languages = list(languages)
+        self.languages = normalize_languages(list(languages), 'TargetLanguageBranch languages')
         self.tokenizer = TOKENIZERS.build(tokenizer)
         if self.tokenizer.max_length > tower.context_length:
             raise ValueError(f'target tokenizer max_length {self.tokenizer.max_length} exceeds the '

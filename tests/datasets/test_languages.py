@@ -1,0 +1,95 @@
+import json
+
+import pytest
+
+from xmr.datasets.annotation import (
+    Annotation,
+    AnnotationError,
+    MediaRecord,
+    dump_annotation,
+    load_annotation,
+)
+from xmr.datasets.languages import (
+    FLORES200_TO_CANONICAL,
+    LanguageCodeError,
+    flores_code,
+    is_language_alias,
+    normalize_language,
+    normalize_languages,
+    release_code,
+)
+
+XM3600_LANGUAGES = ('ar bn cs da de el en es fa fi fil fr he hi hr hu id it ja ko mi nl no pl pt '
+                    'quz ro ru sv sw te th tr uk vi zh').split()
+
+
+@pytest.mark.parametrize('code, canonical', [
+    ('sw', 'sw'), ('swh_Latn', 'sw'), ('swh', 'sw'), ('swa', 'sw'), ('SW', 'sw'),
+    ('jp', 'ja'), ('jpn_Jpan', 'ja'), ('zh-CN', 'zh'), ('zho_Hans', 'zh'), ('zh-TW', 'zh-Hant'),
+    ('zho_Hant', 'zh-Hant'), ('zh-hant', 'zh-Hant'), ('kas_Deva', 'ks-Deva'), ('kas', 'ks'),
+    ('pes_Arab', 'fa'), ('arz_Arab', 'arz'), ('tgl_Latn', 'tl'), ('fil', 'fil'),
+    ('quy_Latn', 'quy'), ('quz', 'quz'), ('no', 'no'), ('nob_Latn', 'nb'), ('iw', 'he'),
+    ('pt-br', 'pt-BR'), ('sr-latn', 'sr-Latn'), ('eng_Latn', 'en'),
+])
+def test_normalize_language(code, canonical):
+    assert normalize_language(code) == canonical
+
+
+def test_every_canonical_code_is_its_own_canonical_code():
+    for canonical in [*FLORES200_TO_CANONICAL.values(), *XM3600_LANGUAGES]:
+        assert normalize_language(canonical) == canonical
+
+
+def test_flores_codes_map_to_distinct_languages_and_back():
+    canonical = list(FLORES200_TO_CANONICAL.values())
+    assert len(set(canonical)) == len(canonical) == 203  # XTD200's 201, arb_Latn, min_Arab
+    for flores in FLORES200_TO_CANONICAL:
+        assert flores_code(FLORES200_TO_CANONICAL[flores]) == flores
+
+
+def test_unknown_code_names_the_place_and_the_accepted_forms():
+    with pytest.raises(LanguageCodeError, match=r"config: unknown language code 'swahili'.*"
+                       r"ISO 639-1 \('sw'\).*FLORES-200 \('swh_Latn'\)"):
+        normalize_language('swahili', 'config')
+    with pytest.raises(LanguageCodeError, match="closest: 'sw'"):
+        normalize_language('swx_Latn')
+
+
+def test_two_codes_of_one_language_are_refused():
+    assert normalize_languages(['jp', 'de']) == ['ja', 'de']
+    with pytest.raises(LanguageCodeError, match="'ja' and 'jp' are both the language 'ja'"):
+        normalize_languages(['ja', 'jp'])
+
+
+def test_release_codes_and_aliases():
+    assert release_code('xtd10', 'ja') == 'jp'
+    assert release_code('xtd200', 'sw') == 'swh_Latn'
+    assert release_code('flickr30k_200', 'zh-Hant') == 'zho_Hant'
+    assert release_code('crossmodal3600', 'sw') == 'sw'
+    with pytest.raises(LanguageCodeError, match="'quz'.*not a FLORES-200 language"):
+        flores_code('quz')
+    assert is_language_alias('jp') and is_language_alias('swh_Latn')
+    assert not is_language_alias('AR') and not is_language_alias('ja')
+
+
+def test_annotation_files_are_read_with_canonical_codes(tmp_path):
+    path = tmp_path / 'xtd.json'
+    path.write_text(json.dumps({
+        'format': 'xmr-media-captions', 'version': 1, 'dataset': 'd', 'split': 'test',
+        'media_type': 'image', 'languages': ['en', 'jp'], 'source_lang': 'en',
+        'translation_langs': ['swh_Latn'],
+        'items': [{'media_id': 'a', 'media_path': 'a.jpg',
+                   'captions': {'en': ['a cat'], 'jp': ['猫']},
+                   'translations': {'swh_Latn': ['paka']}}]}), encoding='utf-8')
+    ann = load_annotation(path)
+    assert ann.languages == ['en', 'ja'] and ann.translation_langs == ['sw']
+    assert ann.items[0].captions == {'en': ['a cat'], 'ja': ['猫']}
+    assert ann.items[0].translations == {'sw': ['paka']}
+
+
+def test_annotations_are_written_with_canonical_codes_only(tmp_path):
+    ann = Annotation('d', 'test', 'image', ['jp'], [MediaRecord('a', 'a.jpg', {'jp': ['猫']})])
+    with pytest.raises(AnnotationError, match="languages holds 'jp'; write its canonical code "
+                       "'ja'"):
+        dump_annotation(ann, tmp_path / 'out.json')
+    assert not (tmp_path / 'out.json').exists()

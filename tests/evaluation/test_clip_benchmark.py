@@ -1,0 +1,80 @@
+"""CLIP_benchmark's JSON records from xmr's metric keys."""
+import json
+
+import pytest
+
+from xmr.evaluation.clip_benchmark import (
+    ScoredDataset,
+    clip_benchmark_filename,
+    clip_benchmark_records,
+    write_clip_benchmark,
+)
+
+METRICS = {'nllb/sw/t2i_R@1': 25.0, 'nllb/sw/i2t_R@1': 50.0, 'nllb/sw/t2i_R@5': 75.0,
+           'nllb/sw/i2t_R@5': 100.0, 'nllb/sw/t2i_MnR': 3.0, 'nllb/sw/AR': 62.5,
+           'nllb/zh-Hant/t2i_R@1': 10.0, 'nllb/zh-Hant/i2t_R@1': 20.0, 'nllb/mAR': 40.0,
+           'xtd/ja/t2i_R@10': 40.0, 'xtd/mean_t2i_R@10': 40.0}
+
+
+def test_records_use_clip_benchmark_names_fractions_and_key_order():
+    scored = [ScoredDataset('nllb', 'flickr30k_200', 'flickr30k_200'),
+              ScoredDataset('xtd', 'xtd10', 'xtd10_t2i_r10')]
+    records = clip_benchmark_records(METRICS, scored, 'lora_b32', 'work/iter_10.pth')
+    assert records[0] == {
+        'dataset': 'flickr30k-200', 'model': 'lora_b32', 'pretrained': 'work/iter_10.pth',
+        'task': 'zeroshot_retrieval', 'language': 'swh_Latn',
+        'metrics': {'image_retrieval_recall@1': 0.25, 'text_retrieval_recall@1': 0.5,
+                    'image_retrieval_recall@5': 0.75, 'text_retrieval_recall@5': 1.0}}
+    assert list(records[0]['metrics']) == ['image_retrieval_recall@1', 'text_retrieval_recall@1',
+                                           'image_retrieval_recall@5', 'text_retrieval_recall@5']
+    assert [(r['dataset'], r['language']) for r in records[1:]] == [
+        ('flickr30k-200', 'zho_Hant'), ('xtd10', 'jp')]
+    assert records[2]['metrics'] == {'image_retrieval_recall@10': 0.4}
+    assert clip_benchmark_filename(records[0]) == (
+        'flickr30k-200_iter_10.pth_lora_b32_swh_Latn_zeroshot_retrieval.json')
+
+
+def test_only_protocols_ranking_what_clip_benchmark_ranks_are_written():
+    all_captions = ScoredDataset('nllb', 'crossmodal3600', 'crossmodal3600')
+    few_shot = ScoredDataset('xtd', 'xtd10', 'xtd10_fewshot')
+    with pytest.raises(ValueError, match=r"no test metric is comparable with CLIP_benchmark: "
+                       r"nllb \(crossmodal3600, crossmodal3600\), xtd \(xtd10, xtd10_fewshot\)"):
+        clip_benchmark_records(METRICS, [all_captions, few_shot], 'm', 'p')
+    first = ScoredDataset('nllb', 'crossmodal3600', 'crossmodal3600_first_caption')
+    records = clip_benchmark_records(METRICS, [all_captions, first], 'm', 'p')
+    assert [(r['dataset'], r['language']) for r in records] == [
+        ('crossmodal3600', 'sw'), ('crossmodal3600', 'zh-Hant')]
+    with pytest.raises(ValueError, match="'nllb' and 'nllb' both give crossmodal3600_p_m_sw"):
+        clip_benchmark_records(METRICS, [first, first], 'm', 'p')
+
+
+def test_files_are_plain_json_named_as_clip_benchmark_names_them(tmp_path):
+    record = {'dataset': 'xtd200', 'model': 'a/b', 'pretrained': 'ckpt.pth',
+              'task': 'zeroshot_retrieval', 'metrics': {'image_retrieval_recall@1': 0.5},
+              'language': 'swh_Latn'}
+    [path] = write_clip_benchmark([record], tmp_path / 'cb')
+    assert path.name == 'xtd200_ckpt.pth_a_b_swh_Latn_zeroshot_retrieval.json'
+    assert json.loads(path.read_text(encoding='utf-8')) == record
+
+
+def test_scored_datasets_of_single_and_multi_dataset_loops():
+    from types import SimpleNamespace
+
+    from xmr.evaluation import RetrievalMetric, scored_datasets
+
+    def loader(name):
+        return SimpleNamespace(dataset=SimpleNamespace(metainfo={'dataset': name}))
+
+    xm3600 = SimpleNamespace(metrics=[
+        RetrievalMetric(protocol='crossmodal3600', prefix='all'),
+        RetrievalMetric(protocol='crossmodal3600_first_caption', prefix='cb')])
+    single = SimpleNamespace(dataloader=loader('crossmodal3600'), evaluator=xm3600)
+    assert scored_datasets(single) == [
+        ScoredDataset('all', 'crossmodal3600', 'crossmodal3600'),
+        ScoredDataset('cb', 'crossmodal3600', 'crossmodal3600_first_caption')]
+    multi = SimpleNamespace(
+        dataloaders=[loader('xtd200'), loader('multi30k')],
+        evaluators=[SimpleNamespace(metrics=[RetrievalMetric(protocol='xtd200', prefix='x')]),
+                    SimpleNamespace(metrics=[RetrievalMetric(prefix='m')])])
+    assert scored_datasets(multi) == [ScoredDataset('x', 'xtd200', 'xtd200'),
+                                      ScoredDataset('m', 'multi30k', 'standard')]

@@ -1,0 +1,8 @@
+"""Convert Crossmodal-3600 to an xmr annotation.
+
+Usage and input layout: ``python tools/data/prepare_crossmodal3600.py --help`` and docs/data.md.
+"""
+from xmr.datasets.converters.crossmodal3600 import main
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,8 @@
+"""Convert Flickr30k-200 to an xmr annotation.
+
+Usage and input layout: ``python tools/data/prepare_flickr30k_200.py --help`` and docs/data.md.
+"""
+from xmr.datasets.converters.flores_captions import main_flickr30k_200
+
+if __name__ == '__main__':
+    main_flickr30k_200()

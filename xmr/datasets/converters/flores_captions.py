@@ -1,0 +1,126 @@
+"""XTD200 and Flickr30k-200: NLLB translations of a test set into the FLORES-200 languages.
+
+Raw release layout (github.com/visheratin/nllb-clip, ``data/xtd200`` and ``data/flickr30k-200``,
+the files CLIP_benchmark downloads)::
+
+    <captions_dir>/<flores code>.txt   one caption per line (``swh_Latn.txt``, ``eng_Latn.txt``);
+                                       line i describes the image on line i of the image list
+    <captions_dir>/test_image_names.txt   XTD200: 1,000 COCO 2014 file names (XTD10's images)
+    <captions_dir>/filenames.txt          Flickr30k-200: 1,000 Flickr file names (the 1K test)
+
+Caption files are read like every line-based release (:func:`read_lines`); the FLORES codes become
+canonical codes (``swh_Latn`` -> ``sw``, ``docs/data.md``). Outputs: ``xtd200_test.json`` and
+``flickr30k_200_test.json``, one caption per image and language.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from xmr.datasets.annotation import Annotation, MediaRecord
+from xmr.datasets.converters.cli import write_converted
+from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.raw_files import (
+    canonical_languages,
+    check_media_exist,
+    read_lines,
+    require_same_length,
+)
+from xmr.datasets.converters.xtd10 import coco_image_path
+from xmr.datasets.languages import FLORES200_TO_CANONICAL, LanguageCodeError, flores_code
+
+__all__ = ['IMAGE_LISTS', 'convert_flores_captions', 'main_xtd200', 'main_flickr30k_200']
+
+# dataset -> the release's image list.
+IMAGE_LISTS = {'xtd200': 'test_image_names.txt', 'flickr30k_200': 'filenames.txt'}
+
+
+def convert_flores_captions(dataset: str, captions_dir: str | os.PathLike,
+                            languages: Sequence[str],
+                            images_dir: str | os.PathLike | None = None,
+                            media_path: Callable[[str, str], str] | None = None) -> Annotation:
+    """Build the test annotation of XTD200 or Flickr30k-200.
+
+    Args:
+        dataset: ``'xtd200'`` or ``'flickr30k_200'``.
+        captions_dir: folder with the ``<flores code>.txt`` files and the image list.
+        languages: languages in any accepted form (``sw``, ``swh_Latn``); ``['all']`` takes
+            every FLORES-200 caption file of ``captions_dir``.
+        images_dir: the image folder; when given, every image must exist.
+        media_path: ``(file name, origin) -> path`` relative to the image folder; default the
+            bare file name.
+
+    Raises:
+        ConversionError: naming the file at fault and what is wrong.
+    """
+    if dataset not in IMAGE_LISTS:
+        raise ConversionError(f'unknown dataset {dataset!r}; choose one of {list(IMAGE_LISTS)}')
+    captions_dir = Path(captions_dir)
+    if list(languages) == ['all']:
+        languages = sorted(path.stem for path in captions_dir.glob('*.txt')
+                           if path.stem in FLORES200_TO_CANONICAL)
+    languages = canonical_languages(languages, '--languages')
+    list_path = captions_dir / IMAGE_LISTS[dataset]
+    names = read_lines(list_path, what='image list')
+    to_path = media_path or (lambda name, origin: name)
+    paths = [to_path(name, f'image list {list_path} line {number}')
+             for number, name in enumerate(names, start=1)]
+    files = {lang: captions_dir / f'{_flores(lang)}.txt' for lang in languages}
+    captions = {path: read_lines(path) for path in files.values()}
+    require_same_length((list_path, len(names)), captions)
+    records = [MediaRecord(media_id=Path(name).stem, media_path=path,
+                           captions={lang: [captions[files[lang]][i]] for lang in languages})
+               for i, (name, path) in enumerate(zip(names, paths))]
+    if images_dir is not None:
+        check_media_exist(images_dir, paths)
+    return Annotation(dataset=dataset, split='test', media_type='image', languages=languages,
+                      items=records, source_lang='en' if 'en' in languages else None)
+
+
+def _flores(lang: str) -> str:
+    try:
+        return flores_code(lang)
+    except LanguageCodeError as error:
+        raise ConversionError(str(error)) from error
+
+
+def _parser(dataset: str, images_help: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=f'Convert the {dataset} release (NLLB '
+                                     'translations, FLORES-200 file names) to an xmr annotation '
+                                     '(docs/data.md).')
+    parser.add_argument('--captions-dir', type=Path, required=True,
+                        help=f'folder of <flores code>.txt and {IMAGE_LISTS[dataset]}')
+    parser.add_argument('--images-dir', type=Path, help=images_help)
+    parser.add_argument('--skip-media-check', action='store_true')
+    parser.add_argument('--out-dir', type=Path, required=True)
+    parser.add_argument('--languages', nargs='+', required=True,
+                        help="codes in any accepted form (sw, swh_Latn), or 'all'")
+    return parser
+
+
+def _run(dataset: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+         media_path: Callable[[argparse.Namespace], Callable[[str, str], str] | None]) -> None:
+    args = parser.parse_args(argv)
+    if args.images_dir is None and not args.skip_media_check:
+        parser.error('give --images-dir, or --skip-media-check to convert without images')
+    write_converted(lambda: {f'{dataset}_test': convert_flores_captions(
+        dataset, args.captions_dir, args.languages,
+        None if args.skip_media_check else args.images_dir, media_path(args))},
+        args.out_dir, 'images')
+
+
+def main_xtd200(argv: Sequence[str] | None = None) -> None:
+    """Command line of ``tools/data/prepare_xtd200.py``."""
+    parser = _parser('xtd200', 'COCO image folder with train2014/ and val2014/, or with '
+                     '--flat-images the folder of the release tarball (checked)')
+    parser.add_argument('--flat-images', action='store_true',
+                        help='images sit directly in --images-dir (the nllb-data tarball)')
+    _run('xtd200', parser, argv, lambda args: None if args.flat_images else coco_image_path)
+
+
+def main_flickr30k_200(argv: Sequence[str] | None = None) -> None:
+    """Command line of ``tools/data/prepare_flickr30k_200.py``."""
+    parser = _parser('flickr30k_200', 'the Flickr30K image folder, flickr30k-images/ (checked)')
+    _run('flickr30k_200', parser, argv, lambda args: None)

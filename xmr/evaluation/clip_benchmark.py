@@ -1,0 +1,143 @@
+"""Test results in CLIP_benchmark's JSON layout, to sit beside open_clip's published numbers.
+
+CLIP_benchmark (LAION-AI/CLIP_benchmark, ``clip_benchmark eval``) writes one file per model,
+dataset and language, named ``{dataset}_{pretrained}_{model}_{language}_{task}.json``::
+
+    {"dataset": "crossmodal3600", "model": "...", "pretrained": "...",
+     "task": "zeroshot_retrieval",
+     "metrics": {"image_retrieval_recall@1": 0.023, "text_retrieval_recall@1": 0.031, ...},
+     "language": "sw"}
+
+``image_retrieval_recall@k`` is text→image (xmr's ``t2i_R@k``) and ``text_retrieval_recall@k``
+image→text (``i2t_R@k``), both as fractions where xmr reports percent. Datasets and languages
+carry CLIP_benchmark's names (``flickr30k-200``, ``swh_Latn``, XTD10's ``jp``). Only results
+whose protocol ranks what CLIP_benchmark ranks are written: every media of the set, and for
+Crossmodal-3600 the first caption of each image (``crossmodal3600_first_caption``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from xmr.datasets.annotation import atomic_write_text
+from xmr.datasets.languages import release_code
+from xmr.evaluation.protocols import PROTOCOLS
+
+__all__ = ['CLIP_BENCHMARK_DATASETS', 'COMPARABLE_PROTOCOLS', 'ScoredDataset',
+           'scored_datasets', 'clip_benchmark_records', 'clip_benchmark_filename',
+           'write_clip_benchmark']
+
+# xmr dataset name -> CLIP_benchmark's; other datasets keep their name.
+CLIP_BENCHMARK_DATASETS = {'flickr30k_200': 'flickr30k-200', 'mscoco': 'mscoco_captions'}
+# Protocols that rank the whole evaluation set, as CLIP_benchmark does.
+COMPARABLE_PROTOCOLS = ('standard', 'coco_5k', 'text_to_video', 'xtd10_t2i_r10', 'xtd200',
+                        'flickr30k_200', 'crossmodal3600_first_caption')
+_TASK = 'zeroshot_retrieval'
+_RECALL = re.compile(r'^(t2i|i2t)_R@(\d+)$')
+_CB_NAMES = {'t2i': 'image_retrieval_recall', 'i2t': 'text_retrieval_recall'}
+
+
+class ScoredDataset(NamedTuple):
+    """One test metric: its key prefix, the dataset it scored and its protocol."""
+
+    prefix: str
+    dataset: str
+    protocol: str
+
+
+def scored_datasets(test_loop: Any) -> list[ScoredDataset]:
+    """Every retrieval metric of a ``TestLoop`` or ``MultiDatasetTestLoop`` with its dataset."""
+    loaders = getattr(test_loop, 'dataloaders', None) or [test_loop.dataloader]
+    evaluators = getattr(test_loop, 'evaluators', None) or [test_loop.evaluator]
+    scored = []
+    for loader, evaluator in zip(loaders, evaluators):
+        metainfo = getattr(loader.dataset, 'metainfo', None) or {}
+        dataset = str(metainfo.get('dataset') or type(loader.dataset).__name__)
+        scored.extend(ScoredDataset(metric.prefix or '', dataset, metric.protocol)
+                      for metric in evaluator.metrics if hasattr(metric, 'protocol'))
+    return scored
+
+
+def _comparable(scored: ScoredDataset) -> bool:
+    if scored.protocol not in COMPARABLE_PROTOCOLS:
+        return False
+    return scored.dataset != 'crossmodal3600' or PROTOCOLS[scored.protocol].captions_per_media == 1
+
+
+def clip_benchmark_records(metrics: Mapping[str, float], scored: Sequence[ScoredDataset],
+                           model: str, pretrained: str) -> list[dict[str, Any]]:
+    """One CLIP_benchmark result per comparable dataset and language of a test run.
+
+    Args:
+        metrics: the test loop's metric dict (recalls in percent).
+        scored: the metrics that produced it (:func:`scored_datasets`).
+        model: the ``model`` field (xmr: the config or ``--name``).
+        pretrained: the ``pretrained`` field (xmr: the checkpoint).
+
+    Raises:
+        ValueError: when no metric is comparable (naming each and why), or two would write the
+            same file.
+    """
+    comparable = [entry for entry in scored if _comparable(entry)]
+    if not comparable:
+        listed = ', '.join(f'{s.prefix or "<no prefix>"} ({s.dataset}, {s.protocol})'
+                           for s in scored)
+        raise ValueError(f'no test metric is comparable with CLIP_benchmark: {listed}. It ranks '
+                         f'the whole set ({", ".join(COMPARABLE_PROTOCOLS)}), Crossmodal-3600 '
+                         "with the first caption only (protocol='crossmodal3600_first_caption')")
+    records, owners = [], {}
+    for entry in comparable:
+        for lang, recalls in _recalls(metrics, entry.prefix).items():
+            record = {'dataset': CLIP_BENCHMARK_DATASETS.get(entry.dataset, entry.dataset),
+                      'model': model, 'pretrained': pretrained, 'task': _TASK,
+                      'metrics': recalls, 'language': release_code(entry.dataset, lang)}
+            name = clip_benchmark_filename(record)
+            if name in owners:
+                raise ValueError(f"test metrics '{owners[name]}' and '{entry.prefix}' both give "
+                                 f'{name}; keep one metric per dataset and language')
+            owners[name] = entry.prefix
+            records.append(record)
+    return records
+
+
+def _recalls(metrics: Mapping[str, float], prefix: str) -> dict[str, dict[str, float]]:
+    head = f'{prefix}/' if prefix else ''
+    found: dict[str, dict[tuple[int, str], float]] = {}
+    for key, value in metrics.items():
+        if not key.startswith(head) or key[len(head):].count('/') != 1:
+            continue
+        lang, statistic = key[len(head):].split('/')
+        match = _RECALL.match(statistic)
+        if match is not None:
+            direction, k = match.groups()
+            found.setdefault(lang, {})[(int(k), direction)] = float(value) / 100
+    # CLIP_benchmark's order: for each k, image retrieval then text retrieval.
+    return {lang: {f'{_CB_NAMES[direction]}@{k}': value
+                   for (k, direction), value in sorted(
+                       values.items(), key=lambda item: (item[0][0], item[0][1] != 't2i'))}
+            for lang, values in found.items()}
+
+
+def clip_benchmark_filename(record: Mapping[str, Any]) -> str:
+    """CLIP_benchmark's default ``{dataset}_{pretrained}_{model}_{language}_{task}.json``.
+
+    As there, a ``pretrained`` checkpoint file gives its base name and ``/`` becomes ``_``.
+    """
+    pretrained = os.path.basename(record['pretrained'])
+    fields = [record['dataset'], pretrained, record['model'], record['language'], record['task']]
+    return '_'.join(str(field).replace('/', '_') for field in fields) + '.json'
+
+
+def write_clip_benchmark(records: Sequence[Mapping[str, Any]],
+                         out_dir: str | os.PathLike) -> list[Path]:
+    """Write each record as its own file in ``out_dir`` (atomically); return the paths."""
+    paths = []
+    for record in records:
+        path = Path(out_dir) / clip_benchmark_filename(record)
+        atomic_write_text(path, json.dumps(record, ensure_ascii=False) + '\n')
+        paths.append(path)
+    return paths
