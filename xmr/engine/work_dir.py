@@ -20,3 +20,20 @@ def resolve_work_dir(cfg: Config, config_path: str | os.PathLike,
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(str(config_path)))[0])
     return cfg.work_dir
+
+
+def latest_checkpoint(work_dir: str | os.PathLike) -> str | None:
+    """The checkpoint that ``<work_dir>/last_checkpoint`` names, or ``None`` when there is none.
+
+    Raises:
+        FileNotFoundError: ``last_checkpoint`` names a file that does not exist.
+    """
+    pointer = osp.join(str(work_dir), 'last_checkpoint')
+    if not osp.isfile(pointer):
+        return None
+    with open(pointer, encoding='utf-8') as handle:
+        checkpoint = handle.read().strip()
+    if not osp.isfile(checkpoint):
+        raise FileNotFoundError(f'{pointer}: names {checkpoint!r}, which does not exist; resume '
+                                'from a checkpoint by path: --resume PATH')
+    return checkpoint
