@@ -21,8 +21,8 @@ from typing import IO
 
 from mmengine.fileio import LocalBackend, register_backend
 
-__all__ = ['atomic_open', 'atomic_write_bytes', 'atomic_write_text', 'remove_stale_temporaries',
-           'AtomicLocalBackend']
+__all__ = ['atomic_open', 'atomic_write_bytes', 'atomic_write_text', 'process_running',
+           'remove_stale_temporaries', 'AtomicLocalBackend']
 
 _TEMPORARY = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$')
 
@@ -82,7 +82,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         handle.write(text)
 
 
-def _alive(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (``False`` for a non-positive ``pid``)."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -106,7 +109,7 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
     removed = []
     for entry in sorted(directory.iterdir()):
         match = _TEMPORARY.match(entry.name)
-        if match and entry.is_file() and not _alive(int(match['pid'])):
+        if match and entry.is_file() and not process_running(int(match['pid'])):
             entry.unlink(missing_ok=True)
             removed.append(entry)
     return removed

@@ -1,4 +1,5 @@
-"""Every shipped config saves resumable checkpoints periodically, through xmr's CheckpointHook."""
+"""Every shipped config saves resumable checkpoints periodically, through xmr's CheckpointHook,
+and holds the hooks that lock the work dir and make checkpoints loadable and resumable."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,3 +27,5 @@ def test_a_shipped_config_saves_resumable_checkpoints_before_its_end(path):
     phases = cfg.train_cfg.get('phases', [])
     if phases and all(phase.get('iters') for phase in phases):
         assert checkpoint.interval < sum(phase['iters'] for phase in phases)
+    hooks = {hook.type for hook in cfg.custom_hooks}
+    assert {'WorkDirLockHook', 'RNGStateHook', 'WeightsOnlyCheckpointHook'} <= hooks
