@@ -5,6 +5,8 @@ checkpoint with its weights-only unpickler. Besides tensors, an xmr checkpoint h
 arrays and scalars (RNG states, metric values) and, once
 :class:`~xmr.engine.hooks.WeightsOnlyCheckpointHook` has flattened them, no other objects.
 xmr allow-lists exactly those numpy types instead of turning the safety check off.
+:func:`state_dict_mismatches` says how a checkpoint's weights differ from a model's, for the
+strict resume of :class:`~xmr.engine.hooks.CheckpointHook`.
 """
 from __future__ import annotations
 
