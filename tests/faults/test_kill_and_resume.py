@@ -1,6 +1,6 @@
 """kill -9 of tools/train.py during a checkpoint write and in the middle of a phase: no truncated
 file under a final name, the work dir's lock is taken over, and the resumed run ends with the
-uninterrupted run's weights.
+uninterrupted run's weights and phase report.
 
 The run is a subprocess started through a small driver that makes it stop at the chosen moment
 (half of ``iter_8.pth`` written, or the start of iteration 10) and say so in a marker file;
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO
-from tests.engine.test_loops import make_cfg
+from tests.engine.hooks.test_phase_report_hook import read_report, report_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.work_dir import LOCK_NAME
 
@@ -81,22 +81,23 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 
 @pytest.fixture(scope='module')
 def tiny_config(tmp_path_factory) -> Path:
-    """16 iterations over three phases, checkpoints every 4 (only the latest kept)."""
+    """16 iterations over three phases, checkpoints every 4 (only the latest kept), phase-end
+    validations and the phase report."""
     folder = tmp_path_factory.mktemp('config')
-    cfg = make_cfg(folder / 'unused', checkpoint_interval=4)
+    cfg = report_cfg(folder / 'unused', checkpoint_interval=4)
     cfg.default_hooks.checkpoint.max_keep_ckpts = 1
     cfg.custom_hooks = [dict(type='WorkDirLockHook'), dict(type='RNGStateHook'),
-                        dict(type='WeightsOnlyCheckpointHook')]
+                        dict(type='WeightsOnlyCheckpointHook'), dict(type='PhaseReportHook')]
     path = folder / 'tiny.py'
     cfg.dump(str(path))
     return path
 
 
 @pytest.fixture(scope='module')
-def uninterrupted(tiny_config, tmp_path_factory) -> dict[str, torch.Tensor]:
+def uninterrupted(tiny_config, tmp_path_factory) -> Path:
     work_dir = tmp_path_factory.mktemp('uninterrupted')
     train_tool.main([str(tiny_config), '--work-dir', str(work_dir)])
-    return weights(work_dir / 'iter_16.pth')
+    return work_dir
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -135,10 +136,16 @@ def resume(config: Path, work_dir: Path) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def assert_same_weights(mine: dict, reference: dict) -> None:
-    assert mine.keys() == reference.keys()
-    for key, value in reference.items():
+def assert_same_run(work_dir: Path, reference: Path) -> None:
+    """The same final weights and phase report as the uninterrupted run in ``reference``."""
+    mine, expected = weights(work_dir / 'iter_16.pth'), weights(reference / 'iter_16.pth')
+    assert mine.keys() == expected.keys()
+    for key, value in expected.items():
         torch.testing.assert_close(mine[key], value, rtol=1e-5, atol=1e-6, msg=key)
+    report, expected_report = read_report(work_dir), read_report(reference)
+    assert [c['column'] for c in report] == [c['column'] for c in expected_report]
+    for column, expected_column in zip(report, expected_report):
+        assert column['metrics'] == pytest.approx(expected_column['metrics'], abs=1e-4)
 
 
 def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one_and_resumes(
@@ -157,7 +164,7 @@ def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one_and_resume
     resume(tiny_config, work_dir)
     assert not list(work_dir.glob('.*.tmp'))
     assert not (work_dir / LOCK_NAME).exists()
-    assert_same_weights(weights(work_dir / 'iter_16.pth'), uninterrupted)
+    assert_same_run(work_dir, uninterrupted)
 
 
 def test_a_kill_in_the_middle_of_a_phase_resumes_to_the_uninterrupted_weights(
@@ -166,4 +173,4 @@ def test_a_kill_in_the_middle_of_a_phase_resumes_to_the_uninterrupted_weights(
     kill_at('iteration 10', tiny_config, work_dir, tmp_path)  # cross_lingual: iterations 4-11
     assert sorted(p.name for p in work_dir.glob('*.pth')) == ['iter_8.pth']
     resume(tiny_config, work_dir)
-    assert_same_weights(weights(work_dir / 'iter_16.pth'), uninterrupted)
+    assert_same_run(work_dir, uninterrupted)
