@@ -3,6 +3,7 @@ stale temporaries cleaned, strict resume."""
 from __future__ import annotations
 
 import errno
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,7 +91,7 @@ def test_partial_files_of_a_killed_run_are_removed_when_training_starts(tmp_path
     dead.wait()
     stale = tmp_path / f'.iter_4.pth.{dead.pid}.tmp'
     stale.write_bytes(b'truncated')
-    alive = tmp_path / f'.iter_4.pth.{Path("/proc/self").resolve().name}.tmp'
+    alive = tmp_path / f'.iter_4.pth.{os.getpid()}.tmp'  # this process: still writing
     alive.write_bytes(b'being written')
     runner_with_hook(tmp_path)
     assert not stale.exists()
