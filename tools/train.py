@@ -1,4 +1,9 @@
-"""Train a model from a config: ``python tools/train.py CONFIG [--work-dir DIR] [--resume]``."""
+"""Train a model from a config: ``python tools/train.py CONFIG [--work-dir DIR] [--resume [WHAT]]``.
+
+``--resume`` (or ``--resume latest``) continues from the work dir's latest checkpoint and fails
+when there is none; ``--resume auto`` does the same but starts a new run when there is none (for
+jobs that a scheduler restarts); ``--resume PATH`` continues from that checkpoint.
+"""
 from __future__ import annotations
 
 import argparse
@@ -15,9 +20,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('config', help='config file')
     parser.add_argument('--work-dir', help='where logs and checkpoints go '
                         '(default: work_dirs/<config name>)')
-    parser.add_argument('--resume', nargs='?', type=str, const='auto',
-                        help="resume from a checkpoint path, or 'auto' (the default when the "
-                        'flag has no value): the latest checkpoint in the work dir')
+    parser.add_argument('--resume', nargs='?', type=str, const='latest',
+                        help="resume from a checkpoint PATH, from 'latest' (the default when the "
+                        "flag has no value): the work dir's latest checkpoint, an error if there "
+                        "is none, or 'auto': the latest checkpoint if any, else a new run")
     parser.add_argument('--amp', action='store_true',
                         help='mixed precision: bf16 where supported, fp16 + loss scaling on '
                         'older GPUs')
@@ -47,13 +53,37 @@ def build_config(args: argparse.Namespace) -> Config:
     resolve_work_dir(cfg, args.config, args.work_dir)
     if args.amp or args.amp_dtype:
         enable_amp(cfg, args.amp_dtype)
-    if args.resume == 'auto':
-        cfg.resume, cfg.load_from = True, None
-    elif args.resume is not None:
-        if not osp.isfile(args.resume):
-            raise FileNotFoundError(f'--resume checkpoint {args.resume} does not exist')
-        cfg.resume, cfg.load_from = True, args.resume
+    checkpoint = resume_checkpoint(args.resume, cfg.work_dir)
+    if checkpoint is not None:
+        cfg.resume, cfg.load_from = True, checkpoint
     return cfg
+
+
+def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:
+    """The checkpoint that ``--resume`` names (see the module docstring), or ``None``.
+
+    Raises:
+        FileNotFoundError: ``PATH`` does not exist, or ``latest`` finds no checkpoint.
+    """
+    from mmengine.logging import print_log
+
+    from xmr.engine.work_dir import latest_checkpoint
+
+    if resume is None:
+        return None
+    if resume not in ('latest', 'auto'):
+        if not osp.isfile(resume):
+            raise FileNotFoundError(f'--resume checkpoint {resume} does not exist')
+        return resume
+    checkpoint = latest_checkpoint(work_dir)
+    if checkpoint is None and resume == 'latest':
+        raise FileNotFoundError(f'--resume: the work dir {work_dir} has no checkpoint to resume '
+                                'from (no last_checkpoint); drop --resume to start a new run, '
+                                'or name one: --resume PATH')
+    if checkpoint is None:
+        print_log(f'--resume auto: no checkpoint in {work_dir}; starting a new run',
+                  logger='current')
+    return checkpoint
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,8 +16,8 @@ default_hooks = dict(
                     save_best='mAR', rule='greater'),
     sampler_seed=dict(type='DistSamplerSeedHook'),
 )
-custom_hooks = [dict(type='RNGStateHook'), dict(type='WeightsOnlyCheckpointHook'),
-                dict(type='PhaseReportHook')]
+custom_hooks = [dict(type='WorkDirLockHook'), dict(type='RNGStateHook'),
+                dict(type='WeightsOnlyCheckpointHook'), dict(type='PhaseReportHook')]
 
 log_processor = dict(type='LogProcessor', window_size=50, by_epoch=False)
 log_level = 'INFO'

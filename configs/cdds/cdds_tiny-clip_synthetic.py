@@ -45,5 +45,5 @@ param_scheduler = None
 
 default_hooks = dict(
     logger=dict(interval=100),
-    checkpoint=dict(interval=-1, save_last=True, save_best='mAR'))
+    checkpoint=dict(interval=300, save_last=True, save_best='mAR'))
 randomness = dict(seed=0)

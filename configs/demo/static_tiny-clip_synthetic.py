@@ -28,5 +28,5 @@ optim_wrapper = dict(optimizer=dict(lr=2e-3, weight_decay=0.05))
 
 default_hooks = dict(
     logger=dict(interval=100),
-    checkpoint=dict(interval=-1, save_last=True, save_best='mAR'))
+    checkpoint=dict(interval=500, save_last=True, save_best='mAR'))
 randomness = dict(seed=0)

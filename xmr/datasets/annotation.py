@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from xmr.datasets.languages import LanguageCodeError, normalize_language, normalize_languages
+from xmr.fileio import atomic_write_text
 
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
@@ -344,26 +345,6 @@ def load_annotation(path: str | os.PathLike) -> Annotation:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise AnnotationError(f'{path}: not a UTF-8 JSON file ({err})') from err
     return annotation_from_json(data, str(path))
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary sibling and a rename.
-
-    Readers see the old file or the complete new one, never a partial file; the temporary file
-    is removed when writing fails.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-    try:
-        with temporary.open('w', encoding='utf-8', newline='\n') as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
 
 
 def dump_annotation(ann: Annotation, path: str | os.PathLike) -> None:

@@ -5,6 +5,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper
 
 from xmr.registry import OPTIM_WRAPPERS
@@ -79,8 +80,26 @@ class AutocastOptimWrapper(OptimWrapper):
         if self.clip_grad_kwargs:
             self.scaler.unscale_(self.optimizer)
             self._clip_grad()
+        scale = self.scaler.get_scale()
         self.scaler.step(self.optimizer, **kwargs)
         self.scaler.update()
+        if self.scaler.get_scale() < scale:  # the scaler backs off exactly when it skips
+            print_log(f'fp16: optimiser step skipped (gradients overflowed at loss scale '
+                      f'{scale:g}); the loss scale is now {self.scaler.get_scale():g}',
+                      logger='current')
+
+    def _clip_grad(self) -> None:
+        """MMEngine's clipping, except that an fp16 step about to be skipped (non-finite
+        gradients) logs no ``grad_norm``: one ``inf`` would make the whole log window's
+        mean ``inf``."""
+        if self.scaler is None:
+            super()._clip_grad()
+            return
+        params = [p for group in self.optimizer.param_groups for p in group['params']
+                  if p.requires_grad and p.grad is not None]
+        norm = self.clip_func(params, **self.clip_grad_kwargs) if params else None
+        if norm is not None and torch.isfinite(norm):
+            self.message_hub.update_scalar(f'train/{self.grad_name}', float(norm))
 
     def state_dict(self) -> dict:
         state = self.optimizer.state_dict()

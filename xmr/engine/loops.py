@@ -491,15 +491,17 @@ class PhasedTrainLoop(BaseLoop):
                                          for p in phase.trainable))
         # DDP syncs the parameters that require grad when it wraps: wrap for this phase's set.
         rewrap_for_phase(self.runner)
-        optimizer = self.runner.optim_wrapper.optimizer
+        optim_wrapper = self.runner.optim_wrapper
         if fresh:
-            optimizer.state.clear()
+            optim_wrapper.optimizer.state.clear()
+            # The log window would otherwise keep averaging in an earlier phase's losses; on
+            # resume re-entry it holds this phase's, restored with the checkpoint.
+            scalars = self.runner.message_hub.log_scalars
+            for key in [k for k in scalars if k.startswith('train/loss')]:
+                scalars.pop(key)
+        if optim_wrapper.base_param_settings is not None:
+            optim_wrapper.base_param_settings['lr'] = phase.lr  # logged as base_lr
         self.runner.message_hub.update_info('phase', phase.name)
-        # The log window would otherwise keep averaging in an earlier phase's losses.
-        scalars = self.runner.message_hub.log_scalars
-        for key in [k for k in scalars if k == 'train/loss' or (
-                k.startswith('train/loss_') and k[len('train/loss_'):] not in phase.loss_weights)]:
-            scalars.pop(key)
         counts = parameter_counts(self.model)
         rows = [[group, f'{trainable:,}', f'{total:,}']
                 for group, (trainable, total) in counts.items()]

@@ -1,10 +1,15 @@
-"""Where a run writes: the work directory every tool derives from a config the same way."""
+"""Where a run writes: the work directory every tool derives from a config the same way, its
+latest checkpoint, and the lock a training run holds on it."""
 from __future__ import annotations
 
+import contextlib
 import os
 import os.path as osp
+import socket
 
 from mmengine.config import Config
+
+from xmr.fileio import process_running
 
 
 def resolve_work_dir(cfg: Config, config_path: str | os.PathLike,
@@ -20,3 +25,84 @@ def resolve_work_dir(cfg: Config, config_path: str | os.PathLike,
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(str(config_path)))[0])
     return cfg.work_dir
+
+
+def latest_checkpoint(work_dir: str | os.PathLike) -> str | None:
+    """The checkpoint that ``<work_dir>/last_checkpoint`` names, or ``None`` when there is none.
+
+    Raises:
+        FileNotFoundError: ``last_checkpoint`` names a file that does not exist.
+    """
+    pointer = osp.join(str(work_dir), 'last_checkpoint')
+    if not osp.isfile(pointer):
+        return None
+    with open(pointer, encoding='utf-8') as handle:
+        checkpoint = handle.read().strip()
+    if not osp.isfile(checkpoint):
+        raise FileNotFoundError(f'{pointer}: names {checkpoint!r}, which does not exist; resume '
+                                'from a checkpoint by path: --resume PATH')
+    return checkpoint
+
+
+#: The lock file a training run holds in its work dir.
+LOCK_NAME = '.train.lock'
+
+
+class WorkDirLockedError(RuntimeError):
+    """Another training run holds the work dir."""
+
+
+def _lock_holder(path: str) -> tuple[int, str]:
+    try:
+        with open(path, encoding='utf-8') as handle:
+            pid, _, host = handle.read().strip().partition(' ')
+        return int(pid), host
+    except (OSError, ValueError):
+        return -1, ''  # removed meanwhile, or written by a process killed before it wrote
+
+
+def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
+    """Take ``<work_dir>/.train.lock`` for this process (PID and host written in it).
+
+    A lock whose process is gone (killed, crashed, or an earlier run in this process) is taken
+    over.
+
+    Returns:
+        A line for the log when a stale lock was taken over, else ``None``.
+
+    Raises:
+        WorkDirLockedError: a running process holds the lock (or one on another host, whose
+            liveness cannot be checked); the message names its PID and the lock file.
+    """
+    os.makedirs(work_dir, exist_ok=True)
+    path = osp.join(str(work_dir), LOCK_NAME)
+    host = socket.gethostname()
+    taken_over = None
+    while True:
+        try:
+            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            pid, holder_host = _lock_holder(path)
+            elsewhere = holder_host not in ('', host)
+            if pid != os.getpid() and (elsewhere or process_running(pid)):
+                where = f' on {holder_host}' if elsewhere else ''
+                gone = f'; if it is gone, delete {path}' if elsewhere else ''
+                raise WorkDirLockedError(
+                    f'{work_dir}: another training run (PID {pid}{where}) is using this work '
+                    f'dir (lock file {path}); wait for it or stop it, or train into another '
+                    f'--work-dir{gone}') from None
+            taken_over = (f'{work_dir}: took over the lock of PID {pid}, which is no longer '
+                          'running (an interrupted run)')
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            continue
+        with os.fdopen(descriptor, 'w', encoding='utf-8') as handle:
+            handle.write(f'{os.getpid()} {host}\n')
+        return taken_over
+
+
+def unlock_work_dir(work_dir: str | os.PathLike) -> None:
+    """Release the lock of :func:`lock_work_dir` if this process holds it."""
+    path = osp.join(str(work_dir), LOCK_NAME)
+    if _lock_holder(path)[0] == os.getpid():
+        os.remove(path)

@@ -27,11 +27,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from mmengine.model import BaseModel
 from torch import nn
 
 from xmr.datasets.languages import normalize_languages
 from xmr.models.backbones.base import TokenOutput
+from xmr.models.base import RankMeanLogModel
 from xmr.models.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.phase_weights import checked_loss_weights
@@ -50,7 +50,7 @@ TRAIN_TEXTS = ('source', 'target')
 
 
 @MODELS.register_module()
-class DualEncoderRetriever(BaseModel):
+class DualEncoderRetriever(RankMeanLogModel):
     """Image–text dual encoder on token outputs, optionally decoupled by CDDS.
 
     Args:

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from mmengine.model import BaseModel
 
+from xmr.models.base import RankMeanLogModel
 from xmr.models.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.losses.distributed import gather_with_grad
@@ -23,7 +23,7 @@ RETRIEVER_LOSSES = {
 
 
 @MODELS.register_module()
-class CrossLingualRetriever(BaseModel):
+class CrossLingualRetriever(RankMeanLogModel):
     """Teaches a frozen vision-language model new languages through a trainable branch.
 
     One training step (DESIGN "data flow"): frozen towers give ``r^S`` and ``r^V`` (or cached

@@ -36,6 +36,5 @@ optim_wrapper = dict(
     constructor='PhasedOptimWrapperConstructor',
     optimizer=dict(type='Adam', lr=1e-4, weight_decay=0.0))
 param_scheduler = None
-default_hooks = dict(checkpoint=dict(interval=-1, save_best='mAR', rule='greater',
-                                     save_last=True))
+default_hooks = dict(checkpoint=dict(save_best='mAR', rule='greater', save_last=True))
 randomness = dict(seed=1)

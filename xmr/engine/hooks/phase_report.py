@@ -7,6 +7,7 @@ from pathlib import Path
 from mmengine.hooks import Hook
 
 from xmr.evaluation.leaderboard import format_table
+from xmr.fileio import atomic_write_text
 from xmr.registry import HOOKS
 
 __all__ = ['PhaseReportHook', 'format_table']
@@ -18,7 +19,10 @@ class PhaseReportHook(Hook):
 
     Columns are the validations in order (``<phase> start`` / ``<phase> end``); rows are the
     languages (the source language is the frozen teacher) and the mean over target languages.
-    The table is also written to ``<work_dir>/phase_report.{md,json}``.
+    The table is written to ``<work_dir>/phase_report.{md,json}`` after every validation
+    (atomically), and a resumed run reads the columns validated up to its checkpoint back from
+    the JSON, so the report of an interrupted and resumed run is that of an uninterrupted one:
+    a phase-end validation at the checkpoint's iteration is not run again on resume.
 
     Args:
         metric: per-language metric key suffix (``'{lang}/<metric>'``), default ``AR``.
@@ -30,7 +34,8 @@ class PhaseReportHook(Hook):
     def __init__(self, metric: str = 'AR', mean_key: str = 'mAR') -> None:
         self.metric = metric
         self.mean_key = mean_key
-        self.columns: list[tuple[str, dict[str, float]]] = []
+        #: ``(label, iteration, metrics)`` per validation, in order.
+        self.columns: list[tuple[str, int, dict[str, float]]] = []
 
     def after_val_epoch(self, runner, metrics: dict | None = None) -> None:
         if not metrics:
@@ -43,12 +48,24 @@ class PhaseReportHook(Hook):
             label = f'{phase.name} {"start" if runner.iter == phase.start else "end"}'
             if phase.start < runner.iter < phase.end:
                 label = f'{phase.name} @{runner.iter}'
-        self.columns.append((label, dict(metrics)))
+        # A resumed run validates a phase's start again: its column replaces the restored one.
+        self.columns = [column for column in self.columns if column[0] != label]
+        self.columns.append((label, runner.iter, dict(metrics)))
+        self._write(Path(runner.work_dir))
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        saved = Path(runner.work_dir) / 'phase_report.json'
+        if not runner._resume or not saved.is_file():
+            return
+        resumed_at = checkpoint['meta']['iter']
+        self.columns = [(c['column'], c['iter'], c['metrics'])
+                        for c in json.loads(saved.read_text(encoding='utf-8'))
+                        if c['iter'] <= resumed_at]
 
     def table(self) -> str:
         suffix = '/' + self.metric
         langs: list[str] = []
-        for _, metrics in self.columns:
+        for _, _, metrics in self.columns:
             for key in metrics:
                 lang = key.rsplit('/', 1)[0].split('/')[-1] if key.endswith(suffix) else None
                 if lang and lang not in langs:
@@ -60,18 +77,19 @@ class PhaseReportHook(Hook):
                         k == self.mean_key or k.endswith('/' + self.mean_key))]
             return f'{hits[0]:.2f}' if hits else '-'
 
-        header = ['language', *(label for label, _ in self.columns)]
-        rows = [[lang, *(value(m, lang) for _, m in self.columns)] for lang in langs]
-        rows.append([self.mean_key, *(value(m, None) for _, m in self.columns)])
+        header = ['language', *(label for label, _, _ in self.columns)]
+        rows = [[lang, *(value(m, lang) for _, _, m in self.columns)] for lang in langs]
+        rows.append([self.mean_key, *(value(m, None) for _, _, m in self.columns)])
         return format_table(header, rows)
+
+    def _write(self, out: Path) -> None:
+        atomic_write_text(out / 'phase_report.md', self.table() + '\n')
+        atomic_write_text(out / 'phase_report.json', json.dumps(
+            [{'column': label, 'iter': step, 'metrics': m} for label, step, m in self.columns],
+            indent=2))
 
     def after_train(self, runner) -> None:
         if not self.columns:
             return
-        table = self.table()
-        runner.logger.info(f'{self.metric} per language across phases:\n{table}')
-        out = Path(runner.work_dir)
-        (out / 'phase_report.md').write_text(table + '\n', encoding='utf-8')
-        (out / 'phase_report.json').write_text(
-            json.dumps([{'column': label, 'metrics': m} for label, m in self.columns], indent=2),
-            encoding='utf-8')
+        runner.logger.info(f'{self.metric} per language across phases:\n{self.table()}')
+        self._write(Path(runner.work_dir))

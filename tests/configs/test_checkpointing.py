@@ -1,0 +1,31 @@
+"""Every shipped config saves resumable checkpoints periodically, through xmr's CheckpointHook,
+and holds the hooks that lock the work dir and make checkpoints loadable and resumable."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mmengine.config import Config
+
+REPO = Path(__file__).resolve().parents[2]
+LEAF_CONFIGS = sorted(p for p in (REPO / 'configs').rglob('*.py') if '_base_' not in p.parts)
+
+
+def test_the_shipped_configs_are_found():
+    assert len(LEAF_CONFIGS) > 50
+
+
+@pytest.mark.parametrize('path', LEAF_CONFIGS, ids=lambda p: str(p.relative_to(REPO / 'configs')))
+def test_a_shipped_config_saves_resumable_checkpoints_before_its_end(path):
+    cfg = Config.fromfile(path)
+    if 'train_cfg' not in cfg:
+        pytest.skip('a test-only config')
+    assert cfg.default_scope == 'xmr'  # so 'CheckpointHook' is xmr's atomic one
+    checkpoint = cfg.default_hooks.checkpoint
+    assert checkpoint.type == 'CheckpointHook'
+    assert not checkpoint.get('by_epoch', True) and checkpoint.interval > 0
+    phases = cfg.train_cfg.get('phases', [])
+    if phases and all(phase.get('iters') for phase in phases):
+        assert checkpoint.interval < sum(phase['iters'] for phase in phases)
+    hooks = {hook.type for hook in cfg.custom_hooks}
+    assert {'WorkDirLockHook', 'RNGStateHook', 'WeightsOnlyCheckpointHook'} <= hooks

@@ -1,0 +1,114 @@
+"""xmr's CheckpointHook: atomic files, the previous best kept until its successor exists,
+stale temporaries cleaned, strict resume."""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.runner import Runner
+
+import xmr  # noqa: F401
+import xmr.fileio
+from tests.engine.test_loops import PHASES, make_cfg, train
+from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.engine.hooks import CheckpointHook
+
+
+def runner_with_hook(work_dir: Path, **hook_args) -> tuple[Runner, CheckpointHook]:
+    cfg = make_cfg(work_dir)
+    cfg.default_hooks.checkpoint.update(hook_args)
+    runner = Runner.from_cfg(cfg)
+    runner.optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+    hook = next(h for h in runner.hooks if isinstance(h, CheckpointHook))
+    hook.before_train(runner)
+    return runner, hook
+
+
+def fail_fsync_with_enospc(monkeypatch) -> None:
+    def no_space(descriptor: int) -> None:
+        raise OSError(errno.ENOSPC, 'No space left on device')
+    monkeypatch.setattr(xmr.fileio.os, 'fsync', no_space)
+
+
+def loads(path: Path) -> bool:
+    allow_mmengine_checkpoint_types()
+    return 'state_dict' in torch.load(path, map_location='cpu', weights_only=True)
+
+
+def test_the_hook_of_xmr_configs_is_xmrs():
+    from xmr.registry import HOOKS
+    assert HOOKS.get('CheckpointHook') is CheckpointHook
+
+
+def test_a_best_checkpoint_that_fails_to_write_keeps_the_previous_best(tmp_path, monkeypatch):
+    runner, hook = runner_with_hook(tmp_path, save_best='mAR', rule='greater')
+    hook._save_best_checkpoint(runner, {'mAR': 1.0})
+    first = tmp_path / 'best_mAR_iter_0.pth'
+    assert loads(first)
+
+    runner.train_loop._iter = 5
+    with monkeypatch.context() as patch:
+        fail_fsync_with_enospc(patch)
+        with pytest.raises(OSError, match=r'best_mAR_iter_5\.pth: writing failed \(No space'):
+            hook._save_best_checkpoint(runner, {'mAR': 2.0})
+    assert loads(first)
+    assert not (tmp_path / 'best_mAR_iter_5.pth').exists()
+    assert not list(tmp_path.glob('.*.tmp'))
+    assert hook.best_ckpt_path == str(first)
+
+    runner.train_loop._iter = 6
+    hook._save_best_checkpoint(runner, {'mAR': 3.0})
+    assert loads(tmp_path / 'best_mAR_iter_6.pth')
+    assert not first.exists()
+
+
+def test_the_oldest_kept_checkpoint_goes_only_after_its_successor_is_written(tmp_path,
+                                                                             monkeypatch):
+    runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=1)
+    runner.train_loop._iter = 3
+    hook._save_checkpoint(runner)
+    with monkeypatch.context() as patch:
+        fail_fsync_with_enospc(patch)
+        runner.train_loop._iter = 7
+        with pytest.raises(OSError, match=r'iter_8\.pth: writing failed'):
+            hook._save_checkpoint(runner)
+    assert loads(tmp_path / 'iter_4.pth')
+    assert not (tmp_path / 'iter_8.pth').exists()
+
+    hook._save_checkpoint(runner)
+    assert loads(tmp_path / 'iter_8.pth')
+    assert not (tmp_path / 'iter_4.pth').exists()
+    assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'iter_8.pth')
+
+
+def test_partial_files_of_a_killed_run_are_removed_when_training_starts(tmp_path):
+    dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+    dead.wait()
+    stale = tmp_path / f'.iter_4.pth.{dead.pid}.tmp'
+    stale.write_bytes(b'truncated')
+    alive = tmp_path / f'.iter_4.pth.{os.getpid()}.tmp'  # this process: still writing
+    alive.write_bytes(b'being written')
+    runner_with_hook(tmp_path)
+    assert not stale.exists()
+    assert alive.exists()
+
+
+def test_resume_with_other_adapter_shapes_is_refused_naming_keys_and_shapes(tmp_path):
+    torch.manual_seed(0)
+    train(make_cfg(tmp_path, phases=PHASES[:1], checkpoint_interval=2, stop_after=2))
+    cfg = make_cfg(tmp_path, phases=PHASES[:1], resume_from=tmp_path / 'iter_2.pth')
+    cfg.model.language_branch.adapters.hidden = 16
+    with pytest.raises(ValueError) as error:
+        train(cfg)
+    message = str(error.value)
+    assert 'cannot resume from' in message and 'iter_2.pth' in message
+    # 2 languages x 3 blocks x (down.weight, down.bias, up.weight); up.bias keeps its shape.
+    assert '18 keys of other shapes: language_branch.adapters.sets.de.0:block_output.down.weight ' \
+        '(checkpoint [8, 32], model [16, 32]), ' in message
+    assert '... (15 more)' in message
+    assert 'missing' not in message

@@ -1,0 +1,63 @@
+"""The phase report survives an interruption: a resumed run writes the uninterrupted run's table."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from tests.engine.test_loops import LANGS, PHASES, loader, make_cfg, train
+
+VAL_LANGS = ['en', *LANGS]
+# The cross-lingual phase also validates at its start: a column of the resumed run's own.
+REPORT_PHASES = [PHASES[0], dict(PHASES[1], validate_at_start=True), PHASES[2]]
+
+
+def report_cfg(work_dir, **kwargs):
+    cfg = make_cfg(work_dir, phases=copy.deepcopy(REPORT_PHASES), **kwargs)
+    cfg.val_dataloader = dict(loader(dict(
+        type='SyntheticRetrievalDataset', num_scenes=12, languages=VAL_LANGS, split='val',
+        image_size=32, seed=0, captions_per_image=1), batch_size=12), drop_last=False)
+    cfg.val_evaluator = dict(type='RetrievalMetric', languages=VAL_LANGS, source_language='en')
+    cfg.val_cfg = dict(type='ValLoop')
+    cfg.custom_hooks.append(dict(type='PhaseReportHook'))
+    return cfg
+
+
+def read_report(work_dir) -> list[dict]:
+    return json.loads((work_dir / 'phase_report.json').read_text())
+
+
+def test_a_resumed_run_reports_the_phases_validated_before_the_interruption(tmp_path):
+    uninterrupted, interrupted = tmp_path / 'uninterrupted', tmp_path / 'interrupted'
+    torch.manual_seed(0)
+    train(report_cfg(uninterrupted))
+    expected = read_report(uninterrupted)
+    assert [(c['column'], c['iter']) for c in expected] == [
+        ('source_finetune end', 4), ('cross_lingual start', 4), ('cross_lingual end', 12),
+        ('cross_modal end', 16)]
+
+    # Stopped after the first phase, whose end is validated after the checkpoint at iteration 4
+    # was written: the resumed run does not validate it again.
+    torch.manual_seed(0)
+    train(report_cfg(interrupted, checkpoint_interval=4, stop_after=4))
+    assert [c['column'] for c in read_report(interrupted)] == ['source_finetune end']
+    train(report_cfg(interrupted, resume_from=interrupted / 'iter_4.pth'))
+    resumed = read_report(interrupted)
+    assert [(c['column'], c['iter']) for c in resumed] == [
+        (c['column'], c['iter']) for c in expected]
+    for mine, reference in zip(resumed, expected):
+        assert mine['metrics'] == pytest.approx(reference['metrics'], abs=1e-4)
+    assert (interrupted / 'phase_report.md').read_text().splitlines()[0] == \
+        (uninterrupted / 'phase_report.md').read_text().splitlines()[0]
+
+
+def test_validations_repeated_after_a_resume_replace_their_restored_columns(tmp_path):
+    torch.manual_seed(0)
+    train(report_cfg(tmp_path, checkpoint_interval=4))
+    assert len(read_report(tmp_path)) == 4
+    # Resuming from iteration 8 again: the later validations of the first run are not kept.
+    train(report_cfg(tmp_path, resume_from=tmp_path / 'iter_8.pth'))
+    assert [c['column'] for c in read_report(tmp_path)] == [
+        'source_finetune end', 'cross_lingual start', 'cross_lingual end', 'cross_modal end']

@@ -1,0 +1,77 @@
+"""One training run per work dir: a second refuses naming the holder, a stale lock is taken over."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.engine.test_loops import PHASES, make_cfg, train
+from xmr.engine.work_dir import LOCK_NAME, WorkDirLockedError, lock_work_dir, unlock_work_dir
+
+
+@pytest.fixture
+def other_process():
+    process = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
+    yield process.pid
+    process.kill()
+    process.wait()
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, '-c', 'pass'])
+    process.wait()
+    return process.pid
+
+
+def test_a_second_run_refuses_naming_the_holders_pid_and_writes_nothing(tmp_path, other_process):
+    lock = tmp_path / LOCK_NAME
+    lock.write_text(f'{other_process} {socket.gethostname()}\n')
+    cfg = make_cfg(tmp_path, phases=PHASES[:1], checkpoint_interval=1)
+    cfg.custom_hooks.insert(0, dict(type='WorkDirLockHook'))
+    with pytest.raises(WorkDirLockedError, match=f'another training run \\(PID {other_process}\\)'
+                       f' is using this work dir \\(lock file {lock}\\)'):
+        train(cfg)
+    assert not list(tmp_path.glob('*.pth'))
+    assert lock.read_text().split()[0] == str(other_process)
+
+
+def test_a_lock_of_a_dead_run_is_taken_over_and_released_at_the_end(tmp_path):
+    pid = dead_pid()
+    lock = tmp_path / LOCK_NAME
+    lock.write_text(f'{pid} {socket.gethostname()}\n')
+    cfg = make_cfg(tmp_path, phases=PHASES[:1], checkpoint_interval=2)
+    cfg.custom_hooks.insert(0, dict(type='WorkDirLockHook'))
+    cfg.log_level = 'INFO'
+    torch.manual_seed(0)
+    train(cfg)
+    log = next(tmp_path.glob('*/*.log')).read_text()
+    assert f'took over the lock of PID {pid}, which is no longer running' in log
+    assert (tmp_path / 'iter_4.pth').is_file()
+    assert not lock.exists()
+
+
+def test_the_lock_names_this_process_and_host_and_refuses_a_holder_on_another_host(tmp_path):
+    assert lock_work_dir(tmp_path) is None
+    assert (tmp_path / LOCK_NAME).read_text() == f'{os.getpid()} {socket.gethostname()}\n'
+    assert 'took over the lock of PID' in lock_work_dir(tmp_path)  # an earlier run of ours
+    unlock_work_dir(tmp_path)
+    assert not (tmp_path / LOCK_NAME).exists()
+
+    (tmp_path / LOCK_NAME).write_text('4242 gpu-node-7\n')
+    with pytest.raises(WorkDirLockedError, match=r'PID 4242 on gpu-node-7.*if it is gone, delete'):
+        lock_work_dir(tmp_path)
+    unlock_work_dir(tmp_path)  # not ours: kept
+    assert (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_taken_over_lock_is_reported(tmp_path):
+    pid = dead_pid()
+    (tmp_path / LOCK_NAME).write_text(f'{pid} {socket.gethostname()}\n')
+    assert lock_work_dir(tmp_path) == (f'{tmp_path}: took over the lock of PID {pid}, which is no '
+                                       'longer running (an interrupted run)')
+    (tmp_path / LOCK_NAME).write_text('')  # a holder killed before it wrote its PID
+    assert 'took over' in lock_work_dir(tmp_path)

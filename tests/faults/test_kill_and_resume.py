@@ -1,0 +1,176 @@
+"""kill -9 of tools/train.py during a checkpoint write and in the middle of a phase: no truncated
+file under a final name, the work dir's lock is taken over, and the resumed run ends with the
+uninterrupted run's weights and phase report.
+
+The run is a subprocess started through a small driver that makes it stop at the chosen moment
+(half of ``iter_8.pth`` written, or the start of iteration 10) and say so in a marker file;
+the test then kills it with SIGKILL, as a crash or an out-of-memory killer would.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import REPO
+from tests.engine.hooks.test_phase_report_hook import read_report, report_cfg
+from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.engine.work_dir import LOCK_NAME
+
+sys.path.insert(0, str(REPO / 'tools'))
+import train as train_tool  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+DRIVER = '''
+import os, runpy, sys, time
+from contextlib import contextmanager
+
+import xmr.fileio
+from xmr.engine.loops import PhasedTrainLoop
+
+marker, moment = sys.argv.pop(1), sys.argv.pop(1)
+
+
+def stop_here():
+    open(marker, 'w').close()
+    time.sleep(600)
+
+
+class HalfWriter:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def write(self, data):
+        self.handle.write(data[:len(data) // 2])
+        self.handle.flush()
+        stop_here()
+
+
+real_open = xmr.fileio.atomic_open
+
+
+@contextmanager
+def pausing_open(path, mode='wb', **kwargs):
+    with real_open(path, mode, **kwargs) as handle:
+        yield HalfWriter(handle) if os.path.basename(str(path)) == moment else handle
+
+
+real_run_iter = PhasedTrainLoop.run_iter
+
+
+def pausing_run_iter(self, data_batch):
+    if moment == f'iteration {self.iter}':
+        stop_here()
+    real_run_iter(self, data_batch)
+
+
+xmr.fileio.atomic_open = pausing_open
+PhasedTrainLoop.run_iter = pausing_run_iter
+sys.argv[0] = os.path.join(sys.argv[1], 'tools', 'train.py')
+del sys.argv[1]
+runpy.run_path(sys.argv[0], run_name='__main__')
+'''
+
+
+@pytest.fixture(scope='module')
+def tiny_config(tmp_path_factory) -> Path:
+    """16 iterations over three phases, checkpoints every 4 (only the latest kept), phase-end
+    validations and the phase report."""
+    folder = tmp_path_factory.mktemp('config')
+    cfg = report_cfg(folder / 'unused', checkpoint_interval=4)
+    cfg.default_hooks.checkpoint.max_keep_ckpts = 1
+    cfg.custom_hooks = [dict(type='WorkDirLockHook'), dict(type='RNGStateHook'),
+                        dict(type='WeightsOnlyCheckpointHook'), dict(type='PhaseReportHook')]
+    path = folder / 'tiny.py'
+    cfg.dump(str(path))
+    return path
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(tiny_config, tmp_path_factory) -> Path:
+    work_dir = tmp_path_factory.mktemp('uninterrupted')
+    train_tool.main([str(tiny_config), '--work-dir', str(work_dir)])
+    return work_dir
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    allow_mmengine_checkpoint_types()
+    return torch.load(path, map_location='cpu', weights_only=True)['state_dict']
+
+
+def environment() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS='1', CUDA_VISIBLE_DEVICES='')
+
+
+def kill_at(moment: str, config: Path, work_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / 'stopped'
+    driver = tmp_path / 'driver.py'
+    driver.write_text(DRIVER)
+    process = subprocess.Popen(
+        [sys.executable, str(driver), str(marker), moment, str(REPO), str(config),
+         '--work-dir', str(work_dir)], env=environment(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while not marker.exists():
+        if process.poll() is not None:
+            pytest.fail(f'the run ended before {moment}: {process.stderr.read().decode()[-2000:]}')
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f'the run did not reach {moment}')
+        time.sleep(0.2)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    process.stderr.close()
+
+
+def resume(config: Path, work_dir: Path) -> None:
+    subprocess.run([sys.executable, str(REPO / 'tools' / 'train.py'), str(config),
+                    '--work-dir', str(work_dir), '--resume'], env=environment(), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def assert_same_run(work_dir: Path, reference: Path) -> None:
+    """The same final weights and phase report as the uninterrupted run in ``reference``."""
+    mine, expected = weights(work_dir / 'iter_16.pth'), weights(reference / 'iter_16.pth')
+    assert mine.keys() == expected.keys()
+    for key, value in expected.items():
+        torch.testing.assert_close(mine[key], value, rtol=1e-5, atol=1e-6, msg=key)
+    report, expected_report = read_report(work_dir), read_report(reference)
+    assert [c['column'] for c in report] == [c['column'] for c in expected_report]
+    for column, expected_column in zip(report, expected_report):
+        assert column['metrics'] == pytest.approx(expected_column['metrics'], abs=1e-4)
+
+
+def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one_and_resumes(
+        tiny_config, uninterrupted, tmp_path):
+    work_dir = tmp_path / 'work'
+    kill_at('iter_8.pth', tiny_config, work_dir, tmp_path)
+    # Half of iter_8.pth lies under a temporary name only; iter_4.pth, which it was to
+    # replace (max_keep_ckpts=1), is intact and is the latest.
+    assert not (work_dir / 'iter_8.pth').exists()
+    partial = list(work_dir.glob('.iter_8.pth.*.tmp'))
+    assert len(partial) == 1 and partial[0].stat().st_size > 0
+    assert (work_dir / 'last_checkpoint').read_text() == str(work_dir / 'iter_4.pth')
+    assert weights(work_dir / 'iter_4.pth')
+    assert (work_dir / LOCK_NAME).exists()  # left by the killed run
+
+    resume(tiny_config, work_dir)
+    assert not list(work_dir.glob('.*.tmp'))
+    assert not (work_dir / LOCK_NAME).exists()
+    assert_same_run(work_dir, uninterrupted)
+
+
+def test_a_kill_in_the_middle_of_a_phase_resumes_to_the_uninterrupted_weights(
+        tiny_config, uninterrupted, tmp_path):
+    work_dir = tmp_path / 'work'
+    kill_at('iteration 10', tiny_config, work_dir, tmp_path)  # cross_lingual: iterations 4-11
+    assert sorted(p.name for p in work_dir.glob('*.pth')) == ['iter_8.pth']
+    resume(tiny_config, work_dir)
+    assert_same_run(work_dir, uninterrupted)

@@ -1,0 +1,46 @@
+"""tools/train.py --resume: PATH, latest (an error when there is nothing to resume) and auto."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
+sys.path.insert(0, str(REPO / 'tools'))
+import train as train_tool  # noqa: E402
+
+
+def resumed(work_dir: Path, *resume: str) -> tuple[bool, str | None]:
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(work_dir), '--resume', *resume])
+    cfg = train_tool.build_config(args)
+    return cfg.resume, cfg.load_from
+
+
+def test_resume_without_a_checkpoint_is_an_error_and_auto_starts_a_new_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f'the work dir {tmp_path} has no checkpoint to '
+                       'resume from'):
+        resumed(tmp_path)
+    with pytest.raises(FileNotFoundError, match='has no checkpoint'):
+        resumed(tmp_path, 'latest')
+    assert resumed(tmp_path, 'auto') == (False, None)
+
+
+def test_resume_latest_and_auto_take_the_checkpoint_last_checkpoint_names(tmp_path):
+    checkpoint = tmp_path / 'iter_500.pth'
+    checkpoint.write_bytes(b'weights')
+    (tmp_path / 'last_checkpoint').write_text(str(checkpoint))
+    assert resumed(tmp_path) == (True, str(checkpoint))
+    assert resumed(tmp_path, 'auto') == (True, str(checkpoint))
+    other = tmp_path / 'other.pth'
+    other.write_bytes(b'weights')
+    assert resumed(tmp_path, str(other)) == (True, str(other))
+
+
+def test_a_last_checkpoint_naming_a_missing_file_is_named(tmp_path):
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_9.pth'))
+    with pytest.raises(FileNotFoundError, match=r"last_checkpoint: names '.*iter_9\.pth', which "
+                       'does not exist'):
+        resumed(tmp_path, 'auto')

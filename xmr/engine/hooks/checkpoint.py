@@ -1,0 +1,115 @@
+"""MMEngine's ``CheckpointHook`` made safe under faults: atomic files, no gap without a best
+checkpoint, strict resume.
+
+Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_scope='xmr'``
+(all shipped ones, through ``default_hooks.checkpoint``) gets it. Differences from MMEngine's:
+
+* files are written through :class:`~xmr.fileio.AtomicLocalBackend` (temporary name, fsync,
+  rename): a kill or a full disk never leaves a truncated file under a checkpoint's name, and
+  temporaries left by a killed run are removed when training starts;
+* the previous best checkpoint, and checkpoints beyond ``max_keep_ckpts``, are removed only
+  after their successor is in place (MMEngine removes them first);
+* resuming loads strictly: a checkpoint whose weights do not fit the model (other adapter
+  shapes, other languages) is refused, naming the keys and shapes, instead of training on
+  with re-initialised modules. ``load_from`` without resume keeps MMEngine's lenient loading.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from mmengine.dist import is_main_process
+from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
+from mmengine.model import is_model_wrapper
+
+from xmr.engine.checkpoint import state_dict_mismatches
+from xmr.fileio import remove_stale_temporaries
+from xmr.registry import HOOKS
+
+__all__ = ['CheckpointHook']
+
+
+@HOOKS.register_module()
+class CheckpointHook(MMEngineCheckpointHook):
+    """MMEngine's ``CheckpointHook`` with atomic writes, late removals and strict resume.
+
+    Args:
+        backend_args: MMEngine file backend arguments; default: the atomic local backend.
+        **kwargs: :class:`mmengine.hooks.CheckpointHook` arguments.
+    """
+
+    def __init__(self, backend_args: dict | None = None, **kwargs: Any) -> None:
+        super().__init__(backend_args=backend_args or dict(backend='xmr_atomic_local'),
+                         **kwargs)
+
+    def before_train(self, runner) -> None:
+        super().before_train(runner)
+        if is_main_process():
+            for path in remove_stale_temporaries(self.out_dir):
+                runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        if not runner._resume:
+            return
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        loaded = {re.sub(r'^module\.', '', key): value
+                  for key, value in checkpoint.get('state_dict', {}).items()}
+        mismatches = state_dict_mismatches(model.state_dict(), loaded)
+        if mismatches:
+            raise ValueError(
+                f'cannot resume from {runner._load_from or "the latest checkpoint"}: its weights '
+                'do not fit the model of this config:\n  ' + '\n  '.join(mismatches)
+                + '\nresume with the config that wrote the checkpoint, or start a new work dir '
+                '(load_from=... loads a checkpoint leniently without resuming)')
+
+    def _save_checkpoint_with_step(self, runner, step: int, meta: dict) -> None:
+        keep = self.max_keep_ckpts
+        recorded = keep > 0 and (not self.keep_ckpt_ids or self.keep_ckpt_ids[-1] != step)
+        steps = [*self.keep_ckpt_ids, step] if recorded else []
+        if recorded:
+            # The checkpoint written holds the ids kept once it is in place.
+            runner.message_hub.update_info('keep_ckpt_ids', steps[-keep:])
+        # With max_keep_ckpts 0 MMEngine's method neither removes nor records: both happen here,
+        # after the new file is in place.
+        self.max_keep_ckpts = 0
+        try:
+            super()._save_checkpoint_with_step(runner, step, meta)
+        finally:
+            self.max_keep_ckpts = keep
+        if recorded:
+            self.keep_ckpt_ids.append(step)  # the deque's maxlen drops the outdated ids
+        for old in steps[:-keep]:
+            self._remove(self.file_backend.join_path(self.out_dir, self.filename_tmpl.format(old)))
+
+    def _best_paths(self) -> dict[str, str | None]:
+        if len(self.key_indicators) == 1:
+            return {self.key_indicators[0]: self.best_ckpt_path}
+        return dict(self.best_ckpt_path_dict)
+
+    def _set_best_path(self, key: str, path: str | None) -> None:
+        if len(self.key_indicators) == 1:
+            self.best_ckpt_path = path
+        else:
+            self.best_ckpt_path_dict[key] = path
+
+    def _save_best_checkpoint(self, runner, metrics: dict) -> None:
+        if not self.save_best:
+            return
+        previous = self._best_paths()
+        # MMEngine removes the known best before writing its successor: hide it until then.
+        for key in previous:
+            self._set_best_path(key, None)
+        try:
+            super()._save_best_checkpoint(runner, metrics)
+        finally:
+            for key, old in previous.items():
+                new = self._best_paths()[key]
+                if new is None or not self.file_backend.isfile(new):
+                    self._set_best_path(key, old)
+                elif old is not None and old != new:
+                    self._remove(old)
+                    runner.logger.info(f'The previous best checkpoint {old} is removed')
+
+    def _remove(self, path: str) -> None:
+        if is_main_process() and self.file_backend.isfile(path):
+            self.file_backend.remove(path)

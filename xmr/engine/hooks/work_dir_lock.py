@@ -1,0 +1,33 @@
+"""One training run per work dir: a second run refuses instead of overwriting the first's files."""
+from __future__ import annotations
+
+from mmengine.dist import is_main_process
+from mmengine.hooks import Hook
+
+from xmr.engine.work_dir import lock_work_dir, unlock_work_dir
+from xmr.registry import HOOKS
+
+__all__ = ['WorkDirLockHook']
+
+
+@HOOKS.register_module()
+class WorkDirLockHook(Hook):
+    """Holds ``<work_dir>/.train.lock`` (see :func:`~xmr.engine.work_dir.lock_work_dir`) from
+    the start of training to its end, on the main process.
+
+    It runs before every other ``before_train``, so nothing of a second run (checkpoint clean-up,
+    feature caches, checkpoints, the phase report) touches the work dir of a running one. A lock
+    left by a killed run is taken over with a warning.
+    """
+
+    priority = 'HIGHEST'
+
+    def before_train(self, runner) -> None:
+        if is_main_process():
+            taken_over = lock_work_dir(runner.work_dir)
+            if taken_over:
+                runner.logger.warning(taken_over)
+
+    def after_train(self, runner) -> None:
+        if is_main_process():
+            unlock_work_dir(runner.work_dir)

@@ -1,0 +1,130 @@
+"""Atomic file writes: a reader (or a resumed run) sees the old file or the whole new one.
+
+Every write goes to a hidden temporary sibling ``.<name>.<pid>.tmp``, is flushed and fsynced,
+and is renamed over the final name (``os.replace``, atomic on POSIX within one directory); the
+directory is fsynced so the rename itself survives a power cut. A failed write (a full disk, a
+kill) never leaves a partial file under the final name: the temporary file is removed on error,
+and temporaries left by a killed process are removed by :func:`remove_stale_temporaries`.
+
+:class:`AtomicLocalBackend` routes MMEngine's file backend through the same mechanism; xmr's
+:class:`~xmr.engine.hooks.CheckpointHook` saves checkpoints with it.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from mmengine.fileio import LocalBackend, register_backend
+
+__all__ = ['atomic_open', 'atomic_write_bytes', 'atomic_write_text', 'process_running',
+           'remove_stale_temporaries', 'AtomicLocalBackend']
+
+_TEMPORARY = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$')
+
+
+def _temporary_path(path: Path) -> Path:
+    return path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+
+
+def _fsync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = 'wb', **kwargs) -> Iterator[IO]:
+    """Open a temporary sibling of ``path`` for writing; it replaces ``path`` on a clean exit.
+
+    Args:
+        path: the final file name; its directory is created.
+        mode: ``'wb'`` or ``'w'`` (``kwargs`` go to :func:`open`, e.g. ``encoding``).
+
+    Raises:
+        OSError: writing failed (e.g. ``ENOSPC``); the message names ``path`` and says that the
+            previous file, if any, is unchanged. Nothing is left under either name.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = _temporary_path(path)
+    try:
+        with open(temporary, mode, **kwargs) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+        _fsync_directory(path.parent)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        hint = ': free some space' if error.errno == errno.ENOSPC else ''
+        raise OSError(error.errno, f'{path}: writing failed ({reason}); the previous file, if '
+                      f'any, is unchanged{hint}') from error
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_open`)."""
+    with atomic_open(path, 'wb') as handle:
+        handle.write(data)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically as UTF-8 with ``\\n`` line ends."""
+    with atomic_open(path, 'w', encoding='utf-8', newline='\n') as handle:
+        handle.write(text)
+
+
+def process_running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (``False`` for a non-positive ``pid``)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
+    """Remove the temporaries that dead processes left in ``directory`` (not recursive).
+
+    A temporary of a live process (another rank, or this one) is kept.
+
+    Returns:
+        The removed paths, sorted.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    removed = []
+    for entry in sorted(directory.iterdir()):
+        match = _TEMPORARY.match(entry.name)
+        if match and entry.is_file() and not process_running(int(match['pid'])):
+            entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed
+
+
+@register_backend('xmr_atomic_local')
+class AtomicLocalBackend(LocalBackend):
+    """MMEngine's local file backend with atomic ``put`` and ``put_text``.
+
+    Select it with ``backend_args=dict(backend='xmr_atomic_local')``.
+    """
+
+    def put(self, obj: bytes, filepath: str | Path) -> None:
+        atomic_write_bytes(filepath, obj)
+
+    def put_text(self, obj: str, filepath: str | Path, encoding: str = 'utf-8') -> None:
+        with atomic_open(filepath, 'w', encoding=encoding, newline='\n') as handle:
+            handle.write(obj)
