@@ -10,6 +10,7 @@ differently shaped keys (counts and the first few) and the fix.
 from __future__ import annotations
 
 import pickle
+import warnings
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -49,7 +50,7 @@ def read_weights(path: str | Path, what: str = 'checkpoint',
     if path.suffix == '.safetensors':
         loaded = _read_safetensors(path, what)
     elif _is_torchscript(path):
-        loaded = torch.jit.load(str(path), map_location='cpu').state_dict()
+        loaded = _read_torchscript(path)
     else:
         loaded = _read_pickle(path, what)
     if isinstance(loaded, Mapping) and isinstance(loaded.get('state_dict'), Mapping):
@@ -81,6 +82,14 @@ def _is_torchscript(path: Path) -> bool:
         return any(name.endswith('/constants.pkl') for name in archive.namelist())
 
 
+def _read_torchscript(path: Path) -> dict[str, torch.Tensor]:
+    # OpenAI's releases exist only in this format, so torch's deprecation of it is no news here.
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='.*torch.jit.load.* is deprecated',
+                                category=FutureWarning)
+        return dict(torch.jit.load(str(path), map_location='cpu').state_dict())
+
+
 def _read_safetensors(path: Path, what: str) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -103,7 +112,7 @@ def _read_pickle(path: Path, what: str) -> object:
         raise ValueError(_unreadable(path, what, error)) from error
     except (RuntimeError, EOFError, OSError) as error:
         raise ValueError(_unreadable(path, what, error)) from error
-    except (KeyError, ValueError) as error:  # pickle opcodes that are not opcodes: not a pickle
+    except Exception as error:  # noqa: BLE001 - arbitrary bytes break the unpickler anywhere
         raise ValueError(_unreadable(path, what, 'neither a torch file nor safetensors')
                          ) from error
 
