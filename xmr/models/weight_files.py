@@ -17,8 +17,10 @@ from pathlib import Path
 
 import torch
 
-__all__ = ['read_weights', 'check_weights_fit', 'WeightsMismatchError']
+__all__ = ['read_weights', 'check_weights_fit', 'WeightsMismatchError', 'CHECKPOINT_SUFFIXES']
 
+#: Endings of weight files: a name ending so is a path, never a hub name or tag.
+CHECKPOINT_SUFFIXES = ('.pt', '.pth', '.bin', '.safetensors')
 #: Files looked for, in order, when a folder is given (Hugging Face's names).
 HF_WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin')
 

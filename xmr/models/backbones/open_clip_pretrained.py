@@ -27,16 +27,14 @@ import torch
 from open_clip.model import set_model_preprocess_cfg
 from open_clip.transform import PreprocessCfg
 
-from xmr.models.weight_files import check_weights_fit, read_weights
+from xmr.models.weight_files import CHECKPOINT_SUFFIXES, check_weights_fit, read_weights
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'resolve_pretrained', 'build_open_clip',
            'load_open_clip_weights', 'record_tokenizer_cfg', 'record_for', 'is_checkpoint_path',
-           'RECORD_FIELDS', 'CHECKPOINT_SUFFIXES']
+           'RECORD_FIELDS']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
 RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
-#: ``pretrained`` values with these endings are files, never tags.
-CHECKPOINT_SUFFIXES = ('.pt', '.pth', '.bin', '.safetensors')
 #: Attributes OpenAI's TorchScript archives keep as tensors beside the weights.
 _OPENAI_JIT_ATTRIBUTES = ('input_resolution', 'context_length', 'vocab_size')
 
