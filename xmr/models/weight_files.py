@@ -120,7 +120,8 @@ def _read_pickle(path: Path, what: str) -> object:
 
 
 def _unreadable(path: Path, what: str, error: Exception | str) -> str:
-    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    reason = (str(error).strip().splitlines()[0].rstrip('.') if str(error).strip()
+              else type(error).__name__)
     return (f'{path} ({path.stat().st_size} bytes) is not a readable {what}: {reason}. A '
             'truncated download or a file of another kind; download the file again')
 

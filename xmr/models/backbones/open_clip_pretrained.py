@@ -30,7 +30,7 @@ from open_clip.transform import PreprocessCfg
 from xmr.models.weight_files import CHECKPOINT_SUFFIXES, check_weights_fit, read_weights
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'resolve_pretrained', 'build_open_clip',
-           'load_open_clip_weights', 'record_tokenizer_cfg', 'record_for', 'is_checkpoint_path',
+           'read_clip_weights', 'record_tokenizer_cfg', 'record_for', 'is_checkpoint_path',
            'RECORD_FIELDS']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
@@ -219,7 +219,8 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
     """An ``open_clip.CLIP`` with the record's activation and preprocessing, weights loaded.
 
     A tag's weights come through ``open_clip.pretrained.download_pretrained`` (open_clip's
-    cache) and, like a local file, are loaded by :func:`load_open_clip_weights`. Built inside
+    cache) and, like a local file, are read by :func:`read_clip_weights` and loaded strictly
+    (keys and shapes checked before anything is copied). Built inside
     ``with torch.device('meta')`` the model takes no memory, and loading checks keys and shapes.
 
     Returns:
@@ -228,25 +229,40 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
     Raises:
         TypeError: the architecture is not a CLIP with open_clip's own text transformer.
         RuntimeError: a tag's weights could not be fetched (offline), with the local-file route.
+        WeightsMismatchError: weights of another architecture (keys named, with counts).
     """
     record, weights = resolve_pretrained(arch, pretrained, pretrained_cfg, model_cfg)
-    cfg = {**_model_cfg(arch, model_cfg), 'quick_gelu': record.quick_gelu}
+    cfg = _clip_cfg(arch, model_cfg, record.quick_gelu)
+    if pretrained and weights is None:
+        weights = _download(arch, pretrained)
+    # Read before building: a broken file fails fast, before a large model is initialised.
+    state_dict = read_clip_weights(weights, record) if weights is not None else None
+    model = open_clip.CLIP(**cfg)
+    if state_dict is not None:
+        if 'logit_scale' in state_dict:  # a scalar in some releases, [1] in others
+            state_dict['logit_scale'] = state_dict['logit_scale'].reshape(
+                model.logit_scale.shape)
+        check_weights_fit(model.state_dict(), state_dict, str(weights), f'open_clip {record.arch}',
+                          f'Is it a checkpoint of {record.arch}? Set arch to the architecture it '
+                          'was trained as (e.g. ViT-B-16 for ViT-B-16.pt)')
+        model.load_state_dict(state_dict, strict=True)
+    set_model_preprocess_cfg(model, record.preprocess_cfg())
+    return model, record
+
+
+def _clip_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
+              quick_gelu: bool) -> dict[str, Any]:
+    """Keyword arguments of ``open_clip.CLIP`` (built directly, not through ``create_model``,
+    so that it also builds on the meta device; preprocessing is the record's business)."""
+    cfg = {**_model_cfg(arch, model_cfg), 'quick_gelu': quick_gelu}
     other_text = [key for key in ('custom_text', 'multimodal_cfg') if cfg.get(key)] + [
         key for key in ('hf_model_name',) if key in cfg['text_cfg']]
     if other_text:
         raise TypeError(f"open_clip architecture '{arch}' has another text tower "
                         f'({", ".join(other_text)}); xmr needs the CLIP text transformer')
-    # Built directly, not through create_model, so that it also builds on the meta device;
-    # the preprocessing part of the config is the record's business.
     cfg.pop('preprocess_cfg', None)
     cfg.pop('custom_text', None)
-    model = open_clip.CLIP(**cfg)
-    if pretrained and weights is None:
-        weights = _download(arch, pretrained)
-    if weights is not None:
-        load_open_clip_weights(model, weights, record)
-    set_model_preprocess_cfg(model, record.preprocess_cfg())
-    return model, record
+    return cfg
 
 
 def _download(arch: str, tag: str) -> Path:
@@ -259,23 +275,17 @@ def _download(arch: str, tag: str) -> Path:
                            f"with pretrained_cfg='{tag}'") from error
 
 
-def load_open_clip_weights(model: torch.nn.Module, path: str | Path,
-                           record: PretrainedRecord) -> None:
-    """Load a CLIP checkpoint (state dict, safetensors or OpenAI's TorchScript archive), strictly.
+def read_clip_weights(path: str | Path, record: PretrainedRecord) -> dict[str, torch.Tensor]:
+    """A CLIP checkpoint's state dict (plain, safetensors or OpenAI's TorchScript archive) in
+    open_clip's names: the archive's non-weight attributes dropped.
 
     Raises:
-        WeightsMismatchError: keys or shapes of another architecture, before anything is copied.
         ValueError: a truncated or non-checkpoint file.
     """
     state_dict = read_weights(path, f'{record.arch} CLIP checkpoint')
     for key in _OPENAI_JIT_ATTRIBUTES:
         state_dict.pop(key, None)
-    if 'logit_scale' in state_dict:
-        state_dict['logit_scale'] = state_dict['logit_scale'].reshape(model.logit_scale.shape)
-    check_weights_fit(model.state_dict(), state_dict, str(path), f'open_clip {record.arch}',
-                      f'Is it a checkpoint of {record.arch}? Set arch to the architecture it '
-                      'was trained as (e.g. ViT-B-16 for ViT-B-16.pt)')
-    model.load_state_dict(state_dict, strict=True)
+    return state_dict
 
 
 def record_tokenizer_cfg(record: PretrainedRecord, tokenizer: Mapping[str, Any] | None,
