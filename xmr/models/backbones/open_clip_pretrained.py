@@ -101,35 +101,37 @@ def pretrained_record(arch: str | None, pretrained_cfg: str | Mapping[str, Any] 
     settings.update({k: v for k, v in arch_cfg.get('preprocess_cfg', {}).items()
                      if k in settings})
     settings['quick_gelu'] = arch_cfg.get('quick_gelu', False)
-    source = f'{name} defaults'
-    if isinstance(pretrained_cfg, str):
-        given, source = _tag_cfg(arch, pretrained_cfg), f"open_clip tag '{pretrained_cfg}'"
-    else:
-        given = dict(pretrained_cfg or {})
-        unknown = sorted(set(given) - set(RECORD_FIELDS))
-        if unknown:
-            raise ValueError(f'pretrained_cfg keys {unknown} are not settings of a pretrained '
-                             f'record; use {list(RECORD_FIELDS)} or an open_clip tag name')
-        if given:
-            source = 'pretrained_cfg dict'
-    given = {k: v for k, v in given.items() if k in RECORD_FIELDS and v is not None}
-    given.setdefault('quick_gelu', False if isinstance(pretrained_cfg, str)
-                     else settings['quick_gelu'])
+    given, source = _given_settings(arch, pretrained_cfg, settings['quick_gelu'])
     if 'quick_gelu' in arch_cfg and bool(given['quick_gelu']) != bool(arch_cfg['quick_gelu']):
         raise ValueError(
             f"quick_gelu: architecture {name} fixes {arch_cfg['quick_gelu']}, {source} of the "
             f"weights records {given['quick_gelu']}; use the architecture without the "
             "'-quickgelu' suffix (the record then chooses) or the weights' own tag")
     settings.update(given)
-    text_cfg = arch_cfg.get('text_cfg', {})
     size = arch_cfg.get('vision_cfg', {}).get('image_size', settings['size'])
     return PretrainedRecord(
-        arch=name, source=source, quick_gelu=bool(settings['quick_gelu']),
+        arch=name, source=source or f'{name} defaults', quick_gelu=bool(settings['quick_gelu']),
         image_size=(size, size) if isinstance(size, int) else tuple(size),
         mean=tuple(settings['mean']), std=tuple(settings['std']),
         interpolation=settings['interpolation'], resize_mode=settings['resize_mode'],
         fill_color=int(settings['fill_color']), tokenizer=arch or 'ViT-B-32',
-        context_length=int(text_cfg.get('context_length', 77)))
+        context_length=int(arch_cfg.get('text_cfg', {}).get('context_length', 77)))
+
+
+def _given_settings(arch: str | None, pretrained_cfg: str | Mapping[str, Any] | None,
+                    arch_quick_gelu: bool) -> tuple[dict[str, Any], str | None]:
+    """``(settings, source)`` a tag or dict sets; ``quick_gelu`` always among them (a tag
+    without the key means GELU, as open_clip reads it; a dict without it keeps the arch's)."""
+    if isinstance(pretrained_cfg, str):
+        given = {k: v for k, v in _tag_cfg(arch, pretrained_cfg).items()
+                 if k in RECORD_FIELDS and v is not None}
+        return {'quick_gelu': False, **given}, f"open_clip tag '{pretrained_cfg}'"
+    given = dict(pretrained_cfg or {})
+    unknown = sorted(set(given) - set(RECORD_FIELDS))
+    if unknown:
+        raise ValueError(f'pretrained_cfg keys {unknown} are not settings of a pretrained '
+                         f'record; use {list(RECORD_FIELDS)} or an open_clip tag name')
+    return {'quick_gelu': arch_quick_gelu, **given}, 'pretrained_cfg dict' if given else None
 
 
 def _model_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
