@@ -6,15 +6,19 @@ import pytest
 import torch
 from open_clip.transformer import QuickGELU
 
-from tests.conftest import TINY_CLIP, tiny_backbone_cfg
+from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg
 from tests.models.backbones.openai_clip_layout import (
     openai_state_dict,
     openai_vit_clip_shapes,
     save_openai_torchscript,
     shapes_of_model_cfg,
 )
-from xmr.models.backbones.open_clip_pretrained import pretrained_record, record_tokenizer_cfg
-from xmr.registry import MODELS
+from xmr.models.backbones.open_clip_pretrained import (
+    check_record_tokenizer,
+    pretrained_record,
+    record_tokenizer_cfg,
+)
+from xmr.registry import MODELS, TOKENIZERS
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -77,11 +81,14 @@ def test_contradictions_with_the_record_are_refused():
     record = pretrained_record('ViT-B-32', 'openai')
     with pytest.raises(ValueError, match="tokenizer.max_length: the config sets 64, open_clip "
                                          "tag 'openai' of ViT-B-32 records 77"):
-        record_tokenizer_cfg(record, dict(type='OpenCLIPTokenizer', max_length=64))
-    with pytest.raises(ValueError, match="tokenizer.model_name: the config sets 'ViT-B-16-SigLIP'"):
-        record_tokenizer_cfg(record, dict(type='OpenCLIPTokenizer', model_name='ViT-B-16-SigLIP'))
-    with pytest.raises(ValueError, match="tokenizer.type: the config sets 'HFTokenizer'"):
-        record_tokenizer_cfg(record, dict(type='HFTokenizer', name_or_path='bert'))
+        check_record_tokenizer(record, TOKENIZERS.build(record_tokenizer_cfg(
+            record, dict(type='OpenCLIPTokenizer', max_length=64))))
+    with pytest.raises(ValueError, match="tokenizer.model_name: the config sets 'ViT-B-16'"):
+        check_record_tokenizer(record, TOKENIZERS.build(record_tokenizer_cfg(
+            record, dict(type='OpenCLIPTokenizer', model_name='ViT-B-16'))))
+    with pytest.raises(ValueError, match="tokenizer.type: the config builds a "
+                                         "SentencePieceTokenizer"):
+        MODELS.build(tiny_backbone_cfg(tokenizer=tiny_branch_cfg()['tokenizer']))
     assert record_tokenizer_cfg(record, dict(type='OpenCLIPTokenizer', pad_to=77)) == dict(
         type='OpenCLIPTokenizer', pad_to=77, model_name='ViT-B-32', max_length=77)
 

@@ -9,9 +9,12 @@ from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.base import SiteHooks, TextTower, TokenOutput, VisionLanguageBackbone
-from xmr.models.backbones.open_clip_pretrained import build_open_clip, record_tokenizer_cfg
+from xmr.models.backbones.open_clip_pretrained import (
+    build_open_clip,
+    check_record_tokenizer,
+    record_tokenizer_cfg,
+)
 from xmr.models.language.packing import PackedTokens
-from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.registry import MODELS, TOKENIZERS
 
 
@@ -187,8 +190,8 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         self.image_mean = self.record.mean
         self.image_std = self.record.std
         self.tokenizer = TOKENIZERS.build(record_tokenizer_cfg(self.record, tokenizer))
-        if isinstance(self.tokenizer, OpenCLIPTokenizer) and \
-                self.tokenizer.vocab_size > self.clip.vocab_size:
+        check_record_tokenizer(self.record, self.tokenizer)
+        if self.tokenizer.vocab_size > self.clip.vocab_size:
             raise ValueError(f'tokenizer emits {self.tokenizer.vocab_size} ids but the text '
                              f'tower has {self.clip.vocab_size} embeddings')
         if freeze:

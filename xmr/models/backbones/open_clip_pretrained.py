@@ -27,11 +27,12 @@ import torch
 from open_clip.model import set_model_preprocess_cfg
 from open_clip.transform import PreprocessCfg
 
+from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.models.weight_files import CHECKPOINT_SUFFIXES, check_weights_fit, read_weights
 
-__all__ = ['PretrainedRecord', 'pretrained_record', 'resolve_pretrained', 'build_open_clip',
-           'read_clip_weights', 'record_tokenizer_cfg', 'record_for', 'is_checkpoint_path',
-           'RECORD_FIELDS']
+__all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
+           'build_open_clip', 'read_clip_weights', 'record_tokenizer_cfg',
+           'check_record_tokenizer', 'is_checkpoint_path', 'RECORD_FIELDS']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
 RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
@@ -292,25 +293,29 @@ def read_clip_weights(path: str | Path, record: PretrainedRecord) -> dict[str, t
 
 def record_tokenizer_cfg(record: PretrainedRecord, tokenizer: Mapping[str, Any] | None,
                          ) -> dict[str, Any]:
-    """The source tokenizer's config: open_clip's tokenizer of the record, at its context length.
+    """The source tokenizer's config, ``OpenCLIPTokenizer``'s ``model_name`` and ``max_length``
+    filled from the record (``pad_to`` and the like are kept)."""
+    cfg = dict(tokenizer or dict(type='OpenCLIPTokenizer'))
+    if cfg.get('type') == 'OpenCLIPTokenizer':
+        cfg.setdefault('model_name', record.tokenizer)
+        cfg.setdefault('max_length', record.context_length)
+    return cfg
 
-    Args:
-        record: the model's record.
-        tokenizer: an ``OpenCLIPTokenizer`` config (``pad_to`` and the like are kept), or ``None``.
+
+def check_record_tokenizer(record: PretrainedRecord, tokenizer: object) -> None:
+    """Refuse a built source tokenizer that is not the record's, naming the field.
 
     Raises:
-        ValueError: another tokenizer type, or ``model_name`` / ``max_length`` that contradict
+        ValueError: another tokenizer class, or ``model_name`` / ``max_length`` that contradict
             the record (field, config's value, record's value).
     """
-    cfg = dict(tokenizer or dict(type='OpenCLIPTokenizer'))
-    if cfg.get('type') != 'OpenCLIPTokenizer':
-        raise ValueError(f"tokenizer.type: the config sets {cfg.get('type')!r}, but the text "
-                         f'tower of {record.arch} was trained with open_clip\'s tokenizer; use '
-                         "'OpenCLIPTokenizer' (or leave tokenizer out)")
+    if not isinstance(tokenizer, OpenCLIPTokenizer):
+        raise ValueError(f'tokenizer.type: the config builds a {type(tokenizer).__name__}, but '
+                         f"the text tower of {record.arch} was trained with open_clip's "
+                         "tokenizer; use 'OpenCLIPTokenizer' (or leave tokenizer out)")
     for field, value in (('model_name', record.tokenizer), ('max_length', record.context_length)):
-        given = cfg.setdefault(field, value)
+        given = getattr(tokenizer, field)
         if given != value:
             raise ValueError(f'tokenizer.{field}: the config sets {given!r}, {record.source} of '
                              f'{record.arch} records {value!r}; leave {field} out (the backbone '
                              'fills it from the record)')
-    return cfg
