@@ -99,7 +99,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="precisions: fp32 ('none'), autocast ('amp': bf16, fp16 on GPUs "
                         "without bf16), or both (default: none on CPU, both on CUDA)")
     parser.add_argument('--arch', default='ViT-B-32',
-                        help="open_clip architecture (random weights), or 'tiny' for a smoke test")
+                        help="open_clip architecture with an 'openai' tag (random weights, run "
+                             "with that tag's record), or 'tiny' for a smoke test")
     parser.add_argument('--threads', type=int, help='torch CPU threads in each run')
     parser.add_argument('--work-dir', help='tokenizer model and feature caches (default: temp)')
     parser.add_argument('--out', help='write the rows as JSON here')
@@ -129,8 +130,9 @@ def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str,
     tiny = arch == 'tiny'
     backbone = dict(type='OpenCLIPBackbone', pretrained=None,
                     tokenizer=dict(type='OpenCLIPTokenizer', pad_to=pad_to))
-    backbone.update(dict(arch=None, model_cfg=TINY_CLIP) if tiny else dict(arch=arch))
-    backbone['tokenizer']['model_name'] = 'ViT-B-32' if tiny else arch
+    # Random weights that run as OpenAI's do (QuickGELU): the shipped configs' setting.
+    backbone.update(dict(arch=None, model_cfg=TINY_CLIP) if tiny
+                    else dict(arch=arch, pretrained_cfg='openai'))
     dasd = method == 'dasd'
     extra = dict(disentangler=dict(
         type='SemanticsDisentangler', depth=1, adapter=dict(type='StaticAdapter', hidden=256),

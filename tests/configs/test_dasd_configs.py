@@ -37,9 +37,11 @@ TINY_CLIP_12 = dict(
 
 
 @functools.cache
-def clip_tokenizer():
-    # Loading CLIP's BPE vocabulary is most of a tiny model's build time; load it once.
-    return TOKENIZERS.build(dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=32))
+def clip_tokenizer(max_length: int = 32):
+    # Loading CLIP's BPE vocabulary is most of a tiny model's build time; load it once per
+    # context length (the backbone refuses a tokenizer cut at another length than its tower's).
+    return TOKENIZERS.build(dict(type='OpenCLIPTokenizer', model_name='ViT-B-32',
+                                 max_length=max_length))
 
 
 def tiny_model(cfg: Config) -> dict:
@@ -240,7 +242,8 @@ def test_bottleneck_ablation_sets_adapter_and_generator(d_u):
 def test_demo_variant_builds_and_runs_every_phase(path):
     cfg = Config.fromfile(path)
     cfg.model.language_branch.tokenizer.corpus.num_scenes = 100
-    cfg.model.backbone.tokenizer = dict(type=clip_tokenizer)
+    cfg.model.backbone.tokenizer = dict(
+        type=clip_tokenizer, max_length=cfg.model.backbone.model_cfg.text_cfg.context_length)
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
     base = Config.fromfile(CONFIGS / 'demo' / 'static_tiny-clip_synthetic.py')

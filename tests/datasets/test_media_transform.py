@@ -18,7 +18,8 @@ def _image(height: int, width: int) -> torch.Tensor:
 
 def test_evaluation_matches_open_clip_preprocessing():
     image = _image(90, 160)
-    ours = MediaTransform('ViT-B-32', 'openai', size=32)(image)
+    ours = MediaTransform(backbone=None, size=32, resize_mode='shortest',
+                          interpolation='bicubic')(image)
     assert ours.dtype == torch.uint8 and tuple(ours.shape) == (3, 32, 32)
     reference = image_transform(32, is_train=False)(Image.fromarray(
         image.permute(1, 2, 0).numpy()))
@@ -27,6 +28,28 @@ def test_evaluation_matches_open_clip_preprocessing():
     normalised = (ours.float() / 255 - mean) / std
     # Tensor and PIL bicubic resampling differ by at most a couple of grey levels.
     assert (normalised - reference).abs().max() < 3 / 255 / 0.26
+
+
+def test_the_record_decides_and_a_contradicting_value_is_refused():
+    record = MediaTransform('ViT-B-32', 'openai', size=224, interpolation='bicubic')
+    assert (record.size, record.resize_mode) == ((224, 224), 'shortest')
+    assert record.interpolation.value == 'bicubic'
+    with pytest.raises(ValueError, match=r"MediaTransform size: the config sets 32, the record "
+                                         r"of ViT-B-32 \(openai\) says \(224, 224\)"):
+        MediaTransform('ViT-B-32', 'openai', size=32)
+    with pytest.raises(ValueError, match="interpolation: the config sets 'bilinear'.*'bicubic'"):
+        MediaTransform('ViT-B-32', 'openai', interpolation='bilinear')
+    squash = MediaTransform('ViT-B-16-SigLIP', 'webli')
+    assert squash.resize_mode == 'squash'
+    with pytest.raises(ValueError, match="resize_mode: the config sets 'shortest'"):
+        MediaTransform('ViT-B-16-SigLIP', 'webli', resize_mode='shortest')
+
+
+def test_a_local_checkpoint_follows_its_declared_tag(tmp_path):
+    path = str(tmp_path / 'ViT-B-16-SigLIP.pt')
+    assert MediaTransform('ViT-B-16-SigLIP', path, pretrained_cfg='webli').resize_mode == 'squash'
+    with pytest.raises(ValueError, match='is a local file, which records no training settings'):
+        MediaTransform('ViT-B-16-SigLIP', path)
 
 
 def test_backbone_decides_the_size():

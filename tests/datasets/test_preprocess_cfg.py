@@ -9,11 +9,11 @@ from xmr.datasets.preprocess import backbone_mean_std, backbone_preprocess_cfg
 
 def test_openai_clip_settings():
     cfg = backbone_preprocess_cfg('ViT-B-32', 'openai')
-    assert cfg['size'] == 224 and cfg['resize_mode'] == 'shortest'
+    assert cfg['size'] == (224, 224) and cfg['resize_mode'] == 'shortest'
     assert cfg['interpolation'] == 'bicubic'
     assert backbone_mean_std('ViT-B-32', 'openai') == (tuple(OPENAI_DATASET_MEAN),
                                                        tuple(OPENAI_DATASET_STD))
-    assert backbone_preprocess_cfg('ViT-L-14-336', 'openai')['size'] == 336
+    assert backbone_preprocess_cfg('ViT-L-14-336', 'openai')['size'] == (336, 336)
 
 
 def test_tag_specific_normalisation_and_resize_mode():
@@ -22,11 +22,15 @@ def test_tag_specific_normalisation_and_resize_mode():
     assert cfg['resize_mode'] == 'squash'
 
 
-def test_checkpoint_path_keeps_openai_defaults_and_unknown_names_fail():
-    assert backbone_preprocess_cfg('ViT-B-32', 'work_dirs/clip.pt')['mean'] == tuple(
-        OPENAI_DATASET_MEAN)
-    with pytest.raises(KeyError, match='closest: ViT-B-32'):
+def test_checkpoint_path_follows_its_declared_record_and_unknown_names_fail():
+    declared = backbone_preprocess_cfg('ViT-B-16-SigLIP', 'work_dirs/clip.pt', 'webli')
+    assert declared == backbone_preprocess_cfg('ViT-B-16-SigLIP', 'webli')
+    explicit = backbone_preprocess_cfg('ViT-B-32', 'work_dirs/clip.pt', dict(mean=(0.5,) * 3))
+    assert explicit['mean'] == (0.5,) * 3 and explicit['std'] == tuple(OPENAI_DATASET_STD)
+    with pytest.raises(ValueError, match="pretrained='work_dirs/clip.pt' is a local file"):
+        backbone_preprocess_cfg('ViT-B-32', 'work_dirs/clip.pt')
+    with pytest.raises(ValueError, match='closest: .*ViT-B-32'):
         backbone_preprocess_cfg('ViT-B-32x')
-    with pytest.raises(KeyError, match="no pretrained tag 'opanai' for ViT-B-32; known tags: "
-                                       'openai'):
+    with pytest.raises(ValueError, match="'opanai' is neither a file nor an open_clip tag of "
+                                         r"ViT-B-32 \(tags: \['openai'"):
         backbone_preprocess_cfg('ViT-B-32', 'opanai')

@@ -89,6 +89,9 @@ def make_cfg(work_dir: Path, phases=PHASES, checkpoint_interval: int = 100,
     return Config(dict(
         default_scope='xmr',
         work_dir=str(work_dir),
+        # MMEngine reuses the logger of a run started in the same second under the same name,
+        # writing its log elsewhere; a name per work dir keeps each run's log in its own dir.
+        experiment_name=str(work_dir).strip('/').replace('/', '_'),
         model=tiny_retriever_cfg(),
         train_dataloader=loader(PAIRS),
         source_finetune_dataloader=dict(loader(ENGLISH, batch_size=16),

@@ -31,12 +31,16 @@ class MediaTransform:
     """Resize and crop uint8 media to a backbone's input size, with optional train augmentation.
 
     Args:
-        backbone: open_clip model name whose preprocessing to follow (e.g. ``ViT-B-32``).
-        pretrained: its pretrained tag (``openai``); decides resize mode and interpolation.
-        size: input size ``S`` or ``(H, W)``; overrides the backbone's (needed for non-open_clip
-            towers).
-        resize_mode: ``shortest`` | ``longest`` | ``squash``; overrides the backbone's.
-        interpolation: ``bicubic`` | ``bilinear``; overrides the backbone's.
+        backbone: open_clip model name whose preprocessing to follow (e.g. ``ViT-B-32``), or
+            ``None`` for other towers (then give ``size`` and the rest).
+        pretrained: the backbone's pretrained tag (``openai``) or local checkpoint path, exactly
+            as the model config names it; its record decides size, resize mode, interpolation.
+        pretrained_cfg: with a local checkpoint, the tag (or dict) its settings come from, as
+            the model config names it.
+        size: input size ``S`` or ``(H, W)`` of a tower that is not open_clip's. With a
+            ``backbone`` this and the three below may only repeat the record's values.
+        resize_mode: ``shortest`` | ``longest`` | ``squash``.
+        interpolation: ``bicubic`` | ``bilinear``.
         fill_color: padding value of the ``longest`` mode.
         training: apply the augmentations below (the dataset sets it from ``test_mode``).
         random_resized_crop: ``dict(scale=(lo, hi), ratio=(lo, hi))`` replaces resize + crop by a
@@ -52,17 +56,20 @@ class MediaTransform:
     """
 
     def __init__(self, backbone: str | None = 'ViT-B-32', pretrained: str | None = 'openai',
+                 pretrained_cfg: str | dict | None = None,
                  size: int | Sequence[int] | None = None, resize_mode: str | None = None,
                  interpolation: str | None = None, fill_color: int | None = None,
                  training: bool = False, random_resized_crop: dict[str, Any] | None = None,
                  hflip_prob: float = 0.0) -> None:
-        cfg: dict[str, Any] = (backbone_preprocess_cfg(backbone, pretrained) if backbone
-                               else {'resize_mode': 'shortest', 'interpolation': 'bicubic',
-                                     'fill_color': 0})
-        for key, value in (('size', size), ('resize_mode', resize_mode),
-                           ('interpolation', interpolation), ('fill_color', fill_color)):
-            if value is not None:
-                cfg[key] = value
+        given = dict(size=size, resize_mode=resize_mode, interpolation=interpolation,
+                     fill_color=fill_color)
+        given = {key: value for key, value in given.items() if value is not None}
+        if backbone:
+            cfg = backbone_preprocess_cfg(backbone, pretrained, pretrained_cfg)
+            _refuse_departures(given, cfg, f'{backbone} ({pretrained or "no weights"})')
+        else:
+            cfg = {'resize_mode': 'shortest', 'interpolation': 'bicubic', 'fill_color': 0,
+                   **given}
         if 'size' not in cfg:
             raise ValueError('MediaTransform needs a backbone or an explicit size')
         raw_size = cfg['size']
@@ -137,3 +144,15 @@ class MediaTransform:
         return (f'{type(self).__name__}(size={self.size}, resize_mode={self.resize_mode!r}, '
                 f'interpolation={self.interpolation.value!r}, training={self.training}, '
                 f'random_resized_crop={self.random_resized_crop}, hflip_prob={self.hflip_prob})')
+
+
+def _refuse_departures(given: dict[str, Any], record: dict[str, Any], source: str) -> None:
+    """A config value that contradicts the weights' record is an error, not an override."""
+    for key, value in given.items():
+        if key == 'size':
+            value = (value, value) if isinstance(value, int) else tuple(value)
+        if value != record[key]:
+            raise ValueError(f'MediaTransform {key}: the config sets {given[key]!r}, the record '
+                             f'of {source} says {record[key]!r}; leave {key} out (the backbone '
+                             'decides) or set backbone=None for a tower open_clip does not '
+                             'record')

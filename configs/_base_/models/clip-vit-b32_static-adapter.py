@@ -1,5 +1,9 @@
 # English CLIP ViT-B/32 (frozen) + an MLA static adapter after every text block, one set per
 # target language; mBERT-sized embedding block (119,547 x 768 -> W_e -> CLIP positions).
+# The 'openai' tag's record applies (QuickGELU, OpenAI's mean/std). With OpenAI's file instead:
+# pretrained='pretrained_model/clip/ViT-B-32.pt', pretrained_cfg='openai'; the table loads from
+# mBERT's pytorch_model.bin / model.safetensors (or its folder) the same way
+# (docs/pretrained_weights.md).
 target_languages = ['de', 'fr', 'cs', 'zh', 'ja']
 model = dict(
     type='CrossLingualRetriever',

@@ -8,7 +8,8 @@
 # Offline: put the M-CLIP release (config.json, pytorch_model.bin or model.safetensors and the
 # tokenizer files of the hub repo M-CLIP/XLM-Roberta-Large-Vit-L-14) under mclip_dir; the XLM-R
 # architecture is xlm-roberta-large's (xmr.models.backbones.mclip.XLMR_LARGE). OpenAI's ViT-L/14
-# weights come through open_clip's cache ('openai' tag) or a local file in image_pretrained.
+# weights come through open_clip's cache ('openai' tag) or OpenAI's ViT-L-14.pt in
+# image_pretrained with image_pretrained_cfg='openai' (docs/pretrained_weights.md).
 mclip_dir = 'checkpoints/M-CLIP-XLM-Roberta-Large-Vit-L-14'
 xlmr_tokenizer = dict(type='HFTokenizer', name_or_path=mclip_dir, max_length=512)
 target_languages = ['de']

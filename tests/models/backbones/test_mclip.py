@@ -75,10 +75,53 @@ def test_a_foreign_or_incomplete_checkpoint_is_refused(backbone, tmp_path):
     with pytest.raises(ValueError, match=r"unexpected keys \['visual.proj'\]"):
         backbone.load_text_checkpoint({**state, 'visual.proj': torch.zeros(1)})
     del state['LinearTransformation.bias']
-    with pytest.raises(ValueError, match=r"missing \['text_proj.bias'\]"):
+    with pytest.raises(ValueError, match=r'<state dict> does not fit the configured XLM-R '
+                                         r'encoder: 1 missing \(text_proj.bias\)'):
         backbone.load_text_checkpoint(state)
-    with pytest.raises(FileNotFoundError, match='neither model.safetensors nor'):
+    with pytest.raises(FileNotFoundError, match="holds none of \\['model.safetensors', "):
         backbone.load_text_checkpoint(tmp_path)
+
+
+def test_a_release_of_another_size_or_a_broken_file_is_refused(backbone, tmp_path):
+    """A release of another XLM-R width (here the intermediate size) is named key by key."""
+    state = release_state_dict(backbone)
+    wider = {k: torch.zeros(2 * v.shape[0], *v.shape[1:]) if '.intermediate.dense.' in k else v
+             for k, v in state.items()}
+    with pytest.raises(ValueError, match=r'does not fit the configured XLM-R encoder: 4 with '
+                                         r'another shape \(layers.0.intermediate.dense.weight '
+                                         r'\(file \[128, 32\], model \[64, 32\]\), .*Set '
+                                         r'text_encoder to the XLM-R config'):
+        backbone.load_text_checkpoint(wider)
+    path = tmp_path / 'pytorch_model.bin'
+    torch.save(state, path)
+    path.write_bytes(path.read_bytes()[:4096])
+    with pytest.raises(ValueError, match='pytorch_model.bin .* is not a readable M-CLIP text '
+                                         'checkpoint.*download the file again'):
+        backbone.load_text_checkpoint(tmp_path)
+
+
+def test_image_tower_loads_openai_torchscript_release_with_its_record(tmp_path):
+    import open_clip
+    from open_clip.transformer import QuickGELU
+
+    from tests.conftest import TINY_CLIP
+    from tests.models.backbones.openai_clip_layout import (
+        openai_state_dict,
+        save_openai_torchscript,
+        shapes_of_model_cfg,
+    )
+
+    state = openai_state_dict(shapes_of_model_cfg(TINY_CLIP), scale=0.5)
+    path = tmp_path / 'ViT-L-14.pt'
+    save_openai_torchscript(state, path, input_resolution=32, context_length=32,
+                            vocab_size=49408)
+    mclip = MODELS.build(tiny_mclip_cfg(image_pretrained=str(path),
+                                        image_pretrained_cfg=dict(quick_gelu=True)))
+    assert {type(b.mlp.gelu) for b in mclip.visual.transformer.resblocks} == {QuickGELU}
+    reference = open_clip.CLIP(**TINY_CLIP, quick_gelu=True)
+    reference.load_state_dict({k: v.float() for k, v in state.items()})
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(mclip.encode_image(images), reference.eval().encode_image(images))
 
 
 def test_roberta_positions_and_context_length(backbone):
@@ -190,5 +233,5 @@ def test_frozen_hard_prompt_with_mean_pooling_equals_the_prefixed_caption(backbo
 
 
 def test_image_tower_needs_exactly_one_description():
-    with pytest.raises(ValueError, match='needs exactly one of image_arch or image_model_cfg'):
+    with pytest.raises(ValueError, match='needs exactly one of arch or model_cfg'):
         MODELS.build(tiny_mclip_cfg(image_arch='ViT-B-32'))

@@ -89,13 +89,10 @@ def test_bad_names_fail_clearly(tmp_path):
 
 
 def test_unreachable_pretrained_tag_names_the_tag_and_the_offline_route(monkeypatch):
-    real_create = open_clip.create_model
+    def offline_download(cfg, **kwargs):  # what the hub client raises without network
+        raise OSError('We could not connect to huggingface.co')
 
-    def offline_create(arch, pretrained=None, **kwargs):
-        if pretrained:  # what open_clip raises when the hub cannot be reached
-            raise RuntimeError(f"Failed to download weights for tag '{pretrained}'")
-        return real_create(arch, pretrained=None, **kwargs)
-
-    monkeypatch.setattr(open_clip, 'create_model', offline_create)
-    with pytest.raises(RuntimeError, match="'openai' weights of ViT-B-32.*pretrained=<local"):
+    monkeypatch.setattr(open_clip.pretrained, 'download_pretrained', offline_download)
+    with pytest.raises(RuntimeError, match="'openai' weights of ViT-B-32.*pretrained=<local "
+                                           "file> with pretrained_cfg='openai'"):
         MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-32', pretrained='openai'))

@@ -25,11 +25,13 @@ from torch import nn
 from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone
 from xmr.models.backbones.cclm import CCLMTextTower
 from xmr.models.backbones.open_clip import open_clip_image_tokens
+from xmr.models.backbones.open_clip_pretrained import PretrainedRecord, build_open_clip
 from xmr.models.language.tokenizers import BaseTokenizer
+from xmr.models.weight_files import check_weights_fit, read_weights
 from xmr.registry import MODELS, TOKENIZERS
 
 __all__ = ['MultilingualCLIPTextTower', 'MultilingualCLIPBackbone', 'XLMR_LARGE',
-           'convert_mclip_state_dict', 'read_state_dict']
+           'convert_mclip_state_dict']
 
 #: ``xlm-roberta-large``, the ``modelBase`` of M-CLIP's XLM-R-Large checkpoints.
 XLMR_LARGE = dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24,
@@ -81,33 +83,6 @@ class MultilingualCLIPTextTower(CCLMTextTower):
         positions = self.embeddings.position_embeddings.weight[start:start + length]
         token_type = self.embeddings.token_type_embeddings.weight[0]
         return self.embeddings.LayerNorm(x + token_type + positions)
-
-
-def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
-    """Weights of a released checkpoint: a ``.safetensors`` or torch file, or a folder with
-    ``model.safetensors`` or ``pytorch_model.bin``.
-
-    Raises:
-        FileNotFoundError: naming the path and the file names looked for.
-    """
-    path = Path(path)
-    if path.is_dir():
-        candidates = [path / 'model.safetensors', path / 'pytorch_model.bin']
-        found = [c for c in candidates if c.is_file()]
-        if not found:
-            raise FileNotFoundError(f'{path} holds neither model.safetensors nor '
-                                    'pytorch_model.bin')
-        path = found[0]
-    if not path.is_file():
-        raise FileNotFoundError(f'M-CLIP checkpoint {path} does not exist')
-    if path.suffix == '.safetensors':
-        from safetensors.torch import load_file
-
-        return dict(load_file(str(path)))
-    loaded = torch.load(path, map_location='cpu', weights_only=True)
-    if not isinstance(loaded, Mapping):
-        raise ValueError(f'{path} holds a {type(loaded).__name__}, not a state dict')
-    return dict(loaded)
 
 
 def convert_mclip_state_dict(state_dict: Mapping[str, torch.Tensor],
@@ -163,8 +138,11 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
             file or a folder as the release ships them; ``None`` keeps random weights (tests).
         image_arch: open_clip architecture of the image tower (``'ViT-L-14'``), or ``None``
             with ``image_model_cfg``.
-        image_pretrained: open_clip pretrained tag (``'openai'``) or checkpoint file, or
-            ``None`` for random weights.
+        image_pretrained: open_clip pretrained tag (``'openai'``) or CLIP checkpoint file
+            (OpenAI's ``ViT-L-14.pt`` included), or ``None`` for random weights.
+        image_pretrained_cfg: the tag whose settings a checkpoint file was trained with
+            (``'openai'``) or a dict of them; required with a file (see
+            :class:`~xmr.models.backbones.open_clip.OpenCLIPBackbone`).
         image_model_cfg: an inline open_clip model config for the image tower (tests).
         tokenizer: tokenizer config; default: XLM-R's tokenizer from the hub name
             ``xlm-roberta-large`` (pass ``tokenizer_file`` for an offline JSON).
@@ -173,7 +151,9 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
 
     def __init__(self, text_encoder: dict | str | None = None, embed_dim: int = 768,
                  checkpoint: str | None = None, image_arch: str | None = 'ViT-L-14',
-                 image_pretrained: str | None = None, image_model_cfg: dict | None = None,
+                 image_pretrained: str | None = None,
+                 image_pretrained_cfg: str | dict | None = None,
+                 image_model_cfg: dict | None = None,
                  tokenizer: dict | BaseTokenizer | None = None, freeze: bool = True) -> None:
         super().__init__()
         from transformers import XLMRobertaModel
@@ -185,21 +165,17 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
         if checkpoint is not None:
             self.load_text_checkpoint(checkpoint)
 
-        self.visual, self.arch = self._build_visual(image_arch, image_pretrained,
-                                                    image_model_cfg)
+        self.visual, self.record = self._build_visual(image_arch, image_pretrained,
+                                                      image_pretrained_cfg, image_model_cfg)
+        self.arch = self.record.arch
         image_dim = getattr(self.visual, 'output_dim', None)
         if image_dim is not None and image_dim != embed_dim:
             raise ValueError(f'the text linear map gives {embed_dim}-d embeddings but the image '
                              f'tower {self.arch} gives {image_dim}-d ones')
         self.embed_dim = embed_dim
-        size = self.visual.image_size
-        self.image_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
-        import open_clip
-
-        self.image_mean = tuple(getattr(self.visual, 'image_mean', None)
-                                or open_clip.OPENAI_DATASET_MEAN)
-        self.image_std = tuple(getattr(self.visual, 'image_std', None)
-                               or open_clip.OPENAI_DATASET_STD)
+        self.image_size = self.record.image_size
+        self.image_mean = self.record.mean
+        self.image_std = self.record.std
 
         if not isinstance(tokenizer, BaseTokenizer):
             tokenizer = TOKENIZERS.build(tokenizer or dict(
@@ -216,44 +192,34 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
             self.freeze()
 
     @staticmethod
-    def _build_visual(arch: str | None, pretrained: str | None,
-                      model_cfg: dict | None) -> tuple[nn.Module, str]:
-        import open_clip
-
-        if (arch is None) == (model_cfg is None):
-            raise ValueError('MultilingualCLIPBackbone needs exactly one of image_arch or '
-                             'image_model_cfg')
-        if model_cfg is not None:
-            clip, name = open_clip.CLIP(**model_cfg), 'custom'
-        else:
-            if arch not in open_clip.list_models():
-                raise ValueError(f"unknown open_clip architecture '{arch}'")
-            tag = pretrained if pretrained and not Path(pretrained).suffix else None
-            if tag is not None and tag not in open_clip.list_pretrained_tags_by_model(arch):
-                raise ValueError(f"'{tag}' is neither a file nor an open_clip tag of {arch}")
-            clip, name = open_clip.create_model(arch, pretrained=tag), arch
-        if pretrained and Path(pretrained).suffix:
-            if not Path(pretrained).is_file():
-                raise FileNotFoundError(f'image tower checkpoint {pretrained} does not exist')
-            open_clip.load_checkpoint(clip, pretrained)
+    def _build_visual(arch: str | None, pretrained: str | None, pretrained_cfg: str | dict | None,
+                      model_cfg: dict | None) -> tuple[nn.Module, PretrainedRecord]:
+        clip, record = build_open_clip(arch, pretrained, pretrained_cfg, model_cfg)
         # Only the image tower is kept: M-CLIP's text side replaces CLIP's.
-        return clip.visual, name
+        return clip.visual, record
 
     def load_text_checkpoint(self, checkpoint: str | Path | Mapping[str, torch.Tensor]) -> None:
         """Load M-CLIP's released text weights (file, folder or state dict), strictly.
 
+        A folder is read as the release ships it: ``model.safetensors`` or
+        ``pytorch_model.bin``.
+
         Raises:
-            ValueError: keys outside the layout, or weights missing for this architecture.
+            ValueError: an unreadable file, keys outside the layout, or weights missing or
+                shaped for another XLM-R (counts and the first few keys).
         """
         if isinstance(checkpoint, Mapping):
             state_dict, source = checkpoint, '<state dict>'
         else:
-            state_dict, source = read_state_dict(checkpoint), str(checkpoint)
+            state_dict = read_weights(checkpoint, 'M-CLIP text checkpoint')
+            source = str(checkpoint)
         converted = convert_mclip_state_dict(state_dict, source)
-        missing, unexpected = self.text_tower.load_state_dict(converted, strict=False)
-        if missing or unexpected:
-            raise ValueError(f'{source} does not fit the configured XLM-R encoder: missing '
-                             f'{missing[:5]}, unexpected {unexpected[:5]}')
+        check_weights_fit(self.text_tower.state_dict(), converted, source,
+                          'the configured XLM-R encoder',
+                          'Set text_encoder to the XLM-R config the checkpoint was trained with '
+                          '(XLMR_LARGE for XLM-Roberta-Large-Vit-L-14) and embed_dim to its '
+                          'LinearTransformation output')
+        self.text_tower.load_state_dict(converted, strict=True)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` -> ``[B, E]`` with the open_clip image tower."""
@@ -266,7 +232,7 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
 
     def fingerprint(self) -> str:
         """Architecture + weights hash: keys feature caches to exactly these frozen weights."""
-        digest = hashlib.sha256(f'mclip-{self.arch}'.encode())
+        digest = hashlib.sha256(f'mclip-{sorted(self.record.settings().items())}'.encode())
         for name, tensor in sorted(self.state_dict().items()):
             digest.update(name.encode())
             digest.update(tensor.detach().float().cpu().numpy().tobytes())

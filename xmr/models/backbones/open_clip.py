@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -10,8 +9,12 @@ from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.base import SiteHooks, TextTower, TokenOutput, VisionLanguageBackbone
+from xmr.models.backbones.open_clip_pretrained import (
+    build_open_clip,
+    check_record_tokenizer,
+    record_tokenizer_cfg,
+)
 from xmr.models.language.packing import PackedTokens
-from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.registry import MODELS, TOKENIZERS
 
 
@@ -153,84 +156,46 @@ def open_clip_image_tokens(visual: nn.Module, images: torch.Tensor, arch: str) -
 class OpenCLIPBackbone(VisionLanguageBackbone):
     """A frozen open_clip CLIP: image tower, English text tower and CLIP's BPE tokenizer.
 
+    The model runs with its weights' pretrained record (:class:`PretrainedRecord`: QuickGELU,
+    image size, mean/std, resize, tokenizer and context length); ``self.record`` holds it.
+
     Args:
         arch: any open_clip architecture name (``'ViT-B-32'``, ``'ViT-L-14'``, ...), or ``None``
             when ``model_cfg`` gives the architecture inline.
         pretrained: an open_clip pretrained tag (``'openai'``, ``'laion2b_s34b_b79k'``), a local
-            checkpoint file, or ``None`` for random weights (tests, demo pre-training).
+            checkpoint file (state dict, safetensors, or OpenAI's TorchScript ``ViT-B-32.pt``),
+            or ``None`` for random weights (tests, demo pre-training).
+        pretrained_cfg: the settings a local file was trained with: a tag of ``arch``
+            (``'openai'`` for OpenAI's files) or a dict of
+            :data:`~xmr.models.backbones.open_clip_pretrained.RECORD_FIELDS`. Required with a
+            file and ``arch``; a tag carries its own.
         model_cfg: an open_clip model config dict (``embed_dim``, ``vision_cfg``, ``text_cfg``)
             for architectures open_clip does not name, e.g. the demo's tiny CLIP.
-        tokenizer: tokenizer config of the source language; defaults to open_clip's for ``arch``.
+        tokenizer: tokenizer config of the source language; an ``OpenCLIPTokenizer`` takes
+            ``model_name`` and ``max_length`` from the record, and may not contradict them.
         freeze: freeze every weight (phases that fine-tune the towers unfreeze them).
     """
 
     def __init__(self, arch: str | None = 'ViT-B-32', pretrained: str | None = None,
-                 model_cfg: dict | None = None, tokenizer: dict | None = None,
-                 freeze: bool = True) -> None:
+                 pretrained_cfg: str | dict | None = None, model_cfg: dict | None = None,
+                 tokenizer: dict | None = None, freeze: bool = True) -> None:
         super().__init__()
-        import open_clip
-
-        if (arch is None) == (model_cfg is None):
-            raise ValueError('OpenCLIPBackbone needs exactly one of arch or model_cfg')
-        if model_cfg is not None:
-            self.clip = open_clip.CLIP(**model_cfg)
-            self.arch = 'custom'
-        else:
-            if arch not in open_clip.list_models():
-                import difflib
-
-                close = difflib.get_close_matches(arch, open_clip.list_models(), n=5)
-                raise ValueError(f"unknown open_clip architecture '{arch}'; closest: {close}")
-            self.clip = open_clip.create_model(arch, pretrained=None)
-            self.arch = arch
-        if not isinstance(self.clip, open_clip.CLIP):
-            raise TypeError(f"open_clip architecture '{arch}' builds a "
-                            f'{type(self.clip).__name__}; xmr needs the CLIP text transformer')
+        self.clip, self.record = build_open_clip(arch, pretrained, pretrained_cfg, model_cfg)
+        self.arch = self.record.arch
         self.pretrained = pretrained
-        if pretrained:
-            self._load_pretrained(arch, pretrained)
 
         self.text_tower = OpenCLIPTextTower(self.clip)
         self.embed_dim = self.text_tower.embed_dim
-        visual = self.clip.visual
-        size = visual.image_size
-        self.image_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
-        self.image_mean = tuple(getattr(visual, 'image_mean', None)
-                                or open_clip.OPENAI_DATASET_MEAN)
-        self.image_std = tuple(getattr(visual, 'image_std', None)
-                               or open_clip.OPENAI_DATASET_STD)
-        tokenizer = tokenizer or dict(type='OpenCLIPTokenizer',
-                                      model_name=arch or 'ViT-B-32',
-                                      max_length=self.text_tower.context_length)
-        self.tokenizer = TOKENIZERS.build(tokenizer)
-        if isinstance(self.tokenizer, OpenCLIPTokenizer) and \
-                self.tokenizer.vocab_size > self.clip.vocab_size:
+        self.image_size = self.record.image_size
+        self.image_mean = self.record.mean
+        self.image_std = self.record.std
+        self.tokenizer = TOKENIZERS.build(record_tokenizer_cfg(self.record, tokenizer))
+        check_record_tokenizer(self.record, self.tokenizer)
+        if self.tokenizer.vocab_size > self.clip.vocab_size:
             raise ValueError(f'tokenizer emits {self.tokenizer.vocab_size} ids but the text '
                              f'tower has {self.clip.vocab_size} embeddings')
         if freeze:
             self.freeze()
-
-    def _load_pretrained(self, arch: str | None, pretrained: str) -> None:
-        import open_clip
-
-        path = Path(pretrained)
-        if path.suffix in ('.pt', '.pth', '.bin', '.safetensors') or path.exists():
-            if not path.is_file():
-                raise FileNotFoundError(f'pretrained checkpoint {path} does not exist')
-            open_clip.load_checkpoint(self.clip, str(path))
-            return
-        if arch is None:
-            raise ValueError(f"pretrained tag '{pretrained}' needs an open_clip arch name")
-        tags = open_clip.list_pretrained_tags_by_model(arch)
-        if pretrained not in tags:
-            raise ValueError(f"'{pretrained}' is neither a file nor an open_clip tag of {arch} "
-                             f'(tags: {tags})')
-        try:
-            self.clip = open_clip.create_model(arch, pretrained=pretrained)
-        except RuntimeError as error:
-            raise RuntimeError(f"open_clip could not fetch the '{pretrained}' weights of {arch} "
-                               '(offline?); download them once and set pretrained=<local file>'
-                               ) from error
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         return self.clip.encode_image(images)
@@ -245,8 +210,9 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         return self.clip.logit_scale
 
     def fingerprint(self) -> str:
-        """Architecture + weights hash: keys feature caches to exactly these frozen weights."""
-        digest = hashlib.sha256(str(self.arch).encode())
+        """Record + weights hash: keys feature caches to exactly these frozen weights."""
+        # The record is part of the key: QuickGELU or another mean changes every feature.
+        digest = hashlib.sha256(repr(sorted(self.record.settings().items())).encode())
         for name, tensor in sorted(self.clip.state_dict().items()):
             digest.update(name.encode())
             digest.update(tensor.detach().float().cpu().numpy().tobytes())

@@ -1,10 +1,19 @@
 """The embedding block of the target-language branch."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
+from xmr.models.weight_files import CHECKPOINT_SUFFIXES, read_weights
 from xmr.registry import MODELS
+
+#: Where Hugging Face checkpoints keep the input word embeddings: ``BertForPreTraining`` (mBERT's
+#: released ``pytorch_model.bin``), ``BertModel`` / ``XLMRobertaModel`` saves, ``XLMRobertaFor*``.
+WORD_EMBEDDING_KEYS = ('bert.embeddings.word_embeddings.weight',
+                       'embeddings.word_embeddings.weight',
+                       'roberta.embeddings.word_embeddings.weight')
 
 
 @MODELS.register_module()
@@ -18,8 +27,10 @@ class TargetEmbedding(nn.Module):
         vocab_size: rows of the table (the target tokenizer's vocabulary).
         width: the text tower's width ``D``; must match the backbone.
         table_width: width of the table (768 for mBERT).
-        pretrained: a Hugging Face model name or folder whose input word embeddings initialise
-            the table (e.g. ``'bert-base-multilingual-cased'``); ``None`` for a fresh table.
+        pretrained: whose input word embeddings initialise the table: a local checkpoint file
+            (mBERT's ``pytorch_model.bin`` or ``model.safetensors``) or a folder holding one,
+            read without building the model; else a Hugging Face model name
+            (``'bert-base-multilingual-cased'``, from the hub cache); ``None`` for a fresh table.
         padding_idx: id whose row stays zero.
         sparse: emit sparse gradients for the table (only the rows in the batch are updated;
             pair with ``SparseAdam``).
@@ -41,15 +52,33 @@ class TargetEmbedding(nn.Module):
         self.proj = nn.Linear(table_width, width)
 
     def _load_table(self, pretrained: str, vocab_size: int, table_width: int) -> None:
-        from transformers import AutoModel
-
-        weights = AutoModel.from_pretrained(pretrained).get_input_embeddings().weight.detach()
+        weights, source = _word_embeddings(pretrained)
         if tuple(weights.shape) != (vocab_size, table_width):
-            raise ValueError(f'word embeddings of {pretrained} are {tuple(weights.shape)}, the '
-                             f'configured table is ({vocab_size}, {table_width})')
+            raise ValueError(f'word embeddings of {source} are {tuple(weights.shape)}, the '
+                             f'configured table is ({vocab_size}, {table_width}); set vocab_size '
+                             "to the target tokenizer's vocabulary and table_width to the "
+                             "checkpoint's hidden size (mBERT: 119547 x 768), or give the "
+                             "checkpoint of the tokenizer's model")
         with torch.no_grad():
             self.table.weight.copy_(weights)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """``[B, L]`` ids -> ``[B, L, D]`` embeddings (without positions)."""
         return self.proj(self.table(input_ids))
+
+
+def _word_embeddings(pretrained: str) -> tuple[torch.Tensor, str]:
+    """``([V, W] table, source)`` from a local checkpoint, or from the hub by model name."""
+    if not Path(pretrained).exists() and not pretrained.endswith(CHECKPOINT_SUFFIXES):
+        from transformers import AutoModel
+
+        return AutoModel.from_pretrained(pretrained).get_input_embeddings().weight.detach(), \
+            pretrained
+    state = read_weights(pretrained, 'word-embedding checkpoint')
+    found = [key for key in WORD_EMBEDDING_KEYS if key in state]
+    if not found:
+        raise ValueError(f'{pretrained} has no word-embedding table: none of '
+                         f'{list(WORD_EMBEDDING_KEYS)} among its {len(state)} keys (first: '
+                         f'{list(state)[:5]}); give the pytorch_model.bin or model.safetensors '
+                         'of the multilingual encoder (bert-base-multilingual-cased)')
+    return state[found[0]], f'{pretrained} ({found[0]})'

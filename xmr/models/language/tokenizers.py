@@ -111,6 +111,7 @@ class OpenCLIPTokenizer(BaseTokenizer):
         super().__init__(max_length, pad_to)
         import open_clip
 
+        self.model_name = model_name
         self._tokenizer = open_clip.get_tokenizer(model_name)
         inner = getattr(self._tokenizer, 'tokenizer', self._tokenizer)
         self._encode_body = inner.encode if hasattr(inner, 'encode') else None

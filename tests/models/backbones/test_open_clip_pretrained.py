@@ -1,0 +1,170 @@
+"""open_clip models follow their weights' record; OpenAI's released files load in both formats."""
+from __future__ import annotations
+
+import open_clip
+import pytest
+import torch
+from open_clip.transformer import QuickGELU
+
+from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg
+from tests.models.backbones.openai_clip_layout import (
+    openai_state_dict,
+    openai_vit_clip_shapes,
+    save_openai_torchscript,
+    shapes_of_model_cfg,
+)
+from xmr.models.backbones.open_clip_pretrained import (
+    check_record_tokenizer,
+    pretrained_record,
+    record_tokenizer_cfg,
+)
+from xmr.registry import MODELS, TOKENIZERS
+
+OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+TEXTS = ['a dog on a red sofa', 'two cats']
+
+
+def _activations(clip: torch.nn.Module) -> set[type]:
+    towers = [*clip.transformer.resblocks, *clip.visual.transformer.resblocks]
+    return {type(block.mlp.gelu) for block in towers}
+
+
+def test_openai_tag_builds_quick_gelu_with_openai_preprocessing(monkeypatch):
+    def offline(cfg, **kwargs):
+        raise OSError('offline')
+
+    monkeypatch.setattr(open_clip.pretrained, 'download_pretrained', offline)
+    with torch.device('meta'):
+        backbone = MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-32',
+                                     pretrained_cfg='openai'))
+        plain = MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-32'))
+    assert _activations(backbone.clip) == {QuickGELU}
+    assert _activations(plain.clip) == {torch.nn.GELU}  # ViT-B-32's own config: GELU
+    assert backbone.image_mean == OPENAI_MEAN and backbone.image_std == OPENAI_STD
+    assert backbone.image_size == (224, 224)
+    assert backbone.clip.visual.preprocess_cfg['interpolation'] == 'bicubic'
+    assert backbone.clip.visual.preprocess_cfg['resize_mode'] == 'shortest'
+    assert backbone.tokenizer.max_length == 77
+
+
+def test_the_record_is_part_of_the_feature_cache_key():
+    torch.manual_seed(0)
+    gelu = MODELS.build(tiny_backbone_cfg())
+    torch.manual_seed(0)
+    quick = MODELS.build(tiny_backbone_cfg(pretrained_cfg=dict(quick_gelu=True)))
+    assert all(torch.equal(a, b) for a, b in zip(gelu.state_dict().values(),
+                                                quick.state_dict().values()))
+    assert gelu.fingerprint() != quick.fingerprint()  # features of GELU are not reused
+
+
+def test_a_tags_settings_are_taken_from_its_record():
+    siglip = pretrained_record('ViT-B-16-SigLIP', 'webli')
+    assert (siglip.mean, siglip.std, siglip.resize_mode) == ((0.5,) * 3, (0.5,) * 3, 'squash')
+    assert siglip.context_length == 64 and not siglip.quick_gelu
+    assert pretrained_record('ViT-L-14-336', 'openai').image_size == (336, 336)
+    assert pretrained_record('ViT-B-32', 'laion2b_s34b_b79k').quick_gelu is False
+
+
+def test_contradictions_with_the_record_are_refused():
+    with pytest.raises(ValueError, match=r"quick_gelu: architecture ViT-B-32-quickgelu fixes "
+                                         r"True, pretrained_cfg dict of the weights records "
+                                         r"False; use the architecture without the '-quickgelu'"):
+        pretrained_record('ViT-B-32-quickgelu', dict(quick_gelu=False))
+    with pytest.raises(ValueError, match="quick_gelu: architecture custom fixes False, "
+                                         "pretrained_cfg dict of the weights records True"):
+        pretrained_record(None, dict(quick_gelu=True), model_cfg={**TINY_CLIP, 'quick_gelu': False})
+    with pytest.raises(ValueError, match="pretrained tag 'openai' needs an open_clip arch name"):
+        pretrained_record(None, 'openai', model_cfg=TINY_CLIP)
+    with pytest.raises(ValueError, match=r"pretrained_cfg keys \['gelu'\] are not settings"):
+        pretrained_record('ViT-B-32', dict(gelu=True))
+    record = pretrained_record('ViT-B-32', 'openai')
+    with pytest.raises(ValueError, match="tokenizer.max_length: the config sets 64, open_clip "
+                                         "tag 'openai' of ViT-B-32 records 77"):
+        check_record_tokenizer(record, TOKENIZERS.build(record_tokenizer_cfg(
+            record, dict(type='OpenCLIPTokenizer', max_length=64))))
+    with pytest.raises(ValueError, match="tokenizer.model_name: the config sets 'ViT-B-16'"):
+        check_record_tokenizer(record, TOKENIZERS.build(record_tokenizer_cfg(
+            record, dict(type='OpenCLIPTokenizer', model_name='ViT-B-16'))))
+    with pytest.raises(ValueError, match="tokenizer.type: the config builds a "
+                                         "SentencePieceTokenizer"):
+        MODELS.build(tiny_backbone_cfg(tokenizer=tiny_branch_cfg()['tokenizer']))
+    assert record_tokenizer_cfg(record, dict(type='OpenCLIPTokenizer', pad_to=77)) == dict(
+        type='OpenCLIPTokenizer', pad_to=77, model_name='ViT-B-32', max_length=77)
+
+
+def test_a_local_file_must_name_its_record_and_a_tag_keeps_its_own(tmp_path):
+    path = tmp_path / 'ViT-B-32.pt'
+    path.write_bytes(b'')
+    with pytest.raises(ValueError, match=r"is a local file, which records no training settings: "
+                                         r"set pretrained_cfg to the ViT-B-32 tag .*'openai' for "
+                                         r"OpenAI's released ViT-B-32.pt"):
+        MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-32', pretrained=str(path)))
+    with pytest.raises(ValueError, match="pretrained_cfg='laion2b_s34b_b79k' contradicts the tag"):
+        MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-32', pretrained='openai',
+                          pretrained_cfg='laion2b_s34b_b79k'))
+
+
+def _tiny_reference(state: dict[str, torch.Tensor], quick_gelu: bool) -> open_clip.CLIP:
+    reference = open_clip.CLIP(**TINY_CLIP, quick_gelu=quick_gelu)
+    reference.load_state_dict({k: v.float() for k, v in state.items()})
+    return reference.eval()
+
+
+@pytest.mark.parametrize('layout', ['torchscript', 'state_dict'])
+def test_openai_release_formats_load_and_run_with_quick_gelu(tmp_path, layout):
+    state = openai_state_dict(shapes_of_model_cfg(TINY_CLIP), scale=0.5)
+    path = tmp_path / 'ViT-B-16.pt'
+    if layout == 'torchscript':
+        save_openai_torchscript(state, path, input_resolution=32, context_length=32,
+                                vocab_size=49408)
+    else:
+        torch.save(state, path)
+    backbone = MODELS.build(tiny_backbone_cfg(pretrained=str(path),
+                                              pretrained_cfg=dict(quick_gelu=True))).eval()
+    assert _activations(backbone.clip) == {QuickGELU}
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    tokens = backbone.tokenizer(TEXTS)
+    ids = open_clip.get_tokenizer('ViT-B-32')(TEXTS, context_length=32)
+    reference, gelu = _tiny_reference(state, True), _tiny_reference(state, False)
+    with torch.no_grad():
+        torch.testing.assert_close(backbone.encode_image(images), reference.encode_image(images))
+        torch.testing.assert_close(backbone.encode_source_text(tokens),
+                                   reference.encode_text(ids), rtol=1e-4, atol=1e-5)
+        # The activation is visible in the output: GELU would have been caught.
+        assert (backbone.encode_image(images) - gelu.encode_image(images)).abs().max() > 1e-2
+
+
+def test_dasd_style_vit_b16_file_loads_at_full_size_on_meta(tmp_path):
+    """DASD loads ``pretrained_model/clip/ViT-B-16.pt``: the full-size layout fits ViT-B-16."""
+    shapes = openai_vit_clip_shapes(512, 224, 16, 768, 12, 77, 49408, 512, 12)
+    path = tmp_path / 'pretrained_model' / 'clip' / 'ViT-B-16.pt'
+    path.parent.mkdir(parents=True)
+    torch.save(openai_state_dict(shapes, device='meta'), path)
+    with torch.device('meta'):
+        backbone = MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-16',
+                                     pretrained=str(path), pretrained_cfg='openai'))
+        assert _activations(backbone.clip) == {QuickGELU}
+        with pytest.raises(ValueError, match=r'ViT-B-16.pt does not fit open_clip ViT-B-32: 2 '
+                                             r'with another shape \(.*visual.conv1.weight \(file '
+                                             r'\[768, 3, 16, 16\], model \[768, 3, 32, 32\]\)\)'
+                                             r'. Is it a checkpoint of ViT-B-32\? Set arch'):
+            MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-32', pretrained=str(path),
+                              pretrained_cfg='openai'))
+
+
+def test_files_of_another_architecture_or_broken_are_refused(tmp_path):
+    state = openai_state_dict(shapes_of_model_cfg(TINY_CLIP))
+    del state['visual.proj']
+    state['visual.attnpool.c_proj.weight'] = torch.zeros(2)
+    path = tmp_path / 'other.pt'
+    torch.save(state, path)
+    with pytest.raises(ValueError, match=r'other.pt does not fit open_clip custom: 1 missing '
+                                         r'\(visual.proj\); 1 unexpected '
+                                         r'\(visual.attnpool.c_proj.weight\)'):
+        MODELS.build(tiny_backbone_cfg(pretrained=str(path)))
+    truncated = tmp_path / 'ViT-B-32.pt'
+    truncated.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ValueError, match='ViT-B-32.pt .* is not a readable custom CLIP '
+                                         'checkpoint.*download the file again'):
+        MODELS.build(tiny_backbone_cfg(pretrained=str(truncated)))

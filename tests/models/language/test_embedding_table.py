@@ -1,0 +1,61 @@
+"""The target embedding table loads from mBERT's released files; wrong files are named."""
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from xmr.models.language.embedding import TargetEmbedding
+
+VOCAB, WIDTH = 11, 6
+
+
+def _mbert_release(table: torch.Tensor, prefix: str = 'bert.') -> dict[str, torch.Tensor]:
+    """Keys of ``bert-base-multilingual-cased``'s ``BertForPreTraining`` checkpoint (excerpt)."""
+    return {
+        f'{prefix}embeddings.word_embeddings.weight': table,
+        f'{prefix}embeddings.position_embeddings.weight': torch.randn(8, WIDTH),
+        f'{prefix}embeddings.token_type_embeddings.weight': torch.randn(2, WIDTH),
+        f'{prefix}embeddings.LayerNorm.gamma': torch.ones(WIDTH),
+        f'{prefix}encoder.layer.0.attention.self.query.weight': torch.randn(WIDTH, WIDTH),
+        'cls.predictions.bias': torch.zeros(VOCAB),
+    }
+
+
+@pytest.mark.parametrize('layout', ['pytorch_model.bin', 'model.safetensors', 'folder'])
+def test_table_is_copied_from_mbert_release_files(tmp_path, layout):
+    table = torch.randn(VOCAB, WIDTH, generator=torch.Generator().manual_seed(3))
+    if layout == 'model.safetensors':  # a BertModel save: no 'bert.' prefix
+        save_file(_mbert_release(table, prefix=''), str(tmp_path / layout))
+    else:
+        torch.save(_mbert_release(table), tmp_path / 'pytorch_model.bin')
+    source = tmp_path if layout == 'folder' else tmp_path / layout
+    embedding = TargetEmbedding(VOCAB, width=4, table_width=WIDTH, pretrained=str(source))
+    assert torch.equal(embedding.table.weight.detach(), table)
+    ids = torch.tensor([[1, 5, 10]])
+    torch.testing.assert_close(embedding(ids), table[ids] @ embedding.proj.weight.T
+                               + embedding.proj.bias)
+
+
+def test_wrong_files_are_refused_with_the_fix(tmp_path):
+    path = tmp_path / 'pytorch_model.bin'
+    torch.save(_mbert_release(torch.zeros(VOCAB + 1, WIDTH)), path)
+    with pytest.raises(ValueError, match=r'word embeddings of .*pytorch_model.bin '
+                                         r'\(bert.embeddings.word_embeddings.weight\) are \(12, 6\)'
+                                         r', the configured table is \(11, 6\); set vocab_size'):
+        TargetEmbedding(VOCAB, width=4, table_width=WIDTH, pretrained=str(path))
+    clip = tmp_path / 'clip.pt'
+    torch.save({'token_embedding.weight': torch.zeros(VOCAB, WIDTH)}, clip)
+    with pytest.raises(ValueError, match=r"clip.pt has no word-embedding table: none of "
+                                         r"\['bert.embeddings.word_embeddings.weight'.* among its "
+                                         r"1 keys \(first: \['token_embedding.weight'\]\)"):
+        TargetEmbedding(VOCAB, width=4, table_width=WIDTH, pretrained=str(clip))
+    truncated = tmp_path / 'model.safetensors'
+    save_file(_mbert_release(torch.zeros(VOCAB, WIDTH)), str(truncated))
+    truncated.write_bytes(truncated.read_bytes()[:100])
+    with pytest.raises(ValueError, match='model.safetensors .* is not a readable word-embedding '
+                                         'checkpoint'):
+        TargetEmbedding(VOCAB, width=4, table_width=WIDTH, pretrained=str(truncated))
+    with pytest.raises(FileNotFoundError, match='absent/pytorch_model.bin does not exist'):
+        TargetEmbedding(VOCAB, width=4, table_width=WIDTH,
+                        pretrained=str(tmp_path / 'absent' / 'pytorch_model.bin'))

@@ -1,0 +1,95 @@
+"""Weight files of every released format read alike; unreadable or unfitting ones are named."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from tests.models.backbones.openai_clip_layout import save_openai_torchscript
+from xmr.models.weight_files import WeightsMismatchError, check_weights_fit, read_weights
+
+STATE = {'encoder.weight': torch.arange(6.0).view(2, 3), 'encoder.bias': torch.tensor([1.0, 2.0])}
+
+
+def _assert_state(loaded):
+    assert set(loaded) == set(STATE)
+    for key, value in STATE.items():
+        assert torch.equal(loaded[key], value)
+
+
+@pytest.mark.parametrize('payload', [
+    STATE, {'state_dict': STATE, 'epoch': 3}, {f'module.{k}': v for k, v in STATE.items()}],
+    ids=['plain', 'wrapped', 'data-parallel'])
+def test_torch_files_in_every_wrapping(tmp_path, payload):
+    path = tmp_path / 'weights.pt'
+    torch.save(payload, path)
+    _assert_state(read_weights(path))
+
+
+def test_safetensors_and_hugging_face_folders(tmp_path):
+    save_file(STATE, str(tmp_path / 'model.safetensors'))
+    torch.save({k: v + 1 for k, v in STATE.items()}, tmp_path / 'pytorch_model.bin')
+    _assert_state(read_weights(tmp_path / 'model.safetensors'))
+    _assert_state(read_weights(tmp_path))  # safetensors first, as Hugging Face prefers
+    (tmp_path / 'model.safetensors').unlink()
+    assert torch.equal(read_weights(tmp_path)['encoder.bias'], torch.tensor([2.0, 3.0]))
+
+
+def test_torchscript_archive_gives_its_state_dict(tmp_path):
+    path = tmp_path / 'ViT-B-32.pt'
+    save_openai_torchscript(STATE, path, input_resolution=224, context_length=77, vocab_size=9)
+    loaded = read_weights(path)
+    assert int(loaded.pop('input_resolution')) == 224 and int(loaded.pop('vocab_size')) == 9
+    assert int(loaded.pop('context_length')) == 77
+    _assert_state(loaded)
+
+
+def test_truncated_foreign_and_pickled_files_are_refused_by_name(tmp_path):
+    whole = tmp_path / 'whole.pt'
+    torch.save(STATE, whole)
+    truncated = tmp_path / 'ViT-B-32.pt'
+    truncated.write_bytes(whole.read_bytes()[:200])
+    with pytest.raises(ValueError, match=rf'{re.escape(str(truncated))} \(200 bytes\) is not a '
+                                         r'readable CLIP checkpoint: .*download the file again'):
+        read_weights(truncated, 'CLIP checkpoint')
+    notes = tmp_path / 'notes.bin'
+    notes.write_text('these are my notes, not weights\n')
+    with pytest.raises(ValueError, match='notes.bin .* is not a readable checkpoint: neither a '
+                                         'torch file nor safetensors'):
+        read_weights(notes)
+    broken = tmp_path / 'model.safetensors'
+    save_file(STATE, str(broken))
+    broken.write_bytes(broken.read_bytes()[:-8])
+    with pytest.raises(ValueError, match='model.safetensors .* is not a readable checkpoint'):
+        read_weights(broken)
+    objects = tmp_path / 'objects.pt'
+    torch.save({'state_dict': STATE, 'config': _Config()}, objects)
+    with pytest.raises(ValueError, match='objects.pt pickles Python objects .* re-save'):
+        read_weights(objects)
+    tensor = tmp_path / 'tensor.pt'
+    torch.save(torch.zeros(3), tensor)
+    with pytest.raises(ValueError, match='tensor.pt is not a checkpoint: it holds a Tensor'):
+        read_weights(tensor)
+    with pytest.raises(FileNotFoundError, match='checkpoint .*absent.pt does not exist'):
+        read_weights(tmp_path / 'absent.pt')
+
+
+class _Config:
+    """A pickled object that the safe loader refuses."""
+
+
+def test_mismatch_lists_counts_first_keys_and_the_fix():
+    expected = {f'block.{i}.weight': torch.empty(4, 4, device='meta') for i in range(8)}
+    given = {f'block.{i}.weight': torch.zeros(4, 4) for i in range(1)}
+    given['head.weight'] = torch.zeros(2)
+    given['block.0.weight'] = torch.zeros(4, 2)
+    with pytest.raises(WeightsMismatchError) as error:
+        check_weights_fit(expected, given, 'ckpt.pt', 'the tower', 'Fix it.')
+    assert str(error.value) == (
+        'ckpt.pt does not fit the tower: 7 missing (block.1.weight, block.2.weight, '
+        'block.3.weight, block.4.weight, block.5.weight, ... 2 more); 1 unexpected '
+        '(head.weight); 1 with another shape (block.0.weight (file [4, 2], model [4, 4])). '
+        'Fix it.')
+    check_weights_fit(expected, {k: torch.zeros(4, 4) for k in expected}, 'a', 'b', 'c')

@@ -1,0 +1,321 @@
+"""An open_clip CLIP built exactly as its pretrained weights were trained.
+
+open_clip keeps two records per model: the architecture's config (widths, image size, text
+context, tokenizer, and for some names ``quick_gelu``) and, per pretrained tag, the settings the
+weights were trained with (``quick_gelu``, image mean/std, interpolation, resize mode).
+``open_clip.create_model('ViT-B-32', pretrained='openai')`` (open_clip 3.x) builds ``nn.GELU``
+and only warns, although OpenAI trained with QuickGELU. xmr resolves both records into one
+:class:`PretrainedRecord` and builds from it; a config value that contradicts it is refused
+with the field, the config's value and the record's.
+
+Local checkpoint files carry no record, so they name one with ``pretrained_cfg``: the tag whose
+settings they were trained with (``'openai'`` for OpenAI's ``ViT-B-32.pt``), or the settings
+themselves as a dict (``dict(quick_gelu=False)`` for weights trained with the architecture's own
+config). See ``docs/pretrained_weights.md``.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import open_clip
+import torch
+from open_clip.model import set_model_preprocess_cfg
+from open_clip.transform import PreprocessCfg
+
+from xmr.models.language.tokenizers import OpenCLIPTokenizer
+from xmr.models.weight_files import CHECKPOINT_SUFFIXES, check_weights_fit, read_weights
+
+__all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
+           'build_open_clip', 'read_clip_weights', 'record_tokenizer_cfg',
+           'check_record_tokenizer', 'is_checkpoint_path', 'RECORD_FIELDS']
+
+#: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
+RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
+#: Attributes OpenAI's TorchScript archives keep as tensors beside the weights.
+_OPENAI_JIT_ATTRIBUTES = ('input_resolution', 'context_length', 'vocab_size')
+
+
+@dataclass(frozen=True)
+class PretrainedRecord:
+    """Everything a frozen open_clip model must run with to compute what its authors computed.
+
+    Attributes:
+        arch: open_clip architecture name, or ``'custom'`` for an inline model config.
+        source: where the settings come from, for messages (``"tag 'openai'"``).
+        quick_gelu: ``x * sigmoid(1.702 x)`` instead of GELU in every MLP (OpenAI's weights).
+        image_size: ``(H, W)`` input of the image tower.
+        mean / std: per-channel normalisation in ``[0, 1]`` units.
+        interpolation: ``'bicubic'`` | ``'bilinear'`` of the resize.
+        resize_mode: ``'shortest'`` (resize + centre crop) | ``'longest'`` (pad) | ``'squash'``.
+        fill_color: padding value of ``'longest'``.
+        tokenizer: open_clip name whose tokenizer the text tower was trained with.
+        context_length: text positions of the tower (captions are cut to it).
+    """
+
+    arch: str
+    source: str
+    quick_gelu: bool
+    image_size: tuple[int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    interpolation: str
+    resize_mode: str
+    fill_color: int
+    tokenizer: str
+    context_length: int
+
+    def preprocess_cfg(self) -> dict[str, Any]:
+        """open_clip's ``PreprocessCfg`` fields: ``size``, ``mode``, ``mean``, ``std``, ..."""
+        return dict(size=self.image_size, mode='RGB', mean=self.mean, std=self.std,
+                    interpolation=self.interpolation, resize_mode=self.resize_mode,
+                    fill_color=self.fill_color)
+
+    def settings(self) -> dict[str, Any]:
+        """The fields that change what the model computes (all but ``source``)."""
+        return {k: v for k, v in asdict(self).items() if k != 'source'}
+
+
+def pretrained_record(arch: str | None, pretrained_cfg: str | Mapping[str, Any] | None = None,
+                      model_cfg: Mapping[str, Any] | None = None) -> PretrainedRecord:
+    """Merge the architecture's config with a tag's record (or explicit settings).
+
+    Args:
+        arch: open_clip architecture name; ``None`` with ``model_cfg``.
+        pretrained_cfg: a pretrained tag of ``arch`` whose record applies, a dict of
+            :data:`RECORD_FIELDS` (anything left out keeps the architecture's value), or ``None``
+            for the architecture's own settings (random weights).
+        model_cfg: inline open_clip model config (tests, the demo's tiny CLIP).
+
+    Raises:
+        ValueError: an unknown architecture or tag (with the known ones), a dict key outside
+            :data:`RECORD_FIELDS`, or ``quick_gelu`` fixed by the architecture's name
+            (``-quickgelu``) and contradicted by the tag or dict.
+    """
+    arch_cfg = _model_cfg(arch, model_cfg)
+    name = arch or 'custom'
+    settings = {k: v for k, v in asdict(PreprocessCfg()).items() if k != 'mode'}
+    settings.update({k: v for k, v in arch_cfg.get('preprocess_cfg', {}).items()
+                     if k in settings})
+    settings['quick_gelu'] = arch_cfg.get('quick_gelu', False)
+    given, source = _given_settings(arch, pretrained_cfg, settings['quick_gelu'])
+    if 'quick_gelu' in arch_cfg and bool(given['quick_gelu']) != bool(arch_cfg['quick_gelu']):
+        raise ValueError(
+            f"quick_gelu: architecture {name} fixes {arch_cfg['quick_gelu']}, {source} of the "
+            f"weights records {given['quick_gelu']}; use the architecture without the "
+            "'-quickgelu' suffix (the record then chooses) or the weights' own tag")
+    settings.update(given)
+    size = arch_cfg.get('vision_cfg', {}).get('image_size', settings['size'])
+    return PretrainedRecord(
+        arch=name, source=source or f'{name} defaults', quick_gelu=bool(settings['quick_gelu']),
+        image_size=(size, size) if isinstance(size, int) else tuple(size),
+        mean=tuple(settings['mean']), std=tuple(settings['std']),
+        interpolation=settings['interpolation'], resize_mode=settings['resize_mode'],
+        fill_color=int(settings['fill_color']), tokenizer=arch or 'ViT-B-32',
+        context_length=int(arch_cfg.get('text_cfg', {}).get('context_length', 77)))
+
+
+def _given_settings(arch: str | None, pretrained_cfg: str | Mapping[str, Any] | None,
+                    arch_quick_gelu: bool) -> tuple[dict[str, Any], str | None]:
+    """``(settings, source)`` a tag or dict sets; ``quick_gelu`` always among them (a tag
+    without the key means GELU, as open_clip reads it; a dict without it keeps the arch's)."""
+    if isinstance(pretrained_cfg, str):
+        given = {k: v for k, v in _tag_cfg(arch, pretrained_cfg).items()
+                 if k in RECORD_FIELDS and v is not None}
+        return {'quick_gelu': False, **given}, f"open_clip tag '{pretrained_cfg}'"
+    given = dict(pretrained_cfg or {})
+    unknown = sorted(set(given) - set(RECORD_FIELDS))
+    if unknown:
+        raise ValueError(f'pretrained_cfg keys {unknown} are not settings of a pretrained '
+                         f'record; use {list(RECORD_FIELDS)} or an open_clip tag name')
+    return {'quick_gelu': arch_quick_gelu, **given}, 'pretrained_cfg dict' if given else None
+
+
+def _model_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
+    if (arch is None) == (model_cfg is None):
+        raise ValueError('an open_clip model needs exactly one of arch or model_cfg')
+    if model_cfg is not None:
+        return copy.deepcopy(dict(model_cfg))
+    found = open_clip.get_model_config(arch)
+    if found is None:
+        close = difflib.get_close_matches(arch, open_clip.list_models(), n=5)
+        raise ValueError(f"unknown open_clip architecture '{arch}'; closest: {close}")
+    return found
+
+
+def _tag_cfg(arch: str | None, tag: str) -> dict[str, Any]:
+    if arch is None:
+        raise ValueError(f"pretrained tag '{tag}' needs an open_clip arch name, not model_cfg")
+    cfg = open_clip.get_pretrained_cfg(arch, tag)
+    if not cfg:
+        tags = open_clip.list_pretrained_tags_by_model(arch)
+        raise ValueError(f"'{tag}' is neither a file nor an open_clip tag of {arch} (tags: "
+                         f'{tags}); a local file needs its path')
+    return cfg
+
+
+def is_checkpoint_path(pretrained: str) -> bool:
+    """A ``pretrained`` value naming a file (existing, or shaped like a path) rather than a tag."""
+    return (Path(pretrained).exists() or '/' in pretrained
+            or pretrained.endswith(CHECKPOINT_SUFFIXES))
+
+
+def record_for(arch: str | None, pretrained: str | None,
+               pretrained_cfg: str | Mapping[str, Any] | None = None,
+               model_cfg: Mapping[str, Any] | None = None) -> PretrainedRecord:
+    """The record weights named by ``pretrained`` must run with (reads no file).
+
+    Args:
+        arch: open_clip architecture name (``None`` with ``model_cfg``).
+        pretrained: a tag of ``arch``, a local checkpoint path, or ``None``.
+        pretrained_cfg: for a local file, the tag whose settings it was trained with, or a dict
+            of them; required with ``arch`` (a file carries no record). Not allowed with a tag.
+        model_cfg: inline open_clip model config (itself the record of its files).
+
+    Raises:
+        ValueError: a file without ``pretrained_cfg``, a tag with a different one, unknown names.
+    """
+    if pretrained and is_checkpoint_path(pretrained):
+        if pretrained_cfg is None and arch is not None:
+            tags = open_clip.list_pretrained_tags_by_model(arch)
+            raise ValueError(
+                f"pretrained={pretrained!r} is a local file, which records no training "
+                f"settings: set pretrained_cfg to the {arch} tag it was trained as (one of "
+                f"{tags}; 'openai' for OpenAI's released {arch}.pt), or to a dict of "
+                f'{list(RECORD_FIELDS)} (e.g. dict(quick_gelu=False) for weights trained with '
+                f"{arch}'s own config)")
+        return pretrained_record(arch, pretrained_cfg, model_cfg)
+    if pretrained:
+        if pretrained_cfg is not None and pretrained_cfg != pretrained:
+            raise ValueError(f"pretrained_cfg={pretrained_cfg!r} contradicts the tag "
+                             f"pretrained={pretrained!r}, whose own record applies; drop "
+                             'pretrained_cfg (it is for local files)')
+        return pretrained_record(arch, pretrained, model_cfg)
+    return pretrained_record(arch, pretrained_cfg, model_cfg)
+
+
+def resolve_pretrained(arch: str | None, pretrained: str | None,
+                       pretrained_cfg: str | Mapping[str, Any] | None = None,
+                       model_cfg: Mapping[str, Any] | None = None,
+                       ) -> tuple[PretrainedRecord, Path | None]:
+    """:func:`record_for` and the local weight file to load (``None``: a tag or random).
+
+    Raises:
+        FileNotFoundError: a checkpoint path that does not exist.
+    """
+    record = record_for(arch, pretrained, pretrained_cfg, model_cfg)
+    if not (pretrained and is_checkpoint_path(pretrained)):
+        return record, None
+    if not Path(pretrained).exists():
+        raise FileNotFoundError(f'pretrained checkpoint {pretrained} does not exist')
+    return record, Path(pretrained)
+
+
+def build_open_clip(arch: str | None, pretrained: str | None = None,
+                    pretrained_cfg: str | Mapping[str, Any] | None = None,
+                    model_cfg: Mapping[str, Any] | None = None,
+                    ) -> tuple[open_clip.CLIP, PretrainedRecord]:
+    """An ``open_clip.CLIP`` with the record's activation and preprocessing, weights loaded.
+
+    A tag's weights come through ``open_clip.pretrained.download_pretrained`` (open_clip's
+    cache) and, like a local file, are read by :func:`read_clip_weights` and loaded strictly
+    (keys and shapes checked before anything is copied). Built inside
+    ``with torch.device('meta')`` the model takes no memory, and loading checks keys and shapes.
+
+    Returns:
+        ``(model, record)``; ``model.visual.preprocess_cfg`` is the record's.
+
+    Raises:
+        TypeError: the architecture is not a CLIP with open_clip's own text transformer.
+        RuntimeError: a tag's weights could not be fetched (offline), with the local-file route.
+        WeightsMismatchError: weights of another architecture (keys named, with counts).
+    """
+    record, weights = resolve_pretrained(arch, pretrained, pretrained_cfg, model_cfg)
+    cfg = _clip_cfg(arch, model_cfg, record.quick_gelu)
+    if pretrained and weights is None:
+        weights = _download(arch, pretrained)
+    # Read before building: a broken file fails fast, before a large model is initialised.
+    state_dict = read_clip_weights(weights, record) if weights is not None else None
+    model = open_clip.CLIP(**cfg)
+    if state_dict is not None:
+        if 'logit_scale' in state_dict:  # a scalar in some releases, [1] in others
+            state_dict['logit_scale'] = state_dict['logit_scale'].reshape(
+                model.logit_scale.shape)
+        check_weights_fit(model.state_dict(), state_dict, str(weights), f'open_clip {record.arch}',
+                          f'Is it a checkpoint of {record.arch}? Set arch to the architecture it '
+                          'was trained as (e.g. ViT-B-16 for ViT-B-16.pt)')
+        model.load_state_dict(state_dict, strict=True)
+    set_model_preprocess_cfg(model, record.preprocess_cfg())
+    return model, record
+
+
+def _clip_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
+              quick_gelu: bool) -> dict[str, Any]:
+    """Keyword arguments of ``open_clip.CLIP`` (built directly, not through ``create_model``,
+    so that it also builds on the meta device; preprocessing is the record's business)."""
+    cfg = {**_model_cfg(arch, model_cfg), 'quick_gelu': quick_gelu}
+    other_text = [key for key in ('custom_text', 'multimodal_cfg') if cfg.get(key)] + [
+        key for key in ('hf_model_name',) if key in cfg['text_cfg']]
+    if other_text:
+        raise TypeError(f"open_clip architecture '{arch}' has another text tower "
+                        f'({", ".join(other_text)}); xmr needs the CLIP text transformer')
+    cfg.pop('preprocess_cfg', None)
+    cfg.pop('custom_text', None)
+    return cfg
+
+
+def _download(arch: str, tag: str) -> Path:
+    try:
+        return Path(open_clip.pretrained.download_pretrained(
+            open_clip.get_pretrained_cfg(arch, tag)))
+    except Exception as error:  # noqa: BLE001 - hub, URL and checksum errors alike
+        raise RuntimeError(f"open_clip could not fetch the '{tag}' weights of {arch} "
+                           f'({error}); download them once and set pretrained=<local file> '
+                           f"with pretrained_cfg='{tag}'") from error
+
+
+def read_clip_weights(path: str | Path, record: PretrainedRecord) -> dict[str, torch.Tensor]:
+    """A CLIP checkpoint's state dict (plain, safetensors or OpenAI's TorchScript archive) in
+    open_clip's names: the archive's non-weight attributes dropped.
+
+    Raises:
+        ValueError: a truncated or non-checkpoint file.
+    """
+    state_dict = read_weights(path, f'{record.arch} CLIP checkpoint')
+    for key in _OPENAI_JIT_ATTRIBUTES:
+        state_dict.pop(key, None)
+    return state_dict
+
+
+def record_tokenizer_cfg(record: PretrainedRecord, tokenizer: Mapping[str, Any] | None,
+                         ) -> dict[str, Any]:
+    """The source tokenizer's config, ``OpenCLIPTokenizer``'s ``model_name`` and ``max_length``
+    filled from the record (``pad_to`` and the like are kept)."""
+    cfg = dict(tokenizer or dict(type='OpenCLIPTokenizer'))
+    if cfg.get('type') == 'OpenCLIPTokenizer':
+        cfg.setdefault('model_name', record.tokenizer)
+        cfg.setdefault('max_length', record.context_length)
+    return cfg
+
+
+def check_record_tokenizer(record: PretrainedRecord, tokenizer: object) -> None:
+    """Refuse a built source tokenizer that is not the record's, naming the field.
+
+    Raises:
+        ValueError: another tokenizer class, or ``model_name`` / ``max_length`` that contradict
+            the record (field, config's value, record's value).
+    """
+    if not isinstance(tokenizer, OpenCLIPTokenizer):
+        raise ValueError(f'tokenizer.type: the config builds a {type(tokenizer).__name__}, but '
+                         f"the text tower of {record.arch} was trained with open_clip's "
+                         "tokenizer; use 'OpenCLIPTokenizer' (or leave tokenizer out)")
+    for field, value in (('model_name', record.tokenizer), ('max_length', record.context_length)):
+        given = getattr(tokenizer, field)
+        if given != value:
+            raise ValueError(f'tokenizer.{field}: the config sets {given!r}, {record.source} of '
+                             f'{record.arch} records {value!r}; leave {field} out (the backbone '
+                             'fills it from the record)')

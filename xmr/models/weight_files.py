@@ -1,0 +1,159 @@
+"""Reading released weight files and checking that they fit a module, with errors that say why.
+
+Released checkpoints come as torch pickles (``pytorch_model.bin``, ``.pt``, ``.pth``, sometimes
+wrapped in ``{'state_dict': ...}`` or saved from a ``DataParallel`` with ``module.`` prefixes),
+safetensors files, or TorchScript archives (OpenAI's CLIP ``ViT-B-32.pt``). :func:`read_weights`
+turns any of them into a state dict; :func:`check_weights_fit` compares a state dict with what a
+module expects and refuses, before anything is copied, with the missing, unexpected and
+differently shaped keys (counts and the first few) and the fix.
+"""
+from __future__ import annotations
+
+import pickle
+import warnings
+import zipfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+
+__all__ = ['read_weights', 'check_weights_fit', 'WeightsMismatchError', 'CHECKPOINT_SUFFIXES']
+
+#: Endings of weight files: a name ending so is a path, never a hub name or tag.
+CHECKPOINT_SUFFIXES = ('.pt', '.pth', '.bin', '.safetensors')
+#: Files looked for, in order, when a folder is given (Hugging Face's names).
+HF_WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin')
+
+_SHOWN_KEYS = 5
+
+
+class WeightsMismatchError(ValueError):
+    """A state dict whose keys or shapes are not those of the module it was meant for."""
+
+
+def read_weights(path: str | Path, what: str = 'checkpoint',
+                 folder_files: Iterable[str] = HF_WEIGHT_FILES) -> dict[str, torch.Tensor]:
+    """The state dict held by a weight file (or by the first of ``folder_files`` in a folder).
+
+    Args:
+        path: a ``.safetensors`` file, a torch file (pickle or TorchScript archive) or a folder.
+        what: what the file should be, for the errors (``'OpenAI CLIP checkpoint'``).
+        folder_files: names looked for inside a folder, first found wins.
+
+    Returns:
+        ``{key: tensor}`` on the CPU, unwrapped from ``{'state_dict': ...}`` and ``module.``.
+
+    Raises:
+        FileNotFoundError: no such file, or a folder without any of ``folder_files``.
+        ValueError: a file that is truncated, not a weight file, pickles Python objects, or
+            holds something other than tensors by name.
+    """
+    path = _weights_file(Path(path), what, tuple(folder_files))
+    if path.suffix == '.safetensors':
+        loaded = _read_safetensors(path, what)
+    elif _is_torchscript(path):
+        loaded = _read_torchscript(path)
+    else:
+        loaded = _read_pickle(path, what)
+    if isinstance(loaded, Mapping) and isinstance(loaded.get('state_dict'), Mapping):
+        loaded = loaded['state_dict']
+    if not isinstance(loaded, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in loaded.items()):
+        raise ValueError(f'{path} is not a {what}: it holds a {type(loaded).__name__}, not '
+                         'tensors by name (a state dict)')
+    if loaded and all(key.startswith('module.') for key in loaded):
+        return {key[len('module.'):]: value for key, value in loaded.items()}
+    return dict(loaded)
+
+
+def _weights_file(path: Path, what: str, folder_files: tuple[str, ...]) -> Path:
+    if path.is_dir():
+        found = [path / name for name in folder_files if (path / name).is_file()]
+        if not found:
+            raise FileNotFoundError(f'{what} folder {path} holds none of {list(folder_files)}')
+        return found[0]
+    if not path.is_file():
+        raise FileNotFoundError(f'{what} {path} does not exist')
+    return path
+
+
+def _is_torchscript(path: Path) -> bool:
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any(name.endswith('/constants.pkl') for name in archive.namelist())
+
+
+def _read_torchscript(path: Path) -> dict[str, torch.Tensor]:
+    # OpenAI's releases exist only in this format, so torch's deprecation of it is no news here.
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='.*torch.jit.load.* is deprecated',
+                                category=FutureWarning)
+        return dict(torch.jit.load(str(path), map_location='cpu').state_dict())
+
+
+def _read_safetensors(path: Path, what: str) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as error:
+        raise ValueError(_unreadable(path, what, error)) from error
+
+
+def _read_pickle(path: Path, what: str) -> object:
+    try:
+        return torch.load(path, map_location='cpu', weights_only=True)
+    except pickle.UnpicklingError as error:
+        if 'Weights only load failed' in str(error) and zipfile.is_zipfile(path):
+            raise ValueError(f'{path} pickles Python objects besides tensors, which the safe '
+                             f'loader refuses; if you trust the file, re-save its weights once: '
+                             f"torch.save(torch.load('{path}', weights_only=False)"
+                             f"['state_dict'], 'weights.pt')") from error
+        raise ValueError(_unreadable(path, what, error)) from error
+    except (RuntimeError, EOFError, OSError) as error:
+        raise ValueError(_unreadable(path, what, error)) from error
+    except Exception as error:  # noqa: BLE001 - arbitrary bytes break the unpickler anywhere
+        raise ValueError(_unreadable(path, what, 'neither a torch file nor safetensors')
+                         ) from error
+
+
+def _unreadable(path: Path, what: str, error: Exception | str) -> str:
+    reason = (str(error).strip().splitlines()[0].rstrip('.') if str(error).strip()
+              else type(error).__name__)
+    return (f'{path} ({path.stat().st_size} bytes) is not a readable {what}: {reason}. A '
+            'truncated download or a file of another kind; download the file again')
+
+
+def check_weights_fit(expected: Mapping[str, torch.Tensor], state_dict: Mapping[str, torch.Tensor],
+                      source: str, target: str, fix: str) -> None:
+    """Refuse a state dict that does not give every expected key with its shape, and no other.
+
+    Args:
+        expected: the module's own ``state_dict()`` (only keys and shapes are read, so a model
+            on the ``meta`` device works).
+        state_dict: the weights to load.
+        source: where they come from (a path), first word of the error.
+        target: what they were meant for (``'open_clip ViT-B-32'``).
+        fix: the sentence that ends the error: what to change.
+
+    Raises:
+        WeightsMismatchError: naming the missing, unexpected and differently shaped keys.
+    """
+    missing = [key for key in expected if key not in state_dict]
+    unexpected = [key for key in state_dict if key not in expected]
+    reshaped = [f'{key} (file {list(state_dict[key].shape)}, model {list(value.shape)})'
+                for key, value in expected.items()
+                if key in state_dict and state_dict[key].shape != value.shape]
+    if not (missing or unexpected or reshaped):
+        return
+    parts = [_listing(title, keys) for title, keys in (
+        ('missing', missing), ('unexpected', unexpected), ('with another shape', reshaped))
+        if keys]
+    raise WeightsMismatchError(f'{source} does not fit {target}: {"; ".join(parts)}. {fix}')
+
+
+def _listing(title: str, keys: list[str]) -> str:
+    more = f', ... {len(keys) - _SHOWN_KEYS} more' if len(keys) > _SHOWN_KEYS else ''
+    return f'{len(keys)} {title} ({", ".join(keys[:_SHOWN_KEYS])}{more})'
