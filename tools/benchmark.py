@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xmr.utils.cli import run_tool
+
 CASES = ('cross_lingual', 'cross_modal', 'video', 'eval')
 PATHS = ('recompute', 'xmr', 'xmr+sparse', 'xmr-padded')
 LANGUAGES = ('de', 'fr', 'zh', 'ja')
@@ -370,4 +372,4 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 if __name__ == '__main__':
     os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
-    main()
+    run_tool(main)

@@ -21,6 +21,8 @@ from typing import Any
 
 from mmengine.config import Config, DictAction
 
+from xmr.utils.cli import UserError, run_tool
+
 LOADER_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
 
@@ -82,7 +84,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
     args = parse_args(argv)
     if not osp.isfile(args.config):
-        raise FileNotFoundError(f'config file {args.config} does not exist')
+        raise UserError(args.config, 'config file does not exist',
+                        'give the path of a config under configs/')
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
@@ -119,4 +122,4 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

@@ -14,10 +14,11 @@ and writes a checkpoint that ``tools/test.py`` and ``xmr.apis.init_retriever`` l
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
+
+from xmr.utils.cli import run_tool
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -85,4 +86,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == '__main__':
-    main(sys.argv[1:])
+    run_tool(main)

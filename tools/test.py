@@ -20,6 +20,8 @@ from pathlib import Path
 
 from mmengine.config import Config, DictAction
 
+from xmr.utils.cli import UserError, run_tool
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -54,9 +56,11 @@ def build_config(args: argparse.Namespace) -> Config:
     from xmr.engine.work_dir import resolve_work_dir
 
     if not osp.isfile(args.config):
-        raise SystemExit(f'error: config file {args.config} does not exist')
+        raise UserError(args.config, 'config file does not exist',
+                        'give the path of a config under configs/')
     if not osp.isfile(args.checkpoint):
-        raise SystemExit(f'error: checkpoint {args.checkpoint} does not exist')
+        raise UserError(args.checkpoint, 'checkpoint does not exist',
+                        'give a .pth written by tools/train.py')
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
@@ -157,4 +161,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_tool(main)

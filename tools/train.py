@@ -4,10 +4,11 @@ from __future__ import annotations
 import argparse
 import os
 import os.path as osp
-import sys
 
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
+
+from xmr.utils.cli import UserError, run_tool
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,7 +40,8 @@ def build_config(args: argparse.Namespace) -> Config:
     from xmr.engine.work_dir import resolve_work_dir
 
     if not osp.isfile(args.config):
-        raise FileNotFoundError(f'config file {args.config} does not exist')
+        raise UserError(args.config, 'config file does not exist',
+                        'give the path of a config under configs/')
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
@@ -51,7 +53,8 @@ def build_config(args: argparse.Namespace) -> Config:
         cfg.resume, cfg.load_from = True, None
     elif args.resume is not None:
         if not osp.isfile(args.resume):
-            raise FileNotFoundError(f'--resume checkpoint {args.resume} does not exist')
+            raise UserError(args.resume, '--resume checkpoint does not exist',
+                            'give an existing .pth, or --resume alone for the latest one')
         cfg.resume, cfg.load_from = True, args.resume
     return cfg
 
@@ -70,4 +73,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_tool(main)

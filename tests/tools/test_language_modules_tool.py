@@ -1,6 +1,7 @@
 """tools/language_modules.py: report, export and merge per-language modules end to end."""
 from __future__ import annotations
 
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -62,12 +63,15 @@ def test_report_export_and_merge(tmp_path, monkeypatch, capsys):
                                    trained.eval().encode_text(tokens, 'fr'))
 
 
-def test_bad_module_argument_stops_with_a_message(tmp_path, monkeypatch):
+def test_bad_module_argument_stops_with_a_message(tmp_path, monkeypatch, capsys):
     config = tmp_path / 'tiny_lora.py'
     config.write_text(CONFIG)
-    with pytest.raises(SystemExit, match="expects LANG=PATH, got 'de.pth'"):
+    with pytest.raises(SystemExit, match='2'):
         _run(['merge', str(config), '--modules', 'de.pth', '--out', str(tmp_path / 'x.pth')],
              monkeypatch)
-    with pytest.raises(SystemExit, match='language module file .*missing.pth does not exist'):
+    assert "expects LANG=PATH, got 'de.pth'" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match='2'):
         _run(['merge', str(config), '--modules', f'de={tmp_path / "missing.pth"}', '--out',
               str(tmp_path / 'x.pth')], monkeypatch)
+    assert re.search('language module file .*missing.pth does not exist',
+                     capsys.readouterr().err)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from xmr.datasets.converters.multi30k import convert_multi30k
 from xmr.datasets.converters.xtd10 import XTD10_LANGUAGES, convert_xtd10
 from xmr.evaluation import EvaluationResult, save_result
 from xmr.registry import MODELS
+from xmr.utils.cli import EXIT_ERROR, run_tool
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'test.py'
 TINY = dict(type='MediaTransform', backbone=None, size=32)
@@ -206,7 +208,7 @@ def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
     assert (root / 'results' / 'new.csv').is_file() and not (root / 'model_test.json').exists()
 
 
-def test_bad_input_stops_with_a_clear_message(synthetic_setup):
+def test_bad_input_stops_with_a_clear_message(synthetic_setup, capsys):
     root, config = synthetic_setup
     tool = load_tool()
     other_languages = tiny_retriever_cfg(language_branch=tiny_branch_cfg(languages=('de', 'ja')))
@@ -217,12 +219,14 @@ def test_bad_input_stops_with_a_clear_message(synthetic_setup):
         ([str(config(languages=('en', 'de', 'fr'), name='fr.py')), str(root / 'model.pth')],
          r"error: test dataset synthetic: the model was not trained on \['fr'\]; trained "
          r"languages: \['en', 'de', 'zh'\]"),
-        ([str(config()), str(root / 'missing.pth')], 'error: checkpoint .*missing.pth does '
-         'not exist'),
+        ([str(config()), str(root / 'missing.pth')], 'error: .*missing.pth: checkpoint does '
+         'not exist: give a .pth written by tools/train.py'),
         (['--compare', str(root / 'nothing.json')], 'error: result file not found'),
     ]
     for argv, message in cases:
-        with pytest.raises(SystemExit, match=message):
-            tool.main(argv)
+        with pytest.raises(SystemExit) as exit_info:
+            run_tool(tool.main, argv)
+        assert exit_info.value.code == EXIT_ERROR
+        assert re.match(message, capsys.readouterr().err)
     with pytest.raises(SystemExit):
         tool.main([str(config())])  # a checkpoint is required
