@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from xmr.datasets.media_io import MediaReadError
 from xmr.utils.cli import EXIT_ERROR, UserError, run_tool
 
 TOOLS = Path(__file__).resolve().parents[2] / 'tools'
@@ -41,6 +42,9 @@ def test_other_failures_are_one_line_too_and_unexpected_ones_say_so(capsys):
     assert err == ('error: ZeroDivisionError: division by zero (unexpected; run again with '
                    '--debug for the traceback)\n')
     assert 'Traceback' not in err
+    err = _fails_with(_raise(MediaReadError('x.jpg', 'truncated JPEG')), [], capsys)
+    assert err == ("error: x.jpg: truncated JPEG: replace the file, or set on_corrupt='skip' on "
+                   'the dataset to leave it out\n')
 
 
 def test_debug_shows_the_traceback_and_is_not_passed_to_main(capsys):

@@ -4,8 +4,9 @@ Each ``tools/*.py`` and ``tools/data/*.py`` entry ends with ``run_tool(main)``.
 A failure is printed as ``error: <file/key/value>: <what is wrong>: <fix>`` on stderr and the
 process exits with status 2 (as ``argparse`` does for a bad flag); the traceback is shown only
 with ``--debug``. Library code raises :class:`UserError` where it knows the fault and its fix;
-other exceptions still produce one line, marked as unexpected, so that no tool prints a raw
-traceback by default.
+other exceptions still produce one line (marked as unexpected unless xmr raised it on
+purpose, e.g. a ``MediaReadError`` naming the file), so that no tool prints a raw traceback by
+default.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def error_line(error: BaseException) -> str:
     if isinstance(error, OSError) and error.filename is not None:
         # OSError's own str() puts the file after the reason; every line leads with the file.
         return f'{error.filename}: {error.strerror or type(error).__name__}'
-    if isinstance(error, (UserError, ValueError)):
+    if isinstance(error, (UserError, ValueError)) or _expected(error):
         return str(error)
     return f'{type(error).__name__}: {error}'
 
@@ -71,11 +72,17 @@ def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None
         _report(error, debug)
 
 
+def _expected(error: BaseException) -> bool:
+    """Whether ``error`` is one xmr raises on purpose (its own classes, bad values, files)."""
+    return (isinstance(error, (UserError, SystemExit, OSError, ValueError))
+            or type(error).__module__.split('.')[0] == 'xmr')
+
+
 def _report(error: BaseException, debug: bool) -> NoReturn:
     if debug:
         traceback.print_exception(error)
     line = f'error: {error_line(error)}'
-    if not isinstance(error, (UserError, SystemExit, OSError, ValueError)):
+    if not _expected(error):
         line += f' (unexpected; run again with {DEBUG_FLAG} for the traceback)'
     print(line, file=sys.stderr)
     raise SystemExit(EXIT_ERROR) from error

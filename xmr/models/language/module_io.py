@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from xmr.engine.checkpoint import read_checkpoint
+
 __all__ = ['MODULE_FORMAT', 'LanguageShare', 'language_state_dict', 'load_language_module',
            'language_parameter_report', 'save_language_module', 'save_merged_checkpoint',
            'shared_fingerprints']
@@ -148,7 +150,7 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f'language module file {path} does not exist')
-    payload = torch.load(path, map_location='cpu', weights_only=True)
+    payload = read_checkpoint(path, what='language module')
     if not isinstance(payload, Mapping) or payload.get('format') != MODULE_FORMAT:
         raise ValueError(f'{path} is not an xmr language module file (format {MODULE_FORMAT!r})')
     target = lang or payload['lang']
