@@ -21,7 +21,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         'flag has no value): the latest checkpoint in the work dir')
     parser.add_argument('--amp', action='store_true',
                         help='mixed precision: bf16 where supported, fp16 + loss scaling on '
-                        'older GPUs')
+                        'older GPUs; for GPUs: on a CPU it is slower than fp32 (the log names '
+                        'the autocast dtype)')
     parser.add_argument('--amp-dtype', choices=['bfloat16', 'float16'],
                         help='force the autocast precision of --amp (implies --amp); float16 '
                         'comes with loss scaling')
