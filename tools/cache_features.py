@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     import xmr  # noqa: F401  (registers every module)
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
     from xmr.engine.feature_cache import FeatureCache
+    from xmr.engine.threads import set_cpu_threads
     from xmr.engine.work_dir import resolve_work_dir
     from xmr.registry import DATASETS, MODELS
 
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
     resolve_work_dir(cfg, args.config, args.work_dir)
+    set_cpu_threads(cfg)
     found = list(cached_dataset_cfgs(cfg))
     if not found:
         raise ValueError(f'{args.config} uses no CachedFeatureDataset; wrap a dataset in one '

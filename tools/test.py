@@ -135,9 +135,11 @@ def run_test(args: argparse.Namespace):
 
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
     from xmr.engine.distributed import setup_cpu_distributed
+    from xmr.engine.threads import set_cpu_threads
     from xmr.evaluation import EvaluationResult
 
     cfg = build_config(args)
+    set_cpu_threads(cfg)
     setup_cpu_distributed(cfg, args.launcher)
     runner = Runner.from_cfg(cfg)
     model = runner.model.module if is_model_wrapper(runner.model) else runner.model

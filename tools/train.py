@@ -64,10 +64,12 @@ def main(argv: list[str] | None = None) -> None:
     import xmr  # noqa: F401  (registers every module)
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
     from xmr.engine.distributed import setup_cpu_distributed
+    from xmr.engine.threads import set_cpu_threads
 
     allow_mmengine_checkpoint_types()
     args = parse_args(argv)
     cfg = build_config(args)
+    set_cpu_threads(cfg)
     setup_cpu_distributed(cfg, args.launcher)
     runner = Runner.from_cfg(cfg)
     runner.train()
