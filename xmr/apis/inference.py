@@ -161,6 +161,8 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
     empty = [i for i, text in enumerate(texts) if not isinstance(text, str) or not text.strip()]
     if empty:
         raise ValueError(f'texts {empty[:10]} are empty or not strings')
+    for i, text in enumerate(texts):
+        _check_encodable(text, f'text {i}')
     if batch_size < 1:
         raise ValueError(f'batch_size must be positive, got {batch_size}')
     rows = []
@@ -169,6 +171,17 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
         tokens, _ = batch['caption_tokens'][lang]
         rows.append(F.normalize(model.encode_text(tokens, lang).float(), dim=-1).cpu())
     return torch.cat(rows)
+
+
+def _check_encodable(text: str, where: str) -> None:
+    """Refuse a lone surrogate (undecodable input smuggled into a str) naming where it sits."""
+    try:
+        text.encode('utf-8')
+    except UnicodeEncodeError as error:
+        raise ValueError(f'{where} ({text!r}) holds a lone surrogate '
+                         f'{text[error.start]!r} at character {error.start}, which is no '
+                         'Unicode text: read the input as UTF-8 (errors="replace" keeps the '
+                         'rest)') from error
 
 
 @torch.no_grad()
