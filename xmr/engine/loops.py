@@ -186,6 +186,11 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state['cuda'])
 
 
+def _no_batch_error(phase: Phase) -> ValueError:
+    return ValueError(f'phase {phase.name}: its dataloader yields no batch per epoch (fewer '
+                      'items than batch_size with drop_last?)')
+
+
 class _InfiniteIterator:
     """Cycles a dataloader forever, advancing the sampler's epoch at each pass."""
 
@@ -328,8 +333,7 @@ class PhasedTrainLoop(BaseLoop):
             raise ValueError(f'phase {phase.name}: epochs needs a dataloader with a length') \
                 from error
         if batches == 0:
-            raise ValueError(f'phase {phase.name}: its dataloader yields no batch per epoch '
-                             '(fewer items than batch_size with drop_last?)')
+            raise _no_batch_error(phase)
         phase.iters = phase.epochs * batches
         self.runner.logger.info(f'phase {phase.name}: {phase.epochs} epochs = {phase.iters} '
                                 f'iterations ({batches} per epoch)')
@@ -376,6 +380,10 @@ class PhasedTrainLoop(BaseLoop):
             dataloader = self._built_dataloaders.pop(index)
         else:
             dataloader = self.runner.build_dataloader(phase.dataloader, seed=self.runner.seed)
+        # An iterations-phase's loader is counted here, when first built (the epochs path
+        # counts it when the loop is built); an empty one would end in a bare StopIteration.
+        if hasattr(dataloader, '__len__') and len(dataloader) == 0:
+            raise _no_batch_error(phase)
         # Cached frozen-tower features are built or checked against this phase's live weights.
         prepare_feature_caches(dataloader, self.model)
         return _InfiniteIterator(dataloader)
