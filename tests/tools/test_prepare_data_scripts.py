@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xmr.datasets import load_annotation
+from xmr.datasets import Annotation, MediaRecord, dump_annotation, load_annotation
 
 TOOLS = Path(__file__).resolve().parents[2] / 'tools' / 'data'
 
@@ -83,3 +83,15 @@ def test_flickr30k_script_reaches_the_converter(tmp_path, monkeypatch, capsys):
              monkeypatch)
     assert "has 1 train images; Karpathy's Flickr30K splits need 29000" in capsys.readouterr().err
     assert not (tmp_path / 'out').exists()
+
+
+def test_an_output_path_that_cannot_be_made_is_one_error_line(tmp_path, monkeypatch, capsys):
+    ann = Annotation(dataset='demo', split='train', media_type='image', languages=['en'],
+                     source_lang='en', items=[MediaRecord('a', 'a.jpg', {'en': ['a dog']})])
+    dump_annotation(ann, tmp_path / 'ann.json')
+    (tmp_path / 'taken').write_text('a file where the output folder should go')
+    with pytest.raises(SystemExit, match='2'):
+        _run('export_source_captions.py', [str(tmp_path / 'ann.json'),
+                                           str(tmp_path / 'taken' / 'en.txt')], monkeypatch)
+    err = capsys.readouterr().err
+    assert err.startswith(f'error: {tmp_path / "taken"}') and 'Traceback' not in err, err
