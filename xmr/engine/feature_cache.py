@@ -176,11 +176,13 @@ class FeatureCache:
             raise FileNotFoundError(f'no feature cache at {self.path} (missing meta.json)')
         try:
             self.meta: dict[str, Any] = json.loads(meta_file.read_text())
-            self.meta['key'], self.meta['counts']
-        except (ValueError, KeyError, TypeError) as error:
+        except ValueError as error:
             raise CorruptFeatureCacheError(
                 f'{meta_file}: not a feature cache meta file ({error}); delete {self.path} to '
                 'rebuild it') from error
+        if not isinstance(self.meta, dict) or not {'key', 'counts'} <= set(self.meta):
+            raise CorruptFeatureCacheError(f'{meta_file}: not a feature cache meta file (no key '
+                                           f'and counts); delete {self.path} to rebuild it')
         self._arrays: dict[str, np.ndarray] = {}
         self._pid: int | None = None
 

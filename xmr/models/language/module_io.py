@@ -186,11 +186,12 @@ def _check_base(model: nn.Module, path: Path, payload: Mapping[str, Any]) -> Non
     differing = sorted(part for part in set(mine) | set(base['shared'])
                        if mine.get(part) != base['shared'].get(part))
     if differing:
-        source = base.get('checkpoint') or 'the model it was exported from'
+        source = base.get('checkpoint')
+        fix = (f'build the model from {source} (tools/language_modules.py merge --base {source})'
+               if source else 'build the model from the checkpoint the module came from')
         raise ValueError(
             f'{path} ({payload["lang"]}): this model\'s shared weights {differing} differ from '
-            f'those the module was trained with, so it would not reproduce its outputs: build '
-            f'the model from {source} (tools/language_modules.py merge --base {source})')
+            f'those the module was trained with, so it would not reproduce its outputs: {fix}')
 
 
 @dataclass(frozen=True)
