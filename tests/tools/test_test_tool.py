@@ -30,6 +30,12 @@ MULTI30K_LANGUAGES = ['en', 'de', 'fr', 'cs']
 TARGETS = [lang for lang in XTD10_LANGUAGES if lang != 'en'] + ['cs']
 
 
+def table_lines(out: str) -> list[str]:
+    """The printed leaderboard: stdout from its first table heading on (log lines go before)."""
+    lines = out.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith('test set: ')):]
+
+
 def load_tool():
     spec = importlib.util.spec_from_file_location('xmr_test_tool', TOOL)
     module = importlib.util.module_from_spec(spec)
@@ -126,15 +132,16 @@ def test_real_xtd10_and_multi30k_report_every_language(real_captions, real_run):
         sum(metrics[f'multi30k/{lang}/AR'] for lang in ('de', 'fr', 'cs')) / 3)
     assert metrics['mAR'] == pytest.approx(metrics['multi30k/mAR'])
 
-    assert real_run.splitlines()[0].startswith('test set: xtd10 test (')
-    header = real_run.splitlines()[2]
+    printed = table_lines(real_run)
+    assert printed[0].startswith('test set: xtd10 test (')
+    header = printed[2]
     columns = [cell.strip() for cell in header.strip('|').split('|')]
     # The metric lists the source language first, then the others alphabetically.
     xtd10_order = ['en', *sorted(set(XTD10_LANGUAGES) - {'en'})]
     assert columns == ['model', *(f'xtd10/{lang}' for lang in xtd10_order),
                        'xtd10/mean_t2i_R@10', 'multi30k/en', 'multi30k/cs', 'multi30k/de',
                        'multi30k/fr', 'multi30k/mAR', 'mAR']
-    row = [cell.strip() for cell in real_run.splitlines()[4].strip('|').split('|')]
+    row = [cell.strip() for cell in printed[4].strip('|').split('|')]
     assert row[0] == 'tiny_xtd10_multi30k (tiny)'
     assert row[columns.index('multi30k/de')] == f"{metrics['multi30k/de/AR']:.2f}"
     assert row[columns.index('xtd10/ja')] == f"{metrics['xtd10/ja/t2i_R@10']:.2f}"
@@ -195,7 +202,7 @@ def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
         test_sets=[synthetic]))
     tool = load_tool()
     tool.main(['--compare', str(root / 'baseline.json'), str(root / 'other.json')])
-    printed = capsys.readouterr().out.splitlines()
+    printed = table_lines(capsys.readouterr().out)
     assert printed[:2] == ['test set: synthetic test (de, en, zh)', '']
     printed = printed[2:]
     assert printed[0].split('|')[1:-1] == [
@@ -208,7 +215,7 @@ def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
     # A new test run joins the comparison as the last row; --out moves the files.
     tool.main([str(config()), str(root / 'model.pth'), '--compare', str(root / 'baseline.json'),
                '--out', str(root / 'results' / 'new.json'), '--name', 'new'])
-    lines = capsys.readouterr().out.splitlines()
+    lines = table_lines(capsys.readouterr().out)
     assert [line.split('|')[1].strip() for line in lines[4:6]] == ['baseline', 'new']
     assert json.loads((root / 'results' / 'new.json').read_text())['name'] == 'new'
     assert (root / 'results' / 'new.csv').is_file() and not (root / 'model_test.json').exists()
@@ -248,7 +255,7 @@ def test_out_is_checked_before_testing_and_the_table_is_printed_even_if_saving_f
         run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--out',
                              str(root / 'r.json')])
     captured = capsys.readouterr()
-    assert captured.out.startswith('test set: synthetic test (de, en, zh)')
+    assert table_lines(captured.out)[0] == 'test set: synthetic test (de, en, zh)'
     assert '| synthetic (model) |' in captured.out
     assert captured.err == f'error: {root / "r.json"}: No space left on device\n'
 
