@@ -59,6 +59,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xmr.utils.cli import run_tool
+
 CASES = ('cross_lingual', 'cross_modal', 'video', 'eval')
 METHODS = ('static', 'dasd')
 #: Each method's paths, its baseline first (cross_lingual runs them all, other cases the first
@@ -471,4 +473,4 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 if __name__ == '__main__':
     os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
-    main()
+    run_tool(main)

@@ -21,6 +21,8 @@ from typing import Any
 
 from mmengine.config import Config, DictAction
 
+from xmr.utils.cli import UserError, run_tool
+
 LOADER_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
 
@@ -77,16 +79,19 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     import xmr  # noqa: F401  (registers every module)
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
     from xmr.engine.feature_cache import FeatureCache
+    from xmr.engine.threads import set_cpu_threads
     from xmr.engine.work_dir import resolve_work_dir
     from xmr.registry import DATASETS, MODELS
 
     args = parse_args(argv)
     if not osp.isfile(args.config):
-        raise FileNotFoundError(f'config file {args.config} does not exist')
+        raise UserError(args.config, 'config file does not exist',
+                        'give the path of a config under configs/')
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
     resolve_work_dir(cfg, args.config, args.work_dir)
+    set_cpu_threads(cfg)
     found = list(cached_dataset_cfgs(cfg))
     if not found:
         raise ValueError(f'{args.config} uses no CachedFeatureDataset; wrap a dataset in one '
@@ -119,4 +124,4 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

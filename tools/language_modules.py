@@ -5,19 +5,20 @@ config's model, the parameters its module adds and their share of the frozen tex
 the whole backbone (PECTVLM's Table 5 column).
 
 ``python tools/language_modules.py export CONFIG CHECKPOINT --langs de fr --out-dir DIR`` writes
-``DIR/<lang>.pth``: only that language's module (a small file).
+``DIR/<lang>.pth``: only that language's module (a small file), with its base: CHECKPOINT and a
+fingerprint of the shared weights (towers, shared embedding, disentangler) it was trained with.
 
-``python tools/language_modules.py merge CONFIG --modules de=de.pth fr=fr.pth --out FILE`` builds
-the config's model (its frozen towers as configured), loads each module file into its language
-and writes a checkpoint that ``tools/test.py`` and ``xmr.apis.init_retriever`` load.
+``python tools/language_modules.py merge CONFIG [--base CHECKPOINT] --modules de=de.pth fr=fr.pth
+--out FILE`` builds the config's model (from ``--base`` when given), loads each module file into
+its language and writes a checkpoint that ``tools/test.py`` and ``xmr.apis.init_retriever`` load.
+A module whose shared weights differ from the model's is refused, naming the base to give.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-import torch
+from xmr.utils.cli import UserError, run_tool
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -33,6 +34,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     export.add_argument('--out-dir', type=Path, required=True)
     merge = commands.add_parser('merge', help='load module files into one model checkpoint')
     merge.add_argument('config')
+    merge.add_argument('--base', help='checkpoint whose shared weights (towers, shared embedding, '
+                       'disentangler) the modules were trained with (default: the config\'s '
+                       'built model, right only when those stayed as built)')
     merge.add_argument('--modules', nargs='+', required=True, metavar='LANG=PATH',
                        help='module file per language of the model')
     merge.add_argument('--out', type=Path, required=True)
@@ -44,7 +48,7 @@ def _pairs(values: list[str]) -> dict[str, Path]:
     for value in values:
         lang, sep, path = value.partition('=')
         if not sep or not lang or not path:
-            raise SystemExit(f'error: --modules expects LANG=PATH, got {value!r}')
+            raise UserError(value, 'not a --modules value', 'give LANG=PATH, e.g. de=de.pth')
         pairs[lang] = Path(path)
     return pairs
 
@@ -56,10 +60,12 @@ def main(argv: list[str] | None = None) -> None:
         language_parameter_report,
         load_language_module,
         save_language_module,
+        save_merged_checkpoint,
     )
 
+    checkpoint = args.base if args.command == 'merge' else getattr(args, 'checkpoint', None)
     try:
-        model = init_retriever(args.config, getattr(args, 'checkpoint', None))
+        model = init_retriever(args.config, checkpoint)
         if args.command == 'report':
             rows = language_parameter_report(model)
             print('| language | parameters | of text encoder | of backbone |')
@@ -69,20 +75,20 @@ def main(argv: list[str] | None = None) -> None:
                       f'{100 * share.of_backbone:.4f}% |')
         elif args.command == 'export':
             for lang in args.langs or model.languages:
-                path = save_language_module(model, lang, args.out_dir / f'{lang}.pth')
+                path = save_language_module(model, lang, args.out_dir / f'{lang}.pth',
+                                            base_checkpoint=args.checkpoint)
                 print(f'{path}: {lang} module, {path.stat().st_size:,} bytes')
         else:
-            for lang, path in _pairs(args.modules).items():
+            modules = _pairs(args.modules)
+            for lang, path in modules.items():
                 load_language_module(model, path, lang)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(dict(state_dict=model.state_dict(),
-                            meta=dict(language_modules={k: str(v) for k, v in
-                                                        _pairs(args.modules).items()})),
-                       args.out)
-            print(f'{args.out}: {", ".join(_pairs(args.modules))} modules merged')
-    except (FileNotFoundError, KeyError, ValueError) as error:
-        raise SystemExit(f'error: {error}') from error
+            save_merged_checkpoint(model, args.out, dict(
+                base=args.base, language_modules={k: str(v) for k, v in modules.items()}))
+            print(f'{args.out}: {", ".join(modules)} modules merged')
+    except KeyError as error:
+        # A KeyError's message is its repr; the one line should read as a sentence.
+        raise UserError(args.config, error.args[0], 'see the languages of the model') from error
 
 
 if __name__ == '__main__':
-    main(sys.argv[1:])
+    run_tool(main)

@@ -18,10 +18,13 @@ import argparse
 import os
 import os.path as osp
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 from mmengine.config import Config, DictAction
+
+from xmr.utils.cli import UserError, run_tool
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,9 +65,11 @@ def build_config(args: argparse.Namespace) -> Config:
     from xmr.engine.work_dir import resolve_work_dir
 
     if not osp.isfile(args.config):
-        raise SystemExit(f'error: config file {args.config} does not exist')
+        raise UserError(args.config, 'config file does not exist',
+                        'give the path of a config under configs/')
     if not osp.isfile(args.checkpoint):
-        raise SystemExit(f'error: checkpoint {args.checkpoint} does not exist')
+        raise UserError(args.checkpoint, 'checkpoint does not exist',
+                        'give a .pth written by tools/train.py')
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
@@ -90,13 +95,39 @@ def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
     return json_path, json_path.with_suffix('.csv')
 
 
+def check_writable(json_path: Path) -> None:
+    """Stop before testing when the result cannot be written where it goes."""
+    folder = json_path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise UserError(json_path, f'cannot write the result here ({error.strerror or error})',
+                        'give a writable --out') from error
+
+
+def _test_loaders(runner) -> list:
+    loop = runner.test_loop
+    return getattr(loop, 'dataloaders', None) or [loop.dataloader]
+
+
+def test_sets(runner) -> list[dict]:
+    """Dataset, split and languages of every test set, as the result records them."""
+    sets = []
+    for loader in _test_loaders(runner):
+        metainfo = getattr(loader.dataset, 'metainfo', None) or {}
+        sets.append(dict(dataset=metainfo.get('dataset', type(loader.dataset).__name__),
+                         split=metainfo.get('split'),
+                         languages=list(metainfo.get('languages') or [])))
+    return sets
+
+
 def check_test_languages(runner, model) -> None:
     """Stop before any encoding when a test set has captions in a language the model lacks."""
     from xmr.apis import check_languages
 
-    loop = runner.test_loop
-    loaders = getattr(loop, 'dataloaders', None) or [loop.dataloader]
-    for loader in loaders:
+    for loader in _test_loaders(runner):
         metainfo = getattr(loader.dataset, 'metainfo', None) or {}
         if 'languages' in metainfo:
             where = f"test dataset {metainfo.get('dataset', type(loader.dataset).__name__)}"
@@ -117,9 +148,11 @@ def run_test(args: argparse.Namespace):
 
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
     from xmr.engine.distributed import setup_cpu_distributed
+    from xmr.engine.threads import set_cpu_threads
     from xmr.evaluation import EvaluationResult, clip_benchmark_records, scored_datasets
 
     cfg = build_config(args)
+    set_cpu_threads(cfg)
     setup_cpu_distributed(cfg, args.launcher)
     runner = Runner.from_cfg(cfg)
     model = runner.model.module if is_model_wrapper(runner.model) else runner.model
@@ -139,7 +172,8 @@ def run_test(args: argparse.Namespace):
     if 'iter' in meta:
         extra['iter'] = int(meta['iter'])
     return EvaluationResult(name=name, metrics=dict(metrics), config=str(args.config),
-                            checkpoint=str(args.checkpoint), extra=extra), scored
+                            checkpoint=str(args.checkpoint), test_sets=test_sets(runner),
+                            extra=extra), scored
 
 
 def write_clip_benchmark_files(args: argparse.Namespace, result, scored, json_path: Path) -> Path:
@@ -169,24 +203,22 @@ def main(argv: list[str] | None = None) -> None:
             results.append(load_result(path))
         except (FileNotFoundError, ValueError) as error:
             raise SystemExit(f'error: {error}') from error
-    if args.config is not None:
-        result, scored = run_test(args)
-        if not is_main_process():
-            return
-        json_path, csv_path = output_paths(args)
-        save_result(json_path, result)
-        write_csv(csv_path, [result])
-        if args.format == 'clip_benchmark':
-            print(f'clip_benchmark: {write_clip_benchmark_files(args, result, scored, json_path)}')
-        results.append(result)
-    try:
-        table = leaderboard_markdown(results)
-    except ValueError as error:
-        raise SystemExit(f'error: {error}') from error
-    print(table)
-    if args.config is not None:
-        print(f'\nresults: {json_path}\ntable:   {csv_path}')
+    if args.config is None:
+        print(leaderboard_markdown(results))
+        return
+    json_path, csv_path = output_paths(args)
+    check_writable(json_path)
+    result, scored = run_test(args)
+    if not is_main_process():
+        return
+    # The table is printed before anything is written, so a failing write never hides it.
+    print(leaderboard_markdown([*results, result]))
+    save_result(json_path, result)
+    write_csv(csv_path, [result])
+    if args.format == 'clip_benchmark':
+        print(f'clip_benchmark: {write_clip_benchmark_files(args, result, scored, json_path)}')
+    print(f'\nresults: {json_path}\ntable:   {csv_path}')
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_tool(main)

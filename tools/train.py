@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import os
 import os.path as osp
-import sys
 
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
+
+from xmr.utils.cli import UserError, run_tool
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -26,7 +27,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "is none, or 'auto': the latest checkpoint if any, else a new run")
     parser.add_argument('--amp', action='store_true',
                         help='mixed precision: bf16 where supported, fp16 + loss scaling on '
-                        'older GPUs')
+                        'older GPUs; for GPUs: on a CPU it is slower than fp32 (the log names '
+                        'the autocast dtype)')
     parser.add_argument('--amp-dtype', choices=['bfloat16', 'float16'],
                         help='force the autocast precision of --amp (implies --amp); float16 '
                         'comes with loss scaling')
@@ -45,7 +47,8 @@ def build_config(args: argparse.Namespace) -> Config:
     from xmr.engine.work_dir import resolve_work_dir
 
     if not osp.isfile(args.config):
-        raise FileNotFoundError(f'config file {args.config} does not exist')
+        raise UserError(args.config, 'config file does not exist',
+                        'give the path of a config under configs/')
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
@@ -63,7 +66,7 @@ def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:
     """The checkpoint that ``--resume`` names (see the module docstring), or ``None``.
 
     Raises:
-        FileNotFoundError: ``PATH`` does not exist, or ``latest`` finds no checkpoint.
+        UserError: ``PATH`` does not exist, or ``latest`` finds no checkpoint.
     """
     from mmengine.logging import print_log
 
@@ -73,13 +76,14 @@ def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:
         return None
     if resume not in ('latest', 'auto'):
         if not osp.isfile(resume):
-            raise FileNotFoundError(f'--resume checkpoint {resume} does not exist')
+            raise UserError(resume, '--resume checkpoint does not exist',
+                            'give an existing .pth, or --resume alone for the latest one')
         return resume
     checkpoint = latest_checkpoint(work_dir)
     if checkpoint is None and resume == 'latest':
-        raise FileNotFoundError(f'--resume: the work dir {work_dir} has no checkpoint to resume '
-                                'from (no last_checkpoint); drop --resume to start a new run, '
-                                'or name one: --resume PATH')
+        raise UserError(work_dir, '--resume: the work dir has no checkpoint to resume from (no '
+                        'last_checkpoint)', 'drop --resume to start a new run, or name one: '
+                        '--resume PATH')
     if checkpoint is None:
         print_log(f'--resume auto: no checkpoint in {work_dir}; starting a new run',
                   logger='current')
@@ -90,14 +94,16 @@ def main(argv: list[str] | None = None) -> None:
     import xmr  # noqa: F401  (registers every module)
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
     from xmr.engine.distributed import setup_cpu_distributed
+    from xmr.engine.threads import set_cpu_threads
 
     allow_mmengine_checkpoint_types()
     args = parse_args(argv)
     cfg = build_config(args)
+    set_cpu_threads(cfg)
     setup_cpu_distributed(cfg, args.launcher)
     runner = Runner.from_cfg(cfg)
     runner.train()
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_tool(main)

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from xmr.utils.cli import UserError, run_tool
+
 FEATURES = ('sa', 'sr')
 
 
@@ -65,7 +67,7 @@ def read_caption_file(path: str | Path, limit: int) -> list[str]:
     """The first ``limit`` non-empty lines of a text file (``.gz`` read transparently)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f'caption file {path} does not exist')
+        raise UserError(path, 'caption file does not exist', 'give a text file, one caption a line')
     opener = gzip.open if path.suffix == '.gz' else open
     with opener(path, 'rt', encoding='utf-8') as handle:
         captions = [line.strip() for line in handle if line.strip()]
@@ -227,4 +229,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

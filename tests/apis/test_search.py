@@ -1,6 +1,8 @@
 """MediaIndex: search results equal a brute-force ranking of the same embeddings."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -71,3 +73,10 @@ def test_bad_input_is_named(model, image_files):
         MediaIndex(torch.eye(2), ['a', 'a'])
     with pytest.raises(ValueError, match='1 media_ids for 2 media'):
         MediaIndex.from_media(model, image_files[:2], media_ids=['a'])
+    queries = torch.eye(3, 32)
+    queries[1, 0] = float('nan')
+    with pytest.raises(ValueError, match=r'query embeddings \[1\] hold NaN or infinite values'):
+        index.search_embeddings(queries)
+    with pytest.raises(ValueError, match=re.escape(
+            "text 1 ('ein \\udc80Kreis') holds a lone surrogate '\\udc80' at character 4")):
+        index.search(model, ['ein Kreis', 'ein \udc80Kreis'], lang='de')

@@ -9,6 +9,7 @@ import pytest
 from mmengine.config import Config
 
 from tests.conftest import REPO
+from xmr.utils.cli import UserError
 
 DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
 sys.path.insert(0, str(REPO / 'tools'))
@@ -50,7 +51,7 @@ def test_demo_runs_a_shortened_schedule_to_the_end(tmp_path: Path):
 
 
 def test_train_tool_refuses_a_missing_config_or_checkpoint(tmp_path: Path):
-    with pytest.raises(FileNotFoundError, match='nope.py does not exist'):
+    with pytest.raises(UserError, match='nope.py: config file does not exist'):
         train_tool.main([str(tmp_path / 'nope.py')])
-    with pytest.raises(FileNotFoundError, match='missing.pth does not exist'):
+    with pytest.raises(UserError, match='missing.pth: --resume checkpoint does not exist'):
         train_tool.main([str(DEMO), '--resume', str(tmp_path / 'missing.pth')])

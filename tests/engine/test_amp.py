@@ -7,11 +7,13 @@ bf16, whose τ = 0.01 multiplies the logits' rounding by 100), while the two ste
 ``r^T`` by ~5e-2.
 """
 import copy
+import logging
 
 import pytest
 import torch
 from mmengine.config import Config
 
+from xmr.engine import amp
 from xmr.engine.amp import AutocastOptimWrapper, amp_dtype, enable_amp
 from xmr.engine.optim import PhasedOptimWrapperConstructor
 
@@ -41,6 +43,23 @@ def target_embeddings(model) -> torch.Tensor:
 
 def test_cpu_autocasts_to_bf16():
     assert amp_dtype('cpu') is torch.bfloat16
+
+
+@pytest.mark.parametrize('dtype, named', [(None, 'bfloat16 on cpu'),
+                                          ('float16', 'float16 on cpu with dynamic loss scaling')])
+def test_the_log_names_the_autocast_dtype_and_that_a_cpu_is_slower(tiny_retriever, monkeypatch,
+                                                                    dtype, named):
+    logged = []
+    monkeypatch.setattr(amp, 'print_log', lambda message, **kwargs: logged.append(
+        (message, kwargs.get('level'))))
+    wrapper = wrapper_for(tiny_retriever, 'AutocastOptimWrapper', dtype=dtype)
+    with wrapper.optim_context(tiny_retriever):
+        pass
+    with wrapper.optim_context(tiny_retriever):
+        pass
+    assert logged == [(f'mixed precision: autocast to {named}; on a CPU this is slower than '
+                       'fp32 (casts around every matmul, no bf16 units on most CPUs): drop --amp '
+                       'unless you measured a gain', logging.WARNING)]
 
 
 @pytest.mark.parametrize('dtype, phase, weights', [

@@ -1,8 +1,11 @@
 """Feature cache: cached and recomputed steps agree; stale caches and changed data are refused."""
 from __future__ import annotations
 
+import errno
 import json
+import os
 import pickle
+import subprocess
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,12 +22,14 @@ from xmr.engine import feature_cache
 from xmr.engine.eval_loops import LoaderSequence
 from xmr.engine.feature_cache import (
     CachedFeatureDataset,
+    CorruptFeatureCacheError,
     FeatureCache,
     FeatureCacheHook,
     StaleFeatureCacheError,
     prepare_feature_caches,
 )
 from xmr.registry import MODELS
+from xmr.utils.cli import UserError
 
 TINY_TRANSFORM = dict(type='MediaTransform', backbone=None, size=32)
 
@@ -118,12 +123,27 @@ def test_other_weights_dtype_or_tokenizer_are_refused_naming_the_field(tiny_retr
         CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
 
 
-def test_changed_items_are_caught_when_read(tiny_retriever, tmp_path):
+def test_changed_captions_are_caught_at_phase_start_and_rebuilt_when_run_owned(
+        tiny_retriever, tmp_path):
     items = pair_items()
     CachedFeatureDataset(ListDataset(items), tmp_path / 'cache').prepare(tiny_retriever)
-    items[2] = dict(items[2], source_text='a green triangle')
+    items[2] = dict(items[2], source_text='a green triangle')  # same count, other caption
+    with pytest.raises(StaleFeatureCacheError, match=r"item_digests: cache has \{'media': '(\w+)"
+                       r"', 'source': '\w+'\}, now \{'media': '\1', 'source'"):
+        CachedFeatureDataset(ListDataset(items), tmp_path / 'cache').prepare(tiny_retriever)
+    owned = CachedFeatureDataset(ListDataset(items), tmp_path / 'cache', rebuild_if_stale=True)
+    owned.prepare(tiny_retriever)
+    with torch.no_grad():
+        tokens = tiny_retriever.data_preprocessor(dict(source_text=['a green triangle']))
+        expected = tiny_retriever.encode_source(tokens['source_tokens'])[0]
+    torch.testing.assert_close(owned[2]['source_features'], expected)
+
+
+def test_an_item_changed_after_the_phase_started_is_caught_when_read(tiny_retriever, tmp_path):
+    items = pair_items()
     cached = CachedFeatureDataset(ListDataset(items), tmp_path / 'cache')
     cached.prepare(tiny_retriever)
+    items[2] = dict(items[2], source_text='a green triangle')
     assert cached[1]['source_features'].shape == (32,)
     with pytest.raises(StaleFeatureCacheError, match="item 2 has source_text 'a green triangle'"):
         cached[2]
@@ -244,3 +264,88 @@ def test_hook_prepares_cached_galleries_and_evaluation_matches(tiny_retriever, t
         torch.testing.assert_close(a['media_embedding'], b['media_embedding'], rtol=1e-5,
                                    atol=1e-6)
         torch.testing.assert_close(a['caption_embeddings']['de'], b['caption_embeddings']['de'])
+
+
+def test_replaced_pixels_under_the_same_media_id_are_caught(tiny_retriever, pair_ann_file,
+                                                            tmp_path):
+    dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
+                   data_root=str(pair_ann_file.parent), transform=TINY_TRANSFORM)
+    CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    blue = pair_ann_file.parent / 'blue.png'
+    Image.fromarray(np.full((40, 36, 3), 7, dtype=np.uint8)).save(blue)
+    with pytest.raises(StaleFeatureCacheError, match="media_files: cache has {'digest'"):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    owned = CachedFeatureDataset(dataset, tmp_path / 'cache', rebuild_if_stale=True)
+    owned.prepare(tiny_retriever)
+    plain = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent,
+                               transform=TINY_TRANSFORM)
+    with torch.no_grad():
+        media = tiny_retriever.data_preprocessor(dict(media=plain[2]['media'][None]))['media']
+        expected = tiny_retriever.encode_media(media)[0]
+    torch.testing.assert_close(owned[2]['media_features'], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_content_identity_sees_a_change_that_keeps_size_and_mtime(tiny_retriever, pair_ann_file):
+    dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
+                   data_root=str(pair_ann_file.parent), transform=TINY_TRANSFORM)
+    by_stat = CachedFeatureDataset(dataset, 'unused')
+    by_content = CachedFeatureDataset(dataset, 'unused', media_identity='content')
+    before = [by_stat.cache_key(tiny_retriever), by_content.cache_key(tiny_retriever)]
+    red = pair_ann_file.parent / 'red.png'
+    stat = red.stat()
+    data = bytearray(red.read_bytes())
+    data[-20] ^= 0xFF
+    red.write_bytes(bytes(data))
+    os.utime(red, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    after = [by_stat.cache_key(tiny_retriever), by_content.cache_key(tiny_retriever)]
+    assert after[0] == before[0]
+    assert after[1]['media_files'] != before[1]['media_files']
+    assert after[1]['media_files']['identity'] == 'content'
+    with pytest.raises(ValueError, match="media_identity must be one of \\('stat', 'content'\\)"):
+        CachedFeatureDataset(dataset, 'unused', media_identity='mtime')
+
+
+def test_a_full_disk_is_an_error_naming_the_folder_and_bytes_and_leaves_nothing(
+        tiny_retriever, tmp_path, monkeypatch):
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, 'No space left on device')
+
+    monkeypatch.setattr(os, 'posix_fallocate', full)
+    (tmp_path / 'cache.partial-999999999').mkdir()  # a build killed earlier
+    cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache')
+    # 3 distinct captions x 32 float32 = 384 bytes of rows after the 128-byte .npy header.
+    with pytest.raises(UserError, match=r'cache.partial-\d+: no space for the feature cache: '
+                       r'source.npy needs 512 bytes, [\d,]+ are free: free space'):
+        cached.prepare(tiny_retriever)
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
+
+
+def test_a_full_tmpfs_fails_cleanly_instead_of_sigbus(tiny_retriever, tmp_path):
+    disk = tmp_path / 'small'
+    disk.mkdir()
+    if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=16k', 'tmpfs', str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip('cannot mount a tmpfs here (needs root)')
+    try:
+        items = [dict(source_text=f'caption number {i}') for i in range(200)]  # 25.6 kB of rows
+        cached = CachedFeatureDataset(ListDataset(items), disk / 'cache')
+        with pytest.raises(UserError, match='source.npy needs 25,728 bytes'):
+            cached.prepare(tiny_retriever)
+        assert list(disk.iterdir()) == []
+    finally:
+        subprocess.run(['umount', str(disk)], check=True)
+
+
+def test_corrupt_files_are_named_and_rebuilt_for_run_owned_caches(tiny_retriever, tmp_path):
+    dataset = ListDataset(pair_items())
+    CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    source = tmp_path / 'cache' / 'source.npy'
+    source.write_bytes(source.read_bytes()[:200])  # truncated
+    with pytest.raises(CorruptFeatureCacheError, match=f'{source}: unreadable'):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    owned = CachedFeatureDataset(dataset, tmp_path / 'cache', rebuild_if_stale=True)
+    owned.prepare(tiny_retriever)
+    assert owned[0]['source_features'].shape == (32,)
+    (tmp_path / 'cache' / 'meta.json').write_text('{"key": ')
+    with pytest.raises(CorruptFeatureCacheError, match='meta.json: not a feature cache meta file'):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)

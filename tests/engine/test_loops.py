@@ -290,6 +290,16 @@ def test_an_epochs_phase_whose_loader_yields_no_batch_fails_at_build(tmp_path):
         loop_of(make_cfg(tmp_path, phases=phases))
 
 
+def test_an_iterations_phase_whose_loader_yields_no_batch_gets_the_same_message(tmp_path):
+    phases = copy.deepcopy(PHASES)
+    phases[0]['dataloader'] = loader(dict(ENGLISH, num_scenes=10), batch_size=16)
+    runner = Runner.from_cfg(make_cfg(tmp_path, phases=phases))
+    with pytest.raises(ValueError, match=re.escape(
+            'phase source_finetune: its dataloader yields no batch per epoch (fewer items than '
+            'batch_size with drop_last?)')):
+        runner.train()
+
+
 # ------------------------------------------------------------------ cached phase features
 CACHED_PHASES = [dict(phase, cache_features=phase['name'] != 'source_finetune')
                  for phase in PHASES]

@@ -77,7 +77,8 @@ def test_overall_column_stays_last_when_a_later_result_adds_it():
 
 def test_markdown_has_table_and_legend():
     text = leaderboard_markdown([EvaluationResult('run', MULTI_DATASET)])
-    table, legend = text.split('\n\n')
+    heading, table, legend = text.split('\n\n')
+    assert heading == 'test set: test set not recorded'
     assert table.splitlines()[0].startswith('| model | multi30k/en')
     assert table.splitlines()[2].startswith('| run   | 80.00')
     assert legend.splitlines() == [
@@ -95,9 +96,11 @@ def test_markdown_has_table_and_legend():
 
 def test_result_round_trip_and_csv(tmp_path):
     result = EvaluationResult('static (best)', {'de/AR': 40.0, 'mAR': 40.0}, config='c.py',
-                        checkpoint='best.pth', extra={'command': 'tools/test.py c.py best.pth'})
+                              checkpoint='best.pth', test_sets=[MULTI30K_TEST],
+                              extra={'command': 'tools/test.py c.py best.pth'})
     save_result(tmp_path / 'r.json', result)
     assert load_result(tmp_path / 'r.json') == result
+    assert json.loads((tmp_path / 'r.json').read_text())['skipped_media'] == 0
     write_csv(tmp_path / 'r.csv', [result, EvaluationResult('other', {'mAR': 1.5, 'de/AR': 1.5,
                                                                 'fr/AR': 0.25})])
     with open(tmp_path / 'r.csv', newline='', encoding='utf-8') as handle:
@@ -128,3 +131,32 @@ def test_loaded_results_use_canonical_language_codes(tmp_path):
         'xtd10/jp/t2i_R@10': 40.0, 'nllb/swh_Latn/AR': 5.0, 'nllb/mAR': 5.0, 'AR': 1.0}))
     assert load_result(tmp_path / 'old.json').metrics == {
         'xtd10/ja/t2i_R@10': 40.0, 'nllb/sw/AR': 5.0, 'nllb/mAR': 5.0, 'AR': 1.0}
+
+
+MULTI30K_TEST = {'dataset': 'multi30k', 'split': 'test', 'languages': ['en', 'de', 'fr']}
+
+
+def test_results_of_other_test_sets_get_their_own_tables():
+    coco = {'dataset': 'mscoco', 'split': 'test', 'languages': ['en', 'ja', 'zh']}
+    results = [EvaluationResult('a', {'de/AR': 50.0, 'mAR': 50.0}, test_sets=[MULTI30K_TEST]),
+               EvaluationResult('b', {'ja/AR': 20.0, 'mAR': 20.0}, test_sets=[coco]),
+               EvaluationResult('c', {'de/AR': 60.0, 'mAR': 60.0}, test_sets=[MULTI30K_TEST]),
+               EvaluationResult('d', {'de/AR': 70.0, 'mAR': 70.0},
+                                test_sets=[dict(MULTI30K_TEST, split='val')])]
+    blocks = leaderboard_markdown(results).split('\n\n')
+    assert blocks[0::3] == ['test set: multi30k test (de, en, fr)',
+                            'test set: mscoco test (en, ja, zh)',
+                            'test set: multi30k val (de, en, fr)']
+    assert [line.split('|')[1].strip() for line in blocks[1].splitlines()[2:]] == ['a', 'c']
+    assert [cell.strip() for cell in blocks[4].splitlines()[0].split('|')[1:-1]] == [
+        'model', 'ja', 'mAR']
+
+
+def test_skipped_media_mark_the_row_and_are_counted_in_the_legend():
+    result = EvaluationResult('run', {'multi30k/de/AR': 50.0, 'multi30k/mAR': 50.0,
+                                      'multi30k/skipped_media': 3.0, 'xtd/skipped_media': 1.0,
+                                      'xtd/de/mean_R@1': 2.0, 'xtd/mean_R@1': 2.0})
+    _, table, legend = leaderboard_markdown([result]).split('\n\n')
+    assert table.splitlines()[2].startswith('| run * | 50.00')
+    assert legend.splitlines()[-1] == ("- run *: 4 unreadable media skipped (on_corrupt='skip'); "
+                                       'its recalls are over a smaller gallery')

@@ -1,6 +1,7 @@
 """tools/language_modules.py: report, export and merge per-language modules end to end."""
 from __future__ import annotations
 
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import TINY_CLIP
+from tests.conftest import TINY_CLIP, tiny_retriever_cfg
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'language_modules.py'
 CONFIG = f"""
@@ -62,12 +63,76 @@ def test_report_export_and_merge(tmp_path, monkeypatch, capsys):
                                    trained.eval().encode_text(tokens, 'fr'))
 
 
-def test_bad_module_argument_stops_with_a_message(tmp_path, monkeypatch):
+def test_bad_module_argument_stops_with_a_message(tmp_path, monkeypatch, capsys):
     config = tmp_path / 'tiny_lora.py'
     config.write_text(CONFIG)
-    with pytest.raises(SystemExit, match="expects LANG=PATH, got 'de.pth'"):
+    with pytest.raises(SystemExit, match='2'):
         _run(['merge', str(config), '--modules', 'de.pth', '--out', str(tmp_path / 'x.pth')],
              monkeypatch)
-    with pytest.raises(SystemExit, match='language module file .*missing.pth does not exist'):
+    assert capsys.readouterr().err == ('error: de.pth: not a --modules value: give LANG=PATH, '
+                                      'e.g. de=de.pth\n')
+    with pytest.raises(SystemExit, match='2'):
         _run(['merge', str(config), '--modules', f'de={tmp_path / "missing.pth"}', '--out',
               str(tmp_path / 'x.pth')], monkeypatch)
+    assert re.search('language module file .*missing.pth does not exist',
+                     capsys.readouterr().err)
+
+
+def _perturbed(config, parts, seed):
+    """The config's model with ``parts`` (attribute paths) redrawn: a stand-in for training."""
+    from xmr.apis import init_retriever
+
+    torch.manual_seed(0)
+    model = init_retriever(config)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for part in parts:
+            for parameter in model.get_submodule(part).parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.05)
+    return model
+
+
+def test_merge_reproduces_a_fine_tuned_tower_and_shared_table_or_refuses(tmp_path, monkeypatch,
+                                                                          capsys):
+    from xmr.apis import init_retriever
+
+    config = tmp_path / 'tiny_static.py'
+    config.write_text(f'model = {tiny_retriever_cfg()!r}\n')
+    trained = _perturbed(config, ['backbone', 'language_branch.embedding',
+                                  'language_branch.adapters'], seed=1)
+    torch.save(dict(state_dict=trained.state_dict()), tmp_path / 'trained.pth')
+    _run(['export', str(config), str(tmp_path / 'trained.pth'), '--out-dir',
+          str(tmp_path / 'modules')], monkeypatch)
+    modules = ['--modules', f'de={tmp_path / "modules" / "de.pth"}',
+               f'zh={tmp_path / "modules" / "zh.pth"}']
+
+    # From the config alone the tuned tower and the trained table are lost: refused.
+    with pytest.raises(SystemExit, match='2'):
+        _run(['merge', str(config), *modules, '--out', str(tmp_path / 'lost.pth')], monkeypatch)
+    err = capsys.readouterr().err
+    assert re.search(r"de\.pth \(de\): this model's shared weights \['backbone\.clip', "
+                     r"'backbone\.text_tower', 'language_branch\.embedding'\] differ", err), err
+    assert f'merge --base {tmp_path / "trained.pth"}' in err
+    assert not (tmp_path / 'lost.pth').exists()
+
+    _run(['merge', str(config), '--base', str(tmp_path / 'trained.pth'), *modules, '--out',
+          str(tmp_path / 'merged.pth')], monkeypatch)
+    merged = init_retriever(config, tmp_path / 'merged.pth')
+    tokens = merged.language_branch.tokenize(['ein roter Kreis', '一个红色的圆'])
+    with torch.no_grad():
+        for lang in ('de', 'zh'):
+            torch.testing.assert_close(merged.encode_text(tokens, lang),
+                                       trained.eval().encode_text(tokens, lang), atol=0, rtol=0)
+
+    # A module of another training run (another tower and table) cannot join this base.
+    other = _perturbed(config, ['backbone', 'language_branch.embedding'], seed=2)
+    torch.save(dict(state_dict=other.state_dict()), tmp_path / 'other.pth')
+    _run(['export', str(config), str(tmp_path / 'other.pth'), '--langs', 'de', '--out-dir',
+          str(tmp_path / 'other')], monkeypatch)
+    with pytest.raises(SystemExit, match='2'):
+        _run(['merge', str(config), '--base', str(tmp_path / 'trained.pth'), '--modules',
+              f'de={tmp_path / "other" / "de.pth"}', '--out', str(tmp_path / 'mixed.pth')],
+             monkeypatch)
+    err = capsys.readouterr().err
+    assert "'language_branch.embedding'] differ" in err
+    assert f'merge --base {tmp_path / "other.pth"}' in err

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
+import re
 import runpy
 import sys
 from pathlib import Path
 
 import pytest
 
-from xmr.datasets import load_annotation
+from xmr.datasets import Annotation, MediaRecord, dump_annotation, load_annotation
 
 TOOLS = Path(__file__).resolve().parents[2] / 'tools' / 'data'
 
@@ -43,7 +44,8 @@ def test_xtd10_script_writes_test_and_few_shot_files(shared_data, tmp_path, monk
     assert len(load_annotation(tmp_path / 'out' / 'xtd10_fewshot50_test.json').items) == 900
 
 
-def test_multi30k_script_translations_and_a_bad_file(shared_data, tmp_path, monkeypatch):
+def test_multi30k_script_translations_and_a_bad_file(shared_data, tmp_path, monkeypatch,
+                                                     capsys):
     root = shared_data / 'multi30k'
     if not (root / 'raw').is_dir():
         pytest.skip(f'Multi30K fixtures not found under {root}')
@@ -63,20 +65,34 @@ def test_multi30k_script_translations_and_a_bad_file(shared_data, tmp_path, monk
     assert ann.items[7].translations['de'] == [f'<de> {ann.items[7].captions["en"][0]}']
     (tmp_path / 'short.txt').write_text('\n'.join(english[:-1]), encoding='utf-8')
     before = (out / 'multi30k_val.json').read_bytes()
-    with pytest.raises(SystemExit, match=r'short\.txt has 1013 lines but multi30k/val has 1014'):
+    with pytest.raises(SystemExit, match='2'):
         _run('attach_translations.py', [str(out / 'multi30k_val.json'), '--translations',
                                         f'fr={tmp_path / "short.txt"}'], monkeypatch)
+    assert re.search(r'^error: .*short\.txt has 1013 lines but multi30k/val has 1014',
+                     capsys.readouterr().err)
     assert (out / 'multi30k_val.json').read_bytes() == before
 
 
-def test_flickr30k_script_reaches_the_converter(tmp_path, monkeypatch):
+def test_flickr30k_script_reaches_the_converter(tmp_path, monkeypatch, capsys):
     entries = [{'filename': f'{n}.jpg', 'imgid': n, 'split': split, 'sentids': [n],
                 'sentences': [{'raw': f'caption {n}', 'sentid': n, 'imgid': n}]}
                for n, split in enumerate(('train', 'val', 'test'))]
     (tmp_path / 'dataset_flickr30k.json').write_text(json.dumps({'images': entries}))
-    with pytest.raises(SystemExit, match="has 1 train images; Karpathy's Flickr30K splits need "
-                                         '29000'):
+    with pytest.raises(SystemExit, match='2'):
         _run('prepare_flickr30k.py', ['--karpathy-json', str(tmp_path / 'dataset_flickr30k.json'),
                                       '--skip-media-check', '--out-dir', str(tmp_path / 'out')],
              monkeypatch)
+    assert "has 1 train images; Karpathy's Flickr30K splits need 29000" in capsys.readouterr().err
     assert not (tmp_path / 'out').exists()
+
+
+def test_an_output_path_that_cannot_be_made_is_one_error_line(tmp_path, monkeypatch, capsys):
+    ann = Annotation(dataset='demo', split='train', media_type='image', languages=['en'],
+                     source_lang='en', items=[MediaRecord('a', 'a.jpg', {'en': ['a dog']})])
+    dump_annotation(ann, tmp_path / 'ann.json')
+    (tmp_path / 'taken').write_text('a file where the output folder should go')
+    with pytest.raises(SystemExit, match='2'):
+        _run('export_source_captions.py', [str(tmp_path / 'ann.json'),
+                                           str(tmp_path / 'taken' / 'en.txt')], monkeypatch)
+    err = capsys.readouterr().err
+    assert err.startswith(f'error: {tmp_path / "taken"}') and 'Traceback' not in err, err

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,17 +15,25 @@ from PIL import Image
 
 import xmr  # noqa: F401
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
+from xmr import evaluation
 from xmr.apis import encode_media, encode_texts, init_retriever
 from xmr.datasets import dump_annotation
 from xmr.datasets.converters.multi30k import convert_multi30k
 from xmr.datasets.converters.xtd10 import XTD10_LANGUAGES, convert_xtd10
 from xmr.evaluation import EvaluationResult, save_result
 from xmr.registry import MODELS
+from xmr.utils.cli import EXIT_ERROR, run_tool
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'test.py'
 TINY = dict(type='MediaTransform', backbone=None, size=32)
 MULTI30K_LANGUAGES = ['en', 'de', 'fr', 'cs']
 TARGETS = [lang for lang in XTD10_LANGUAGES if lang != 'en'] + ['cs']
+
+
+def table_lines(out: str) -> list[str]:
+    """The printed leaderboard: stdout from its first table heading on (log lines go before)."""
+    lines = out.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith('test set: ')):]
 
 
 def load_tool():
@@ -123,14 +132,16 @@ def test_real_xtd10_and_multi30k_report_every_language(real_captions, real_run):
         sum(metrics[f'multi30k/{lang}/AR'] for lang in ('de', 'fr', 'cs')) / 3)
     assert metrics['mAR'] == pytest.approx(metrics['multi30k/mAR'])
 
-    header = real_run.splitlines()[0]
+    printed = table_lines(real_run)
+    assert printed[0].startswith('test set: xtd10 test (')
+    header = printed[2]
     columns = [cell.strip() for cell in header.strip('|').split('|')]
     # The metric lists the source language first, then the others alphabetically.
     xtd10_order = ['en', *sorted(set(XTD10_LANGUAGES) - {'en'})]
     assert columns == ['model', *(f'xtd10/{lang}' for lang in xtd10_order),
                        'xtd10/mean_t2i_R@10', 'multi30k/en', 'multi30k/cs', 'multi30k/de',
                        'multi30k/fr', 'multi30k/mAR', 'mAR']
-    row = [cell.strip() for cell in real_run.splitlines()[2].strip('|').split('|')]
+    row = [cell.strip() for cell in printed[4].strip('|').split('|')]
     assert row[0] == 'tiny_xtd10_multi30k (tiny)'
     assert row[columns.index('multi30k/de')] == f"{metrics['multi30k/de/AR']:.2f}"
     assert row[columns.index('xtd10/ja')] == f"{metrics['xtd10/ja/t2i_R@10']:.2f}"
@@ -182,14 +193,18 @@ def synthetic_setup(tmp_path):
 
 def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
     root, config = synthetic_setup
+    synthetic = dict(dataset='synthetic', split='test', languages=['en', 'de', 'zh'])
     save_result(root / 'baseline.json', EvaluationResult(
         'baseline', {'synthetic/de/AR': 10.0, 'synthetic/zh/AR': 20.0, 'synthetic/mAR': 15.0,
-                     'mAR': 15.0}))
+                     'mAR': 15.0}, test_sets=[synthetic]))
     save_result(root / 'other.json', EvaluationResult(
-        'other', {'xtd10/de/t2i_R@10': 30.0, 'xtd10/mean_t2i_R@10': 30.0}))
+        'other', {'xtd10/de/t2i_R@10': 30.0, 'xtd10/mean_t2i_R@10': 30.0},
+        test_sets=[synthetic]))
     tool = load_tool()
     tool.main(['--compare', str(root / 'baseline.json'), str(root / 'other.json')])
-    printed = capsys.readouterr().out.splitlines()
+    printed = table_lines(capsys.readouterr().out)
+    assert printed[:2] == ['test set: synthetic test (de, en, zh)', '']
+    printed = printed[2:]
     assert printed[0].split('|')[1:-1] == [
         ' model    ', ' synthetic/de ', ' synthetic/zh ', ' synthetic/mAR ', ' xtd10/de ',
         ' xtd10/mean_t2i_R@10 ', ' mAR   ']
@@ -200,13 +215,52 @@ def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
     # A new test run joins the comparison as the last row; --out moves the files.
     tool.main([str(config()), str(root / 'model.pth'), '--compare', str(root / 'baseline.json'),
                '--out', str(root / 'results' / 'new.json'), '--name', 'new'])
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split('|')[1].strip() for line in lines[2:4]] == ['baseline', 'new']
+    lines = table_lines(capsys.readouterr().out)
+    assert [line.split('|')[1].strip() for line in lines[4:6]] == ['baseline', 'new']
     assert json.loads((root / 'results' / 'new.json').read_text())['name'] == 'new'
     assert (root / 'results' / 'new.csv').is_file() and not (root / 'model_test.json').exists()
+    assert json.loads((root / 'results' / 'new.json').read_text())['test_sets'] == [synthetic]
+
+    # Results of another test set (or none recorded) are never in the same table.
+    save_result(root / 'val.json', EvaluationResult('val', {'synthetic/de/AR': 1.0,
+                                                            'synthetic/mAR': 1.0},
+                                                    test_sets=[dict(synthetic, split='val')]))
+    tool.main(['--compare', str(root / 'baseline.json'), str(root / 'val.json')])
+    out = capsys.readouterr().out
+    assert 'test set: synthetic test (de, en, zh)' in out
+    assert 'test set: synthetic val (de, en, zh)' in out
 
 
-def test_bad_input_stops_with_a_clear_message(synthetic_setup):
+def test_out_is_checked_before_testing_and_the_table_is_printed_even_if_saving_fails(
+        synthetic_setup, capsys, monkeypatch):
+    root, config = synthetic_setup
+    tool = load_tool()
+    (root / 'file').write_text('')
+    tested = []
+    monkeypatch.setattr(tool, 'run_test', lambda args: tested.append(args))
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--out',
+                             str(root / 'file' / 'r.json')])
+    assert exit_info.value.code == EXIT_ERROR and tested == []
+    assert re.match(r'error: .*file/r\.json: cannot write the result here \(.*\): give a '
+                    'writable --out', capsys.readouterr().err)
+
+    monkeypatch.undo()
+
+    def full_disk(*args):
+        raise OSError(28, 'No space left on device', str(root / 'r.json'))
+
+    monkeypatch.setattr(evaluation, 'save_result', full_disk)
+    with pytest.raises(SystemExit):
+        run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--out',
+                             str(root / 'r.json')])
+    captured = capsys.readouterr()
+    assert table_lines(captured.out)[0] == 'test set: synthetic test (de, en, zh)'
+    assert '| synthetic (model) |' in captured.out
+    assert captured.err == f'error: {root / "r.json"}: No space left on device\n'
+
+
+def test_bad_input_stops_with_a_clear_message(synthetic_setup, capsys):
     root, config = synthetic_setup
     tool = load_tool()
     other_languages = tiny_retriever_cfg(language_branch=tiny_branch_cfg(languages=('de', 'ja')))
@@ -217,12 +271,14 @@ def test_bad_input_stops_with_a_clear_message(synthetic_setup):
         ([str(config(languages=('en', 'de', 'fr'), name='fr.py')), str(root / 'model.pth')],
          r"error: test dataset synthetic: the model has no adapters for \['fr'\]; it reads "
          r"\['en', 'de', 'zh'\]"),
-        ([str(config()), str(root / 'missing.pth')], 'error: checkpoint .*missing.pth does '
-         'not exist'),
+        ([str(config()), str(root / 'missing.pth')], 'error: .*missing.pth: checkpoint does '
+         'not exist: give a .pth written by tools/train.py'),
         (['--compare', str(root / 'nothing.json')], 'error: result file not found'),
     ]
     for argv, message in cases:
-        with pytest.raises(SystemExit, match=message):
-            tool.main(argv)
+        with pytest.raises(SystemExit) as exit_info:
+            run_tool(tool.main, argv)
+        assert exit_info.value.code == EXIT_ERROR
+        assert re.match(message, capsys.readouterr().err)
     with pytest.raises(SystemExit):
         tool.main([str(config())])  # a checkpoint is required

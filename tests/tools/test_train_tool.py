@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from xmr.utils.cli import UserError
 
 DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
 sys.path.insert(0, str(REPO / 'tools'))
@@ -20,10 +21,10 @@ def resumed(work_dir: Path, *resume: str) -> tuple[bool, str | None]:
 
 
 def test_resume_without_a_checkpoint_is_an_error_and_auto_starts_a_new_run(tmp_path):
-    with pytest.raises(FileNotFoundError, match=f'the work dir {tmp_path} has no checkpoint to '
-                       'resume from'):
+    with pytest.raises(UserError, match=f'{tmp_path}: --resume: the work dir has no checkpoint '
+                       'to resume from'):
         resumed(tmp_path)
-    with pytest.raises(FileNotFoundError, match='has no checkpoint'):
+    with pytest.raises(UserError, match='has no checkpoint'):
         resumed(tmp_path, 'latest')
     assert resumed(tmp_path, 'auto') == (False, None)
 

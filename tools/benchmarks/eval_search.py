@@ -34,6 +34,8 @@ import time
 
 import torch
 
+from xmr.utils.cli import run_tool
+
 METHODS = ('ranks', 'flat', 'ivf', 'hnsw', 'metric')
 
 
@@ -199,4 +201,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

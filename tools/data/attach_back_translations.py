@@ -6,6 +6,7 @@ Usage: ``python tools/data/attach_back_translations.py ANN --export de=de.txt`` 
 the line format is in docs/data.md.
 """
 from xmr.datasets.converters.back_translations import main_attach_back
+from xmr.utils.cli import run_tool
 
 if __name__ == '__main__':
-    main_attach_back()
+    run_tool(main_attach_back)

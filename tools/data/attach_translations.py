@@ -4,6 +4,7 @@ Usage: ``python tools/data/attach_translations.py ANN --translations de=train.de
 the line format is in docs/data.md.
 """
 from xmr.datasets.converters.translations import main_attach
+from xmr.utils.cli import run_tool
 
 if __name__ == '__main__':
-    main_attach()
+    run_tool(main_attach)

@@ -6,6 +6,7 @@ Usage: ``python tools/data/few_shot_split.py data/xtd10/annotations/xtd10_test.j
 --out-dir data/multi30k/annotations`` (a seeded 100-image Multi30K training subset).
 """
 from xmr.datasets.few_shot import main
+from xmr.utils.cli import run_tool
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

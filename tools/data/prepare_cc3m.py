@@ -3,6 +3,7 @@
 Usage and input layout: ``python tools/data/prepare_cc3m.py --help`` and docs/data.md.
 """
 from xmr.datasets.converters.cc3m import main
+from xmr.utils.cli import run_tool
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

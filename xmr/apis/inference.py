@@ -7,7 +7,6 @@ frozen tower (source language) or the target-language branch, media through the 
 from __future__ import annotations
 
 import os
-import pickle
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,13 +15,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from mmengine.config import Config
-from mmengine.runner.checkpoint import CheckpointLoader, load_state_dict
+from mmengine.runner.checkpoint import load_state_dict
 from mmengine.utils import import_modules_from_strings
 from torch import Tensor
 
 from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import read_image, read_video_frames
-from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.engine.checkpoint import read_checkpoint
 from xmr.models.retriever import CrossLingualRetriever
 from xmr.registry import MODELS, TRANSFORMS
 
@@ -91,25 +90,14 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
 
     Raises:
         FileNotFoundError: if the file is missing.
-        ValueError: if the file pickles objects a weights-only ``torch.load`` refuses.
+        CheckpointReadError: (a ``ValueError``) an empty, truncated or foreign file, or one
+            that pickles objects a weights-only ``torch.load`` refuses, named.
         CheckpointMismatchError: naming the checkpoint and every mismatch: backbone type,
             architecture, embedding width and languages (recorded by the retriever), then missing,
             unexpected or differently shaped parameters.
     """
     path = Path(checkpoint)
-    if not path.is_file():
-        raise FileNotFoundError(f'checkpoint not found: {path}')
-    allow_mmengine_checkpoint_types()
-    try:
-        loaded = CheckpointLoader.load_checkpoint(str(path), map_location='cpu', logger='silent')
-    except pickle.UnpicklingError as error:
-        refused = re.search(r'Unsupported global: GLOBAL (\S+)', str(error))
-        raise ValueError(
-            f'checkpoint {path} pickles objects that torch.load(weights_only=True) refuses'
-            + (f' ({refused.group(1)})' if refused else '') + '; it was probably written '
-            'before xmr stored its logs as plain data. If you trust the file, keep only its '
-            f"weights once: torch.save({{'state_dict': torch.load('{path}', weights_only=False)"
-            "['state_dict']}, 'weights.pth')") from error
+    loaded = read_checkpoint(path)
     state = loaded.get('state_dict', loaded) if isinstance(loaded, dict) else None
     if not isinstance(state, Mapping):
         raise CheckpointMismatchError(f'checkpoint {path} holds no state_dict')
@@ -171,6 +159,8 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
     empty = [i for i, text in enumerate(texts) if not isinstance(text, str) or not text.strip()]
     if empty:
         raise ValueError(f'texts {empty[:10]} are empty or not strings')
+    for i, text in enumerate(texts):
+        _check_encodable(text, f'text {i}')
     if batch_size < 1:
         raise ValueError(f'batch_size must be positive, got {batch_size}')
     rows = []
@@ -179,6 +169,17 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
         tokens, _ = batch['caption_tokens'][lang]
         rows.append(F.normalize(model.encode_text(tokens, lang).float(), dim=-1).cpu())
     return torch.cat(rows)
+
+
+def _check_encodable(text: str, where: str) -> None:
+    """Refuse a lone surrogate (undecodable input smuggled into a str) naming where it sits."""
+    try:
+        text.encode('utf-8')
+    except UnicodeEncodeError as error:
+        raise ValueError(f'{where} ({text!r}) holds a lone surrogate '
+                         f'{text[error.start]!r} at character {error.start}, which is no '
+                         'Unicode text: read the input as UTF-8 (errors="replace" keeps the '
+                         'rest)') from error
 
 
 @torch.no_grad()

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from xmr.apis.inference import MediaInput, encode_media, encode_texts
@@ -111,6 +112,10 @@ class MediaIndex:
         """Like :meth:`search`, for ``[Q, E]`` query embeddings computed elsewhere."""
         if k < 1:
             raise ValueError(f'k must be positive, got {k}')
+        broken = (~torch.isfinite(queries).all(dim=-1)).nonzero().flatten().tolist()
+        if broken:
+            raise ValueError(f'query embeddings {broken[:10]} hold NaN or infinite values: they '
+                             'would match nothing; check the model and the query texts')
         scores, ids = self.searcher.search_ids(queries, min(k, len(self)))
         return [[SearchHit(media_id, float(score))
                  for media_id, score in zip(row_ids, row_scores.tolist()) if media_id is not None]

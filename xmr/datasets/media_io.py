@@ -33,7 +33,8 @@ class MediaReadError(RuntimeError):
     def __init__(self, path: str | os.PathLike, reason: str) -> None:
         self.path = str(path)
         self.reason = reason
-        super().__init__(f'cannot read media file {self.path}: {reason}')
+        super().__init__(f"{self.path}: {reason}: replace the file, or set on_corrupt='skip' "
+                         'on the dataset to leave it out')
 
 
 def read_image(path: str | os.PathLike) -> torch.Tensor:

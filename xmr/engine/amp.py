@@ -1,6 +1,7 @@
 """Mixed precision on CPU and CUDA: bf16 where the device supports it, else fp16 + loss scaling."""
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,6 +60,7 @@ class AutocastOptimWrapper(OptimWrapper):
             if dtype == torch.float16:
                 # fp16's narrow exponent range underflows small gradients; bf16 needs no scaler.
                 self.scaler = torch.amp.GradScaler(self._device_type, **self.loss_scale)
+            _log_precision(self._device_type, dtype, self.scaler is not None)
         return self._device_type, self.requested_dtype
 
     @contextmanager
@@ -115,6 +117,19 @@ class AutocastOptimWrapper(OptimWrapper):
             if self.scaler is not None:
                 self.scaler.load_state_dict(scaler_state)
         self.optimizer.load_state_dict(state_dict)
+
+
+def _log_precision(device_type: str, dtype: torch.dtype, scaled: bool) -> None:
+    """Say which autocast precision runs, and that on a CPU it costs time instead of saving it."""
+    message = (f'mixed precision: autocast to {str(dtype).removeprefix("torch.")} on '
+               f'{device_type}' + (' with dynamic loss scaling' if scaled else ''))
+    if device_type == 'cpu':
+        # CPUs without bf16 matrix units (most) gain nothing and pay a cast around every matmul.
+        print_log(f'{message}; on a CPU this is slower than fp32 (casts around every matmul, '
+                  'no bf16 units on most CPUs): drop --amp unless you measured a gain',
+                  logger='current', level=logging.WARNING)
+    else:
+        print_log(message, logger='current')
 
 
 def enable_amp(cfg: Any, dtype: str | None = None) -> None:

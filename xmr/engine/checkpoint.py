@@ -7,11 +7,20 @@ arrays and scalars (RNG states, metric values) and, once
 xmr allow-lists exactly those numpy types instead of turning the safety check off.
 :func:`state_dict_mismatches` says how a checkpoint's weights differ from a model's, for the
 strict resume of :class:`~xmr.engine.hooks.CheckpointHook`.
+
+:func:`read_checkpoint` is the one reader of checkpoint files: a truncated, empty or foreign file
+is an error naming it, and only a file that pickles MMEngine's own objects is diagnosed as a
+checkpoint written before xmr stored its logs as plain data.
 """
 from __future__ import annotations
 
 import importlib
+import os
+import pickle
+import re
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,3 +81,59 @@ def state_dict_mismatches(expected: Mapping[str, torch.Tensor],
             + line('keys missing from the checkpoint',
                    [key for key in expected if key not in loaded])
             + line('keys the model does not have', [key for key in loaded if key not in expected]))
+
+
+class CheckpointReadError(ValueError):
+    """A file that cannot be read as a checkpoint (truncated, empty, foreign or unsafe)."""
+
+
+#: What a torch zip archive and a pickle start with.
+_ZIP_MAGIC, _PICKLE_MAGIC = b'PK\x03\x04', b'\x80'
+#: Globals of MMEngine checkpoints written before ``WeightsOnlyCheckpointHook`` existed.
+_MMENGINE_GLOBALS = ('mmengine.', 'builtins.getattr')
+
+
+def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU, with every failure naming the file.
+
+    Args:
+        path: the file.
+        what: what the file should be, for the messages (``'checkpoint'``, ``'language
+            module'``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointReadError: an empty, truncated or foreign file, or one that pickles objects
+            a weights-only load refuses (advice to re-save only for MMEngine's own objects).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f'{what} not found: {path}')
+    allow_mmengine_checkpoint_types()
+    with open(path, 'rb') as handle:
+        head = handle.read(4)
+    if not head.startswith((_ZIP_MAGIC, _PICKLE_MAGIC)):
+        found = 'an empty file' if not head else 'neither a torch zip archive nor a pickle'
+        raise CheckpointReadError(f'{path}: not a {what}: {found}; give a .pth written by '
+                                  'torch.save (tools/train.py writes them)')
+    try:
+        return torch.load(path, map_location='cpu', weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise CheckpointReadError(_refused_message(path, what, str(error))) from error
+    except (RuntimeError, EOFError, KeyError, ValueError, OSError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise CheckpointReadError(
+            f'{path}: truncated or corrupt {what} ({reason}): copy it again, or use another '
+            f'{what} (an interrupted save leaves such a file)') from error
+
+
+def _refused_message(path: Path, what: str, error: str) -> str:
+    refused = re.search(r'Unsupported global: GLOBAL (\S+)', error)
+    name = refused.group(1) if refused else None
+    if name is not None and name.startswith(_MMENGINE_GLOBALS):
+        return (f'{path}: {what} pickles objects that torch.load(weights_only=True) refuses '
+                f'({name}); it was probably written before xmr stored its logs as plain data. If '
+                "you trust the file, keep only its weights once: torch.save({'state_dict': "
+                f"torch.load('{path}', weights_only=False)['state_dict']}}, 'weights.pth')")
+    return (f'{path}: not an xmr {what}: it pickles '
+            f'{name or "objects"} that a weights-only load refuses; give a .pth written by xmr')

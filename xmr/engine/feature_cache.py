@@ -5,27 +5,39 @@ image or a 12-frame video at every step, so they are computed once and read back
 A cache is a folder:
 
 * ``meta.json``: the key it was built under (backbone fingerprint = architecture + weights hash,
-  dataset identity, preprocessing, storage dtype, feature kinds) and the counts;
+  dataset identity, a digest of every item's caption / media id, a digest of the media files'
+  identity, preprocessing, storage dtype, feature kinds) and the counts;
 * ``source.npy`` ``[S, E]`` / ``media.npy`` ``[M, E]``: one row per distinct source caption /
   media id, float32 or float16, memory-mapped when read;
 * ``item_source.npy`` / ``item_media.npy`` ``[N]``: each dataset item's row (``-1``: media that
   could not be read), and ``item_source_hash.npy`` / ``item_media_hash.npy`` ``[N]``: a 64-bit
-  hash of the item's caption / media id, checked on every read so that a dataset whose items
-  changed or moved is caught at the first item that differs.
+  hash of the item's caption / media id; their digest is part of the key, so a dataset whose
+  captions changed (even with the same count) is caught when the phase starts, and each read
+  checks its own item again.
+
+Media files are identified by size and modification time (``media_identity='stat'``) or by a
+SHA-256 of their bytes (``'content'``), so pixels replaced under the same media id are caught.
+Space for the feature arrays is reserved before they are written (``posix_fallocate``): a full
+disk is a clear error naming the folder and the bytes needed, not a SIGBUS from a memory map,
+and a failed build removes its partial folder (as does the next build, for a killed one).
 
 :class:`CachedFeatureDataset` wraps any dataset whose items carry ``source_text`` and/or
 ``media_id``; its items gain ``source_features`` / ``media_features`` (float32 ``[E]``) and lose
 the decoded media. The training loop calls :func:`prepare_feature_caches` when a phase starts,
 with the live model: the cache is built there if missing (on rank 0 under DDP), then checked
 against the model's frozen weights and the dataset, and refused with
-:class:`StaleFeatureCacheError` on any difference. :class:`FeatureCacheHook` does the same for
-validation and test dataloaders. Media whose pixels change every epoch (random crops, flips,
-random frame offsets) are never cached; the log says so.
+:class:`StaleFeatureCacheError` on any difference (rebuilt instead for run-owned caches,
+``rebuild_if_stale``, which also rebuild a cache whose files are corrupt).
+:class:`FeatureCacheHook` does the same for validation and test dataloaders. Media whose
+pixels change every epoch (random crops, flips, random frame offsets) are never cached; the log
+says so.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -44,8 +56,10 @@ from torch.utils.data import DataLoader, Dataset
 from xmr.datasets.base import MediaCaptionDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.registry import DATASETS, HOOKS
+from xmr.utils.cli import UserError
 
-__all__ = ['CACHE_FORMAT', 'FEATURE_KINDS', 'StaleFeatureCacheError', 'FeatureCache',
+__all__ = ['CACHE_FORMAT', 'FEATURE_KINDS', 'StaleFeatureCacheError', 'CorruptFeatureCacheError',
+           'FeatureCache',
            'CachedFeatureDataset', 'FeatureCacheHook', 'prepare_feature_caches',
            'backbone_fingerprint', 'media_randomness', 'text_hash']
 
@@ -55,10 +69,15 @@ CACHE_FORMAT = 1
 FEATURE_KINDS = ('source', 'media')
 _ITEM_KEY = {'source': 'source_text', 'media': 'media_id'}
 _DTYPES = ('float32', 'float16')
+_MEDIA_IDENTITIES = ('stat', 'content')
 
 
 class StaleFeatureCacheError(RuntimeError):
     """A feature cache does not match the model, the dataset or the preprocessing in use."""
+
+
+class CorruptFeatureCacheError(StaleFeatureCacheError):
+    """A file of a feature cache cannot be read or does not have the shape its meta states."""
 
 
 def text_hash(text: str) -> int:
@@ -106,6 +125,36 @@ def _media_pipeline(dataset: Dataset) -> dict[str, Any]:
     return pipeline
 
 
+def _item_digests(dataset: Dataset, kinds: Sequence[str]) -> dict[str, str]:
+    """A digest of every item's caption / media id per kind (order and content)."""
+    _, _, hashes = _index_items(dataset, kinds)
+    return {kind: hashlib.blake2b(hashes[kind].tobytes(), digest_size=16).hexdigest()
+            for kind in kinds}
+
+
+def _media_files_identity(dataset: Dataset, identity: str) -> dict[str, str] | None:
+    """A digest of the identity of every media file (``None`` for media not read from files).
+
+    ``'stat'`` hashes each file's size and modification time (one ``stat`` per file);
+    ``'content'`` hashes its bytes (reads every file; for file systems that keep mtimes).
+    """
+    if not isinstance(dataset, MediaCaptionDataset):
+        return None
+    digest = hashlib.blake2b(identity.encode(), digest_size=16)
+    for record in dataset.records:
+        path = dataset.media_path(record)
+        digest.update(f'{record.media_id}|{path.name}|'.encode())
+        if not path.is_file():
+            digest.update(b'missing')
+        elif identity == 'stat':
+            stat = path.stat()
+            digest.update(f'{stat.st_size}|{stat.st_mtime_ns}'.encode())
+        else:
+            with open(path, 'rb') as handle:
+                digest.update(hashlib.file_digest(handle, 'sha256').digest())
+    return {'identity': identity, 'digest': digest.hexdigest()}
+
+
 def _tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
     return {'type': type(tokenizer).__qualname__,
             'max_length': getattr(tokenizer, 'max_length', None),
@@ -125,7 +174,15 @@ class FeatureCache:
         meta_file = self.path / 'meta.json'
         if not meta_file.is_file():
             raise FileNotFoundError(f'no feature cache at {self.path} (missing meta.json)')
-        self.meta: dict[str, Any] = json.loads(meta_file.read_text())
+        try:
+            self.meta: dict[str, Any] = json.loads(meta_file.read_text())
+        except ValueError as error:
+            raise CorruptFeatureCacheError(
+                f'{meta_file}: not a feature cache meta file ({error}); delete {self.path} to '
+                'rebuild it') from error
+        if not isinstance(self.meta, dict) or not {'key', 'counts'} <= set(self.meta):
+            raise CorruptFeatureCacheError(f'{meta_file}: not a feature cache meta file (no key '
+                                           f'and counts); delete {self.path} to rebuild it')
         self._arrays: dict[str, np.ndarray] = {}
         self._pid: int | None = None
 
@@ -153,6 +210,29 @@ class FeatureCache:
                 + '\n  '.join(differences)
                 + '\nRebuild it (tools/cache_features.py CONFIG --overwrite, or delete the '
                 'folder to rebuild on first use).')
+
+    def verify(self) -> None:
+        """Open every array and check its length against the meta, naming a file that fails.
+
+        Raises:
+            CorruptFeatureCacheError: a file missing, unreadable (truncated) or of the wrong
+                length.
+        """
+        counts = self.meta['counts']
+        expected = {kind: counts[kind] for kind in self.kinds}
+        expected.update({f'item_{kind}{suffix}': counts['items'] for kind in self.kinds
+                         for suffix in ('', '_hash')})
+        for name, rows in expected.items():
+            file = self.path / f'{name}.npy'
+            try:
+                length = len(self.array(name))
+            except (OSError, ValueError) as error:
+                raise CorruptFeatureCacheError(
+                    f'{file}: unreadable ({error}); delete {self.path} to rebuild it') from error
+            if length != rows:
+                raise CorruptFeatureCacheError(
+                    f'{file}: {length} rows where meta.json states {rows}; delete {self.path} '
+                    'to rebuild it')
 
     def array(self, name: str) -> np.ndarray:
         """A memory-mapped array of the cache, opened once per process (DataLoader workers)."""
@@ -188,11 +268,25 @@ class FeatureCache:
         path = Path(path)
         if path.exists() and not overwrite:
             raise FileExistsError(f'feature cache {path} exists; pass overwrite=True to rebuild')
-        kinds = list(key['features'])
+        _remove_abandoned_builds(path)
         partial = path.with_name(f'{path.name}.partial-{os.getpid()}')
         if partial.exists():
             shutil.rmtree(partial)
         partial.mkdir(parents=True)
+        try:
+            cls._build_into(partial, dataset, model, key, batch_size, num_workers)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        if path.exists():
+            shutil.rmtree(path)
+        partial.rename(path)
+        return cls(path)
+
+    @staticmethod
+    def _build_into(partial: Path, dataset: Dataset, model: torch.nn.Module, key: dict[str, Any],
+                    batch_size: int, num_workers: int) -> None:
+        kinds = list(key['features'])
         started = time.perf_counter()
         rows, first_item, hashes = _index_items(dataset, kinds)
         counts = {}
@@ -217,10 +311,24 @@ class FeatureCache:
         meta = dict(key=key, counts=dict(items=len(dataset), **counts),
                     seconds=round(time.perf_counter() - started, 1))
         (partial / 'meta.json').write_text(json.dumps(meta, indent=2, sort_keys=True))
-        if path.exists():
-            shutil.rmtree(path)
-        partial.rename(path)
-        return cls(path)
+
+
+def _remove_abandoned_builds(path: Path) -> None:
+    """Delete ``<path>.partial-<pid>`` folders of builds whose process is gone (killed)."""
+    for partial in path.parent.glob(f'{path.name}.partial-*'):
+        pid = partial.name.rsplit('-', 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _process_alive(int(pid)):
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _index_items(dataset: Dataset, kinds: Sequence[str]
@@ -275,8 +383,43 @@ class _media_decoding:
 
 
 def _open_rows(folder: Path, name: str, rows: int, width: int, dtype: str) -> np.ndarray:
-    return np.lib.format.open_memmap(folder / f'{name}.npy', mode='w+', dtype=dtype,
-                                     shape=(rows, width))
+    """A writable ``[rows, width]`` memory map whose disk blocks are reserved up front.
+
+    Writing to a memory map on a full disk kills the process with SIGBUS; reserving the
+    blocks first turns that into an error raised here.
+
+    Raises:
+        UserError: no room for the file (names the folder, the bytes needed and those free).
+    """
+    file = folder / f'{name}.npy'
+    array = np.lib.format.open_memmap(file, mode='w+', dtype=dtype, shape=(rows, width))
+    _reserve(file, file.stat().st_size)
+    return array
+
+
+def _reserve(file: Path, size: int) -> None:
+    """Allocate ``size`` bytes of ``file`` on disk, or check the free space where the file
+    system (or platform) cannot allocate ahead."""
+    allocate = getattr(os, 'posix_fallocate', None)
+    try:
+        if allocate is not None:
+            with open(file, 'r+b') as handle:
+                allocate(handle.fileno(), 0, size)
+            return
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            _raise_no_space(file, size)
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    if shutil.disk_usage(file.parent).free < size:
+        _raise_no_space(file, size)
+
+
+def _raise_no_space(file: Path, size: int) -> None:
+    free = shutil.disk_usage(file.parent).free
+    raise UserError(file.parent, f'no space for the feature cache: {file.name} needs '
+                    f'{size:,} bytes, {free:,} are free',
+                    'free space, or set cache_dir (or --work-dir) on a larger disk')
 
 
 def _encode_sources(folder: Path, model: torch.nn.Module, texts: list[str], dtype: str,
@@ -378,17 +521,24 @@ class CachedFeatureDataset(Dataset):
             fresh features.
         batch_size: captions or media per forward pass while building.
         num_workers: DataLoader workers decoding media while building.
+        media_identity: how a media file's identity enters the key: ``'stat'`` (size and
+            modification time, one ``stat`` per file at each phase start) or ``'content'``
+            (SHA-256 of the bytes: reads every file, for copies that reset mtimes).
     """
 
     def __init__(self, dataset: Dataset | dict, cache_dir: str | os.PathLike,
                  dtype: str = 'float32', features: Sequence[str] | None = None,
                  cache_media_when_random: bool = False, build_if_missing: bool = True,
                  rebuild_if_stale: bool = False, batch_size: int = 64,
-                 num_workers: int = 0) -> None:
+                 num_workers: int = 0, media_identity: str = 'stat') -> None:
         self.dataset = DATASETS.build(dataset) if isinstance(dataset, dict) else dataset
         self.cache_dir = Path(cache_dir)
         if dtype not in _DTYPES:
             raise ValueError(f'CachedFeatureDataset dtype must be one of {_DTYPES}, got {dtype!r}')
+        if media_identity not in _MEDIA_IDENTITIES:
+            raise ValueError(f'CachedFeatureDataset media_identity must be one of '
+                             f'{_MEDIA_IDENTITIES}, got {media_identity!r}')
+        self.media_identity = media_identity
         self.dtype = dtype
         if features is not None:
             unknown = set(features) - set(FEATURE_KINDS)
@@ -446,9 +596,12 @@ class CachedFeatureDataset(Dataset):
         metainfo = {k: v for k, v in self.metainfo.items() if k != 'ann_file'}
         dataset = {'type': type(self.dataset).__qualname__, 'items': len(self.dataset),
                    'metainfo': _jsonable(metainfo)}
-        return _jsonable(dict(format=CACHE_FORMAT, backbone=backbone_fingerprint(model.backbone),
-                              dataset=dataset, preprocessing=preprocessing, dtype=self.dtype,
-                              features=list(self.kinds)))
+        key = dict(format=CACHE_FORMAT, backbone=backbone_fingerprint(model.backbone),
+                   dataset=dataset, item_digests=_item_digests(self.dataset, self.kinds),
+                   preprocessing=preprocessing, dtype=self.dtype, features=list(self.kinds))
+        if 'media' in self.kinds:
+            key['media_files'] = _media_files_identity(self.dataset, self.media_identity)
+        return _jsonable(key)
 
     def prepare(self, model: torch.nn.Module) -> None:
         """Open (building if missing) and check the cache against the live ``model``.
@@ -468,7 +621,7 @@ class CachedFeatureDataset(Dataset):
         rank, _ = get_dist_info()
         # Rank 0 alone decides and (re)builds; the others wait, then open what it left.
         exists = rank == 0 and (self.cache_dir / 'meta.json').is_file()
-        stale = exists and self.rebuild_if_stale and FeatureCache(self.cache_dir).key != key
+        stale = exists and self.rebuild_if_stale and not self._usable(key)
         if rank == 0 and (not exists or stale):
             if not exists and not self.build_if_missing:
                 raise FileNotFoundError(f'no feature cache at {self.cache_dir}; build it with '
@@ -483,9 +636,21 @@ class CachedFeatureDataset(Dataset):
         barrier()
         cache = FeatureCache(self.cache_dir)
         cache.check(key)
+        cache.verify()
         self.cache = cache
         print_log(f'feature cache {self.cache_dir}: reading {", ".join(self.kinds)} features '
                   f'({self.dtype})', logger='current')
+
+    def _usable(self, key: dict[str, Any]) -> bool:
+        """Whether the existing cache has ``key`` and intact files (logs why not)."""
+        try:
+            cache = FeatureCache(self.cache_dir)
+            cache.verify()
+        except CorruptFeatureCacheError as error:
+            print_log(f'feature cache {self.cache_dir} is corrupt: {error}', logger='current',
+                      level=logging.WARNING)
+            return False
+        return cache.key == key
 
     def __len__(self) -> int:
         return len(self.dataset)

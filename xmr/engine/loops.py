@@ -279,6 +279,11 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state['cuda'])
 
 
+def _no_batch_error(phase: Phase) -> ValueError:
+    return ValueError(f'phase {phase.name}: its dataloader yields no batch per epoch (fewer '
+                      'items than batch_size with drop_last?)')
+
+
 class _InfiniteIterator:
     """Cycles a dataloader forever, setting the sampler's epoch at each pass.
 
@@ -429,8 +434,7 @@ class PhasedTrainLoop(BaseLoop):
             raise ValueError(f'phase {phase.name}: epochs needs a dataloader with a length') \
                 from error
         if batches == 0:
-            raise ValueError(f'phase {phase.name}: its dataloader yields no batch per epoch '
-                             '(fewer items than batch_size with drop_last?)')
+            raise _no_batch_error(phase)
         phase.iters = phase.epochs * batches
         self.runner.logger.info(f'phase {phase.name}: {phase.epochs} epochs = {phase.iters} '
                                 f'iterations ({batches} per epoch)')
@@ -513,6 +517,10 @@ class PhasedTrainLoop(BaseLoop):
             + format_table(['module group', 'trainable', 'total'], rows))
         dataloader = self._phase_dataloader(index)
         self._built_dataloaders.pop(index, None)
+        # An iterations-phase's loader is counted here, when first built (the epochs path
+        # counts it when the loop is built); an empty one would end in a bare StopIteration.
+        if hasattr(dataloader, '__len__') and len(dataloader) == 0:
+            raise _no_batch_error(phase)
         # Cached frozen-tower features are built or checked against this phase's live weights.
         prepare_feature_caches(dataloader, self.model)
         return self._resumed_data(phase, dataloader, self._iter - phase.start)

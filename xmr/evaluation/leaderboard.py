@@ -20,9 +20,13 @@ also reports ``mAR``; its published number is ``mean_R@1``). A bare summary with
 keys of its own, such as the ``mAR`` across datasets of
 :class:`~xmr.engine.eval_loops.MultiDatasetValLoop`, becomes a last column.
 
-Results are saved as JSON (every metric, plus where it came from) and the table as CSV;
-:func:`load_result` reads a JSON back for side-by-side comparisons, renaming language codes to the
-canonical ones (``jp`` -> ``ja``, ``swh_Latn`` -> ``sw``; ``xmr.datasets.languages``).
+Results are saved as JSON (every metric, plus where it came from and which test sets it scored:
+dataset, split, languages) and the table as CSV; :func:`load_result` reads a JSON back for
+side-by-side comparisons, renaming language codes to the canonical ones (``jp`` -> ``ja``,
+``swh_Latn`` -> ``sw``; ``xmr.datasets.languages``). Results of different test sets are never put
+in one table: the Markdown has one table per test set. A row whose evaluation skipped unreadable
+media (``on_corrupt='skip'``, the ``skipped_media`` metric) is marked ``*`` and the legend gives
+the count: its recalls are over a smaller gallery.
 """
 from __future__ import annotations
 
@@ -45,6 +49,8 @@ __all__ = [
 
 RESULT_FORMAT = 'xmr-test-result'
 RESULT_VERSION = 1
+#: The metric ``RetrievalMetric`` reports when unreadable media were skipped.
+SKIPPED_KEY = 'skipped_media'
 
 
 class Headline(NamedTuple):
@@ -112,6 +118,8 @@ class EvaluationResult:
         metrics: the metric dict of the evaluation.
         config: the config file evaluated.
         checkpoint: the checkpoint evaluated.
+        test_sets: each evaluated set as ``{'dataset', 'split', 'languages'}`` (empty when not
+            recorded, as in results written before xmr recorded them).
         extra: anything else to keep (command line, date).
     """
 
@@ -119,7 +127,22 @@ class EvaluationResult:
     metrics: dict[str, float]
     config: str | None = None
     checkpoint: str | None = None
+    test_sets: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def skipped_media(self) -> int:
+        """Media skipped as unreadable over all its test sets."""
+        return int(sum(value for key, value in self.metrics.items()
+                       if key.rpartition('/')[2] == SKIPPED_KEY))
+
+    def test_set_label(self) -> str:
+        """``multi30k test (cs, de, en, fr)``, one per set, or a note that none was recorded."""
+        if not self.test_sets:
+            return 'test set not recorded'
+        return '; '.join(f"{ts.get('dataset')} {ts.get('split')} "
+                         f"({', '.join(sorted(ts.get('languages') or []))})"
+                         for ts in self.test_sets)
 
 
 def leaderboard_columns(metrics: Mapping[str, Any]) -> list[Column]:
@@ -166,7 +189,8 @@ def leaderboard_table(results: Sequence[EvaluationResult]) -> tuple[list[str], l
     """
     columns = _union_columns(results)
     header = ['model', *(column.label for column in columns)]
-    rows = [[result.name, *(_cell(result.metrics.get(column.key)) for column in columns)]
+    rows = [[result.name + (' *' if result.skipped_media else ''),
+             *(_cell(result.metrics.get(column.key)) for column in columns)]
             for result in results]
     return header, rows
 
@@ -185,14 +209,29 @@ def column_legend(results: Sequence[EvaluationResult]) -> list[str]:
 
 
 def leaderboard_markdown(results: Sequence[EvaluationResult]) -> str:
-    """The Markdown leaderboard followed by the legend of its columns."""
+    """The Markdown leaderboard, one table per test set, each followed by its legend.
+
+    Each table is headed by its test set (dataset, split, languages); results that record
+    different test sets, or none, never share a table.
+    """
     if not results:
         raise ValueError('a leaderboard needs at least one result')
+    groups: dict[str, list[EvaluationResult]] = {}
+    for result in results:
+        groups.setdefault(result.test_set_label(), []).append(result)
+    return '\n\n'.join(f'test set: {label}\n\n{_markdown_table(group)}'
+                        for label, group in groups.items())
+
+
+def _markdown_table(results: Sequence[EvaluationResult]) -> str:
     header, rows = leaderboard_table(results)
     if len(header) == 1:
         raise ValueError(f'the results of {[r.name for r in results]} hold no summary metric '
                          f'({", ".join(h.summary for h in HEADLINES)}); nothing to tabulate')
-    legend = '\n'.join(f'- {line}' for line in column_legend(results))
+    lines = column_legend(results) + [
+        f"{result.name} *: {result.skipped_media} unreadable media skipped (on_corrupt='skip'); "
+        'its recalls are over a smaller gallery' for result in results if result.skipped_media]
+    legend = '\n'.join(f'- {line}' for line in lines)
     return f'{format_table(header, rows)}\n\n{legend}'
 
 
@@ -213,6 +252,7 @@ def save_result(path: str | os.PathLike, result: EvaluationResult) -> None:
     """Write one result as JSON (format ``xmr-test-result``), readable by :func:`load_result`."""
     data = {'format': RESULT_FORMAT, 'version': RESULT_VERSION, 'name': result.name,
             'config': result.config, 'checkpoint': result.checkpoint,
+            'test_sets': result.test_sets, SKIPPED_KEY: result.skipped_media,
             'metrics': {key: float(value) for key, value in result.metrics.items()
                         if _is_number(value)},
             **result.extra}
@@ -244,11 +284,16 @@ def load_result(path: str | os.PathLike) -> EvaluationResult:
     metrics = data.get('metrics')
     if not isinstance(metrics, dict) or not all(_is_number(v) for v in metrics.values()):
         raise ValueError(f'{path}: metrics must map keys to numbers')
-    known = {'format', 'version', 'name', 'config', 'checkpoint', 'metrics'}
+    test_sets = data.get('test_sets') or []
+    if not isinstance(test_sets, list) or not all(isinstance(ts, dict) for ts in test_sets):
+        raise ValueError(f'{path}: test_sets must be a list of {{dataset, split, languages}}')
+    known = {'format', 'version', 'name', 'config', 'checkpoint', 'metrics', 'test_sets',
+             SKIPPED_KEY}
     metrics = {_canonical_key(key): value for key, value in metrics.items()}
     return EvaluationResult(name=str(data.get('name') or path.stem), metrics=metrics,
-                      config=data.get('config'), checkpoint=data.get('checkpoint'),
-                      extra={k: v for k, v in data.items() if k not in known})
+                            config=data.get('config'), checkpoint=data.get('checkpoint'),
+                            test_sets=test_sets,
+                            extra={k: v for k, v in data.items() if k not in known})
 
 
 def _canonical_key(key: str) -> str:

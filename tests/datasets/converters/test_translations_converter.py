@@ -59,6 +59,16 @@ def test_command_lines_round_trip(tmp_path):
     main_attach([str(ann_path), '--translations', f'cs={tmp_path / "cs.txt"}', '--out',
                  str(tmp_path / 'out.json')])
     assert load_annotation(tmp_path / 'out.json').items[2].translations['cs'][1] == 'cats (cs)'
+    (tmp_path / 'cs2.txt').write_text(''.join(f'{line} (cs2)\n' for line in lines),
+                                      encoding='utf-8')
+    before = (tmp_path / 'out.json').read_bytes()
+    with pytest.raises(SystemExit, match=r"demo/train already has \['cs'\] translations; pass "
+                       '--overwrite'):
+        main_attach([str(tmp_path / 'out.json'), '--translations', f'cs={tmp_path / "cs2.txt"}'])
+    assert (tmp_path / 'out.json').read_bytes() == before
+    main_attach([str(tmp_path / 'out.json'), '--translations', f'cs={tmp_path / "cs2.txt"}',
+                 '--overwrite'])
+    assert load_annotation(tmp_path / 'out.json').items[2].translations['cs'][1] == 'cats (cs2)'
     with pytest.raises(SystemExit, match="translation language 'en' is the source"):
         main_attach([str(ann_path), '--translations', f'en={tmp_path / "cs.txt"}'])
 

@@ -231,3 +231,13 @@ def test_text_to_image_only_reports_the_t2i_r1_sum():
     result = _run(RetrievalMetric(recall_ks=(1, 2), directions=('t2i',)), _three_media())
     assert result['t2i_R@1_sum'] == pytest.approx(50.0 + 50.0)
     assert 'mAR' not in result and 'de/AR' not in result
+
+
+def test_media_skipped_as_unreadable_are_counted_once_each():
+    metric = RetrievalMetric(recall_ks=(1, 2))
+    samples = _three_media()
+    metric.process({'skipped_media': ['a/bad.jpg', 'a/gone.jpg']}, samples[:2])
+    metric.process({'skipped_media': ['a/bad.jpg']}, samples[2:])  # DDP padding repeats one
+    result = metric.evaluate(len(metric.results))
+    assert result.pop('skipped_media') == 2
+    assert result == pytest.approx(EXPECTED)

@@ -75,6 +75,11 @@ def test_a_module_of_another_config_is_refused_with_the_difference(tmp_path):
         load_language_module(build(['de']), tmp_path / 'de.pth')
     with pytest.raises(KeyError, match="no adapters for language 'de'"):
         load_language_module(build(['fr'], adapters=LORA), tmp_path / 'de.pth')
+    old = torch.load(tmp_path / 'de.pth', weights_only=True)
+    torch.save(dict(old, version=1, base=None), tmp_path / 'v1.pth')
+    with pytest.raises(ValueError, match='v1.pth: a language module of format version 1, which '
+                       'does not record the shared weights it needs: export it again'):
+        load_language_module(build(['de'], adapters=LORA), tmp_path / 'v1.pth')
     torch.save({'state_dict': {}}, tmp_path / 'plain.pth')
     with pytest.raises(ValueError, match='not an xmr language module file'):
         load_language_module(build(['de'], adapters=LORA), tmp_path / 'plain.pth')

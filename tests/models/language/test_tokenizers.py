@@ -23,6 +23,20 @@ def test_truncation_keeps_the_end_token():
     assert len(ids) == 5 and ids[0] == 49406 and ids[-1] == 49407
 
 
+def test_overlong_captions_are_counted_and_reported_once(monkeypatch):
+    from xmr.models.language import tokenizers
+
+    logged = []
+    monkeypatch.setattr(tokenizers, 'print_log', lambda message, **_: logged.append(message))
+    tokenizer = OpenCLIPTokenizer(max_length=5)
+    tokenizer(['one two', 'one two three four five six seven'])  # 2 + 7 words + 2 specials
+    tokenizer(['one two three', 'a b c d e f'])  # 5 tokens fit
+    assert tokenizer.truncated == 2
+    assert logged == ['OpenCLIPTokenizer: a caption of 9 tokens is longer than max_length=5 and '
+                      'is truncated (its end token kept); later ones are counted in '
+                      'tokenizer.truncated, not reported again']
+
+
 def test_sentencepiece_trains_writes_and_reloads(tmp_path):
     path = tmp_path / 'spm' / 'target.model'
     trained = SentencePieceTokenizer(model_file=str(path), corpus=CORPUS * 10, vocab_size=64)

@@ -27,12 +27,14 @@ from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
 __all__ = ['attach_translations', 'export_source_captions', 'main_attach', 'main_export']
 
 
-def attach_translations(ann: Annotation, files: Mapping[str, str | os.PathLike]) -> Annotation:
+def attach_translations(ann: Annotation, files: Mapping[str, str | os.PathLike],
+                        overwrite: bool = False) -> Annotation:
     """Join translation files to the source captions of ``ann``.
 
     Args:
         ann: an annotation with ``source_lang`` set.
         files: target language -> translation file (one line per source caption).
+        overwrite: replace the translations of a language ``ann`` already has.
 
     Returns:
         A new annotation whose records carry ``translations[lang]`` for every language of
@@ -40,11 +42,16 @@ def attach_translations(ann: Annotation, files: Mapping[str, str | os.PathLike])
 
     Raises:
         ConversionError: if a file is missing, malformed, or its line count differs from the
-            number of source captions (the message names the file and both counts).
+            number of source captions (the message names the file and both counts), or a
+            language already translated without ``overwrite``.
     """
     if ann.source_lang is None:
         raise ConversionError(f'{ann.dataset}/{ann.split} has no source_lang; cannot align '
                               'translations with it')
+    present = [lang for lang in files if lang in ann.translation_langs]
+    if present and not overwrite:
+        raise ConversionError(f'{ann.dataset}/{ann.split} already has {present} translations; '
+                              'pass --overwrite (overwrite=True) to replace them')
     for lang in files:
         if lang == ann.source_lang:
             raise ConversionError(f'translation language {lang!r} is the source language')
@@ -116,10 +123,12 @@ def main_attach(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--translations', nargs='+', required=True, metavar='LANG=PATH',
                         help='translation file per target language')
     parser.add_argument('--out', type=Path, help='output file (default: overwrite ann)')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace the translations of a language the file already has')
     args = parser.parse_args(argv)
     try:
         files = parse_lang_paths(args.translations, '--translations')
-        ann = attach_translations(load_annotation(args.ann), files)
+        ann = attach_translations(load_annotation(args.ann), files, args.overwrite)
         dump_annotation(ann, args.out or args.ann)
     except (ConversionError, AnnotationError, FileNotFoundError) as err:
         raise SystemExit(f'error: {err}') from err

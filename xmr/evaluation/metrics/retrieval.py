@@ -46,7 +46,9 @@ class RetrievalMetric(BaseMetric):
     ``t2v_R@1_sum`` (``text_to_video``; ``t2i_R@1_sum`` for other text→media-only runs), the sum
     of text→media R@1 (DASD Table 2); ``mean_t2i_R@10`` (``xtd10_t2i_r10``, M-CLIP);
     ``{lang}/mean_R@1`` and ``mean_R@1`` (``xtd10_fewshot``, PECTVLM: the mean of the R@1 of both
-    directions). MMEngine puts ``prefix + '/'`` in front of every key.
+    directions). MMEngine puts ``prefix + '/'`` in front of every key. ``skipped_media``: the
+    number of media files the dataset skipped as unreadable (``on_corrupt='skip'``), present only
+    when some were: the recalls are then over a smaller gallery than the benchmark's.
 
     Language codes may be given in any form :func:`~xmr.datasets.languages.normalize_language`
     accepts (``swh_Latn``, ``jp``); keys use the canonical codes (``sw``, ``ja``).
@@ -126,9 +128,12 @@ class RetrievalMetric(BaseMetric):
         """Keep each gallery item's embeddings as compact CPU float32 tensors.
 
         Args:
-            data_batch: the batch (unused: everything comes from the model's output).
+            data_batch: the batch; only its ``skipped_media`` paths are kept (counted).
             data_samples: the model's ``val_step`` output, one dict per gallery item.
         """
+        if isinstance(data_batch, Mapping):
+            self.results.extend({'skipped_media': str(path)}
+                                for path in data_batch.get('skipped_media', ()))
         for sample in data_samples:
             self.results.append(_checked_item(sample))
 
@@ -141,7 +146,8 @@ class RetrievalMetric(BaseMetric):
         Returns:
             The metric dict (keys in the class docstring).
         """
-        items = _unique_items(results)
+        skipped = {item['skipped_media'] for item in results if 'skipped_media' in item}
+        items = _unique_items([item for item in results if 'skipped_media' not in item])
         if not items:
             raise ValueError('RetrievalMetric got an empty gallery: the evaluation produced no '
                              'media embeddings (is the dataset empty?).')
@@ -171,6 +177,8 @@ class RetrievalMetric(BaseMetric):
         metrics = {f'{lang}/{key}': value
                    for lang, scores in per_language.items() for key, value in scores.items()}
         metrics.update(self._summaries(per_language, mean_languages))
+        if skipped:
+            metrics['skipped_media'] = len(skipped)
         self._log_table(per_language)
         return metrics
 

@@ -5,10 +5,18 @@ of ``language_branch.adapters.sets[lang]`` (LoRA, Houlsby, Compacter with its sh
 prompts). The frozen towers and anything shared by all languages stay out, so a module file is
 small (PECTVLM saves only the trainable parameters) and modules trained apart can be loaded side
 by side into a model built for all their languages.
+
+What a module leaves out still shapes its output: a tower fine-tuned by ``source_finetune``, a
+trained shared embedding table and ``W_e``, DASD's disentangler. A module file therefore names
+its base: the checkpoint it was exported from and a SHA-256 fingerprint of every shared part of
+that model's state. Loading refuses a model whose shared parts differ (naming them and the base
+checkpoint to build from), so a merged model reproduces each language exactly or is not made.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +25,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from xmr.engine.checkpoint import read_checkpoint
+
 __all__ = ['MODULE_FORMAT', 'LanguageShare', 'language_state_dict', 'load_language_module',
-           'language_parameter_report', 'save_language_module']
+           'language_parameter_report', 'save_language_module', 'save_merged_checkpoint',
+           'shared_fingerprints']
 
 MODULE_FORMAT = 'xmr-language-module'
-MODULE_VERSION = 1
+# Version 2 records the base (checkpoint and shared-state fingerprints) of the module.
+MODULE_VERSION = 2
 
 
 def _branch(model: nn.Module) -> nn.Module:
@@ -50,25 +62,64 @@ def _facts(model: nn.Module) -> dict[str, Any]:
                 num_blocks=branch.num_blocks, routine=getattr(model, 'routine', None))
 
 
+def shared_fingerprints(model: nn.Module) -> dict[str, str]:
+    """SHA-256 of each shared part of the model's state: all but the per-language modules.
+
+    Parts are the first two components of the state-dict keys (``backbone.clip``,
+    ``language_branch.embedding``, ``disentangler.generator``, ...); the facts (``_extra_state``)
+    are compared on their own.
+
+    Returns:
+        ``{part: hex digest}`` over each entry's key, dtype, shape and bytes.
+    """
+    model = getattr(model, 'module', model)
+    sets = _branch(model).adapters.sets
+    per_language = next(f'{name}.' for name, module in model.named_modules() if module is sets)
+    digests = defaultdict(hashlib.sha256)
+    for key, value in sorted(model.state_dict().items()):
+        if key.startswith(per_language) or key.endswith('_extra_state'):
+            continue
+        digest = digests['.'.join(key.split('.')[:2])]
+        digest.update(f'{key}|{value.dtype}|{tuple(value.shape)}'.encode())
+        digest.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return {part: digest.hexdigest() for part, digest in digests.items()}
+
+
 def language_state_dict(model: nn.Module, lang: str) -> dict[str, torch.Tensor]:
     """The parameters (and persistent buffers) of ``lang``'s module, keyed inside the module."""
     return {key: value.detach().cpu().clone()
             for key, value in _module(model, lang).state_dict().items()}
 
 
-def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike) -> Path:
+def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
+                         base_checkpoint: str | os.PathLike | None = None) -> Path:
     """Write ``lang``'s module to ``path`` (a small torch file), through a temporary file.
 
     The file holds the format tag, the language, the facts the receiving model must share
-    (backbone, architecture, width, blocks, routine) and the module's state dict.
+    (backbone, architecture, width, blocks, routine), its base (``base_checkpoint``, the file the
+    model was loaded from, and :func:`shared_fingerprints` of the model) and the module's state.
 
     Returns:
         The path written.
     """
+    base = dict(checkpoint=None if base_checkpoint is None else str(base_checkpoint),
+                shared=shared_fingerprints(model))
+    payload = dict(format=MODULE_FORMAT, version=MODULE_VERSION, lang=lang, facts=_facts(model),
+                   base=base, state_dict=language_state_dict(model, lang))
+    return _save_atomically(payload, path)
+
+
+def save_merged_checkpoint(model: nn.Module, path: str | os.PathLike,
+                           meta: Mapping[str, Any]) -> Path:
+    """Write the whole model as a checkpoint ``tools/test.py`` loads (``state_dict`` + ``meta``)."""
+    model = getattr(model, 'module', model)
+    return _save_atomically(dict(state_dict=model.state_dict(), meta=dict(meta)), path)
+
+
+def _save_atomically(payload: Mapping[str, Any], path: str | os.PathLike) -> Path:
+    """``torch.save`` to a temporary name beside ``path``, then rename: never a partial file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = dict(format=MODULE_FORMAT, version=MODULE_VERSION, lang=lang,
-                   facts=_facts(model), state_dict=language_state_dict(model, lang))
     temporary = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
     try:
         torch.save(payload, temporary)
@@ -83,21 +134,23 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
                          lang: str | None = None) -> str:
     """Load a module file into the model's module of ``lang`` (default: the file's language).
 
-    Loading is strict: the file's facts must match the model's and its keys and shapes must be
-    exactly those of the target module, so a module can never land half-loaded or in a model
-    whose frozen tower it was not trained on.
+    Loading is strict: the file's facts and the fingerprints of its base's shared parts must
+    match the model's, and its keys and shapes must be exactly those of the target module, so a
+    module never lands half-loaded, or beside a tower, embedding or disentangler it was not
+    trained with.
 
     Returns:
         The language loaded into.
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not a module file, facts that differ, or keys/shapes that differ (named).
+        ValueError: not a module file (or one of version 1, without its base), facts or shared
+            parts that differ, or keys/shapes that differ (each named).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f'language module file {path} does not exist')
-    payload = torch.load(path, map_location='cpu', weights_only=True)
+    payload = read_checkpoint(path, what='language module')
     if not isinstance(payload, Mapping) or payload.get('format') != MODULE_FORMAT:
         raise ValueError(f'{path} is not an xmr language module file (format {MODULE_FORMAT!r})')
     target = lang or payload['lang']
@@ -107,6 +160,7 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
     if differing:
         details = '; '.join(f'{k}: file {a!r} vs model {b!r}' for k, (a, b) in differing.items())
         raise ValueError(f'{path} ({payload["lang"]}) does not fit this model: {details}')
+    _check_base(model, path, payload)
     module = _module(model, target)
     expected = module.state_dict()
     state = payload['state_dict']
@@ -119,6 +173,25 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
                          f'{reshaped[:5]}; was it trained with the same adapter config?')
     module.load_state_dict(state, strict=True)
     return target
+
+
+def _check_base(model: nn.Module, path: Path, payload: Mapping[str, Any]) -> None:
+    """Refuse a model whose shared parts differ from those the module was trained with."""
+    base = payload.get('base')
+    if payload.get('version') != MODULE_VERSION or not isinstance(base, Mapping):
+        raise ValueError(f'{path}: a language module of format version {payload.get("version")}, '
+                         'which does not record the shared weights it needs: export it again '
+                         'from its training checkpoint (tools/language_modules.py export)')
+    mine = shared_fingerprints(model)
+    differing = sorted(part for part in set(mine) | set(base['shared'])
+                       if mine.get(part) != base['shared'].get(part))
+    if differing:
+        source = base.get('checkpoint')
+        fix = (f'build the model from {source} (tools/language_modules.py merge --base {source})'
+               if source else 'build the model from the checkpoint the module came from')
+        raise ValueError(
+            f'{path} ({payload["lang"]}): this model\'s shared weights {differing} differ from '
+            f'those the module was trained with, so it would not reproduce its outputs: {fix}')
 
 
 @dataclass(frozen=True)

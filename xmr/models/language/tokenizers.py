@@ -7,12 +7,14 @@ reports where the pooled end-of-sequence token sits, since only open_clip's own 
 from __future__ import annotations
 
 import io
+import logging
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypedDict
 
 import torch
+from mmengine.logging import print_log
 
 from xmr.registry import FUNCTIONS, TOKENIZERS
 
@@ -62,7 +64,8 @@ class BaseTokenizer(metaclass=ABCMeta):
 
     Args:
         max_length: longest sequence kept, specials included; longer captions are truncated with
-            their EOS kept last.
+            their EOS kept last, counted in :attr:`truncated` and reported once (a warning with
+            the first one's length) per process.
         pad_to: pad every batch to this length (at least ``max_length``) instead of its longest
             caption; ``None`` (default) pads dynamically.
     """
@@ -73,6 +76,7 @@ class BaseTokenizer(metaclass=ABCMeta):
                              'caption would not fit')
         self.max_length = max_length
         self.pad_to = pad_to
+        self.truncated = 0
 
     @property
     @abstractmethod
@@ -89,7 +93,15 @@ class BaseTokenizer(metaclass=ABCMeta):
         """One caption -> ids with the begin and end specials, untruncated."""
 
     def truncate(self, ids: list[int]) -> list[int]:
-        return ids if len(ids) <= self.max_length else ids[:self.max_length - 1] + ids[-1:]
+        if len(ids) <= self.max_length:
+            return ids
+        if not self.truncated:
+            print_log(f'{type(self).__name__}: a caption of {len(ids)} tokens is longer than '
+                      f'max_length={self.max_length} and is truncated (its end token kept); '
+                      'later ones are counted in tokenizer.truncated, not reported again',
+                      logger='current', level=logging.WARNING)
+        self.truncated += 1
+        return ids[:self.max_length - 1] + ids[-1:]
 
     def __call__(self, texts: Sequence[str]) -> TokenBatch:
         return pad_batch([self.truncate(self.encode(text)) for text in texts], self.pad_id,

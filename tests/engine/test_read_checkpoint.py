@@ -1,0 +1,45 @@
+"""read_checkpoint: every unreadable file is named with what is wrong with it."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+from mmengine.logging import HistoryBuffer
+
+from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
+
+
+def test_a_good_checkpoint_loads(tmp_path):
+    torch.save({'state_dict': {'w': torch.arange(3)}}, tmp_path / 'ok.pth')
+    assert torch.equal(read_checkpoint(tmp_path / 'ok.pth')['state_dict']['w'], torch.arange(3))
+
+
+def test_a_truncated_checkpoint_names_the_file(tmp_path):
+    torch.save({'state_dict': {'w': torch.zeros(1000)}}, tmp_path / 'full.pth')
+    data = (tmp_path / 'full.pth').read_bytes()
+    (tmp_path / 'cut.pth').write_bytes(data[:len(data) // 2])
+    with pytest.raises(CheckpointReadError, match=f'{tmp_path / "cut.pth"}: truncated or corrupt '
+                       r'checkpoint \(PytorchStreamReader failed.*\): copy it again'):
+        read_checkpoint(tmp_path / 'cut.pth')
+
+
+@pytest.mark.parametrize('content, found', [(b'', 'an empty file'),
+                                            (b'epoch,loss\n1,0.5\n', 'neither a torch zip')])
+def test_a_file_that_is_no_checkpoint_is_said_to_be_none(tmp_path, content, found):
+    (tmp_path / 'x.pth').write_bytes(content)
+    with pytest.raises(CheckpointReadError, match=f'x.pth: not a checkpoint: {found}'):
+        read_checkpoint(tmp_path / 'x.pth')
+
+
+def test_only_mmengine_objects_get_the_old_checkpoint_advice(tmp_path):
+    torch.save({'buffer': HistoryBuffer()}, tmp_path / 'old.pth')
+    with pytest.raises(CheckpointReadError, match=r'old.pth: checkpoint pickles objects .*'
+                       r'HistoryBuffer\); it was probably written before .*weights_only=False'):
+        read_checkpoint(tmp_path / 'old.pth')
+    torch.save({'args': argparse.Namespace(lr=0.1)}, tmp_path / 'foreign.pth')
+    with pytest.raises(CheckpointReadError) as error:
+        read_checkpoint(tmp_path / 'foreign.pth', what='language module')
+    assert 'foreign.pth: not an xmr language module: it pickles argparse.Namespace' in \
+        str(error.value)
+    assert 'weights_only=False' not in str(error.value)

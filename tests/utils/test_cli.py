@@ -1,0 +1,90 @@
+"""run_tool: every tool failure is one ``error:`` line on stderr and exit status 2."""
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from xmr.datasets.media_io import MediaReadError
+from xmr.utils.cli import EXIT_ERROR, UserError, run_tool
+
+TOOLS = Path(__file__).resolve().parents[2] / 'tools'
+
+
+def _fails_with(main, argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(main, argv)
+    assert exit_info.value.code == EXIT_ERROR
+    return capsys.readouterr().err
+
+
+def _raise(error):
+    def main(argv):
+        raise error
+    return main
+
+
+def test_a_user_error_is_one_line_naming_where_what_and_the_fix(capsys):
+    err = _fails_with(_raise(UserError('a.json', 'has no items', 'convert it again')), [],
+                      capsys)
+    assert err == 'error: a.json: has no items: convert it again\n'
+
+
+def test_other_failures_are_one_line_too_and_unexpected_ones_say_so(capsys):
+    assert _fails_with(_raise(FileNotFoundError(2, 'No such file or directory', 'x.pth')), [],
+                       capsys) == 'error: x.pth: No such file or directory\n'
+    assert _fails_with(_raise(SystemExit('error: old style')), [], capsys) == \
+        'error: old style\n'
+    err = _fails_with(_raise(ZeroDivisionError('division by zero')), [], capsys)
+    assert err == ('error: ZeroDivisionError: division by zero (unexpected; run again with '
+                   '--debug for the traceback)\n')
+    assert 'Traceback' not in err
+    err = _fails_with(_raise(MediaReadError('x.jpg', 'truncated JPEG')), [], capsys)
+    assert err == ("error: x.jpg: truncated JPEG: replace the file, or set on_corrupt='skip' on "
+                   'the dataset to leave it out\n')
+
+
+def test_debug_shows_the_traceback_and_is_not_passed_to_main(capsys):
+    seen = []
+
+    def main(argv):
+        seen.append(argv)
+        raise UserError('k', 'bad', 'fix')
+
+    err = _fails_with(main, ['--x', '--debug'], capsys)
+    assert seen == [['--x']]
+    assert err.startswith('Traceback') and err.endswith('error: k: bad: fix\n')
+
+
+def test_success_and_argparse_exits_pass_through(capsys):
+    calls = []
+    run_tool(calls.append, ['a'])
+    assert calls == [['a']]
+
+    def main(argv):
+        argparse.ArgumentParser(prog='tool').parse_args(argv)
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(main, ['--nope'])
+    assert exit_info.value.code == 2 and 'unrecognized arguments' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('script', sorted(
+    str(path.relative_to(TOOLS)) for path in [*TOOLS.glob('*.py'), *TOOLS.glob('*/*.py')]))
+def test_every_tool_entry_runs_through_run_tool(script):
+    source = (TOOLS / script).read_text(encoding='utf-8')
+    entry = source[source.index("if __name__ == '__main__':"):]
+    assert 'run_tool(' in entry, f'tools/{script} does not end with run_tool(main)'
+
+
+def test_train_with_a_missing_config_prints_no_traceback(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, 'argv', ['train.py', str(tmp_path / 'nope.py')])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(TOOLS / 'train.py'), run_name='__main__')
+    err = capsys.readouterr().err
+    assert exit_info.value.code == EXIT_ERROR
+    assert err == (f'error: {tmp_path / "nope.py"}: config file does not exist: give the path '
+                   'of a config under configs/\n')

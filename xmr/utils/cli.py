@@ -1,0 +1,88 @@
+"""How every command line of xmr reports a bad input: one line, exit status 2.
+
+Each ``tools/*.py`` and ``tools/data/*.py`` entry ends with ``run_tool(main)``.
+A failure is printed as ``error: <file/key/value>: <what is wrong>: <fix>`` on stderr and the
+process exits with status 2 (as ``argparse`` does for a bad flag); the traceback is shown only
+with ``--debug``. Library code raises :class:`UserError` where it knows the fault and its fix;
+other exceptions still produce one line (marked as unexpected unless xmr raised it on
+purpose, e.g. a ``MediaReadError`` naming the file), so that no tool prints a raw traceback by
+default.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+__all__ = ['EXIT_ERROR', 'UserError', 'run_tool']
+
+EXIT_ERROR = 2
+DEBUG_FLAG = '--debug'
+
+
+class UserError(Exception):
+    """A fault in what the user gave, with where it is and how to fix it.
+
+    Args:
+        where: the file, config key or value at fault.
+        problem: what is wrong with it.
+        fix: what to do instead (may be empty when the problem says it all).
+    """
+
+    def __init__(self, where: str | os.PathLike, problem: str, fix: str = '') -> None:
+        self.where, self.problem, self.fix = str(where), problem, fix
+        super().__init__(': '.join(part for part in (self.where, problem, fix) if part))
+
+
+def error_line(error: BaseException) -> str:
+    """The one line a tool prints for ``error`` (without the ``error: `` prefix)."""
+    if isinstance(error, SystemExit):
+        return str(error.code).removeprefix('error: ')
+    if isinstance(error, OSError) and error.filename is not None:
+        # OSError's own str() puts the file after the reason; every line leads with the file.
+        return f'{error.filename}: {error.strerror or type(error).__name__}'
+    if isinstance(error, (UserError, ValueError)) or _expected(error):
+        return str(error)
+    return f'{type(error).__name__}: {error}'
+
+
+def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None) -> None:
+    """Run a tool's ``main``; turn a failure into one ``error:`` line and exit status 2.
+
+    Args:
+        main: the tool's entry, called with the arguments (``--debug`` removed).
+        argv: the arguments (default: ``sys.argv[1:]``); ``--debug`` anywhere among them shows
+            the traceback of a failure before the line.
+
+    Raises:
+        SystemExit: with :data:`EXIT_ERROR` after a failure; ``argparse``'s own exits (``--help``,
+            a bad flag) pass through unchanged.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = DEBUG_FLAG in args
+    try:
+        main([arg for arg in args if arg != DEBUG_FLAG])
+    except SystemExit as error:
+        if not isinstance(error.code, str):
+            raise
+        _report(error, debug)
+    except Exception as error:  # noqa: BLE001  (every failure becomes one line; --debug shows it)
+        _report(error, debug)
+
+
+def _expected(error: BaseException) -> bool:
+    """Whether ``error`` is one xmr raises on purpose (its own classes, bad values, files)."""
+    return (isinstance(error, (UserError, SystemExit, OSError, ValueError))
+            or type(error).__module__.split('.')[0] == 'xmr')
+
+
+def _report(error: BaseException, debug: bool) -> NoReturn:
+    if debug:
+        traceback.print_exception(error)
+    line = f'error: {error_line(error)}'
+    if not _expected(error):
+        line += f' (unexpected; run again with {DEBUG_FLAG} for the traceback)'
+    print(line, file=sys.stderr)
+    raise SystemExit(EXIT_ERROR) from error
