@@ -3,6 +3,7 @@
 Usage and input layout: ``python tools/data/prepare_flickr30k_200.py --help`` and docs/data.md.
 """
 from xmr.datasets.converters.flores_captions import main_flickr30k_200
+from xmr.utils.cli import run_tool
 
 if __name__ == '__main__':
-    main_flickr30k_200()
+    run_tool(main_flickr30k_200)
