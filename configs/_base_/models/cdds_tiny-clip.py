@@ -22,4 +22,6 @@ model = dict(
                 tower_itc=dict(type='InfoNCELoss', temperature=0.05, learnable=True)),
     languages=['en'],
     train_text='source',
+    # The paper's retrieval (§3.5): patch-word matching of the semantic components.
+    retrieval_score='patch_word',
 )

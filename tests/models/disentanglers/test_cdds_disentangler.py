@@ -159,6 +159,9 @@ def test_bad_arguments_are_named():
         build(alpha_f=1.5)
     with pytest.raises(ValueError, match="pooling 'cls'"):
         build(pooling='cls')
+    with pytest.raises(ValueError, match=r"use_distribution_sampling=False removes the column "
+                                         r"correlation that correlation=\{'mode': 'dataset'\}"):
+        build(use_distribution_sampling=False, correlation=dict(mode='dataset'))
     patches, patch_mask, words, word_mask = inputs()
     with pytest.raises(ValueError, match='paired batches, got 4 images and 3 captions'):
         build()(patches, patch_mask, words[:3], word_mask[:3])

@@ -77,6 +77,7 @@ class RetrievalMetric(BaseMetric):
             ``'tokens_rerank'`` (the token score re-orders the ``rerank_candidates`` best
             items by cosine; recalls only, exact up to R@``rerank_candidates``).
         rerank_candidates: shortlist length of ``'tokens_rerank'``.
+        scoring_device: where token blocks are scored; ``None`` = CUDA when available.
         collect_device: ``'cpu'`` or ``'gpu'``, where ranks gather results.
         prefix: MMEngine's key prefix, e.g. the dataset name when several sets are evaluated.
         collect_dir: MMEngine's directory for gathering results on ``'cpu'``.
@@ -92,7 +93,8 @@ class RetrievalMetric(BaseMetric):
                  search: Mapping[str, Any] | None = None, gallery_size: int | None = None,
                  num_folds: int = 5, folds: Sequence[int] | None = None,
                  fewshot_shots: int = 50, fewshot_seed: int = 42, scoring: str = 'embedding',
-                 rerank_candidates: int = 100, collect_device: str = 'cpu',
+                 rerank_candidates: int = 100, scoring_device: str | None = None,
+                 collect_device: str = 'cpu',
                  prefix: str | None = None, collect_dir: str | None = None) -> None:
         super().__init__(collect_device=collect_device, prefix=prefix, collect_dir=collect_dir)
         if protocol not in PROTOCOLS:
@@ -136,6 +138,7 @@ class RetrievalMetric(BaseMetric):
         if rerank_candidates < 1:
             raise ValueError(f'rerank_candidates must be positive, got {rerank_candidates}.')
         self.scoring, self.rerank_candidates = scoring, rerank_candidates
+        self.scoring_device = scoring_device
 
     def process(self, data_batch: Any, data_samples: Sequence[Mapping[str, Any]]) -> None:
         """Keep each gallery item's embeddings as compact CPU float32 tensors.
@@ -196,7 +199,8 @@ class RetrievalMetric(BaseMetric):
         if len(scores) > 1:
             raise ValueError(f'the gallery items carry different token scores {scores}; one '
                              'model must embed the whole evaluation set.')
-        return TokenScoring(scores.pop(), self.scoring, self.rerank_candidates)
+        return TokenScoring(scores.pop(), self.scoring, self.rerank_candidates,
+                            self.scoring_device)
 
     def _check_protocol_needs(self) -> None:
         needs: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {

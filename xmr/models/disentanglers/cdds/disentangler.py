@@ -54,7 +54,8 @@ class CDDSDisentangler(nn.Module):
         ffn_ratio: MLP width over ``D``.
         dropout: dropout of the transformer layers.
         correlation: extra arguments of :class:`CDDSColumnCorrelation` (``mode`` ``'batch'`` /
-            ``'subset'`` / ``'dataset'``, ``init_sparsity``, ``subset_ratio``, ``min_variance``).
+            ``'subset'`` / ``'dataset'``, ``init_sparsity``, ``subset_ratio``, ``min_variance``);
+            must be ``None`` without distribution sampling, which has no correlation.
         temperature: τ of the semantic consistency InfoNCE.
         scoring: image–caption score of ``L_s``, ``'patch_word'`` (paper) or ``'pooled'``.
         pooling: ``'mean'`` (masked mean of the semantic tokens) or ``'first'`` (the first
@@ -92,6 +93,10 @@ class CDDSDisentangler(nn.Module):
         if not 0 <= alpha_f <= 1:
             raise ValueError(f'alpha_f must be in [0, 1] (1 − alpha_f weighs the x-semantic '
                              f'reconstruction), got {alpha_f}')
+        if correlation is not None and not use_distribution_sampling:
+            raise ValueError(f'use_distribution_sampling=False removes the column correlation '
+                             f'that correlation={correlation} configures; set correlation=None '
+                             'for the ablation, or keep distribution sampling')
         unet = dict(dim=dim, num_heads=num_heads, num_encoder_layers=num_encoder_layers,
                     num_decoder_layers=num_decoder_layers, num_perturbations=num_perturbations,
                     noise_std=noise_std, ffn_ratio=ffn_ratio, dropout=dropout)
