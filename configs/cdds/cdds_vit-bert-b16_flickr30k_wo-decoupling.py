@@ -7,12 +7,13 @@ _base_ = ['./cdds_vit-bert-b16_flickr30k.py']
 model = dict(
     disentangler=None,
     losses=dict(distribution_sampling=dict(
-        type='CDDSDistributionSamplingLoss', correlation=dict(mode='batch', init_sparsity=1.0),
+        type='CDDSDistributionSamplingLoss', correlation=dict(mode='batch', weighting='mask',
+                                                              init_sparsity=1.0),
         temperature=0.05, scoring='patch_word')))
 
 train_cfg = dict(
     phases=[
         dict(name='cdds_wo_decoupling', epochs={{_base_.num_epochs}}, lr=2e-4,
-             warmup_ratio=0.04, schedule='cosine', trainable=['backbone', 'losses'],
+             warmup_ratio=0.04, schedule='cosine', trainable=['backbone'],
              lr_mult={'backbone': 0.1}, loss_weights=dict(distribution_sampling=1.0)),
     ])

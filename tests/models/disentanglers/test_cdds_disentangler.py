@@ -118,7 +118,7 @@ def test_without_distribution_sampling_semantics_are_contrasted_directly():
 
 
 def test_gradients_reach_both_unets_and_the_sparsity():
-    model = build(noise_std=0.1, correlation=dict(init_sparsity=0.0))
+    model = build(noise_std=0.1, correlation=dict(weighting='shrinkage', init_sparsity=0.0))
     out = model(*inputs())
     sum(out['losses'].values()).backward()
     for unet in (model.image_unet, model.text_unet):

@@ -54,7 +54,8 @@ class CDDSDisentangler(nn.Module):
         ffn_ratio: MLP width over ``D``.
         dropout: dropout of the transformer layers.
         correlation: extra arguments of :class:`CDDSColumnCorrelation` (``mode`` ``'batch'`` /
-            ``'subset'`` / ``'dataset'``, ``init_sparsity``, ``subset_ratio``, ``min_variance``);
+            ``'subset'`` / ``'dataset'``, ``weighting`` ``'mask'`` / ``'shrinkage'``,
+            ``init_sparsity``, ``subset_ratio``, ``min_variance``);
             must be ``None`` without distribution sampling, which has no correlation.
         temperature: τ of the semantic consistency InfoNCE.
         scoring: image–caption score of ``L_s``, ``'patch_word'`` (paper) or ``'pooled'``.
