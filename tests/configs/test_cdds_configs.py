@@ -28,7 +28,8 @@ def test_the_paper_settings_and_studies_have_configs():
             'cdds_vit-bert-b16_flickr30k_corr-subset',
             'cdds_vit-bert-b16_flickr30k_corr-dataset', 'cdds_clip-vit-b16_flickr30k',
             'cdds_clip-vit-l14_flickr30k', 'cdds_vit-bert-b16-384_flickr30k',
-            'cdds_swin-bert-b_flickr30k', 'cdds_swin-bert-b-384_flickr30k'} <= names
+            'cdds_swin-bert-b_flickr30k', 'cdds_swin-bert-b-384_flickr30k',
+            'cdds_vit-bert-b16_mscoco-train2014'} <= names
     table3 = {name.removeprefix('cdds_vit-bert-b16_flickr30k_wo-') for name in names
               if name.startswith('cdds_vit-bert-b16_flickr30k_wo-')}
     assert table3 == {'semantic-consistency', 'modality-consistency', 'information-integrity',
@@ -126,6 +127,15 @@ def test_paper_image_towers_read_images_at_their_size(name, vision, size):
     assert cfg.model.backbone.vision == vision
     for loader in (cfg.train_dataloader, cfg.val_dataloader, cfg.test_dataloader):
         assert loader.dataset.transform.size == size
+
+
+def test_mscoco_trains_on_train2014_alone_or_on_train_and_restval():
+    alone = Config.fromfile(REPO / 'configs' / 'cdds' / 'cdds_vit-bert-b16_mscoco-train2014.py')
+    both = Config.fromfile(REPO / 'configs' / 'cdds' / 'cdds_vit-bert-b16_mscoco.py')
+    assert alone.train_dataloader.dataset.ann_file == 'annotations/coco_train2014.json'
+    assert both.train_dataloader.dataset.ann_file == 'annotations/coco_train.json'
+    assert alone.train_cfg.val_interval == 414113 // 64
+    assert alone.test_evaluator == both.test_evaluator
 
 
 def test_demo_config_trains_and_improves_r1_over_its_start(tmp_path: Path):
