@@ -12,8 +12,6 @@ train_cfg = dict(
              trainable=['backbone', 'disentangler'], lr_mult={'backbone': 0.1},
              loss_weights=dict(disentangler=1.0)),
     ])
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
 # The linear maps into the joint space are new layers: their own groups, at the full rate.
 optim_wrapper = dict(
     type='OptimWrapper',
