@@ -4,7 +4,7 @@
 # quarter epoch.
 _base_ = [
     '../_base_/models/cdds_clip-vit-b32.py',
-    '../_base_/datasets/mscoco_en.py',
+    '../_base_/evaluation/cdds_mscoco.py',
     '../_base_/schedules/cdds_clip-vit-b32_phases.py',
     '../_base_/default_runtime.py',
 ]

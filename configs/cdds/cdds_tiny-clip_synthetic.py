@@ -3,8 +3,11 @@
 #      embeddings (tower_itc), so that CDDS, as in the paper, decouples pretrained towers' tokens;
 #   2. cdds: the CDDS UNets train on the towers' patch and word tokens together with the towers
 #      (CDDS losses + InfoNCE on the pooled semantic components + tower_itc).
-# Retrieval always reads the mean-pooled semantic components: the "towers start/end" columns of
-# the phase report are the untrained UNets' semantic embeddings, "cdds end" the trained ones.
+# Retrieval always reads the semantic components: the "towers start/end" columns of the phase
+# report are the untrained UNets', "cdds end" the trained ones. Pairs are scored as the paper does,
+# by patch-word matching on every pair (bare keys; the best checkpoint's mAR), next to the cosine
+# of the mean-pooled tokens (pooled/...) and, in the test, the re-ranking of the cosine's 20 best
+# by patch-word matching (rerank/...).
 #   python tools/train.py configs/cdds/cdds_tiny-clip_synthetic.py
 _base_ = [
     '../_base_/models/cdds_tiny-clip.py',
@@ -19,9 +22,14 @@ train_dataloader = dict(
                  image_size=32, seed=0))
 val_dataloader = dict(dataset=dict(languages=['en']))
 test_dataloader = dict(dataset=dict(languages=['en']))
-val_evaluator = dict(type='RetrievalMetric', languages=['en'], source_language='en',
-                     mean_languages=['en'])
-test_evaluator = val_evaluator
+_metric = dict(type='RetrievalMetric', languages=['en'], source_language='en',
+               mean_languages=['en'], scoring='tokens')
+val_evaluator = [_metric, dict(_metric, scoring='embedding', prefix='pooled')]
+test_evaluator = [
+    _metric,
+    dict(_metric, scoring='tokens_rerank', rerank_candidates=20, prefix='rerank'),
+    dict(_metric, scoring='embedding', prefix='pooled'),
+]
 
 train_cfg = dict(
     type='PhasedTrainLoop',

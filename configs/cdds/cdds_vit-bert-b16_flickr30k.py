@@ -4,7 +4,7 @@
 # towers at 0.1 x (LAPS), cosine after one epoch of warm-up (xmr's choice).
 _base_ = [
     '../_base_/models/cdds_vit-bert-b16.py',
-    '../_base_/datasets/flickr30k_en.py',
+    '../_base_/evaluation/cdds_flickr30k.py',
     '../_base_/schedules/cdds_vit-bert-b16_phases.py',
     '../_base_/default_runtime.py',
 ]

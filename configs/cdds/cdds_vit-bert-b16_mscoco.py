@@ -3,7 +3,7 @@
 # cdds_vit-bert-b16_flickr30k.py; a checkpoint every quarter epoch.
 _base_ = [
     '../_base_/models/cdds_vit-bert-b16.py',
-    '../_base_/datasets/mscoco_en.py',
+    '../_base_/evaluation/cdds_mscoco.py',
     '../_base_/schedules/cdds_vit-bert-b16_phases.py',
     '../_base_/default_runtime.py',
 ]

@@ -23,8 +23,8 @@ val_dataloader = dict(dataset=dict(languages=eval_langs))
 test_dataloader = dict(dataset=dict(ann_file='annotations/multi30k_test.json',
                                     languages=eval_langs))
 val_evaluator = dict(type='RetrievalMetric', _delete_=True, languages=eval_langs,
-                     source_language='en')
-test_evaluator = val_evaluator
+                     source_language='en', scoring='tokens')
+test_evaluator = [val_evaluator, dict(val_evaluator, scoring='embedding', prefix='pooled')]
 
 # 25 epochs of the 87,000 pairs: 33,975 iterations.
 train_cfg = dict(val_interval=epoch)

@@ -5,7 +5,8 @@
 _base_ = ['./dual-encoder_vit-bert-b16_flickr30k.py']
 
 model = dict(losses=dict(distribution_sampling=dict(
-    type='CDDSDistributionSamplingLoss', correlation=dict(mode='batch', init_sparsity=1.0),
+    type='CDDSDistributionSamplingLoss', correlation=dict(mode='batch', weighting='mask',
+                                                              init_sparsity=1.0),
     temperature=0.05, scoring='patch_word')))
 
 train_cfg = dict(

@@ -3,7 +3,12 @@
 # (InfoNCE), same data and schedule.
 _base_ = ['./cdds_vit-bert-b16_flickr30k.py']
 
-model = dict(disentangler=None)
+model = dict(disentangler=None,
+             losses=dict(itc=dict(type='InfoNCELoss', temperature=0.05, learnable=True)),
+             retrieval_score='pooled')
+# The plain dual encoder retrieves by the cosine of its towers' embeddings.
+val_evaluator = dict(_base_.val_evaluator, scoring='embedding')
+test_evaluator = [val_evaluator]
 
 train_cfg = dict(
     phases=[

@@ -26,8 +26,14 @@ def test_the_paper_settings_and_studies_have_configs():
     assert 'cdds_vit-mbert-b16_multi30k-mt' in names
     assert {'dual-encoder_vit-bert-b16_flickr30k', 'dual-encoder-ds_vit-bert-b16_flickr30k',
             'cdds_vit-bert-b16_flickr30k_corr-subset',
-            'cdds_vit-bert-b16_flickr30k_corr-dataset'} <= names
-    assert sum(name.startswith('cdds_vit-bert-b16_flickr30k_wo-') for name in names) == 4
+            'cdds_vit-bert-b16_flickr30k_corr-dataset', 'cdds_clip-vit-b16_flickr30k',
+            'cdds_clip-vit-l14_flickr30k', 'cdds_vit-bert-b16-384_flickr30k',
+            'cdds_swin-bert-b_flickr30k', 'cdds_swin-bert-b-384_flickr30k',
+            'cdds_vit-bert-b16_mscoco-train2014'} <= names
+    table3 = {name.removeprefix('cdds_vit-bert-b16_flickr30k_wo-') for name in names
+              if name.startswith('cdds_vit-bert-b16_flickr30k_wo-')}
+    assert table3 == {'semantic-consistency', 'modality-consistency', 'information-integrity',
+                      'noise', 'decoupling', 'distribution-sampling'}
 
 
 @pytest.mark.parametrize('path', CONFIGS, ids=lambda p: p.stem)
@@ -55,14 +61,81 @@ def test_config_builds_its_model_and_the_model_accepts_its_phases(path: Path):
         assert cfg.train_dataloader.dataset.target_langs == ['de', 'fr', 'cs']
 
 
-@pytest.mark.parametrize('path', [p for p in CONFIGS if p.stem.startswith('cdds_vit')
-                                  or p.stem.startswith('cdds_clip')], ids=lambda p: p.stem)
+PAPER_CONFIGS = [p for p in CONFIGS if p.stem.startswith(('cdds_vit', 'cdds_clip', 'cdds_swin'))]
+
+
+@pytest.mark.parametrize('path', PAPER_CONFIGS, ids=lambda p: p.stem)
 def test_paper_config_trains_25_epochs_and_validates_every_epoch(path: Path):
     """The length is given in epochs (the loop counts the batches); the validation interval in
     iterations must be one epoch of the configured data at the configured batch."""
     cfg = Config.fromfile(path)
     assert [phase['epochs'] for phase in cfg.train_cfg.phases] == [25]
     assert cfg.train_cfg.val_interval == cfg.train_pairs // cfg.train_dataloader.batch_size
+
+
+@pytest.mark.parametrize('path', PAPER_CONFIGS, ids=lambda p: p.stem)
+def test_paper_configs_train_eq15_alone_and_retrieve_by_patch_word_matching(path: Path):
+    """Eq. 15 has no global InfoNCE: only the _itc variant adds one; only the w/o-decoupling
+    row, which has no UNets, trains the distribution-sampling term on the raw tokens."""
+    cfg = Config.fromfile(path)
+    weights = cfg.train_cfg.phases[0].loss_weights
+    expected = {'_itc': {'disentangler': 1.0, 'itc': 1.0},
+                '_wo-decoupling': {'distribution_sampling': 1.0}}
+    variant = next((key for key in expected if path.stem.endswith(key)), None)
+    assert weights == expected.get(variant, {'disentangler': 1.0})
+    assert set(cfg.model.losses) == {'_itc': {'itc'}, '_wo-decoupling':
+                                     {'distribution_sampling'}}.get(variant, set())
+    assert cfg.model.retrieval_score == 'patch_word'
+    evaluators = cfg.val_evaluator if isinstance(cfg.val_evaluator, list) else \
+        [cfg.val_evaluator]
+    assert [e.scoring for e in evaluators] == ['tokens']
+    assert 'embedding' in [e.scoring for e in cfg.test_evaluator]
+
+
+def test_table3_rows_remove_exactly_their_part():
+    build = lambda name: MODELS.build(dict(  # noqa: E731
+        Config.fromfile(REPO / 'configs' / 'cdds' / f'{name}.py').model.to_dict(),
+        backbone=tiny_backbone_cfg()))
+    full = build('cdds_vit-bert-b16_flickr30k')
+    unet = full.disentangler.image_unet
+    assert (unet.num_perturbations, unet.noise_std) == (4, 0.1)
+    no_noise = build('cdds_vit-bert-b16_flickr30k_wo-noise')
+    assert (no_noise.disentangler.text_unet.num_perturbations,
+            no_noise.disentangler.text_unet.noise_std) == (1, 0.0)
+    assert no_noise.disentangler.loss_names == full.disentangler.loss_names
+    no_decoupling = build('cdds_vit-bert-b16_flickr30k_wo-decoupling')
+    assert no_decoupling.disentangler is None
+    assert no_decoupling.loss_names() == {'distribution_sampling'}
+
+
+def test_an_ablation_with_a_switch_it_removes_fails_at_build_naming_both():
+    cfg = Config.fromfile(REPO / 'configs' / 'cdds' /
+                          'cdds_vit-bert-b16_flickr30k_corr-dataset.py')
+    cfg.merge_from_dict({'model.disentangler.use_distribution_sampling': False})
+    with pytest.raises(ValueError, match=r"use_distribution_sampling=False removes the column "
+                                         r"correlation that correlation=\{'mode': 'dataset'"):
+        MODELS.build(dict(cfg.model.to_dict(), backbone=tiny_backbone_cfg()))
+
+
+@pytest.mark.parametrize('name, vision, size', [
+    ('cdds_vit-bert-b16-384_flickr30k', 'vit_base_patch16_384.orig_in21k_ft_in1k', 384),
+    ('cdds_swin-bert-b_flickr30k', 'swin_base_patch4_window7_224.ms_in22k_ft_in1k', 224),
+    ('cdds_swin-bert-b-384_flickr30k', 'swin_base_patch4_window12_384.ms_in22k_ft_in1k', 384),
+])
+def test_paper_image_towers_read_images_at_their_size(name, vision, size):
+    cfg = Config.fromfile(REPO / 'configs' / 'cdds' / f'{name}.py')
+    assert cfg.model.backbone.vision == vision
+    for loader in (cfg.train_dataloader, cfg.val_dataloader, cfg.test_dataloader):
+        assert loader.dataset.transform.size == size
+
+
+def test_mscoco_trains_on_train2014_alone_or_on_train_and_restval():
+    alone = Config.fromfile(REPO / 'configs' / 'cdds' / 'cdds_vit-bert-b16_mscoco-train2014.py')
+    both = Config.fromfile(REPO / 'configs' / 'cdds' / 'cdds_vit-bert-b16_mscoco.py')
+    assert alone.train_dataloader.dataset.ann_file == 'annotations/coco_train2014.json'
+    assert both.train_dataloader.dataset.ann_file == 'annotations/coco_train.json'
+    assert alone.train_cfg.val_interval == 414113 // 64
+    assert alone.test_evaluator == both.test_evaluator
 
 
 def test_demo_config_trains_and_improves_r1_over_its_start(tmp_path: Path):

@@ -34,7 +34,8 @@ def _stand_in(loader: dict, root: Path) -> dict:
 
 
 def test_the_expected_files_exist():
-    assert {path.stem for path in CONFIGS} == {'mscoco_clft', 'xtd10_zeroshot'}
+    assert {path.stem for path in CONFIGS} == {'mscoco_clft', 'xtd10_zeroshot', 'cdds_flickr30k',
+                                               'cdds_mscoco'}
 
 
 @pytest.mark.parametrize('path', CONFIGS, ids=lambda p: p.stem)
@@ -54,7 +55,11 @@ def test_config_builds_its_evaluation_loops(path, tmp_path):
         evaluators = getattr(loop, 'evaluators', None) or [loop.evaluator]
         prefixes = [metric.prefix for evaluator in evaluators for metric in evaluator.metrics]
         assert len(set(prefixes)) == len(prefixes)
-    if path.stem == 'mscoco_clft':
+    if path.stem.startswith('cdds_'):
+        # CDDS scores by patch-word matching; the pooled cosine is reported beside it.
+        assert runner.val_loop.evaluator.metrics[0].scoring == 'tokens'
+        assert [m.scoring for m in runner.test_loop.evaluator.metrics][-1] == 'embedding'
+    elif path.stem == 'mscoco_clft':
         assert [m.prefix for e in runner.val_loop.evaluators for m in e.metrics] == [
             'coco_ja', 'cococn_zh']
         assert runner.test_loop.evaluators[0].metrics[0].protocol == 'coco_1k_5fold'

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from tests.conftest import tiny_backbone_cfg
 from tests.models.backbones.mclip_helpers import TOKENIZER_FILE, tiny_mclip_cfg
 from xmr.models.disentanglers.cdds import column_statistics
-from xmr.models.losses.cdds import CDDSDistributionSamplingLoss
+from xmr.models.losses.cdds import CDDSDistributionSamplingLoss, patch_word_similarity
 from xmr.registry import MODELS
 
 BATCH = dict(
@@ -134,6 +134,28 @@ def test_predict_embeds_semantic_components_only():
     torch.testing.assert_close(outputs[1]['caption_embeddings']['en'], captions[2:])
     with pytest.raises(KeyError, match=r"does not read language 'de'; languages: \['en'\]"):
         model.val_step(dict(batch, captions=[{'de': ['ein Kreis']}, {}]))
+
+
+def test_patch_word_retrieval_hands_the_semantic_tokens_and_the_score_to_the_metric():
+    model = build(disentangler=CDDS, retrieval_score='patch_word').eval()
+    batch = dict(media=BATCH['media'][:2], media_id=['a', 'b'],
+                 captions=[{'en': ['a red circle', 'red circle']}, {'en': ['a blue square']}])
+    outputs = model.val_step(batch)
+    data = model.data_preprocessor(batch, False)
+    image = model.backbone.encode_image_tokens(data['media'])
+    semantic = model.disentangler.encode_image(image.tokens, image.mask)
+    tokens, _ = data['caption_tokens']['en']
+    text = model.backbone.encode_text_tokens(tokens)
+    words = model.disentangler.encode_text(text.tokens, text.mask)
+    torch.testing.assert_close(outputs[1]['media_tokens'], semantic[1][image.mask[1]])
+    second_caption = outputs[0]['caption_tokens']['en'][1]
+    assert second_caption.shape[0] == int(text.mask[1].sum()) < text.mask.shape[1]
+    torch.testing.assert_close(second_caption, words[1][text.mask[1]])
+    assert [len(o['caption_tokens']['en']) for o in outputs] == [2, 1]
+    assert outputs[0]['token_score'] is patch_word_similarity
+    assert 'media_tokens' not in build(disentangler=CDDS).eval().val_step(batch)[0]
+    with pytest.raises(ValueError, match=r"retrieval_score 'words' is not one of"):
+        build(retrieval_score='words')
 
 
 def test_cross_lingual_setting_trains_on_the_target_captions():

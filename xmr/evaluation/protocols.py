@@ -34,6 +34,7 @@ from torch import Tensor
 
 from xmr.evaluation.ranking import average_recall, rank_summary, ranks_from_topk, recall_sum
 from xmr.evaluation.search import INDEX_TYPES, FaissSearcher, exact_ranks
+from xmr.evaluation.token_scoring import TokenScoring, TokenSet, token_ranks
 
 __all__ = [
     'Protocol', 'PROTOCOLS', 'DIRECTIONS', 'I2T_MODES', 'FewShotSplit', 'LanguageGallery',
@@ -133,11 +134,15 @@ class LanguageGallery:
         media: ``[M, E]`` media embeddings.
         captions: ``[C, E]`` caption embeddings.
         caption_media: ``[C]`` int64 row of each caption's media in ``media``.
+        media_tokens: the ``M`` media's token sequences, for a model's token score.
+        caption_tokens: the ``C`` captions' token sequences.
     """
 
     media: Tensor
     captions: Tensor
     caption_media: Tensor
+    media_tokens: TokenSet | None = None
+    caption_tokens: TokenSet | None = None
 
     def __post_init__(self) -> None:
         if self.media.dim() != 2 or self.captions.dim() != 2:
@@ -153,6 +158,14 @@ class LanguageGallery:
                 0 <= int(self.caption_media.min()) and
                 int(self.caption_media.max()) < self.media.shape[0]):
             raise ValueError(f'caption_media must index the {self.media.shape[0]} media rows.')
+        if (self.media_tokens is None) != (self.caption_tokens is None):
+            raise ValueError('a gallery has token sets for both media and captions or for none.')
+        if self.media_tokens is not None and (
+                len(self.media_tokens), len(self.caption_tokens)) != (
+                self.media.shape[0], self.captions.shape[0]):
+            raise ValueError(f'token sets of {len(self.media_tokens)} media and '
+                             f'{len(self.caption_tokens)} captions for a gallery of '
+                             f'{self.media.shape[0]} and {self.captions.shape[0]}.')
 
     def restrict(self, media_indices: Tensor) -> LanguageGallery:
         """The gallery of the given media that have at least one caption, captions re-indexed.
@@ -167,8 +180,12 @@ class LanguageGallery:
         new_row[kept] = torch.arange(kept.numel())
         caption_rows = new_row[self.caption_media]
         keep_caption = caption_rows >= 0
+        if self.media_tokens is None:
+            return LanguageGallery(self.media[kept], self.captions[keep_caption],
+                                   caption_rows[keep_caption])
         return LanguageGallery(self.media[kept], self.captions[keep_caption],
-                               caption_rows[keep_caption])
+                               caption_rows[keep_caption], self.media_tokens.select(kept),
+                               self.caption_tokens.select(keep_caption.nonzero().flatten()))
 
 
 def protocol_galleries(protocol: str, num_media: int, gallery_size: int | None = None,
@@ -212,7 +229,8 @@ def protocol_galleries(protocol: str, num_media: int, gallery_size: int | None =
 
 def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRECTIONS,
                       recall_ks: Sequence[int] = (1, 5, 10), i2t_mode: str = 'standard',
-                      search: Mapping[str, Any] | None = None) -> dict[str, float]:
+                      search: Mapping[str, Any] | None = None,
+                      token_scoring: TokenScoring | None = None) -> dict[str, float]:
     """R@K, MdR, MnR of each direction (and AR, rSum with both) for one language and gallery.
 
     Args:
@@ -224,6 +242,9 @@ def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRE
         search: ``dict(index='flat' | 'ivf' | 'hnsw', chunk_size=..., **faiss options)``.
             ``'flat'`` (default) computes exact ranks by chunked inner products; an approximate
             index ranks within its top-k lists, so MdR and MnR are left out.
+        token_scoring: rank with the model's token score instead of the embeddings' cosine
+            (:mod:`xmr.evaluation.token_scoring`; the gallery must hold token sets); its
+            ``'tokens_rerank'`` mode ranks within the shortlists, so MdR and MnR are left out.
 
     Returns:
         ``{'t2i_R@1': ..., 't2i_MdR': ..., 'i2t_R@1': ..., 'AR': ..., 'rSum': ...}``, recalls in
@@ -238,7 +259,15 @@ def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRE
     if index not in INDEX_TYPES:
         raise ValueError(f"search index must be one of {INDEX_TYPES}, got '{index}'.")
     exact = index == 'flat'
-    if exact and options:
+    if token_scoring is not None:
+        if gallery.media_tokens is None:
+            raise ValueError('token scoring needs the token sets of the media and captions; the '
+                             'model emitted none.')
+        if index != 'flat' or options:
+            raise ValueError("token scoring ranks exactly or re-ranks its own shortlist; the "
+                             f"search options {dict(search)} do not apply to it.")
+        exact = token_scoring.mode == 'tokens'
+    elif exact and options:
         raise ValueError(f'search options {sorted(options)} only apply to the approximate '
                          "indexes 'ivf' and 'hnsw'; index='flat' takes chunk_size alone.")
     num_media = gallery.media.shape[0]
@@ -253,7 +282,11 @@ def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRE
             queries, targets = gallery.media, gallery.captions
             query_group, gallery_group = media_rows, gallery.caption_media
         direction_grouped = grouped and direction == 'i2t'
-        if exact:
+        if token_scoring is not None:
+            ranks = token_ranks(token_scoring, direction, gallery.media_tokens,
+                                gallery.caption_tokens, gallery.media, gallery.captions,
+                                gallery.caption_media, grouped=direction_grouped)
+        elif exact:
             ranks = exact_ranks(queries, targets, query_group, gallery_group,
                                 grouped=direction_grouped, num_groups=num_media,
                                 chunk_size=chunk_size)

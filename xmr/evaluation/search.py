@@ -7,7 +7,7 @@ and the full ``[Q, G]`` matrix of a 10k × 1M evaluation never exists.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import faiss
 import numpy as np
@@ -16,7 +16,7 @@ from torch import Tensor
 
 from xmr.evaluation.ranking import group_max_scores, positive_pairs, ranks_from_pairs
 
-__all__ = ['FaissSearcher', 'exact_ranks', 'default_chunk_size', 'INDEX_TYPES']
+__all__ = ['FaissSearcher', 'exact_ranks', 'blockwise_ranks', 'default_chunk_size', 'INDEX_TYPES']
 
 INDEX_TYPES = ('flat', 'ivf', 'hnsw')
 
@@ -35,9 +35,8 @@ def exact_ranks(queries: Tensor, gallery: Tensor, query_group: Tensor, gallery_g
     """Exact ranks by inner product, computed chunk of queries by chunk of queries.
 
     Each chunk's ``[q, G]`` block is ranked like :func:`~xmr.evaluation.ranking.ranks_from_scores`
-    (or its grouped form) ranks the full matrix, ties counting against the query: the best
-    positive score and the scores it is compared with come out of the same block product. The
-    positive pairs are found once for all chunks.
+    (or its grouped form) ranks the full matrix, ties counting against the query (see
+    :func:`blockwise_ranks`).
 
     Args:
         queries: ``[Q, E]`` query embeddings.
@@ -56,6 +55,37 @@ def exact_ranks(queries: Tensor, gallery: Tensor, query_group: Tensor, gallery_g
         raise ValueError(f'need query_group [{queries.shape[0]}] and gallery_group '
                          f'[{gallery.shape[0]}], got {tuple(query_group.shape)} and '
                          f'{tuple(gallery_group.shape)}.')
+    gallery = gallery.float()
+
+    def block(start: int, stop: int) -> Tensor:
+        # [G, q] then a transposed view: with few queries and a long gallery, MKL runs this
+        # product about 1.5x faster than [q, E] @ [E, G].
+        return (gallery @ queries[start:stop].float().T).T
+
+    return blockwise_ranks(block, query_group, gallery_group, grouped=grouped,
+                           num_groups=num_groups, chunk_size=chunk_size)
+
+
+def blockwise_ranks(block_scores: Callable[[int, int], Tensor], query_group: Tensor,
+                    gallery_group: Tensor, grouped: bool = False, num_groups: int | None = None,
+                    chunk_size: int | None = None) -> Tensor:
+    """Exact ranks from score blocks of consecutive queries, whatever computes the scores.
+
+    The best positive score and the scores it is compared with come out of the same block, so
+    the ranks equal those of the full matrix; the positive pairs are found once for all blocks.
+
+    Args:
+        block_scores: ``block_scores(start, stop)`` -> ``[stop - start, G]`` scores of queries
+            ``start:stop`` against the whole gallery.
+        query_group: ``[Q]`` group of each query.
+        gallery_group: ``[G]`` group of each gallery item.
+        grouped: rank groups of gallery items, each scored by its best item.
+        num_groups: number of gallery groups; required when ``grouped``.
+        chunk_size: queries per block; ``None`` keeps each block near 256 MiB.
+
+    Returns:
+        ``[Q]`` int64 ranks, 1-based.
+    """
     if grouped and num_groups is None:
         raise ValueError('exact_ranks(grouped=True) needs num_groups.')
     if chunk_size is not None and chunk_size < 1:
@@ -63,16 +93,13 @@ def exact_ranks(queries: Tensor, gallery: Tensor, query_group: Tensor, gallery_g
     if grouped:
         # Ranked over groups: the gallery of every block is the groups 0..num_groups-1.
         rows, cols = positive_pairs(query_group, torch.arange(num_groups))
-        chunk = chunk_size or default_chunk_size(max(gallery.shape[0], num_groups))
+        chunk = chunk_size or default_chunk_size(max(gallery_group.shape[0], num_groups))
     else:
         rows, cols = positive_pairs(query_group, gallery_group)
-        chunk = chunk_size or default_chunk_size(gallery.shape[0])
-    gallery = gallery.float()
+        chunk = chunk_size or default_chunk_size(gallery_group.shape[0])
     ranks = []
-    for start in range(0, queries.shape[0], chunk):
-        # [G, q] then a transposed view: with few queries and a long gallery, MKL runs this
-        # product about 1.5x faster than [q, E] @ [E, G].
-        block = (gallery @ queries[start:start + chunk].float().T).T
+    for start in range(0, query_group.shape[0], chunk):
+        block = block_scores(start, min(start + chunk, query_group.shape[0]))
         if grouped:
             block = group_max_scores(block, gallery_group, num_groups)
         # rows is sorted, so this chunk's pairs are one contiguous run.

@@ -34,6 +34,7 @@ from xmr.models.backbones.base import TokenOutput
 from xmr.models.base import RankMeanLogModel
 from xmr.models.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
 from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.losses.cdds import patch_word_similarity
 from xmr.models.phase_weights import checked_loss_weights
 from xmr.registry import DISENTANGLERS, MODELS
 
@@ -47,6 +48,9 @@ DUAL_ENCODER_LOSSES = {
 DISENTANGLER_LOSS = 'disentangler'
 #: Which captions of a training pair the text tower reads.
 TRAIN_TEXTS = ('source', 'target')
+#: How retrieval scores a pair: the cosine of the retrieval embeddings, or the patch–word
+#: matching of the retrieval tokens (CDDS §3.5), which ``predict`` then hands to the metric.
+RETRIEVAL_SCORES = ('pooled', 'patch_word')
 
 
 @MODELS.register_module()
@@ -70,6 +74,10 @@ class DualEncoderRetriever(RankMeanLogModel):
         languages: caption languages the text tower reads; ``predict`` refuses others.
         source_language: language of the pairs' source captions.
         train_text: ``'source'`` or ``'target'`` captions of each training pair.
+        retrieval_score: ``'pooled'`` (the cosine of the retrieval embeddings) or
+            ``'patch_word'`` (``predict`` also emits each item's retrieval tokens, the semantic
+            components with CDDS, and :func:`~xmr.models.losses.cdds.patch_word_similarity`,
+            for ``RetrievalMetric(scoring='tokens' | 'tokens_rerank')``).
         data_preprocessor: config of the preprocessor (default ``RetrievalDataPreprocessor``).
         init_cfg: MMEngine init config.
     """
@@ -77,12 +85,15 @@ class DualEncoderRetriever(RankMeanLogModel):
     def __init__(self, backbone: dict, disentangler: dict | None = None,
                  losses: Mapping[str, dict] | None = None,
                  languages: Sequence[str] = ('en',), source_language: str = 'en',
-                 train_text: str = 'source', data_preprocessor: dict | None = None,
-                 init_cfg: dict | None = None) -> None:
+                 train_text: str = 'source', retrieval_score: str = 'pooled',
+                 data_preprocessor: dict | None = None, init_cfg: dict | None = None) -> None:
         preprocessor = MODELS.build(data_preprocessor or dict(type='RetrievalDataPreprocessor'))
         super().__init__(data_preprocessor=preprocessor, init_cfg=init_cfg)
         if train_text not in TRAIN_TEXTS:
             raise ValueError(f"train_text '{train_text}' is not one of {TRAIN_TEXTS}")
+        if retrieval_score not in RETRIEVAL_SCORES:
+            raise ValueError(f"retrieval_score '{retrieval_score}' is not one of "
+                             f'{RETRIEVAL_SCORES}')
         if not languages:
             raise ValueError('the dual encoder needs at least one caption language')
         if train_text == 'source' and source_language not in languages:
@@ -94,6 +105,7 @@ class DualEncoderRetriever(RankMeanLogModel):
                             'with token-level encoders')
         self.languages = normalize_languages(list(languages), 'DualEncoderRetriever languages')
         self.source_language, self.train_text = source_language, train_text
+        self.retrieval_score = retrieval_score
         self.disentangler = None
         if disentangler is not None:
             self.disentangler = DISENTANGLERS.build(
@@ -154,20 +166,33 @@ class DualEncoderRetriever(RankMeanLogModel):
         with torch.set_grad_enabled(self._tower_grad()):
             return self.backbone.encode_text_tokens(tokens)
 
+    def retrieval_tokens(self, out: TokenOutput, modality: str) -> tuple[torch.Tensor,
+                                                                          torch.Tensor]:
+        """The tokens retrieval matches and the embedding it compares, from a tower's output.
+
+        Args:
+            out: a tower's :class:`TokenOutput` (tokens ``[B, N, E]``).
+            modality: ``'image'`` or ``'text'``.
+
+        Returns:
+            ``tokens [B, N, E]`` (semantic components with CDDS, else the tower's tokens) and
+            ``embedding [B, E]`` (their pooling with CDDS, else the tower's own embedding).
+        """
+        if self.disentangler is None:
+            return out.tokens, out.pooled
+        encode = self.disentangler.encode_image if modality == 'image' \
+            else self.disentangler.encode_text
+        semantic = encode(out.tokens, out.mask)
+        return semantic, self.disentangler.pool(semantic, out.mask)
+
     def embed_media(self, media: torch.Tensor) -> torch.Tensor:
         """Retrieval embeddings ``[B, E]``: pooled semantic components with CDDS, else the
         image tower's own embedding."""
-        out = self.encode_media_tokens(media)
-        if self.disentangler is None:
-            return out.pooled
-        return self.disentangler.embed_image(out.tokens, out.mask)
+        return self.retrieval_tokens(self.encode_media_tokens(media), 'image')[1]
 
     def embed_text(self, tokens: TokenBatch) -> torch.Tensor:
         """Retrieval embeddings ``[B, E]`` of captions (semantic components with CDDS)."""
-        out = self.encode_text_tokens(tokens)
-        if self.disentangler is None:
-            return out.pooled
-        return self.disentangler.embed_text(out.tokens, out.mask)
+        return self.retrieval_tokens(self.encode_text_tokens(tokens), 'text')[1]
 
     # ----------------------------------------------------------------------------- modes
     def forward(self, mode: str = 'tensor', **batch: Any) -> Any:
@@ -239,25 +264,40 @@ class DualEncoderRetriever(RankMeanLogModel):
         Returns:
             One dict per item: ``media_id``, its dataset ``index`` when given,
             ``media_embedding`` ``[E]`` and ``caption_embeddings`` ``{lang: [n, E]}``, all
-            L2-normalised float32 on CPU.
+            L2-normalised float32 on CPU; with ``retrieval_score='patch_word'`` also
+            ``media_tokens`` ``[P, E]`` and ``caption_tokens`` ``{lang: [[W, E], ...]}``
+            (the real retrieval tokens, float32 on CPU) and ``token_score``.
         """
         if media is None:
             raise ValueError("predict needs the gallery's 'media'")
-        embeddings = F.normalize(self.embed_media(media).float(), dim=-1).cpu()
+        image = self.encode_media_tokens(media)
+        image_tokens, image_embeddings = self.retrieval_tokens(image, 'image')
+        embeddings = F.normalize(image_embeddings.float(), dim=-1).cpu()
         outputs = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
                         media_embedding=embeddings[i], caption_embeddings={})
                    for i in range(embeddings.shape[0])]
         if indices is not None:
             for out, index in zip(outputs, indices):
                 out['index'] = int(index)
+        with_tokens = self.retrieval_score == 'patch_word'
+        if with_tokens:
+            for out, sequence in zip(outputs, _real_tokens(image_tokens, image.mask)):
+                out.update(media_tokens=sequence, caption_tokens={},
+                           token_score=patch_word_similarity)
         for lang, (tokens, owner) in (caption_tokens or {}).items():
             if lang not in self.languages:
                 raise KeyError(f"the model does not read language '{lang}'; languages: "
                                f'{self.languages}')
-            captions = F.normalize(self.embed_text(tokens).float(), dim=-1).cpu()
+            text = self.encode_text_tokens(tokens)
+            word_tokens, caption_embeddings = self.retrieval_tokens(text, 'text')
+            captions = F.normalize(caption_embeddings.float(), dim=-1).cpu()
             owner = owner.cpu()
+            sequences = _real_tokens(word_tokens, text.mask) if with_tokens else None
             for row, out in enumerate(outputs):
                 out['caption_embeddings'][lang] = captions[owner == row]
+                if with_tokens:
+                    out['caption_tokens'][lang] = [sequences[i]
+                                                   for i in (owner == row).nonzero().flatten()]
         return outputs
 
     # ----------------------------------------------------------------------------- correlation
@@ -306,3 +346,9 @@ class DualEncoderRetriever(RankMeanLogModel):
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         check_checkpoint_facts(state, self.get_extra_state())
+
+
+def _real_tokens(tokens: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+    """Each sample's real tokens, ``[B, N, E]`` -> ``B`` tensors ``[N_b, E]`` (float32, CPU)."""
+    tokens, mask = tokens.float().cpu(), mask.cpu()
+    return [tokens[b][mask[b]] for b in range(tokens.shape[0])]

@@ -13,7 +13,7 @@ model = dict(
     disentangler=dict(
         type='CDDSDisentangler', num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
         num_perturbations=2, noise_std=0.1, ffn_ratio=2.0,
-        correlation=dict(mode='batch', init_sparsity=1.0),
+        correlation=dict(mode='batch', weighting='shrinkage', init_sparsity=1.0),
         temperature=0.05, scoring='patch_word', pooling='mean',
         alpha_s=1.0, alpha_m=1.0, alpha_f=0.5),
     # tower_itc trains the towers from random weights on their own pooled embeddings (the demo's
@@ -22,4 +22,6 @@ model = dict(
                 tower_itc=dict(type='InfoNCELoss', temperature=0.05, learnable=True)),
     languages=['en'],
     train_text='source',
+    # The paper's retrieval (§3.5): patch-word matching of the semantic components.
+    retrieval_score='patch_word',
 )

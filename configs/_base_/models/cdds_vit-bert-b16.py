@@ -10,11 +10,14 @@ model = dict(
                                  max_length=64)),
     disentangler=dict(
         type='CDDSDisentangler', num_heads=8, num_encoder_layers=2, num_decoder_layers=2,
-        num_perturbations=4, noise_std=0.1, ffn_ratio=4.0, dropout=0.0,
-        correlation=dict(mode='batch', init_sparsity=1.0),
+        num_perturbations=4, noise_std=0.1, ffn_ratio=4.0, dropout=0.0, hidden_dim=1024,
+        correlation=dict(mode='batch', weighting='mask', init_sparsity=1.0),
         temperature=0.05, scoring='patch_word', pooling='mean',
         alpha_s=1.0, alpha_m=1.0, alpha_f=0.5),
-    losses=dict(itc=dict(type='InfoNCELoss', temperature=0.05, learnable=True)),
+    # The paper's objective (Eq. 15): the CDDS terms alone, no global InfoNCE (the _itc variant
+    # adds one); retrieval by patch-word matching of the semantic components (§3.5).
+    losses=dict(),
     languages=['en'],
     train_text='source',
+    retrieval_score='patch_word',
 )

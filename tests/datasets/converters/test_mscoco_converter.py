@@ -57,6 +57,9 @@ def test_karpathy_splits_folds_and_languages(coco):
     train = outputs['coco_train']
     assert [r.media_id for r in train.items] == [_name(i)[:-4] for i in range(1, 7)]
     assert train.items[0].media_path == f'train2014/{_name(1)}'
+    # train2014 alone: Karpathy's 'train' label without restval.
+    assert [r.media_id for r in outputs['coco_train2014'].items] == [
+        _name(i)[:-4] for i in range(1, 5)]
     assert train.languages == ['en', 'ja'] and len(train.items[3].captions['en']) == 5
     # STAIR captions are matched by COCO id; line breaks are folded, ends stripped.
     assert train.items[0].captions['ja'][0] == '改行を 含む説明'

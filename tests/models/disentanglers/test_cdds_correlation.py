@@ -9,6 +9,7 @@ from xmr.models.disentanglers.cdds import (
     CDDSColumnCorrelation,
     column_statistics,
     gaussian_from_statistics,
+    masked_correlation,
     soft_threshold,
     symmetric_gaussian_kl,
 )
@@ -82,6 +83,36 @@ def test_soft_threshold_keeps_the_largest_and_sparsity_moves_the_count():
         counts.append(int(kept.sum()))
     assert counts == sorted(counts, reverse=True)
     assert counts[0] > counts[-1] == 6  # a row left empty keeps its largest entry
+
+
+def test_mask_times_correlation_by_hand():
+    row = torch.tensor([[0.5, 0.3, 0.1, 0.1]])
+    # λ = 0: τ = 0.25, mask (1, 1, 0, 0), weights ∝ (0.5, 0.3) -> (5/8, 3/8).
+    torch.testing.assert_close(masked_correlation(row, torch.tensor(0.0)),
+                               torch.tensor([[5 / 8, 3 / 8, 0.0, 0.0]]))
+    # λ = -2: τ < 0.1, every entry passes and the weights are the conditionals themselves.
+    torch.testing.assert_close(masked_correlation(row, torch.tensor(-2.0)), row)
+    # λ = 5: nothing passes, the largest entry is kept alone.
+    torch.testing.assert_close(masked_correlation(row, torch.tensor(5.0)),
+                               torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+
+
+def test_the_mask_weighting_is_the_default_and_its_sparsity_a_fixed_buffer():
+    image, image_mask, text, text_mask = batch()
+    masked = CDDSColumnCorrelation(D, D, init_sparsity=0.5)
+    assert 'sparsity' in dict(masked.named_buffers()) and not list(masked.parameters())
+    shrinkage = CDDSColumnCorrelation(D, D, weighting='shrinkage', init_sparsity=0.5)
+    assert [name for name, _ in shrinkage.named_parameters()] == ['sparsity']
+    shrinkage.load_state_dict(masked.state_dict())
+    mask_weights = masked(image, image_mask, text, text_mask)
+    shrunk_weights = shrinkage(image, image_mask, text, text_mask)
+    conditional = mask_weights.correlation / mask_weights.correlation.sum(1, keepdim=True)
+    torch.testing.assert_close(mask_weights.image_from_text,
+                               masked_correlation(conditional, torch.tensor(0.5)))
+    torch.testing.assert_close(shrunk_weights.image_from_text,
+                               soft_threshold(conditional, torch.tensor(0.5)))
+    with pytest.raises(ValueError, match="weighting 'hard' is not one of"):
+        CDDSColumnCorrelation(D, D, weighting='hard')
 
 
 def test_sparsity_gets_a_gradient():

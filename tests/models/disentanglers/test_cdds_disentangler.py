@@ -118,7 +118,7 @@ def test_without_distribution_sampling_semantics_are_contrasted_directly():
 
 
 def test_gradients_reach_both_unets_and_the_sparsity():
-    model = build(noise_std=0.1, correlation=dict(init_sparsity=0.0))
+    model = build(noise_std=0.1, correlation=dict(weighting='shrinkage', init_sparsity=0.0))
     out = model(*inputs())
     sum(out['losses'].values()).backward()
     for unet in (model.image_unet, model.text_unet):
@@ -159,6 +159,9 @@ def test_bad_arguments_are_named():
         build(alpha_f=1.5)
     with pytest.raises(ValueError, match="pooling 'cls'"):
         build(pooling='cls')
+    with pytest.raises(ValueError, match=r"use_distribution_sampling=False removes the column "
+                                         r"correlation that correlation=\{'mode': 'dataset'\}"):
+        build(use_distribution_sampling=False, correlation=dict(mode='dataset'))
     patches, patch_mask, words, word_mask = inputs()
     with pytest.raises(ValueError, match='paired batches, got 4 images and 3 captions'):
         build()(patches, patch_mask, words[:3], word_mask[:3])

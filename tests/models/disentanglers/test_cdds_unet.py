@@ -107,10 +107,36 @@ def test_gradients_reach_every_part():
         assert sum(p.grad.abs().sum() for p in part.parameters()) > 0
 
 
+def test_lifted_unet_works_at_the_hidden_width_and_returns_the_token_width():
+    plain = make_unet()
+    assert isinstance(plain.lift, torch.nn.Identity)
+    assert isinstance(plain.semantic_decoder.out, torch.nn.Identity)
+    unet = make_unet(hidden_dim=2 * D, num_decoder_layers=3).eval()
+    assert unet.encoder[0].linear1.in_features == 2 * D
+    tokens, mask = tokens_and_mask(P, {0: 3})
+    captured = []
+    unet.semantic_decoder.fuse[2].register_forward_hook(
+        lambda module, inputs, output: captured.append(inputs[0][..., 2 * D:]))
+    output = unet(tokens, mask)
+    assert output.semantic.shape == output.modality.shape == (B, P, D)
+    # The input level's skip is the lifted input, at the hidden width.
+    torch.testing.assert_close(captured[0], unet.lift(tokens))
+    # Each path ends in its own map back to D: the semantic output is that map of the last fuse.
+    fused = []
+    unet.semantic_decoder.fuse[2].register_forward_hook(
+        lambda module, inputs, output: fused.append(output))
+    again = unet(tokens, mask)
+    torch.testing.assert_close(again.semantic,
+                               unet.semantic_decoder.out(fused[0]) * mask[..., None].float())
+    with pytest.raises(ValueError, match='hidden_dim 8 must lift the tokens: at least their '
+                                         'width 16'):
+        make_unet(hidden_dim=8)
+
+
 def test_bad_configuration_and_input_are_named():
     with pytest.raises(ValueError, match='num_decoder_layers 4'):
         DualPathUNet(D, num_heads=2, num_encoder_layers=2, num_decoder_layers=4)
-    with pytest.raises(ValueError, match='not divisible'):
+    with pytest.raises(ValueError, match='width 16 is not divisible by num_heads 3'):
         DualPathUNet(D, num_heads=3)
     unet = make_unet()
     tokens, mask = tokens_and_mask(P, {1: 0})

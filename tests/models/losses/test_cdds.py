@@ -156,8 +156,8 @@ def test_distribution_sampling_plug_in_loss():
     words = torch.randn(B, W, D, generator=generator, requires_grad=True)
     patch_mask, word_mask = masks({0: 5}, {2: 3})
     plug_in = MODELS.build(dict(type='CDDSDistributionSamplingLoss', dim=D,
-                                correlation=dict(init_sparsity=0.5), temperature=0.1,
-                                loss_weight=2.0))
+                                correlation=dict(weighting='shrinkage', init_sparsity=0.5),
+                                temperature=0.1, loss_weight=2.0))
     assert isinstance(plug_in, CDDSDistributionSamplingLoss)
     loss = plug_in(patches, patch_mask, words, word_mask)
 

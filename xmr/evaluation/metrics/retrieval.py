@@ -20,6 +20,7 @@ from xmr.evaluation.protocols import (
     protocol_galleries,
 )
 from xmr.evaluation.search import INDEX_TYPES
+from xmr.evaluation.token_scoring import TOKEN_SCORING_MODES, TokenScoring, TokenSet
 from xmr.registry import METRICS
 
 __all__ = ['RetrievalMetric']
@@ -35,7 +36,11 @@ class RetrievalMetric(BaseMetric):
     ``process`` receives the model's ``val_step`` output: one dict per gallery item,
     ``{'media_id': str, 'media_embedding': Tensor [E], 'caption_embeddings': {lang: Tensor
     [n, E]}}`` (L2-normalised; ``n`` may be 0 or the language absent; an optional int ``index``
-    orders the media). ``compute_metrics`` deduplicates media by ``media_id`` (keeping the first:
+    orders the media). A model that scores pairs from their tokens (CDDS) adds ``media_tokens``
+    ``[P, D]`` and ``caption_tokens`` ``{lang: [[W, D], ...]}`` (real tokens only) and its score
+    function ``token_score`` (:data:`~xmr.evaluation.token_scoring.TokenScore`), which
+    ``scoring='tokens'`` or ``'tokens_rerank'`` ranks with. ``compute_metrics`` deduplicates
+    media by ``media_id`` (keeping the first:
     a distributed sampler pads with repeated items), then scores each language under the
     protocol (see :mod:`xmr.evaluation.protocols` and ``docs/evaluation.md``).
 
@@ -73,6 +78,12 @@ class RetrievalMetric(BaseMetric):
         folds: folds ``coco_1k_5fold`` averages; ``None`` = all, ``(0,)`` = the DASD code's.
         fewshot_shots: train/val size of the ``xtd10_fewshot`` split (test = the rest).
         fewshot_seed: generator seed of the ``xtd10_fewshot`` split.
+        scoring: ``'embedding'`` (cosine of the embeddings, default), ``'tokens'`` (the model's
+            token score on every query × gallery pair, in bounded blocks) or
+            ``'tokens_rerank'`` (the token score re-orders the ``rerank_candidates`` best
+            items by cosine; recalls only, exact up to R@``rerank_candidates``).
+        rerank_candidates: shortlist length of ``'tokens_rerank'``.
+        scoring_device: where token blocks are scored; ``None`` = CUDA when available.
         collect_device: ``'cpu'`` or ``'gpu'``, where ranks gather results.
         prefix: MMEngine's key prefix, e.g. the dataset name when several sets are evaluated.
         collect_dir: MMEngine's directory for gathering results on ``'cpu'``.
@@ -87,7 +98,9 @@ class RetrievalMetric(BaseMetric):
                  i2t_mode: str = 'standard', directions: Sequence[str] | None = None,
                  search: Mapping[str, Any] | None = None, gallery_size: int | None = None,
                  num_folds: int = 5, folds: Sequence[int] | None = None,
-                 fewshot_shots: int = 50, fewshot_seed: int = 42, collect_device: str = 'cpu',
+                 fewshot_shots: int = 50, fewshot_seed: int = 42, scoring: str = 'embedding',
+                 rerank_candidates: int = 100, scoring_device: str | None = None,
+                 collect_device: str = 'cpu',
                  prefix: str | None = None, collect_dir: str | None = None) -> None:
         super().__init__(collect_device=collect_device, prefix=prefix, collect_dir=collect_dir)
         if protocol not in PROTOCOLS:
@@ -123,6 +136,16 @@ class RetrievalMetric(BaseMetric):
         self.folds = tuple(folds) if folds is not None else None
         self.fewshot_shots = fewshot_shots
         self.fewshot_seed = fewshot_seed
+        if scoring not in ('embedding', *TOKEN_SCORING_MODES):
+            raise ValueError(f"scoring must be 'embedding' or one of {TOKEN_SCORING_MODES}, got "
+                             f"'{scoring}'.")
+        if scoring != 'embedding' and self.search:
+            raise ValueError(f"scoring='{scoring}' ranks with the model's token score; search "
+                             f'{self.search} applies to scoring=\'embedding\' only.')
+        if rerank_candidates < 1:
+            raise ValueError(f'rerank_candidates must be positive, got {rerank_candidates}.')
+        self.scoring, self.rerank_candidates = scoring, rerank_candidates
+        self.scoring_device = scoring_device
 
     def process(self, data_batch: Any, data_samples: Sequence[Mapping[str, Any]]) -> None:
         """Keep each gallery item's embeddings as compact CPU float32 tensors.
@@ -135,7 +158,7 @@ class RetrievalMetric(BaseMetric):
             self.results.extend({'skipped_media': str(path)}
                                 for path in data_batch.get('skipped_media', ()))
         for sample in data_samples:
-            self.results.append(_checked_item(sample))
+            self.results.append(_checked_item(sample, with_tokens=self.scoring != 'embedding'))
 
     def compute_metrics(self, results: list) -> dict[str, float]:
         """Score every language under the protocol.
@@ -161,14 +184,16 @@ class RetrievalMetric(BaseMetric):
         galleries = protocol_galleries(
             self.protocol, len(items), gallery_size=self.gallery_size, num_folds=self.num_folds,
             folds=self.folds, shots=self.fewshot_shots, split_seed=self.fewshot_seed)
+        token_scoring = self._token_scoring(items)
         per_language = {}
         for lang in languages:
             gallery = _language_gallery(items, media, lang,
-                                        PROTOCOLS[self.protocol].captions_per_media)
+                                        PROTOCOLS[self.protocol].captions_per_media,
+                                        token_scoring is not None)
             try:
                 scores = evaluate_protocol(gallery, galleries, directions=self.directions,
                                            recall_ks=self.recall_ks, i2t_mode=self.i2t_mode,
-                                           search=self.search)
+                                           search=self.search, token_scoring=token_scoring)
             except ValueError as error:
                 raise ValueError(f"language '{lang}': {error}") from error
             if self.protocol == 'xtd10_fewshot':
@@ -181,6 +206,16 @@ class RetrievalMetric(BaseMetric):
             metrics['skipped_media'] = len(skipped)
         self._log_table(per_language)
         return metrics
+
+    def _token_scoring(self, items: list[dict[str, Any]]) -> TokenScoring | None:
+        if self.scoring == 'embedding':
+            return None
+        scores = {item['token_score'] for item in items}
+        if len(scores) > 1:
+            raise ValueError(f'the gallery items carry different token scores {scores}; one '
+                             'model must embed the whole evaluation set.')
+        return TokenScoring(scores.pop(), self.scoring, self.rerank_candidates,
+                            self.scoring_device)
 
     def _check_protocol_needs(self) -> None:
         needs: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
@@ -261,7 +296,7 @@ def _canonical(codes: Sequence[str] | None, where: str) -> tuple[str, ...] | Non
     return None if codes is None else tuple(normalize_languages(list(codes), where))
 
 
-def _checked_item(sample: Mapping[str, Any]) -> dict[str, Any]:
+def _checked_item(sample: Mapping[str, Any], with_tokens: bool = False) -> dict[str, Any]:
     if not isinstance(sample, Mapping):
         raise TypeError(f'RetrievalMetric expects one dict per gallery item from val_step, got '
                         f'{type(sample).__name__}.')
@@ -283,9 +318,40 @@ def _checked_item(sample: Mapping[str, Any]) -> dict[str, Any]:
         _check_normalised(rows, name)
         captions[lang] = rows
     item = {'media_id': media_id, 'media_embedding': media, 'caption_embeddings': captions}
+    if with_tokens:
+        item.update(_checked_tokens(sample, media_id, captions))
     if 'index' in sample:
         item['index'] = int(sample['index'])
     return item
+
+
+def _checked_tokens(sample: Mapping[str, Any], media_id: str,
+                    captions: Mapping[str, Tensor]) -> dict[str, Any]:
+    missing = [key for key in ('media_tokens', 'caption_tokens', 'token_score')
+               if key not in sample]
+    if missing:
+        raise KeyError(f"media '{media_id}': token scoring needs {missing} from val_step; the "
+                       "model emits them with retrieval_score='patch_word' "
+                       "(DualEncoderRetriever), or set the metric's scoring='embedding'.")
+    if not callable(sample['token_score']):
+        raise TypeError(f"media '{media_id}': token_score must be a function, got "
+                        f"{type(sample['token_score']).__name__}.")
+    media_tokens = _compact(sample['media_tokens'], f"media '{media_id}' media_tokens")
+    caption_tokens = {}
+    for lang, rows in captions.items():
+        sequences = list(sample['caption_tokens'].get(lang, ()))
+        if len(sequences) != rows.shape[0]:
+            raise ValueError(f"media '{media_id}': {len(sequences)} caption token sequences in "
+                             f"'{lang}' for {rows.shape[0]} caption embeddings.")
+        caption_tokens[lang] = [_compact(seq, f"media '{media_id}' caption_tokens['{lang}']")
+                                for seq in sequences]
+    widths = {t.shape[-1] for t in [media_tokens, *sum(caption_tokens.values(), [])]}
+    if media_tokens.dim() != 2 or len(widths) > 1 or any(
+            t.dim() != 2 for seqs in caption_tokens.values() for t in seqs):
+        raise ValueError(f"media '{media_id}': token sequences must be [L, D] of one width D, "
+                         f'got widths {sorted(widths)}.')
+    return dict(media_tokens=media_tokens, caption_tokens=caption_tokens,
+                token_score=sample['token_score'])
 
 
 def _compact(tensor: Any, name: str) -> Tensor:
@@ -323,10 +389,19 @@ def _unique_items(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _language_gallery(items: list[dict[str, Any]], media: Tensor, lang: str,
-                      captions_per_media: int | None) -> LanguageGallery:
+                      captions_per_media: int | None,
+                      with_tokens: bool = False) -> LanguageGallery:
     width = media.shape[1]
     rows = [item['caption_embeddings'].get(lang, media.new_zeros(0, width))[:captions_per_media]
             for item in items]
     owners = torch.repeat_interleave(torch.arange(len(items)),
                                      torch.tensor([r.shape[0] for r in rows]))
-    return LanguageGallery(media, torch.cat(rows), owners)
+    if not with_tokens:
+        return LanguageGallery(media, torch.cat(rows), owners)
+    token_width = items[0]['media_tokens'].shape[1]
+    return LanguageGallery(
+        media, torch.cat(rows), owners,
+        TokenSet.stack([item['media_tokens'] for item in items], token_width),
+        TokenSet.stack([seq for item in items
+                        for seq in list(item['caption_tokens'].get(lang, ()))[:captions_per_media]],
+                       token_width))

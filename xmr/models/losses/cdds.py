@@ -264,7 +264,7 @@ class CDDSDistributionSamplingLoss(nn.Module):
 
     Args:
         dim: token width ``D`` of both modalities.
-        correlation: extra arguments of the correlation (``mode``, ``init_sparsity``,
+        correlation: extra arguments of the correlation (``mode``, ``weighting``, ``init_sparsity``,
             ``subset_ratio``, ...), or a full config with another ``type``.
         sampler: config of the sampler (default ``CDDSDistributionSampler``).
         temperature: τ of ``L_s``.

@@ -6,10 +6,12 @@ with the losses of ``xmr.models.losses.cdds``. See ``docs/methods/cdds.md``.
 """
 from xmr.models.disentanglers.cdds.correlation import (
     CORRELATION_MODES,
+    WEIGHTINGS,
     CDDSColumnCorrelation,
     CorrelationWeights,
     column_statistics,
     gaussian_from_statistics,
+    masked_correlation,
     soft_threshold,
     symmetric_gaussian_kl,
 )
@@ -18,8 +20,9 @@ from xmr.models.disentanglers.cdds.sampling import CDDSDistributionSampler, quan
 from xmr.models.disentanglers.cdds.unet import DualPathUNet, PathDecoder, UNetOutput
 
 __all__ = [
-    'CORRELATION_MODES', 'POOLINGS', 'CDDSColumnCorrelation', 'CDDSDisentangler',
+    'CORRELATION_MODES', 'WEIGHTINGS', 'POOLINGS', 'CDDSColumnCorrelation', 'CDDSDisentangler',
     'CDDSDistributionSampler', 'CorrelationWeights', 'DualPathUNet', 'PathDecoder', 'UNetOutput',
-    'column_statistics', 'gaussian_from_statistics', 'quantile_match', 'soft_threshold',
+    'column_statistics', 'gaussian_from_statistics', 'masked_correlation', 'quantile_match',
+    'soft_threshold',
     'symmetric_gaussian_kl',
 ]

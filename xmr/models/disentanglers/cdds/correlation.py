@@ -7,15 +7,18 @@ of different modalities are related when their distributions are close:
 1. column distributions: a Gaussian ``N(μ_d, σ_d²)`` fitted to each column;
 2. correlation ``C_ij = exp(−J_ij)``, ``J_ij = ½ [KL(p_i ‖ q_j) + KL(q_j ‖ p_i)]`` between image
    column ``i`` and text column ``j`` — ``C ∈ (0, 1]^{D_I × D_T}``, 1 for equal laws;
-3. adaptive soft-threshold sparsification of the conditional probabilities, per row
-   (``P(j | i)``: text columns for image column ``i``) and per column (``P(i | j)``), with the
-   threshold ``τ = mean + λ · std`` of each row's conditionals and a learnable sparsity ``λ``.
+3. an adaptive threshold on the conditional probabilities, per row (``P(j | i)``: text columns
+   for image column ``i``) and per column (``P(i | j)``), ``τ = mean + λ · std`` of each row's
+   conditionals; the weights are the binary mask ``1[P > τ]`` times the correlation degree,
+   renormalised (Eqs. 8-9, ``weighting='mask'``), or the shrinkage ``max(P − τ, 0)``
+   renormalised (``weighting='shrinkage'``, differentiable in a learnable ``λ``).
 
 The statistics come from the current batch (``'batch'``), from a random subset of its samples
 (``'subset'``), or from a running estimate over the dataset (``'dataset'``) that
 :meth:`CDDSColumnCorrelation.update` accumulates and :meth:`~CDDSColumnCorrelation.reset`
 clears (paper Table 5). They are statistics of the data, computed without gradient; only ``λ``
-learns here.
+of the shrinkage weights learns here (a binary mask has no gradient in ``λ``, which is then a
+fixed hyperparameter).
 """
 from __future__ import annotations
 
@@ -31,6 +34,8 @@ from xmr.registry import MODELS
 
 #: Where the column statistics come from (paper Table 5).
 CORRELATION_MODES = ('batch', 'subset', 'dataset')
+#: How the thresholded conditionals become sampling weights.
+WEIGHTINGS = ('mask', 'shrinkage')
 
 
 class CorrelationWeights(NamedTuple):
@@ -90,6 +95,38 @@ def symmetric_gaussian_kl(image_mean: torch.Tensor, image_var: torch.Tensor,
             + gaussian_kl(q_mean, q_var, p_mean, p_var)) / 2
 
 
+def row_threshold(conditional: torch.Tensor, sparsity: torch.Tensor) -> torch.Tensor:
+    """``τ_r = mean_c P_rc + λ · std_c P_rc`` of each row: ``[R, C]`` -> ``[R, 1]``."""
+    return conditional.mean(-1, keepdim=True) + sparsity * conditional.std(
+        -1, unbiased=False, keepdim=True)
+
+
+def _kept_or_strongest(kept: torch.Tensor, conditional: torch.Tensor) -> torch.Tensor:
+    # A row left empty keeps its largest entry alone, so every column samples from something.
+    strongest = F.one_hot(conditional.argmax(-1), conditional.shape[-1]).to(kept.dtype)
+    return torch.where(kept.sum(-1, keepdim=True) > 0, kept, strongest)
+
+
+def masked_correlation(conditional: torch.Tensor, sparsity: torch.Tensor) -> torch.Tensor:
+    """The binary mask of the entries above the threshold times the correlation degree (Eqs. 8-9).
+
+    ``w_rc ∝ 1[P_rc > τ_r] · C_rc``, normalised per row. Because ``P_rc = C_rc / Σ_c C_rc``
+    differs from ``C_rc`` by a factor constant along the row, the weights are computed as
+    ``1[P > τ] · P`` renormalised, which cannot divide by a row of underflowed correlations. A
+    row left empty keeps its largest entry alone.
+
+    Args:
+        conditional: ``[R, C]`` non-negative, rows sum to 1.
+        sparsity: scalar ``λ``; larger keeps fewer entries.
+
+    Returns:
+        ``[R, C]`` weights, rows sum to 1.
+    """
+    mask = (conditional > row_threshold(conditional, sparsity)).to(conditional.dtype)
+    kept = _kept_or_strongest(mask * conditional, conditional)
+    return kept / kept.sum(-1, keepdim=True)
+
+
 def soft_threshold(conditional: torch.Tensor, sparsity: torch.Tensor) -> torch.Tensor:
     """Adaptive soft-threshold sparsification of each row of conditional probabilities.
 
@@ -105,11 +142,8 @@ def soft_threshold(conditional: torch.Tensor, sparsity: torch.Tensor) -> torch.T
     Returns:
         ``[R, C]`` weights, rows sum to 1; differentiable in ``λ``.
     """
-    threshold = conditional.mean(-1, keepdim=True) + sparsity * conditional.std(
-        -1, unbiased=False, keepdim=True)
-    shrunk = F.relu(conditional - threshold)
-    strongest = F.one_hot(conditional.argmax(-1), conditional.shape[-1]).to(shrunk.dtype)
-    kept = torch.where(shrunk.sum(-1, keepdim=True) > 0, shrunk, strongest)
+    kept = _kept_or_strongest(F.relu(conditional - row_threshold(conditional, sparsity)),
+                              conditional)
     return kept / kept.sum(-1, keepdim=True)
 
 
@@ -121,25 +155,36 @@ class CDDSColumnCorrelation(nn.Module):
         image_dim: ``D_I``, width of the image semantic components.
         text_dim: ``D_T``, width of the text semantic components.
         mode: ``'batch'``, ``'subset'`` or ``'dataset'`` (see the module docstring).
-        init_sparsity: initial ``λ``.
+        weighting: ``'mask'`` (the paper's binary mask times the correlation degree; ``λ`` a
+            fixed buffer) or ``'shrinkage'`` (soft thresholding; ``λ`` a learnable parameter).
+        init_sparsity: ``λ`` (its initial value with ``'shrinkage'``).
         subset_ratio: share of the batch's samples (at least one) whose tokens give the
             statistics in ``'subset'`` mode; the same samples for both modalities.
         min_variance: floor of the column variances.
     """
 
     def __init__(self, image_dim: int, text_dim: int, mode: str = 'batch',
-                 init_sparsity: float = 1.0, subset_ratio: float = 0.5,
+                 weighting: str = 'mask', init_sparsity: float = 1.0, subset_ratio: float = 0.5,
                  min_variance: float = 1e-6) -> None:
         super().__init__()
         if mode not in CORRELATION_MODES:
             raise ValueError(f"correlation mode '{mode}' is not one of {CORRELATION_MODES}")
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"correlation weighting '{weighting}' is not one of {WEIGHTINGS}")
         if not 0 < subset_ratio <= 1:
             raise ValueError(f'subset_ratio must be in (0, 1], got {subset_ratio}')
         if image_dim <= 0 or text_dim <= 0:
             raise ValueError(f'column counts must be positive, got {image_dim}, {text_dim}')
         self.image_dim, self.text_dim = image_dim, text_dim
         self.mode, self.subset_ratio, self.min_variance = mode, subset_ratio, min_variance
-        self.sparsity = nn.Parameter(torch.tensor(float(init_sparsity)))
+        self.weighting = weighting
+        sparsity = torch.tensor(float(init_sparsity))
+        # Same state-dict key either way; a mask gives λ no gradient, so it is not a parameter
+        # (DDP would find it unused).
+        if weighting == 'shrinkage':
+            self.sparsity = nn.Parameter(sparsity)
+        else:
+            self.register_buffer('sparsity', sparsity)
         self.register_buffer('image_statistics', torch.zeros(3, image_dim, dtype=torch.float64))
         self.register_buffer('text_statistics', torch.zeros(3, text_dim, dtype=torch.float64))
 
@@ -219,6 +264,7 @@ class CDDSColumnCorrelation(nn.Module):
         # cannot divide by a row of underflowed correlations.
         text_given_image = torch.softmax(-divergence, dim=1)
         image_given_text = torch.softmax(-divergence.t(), dim=1)
+        weights = masked_correlation if self.weighting == 'mask' else soft_threshold
         return CorrelationWeights(torch.exp(-divergence),
-                                  soft_threshold(text_given_image, self.sparsity),
-                                  soft_threshold(image_given_text, self.sparsity))
+                                  weights(text_given_image, self.sparsity),
+                                  weights(image_given_text, self.sparsity))

@@ -51,10 +51,13 @@ class CDDSDisentangler(nn.Module):
         num_decoder_layers: levels of each decoder (paper: 2).
         num_perturbations: ``K`` noisy bottleneck copies averaged in training.
         noise_std: noise strength relative to each bottleneck token's std.
-        ffn_ratio: MLP width over ``D``.
+        ffn_ratio: MLP width over the UNets' width.
         dropout: dropout of the transformer layers.
+        hidden_dim: width the UNets' encoders lift the tokens to (``None``: ``dim``, no lift).
         correlation: extra arguments of :class:`CDDSColumnCorrelation` (``mode`` ``'batch'`` /
-            ``'subset'`` / ``'dataset'``, ``init_sparsity``, ``subset_ratio``, ``min_variance``).
+            ``'subset'`` / ``'dataset'``, ``weighting`` ``'mask'`` / ``'shrinkage'``,
+            ``init_sparsity``, ``subset_ratio``, ``min_variance``);
+            must be ``None`` without distribution sampling, which has no correlation.
         temperature: τ of the semantic consistency InfoNCE.
         scoring: image–caption score of ``L_s``, ``'patch_word'`` (paper) or ``'pooled'``.
         pooling: ``'mean'`` (masked mean of the semantic tokens) or ``'first'`` (the first
@@ -78,7 +81,7 @@ class CDDSDisentangler(nn.Module):
                  alpha_m: float = 1.0, alpha_f: float = 0.5,
                  use_semantic_consistency: bool = True, use_modality_consistency: bool = True,
                  use_information_integrity: bool = True,
-                 use_distribution_sampling: bool = True) -> None:
+                 use_distribution_sampling: bool = True, hidden_dim: int | None = None) -> None:
         super().__init__()
         if temperature <= 0:
             raise ValueError(f'temperature must be positive, got {temperature}')
@@ -92,9 +95,14 @@ class CDDSDisentangler(nn.Module):
         if not 0 <= alpha_f <= 1:
             raise ValueError(f'alpha_f must be in [0, 1] (1 − alpha_f weighs the x-semantic '
                              f'reconstruction), got {alpha_f}')
+        if correlation is not None and not use_distribution_sampling:
+            raise ValueError(f'use_distribution_sampling=False removes the column correlation '
+                             f'that correlation={correlation} configures; set correlation=None '
+                             'for the ablation, or keep distribution sampling')
         unet = dict(dim=dim, num_heads=num_heads, num_encoder_layers=num_encoder_layers,
                     num_decoder_layers=num_decoder_layers, num_perturbations=num_perturbations,
-                    noise_std=noise_std, ffn_ratio=ffn_ratio, dropout=dropout)
+                    noise_std=noise_std, ffn_ratio=ffn_ratio, dropout=dropout,
+                    hidden_dim=hidden_dim)
         self.image_unet = DualPathUNet(**unet)
         self.text_unet = DualPathUNet(**unet)
         self.use_distribution_sampling = use_distribution_sampling

@@ -2,14 +2,19 @@
 
 ::
 
-    X ──► E_1 ──► E_2 ──► … ──► E_L = H            (shared encoder, levels H_0 = X … H_L)
+    X ──► lift ──► E_1 ──► … ──► E_L = H           (shared encoder, levels H_0 = lift(X) … H_L)
                                   │
                K × (H + ε_k) ──► T_p ──► Z_k       (Gaussian-noise perturbations)
                                   │
             ┌─────────────────────┴─────────────────────┐
     semantic decoder D^s(Z_k; H_L, H_{L−1}, …)   modality decoder D^m(Z_k; H_L, H_{L−1}, …)
             └──────── mean over k ──────┬───── mean over k ─────┘
-                                        S, M
+                                   out(·): S, M
+
+The encoder first lifts the ``D``-wide tokens to a higher width ``D_h`` (``hidden_dim``; a
+linear map), where the encoder, the perturbations and both decoders work; each decoder's output
+is mapped back to ``D``, so that ``S + M`` can reconstruct the tokens. ``hidden_dim=None`` keeps
+``D`` throughout (no lift, no output maps).
 
 Every decoder level is a transformer layer followed by a linear that fuses its output with the
 skip from the encoder level of the same depth, ``D_j = W_j [T_j(D_{j−1}) ; H_{L−j}]``
@@ -47,36 +52,38 @@ class PathDecoder(nn.Module):
     """One decoding path: per level a transformer layer, then a linear fusing the skip.
 
     Args:
-        dim: token width ``D``.
+        dim: width ``D_h`` the path works at.
         num_layers: levels of the path.
         num_heads: attention heads.
-        ffn_ratio: MLP width over ``D``.
+        ffn_ratio: MLP width over ``D_h``.
         dropout: dropout of the transformer layers.
+        out_dim: width of the component it returns (the tokens' ``D``); ``None`` = ``dim``.
     """
 
     def __init__(self, dim: int, num_layers: int, num_heads: int, ffn_ratio: float,
-                 dropout: float) -> None:
+                 dropout: float, out_dim: int | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
             transformer_layer(dim, num_heads, ffn_ratio, dropout) for _ in range(num_layers))
         self.fuse = nn.ModuleList(nn.Linear(2 * dim, dim) for _ in range(num_layers))
+        self.out = nn.Linear(dim, out_dim) if out_dim not in (None, dim) else nn.Identity()
 
     def forward(self, hidden: torch.Tensor, skips: list[torch.Tensor],
                 padding_mask: torch.Tensor) -> torch.Tensor:
         """``D_j = W_j [T_j(D_{j−1}) ; skip_j]``.
 
         Args:
-            hidden: ``[B, N, D]`` the perturbed bottleneck ``Z``.
-            skips: one ``[B, N, D]`` encoder level per decoder level, deepest first.
+            hidden: ``[B, N, D_h]`` the perturbed bottleneck ``Z``.
+            skips: one ``[B, N, D_h]`` encoder level per decoder level, deepest first.
             padding_mask: ``[B, N]`` bool, True on padding (PyTorch's key-padding convention).
 
         Returns:
-            ``[B, N, D]``.
+            ``[B, N, D]`` (``out_dim``).
         """
         for layer, fuse, skip in zip(self.layers, self.fuse, skips, strict=True):
             hidden = layer(hidden, src_key_padding_mask=padding_mask)
             hidden = fuse(torch.cat([hidden, skip], dim=-1))
-        return hidden
+        return self.out(hidden)
 
 
 class DualPathUNet(nn.Module):
@@ -92,18 +99,23 @@ class DualPathUNet(nn.Module):
         noise_std: std of the noise relative to each bottleneck token's own std:
             ``H + noise_std · std(H_n) · ε``, ``ε ~ N(0, I)``, so the perturbation has the same
             strength whatever the scale of the backbone's embeddings.
-        ffn_ratio: MLP width over ``D`` in the transformer layers.
+        ffn_ratio: MLP width over ``D_h`` in the transformer layers.
         dropout: dropout of the transformer layers.
         perturb_at_inference: keep the ``K`` noisy passes in eval mode too.
+        hidden_dim: ``D_h >= D``, the width the encoder lifts the tokens to; ``None`` = ``D``.
     """
 
     def __init__(self, dim: int, num_heads: int = 8, num_encoder_layers: int = 2,
                  num_decoder_layers: int = 2, num_perturbations: int = 4,
                  noise_std: float = 0.1, ffn_ratio: float = 4.0, dropout: float = 0.0,
-                 perturb_at_inference: bool = False) -> None:
+                 perturb_at_inference: bool = False, hidden_dim: int | None = None) -> None:
         super().__init__()
-        if dim % num_heads:
-            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
+        width = hidden_dim or dim
+        if width < dim:
+            raise ValueError(f'hidden_dim {hidden_dim} must lift the tokens: at least their '
+                             f'width {dim}')
+        if width % num_heads:
+            raise ValueError(f'width {width} is not divisible by num_heads {num_heads}')
         if num_encoder_layers < 1 or num_decoder_layers < 1:
             raise ValueError('the UNet needs at least one encoder and one decoder layer, got '
                              f'{num_encoder_layers} and {num_decoder_layers}')
@@ -115,22 +127,23 @@ class DualPathUNet(nn.Module):
             raise ValueError(f'num_perturbations must be at least 1, got {num_perturbations}')
         if noise_std < 0:
             raise ValueError(f'noise_std must be non-negative, got {noise_std}')
-        self.dim = dim
+        self.dim, self.hidden_dim = dim, width
         self.num_perturbations, self.noise_std = num_perturbations, noise_std
         self.perturb_at_inference = perturb_at_inference
+        self.lift = nn.Linear(dim, width) if width != dim else nn.Identity()
         self.encoder = nn.ModuleList(
-            transformer_layer(dim, num_heads, ffn_ratio, dropout)
+            transformer_layer(width, num_heads, ffn_ratio, dropout)
             for _ in range(num_encoder_layers))
-        self.perturbation = transformer_layer(dim, num_heads, ffn_ratio, dropout)
-        self.semantic_decoder = PathDecoder(dim, num_decoder_layers, num_heads, ffn_ratio,
-                                            dropout)
-        self.modality_decoder = PathDecoder(dim, num_decoder_layers, num_heads, ffn_ratio,
-                                            dropout)
+        self.perturbation = transformer_layer(width, num_heads, ffn_ratio, dropout)
+        self.semantic_decoder = PathDecoder(width, num_decoder_layers, num_heads, ffn_ratio,
+                                            dropout, out_dim=dim)
+        self.modality_decoder = PathDecoder(width, num_decoder_layers, num_heads, ffn_ratio,
+                                            dropout, out_dim=dim)
 
     def encode_levels(self, tokens: torch.Tensor,
                       padding_mask: torch.Tensor) -> list[torch.Tensor]:
-        """``[B, N, D]`` -> levels ``[H_0 = X, H_1, …, H_L]``, each ``[B, N, D]``."""
-        levels = [tokens]
+        """``[B, N, D]`` -> levels ``[H_0 = lift(X), H_1, …, H_L]``, each ``[B, N, D_h]``."""
+        levels = [self.lift(tokens)]
         for layer in self.encoder:
             levels.append(layer(levels[-1], src_key_padding_mask=padding_mask))
         return levels

@@ -1,0 +1,161 @@
+"""Retrieval ranked by a model's token score: exact in bounded blocks, and pooled-shortlist
+re-ranking, checked against a pair-by-pair reference."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from xmr.evaluation import RetrievalMetric
+from xmr.evaluation.protocols import LanguageGallery, evaluate_language
+from xmr.evaluation.token_scoring import (
+    TokenScoring,
+    TokenSet,
+    pairwise_token_scores,
+    token_ranks,
+)
+from xmr.models.losses.cdds import patch_word_similarity
+
+DIM = 8
+
+
+def random_sequences(count, max_length, seed):
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_length + 1, (count,), generator=generator)
+    return [torch.randn(int(n), DIM, generator=generator) for n in lengths]
+
+
+def reference_score(patches, words):
+    """mean over words of the best patch cosine, one pair at a time."""
+    cosine = F.normalize(words, dim=-1) @ F.normalize(patches, dim=-1).T
+    return float(cosine.max(dim=1).values.mean())
+
+
+def reference_ranks(scores, positive):
+    """1 + negatives scoring at least the best positive, query by query ([Q, G] and bool)."""
+    best = torch.where(positive, scores, torch.full_like(scores, -2)).max(dim=1).values
+    return ((scores >= best[:, None]) & ~positive).sum(dim=1) + 1
+
+
+@pytest.fixture(scope='module')
+def gallery():
+    media = random_sequences(6, 5, seed=0)
+    captions = random_sequences(12, 4, seed=1)
+    caption_media = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5])
+    # Pooled embeddings unrelated to the tokens: only a token score can rank like the reference.
+    pooled_media = F.normalize(torch.randn(6, 4, generator=torch.Generator().manual_seed(2)), dim=1)
+    pooled_captions = F.normalize(torch.randn(12, 4, generator=torch.Generator().manual_seed(3)),
+                                  dim=1)
+    full = torch.tensor([[reference_score(m, c) for c in captions] for m in media])
+    return dict(media=media, captions=captions, caption_media=caption_media,
+                pooled_media=pooled_media, pooled_captions=pooled_captions, full=full)
+
+
+def test_token_set_pads_and_selects_without_extra_padding():
+    tokens = TokenSet.stack([torch.ones(2, DIM), torch.ones(5, DIM)], DIM)
+    assert tokens.tokens.shape == (2, 5, DIM) and tokens.mask.sum(1).tolist() == [2, 5]
+    first = tokens.select(torch.tensor([0]))
+    assert first.tokens.shape == (1, 2, DIM) and bool(first.mask.all())
+
+
+def test_pairwise_scores_in_tiny_blocks_equal_the_pair_by_pair_reference(gallery):
+    media = TokenSet.stack(gallery['media'], DIM)
+    captions = TokenSet.stack(gallery['captions'], DIM)
+    # A budget of 40 token pairs forces blocks of one media and one caption.
+    scores = pairwise_token_scores(patch_word_similarity, media, captions, budget=40)
+    torch.testing.assert_close(scores, gallery['full'])
+
+
+@pytest.mark.parametrize('direction', ['t2i', 'i2t'])
+def test_exact_token_ranks_are_the_ranks_of_the_full_token_score_matrix(gallery, direction):
+    media = TokenSet.stack(gallery['media'], DIM)
+    captions = TokenSet.stack(gallery['captions'], DIM)
+    owner = gallery['caption_media']
+    ranks = token_ranks(TokenScoring(patch_word_similarity), direction, media, captions,
+                        gallery['pooled_media'], gallery['pooled_captions'], owner)
+    positive = owner[None, :] == torch.arange(6)[:, None]
+    full = gallery['full']
+    expected = reference_ranks(full.T, positive.T) if direction == 't2i' else \
+        reference_ranks(full, positive)
+    assert ranks.tolist() == expected.tolist()
+    cosine = gallery['pooled_captions'] @ gallery['pooled_media'].T
+    pooled = reference_ranks(cosine, positive.T) if direction == 't2i' else \
+        reference_ranks(cosine.T, positive)
+    assert ranks.tolist() != pooled.tolist()
+
+
+def test_reranking_the_whole_gallery_is_exact_and_one_candidate_keeps_the_cosine_top1(gallery):
+    media = TokenSet.stack(gallery['media'], DIM)
+    captions = TokenSet.stack(gallery['captions'], DIM)
+    owner = gallery['caption_media']
+    args = (media, captions, gallery['pooled_media'], gallery['pooled_captions'], owner)
+    exact = token_ranks(TokenScoring(patch_word_similarity), 't2i', *args)
+    whole = token_ranks(TokenScoring(patch_word_similarity, 'tokens_rerank', 6), 't2i', *args)
+    assert whole.tolist() == exact.tolist()
+    single = token_ranks(TokenScoring(patch_word_similarity, 'tokens_rerank', 1), 't2i', *args)
+    cosine_top1 = (gallery['pooled_captions'] @ gallery['pooled_media'].T).argmax(dim=1)
+    assert (single == 1).tolist() == (cosine_top1 == owner).tolist()
+    grouped_exact = token_ranks(TokenScoring(patch_word_similarity), 'i2t', *args, grouped=True)
+    grouped_whole = token_ranks(TokenScoring(patch_word_similarity, 'tokens_rerank', 12), 'i2t',
+                                *args, grouped=True)
+    assert grouped_whole.tolist() == grouped_exact.tolist()
+
+
+def test_evaluate_language_restricts_the_token_sets_with_the_gallery(gallery):
+    full = LanguageGallery(gallery['pooled_media'], gallery['pooled_captions'],
+                           gallery['caption_media'], TokenSet.stack(gallery['media'], DIM),
+                           TokenSet.stack(gallery['captions'], DIM))
+    kept = torch.tensor([4, 1, 2])
+    summary = evaluate_language(full.restrict(kept), recall_ks=(1,),
+                                token_scoring=TokenScoring(patch_word_similarity))
+    rows = torch.cat([(gallery['caption_media'] == m).nonzero().flatten() for m in kept])
+    scores = gallery['full'][kept][:, rows]
+    positive = torch.arange(3).repeat_interleave(2)[None, :] == torch.arange(3)[:, None]
+    expected = reference_ranks(scores.T, positive.T)
+    assert summary['t2i_R@1'] == pytest.approx(100 * float((expected == 1).double().mean()))
+    assert summary['t2i_MnR'] == pytest.approx(float(expected.double().mean()))
+    reranked = evaluate_language(full, recall_ks=(1,), token_scoring=TokenScoring(
+        patch_word_similarity, 'tokens_rerank', 3))
+    assert 't2i_MdR' not in reranked and 't2i_R@1' in reranked
+    with pytest.raises(ValueError, match='token scoring needs the token sets'):
+        evaluate_language(LanguageGallery(full.media, full.captions, full.caption_media),
+                          token_scoring=TokenScoring(patch_word_similarity))
+
+
+def metric_items(gallery, with_tokens=True):
+    items = []
+    for m in range(6):
+        rows = (gallery['caption_media'] == m).nonzero().flatten()
+        item = dict(media_id=str(m), index=m, media_embedding=gallery['pooled_media'][m],
+                    caption_embeddings={'en': gallery['pooled_captions'][rows]})
+        if with_tokens:
+            item.update(media_tokens=gallery['media'][m],
+                        caption_tokens={'en': [gallery['captions'][r] for r in rows]},
+                        token_score=patch_word_similarity)
+        items.append(item)
+    return items
+
+
+def test_the_metric_ranks_with_the_token_score_the_items_carry(gallery):
+    metric = RetrievalMetric(languages=['en'], mean_languages=['en'], scoring='tokens')
+    metric.process({}, metric_items(gallery))
+    result = metric.compute_metrics(metric.results)
+    positive = gallery['caption_media'][None, :] == torch.arange(6)[:, None]
+    expected = reference_ranks(gallery['full'].T, positive.T)
+    assert result['en/t2i_R@1'] == pytest.approx(100 * float((expected == 1).double().mean()))
+    embedding = RetrievalMetric(languages=['en'], mean_languages=['en'])
+    embedding.process({}, metric_items(gallery))
+    assert embedding.compute_metrics(embedding.results) != result
+
+
+def test_the_metric_names_what_is_missing_for_token_scoring(gallery):
+    metric = RetrievalMetric(scoring='tokens_rerank', rerank_candidates=3)
+    with pytest.raises(KeyError, match=r"media '0': token scoring needs \['media_tokens', "
+                                       r"'caption_tokens', 'token_score'\].*retrieval_score="):
+        metric.process({}, metric_items(gallery, with_tokens=False))
+    with pytest.raises(ValueError, match="scoring must be 'embedding' or one of"):
+        RetrievalMetric(scoring='patch_word')
+    with pytest.raises(ValueError, match=r"search \{'index': 'hnsw'\} applies to"):
+        RetrievalMetric(scoring='tokens', search=dict(index='hnsw'))
+    broken = metric_items(gallery)[:1]
+    broken[0]['caption_tokens'] = {'en': broken[0]['caption_tokens']['en'][:1]}
+    with pytest.raises(ValueError, match="1 caption token sequences in 'en' for 2 caption"):
+        metric.process({}, broken)
