@@ -436,6 +436,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     import torch
 
     import xmr  # noqa: F401
+    from xmr.fileio import atomic_write_text
     from xmr.registry import TOKENIZERS
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -465,7 +466,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     print(format_table(rows, args.device))
     print('\n' + '\n'.join(summary(rows)))
     if args.out:
-        Path(args.out).write_text(json.dumps(dict(
+        atomic_write_text(args.out, json.dumps(dict(
             arch=args.arch, device=device, batch_size=args.batch_size, frames=args.frames,
             steps=args.steps, warmup=args.warmup, rows=rows), indent=2))
     return rows

@@ -190,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     args = parse_args(argv)
     import xmr  # noqa: F401  (registers every module)
     from xmr.apis import init_retriever
+    from xmr.fileio import atomic_write_text
 
     model = init_retriever(args.config, args.checkpoint, device=args.device)
     check_model(model, args.lang, args.feature)
@@ -221,8 +222,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
              f' ({Path(args.config).stem})')
     written = dict(png=out_dir / f'{stem}.png', text=out_dir / f'{stem}_clusters.txt')
     plot(points, labels, title, written['png'])
-    written['text'].write_text(cluster_report(captions, labels, distances, args.examples, title),
-                               encoding='utf-8')
+    atomic_write_text(written['text'],
+                      cluster_report(captions, labels, distances, args.examples, title))
     for path in written.values():
         print(f'wrote {path}')
     return written

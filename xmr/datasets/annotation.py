@@ -34,7 +34,7 @@ from xmr.fileio import atomic_write_text
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
     'Annotation', 'annotation_from_json', 'load_annotation', 'dump_annotation',
-    'dump_annotations', 'atomic_write_text',
+    'dump_annotations',
 ]
 
 ANNOTATION_FORMAT = 'xmr-media-captions'

@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from xmr.datasets.annotation import atomic_write_text
 from xmr.datasets.languages import release_code
 from xmr.evaluation.protocols import PROTOCOLS
+from xmr.fileio import atomic_write_text
 
 __all__ = ['CLIP_BENCHMARK_DATASETS', 'COMPARABLE_PROTOCOLS', 'ScoredDataset',
            'scored_datasets', 'clip_benchmark_records', 'clip_benchmark_filename',

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from xmr.datasets.languages import is_language_alias, normalize_language
+from xmr.fileio import atomic_open, atomic_write_text
 
 __all__ = [
     'HEADLINES', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult', 'format_table',
@@ -238,9 +239,7 @@ def _markdown_table(results: Sequence[EvaluationResult]) -> str:
 def write_csv(path: str | os.PathLike, results: Sequence[EvaluationResult]) -> None:
     """Write the leaderboard as CSV with full-precision values (empty where missing)."""
     columns = _union_columns(results)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open('w', encoding='utf-8', newline='') as handle:
+    with atomic_open(path, 'w', encoding='utf-8', newline='') as handle:
         writer = csv.writer(handle)
         writer.writerow(['model', *(column.label for column in columns)])
         for result in results:
@@ -256,9 +255,7 @@ def save_result(path: str | os.PathLike, result: EvaluationResult) -> None:
             'metrics': {key: float(value) for key, value in result.metrics.items()
                         if _is_number(value)},
             **result.extra}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + '\n', encoding='utf-8')
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + '\n')
 
 
 def load_result(path: str | os.PathLike) -> EvaluationResult:

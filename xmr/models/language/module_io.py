@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from xmr.engine.checkpoint import read_checkpoint
+from xmr.fileio import atomic_open
 
 __all__ = ['MODULE_FORMAT', 'LanguageShare', 'language_state_dict', 'load_language_module',
            'language_parameter_report', 'save_language_module', 'save_merged_checkpoint',
@@ -117,17 +118,10 @@ def save_merged_checkpoint(model: nn.Module, path: str | os.PathLike,
 
 
 def _save_atomically(payload: Mapping[str, Any], path: str | os.PathLike) -> Path:
-    """``torch.save`` to a temporary name beside ``path``, then rename: never a partial file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-    try:
-        torch.save(payload, temporary)
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    return path
+    """``torch.save`` through :func:`xmr.fileio.atomic_open`: never a partial file."""
+    with atomic_open(path, 'wb') as handle:
+        torch.save(payload, handle)
+    return Path(path)
 
 
 def load_language_module(model: nn.Module, path: str | os.PathLike,
