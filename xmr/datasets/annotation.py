@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xmr.fileio import write_atomically
+
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
     'Annotation', 'annotation_from_json', 'load_annotation', 'dump_annotation',
@@ -309,23 +311,9 @@ def load_annotation(path: str | os.PathLike) -> Annotation:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary sibling and a rename.
-
-    Readers see the old file or the complete new one, never a partial file; the temporary file
-    is removed when writing fails.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-    try:
-        with temporary.open('w', encoding='utf-8', newline='\n') as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
+    """Write ``text`` to ``path`` (UTF-8, ``\\n`` line ends) through :func:`write_atomically`."""
+    write_atomically(path, lambda temporary: temporary.write_text(text, encoding='utf-8',
+                                                                  newline='\n'))
 
 
 def dump_annotation(ann: Annotation, path: str | os.PathLike) -> None:

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from xmr.fileio import atomic_torch_save
+
 __all__ = ['MODULE_FORMAT', 'LanguageShare', 'language_state_dict', 'load_language_module',
            'language_parameter_report', 'save_language_module']
 
@@ -66,16 +68,9 @@ def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike) -
         The path written.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = dict(format=MODULE_FORMAT, version=MODULE_VERSION, lang=lang,
                    facts=_facts(model), state_dict=language_state_dict(model, lang))
-    temporary = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-    try:
-        torch.save(payload, temporary)
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
+    atomic_torch_save(payload, path)
     return path
 
 
