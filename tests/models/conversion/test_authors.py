@@ -13,7 +13,7 @@ from mmengine.config import Config
 import xmr  # noqa: F401
 from tests.conftest import CORPUS
 from xmr.apis import encode_texts, init_retriever
-from xmr.models.conversion import ConversionError, convert_authors_checkpoint
+from xmr.models.conversion import convert_authors_checkpoint
 from xmr.models.conversion.cli import main
 from xmr.models.conversion.dasd import map_dasd
 from xmr.models.conversion.mla import map_mla

@@ -50,7 +50,7 @@ class ConversionReport:
 
 
 #: ``(state_dict, model) -> {xmr key: tensor}``; records the authors' keys it reads.
-Mapping_ = Callable[[Mapping[str, torch.Tensor], nn.Module, set], dict[str, torch.Tensor]]
+StateMapping = Callable[[Mapping[str, torch.Tensor], nn.Module, set], dict[str, torch.Tensor]]
 
 
 def first(keys, limit: int = 3) -> str:
@@ -185,7 +185,7 @@ def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -
 
 
 def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: str | os.PathLike,
-                               out: str | os.PathLike, mapping: Mapping_,
+                               out: str | os.PathLike, mapping: StateMapping,
                                cfg_options: Mapping | None = None) -> ConversionReport:
     """Convert ``source`` into the model of ``config`` and write ``out`` (atomically).
 
