@@ -17,12 +17,12 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from mmengine.fileio import LocalBackend, register_backend
 
-__all__ = ['atomic_open', 'atomic_write_bytes', 'atomic_write_text', 'process_running',
-           'remove_stale_temporaries', 'AtomicLocalBackend']
+__all__ = ['atomic_open', 'atomic_torch_save', 'atomic_write_bytes', 'atomic_write_text',
+           'process_running', 'remove_stale_temporaries', 'AtomicLocalBackend']
 
 _TEMPORARY = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$')
 
@@ -80,6 +80,15 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically as UTF-8 with ``\\n`` line ends."""
     with atomic_open(path, 'w', encoding='utf-8', newline='\n') as handle:
         handle.write(text)
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
+    """``torch.save(obj, path)`` atomically (see :func:`atomic_open`); returns ``path``."""
+    import torch
+
+    with atomic_open(path, 'wb') as handle:
+        torch.save(obj, handle)
+    return Path(path)
 
 
 def process_running(pid: int) -> bool:

@@ -7,12 +7,23 @@ import torch
 from torch import nn
 
 
+class QuickGELU(nn.Module):
+    """``x σ(1.702 x)``: OpenAI CLIP's GELU approximation, used by the authors' generator."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+ACTIVATIONS = {'gelu': nn.GELU, 'quick_gelu': QuickGELU}
+
+
 class ParameterGenerator(nn.Module):
     """``z = MLP([f^sr; f^sa])``, then ``W_i^z = reshape(W_i^down z)`` for every adapted block.
 
     One generator serves every target language: ``z`` is shared by all blocks,
     each block ``i`` has its own ``W_i^down`` (with bias, as in the authors' code). The MLP is one
-    linear layer and a GELU (the authors' code: ``Linear(1024→512)`` + QuickGELU).
+    linear layer and a GELU (the authors' code: ``Linear(1024→512)`` + QuickGELU, which
+    ``activation='quick_gelu'`` reproduces).
 
     Args:
         in_features: width of the concatenated condition features (``E + D`` for
@@ -20,10 +31,11 @@ class ParameterGenerator(nn.Module):
         blocks: indices of the blocks whose dynamic adapters receive a ``W^z``.
         d_z: width of ``z`` (512 in the paper).
         d_u: side of each ``W^z`` (32), equal to the dynamic adapters' bottleneck.
+        activation: ``'gelu'`` or ``'quick_gelu'`` (``x σ(1.702 x)``, the authors' code).
     """
 
     def __init__(self, in_features: int, blocks: Sequence[int], d_z: int = 512,
-                 d_u: int = 32) -> None:
+                 d_u: int = 32, activation: str = 'gelu') -> None:
         super().__init__()
         blocks = [int(b) for b in blocks]
         if not blocks:
@@ -33,9 +45,12 @@ class ParameterGenerator(nn.Module):
                              f'{blocks}')
         if d_z < 1 or d_u < 1:
             raise ValueError(f'd_z and d_u must be positive, got d_z={d_z}, d_u={d_u}')
+        if activation not in ACTIVATIONS:
+            raise ValueError(f'generator activation {activation!r} is not one of '
+                             f'{sorted(ACTIVATIONS)}')
         self.blocks = sorted(blocks)
         self.d_z, self.d_u = d_z, d_u
-        self.to_z = nn.Sequential(nn.Linear(in_features, d_z), nn.GELU())
+        self.to_z = nn.Sequential(nn.Linear(in_features, d_z), ACTIVATIONS[activation]())
         # ModuleDict keys must be strings.
         self.heads = nn.ModuleDict({str(b): nn.Linear(d_z, d_u * d_u) for b in self.blocks})
 

@@ -87,6 +87,12 @@ class SemanticsDisentangler(nn.Module):
         adversarial_through_embeddings: let the reversed gradient of ``L_adv`` flow on into the
             embedding block shared with the target branch, as the authors' code does; by
             default (the paper's game between ``F`` and the SDM) it stops at the SDM's input.
+        stream_adapters: build ``A^sr`` / ``A^sa`` (paper); ``False`` runs both streams as the
+            frozen blocks alone, as the authors' code does (it never calls its adapters).
+        padding_as_tokens: run the padding through the SDM's blocks as tokens (causal mask
+            only) and average it into ``f^sa``, as the authors' code does with captions padded
+            to 77; by default padding is masked and left out of the mean. With a causal tower
+            ``f^sr`` (pooled at EOS) is the same either way.
     """
 
     def __init__(self, tower: TextTower, depth: int = 1,
@@ -94,7 +100,8 @@ class SemanticsDisentangler(nn.Module):
                  generator: dict | None = None, consistency_loss: dict | None = None,
                  discriminator: dict | None = None, use_consistency_loss: bool = True,
                  use_adversarial: bool = True,
-                 adversarial_through_embeddings: bool = False) -> None:
+                 adversarial_through_embeddings: bool = False, stream_adapters: bool = True,
+                 padding_as_tokens: bool = False) -> None:
         super().__init__()
         object.__setattr__(self, 'tower', tower)
         if not 0 <= depth <= tower.num_blocks:
@@ -114,7 +121,9 @@ class SemanticsDisentangler(nn.Module):
         self.depth = depth
         self.features = features
         self.adversarial_through_embeddings = adversarial_through_embeddings
-        adapter = dict(adapter or dict(type='StaticAdapter', hidden=256))
+        self.padding_as_tokens = padding_as_tokens
+        adapter = dict(adapter or dict(type='StaticAdapter', hidden=256)) if stream_adapters \
+            else None
         width, embed_dim = tower.width, tower.embed_dim
         if 'sr' in features:
             self.sr_adapters = self._build_adapters(adapter)
@@ -145,8 +154,11 @@ class SemanticsDisentangler(nn.Module):
             self.discriminator = PairDiscriminator(width + embed_dim,
                                                    **(discriminator or dict(hidden=(256, 128))))
 
-    def _build_adapters(self, cfg: dict) -> nn.ModuleList:
-        """One adapter after each of the ``k`` blocks, or one on the embeddings at ``k = 0``."""
+    def _build_adapters(self, cfg: dict | None) -> nn.ModuleList | None:
+        """One adapter after each of the ``k`` blocks, or one on the embeddings at ``k = 0``;
+        ``None`` without stream adapters."""
+        if cfg is None:
+            return None
         cfg = dict(cfg)
         if 'width' in cfg and cfg['width'] != self.tower.width:
             raise ValueError(f"SDM adapter width {cfg['width']} does not match the text tower "
@@ -172,18 +184,24 @@ class SemanticsDisentangler(nn.Module):
         return frozenset(names)
 
     # ----------------------------------------------------------------------------- features
-    def _stream(self, adapters: nn.ModuleList, embeddings: torch.Tensor,
+    def _token_mask(self, tokens: TokenBatch) -> torch.Tensor:
+        """``[B, L]`` tokens the SDM attends to and averages: all of them with padding as tokens."""
+        mask = tokens['attention_mask']
+        return torch.ones_like(mask) if self.padding_as_tokens else mask
+
+    def _stream(self, adapters: nn.ModuleList | None, embeddings: torch.Tensor,
                 tokens: TokenBatch) -> torch.Tensor:
         """``[B, L, D]`` -> ``[B, L, D]`` through ``k`` frozen blocks and the stream's adapters."""
-        ctx = AdapterContext(lang=SHARED, attention_mask=tokens['attention_mask'],
+        ctx = AdapterContext(lang=SHARED, attention_mask=self._token_mask(tokens),
                              eos_index=tokens['eos_index'])
         if self.depth == 0:
-            return adapters[0](embeddings, ctx)
-        if all(adapter.accepts_packed_tokens for adapter in adapters):
+            return embeddings if adapters is None else adapters[0](embeddings, ctx)
+        if adapters is None or all(adapter.accepts_packed_tokens for adapter in adapters):
             ctx.packed = self.tower.packing(ctx.attention_mask)
-        return self.tower.encode_embeddings(embeddings, tokens['attention_mask'],
-                                            tokens['eos_index'], hooks=_StreamHooks(adapters, ctx),
-                                            blocks=range(self.depth), packed=ctx.packed)
+        hooks = None if adapters is None else _StreamHooks(adapters, ctx)
+        return self.tower.encode_embeddings(embeddings, ctx.attention_mask, ctx.eos_index,
+                                            hooks=hooks, blocks=range(self.depth),
+                                            packed=ctx.packed)
 
     def semantic_related(self, embeddings: torch.Tensor, tokens: TokenBatch) -> torch.Tensor:
         """``f^sr = W_p^sr · LN(x_pool)``, ``[B, L, D]`` -> ``[B, E]``."""
@@ -192,9 +210,10 @@ class SemanticsDisentangler(nn.Module):
         return self.sr_projection(self.sr_norm(pooled))
 
     def semantic_agnostic(self, embeddings: torch.Tensor, tokens: TokenBatch) -> torch.Tensor:
-        """``f^sa = mean_t LN(x_t)`` over the non-padding tokens, ``[B, L, D]`` -> ``[B, D]``."""
+        """``f^sa = mean_t LN(x_t)`` over the non-padding tokens (all of them with
+        ``padding_as_tokens``), ``[B, L, D]`` -> ``[B, D]``."""
         x = self.sa_norm(self._stream(self.sa_adapters, embeddings, tokens))
-        weights = tokens['attention_mask'].to(x.dtype).unsqueeze(-1)
+        weights = self._token_mask(tokens).to(x.dtype).unsqueeze(-1)
         return (x * weights).sum(1) / weights.sum(1).clamp_min(1.0)
 
     def extract(self, embeddings: torch.Tensor, tokens: TokenBatch) -> dict[str, torch.Tensor]:

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from xmr.engine.checkpoint import read_checkpoint
-from xmr.fileio import atomic_open
+from xmr.fileio import atomic_torch_save
 
 __all__ = ['MODULE_FORMAT', 'LanguageShare', 'language_state_dict', 'load_language_module',
            'language_parameter_report', 'save_language_module', 'save_merged_checkpoint',
@@ -107,21 +107,15 @@ def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
                 shared=shared_fingerprints(model))
     payload = dict(format=MODULE_FORMAT, version=MODULE_VERSION, lang=lang, facts=_facts(model),
                    base=base, state_dict=language_state_dict(model, lang))
-    return _save_atomically(payload, path)
+    return atomic_torch_save(payload, path)
 
 
 def save_merged_checkpoint(model: nn.Module, path: str | os.PathLike,
                            meta: Mapping[str, Any]) -> Path:
     """Write the whole model as a checkpoint ``tools/test.py`` loads (``state_dict`` + ``meta``)."""
     model = getattr(model, 'module', model)
-    return _save_atomically(dict(state_dict=model.state_dict(), meta=dict(meta)), path)
+    return atomic_torch_save(dict(state_dict=model.state_dict(), meta=dict(meta)), path)
 
-
-def _save_atomically(payload: Mapping[str, Any], path: str | os.PathLike) -> Path:
-    """``torch.save`` through :func:`xmr.fileio.atomic_open`: never a partial file."""
-    with atomic_open(path, 'wb') as handle:
-        torch.save(payload, handle)
-    return Path(path)
 
 
 def load_language_module(model: nn.Module, path: str | os.PathLike,

@@ -1,0 +1,244 @@
+"""MLA / DASD released checkpoints -> xmr: a file with the authors' key names and layout is
+converted and xmr's r^T equals the authors' computation re-derived here from the raw tensors;
+bad files are refused naming the file, the keys and the fix, and nothing is written."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from mmengine.config import Config
+
+import xmr  # noqa: F401
+from tests.conftest import CORPUS
+from xmr.apis import encode_texts, init_retriever
+from xmr.models.conversion import convert_authors_checkpoint
+from xmr.models.conversion.cli import main
+from xmr.models.conversion.dasd import map_dasd
+from xmr.models.conversion.mla import map_mla
+from xmr.registry import MODELS
+
+WIDTH, EMBED, HEADS, BLOCKS, CONTEXT, TABLE, D_U, D_Z = 32, 24, 2, 3, 16, 16, 4, 8
+LANGS = ['de', 'zh']
+TEXTS = ['ein roter Kreis', 'zwei blaue Quadrate links', 'drei grüne Dreiecke oben']
+
+
+def tiny_clip(patch: int = 16) -> dict:
+    return dict(embed_dim=EMBED, quick_gelu=True,
+                vision_cfg=dict(image_size=32, layers=1, width=16, patch_size=patch,
+                                head_width=16),
+                text_cfg=dict(context_length=CONTEXT, vocab_size=49408, width=WIDTH,
+                              heads=HEADS, layers=BLOCKS))
+
+
+def model_cfg(method: str, patch: int = 16) -> dict:
+    """The authors' computation on a tiny CLIP (configs/dasd/*_authors.py at small widths)."""
+    branch = dict(type='TargetLanguageBranch', languages=LANGS,
+                  tokenizer=dict(type='SentencePieceTokenizer', corpus=CORPUS * 20,
+                                 vocab_size=48, max_length=CONTEXT, pad_to=CONTEXT),
+                  embedding=dict(type='TargetEmbedding', table_width=TABLE),
+                  adapters=dict(type='StaticAdapter', hidden=D_U))
+    cfg = dict(type='CrossLingualRetriever',
+               backbone=dict(type='OpenCLIPBackbone', arch=None, model_cfg=tiny_clip(patch),
+                             tokenizer=dict(type='OpenCLIPTokenizer', model_name='ViT-B-32',
+                                            max_length=CONTEXT)),
+               language_branch=branch,
+               losses=dict(cl=dict(type='AlignmentLoss', kind='mse')))
+    if method == 'dasd':
+        branch['adapters'] = dict(type='DynamicAdapter', hidden=D_U)
+        cfg['disentangler'] = dict(
+            type='SemanticsDisentangler', depth=2, stream_adapters=False,
+            padding_as_tokens=True, generator=dict(d_z=D_Z, d_u=D_U, activation='quick_gelu'),
+            use_adversarial=False)
+    return cfg
+
+
+def write_config(path: Path, method: str, patch: int = 16) -> Path:
+    Config(dict(model=model_cfg(method, patch))).dump(path)
+    return path
+
+
+def authors_state_dict(method: str, langs=LANGS) -> dict[str, torch.Tensor]:
+    """A state dict with the authors' names and layout: OpenAI CLIP keys + their additions."""
+    torch.manual_seed(0)
+    clip = MODELS.build(model_cfg(method)).backbone.clip
+    state = {k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
+             for k, v in clip.state_dict().items()}
+    vocab = MODELS.build(model_cfg(method)).language_branch.tokenizer.vocab_size
+
+    def rand(*shape):
+        return 0.2 * torch.randn(*shape)
+
+    state.update({'multilingual_embedding.weight': rand(vocab, TABLE),
+                  'multilingual_embedding_linear.weight': rand(WIDTH, TABLE),
+                  'multilingual_embedding_linear.bias': rand(WIDTH),
+                  'target_projection': rand(WIDTH, EMBED), 'logit_scale': torch.tensor(4.6)})
+    for block in range(BLOCKS):
+        for lang in langs:
+            acquirer = f'transformer.resblocks.{block}.acquirer.{lang}.'
+            state[acquirer + 'ln.weight'] = torch.ones(WIDTH)
+            if method == 'mla':
+                state.update({acquirer + 'mlp.c_fc.weight': rand(D_U, WIDTH),
+                              acquirer + 'mlp.c_fc.bias': rand(D_U),
+                              acquirer + 'mlp.c_proj.weight': rand(WIDTH, D_U),
+                              acquirer + 'mlp.c_proj.bias': rand(WIDTH)})
+                continue
+            state.update({acquirer + 'mlp_beforez.c_fc.weight': rand(D_U, WIDTH),
+                          acquirer + 'mlp_beforez.c_fc.bias': rand(D_U),
+                          acquirer + 'mlp_afterz.c_proj2.weight': rand(WIDTH, D_U),
+                          acquirer + 'mlp_afterz.c_proj2.bias': rand(WIDTH),
+                          acquirer + 'mlp_sr.c_fc.weight': rand(8, WIDTH),
+                          acquirer + 'mlp_sa.c_fc.weight': rand(8, WIDTH)})
+        if method == 'dasd':
+            state[f'transformer.resblocks.{block}.mlp_zi.c_fc1.weight'] = rand(D_U * D_U, D_Z)
+            state[f'transformer.resblocks.{block}.mlp_zi.c_fc1.bias'] = rand(D_U * D_U)
+    if method == 'dasd':
+        state.update({'transformer.zi_adapter_student.c_fc1.weight': rand(D_Z, EMBED + WIDTH),
+                      'transformer.zi_adapter_student.c_fc1.bias': rand(D_Z),
+                      'ln_mu.weight': 1 + rand(WIDTH), 'ln_mu.bias': rand(WIDTH),
+                      'ln_sigma.weight': 1 + rand(WIDTH), 'ln_sigma.bias': rand(WIDTH),
+                      'sr_projection': rand(WIDTH, EMBED), 'sigma_projection': rand(WIDTH, EMBED),
+                      'AdvAgent.discriminator.0.weight': rand(256, WIDTH + EMBED)})
+    return state
+
+
+# ---------------------------------------------------------------- the authors' forward, by hand
+def quick_gelu(x):
+    return x * torch.sigmoid(1.702 * x)
+
+
+def layer_norm(x, s, prefix):
+    return F.layer_norm(x, (x.shape[-1],), s[prefix + '.weight'], s[prefix + '.bias'])
+
+
+def block(x, s, i):
+    """OpenAI CLIP's residual block, causal mask only (padding attends like any token)."""
+    p = f'transformer.resblocks.{i}.'
+    b, n, d = x.shape
+    q, k, v = (layer_norm(x, s, p + 'ln_1') @ s[p + 'attn.in_proj_weight'].T
+               + s[p + 'attn.in_proj_bias']).chunk(3, -1)
+    q, k, v = (t.reshape(b, n, HEADS, d // HEADS).transpose(1, 2) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / (d // HEADS) ** 0.5
+    scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float('-inf'))
+    context = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d)
+    x = x + context @ s[p + 'attn.out_proj.weight'].T + s[p + 'attn.out_proj.bias']
+    h = layer_norm(x, s, p + 'ln_2') @ s[p + 'mlp.c_fc.weight'].T + s[p + 'mlp.c_fc.bias']
+    return x + quick_gelu(h) @ s[p + 'mlp.c_proj.weight'].T + s[p + 'mlp.c_proj.bias']
+
+
+def linear(x, s, prefix):
+    return x @ s[prefix + '.weight'].T + s[prefix + '.bias']
+
+
+def authors_forward(s, ids, eos, lang, method):
+    """``r^T`` as clip/model.py of MLA / DASD computes it, ``[B, E]``."""
+    rows = torch.arange(ids.shape[0])
+    x = linear(s['multilingual_embedding.weight'][ids], s, 'multilingual_embedding_linear')
+    x = x + s['positional_embedding'][:ids.shape[1]]
+    if method == 'dasd':
+        h = block(block(x, s, 0), s, 1)
+        sr = layer_norm(h, s, 'ln_mu')[rows, eos] @ s['sr_projection']
+        sa = layer_norm(h, s, 'ln_sigma').mean(1)
+        z = quick_gelu(linear(torch.cat([sr, sa], -1), s, 'transformer.zi_adapter_student.c_fc1'))
+    for i in range(BLOCKS):
+        x = block(x, s, i)
+        a = f'transformer.resblocks.{i}.acquirer.{lang}.'
+        if method == 'mla':
+            x = x + linear(torch.relu(linear(x, s, a + 'mlp.c_fc')), s, a + 'mlp.c_proj')
+            continue
+        w = linear(z, s, f'transformer.resblocks.{i}.mlp_zi.c_fc1').reshape(-1, D_U, D_U)
+        h = linear(x, s, a + 'mlp_beforez.c_fc') @ w
+        x = x + linear(torch.relu(h), s, a + 'mlp_afterz.c_proj2')
+    return layer_norm(x, s, 'ln_final')[rows, eos] @ s['text_projection']
+
+
+MAPPINGS = {'mla': map_mla, 'dasd': map_dasd}
+
+
+@pytest.mark.parametrize('method', ['mla', 'dasd'])
+def test_converted_checkpoint_encodes_as_the_authors_code(method, tmp_path):
+    state = authors_state_dict(method)
+    torch.save(state, tmp_path / 'pytorch_model.bin.18000')
+    config = write_config(tmp_path / 'authors.py', method)
+    out = tmp_path / 'xmr.pth'
+    report = convert_authors_checkpoint(method, tmp_path / 'pytorch_model.bin.18000', config,
+                                        out, MAPPINGS[method])
+    assert 'target_projection' in report.unused and 'logit_scale' in report.used
+    if method == 'dasd':
+        assert {'AdvAgent.discriminator.0.weight', 'sigma_projection'} <= set(report.unused)
+        assert not any('mlp_beforez' in k for k in report.unused)
+    model = init_retriever(config, out)
+    for lang in LANGS:
+        tokens = model.language_branch.tokenize(TEXTS)
+        assert tokens['input_ids'].shape[1] == CONTEXT  # padded to the context, as theirs
+        eos = (tokens['input_ids'] == 3).nonzero()[:, 1]
+        expected = F.normalize(authors_forward(state, tokens['input_ids'], eos, lang, method),
+                               dim=-1)
+        torch.testing.assert_close(encode_texts(model, TEXTS, lang), expected,
+                                   atol=2e-5, rtol=1e-4)
+
+
+def test_generator_rows_are_the_transpose_of_the_authors_matrix(tmp_path):
+    state = authors_state_dict('dasd')
+    torch.save(state, tmp_path / 'dasd.bin')
+    config = write_config(tmp_path / 'authors.py', 'dasd')
+    convert_authors_checkpoint('dasd', tmp_path / 'dasd.bin', config, tmp_path / 'x.pth',
+                               map_dasd)
+    head = torch.load(tmp_path / 'x.pth')['state_dict']['disentangler.generator.heads.1.bias']
+    theirs = state['transformer.resblocks.1.mlp_zi.c_fc1.bias'].reshape(D_U, D_U)
+    torch.testing.assert_close(head.reshape(D_U, D_U), theirs.T)
+
+
+def refused(capsys, method, *argv) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(method, [str(a) for a in argv])
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_a_file_of_the_other_method_is_refused_naming_the_right_tool(tmp_path, capsys):
+    torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
+    torch.save(authors_state_dict('mla'), tmp_path / 'mla.bin')
+    config = write_config(tmp_path / 'mla.py', 'mla')
+    err = refused(capsys, 'mla', tmp_path / 'dasd.bin', config, '--out', tmp_path / 'o.pth')
+    assert err.startswith(f'error: {tmp_path / "dasd.bin"}: a DASD checkpoint')
+    assert 'tools/convert/dasd_to_xmr.py' in err and 'Traceback' not in err
+    err = refused(capsys, 'dasd', tmp_path / 'mla.bin', config, '--out', tmp_path / 'o.pth')
+    assert 'an MLA checkpoint' in err and 'tools/convert/mla_to_xmr.py' in err
+    assert not (tmp_path / 'o.pth').exists()
+
+
+def test_missing_language_truncated_file_and_other_architecture_are_refused(tmp_path, capsys):
+    out = tmp_path / 'o.pth'
+    config = write_config(tmp_path / 'dasd.py', 'dasd')
+    torch.save(authors_state_dict('dasd', langs=['de']), tmp_path / 'de.bin')
+    err = refused(capsys, 'dasd', tmp_path / 'de.bin', config, '--out', out)
+    assert 'no acquirer modules for zh' in err and 'the file has de' in err
+    assert 'model.language_branch.languages' in err
+
+    torch.save(authors_state_dict('dasd'), tmp_path / 'full.bin')
+    data = (tmp_path / 'full.bin').read_bytes()
+    (tmp_path / 'cut.bin').write_bytes(data[:len(data) // 2])
+    err = refused(capsys, 'dasd', tmp_path / 'cut.bin', config, '--out', out)
+    assert 'not a readable torch checkpoint' in err and 'download it again' in err
+
+    other = write_config(tmp_path / 'patch8.py', 'dasd', patch=8)
+    err = refused(capsys, 'dasd', tmp_path / 'full.bin', other, '--out', out)
+    assert 'visual.conv1.weight' in err and 'another architecture' in err
+
+    clip_only = {k: v for k, v in authors_state_dict('dasd').items() if 'acquirer' not in k}
+    torch.save(clip_only, tmp_path / 'clip.bin')
+    err = refused(capsys, 'dasd', tmp_path / 'clip.bin', config, '--out', out)
+    assert 'no per-language acquirer modules' in err
+    assert not out.exists() and not list(tmp_path.glob('.o.pth*'))
+
+
+def test_the_cli_reports_used_unused_and_kept_keys(tmp_path, capsys):
+    torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
+    config = write_config(tmp_path / 'dasd.py', 'dasd')
+    main('dasd', [str(tmp_path / 'dasd.bin'), str(config), '--out', str(tmp_path / 'x.pth')])
+    line = capsys.readouterr().out
+    assert 'keys used' in line and 'AdvAgent.discriminator.0.weight' in line
+    assert '0 missing' in line
+    assert (tmp_path / 'x.pth').is_file()

@@ -1,0 +1,12 @@
+"""Convert a released DASD checkpoint into an xmr checkpoint (docs/methods/).
+
+``python tools/convert/dasd_to_xmr.py CHECKPOINT CONFIG --out FILE.pth`` then
+``python tools/test.py CONFIG FILE.pth``. Prints the keys used, unused and kept; a file of
+another architecture, method or language set is refused (exit 2) and nothing is written.
+"""
+import sys
+
+from xmr.models.conversion.cli import main
+
+if __name__ == '__main__':
+    main('dasd', sys.argv[1:])

@@ -1,0 +1,216 @@
+"""Turn an MLA or DASD checkpoint (their ``clip_model.state_dict()``) into an xmr checkpoint.
+
+Both codes keep one OpenAI-CLIP state dict (whose keys are open_clip ``CLIP``'s) with their
+additions: ``multilingual_embedding`` (the mBERT table), ``multilingual_embedding_linear``
+(``W_e``) and per block and language an ``acquirer`` (MLA: the static adapter ``mlp``; DASD:
+``mlp_beforez`` / ``mlp_afterz`` around ``W^z``), plus DASD's SDM and generator
+(:mod:`.dasd`). The model of an xmr config is built, every authors' tensor is placed at its
+xmr name (:mod:`.mla`, :mod:`.dasd` give the per-method names), and the result is checked
+against the model before anything is written: every parameter of the backbone, the target
+branch and the disentangler must come from the file with its shape.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from mmengine.config import Config
+from torch import nn
+
+from xmr.fileio import atomic_torch_save
+
+#: Prefixes of the xmr parameters a converted file must provide (the rest, e.g. loss
+#: constants, keep the config's values).
+CONVERTED_PREFIXES = ('backbone.clip.', 'language_branch.', 'disentangler.')
+
+#: Keys that only DASD's code writes: a DASD file given to the MLA converter is told apart.
+DASD_MARKERS = ('zi_adapter_student', '.mlp_zi.', '.mlp_beforez.')
+
+
+class ConversionError(ValueError):
+    """A checkpoint that cannot become the config's model; the message names file, keys, fix."""
+
+
+@dataclass
+class ConversionReport:
+    """What a conversion used, left out and kept from the config.
+
+    Attributes:
+        used: authors' keys placed in the xmr model.
+        unused: authors' keys with no place in it (training-only or never called modules).
+        kept: xmr keys outside the converted parts, kept as the config builds them.
+    """
+
+    used: list[str] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+
+
+#: ``(state_dict, model) -> {xmr key: tensor}``; records the authors' keys it reads.
+StateMapping = Callable[[Mapping[str, torch.Tensor], nn.Module, set], dict[str, torch.Tensor]]
+
+
+def first(keys, limit: int = 3) -> str:
+    """``'a, b, c (and 12 more)'``: the first few of a key list and its size."""
+    keys = sorted(keys)
+    more = f' (and {len(keys) - limit} more)' if len(keys) > limit else ''
+    return ', '.join(keys[:limit]) + more
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a ``torch.save``d state dict, refused when unreadable or of another kind."""
+    if not path.is_file():
+        raise ConversionError(f'{path}: no such file: give the path of the released checkpoint')
+    try:
+        loaded = torch.load(path, map_location='cpu', weights_only=True)
+    except Exception as error:  # torch raises many kinds for a truncated or foreign file
+        raise ConversionError(f'{path}: not a readable torch checkpoint ({type(error).__name__}: '
+                              f'{str(error).splitlines()[0] if str(error) else ""}): the file is '
+                              'truncated or of another format; download it again') from error
+    if isinstance(loaded, Mapping) and isinstance(loaded.get('state_dict'), Mapping):
+        loaded = loaded['state_dict']
+    if not isinstance(loaded, Mapping) or not loaded or \
+            not all(isinstance(v, torch.Tensor) for v in loaded.values()):
+        raise ConversionError(f'{path}: not a state dict of tensors: give the file the authors\' '
+                              'train.py wrote (torch.save(clip_model.state_dict(), ...))')
+    return {str(k).removeprefix('module.'): v for k, v in loaded.items()}
+
+
+def check_method(path: Path, state: Mapping[str, torch.Tensor], method: str) -> None:
+    """Refuse a file of the other method (or of neither) before mapping anything."""
+    dasd = [k for k in state if any(m in k for m in DASD_MARKERS)]
+    acquirers = [k for k in state if '.acquirer.' in k]
+    if not acquirers:
+        raise ConversionError(
+            f'{path}: no per-language acquirer modules (no key like transformer.resblocks.0.'
+            f'acquirer.<lang>.*; {len(state)} keys, e.g. {first(state)}): not an MLA or DASD '
+            'checkpoint; give the released model file (the CLIP weights alone go to '
+            'model.backbone.pretrained)')
+    if method == 'mla' and dasd:
+        raise ConversionError(f'{path}: a DASD checkpoint ({len(dasd)} DASD keys: {first(dasd)}) '
+                              'given to the MLA converter: use tools/convert/dasd_to_xmr.py')
+    if method == 'dasd' and not dasd:
+        raise ConversionError(f'{path}: an MLA checkpoint (acquirers without DASD\'s mlp_zi / '
+                              f'zi_adapter_student: {first(acquirers)}) given to the DASD '
+                              'converter: use tools/convert/mla_to_xmr.py')
+
+
+def take(state: Mapping[str, torch.Tensor], used: set, key: str) -> torch.Tensor:
+    """``state[key]`` as float32, recorded as used (a missing key is caught by the check)."""
+    used.add(key)
+    return state[key].float() if key in state else None
+
+
+def clip_and_embedding(state: Mapping[str, torch.Tensor], model: nn.Module,
+                       used: set) -> dict[str, torch.Tensor]:
+    """CLIP's weights (open_clip keys under ``backbone.clip.``) and the embedding block."""
+    wanted = {k.removeprefix('backbone.clip.') for k in model.state_dict()
+              if k.startswith('backbone.clip.')}
+    mapped = {f'backbone.clip.{k}': take(state, used, k) for k in wanted if k in state}
+    for name, key in (('table.weight', 'multilingual_embedding.weight'),
+                      ('proj.weight', 'multilingual_embedding_linear.weight'),
+                      ('proj.bias', 'multilingual_embedding_linear.bias')):
+        mapped[f'language_branch.embedding.{name}'] = take(state, used, key)
+    return mapped
+
+
+def adapter_key(lang: str, block: int, name: str) -> str:
+    """xmr name of a block-output adapter parameter of ``lang`` (``down.weight``, ...)."""
+    return f'language_branch.adapters.sets.{lang}.{block}:block_output.{name}'
+
+
+def check_languages(path: Path, state: Mapping[str, torch.Tensor], languages: list[str]) -> None:
+    """Every language the config names has acquirers in the file."""
+    present = sorted({k.split('.acquirer.')[1].split('.')[0] for k in state
+                      if '.acquirer.' in k})
+    absent = [lang for lang in languages if lang not in present]
+    if absent:
+        keys = [k for k in (f'transformer.resblocks.0.acquirer.{lang}' for lang in absent)]
+        raise ConversionError(
+            f'{path}: no acquirer modules for {", ".join(absent)} (missing {first(keys)}.*; the '
+            f'config names {", ".join(languages)}, the file has {", ".join(present) or "none"}): '
+            'convert with the languages of the file, e.g. --cfg-options '
+            f'model.language_branch.languages="{present}"')
+
+
+def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.Module,
+                        config: str) -> list[str]:
+    """Refuse missing or differently shaped parameters; return the xmr keys kept as built."""
+    expected = {k: v for k, v in model.state_dict().items()}
+    aliases = _aliases(model)
+    absent_in_file = sorted(k for k, v in mapped.items() if v is None)
+    missing = sorted(k for k in expected if k.startswith(CONVERTED_PREFIXES)
+                     and k not in mapped and k not in aliases)
+    if absent_in_file or missing:
+        raise ConversionError(
+            f'{path}: {len(absent_in_file) + len(missing)} parameters of the {config} model are '
+            f'not in the file ({first(absent_in_file + missing)}): it is a checkpoint of another '
+            'architecture or setting; convert with the config it was trained as')
+    reshaped = sorted(k for k in mapped if tuple(mapped[k].shape) != tuple(expected[k].shape))
+    if reshaped:
+        details = '; '.join(f'{k}: file {tuple(mapped[k].shape)} vs config '
+                            f'{tuple(expected[k].shape)}' for k in reshaped[:3])
+        raise ConversionError(
+            f'{path}: {len(reshaped)} parameters differ in shape from the {config} model '
+            f'({details}{"; ..." if len(reshaped) > 3 else ""}): '
+            'the file is a checkpoint of another architecture (e.g. ViT-B/16 vs ViT-B/32: '
+            'visual.conv1.weight); use a config of its architecture (model.backbone.arch)')
+    return sorted(k for k in expected if not k.startswith(CONVERTED_PREFIXES) and
+                  k not in aliases)
+
+
+def _aliases(model: nn.Module) -> set[str]:
+    """State-dict names of tensors also reachable under another (first) name."""
+    seen, aliases = {}, set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            aliases.add(name)
+        seen.setdefault(id(tensor), name)
+    return aliases
+
+
+def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -> nn.Module:
+    """The config's model, without fetching pretrained weights (the checkpoint brings them)."""
+    from xmr.registry import MODELS
+
+    cfg = Config.fromfile(str(config))
+    if cfg_options:
+        cfg.merge_from_dict(dict(cfg_options))
+    cfg.model.backbone.pretrained = None
+    cfg.model.language_branch.embedding.pretrained = None
+    return MODELS.build(cfg.model)
+
+
+def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: str | os.PathLike,
+                               out: str | os.PathLike, mapping: StateMapping,
+                               cfg_options: Mapping | None = None) -> ConversionReport:
+    """Convert ``source`` into the model of ``config`` and write ``out`` (atomically).
+
+    Args:
+        method: ``'mla'`` or ``'dasd'``: the file must be of that method.
+        source: the authors' checkpoint.
+        config: the xmr config whose model the file becomes.
+        out: the xmr checkpoint written (``{'state_dict', 'meta'}``), only when all is well.
+        mapping: the method's ``(state, model, used) -> {xmr key: tensor}``.
+        cfg_options: overrides merged into the config.
+
+    Raises:
+        ConversionError: naming the file, the keys at fault (first few and counts) and the fix.
+    """
+    path = Path(source)
+    state = read_state_dict(path)
+    check_method(path, state, method)
+    model = build_model(config, cfg_options)
+    check_languages(path, state, list(model.languages))
+    used: set[str] = set()
+    mapped = {**clip_and_embedding(state, model, used), **mapping(state, model, used)}
+    kept = check_against_model(path, mapped, model, Path(config).name)
+    model.load_state_dict(mapped, strict=False)
+    report = ConversionReport(used=sorted(used), unused=sorted(set(state) - used), kept=kept)
+    meta = dict(converted_from=str(path), method=method, config=str(config),
+                used_keys=len(report.used), unused_keys=report.unused, kept_keys=report.kept)
+    atomic_torch_save(dict(state_dict=model.state_dict(), meta=meta), out)
+    return report

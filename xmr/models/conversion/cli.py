@@ -1,0 +1,39 @@
+"""The command line of ``tools/convert/mla_to_xmr.py`` and ``tools/convert/dasd_to_xmr.py``."""
+from __future__ import annotations
+
+import argparse
+
+from mmengine.config import DictAction
+
+from xmr.models.conversion.authors import ConversionError, convert_authors_checkpoint, first
+from xmr.models.conversion.dasd import map_dasd
+from xmr.models.conversion.mla import map_mla
+
+METHODS = {'mla': ('MLA (AIM3-RUC/MLA)', map_mla), 'dasd': ('DASD (HuiGuanLab/DASD)', map_dasd)}
+
+
+def main(method: str, argv: list[str] | None = None) -> None:
+    """Parse ``CHECKPOINT CONFIG --out FILE [--cfg-options ...]``, convert, report the keys.
+
+    Raises:
+        SystemExit: ``error: <file>: <what is wrong>: <fix>`` (exit status 2), nothing written.
+    """
+    name, mapping = METHODS[method]
+    parser = argparse.ArgumentParser(description=f'Convert a released {name} checkpoint into '
+                                     'an xmr checkpoint that tools/test.py evaluates')
+    parser.add_argument('checkpoint', help="the authors' model file (pytorch_model.bin.<step>)")
+    parser.add_argument('config', help='xmr config of the model it becomes')
+    parser.add_argument('--out', required=True, help='xmr checkpoint to write (.pth)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config keys, e.g. model.language_branch.languages=[ja]')
+    args = parser.parse_args(argv)
+    import xmr  # noqa: F401  (registers every module)
+
+    try:
+        report = convert_authors_checkpoint(method, args.checkpoint, args.config, args.out,
+                                            mapping, args.cfg_options)
+    except (ConversionError, FileNotFoundError) as error:
+        parser.exit(2, f'error: {error}\n')
+    print(f'{args.out}: {len(report.used)} keys used; {len(report.unused)} unused: '
+          f'{first(report.unused) or "none"}; 0 missing; {len(report.kept)} kept from the '
+          f'config: {first(report.kept) or "none"}')
