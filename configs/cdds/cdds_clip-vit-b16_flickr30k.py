@@ -4,7 +4,7 @@
 _base_ = ['./cdds_clip-vit-b32_flickr30k.py']
 
 model = dict(backbone=dict(arch='ViT-B-16'))
-_image_transform = dict(_delete_=True, type='MediaTransform', backbone='ViT-B-16',
+_image_transform = dict(type='MediaTransform', backbone='ViT-B-16',
                         pretrained='openai')
 train_dataloader = dict(dataset=dict(transform=_image_transform))
 val_dataloader = dict(dataset=dict(transform=_image_transform))

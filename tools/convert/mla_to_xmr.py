@@ -4,9 +4,10 @@
 ``python tools/test.py CONFIG FILE.pth``. Prints the keys used, unused and kept; a file of
 another architecture, method or language set is refused (exit 2) and nothing is written.
 """
-import sys
+from functools import partial
 
 from xmr.models.conversion.cli import main
+from xmr.utils.cli import run_tool
 
 if __name__ == '__main__':
-    main('mla', sys.argv[1:])
+    run_tool(partial(main, 'mla'))
