@@ -3,6 +3,7 @@ converted and xmr's r^T equals the authors' computation re-derived here from the
 bad files are refused naming the file, the keys and the fix, and nothing is written."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,25 @@ def test_the_cli_reports_used_unused_and_kept_keys(tmp_path, capsys):
     assert 'keys used' in line and 'AdvAgent.discriminator.0.weight' in line
     assert '0 missing' in line
     assert (tmp_path / 'x.pth').is_file()
+
+
+def test_tools_test_evaluates_a_converted_dasd_release(tmp_path, capsys):
+    """The issue's path: convert the release, then tools/test.py prints its leaderboard row."""
+    from tests.tools.test_test_tool import load_tool
+    from tests.tools.test_test_tool import write_config as write_test_config
+
+    torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
+    main('dasd', [str(tmp_path / 'dasd.bin'), str(write_config(tmp_path / 'dasd.py', 'dasd')),
+                  '--out', str(tmp_path / 'converted.pth')])
+    dataset = dict(type='SyntheticRetrievalDataset', num_scenes=8, languages=['en', *LANGS],
+                   split='test', image_size=32, seed=0, captions_per_image=2)
+    config = write_test_config(tmp_path / 'test.py', tmp_path / 'work', model_cfg('dasd'),
+                               [dataset], [dict(type='RetrievalMetric', prefix='synthetic')])
+    capsys.readouterr()
+    load_tool().main([str(config), str(tmp_path / 'converted.pth'), '--out',
+                      str(tmp_path / 'result.json')])
+    out = capsys.readouterr().out
+    assert 'test (converted)' in out  # the leaderboard row: config name (checkpoint stem)
+    result = json.loads((tmp_path / 'result.json').read_text())
+    assert {'synthetic/de/AR', 'synthetic/zh/AR', 'synthetic/en/AR'} <= set(result['metrics'])
+    assert result['checkpoint'] == str(tmp_path / 'converted.pth')
