@@ -55,6 +55,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from xmr.datasets.base import MediaCaptionDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.fileio import process_running
 from xmr.registry import DATASETS, HOOKS
 from xmr.utils.cli import UserError
 
@@ -317,18 +318,8 @@ def _remove_abandoned_builds(path: Path) -> None:
     """Delete ``<path>.partial-<pid>`` folders of builds whose process is gone (killed)."""
     for partial in path.parent.glob(f'{path.name}.partial-*'):
         pid = partial.name.rsplit('-', 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _process_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not process_running(int(pid)):
             shutil.rmtree(partial, ignore_errors=True)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _index_items(dataset: Dataset, kinds: Sequence[str]
