@@ -19,14 +19,14 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from xmr.datasets.annotation import Annotation, MediaRecord
+from xmr.datasets.annotation import Annotation
 from xmr.datasets.converters.cli import write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import (
     canonical_languages,
     check_media_exist,
+    parallel_caption_records,
     read_lines,
-    require_same_length,
 )
 from xmr.datasets.converters.xtd10 import coco_image_path
 from xmr.datasets.languages import FLORES200_TO_CANONICAL, LanguageCodeError, flores_code
@@ -68,11 +68,7 @@ def convert_flores_captions(dataset: str, captions_dir: str | os.PathLike,
     paths = [to_path(name, f'image list {list_path} line {number}')
              for number, name in enumerate(names, start=1)]
     files = {lang: captions_dir / f'{_flores(lang)}.txt' for lang in languages}
-    captions = {path: read_lines(path) for path in files.values()}
-    require_same_length((list_path, len(names)), captions)
-    records = [MediaRecord(media_id=Path(name).stem, media_path=path,
-                           captions={lang: [captions[files[lang]][i]] for lang in languages})
-               for i, (name, path) in enumerate(zip(names, paths))]
+    records = parallel_caption_records(list_path, names, paths, files)
     if images_dir is not None:
         check_media_exist(images_dir, paths)
     return Annotation(dataset=dataset, split='test', media_type='image', languages=languages,

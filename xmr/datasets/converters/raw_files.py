@@ -13,10 +13,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from xmr.datasets.annotation import MediaRecord
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.languages import LanguageCodeError, normalize_languages
 
 __all__ = ['read_lines', 'require_file', 'find_first', 'require_same_length',
+           'parallel_caption_records',
            'check_media_exist', 'parse_lang_paths', 'canonical_languages']
 
 _UTF8_BOM = '\ufeff'
@@ -164,3 +166,23 @@ def canonical_languages(codes: Sequence[str], option: str) -> list[str]:
         return normalize_languages(list(codes), option)
     except LanguageCodeError as error:
         raise ConversionError(str(error)) from error
+
+
+def parallel_caption_records(list_path: Path, names: Sequence[str], paths: Sequence[str],
+                             files: Mapping[str, Path]) -> list[MediaRecord]:
+    """One record per line of an image list, with line ``i`` of each language's caption file.
+
+    Args:
+        list_path: the image list, for the messages.
+        names: its lines (their stems are the media ids).
+        paths: each image's ``media_path``, in the list's order.
+        files: ``{lang: caption file}``, one caption per line, aligned with the list.
+
+    Raises:
+        ConversionError: a caption file is missing or its length differs from the list's.
+    """
+    captions = {path: read_lines(path) for path in files.values()}
+    require_same_length((list_path, len(names)), captions)
+    return [MediaRecord(media_id=Path(name).stem, media_path=path,
+                        captions={lang: [captions[file][i]] for lang, file in files.items()})
+            for i, (name, path) in enumerate(zip(names, paths))]

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import torch
 
-from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
+from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import (
     canonical_languages,
     check_media_exist,
+    parallel_caption_records,
     read_lines,
-    require_same_length,
 )
 from xmr.datasets.languages import release_code
 
@@ -79,11 +79,7 @@ def convert_xtd10(xtd_dir: str | os.PathLike, images_dir: str | os.PathLike | No
              for number, name in enumerate(names, start=1)]
     files = {lang: xtd_dir / f"test_1kcaptions_{release_code('xtd10', lang)}.txt"
              for lang in languages}
-    captions = {path: read_lines(path) for path in files.values()}
-    require_same_length((list_path, len(names)), captions)
-    records = [MediaRecord(media_id=Path(name).stem, media_path=path,
-                           captions={lang: [captions[files[lang]][i]] for lang in languages})
-               for i, (name, path) in enumerate(zip(names, paths))]
+    records = parallel_caption_records(list_path, names, paths, files)
     if images_dir is not None:
         check_media_exist(images_dir, paths)
     source_lang = 'en' if 'en' in languages else None
