@@ -73,11 +73,31 @@ def test_cached_and_recomputed_steps_give_the_same_loss(tiny_retriever, tmp_path
     items = [cached[i] for i in range(len(cached))]
     assert all(item['media'] is None for item in items)
     assert np.load(tmp_path / 'cache' / 'media.npy').shape == (4, 32)  # one row per scene
-    plain = [inner[i] for i in range(len(inner))]
+    # The wrapper switched the inner dataset's media off; the recompute path needs its own copy.
+    renders = SyntheticPairDataset(num_scenes=4, languages=['de', 'zh'], image_size=32)
+    plain = [renders[i] for i in range(len(renders))]
     for phase, weights in (('cross_lingual', dict(cl=1.0)), ('cross_modal', dict(cm=1.0))):
         torch.testing.assert_close(loss(tiny_retriever, items, phase, weights),
                                    loss(tiny_retriever, plain, phase, weights),
                                    rtol=1e-5, atol=1e-6)
+
+
+def test_a_cached_synthetic_dataset_renders_each_scene_once_at_build_and_never_after(
+        tiny_retriever, tmp_path, monkeypatch):
+    from xmr.datasets.synthetic import dataset as synthetic
+
+    rendered = []
+    render = synthetic.render_scene
+    monkeypatch.setattr(synthetic, 'render_scene',
+                        lambda scene, *args: rendered.append(scene) or render(scene, *args))
+    cached = CachedFeatureDataset(
+        SyntheticPairDataset(num_scenes=4, languages=['de', 'zh'], image_size=32),
+        tmp_path / 'cache')
+    cached.prepare(tiny_retriever)
+    assert len(rendered) == 4  # the media encode pass; indexing and the key read no pixels
+    cached.prepare(tiny_retriever)  # reopening checks the key: no rendering either
+    items = [cached[i] for i in range(len(cached))]
+    assert len(rendered) == 4 and all(item['media'] is None for item in items)
 
 
 def test_float16_storage_halves_the_file_and_keeps_the_loss_close(tiny_retriever, tmp_path):
@@ -253,8 +273,10 @@ def test_hook_prepares_cached_galleries_and_evaluation_matches(tiny_retriever, t
     gallery = SyntheticRetrievalDataset(num_scenes=3, languages=['en', 'de'], image_size=32)
     cached = CachedFeatureDataset(gallery, tmp_path / 'gallery')
     assert cached.kinds == ['media']
+    # The wrapper switched its gallery's media off; the recompute path renders its own copy.
+    renders = SyntheticRetrievalDataset(num_scenes=3, languages=['en', 'de'], image_size=32)
     loaders = LoaderSequence([DataLoader(cached, batch_size=3, collate_fn=retrieval_collate),
-                              DataLoader(gallery, batch_size=3, collate_fn=retrieval_collate)])
+                              DataLoader(renders, batch_size=3, collate_fn=retrieval_collate)])
     runner = SimpleNamespace(model=tiny_retriever, val_loop=SimpleNamespace(dataloader=loaders))
     FeatureCacheHook().before_val(runner)
     tiny_retriever.eval()

@@ -13,13 +13,24 @@ from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_rais
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.registry import TRANSFORMS
 
-__all__ = ['MediaCaptionDataset']
+__all__ = ['MediaCaptionDataset', 'MediaDataset']
 
 DEFAULT_TRANSFORM: dict[str, Any] = {'type': 'MediaTransform', 'backbone': 'ViT-B-32',
                                      'pretrained': 'openai'}
 
 
-class MediaCaptionDataset(Dataset):
+class MediaDataset(Dataset):
+    """A dataset whose items carry decoded media that a caller can switch off.
+
+    With ``with_media = False`` items keep their captions and ``media_id`` but carry
+    ``media=None``: a feature cache indexes captions, and trains on cached media features,
+    without decoding (or rendering) a single image.
+    """
+
+    with_media: bool = True
+
+
+class MediaCaptionDataset(MediaDataset):
     """Base of the datasets that read an xmr annotation file (``docs/data.md``).
 
     Args:

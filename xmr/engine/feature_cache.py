@@ -42,6 +42,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from torch.utils.data import DataLoader, Dataset
 
-from xmr.datasets.base import MediaCaptionDataset
+from xmr.datasets.base import MediaCaptionDataset, MediaDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.fileio import process_running
 from xmr.registry import DATASETS, HOOKS
@@ -126,11 +127,10 @@ def _media_pipeline(dataset: Dataset) -> dict[str, Any]:
     return pipeline
 
 
-def _item_digests(dataset: Dataset, kinds: Sequence[str]) -> dict[str, str]:
+def _item_digests(index: ItemIndex) -> dict[str, str]:
     """A digest of every item's caption / media id per kind (order and content)."""
-    _, _, hashes = _index_items(dataset, kinds)
-    return {kind: hashlib.blake2b(hashes[kind].tobytes(), digest_size=16).hexdigest()
-            for kind in kinds}
+    return {kind: hashlib.blake2b(hashes.tobytes(), digest_size=16).hexdigest()
+            for kind, hashes in index.hashes.items()}
 
 
 def _media_files_identity(dataset: Dataset, identity: str) -> dict[str, str] | None:
@@ -250,7 +250,7 @@ class FeatureCache:
     @classmethod
     def build(cls, path: str | os.PathLike, dataset: Dataset, model: torch.nn.Module,
               key: dict[str, Any], batch_size: int = 64, num_workers: int = 0,
-              overwrite: bool = False) -> FeatureCache:
+              overwrite: bool = False, index: ItemIndex | None = None) -> FeatureCache:
         """Encode every distinct source caption and media of ``dataset`` with ``model``.
 
         The folder is written under a temporary name and renamed when complete, so an
@@ -265,6 +265,7 @@ class FeatureCache:
             batch_size: captions or media per forward pass.
             num_workers: DataLoader workers decoding the media.
             overwrite: replace an existing cache.
+            index: the dataset's :class:`ItemIndex` when the caller already read it.
         """
         path = Path(path)
         if path.exists() and not overwrite:
@@ -275,7 +276,8 @@ class FeatureCache:
             shutil.rmtree(partial)
         partial.mkdir(parents=True)
         try:
-            cls._build_into(partial, dataset, model, key, batch_size, num_workers)
+            cls._build_into(partial, dataset, model, key, batch_size, num_workers,
+                            index or _index_items(dataset, key['features']))
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
@@ -286,10 +288,10 @@ class FeatureCache:
 
     @staticmethod
     def _build_into(partial: Path, dataset: Dataset, model: torch.nn.Module, key: dict[str, Any],
-                    batch_size: int, num_workers: int) -> None:
+                    batch_size: int, num_workers: int, index: ItemIndex) -> None:
         kinds = list(key['features'])
         started = time.perf_counter()
-        rows, first_item, hashes = _index_items(dataset, kinds)
+        rows, first_item, hashes = index.rows, index.first_item, index.hashes
         counts = {}
         was_training = model.training
         model.eval()
@@ -322,16 +324,27 @@ def _remove_abandoned_builds(path: Path) -> None:
             shutil.rmtree(partial, ignore_errors=True)
 
 
-def _index_items(dataset: Dataset, kinds: Sequence[str]
-                 ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, int]],
-                            dict[str, np.ndarray]]:
-    """Each item's row per kind, the first item of each distinct value, and item hashes.
+@dataclass
+class ItemIndex:
+    """Where each item of a dataset finds its cached features, per kind.
 
-    Media are not decoded for this pass when the dataset can skip them (``with_media``).
+    Attributes:
+        rows: ``rows[kind]`` ``[N]``: the feature row of each item.
+        first_item: ``first_item[kind]`` ``{value: first item index}`` in row order.
+        hashes: ``hashes[kind]`` ``[N]``: :func:`text_hash` of each item's caption / media id.
+    """
 
-    Returns:
-        ``rows[kind]`` ``[N]``, ``first_item[kind]`` ``{value: first item index}`` in row
-        order, ``hashes[kind]`` ``[N]``.
+    rows: dict[str, np.ndarray]
+    first_item: dict[str, dict[str, int]]
+    hashes: dict[str, np.ndarray]
+
+
+def _index_items(dataset: Dataset, kinds: Sequence[str]) -> ItemIndex:
+    """Read every item once (captions and media ids only) into an :class:`ItemIndex`.
+
+    Media are not decoded for this pass when the dataset can skip them (``with_media``); it
+    still costs one ``__getitem__`` per item, so a phase start runs it once for the cache key
+    and the build together.
     """
     rows = {kind: np.empty(len(dataset), dtype=np.int64) for kind in kinds}
     hashes = {kind: np.empty(len(dataset), dtype=np.int64) for kind in kinds}
@@ -353,14 +366,14 @@ def _index_items(dataset: Dataset, kinds: Sequence[str]
                     first_item[kind][value] = index
                 rows[kind][index] = row_of[kind][value]
                 hashes[kind][index] = text_hash(value)
-    return rows, first_item, hashes
+    return ItemIndex(rows, first_item, hashes)
 
 
 class _media_decoding:
-    """Temporarily switch a :class:`MediaCaptionDataset`'s media decoding on or off."""
+    """Temporarily switch a :class:`MediaDataset`'s media decoding on or off."""
 
     def __init__(self, dataset: Dataset, enabled: bool) -> None:
-        self.dataset = dataset if isinstance(dataset, MediaCaptionDataset) else None
+        self.dataset = dataset if isinstance(dataset, MediaDataset) else None
         self.enabled = enabled
 
     def __enter__(self) -> None:
@@ -484,7 +497,7 @@ class CachedFeatureDataset(Dataset):
 
     Items are the wrapped dataset's with ``source_features`` (``r^S`` of ``source_text``) and
     ``media_features`` (``r^V`` of the media), float32 ``[E]``; when media features are
-    cached, ``media`` is ``None`` (a :class:`MediaCaptionDataset` then skips decoding). The
+    cached, ``media`` is ``None`` (a :class:`MediaDataset` then skips decoding). The
     retriever uses these in place of its frozen towers.
 
     Config::
@@ -543,7 +556,7 @@ class CachedFeatureDataset(Dataset):
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.kinds = self._choose_kinds()
-        if 'media' in self.kinds and isinstance(self.dataset, MediaCaptionDataset):
+        if 'media' in self.kinds and isinstance(self.dataset, MediaDataset):
             # Cached media are never decoded for training; the build switches decoding back on.
             self.dataset.with_media = False
         self.cache: FeatureCache | None = None
@@ -556,7 +569,7 @@ class CachedFeatureDataset(Dataset):
         with _media_decoding(self.dataset, False):
             sample = self.dataset[0] if len(self.dataset) else {}
         has_media = 'media_id' in sample and (
-            sample.get('media') is not None or isinstance(self.dataset, MediaCaptionDataset)
+            sample.get('media') is not None or isinstance(self.dataset, MediaDataset)
             and self.dataset.with_media)
         kinds = self.requested or [kind for kind, present in
                                    (('source', isinstance(sample.get('source_text'), str)),
@@ -571,8 +584,14 @@ class CachedFeatureDataset(Dataset):
                              'carry neither source_text nor fixed media')
         return kinds
 
-    def cache_key(self, model: torch.nn.Module) -> dict[str, Any]:
-        """The key the cache must have been built under, for ``model`` and this dataset."""
+    def cache_key(self, model: torch.nn.Module, index: ItemIndex | None = None
+                  ) -> dict[str, Any]:
+        """The key the cache must have been built under, for ``model`` and this dataset.
+
+        Args:
+            model: the retriever whose frozen towers the features come from.
+            index: the dataset's :class:`ItemIndex` when the caller already read it.
+        """
         preprocessor = model.data_preprocessor
         preprocessing: dict[str, Any] = {}
         if 'source' in self.kinds:
@@ -588,7 +607,8 @@ class CachedFeatureDataset(Dataset):
         dataset = {'type': type(self.dataset).__qualname__, 'items': len(self.dataset),
                    'metainfo': _jsonable(metainfo)}
         key = dict(format=CACHE_FORMAT, backbone=backbone_fingerprint(model.backbone),
-                   dataset=dataset, item_digests=_item_digests(self.dataset, self.kinds),
+                   dataset=dataset,
+                   item_digests=_item_digests(index or _index_items(self.dataset, self.kinds)),
                    preprocessing=preprocessing, dtype=self.dtype, features=list(self.kinds))
         if 'media' in self.kinds:
             key['media_files'] = _media_files_identity(self.dataset, self.media_identity)
@@ -608,7 +628,8 @@ class CachedFeatureDataset(Dataset):
                 f'feature cache {self.cache_dir}: this phase trains the backbone '
                 f'({trained[0]}, ...), so its features change every step; use the plain '
                 'dataset for this phase')
-        key = self.cache_key(model)
+        index = _index_items(self.dataset, self.kinds)
+        key = self.cache_key(model, index)
         rank, _ = get_dist_info()
         # Rank 0 alone decides and (re)builds; the others wait, then open what it left.
         exists = rank == 0 and (self.cache_dir / 'meta.json').is_file()
@@ -621,7 +642,8 @@ class CachedFeatureDataset(Dataset):
                       f'{self.cache_dir} ({", ".join(self.kinds)}) for {len(self.dataset)} '
                       'items', logger='current')
             built = FeatureCache.build(self.cache_dir, self.dataset, model, key,
-                                       self.batch_size, self.num_workers, overwrite=stale)
+                                       self.batch_size, self.num_workers, overwrite=stale,
+                                       index=index)
             print_log(f'feature cache {self.cache_dir} built in {built.meta["seconds"]} s: '
                       f'{built.meta["counts"]}', logger='current')
         barrier()

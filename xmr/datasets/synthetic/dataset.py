@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
+from xmr.datasets.base import MediaDataset
 from xmr.datasets.synthetic.captions import (
     CAPTION_LANGUAGES,
     CAPTION_STYLES,
@@ -44,7 +44,7 @@ def _language_number(language: str) -> int:
     return 1 + CAPTION_LANGUAGES.index(language)
 
 
-class _SyntheticImages(Dataset):
+class _SyntheticImages(MediaDataset):
     """Shared validation, rendering and naming of the synthetic datasets."""
 
     def __init__(self, num_scenes: int, split: str, image_size: int, seed: int) -> None:
@@ -70,7 +70,9 @@ class _SyntheticImages(Dataset):
     def _rng(self, *stream: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.split_id, *stream])
 
-    def _media(self, scene: Scene, stream_index: int) -> torch.Tensor:
+    def _media(self, scene: Scene, stream_index: int) -> torch.Tensor | None:
+        if not self.with_media:
+            return None
         pixels = render_scene(scene, self.image_size, self._rng(stream_index, _RENDER_TAG))
         return torch.from_numpy(pixels)
 
