@@ -54,3 +54,12 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f'real data fixtures not found at {SHARED_DATA}')
     return SHARED_DATA
+
+
+def phase_loss_keys(model, loss_weights: dict) -> set[str]:
+    """The ``loss_<name>`` keys a retriever returns for a phase's weights: the retriever's own
+    losses, and every loss of its disentangler when the phase scales them (``disentangler``)."""
+    keys = {f'loss_{k}' for k, weight in loss_weights.items() if weight and k != 'disentangler'}
+    if loss_weights.get('disentangler') and getattr(model, 'disentangler', None) is not None:
+        keys |= {f'loss_{k}' for k in model.disentangler.loss_names}
+    return keys

@@ -50,8 +50,8 @@ from xmr.registry import ADAPTERS
 
 @ADAPTERS.register_module()
 class ScaledIdentityAdapter(BaseAdapter):
-    def __init__(self, width, scale=2.0, **kwargs):
-        super().__init__(width, **kwargs)
+    def __init__(self, placement, scale=2.0):
+        super().__init__(placement)
         self.scale = torch.nn.Parameter(torch.tensor(scale))
 
     def forward(self, x, ctx):

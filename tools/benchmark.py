@@ -67,8 +67,8 @@ METHODS = ('static', 'dasd')
 #: paths up to and including 'xmr').
 PATHS = {'static': ('recompute', 'xmr', 'xmr+sparse', 'xmr-padded'),
          'dasd': ('authors', 'recompute', 'xmr')}
-#: The paper's loss weights (DASD: lambda1 = 1, lambda2 = 0.1).
-LOSS_WEIGHTS = {'static': dict(), 'dasd': dict(adv=1.0, sc=0.1)}
+#: The disentangler's losses at full scale (its own lambda1 = 1, lambda2 = 0.1 apply first).
+LOSS_WEIGHTS = {'static': dict(), 'dasd': dict(disentangler=1.0)}
 #: Steps of the paper's schedule at batch 128, for the projected wall time.
 PAPER_STEPS = {'cross_lingual': 45000, 'cross_modal': 6000}
 LANGUAGES = ('de', 'fr', 'zh', 'ja')

@@ -6,7 +6,3 @@ _base_ = ['./cclm_multi30k.py']
 model = dict(
     language_branch=dict(adapters=dict(_delete_=True, type='StaticAdapter', hidden=256)),
     disentangler=None)
-train_cfg = dict(phases=[
-    dict(phase, trainable=['language_branch'],
-         loss_weights={k: v for k, v in phase['loss_weights'].items() if k not in ('adv', 'sc')})
-    for phase in _base_.train_cfg['phases']])

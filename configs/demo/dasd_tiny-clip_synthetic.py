@@ -9,10 +9,3 @@ _base_ = ['./static_tiny-clip_synthetic.py', '../_base_/models/dasd_sdm.py']
 model = dict(
     language_branch=dict(adapters=dict(_delete_=True, **_base_.dasd_adapters)),
     disentangler=dict(_base_.dasd_disentangler, generator=dict(d_z=64, d_u=32)))
-
-disentangling_losses = dict(adv=1.0, sc=0.1)
-train_cfg = dict(phases=[
-    phase if phase['name'] == 'source_finetune' else dict(
-        phase, trainable=[*phase['trainable'], 'disentangler'],
-        loss_weights=dict(phase['loss_weights'], **disentangling_losses))
-    for phase in _base_.train_cfg['phases']])

@@ -6,7 +6,3 @@ _base_ = ['./dasd_tiny-clip_synthetic.py']
 model = dict(
     language_branch=dict(adapters=dict(_delete_=True, type='StaticAdapter', hidden=32)),
     disentangler=None)
-train_cfg = dict(phases=[
-    dict(phase, trainable=[t for t in phase['trainable'] if t != 'disentangler'],
-         loss_weights={k: v for k, v in phase['loss_weights'].items() if k not in ('adv', 'sc')})
-    for phase in _base_.train_cfg['phases']])

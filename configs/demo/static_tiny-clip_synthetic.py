@@ -19,10 +19,14 @@ train_cfg = dict(
         dict(name='source_finetune', iters=700, lr=2e-3, warmup_ratio=0.05, schedule='cosine',
              trainable=['backbone', 'losses.source_cm'], loss_weights=dict(source_cm=1.0),
              dataloader={{_base_.source_finetune_dataloader}}),
+        # 'target' (the language branch, plus a disentangler when the model has one) and the
+        # 'disentangler' scale (a no-op without one) let the DASD variants share this schedule.
         dict(name='cross_lingual', iters=700, lr=2e-3, warmup_ratio=0.1, schedule='cosine',
-             trainable=['language_branch'], loss_weights=dict(cl=1.0), cache_features=True),
+             trainable=['target'], loss_weights=dict(cl=1.0, disentangler=1.0),
+             cache_features=True),
         dict(name='cross_modal', iters=200, lr=1e-4, warmup_ratio=0.1, schedule='cosine',
-             trainable=['language_branch'], loss_weights=dict(cm=1.0), cache_features=True),
+             trainable=['target'], loss_weights=dict(cm=1.0, disentangler=1.0),
+             cache_features=True),
     ])
 optim_wrapper = dict(optimizer=dict(lr=2e-3, weight_decay=0.05))
 

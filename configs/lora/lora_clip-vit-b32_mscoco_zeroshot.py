@@ -10,9 +10,3 @@ model = dict(
     language_branch=dict(adapters=dict(_delete_=True, type='LoRA', r=1, alpha=16,
                                        targets=['q', 'v'])),
     disentangler=None)
-train_cfg = dict(phases=[
-    dict(phase,
-         trainable=['language_branch'] if 'disentangler' in phase['trainable']
-         else phase['trainable'],
-         loss_weights={k: v for k, v in phase['loss_weights'].items() if k not in ('adv', 'sc')})
-    for phase in _base_.train_cfg['phases']])

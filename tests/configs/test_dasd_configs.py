@@ -15,7 +15,7 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 import xmr  # noqa: F401
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, phase_loss_keys
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.optim import parameter_counts
@@ -80,12 +80,13 @@ def run_phases(cfg: Config, model) -> None:
     """Every phase's trainable prefixes exist and its weighted losses all come out."""
     names = [name for name, _ in model.named_parameters()]
     data = model.data_preprocessor(batch(model.languages), True)
+    groups = model.trainable_groups()
     for phase in cfg.train_cfg.phases:
-        for prefix in phase['trainable']:
+        for prefix in (p for entry in phase['trainable'] for p in groups.get(entry, [entry])):
             assert any(n == prefix or n.startswith(prefix + '.') for n in names), prefix
         model.set_phase(phase['name'], phase['loss_weights'])
         losses = model(mode='loss', **data)
-        assert set(losses) == {f'loss_{k}' for k in phase['loss_weights']}, phase['name']
+        assert set(losses) == phase_loss_keys(model, phase['loss_weights']), phase['name']
         assert all(torch.isfinite(v) for v in losses.values())
 
 
@@ -109,8 +110,9 @@ def test_paper_config_builds_and_runs_every_phase(path):
     assert model.languages == list(cfg.target_langs)
     assert sorted(model.disentangler.generator.blocks) == list(range(12))
     phases = {p['name']: p for p in cfg.train_cfg.phases}
-    assert phases['cross_lingual']['loss_weights'] == dict(cl=1.0, adv=1.0, sc=0.1)
-    assert phases['cross_modal']['loss_weights'] == dict(cm=1.0, adv=1.0, sc=0.1)
+    assert phases['cross_lingual']['loss_weights'] == dict(cl=1.0, disentangler=1.0)
+    assert phases['cross_modal']['loss_weights'] == dict(cm=1.0, disentangler=1.0)
+    assert cfg.model.disentangler.loss_weights == dict(adv=1.0, sc=0.1)  # lambda_1, lambda_2
     assert (phases['cross_lingual']['iters'], phases['cross_lingual']['lr']) == (45000, 2e-4)
     assert (phases['cross_modal']['iters'], phases['cross_modal']['lr']) == (6000, 6e-6)
     assert ('source_finetune' in phases) == path.stem.endswith('_clft')

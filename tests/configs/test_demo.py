@@ -22,7 +22,7 @@ def test_demo_config_describes_the_three_phases():
     assert [p.name for p in phases] == ['source_finetune', 'cross_lingual', 'cross_modal']
     assert phases[0].trainable == ['backbone', 'losses.source_cm']
     assert phases[0].dataloader.dataset.languages == []
-    assert all(p.trainable == ['language_branch'] for p in phases[1:])
+    assert all(p.trainable == ['target'] for p in phases[1:])  # branch (+ disentangler)
     assert cfg.model.language_branch.languages == ['de', 'fr', 'zh', 'ja']
 
 

@@ -474,10 +474,20 @@ class PhasedTrainLoop(BaseLoop):
 
     def _check_phases_against_model(self) -> None:
         """Every phase's ``trainable`` prefixes match parameters and the model can run its
-        losses (the model's ``check_phase``: names, and what the model needs for them)."""
+        losses (the model's ``check_phase``: names, and what the model needs for them).
+
+        A ``trainable`` entry naming one of the model's groups (``trainable_groups``, e.g.
+        ``target``) is replaced by the group's prefixes here, once, before anything trains.
+        """
         names = [name for name, _ in self.model.named_parameters()]
         check_phase = getattr(self.model, 'check_phase', None)
+        groups = getattr(self.model, 'trainable_groups', dict)()
         for phase in self.phases:
+            named = list(phase.trainable)
+            phase.trainable = [prefix for entry in named for prefix in groups.get(entry, [entry])]
+            if not phase.trainable:
+                raise ValueError(f'phase {phase.name}: trainable={named} names groups this model '
+                                 f'leaves empty ({groups}); name the modules to train')
             for prefix in phase.trainable:
                 if not any(n == prefix or n.startswith(prefix + '.') for n in names):
                     raise ValueError(f"phase {phase.name}: trainable prefix '{prefix}' matches "

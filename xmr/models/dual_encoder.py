@@ -33,10 +33,11 @@ from xmr.datasets.languages import normalize_languages
 from xmr.models.backbones.base import TokenOutput
 from xmr.models.base import RankMeanLogModel
 from xmr.models.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
+from xmr.models.disentanglers.base import TokenDisentangler, build_disentangler
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.losses.cdds import patch_word_similarity
 from xmr.models.phase_weights import checked_loss_weights
-from xmr.registry import DISENTANGLERS, MODELS
+from xmr.registry import MODELS
 
 #: Losses the dual encoder computes itself (configured under ``losses``).
 DUAL_ENCODER_LOSSES = {
@@ -108,13 +109,9 @@ class DualEncoderRetriever(RankMeanLogModel):
         self.retrieval_score = retrieval_score
         self.disentangler = None
         if disentangler is not None:
-            self.disentangler = DISENTANGLERS.build(
-                disentangler, default_args=dict(dim=self.backbone.embed_dim))
-            missing = [name for name in ('embed_image', 'embed_text', 'pool')
-                       if not hasattr(self.disentangler, name)]
-            if missing:
-                raise TypeError(f'{type(self.disentangler).__name__} is not a token-level '
-                                f'disentangler: it lacks {missing}')
+            self.disentangler = build_disentangler(disentangler, TokenDisentangler,
+                                                   type(self).__name__,
+                                                   dim=self.backbone.embed_dim)
         loss_cfgs = dict(losses) if losses is not None else dict(
             itc=dict(type='InfoNCELoss', temperature=0.05, learnable=True))
         unknown = set(loss_cfgs) - set(DUAL_ENCODER_LOSSES)
@@ -304,10 +301,8 @@ class DualEncoderRetriever(RankMeanLogModel):
     def dataset_correlations(self) -> list[nn.Module]:
         """The column correlations whose statistics come from the dataset (paper Table 5)."""
         found = []
-        if self.disentangler is not None and \
-                getattr(self.disentangler, 'use_distribution_sampling', False) and \
-                self.disentangler.correlation.mode == 'dataset':
-            found.append(self.disentangler.correlation)
+        if self.disentangler is not None and self.disentangler.dataset_correlation() is not None:
+            found.append(self.disentangler.dataset_correlation())
         plug_in = self.losses['distribution_sampling'] \
             if 'distribution_sampling' in self.losses else None
         if plug_in is not None and plug_in.correlation.mode == 'dataset':
@@ -329,8 +324,8 @@ class DualEncoderRetriever(RankMeanLogModel):
         image = self.encode_media_tokens(media)
         text = self.encode_text_tokens(self.training_text(source_tokens, target_tokens, langs))
         for correlation in self.dataset_correlations():
-            if self.disentangler is not None and correlation is getattr(
-                    self.disentangler, 'correlation', None):
+            if self.disentangler is not None and \
+                    correlation is self.disentangler.dataset_correlation():
                 self.disentangler.update_correlation(image.tokens, image.mask, text.tokens,
                                                      text.mask)
             else:

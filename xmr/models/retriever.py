@@ -9,17 +9,24 @@ import torch.nn.functional as F
 
 from xmr.models.base import RankMeanLogModel
 from xmr.models.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
+from xmr.models.disentanglers.base import ConditionDisentangler, build_disentangler
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.losses.distributed import gather_with_grad
 from xmr.models.phase_weights import checked_loss_weights
-from xmr.registry import DISENTANGLERS, MODELS
+from xmr.registry import MODELS
 
-#: Losses the retriever itself computes; a disentangler adds its own names.
+#: Losses the retriever itself computes.
 RETRIEVER_LOSSES = {
     'source_cm': 'InfoNCE between English captions and media while fine-tuning the towers',
     'cl': 'L_CL: alignment of r^T to the frozen r^S (cross-lingual phase)',
     'cm': 'L_CM: InfoNCE between r^T and r^V (cross-modal phase)',
 }
+#: The phase weight that scales every loss the disentangler returns (each already weighted by
+#: the disentangler's own settings, e.g. DASD's lambda_1 and lambda_2); without a disentangler
+#: it has nothing to scale, so a schedule serves models with and without one.
+DISENTANGLER_SCALE = 'disentangler'
+#: Names a phase's ``trainable`` may use for groups of modules (see ``trainable_groups``).
+TARGET_GROUP = 'target'
 
 
 @MODELS.register_module()
@@ -62,7 +69,8 @@ class CrossLingualRetriever(RankMeanLogModel):
         if disentangler is not None:
             if self.language_branch is None:
                 raise ValueError('a disentangler needs a language_branch to condition')
-            self.disentangler = DISENTANGLERS.build(disentangler, default_args=dict(tower=tower))
+            self.disentangler = build_disentangler(disentangler, ConditionDisentangler,
+                                                   type(self).__name__, tower=tower)
         loss_cfgs = dict(source_cm=dict(type='InfoNCELoss', temperature=0.07, learnable=True),
                          cl=dict(type='AlignmentLoss', kind='mse'),
                          cm=dict(type='InfoNCELoss', temperature=0.01))
@@ -102,10 +110,16 @@ class CrossLingualRetriever(RankMeanLogModel):
                              f'{[self.source_language, *self.languages]}')
 
     def loss_names(self) -> set[str]:
-        names = set(RETRIEVER_LOSSES)
+        """Names a phase's ``loss_weights`` may use."""
+        return {*RETRIEVER_LOSSES, DISENTANGLER_SCALE}
+
+    def trainable_groups(self) -> dict[str, list[str]]:
+        """Groups a phase's ``trainable`` may name: ``target`` is the language branch plus the
+        disentangler when the model has one."""
+        target = ['language_branch'] if self.language_branch is not None else []
         if self.disentangler is not None:
-            names |= set(self.disentangler.loss_names)
-        return names
+            target.append('disentangler')
+        return {TARGET_GROUP: target}
 
     def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
         """The phase's non-zero weights, once the model can run them (``PhasedTrainLoop`` calls
@@ -114,7 +128,15 @@ class CrossLingualRetriever(RankMeanLogModel):
         Raises:
             KeyError: an unknown loss name. ValueError: a loss this model cannot compute.
         """
+        if self.disentangler is not None:
+            owned = sorted(set(loss_weights) & set(self.disentangler.loss_names))
+            if owned:
+                raise KeyError(f'phase {name}: loss weights {owned} belong to the disentangler: '
+                               'set them in model.disentangler.loss_weights and scale the '
+                               f"module's losses in the phase with '{DISENTANGLER_SCALE}'")
         weights = checked_loss_weights(name, loss_weights, self.loss_names())
+        if self.disentangler is None:
+            weights.pop(DISENTANGLER_SCALE, None)
         if self.language_branch is None and set(weights) - {'source_cm'}:
             raise ValueError(f'phase {name} weights {sorted(weights)} need a language_branch')
         return weights
@@ -193,8 +215,7 @@ class CrossLingualRetriever(RankMeanLogModel):
         weights = self.loss_weights
         losses: dict[str, torch.Tensor] = {}
         needs_media = bool({'source_cm', 'cm'} & set(weights))
-        needs_source = 'source_cm' in weights or 'cl' in weights or (
-            self.disentangler is not None and bool(set(weights) & self.disentangler.loss_names))
+        needs_source = bool({'source_cm', 'cl', DISENTANGLER_SCALE} & set(weights))
         r_source = source_features
         if needs_source and r_source is None:
             r_source = self.encode_source(self._require(source_tokens, 'source_text'))
@@ -212,9 +233,9 @@ class CrossLingualRetriever(RankMeanLogModel):
             if 'cm' in weights:
                 losses['loss_cm'] = weights['cm'] * self.losses['cm'](
                     *gather_with_grad(r_target, r_media))
-            for name, value in extra.items():
-                if name in weights:
-                    losses[f'loss_{name}'] = weights[name] * value
+            if DISENTANGLER_SCALE in weights:
+                losses.update({f'loss_{name}': weights[DISENTANGLER_SCALE] * value
+                               for name, value in extra.items()})
         return losses
 
     @staticmethod

@@ -16,4 +16,6 @@ dasd_disentangler = dict(
     features=['sr', 'sa'],
     generator=dict(d_z=512, d_u=32),
     consistency_loss=dict(type='AlignmentLoss', kind='l1'),
-    discriminator=dict(hidden=(256, 128)))
+    discriminator=dict(hidden=(256, 128)),
+    # lambda_1 (L_adv) and lambda_2 (L_sc) of Eq. 12; phases scale them as a whole.
+    loss_weights=dict(adv=1.0, sc=0.1))

@@ -7,12 +7,11 @@
 # dasd_clft_phases.py puts the source finetune of CLIP in front.
 _base_ = ['./dasd_phases.py']
 
-dasd_trainable = ['language_branch', 'disentangler']
 train_cfg = dict(phases=[
     dict(name='cross_lingual', iters=45000, lr=2e-4, warmup_ratio=0.1, schedule='cosine',
-         trainable=dasd_trainable, loss_weights=dict(cl=1.0, adv=1.0, sc=0.1),
+         trainable=['target'], loss_weights=dict(cl=1.0, disentangler=1.0),
          dataloader='text_train_dataloader', cache_features=True),
     dict(name='cross_modal', iters=6000, lr=6e-6, warmup_ratio=0.1, schedule='cosine',
-         trainable=dasd_trainable, loss_weights=dict(cm=1.0, adv=1.0, sc=0.1),
+         trainable=['target'], loss_weights=dict(cm=1.0, disentangler=1.0),
          cache_features=True),
 ])

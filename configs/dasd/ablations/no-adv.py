@@ -3,6 +3,3 @@
 _base_ = ['../dasd_clip-vit-b32_multi30k_clft.py']
 
 model = dict(disentangler=dict(use_adversarial=False))
-train_cfg = dict(phases=[
-    dict(phase, loss_weights={k: v for k, v in phase['loss_weights'].items() if k != 'adv'})
-    for phase in _base_.train_cfg['phases']])

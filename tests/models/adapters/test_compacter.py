@@ -2,7 +2,13 @@ import pytest
 import torch
 
 from tests.models.adapters.peft_helpers import build_clip_branch
-from xmr.models.adapters import AdapterContext, CompacterAdapter, PHMLinear, PHMRule
+from xmr.models.adapters import (
+    AdapterContext,
+    AdapterPlacement,
+    CompacterAdapter,
+    PHMLinear,
+    PHMRule,
+)
 
 
 def test_phm_weight_is_the_sum_of_kronecker_products():
@@ -55,7 +61,7 @@ def test_parameter_count_matches_a_hand_count():
 
 
 def test_standalone_instance_owns_its_rule():
-    adapter = CompacterAdapter(16, reduction_factor=2, site='mlp.output')
+    adapter = CompacterAdapter(AdapterPlacement(16, 'mlp.output'), reduction_factor=2)
     assert isinstance(adapter.own_rule, PHMRule)
     assert sum(p.numel() for p in adapter.parameters()) == (
         4 * 4 + 4 * 2 + 8) + (4 * 2 + 4 * 4 + 16) + 64
@@ -63,6 +69,6 @@ def test_standalone_instance_owns_its_rule():
 
 def test_bad_sizes_name_the_numbers():
     with pytest.raises(ValueError, match='reduction_factor 5 must divide the tower width 32'):
-        CompacterAdapter(32, reduction_factor=5, site='mlp.output')
+        CompacterAdapter(AdapterPlacement(32, 'mlp.output'), reduction_factor=5)
     with pytest.raises(ValueError, match='in_features=6 is not divisible by phm_dim=4'):
         PHMLinear(6, 8, PHMRule(4))

@@ -5,7 +5,13 @@ import pytest
 import torch
 
 import xmr  # noqa: F401
-from xmr.models.adapters import AdapterContext, DynamicAdapter, ParameterGenerator, StaticAdapter
+from xmr.models.adapters import (
+    AdapterContext,
+    AdapterPlacement,
+    DynamicAdapter,
+    StaticAdapter,
+)
+from xmr.models.disentanglers import ParameterGenerator
 from xmr.registry import ADAPTERS
 
 WIDTH, D_U, BATCH, LENGTH = 12, 4, 3, 5
@@ -14,7 +20,8 @@ WIDTH, D_U, BATCH, LENGTH = 12, 4, 3, 5
 def make_adapter(block_index: int = 2) -> DynamicAdapter:
     torch.manual_seed(0)
     return ADAPTERS.build(dict(type='DynamicAdapter', hidden=D_U),
-                          default_args=dict(width=WIDTH, block_index=block_index))
+                          default_args=dict(
+                              placement=AdapterPlacement(WIDTH, block_index=block_index)))
 
 
 def context(matrices: dict) -> AdapterContext:
@@ -47,7 +54,7 @@ def test_each_sample_reads_only_its_own_matrix():
 
 def test_identity_matrix_gives_the_static_adapter_of_width_d_u():
     adapter = make_adapter()
-    static = StaticAdapter(WIDTH, hidden=D_U)
+    static = StaticAdapter(AdapterPlacement(WIDTH), hidden=D_U)
     static.load_state_dict(adapter.state_dict())
     x = torch.randn(BATCH, LENGTH, WIDTH)
     eye = torch.eye(D_U).expand(BATCH, D_U, D_U)
@@ -75,7 +82,7 @@ def test_missing_or_misshapen_condition_fails_clearly():
 
 def test_only_the_block_output_site_is_served():
     with pytest.raises(ValueError, match='serves'):
-        DynamicAdapter(WIDTH, hidden=D_U, site='mlp.output')
+        DynamicAdapter(AdapterPlacement(WIDTH, 'mlp.output'), hidden=D_U)
 
 
 def test_generator_is_z_then_one_reshaped_head_per_block():

@@ -3,11 +3,11 @@ import torch
 import torch.nn.functional as F
 
 from tests.models.adapters.peft_helpers import build_clip_branch
-from xmr.models.adapters import AdapterContext, HoulsbyAdapter
+from xmr.models.adapters import AdapterContext, AdapterPlacement, HoulsbyAdapter
 
 
 def test_forward_is_x_plus_up_gelu_down_x():
-    adapter = HoulsbyAdapter(16, hidden=4, site='attn.output')
+    adapter = HoulsbyAdapter(AdapterPlacement(16, 'attn.output'), hidden=4)
     x = torch.randn(2, 3, 16)
     down, up = adapter.down, adapter.up
     hidden = x @ down.weight.t() + down.bias
@@ -29,12 +29,13 @@ def test_parameter_count_matches_a_hand_count():
 
 def test_initialisation_is_small_normal_with_zero_biases():
     torch.manual_seed(0)
-    adapter = HoulsbyAdapter(256, hidden=64, init_std=0.01, site='mlp.output')
+    adapter = HoulsbyAdapter(AdapterPlacement(256, 'mlp.output'), hidden=64, init_std=0.01)
     assert adapter.up.weight.std().item() == pytest.approx(0.01, rel=0.1)
     assert torch.count_nonzero(adapter.down.bias) == 0
-    assert torch.count_nonzero(HoulsbyAdapter(8, zero_init=True, site='mlp.output').up.weight) == 0
+    zero = HoulsbyAdapter(AdapterPlacement(8, 'mlp.output'), zero_init=True)
+    assert torch.count_nonzero(zero.up.weight) == 0
 
 
 def test_unknown_activation_is_refused():
     with pytest.raises(ValueError, match="unknown activation 'tanh'"):
-        HoulsbyAdapter(8, activation='tanh', site='mlp.output')
+        HoulsbyAdapter(AdapterPlacement(8, 'mlp.output'), activation='tanh')

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tests.models.adapters.peft_helpers import CAPTIONS, build_clip_branch
-from xmr.models.adapters import AdapterContext, AdapterSite, LoRA
+from xmr.models.adapters import AdapterContext, AdapterPlacement, AdapterSite, LoRA
 from xmr.models.adapters.slots import LanguageAdapters
 
 ALL_TARGETS = ['q', 'k', 'v', 'out', 'fc', 'proj']
@@ -87,13 +87,15 @@ def test_parameter_counts_match_hand_counts():
 
 
 def test_b_starts_at_zero_and_a_does_not():
-    lora = LoRA(32, r=4, targets=['q', 'v'], site='attn.qkv', in_features=32, out_features=96)
+    lora = LoRA(AdapterPlacement(32, 'attn.qkv', in_features=32, out_features=96), r=4,
+                targets=['q', 'v'])
     assert all(torch.count_nonzero(b) == 0 for b in lora.lora_B.values())
     assert all(torch.count_nonzero(a) > 0 for a in lora.lora_A.values())
 
 
 def test_qkv_delta_updates_only_the_targeted_thirds():
-    lora = LoRA(8, r=2, alpha=2, targets=['k'], site='attn.qkv', in_features=8, out_features=24)
+    lora = LoRA(AdapterPlacement(8, 'attn.qkv', in_features=8, out_features=24), r=2, alpha=2,
+                targets=['k'])
     with torch.no_grad():
         lora.lora_B['k'].normal_()
     x = torch.randn(2, 5, 8)
@@ -117,7 +119,7 @@ def test_sites_follow_targets_and_a_disagreeing_config_is_refused():
 
 
 def test_scale_is_alpha_over_r():
-    lora = LoRA(8, r=1, alpha=16, targets=['out'], site='attn.out')
+    lora = LoRA(AdapterPlacement(8, 'attn.out'), r=1, alpha=16, targets=['out'])
     assert lora.scale == 16.0
     with pytest.raises(ValueError, match='rank r must be positive'):
-        LoRA(8, r=0, targets=['out'], site='attn.out')
+        LoRA(AdapterPlacement(8, 'attn.out'), r=0, targets=['out'])

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from tests.models.adapters.peft_helpers import CAPTIONS, build_clip_branch
-from xmr.models.adapters import AdapterContext, HardPrompt, SoftPrompt
+from xmr.models.adapters import AdapterContext, AdapterPlacement, HardPrompt, SoftPrompt
 from xmr.models.adapters.prompt import insert_after_start
 
 
@@ -57,11 +57,11 @@ def test_trainable_hard_prompt_starts_from_the_text_embeddings():
 
 def test_soft_prompt_initialisation_and_size():
     torch.manual_seed(0)
-    prompt = SoftPrompt(64, num_tokens=4, init_std=0.02)
+    prompt = SoftPrompt(AdapterPlacement(64), num_tokens=4, init_std=0.02)
     assert prompt.prompt.shape == (4, 64)
     assert prompt.prompt.std().item() == pytest.approx(0.02, rel=0.3)
     with pytest.raises(ValueError, match='num_tokens > 0'):
-        SoftPrompt(8, num_tokens=0)
+        SoftPrompt(AdapterPlacement(8), num_tokens=0)
 
 
 def test_a_prompt_that_overflows_the_context_names_the_length():
@@ -74,6 +74,7 @@ def test_a_prompt_that_overflows_the_context_names_the_length():
 
 def test_unattached_hard_prompt_and_two_prompts_are_refused():
     with pytest.raises(RuntimeError, match='never attached'):
-        HardPrompt(8, text='a photo of')(torch.zeros(1, 2, 8), AdapterContext(lang='de'))
+        HardPrompt(AdapterPlacement(8), text='a photo of')(torch.zeros(1, 2, 8),
+                                                           AdapterContext(lang='de'))
     with pytest.raises(ValueError, match='one site holds one adapter'):
         build_clip_branch([dict(type='SoftPrompt'), dict(type='HardPrompt', text='a photo')])

@@ -103,7 +103,8 @@ def test_losses_are_l_sc_and_l_d(tower):
     _, losses = sdm(embeddings, tokens, r_source=r_source)
     assert set(losses) == {'sc', 'adv'} == sdm.loss_names
     found = sdm.extract(embeddings, tokens)
-    torch.testing.assert_close(losses['sc'], (found['sr'] - r_source).abs().mean())
+    # lambda_2 = 0.1 and lambda_1 = 1 (Eq. 12) are the module's own defaults.
+    torch.testing.assert_close(losses['sc'], 0.1 * (found['sr'] - r_source).abs().mean())
     torch.manual_seed(5)
     negatives = shuffled_negatives(4)
     p_pos = torch.sigmoid(sdm.discriminator(found['sa'], r_source))
@@ -119,7 +120,7 @@ def test_consistency_loss_kind_is_selectable(tower, kind, reference):
     embeddings, tokens, r_source = batch(tower)
     _, losses = sdm(embeddings, tokens, r_source=r_source)
     f_sr = sdm.semantic_related(embeddings, tokens)
-    torch.testing.assert_close(losses['sc'], reference(f_sr, r_source))
+    torch.testing.assert_close(losses['sc'], 0.1 * reference(f_sr, r_source))
 
 
 def test_trainable_parts_get_gradients_and_frozen_blocks_do_not(tower):
@@ -278,7 +279,8 @@ def test_changing_one_caption_leaves_the_others_outputs_alone(dasd):
 
 def test_phase_losses_include_the_weighted_disentangling_terms(dasd):
     data = dasd.data_preprocessor(BATCH, True)
-    dasd.set_phase('cross_modal', dict(cm=1.0, adv=1.0, sc=0.1))
+    dasd.disentangler.loss_weights = dict(adv=0.5, sc=0.1)
+    dasd.set_phase('cross_modal', dict(cm=1.0, disentangler=2.0))
     torch.manual_seed(3)
     losses = dasd(mode='loss', **data)
     assert set(losses) == {'loss_cm', 'loss_adv', 'loss_sc'}
@@ -286,7 +288,18 @@ def test_phase_losses_include_the_weighted_disentangling_terms(dasd):
     embeddings = dasd.language_branch.embed(data['target_tokens'])
     torch.manual_seed(3)
     _, expected = dasd.disentangler(embeddings, data['target_tokens'], r_source=r_source)
-    torch.testing.assert_close(losses['loss_sc'], 0.1 * expected['sc'])
-    torch.testing.assert_close(losses['loss_adv'], expected['adv'])
+    # The module weighs its terms (lambda_1 = 0.5, lambda_2 = 0.1), the phase scales them all.
+    torch.testing.assert_close(losses['loss_sc'], 2.0 * expected['sc'])
+    torch.testing.assert_close(losses['loss_adv'], 2.0 * expected['adv'])
+    dasd.disentangler.loss_weights = dict(adv=1.0, sc=1.0)
+    torch.manual_seed(3)
+    _, unit = dasd.disentangler(embeddings, data['target_tokens'], r_source=r_source)
+    torch.testing.assert_close(expected['adv'], 0.5 * unit['adv'])
+    torch.testing.assert_close(expected['sc'], 0.1 * unit['sc'])
+    dasd.set_phase('cross_modal', dict(cm=1.0, disentangler=0.0))
+    assert set(dasd(mode='loss', **data)) == {'loss_cm'}
+    with pytest.raises(KeyError, match=r"loss weights \['adv', 'sc'\] belong to the "
+                                       'disentangler: set them in model.disentangler.loss_weights'):
+        dasd.set_phase('cross_modal', dict(cm=1.0, adv=1.0, sc=0.1))
     with pytest.raises(KeyError, match='unknown loss weights'):
         dasd.set_phase('cross_lingual', dict(cl=1.0, kl=1.0))

@@ -21,7 +21,7 @@ all accept packed tokens runs its padded batch.
 """
 from __future__ import annotations
 
-from abc import abstractmethod
+from abc import ABCMeta, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -77,20 +77,52 @@ class AdapterContext:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-class BaseAdapter(nn.Module):
+@dataclass(frozen=True)
+class AdapterPlacement:
+    """Where one adapter instance sits in the text tower.
+
+    The adapter set builds one per (language, block, site) and passes it as the adapter's first
+    argument; an adapter reads its widths from it rather than from loose keyword arguments.
+
+    Attributes:
+        width: hidden width ``D`` of the text tower.
+        site: the site the instance serves; ``None`` is the adapter class's first site.
+        block_index: index of its block (``-1`` for the input site).
+        in_features: input width of the frozen projection at a linear site (``None``: ``width``).
+        out_features: output width of that projection (``None``: ``width``).
+    """
+
+    width: int
+    site: AdapterSite | None = None
+    block_index: int = -1
+    in_features: int | None = None
+    out_features: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.width, int) or self.width <= 0:
+            raise ValueError(f'AdapterPlacement width must be a positive int, got {self.width!r}')
+        if self.site is not None:
+            object.__setattr__(self, 'site', AdapterSite(self.site))
+
+
+class BaseAdapter(nn.Module, metaclass=ABCMeta):
     """Base class of a trainable module placed in a frozen text tower.
 
-    Subclasses declare ``sites``, the places they can occupy, and ``default_sites``, those they
-    occupy unless a config names ``sites`` (default: the first). One instance is built per
-    (language, block, site) with ``width`` = the tower width (``D``), ``site`` = the place it
-    serves and ``block_index``; they are called as ``adapter(x, ctx)``.
+    What a new adapter needs (docs/custom_modules.md):
+
+    1. ``sites``: the places it can occupy (``default_sites``: those it occupies unless a config
+       names ``sites``; default the first);
+    2. ``__init__(self, placement, **options)`` calling ``super().__init__(placement)``, which
+       sets ``width``, ``site``, ``block_index``, ``in_features`` and ``out_features``;
+    3. ``forward(x, ctx)``: residual sites return the new hidden state, linear sites the delta;
+    4. ``accepts_packed_tokens`` when ``forward`` is right on packed tokens ``[T, D]``;
+    5. registration in ``ADAPTERS``.
+
+    Advanced hooks, for adapters whose options decide their placement or that share or read
+    more than their own weights: :meth:`resolve_sites`, :meth:`build_shared`, :meth:`attach`.
 
     Args:
-        width: hidden width ``D`` of the text tower.
-        site: the site this instance serves (one of ``sites``).
-        block_index: index of its block (``-1`` for the input site).
-        in_features: input width of the frozen projection at a linear site (else ``width``).
-        out_features: output width of the frozen projection at a linear site (else ``width``).
+        placement: where this instance sits (built by the adapter set).
 
     Attributes:
         accepts_packed_tokens: ``forward`` is right on packed tokens ``[T, D]`` (see the module
@@ -102,24 +134,29 @@ class BaseAdapter(nn.Module):
     default_sites: ClassVar[tuple[AdapterSite, ...] | None] = None
     accepts_packed_tokens: ClassVar[bool] = False
 
-    def __init__(self, width: int, site: AdapterSite | str | None = None,
-                 block_index: int = -1, in_features: int | None = None,
-                 out_features: int | None = None) -> None:
+    def __init__(self, placement: AdapterPlacement) -> None:
         super().__init__()
-        site = AdapterSite(site) if site is not None else self.sites[0]
+        name = type(self).__name__
+        if not isinstance(placement, AdapterPlacement):
+            raise TypeError(f'{name} takes an AdapterPlacement as its first argument (the '
+                            f'adapter set passes one), got {placement!r}; build one directly '
+                            f'with {name}(AdapterPlacement(width=...), ...)')
+        site = placement.site or self.sites[0]
         if site not in self.sites:
-            raise ValueError(f'{type(self).__name__} serves {[str(s) for s in self.sites]}, '
-                             f'not {site!s}')
-        self.width = width
+            raise ValueError(f'{name} serves {[str(s) for s in self.sites]}, not {site!s}')
+        self.placement = placement
+        self.width = placement.width
         self.site = site
-        self.block_index = block_index
-        self.in_features = in_features or width
-        self.out_features = out_features or width
+        self.block_index = placement.block_index
+        self.in_features = placement.in_features or placement.width
+        self.out_features = placement.out_features or placement.width
 
     @classmethod
     def resolve_sites(cls, sites: Sequence[str] | None, cfg: dict) -> tuple[AdapterSite, ...]:
-        """The sites an adapter config occupies: ``sites`` when the config names them, else
-        ``default_sites`` (else the first of ``sites``).
+        """Advanced hook: the sites an adapter config occupies.
+
+        ``sites`` when the config names them, else ``default_sites`` (else the first of
+        ``sites``).
 
         A class whose options decide its placement (LoRA's ``targets``) overrides this, so that
         options and sites can never disagree silently.
@@ -134,7 +171,9 @@ class BaseAdapter(nn.Module):
 
     @classmethod
     def build_shared(cls, width: int, **options: Any) -> nn.Module | None:
-        """Parameters shared by all instances one language builds from one config, or ``None``.
+        """Advanced hook: parameters shared by the instances one language builds from one config.
+
+        ``None`` (the default) when there are none.
 
         The adapter set registers the returned module once per language and passes it to every
         instance as ``shared`` (Compacter's ``A_i``, shared across layers).
@@ -146,9 +185,11 @@ class BaseAdapter(nn.Module):
         return None
 
     def attach(self, tokenizer: Any, embedding: nn.Module) -> None:
-        """Called once by the target-language branch after building, with its tokenizer and
-        embedding block, for adapters that read them (hard prompts embed their text); no-op by
-        default."""
+        """Advanced hook, called once by the target-language branch after building.
+
+        It passes the branch's tokenizer and embedding block, for adapters that read them (hard
+        prompts embed their text); no-op by default.
+        """
 
     @abstractmethod
     def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:

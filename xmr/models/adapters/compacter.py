@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
+from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.models.adapters.houlsby import get_activation
 from xmr.registry import ADAPTERS
 
@@ -83,7 +83,7 @@ class CompacterAdapter(BaseAdapter):
     :class:`PHMRule` (``A_i``), which the adapter set registers once as ``shared_<k>``.
 
     Args:
-        width: tower width ``D``.
+        placement: where the instance sits (:class:`AdapterPlacement`).
         reduction_factor: ``D / hidden``.
         phm_dim: ``n``, the number of Kronecker summands (divides ``D`` and the hidden width).
         rank: rank of the factorised ``B_i``.
@@ -92,18 +92,18 @@ class CompacterAdapter(BaseAdapter):
         rule_init_std: standard deviation of the rules' initialisation.
         zero_init: start the up projection's right factors at zero (an exact identity).
         shared: the language's :class:`PHMRule`; a standalone instance builds and owns its own.
-        **kwargs: site, block index (see :class:`BaseAdapter`).
     """
 
     sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT, AdapterSite.BLOCK_OUTPUT)
     default_sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
     accepts_packed_tokens = True
 
-    def __init__(self, width: int, reduction_factor: int = 16, phm_dim: int = 4, rank: int = 1,
-                 activation: str = 'gelu_new', init_std: float = 1e-4,
-                 rule_init_std: float = 0.01, zero_init: bool = False,
-                 shared: PHMRule | None = None, **kwargs: Any) -> None:
-        super().__init__(width, **kwargs)
+    def __init__(self, placement: AdapterPlacement, reduction_factor: int = 16,
+                 phm_dim: int = 4, rank: int = 1, activation: str = 'gelu_new',
+                 init_std: float = 1e-4, rule_init_std: float = 0.01, zero_init: bool = False,
+                 shared: PHMRule | None = None) -> None:
+        super().__init__(placement)
+        width = self.width
         if reduction_factor <= 0 or width % reduction_factor:
             raise ValueError(f'Compacter reduction_factor {reduction_factor} must divide the '
                              f'tower width {width}')

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
+from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.registry import ADAPTERS
 
 
@@ -20,16 +20,16 @@ class DynamicAdapter(BaseAdapter):
     ``W^z = I`` the adapter is a static bottleneck adapter of width ``d_u``.
 
     Args:
-        width: tower width ``D``.
+        placement: where the instance sits (:class:`AdapterPlacement`).
         hidden: bottleneck width ``d_u`` (32); must equal the generator's ``d_u``.
-        **kwargs: site, block index (see :class:`BaseAdapter`).
     """
 
     sites = (AdapterSite.BLOCK_OUTPUT,)
     accepts_packed_tokens = True
 
-    def __init__(self, width: int, hidden: int = 32, **kwargs) -> None:
-        super().__init__(width, **kwargs)
+    def __init__(self, placement: AdapterPlacement, hidden: int = 32) -> None:
+        super().__init__(placement)
+        width = self.width
         self.hidden = hidden
         self.down = nn.Linear(width, hidden)
         self.up = nn.Linear(hidden, width)

@@ -1,13 +1,11 @@
 """The Houlsby bottleneck adapter (Houlsby et al., 2019), as PECTVLM applies it."""
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
+from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.registry import ADAPTERS
 
 #: Nonlinearities of the bottleneck; ``gelu_new`` is GELU's tanh approximation (OpenDelta's
@@ -37,22 +35,22 @@ class HoulsbyAdapter(BaseAdapter):
     (``attention.output.dense``, ``output.dense``) put it.
 
     Args:
-        width: tower width ``D``.
+        placement: where the instance sits (:class:`AdapterPlacement`).
         hidden: bottleneck width (PECTVLM: 24).
         activation: ``gelu_new`` (default), ``gelu``, ``relu`` or ``swish``.
         init_std: standard deviation of the normal initialisation of both projections' weights
             (biases start at zero); OpenDelta's 0.01 keeps the adapter close to the identity.
         zero_init: start ``W_up`` at zero so a fresh adapter is exactly the identity.
-        **kwargs: site, block index (see :class:`BaseAdapter`).
     """
 
     sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT, AdapterSite.BLOCK_OUTPUT)
     default_sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
     accepts_packed_tokens = True
 
-    def __init__(self, width: int, hidden: int = 24, activation: str = 'gelu_new',
-                 init_std: float = 0.01, zero_init: bool = False, **kwargs: Any) -> None:
-        super().__init__(width, **kwargs)
+    def __init__(self, placement: AdapterPlacement, hidden: int = 24, activation: str = 'gelu_new',
+                 init_std: float = 0.01, zero_init: bool = False) -> None:
+        super().__init__(placement)
+        width = self.width
         self.activation_name = activation
         self.activation = get_activation(activation)
         self.down = nn.Linear(width, hidden)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
+from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.registry import ADAPTERS
 
 #: Target name -> (site, slice of the site's output it updates; ``None`` is the whole output).
@@ -52,14 +51,13 @@ class LoRA(BaseAdapter):
     The sites follow from ``targets`` (a config's ``sites`` must agree with them).
 
     Args:
-        width: tower width ``D``.
+        placement: where the instance sits (:class:`AdapterPlacement`).
         r: rank.
         alpha: scale numerator; the update is multiplied by ``alpha / r`` (default ``r``: scale
             1). PECTVLM: ``r = 1``, ``alpha = 16``.
         dropout: dropout on the input of the low-rank path.
         targets: projections to update: ``q``, ``k``, ``v``, ``out`` (attention), ``fc``,
             ``proj`` (MLP). Default ``('q', 'v')``, the LoRA paper's and PECTVLM's choice.
-        **kwargs: site, block index, ``in_features``/``out_features`` of the frozen projection.
     """
 
     sites = (AdapterSite.ATTN_QKV, AdapterSite.ATTN_OUT, AdapterSite.MLP_FC,
@@ -67,9 +65,9 @@ class LoRA(BaseAdapter):
     default_targets = ('q', 'v')
     accepts_packed_tokens = True
 
-    def __init__(self, width: int, r: int = 8, alpha: float | None = None, dropout: float = 0.0,
-                 targets: Sequence[str] = default_targets, **kwargs: Any) -> None:
-        super().__init__(width, **kwargs)
+    def __init__(self, placement: AdapterPlacement, r: int = 8, alpha: float | None = None,
+                 dropout: float = 0.0, targets: Sequence[str] = default_targets) -> None:
+        super().__init__(placement)
         if r <= 0:
             raise ValueError(f'LoRA rank r must be positive, got {r}')
         if not 0.0 <= dropout < 1.0:

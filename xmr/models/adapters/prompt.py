@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
+from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.registry import ADAPTERS
 
 
@@ -45,17 +45,17 @@ class SoftPrompt(BaseAdapter):
     """``N`` trainable vectors inserted after the start token (prompt tuning).
 
     Args:
-        width: tower width ``D`` (the vectors live in the token-embedding space).
+        placement: where the instance sits (:class:`AdapterPlacement`).
         num_tokens: ``N`` (PECTVLM: 4).
         init_std: standard deviation of their normal initialisation (PECTVLM: 0.02).
-        **kwargs: site (``input`` only), block index.
     """
 
     sites = (AdapterSite.INPUT,)
 
-    def __init__(self, width: int, num_tokens: int = 4, init_std: float = 0.02,
-                 **kwargs: Any) -> None:
-        super().__init__(width, **kwargs)
+    def __init__(self, placement: AdapterPlacement, num_tokens: int = 4,
+                 init_std: float = 0.02) -> None:
+        super().__init__(placement)
+        width = self.width
         if num_tokens <= 0:
             raise ValueError(f'a soft prompt needs num_tokens > 0, got {num_tokens}')
         self.prompt = nn.Parameter(torch.randn(num_tokens, width) * init_std)
@@ -80,16 +80,15 @@ class HardPrompt(BaseAdapter):
     Trainable, those embeddings only initialise ``N`` prompt vectors (PECTVLM's hard prompt).
 
     Args:
-        width: tower width ``D``.
+        placement: where the instance sits (:class:`AdapterPlacement`).
         text: the prefix, in the source or the target language.
         trainable: learn the prompt vectors, initialised from the text.
-        **kwargs: site (``input`` only), block index.
     """
 
     sites = (AdapterSite.INPUT,)
 
-    def __init__(self, width: int, text: str, trainable: bool = False, **kwargs: Any) -> None:
-        super().__init__(width, **kwargs)
+    def __init__(self, placement: AdapterPlacement, text: str, trainable: bool = False) -> None:
+        super().__init__(placement)
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f'a hard prompt needs a non-empty text, got {text!r}')
         self.text = text

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
+from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.registry import ADAPTERS
 
 
@@ -89,9 +89,9 @@ class LanguageAdapters(nn.Module):
                     if site not in linear_shapes:
                         raise ValueError(f'the text tower exposes no linear site {site!s}')
                     shape = dict(zip(('in_features', 'out_features'), linear_shapes[site]))
+                placement = AdapterPlacement(self.width, site, index, **shape)
                 yield index, site, ADAPTERS.build(
-                    cfg, default_args=dict(width=self.width, site=site, block_index=index,
-                                           **shape, **shared_args))
+                    cfg, default_args=dict(placement=placement, **shared_args))
 
     def check_language(self, lang: str) -> None:
         if lang not in self.sets:

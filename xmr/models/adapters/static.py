@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
+from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.registry import ADAPTERS
 
 
@@ -13,19 +13,19 @@ class StaticAdapter(BaseAdapter):
     """``x + W_up ReLU(W_down x)`` after a frozen text block, one set per language.
 
     Args:
-        width: tower width ``D``.
+        placement: where the instance sits (:class:`AdapterPlacement`).
         hidden: bottleneck width (256 in MLA and DASD).
         zero_init: start ``W_up`` at zero so a fresh adapter is the identity; MLA keeps PyTorch's
             default initialisation, which is the default here too.
-        **kwargs: site, block index (see :class:`BaseAdapter`).
     """
 
     sites = (AdapterSite.BLOCK_OUTPUT, AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
     accepts_packed_tokens = True
 
-    def __init__(self, width: int, hidden: int = 256, zero_init: bool = False,
-                 **kwargs) -> None:
-        super().__init__(width, **kwargs)
+    def __init__(self, placement: AdapterPlacement, hidden: int = 256,
+                 zero_init: bool = False) -> None:
+        super().__init__(placement)
+        width = self.width
         self.down = nn.Linear(width, hidden)
         self.up = nn.Linear(hidden, width)
         if zero_init:

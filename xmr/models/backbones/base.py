@@ -85,6 +85,14 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         (:meth:`VisionLanguageBackbone.encode_text_tokens`).
         """
 
+    def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
+        """``(in_features, out_features)`` of the frozen projection at each linear adapter site.
+
+        Empty by default: a tower that does not expose its projections offers residual sites
+        only, and a LoRA-style adapter placed on it is refused naming the site.
+        """
+        return {}
+
     def build_mask(self, attention_mask: torch.Tensor) -> torch.Tensor:
         """Additive attention bias ``[B, 1, L, L]`` from a ``[B, L]`` bool mask of real tokens.
 

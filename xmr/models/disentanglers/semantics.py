@@ -21,19 +21,20 @@ shared by all target languages.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
-from xmr.models.adapters.generator import ParameterGenerator
+from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
+from xmr.models.disentanglers.base import ConditionDisentangler
 from xmr.models.disentanglers.discriminator import (
     PairDiscriminator,
     reverse_gradient,
     shuffled_negatives,
 )
+from xmr.models.disentanglers.parameter_generator import ParameterGenerator
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.registry import ADAPTERS, DISENTANGLERS, MODELS
 
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 
 #: The two semantic features; ``features`` of the disentangler picks those fed to the generator.
 FEATURES = ('sr', 'sa')
+
+#: lambda_1 (adversarial) and lambda_2 (semantic consistency) of DASD Eq. 12.
+PAPER_LOSS_WEIGHTS = {'adv': 1.0, 'sc': 0.1}
 
 #: The SDM is shared by every language; its adapters read no language from the context.
 SHARED = '*'
@@ -65,7 +69,7 @@ class _StreamHooks:
 
 
 @DISENTANGLERS.register_module()
-class SemanticsDisentangler(nn.Module):
+class SemanticsDisentangler(ConditionDisentangler):
     """Semantic-related / semantic-agnostic features of a caption and the ``W^z`` they generate.
 
     Args:
@@ -93,6 +97,9 @@ class SemanticsDisentangler(nn.Module):
             only) and average it into ``f^sa``, as the authors' code does with captions padded
             to 77; by default padding is masked and left out of the mean. With a causal tower
             ``f^sr`` (pooled at EOS) is the same either way.
+        loss_weights: ``{'adv': lambda_1, 'sc': lambda_2}`` of Eq. 12 (paper: 1 and 0.1).
+            The module returns its losses with these weights; a training phase scales them all
+            with its ``disentangler`` weight (0 switches them off).
     """
 
     def __init__(self, tower: TextTower, depth: int = 1,
@@ -101,7 +108,8 @@ class SemanticsDisentangler(nn.Module):
                  discriminator: dict | None = None, use_consistency_loss: bool = True,
                  use_adversarial: bool = True,
                  adversarial_through_embeddings: bool = False, stream_adapters: bool = True,
-                 padding_as_tokens: bool = False) -> None:
+                 padding_as_tokens: bool = False,
+                 loss_weights: Mapping[str, float] | None = None) -> None:
         super().__init__()
         object.__setattr__(self, 'tower', tower)
         if not 0 <= depth <= tower.num_blocks:
@@ -118,6 +126,10 @@ class SemanticsDisentangler(nn.Module):
         if use_adversarial and 'sa' not in features:
             raise ValueError(f"the discriminator reads f^sa, which features={features} leaves "
                              'out; set use_adversarial=False')
+        self.loss_weights = dict(PAPER_LOSS_WEIGHTS, **(loss_weights or {}))
+        if set(self.loss_weights) != set(PAPER_LOSS_WEIGHTS):
+            raise KeyError(f'SDM loss_weights name {sorted(self.loss_weights)}; the SDM '
+                           f'computes {sorted(PAPER_LOSS_WEIGHTS)} (lambda_1, lambda_2)')
         self.depth = depth
         self.features = features
         self.adversarial_through_embeddings = adversarial_through_embeddings
@@ -166,8 +178,8 @@ class SemanticsDisentangler(nn.Module):
         cfg.pop('width', None)
         adapters = nn.ModuleList()
         for index in (range(self.depth) if self.depth else [-1]):
-            adapter = ADAPTERS.build(cfg, default_args=dict(
-                width=self.tower.width, site=AdapterSite.BLOCK_OUTPUT, block_index=index))
+            placement = AdapterPlacement(self.tower.width, AdapterSite.BLOCK_OUTPUT, index)
+            adapter = ADAPTERS.build(cfg, default_args=dict(placement=placement))
             if not isinstance(adapter, BaseAdapter):
                 raise TypeError(f"SDM adapter type {cfg['type']} must subclass xmr BaseAdapter")
             adapters.append(adapter)
@@ -238,8 +250,8 @@ class SemanticsDisentangler(nn.Module):
                 ``None`` (inference: no losses).
 
         Returns:
-            ``({block: W^z [B, d_u, d_u]}, {'sc': L_sc, 'adv': L_d})``, the losses unweighted
-            and present when switched on and ``r_source`` is given.
+            ``({block: W^z [B, d_u, d_u]}, {'sc': lambda_2 L_sc, 'adv': lambda_1 L_d})``, the
+            losses present when switched on and ``r_source`` is given.
         """
         found = self.extract(embeddings, tokens)
         condition = self.generator(torch.cat([found[f] for f in FEATURES if f in found], -1))
@@ -251,7 +263,7 @@ class SemanticsDisentangler(nn.Module):
                              f'({embeddings.shape[0]}, {self.tower.embed_dim})')
         r_source = r_source.detach().to(embeddings.dtype)
         if self.consistency_loss is not None:
-            losses['sc'] = self.consistency_loss(found['sr'], r_source)
+            losses['sc'] = self.loss_weights['sc'] * self.consistency_loss(found['sr'], r_source)
         if self.discriminator is not None:
             negatives = shuffled_negatives(embeddings.shape[0], device=embeddings.device)
             # The game is between F and the SDM: the reversed gradient stops at the SDM's input,
@@ -259,6 +271,6 @@ class SemanticsDisentangler(nn.Module):
             # the caption's meaning (which L_CL needs). One more pass of the k frozen blocks.
             agnostic = (found['sa'] if self.adversarial_through_embeddings
                         else self.semantic_agnostic(embeddings.detach(), tokens))
-            losses['adv'] = self.discriminator.loss(reverse_gradient(agnostic), r_source,
-                                                    negatives)
+            losses['adv'] = self.loss_weights['adv'] * self.discriminator.loss(
+                reverse_gradient(agnostic), r_source, negatives)
         return condition, losses

@@ -10,6 +10,7 @@ from torch import nn
 from xmr.datasets.languages import normalize_languages
 from xmr.models.adapters.base import AdapterContext, BaseAdapter
 from xmr.models.adapters.slots import LanguageAdapters
+from xmr.models.language.embedding import EmbeddingBlock
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.registry import MODELS, TOKENIZERS
 
@@ -78,10 +79,12 @@ class TargetLanguageBranch(nn.Module):
         embedding.setdefault('padding_idx', self.tokenizer.pad_id)
         embedding_cls = (embedding['type'] if isinstance(embedding['type'], type)
                          else MODELS.get(embedding['type']))
+        if not (isinstance(embedding_cls, type) and issubclass(embedding_cls, EmbeddingBlock)):
+            raise TypeError(f"embedding type {embedding['type']!r} must subclass xmr's "
+                            'EmbeddingBlock (xmr.models.language.embedding)')
         self.embedding = MODELS.build(
-            embedding, default_args=(dict(tower=tower) if getattr(embedding_cls, 'reads_tower',
-                                                                   False) else None))
-        linear_shapes = tower.linear_shapes() if hasattr(tower, 'linear_shapes') else None
+            embedding, default_args=dict(tower=tower) if embedding_cls.reads_tower else None)
+        linear_shapes = tower.linear_shapes()
         self.adapters = LanguageAdapters(self.languages, adapters, tower.width, self.num_blocks,
                                          linear_shapes)
         for module in self.adapters.modules():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -16,8 +17,22 @@ WORD_EMBEDDING_KEYS = ('bert.embeddings.word_embeddings.weight',
                        'roberta.embeddings.word_embeddings.weight')
 
 
+class EmbeddingBlock(nn.Module):
+    """Base of the target branch's embedding blocks: ids ``[B, L]`` -> ``[B, L, D]``, no positions.
+
+    The branch builds the block with ``vocab_size``, ``width`` and ``padding_idx`` filled in
+    from its tokenizer and tower.
+
+    Attributes:
+        reads_tower: the branch also passes its text tower as ``tower`` (a block that embeds
+            with the tower's own table).
+    """
+
+    reads_tower: ClassVar[bool] = False
+
+
 @MODELS.register_module()
-class TargetEmbedding(nn.Module):
+class TargetEmbedding(EmbeddingBlock):
     """Multilingual token ids -> word-embedding table -> ``W_e`` -> tower width.
 
     Positions are added afterwards by the text tower (CLIP's frozen positional embedding), so

@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
+from xmr.models.language.embedding import EmbeddingBlock
 from xmr.registry import MODELS
 
 if TYPE_CHECKING:
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 @MODELS.register_module()
-class TowerTokenEmbedding(nn.Module):
+class TowerTokenEmbedding(EmbeddingBlock):
     """Embeds target tokens with the frozen tower's own table (no trainable parameters).
 
     For towers that already read every language, such as Multilingual-CLIP's XLM-R: the

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from xmr.models.disentanglers.base import TokenDisentangler
 from xmr.models.disentanglers.cdds.correlation import CDDSColumnCorrelation
 from xmr.models.disentanglers.cdds.sampling import CDDSDistributionSampler
 from xmr.models.disentanglers.cdds.unet import DualPathUNet, UNetOutput
@@ -40,7 +41,7 @@ POOLINGS = ('mean', 'first')
 
 
 @DISENTANGLERS.register_module()
-class CDDSDisentangler(nn.Module):
+class CDDSDisentangler(TokenDisentangler):
     """Constrained decoupling and distribution sampling of patch and word embeddings.
 
     Args:
@@ -153,6 +154,12 @@ class CDDSDisentangler(nn.Module):
         return self.pool(self.encode_text(word_tokens, word_mask), word_mask)
 
     # ----------------------------------------------------------------------------- correlation
+    def dataset_correlation(self) -> nn.Module | None:
+        """The column correlation when distribution sampling estimates it over the dataset."""
+        if self.use_distribution_sampling and self.correlation.mode == 'dataset':
+            return self.correlation
+        return None
+
     @torch.no_grad()
     def update_correlation(self, patch_tokens: torch.Tensor, patch_mask: torch.Tensor,
                            word_tokens: torch.Tensor, word_mask: torch.Tensor) -> None:

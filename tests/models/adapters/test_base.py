@@ -1,0 +1,90 @@
+"""The adapter contract enforces itself: abstract methods, the placement object, declarations."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tests.conftest import tiny_backbone_cfg
+from tests.models.adapters.peft_helpers import build_clip_branch, clip_branch_cfg
+from xmr.models.adapters import (
+    AdapterContext,
+    AdapterPlacement,
+    AdapterSite,
+    BaseAdapter,
+    LanguageAdapters,
+)
+from xmr.models.backbones.base import TextTower
+from xmr.registry import ADAPTERS, MODELS
+
+
+class _NoForward(BaseAdapter):
+    pass
+
+
+class _Scale(BaseAdapter):
+    sites = (AdapterSite.MLP_OUTPUT, AdapterSite.BLOCK_OUTPUT)
+
+    def __init__(self, placement: AdapterPlacement, factor: float = 2.0) -> None:
+        super().__init__(placement)
+        self.factor = nn.Parameter(torch.tensor(factor))
+
+    def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+        return x * self.factor
+
+
+def test_a_subclass_without_forward_cannot_be_built():
+    with pytest.raises(TypeError, match='abstract method.*forward'):
+        _NoForward(AdapterPlacement(8))
+
+
+def test_the_placement_sets_sites_widths_and_block():
+    adapter = _Scale(AdapterPlacement(16, 'mlp.output', 3))
+    assert (adapter.width, adapter.site, adapter.block_index) == (16, AdapterSite.MLP_OUTPUT, 3)
+    assert (adapter.in_features, adapter.out_features) == (16, 16)
+    assert _Scale(AdapterPlacement(16)).site == AdapterSite.MLP_OUTPUT  # the class's first site
+
+
+def test_loose_placement_values_and_foreign_sites_are_refused_naming_the_fix():
+    with pytest.raises(TypeError, match=r'_Scale takes an AdapterPlacement.*got 16.*'
+                                        r'_Scale\(AdapterPlacement\(width=\.\.\.\)'):
+        _Scale(16)
+    with pytest.raises(ValueError, match=r"_Scale serves \['mlp.output', 'block.output'\], "
+                                         'not attn.qkv'):
+        _Scale(AdapterPlacement(16, 'attn.qkv'))
+    with pytest.raises(ValueError, match='width must be a positive int, got 0'):
+        AdapterPlacement(0)
+    with pytest.raises(ValueError, match="'mlp.middle' is not a valid AdapterSite"):
+        AdapterPlacement(8, 'mlp.middle')
+
+
+def test_the_branch_places_a_user_adapter_through_its_placement():
+    ADAPTERS.register_module(name='TestScaleAdapter', module=_Scale, force=True)
+    _, branch = build_clip_branch(dict(type='TestScaleAdapter', factor=3.0, blocks=[1]),
+                                  languages=['de'])
+    [adapter] = branch.adapters.sets['de'].values()
+    assert adapter.placement == AdapterPlacement(branch.tower.width, AdapterSite.MLP_OUTPUT, 1)
+
+
+def test_a_tower_without_linear_sites_offers_residual_sites_only():
+    class _Residual(TextTower):
+        embed_tokens = add_positions = run_block = head = None
+
+    assert _Residual.linear_shapes(None) == {}
+    residual_only = _Residual.linear_shapes(None)
+    LanguageAdapters(['de'], dict(type='StaticAdapter', hidden=4), 8, 2, residual_only)
+    with pytest.raises(ValueError, match='the text tower exposes no linear site attn.qkv'):
+        LanguageAdapters(['de'], dict(type='LoRA', r=1), 8, 2, residual_only)
+
+
+def test_an_embedding_block_outside_the_base_is_refused():
+    @MODELS.register_module(name='TestPlainEmbedding', force=True)
+    class _Plain(nn.Embedding):
+        def __init__(self, vocab_size: int, width: int, padding_idx: int | None = None):
+            super().__init__(vocab_size, width, padding_idx=padding_idx)
+
+    backbone = MODELS.build(tiny_backbone_cfg())
+    cfg = dict(clip_branch_cfg(None, ['de']), embedding=dict(type='TestPlainEmbedding'))
+    with pytest.raises(TypeError, match="embedding type 'TestPlainEmbedding' must subclass "
+                                        "xmr's EmbeddingBlock"):
+        MODELS.build(cfg, default_args=dict(tower=backbone.text_tower))

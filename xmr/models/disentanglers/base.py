@@ -1,0 +1,110 @@
+"""The two contracts a disentangler can meet, one per kind of retriever that runs it.
+
+* :class:`ConditionDisentangler` (DASD's SDM): reads the target-language embeddings of a
+  caption and returns the condition of the dynamic adapters plus its own losses. The
+  :class:`~xmr.models.retriever.CrossLingualRetriever` runs it, built with the text tower as
+  ``tower=``.
+* :class:`TokenDisentangler` (CDDS): decouples the token sequences of an image-text dual
+  encoder into semantic components and scores them. The
+  :class:`~xmr.models.dual_encoder.DualEncoderRetriever` runs it, built with the joint width as
+  ``dim=``.
+
+A retriever refuses a disentangler of the other kind (or of neither) when it is built, naming
+the class and the base it needs.
+"""
+from __future__ import annotations
+
+from abc import ABCMeta, abstractmethod
+from collections.abc import Set
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from xmr.registry import DISENTANGLERS
+
+if TYPE_CHECKING:
+    from xmr.models.language.tokenizers import TokenBatch
+
+
+class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
+    """SDM-style: target embeddings -> a condition for the adapters and named losses."""
+
+    @property
+    @abstractmethod
+    def loss_names(self) -> Set[str]:
+        """Names of the losses :meth:`forward` returns in training (a phase may weight them)."""
+
+    @abstractmethod
+    def forward(self, embeddings: torch.Tensor, tokens: TokenBatch,
+                r_source: torch.Tensor | None = None) -> tuple[Any, dict[str, torch.Tensor]]:
+        """The condition of the branch's adapters and, given ``r^S``, the losses.
+
+        Args:
+            embeddings: ``[B, L, D]`` target embeddings with positions (the branch's ``embed``).
+            tokens: their :class:`TokenBatch` (``attention_mask``, ``eos_index``).
+            r_source: ``[B, E]`` frozen source embeddings of the paired captions, or ``None``
+                (inference: no losses).
+
+        Returns:
+            ``(condition, {name: unweighted loss})``; the condition reaches every adapter as
+            ``ctx.condition`` (DASD: ``{block: W^z [B, d_u, d_u]}``).
+        """
+
+
+class TokenDisentangler(nn.Module, metaclass=ABCMeta):
+    """CDDS-style: token sequences of a dual encoder -> semantic components and their losses."""
+
+    @property
+    @abstractmethod
+    def loss_names(self) -> Set[str]:
+        """Names of the terms :meth:`forward` returns in training."""
+
+    @abstractmethod
+    def encode_image(self, patch_tokens: torch.Tensor, patch_mask: torch.Tensor) -> torch.Tensor:
+        """Semantic components of patches: ``[B, P, E]``, mask ``[B, P]`` -> ``[B, P, E]``."""
+
+    @abstractmethod
+    def encode_text(self, word_tokens: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+        """Semantic components of words: ``[B, W, E]``, mask ``[B, W]`` -> ``[B, W, E]``."""
+
+    @abstractmethod
+    def pool(self, semantic: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """One retrieval embedding per sample: ``[B, N, E]``, mask ``[B, N]`` -> ``[B, E]``."""
+
+    @abstractmethod
+    def forward(self, patch_tokens: torch.Tensor, patch_mask: torch.Tensor,
+                word_tokens: torch.Tensor, word_mask: torch.Tensor) -> dict[str, Any]:
+        """Components and weighted losses of a paired batch.
+
+        Returns:
+            ``image_semantic [B, P, E]``, ``text_semantic [B, W, E]`` and ``losses``
+            (``{'loss_<name>': weighted term}`` for the names in :attr:`loss_names`).
+        """
+
+    def dataset_correlation(self) -> nn.Module | None:
+        """The correlation this module estimates over the training set before a phase, if any
+        (CDDS's dataset-level column correlation, Table 5); ``None`` by default."""
+        return None
+
+    def update_correlation(self, patch_tokens: torch.Tensor, patch_mask: torch.Tensor,
+                           word_tokens: torch.Tensor, word_mask: torch.Tensor) -> None:
+        """Add one training batch to :meth:`dataset_correlation`'s estimate."""
+        raise TypeError(f'{type(self).__name__} keeps no dataset correlation to update')
+
+
+def build_disentangler(cfg: dict, kind: type[nn.Module], retriever: str,
+                       **default_args: Any) -> nn.Module:
+    """Build a ``DISENTANGLERS`` config after checking its class meets ``kind``'s contract.
+
+    Raises:
+        TypeError: naming the class, the base ``retriever`` needs and the two bases.
+    """
+    cls = cfg['type'] if isinstance(cfg['type'], type) else DISENTANGLERS.get(cfg['type'])
+    if not (isinstance(cls, type) and issubclass(cls, kind)):
+        name = cls.__name__ if isinstance(cls, type) else repr(cfg['type'])
+        raise TypeError(
+            f'{retriever} runs disentanglers that subclass {kind.__name__}; {name} does not '
+            '(xmr.models.disentanglers.base has ConditionDisentangler for target-language '
+            'conditions and TokenDisentangler for dual-encoder token decoupling)')
+    return DISENTANGLERS.build(cfg, default_args=default_args)
