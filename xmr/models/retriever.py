@@ -69,8 +69,9 @@ class CrossLingualRetriever(RankMeanLogModel):
         if disentangler is not None:
             if self.language_branch is None:
                 raise ValueError('a disentangler needs a language_branch to condition')
-            self.disentangler = build_disentangler(disentangler, ConditionDisentangler,
-                                                   type(self).__name__, tower=tower)
+            self.disentangler = build_disentangler(
+                disentangler, ConditionDisentangler, type(self).__name__, tower=tower,
+                condition_blocks=self.language_branch.adapters.condition_blocks())
         loss_cfgs = dict(source_cm=dict(type='InfoNCELoss', temperature=0.07, learnable=True),
                          cl=dict(type='AlignmentLoss', kind='mse'),
                          cm=dict(type='InfoNCELoss', temperature=0.01))

@@ -2,5 +2,4 @@
 # adapter) before ln_final and the projection; the generator makes W^z for those blocks only.
 _base_ = ['../dasd_clip-vit-b32_multi30k_clft.py']
 
-model = dict(language_branch=dict(num_blocks=11),
-             disentangler=dict(generator=dict(blocks=list(range(11)))))
+model = dict(language_branch=dict(num_blocks=11))

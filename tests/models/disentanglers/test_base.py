@@ -14,7 +14,7 @@ from xmr.registry import DISENTANGLERS, MODELS
 class LengthPenalty(ConditionDisentangler):
     """A user's module: no condition, one loss pulling a learned gate towards the mean token."""
 
-    def __init__(self, tower: nn.Module) -> None:
+    def __init__(self, tower: nn.Module, condition_blocks: list[int]) -> None:
         super().__init__()
         self.gate = nn.Linear(tower.width, 1)
 

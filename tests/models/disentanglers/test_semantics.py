@@ -230,7 +230,7 @@ def test_ablation_switches_remove_their_parts(tower):
     no_losses = build(tower, use_consistency_loss=False, use_adversarial=False)
     assert no_losses.loss_names == set() and no_losses.consistency_loss is None
     assert no_losses(embeddings, tokens, r_source=r_source)[1] == {}
-    some_blocks = build(tower, generator=dict(GENERATOR, blocks=[0, 2]))
+    some_blocks = build(tower, condition_blocks=[0, 2])
     assert sorted(some_blocks(embeddings, tokens)[0]) == [0, 2]
 
 
@@ -244,7 +244,11 @@ def test_bad_options_fail_naming_the_option(tower):
     with pytest.raises(ValueError, match='use_adversarial=False'):
         build(tower, features=['sr'])
     with pytest.raises(ValueError, match=r'generator blocks \[3\]'):
-        build(tower, generator=dict(GENERATOR, blocks=[3]))
+        build(tower, condition_blocks=[3])
+    with pytest.raises(ValueError, match='place the dynamic adapters'):
+        build(tower, generator=dict(GENERATOR, blocks=[0]))
+    with pytest.raises(ValueError, match="no adapter of the target branch reads the SDM's"):
+        build(tower, condition_blocks=[])
     with pytest.raises(ValueError, match='width 16 does not match'):
         build(tower, adapter=dict(ADAPTER, width=16))
 

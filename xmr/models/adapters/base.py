@@ -128,11 +128,14 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
         accepts_packed_tokens: ``forward`` is right on packed tokens ``[T, D]`` (see the module
             docstring); ``False`` (the safe default) keeps a language using this class on its
             padded batch.
+        reads_condition: ``forward`` reads ``ctx.condition`` at its block, so the disentangler
+            produces a condition for exactly the blocks such adapters occupy (DASD's generator).
     """
 
     sites: ClassVar[tuple[AdapterSite, ...]] = (AdapterSite.BLOCK_OUTPUT,)
     default_sites: ClassVar[tuple[AdapterSite, ...] | None] = None
     accepts_packed_tokens: ClassVar[bool] = False
+    reads_condition: ClassVar[bool] = False
 
     def __init__(self, placement: AdapterPlacement) -> None:
         super().__init__()

@@ -15,7 +15,7 @@ class DynamicAdapter(BaseAdapter):
     """``DA(X) = W_up ReLU(W^z W_down X) + X`` after a frozen text block (DASD, "dynamic adapter").
 
     ``W_down`` / ``W_up`` belong to one language and one block; ``W^z`` is generated per caption
-    by the shared :class:`~xmr.models.adapters.generator.ParameterGenerator` of the
+    by the shared :class:`~xmr.models.disentanglers.ParameterGenerator` of the
     disentangler and arrives in ``ctx.condition`` as ``{block_index: [B, d_u, d_u]}``. With
     ``W^z = I`` the adapter is a static bottleneck adapter of width ``d_u``.
 
@@ -26,6 +26,7 @@ class DynamicAdapter(BaseAdapter):
 
     sites = (AdapterSite.BLOCK_OUTPUT,)
     accepts_packed_tokens = True
+    reads_condition = True
 
     def __init__(self, placement: AdapterPlacement, hidden: int = 32) -> None:
         super().__init__(placement)

@@ -93,6 +93,11 @@ class LanguageAdapters(nn.Module):
                 yield index, site, ADAPTERS.build(
                     cfg, default_args=dict(placement=placement, **shared_args))
 
+    def condition_blocks(self) -> list[int]:
+        """Blocks where an adapter of any language reads ``ctx.condition`` (sorted)."""
+        return sorted({module.block_index for module in self.modules()
+                       if isinstance(module, BaseAdapter) and module.reads_condition})
+
     def check_language(self, lang: str) -> None:
         if lang not in self.sets:
             raise KeyError(f"no adapters for language '{lang}'; configured languages: "

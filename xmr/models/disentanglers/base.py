@@ -3,7 +3,7 @@
 * :class:`ConditionDisentangler` (DASD's SDM): reads the target-language embeddings of a
   caption and returns the condition of the dynamic adapters plus its own losses. The
   :class:`~xmr.models.retriever.CrossLingualRetriever` runs it, built with the text tower as
-  ``tower=``.
+  ``tower=`` and the blocks whose adapters read the condition as ``condition_blocks=``.
 * :class:`TokenDisentangler` (CDDS): decouples the token sequences of an image-text dual
   encoder into semantic components and scores them. The
   :class:`~xmr.models.dual_encoder.DualEncoderRetriever` runs it, built with the joint width as

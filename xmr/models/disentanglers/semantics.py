@@ -79,8 +79,10 @@ class SemanticsDisentangler(ConditionDisentangler):
             paper's bottleneck of hidden 256).
         features: the features fed to the generator, ``('sr', 'sa')`` (paper), ``('sr',)`` or
             ``('sa',)`` (Table 5). A stream that feeds nothing is not built.
-        generator: options of :class:`ParameterGenerator`: ``d_z`` (512), ``d_u`` (32) and
-            ``blocks`` (the blocks carrying dynamic adapters; default every tower block).
+        generator: options of :class:`ParameterGenerator`: ``d_z`` (512) and ``d_u`` (32). Its
+            blocks are ``condition_blocks``: the generator follows the adapters.
+        condition_blocks: the blocks whose adapters read the condition (filled in by the
+            retriever from the branch; standalone, every tower block).
         consistency_loss: ``MODELS`` config of ``L_sc``; default ``AlignmentLoss`` with
             ``kind='l1'`` (paper; ``'mse'`` and ``'smooth_l1'`` for Table 7).
         discriminator: options of :class:`PairDiscriminator`; default ``hidden=(256, 128)``.
@@ -109,7 +111,8 @@ class SemanticsDisentangler(ConditionDisentangler):
                  use_adversarial: bool = True,
                  adversarial_through_embeddings: bool = False, stream_adapters: bool = True,
                  padding_as_tokens: bool = False,
-                 loss_weights: Mapping[str, float] | None = None) -> None:
+                 loss_weights: Mapping[str, float] | None = None,
+                 condition_blocks: Sequence[int] | None = None) -> None:
         super().__init__()
         object.__setattr__(self, 'tower', tower)
         if not 0 <= depth <= tower.num_blocks:
@@ -148,8 +151,15 @@ class SemanticsDisentangler(ConditionDisentangler):
             self.sa_adapters = self._build_adapters(adapter)
             self.sa_norm = nn.LayerNorm(width)
         generator = dict(generator or {})
-        blocks = generator.pop('blocks', None)
-        blocks = list(range(tower.num_blocks)) if blocks is None else list(blocks)
+        if 'blocks' in generator:
+            raise ValueError('the generator produces W^z for the blocks whose adapters read it; '
+                             'place the dynamic adapters (language_branch.adapters.blocks) '
+                             'instead of setting generator.blocks')
+        blocks = (list(range(tower.num_blocks)) if condition_blocks is None
+                  else list(condition_blocks))
+        if not blocks:
+            raise ValueError('no adapter of the target branch reads the SDM\'s condition (no '
+                             'DynamicAdapter); use dynamic adapters or disentangler=None')
         outside = [b for b in blocks if not 0 <= b < tower.num_blocks]
         if outside:
             raise ValueError(f'generator blocks {outside} are outside the text tower\'s blocks '
