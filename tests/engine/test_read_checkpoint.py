@@ -43,3 +43,25 @@ def test_only_mmengine_objects_get_the_old_checkpoint_advice(tmp_path):
     assert 'foreign.pth: not an xmr language module: it pickles argparse.Namespace' in \
         str(error.value)
     assert 'weights_only=False' not in str(error.value)
+
+
+def test_user_code_reads_a_checkpoint_with_numpy_logs_through_the_public_loader(tmp_path):
+    """A plain weights-only load refuses MMEngine's numpy log buffers; xmr.apis' reader allows
+    exactly those types (fresh interpreters: the allow-list is process-wide)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    path = tmp_path / 'run.pth'
+    torch.save({'state_dict': {'w': torch.ones(2)},
+                'message_hub': {'log': np.array([0.5, 0.25]), 'step': np.int64(7)}}, path)
+    plain = subprocess.run([sys.executable, '-c', f'import torch; torch.load({str(path)!r}, '
+                            'weights_only=True)'], capture_output=True, text=True)
+    assert plain.returncode != 0 and 'weights_only' in plain.stderr
+    script = ('from xmr.apis import read_checkpoint; '
+              f'c = read_checkpoint({str(path)!r}); '
+              "print(c['message_hub']['log'].tolist(), int(c['message_hub']['step']))")
+    user = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True)
+    assert user.returncode == 0, user.stderr
+    assert user.stdout.split() == ['[0.5,', '0.25]', '7']

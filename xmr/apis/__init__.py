@@ -5,6 +5,9 @@
     model = init_retriever(config, checkpoint)
     index = MediaIndex.from_media(model, image_or_video_files)
     hits = index.search(model, ['ein Hund im Schnee'], lang='de', k=5)
+
+``read_checkpoint(path)`` reads any xmr checkpoint in user code the safe way (``torch.load``
+with ``weights_only=True`` and xmr's allow-list of the numpy types MMEngine's logs store).
 """
 from xmr.apis.inference import (
     VIDEO_SUFFIXES,
@@ -17,7 +20,9 @@ from xmr.apis.inference import (
     trained_languages,
 )
 from xmr.apis.search import MediaIndex, SearchHit
+from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
 
-__all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'check_languages', 'encode_media',
+__all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'CheckpointReadError', 'read_checkpoint',
+           'check_languages', 'encode_media',
            'encode_texts', 'init_retriever', 'load_trained_checkpoint', 'trained_languages',
            'MediaIndex', 'SearchHit']
