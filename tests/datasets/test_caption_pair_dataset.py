@@ -74,3 +74,32 @@ def test_bad_choices_are_named(ann_file):
         CaptionPairDataset(ann_file, source_only=True, target_langs=['de'], transform=TINY)
     with pytest.raises(ValueError, match="on_corrupt must be one of \\('raise', 'skip'\\)"):
         CaptionPairDataset(ann_file, on_corrupt='ignore', transform=TINY)
+
+
+def test_a_text_only_annotation_has_no_media_paths_and_yields_text_pairs(tmp_path):
+    ann = Annotation(dataset='multi30k', split='train', media_type='text', languages=['en'],
+                     source_lang='en', translation_langs=['de'],
+                     items=[MediaRecord('p0', None, {'en': ['two dogs run']},
+                                        {'de': ['zwei Hunde rennen']}),
+                            MediaRecord('p1', None, {'en': ['a man sings']},
+                                        {'de': ['ein Mann singt']})])
+    dump_annotation(ann, tmp_path / 'pairs.json')
+    assert 'media_path' not in (tmp_path / 'pairs.json').read_text()
+    dataset = CaptionPairDataset(tmp_path / 'pairs.json')  # no media root, nothing to read
+    assert [(dataset[i]['source_text'], dataset[i]['target_text'], dataset[i]['media'])
+            for i in range(2)] == [('two dogs run', 'zwei Hunde rennen', None),
+                                   ('a man sings', 'ein Mann singt', None)]
+    assert retrieval_collate([dataset[0], dataset[1]])['media'] is None
+
+
+def test_media_paths_are_required_with_media_and_refused_without(tmp_path):
+    from xmr.datasets import AnnotationError
+
+    record = MediaRecord('p0', 'p0.jpg', {'en': ['two dogs run']})
+    with pytest.raises(AnnotationError, match="item 0: media_path 'p0.jpg' in a text-only "
+                                              "annotation \\(media_type 'text'\\); remove it"):
+        Annotation(dataset='d', split='s', media_type='text', languages=['en'],
+                   items=[record]).validate()
+    with pytest.raises(AnnotationError, match='item 0: media_path must be a non-empty string'):
+        Annotation(dataset='d', split='s', media_type='image', languages=['en'],
+                   items=[MediaRecord('p0', None, {'en': ['two dogs run']})]).validate()

@@ -14,7 +14,9 @@ pairs of the cross-lingual phases. Optional ``back_translations[lang][k]`` is th
 translation of ``captions[lang][k]`` back into ``source_lang`` (PECTVLM's translate-test and
 routine 3). Every item carries captions for every language of ``languages``, translations for
 every language of ``translation_langs`` and back-translations for every language of
-``back_translation_langs``, so a retrieval gallery never has holes. :func:`load_annotation`
+``back_translation_langs``, so a retrieval gallery never has holes. A ``"media_type": "text"``
+file holds text pairs alone (a text-only teacher, the cross-lingual phase): its items carry no
+``media_path``. :func:`load_annotation`
 validates all of it and names the file, the item and the key at fault; :func:`dump_annotation`
 writes through a temporary file and a rename, so a failed conversion never leaves a partial file
 behind.
@@ -39,7 +41,7 @@ __all__ = [
 
 ANNOTATION_FORMAT = 'xmr-media-captions'
 ANNOTATION_VERSION = 1
-MEDIA_TYPES = ('image', 'video')
+MEDIA_TYPES = ('image', 'video', 'text')
 _HEADER_KEYS = ('format', 'version', 'dataset', 'split', 'media_type', 'languages', 'items')
 _ITEM_KEYS = {'media_id', 'media_path', 'captions', 'translations', 'back_translations'}
 
@@ -54,7 +56,8 @@ class MediaRecord:
 
     Attributes:
         media_id: unique id of the media inside its file (Flickr id, COCO file stem, video id).
-        media_path: path of the file, relative to the dataset's media root (or absolute).
+        media_path: path of the file, relative to the dataset's media root (or absolute);
+            ``None`` in a text-only annotation (``media_type='text'``).
         captions: language -> one or more human captions.
         translations: language -> machine translations, aligned one to one with
             ``captions[source_lang]``; empty for evaluation data.
@@ -63,14 +66,16 @@ class MediaRecord:
     """
 
     media_id: str
-    media_path: str
+    media_path: str | None
     captions: dict[str, list[str]]
     translations: dict[str, list[str]] = field(default_factory=dict)
     back_translations: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {'media_id': self.media_id, 'media_path': self.media_path,
-                                'captions': self.captions}
+        data: dict[str, Any] = {'media_id': self.media_id}
+        if self.media_path is not None:
+            data['media_path'] = self.media_path
+        data['captions'] = self.captions
         if self.translations:
             data['translations'] = self.translations
         if self.back_translations:
@@ -85,7 +90,7 @@ class Annotation:
     Attributes:
         dataset: benchmark name (``multi30k``, ``mscoco``, ``xtd10``, ``cc3m``, ``msrvtt``, ...).
         split: split name (``train``, ``val``, ``test``, ``test1k_fold0``, ...).
-        media_type: ``image`` or ``video``.
+        media_type: ``image``, ``video`` or ``text`` (text pairs, no media).
         languages: caption languages, present in every record.
         items: the records, in file order.
         source_lang: language the translations were made from; required with translations.
@@ -206,7 +211,13 @@ def _check_texts(value: Any, where: str) -> None:
 
 def _check_record(record: MediaRecord, ann: Annotation, where: str) -> None:
     _check_name(record.media_id, 'media_id', where)
-    _check_name(record.media_path, 'media_path', where)
+    if ann.media_type == 'text':
+        if record.media_path is not None:
+            raise AnnotationError(f'{where}: media_path {record.media_path!r} in a text-only '
+                                  "annotation (media_type 'text'); remove it, or set the "
+                                  "file's media_type to 'image' or 'video'")
+    else:
+        _check_name(record.media_path, 'media_path', where)
     where = f'{where} (media_id {record.media_id!r})'
     if not isinstance(record.captions, dict) or set(record.captions) != set(ann.languages):
         found = sorted(record.captions) if isinstance(record.captions, dict) else record.captions
@@ -242,17 +253,18 @@ def _check_record(record: MediaRecord, ann: Annotation, where: str) -> None:
                                   'one back-translation')
 
 
-def _record_from_json(data: Any, where: str) -> MediaRecord:
+def _record_from_json(data: Any, where: str, media_type: Any) -> MediaRecord:
     if not isinstance(data, dict):
         raise AnnotationError(f'{where} must be an object, got {type(data).__name__}')
-    missing = {'media_id', 'media_path', 'captions'} - set(data)
+    required = {'media_id', 'captions'} | ({'media_path'} if media_type != 'text' else set())
+    missing = required - set(data)
     if missing:
         raise AnnotationError(f'{where} lacks {sorted(missing)}')
     unknown = set(data) - _ITEM_KEYS
     if unknown:
         raise AnnotationError(f'{where} has unknown keys {sorted(unknown)}; allowed: '
                               f'{sorted(_ITEM_KEYS)}')
-    return MediaRecord(media_id=data['media_id'], media_path=data['media_path'],
+    return MediaRecord(media_id=data['media_id'], media_path=data.get('media_path'),
                        captions=data['captions'], translations=data.get('translations', {}),
                        back_translations=data.get('back_translations', {}))
 
@@ -277,7 +289,7 @@ def annotation_from_json(data: Any, origin: str) -> Annotation:
         raise AnnotationError(f'{origin}: header lacks {missing}')
     if not isinstance(data['items'], list):
         raise AnnotationError(f'{origin}: items must be a list')
-    items = [_record_from_json(item, f'{origin}: item {position}')
+    items = [_record_from_json(item, f'{origin}: item {position}', data['media_type'])
              for position, item in enumerate(data['items'])]
     ann = Annotation(dataset=data['dataset'], split=data['split'],
                      media_type=data['media_type'], languages=data['languages'], items=items,

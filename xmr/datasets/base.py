@@ -66,7 +66,8 @@ class MediaCaptionDataset(MediaDataset):
         self.test_mode = test_mode
         self.on_corrupt = check_policy(on_corrupt)
         self.decode_threads = decode_threads
-        self.with_media = with_media
+        # A text-only annotation has nothing to decode.
+        self.with_media = with_media and self.annotation.media_type != 'text'
         transform_cfg = dict(DEFAULT_TRANSFORM if transform is None else transform)
         transform_cfg.setdefault('type', 'MediaTransform')
         transform_cfg['training'] = not test_mode
