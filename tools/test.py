@@ -143,19 +143,19 @@ def run_test(args: argparse.Namespace):
     (:func:`~xmr.evaluation.scored_datasets`); with ``--format clip_benchmark`` they must include
     one CLIP_benchmark can be compared with, checked before any encoding.
     """
-    from mmengine.model import is_model_wrapper
     from mmengine.runner import Runner
 
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
     from xmr.engine.distributed import setup_cpu_distributed
     from xmr.engine.threads import set_cpu_threads
+    from xmr.engine.wrappers import unwrap_model
     from xmr.evaluation import EvaluationResult, clip_benchmark_records, scored_datasets
 
     cfg = build_config(args)
     set_cpu_threads(cfg)
     setup_cpu_distributed(cfg, args.launcher)
     runner = Runner.from_cfg(cfg)
-    model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+    model = unwrap_model(runner.model)
     try:
         meta = load_trained_checkpoint(model, args.checkpoint)
         check_test_languages(runner, model)

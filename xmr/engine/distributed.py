@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from mmengine.model import is_model_wrapper
 from torch.nn.parallel import DistributedDataParallel
 
 from xmr.engine.optim import sparse_parameter_names
+from xmr.engine.wrappers import unwrap_model
 from xmr.registry import MODEL_WRAPPERS
 
 __all__ = ['phase_wrapper_cfg', 'rewrap_for_phase', 'setup_cpu_distributed']
@@ -61,7 +61,7 @@ def rewrap_for_phase(runner) -> None:
     """
     if not getattr(runner, 'distributed', False):
         return
-    module = runner.model.module if is_model_wrapper(runner.model) else runner.model
+    module = unwrap_model(runner.model)
     trained_sparse = [name for name, p in module.named_parameters()
                       if name in sparse_parameter_names(module) and p.requires_grad]
     backend = dist.get_backend()

@@ -51,11 +51,11 @@ import torch
 from mmengine.dist import barrier, get_dist_info
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from torch.utils.data import DataLoader, Dataset
 
 from xmr.datasets.base import MediaCaptionDataset, MediaDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import process_running
 from xmr.registry import DATASETS, HOOKS
 from xmr.utils.cli import UserError
@@ -621,7 +621,7 @@ class CachedFeatureDataset(Dataset):
             StaleFeatureCacheError: when the cache was built for other weights, data or
                 preprocessing, or when the phase trains the backbone (features would go stale).
         """
-        model = model.module if is_model_wrapper(model) else model
+        model = unwrap_model(model)
         trained = [name for name, p in model.backbone.named_parameters() if p.requires_grad]
         if trained:
             raise StaleFeatureCacheError(

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from mmengine.model import is_model_wrapper
 from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
@@ -23,6 +22,7 @@ from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
 from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.optim import parameter_counts
 from xmr.engine.resume import can_skip_at_sampler, restart_iteration_timers, skip_at_sampler
+from xmr.engine.wrappers import unwrap_model
 from xmr.evaluation.leaderboard import format_table
 from xmr.registry import LOOPS
 
@@ -419,7 +419,7 @@ class PhasedTrainLoop(BaseLoop):
     @property
     def model(self) -> torch.nn.Module:
         model = self.runner.model
-        return model.module if is_model_wrapper(model) else model
+        return unwrap_model(model)
 
     def _resolve_epochs(self, index: int, phase: Phase) -> None:
         """Sets ``phase.iters`` to ``epochs x len(dataloader)``.

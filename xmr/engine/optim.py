@@ -16,6 +16,7 @@ from mmengine.optim import OptimWrapper
 from torch import nn
 from torch.optim import Optimizer
 
+from xmr.engine.wrappers import unwrap_model
 from xmr.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS, OPTIMIZERS
 
 DEFAULT_GROUPS = ('backbone', 'language_branch.embedding', 'language_branch.adapters',
@@ -201,7 +202,7 @@ class PhasedOptimWrapperConstructor:
                            f'sparse_optimizer, got {sorted(paramwise_cfg)}')
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
-        model = getattr(model, 'module', model)
+        model = unwrap_model(model)
         cfg = dict(self.optim_wrapper_cfg)
         optimizer_cfg = dict(cfg.pop('optimizer'))
         weight_decay = optimizer_cfg.get('weight_decay', 0.0)

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from mmengine import dist
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 
 from xmr.engine.loops import preserved_rng_state
+from xmr.engine.wrappers import unwrap_model
 from xmr.registry import HOOKS
 
 
@@ -53,7 +53,7 @@ class CDDSCorrelationHook(Hook):
     @staticmethod
     def _model(runner) -> torch.nn.Module:
         model = runner.model
-        return model.module if is_model_wrapper(model) else model
+        return unwrap_model(model)
 
     def _loader(self, runner) -> Any:
         if self._dataloader is None:

@@ -20,9 +20,9 @@ from typing import Any
 
 from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
-from mmengine.model import is_model_wrapper
 
 from xmr.engine.checkpoint import state_dict_mismatches
+from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import remove_stale_temporaries
 from xmr.registry import HOOKS
 
@@ -51,7 +51,7 @@ class CheckpointHook(MMEngineCheckpointHook):
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         if not runner._resume:
             return
-        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        model = unwrap_model(runner.model)
         loaded = {re.sub(r'^module\.', '', key): value
                   for key, value in checkpoint.get('state_dict', {}).items()}
         mismatches = state_dict_mismatches(model.state_dict(), loaded)

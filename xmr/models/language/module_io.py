@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from xmr.engine.checkpoint import read_checkpoint
+from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import atomic_torch_save
 
 __all__ = ['MODULE_FORMAT', 'LanguageShare', 'language_state_dict', 'load_language_module',
@@ -39,7 +40,7 @@ MODULE_VERSION = 2
 
 def _branch(model: nn.Module) -> nn.Module:
     """The target branch of a retriever (or the branch itself)."""
-    model = getattr(model, 'module', model)
+    model = unwrap_model(model)
     branch = getattr(model, 'language_branch', model)
     if branch is None or not hasattr(branch, 'adapters'):
         raise TypeError(f'{type(model).__name__} has no target-language branch with per-language '
@@ -55,7 +56,7 @@ def _module(model: nn.Module, lang: str) -> nn.Module:
 
 def _facts(model: nn.Module) -> dict[str, Any]:
     """What a module file must agree on with the model it is loaded into."""
-    model = getattr(model, 'module', model)
+    model = unwrap_model(model)
     branch = _branch(model)
     backbone = getattr(model, 'backbone', None)
     return dict(backbone=type(backbone).__name__ if backbone is not None else None,
@@ -73,7 +74,7 @@ def shared_fingerprints(model: nn.Module) -> dict[str, str]:
     Returns:
         ``{part: hex digest}`` over each entry's key, dtype, shape and bytes.
     """
-    model = getattr(model, 'module', model)
+    model = unwrap_model(model)
     sets = _branch(model).adapters.sets
     per_language = next(f'{name}.' for name, module in model.named_modules() if module is sets)
     digests = defaultdict(hashlib.sha256)
@@ -113,7 +114,7 @@ def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
 def save_merged_checkpoint(model: nn.Module, path: str | os.PathLike,
                            meta: Mapping[str, Any]) -> Path:
     """Write the whole model as a checkpoint ``tools/test.py`` loads (``state_dict`` + ``meta``)."""
-    model = getattr(model, 'module', model)
+    model = unwrap_model(model)
     return atomic_torch_save(dict(state_dict=model.state_dict(), meta=dict(meta)), path)
 
 
@@ -200,7 +201,7 @@ class LanguageShare:
 
 def language_parameter_report(model: nn.Module) -> dict[str, LanguageShare]:
     """``{lang: LanguageShare}`` for every language of the model's branch."""
-    model = getattr(model, 'module', model)
+    model = unwrap_model(model)
     branch = _branch(model)
     text = sum(p.numel() for p in branch.tower.parameters())
     backbone = getattr(model, 'backbone', None)
