@@ -375,22 +375,21 @@ def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def format_table(rows: list[dict[str, Any]], device: str) -> str:
+def results_table(rows: list[dict[str, Any]], device: str) -> str:
+    from xmr.evaluation.leaderboard import format_table
+
     unit = 'peak alloc MiB' if device.startswith('cuda') else 'peak RSS MiB'
     header = ['method', 'case', 'path', 'precision', 'steps/s', 'samples/s', 'ms/step',
               'CPU ms/step', unit, 'tokens tgt/en', 'tgt tokens run', 'first loss', 'speed-up',
               'CPU-time speed-up']
-    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-    for r in rows:
-        loss = '' if r['first_loss'] is None else f"{r['first_loss']:.5f}"
-        lines.append('| ' + ' | '.join([
-            r.get('method', 'static'), r['case'], r['path'], r['precision'],
-            f"{r['steps_per_s']:.3f}",
-            f"{r['samples_per_s']:.1f}", f"{r['step_ms']:.0f}", f"{r['cpu_ms']:.0f}",
-            f"{r['peak_memory_mib']:.0f}", f"{r['target_tokens']}/{r['source_tokens']}",
-            f"{r['target_tokens_run']:.1f}", loss,
-            f"{r.get('speedup', 1.0):.2f}x", f"{r.get('cpu_speedup', 1.0):.2f}x"]) + ' |')
-    return '\n'.join(lines)
+    cells = [[r.get('method', 'static'), r['case'], r['path'], r['precision'],
+              f"{r['steps_per_s']:.3f}", f"{r['samples_per_s']:.1f}", f"{r['step_ms']:.0f}",
+              f"{r['cpu_ms']:.0f}", f"{r['peak_memory_mib']:.0f}",
+              f"{r['target_tokens']}/{r['source_tokens']}", f"{r['target_tokens_run']:.1f}",
+              '' if r['first_loss'] is None else f"{r['first_loss']:.5f}",
+              f"{r.get('speedup', 1.0):.2f}x", f"{r.get('cpu_speedup', 1.0):.2f}x"]
+             for r in rows]
+    return format_table(header, cells)
 
 
 def summary(rows: list[dict[str, Any]]) -> list[str]:
@@ -463,7 +462,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     device = args.device if args.device != 'cpu' else f'cpu ({threads} threads)'
     print(f'\n{args.arch}, batch {args.batch_size}, {args.frames} frames per video, '
           f'{args.steps} timed steps after {args.warmup} warm-up, device {device}\n')
-    print(format_table(rows, args.device))
+    print(results_table(rows, args.device))
     print('\n' + '\n'.join(summary(rows)))
     if args.out:
         atomic_write_text(args.out, json.dumps(dict(

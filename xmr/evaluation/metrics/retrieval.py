@@ -11,6 +11,7 @@ from mmengine.logging import print_log
 from torch import Tensor
 
 from xmr.datasets.languages import normalize_language, normalize_languages
+from xmr.evaluation.leaderboard import format_table
 from xmr.evaluation.protocols import (
     DIRECTIONS,
     I2T_MODES,
@@ -284,12 +285,10 @@ class RetrievalMetric(BaseMetric):
 
     def _log_table(self, per_language: dict[str, dict[str, float]]) -> None:
         columns = list(next(iter(per_language.values())))
-        lines = [f'Retrieval ({self.protocol}, i2t {self.i2t_mode}):',
-                 '| lang | ' + ' | '.join(columns) + ' |',
-                 '|---' * (len(columns) + 1) + '|']
-        for lang, scores in per_language.items():
-            lines.append(f'| {lang} | ' + ' | '.join(f'{scores[c]:.2f}' for c in columns) + ' |')
-        print_log('\n'.join(lines), logger='current', level=logging.INFO)
+        rows = [[lang, *(f'{scores[c]:.2f}' for c in columns)]
+                for lang, scores in per_language.items()]
+        print_log(f'Retrieval ({self.protocol}, i2t {self.i2t_mode}):\n'
+                  + format_table(['lang', *columns], rows), logger='current', level=logging.INFO)
 
 
 def _canonical(codes: Sequence[str] | None, where: str) -> tuple[str, ...] | None:
