@@ -71,6 +71,21 @@ def test_blocks_equal_transformers_bert_forward(tower):
     torch.testing.assert_close(ours[mask], expected[mask], rtol=1e-4, atol=1e-5)
 
 
+def test_without_a_projection_the_embedding_is_berts_cls_state(tower):
+    bert = tiny_bert()
+    plain = CCLMTextTower(bert, None)
+    randomise(plain)  # the tower uses bert's modules, so bert holds the same weights
+    plain.eval()
+    ids, mask, eos = batch()
+    with torch.no_grad():
+        expected = bert(input_ids=ids, attention_mask=mask.long()).last_hidden_state[:, 0]
+        ours = plain.head(plain.encode_embeddings(plain.add_positions(plain.embed_tokens(ids)),
+                                                  mask, eos)[:, 0])
+    assert plain.text_proj is None and plain.embed_dim == WIDTH
+    assert not any(name.startswith('text_proj') for name, _ in plain.named_parameters())
+    torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-5)
+
+
 def test_positions_start_at_zero(tower):
     length = 5
     embeddings = tower.embeddings

@@ -87,20 +87,21 @@ class CCLMTextTower(TextTower):
 
     Args:
         bert: a ``BertModel`` whose embeddings and layers are used (not copied).
-        embed_dim: width ``E`` of ``text_proj``.
+        embed_dim: width ``E`` of ``text_proj``; ``None`` builds no projection (a sentence
+            encoder whose embedding is the pooled hidden state, ``E = D``).
     """
 
     causal = False
     pooling = 'cls'
 
-    def __init__(self, bert: nn.Module, embed_dim: int) -> None:
+    def __init__(self, bert: nn.Module, embed_dim: int | None) -> None:
         super().__init__()
         config = bert.config
         self.embeddings = bert.embeddings
         self.layers = bert.encoder.layer
         self.width = config.hidden_size
-        self.text_proj = nn.Linear(self.width, embed_dim)
-        self.embed_dim = embed_dim
+        self.text_proj = nn.Linear(self.width, embed_dim) if embed_dim is not None else None
+        self.embed_dim = embed_dim if embed_dim is not None else self.width
         self.num_blocks = len(self.layers)
         self.context_length = config.max_position_embeddings
         self.num_heads = config.num_attention_heads
@@ -179,8 +180,9 @@ class CCLMTextTower(TextTower):
         return x
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
-        """``r = text_proj(x_CLS)``; BERT is post-LN, so there is no final norm."""
-        return self.text_proj(pooled)
+        """``r = text_proj(x_CLS)`` (``x_CLS`` itself without a projection); BERT is post-LN,
+        so there is no final norm."""
+        return pooled if self.text_proj is None else self.text_proj(pooled)
 
     def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
         """``(in_features, out_features)`` of the frozen projection at each linear site."""
