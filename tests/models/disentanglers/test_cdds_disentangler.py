@@ -5,11 +5,11 @@ import torch
 from xmr.models.disentanglers.cdds import CDDSDisentangler, CorrelationWeights
 from xmr.models.losses.cdds import (
     information_integrity_loss,
-    masked_token_mean,
     modality_consistency_loss,
     semantic_consistency_loss,
     x_semantic_reconstruction_loss,
 )
+from xmr.models.pooling import masked_token_mean
 from xmr.registry import DISENTANGLERS
 
 B, P, W, D = 4, 7, 5, 16

@@ -10,13 +10,13 @@ from xmr.models.losses.cdds import (
     CDDSDistributionSamplingLoss,
     gaussian_kl,
     information_integrity_loss,
-    masked_token_mean,
     modality_consistency_loss,
     patch_word_similarity,
     pooled_similarity,
     semantic_consistency_loss,
     x_semantic_reconstruction_loss,
 )
+from xmr.models.pooling import masked_token_mean
 from xmr.registry import MODELS
 
 B, P, W, D = 4, 7, 5, 16

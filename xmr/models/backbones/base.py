@@ -19,6 +19,7 @@ from torch import nn
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.language.packing import PackedTokens
 from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch
+from xmr.models.pooling import masked_token_mean
 
 
 class SiteHooks(Protocol):
@@ -149,8 +150,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         if self.pooling == 'cls':
             return x[:, 0]
         if self.pooling == 'mean':
-            weights = attention_mask.to(x.dtype).unsqueeze(-1)
-            return (x * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+            return masked_token_mean(x, attention_mask)
         raise ValueError(f"unknown pooling '{self.pooling}' (eos, cls or mean)")
 
     def encode_embeddings(self, x: torch.Tensor, attention_mask: torch.Tensor,

@@ -36,6 +36,7 @@ from xmr.models.disentanglers.discriminator import (
 )
 from xmr.models.disentanglers.parameter_generator import ParameterGenerator
 from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.pooling import masked_token_mean
 from xmr.registry import ADAPTERS, DISENTANGLERS, MODELS
 
 if TYPE_CHECKING:
@@ -235,8 +236,7 @@ class SemanticsDisentangler(ConditionDisentangler):
         """``f^sa = mean_t LN(x_t)`` over the non-padding tokens (all of them with
         ``padding_as_tokens``), ``[B, L, D]`` -> ``[B, D]``."""
         x = self.sa_norm(self._stream(self.sa_adapters, embeddings, tokens))
-        weights = self._token_mask(tokens).to(x.dtype).unsqueeze(-1)
-        return (x * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+        return masked_token_mean(x, self._token_mask(tokens))
 
     def extract(self, embeddings: torch.Tensor, tokens: TokenBatch) -> dict[str, torch.Tensor]:
         """The configured features, ``{'sr': [B, E], 'sa': [B, D]}`` (a subset when ablated)."""

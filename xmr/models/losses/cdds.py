@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xmr.models.pooling import masked_token_mean
 from xmr.registry import MODELS
 
 #: Ways of scoring an image–caption pair from their token sets.
@@ -43,12 +44,6 @@ def check_tokens(tokens: torch.Tensor, mask: torch.Tensor, name: str) -> None:
     empty = (~mask.any(dim=1)).nonzero().flatten().tolist()
     if empty:
         raise ValueError(f'{name}: samples {empty} have no real token in their mask')
-
-
-def masked_token_mean(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of the real tokens of each sample: ``[B, N, D]``, ``[B, N]`` -> ``[B, D]``."""
-    weights = mask.to(tokens.dtype).unsqueeze(-1)
-    return (tokens * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
 
 def patch_word_similarity(image_tokens: torch.Tensor, image_mask: torch.Tensor,

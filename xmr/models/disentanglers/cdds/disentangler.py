@@ -29,11 +29,11 @@ from xmr.models.losses.cdds import (
     PAIR_SCORINGS,
     check_tokens,
     information_integrity_loss,
-    masked_token_mean,
     modality_consistency_loss,
     semantic_consistency_loss,
     x_semantic_reconstruction_loss,
 )
+from xmr.models.pooling import masked_token_mean
 from xmr.registry import DISENTANGLERS
 
 #: How one embedding per sample is read from its semantic tokens.
