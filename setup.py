@@ -18,6 +18,10 @@ setup(
     long_description=(ROOT / 'README.md').read_text(encoding='utf-8'),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['xmr', 'xmr.*']),
+    # The repository's configs and tools, for `xmr::` bases and the `xmr` command (links in a
+    # checkout, copied into a wheel).
+    package_data={'xmr': ['.mim/configs/**/*.py', '.mim/tools/**/*.py']},
+    entry_points={'console_scripts': ['xmr = xmr.console:main']},
     python_requires='>=3.11',
     install_requires=[
         'torch>=2.1',

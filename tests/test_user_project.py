@@ -1,0 +1,130 @@
+"""xmr from a user's own project: packaged configs by ``xmr::``, the ``xmr`` command, own modules.
+
+The project lives in a temporary folder outside the repository: its adapter, disentangler and
+backbone are registered through ``custom_imports``, its config inherits a packaged config, and it
+trains and tests through ``python -m xmr`` (the installed ``xmr`` command runs the same code).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from mmengine.config import Config
+
+import xmr  # noqa: F401  (the xmr:: scheme)
+from xmr.console import available
+from xmr.packaged import config_path
+
+REPO = Path(__file__).resolve().parents[1]
+
+MODULES = '''
+import torch
+from torch import nn
+
+from xmr.models.adapters import AdapterPlacement, BaseAdapter
+from xmr.models.backbones.open_clip import OpenCLIPBackbone
+from xmr.models.disentanglers import ConditionDisentangler
+from xmr.registry import ADAPTERS, DISENTANGLERS, MODELS
+
+
+@ADAPTERS.register_module()
+class GatedAdapter(BaseAdapter):
+    accepts_packed_tokens = True
+
+    def __init__(self, placement: AdapterPlacement, hidden: int = 8) -> None:
+        super().__init__(placement)
+        self.down = nn.Linear(self.width, hidden)
+        self.up = nn.Linear(hidden, self.width)
+        self.gate = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x, ctx):
+        return x + torch.tanh(self.gate) * self.up(torch.relu(self.down(x)))
+
+
+@DISENTANGLERS.register_module()
+class GateRegulariser(ConditionDisentangler):
+    def __init__(self, tower, condition_blocks) -> None:
+        super().__init__()
+        self.gate = nn.Linear(tower.width, 1)
+
+    @property
+    def loss_names(self):
+        return frozenset({'gate'})
+
+    def forward(self, embeddings, tokens, r_source=None):
+        losses = {} if r_source is None else {'gate': self.gate(embeddings).pow(2).mean()}
+        return None, losses
+
+
+@MODELS.register_module()
+class MyCLIP(OpenCLIPBackbone):
+    """The user's backbone: the same tiny CLIP, registered from their own code."""
+'''
+
+CONFIG = '''
+_base_ = ['xmr::demo/static_tiny-clip_synthetic.py']
+custom_imports = dict(imports=['my_project.modules'], allow_failed_imports=False)
+model = dict(
+    backbone=dict(type='MyCLIP'),
+    language_branch=dict(adapters=dict(_delete_=True, type='GatedAdapter', hidden=8)),
+    disentangler=dict(type='GateRegulariser'))
+'''
+
+SHORT = ['train_cfg.phases.0.iters=2', 'train_cfg.phases.1.iters=2', 'train_cfg.phases.2.iters=2',
+         'train_cfg.phases.0.dataloader.batch_size=8',
+         'train_cfg.phases.0.dataloader.dataset.num_scenes=16',
+         'train_dataloader.batch_size=8', 'train_dataloader.dataset.num_scenes=16',
+         'val_dataloader.dataset.num_scenes=20', 'test_dataloader.dataset.num_scenes=20',
+         'model.language_branch.tokenizer.corpus.num_scenes=100',
+         'model.language_branch.tokenizer.vocab_size=200', 'default_hooks.logger.interval=1']
+
+
+def test_a_packaged_config_is_named_with_the_xmr_scheme(tmp_path):
+    (tmp_path / 'mine.py').write_text("_base_ = ['xmr::demo/static_tiny-clip_synthetic.py']\n"
+                                      "randomness = dict(seed=7)\n")
+    cfg = Config.fromfile(tmp_path / 'mine.py')
+    packaged = Config.fromfile(REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py')
+    assert cfg.randomness.seed == 7
+    assert cfg.train_cfg.to_dict() == packaged.train_cfg.to_dict()
+    assert config_path('xmr::demo/static_tiny-clip_synthetic.py').samefile(
+        REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py')
+    (tmp_path / 'typo.py').write_text("_base_ = ['xmr::demo/static-tiny.py']\n")
+    with pytest.raises(FileNotFoundError, match="xmr ships no configs file 'demo/static-tiny.py'"):
+        Config.fromfile(tmp_path / 'typo.py')
+
+
+def test_the_command_lists_the_tools_and_refuses_an_unknown_one():
+    assert {'train', 'test', 'benchmark', 'data prepare_multi30k',
+            'convert dasd_to_xmr'} <= set(available())
+    run = subprocess.run([sys.executable, '-m', 'xmr', 'trian'], capture_output=True, text=True)
+    assert run.returncode == 2 and 'error: xmr trian: no such command' in run.stderr
+
+
+@pytest.mark.slow
+def test_a_users_project_trains_and_tests_through_the_command(tmp_path):
+    project = tmp_path / 'my_project'
+    project.mkdir()
+    (project / '__init__.py').write_text('')
+    (project / 'modules.py').write_text(textwrap.dedent(MODULES))
+    (tmp_path / 'my_config.py').write_text(textwrap.dedent(CONFIG))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), OMP_NUM_THREADS='1')
+
+    def xmr_command(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, '-m', 'xmr', *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    train = xmr_command('train', 'my_config.py', '--work-dir', 'run', '--cfg-options', *SHORT)
+    assert train.returncode == 0, train.stderr[-3000:]
+    log = train.stdout + train.stderr
+    assert "losses {'cl': 1.0, 'disentangler': 1.0}, trainable ['language_branch', " \
+           "'disentangler']" in log
+    assert 'loss_gate' in log
+    checkpoint = tmp_path / 'run' / 'iter_6.pth'
+    assert checkpoint.is_file()
+    test = xmr_command('test', 'my_config.py', str(checkpoint), '--cfg-options', *SHORT)
+    assert test.returncode == 0, test.stderr[-3000:]
+    assert '| mAR' in test.stdout or 'mAR' in test.stdout

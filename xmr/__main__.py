@@ -1,0 +1,4 @@
+"""``python -m xmr COMMAND ...``, the same as the installed ``xmr`` command."""
+from xmr.console import main
+
+main()

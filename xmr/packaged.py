@@ -1,0 +1,66 @@
+"""The configs and tools shipped inside the package, for projects outside an xmr checkout.
+
+``xmr/.mim/configs`` and ``xmr/.mim/tools`` are the repository's ``configs/`` and ``tools/``
+(links in a checkout and an editable install, copies in a wheel), where OpenMMLab packages keep
+theirs. A config names a packaged config with the ``xmr::`` scheme::
+
+    _base_ = ['xmr::demo/static_tiny-clip_synthetic.py']
+
+MMEngine's own ``package::`` lookup accepts only the packages of its internal list and does not
+find editable installs, so importing xmr adds the ``xmr::`` scheme to ``Config`` itself (any
+other base path is resolved by MMEngine as before).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mmengine.config import Config
+
+__all__ = ['CONFIG_SCHEME', 'packaged_root', 'config_path', 'tool_path']
+
+CONFIG_SCHEME = 'xmr::'
+
+
+def packaged_root() -> Path:
+    """``xmr/.mim``: the folder holding ``configs/`` and ``tools/``."""
+    return Path(__file__).resolve().parent / '.mim'
+
+
+def _packaged_file(kind: str, name: str, example: str) -> Path:
+    path = packaged_root() / kind / name
+    if not path.is_file():
+        raise FileNotFoundError(f"xmr ships no {kind} file '{name}' (looked in "
+                                f'{packaged_root() / kind}); name one relative to that folder, '
+                                f"e.g. '{example}'")
+    return path
+
+
+def config_path(name: str) -> Path:
+    """The packaged config ``name`` (``'dasd/dasd_clip-vit-b32_multi30k_clft.py'``; a leading
+    ``xmr::`` is accepted)."""
+    return _packaged_file('configs', name.removeprefix(CONFIG_SCHEME),
+                          f'{CONFIG_SCHEME}demo/static_tiny-clip_synthetic.py')
+
+
+def tool_path(name: str) -> Path:
+    """The packaged tool script ``name`` (``'train.py'``, ``'data/prepare_multi30k.py'``)."""
+    return _packaged_file('tools', name, 'train.py')
+
+
+def _install_config_scheme() -> None:
+    """Teach ``Config`` the ``xmr::`` base paths (idempotent)."""
+    resolve = Config._get_cfg_path
+    if getattr(resolve, 'xmr_scheme', False):
+        return
+
+    def get_cfg_path(cfg_path: str, filename: str) -> tuple[str, str | None]:
+        if cfg_path.startswith(CONFIG_SCHEME):
+            # No scope: packaged configs already build in xmr's default scope.
+            return str(config_path(cfg_path)), None
+        return resolve(cfg_path, filename)
+
+    get_cfg_path.xmr_scheme = True
+    Config._get_cfg_path = staticmethod(get_cfg_path)
+
+
+_install_config_scheme()
