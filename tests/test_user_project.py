@@ -98,6 +98,9 @@ def test_a_packaged_config_is_named_with_the_xmr_scheme(tmp_path):
 
 
 def test_the_command_lists_the_tools_and_refuses_an_unknown_one():
+    installed = subprocess.run([Path(sys.executable).parent / 'xmr', '--help'],
+                               capture_output=True, text=True)  # the console script pip made
+    assert installed.returncode == 0 and '\n  train\n' in installed.stdout
     assert {'train', 'test', 'benchmark', 'data prepare_multi30k',
             'convert dasd_to_xmr'} <= set(available())
     run = subprocess.run([sys.executable, '-m', 'xmr', 'trian'], capture_output=True, text=True)
