@@ -2,7 +2,6 @@
 # routine 3 with the symmetric contrastive alignment (scale 100) instead of MSE.
 _base_ = ['./_base_/xtd10_fewshot50.py']
 
-model = dict(routine='routine3',
-             alignment=dict(type='TranslationAlignmentLoss', kind='contrastive', temperature=0.01))
+model = dict(routine='routine3', losses=dict(align=dict(kind='contrastive', temperature=0.01)))
 train_cfg = dict(phases=[dict(_base_.phase,
                               loss_weights=dict(cm=1.0, align=_base_.lambda_align))])

@@ -22,7 +22,7 @@ from torch import Tensor
 from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import read_image, read_video_frames
 from xmr.engine.checkpoint import read_checkpoint
-from xmr.models.retriever import CrossLingualRetriever
+from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 from xmr.registry import MODELS, TRANSFORMS
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from xmr.apis.inference import MediaInput, encode_media, encode_texts
 from xmr.evaluation.search import FaissSearcher
-from xmr.models.retriever import CrossLingualRetriever
+from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 
 __all__ = ['SearchHit', 'MediaIndex']
 

@@ -17,7 +17,6 @@ model = dict(
     type='TranslationAlignmentRetriever',
     routine='target_only',
     english_encoder='branch',
-    alignment=dict(type='TranslationAlignmentLoss', kind='mse'),
     backbone=dict(type='MultilingualCLIPBackbone', embed_dim=768, checkpoint=mclip_dir,
                   image_arch='ViT-L-14', image_pretrained='openai', tokenizer=xlmr_tokenizer),
     language_branch=dict(
@@ -26,5 +25,6 @@ model = dict(
         tokenizer=xlmr_tokenizer,
         embedding=dict(type='TowerTokenEmbedding'),
         adapters=dict(type='LoRA', r=1, alpha=16, targets=['q', 'v'])),
-    losses=dict(cm=dict(type='InfoNCELoss', temperature=0.01)),
+    losses=dict(cm=dict(type='InfoNCELoss', temperature=0.01),
+                align=dict(type='TranslationAlignmentLoss', kind='mse')),
 )

@@ -3,9 +3,9 @@
 A :class:`~xmr.models.disentanglers.cdds.CDDSColumnCorrelation` in mode ``'dataset'`` reads
 its column Gaussians from sufficient statistics accumulated over the training set rather than
 from the current batch. This hook fills them: it empties every such estimate of the model
-(:meth:`~xmr.models.dual_encoder.DualEncoderRetriever.dataset_correlations`), runs the training
-data through the towers (and the UNets) in eval mode without gradient, sums the statistics
-over the ranks, and hands the model back in train mode.
+(:meth:`~xmr.models.retrievers.dual_encoder.DualEncoderRetriever.dataset_correlations`),
+runs the training data through the towers (and the UNets) in eval mode without gradient, sums
+the statistics over the ranks, and hands the model back in train mode.
 
 When: before the first iteration (unless a resumed checkpoint already holds an estimate), then
 every ``interval`` iterations — by default once per pass over the data, so the estimate follows
@@ -23,6 +23,7 @@ from mmengine.hooks import Hook
 
 from xmr.engine.loops import preserved_rng_state
 from xmr.engine.wrappers import unwrap_model
+from xmr.models.retrievers.dual_encoder import DualEncoderRetriever
 from xmr.registry import HOOKS
 
 
@@ -64,7 +65,7 @@ class CDDSCorrelationHook(Hook):
 
     def _correlations(self, runner) -> list[torch.nn.Module]:
         model = self._model(runner)
-        if not hasattr(model, 'dataset_correlations'):
+        if not isinstance(model, DualEncoderRetriever):
             raise TypeError(f'CDDSCorrelationHook needs a model with dataset_correlations() '
                             f'(DualEncoderRetriever); got {type(model).__name__}')
         correlations = model.dataset_correlations()

@@ -217,6 +217,7 @@ class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
         embed_dim: width ``E`` of the joint space.
         image_mean / image_std: per-channel normalisation of the image tower, in ``[0, 1]`` units.
         image_size: input resolution ``(H, W)``.
+        arch: the architecture's name where the backbone has one (a checkpoint fact).
     """
 
     text_tower: TextTower
@@ -225,6 +226,7 @@ class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
     image_mean: tuple[float, float, float]
     image_std: tuple[float, float, float]
     image_size: tuple[int, int]
+    arch: str | None = None
 
     @abstractmethod
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:

@@ -2,12 +2,13 @@
 
 * :class:`ConditionDisentangler` (DASD's SDM): reads the target-language embeddings of a
   caption and returns the condition of the dynamic adapters plus its own losses. The
-  :class:`~xmr.models.retriever.CrossLingualRetriever` runs it, built with the text tower as
-  ``tower=`` and the blocks whose adapters read the condition as ``condition_blocks=``.
+  :class:`~xmr.models.retrievers.cross_lingual.CrossLingualRetriever` runs it, built with the
+  text tower as ``tower=`` and the blocks whose adapters read the condition as
+  ``condition_blocks=``.
 * :class:`TokenDisentangler` (CDDS): decouples the token sequences of an image-text dual
   encoder into semantic components and scores them. The
-  :class:`~xmr.models.dual_encoder.DualEncoderRetriever` runs it, built with the joint width as
-  ``dim=``.
+  :class:`~xmr.models.retrievers.dual_encoder.DualEncoderRetriever` runs it, built with the
+  joint width as ``dim=``.
 
 A retriever refuses a disentangler of the other kind (or of neither) when it is built, naming
 the class and the base it needs.

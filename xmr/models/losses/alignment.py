@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
+from xmr.models.losses.pair import PairLoss
 from xmr.registry import MODELS
 
 
 @MODELS.register_module()
-class AlignmentLoss(nn.Module):
+class AlignmentLoss(PairLoss):
     """Distance between ``r^T`` and ``r^S`` (DASD ``L_CL``, MLA's NLT stage).
 
     Args:

@@ -7,11 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xmr.models.losses.pair import PairLoss
 from xmr.registry import MODELS
 
 
 @MODELS.register_module()
-class InfoNCELoss(nn.Module):
+class InfoNCELoss(PairLoss):
     """``L = (CE(S, I) + CE(Sᵀ, I)) / 2`` with ``S = <a_i, b_j> / τ`` on L2-normalised inputs.
 
     DASD's ``L_CM`` between ``r^T`` and ``r^V``, τ = 0.01 (logit scale 100, fixed).
@@ -21,6 +22,8 @@ class InfoNCELoss(nn.Module):
         learnable: train ``log(1/τ)`` (CLIP pre-training) instead of fixing it.
         max_scale: clamp of the learnable logit scale (CLIP's 100).
     """
+
+    batch_contrastive = True
 
     def __init__(self, temperature: float = 0.01, learnable: bool = False,
                  max_scale: float = 100.0) -> None:

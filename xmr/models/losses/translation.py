@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from xmr.models.losses.alignment import AlignmentLoss
 from xmr.models.losses.contrastive import InfoNCELoss
+from xmr.models.losses.pair import PairLoss
 from xmr.registry import MODELS
 
 ALIGNMENT_KINDS = ('mse', 'contrastive')
 
 
 @MODELS.register_module()
-class TranslationAlignmentLoss(nn.Module):
+class TranslationAlignmentLoss(PairLoss):
     """``align(r_q, r_t)`` between a batch of caption embeddings and their translations'.
 
     PECTVLM adds ``λ · align`` to the image–text contrastive loss (its ``text_loss_ratio``):
@@ -33,6 +33,7 @@ class TranslationAlignmentLoss(nn.Module):
             raise ValueError(f"translation alignment kind '{kind}' is not one of "
                              f'{ALIGNMENT_KINDS}')
         self.kind = kind
+        self.batch_contrastive = kind == 'contrastive'
         self.distance = (AlignmentLoss(kind='mse', reduction='mean') if kind == 'mse'
                          else InfoNCELoss(temperature=temperature))
 

@@ -5,32 +5,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from xmr.models.base import RankMeanLogModel
-from xmr.models.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
 from xmr.models.disentanglers.base import ConditionDisentangler, build_disentangler
 from xmr.models.language.tokenizers import TokenBatch
-from xmr.models.losses.distributed import gather_with_grad
-from xmr.models.phase_weights import checked_loss_weights
+from xmr.models.retrievers.base import (
+    DISENTANGLER_SCALE,
+    BaseRetriever,
+    attach_captions,
+    feature_rows,
+    gallery_items,
+)
 from xmr.registry import MODELS
 
-#: Losses the retriever itself computes.
-RETRIEVER_LOSSES = {
-    'source_cm': 'InfoNCE between English captions and media while fine-tuning the towers',
-    'cl': 'L_CL: alignment of r^T to the frozen r^S (cross-lingual phase)',
-    'cm': 'L_CM: InfoNCE between r^T and r^V (cross-modal phase)',
-}
-#: The phase weight that scales every loss the disentangler returns (each already weighted by
-#: the disentangler's own settings, e.g. DASD's lambda_1 and lambda_2); without a disentangler
-#: it has nothing to scale, so a schedule serves models with and without one.
-DISENTANGLER_SCALE = 'disentangler'
 #: Names a phase's ``trainable`` may use for groups of modules (see ``trainable_groups``).
 TARGET_GROUP = 'target'
 
 
 @MODELS.register_module()
-class CrossLingualRetriever(RankMeanLogModel):
+class CrossLingualRetriever(BaseRetriever):
     """Teaches a frozen vision-language model new languages through a trainable branch.
 
     One training step (DESIGN "data flow"): frozen towers give ``r^S`` and ``r^V`` (or cached
@@ -50,12 +42,24 @@ class CrossLingualRetriever(RankMeanLogModel):
         init_cfg: MMEngine init config.
     """
 
+    LOSSES = {
+        'source_cm': 'InfoNCE between English captions and media while fine-tuning the towers',
+        'cl': 'L_CL: alignment of r^T to the frozen r^S (cross-lingual phase)',
+        'cm': 'L_CM: InfoNCE between r^T and r^V (cross-modal phase)',
+    }
+    #: The losses built unless ``losses`` replaces them by name.
+    DEFAULT_LOSSES: Mapping[str, dict] = {
+        'source_cm': dict(type='InfoNCELoss', temperature=0.07, learnable=True),
+        'cl': dict(type='AlignmentLoss', kind='mse'),
+        'cm': dict(type='InfoNCELoss', temperature=0.01),
+    }
+
     def __init__(self, backbone: dict, language_branch: dict | None = None,
                  disentangler: dict | None = None, losses: Mapping[str, dict] | None = None,
                  source_language: str = 'en', data_preprocessor: dict | None = None,
-                 init_cfg: dict | None = None) -> None:
-        preprocessor = MODELS.build(data_preprocessor or dict(type='RetrievalDataPreprocessor'))
-        super().__init__(data_preprocessor=preprocessor, init_cfg=init_cfg)
+                 init_cfg: dict | None = None,
+                 default_preprocessor: str = 'RetrievalDataPreprocessor') -> None:
+        super().__init__(data_preprocessor, init_cfg, default_preprocessor)
         self.backbone = MODELS.build(backbone)
         self.source_language = source_language
         tower = self.backbone.text_tower
@@ -65,28 +69,19 @@ class CrossLingualRetriever(RankMeanLogModel):
             if source_language in self.language_branch.languages:
                 raise ValueError(f"source language '{source_language}' is read by the frozen "
                                  'tower; it cannot also be a target language')
-        self.disentangler = None
         if disentangler is not None:
             if self.language_branch is None:
                 raise ValueError('a disentangler needs a language_branch to condition')
             self.disentangler = build_disentangler(
                 disentangler, ConditionDisentangler, type(self).__name__, tower=tower,
                 condition_blocks=self.language_branch.adapters.condition_blocks())
-        loss_cfgs = dict(source_cm=dict(type='InfoNCELoss', temperature=0.07, learnable=True),
-                         cl=dict(type='AlignmentLoss', kind='mse'),
-                         cm=dict(type='InfoNCELoss', temperature=0.01))
-        for name, cfg in (losses or {}).items():
-            if name not in loss_cfgs:
-                raise KeyError(f"unknown retriever loss '{name}'; known: {sorted(loss_cfgs)}")
-            loss_cfgs[name] = cfg
-        self.losses = torch.nn.ModuleDict({k: MODELS.build(v) for k, v in loss_cfgs.items()})
+        self.build_losses({**self.DEFAULT_LOSSES, **(losses or {})})
         self.data_preprocessor.bind(
             self.backbone.tokenizer,
             self.language_branch.tokenizer if self.language_branch is not None else None,
             self.backbone.image_mean, self.backbone.image_std, source_language)
         self.phase = 'cross_lingual'
         self.loss_weights: dict[str, float] = {'cl': 1.0}
-        store_facts_as_tensor(self)
 
     # ----------------------------------------------------------------------------- phases
     @property
@@ -110,10 +105,6 @@ class CrossLingualRetriever(RankMeanLogModel):
             raise ValueError(f'{where}: the model has no adapters for {missing}; it reads '
                              f'{[self.source_language, *self.languages]}')
 
-    def loss_names(self) -> set[str]:
-        """Names a phase's ``loss_weights`` may use."""
-        return {*RETRIEVER_LOSSES, DISENTANGLER_SCALE}
-
     def trainable_groups(self) -> dict[str, list[str]]:
         """Groups a phase's ``trainable`` may name: ``target`` is the language branch plus the
         disentangler when the model has one."""
@@ -123,40 +114,23 @@ class CrossLingualRetriever(RankMeanLogModel):
         return {TARGET_GROUP: target}
 
     def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
-        """The phase's non-zero weights, once the model can run them (``PhasedTrainLoop`` calls
-        this for every phase when it is built, before anything trains).
+        """The base's check; every loss but ``source_cm`` also needs the language branch.
 
         Raises:
-            KeyError: an unknown loss name. ValueError: a loss this model cannot compute.
+            ValueError: a phase weighing target-language losses on a model without a branch.
         """
-        if self.disentangler is not None:
-            owned = sorted(set(loss_weights) & set(self.disentangler.loss_names))
-            if owned:
-                raise KeyError(f'phase {name}: loss weights {owned} belong to the disentangler: '
-                               'set them in model.disentangler.loss_weights and scale the '
-                               f"module's losses in the phase with '{DISENTANGLER_SCALE}'")
-        weights = checked_loss_weights(name, loss_weights, self.loss_names())
-        if self.disentangler is None:
-            weights.pop(DISENTANGLER_SCALE, None)
+        weights = super().check_phase(name, loss_weights)
         if self.language_branch is None and set(weights) - {'source_cm'}:
             raise ValueError(f'phase {name} weights {sorted(weights)} need a language_branch')
         return weights
 
-    def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
-        """Select the phase whose losses :meth:`loss` runs, with their weights."""
-        self.loss_weights = self.check_phase(name, loss_weights)
-        self.phase = name
-
     # ----------------------------------------------------------------------------- encoders
-    def _tower_grad(self) -> bool:
-        return any(p.requires_grad for p in self.backbone.parameters())
-
     def encode_source(self, tokens: TokenBatch) -> torch.Tensor:
-        with torch.set_grad_enabled(torch.is_grad_enabled() and self._tower_grad()):
+        with self.frozen_tower():
             return self.backbone.encode_source_text(tokens)
 
     def encode_media(self, media: torch.Tensor) -> torch.Tensor:
-        with torch.set_grad_enabled(torch.is_grad_enabled() and self._tower_grad()):
+        with self.frozen_tower():
             return self.backbone.encode_media(media)
 
     def encode_target(self, tokens: TokenBatch, langs: Sequence[str],
@@ -193,15 +167,6 @@ class CrossLingualRetriever(RankMeanLogModel):
         return embeddings
 
     # ----------------------------------------------------------------------------- modes
-    def forward(self, mode: str = 'tensor', **batch: Any) -> Any:
-        if mode == 'loss':
-            return self.loss(**batch)
-        if mode == 'predict':
-            return self.predict(**batch)
-        if mode == 'tensor':
-            return self.predict(**batch)
-        raise ValueError(f"unknown forward mode '{mode}' (loss, predict or tensor)")
-
     def loss(self, media: torch.Tensor | None = None, source_tokens: TokenBatch | None = None,
              target_tokens: TokenBatch | None = None, langs: Sequence[str] | None = None,
              source_features: torch.Tensor | None = None,
@@ -212,7 +177,7 @@ class CrossLingualRetriever(RankMeanLogModel):
         from a ``CachedFeatureDataset``) replace the frozen towers' forward passes when present.
         Contrastive losses see the whole global batch under DDP (``gather_with_grad``).
         """
-        source_features, media_features = _rows(source_features), _rows(media_features)
+        source_features, media_features = map(feature_rows, (source_features, media_features))
         weights = self.loss_weights
         losses: dict[str, torch.Tensor] = {}
         needs_media = bool({'source_cm', 'cm'} & set(weights))
@@ -224,19 +189,16 @@ class CrossLingualRetriever(RankMeanLogModel):
         if needs_media and r_media is None:
             r_media = self.encode_media(self._require(media, 'media'))
         if 'source_cm' in weights:
-            losses['loss_source_cm'] = weights['source_cm'] * self.losses['source_cm'](
-                *gather_with_grad(r_source, r_media))
+            losses['loss_source_cm'] = self.pair_loss('source_cm', r_source, r_media)
         if set(weights) - {'source_cm'}:
             tokens = self._require(target_tokens, 'target_text')
             r_target, extra = self.encode_target(tokens, langs, r_source=r_source)
             if 'cl' in weights:
-                losses['loss_cl'] = weights['cl'] * self.losses['cl'](r_target, r_source)
+                losses['loss_cl'] = self.pair_loss('cl', r_target, r_source)
             if 'cm' in weights:
-                losses['loss_cm'] = weights['cm'] * self.losses['cm'](
-                    *gather_with_grad(r_target, r_media))
-            if DISENTANGLER_SCALE in weights:
-                losses.update({f'loss_{name}': weights[DISENTANGLER_SCALE] * value
-                               for name, value in extra.items()})
+                losses['loss_cm'] = self.pair_loss('cm', r_target, r_media)
+            losses.update(self.disentangler_losses(
+                {f'loss_{name}': value for name, value in extra.items()}))
         return losses
 
     @staticmethod
@@ -257,36 +219,15 @@ class CrossLingualRetriever(RankMeanLogModel):
             ``media_embedding`` ``[E]`` and ``caption_embeddings`` ``{lang: [n, E]}``, all
             L2-normalised float32 on CPU.
         """
-        media_features = _rows(media_features)
+        media_features = feature_rows(media_features)
         r_media = media_features if media_features is not None else self.encode_media(media)
-        r_media = F.normalize(r_media.float(), dim=-1).cpu()
-        outputs = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
-                        media_embedding=r_media[i], caption_embeddings={})
-                   for i in range(r_media.shape[0])]
-        if indices is not None:
-            for out, index in zip(outputs, indices):
-                out['index'] = int(index)
+        items = gallery_items(r_media, media_ids, indices)
         for lang, (tokens, owner) in (caption_tokens or {}).items():
-            embeddings = F.normalize(self.encode_text(tokens, lang).float(), dim=-1).cpu()
-            owner = owner.cpu()
-            for row, out in enumerate(outputs):
-                out['caption_embeddings'][lang] = embeddings[owner == row]
-        return outputs
+            attach_captions(items, lang, self.encode_text(tokens, lang), owner)
+        return items
 
     # ----------------------------------------------------------------------------- checkpoints
-    def get_extra_state(self) -> dict[str, Any]:
-        """What a checkpoint must agree on with the config it is loaded into."""
-        return dict(backbone=type(self.backbone).__name__,
-                    arch=getattr(self.backbone, 'arch', None),
-                    embed_dim=self.backbone.embed_dim, languages=self.languages,
+    def checkpoint_facts(self) -> dict[str, Any]:
+        """The base's facts plus the backbone's architecture and the source language."""
+        return dict(super().checkpoint_facts(), arch=self.backbone.arch,
                     source_language=self.source_language)
-
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        check_checkpoint_facts(state, self.get_extra_state())
-
-
-def _rows(features: torch.Tensor | Sequence[torch.Tensor] | None) -> torch.Tensor | None:
-    """Cached features as one ``[B, E]`` tensor (the collate function keeps them as rows)."""
-    if features is None or isinstance(features, torch.Tensor):
-        return features
-    return torch.stack(list(features))

@@ -1,8 +1,9 @@
 """An image–text dual encoder trained on its towers' token outputs, with or without CDDS.
 
-Where :class:`~xmr.models.retriever.CrossLingualRetriever` teaches a frozen model new languages
-through a branch, this model aligns the two towers themselves (CDDS's setting, paper §3): a
-backbone gives patch and word tokens in one joint width (:meth:`encode_image_tokens`,
+Where :class:`~xmr.models.retrievers.cross_lingual.CrossLingualRetriever` teaches a frozen
+model new languages through a branch, this model aligns the two towers themselves (CDDS's
+setting, paper §3): a backbone gives patch and word tokens in one joint width
+(:meth:`encode_image_tokens`,
 :meth:`encode_text_tokens` of :class:`~xmr.models.backbones.base.VisionLanguageBackbone`), and
 
 * **plain** (no disentangler): the towers' own pooled embeddings are the retrieval embeddings,
@@ -26,27 +27,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from xmr.datasets.languages import normalize_languages
-from xmr.models.backbones.base import TokenOutput
-from xmr.models.base import RankMeanLogModel
-from xmr.models.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
+from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone
 from xmr.models.disentanglers.base import TokenDisentangler, build_disentangler
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.losses.cdds import patch_word_similarity
-from xmr.models.phase_weights import checked_loss_weights
+from xmr.models.retrievers.base import (
+    DISENTANGLER_SCALE,
+    BaseRetriever,
+    attach_captions,
+    gallery_items,
+)
 from xmr.registry import MODELS
 
-#: Losses the dual encoder computes itself (configured under ``losses``).
-DUAL_ENCODER_LOSSES = {
-    'itc': 'symmetric InfoNCE between the retrieval embeddings of images and captions',
-    'tower_itc': "symmetric InfoNCE between the towers' own pooled embeddings",
-    'distribution_sampling': 'CDDS distribution sampling on the raw token outputs (Table 4)',
-}
-#: The phase weight that scales every term the disentangler returns.
-DISENTANGLER_LOSS = 'disentangler'
 #: Which captions of a training pair the text tower reads.
 TRAIN_TEXTS = ('source', 'target')
 #: How retrieval scores a pair: the cosine of the retrieval embeddings, or the patch–word
@@ -55,7 +50,7 @@ RETRIEVAL_SCORES = ('pooled', 'patch_word')
 
 
 @MODELS.register_module()
-class DualEncoderRetriever(RankMeanLogModel):
+class DualEncoderRetriever(BaseRetriever):
     """Image–text dual encoder on token outputs, optionally decoupled by CDDS.
 
     Args:
@@ -83,13 +78,18 @@ class DualEncoderRetriever(RankMeanLogModel):
         init_cfg: MMEngine init config.
     """
 
+    LOSSES = {
+        'itc': 'symmetric InfoNCE between the retrieval embeddings of images and captions',
+        'tower_itc': "symmetric InfoNCE between the towers' own pooled embeddings",
+        'distribution_sampling': 'CDDS distribution sampling on the raw token outputs (Table 4)',
+    }
+
     def __init__(self, backbone: dict, disentangler: dict | None = None,
                  losses: Mapping[str, dict] | None = None,
                  languages: Sequence[str] = ('en',), source_language: str = 'en',
                  train_text: str = 'source', retrieval_score: str = 'pooled',
                  data_preprocessor: dict | None = None, init_cfg: dict | None = None) -> None:
-        preprocessor = MODELS.build(data_preprocessor or dict(type='RetrievalDataPreprocessor'))
-        super().__init__(data_preprocessor=preprocessor, init_cfg=init_cfg)
+        super().__init__(data_preprocessor, init_cfg)
         if train_text not in TRAIN_TEXTS:
             raise ValueError(f"train_text '{train_text}' is not one of {TRAIN_TEXTS}")
         if retrieval_score not in RETRIEVAL_SCORES:
@@ -101,66 +101,34 @@ class DualEncoderRetriever(RankMeanLogModel):
             raise ValueError(f"train_text='source' reads {source_language} captions, which are "
                              f'not among languages {list(languages)}')
         self.backbone = MODELS.build(backbone)
-        if not hasattr(self.backbone, 'encode_text_tokens'):
-            raise TypeError(f'{type(self.backbone).__name__} is not a VisionLanguageBackbone '
-                            'with token-level encoders')
+        if not isinstance(self.backbone, VisionLanguageBackbone):
+            raise TypeError(f'{type(self.backbone).__name__} is not a VisionLanguageBackbone, '
+                            'whose token-level encoders the dual encoder reads')
         self.languages = normalize_languages(list(languages), 'DualEncoderRetriever languages')
         self.source_language, self.train_text = source_language, train_text
         self.retrieval_score = retrieval_score
-        self.disentangler = None
         if disentangler is not None:
             self.disentangler = build_disentangler(disentangler, TokenDisentangler,
                                                    type(self).__name__,
                                                    dim=self.backbone.embed_dim)
-        loss_cfgs = dict(losses) if losses is not None else dict(
-            itc=dict(type='InfoNCELoss', temperature=0.05, learnable=True))
-        unknown = set(loss_cfgs) - set(DUAL_ENCODER_LOSSES)
-        if unknown:
-            raise KeyError(f'unknown dual-encoder losses {sorted(unknown)}; known: '
-                           f'{sorted(DUAL_ENCODER_LOSSES)}')
-        self.losses = nn.ModuleDict()
-        for name, cfg in loss_cfgs.items():
-            defaults = dict(dim=self.backbone.embed_dim) if name == 'distribution_sampling' \
-                else None
-            self.losses[name] = MODELS.build(cfg, default_args=defaults)
+        self.build_losses(
+            losses if losses is not None
+            else dict(itc=dict(type='InfoNCELoss', temperature=0.05, learnable=True)),
+            default_args=dict(distribution_sampling=dict(dim=self.backbone.embed_dim)))
         self.data_preprocessor.bind(self.backbone.tokenizer, self.backbone.tokenizer,
                                     self.backbone.image_mean, self.backbone.image_std,
                                     source_language)
-        self.phase = 'train'
-        self.loss_weights = dict.fromkeys(sorted(self.loss_names()), 1.0)
-        store_facts_as_tensor(self)
-
-    # ----------------------------------------------------------------------------- phases
-    def loss_names(self) -> set[str]:
-        """Every loss this model can compute (the keys a phase may weigh)."""
-        names = set(self.losses)
-        if self.disentangler is not None:
-            names.add(DISENTANGLER_LOSS)
-        return names
-
-    def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
-        """The phase's non-zero weights, every name checked (``PhasedTrainLoop`` calls this
-        for every phase when it is built)."""
-        return checked_loss_weights(name, loss_weights, self.loss_names())
-
-    def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
-        """Select the losses :meth:`loss` returns, with their weights (``PhasedTrainLoop``)."""
-        self.loss_weights = self.check_phase(name, loss_weights)
-        self.phase = name
+        self.set_phase('train', dict.fromkeys(sorted(self.loss_names()), 1.0))
 
     # ----------------------------------------------------------------------------- encoders
-    def _tower_grad(self) -> bool:
-        return torch.is_grad_enabled() and any(p.requires_grad
-                                               for p in self.backbone.parameters())
-
     def encode_media_tokens(self, media: torch.Tensor) -> TokenOutput:
         """Images ``[B, 3, H, W]`` or videos ``[B, T, 3, H, W]`` -> tokens ``[B, N, E]``."""
-        with torch.set_grad_enabled(self._tower_grad()):
+        with self.frozen_tower():
             return self.backbone.encode_media_tokens(media)
 
     def encode_text_tokens(self, tokens: TokenBatch) -> TokenOutput:
         """Tokenised captions -> word tokens ``[B, L, E]`` (every position, mask of reals)."""
-        with torch.set_grad_enabled(self._tower_grad()):
+        with self.frozen_tower():
             return self.backbone.encode_text_tokens(tokens)
 
     def retrieval_tokens(self, out: TokenOutput, modality: str) -> tuple[torch.Tensor,
@@ -192,13 +160,6 @@ class DualEncoderRetriever(RankMeanLogModel):
         return self.retrieval_tokens(self.encode_text_tokens(tokens), 'text')[1]
 
     # ----------------------------------------------------------------------------- modes
-    def forward(self, mode: str = 'tensor', **batch: Any) -> Any:
-        if mode == 'loss':
-            return self.loss(**batch)
-        if mode in ('predict', 'tensor'):
-            return self.predict(**batch)
-        raise ValueError(f"unknown forward mode '{mode}' (loss, predict or tensor)")
-
     def training_text(self, source_tokens: TokenBatch | None, target_tokens: TokenBatch | None,
                       langs: Sequence[str] | None) -> TokenBatch:
         """The captions of a training batch that ``train_text`` selects, checked."""
@@ -232,19 +193,15 @@ class DualEncoderRetriever(RankMeanLogModel):
         text = self.encode_text_tokens(self.training_text(source_tokens, target_tokens, langs))
         losses: dict[str, torch.Tensor] = {}
         image_embedding, text_embedding = image.pooled, text.pooled
-        if self.disentangler is not None and ({DISENTANGLER_LOSS, 'itc'} & set(weights)):
+        if self.disentangler is not None and ({DISENTANGLER_SCALE, 'itc'} & set(weights)):
             out = self.disentangler(image.tokens, image.mask, text.tokens, text.mask)
-            if DISENTANGLER_LOSS in weights:
-                losses.update({key: weights[DISENTANGLER_LOSS] * value
-                               for key, value in out['losses'].items()})
+            losses.update(self.disentangler_losses(out['losses']))
             image_embedding = self.disentangler.pool(out['image_semantic'], image.mask)
             text_embedding = self.disentangler.pool(out['text_semantic'], text.mask)
         if 'itc' in weights:
-            losses['loss_itc'] = weights['itc'] * self.losses['itc'](image_embedding,
-                                                                     text_embedding)
+            losses['loss_itc'] = self.pair_loss('itc', image_embedding, text_embedding)
         if 'tower_itc' in weights:
-            losses['loss_tower_itc'] = weights['tower_itc'] * self.losses['tower_itc'](
-                image.pooled, text.pooled)
+            losses['loss_tower_itc'] = self.pair_loss('tower_itc', image.pooled, text.pooled)
         if 'distribution_sampling' in weights:
             losses['loss_distribution_sampling'] = weights['distribution_sampling'] * \
                 self.losses['distribution_sampling'](image.tokens, image.mask, text.tokens,
@@ -269,13 +226,7 @@ class DualEncoderRetriever(RankMeanLogModel):
             raise ValueError("predict needs the gallery's 'media'")
         image = self.encode_media_tokens(media)
         image_tokens, image_embeddings = self.retrieval_tokens(image, 'image')
-        embeddings = F.normalize(image_embeddings.float(), dim=-1).cpu()
-        outputs = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
-                        media_embedding=embeddings[i], caption_embeddings={})
-                   for i in range(embeddings.shape[0])]
-        if indices is not None:
-            for out, index in zip(outputs, indices):
-                out['index'] = int(index)
+        outputs = gallery_items(image_embeddings, media_ids, indices)
         with_tokens = self.retrieval_score == 'patch_word'
         if with_tokens:
             for out, sequence in zip(outputs, _real_tokens(image_tokens, image.mask)):
@@ -287,12 +238,10 @@ class DualEncoderRetriever(RankMeanLogModel):
                                f'{self.languages}')
             text = self.encode_text_tokens(tokens)
             word_tokens, caption_embeddings = self.retrieval_tokens(text, 'text')
-            captions = F.normalize(caption_embeddings.float(), dim=-1).cpu()
-            owner = owner.cpu()
-            sequences = _real_tokens(word_tokens, text.mask) if with_tokens else None
-            for row, out in enumerate(outputs):
-                out['caption_embeddings'][lang] = captions[owner == row]
-                if with_tokens:
+            attach_captions(outputs, lang, caption_embeddings, owner)
+            if with_tokens:
+                sequences, owner = _real_tokens(word_tokens, text.mask), owner.cpu()
+                for row, out in enumerate(outputs):
                     out['caption_tokens'][lang] = [sequences[i]
                                                    for i in (owner == row).nonzero().flatten()]
         return outputs
@@ -332,15 +281,11 @@ class DualEncoderRetriever(RankMeanLogModel):
                 correlation.update(image.tokens, image.mask, text.tokens, text.mask)
 
     # ----------------------------------------------------------------------------- checkpoints
-    def get_extra_state(self) -> dict[str, Any]:
-        """What a checkpoint must agree on with the config it is loaded into."""
-        return dict(backbone=type(self.backbone).__name__, embed_dim=self.backbone.embed_dim,
-                    languages=self.languages,
+    def checkpoint_facts(self) -> dict[str, Any]:
+        """The base's facts plus the disentangler's type."""
+        return dict(super().checkpoint_facts(),
                     disentangler=(type(self.disentangler).__name__
                                   if self.disentangler is not None else None))
-
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        check_checkpoint_facts(state, self.get_extra_state())
 
 
 def _real_tokens(tokens: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:

@@ -28,8 +28,9 @@ from typing import Any
 import torch
 
 from xmr.models.language.tokenizers import TokenBatch
-from xmr.models.losses.distributed import gather_with_grad
-from xmr.models.retriever import CrossLingualRetriever
+from xmr.models.retrievers.base import feature_rows
+from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
+from xmr.models.translation_data_preprocessor import TranslationDataPreprocessor
 from xmr.registry import MODELS
 
 
@@ -63,22 +64,31 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
 
     Losses (phase weights): ``cm``, the image–text InfoNCE of the query text (τ = 0.01, scale
     100), and ``align``, the translation alignment weighted by ``λ`` (PECTVLM's
-    ``text_loss_ratio``).
+    ``text_loss_ratio``; default :class:`~xmr.models.losses.TranslationAlignmentLoss` with
+    MSE). Only these two are built: the cross-lingual ``source_cm`` and ``cl`` are not this
+    method's.
 
     Args:
         routine: one of :data:`ROUTINES`.
-        alignment: config of the ``align`` loss (default
-            :class:`~xmr.models.losses.TranslationAlignmentLoss` with MSE).
         english_encoder: how the original English of routines 1 and 3 is encoded: ``branch``
             (the target branch with the sample's language module, gradients flowing: the
             authors' code) or ``frozen`` (the frozen tower, a fixed teacher).
         **kwargs: :class:`CrossLingualRetriever` arguments (a ``language_branch`` is required,
-            a ``disentangler`` is not supported). The data preprocessor defaults to
+            a ``disentangler`` is not supported; ``losses`` configures ``cm`` and ``align``).
+            The data preprocessor is a
             :class:`~xmr.models.translation_data_preprocessor.TranslationDataPreprocessor`.
     """
 
-    def __init__(self, routine: str, alignment: dict | None = None,
-                 english_encoder: str = 'branch', **kwargs: Any) -> None:
+    LOSSES = {
+        'cm': 'InfoNCE between the query text and the media',
+        'align': "λ · align(query, partner): PECTVLM's translation alignment",
+    }
+    DEFAULT_LOSSES = {
+        'cm': dict(type='InfoNCELoss', temperature=0.01),
+        'align': dict(type='TranslationAlignmentLoss', kind='mse'),
+    }
+
+    def __init__(self, routine: str, english_encoder: str = 'branch', **kwargs: Any) -> None:
         if routine not in ROUTINES:
             raise ValueError(f"unknown routine '{routine}'; choose from {list(ROUTINES)}")
         if english_encoder not in ENGLISH_ENCODERS:
@@ -89,19 +99,17 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
         if kwargs.get('language_branch') is None:
             raise ValueError('TranslationAlignmentRetriever needs a language_branch: the '
                              'per-language modules are what it trains')
-        kwargs.setdefault('data_preprocessor', dict(type='TranslationDataPreprocessor'))
-        super().__init__(**kwargs)
+        super().__init__(default_preprocessor='TranslationDataPreprocessor', **kwargs)
+        if not isinstance(self.data_preprocessor, TranslationDataPreprocessor):
+            raise TypeError(f'TranslationAlignmentRetriever reads the translated texts a '
+                            f'TranslationDataPreprocessor tokenises; got '
+                            f'{type(self.data_preprocessor).__name__}')
         self.routine = routine
         self.spec = ROUTINES[routine]
         self.english_encoder = english_encoder
-        self.losses['align'] = MODELS.build(alignment or dict(type='TranslationAlignmentLoss'))
-        if hasattr(self.data_preprocessor, 'source_through_branch'):
-            self.data_preprocessor.source_through_branch = (
-                self.spec.partner == 'source' and english_encoder == 'branch')
+        self.data_preprocessor.source_through_branch = (
+            self.spec.partner == 'source' and english_encoder == 'branch')
         self.loss_weights = {'cm': 1.0}
-
-    def loss_names(self) -> set[str]:
-        return {'cm', 'align'}
 
     def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
         """The phase's weights; ``align`` needs a routine with a translation partner."""
@@ -150,18 +158,13 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
         r_query = self.encode_target(self._tokens(batch, self.spec.query), langs)[0]
         losses: dict[str, torch.Tensor] = {}
         if 'cm' in weights:
-            r_media = media_features
+            r_media = feature_rows(media_features)
             if r_media is None:
                 r_media = self.encode_media(self._require(media, 'media'))
-            elif not isinstance(r_media, torch.Tensor):
-                r_media = torch.stack(list(r_media))
-            losses['loss_cm'] = weights['cm'] * self.losses['cm'](
-                *gather_with_grad(r_query, r_media))
+            losses['loss_cm'] = self.pair_loss('cm', r_query, r_media)
         if 'align' in weights:
-            pair = (r_query, self.encode_partner(batch, langs))
-            if getattr(self.losses['align'], 'kind', None) == 'contrastive':
-                pair = gather_with_grad(*pair)
-            losses['loss_align'] = weights['align'] * self.losses['align'](*pair)
+            losses['loss_align'] = self.pair_loss('align', r_query,
+                                                  self.encode_partner(batch, langs))
         return losses
 
     @torch.no_grad()
@@ -193,6 +196,6 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
             caption_tokens = queries
         return super().predict(caption_tokens=caption_tokens, **batch)
 
-    def get_extra_state(self) -> dict[str, Any]:
+    def checkpoint_facts(self) -> dict[str, Any]:
         """The parent's checkpoint facts plus the routine (its test-time queries differ)."""
-        return dict(super().get_extra_state(), routine=self.routine)
+        return dict(super().checkpoint_facts(), routine=self.routine)

@@ -66,7 +66,7 @@ def test_image_text_loss_uses_the_routines_query_text(routine):
 @pytest.mark.parametrize('routine', sorted(PARTNER_TEXT))
 @pytest.mark.parametrize('kind', ['mse', 'contrastive'])
 def test_alignment_pairs_the_query_with_the_routines_translation(routine, kind):
-    model = build(routine, alignment=dict(type='TranslationAlignmentLoss', kind=kind))
+    model = build(routine, losses=dict(align=dict(type='TranslationAlignmentLoss', kind=kind)))
     data = model.data_preprocessor(BATCH, True)
     model.set_phase('train', dict(cm=1.0, align=0.3))
     losses = model(mode='loss', **data)
@@ -140,7 +140,8 @@ def test_baselines_refuse_an_alignment_weight_and_unknown_names_fail():
 
 
 def test_one_step_moves_only_the_trained_languages_module():
-    model = build('routine3', alignment=dict(type='TranslationAlignmentLoss', kind='contrastive'))
+    model = build('routine3', losses=dict(align=dict(type='TranslationAlignmentLoss',
+                                                     kind='contrastive')))
     model.set_phase('train', dict(cm=1.0, align=0.1))
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(name.startswith('language_branch.adapters.'))

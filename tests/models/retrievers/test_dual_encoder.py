@@ -193,7 +193,7 @@ def test_dataset_correlation_accumulates_semantic_statistics():
 
 
 def test_bad_configurations_are_named():
-    with pytest.raises(KeyError, match=r"unknown dual-encoder losses \['cm'\]"):
+    with pytest.raises(KeyError, match=r"DualEncoderRetriever: unknown losses \['cm'\]"):
         build(losses=dict(cm=dict(type='InfoNCELoss')))
     with pytest.raises(ValueError, match="train_text 'both'"):
         build(train_text='both')

@@ -1,0 +1,113 @@
+"""The retriever base: what a user's retriever gets by declaring its losses, and what it refuses."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import xmr  # noqa: F401
+from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
+from xmr.models.retrievers import base as retriever_base
+from xmr.models.retrievers.base import BaseRetriever, attach_captions, gallery_items
+from xmr.registry import MODELS
+
+
+class PairRetriever(BaseRetriever):
+    """A user's retriever: the image tower against the frozen text tower, two declared losses."""
+
+    LOSSES = {'contrast': 'InfoNCE of images and captions', 'distance': 'MSE of the pairs'}
+
+    def __init__(self, losses):
+        super().__init__()
+        self.backbone = MODELS.build(tiny_backbone_cfg())
+        self.languages = ['en']
+        self.build_losses(losses)
+        self.data_preprocessor.bind(self.backbone.tokenizer, None, self.backbone.image_mean,
+                                    self.backbone.image_std, 'en')
+
+    def loss(self, media, source_tokens, **_):
+        with self.frozen_tower():
+            r_media = self.backbone.encode_media(media)
+            r_text = self.backbone.encode_source_text(source_tokens)
+        return {f'loss_{name}': self.pair_loss(name, r_text, r_media) for name in self.loss_weights}
+
+    def predict(self, media, media_ids=None, **_):
+        return gallery_items(self.backbone.encode_media(media), media_ids)
+
+
+LOSSES = dict(contrast=dict(type='InfoNCELoss', temperature=0.05),
+              distance=dict(type='AlignmentLoss'))
+
+
+def test_a_retriever_without_its_computation_cannot_be_built():
+    class NoPredict(BaseRetriever):
+        def loss(self, **batch):
+            return {}
+
+    with pytest.raises(TypeError, match='abstract method.*predict'):
+        NoPredict()
+
+
+def test_declared_losses_phases_and_modes(monkeypatch):
+    model = PairRetriever(LOSSES)
+    assert model.loss_names() == {'contrast', 'distance'}
+    model.set_phase('align', dict(contrast=2.0, distance=0.0, disentangler=1.0))
+    assert (model.phase, model.loss_weights) == ('align', {'contrast': 2.0})
+    with pytest.raises(KeyError, match=r"phase p: unknown loss weights \['cm'\]; this model "
+                                       r"computes \['contrast', 'distance'\]"):
+        model.check_phase('p', dict(cm=1.0))
+    with pytest.raises(KeyError, match=r"PairRetriever: unknown losses \['cl'\]; it computes"):
+        PairRetriever(dict(cl=dict(type='AlignmentLoss')))
+    with pytest.raises(ValueError, match="unknown forward mode 'train'"):
+        model(mode='train')
+
+    gathered = []
+    monkeypatch.setattr(retriever_base, 'gather_with_grad',
+                        lambda a, b: gathered.append(a.shape) or (a, b))
+    data = model.data_preprocessor(dict(media=torch.randint(0, 256, (3, 3, 32, 32),
+                                                            dtype=torch.uint8),
+                                        source_text=['a', 'b c', 'd'], lang=['en'] * 3), True)
+    model.set_phase('both', dict(contrast=2.0, distance=0.5))
+    losses = model(mode='loss', **data)
+    assert gathered == [torch.Size([3, 32])]  # the contrastive loss alone sees the global batch
+    r_media = model.backbone.encode_media(data['media'])
+    r_text = model.backbone.encode_source_text(data['source_tokens'])
+    torch.testing.assert_close(losses['loss_distance'], 0.5 * ((r_text - r_media) ** 2).mean())
+    a, b = F.normalize(r_text, dim=-1), F.normalize(r_media, dim=-1)
+    logits, labels = 20 * a @ b.t(), torch.arange(3)
+    expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+    torch.testing.assert_close(losses['loss_contrast'], 2.0 * expected)
+    assert not r_text.requires_grad  # frozen tower: no graph through it
+
+
+def test_checkpoint_facts_are_the_extra_state():
+    model = PairRetriever(LOSSES)
+    state = model.state_dict()
+    assert state['_extra_state'].dtype == torch.uint8
+    other = PairRetriever(LOSSES)
+    other.languages = ['en', 'sw']
+    with pytest.raises(ValueError, match=r"languages: checkpoint \['en'\] vs config"):
+        other.load_state_dict(state)
+
+
+def test_gallery_items_and_their_captions_by_hand():
+    items = gallery_items(torch.tensor([[3.0, 4.0], [0.0, 2.0]]), ['x', 'y'], indices=[7, 9])
+    assert [(i['media_id'], i['index']) for i in items] == [('x', 7), ('y', 9)]
+    torch.testing.assert_close(items[0]['media_embedding'], torch.tensor([0.6, 0.8]))
+    attach_captions(items, 'sw', torch.tensor([[0.0, 5.0], [1.0, 0.0], [2.0, 0.0]]),
+                    owner=torch.tensor([1, 0, 1]))
+    torch.testing.assert_close(items[0]['caption_embeddings']['sw'], torch.tensor([[1.0, 0.0]]))
+    torch.testing.assert_close(items[1]['caption_embeddings']['sw'],
+                               torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
+    assert gallery_items(torch.ones(1, 2))[0]['media_id'] == '0'
+
+
+def test_the_translation_model_builds_only_its_own_losses():
+    model = MODELS.build(dict(type='TranslationAlignmentRetriever', routine='routine1',
+                              backbone=tiny_backbone_cfg(),
+                              language_branch=tiny_branch_cfg()))
+    assert set(model.losses) == {'cm', 'align'}
+    assert not [name for name in model.state_dict() if name.startswith('losses.')]
+    with pytest.raises(TypeError, match='TranslationDataPreprocessor.*got '
+                                        'RetrievalDataPreprocessor'):
+        MODELS.build(dict(type='TranslationAlignmentRetriever', routine='routine1',
+                          backbone=tiny_backbone_cfg(), language_branch=tiny_branch_cfg(),
+                          data_preprocessor=dict(type='RetrievalDataPreprocessor')))

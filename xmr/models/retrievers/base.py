@@ -1,0 +1,230 @@
+"""The one base of xmr's retrievers (mmpretrain's ``BaseClassifier`` shape).
+
+A retriever declares the losses it computes (:attr:`BaseRetriever.LOSSES`) and implements
+:meth:`~BaseRetriever.loss`, :meth:`~BaseRetriever.predict` and
+:meth:`~BaseRetriever.checkpoint_facts`. The base owns what every retriever shares: the mode
+dispatch MMEngine calls, building the declared losses, the phases ``PhasedTrainLoop`` selects
+(``check_phase`` / ``set_phase``, the disentangler's losses scaled as one group), the frozen-tower
+gradient context, checkpoint facts as extra state, losses logged as the mean over DDP ranks, and
+the per-item dicts :class:`~xmr.evaluation.RetrievalMetric` reads.
+"""
+from __future__ import annotations
+
+from abc import ABCMeta, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from mmengine import dist
+from mmengine.model import BaseModel
+from torch import nn
+
+from xmr.models.losses.distributed import gather_with_grad
+from xmr.models.losses.pair import PairLoss
+from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
+from xmr.registry import MODELS
+
+__all__ = ['BaseRetriever', 'DISENTANGLER_SCALE', 'attach_captions', 'feature_rows',
+           'gallery_items']
+
+#: The phase weight that scales every loss the disentangler returns (each already weighted by
+#: the disentangler's own settings, e.g. DASD's lambda_1 and lambda_2, CDDS's alphas); without a
+#: disentangler it has nothing to scale, so one schedule serves models with and without one.
+DISENTANGLER_SCALE = 'disentangler'
+
+
+class BaseRetriever(BaseModel, metaclass=ABCMeta):
+    """What every xmr retriever shares; subclasses state their losses and their computation.
+
+    Attributes:
+        LOSSES: ``{name: what it computes}``, the losses the subclass may build under
+            ``losses`` and a phase may weigh (besides :data:`DISENTANGLER_SCALE`).
+        backbone: the :class:`~xmr.models.backbones.base.VisionLanguageBackbone` (set by the
+            subclass).
+        disentangler: the subclass's disentangler, or ``None``.
+        losses: the built losses, ``{name: module}``.
+        phase / loss_weights: the phase :meth:`loss` runs and its non-zero weights.
+
+    Args:
+        data_preprocessor: config of the preprocessor; ``None`` builds ``default_preprocessor``.
+        init_cfg: MMEngine init config.
+        default_preprocessor: the preprocessor type this retriever's batches need.
+    """
+
+    LOSSES: ClassVar[Mapping[str, str]] = {}
+
+    def __init__(self, data_preprocessor: dict | None = None, init_cfg: dict | None = None,
+                 default_preprocessor: str = 'RetrievalDataPreprocessor') -> None:
+        preprocessor = MODELS.build(data_preprocessor or dict(type=default_preprocessor))
+        super().__init__(data_preprocessor=preprocessor, init_cfg=init_cfg)
+        self.disentangler: nn.Module | None = None
+        self.losses = nn.ModuleDict()
+        self.phase, self.loss_weights = '', {}
+        store_facts_as_tensor(self)
+
+    # ----------------------------------------------------------------------------- losses
+    def build_losses(self, cfgs: Mapping[str, dict],
+                     default_args: Mapping[str, dict] | None = None) -> None:
+        """Build ``{name: MODELS config}`` into :attr:`losses`, every name one of :attr:`LOSSES`.
+
+        Raises:
+            KeyError: naming the unknown losses and those this retriever computes.
+        """
+        unknown = set(cfgs) - set(self.LOSSES)
+        if unknown:
+            raise KeyError(f'{type(self).__name__}: unknown losses {sorted(unknown)}; it '
+                           f'computes {sorted(self.LOSSES)}')
+        self.losses = nn.ModuleDict({
+            name: MODELS.build(cfg, default_args=(default_args or {}).get(name))
+            for name, cfg in cfgs.items()})
+
+    def pair_loss(self, name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """The phase-weighted loss ``name`` between ``[B, E]`` pairs; a batch-contrastive
+        :class:`PairLoss` sees the whole global batch under DDP."""
+        loss = self.losses[name]
+        if isinstance(loss, PairLoss) and loss.batch_contrastive:
+            a, b = gather_with_grad(a, b)
+        return self.loss_weights[name] * loss(a, b)
+
+    def disentangler_losses(self, losses: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The disentangler's ``{'loss_<name>': term}`` scaled by the phase's
+        :data:`DISENTANGLER_SCALE` weight (none when the phase switches them off)."""
+        scale = self.loss_weights.get(DISENTANGLER_SCALE)
+        return {} if scale is None else {name: scale * value for name, value in losses.items()}
+
+    def parse_losses(self, losses: dict[str, torch.Tensor]
+                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """MMEngine's total loss, with the logged values averaged over the DDP ranks.
+
+        Each rank's losses are of its own shard of the batch; the averaged gradients optimise
+        their mean, so that mean is what the log shows (rank 0's shard alone is noisier and,
+        for batch-contrastive losses such as ``L_CL``, a different quantity). The returned loss
+        stays this rank's: backward needs its graph.
+        """
+        loss, log_vars = super().parse_losses(losses)
+        values = torch.stack([value.detach().float() for value in log_vars.values()])
+        dist.all_reduce(values, op='mean')
+        return loss, dict(zip(log_vars, values))
+
+    # ----------------------------------------------------------------------------- phases
+    def loss_names(self) -> set[str]:
+        """The losses this model computes: the built ones, and the disentangler's (one scaled
+        group, :data:`DISENTANGLER_SCALE`) when it has one."""
+        return {*self.losses, *([DISENTANGLER_SCALE] if self.disentangler is not None else [])}
+
+    def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
+        """The phase's non-zero weights as floats, once the model can run them
+        (``PhasedTrainLoop`` calls this for every phase when it is built, before anything
+        trains). The disentangler's scale is dropped when there is no disentangler.
+
+        Raises:
+            KeyError: a weight of one of the disentangler's own losses (they belong to its
+                config), or a name this model does not compute.
+        """
+        owned = sorted(set(loss_weights) & set(self.disentangler.loss_names)) \
+            if self.disentangler is not None else []
+        if owned:
+            raise KeyError(f'phase {name}: loss weights {owned} belong to the disentangler: '
+                           'set them in model.disentangler.loss_weights and scale the '
+                           f"module's losses in the phase with '{DISENTANGLER_SCALE}'")
+        unknown = set(loss_weights) - self.loss_names() - {DISENTANGLER_SCALE}
+        if unknown:
+            raise KeyError(f'phase {name}: unknown loss weights {sorted(unknown)}; this model '
+                           f'computes {sorted(self.loss_names())}')
+        weights = {key: float(weight) for key, weight in loss_weights.items() if weight}
+        if self.disentangler is None:
+            weights.pop(DISENTANGLER_SCALE, None)
+        return weights
+
+    def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
+        """Select the phase whose losses :meth:`loss` runs, with their weights."""
+        self.loss_weights = self.check_phase(name, loss_weights)
+        self.phase = name
+
+    def trainable_groups(self) -> dict[str, list[str]]:
+        """Groups a phase's ``trainable`` may name, ``{group: [module path, ...]}``."""
+        return {}
+
+    # ----------------------------------------------------------------------------- towers
+    def frozen_tower(self) -> torch.set_grad_enabled:
+        """``with self.frozen_tower():`` runs the backbone without autograd unless the phase
+        trains some of its weights (gradients through a frozen tower are wasted work)."""
+        return torch.set_grad_enabled(torch.is_grad_enabled() and any(
+            parameter.requires_grad for parameter in self.backbone.parameters()))
+
+    # ----------------------------------------------------------------------------- modes
+    def forward(self, mode: str = 'tensor', **batch: Any) -> Any:
+        """MMEngine's entry: ``loss`` -> :meth:`loss`; ``predict`` and ``tensor`` ->
+        :meth:`predict`."""
+        if mode == 'loss':
+            return self.loss(**batch)
+        if mode in ('predict', 'tensor'):
+            return self.predict(**batch)
+        raise ValueError(f"unknown forward mode '{mode}' (loss, predict or tensor)")
+
+    @abstractmethod
+    def loss(self, **batch: Any) -> dict[str, torch.Tensor]:
+        """The current phase's weighted losses, ``{'loss_<name>': scalar}``."""
+
+    @abstractmethod
+    def predict(self, **batch: Any) -> list[dict[str, Any]]:
+        """A gallery batch -> one dict per item (see :func:`gallery_items`)."""
+
+    # ----------------------------------------------------------------------------- checkpoints
+    def checkpoint_facts(self) -> dict[str, Any]:
+        """What a checkpoint must agree on with the config it is loaded into (JSON values);
+        subclasses add their own to these."""
+        return dict(backbone=type(self.backbone).__name__, embed_dim=self.backbone.embed_dim,
+                    languages=list(self.languages))
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return self.checkpoint_facts()
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        check_checkpoint_facts(state, self.checkpoint_facts())
+
+
+def gallery_items(media_embeddings: torch.Tensor, media_ids: Sequence[str] | None = None,
+                  indices: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """The dicts :class:`~xmr.evaluation.RetrievalMetric` reads, one per gallery item.
+
+    Args:
+        media_embeddings: ``[B, E]`` embeddings of the batch's images or videos.
+        media_ids: the items' ids (default: their row numbers).
+        indices: the items' dataset indices, kept as ``index`` when given.
+
+    Returns:
+        ``[{'media_id', 'media_embedding' [E], 'caption_embeddings' {}, 'index'?}]``, the
+        embedding L2-normalised float32 on CPU; :func:`attach_captions` fills the captions.
+    """
+    embeddings = F.normalize(media_embeddings.float(), dim=-1).cpu()
+    items = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
+                  media_embedding=embeddings[i], caption_embeddings={})
+             for i in range(embeddings.shape[0])]
+    for item, index in zip(items, indices if indices is not None else ()):
+        item['index'] = int(index)
+    return items
+
+
+def attach_captions(items: list[dict[str, Any]], lang: str, embeddings: torch.Tensor,
+                    owner: torch.Tensor) -> None:
+    """Give each item its captions of ``lang``: ``item['caption_embeddings'][lang]`` ``[n, E]``.
+
+    Args:
+        items: from :func:`gallery_items`.
+        lang: the captions' language.
+        embeddings: ``[N, E]`` caption embeddings (L2-normalised here, float32 on CPU).
+        owner: ``[N]`` the row of ``items`` each caption belongs to.
+    """
+    embeddings = F.normalize(embeddings.float(), dim=-1).cpu()
+    owner = owner.cpu()
+    for row, item in enumerate(items):
+        item['caption_embeddings'][lang] = embeddings[owner == row]
+
+
+def feature_rows(features: torch.Tensor | Sequence[torch.Tensor] | None) -> torch.Tensor | None:
+    """Cached features as one ``[B, E]`` tensor (the collate function keeps them as rows)."""
+    if features is None or isinstance(features, torch.Tensor):
+        return features
+    return torch.stack(list(features))
