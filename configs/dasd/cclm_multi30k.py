@@ -5,9 +5,9 @@
 #   1. cross_lingual: L_CL + lambda1 L_adv + lambda2 L_sc on text pairs (45k steps, lr 2e-4);
 #   2. cross_modal: L_CM + lambda1 L_adv + lambda2 L_sc on image-caption pairs (6k steps, lr 6e-6);
 # lambda1 = 1, lambda2 = 0.1, DASD's CLIP schedule. Set the checkpoint in
-# configs/_base_/models/cclm_dasd.py or with --cfg-options model.backbone.checkpoint=PATH.
+# configs/_base_/models/dasd_cclm.py or with --cfg-options model.backbone.checkpoint=PATH.
 _base_ = [
-    '../_base_/models/cclm_dasd.py',
+    '../_base_/models/dasd_cclm.py',
     '../_base_/datasets/multi30k_clft.py',
     '../_base_/schedules/dasd_dynamic_phases.py',
     '../_base_/default_runtime.py',

@@ -4,7 +4,7 @@
 # translations (MT(DTD)). Japanese is evaluated on STAIR Captions of the Karpathy splits, Chinese
 # on COCO-CN. Phases and weights as in dasd_clip-vit-b32_multi30k_clft.py.
 _base_ = [
-    '../_base_/models/clip-vit-b32_dasd.py',
+    '../_base_/models/dasd_clip-vit-b32.py',
     '../_base_/datasets/mscoco_clft.py',
     '../_base_/schedules/dasd_clft_phases.py',
     '../_base_/default_runtime.py',

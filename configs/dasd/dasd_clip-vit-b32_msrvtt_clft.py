@@ -7,7 +7,7 @@
 # R@1 per language and their sum (t2v_R@1_sum). The authors released no video code: the recipe
 # is the paper's image recipe with video media.
 _base_ = [
-    '../_base_/models/clip-vit-b32_dasd.py',
+    '../_base_/models/dasd_clip-vit-b32.py',
     '../_base_/datasets/msrvtt_clft.py',
     '../_base_/schedules/dasd_clft_phases.py',
     '../_base_/default_runtime.py',

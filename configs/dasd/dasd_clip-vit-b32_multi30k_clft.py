@@ -9,7 +9,7 @@
 # selected on Multi30K val by mAR (de, fr, cs). Phases: ../_base_/schedules/dasd_clft_phases.py;
 # method and choices: docs/methods/dasd.md.
 _base_ = [
-    '../_base_/models/clip-vit-b32_dasd.py',
+    '../_base_/models/dasd_clip-vit-b32.py',
     '../_base_/datasets/multi30k_clft.py',
     '../_base_/schedules/dasd_clft_phases.py',
     '../_base_/default_runtime.py',

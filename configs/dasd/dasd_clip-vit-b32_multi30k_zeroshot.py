@@ -3,7 +3,7 @@
 # never from Multi30K; CLIP is not fine-tuned. Phases as in dasd_clip-vit-b32_multi30k_clft.py
 # without stage 0: cross_lingual on CC300K text pairs, then cross_modal on CC300K images.
 _base_ = [
-    '../_base_/models/clip-vit-b32_dasd.py',
+    '../_base_/models/dasd_clip-vit-b32.py',
     '../_base_/datasets/multi30k_zeroshot.py',
     '../_base_/schedules/dasd_dynamic_phases.py',
     '../_base_/default_runtime.py',

@@ -5,9 +5,9 @@
 # The phase report at the end lists AR per language after each phase: the English teacher and
 # each target language before (column "source_finetune end") and after alignment.
 _base_ = [
-    '../_base_/models/tiny-clip_static-adapter.py',
+    '../_base_/models/static-adapter_tiny-clip.py',
     '../_base_/datasets/synthetic.py',
-    '../_base_/schedules/dasd_phases.py',
+    '../_base_/schedules/alignment_phases.py',
     '../_base_/default_runtime.py',
 ]
 

@@ -72,8 +72,8 @@ def test_the_checkpoint_is_a_config_field_and_a_missing_file_stops_the_build():
 
 
 @pytest.mark.parametrize('name,adapter,with_disentangler', [
-    ('cclm_multi30k', DynamicAdapter, True), ('cclm_mscoco', DynamicAdapter, True),
-    ('cclm_multi30k_static-adapter', StaticAdapter, False), ('cclm_multi30k_lora', LoRA, False)])
+    ('cclm_multi30k', DynamicAdapter, True), ('dasd_cclm_mscoco', DynamicAdapter, True),
+    ('static-adapter_cclm_multi30k', StaticAdapter, False), ('lora_cclm_multi30k', LoRA, False)])
 def test_config_builds_on_tiny_cclm(checkpoint, name, adapter, with_disentangler):
     cfg = Config.fromfile(DASD / f'{name}.py')
     model = MODELS.build(tiny(cfg, checkpoint))
@@ -92,7 +92,7 @@ def test_config_builds_on_tiny_cclm(checkpoint, name, adapter, with_disentangler
         assert set(losses) == phase_loss_keys(model, phase['loss_weights'])
 
 
-@pytest.mark.parametrize('name', ['cclm_zeroshot_multi30k', 'cclm_zeroshot_mscoco'])
+@pytest.mark.parametrize('name', ['cclm_multi30k_zeroshot', 'cclm_mscoco_zeroshot'])
 def test_zero_shot_config_is_cclm_itself_in_every_language(checkpoint, name):
     cfg = Config.fromfile(DASD / f'{name}.py')
     assert 'train_cfg' not in cfg and cfg.train_dataloader is None

@@ -29,6 +29,7 @@ PECTVLM = sorted((CONFIGS / 'pectvlm').glob('*.py'))
 TRAINED = [p for p in PECTVLM if 'zeroshot' not in p.stem]
 ZERO_SHOT = [p for p in PECTVLM if 'zeroshot' in p.stem]
 LORA_TWINS = sorted((CONFIGS / 'lora').glob('*.py'))
+ROUTINE3_DE = 'lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_de.py'
 ADAPTER_OF = {'lora': LoRA, 'houlsby': HoulsbyAdapter, 'compacter': CompacterAdapter,
               'soft-prompt': SoftPrompt, 'hard-prompt': HardPrompt}
 needs_tokenizer = pytest.mark.skipif(not TOKENIZER_FILE.is_file(),
@@ -173,7 +174,7 @@ def _annotation(root: Path, split: str, ids: list[str]) -> str:
 
 @needs_tokenizer
 def test_xtd10_few_shot_config_trains_keeps_the_best_and_moves_only_its_module(tmp_path):
-    cfg = Config.fromfile(CONFIGS / 'pectvlm' / 'xtd10_fewshot50_lora-r1_routine3_de.py')
+    cfg = Config.fromfile(CONFIGS / 'pectvlm' / ROUTINE3_DE)
     transform = dict(type='MediaTransform', backbone=None, size=32)
     splits = {'train': ['t0', 't1', 't2', 't3'], 'val': ['v0', 'v1', 'v2'],
               'test': ['s0', 's1', 's2']}
@@ -210,7 +211,7 @@ def test_xtd10_few_shot_config_trains_keeps_the_best_and_moves_only_its_module(t
 @needs_tokenizer
 def test_xtd10_few_shot_schedule_is_50_epochs_of_its_50_pairs(tmp_path):
     """PECTVLM's 50 epochs of 50 pairs at batch 5: 500 steps, resolved from the loader."""
-    cfg = Config.fromfile(CONFIGS / 'pectvlm' / 'xtd10_fewshot50_lora-r1_routine3_de.py')
+    cfg = Config.fromfile(CONFIGS / 'pectvlm' / ROUTINE3_DE)
     loader = copy.deepcopy(cfg.to_dict()['train_dataloader'])
     loader.update(num_workers=0, persistent_workers=False)
     loader['dataset'].update(

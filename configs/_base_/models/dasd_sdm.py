@@ -1,5 +1,5 @@
 # DASD's trainable parts on any frozen backbone (docs/methods/dasd.md), as variables that a model
-# config places (configs/_base_/models/clip-vit-b32_dasd.py, cclm_dasd.py, the demo):
+# config places (configs/_base_/models/dasd_clip-vit-b32.py, dasd_cclm.py, the demo):
 #   dasd_adapters: a dynamic adapter after every text block, W_down D->32, W_up 32->D, one set
 #       per target language, its middle matrix W^z generated per caption;
 #   dasd_disentangler: the semantics disentangling module shared by all languages: the first

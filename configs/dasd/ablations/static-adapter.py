@@ -1,7 +1,7 @@
 # DASD Table 4, "no W^z": the dynamic adapters become static bottleneck adapters of the same width
 # (W_up ReLU(W_down x) + x, d_u = 32), so nothing is generated per caption and the semantics
 # disentangling module, with L_adv and L_sc, goes away. (MLA's static adapter of hidden 256 is
-# configs/_base_/models/clip-vit-b32_static-adapter.py.)
+# configs/_base_/models/static-adapter_clip-vit-b32.py.)
 _base_ = ['../dasd_clip-vit-b32_multi30k_clft.py']
 
 model = dict(

@@ -6,7 +6,7 @@
 # and validation interval; `train_dataset` / `eval_dataset` hold what its datasets read, with
 # M-CLIP's image preprocessing (`mclip_transform`).
 _base_ = [
-    '../../_base_/models/mclip-xlmr-large-vit-l14_pectvlm.py',
+    '../../_base_/models/pectvlm_mclip-xlmr-large-vit-l14.py',
     '../../_base_/default_runtime.py',
 ]
 language = 'de'

@@ -3,9 +3,9 @@
 # ten target languages; English through the plain tower). Each language goes through the branch
 # with its own (untrained) module, which the leaf configs set: none (M-CLIP itself) or a prompt.
 # Evaluate with the runner's test loop (no checkpoint: the frozen M-CLIP is the model), e.g.
-#   Runner.from_cfg(Config.fromfile('configs/pectvlm/xtd10_zeroshot_mclip.py')).test()
+#   Runner.from_cfg(Config.fromfile('configs/pectvlm/mclip-xlmr-l14_xtd10_zeroshot.py')).test()
 _base_ = [
-    '../../_base_/models/mclip-xlmr-large-vit-l14_pectvlm.py',
+    '../../_base_/models/pectvlm_mclip-xlmr-large-vit-l14.py',
     '../../_base_/datasets/xtd10_clft.py',
     '../../_base_/default_runtime.py',
 ]

@@ -4,7 +4,7 @@
 # selected on their mean AR (validation), the test reports ja on the 1K protocol (mean of five
 # folds) and zh on the COCO-CN test split.
 _base_ = [
-    '../_base_/models/cclm_dasd.py',
+    '../_base_/models/dasd_cclm.py',
     '../_base_/datasets/mscoco_clft.py',
     '../_base_/schedules/dasd_dynamic_phases.py',
     '../_base_/default_runtime.py',

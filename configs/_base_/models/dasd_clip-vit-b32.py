@@ -1,9 +1,9 @@
 # English CLIP ViT-B/32 (frozen) + DASD (docs/methods/dasd.md): the model of
-# clip-vit-b32_static-adapter.py (the mBERT-sized embedding block, 119,547 x 768 -> W_e -> CLIP
+# static-adapter_clip-vit-b32.py (the mBERT-sized embedding block, 119,547 x 768 -> W_e -> CLIP
 # positions) with DASD's dynamic adapters (W_down 512->32, W_up 32->512) in place of the static
 # ones and the semantics disentangling module of dasd_sdm.py (f^sr = W_p^sr LN(x_EOS); the pair
 # discriminator reads 512 + 512 = 1024 inputs).
-_base_ = ['./clip-vit-b32_static-adapter.py', './dasd_sdm.py']
+_base_ = ['./static-adapter_clip-vit-b32.py', './dasd_sdm.py']
 model = dict(
     language_branch=dict(adapters=dict(_delete_=True, **_base_.dasd_adapters)),
     disentangler=_base_.dasd_disentangler)

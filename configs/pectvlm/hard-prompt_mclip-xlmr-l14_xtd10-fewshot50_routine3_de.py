@@ -1,7 +1,7 @@
 # PECTVLM, XTD10 few-shot (50 images), German, routine 3 with a trainable hard prompt: the
 # embeddings of "a photo of" (PECTVLM's best English prompt) initialise prompt vectors inserted
 # after <s>, then trained.
-_base_ = ['./xtd10_fewshot50_lora-r1_routine3_de.py']
+_base_ = ['./lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_de.py']
 
 model = dict(language_branch=dict(
     adapters=dict(_delete_=True, type='HardPrompt', text='a photo of', trainable=True)))

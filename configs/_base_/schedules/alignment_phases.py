@@ -1,5 +1,7 @@
-# The three phases of DASD (paper Sec. 4.1; REFERENCE.md): each starts at its own base LR with
-# linear warm-up over 10% then cosine decay; Adam(0.9, 0.98), eps 1e-6, wd 0.2, clip 1.0, batch 128.
+# The two alignment phases of a target-language branch (cross_lingual: L_CL on text pairs, then
+# cross_modal: L_CM on media + captions) on DASD's optimiser (paper Sec. 4.1; REFERENCE.md): each
+# starts at its own base LR with linear warm-up over 10% then cosine decay; Adam(0.9, 0.98),
+# eps 1e-6, wd 0.2, clip 1.0, batch 128.
 train_cfg = dict(
     type='PhasedTrainLoop',
     val_interval=5000,

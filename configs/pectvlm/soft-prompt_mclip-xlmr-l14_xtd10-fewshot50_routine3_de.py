@@ -1,6 +1,6 @@
 # PECTVLM, XTD10 few-shot (50 images), German, routine 3 with a soft prompt instead of LoRA: 4
 # vectors N(0, 0.02) inserted after <s> of every caption (mask extended, pooled with the words).
-_base_ = ['./xtd10_fewshot50_lora-r1_routine3_de.py']
+_base_ = ['./lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_de.py']
 
 model = dict(language_branch=dict(
     adapters=dict(_delete_=True, type='SoftPrompt', num_tokens=4, init_std=0.02)))

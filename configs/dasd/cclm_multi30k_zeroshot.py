@@ -2,9 +2,9 @@
 # every language itself; nothing is trained. Each target language goes through a branch with
 # CCLM's own embeddings and no adapter, which is CCLM's text encoder unchanged, so English and
 # the target languages are scored by the same model. Evaluate with the runner's test loop, e.g.
-#   Runner.from_cfg(Config.fromfile('configs/dasd/cclm_zeroshot_multi30k.py')).test()
+#   Runner.from_cfg(Config.fromfile('configs/dasd/cclm_multi30k_zeroshot.py')).test()
 _base_ = [
-    '../_base_/models/cclm_dasd.py',
+    '../_base_/models/dasd_cclm.py',
     '../_base_/datasets/multi30k_clft.py',
     '../_base_/default_runtime.py',
 ]

@@ -1,8 +1,8 @@
 # CCLM zero-shot on MSCOCO (DASD Table 3, the "CCLM" row): ja on the 1K protocol (mean of five
 # folds) and zh on COCO-CN test, with the frozen dual-stream CCLM reading every language itself
-# (see cclm_zeroshot_multi30k.py); nothing is trained.
+# (see cclm_multi30k_zeroshot.py); nothing is trained.
 _base_ = [
-    '../_base_/models/cclm_dasd.py',
+    '../_base_/models/dasd_cclm.py',
     '../_base_/datasets/mscoco_clft.py',
     '../_base_/default_runtime.py',
 ]
