@@ -4,21 +4,21 @@ A sweep row differs from the main config in one number: the branch depth (Table 
 without a dynamic adapter (Table 10), the SDM depth (Figure 4). Each row stays a config file of
 its own, so a run has its own name and work directory and the paper's table maps to files, but
 the files are written from :data:`SWEEPS` here, never by hand; ``--check`` (run by the tests)
-fails when a file differs from what this script writes or a generated file has no row.
+fails (exit 2) naming each file that differs from what this script writes or has no row.
 
 Usage::
 
     python tools/generate_sweep_configs.py           # rewrite configs/dasd/ablations/<sweep>-N.py
-    python tools/generate_sweep_configs.py --check   # exit 1 naming every stale or missing file
+    python tools/generate_sweep_configs.py --check   # exit 2 naming every stale or orphaned file
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from xmr.fileio import atomic_write_text
+from xmr.utils.cli import UserError, run_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 ABLATIONS = ROOT / 'configs' / 'dasd' / 'ablations'
@@ -93,21 +93,20 @@ def stale_files() -> list[str]:
     return stale
 
 
-def main() -> int:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--check', action='store_true',
-                        help='write nothing; exit 1 naming the files that differ from the table')
-    args = parser.parse_args()
+                        help='write nothing; fail naming the files that differ from the table')
+    args = parser.parse_args(argv)
     if args.check:
         stale = stale_files()
-        for path in stale:
-            print(f'{path}: differs from tools/generate_sweep_configs.py; run it to rewrite',
-                  file=sys.stderr)
-        return 1 if stale else 0
+        if stale:
+            raise UserError(', '.join(stale), 'differs from the table of '
+                            'tools/generate_sweep_configs.py', 'run it to rewrite them')
+        return
     for path, text in expected_files().items():
         atomic_write_text(path, text)
-    return 0
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_tool(main)

@@ -90,7 +90,7 @@ def test_trained_config_builds_runs_its_phase_and_predicts(path):
     torch.manual_seed(0)
     model = MODELS.build(tiny_mclip(cfg))
     lang = model.languages[0]
-    kind = next(k for k in ADAPTER_OF if f'_{k}' in path.stem)
+    kind = next(k for k in ADAPTER_OF if path.stem.startswith(k))
     modules = model.language_branch.adapters.sets[lang]
     assert modules and all(isinstance(a, ADAPTER_OF[kind]) for key, a in modules.items()
                            if not key.startswith('shared_'))
