@@ -46,12 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, dataset config)`` of every ``CachedFeatureDataset`` the config names,
     phases with ``cache_features`` included (their caches go under ``cfg.work_dir``)."""
-    from xmr.engine.loops import (
-        Phase,
-        phase_loader_name,
-        resolve_dataloader_key,
-        with_feature_cache,
-    )
+    from xmr.engine.loops import phase_loader_name, resolve_dataloader_key, with_feature_cache
+    from xmr.engine.phases import Phase
 
     loaders: list[tuple[str, Any]] = [(key, cfg.get(key)) for key in LOADER_KEYS]
     for phase_cfg in (cfg.get('train_cfg') or {}).get('phases', []):

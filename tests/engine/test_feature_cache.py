@@ -18,16 +18,16 @@ from tests.conftest import tiny_retriever_cfg
 from xmr.datasets import Annotation, CaptionPairDataset, MediaRecord, dump_annotation
 from xmr.datasets.collate import retrieval_collate
 from xmr.datasets.synthetic import SyntheticPairDataset, SyntheticRetrievalDataset
-from xmr.engine import feature_cache
 from xmr.engine.eval_loops import LoaderSequence
 from xmr.engine.feature_cache import (
     CachedFeatureDataset,
     CorruptFeatureCacheError,
     FeatureCache,
-    FeatureCacheHook,
     StaleFeatureCacheError,
     prepare_feature_caches,
 )
+from xmr.engine.feature_cache import dataset as feature_cache_dataset
+from xmr.engine.hooks import FeatureCacheHook
 from xmr.registry import MODELS
 from xmr.utils.cli import UserError
 
@@ -239,7 +239,7 @@ def test_unreadable_media_skip_their_items_as_the_dataset_would(tiny_retriever, 
 
 def test_media_that_change_every_epoch_are_not_cached(pair_ann_file, tmp_path, monkeypatch):
     logged = []
-    monkeypatch.setattr(feature_cache, 'print_log', lambda msg, **_: logged.append(msg))
+    monkeypatch.setattr(feature_cache_dataset, 'print_log', lambda msg, **_: logged.append(msg))
     flips = dict(TINY_TRANSFORM, hflip_prob=0.5)
     dataset = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent, transform=flips)
     cached = CachedFeatureDataset(dataset, tmp_path / 'cache')

@@ -18,7 +18,7 @@ from xmr.datasets.synthetic.dataset import SyntheticPairDataset
 from xmr.engine import loops
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.divergence import DivergenceMonitor, TrainingDivergedError
-from xmr.engine.loops import Phase
+from xmr.engine.phases import Phase
 from xmr.engine.resume import can_skip_at_sampler, skip_at_sampler
 from xmr.registry import DATASETS
 

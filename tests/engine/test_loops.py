@@ -17,7 +17,7 @@ import xmr  # noqa: F401
 from tests.conftest import tiny_retriever_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.feature_cache import FeatureCache
-from xmr.engine.loops import phase_lr_factor
+from xmr.engine.phases import phase_lr_factor
 from xmr.registry import HOOKS
 
 LANGS = ['de', 'zh']

@@ -3,9 +3,11 @@ mixed precision, feature cache and DDP helpers."""
 from xmr.engine import hooks  # noqa: F401
 from xmr.engine.amp import AutocastOptimWrapper
 from xmr.engine.eval_loops import MultiDatasetTestLoop, MultiDatasetValLoop
-from xmr.engine.feature_cache import CachedFeatureDataset, FeatureCacheHook
-from xmr.engine.loops import PhasedTrainLoop, phase_lr_factor
+from xmr.engine.feature_cache import CachedFeatureDataset
+from xmr.engine.hooks import FeatureCacheHook
+from xmr.engine.loops import PhasedTrainLoop
 from xmr.engine.optim import HybridOptimizer, PhasedOptimWrapperConstructor
+from xmr.engine.phases import phase_lr_factor
 
 __all__ = ['PhasedTrainLoop', 'PhasedOptimWrapperConstructor', 'phase_lr_factor',
            'MultiDatasetValLoop', 'MultiDatasetTestLoop', 'AutocastOptimWrapper',

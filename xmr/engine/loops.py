@@ -1,17 +1,11 @@
 """The phased training loop: ordered alignment phases on one global iteration counter."""
 from __future__ import annotations
 
-import math
-import numbers
 import os
 import os.path as osp
-import random
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
 from typing import Any
 
-import numpy as np
 import torch
 from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
@@ -21,168 +15,12 @@ from xmr.engine.distributed import rewrap_for_phase
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
 from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.optim import parameter_counts
+from xmr.engine.phases import Phase, phase_lr_factor
 from xmr.engine.resume import can_skip_at_sampler, restart_iteration_timers, skip_at_sampler
+from xmr.engine.rng import preserved_rng_state, restore_rng_state
 from xmr.engine.wrappers import unwrap_model
 from xmr.evaluation.leaderboard import format_table
 from xmr.registry import LOOPS
-
-SCHEDULES = ('cosine', 'linear', 'constant')
-
-
-def phase_lr_factor(step: int, total: int, warmup_ratio: float, schedule: str,
-                    min_ratio: float = 0.0) -> float:
-    """Multiplier of a phase's base learning rate at ``step`` (0-based) of ``total``.
-
-    Linear warm-up over the first ``warmup_ratio`` of the phase (DASD: 10%), from ``1/W`` to 1,
-    then ``schedule``: ``cosine`` or ``linear`` decay to ``min_ratio``, or ``constant``. Each phase
-    starts from its own base learning rate, so schedules never stack across phases.
-    """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule '{schedule}'; choose from {SCHEDULES}")
-    warmup = int(round(warmup_ratio * total))
-    if step < warmup:
-        return (step + 1) / warmup
-    if schedule == 'constant' or total <= warmup + 1:
-        return 1.0
-    progress = (step - warmup) / (total - warmup - 1)
-    decay = 0.5 * (1 + math.cos(math.pi * progress)) if schedule == 'cosine' else 1 - progress
-    return min_ratio + (1 - min_ratio) * decay
-
-
-@dataclass
-class Phase:
-    """One alignment phase, as configured.
-
-    Attributes:
-        name: ``source_finetune``, ``cross_lingual``, ``cross_modal`` or any other label.
-        lr: base learning rate of the phase.
-        trainable: parameter-name prefixes that train in this phase; everything else is frozen.
-        loss_weights: ``{loss name: weight}`` passed to the model's ``set_phase``.
-        iters: number of iterations; a phase gives either ``iters`` or ``epochs``.
-        epochs: number of passes over the phase's dataloader; the loop sets
-            ``iters = epochs x len(dataloader)`` when it is built.
-        dataloader: dataloader config of the phase, or the name of the top-level config key
-            holding it (``'text_train_dataloader'``); ``None``: the runner's train_dataloader.
-        warmup_ratio: fraction of ``iters`` with linear warm-up.
-        schedule: decay after warm-up (``cosine``, ``linear``, ``constant``).
-        min_lr_ratio: floor of the decay, as a fraction of ``lr``.
-        lr_mult: ``{parameter-group name: multiplier}``.
-        validate_at_start: run validation before the phase's first step (a "before" row).
-        cache_features: read the frozen towers' features (``r^S`` of each source caption,
-            ``r^V`` of fixed media) from a feature cache built at the phase's start with the
-            live weights, under ``<work_dir>/feature_cache/<name>``; a dict gives
-            :class:`~xmr.engine.feature_cache.CachedFeatureDataset` options (``cache_dir``,
-            ``dtype``, ``batch_size``, ...). Refused when the phase trains the backbone.
-        start: first global iteration of the phase (filled in by the loop).
-    """
-
-    name: str
-    lr: float
-    trainable: Sequence[str]
-    loss_weights: dict[str, float]
-    iters: int | None = None
-    epochs: int | None = None
-    dataloader: dict | str | None = None
-    warmup_ratio: float = 0.1
-    schedule: str = 'cosine'
-    min_lr_ratio: float = 0.0
-    lr_mult: dict[str, float] = field(default_factory=dict)
-    validate_at_start: bool = False
-    cache_features: bool | dict = False
-    start: int = 0
-
-    def __post_init__(self) -> None:
-        check_phase_values(self)
-
-    @classmethod
-    def from_config(cls, index: int, cfg: Mapping[str, Any]) -> Phase:
-        """The phase of a ``train_cfg.phases`` entry, its keys and values checked.
-
-        Raises:
-            KeyError: a required key is missing or a key is unknown (naming the phase).
-            ValueError: a value has the wrong type or range (naming the phase, key and value).
-        """
-        label = f'phase {index} ({cfg.get("name", "?")})'
-        missing = {'name', 'lr', 'trainable', 'loss_weights'} - set(cfg)
-        if missing:
-            raise KeyError(f'{label} lacks {sorted(missing)}')
-        known = {f.name for f in fields(cls)} - {'start'}
-        unknown = set(cfg) - known
-        if unknown:
-            raise KeyError(f'{label}: unknown keys {sorted(unknown)}; a phase has '
-                           f'{sorted(known)}')
-        return cls(**cfg)
-
-    @property
-    def end(self) -> int:
-        return self.start + self.iters
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_positive_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
-
-
-def _check_weights(phase: str, key: str, weights: Any) -> None:
-    """``weights`` is a ``{name: finite number >= 0}`` mapping (``loss_weights``, ``lr_mult``)."""
-    if not isinstance(weights, Mapping):
-        raise ValueError(f'phase {phase}: {key} must be a dict of name: number, got {weights!r}')
-    for name, weight in weights.items():
-        if not isinstance(name, str) or not _is_number(weight) or weight < 0:
-            raise ValueError(f'phase {phase}: {key}[{name!r}]={weight!r} must be a finite '
-                             'number >= 0')
-
-
-def check_phase_values(phase: Phase) -> None:
-    """Types and ranges of every field of a phase, before anything trains.
-
-    Raises:
-        ValueError: naming the phase, the key and the value at fault.
-    """
-    name = phase.name
-    if not isinstance(name, str) or not name:
-        raise ValueError(f'phase name must be a non-empty string, got {name!r}')
-    if not _is_number(phase.lr) or phase.lr <= 0:
-        raise ValueError(f'phase {name}: lr={phase.lr!r} must be a positive number, e.g. 1e-4')
-    if (phase.iters is None) == (phase.epochs is None):
-        raise ValueError(f'phase {name}: give exactly one of iters and epochs, got '
-                         f'iters={phase.iters!r}, epochs={phase.epochs!r}')
-    for length in ('iters', 'epochs'):
-        value = getattr(phase, length)
-        if value is not None and not _is_positive_int(value):
-            raise ValueError(f'phase {name}: {length} must be a positive integer, got {value!r}')
-    ratios = (('warmup_ratio', phase.warmup_ratio, '[0, 1)', lambda r: 0 <= r < 1),
-              ('min_lr_ratio', phase.min_lr_ratio, '[0, 1]', lambda r: 0 <= r <= 1))
-    for key, value, interval, inside in ratios:
-        if not _is_number(value) or not inside(value):
-            raise ValueError(f'phase {name}: {key}={value!r} must be a number in {interval}')
-    if phase.schedule not in SCHEDULES:
-        raise ValueError(f'phase {name}: unknown schedule {phase.schedule!r}; choose from '
-                         f'{SCHEDULES}')
-    trainable = phase.trainable
-    if (isinstance(trainable, str) or not isinstance(trainable, Sequence) or not trainable
-            or not all(isinstance(p, str) and p for p in trainable)):
-        raise ValueError(f'phase {name}: trainable={trainable!r} must be a non-empty list of '
-                         "parameter-name prefixes, e.g. ['language_branch']")
-    _check_weights(name, 'loss_weights', phase.loss_weights)
-    if not any(phase.loss_weights.values()):
-        raise ValueError(f'phase {name}: loss_weights={phase.loss_weights!r} gives no loss a '
-                         'positive weight; the phase would train nothing')
-    _check_weights(name, 'lr_mult', phase.lr_mult)
-    if not isinstance(phase.validate_at_start, bool):
-        raise ValueError(f'phase {name}: validate_at_start={phase.validate_at_start!r} must be '
-                         'True or False')
-    if not isinstance(phase.cache_features, (bool, Mapping)):
-        raise ValueError(f'phase {name}: cache_features={phase.cache_features!r} must be True, '
-                         'False or a dict of CachedFeatureDataset options')
-    if not isinstance(phase.dataloader, (str, Mapping, type(None))):
-        raise ValueError(f'phase {name}: dataloader={phase.dataloader!r} must be a dataloader '
-                         'dict or the name of a top-level config key holding one')
-
-
 
 
 def resolve_dataloader_key(cfg: Mapping[str, Any], key: str, phase_name: str) -> Mapping:
@@ -251,32 +89,6 @@ def with_feature_cache(loader: Mapping[str, Any], phase: Phase, work_dir: str | 
     options.setdefault('rebuild_if_stale', True)
     return dict(loader, dataset=dict(type='CachedFeatureDataset', dataset=dict(dataset),
                                      **options))
-
-
-@contextmanager
-def preserved_rng_state() -> Iterator[None]:
-    """Run a block (validation) without disturbing any random stream of training."""
-    state = capture_rng_state()
-    try:
-        yield
-    finally:
-        restore_rng_state(state)
-
-
-def capture_rng_state() -> dict[str, Any]:
-    state = dict(torch=torch.get_rng_state(), numpy=np.random.get_state(),
-                 python=random.getstate())
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state['cuda'] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state['torch'])
-    np.random.set_state(state['numpy'])
-    random.setstate(state['python'])
-    if 'cuda' in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state['cuda'])
 
 
 def _no_batch_error(phase: Phase) -> ValueError:

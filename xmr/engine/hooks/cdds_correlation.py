@@ -21,7 +21,7 @@ import torch
 from mmengine import dist
 from mmengine.hooks import Hook
 
-from xmr.engine.loops import preserved_rng_state
+from xmr.engine.rng import preserved_rng_state
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.retrievers.dual_encoder import DualEncoderRetriever
 from xmr.registry import HOOKS

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from mmengine.hooks import Hook
 
-from xmr.engine.loops import capture_rng_state
+from xmr.engine.rng import capture_rng_state
 from xmr.registry import HOOKS
 
 

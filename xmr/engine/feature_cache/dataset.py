@@ -1,0 +1,268 @@
+"""The dataset wrapper that serves cached tower features, and their preparation per loader."""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from mmengine.dist import barrier, get_dist_info
+from mmengine.logging import print_log
+from torch.utils.data import Dataset
+
+from xmr.datasets.base import MediaDataset
+from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.engine.feature_cache.key import (
+    FEATURE_KINDS,
+    ITEM_KEY,
+    ItemIndex,
+    backbone_fingerprint,
+    index_items,
+    item_digests,
+    jsonable,
+    media_decoding,
+    media_files_identity,
+    media_pipeline,
+    media_randomness,
+    text_hash,
+    tokenizer_identity,
+)
+from xmr.engine.feature_cache.store import (
+    CACHE_FORMAT,
+    CorruptFeatureCacheError,
+    FeatureCache,
+    StaleFeatureCacheError,
+)
+from xmr.engine.wrappers import unwrap_model
+from xmr.registry import DATASETS
+
+_DTYPES = ('float32', 'float16')
+_MEDIA_IDENTITIES = ('stat', 'content')
+
+
+@DATASETS.register_module()
+class CachedFeatureDataset(Dataset):
+    """Adds cached frozen-tower features to the items of another dataset.
+
+    Items are the wrapped dataset's with ``source_features`` (``r^S`` of ``source_text``) and
+    ``media_features`` (``r^V`` of the media), float32 ``[E]``; when media features are
+    cached, ``media`` is ``None`` (a :class:`MediaDataset` then skips decoding). The
+    retriever uses these in place of its frozen towers.
+
+    Config::
+
+        train_dataloader = dict(
+            dataset=dict(type='CachedFeatureDataset', cache_dir='data/cache/cc300k_vitb32',
+                         dataset=dict(type='CaptionPairDataset', ann_file=...)),
+            ...)
+
+    Args:
+        dataset: the wrapped dataset, or its ``DATASETS`` config.
+        cache_dir: the cache folder (one per dataset split and backbone).
+        dtype: storage precision, ``'float32'`` or ``'float16'`` (half the disk and page
+            cache; features are read back as float32).
+        features: kinds to cache among :data:`FEATURE_KINDS`; ``None`` caches ``source`` when
+            items carry ``source_text`` and ``media`` when they carry media.
+        cache_media_when_random: leave at ``False``: media whose pixels change each epoch are
+            not cached (the log says so). ``True`` caches one fixed draw instead and is only
+            for measuring.
+        build_if_missing: build the cache on first use (by rank 0 under DDP) when the folder
+            does not exist; ``False`` raises instead (build it with ``tools/cache_features.py``).
+        rebuild_if_stale: rebuild a cache built under another key instead of refusing it; for
+            caches a run owns (``cache_features`` phases, in the work dir), so that phases over
+            one dataloader share a cache and a phase after one that trained the towers gets
+            fresh features.
+        batch_size: captions or media per forward pass while building.
+        num_workers: DataLoader workers decoding media while building.
+        media_identity: how a media file's identity enters the key: ``'stat'`` (size and
+            modification time, one ``stat`` per file at each phase start) or ``'content'``
+            (SHA-256 of the bytes: reads every file, for copies that reset mtimes).
+    """
+
+    def __init__(self, dataset: Dataset | dict, cache_dir: str | os.PathLike,
+                 dtype: str = 'float32', features: Sequence[str] | None = None,
+                 cache_media_when_random: bool = False, build_if_missing: bool = True,
+                 rebuild_if_stale: bool = False, batch_size: int = 64,
+                 num_workers: int = 0, media_identity: str = 'stat') -> None:
+        self.dataset = DATASETS.build(dataset) if isinstance(dataset, dict) else dataset
+        self.cache_dir = Path(cache_dir)
+        if dtype not in _DTYPES:
+            raise ValueError(f'CachedFeatureDataset dtype must be one of {_DTYPES}, got {dtype!r}')
+        if media_identity not in _MEDIA_IDENTITIES:
+            raise ValueError(f'CachedFeatureDataset media_identity must be one of '
+                             f'{_MEDIA_IDENTITIES}, got {media_identity!r}')
+        self.media_identity = media_identity
+        self.dtype = dtype
+        if features is not None:
+            unknown = set(features) - set(FEATURE_KINDS)
+            if unknown or not features:
+                raise ValueError(f'features must be a non-empty subset of {FEATURE_KINDS}, got '
+                                 f'{list(features)}')
+        self.requested = None if features is None else list(features)
+        self.cache_media_when_random = cache_media_when_random
+        self.build_if_missing = build_if_missing
+        self.rebuild_if_stale = rebuild_if_stale
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.kinds = self._choose_kinds()
+        if 'media' in self.kinds and isinstance(self.dataset, MediaDataset):
+            # Cached media are never decoded for training; the build switches decoding back on.
+            self.dataset.with_media = False
+        self.cache: FeatureCache | None = None
+
+    @property
+    def metainfo(self) -> dict[str, Any]:
+        return dict(getattr(self.dataset, 'metainfo', {}))
+
+    def _choose_kinds(self) -> list[str]:
+        with media_decoding(self.dataset, False):
+            sample = self.dataset[0] if len(self.dataset) else {}
+        has_media = 'media_id' in sample and (
+            sample.get('media') is not None or isinstance(self.dataset, MediaDataset)
+            and self.dataset.with_media)
+        kinds = self.requested or [kind for kind, present in
+                                   (('source', isinstance(sample.get('source_text'), str)),
+                                    ('media', has_media)) if present]
+        reason = media_randomness(self.dataset)
+        if 'media' in kinds and reason is not None and not self.cache_media_when_random:
+            kinds = [kind for kind in kinds if kind != 'media']
+            print_log(f'feature cache {self.cache_dir}: media features are not cached because '
+                      f'{reason}; the image tower runs every step', logger='current')
+        if not kinds:
+            raise ValueError(f'nothing to cache for {type(self.dataset).__name__}: its items '
+                             'carry neither source_text nor fixed media')
+        return kinds
+
+    def cache_key(self, model: torch.nn.Module, index: ItemIndex | None = None
+                  ) -> dict[str, Any]:
+        """The key the cache must have been built under, for ``model`` and this dataset.
+
+        Args:
+            model: the retriever whose frozen towers the features come from.
+            index: the dataset's :class:`ItemIndex` when the caller already read it.
+        """
+        preprocessor = model.data_preprocessor
+        preprocessing: dict[str, Any] = {}
+        if 'source' in self.kinds:
+            preprocessing['source_tokenizer'] = tokenizer_identity(
+                preprocessor.source_tokenizer)
+        if 'media' in self.kinds:
+            preprocessing.update(
+                media=media_pipeline(self.dataset),
+                mean=[round(float(v), 6) for v in preprocessor.mean.flatten()],
+                std=[round(float(v), 6) for v in preprocessor.std.flatten()])
+        # Paths are left out so that a cache moves with its data; item hashes pin the content.
+        metainfo = {k: v for k, v in self.metainfo.items() if k != 'ann_file'}
+        dataset = {'type': type(self.dataset).__qualname__, 'items': len(self.dataset),
+                   'metainfo': jsonable(metainfo)}
+        key = dict(format=CACHE_FORMAT, backbone=backbone_fingerprint(model.backbone),
+                   dataset=dataset,
+                   item_digests=item_digests(index or index_items(self.dataset, self.kinds)),
+                   preprocessing=preprocessing, dtype=self.dtype, features=list(self.kinds))
+        if 'media' in self.kinds:
+            key['media_files'] = media_files_identity(self.dataset, self.media_identity)
+        return jsonable(key)
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        """Open (building if missing) and check the cache against the live ``model``.
+
+        Raises:
+            StaleFeatureCacheError: when the cache was built for other weights, data or
+                preprocessing, or when the phase trains the backbone (features would go stale).
+        """
+        model = unwrap_model(model)
+        trained = [name for name, p in model.backbone.named_parameters() if p.requires_grad]
+        if trained:
+            raise StaleFeatureCacheError(
+                f'feature cache {self.cache_dir}: this phase trains the backbone '
+                f'({trained[0]}, ...), so its features change every step; use the plain '
+                'dataset for this phase')
+        index = index_items(self.dataset, self.kinds)
+        key = self.cache_key(model, index)
+        rank, _ = get_dist_info()
+        # Rank 0 alone decides and (re)builds; the others wait, then open what it left.
+        exists = rank == 0 and (self.cache_dir / 'meta.json').is_file()
+        stale = exists and self.rebuild_if_stale and not self._usable(key)
+        if rank == 0 and (not exists or stale):
+            if not exists and not self.build_if_missing:
+                raise FileNotFoundError(f'no feature cache at {self.cache_dir}; build it with '
+                                        'tools/cache_features.py or set build_if_missing=True')
+            print_log(f'{"rebuilding stale" if stale else "building"} feature cache '
+                      f'{self.cache_dir} ({", ".join(self.kinds)}) for {len(self.dataset)} '
+                      'items', logger='current')
+            built = FeatureCache.build(self.cache_dir, self.dataset, model, key,
+                                       self.batch_size, self.num_workers, overwrite=stale,
+                                       index=index)
+            print_log(f'feature cache {self.cache_dir} built in {built.meta["seconds"]} s: '
+                      f'{built.meta["counts"]}', logger='current')
+        barrier()
+        cache = FeatureCache(self.cache_dir)
+        cache.check(key)
+        cache.verify()
+        self.cache = cache
+        print_log(f'feature cache {self.cache_dir}: reading {", ".join(self.kinds)} features '
+                  f'({self.dtype})', logger='current')
+
+    def _usable(self, key: dict[str, Any]) -> bool:
+        """Whether the existing cache has ``key`` and intact files (logs why not)."""
+        try:
+            cache = FeatureCache(self.cache_dir)
+            cache.verify()
+        except CorruptFeatureCacheError as error:
+            print_log(f'feature cache {self.cache_dir} is corrupt: {error}', logger='current',
+                      level=logging.WARNING)
+            return False
+        return cache.key == key
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict[str, Any] | SkippedMedia | None:
+        if self.cache is None:
+            raise RuntimeError(f'feature cache {self.cache_dir} is not prepared: the training '
+                               'loop prepares it at phase start (prepare_feature_caches); '
+                               'call prepare(model) when using the dataset directly')
+        item = self.dataset[index]
+        if item is None or isinstance(item, SkippedMedia):
+            return item
+        item = dict(item)
+        for kind in self.kinds:
+            value = item[ITEM_KEY[kind]]
+            if text_hash(value) != int(self.cache.array(f'item_{kind}_hash')[index]):
+                raise StaleFeatureCacheError(
+                    f'feature cache {self.cache_dir}: item {index} has {ITEM_KEY[kind]} '
+                    f'{value!r}, which is not the one the cache was built from; the dataset '
+                    'changed since, rebuild the cache')
+            row = int(self.cache.array(f'item_{kind}')[index])
+            if row < 0:
+                return SkippedMedia(index=index, media_path=str(value),
+                                    reason='unreadable when the feature cache was built')
+            item[f'{kind}_features'] = torch.from_numpy(
+                np.array(self.cache.array(kind)[row], dtype=np.float32))
+        if 'media' in self.kinds:
+            item['media'] = None
+        return item
+
+    def __repr__(self) -> str:
+        return (f'{type(self).__name__}(cache_dir={str(self.cache_dir)!r}, kinds={self.kinds}, '
+                f'dtype={self.dtype!r}, dataset={self.dataset!r})')
+
+
+def _datasets_of(loader: Any) -> Iterable[Dataset]:
+    for inner in getattr(loader, 'loaders', [loader]):
+        dataset = getattr(inner, 'dataset', inner)
+        if dataset is not None:
+            yield dataset
+
+
+def prepare_feature_caches(loader: Any, model: torch.nn.Module) -> None:
+    """Prepare every :class:`CachedFeatureDataset` behind a dataloader (or loader sequence).
+
+    Other datasets are left alone, so the loops call this unconditionally.
+    """
+    for dataset in _datasets_of(loader):
+        if isinstance(dataset, CachedFeatureDataset):
+            dataset.prepare(model)

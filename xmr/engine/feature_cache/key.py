@@ -1,0 +1,163 @@
+"""What a feature cache is keyed by: the backbone, every item's caption and media id, the media
+files and their preprocessing; and the one pass that indexes a dataset's items."""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from xmr.datasets.base import MediaCaptionDataset, MediaDataset
+from xmr.datasets.corrupt_policy import SkippedMedia
+
+#: Feature kinds: ``source`` = ``r^S`` of ``source_text``, ``media`` = ``r^V`` of ``media_id``.
+FEATURE_KINDS = ('source', 'media')
+ITEM_KEY = {'source': 'source_text', 'media': 'media_id'}
+
+
+def text_hash(text: str) -> int:
+    """Stable signed 64-bit hash of a string (Python's ``hash`` changes per process)."""
+    return int.from_bytes(hashlib.blake2b(text.encode('utf-8'), digest_size=8).digest(),
+                          'little', signed=True)
+
+
+def backbone_fingerprint(backbone: torch.nn.Module) -> str:
+    """The backbone's own ``fingerprint()`` (architecture + weights), or a hash of its weights."""
+    own = getattr(backbone, 'fingerprint', None)
+    if callable(own):
+        return str(own())
+    digest = hashlib.sha256(type(backbone).__qualname__.encode())
+    for name, tensor in sorted(backbone.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def media_randomness(dataset: Dataset) -> str | None:
+    """Why the dataset's media change from one epoch to the next, or ``None`` if they do not."""
+    transform = getattr(dataset, 'transform', None)
+    if transform is not None and getattr(transform, 'training', False):
+        if getattr(transform, 'random_resized_crop', None) is not None:
+            return 'its training transform takes random resized crops'
+        if getattr(transform, 'hflip_prob', 0.0) > 0:
+            return 'its training transform flips at random'
+    if isinstance(dataset, MediaCaptionDataset) and not dataset.test_mode and \
+            dataset.annotation.media_type == 'video':
+        return ('its video frames are sampled at random offsets (test_mode=False; set '
+                'test_mode=True for segment-centre frames)')
+    return None
+
+
+def jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def media_pipeline(dataset: Dataset) -> dict[str, Any]:
+    """What decides the pixels of a dataset's media, beyond the media id."""
+    pipeline: dict[str, Any] = {'transform': repr(getattr(dataset, 'transform', None))}
+    if isinstance(dataset, MediaCaptionDataset):
+        pipeline.update(num_frames=dataset.num_frames, test_mode=dataset.test_mode)
+    return pipeline
+
+
+def item_digests(index: ItemIndex) -> dict[str, str]:
+    """A digest of every item's caption / media id per kind (order and content)."""
+    return {kind: hashlib.blake2b(hashes.tobytes(), digest_size=16).hexdigest()
+            for kind, hashes in index.hashes.items()}
+
+
+def media_files_identity(dataset: Dataset, identity: str) -> dict[str, str] | None:
+    """A digest of the identity of every media file (``None`` for media not read from files).
+
+    ``'stat'`` hashes each file's size and modification time (one ``stat`` per file);
+    ``'content'`` hashes its bytes (reads every file; for file systems that keep mtimes).
+    """
+    if not isinstance(dataset, MediaCaptionDataset):
+        return None
+    digest = hashlib.blake2b(identity.encode(), digest_size=16)
+    for record in dataset.records:
+        path = dataset.media_path(record)
+        digest.update(f'{record.media_id}|{path.name}|'.encode())
+        if not path.is_file():
+            digest.update(b'missing')
+        elif identity == 'stat':
+            stat = path.stat()
+            digest.update(f'{stat.st_size}|{stat.st_mtime_ns}'.encode())
+        else:
+            with open(path, 'rb') as handle:
+                digest.update(hashlib.file_digest(handle, 'sha256').digest())
+    return {'identity': identity, 'digest': digest.hexdigest()}
+
+
+def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
+    return {'type': type(tokenizer).__qualname__,
+            'max_length': getattr(tokenizer, 'max_length', None),
+            'vocab_size': getattr(tokenizer, 'vocab_size', None),
+            'pad_id': getattr(tokenizer, 'pad_id', None)}
+
+
+@dataclass
+class ItemIndex:
+    """Where each item of a dataset finds its cached features, per kind.
+
+    Attributes:
+        rows: ``rows[kind]`` ``[N]``: the feature row of each item.
+        first_item: ``first_item[kind]`` ``{value: first item index}`` in row order.
+        hashes: ``hashes[kind]`` ``[N]``: :func:`text_hash` of each item's caption / media id.
+    """
+
+    rows: dict[str, np.ndarray]
+    first_item: dict[str, dict[str, int]]
+    hashes: dict[str, np.ndarray]
+
+
+def index_items(dataset: Dataset, kinds: Sequence[str]) -> ItemIndex:
+    """Read every item once (captions and media ids only) into an :class:`ItemIndex`.
+
+    Media are not decoded for this pass when the dataset can skip them (``with_media``); it
+    still costs one ``__getitem__`` per item, so a phase start runs it once for the cache key
+    and the build together.
+    """
+    rows = {kind: np.empty(len(dataset), dtype=np.int64) for kind in kinds}
+    hashes = {kind: np.empty(len(dataset), dtype=np.int64) for kind in kinds}
+    first_item: dict[str, dict[str, int]] = {kind: {} for kind in kinds}
+    row_of: dict[str, dict[str, int]] = {kind: {} for kind in kinds}
+    with media_decoding(dataset, False):
+        for index in range(len(dataset)):
+            item = dataset[index]
+            if isinstance(item, SkippedMedia) or item is None:
+                raise ValueError(f'dataset item {index} was skipped while only its captions '
+                                 'were read; a feature cache needs every item')
+            for kind in kinds:
+                value = item.get(ITEM_KEY[kind])
+                if not isinstance(value, str):
+                    raise KeyError(f"dataset item {index} has no '{ITEM_KEY[kind]}' string; "
+                                   f"the '{kind}' feature cache is keyed by it")
+                if value not in row_of[kind]:
+                    row_of[kind][value] = len(row_of[kind])
+                    first_item[kind][value] = index
+                rows[kind][index] = row_of[kind][value]
+                hashes[kind][index] = text_hash(value)
+    return ItemIndex(rows, first_item, hashes)
+
+
+class media_decoding:
+    """Temporarily switch a :class:`MediaDataset`'s media decoding on or off."""
+
+    def __init__(self, dataset: Dataset, enabled: bool) -> None:
+        self.dataset = dataset if isinstance(dataset, MediaDataset) else None
+        self.enabled = enabled
+
+    def __enter__(self) -> None:
+        if self.dataset is not None:
+            self.previous = self.dataset.with_media
+            self.dataset.with_media = self.enabled
+
+    def __exit__(self, *exc: object) -> None:
+        if self.dataset is not None:
+            self.dataset.with_media = self.previous

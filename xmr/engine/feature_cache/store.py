@@ -1,0 +1,300 @@
+"""A feature cache folder on disk: building it (space reserved, written atomically) and reading
+it back."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.engine.feature_cache.key import (
+    ItemIndex,
+    index_items,
+    media_decoding,
+)
+from xmr.fileio import process_running
+from xmr.utils.cli import UserError
+
+#: Version of the on-disk layout; a cache of another version is refused.
+CACHE_FORMAT = 1
+class StaleFeatureCacheError(RuntimeError):
+    """A feature cache does not match the model, the dataset or the preprocessing in use."""
+
+
+class CorruptFeatureCacheError(StaleFeatureCacheError):
+    """A file of a feature cache cannot be read or does not have the shape its meta states."""
+
+
+class FeatureCache:
+    """A built cache folder, opened for reading.
+
+    Args:
+        path: the cache folder (holding ``meta.json``).
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        meta_file = self.path / 'meta.json'
+        if not meta_file.is_file():
+            raise FileNotFoundError(f'no feature cache at {self.path} (missing meta.json)')
+        try:
+            self.meta: dict[str, Any] = json.loads(meta_file.read_text())
+        except ValueError as error:
+            raise CorruptFeatureCacheError(
+                f'{meta_file}: not a feature cache meta file ({error}); delete {self.path} to '
+                'rebuild it') from error
+        if not isinstance(self.meta, dict) or not {'key', 'counts'} <= set(self.meta):
+            raise CorruptFeatureCacheError(f'{meta_file}: not a feature cache meta file (no key '
+                                           f'and counts); delete {self.path} to rebuild it')
+        self._arrays: dict[str, np.ndarray] = {}
+        self._pid: int | None = None
+
+    @property
+    def key(self) -> dict[str, Any]:
+        return self.meta['key']
+
+    @property
+    def kinds(self) -> list[str]:
+        return list(self.key['features'])
+
+    def check(self, key: dict[str, Any]) -> None:
+        """Refuse the cache unless it was built under exactly ``key``.
+
+        Raises:
+            StaleFeatureCacheError: naming each differing field with both values.
+        """
+        built = self.key
+        fields = sorted(set(built) | set(key))
+        differences = [f'{name}: cache has {built.get(name)!r}, now {key.get(name)!r}'
+                       for name in fields if built.get(name) != key.get(name)]
+        if differences:
+            raise StaleFeatureCacheError(
+                f'feature cache {self.path} is stale or belongs to another setup:\n  '
+                + '\n  '.join(differences)
+                + '\nRebuild it (tools/cache_features.py CONFIG --overwrite, or delete the '
+                'folder to rebuild on first use).')
+
+    def verify(self) -> None:
+        """Open every array and check its length against the meta, naming a file that fails.
+
+        Raises:
+            CorruptFeatureCacheError: a file missing, unreadable (truncated) or of the wrong
+                length.
+        """
+        counts = self.meta['counts']
+        expected = {kind: counts[kind] for kind in self.kinds}
+        expected.update({f'item_{kind}{suffix}': counts['items'] for kind in self.kinds
+                         for suffix in ('', '_hash')})
+        for name, rows in expected.items():
+            file = self.path / f'{name}.npy'
+            try:
+                length = len(self.array(name))
+            except (OSError, ValueError) as error:
+                raise CorruptFeatureCacheError(
+                    f'{file}: unreadable ({error}); delete {self.path} to rebuild it') from error
+            if length != rows:
+                raise CorruptFeatureCacheError(
+                    f'{file}: {length} rows where meta.json states {rows}; delete {self.path} '
+                    'to rebuild it')
+
+    def array(self, name: str) -> np.ndarray:
+        """A memory-mapped array of the cache, opened once per process (DataLoader workers)."""
+        if self._pid != os.getpid():
+            self._arrays, self._pid = {}, os.getpid()
+        if name not in self._arrays:
+            self._arrays[name] = np.load(self.path / f'{name}.npy', mmap_mode='r')
+        return self._arrays[name]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Memory maps are reopened in each worker rather than pickled as copies.
+        return {**self.__dict__, '_arrays': {}, '_pid': None}
+
+    @classmethod
+    def build(cls, path: str | os.PathLike, dataset: Dataset, model: torch.nn.Module,
+              key: dict[str, Any], batch_size: int = 64, num_workers: int = 0,
+              overwrite: bool = False, index: ItemIndex | None = None) -> FeatureCache:
+        """Encode every distinct source caption and media of ``dataset`` with ``model``.
+
+        The folder is written under a temporary name and renamed when complete, so an
+        interrupted build never leaves a cache that looks valid.
+
+        Args:
+            path: the cache folder to create.
+            dataset: the dataset to cache (its items carry ``source_text`` / ``media_id``).
+            model: the retriever whose frozen towers and data preprocessor encode.
+            key: from :meth:`CachedFeatureDataset.cache_key`; ``key['features']`` says which
+                kinds to compute and ``key['dtype']`` how to store them.
+            batch_size: captions or media per forward pass.
+            num_workers: DataLoader workers decoding the media.
+            overwrite: replace an existing cache.
+            index: the dataset's :class:`ItemIndex` when the caller already read it.
+        """
+        path = Path(path)
+        if path.exists() and not overwrite:
+            raise FileExistsError(f'feature cache {path} exists; pass overwrite=True to rebuild')
+        remove_abandoned_builds(path)
+        partial = path.with_name(f'{path.name}.partial-{os.getpid()}')
+        if partial.exists():
+            shutil.rmtree(partial)
+        partial.mkdir(parents=True)
+        try:
+            cls._build_into(partial, dataset, model, key, batch_size, num_workers,
+                            index or index_items(dataset, key['features']))
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        if path.exists():
+            shutil.rmtree(path)
+        partial.rename(path)
+        return cls(path)
+
+    @staticmethod
+    def _build_into(partial: Path, dataset: Dataset, model: torch.nn.Module, key: dict[str, Any],
+                    batch_size: int, num_workers: int, index: ItemIndex) -> None:
+        kinds = list(key['features'])
+        started = time.perf_counter()
+        rows, first_item, hashes = index.rows, index.first_item, index.hashes
+        counts = {}
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                if 'source' in kinds:
+                    counts['source'] = _encode_sources(partial, model, list(first_item['source']),
+                                                       key['dtype'], batch_size)
+                if 'media' in kinds:
+                    missing = _encode_media(partial, dataset, model, first_item['media'],
+                                            key['dtype'], batch_size, num_workers)
+                    counts['media'] = len(first_item['media'])
+                    counts['unreadable_media'] = len(missing)
+                    rows['media'][np.isin(rows['media'], list(missing))] = -1
+        finally:
+            model.train(was_training)
+        for kind in kinds:
+            np.save(partial / f'item_{kind}.npy', rows[kind])
+            np.save(partial / f'item_{kind}_hash.npy', hashes[kind])
+        meta = dict(key=key, counts=dict(items=len(dataset), **counts),
+                    seconds=round(time.perf_counter() - started, 1))
+        (partial / 'meta.json').write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+
+def remove_abandoned_builds(path: Path) -> None:
+    """Delete ``<path>.partial-<pid>`` folders of builds whose process is gone (killed)."""
+    for partial in path.parent.glob(f'{path.name}.partial-*'):
+        pid = partial.name.rsplit('-', 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not process_running(int(pid)):
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _open_rows(folder: Path, name: str, rows: int, width: int, dtype: str) -> np.ndarray:
+    """A writable ``[rows, width]`` memory map whose disk blocks are reserved up front.
+
+    Writing to a memory map on a full disk kills the process with SIGBUS; reserving the
+    blocks first turns that into an error raised here.
+
+    Raises:
+        UserError: no room for the file (names the folder, the bytes needed and those free).
+    """
+    file = folder / f'{name}.npy'
+    array = np.lib.format.open_memmap(file, mode='w+', dtype=dtype, shape=(rows, width))
+    _reserve(file, file.stat().st_size)
+    return array
+
+
+def _reserve(file: Path, size: int) -> None:
+    """Allocate ``size`` bytes of ``file`` on disk, or check the free space where the file
+    system (or platform) cannot allocate ahead."""
+    allocate = getattr(os, 'posix_fallocate', None)
+    try:
+        if allocate is not None:
+            with open(file, 'r+b') as handle:
+                allocate(handle.fileno(), 0, size)
+            return
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            _raise_no_space(file, size)
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    if shutil.disk_usage(file.parent).free < size:
+        _raise_no_space(file, size)
+
+
+def _raise_no_space(file: Path, size: int) -> None:
+    free = shutil.disk_usage(file.parent).free
+    raise UserError(file.parent, f'no space for the feature cache: {file.name} needs '
+                    f'{size:,} bytes, {free:,} are free',
+                    'free space, or set cache_dir (or --work-dir) on a larger disk')
+
+
+def _encode_sources(folder: Path, model: torch.nn.Module, texts: list[str], dtype: str,
+                    batch_size: int) -> int:
+    out = None
+    for start in range(0, len(texts), batch_size):
+        batch = model.data_preprocessor(dict(source_text=texts[start:start + batch_size]))
+        features = model.encode_source(batch['source_tokens']).float().cpu().numpy()
+        if out is None:
+            out = _open_rows(folder, 'source', len(texts), features.shape[1], dtype)
+        out[start:start + len(features)] = features
+    if out is not None:
+        out.flush()
+    return len(texts)
+
+
+class _RowMedia(Dataset):
+    """``(row, media)`` of the first item of each distinct media; ``media`` is ``None`` when
+    the file could not be read (``on_corrupt='skip'``)."""
+
+    def __init__(self, dataset: Dataset, indices: Sequence[int]) -> None:
+        self.dataset = dataset
+        self.indices = list(indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, row: int) -> tuple[int, torch.Tensor | None]:
+        item = self.dataset[self.indices[row]]
+        if item is None or isinstance(item, SkippedMedia):
+            return row, None
+        return row, item['media']
+
+
+def _collate_row_media(pairs: Sequence[tuple[int, torch.Tensor | None]]
+                       ) -> tuple[list[int], torch.Tensor | None]:
+    kept = [(row, media) for row, media in pairs if media is not None]
+    if not kept:
+        return [], None
+    return [row for row, _ in kept], torch.stack([media for _, media in kept])
+
+
+def _encode_media(folder: Path, dataset: Dataset, model: torch.nn.Module,
+                  first_item: dict[str, int], dtype: str, batch_size: int,
+                  num_workers: int) -> set[int]:
+    """Write ``media.npy``; return the rows whose media could not be read."""
+    rows_media = _RowMedia(dataset, list(first_item.values()))
+    loader = DataLoader(rows_media, batch_size=batch_size, num_workers=num_workers,
+                        collate_fn=_collate_row_media)
+    done: set[int] = set()
+    out = None
+    with media_decoding(dataset, True):
+        for rows, media in loader:
+            if media is None:
+                continue
+            data = model.data_preprocessor(dict(media=media))
+            features = model.encode_media(data['media']).float().cpu().numpy()
+            if out is None:
+                out = _open_rows(folder, 'media', len(rows_media), features.shape[1], dtype)
+            out[rows] = features
+            done.update(rows)
+    if out is None:
+        raise ValueError('no media of the dataset could be read; nothing to cache')
+    out.flush()
+    return set(range(len(rows_media))) - done
