@@ -56,7 +56,7 @@ def _pairs(values: list[str]) -> dict[str, Path]:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from xmr.apis import init_retriever
-    from xmr.models.language.module_io import (
+    from xmr.models.language.language_modules import (
         language_parameter_report,
         load_language_module,
         save_language_module,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.gpu.conftest import FP32_TOLERANCE
-from tests.models.language.test_packing import (
+from tests.models.language.test_packed_tokens import (
     ADAPTER_SETS,
     batch,
     bert_tower,
@@ -14,7 +14,7 @@ from tests.models.language.test_packing import (
     open_clip_tower,
     randomise,
 )
-from xmr.models.adapters.slots import LanguageAdapters
+from xmr.models.adapters.language_adapters import LanguageAdapters
 
 pytestmark = pytest.mark.gpu
 

@@ -25,7 +25,6 @@ from xmr.datasets.corrupt_policy import MediaSkippedWarning, SkippedMedia
 from xmr.datasets.frame_sampling import uniform_frame_indices
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.datasets.pairs import CaptionPairDataset
-from xmr.datasets.preprocess import backbone_mean_std, backbone_preprocess_cfg
 from xmr.datasets.retrieval import RetrievalDataset
 from xmr.datasets.transforms import MediaTransform
 
@@ -33,6 +32,6 @@ __all__ = [
     'Annotation', 'AnnotationError', 'MediaRecord', 'dump_annotation', 'load_annotation',
     'MediaCaptionDataset', 'CaptionPairDataset', 'RetrievalDataset', 'retrieval_collate',
     'MediaSkippedWarning', 'SkippedMedia', 'MediaReadError', 'read_image', 'read_video_frames',
-    'uniform_frame_indices', 'MediaTransform', 'backbone_mean_std', 'backbone_preprocess_cfg',
+    'uniform_frame_indices', 'MediaTransform',
     'synthetic',
 ]

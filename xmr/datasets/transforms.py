@@ -17,7 +17,7 @@ import torch
 from torchvision.transforms import InterpolationMode, RandomResizedCrop
 from torchvision.transforms.v2 import functional as F
 
-from xmr.datasets.preprocess import backbone_preprocess_cfg
+from xmr.models.backbones.open_clip_preprocess import backbone_preprocess_cfg
 from xmr.registry import TRANSFORMS
 
 __all__ = ['MediaTransform']

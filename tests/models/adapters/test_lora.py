@@ -5,7 +5,7 @@ import torch
 
 from tests.models.adapters.peft_helpers import CAPTIONS, build_clip_branch
 from xmr.models.adapters import AdapterContext, AdapterPlacement, AdapterSite, LoRA
-from xmr.models.adapters.slots import LanguageAdapters
+from xmr.models.adapters.language_adapters import LanguageAdapters
 
 ALL_TARGETS = ['q', 'k', 'v', 'out', 'fc', 'proj']
 

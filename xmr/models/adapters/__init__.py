@@ -3,9 +3,9 @@ from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSi
 from xmr.models.adapters.compacter import CompacterAdapter, PHMLinear, PHMRule
 from xmr.models.adapters.dynamic import DynamicAdapter
 from xmr.models.adapters.houlsby import HoulsbyAdapter
+from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.models.adapters.lora import LoRA
 from xmr.models.adapters.prompt import HardPrompt, SoftPrompt
-from xmr.models.adapters.slots import LanguageAdapters
 from xmr.models.adapters.static import StaticAdapter
 
 __all__ = ['AdapterContext', 'AdapterPlacement', 'AdapterSite', 'BaseAdapter',

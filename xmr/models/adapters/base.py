@@ -13,11 +13,11 @@ answers those hooks with the adapters of the language being encoded. Two kinds o
   lengthen the sequence (prompts) and then updates ``ctx.attention_mask`` / ``ctx.eos_index``.
 
 Blocks may run on packed tokens (``[T, D]``, the real tokens of the batch end to end, see
-:class:`~xmr.models.language.packing.PackedTokens`) rather than ``[B, L, D]``: an adapter class
-that sets ``accepts_packed_tokens = True`` is called so when ``ctx.packed`` is set. A token-wise
-adapter needs nothing else; one that mixes tokens or reads a per-sample condition goes through
-``ctx.packed`` (``unpack`` to ``[B, L, ...]``, ``sample_index``). A language whose adapters do not
-all accept packed tokens runs its padded batch.
+:class:`~xmr.models.language.packed_tokens.PackedTokens`) rather than ``[B, L, D]``: an adapter
+class that sets ``accepts_packed_tokens = True`` is called so when ``ctx.packed`` is set. A
+token-wise adapter needs nothing else; one that mixes tokens or reads a per-sample condition goes
+through ``ctx.packed`` (``unpack`` to ``[B, L, ...]``, ``sample_index``). A language whose
+adapters do not all accept packed tokens runs its padded batch.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from xmr.models.language.packing import PackedTokens
+    from xmr.models.language.packed_tokens import PackedTokens
 
 
 class AdapterSite(StrEnum):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.language.packing import PackedTokens
+from xmr.models.language.packed_tokens import PackedTokens
 from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch
 from xmr.models.pooling import masked_token_mean
 

@@ -28,9 +28,9 @@ from xmr.models.backbones.cclm_checkpoint import (
     convert_cclm_state_dict,
     read_cclm_checkpoint,
 )
-from xmr.models.backbones.cclm_tokenizer import CCLMTokenizer
 from xmr.models.backbones.relative_position import INTERPOLATION_MODES
-from xmr.models.language.packing import PackedTokens
+from xmr.models.language.cclm_tokenizer import CCLMTokenizer
+from xmr.models.language.packed_tokens import PackedTokens
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.registry import MODELS, TOKENIZERS
 

@@ -14,7 +14,7 @@ from xmr.models.backbones.open_clip_pretrained import (
     check_record_tokenizer,
     record_tokenizer_cfg,
 )
-from xmr.models.language.packing import PackedTokens
+from xmr.models.language.packed_tokens import PackedTokens
 from xmr.registry import MODELS, TOKENIZERS
 
 

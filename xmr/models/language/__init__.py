@@ -1,5 +1,6 @@
 """The target-language side: tokenizers, embedding block, branch."""
 from xmr.models.language.branch import TargetLanguageBranch
+from xmr.models.language.cclm_tokenizer import CCLMTokenizer
 from xmr.models.language.embedding import TargetEmbedding
 from xmr.models.language.tokenizers import (
                                             BaseTokenizer,
@@ -10,5 +11,6 @@ from xmr.models.language.tokenizers import (
 )
 from xmr.models.language.tower_embedding import TowerTokenEmbedding
 
-__all__ = ['TargetLanguageBranch', 'TargetEmbedding', 'BaseTokenizer', 'HFTokenizer',
-           'OpenCLIPTokenizer', 'SentencePieceTokenizer', 'TokenBatch', 'TowerTokenEmbedding']
+__all__ = ['BaseTokenizer', 'CCLMTokenizer', 'HFTokenizer', 'OpenCLIPTokenizer',
+           'SentencePieceTokenizer', 'TargetEmbedding', 'TargetLanguageBranch', 'TokenBatch',
+           'TowerTokenEmbedding']

@@ -9,7 +9,7 @@ from torch import nn
 
 from xmr.datasets.languages import normalize_languages
 from xmr.models.adapters.base import AdapterContext, BaseAdapter
-from xmr.models.adapters.slots import LanguageAdapters
+from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.models.language.embedding import EmbeddingBlock
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.registry import MODELS, TOKENIZERS

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
 
-from xmr.datasets.preprocess import backbone_mean_std, backbone_preprocess_cfg
+from xmr.models.backbones.open_clip_preprocess import backbone_mean_std, backbone_preprocess_cfg
 
 
 def test_openai_clip_settings():

@@ -8,9 +8,9 @@ import torch
 import xmr  # noqa: F401
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
 from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
-from xmr.models.adapters.slots import LanguageAdapters
+from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.models.backbones.cclm import CCLM_TEXT, CCLMTextTower, build_bert
-from xmr.models.language.packing import PackedTokens
+from xmr.models.language.packed_tokens import PackedTokens
 from xmr.registry import ADAPTERS, MODELS
 
 LENGTHS = (6, 2, 4, 1, 5)

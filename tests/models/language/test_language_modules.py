@@ -4,7 +4,7 @@ import torch
 
 from tests.conftest import tiny_backbone_cfg
 from tests.models.adapters.peft_helpers import CAPTIONS, clip_branch_cfg
-from xmr.models.language.module_io import (
+from xmr.models.language.language_modules import (
     language_parameter_report,
     language_state_dict,
     load_language_module,

@@ -1,7 +1,7 @@
 import pytest
 
 from tests.conftest import SHARED_DATA
-from xmr.models.backbones.cclm_tokenizer import CCLMTokenizer, clean_caption
+from xmr.models.language.cclm_tokenizer import CCLMTokenizer, clean_caption
 
 TOKENIZER_FILE = SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'
 
