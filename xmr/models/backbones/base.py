@@ -46,15 +46,22 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         num_blocks: number of transformer blocks.
         context_length: longest sequence the positional table covers.
         causal: whether blocks attend causally (CLIP) or bidirectionally (BERT).
-        pooling: ``'eos'`` (token at ``eos_index``), ``'cls'`` (token 0) or ``'mean'`` (masked).
+        pooling: ``'eos'`` (token at ``eos_index``), ``'cls'`` (token 0), ``'last'`` (the last
+            position, padding or not: fixed-context towers such as SigLIP's) or ``'mean'``
+            (masked).
         num_heads: attention heads per block.
         pack_tokens: run blocks on the real tokens only (:class:`PackedTokens`) when a batch
             has padding; the outputs are those of the padded batch. Set it to ``False`` to run
             padded batches as they are (the authors' code; ``tools/benchmark.py``'s recompute
             path).
+        fixed_context: the pooled token's output depends on the padding (a bidirectional tower
+            that attends to its padding, or ``'last'`` pooling), so every sequence must be
+            exactly ``context_length`` tokens: tokenizers pad to it and nothing is packed
+            (docs/backbones.md).
     """
 
     pack_tokens: bool = True
+    fixed_context: bool = False
     width: int
     embed_dim: int
     num_blocks: int
@@ -149,9 +156,11 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             return x[torch.arange(x.shape[0], device=x.device), eos_index]
         if self.pooling == 'cls':
             return x[:, 0]
+        if self.pooling == 'last':
+            return x[:, -1]
         if self.pooling == 'mean':
             return masked_token_mean(x, attention_mask)
-        raise ValueError(f"unknown pooling '{self.pooling}' (eos, cls or mean)")
+        raise ValueError(f"unknown pooling '{self.pooling}' (eos, cls, last or mean)")
 
     def encode_embeddings(self, x: torch.Tensor, attention_mask: torch.Tensor,
                           eos_index: torch.Tensor, hooks: SiteHooks | None = None,

@@ -32,7 +32,7 @@ from xmr.models.weight_files import CHECKPOINT_SUFFIXES, check_weights_fit, read
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
            'build_open_clip', 'read_clip_weights', 'record_tokenizer_cfg',
-           'check_record_tokenizer', 'is_checkpoint_path', 'RECORD_FIELDS']
+           'check_record_tokenizer', 'is_checkpoint_path', 'RECORD_FIELDS', 'text_tokenizer_cfg']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
 RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
@@ -218,8 +218,9 @@ def resolve_pretrained(arch: str | None, pretrained: str | None,
 def build_open_clip(arch: str | None, pretrained: str | None = None,
                     pretrained_cfg: str | Mapping[str, Any] | None = None,
                     model_cfg: Mapping[str, Any] | None = None,
-                    ) -> tuple[open_clip.CLIP, PretrainedRecord]:
-    """An ``open_clip.CLIP`` with the record's activation and preprocessing, weights loaded.
+                    ) -> tuple[open_clip.CLIP | open_clip.CustomTextCLIP, PretrainedRecord]:
+    """An ``open_clip.CLIP`` (or ``CustomTextCLIP``, see :func:`_clip_cfg`) with the record's
+    activation and preprocessing, weights loaded.
 
     A tag's weights come through ``open_clip.pretrained.download_pretrained`` (open_clip's
     cache) and, like a local file, are read by :func:`read_clip_weights` and loaded strictly
@@ -230,17 +231,17 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
         ``(model, record)``; ``model.visual.preprocess_cfg`` is the record's.
 
     Raises:
-        TypeError: the architecture is not a CLIP with open_clip's own text transformer.
+        TypeError: a multimodal (CoCa) architecture.
         RuntimeError: a tag's weights could not be fetched (offline), with the local-file route.
         WeightsMismatchError: weights of another architecture (keys named, with counts).
     """
     record, weights = resolve_pretrained(arch, pretrained, pretrained_cfg, model_cfg)
-    cfg = _clip_cfg(arch, model_cfg, record.quick_gelu)
+    model_cls, cfg = _clip_cfg(arch, model_cfg, record.quick_gelu)
     if pretrained and weights is None:
         weights = _download(arch, pretrained)
     # Read before building: a broken file fails fast, before a large model is initialised.
     state_dict = read_clip_weights(weights, record) if weights is not None else None
-    model = open_clip.CLIP(**cfg)
+    model = model_cls(**cfg)
     if state_dict is not None:
         if 'logit_scale' in state_dict:  # a scalar in some releases, [1] in others
             state_dict['logit_scale'] = state_dict['logit_scale'].reshape(
@@ -254,18 +255,48 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
 
 
 def _clip_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
-              quick_gelu: bool) -> dict[str, Any]:
-    """Keyword arguments of ``open_clip.CLIP`` (built directly, not through ``create_model``,
-    so that it also builds on the meta device; preprocessing is the record's business)."""
+              quick_gelu: bool) -> tuple[type, dict[str, Any]]:
+    """The open_clip model class and its keyword arguments (built directly, not through
+    ``create_model``, so that it also builds on the meta device; preprocessing is the record's
+    business).
+
+    ``open_clip.CLIP`` for OpenAI-style text towers, ``open_clip.CustomTextCLIP`` when the config
+    asks for it (``custom_text``: SigLIP, SigLIP 2, MobileCLIP) or names a Hugging Face text
+    encoder (``text_cfg.hf_model_name``: XLM-R, RoBERTa). A Hugging Face encoder is built from
+    its config (``hf_model_pretrained=False``): the CLIP checkpoint holds its trained weights,
+    and the encoder's own pre-CLIP weights would be overwritten anyway.
+
+    Raises:
+        TypeError: a multimodal (CoCa) config, naming the architecture and the field.
+    """
     cfg = {**_model_cfg(arch, model_cfg), 'quick_gelu': quick_gelu}
-    other_text = [key for key in ('custom_text', 'multimodal_cfg') if cfg.get(key)] + [
-        key for key in ('hf_model_name',) if key in cfg['text_cfg']]
-    if other_text:
-        raise TypeError(f"open_clip architecture '{arch}' has another text tower "
-                        f'({", ".join(other_text)}); xmr needs the CLIP text transformer')
+    if cfg.get('multimodal_cfg'):
+        raise TypeError(f"open_clip architecture '{arch or 'custom'}' has multimodal_cfg: a CoCa "
+                        'model (text decoder over image tokens) is not a dual encoder; xmr '
+                        'runs CLIP and CustomTextCLIP')
+    text_cfg = dict(cfg.get('text_cfg', {}))
+    custom = bool(cfg.pop('custom_text', False)) or bool(text_cfg.get('hf_model_name'))
+    if text_cfg.get('hf_model_name'):
+        text_cfg['hf_model_pretrained'] = False
+    cfg['text_cfg'] = text_cfg
     cfg.pop('preprocess_cfg', None)
-    cfg.pop('custom_text', None)
-    return cfg
+    return (open_clip.CustomTextCLIP if custom else open_clip.CLIP), cfg
+
+
+def text_tokenizer_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
+                       ) -> dict[str, Any] | None:
+    """The ``HFTokenizer`` config of an architecture whose text tower reads a Hugging Face
+    tokenizer (``text_cfg.hf_tokenizer_name``: SigLIP, XLM-R CLIPs), or ``None`` for CLIP's BPE.
+
+    ``clean`` is open_clip's text cleaning of that tokenizer (``tokenizer_kwargs.clean``,
+    ``'whitespace'`` by default; SigLIP's ``'canonicalize'``).
+    """
+    text_cfg = _model_cfg(arch, model_cfg).get('text_cfg', {})
+    name = text_cfg.get('hf_tokenizer_name')
+    if not name:
+        return None
+    clean = (text_cfg.get('tokenizer_kwargs') or {}).get('clean', 'whitespace')
+    return dict(type='HFTokenizer', name_or_path=name, clean=clean)
 
 
 def _download(arch: str, tag: str) -> Path:

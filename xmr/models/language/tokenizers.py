@@ -158,15 +158,27 @@ class HFTokenizer(BaseTokenizer):
         max_length: longest sequence kept.
         lowercase: lower-case captions first (CCLM's retrieval recipe).
         pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
+        clean: open_clip's text cleaning applied first (``'whitespace'``, ``'lower'`` or
+            ``'canonicalize'``: lower case, punctuation removed, as SigLIP's tokenizer does), or
+            ``None`` for the caption as it is.
     """
 
     def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
                  max_length: int = 77, lowercase: bool = False,
-                 pad_to: int | None = None) -> None:
+                 pad_to: int | None = None, clean: str | None = None) -> None:
         super().__init__(max_length, pad_to)
         if (name_or_path is None) == (tokenizer_file is None):
             raise ValueError('HFTokenizer needs exactly one of name_or_path or tokenizer_file')
         self.lowercase = lowercase
+        self.clean = clean
+        self._clean_fn: Callable[[str], str] | None = None
+        if clean is not None:
+            from open_clip.tokenizer import get_clean_fn
+
+            cleaners = ('whitespace', 'lower', 'canonicalize')
+            if clean not in cleaners:
+                raise ValueError(f'HFTokenizer clean={clean!r}: one of {cleaners} or None')
+            self._clean_fn = get_clean_fn(clean)
         if tokenizer_file is not None:
             from tokenizers import Tokenizer
 
@@ -202,6 +214,8 @@ class HFTokenizer(BaseTokenizer):
         return self._pad_id
 
     def encode(self, text: str) -> list[int]:
+        if self._clean_fn is not None:
+            text = self._clean_fn(text)
         return list(self._encode_fn(text.lower() if self.lowercase else text))
 
 
