@@ -1,4 +1,5 @@
-"""open_clip CLIP as a frozen :class:`VisionLanguageBackbone`."""
+"""open_clip models (CLIP, CustomTextCLIP: SigLIP, SigLIP 2, MobileCLIP, XLM-R CLIPs) as frozen
+:class:`VisionLanguageBackbone`s."""
 from __future__ import annotations
 
 import hashlib
@@ -19,7 +20,6 @@ from xmr.models.backbones.open_clip_pretrained import (
 from xmr.models.language.packing import PackedTokens
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.registry import MODELS, TOKENIZERS
-
 
 #: open_clip ``pool_type`` -> the :class:`TextTower` pooling rule that selects the same token.
 _POOLING = {'argmax': 'eos', 'eos': 'eos', 'first': 'cls', 'last': 'last'}
@@ -43,9 +43,10 @@ class OpenCLIPTextTower(TextTower):
     ``nn.MultiheadAttention`` reads ``in_proj_weight``/``out_proj`` directly: a wrapped projection
     would be silently ignored (DESIGN pitfalls). Written out, every site is reachable. Both of
     open_clip's block kinds run: ``ResidualAttentionBlock`` and ``CustomResidualAttentionBlock``
-    (``qk_norm``, ``scaled_cosine_attn``, ``scale_heads``, ``scale_attn_inner``, ``scale_attn``,
-    ``scale_fc``). The activation and the norms (their ``eps``) are the blocks' own modules, so
-    GELU, QuickGELU or tanh-GELU and SigLIP's ``eps=1e-6`` follow the model.
+    (``qk_norm``, ``scale_heads``, ``scale_attn_inner``, ``scale_attn``, ``scale_fc``;
+    ``scaled_cosine_attn`` is refused: open_clip's own text attention cannot run it). The
+    activation and the norms (their ``eps``) are the blocks' own modules, so GELU, QuickGELU or
+    tanh-GELU and SigLIP's ``eps=1e-6`` follow the model.
 
     What the tower reads from the model (the text config field in brackets):
 
@@ -143,6 +144,10 @@ class OpenCLIPTextTower(TextTower):
                               '(is_cross_attention) are not a text encoder')
             return False
         if kinds == {CustomResidualAttentionBlock}:
+            if any(block.attn.logit_scale is not None for block in self.blocks):
+                raise _refuse(owner, 'text_cfg.scaled_cosine_attn=True', "open_clip's own "
+                              'Attention cannot run it on text (torch.bmm on [B, H, L, d] '
+                              'heads fails), so there is no computation to reproduce')
             return True
         names = sorted(kind.__name__ for kind in kinds)
         raise _refuse(owner, 'text_cfg.block_type', f'blocks of type {names}; xmr writes out '
@@ -200,7 +205,7 @@ class OpenCLIPTextTower(TextTower):
 
     def _custom_attend(self, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        mask: torch.Tensor | PackedTokens | None) -> torch.Tensor:
-        """open_clip ``Attention``: q/k LayerNorm or scaled cosine logits, per-head scale.
+        """open_clip ``Attention``: q/k LayerNorm per head, then the per-head scale.
 
         Args:
             attn: the block's ``open_clip.transformer.Attention``.
@@ -218,14 +223,7 @@ class OpenCLIPTextTower(TextTower):
         q, k, v = (t.reshape(batch, length, self.num_heads, width // self.num_heads)
                    .transpose(1, 2) for t in (q, k, v))
         bias = mask.to(q.dtype) if mask is not None else None
-        if attn.logit_scale is not None:
-            scale = torch.clamp(attn.logit_scale, max=attn.logit_scale_max).exp()
-            context = F.scaled_dot_product_attention(
-                F.normalize(q, dim=-1) * scale, F.normalize(k, dim=-1), v, attn_mask=bias,
-                scale=1.0)
-        else:
-            context = F.scaled_dot_product_attention(attn.ln_q(q), attn.ln_k(k), v,
-                                                     attn_mask=bias)
+        context = F.scaled_dot_product_attention(attn.ln_q(q), attn.ln_k(k), v, attn_mask=bias)
         if attn.head_scale is not None:
             context = context * attn.head_scale
         return context.transpose(1, 2).reshape(batch, length, width)

@@ -46,7 +46,8 @@ class TargetLanguageBranch(nn.Module):
         tower: the backbone's :class:`TextTower`; used, not owned (it is not registered as a
             submodule, so the frozen weights appear once, under the backbone).
         languages: target language codes, each with its own adapter set.
-        tokenizer: ``TOKENIZERS`` config of the target tokenizer.
+        tokenizer: ``TOKENIZERS`` config of the target tokenizer; for a fixed-context tower
+            (:attr:`TextTower.fixed_context`, SigLIP) ``pad_to`` defaults to its context.
         embedding: ``MODELS`` config of the embedding block (default :class:`TargetEmbedding`);
             ``vocab_size`` and ``width`` are filled in from the tokenizer and the tower, and
             ``tower`` too when the class sets ``reads_tower`` (the tower's own embedding).
@@ -62,7 +63,15 @@ class TargetLanguageBranch(nn.Module):
         if not languages:
             raise ValueError('the target-language branch needs at least one language')
         self.languages = normalize_languages(list(languages), 'TargetLanguageBranch languages')
+        if tower.fixed_context and isinstance(tokenizer, dict):
+            tokenizer = {**tokenizer, 'pad_to': tokenizer.get('pad_to', tower.context_length)}
         self.tokenizer = TOKENIZERS.build(tokenizer)
+        if tower.fixed_context and self.tokenizer.pad_to != tower.context_length:
+            raise ValueError(f'target tokenizer pad_to={self.tokenizer.pad_to} but the text '
+                             'tower pools a fixed position of its '
+                             f'{tower.context_length}-token context (SigLIP-style): set '
+                             f'tokenizer.pad_to={tower.context_length} or leave it out '
+                             '(docs/backbones.md)')
         if self.tokenizer.max_length > tower.context_length:
             raise ValueError(f'target tokenizer max_length {self.tokenizer.max_length} exceeds the '
                              f'text tower context length {tower.context_length}; set '

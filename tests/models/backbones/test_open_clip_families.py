@@ -1,0 +1,264 @@
+"""Every open_clip family's frozen source path equals open_clip, and the target branch trains on it.
+
+Tolerance of every equality: float32 on CPU, ``atol=1e-5, rtol=1e-5`` (the written-out blocks
+compute the same arithmetic as open_clip's; only the order of floating-point sums differs).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.models.backbones.open_clip_families import (
+    TEXTS,
+    XLMR_TOKENIZER,
+    backbone_cfg,
+    clip_cfg,
+    mobileclip_cfg,
+    siglip_cfg,
+    xlmr_cfg,
+    xlmr_tokenizer,
+)
+from xmr.models.backbones import OpenCLIPTextTower
+from xmr.models.backbones.open_clip_hf import OpenCLIPHFTextTower
+from xmr.registry import MODELS
+
+ATOL = RTOL = 1e-5
+
+
+def _family(name: str, tmp_path) -> tuple[dict, dict | None]:
+    """``(model_cfg, source tokenizer cfg)`` of a family; ``None``: the record's tokenizer."""
+    xlmr = xlmr_tokenizer(clean='canonicalize')
+    families = {
+        'clip_causal_argmax': lambda: (clip_cfg(), None),
+        'clip_quickgelu_custom_blocks': lambda: (
+            {**clip_cfg(qk_norm=True, scale_heads=True, scale_attn_inner=True, scale_attn=True,
+                        scale_fc=True, ls_init_value=0.5), 'quick_gelu': True}, None),
+        'siglip_last_proj_bias': lambda: (siglip_cfg(), xlmr),
+        'siglip2_tanh_gelu': lambda: (siglip_cfg('ViT-B-16-SigLIP2'), xlmr),
+        'siglip_final_ln_after_pool': lambda: (siglip_cfg(final_ln_after_pool=True), xlmr),
+        'mobileclip_bidirectional_argmax': lambda: (mobileclip_cfg(), None),
+        'bidirectional_first_pooling': lambda: (mobileclip_cfg(pool_type='first'), None),
+        'xlmr_mean_pooler_mlp': lambda: (xlmr_cfg(tmp_path / 'xlmr'), xlmr_tokenizer()),
+        'xlmr_cls_pooler_linear': lambda: (
+            xlmr_cfg(tmp_path / 'xlmr', 'cls_pooler', 'linear'), xlmr_tokenizer()),
+        'xlmr_cls_hidden_state_no_proj': lambda: (
+            xlmr_cfg(tmp_path / 'xlmr', 'cls_last_hidden_state_pooler', None), xlmr_tokenizer()),
+    }
+    if 'siglip' in name or 'xlmr' in name:
+        if not XLMR_TOKENIZER.is_file():
+            pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
+    return families[name]()
+
+
+FAMILIES = ['clip_causal_argmax', 'clip_quickgelu_custom_blocks',
+            'siglip_last_proj_bias', 'siglip2_tanh_gelu', 'siglip_final_ln_after_pool',
+            'mobileclip_bidirectional_argmax', 'bidirectional_first_pooling',
+            'xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear', 'xlmr_cls_hidden_state_no_proj']
+
+
+def _build(name: str, tmp_path):
+    model_cfg, tokenizer = _family(name, tmp_path)
+    torch.manual_seed(0)
+    backbone = MODELS.build(backbone_cfg(model_cfg, tokenizer)).eval()
+    # Random LayerNorm / LayerScale / bias values, so that none of them is an identity.
+    with torch.no_grad():
+        for param_name, parameter in backbone.clip.named_parameters():
+            if parameter.dim() == 1 and 'logit' not in param_name:
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+    return backbone
+
+
+def _open_clip_ids(backbone, tokens) -> torch.Tensor:
+    """The ids open_clip's ``encode_text`` gets: the same tokens at the tower's full context
+    (``CLIP.encode_text`` adds every position; padding is the tokenizer's own)."""
+    ids = tokens['input_ids']
+    tower = backbone.text_tower
+    context = getattr(tower, 'context_length', ids.shape[1])
+    if isinstance(tower, OpenCLIPTextTower) and ids.shape[1] < context:
+        pad = ids.new_full((ids.shape[0], context - ids.shape[1]), backbone.tokenizer.pad_id)
+        ids = torch.cat([ids, pad], dim=1)
+    return ids
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_source_path_and_image_equal_open_clip(name, tmp_path):
+    backbone = _build(name, tmp_path)
+    tokens = backbone.tokenizer(TEXTS)
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = backbone.clip.encode_text(_open_clip_ids(backbone, tokens))
+        torch.testing.assert_close(backbone.encode_source_text(tokens), expected,
+                                   atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(backbone.encode_text_tokens(tokens).pooled, expected,
+                                   atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(backbone.encode_image(images),
+                                   backbone.clip.encode_image(images), atol=ATOL, rtol=RTOL)
+    assert expected.shape == (len(TEXTS), backbone.embed_dim)
+
+
+def test_each_family_gets_its_tower_and_context(tmp_path):
+    siglip = _build('siglip_last_proj_bias', tmp_path)
+    tower = siglip.text_tower
+    assert isinstance(tower, OpenCLIPTextTower)
+    assert (tower.causal, tower.pooling, tower.fixed_context) == (False, 'last', True)
+    assert tower.context_length == 64 and siglip.tokenizer.pad_to == 64
+    assert siglip.tokenizer(TEXTS)['input_ids'].shape == (3, 64)
+    assert tower.blocks[0].ln_1.eps == 1e-6
+    assert isinstance(tower.text_projection, torch.nn.Linear)
+    assert tower.text_projection.bias is not None
+    siglip2 = _build('siglip2_tanh_gelu', tmp_path)
+    assert siglip2.text_tower.blocks[0].mlp.gelu.approximate == 'tanh'
+    clip = _build('clip_causal_argmax', tmp_path)
+    assert (clip.text_tower.causal, clip.text_tower.fixed_context) == (True, False)
+    assert clip.tokenizer.pad_to is None  # dynamic padding: exact for a causal EOS tower
+    xlmr = _build('xlmr_mean_pooler_mlp', tmp_path)
+    assert isinstance(xlmr.text_tower, OpenCLIPHFTextTower)
+    assert xlmr.text_tower.pooling == 'mean' and xlmr.text_tower.context_length == 38
+
+
+def test_siglip_output_depends_on_padding_so_its_length_is_fixed(tmp_path):
+    """The reason for the fixed context: open_clip's own output changes with the padding."""
+    backbone = _build('siglip_last_proj_bias', tmp_path)
+    tower = backbone.text_tower
+    tokens = backbone.tokenizer(TEXTS)
+    ids = tokens['input_ids']
+    shorter = ids[:, :int(tokens['attention_mask'].sum(1).max()) + 1]
+    with torch.no_grad():
+        text = backbone.clip.text
+        full, short = text(ids), text(shorter)
+    assert not torch.allclose(full, short, atol=1e-3)
+    assert tower.packing(tokens['attention_mask']) is None
+    with pytest.raises(ValueError, match='must be its full context of 64 tokens, not 12: set '
+                                         "the tokenizer's pad_to=64"):
+        tower.add_positions(tower.embed_tokens(shorter[:, :12]))
+
+
+def test_padding_masked_bidirectional_tower_is_exact_with_dynamic_padding_and_packing():
+    """``use_pad_mask`` towers mask padding keys: dynamic padding and packing give open_clip's
+    outputs (here ``'first'`` and ``'eos'`` pooling of a bidirectional TextTransformer)."""
+    from open_clip.transformer import TextTransformer
+
+    for pool_type in ('first', 'eos'):
+        torch.manual_seed(0)
+        text = TextTransformer(context_length=16, vocab_size=50, width=32, heads=2, layers=2,
+                               output_dim=8, no_causal_mask=True, use_pad_mask=True, pad_id=0,
+                               eos_id=2, pool_type=pool_type, proj_bias=True).eval()
+        tower = OpenCLIPTextTower(text)
+        assert not tower.fixed_context
+        lengths = [5, 9, 3]
+        ids = torch.zeros(3, 16, dtype=torch.long)
+        for row, length in enumerate(lengths):
+            ids[row, :length - 1] = torch.randint(3, 50, (length - 1,))
+            ids[row, length - 1] = 2
+        mask = ids != 0
+        eos = torch.tensor(lengths) - 1
+        with torch.no_grad():
+            expected = text(ids)
+            for packed in (True, False):
+                tower.pack_tokens = packed
+                width = max(lengths)
+                tokens = dict(input_ids=ids[:, :width], attention_mask=mask[:, :width],
+                              eos_index=eos)
+                torch.testing.assert_close(tower(tokens), expected, atol=ATOL, rtol=RTOL)
+
+
+ADAPTERS = {
+    'static': dict(type='StaticAdapter', hidden=8),
+    'lora': dict(type='LoRA', r=2, alpha=4, targets=['q', 'v', 'fc']),
+}
+
+
+def _branch_tokenizer(backbone, name: str) -> dict:
+    if 'siglip' in name or 'xlmr' in name:
+        return xlmr_tokenizer(max_length=32)
+    return dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=32)
+
+
+@pytest.mark.parametrize('adapter', sorted(ADAPTERS))
+@pytest.mark.parametrize('name', ['clip_causal_argmax', 'clip_quickgelu_custom_blocks',
+                                  'siglip_last_proj_bias', 'bidirectional_first_pooling',
+                                  'xlmr_mean_pooler_mlp'])
+def test_target_branch_attaches_and_trains_only_its_adapters(name, adapter, tmp_path):
+    backbone = _build(name, tmp_path)
+    branch = MODELS.build(
+        dict(type='TargetLanguageBranch', languages=['de', 'sw'],
+             tokenizer=_branch_tokenizer(backbone, name),
+             embedding=dict(type='TowerTokenEmbedding'), adapters=ADAPTERS[adapter]),
+        default_args=dict(tower=backbone.text_tower))
+    if backbone.text_tower.fixed_context:
+        assert branch.tokenizer.pad_to == backbone.text_tower.context_length
+    frozen = {k: v.clone() for k, v in backbone.state_dict().items()}
+    trainable = [p for p in branch.parameters() if p.requires_grad]
+    assert trainable
+    optimizer = torch.optim.Adam(trainable, lr=1e-2)
+    tokens = branch.tokenize(['ein roter Kreis', 'mraba mbili za bluu', 'drei Dreiecke'])
+    langs = ['de', 'sw', 'de']
+    target = torch.randn(3, backbone.embed_dim, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = branch(tokens, langs)
+    for _ in range(2):
+        optimizer.zero_grad()
+        loss = (branch(tokens, langs) - target).pow(2).mean()
+        loss.backward()
+        assert all(p.grad is None for p in backbone.parameters())
+        grads = {n: p.grad for n, p in branch.named_parameters() if p.grad is not None}
+        assert grads and all(n.startswith('adapters.') for n in grads)
+        assert any(bool(g.abs().sum() > 0) for g in grads.values())
+        optimizer.step()
+    with torch.no_grad():
+        assert not torch.allclose(branch(tokens, langs), before)
+    assert all(torch.equal(frozen[k], v) for k, v in backbone.state_dict().items())
+
+
+def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missing(tmp_path):
+    with pytest.raises(TypeError, match=r"CustomTextCLIP.text \(TextTransformer\): "
+                                        r"text_cfg.pool_type='none' - open_clip then returns "
+                                        r'every token'):
+        MODELS.build(backbone_cfg(mobileclip_cfg(pool_type='none')))
+    with pytest.raises(TypeError, match=r'CustomTextCLIP.text \(TextTransformer\): '
+                                        r'text_cfg.embed_cls=True - the class token'):
+        MODELS.build(backbone_cfg(mobileclip_cfg(embed_cls=True)))
+    with pytest.raises(TypeError, match=r'CLIP: text_cfg.scaled_cosine_attn=True - open_clip.s '
+                                        r'own Attention cannot run it'):
+        MODELS.build(backbone_cfg(clip_cfg(scaled_cosine_attn=True)))
+    coca = {**clip_cfg(), 'multimodal_cfg': dict(width=32, heads=2, layers=1)}
+    with pytest.raises(TypeError, match="'custom' has multimodal_cfg: a CoCa model"):
+        MODELS.build(backbone_cfg(coca))
+    from transformers import MT5Config
+
+    MT5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2,
+              decoder_start_token_id=0).save_pretrained(tmp_path / 'mt5')
+    mt5 = xlmr_cfg(tmp_path / 'xlmr')
+    mt5['text_cfg']['hf_model_name'] = str(tmp_path / 'mt5')
+    with pytest.raises(TypeError, match=r"CustomTextCLIP.text \(HFTextEncoder of .*mt5\): "
+                                        r"text_cfg.hf_model_name has model_type 'mt5' - xmr "
+                                        r'writes out BERT-style post-LN layers only'):
+        MODELS.build(backbone_cfg(mt5, dict(type='SentencePieceTokenizer', corpus=TEXTS * 20,
+                                            vocab_size=40)))
+    with pytest.raises(TypeError, match='text_cfg.hf_pooler_type gives MaxPooler - xmr runs '
+                                        'mean_pooler'):
+        MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'xlmr', 'max_pooler')))
+
+
+def test_tokenizers_that_do_not_fit_the_tower_name_both_numbers(tmp_path):
+    if not XLMR_TOKENIZER.is_file():
+        pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
+    with pytest.raises(ValueError, match='tokenizer emits 250002 ids but the text tower of '
+                                         'custom has 32000 embeddings'):
+        MODELS.build(backbone_cfg(siglip_cfg(vocab_size=32000), xlmr_tokenizer()))
+    with pytest.raises(ValueError, match='tokenizer max_length 100 exceeds the text context '
+                                         'length 64 of custom'):
+        MODELS.build(backbone_cfg(siglip_cfg(), xlmr_tokenizer(max_length=100, pad_to=100)))
+    with pytest.raises(ValueError, match='tokenizer pad_to=70 but the text tower of custom '
+                                         'pools a fixed position of its 64-token context'):
+        MODELS.build(backbone_cfg(siglip_cfg(), xlmr_tokenizer(max_length=64, pad_to=70)))
+    with pytest.raises(ValueError, match='tokenizer max_length 77 exceeds the text context '
+                                         'length 38 of custom'):
+        MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'xlmr'), xlmr_tokenizer(max_length=77)))
+    backbone = MODELS.build(backbone_cfg(siglip_cfg(), xlmr_tokenizer()))
+    with pytest.raises(ValueError, match='target tokenizer pad_to=32 but the text tower pools a '
+                                         'fixed position of its 64-token context'):
+        MODELS.build(dict(type='TargetLanguageBranch', languages=['de'],
+                          tokenizer=xlmr_tokenizer(max_length=32, pad_to=32),
+                          embedding=dict(type='TowerTokenEmbedding')),
+                     default_args=dict(tower=backbone.text_tower))
