@@ -262,3 +262,20 @@ def test_tokenizers_that_do_not_fit_the_tower_name_both_numbers(tmp_path):
                           tokenizer=xlmr_tokenizer(max_length=32, pad_to=32),
                           embedding=dict(type='TowerTokenEmbedding')),
                      default_args=dict(tower=backbone.text_tower))
+
+
+def test_full_size_siglip2_builds_on_meta_with_its_record():
+    """``arch='ViT-B-16-SigLIP2'`` as named (no download: meta device, tokenizer file)."""
+    if not XLMR_TOKENIZER.is_file():
+        pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
+    with torch.device('meta'):
+        backbone = MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-16-SigLIP2',
+                                     pretrained_cfg='webli',
+                                     tokenizer=xlmr_tokenizer(clean='canonicalize')))
+    tower = backbone.text_tower
+    assert type(backbone.clip).__name__ == 'CustomTextCLIP'
+    assert (tower.width, tower.num_blocks, tower.embed_dim, tower.context_length) == (
+        768, 12, 768, 64)
+    assert (tower.causal, tower.pooling, tower.fixed_context) == (False, 'last', True)
+    assert tower.blocks[0].mlp.gelu.approximate == 'tanh' and tower.ln_final.eps == 1e-6
+    assert backbone.tokenizer.pad_to == 64 and backbone.image_mean == (0.5, 0.5, 0.5)
