@@ -130,7 +130,8 @@ def test_siglip_output_depends_on_padding_so_its_length_is_fixed(tmp_path):
     assert tower.packing(tokens['attention_mask']) is None
     with pytest.raises(ValueError, match='must be its full context of 64 tokens, not 12: set '
                                          "the tokenizer's pad_to=64"):
-        tower.add_positions(tower.embed_tokens(shorter[:, :12]))
+        x = tower.add_positions(tower.embed_tokens(shorter[:, :12]))
+        tower.encode_embeddings(x, tokens['attention_mask'][:, :12], tokens['eos_index'])
 
 
 def test_padding_masked_bidirectional_tower_is_exact_with_dynamic_padding_and_packing():
@@ -165,13 +166,17 @@ def test_padding_masked_bidirectional_tower_is_exact_with_dynamic_padding_and_pa
 ADAPTERS = {
     'static': dict(type='StaticAdapter', hidden=8),
     'lora': dict(type='LoRA', r=2, alpha=4, targets=['q', 'v', 'fc']),
+    'houlsby': dict(type='HoulsbyAdapter', hidden=4),
+    'compacter': dict(type='CompacterAdapter', reduction_factor=4, phm_dim=4),
+    'soft_prompt': dict(type='SoftPrompt', num_tokens=3),
+    'hard_prompt': dict(type='HardPrompt', text='a photo of', trainable=True),
 }
 
 
 def _branch_tokenizer(backbone, name: str) -> dict:
     if 'siglip' in name or 'xlmr' in name:
-        return xlmr_tokenizer(max_length=32)
-    return dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=32)
+        return xlmr_tokenizer(max_length=24)
+    return dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=24)
 
 
 @pytest.mark.parametrize('adapter', sorted(ADAPTERS))
@@ -185,8 +190,10 @@ def test_target_branch_attaches_and_trains_only_its_adapters(name, adapter, tmp_
              tokenizer=_branch_tokenizer(backbone, name),
              embedding=dict(type='TowerTokenEmbedding'), adapters=ADAPTERS[adapter]),
         default_args=dict(tower=backbone.text_tower))
-    if backbone.text_tower.fixed_context:
-        assert branch.tokenizer.pad_to == backbone.text_tower.context_length
+    tower = backbone.text_tower
+    if tower.fixed_context:  # prompts and caption together fill the context exactly
+        prompt = sum(m.num_tokens for m in branch.adapters.input_adapters('de'))
+        assert branch.tokenizer.pad_to == tower.context_length - prompt
     frozen = {k: v.clone() for k, v in backbone.state_dict().items()}
     trainable = [p for p in branch.parameters() if p.requires_grad]
     assert trainable

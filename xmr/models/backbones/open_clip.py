@@ -157,16 +157,22 @@ class OpenCLIPTextTower(TextTower):
         return self.token_embedding(input_ids)
 
     def add_positions(self, x: torch.Tensor) -> torch.Tensor:
-        """Add positions ``0..L-1``; a fixed-context tower needs ``L`` = its context.
-
-        Raises:
-            ValueError: ``L`` longer than the context, or, for a fixed-context tower, not equal
-                to it (both numbers named).
-        """
         length = x.shape[1]
         if length > self.context_length:
             raise ValueError(f'sequence of {length} tokens exceeds the text context length '
                              f'{self.context_length}')
+        return x + self.positional_embedding[:length].to(x.dtype)
+
+    def encode_embeddings(self, x: torch.Tensor, attention_mask: torch.Tensor,
+                          eos_index: torch.Tensor, hooks: SiteHooks | None = None,
+                          blocks: range | None = None,
+                          packed: PackedTokens | None = None) -> torch.Tensor:
+        """:meth:`TextTower.encode_embeddings`; a fixed-context tower needs ``L`` = its context.
+
+        Raises:
+            ValueError: a fixed-context tower given another length (both numbers named).
+        """
+        length = x.shape[-2]
         if self.fixed_context and length != self.context_length:
             raise ValueError(
                 f'this text tower (pool_type={self.pool_type!r}, causal={self.causal}, padding '
@@ -174,7 +180,7 @@ class OpenCLIPTextTower(TextTower):
                 f'padding, so every sequence must be its full context of {self.context_length} '
                 f'tokens, not {length}: set the tokenizer\'s pad_to={self.context_length} '
                 '(docs/backbones.md)')
-        return x + self.positional_embedding[:length].to(x.dtype)
+        return super().encode_embeddings(x, attention_mask, eos_index, hooks, blocks, packed)
 
     def build_mask(self, attention_mask: torch.Tensor) -> torch.Tensor:
         """Additive bias ``[B, 1, L, L]``: open_clip's own mask for this tower.

@@ -63,15 +63,11 @@ class TargetLanguageBranch(nn.Module):
         if not languages:
             raise ValueError('the target-language branch needs at least one language')
         self.languages = normalize_languages(list(languages), 'TargetLanguageBranch languages')
+        given_pad_to = (tokenizer.get('pad_to') if isinstance(tokenizer, dict)
+                        else getattr(tokenizer, 'pad_to', None))
         if tower.fixed_context and isinstance(tokenizer, dict):
-            tokenizer = {**tokenizer, 'pad_to': tokenizer.get('pad_to', tower.context_length)}
+            tokenizer = {**tokenizer, 'pad_to': given_pad_to or tower.context_length}
         self.tokenizer = TOKENIZERS.build(tokenizer)
-        if tower.fixed_context and self.tokenizer.pad_to != tower.context_length:
-            raise ValueError(f'target tokenizer pad_to={self.tokenizer.pad_to} but the text '
-                             'tower pools a fixed position of its '
-                             f'{tower.context_length}-token context (SigLIP-style): set '
-                             f'tokenizer.pad_to={tower.context_length} or leave it out '
-                             '(docs/backbones.md)')
         if self.tokenizer.max_length > tower.context_length:
             raise ValueError(f'target tokenizer max_length {self.tokenizer.max_length} exceeds the '
                              f'text tower context length {tower.context_length}; set '
@@ -99,6 +95,38 @@ class TargetLanguageBranch(nn.Module):
         for module in self.adapters.modules():
             if isinstance(module, BaseAdapter):
                 module.attach(self.tokenizer, self.embedding)
+        if tower.fixed_context:
+            self._fit_fixed_context(given_pad_to)
+
+    def _fit_fixed_context(self, given_pad_to: int | None) -> None:
+        """Pad the captions of a fixed-context tower so that, with the prompt tokens input-site
+        adapters insert, every sequence is exactly the tower's context (docs/backbones.md).
+
+        Raises:
+            ValueError: languages with different prompt lengths, a ``pad_to`` other than the
+                context less the prompt tokens, or a ``max_length`` that does not fit; each
+                names the numbers.
+        """
+        context = self.tower.context_length
+        prompts = {lang: sum(module.num_tokens for module in self.adapters.input_adapters(lang))
+                   for lang in self.languages}
+        if len(set(prompts.values())) > 1:
+            raise ValueError(f'prompt tokens per language {prompts}: the text tower pools a '
+                             f'fixed position of its {context}-token context, so every language '
+                             'needs the same number of prompt tokens')
+        num_prompt = next(iter(prompts.values()))
+        length = context - num_prompt
+        with_prompts = f' less {num_prompt} prompt tokens' if num_prompt else ''
+        if given_pad_to is not None and given_pad_to != length:
+            raise ValueError(f'target tokenizer pad_to={given_pad_to} but the text tower pools a '
+                             f'fixed position of its {context}-token context{with_prompts} '
+                             f'(SigLIP-style): set tokenizer.pad_to={length} or leave it out '
+                             '(docs/backbones.md)')
+        if self.tokenizer.max_length > length:
+            raise ValueError(f'target tokenizer max_length {self.tokenizer.max_length} does not '
+                             f'fit the {context}-token context{with_prompts}; set '
+                             f'tokenizer.max_length <= {length}')
+        self.tokenizer.pad_to = length
 
     def tokenize(self, texts: Sequence[str]) -> TokenBatch:
         return self.tokenizer(texts)
