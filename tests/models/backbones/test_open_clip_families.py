@@ -173,7 +173,7 @@ ADAPTERS = {
 }
 
 
-def _branch_tokenizer(backbone, name: str) -> dict:
+def _branch_tokenizer(name: str) -> dict:
     if 'siglip' in name or 'xlmr' in name:
         return xlmr_tokenizer(max_length=24)
     return dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=24)
@@ -187,7 +187,7 @@ def test_target_branch_attaches_and_trains_only_its_adapters(name, adapter, tmp_
     backbone = _build(name, tmp_path)
     branch = MODELS.build(
         dict(type='TargetLanguageBranch', languages=['de', 'sw'],
-             tokenizer=_branch_tokenizer(backbone, name),
+             tokenizer=_branch_tokenizer(name),
              embedding=dict(type='TowerTokenEmbedding'), adapters=ADAPTERS[adapter]),
         default_args=dict(tower=backbone.text_tower))
     tower = backbone.text_tower
@@ -286,3 +286,47 @@ def test_full_size_siglip2_builds_on_meta_with_its_record():
     assert (tower.causal, tower.pooling, tower.fixed_context) == (False, 'last', True)
     assert tower.blocks[0].mlp.gelu.approximate == 'tanh' and tower.ln_final.eps == 1e-6
     assert backbone.tokenizer.pad_to == 64 and backbone.image_mean == (0.5, 0.5, 0.5)
+
+
+DASD_BATCH = dict(
+    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(0)),
+    source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
+    target_text=['ein roter Kreis', 'mraba wa bluu', 'zwei rote Kreise', 'pembetatu kijani'],
+    lang=['de', 'sw', 'de', 'sw'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
+
+
+@pytest.mark.parametrize('name', ['clip_causal_argmax', 'siglip_last_proj_bias',
+                                  'xlmr_mean_pooler_mlp'])
+def test_dasd_dynamic_adapters_with_the_sdm_train_on_each_family(name, tmp_path):
+    """DASD end to end in the retriever: SDM on the first block, dynamic adapters after every
+    block; both phases' losses train the branch's adapters and the SDM, nothing of the
+    backbone."""
+    model_cfg, tokenizer = _family(name, tmp_path)
+    torch.manual_seed(0)
+    model = MODELS.build(dict(
+        type='CrossLingualRetriever', backbone=backbone_cfg(model_cfg, tokenizer),
+        language_branch=dict(
+            type='TargetLanguageBranch', languages=['de', 'sw'],
+            tokenizer=_branch_tokenizer(name), embedding=dict(type='TowerTokenEmbedding'),
+            adapters=dict(type='DynamicAdapter', hidden=4)),
+        disentangler=dict(type='SemanticsDisentangler',
+                          adapter=dict(type='StaticAdapter', hidden=8),
+                          generator=dict(d_z=16, d_u=4))))
+    frozen = {k: v.clone() for k, v in model.backbone.state_dict().items()}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=1e-3)
+    for phase, weights in (('cross_lingual', dict(cl=1.0, disentangler=1.0)),
+                           ('cross_modal', dict(cm=1.0, disentangler=1.0))):
+        model.set_phase(phase, weights)
+        data = model.data_preprocessor(DASD_BATCH, True)
+        optimizer.zero_grad()
+        losses = model(mode='loss', **data)
+        assert {'loss_sc', 'loss_adv'} <= set(losses)
+        sum(losses.values()).backward()
+        grads = {n for n, p in model.named_parameters() if p.grad is not None}
+        assert not any(n.startswith('backbone.') for n in grads)
+        assert any(n.startswith('language_branch.adapters.') for n in grads)
+        assert any(n.startswith('disentangler.') for n in grads)
+        optimizer.step()
+    assert all(torch.equal(frozen[k], v) for k, v in model.backbone.state_dict().items())
