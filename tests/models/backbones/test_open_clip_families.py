@@ -262,13 +262,29 @@ def test_tokenizers_that_do_not_fit_the_tower_name_both_numbers(tmp_path):
     with pytest.raises(ValueError, match='tokenizer max_length 77 exceeds the text context '
                                          'length 38 of custom'):
         MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'xlmr'), xlmr_tokenizer(max_length=77)))
+    with pytest.raises(ValueError, match='tokenizer pads with id 0 but the text tower of custom '
+                                         'masks id 1 as padding'):
+        MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'xlmr'), dict(
+            type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=32)))
     backbone = MODELS.build(backbone_cfg(siglip_cfg(), xlmr_tokenizer()))
+
+    def branch(tokenizer, adapters=None):
+        return MODELS.build(dict(type='TargetLanguageBranch', languages=['de', 'sw'],
+                                 tokenizer=tokenizer, embedding=dict(type='TowerTokenEmbedding'),
+                                 adapters=adapters if adapters is not None else []),
+                            default_args=dict(tower=backbone.text_tower))
+
     with pytest.raises(ValueError, match='target tokenizer pad_to=32 but the text tower pools a '
                                          'fixed position of its 64-token context'):
-        MODELS.build(dict(type='TargetLanguageBranch', languages=['de'],
-                          tokenizer=xlmr_tokenizer(max_length=32, pad_to=32),
-                          embedding=dict(type='TowerTokenEmbedding')),
-                     default_args=dict(tower=backbone.text_tower))
+        branch(xlmr_tokenizer(max_length=32, pad_to=32))
+    with pytest.raises(ValueError, match='target tokenizer pad_to=64 but the text tower pools a '
+                                         'fixed position of its 64-token context less 3 prompt '
+                                         'tokens .*: set tokenizer.pad_to=61'):
+        branch(xlmr_tokenizer(max_length=32, pad_to=64), dict(type='SoftPrompt', num_tokens=3))
+    with pytest.raises(ValueError, match='target tokenizer max_length 63 does not fit the '
+                                         '64-token context less 3 prompt tokens; set '
+                                         'tokenizer.max_length <= 61'):
+        branch(xlmr_tokenizer(max_length=63), dict(type='SoftPrompt', num_tokens=3))
 
 
 def test_full_size_siglip2_builds_on_meta_with_its_record():

@@ -103,18 +103,13 @@ class TargetLanguageBranch(nn.Module):
         adapters insert, every sequence is exactly the tower's context (docs/backbones.md).
 
         Raises:
-            ValueError: languages with different prompt lengths, a ``pad_to`` other than the
-                context less the prompt tokens, or a ``max_length`` that does not fit; each
-                names the numbers.
+            ValueError: a ``pad_to`` other than the context less the prompt tokens, or a
+                ``max_length`` that does not fit; each names the numbers.
         """
         context = self.tower.context_length
-        prompts = {lang: sum(module.num_tokens for module in self.adapters.input_adapters(lang))
-                   for lang in self.languages}
-        if len(set(prompts.values())) > 1:
-            raise ValueError(f'prompt tokens per language {prompts}: the text tower pools a '
-                             f'fixed position of its {context}-token context, so every language '
-                             'needs the same number of prompt tokens')
-        num_prompt = next(iter(prompts.values()))
+        # Every language places the same adapter configs, so one language gives the count.
+        num_prompt = sum(module.num_tokens
+                         for module in self.adapters.input_adapters(self.languages[0]))
         length = context - num_prompt
         with_prompts = f' less {num_prompt} prompt tokens' if num_prompt else ''
         if given_pad_to is not None and given_pad_to != length:
