@@ -14,6 +14,7 @@ from xmr.models.backbones.open_clip_hf import OpenCLIPHFTextTower
 from xmr.models.backbones.open_clip_pretrained import (
     build_open_clip,
     check_record_tokenizer,
+    hf_tokenizer_name,
     record_tokenizer_cfg,
     text_tokenizer_cfg,
 )
@@ -417,17 +418,17 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         self.image_size = self.record.image_size
         self.image_mean = self.record.mean
         self.image_std = self.record.std
-        hf_tokenizer = text_tokenizer_cfg(arch, model_cfg)
-        if hf_tokenizer is None:  # CLIP's BPE: open_clip's own tokenizer, from the record
+        bpe = hf_tokenizer_name(arch, model_cfg) is None
+        if bpe:  # CLIP's BPE: open_clip's own tokenizer, from the record
             tokenizer_cfg = record_tokenizer_cfg(self.record, tokenizer)
         else:
-            tokenizer_cfg = dict(tokenizer or hf_tokenizer)
+            tokenizer_cfg = dict(tokenizer or text_tokenizer_cfg(arch, model_cfg))
             if tokenizer_cfg.get('type') == 'HFTokenizer':
                 tokenizer_cfg.setdefault('max_length', self.record.context_length)
         if self.text_tower.fixed_context:
             tokenizer_cfg.setdefault('pad_to', self.text_tower.context_length)
         self.tokenizer = TOKENIZERS.build(tokenizer_cfg)
-        if hf_tokenizer is None:
+        if bpe:
             check_record_tokenizer(self.record, self.tokenizer)
         check_tokenizer_fits(self.tokenizer, self.text_tower, self.arch)
         if freeze:

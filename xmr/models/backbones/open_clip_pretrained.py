@@ -32,7 +32,8 @@ from xmr.models.weight_files import CHECKPOINT_SUFFIXES, check_weights_fit, read
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
            'build_open_clip', 'read_clip_weights', 'record_tokenizer_cfg',
-           'check_record_tokenizer', 'is_checkpoint_path', 'RECORD_FIELDS', 'text_tokenizer_cfg']
+           'check_record_tokenizer', 'is_checkpoint_path', 'RECORD_FIELDS', 'text_tokenizer_cfg',
+           'hf_tokenizer_name']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
 RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
@@ -283,20 +284,38 @@ def _clip_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
     return (open_clip.CustomTextCLIP if custom else open_clip.CLIP), cfg
 
 
+def hf_tokenizer_name(arch: str | None, model_cfg: Mapping[str, Any] | None) -> str | None:
+    """``text_cfg.hf_tokenizer_name`` of an architecture, ``None`` for CLIP's BPE."""
+    return _model_cfg(arch, model_cfg).get('text_cfg', {}).get('hf_tokenizer_name') or None
+
+
 def text_tokenizer_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
                        ) -> dict[str, Any] | None:
     """The ``HFTokenizer`` config of an architecture whose text tower reads a Hugging Face
-    tokenizer (``text_cfg.hf_tokenizer_name``: SigLIP, XLM-R CLIPs), or ``None`` for CLIP's BPE.
+    tokenizer (``text_cfg.hf_tokenizer_name``: SigLIP, CLIPA, XLM-R CLIPs), or ``None`` for
+    CLIP's BPE.
 
-    ``clean`` is open_clip's text cleaning of that tokenizer (``tokenizer_kwargs.clean``,
-    ``'whitespace'`` by default; SigLIP's ``'canonicalize'``).
+    open_clip's tokenizer options are carried over: ``tokenizer_kwargs.clean`` (its text
+    cleaning, ``'whitespace'`` by default; SigLIP's ``'canonicalize'``) and
+    ``strip_sep_token`` (CLIPA).
+
+    Raises:
+        ValueError: a ``tokenizer_mode`` or tokenizer option xmr's ``HFTokenizer`` does not
+            reproduce, named with the architecture.
     """
-    text_cfg = _model_cfg(arch, model_cfg).get('text_cfg', {})
-    name = text_cfg.get('hf_tokenizer_name')
+    name = hf_tokenizer_name(arch, model_cfg)
     if not name:
         return None
-    clean = (text_cfg.get('tokenizer_kwargs') or {}).get('clean', 'whitespace')
-    return dict(type='HFTokenizer', name_or_path=name, clean=clean)
+    text_cfg = _model_cfg(arch, model_cfg).get('text_cfg', {})
+    options = dict(text_cfg.get('tokenizer_kwargs') or {})
+    mode = text_cfg.get('tokenizer_mode')
+    unknown = sorted(set(options) - {'clean', 'strip_sep_token'})
+    if mode or unknown:
+        raise ValueError(f"open_clip architecture '{arch or 'custom'}' tokenizes with "
+                         f'tokenizer_mode={mode!r}, tokenizer_kwargs {unknown}, which xmr\'s '
+                         'HFTokenizer does not reproduce; pass a tokenizer config that does')
+    return dict(type='HFTokenizer', name_or_path=name, clean=options.get('clean', 'whitespace'),
+                strip_sep_token=bool(options.get('strip_sep_token', False)))
 
 
 def _download(arch: str, tag: str) -> Path:
