@@ -163,6 +163,27 @@ def test_padding_masked_bidirectional_tower_is_exact_with_dynamic_padding_and_pa
                 torch.testing.assert_close(tower(tokens), expected, atol=ATOL, rtol=RTOL)
 
 
+def test_padding_masked_tower_pooling_the_last_padding_position_equals_open_clip():
+    """``use_pad_mask`` with ``'last'`` pooling pools a padding query, which attends to the
+    real keys only, as in open_clip: a fixed context, no packing."""
+    from open_clip.transformer import TextTransformer
+
+    torch.manual_seed(0)
+    text = TextTransformer(context_length=16, vocab_size=50, width=32, heads=2, layers=2,
+                           output_dim=8, no_causal_mask=True, use_pad_mask=True, pad_id=0,
+                           pool_type='last', proj_bias=True).eval()
+    tower = OpenCLIPTextTower(text)
+    assert tower.fixed_context and tower.pad_masked
+    ids = torch.zeros(3, 16, dtype=torch.long)
+    lengths = torch.tensor([5, 16, 3])
+    for row, length in enumerate(lengths.tolist()):
+        ids[row, :length] = torch.randint(1, 50, (length,))
+    tokens = dict(input_ids=ids, attention_mask=ids != 0, eos_index=lengths - 1)
+    assert tower.packing(tokens['attention_mask']) is None
+    with torch.no_grad():
+        torch.testing.assert_close(tower(tokens), text(ids), atol=ATOL, rtol=RTOL)
+
+
 ADAPTERS = {
     'static': dict(type='StaticAdapter', hidden=8),
     'lora': dict(type='LoRA', r=2, alpha=4, targets=['q', 'v', 'fc']),

@@ -184,12 +184,20 @@ class OpenCLIPTextTower(TextTower):
         return super().encode_embeddings(x, attention_mask, eos_index, hooks, blocks, packed)
 
     def build_mask(self, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Additive bias ``[B, 1, L, L]``: open_clip's own mask for this tower.
+        """Additive bias ``[B, 1, L, L]`` from a ``[B, L]`` bool mask of real tokens: open_clip's
+        own mask for this tower.
 
-        Padding keys are masked unless the tower attends to its padding (a fixed-context tower
-        without ``use_pad_mask``, e.g. SigLIP); causal towers also mask future keys.
+        A padding-masked tower (``use_pad_mask``) masks exactly the padding keys, for every
+        query, padding queries included, since a fixed-context tower may pool a padding
+        position. A fixed-context tower without padding mask (SigLIP) attends to everything but
+        the future keys of a causal mask. Other towers take :meth:`TextTower.build_mask`.
         """
-        if self.fixed_context and not self.pad_masked:
+        if self.pad_masked:
+            batch, length = attention_mask.shape
+            allowed = attention_mask[:, None, None, :].expand(batch, 1, length, length)
+            bias = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
+            return bias.masked_fill(~allowed, float('-inf'))
+        if self.fixed_context:
             attention_mask = torch.ones_like(attention_mask)
         return super().build_mask(attention_mask)
 
