@@ -67,14 +67,19 @@ def mobileclip_cfg(**text) -> dict:
 
 
 def xlmr_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp',
-             width: int = 32) -> dict:
-    """xlm-roberta-base-ViT-B-32 with a 2-layer XLM-R written to ``folder`` (no download)."""
-    from transformers import XLMRobertaConfig
+             width: int = 32, model_type: str = 'xlm-roberta') -> dict:
+    """xlm-roberta-base-ViT-B-32 (``roberta-ViT-B-32`` with ``model_type='roberta'``, a BERT
+    encoder with ``'bert'``) with a 2-layer encoder written to ``folder`` (no download)."""
+    from transformers import BertConfig, RobertaConfig, XLMRobertaConfig
 
-    XLMRobertaConfig(vocab_size=XLMR_VOCAB, hidden_size=width, num_hidden_layers=2,
-                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=40,
-                     pad_token_id=1, bos_token_id=0, eos_token_id=2).save_pretrained(folder)
-    cfg = copy.deepcopy(open_clip.get_model_config('xlm-roberta-base-ViT-B-32'))
+    config_cls = {'xlm-roberta': XLMRobertaConfig, 'roberta': RobertaConfig,
+                  'bert': BertConfig}[model_type]
+    # Padding id 1 for all three, so that XLM-R's tokenizer pads as the encoder expects.
+    config_cls(vocab_size=XLMR_VOCAB, hidden_size=width, num_hidden_layers=2,
+               num_attention_heads=2, intermediate_size=64, max_position_embeddings=40,
+               pad_token_id=1, bos_token_id=0, eos_token_id=2).save_pretrained(folder)
+    arch = 'roberta-ViT-B-32' if model_type == 'roberta' else 'xlm-roberta-base-ViT-B-32'
+    cfg = copy.deepcopy(open_clip.get_model_config(arch))
     cfg['embed_dim'] = 32
     cfg['vision_cfg'] = dict(TINY_VIT)
     cfg['text_cfg'].update(hf_model_name=str(folder), hf_pooler_type=pooler, hf_proj_type=proj,

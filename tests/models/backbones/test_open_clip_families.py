@@ -43,8 +43,13 @@ def _family(name: str, tmp_path) -> tuple[dict, dict | None]:
             xlmr_cfg(tmp_path / 'xlmr', 'cls_pooler', 'linear'), xlmr_tokenizer()),
         'xlmr_cls_hidden_state_no_proj': lambda: (
             xlmr_cfg(tmp_path / 'xlmr', 'cls_last_hidden_state_pooler', None), xlmr_tokenizer()),
+        'roberta_mean_pooler_mlp': lambda: (
+            xlmr_cfg(tmp_path / 'roberta', model_type='roberta'), xlmr_tokenizer()),
+        'bert_cls_pooler_linear': lambda: (
+            xlmr_cfg(tmp_path / 'bert', 'cls_pooler', 'linear', model_type='bert'),
+            xlmr_tokenizer()),
     }
-    if 'siglip' in name or 'xlmr' in name:
+    if any(key in name for key in ('siglip', 'xlmr', 'roberta', 'bert')):
         if not XLMR_TOKENIZER.is_file():
             pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
     return families[name]()
@@ -53,7 +58,8 @@ def _family(name: str, tmp_path) -> tuple[dict, dict | None]:
 FAMILIES = ['clip_causal_argmax', 'clip_quickgelu_custom_blocks',
             'siglip_last_proj_bias', 'siglip2_tanh_gelu', 'siglip_final_ln_after_pool',
             'mobileclip_bidirectional_argmax', 'bidirectional_first_pooling',
-            'xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear', 'xlmr_cls_hidden_state_no_proj']
+            'xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear', 'xlmr_cls_hidden_state_no_proj',
+            'roberta_mean_pooler_mlp', 'bert_cls_pooler_linear']
 
 
 def _build(name: str, tmp_path):
