@@ -30,6 +30,9 @@ def _family(name: str, tmp_path) -> tuple[dict, dict | None]:
     xlmr = xlmr_tokenizer(clean='canonicalize')
     families = {
         'clip_causal_argmax': lambda: (clip_cfg(), None),
+        'clip_causal_eos_id': lambda: (clip_cfg(pool_type='eos', eos_id=49407), None),
+        'clip_bidirectional_last': lambda: (clip_cfg(no_causal_mask=True, pool_type='last'),
+                                            None),
         'clip_quickgelu_custom_blocks': lambda: (
             {**clip_cfg(qk_norm=True, scale_heads=True, scale_attn_inner=True, scale_attn=True,
                         scale_fc=True, ls_init_value=0.5), 'quick_gelu': True}, None),
@@ -55,7 +58,8 @@ def _family(name: str, tmp_path) -> tuple[dict, dict | None]:
     return families[name]()
 
 
-FAMILIES = ['clip_causal_argmax', 'clip_quickgelu_custom_blocks',
+FAMILIES = ['clip_causal_argmax', 'clip_causal_eos_id', 'clip_bidirectional_last',
+            'clip_quickgelu_custom_blocks',
             'siglip_last_proj_bias', 'siglip2_tanh_gelu', 'siglip_final_ln_after_pool',
             'mobileclip_bidirectional_argmax', 'bidirectional_first_pooling',
             'xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear', 'xlmr_cls_hidden_state_no_proj',
@@ -255,6 +259,13 @@ def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missin
     with pytest.raises(TypeError, match=r'CLIP: text_cfg.scaled_cosine_attn=True - open_clip.s '
                                         r'own Attention cannot run it'):
         MODELS.build(backbone_cfg(clip_cfg(scaled_cosine_attn=True)))
+    from open_clip.transformer import AttentionalPooler, TextTransformer
+
+    text = TextTransformer(context_length=8, vocab_size=20, width=32, heads=2, layers=1)
+    text.attn_pool = AttentionalPooler(32, 32, n_head=2, n_queries=1)
+    with pytest.raises(TypeError, match=r'TextTransformer: attentional pooler \(attn_pool\) - '
+                                        'xmr has no written-out attentional pooler'):
+        OpenCLIPTextTower(text)
     coca = {**clip_cfg(), 'multimodal_cfg': dict(width=32, heads=2, layers=1)}
     with pytest.raises(TypeError, match="'custom' has multimodal_cfg: a CoCa model"):
         MODELS.build(backbone_cfg(coca))
