@@ -267,7 +267,8 @@ def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missin
                                         'xmr has no written-out attentional pooler'):
         OpenCLIPTextTower(text)
     coca = {**clip_cfg(), 'multimodal_cfg': dict(width=32, heads=2, layers=1)}
-    with pytest.raises(TypeError, match="'custom' has multimodal_cfg: a CoCa model"):
+    with pytest.raises(TypeError, match="'custom' has multimodal_cfg: a CoCa model, built as "
+                                        'open_clip.CoCa'):
         MODELS.build(backbone_cfg(coca))
     from transformers import MT5Config
 

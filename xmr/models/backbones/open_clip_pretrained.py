@@ -273,8 +273,9 @@ def _clip_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
     cfg = {**_model_cfg(arch, model_cfg), 'quick_gelu': quick_gelu}
     if cfg.get('multimodal_cfg'):
         raise TypeError(f"open_clip architecture '{arch or 'custom'}' has multimodal_cfg: a CoCa "
-                        'model (text decoder over image tokens) is not a dual encoder; xmr '
-                        'runs CLIP and CustomTextCLIP')
+                        'model, built as open_clip.CoCa, whose contrastive text tower appends a '
+                        'class token after the padding (text_cfg.embed_cls), which xmr does '
+                        'not run; xmr runs CLIP and CustomTextCLIP')
     text_cfg = dict(cfg.get('text_cfg', {}))
     custom = bool(cfg.pop('custom_text', False)) or bool(text_cfg.get('hf_model_name'))
     if text_cfg.get('hf_model_name'):
