@@ -66,6 +66,16 @@ def mobileclip_cfg(**text) -> dict:
     return _scaled('MobileCLIP-S1', dict(context_length=32, **text))
 
 
+def coca_cfg() -> dict:
+    """CoCa (coca_ViT-B-32): appended class token (embed_cls), attention-pooled image tower,
+    a captioning decoder xmr builds and never runs."""
+    cfg = _scaled('coca_ViT-B-32', dict(context_length=31))
+    cfg['vision_cfg'].update(attentional_pool=True, attn_pooler_heads=2, output_tokens=True)
+    cfg['multimodal_cfg'].update(context_length=31, width=32, heads=2, layers=1,
+                                 attn_pooler_heads=2)
+    return cfg
+
+
 def xlmr_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp',
              width: int = 32, model_type: str = 'xlm-roberta') -> dict:
     """xlm-roberta-base-ViT-B-32 (``roberta-ViT-B-32`` with ``model_type='roberta'``, a BERT

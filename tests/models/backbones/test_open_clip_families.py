@@ -13,6 +13,7 @@ from tests.models.backbones.open_clip_families import (
     XLMR_TOKENIZER,
     backbone_cfg,
     clip_cfg,
+    coca_cfg,
     mobileclip_cfg,
     siglip_cfg,
     xlmr_cfg,
@@ -41,6 +42,9 @@ def _family(name: str, tmp_path) -> tuple[dict, dict | None]:
         'siglip_final_ln_after_pool': lambda: (siglip_cfg(final_ln_after_pool=True), xlmr),
         'mobileclip_bidirectional_argmax': lambda: (mobileclip_cfg(), None),
         'bidirectional_first_pooling': lambda: (mobileclip_cfg(pool_type='first'), None),
+        'causal_embed_cls': lambda: ({**clip_cfg(embed_cls=True), 'custom_text': True}, None),
+        'bidirectional_embed_cls': lambda: (mobileclip_cfg(embed_cls=True), None),
+        'coca': lambda: (coca_cfg(), None),
         'xlmr_mean_pooler_mlp': lambda: (xlmr_cfg(tmp_path / 'xlmr'), xlmr_tokenizer()),
         'xlmr_cls_pooler_linear': lambda: (
             xlmr_cfg(tmp_path / 'xlmr', 'cls_pooler', 'linear'), xlmr_tokenizer()),
@@ -62,6 +66,7 @@ FAMILIES = ['clip_causal_argmax', 'clip_causal_eos_id', 'clip_bidirectional_last
             'clip_quickgelu_custom_blocks',
             'siglip_last_proj_bias', 'siglip2_tanh_gelu', 'siglip_final_ln_after_pool',
             'mobileclip_bidirectional_argmax', 'bidirectional_first_pooling',
+            'causal_embed_cls', 'bidirectional_embed_cls', 'coca',
             'xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear', 'xlmr_cls_hidden_state_no_proj',
             'roberta_mean_pooler_mlp', 'bert_cls_pooler_linear']
 
@@ -84,6 +89,8 @@ def _open_clip_ids(backbone, tokens) -> torch.Tensor:
     ids = tokens['input_ids']
     tower = backbone.text_tower
     context = getattr(tower, 'context_length', ids.shape[1])
+    if tower.reserved_positions:  # the slot the tower fills with its class token
+        return ids[:, :-tower.reserved_positions]
     if isinstance(tower, OpenCLIPTextTower) and ids.shape[1] < context:
         pad = ids.new_full((ids.shape[0], context - ids.shape[1]), backbone.tokenizer.pad_id)
         ids = torch.cat([ids, pad], dim=1)
@@ -96,13 +103,14 @@ def test_source_path_and_image_equal_open_clip(name, tmp_path):
     tokens = backbone.tokenizer(TEXTS)
     images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        expected = backbone.clip.encode_text(_open_clip_ids(backbone, tokens))
+        expected = backbone.clip.encode_text(_open_clip_ids(backbone, tokens), normalize=False)
         torch.testing.assert_close(backbone.encode_source_text(tokens), expected,
                                    atol=ATOL, rtol=RTOL)
         torch.testing.assert_close(backbone.encode_text_tokens(tokens).pooled, expected,
                                    atol=ATOL, rtol=RTOL)
         torch.testing.assert_close(backbone.encode_image(images),
-                                   backbone.clip.encode_image(images), atol=ATOL, rtol=RTOL)
+                                   backbone.clip.encode_image(images, normalize=False),
+                                   atol=ATOL, rtol=RTOL)
     assert expected.shape == (len(TEXTS), backbone.embed_dim)
 
 
@@ -173,6 +181,31 @@ def test_padding_masked_bidirectional_tower_is_exact_with_dynamic_padding_and_pa
                 torch.testing.assert_close(tower(tokens), expected, atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.parametrize('correct_cls_mask', [False, True])
+@pytest.mark.parametrize('causal', [False, True])
+def test_appended_class_token_equals_open_clip(causal, correct_cls_mask):
+    """``embed_cls``: the class token is written into the last of ``C + 1`` positions, the
+    padding mask is open_clip's (shifted by one unless ``correct_cls_mask``)."""
+    from open_clip.transformer import TextTransformer
+
+    torch.manual_seed(0)
+    text = TextTransformer(context_length=12, vocab_size=50, width=32, heads=2, layers=2,
+                           output_dim=8, embed_cls=True, no_causal_mask=not causal, pad_id=0,
+                           correct_cls_mask=correct_cls_mask).eval()
+    tower = OpenCLIPTextTower(text)
+    assert (tower.context_length, tower.max_tokens, tower.pooling) == (13, 12, 'last')
+    assert tower.fixed_context and tower.packing(torch.ones(1, 13, dtype=torch.bool)) is None
+    ids = torch.zeros(3, 12, dtype=torch.long)
+    lengths = torch.tensor([5, 12, 3])
+    for row, length in enumerate(lengths.tolist()):
+        ids[row, :length] = torch.randint(1, 50, (length,))
+    slot = torch.zeros(3, 1, dtype=torch.long)  # the tokenizer pads one more position
+    tokens = dict(input_ids=torch.cat([ids, slot], 1),
+                  attention_mask=torch.cat([ids, slot], 1) != 0, eos_index=lengths - 1)
+    with torch.no_grad():
+        torch.testing.assert_close(tower(tokens), text(ids), atol=ATOL, rtol=RTOL)
+
+
 def test_padding_masked_tower_pooling_the_last_padding_position_equals_open_clip():
     """``use_pad_mask`` with ``'last'`` pooling pools a padding query, which attends to the
     real keys only, as in open_clip: a fixed context, no packing."""
@@ -213,7 +246,7 @@ def _branch_tokenizer(name: str) -> dict:
 @pytest.mark.parametrize('adapter', sorted(ADAPTERS))
 @pytest.mark.parametrize('name', ['clip_causal_argmax', 'clip_quickgelu_custom_blocks',
                                   'siglip_last_proj_bias', 'bidirectional_first_pooling',
-                                  'xlmr_mean_pooler_mlp'])
+                                  'coca', 'xlmr_mean_pooler_mlp'])
 def test_target_branch_attaches_and_trains_only_its_adapters(name, adapter, tmp_path):
     backbone = _build(name, tmp_path)
     branch = MODELS.build(
@@ -253,9 +286,6 @@ def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missin
                                         r"text_cfg.pool_type='none' - open_clip then returns "
                                         r'every token'):
         MODELS.build(backbone_cfg(mobileclip_cfg(pool_type='none')))
-    with pytest.raises(TypeError, match=r'CustomTextCLIP.text \(TextTransformer\): '
-                                        r'text_cfg.embed_cls=True - the class token'):
-        MODELS.build(backbone_cfg(mobileclip_cfg(embed_cls=True)))
     with pytest.raises(TypeError, match=r'CLIP: text_cfg.scaled_cosine_attn=True - open_clip.s '
                                         r'own Attention cannot run it'):
         MODELS.build(backbone_cfg(clip_cfg(scaled_cosine_attn=True)))
@@ -266,10 +296,6 @@ def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missin
     with pytest.raises(TypeError, match=r'TextTransformer: attentional pooler \(attn_pool\) - '
                                         'xmr has no written-out attentional pooler'):
         OpenCLIPTextTower(text)
-    coca = {**clip_cfg(), 'multimodal_cfg': dict(width=32, heads=2, layers=1)}
-    with pytest.raises(TypeError, match="'custom' has multimodal_cfg: a CoCa model, built as "
-                                        'open_clip.CoCa'):
-        MODELS.build(backbone_cfg(coca))
     from transformers import MT5Config
 
     MT5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2,

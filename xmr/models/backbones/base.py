@@ -58,10 +58,14 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             that attends to its padding, or ``'last'`` pooling), so every sequence must be
             exactly ``context_length`` tokens: tokenizers pad to it and nothing is packed
             (docs/backbones.md).
+        reserved_positions: trailing positions the tower writes itself (open_clip's appended
+            class token, ``embed_cls``): captions hold at most :attr:`max_tokens` tokens.
     """
 
     pack_tokens: bool = True
     fixed_context: bool = False
+    #: trailing positions of the context the tower fills itself (an appended class token).
+    reserved_positions: int = 0
     width: int
     embed_dim: int
     num_blocks: int
@@ -69,6 +73,12 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     causal: bool
     pooling: str
     num_heads: int
+
+    @property
+    def max_tokens(self) -> int:
+        """Most tokens a caption may have (specials included): the context less the
+        :attr:`reserved_positions`."""
+        return self.context_length - self.reserved_positions
 
     @abstractmethod
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:

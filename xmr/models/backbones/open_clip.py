@@ -66,6 +66,13 @@ class OpenCLIPTextTower(TextTower):
     without padding mask) has a fixed context: :attr:`fixed_context` is set, every sequence must
     be exactly :attr:`context_length` tokens, and packing is off (docs/backbones.md).
 
+    ``embed_cls`` (CoCa-style): open_clip appends a class token after the ``C`` caption
+    positions, masks the padding keys (``text != pad_id``, shifted by one position unless
+    ``correct_cls_mask``, as open_clip does) and pools the class token. Here the context is
+    ``C + 1`` positions, the tokenizer pads to ``C + 1`` with captions of at most ``C`` tokens
+    (:attr:`max_tokens`), and :meth:`add_positions` writes the class token into the last
+    position, so masks and hidden states keep one layout ``[B, C + 1]`` everywhere.
+
     Args:
         clip: an ``open_clip.CLIP`` (its text attributes are used, not copied), an
             ``open_clip.CustomTextCLIP`` whose ``text`` is a ``TextTransformer``, or a
@@ -73,8 +80,8 @@ class OpenCLIPTextTower(TextTower):
 
     Raises:
         TypeError: a tower xmr cannot run, naming the class, the config field and what is
-            missing (``pool_type='none'``, ``embed_cls``, an attentional pooler, a block type
-            that is neither of open_clip's).
+            missing (``pool_type='none'``, an attentional pooler, ``scaled_cosine_attn``, a
+            block type that is neither of open_clip's).
     """
 
     causal = True
@@ -90,16 +97,17 @@ class OpenCLIPTextTower(TextTower):
             pool_type = text.pool_type
             self.pad_masked = bool(getattr(text, 'use_pad_mask', False))
             self.pad_id = int(getattr(text, 'pad_id', 0))
-            if getattr(text, 'cls_emb', None) is not None:
-                raise _refuse(owner, 'text_cfg.embed_cls=True', 'the class token open_clip '
-                              'appends after the padding has no position in the [B, L] masks '
-                              'that adapters and pooling read; xmr runs text towers without '
-                              'embed_cls (CoCa-style towers are not supported)')
+            self.cls_emb = getattr(text, 'cls_emb', None)
+            self.correct_cls_mask = bool(getattr(text, 'correct_cls_mask', False))
+            if self.cls_emb is not None:
+                # open_clip: the class token overrides pool_type and brings a padding mask.
+                pool_type, self.pad_masked, self.reserved_positions = 'last', True, 1
         elif all(hasattr(clip, name) for name in ('transformer', 'token_embedding',
                                                   'positional_embedding', 'ln_final')):
             pool_type = getattr(clip, 'text_pool_type', 'argmax')
             self.pad_masked = False  # CLIP.encode_text applies its causal mask only
             self.pad_id = 0
+            self.cls_emb = None
         else:
             raise _refuse(owner, 'text tower', 'not an open_clip TextTransformer nor a CLIP with '
                           'its text attributes (transformer, token_embedding, '
@@ -133,7 +141,9 @@ class OpenCLIPTextTower(TextTower):
         self.num_heads = self.blocks[0].attn.num_heads
         # The pooled token is independent of the padding only when it is a real token that sees
         # no padding: masked padding keys, or a causal mask with the padding after it.
-        self.fixed_context = self.pooling == 'last' or not (self.causal or self.pad_masked)
+        # A class token's position moves with the length too.
+        self.fixed_context = (self.pooling == 'last' or self.cls_emb is not None
+                              or not (self.causal or self.pad_masked))
 
     def _check_blocks(self, owner: str) -> bool:
         from open_clip.transformer import CustomResidualAttentionBlock, ResidualAttentionBlock
@@ -158,10 +168,15 @@ class OpenCLIPTextTower(TextTower):
         return self.token_embedding(input_ids)
 
     def add_positions(self, x: torch.Tensor) -> torch.Tensor:
+        """Add positions ``0..L-1`` to ``x`` ``[B, L, D]``; with ``embed_cls`` the last
+        position (the slot the tokenizer padded for it) becomes the class token first."""
         length = x.shape[1]
         if length > self.context_length:
             raise ValueError(f'sequence of {length} tokens exceeds the text context length '
                              f'{self.context_length}')
+        if self.cls_emb is not None:
+            cls = self.cls_emb.to(x.dtype).expand(x.shape[0], 1, -1)
+            x = torch.cat([x[:, :-1], cls], dim=1)
         return x + self.positional_embedding[:length].to(x.dtype)
 
     def encode_embeddings(self, x: torch.Tensor, attention_mask: torch.Tensor,
@@ -187,14 +202,23 @@ class OpenCLIPTextTower(TextTower):
         """Additive bias ``[B, 1, L, L]`` from a ``[B, L]`` bool mask of real tokens: open_clip's
         own mask for this tower.
 
-        A padding-masked tower (``use_pad_mask``) masks exactly the padding keys, for every
-        query, padding queries included, since a fixed-context tower may pool a padding
-        position. A fixed-context tower without padding mask (SigLIP) attends to everything but
-        the future keys of a causal mask. Other towers take :meth:`TextTower.build_mask`.
+        A padding-masked tower (``use_pad_mask``, ``embed_cls``) masks exactly the padding keys,
+        for every query, padding queries included, since a fixed-context tower may pool a
+        padding position; with ``embed_cls`` the class token's key is valid and, unless
+        ``correct_cls_mask``, the key mask is shifted by one position as open_clip builds it.
+        A fixed-context tower without padding mask (SigLIP) attends to everything but the
+        future keys of a causal mask. Other towers take :meth:`TextTower.build_mask`.
         """
         if self.pad_masked:
             batch, length = attention_mask.shape
-            allowed = attention_mask[:, None, None, :].expand(batch, 1, length, length)
+            valid = attention_mask
+            if self.cls_emb is not None:
+                real, cls = attention_mask[:, :-1], attention_mask.new_ones(batch, 1)
+                valid = torch.cat([real, cls] if self.correct_cls_mask else [cls, real], dim=1)
+            allowed = valid[:, None, None, :].expand(batch, 1, length, length)
+            if self.causal:
+                allowed = allowed & torch.ones(length, length, dtype=torch.bool,
+                                               device=allowed.device).tril()
             bias = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
             return bias.masked_fill(~allowed, float('-inf'))
         if self.fixed_context:
@@ -346,9 +370,9 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, arch: str) 
     if vocab is not None and tokenizer.vocab_size > vocab:
         raise ValueError(f'tokenizer emits {tokenizer.vocab_size} ids but the text tower of '
                          f'{arch} has {vocab} embeddings')
-    if tokenizer.max_length > tower.context_length:
+    if tokenizer.max_length > tower.max_tokens:
         raise ValueError(f'tokenizer max_length {tokenizer.max_length} exceeds the text context '
-                         f'length {tower.context_length} of {arch}')
+                         f'length {tower.max_tokens} of {arch}')
     if tower.fixed_context and tokenizer.pad_to != tower.context_length:
         raise ValueError(f'tokenizer pad_to={tokenizer.pad_to} but the text tower of {arch} '
                          f'pools a fixed position of its {tower.context_length}-token context: '
@@ -443,7 +467,8 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
             self.freeze()
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        return self.clip.encode_image(images)
+        # Unnormalised for every model class (CoCa normalises unless told not to).
+        return self.clip.encode_image(images, normalize=False)
 
     def encode_image_tokens(self, images: torch.Tensor) -> TokenOutput:
         """``[B, 3, H, W]`` -> class token then patches, ``[B, 1 + P, E]`` (see

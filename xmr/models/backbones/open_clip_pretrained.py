@@ -26,6 +26,7 @@ import open_clip
 import torch
 from open_clip.model import set_model_preprocess_cfg
 from open_clip.transform import PreprocessCfg
+from torch import nn
 
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.models.weight_files import CHECKPOINT_SUFFIXES, check_weights_fit, read_weights
@@ -219,8 +220,8 @@ def resolve_pretrained(arch: str | None, pretrained: str | None,
 def build_open_clip(arch: str | None, pretrained: str | None = None,
                     pretrained_cfg: str | Mapping[str, Any] | None = None,
                     model_cfg: Mapping[str, Any] | None = None,
-                    ) -> tuple[open_clip.CLIP | open_clip.CustomTextCLIP, PretrainedRecord]:
-    """An ``open_clip.CLIP`` (or ``CustomTextCLIP``, see :func:`_clip_cfg`) with the record's
+                    ) -> tuple[nn.Module, PretrainedRecord]:
+    """An ``open_clip.CLIP`` (or ``CustomTextCLIP``, ``CoCa``: :func:`_clip_cfg`) with the record's
     activation and preprocessing, weights loaded.
 
     A tag's weights come through ``open_clip.pretrained.download_pretrained`` (open_clip's
@@ -232,7 +233,6 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
         ``(model, record)``; ``model.visual.preprocess_cfg`` is the record's.
 
     Raises:
-        TypeError: a multimodal (CoCa) architecture.
         RuntimeError: a tag's weights could not be fetched (offline), with the local-file route.
         WeightsMismatchError: weights of another architecture (keys named, with counts).
     """
@@ -263,25 +263,21 @@ def _clip_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
 
     ``open_clip.CLIP`` for OpenAI-style text towers, ``open_clip.CustomTextCLIP`` when the config
     asks for it (``custom_text``: SigLIP, SigLIP 2, MobileCLIP) or names a Hugging Face text
-    encoder (``text_cfg.hf_model_name``: XLM-R, RoBERTa). A Hugging Face encoder is built from
-    its config (``hf_model_pretrained=False``): the CLIP checkpoint holds its trained weights,
-    and the encoder's own pre-CLIP weights would be overwritten anyway.
-
-    Raises:
-        TypeError: a multimodal (CoCa) config, naming the architecture and the field.
+    encoder (``text_cfg.hf_model_name``: XLM-R, RoBERTa), ``open_clip.CoCa`` with a
+    ``multimodal_cfg`` (its contrastive towers are used; the captioning decoder is built, since
+    the checkpoint holds it, and never run). A Hugging Face encoder is built from its config
+    (``hf_model_pretrained=False``): the CLIP checkpoint holds its trained weights, and the
+    encoder's own pre-CLIP weights would be overwritten anyway.
     """
     cfg = {**_model_cfg(arch, model_cfg), 'quick_gelu': quick_gelu}
-    if cfg.get('multimodal_cfg'):
-        raise TypeError(f"open_clip architecture '{arch or 'custom'}' has multimodal_cfg: a CoCa "
-                        'model, built as open_clip.CoCa, whose contrastive text tower appends a '
-                        'class token after the padding (text_cfg.embed_cls), which xmr does '
-                        'not run; xmr runs CLIP and CustomTextCLIP')
     text_cfg = dict(cfg.get('text_cfg', {}))
     custom = bool(cfg.pop('custom_text', False)) or bool(text_cfg.get('hf_model_name'))
     if text_cfg.get('hf_model_name'):
         text_cfg['hf_model_pretrained'] = False
     cfg['text_cfg'] = text_cfg
     cfg.pop('preprocess_cfg', None)
+    if cfg.get('multimodal_cfg'):
+        return open_clip.CoCa, cfg
     return (open_clip.CustomTextCLIP if custom else open_clip.CLIP), cfg
 
 

@@ -68,10 +68,10 @@ class TargetLanguageBranch(nn.Module):
         if tower.fixed_context and isinstance(tokenizer, dict):
             tokenizer = {**tokenizer, 'pad_to': given_pad_to or tower.context_length}
         self.tokenizer = TOKENIZERS.build(tokenizer)
-        if self.tokenizer.max_length > tower.context_length:
+        if self.tokenizer.max_length > tower.max_tokens:
             raise ValueError(f'target tokenizer max_length {self.tokenizer.max_length} exceeds the '
-                             f'text tower context length {tower.context_length}; set '
-                             f'tokenizer.max_length <= {tower.context_length}')
+                             f'text tower context length {tower.max_tokens}; set '
+                             f'tokenizer.max_length <= {tower.max_tokens}')
         self.num_blocks = tower.num_blocks if num_blocks is None else num_blocks
         if not 1 <= self.num_blocks <= tower.num_blocks:
             raise ValueError(f'num_blocks={num_blocks} but the text tower has '
@@ -117,10 +117,13 @@ class TargetLanguageBranch(nn.Module):
                              f'fixed position of its {context}-token context{with_prompts} '
                              f'(SigLIP-style): set tokenizer.pad_to={length} or leave it out '
                              '(docs/backbones.md)')
-        if self.tokenizer.max_length > length:
+        room = length - self.tower.reserved_positions
+        if self.tokenizer.max_length > room:
+            reserved = self.tower.reserved_positions
+            also = f' and {reserved} position(s) the tower fills itself' if reserved else ''
             raise ValueError(f'target tokenizer max_length {self.tokenizer.max_length} does not '
-                             f'fit the {context}-token context{with_prompts}; set '
-                             f'tokenizer.max_length <= {length}')
+                             f'fit the {context}-token context{with_prompts}{also}; set '
+                             f'tokenizer.max_length <= {room}')
         self.tokenizer.pad_to = length
 
     def tokenize(self, texts: Sequence[str]) -> TokenBatch:
