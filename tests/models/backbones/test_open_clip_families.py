@@ -307,6 +307,9 @@ def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missin
                                         r'writes out BERT-style post-LN layers only'):
         MODELS.build(backbone_cfg(mt5, dict(type='SentencePieceTokenizer', corpus=TEXTS * 20,
                                             vocab_size=40)))
+    with pytest.raises(TypeError, match=r'text_cfg.hf_proj_type=None - open_clip builds no '
+                                        r'projection from the encoder width 16 to embed_dim 32'):
+        MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'narrow', proj=None, width=16)))
     with pytest.raises(TypeError, match='text_cfg.hf_pooler_type gives MaxPooler - xmr runs '
                                         'mean_pooler'):
         MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'xlmr', 'max_pooler')))

@@ -72,6 +72,10 @@ class OpenCLIPHFTextTower(CCLMTextTower):
                 f'{where}: text_cfg.hf_pooler_type gives {pooler_name} - xmr runs mean_pooler, '
                 'cls_pooler and cls_last_hidden_state_pooler (open_clip\'s MaxPooler fills the '
                 'real tokens, not the padding, with -inf, so it pools the padding)')
+        if not hasattr(encoder, 'proj'):
+            raise TypeError(f'{where}: text_cfg.hf_proj_type=None - open_clip builds no '
+                            f'projection from the encoder width {config.hidden_size} to '
+                            f'embed_dim {encoder.output_dim}; use \'linear\' or \'mlp\'')
         transformer = encoder.transformer
         super().__init__(transformer, embed_dim=None)
         self.pooling = _POOLERS[pooler_name]
