@@ -97,6 +97,23 @@ def xlmr_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp'
     return cfg
 
 
+def mt5_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp') -> dict:
+    """mt5-base-ViT-B-32 with a 2-block mT5 encoder (gated GELU, relative positions) written to
+    ``folder``; its ids and padding id are XLM-R's so that the shared tokenizer fits."""
+    from transformers import MT5Config
+
+    MT5Config(vocab_size=XLMR_VOCAB, d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2,
+              num_decoder_layers=1, relative_attention_num_buckets=8,
+              relative_attention_max_distance=16, pad_token_id=1, eos_token_id=2,
+              decoder_start_token_id=1).save_pretrained(folder)
+    cfg = copy.deepcopy(open_clip.get_model_config('mt5-base-ViT-B-32'))
+    cfg['embed_dim'] = 32
+    cfg['vision_cfg'] = dict(TINY_VIT)
+    cfg['text_cfg'].update(hf_model_name=str(folder), hf_pooler_type=pooler, hf_proj_type=proj,
+                           context_length=32)
+    return cfg
+
+
 def xlmr_tokenizer(**overrides) -> dict:
     return dict(type='HFTokenizer', tokenizer_file=str(XLMR_TOKENIZER), **overrides)
 

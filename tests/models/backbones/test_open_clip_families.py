@@ -15,6 +15,7 @@ from tests.models.backbones.open_clip_families import (
     clip_cfg,
     coca_cfg,
     mobileclip_cfg,
+    mt5_cfg,
     siglip_cfg,
     xlmr_cfg,
     xlmr_tokenizer,
@@ -52,11 +53,15 @@ def _family(name: str, tmp_path) -> tuple[dict, dict | None]:
             xlmr_cfg(tmp_path / 'xlmr', 'cls_last_hidden_state_pooler', None), xlmr_tokenizer()),
         'roberta_mean_pooler_mlp': lambda: (
             xlmr_cfg(tmp_path / 'roberta', model_type='roberta'), xlmr_tokenizer()),
+        'mt5_mean_pooler_mlp': lambda: (mt5_cfg(tmp_path / 'mt5'), xlmr_tokenizer()),
+        'mt5_cls_hidden_state_linear': lambda: (
+            mt5_cfg(tmp_path / 'mt5', 'cls_last_hidden_state_pooler', 'linear'),
+            xlmr_tokenizer()),
         'bert_cls_pooler_linear': lambda: (
             xlmr_cfg(tmp_path / 'bert', 'cls_pooler', 'linear', model_type='bert'),
             xlmr_tokenizer()),
     }
-    if any(key in name for key in ('siglip', 'xlmr', 'roberta', 'bert')):
+    if any(key in name for key in ('siglip', 'xlmr', 'roberta', 'bert', 'mt5')):
         if not XLMR_TOKENIZER.is_file():
             pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
     return families[name]()
@@ -68,7 +73,8 @@ FAMILIES = ['clip_causal_argmax', 'clip_causal_eos_id', 'clip_bidirectional_last
             'mobileclip_bidirectional_argmax', 'bidirectional_first_pooling',
             'causal_embed_cls', 'bidirectional_embed_cls', 'coca',
             'xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear', 'xlmr_cls_hidden_state_no_proj',
-            'roberta_mean_pooler_mlp', 'bert_cls_pooler_linear']
+            'roberta_mean_pooler_mlp', 'bert_cls_pooler_linear', 'mt5_mean_pooler_mlp',
+            'mt5_cls_hidden_state_linear']
 
 
 def _build(name: str, tmp_path):
@@ -238,7 +244,7 @@ ADAPTERS = {
 
 
 def _branch_tokenizer(name: str) -> dict:
-    if 'siglip' in name or 'xlmr' in name:
+    if any(key in name for key in ('siglip', 'xlmr', 'mt5')):
         return xlmr_tokenizer(max_length=24)
     return dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=24)
 
@@ -246,7 +252,7 @@ def _branch_tokenizer(name: str) -> dict:
 @pytest.mark.parametrize('adapter', sorted(ADAPTERS))
 @pytest.mark.parametrize('name', ['clip_causal_argmax', 'clip_quickgelu_custom_blocks',
                                   'siglip_last_proj_bias', 'bidirectional_first_pooling',
-                                  'coca', 'xlmr_mean_pooler_mlp'])
+                                  'coca', 'xlmr_mean_pooler_mlp', 'mt5_mean_pooler_mlp'])
 def test_target_branch_attaches_and_trains_only_its_adapters(name, adapter, tmp_path):
     backbone = _build(name, tmp_path)
     branch = MODELS.build(
@@ -296,17 +302,18 @@ def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missin
     with pytest.raises(TypeError, match=r'TextTransformer: attentional pooler \(attn_pool\) - '
                                         'xmr has no written-out attentional pooler'):
         OpenCLIPTextTower(text)
-    from transformers import MT5Config
+    from transformers import M2M100Config
 
-    MT5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2,
-              decoder_start_token_id=0).save_pretrained(tmp_path / 'mt5')
-    mt5 = xlmr_cfg(tmp_path / 'xlmr')
-    mt5['text_cfg']['hf_model_name'] = str(tmp_path / 'mt5')
-    with pytest.raises(TypeError, match=r"CustomTextCLIP.text \(HFTextEncoder of .*mt5\): "
-                                        r"text_cfg.hf_model_name has model_type 'mt5' - xmr "
-                                        r'writes out BERT-style post-LN layers only'):
-        MODELS.build(backbone_cfg(mt5, dict(type='SentencePieceTokenizer', corpus=TEXTS * 20,
-                                            vocab_size=40)))
+    M2M100Config(vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1,
+                 encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                 decoder_ffn_dim=64, max_position_embeddings=64).save_pretrained(tmp_path / 'nllb')
+    nllb = xlmr_cfg(tmp_path / 'xlmr')
+    nllb['text_cfg']['hf_model_name'] = str(tmp_path / 'nllb')
+    with pytest.raises(TypeError, match=r"CustomTextCLIP.text \(HFTextEncoder of .*nllb\): "
+                                        r"text_cfg.hf_model_name has model_type 'm2m_100' - xmr "
+                                        r'writes out BERT-style post-LN layers .* and T5 blocks'):
+        MODELS.build(backbone_cfg(nllb, dict(type='SentencePieceTokenizer', corpus=TEXTS * 20,
+                                             vocab_size=40)))
     with pytest.raises(TypeError, match=r'text_cfg.hf_proj_type=None - open_clip builds no '
                                         r'projection from the encoder width 16 to embed_dim 32'):
         MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'narrow', proj=None, width=16)))
@@ -381,7 +388,7 @@ DASD_BATCH = dict(
 
 
 @pytest.mark.parametrize('name', ['clip_causal_argmax', 'siglip_last_proj_bias',
-                                  'xlmr_mean_pooler_mlp'])
+                                  'xlmr_mean_pooler_mlp', 'mt5_mean_pooler_mlp'])
 def test_dasd_dynamic_adapters_with_the_sdm_train_on_each_family(name, tmp_path):
     """DASD end to end in the retriever: SDM on the first block, dynamic adapters after every
     block; both phases' losses train the branch's adapters and the SDM, nothing of the

@@ -95,6 +95,12 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         or packed ``[T, D]`` with the batch's :class:`PackedTokens` (attention through
         :meth:`attend`)."""
 
+    def token_states(self, x: torch.Tensor) -> torch.Tensor:
+        """What the tower does to every token between its last block and pooling, ``[B, L, D]
+        -> [B, L, D]``: nothing by default (T5's final RMSNorm acts here, see
+        :meth:`VisionLanguageBackbone.encode_text_tokens`)."""
+        return x
+
     @abstractmethod
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         """Final norm and projection of pooled tokens, ``[B, D] -> [B, E]``.
@@ -302,7 +308,7 @@ class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
         hidden = tower.encode_embeddings(
             tower.add_positions(tower.embed_tokens(tokens['input_ids'])), mask, eos_index,
             packed=tower.packing(mask))
-        return TokenOutput(tower.head(hidden), mask,
+        return TokenOutput(tower.head(tower.token_states(hidden)), mask,
                            tower.head(tower.pool(hidden, mask, eos_index)))
 
     def freeze(self) -> None:

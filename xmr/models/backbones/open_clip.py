@@ -10,7 +10,7 @@ from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.base import SiteHooks, TextTower, TokenOutput, VisionLanguageBackbone
-from xmr.models.backbones.open_clip_hf import OpenCLIPHFTextTower
+from xmr.models.backbones.open_clip_hf import hf_text_tower
 from xmr.models.backbones.open_clip_pretrained import (
     build_open_clip,
     check_record_tokenizer,
@@ -339,8 +339,9 @@ def open_clip_text_tower(model: nn.Module) -> TextTower:
     """The :class:`TextTower` of an open_clip model's text side.
 
     ``CLIP`` and a ``CustomTextCLIP`` with a ``TextTransformer`` (SigLIP, SigLIP 2, MobileCLIP)
-    give an :class:`OpenCLIPTextTower`; a ``CustomTextCLIP`` with an ``HFTextEncoder`` (XLM-R,
-    RoBERTa) an :class:`~xmr.models.backbones.open_clip_hf.OpenCLIPHFTextTower`.
+    give an :class:`OpenCLIPTextTower`; a ``CustomTextCLIP`` with an ``HFTextEncoder`` the tower
+    of its blocks (:func:`~xmr.models.backbones.open_clip_hf.hf_text_tower`: XLM-R, RoBERTa,
+    BERT, mT5).
 
     Raises:
         TypeError: a text tower xmr cannot run, naming the model class, the config field and
@@ -350,7 +351,7 @@ def open_clip_text_tower(model: nn.Module) -> TextTower:
 
     text = getattr(model, 'text', None)
     if isinstance(text, HFTextEncoder):
-        return OpenCLIPHFTextTower(text, type(model).__name__)
+        return hf_text_tower(text, type(model).__name__)
     if text is not None and not isinstance(text, _text_transformer_class()):
         raise TypeError(f'{type(model).__name__}.text is a {type(text).__name__}: '
                         'text_cfg names a tower that is neither open_clip\'s TextTransformer '
