@@ -168,3 +168,21 @@ def test_files_of_another_architecture_or_broken_are_refused(tmp_path):
     with pytest.raises(ValueError, match='ViT-B-32.pt .* is not a readable custom CLIP '
                                          'checkpoint.*download the file again'):
         MODELS.build(tiny_backbone_cfg(pretrained=str(truncated)))
+
+
+def test_hugging_face_tokenized_families_get_open_clips_tokenizer_options():
+    from xmr.models.backbones.open_clip_pretrained import text_tokenizer_cfg
+
+    assert text_tokenizer_cfg('ViT-B-32', None) is None  # CLIP's BPE, from the record
+    assert text_tokenizer_cfg('ViT-B-16-SigLIP2', None) == dict(
+        type='HFTokenizer', name_or_path='timm/ViT-B-16-SigLIP2', clean='canonicalize',
+        strip_sep_token=False)
+    assert text_tokenizer_cfg('ViT-L-14-CLIPA', None) == dict(
+        type='HFTokenizer', name_or_path='bert-base-uncased', clean='whitespace',
+        strip_sep_token=True)
+    assert text_tokenizer_cfg('xlm-roberta-base-ViT-B-32', None)['name_or_path'] == \
+        'xlm-roberta-base'
+    clips = {**TINY_CLIP, 'text_cfg': {**TINY_CLIP['text_cfg'], 'hf_tokenizer_name': 'x',
+                                       'tokenizer_mode': 'clips'}}
+    with pytest.raises(ValueError, match="'custom' tokenizes with tokenizer_mode='clips'"):
+        text_tokenizer_cfg(None, clips)

@@ -77,3 +77,17 @@ def test_hf_tokenizer_out_of_reach_names_it_and_the_offline_route(monkeypatch):
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')
     with pytest.raises(OSError, match="tokenizer 'xmr-tests/absent-tokenizer'.*tokenizer_file"):
         HFTokenizer(name_or_path='xmr-tests/absent-tokenizer')
+
+
+def test_hf_tokenizer_applies_open_clips_cleaning_and_sep_stripping(shared_data):
+    path = str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json')
+    plain = HFTokenizer(tokenizer_file=path)
+    canonical = HFTokenizer(tokenizer_file=path, clean='canonicalize')
+    # SigLIP's cleaning: lower case, punctuation removed, whitespace collapsed.
+    assert canonical.encode('A  Red circle!') == plain.encode('a red circle')
+    stripped = HFTokenizer(tokenizer_file=path, strip_sep_token=True)
+    ids = plain.encode('a red circle')
+    assert ids[-1] == 2  # </s>
+    assert stripped.encode('a red circle') == ids[:-1] + [0]
+    with pytest.raises(ValueError, match="HFTokenizer clean='upper'"):
+        HFTokenizer(tokenizer_file=path, clean='upper')

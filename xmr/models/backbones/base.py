@@ -46,15 +46,26 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         num_blocks: number of transformer blocks.
         context_length: longest sequence the positional table covers.
         causal: whether blocks attend causally (CLIP) or bidirectionally (BERT).
-        pooling: ``'eos'`` (token at ``eos_index``), ``'cls'`` (token 0) or ``'mean'`` (masked).
+        pooling: ``'eos'`` (token at ``eos_index``), ``'cls'`` (token 0), ``'last'`` (the last
+            position, padding or not: fixed-context towers such as SigLIP's) or ``'mean'``
+            (masked).
         num_heads: attention heads per block.
         pack_tokens: run blocks on the real tokens only (:class:`PackedTokens`) when a batch
             has padding; the outputs are those of the padded batch. Set it to ``False`` to run
             padded batches as they are (the authors' code; ``tools/benchmark.py``'s recompute
             path).
+        fixed_context: the pooled token's output depends on the padding (a bidirectional tower
+            that attends to its padding, or ``'last'`` pooling), so every sequence must be
+            exactly ``context_length`` tokens: tokenizers pad to it and nothing is packed
+            (docs/backbones.md).
+        reserved_positions: trailing positions the tower writes itself (open_clip's appended
+            class token, ``embed_cls``): captions hold at most :attr:`max_tokens` tokens.
     """
 
     pack_tokens: bool = True
+    fixed_context: bool = False
+    #: trailing positions of the context the tower fills itself (an appended class token).
+    reserved_positions: int = 0
     width: int
     embed_dim: int
     num_blocks: int
@@ -62,6 +73,12 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     causal: bool
     pooling: str
     num_heads: int
+
+    @property
+    def max_tokens(self) -> int:
+        """Most tokens a caption may have (specials included): the context less the
+        :attr:`reserved_positions`."""
+        return self.context_length - self.reserved_positions
 
     @abstractmethod
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -77,6 +94,12 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         """Run block ``index`` on ``x``: ``[B, L, D]`` with the bias from :meth:`build_mask`,
         or packed ``[T, D]`` with the batch's :class:`PackedTokens` (attention through
         :meth:`attend`)."""
+
+    def token_states(self, x: torch.Tensor) -> torch.Tensor:
+        """What the tower does to every token between its last block and pooling, ``[B, L, D]
+        -> [B, L, D]``: nothing by default (T5's final RMSNorm acts here, see
+        :meth:`VisionLanguageBackbone.encode_text_tokens`)."""
+        return x
 
     @abstractmethod
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
@@ -149,9 +172,11 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             return x[torch.arange(x.shape[0], device=x.device), eos_index]
         if self.pooling == 'cls':
             return x[:, 0]
+        if self.pooling == 'last':
+            return x[:, -1]
         if self.pooling == 'mean':
             return masked_token_mean(x, attention_mask)
-        raise ValueError(f"unknown pooling '{self.pooling}' (eos, cls or mean)")
+        raise ValueError(f"unknown pooling '{self.pooling}' (eos, cls, last or mean)")
 
     def encode_embeddings(self, x: torch.Tensor, attention_mask: torch.Tensor,
                           eos_index: torch.Tensor, hooks: SiteHooks | None = None,
@@ -285,7 +310,7 @@ class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
         hidden = tower.encode_embeddings(
             tower.add_positions(tower.embed_tokens(tokens['input_ids'])), mask, eos_index,
             packed=tower.packing(mask))
-        return TokenOutput(tower.head(hidden), mask,
+        return TokenOutput(tower.head(tower.token_states(hidden)), mask,
                            tower.head(tower.pool(hidden, mask, eos_index)))
 
     def freeze(self) -> None:

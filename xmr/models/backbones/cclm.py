@@ -93,6 +93,8 @@ class CCLMTextTower(TextTower):
 
     causal = False
     pooling = 'cls'
+    #: first position id of a sequence (see :meth:`add_positions`).
+    position_offset = 0
 
     def __init__(self, bert: nn.Module, embed_dim: int | None) -> None:
         super().__init__()
@@ -111,17 +113,21 @@ class CCLMTextTower(TextTower):
         return self.embeddings.word_embeddings(input_ids)
 
     def add_positions(self, x: torch.Tensor) -> torch.Tensor:
-        """``LN(x + type_0 + pos_{0..L-1})``: BERT's embedding sum and its LayerNorm.
+        """``LN(x + type_0 + pos_{o..o+L-1})``: BERT's embedding sum and its LayerNorm.
 
-        CCLM's encoder is BERT, not RoBERTa: position ids start at 0, not at ``pad_id + 1``.
-        The single token type (0) is part of every token's embedding.
+        ``o`` is :attr:`position_offset`: 0 for BERT (CCLM's encoder: positions start at 0),
+        ``pad_id + 1`` for RoBERTa / XLM-R, which number real tokens after the padding id.
+        Hugging Face gives padding positions the id ``pad_id`` rather than continuing the count;
+        padding is never attended to nor pooled, so the outputs that matter are the same. The
+        single token type (0) is part of every token's embedding.
         """
         length = x.shape[1]
         if length > self.context_length:
             raise ValueError(f'sequence of {length} tokens exceeds the text context length '
                              f'{self.context_length}')
         token_type = self.embeddings.token_type_embeddings.weight[0]
-        positions = self.embeddings.position_embeddings.weight[:length]
+        start = self.position_offset
+        positions = self.embeddings.position_embeddings.weight[start:start + length]
         return self.embeddings.LayerNorm(x + token_type + positions)
 
     @staticmethod

@@ -67,22 +67,8 @@ class MultilingualCLIPTextTower(CCLMTextTower):
         self.padding_idx = config.pad_token_id
         self.vocab_size = config.vocab_size
         # RoBERTa numbers real tokens from pad_id + 1, so fewer positions remain for text.
-        self.context_length = config.max_position_embeddings - self.padding_idx - 1
-
-    def add_positions(self, x: torch.Tensor) -> torch.Tensor:
-        """``LN(x + type_0 + pos_{p+1..p+L})`` with ``p`` = the padding id (RoBERTa).
-
-        Hugging Face numbers padding positions ``p`` rather than continuing the count; padding
-        is never attended to nor pooled, so the outputs that matter are the same.
-        """
-        length = x.shape[1]
-        if length > self.context_length:
-            raise ValueError(f'sequence of {length} tokens exceeds the text context length '
-                             f'{self.context_length}')
-        start = self.padding_idx + 1
-        positions = self.embeddings.position_embeddings.weight[start:start + length]
-        token_type = self.embeddings.token_type_embeddings.weight[0]
-        return self.embeddings.LayerNorm(x + token_type + positions)
+        self.position_offset = self.padding_idx + 1
+        self.context_length = config.max_position_embeddings - self.position_offset
 
 
 def convert_mclip_state_dict(state_dict: Mapping[str, torch.Tensor],

@@ -1,4 +1,5 @@
-"""open_clip CLIP as a frozen :class:`VisionLanguageBackbone`."""
+"""open_clip models (CLIP, CustomTextCLIP: SigLIP, SigLIP 2, MobileCLIP, XLM-R CLIPs) as frozen
+:class:`VisionLanguageBackbone`s."""
 from __future__ import annotations
 
 import hashlib
@@ -9,24 +10,78 @@ from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.base import SiteHooks, TextTower, TokenOutput, VisionLanguageBackbone
+from xmr.models.backbones.open_clip_hf import hf_text_tower
 from xmr.models.backbones.open_clip_pretrained import (
     build_open_clip,
     check_record_tokenizer,
+    hf_tokenizer_name,
     record_tokenizer_cfg,
+    text_tokenizer_cfg,
 )
 from xmr.models.language.packed_tokens import PackedTokens
+from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.registry import MODELS, TOKENIZERS
+
+#: open_clip ``pool_type`` -> the :class:`TextTower` pooling rule that selects the same token.
+_POOLING = {'argmax': 'eos', 'eos': 'eos', 'first': 'cls', 'last': 'last'}
+
+
+def _text_transformer_class():
+    import open_clip
+
+    return open_clip.transformer.TextTransformer
+
+
+def _refuse(owner: str, field: str, what: str) -> TypeError:
+    return TypeError(f'{owner}: {field} - {what}')
 
 
 class OpenCLIPTextTower(TextTower):
-    """open_clip's causal text transformer, run block by block with adapter sites.
+    """open_clip's ``TextTransformer`` (as ``CLIP``'s text attributes or ``CustomTextCLIP.text``),
+    run block by block with adapter sites.
 
     The residual block is written out on the frozen weights rather than called, because
     ``nn.MultiheadAttention`` reads ``in_proj_weight``/``out_proj`` directly: a wrapped projection
-    would be silently ignored (DESIGN pitfalls). Written out, every site is reachable.
+    would be silently ignored (DESIGN pitfalls). Written out, every site is reachable. Both of
+    open_clip's block kinds run: ``ResidualAttentionBlock`` and ``CustomResidualAttentionBlock``
+    (``qk_norm``, ``scale_heads``, ``scale_attn_inner``, ``scale_attn``, ``scale_fc``;
+    ``scaled_cosine_attn`` is refused: open_clip's own text attention cannot run it). The
+    activation and the norms (their ``eps``) are the blocks' own modules, so GELU, QuickGELU or
+    tanh-GELU and SigLIP's ``eps=1e-6`` follow the model.
+
+    What the tower reads from the model (the text config field in brackets):
+
+    * mask: causal when the model keeps a causal ``attn_mask`` (``no_causal_mask``); padding keys
+      masked only when the model masks them (``use_pad_mask`` of a bidirectional
+      ``TextTransformer``); otherwise every position, padding included, is attended to, as
+      open_clip does;
+    * pooling (``pool_type``): ``'argmax'`` and ``'eos'`` pool the tokenizer's end token
+      (``eos_index``; open_clip's argmax finds it only with its own BPE vocabulary), ``'first'``
+      token 0, ``'last'`` the last position of the sequence;
+    * head: ``ln_final`` then the projection, a matrix, a ``Linear`` with bias (``proj_bias``), or
+      none (``proj_type='none'``: ``E = D``). Pooling selects one token and LayerNorm acts per
+      token, so norm-then-pool and pool-then-norm (``final_ln_after_pool``) are the same.
+
+    A tower whose pooled token depends on the padding (``'last'`` pooling; a bidirectional tower
+    without padding mask) has a fixed context: :attr:`fixed_context` is set, every sequence must
+    be exactly :attr:`context_length` tokens, and packing is off (docs/backbones.md).
+
+    ``embed_cls`` (CoCa-style): open_clip appends a class token after the ``C`` caption
+    positions, masks the padding keys (``text != pad_id``, shifted by one position unless
+    ``correct_cls_mask``, as open_clip does) and pools the class token. Here the context is
+    ``C + 1`` positions, the tokenizer pads to ``C + 1`` with captions of at most ``C`` tokens
+    (:attr:`max_tokens`), and :meth:`add_positions` writes the class token into the last
+    position, so masks and hidden states keep one layout ``[B, C + 1]`` everywhere.
 
     Args:
-        clip: an ``open_clip.CLIP`` whose text tower is used (not copied).
+        clip: an ``open_clip.CLIP`` (its text attributes are used, not copied), an
+            ``open_clip.CustomTextCLIP`` whose ``text`` is a ``TextTransformer``, or a
+            ``TextTransformer`` itself.
+
+    Raises:
+        TypeError: a tower xmr cannot run, naming the class, the config field and what is
+            missing (``pool_type='none'``, an attentional pooler, ``scaled_cosine_attn``, a
+            block type that is neither of open_clip's).
     """
 
     causal = True
@@ -34,28 +89,148 @@ class OpenCLIPTextTower(TextTower):
 
     def __init__(self, clip: nn.Module) -> None:
         super().__init__()
-        self.token_embedding = clip.token_embedding
-        self.positional_embedding = clip.positional_embedding
-        self.blocks = clip.transformer.resblocks
-        self.ln_final = clip.ln_final
-        self.text_projection = clip.text_projection
-        self.width = clip.transformer.width
+        text_cls = _text_transformer_class()
+        owner = type(clip).__name__
+        text = clip.text if isinstance(getattr(clip, 'text', None), text_cls) else clip
+        if isinstance(text, text_cls):
+            owner = f'{owner}.text (TextTransformer)' if text is not clip else owner
+            pool_type = text.pool_type
+            self.pad_masked = bool(getattr(text, 'use_pad_mask', False))
+            self.pad_id = int(getattr(text, 'pad_id', 0))
+            self.cls_emb = getattr(text, 'cls_emb', None)
+            self.correct_cls_mask = bool(getattr(text, 'correct_cls_mask', False))
+            if self.cls_emb is not None:
+                # open_clip: the class token overrides pool_type and brings a padding mask.
+                pool_type, self.pad_masked, self.reserved_positions = 'last', True, 1
+        elif all(hasattr(clip, name) for name in ('transformer', 'token_embedding',
+                                                  'positional_embedding', 'ln_final')):
+            pool_type = getattr(clip, 'text_pool_type', 'argmax')
+            self.pad_masked = False  # CLIP.encode_text applies its causal mask only
+            self.pad_id = 0
+            self.cls_emb = None
+        else:
+            raise _refuse(owner, 'text tower', 'not an open_clip TextTransformer nor a CLIP with '
+                          'its text attributes (transformer, token_embedding, '
+                          'positional_embedding, ln_final)')
+        if getattr(text, 'attn_pool', None) is not None:
+            raise _refuse(owner, 'attentional pooler (attn_pool)', 'xmr has no written-out '
+                          'attentional pooler for text towers; set pool_type instead')
+        if pool_type not in _POOLING:
+            raise _refuse(owner, f'text_cfg.pool_type={pool_type!r}', 'open_clip then returns '
+                          'every token ([B, L, E]), not one embedding per caption, which '
+                          f'retrieval needs; use one of {sorted(_POOLING)}')
+        self.pool_type = pool_type
+        self.pooling = _POOLING[pool_type]
+        self.token_embedding = text.token_embedding
+        self.positional_embedding = text.positional_embedding
+        self.blocks = text.transformer.resblocks
+        self.ln_final = text.ln_final
+        self.text_projection = text.text_projection
+        self.causal = text.attn_mask is not None
+        self.width = text.transformer.width
         self.num_blocks = len(self.blocks)
-        self.context_length = clip.positional_embedding.shape[0]
-        self.embed_dim = (clip.text_projection.out_features
-                          if isinstance(clip.text_projection, nn.Linear)
-                          else clip.text_projection.shape[1])
+        self.context_length = text.positional_embedding.shape[0]
+        self.vocab_size = text.token_embedding.num_embeddings
+        if self.text_projection is None:
+            self.embed_dim = self.width
+        elif isinstance(self.text_projection, nn.Linear):
+            self.embed_dim = self.text_projection.out_features
+        else:
+            self.embed_dim = self.text_projection.shape[1]
+        self.custom_blocks = self._check_blocks(owner)
         self.num_heads = self.blocks[0].attn.num_heads
+        # The pooled token is independent of the padding only when it is a real token that sees
+        # no padding: masked padding keys, or a causal mask with the padding after it.
+        # A class token's position moves with the length too.
+        self.fixed_context = (self.pooling == 'last' or self.cls_emb is not None
+                              or not (self.causal or self.pad_masked))
+
+    def _check_blocks(self, owner: str) -> bool:
+        from open_clip.transformer import CustomResidualAttentionBlock, ResidualAttentionBlock
+
+        kinds = {type(block) for block in self.blocks}
+        if kinds == {ResidualAttentionBlock}:
+            if any(hasattr(block, 'ln_1_kv') for block in self.blocks):
+                raise _refuse(owner, 'transformer.resblocks', 'cross-attention blocks '
+                              '(is_cross_attention) are not a text encoder')
+            return False
+        if kinds == {CustomResidualAttentionBlock}:
+            if any(block.attn.logit_scale is not None for block in self.blocks):
+                raise _refuse(owner, 'text_cfg.scaled_cosine_attn=True', "open_clip's own "
+                              'Attention cannot run it on text (torch.bmm on [B, H, L, d] '
+                              'heads fails), so there is no computation to reproduce')
+            return True
+        names = sorted(kind.__name__ for kind in kinds)
+        raise _refuse(owner, 'text_cfg.block_type', f'blocks of type {names}; xmr writes out '
+                      "open_clip's ResidualAttentionBlock and CustomResidualAttentionBlock")
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.token_embedding(input_ids)
 
     def add_positions(self, x: torch.Tensor) -> torch.Tensor:
+        """Add positions ``0..L-1`` to ``x`` ``[B, L, D]``; with ``embed_cls`` the last
+        position (the slot the tokenizer padded for it) becomes the class token first."""
         length = x.shape[1]
         if length > self.context_length:
             raise ValueError(f'sequence of {length} tokens exceeds the text context length '
                              f'{self.context_length}')
+        if self.cls_emb is not None:
+            cls = self.cls_emb.to(x.dtype).expand(x.shape[0], 1, -1)
+            x = torch.cat([x[:, :-1], cls], dim=1)
         return x + self.positional_embedding[:length].to(x.dtype)
+
+    def encode_embeddings(self, x: torch.Tensor, attention_mask: torch.Tensor,
+                          eos_index: torch.Tensor, hooks: SiteHooks | None = None,
+                          blocks: range | None = None,
+                          packed: PackedTokens | None = None) -> torch.Tensor:
+        """:meth:`TextTower.encode_embeddings`; a fixed-context tower needs ``L`` = its context.
+
+        Raises:
+            ValueError: a fixed-context tower given another length (both numbers named).
+        """
+        length = x.shape[-2]
+        if self.fixed_context and length != self.context_length:
+            raise ValueError(
+                f'this text tower (pool_type={self.pool_type!r}, causal={self.causal}, padding '
+                f'masked={self.pad_masked}) pools a position whose output depends on the '
+                f'padding, so every sequence must be its full context of {self.context_length} '
+                f'tokens, not {length}: set the tokenizer\'s pad_to={self.context_length} '
+                '(docs/backbones.md)')
+        return super().encode_embeddings(x, attention_mask, eos_index, hooks, blocks, packed)
+
+    def build_mask(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Additive bias ``[B, 1, L, L]`` from a ``[B, L]`` bool mask of real tokens: open_clip's
+        own mask for this tower.
+
+        A padding-masked tower (``use_pad_mask``, ``embed_cls``) masks exactly the padding keys,
+        for every query, padding queries included, since a fixed-context tower may pool a
+        padding position; with ``embed_cls`` the class token's key is valid and, unless
+        ``correct_cls_mask``, the key mask is shifted by one position as open_clip builds it.
+        A fixed-context tower without padding mask (SigLIP) attends to everything but the
+        future keys of a causal mask. Other towers take :meth:`TextTower.build_mask`.
+        """
+        if self.pad_masked:
+            batch, length = attention_mask.shape
+            valid = attention_mask
+            if self.cls_emb is not None:
+                real, cls = attention_mask[:, :-1], attention_mask.new_ones(batch, 1)
+                valid = torch.cat([real, cls] if self.correct_cls_mask else [cls, real], dim=1)
+            allowed = valid[:, None, None, :].expand(batch, 1, length, length)
+            if self.causal:
+                allowed = allowed & torch.ones(length, length, dtype=torch.bool,
+                                               device=allowed.device).tril()
+            bias = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
+            return bias.masked_fill(~allowed, float('-inf'))
+        if self.fixed_context:
+            attention_mask = torch.ones_like(attention_mask)
+        return super().build_mask(attention_mask)
+
+    def packing(self, attention_mask: torch.Tensor) -> PackedTokens | None:
+        """``None`` for a fixed-context tower (its padding tokens are computed on), else the
+        batch's :class:`PackedTokens`."""
+        if self.fixed_context:
+            return None
+        return super().packing(attention_mask)
 
     @staticmethod
     def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -66,6 +241,31 @@ class OpenCLIPTextTower(TextTower):
             if delta is not None:
                 out = out + delta
         return out
+
+    def _custom_attend(self, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       mask: torch.Tensor | PackedTokens | None) -> torch.Tensor:
+        """open_clip ``Attention``: q/k LayerNorm per head, then the per-head scale.
+
+        Args:
+            attn: the block's ``open_clip.transformer.Attention``.
+            q, k, v: ``[B, L, D]``, or ``[T, D]`` with :class:`PackedTokens`.
+            mask: as in :meth:`attend`.
+
+        Returns:
+            The context in the layout of ``q``, before ``ln_inner`` and ``out_proj``.
+        """
+        if isinstance(mask, PackedTokens):
+            context = self._custom_attend(attn, mask.unpack(q), mask.unpack(k), mask.unpack(v),
+                                          mask.bias)
+            return mask.pack(context)
+        batch, length, width = q.shape
+        q, k, v = (t.reshape(batch, length, self.num_heads, width // self.num_heads)
+                   .transpose(1, 2) for t in (q, k, v))
+        bias = mask.to(q.dtype) if mask is not None else None
+        context = F.scaled_dot_product_attention(attn.ln_q(q), attn.ln_k(k), v, attn_mask=bias)
+        if attn.head_scale is not None:
+            context = context * attn.head_scale
+        return context.transpose(1, 2).reshape(batch, length, width)
 
     def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
                   hooks: SiteHooks | None = None) -> torch.Tensor:
@@ -86,9 +286,15 @@ class OpenCLIPTextTower(TextTower):
 
         qkv = self._linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias, hooks,
                            AdapterSite.ATTN_QKV, index)
-        context = self.attend(*qkv.chunk(3, dim=-1), mask)
-        h = block.ls_1(self._linear(context, attn.out_proj.weight, attn.out_proj.bias, hooks,
-                                    AdapterSite.ATTN_OUT, index))
+        if self.custom_blocks:
+            context = attn.ln_inner(self._custom_attend(attn, *qkv.chunk(3, dim=-1), mask))
+        else:
+            context = self.attend(*qkv.chunk(3, dim=-1), mask)
+        h = self._linear(context, attn.out_proj.weight, attn.out_proj.bias, hooks,
+                         AdapterSite.ATTN_OUT, index)
+        if self.custom_blocks:
+            h = block.ln_attn(h)
+        h = block.ls_1(h)
         if hooks is not None:
             h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
         x = x + h
@@ -96,7 +302,10 @@ class OpenCLIPTextTower(TextTower):
         mlp = block.mlp
         h = self._linear(block.ln_2(x), mlp.c_fc.weight, mlp.c_fc.bias, hooks,
                          AdapterSite.MLP_FC, index)
-        h = self._linear(mlp.gelu(h), mlp.c_proj.weight, mlp.c_proj.bias, hooks,
+        h = mlp.gelu(h)
+        if self.custom_blocks:
+            h = mlp.ln(h)
+        h = self._linear(h, mlp.c_proj.weight, mlp.c_proj.bias, hooks,
                          AdapterSite.MLP_PROJ, index)
         h = block.ls_2(h)
         if hooks is not None:
@@ -107,7 +316,10 @@ class OpenCLIPTextTower(TextTower):
         return x
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``ln_final`` then the projection (matrix, ``Linear`` with bias, or none)."""
         pooled = self.ln_final(pooled)
+        if self.text_projection is None:
+            return pooled
         if isinstance(self.text_projection, nn.Linear):
             return self.text_projection(pooled)
         return pooled @ self.text_projection
@@ -121,6 +333,56 @@ class OpenCLIPTextTower(TextTower):
             AdapterSite.MLP_FC: (self.width, mlp.c_fc.out_features),
             AdapterSite.MLP_PROJ: (mlp.c_fc.out_features, self.width),
         }
+
+
+def open_clip_text_tower(model: nn.Module) -> TextTower:
+    """The :class:`TextTower` of an open_clip model's text side.
+
+    ``CLIP`` and a ``CustomTextCLIP`` with a ``TextTransformer`` (SigLIP, SigLIP 2, MobileCLIP)
+    give an :class:`OpenCLIPTextTower`; a ``CustomTextCLIP`` with an ``HFTextEncoder`` the tower
+    of its blocks (:func:`~xmr.models.backbones.open_clip_hf.hf_text_tower`: XLM-R, RoBERTa,
+    BERT, mT5).
+
+    Raises:
+        TypeError: a text tower xmr cannot run, naming the model class, the config field and
+            what is missing.
+    """
+    from open_clip.hf_model import HFTextEncoder
+
+    text = getattr(model, 'text', None)
+    if isinstance(text, HFTextEncoder):
+        return hf_text_tower(text, type(model).__name__)
+    if text is not None and not isinstance(text, _text_transformer_class()):
+        raise TypeError(f'{type(model).__name__}.text is a {type(text).__name__}: '
+                        'text_cfg names a tower that is neither open_clip\'s TextTransformer '
+                        'nor an HFTextEncoder, and xmr has no written-out blocks for it')
+    return OpenCLIPTextTower(model)
+
+
+def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, arch: str) -> None:
+    """Refuse a source tokenizer whose ids, length or padding do not fit the text tower.
+
+    Raises:
+        ValueError: more ids than the tower embeds, a ``max_length`` beyond its context, a
+            fixed-context tower fed without ``pad_to`` = its context, or a padding id other
+            than the one the tower masks; each names both numbers.
+    """
+    vocab = getattr(tower, 'vocab_size', None)
+    if vocab is not None and tokenizer.vocab_size > vocab:
+        raise ValueError(f'tokenizer emits {tokenizer.vocab_size} ids but the text tower of '
+                         f'{arch} has {vocab} embeddings')
+    if tokenizer.max_length > tower.max_tokens:
+        raise ValueError(f'tokenizer max_length {tokenizer.max_length} exceeds the text context '
+                         f'length {tower.max_tokens} of {arch}')
+    if tower.fixed_context and tokenizer.pad_to != tower.context_length:
+        raise ValueError(f'tokenizer pad_to={tokenizer.pad_to} but the text tower of {arch} '
+                         f'pools a fixed position of its {tower.context_length}-token context: '
+                         f'set pad_to={tower.context_length} (docs/backbones.md)')
+    pad_id = getattr(tower, 'pad_id', None)
+    masks_padding = getattr(tower, 'pad_masked', not tower.causal)
+    if masks_padding and pad_id is not None and tokenizer.pad_id != pad_id:
+        raise ValueError(f'tokenizer pads with id {tokenizer.pad_id} but the text tower of '
+                         f'{arch} masks id {pad_id} as padding')
 
 
 def open_clip_image_tokens(visual: nn.Module, images: torch.Tensor, arch: str) -> TokenOutput:
@@ -184,21 +446,30 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         self.arch = self.record.arch
         self.pretrained = pretrained
 
-        self.text_tower = OpenCLIPTextTower(self.clip)
+        self.text_tower = open_clip_text_tower(self.clip)
         self.embed_dim = self.text_tower.embed_dim
         self.image_size = self.record.image_size
         self.image_mean = self.record.mean
         self.image_std = self.record.std
-        self.tokenizer = TOKENIZERS.build(record_tokenizer_cfg(self.record, tokenizer))
-        check_record_tokenizer(self.record, self.tokenizer)
-        if self.tokenizer.vocab_size > self.clip.vocab_size:
-            raise ValueError(f'tokenizer emits {self.tokenizer.vocab_size} ids but the text '
-                             f'tower has {self.clip.vocab_size} embeddings')
+        bpe = hf_tokenizer_name(arch, model_cfg) is None
+        if bpe:  # CLIP's BPE: open_clip's own tokenizer, from the record
+            tokenizer_cfg = record_tokenizer_cfg(self.record, tokenizer)
+        else:
+            tokenizer_cfg = dict(tokenizer or text_tokenizer_cfg(arch, model_cfg))
+            if tokenizer_cfg.get('type') == 'HFTokenizer':
+                tokenizer_cfg.setdefault('max_length', self.record.context_length)
+        if self.text_tower.fixed_context:
+            tokenizer_cfg.setdefault('pad_to', self.text_tower.context_length)
+        self.tokenizer = TOKENIZERS.build(tokenizer_cfg)
+        if bpe:
+            check_record_tokenizer(self.record, self.tokenizer)
+        check_tokenizer_fits(self.tokenizer, self.text_tower, self.arch)
         if freeze:
             self.freeze()
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        return self.clip.encode_image(images)
+        # Unnormalised for every model class (CoCa normalises unless told not to).
+        return self.clip.encode_image(images, normalize=False)
 
     def encode_image_tokens(self, images: torch.Tensor) -> TokenOutput:
         """``[B, 3, H, W]`` -> class token then patches, ``[B, 1 + P, E]`` (see

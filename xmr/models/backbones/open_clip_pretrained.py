@@ -26,13 +26,15 @@ import open_clip
 import torch
 from open_clip.model import set_model_preprocess_cfg
 from open_clip.transform import PreprocessCfg
+from torch import nn
 
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.models.weight_files import CHECKPOINT_SUFFIXES, check_weights_fit, read_weights
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
            'build_open_clip', 'read_clip_weights', 'record_tokenizer_cfg',
-           'check_record_tokenizer', 'is_checkpoint_path', 'RECORD_FIELDS']
+           'check_record_tokenizer', 'is_checkpoint_path', 'RECORD_FIELDS', 'text_tokenizer_cfg',
+           'hf_tokenizer_name']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
 RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
@@ -218,8 +220,9 @@ def resolve_pretrained(arch: str | None, pretrained: str | None,
 def build_open_clip(arch: str | None, pretrained: str | None = None,
                     pretrained_cfg: str | Mapping[str, Any] | None = None,
                     model_cfg: Mapping[str, Any] | None = None,
-                    ) -> tuple[open_clip.CLIP, PretrainedRecord]:
-    """An ``open_clip.CLIP`` with the record's activation and preprocessing, weights loaded.
+                    ) -> tuple[nn.Module, PretrainedRecord]:
+    """An ``open_clip.CLIP`` (or ``CustomTextCLIP``, ``CoCa``: :func:`_clip_cfg`) with the record's
+    activation and preprocessing, weights loaded.
 
     A tag's weights come through ``open_clip.pretrained.download_pretrained`` (open_clip's
     cache) and, like a local file, are read by :func:`read_clip_weights` and loaded strictly
@@ -230,17 +233,16 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
         ``(model, record)``; ``model.visual.preprocess_cfg`` is the record's.
 
     Raises:
-        TypeError: the architecture is not a CLIP with open_clip's own text transformer.
         RuntimeError: a tag's weights could not be fetched (offline), with the local-file route.
         WeightsMismatchError: weights of another architecture (keys named, with counts).
     """
     record, weights = resolve_pretrained(arch, pretrained, pretrained_cfg, model_cfg)
-    cfg = _clip_cfg(arch, model_cfg, record.quick_gelu)
+    model_cls, cfg = _clip_cfg(arch, model_cfg, record.quick_gelu)
     if pretrained and weights is None:
         weights = _download(arch, pretrained)
     # Read before building: a broken file fails fast, before a large model is initialised.
     state_dict = read_clip_weights(weights, record) if weights is not None else None
-    model = open_clip.CLIP(**cfg)
+    model = model_cls(**cfg)
     if state_dict is not None:
         if 'logit_scale' in state_dict:  # a scalar in some releases, [1] in others
             state_dict['logit_scale'] = state_dict['logit_scale'].reshape(
@@ -254,18 +256,63 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
 
 
 def _clip_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
-              quick_gelu: bool) -> dict[str, Any]:
-    """Keyword arguments of ``open_clip.CLIP`` (built directly, not through ``create_model``,
-    so that it also builds on the meta device; preprocessing is the record's business)."""
+              quick_gelu: bool) -> tuple[type, dict[str, Any]]:
+    """The open_clip model class and its keyword arguments (built directly, not through
+    ``create_model``, so that it also builds on the meta device; preprocessing is the record's
+    business).
+
+    ``open_clip.CLIP`` for OpenAI-style text towers, ``open_clip.CustomTextCLIP`` when the config
+    asks for it (``custom_text``: SigLIP, SigLIP 2, MobileCLIP) or names a Hugging Face text
+    encoder (``text_cfg.hf_model_name``: XLM-R, RoBERTa), ``open_clip.CoCa`` with a
+    ``multimodal_cfg`` (its contrastive towers are used; the captioning decoder is built, since
+    the checkpoint holds it, and never run). A Hugging Face encoder is built from its config
+    (``hf_model_pretrained=False``): the CLIP checkpoint holds its trained weights, and the
+    encoder's own pre-CLIP weights would be overwritten anyway.
+    """
     cfg = {**_model_cfg(arch, model_cfg), 'quick_gelu': quick_gelu}
-    other_text = [key for key in ('custom_text', 'multimodal_cfg') if cfg.get(key)] + [
-        key for key in ('hf_model_name',) if key in cfg['text_cfg']]
-    if other_text:
-        raise TypeError(f"open_clip architecture '{arch}' has another text tower "
-                        f'({", ".join(other_text)}); xmr needs the CLIP text transformer')
+    text_cfg = dict(cfg.get('text_cfg', {}))
+    custom = bool(cfg.pop('custom_text', False)) or bool(text_cfg.get('hf_model_name'))
+    if text_cfg.get('hf_model_name'):
+        text_cfg['hf_model_pretrained'] = False
+    cfg['text_cfg'] = text_cfg
     cfg.pop('preprocess_cfg', None)
-    cfg.pop('custom_text', None)
-    return cfg
+    if cfg.get('multimodal_cfg'):
+        return open_clip.CoCa, cfg
+    return (open_clip.CustomTextCLIP if custom else open_clip.CLIP), cfg
+
+
+def hf_tokenizer_name(arch: str | None, model_cfg: Mapping[str, Any] | None) -> str | None:
+    """``text_cfg.hf_tokenizer_name`` of an architecture, ``None`` for CLIP's BPE."""
+    return _model_cfg(arch, model_cfg).get('text_cfg', {}).get('hf_tokenizer_name') or None
+
+
+def text_tokenizer_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
+                       ) -> dict[str, Any] | None:
+    """The ``HFTokenizer`` config of an architecture whose text tower reads a Hugging Face
+    tokenizer (``text_cfg.hf_tokenizer_name``: SigLIP, CLIPA, XLM-R CLIPs), or ``None`` for
+    CLIP's BPE.
+
+    open_clip's tokenizer options are carried over: ``tokenizer_kwargs.clean`` (its text
+    cleaning, ``'whitespace'`` by default; SigLIP's ``'canonicalize'``) and
+    ``strip_sep_token`` (CLIPA).
+
+    Raises:
+        ValueError: a ``tokenizer_mode`` or tokenizer option xmr's ``HFTokenizer`` does not
+            reproduce, named with the architecture.
+    """
+    name = hf_tokenizer_name(arch, model_cfg)
+    if not name:
+        return None
+    text_cfg = _model_cfg(arch, model_cfg).get('text_cfg', {})
+    options = dict(text_cfg.get('tokenizer_kwargs') or {})
+    mode = text_cfg.get('tokenizer_mode')
+    unknown = sorted(set(options) - {'clean', 'strip_sep_token'})
+    if mode or unknown:
+        raise ValueError(f"open_clip architecture '{arch or 'custom'}' tokenizes with "
+                         f'tokenizer_mode={mode!r}, tokenizer_kwargs {unknown}, which xmr\'s '
+                         'HFTokenizer does not reproduce; pass a tokenizer config that does')
+    return dict(type='HFTokenizer', name_or_path=name, clean=options.get('clean', 'whitespace'),
+                strip_sep_token=bool(options.get('strip_sep_token', False)))
 
 
 def _download(arch: str, tag: str) -> Path:

@@ -46,7 +46,8 @@ class TargetLanguageBranch(nn.Module):
         tower: the backbone's :class:`TextTower`; used, not owned (it is not registered as a
             submodule, so the frozen weights appear once, under the backbone).
         languages: target language codes, each with its own adapter set.
-        tokenizer: ``TOKENIZERS`` config of the target tokenizer.
+        tokenizer: ``TOKENIZERS`` config of the target tokenizer; for a fixed-context tower
+            (:attr:`TextTower.fixed_context`, SigLIP) ``pad_to`` defaults to its context.
         embedding: ``MODELS`` config of the embedding block (default :class:`TargetEmbedding`);
             ``vocab_size`` and ``width`` are filled in from the tokenizer and the tower, and
             ``tower`` too when the class sets ``reads_tower`` (the tower's own embedding).
@@ -62,11 +63,15 @@ class TargetLanguageBranch(nn.Module):
         if not languages:
             raise ValueError('the target-language branch needs at least one language')
         self.languages = normalize_languages(list(languages), 'TargetLanguageBranch languages')
+        given_pad_to = (tokenizer.get('pad_to') if isinstance(tokenizer, dict)
+                        else getattr(tokenizer, 'pad_to', None))
+        if tower.fixed_context and isinstance(tokenizer, dict):
+            tokenizer = {**tokenizer, 'pad_to': given_pad_to or tower.context_length}
         self.tokenizer = TOKENIZERS.build(tokenizer)
-        if self.tokenizer.max_length > tower.context_length:
+        if self.tokenizer.max_length > tower.max_tokens:
             raise ValueError(f'target tokenizer max_length {self.tokenizer.max_length} exceeds the '
-                             f'text tower context length {tower.context_length}; set '
-                             f'tokenizer.max_length <= {tower.context_length}')
+                             f'text tower context length {tower.max_tokens}; set '
+                             f'tokenizer.max_length <= {tower.max_tokens}')
         self.num_blocks = tower.num_blocks if num_blocks is None else num_blocks
         if not 1 <= self.num_blocks <= tower.num_blocks:
             raise ValueError(f'num_blocks={num_blocks} but the text tower has '
@@ -90,6 +95,36 @@ class TargetLanguageBranch(nn.Module):
         for module in self.adapters.modules():
             if isinstance(module, BaseAdapter):
                 module.attach(self.tokenizer, self.embedding)
+        if tower.fixed_context:
+            self._fit_fixed_context(given_pad_to)
+
+    def _fit_fixed_context(self, given_pad_to: int | None) -> None:
+        """Pad the captions of a fixed-context tower so that, with the prompt tokens input-site
+        adapters insert, every sequence is exactly the tower's context (docs/backbones.md).
+
+        Raises:
+            ValueError: a ``pad_to`` other than the context less the prompt tokens, or a
+                ``max_length`` that does not fit; each names the numbers.
+        """
+        context = self.tower.context_length
+        # Every language places the same adapter configs, so one language gives the count.
+        num_prompt = sum(module.num_tokens
+                         for module in self.adapters.input_adapters(self.languages[0]))
+        length = context - num_prompt
+        with_prompts = f' less {num_prompt} prompt tokens' if num_prompt else ''
+        if given_pad_to is not None and given_pad_to != length:
+            raise ValueError(f'target tokenizer pad_to={given_pad_to} but the text tower pools a '
+                             f'fixed position of its {context}-token context{with_prompts} '
+                             f'(SigLIP-style): set tokenizer.pad_to={length} or leave it out '
+                             '(docs/backbones.md)')
+        room = length - self.tower.reserved_positions
+        if self.tokenizer.max_length > room:
+            reserved = self.tower.reserved_positions
+            also = f' and {reserved} position(s) the tower fills itself' if reserved else ''
+            raise ValueError(f'target tokenizer max_length {self.tokenizer.max_length} does not '
+                             f'fit the {context}-token context{with_prompts}{also}; set '
+                             f'tokenizer.max_length <= {room}')
+        self.tokenizer.pad_to = length
 
     def tokenize(self, texts: Sequence[str]) -> TokenBatch:
         return self.tokenizer(texts)

@@ -158,15 +158,30 @@ class HFTokenizer(BaseTokenizer):
         max_length: longest sequence kept.
         lowercase: lower-case captions first (CCLM's retrieval recipe).
         pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
+        clean: open_clip's text cleaning applied first (``'whitespace'``, ``'lower'`` or
+            ``'canonicalize'``: lower case, punctuation removed, as SigLIP's tokenizer does), or
+            ``None`` for the caption as it is.
+        strip_sep_token: write id 0 in place of the separator token, as open_clip's tokenizer
+            of the CLIPA models does (``tokenizer_kwargs.strip_sep_token``).
     """
 
     def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
                  max_length: int = 77, lowercase: bool = False,
-                 pad_to: int | None = None) -> None:
+                 pad_to: int | None = None, clean: str | None = None,
+                 strip_sep_token: bool = False) -> None:
         super().__init__(max_length, pad_to)
         if (name_or_path is None) == (tokenizer_file is None):
             raise ValueError('HFTokenizer needs exactly one of name_or_path or tokenizer_file')
         self.lowercase = lowercase
+        self.clean = clean
+        self._clean_fn: Callable[[str], str] | None = None
+        if clean is not None:
+            from open_clip.tokenizer import get_clean_fn
+
+            cleaners = ('whitespace', 'lower', 'canonicalize')
+            if clean not in cleaners:
+                raise ValueError(f'HFTokenizer clean={clean!r}: one of {cleaners} or None')
+            self._clean_fn = get_clean_fn(clean)
         if tokenizer_file is not None:
             from tokenizers import Tokenizer
 
@@ -179,6 +194,7 @@ class HFTokenizer(BaseTokenizer):
             vocab = self._fast.get_vocab()
             pad = next((vocab[t] for t in ('<pad>', '[PAD]', '<|pad|>') if t in vocab), 0)
             self._pad_id, self._vocab = pad, self._fast.get_vocab_size()
+            sep = next((vocab[t] for t in ('[SEP]', '</s>') if t in vocab), None)
             self._encode_fn: Callable[[str], list[int]] = lambda t: self._fast.encode(t).ids
         else:
             from transformers import AutoTokenizer
@@ -192,6 +208,13 @@ class HFTokenizer(BaseTokenizer):
             self._pad_id = hf.pad_token_id if hf.pad_token_id is not None else 0
             self._vocab = len(hf)
             self._encode_fn = lambda t: hf(t, add_special_tokens=True)['input_ids']
+            sep = hf.sep_token_id
+        self._strip_id: int | None = None
+        if strip_sep_token:
+            if sep is None:
+                raise ValueError('HFTokenizer strip_sep_token=True but the tokenizer has no '
+                                 'separator token ([SEP] or </s>)')
+            self._strip_id = sep
 
     @property
     def vocab_size(self) -> int:
@@ -202,7 +225,12 @@ class HFTokenizer(BaseTokenizer):
         return self._pad_id
 
     def encode(self, text: str) -> list[int]:
-        return list(self._encode_fn(text.lower() if self.lowercase else text))
+        if self._clean_fn is not None:
+            text = self._clean_fn(text)
+        ids = list(self._encode_fn(text.lower() if self.lowercase else text))
+        if self._strip_id is not None:
+            ids = [0 if i == self._strip_id else i for i in ids]
+        return ids
 
 
 @TOKENIZERS.register_module()

@@ -1,0 +1,125 @@
+"""Tiny random open_clip models of each family, built from the family's own open_clip config.
+
+Each config is ``open_clip.get_model_config(<family's architecture>)`` with its widths, depths
+and image size scaled down and everything that makes the family what it is kept: SigLIP's
+bidirectional tower, ``pool_type='last'``, ``proj_bias``, fixed 64-token context, LayerNorm
+``eps=1e-6`` (and SigLIP 2's tanh GELU); MobileCLIP's bidirectional tower; the XLM-R CLIP's
+Hugging Face encoder, pooler and projection. Vision towers are scaled the same way: open_clip
+ViTs keep their class, SigLIP's timm ViT becomes a 2-block ``map``-pooled timm ViT registered
+here. XLM-R-tokenised families embed XLM-R's 250,002 ids (the tokenizer in ``shared/data``).
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import open_clip
+from timm.models import register_model
+from timm.models.vision_transformer import VisionTransformer
+
+from tests.conftest import SHARED_DATA
+
+TINY_SIGLIP_VIT = 'vit_xmr_tiny_patch8_siglip_32'
+XLMR_TOKENIZER = SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'
+XLMR_VOCAB = 250002
+TEXTS = ['A red circle!', 'two blue squares on the left of a big green triangle', 'x']
+
+
+@register_model
+def vit_xmr_tiny_patch8_siglip_32(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """SigLIP's timm ViT (no class token, attention-pool ``map`` head) at 2 blocks of width 32."""
+    for key in ('pretrained_cfg', 'pretrained_cfg_overlay', 'cache_dir'):
+        kwargs.pop(key, None)
+    args = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
+                class_token=False, global_pool='map')
+    args.update(kwargs)
+    return VisionTransformer(**args)
+
+
+TINY_VIT = dict(image_size=32, layers=2, width=32, patch_size=8, head_width=16)
+TINY_TEXT = dict(width=32, heads=2, layers=2)
+
+
+def _scaled(arch: str, text: dict | None = None, timm_vision: bool = False) -> dict:
+    cfg = copy.deepcopy(open_clip.get_model_config(arch))
+    cfg['embed_dim'] = 32
+    if timm_vision:
+        cfg['vision_cfg'].update(timm_model_name=TINY_SIGLIP_VIT, image_size=32)
+    else:
+        cfg['vision_cfg'] = dict(TINY_VIT)
+    cfg['text_cfg'].update({**TINY_TEXT, **(text or {})})
+    return cfg
+
+
+def clip_cfg(**text) -> dict:
+    """OpenAI-style CLIP (ViT-B-32): causal tower, argmax pooling, matrix projection."""
+    return _scaled('ViT-B-32', dict(context_length=32, **text))
+
+
+def siglip_cfg(arch: str = 'ViT-B-16-SigLIP', **text) -> dict:
+    """SigLIP / SigLIP 2 (CustomTextCLIP): bidirectional, last of 64 tokens, Linear with bias."""
+    return _scaled(arch, {'vocab_size': XLMR_VOCAB, **text}, timm_vision=True)
+
+
+def mobileclip_cfg(**text) -> dict:
+    """MobileCLIP-S1's text tower (CustomTextCLIP, bidirectional, no padding mask)."""
+    return _scaled('MobileCLIP-S1', dict(context_length=32, **text))
+
+
+def coca_cfg() -> dict:
+    """CoCa (coca_ViT-B-32): appended class token (embed_cls), attention-pooled image tower,
+    a captioning decoder xmr builds and never runs."""
+    cfg = _scaled('coca_ViT-B-32', dict(context_length=31))
+    cfg['vision_cfg'].update(attentional_pool=True, attn_pooler_heads=2, output_tokens=True)
+    cfg['multimodal_cfg'].update(context_length=31, width=32, heads=2, layers=1,
+                                 attn_pooler_heads=2)
+    return cfg
+
+
+def xlmr_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp',
+             width: int = 32, model_type: str = 'xlm-roberta') -> dict:
+    """xlm-roberta-base-ViT-B-32 (``roberta-ViT-B-32`` with ``model_type='roberta'``, a BERT
+    encoder with ``'bert'``) with a 2-layer encoder written to ``folder`` (no download)."""
+    from transformers import BertConfig, RobertaConfig, XLMRobertaConfig
+
+    config_cls = {'xlm-roberta': XLMRobertaConfig, 'roberta': RobertaConfig,
+                  'bert': BertConfig}[model_type]
+    # Padding id 1 for all three, so that XLM-R's tokenizer pads as the encoder expects.
+    config_cls(vocab_size=XLMR_VOCAB, hidden_size=width, num_hidden_layers=2,
+               num_attention_heads=2, intermediate_size=64, max_position_embeddings=40,
+               pad_token_id=1, bos_token_id=0, eos_token_id=2).save_pretrained(folder)
+    arch = 'roberta-ViT-B-32' if model_type == 'roberta' else 'xlm-roberta-base-ViT-B-32'
+    cfg = copy.deepcopy(open_clip.get_model_config(arch))
+    cfg['embed_dim'] = 32
+    cfg['vision_cfg'] = dict(TINY_VIT)
+    cfg['text_cfg'].update(hf_model_name=str(folder), hf_pooler_type=pooler, hf_proj_type=proj,
+                           context_length=32)
+    return cfg
+
+
+def mt5_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp') -> dict:
+    """mt5-base-ViT-B-32 with a 2-block mT5 encoder (gated GELU, relative positions) written to
+    ``folder``; its ids and padding id are XLM-R's so that the shared tokenizer fits."""
+    from transformers import MT5Config
+
+    MT5Config(vocab_size=XLMR_VOCAB, d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2,
+              num_decoder_layers=1, relative_attention_num_buckets=8,
+              relative_attention_max_distance=16, pad_token_id=1, eos_token_id=2,
+              decoder_start_token_id=1).save_pretrained(folder)
+    cfg = copy.deepcopy(open_clip.get_model_config('mt5-base-ViT-B-32'))
+    cfg['embed_dim'] = 32
+    cfg['vision_cfg'] = dict(TINY_VIT)
+    cfg['text_cfg'].update(hf_model_name=str(folder), hf_pooler_type=pooler, hf_proj_type=proj,
+                           context_length=32)
+    return cfg
+
+
+def xlmr_tokenizer(**overrides) -> dict:
+    return dict(type='HFTokenizer', tokenizer_file=str(XLMR_TOKENIZER), **overrides)
+
+
+def backbone_cfg(model_cfg: dict, tokenizer: dict | None = None) -> dict:
+    cfg = dict(type='OpenCLIPBackbone', arch=None, model_cfg=model_cfg)
+    if tokenizer is not None:
+        cfg['tokenizer'] = tokenizer
+    return cfg

@@ -1,0 +1,423 @@
+"""Every open_clip family's frozen source path equals open_clip, and the target branch trains on it.
+
+Tolerance of every equality: float32 on CPU, ``atol=1e-5, rtol=1e-5`` (the written-out blocks
+compute the same arithmetic as open_clip's; only the order of floating-point sums differs).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.models.backbones.open_clip_families import (
+    TEXTS,
+    XLMR_TOKENIZER,
+    backbone_cfg,
+    clip_cfg,
+    coca_cfg,
+    mobileclip_cfg,
+    mt5_cfg,
+    siglip_cfg,
+    xlmr_cfg,
+    xlmr_tokenizer,
+)
+from xmr.models.backbones import OpenCLIPTextTower
+from xmr.models.backbones.open_clip_hf import OpenCLIPHFTextTower
+from xmr.registry import MODELS
+
+ATOL = RTOL = 1e-5
+
+
+def _family(name: str, tmp_path) -> tuple[dict, dict | None]:
+    """``(model_cfg, source tokenizer cfg)`` of a family; ``None``: the record's tokenizer."""
+    xlmr = xlmr_tokenizer(clean='canonicalize')
+    families = {
+        'clip_causal_argmax': lambda: (clip_cfg(), None),
+        'clip_causal_eos_id': lambda: (clip_cfg(pool_type='eos', eos_id=49407), None),
+        'clip_bidirectional_last': lambda: (clip_cfg(no_causal_mask=True, pool_type='last'),
+                                            None),
+        'clip_quickgelu_custom_blocks': lambda: (
+            {**clip_cfg(qk_norm=True, scale_heads=True, scale_attn_inner=True, scale_attn=True,
+                        scale_fc=True, ls_init_value=0.5), 'quick_gelu': True}, None),
+        'siglip_last_proj_bias': lambda: (siglip_cfg(), xlmr),
+        'siglip2_tanh_gelu': lambda: (siglip_cfg('ViT-B-16-SigLIP2'), xlmr),
+        'siglip_final_ln_after_pool': lambda: (siglip_cfg(final_ln_after_pool=True), xlmr),
+        'mobileclip_bidirectional_argmax': lambda: (mobileclip_cfg(), None),
+        'bidirectional_first_pooling': lambda: (mobileclip_cfg(pool_type='first'), None),
+        'causal_embed_cls': lambda: ({**clip_cfg(embed_cls=True), 'custom_text': True}, None),
+        'bidirectional_embed_cls': lambda: (mobileclip_cfg(embed_cls=True), None),
+        'coca': lambda: (coca_cfg(), None),
+        'xlmr_mean_pooler_mlp': lambda: (xlmr_cfg(tmp_path / 'xlmr'), xlmr_tokenizer()),
+        'xlmr_cls_pooler_linear': lambda: (
+            xlmr_cfg(tmp_path / 'xlmr', 'cls_pooler', 'linear'), xlmr_tokenizer()),
+        'xlmr_cls_hidden_state_no_proj': lambda: (
+            xlmr_cfg(tmp_path / 'xlmr', 'cls_last_hidden_state_pooler', None), xlmr_tokenizer()),
+        'roberta_mean_pooler_mlp': lambda: (
+            xlmr_cfg(tmp_path / 'roberta', model_type='roberta'), xlmr_tokenizer()),
+        'mt5_mean_pooler_mlp': lambda: (mt5_cfg(tmp_path / 'mt5'), xlmr_tokenizer()),
+        'mt5_cls_hidden_state_linear': lambda: (
+            mt5_cfg(tmp_path / 'mt5', 'cls_last_hidden_state_pooler', 'linear'),
+            xlmr_tokenizer()),
+        'bert_cls_pooler_linear': lambda: (
+            xlmr_cfg(tmp_path / 'bert', 'cls_pooler', 'linear', model_type='bert'),
+            xlmr_tokenizer()),
+    }
+    if any(key in name for key in ('siglip', 'xlmr', 'roberta', 'bert', 'mt5')):
+        if not XLMR_TOKENIZER.is_file():
+            pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
+    return families[name]()
+
+
+FAMILIES = ['clip_causal_argmax', 'clip_causal_eos_id', 'clip_bidirectional_last',
+            'clip_quickgelu_custom_blocks',
+            'siglip_last_proj_bias', 'siglip2_tanh_gelu', 'siglip_final_ln_after_pool',
+            'mobileclip_bidirectional_argmax', 'bidirectional_first_pooling',
+            'causal_embed_cls', 'bidirectional_embed_cls', 'coca',
+            'xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear', 'xlmr_cls_hidden_state_no_proj',
+            'roberta_mean_pooler_mlp', 'bert_cls_pooler_linear', 'mt5_mean_pooler_mlp',
+            'mt5_cls_hidden_state_linear']
+
+
+def _build(name: str, tmp_path):
+    model_cfg, tokenizer = _family(name, tmp_path)
+    torch.manual_seed(0)
+    backbone = MODELS.build(backbone_cfg(model_cfg, tokenizer)).eval()
+    # Random LayerNorm / LayerScale / bias values, so that none of them is an identity.
+    with torch.no_grad():
+        for param_name, parameter in backbone.clip.named_parameters():
+            if parameter.dim() == 1 and 'logit' not in param_name:
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+    return backbone
+
+
+def _open_clip_ids(backbone, tokens) -> torch.Tensor:
+    """The ids open_clip's ``encode_text`` gets: the same tokens at the tower's full context
+    (``CLIP.encode_text`` adds every position; padding is the tokenizer's own)."""
+    ids = tokens['input_ids']
+    tower = backbone.text_tower
+    context = getattr(tower, 'context_length', ids.shape[1])
+    if tower.reserved_positions:  # the slot the tower fills with its class token
+        return ids[:, :-tower.reserved_positions]
+    if isinstance(tower, OpenCLIPTextTower) and ids.shape[1] < context:
+        pad = ids.new_full((ids.shape[0], context - ids.shape[1]), backbone.tokenizer.pad_id)
+        ids = torch.cat([ids, pad], dim=1)
+    return ids
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_source_path_and_image_equal_open_clip(name, tmp_path):
+    backbone = _build(name, tmp_path)
+    tokens = backbone.tokenizer(TEXTS)
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = backbone.clip.encode_text(_open_clip_ids(backbone, tokens), normalize=False)
+        torch.testing.assert_close(backbone.encode_source_text(tokens), expected,
+                                   atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(backbone.encode_text_tokens(tokens).pooled, expected,
+                                   atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(backbone.encode_image(images),
+                                   backbone.clip.encode_image(images, normalize=False),
+                                   atol=ATOL, rtol=RTOL)
+    assert expected.shape == (len(TEXTS), backbone.embed_dim)
+
+
+def test_each_family_gets_its_tower_and_context(tmp_path):
+    siglip = _build('siglip_last_proj_bias', tmp_path)
+    tower = siglip.text_tower
+    assert isinstance(tower, OpenCLIPTextTower)
+    assert (tower.causal, tower.pooling, tower.fixed_context) == (False, 'last', True)
+    assert tower.context_length == 64 and siglip.tokenizer.pad_to == 64
+    assert siglip.tokenizer(TEXTS)['input_ids'].shape == (3, 64)
+    assert tower.blocks[0].ln_1.eps == 1e-6
+    assert isinstance(tower.text_projection, torch.nn.Linear)
+    assert tower.text_projection.bias is not None
+    siglip2 = _build('siglip2_tanh_gelu', tmp_path)
+    assert siglip2.text_tower.blocks[0].mlp.gelu.approximate == 'tanh'
+    clip = _build('clip_causal_argmax', tmp_path)
+    assert (clip.text_tower.causal, clip.text_tower.fixed_context) == (True, False)
+    assert clip.tokenizer.pad_to is None  # dynamic padding: exact for a causal EOS tower
+    xlmr = _build('xlmr_mean_pooler_mlp', tmp_path)
+    assert isinstance(xlmr.text_tower, OpenCLIPHFTextTower)
+    assert xlmr.text_tower.pooling == 'mean' and xlmr.text_tower.context_length == 38
+
+
+def test_siglip_output_depends_on_padding_so_its_length_is_fixed(tmp_path):
+    """The reason for the fixed context: open_clip's own output changes with the padding."""
+    backbone = _build('siglip_last_proj_bias', tmp_path)
+    tower = backbone.text_tower
+    tokens = backbone.tokenizer(TEXTS)
+    ids = tokens['input_ids']
+    shorter = ids[:, :int(tokens['attention_mask'].sum(1).max()) + 1]
+    with torch.no_grad():
+        text = backbone.clip.text
+        full, short = text(ids), text(shorter)
+    assert not torch.allclose(full, short, atol=1e-3)
+    assert tower.packing(tokens['attention_mask']) is None
+    with pytest.raises(ValueError, match='must be its full context of 64 tokens, not 12: set '
+                                         "the tokenizer's pad_to=64"):
+        x = tower.add_positions(tower.embed_tokens(shorter[:, :12]))
+        tower.encode_embeddings(x, tokens['attention_mask'][:, :12], tokens['eos_index'])
+
+
+def test_padding_masked_bidirectional_tower_is_exact_with_dynamic_padding_and_packing():
+    """``use_pad_mask`` towers mask padding keys: dynamic padding and packing give open_clip's
+    outputs (here ``'first'`` and ``'eos'`` pooling of a bidirectional TextTransformer)."""
+    from open_clip.transformer import TextTransformer
+
+    for pool_type in ('first', 'eos'):
+        torch.manual_seed(0)
+        text = TextTransformer(context_length=16, vocab_size=50, width=32, heads=2, layers=2,
+                               output_dim=8, no_causal_mask=True, use_pad_mask=True, pad_id=0,
+                               eos_id=2, pool_type=pool_type, proj_bias=True).eval()
+        tower = OpenCLIPTextTower(text)
+        assert not tower.fixed_context
+        lengths = [5, 9, 3]
+        ids = torch.zeros(3, 16, dtype=torch.long)
+        for row, length in enumerate(lengths):
+            ids[row, :length - 1] = torch.randint(3, 50, (length - 1,))
+            ids[row, length - 1] = 2
+        mask = ids != 0
+        eos = torch.tensor(lengths) - 1
+        with torch.no_grad():
+            expected = text(ids)
+            for packed in (True, False):
+                tower.pack_tokens = packed
+                width = max(lengths)
+                tokens = dict(input_ids=ids[:, :width], attention_mask=mask[:, :width],
+                              eos_index=eos)
+                torch.testing.assert_close(tower(tokens), expected, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize('correct_cls_mask', [False, True])
+@pytest.mark.parametrize('causal', [False, True])
+def test_appended_class_token_equals_open_clip(causal, correct_cls_mask):
+    """``embed_cls``: the class token is written into the last of ``C + 1`` positions, the
+    padding mask is open_clip's (shifted by one unless ``correct_cls_mask``)."""
+    from open_clip.transformer import TextTransformer
+
+    torch.manual_seed(0)
+    text = TextTransformer(context_length=12, vocab_size=50, width=32, heads=2, layers=2,
+                           output_dim=8, embed_cls=True, no_causal_mask=not causal, pad_id=0,
+                           correct_cls_mask=correct_cls_mask).eval()
+    tower = OpenCLIPTextTower(text)
+    assert (tower.context_length, tower.max_tokens, tower.pooling) == (13, 12, 'last')
+    assert tower.fixed_context and tower.packing(torch.ones(1, 13, dtype=torch.bool)) is None
+    ids = torch.zeros(3, 12, dtype=torch.long)
+    lengths = torch.tensor([5, 12, 3])
+    for row, length in enumerate(lengths.tolist()):
+        ids[row, :length] = torch.randint(1, 50, (length,))
+    slot = torch.zeros(3, 1, dtype=torch.long)  # the tokenizer pads one more position
+    tokens = dict(input_ids=torch.cat([ids, slot], 1),
+                  attention_mask=torch.cat([ids, slot], 1) != 0, eos_index=lengths - 1)
+    with torch.no_grad():
+        torch.testing.assert_close(tower(tokens), text(ids), atol=ATOL, rtol=RTOL)
+
+
+def test_padding_masked_tower_pooling_the_last_padding_position_equals_open_clip():
+    """``use_pad_mask`` with ``'last'`` pooling pools a padding query, which attends to the
+    real keys only, as in open_clip: a fixed context, no packing."""
+    from open_clip.transformer import TextTransformer
+
+    torch.manual_seed(0)
+    text = TextTransformer(context_length=16, vocab_size=50, width=32, heads=2, layers=2,
+                           output_dim=8, no_causal_mask=True, use_pad_mask=True, pad_id=0,
+                           pool_type='last', proj_bias=True).eval()
+    tower = OpenCLIPTextTower(text)
+    assert tower.fixed_context and tower.pad_masked
+    ids = torch.zeros(3, 16, dtype=torch.long)
+    lengths = torch.tensor([5, 16, 3])
+    for row, length in enumerate(lengths.tolist()):
+        ids[row, :length] = torch.randint(1, 50, (length,))
+    tokens = dict(input_ids=ids, attention_mask=ids != 0, eos_index=lengths - 1)
+    assert tower.packing(tokens['attention_mask']) is None
+    with torch.no_grad():
+        torch.testing.assert_close(tower(tokens), text(ids), atol=ATOL, rtol=RTOL)
+
+
+ADAPTERS = {
+    'static': dict(type='StaticAdapter', hidden=8),
+    'lora': dict(type='LoRA', r=2, alpha=4, targets=['q', 'v', 'fc']),
+    'houlsby': dict(type='HoulsbyAdapter', hidden=4),
+    'compacter': dict(type='CompacterAdapter', reduction_factor=4, phm_dim=4),
+    'soft_prompt': dict(type='SoftPrompt', num_tokens=3),
+    'hard_prompt': dict(type='HardPrompt', text='a photo of', trainable=True),
+}
+
+
+def _branch_tokenizer(name: str) -> dict:
+    if any(key in name for key in ('siglip', 'xlmr', 'mt5')):
+        return xlmr_tokenizer(max_length=24)
+    return dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=24)
+
+
+@pytest.mark.parametrize('adapter', sorted(ADAPTERS))
+@pytest.mark.parametrize('name', ['clip_causal_argmax', 'clip_quickgelu_custom_blocks',
+                                  'siglip_last_proj_bias', 'bidirectional_first_pooling',
+                                  'coca', 'xlmr_mean_pooler_mlp', 'mt5_mean_pooler_mlp'])
+def test_target_branch_attaches_and_trains_only_its_adapters(name, adapter, tmp_path):
+    backbone = _build(name, tmp_path)
+    branch = MODELS.build(
+        dict(type='TargetLanguageBranch', languages=['de', 'sw'],
+             tokenizer=_branch_tokenizer(name),
+             embedding=dict(type='TowerTokenEmbedding'), adapters=ADAPTERS[adapter]),
+        default_args=dict(tower=backbone.text_tower))
+    tower = backbone.text_tower
+    if tower.fixed_context:  # prompts and caption together fill the context exactly
+        prompt = sum(m.num_tokens for m in branch.adapters.input_adapters('de'))
+        assert branch.tokenizer.pad_to == tower.context_length - prompt
+    frozen = {k: v.clone() for k, v in backbone.state_dict().items()}
+    trainable = [p for p in branch.parameters() if p.requires_grad]
+    assert trainable
+    optimizer = torch.optim.Adam(trainable, lr=1e-2)
+    tokens = branch.tokenize(['ein roter Kreis', 'mraba mbili za bluu', 'drei Dreiecke'])
+    langs = ['de', 'sw', 'de']
+    target = torch.randn(3, backbone.embed_dim, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = branch(tokens, langs)
+    for _ in range(2):
+        optimizer.zero_grad()
+        loss = (branch(tokens, langs) - target).pow(2).mean()
+        loss.backward()
+        assert all(p.grad is None for p in backbone.parameters())
+        grads = {n: p.grad for n, p in branch.named_parameters() if p.grad is not None}
+        assert grads and all(n.startswith('adapters.') for n in grads)
+        assert any(bool(g.abs().sum() > 0) for g in grads.values())
+        optimizer.step()
+    with torch.no_grad():
+        assert not torch.allclose(branch(tokens, langs), before)
+    assert all(torch.equal(frozen[k], v) for k, v in backbone.state_dict().items())
+
+
+def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missing(tmp_path):
+    with pytest.raises(TypeError, match=r"CustomTextCLIP.text \(TextTransformer\): "
+                                        r"text_cfg.pool_type='none' - open_clip then returns "
+                                        r'every token'):
+        MODELS.build(backbone_cfg(mobileclip_cfg(pool_type='none')))
+    with pytest.raises(TypeError, match=r'CLIP: text_cfg.scaled_cosine_attn=True - open_clip.s '
+                                        r'own Attention cannot run it'):
+        MODELS.build(backbone_cfg(clip_cfg(scaled_cosine_attn=True)))
+    from open_clip.transformer import AttentionalPooler, TextTransformer
+
+    text = TextTransformer(context_length=8, vocab_size=20, width=32, heads=2, layers=1)
+    text.attn_pool = AttentionalPooler(32, 32, n_head=2, n_queries=1)
+    with pytest.raises(TypeError, match=r'TextTransformer: attentional pooler \(attn_pool\) - '
+                                        'xmr has no written-out attentional pooler'):
+        OpenCLIPTextTower(text)
+    from transformers import M2M100Config
+
+    M2M100Config(vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1,
+                 encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                 decoder_ffn_dim=64, max_position_embeddings=64).save_pretrained(tmp_path / 'nllb')
+    nllb = xlmr_cfg(tmp_path / 'xlmr')
+    nllb['text_cfg']['hf_model_name'] = str(tmp_path / 'nllb')
+    with pytest.raises(TypeError, match=r"CustomTextCLIP.text \(HFTextEncoder of .*nllb\): "
+                                        r"text_cfg.hf_model_name has model_type 'm2m_100' - xmr "
+                                        r'writes out BERT-style post-LN layers .* and T5 blocks'):
+        MODELS.build(backbone_cfg(nllb, dict(type='SentencePieceTokenizer', corpus=TEXTS * 20,
+                                             vocab_size=40)))
+    with pytest.raises(TypeError, match=r'text_cfg.hf_proj_type=None - open_clip builds no '
+                                        r'projection from the encoder width 16 to embed_dim 32'):
+        MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'narrow', proj=None, width=16)))
+    with pytest.raises(TypeError, match='text_cfg.hf_pooler_type gives MaxPooler - xmr runs '
+                                        'mean_pooler'):
+        MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'xlmr', 'max_pooler')))
+
+
+def test_tokenizers_that_do_not_fit_the_tower_name_both_numbers(tmp_path):
+    if not XLMR_TOKENIZER.is_file():
+        pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
+    with pytest.raises(ValueError, match='tokenizer emits 250002 ids but the text tower of '
+                                         'custom has 32000 embeddings'):
+        MODELS.build(backbone_cfg(siglip_cfg(vocab_size=32000), xlmr_tokenizer()))
+    with pytest.raises(ValueError, match='tokenizer max_length 100 exceeds the text context '
+                                         'length 64 of custom'):
+        MODELS.build(backbone_cfg(siglip_cfg(), xlmr_tokenizer(max_length=100, pad_to=100)))
+    with pytest.raises(ValueError, match='tokenizer pad_to=70 but the text tower of custom '
+                                         'pools a fixed position of its 64-token context'):
+        MODELS.build(backbone_cfg(siglip_cfg(), xlmr_tokenizer(max_length=64, pad_to=70)))
+    with pytest.raises(ValueError, match='tokenizer max_length 77 exceeds the text context '
+                                         'length 38 of custom'):
+        MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'xlmr'), xlmr_tokenizer(max_length=77)))
+    with pytest.raises(ValueError, match='tokenizer pads with id 0 but the text tower of custom '
+                                         'masks id 1 as padding'):
+        MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'xlmr'), dict(
+            type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=32)))
+    backbone = MODELS.build(backbone_cfg(siglip_cfg(), xlmr_tokenizer()))
+
+    def branch(tokenizer, adapters=None):
+        return MODELS.build(dict(type='TargetLanguageBranch', languages=['de', 'sw'],
+                                 tokenizer=tokenizer, embedding=dict(type='TowerTokenEmbedding'),
+                                 adapters=adapters if adapters is not None else []),
+                            default_args=dict(tower=backbone.text_tower))
+
+    with pytest.raises(ValueError, match='target tokenizer pad_to=32 but the text tower pools a '
+                                         'fixed position of its 64-token context'):
+        branch(xlmr_tokenizer(max_length=32, pad_to=32))
+    with pytest.raises(ValueError, match='target tokenizer pad_to=64 but the text tower pools a '
+                                         'fixed position of its 64-token context less 3 prompt '
+                                         'tokens .*: set tokenizer.pad_to=61'):
+        branch(xlmr_tokenizer(max_length=32, pad_to=64), dict(type='SoftPrompt', num_tokens=3))
+    with pytest.raises(ValueError, match='target tokenizer max_length 63 does not fit the '
+                                         '64-token context less 3 prompt tokens; set '
+                                         'tokenizer.max_length <= 61'):
+        branch(xlmr_tokenizer(max_length=63), dict(type='SoftPrompt', num_tokens=3))
+
+
+def test_full_size_siglip2_builds_on_meta_with_its_record():
+    """``arch='ViT-B-16-SigLIP2'`` as named (no download: meta device, tokenizer file)."""
+    if not XLMR_TOKENIZER.is_file():
+        pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
+    with torch.device('meta'):
+        backbone = MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-16-SigLIP2',
+                                     pretrained_cfg='webli',
+                                     tokenizer=xlmr_tokenizer(clean='canonicalize')))
+    tower = backbone.text_tower
+    assert type(backbone.clip).__name__ == 'CustomTextCLIP'
+    assert (tower.width, tower.num_blocks, tower.embed_dim, tower.context_length) == (
+        768, 12, 768, 64)
+    assert (tower.causal, tower.pooling, tower.fixed_context) == (False, 'last', True)
+    assert tower.blocks[0].mlp.gelu.approximate == 'tanh' and tower.ln_final.eps == 1e-6
+    assert backbone.tokenizer.pad_to == 64 and backbone.image_mean == (0.5, 0.5, 0.5)
+
+
+DASD_BATCH = dict(
+    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(0)),
+    source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
+    target_text=['ein roter Kreis', 'mraba wa bluu', 'zwei rote Kreise', 'pembetatu kijani'],
+    lang=['de', 'sw', 'de', 'sw'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
+
+
+@pytest.mark.parametrize('name', ['clip_causal_argmax', 'siglip_last_proj_bias',
+                                  'xlmr_mean_pooler_mlp', 'mt5_mean_pooler_mlp'])
+def test_dasd_dynamic_adapters_with_the_sdm_train_on_each_family(name, tmp_path):
+    """DASD end to end in the retriever: SDM on the first block, dynamic adapters after every
+    block; both phases' losses train the branch's adapters and the SDM, nothing of the
+    backbone."""
+    model_cfg, tokenizer = _family(name, tmp_path)
+    torch.manual_seed(0)
+    model = MODELS.build(dict(
+        type='CrossLingualRetriever', backbone=backbone_cfg(model_cfg, tokenizer),
+        language_branch=dict(
+            type='TargetLanguageBranch', languages=['de', 'sw'],
+            tokenizer=_branch_tokenizer(name), embedding=dict(type='TowerTokenEmbedding'),
+            adapters=dict(type='DynamicAdapter', hidden=4)),
+        disentangler=dict(type='SemanticsDisentangler',
+                          adapter=dict(type='StaticAdapter', hidden=8),
+                          generator=dict(d_z=16, d_u=4))))
+    frozen = {k: v.clone() for k, v in model.backbone.state_dict().items()}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=1e-3)
+    for phase, weights in (('cross_lingual', dict(cl=1.0, disentangler=1.0)),
+                           ('cross_modal', dict(cm=1.0, disentangler=1.0))):
+        model.set_phase(phase, weights)
+        data = model.data_preprocessor(DASD_BATCH, True)
+        optimizer.zero_grad()
+        losses = model(mode='loss', **data)
+        assert {'loss_sc', 'loss_adv'} <= set(losses)
+        sum(losses.values()).backward()
+        grads = {n for n, p in model.named_parameters() if p.grad is not None}
+        assert not any(n.startswith('backbone.') for n in grads)
+        assert any(n.startswith('language_branch.adapters.') for n in grads)
+        assert any(n.startswith('disentangler.') for n in grads)
+        optimizer.step()
+    assert all(torch.equal(frozen[k], v) for k, v in model.backbone.state_dict().items())

@@ -1,0 +1,304 @@
+"""open_clip's ``HFTextEncoder`` (XLM-R, RoBERTa, BERT text towers) as a :class:`TextTower`.
+
+open_clip wraps a Hugging Face encoder as a CLIP text tower: the encoder, one of its poolers
+(``hf_pooler_type``) and a projection (``hf_proj_type``)::
+
+    h = encoder(ids, mask = ids != pad_id)          # post-LN BERT layers
+    r = proj(pool(h))                               # pool: masked mean | CLS | pooler(CLS)
+
+The layers are BERT's post-LN layers, which xmr already writes out for CCLM and M-CLIP
+(:class:`~xmr.models.backbones.cclm.CCLMTextTower`): this tower reuses them, so every q/k/v,
+output and FFN projection and each sub-layer output is an adapter site, and adds open_clip's
+pooler and projection. Padding keys are masked and the pooling reads real tokens only, so
+dynamic padding and packed tokens give open_clip's outputs.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xmr.models.adapters.base import AdapterSite
+from xmr.models.backbones.base import SiteHooks, TextTower
+from xmr.models.backbones.cclm import CCLMTextTower
+from xmr.models.language.packed_tokens import PackedTokens
+
+__all__ = ['OpenCLIPHFTextTower', 'OpenCLIPT5TextTower', 'HF_BERT_MODEL_TYPES',
+           'hf_text_tower']
+
+#: Hugging Face ``model_type`` values whose layers are BERT's post-LN layers, with the first
+#: position id of a sequence as a function of the padding id (RoBERTa counts after it).
+HF_BERT_MODEL_TYPES = {'bert': lambda pad_id: 0, 'roberta': lambda pad_id: pad_id + 1,
+                       'xlm-roberta': lambda pad_id: pad_id + 1}
+
+#: open_clip pooler class -> the xmr pooling rule that reads the same token(s).
+_POOLERS = {'MeanPooler': 'mean', 'ClsPooler': 'cls', 'ClsLastHiddenStatePooler': 'cls'}
+
+
+class OpenCLIPHFTextTower(CCLMTextTower):
+    """An open_clip ``HFTextEncoder`` with BERT-style layers, run layer by layer.
+
+    Pooling follows open_clip's pooler: ``mean_pooler`` is the masked mean of the real tokens,
+    ``cls_last_hidden_state_pooler`` token 0, and ``cls_pooler`` token 0 through the encoder's
+    own pooler (``tanh(W x_CLS + b)``) when the encoder has one (open_clip then reads
+    ``pooler_output``), else token 0. The head is that pooler (if any) then open_clip's
+    projection module (``'linear'``, ``'mlp'`` or identity), unchanged; there is no final norm
+    (post-LN layers).
+
+    Args:
+        encoder: an ``open_clip.hf_model.HFTextEncoder`` (used, not copied).
+        owner: name of the model class for messages.
+
+    Raises:
+        TypeError: an encoder xmr cannot run, naming the class, the config field and what is
+            missing (another ``model_type`` such as mT5 or NLLB's M2M100, relative position
+            embeddings, ``max_pooler``).
+    """
+
+    causal = False
+
+    def __init__(self, encoder: nn.Module, owner: str = 'CustomTextCLIP') -> None:
+        config = encoder.config
+        model_type = getattr(config, 'model_type', None)
+        where = f'{owner}.text (HFTextEncoder of {getattr(config, "_name_or_path", "") or "?"})'
+        if model_type not in HF_BERT_MODEL_TYPES:
+            raise TypeError(
+                f"{where}: text_cfg.hf_model_name has model_type {model_type!r} - xmr writes out "
+                f'BERT-style post-LN layers ({sorted(HF_BERT_MODEL_TYPES)}) and T5 blocks '
+                f"({list(HF_T5_MODEL_TYPES)}); an encoder with other blocks (NLLB's M2M100 "
+                'layers) has no written-out block in xmr')
+        position_type = getattr(config, 'position_embedding_type', 'absolute')
+        if position_type != 'absolute':
+            raise TypeError(f'{where}: config.position_embedding_type={position_type!r} - xmr '
+                            'runs absolute position embeddings only')
+        pooler_name = type(encoder.pooler).__name__
+        if pooler_name not in _POOLERS:
+            raise TypeError(
+                f'{where}: text_cfg.hf_pooler_type gives {pooler_name} - xmr runs mean_pooler, '
+                'cls_pooler and cls_last_hidden_state_pooler (open_clip\'s MaxPooler fills the '
+                'real tokens, not the padding, with -inf, so it pools the padding)')
+        if not hasattr(encoder, 'proj'):
+            raise TypeError(f'{where}: text_cfg.hf_proj_type=None - open_clip builds no '
+                            f'projection from the encoder width {config.hidden_size} to '
+                            f'embed_dim {encoder.output_dim}; use \'linear\' or \'mlp\'')
+        transformer = encoder.transformer
+        super().__init__(transformer, embed_dim=None)
+        self.pooling = _POOLERS[pooler_name]
+        self.position_offset = HF_BERT_MODEL_TYPES[model_type](config.pad_token_id)
+        self.context_length = config.max_position_embeddings - self.position_offset
+        self.pad_id = config.pad_token_id
+        self.vocab_size = config.vocab_size
+        # ClsPooler reads pooler_output whenever the encoder was built with its pooler.
+        self.hf_pooler = (transformer.pooler if pooler_name == 'ClsPooler'
+                          and encoder.pooler.use_pooler_output
+                          and getattr(transformer, 'pooler', None) is not None else None)
+        self.proj = encoder.proj
+        self.embed_dim = encoder.output_dim if not isinstance(self.proj, nn.Identity) \
+            else self.width
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``proj(pooler(x))`` (the pooler only for ``cls_pooler``); ``[..., D] -> [..., E]``.
+
+        The encoder's pooler reads ``x[:, 0]`` of a sequence, so a token sequence
+        ``[B, L, D]`` goes through its dense + tanh token by token.
+        """
+        if self.hf_pooler is not None:
+            pooled = self.hf_pooler.activation(self.hf_pooler.dense(pooled))
+        return self.proj(pooled)
+
+
+class OpenCLIPT5TextTower(TextTower):
+    """An open_clip ``HFTextEncoder`` over mT5's (or T5's) encoder, run block by block.
+
+    Each T5 block is written out on the frozen weights::
+
+        x = x + o(attn(q, k, v of RMSNorm_1(x)))        # no 1/sqrt(d) scaling
+        x = x + wo(act(wi_0 h) * wi_1 h), h = RMSNorm_2(x)   # gated (mT5); wo(act(wi h)) else
+
+    with the relative position bias of block 0 added to every block's attention logits, as
+    ``T5Stack`` shares it. Sites: ``attn.qkv`` (deltas of q, k, v), ``attn.out`` (``o``),
+    ``mlp.fc`` (the linear input projection: ``wi_1`` of a gated FFN, ``wi`` otherwise),
+    ``mlp.proj`` (``wo``), and the residual sites. The encoder's final RMSNorm acts on every
+    token before pooling (:meth:`pool`, :meth:`token_states`); the head is open_clip's
+    projection. Relative positions and masked padding keys make dynamic padding and packing
+    exact.
+
+    Args:
+        encoder: an ``open_clip.hf_model.HFTextEncoder`` whose ``transformer`` is a ``T5Stack``.
+        owner: name of the model class for messages.
+        where: the encoder's description for messages.
+
+    Raises:
+        TypeError: a pooler xmr does not run (``max_pooler``), or no projection.
+    """
+
+    causal = False
+    #: relative positions bound no length; the tokenizers' bound (T5's training length).
+    context_length = 512
+
+    def __init__(self, encoder: nn.Module, owner: str, where: str) -> None:
+        super().__init__()
+        pooler_name = type(encoder.pooler).__name__
+        if pooler_name not in _POOLERS:
+            raise TypeError(f'{where}: text_cfg.hf_pooler_type gives {pooler_name} - xmr runs '
+                            'mean_pooler, cls_pooler and cls_last_hidden_state_pooler')
+        if not hasattr(encoder, 'proj'):
+            raise TypeError(f'{where}: text_cfg.hf_proj_type=None - open_clip builds no '
+                            f'projection from the encoder width {encoder.config.d_model} to '
+                            f'embed_dim {encoder.output_dim}; use \'linear\' or \'mlp\'')
+        stack = encoder.transformer
+        config = encoder.config
+        self.embed = stack.embed_tokens
+        self.blocks = stack.block
+        self.final_layer_norm = stack.final_layer_norm
+        self.proj = encoder.proj
+        self.pooling = _POOLERS[pooler_name]
+        self.width = config.d_model
+        self.num_heads = config.num_heads
+        self.head_dim = config.d_kv
+        self.inner_dim = config.num_heads * config.d_kv
+        self.ff_dim = config.d_ff
+        self.gated = bool(config.is_gated_act)
+        self.num_blocks = len(self.blocks)
+        self.vocab_size = config.vocab_size
+        self.pad_id = config.pad_token_id
+        self.embed_dim = encoder.output_dim if not isinstance(self.proj, nn.Identity) \
+            else self.width
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed(input_ids)
+
+    def add_positions(self, x: torch.Tensor) -> torch.Tensor:
+        """T5 has no absolute positions: ``x`` unchanged (the relative bias acts in attention).
+
+        Raises:
+            ValueError: a sequence longer than :attr:`context_length`.
+        """
+        if x.shape[1] > self.context_length:
+            raise ValueError(f'sequence of {x.shape[1]} tokens exceeds the text context length '
+                             f'{self.context_length}')
+        return x
+
+    def _position_bias(self, length: int, device: torch.device) -> torch.Tensor:
+        """``[1, H, L, L]`` relative position bias of block 0, shared by every block."""
+        return self.blocks[0].layer[0].SelfAttention.compute_bias(length, length, device=device)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                mask: torch.Tensor | PackedTokens | None) -> torch.Tensor:
+        """``softmax(q k^T + position bias + mask) v`` per head, unscaled (T5).
+
+        Args:
+            q, k, v: ``[B, L, H * d_kv]``, or packed ``[T, H * d_kv]`` with
+                :class:`PackedTokens` (unpacked for attention, packed again).
+            mask: additive padding bias ``[B, 1, L, L]``, :class:`PackedTokens` or ``None``.
+
+        Returns:
+            The context in the layout of ``q``.
+        """
+        if isinstance(mask, PackedTokens):
+            context = self._attend(mask.unpack(q), mask.unpack(k), mask.unpack(v), mask.bias)
+            return mask.pack(context)
+        batch, length, _ = q.shape
+        q, k, v = (t.reshape(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+                   for t in (q, k, v))
+        bias = self._position_bias(length, q.device).to(q.dtype)
+        if mask is not None:
+            bias = bias + mask.to(q.dtype)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
+        return context.transpose(1, 2).reshape(batch, length, self.inner_dim)
+
+    @staticmethod
+    def _linear(x: torch.Tensor, layer: nn.Linear, hooks: SiteHooks | None, site: AdapterSite,
+                index: int) -> torch.Tensor:
+        out = layer(x)
+        if hooks is not None:
+            delta = hooks.linear(site, index, x)
+            if delta is not None:
+                out = out + delta
+        return out
+
+    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
+                  hooks: SiteHooks | None = None) -> torch.Tensor:
+        """One pre-RMSNorm T5 encoder block with its adapter sites.
+
+        Args:
+            index: block index.
+            x: ``[B, L, D]`` hidden states, or ``[T, D]`` packed tokens.
+            mask: additive padding bias ``[B, 1, L, L]`` from :meth:`build_mask`, or the
+                batch's :class:`PackedTokens` when ``x`` is packed.
+            hooks: adapter hooks or ``None``.
+
+        Returns:
+            ``x``'s shape.
+        """
+        attention_layer, ff_layer = self.blocks[index].layer[0], self.blocks[index].layer[1]
+        attention = attention_layer.SelfAttention
+        h = attention_layer.layer_norm(x)
+        q, k, v = attention.q(h), attention.k(h), attention.v(h)
+        if hooks is not None:
+            delta = hooks.linear(AdapterSite.ATTN_QKV, index, h)
+            if delta is not None:
+                dq, dk, dv = delta.chunk(3, dim=-1)
+                q, k, v = q + dq, k + dk, v + dv
+        h = self._linear(self._attend(q, k, v, mask), attention.o, hooks, AdapterSite.ATTN_OUT,
+                         index)
+        if hooks is not None:
+            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
+        x = x + h
+
+        dense = ff_layer.DenseReluDense
+        h = ff_layer.layer_norm(x)
+        if self.gated:
+            h = dense.act(dense.wi_0(h)) * self._linear(h, dense.wi_1, hooks,
+                                                         AdapterSite.MLP_FC, index)
+        else:
+            h = dense.act(self._linear(h, dense.wi, hooks, AdapterSite.MLP_FC, index))
+        h = self._linear(h, dense.wo, hooks, AdapterSite.MLP_PROJ, index)
+        if hooks is not None:
+            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
+        x = x + h
+        if hooks is not None:
+            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
+        return x
+
+    def token_states(self, x: torch.Tensor) -> torch.Tensor:
+        """The encoder's final RMSNorm on every token, ``[B, L, D] -> [B, L, D]``."""
+        return self.final_layer_norm(x)
+
+    def pool(self, x: torch.Tensor, attention_mask: torch.Tensor,
+             eos_index: torch.Tensor) -> torch.Tensor:
+        """Pool the final-normed tokens (open_clip pools ``last_hidden_state``, after the norm)."""
+        return super().pool(self.token_states(x), attention_mask, eos_index)
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """open_clip's projection, ``[..., D] -> [..., E]``."""
+        return self.proj(pooled)
+
+    def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
+        """``(in_features, out_features)`` of the frozen projection at each linear site."""
+        return {
+            AdapterSite.ATTN_QKV: (self.width, 3 * self.inner_dim),
+            AdapterSite.ATTN_OUT: (self.inner_dim, self.width),
+            AdapterSite.MLP_FC: (self.width, self.ff_dim),
+            AdapterSite.MLP_PROJ: (self.ff_dim, self.width),
+        }
+
+
+#: Hugging Face ``model_type`` values of T5-style encoders.
+HF_T5_MODEL_TYPES = ('mt5', 't5')
+
+
+def hf_text_tower(encoder: nn.Module, owner: str = 'CustomTextCLIP') -> TextTower:
+    """The :class:`TextTower` of an open_clip ``HFTextEncoder``: BERT-style layers
+    (:class:`OpenCLIPHFTextTower`) or T5 blocks (:class:`OpenCLIPT5TextTower`).
+
+    Raises:
+        TypeError: another encoder (NLLB's M2M100 layers, ...), naming the class, the config
+            field and what is missing.
+    """
+    config = encoder.config
+    model_type = getattr(config, 'model_type', None)
+    where = f'{owner}.text (HFTextEncoder of {getattr(config, "_name_or_path", "") or "?"})'
+    if model_type in HF_T5_MODEL_TYPES:
+        return OpenCLIPT5TextTower(encoder, owner, where)
+    return OpenCLIPHFTextTower(encoder, owner)
