@@ -8,14 +8,8 @@ import torch.nn.functional as F
 
 from tests.conftest import SHARED_DATA
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.cclm import (
-    CCLM_IMAGE_MEAN,
-    CCLM_IMAGE_STD,
-    CCLM_TEXT,
-    CCLMDualStream,
-    CCLMTextTower,
-    build_bert,
-)
+from xmr.models.backbones.bert import BertTextTower, build_bert
+from xmr.models.backbones.cclm import CCLM_IMAGE_MEAN, CCLM_IMAGE_STD, CCLM_TEXT, CCLMDualStream
 from xmr.registry import MODELS, TOKENIZERS
 
 WIDTH, HEADS, FFN, LAYERS, EMBED_DIM = 32, 4, 64, 2, 16
@@ -40,7 +34,7 @@ def tiny_bert():
 
 @pytest.fixture
 def tower():
-    tower = CCLMTextTower(tiny_bert(), EMBED_DIM)
+    tower = BertTextTower(tiny_bert(), EMBED_DIM)
     randomise(tower)
     return tower.eval()
 
@@ -73,7 +67,7 @@ def test_blocks_equal_transformers_bert_forward(tower):
 
 def test_without_a_projection_the_embedding_is_berts_cls_state(tower):
     bert = tiny_bert()
-    plain = CCLMTextTower(bert, None)
+    plain = BertTextTower(bert, None)
     randomise(plain)  # the tower uses bert's modules, so bert holds the same weights
     plain.eval()
     ids, mask, eos = batch()

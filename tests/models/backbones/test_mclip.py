@@ -150,7 +150,8 @@ def test_image_tower_is_open_clips_and_dimensions_must_agree(backbone):
         MODELS.build(tiny_mclip_cfg(embed_dim=16))
     too_long = copy.copy(backbone.tokenizer)
     too_long.max_length = 100
-    with pytest.raises(ValueError, match='max_length 100 exceeds the XLM-R context length 38'):
+    with pytest.raises(ValueError,
+                       match='max_length 100 exceeds the text context length 38 of M-CLIP XLM-R'):
         MODELS.build(tiny_mclip_cfg(tokenizer=too_long))
 
 

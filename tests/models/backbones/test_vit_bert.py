@@ -101,9 +101,11 @@ def test_bad_configurations_are_named():
         MODELS.build(tiny_cfg(vision='vit_bsae_patch16_224'))
     with pytest.raises(ValueError, match='needs text .* or text_cfg'):
         MODELS.build(tiny_cfg(text_cfg=None))
-    with pytest.raises(ValueError, match='emits 48 ids but the BERT has 40 word embeddings'):
+    with pytest.raises(ValueError,
+                       match='emits 48 ids but the text tower of the BERT has 40 embeddings'):
         MODELS.build(tiny_cfg(text_cfg=dict(TINY_BERT, vocab_size=40)))
-    with pytest.raises(ValueError, match='max_length 77 exceeds the BERT position table'):
+    with pytest.raises(ValueError,
+                       match='max_length 77 exceeds the text context length 64 of the BERT'):
         MODELS.build(tiny_cfg(text_cfg=dict(TINY_BERT, max_position_embeddings=64)))
     with pytest.raises(ValueError, match='random BERT .* needs an explicit tokenizer'):
         MODELS.build(tiny_cfg(tokenizer=None))

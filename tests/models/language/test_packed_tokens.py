@@ -9,7 +9,8 @@ import xmr  # noqa: F401
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
 from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
 from xmr.models.adapters.language_adapters import LanguageAdapters
-from xmr.models.backbones.cclm import CCLM_TEXT, CCLMTextTower, build_bert
+from xmr.models.backbones.bert import BertTextTower, build_bert
+from xmr.models.backbones.cclm import CCLM_TEXT
 from xmr.models.language.packed_tokens import PackedTokens
 from xmr.registry import ADAPTERS, MODELS
 
@@ -51,7 +52,7 @@ def open_clip_tower():
 def bert_tower():
     bert = build_bert(dict(CCLM_TEXT, vocab_size=50, hidden_size=32, num_layers=2, num_heads=4,
                            intermediate_size=64, max_position_embeddings=16))
-    tower = CCLMTextTower(bert, 16)
+    tower = BertTextTower(bert, 16)
     randomise(tower, 0)
     return tower.eval()
 

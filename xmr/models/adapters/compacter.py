@@ -16,6 +16,7 @@ from torch import nn
 
 from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.models.adapters.houlsby import get_activation
+from xmr.models.unowned import hold_unowned
 from xmr.registry import ADAPTERS
 
 
@@ -52,7 +53,7 @@ class PHMLinear(nn.Module):
         for name, size in (('in_features', in_features), ('out_features', out_features)):
             if size % n:
                 raise ValueError(f'PHM layer {name}={size} is not divisible by phm_dim={n}')
-        object.__setattr__(self, 'rule', rule)
+        hold_unowned(self, 'rule', rule)
         self.in_features, self.out_features = in_features, out_features
         self.left = nn.Parameter(torch.randn(n, in_features // n, rank) * init_std)
         right = torch.zeros(n, rank, out_features // n)

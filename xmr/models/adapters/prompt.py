@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
+from xmr.models.unowned import hold_unowned
 from xmr.registry import ADAPTERS
 
 
@@ -107,8 +108,7 @@ class HardPrompt(BaseAdapter):
                 self.prompt = nn.Parameter(embedding(ids).detach().clone())
         else:
             self.register_buffer('token_ids', ids, persistent=False)
-            # Held, not registered: the branch owns the embedding block.
-            object.__setattr__(self, 'embedding', embedding)
+            hold_unowned(self, 'embedding', embedding)
 
     @property
     def num_tokens(self) -> int:

@@ -60,6 +60,11 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             (docs/backbones.md).
         reserved_positions: trailing positions the tower writes itself (open_clip's appended
             class token, ``embed_cls``): captions hold at most :attr:`max_tokens` tokens.
+        vocab_size: rows of the tower's token table, the ids a tokenizer may emit.
+        pad_id: the id the tower itself treats as padding (open_clip's pad mask), or ``None``
+            when only the attention mask marks padding.
+        pad_masked: whether the tower masks its padding keys; ``None``: a bidirectional tower
+            does, a causal one does not.
     """
 
     pack_tokens: bool = True
@@ -73,6 +78,9 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     causal: bool
     pooling: str
     num_heads: int
+    vocab_size: int
+    pad_id: int | None = None
+    pad_masked: bool | None = None
 
     @property
     def max_tokens(self) -> int:
@@ -214,6 +222,35 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         x = self.add_positions(self.embed_tokens(tokens['input_ids']))
         x = self.encode_embeddings(x, mask, tokens['eos_index'], packed=self.packing(mask))
         return self.head(self.pool(x, mask, tokens['eos_index']))
+
+
+def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str) -> None:
+    """Refuse a source tokenizer whose ids, length or padding do not fit the text tower.
+
+    Args:
+        tokenizer: the backbone's source tokenizer.
+        tower: its text tower.
+        owner: the model named in the message (``'ViT-B-32'``, ``'CCLM'``, ...).
+
+    Raises:
+        ValueError: more ids than the tower embeds, a ``max_length`` beyond its context, a
+            fixed-context tower fed without ``pad_to`` = its context, or a padding id other
+            than the one the tower masks; each names both numbers.
+    """
+    if tokenizer.vocab_size > tower.vocab_size:
+        raise ValueError(f'tokenizer emits {tokenizer.vocab_size} ids but the text tower of '
+                         f'{owner} has {tower.vocab_size} embeddings')
+    if tokenizer.max_length > tower.max_tokens:
+        raise ValueError(f'tokenizer max_length {tokenizer.max_length} exceeds the text context '
+                         f'length {tower.max_tokens} of {owner}')
+    if tower.fixed_context and tokenizer.pad_to != tower.context_length:
+        raise ValueError(f'tokenizer pad_to={tokenizer.pad_to} but the text tower of {owner} '
+                         f'pools a fixed position of its {tower.context_length}-token context: '
+                         f'set pad_to={tower.context_length} (docs/backbones.md)')
+    masks_padding = tower.pad_masked if tower.pad_masked is not None else not tower.causal
+    if masks_padding and tower.pad_id is not None and tokenizer.pad_id != tower.pad_id:
+        raise ValueError(f'tokenizer pads with id {tokenizer.pad_id} but the text tower of '
+                         f'{owner} masks id {tower.pad_id} as padding')
 
 
 class TokenOutput(NamedTuple):

@@ -21,8 +21,8 @@ import torch
 from mmengine.logging import print_log
 from torch import nn
 
-from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.base import SiteHooks, TextTower, TokenOutput, VisionLanguageBackbone
+from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone, check_tokenizer_fits
+from xmr.models.backbones.bert import BertTextTower, build_bert
 from xmr.models.backbones.cclm_checkpoint import (
     CheckpointReport,
     convert_cclm_state_dict,
@@ -30,11 +30,10 @@ from xmr.models.backbones.cclm_checkpoint import (
 )
 from xmr.models.backbones.relative_position import INTERPOLATION_MODES
 from xmr.models.language.cclm_tokenizer import CCLMTokenizer
-from xmr.models.language.packed_tokens import PackedTokens
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.registry import MODELS, TOKENIZERS
 
-__all__ = ['CCLMDualStream', 'CCLMTextTower', 'CCLMTokenizer', 'build_bert']
+__all__ = ['CCLMDualStream', 'CCLMTokenizer']
 
 #: CCLM's Swin-B (``configs/config_swinB_384.json`` of the authors' code).
 CCLM_VISION = dict(embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), patch_size=4,
@@ -60,144 +59,6 @@ def _merge(defaults: dict, overrides: dict | None, what: str) -> dict:
         raise KeyError(f'unknown CCLM {what} option(s) {unknown}; known: {sorted(defaults)}')
     merged.update(overrides or {})
     return merged
-
-
-def build_bert(text: dict) -> nn.Module:
-    """A transformers ``BertModel`` (no pooler) with CCLM's text configuration ``text``."""
-    from transformers import BertConfig, BertModel
-
-    config = BertConfig(
-        vocab_size=text['vocab_size'], hidden_size=text['hidden_size'],
-        num_hidden_layers=text['num_layers'], num_attention_heads=text['num_heads'],
-        intermediate_size=text['intermediate_size'], hidden_act=text['hidden_act'],
-        max_position_embeddings=text['max_position_embeddings'],
-        type_vocab_size=text['type_vocab_size'], layer_norm_eps=text['layer_norm_eps'],
-        pad_token_id=text['pad_token_id'],
-        # The tower is frozen and run through explicit blocks that apply no dropout.
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return BertModel(config, add_pooling_layer=False)
-
-
-class CCLMTextTower(TextTower):
-    """CCLM's text-only BERT layers, run layer by layer with adapter sites.
-
-    Each post-LN layer is written out on the frozen weights of transformers' ``BertLayer``:
-    ``x = LN_1(x + attn(x))``, ``x = LN_2(x + W_2 gelu(W_1 x))``, so that adapters can act on the
-    q/k/v and output projections and on each sub-layer's output before its residual add.
-
-    Args:
-        bert: a ``BertModel`` whose embeddings and layers are used (not copied).
-        embed_dim: width ``E`` of ``text_proj``; ``None`` builds no projection (a sentence
-            encoder whose embedding is the pooled hidden state, ``E = D``).
-    """
-
-    causal = False
-    pooling = 'cls'
-    #: first position id of a sequence (see :meth:`add_positions`).
-    position_offset = 0
-
-    def __init__(self, bert: nn.Module, embed_dim: int | None) -> None:
-        super().__init__()
-        config = bert.config
-        self.embeddings = bert.embeddings
-        self.layers = bert.encoder.layer
-        self.width = config.hidden_size
-        self.text_proj = nn.Linear(self.width, embed_dim) if embed_dim is not None else None
-        self.embed_dim = embed_dim if embed_dim is not None else self.width
-        self.num_blocks = len(self.layers)
-        self.context_length = config.max_position_embeddings
-        self.num_heads = config.num_attention_heads
-        self.intermediate_size = config.intermediate_size
-
-    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.embeddings.word_embeddings(input_ids)
-
-    def add_positions(self, x: torch.Tensor) -> torch.Tensor:
-        """``LN(x + type_0 + pos_{o..o+L-1})``: BERT's embedding sum and its LayerNorm.
-
-        ``o`` is :attr:`position_offset`: 0 for BERT (CCLM's encoder: positions start at 0),
-        ``pad_id + 1`` for RoBERTa / XLM-R, which number real tokens after the padding id.
-        Hugging Face gives padding positions the id ``pad_id`` rather than continuing the count;
-        padding is never attended to nor pooled, so the outputs that matter are the same. The
-        single token type (0) is part of every token's embedding.
-        """
-        length = x.shape[1]
-        if length > self.context_length:
-            raise ValueError(f'sequence of {length} tokens exceeds the text context length '
-                             f'{self.context_length}')
-        token_type = self.embeddings.token_type_embeddings.weight[0]
-        start = self.position_offset
-        positions = self.embeddings.position_embeddings.weight[start:start + length]
-        return self.embeddings.LayerNorm(x + token_type + positions)
-
-    @staticmethod
-    def _linear(x: torch.Tensor, layer: nn.Linear, hooks: SiteHooks | None, site: AdapterSite,
-                index: int) -> torch.Tensor:
-        out = layer(x)
-        if hooks is not None:
-            delta = hooks.linear(site, index, x)
-            if delta is not None:
-                out = out + delta
-        return out
-
-    def _self_attention(self, index: int, x: torch.Tensor,
-                        mask: torch.Tensor | PackedTokens | None,
-                        hooks: SiteHooks | None) -> torch.Tensor:
-        """``softmax(q k^T / sqrt(d) + mask) v`` with the q/k/v deltas of ``attn.qkv``."""
-        attention = self.layers[index].attention.self
-        q, k, v = attention.query(x), attention.key(x), attention.value(x)
-        if hooks is not None:
-            delta = hooks.linear(AdapterSite.ATTN_QKV, index, x)
-            if delta is not None:
-                dq, dk, dv = delta.chunk(3, dim=-1)
-                q, k, v = q + dq, k + dk, v + dv
-        return self.attend(q, k, v, mask)
-
-    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
-                  hooks: SiteHooks | None = None) -> torch.Tensor:
-        """One post-LN BERT layer with its adapter sites.
-
-        Args:
-            index: layer index.
-            x: ``[B, L, D]`` hidden states, or ``[T, D]`` packed tokens.
-            mask: additive attention bias ``[B, 1, L, L]`` from :meth:`build_mask`, or the
-                batch's :class:`PackedTokens` when ``x`` is packed.
-            hooks: adapter hooks or ``None``.
-
-        Returns:
-            ``x``'s shape.
-        """
-        layer = self.layers[index]
-        context = self._self_attention(index, x, mask, hooks)
-        h = self._linear(context, layer.attention.output.dense, hooks, AdapterSite.ATTN_OUT,
-                         index)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
-        x = layer.attention.output.LayerNorm(h + x)
-
-        h = self._linear(x, layer.intermediate.dense, hooks, AdapterSite.MLP_FC, index)
-        h = layer.intermediate.intermediate_act_fn(h)
-        h = self._linear(h, layer.output.dense, hooks, AdapterSite.MLP_PROJ, index)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
-        x = layer.output.LayerNorm(h + x)
-        if hooks is not None:
-            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
-        return x
-
-    def head(self, pooled: torch.Tensor) -> torch.Tensor:
-        """``r = text_proj(x_CLS)`` (``x_CLS`` itself without a projection); BERT is post-LN,
-        so there is no final norm."""
-        return pooled if self.text_proj is None else self.text_proj(pooled)
-
-    def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
-        """``(in_features, out_features)`` of the frozen projection at each linear site."""
-        return {
-            AdapterSite.ATTN_QKV: (self.width, 3 * self.width),
-            AdapterSite.ATTN_OUT: (self.width, self.width),
-            AdapterSite.MLP_FC: (self.width, self.intermediate_size),
-            AdapterSite.MLP_PROJ: (self.intermediate_size, self.width),
-        }
 
 
 @MODELS.register_module()
@@ -253,7 +114,7 @@ class CCLMDualStream(VisionLanguageBackbone):
             global_pool='avg', drop_rate=0.0, proj_drop_rate=0.0, attn_drop_rate=0.0,
             drop_path_rate=0.0)
         self.vision_proj = nn.Linear(self.vision.num_features, embed_dim)
-        self.text_tower = CCLMTextTower(build_bert(text), embed_dim)
+        self.text_tower = BertTextTower(build_bert(text), embed_dim)
         self.register_buffer('temperature', torch.tensor(CCLM_TEMPERATURE))
         self.embed_dim = embed_dim
         self.image_size = (image_size, image_size)
@@ -264,9 +125,7 @@ class CCLMDualStream(VisionLanguageBackbone):
             tokenizer = TOKENIZERS.build(
                 tokenizer or dict(type='CCLMTokenizer', name_or_path='xlm-roberta-large'))
         self.tokenizer = tokenizer
-        if self.tokenizer.vocab_size > text['vocab_size']:
-            raise ValueError(f'tokenizer emits {self.tokenizer.vocab_size} ids but the text '
-                             f"encoder has {text['vocab_size']} embeddings")
+        check_tokenizer_fits(self.tokenizer, self.text_tower, 'CCLM')
         self.checkpoint_report: CheckpointReport | None = None
         if checkpoint is not None:
             self.checkpoint_report = self.load_checkpoint(checkpoint, strict,

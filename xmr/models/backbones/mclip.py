@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone
-from xmr.models.backbones.cclm import CCLMTextTower
+from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone, check_tokenizer_fits
+from xmr.models.backbones.bert import BertTextTower
 from xmr.models.backbones.open_clip import open_clip_image_tokens
 from xmr.models.backbones.open_clip_pretrained import PretrainedRecord, build_open_clip
 from xmr.models.language.tokenizers import BaseTokenizer
@@ -44,11 +44,11 @@ _UNUSED_PREFIXES = ('transformer.pooler.',)
 _UNUSED_SUFFIXES = ('position_ids', 'token_type_ids')
 
 
-class MultilingualCLIPTextTower(CCLMTextTower):
+class MultilingualCLIPTextTower(BertTextTower):
     """An XLM-R encoder run layer by layer with adapter sites, mean-pooled and linearly mapped.
 
     XLM-R's layers are BERT's post-LN layers, so the written-out layers of
-    :class:`~xmr.models.backbones.cclm.CCLMTextTower` run them (every q/k/v, output and FFN
+    :class:`~xmr.models.backbones.bert.BertTextTower` run them (every q/k/v, output and FFN
     projection and each sub-layer output is a site); what differs is RoBERTa's positions, which
     start at ``pad_id + 1``, the masked mean pooling and the head, M-CLIP's linear map
     (``text_proj``) without a final norm. The frozen tower applies no dropout.
@@ -168,12 +168,7 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
                 type='HFTokenizer', name_or_path='xlm-roberta-large',
                 max_length=self.text_tower.context_length))
         self.tokenizer = tokenizer
-        if self.tokenizer.vocab_size > self.config.vocab_size:
-            raise ValueError(f'tokenizer emits {self.tokenizer.vocab_size} ids but the XLM-R '
-                             f'encoder embeds {self.config.vocab_size}')
-        if self.tokenizer.max_length > self.text_tower.context_length:
-            raise ValueError(f'tokenizer max_length {self.tokenizer.max_length} exceeds the '
-                             f'XLM-R context length {self.text_tower.context_length}')
+        check_tokenizer_fits(self.tokenizer, self.text_tower, 'M-CLIP XLM-R')
         if freeze:
             self.freeze()
 

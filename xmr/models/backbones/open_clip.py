@@ -9,7 +9,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.base import SiteHooks, TextTower, TokenOutput, VisionLanguageBackbone
+from xmr.models.backbones.base import (
+    SiteHooks,
+    TextTower,
+    TokenOutput,
+    VisionLanguageBackbone,
+    check_tokenizer_fits,
+)
 from xmr.models.backbones.open_clip_hf import hf_text_tower
 from xmr.models.backbones.open_clip_pretrained import (
     build_open_clip,
@@ -19,7 +25,6 @@ from xmr.models.backbones.open_clip_pretrained import (
     text_tokenizer_cfg,
 )
 from xmr.models.language.packed_tokens import PackedTokens
-from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.registry import MODELS, TOKENIZERS
 
 #: open_clip ``pool_type`` -> the :class:`TextTower` pooling rule that selects the same token.
@@ -357,32 +362,6 @@ def open_clip_text_tower(model: nn.Module) -> TextTower:
                         'text_cfg names a tower that is neither open_clip\'s TextTransformer '
                         'nor an HFTextEncoder, and xmr has no written-out blocks for it')
     return OpenCLIPTextTower(model)
-
-
-def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, arch: str) -> None:
-    """Refuse a source tokenizer whose ids, length or padding do not fit the text tower.
-
-    Raises:
-        ValueError: more ids than the tower embeds, a ``max_length`` beyond its context, a
-            fixed-context tower fed without ``pad_to`` = its context, or a padding id other
-            than the one the tower masks; each names both numbers.
-    """
-    vocab = getattr(tower, 'vocab_size', None)
-    if vocab is not None and tokenizer.vocab_size > vocab:
-        raise ValueError(f'tokenizer emits {tokenizer.vocab_size} ids but the text tower of '
-                         f'{arch} has {vocab} embeddings')
-    if tokenizer.max_length > tower.max_tokens:
-        raise ValueError(f'tokenizer max_length {tokenizer.max_length} exceeds the text context '
-                         f'length {tower.max_tokens} of {arch}')
-    if tower.fixed_context and tokenizer.pad_to != tower.context_length:
-        raise ValueError(f'tokenizer pad_to={tokenizer.pad_to} but the text tower of {arch} '
-                         f'pools a fixed position of its {tower.context_length}-token context: '
-                         f'set pad_to={tower.context_length} (docs/backbones.md)')
-    pad_id = getattr(tower, 'pad_id', None)
-    masks_padding = getattr(tower, 'pad_masked', not tower.causal)
-    if masks_padding and pad_id is not None and tokenizer.pad_id != pad_id:
-        raise ValueError(f'tokenizer pads with id {tokenizer.pad_id} but the text tower of '
-                         f'{arch} masks id {pad_id} as padding')
 
 
 def open_clip_image_tokens(visual: nn.Module, images: torch.Tensor, arch: str) -> TokenOutput:

@@ -7,7 +7,7 @@ open_clip wraps a Hugging Face encoder as a CLIP text tower: the encoder, one of
     r = proj(pool(h))                               # pool: masked mean | CLS | pooler(CLS)
 
 The layers are BERT's post-LN layers, which xmr already writes out for CCLM and M-CLIP
-(:class:`~xmr.models.backbones.cclm.CCLMTextTower`): this tower reuses them, so every q/k/v,
+(:class:`~xmr.models.backbones.bert.BertTextTower`): this tower reuses them, so every q/k/v,
 output and FFN projection and each sub-layer output is an adapter site, and adds open_clip's
 pooler and projection. Padding keys are masked and the pooling reads real tokens only, so
 dynamic padding and packed tokens give open_clip's outputs.
@@ -20,7 +20,7 @@ from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.base import SiteHooks, TextTower
-from xmr.models.backbones.cclm import CCLMTextTower
+from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.packed_tokens import PackedTokens
 
 __all__ = ['OpenCLIPHFTextTower', 'OpenCLIPT5TextTower', 'HF_BERT_MODEL_TYPES',
@@ -35,7 +35,7 @@ HF_BERT_MODEL_TYPES = {'bert': lambda pad_id: 0, 'roberta': lambda pad_id: pad_i
 _POOLERS = {'MeanPooler': 'mean', 'ClsPooler': 'cls', 'ClsLastHiddenStatePooler': 'cls'}
 
 
-class OpenCLIPHFTextTower(CCLMTextTower):
+class OpenCLIPHFTextTower(BertTextTower):
     """An open_clip ``HFTextEncoder`` with BERT-style layers, run layer by layer.
 
     Pooling follows open_clip's pooler: ``mean_pooler`` is the masked mean of the real tokens,

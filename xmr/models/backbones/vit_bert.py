@@ -11,7 +11,7 @@ learning rate of the new layers); it is frozen when built, like every backbone, 
   (ViT: prefix tokens such as CLS, then the patches; Swin: the final ``h × w`` patches), its
   ``forward_head(pre_logits=True)`` the pooled feature (ViT: CLS; Swin: mean); ``vision_proj``
   maps both to ``E``.
-* text: transformers' ``BertModel`` run layer by layer by the BERT-layer :class:`CCLMTextTower`
+* text: transformers' ``BertModel`` run layer by layer by the BERT-layer :class:`BertTextTower`
   (post-LN layers with adapter sites, padding mask, CLS pooling), whose ``text_proj`` maps to
   ``E``. So target-language branches and adapters work on this tower as on CCLM's.
 """
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone
-from xmr.models.backbones.cclm import CCLMTextTower
+from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone, check_tokenizer_fits
+from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.registry import MODELS, TOKENIZERS
 
@@ -96,7 +96,7 @@ class ViTBERTBackbone(VisionLanguageBackbone):
             raise TypeError(f"timm model '{vision}' has no forward_features/forward_head")
         self._nhwc = getattr(self.vision, 'output_fmt', 'NLC') == 'NHWC'
         self.vision_proj = nn.Linear(self.vision.num_features, embed_dim)
-        self.text_tower = CCLMTextTower(build_text(text, dict(text_cfg or {})), embed_dim)
+        self.text_tower = BertTextTower(build_text(text, dict(text_cfg or {})), embed_dim)
         self.embed_dim = embed_dim
         size = self.vision.patch_embed.img_size
         self.image_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
@@ -109,13 +109,7 @@ class ViTBERTBackbone(VisionLanguageBackbone):
                 raise ValueError('a random BERT (text=None) needs an explicit tokenizer config')
             tokenizer = TOKENIZERS.build(tokenizer or dict(type='HFTokenizer', name_or_path=text))
         self.tokenizer = tokenizer
-        vocab = self.text_tower.embeddings.word_embeddings.num_embeddings
-        if self.tokenizer.vocab_size > vocab:
-            raise ValueError(f'tokenizer emits {self.tokenizer.vocab_size} ids but the BERT has '
-                             f'{vocab} word embeddings')
-        if self.tokenizer.max_length > self.text_tower.context_length:
-            raise ValueError(f'tokenizer max_length {self.tokenizer.max_length} exceeds the '
-                             f'BERT position table ({self.text_tower.context_length})')
+        check_tokenizer_fits(self.tokenizer, self.text_tower, 'the BERT')
         if freeze:
             self.freeze()
 

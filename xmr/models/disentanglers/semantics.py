@@ -37,6 +37,7 @@ from xmr.models.disentanglers.discriminator import (
 from xmr.models.disentanglers.parameter_generator import ParameterGenerator
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.pooling import masked_token_mean
+from xmr.models.unowned import hold_unowned
 from xmr.registry import ADAPTERS, DISENTANGLERS, MODELS
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class SemanticsDisentangler(ConditionDisentangler):
                  loss_weights: Mapping[str, float] | None = None,
                  condition_blocks: Sequence[int] | None = None) -> None:
         super().__init__()
-        object.__setattr__(self, 'tower', tower)
+        hold_unowned(self, 'tower', tower)
         if not 0 <= depth <= tower.num_blocks:
             raise ValueError(f'SDM depth {depth} is outside 0..{tower.num_blocks} (the text '
                              'tower\'s blocks)')

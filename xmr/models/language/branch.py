@@ -12,6 +12,7 @@ from xmr.models.adapters.base import AdapterContext, BaseAdapter
 from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.models.language.embedding import EmbeddingBlock
 from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS, TOKENIZERS
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class TargetLanguageBranch(nn.Module):
                  embedding: dict | None = None, adapters: dict | Sequence[dict] | None = None,
                  num_blocks: int | None = None) -> None:
         super().__init__()
-        object.__setattr__(self, 'tower', tower)
+        hold_unowned(self, 'tower', tower)
         if not languages:
             raise ValueError('the target-language branch needs at least one language')
         self.languages = normalize_languages(list(languages), 'TargetLanguageBranch languages')

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from xmr.models.language.embedding import EmbeddingBlock
+from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS
 
 if TYPE_CHECKING:
@@ -34,11 +35,11 @@ class TowerTokenEmbedding(EmbeddingBlock):
     def __init__(self, tower: TextTower, vocab_size: int, width: int,
                  padding_idx: int | None = None) -> None:
         super().__init__()
-        object.__setattr__(self, 'tower', tower)
-        table_size = getattr(tower, 'vocab_size', None)
-        if table_size is not None and vocab_size > table_size:
+        hold_unowned(self, 'tower', tower)
+        if vocab_size > tower.vocab_size:
             raise ValueError(f'the tokenizer emits {vocab_size} ids but the tower embeds '
-                             f'{table_size}; TowerTokenEmbedding needs the tower\'s own tokenizer')
+                             f'{tower.vocab_size}; TowerTokenEmbedding needs the tower\'s own '
+                             'tokenizer')
         self.width = width
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
