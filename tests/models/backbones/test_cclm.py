@@ -226,6 +226,8 @@ def test_backbone_is_registered_frozen_and_uses_cclm_preprocessing():
     assert backbone.image_mean == CCLM_IMAGE_MEAN and backbone.image_std == CCLM_IMAGE_STD
     assert backbone.image_size == (64, 64) and backbone.embed_dim == EMBED_DIM
     assert float(backbone.temperature) == pytest.approx(0.07)
+    scale, bias = backbone.pair_logits()  # what a SigmoidLoss / the checkpoint's temp read
+    assert float(scale) == pytest.approx(1 / 0.07) and bias is None
     assert backbone.tokenizer.max_length == 40 and backbone.tokenizer.pad_id == 1
 
 

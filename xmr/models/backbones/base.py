@@ -350,6 +350,17 @@ class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
         return TokenOutput(tower.head(tower.token_states(hidden)), mask,
                            tower.head(tower.pool(hidden, mask, eos_index)))
 
+    def pair_logits(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The ``(scale, bias)`` the backbone was pretrained to score an image-text pair with,
+        ``logit = scale · cos(r^V, r^T) + bias`` (``bias`` ``None`` when it learnt none); losses
+        that train with the backbone's own objective read them (:class:`SigmoidLoss`).
+
+        Raises:
+            TypeError: for a backbone that does not record them.
+        """
+        raise TypeError(f'{type(self).__name__} records no pretrained logit scale or bias; give '
+                        'the loss its own (e.g. SigmoidLoss(logit_scale=..., logit_bias=...))')
+
     def freeze(self) -> None:
         """Freeze every weight; a phase that fine-tunes the towers unfreezes them itself."""
         for parameter in self.parameters():

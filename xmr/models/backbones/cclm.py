@@ -164,6 +164,11 @@ class CCLMDualStream(VisionLanguageBackbone):
         print_log(report.summary(), logger='current')
         return report
 
+    def pair_logits(self) -> tuple[torch.Tensor, None]:
+        """CCLM's ``(1 / temp, None)``: the checkpoint's temperature (``temp``, 0.07 by default)
+        divides the cosine of its contrastive pairs; it learns no bias."""
+        return 1.0 / self.temperature, None
+
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` -> ``[B, E]``: ``vision_proj`` of the mean final patch token."""
         return self.vision_proj(self.vision(images))

@@ -455,9 +455,11 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         :func:`open_clip_image_tokens`)."""
         return open_clip_image_tokens(self.clip.visual, images, self.arch)
 
-    @property
-    def logit_scale(self) -> nn.Parameter:
-        return self.clip.logit_scale
+    def pair_logits(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """open_clip's learnt ``(exp(logit_scale), logit_bias)``; the bias is ``None`` for models
+        trained with InfoNCE (only SigLIP-style models learn one)."""
+        bias = getattr(self.clip, 'logit_bias', None)  # open_clip sets it on sigmoid models only
+        return self.clip.logit_scale.exp(), bias
 
     def fingerprint(self) -> str:
         """Record + weights hash: keys feature caches to exactly these frozen weights."""

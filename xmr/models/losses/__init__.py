@@ -8,10 +8,12 @@ from xmr.models.losses.cdds import (
     CDDSXSemanticReconstructionLoss,
 )
 from xmr.models.losses.contrastive import InfoNCELoss
+from xmr.models.losses.pair import PairLoss
+from xmr.models.losses.sigmoid import SigmoidLoss
 from xmr.models.losses.translation import TranslationAlignmentLoss
 
 __all__ = [
     'AlignmentLoss', 'InfoNCELoss', 'CDDSDistributionSamplingLoss', 'CDDSInformationIntegrityLoss',
     'CDDSModalityConsistencyLoss', 'CDDSSemanticConsistencyLoss', 'CDDSXSemanticReconstructionLoss',
-    'TranslationAlignmentLoss',
+    'PairLoss', 'SigmoidLoss', 'TranslationAlignmentLoss',
 ]

@@ -22,6 +22,7 @@ from torch import nn
 
 from xmr.models.losses.distributed import gather_with_grad
 from xmr.models.losses.pair import PairLoss
+from xmr.models.losses.sigmoid import SigmoidLoss
 from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
 from xmr.registry import MODELS
 
@@ -66,7 +67,8 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
     # ----------------------------------------------------------------------------- losses
     def build_losses(self, cfgs: Mapping[str, dict],
                      default_args: Mapping[str, dict] | None = None) -> None:
-        """Build ``{name: MODELS config}`` into :attr:`losses`, every name one of :attr:`LOSSES`.
+        """Build ``{name: MODELS config}`` into :attr:`losses`, every name one of :attr:`LOSSES`
+        (a :class:`SigmoidLoss` also gets the backbone, whose own scale and bias it reads).
 
         Raises:
             KeyError: naming the unknown losses and those this retriever computes.
@@ -76,8 +78,16 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
             raise KeyError(f'{type(self).__name__}: unknown losses {sorted(unknown)}; it '
                            f'computes {sorted(self.LOSSES)}')
         self.losses = nn.ModuleDict({
-            name: MODELS.build(cfg, default_args=(default_args or {}).get(name))
+            name: MODELS.build(cfg, default_args=self._loss_default_args(
+                cfg, (default_args or {}).get(name)))
             for name, cfg in cfgs.items()})
+
+    def _loss_default_args(self, cfg: Mapping[str, Any], given: dict | None) -> dict | None:
+        """``given``, plus the backbone for a loss that scores pairs as the backbone does."""
+        loss_type = cfg['type'] if not isinstance(cfg['type'], str) else MODELS.get(cfg['type'])
+        if isinstance(loss_type, type) and issubclass(loss_type, SigmoidLoss):
+            return dict(given or {}, backbone=self.backbone)
+        return given
 
     def pair_loss(self, name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """The phase-weighted loss ``name`` between ``[B, E]`` pairs; a batch-contrastive

@@ -1,0 +1,93 @@
+"""SigLIP's sigmoid loss: by hand, equal to open_clip's SigLipLoss, and on the backbone's own
+scale and bias inside a retriever (frozen)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from open_clip.loss import SigLipLoss
+
+import xmr  # noqa: F401
+from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
+from tests.models.backbones.open_clip_families import (
+    XLMR_TOKENIZER,
+    backbone_cfg,
+    siglip_cfg,
+    xlmr_tokenizer,
+)
+from xmr.models.losses import SigmoidLoss
+from xmr.registry import MODELS
+
+
+def test_two_pairs_by_hand():
+    a = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    b = torch.tensor([[3.0, 0.0], [1.0, 1.0]])
+    cos = [[1.0, 1 / math.sqrt(2)], [0.0, 1 / math.sqrt(2)]]  # cos(a_i, b_j)
+    t, bias = 10.0, -2.0
+    expected = 0.0
+    for i in range(2):
+        for j in range(2):
+            sign = 1 if i == j else -1
+            expected -= math.log(1 / (1 + math.exp(-sign * (t * cos[i][j] + bias))))
+    loss = SigmoidLoss(logit_scale=t, logit_bias=bias)(a, b)
+    assert loss.item() == pytest.approx(expected / 2, rel=1e-6)
+
+
+def test_equals_open_clips_siglip_loss():
+    torch.manual_seed(0)
+    a, b = torch.randn(6, 8), torch.randn(6, 8)
+    ours = SigmoidLoss(logit_scale=12.5, logit_bias=-7.0)(a, b)
+    reference = SigLipLoss()(F.normalize(a, dim=-1), F.normalize(b, dim=-1),
+                             torch.tensor(12.5), torch.tensor(-7.0))
+    torch.testing.assert_close(ours, reference)
+
+
+@pytest.mark.skipif(not XLMR_TOKENIZER.is_file(), reason=f'no XLM-R tokenizer at {XLMR_TOKENIZER}')
+def test_the_cross_modal_phase_trains_on_the_backbones_own_scale_and_bias():
+    torch.manual_seed(0)
+    model = MODELS.build(dict(
+        type='CrossLingualRetriever',
+        backbone=backbone_cfg({**siglip_cfg(), 'init_logit_bias': -3.0},
+                              xlmr_tokenizer(clean='canonicalize')),
+        language_branch=dict(type='TargetLanguageBranch', languages=['sw'],
+                             tokenizer=xlmr_tokenizer(max_length=24),
+                             embedding=dict(type='TowerTokenEmbedding'),
+                             adapters=dict(type='StaticAdapter', hidden=8)),
+        losses=dict(cm=dict(type='SigmoidLoss'))))
+    clip = model.backbone.clip
+    with torch.no_grad():
+        clip.logit_scale.fill_(math.log(7.0))
+    assert model.losses['cm'].backbone is model.backbone
+    assert not [k for k in model.state_dict() if k.startswith('losses.cm')]  # held, not owned
+    model.set_phase('cross_modal', dict(cm=1.0))
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith('language_branch.'))
+    batch = dict(media=torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8),
+                 source_text=['a', 'b', 'c'], target_text=['paka mweusi', 'mbwa', 'ndege'],
+                 lang=['sw'] * 3)
+    data = model.data_preprocessor(batch, True)
+    loss = model(mode='loss', **data)['loss_cm']
+    r_target, _ = model.encode_target(data['target_tokens'], ['sw'] * 3)
+    r_media = model.encode_media(data['media'])
+    reference = SigLipLoss()(F.normalize(r_media, dim=-1), F.normalize(r_target, dim=-1),
+                             torch.tensor(7.0), torch.tensor(-3.0))
+    torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-6)
+    loss.backward()
+    assert clip.logit_scale.grad is None and clip.logit_bias.grad is None
+
+
+def test_a_backbone_without_a_bias_is_named():
+    model = MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                              language_branch=tiny_branch_cfg(),
+                              losses=dict(cm=dict(type='SigmoidLoss'))))
+    with pytest.raises(ValueError, match='OpenCLIPBackbone learnt no logit bias.*give '
+                                         'SigmoidLoss a logit_bias'):
+        model.losses['cm'](torch.ones(2, 32), torch.ones(2, 32))
+    given = MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                              language_branch=tiny_branch_cfg(),
+                              losses=dict(cm=dict(type='SigmoidLoss', logit_bias=-10.0))))
+    scale, bias = given.losses['cm'].scale_and_bias()
+    assert bias == -10.0 and float(scale) == pytest.approx(float(
+        given.backbone.clip.logit_scale.exp()))
+    with pytest.raises(ValueError, match='give both or build it inside a retriever'):
+        SigmoidLoss(logit_scale=10.0)
