@@ -21,6 +21,7 @@ train_dataloader = None
 text_train_dataloader = None
 source_finetune_dataloader = None
 val_dataloader = None
+val_cfg = None
 zh_val_dataloader = None
 test_dataloader = [_with_cclm_media(_base_.test_dataloader),
                    _with_cclm_media(_base_.zh_test_dataloader)]

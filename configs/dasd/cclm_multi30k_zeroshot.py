@@ -24,6 +24,7 @@ train_dataloader = None
 text_train_dataloader = None
 source_finetune_dataloader = None
 val_dataloader = None
+val_cfg = None
 test_dataloader = dict(_delete_=True, **_with_cclm_media(_base_.test_dataloader))
 test_evaluator = dict(type='RetrievalMetric', languages={{_base_.eval_langs}},
                       source_language='en')

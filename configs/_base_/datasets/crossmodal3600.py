@@ -19,4 +19,3 @@ test_evaluator = [
     dict(type='RetrievalMetric', protocol='crossmodal3600_first_caption',
          prefix='crossmodal3600_cb'),
 ]
-test_cfg = dict(type='TestLoop')

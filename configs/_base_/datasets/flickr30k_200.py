@@ -10,4 +10,3 @@ test_dataloader = dict(dataset=dict(
     type='RetrievalDataset', data_root='data/multi30k', data_prefix=dict(media='flickr30k-images'),
     ann_file='annotations/flickr30k_200_test.json', transform=media_transform))
 test_evaluator = [dict(type='RetrievalMetric', protocol='flickr30k_200', prefix='flickr30k_200')]
-test_cfg = dict(type='TestLoop')

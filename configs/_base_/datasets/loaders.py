@@ -13,3 +13,7 @@ val_dataloader = dict(
     sampler=dict(type='DefaultSampler', shuffle=False),
     collate_fn=dict(type='xmr.retrieval_collate'))
 test_dataloader = val_dataloader
+# The loops evaluating them; a dataset scored in several galleries replaces them with
+# MultiDatasetValLoop / MultiDatasetTestLoop. Schedules define only the training loop.
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')

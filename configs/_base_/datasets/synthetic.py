@@ -32,3 +32,5 @@ test_dataloader = dict(
                  split='test', image_size=image_size, seed=0, captions_per_image=2))
 val_evaluator = dict(type='RetrievalMetric', languages=eval_langs, source_language='en')
 test_evaluator = val_evaluator
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')

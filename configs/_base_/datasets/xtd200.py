@@ -10,4 +10,3 @@ test_dataloader = dict(dataset=dict(
     type='RetrievalDataset', data_root='data', data_prefix=dict(media='mscoco/images'),
     ann_file='xtd200/annotations/xtd200_test.json', transform=media_transform))
 test_evaluator = [dict(type='RetrievalMetric', protocol='xtd200', prefix='xtd200')]
-test_cfg = dict(type='TestLoop')

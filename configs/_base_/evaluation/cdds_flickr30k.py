@@ -8,5 +8,3 @@ _base_ = ['../datasets/flickr30k_en.py']
 
 val_evaluator = dict(_base_.val_evaluator, scoring='tokens')
 test_evaluator = [val_evaluator, dict(val_evaluator, scoring='embedding', prefix='pooled')]
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')

@@ -11,5 +11,3 @@ test_evaluator = [
     dict(val_evaluator, protocol='coco_5k', prefix='coco5k'),
     dict(val_evaluator, protocol='coco_5k', scoring='embedding', prefix='coco5k_pooled'),
 ]
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')

@@ -7,11 +7,9 @@
 _base_ = ['../datasets/xtd10_zeroshot.py']
 
 val_evaluator = dict(type='RetrievalMetric')
-val_cfg = dict(type='ValLoop')
 
 test_dataloader = {{_base_.full_test_dataloader}}
 test_evaluator = [
     dict(type='RetrievalMetric', protocol='xtd10_t2i_r10', prefix='xtd10_mclip'),
     dict(type='RetrievalMetric', protocol='xtd10_fewshot', prefix='xtd10_pectvlm'),
 ]
-test_cfg = dict(type='TestLoop')

@@ -11,8 +11,6 @@ train_cfg = dict(
         dict(name='cross_modal', iters=6000, lr=6e-6, warmup_ratio=0.1, schedule='cosine',
              trainable=['language_branch'], loss_weights=dict(cm=1.0), cache_features=True),
     ])
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
 
 optim_wrapper = dict(
     type='OptimWrapper',

@@ -29,8 +29,6 @@ test_evaluator = val_evaluator
 phase = dict(name='pectvlm', epochs=epochs, lr=1e-4, warmup_ratio=0.0, schedule='cosine',
              trainable=['language_branch.adapters'], loss_weights=dict(cm=1.0))
 train_cfg = dict(type='PhasedTrainLoop', validate_at_phase_end=True, phases=[phase])
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
 optim_wrapper = dict(
     type='OptimWrapper',
     constructor='PhasedOptimWrapperConstructor',

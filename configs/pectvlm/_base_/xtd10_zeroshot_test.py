@@ -15,7 +15,7 @@ target_langs = ['de', 'fr', 'es', 'it', 'ja', 'ko', 'pl', 'ru', 'tr', 'zh']
 model = dict(language_branch=dict(languages=target_langs, adapters=None))
 train_dataloader = None
 val_dataloader = None
+val_cfg = None
 test_dataloader = dict(batch_size=100, dataset=dict(transform=media_transform))
 test_evaluator = dict(type='RetrievalMetric', languages=['en', *target_langs],
                       mean_languages=target_langs, recall_ks=(1,))
-test_cfg = dict(type='TestLoop')
