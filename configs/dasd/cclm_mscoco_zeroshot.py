@@ -12,19 +12,19 @@ model = dict(
     disentangler=None)
 
 
-def _with_cclm_media(loader):
-    """The loader with CCLM's image preprocessing instead of CLIP's."""
-    return dict(loader, dataset=dict(loader['dataset'], transform=_base_.cclm_media_transform))
-
-
 train_dataloader = None
 text_train_dataloader = None
 source_finetune_dataloader = None
 val_dataloader = None
 val_cfg = None
 zh_val_dataloader = None
-test_dataloader = [_with_cclm_media(_base_.test_dataloader),
-                   _with_cclm_media(_base_.zh_test_dataloader)]
+# CCLM's image preprocessing in place of CLIP's.
+test_dataloader = [
+    dict(_base_.test_dataloader,
+         dataset=dict(_base_.test_dataloader.dataset, transform=_base_.cclm_media_transform)),
+    dict(_base_.zh_test_dataloader,
+         dataset=dict(_base_.zh_test_dataloader.dataset, transform=_base_.cclm_media_transform)),
+]
 test_evaluator = [dict(type='RetrievalMetric', languages=['en', 'ja'], protocol='coco_1k_5fold',
                        prefix='coco1k'),
                   dict(type='RetrievalMetric', languages=['zh'], prefix='cococn')]

@@ -15,16 +15,13 @@ _base_ = [
 
 model = dict(language_branch=dict(languages={{_base_.target_langs}}))
 
-
-def _with_cclm_media(loader):
-    """The loader with CCLM's image preprocessing instead of CLIP's."""
-    return dict(loader, dataset=dict(loader['dataset'], transform=_base_.cclm_media_transform))
-
-
-train_dataloader = dict(_delete_=True, **_with_cclm_media(_base_.train_dataloader))
-text_train_dataloader = dict(_delete_=True, **_with_cclm_media(_base_.text_train_dataloader))
-val_dataloader = dict(_delete_=True, **_with_cclm_media(_base_.val_dataloader))
-test_dataloader = dict(_delete_=True, **_with_cclm_media(_base_.test_dataloader))
+# CCLM's image preprocessing in every loader, in place of CLIP's.
+train_dataloader = dict(dataset=dict(transform=dict(_delete_=True,
+                                                    **_base_.cclm_media_transform)))
+text_train_dataloader = dict(dataset=dict(transform=dict(_delete_=True,
+                                                         **_base_.cclm_media_transform)))
+val_dataloader = dict(dataset=dict(transform=dict(_delete_=True, **_base_.cclm_media_transform)))
+test_dataloader = dict(dataset=dict(transform=dict(_delete_=True, **_base_.cclm_media_transform)))
 
 val_evaluator = dict(type='RetrievalMetric', languages={{_base_.eval_langs}},
                      source_language='en')

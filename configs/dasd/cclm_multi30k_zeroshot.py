@@ -14,18 +14,14 @@ model = dict(
     disentangler=None)
 
 
-def _with_cclm_media(loader):
-    """The loader with CCLM's image preprocessing instead of CLIP's."""
-    return dict(loader, dataset=dict(loader['dataset'], transform=_base_.cclm_media_transform))
-
-
 # Only evaluation runs: the training loaders of the dataset config are dropped.
 train_dataloader = None
 text_train_dataloader = None
 source_finetune_dataloader = None
 val_dataloader = None
 val_cfg = None
-test_dataloader = dict(_delete_=True, **_with_cclm_media(_base_.test_dataloader))
+test_dataloader = dict(dataset=dict(transform=dict(_delete_=True,
+                                                   **_base_.cclm_media_transform)))
 test_evaluator = dict(type='RetrievalMetric', languages={{_base_.eval_langs}},
                       source_language='en')
 test_cfg = dict(type='TestLoop')

@@ -12,21 +12,27 @@ _base_ = [
 
 model = dict(language_branch=dict(languages={{_base_.target_langs}}))
 
+# CCLM's image preprocessing in every loader, in place of CLIP's.
 
-def _with_cclm_media(loader):
-    """The loader with CCLM's image preprocessing instead of CLIP's."""
-    return dict(loader, dataset=dict(loader['dataset'], transform=_base_.cclm_media_transform))
-
-
-train_dataloader = dict(_delete_=True, **_with_cclm_media(_base_.train_dataloader))
-text_train_dataloader = dict(_delete_=True, **_with_cclm_media(_base_.text_train_dataloader))
-val_dataloader = [_with_cclm_media(_base_.val_dataloader),
-                  _with_cclm_media(_base_.zh_val_dataloader)]
+train_dataloader = dict(dataset=dict(transform=dict(_delete_=True,
+                                                    **_base_.cclm_media_transform)))
+text_train_dataloader = dict(dataset=dict(transform=dict(_delete_=True,
+                                                         **_base_.cclm_media_transform)))
+val_dataloader = [
+    dict(_base_.val_dataloader,
+         dataset=dict(_base_.val_dataloader.dataset, transform=_base_.cclm_media_transform)),
+    dict(_base_.zh_val_dataloader,
+         dataset=dict(_base_.zh_val_dataloader.dataset, transform=_base_.cclm_media_transform)),
+]
 val_evaluator = [dict(type='RetrievalMetric', languages=['en', 'ja'], prefix='coco'),
                  dict(type='RetrievalMetric', languages=['zh'], prefix='cococn')]
 val_cfg = dict(_delete_=True, type='MultiDatasetValLoop')
-test_dataloader = [_with_cclm_media(_base_.test_dataloader),
-                   _with_cclm_media(_base_.zh_test_dataloader)]
+test_dataloader = [
+    dict(_base_.test_dataloader,
+         dataset=dict(_base_.test_dataloader.dataset, transform=_base_.cclm_media_transform)),
+    dict(_base_.zh_test_dataloader,
+         dataset=dict(_base_.zh_test_dataloader.dataset, transform=_base_.cclm_media_transform)),
+]
 test_evaluator = [dict(type='RetrievalMetric', languages=['en', 'ja'], protocol='coco_1k_5fold',
                        prefix='coco1k'),
                   dict(type='RetrievalMetric', languages=['zh'], prefix='cococn')]

@@ -4,12 +4,6 @@ from pathlib import Path
 
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
 CODE = (ast.FunctionDef, ast.Lambda, ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp)
-# The CCLM leaves still swap CLIP's media transform for CCLM's in every loader with one helper
-# (a base's variables are resolved when it is read, so a leaf cannot re-point them); listed
-# here so that a new leaf with code fails and fixing one of these fails until it leaves the list.
-PENDING = {'dasd/cclm_multi30k.py', 'dasd/cclm_multi30k_zeroshot.py', 'dasd/dasd_cclm_mscoco.py',
-           'dasd/cclm_mscoco_zeroshot.py'}
-
 
 def leaves():
     return [path for path in sorted(CONFIGS.rglob('*.py')) if '_base_' not in path.parts]
@@ -21,7 +15,7 @@ def holds_code(path: Path) -> bool:
 
 def test_no_leaf_config_holds_code():
     found = {str(path.relative_to(CONFIGS)) for path in leaves() if holds_code(path)}
-    assert found == PENDING
+    assert found == set()
 
 
 def test_the_check_sees_code(tmp_path):
