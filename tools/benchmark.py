@@ -101,8 +101,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="precisions: fp32 ('none'), autocast ('amp': bf16, fp16 on GPUs "
                         "without bf16), or both (default: none on CPU, both on CUDA)")
     parser.add_argument('--arch', default='ViT-B-32',
-                        help="open_clip architecture with an 'openai' tag (random weights, run "
-                             "with that tag's record), or 'tiny' for a smoke test")
+                        help="open_clip architecture (random weights, run with the record of "
+                             "its 'openai' tag, else its first tag: ViT-B-16-SigLIP2-256 runs "
+                             "as 'webli'), or 'tiny' for a smoke test")
+    parser.add_argument('--tokenizer-file', help="tokenizer.json standing in for the Hugging "
+                        "Face tokenizer of an architecture that reads one (SigLIP's Gemma "
+                        "tokenizer): the figures time the model, not the vocabulary")
     parser.add_argument('--threads', type=int, help='torch CPU threads in each run')
     parser.add_argument('--work-dir', help='tokenizer model and feature caches (default: temp)')
     parser.add_argument('--out', help='write the rows as JSON here')
@@ -125,16 +129,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # ----------------------------------------------------------------------------------- one row
-def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str,
-              method: str = 'static') -> dict[str, Any]:
-    """Retriever config: random towers, paper-size table, the method's modules (DASD's as in
-    configs/_base_/models/dasd_sdm.py)."""
-    tiny = arch == 'tiny'
-    backbone = dict(type='OpenCLIPBackbone', pretrained=None,
+def backbone_cfg(arch: str, pad_to: int | None, tokenizer_file: str | None = None
+                 ) -> dict[str, Any]:
+    """Random towers of ``arch`` run with its pretrained record (QuickGELU for OpenAI's tag, the
+    shipped configs' setting), CLIP's BPE or the architecture's Hugging Face tokenizer."""
+    import open_clip
+
+    from xmr.models.backbones.open_clip_pretrained import text_tokenizer_cfg
+
+    if arch == 'tiny':
+        return dict(type='OpenCLIPBackbone', pretrained=None, arch=None, model_cfg=TINY_CLIP,
                     tokenizer=dict(type='OpenCLIPTokenizer', pad_to=pad_to))
-    # Random weights that run as OpenAI's do (QuickGELU): the shipped configs' setting.
-    backbone.update(dict(arch=None, model_cfg=TINY_CLIP) if tiny
-                    else dict(arch=arch, pretrained_cfg='openai'))
+    tags = open_clip.list_pretrained_tags_by_model(arch)
+    tokenizer = text_tokenizer_cfg(arch, None)
+    if tokenizer is None:
+        tokenizer = dict(type='OpenCLIPTokenizer', pad_to=pad_to)
+    else:
+        if tokenizer_file:
+            tokenizer.pop('name_or_path')
+            tokenizer['tokenizer_file'] = tokenizer_file
+        if not fixed_context(arch):  # a fixed-context tower pads to its context itself
+            tokenizer['pad_to'] = pad_to
+    return dict(type='OpenCLIPBackbone', pretrained=None, arch=arch, tokenizer=tokenizer,
+                pretrained_cfg='openai' if 'openai' in tags or not tags else tags[0])
+
+
+def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str,
+              method: str = 'static', tokenizer_file: str | None = None) -> dict[str, Any]:
+    """Retriever config: random towers, paper-size table, the method's modules (DASD's as in
+    configs/_base_/models/dasd_sdm.py). A fixed-context tower (SigLIP) pads every caption to its
+    context on every path (the branch sets it), so ``pad_to`` applies to the others."""
+    tiny = arch == 'tiny'
+    backbone = backbone_cfg(arch, pad_to, tokenizer_file)
     dasd = method == 'dasd'
     extra = dict(disentangler=dict(
         type='SemanticsDisentangler', depth=1, adapter=dict(type='StaticAdapter', hidden=256),
@@ -144,7 +170,10 @@ def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str,
         type='CrossLingualRetriever', backbone=backbone, **extra,
         language_branch=dict(
             type='TargetLanguageBranch', languages=list(LANGUAGES),
-            tokenizer=dict(type='SentencePieceTokenizer', model_file=sp_model, pad_to=pad_to,
+            tokenizer=dict(type='SentencePieceTokenizer', model_file=sp_model,
+                           pad_to=None if fixed_context(arch) else pad_to,
+                           **(dict(max_length=context_length(arch)) if fixed_context(arch)
+                              else {}),
                            vocab_size=1000,
                            corpus=dict(type='synthetic_caption_corpus',
                                        languages=list(LANGUAGES), num_scenes=300)),
@@ -152,6 +181,20 @@ def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str,
                            **(TINY_TABLE if tiny else TABLE)),
             adapters=(dict(type='DynamicAdapter', hidden=32) if dasd
                       else dict(type='StaticAdapter', hidden=256))))
+
+
+def fixed_context(arch: str) -> bool:
+    """Whether ``arch``'s text tower pools a fixed position of its context (SigLIP's 'last')."""
+    import open_clip
+
+    return arch != 'tiny' and open_clip.get_model_config(arch)['text_cfg'].get(
+        'pool_type') == 'last'
+
+
+def context_length(arch: str) -> int:
+    import open_clip
+
+    return open_clip.get_model_config(arch)['text_cfg']['context_length']
 
 
 class ItemList:
@@ -209,7 +252,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     recompute = path in ('recompute', 'authors')
     torch.manual_seed(0)
     model = MODELS.build(model_cfg(spec['arch'], 77 if recompute else None,
-                                   path == 'xmr+sparse', spec['sp_model'], method)).to(device)
+                                   path == 'xmr+sparse', spec['sp_model'], method,
+                                   spec.get('tokenizer_file'))).to(device)
     # The authors' code runs every padded position through the blocks.
     model.backbone.text_tower.pack_tokens = path in ('xmr', 'xmr+sparse')
     for name, parameter in model.named_parameters():
@@ -329,8 +373,8 @@ def _padded_lengths(model, items: list[dict[str, Any]], case: str) -> dict[str, 
         sources = [item['source_text'] for item in items]
     target = model.language_branch.tokenizer(targets)
     padded = int(target['input_ids'].shape[1])
-    run = (float(target['attention_mask'].sum(1).float().mean())
-           if model.backbone.text_tower.pack_tokens else float(padded))
+    packs = model.backbone.text_tower.packing(target['attention_mask']) is not None
+    run = float(target['attention_mask'].sum(1).float().mean()) if packs else float(padded)
     return dict(target_tokens=padded, target_tokens_run=run,
                 source_tokens=int(model.backbone.tokenizer(sources)['input_ids'].shape[1]))
 
@@ -447,7 +491,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                          ['tokenizer'])
         common = dict(device=args.device, arch=args.arch, batch_size=args.batch_size,
                       steps=args.steps, warmup=args.warmup, frames=args.frames,
-                      threads=args.threads, sp_model=sp_model, work_dir=str(work_dir))
+                      threads=args.threads, sp_model=sp_model, work_dir=str(work_dir),
+                      tokenizer_file=args.tokenizer_file)
         rows = []
         for spec in rows_to_run(args):
             spec = dict(common, **spec)

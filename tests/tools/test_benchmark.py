@@ -126,3 +126,23 @@ def test_defaults_follow_the_device():
     assert (cuda.batch_size, cuda.steps, cuda.warmup, cuda.amp) == (128, 20, 5, 'both')
     with pytest.raises(SystemExit):
         benchmark.parse_args(['--cases', 'cross_lingual,audio'])
+
+
+def test_arch_covers_siglip2_and_the_xlmr_clip():
+    tokenizer_file = str(REPO.parent / 'shared' / 'data' / 'tokenizers' /
+                         'xlm-roberta.tokenizer.json')
+    siglip = benchmark.model_cfg('ViT-B-16-SigLIP2-256', 77, False, 'sp.model', 'dasd',
+                                 tokenizer_file)
+    backbone = siglip['backbone']
+    assert (backbone['arch'], backbone['pretrained_cfg']) == ('ViT-B-16-SigLIP2-256', 'webli')
+    assert backbone['tokenizer'] == dict(type='HFTokenizer', tokenizer_file=tokenizer_file,
+                                         clean='canonicalize', strip_sep_token=False)
+    # The fixed 64-token context: the branch pads to it on every path, captions fit it.
+    branch_tokenizer = siglip['language_branch']['tokenizer']
+    assert branch_tokenizer['pad_to'] is None and branch_tokenizer['max_length'] == 64
+    xlmr = benchmark.backbone_cfg('xlm-roberta-base-ViT-B-32', 77)
+    assert xlmr['pretrained_cfg'] == 'laion5b_s13b_b90k'
+    assert xlmr['tokenizer']['name_or_path'] == 'xlm-roberta-base'
+    assert xlmr['tokenizer']['pad_to'] == 77  # the recompute path pads as the authors do
+    clip = benchmark.backbone_cfg('ViT-B-32', 77)
+    assert clip['pretrained_cfg'] == 'openai' and clip['tokenizer']['pad_to'] == 77
