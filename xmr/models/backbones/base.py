@@ -224,6 +224,30 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         return self.head(self.pool(x, mask, tokens['eos_index']))
 
 
+def with_linear_delta(out: torch.Tensor, x: torch.Tensor, hooks: SiteHooks | None,
+                      site: AdapterSite, index: int) -> torch.Tensor:
+    """A frozen projection's output ``out`` plus the adapters' delta at its linear site (LoRA,
+    Compacter), which reads the projection's input ``x``; ``out`` itself without one."""
+    if hooks is not None:
+        delta = hooks.linear(site, index, x)
+        if delta is not None:
+            return out + delta
+    return out
+
+
+def with_qkv_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor,
+                   hooks: SiteHooks | None, index: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Separate query / key / value projections of ``x`` plus the ``attn.qkv`` site's delta,
+    ``[..., 3 D]`` split into the three."""
+    if hooks is not None:
+        delta = hooks.linear(AdapterSite.ATTN_QKV, index, x)
+        if delta is not None:
+            dq, dk, dv = delta.chunk(3, dim=-1)
+            return q + dq, k + dk, v + dv
+    return q, k, v
+
+
 def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str) -> None:
     """Refuse a source tokenizer whose ids, length or padding do not fit the text tower.
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.base import SiteHooks, TextTower
+from xmr.models.backbones.base import SiteHooks, TextTower, with_linear_delta, with_qkv_delta
 from xmr.models.language.packed_tokens import PackedTokens
 
 __all__ = ['BertTextTower', 'build_bert']
@@ -88,24 +88,15 @@ class BertTextTower(TextTower):
     @staticmethod
     def _linear(x: torch.Tensor, layer: nn.Linear, hooks: SiteHooks | None, site: AdapterSite,
                 index: int) -> torch.Tensor:
-        out = layer(x)
-        if hooks is not None:
-            delta = hooks.linear(site, index, x)
-            if delta is not None:
-                out = out + delta
-        return out
+        return with_linear_delta(layer(x), x, hooks, site, index)
 
     def _self_attention(self, index: int, x: torch.Tensor,
                         mask: torch.Tensor | PackedTokens | None,
                         hooks: SiteHooks | None) -> torch.Tensor:
         """``softmax(q k^T / sqrt(d) + mask) v`` with the q/k/v deltas of ``attn.qkv``."""
         attention = self.layers[index].attention.self
-        q, k, v = attention.query(x), attention.key(x), attention.value(x)
-        if hooks is not None:
-            delta = hooks.linear(AdapterSite.ATTN_QKV, index, x)
-            if delta is not None:
-                dq, dk, dv = delta.chunk(3, dim=-1)
-                q, k, v = q + dq, k + dk, v + dv
+        q, k, v = with_qkv_delta(attention.query(x), attention.key(x), attention.value(x), x,
+                                 hooks, index)
         return self.attend(q, k, v, mask)
 
     def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,

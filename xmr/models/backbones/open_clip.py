@@ -15,6 +15,7 @@ from xmr.models.backbones.base import (
     TokenOutput,
     VisionLanguageBackbone,
     check_tokenizer_fits,
+    with_linear_delta,
 )
 from xmr.models.backbones.open_clip_hf import hf_text_tower
 from xmr.models.backbones.open_clip_pretrained import (
@@ -240,12 +241,7 @@ class OpenCLIPTextTower(TextTower):
     @staticmethod
     def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 hooks: SiteHooks | None, site: AdapterSite, index: int) -> torch.Tensor:
-        out = F.linear(x, weight, bias)
-        if hooks is not None:
-            delta = hooks.linear(site, index, x)
-            if delta is not None:
-                out = out + delta
-        return out
+        return with_linear_delta(F.linear(x, weight, bias), x, hooks, site, index)
 
     def _custom_attend(self, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        mask: torch.Tensor | PackedTokens | None) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.base import SiteHooks, TextTower
+from xmr.models.backbones.base import SiteHooks, TextTower, with_linear_delta, with_qkv_delta
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.packed_tokens import PackedTokens
 
@@ -210,12 +210,7 @@ class OpenCLIPT5TextTower(TextTower):
     @staticmethod
     def _linear(x: torch.Tensor, layer: nn.Linear, hooks: SiteHooks | None, site: AdapterSite,
                 index: int) -> torch.Tensor:
-        out = layer(x)
-        if hooks is not None:
-            delta = hooks.linear(site, index, x)
-            if delta is not None:
-                out = out + delta
-        return out
+        return with_linear_delta(layer(x), x, hooks, site, index)
 
     def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
                   hooks: SiteHooks | None = None) -> torch.Tensor:
@@ -234,12 +229,7 @@ class OpenCLIPT5TextTower(TextTower):
         attention_layer, ff_layer = self.blocks[index].layer[0], self.blocks[index].layer[1]
         attention = attention_layer.SelfAttention
         h = attention_layer.layer_norm(x)
-        q, k, v = attention.q(h), attention.k(h), attention.v(h)
-        if hooks is not None:
-            delta = hooks.linear(AdapterSite.ATTN_QKV, index, h)
-            if delta is not None:
-                dq, dk, dv = delta.chunk(3, dim=-1)
-                q, k, v = q + dq, k + dk, v + dv
+        q, k, v = with_qkv_delta(attention.q(h), attention.k(h), attention.v(h), h, hooks, index)
         h = self._linear(self._attend(q, k, v, mask), attention.o, hooks, AdapterSite.ATTN_OUT,
                          index)
         if hooks is not None:
