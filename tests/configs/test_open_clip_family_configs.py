@@ -23,7 +23,7 @@ from tests.models.backbones.open_clip_families import (
 from xmr.models.adapters import DynamicAdapter, LoRA
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.losses import SigmoidLoss
-from xmr.registry import MODELS
+from xmr.registry import MODELS, TRANSFORMS
 
 sys.path.insert(0, str(REPO / 'tools'))
 import train as train_tool  # noqa: E402
@@ -48,6 +48,20 @@ def xlmr_base_folder(folder: Path) -> str:
                      max_position_embeddings=514, type_vocab_size=1, pad_token_id=1,
                      bos_token_id=0, eos_token_id=2).save_pretrained(folder)
     return str(folder)
+
+
+def assert_media_follow_the_record(path: Path, model) -> None:
+    """Every media transform of the config resizes as the backbone's pretrained record says."""
+    record = model.backbone.record
+    transforms = [loader['dataset']['transform'] for loader in (
+        Config.fromfile(path).get(key) for key in ('train_dataloader', 'val_dataloader',
+                                                  'test_dataloader', 'source_finetune_dataloader'))
+        if loader is not None]
+    for transform in transforms:
+        built = TRANSFORMS.build(transform)
+        assert built.size == record.image_size, transform
+        assert (built.resize_mode, built.interpolation.value) == (
+            record.resize_mode, record.interpolation), transform
 
 
 def full_size_model(path: Path, tmp_path: Path):
@@ -83,6 +97,7 @@ def test_dasd_siglip2_builds_at_full_size(path, width, blocks, tmp_path):
     assert {type(a) for a in adapters.values()} == {DynamicAdapter} and len(adapters) == blocks
     assert isinstance(model.losses['cm'], SigmoidLoss) and model.losses['cm'].logit_bias is None
     assert set(model.disentangler.generator.blocks) == set(range(blocks))
+    assert_media_follow_the_record(path, model)
 
 
 def test_xlmr_lora_builds_at_full_size(tmp_path):
@@ -94,6 +109,7 @@ def test_xlmr_lora_builds_at_full_size(tmp_path):
     assert {type(a) for a in lora.values()} == {LoRA}
     # r = 1 on query and value of 12 layers: 12 x 2 x (768 + 768) parameters.
     assert sum(p.numel() for p in lora.parameters()) == 12 * 2 * 1536
+    assert_media_follow_the_record(XLMR_LORA, model)
 
 
 def synthetic(kind: str, languages: list[str], scenes: int, **extra) -> dict:

@@ -28,7 +28,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
 PECTVLM = sorted((CONFIGS / 'pectvlm').glob('*.py'))
 TRAINED = [p for p in PECTVLM if 'zeroshot' not in p.stem]
 ZERO_SHOT = [p for p in PECTVLM if 'zeroshot' in p.stem]
-LORA_TWINS = sorted((CONFIGS / 'lora').glob('*.py'))
+LORA_TWINS = sorted((CONFIGS / 'lora').glob('lora_clip-vit-b32_*.py'))
 ROUTINE3_DE = 'lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_de.py'
 ADAPTER_OF = {'lora': LoRA, 'houlsby': HoulsbyAdapter, 'compacter': CompacterAdapter,
               'soft-prompt': SoftPrompt, 'hard-prompt': HardPrompt}
