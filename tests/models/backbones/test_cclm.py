@@ -47,9 +47,9 @@ def batch():
 
 
 def hidden_states(tower, hooks=None):
-    ids, mask, eos = batch()
+    ids, mask, _ = batch()
     x = tower.add_positions(tower.embed_tokens(ids))
-    return tower.encode_embeddings(x, mask, eos, hooks=hooks), mask
+    return tower.encode_embeddings(x, mask, hooks=hooks), mask
 
 
 def test_blocks_equal_transformers_bert_forward(tower):
@@ -70,11 +70,11 @@ def test_without_a_projection_the_embedding_is_berts_cls_state(tower):
     plain = BertTextTower(bert, None)
     randomise(plain)  # the tower uses bert's modules, so bert holds the same weights
     plain.eval()
-    ids, mask, eos = batch()
+    ids, mask, _ = batch()
     with torch.no_grad():
         expected = bert(input_ids=ids, attention_mask=mask.long()).last_hidden_state[:, 0]
         ours = plain.head(plain.encode_embeddings(plain.add_positions(plain.embed_tokens(ids)),
-                                                  mask, eos)[:, 0])
+                                                  mask)[:, 0])
     assert plain.text_proj is None and plain.embed_dim == WIDTH
     assert not any(name.startswith('text_proj') for name, _ in plain.named_parameters())
     torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-5)
@@ -284,8 +284,7 @@ def test_target_branch_and_static_adapters_run_on_the_cclm_tower():
     embeddings = branch.embed(tokens)
     # Zero-initialised adapters are the identity: the branch is the frozen tower on its inputs.
     expected = tower.head(tower.pool(tower.encode_embeddings(
-        embeddings, tokens['attention_mask'], tokens['eos_index']), tokens['attention_mask'],
-        tokens['eos_index']))
+        embeddings, tokens['attention_mask']), tokens['attention_mask'], tokens['eos_index']))
     torch.testing.assert_close(branch.encode(embeddings, tokens, ['de', 'de']), expected)
     source = retriever.backbone.tokenizer(['a dog runs on the beach', 'two children'])
     losses = retriever.loss(source_tokens=source, target_tokens=tokens, langs=['de', 'de'])

@@ -61,9 +61,9 @@ def test_every_site_is_reached_and_changes_the_output(backbone, site):
     tokens = backbone.tokenizer(TEXTS)
     tower = backbone.text_tower
     x = tower.add_positions(tower.embed_tokens(tokens['input_ids']))
-    plain = tower.encode_embeddings(x, tokens['attention_mask'], tokens['eos_index'])
+    plain = tower.encode_embeddings(x, tokens['attention_mask'])
     hooks = _AddOne(site, tower.linear_shapes())
-    hooked = tower.encode_embeddings(x, tokens['attention_mask'], tokens['eos_index'], hooks)
+    hooked = tower.encode_embeddings(x, tokens['attention_mask'], hooks)
     assert hooks.calls == tower.num_blocks
     assert not torch.allclose(plain, hooked)
 

@@ -155,7 +155,7 @@ def test_siglip_output_depends_on_padding_so_its_length_is_fixed(tmp_path):
     with pytest.raises(ValueError, match='must be its full context of 64 tokens, not 12: set '
                                          "the tokenizer's pad_to=64"):
         x = tower.add_positions(tower.embed_tokens(shorter[:, :12]))
-        tower.encode_embeddings(x, tokens['attention_mask'][:, :12], tokens['eos_index'])
+        tower.encode_embeddings(x, tokens['attention_mask'][:, :12])
 
 
 def test_padding_masked_bidirectional_tower_is_exact_with_dynamic_padding_and_packing():

@@ -82,7 +82,7 @@ def encode(tower, adapters, x, mask, eos, condition, pack):
     ctx = AdapterContext(lang='de', condition=condition, attention_mask=mask, eos_index=eos)
     ctx.packed = tower.packing(mask) if adapters.accepts_packed_tokens('de') else None
     assert (ctx.packed is not None) == pack
-    hidden = tower.encode_embeddings(x, mask, eos, hooks=adapters.hooks(ctx), packed=ctx.packed)
+    hidden = tower.encode_embeddings(x, mask, hooks=adapters.hooks(ctx), packed=ctx.packed)
     return tower.head(tower.pool(hidden, mask, eos)), hidden
 
 

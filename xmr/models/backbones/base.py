@@ -187,15 +187,13 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         raise ValueError(f"unknown pooling '{self.pooling}' (eos, cls, last or mean)")
 
     def encode_embeddings(self, x: torch.Tensor, attention_mask: torch.Tensor,
-                          eos_index: torch.Tensor, hooks: SiteHooks | None = None,
-                          blocks: range | None = None,
+                          hooks: SiteHooks | None = None, blocks: range | None = None,
                           packed: PackedTokens | None = None) -> torch.Tensor:
         """Run blocks on already embedded (and positioned) tokens; return hidden states.
 
         Args:
             x: ``[B, L, D]`` embeddings with positions added.
             attention_mask: ``[B, L]`` bool, True on real tokens.
-            eos_index: ``[B]`` pooled position (unused here, kept for hooks' context).
             hooks: adapter hooks, or ``None`` for the plain frozen tower.
             blocks: which blocks to run (default all, in order).
             packed: :meth:`packing` of ``attention_mask`` to run the blocks on the real tokens
@@ -220,7 +218,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         """
         mask = tokens['attention_mask']
         x = self.add_positions(self.embed_tokens(tokens['input_ids']))
-        x = self.encode_embeddings(x, mask, tokens['eos_index'], packed=self.packing(mask))
+        x = self.encode_embeddings(x, mask, packed=self.packing(mask))
         return self.head(self.pool(x, mask, tokens['eos_index']))
 
 
@@ -369,7 +367,7 @@ class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
         tower = self.text_tower
         mask, eos_index = tokens['attention_mask'], tokens['eos_index']
         hidden = tower.encode_embeddings(
-            tower.add_positions(tower.embed_tokens(tokens['input_ids'])), mask, eos_index,
+            tower.add_positions(tower.embed_tokens(tokens['input_ids'])), mask,
             packed=tower.packing(mask))
         return TokenOutput(tower.head(tower.token_states(hidden)), mask,
                            tower.head(tower.pool(hidden, mask, eos_index)))

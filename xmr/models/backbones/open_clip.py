@@ -186,8 +186,7 @@ class OpenCLIPTextTower(TextTower):
         return x + self.positional_embedding[:length].to(x.dtype)
 
     def encode_embeddings(self, x: torch.Tensor, attention_mask: torch.Tensor,
-                          eos_index: torch.Tensor, hooks: SiteHooks | None = None,
-                          blocks: range | None = None,
+                          hooks: SiteHooks | None = None, blocks: range | None = None,
                           packed: PackedTokens | None = None) -> torch.Tensor:
         """:meth:`TextTower.encode_embeddings`; a fixed-context tower needs ``L`` = its context.
 
@@ -202,7 +201,7 @@ class OpenCLIPTextTower(TextTower):
                 f'padding, so every sequence must be its full context of {self.context_length} '
                 f'tokens, not {length}: set the tokenizer\'s pad_to={self.context_length} '
                 '(docs/backbones.md)')
-        return super().encode_embeddings(x, attention_mask, eos_index, hooks, blocks, packed)
+        return super().encode_embeddings(x, attention_mask, hooks, blocks, packed)
 
     def build_mask(self, attention_mask: torch.Tensor) -> torch.Tensor:
         """Additive bias ``[B, 1, L, L]`` from a ``[B, L]`` bool mask of real tokens: open_clip's

@@ -223,7 +223,7 @@ class SemanticsDisentangler(ConditionDisentangler):
         if adapters is None or all(adapter.accepts_packed_tokens for adapter in adapters):
             ctx.packed = self.tower.packing(ctx.attention_mask)
         hooks = None if adapters is None else _StreamHooks(adapters, ctx)
-        return self.tower.encode_embeddings(embeddings, ctx.attention_mask, ctx.eos_index,
+        return self.tower.encode_embeddings(embeddings, ctx.attention_mask,
                                             hooks=hooks, blocks=range(self.depth),
                                             packed=ctx.packed)
 

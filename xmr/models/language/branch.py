@@ -177,8 +177,7 @@ class TargetLanguageBranch(nn.Module):
     def _encode_group(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
         if self.adapters.accepts_packed_tokens(ctx.lang):
             ctx.packed = self.tower.packing(ctx.attention_mask)
-        x = self.tower.encode_embeddings(x, ctx.attention_mask, ctx.eos_index,
-                                         hooks=self.adapters.hooks(ctx),
+        x = self.tower.encode_embeddings(x, ctx.attention_mask, hooks=self.adapters.hooks(ctx),
                                          blocks=range(self.num_blocks), packed=ctx.packed)
         return self.tower.head(self.tower.pool(x, ctx.attention_mask, ctx.eos_index))
 
