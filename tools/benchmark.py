@@ -49,6 +49,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -129,8 +130,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # ----------------------------------------------------------------------------------- one row
-def backbone_cfg(arch: str, pad_to: int | None, tokenizer_file: str | None = None
-                 ) -> dict[str, Any]:
+def backbone_cfg(arch: str, pad_to: int | None, tokenizer_file: str | None = None,
+                 probe: bool = False) -> dict[str, Any]:
     """Random towers of ``arch`` run with its pretrained record (QuickGELU for OpenAI's tag, the
     shipped configs' setting), CLIP's BPE or the architecture's Hugging Face tokenizer."""
     import open_clip
@@ -141,15 +142,13 @@ def backbone_cfg(arch: str, pad_to: int | None, tokenizer_file: str | None = Non
         return dict(type='OpenCLIPBackbone', pretrained=None, arch=None, model_cfg=TINY_CLIP,
                     tokenizer=dict(type='OpenCLIPTokenizer', pad_to=pad_to))
     tags = open_clip.list_pretrained_tags_by_model(arch)
-    tokenizer = text_tokenizer_cfg(arch, None)
-    if tokenizer is None:
-        tokenizer = dict(type='OpenCLIPTokenizer', pad_to=pad_to)
-    else:
-        if tokenizer_file:
-            tokenizer.pop('name_or_path')
-            tokenizer['tokenizer_file'] = tokenizer_file
-        if not fixed_context(arch):  # a fixed-context tower pads to its context itself
-            tokenizer['pad_to'] = pad_to
+    tokenizer = text_tokenizer_cfg(arch, None) or dict(type='OpenCLIPTokenizer')
+    if tokenizer_file and 'name_or_path' in tokenizer:
+        tokenizer.pop('name_or_path')
+        tokenizer['tokenizer_file'] = tokenizer_file
+    # A fixed-context tower pads to its context itself (the backbone's default).
+    if not probe and fixed_context(arch, tokenizer_file) is None:
+        tokenizer['pad_to'] = pad_to
     return dict(type='OpenCLIPBackbone', pretrained=None, arch=arch, tokenizer=tokenizer,
                 pretrained_cfg='openai' if 'openai' in tags or not tags else tags[0])
 
@@ -161,6 +160,7 @@ def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str,
     context on every path (the branch sets it), so ``pad_to`` applies to the others."""
     tiny = arch == 'tiny'
     backbone = backbone_cfg(arch, pad_to, tokenizer_file)
+    fixed = None if tiny else fixed_context(arch, tokenizer_file)
     dasd = method == 'dasd'
     extra = dict(disentangler=dict(
         type='SemanticsDisentangler', depth=1, adapter=dict(type='StaticAdapter', hidden=256),
@@ -171,9 +171,8 @@ def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str,
         language_branch=dict(
             type='TargetLanguageBranch', languages=list(LANGUAGES),
             tokenizer=dict(type='SentencePieceTokenizer', model_file=sp_model,
-                           pad_to=None if fixed_context(arch) else pad_to,
-                           **(dict(max_length=context_length(arch)) if fixed_context(arch)
-                              else {}),
+                           pad_to=None if fixed else pad_to,
+                           **(dict(max_length=fixed) if fixed else {}),
                            vocab_size=1000,
                            corpus=dict(type='synthetic_caption_corpus',
                                        languages=list(LANGUAGES), num_scenes=300)),
@@ -183,18 +182,23 @@ def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str,
                       else dict(type='StaticAdapter', hidden=256))))
 
 
-def fixed_context(arch: str) -> bool:
-    """Whether ``arch``'s text tower pools a fixed position of its context (SigLIP's 'last')."""
+@functools.cache
+def fixed_context(arch: str, tokenizer_file: str | None = None) -> int | None:
+    """The context a fixed-context text tower pads every caption to (SigLIP's 64), ``None``
+    for a tower that takes any length: the tower's own ``fixed_context``, read from ``arch``
+    built on the meta device (no weights, no compute). open_clip's Hugging Face encoders (XLM-R,
+    mT5) mask their padding and are never fixed-context (docs/backbones.md); building one would
+    fetch its encoder config, so they are answered without it."""
     import open_clip
+    import torch
 
-    return arch != 'tiny' and open_clip.get_model_config(arch)['text_cfg'].get(
-        'pool_type') == 'last'
+    from xmr.registry import MODELS
 
-
-def context_length(arch: str) -> int:
-    import open_clip
-
-    return open_clip.get_model_config(arch)['text_cfg']['context_length']
+    if open_clip.get_model_config(arch)['text_cfg'].get('hf_model_name'):
+        return None
+    with torch.device('meta'):
+        tower = MODELS.build(backbone_cfg(arch, None, tokenizer_file, probe=True)).text_tower
+    return tower.context_length if tower.fixed_context else None
 
 
 class ItemList:
@@ -487,7 +491,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         work_dir.mkdir(parents=True, exist_ok=True)
         sp_model = str(work_dir / 'target_sp.model')
         # Trained once here, read by every row.
-        TOKENIZERS.build(model_cfg(args.arch, None, False, sp_model)['language_branch']
+        TOKENIZERS.build(model_cfg(args.arch, None, False, sp_model,
+                                   tokenizer_file=args.tokenizer_file)['language_branch']
                          ['tokenizer'])
         common = dict(device=args.device, arch=args.arch, batch_size=args.batch_size,
                       steps=args.steps, warmup=args.warmup, frames=args.frames,

@@ -14,9 +14,12 @@ class PairLoss(nn.Module, metaclass=ABCMeta):
         batch_contrastive: the batch's other rows are the negatives of each pair, so under DDP
             the retrievers hand the loss the global batch (``gather_with_grad``); a pointwise
             distance sees this rank's rows only.
+        reads_backbone: the loss scores pairs as the backbone does, so the retrievers build it
+            with their backbone as ``backbone=`` (:class:`~xmr.models.losses.SigmoidLoss`).
     """
 
     batch_contrastive: bool = False
+    reads_backbone: bool = False
 
     @abstractmethod
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

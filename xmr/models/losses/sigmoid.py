@@ -27,6 +27,7 @@ class SigmoidLoss(PairLoss):
     """
 
     batch_contrastive = True
+    reads_backbone = True
 
     def __init__(self, logit_scale: float | None = None, logit_bias: float | None = None,
                  backbone: torch.nn.Module | None = None) -> None:

@@ -22,7 +22,6 @@ from torch import nn
 
 from xmr.models.losses.distributed import gather_with_grad
 from xmr.models.losses.pair import PairLoss
-from xmr.models.losses.sigmoid import SigmoidLoss
 from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
 from xmr.registry import MODELS
 
@@ -68,7 +67,7 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
     def build_losses(self, cfgs: Mapping[str, dict],
                      default_args: Mapping[str, dict] | None = None) -> None:
         """Build ``{name: MODELS config}`` into :attr:`losses`, every name one of :attr:`LOSSES`
-        (a :class:`SigmoidLoss` also gets the backbone, whose own scale and bias it reads).
+        (a :class:`PairLoss` that ``reads_backbone`` also gets the backbone).
 
         Raises:
             KeyError: naming the unknown losses and those this retriever computes.
@@ -83,9 +82,10 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
             for name, cfg in cfgs.items()})
 
     def _loss_default_args(self, cfg: Mapping[str, Any], given: dict | None) -> dict | None:
-        """``given``, plus the backbone for a loss that scores pairs as the backbone does."""
+        """``given``, plus the backbone for a :class:`PairLoss` that reads it."""
         loss_type = cfg['type'] if not isinstance(cfg['type'], str) else MODELS.get(cfg['type'])
-        if isinstance(loss_type, type) and issubclass(loss_type, SigmoidLoss):
+        if isinstance(loss_type, type) and issubclass(loss_type, PairLoss) and \
+                loss_type.reads_backbone:
             return dict(given or {}, backbone=self.backbone)
         return given
 
