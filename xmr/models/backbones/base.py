@@ -233,6 +233,12 @@ def with_linear_delta(out: torch.Tensor, x: torch.Tensor, hooks: SiteHooks | Non
     return out
 
 
+def linear_site(x: torch.Tensor, layer: nn.Linear, hooks: SiteHooks | None, site: AdapterSite,
+                index: int) -> torch.Tensor:
+    """A frozen ``nn.Linear`` at an adapter site: ``layer(x)`` plus the site's delta."""
+    return with_linear_delta(layer(x), x, hooks, site, index)
+
+
 def with_qkv_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor,
                    hooks: SiteHooks | None, index: int
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

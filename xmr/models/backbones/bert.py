@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.base import SiteHooks, TextTower, with_linear_delta, with_qkv_delta
+from xmr.models.backbones.base import SiteHooks, TextTower, linear_site, with_qkv_delta
 from xmr.models.language.packed_tokens import PackedTokens
 
 __all__ = ['BertTextTower', 'build_bert']
@@ -85,11 +85,6 @@ class BertTextTower(TextTower):
         positions = self.embeddings.position_embeddings.weight[start:start + length]
         return self.embeddings.LayerNorm(x + token_type + positions)
 
-    @staticmethod
-    def _linear(x: torch.Tensor, layer: nn.Linear, hooks: SiteHooks | None, site: AdapterSite,
-                index: int) -> torch.Tensor:
-        return with_linear_delta(layer(x), x, hooks, site, index)
-
     def _self_attention(self, index: int, x: torch.Tensor,
                         mask: torch.Tensor | PackedTokens | None,
                         hooks: SiteHooks | None) -> torch.Tensor:
@@ -115,15 +110,15 @@ class BertTextTower(TextTower):
         """
         layer = self.layers[index]
         context = self._self_attention(index, x, mask, hooks)
-        h = self._linear(context, layer.attention.output.dense, hooks, AdapterSite.ATTN_OUT,
+        h = linear_site(context, layer.attention.output.dense, hooks, AdapterSite.ATTN_OUT,
                          index)
         if hooks is not None:
             h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
         x = layer.attention.output.LayerNorm(h + x)
 
-        h = self._linear(x, layer.intermediate.dense, hooks, AdapterSite.MLP_FC, index)
+        h = linear_site(x, layer.intermediate.dense, hooks, AdapterSite.MLP_FC, index)
         h = layer.intermediate.intermediate_act_fn(h)
-        h = self._linear(h, layer.output.dense, hooks, AdapterSite.MLP_PROJ, index)
+        h = linear_site(h, layer.output.dense, hooks, AdapterSite.MLP_PROJ, index)
         if hooks is not None:
             h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
         x = layer.output.LayerNorm(h + x)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.base import SiteHooks, TextTower, with_linear_delta, with_qkv_delta
+from xmr.models.backbones.base import SiteHooks, TextTower, linear_site, with_qkv_delta
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.packed_tokens import PackedTokens
 
@@ -207,11 +207,6 @@ class OpenCLIPT5TextTower(TextTower):
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
         return context.transpose(1, 2).reshape(batch, length, self.inner_dim)
 
-    @staticmethod
-    def _linear(x: torch.Tensor, layer: nn.Linear, hooks: SiteHooks | None, site: AdapterSite,
-                index: int) -> torch.Tensor:
-        return with_linear_delta(layer(x), x, hooks, site, index)
-
     def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
                   hooks: SiteHooks | None = None) -> torch.Tensor:
         """One pre-RMSNorm T5 encoder block with its adapter sites.
@@ -230,7 +225,7 @@ class OpenCLIPT5TextTower(TextTower):
         attention = attention_layer.SelfAttention
         h = attention_layer.layer_norm(x)
         q, k, v = with_qkv_delta(attention.q(h), attention.k(h), attention.v(h), h, hooks, index)
-        h = self._linear(self._attend(q, k, v, mask), attention.o, hooks, AdapterSite.ATTN_OUT,
+        h = linear_site(self._attend(q, k, v, mask), attention.o, hooks, AdapterSite.ATTN_OUT,
                          index)
         if hooks is not None:
             h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
@@ -239,11 +234,11 @@ class OpenCLIPT5TextTower(TextTower):
         dense = ff_layer.DenseReluDense
         h = ff_layer.layer_norm(x)
         if self.gated:
-            h = dense.act(dense.wi_0(h)) * self._linear(h, dense.wi_1, hooks,
+            h = dense.act(dense.wi_0(h)) * linear_site(h, dense.wi_1, hooks,
                                                          AdapterSite.MLP_FC, index)
         else:
-            h = dense.act(self._linear(h, dense.wi, hooks, AdapterSite.MLP_FC, index))
-        h = self._linear(h, dense.wo, hooks, AdapterSite.MLP_PROJ, index)
+            h = dense.act(linear_site(h, dense.wi, hooks, AdapterSite.MLP_FC, index))
+        h = linear_site(h, dense.wo, hooks, AdapterSite.MLP_PROJ, index)
         if hooks is not None:
             h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
         x = x + h
