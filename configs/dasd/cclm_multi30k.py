@@ -23,6 +23,3 @@ text_train_dataloader = dict(dataset=dict(transform=dict(_delete_=True,
 val_dataloader = dict(dataset=dict(transform=dict(_delete_=True, **_base_.cclm_media_transform)))
 test_dataloader = dict(dataset=dict(transform=dict(_delete_=True, **_base_.cclm_media_transform)))
 
-val_evaluator = dict(type='RetrievalMetric', languages={{_base_.eval_langs}},
-                     source_language='en')
-test_evaluator = val_evaluator

@@ -16,7 +16,4 @@ _base_ = [
 model = dict(language_branch=dict(languages={{_base_.target_langs}}),
              losses=dict(source_cm=dict(type='InfoNCELoss', temperature=0.01)))
 
-val_evaluator = dict(type='RetrievalMetric', protocol='text_to_video', source_language='en')
-test_evaluator = dict(type='RetrievalMetric', protocol='text_to_video',
-                      languages={{_base_.eval_langs}}, source_language='en')
 default_hooks = dict(checkpoint=dict(save_best='t2v_R@1_sum'))

@@ -11,6 +11,3 @@ _base_ = [
 
 model = dict(language_branch=dict(languages={{_base_.target_langs}}))
 
-val_evaluator = dict(type='RetrievalMetric', languages={{_base_.eval_langs}},
-                     source_language='en')
-test_evaluator = val_evaluator

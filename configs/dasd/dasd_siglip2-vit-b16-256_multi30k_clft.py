@@ -16,6 +16,3 @@ train_dataloader = dict(dataset=dict(transform=media_transform))
 source_finetune_dataloader = dict(dataset=dict(transform=media_transform))
 val_dataloader = dict(dataset=dict(transform=media_transform))
 test_dataloader = dict(dataset=dict(transform=media_transform))
-val_evaluator = dict(type='RetrievalMetric', languages={{_base_.eval_langs}},
-                     source_language='en')
-test_evaluator = val_evaluator

@@ -18,7 +18,7 @@ def test_the_shipped_configs_are_found():
 @pytest.mark.parametrize('path', LEAF_CONFIGS, ids=lambda p: str(p.relative_to(REPO / 'configs')))
 def test_a_shipped_config_saves_resumable_checkpoints_before_its_end(path):
     cfg = Config.fromfile(path)
-    if 'train_cfg' not in cfg:
+    if cfg.get('train_cfg') is None:
         pytest.skip('a test-only config')
     assert cfg.default_scope == 'xmr'  # so 'CheckpointHook' is xmr's atomic one
     checkpoint = cfg.default_hooks.checkpoint

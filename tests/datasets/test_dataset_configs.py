@@ -12,12 +12,14 @@ from xmr.datasets import Annotation, MediaRecord, dump_annotation
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / 'configs' / '_base_' / 'datasets'
 # The file-based benchmarks; synthetic.py (generated on the fly) is tested with the demo;
-# loaders.py (dataloader defaults) and cc300k_train.py (zero-shot training) are parts of the others.
-PARTS = ('synthetic', 'loaders', 'cc300k_train')
+# The dataloader defaults (loaders.py, train_loaders.py, eval_loaders.py), the zero-shot training
+# (cc300k_train.py) and a benchmark's evaluation (*_eval.py) are parts of the others.
+PARTS = ('synthetic', 'loaders', 'train_loaders', 'eval_loaders', 'cc300k_train')
 # Test-only benchmarks (no training or validation split), with their converters' outputs.
 EVAL_ONLY = {'crossmodal3600': 'crossmodal3600_test.json', 'xtd200': 'xtd200_test.json',
              'flickr30k_200': 'flickr30k_200_test.json'}
-CONFIGS = sorted(p for p in CONFIG_DIR.glob('*.py') if p.stem not in (*PARTS, *EVAL_ONLY))
+CONFIGS = sorted(p for p in CONFIG_DIR.glob('*.py')
+                 if p.stem not in (*PARTS, *EVAL_ONLY) and not p.stem.endswith('_eval'))
 # File names the converters write (cc300k_train.json is prepare_cc3m.py's documented --out).
 CONVERTER_OUTPUTS = {
     *(f'multi30k_{s}.json' for s in ('train', 'val', 'test', 'test_5captions')),
@@ -35,9 +37,9 @@ LANGUAGES = ['en', 'de', 'fr', 'cs', 'es', 'it', 'ja', 'ko', 'pl', 'ru', 'tr', '
 def _dataloaders(cfg: Config) -> dict[str, dict]:
     found = {}
     for key, value in cfg.items():
-        if key.endswith('_dataloader'):
+        if key.endswith('_dataloader') and not isinstance(value, list):
             found[key] = value
-        elif key.endswith('_dataloaders'):
+        elif key.endswith(('_dataloaders', '_dataloader')):
             found.update({f'{key}[{i}]': loader for i, loader in enumerate(value)})
     return found
 
@@ -54,7 +56,8 @@ def test_every_benchmark_has_both_settings():
 def test_config_builds_its_datasets(path, tmp_path):
     cfg = Config.fromfile(path)
     loaders = _dataloaders(cfg)
-    assert {'train_dataloader', 'val_dataloader', 'test_dataloader'} <= set(loaders)
+    assert {'train_dataloader', 'val_dataloader', 'test_dataloader'} <= {
+        name.split('[')[0] for name in loaders}
     for name, loader in loaders.items():
         assert loader['sampler']['type'] == 'DefaultSampler', name
         training = name.endswith('train_dataloader') or name == 'source_finetune_dataloader'

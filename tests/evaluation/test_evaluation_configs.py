@@ -1,4 +1,5 @@
-"""configs/_base_/evaluation: every file loads and its val/test loops build on stand-in data."""
+"""configs/_base_/evaluation, and the evaluation part of MSCOCO's dataset configs: every file
+loads and its val/test loops build on stand-in data."""
 from __future__ import annotations
 
 import itertools
@@ -12,8 +13,9 @@ import xmr  # noqa: F401
 from tests.conftest import tiny_retriever_cfg
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / 'configs' / '_base_' / 'evaluation'
-CONFIGS = sorted(CONFIG_DIR.glob('*.py'))
+BASES = Path(__file__).resolve().parents[2] / 'configs' / '_base_'
+# MSCOCO's two-gallery evaluation (ja, zh) is shared by both of its settings' dataset configs.
+CONFIGS = [*sorted((BASES / 'evaluation').glob('*.py')), BASES / 'datasets' / 'mscoco_eval.py']
 LANGUAGES = ['en', 'de', 'fr', 'cs', 'es', 'it', 'ja', 'ko', 'pl', 'ru', 'tr', 'zh']
 RUN_IDS = itertools.count()
 
@@ -34,7 +36,7 @@ def _stand_in(loader: dict, root: Path) -> dict:
 
 
 def test_the_expected_files_exist():
-    assert {path.stem for path in CONFIGS} == {'mscoco_clft', 'xtd10_zeroshot', 'cdds_flickr30k',
+    assert {path.stem for path in CONFIGS} == {'mscoco_eval', 'xtd10_zeroshot', 'cdds_flickr30k',
                                                'cdds_mscoco'}
 
 
@@ -59,9 +61,9 @@ def test_config_builds_its_evaluation_loops(path, tmp_path):
         # CDDS scores by patch-word matching; the pooled cosine is reported beside it.
         assert runner.val_loop.evaluator.metrics[0].scoring == 'tokens'
         assert [m.scoring for m in runner.test_loop.evaluator.metrics][-1] == 'embedding'
-    elif path.stem == 'mscoco_clft':
+    elif path.stem == 'mscoco_eval':
         assert [m.prefix for e in runner.val_loop.evaluators for m in e.metrics] == [
-            'coco_ja', 'cococn_zh']
+            'coco', 'cococn']
         assert runner.test_loop.evaluators[0].metrics[0].protocol == 'coco_1k_5fold'
     else:
         assert [(m.protocol, m.prefix) for m in runner.test_loop.evaluator.metrics] == [

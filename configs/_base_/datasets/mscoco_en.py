@@ -9,10 +9,16 @@ epoch = train_pairs // batch_size
 
 train_dataloader = dict(batch_size=batch_size,
                         dataset=dict(source_only=True, target_langs=None))
-val_dataloader = dict(dataset=dict(languages=['en']))
-test_dataloader = dict(dataset=dict(languages=['en']))
-val_evaluator = dict(type='RetrievalMetric', languages=['en'], source_language='en',
-                     mean_languages=['en'])
+# One English gallery each (the COCO loaders of mscoco_eval.py), in place of the two galleries
+# of its ja/zh evaluation.
+val_dataloader = dict(_base_.coco_val_dataloader, _delete_=True,
+                      dataset=dict(_base_.coco_val_dataloader.dataset, languages=['en']))
+test_dataloader = dict(_base_.coco_test_dataloader, _delete_=True,
+                       dataset=dict(_base_.coco_test_dataloader.dataset, languages=['en']))
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')
+val_evaluator = dict(_delete_=True, type='RetrievalMetric', languages=['en'],
+                     source_language='en', mean_languages=['en'])
 test_evaluator = [
     dict(val_evaluator, protocol='coco_1k_5fold', prefix='coco1k'),
     dict(val_evaluator, protocol='coco_5k', prefix='coco5k'),

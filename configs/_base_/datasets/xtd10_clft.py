@@ -7,7 +7,7 @@ _base_ = ['./loaders.py']
 data_root = 'data'
 data_prefix = dict(media='mscoco/images')
 target_langs = ['de', 'fr', 'es', 'it', 'ja', 'ko', 'pl', 'ru', 'tr', 'zh']
-eval_langs = ['en', 'de', 'fr', 'es', 'it', 'ja', 'ko', 'pl', 'ru', 'tr', 'zh']
+eval_langs = ['en', *target_langs]
 media_transform = dict(type='MediaTransform', backbone='ViT-B-32', pretrained='openai')
 
 

@@ -22,4 +22,6 @@ text_train_dataloader = None
 source_finetune_dataloader = None
 val_dataloader = dict(batch_size=100, dataset=_base_.eval_dataset)
 test_dataloader = val_dataloader
+val_evaluator = _base_.target_evaluator
+test_evaluator = val_evaluator
 train_cfg = dict(val_interval=iters_per_epoch)

@@ -22,9 +22,9 @@ train_dataset = dict(target_langs=[language], transform=mclip_transform,
 eval_dataset = dict(languages=['en', language], back_translated_languages=[language],
                     transform=mclip_transform)
 # recall_ks (1,): AR = mean of t2i and i2t R@1, PECTVLM's score; mAR averages the target only.
-val_evaluator = dict(type='RetrievalMetric', languages=['en', language],
-                     mean_languages=[language], recall_ks=(1,))
-test_evaluator = val_evaluator
+# A setting evaluates with it (its dataset base has the dataset's default evaluator).
+target_evaluator = dict(type='RetrievalMetric', languages=['en', language],
+                        mean_languages=[language], recall_ks=(1,))
 
 phase = dict(name='pectvlm', epochs=epochs, lr=1e-4, warmup_ratio=0.0, schedule='cosine',
              trainable=['language_branch.adapters'], loss_weights=dict(cm=1.0))

@@ -17,6 +17,8 @@ batch_size = 5
 train_dataloader = dict(batch_size=batch_size, num_workers=2, dataset=_base_.train_dataset)
 val_dataloader = dict(batch_size=100, num_workers=2, dataset=_base_.eval_dataset)
 test_dataloader = val_dataloader
+val_evaluator = _base_.target_evaluator
+test_evaluator = val_evaluator
 train_cfg = dict(val_interval=5)
 # 500 steps: resumable checkpoints every 100 (the default 1,000 would save none before the end).
 default_hooks = dict(checkpoint=dict(interval=100))
