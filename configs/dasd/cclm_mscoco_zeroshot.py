@@ -5,12 +5,6 @@ _base_ = ['./dasd_cclm_mscoco.py']
 
 model = dict(language_branch=dict(adapters=None), disentangler=None)
 
-train_dataloader = None
-text_train_dataloader = None
-source_finetune_dataloader = None
-train_cfg = None
-optim_wrapper = None
-param_scheduler = None
-val_dataloader = None
-val_evaluator = None
-val_cfg = None
+# Nothing trains or validates (the runner builds neither part).
+train_dataloader = train_cfg = optim_wrapper = None
+val_dataloader = val_cfg = val_evaluator = None

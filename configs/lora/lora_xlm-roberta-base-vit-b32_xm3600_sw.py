@@ -11,6 +11,7 @@
 _base_ = [
     '../_base_/models/lora_xlm-roberta-base-vit-b32.py',
     '../_base_/datasets/crossmodal3600.py',
+    '../_base_/datasets/train_loaders.py',
     '../_base_/schedules/alignment_phases.py',
     '../_base_/default_runtime.py',
 ]
@@ -21,6 +22,8 @@ train_captions = dict(type='CaptionPairDataset', data_root='data/multi30k',
                       transform=dict(type='MediaTransform', backbone={{_base_.xlmr_clip_arch}},
                                      pretrained='laion5b_s13b_b90k'))
 train_dataloader = dict(dataset=train_captions)
+text_train_dataloader = dict(dataset=train_captions)
+source_finetune_dataloader = None
 media_transform = dict(backbone={{_base_.xlmr_clip_arch}}, pretrained='laion5b_s13b_b90k')
 test_dataloader = dict(dataset=dict(languages=['en', 'sw'], transform=media_transform))
 

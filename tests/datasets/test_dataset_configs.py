@@ -37,6 +37,8 @@ LANGUAGES = ['en', 'de', 'fr', 'cs', 'es', 'it', 'ja', 'ko', 'pl', 'ru', 'tr', '
 def _dataloaders(cfg: Config) -> dict[str, dict]:
     found = {}
     for key, value in cfg.items():
+        if value is None:  # a loader the dataset cannot give (train_loaders.py)
+            continue
         if key.endswith('_dataloader') and not isinstance(value, list):
             found[key] = value
         elif key.endswith(('_dataloaders', '_dataloader')):
@@ -62,7 +64,7 @@ def test_config_builds_its_datasets(path, tmp_path):
         assert loader['sampler']['type'] == 'DefaultSampler', name
         training = name.endswith('train_dataloader') or name == 'source_finetune_dataloader'
         assert loader['sampler']['shuffle'] == training, name
-        # Evaluation scores every item; training drops a last partial batch (loaders.py).
+        # Evaluation scores every item; training drops a last partial batch (train_loaders.py).
         assert loader['drop_last'] == training, name
         dataset_cfg = dict(loader['dataset'])
         ann_file = Path(dataset_cfg['ann_file'])
@@ -94,8 +96,8 @@ def test_eval_only_benchmark_builds_its_test_set_and_metrics(name, tmp_path):
     import xmr  # noqa: F401  (registers RetrievalMetric)
 
     cfg = Config.fromfile(CONFIG_DIR / f'{name}.py')
-    # loaders.py's defaults only: the benchmark gives no training or validation data.
-    assert 'dataset' not in cfg.train_dataloader and 'dataset' not in cfg.val_dataloader
+    # eval_loaders.py's defaults only: the benchmark gives no training or validation data.
+    assert 'train_dataloader' not in cfg and 'dataset' not in cfg.val_dataloader
     loader = cfg.test_dataloader
     assert not loader['sampler']['shuffle'] and not loader['drop_last']
     dataset_cfg = dict(loader['dataset'], languages=['en', 'swh_Latn'])

@@ -7,7 +7,7 @@
 #                          what `tools/test.py --format clip_benchmark` exports.
 # The model must know every evaluated language: pick them with
 #   test_dataloader = dict(dataset=dict(languages=['en', 'sw']))
-_base_ = ['./loaders.py']
+_base_ = ['./eval_loaders.py']
 data_root = 'data/crossmodal3600'
 media_transform = dict(type='MediaTransform', backbone='ViT-B-32', pretrained='openai')
 

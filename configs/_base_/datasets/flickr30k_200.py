@@ -3,7 +3,7 @@
 # with tools/data/prepare_flickr30k_200.py --languages ... (docs/data.md). The images are the
 # flickr30k-images/ folder Multi30K uses. Pick the evaluated languages (the model must know each)
 # with test_dataloader = dict(dataset=dict(languages=['en', 'sw'])).
-_base_ = ['./loaders.py']
+_base_ = ['./eval_loaders.py']
 media_transform = dict(type='MediaTransform', backbone='ViT-B-32', pretrained='openai')
 
 test_dataloader = dict(dataset=dict(

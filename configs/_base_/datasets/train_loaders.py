@@ -1,10 +1,13 @@
 # Training dataloader defaults of the benchmark dataset configs in this folder. A dataset config
-# inherits this file (through loaders.py, or beside an evaluation base such as mscoco_eval.py) and
-# MMEngine merges its train_dataloader into these. MMEngine merges only keys of the same name: a
-# config's other training loaders (text_train_dataloader, source_finetune_dataloader) start from
-# these defaults with dict(_base_.train_dataloader, ...).
+# inherits this file (through loaders.py, or beside an evaluation part such as mscoco_eval.py) and
+# merges its caption dataset into each loader it offers: train_dataloader (media + caption pairs),
+# text_train_dataloader (text-only pairs, for phases that never look at the media: cross-lingual
+# alignment) and source_finetune_dataloader (English captions alone, for the source finetune of
+# CL-FT stage 0); a loader its data cannot give is set to None.
 # batch_size is per process (docs/distributed.md); 128 is DASD's batch.
 train_dataloader = dict(
     batch_size=128, num_workers=8, persistent_workers=True, drop_last=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
     collate_fn=dict(type='xmr.retrieval_collate'))
+text_train_dataloader = dict(train_dataloader, num_workers=2, dataset=dict(with_media=False))
+source_finetune_dataloader = dict(train_dataloader, dataset=dict(source_only=True))

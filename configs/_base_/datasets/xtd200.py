@@ -3,7 +3,7 @@
 # tools/data/prepare_xtd200.py --languages ... (canonical codes: swh_Latn is `sw`, docs/data.md).
 # The images are XTD10's, in the COCO folder. Pick the evaluated languages (the model must know
 # each) with test_dataloader = dict(dataset=dict(languages=['en', 'sw'])).
-_base_ = ['./loaders.py']
+_base_ = ['./eval_loaders.py']
 media_transform = dict(type='MediaTransform', backbone='ViT-B-32', pretrained='openai')
 
 test_dataloader = dict(dataset=dict(
