@@ -4,9 +4,8 @@
 # zero) instead of the dynamic adapters; no disentangler. Same data, phases, steps and learning
 # rates; the cross-lingual and cross-modal phases keep L_CL and L_CM and drop DASD's L_adv and
 # L_sc. Method: docs/methods/pectvlm.md.
-_base_ = ['../dasd/dasd_clip-vit-b32_msrvtt_clft.py']
+_base_ = ['../dasd/dasd_clip-vit-b32_msrvtt_clft.py',
+          '../_base_/models/pectvlm_lora.py']
 
-model = dict(
-    language_branch=dict(adapters=dict(_delete_=True, type='LoRA', r=1, alpha=16,
-                                       targets=['q', 'v'])),
-    disentangler=None)
+model = dict(language_branch=dict(adapters=dict(_delete_=True, **_base_.pectvlm_lora)),
+             disentangler=None)

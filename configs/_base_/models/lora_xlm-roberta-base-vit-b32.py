@@ -4,6 +4,7 @@
 # value projections of its 12 layers per target language. XLM-R already embeds every language,
 # so the branch reads its own frozen table (TowerTokenEmbedding) with XLM-R's tokenizer; no
 # disentangler.
+_base_ = ['./pectvlm_lora.py']
 xlmr_clip_arch = 'xlm-roberta-base-ViT-B-32'
 xlmr_tokenizer = dict(type='HFTokenizer', name_or_path='xlm-roberta-base', max_length=77)
 target_languages = ['sw']
@@ -16,7 +17,7 @@ model = dict(
         languages=target_languages,
         tokenizer=xlmr_tokenizer,
         embedding=dict(type='TowerTokenEmbedding'),
-        adapters=dict(type='LoRA', r=1, alpha=16, targets=['q', 'v'])),
+        adapters=_base_.pectvlm_lora),
     losses=dict(cl=dict(type='AlignmentLoss', kind='mse'),
                 cm=dict(type='InfoNCELoss', temperature=0.01)),
 )

@@ -10,6 +10,7 @@
 # architecture is xlm-roberta-large's (xmr.models.backbones.mclip.XLMR_LARGE). OpenAI's ViT-L/14
 # weights come through open_clip's cache ('openai' tag) or OpenAI's ViT-L-14.pt in
 # image_pretrained with image_pretrained_cfg='openai' (docs/pretrained_weights.md).
+_base_ = ['./pectvlm_lora.py']
 mclip_dir = 'checkpoints/M-CLIP-XLM-Roberta-Large-Vit-L-14'
 xlmr_tokenizer = dict(type='HFTokenizer', name_or_path=mclip_dir, max_length=512)
 target_languages = ['de']
@@ -24,7 +25,7 @@ model = dict(
         languages=target_languages,
         tokenizer=xlmr_tokenizer,
         embedding=dict(type='TowerTokenEmbedding'),
-        adapters=dict(type='LoRA', r=1, alpha=16, targets=['q', 'v'])),
+        adapters=_base_.pectvlm_lora),
     losses=dict(cm=dict(type='InfoNCELoss', temperature=0.01),
                 align=dict(type='TranslationAlignmentLoss', kind='mse')),
 )
