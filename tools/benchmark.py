@@ -350,9 +350,9 @@ class AuthorsDASDCosts:
         self.inputs: tuple = ()
         discriminator.loss = self._capture
 
-    def _capture(self, agnostic, source, negatives):
-        self.inputs = (agnostic.detach(), source.detach(), negatives)
-        return self.loss(agnostic, source, negatives)
+    def _capture(self, agnostic, source, negative_source):
+        self.inputs = (agnostic.detach(), source.detach(), negative_source.detach())
+        return self.loss(agnostic, source, negative_source)
 
     def update_discriminator(self) -> None:
         self.optimizer.zero_grad()

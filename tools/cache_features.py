@@ -15,13 +15,13 @@ ahead of time, with more workers, and without holding the other ranks of a DDP j
 from __future__ import annotations
 
 import argparse
-import os.path as osp
 from collections.abc import Iterator
 from typing import Any
 
 from mmengine.config import Config, DictAction
 
-from xmr.utils.cli import UserError, run_tool
+from xmr.run_config import add_ablation_argument, load_run_config
+from xmr.utils.cli import run_tool
 
 LOADER_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
@@ -38,6 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="device of the towers (default: 'cuda' when available, else 'cpu')")
     parser.add_argument('--batch-size', type=int, help="override each cache's batch_size")
     parser.add_argument('--num-workers', type=int, help="override each cache's num_workers")
+    add_ablation_argument(parser)
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config keys')
     return parser.parse_args(argv)
@@ -76,17 +77,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
     from xmr.engine.feature_cache import FeatureCache
     from xmr.engine.threads import set_cpu_threads
-    from xmr.engine.work_dir import resolve_work_dir
     from xmr.registry import DATASETS, MODELS
 
     args = parse_args(argv)
-    if not osp.isfile(args.config):
-        raise UserError(args.config, 'config file does not exist',
-                        'give the path of a config under configs/')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    resolve_work_dir(cfg, args.config, args.work_dir)
+    cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
+                          work_dir=args.work_dir)
     set_cpu_threads(cfg)
     found = list(cached_dataset_cfgs(cfg))
     if not found:

@@ -1,8 +1,10 @@
 """Per-language modules of a trained model: export them, merge them, report their size.
 
 ``python tools/language_modules.py report CONFIG`` prints, for every target language of the
-config's model, the parameters its module adds and their share of the frozen text encoder and of
-the whole backbone (PECTVLM's Table 5 column).
+config's model, the parameters its module adds (with its own disentangler where the model has
+one per language) and their share of the frozen text encoder and of the whole backbone
+(PECTVLM's Table 5 column), then the trainable parameters the languages share (embedding block,
+a shared disentangler) and the total, DASD's #TP.
 
 ``python tools/language_modules.py export CONFIG CHECKPOINT --langs de fr --out-dir DIR`` writes
 ``DIR/<lang>.pth``: only that language's module (a small file), with its base: CHECKPOINT and a
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         load_language_module,
         save_language_module,
         save_merged_checkpoint,
+        shared_parameter_count,
     )
 
     checkpoint = args.base if args.command == 'merge' else getattr(args, 'checkpoint', None)
@@ -73,6 +76,10 @@ def main(argv: list[str] | None = None) -> None:
             for lang, share in rows.items():
                 print(f'| {lang} | {share.parameters:,} | {100 * share.of_text_encoder:.4f}% | '
                       f'{100 * share.of_backbone:.4f}% |')
+            shared = shared_parameter_count(model)
+            print(f'| shared by the languages | {shared:,} | | |')
+            print(f'| #TP (all trainable) | '
+                  f'{shared + sum(share.parameters for share in rows.values()):,} | | |')
         elif args.command == 'export':
             for lang in args.langs or model.languages:
                 path = save_language_module(model, lang, args.out_dir / f'{lang}.pth',

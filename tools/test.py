@@ -24,6 +24,7 @@ from pathlib import Path
 
 from mmengine.config import Config, DictAction
 
+from xmr.run_config import add_ablation_argument, load_run_config
 from xmr.utils.cli import UserError, run_tool
 
 
@@ -43,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         'language into <result>_clip_benchmark/')
     parser.add_argument('--compare', nargs='+', metavar='JSON',
                         help='result files of earlier runs to show side by side')
+    add_ablation_argument(parser)
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config keys, e.g. test_dataloader.batch_size=64')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
@@ -53,8 +55,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error('give both CONFIG and CHECKPOINT (or only --compare)')
     if args.config is None and not args.compare:
         parser.error('give CONFIG and CHECKPOINT to test, or --compare JSON ...')
-    if args.config is None and (args.out or args.work_dir or args.cfg_options or args.name):
-        parser.error('--out, --work-dir, --name and --cfg-options need CONFIG and CHECKPOINT')
+    if args.config is None and (args.out or args.work_dir or args.cfg_options or args.name
+                                or args.ablation):
+        parser.error('--out, --work-dir, --name, --ablation and --cfg-options need CONFIG and '
+                     'CHECKPOINT')
     if args.config is None and args.format != 'xmr':
         parser.error('--format clip_benchmark needs CONFIG and CHECKPOINT')
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
@@ -62,24 +66,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build_config(args: argparse.Namespace) -> Config:
-    from xmr.engine.work_dir import resolve_work_dir
-
-    if not osp.isfile(args.config):
-        raise UserError(args.config, 'config file does not exist',
-                        'give the path of a config under configs/')
     if not osp.isfile(args.checkpoint):
         raise UserError(args.checkpoint, 'checkpoint does not exist',
                         'give a .pth written by tools/train.py')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
+                          work_dir=args.work_dir)
     missing = [key for key in ('test_dataloader', 'test_evaluator', 'test_cfg')
                if cfg.get(key) is None]
     if missing:
         raise SystemExit(f'error: config {args.config} has no {", ".join(missing)}; a test run '
                          'needs the test split(s), their metrics and the test loop')
     cfg.launcher = args.launcher
-    resolve_work_dir(cfg, args.config, args.work_dir)
     # The checkpoint is loaded strictly below; the runner must neither load nor resume.
     cfg.load_from, cfg.resume = None, False
     return cfg

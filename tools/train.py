@@ -13,6 +13,7 @@ import os.path as osp
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
+from xmr.run_config import add_ablation_argument, load_run_config
 from xmr.utils.cli import UserError, run_tool
 
 
@@ -32,6 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--amp-dtype', choices=['bfloat16', 'float16'],
                         help='force the autocast precision of --amp (implies --amp); float16 '
                         'comes with loss scaling')
+    add_ablation_argument(parser)
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config keys, e.g. model.language_branch.num_blocks=6')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
@@ -44,16 +46,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_config(args: argparse.Namespace) -> Config:
     from xmr.engine.amp import enable_amp
-    from xmr.engine.work_dir import resolve_work_dir
 
-    if not osp.isfile(args.config):
-        raise UserError(args.config, 'config file does not exist',
-                        'give the path of a config under configs/')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
+                          work_dir=args.work_dir)
     cfg.launcher = args.launcher
-    resolve_work_dir(cfg, args.config, args.work_dir)
     if args.amp or args.amp_dtype:
         enable_amp(cfg, args.amp_dtype)
     checkpoint = resume_checkpoint(args.resume, cfg.work_dir)

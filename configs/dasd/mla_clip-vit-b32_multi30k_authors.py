@@ -3,8 +3,10 @@
 # checkpoints"): the Multi30K data and evaluation of the DASD static-adapter ablation with MLA's
 # static adapter (hidden 256) after every block, CLIP ViT-B/32 with QuickGELU (their default
 # ViT-B-32.pt); every weight, CLIP's included, comes from the converted checkpoint.
-_base_ = ['./ablations/static-adapter.py']
+_base_ = ['./dasd_clip-vit-b32_multi30k_clft.py']
 
 model = dict(
     backbone=dict(arch='ViT-B-32-quickgelu', pretrained=None),
-    language_branch=dict(adapters=dict(hidden=256), embedding=dict(pretrained=None)))
+    language_branch=dict(adapters=dict(_delete_=True, type='StaticAdapter', hidden=256),
+                         embedding=dict(pretrained=None)),
+    disentangler=None)

@@ -1,4 +1,5 @@
-"""Leaf configs are data: no function, lambda or comprehension (docs/configs.md)."""
+"""Leaf configs and ablation overlays are data: no function, lambda or comprehension
+(docs/configs.md)."""
 import ast
 from pathlib import Path
 

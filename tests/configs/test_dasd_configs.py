@@ -16,17 +16,22 @@ from mmengine.runner import Runner
 
 import xmr  # noqa: F401
 from tests.conftest import CORPUS, phase_loss_keys
+from xmr.ablations import apply_ablations
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.optim import parameter_counts
 from xmr.models.adapters import DynamicAdapter, StaticAdapter
+from xmr.models.disentanglers import PerLanguageDisentangler
 from xmr.registry import HOOKS, MODELS, TOKENIZERS
 
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
 PAPER = sorted((CONFIGS / 'dasd').glob('dasd_clip-vit-b32_*.py'))
 ABLATIONS = sorted((CONFIGS / 'dasd' / 'ablations').glob('*.py'))
 DEMO = CONFIGS / 'demo' / 'dasd_tiny-clip_synthetic.py'
-DEMO_VARIANTS = sorted((CONFIGS / 'demo').glob('dasd_*.py'))
+MULTI30K = CONFIGS / 'dasd' / 'dasd_clip-vit-b32_multi30k_clft.py'
+# The demo's ablation rows: every DASD ablation applies to the demo config as to the paper's.
+DEMO_ROWS = [(), ('dasd/static-adapter',), ('dasd/features-sr',), ('dasd/features-sa',),
+             ('dasd/no-adv',), ('dasd/no-sc',), ('dasd/no-sc', 'dasd/no-adv')]
 
 # ViT-B/32's text tower has 12 blocks; the stand-in keeps the depth and shrinks the width.
 TINY_CLIP_12 = dict(
@@ -69,9 +74,10 @@ def batch(languages: list[str]) -> dict:
 
 
 @functools.cache
-def build(path: Path):
-    """The config and its tiny model, built once per test session (tests only run forwards)."""
-    cfg = Config.fromfile(path)
+def build(path: Path, *ablations: str):
+    """The config with its ablations and its tiny model, built once per test session (tests
+    only run forwards)."""
+    cfg = apply_ablations(Config.fromfile(path), ablations)
     torch.manual_seed(0)
     return cfg, MODELS.build(tiny_model(cfg))
 
@@ -90,6 +96,14 @@ def run_phases(cfg: Config, model) -> None:
         assert all(torch.isfinite(v) for v in losses.values())
 
 
+def language_sdm(model):
+    """The SDM a caption of the model's first language goes through: the paper configs build
+    one per language (``per_language=True``), an ablation may share one."""
+    sdm = model.disentangler
+    return sdm.per_language[model.languages[0]] if isinstance(sdm, PerLanguageDisentangler) \
+        else sdm
+
+
 def placed(model, adapter_type) -> dict[str, set[int]]:
     """Blocks holding an adapter of ``adapter_type``, per language."""
     return {lang: {a.block_index for a in adapters.values() if isinstance(a, adapter_type)}
@@ -100,7 +114,7 @@ def test_the_paper_runs_have_configs():
     assert {p.stem for p in PAPER} == {
         f'dasd_clip-vit-b32_{run}' for run in (
             'multi30k_clft', 'multi30k_zeroshot', 'mscoco_clft', 'mscoco_zeroshot',
-            'msrvtt_clft')}
+            'msrvtt_clft', 'msrvtt_zeroshot')}
 
 
 @pytest.mark.parametrize('path', PAPER, ids=lambda p: p.stem)
@@ -108,7 +122,9 @@ def test_paper_config_builds_and_runs_every_phase(path):
     cfg, model = build(path)
     assert placed(model, DynamicAdapter) == {lang: set(range(12)) for lang in model.languages}
     assert model.languages == list(cfg.target_langs)
-    assert sorted(model.disentangler.generator.blocks) == list(range(12))
+    # The paper's #TP: an SDM, generator and discriminator per target language.
+    assert list(model.disentangler.per_language) == model.languages
+    assert sorted(language_sdm(model).generator.blocks) == list(range(12))
     phases = {p['name']: p for p in cfg.train_cfg.phases}
     assert phases['cross_lingual']['loss_weights'] == dict(cl=1.0, disentangler=1.0)
     assert phases['cross_modal']['loss_weights'] == dict(cm=1.0, disentangler=1.0)
@@ -153,21 +169,22 @@ def test_clft_source_finetune_runs_five_epochs_of_the_english_captions(tmp_path)
     assert loop.phases[2].dataloader['dataset']['dataset'] == cfg.train_dataloader.dataset
 
 
-def ablation(name: str) -> Path:
-    return CONFIGS / 'dasd' / 'ablations' / f'{name}.py'
+def ablated(name: str):
+    """The Multi30K DASD config with the ablation ``name``, and its tiny model."""
+    return build(MULTI30K, f'dasd/{name}')
 
 
 @pytest.mark.parametrize('path', ABLATIONS, ids=lambda p: p.stem)
-def test_ablation_config_builds_and_runs_every_phase(path):
-    cfg, model = build(path)
+def test_ablation_builds_and_runs_every_phase(path):
+    cfg, model = ablated(path.stem)
     if model.disentangler is not None:
-        generated = set(model.disentangler.generator.blocks)
+        generated = set(language_sdm(model).generator.blocks)
         assert all(blocks == generated for blocks in placed(model, DynamicAdapter).values())
     run_phases(cfg, model)
 
 
 def test_static_adapter_ablation_has_no_generated_matrix():
-    _, model = build(ablation('static-adapter'))
+    _, model = ablated('static-adapter')
     assert model.disentangler is None
     assert not placed(model, DynamicAdapter)['de']
     assert placed(model, StaticAdapter)['de'] == set(range(12))
@@ -176,48 +193,49 @@ def test_static_adapter_ablation_has_no_generated_matrix():
 
 
 def test_feature_ablations_drop_the_other_stream():
-    _, only_sr = build(ablation('features-sr'))
-    _, only_sa = build(ablation('features-sa'))
+    _, only_sr = ablated('features-sr')
+    _, only_sa = ablated('features-sa')
     _, full = build(PAPER[0])
-    assert not hasattr(only_sr.disentangler, 'sa_adapters')
-    assert only_sr.disentangler.discriminator is None
-    assert not hasattr(only_sa.disentangler, 'sr_adapters')
-    assert only_sa.disentangler.consistency_loss is None
+    assert not hasattr(language_sdm(only_sr), 'sa_adapters')
+    assert language_sdm(only_sr).discriminator is None
+    assert not hasattr(language_sdm(only_sa), 'sr_adapters')
+    assert language_sdm(only_sa).consistency_loss is None
     width, embed_dim = 32, 24
-    assert full.disentangler.generator.to_z[0].in_features == width + embed_dim
-    assert only_sr.disentangler.generator.to_z[0].in_features == embed_dim
-    assert only_sa.disentangler.generator.to_z[0].in_features == width
+    assert language_sdm(full).generator.to_z[0].in_features == width + embed_dim
+    assert language_sdm(only_sr).generator.to_z[0].in_features == embed_dim
+    assert language_sdm(only_sa).generator.to_z[0].in_features == width
 
 
 def test_loss_ablations_remove_their_loss():
-    _, no_sc = build(ablation('no-sc'))
-    _, no_adv = build(ablation('no-adv'))
-    assert no_sc.disentangler.loss_names == {'adv'}
-    assert no_adv.disentangler.loss_names == {'sc'} and no_adv.disentangler.discriminator is None
+    _, no_sc = ablated('no-sc')
+    _, no_adv = ablated('no-adv')
+    assert language_sdm(no_sc).loss_names == {'adv'}
+    assert language_sdm(no_adv).loss_names == {'sc'}
+    assert language_sdm(no_adv).discriminator is None
     for name, kind in (('sc-mse', 'mse'), ('sc-smooth-l1', 'smooth_l1')):
-        assert build(ablation(name))[1].disentangler.consistency_loss.kind == kind
-    assert build(PAPER[0])[1].disentangler.consistency_loss.kind == 'l1'
+        assert language_sdm(ablated(name)[1]).consistency_loss.kind == kind
+    assert language_sdm(build(PAPER[0])[1]).consistency_loss.kind == 'l1'
 
 
 @pytest.mark.parametrize('blocks', [1, 3, 6, 9, 11])
 def test_branch_depth_ablation_runs_only_those_blocks(blocks):
-    _, model = build(ablation(f'branch-{blocks}-blocks'))
+    _, model = ablated(f'branch-{blocks}-blocks')
     assert model.language_branch.num_blocks == blocks
     assert placed(model, DynamicAdapter)['de'] == set(range(blocks))
 
 
 @pytest.mark.parametrize('removed', [0, 5, 11])
 def test_removed_dynamic_adapter_is_gone_from_branch_and_generator(removed):
-    _, model = build(ablation(f'no-da-block-{removed}'))
+    _, model = ablated(f'no-da-block-{removed}')
     kept = set(range(12)) - {removed}
     assert placed(model, DynamicAdapter) == {lang: kept for lang in model.languages}
-    assert set(model.disentangler.generator.blocks) == kept
+    assert set(language_sdm(model).generator.blocks) == kept
 
 
 @pytest.mark.parametrize('depth', [0, 2, 12])
 def test_sdm_depth_ablation_runs_that_many_frozen_blocks(depth, monkeypatch):
-    _, model = build(ablation(f'sdm-depth-{depth}'))
-    sdm = model.disentangler
+    _, model = ablated(f'sdm-depth-{depth}')
+    sdm = language_sdm(model)
     assert len(sdm.sr_adapters) == len(sdm.sa_adapters) == max(depth, 1)
     tower = model.backbone.text_tower
     calls = []
@@ -232,17 +250,17 @@ def test_sdm_depth_ablation_runs_that_many_frozen_blocks(depth, monkeypatch):
 
 @pytest.mark.parametrize('d_u', [16, 64])
 def test_bottleneck_ablation_sets_adapter_and_generator(d_u):
-    _, model = build(ablation(f'du-{d_u}'))
+    _, model = ablated(f'du-{d_u}')
     assert {a.hidden for a in model.language_branch.adapters.sets['fr'].values()} == {d_u}
-    matrices, _ = model.disentangler(*(lambda t: (model.language_branch.embed(t), t))(
+    matrices, _ = language_sdm(model)(*(lambda t: (model.language_branch.embed(t), t))(
         model.language_branch.tokenize(['ein roter Kreis'])))
     assert {tuple(m.shape) for m in matrices.values()} == {(1, d_u, d_u)}
 
 
 # ------------------------------------------------------------------------------------ demo
-@pytest.mark.parametrize('path', DEMO_VARIANTS, ids=lambda p: p.stem)
-def test_demo_variant_builds_and_runs_every_phase(path):
-    cfg = Config.fromfile(path)
+@pytest.mark.parametrize('ablations', DEMO_ROWS, ids=lambda row: '+'.join(row) or 'dasd')
+def test_demo_row_builds_and_runs_every_phase(ablations):
+    cfg = apply_ablations(Config.fromfile(DEMO), ablations)
     cfg.model.language_branch.tokenizer.corpus.num_scenes = 100
     cfg.model.backbone.tokenizer = dict(
         type=clip_tokenizer, max_length=cfg.model.backbone.model_cfg.text_cfg.context_length)
@@ -317,3 +335,64 @@ def test_demo_dasd_trains_end_to_end_with_the_hand_counted_parameters(tmp_path):
     assert any(not torch.equal(moved[k], generator_before[k]) for k in moved)
     report = json.loads((tmp_path / 'phase_report.json').read_text())
     assert report, 'validation ran after every phase'
+
+
+# ------------------------------------------------------------------------------ #TP (Table 1)
+def mbert_sized_tokenizer(folder: Path) -> str:
+    """A tokenizer file with mBERT's vocabulary size (119,547), standing in for the hub's."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    specials = ['[PAD]', '[UNK]', '[CLS]', '[SEP]']
+    vocab = {token: i for i, token in enumerate(specials + [f'w{i}' for i in range(119547 - 4)])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token='[UNK]'))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = folder / 'mbert_sized.json'
+    tokenizer.save(str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize('per_language', [True, False])
+def test_paper_model_has_dasds_trainable_parameter_count(per_language, tmp_path, capsys,
+                                                         monkeypatch):
+    """DASD's #TP for its five target languages, counted on the full-size model of the paper
+    configs: 92,205,824 shared + 5 x (12 x 33,312 + 790,016 + 6,828,544 + 295,425) = 133.77M
+    with an SDM per language; 102.1M with one shared SDM."""
+    import runpy
+    import sys
+
+    config = tmp_path / 'paper_model.py'
+    config.write_text(
+        f"_base_ = ['{CONFIGS / '_base_' / 'models' / 'dasd_clip-vit-b32.py'}']\n"
+        "model = dict(backbone=dict(pretrained=None), language_branch=dict(\n"
+        f"    tokenizer=dict(_delete_=True, type='HFTokenizer',\n"
+        f"                   tokenizer_file='{mbert_sized_tokenizer(tmp_path)}', max_length=77),\n"
+        "    embedding=dict(pretrained=None)),\n"
+        f"    disentangler=dict(per_language={per_language}))\n")
+    tool = CONFIGS.parent / 'tools' / 'language_modules.py'
+    monkeypatch.setattr(sys, 'argv', [str(tool), 'report', str(config)])
+    runpy.run_path(str(tool), run_name='__main__')
+    report = capsys.readouterr().out
+    shared_table = 119547 * 768 + 768 * 512 + 512
+    adapters = 12 * (512 * 32 + 32 + 32 * 512 + 512)
+    sdm = 2 * (512 * 256 + 256 + 256 * 512 + 512) + 2 * 2 * 512 + 512 * 512
+    generator = (1024 * 512 + 512) + 12 * (512 * 1024 + 1024)
+    discriminator = (1024 * 256 + 256) + (256 * 128 + 128) + (128 + 1)
+    assert (shared_table, adapters, sdm, generator, discriminator) == (
+        92205824, 12 * 33312, 790016, 6828544, 295425)
+    per_lang = adapters + (sdm + generator + discriminator) * per_language
+    shared = shared_table + (sdm + generator + discriminator) * (not per_language)
+    for lang in ('de', 'fr', 'cs', 'zh', 'ja'):
+        assert f'| {lang} | {per_lang:,} |' in report
+    assert f'| shared by the languages | {shared:,} |' in report
+    total = shared + 5 * per_lang
+    assert f'| #TP (all trainable) | {total:,} |' in report
+    assert total == (133774469 if per_language else 102118529)
+
+
+@pytest.mark.parametrize('path', PAPER, ids=lambda p: p.stem)
+def test_each_paper_config_has_its_vit_b16_twin(path):
+    twin = path.with_name(path.name.replace('clip-vit-b32', 'clip-vit-b16'))
+    b32, b16 = Config.fromfile(path).to_dict(), Config.fromfile(twin).to_dict()
+    assert b16['model']['backbone'].pop('arch') == 'ViT-B-16'
+    assert b32['model']['backbone'].pop('arch') == 'ViT-B-32'
+    assert b16 == b32

@@ -24,7 +24,9 @@ from tests.models.backbones.openai_clip_layout import openai_state_dict, shapes_
 from xmr.models.backbones.open_clip_pretrained import hf_tokenizer_name
 from xmr.registry import MODELS, TRANSFORMS
 
-CONFIGS = sorted(path for path in (REPO / 'configs').rglob('*.py') if '_base_' not in path.parts)
+# Leaf configs; ablations are overlays that name no backbone (tests/test_ablations.py).
+CONFIGS = sorted(path for path in (REPO / 'configs').rglob('*.py')
+                 if not {'_base_', 'ablations'} & set(path.parts))
 #: Backbone type -> its (arch, pretrained, pretrained_cfg, model_cfg) arguments.
 OPEN_CLIP_BACKBONES = {
     'OpenCLIPBackbone': ('arch', 'pretrained', 'pretrained_cfg', 'model_cfg'),

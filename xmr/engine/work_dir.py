@@ -13,9 +13,9 @@ from xmr.fileio import process_running
 
 
 def resolve_work_dir(cfg: Config, config_path: str | os.PathLike,
-                     work_dir: str | None = None) -> str:
+                     work_dir: str | None = None, suffix: str = '') -> str:
     """Set and return ``cfg.work_dir``: ``work_dir`` when given, else the config's own
-    ``work_dir``, else ``work_dirs/<config name>``.
+    ``work_dir``, else ``work_dirs/<config name><suffix>`` (``suffix``: the run's ablations).
 
     ``tools/train.py``, ``tools/test.py`` and ``tools/cache_features.py`` agree through this, so
     that a cache built ahead of time lies where training looks for it.
@@ -23,7 +23,8 @@ def resolve_work_dir(cfg: Config, config_path: str | os.PathLike,
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(str(config_path)))[0])
+        cfg.work_dir = osp.join('work_dirs',
+                                osp.splitext(osp.basename(str(config_path)))[0] + suffix)
     return cfg.work_dir
 
 

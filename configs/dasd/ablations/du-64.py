@@ -1,5 +1,3 @@
 # DASD Table 11: dynamic adapters with bottleneck d_u = 64 (W^z is 64 x 64).
-_base_ = ['../dasd_clip-vit-b32_multi30k_clft.py']
-
 model = dict(language_branch=dict(adapters=dict(hidden=64)),
              disentangler=dict(generator=dict(d_u=64)))

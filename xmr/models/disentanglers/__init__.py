@@ -7,8 +7,9 @@ from xmr.models.disentanglers.base import (
 from xmr.models.disentanglers.cdds import CDDSDisentangler
 from xmr.models.disentanglers.discriminator import PairDiscriminator, reverse_gradient
 from xmr.models.disentanglers.parameter_generator import ParameterGenerator
+from xmr.models.disentanglers.per_language import PerLanguageDisentangler
 from xmr.models.disentanglers.semantics import SemanticsDisentangler
 
 __all__ = ['CDDSDisentangler', 'ConditionDisentangler', 'PairDiscriminator', 'ParameterGenerator',
-           'SemanticsDisentangler', 'TokenDisentangler', 'build_disentangler',
-           'reverse_gradient']
+           'PerLanguageDisentangler', 'SemanticsDisentangler', 'TokenDisentangler',
+           'build_disentangler', 'reverse_gradient']

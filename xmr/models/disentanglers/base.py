@@ -29,7 +29,14 @@ if TYPE_CHECKING:
 
 
 class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
-    """SDM-style: target embeddings -> a condition for the adapters and named losses."""
+    """SDM-style: target embeddings -> a condition for the adapters and named losses.
+
+    Attributes:
+        reads_languages: ``True`` for a module that needs each caption's language; the retriever
+            then passes ``langs=`` (``B`` codes) to :meth:`forward`.
+    """
+
+    reads_languages: bool = False
 
     @property
     @abstractmethod

@@ -86,19 +86,20 @@ class PairDiscriminator(nn.Module):
         return self.mlp(torch.cat([a, b], dim=-1)).squeeze(-1)
 
     def loss(self, agnostic: torch.Tensor, source: torch.Tensor,
-             negatives: torch.Tensor) -> torch.Tensor:
+             negative_source: torch.Tensor) -> torch.Tensor:
         """``L_d``, averaged over the batch.
 
         Args:
             agnostic: ``[B, D]`` ``f^sa`` (pass it through :func:`reverse_gradient` to train
                 its producer against ``F``).
             source: ``[B, E]`` ``r^S`` of the same captions.
-            negatives: ``[B]`` row of the mismatched ``r^S−`` for each sample.
+            negative_source: ``[B, E]`` a mismatched ``r^S−`` for each sample (another
+                caption's, e.g. ``source[shuffled_negatives(B)]``).
 
         Returns:
-            ``mean_b [−log F(f^sa_b, r^S_b) − log(1 − F(f^sa_b, r^S_{n(b)}))]``.
+            ``mean_b [−log F(f^sa_b, r^S_b) − log(1 − F(f^sa_b, r^S−_b))]``.
         """
         positive = self(agnostic, source)
-        negative = self(agnostic, source[negatives])
+        negative = self(agnostic, negative_source)
         return (F.binary_cross_entropy_with_logits(positive, torch.ones_like(positive))
                 + F.binary_cross_entropy_with_logits(negative, torch.zeros_like(negative)))

@@ -250,7 +250,7 @@ class SemanticsDisentangler(ConditionDisentangler):
 
     # ----------------------------------------------------------------------------- forward
     def forward(self, embeddings: torch.Tensor, tokens: TokenBatch,
-                r_source: torch.Tensor | None = None
+                r_source: torch.Tensor | None = None, r_negative: torch.Tensor | None = None
                 ) -> tuple[dict[int, torch.Tensor], dict[str, torch.Tensor]]:
         """Condition of the dynamic adapters and, given ``r^S``, the SDM's losses.
 
@@ -259,6 +259,10 @@ class SemanticsDisentangler(ConditionDisentangler):
             tokens: their :class:`TokenBatch` (``attention_mask``, ``eos_index``).
             r_source: ``[B, E]`` frozen source embeddings of the paired English captions, or
                 ``None`` (inference: no losses).
+            r_negative: ``[B, E]`` the discriminator's mismatched ``r^S−``, source embeddings of
+                other captions; by default drawn from ``r_source`` (``shuffled_negatives``). A
+                per-language module is given them from the whole batch, so that a language with
+                one caption in the batch still has a negative.
 
         Returns:
             ``({block: W^z [B, d_u, d_u]}, {'sc': lambda_2 L_sc, 'adv': lambda_1 L_d})``, the
@@ -276,12 +280,14 @@ class SemanticsDisentangler(ConditionDisentangler):
         if self.consistency_loss is not None:
             losses['sc'] = self.loss_weights['sc'] * self.consistency_loss(found['sr'], r_source)
         if self.discriminator is not None:
-            negatives = shuffled_negatives(embeddings.shape[0], device=embeddings.device)
+            if r_negative is None:
+                r_negative = r_source[shuffled_negatives(embeddings.shape[0],
+                                                         device=embeddings.device)]
             # The game is between F and the SDM: the reversed gradient stops at the SDM's input,
             # so the embedding block it shares with the target branch is not trained to hide
             # the caption's meaning (which L_CL needs). One more pass of the k frozen blocks.
             agnostic = (found['sa'] if self.adversarial_through_embeddings
                         else self.semantic_agnostic(embeddings.detach(), tokens))
             losses['adv'] = self.loss_weights['adv'] * self.discriminator.loss(
-                reverse_gradient(agnostic), r_source, negatives)
+                reverse_gradient(agnostic), r_source, r_negative.detach().to(embeddings.dtype))
         return condition, losses

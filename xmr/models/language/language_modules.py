@@ -28,10 +28,11 @@ from torch import nn
 from xmr.engine.checkpoint import read_checkpoint
 from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import atomic_torch_save
+from xmr.models.disentanglers.per_language import PerLanguageDisentangler
 
 __all__ = ['MODULE_FORMAT', 'LanguageShare', 'language_state_dict', 'load_language_module',
            'language_parameter_report', 'save_language_module', 'save_merged_checkpoint',
-           'shared_fingerprints']
+           'shared_fingerprints', 'shared_parameter_count']
 
 MODULE_FORMAT = 'xmr-language-module'
 # Version 2 records the base (checkpoint and shared-state fingerprints) of the module.
@@ -185,10 +186,11 @@ def _check_base(model: nn.Module, path: Path, payload: Mapping[str, Any]) -> Non
 
 @dataclass(frozen=True)
 class LanguageShare:
-    """The parameters one language adds (PECTVLM's Table 5 column).
+    """The parameters one language adds (PECTVLM's Table 5 column; DASD's #TP per language).
 
     Attributes:
-        parameters: parameter count of the language's module.
+        parameters: parameter count of the language's module, and of its own disentangler when
+            the model builds one per language (DASD's paper configs).
         of_text_encoder: ``parameters / text tower parameters`` (the frozen text encoder, as
             PECTVLM reports it).
         of_backbone: ``parameters / all frozen backbone parameters`` (text and image towers).
@@ -208,6 +210,28 @@ def language_parameter_report(model: nn.Module) -> dict[str, LanguageShare]:
     total = sum(p.numel() for p in backbone.parameters()) if backbone is not None else text
     report = {}
     for lang in branch.languages:
-        count = sum(p.numel() for p in branch.adapters.sets[lang].parameters())
+        count = sum(p.numel() for part in _language_parts(model, lang) for p in part.parameters())
         report[lang] = LanguageShare(count, count / text, count / total)
     return report
+
+
+def shared_parameter_count(model: nn.Module) -> int:
+    """Parameters the languages share outside the frozen backbone: the branch's embedding
+    block and a disentangler shared by all languages (the rest of DASD's #TP)."""
+    model = unwrap_model(model)
+    own = {id(p) for lang in _branch(model).languages
+           for part in _language_parts(model, lang) for p in part.parameters()}
+    frozen = {id(p) for p in getattr(model, 'backbone', nn.Module()).parameters()}
+    parts = [getattr(model, name, None) for name in ('language_branch', 'disentangler')]
+    return sum(p.numel() for part in parts if part is not None for p in part.parameters()
+               if id(p) not in own and id(p) not in frozen)
+
+
+def _language_parts(model: nn.Module, lang: str) -> list[nn.Module]:
+    """The modules of ``lang`` alone: its adapters, and its disentangler when the model has
+    one per language."""
+    parts = [_module(model, lang)]
+    disentangler = getattr(unwrap_model(model), 'disentangler', None)
+    if isinstance(disentangler, PerLanguageDisentangler):
+        parts.append(disentangler.per_language[lang])
+    return parts

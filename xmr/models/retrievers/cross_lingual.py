@@ -5,8 +5,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
 from xmr.models.disentanglers.base import ConditionDisentangler, build_disentangler
+from xmr.models.disentanglers.per_language import PerLanguageDisentangler
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.retrievers.base import (
     DISENTANGLER_SCALE,
@@ -33,7 +35,8 @@ class CrossLingualRetriever(BaseRetriever):
     Args:
         backbone: ``MODELS`` config of a :class:`VisionLanguageBackbone`.
         language_branch: config of :class:`TargetLanguageBranch` (the tower is filled in).
-        disentangler: ``DISENTANGLERS`` config, or ``None``.
+        disentangler: ``DISENTANGLERS`` config, or ``None``; ``per_language=True`` in it builds
+            one per target language (DASD's #TP; :mod:`xmr.models.disentanglers.per_language`).
         losses: configs of ``source_cm``, ``cl`` and ``cm`` (defaults: InfoNCE τ=0.07 with a
             learned scale for fine-tuning the towers, MSE, InfoNCE τ=0.01).
         source_language: the language the frozen text tower reads.
@@ -72,9 +75,7 @@ class CrossLingualRetriever(BaseRetriever):
         if disentangler is not None:
             if self.language_branch is None:
                 raise ValueError('a disentangler needs a language_branch to condition')
-            self.disentangler = build_disentangler(
-                disentangler, ConditionDisentangler, type(self).__name__, tower=tower,
-                condition_blocks=self.language_branch.adapters.condition_blocks())
+            self.disentangler = self._build_disentangler(dict(disentangler), tower)
         self.build_losses({**self.DEFAULT_LOSSES, **(losses or {})})
         self.data_preprocessor.bind(
             self.backbone.tokenizer,
@@ -82,6 +83,20 @@ class CrossLingualRetriever(BaseRetriever):
             self.backbone.image_mean, self.backbone.image_std, source_language)
         self.phase = 'cross_lingual'
         self.loss_weights: dict[str, float] = {'cl': 1.0}
+
+    def _build_disentangler(self, cfg: dict, tower: nn.Module) -> ConditionDisentangler:
+        """The disentangler, or with ``per_language=True`` in its config one copy per target
+        language (:class:`PerLanguageDisentangler`, DASD's #TP)."""
+        per_language = cfg.pop('per_language', False)
+        default_args = dict(tower=tower,
+                            condition_blocks=self.language_branch.adapters.condition_blocks())
+        if not per_language:
+            return build_disentangler(cfg, ConditionDisentangler, type(self).__name__,
+                                      **default_args)
+        return PerLanguageDisentangler({
+            lang: build_disentangler(cfg, ConditionDisentangler, type(self).__name__,
+                                     **default_args)
+            for lang in self.language_branch.languages})
 
     # ----------------------------------------------------------------------------- phases
     @property
@@ -149,7 +164,9 @@ class CrossLingualRetriever(BaseRetriever):
         embeddings = self.language_branch.embed(tokens)
         condition, losses = None, {}
         if self.disentangler is not None:
-            condition, losses = self.disentangler(embeddings, tokens, r_source=r_source)
+            by_language = dict(langs=langs) if self.disentangler.reads_languages else {}
+            condition, losses = self.disentangler(embeddings, tokens, r_source=r_source,
+                                                  **by_language)
         return self.language_branch.encode(embeddings, tokens, langs, condition), losses
 
     def encode_text(self, tokens: TokenBatch, lang: str) -> torch.Tensor:

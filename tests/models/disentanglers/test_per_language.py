@@ -1,0 +1,101 @@
+"""PerLanguageDisentangler: each caption through its own language's SDM, losses as batch means,
+gradients only into the languages of the batch, and the retriever's per_language switch."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import xmr  # noqa: F401
+from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
+from tests.models.disentanglers.test_semantics import ADAPTER, BATCH, GENERATOR, batch, build
+from xmr.models.disentanglers import PerLanguageDisentangler
+from xmr.models.language.branch import select_tokens
+from xmr.registry import MODELS
+
+LANGS = ['de', 'fr', 'de', 'de']
+
+
+@pytest.fixture(scope='module')
+def tower():
+    torch.manual_seed(0)
+    return MODELS.build(tiny_backbone_cfg()).text_tower
+
+
+def per_language(tower) -> PerLanguageDisentangler:
+    modules = {}
+    for seed, lang in enumerate(('de', 'fr')):
+        modules[lang] = build(tower)
+        torch.manual_seed(10 + seed)  # the two languages start from different weights
+        for parameter in modules[lang].parameters():
+            parameter.data.normal_(0, 0.1)
+    return PerLanguageDisentangler(modules)
+
+
+def test_each_caption_is_conditioned_by_its_own_languages_module(tower):
+    sdm = per_language(tower)
+    embeddings, tokens, _ = batch(tower)
+    condition, losses = sdm(embeddings, tokens, langs=LANGS)
+    assert losses == {}
+    for row, lang in enumerate(LANGS):
+        index = torch.tensor([row])
+        alone, _ = sdm.per_language[lang](embeddings[index], select_tokens(tokens, index))
+        for block, matrices in condition.items():
+            torch.testing.assert_close(matrices[row], alone[block][0])
+    other, _ = sdm.per_language['fr'](embeddings[:1], select_tokens(tokens, torch.tensor([0])))
+    assert not torch.allclose(condition[0][0], other[0][0])
+
+
+def test_losses_are_batch_means_and_train_only_the_batchs_languages(tower):
+    sdm = per_language(tower)
+    embeddings, tokens, r_source = batch(tower)
+    _, losses = sdm(embeddings, tokens, r_source=r_source, langs=LANGS)
+    assert set(losses) == {'sc', 'adv'}
+    # L_sc by hand: lambda_2 * mean over all captions and dimensions of |f^sr - r^S|, each
+    # caption's f^sr from its own language's module.
+    f_sr = torch.stack([
+        sdm.per_language[lang].semantic_related(embeddings[[row]],
+                                                select_tokens(tokens, torch.tensor([row])))[0]
+        for row, lang in enumerate(LANGS)])
+    torch.testing.assert_close(losses['sc'], 0.1 * (f_sr - r_source).abs().mean())
+    only_german = ['de'] * 4
+    sdm.zero_grad()
+    sum(sdm(embeddings, tokens, r_source=r_source, langs=only_german)[1].values()).backward()
+    assert all(p.grad is None for p in sdm.per_language['fr'].parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0
+               for p in sdm.per_language['de'].parameters())
+
+
+def test_a_language_with_one_caption_still_has_an_adversarial_negative(tower):
+    sdm = per_language(tower)
+    embeddings, tokens, r_source = batch(tower)
+    _, losses = sdm(embeddings, tokens, r_source=r_source, langs=LANGS)  # one fr caption
+    assert torch.isfinite(losses['adv'])
+
+
+def test_languages_must_be_given_and_known(tower):
+    sdm = per_language(tower)
+    embeddings, tokens, _ = batch(tower)
+    with pytest.raises(ValueError, match='needs the language of each of the 4 captions'):
+        sdm(embeddings, tokens)
+    with pytest.raises(ValueError, match=r"no disentangler for languages \['cs'\].*\['de', 'fr'\]"):
+        sdm(embeddings, tokens, langs=['de', 'cs', 'de', 'de'])
+
+
+def test_the_retriever_builds_one_per_language_from_the_switch_and_trains_it():
+    cfg = tiny_retriever_cfg(
+        language_branch=tiny_branch_cfg(adapters=dict(type='DynamicAdapter', hidden=4)),
+        disentangler=dict(type='SemanticsDisentangler', adapter=ADAPTER, generator=GENERATOR,
+                          per_language=True))
+    torch.manual_seed(0)
+    model = MODELS.build(cfg)
+    assert isinstance(model.disentangler, PerLanguageDisentangler)
+    assert list(model.disentangler.per_language) == model.languages
+    model.set_phase('cross_lingual', dict(cl=1.0, disentangler=1.0))
+    losses = model(mode='loss', **model.data_preprocessor(dict(BATCH), True))
+    assert set(losses) == {'loss_cl', 'loss_sc', 'loss_adv'}
+    sum(losses.values()).backward()
+    for lang in model.languages:  # both languages of the batch train their own SDM
+        assert model.disentangler.per_language[lang].sr_projection.weight.grad.abs().sum() > 0
+    shared = MODELS.build(dict(cfg, disentangler=dict(cfg['disentangler'], per_language=False)))
+    count = sum(p.numel() for p in shared.disentangler.parameters())
+    assert sum(p.numel() for p in model.disentangler.parameters()) == len(model.languages) * count

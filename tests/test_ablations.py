@@ -1,0 +1,111 @@
+"""Ablation overlays: one file a paper row, applied to any config of its method, combined in
+order, and refused where two rows cannot be combined."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from mmengine.config import Config
+
+from xmr.ablations import ablation_path, ablation_suffix, apply_ablations
+from xmr.run_config import load_run_config
+
+CONFIGS = Path(__file__).resolve().parents[1] / 'configs'
+DASD_CONFIGS = ['dasd/dasd_clip-vit-b32_multi30k_clft.py', 'dasd/dasd_clip-vit-b32_mscoco_clft.py',
+                'dasd/dasd_clip-vit-b32_msrvtt_clft.py', 'dasd/cclm_multi30k.py',
+                'demo/dasd_tiny-clip_synthetic.py']
+
+
+def load(name: str) -> Config:
+    return Config.fromfile(str(CONFIGS / name))
+
+
+@pytest.mark.parametrize('name', DASD_CONFIGS)
+def test_one_ablation_file_serves_every_dasd_config(name):
+    plain = load(name).to_dict()
+    ablated = apply_ablations(load(name), ['dasd/no-sc']).to_dict()
+    # Exactly the row's switch differs, whatever the dataset, backbone or schedule.
+    expected = copy.deepcopy(plain)
+    expected['model']['disentangler']['use_consistency_loss'] = False
+    assert ablated == expected
+
+
+def test_rows_combine_in_order():
+    cfg = apply_ablations(load(DASD_CONFIGS[1]), ['dasd/no-sc', 'dasd/no-adv', 'dasd/du-16'])
+    sdm = cfg.model.disentangler
+    assert (sdm.use_consistency_loss, sdm.use_adversarial) == (False, False)
+    assert sdm.generator.d_u == cfg.model.language_branch.adapters.hidden == 16
+
+
+def test_delete_replaces_a_module_whole():
+    cfg = apply_ablations(load(DASD_CONFIGS[0]), ['dasd/static-adapter'])
+    assert cfg.model.language_branch.adapters == dict(type='StaticAdapter', hidden=32)
+    assert cfg.model.disentangler is None
+
+
+@pytest.mark.parametrize('rows', [['dasd/static-adapter', 'dasd/no-sc'],
+                                  ['dasd/no-sc', 'dasd/static-adapter']])
+def test_a_row_configuring_what_another_removes_names_both(rows):
+    with pytest.raises(ValueError) as error:
+        apply_ablations(load(DASD_CONFIGS[0]), rows)
+    message = str(error.value)
+    assert all(f"ablation '{row}'" in message for row in rows)
+    assert 'model.disentangler' in message
+
+
+def test_a_row_configuring_what_the_config_lacks_names_the_config():
+    lora = 'lora/lora_clip-vit-b32_multi30k_clft.py'
+    with pytest.raises(ValueError, match=f"ablation 'dasd/no-adv' configures "
+                       f'model.disentangler.use_adversarial, but the config .*{lora}'):
+        apply_ablations(load(lora), ['dasd/no-adv'])
+
+
+def test_own_file_and_setting_a_key_that_is_none(tmp_path):
+    own = tmp_path / 'from-checkpoint.py'
+    own.write_text("load_from = 'weights.pth'\nmodel = dict(disentangler=dict(depth=3))\n")
+    cfg = load(DASD_CONFIGS[0])
+    assert cfg.load_from is None
+    cfg = apply_ablations(cfg, [str(own)])
+    assert (cfg.load_from, cfg.model.disentangler.depth) == ('weights.pth', 3)
+
+
+def test_unknown_or_empty_ablation(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"'dasd/no-such'.*dasd/no-sc"):
+        ablation_path('dasd/no-such')
+    with pytest.raises(FileNotFoundError, match="'no-sc'"):
+        ablation_path('no-sc')  # the method is part of the name
+    empty = tmp_path / 'empty.py'
+    empty.write_text('# nothing\n')
+    with pytest.raises(ValueError, match='changes nothing'):
+        apply_ablations(load(DASD_CONFIGS[0]), [str(empty)])
+
+
+def test_the_run_config_applies_ablations_before_options_and_names_the_work_dir():
+    cfg = load_run_config(CONFIGS / DASD_CONFIGS[1], ablations=['dasd/no-sc', 'dasd/no-adv'],
+                          cfg_options={'model.disentangler.use_consistency_loss': True})
+    assert cfg.model.disentangler.use_consistency_loss is True
+    assert cfg.model.disentangler.use_adversarial is False
+    assert cfg.work_dir == 'work_dirs/dasd_clip-vit-b32_mscoco_clft_no-sc_no-adv'
+    assert ablation_suffix([]) == ''
+
+
+@pytest.mark.parametrize('name, row, root, ann_file', [
+    ('dasd/dasd_clip-vit-b32_multi30k_clft.py', 'dasd/align-on-cc300k', 'data/cc3m',
+     'annotations/cc300k_train.json'),
+    ('dasd/dasd_clip-vit-b32_mscoco_zeroshot.py', 'dasd/align-on-cc3m', 'data/cc3m',
+     'annotations/cc3m_train.json'),
+    ('dasd/dasd_clip-vit-b32_multi30k_zeroshot.py', 'dasd/align-on-mscoco-mt', 'data/mscoco',
+     'annotations/coco_train.json'),
+])
+def test_data_rows_move_the_alignment_phases_only(name, row, root, ann_file):
+    plain = load(name)
+    cfg = apply_ablations(load(name), [row])
+    for key in ('train_dataloader', 'text_train_dataloader'):
+        dataset = cfg[key].dataset
+        assert (dataset.data_root, dataset.ann_file) == (root, ann_file)
+        # What the loader reads of the data (languages, media or not, preprocessing) stays.
+        for field in ('target_langs', 'with_media', 'transform'):
+            assert dataset.get(field) == plain[key].dataset.get(field), (key, field)
+    for key in ('source_finetune_dataloader', 'val_dataloader', 'test_dataloader'):
+        assert cfg.get(key) == plain.get(key)

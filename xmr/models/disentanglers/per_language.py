@@ -1,0 +1,92 @@
+"""One condition disentangler per target language (DASD's #TP of 134M).
+
+DASD's paper counts its trainable parameters (Table 1, #TP: 134M against MLA's 108M) as if the
+semantics disentangling module, the parameter generator and the discriminator existed once per
+target language: ``92,205,824 + 5 x (12 x 33,312 + 790,016 + 6,828,544 + 295,425)`` =
+133,773,489 for five languages, where one module shared by all languages gives 102.1M. A
+:class:`ConditionDisentangler` config with ``per_language=True`` builds this: the retriever
+wraps one copy per language of its branch in :class:`PerLanguageDisentangler`, and each caption
+goes through its own language's copy.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence, Set
+from typing import Any
+
+import torch
+from torch import nn
+
+from xmr.models.disentanglers.base import ConditionDisentangler
+from xmr.models.disentanglers.discriminator import shuffled_negatives
+from xmr.models.language.branch import select_tokens
+from xmr.models.language.tokenizers import TokenBatch
+
+__all__ = ['PerLanguageDisentangler']
+
+
+class PerLanguageDisentangler(ConditionDisentangler):
+    """A condition disentangler per language, each reading only its language's captions.
+
+    The conditions of the language groups are put back in batch order; each loss is the mean
+    of the groups' losses weighted by their sizes, i.e. the batch mean a shared module computes
+    when its loss is a mean over captions. The mismatched source embeddings ``r^S−`` of an
+    adversarial term are drawn from the whole batch (``r_negative``), as a shared module draws
+    them, so a language with a single caption in the batch still has one; the wrapped module's
+    ``forward`` takes them as ``r_negative`` (:class:`SemanticsDisentangler` does).
+
+    Args:
+        disentangler: one :class:`ConditionDisentangler` per language, ``{lang: module}``.
+    """
+
+    reads_languages = True
+
+    def __init__(self, disentangler: dict[str, ConditionDisentangler]) -> None:
+        super().__init__()
+        if not disentangler:
+            raise ValueError('PerLanguageDisentangler needs at least one language')
+        self.per_language = nn.ModuleDict(disentangler)
+
+    @property
+    def loss_names(self) -> Set[str]:
+        return next(iter(self.per_language.values())).loss_names
+
+    def forward(self, embeddings: torch.Tensor, tokens: TokenBatch,
+                r_source: torch.Tensor | None = None, langs: Sequence[str] | None = None
+                ) -> tuple[dict[Any, torch.Tensor], dict[str, torch.Tensor]]:
+        """Each language group through its own module.
+
+        Args:
+            embeddings: ``[B, L, D]`` target embeddings with positions.
+            tokens: their :class:`TokenBatch`.
+            r_source: ``[B, E]`` source embeddings (training), or ``None``.
+            langs: the ``B`` captions' languages.
+
+        Returns:
+            ``({block: W^z [B, d_u, d_u]}, {name: size-weighted mean of the groups' losses})``.
+        """
+        if langs is None or len(langs) != embeddings.shape[0]:
+            raise ValueError(f'a per-language disentangler needs the language of each of the '
+                             f'{embeddings.shape[0]} captions, got {langs!r}')
+        unknown = sorted(set(langs) - set(self.per_language))
+        if unknown:
+            raise ValueError(f'no disentangler for languages {unknown}; it has '
+                             f'{list(self.per_language)}')
+        condition: dict[Any, torch.Tensor] = {}
+        losses: dict[str, torch.Tensor] = {}
+        r_negative = None if r_source is None else r_source[
+            shuffled_negatives(embeddings.shape[0], device=embeddings.device)]
+        for lang in dict.fromkeys(langs):
+            index = torch.tensor([i for i, code in enumerate(langs) if code == lang],
+                                 device=embeddings.device)
+            training = {} if r_source is None else dict(r_source=r_source[index],
+                                                        r_negative=r_negative[index])
+            group_condition, group_losses = self.per_language[lang](
+                embeddings[index], select_tokens(tokens, index), **training)
+            for key, value in group_condition.items():
+                if key not in condition:
+                    condition[key] = value.new_empty((embeddings.shape[0], *value.shape[1:]))
+                condition[key] = condition[key].index_copy(0, index, value)
+            share = len(index) / embeddings.shape[0]
+            for name, value in group_losses.items():
+                losses[name] = losses.get(name, 0) + share * value
+        return condition, losses

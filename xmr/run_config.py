@@ -1,0 +1,52 @@
+"""The config a tool runs: the file, its ablations, ``--cfg-options`` and the work directory.
+
+``tools/train.py``, ``tools/test.py`` and ``tools/cache_features.py`` load their config through
+:func:`load_run_config`, so that the three agree on what a run is (and a feature cache built
+ahead of time lies where training looks for it).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mmengine.config import Config
+
+from xmr.ablations import ablation_suffix, apply_ablations
+from xmr.engine.work_dir import resolve_work_dir
+from xmr.utils.cli import UserError
+
+__all__ = ['add_ablation_argument', 'load_run_config']
+
+
+def add_ablation_argument(parser: argparse.ArgumentParser) -> None:
+    """``--ablation NAME [NAME ...]``, the paper rows to apply (:mod:`xmr.ablations`)."""
+    parser.add_argument('--ablation', nargs='+', default=[], metavar='NAME',
+                        help="paper ablations applied to the config, in order: '<method>/<row>' "
+                        "(e.g. dasd/no-sc; configs/<method>/ablations/) or a .py file; the "
+                        'default work dir adds their names')
+
+
+def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
+                    cfg_options: Mapping[str, Any] | None = None,
+                    work_dir: str | None = None) -> Config:
+    """Load ``config``, merge ``ablations`` then ``cfg_options``, and set ``cfg.work_dir``.
+
+    Args:
+        config: the config file.
+        ablations: as :func:`xmr.ablations.apply_ablations` takes them.
+        cfg_options: ``--cfg-options`` (dotted keys).
+        work_dir: ``--work-dir``; by default ``work_dirs/<config name>[_<ablation>...]``.
+
+    Raises:
+        UserError: the config file does not exist.
+    """
+    if not os.path.isfile(config):
+        raise UserError(config, 'config file does not exist',
+                        'give the path of a config under configs/')
+    cfg = apply_ablations(Config.fromfile(str(config)), ablations)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    resolve_work_dir(cfg, config, work_dir, suffix=ablation_suffix(ablations))
+    return cfg
