@@ -222,6 +222,61 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         return self.head(self.pool(x, mask, tokens['eos_index']))
 
 
+class PreNormTextTower(TextTower):
+    """A tower of pre-norm residual blocks, whose residual skeleton and its adapter sites live
+    here once::
+
+        x = x + site_attn(attention_branch(x))     # the branch applies its own norm first
+        x = x + site_mlp(mlp_branch(x))
+        x = site_block(x)
+
+    open_clip's ``TextTransformer`` blocks, T5's and M2M100's (NLLB's) encoder layers differ
+    only inside the two branches (fused or separate q/k/v, T5's unscaled attention with its
+    position bias, gated or plain FFN, LayerScale); each family writes out its branches with
+    the linear sites (``attn.qkv``, ``attn.out``, ``mlp.fc``, ``mlp.proj``) and this class adds
+    the residual sites (``attn.output``, ``mlp.output``, ``block.output``) at the same places for
+    every family.
+    """
+
+    @abstractmethod
+    def attention_branch(self, index: int, x: torch.Tensor,
+                         mask: torch.Tensor | PackedTokens | None,
+                         hooks: SiteHooks | None) -> torch.Tensor:
+        """Block ``index``'s attention branch on ``x`` ``[B, L, D]`` (or packed ``[T, D]``), norm
+        included, up to the residual add; ``x``'s shape."""
+
+    @abstractmethod
+    def mlp_branch(self, index: int, x: torch.Tensor, hooks: SiteHooks | None) -> torch.Tensor:
+        """Block ``index``'s feed-forward branch on ``x``, norm included, up to the residual
+        add; ``x``'s shape."""
+
+    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
+                  hooks: SiteHooks | None = None) -> torch.Tensor:
+        """One pre-norm block with its residual sites.
+
+        Args:
+            index: block index.
+            x: ``[B, L, D]`` hidden states, or ``[T, D]`` packed tokens.
+            mask: additive attention bias ``[B, 1, L, L]`` from :meth:`build_mask`, or the
+                batch's :class:`PackedTokens` when ``x`` is packed.
+            hooks: adapter hooks or ``None``.
+
+        Returns:
+            ``x``'s shape.
+        """
+        h = self.attention_branch(index, x, mask, hooks)
+        if hooks is not None:
+            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
+        x = x + h
+        h = self.mlp_branch(index, x, hooks)
+        if hooks is not None:
+            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
+        x = x + h
+        if hooks is not None:
+            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
+        return x
+
+
 def with_linear_delta(out: torch.Tensor, x: torch.Tensor, hooks: SiteHooks | None,
                       site: AdapterSite, index: int) -> torch.Tensor:
     """A frozen projection's output ``out`` plus the adapters' delta at its linear site (LoRA,

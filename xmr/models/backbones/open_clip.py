@@ -10,6 +10,7 @@ from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.base import (
+    PreNormTextTower,
     SiteHooks,
     TextTower,
     TokenOutput,
@@ -42,7 +43,7 @@ def _refuse(owner: str, field: str, what: str) -> TypeError:
     return TypeError(f'{owner}: {field} - {what}')
 
 
-class OpenCLIPTextTower(TextTower):
+class OpenCLIPTextTower(PreNormTextTower):
     """open_clip's ``TextTransformer`` (as ``CLIP``'s text attributes or ``CustomTextCLIP.text``),
     run block by block with adapter sites.
 
@@ -267,23 +268,13 @@ class OpenCLIPTextTower(TextTower):
             context = context * attn.head_scale
         return context.transpose(1, 2).reshape(batch, length, width)
 
-    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
-                  hooks: SiteHooks | None = None) -> torch.Tensor:
-        """One pre-LN block: ``x + attn(ln_1 x)`` then ``x + mlp(ln_2 x)``, with sites.
-
-        Args:
-            index: block index.
-            x: ``[B, L, D]`` hidden states, or ``[T, D]`` packed tokens.
-            mask: additive attention bias ``[B, 1, L, L]`` from :meth:`build_mask`, or the
-                batch's :class:`PackedTokens` when ``x`` is packed.
-            hooks: adapter hooks or ``None``.
-
-        Returns:
-            ``x``'s shape.
-        """
+    def attention_branch(self, index: int, x: torch.Tensor,
+                         mask: torch.Tensor | PackedTokens | None,
+                         hooks: SiteHooks | None) -> torch.Tensor:
+        """``ls_1(out_proj(attn(ln_1 x)))`` with the fused ``attn.qkv`` site; a custom block's
+        q/k norms, head scale, ``ln_inner`` and ``ln_attn`` at their places."""
         block = self.blocks[index]
         attn = block.attn
-
         qkv = self._linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias, hooks,
                            AdapterSite.ATTN_QKV, index)
         if self.custom_blocks:
@@ -294,11 +285,12 @@ class OpenCLIPTextTower(TextTower):
                          AdapterSite.ATTN_OUT, index)
         if self.custom_blocks:
             h = block.ln_attn(h)
-        h = block.ls_1(h)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
-        x = x + h
+        return block.ls_1(h)
 
+    def mlp_branch(self, index: int, x: torch.Tensor, hooks: SiteHooks | None) -> torch.Tensor:
+        """``ls_2(c_proj(act(c_fc(ln_2 x))))`` (a custom block's ``mlp.ln`` after the
+        activation)."""
+        block = self.blocks[index]
         mlp = block.mlp
         h = self._linear(block.ln_2(x), mlp.c_fc.weight, mlp.c_fc.bias, hooks,
                          AdapterSite.MLP_FC, index)
@@ -307,13 +299,7 @@ class OpenCLIPTextTower(TextTower):
             h = mlp.ln(h)
         h = self._linear(h, mlp.c_proj.weight, mlp.c_proj.bias, hooks,
                          AdapterSite.MLP_PROJ, index)
-        h = block.ls_2(h)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
-        x = x + h
-        if hooks is not None:
-            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
-        return x
+        return block.ls_2(h)
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         """``ln_final`` then the projection (matrix, ``Linear`` with bias, or none)."""

@@ -19,7 +19,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.base import SiteHooks, TextTower, linear_site, with_qkv_delta
+from xmr.models.backbones.base import (
+    PreNormTextTower,
+    SiteHooks,
+    TextTower,
+    linear_site,
+    with_qkv_delta,
+)
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.packed_tokens import PackedTokens
 
@@ -107,7 +113,7 @@ class OpenCLIPHFTextTower(BertTextTower):
         return self.proj(pooled)
 
 
-class OpenCLIPT5TextTower(TextTower):
+class OpenCLIPT5TextTower(PreNormTextTower):
     """An open_clip ``HFTextEncoder`` over mT5's (or T5's) encoder, run block by block.
 
     Each T5 block is written out on the frozen weights::
@@ -207,30 +213,21 @@ class OpenCLIPT5TextTower(TextTower):
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
         return context.transpose(1, 2).reshape(batch, length, self.inner_dim)
 
-    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
-                  hooks: SiteHooks | None = None) -> torch.Tensor:
-        """One pre-RMSNorm T5 encoder block with its adapter sites.
-
-        Args:
-            index: block index.
-            x: ``[B, L, D]`` hidden states, or ``[T, D]`` packed tokens.
-            mask: additive padding bias ``[B, 1, L, L]`` from :meth:`build_mask`, or the
-                batch's :class:`PackedTokens` when ``x`` is packed.
-            hooks: adapter hooks or ``None``.
-
-        Returns:
-            ``x``'s shape.
-        """
-        attention_layer, ff_layer = self.blocks[index].layer[0], self.blocks[index].layer[1]
+    def attention_branch(self, index: int, x: torch.Tensor,
+                         mask: torch.Tensor | PackedTokens | None,
+                         hooks: SiteHooks | None) -> torch.Tensor:
+        """``o(attn(q, k, v of RMSNorm_1 x))`` with the ``attn.qkv`` and ``attn.out`` sites."""
+        attention_layer = self.blocks[index].layer[0]
         attention = attention_layer.SelfAttention
         h = attention_layer.layer_norm(x)
         q, k, v = with_qkv_delta(attention.q(h), attention.k(h), attention.v(h), h, hooks, index)
-        h = linear_site(self._attend(q, k, v, mask), attention.o, hooks, AdapterSite.ATTN_OUT,
-                         index)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
-        x = x + h
+        return linear_site(self._attend(q, k, v, mask), attention.o, hooks, AdapterSite.ATTN_OUT,
+                           index)
 
+    def mlp_branch(self, index: int, x: torch.Tensor, hooks: SiteHooks | None) -> torch.Tensor:
+        """``wo(act(wi_0 h) * wi_1 h)`` (gated) or ``wo(act(wi h))`` of ``h = RMSNorm_2 x``; the
+        ``mlp.fc`` site is the linear input (``wi_1`` / ``wi``)."""
+        ff_layer = self.blocks[index].layer[1]
         dense = ff_layer.DenseReluDense
         h = ff_layer.layer_norm(x)
         if self.gated:
@@ -238,13 +235,7 @@ class OpenCLIPT5TextTower(TextTower):
                                                          AdapterSite.MLP_FC, index)
         else:
             h = dense.act(linear_site(h, dense.wi, hooks, AdapterSite.MLP_FC, index))
-        h = linear_site(h, dense.wo, hooks, AdapterSite.MLP_PROJ, index)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
-        x = x + h
-        if hooks is not None:
-            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
-        return x
+        return linear_site(h, dense.wo, hooks, AdapterSite.MLP_PROJ, index)
 
     def token_states(self, x: torch.Tensor) -> torch.Tensor:
         """The encoder's final RMSNorm on every token, ``[B, L, D] -> [B, L, D]``."""
