@@ -65,6 +65,9 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             when only the attention mask marks padding.
         pad_masked: whether the tower masks its padding keys; ``None``: a bidirectional tower
             does, a causal one does not.
+        reads_language_token: the tower was trained on captions that begin with their
+            language's code token (NLLB), so its source tokenizer must write one
+            (:attr:`~xmr.models.language.tokenizers.BaseTokenizer.writes_language_token`).
     """
 
     pack_tokens: bool = True
@@ -81,6 +84,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     vocab_size: int
     pad_id: int | None = None
     pad_masked: bool | None = None
+    reads_language_token: bool = False
 
     @property
     def max_tokens(self) -> int:
@@ -318,8 +322,13 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
     Raises:
         ValueError: more ids than the tower embeds, a ``max_length`` beyond its context, a
             fixed-context tower fed without ``pad_to`` = its context, or a padding id other
-            than the one the tower masks; each names both numbers.
+            than the one the tower masks (each names both numbers); a tower that reads a
+            language token fed by a tokenizer that writes none.
     """
+    if tower.reads_language_token and not tokenizer.writes_language_token:
+        raise ValueError(f'the text tower of {owner} reads each caption after its language-code '
+                         f'token (NLLB), which a {type(tokenizer).__name__} does not write; use '
+                         "tokenizer=dict(type='NLLBTokenizer', ...)")
     if tokenizer.vocab_size > tower.vocab_size:
         raise ValueError(f'tokenizer emits {tokenizer.vocab_size} ids but the text tower of '
                          f'{owner} has {tower.vocab_size} embeddings')

@@ -415,8 +415,9 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         if bpe:  # CLIP's BPE: open_clip's own tokenizer, from the record
             tokenizer_cfg = record_tokenizer_cfg(self.record, tokenizer)
         else:
-            tokenizer_cfg = dict(tokenizer or text_tokenizer_cfg(arch, model_cfg))
-            if tokenizer_cfg.get('type') == 'HFTokenizer':
+            tokenizer_cfg = dict(tokenizer or text_tokenizer_cfg(
+                arch, model_cfg, self.text_tower.reads_language_token))
+            if tokenizer_cfg.get('type') in ('HFTokenizer', 'NLLBTokenizer'):
                 tokenizer_cfg.setdefault('max_length', self.record.context_length)
         if self.text_tower.fixed_context:
             tokenizer_cfg.setdefault('pad_to', self.text_tower.context_length)
