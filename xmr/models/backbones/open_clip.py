@@ -1,5 +1,5 @@
-"""open_clip models (CLIP, CustomTextCLIP: SigLIP, SigLIP 2, MobileCLIP, XLM-R CLIPs) as frozen
-:class:`VisionLanguageBackbone`s."""
+"""open_clip models (CLIP, CustomTextCLIP: SigLIP, SigLIP 2, MobileCLIP, XLM-R, mT5 and NLLB
+CLIPs) as frozen :class:`VisionLanguageBackbone`s."""
 from __future__ import annotations
 
 import hashlib
@@ -327,7 +327,7 @@ def open_clip_text_tower(model: nn.Module) -> TextTower:
     ``CLIP`` and a ``CustomTextCLIP`` with a ``TextTransformer`` (SigLIP, SigLIP 2, MobileCLIP)
     give an :class:`OpenCLIPTextTower`; a ``CustomTextCLIP`` with an ``HFTextEncoder`` the tower
     of its blocks (:func:`~xmr.models.backbones.open_clip_hf.hf_text_tower`: XLM-R, RoBERTa,
-    BERT, mT5).
+    BERT, mT5, NLLB).
 
     Raises:
         TypeError: a text tower xmr cannot run, naming the model class, the config field and
