@@ -16,6 +16,7 @@ from typing import TypedDict
 import torch
 from mmengine.logging import print_log
 
+from xmr.datasets.languages import FLORES200_TO_CANONICAL, LanguageCodeError, flores_code
 from xmr.registry import FUNCTIONS, TOKENIZERS
 
 
@@ -305,8 +306,6 @@ class NLLBTokenizer(HFTokenizer):
                  clean: str | None = 'whitespace', language: str = 'en') -> None:
         super().__init__(name_or_path=name_or_path, tokenizer_file=tokenizer_file,
                          max_length=max_length, pad_to=pad_to, clean=clean)
-        from xmr.datasets.languages import FLORES200_TO_CANONICAL
-
         source = name_or_path or tokenizer_file
         if '</s>' not in self.token_ids:
             raise ValueError(f'NLLBTokenizer: {source} has no </s> token; not an NLLB tokenizer')
@@ -328,8 +327,6 @@ class NLLBTokenizer(HFTokenizer):
                 (naming the accepted forms), or a FLORES-200 language this vocabulary has no
                 token for.
         """
-        from xmr.datasets.languages import LanguageCodeError, flores_code
-
         code = flores_code(lang)
         if code not in self.token_ids:
             raise LanguageCodeError(
