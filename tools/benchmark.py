@@ -371,16 +371,19 @@ def _padded_lengths(model, items: list[dict[str, Any]], case: str) -> dict[str, 
     target tokens per caption the blocks run (the mean real length when they run packed)."""
     if case == 'eval':
         targets = [item['captions']['de'][0] for item in items]
+        target_langs = ['de'] * len(items)
         sources = [item['captions']['en'][0] for item in items]
     else:
         targets = [item['target_text'] for item in items]
+        target_langs = [item['lang'] for item in items]
         sources = [item['source_text'] for item in items]
-    target = model.language_branch.tokenizer(targets)
+    target = model.language_branch.tokenizer(targets, target_langs)
     padded = int(target['input_ids'].shape[1])
     packs = model.backbone.text_tower.packing(target['attention_mask']) is not None
     run = float(target['attention_mask'].sum(1).float().mean()) if packs else float(padded)
+    source = model.backbone.tokenizer(sources, ['en'] * len(sources))
     return dict(target_tokens=padded, target_tokens_run=run,
-                source_tokens=int(model.backbone.tokenizer(sources)['input_ids'].shape[1]))
+                source_tokens=int(source['input_ids'].shape[1]))
 
 
 # ----------------------------------------------------------------------------------- driver

@@ -126,7 +126,8 @@ def extract_features(model, captions: Sequence[str], lang: str, feature: str,
     device = next(model.parameters()).device
     chunks = []
     for start in range(0, len(captions), batch_size):
-        tokens = model.language_branch.tokenize(list(captions[start:start + batch_size]))
+        chunk = list(captions[start:start + batch_size])
+        tokens = model.language_branch.tokenize(chunk, [lang] * len(chunk))
         tokens = {k: v.to(device) for k, v in tokens.items()}
         found = disentangler.extract(model.language_branch.embed(tokens), tokens)
         chunks.append(found[feature].float().cpu())

@@ -1,6 +1,6 @@
-"""DASD on SigLIP 2 and a LoRA on the XLM-R CLIP: the full-size configs build (downloads stubbed:
-no weights, meta device, tokenizer and encoder config from local files), and each trains
-through tools/train.py with its model scaled down."""
+"""DASD on SigLIP 2 and LoRAs on the XLM-R and NLLB CLIPs: the full-size configs build (downloads
+stubbed: no weights, meta device, tokenizer and encoder config from local files), and each
+trains through tools/train.py with its model scaled down."""
 from __future__ import annotations
 
 import copy
@@ -16,12 +16,15 @@ from tests.conftest import REPO
 from tests.models.backbones.open_clip_families import (
     XLMR_TOKENIZER,
     XLMR_VOCAB,
+    nllb_cfg,
+    nllb_tokenizer_folder,
     siglip_cfg,
     xlmr_cfg,
     xlmr_tokenizer,
 )
 from xmr.models.adapters import DynamicAdapter, LoRA
 from xmr.models.backbones.bert import BertTextTower
+from xmr.models.backbones.open_clip_hf import OpenCLIPM2M100TextTower
 from xmr.models.losses import SigmoidLoss
 from xmr.registry import MODELS, TRANSFORMS
 
@@ -32,6 +35,7 @@ CONFIGS = REPO / 'configs'
 SIGLIP2_B16 = CONFIGS / 'dasd' / 'dasd_siglip2-vit-b16-256_multi30k_clft.py'
 SIGLIP2_SO400M = CONFIGS / 'dasd' / 'dasd_siglip2-so400m-16-256_multi30k_clft.py'
 XLMR_LORA = CONFIGS / 'lora' / 'lora_xlm-roberta-base-vit-b32_xm3600_sw.py'
+NLLB_LORA = CONFIGS / 'lora' / 'lora_nllb-clip-base_xm3600_sw.py'
 # The branch reads the tower's own table: its tokenizer is the stub too (replacing the named one).
 BRANCH_TOKENIZER = dict(_delete_=True, **xlmr_tokenizer(max_length=24))
 pytestmark = pytest.mark.skipif(not XLMR_TOKENIZER.is_file(),
@@ -47,6 +51,18 @@ def xlmr_base_folder(folder: Path) -> str:
                      num_attention_heads=12, intermediate_size=3072,
                      max_position_embeddings=514, type_vocab_size=1, pad_token_id=1,
                      bos_token_id=0, eos_token_id=2).save_pretrained(folder)
+    return str(folder)
+
+
+def nllb_600m_folder(folder: Path) -> str:
+    """nllb-200-distilled-600M's config (the hub's numbers), written where open_clip reads it."""
+    from transformers import M2M100Config
+
+    M2M100Config(vocab_size=256206, d_model=1024, encoder_layers=12, decoder_layers=12,
+                 encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4096,
+                 decoder_ffn_dim=4096, max_position_embeddings=1024, activation_function='relu',
+                 scale_embedding=True, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                 decoder_start_token_id=2).save_pretrained(folder)
     return str(folder)
 
 
@@ -71,13 +87,18 @@ def full_size_model(path: Path, tmp_path: Path):
     model = copy.deepcopy(Config.fromfile(path).to_dict()['model'])
     backbone = model['backbone']
     tag = backbone.pop('pretrained')
-    stub = xlmr_tokenizer(clean=backbone['tokenizer'].get('clean', 'whitespace'),
-                          max_length=backbone['tokenizer']['max_length'])
+    options = dict(clean=backbone['tokenizer'].get('clean', 'whitespace'),
+                   max_length=backbone['tokenizer']['max_length'])
+    nllb = backbone['arch'].startswith('nllb')
+    stub = (dict(type='NLLBTokenizer', tokenizer_file=str(
+        nllb_tokenizer_folder(tmp_path / 'nllb_tokenizer') / 'tokenizer.json'), **options)
+        if nllb else xlmr_tokenizer(**options))
     backbone.update(pretrained_cfg=tag, tokenizer=stub)
     model['language_branch']['tokenizer'] = dict(stub)
-    if backbone['arch'].startswith('xlm-roberta'):
+    if backbone['arch'].startswith('xlm-roberta') or nllb:
         model_cfg = copy.deepcopy(open_clip.get_model_config(backbone['arch']))
-        model_cfg['text_cfg']['hf_model_name'] = xlmr_base_folder(tmp_path / 'xlmr')
+        model_cfg['text_cfg']['hf_model_name'] = (nllb_600m_folder(tmp_path / 'nllb') if nllb
+                                                  else xlmr_base_folder(tmp_path / 'xlmr'))
         backbone.update(model_cfg=model_cfg, arch=None, pretrained_cfg=None)
     with torch.device('meta'):
         return MODELS.build(model)
@@ -110,6 +131,20 @@ def test_xlmr_lora_builds_at_full_size(tmp_path):
     # r = 1 on query and value of 12 layers: 12 x 2 x (768 + 768) parameters.
     assert sum(p.numel() for p in lora.parameters()) == 12 * 2 * 1536
     assert_media_follow_the_record(XLMR_LORA, model)
+
+
+def test_nllb_lora_builds_at_full_size(tmp_path):
+    model = full_size_model(NLLB_LORA, tmp_path)
+    tower = model.backbone.text_tower
+    assert isinstance(tower, OpenCLIPM2M100TextTower)
+    assert (tower.width, tower.num_blocks, tower.embed_dim, tower.pooling) == (1024, 12, 512, 'cls')
+    assert tower.context_length == 1024 and model.backbone.tokenizer.max_length == 77
+    assert model.languages == ['sw'] and model.disentangler is None
+    lora = model.language_branch.adapters.sets['sw']
+    assert {type(a) for a in lora.values()} == {LoRA}
+    # r = 1 on q_proj and v_proj of 12 layers: 12 x 2 x (1024 + 1024) parameters.
+    assert sum(p.numel() for p in lora.parameters()) == 12 * 2 * 2048
+    assert_media_follow_the_record(NLLB_LORA, model)
 
 
 def synthetic(kind: str, languages: list[str], scenes: int, **extra) -> dict:
@@ -172,5 +207,16 @@ def test_xlmr_lora_trains_through_the_tool(tmp_path):
                                tokenizer=xlmr_tokenizer()),
                  language_branch=dict(languages=['de'], tokenizer=BRANCH_TOKENIZER))
     work_dir = tiny_run(XLMR_LORA, tmp_path, model, ['de'])
+    checkpoints = sorted(p.name for p in work_dir.glob('iter_*.pth'))
+    assert checkpoints == ['iter_4.pth']
+
+
+def test_nllb_lora_trains_through_the_tool(tmp_path):
+    branch_tokenizer = dict(_delete_=True, type='NLLBTokenizer', max_length=24,
+                            tokenizer_file=str(tmp_path / 'nllb' / 'tokenizer.json'))
+    model = dict(backbone=dict(_delete_=True, type='OpenCLIPBackbone', arch=None,
+                               model_cfg=nllb_cfg(tmp_path / 'nllb')),
+                 language_branch=dict(languages=['de'], tokenizer=branch_tokenizer))
+    work_dir = tiny_run(NLLB_LORA, tmp_path, model, ['de'])
     checkpoints = sorted(p.name for p in work_dir.glob('iter_*.pth'))
     assert checkpoints == ['iter_4.pth']

@@ -135,8 +135,9 @@ def test_open_clip_towers_and_image_geometry_follow_the_tags_record(
         return
     if any(hf_tokenizer_name(spec.get('arch'), spec.get('model_cfg')) for spec in specs
            if spec['type'] == 'OpenCLIPBackbone'):
-        pytest.skip('a Hugging Face-tokenised open_clip family (SigLIP, XLM-R CLIP): built at '
-                    'full size with its geometry checked in test_open_clip_family_configs.py')
+        pytest.skip('a Hugging Face-tokenised open_clip family (SigLIP, XLM-R and NLLB CLIPs): '
+                    'built at full size with its geometry checked in '
+                    'test_open_clip_family_configs.py')
     folder = tmp_path_factory.getbasetemp()
     geometries = [_assert_follows_record(_build(spec, folder, monkeypatch), spec)
                   for spec in specs]

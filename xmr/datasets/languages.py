@@ -183,13 +183,16 @@ def flores_code(lang: str) -> str:
     """The FLORES-200 code of a language: ``sw`` -> ``swh_Latn``, ``zh-Hant`` -> ``zho_Hant``.
 
     Raises:
-        LanguageCodeError: if the language is not one of FLORES-200's.
+        LanguageCodeError: an unknown code, or a language that is not one of FLORES-200's
+            (naming the forms accepted).
     """
     canonical = normalize_language(lang)
     if canonical not in _CANONICAL_TO_FLORES:
-        raise LanguageCodeError(f'{lang!r} ({canonical!r}) is not a FLORES-200 language; '
-                                'XTD200 and Flickr30k-200 hold the languages of '
-                                'xmr.datasets.languages.FLORES200_TO_CANONICAL')
+        raise LanguageCodeError(
+            f'{lang!r} ({canonical!r}) is not a FLORES-200 language; XTD200, Flickr30k-200 and '
+            'NLLB hold the languages of xmr.datasets.languages.FLORES200_TO_CANONICAL, given as '
+            "ISO 639-1 ('sw'), ISO 639-3 ('swh') or FLORES-200 ('swh_Latn') codes, with a "
+            "script subtag where FLORES has one ('zh-Hant', 'ks-Deva')")
     return _CANONICAL_TO_FLORES[canonical]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from mmengine.model import BaseDataPreprocessor
 
-from xmr.models.language.tokenizers import BaseTokenizer
+from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch
 from xmr.registry import MODELS
 
 
@@ -56,27 +56,46 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
                                'target-language branch')
         return tokenizer
 
+    def caption_tokens(self, captions: Sequence[dict[str, Sequence[str]]],
+                       text_language: str | None = None
+                       ) -> dict[str, tuple[TokenBatch, torch.Tensor]]:
+        """Evaluation captions grouped per language: ``{lang: (TokenBatch, owner [N])}`` with
+        ``owner[n]`` the batch row of caption ``n``.
+
+        Args:
+            captions: per batch row, ``{lang: [caption, ...]}``.
+            text_language: the language the texts are written in when it is not the key's
+                (back-translations into English, read with the key language's modules); a
+                tokenizer that writes a language token codes it.
+        """
+        grouped = {}
+        for lang in dict.fromkeys(code for item in captions for code in item):
+            texts, owner = [], []
+            for row, item in enumerate(captions):
+                for text in item.get(lang, []):
+                    texts.append(text)
+                    owner.append(row)
+            if texts:
+                grouped[lang] = (self._tokenizer_for(lang)(texts,
+                                                           [text_language or lang] * len(texts)),
+                                 torch.tensor(owner, dtype=torch.long))
+        return grouped
+
     def forward(self, data: dict, training: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if data.get('media') is not None:
             out['media'] = self.normalize_media(data['media'])
         if 'source_text' in data:
-            out['source_tokens'] = self._tokenizer_for(self.source_language)(data['source_text'])
+            sources = data['source_text']
+            out['source_tokens'] = self._tokenizer_for(self.source_language)(
+                sources, [self.source_language] * len(sources))
         targets = data.get('target_text')
         if targets is not None and all(t is not None for t in targets):
-            out['target_tokens'] = self._tokenizer_for(data['lang'][0])(targets)
+            # Each caption its own language: a tokenizer may write it (NLLB's language token).
+            out['target_tokens'] = self._tokenizer_for(data['lang'][0])(targets, data['lang'])
             out['langs'] = list(data['lang'])
         if 'captions' in data:
-            out['caption_tokens'] = {}
-            for lang in dict.fromkeys(code for item in data['captions'] for code in item):
-                texts, owner = [], []
-                for row, item in enumerate(data['captions']):
-                    for text in item.get(lang, []):
-                        texts.append(text)
-                        owner.append(row)
-                if texts:
-                    out['caption_tokens'][lang] = (self._tokenizer_for(lang)(texts),
-                                                   torch.tensor(owner, dtype=torch.long))
+            out['caption_tokens'] = self.caption_tokens(data['captions'])
         for key in ('media_id', 'index'):
             if key in data:
                 out[key + 's' if key == 'media_id' else 'indices'] = data[key]

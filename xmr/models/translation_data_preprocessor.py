@@ -47,10 +47,14 @@ class TranslationDataPreprocessor(RetrievalDataPreprocessor):
                                    'no target-language branch')
             for key, values in texts.items():
                 token_key = TRANSLATED_TEXT_KEYS.get(key, 'source_branch_tokens')
-                extra[token_key] = self.target_tokenizer(values)
+                # The language the text is written in, for a tokenizer that writes it.
+                langs = (data['lang'] if key == 'source_to_target_text'
+                         else [self.source_language] * len(values))
+                extra[token_key] = self.target_tokenizer(values, langs)
         if data.get('back_translations') is not None:
-            # Grouped per language exactly as captions are: owner[n] is caption n's batch row.
-            extra['back_translation_tokens'] = super().forward(
-                {'captions': data['back_translations']}, training)['caption_tokens']
+            # Grouped per language exactly as captions are: owner[n] is caption n's batch row;
+            # the texts are in the source language.
+            extra['back_translation_tokens'] = self.caption_tokens(
+                data['back_translations'], text_language=self.source_language)
         out.update(self.cast_data(extra))
         return out

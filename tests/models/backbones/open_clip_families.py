@@ -6,11 +6,13 @@ bidirectional tower, ``pool_type='last'``, ``proj_bias``, fixed 64-token context
 ``eps=1e-6`` (and SigLIP 2's tanh GELU); MobileCLIP's bidirectional tower; the XLM-R CLIP's
 Hugging Face encoder, pooler and projection. Vision towers are scaled the same way: open_clip
 ViTs keep their class, SigLIP's timm ViT becomes a 2-block ``map``-pooled timm ViT registered
-here. XLM-R-tokenised families embed XLM-R's 250,002 ids (the tokenizer in ``shared/data``).
+here. XLM-R-tokenised families embed XLM-R's 250,002 ids (the tokenizer in ``shared/data``);
+NLLB-CLIP reads a tiny tokenizer in NLLB's layout written here (:func:`nllb_tokenizer_folder`).
 """
 from __future__ import annotations
 
 import copy
+import string
 from pathlib import Path
 
 import open_clip
@@ -40,14 +42,17 @@ TINY_VIT = dict(image_size=32, layers=2, width=32, patch_size=8, head_width=16)
 TINY_TEXT = dict(width=32, heads=2, layers=2)
 
 
-def _scaled(arch: str, text: dict | None = None, timm_vision: bool = False) -> dict:
+def _scaled(arch: str, text: dict | None = None, timm_vision: bool = False,
+            text_sizes: dict | None = TINY_TEXT) -> dict:
+    """``arch``'s config at ``embed_dim`` 32 with a tiny vision tower; ``text_sizes`` ``None``
+    for a Hugging Face text tower, whose sizes are its encoder config's."""
     cfg = copy.deepcopy(open_clip.get_model_config(arch))
     cfg['embed_dim'] = 32
     if timm_vision:
         cfg['vision_cfg'].update(timm_model_name=TINY_SIGLIP_VIT, image_size=32)
     else:
         cfg['vision_cfg'] = dict(TINY_VIT)
-    cfg['text_cfg'].update({**TINY_TEXT, **(text or {})})
+    cfg['text_cfg'].update({**(text_sizes or {}), **(text or {})})
     return cfg
 
 
@@ -112,6 +117,47 @@ def mt5_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp')
     cfg['text_cfg'].update(hf_model_name=str(folder), hf_pooler_type=pooler, hf_proj_type=proj,
                            context_length=32)
     return cfg
+
+
+#: The tiny NLLB tokenizer's pieces, one per character: ``'▁'`` is id 4, ``'a'`` 5 ... ``'z'`` 30,
+#: ``'A'`` 31 ... ``'Z'`` 56, then ``! . , '`` 57-60; the FLORES-200 codes follow from id 61 in
+#: NLLB's order (``deu_Latn`` 102, ``eng_Latn`` 107, ``fra_Latn`` 117, ``swh_Latn`` 228) and
+#: ``<mask>`` is last (263), as in NLLB's 256,204 ids.
+NLLB_PIECES = ['▁', *string.ascii_letters, *"!.,'"]
+NLLB_VOCAB = 264
+
+
+def nllb_tokenizer_folder(folder: Path) -> Path:
+    """A tiny tokenizer in NLLB's layout (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, the
+    pieces, the FLORES-200 language codes as special tokens, ``<mask>``), written to ``folder``
+    by transformers' own ``NllbTokenizer`` (``tokenizer.json`` and its config). Its pieces are
+    single characters without merges, so that ids are computable by hand (:data:`NLLB_PIECES`).
+    """
+    from transformers import NllbTokenizer
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+    tokens = ['<s>', '<pad>', '</s>', '<unk>', *NLLB_PIECES, *FAIRSEQ_LANGUAGE_CODES, '<mask>']
+    NllbTokenizer(vocab={token: index for index, token in enumerate(tokens)},
+                  merges=[]).save_pretrained(folder)
+    return folder
+
+
+def nllb_cfg(folder: Path, arch: str = 'nllb-clip-base', pooler: str = 'cls_pooler',
+             proj: str | None = 'linear', scale_embedding: bool = True) -> dict:
+    """``nllb-clip-base`` (``nllb-clip-base-siglip``: its timm SigLIP ViT) with a 2-layer M2M100
+    encoder (NLLB's ReLU, scaled embeddings) and the tiny NLLB tokenizer, written to ``folder``
+    (no download); the pooler and projection are the config's own unless given."""
+    from transformers import M2M100Config
+
+    M2M100Config(vocab_size=NLLB_VOCAB, d_model=32, encoder_layers=2, decoder_layers=1,
+                 encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=48,
+                 decoder_ffn_dim=48, max_position_embeddings=40, activation_function='relu',
+                 scale_embedding=scale_embedding, pad_token_id=1, bos_token_id=0,
+                 eos_token_id=2, decoder_start_token_id=2).save_pretrained(folder)
+    nllb_tokenizer_folder(folder)
+    return _scaled(arch, dict(hf_model_name=str(folder), hf_tokenizer_name=str(folder),
+                              hf_pooler_type=pooler, hf_proj_type=proj, context_length=32),
+                   timm_vision='siglip' in arch, text_sizes=None)
 
 
 def xlmr_tokenizer(**overrides) -> dict:

@@ -16,12 +16,14 @@ from tests.models.backbones.open_clip_families import (
     coca_cfg,
     mobileclip_cfg,
     mt5_cfg,
+    nllb_cfg,
     siglip_cfg,
     xlmr_cfg,
     xlmr_tokenizer,
 )
 from xmr.models.backbones import OpenCLIPTextTower
-from xmr.models.backbones.open_clip_hf import OpenCLIPHFTextTower
+from xmr.models.backbones.open_clip_hf import OpenCLIPHFTextTower, OpenCLIPM2M100TextTower
+from xmr.models.language.tokenizers import NLLBTokenizer
 from xmr.registry import MODELS
 
 ATOL = RTOL = 1e-5
@@ -60,10 +62,18 @@ def _family(name: str, tmp_path) -> tuple[dict, dict | None]:
         'bert_cls_pooler_linear': lambda: (
             xlmr_cfg(tmp_path / 'bert', 'cls_pooler', 'linear', model_type='bert'),
             xlmr_tokenizer()),
+        # NLLB-CLIP's own pooling and projection (cls_pooler, linear) and its SigLIP variant;
+        # the record's tokenizer: NLLBTokenizer of the tiny NLLB vocabulary.
+        'nllb_clip_cls_pooler_linear': lambda: (nllb_cfg(tmp_path / 'nllb'), None),
+        'nllb_clip_sigmoid_timm_vit': lambda: (
+            nllb_cfg(tmp_path / 'nllb', 'nllb-clip-base-siglip'), None),
+        'nllb_mean_pooler_mlp_unscaled_embedding': lambda: (
+            nllb_cfg(tmp_path / 'nllb', pooler='mean_pooler', proj='mlp',
+                     scale_embedding=False), None),
     }
-    if any(key in name for key in ('siglip', 'xlmr', 'roberta', 'bert', 'mt5')):
-        if not XLMR_TOKENIZER.is_file():
-            pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
+    uses_xlmr = any(key in name for key in ('siglip', 'xlmr', 'roberta', 'bert', 'mt5'))
+    if uses_xlmr and not name.startswith('nllb') and not XLMR_TOKENIZER.is_file():
+        pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
     return families[name]()
 
 
@@ -74,7 +84,11 @@ FAMILIES = ['clip_causal_argmax', 'clip_causal_eos_id', 'clip_bidirectional_last
             'causal_embed_cls', 'bidirectional_embed_cls', 'coca',
             'xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear', 'xlmr_cls_hidden_state_no_proj',
             'roberta_mean_pooler_mlp', 'bert_cls_pooler_linear', 'mt5_mean_pooler_mlp',
-            'mt5_cls_hidden_state_linear']
+            'mt5_cls_hidden_state_linear', 'nllb_clip_cls_pooler_linear',
+            'nllb_clip_sigmoid_timm_vit', 'nllb_mean_pooler_mlp_unscaled_embedding']
+#: One language per caption of TEXTS: NLLB's tokenizer writes each caption's code, which
+#: open_clip's encode_text then reads among the ids; the other tokenizers ignore them.
+TEXT_LANGS = ['en', 'de', 'sw']
 
 
 def _build(name: str, tmp_path):
@@ -106,7 +120,7 @@ def _open_clip_ids(backbone, tokens) -> torch.Tensor:
 @pytest.mark.parametrize('name', FAMILIES)
 def test_source_path_and_image_equal_open_clip(name, tmp_path):
     backbone = _build(name, tmp_path)
-    tokens = backbone.tokenizer(TEXTS)
+    tokens = backbone.tokenizer(TEXTS, TEXT_LANGS)
     images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected = backbone.clip.encode_text(_open_clip_ids(backbone, tokens), normalize=False)
@@ -138,6 +152,16 @@ def test_each_family_gets_its_tower_and_context(tmp_path):
     xlmr = _build('xlmr_mean_pooler_mlp', tmp_path)
     assert isinstance(xlmr.text_tower, OpenCLIPHFTextTower)
     assert xlmr.text_tower.pooling == 'mean' and xlmr.text_tower.context_length == 38
+    nllb = _build('nllb_clip_cls_pooler_linear', tmp_path)
+    tower = nllb.text_tower
+    assert isinstance(tower, OpenCLIPM2M100TextTower) and tower.reads_language_token
+    # Token 0 (the language code), 40 positions from pad_id + 1 = 2 of the 42-row table.
+    assert (tower.pooling, tower.context_length, tower.pad_id, tower.fixed_context) == (
+        'cls', 40, 1, False)
+    assert isinstance(nllb.tokenizer, NLLBTokenizer) and nllb.tokenizer.max_length == 32
+    assert nllb.tokenizer.pad_to is None  # dynamic padding: exact for a padding-masked tower
+    assert tower.embed_scale == 32 ** 0.5
+    assert isinstance(tower.layers[0].activation_fn, torch.nn.ReLU)
 
 
 def test_siglip_output_depends_on_padding_so_its_length_is_fixed(tmp_path):
@@ -243,7 +267,11 @@ ADAPTERS = {
 }
 
 
-def _branch_tokenizer(name: str) -> dict:
+def _branch_tokenizer(name: str, tmp_path) -> dict:
+    """The tower's own tokenizer, so that the branch embeds with the tower's table."""
+    if name.startswith('nllb'):  # the tiny NLLB tokenizer _family wrote
+        return dict(type='NLLBTokenizer', tokenizer_file=str(tmp_path / 'nllb' /
+                                                              'tokenizer.json'), max_length=24)
     if any(key in name for key in ('siglip', 'xlmr', 'mt5')):
         return xlmr_tokenizer(max_length=24)
     return dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=24)
@@ -252,12 +280,13 @@ def _branch_tokenizer(name: str) -> dict:
 @pytest.mark.parametrize('adapter', sorted(ADAPTERS))
 @pytest.mark.parametrize('name', ['clip_causal_argmax', 'clip_quickgelu_custom_blocks',
                                   'siglip_last_proj_bias', 'bidirectional_first_pooling',
-                                  'coca', 'xlmr_mean_pooler_mlp', 'mt5_mean_pooler_mlp'])
+                                  'coca', 'xlmr_mean_pooler_mlp', 'mt5_mean_pooler_mlp',
+                                  'nllb_clip_cls_pooler_linear'])
 def test_target_branch_attaches_and_trains_only_its_adapters(name, adapter, tmp_path):
     backbone = _build(name, tmp_path)
     branch = MODELS.build(
         dict(type='TargetLanguageBranch', languages=['de', 'sw'],
-             tokenizer=_branch_tokenizer(name),
+             tokenizer=_branch_tokenizer(name, tmp_path),
              embedding=dict(type='TowerTokenEmbedding'), adapters=ADAPTERS[adapter]),
         default_args=dict(tower=backbone.text_tower))
     tower = backbone.text_tower
@@ -268,8 +297,8 @@ def test_target_branch_attaches_and_trains_only_its_adapters(name, adapter, tmp_
     trainable = [p for p in branch.parameters() if p.requires_grad]
     assert trainable
     optimizer = torch.optim.Adam(trainable, lr=1e-2)
-    tokens = branch.tokenize(['ein roter Kreis', 'mraba mbili za bluu', 'drei Dreiecke'])
     langs = ['de', 'sw', 'de']
+    tokens = branch.tokenize(['ein roter Kreis', 'mraba mbili za bluu', 'drei Dreiecke'], langs)
     target = torch.randn(3, backbone.embed_dim, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         before = branch(tokens, langs)
@@ -302,18 +331,13 @@ def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missin
     with pytest.raises(TypeError, match=r'TextTransformer: attentional pooler \(attn_pool\) - '
                                         'xmr has no written-out attentional pooler'):
         OpenCLIPTextTower(text)
-    from transformers import M2M100Config
-
-    M2M100Config(vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1,
-                 encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-                 decoder_ffn_dim=64, max_position_embeddings=64).save_pretrained(tmp_path / 'nllb')
-    nllb = xlmr_cfg(tmp_path / 'xlmr')
-    nllb['text_cfg']['hf_model_name'] = str(tmp_path / 'nllb')
-    with pytest.raises(TypeError, match=r"CustomTextCLIP.text \(HFTextEncoder of .*nllb\): "
-                                        r"text_cfg.hf_model_name has model_type 'm2m_100' - xmr "
-                                        r'writes out BERT-style post-LN layers .* and T5 blocks'):
-        MODELS.build(backbone_cfg(nllb, dict(type='SentencePieceTokenizer', corpus=TEXTS * 20,
-                                             vocab_size=40)))
+    mt5 = MODELS.build(backbone_cfg(mt5_cfg(tmp_path / 'mt5'), xlmr_tokenizer()))
+    with pytest.raises(TypeError, match=r"CustomTextCLIP.text \(HFTextEncoder of .*mt5\): "
+                                        r"text_cfg.hf_model_name has model_type 'mt5' - this "
+                                        r'tower writes out BERT-style post-LN layers .*; T5 '
+                                        r"blocks .* and M2M100 layers \(\['m2m_100'\]\) have "
+                                        r'their own towers'):
+        OpenCLIPHFTextTower(mt5.clip.text)
     with pytest.raises(TypeError, match=r'text_cfg.hf_proj_type=None - open_clip builds no '
                                         r'projection from the encoder width 16 to embed_dim 32'):
         MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'narrow', proj=None, width=16)))
@@ -362,6 +386,68 @@ def test_tokenizers_that_do_not_fit_the_tower_name_both_numbers(tmp_path):
         branch(xlmr_tokenizer(max_length=63), dict(type='SoftPrompt', num_tokens=3))
 
 
+def test_nllb_is_exact_with_dynamic_padding_and_packing(tmp_path):
+    """Padding keys masked, positions counted over real tokens: a dynamically padded batch, run
+    packed or padded, gives open_clip's output on the same captions padded to the context."""
+    backbone = _build('nllb_mean_pooler_mlp_unscaled_embedding', tmp_path)
+    tokens = backbone.tokenizer(['A red circle!', 'x'], ['en', 'de'])  # 16 and 4 ids
+    assert tokens['input_ids'].shape[1] == 16 and not bool(tokens['attention_mask'].all())
+    padded = torch.nn.functional.pad(tokens['input_ids'], (0, 32 - tokens['input_ids'].shape[1]),
+                                     value=backbone.tokenizer.pad_id)
+    with torch.no_grad():
+        expected = backbone.clip.encode_text(padded, normalize=False)
+        for packed in (True, False):
+            backbone.text_tower.pack_tokens = packed
+            torch.testing.assert_close(backbone.encode_source_text(tokens), expected,
+                                       atol=ATOL, rtol=RTOL)
+
+
+def test_mixed_language_batch_gets_each_captions_code_through_the_retriever(tmp_path):
+    """The data preprocessor hands each caption's language to the tokenizers: target captions
+    of four languages in one batch, English source captions and evaluation captions each begin
+    with their own FLORES-200 code (ids of the tiny NLLB vocabulary, open_clip_families)."""
+    model_cfg, _ = _family('nllb_clip_cls_pooler_linear', tmp_path)
+    model = MODELS.build(dict(
+        type='CrossLingualRetriever', backbone=backbone_cfg(model_cfg),
+        language_branch=dict(type='TargetLanguageBranch', languages=['de', 'sw', 'fr'],
+                             tokenizer=_branch_tokenizer('nllb', tmp_path),
+                             embedding=dict(type='TowerTokenEmbedding'),
+                             adapters=dict(type='LoRA', r=2, alpha=4, targets=['q', 'v']))))
+    deu, eng, fra, swh, eos = 102, 107, 117, 228, 2
+    batch = dict(source_text=['a red circle', 'a square', 'two circles', 'a triangle'],
+                 target_text=['ein Kreis', 'mraba', 'zwei Kreise', 'un triangle'],
+                 lang=['de', 'sw', 'de', 'fr'])
+    data = model.data_preprocessor(batch, True)
+    target, source = data['target_tokens'], data['source_tokens']
+    assert target['input_ids'][:, 0].tolist() == [deu, swh, deu, fra]
+    assert source['input_ids'][:, 0].tolist() == [eng] * 4
+    rows = torch.arange(4)
+    assert target['input_ids'][rows, target['eos_index']].tolist() == [eos] * 4
+    # 'mraba': swh_Latn, '▁' 4, m 17, r 22, a 5, b 6, a 5, </s>; padded with 1.
+    assert target['input_ids'][1].tolist()[:9] == [swh, 4, 17, 22, 5, 6, 5, eos, 1]
+    evaluation = model.data_preprocessor(dict(captions=[{'en': ['a circle'], 'sw': ['duara']},
+                                                        {'en': ['a square'], 'de': ['Quadrat']}]))
+    assert {lang: ids['input_ids'][:, 0].tolist()
+            for lang, (ids, _) in evaluation['caption_tokens'].items()} == {
+        'en': [eng, eng], 'sw': [swh], 'de': [deu]}
+    # The tower pools the language token: the code changes the source embedding.
+    with torch.no_grad():
+        english = model.encode_source(model.backbone.tokenizer(['a circle'], ['en']))
+        german = model.encode_source(model.backbone.tokenizer(['a circle'], ['de']))
+    assert not torch.allclose(english, german)
+
+
+def test_nllb_tower_refuses_a_source_tokenizer_without_language_tokens(tmp_path):
+    model_cfg, _ = _family('nllb_clip_cls_pooler_linear', tmp_path)
+    plain = dict(type='HFTokenizer', tokenizer_file=str(tmp_path / 'nllb' / 'tokenizer.json'),
+                 max_length=32)
+    with pytest.raises(ValueError, match=r'the text tower of custom reads each caption after '
+                                         r'its language-code token \(NLLB\), which a '
+                                         r'HFTokenizer does not write; use '
+                                         r"tokenizer=dict\(type='NLLBTokenizer'"):
+        MODELS.build(backbone_cfg(model_cfg, plain))
+
+
 def test_full_size_siglip2_builds_on_meta_with_its_record():
     """``arch='ViT-B-16-SigLIP2'`` as named (no download: meta device, tokenizer file)."""
     if not XLMR_TOKENIZER.is_file():
@@ -388,7 +474,8 @@ DASD_BATCH = dict(
 
 
 @pytest.mark.parametrize('name', ['clip_causal_argmax', 'siglip_last_proj_bias',
-                                  'xlmr_mean_pooler_mlp', 'mt5_mean_pooler_mlp'])
+                                  'xlmr_mean_pooler_mlp', 'mt5_mean_pooler_mlp',
+                                  'nllb_clip_cls_pooler_linear'])
 def test_dasd_dynamic_adapters_with_the_sdm_train_on_each_family(name, tmp_path):
     """DASD end to end in the retriever: SDM on the first block, dynamic adapters after every
     block; both phases' losses train the branch's adapters and the SDM, nothing of the
@@ -399,7 +486,8 @@ def test_dasd_dynamic_adapters_with_the_sdm_train_on_each_family(name, tmp_path)
         type='CrossLingualRetriever', backbone=backbone_cfg(model_cfg, tokenizer),
         language_branch=dict(
             type='TargetLanguageBranch', languages=['de', 'sw'],
-            tokenizer=_branch_tokenizer(name), embedding=dict(type='TowerTokenEmbedding'),
+            tokenizer=_branch_tokenizer(name, tmp_path),
+            embedding=dict(type='TowerTokenEmbedding'),
             adapters=dict(type='DynamicAdapter', hidden=4)),
         disentangler=dict(type='SemanticsDisentangler',
                           adapter=dict(type='StaticAdapter', hidden=8),

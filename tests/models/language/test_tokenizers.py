@@ -4,6 +4,7 @@ import torch
 from tests.conftest import CORPUS
 from xmr.models.language.tokenizers import (
     HFTokenizer,
+    NLLBTokenizer,
     OpenCLIPTokenizer,
     SentencePieceTokenizer,
     pad_batch,
@@ -91,3 +92,83 @@ def test_hf_tokenizer_applies_open_clips_cleaning_and_sep_stripping(shared_data)
     assert stripped.encode('a red circle') == ids[:-1] + [0]
     with pytest.raises(ValueError, match="HFTokenizer clean='upper'"):
         HFTokenizer(tokenizer_file=path, clean='upper')
+
+
+# The tiny NLLB vocabulary (tests/models/backbones/open_clip_families.py): '▁' 4, a-z 5-30,
+# A-Z 31-56; language codes deu_Latn 102, eng_Latn 107, swh_Latn 228; </s> 2, <pad> 1.
+DEU, ENG, SWH, EOS, PAD = 102, 107, 228, 2, 1
+
+
+@pytest.fixture
+def nllb_folder(tmp_path):
+    from tests.models.backbones.open_clip_families import nllb_tokenizer_folder
+
+    return nllb_tokenizer_folder(tmp_path / 'nllb')
+
+
+@pytest.mark.parametrize('source', ['name_or_path', 'tokenizer_file'])
+def test_nllb_tokenizer_writes_each_captions_language_code(nllb_folder, source):
+    """Mixed languages in one batch: ``[code] pieces </s>``, hand-computed ids."""
+    path = nllb_folder if source == 'name_or_path' else nllb_folder / 'tokenizer.json'
+    tokenizer = NLLBTokenizer(**{source: str(path)})
+    assert tokenizer.writes_language_token and tokenizer.pad_id == PAD
+    batch = tokenizer(['ein Kreis', 'a red', 'Kreis'], ['de', 'en', 'swh_Latn'])
+    assert batch['input_ids'].tolist() == [
+        [DEU, 4, 9, 13, 18, 4, 41, 22, 9, 13, 23, EOS],  # ▁ e i n ▁ K r e i s
+        [ENG, 4, 5, 4, 22, 9, 8, EOS, PAD, PAD, PAD, PAD],  # ▁ a ▁ r e d
+        [SWH, 4, 41, 22, 9, 13, 23, EOS, PAD, PAD, PAD, PAD]]
+    assert batch['eos_index'].tolist() == [11, 7, 7]
+    # Without langs: the default language, English as NLLB's own src_lang.
+    assert tokenizer(['a red'])['input_ids'][0, 0] == ENG
+    assert NLLBTokenizer(tokenizer_file=str(nllb_folder / 'tokenizer.json'),
+                         language='sw').encode('a') == [SWH, 4, 5, EOS]
+
+
+def test_nllb_tokenizer_equals_hugging_faces_with_each_src_lang(nllb_folder):
+    """The same ids as transformers' NllbTokenizer given each caption's ``src_lang`` in turn."""
+    from transformers import AutoTokenizer
+
+    reference = AutoTokenizer.from_pretrained(str(nllb_folder))
+    tokenizer = NLLBTokenizer(name_or_path=str(nllb_folder), clean=None)
+    texts, codes = ['Ein roter Kreis!', 'mraba wa bluu', "l'eau"], ['deu_Latn', 'swh_Latn',
+                                                                    'fra_Latn']
+    ids = tokenizer(texts, ['de', 'sw', 'fr'])['input_ids']
+    for row, (text, code) in enumerate(zip(texts, codes)):
+        reference.src_lang = code
+        expected = reference(text)['input_ids']
+        assert ids[row, :len(expected)].tolist() == expected
+
+
+def test_nllb_tokenizer_truncation_keeps_the_language_and_end_tokens(nllb_folder):
+    tokenizer = NLLBTokenizer(name_or_path=str(nllb_folder), max_length=4)
+    assert tokenizer(['abcdef'], ['de'])['input_ids'].tolist() == [[DEU, 4, 5, EOS]]
+
+
+def test_nllb_tokenizer_refuses_languages_it_cannot_code(nllb_folder):
+    from xmr.datasets.languages import LanguageCodeError
+
+    tokenizer = NLLBTokenizer(name_or_path=str(nllb_folder))
+    with pytest.raises(LanguageCodeError, match=r"'fil' \('fil'\) is not a FLORES-200 language.*"
+                                                r"ISO 639-1 \('sw'\), ISO 639-3 \('swh'\) or "
+                                                r"FLORES-200 \('swh_Latn'\) codes"):
+        tokenizer(['a', 'b'], ['de', 'fil'])
+    with pytest.raises(LanguageCodeError, match=r"unknown language code 'xq'.*Accepted forms: "
+                                                r"ISO 639-1 \('sw'\)"):
+        tokenizer(['a'], ['xq'])
+    # Arabic in Latin script is a FLORES-200 language NLLB's vocabulary has no token for; of
+    # NLLB's 202 codes xmr's table names all but sat_Beng.
+    with pytest.raises(LanguageCodeError, match=r"language 'ar-Latn' is FLORES-200 'arb_Latn', "
+                                                r'which this NLLB vocabulary has no token for; '
+                                                r'it codes 201 of the languages'):
+        tokenizer(['a'], ['ar-Latn'])
+    with pytest.raises(ValueError, match=r'2 captions but 1 languages'):
+        tokenizer(['a', 'b'], ['de'])
+    with pytest.raises(LanguageCodeError, match="'fil'"):
+        NLLBTokenizer(name_or_path=str(nllb_folder), language='fil')
+
+
+def test_nllb_tokenizer_refuses_a_vocabulary_without_language_codes(shared_data):
+    path = str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json')
+    with pytest.raises(ValueError, match=r'NLLBTokenizer: .*xlm-roberta.tokenizer.json has no '
+                                         r"FLORES-200 language-code token \(such as 'eng_Latn'\)"):
+        NLLBTokenizer(tokenizer_file=path)

@@ -65,6 +65,9 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             when only the attention mask marks padding.
         pad_masked: whether the tower masks its padding keys; ``None``: a bidirectional tower
             does, a causal one does not.
+        reads_language_token: the tower was trained on captions that begin with their
+            language's code token (NLLB), so its source tokenizer must write one
+            (:attr:`~xmr.models.language.tokenizers.BaseTokenizer.writes_language_token`).
     """
 
     pack_tokens: bool = True
@@ -81,6 +84,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     vocab_size: int
     pad_id: int | None = None
     pad_masked: bool | None = None
+    reads_language_token: bool = False
 
     @property
     def max_tokens(self) -> int:
@@ -222,6 +226,61 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         return self.head(self.pool(x, mask, tokens['eos_index']))
 
 
+class PreNormTextTower(TextTower):
+    """A tower of pre-norm residual blocks, whose residual skeleton and its adapter sites live
+    here once::
+
+        x = x + site_attn(attention_branch(x))     # the branch applies its own norm first
+        x = x + site_mlp(mlp_branch(x))
+        x = site_block(x)
+
+    open_clip's ``TextTransformer`` blocks, T5's and M2M100's (NLLB's) encoder layers differ
+    only inside the two branches (fused or separate q/k/v, T5's unscaled attention with its
+    position bias, gated or plain FFN, LayerScale); each family writes out its branches with
+    the linear sites (``attn.qkv``, ``attn.out``, ``mlp.fc``, ``mlp.proj``) and this class adds
+    the residual sites (``attn.output``, ``mlp.output``, ``block.output``) at the same places for
+    every family.
+    """
+
+    @abstractmethod
+    def attention_branch(self, index: int, x: torch.Tensor,
+                         mask: torch.Tensor | PackedTokens | None,
+                         hooks: SiteHooks | None) -> torch.Tensor:
+        """Block ``index``'s attention branch on ``x`` ``[B, L, D]`` (or packed ``[T, D]``), norm
+        included, up to the residual add; ``x``'s shape."""
+
+    @abstractmethod
+    def mlp_branch(self, index: int, x: torch.Tensor, hooks: SiteHooks | None) -> torch.Tensor:
+        """Block ``index``'s feed-forward branch on ``x``, norm included, up to the residual
+        add; ``x``'s shape."""
+
+    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
+                  hooks: SiteHooks | None = None) -> torch.Tensor:
+        """One pre-norm block with its residual sites.
+
+        Args:
+            index: block index.
+            x: ``[B, L, D]`` hidden states, or ``[T, D]`` packed tokens.
+            mask: additive attention bias ``[B, 1, L, L]`` from :meth:`build_mask`, or the
+                batch's :class:`PackedTokens` when ``x`` is packed.
+            hooks: adapter hooks or ``None``.
+
+        Returns:
+            ``x``'s shape.
+        """
+        h = self.attention_branch(index, x, mask, hooks)
+        if hooks is not None:
+            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
+        x = x + h
+        h = self.mlp_branch(index, x, hooks)
+        if hooks is not None:
+            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
+        x = x + h
+        if hooks is not None:
+            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
+        return x
+
+
 def with_linear_delta(out: torch.Tensor, x: torch.Tensor, hooks: SiteHooks | None,
                       site: AdapterSite, index: int) -> torch.Tensor:
     """A frozen projection's output ``out`` plus the adapters' delta at its linear site (LoRA,
@@ -263,8 +322,13 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
     Raises:
         ValueError: more ids than the tower embeds, a ``max_length`` beyond its context, a
             fixed-context tower fed without ``pad_to`` = its context, or a padding id other
-            than the one the tower masks; each names both numbers.
+            than the one the tower masks (each names both numbers); a tower that reads a
+            language token fed by a tokenizer that writes none.
     """
+    if tower.reads_language_token and not tokenizer.writes_language_token:
+        raise ValueError(f'the text tower of {owner} reads each caption after its language-code '
+                         f'token (NLLB), which a {type(tokenizer).__name__} does not write; use '
+                         "tokenizer=dict(type='NLLBTokenizer', ...)")
     if tokenizer.vocab_size > tower.vocab_size:
         raise ValueError(f'tokenizer emits {tokenizer.vocab_size} ids but the text tower of '
                          f'{owner} has {tower.vocab_size} embeddings')

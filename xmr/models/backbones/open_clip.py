@@ -1,5 +1,5 @@
-"""open_clip models (CLIP, CustomTextCLIP: SigLIP, SigLIP 2, MobileCLIP, XLM-R CLIPs) as frozen
-:class:`VisionLanguageBackbone`s."""
+"""open_clip models (CLIP, CustomTextCLIP: SigLIP, SigLIP 2, MobileCLIP, XLM-R, mT5 and NLLB
+CLIPs) as frozen :class:`VisionLanguageBackbone`s."""
 from __future__ import annotations
 
 import hashlib
@@ -10,6 +10,7 @@ from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.base import (
+    PreNormTextTower,
     SiteHooks,
     TextTower,
     TokenOutput,
@@ -42,7 +43,7 @@ def _refuse(owner: str, field: str, what: str) -> TypeError:
     return TypeError(f'{owner}: {field} - {what}')
 
 
-class OpenCLIPTextTower(TextTower):
+class OpenCLIPTextTower(PreNormTextTower):
     """open_clip's ``TextTransformer`` (as ``CLIP``'s text attributes or ``CustomTextCLIP.text``),
     run block by block with adapter sites.
 
@@ -267,23 +268,13 @@ class OpenCLIPTextTower(TextTower):
             context = context * attn.head_scale
         return context.transpose(1, 2).reshape(batch, length, width)
 
-    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
-                  hooks: SiteHooks | None = None) -> torch.Tensor:
-        """One pre-LN block: ``x + attn(ln_1 x)`` then ``x + mlp(ln_2 x)``, with sites.
-
-        Args:
-            index: block index.
-            x: ``[B, L, D]`` hidden states, or ``[T, D]`` packed tokens.
-            mask: additive attention bias ``[B, 1, L, L]`` from :meth:`build_mask`, or the
-                batch's :class:`PackedTokens` when ``x`` is packed.
-            hooks: adapter hooks or ``None``.
-
-        Returns:
-            ``x``'s shape.
-        """
+    def attention_branch(self, index: int, x: torch.Tensor,
+                         mask: torch.Tensor | PackedTokens | None,
+                         hooks: SiteHooks | None) -> torch.Tensor:
+        """``ls_1(out_proj(attn(ln_1 x)))`` with the fused ``attn.qkv`` site; a custom block's
+        q/k norms, head scale, ``ln_inner`` and ``ln_attn`` at their places."""
         block = self.blocks[index]
         attn = block.attn
-
         qkv = self._linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias, hooks,
                            AdapterSite.ATTN_QKV, index)
         if self.custom_blocks:
@@ -294,11 +285,12 @@ class OpenCLIPTextTower(TextTower):
                          AdapterSite.ATTN_OUT, index)
         if self.custom_blocks:
             h = block.ln_attn(h)
-        h = block.ls_1(h)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
-        x = x + h
+        return block.ls_1(h)
 
+    def mlp_branch(self, index: int, x: torch.Tensor, hooks: SiteHooks | None) -> torch.Tensor:
+        """``ls_2(c_proj(act(c_fc(ln_2 x))))`` (a custom block's ``mlp.ln`` after the
+        activation)."""
+        block = self.blocks[index]
         mlp = block.mlp
         h = self._linear(block.ln_2(x), mlp.c_fc.weight, mlp.c_fc.bias, hooks,
                          AdapterSite.MLP_FC, index)
@@ -307,13 +299,7 @@ class OpenCLIPTextTower(TextTower):
             h = mlp.ln(h)
         h = self._linear(h, mlp.c_proj.weight, mlp.c_proj.bias, hooks,
                          AdapterSite.MLP_PROJ, index)
-        h = block.ls_2(h)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
-        x = x + h
-        if hooks is not None:
-            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
-        return x
+        return block.ls_2(h)
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         """``ln_final`` then the projection (matrix, ``Linear`` with bias, or none)."""
@@ -341,7 +327,7 @@ def open_clip_text_tower(model: nn.Module) -> TextTower:
     ``CLIP`` and a ``CustomTextCLIP`` with a ``TextTransformer`` (SigLIP, SigLIP 2, MobileCLIP)
     give an :class:`OpenCLIPTextTower`; a ``CustomTextCLIP`` with an ``HFTextEncoder`` the tower
     of its blocks (:func:`~xmr.models.backbones.open_clip_hf.hf_text_tower`: XLM-R, RoBERTa,
-    BERT, mT5).
+    BERT, mT5, NLLB).
 
     Raises:
         TypeError: a text tower xmr cannot run, naming the model class, the config field and
@@ -429,8 +415,9 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         if bpe:  # CLIP's BPE: open_clip's own tokenizer, from the record
             tokenizer_cfg = record_tokenizer_cfg(self.record, tokenizer)
         else:
-            tokenizer_cfg = dict(tokenizer or text_tokenizer_cfg(arch, model_cfg))
-            if tokenizer_cfg.get('type') == 'HFTokenizer':
+            tokenizer_cfg = dict(tokenizer or text_tokenizer_cfg(
+                arch, model_cfg, self.text_tower.reads_language_token))
+            if tokenizer_cfg.get('type') in ('HFTokenizer', 'NLLBTokenizer'):
                 tokenizer_cfg.setdefault('max_length', self.record.context_length)
         if self.text_tower.fixed_context:
             tokenizer_cfg.setdefault('pad_to', self.text_tower.context_length)

@@ -1,38 +1,91 @@
-"""open_clip's ``HFTextEncoder`` (XLM-R, RoBERTa, BERT text towers) as a :class:`TextTower`.
+"""open_clip's ``HFTextEncoder`` (XLM-R, RoBERTa, BERT, mT5, NLLB text towers) as a
+:class:`TextTower`.
 
 open_clip wraps a Hugging Face encoder as a CLIP text tower: the encoder, one of its poolers
 (``hf_pooler_type``) and a projection (``hf_proj_type``)::
 
-    h = encoder(ids, mask = ids != pad_id)          # post-LN BERT layers
+    h = encoder(ids, mask = ids != pad_id)          # BERT, T5 or M2M100 layers
     r = proj(pool(h))                               # pool: masked mean | CLS | pooler(CLS)
 
-The layers are BERT's post-LN layers, which xmr already writes out for CCLM and M-CLIP
-(:class:`~xmr.models.backbones.bert.BertTextTower`): this tower reuses them, so every q/k/v,
-output and FFN projection and each sub-layer output is an adapter site, and adds open_clip's
-pooler and projection. Padding keys are masked and the pooling reads real tokens only, so
-dynamic padding and packed tokens give open_clip's outputs.
+BERT-style post-LN layers are the ones xmr already writes out for CCLM and M-CLIP
+(:class:`~xmr.models.backbones.bert.BertTextTower`): :class:`OpenCLIPHFTextTower` reuses them
+and adds open_clip's pooler and projection. T5's and M2M100's (NLLB's) encoders are pre-norm
+with a final norm on every token: :class:`OpenCLIPT5TextTower` and
+:class:`OpenCLIPM2M100TextTower` write out their attention and MLP branches into xmr's one
+pre-norm block (:class:`~xmr.models.backbones.base.PreNormTextTower`) and share the pooling and
+head of :class:`HFPreNormTextTower`. In every family each q/k/v, output and FFN projection and
+each sub-layer output is an adapter site; padding keys are masked and the pooling reads real
+tokens only, so dynamic padding and packed tokens give open_clip's outputs.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.base import SiteHooks, TextTower, linear_site, with_qkv_delta
+from xmr.models.backbones.base import (
+    PreNormTextTower,
+    SiteHooks,
+    TextTower,
+    linear_site,
+    with_qkv_delta,
+)
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.packed_tokens import PackedTokens
 
-__all__ = ['OpenCLIPHFTextTower', 'OpenCLIPT5TextTower', 'HF_BERT_MODEL_TYPES',
-           'hf_text_tower']
+__all__ = ['OpenCLIPHFTextTower', 'HFPreNormTextTower', 'OpenCLIPT5TextTower',
+           'OpenCLIPM2M100TextTower', 'HF_BERT_MODEL_TYPES', 'HF_T5_MODEL_TYPES',
+           'HF_M2M100_MODEL_TYPES', 'hf_text_tower']
 
 #: Hugging Face ``model_type`` values whose layers are BERT's post-LN layers, with the first
 #: position id of a sequence as a function of the padding id (RoBERTa counts after it).
 HF_BERT_MODEL_TYPES = {'bert': lambda pad_id: 0, 'roberta': lambda pad_id: pad_id + 1,
                        'xlm-roberta': lambda pad_id: pad_id + 1}
 
+#: Hugging Face ``model_type`` values of T5-style encoders.
+HF_T5_MODEL_TYPES = ('mt5', 't5')
+#: Hugging Face ``model_type`` values of M2M100 encoders (NLLB's).
+HF_M2M100_MODEL_TYPES = ('m2m_100',)
+
 #: open_clip pooler class -> the xmr pooling rule that reads the same token(s).
 _POOLERS = {'MeanPooler': 'mean', 'ClsPooler': 'cls', 'ClsLastHiddenStatePooler': 'cls'}
+
+
+def _describe(encoder: nn.Module, owner: str) -> str:
+    """``'<owner>.text (HFTextEncoder of <hf_model_name>)'``, the subject of messages."""
+    return (f'{owner}.text (HFTextEncoder of '
+            f'{getattr(encoder.config, "_name_or_path", "") or "?"})')
+
+
+def _pooling_and_projection(encoder: nn.Module, width: int,
+                            where: str) -> tuple[str, nn.Module, int]:
+    """open_clip's pooler as xmr's pooling rule, its projection module and the width ``E``
+    it projects to (``D`` itself through an identity).
+
+    Args:
+        encoder: an ``open_clip.hf_model.HFTextEncoder``.
+        width: the encoder's hidden width ``D``.
+        where: the encoder's description for messages.
+
+    Raises:
+        TypeError: ``max_pooler``, or no projection although ``D`` differs from ``embed_dim``.
+    """
+    pooler_name = type(encoder.pooler).__name__
+    if pooler_name not in _POOLERS:
+        raise TypeError(
+            f'{where}: text_cfg.hf_pooler_type gives {pooler_name} - xmr runs mean_pooler, '
+            'cls_pooler and cls_last_hidden_state_pooler (open_clip\'s MaxPooler fills the '
+            'real tokens, not the padding, with -inf, so it pools the padding)')
+    if not hasattr(encoder, 'proj'):
+        raise TypeError(f'{where}: text_cfg.hf_proj_type=None - open_clip builds no '
+                        f'projection from the encoder width {width} to embed_dim '
+                        f'{encoder.output_dim}; use \'linear\' or \'mlp\'')
+    proj = encoder.proj
+    return _POOLERS[pooler_name], proj, (width if isinstance(proj, nn.Identity)
+                                         else encoder.output_dim)
 
 
 class OpenCLIPHFTextTower(BertTextTower):
@@ -51,8 +104,7 @@ class OpenCLIPHFTextTower(BertTextTower):
 
     Raises:
         TypeError: an encoder xmr cannot run, naming the class, the config field and what is
-            missing (another ``model_type`` such as mT5 or NLLB's M2M100, relative position
-            embeddings, ``max_pooler``).
+            missing (another ``model_type``, relative position embeddings, ``max_pooler``).
     """
 
     causal = False
@@ -60,41 +112,33 @@ class OpenCLIPHFTextTower(BertTextTower):
     def __init__(self, encoder: nn.Module, owner: str = 'CustomTextCLIP') -> None:
         config = encoder.config
         model_type = getattr(config, 'model_type', None)
-        where = f'{owner}.text (HFTextEncoder of {getattr(config, "_name_or_path", "") or "?"})'
+        where = _describe(encoder, owner)
         if model_type not in HF_BERT_MODEL_TYPES:
             raise TypeError(
-                f"{where}: text_cfg.hf_model_name has model_type {model_type!r} - xmr writes out "
-                f'BERT-style post-LN layers ({sorted(HF_BERT_MODEL_TYPES)}) and T5 blocks '
-                f"({list(HF_T5_MODEL_TYPES)}); an encoder with other blocks (NLLB's M2M100 "
-                'layers) has no written-out block in xmr')
+                f"{where}: text_cfg.hf_model_name has model_type {model_type!r} - this tower "
+                f'writes out BERT-style post-LN layers ({sorted(HF_BERT_MODEL_TYPES)}); T5 '
+                f'blocks ({list(HF_T5_MODEL_TYPES)}) and M2M100 layers '
+                f'({list(HF_M2M100_MODEL_TYPES)}) have their own towers (hf_text_tower picks '
+                'the tower of an encoder); an encoder with other blocks has no written-out '
+                'block in xmr')
         position_type = getattr(config, 'position_embedding_type', 'absolute')
         if position_type != 'absolute':
             raise TypeError(f'{where}: config.position_embedding_type={position_type!r} - xmr '
                             'runs absolute position embeddings only')
-        pooler_name = type(encoder.pooler).__name__
-        if pooler_name not in _POOLERS:
-            raise TypeError(
-                f'{where}: text_cfg.hf_pooler_type gives {pooler_name} - xmr runs mean_pooler, '
-                'cls_pooler and cls_last_hidden_state_pooler (open_clip\'s MaxPooler fills the '
-                'real tokens, not the padding, with -inf, so it pools the padding)')
-        if not hasattr(encoder, 'proj'):
-            raise TypeError(f'{where}: text_cfg.hf_proj_type=None - open_clip builds no '
-                            f'projection from the encoder width {config.hidden_size} to '
-                            f'embed_dim {encoder.output_dim}; use \'linear\' or \'mlp\'')
+        pooling, proj, embed_dim = _pooling_and_projection(encoder, config.hidden_size, where)
         transformer = encoder.transformer
         super().__init__(transformer, embed_dim=None)
-        self.pooling = _POOLERS[pooler_name]
+        self.pooling = pooling
         self.position_offset = HF_BERT_MODEL_TYPES[model_type](config.pad_token_id)
         self.context_length = config.max_position_embeddings - self.position_offset
         self.pad_id = config.pad_token_id
         self.vocab_size = config.vocab_size
         # ClsPooler reads pooler_output whenever the encoder was built with its pooler.
-        self.hf_pooler = (transformer.pooler if pooler_name == 'ClsPooler'
+        self.hf_pooler = (transformer.pooler if type(encoder.pooler).__name__ == 'ClsPooler'
                           and encoder.pooler.use_pooler_output
                           and getattr(transformer, 'pooler', None) is not None else None)
-        self.proj = encoder.proj
-        self.embed_dim = encoder.output_dim if not isinstance(self.proj, nn.Identity) \
-            else self.width
+        self.proj = proj
+        self.embed_dim = embed_dim
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         """``proj(pooler(x))`` (the pooler only for ``cls_pooler``); ``[..., D] -> [..., E]``.
@@ -107,7 +151,64 @@ class OpenCLIPHFTextTower(BertTextTower):
         return self.proj(pooled)
 
 
-class OpenCLIPT5TextTower(TextTower):
+class HFPreNormTextTower(PreNormTextTower):
+    """An open_clip ``HFTextEncoder`` over a pre-norm encoder (T5, M2M100), run block by block.
+
+    Such an encoder ends in a norm acting on every token (T5's RMSNorm, M2M100's LayerNorm),
+    which open_clip's pooler reads after: :meth:`token_states` applies it and :meth:`pool` pools
+    its output, so ``mean_pooler`` averages normed tokens as open_clip does. The head is
+    open_clip's projection module (``'linear'``, ``'mlp'`` or identity). Padding keys are masked
+    (bidirectional, :meth:`TextTower.build_mask`).
+
+    Args:
+        encoder: an ``open_clip.hf_model.HFTextEncoder`` (used, not copied).
+        width: the encoder's hidden width ``D``.
+        inner_dim: width of the attention's q/k/v (``D`` unless the heads say otherwise).
+        ff_dim: width of the FFN's hidden layer.
+        final_norm: the encoder's last norm.
+        where: the encoder's description for messages.
+
+    Raises:
+        TypeError: a pooler xmr does not run (``max_pooler``), or no projection.
+    """
+
+    causal = False
+
+    def __init__(self, encoder: nn.Module, width: int, inner_dim: int, ff_dim: int,
+                 final_norm: nn.Module, where: str) -> None:
+        super().__init__()
+        self.pooling, self.proj, self.embed_dim = _pooling_and_projection(encoder, width, where)
+        self.width = width
+        self.inner_dim = inner_dim
+        self.ff_dim = ff_dim
+        self.final_norm = final_norm
+        self.vocab_size = encoder.config.vocab_size
+        self.pad_id = encoder.config.pad_token_id
+
+    def token_states(self, x: torch.Tensor) -> torch.Tensor:
+        """The encoder's final norm on every token, ``[B, L, D] -> [B, L, D]``."""
+        return self.final_norm(x)
+
+    def pool(self, x: torch.Tensor, attention_mask: torch.Tensor,
+             eos_index: torch.Tensor) -> torch.Tensor:
+        """Pool the final-normed tokens (open_clip pools ``last_hidden_state``, after the norm)."""
+        return super().pool(self.token_states(x), attention_mask, eos_index)
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """open_clip's projection, ``[..., D] -> [..., E]``."""
+        return self.proj(pooled)
+
+    def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
+        """``(in_features, out_features)`` of the frozen projection at each linear site."""
+        return {
+            AdapterSite.ATTN_QKV: (self.width, 3 * self.inner_dim),
+            AdapterSite.ATTN_OUT: (self.inner_dim, self.width),
+            AdapterSite.MLP_FC: (self.width, self.ff_dim),
+            AdapterSite.MLP_PROJ: (self.ff_dim, self.width),
+        }
+
+
+class OpenCLIPT5TextTower(HFPreNormTextTower):
     """An open_clip ``HFTextEncoder`` over mT5's (or T5's) encoder, run block by block.
 
     Each T5 block is written out on the frozen weights::
@@ -119,51 +220,31 @@ class OpenCLIPT5TextTower(TextTower):
     ``T5Stack`` shares it. Sites: ``attn.qkv`` (deltas of q, k, v), ``attn.out`` (``o``),
     ``mlp.fc`` (the linear input projection: ``wi_1`` of a gated FFN, ``wi`` otherwise),
     ``mlp.proj`` (``wo``), and the residual sites. The encoder's final RMSNorm acts on every
-    token before pooling (:meth:`pool`, :meth:`token_states`); the head is open_clip's
-    projection. Relative positions and masked padding keys make dynamic padding and packing
-    exact.
+    token before pooling (:class:`HFPreNormTextTower`). Relative positions and masked padding
+    keys make dynamic padding and packing exact.
 
     Args:
         encoder: an ``open_clip.hf_model.HFTextEncoder`` whose ``transformer`` is a ``T5Stack``.
-        owner: name of the model class for messages.
         where: the encoder's description for messages.
 
     Raises:
         TypeError: a pooler xmr does not run (``max_pooler``), or no projection.
     """
 
-    causal = False
     #: relative positions bound no length; the tokenizers' bound (T5's training length).
     context_length = 512
 
-    def __init__(self, encoder: nn.Module, owner: str, where: str) -> None:
-        super().__init__()
-        pooler_name = type(encoder.pooler).__name__
-        if pooler_name not in _POOLERS:
-            raise TypeError(f'{where}: text_cfg.hf_pooler_type gives {pooler_name} - xmr runs '
-                            'mean_pooler, cls_pooler and cls_last_hidden_state_pooler')
-        if not hasattr(encoder, 'proj'):
-            raise TypeError(f'{where}: text_cfg.hf_proj_type=None - open_clip builds no '
-                            f'projection from the encoder width {encoder.config.d_model} to '
-                            f'embed_dim {encoder.output_dim}; use \'linear\' or \'mlp\'')
+    def __init__(self, encoder: nn.Module, where: str) -> None:
         stack = encoder.transformer
         config = encoder.config
+        super().__init__(encoder, config.d_model, config.num_heads * config.d_kv, config.d_ff,
+                         stack.final_layer_norm, where)
         self.embed = stack.embed_tokens
         self.blocks = stack.block
-        self.final_layer_norm = stack.final_layer_norm
-        self.proj = encoder.proj
-        self.pooling = _POOLERS[pooler_name]
-        self.width = config.d_model
         self.num_heads = config.num_heads
         self.head_dim = config.d_kv
-        self.inner_dim = config.num_heads * config.d_kv
-        self.ff_dim = config.d_ff
         self.gated = bool(config.is_gated_act)
         self.num_blocks = len(self.blocks)
-        self.vocab_size = config.vocab_size
-        self.pad_id = config.pad_token_id
-        self.embed_dim = encoder.output_dim if not isinstance(self.proj, nn.Identity) \
-            else self.width
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed(input_ids)
@@ -207,30 +288,21 @@ class OpenCLIPT5TextTower(TextTower):
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
         return context.transpose(1, 2).reshape(batch, length, self.inner_dim)
 
-    def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
-                  hooks: SiteHooks | None = None) -> torch.Tensor:
-        """One pre-RMSNorm T5 encoder block with its adapter sites.
-
-        Args:
-            index: block index.
-            x: ``[B, L, D]`` hidden states, or ``[T, D]`` packed tokens.
-            mask: additive padding bias ``[B, 1, L, L]`` from :meth:`build_mask`, or the
-                batch's :class:`PackedTokens` when ``x`` is packed.
-            hooks: adapter hooks or ``None``.
-
-        Returns:
-            ``x``'s shape.
-        """
-        attention_layer, ff_layer = self.blocks[index].layer[0], self.blocks[index].layer[1]
+    def attention_branch(self, index: int, x: torch.Tensor,
+                         mask: torch.Tensor | PackedTokens | None,
+                         hooks: SiteHooks | None) -> torch.Tensor:
+        """``o(attn(q, k, v of RMSNorm_1 x))`` with the ``attn.qkv`` and ``attn.out`` sites."""
+        attention_layer = self.blocks[index].layer[0]
         attention = attention_layer.SelfAttention
         h = attention_layer.layer_norm(x)
         q, k, v = with_qkv_delta(attention.q(h), attention.k(h), attention.v(h), h, hooks, index)
-        h = linear_site(self._attend(q, k, v, mask), attention.o, hooks, AdapterSite.ATTN_OUT,
-                         index)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
-        x = x + h
+        return linear_site(self._attend(q, k, v, mask), attention.o, hooks, AdapterSite.ATTN_OUT,
+                           index)
 
+    def mlp_branch(self, index: int, x: torch.Tensor, hooks: SiteHooks | None) -> torch.Tensor:
+        """``wo(act(wi_0 h) * wi_1 h)`` (gated) or ``wo(act(wi h))`` of ``h = RMSNorm_2 x``; the
+        ``mlp.fc`` site is the linear input (``wi_1`` / ``wi``)."""
+        ff_layer = self.blocks[index].layer[1]
         dense = ff_layer.DenseReluDense
         h = ff_layer.layer_norm(x)
         if self.gated:
@@ -238,52 +310,113 @@ class OpenCLIPT5TextTower(TextTower):
                                                          AdapterSite.MLP_FC, index)
         else:
             h = dense.act(linear_site(h, dense.wi, hooks, AdapterSite.MLP_FC, index))
-        h = linear_site(h, dense.wo, hooks, AdapterSite.MLP_PROJ, index)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
-        x = x + h
-        if hooks is not None:
-            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
-        return x
-
-    def token_states(self, x: torch.Tensor) -> torch.Tensor:
-        """The encoder's final RMSNorm on every token, ``[B, L, D] -> [B, L, D]``."""
-        return self.final_layer_norm(x)
-
-    def pool(self, x: torch.Tensor, attention_mask: torch.Tensor,
-             eos_index: torch.Tensor) -> torch.Tensor:
-        """Pool the final-normed tokens (open_clip pools ``last_hidden_state``, after the norm)."""
-        return super().pool(self.token_states(x), attention_mask, eos_index)
-
-    def head(self, pooled: torch.Tensor) -> torch.Tensor:
-        """open_clip's projection, ``[..., D] -> [..., E]``."""
-        return self.proj(pooled)
-
-    def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
-        """``(in_features, out_features)`` of the frozen projection at each linear site."""
-        return {
-            AdapterSite.ATTN_QKV: (self.width, 3 * self.inner_dim),
-            AdapterSite.ATTN_OUT: (self.inner_dim, self.width),
-            AdapterSite.MLP_FC: (self.width, self.ff_dim),
-            AdapterSite.MLP_PROJ: (self.ff_dim, self.width),
-        }
+        return linear_site(h, dense.wo, hooks, AdapterSite.MLP_PROJ, index)
 
 
-#: Hugging Face ``model_type`` values of T5-style encoders.
-HF_T5_MODEL_TYPES = ('mt5', 't5')
+class OpenCLIPM2M100TextTower(HFPreNormTextTower):
+    """An open_clip ``HFTextEncoder`` over NLLB's M2M100 encoder (``nllb-clip-*``), run layer by
+    layer.
+
+    Each pre-LN encoder layer is written out on the frozen weights of transformers'
+    ``M2M100EncoderLayer``::
+
+        x = x + out_proj(attn(q, k, v of self_attn_layer_norm(x)))   # softmax(q k^T / sqrt(d))
+        x = x + fc2(act(fc1(final_layer_norm(x))))                  # act: activation_function
+
+    Sites: ``attn.qkv`` (deltas of ``q_proj``, ``k_proj``, ``v_proj``), ``attn.out``
+    (``out_proj``), ``mlp.fc`` (``fc1``), ``mlp.proj`` (``fc2``), and the residual sites of
+    :class:`~xmr.models.backbones.base.PreNormTextTower`. Tokens are embedded as M2M100 does:
+    the table times ``sqrt(d_model)`` when ``config.scale_embedding``, plus the encoder's
+    sinusoidal positions, which number real tokens from ``pad_id + 1`` (:meth:`add_positions`).
+    The encoder's final ``layer_norm`` acts on every token before pooling
+    (:class:`HFPreNormTextTower`); nllb-clip pools token 0 (``cls_pooler``: the encoder returns
+    no pooler output, so open_clip reads ``last_hidden_state[:, 0]``, NLLB's language-code
+    token, which the source tokenizer writes per caption: :class:`NLLBTokenizer`) into a
+    ``Linear`` without bias. Dropout and LayerDrop act only while Hugging Face
+    trains; the frozen tower runs as in ``eval()``. Masked padding keys and positions that
+    count real tokens make dynamic padding and packing exact.
+
+    Args:
+        encoder: an ``open_clip.hf_model.HFTextEncoder`` whose ``transformer`` is an
+            ``M2M100Encoder`` (open_clip keeps the encoder of the encoder-decoder model).
+        where: the encoder's description for messages.
+
+    Raises:
+        TypeError: a pooler xmr does not run (``max_pooler``), or no projection.
+    """
+
+    reads_language_token = True
+
+    def __init__(self, encoder: nn.Module, where: str) -> None:
+        stack = encoder.transformer
+        config = encoder.config
+        super().__init__(encoder, config.d_model, config.d_model, config.encoder_ffn_dim,
+                         stack.layer_norm, where)
+        self.token_embedding = stack.embed_tokens
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.sinusoids = stack.embed_positions
+        self.layers = stack.layers
+        self.num_heads = config.encoder_attention_heads
+        self.num_blocks = len(self.layers)
+        #: M2M100 numbers the real tokens pad_id + 1, pad_id + 2, ... (fairseq's positions).
+        self.position_offset = config.pad_token_id + 1
+        table_rows = self.sinusoids.weights.shape[0]
+        self.context_length = min(config.max_position_embeddings,
+                                  table_rows - self.position_offset)
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``[B, L] -> [B, L, D]``: the token table times ``embed_scale`` (no positions)."""
+        return F.embedding(input_ids, self.token_embedding.weight) * self.embed_scale
+
+    def add_positions(self, x: torch.Tensor) -> torch.Tensor:
+        """Add the sinusoids of positions ``o..o+L-1``, ``o = pad_id + 1``, to ``x`` ``[B, L, D]``.
+
+        Hugging Face derives the positions from the ids: ``cumsum(ids != pad_id) + pad_id`` on
+        real tokens, ``pad_id`` (a zero row) on padding. Captions are right-padded, so a real
+        token at index ``i`` gets ``pad_id + 1 + i`` either way; padding positions differ, but
+        padding is never attended to nor pooled, so every output that matters is the same.
+
+        Raises:
+            ValueError: a sequence longer than :attr:`context_length`.
+        """
+        length = x.shape[1]
+        if length > self.context_length:
+            raise ValueError(f'sequence of {length} tokens exceeds the text context length '
+                             f'{self.context_length}')
+        start = self.position_offset
+        return x + self.sinusoids.weights[start:start + length].to(x.dtype)
+
+    def attention_branch(self, index: int, x: torch.Tensor,
+                         mask: torch.Tensor | PackedTokens | None,
+                         hooks: SiteHooks | None) -> torch.Tensor:
+        """``out_proj(attn(q, k, v of self_attn_layer_norm x))`` with the ``attn.qkv`` and
+        ``attn.out`` sites."""
+        layer = self.layers[index]
+        attention = layer.self_attn
+        h = layer.self_attn_layer_norm(x)
+        q, k, v = with_qkv_delta(attention.q_proj(h), attention.k_proj(h), attention.v_proj(h),
+                                 h, hooks, index)
+        return linear_site(self.attend(q, k, v, mask), attention.out_proj, hooks,
+                           AdapterSite.ATTN_OUT, index)
+
+    def mlp_branch(self, index: int, x: torch.Tensor, hooks: SiteHooks | None) -> torch.Tensor:
+        """``fc2(act(fc1(final_layer_norm x)))`` with the ``mlp.fc`` and ``mlp.proj`` sites."""
+        layer = self.layers[index]
+        h = linear_site(layer.final_layer_norm(x), layer.fc1, hooks, AdapterSite.MLP_FC, index)
+        return linear_site(layer.activation_fn(h), layer.fc2, hooks, AdapterSite.MLP_PROJ, index)
 
 
 def hf_text_tower(encoder: nn.Module, owner: str = 'CustomTextCLIP') -> TextTower:
     """The :class:`TextTower` of an open_clip ``HFTextEncoder``: BERT-style layers
-    (:class:`OpenCLIPHFTextTower`) or T5 blocks (:class:`OpenCLIPT5TextTower`).
+    (:class:`OpenCLIPHFTextTower`), T5 blocks (:class:`OpenCLIPT5TextTower`) or M2M100 layers
+    (:class:`OpenCLIPM2M100TextTower`, NLLB).
 
     Raises:
-        TypeError: another encoder (NLLB's M2M100 layers, ...), naming the class, the config
-            field and what is missing.
+        TypeError: another encoder, naming the class, the config field and what is missing.
     """
-    config = encoder.config
-    model_type = getattr(config, 'model_type', None)
-    where = f'{owner}.text (HFTextEncoder of {getattr(config, "_name_or_path", "") or "?"})'
+    model_type = getattr(encoder.config, 'model_type', None)
     if model_type in HF_T5_MODEL_TYPES:
-        return OpenCLIPT5TextTower(encoder, owner, where)
+        return OpenCLIPT5TextTower(encoder, _describe(encoder, owner))
+    if model_type in HF_M2M100_MODEL_TYPES:
+        return OpenCLIPM2M100TextTower(encoder, _describe(encoder, owner))
     return OpenCLIPHFTextTower(encoder, owner)

@@ -287,10 +287,11 @@ def hf_tokenizer_name(arch: str | None, model_cfg: Mapping[str, Any] | None) -> 
 
 
 def text_tokenizer_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
-                       ) -> dict[str, Any] | None:
+                       language_token: bool = False) -> dict[str, Any] | None:
     """The ``HFTokenizer`` config of an architecture whose text tower reads a Hugging Face
-    tokenizer (``text_cfg.hf_tokenizer_name``: SigLIP, CLIPA, XLM-R CLIPs), or ``None`` for
-    CLIP's BPE.
+    tokenizer (``text_cfg.hf_tokenizer_name``: SigLIP, CLIPA, XLM-R CLIPs), ``NLLBTokenizer``
+    for a tower that reads a language-code token (``language_token``: nllb-clip), or ``None``
+    for CLIP's BPE.
 
     open_clip's tokenizer options are carried over: ``tokenizer_kwargs.clean`` (its text
     cleaning, ``'whitespace'`` by default; SigLIP's ``'canonicalize'``) and
@@ -306,12 +307,17 @@ def text_tokenizer_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
     text_cfg = _model_cfg(arch, model_cfg).get('text_cfg', {})
     options = dict(text_cfg.get('tokenizer_kwargs') or {})
     mode = text_cfg.get('tokenizer_mode')
-    unknown = sorted(set(options) - {'clean', 'strip_sep_token'})
+    reproduced = {'clean'} if language_token else {'clean', 'strip_sep_token'}
+    unknown = sorted(set(options) - reproduced)
     if mode or unknown:
+        kind = 'NLLBTokenizer' if language_token else 'HFTokenizer'
         raise ValueError(f"open_clip architecture '{arch or 'custom'}' tokenizes with "
                          f'tokenizer_mode={mode!r}, tokenizer_kwargs {unknown}, which xmr\'s '
-                         'HFTokenizer does not reproduce; pass a tokenizer config that does')
-    return dict(type='HFTokenizer', name_or_path=name, clean=options.get('clean', 'whitespace'),
+                         f'{kind} does not reproduce; pass a tokenizer config that does')
+    clean = options.get('clean', 'whitespace')
+    if language_token:
+        return dict(type='NLLBTokenizer', name_or_path=name, clean=clean)
+    return dict(type='HFTokenizer', name_or_path=name, clean=clean,
                 strip_sep_token=bool(options.get('strip_sep_token', False)))
 
 

@@ -127,8 +127,10 @@ class TargetLanguageBranch(nn.Module):
                              f'tokenizer.max_length <= {room}')
         self.tokenizer.pad_to = length
 
-    def tokenize(self, texts: Sequence[str]) -> TokenBatch:
-        return self.tokenizer(texts)
+    def tokenize(self, texts: Sequence[str], langs: Sequence[str] | None = None) -> TokenBatch:
+        """The branch tokenizer on ``texts``, each in its language ``langs`` (see
+        :meth:`~xmr.models.language.tokenizers.BaseTokenizer.__call__`)."""
+        return self.tokenizer(texts, langs)
 
     def embed(self, tokens: TokenBatch) -> torch.Tensor:
         """``[B, L]`` ids -> ``[B, L, D]`` embeddings with the tower's positions added."""

@@ -16,6 +16,7 @@ from typing import TypedDict
 import torch
 from mmengine.logging import print_log
 
+from xmr.datasets.languages import FLORES200_TO_CANONICAL, LanguageCodeError, flores_code
 from xmr.registry import FUNCTIONS, TOKENIZERS
 
 
@@ -68,7 +69,13 @@ class BaseTokenizer(metaclass=ABCMeta):
             the first one's length) per process.
         pad_to: pad every batch to this length (at least ``max_length``) instead of its longest
             caption; ``None`` (default) pads dynamically.
+
+    Attributes:
+        writes_language_token: the ids of a caption depend on its language (NLLB's language-code
+            token, :class:`NLLBTokenizer`); callers pass each caption's language (``langs``).
     """
+
+    writes_language_token: bool = False
 
     def __init__(self, max_length: int = 77, pad_to: int | None = None) -> None:
         if pad_to is not None and pad_to < max_length:
@@ -103,9 +110,30 @@ class BaseTokenizer(metaclass=ABCMeta):
         self.truncated += 1
         return ids[:self.max_length - 1] + ids[-1:]
 
-    def __call__(self, texts: Sequence[str]) -> TokenBatch:
-        return pad_batch([self.truncate(self.encode(text)) for text in texts], self.pad_id,
-                         self.pad_to)
+    def encode_in(self, text: str, lang: str | None) -> list[int]:
+        """One caption in language ``lang`` -> ids with specials, untruncated; only a tokenizer
+        that :attr:`writes_language_token` reads ``lang``."""
+        return self.encode(text)
+
+    def __call__(self, texts: Sequence[str], langs: Sequence[str] | None = None) -> TokenBatch:
+        """Tokenise and pad a batch.
+
+        Args:
+            texts: ``B`` captions.
+            langs: the language of each caption (any code :mod:`xmr.datasets.languages`
+                accepts), read by a tokenizer that :attr:`writes_language_token`; ``None``: its
+                default language.
+
+        Raises:
+            ValueError: ``langs`` of another length than ``texts``.
+        """
+        if langs is None:
+            langs = [None] * len(texts)
+        elif len(langs) != len(texts):
+            raise ValueError(f'{len(texts)} captions but {len(langs)} languages (langs gives '
+                             'one language per caption)')
+        return pad_batch([self.truncate(self.encode_in(text, lang))
+                          for text, lang in zip(texts, langs)], self.pad_id, self.pad_to)
 
 
 @TOKENIZERS.register_module()
@@ -195,7 +223,8 @@ class HFTokenizer(BaseTokenizer):
             pad = next((vocab[t] for t in ('<pad>', '[PAD]', '<|pad|>') if t in vocab), 0)
             self._pad_id, self._vocab = pad, self._fast.get_vocab_size()
             sep = next((vocab[t] for t in ('[SEP]', '</s>') if t in vocab), None)
-            self._encode_fn: Callable[[str], list[int]] = lambda t: self._fast.encode(t).ids
+            self._encode_fn: Callable[[str, bool], list[int]] = (
+                lambda t, specials: self._fast.encode(t, add_special_tokens=specials).ids)
         else:
             from transformers import AutoTokenizer
 
@@ -207,8 +236,11 @@ class HFTokenizer(BaseTokenizer):
                               'pass tokenizer_file=<tokenizer.json> or a local folder') from error
             self._pad_id = hf.pad_token_id if hf.pad_token_id is not None else 0
             self._vocab = len(hf)
-            self._encode_fn = lambda t: hf(t, add_special_tokens=True)['input_ids']
+            vocab = hf.get_vocab()
+            self._encode_fn = lambda t, specials: hf(t, add_special_tokens=specials)['input_ids']
             sep = hf.sep_token_id
+        #: token -> id, special and added tokens included.
+        self.token_ids: dict[str, int] = vocab
         self._strip_id: int | None = None
         if strip_sep_token:
             if sep is None:
@@ -224,13 +256,94 @@ class HFTokenizer(BaseTokenizer):
     def pad_id(self) -> int:
         return self._pad_id
 
-    def encode(self, text: str) -> list[int]:
+    def _prepare(self, text: str) -> str:
+        """The caption as the tokenizer reads it: cleaned, lower-cased when asked."""
         if self._clean_fn is not None:
             text = self._clean_fn(text)
-        ids = list(self._encode_fn(text.lower() if self.lowercase else text))
+        return text.lower() if self.lowercase else text
+
+    def encode(self, text: str) -> list[int]:
+        ids = list(self._encode_fn(self._prepare(text), True))
         if self._strip_id is not None:
             ids = [0 if i == self._strip_id else i for i in ids]
         return ids
+
+
+@TOKENIZERS.register_module()
+class NLLBTokenizer(HFTokenizer):
+    """NLLB's tokenizer, each caption coded with its own language: ``[lang] pieces </s>``.
+
+    NLLB (and open_clip's ``nllb-clip-*`` text towers) read a caption after the FLORES-200 code
+    of its language (``deu_Latn``), a special token of the vocabulary; Hugging Face's
+    ``NllbTokenizer`` and open_clip's ``HFTokenizer`` fix one ``src_lang`` per tokenizer.
+    xmr's batches mix languages, so the code is written per caption from the ``langs`` the
+    caller passes (:meth:`BaseTokenizer.__call__`), each mapped to FLORES-200 through
+    :func:`xmr.datasets.languages.flores_code` (``de``, ``deu``, ``deu_Latn`` all give
+    ``deu_Latn``). The pieces are the tokenizer's own, without its specials.
+
+    Args:
+        name_or_path: hub name or folder of an NLLB tokenizer
+            (``'facebook/nllb-200-distilled-600M'``).
+        tokenizer_file: the same tokenizer as a ``tokenizers`` JSON file (offline).
+        max_length: longest sequence kept, both specials included (the language token and the
+            end token survive truncation).
+        pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
+        clean: open_clip's text cleaning (``'whitespace'``, as open_clip's tokenizer of the
+            nllb-clip models), or ``None``.
+        language: the language of captions tokenised without ``langs`` (single captions such as
+            a hard prompt's text, whose language token is dropped); ``'en'`` as NLLB's own
+            default ``src_lang`` (``eng_Latn``).
+
+    Raises:
+        ValueError: a tokenizer without ``</s>`` or without FLORES-200 language-code tokens.
+        LanguageCodeError: a ``language`` NLLB has no token for (:meth:`language_id`).
+    """
+
+    writes_language_token = True
+
+    def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
+                 max_length: int = 77, pad_to: int | None = None,
+                 clean: str | None = 'whitespace', language: str = 'en') -> None:
+        super().__init__(name_or_path=name_or_path, tokenizer_file=tokenizer_file,
+                         max_length=max_length, pad_to=pad_to, clean=clean)
+        source = name_or_path or tokenizer_file
+        if '</s>' not in self.token_ids:
+            raise ValueError(f'NLLBTokenizer: {source} has no </s> token; not an NLLB tokenizer')
+        self.eos_id = self.token_ids['</s>']
+        #: FLORES-200 codes the vocabulary holds a token for.
+        self.flores_codes = sorted(code for code in FLORES200_TO_CANONICAL
+                                   if code in self.token_ids)
+        if not self.flores_codes:
+            raise ValueError(f'NLLBTokenizer: {source} has no FLORES-200 language-code token '
+                             "(such as 'eng_Latn'); not an NLLB tokenizer, use HFTokenizer")
+        self.language = language
+        self.language_id(language)
+
+    def language_id(self, lang: str) -> int:
+        """The id of ``lang``'s language-code token: ``'de'`` -> the id of ``deu_Latn``.
+
+        Raises:
+            LanguageCodeError: a code :func:`~xmr.datasets.languages.flores_code` cannot map
+                (naming the accepted forms), or a FLORES-200 language this vocabulary has no
+                token for.
+        """
+        code = flores_code(lang)
+        if code not in self.token_ids:
+            raise LanguageCodeError(
+                f"NLLBTokenizer: language {lang!r} is FLORES-200 {code!r}, which this NLLB "
+                f'vocabulary has no token for; it codes {len(self.flores_codes)} of the '
+                'languages in xmr.datasets.languages.FLORES200_TO_CANONICAL '
+                f'({", ".join(self.flores_codes[:5])}, ...)')
+        return self.token_ids[code]
+
+    def encode(self, text: str) -> list[int]:
+        """``[language] pieces </s>`` in the default :attr:`language`."""
+        return self.encode_in(text, None)
+
+    def encode_in(self, text: str, lang: str | None) -> list[int]:
+        """``[lang] pieces </s>``; ``lang`` ``None`` is the default :attr:`language`."""
+        pieces = self._encode_fn(self._prepare(text), False)
+        return [self.language_id(self.language if lang is None else lang), *pieces, self.eos_id]
 
 
 @TOKENIZERS.register_module()
