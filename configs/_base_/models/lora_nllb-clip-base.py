@@ -4,6 +4,7 @@
 # value projections of its 12 layers per target language. NLLB embeds every FLORES-200 language,
 # so the branch reads its own frozen table (TowerTokenEmbedding) with NLLB's tokenizer, which
 # writes each caption's language code (NLLBTokenizer); no disentangler.
+_base_ = ['./pectvlm_lora.py']
 nllb_clip_arch = 'nllb-clip-base'
 nllb_tokenizer = dict(type='NLLBTokenizer', name_or_path='facebook/nllb-200-distilled-600M',
                       max_length=77)
@@ -17,7 +18,7 @@ model = dict(
         languages=target_languages,
         tokenizer=nllb_tokenizer,
         embedding=dict(type='TowerTokenEmbedding'),
-        adapters=dict(type='LoRA', r=1, alpha=16, targets=['q', 'v'])),
+        adapters=_base_.pectvlm_lora),
     losses=dict(cl=dict(type='AlignmentLoss', kind='mse'),
                 cm=dict(type='InfoNCELoss', temperature=0.01)),
 )
