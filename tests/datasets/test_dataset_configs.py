@@ -12,10 +12,11 @@ from xmr.datasets import Annotation, MediaRecord, dump_annotation
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / 'configs' / '_base_' / 'datasets'
 # The file-based benchmarks; synthetic.py (generated on the fly) is tested with the demo;
-# The dataloader defaults (loaders.py, train_loaders.py, eval_loaders.py), the zero-shot training
+# The dataloader defaults (train_loaders.py, eval_loaders.py), the zero-shot training
 # (cc300k_train.py) and a benchmark's evaluation (*_eval.py) are parts of the others; the
-# Swahili XM3600 setting is built by its LoRA leaves (tests/configs/test_open_clip_family_configs.py).
-PARTS = ('synthetic', 'loaders', 'train_loaders', 'eval_loaders', 'cc300k_train',
+# Swahili XM3600 setting is built by its LoRA leaves
+# (tests/configs/test_open_clip_family_configs.py).
+PARTS = ('synthetic', 'train_loaders', 'eval_loaders', 'cc300k_train',
          'crossmodal3600_sw_multi30k-mt')
 # Test-only benchmarks (no training or validation split), with their converters' outputs.
 EVAL_ONLY = {'crossmodal3600': 'crossmodal3600_test.json', 'xtd200': 'xtd200_test.json',
