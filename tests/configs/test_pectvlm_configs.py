@@ -19,6 +19,7 @@ from tests.configs.test_dasd_configs import build as build_clip_config
 from tests.configs.test_dasd_configs import run_phases
 from tests.conftest import TINY_CLIP, phase_loss_keys
 from tests.models.backbones.mclip_helpers import TINY_XLMR, TOKENIZER_FILE
+from xmr.ablations import apply_ablations
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.models.adapters import CompacterAdapter, HardPrompt, HoulsbyAdapter, LoRA, SoftPrompt
@@ -209,9 +210,11 @@ def test_xtd10_few_shot_config_trains_keeps_the_best_and_moves_only_its_module(t
 
 
 @needs_tokenizer
-def test_xtd10_few_shot_schedule_is_50_epochs_of_its_50_pairs(tmp_path):
-    """PECTVLM's 50 epochs of 50 pairs at batch 5: 500 steps, resolved from the loader."""
-    cfg = Config.fromfile(CONFIGS / 'pectvlm' / ROUTINE3_DE)
+@pytest.mark.parametrize('ablations, steps', [((), 200), (('pectvlm/authors-script-xtd10',), 500)])
+def test_xtd10_few_shot_schedule_resolves_from_its_50_pairs(ablations, steps, tmp_path):
+    """The paper's 40 epochs of 50 pairs at batch 10 (200 steps), or the authors' scripts' 50
+    epochs at batch 5 (500 steps), resolved from the loader; validation every 5 steps."""
+    cfg = apply_ablations(Config.fromfile(CONFIGS / 'pectvlm' / ROUTINE3_DE), ablations)
     loader = copy.deepcopy(cfg.to_dict()['train_dataloader'])
     loader.update(num_workers=0, persistent_workers=False)
     loader['dataset'].update(
@@ -222,5 +225,14 @@ def test_xtd10_few_shot_schedule_is_50_epochs_of_its_50_pairs(tmp_path):
                       train_dataloader=loader, train_cfg=cfg.train_cfg,
                       optim_wrapper=cfg.optim_wrapper, log_level='WARNING'))
     loop = Runner.from_cfg(run).train_loop
-    assert [(p.name, p.start, p.end) for p in loop.phases] == [('pectvlm', 0, 500)]
+    assert [(p.name, p.start, p.end) for p in loop.phases] == [('pectvlm', 0, steps)]
     assert loop.val_interval == 5
+
+
+def test_multi30k_full_schedule_is_the_papers_or_the_authors_script():
+    cfg = Config.fromfile(CONFIGS / 'pectvlm' / 'lora-r8_mclip-xlmr-l14_multi30k-full_de.py')
+    assert (cfg.train_dataloader.batch_size, cfg.train_cfg.phases[0]['epochs'],
+            cfg.train_cfg.val_interval) == (48, 15, 300)
+    cfg = apply_ablations(cfg, ['pectvlm/authors-script-multi30k'])
+    assert (cfg.train_dataloader.batch_size, cfg.train_cfg.phases[0]['epochs'],
+            cfg.train_cfg.val_interval) == (4, 50, 29000 // 4)
