@@ -13,12 +13,8 @@ model = dict(
     type='CrossLingualRetriever',
     backbone=dict(type='OpenCLIPBackbone', arch=nllb_clip_arch, pretrained='v1',
                   tokenizer=nllb_tokenizer),
-    language_branch=dict(
-        type='TargetLanguageBranch',
-        languages=target_languages,
-        tokenizer=nllb_tokenizer,
-        embedding=dict(type='TowerTokenEmbedding'),
-        adapters=_base_.pectvlm_lora),
+    language_branch=dict(_base_.pectvlm_branch, languages=target_languages,
+                         tokenizer=nllb_tokenizer),
     losses=dict(cl=dict(type='AlignmentLoss', kind='mse'),
                 cm=dict(type='InfoNCELoss', temperature=0.01)),
 )

@@ -12,12 +12,8 @@ model = dict(
     type='CrossLingualRetriever',
     backbone=dict(type='OpenCLIPBackbone', arch=xlmr_clip_arch, pretrained='laion5b_s13b_b90k',
                   tokenizer=xlmr_tokenizer),
-    language_branch=dict(
-        type='TargetLanguageBranch',
-        languages=target_languages,
-        tokenizer=xlmr_tokenizer,
-        embedding=dict(type='TowerTokenEmbedding'),
-        adapters=_base_.pectvlm_lora),
+    language_branch=dict(_base_.pectvlm_branch, languages=target_languages,
+                         tokenizer=xlmr_tokenizer),
     losses=dict(cl=dict(type='AlignmentLoss', kind='mse'),
                 cm=dict(type='InfoNCELoss', temperature=0.01)),
 )

@@ -20,12 +20,8 @@ model = dict(
     english_encoder='branch',
     backbone=dict(type='MultilingualCLIPBackbone', embed_dim=768, checkpoint=mclip_dir,
                   image_arch='ViT-L-14', image_pretrained='openai', tokenizer=xlmr_tokenizer),
-    language_branch=dict(
-        type='TargetLanguageBranch',
-        languages=target_languages,
-        tokenizer=xlmr_tokenizer,
-        embedding=dict(type='TowerTokenEmbedding'),
-        adapters=_base_.pectvlm_lora),
+    language_branch=dict(_base_.pectvlm_branch, languages=target_languages,
+                         tokenizer=xlmr_tokenizer),
     losses=dict(cm=dict(type='InfoNCELoss', temperature=0.01),
                 align=dict(type='TranslationAlignmentLoss', kind='mse')),
 )
