@@ -4,8 +4,6 @@
 _base_ = ['./cdds_vit-bert-b16_flickr30k.py']
 
 model = dict(backbone=dict(vision='vit_base_patch16_384.orig_in21k_ft_in1k'))
-_image_transform = dict(_delete_=True, type='MediaTransform', backbone=None, size=384,
-                       resize_mode='shortest', interpolation='bicubic')
-train_dataloader = dict(dataset=dict(transform=_image_transform))
-val_dataloader = dict(dataset=dict(transform=_image_transform))
-test_dataloader = dict(dataset=dict(transform=_image_transform))
+vit384_images = dict(dataset=dict(
+    transform=dict(_base_.vit_media_transform, _delete_=True, size=384)))
+train_dataloader = val_dataloader = test_dataloader = vit384_images

@@ -8,11 +8,8 @@ _base_ = [
     '../_base_/default_runtime.py',
 ]
 
-_image_transform = dict(_delete_=True, type='MediaTransform', backbone=None, size=224,
-                       resize_mode='shortest', interpolation='bicubic')
-train_dataloader = dict(dataset=dict(transform=_image_transform))
-val_dataloader = dict(dataset=dict(transform=_image_transform))
-test_dataloader = dict(dataset=dict(transform=_image_transform))
+vit_images = dict(dataset=dict(transform=dict(_delete_=True, **_base_.vit_media_transform)))
+train_dataloader = val_dataloader = test_dataloader = vit_images
 
 train_cfg = dict(val_interval=_base_.epoch)
 default_hooks = dict(checkpoint=dict(interval=_base_.epoch // 4))

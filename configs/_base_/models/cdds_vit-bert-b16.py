@@ -4,6 +4,10 @@
 # Both towers train with the UNets (at 0.1 x the learning rate, as in LAPS); the UNets, objective
 # and retrieval of cdds_disentangler.py.
 _base_ = ['./cdds_disentangler.py']
+# ViT-B/16's images: 224 px, shortest side, bicubic, centre crop; normalisation comes from the
+# backbone (timm's statistics). A leaf puts it in its loaders in place of the dataset's CLIP one.
+vit_media_transform = dict(type='MediaTransform', backbone=None, size=224,
+                           resize_mode='shortest', interpolation='bicubic')
 model = dict(
     _base_.cdds_retriever,
     backbone=dict(type='ViTBERTBackbone', vision='vit_base_patch16_224.orig_in21k',
