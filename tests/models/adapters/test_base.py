@@ -88,3 +88,30 @@ def test_an_embedding_block_outside_the_base_is_refused():
     with pytest.raises(TypeError, match="embedding type 'TestPlainEmbedding' must subclass "
                                         "xmr's EmbeddingBlock"):
         MODELS.build(cfg, default_args=dict(tower=backbone.text_tower))
+
+
+def _placed_sites(adapters: LanguageAdapters) -> set[tuple[int, str]]:
+    return {(adapter.block_index, str(adapter.site))
+            for adapter in adapters.sets['de'].values()}
+
+
+def test_a_post_norm_tower_takes_the_static_adapter_before_its_layernorm():
+    """BERT-style blocks end in LN(x + f(x)): the default site moves from block.output to
+    mlp.output (docs/methods/text_teacher.md); a config's own sites are kept."""
+    static = dict(type='StaticAdapter', hidden=4)
+    assert _placed_sites(LanguageAdapters(['de'], static, 8, 2)) == {
+        (0, 'block.output'), (1, 'block.output')}
+    assert _placed_sites(LanguageAdapters(['de'], static, 8, 2, post_norm=True)) == {
+        (0, 'mlp.output'), (1, 'mlp.output')}
+    assert _placed_sites(LanguageAdapters(['de'], dict(static, sites=['block.output']), 8, 2,
+                                          post_norm=True)) == {(0, 'block.output'),
+                                                               (1, 'block.output')}
+    houlsby = _placed_sites(LanguageAdapters(['de'], dict(type='HoulsbyAdapter', hidden=4), 8,
+                                             1, post_norm=True))
+    assert houlsby == {(0, 'attn.output'), (0, 'mlp.output')}
+
+
+def test_the_written_out_bert_tower_is_post_norm_and_clip_is_not():
+    from xmr.models.backbones import BertTextTower, OpenCLIPTextTower
+
+    assert BertTextTower.post_norm and not OpenCLIPTextTower.post_norm

@@ -29,14 +29,19 @@ class LanguageAdapters(nn.Module):
         width: tower width ``D``; a config that names another ``width`` is refused.
         num_blocks: number of blocks the branch runs.
         linear_shapes: ``(in, out)`` of the frozen projection at each linear site.
+        post_norm: the tower's blocks normalise after the residual add
+            (:attr:`~xmr.models.backbones.base.TextTower.post_norm`); a config without
+            ``sites`` then takes the class's ``post_norm_sites`` where it declares them.
     """
 
     def __init__(self, languages: Sequence[str], adapters: dict | Sequence[dict] | None,
                  width: int, num_blocks: int,
-                 linear_shapes: dict[AdapterSite, tuple[int, int]] | None = None) -> None:
+                 linear_shapes: dict[AdapterSite, tuple[int, int]] | None = None,
+                 post_norm: bool = False) -> None:
         super().__init__()
         self.languages = list(languages)
         self.width = width
+        self.post_norm = post_norm
         configs = [] if adapters is None else ([adapters] if isinstance(adapters, dict)
                                                 else list(adapters))
         linear_shapes = linear_shapes or {}
@@ -70,7 +75,10 @@ class LanguageAdapters(nn.Module):
         adapter_cls = ADAPTERS.get(cfg['type'])
         if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, BaseAdapter)):
             raise TypeError(f"adapter type {cfg['type']} must subclass xmr BaseAdapter")
-        sites = adapter_cls.resolve_sites(cfg.pop('sites', None), cfg)
+        given_sites = cfg.pop('sites', None)
+        sites = adapter_cls.resolve_sites(given_sites, cfg)
+        if given_sites is None and self.post_norm and adapter_cls.post_norm_sites is not None:
+            sites = adapter_cls.post_norm_sites
         options = {k: v for k, v in cfg.items() if k != 'type'}
         shared = adapter_cls.build_shared(self.width, **options)
         shared_args = {}

@@ -12,6 +12,13 @@ from xmr.registry import ADAPTERS
 class StaticAdapter(BaseAdapter):
     """``x + W_up ReLU(W_down x)`` after a frozen text block, one set per language.
 
+    On a post-LN tower (BERT, XLM-R: :attr:`~xmr.models.backbones.base.TextTower.post_norm`)
+    the default site is ``mlp.output``, the FFN's output before ``LN(x + h)`` (Houlsby's and
+    Pfeiffer's place): after the block, outside any LayerNorm, it drives the pooled embedding
+    directly and collapses a short, high-rate cross-lingual phase to the teacher's mean
+    embedding (docs/methods/text_teacher.md has the measurements). Name ``sites`` to keep
+    ``block.output``.
+
     Args:
         placement: where the instance sits (:class:`AdapterPlacement`).
         hidden: bottleneck width (256 in MLA and DASD).
@@ -20,6 +27,7 @@ class StaticAdapter(BaseAdapter):
     """
 
     sites = (AdapterSite.BLOCK_OUTPUT, AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
+    post_norm_sites = (AdapterSite.MLP_OUTPUT,)
     accepts_packed_tokens = True
 
     def __init__(self, placement: AdapterPlacement, hidden: int = 256,

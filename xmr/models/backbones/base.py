@@ -66,6 +66,11 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             when only the attention mask marks padding.
         pad_masked: whether the tower masks its padding keys; ``None``: a bidirectional tower
             does, a causal one does not.
+        post_norm: blocks normalise after the residual add, ``x = LN(x + f(x))`` (BERT,
+            XLM-R), rather than before the sub-layer (CLIP). A residual adapter at
+            ``block.output`` then adds to the normalised state that the next block reads as
+            its residual, and none of its output is normalised before pooling; adapters
+            declare where they sit by default on such a tower (``post_norm_sites``).
     """
 
     pack_tokens: bool = True
@@ -82,6 +87,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     vocab_size: int
     pad_id: int | None = None
     pad_masked: bool | None = None
+    post_norm: bool = False
 
     @property
     def max_tokens(self) -> int:
