@@ -29,16 +29,25 @@ DATA = REPO.parent / 'shared' / 'data'
 DOCS_PAGE = REPO / 'docs' / 'custom_modules.md'
 MODULE_HEADER = '# my_teacher/sentence_encoder.py'
 
+#: DASD's semantics disentangling module, at a smaller generator latent (d_z 128) for MiniLM.
+DASD_DISENTANGLER = dict(type='SemanticsDisentangler', depth=1,
+                         adapter=dict(type='StaticAdapter', hidden=64), features=['sr', 'sa'],
+                         generator=dict(d_z=128, d_u=32),
+                         consistency_loss=dict(type='AlignmentLoss', kind='l1'),
+                         discriminator=dict(hidden=(128, 64)), loss_weights=dict(adv=1.0, sc=0.1))
+
 #: Variant name -> the branch's adapters (``None``: the embedding block alone) and, for DASD,
-#: its disentangler. Houlsby, Compacter, LoRA, prompts and DASD take their classes' default sites.
+#: its disentangler. The static adapter's site and initialisation are named (on a post-LN tower
+#: its defaults are mlp.output and zero_init, ``static_mlp_output_zero``); Houlsby, Compacter,
+#: LoRA, prompts and DASD take their classes' default sites.
 VARIANTS: dict[str, dict] = {
     'none': dict(adapters=None),
     'static_mlp_output': dict(adapters=dict(type='StaticAdapter', hidden=128,
-                                            sites=['mlp.output'])),
+                                            sites=['mlp.output'], zero_init=False)),
     'static_mlp_output_zero': dict(adapters=dict(type='StaticAdapter', hidden=128,
                                                  sites=['mlp.output'], zero_init=True)),
     'static_block_output': dict(adapters=dict(type='StaticAdapter', hidden=128,
-                                              sites=['block.output'])),
+                                              sites=['block.output'], zero_init=False)),
     'static_block_output_zero': dict(adapters=dict(type='StaticAdapter', hidden=128,
                                                    sites=['block.output'], zero_init=True)),
     'houlsby': dict(adapters=dict(type='HoulsbyAdapter', hidden=24)),
@@ -46,12 +55,10 @@ VARIANTS: dict[str, dict] = {
     'lora': dict(adapters=dict(type='LoRA', r=8)),
     'soft_prompt': dict(adapters=dict(type='SoftPrompt', num_tokens=4)),
     'dasd': dict(adapters=dict(type='DynamicAdapter', hidden=32),
-                 disentangler=dict(type='SemanticsDisentangler', depth=1,
-                                   adapter=dict(type='StaticAdapter', hidden=64),
-                                   features=['sr', 'sa'], generator=dict(d_z=128, d_u=32),
-                                   consistency_loss=dict(type='AlignmentLoss', kind='l1'),
-                                   discriminator=dict(hidden=(128, 64)),
-                                   loss_weights=dict(adv=1.0, sc=0.1))),
+                 disentangler=DASD_DISENTANGLER),
+    'dasd_mlp_output': dict(adapters=dict(type='DynamicAdapter', hidden=32,
+                                          sites=['mlp.output']),
+                            disentangler=DASD_DISENTANGLER),
 }
 
 

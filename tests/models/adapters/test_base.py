@@ -95,17 +95,23 @@ def _placed_sites(adapters: LanguageAdapters) -> set[tuple[int, str]]:
             for adapter in adapters.sets['de'].values()}
 
 
-def test_a_post_norm_tower_takes_the_static_adapter_before_its_layernorm():
-    """BERT-style blocks end in LN(x + f(x)): the default site moves from block.output to
-    mlp.output (docs/methods/text_teacher.md); a config's own sites are kept."""
+def test_a_post_norm_tower_takes_the_static_adapter_before_its_layernorm_as_identity():
+    """BERT-style blocks end in LN(x + f(x)): the defaults move from block.output with PyTorch's
+    initialisation to mlp.output starting at zero (docs/methods/text_teacher.md); a config's
+    own sites and zero_init are kept."""
     static = dict(type='StaticAdapter', hidden=4)
-    assert _placed_sites(LanguageAdapters(['de'], static, 8, 2)) == {
-        (0, 'block.output'), (1, 'block.output')}
-    assert _placed_sites(LanguageAdapters(['de'], static, 8, 2, post_norm=True)) == {
-        (0, 'mlp.output'), (1, 'mlp.output')}
-    assert _placed_sites(LanguageAdapters(['de'], dict(static, sites=['block.output']), 8, 2,
-                                          post_norm=True)) == {(0, 'block.output'),
-                                                               (1, 'block.output')}
+    pre_norm = LanguageAdapters(['de'], static, 8, 2)
+    assert _placed_sites(pre_norm) == {(0, 'block.output'), (1, 'block.output')}
+    assert all(a.up.weight.abs().sum() > 0 for a in pre_norm.sets['de'].values())
+    post_norm = LanguageAdapters(['de'], static, 8, 2, post_norm=True)
+    assert _placed_sites(post_norm) == {(0, 'mlp.output'), (1, 'mlp.output')}
+    x = torch.randn(3, 5, 8)
+    for adapter in post_norm.sets['de'].values():
+        torch.testing.assert_close(adapter(x, AdapterContext(lang='de')), x)
+    kept = LanguageAdapters(['de'], dict(static, sites=['block.output'], zero_init=False), 8, 2,
+                            post_norm=True)
+    assert _placed_sites(kept) == {(0, 'block.output'), (1, 'block.output')}
+    assert all(a.up.weight.abs().sum() > 0 for a in kept.sets['de'].values())
     houlsby = _placed_sites(LanguageAdapters(['de'], dict(type='HoulsbyAdapter', hidden=4), 8,
                                              1, post_norm=True))
     assert houlsby == {(0, 'attn.output'), (0, 'mlp.output')}

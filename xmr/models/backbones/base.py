@@ -70,7 +70,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             XLM-R), rather than before the sub-layer (CLIP). A residual adapter at
             ``block.output`` then adds to the normalised state that the next block reads as
             its residual, and none of its output is normalised before pooling; adapters
-            declare where they sit by default on such a tower (``post_norm_sites``).
+            declare their defaults on such a tower (``post_norm_defaults``).
     """
 
     pack_tokens: bool = True
