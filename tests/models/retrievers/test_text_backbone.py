@@ -96,3 +96,10 @@ def test_predict_embeds_the_captions_of_a_gallery_without_media(model):
         expected = F.normalize(model.backbone.encode_source_text(tokens), dim=-1)[0]
     torch.testing.assert_close(items[1]['caption_embeddings']['en'][0], expected)
     assert items[2]['caption_embeddings']['de'].shape == (1, 32)
+
+
+def test_the_api_refuses_media_for_a_text_only_model(model):
+    from xmr.apis import encode_media
+
+    with pytest.raises(TypeError, match='SentenceEncoder is a text-only backbone.*encode_texts'):
+        encode_media(model, ['image.jpg'])
