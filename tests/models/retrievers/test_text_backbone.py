@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import SHARED_DATA, tiny_sentence_encoder
+from tests.conftest import tiny_sentence_encoder
 from xmr.models.backbones import TextBackbone, VisionLanguageBackbone
 from xmr.registry import MODELS
 
@@ -24,7 +24,7 @@ def teacher_folder(tmp_path):
 
 
 @pytest.fixture
-def model(teacher_folder, sentence_encoder_module):
+def model(teacher_folder, sentence_encoder_module, shared_data):
     torch.manual_seed(0)
     return MODELS.build(dict(
         type='CrossLingualRetriever',
@@ -32,7 +32,7 @@ def model(teacher_folder, sentence_encoder_module):
         language_branch=dict(
             type='TargetLanguageBranch', languages=['de'],
             tokenizer=dict(type='HFTokenizer', max_length=32, tokenizer_file=str(
-                SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json')),
+                shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json')),
             embedding=dict(type='TargetEmbedding', table_width=8, sparse=True),
             adapters=dict(type='StaticAdapter', hidden=4))))
 
