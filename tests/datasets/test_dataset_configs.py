@@ -53,8 +53,9 @@ def test_every_benchmark_has_both_settings():
     names = {path.stem for path in CONFIGS}
     settings = {f'{benchmark}_{setting}' for benchmark in ('multi30k', 'mscoco', 'xtd10', 'msrvtt')
                 for setting in ('clft', 'zeroshot')}
-    # Plus English image-text retrieval (CDDS) on two of the benchmarks' images.
-    assert names == settings | {'flickr30k_en', 'mscoco_en'}
+    # Plus English image-text retrieval (CDDS) on two of the benchmarks' images, and Multi30K's
+    # text pairs alone (a text-only teacher, text_to_text evaluation).
+    assert names == settings | {'flickr30k_en', 'mscoco_en', 'multi30k_text'}
 
 
 @pytest.mark.parametrize('path', CONFIGS, ids=lambda p: p.stem)

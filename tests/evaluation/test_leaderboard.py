@@ -160,3 +160,14 @@ def test_skipped_media_mark_the_row_and_are_counted_in_the_legend():
     assert table.splitlines()[2].startswith('| run * | 50.00')
     assert legend.splitlines()[-1] == ("- run *: 4 unreadable media skipped (on_corrupt='skip'); "
                                        'its recalls are over a smaller gallery')
+
+
+def test_a_text_to_text_result_is_tabulated_by_its_ar_per_language():
+    metrics = {'multi30k/de/t2s_R@1': 80.0, 'multi30k/de/s2t_R@1': 82.0, 'multi30k/de/AR': 90.0,
+               'multi30k/fr/AR': 70.0, 'multi30k/mAR': 80.0}
+    assert [(c.label, c.key) for c in leaderboard_columns(metrics)] == [
+        ('multi30k/de', 'multi30k/de/AR'), ('multi30k/fr', 'multi30k/fr/AR'),
+        ('multi30k/mAR', 'multi30k/mAR')]
+    one_way = {'de/t2s_R@1': 80.0, 'fr/t2s_R@1': 60.0, 't2s_R@1_sum': 140.0}
+    assert [c.key for c in leaderboard_columns(one_way)] == ['de/t2s_R@1', 'fr/t2s_R@1',
+                                                             't2s_R@1_sum']

@@ -99,3 +99,25 @@ def test_phases_with_cache_features_are_built_under_the_work_dir(tmp_path):
         ('train_cfg.phases[cross_modal]', str(tmp_path / 'run/feature_cache/cross_modal'), 3)]
     meta = json.loads((tmp_path / 'run/feature_cache/train_dataloader/meta.json').read_text())
     assert meta['key']['dtype'] == 'float16'
+
+
+def test_a_checkpoint_with_numpy_logs_loads_through_the_safe_reader(tmp_path):
+    """The backbone of the checkpoint (seed 1) is what the cache is keyed by, not the config's
+    (seed 0); MMEngine's numpy logs in the file pass the weights-only load."""
+    import numpy as np
+
+    from xmr.registry import MODELS
+
+    config = write_config(tmp_path)
+    torch.manual_seed(1)
+    trained = MODELS.build(tiny_retriever_cfg())
+    torch.save({'state_dict': {f'module.{k}': v for k, v in trained.state_dict().items()},
+                'message_hub': {'log': np.array([0.5]), 'step': np.int64(3)}},
+               tmp_path / 'trained.pth')
+    torch.manual_seed(1)
+    cache_features.main([str(config), '--device', 'cpu'])
+    from_seed_1 = json.loads((tmp_path / 'pairs' / 'meta.json').read_text())['key']
+    torch.manual_seed(0)
+    cache_features.main([str(config), '--device', 'cpu', '--checkpoint',
+                         str(tmp_path / 'trained.pth')])  # checked against the seed-1 cache
+    assert json.loads((tmp_path / 'pairs' / 'meta.json').read_text())['key'] == from_seed_1

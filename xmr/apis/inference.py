@@ -22,6 +22,7 @@ from torch import Tensor
 from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import read_image, read_video_frames
 from xmr.engine.checkpoint import read_checkpoint
+from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 from xmr.registry import MODELS, TRANSFORMS
 
@@ -201,6 +202,9 @@ def encode_media(model: CrossLingualRetriever, media: Sequence[MediaInput],
     Returns:
         ``[N, E]`` L2-normalised float32 on the CPU, in input order.
     """
+    if not isinstance(model.backbone, VisionLanguageBackbone):
+        raise TypeError(f'{type(model.backbone).__name__} is a text-only backbone: the model '
+                        'embeds no media; search its texts with encode_texts')
     media = list(media)
     if not media:
         raise ValueError('no media to encode')

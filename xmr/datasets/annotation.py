@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from xmr.fileio import atomic_write_text
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
     'Annotation', 'annotation_from_json', 'load_annotation', 'dump_annotation',
-    'dump_annotations',
+    'dump_annotations', 'text_pairs',
 ]
 
 ANNOTATION_FORMAT = 'xmr-media-captions'
@@ -178,6 +178,14 @@ class Annotation:
             raise AnnotationError(f'{self.dataset}/{self.split}: no source_lang is set, so the '
                                   'annotation has no source captions to translate')
         return [text for record in self.items for text in record.captions[self.source_lang]]
+
+
+def text_pairs(ann: Annotation) -> Annotation:
+    """The same captions, translations and back-translations as a text-only annotation
+    (``media_type='text'``, no ``media_path``): what a text-only teacher trains and is
+    evaluated on without the media."""
+    return replace(ann, media_type='text',
+                   items=[replace(record, media_path=None) for record in ann.items])
 
 
 def _check_name(value: Any, key: str, origin: str) -> None:

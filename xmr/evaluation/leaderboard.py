@@ -12,7 +12,8 @@ summary key          per-language column     table
 ``mean_t2i_R@10``    ``{lang}/t2i_R@10``     XTD10, M-CLIP convention
 ``t2v_R@1_sum``      ``{lang}/t2i_R@1``      DASD Table 2 (Multi-MSRVTT)
 ``t2i_R@1_sum``      ``{lang}/t2i_R@1``      text→image R@1 only
-``mAR``              ``{lang}/AR``           DASD Table 1 (Multi30K, MSCOCO)
+``t2s_R@1_sum``      ``{lang}/t2s_R@1``      target→source text R@1 only (``text_to_text``)
+``mAR``              ``{lang}/AR``           DASD Table 1 (Multi30K, MSCOCO); text_to_text
 ===================  ======================  ==========================================
 
 A dataset reporting several summaries is shown by the first of this order (an XTD10 few-shot run
@@ -67,6 +68,7 @@ HEADLINES: tuple[Headline, ...] = (
     Headline('mean_t2i_R@10', 't2i_R@10', 'text→image R@10 (XTD10, M-CLIP)'),
     Headline('t2v_R@1_sum', 't2i_R@1', 'text→video R@1, summed'),
     Headline('t2i_R@1_sum', 't2i_R@1', 'text→image R@1, summed'),
+    Headline('t2s_R@1_sum', 't2s_R@1', 'target→source text R@1, summed'),
     Headline('mAR', 'AR', 'AR = mean of R@1/5/10 both ways; mAR = mean AR'),
 )
 

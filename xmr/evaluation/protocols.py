@@ -17,7 +17,16 @@ protocol                  galleries                                             
 caption``                 (CLIP_benchmark)
 ``xtd200``                all 1,000 XTD images, one NLLB caption each                 t2i, i2t
 ``flickr30k_200``         all 1,000 Flickr30K 1K-test images, one NLLB caption each   t2i, i2t
+``text_to_text``          every item's first source caption (no media needed)         t2s, s2t
 ========================  ==========================================================  ==========
+
+``text_to_text`` is cross-lingual text retrieval: each item's first source-language caption
+stands where its media would, so a target caption is a hit at K when its own item's source
+caption is in its top K (``t2s``, the ``t2i`` ranking) and a source caption when any of its
+item's target captions is (``s2t``, the ``i2t`` ranking). On parallel sets (Multi30K task 1,
+XTD10, machine-translated pairs) that first source caption is the sentence every target caption
+translates. It scores text-only models and validates the cross-lingual phase without decoding
+media; AR and mAR are the same means of the six recalls.
 
 Within a gallery, a language is evaluated on the media that have at least one caption in it, so
 that both directions of one language share one set of media (COCO-CN's ~1,000 zh images inside a
@@ -56,12 +65,32 @@ class Protocol:
         gallery_size: the number of media the protocol is defined on; ``None`` for any.
         captions_per_media: how many of a media's captions (its first ones, in file order) the
             protocol ranks; ``None`` for all.
+        text_gallery: the gallery is each item's first source-language caption, not its media.
+        direction_names: what the keys call ``t2i`` and ``i2t`` (``t2s`` and ``s2t``,
+            target→source and source→target, for a text gallery).
     """
 
     name: str
     directions: tuple[str, ...]
     gallery_size: int | None
     captions_per_media: int | None = None
+    text_gallery: bool = False
+    direction_names: tuple[str, str] = DIRECTIONS
+
+    def key_direction(self, direction: str) -> str:
+        """The name of ``direction`` (``'t2i'`` / ``'i2t'``) in this protocol's metric keys."""
+        return self.direction_names[DIRECTIONS.index(direction)]
+
+    def ranking_direction(self, name: str) -> str:
+        """The ranking (``'t2i'`` / ``'i2t'``) a direction named in this protocol's terms runs.
+
+        Raises:
+            ValueError: a name the protocol does not use, listing those it does.
+        """
+        if name not in self.direction_names:
+            raise ValueError(f"protocol '{self.name}' names its directions "
+                             f'{self.direction_names}, got {name!r}.')
+        return DIRECTIONS[self.direction_names.index(name)]
 
 
 PROTOCOLS: dict[str, Protocol] = {
@@ -76,6 +105,8 @@ PROTOCOLS: dict[str, Protocol] = {
         Protocol('crossmodal3600_first_caption', DIRECTIONS, 3600, captions_per_media=1),
         Protocol('xtd200', DIRECTIONS, 1000),
         Protocol('flickr30k_200', DIRECTIONS, 1000),
+        Protocol('text_to_text', DIRECTIONS, None, text_gallery=True,
+                 direction_names=('t2s', 's2t')),
     )
 }
 

@@ -29,19 +29,33 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
         self.source_tokenizer: BaseTokenizer | None = None
         self.target_tokenizer: BaseTokenizer | None = None
         self.source_language = 'en'
+        self.reads_media = True
         self.register_buffer('mean', torch.zeros(3, 1, 1), persistent=False)
         self.register_buffer('std', torch.ones(3, 1, 1), persistent=False)
 
     def bind(self, source_tokenizer: BaseTokenizer, target_tokenizer: BaseTokenizer | None,
-             mean: Sequence[float], std: Sequence[float], source_language: str = 'en') -> None:
+             mean: Sequence[float] | None, std: Sequence[float] | None,
+             source_language: str = 'en') -> None:
+        """Take the model's tokenizers and its image statistics (``None`` for a text-only
+        backbone, whose batches must carry no media)."""
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.source_language = source_language
-        self.mean.copy_(torch.tensor(mean, dtype=torch.float32).view(3, 1, 1))
-        self.std.copy_(torch.tensor(std, dtype=torch.float32).view(3, 1, 1))
+        self.reads_media = mean is not None and std is not None
+        if self.reads_media:
+            self.mean.copy_(torch.tensor(mean, dtype=torch.float32).view(3, 1, 1))
+            self.std.copy_(torch.tensor(std, dtype=torch.float32).view(3, 1, 1))
 
     def normalize_media(self, media: torch.Tensor) -> torch.Tensor:
-        """uint8 ``[..., 3, H, W]`` in 0..255 -> float, normalised with the backbone's stats."""
+        """uint8 ``[..., 3, H, W]`` in 0..255 -> float, normalised with the backbone's stats.
+
+        Raises:
+            ValueError: media for a model bound without image statistics (a text-only backbone).
+        """
+        if not self.reads_media:
+            raise ValueError('the batch carries media but the model has a text-only backbone; '
+                             "give its datasets a text-only annotation (media_type 'text') or "
+                             'with_media=False')
         media = media.to(self.mean.device, non_blocking=self._non_blocking)
         if media.dtype == torch.uint8:
             media = media.float().div_(255.0)

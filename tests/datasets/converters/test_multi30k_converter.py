@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from xmr.datasets.annotation import load_annotation
+from xmr.datasets.annotation import load_annotation, text_pairs
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.multi30k import convert_multi30k, main
+from xmr.datasets.converters.translations import attach_translations, export_source_captions
 
 
 @pytest.fixture
@@ -103,3 +105,36 @@ def test_command_line_stops_without_writing_anything(multi30k, tmp_path):
               '--skip-media-check', '--splits', 'val', 'test', 'test_5captions',
               '--out-dir', str(out)])
     assert not out.exists()
+
+
+def test_text_only_export_needs_no_images_and_keeps_every_caption(multi30k, tmp_path):
+    main(['--raw-dir', str(multi30k / 'raw'), '--image-splits-dir',
+          str(multi30k / 'image_splits'), '--text-only', '--splits', 'val',
+          '--languages', 'en', 'de', '--out-dir', str(tmp_path)])
+    text = json.loads((tmp_path / 'multi30k_val.json').read_text(encoding='utf-8'))
+    assert text['media_type'] == 'text'
+    assert not any('media_path' in item for item in text['items'])
+    loaded = load_annotation(tmp_path / 'multi30k_val.json')
+    de = _raw_lines(multi30k / 'raw' / 'val.de.gz')
+    assert [item.captions['de'][0].encode('utf-8') for item in loaded.items] == de
+    image_list = (multi30k / 'image_splits' / 'val.txt').read_text().split()
+    assert [item.media_id for item in loaded.items] == [Path(n).stem for n in image_list]
+
+
+def test_text_pairs_take_translations_like_any_annotation(multi30k, tmp_path):
+    ann = text_pairs(convert_multi30k(multi30k / 'raw', multi30k / 'image_splits',
+                                      splits=['val'], languages=['en', 'de'])['val'])
+    count = export_source_captions(ann, tmp_path / 'en.txt')
+    (tmp_path / 'fr.txt').write_text(''.join(f'fr {i}\n' for i in range(count)))
+    translated = attach_translations(ann, {'fr': tmp_path / 'fr.txt'})
+    translated.validate('translated')
+    assert translated.media_type == 'text' and translated.items[3].translations == {
+        'fr': ['fr 3']}
+
+
+def test_without_images_the_command_line_names_the_three_ways(multi30k, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(['--raw-dir', str(multi30k / 'raw'), '--image-splits-dir',
+              str(multi30k / 'image_splits'), '--out-dir', str(tmp_path)])
+    assert ('give --images-dir, or --skip-media-check to convert without images, or '
+            '--text-only for text pairs alone') in capsys.readouterr().err

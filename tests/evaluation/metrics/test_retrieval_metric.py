@@ -241,3 +241,63 @@ def test_media_skipped_as_unreadable_are_counted_once_each():
     result = metric.evaluate(len(metric.results))
     assert result.pop('skipped_media') == 2
     assert result == pytest.approx(EXPECTED)
+
+
+def _text_item(media_id: str, **captions: list[torch.Tensor]) -> dict:
+    return {'media_id': media_id,
+            'caption_embeddings': {lang: torch.stack(rows) for lang, rows in captions.items()}}
+
+
+def _parallel_texts() -> list[dict]:
+    """Three items, no media: en captions E0, E1, E2; de captions translate them imperfectly."""
+    return [_text_item('a', en=[E0], de=[_unit(1, 1, 0)]),
+            _text_item('b', en=[E1], de=[_unit(0, 1, 2)]),
+            _text_item('c', en=[E2], de=[E2])]
+
+
+# text_to_text, worked out by hand (Ks 1 and 2); the gallery is each item's en caption:
+#   t2s: de of a (1,1,0) ties en of a and b -> rank 2; de of b (0,1,2) prefers en of c -> 2;
+#        de of c -> 1. R@1 100/3, R@2 100, MdR 2, MnR 5/3.
+#   s2t: en of a: own de 0.707 beats b's 0, c's 0 -> 1; en of b: own de 0.447 < a's 0.707 -> 2;
+#        en of c: own de 1 -> 1. R@1 200/3, R@2 100, MdR 1, MnR 4/3.
+TEXT_EXPECTED = {
+    'de/t2s_R@1': 100 / 3, 'de/t2s_R@2': 100.0, 'de/t2s_MdR': 2.0, 'de/t2s_MnR': 5 / 3,
+    'de/s2t_R@1': 200 / 3, 'de/s2t_R@2': 100.0, 'de/s2t_MdR': 1.0, 'de/s2t_MnR': 4 / 3,
+    'de/AR': (100 / 3 + 100 + 200 / 3 + 100) / 4, 'de/rSum': 100 / 3 + 100 + 200 / 3 + 100,
+    'mAR': (100 / 3 + 100 + 200 / 3 + 100) / 4, 'rSum': 100 / 3 + 100 + 200 / 3 + 100,
+}
+
+
+def test_text_to_text_ranks_target_captions_against_source_captions_by_hand():
+    result = _run(RetrievalMetric(recall_ks=(1, 2), protocol='text_to_text'), _parallel_texts())
+    assert result == pytest.approx(TEXT_EXPECTED)
+
+
+def test_text_to_text_ignores_media_and_reads_only_the_first_source_caption():
+    items = _parallel_texts()
+    items[0]['media_embedding'] = E2
+    items[0]['caption_embeddings']['en'] = torch.stack([E0, E1])
+    result = _run(RetrievalMetric(recall_ks=(1, 2), protocol='text_to_text'), items)
+    assert result == pytest.approx(TEXT_EXPECTED)
+
+
+def test_text_to_text_one_direction_reports_its_r1_sum():
+    result = _run(RetrievalMetric(recall_ks=(1,), protocol='text_to_text', directions=('t2s',)),
+                  _parallel_texts())
+    assert result == pytest.approx({'de/t2s_R@1': 100 / 3, 'de/t2s_MdR': 2.0,
+                                    'de/t2s_MnR': 5 / 3, 't2s_R@1_sum': 100 / 3})
+
+
+def test_text_to_text_errors_name_the_fix():
+    with pytest.raises(ValueError, match=r"names its directions \('t2s', 's2t'\), got 't2i'"):
+        RetrievalMetric(protocol='text_to_text', directions=('t2i',))
+    with pytest.raises(ValueError, match="'en' captions are its gallery, not queries"):
+        _run(RetrievalMetric(protocol='text_to_text', languages=('en', 'de')), _parallel_texts())
+    items = _parallel_texts()
+    del items[1]['caption_embeddings']['en']
+    with pytest.raises(ValueError, match=r"items \['b'\] have none; give the dataset 'en'"):
+        _run(RetrievalMetric(protocol='text_to_text'), items)
+    with pytest.raises(KeyError, match="lacks 'media_embedding'.*protocol='text_to_text'"):
+        _run(RetrievalMetric(), _parallel_texts())
+    with pytest.raises(ValueError, match="protocol 'text_to_text' has no media"):
+        RetrievalMetric(protocol='text_to_text', scoring='tokens')

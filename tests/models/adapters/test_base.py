@@ -88,3 +88,36 @@ def test_an_embedding_block_outside_the_base_is_refused():
     with pytest.raises(TypeError, match="embedding type 'TestPlainEmbedding' must subclass "
                                         "xmr's EmbeddingBlock"):
         MODELS.build(cfg, default_args=dict(tower=backbone.text_tower))
+
+
+def _placed_sites(adapters: LanguageAdapters) -> set[tuple[int, str]]:
+    return {(adapter.block_index, str(adapter.site))
+            for adapter in adapters.sets['de'].values()}
+
+
+def test_a_post_norm_tower_takes_the_static_adapter_before_its_layernorm_as_identity():
+    """BERT-style blocks end in LN(x + f(x)): the defaults move from block.output with PyTorch's
+    initialisation to mlp.output starting at zero (docs/methods/text_teacher.md); a config's
+    own sites and zero_init are kept."""
+    static = dict(type='StaticAdapter', hidden=4)
+    pre_norm = LanguageAdapters(['de'], static, 8, 2)
+    assert _placed_sites(pre_norm) == {(0, 'block.output'), (1, 'block.output')}
+    assert all(a.up.weight.abs().sum() > 0 for a in pre_norm.sets['de'].values())
+    post_norm = LanguageAdapters(['de'], static, 8, 2, post_norm=True)
+    assert _placed_sites(post_norm) == {(0, 'mlp.output'), (1, 'mlp.output')}
+    x = torch.randn(3, 5, 8)
+    for adapter in post_norm.sets['de'].values():
+        torch.testing.assert_close(adapter(x, AdapterContext(lang='de')), x)
+    kept = LanguageAdapters(['de'], dict(static, sites=['block.output'], zero_init=False), 8, 2,
+                            post_norm=True)
+    assert _placed_sites(kept) == {(0, 'block.output'), (1, 'block.output')}
+    assert all(a.up.weight.abs().sum() > 0 for a in kept.sets['de'].values())
+    houlsby = _placed_sites(LanguageAdapters(['de'], dict(type='HoulsbyAdapter', hidden=4), 8,
+                                             1, post_norm=True))
+    assert houlsby == {(0, 'attn.output'), (0, 'mlp.output')}
+
+
+def test_the_written_out_bert_tower_is_post_norm_and_clip_is_not():
+    from xmr.models.backbones import BertTextTower, OpenCLIPTextTower
+
+    assert BertTextTower.post_norm and not OpenCLIPTextTower.post_norm

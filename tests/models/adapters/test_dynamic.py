@@ -80,9 +80,12 @@ def test_missing_or_misshapen_condition_fails_clearly():
         adapter(x, context({2: torch.randn(BATCH, 5, 5)}))
 
 
-def test_only_the_block_output_site_is_served():
-    with pytest.raises(ValueError, match='serves'):
-        DynamicAdapter(AdapterPlacement(WIDTH, 'mlp.output'), hidden=D_U)
+def test_the_block_and_mlp_outputs_are_served_after_the_block_by_default():
+    assert DynamicAdapter(AdapterPlacement(WIDTH), hidden=D_U).site == 'block.output'
+    assert DynamicAdapter(AdapterPlacement(WIDTH, 'mlp.output'), hidden=D_U).site == 'mlp.output'
+    with pytest.raises(ValueError, match=r"serves \['block.output', 'mlp.output'\], not "
+                       'attn.output'):
+        DynamicAdapter(AdapterPlacement(WIDTH, 'attn.output'), hidden=D_U)
 
 
 def test_generator_is_z_then_one_reshaped_head_per_block():

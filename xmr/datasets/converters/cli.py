@@ -1,29 +1,59 @@
 """What the converters' command lines share: converting, writing and reporting in one step."""
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations
+from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations, text_pairs
 from xmr.datasets.converters.errors import ConversionError
 
-__all__ = ['write_converted']
+__all__ = ['add_media_options', 'checked_media_dir', 'write_converted']
+
+
+def add_media_options(parser: argparse.ArgumentParser, media: str) -> None:
+    """``--images-dir`` / ``--videos-dir`` (``media`` names the folder), ``--skip-media-check``
+    and ``--text-only``, the media options every converter shares."""
+    parser.add_argument(f'--{media}-dir', type=Path,
+                        help=f'{media} folder (checked for every listed file)')
+    parser.add_argument('--skip-media-check', action='store_true',
+                        help=f'do not check that the {media} exist (no --{media}-dir needed)')
+    parser.add_argument('--text-only', action='store_true',
+                        help="write text pairs alone (media_type 'text', no media_path): a "
+                        'text-only teacher or the cross-lingual phase; needs no media')
+
+
+def checked_media_dir(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                      media: str) -> Path | None:
+    """The media folder to check, ``None`` when the conversion skips the check; an error when
+    neither a folder nor a reason to skip it is given."""
+    folder = getattr(args, f'{media}_dir')
+    if args.skip_media_check or args.text_only:
+        return None
+    if folder is None:
+        parser.error(f'give --{media}-dir, or --skip-media-check to convert without {media}, '
+                     'or --text-only for text pairs alone')
+    return folder
 
 
 def write_converted(convert: Callable[[], Mapping[str, Annotation]], out_dir: Path,
-                    unit: str) -> None:
+                    unit: str, text_only: bool = False) -> None:
     """Run a conversion, write each annotation to ``<out_dir>/<name>.json``, report each file.
 
     Args:
         convert: the conversion; returns output name -> annotation.
         out_dir: where the files go (written atomically, all or none).
         unit: what an item is, for the report line (``'images'``, ``'videos'``).
+        text_only: write each output as text pairs (:func:`~xmr.datasets.annotation.text_pairs`).
 
     Raises:
         SystemExit: on a bad input, with the converter's message; nothing is written then.
     """
     try:
         outputs = convert()
+        if text_only:
+            outputs = {name: text_pairs(ann) for name, ann in outputs.items()}
+            unit = 'text items'
         written = dump_annotations({out_dir / f'{name}.json': ann
                                     for name, ann in outputs.items()})
     except (ConversionError, AnnotationError) as err:

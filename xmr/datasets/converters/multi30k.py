@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation, MediaRecord
-from xmr.datasets.converters.cli import write_converted
+from xmr.datasets.converters.cli import add_media_options, checked_media_dir, write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import (
     check_media_exist,
@@ -140,24 +140,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help='folder with {split}.{lang}.gz and test_2016.{k}.{en,de}.gz')
     parser.add_argument('--image-splits-dir', type=Path, required=True,
                         help='folder with {train,val,test_2016_flickr}.txt')
-    parser.add_argument('--images-dir', type=Path,
-                        help='Flickr30K image folder (checked for every listed image)')
-    parser.add_argument('--skip-media-check', action='store_true',
-                        help='do not check that the images exist (no --images-dir needed)')
+    add_media_options(parser, 'images')
     parser.add_argument('--out-dir', type=Path, required=True)
     parser.add_argument('--splits', nargs='+', default=['train', 'val', 'test', TASK2_SPLIT])
     parser.add_argument('--languages', nargs='+', default=['en', 'de', 'fr', 'cs'])
     parser.add_argument('--translations', nargs='+', metavar='LANG=PATH',
                         help='machine translations of the train split, one line per caption')
     args = parser.parse_args(argv)
-    if args.images_dir is None and not args.skip_media_check:
-        parser.error('give --images-dir, or --skip-media-check to convert without images')
+    images_dir = checked_media_dir(parser, args, 'images')
 
     def convert() -> dict[str, Annotation]:
         outputs = convert_multi30k(
-            args.raw_dir, args.image_splits_dir,
-            None if args.skip_media_check else args.images_dir, args.splits, args.languages,
+            args.raw_dir, args.image_splits_dir, images_dir, args.splits, args.languages,
             parse_lang_paths(args.translations, '--translations'))
         return {f'multi30k_{split}': ann for split, ann in outputs.items()}
 
-    write_converted(convert, args.out_dir, 'images')
+    write_converted(convert, args.out_dir, 'images', text_only=args.text_only)

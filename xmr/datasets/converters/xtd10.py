@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations
+from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations, text_pairs
+from xmr.datasets.converters.cli import add_media_options, checked_media_dir
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import (
     canonical_languages,
@@ -112,20 +113,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help='folder with test_1kcaptions_{lang}.txt and test_image_names.txt')
     parser.add_argument('--image-names', type=Path,
                         help='image list (default: <xtd-dir>/test_image_names.txt)')
-    parser.add_argument('--images-dir', type=Path,
-                        help='COCO image folder with train2014/ and val2014/ (checked)')
-    parser.add_argument('--skip-media-check', action='store_true')
+    add_media_options(parser, 'images')
     parser.add_argument('--out-dir', type=Path, required=True)
     parser.add_argument('--languages', nargs='+', default=list(XTD10_LANGUAGES))
     parser.add_argument('--few-shot', type=int, metavar='N',
                         help="also write PECTVLM's seeded few-shot split with N train images")
     parser.add_argument('--seed', type=int, default=42, help='seed of the few-shot split')
     args = parser.parse_args(argv)
-    if args.images_dir is None and not args.skip_media_check:
-        parser.error('give --images-dir, or --skip-media-check to convert without images')
+    images_dir = checked_media_dir(parser, args, 'images')
     try:
-        ann = convert_xtd10(args.xtd_dir, None if args.skip_media_check else args.images_dir,
-                            args.languages, args.image_names)
+        ann = convert_xtd10(args.xtd_dir, images_dir, args.languages, args.image_names)
+        if args.text_only:
+            ann = text_pairs(ann)
         outputs = {args.out_dir / 'xtd10_test.json': ann}
         if args.few_shot is not None:
             for part in few_shot_splits(ann, args.few_shot, args.seed).values():
@@ -134,4 +133,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ConversionError, AnnotationError) as err:
         raise SystemExit(f'error: {err}') from err
     for path in written:
-        print(f'{path}: {len(outputs[path].items)} images, {len(args.languages)} languages')
+        unit = 'text items' if args.text_only else 'images'
+        print(f'{path}: {len(outputs[path].items)} {unit}, {len(args.languages)} languages')

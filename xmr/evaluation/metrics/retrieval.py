@@ -32,7 +32,8 @@ _NORM_TOLERANCE = 1e-2
 
 @METRICS.register_module()
 class RetrievalMetric(BaseMetric):
-    """Image/video–text retrieval in every language of an evaluation set.
+    """Image/video–text retrieval in every language of an evaluation set, or cross-lingual
+    text retrieval (``protocol='text_to_text'``).
 
     ``process`` receives the model's ``val_step`` output: one dict per gallery item,
     ``{'media_id': str, 'media_embedding': Tensor [E], 'caption_embeddings': {lang: Tensor
@@ -43,7 +44,10 @@ class RetrievalMetric(BaseMetric):
     ``scoring='tokens'`` or ``'tokens_rerank'`` ranks with. ``compute_metrics`` deduplicates
     media by ``media_id`` (keeping the first:
     a distributed sampler pads with repeated items), then scores each language under the
-    protocol (see :mod:`xmr.evaluation.protocols` and ``docs/evaluation.md``).
+    protocol (see :mod:`xmr.evaluation.protocols` and ``docs/evaluation.md``). Under
+    ``text_to_text`` the items need no ``media_embedding``: each item's first
+    ``source_language`` caption is its gallery row, and every other language is scored against
+    those rows.
 
     Output keys (recalls in percent), for every evaluated language ``lang``:
     ``{lang}/t2i_R@{k}``, ``{lang}/t2i_MdR``, ``{lang}/t2i_MnR``, the same with ``i2t``, and with
@@ -52,7 +56,10 @@ class RetrievalMetric(BaseMetric):
     ``t2v_R@1_sum`` (``text_to_video``; ``t2i_R@1_sum`` for other text→media-only runs), the sum
     of text→media R@1 (DASD Table 2); ``mean_t2i_R@10`` (``xtd10_t2i_r10``, M-CLIP);
     ``{lang}/mean_R@1`` and ``mean_R@1`` (``xtd10_fewshot``, PECTVLM: the mean of the R@1 of both
-    directions). MMEngine puts ``prefix + '/'`` in front of every key. ``skipped_media``: the
+    directions). ``text_to_text`` names its directions ``t2s`` (target→source captions) and
+    ``s2t`` in place of ``t2i`` and ``i2t`` (``{lang}/t2s_R@1``, ...; ``t2s_R@1_sum``); AR, rSum
+    and mAR keep their names, so ``save_best='mAR'`` selects on it. MMEngine puts
+    ``prefix + '/'`` in front of every key. ``skipped_media``: the
     number of media files the dataset skipped as unreadable (``on_corrupt='skip'``), present only
     when some were: the recalls are then over a smaller gallery than the benchmark's.
 
@@ -69,8 +76,9 @@ class RetrievalMetric(BaseMetric):
         recall_ks: the K of R@K.
         protocol: a key of :data:`xmr.evaluation.protocols.PROTOCOLS`.
         i2t_mode: ``'standard'`` or ``'grouped'`` (the DASD authors' media→text ranking).
-        directions: ``('t2i', 'i2t')`` or a part of it; ``None`` takes the protocol's
-            (``('t2i',)`` for ``text_to_video`` and ``xtd10_t2i_r10``).
+        directions: ``('t2i', 'i2t')`` or a part of it (``('t2s', 's2t')`` under
+            ``text_to_text``); ``None`` takes the protocol's (``('t2i',)`` for
+            ``text_to_video`` and ``xtd10_t2i_r10``).
         search: ``dict(index='flat' | 'ivf' | 'hnsw', chunk_size=None, **faiss options)``;
             ``'flat'`` = exact ranks (default), the others approximate recalls only.
         gallery_size: media count the set must have; ``None`` = the protocol's (5,000 for COCO,
@@ -109,11 +117,13 @@ class RetrievalMetric(BaseMetric):
         if i2t_mode not in I2T_MODES:
             raise ValueError(f"i2t_mode must be one of {I2T_MODES}, got '{i2t_mode}'.")
         self.protocol = protocol
-        self.directions = tuple(directions) if directions is not None else (
-            PROTOCOLS[protocol].directions)
-        if not self.directions or any(d not in DIRECTIONS for d in self.directions):
-            raise ValueError(f'directions must be a non-empty subset of {DIRECTIONS}, got '
-                             f'{directions}.')
+        spec = PROTOCOLS[protocol]
+        if directions is not None and not directions:
+            raise ValueError(f'directions must be a non-empty subset of {spec.direction_names}, '
+                             f'got {directions}.')
+        # Stored as rankings (t2i / i2t); the keys use the protocol's names for them.
+        self.directions = tuple(spec.ranking_direction(d) for d in directions) \
+            if directions is not None else spec.directions
         self.recall_ks = tuple(recall_ks)
         if not self.recall_ks or any(int(k) != k or k < 1 for k in self.recall_ks):
             raise ValueError(f'recall_ks must be positive integers, got {recall_ks}.')
@@ -140,6 +150,9 @@ class RetrievalMetric(BaseMetric):
         if scoring not in ('embedding', *TOKEN_SCORING_MODES):
             raise ValueError(f"scoring must be 'embedding' or one of {TOKEN_SCORING_MODES}, got "
                              f"'{scoring}'.")
+        if scoring != 'embedding' and PROTOCOLS[protocol].text_gallery:
+            raise ValueError(f"scoring='{scoring}' scores media tokens against caption tokens; "
+                             f"protocol '{protocol}' has no media: use scoring='embedding'.")
         if scoring != 'embedding' and self.search:
             raise ValueError(f"scoring='{scoring}' ranks with the model's token score; search "
                              f'{self.search} applies to scoring=\'embedding\' only.')
@@ -159,7 +172,9 @@ class RetrievalMetric(BaseMetric):
             self.results.extend({'skipped_media': str(path)}
                                 for path in data_batch.get('skipped_media', ()))
         for sample in data_samples:
-            self.results.append(_checked_item(sample, with_tokens=self.scoring != 'embedding'))
+            self.results.append(_checked_item(
+                sample, with_tokens=self.scoring != 'embedding',
+                needs_media=not PROTOCOLS[self.protocol].text_gallery))
 
     def compute_metrics(self, results: list) -> dict[str, float]:
         """Score every language under the protocol.
@@ -175,11 +190,7 @@ class RetrievalMetric(BaseMetric):
         if not items:
             raise ValueError('RetrievalMetric got an empty gallery: the evaluation produced no '
                              'media embeddings (is the dataset empty?).')
-        widths = {item['media_embedding'].shape[0] for item in items}
-        if len(widths) > 1:
-            raise ValueError(f'media embeddings have different widths {sorted(widths)}; one '
-                             'model must embed the whole evaluation set.')
-        media = torch.stack([item['media_embedding'] for item in items])
+        media = self._gallery_rows(items)
         languages = self._evaluated_languages(items)
         mean_languages = self.summary_languages(languages)
         galleries = protocol_galleries(
@@ -199,7 +210,7 @@ class RetrievalMetric(BaseMetric):
                 raise ValueError(f"language '{lang}': {error}") from error
             if self.protocol == 'xtd10_fewshot':
                 scores['mean_R@1'] = (scores['t2i_R@1'] + scores['i2t_R@1']) / 2
-            per_language[lang] = scores
+            per_language[lang] = self._named_keys(scores)
         metrics = {f'{lang}/{key}': value
                    for lang, scores in per_language.items() for key, value in scores.items()}
         metrics.update(self._summaries(per_language, mean_languages))
@@ -207,6 +218,40 @@ class RetrievalMetric(BaseMetric):
             metrics['skipped_media'] = len(skipped)
         self._log_table(per_language)
         return metrics
+
+    def _gallery_rows(self, items: list[dict[str, Any]]) -> Tensor:
+        """``[M, E]``: the items' media embeddings, or for a text gallery each item's first
+        source-language caption."""
+        if PROTOCOLS[self.protocol].text_gallery:
+            source = self.source_language
+            lacking = [item['media_id'] for item in items
+                       if item['caption_embeddings'].get(source, torch.zeros(0)).shape[0] == 0]
+            if lacking:
+                raise ValueError(f"protocol '{self.protocol}' ranks against each item's first "
+                                 f"'{source}' caption, but items {lacking[:5]} have none; give "
+                                 f"the dataset '{source}' captions (RetrievalDataset "
+                                 'languages) or set source_language to the language they have.')
+            rows = [item['caption_embeddings'][source][0] for item in items]
+            what = f"'{source}' caption embeddings"
+        else:
+            rows = [item['media_embedding'] for item in items]
+            what = 'media embeddings'
+        widths = {row.shape[0] for row in rows}
+        if len(widths) > 1:
+            raise ValueError(f'{what} have different widths {sorted(widths)}; one model must '
+                             'embed the whole evaluation set.')
+        return torch.stack(rows)
+
+    def _named_keys(self, scores: dict[str, float]) -> dict[str, float]:
+        """``t2i_R@1`` -> the protocol's name of the direction (``t2s_R@1`` for text)."""
+        spec = PROTOCOLS[self.protocol]
+        named = {}
+        for key, value in scores.items():
+            direction, underscore, statistic = key.partition('_')
+            if underscore and direction in DIRECTIONS:
+                key = f'{spec.key_direction(direction)}_{statistic}'
+            named[key] = value
+        return named
 
     def _token_scoring(self, items: list[dict[str, Any]]) -> TokenScoring | None:
         if self.scoring == 'embedding':
@@ -236,11 +281,22 @@ class RetrievalMetric(BaseMetric):
         seen = sorted({lang for item in items
                        for lang, captions in item['caption_embeddings'].items()
                        if captions.shape[0]})
+        text_gallery = PROTOCOLS[self.protocol].text_gallery
         if self.languages is None:
-            if not seen:
-                raise ValueError('no item has any caption: nothing to evaluate.')
+            # A text gallery is the source captions: they are not also queries.
+            candidates = [lang for lang in seen
+                          if not (text_gallery and lang == self.source_language)]
+            if not candidates:
+                raise ValueError('no item has any caption: nothing to evaluate.' if not seen
+                                 else f"protocol '{self.protocol}' ranks target captions against "
+                                 f"the '{self.source_language}' ones, and the items have no "
+                                 f'other language; languages seen: {seen}.')
             # The source language leads so logs read "en, then the target languages".
-            return sorted(seen, key=lambda lang: (lang != self.source_language, lang))
+            return sorted(candidates, key=lambda lang: (lang != self.source_language, lang))
+        if text_gallery and self.source_language in self.languages:
+            raise ValueError(f"protocol '{self.protocol}': the '{self.source_language}' captions "
+                             'are its gallery, not queries; leave the source language out of '
+                             f'languages {list(self.languages)}.')
         missing = [lang for lang in self.languages if lang not in seen]
         if missing:
             raise ValueError(f'languages {missing} were requested but no evaluated item has a '
@@ -275,8 +331,9 @@ class RetrievalMetric(BaseMetric):
             summaries['rSum'] = sum(s['rSum'] for s in chosen)
         if self.protocol == 'text_to_video' or (self.directions == ('t2i',) and
                                                 1 in self.recall_ks):
-            name = 't2v' if self.protocol == 'text_to_video' else 't2i'
-            summaries[f'{name}_R@1_sum'] = sum(s['t2i_R@1'] for s in chosen)
+            key_name = PROTOCOLS[self.protocol].key_direction('t2i')
+            name = 't2v' if self.protocol == 'text_to_video' else key_name
+            summaries[f'{name}_R@1_sum'] = sum(s[f'{key_name}_R@1'] for s in chosen)
         if self.protocol == 'xtd10_t2i_r10':
             summaries['mean_t2i_R@10'] = sum(s['t2i_R@10'] for s in chosen) / len(chosen)
         if self.protocol == 'xtd10_fewshot':
@@ -295,28 +352,37 @@ def _canonical(codes: Sequence[str] | None, where: str) -> tuple[str, ...] | Non
     return None if codes is None else tuple(normalize_languages(list(codes), where))
 
 
-def _checked_item(sample: Mapping[str, Any], with_tokens: bool = False) -> dict[str, Any]:
+def _checked_item(sample: Mapping[str, Any], with_tokens: bool = False,
+                  needs_media: bool = True) -> dict[str, Any]:
     if not isinstance(sample, Mapping):
         raise TypeError(f'RetrievalMetric expects one dict per gallery item from val_step, got '
                         f'{type(sample).__name__}.')
-    for key in ('media_id', 'media_embedding', 'caption_embeddings'):
+    for key in ('media_id', 'caption_embeddings'):
         if key not in sample:
             raise KeyError(f"val_step output lacks '{key}' (keys: {sorted(sample)}).")
+    if needs_media and 'media_embedding' not in sample:
+        raise KeyError(f"val_step output lacks 'media_embedding' (keys: {sorted(sample)}); a "
+                       "text-only model or dataset is scored with protocol='text_to_text'.")
     media_id = str(sample['media_id'])
-    media = _compact(sample['media_embedding'], f"media '{media_id}' media_embedding")
-    if media.dim() != 1:
-        raise ValueError(f"media '{media_id}': media_embedding must be [E], got "
-                         f'{tuple(media.shape)}.')
-    _check_normalised(media[None], f"media '{media_id}' media_embedding")
+    item: dict[str, Any] = {'media_id': media_id}
+    width = None
+    if 'media_embedding' in sample:
+        media = _compact(sample['media_embedding'], f"media '{media_id}' media_embedding")
+        if media.dim() != 1:
+            raise ValueError(f"media '{media_id}': media_embedding must be [E], got "
+                             f'{tuple(media.shape)}.')
+        _check_normalised(media[None], f"media '{media_id}' media_embedding")
+        item['media_embedding'], width = media, media.shape[0]
     captions = {}
     for lang, embeddings in sample['caption_embeddings'].items():
         name = f"media '{media_id}' caption_embeddings['{lang}']"
         rows = _compact(embeddings, name)
-        if rows.dim() != 2 or rows.shape[1] != media.shape[0]:
-            raise ValueError(f'{name} must be [n, {media.shape[0]}], got {tuple(rows.shape)}.')
+        width = rows.shape[-1] if width is None else width
+        if rows.dim() != 2 or rows.shape[1] != width:
+            raise ValueError(f'{name} must be [n, {width}], got {tuple(rows.shape)}.')
         _check_normalised(rows, name)
         captions[lang] = rows
-    item = {'media_id': media_id, 'media_embedding': media, 'caption_embeddings': captions}
+    item['caption_embeddings'] = captions
     if with_tokens:
         item.update(_checked_tokens(sample, media_id, captions))
     if 'index' in sample:

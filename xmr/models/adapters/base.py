@@ -130,10 +130,14 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
             padded batch.
         reads_condition: ``forward`` reads ``ctx.condition`` at its block, so the disentangler
             produces a condition for exactly the blocks such adapters occupy (DASD's generator).
+        post_norm_defaults: config keys (``sites`` and options) the class defaults to on a
+            post-LN tower (:attr:`~xmr.models.backbones.base.TextTower.post_norm`: BERT, XLM-R),
+            where ``block.output`` lies after the block's LayerNorm; a config's own keys win.
     """
 
     sites: ClassVar[tuple[AdapterSite, ...]] = (AdapterSite.BLOCK_OUTPUT,)
     default_sites: ClassVar[tuple[AdapterSite, ...] | None] = None
+    post_norm_defaults: ClassVar[dict[str, Any]] = {}
     accepts_packed_tokens: ClassVar[bool] = False
     reads_condition: ClassVar[bool] = False
 

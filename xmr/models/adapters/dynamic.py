@@ -19,12 +19,17 @@ class DynamicAdapter(BaseAdapter):
     disentangler and arrives in ``ctx.condition`` as ``{block_index: [B, d_u, d_u]}``. With
     ``W^z = I`` the adapter is a static bottleneck adapter of width ``d_u``.
 
+    The paper's site is after the block (the default). On a post-LN tower (BERT, CCLM) that is
+    after the block's LayerNorm, where a short high-rate phase collapses to the teacher's mean
+    embedding; ``sites=['mlp.output']`` puts it before ``LN(x + h)`` instead
+    (docs/methods/text_teacher.md).
+
     Args:
         placement: where the instance sits (:class:`AdapterPlacement`).
         hidden: bottleneck width ``d_u`` (32); must equal the generator's ``d_u``.
     """
 
-    sites = (AdapterSite.BLOCK_OUTPUT,)
+    sites = (AdapterSite.BLOCK_OUTPUT, AdapterSite.MLP_OUTPUT)
     accepts_packed_tokens = True
     reads_condition = True
 

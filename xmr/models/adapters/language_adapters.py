@@ -29,14 +29,19 @@ class LanguageAdapters(nn.Module):
         width: tower width ``D``; a config that names another ``width`` is refused.
         num_blocks: number of blocks the branch runs.
         linear_shapes: ``(in, out)`` of the frozen projection at each linear site.
+        post_norm: the tower's blocks normalise after the residual add
+            (:attr:`~xmr.models.backbones.base.TextTower.post_norm`); each config then starts
+            from its class's ``post_norm_defaults`` (keys the config gives win).
     """
 
     def __init__(self, languages: Sequence[str], adapters: dict | Sequence[dict] | None,
                  width: int, num_blocks: int,
-                 linear_shapes: dict[AdapterSite, tuple[int, int]] | None = None) -> None:
+                 linear_shapes: dict[AdapterSite, tuple[int, int]] | None = None,
+                 post_norm: bool = False) -> None:
         super().__init__()
         self.languages = list(languages)
         self.width = width
+        self.post_norm = post_norm
         configs = [] if adapters is None else ([adapters] if isinstance(adapters, dict)
                                                 else list(adapters))
         linear_shapes = linear_shapes or {}
@@ -56,7 +61,11 @@ class LanguageAdapters(nn.Module):
     def _build(self, cfg: dict, num_blocks: int,
                linear_shapes: dict[AdapterSite, tuple[int, int]], placed: nn.ModuleDict,
                position: int):
-        cfg = dict(cfg)
+        adapter_cls = ADAPTERS.get(cfg['type'])
+        if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, BaseAdapter)):
+            raise TypeError(f"adapter type {cfg['type']} must subclass xmr BaseAdapter")
+        # On a post-LN tower the class's own defaults for it come first; the config still wins.
+        cfg = {**(adapter_cls.post_norm_defaults if self.post_norm else {}), **cfg}
         if 'width' in cfg and cfg['width'] != self.width:
             raise ValueError(f"adapter {cfg.get('type')} is configured with width "
                              f"{cfg['width']} but the text tower width is {self.width}")
@@ -67,9 +76,6 @@ class LanguageAdapters(nn.Module):
             if not -1 <= index < num_blocks:
                 raise ValueError(f'adapter {cfg.get("type")} placed at block {index}, but the '
                                  f'branch runs {num_blocks} blocks (0..{num_blocks - 1})')
-        adapter_cls = ADAPTERS.get(cfg['type'])
-        if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, BaseAdapter)):
-            raise TypeError(f"adapter type {cfg['type']} must subclass xmr BaseAdapter")
         sites = adapter_cls.resolve_sites(cfg.pop('sites', None), cfg)
         options = {k: v for k, v in cfg.items() if k != 'type'}
         shared = adapter_cls.build_shared(self.width, **options)

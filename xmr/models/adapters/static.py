@@ -12,14 +12,23 @@ from xmr.registry import ADAPTERS
 class StaticAdapter(BaseAdapter):
     """``x + W_up ReLU(W_down x)`` after a frozen text block, one set per language.
 
+    On a post-LN tower (BERT, XLM-R: :attr:`~xmr.models.backbones.base.TextTower.post_norm`)
+    the defaults are ``sites=['mlp.output']``, the FFN's output before ``LN(x + h)`` (Houlsby's
+    and Pfeiffer's place), and ``zero_init=True``: after the block, outside any LayerNorm, the
+    adapter drives the pooled embedding directly and collapses a short, high-rate cross-lingual
+    phase to the teacher's mean embedding, and with PyTorch's initialisation it starts far from
+    the identity (docs/methods/text_teacher.md has the measurements). A config's own ``sites``
+    and ``zero_init`` win.
+
     Args:
         placement: where the instance sits (:class:`AdapterPlacement`).
         hidden: bottleneck width (256 in MLA and DASD).
         zero_init: start ``W_up`` at zero so a fresh adapter is the identity; MLA keeps PyTorch's
-            default initialisation, which is the default here too.
+            default initialisation, which is the default here too except on post-LN towers.
     """
 
     sites = (AdapterSite.BLOCK_OUTPUT, AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
+    post_norm_defaults = {'sites': [str(AdapterSite.MLP_OUTPUT)], 'zero_init': True}
     accepts_packed_tokens = True
 
     def __init__(self, placement: AdapterPlacement, hidden: int = 256,

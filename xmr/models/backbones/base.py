@@ -2,10 +2,11 @@
 
 Nothing outside ``xmr/models/backbones`` reaches into open_clip, timm or transformers internals:
 the target-language branch, the adapters and the disentanglers only see a :class:`TextTower`
-(embed, positions, blocks run through adapter hooks, mask, pooling, final norm + projection) and a
-:class:`VisionLanguageBackbone` (``encode_image``, ``encode_video``, ``encode_source_text``, and
-the token-level ``encode_image_tokens`` / ``encode_text_tokens`` that token-level methods such as
-CDDS read).
+(embed, positions, blocks run through adapter hooks, mask, pooling, final norm + projection) and
+a backbone: a :class:`TextBackbone` (a text-only teacher: ``encode_source_text``,
+``encode_text_tokens``) or a :class:`VisionLanguageBackbone`, which adds the image tower
+(``encode_image``, ``encode_video``, and the token-level ``encode_image_tokens`` that token-level
+methods such as CDDS read).
 """
 from __future__ import annotations
 
@@ -68,6 +69,11 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         reads_language_token: the tower was trained on captions that begin with their
             language's code token (NLLB), so its source tokenizer must write one
             (:attr:`~xmr.models.language.tokenizers.BaseTokenizer.writes_language_token`).
+        post_norm: blocks normalise after the residual add, ``x = LN(x + f(x))`` (BERT,
+            XLM-R), rather than before the sub-layer (CLIP). A residual adapter at
+            ``block.output`` then adds to the normalised state that the next block reads as
+            its residual, and none of its output is normalised before pooling; adapters
+            declare their defaults on such a tower (``post_norm_defaults``).
     """
 
     pack_tokens: bool = True
@@ -85,6 +91,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     pad_id: int | None = None
     pad_masked: bool | None = None
     reads_language_token: bool = False
+    post_norm: bool = False
 
     @property
     def max_tokens(self) -> int:
@@ -362,25 +369,60 @@ class TokenOutput(NamedTuple):
     pooled: torch.Tensor
 
 
-class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
-    """A frozen dual-encoder: an image tower, a source text tower and its tokenizer.
+class TextBackbone(nn.Module, metaclass=ABCMeta):
+    """A frozen source-language text encoder: a text tower and its tokenizer.
+
+    The teacher of a text-only model (a sentence encoder such as all-MiniLM-L6-v2): the target
+    branch learns to reproduce ``r^S`` in new languages, and text-to-text retrieval
+    (``RetrievalMetric(protocol='text_to_text')``) evaluates it. Nothing about media is needed;
+    :class:`VisionLanguageBackbone` adds the image tower.
 
     Attributes:
         text_tower: the :class:`TextTower` the target branch reuses block by block.
         tokenizer: tokenizer of the source language (the tower's own).
-        embed_dim: width ``E`` of the joint space.
-        image_mean / image_std: per-channel normalisation of the image tower, in ``[0, 1]`` units.
-        image_size: input resolution ``(H, W)``.
+        embed_dim: width ``E`` of the embedding space.
         arch: the architecture's name where the backbone has one (a checkpoint fact).
     """
 
     text_tower: TextTower
     tokenizer: BaseTokenizer
     embed_dim: int
+    arch: str | None = None
+
+    def encode_source_text(self, tokens: TokenBatch) -> torch.Tensor:
+        """Source-language tokens -> ``[B, E]`` unnormalised embeddings ``r^S``."""
+        return self.text_tower(tokens)
+
+    def encode_text_tokens(self, tokens: TokenBatch) -> TokenOutput:
+        """Source-language tokens -> :class:`TokenOutput`: every position through the head.
+
+        One pass of the plain tower; ``pooled`` equals :meth:`encode_source_text`.
+        """
+        tower = self.text_tower
+        mask, eos_index = tokens['attention_mask'], tokens['eos_index']
+        hidden = tower.encode_embeddings(
+            tower.add_positions(tower.embed_tokens(tokens['input_ids'])), mask,
+            packed=tower.packing(mask))
+        return TokenOutput(tower.head(tower.token_states(hidden)), mask,
+                           tower.head(tower.pool(hidden, mask, eos_index)))
+
+    def freeze(self) -> None:
+        """Freeze every weight; a phase that fine-tunes the towers unfreezes them itself."""
+        for parameter in self.parameters():
+            parameter.requires_grad_(False)
+
+
+class VisionLanguageBackbone(TextBackbone):
+    """A frozen dual-encoder: an image tower besides the source text tower and its tokenizer.
+
+    Attributes:
+        image_mean / image_std: per-channel normalisation of the image tower, in ``[0, 1]`` units.
+        image_size: input resolution ``(H, W)``.
+    """
+
     image_mean: tuple[float, float, float]
     image_std: tuple[float, float, float]
     image_size: tuple[int, int]
-    arch: str | None = None
 
     @abstractmethod
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
@@ -400,10 +442,6 @@ class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
     def encode_media(self, media: torch.Tensor) -> torch.Tensor:
         """Images ``[B, 3, H, W]`` or videos ``[B, T, 3, H, W]`` -> ``[B, E]``."""
         return self.encode_video(media) if media.dim() == 5 else self.encode_image(media)
-
-    def encode_source_text(self, tokens: TokenBatch) -> torch.Tensor:
-        """Source-language tokens -> ``[B, E]`` unnormalised embeddings ``r^S``."""
-        return self.text_tower(tokens)
 
     def encode_image_tokens(self, images: torch.Tensor) -> TokenOutput:
         """``[B, 3, H, W]`` normalised images -> :class:`TokenOutput` (``[B, N, E]`` tokens).
@@ -429,19 +467,6 @@ class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
         return TokenOutput(frames.tokens.reshape(batch, -1, frames.tokens.shape[-1]),
                            frames.mask.reshape(batch, -1), pooled.mean(dim=1))
 
-    def encode_text_tokens(self, tokens: TokenBatch) -> TokenOutput:
-        """Source-language tokens -> :class:`TokenOutput`: every position through the head.
-
-        One pass of the plain tower; ``pooled`` equals :meth:`encode_source_text`.
-        """
-        tower = self.text_tower
-        mask, eos_index = tokens['attention_mask'], tokens['eos_index']
-        hidden = tower.encode_embeddings(
-            tower.add_positions(tower.embed_tokens(tokens['input_ids'])), mask,
-            packed=tower.packing(mask))
-        return TokenOutput(tower.head(tower.token_states(hidden)), mask,
-                           tower.head(tower.pool(hidden, mask, eos_index)))
-
     def pair_logits(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The ``(scale, bias)`` the backbone was pretrained to score an image-text pair with,
         ``logit = scale · cos(r^V, r^T) + bias`` (``bias`` ``None`` when it learnt none); losses
@@ -452,8 +477,3 @@ class VisionLanguageBackbone(nn.Module, metaclass=ABCMeta):
         """
         raise TypeError(f'{type(self).__name__} records no pretrained logit scale or bias; give '
                         'the loss its own (e.g. SigmoidLoss(logit_scale=..., logit_bias=...))')
-
-    def freeze(self) -> None:
-        """Freeze every weight; a phase that fine-tunes the towers unfreezes them itself."""
-        for parameter in self.parameters():
-            parameter.requires_grad_(False)

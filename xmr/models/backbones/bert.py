@@ -46,6 +46,7 @@ class BertTextTower(TextTower):
     """
 
     causal = False
+    post_norm = True
     pooling = 'cls'
     #: first position id of a sequence (see :meth:`add_positions`).
     position_offset = 0

@@ -92,7 +92,7 @@ class TargetLanguageBranch(nn.Module):
             embedding, default_args=dict(tower=tower) if embedding_cls.reads_tower else None)
         linear_shapes = tower.linear_shapes()
         self.adapters = LanguageAdapters(self.languages, adapters, tower.width, self.num_blocks,
-                                         linear_shapes)
+                                         linear_shapes, post_norm=tower.post_norm)
         for module in self.adapters.modules():
             if isinstance(module, BaseAdapter):
                 module.attach(self.tokenizer, self.embedding)

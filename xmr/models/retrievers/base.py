@@ -40,8 +40,8 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
     Attributes:
         LOSSES: ``{name: what it computes}``, the losses the subclass may build under
             ``losses`` and a phase may weigh (besides :data:`DISENTANGLER_SCALE`).
-        backbone: the :class:`~xmr.models.backbones.base.VisionLanguageBackbone` (set by the
-            subclass).
+        backbone: the :class:`~xmr.models.backbones.base.TextBackbone` (usually a
+            :class:`~xmr.models.backbones.base.VisionLanguageBackbone`; set by the subclass).
         disentangler: the subclass's disentangler, or ``None``.
         losses: the built losses, ``{name: module}``.
         phase / loss_weights: the phase :meth:`loss` runs and its non-zero weights.
@@ -195,23 +195,29 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         check_checkpoint_facts(state, self.checkpoint_facts())
 
 
-def gallery_items(media_embeddings: torch.Tensor, media_ids: Sequence[str] | None = None,
+def gallery_items(media_embeddings: torch.Tensor | None, media_ids: Sequence[str] | None = None,
                   indices: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """The dicts :class:`~xmr.evaluation.RetrievalMetric` reads, one per gallery item.
 
     Args:
-        media_embeddings: ``[B, E]`` embeddings of the batch's images or videos.
-        media_ids: the items' ids (default: their row numbers).
+        media_embeddings: ``[B, E]`` embeddings of the batch's images or videos; ``None`` for a
+            text-only batch (its items then carry captions alone).
+        media_ids: the items' ids (default: their row numbers); required without media.
         indices: the items' dataset indices, kept as ``index`` when given.
 
     Returns:
-        ``[{'media_id', 'media_embedding' [E], 'caption_embeddings' {}, 'index'?}]``, the
-        embedding L2-normalised float32 on CPU; :func:`attach_captions` fills the captions.
+        ``[{'media_id', 'media_embedding' [E] (with media), 'caption_embeddings' {}, 'index'?}]``,
+        the embedding L2-normalised float32 on CPU; :func:`attach_captions` fills the captions.
     """
-    embeddings = F.normalize(media_embeddings.float(), dim=-1).cpu()
-    items = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
-                  media_embedding=embeddings[i], caption_embeddings={})
-             for i in range(embeddings.shape[0])]
+    if media_embeddings is None:
+        if media_ids is None:
+            raise ValueError('a batch without media needs its media_ids to name its items')
+        items = [dict(media_id=media_id, caption_embeddings={}) for media_id in media_ids]
+    else:
+        embeddings = F.normalize(media_embeddings.float(), dim=-1).cpu()
+        items = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
+                      media_embedding=embeddings[i], caption_embeddings={})
+                 for i in range(embeddings.shape[0])]
     for item, index in zip(items, indices if indices is not None else ()):
         item['index'] = int(index)
     return items

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.disentanglers.base import ConditionDisentangler, build_disentangler
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
 from xmr.models.language.tokenizers import TokenBatch
@@ -21,6 +22,8 @@ from xmr.registry import MODELS
 
 #: Names a phase's ``trainable`` may use for groups of modules (see ``trainable_groups``).
 TARGET_GROUP = 'target'
+#: The losses that read media embeddings, which a text-only backbone cannot give.
+MEDIA_LOSSES = ('source_cm', 'cm')
 
 
 @MODELS.register_module()
@@ -32,8 +35,13 @@ class CrossLingualRetriever(BaseRetriever):
     into a condition and its losses; the branch runs the frozen blocks with the language's
     adapters into ``r^T``; the current phase's weighted losses are returned.
 
+    A text-only backbone (a :class:`~xmr.models.backbones.base.TextBackbone` that is no
+    :class:`VisionLanguageBackbone`, e.g. a sentence encoder) runs the cross-lingual losses alone;
+    its galleries are text (``RetrievalMetric(protocol='text_to_text')``).
+
     Args:
-        backbone: ``MODELS`` config of a :class:`VisionLanguageBackbone`.
+        backbone: ``MODELS`` config of a :class:`~xmr.models.backbones.base.TextBackbone`
+            (usually a :class:`VisionLanguageBackbone`).
         language_branch: config of :class:`TargetLanguageBranch` (the tower is filled in).
         disentangler: ``DISENTANGLERS`` config, or ``None``; ``per_language=True`` in it builds
             one per target language (DASD's #TP; :mod:`xmr.models.disentanglers.per_language`).
@@ -77,10 +85,12 @@ class CrossLingualRetriever(BaseRetriever):
                 raise ValueError('a disentangler needs a language_branch to condition')
             self.disentangler = self._build_disentangler(dict(disentangler), tower)
         self.build_losses({**self.DEFAULT_LOSSES, **(losses or {})})
+        reads_media = isinstance(self.backbone, VisionLanguageBackbone)
         self.data_preprocessor.bind(
             self.backbone.tokenizer,
             self.language_branch.tokenizer if self.language_branch is not None else None,
-            self.backbone.image_mean, self.backbone.image_std, source_language)
+            self.backbone.image_mean if reads_media else None,
+            self.backbone.image_std if reads_media else None, source_language)
         self.phase = 'cross_lingual'
         self.loss_weights: dict[str, float] = {'cl': 1.0}
 
@@ -129,14 +139,21 @@ class CrossLingualRetriever(BaseRetriever):
         return {TARGET_GROUP: target}
 
     def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
-        """The base's check; every loss but ``source_cm`` also needs the language branch.
+        """The base's check; every loss but ``source_cm`` also needs the language branch, and
+        the media losses an image tower.
 
         Raises:
-            ValueError: a phase weighing target-language losses on a model without a branch.
+            ValueError: a phase weighing target-language losses on a model without a branch,
+                or media losses on a text-only backbone.
         """
         weights = super().check_phase(name, loss_weights)
         if self.language_branch is None and set(weights) - {'source_cm'}:
             raise ValueError(f'phase {name} weights {sorted(weights)} need a language_branch')
+        media_losses = sorted(set(weights) & set(MEDIA_LOSSES))
+        if media_losses and not isinstance(self.backbone, VisionLanguageBackbone):
+            raise ValueError(f'phase {name} weights {media_losses}, which compare with media, '
+                             f'but {type(self.backbone).__name__} is a text-only backbone: drop '
+                             'the phase or set those weights to 0 (its alignment is cl alone)')
         return weights
 
     # ----------------------------------------------------------------------------- encoders
@@ -145,6 +162,9 @@ class CrossLingualRetriever(BaseRetriever):
             return self.backbone.encode_source_text(tokens)
 
     def encode_media(self, media: torch.Tensor) -> torch.Tensor:
+        if not isinstance(self.backbone, VisionLanguageBackbone):
+            raise TypeError(f'{type(self.backbone).__name__} is a text-only backbone: it embeds '
+                            "no media; evaluate it with RetrievalMetric(protocol='text_to_text')")
         with self.frozen_tower():
             return self.backbone.encode_media(media)
 
@@ -231,13 +251,18 @@ class CrossLingualRetriever(BaseRetriever):
                 media_features: torch.Tensor | None = None, **_: Any) -> list[dict[str, Any]]:
         """Embed a gallery batch and its captions in every language.
 
+        A batch without media (a text-only annotation, ``with_media=False``) gives items
+        without ``media_embedding``, scored by text-to-text protocols.
+
         Returns:
             One dict per item: ``media_id``, its dataset ``index`` when given,
-            ``media_embedding`` ``[E]`` and ``caption_embeddings`` ``{lang: [n, E]}``, all
-            L2-normalised float32 on CPU.
+            ``media_embedding`` ``[E]`` (when the batch has media) and ``caption_embeddings``
+            ``{lang: [n, E]}``, all L2-normalised float32 on CPU.
         """
         media_features = feature_rows(media_features)
-        r_media = media_features if media_features is not None else self.encode_media(media)
+        r_media = media_features
+        if r_media is None and media is not None:
+            r_media = self.encode_media(media)
         items = gallery_items(r_media, media_ids, indices)
         for lang, (tokens, owner) in (caption_tokens or {}).items():
             attach_captions(items, lang, self.encode_text(tokens, lang), owner)

