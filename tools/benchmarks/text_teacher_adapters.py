@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from xmr.utils.cli import run_tool
+
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / 'shared' / 'data'
 DOCS_PAGE = REPO / 'docs' / 'custom_modules.md'
@@ -238,4 +240,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)
