@@ -61,6 +61,13 @@ def test_a_row_configuring_what_the_config_lacks_names_the_config():
         apply_ablations(load(lora), ['dasd/no-adv'])
 
 
+def test_own_file_named_relative_to_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / 'shallower.py').write_text('model = dict(disentangler=dict(depth=0))\n')
+    monkeypatch.chdir(tmp_path)
+    assert ablation_path('shallower.py') == Path('shallower.py')
+    assert apply_ablations(load(DASD_CONFIGS[0]), ['shallower.py']).model.disentangler.depth == 0
+
+
 def test_own_file_and_setting_a_key_that_is_none(tmp_path):
     own = tmp_path / 'from-checkpoint.py'
     own.write_text("load_from = 'weights.pth'\nmodel = dict(disentangler=dict(depth=3))\n")

@@ -46,7 +46,8 @@ def ablation_path(name: str | os.PathLike) -> Path:
     else:
         method, _, row = name.partition('/')
         path = packaged_root() / 'configs' / method / 'ablations' / f'{row}.py'
-    if path.is_file() and '/' in name:
+    # A bare row ('no-sc') names no method: it is not looked up under configs/no-sc/.
+    if path.is_file() and (name.endswith('.py') or row):
         return path
     shipped = sorted(f'{p.parent.parent.name}/{p.stem}'
                      for p in (packaged_root() / 'configs').glob('*/ablations/*.py'))
