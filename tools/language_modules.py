@@ -4,7 +4,9 @@
 config's model, the parameters its module adds (with its own disentangler where the model has
 one per language) and their share of the frozen text encoder and of the whole backbone
 (PECTVLM's Table 5 column), then the trainable parameters the languages share (embedding block,
-a shared disentangler) and the total, DASD's #TP.
+a shared disentangler) and the total, DASD's #TP. A paper config states the paper's own figures
+(``paper_figures = dict(source=..., language_share=0.0016, trainable_parameters=134e6)``); the
+report prints them beside xmr's counts.
 
 ``python tools/language_modules.py export CONFIG CHECKPOINT --langs de fr --out-dir DIR`` writes
 ``DIR/<lang>.pth``: only that language's module (a small file), with its base: CHECKPOINT and a
@@ -55,31 +57,47 @@ def _pairs(values: list[str]) -> dict[str, Path]:
     return pairs
 
 
+def print_parameter_report(model, paper: dict) -> None:
+    """The report's table, with a ``paper`` column when the config states the paper's figures."""
+    from xmr.models.language.language_modules import (
+        language_parameter_report,
+        shared_parameter_count,
+    )
+
+    share, trainable = paper.get('language_share'), paper.get('trainable_parameters')
+    rows = [['language', 'parameters', 'of text encoder', 'of backbone', 'paper'],
+            ['---', '---:', '---:', '---:', '---:']]
+    shares = language_parameter_report(model)
+    for lang, row in shares.items():
+        rows.append([lang, f'{row.parameters:,}', f'{100 * row.of_text_encoder:.4f}%',
+                     f'{100 * row.of_backbone:.4f}%',
+                     '' if share is None else f'{100 * share:.2f}%'])
+    shared = shared_parameter_count(model)
+    rows.append(['shared by the languages', f'{shared:,}', '', '', ''])
+    total = shared + sum(row.parameters for row in shares.values())
+    rows.append(['#TP (all trainable)', f'{total:,}', '', '',
+                 '' if trainable is None else f'{trainable / 1e6:.0f}M'])
+    stated = share is not None or trainable is not None
+    for row in rows:
+        print('| ' + ' | '.join(row if stated else row[:-1]) + ' |')
+    if stated:
+        print(f"paper: {paper.get('source', 'the paper')}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from xmr.apis import init_retriever
     from xmr.models.language.language_modules import (
-        language_parameter_report,
         load_language_module,
         save_language_module,
         save_merged_checkpoint,
-        shared_parameter_count,
     )
 
     checkpoint = args.base if args.command == 'merge' else getattr(args, 'checkpoint', None)
     try:
         model = init_retriever(args.config, checkpoint)
         if args.command == 'report':
-            rows = language_parameter_report(model)
-            print('| language | parameters | of text encoder | of backbone |')
-            print('|---|---:|---:|---:|')
-            for lang, share in rows.items():
-                print(f'| {lang} | {share.parameters:,} | {100 * share.of_text_encoder:.4f}% | '
-                      f'{100 * share.of_backbone:.4f}% |')
-            shared = shared_parameter_count(model)
-            print(f'| shared by the languages | {shared:,} | | |')
-            print(f'| #TP (all trainable) | '
-                  f'{shared + sum(share.parameters for share in rows.values()):,} | | |')
+            print_parameter_report(model, model.cfg.get('paper_figures') or {})
         elif args.command == 'export':
             for lang in args.langs or model.languages:
                 path = save_language_module(model, lang, args.out_dir / f'{lang}.pth',

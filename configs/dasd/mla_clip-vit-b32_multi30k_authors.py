@@ -10,3 +10,5 @@ model = dict(
     language_branch=dict(adapters=dict(_delete_=True, type='StaticAdapter', hidden=256),
                          embedding=dict(pretrained=None)),
     disentangler=None)
+paper_figures = dict(source="DASD (Cai et al., AAAI 2025), Table 1: MLA's #TP for five target "
+                     'languages (de, fr, cs, zh, ja)', trainable_parameters=108e6)

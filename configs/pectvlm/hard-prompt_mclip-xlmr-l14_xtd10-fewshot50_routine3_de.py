@@ -5,3 +5,5 @@ _base_ = ['./lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_de.py']
 
 model = dict(language_branch=dict(
     adapters=dict(_delete_=True, type='HardPrompt', text='a photo of', trainable=True)))
+# The paper's share of the few-shot setting is LoRA's.
+paper_figures = None

@@ -4,3 +4,5 @@ _base_ = ['./lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_de.py']
 
 model = dict(language_branch=dict(
     adapters=dict(_delete_=True, type='SoftPrompt', num_tokens=4, init_std=0.02)))
+# The paper's share of the few-shot setting is LoRA's.
+paper_figures = None

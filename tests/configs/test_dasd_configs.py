@@ -385,7 +385,8 @@ def test_paper_model_has_dasds_trainable_parameter_count(per_language, tmp_path,
         assert f'| {lang} | {per_lang:,} |' in report
     assert f'| shared by the languages | {shared:,} |' in report
     total = shared + 5 * per_lang
-    assert f'| #TP (all trainable) | {total:,} |' in report
+    assert f'| #TP (all trainable) | {total:,} |  |  | 134M |' in report
+    assert 'paper: DASD (Cai et al., AAAI 2025), Table 1' in report
     assert total == (133774469 if per_language else 102118529)
 
 

@@ -32,7 +32,12 @@ ZERO_SHOT = [p for p in PECTVLM if 'zeroshot' in p.stem]
 LORA_TWINS = sorted((CONFIGS / 'lora').glob('lora_clip-vit-b32_*.py'))
 ROUTINE3_DE = 'lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_de.py'
 ADAPTER_OF = {'lora': LoRA, 'houlsby': HoulsbyAdapter, 'compacter': CompacterAdapter,
-              'soft-prompt': SoftPrompt, 'hard-prompt': HardPrompt}
+              'soft-prompt': SoftPrompt, 'hard-prompt': HardPrompt, 'ft': None}
+#: Both LayerNorms of each tiny XLM-R layer, and M-CLIP's head: what a language tunes beside its
+#: module (run_cross.py: all of them; run_choose_pet_task1.py: the LayerNorms).
+LAYER_NORMS = {f'layers.{i}.{sub}LayerNorm.{p}' for i in range(TINY_XLMR['num_hidden_layers'])
+               for sub in ('attention.output.', 'output.') for p in ('weight', 'bias')}
+HEAD = {'text_proj.weight', 'text_proj.bias'}
 needs_tokenizer = pytest.mark.skipif(not TOKENIZER_FILE.is_file(),
                                      reason=f'XLM-R tokenizer fixture missing: {TOKENIZER_FILE}')
 
@@ -93,8 +98,15 @@ def test_trained_config_builds_runs_its_phase_and_predicts(path):
     lang = model.languages[0]
     kind = next(k for k in ADAPTER_OF if path.stem.startswith(k))
     modules = model.language_branch.adapters.sets[lang]
-    assert modules and all(isinstance(a, ADAPTER_OF[kind]) for key, a in modules.items()
-                           if not key.startswith('shared_'))
+    adapters = [a for key, a in modules.items()
+                if not key.startswith('shared_') and key != 'tower_weights']
+    tuned = {name for name, _ in modules['tower_weights'].named_parameters()}
+    if kind == 'ft':
+        assert not adapters
+        assert tuned == {name for name, _ in model.backbone.text_tower.named_parameters()}
+    else:
+        assert adapters and all(isinstance(a, ADAPTER_OF[kind]) for a in adapters)
+        assert tuned == (LAYER_NORMS | HEAD if 'xtd10-fewshot' in path.stem else LAYER_NORMS)
     assert model.routine == expected_routine(path.stem)
     phase = cfg.train_cfg.phases[0]
     for name, parameter in model.named_parameters():
@@ -236,3 +248,39 @@ def test_multi30k_full_schedule_is_the_papers_or_the_authors_script():
     cfg = apply_ablations(cfg, ['pectvlm/authors-script-multi30k'])
     assert (cfg.train_dataloader.batch_size, cfg.train_cfg.phases[0]['epochs'],
             cfg.train_cfg.val_interval) == (4, 50, 29000 // 4)
+
+
+# ----------------------------------------------------------------- capacity (the paper's 0.16%)
+XLMR_LARGE_TEXT = 558_840_832 + 1024 * 768 + 768  # XLM-R large without its pooler, + the head
+PAPER_CAPACITY = [
+    # Multi30K (run_choose_pet_task1.py): LoRA r = 8 on q/v + both LayerNorms of the 24 layers.
+    ('lora-r8_mclip-xlmr-l14_multi30k-full_de', 24 * 2 * 2 * 1024 * 8 + 24 * 2 * 2 * 1024),
+    # XTD10 few-shot (run_cross.py): LoRA r = 1 on q/v + the LayerNorms + the head.
+    ('lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_de',
+     24 * 2 * 2 * 1024 + 24 * 2 * 2 * 1024 + 1024 * 768 + 768),
+    ('ft_mclip-xlmr-l14_multi30k-full_de', XLMR_LARGE_TEXT),
+]
+
+
+@needs_tokenizer
+@pytest.mark.parametrize('stem, per_language', PAPER_CAPACITY, ids=[p[0] for p in PAPER_CAPACITY])
+def test_paper_configs_add_the_counted_parameters_per_language(stem, per_language):
+    """On the full-size XLM-R large (built on the meta device: shapes without memory), a
+    language's module is its PEFT module and its own tower weights; LoRA r = 8 with the
+    LayerNorms is the 0.16% of the text encoder the paper reports."""
+    from xmr.models.language.language_modules import language_parameter_report
+
+    cfg = Config.fromfile(CONFIGS / 'pectvlm' / f'{stem}.py')
+    model_cfg = copy.deepcopy(cfg.to_dict()['model'])
+    model_cfg['backbone'] = dict(model_cfg['backbone'], checkpoint=None, image_arch=None,
+                                 image_pretrained=None, tokenizer=TINY_TOKENIZER,
+                                 image_model_cfg=dict(TINY_CLIP, embed_dim=768))
+    model_cfg['language_branch']['tokenizer'] = TINY_TOKENIZER
+    with torch.device('meta'):
+        model = MODELS.build(model_cfg)
+    share = language_parameter_report(model)['de']
+    assert sum(p.numel() for p in model.backbone.text_tower.parameters()) == XLMR_LARGE_TEXT
+    assert share.parameters == per_language
+    assert share.of_text_encoder == per_language / XLMR_LARGE_TEXT
+    if stem.startswith('lora-r8'):
+        assert round(100 * share.of_text_encoder, 2) == 100 * cfg.paper_figures.language_share

@@ -11,6 +11,11 @@
 # weights come through open_clip's cache ('openai' tag) or OpenAI's ViT-L-14.pt in
 # image_pretrained with image_pretrained_cfg='openai' (docs/pretrained_weights.md).
 _base_ = ['./pectvlm_lora.py']
+# Tower weights a setting gives each language its own trainable copy of (TowerWeights), named as
+# in MultilingualCLIPTextTower: both LayerNorms of every XLM-R layer (OpenDelta's
+# 'output.LayerNorm' matches 'attention.output.LayerNorm' too) and M-CLIP's linear head.
+mclip_layer_norms = ['layers.*.output.LayerNorm.*']
+mclip_head = ['text_proj.*']
 mclip_dir = 'checkpoints/M-CLIP-XLM-Roberta-Large-Vit-L-14'
 xlmr_tokenizer = dict(type='HFTokenizer', name_or_path=mclip_dir, max_length=512)
 target_languages = ['de']

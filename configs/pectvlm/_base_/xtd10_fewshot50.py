@@ -4,8 +4,10 @@
 # 10 (200 steps), Adam lr 1e-4 without weight decay, cosine decay without warm-up, validation
 # every 5 steps on the 50 val images, keeping the best by the mean of R@1 both ways (mAR with
 # recall_ks (1,)), which is also the test score on the 900 test images. Only the language's
-# module trains. The authors' scripts/*.sh train 50 epochs at batch 5 (500 steps):
-# --ablation pectvlm/authors-script-xtd10.
+# module trains: its PEFT module with its own copies of both LayerNorms of every layer and of the
+# linear head (run_cross.py unfreezes 'deltas', 'output.LayerNorm' and 'LinearTransformation';
+# the 'pooler' it also unfreezes is never read by M-CLIP). The authors' scripts/*.sh train 50
+# epochs at batch 5 (500 steps): --ablation pectvlm/authors-script-xtd10.
 #
 # Data: tools/data/prepare_xtd10.py (xtd10_test.json), then attach PECTVLM's translations to it
 # before splitting: tools/data/attach_translations.py --translations <lang>=translated_from_en/..
@@ -16,6 +18,12 @@ _base_ = ['../../_base_/datasets/xtd10_clft.py', './recipe.py']
 media_transform = _base_.mclip_transform
 batch_size = 10
 phase = dict(_base_.phase, epochs=40)
+model = dict(language_branch=dict(
+    tuned_weights=[*_base_.mclip_layer_norms, *_base_.mclip_head]))
+# The abstract's share for LoRA; xmr counts LoRA r = 1 with the LayerNorms and the head
+# (docs/methods/pectvlm.md, "Capacity").
+paper_figures = dict(source='PECTVLM (Zhang et al., 2023), abstract: parameters added per '
+                     'language in the few-shot setting', language_share=0.0016)
 
 train_dataloader = dict(batch_size=batch_size, num_workers=2, dataset=_base_.train_dataset)
 val_dataloader = dict(batch_size=100, num_workers=2, dataset=_base_.eval_dataset)

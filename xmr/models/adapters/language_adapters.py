@@ -15,6 +15,11 @@ def _key(block_index: int, site: AdapterSite) -> str:
     return f'{block_index}:{site.value.replace(".", "_")}'
 
 
+#: Key of a language's own tower weights (:class:`~xmr.models.language.tower_weights.TowerWeights`)
+#: in its set; no site key has this form.
+TOWER_WEIGHTS = 'tower_weights'
+
+
 class LanguageAdapters(nn.Module):
     """The adapters of every target language, placed at the sites their classes declare.
 
@@ -98,6 +103,17 @@ class LanguageAdapters(nn.Module):
                 placement = AdapterPlacement(self.width, site, index, **shape)
                 yield index, site, ADAPTERS.build(
                     cfg, default_args=dict(placement=placement, **shared_args))
+
+    def add_tower_weights(self, lang: str, weights: nn.Module) -> None:
+        """Make ``weights`` (``lang``'s own copies of tower weights,
+        :class:`~xmr.models.language.tower_weights.TowerWeights`) part of its module."""
+        self.check_language(lang)
+        self.sets[lang][TOWER_WEIGHTS] = weights
+
+    def tower_weights(self, lang: str) -> nn.Module | None:
+        """``lang``'s own tower weights, or ``None`` when it runs the tower's."""
+        self.check_language(lang)
+        return self.sets[lang][TOWER_WEIGHTS] if TOWER_WEIGHTS in self.sets[lang] else None
 
     def condition_blocks(self) -> list[int]:
         """Blocks where an adapter of any language reads ``ctx.condition`` (sorted)."""

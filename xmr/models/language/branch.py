@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -12,6 +13,7 @@ from xmr.models.adapters.base import AdapterContext, BaseAdapter
 from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.models.language.embedding import EmbeddingBlock
 from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.language.tower_weights import TowerWeights
 from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS, TOKENIZERS
 
@@ -54,11 +56,15 @@ class TargetLanguageBranch(nn.Module):
             ``tower`` too when the class sets ``reads_tower`` (the tower's own embedding).
         adapters: adapter config(s), see :class:`LanguageAdapters`.
         num_blocks: how many of the tower's blocks the branch runs (all by default; DASD Table 9).
+        tuned_weights: ``fnmatch`` patterns over the tower's parameter names; each language
+            gets its own trainable copies of the matching weights (:class:`TowerWeights`, part
+            of its module), used in place of the frozen ones for its captions: PECTVLM's
+            LayerNorms and head, ``['*']`` for full fine-tuning.
     """
 
     def __init__(self, tower: TextTower, languages: Sequence[str], tokenizer: dict,
                  embedding: dict | None = None, adapters: dict | Sequence[dict] | None = None,
-                 num_blocks: int | None = None) -> None:
+                 num_blocks: int | None = None, tuned_weights: Sequence[str] = ()) -> None:
         super().__init__()
         hold_unowned(self, 'tower', tower)
         if not languages:
@@ -96,6 +102,9 @@ class TargetLanguageBranch(nn.Module):
         for module in self.adapters.modules():
             if isinstance(module, BaseAdapter):
                 module.attach(self.tokenizer, self.embedding)
+        if tuned_weights:
+            for lang in self.languages:
+                self.adapters.add_tower_weights(lang, TowerWeights(tower, tuned_weights))
         if tower.fixed_context:
             self._fit_fixed_context(given_pad_to)
 
@@ -142,7 +151,8 @@ class TargetLanguageBranch(nn.Module):
 
         A language with ``input``-site adapters (prompts) re-embeds its samples from their
         tokens: those adapters act before the positions are added, so that the positions cover
-        the lengthened sequence.
+        the lengthened sequence. A language with its own tower weights runs the tower on them,
+        its embedding included.
 
         Args:
             embeddings: ``[B, L, D]`` output of :meth:`embed`.
@@ -166,17 +176,28 @@ class TargetLanguageBranch(nn.Module):
             ctx = AdapterContext(lang=lang, condition=index_condition(condition, index),
                                  attention_mask=group['attention_mask'],
                                  eos_index=group['eos_index'])
-            x = embeddings[index]
-            input_adapters = self.adapters.input_adapters(lang)
-            if input_adapters:
-                x = self.embedding(group['input_ids'])
-                for adapter in input_adapters:
-                    x = adapter(x, ctx)
-                x = self.tower.add_positions(x)
-            out[index] = self._encode_group(x, ctx)
+            tower_weights = self.adapters.tower_weights(lang)
+            with (nullcontext() if tower_weights is None
+                  else tower_weights.swapped_into(self.tower)):
+                out[index] = self._encode_group(embeddings[index], group, ctx,
+                                                reembed=tower_weights is not None)
         return out
 
-    def _encode_group(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+    def _encode_group(self, x: torch.Tensor, group: TokenBatch, ctx: AdapterContext,
+                      reembed: bool) -> torch.Tensor:
+        """One language's samples ``x [b, L, D]`` -> ``[b, E]``.
+
+        A language that has its own tower weights, or input-site adapters (which act before the
+        positions are added), re-embeds its samples from their tokens.
+        """
+        input_adapters = self.adapters.input_adapters(ctx.lang)
+        if input_adapters:
+            x = self.embedding(group['input_ids'])
+            for adapter in input_adapters:
+                x = adapter(x, ctx)
+            x = self.tower.add_positions(x)
+        elif reembed:
+            x = self.embed(group)
         if self.adapters.accepts_packed_tokens(ctx.lang):
             ctx.packed = self.tower.packing(ctx.attention_mask)
         x = self.tower.encode_embeddings(x, ctx.attention_mask, hooks=self.adapters.hooks(ctx),

@@ -2,9 +2,10 @@
 
 A language's module is everything the target branch holds for that language alone: the adapters
 of ``language_branch.adapters.sets[lang]`` (LoRA, Houlsby, Compacter with its shared rule,
-prompts). The frozen towers and anything shared by all languages stay out, so a module file is
-small (PECTVLM saves only the trainable parameters) and modules trained apart can be loaded side
-by side into a model built for all their languages.
+prompts) and its own copies of tower weights (PECTVLM's LayerNorms and head, FT's whole tower).
+The frozen towers and anything shared by all languages stay out, so a module file is small
+(PECTVLM saves only the trainable parameters) and modules trained apart can be loaded side by
+side into a model built for all their languages.
 
 What a module leaves out still shapes its output: a tower fine-tuned by ``source_finetune``, a
 trained shared embedding table and ``W_e``, DASD's disentangler. A module file therefore names

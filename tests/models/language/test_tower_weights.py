@@ -1,0 +1,161 @@
+"""A language's own copies of tower weights (PECTVLM's LayerNorms and head, FT's whole tower)."""
+import pytest
+import torch
+
+from tests.models.backbones.mclip_helpers import (
+    CAPTIONS,
+    TINY_XLMR,
+    TOKENIZER_FILE,
+    mclip_reference,
+    tiny_mclip_cfg,
+    tokenizer_cfg,
+)
+from xmr.models.language.language_modules import (
+    language_parameter_report,
+    load_language_module,
+    save_language_module,
+)
+from xmr.models.language.tower_weights import TowerWeights
+from xmr.registry import MODELS
+
+pytestmark = pytest.mark.skipif(not TOKENIZER_FILE.is_file(),
+                                reason=f'XLM-R tokenizer fixture missing: {TOKENIZER_FILE}')
+
+PECTVLM_WEIGHTS = ['layers.*.output.LayerNorm.*', 'text_proj.*']
+
+
+@pytest.fixture(scope='module')
+def backbone():
+    import xmr  # noqa: F401
+
+    torch.manual_seed(0)
+    return MODELS.build(tiny_mclip_cfg())
+
+
+def build_branch(backbone, tuned_weights, adapters=None):
+    return MODELS.build(
+        dict(type='TargetLanguageBranch', languages=['de', 'fr'], tokenizer=tokenizer_cfg(),
+             embedding=dict(type='TowerTokenEmbedding'), adapters=adapters,
+             tuned_weights=tuned_weights),
+        default_args=dict(tower=backbone.text_tower))
+
+
+def hugging_face_on(backbone, weights):
+    """M-CLIP's own forward (Hugging Face XLM-R + the linear head) on the tower's weights with
+    ``weights`` (tower names) put in their place."""
+    from transformers import XLMRobertaModel
+
+    state = {**backbone.text_tower.state_dict(), **weights}
+    xlmr = XLMRobertaModel(backbone.config, add_pooling_layer=False).eval()
+    xlmr.embeddings.load_state_dict({k[len('embeddings.'):]: v for k, v in state.items()
+                                     if k.startswith('embeddings.')}, strict=False)
+    xlmr.encoder.layer.load_state_dict({k[len('layers.'):]: v for k, v in state.items()
+                                        if k.startswith('layers.')})
+    head = torch.nn.Linear(*reversed(state['text_proj.weight'].shape))
+    head.load_state_dict({'weight': state['text_proj.weight'], 'bias': state['text_proj.bias']})
+    return lambda tokens: mclip_reference(xlmr, head, tokens)
+
+
+def perturb(module, seed):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+
+
+def test_pectvlm_patterns_copy_both_layernorms_of_every_layer_and_the_head(backbone):
+    weights = TowerWeights(backbone.text_tower, PECTVLM_WEIGHTS)
+    layers, width = TINY_XLMR['num_hidden_layers'], TINY_XLMR['hidden_size']
+    names = dict(weights.named_parameters())
+    assert sorted(names) == sorted(
+        [f'layers.{i}.{part}LayerNorm.{p}' for i in range(layers)
+         for part in ('attention.output.', 'output.') for p in ('weight', 'bias')]
+        + ['text_proj.weight', 'text_proj.bias'])
+    embed_dim = backbone.embed_dim
+    assert sum(p.numel() for p in names.values()) == (layers * 2 * 2 * width
+                                                      + width * embed_dim + embed_dim)
+    for name, copy in names.items():
+        original = backbone.text_tower.get_parameter(name)
+        assert copy is not original
+        torch.testing.assert_close(copy, original, rtol=0, atol=0)
+
+
+def test_a_pattern_matching_nothing_is_refused_by_name(backbone):
+    with pytest.raises(ValueError, match=r"pattern 'layers\.\*\.ln_1\.\*' matches no parameter"):
+        build_branch(backbone, ['layers.*.ln_1.*'])
+
+
+def test_each_language_encodes_with_its_own_weights_as_m_clip_would(backbone):
+    branch = build_branch(backbone, PECTVLM_WEIGHTS)
+    german = branch.adapters.tower_weights('de')
+    perturb(german, seed=1)
+    tokens = branch.tokenize(CAPTIONS)
+    frozen = {k: v.clone() for k, v in backbone.text_tower.state_dict().items()}
+    mixed = branch(tokens, ['de', 'fr', 'de', 'fr'])
+
+    expected_de = hugging_face_on(backbone, dict(german.named_parameters()))(tokens)
+    torch.testing.assert_close(mixed[[0, 2]], expected_de[[0, 2]], atol=1e-5, rtol=1e-4)
+    # French still holds copies equal to the tower: it encodes as the frozen M-CLIP does.
+    torch.testing.assert_close(mixed[[1, 3]], backbone.encode_source_text(tokens)[[1, 3]],
+                               atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(mixed[[0, 2]], backbone.encode_source_text(tokens)[[0, 2]],
+                              atol=1e-3)
+    for name, value in backbone.text_tower.state_dict().items():
+        assert torch.equal(value, frozen[name]), name
+
+
+def test_a_step_trains_only_the_language_own_copies(backbone):
+    branch = build_branch(backbone, PECTVLM_WEIGHTS, adapters=dict(type='LoRA', r=1, alpha=16,
+                                                                   targets=['q', 'v']))
+    german = dict(branch.adapters.tower_weights('de').named_parameters())
+    tower = backbone.text_tower
+    # Even an unfrozen tower gets no gradient on the weights the language replaces.
+    tower.requires_grad_(True)
+    try:
+        tokens = branch.tokenize(CAPTIONS[:2])
+        branch(tokens, ['de', 'de']).pow(2).sum().backward()
+        assert all(tower.get_parameter(name).grad is None for name in german)
+        assert tower.get_parameter('layers.0.intermediate.dense.weight').grad is not None
+    finally:
+        tower.requires_grad_(False)
+        tower.zero_grad(set_to_none=True)
+    assert all(german[name].grad is not None and german[name].grad.abs().sum() > 0
+               for name in german)
+    assert all(p.grad is None for p in branch.adapters.sets['fr'].parameters())
+
+
+def test_full_fine_tuning_copies_the_whole_tower_embeddings_included(backbone):
+    branch = build_branch(backbone, ['*'])
+    german = branch.adapters.tower_weights('de')
+    tower_count = sum(p.numel() for p in backbone.text_tower.parameters())
+    assert sum(p.numel() for p in german.parameters()) == tower_count
+    perturb(german, seed=2)
+    tokens = branch.tokenize(CAPTIONS)
+    expected = hugging_face_on(backbone, dict(german.named_parameters()))(tokens)
+    torch.testing.assert_close(branch(tokens, ['de'] * len(CAPTIONS)), expected, atol=1e-5,
+                               rtol=1e-4)
+    report = language_parameter_report(branch)
+    assert report['de'].parameters == tower_count
+    assert report['de'].of_text_encoder == 1.0
+
+
+def test_the_tower_gets_its_weights_back_after_an_error(backbone):
+    weights = TowerWeights(backbone.text_tower, PECTVLM_WEIGHTS)
+    originals = dict(backbone.text_tower.named_parameters())
+    with pytest.raises(RuntimeError, match='inside'):
+        with weights.swapped_into(backbone.text_tower):
+            assert backbone.text_tower.get_parameter('text_proj.weight') is \
+                weights.get_parameter('text_proj.weight')
+            raise RuntimeError('inside')
+    assert all(p is originals[n] for n, p in backbone.text_tower.named_parameters())
+
+
+def test_a_language_module_file_carries_its_tower_weights(backbone, tmp_path):
+    trained = build_branch(backbone, PECTVLM_WEIGHTS)
+    perturb(trained.adapters.sets['de'], seed=3)
+    path = save_language_module(trained, 'de', tmp_path / 'de.pth')
+    assert 'tower_weights.text_proj.weight' in torch.load(path, weights_only=False)['state_dict']
+    fresh = build_branch(backbone, PECTVLM_WEIGHTS)
+    load_language_module(fresh, path)
+    tokens = fresh.tokenize(CAPTIONS)
+    torch.testing.assert_close(fresh(tokens, ['de'] * 4), trained(tokens, ['de'] * 4))
