@@ -117,16 +117,33 @@ def test_an_ablation_with_a_switch_it_removes_fails_at_build_naming_both():
         MODELS.build(dict(cfg.model.to_dict(), backbone=tiny_backbone_cfg()))
 
 
+@pytest.mark.parametrize('dataset', ['flickr30k', 'mscoco'])
 @pytest.mark.parametrize('name, vision, size', [
-    ('cdds_vit-bert-b16-384_flickr30k', 'vit_base_patch16_384.orig_in21k_ft_in1k', 384),
-    ('cdds_swin-bert-b_flickr30k', 'swin_base_patch4_window7_224.ms_in22k_ft_in1k', 224),
-    ('cdds_swin-bert-b-384_flickr30k', 'swin_base_patch4_window12_384.ms_in22k_ft_in1k', 384),
+    ('cdds_vit-bert-b16-384', 'vit_base_patch16_384.orig_in21k_ft_in1k', 384),
+    ('cdds_swin-bert-b', 'swin_base_patch4_window7_224.ms_in22k_ft_in1k', 224),
+    ('cdds_swin-bert-b-384', 'swin_base_patch4_window12_384.ms_in22k_ft_in1k', 384),
 ])
-def test_paper_image_towers_read_images_at_their_size(name, vision, size):
-    cfg = Config.fromfile(REPO / 'configs' / 'cdds' / f'{name}.py')
+def test_paper_image_towers_read_images_at_their_size(name, vision, size, dataset):
+    cfg = Config.fromfile(REPO / 'configs' / 'cdds' / f'{name}_{dataset}.py')
+    main = Config.fromfile(REPO / 'configs' / 'cdds' / f'cdds_vit-bert-b16_{dataset}.py')
     assert cfg.model.backbone.vision == vision
     for loader in (cfg.train_dataloader, cfg.val_dataloader, cfg.test_dataloader):
         assert loader.dataset.transform.size == size
+    assert cfg.train_dataloader.dataset.ann_file == main.train_dataloader.dataset.ann_file
+    assert cfg.test_evaluator == main.test_evaluator
+
+
+@pytest.mark.parametrize('dataset', ['flickr30k', 'mscoco'])
+@pytest.mark.parametrize('arch', ['ViT-B-16', 'ViT-L-14'])
+def test_clip_towers_read_images_as_clip_does(arch, dataset):
+    tag = arch.lower().replace('-', '')[3:]
+    cfg = Config.fromfile(REPO / 'configs' / 'cdds' / f'cdds_clip-vit-{tag}_{dataset}.py')
+    main = Config.fromfile(REPO / 'configs' / 'cdds' / f'cdds_clip-vit-b32_{dataset}.py')
+    assert cfg.model.backbone.arch == arch
+    for loader in (cfg.train_dataloader, cfg.val_dataloader, cfg.test_dataloader):
+        assert (loader.dataset.transform.backbone, loader.dataset.transform.pretrained) == (
+            arch, 'openai')
+    assert cfg.train_dataloader.dataset.ann_file == main.train_dataloader.dataset.ann_file
 
 
 def test_mscoco_trains_on_train2014_alone_or_on_train_and_restval():

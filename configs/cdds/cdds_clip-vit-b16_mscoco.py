@@ -1,0 +1,6 @@
+# CDDS on CLIP ViT-B/16 (OpenAI weights), MSCOCO: cdds_clip-vit-b32_mscoco.py with the tower of
+# ../_base_/models/cdds_clip-vit-b32.py's clip_vit_b16.
+_base_ = ['./cdds_clip-vit-b32_mscoco.py']
+
+model = dict(backbone=_base_.clip_vit_b16)
+train_dataloader = val_dataloader = test_dataloader = _base_.clip_vit_b16_images
