@@ -70,6 +70,36 @@ def test_losses_are_the_weighted_terms_on_the_returned_components():
         torch.testing.assert_close(out['losses'][name], value)
 
 
+def test_reconstructions_weigh_the_components_by_learned_scalars_eq14():
+    """``‖w_s S + w_m M − X‖²`` (and with ``Ŝ``), one ``(w_s, w_m)`` per modality; they start
+    at 1 (the plain sums), receive gradients, and ``False`` keeps them fixed at 1."""
+    patches, patch_mask, words, word_mask = inputs()
+    fixed = build(learned_reconstruction_weights=False)
+    learned = build()
+    assert fixed.reconstruction_weights is None
+    torch.testing.assert_close(learned(*inputs())['losses'], fixed(*inputs())['losses'])
+
+    with torch.no_grad():
+        learned.reconstruction_weights['image'].copy_(torch.tensor([0.5, 2.0]))
+        learned.reconstruction_weights['text'].copy_(torch.tensor([3.0, -1.0]))
+    out = learned(patches, patch_mask, words, word_mask)
+
+    def by_hand(component, modality, tokens, mask, w_s, w_m):
+        return ((w_s * component + w_m * modality - tokens) ** 2)[mask].mean()
+
+    si, mi, xi = out['image_semantic'], out['image_modality'], out['image_x_semantic']
+    st, mt, xt = out['text_semantic'], out['text_modality'], out['text_x_semantic']
+    torch.testing.assert_close(out['losses']['loss_information_integrity'], 0.5 * (
+        by_hand(si, mi, patches, patch_mask, 0.5, 2.0)
+        + by_hand(st, mt, words, word_mask, 3.0, -1.0)) / 2)
+    torch.testing.assert_close(out['losses']['loss_x_semantic_reconstruction'], 0.5 * (
+        by_hand(xi, mi, patches, patch_mask, 0.5, 2.0)
+        + by_hand(xt, mt, words, word_mask, 3.0, -1.0)) / 2)
+    out['losses']['loss_information_integrity'].backward()
+    assert all(w.grad.abs().min() > 0 for w in learned.reconstruction_weights.values())
+    assert build(use_information_integrity=False).reconstruction_weights is None
+
+
 @pytest.mark.parametrize('switch,removed', [
     ('use_semantic_consistency', {'loss_semantic_consistency'}),
     ('use_modality_consistency', {'loss_modality_consistency'}),

@@ -72,6 +72,9 @@ class CDDSDisentangler(TokenDisentangler):
         use_information_integrity: keep ``L_f`` and ``L_x`` (both reconstruct the tokens).
         use_distribution_sampling: build x-semantic components; without it ``L_s`` contrasts
             ``S_I`` with ``S_T`` directly and there is no ``L_x``.
+        learned_reconstruction_weights: reconstruct the tokens as ``w_s S + w_m M`` (and
+            ``w_s Ŝ + w_m M``) with learnable scalars ``w_s``, ``w_m`` per modality, initialised
+            to 1 (Eq. 14); ``False`` fixes them at 1.
     """
 
     def __init__(self, dim: int, num_heads: int = 8, num_encoder_layers: int = 2,
@@ -82,7 +85,8 @@ class CDDSDisentangler(TokenDisentangler):
                  alpha_m: float = 1.0, alpha_f: float = 0.5,
                  use_semantic_consistency: bool = True, use_modality_consistency: bool = True,
                  use_information_integrity: bool = True,
-                 use_distribution_sampling: bool = True, hidden_dim: int | None = None) -> None:
+                 use_distribution_sampling: bool = True, hidden_dim: int | None = None,
+                 learned_reconstruction_weights: bool = True) -> None:
         super().__init__()
         if temperature <= 0:
             raise ValueError(f'temperature must be positive, got {temperature}')
@@ -115,6 +119,12 @@ class CDDSDisentangler(TokenDisentangler):
         self.use_semantic_consistency = use_semantic_consistency
         self.use_modality_consistency = use_modality_consistency
         self.use_information_integrity = use_information_integrity
+        if use_information_integrity and learned_reconstruction_weights:
+            # [w_s, w_m] of each modality's reconstruction (its own UNet's two components).
+            self.reconstruction_weights = nn.ParameterDict(
+                {'image': nn.Parameter(torch.ones(2)), 'text': nn.Parameter(torch.ones(2))})
+        else:
+            self.reconstruction_weights = None
 
     @property
     def loss_names(self) -> set[str]:
@@ -214,6 +224,12 @@ class CDDSDisentangler(TokenDisentangler):
                                          patch_mask, word_tokens.detach(), word_mask)
         return outputs
 
+    def _reconstruction_weight(self, modality: str) -> tuple[torch.Tensor | float, ...]:
+        """``(w_s, w_m)`` of a modality's reconstructions (Eq. 14)."""
+        if self.reconstruction_weights is None:
+            return 1.0, 1.0
+        return tuple(self.reconstruction_weights[modality])
+
     def _losses(self, outputs: dict[str, Any], image: UNetOutput, text: UNetOutput,
                 patch_tokens: torch.Tensor, patch_mask: torch.Tensor,
                 word_tokens: torch.Tensor, word_mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -237,16 +253,19 @@ class CDDSDisentangler(TokenDisentangler):
                 modality_consistency_loss(image.modality, patch_mask)
                 + modality_consistency_loss(text.modality, word_mask)) / 2
         if self.use_information_integrity:
+            (image_ws, image_wm), (text_ws, text_wm) = (self._reconstruction_weight(m)
+                                                        for m in ('image', 'text'))
             losses['loss_information_integrity'] = self.alpha_f * (
-                information_integrity_loss(image.semantic, image.modality, patch_tokens,
-                                           patch_mask)
-                + information_integrity_loss(text.semantic, text.modality, word_tokens,
-                                             word_mask)) / 2
+                information_integrity_loss(image_ws * image.semantic, image_wm * image.modality,
+                                           patch_tokens, patch_mask)
+                + information_integrity_loss(text_ws * text.semantic, text_wm * text.modality,
+                                             word_tokens, word_mask)) / 2
             if self.use_distribution_sampling:
                 losses['loss_x_semantic_reconstruction'] = (1 - self.alpha_f) * (
-                    x_semantic_reconstruction_loss(outputs['image_x_semantic'],
-                                                   image.modality, patch_tokens, patch_mask)
-                    + x_semantic_reconstruction_loss(outputs['text_x_semantic'],
-                                                     text.modality, word_tokens,
+                    x_semantic_reconstruction_loss(image_ws * outputs['image_x_semantic'],
+                                                   image_wm * image.modality, patch_tokens,
+                                                   patch_mask)
+                    + x_semantic_reconstruction_loss(text_ws * outputs['text_x_semantic'],
+                                                     text_wm * text.modality, word_tokens,
                                                      word_mask)) / 2
         return losses
