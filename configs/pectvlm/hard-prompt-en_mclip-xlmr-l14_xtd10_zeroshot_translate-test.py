@@ -3,5 +3,7 @@
 # translate-test of mclip-xlmr-l14_xtd10_zeroshot_translate-test.py with the frozen prompt).
 _base_ = ['./mclip-xlmr-l14_xtd10_zeroshot_translate-test.py']
 
-model = dict(language_branch=dict(
-    adapters=dict(_delete_=True, type='HardPrompt', text='a photo of')))
+prompt = 'a photo of'
+# The English captions are read after the prompt too, as the paper evaluates English.
+model = dict(language_branch=dict(adapters=dict(_delete_=True, type='HardPrompt', text=prompt)),
+             data_preprocessor=dict(source_prompt=prompt))

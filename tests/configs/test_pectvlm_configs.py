@@ -153,6 +153,30 @@ def test_zero_shot_config_is_mclip_with_at_most_a_frozen_prompt(path):
                                        atol=1e-5, rtol=1e-4)
 
 
+@needs_tokenizer
+@pytest.mark.parametrize('path', ZERO_SHOT, ids=lambda p: p.stem)
+def test_english_is_evaluated_with_the_prompt_where_the_paper_does(path):
+    """The English-prompt configs read the English gallery after "a photo of" as well (the
+    frozen tower on the prefixed captions); the others read English as it is."""
+    cfg = Config.fromfile(path)
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_mclip(cfg)).eval()
+    english = ['a dog runs on the grass', 'two cats sleep']
+    gallery = dict(media=torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8),
+                   media_id=['a', 'b'], index=[0, 1],
+                   captions=[{'en': [english[0]]}, {'en': [english[1]]}])
+    outputs = model(mode='predict', **model.data_preprocessor(gallery, False))
+    encoded = torch.cat([output['caption_embeddings']['en'] for output in outputs])
+    prompt = (cfg.model.get('data_preprocessor') or {}).get('source_prompt')
+    assert (prompt == 'a photo of') == path.stem.startswith('hard-prompt-en')
+    read = [f'{prompt} {text}' for text in english] if prompt else english
+    with torch.no_grad():
+        expected = model.backbone.encode_source_text(xlmr_tokenizer()(read))
+    torch.testing.assert_close(torch.nn.functional.normalize(encoded, dim=-1),
+                               torch.nn.functional.normalize(expected, dim=-1),
+                               atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize('path', LORA_TWINS, ids=lambda p: p.stem)
 def test_lora_twin_of_each_dasd_clip_config_builds_and_runs_its_phases(path):
     assert (CONFIGS / 'dasd' / path.name.replace('lora_', 'dasd_')).is_file()

@@ -22,10 +22,17 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
     ``[B, T, 3, H, W]``), ``source_tokens``, ``target_tokens`` (:class:`TokenBatch`), ``langs``,
     ``media_ids``, ``indices``, ``caption_tokens`` (``{lang: (TokenBatch, owner [N])}`` with
     ``owner[n]`` the batch row of caption ``n``), and any cached features the batch carries.
+
+    Args:
+        non_blocking: copy batches to the device without blocking.
+        source_prompt: text written before every source-language caption (``'a photo of'``:
+            PECTVLM's English prompt, with which it also evaluates English); ``None`` reads
+            the captions as they are.
     """
 
-    def __init__(self, non_blocking: bool = False) -> None:
+    def __init__(self, non_blocking: bool = False, source_prompt: str | None = None) -> None:
         super().__init__(non_blocking)
+        self.source_prompt = source_prompt
         self.source_tokenizer: BaseTokenizer | None = None
         self.target_tokenizer: BaseTokenizer | None = None
         self.source_language = 'en'
@@ -70,6 +77,12 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
                                'target-language branch')
         return tokenizer
 
+    def _prompted(self, texts: Sequence[str], lang: str) -> list[str]:
+        """``texts`` of language ``lang``, after the source prompt when they are the source's."""
+        if self.source_prompt is None or lang != self.source_language:
+            return list(texts)
+        return [f'{self.source_prompt} {text}' for text in texts]
+
     def caption_tokens(self, captions: Sequence[dict[str, Sequence[str]]],
                        text_language: str | None = None
                        ) -> dict[str, tuple[TokenBatch, torch.Tensor]]:
@@ -90,8 +103,9 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
                     texts.append(text)
                     owner.append(row)
             if texts:
-                grouped[lang] = (self._tokenizer_for(lang)(texts,
-                                                           [text_language or lang] * len(texts)),
+                language = text_language or lang
+                grouped[lang] = (self._tokenizer_for(lang)(self._prompted(texts, lang),
+                                                           [language] * len(texts)),
                                  torch.tensor(owner, dtype=torch.long))
         return grouped
 
@@ -102,7 +116,8 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
         if 'source_text' in data:
             sources = data['source_text']
             out['source_tokens'] = self._tokenizer_for(self.source_language)(
-                sources, [self.source_language] * len(sources))
+                self._prompted(sources, self.source_language),
+                [self.source_language] * len(sources))
         targets = data.get('target_text')
         if targets is not None and all(t is not None for t in targets):
             # Each caption its own language: a tokenizer may write it (NLLB's language token).

@@ -27,12 +27,13 @@ class TranslationDataPreprocessor(RetrievalDataPreprocessor):
       ``{lang: (TokenBatch, owner)}``, laid out like ``caption_tokens``.
 
     Args:
-        non_blocking: see :class:`RetrievalDataPreprocessor`.
+        non_blocking, source_prompt: see :class:`RetrievalDataPreprocessor`.
         source_through_branch: also tokenise ``source_text`` for the branch (set by the model).
     """
 
-    def __init__(self, non_blocking: bool = False, source_through_branch: bool = False) -> None:
-        super().__init__(non_blocking)
+    def __init__(self, non_blocking: bool = False, source_prompt: str | None = None,
+                 source_through_branch: bool = False) -> None:
+        super().__init__(non_blocking, source_prompt)
         self.source_through_branch = source_through_branch
 
     def forward(self, data: dict, training: bool = False) -> dict[str, Any]:

@@ -47,7 +47,8 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         phase / loss_weights: the phase :meth:`loss` runs and its non-zero weights.
 
     Args:
-        data_preprocessor: config of the preprocessor; ``None`` builds ``default_preprocessor``.
+        data_preprocessor: config of the preprocessor (its ``type`` defaults to
+            ``default_preprocessor``); ``None`` builds ``default_preprocessor``.
         init_cfg: MMEngine init config.
         default_preprocessor: the preprocessor type this retriever's batches need.
     """
@@ -56,7 +57,8 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
 
     def __init__(self, data_preprocessor: dict | None = None, init_cfg: dict | None = None,
                  default_preprocessor: str = 'RetrievalDataPreprocessor') -> None:
-        preprocessor = MODELS.build(data_preprocessor or dict(type=default_preprocessor))
+        # A config may give the preprocessor's options alone; the retriever knows its type.
+        preprocessor = MODELS.build({'type': default_preprocessor, **(data_preprocessor or {})})
         super().__init__(data_preprocessor=preprocessor, init_cfg=init_cfg)
         self.disentangler: nn.Module | None = None
         self.losses = nn.ModuleDict()

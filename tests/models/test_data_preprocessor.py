@@ -1,0 +1,31 @@
+"""RetrievalDataPreprocessor: the source prompt is written before source-language texts only."""
+import torch
+
+import xmr  # noqa: F401
+from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
+from xmr.registry import MODELS
+
+
+def test_the_source_prompt_prefixes_source_texts_and_nothing_else():
+    # Options alone: the retriever gives its preprocessor's type.
+    model = MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                              language_branch=tiny_branch_cfg(languages=['de']),
+                              data_preprocessor=dict(source_prompt='a photo of')))
+    preprocessor = model.data_preprocessor
+    out = preprocessor(dict(
+        source_text=['a red circle'], target_text=['ein roter Kreis'], lang=['de'],
+        captions=[{'en': ['a blue square'], 'de': ['ein blaues Quadrat']}]), False)
+    source, target = preprocessor.source_tokenizer, preprocessor.target_tokenizer
+    expected = {'source_tokens': source(['a photo of a red circle'], ['en']),
+                'target_tokens': target(['ein roter Kreis'], ['de'])}
+    expected_captions = {'en': source(['a photo of a blue square'], ['en']),
+                         'de': target(['ein blaues Quadrat'], ['de'])}
+    for key, tokens in expected.items():
+        assert torch.equal(out[key]['input_ids'], tokens['input_ids']), key
+    for lang, tokens in expected_captions.items():
+        assert torch.equal(out['caption_tokens'][lang][0]['input_ids'], tokens['input_ids']), lang
+    plain = MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                              language_branch=tiny_branch_cfg(languages=['de'])))
+    unprompted = plain.data_preprocessor(dict(source_text=['a red circle']), False)
+    assert not torch.equal(unprompted['source_tokens']['input_ids'],
+                           expected['source_tokens']['input_ids'])
