@@ -15,6 +15,7 @@ from xmr.registry import HOOKS, MODELS
 CONFIGS = sorted((REPO / 'configs' / 'cdds').glob('*.py'))
 DEMO = REPO / 'configs' / 'cdds' / 'cdds_tiny-clip_synthetic.py'
 sys.path.insert(0, str(REPO / 'tools'))
+import test as test_tool  # noqa: E402
 import train as train_tool  # noqa: E402
 
 
@@ -174,3 +175,11 @@ def test_demo_config_trains_and_improves_r1_over_its_start(tmp_path: Path):
     # Retrieval reads the semantic components, so CDDS's own phase must make the difference.
     assert recall_at_1(end) >= recall_at_1(before_cdds) + 10, (before_cdds, end)
     assert recall_at_1(end) >= recall_at_1(start) + 10, (start, end)
+
+    # tools/test.py on the trained checkpoint: the test galleries' languages are checked and
+    # both scorings come out (patch-word, bare keys; the pooled cosine beside it).
+    test_tool.main([str(DEMO), str(tmp_path / 'iter_120.pth'), '--work-dir', str(tmp_path),
+                    '--out', str(tmp_path / 'test.json'), '--cfg-options',
+                    'test_dataloader.dataset.num_scenes=50', *short[-4:]])
+    metrics = json.loads((tmp_path / 'test.json').read_text())['metrics']
+    assert {'en/t2i_R@1', 'pooled/en/t2i_R@1'} <= set(metrics)

@@ -136,6 +136,14 @@ def test_predict_embeds_semantic_components_only():
         model.val_step(dict(batch, captions=[{'de': ['ein Kreis']}, {}]))
 
 
+def test_check_languages_names_those_the_model_does_not_read():
+    model = build(disentangler=CDDS)
+    model.check_languages(['en'], 'query')
+    with pytest.raises(ValueError, match=r"test dataset x: the model does not read \['de'\]; it "
+                                         r"reads \['en'\]"):
+        model.check_languages(['en', 'de'], 'test dataset x')
+
+
 def test_patch_word_retrieval_hands_the_semantic_tokens_and_the_score_to_the_metric():
     model = build(disentangler=CDDS, retrieval_score='patch_word').eval()
     batch = dict(media=BATCH['media'][:2], media_id=['a', 'b'],
@@ -165,7 +173,7 @@ def test_cross_lingual_setting_trains_on_the_target_captions():
                                data['langs']) is data['target_tokens']
     assert set(model(mode='loss', **data)) == {f'loss_{n}' for n in CDDS_TERMS | {'itc'}}
     german_only = build(disentangler=CDDS, languages=['de'], train_text='target')
-    with pytest.raises(ValueError, match=r"captions in \['fr'\], which the model does not"):
+    with pytest.raises(ValueError, match=r"training captions: the model does not read \['fr'\]"):
         german_only(mode='loss', **german_only.data_preprocessor(BATCH, True))
     source_only = dict(BATCH, target_text=[None] * 4)
     with pytest.raises(ValueError, match="train_text='target' needs a 'target_text'"):

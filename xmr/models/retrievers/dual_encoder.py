@@ -159,6 +159,21 @@ class DualEncoderRetriever(BaseRetriever):
         """Retrieval embeddings ``[B, E]`` of captions (semantic components with CDDS)."""
         return self.retrieval_tokens(self.encode_text_tokens(tokens), 'text')[1]
 
+    def check_languages(self, languages: Sequence[str], where: str) -> None:
+        """Fail unless the text tower reads every language (the model's ``languages``).
+
+        Args:
+            languages: languages of captions or queries.
+            where: what holds them (``'query'``, ``'test dataset flickr30k (path)'``).
+
+        Raises:
+            ValueError: naming ``where``, the languages it does not read and those it reads.
+        """
+        unread = [lang for lang in languages if lang not in self.languages]
+        if unread:
+            raise ValueError(f'{where}: the model does not read {unread}; it reads '
+                             f'{self.languages}')
+
     # ----------------------------------------------------------------------------- modes
     def training_text(self, source_tokens: TokenBatch | None, target_tokens: TokenBatch | None,
                       langs: Sequence[str] | None) -> TokenBatch:
@@ -170,10 +185,7 @@ class DualEncoderRetriever(BaseRetriever):
         if target_tokens is None:
             raise ValueError("train_text='target' needs a 'target_text' for every item; the "
                              'dataset gave none (source-only items?)')
-        unread = sorted(set(langs or ()) - set(self.languages))
-        if unread:
-            raise ValueError(f'training captions in {unread}, which the model does not read; '
-                             f'languages: {self.languages}')
+        self.check_languages(sorted(set(langs or ())), 'training captions')
         return target_tokens
 
     def loss(self, media: torch.Tensor | None = None, source_tokens: TokenBatch | None = None,
