@@ -15,6 +15,4 @@ model = dict(
                   tokenizer=nllb_tokenizer),
     language_branch=dict(_base_.pectvlm_branch, languages=target_languages,
                          tokenizer=nllb_tokenizer),
-    losses=dict(cl=dict(type='AlignmentLoss', kind='mse'),
-                cm=dict(type='InfoNCELoss', temperature=0.01)),
 )

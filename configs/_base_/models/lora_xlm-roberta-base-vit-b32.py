@@ -14,6 +14,4 @@ model = dict(
                   tokenizer=xlmr_tokenizer),
     language_branch=dict(_base_.pectvlm_branch, languages=target_languages,
                          tokenizer=xlmr_tokenizer),
-    losses=dict(cl=dict(type='AlignmentLoss', kind='mse'),
-                cm=dict(type='InfoNCELoss', temperature=0.01)),
 )

@@ -275,17 +275,18 @@ class PreNormTextTower(TextTower):
         Returns:
             ``x``'s shape.
         """
-        h = self.attention_branch(index, x, mask, hooks)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
-        x = x + h
-        h = self.mlp_branch(index, x, hooks)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
-        x = x + h
-        if hooks is not None:
-            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
-        return x
+        x = x + residual_site(self.attention_branch(index, x, mask, hooks), hooks,
+                              AdapterSite.ATTN_OUTPUT, index)
+        x = x + residual_site(self.mlp_branch(index, x, hooks), hooks, AdapterSite.MLP_OUTPUT,
+                              index)
+        return residual_site(x, hooks, AdapterSite.BLOCK_OUTPUT, index)
+
+
+def residual_site(x: torch.Tensor, hooks: SiteHooks | None, site: AdapterSite,
+                  index: int) -> torch.Tensor:
+    """``x`` ``[B, L, D]`` (or packed ``[T, D]``) through the adapters at a residual site
+    (``attn.output``, ``mlp.output``, ``block.output``); ``x`` itself without one."""
+    return x if hooks is None else hooks.residual(site, index, x)
 
 
 def with_linear_delta(out: torch.Tensor, x: torch.Tensor, hooks: SiteHooks | None,

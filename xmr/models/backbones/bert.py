@@ -6,7 +6,13 @@ import torch
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
-from xmr.models.backbones.base import SiteHooks, TextTower, linear_site, with_qkv_delta
+from xmr.models.backbones.base import (
+    SiteHooks,
+    TextTower,
+    linear_site,
+    residual_site,
+    with_qkv_delta,
+)
 from xmr.models.language.packed_tokens import PackedTokens
 
 __all__ = ['BertTextTower', 'build_bert']
@@ -113,19 +119,14 @@ class BertTextTower(TextTower):
         context = self._self_attention(index, x, mask, hooks)
         h = linear_site(context, layer.attention.output.dense, hooks, AdapterSite.ATTN_OUT,
                          index)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.ATTN_OUTPUT, index, h)
-        x = layer.attention.output.LayerNorm(h + x)
+        x = layer.attention.output.LayerNorm(
+            residual_site(h, hooks, AdapterSite.ATTN_OUTPUT, index) + x)
 
         h = linear_site(x, layer.intermediate.dense, hooks, AdapterSite.MLP_FC, index)
         h = layer.intermediate.intermediate_act_fn(h)
         h = linear_site(h, layer.output.dense, hooks, AdapterSite.MLP_PROJ, index)
-        if hooks is not None:
-            h = hooks.residual(AdapterSite.MLP_OUTPUT, index, h)
-        x = layer.output.LayerNorm(h + x)
-        if hooks is not None:
-            x = hooks.residual(AdapterSite.BLOCK_OUTPUT, index, x)
-        return x
+        x = layer.output.LayerNorm(residual_site(h, hooks, AdapterSite.MLP_OUTPUT, index) + x)
+        return residual_site(x, hooks, AdapterSite.BLOCK_OUTPUT, index)
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         """``r = text_proj(x_CLS)`` (``x_CLS`` itself without a projection); BERT is post-LN,
