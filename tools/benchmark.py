@@ -57,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,8 @@ TINY_CLIP = dict(embed_dim=32,
                  vision_cfg=dict(image_size=32, layers=2, width=32, patch_size=8, head_width=16),
                  text_cfg=dict(context_length=77, vocab_size=49408, width=32, heads=2, layers=2))
 TINY_TABLE = dict(vocab_size=2000, table_width=24)
+#: Steps each row runs under torch.profiler with --profile.
+PROFILED_STEPS = 3
 TARGETS = {('static', 'cross_lingual'): 3.0, ('static', 'video'): 5.0,
            ('dasd', 'cross_lingual'): 5.0}
 
@@ -112,8 +115,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--work-dir', help='tokenizer model and feature caches (default: temp)')
     parser.add_argument('--out', help='write the rows as JSON here')
     parser.add_argument('--in-process', action='store_true',
-                        help='run every row in this process (memory column then is the peak '
-                        'so far, not per row)')
+                        help='run every row in this process (saves a start per row; on the CPU '
+                        'the memory column then is the peak so far, on CUDA it stays per row)')
+    parser.add_argument('--profile', metavar='FILE',
+                        help=f'after its timed steps, run {PROFILED_STEPS} more steps of each row '
+                        'under torch.profiler and append where the time goes to FILE (Markdown)')
     parser.add_argument('--one', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cuda = args.device.startswith('cuda')
@@ -287,7 +293,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     cuda = device.type == 'cuda'
 
     def step() -> float | None:
-        batch = retrieval_collate([dataset[i] for i in range(len(dataset))])
+        with torch.profiler.record_function('xmr: fetch + collate'):
+            batch = retrieval_collate([dataset[i] for i in range(len(dataset))])
         if wrapper is None:
             model.eval()
             if spec['precision'] == 'amp':
@@ -320,6 +327,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             cpu_times.append(time.process_time() - cpu_started)
     # The fastest timed step: other processes on a shared host only ever add time.
     seconds = min(times)
+    if spec.get('profile'):
+        profile_steps(step, device, spec, seconds)
     padded = _padded_lengths(model, items, case)
     memory = (torch.cuda.max_memory_allocated(device) / 2 ** 20 if cuda
               else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
@@ -328,6 +337,50 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                 samples_per_s=spec['batch_size'] / seconds, step_ms=1000 * seconds,
                 cpu_ms=1000 * min(cpu_times),
                 peak_memory_mib=memory, first_loss=first_loss, **padded)
+
+
+#: Runtime calls counted per profiled step: kernel launches, and the calls that make the host wait
+#: for the device (a synchronisation, or a copy to pageable memory such as ``.item()``).
+LAUNCH_CALLS = ('cudaLaunchKernel', 'cudaLaunchKernelExC', 'cuLaunchKernel', 'cuLaunchKernelEx')
+SYNC_CALLS = ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize',
+              'cudaMemcpy', 'cudaMemcpyAsync')
+
+
+def profile_steps(step, device, spec: dict[str, Any], seconds: float) -> None:
+    """Append one row's profile to ``spec['profile']``: per step, the device's busy time, the
+    kernels launched and the host's waits, then the top operators by self time on the device (on
+    the CPU, by self CPU time); ``xmr: fetch + collate`` is the data path's share."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from xmr.fileio import atomic_write_text
+
+    cuda = device.type == 'cuda'
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    started = time.perf_counter()
+    with profile(activities=activities) as profiler:
+        for _ in range(PROFILED_STEPS):
+            step()
+        if cuda:
+            torch.cuda.synchronize(device)
+    profiled_ms = 1000 * (time.perf_counter() - started) / PROFILED_STEPS
+    events = profiler.key_averages()
+    counts = {event.key: event.count / PROFILED_STEPS for event in events}
+    device_ms = sum(event.self_device_time_total for event in events) / 1000 / PROFILED_STEPS
+    data_ms = sum(event.cpu_time_total for event in events
+                  if event.key == 'xmr: fetch + collate') / 1000 / PROFILED_STEPS
+    title = f"{spec.get('method', 'static')} {spec['case']} {spec['path']} {spec['precision']}"
+    lines = [f'## {title}', '',
+             f'- step: {1000 * seconds:.2f} ms timed, {profiled_ms:.2f} ms under the profiler, of '
+             f'which {data_ms:.2f} ms fetch + collate; device busy {device_ms:.2f} ms',
+             f'- per step: {sum(counts.get(name, 0) for name in LAUNCH_CALLS):.0f} kernel '
+             f'launches, waits: ' + ', '.join(f'{name} {counts[name]:.0f}' for name in SYNC_CALLS
+                                               if name in counts), '', '```',
+             events.table(sort_by='self_device_time_total' if cuda else 'self_cpu_time_total',
+                          row_limit=20, max_name_column_width=60), '```', '']
+    path = Path(spec['profile'])
+    previous = path.read_text() if path.exists() else ''
+    atomic_write_text(path, previous + '\n'.join(lines) + '\n')
 
 
 class AuthorsDASDCosts:
@@ -404,8 +457,7 @@ def run_in_subprocess(spec: dict[str, Any]) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, '--one', json.dumps(spec)],
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise RuntimeError(f'benchmark row {spec["case"]}/{spec["path"]}/{spec["precision"]} '
-                           f'failed:\n{out.stderr[-4000:]}')
+        raise RuntimeError(out.stderr[-4000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -434,8 +486,8 @@ def results_table(rows: list[dict[str, Any]], device: str) -> str:
               'CPU ms/step', unit, 'tokens tgt/en', 'tgt tokens run', 'first loss', 'speed-up',
               'CPU-time speed-up']
     cells = [[r.get('method', 'static'), r['case'], r['path'], r['precision'],
-              f"{r['steps_per_s']:.3f}", f"{r['samples_per_s']:.1f}", f"{r['step_ms']:.0f}",
-              f"{r['cpu_ms']:.0f}", f"{r['peak_memory_mib']:.0f}",
+              f"{r['steps_per_s']:.3f}", f"{r['samples_per_s']:.1f}", f"{r['step_ms']:.1f}",
+              f"{r['cpu_ms']:.1f}", f"{r['peak_memory_mib']:.0f}",
               f"{r['target_tokens']}/{r['source_tokens']}", f"{r['target_tokens_run']:.1f}",
               '' if r['first_loss'] is None else f"{r['first_loss']:.5f}",
               f"{r.get('speedup', 1.0):.2f}x", f"{r.get('cpu_speedup', 1.0):.2f}x"]
@@ -455,9 +507,12 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
             f" (target >= {target:.0f}x: {'met' if row['speedup'] >= target else 'NOT met'})")
         loss = ('' if 'loss_rel_diff' not in row
                 else f", first-step loss differs by {row['loss_rel_diff']:.1e} (relative)")
+        # An eval sample carries two captions (English and German) beside its image.
+        rate = (f", {2 * row['samples_per_s']:.0f} captions/s" if row['case'] == 'eval'
+                else f", {row['step_ms']:.1f} ms/step")
         lines.append(f"{method} {row['case']} {row['precision']}: xmr is {row['speedup']:.2f}x "
                      f"the {PATHS[method][0]} path ({row['cpu_speedup']:.2f}x in CPU time)"
-                     f"{verdict}{loss}")
+                     f"{rate}{verdict}{loss}")
     return lines + projected_schedule(rows)
 
 
@@ -500,14 +555,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         common = dict(device=args.device, arch=args.arch, batch_size=args.batch_size,
                       steps=args.steps, warmup=args.warmup, frames=args.frames,
                       threads=args.threads, sp_model=sp_model, work_dir=str(work_dir),
-                      tokenizer_file=args.tokenizer_file)
-        rows = []
+                      tokenizer_file=args.tokenizer_file, profile=args.profile)
+        rows, failed = [], []
         for spec in rows_to_run(args):
             spec = dict(common, **spec)
             started = time.perf_counter()
-            row = run_one(spec) if args.in_process else run_in_subprocess(spec)
+            name = f"{spec['method']} {spec['case']} {spec['path']} {spec['precision']}"
+            try:
+                row = run_one(spec) if args.in_process else run_in_subprocess(spec)
+            except Exception:  # noqa: BLE001 - a failed row is reported; the others still run
+                print(f'benchmark row {name} failed:\n{traceback.format_exc()}', flush=True)
+                failed.append(name)
+                continue
             print(f"{row['method']:<7} {row['case']:<14} {row['path']:<11} {row['precision']:<5} "
-                  f"{row['step_ms']:9.0f} ms/step  ({time.perf_counter() - started:.0f} s)",
+                  f"{row['step_ms']:9.2f} ms/step {row['peak_memory_mib']:8.0f} MiB  first loss "
+                  f"{row['first_loss']}  ({time.perf_counter() - started:.0f} s)",
                   flush=True)
             rows.append(row)
     rows = with_ratios(rows)
@@ -521,6 +583,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         atomic_write_text(args.out, json.dumps(dict(
             arch=args.arch, device=device, batch_size=args.batch_size, frames=args.frames,
             steps=args.steps, warmup=args.warmup, rows=rows), indent=2))
+    if failed:
+        raise SystemExit(f'{len(failed)} benchmark rows failed (their errors are above): '
+                         + '; '.join(failed))
     return rows
 
 

@@ -8,9 +8,11 @@
 #   bash tools/gpu_check.sh [WHEELS [OUT]]   # on the GPU machine (defaults: .whl, gpu_report)
 #
 # Environment: PYTHON (python3), PYTHON_VERSION of the GPU machine for --download (3.12),
-# BENCHMARK_ARGS (extra tools/benchmark.py arguments, e.g. "--cases cross_lingual").
-# The report, OUT/gpu_report.md, holds the device, the versions, the tier's summary and the
-# benchmark table; OUT also keeps the full logs and benchmark.json.
+# BENCHMARK_ARGS (extra tools/benchmark.py arguments, e.g. "--cases cross_lingual"),
+# PROFILE_ARGS (the profiled rows; default: DASD cross_lingual and eval in bf16).
+# The report, OUT/gpu_report.md, holds the device, the versions, the tier's summary, the
+# benchmark table and the profile's per-step summary; OUT also keeps the full logs,
+# benchmark.json and profile.md (torch.profiler's top operators of each profiled row).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -59,13 +61,26 @@ if missing:
              'directory (requirements/gpu_wheels.txt lists what a CUDA image usually lacks)')
 PY
 
+# The tier's slow tests (a CPU reference run, a CUDA run, a launcher run) overlap when pytest-xdist
+# is there; the benchmark and the profile run alone on the device.
+parallel=()
+if "$PYTHON" -c 'import xdist' 2>/dev/null; then
+    parallel=(-n 4)
+fi
 set +e
-"$PYTHON" -m pytest -m gpu tests -q -rs -p no:cacheprovider 2>&1 | tee "$out/gpu_tier.log"
+"$PYTHON" -m pytest -m gpu tests -q -rs -p no:cacheprovider --durations=10 "${parallel[@]}" 2>&1 \
+    | tee "$out/gpu_tier.log"
 tier=${PIPESTATUS[0]}
 # shellcheck disable=SC2086
-"$PYTHON" tools/benchmark.py --device cuda --out "$out/benchmark.json" ${BENCHMARK_ARGS:-} \
-    2>&1 | tee "$out/benchmark.log"
+"$PYTHON" tools/benchmark.py --device cuda --in-process --out "$out/benchmark.json" \
+    ${BENCHMARK_ARGS:-} 2>&1 | tee "$out/benchmark.log"
 bench=${PIPESTATUS[0]}
+rm -f "$out/profile.md"
+# shellcheck disable=SC2086
+"$PYTHON" tools/benchmark.py --device cuda --in-process --profile "$out/profile.md" \
+    ${PROFILE_ARGS:---methods dasd --cases cross_lingual,eval --amp amp --steps 5 --warmup 3} \
+    > "$out/profile.log" 2>&1
+profiled=$?
 set -e
 
 {
@@ -81,6 +96,10 @@ set -e
     echo "## tools/benchmark.py --device cuda ${BENCHMARK_ARGS:-}: exit $bench"
     echo
     sed -n '/^|/,$p' "$out/benchmark.log"
+    echo
+    echo "## profile (profile.md: torch.profiler's top operators per row): exit $profiled"
+    echo
+    grep -E '^(## |- )' "$out/profile.md" 2>/dev/null || tail -n 5 "$out/profile.log"
 } > "$out/gpu_report.md"
 echo "report: $out/gpu_report.md"
-[ "$tier" -eq 0 ] && [ "$bench" -eq 0 ]
+[ "$tier" -eq 0 ] && [ "$bench" -eq 0 ] && [ "$profiled" -eq 0 ]
