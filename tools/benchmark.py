@@ -348,8 +348,8 @@ SYNC_CALLS = ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchr
 
 def profile_steps(step, device, spec: dict[str, Any], seconds: float) -> None:
     """Append one row's profile to ``spec['profile']``: per step, the device's busy time, the
-    kernels launched and the host's waits, then the top operators by self time on the device (on
-    the CPU, by self CPU time); ``xmr: fetch + collate`` is the data path's share."""
+    kernels launched and the host's waits, then the top operators by self time on the device
+    and by self time on the host; ``xmr: fetch + collate`` is the data path's share."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -376,8 +376,9 @@ def profile_steps(step, device, spec: dict[str, Any], seconds: float) -> None:
              f'- per step: {sum(counts.get(name, 0) for name in LAUNCH_CALLS):.0f} kernel '
              f'launches, waits: ' + ', '.join(f'{name} {counts[name]:.0f}' for name in SYNC_CALLS
                                                if name in counts), '', '```',
-             events.table(sort_by='self_device_time_total' if cuda else 'self_cpu_time_total',
-                          row_limit=20, max_name_column_width=60), '```', '']
+             *(events.table(sort_by=key, row_limit=15, max_name_column_width=60)
+               for key in (('self_device_time_total', 'self_cpu_time_total') if cuda
+                           else ('self_cpu_time_total',))), '```', '']
     path = Path(spec['profile'])
     previous = path.read_text() if path.exists() else ''
     atomic_write_text(path, previous + '\n'.join(lines) + '\n')

@@ -5,7 +5,11 @@ import pytest
 import torch
 from torch import nn
 
-from xmr.engine.optim import HybridOptimizer, PhasedOptimWrapperConstructor
+from xmr.engine.optim import (
+    HybridOptimizer,
+    PhasedOptimWrapperConstructor,
+    clip_grad_norm_with_sparse,
+)
 from xmr.models.language.embedding import TargetEmbedding
 
 LR = 0.1
@@ -37,7 +41,7 @@ def build(model: nn.Module, wrapper: str = 'OptimWrapper', weight_decay: float =
 
 def train_step(model: nn.Module, wrapper, ids: list[int]) -> None:
     with wrapper.optim_context(model):
-        loss = model(torch.tensor([ids]))
+        loss = model(torch.tensor([ids], device=next(model.parameters()).device))
     wrapper.update_params(loss)
 
 
@@ -134,6 +138,27 @@ def test_gradient_clipping_measures_the_coalesced_sparse_gradient():
     clipped = model.language_branch.embedding.table.weight.grad.coalesce().values()
     torch.testing.assert_close(clipped, grads[0] * 1e-3 / float(expected_norm), rtol=1e-4,
                                atol=0)
+
+
+@pytest.mark.parametrize('norm_type', [2.0, 1.0, math.inf])
+@pytest.mark.parametrize('max_norm', [1e-3, 1e3])
+def test_sparse_clipping_equals_torch_clipping_of_the_dense_gradients(norm_type, max_norm):
+    sparse, dense = TinyBranch(sparse=True), TinyBranch(sparse=False)
+    for model in (sparse, dense):
+        model(torch.tensor([[2, 2, 7]])).backward()
+    assert sparse.language_branch.embedding.table.weight.grad.is_sparse
+    norm = clip_grad_norm_with_sparse(sparse.parameters(), max_norm, norm_type)
+    expected = nn.utils.clip_grad_norm_(dense.parameters(), max_norm, norm_type)
+    torch.testing.assert_close(norm, expected)
+    for got, want in zip(sparse.parameters(), dense.parameters(), strict=True):
+        torch.testing.assert_close(got.grad.to_dense(), want.grad)
+
+
+def test_the_sparse_wrapper_clips_with_the_sparse_aware_norm():
+    assert build(TinyBranch(sparse=True), clip_grad=dict(max_norm=1.0)).clip_func is \
+        clip_grad_norm_with_sparse
+    assert build(TinyBranch(sparse=False), clip_grad=dict(max_norm=1.0)).clip_func is \
+        nn.utils.clip_grad_norm_
 
 
 def test_sparse_updates_run_under_fp16_loss_scaling():

@@ -10,6 +10,7 @@ import torch
 from tests.conftest import tiny_retriever_cfg
 from tests.engine.test_amp import BATCH, TOLERANCE, target_embeddings, wrapper_for
 from tests.engine.test_feature_cache import ListDataset, pair_items
+from tests.engine.test_optim import TinyBranch, build, train_step
 from tests.gpu.conftest import FP32_TOLERANCE
 from xmr.engine.feature_cache import CachedFeatureDataset
 from xmr.registry import MODELS
@@ -44,6 +45,20 @@ def test_fused_adamw_equals_the_per_tensor_loop(accelerator):
         got.values(), retriever(torch.device('cpu')).parameters()))
     for name, value in got.items():
         torch.testing.assert_close(value, expected[name], **FP32_TOLERANCE, msg=name)
+
+
+def test_a_clipped_step_with_a_sparse_table_equals_the_cpu(accelerator):
+    """SparseAdam beside AdamW with norm clipping: CUDA has no sparse norm kernel, so clipping
+    must measure the coalesced values itself."""
+    trained = {}
+    for device in (torch.device('cpu'), accelerator):
+        model = TinyBranch(sparse=True).to(device)
+        wrapper = build(model, clip_grad=dict(max_norm=1e-2))
+        for ids in ([1, 2, 2], [2, 7, 9]):
+            train_step(model, wrapper, ids)
+        trained[device.type] = [p.detach().cpu() for p in model.parameters()]
+    for got, expected in zip(trained[accelerator.type], trained['cpu'], strict=True):
+        torch.testing.assert_close(got, expected, **FP32_TOLERANCE)
 
 
 @pytest.mark.parametrize('dtype, phase, weights', [

@@ -8,7 +8,7 @@ to the configured dense one, behind a single :class:`HybridOptimizer` so that MM
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -119,8 +119,8 @@ class HybridOptimizer(Optimizer):
     ``param_groups`` lists the dense groups then the sparse ones (the same dicts the two
     optimisers hold, so a learning rate set on a group reaches the optimiser that owns it);
     ``state`` is the union of both states; ``step``/``zero_grad`` run both. MMEngine's
-    ``OptimWrapper`` (gradient clipping included: ``clip_grad_norm_`` coalesces sparse
-    gradients), the AMP wrapper's ``GradScaler`` and the phased loop need nothing else.
+    ``OptimWrapper`` (its norm clipping done by :func:`clip_grad_norm_with_sparse`), the AMP
+    wrapper's ``GradScaler`` and the phased loop need nothing else.
 
     Args:
         dense: optimiser of the parameters with dense gradients (e.g. ``AdamW``).
@@ -168,6 +168,43 @@ class HybridOptimizer(Optimizer):
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}(dense={self.dense!r}, sparse={self.sparse!r})'
+
+
+def clip_grad_norm_with_sparse(parameters: Iterable[nn.Parameter], max_norm: float,
+                               norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                               foreach: bool | None = None) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` that also takes sparse gradients, on any device.
+
+    A sparse gradient is coalesced (repeated rows summed) and counts by its values, which is the
+    norm of its dense form; torch's own function has no sparse norm kernel on CUDA. The scale is
+    torch's, ``min(1, max_norm / (||g|| + 1e-6))``, applied to every gradient in place.
+    ``foreach`` is accepted for MMEngine's call and not needed: this runs only for the
+    configurations with sparse tables.
+
+    Returns:
+        The total norm of all gradients before clipping (0-d).
+    """
+    grads = []
+    for parameter in parameters:
+        if parameter.grad is None:
+            continue
+        if parameter.grad.is_sparse:
+            parameter.grad = parameter.grad.coalesce()
+            grads.append(parameter.grad._values())
+        else:
+            grads.append(parameter.grad)
+    if not grads:
+        return torch.tensor(0.0)
+    device = grads[0].device
+    total = torch.linalg.vector_norm(torch.stack(
+        [torch.linalg.vector_norm(g, norm_type).to(device) for g in grads]), norm_type)
+    if error_if_nonfinite and not torch.isfinite(total):
+        raise RuntimeError(f'the total norm of order {norm_type} of the gradients is '
+                           f'{float(total)}; clipping cannot make them finite')
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for grad in grads:
+        grad.mul_(scale.to(grad.device, grad.dtype))
+    return total
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
@@ -231,4 +268,7 @@ class PhasedOptimWrapperConstructor:
                                     for group, params in sorted(sparse_buckets.items())]
             optimizer = HybridOptimizer(optimizer, OPTIMIZERS.build(sparse_cfg))
         cfg.setdefault('type', 'OptimWrapper')
-        return OPTIM_WRAPPERS.build(cfg, default_args=dict(optimizer=optimizer))
+        wrapper = OPTIM_WRAPPERS.build(cfg, default_args=dict(optimizer=optimizer))
+        if sparse_buckets and getattr(wrapper, 'clip_func', None) is nn.utils.clip_grad_norm_:
+            wrapper.clip_func = clip_grad_norm_with_sparse
+        return wrapper

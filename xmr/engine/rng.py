@@ -29,8 +29,10 @@ def capture_rng_state() -> dict[str, Any]:
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state['torch'])
+    """Restore :func:`capture_rng_state`'s streams; the torch states may come from a
+    checkpoint loaded onto the GPU, and torch takes them as CPU byte tensors only."""
+    torch.set_rng_state(state['torch'].cpu())
     np.random.set_state(state['numpy'])
     random.setstate(state['python'])
     if 'cuda' in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state['cuda'])
+        torch.cuda.set_rng_state_all([device_state.cpu() for device_state in state['cuda']])
