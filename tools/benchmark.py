@@ -351,6 +351,7 @@ def profile_steps(step, device, spec: dict[str, Any], seconds: float) -> None:
     kernels launched and the host's waits, then the top operators by self time on the device
     and by self time on the host; ``xmr: fetch + collate`` is the data path's share."""
     import torch
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     from xmr.fileio import atomic_write_text
@@ -366,7 +367,10 @@ def profile_steps(step, device, spec: dict[str, Any], seconds: float) -> None:
     profiled_ms = 1000 * (time.perf_counter() - started) / PROFILED_STEPS
     events = profiler.key_averages()
     counts = {event.key: event.count / PROFILED_STEPS for event in events}
-    device_ms = sum(event.self_device_time_total for event in events) / 1000 / PROFILED_STEPS
+    # Kernels only, as torch's own table totals them: a range annotation spans its kernels.
+    device_ms = sum(event.self_device_time_total for event in events
+                    if event.device_type == DeviceType.CUDA and not event.is_user_annotation
+                    ) / 1000 / PROFILED_STEPS
     data_ms = sum(event.cpu_time_total for event in events
                   if event.key == 'xmr: fetch + collate') / 1000 / PROFILED_STEPS
     title = f"{spec.get('method', 'static')} {spec['case']} {spec['path']} {spec['precision']}"

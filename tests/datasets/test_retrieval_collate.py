@@ -16,6 +16,16 @@ def test_stacks_media_and_lists_the_rest():
     assert 'skipped_media' not in batch
 
 
+def test_cached_features_are_stacked_into_one_tensor():
+    items = [{'media': None, 'source_features': torch.full((4,), float(i)),
+              'media_features': torch.full((4,), -float(i)), 'index': i} for i in range(3)]
+    batch = retrieval_collate(items)
+    assert batch['media'] is None
+    assert batch['source_features'].shape == batch['media_features'].shape == (3, 4)
+    assert batch['source_features'][:, 0].tolist() == [0.0, 1.0, 2.0]
+    assert batch['media_features'][:, 3].tolist() == [0.0, -1.0, -2.0]
+
+
 def test_none_and_markers_are_dropped_and_markers_named():
     item = {'media': torch.zeros(3, 2, 2, dtype=torch.uint8), 'media_id': 'a', 'index': 0}
     batch = retrieval_collate([None, item, SkippedMedia(2, '/v/bad.mp4', 'decoding failed')])

@@ -15,8 +15,10 @@ def retrieval_collate(items: Sequence[dict[str, Any] | SkippedMedia | None]) -> 
     """Collate dataset items into one batch dict.
 
     Tensors under ``media`` are stacked (``[B, 3, H, W]`` images or ``[B, T, 3, H, W]`` videos),
-    and media that are all ``None`` (text-only datasets) collate to ``None``; every other key
-    becomes a list of length ``B``. Items that a dataset skipped (``None``, or a
+    and media that are all ``None`` (text-only datasets) collate to ``None``; cached features
+    (``source_features``, ``media_features``: ``[E]`` each) are stacked to ``[B, E]``, so that a
+    batch reaches the GPU in one copy rather than one per sample; every other key becomes a
+    list of length ``B``. Items that a dataset skipped (``None``, or a
     ``SkippedMedia`` marker for an unreadable file under ``on_corrupt='skip'``) are dropped; the
     markers' file paths are listed under ``skipped_media`` (present only when something was
     skipped) for ``CorruptMediaHook`` to count.
@@ -36,7 +38,8 @@ def retrieval_collate(items: Sequence[dict[str, Any] | SkippedMedia | None]) -> 
         return batch
     for key in kept[0]:
         values = [item[key] for item in kept]
-        if key == 'media' and all(isinstance(v, torch.Tensor) for v in values):
+        stacked = key == 'media' or key.endswith('_features')
+        if stacked and all(isinstance(v, torch.Tensor) for v in values):
             batch[key] = torch.stack(values)
         elif key == 'media' and all(v is None for v in values):
             batch[key] = None

@@ -242,7 +242,8 @@ def attach_captions(items: list[dict[str, Any]], lang: str, embeddings: torch.Te
 
 
 def feature_rows(features: torch.Tensor | Sequence[torch.Tensor] | None) -> torch.Tensor | None:
-    """Cached features as one ``[B, E]`` tensor (the collate function keeps them as rows)."""
+    """Cached features as one ``[B, E]`` tensor (``retrieval_collate`` stacks them; a batch
+    from another collate function may carry ``B`` rows ``[E]``)."""
     if features is None or isinstance(features, torch.Tensor):
         return features
     return torch.stack(list(features))
