@@ -16,12 +16,13 @@ Paths (same model, same inputs, same seed):
               rows' baseline: it omits the costs the authors path adds, so it understates what
               xmr saves)
   xmr         r^S / r^V read from a memory-mapped feature cache, captions padded to the
-              batch's longest, the text blocks run on packed tokens (padding skipped; the
-              default of xmr)
+              batch's longest, the text blocks run on packed tokens on the CPU and on the
+              padded batch on a GPU (xmr's default, pack_tokens='auto')
   xmr+sparse  (static) xmr, plus SparseAdam on the embedding table (only the batch's rows
               update) instead of the faithful dense AdamW over all of it (cross_lingual only)
-  xmr-padded  (static) xmr with packing off: the blocks run the padding too (cross_lingual only;
-              what packing adds on top of cache + dynamic padding)
+  xmr-padded  (static) xmr with packing off: the blocks run the padding too (cross_lingual only)
+  xmr-packed  (static) xmr with packing on: the blocks skip the padding (cross_lingual only;
+              one of the two equals xmr on each device, the other measures the choice)
 
 Cases: cross_lingual (L_CL), cross_modal (L_CM, images), video (L_CM, 12-frame clips), eval
 (embedding a gallery batch and its English + German captions). The model has ViT-B/32 size with
@@ -67,7 +68,7 @@ CASES = ('cross_lingual', 'cross_modal', 'video', 'eval')
 METHODS = ('static', 'dasd')
 #: Each method's paths, its baseline first (cross_lingual runs them all, other cases the first
 #: paths up to and including 'xmr').
-PATHS = {'static': ('recompute', 'xmr', 'xmr+sparse', 'xmr-padded'),
+PATHS = {'static': ('recompute', 'xmr', 'xmr+sparse', 'xmr-padded', 'xmr-packed'),
          'dasd': ('authors', 'recompute', 'xmr')}
 #: The disentangler's losses at full scale (its own lambda1 = 1, lambda2 = 0.1 apply first).
 LOSS_WEIGHTS = {'static': dict(), 'dasd': dict(disentangler=1.0)}
@@ -265,7 +266,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                                    path == 'xmr+sparse', spec['sp_model'], method,
                                    spec.get('tokenizer_file'))).to(device)
     # The authors' code runs every padded position through the blocks.
-    model.backbone.text_tower.pack_tokens = path in ('xmr', 'xmr+sparse')
+    if recompute or path in ('xmr-padded', 'xmr-packed'):
+        model.backbone.text_tower.pack_tokens = path == 'xmr-packed'
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(name.startswith(('language_branch.', 'disentangler.')))
     phase = 'cross_lingual' if case == 'cross_lingual' else 'cross_modal'
@@ -329,7 +331,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     seconds = min(times)
     if spec.get('profile'):
         profile_steps(step, device, spec, seconds)
-    padded = _padded_lengths(model, items, case)
+    padded = _padded_lengths(model, items, case, device)
     memory = (torch.cuda.max_memory_allocated(device) / 2 ** 20 if cuda
               else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return dict(method=method, case=case, path=path, precision=spec['precision'],
@@ -424,7 +426,7 @@ def _amp_dtype(device_type: str):
     return amp_dtype(device_type)
 
 
-def _padded_lengths(model, items: list[dict[str, Any]], case: str) -> dict[str, Any]:
+def _padded_lengths(model, items: list[dict[str, Any]], case: str, device) -> dict[str, Any]:
     """Padded token length of the batch's target (or German) and English captions, and the
     target tokens per caption the blocks run (the mean real length when they run packed)."""
     if case == 'eval':
@@ -437,7 +439,7 @@ def _padded_lengths(model, items: list[dict[str, Any]], case: str) -> dict[str, 
         sources = [item['source_text'] for item in items]
     target = model.language_branch.tokenizer(targets, target_langs)
     padded = int(target['input_ids'].shape[1])
-    packs = model.backbone.text_tower.packing(target['attention_mask']) is not None
+    packs = model.backbone.text_tower.packing(target['attention_mask'].to(device)) is not None
     run = float(target['attention_mask'].sum(1).float().mean()) if packs else float(padded)
     source = model.backbone.tokenizer(sources, ['en'] * len(sources))
     return dict(target_tokens=padded, target_tokens_run=run,

@@ -26,7 +26,8 @@ def test_every_case_has_its_paths_and_the_recompute_path_pads_to_77(tiny_run):
     rows, _ = tiny_run
     assert [(r['case'], r['path']) for r in rows] == [
         ('cross_lingual', 'recompute'), ('cross_lingual', 'xmr'), ('cross_lingual', 'xmr+sparse'),
-        ('cross_lingual', 'xmr-padded'), ('video', 'recompute'), ('video', 'xmr'),
+        ('cross_lingual', 'xmr-padded'), ('cross_lingual', 'xmr-packed'), ('video', 'recompute'),
+        ('video', 'xmr'),
         ('eval', 'recompute'), ('eval', 'xmr')]
     for row in rows:
         padded = (row['target_tokens'], row['source_tokens'])
@@ -35,8 +36,8 @@ def test_every_case_has_its_paths_and_the_recompute_path_pads_to_77(tiny_run):
             assert row['target_tokens_run'] == 77
         else:
             assert max(padded) < 77
-        if row['path'] in ('xmr', 'xmr+sparse'):
-            # Packed: the blocks run the real tokens only, fewer than the padded batch holds.
+        if row['path'] in ('xmr', 'xmr+sparse', 'xmr-packed'):
+            # Packed (on the CPU by default): the blocks run the real tokens only.
             assert row['target_tokens_run'] < row['target_tokens']
         elif row['path'] == 'xmr-padded':
             assert row['target_tokens_run'] == row['target_tokens']
@@ -49,7 +50,8 @@ def test_cached_and_recomputed_paths_start_from_the_same_loss(tiny_run):
     by_path = {(r['case'], r['path']): r for r in rows}
     for case in ('cross_lingual', 'video'):
         reference = by_path[(case, 'recompute')]['first_loss']
-        for path in ('xmr', 'xmr+sparse', 'xmr-padded') if case == 'cross_lingual' else ('xmr',):
+        paths = ('xmr', 'xmr+sparse', 'xmr-padded', 'xmr-packed')
+        for path in paths if case == 'cross_lingual' else ('xmr',):
             assert by_path[(case, path)]['first_loss'] == pytest.approx(reference, rel=1e-5)
             assert by_path[(case, path)]['loss_rel_diff'] < 1e-5
     assert by_path[('eval', 'xmr')]['first_loss'] is None
@@ -86,7 +88,7 @@ def test_dasd_rows_are_measured_against_the_authors_path_and_the_schedule_is_pro
     assert [r['speedup'] for r in rows] == pytest.approx([1.0, 1.5, 6.0, 1.0, 2.5])
     lines = benchmark.summary(rows)
     assert lines[0] == ('dasd cross_lingual amp: xmr is 6.00x the authors path (6.00x in CPU '
-                        'time) (target >= 5x: met)')
+                        'time), 10.0 ms/step (target >= 5x: met)')
     # 45,000 x 10 ms + 6,000 x 12 ms = 522 s = 0.145 h; the recompute path lacks cross_modal.
     assert "dasd xmr amp: the paper's 45k + 6k steps at batch 128 would take 0.14 h" in lines
     assert not any(line.startswith('dasd recompute') for line in lines)

@@ -211,3 +211,16 @@ def test_source_tower_packed_equals_padded(tiny_retriever):
     mask = tokens['attention_mask']
     torch.testing.assert_close(token_level.tokens[mask], padded_tokens.tokens[mask],
                                rtol=1e-5, atol=1e-5)
+
+
+def test_auto_packing_packs_on_the_cpu_only():
+    tower = open_clip_tower()
+    assert tower.pack_tokens == 'auto'
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    assert tower.packing(mask) is not None
+    # On any other device the padded batch runs: the answer needs no look at the mask (a meta
+    # tensor has no values to read).
+    assert tower.packing(mask.to('meta')) is None
+    tower.pack_tokens = True
+    with pytest.raises(RuntimeError, match='meta'):
+        tower.packing(mask.to('meta'))

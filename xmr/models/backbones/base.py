@@ -52,7 +52,10 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             (masked).
         num_heads: attention heads per block.
         pack_tokens: run blocks on the real tokens only (:class:`PackedTokens`) when a batch
-            has padding; the outputs are those of the padded batch. Set it to ``False`` to run
+            has padding; the outputs are those of the padded batch. ``'auto'`` (the default)
+            packs on the CPU only: there the padding's arithmetic is the cost, while on a GPU
+            at caption lengths the step is bound by kernel launches and packing adds launches
+            and host syncs (docs/benchmarks.md). ``True`` packs everywhere, ``False`` runs
             padded batches as they are (the authors' code; ``tools/benchmark.py``'s recompute
             path).
         fixed_context: the pooled token's output depends on the padding (a bidirectional tower
@@ -76,7 +79,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             declare their defaults on such a tower (``post_norm_defaults``).
     """
 
-    pack_tokens: bool = True
+    pack_tokens: bool | str = 'auto'
     fixed_context: bool = False
     #: trailing positions of the context the tower fills itself (an appended class token).
     reserved_positions: int = 0
@@ -157,7 +160,9 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     def packing(self, attention_mask: torch.Tensor) -> PackedTokens | None:
         """The :class:`PackedTokens` of a batch, or ``None`` when packing is off or the batch
         has no padding (then packing would only copy)."""
-        if not self.pack_tokens or bool(attention_mask.all()):
+        pack = (attention_mask.device.type == 'cpu' if self.pack_tokens == 'auto'
+                else self.pack_tokens)
+        if not pack or bool(attention_mask.all()):
             return None
         return PackedTokens(attention_mask, self.build_mask(attention_mask))
 
