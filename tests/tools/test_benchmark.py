@@ -14,11 +14,17 @@ import benchmark  # noqa: E402
 
 
 @pytest.fixture(scope='module')
-def tiny_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp('bench') / 'rows.json'
+def bench_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp('bench')
+
+
+@pytest.fixture(scope='module')
+def tiny_run(bench_dir):
+    out = bench_dir / 'rows.json'
     rows = benchmark.main(['--arch', 'tiny', '--batch-size', '4', '--steps', '1', '--warmup',
                            '0', '--frames', '2', '--in-process', '--cases',
-                           'cross_lingual,video,eval', '--out', str(out)])
+                           'cross_lingual,video,eval', '--out', str(out),
+                           '--profile', str(out.with_name('profile.md'))])
     return rows, json.loads(out.read_text())
 
 
@@ -56,6 +62,33 @@ def test_cached_and_recomputed_paths_start_from_the_same_loss(tiny_run):
             assert by_path[(case, path)]['loss_rel_diff'] < 1e-5
     assert by_path[('eval', 'xmr')]['first_loss'] is None
     assert saved['arch'] == 'tiny' and len(saved['rows']) == len(rows)
+
+
+def test_the_profile_has_a_section_per_row_with_its_step_summary(tiny_run, bench_dir):
+    rows, _ = tiny_run
+    text = (bench_dir / 'profile.md').read_text()
+    titles = [line[3:] for line in text.splitlines() if line.startswith('## ')]
+    assert titles == [f"static {r['case']} {r['path']} fp32" for r in rows]
+    for section in text.split('\n## ')[1:]:
+        assert 'ms timed' in section and 'fetch + collate' in section
+        assert 'Self CPU time total' in section  # torch.profiler's table of the row
+
+
+def test_a_failed_row_is_reported_and_the_others_kept(monkeypatch, tmp_path, capsys):
+    def run_one(spec):
+        if spec['path'] == 'xmr':
+            raise RuntimeError('planted failure')
+        return dict(method=spec['method'], case=spec['case'], path=spec['path'],
+                    precision=spec['precision'], batch_size=4, steps_per_s=1.0,
+                    samples_per_s=4.0, step_ms=1000.0, cpu_ms=1000.0, peak_memory_mib=1.0,
+                    first_loss=1.0, target_tokens=1, source_tokens=1, target_tokens_run=1.0)
+
+    monkeypatch.setattr(benchmark, 'run_one', run_one)
+    out = tmp_path / 'rows.json'
+    with pytest.raises(SystemExit, match=r'1 benchmark rows failed .*static video xmr fp32'):
+        benchmark.main(['--arch', 'tiny', '--in-process', '--cases', 'video', '--out', str(out)])
+    assert 'planted failure' in capsys.readouterr().out
+    assert [row['path'] for row in json.loads(out.read_text())['rows']] == ['recompute']
 
 
 def test_ratios_and_target_verdicts_from_hand_made_rows():
