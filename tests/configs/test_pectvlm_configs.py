@@ -18,7 +18,7 @@ import xmr  # noqa: F401
 from tests.configs.test_dasd_configs import build as build_clip_config
 from tests.configs.test_dasd_configs import run_phases
 from tests.conftest import TINY_CLIP, phase_loss_keys
-from tests.models.backbones.mclip_helpers import TINY_XLMR, TOKENIZER_FILE
+from tests.models.backbones.mclip_helpers import TINY_XLMR, TOKENIZER_FILE, needs_tokenizer
 from xmr.ablations import apply_ablations
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
@@ -38,8 +38,6 @@ ADAPTER_OF = {'lora': LoRA, 'houlsby': HoulsbyAdapter, 'compacter': CompacterAda
 LAYER_NORMS = {f'layers.{i}.{sub}LayerNorm.{p}' for i in range(TINY_XLMR['num_hidden_layers'])
                for sub in ('attention.output.', 'output.') for p in ('weight', 'bias')}
 HEAD = {'text_proj.weight', 'text_proj.bias'}
-needs_tokenizer = pytest.mark.skipif(not TOKENIZER_FILE.is_file(),
-                                     reason=f'XLM-R tokenizer fixture missing: {TOKENIZER_FILE}')
 
 
 @TOKENIZERS.register_module(name='PECTVLMTestXLMRTokenizer', force=True)

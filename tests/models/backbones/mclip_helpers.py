@@ -1,7 +1,9 @@
 """A tiny random M-CLIP with the real XLM-R tokenizer, and M-CLIP's own formula as reference."""
 from __future__ import annotations
 
+import pytest
 import torch
+from torch import nn
 
 from tests.conftest import SHARED_DATA, TINY_CLIP
 
@@ -9,6 +11,9 @@ TOKENIZER_FILE = SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'
 TINY_XLMR = dict(vocab_size=250002, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=64, max_position_embeddings=40, type_vocab_size=1,
                  layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+#: Marks a test module that reads the XLM-R tokenizer of ../shared/data.
+needs_tokenizer = pytest.mark.skipif(not TOKENIZER_FILE.is_file(),
+                                     reason=f'XLM-R tokenizer fixture missing: {TOKENIZER_FILE}')
 CAPTIONS = ['Ein Hund rennt über die Wiese.', 'a dog', '一只狗在草地上奔跑',
             'Un chien court dans un champ vert près de la rivière.']
 
@@ -22,6 +27,15 @@ def tiny_mclip_cfg(**overrides) -> dict:
         'embed_dim'], image_arch=None, image_model_cfg=TINY_CLIP, tokenizer=tokenizer_cfg())
     cfg.update(overrides)
     return cfg
+
+
+def tiny_mclip(**overrides) -> nn.Module:
+    """The tiny M-CLIP backbone of :func:`tiny_mclip_cfg`, built with seed 0."""
+    import xmr  # noqa: F401
+    from xmr.registry import MODELS
+
+    torch.manual_seed(0)
+    return MODELS.build(tiny_mclip_cfg(**overrides))
 
 
 def mclip_reference(xlmr, linear, tokens) -> torch.Tensor:

@@ -6,24 +6,21 @@ from safetensors.torch import save_file
 
 from tests.models.backbones.mclip_helpers import (
     CAPTIONS,
-    TOKENIZER_FILE,
     mclip_reference,
+    needs_tokenizer,
+    tiny_mclip,
     tiny_mclip_cfg,
     tokenizer_cfg,
 )
 from xmr.models.adapters import AdapterContext
 from xmr.registry import MODELS
 
-pytestmark = pytest.mark.skipif(not TOKENIZER_FILE.is_file(),
-                                reason=f'XLM-R tokenizer fixture missing: {TOKENIZER_FILE}')
+pytestmark = needs_tokenizer
 
 
 @pytest.fixture(scope='module')
 def backbone():
-    import xmr  # noqa: F401
-
-    torch.manual_seed(0)
-    return MODELS.build(tiny_mclip_cfg())
+    return tiny_mclip()
 
 
 def release_state_dict(backbone) -> dict:

@@ -5,9 +5,9 @@ import torch
 from tests.models.backbones.mclip_helpers import (
     CAPTIONS,
     TINY_XLMR,
-    TOKENIZER_FILE,
     mclip_reference,
-    tiny_mclip_cfg,
+    needs_tokenizer,
+    tiny_mclip,
     tokenizer_cfg,
 )
 from xmr.models.language.language_modules import (
@@ -18,18 +18,14 @@ from xmr.models.language.language_modules import (
 from xmr.models.language.tower_weights import TowerWeights
 from xmr.registry import MODELS
 
-pytestmark = pytest.mark.skipif(not TOKENIZER_FILE.is_file(),
-                                reason=f'XLM-R tokenizer fixture missing: {TOKENIZER_FILE}')
+pytestmark = needs_tokenizer
 
 PECTVLM_WEIGHTS = ['layers.*.output.LayerNorm.*', 'text_proj.*']
 
 
 @pytest.fixture(scope='module')
 def backbone():
-    import xmr  # noqa: F401
-
-    torch.manual_seed(0)
-    return MODELS.build(tiny_mclip_cfg())
+    return tiny_mclip()
 
 
 def build_branch(backbone, tuned_weights, adapters=None):
