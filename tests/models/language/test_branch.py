@@ -2,6 +2,9 @@ import pytest
 import torch
 
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
+from tests.models.language.test_packed_tokens import ADAPTER_SETS, randomise
+from xmr.models.adapters.base import AdapterContext, AdapterSite
+from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.registry import MODELS
 
 
@@ -93,3 +96,77 @@ def test_num_blocks_limits_the_branch(parts):
     assert {k.split(':')[0] for k in short.adapters.sets['de']} == {'0'}
     with pytest.raises(ValueError, match='num_blocks=9 but the text tower has 3 blocks'):
         MODELS.build(tiny_branch_cfg(num_blocks=9), default_args=dict(tower=backbone.text_tower))
+
+
+ROUTED_TEXTS = ['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise links oben',
+                'un cercle', '一个绿色的三角形在左边', 'drei Quadrate']
+ROUTED_LANGS = ['de', 'zh', 'de', 'fr', 'zh', 'de']
+
+
+@pytest.mark.parametrize('pack', [False, True], ids=['padded', 'packed'])
+@pytest.mark.parametrize('adapter_set', list(ADAPTER_SETS))
+def test_a_mixed_batch_runs_the_blocks_once_and_equals_each_language_alone(adapter_set, pack):
+    torch.manual_seed(0)
+    backbone = MODELS.build(tiny_backbone_cfg())
+    tower = backbone.text_tower
+    tower.pack_tokens = pack
+    branch = MODELS.build(tiny_branch_cfg(languages=('de', 'zh', 'fr'),
+                                          adapters=ADAPTER_SETS[adapter_set]),
+                          default_args=dict(tower=tower))
+    randomise(branch.adapters, 1)
+    tokens = branch.tokenize(ROUTED_TEXTS)
+    generator = torch.Generator().manual_seed(4)
+    condition = {i: torch.randn(len(ROUTED_TEXTS), 4, 4, generator=generator)
+                 for i in range(tower.num_blocks)}
+    embeddings = branch.embed(tokens)
+    calls = []
+    run_block = tower.run_block
+    tower.run_block = lambda *args: calls.append(args[0]) or run_block(*args)
+    mixed = branch.encode(embeddings, tokens, ROUTED_LANGS, condition)
+    del tower.run_block
+    assert calls == list(range(tower.num_blocks))
+
+    # Each language alone: its rows of the padded batch through the blocks with its hooks.
+    expected = torch.empty_like(mixed)
+    for lang in dict.fromkeys(ROUTED_LANGS):
+        index = torch.tensor([i for i, code in enumerate(ROUTED_LANGS) if code == lang])
+        ctx = AdapterContext(lang=lang, condition={i: c[index] for i, c in condition.items()},
+                             attention_mask=tokens['attention_mask'][index],
+                             eos_index=tokens['eos_index'][index])
+        hidden = tower.encode_embeddings(embeddings[index], ctx.attention_mask,
+                                         hooks=branch.adapters.hooks(ctx))
+        expected[index] = tower.head(tower.pool(hidden, ctx.attention_mask, ctx.eos_index))
+    torch.testing.assert_close(mixed, expected, rtol=1e-5, atol=1e-5)
+    trainable = list(branch.adapters.parameters())
+    got = torch.autograd.grad(mixed.square().sum(), trainable, retain_graph=True)
+    want = torch.autograd.grad(expected.square().sum(), trainable)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_mixed_batch_of_prompted_languages_equals_each_language_alone(parts):
+    backbone, _ = parts
+    branch = MODELS.build(tiny_branch_cfg(adapters=[dict(type='SoftPrompt', num_tokens=3),
+                                                    dict(type='StaticAdapter', hidden=8)]),
+                          default_args=dict(tower=backbone.text_tower))
+    randomise(branch.adapters, 1)
+    mixed = branch(branch.tokenize(TEXTS), LANGS)
+    german = branch(branch.tokenize([TEXTS[0], TEXTS[2]]), ['de', 'de'])
+    chinese = branch(branch.tokenize([TEXTS[1]]), ['zh'])
+    torch.testing.assert_close(mixed[[0, 2]], german, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(mixed[[1]], chinese, atol=1e-5, rtol=1e-4)
+
+
+def test_each_language_adds_only_its_own_linear_delta():
+    width = 4
+    lora = dict(type='LoRA', r=2, targets=['fc'])
+    adapters = LanguageAdapters(['de', 'zh'], lora, width, 1, {AdapterSite.MLP_FC: (4, 8)})
+    randomise(adapters, 2)
+    del adapters.sets['zh']['0:mlp_fc']
+    x = torch.randn(5, width)
+    german = AdapterContext(lang='de', rows=slice(0, 2))
+    hooks = adapters.hooks(german, AdapterContext(lang='zh', rows=slice(2, 5)))
+    delta = hooks.linear(AdapterSite.MLP_FC, 0, x)
+    expected_de = adapters.sets['de']['0:mlp_fc'](x[:2], german)
+    torch.testing.assert_close(delta, torch.cat([expected_de, torch.zeros(3, 8)]))
+    assert hooks.linear(AdapterSite.ATTN_OUT, 0, x) is None

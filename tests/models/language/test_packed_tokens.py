@@ -33,6 +33,16 @@ def test_pack_and_unpack_by_hand():
     assert rows.grad.tolist() == [[0, 1], [2, 3], [6, 7], [10, 11]]
 
 
+def test_a_run_of_samples_owns_a_run_of_packed_tokens():
+    mask = torch.tensor([[True, True, False], [True, False, False], [True, True, True]])
+    packed = PackedTokens(mask, bias=torch.arange(9.).view(3, 1, 3, 1))
+    sub, tokens = packed.samples(slice(1, 3))
+    assert tokens == slice(2, 6)
+    assert sub.index.tolist() == [0, 3, 4, 5]
+    assert sub.bias.flatten().tolist() == [3, 4, 5, 6, 7, 8]
+    assert packed.samples(slice(0, 1))[1] == slice(0, 2)
+
+
 def randomise(module: torch.nn.Module, seed: int) -> None:
     """Random values everywhere (zero-initialised LoRA B and adapter up-projections included),
     so that every adapter changes the hidden states."""

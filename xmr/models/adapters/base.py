@@ -1,7 +1,8 @@
 """What every adapter shares: where it sits in a text block, what it is called with.
 
 A text tower runs its frozen blocks through :class:`SiteHooks`; the target-language branch
-answers those hooks with the adapters of the language being encoded. Two kinds of site exist:
+runs them once for a batch of several languages and answers those hooks with each language's
+adapters on that language's rows (:attr:`AdapterContext.rows`). Two kinds of site exist:
 
 * residual sites (``block.output``, ``attn.output``, ``mlp.output``): the adapter gets the hidden
   state ``[B, L, D]`` and returns its replacement (a static adapter: ``x + up(relu(down x))``);
@@ -57,7 +58,7 @@ class AdapterContext:
     """Per-forward information an adapter may read.
 
     Attributes:
-        lang: language code of every sample in this forward (batches are split by language).
+        lang: language code of the samples at ``rows``.
         block_index: index of the block whose site is being run; ``-1`` for the input site.
         condition: method-specific condition, e.g. DASD's per-block ``W^z``; ``None`` for static
             adapters. Whoever produces it documents its layout.
@@ -65,6 +66,11 @@ class AdapterContext:
         eos_index: ``[B]`` position of the pooled token; input-site adapters may shift it.
         packed: where the real tokens are when the blocks run on packed tokens ``[T, D]``,
             ``None`` when they run on the padded ``[B, L, D]``.
+        rows: the rows of the blocks' input that are ``lang``'s: its samples of ``[B, L, D]``,
+            or its tokens of ``[T, D]``, contiguous (the branch sorts a batch by language, runs
+            the frozen blocks once, and calls each language's adapters on its rows). Every
+            other field describes these rows alone: ``condition``, ``attention_mask``,
+            ``eos_index`` and ``packed`` have one entry per sample of ``rows``.
         extras: free slots for method-specific values.
     """
 
@@ -74,6 +80,7 @@ class AdapterContext:
     attention_mask: torch.Tensor | None = None
     eos_index: torch.Tensor | None = None
     packed: PackedTokens | None = None
+    rows: slice = field(default_factory=lambda: slice(None))
     extras: dict[str, Any] = field(default_factory=dict)
 
 

@@ -138,31 +138,59 @@ class LanguageAdapters(nn.Module):
         return all(module.accepts_packed_tokens for module in self.sets[lang].values()
                    if isinstance(module, BaseAdapter) and module.site != AdapterSite.INPUT)
 
-    def hooks(self, ctx: AdapterContext) -> LanguageHooks:
-        """Site hooks that run ``ctx.lang``'s adapters."""
-        self.check_language(ctx.lang)
-        return LanguageHooks(self.sets[ctx.lang], ctx)
+    def hooks(self, *contexts: AdapterContext) -> LanguageHooks:
+        """Site hooks that run each context's language's adapters on its rows
+        (:attr:`~xmr.models.adapters.base.AdapterContext.rows`)."""
+        for ctx in contexts:
+            self.check_language(ctx.lang)
+        return LanguageHooks([(self.sets[ctx.lang], ctx) for ctx in contexts])
+
+
+def join_rows(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The languages' rows, in order, as one tensor (the one part itself, uncopied)."""
+    return parts[0] if len(parts) == 1 else torch.cat(list(parts))
 
 
 class LanguageHooks:
-    """:class:`~xmr.models.backbones.base.SiteHooks` answered by one language's adapters."""
+    """:class:`~xmr.models.backbones.base.SiteHooks` answered by each language's adapters on its
+    own rows of the blocks' input.
 
-    def __init__(self, placed: nn.ModuleDict, ctx: AdapterContext) -> None:
-        self.placed = placed
-        self.ctx = ctx
+    The rows of the languages are contiguous and in order, so each language reads a view of
+    the hidden states and one concatenation gathers the results; a single language is called on
+    the whole input.
 
-    def _adapter(self, site: AdapterSite, block_index: int) -> BaseAdapter | None:
+    Args:
+        routes: ``(placed adapters, context)`` of each language, in the order of their rows.
+    """
+
+    def __init__(self, routes: Sequence[tuple[nn.ModuleDict, AdapterContext]]) -> None:
+        self.routes = list(routes)
+
+    def _calls(self, site: AdapterSite, block_index: int, x: torch.Tensor
+               ) -> list[tuple[BaseAdapter | None, torch.Tensor, AdapterContext]]:
+        """``(adapter or None, its rows of x, context)`` of each language at one site."""
         key = _key(block_index, site)
-        if key not in self.placed:
-            return None
-        self.ctx.block_index = block_index
-        return self.placed[key]
+        calls = []
+        for placed, ctx in self.routes:
+            ctx.block_index = block_index
+            rows = x if len(self.routes) == 1 else x[ctx.rows]
+            calls.append((placed[key] if key in placed else None, rows, ctx))
+        return calls
 
     def residual(self, site: AdapterSite, block_index: int, x: torch.Tensor) -> torch.Tensor:
-        adapter = self._adapter(site, block_index)
-        return x if adapter is None else adapter(x, self.ctx)
+        calls = self._calls(site, block_index, x)
+        if all(adapter is None for adapter, _, _ in calls):
+            return x
+        return join_rows([rows if adapter is None else adapter(rows, ctx)
+                          for adapter, rows, ctx in calls])
 
     def linear(self, site: AdapterSite, block_index: int,
                x_in: torch.Tensor) -> torch.Tensor | None:
-        adapter = self._adapter(site, block_index)
-        return None if adapter is None else adapter(x_in, self.ctx)
+        calls = self._calls(site, block_index, x_in)
+        deltas = [None if adapter is None else adapter(rows, ctx) for adapter, rows, ctx in calls]
+        given = next((delta for delta in deltas if delta is not None), None)
+        if given is None or len(deltas) == 1:
+            return given
+        # A language without an adapter here adds nothing to its rows of the projection.
+        return join_rows([given.new_zeros(rows.shape[:-1] + given.shape[-1:]) if delta is None
+                          else delta for delta, (_, rows, _) in zip(deltas, calls)])

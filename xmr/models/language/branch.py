@@ -10,7 +10,7 @@ from torch import nn
 
 from xmr.datasets.languages import normalize_languages
 from xmr.models.adapters.base import AdapterContext, BaseAdapter
-from xmr.models.adapters.language_adapters import LanguageAdapters
+from xmr.models.adapters.language_adapters import LanguageAdapters, join_rows
 from xmr.models.language.embedding import EmbeddingBlock
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.language.tower_weights import TowerWeights
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from xmr.models.backbones.base import TextTower
 
 
-def index_condition(condition: Any, index: torch.Tensor) -> Any:
+def index_condition(condition: Any, index: torch.Tensor | slice) -> Any:
     """Select the samples ``index`` of a per-sample condition (tensor, or list/dict of them)."""
     if condition is None:
         return None
@@ -34,8 +34,28 @@ def index_condition(condition: Any, index: torch.Tensor) -> Any:
     raise TypeError(f'cannot split a condition of type {type(condition).__name__} by sample')
 
 
-def select_tokens(tokens: TokenBatch, index: torch.Tensor) -> TokenBatch:
+def select_tokens(tokens: TokenBatch, index: torch.Tensor | slice) -> TokenBatch:
     return TokenBatch(**{k: v[index] for k, v in tokens.items()})
+
+
+def group_by_language(langs: Sequence[str]) -> tuple[list[int], dict[str, slice]]:
+    """The batch order that makes each language's samples contiguous, and their rows in it.
+
+    Stable: languages in the order of their first sample, samples in batch order.
+
+    Returns:
+        ``order`` (batch index of each sorted row) and ``{lang: rows}`` slices of the sorted
+        batch.
+    """
+    members: dict[str, list[int]] = {}
+    for index, lang in enumerate(langs):
+        members.setdefault(lang, []).append(index)
+    order: list[int] = []
+    rows = {}
+    for lang, indices in members.items():
+        rows[lang] = slice(len(order), len(order) + len(indices))
+        order.extend(indices)
+    return order, rows
 
 
 @MODELS.register_module()
@@ -147,12 +167,15 @@ class TargetLanguageBranch(nn.Module):
 
     def encode(self, embeddings: torch.Tensor, tokens: TokenBatch, langs: Sequence[str],
                condition: Any = None) -> torch.Tensor:
-        """Run each language's samples through the blocks with that language's adapters.
+        """Run the blocks on the batch, each sample with its language's adapters.
 
-        A language with ``input``-site adapters (prompts) re-embeds its samples from their
-        tokens: those adapters act before the positions are added, so that the positions cover
-        the lengthened sequence. A language with its own tower weights runs the tower on them,
-        its embedding included.
+        The batch is sorted by language (stably), so that each language's samples are
+        contiguous; the frozen blocks then run once for the whole batch, and each site calls
+        each language's adapters on its rows (:class:`~xmr.models.adapters.language_adapters.
+        LanguageHooks`). Languages with their own tower weights run the tower one at a time,
+        their embedding included. Input-site adapters (prompts) act before the positions are
+        added, so that the positions cover the lengthened sequence: each language re-embeds its
+        samples from their tokens through its own.
 
         Args:
             embeddings: ``[B, L, D]`` output of :meth:`embed`.
@@ -162,47 +185,69 @@ class TargetLanguageBranch(nn.Module):
                 along its first dimension.
 
         Returns:
-            ``[B, E]`` unnormalised ``r^T``.
+            ``[B, E]`` unnormalised ``r^T``, in the batch's order.
         """
         if len(langs) != embeddings.shape[0]:
             raise ValueError(f'{len(langs)} language codes for a batch of {embeddings.shape[0]}')
         for lang in set(langs):
             self.adapters.check_language(lang)
-        out = embeddings.new_empty(embeddings.shape[0], self.tower.embed_dim)
-        for lang in dict.fromkeys(langs):
-            index = torch.tensor([i for i, code in enumerate(langs) if code == lang],
-                                 device=embeddings.device)
-            group = select_tokens(tokens, index)
-            ctx = AdapterContext(lang=lang, condition=index_condition(condition, index),
-                                 attention_mask=group['attention_mask'],
-                                 eos_index=group['eos_index'])
-            tower_weights = self.adapters.tower_weights(lang)
+        order, rows = group_by_language(langs)
+        sort = (None if order == sorted(order)
+                else torch.tensor(order, device=embeddings.device))
+        if sort is not None:
+            embeddings, tokens = embeddings[sort], select_tokens(tokens, sort)
+            condition = index_condition(condition, sort)
+        alone = any(self.adapters.tower_weights(lang) is not None for lang in rows)
+        runs = ([(span, {lang: slice(None)}) for lang, span in rows.items()] if alone
+                else [(slice(None), rows)])
+        outputs = []
+        for span, run_rows in runs:
+            tower_weights = self.adapters.tower_weights(next(iter(run_rows))) if alone else None
             with (nullcontext() if tower_weights is None
                   else tower_weights.swapped_into(self.tower)):
-                out[index] = self._encode_group(embeddings[index], group, ctx,
-                                                reembed=tower_weights is not None)
-        return out
+                outputs.append(self._encode_run(
+                    embeddings[span], select_tokens(tokens, span),
+                    index_condition(condition, span), run_rows, reembed=alone))
+        out = join_rows(outputs)
+        return out if sort is None else out.new_empty(out.shape).index_copy(0, sort, out)
 
-    def _encode_group(self, x: torch.Tensor, group: TokenBatch, ctx: AdapterContext,
-                      reembed: bool) -> torch.Tensor:
-        """One language's samples ``x [b, L, D]`` -> ``[b, E]``.
+    def _encode_run(self, x: torch.Tensor, tokens: TokenBatch, condition: Any,
+                    rows: dict[str, slice], reembed: bool) -> torch.Tensor:
+        """Samples ``x [b, L, D]`` of the languages ``rows`` (contiguous, in order) -> ``[b, E]``,
+        in one pass of the blocks.
 
-        A language that has its own tower weights, or input-site adapters (which act before the
-        positions are added), re-embeds its samples from their tokens.
+        Args:
+            reembed: embed the samples again from their tokens (a language with its own tower
+                weights, swapped in, embeds with them).
         """
-        input_adapters = self.adapters.input_adapters(ctx.lang)
-        if input_adapters:
-            x = self.embedding(group['input_ids'])
-            for adapter in input_adapters:
-                x = adapter(x, ctx)
-            x = self.tower.add_positions(x)
+        contexts = [AdapterContext(lang=lang, condition=index_condition(condition, span),
+                                   attention_mask=tokens['attention_mask'][span],
+                                   eos_index=tokens['eos_index'][span], rows=span)
+                    for lang, span in rows.items()]
+        if self.adapters.input_adapters(contexts[0].lang):
+            x = self.tower.add_positions(join_rows([
+                self._prompted(tokens['input_ids'][ctx.rows], ctx) for ctx in contexts]))
         elif reembed:
-            x = self.embed(group)
-        if self.adapters.accepts_packed_tokens(ctx.lang):
-            ctx.packed = self.tower.packing(ctx.attention_mask)
-        x = self.tower.encode_embeddings(x, ctx.attention_mask, hooks=self.adapters.hooks(ctx),
-                                         blocks=range(self.num_blocks), packed=ctx.packed)
-        return self.tower.head(self.tower.pool(x, ctx.attention_mask, ctx.eos_index))
+            x = self.embed(tokens)
+        mask = join_rows([ctx.attention_mask for ctx in contexts])
+        eos_index = join_rows([ctx.eos_index for ctx in contexts])
+        packed = (self.tower.packing(mask)
+                  if all(self.adapters.accepts_packed_tokens(ctx.lang) for ctx in contexts)
+                  else None)
+        for ctx in contexts:
+            ctx.packed, ctx.rows = ((packed, ctx.rows) if packed is None or len(contexts) == 1
+                                    else packed.samples(ctx.rows))
+        x = self.tower.encode_embeddings(x, mask, hooks=self.adapters.hooks(*contexts),
+                                         blocks=range(self.num_blocks), packed=packed)
+        return self.tower.head(self.tower.pool(x, mask, eos_index))
+
+    def _prompted(self, input_ids: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+        """``[b, L]`` ids -> ``[b, L', D]`` embeddings through ``ctx.lang``'s input-site adapters,
+        which may lengthen them and update ``ctx``'s mask and pooled positions."""
+        x = self.embedding(input_ids)
+        for adapter in self.adapters.input_adapters(ctx.lang):
+            x = adapter(x, ctx)
+        return x
 
     def forward(self, tokens: TokenBatch, langs: Sequence[str],
                 condition: Any = None) -> torch.Tensor:

@@ -28,6 +28,7 @@ class PackedTokens:
     """
 
     def __init__(self, attention_mask: torch.Tensor, bias: torch.Tensor) -> None:
+        self.attention_mask = attention_mask
         self.batch, self.length = attention_mask.shape
         self.index = attention_mask.reshape(-1).nonzero().squeeze(1)
         self.sample_index = torch.div(self.index, self.length, rounding_mode='floor')
@@ -37,6 +38,18 @@ class PackedTokens:
     def num_tokens(self) -> int:
         """``T``, the number of real tokens."""
         return self.index.numel()
+
+    def samples(self, rows: slice) -> tuple[PackedTokens, slice]:
+        """The packing of the samples ``rows`` alone, and where their tokens lie in ``[T, D]``.
+
+        Packing keeps batch order, so a contiguous run of samples owns a contiguous run of
+        packed tokens, from the count of real tokens before the run to the count through its
+        end (both read on the host).
+        """
+        start, stop, _ = rows.indices(self.batch)
+        counts = self.attention_mask[:stop].sum(1)
+        tokens = slice(int(counts[:start].sum()), int(counts.sum()))
+        return PackedTokens(self.attention_mask[rows], self.bias[rows]), tokens
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, L, ...] -> [T, ...]``: the real tokens only."""
