@@ -24,7 +24,7 @@ setup(
     entry_points={'console_scripts': ['xmr = xmr.console:main']},
     python_requires='>=3.11',
     install_requires=[
-        'torch>=2.1',
+        'torch>=2.4',
         'torchvision',
         'mmengine>=0.10.7',
         'open_clip_torch>=2.24',

@@ -254,6 +254,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     import xmr  # noqa: F401
     from xmr.datasets.collate import retrieval_collate
     from xmr.engine.feature_cache import CachedFeatureDataset
+    from xmr.engine.frozen_casts import FrozenWeightCasts
     from xmr.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 
     if spec.get('threads'):
@@ -290,6 +291,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             wrapper_cfg['optimizer'].update(foreach=False, fused=False)
         wrapper = OPTIM_WRAPPER_CONSTRUCTORS.build(dict(
             type='PhasedOptimWrapperConstructor', optim_wrapper_cfg=wrapper_cfg))(model)
+    frozen_casts = FrozenWeightCasts()
     authors_extra = (AuthorsDASDCosts(model) if path == 'authors' and wrapper is not None
                      else None)
     cuda = device.type == 'cuda'
@@ -300,7 +302,9 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         if wrapper is None:
             model.eval()
             if spec['precision'] == 'amp':
-                with torch.autocast(device.type, dtype=_amp_dtype(device.type)):
+                # As the evaluation loops run it: the frozen weights cast once.
+                with (torch.autocast(device.type, dtype=_amp_dtype(device.type)),
+                      frozen_casts.swapped_into(model)):
                     model.val_step(batch)
             else:
                 model.val_step(batch)

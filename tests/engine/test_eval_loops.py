@@ -1,6 +1,7 @@
 """Multi-dataset validation/test loops: prefixes, one gallery pass, combined mAR, save-best."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 from pathlib import Path
@@ -224,3 +225,28 @@ def test_save_best_follows_validation_and_test_never_changes_it(tmp_path):
             for path in Path(best_ckpt).parent.glob('*.pth')} == saved
     assert torch.load(best_ckpt, map_location='cpu', weights_only=False)['meta']['iter'] == (
         best_iter)
+
+
+def amp_evaluation(work_dir: Path, cached: bool) -> tuple[dict, set, torch.dtype]:
+    """Metrics of an fp16 test run, the dtypes a frozen weight had while media were encoded,
+    and its dtype after the run."""
+    runner = Runner(**base_cfg(
+        work_dir, test_dataloader=[eval_loader(synthetic('test', ['en', 'de']))],
+        test_evaluator=[dict(type='RetrievalMetric', prefix='synth')],
+        test_cfg=dict(type='MultiDatasetTestLoop', fp16=True)))
+    model = runner.model
+    if not cached:
+        runner.test_loop.frozen_casts.swapped_into = lambda model: contextlib.nullcontext()
+    seen = set()
+    encode_media = model.encode_media
+    layer = model.backbone.clip.visual.transformer.resblocks[0].mlp.c_fc
+    model.encode_media = lambda media: seen.add(layer.weight.dtype) or encode_media(media)
+    return runner.test(), seen, layer.weight.dtype
+
+
+def test_amp_evaluation_runs_on_cast_frozen_weights_with_autocast_results(tmp_path):
+    metrics, seen, after = amp_evaluation(tmp_path / 'cached', cached=True)
+    plain_metrics, plain_seen, _ = amp_evaluation(tmp_path / 'plain', cached=False)
+    assert seen == {torch.bfloat16} and plain_seen == {torch.float32}
+    assert after == torch.float32
+    assert metrics == plain_metrics

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
 from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper
 
+from xmr.engine.frozen_casts import FrozenWeightCasts
 from xmr.registry import OPTIM_WRAPPERS
 
 #: Autocast precisions a config may ask for (``None``: the device's best).
@@ -37,11 +38,15 @@ class AutocastOptimWrapper(OptimWrapper):
         loss_scale: ``torch.amp.GradScaler`` arguments for fp16 (``init_scale``,
             ``growth_interval``, ...); the default starts at 2^16 and skips the first steps
             while the scale settles.
+        cast_frozen_weights: cast the frozen weights once and keep the copies
+            (:class:`~xmr.engine.frozen_casts.FrozenWeightCasts`) rather than at every use, as
+            autocast would; the same arithmetic, fewer kernels, half the frozen matrices' fp32
+            memory more.
         **kwargs: :class:`mmengine.optim.OptimWrapper` arguments.
     """
 
     def __init__(self, dtype: str | None = None, loss_scale: dict | None = None,
-                 **kwargs: Any) -> None:
+                 cast_frozen_weights: bool = True, **kwargs: Any) -> None:
         if dtype not in AMP_DTYPES:
             raise ValueError(f"AutocastOptimWrapper dtype must be one of {AMP_DTYPES}, got "
                              f'{dtype!r}')
@@ -50,6 +55,8 @@ class AutocastOptimWrapper(OptimWrapper):
         self.loss_scale = dict(loss_scale or {})
         self.scaler: torch.amp.GradScaler | None = None
         self._device_type: str | None = None
+        self.cast_frozen_weights = cast_frozen_weights
+        self.frozen_casts = FrozenWeightCasts()
 
     def _resolve(self) -> tuple[str, torch.dtype]:
         if self._device_type is None:
@@ -66,7 +73,9 @@ class AutocastOptimWrapper(OptimWrapper):
     @contextmanager
     def optim_context(self, model: torch.nn.Module):
         device_type, dtype = self._resolve()
-        with super().optim_context(model), torch.autocast(device_type, dtype=dtype):
+        # Entered after autocast, whose dtype it reads.
+        casts = self.frozen_casts.swapped_into(model) if self.cast_frozen_weights else nullcontext()
+        with super().optim_context(model), torch.autocast(device_type, dtype=dtype), casts:
             yield
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:

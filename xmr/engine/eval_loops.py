@@ -25,6 +25,7 @@ from mmengine.runner.amp import autocast
 from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
+from xmr.engine.frozen_casts import FrozenWeightCasts
 from xmr.evaluation.metrics import RetrievalMetric
 from xmr.registry import LOOPS
 
@@ -102,6 +103,7 @@ class _MultiDatasetLoop(BaseLoop):
                                            diff_rank_seed=seed_per_rank)
                    if isinstance(loader, dict) else loader for loader in dataloader]
         super().__init__(runner, LoaderSequence(loaders))
+        self.frozen_casts = FrozenWeightCasts()
         self.evaluators = [runner.build_evaluator(e) if isinstance(e, (dict, list)) else e
                            for e in evaluator]
         for loader, built in zip(loaders, self.evaluators):
@@ -160,7 +162,7 @@ class _MultiDatasetLoop(BaseLoop):
     def run_iter(self, batch_idx: int, data_batch: Any, evaluator: Evaluator) -> None:
         self.runner.call_hook(f'before_{self.mode}_iter', batch_idx=batch_idx,
                               data_batch=data_batch)
-        with autocast(enabled=self.fp16):
+        with autocast(enabled=self.fp16), self.frozen_casts.swapped_into(self.runner.model):
             step = (self.runner.model.val_step if self.mode == 'val'
                     else self.runner.model.test_step)
             outputs = step(data_batch)

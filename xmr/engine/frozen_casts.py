@@ -1,0 +1,77 @@
+"""Lower-precision copies of a model's frozen weights, cast once and used under autocast.
+
+Autocast runs a matrix product (``linear``, ``conv``, ``matmul``) in bf16 / fp16 by casting its
+fp32 operands at every call. It keeps the cast of a weight for the rest of the autocast region
+only when the weight requires grad (it caches the trained weights); a frozen weight is cast
+again at every use, though it never changes. xmr's frozen towers are nearly all of a model's
+weights, so on a GPU those casts were about 1,500 extra kernels in each DASD step
+(docs/benchmarks.md). :class:`FrozenWeightCasts` casts each frozen weight of a module that
+autocast runs in lower precision once, keeps the copy while the weight is unchanged, and swaps
+the copies in for the forward; autocast then finds them in its dtype already. The arithmetic is
+exactly autocast's (the same rounding of the same weights), at the cost of holding the copies:
+half (bf16, fp16) of those frozen weights' fp32 memory.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+#: Modules whose weights only ever meet autocast's lower-precision ops (their ``forward`` is a
+#: ``linear`` / ``conv``; xmr's towers read attention's ``in_proj_*`` through ``linear`` too).
+#: Norms and embeddings run in fp32 or the weight's own dtype under autocast, so their weights
+#: stay as they are.
+AUTOCAST_MODULES = (nn.Linear, nn.MultiheadAttention, nn.modules.conv._ConvNd)
+
+
+class FrozenWeightCasts:
+    """Copies of the frozen ``AUTOCAST_MODULES`` weights of a model in an autocast dtype.
+
+    A copy is made again when its weight changes (its version counter moves: an in-place
+    update, ``load_state_dict``), or when the dtype or the device does. Weights that require
+    grad are left to autocast, which caches their casts itself.
+    """
+
+    def __init__(self) -> None:
+        # id(weight) -> (weight, its version when cast, the copy)
+        self._copies: dict[int, tuple[torch.Tensor, int, torch.Tensor]] = {}
+
+    def _copy(self, weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        held = self._copies.get(id(weight))
+        if (held is not None and held[0] is weight and held[1] == weight._version
+                and held[2].dtype == dtype and held[2].device == weight.device):
+            return held[2]
+        copy = weight.detach().to(dtype)
+        self._copies[id(weight)] = (weight, weight._version, copy)
+        return copy
+
+    @contextmanager
+    def swapped_into(self, model: nn.Module) -> Iterator[None]:
+        """Let ``model`` run on the copies of its frozen weights in the dtype autocast has
+        where each weight lies, until the block exits (even by an exception); the weights
+        themselves are untouched. Outside autocast, nothing is swapped."""
+        dtypes: dict[str, torch.dtype | None] = {}
+        originals = []
+        try:
+            for module in model.modules():
+                if not isinstance(module, AUTOCAST_MODULES):
+                    continue
+                for leaf, weight in module._parameters.items():
+                    if weight is None or weight.requires_grad or not weight.is_floating_point():
+                        continue
+                    device = weight.device.type
+                    if device not in dtypes:
+                        dtypes[device] = (torch.get_autocast_dtype(device)
+                                          if torch.is_autocast_enabled(device) else None)
+                    if dtypes[device] in (None, weight.dtype):
+                        continue
+                    originals.append((module, leaf, weight))
+                    module._parameters[leaf] = self._copy(weight, dtypes[device])
+            # Copies of weights the model no longer has (or no longer freezes) are let go.
+            self._copies = {id(weight): self._copies[id(weight)] for _, _, weight in originals}
+            yield
+        finally:
+            for module, leaf, weight in reversed(originals):
+                module._parameters[leaf] = weight
