@@ -29,3 +29,14 @@ def test_the_source_prompt_prefixes_source_texts_and_nothing_else():
     unprompted = plain.data_preprocessor(dict(source_text=['a red circle']), False)
     assert not torch.equal(unprompted['source_tokens']['input_ids'],
                            expected['source_tokens']['input_ids'])
+
+
+def test_a_batch_with_cached_source_features_leaves_its_source_captions_untokenised():
+    model = MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                              language_branch=tiny_branch_cfg(languages=['de'])))
+    features = torch.randn(1, 32)
+    out = model.data_preprocessor(dict(source_text=['a red circle'], source_features=features,
+                                       target_text=['ein roter Kreis'], lang=['de']), True)
+    assert 'source_tokens' not in out
+    assert torch.equal(out['source_features'], features)
+    assert out['target_tokens']['input_ids'].shape[0] == 1

@@ -85,6 +85,10 @@ def test_frozen_english_encoder_aligns_with_the_frozen_tower():
     query = branch_embed(model, BATCH['target_text'], BATCH['lang'])
     teacher = model.backbone.encode_source_text(model.backbone.tokenizer(BATCH['source_text']))
     torch.testing.assert_close(losses['loss_align'], ((query - teacher) ** 2).mean())
+    # Cached features stand for the frozen tower's r^S (their captions go untokenised).
+    cached = model.data_preprocessor(dict(BATCH, source_features=teacher.detach()), True)
+    assert 'source_tokens' not in cached
+    torch.testing.assert_close(model(mode='loss', **cached)['loss_align'], losses['loss_align'])
 
 
 EVAL_BATCH = dict(

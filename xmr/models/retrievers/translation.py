@@ -137,6 +137,10 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
     def encode_partner(self, batch: Mapping[str, Any], langs: Sequence[str]) -> torch.Tensor:
         """``[B, E]`` embeddings of the routine's alignment partner texts."""
         if self.spec.partner == 'source' and self.english_encoder == 'frozen':
+            # Cached features are the frozen tower's r^S of these very captions.
+            features = feature_rows(batch.get('source_features'))
+            if features is not None:
+                return features
             tokens = batch.get('source_tokens')
             if tokens is None:
                 raise ValueError(f"routine '{self.routine}' needs source_text in every batch")
