@@ -192,8 +192,10 @@ class TargetLanguageBranch(nn.Module):
         for lang in set(langs):
             self.adapters.check_language(lang)
         order, rows = group_by_language(langs)
+        # From pinned memory, the copy to a GPU need not wait for the work queued before it.
         sort = (None if order == sorted(order)
-                else torch.tensor(order, device=embeddings.device))
+                else torch.tensor(order, pin_memory=embeddings.is_cuda).to(embeddings.device,
+                                                                            non_blocking=True))
         if sort is not None:
             embeddings, tokens = embeddings[sort], select_tokens(tokens, sort)
             condition = index_condition(condition, sort)
