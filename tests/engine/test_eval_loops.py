@@ -16,6 +16,7 @@ import xmr  # noqa: F401
 from tests.conftest import tiny_retriever_cfg
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.eval_loops import combined_mean_ar
+from xmr.engine.worker_tokens import TokenizingCollate
 from xmr.evaluation import RetrievalMetric
 
 TINY = dict(type='MediaTransform', backbone=None, size=32)
@@ -250,3 +251,18 @@ def test_amp_evaluation_runs_on_cast_frozen_weights_with_autocast_results(tmp_pa
     assert seen == {torch.bfloat16} and plain_seen == {torch.float32}
     assert after == torch.float32
     assert metrics == plain_metrics
+
+
+def test_evaluation_with_tokenising_workers_gives_the_same_metrics(tmp_path):
+    metrics = []
+    for workers in (0, 2):
+        runner = Runner(**base_cfg(
+            tmp_path / str(workers),
+            test_dataloader=[dict(eval_loader(synthetic('test', ['en', 'de', 'zh'])),
+                                  num_workers=workers)],
+            test_evaluator=[dict(type='RetrievalMetric', prefix='synth')],
+            test_cfg=dict(type='MultiDatasetTestLoop')))
+        metrics.append(runner.test())
+        collate = runner.test_loop.dataloaders[0].collate_fn
+        assert isinstance(collate, TokenizingCollate) == bool(workers)
+    assert metrics[0] == metrics[1]

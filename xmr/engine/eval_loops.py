@@ -26,6 +26,7 @@ from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
 from xmr.engine.frozen_casts import FrozenWeightCasts
+from xmr.engine.worker_tokens import tokenize_in_workers
 from xmr.evaluation.metrics import RetrievalMetric
 from xmr.registry import LOOPS
 
@@ -103,6 +104,8 @@ class _MultiDatasetLoop(BaseLoop):
                                            diff_rank_seed=seed_per_rank)
                    if isinstance(loader, dict) else loader for loader in dataloader]
         super().__init__(runner, LoaderSequence(loaders))
+        for loader in loaders:
+            tokenize_in_workers(loader, runner.model)
         self.frozen_casts = FrozenWeightCasts()
         self.evaluators = [runner.build_evaluator(e) if isinstance(e, (dict, list)) else e
                            for e in evaluator]

@@ -18,6 +18,7 @@ from xmr.engine.optim import parameter_counts
 from xmr.engine.phases import Phase, phase_lr_factor
 from xmr.engine.resume import can_skip_at_sampler, restart_iteration_timers, skip_at_sampler
 from xmr.engine.rng import preserved_rng_state, restore_rng_state
+from xmr.engine.worker_tokens import tokenize_in_workers
 from xmr.engine.wrappers import unwrap_model
 from xmr.evaluation.leaderboard import format_table
 from xmr.registry import LOOPS
@@ -345,6 +346,7 @@ class PhasedTrainLoop(BaseLoop):
             raise _no_batch_error(phase)
         # Cached frozen-tower features are built or checked against this phase's live weights.
         prepare_feature_caches(dataloader, self.model)
+        tokenize_in_workers(dataloader, self.model)
         return self._resumed_data(phase, dataloader, self._iter - phase.start)
 
     def _resumed_data(self, phase: Phase, dataloader: DataLoader, done: int) -> Iterator:

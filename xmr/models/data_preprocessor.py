@@ -1,7 +1,7 @@
 """Turns a collated batch into model inputs: normalised media and tokenised captions."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -110,10 +110,15 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
                                  torch.tensor(owner, dtype=torch.long))
         return grouped
 
-    def forward(self, data: dict, training: bool = False) -> dict[str, Any]:
+    def tokenize(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The batch's texts as tokens, on the host: ``source_tokens``, ``target_tokens`` with
+        ``langs``, ``caption_tokens`` (those the batch has texts for).
+
+        The training and evaluation loops have dataloader workers run it
+        (:func:`~xmr.engine.worker_tokens.tokenize_in_workers`); :meth:`forward` takes their
+        result from the batch's ``tokens``, and calls it itself for a batch without.
+        """
         out: dict[str, Any] = {}
-        if data.get('media') is not None:
-            out['media'] = self.normalize_media(data['media'])
         # Cached features replace the frozen source tower, so their captions go untokenised
         # (CLIP's BPE costs about 0.1 ms a caption on the host).
         if 'source_text' in data and data.get('source_features') is None:
@@ -128,6 +133,13 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
             out['langs'] = list(data['lang'])
         if 'captions' in data:
             out['caption_tokens'] = self.caption_tokens(data['captions'])
+        return out
+
+    def forward(self, data: dict, training: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if data.get('media') is not None:
+            out['media'] = self.normalize_media(data['media'])
+        out.update(data['tokens'] if 'tokens' in data else self.tokenize(data))
         for key in ('media_id', 'index'):
             if key in data:
                 out[key + 's' if key == 'media_id' else 'indices'] = data[key]

@@ -1,6 +1,7 @@
 """Tokenises the machine translations that PECTVLM's routines read, besides the usual texts."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from xmr.models.data_preprocessor import RetrievalDataPreprocessor
@@ -36,9 +37,8 @@ class TranslationDataPreprocessor(RetrievalDataPreprocessor):
         super().__init__(non_blocking, source_prompt)
         self.source_through_branch = source_through_branch
 
-    def forward(self, data: dict, training: bool = False) -> dict[str, Any]:
-        out = super().forward(data, training)
-        extra: dict[str, Any] = {}
+    def tokenize(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        out = super().tokenize(data)
         texts = {key: data[key] for key in TRANSLATED_TEXT_KEYS if data.get(key) is not None}
         if self.source_through_branch and data.get('source_text') is not None:
             texts['source_branch_text'] = data['source_text']
@@ -51,11 +51,10 @@ class TranslationDataPreprocessor(RetrievalDataPreprocessor):
                 # The language the text is written in, for a tokenizer that writes it.
                 langs = (data['lang'] if key == 'source_to_target_text'
                          else [self.source_language] * len(values))
-                extra[token_key] = self.target_tokenizer(values, langs)
+                out[token_key] = self.target_tokenizer(values, langs)
         if data.get('back_translations') is not None:
             # Grouped per language exactly as captions are: owner[n] is caption n's batch row;
             # the texts are in the source language.
-            extra['back_translation_tokens'] = self.caption_tokens(
+            out['back_translation_tokens'] = self.caption_tokens(
                 data['back_translations'], text_language=self.source_language)
-        out.update(self.cast_data(extra))
         return out
