@@ -30,8 +30,11 @@ random weights; the target branch has the paper's 119,547 x 768 embedding table 
 method's adapters for de/fr/zh/ja; captions come from the bundled synthetic set. The summary
 projects the paper's schedule (45k cross_lingual + 6k cross_modal steps) from the step times.
 
-A step is: fetch the batch's items (through the feature cache for xmr), collate, tokenise and
-normalise, forward, backward, clip, optimiser step; the same batch every step. Each
+A step is: the data path (fetch the batch's items, through the feature cache for xmr; collate;
+tokenise, as a run's dataloader workers do), then normalise, forward, backward, clip, optimiser
+step; the same batch every step. Each row also reports the data path's time and the step
+without it (``model ms``): in a run the loader's workers do the data path beside the model, so
+with enough workers the model's time is the step's. Each
 (case, path, precision) row runs in a fresh process so that its peak memory is its own (CPU:
 peak RSS of the process, model included; CUDA: peak allocated). The first step's loss of each
 path is printed: all paths see the same inputs, weights and shuffled negatives, so they agree up
@@ -255,6 +258,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     from xmr.datasets.collate import retrieval_collate
     from xmr.engine.feature_cache import CachedFeatureDataset
     from xmr.engine.frozen_casts import FrozenWeightCasts
+    from xmr.engine.worker_tokens import TokenizingCollate
     from xmr.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 
     if spec.get('threads'):
@@ -295,10 +299,15 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     authors_extra = (AuthorsDASDCosts(model) if path == 'authors' and wrapper is not None
                      else None)
     cuda = device.type == 'cuda'
+    # Tokenised in the collate, as the loops' dataloader workers do (xmr.engine.worker_tokens).
+    collate = TokenizingCollate(retrieval_collate, model.data_preprocessor.tokenize)
+    data_times: list[float] = []
 
     def step() -> float | None:
-        with torch.profiler.record_function('xmr: fetch + collate'):
-            batch = retrieval_collate([dataset[i] for i in range(len(dataset))])
+        started = time.perf_counter()
+        with torch.profiler.record_function(DATA_PATH):
+            batch = collate([dataset[i] for i in range(len(dataset))])
+        data_times.append(time.perf_counter() - started)
         if wrapper is None:
             model.eval()
             if spec['precision'] == 'amp':
@@ -333,6 +342,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             cpu_times.append(time.process_time() - cpu_started)
     # The fastest timed step: other processes on a shared host only ever add time.
     seconds = min(times)
+    timed_data = data_times[spec['warmup']:]
+    model_seconds = min(total - data for total, data in zip(times, timed_data))
     if spec.get('profile'):
         profile_steps(step, device, spec, seconds)
     padded = _padded_lengths(model, items, case, device)
@@ -341,9 +352,13 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     return dict(method=method, case=case, path=path, precision=spec['precision'],
                 batch_size=spec['batch_size'], steps_per_s=1.0 / seconds,
                 samples_per_s=spec['batch_size'] / seconds, step_ms=1000 * seconds,
-                cpu_ms=1000 * min(cpu_times),
-                peak_memory_mib=memory, first_loss=first_loss, **padded)
+                cpu_ms=1000 * min(cpu_times), data_ms=1000 * min(timed_data),
+                model_ms=1000 * model_seconds, peak_memory_mib=memory, first_loss=first_loss,
+                **padded)
 
+
+#: The profiler's label of the data path: what a run's dataloader workers do.
+DATA_PATH = 'xmr: data path'
 
 #: Runtime calls counted per profiled step: kernel launches, and the calls that make the host wait
 #: for the device (a synchronisation, or a copy to pageable memory such as ``.item()``).
@@ -355,7 +370,7 @@ SYNC_CALLS = ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchr
 def profile_steps(step, device, spec: dict[str, Any], seconds: float) -> None:
     """Append one row's profile to ``spec['profile']``: per step, the device's busy time, the
     kernels launched and the host's waits, then the top operators by self time on the device
-    and by self time on the host; ``xmr: fetch + collate`` is the data path's share."""
+    and by self time on the host; :data:`DATA_PATH` is the data path's share."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -377,15 +392,21 @@ def profile_steps(step, device, spec: dict[str, Any], seconds: float) -> None:
     device_ms = sum(event.self_device_time_total for event in events
                     if event.device_type == DeviceType.CUDA and not event.is_user_annotation
                     ) / 1000 / PROFILED_STEPS
+    # The host's dispatch work, on any device: each call is at least one kernel on a GPU.
+    aten_calls = sum(count for name, count in counts.items() if name.startswith('aten::'))
     data_ms = sum(event.cpu_time_total for event in events
-                  if event.key == 'xmr: fetch + collate') / 1000 / PROFILED_STEPS
+                  if event.key == DATA_PATH) / 1000 / PROFILED_STEPS
     title = f"{spec.get('method', 'static')} {spec['case']} {spec['path']} {spec['precision']}"
     lines = [f'## {title}', '',
              f'- step: {1000 * seconds:.2f} ms timed, {profiled_ms:.2f} ms under the profiler, of '
-             f'which {data_ms:.2f} ms fetch + collate; device busy {device_ms:.2f} ms',
+             f'which {data_ms:.2f} ms the data path (fetch, collate, tokenise); device busy '
+             f'{device_ms:.2f} ms',
              f'- per step: {sum(counts.get(name, 0) for name in LAUNCH_CALLS):.0f} kernel '
              f'launches, waits: ' + ', '.join(f'{name} {counts[name]:.0f}' for name in SYNC_CALLS
-                                               if name in counts), '', '```',
+                                               if name in counts),
+             f'- per step on the host: {aten_calls:.0f} ATen operator calls (nested calls '
+             f"included), {counts.get('aten::_to_copy', 0):.0f} dtype or device copies "
+             '(`aten::_to_copy`, autocast\'s casts among them)', '', '```',
              *(events.table(sort_by=key, row_limit=15, max_name_column_width=60)
                for key in (('self_device_time_total', 'self_cpu_time_total') if cuda
                            else ('self_cpu_time_total',))), '```', '']
@@ -494,11 +515,12 @@ def results_table(rows: list[dict[str, Any]], device: str) -> str:
 
     unit = 'peak alloc MiB' if device.startswith('cuda') else 'peak RSS MiB'
     header = ['method', 'case', 'path', 'precision', 'steps/s', 'samples/s', 'ms/step',
-              'CPU ms/step', unit, 'tokens tgt/en', 'tgt tokens run', 'first loss', 'speed-up',
-              'CPU-time speed-up']
+              'data ms', 'model ms', 'CPU ms/step', unit, 'tokens tgt/en', 'tgt tokens run',
+              'first loss', 'speed-up', 'CPU-time speed-up']
     cells = [[r.get('method', 'static'), r['case'], r['path'], r['precision'],
               f"{r['steps_per_s']:.3f}", f"{r['samples_per_s']:.1f}", f"{r['step_ms']:.1f}",
-              f"{r['cpu_ms']:.1f}", f"{r['peak_memory_mib']:.0f}",
+              f"{r['data_ms']:.1f}", f"{r['model_ms']:.1f}", f"{r['cpu_ms']:.1f}",
+              f"{r['peak_memory_mib']:.0f}",
               f"{r['target_tokens']}/{r['source_tokens']}", f"{r['target_tokens_run']:.1f}",
               '' if r['first_loss'] is None else f"{r['first_loss']:.5f}",
               f"{r.get('speedup', 1.0):.2f}x", f"{r.get('cpu_speedup', 1.0):.2f}x"]
@@ -519,8 +541,12 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         loss = ('' if 'loss_rel_diff' not in row
                 else f", first-step loss differs by {row['loss_rel_diff']:.1e} (relative)")
         # An eval sample carries two captions (English and German) beside its image.
-        rate = (f", {2 * row['samples_per_s']:.0f} captions/s" if row['case'] == 'eval'
-                else f", {row['step_ms']:.1f} ms/step")
+        captions = 2 * row['batch_size']
+        rate = (f", {1000 * captions / row['step_ms']:.0f} captions/s "
+                f"({1000 * captions / row['model_ms']:.0f} with the data path in workers)"
+                if row['case'] == 'eval' else
+                f", {row['step_ms']:.1f} ms/step ({row['model_ms']:.1f} ms with the data path "
+                'in workers)')
         lines.append(f"{method} {row['case']} {row['precision']}: xmr is {row['speedup']:.2f}x "
                      f"the {PATHS[method][0]} path ({row['cpu_speedup']:.2f}x in CPU time)"
                      f"{rate}{verdict}{loss}")

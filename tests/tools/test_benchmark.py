@@ -49,6 +49,9 @@ def test_every_case_has_its_paths_and_the_recompute_path_pads_to_77(tiny_run):
             assert row['target_tokens_run'] == row['target_tokens']
         assert row['steps_per_s'] > 0 and row['samples_per_s'] == pytest.approx(
             4 * row['steps_per_s'])
+        # One timed step: its data path (tokenising included) and the rest make it up.
+        assert 0 < row['data_ms'] < row['step_ms']
+        assert row['data_ms'] + row['model_ms'] == pytest.approx(row['step_ms'])
 
 
 def test_cached_and_recomputed_paths_start_from_the_same_loss(tiny_run):
@@ -70,7 +73,7 @@ def test_the_profile_has_a_section_per_row_with_its_step_summary(tiny_run, bench
     titles = [line[3:] for line in text.splitlines() if line.startswith('## ')]
     assert titles == [f"static {r['case']} {r['path']} fp32" for r in rows]
     for section in text.split('\n## ')[1:]:
-        assert 'ms timed' in section and 'fetch + collate' in section
+        assert 'ms timed' in section and 'the data path (fetch, collate, tokenise)' in section
         assert 'Self CPU time total' in section  # torch.profiler's table of the row
 
 
@@ -80,7 +83,8 @@ def test_a_failed_row_is_reported_and_the_others_kept(monkeypatch, tmp_path, cap
             raise RuntimeError('planted failure')
         return dict(method=spec['method'], case=spec['case'], path=spec['path'],
                     precision=spec['precision'], batch_size=4, steps_per_s=1.0,
-                    samples_per_s=4.0, step_ms=1000.0, cpu_ms=1000.0, peak_memory_mib=1.0,
+                    samples_per_s=4.0, step_ms=1000.0, cpu_ms=1000.0, data_ms=1.0,
+                    model_ms=999.0, peak_memory_mib=1.0,
                     first_loss=1.0, target_tokens=1, source_tokens=1, target_tokens_run=1.0)
 
     monkeypatch.setattr(benchmark, 'run_one', run_one)
@@ -94,7 +98,7 @@ def test_a_failed_row_is_reported_and_the_others_kept(monkeypatch, tmp_path, cap
 def test_ratios_and_target_verdicts_from_hand_made_rows():
     def row(case, path, ms, loss=1.0):
         return dict(case=case, path=path, precision='fp32', step_ms=ms, cpu_ms=2 * ms,
-                    first_loss=loss)
+                    model_ms=ms - 50, first_loss=loss, batch_size=32)
 
     rows = benchmark.with_ratios([row('cross_lingual', 'recompute', 900.0),
                                   row('cross_lingual', 'xmr', 300.0, loss=1.001),
@@ -111,17 +115,22 @@ def test_ratios_and_target_verdicts_from_hand_made_rows():
 def test_dasd_rows_are_measured_against_the_authors_path_and_the_schedule_is_projected():
     def row(case, path, ms):
         return dict(method='dasd', case=case, path=path, precision='amp', step_ms=ms,
-                    cpu_ms=ms, first_loss=None, batch_size=128)
+                    cpu_ms=ms, model_ms=ms / 2, first_loss=None, batch_size=128)
 
     rows = benchmark.with_ratios([row('cross_lingual', 'authors', 60.0),
                                   row('cross_lingual', 'recompute', 40.0),
                                   row('cross_lingual', 'xmr', 10.0),
                                   row('cross_modal', 'authors', 30.0),
-                                  row('cross_modal', 'xmr', 12.0)])
-    assert [r['speedup'] for r in rows] == pytest.approx([1.0, 1.5, 6.0, 1.0, 2.5])
+                                  row('cross_modal', 'xmr', 12.0),
+                                  row('eval', 'authors', 40.0), row('eval', 'xmr', 20.0)])
+    assert [r['speedup'] for r in rows] == pytest.approx([1.0, 1.5, 6.0, 1.0, 2.5, 1.0, 2.0])
     lines = benchmark.summary(rows)
     assert lines[0] == ('dasd cross_lingual amp: xmr is 6.00x the authors path (6.00x in CPU '
-                        'time), 10.0 ms/step (target >= 5x: met)')
+                        'time), 10.0 ms/step (5.0 ms with the data path in workers) (target >= '
+                        '5x: met)')
+    # 256 captions (English and German) in 20 ms, or in the 10 ms of the model alone.
+    assert lines[2].startswith('dasd eval amp: xmr is 2.00x the authors path (2.00x in CPU time), '
+                               '12800 captions/s (25600 with the data path in workers)')
     # 45,000 x 10 ms + 6,000 x 12 ms = 522 s = 0.145 h; the recompute path lacks cross_modal.
     assert "dasd xmr amp: the paper's 45k + 6k steps at batch 128 would take 0.14 h" in lines
     assert not any(line.startswith('dasd recompute') for line in lines)
