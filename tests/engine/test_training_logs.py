@@ -62,6 +62,9 @@ def test_after_a_resume_the_loss_windows_and_base_lr_are_the_uninterrupted_runs(
 
 def _parse_on_rank(rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    # A forked child must not enter OpenMP: the parent's thread pool did not come with it, and
+    # a parallel region waits for it forever (as DataLoader workers, run single-threaded).
+    torch.set_num_threads(1)
     torch.distributed.init_process_group('gloo', rank=rank, world_size=2)
     model = MODELS.build(tiny_retriever_cfg())
     # Each rank's shard gives another L_CL; the log must show their mean, what DDP optimises.
