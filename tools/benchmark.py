@@ -436,7 +436,10 @@ class AuthorsDASDCosts:
         discriminator.loss = self._capture
 
     def _capture(self, agnostic, source, negative_source):
-        self.inputs = (agnostic.detach(), source.detach(), negative_source.detach())
+        # Their code has no autocast: the second update runs in fp32 (CPU autocast leaves f^sa
+        # in bf16, its LayerNorm not being one of the ops it runs in fp32).
+        self.inputs = (agnostic.detach().float(), source.detach().float(),
+                       negative_source.detach().float())
         return self.loss(agnostic, source, negative_source)
 
     def update_discriminator(self) -> None:

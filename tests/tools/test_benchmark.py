@@ -190,3 +190,12 @@ def test_arch_covers_siglip2_and_the_xlmr_clip():
     assert xlmr['tokenizer']['pad_to'] == 77  # the recompute path pads as the authors do
     clip = benchmark.backbone_cfg('ViT-B-32', 77)
     assert clip['pretrained_cfg'] == 'openai' and clip['tokenizer']['pad_to'] == 77
+
+
+def test_the_dasd_rows_run_under_cpu_autocast_the_authors_update_included(tmp_path):
+    # CPU autocast leaves f^sa in bf16; the authors' own discriminator update runs in fp32.
+    rows = benchmark.main(['--arch', 'tiny', '--methods', 'dasd', '--cases', 'cross_lingual',
+                           '--amp', 'amp', '--in-process', '--steps', '1', '--warmup', '0',
+                           '--batch-size', '4', '--work-dir', str(tmp_path)])
+    assert [r['path'] for r in rows] == ['authors', 'recompute', 'xmr']
+    assert all(r['precision'] == 'amp' and r['first_loss'] > 0 for r in rows)
