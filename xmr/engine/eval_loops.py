@@ -17,6 +17,7 @@ Config::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -165,7 +166,8 @@ class _MultiDatasetLoop(BaseLoop):
     def run_iter(self, batch_idx: int, data_batch: Any, evaluator: Evaluator) -> None:
         self.runner.call_hook(f'before_{self.mode}_iter', batch_idx=batch_idx,
                               data_batch=data_batch)
-        with autocast(enabled=self.fp16), self.frozen_casts.swapped_into(self.runner.model):
+        casts = self.frozen_casts.swapped_into(self.runner.model) if self.fp16 else nullcontext()
+        with autocast(enabled=self.fp16), casts:
             step = (self.runner.model.val_step if self.mode == 'val'
                     else self.runner.model.test_step)
             outputs = step(data_batch)

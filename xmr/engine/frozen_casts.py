@@ -19,6 +19,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from xmr.models.swapped_parameters import swapped_parameters
+
 #: Modules whose weights only ever meet autocast's lower-precision ops (their ``forward`` is a
 #: ``linear`` / ``conv``; xmr's towers read attention's ``in_proj_*`` through ``linear`` too).
 #: Norms and embeddings run in fp32 or the weight's own dtype under autocast, so their weights
@@ -53,25 +55,20 @@ class FrozenWeightCasts:
         where each weight lies, until the block exits (even by an exception); the weights
         themselves are untouched. Outside autocast, nothing is swapped."""
         dtypes: dict[str, torch.dtype | None] = {}
-        originals = []
-        try:
-            for module in model.modules():
-                if not isinstance(module, AUTOCAST_MODULES):
+        copies = []
+        for module in model.modules():
+            if not isinstance(module, AUTOCAST_MODULES):
+                continue
+            for leaf, weight in module._parameters.items():
+                if weight is None or weight.requires_grad or not weight.is_floating_point():
                     continue
-                for leaf, weight in module._parameters.items():
-                    if weight is None or weight.requires_grad or not weight.is_floating_point():
-                        continue
-                    device = weight.device.type
-                    if device not in dtypes:
-                        dtypes[device] = (torch.get_autocast_dtype(device)
-                                          if torch.is_autocast_enabled(device) else None)
-                    if dtypes[device] in (None, weight.dtype):
-                        continue
-                    originals.append((module, leaf, weight))
-                    module._parameters[leaf] = self._copy(weight, dtypes[device])
-            # Copies of weights the model no longer has (or no longer freezes) are let go.
-            self._copies = {id(weight): self._copies[id(weight)] for _, _, weight in originals}
+                device = weight.device.type
+                if device not in dtypes:
+                    dtypes[device] = (torch.get_autocast_dtype(device)
+                                      if torch.is_autocast_enabled(device) else None)
+                if dtypes[device] not in (None, weight.dtype):
+                    copies.append((module, leaf, weight, self._copy(weight, dtypes[device])))
+        # Copies of weights the model no longer has (or no longer freezes) are let go.
+        self._copies = {id(weight): self._copies[id(weight)] for _, _, weight, _ in copies}
+        with swapped_parameters((module, leaf, copy) for module, leaf, _, copy in copies):
             yield
-        finally:
-            for module, leaf, weight in reversed(originals):
-                module._parameters[leaf] = weight

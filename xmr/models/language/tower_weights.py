@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 from torch import nn
 
+from xmr.models.swapped_parameters import swapped_parameters
+
 __all__ = ['TowerWeights', 'select_tower_weights']
 
 
@@ -61,14 +63,7 @@ class TowerWeights(nn.Module):
     def swapped_into(self, tower: nn.Module) -> Iterator[None]:
         """Let ``tower`` run on these copies (gradients reach them, not its own weights) until
         the block exits, even by an exception."""
-        originals = []
-        try:
-            for name, weight in self.named_parameters():
-                module_name, _, leaf = name.rpartition('.')
-                module = tower.get_submodule(module_name)
-                originals.append((module, leaf, module._parameters[leaf]))
-                module._parameters[leaf] = weight
+        places = ((name.rpartition('.'), weight) for name, weight in self.named_parameters())
+        with swapped_parameters((tower.get_submodule(path), leaf, weight)
+                                for (path, _, leaf), weight in places):
             yield
-        finally:
-            for module, leaf, original in reversed(originals):
-                module._parameters[leaf] = original
