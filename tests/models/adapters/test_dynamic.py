@@ -102,7 +102,14 @@ def test_generator_is_z_then_one_reshaped_head_per_block():
         torch.testing.assert_close(matrices[block], expected)
     # Row-major reshape: entry (i, j) of W^z is output i * d_u + j of the head.
     flat = generator.heads['0'](z)
-    assert matrices[0][1, 2, 3] == flat[1, 2 * D_U + 3]
+    torch.testing.assert_close(matrices[0][1, 2, 3], flat[1, 2 * D_U + 3])
+    # Each head's gradient comes from its own block's W^z alone.
+    weights = torch.randn(2, BATCH, D_U, D_U)
+    (weights[0] * matrices[0] + weights[1] * matrices[3]).sum().backward()
+    for weight, block in zip(weights, (0, 3)):
+        head = generator.heads[str(block)]
+        torch.testing.assert_close(head.weight.grad, weight.reshape(BATCH, -1).T @ z.detach())
+        torch.testing.assert_close(head.bias.grad, weight.reshape(BATCH, -1).sum(0))
 
 
 def test_generator_refuses_bad_blocks():

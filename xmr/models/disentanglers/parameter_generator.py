@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -61,4 +62,9 @@ class ParameterGenerator(nn.Module):
         at block ``i`` uses entry ``i``.
         """
         z = self.to_z(features)
-        return {b: self.heads[str(b)](z).view(-1, self.d_u, self.d_u) for b in self.blocks}
+        # Every block's head in one product, and one backward node for all their gradients.
+        heads = [self.heads[str(b)] for b in self.blocks]
+        matrices = F.linear(z, torch.cat([head.weight for head in heads]),
+                            torch.cat([head.bias for head in heads]))
+        return dict(zip(self.blocks,
+                        matrices.view(-1, len(heads), self.d_u, self.d_u).unbind(1)))
