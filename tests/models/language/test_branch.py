@@ -5,6 +5,8 @@ from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from tests.models.language.test_packed_tokens import ADAPTER_SETS, randomise
 from xmr.models.adapters.base import AdapterContext, AdapterSite
 from xmr.models.adapters.language_adapters import LanguageAdapters
+from xmr.models.language import branch as branch_module
+from xmr.models.language.branch import select_tokens
 from xmr.registry import MODELS
 
 
@@ -170,3 +172,19 @@ def test_each_language_adds_only_its_own_linear_delta():
     expected_de = adapters.sets['de']['0:mlp_fc'](x[:2], german)
     torch.testing.assert_close(delta, torch.cat([expected_de, torch.zeros(3, 8)]))
     assert hooks.linear(AdapterSite.ATTN_OUT, 0, x) is None
+
+
+@pytest.mark.parametrize('adapter_set, sorts', [('dynamic', False), ('static', True)])
+def test_only_a_batch_with_a_site_not_grouped_is_sorted_by_language(adapter_set, sorts,
+                                                                   monkeypatch):
+    backbone = MODELS.build(tiny_backbone_cfg())
+    branch = MODELS.build(tiny_branch_cfg(languages=('de', 'zh', 'fr'),
+                                          adapters=ADAPTER_SETS[adapter_set]),
+                          default_args=dict(tower=backbone.text_tower))
+    tokens = branch.tokenize(ROUTED_TEXTS)
+    condition = {i: torch.randn(len(ROUTED_TEXTS), 4, 4) for i in range(3)}
+    selected = []
+    monkeypatch.setattr(branch_module, 'select_tokens',
+                        lambda *args: selected.append(args) or select_tokens(*args))
+    branch.encode(branch.embed(tokens), tokens, ROUTED_LANGS, condition)
+    assert bool(selected) == sorts

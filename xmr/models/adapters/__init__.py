@@ -2,6 +2,7 @@
 from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.models.adapters.compacter import CompacterAdapter, PHMLinear, PHMRule
 from xmr.models.adapters.dynamic import DynamicAdapter
+from xmr.models.adapters.grouped import GroupedAdapter, LanguageMembership
 from xmr.models.adapters.houlsby import HoulsbyAdapter
 from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.models.adapters.lora import LoRA
@@ -9,6 +10,6 @@ from xmr.models.adapters.prompt import HardPrompt, SoftPrompt
 from xmr.models.adapters.static import StaticAdapter
 
 __all__ = ['AdapterContext', 'AdapterPlacement', 'AdapterSite', 'BaseAdapter',
-           'CompacterAdapter', 'DynamicAdapter', 'HardPrompt', 'HoulsbyAdapter',
-           'LanguageAdapters', 'LoRA', 'PHMLinear', 'PHMRule', 'SoftPrompt',
-           'StaticAdapter']
+           'CompacterAdapter', 'DynamicAdapter', 'GroupedAdapter', 'HardPrompt',
+           'HoulsbyAdapter', 'LanguageAdapters', 'LanguageMembership', 'LoRA', 'PHMLinear',
+           'PHMRule', 'SoftPrompt', 'StaticAdapter']

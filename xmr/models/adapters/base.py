@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from xmr.models.adapters.grouped import LanguageMembership
     from xmr.models.language.packed_tokens import PackedTokens
 
 
@@ -58,7 +59,8 @@ class AdapterContext:
     """Per-forward information an adapter may read.
 
     Attributes:
-        lang: language code of the samples at ``rows``.
+        lang: language code of the samples at ``rows`` (a grouped call's: its languages joined
+            by ``+``).
         block_index: index of the block whose site is being run; ``-1`` for the input site.
         condition: method-specific condition, e.g. DASD's per-block ``W^z``; ``None`` for static
             adapters. Whoever produces it documents its layout.
@@ -71,6 +73,8 @@ class AdapterContext:
             the frozen blocks once, and calls each language's adapters on its rows). Every
             other field describes these rows alone: ``condition``, ``attention_mask``,
             ``eos_index`` and ``packed`` have one entry per sample of ``rows``.
+        membership: set for a call that serves every language of the batch at once
+            (:class:`~xmr.models.adapters.grouped.GroupedAdapter`): each sample's language.
         extras: free slots for method-specific values.
     """
 
@@ -81,6 +85,7 @@ class AdapterContext:
     eos_index: torch.Tensor | None = None
     packed: PackedTokens | None = None
     rows: slice = field(default_factory=lambda: slice(None))
+    membership: LanguageMembership | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 

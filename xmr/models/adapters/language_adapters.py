@@ -1,12 +1,13 @@
 """Per-language adapter sets and the hooks through which a text tower calls them."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
 
 from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
+from xmr.models.adapters.grouped import GroupedAdapter
 from xmr.registry import ADAPTERS
 
 
@@ -138,12 +139,35 @@ class LanguageAdapters(nn.Module):
         return all(module.accepts_packed_tokens for module in self.sets[lang].values()
                    if isinstance(module, BaseAdapter) and module.site != AdapterSite.INPUT)
 
-    def hooks(self, *contexts: AdapterContext) -> LanguageHooks:
+    def groups_every_site(self, languages: Sequence[str]) -> bool:
+        """Whether every site of these languages holds, in each of them, an adapter of one
+        :class:`~xmr.models.adapters.grouped.GroupedAdapter` class (so no prompts, no shared
+        parameters, no tower weights): a batch of them then runs in any order of samples."""
+        sets = [self.sets[lang] for lang in languages]
+        keys = dict.fromkeys(key for placed in sets for key in placed)
+        return all(grouped_adapters(sets, key) is not None for key in keys)
+
+    def hooks(self, *contexts: AdapterContext,
+              grouped: AdapterContext | None = None) -> LanguageHooks:
         """Site hooks that run each context's language's adapters on its rows
-        (:attr:`~xmr.models.adapters.base.AdapterContext.rows`)."""
+        (:attr:`~xmr.models.adapters.base.AdapterContext.rows`); with ``grouped``, the context
+        of the whole input (:attr:`~xmr.models.adapters.base.AdapterContext.membership`), sites
+        whose adapters are all of one :class:`~xmr.models.adapters.grouped.GroupedAdapter`
+        class run them in one call. Without ``contexts``, every site must be such a site
+        (:meth:`groups_every_site`)."""
         for ctx in contexts:
             self.check_language(ctx.lang)
-        return LanguageHooks([(self.sets[ctx.lang], ctx) for ctx in contexts])
+        return LanguageHooks(self.sets, contexts, grouped)
+
+
+def grouped_adapters(sets: Sequence[nn.ModuleDict], key: str) -> list[GroupedAdapter] | None:
+    """The adapters at ``key`` of every set when they are all of one
+    :class:`~xmr.models.adapters.grouped.GroupedAdapter` class; else ``None``."""
+    adapters = [placed[key] if key in placed else None for placed in sets]
+    kind = type(adapters[0])
+    if not issubclass(kind, GroupedAdapter) or any(type(a) is not kind for a in adapters):
+        return None
+    return adapters
 
 
 def join_rows(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -157,14 +181,34 @@ class LanguageHooks:
 
     The rows of the languages are contiguous and in order, so each language reads a view of
     the hidden states and one concatenation gathers the results; a single language is called on
-    the whole input.
+    the whole input. Where every language holds an adapter of one
+    :class:`~xmr.models.adapters.grouped.GroupedAdapter` class, that class's
+    ``forward_grouped`` serves them all in one call, given ``grouped``.
 
     Args:
-        routes: ``(placed adapters, context)`` of each language, in the order of their rows.
+        sets: every language's placed adapters (:attr:`LanguageAdapters.sets`).
+        contexts: each language's context, in the order of their rows.
+        grouped: the context of a grouped call (the whole input, with ``membership``), or
+            ``None`` to call each language's adapters on its rows.
     """
 
-    def __init__(self, routes: Sequence[tuple[nn.ModuleDict, AdapterContext]]) -> None:
-        self.routes = list(routes)
+    def __init__(self, sets: Mapping[str, nn.ModuleDict], contexts: Sequence[AdapterContext],
+                 grouped: AdapterContext | None = None) -> None:
+        self.routes = [(sets[ctx.lang], ctx) for ctx in contexts]
+        self.grouped = grouped
+        self.grouped_sets = ([] if grouped is None
+                             else [sets[lang] for lang in grouped.membership.languages])
+
+    def _grouped_call(self, site: AdapterSite, block_index: int, x: torch.Tensor
+                      ) -> torch.Tensor | None:
+        """The site's grouped call on ``x`` when one class serves every language; else ``None``."""
+        if len(self.grouped_sets) < 2:
+            return None
+        adapters = grouped_adapters(self.grouped_sets, _key(block_index, site))
+        if adapters is None:
+            return None
+        self.grouped.block_index = block_index
+        return type(adapters[0]).forward_grouped(adapters, x, self.grouped)
 
     def _calls(self, site: AdapterSite, block_index: int, x: torch.Tensor
                ) -> list[tuple[BaseAdapter | None, torch.Tensor, AdapterContext]]:
@@ -178,6 +222,9 @@ class LanguageHooks:
         return calls
 
     def residual(self, site: AdapterSite, block_index: int, x: torch.Tensor) -> torch.Tensor:
+        grouped = self._grouped_call(site, block_index, x)
+        if grouped is not None:
+            return grouped
         calls = self._calls(site, block_index, x)
         if all(adapter is None for adapter, _, _ in calls):
             return x

@@ -10,6 +10,7 @@ from torch import nn
 
 from xmr.datasets.languages import normalize_languages
 from xmr.models.adapters.base import AdapterContext, BaseAdapter
+from xmr.models.adapters.grouped import LanguageMembership, host_to_device
 from xmr.models.adapters.language_adapters import LanguageAdapters, join_rows
 from xmr.models.language.embedding import EmbeddingBlock
 from xmr.models.language.tokenizers import TokenBatch
@@ -169,11 +170,13 @@ class TargetLanguageBranch(nn.Module):
                condition: Any = None) -> torch.Tensor:
         """Run the blocks on the batch, each sample with its language's adapters.
 
-        The batch is sorted by language (stably), so that each language's samples are
-        contiguous; the frozen blocks then run once for the whole batch, and each site calls
-        each language's adapters on its rows (:class:`~xmr.models.adapters.language_adapters.
-        LanguageHooks`). Languages with their own tower weights run the tower one at a time,
-        their embedding included. Input-site adapters (prompts) act before the positions are
+        The frozen blocks run once for the whole batch. Where every site serves all languages
+        in one call (:class:`~xmr.models.adapters.grouped.GroupedAdapter`, DASD's dynamic
+        adapters), the batch runs as it comes. Otherwise it is sorted by language (stably), so
+        that each language's samples are contiguous, and each site calls each language's
+        adapters on its rows (:class:`~xmr.models.adapters.language_adapters.LanguageHooks`).
+        Languages with their own tower weights run the tower one at a time, their embedding
+        included. Input-site adapters (prompts) act before the positions are
         added, so that the positions cover the lengthened sequence: each language re-embeds its
         samples from their tokens through its own.
 
@@ -192,13 +195,15 @@ class TargetLanguageBranch(nn.Module):
         for lang in set(langs):
             self.adapters.check_language(lang)
         order, rows = group_by_language(langs)
-        # From pinned memory, the copy to a GPU need not wait for the work queued before it.
+        if len(rows) > 1 and self.adapters.groups_every_site(list(rows)):
+            # Every site serves all languages in one call: no order of samples is needed.
+            return self._encode_run(embeddings, tokens, condition, langs, None, reembed=False)
         sort = (None if order == sorted(order)
-                else torch.tensor(order, pin_memory=embeddings.is_cuda).to(embeddings.device,
-                                                                            non_blocking=True))
+                else host_to_device(torch.tensor(order), embeddings.device))
         if sort is not None:
             embeddings, tokens = embeddings[sort], select_tokens(tokens, sort)
             condition = index_condition(condition, sort)
+        sorted_langs = [langs[index] for index in order]
         alone = any(self.adapters.tower_weights(lang) is not None for lang in rows)
         runs = ([(span, {lang: slice(None)}) for lang, span in rows.items()] if alone
                 else [(slice(None), rows)])
@@ -209,37 +214,48 @@ class TargetLanguageBranch(nn.Module):
                   else tower_weights.swapped_into(self.tower)):
                 outputs.append(self._encode_run(
                     embeddings[span], select_tokens(tokens, span),
-                    index_condition(condition, span), run_rows, reembed=alone))
+                    index_condition(condition, span), sorted_langs[span], run_rows,
+                    reembed=alone))
         out = join_rows(outputs)
         return out if sort is None else out.new_empty(out.shape).index_copy(0, sort, out)
 
     def _encode_run(self, x: torch.Tensor, tokens: TokenBatch, condition: Any,
-                    rows: dict[str, slice], reembed: bool) -> torch.Tensor:
-        """Samples ``x [b, L, D]`` of the languages ``rows`` (contiguous, in order) -> ``[b, E]``,
-        in one pass of the blocks.
+                    langs: Sequence[str], rows: dict[str, slice] | None,
+                    reembed: bool) -> torch.Tensor:
+        """Samples ``x [b, L, D]`` -> ``[b, E]``, in one pass of the blocks.
 
         Args:
+            langs: the language of each sample.
+            rows: each language's samples, contiguous and in order; ``None`` when every site
+                serves all languages in one call
+                (:meth:`~xmr.models.adapters.language_adapters.LanguageAdapters.groups_every_site`),
+                the samples then in any order.
             reembed: embed the samples again from their tokens (a language with its own tower
                 weights, swapped in, embeds with them).
         """
         contexts = [AdapterContext(lang=lang, condition=index_condition(condition, span),
                                    attention_mask=tokens['attention_mask'][span],
                                    eos_index=tokens['eos_index'][span], rows=span)
-                    for lang, span in rows.items()]
-        if self.adapters.input_adapters(contexts[0].lang):
+                    for lang, span in (rows or {}).items()]
+        if contexts and self.adapters.input_adapters(contexts[0].lang):
             x = self.tower.add_positions(join_rows([
                 self._prompted(tokens['input_ids'][ctx.rows], ctx) for ctx in contexts]))
         elif reembed:
             x = self.embed(tokens)
-        mask = join_rows([ctx.attention_mask for ctx in contexts])
-        eos_index = join_rows([ctx.eos_index for ctx in contexts])
+        mask, eos_index = ((join_rows([ctx.attention_mask for ctx in contexts]),
+                            join_rows([ctx.eos_index for ctx in contexts])) if contexts
+                           else (tokens['attention_mask'], tokens['eos_index']))
         packed = (self.tower.packing(mask)
-                  if all(self.adapters.accepts_packed_tokens(ctx.lang) for ctx in contexts)
+                  if all(self.adapters.accepts_packed_tokens(lang) for lang in set(langs))
                   else None)
         for ctx in contexts:
             ctx.packed, ctx.rows = ((packed, ctx.rows) if packed is None or len(contexts) == 1
                                     else packed.samples(ctx.rows))
-        x = self.tower.encode_embeddings(x, mask, hooks=self.adapters.hooks(*contexts),
+        grouped = (None if len(contexts) == 1 else AdapterContext(
+            lang='+'.join(dict.fromkeys(langs)), condition=condition, attention_mask=mask,
+            eos_index=eos_index, packed=packed, membership=LanguageMembership(langs, x.device)))
+        x = self.tower.encode_embeddings(x, mask,
+                                         hooks=self.adapters.hooks(*contexts, grouped=grouped),
                                          blocks=range(self.num_blocks), packed=packed)
         return self.tower.head(self.tower.pool(x, mask, eos_index))
 

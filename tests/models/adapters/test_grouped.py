@@ -1,0 +1,113 @@
+"""Grouped calls: every language's adapter at a site in one call, equal to each language alone."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import xmr  # noqa: F401
+from tests.models.language.test_packed_tokens import randomise
+from xmr.models.adapters import (
+    AdapterContext,
+    AdapterSite,
+    DynamicAdapter,
+    LanguageAdapters,
+    LanguageMembership,
+)
+from xmr.models.adapters.grouped import spread
+from xmr.models.language.packed_tokens import PackedTokens
+
+WIDTH, D_U, LENGTH = 12, 4, 5
+#: An interleaved batch: a grouped call needs no order of samples.
+LANGS = ['de', 'zh', 'de', 'fr', 'de', 'fr']
+SAMPLES = {'de': [0, 2, 4], 'zh': [1], 'fr': [3, 5]}
+LENGTHS = [5, 2, 4, 3, 5, 1]
+
+
+def test_spread_places_each_row_in_its_languages_block():
+    x = torch.tensor([[1., 2.], [3., 4.], [5., 6.]])
+    one_hot = torch.tensor([[1., 0.], [0., 1.], [0., 1.]])
+    assert spread(x, one_hot).tolist() == [[1, 2, 0, 0], [0, 0, 3, 4], [0, 0, 5, 6]]
+    matrices = torch.arange(8.).view(2, 2, 2)
+    placed = spread(matrices, one_hot[:2], dim=1)                       # [2, 4, 2]
+    torch.testing.assert_close(placed[0], torch.cat([matrices[0], torch.zeros(2, 2)]))
+    torch.testing.assert_close(placed[1], torch.cat([torch.zeros(2, 2), matrices[1]]))
+
+
+def test_membership_is_a_one_hot_of_the_languages_per_sample_or_per_token():
+    membership = LanguageMembership(LANGS, torch.device('cpu'))
+    assert membership.languages == ('de', 'zh', 'fr')
+    de, zh, fr = [1., 0., 0.], [0., 1., 0.], [0., 0., 1.]
+    expected = torch.tensor([de, zh, de, fr, de, fr])
+    padded = membership.rows(torch.float64, None)
+    assert padded.shape == (6, 1, 3) and padded.dtype == torch.float64
+    torch.testing.assert_close(padded.squeeze(1), expected.double())
+    assert membership.rows(torch.float64, None) is padded
+    mask = torch.arange(LENGTH)[None] < torch.tensor(LENGTHS)[:, None]
+    per_token = membership.rows(torch.float32, PackedTokens(mask, torch.zeros(6, 1, 5, 5)))
+    torch.testing.assert_close(per_token, expected.repeat_interleave(torch.tensor(LENGTHS), 0))
+
+
+def adapters_and_inputs():
+    adapters = LanguageAdapters(list(SAMPLES), dict(type='DynamicAdapter', hidden=D_U), WIDTH, 3)
+    randomise(adapters, 1)
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(6, LENGTH, WIDTH, generator=generator, requires_grad=True)
+    condition = {1: torch.randn(6, D_U, D_U, generator=generator)}
+    return adapters, x, condition
+
+
+@pytest.mark.parametrize('pack', [False, True], ids=['padded', 'packed'])
+def test_a_grouped_dynamic_call_equals_each_language_on_its_rows(pack):
+    adapters, x, condition = adapters_and_inputs()
+    at_block = [adapters.sets[lang]['1:block_output'] for lang in SAMPLES]
+    # Each language alone, its adapter's own forward on its padded samples.
+    alone = torch.empty_like(x)
+    for adapter, (lang, samples) in zip(at_block, SAMPLES.items()):
+        alone[samples] = adapter(x[samples], AdapterContext(
+            lang=lang, block_index=1, condition={1: condition[1][samples]}))
+    mask = torch.arange(LENGTH)[None] < torch.tensor(LENGTHS)[:, None]
+    packed = PackedTokens(mask, torch.zeros(6, 1, LENGTH, LENGTH)) if pack else None
+    ctx = AdapterContext(lang='de+zh+fr', block_index=1, condition=condition, packed=packed,
+                         membership=LanguageMembership(LANGS, x.device))
+    grouped = DynamicAdapter.forward_grouped(at_block, packed.pack(x) if pack else x, ctx)
+    if pack:
+        alone = packed.pack(alone)
+    torch.testing.assert_close(grouped, alone, rtol=1e-5, atol=1e-6)
+    inputs = [x, *adapters.parameters()]
+    got = torch.autograd.grad(grouped.square().sum(), inputs, allow_unused=True)
+    want = torch.autograd.grad(alone.square().sum(), inputs, allow_unused=True)
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_hooks_group_a_site_only_where_every_language_holds_the_class(monkeypatch):
+    adapters, x, condition = adapters_and_inputs()
+    calls = []
+    forward, forward_grouped = DynamicAdapter.forward, DynamicAdapter.forward_grouped.__func__
+    monkeypatch.setattr(DynamicAdapter, 'forward',
+                        lambda self, *a: calls.append(self) or forward(self, *a))
+    monkeypatch.setattr(DynamicAdapter, 'forward_grouped', classmethod(
+        lambda cls, group, *a: calls.append(tuple(group)) or forward_grouped(cls, group, *a)))
+    # The per-language path needs each language's samples contiguous: sort them.
+    order = [index for samples in SAMPLES.values() for index in samples]
+    x, condition = x[order], {1: condition[1][order]}
+    rows = {'de': slice(0, 3), 'zh': slice(3, 4), 'fr': slice(4, 6)}
+    contexts = [AdapterContext(lang=lang, condition={1: condition[1][span]}, rows=span)
+                for lang, span in rows.items()]
+    joint = AdapterContext(lang='de+zh+fr', condition=condition,
+                           membership=LanguageMembership([LANGS[i] for i in order], x.device))
+    hooks = adapters.hooks(*contexts, grouped=joint)
+    hooks.residual(AdapterSite.BLOCK_OUTPUT, 1, x)
+    assert calls == [tuple(adapters.sets[lang]['1:block_output'] for lang in SAMPLES)]
+
+    calls.clear()
+    del adapters.sets['zh']['1:block_output']
+    out = hooks.residual(AdapterSite.BLOCK_OUTPUT, 1, x)
+    assert calls == [adapters.sets['de']['1:block_output'], adapters.sets['fr']['1:block_output']]
+    torch.testing.assert_close(out[rows['zh']], x[rows['zh']])
+
+    calls.clear()
+    adapters.hooks(*contexts).residual(AdapterSite.BLOCK_OUTPUT, 1, x)
+    assert calls == [adapters.sets['de']['1:block_output'], adapters.sets['fr']['1:block_output']]
