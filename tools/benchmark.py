@@ -62,6 +62,7 @@ import sys
 import tempfile
 import time
 import traceback
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -310,12 +311,12 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         data_times.append(time.perf_counter() - started)
         if wrapper is None:
             model.eval()
-            if spec['precision'] == 'amp':
-                # As the evaluation loops run it: the frozen weights cast once.
-                with (torch.autocast(device.type, dtype=_amp_dtype(device.type)),
-                      frozen_casts.swapped_into(model)):
-                    model.val_step(batch)
-            else:
+            # As the evaluation loops run it: without autograd; under autocast, the frozen
+            # weights cast once.
+            with torch.no_grad(), ExitStack() as amp:
+                if spec['precision'] == 'amp':
+                    amp.enter_context(torch.autocast(device.type, dtype=_amp_dtype(device.type)))
+                    amp.enter_context(frozen_casts.swapped_into(model))
                 model.val_step(batch)
             return None
         model.train()

@@ -98,6 +98,12 @@ def test_gallery_items_and_their_captions_by_hand():
     torch.testing.assert_close(items[1]['caption_embeddings']['sw'],
                                torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
     assert gallery_items(torch.ones(1, 2))[0]['media_id'] == '0'
+    # An item without captions in a language gets none; an owner past the batch is refused.
+    attach_captions(items, 'de', torch.tensor([[0.0, 3.0]]), owner=torch.tensor([1]))
+    assert items[0]['caption_embeddings']['de'].shape == (0, 2)
+    torch.testing.assert_close(items[1]['caption_embeddings']['de'], torch.tensor([[0.0, 1.0]]))
+    with pytest.raises(ValueError, match='caption owners name item 2 of a batch of 2 items'):
+        attach_captions(items, 'fr', torch.ones(2, 2), owner=torch.tensor([0, 2]))
 
 
 def test_the_translation_model_builds_only_its_own_losses():

@@ -216,10 +216,10 @@ def gallery_items(media_embeddings: torch.Tensor | None, media_ids: Sequence[str
             raise ValueError('a batch without media needs its media_ids to name its items')
         items = [dict(media_id=media_id, caption_embeddings={}) for media_id in media_ids]
     else:
-        embeddings = F.normalize(media_embeddings.float(), dim=-1).cpu()
+        embeddings = F.normalize(media_embeddings.float(), dim=-1).cpu().unbind()
         items = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
-                      media_embedding=embeddings[i], caption_embeddings={})
-                 for i in range(embeddings.shape[0])]
+                      media_embedding=embedding, caption_embeddings={})
+                 for i, embedding in enumerate(embeddings)]
     for item, index in zip(items, indices if indices is not None else ()):
         item['index'] = int(index)
     return items
@@ -237,8 +237,15 @@ def attach_captions(items: list[dict[str, Any]], lang: str, embeddings: torch.Te
     """
     embeddings = F.normalize(embeddings.float(), dim=-1).cpu()
     owner = owner.cpu()
-    for row, item in enumerate(items):
-        item['caption_embeddings'][lang] = embeddings[owner == row]
+    # One gather and one split, not a mask per item (the host's work, per caption, in a
+    # gallery step bound by the host).
+    order = torch.argsort(owner, stable=True)
+    counts = torch.bincount(owner, minlength=len(items)).tolist()
+    if len(counts) > len(items):
+        raise ValueError(f'caption owners name item {len(counts) - 1} of a batch of '
+                         f'{len(items)} items')
+    for item, own in zip(items, embeddings[order].split(counts)):
+        item['caption_embeddings'][lang] = own
 
 
 def feature_rows(features: torch.Tensor | Sequence[torch.Tensor] | None) -> torch.Tensor | None:
