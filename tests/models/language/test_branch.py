@@ -188,3 +188,21 @@ def test_only_a_batch_with_a_site_not_grouped_is_sorted_by_language(adapter_set,
                         lambda *args: selected.append(args) or select_tokens(*args))
     branch.encode(branch.embed(tokens), tokens, ROUTED_LANGS, condition)
     assert bool(selected) == sorts
+
+
+def test_a_grouped_dasd_branch_traces_as_one_graph():
+    """No graph break in the blocks and grouped adapters: what a captured (CUDA-graph) step needs."""
+    torch.manual_seed(0)
+    backbone = MODELS.build(tiny_backbone_cfg())
+    backbone.text_tower.pack_tokens = False
+    branch = MODELS.build(tiny_branch_cfg(languages=('de', 'zh', 'fr'),
+                                          adapters=ADAPTER_SETS['dynamic']),
+                          default_args=dict(tower=backbone.text_tower))
+    randomise(branch.adapters, 1)
+    tokens = branch.tokenize(ROUTED_TEXTS)
+    condition = {i: torch.randn(len(ROUTED_TEXTS), 4, 4) for i in range(3)}
+    embeddings = branch.embed(tokens)
+    torch._dynamo.reset()
+    traced = torch.compile(branch.encode, backend='eager', fullgraph=True)
+    got = traced(embeddings, tokens, ROUTED_LANGS, condition)
+    torch.testing.assert_close(got, branch.encode(embeddings, tokens, ROUTED_LANGS, condition))

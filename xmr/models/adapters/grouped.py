@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
@@ -68,10 +67,8 @@ class LanguageMembership:
         self.device = device
         self._rows: dict[tuple[torch.dtype, bool], torch.Tensor] = {}
 
-    @cached_property
     def one_hot(self) -> torch.Tensor:
-        """``[B, G]`` float, 1 where sample ``b`` is ``languages[g]``; made on first use (a
-        batch no grouped call reads copies nothing to the device)."""
+        """``[B, G]`` float, 1 where sample ``b`` is ``languages[g]``, on the device."""
         one_hot = torch.zeros(len(self._columns), len(self.languages))
         one_hot[torch.arange(len(self._columns)), self._columns] = 1
         return host_to_device(one_hot, self.device)
@@ -79,10 +76,11 @@ class LanguageMembership:
     def rows(self, dtype: torch.dtype, packed: PackedTokens | None) -> torch.Tensor:
         """The one-hot of the rows an adapter sees, in ``dtype``: ``[B, 1, G]`` for the padded
         ``[B, L, D]`` (one per sample, broadcast over its tokens), ``[T, G]`` for packed tokens.
-        Made once per call of the branch."""
+        Made on first use (a batch no grouped call reads copies nothing to the device), once
+        per call of the branch."""
         key = (dtype, packed is None)
         if key not in self._rows:
-            one_hot = self.one_hot.to(dtype)
+            one_hot = self.one_hot().to(dtype)
             self._rows[key] = (one_hot.unsqueeze(1) if packed is None
                                else one_hot.index_select(0, packed.sample_index))
         return self._rows[key]
