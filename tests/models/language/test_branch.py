@@ -191,7 +191,8 @@ def test_only_a_batch_with_a_site_not_grouped_is_sorted_by_language(adapter_set,
 
 
 def test_a_grouped_dasd_branch_traces_as_one_graph():
-    """No graph break in the blocks and grouped adapters: what a captured (CUDA-graph) step needs."""
+    """No graph break in the blocks and grouped adapters: what a captured (CUDA graph) step
+    needs."""
     torch.manual_seed(0)
     backbone = MODELS.build(tiny_backbone_cfg())
     backbone.text_tower.pack_tokens = False

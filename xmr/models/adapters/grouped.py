@@ -24,17 +24,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from xmr.models.adapters.base import AdapterContext, BaseAdapter
+from xmr.models.host_to_device import host_to_device
 
 if TYPE_CHECKING:
     from xmr.models.language.packed_tokens import PackedTokens
-
-
-def host_to_device(values: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``values`` (on the host) on ``device``; to a GPU from pinned memory, so that the copy need
-    not wait for the work queued before it."""
-    if device.type != 'cuda':
-        return values.to(device)
-    return values.pin_memory().to(device, non_blocking=True)
 
 
 def spread(x: torch.Tensor, one_hot: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -10,8 +10,9 @@ from torch import nn
 
 from xmr.datasets.languages import normalize_languages
 from xmr.models.adapters.base import AdapterContext, BaseAdapter
-from xmr.models.adapters.grouped import LanguageMembership, host_to_device
+from xmr.models.adapters.grouped import LanguageMembership
 from xmr.models.adapters.language_adapters import LanguageAdapters, join_rows
+from xmr.models.host_to_device import host_to_device
 from xmr.models.language.embedding import EmbeddingBlock
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.language.tower_weights import TowerWeights
