@@ -27,6 +27,7 @@ from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
 from xmr.engine.frozen_casts import FrozenWeightCasts
+from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.engine.worker_tokens import tokenize_in_workers
 from xmr.evaluation.metrics import RetrievalMetric
 from xmr.registry import LOOPS
@@ -101,7 +102,7 @@ class _MultiDatasetLoop(BaseLoop):
                              f'evaluators; {self.mode}_evaluator[i] scores '
                              f'{self.mode}_dataloader[i].')
         seed_per_rank = runner._randomness_cfg.get('diff_rank_seed', False)
-        loaders = [runner.build_dataloader(loader, seed=runner.seed,
+        loaders = [runner.build_dataloader(pinned_on_gpu(loader), seed=runner.seed,
                                            diff_rank_seed=seed_per_rank)
                    if isinstance(loader, dict) else loader for loader in dataloader]
         super().__init__(runner, LoaderSequence(loaders))

@@ -16,6 +16,7 @@ from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
 from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.optim import parameter_counts
 from xmr.engine.phases import Phase, phase_lr_factor
+from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.engine.resume import can_skip_at_sampler, restart_iteration_timers, skip_at_sampler
 from xmr.engine.rng import preserved_rng_state, restore_rng_state
 from xmr.engine.worker_tokens import tokenize_in_workers
@@ -189,9 +190,13 @@ class PhasedTrainLoop(BaseLoop):
             self.phases.append(phase)
         if dataloader is None and any(p.dataloader is None for p in self.phases):
             raise ValueError('a phase without its own dataloader needs train_dataloader')
+        for phase in self.phases:
+            if isinstance(phase.dataloader, Mapping):
+                phase.dataloader = pinned_on_gpu(phase.dataloader)
         if dataloader is None:
             dataloader = self.phases[0].dataloader
-        super().__init__(runner, dataloader)
+        super().__init__(runner, pinned_on_gpu(dataloader) if isinstance(dataloader, Mapping)
+                         else dataloader)
         # Phases' own dataloaders, built before training (to count an epochs-phase's batches,
         # to check languages) and kept until the phase uses them.
         self._built_dataloaders: dict[int, DataLoader] = {}

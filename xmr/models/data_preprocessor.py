@@ -25,13 +25,14 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
     A batch with ``source_features`` gets no ``source_tokens``: the features stand for them.
 
     Args:
-        non_blocking: copy batches to the device without blocking.
+        non_blocking: copy batches to the device without blocking the host (from the pinned
+            memory the loops' loaders use on a GPU machine: :mod:`xmr.engine.pinned_batches`).
         source_prompt: text written before every source-language caption (``'a photo of'``:
             PECTVLM's English prompt, with which it also evaluates English); ``None`` reads
             the captions as they are.
     """
 
-    def __init__(self, non_blocking: bool = False, source_prompt: str | None = None) -> None:
+    def __init__(self, non_blocking: bool = True, source_prompt: str | None = None) -> None:
         super().__init__(non_blocking)
         self.source_prompt = source_prompt
         self.source_tokenizer: BaseTokenizer | None = None

@@ -32,7 +32,7 @@ class TranslationDataPreprocessor(RetrievalDataPreprocessor):
         source_through_branch: also tokenise ``source_text`` for the branch (set by the model).
     """
 
-    def __init__(self, non_blocking: bool = False, source_prompt: str | None = None,
+    def __init__(self, non_blocking: bool = True, source_prompt: str | None = None,
                  source_through_branch: bool = False) -> None:
         super().__init__(non_blocking, source_prompt)
         self.source_through_branch = source_through_branch
