@@ -313,7 +313,10 @@ def test_target_branch_attaches_and_trains_only_its_adapters(name, adapter, tmp_
         optimizer.step()
     with torch.no_grad():
         assert not torch.allclose(branch(tokens, langs), before)
-    assert all(torch.equal(frozen[k], v) for k, v in backbone.state_dict().items())
+    # Exactly unchanged; NaN counts as equal to NaN: open_clip leaves CoCa's decoder projection
+    # uninitialised (torch.empty), and what memory held may be NaN.
+    for key, value in backbone.state_dict().items():
+        torch.testing.assert_close(value, frozen[key], rtol=0, atol=0, equal_nan=True, msg=key)
 
 
 def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missing(tmp_path):
