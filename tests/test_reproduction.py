@@ -81,8 +81,10 @@ def tiny_model(cfg, folder: Path) -> dict:
             pytest.skip(f'XLM-R tokenizer fixture missing: {TOKENIZER_FILE}')
         return tiny_mclip(cfg)
     if backbone == 'CCLMDualStream':
-        from tests.configs.test_cclm_dasd_configs import tiny
+        from tests.configs.test_cclm_dasd_configs import TOKENIZER_FILE, tiny
 
+        if not TOKENIZER_FILE.is_file():
+            pytest.skip(f'XLM-R tokenizer fixture missing: {TOKENIZER_FILE}')
         return tiny(cfg, cclm_checkpoint(folder))
     if cfg.model.type == 'DualEncoderRetriever':
         return dict(cfg.model.to_dict(), backbone=tiny_backbone_cfg())
