@@ -20,6 +20,7 @@ from xmr.ablations import apply_ablations
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.optim import parameter_counts
+from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.models.adapters import DynamicAdapter, StaticAdapter
 from xmr.models.disentanglers import PerLanguageDisentangler
 from xmr.registry import HOOKS, MODELS, TOKENIZERS
@@ -159,13 +160,13 @@ def test_clft_source_finetune_runs_five_epochs_of_the_english_captions(tmp_path)
     # 29 captions at batch 4, drop_last: 7 batches per epoch, 35 iterations in 5 epochs.
     assert [(p.name, p.start, p.end) for p in loop.phases] == [
         ('source_finetune', 0, 35), ('cross_lingual', 35, 45035), ('cross_modal', 45035, 51035)]
-    assert loop.phases[0].dataloader == cfg.source_finetune_dataloader
+    assert loop.phases[0].dataloader == pinned_on_gpu(cfg.source_finetune_dataloader)
     # The alignment phases read the frozen towers' features from caches in the work dir.
     cached = loop.phases[1].dataloader
-    assert cached == dict(cfg.text_train_dataloader, dataset=dict(
+    assert cached == pinned_on_gpu(dict(cfg.text_train_dataloader, dataset=dict(
         type='CachedFeatureDataset', dataset=cfg.text_train_dataloader.dataset,
         cache_dir=str(tmp_path / 'work' / 'feature_cache' / 'text_train_dataloader'),
-        rebuild_if_stale=True))
+        rebuild_if_stale=True)))
     assert loop.phases[2].dataloader['dataset']['dataset'] == cfg.train_dataloader.dataset
 
 
