@@ -42,7 +42,9 @@ def shuffled_negatives(batch: int, generator: torch.Generator | None = None,
     """A random permutation of ``0..B-1`` without fixed points: row ``i`` pairs with another row.
 
     A random order is walked as a cycle (each sample takes the next one's partner), so no
-    sample is ever its own negative.
+    sample is ever its own negative. The order is drawn on ``device``, from its random stream:
+    one drawn on the host and copied over would make the host wait for the device each step,
+    and a CUDA graph could not hold it.
 
     Raises:
         ValueError: fewer than two samples, where no mismatched pair exists.
@@ -50,10 +52,10 @@ def shuffled_negatives(batch: int, generator: torch.Generator | None = None,
     if batch < 2:
         raise ValueError(f'the discriminator needs mismatched pairs, so batches of at least two '
                          f'captions; got {batch}')
-    order = torch.randperm(batch, generator=generator)
-    negatives = torch.empty(batch, dtype=torch.long)
+    order = torch.randperm(batch, generator=generator, device=device)
+    negatives = torch.empty_like(order)
     negatives[order] = order.roll(-1)
-    return negatives.to(device) if device is not None else negatives
+    return negatives
 
 
 class PairDiscriminator(nn.Module):

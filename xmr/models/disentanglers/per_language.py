@@ -18,6 +18,7 @@ from torch import nn
 
 from xmr.models.disentanglers.base import ConditionDisentangler
 from xmr.models.disentanglers.discriminator import shuffled_negatives
+from xmr.models.host_to_device import host_to_device
 from xmr.models.language.branch import select_tokens
 from xmr.models.language.tokenizers import TokenBatch
 
@@ -76,8 +77,8 @@ class PerLanguageDisentangler(ConditionDisentangler):
         r_negative = None if r_source is None else r_source[
             shuffled_negatives(embeddings.shape[0], device=embeddings.device)]
         for lang in dict.fromkeys(langs):
-            index = torch.tensor([i for i, code in enumerate(langs) if code == lang],
-                                 device=embeddings.device)
+            index = host_to_device(torch.tensor([i for i, code in enumerate(langs)
+                                                 if code == lang]), embeddings.device)
             training = {} if r_source is None else dict(r_source=r_source[index],
                                                         r_negative=r_negative[index])
             group_condition, group_losses = self.per_language[lang](
