@@ -23,6 +23,14 @@ Paths (same model, same inputs, same seed):
   xmr-padded  (static) xmr with packing off: the blocks run the padding too (cross_lingual only)
   xmr-packed  (static) xmr with packing on: the blocks skip the padding (cross_lingual only;
               one of the two equals xmr on each device, the other measures the choice)
+  xmr-compile (with --compile default) xmr on the padded batch, its ``loss`` (forward, and
+              the backward through AOTAutograd) compiled by ``torch.compile`` (Inductor's
+              fused kernels); training cases
+  xmr-graphs  (with --compile reduce-overhead) the same, replayed as CUDA graphs. Both are
+              measurements, not yet a run's path: every step here sees the same batch, so
+              nothing recompiles; a run's batches change their padded length and their
+              sequence of languages, on which the compiled code is specialised (see
+              docs/benchmarks.md)
 
 Cases: cross_lingual (L_CL), cross_modal (L_CM, images), video (L_CM, 12-frame clips), eval
 (embedding a gallery batch and its English + German captions). The model has ViT-B/32 size with
@@ -74,6 +82,8 @@ METHODS = ('static', 'dasd')
 #: paths up to and including 'xmr').
 PATHS = {'static': ('recompute', 'xmr', 'xmr+sparse', 'xmr-padded', 'xmr-packed'),
          'dasd': ('authors', 'recompute', 'xmr')}
+#: ``torch.compile`` modes of ``--compile`` and the path of each.
+COMPILED_PATHS = {'default': 'xmr-compile', 'reduce-overhead': 'xmr-graphs'}
 #: The disentangler's losses at full scale (its own lambda1 = 1, lambda2 = 0.1 apply first).
 LOSS_WEIGHTS = {'static': dict(), 'dasd': dict(disentangler=1.0)}
 #: Steps of the paper's schedule at batch 128, for the projected wall time.
@@ -125,6 +135,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--profile', metavar='FILE',
                         help=f'after its timed steps, run {PROFILED_STEPS} more steps of each row '
                         'under torch.profiler and append where the time goes to FILE (Markdown)')
+    parser.add_argument('--compile', default='', metavar='MODES',
+                        help='comma-separated torch.compile modes, each adding a row per training '
+                        f"case ({', '.join(f'{m}: {p}' for m, p in COMPILED_PATHS.items())}); "
+                        'the first step of such a row compiles (its time is reported)')
     parser.add_argument('--one', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cuda = args.device.startswith('cuda')
@@ -133,8 +147,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.warmup = args.warmup if args.warmup is not None else (5 if cuda else 1)
     args.amp = args.amp or ('both' if cuda else 'none')
     args.methods = args.methods or (','.join(METHODS) if cuda else 'static')
-    for option, known in (('cases', CASES), ('methods', METHODS)):
-        unknown = set(getattr(args, option).split(',')) - set(known)
+    for option, known in (('cases', CASES), ('methods', METHODS), ('compile', COMPILED_PATHS)):
+        unknown = set(filter(None, getattr(args, option).split(','))) - set(known)
         if unknown:
             parser.error(f'unknown {option} {sorted(unknown)}; choose from {known}')
     return args
@@ -271,9 +285,18 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     model = MODELS.build(model_cfg(spec['arch'], 77 if recompute else None,
                                    path == 'xmr+sparse', spec['sp_model'], method,
                                    spec.get('tokenizer_file'))).to(device)
-    # The authors' code runs every padded position through the blocks.
-    if recompute or path in ('xmr-padded', 'xmr-packed'):
+    compile_mode = next((m for m, p in COMPILED_PATHS.items() if p == path), None)
+    # The authors' code runs every padded position through the blocks; a compiled step has no
+    # data-dependent shapes, so it runs them too.
+    if recompute or compile_mode or path in ('xmr-padded', 'xmr-packed'):
         model.backbone.text_tower.pack_tokens = path == 'xmr-packed'
+    if compile_mode:
+        import torch._inductor.config
+        # Eager's random draws, so that the shuffled negatives are the other paths'.
+        torch._inductor.config.fallback_random = True
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        model.loss = torch.compile(model.loss, mode=compile_mode)
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(name.startswith(('language_branch.', 'disentangler.')))
     phase = 'cross_lingual' if case == 'cross_lingual' else 'cross_modal'
@@ -337,7 +360,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         if cuda:
             torch.cuda.synchronize(device)
         if index == 0:
-            first_loss = loss
+            first_loss, first_step = loss, time.perf_counter() - started
         if index >= spec['warmup']:
             times.append(time.perf_counter() - started)
             cpu_times.append(time.process_time() - cpu_started)
@@ -355,7 +378,18 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                 samples_per_s=spec['batch_size'] / seconds, step_ms=1000 * seconds,
                 cpu_ms=1000 * min(cpu_times), data_ms=1000 * min(timed_data),
                 model_ms=1000 * model_seconds, peak_memory_mib=memory, first_loss=first_loss,
-                **padded)
+                first_step_s=first_step, **padded, **(compile_counts() if compile_mode else {}))
+
+
+def compile_counts() -> dict[str, int]:
+    """What ``torch.compile`` made of a row: graphs, breaks, recompilations and the graphs
+    CUDA graphs skipped (each a reason the compiled step is slower than it could be)."""
+    from torch._dynamo.utils import counters
+
+    return dict(graphs=counters['stats']['unique_graphs'],
+                graph_breaks=sum(counters['graph_break'].values()),
+                recompiles=sum(counters['recompiles'].values()),
+                cudagraph_skips=counters['inductor']['cudagraph_skips'])
 
 
 #: The profiler's label of the data path: what a run's dataloader workers do.
@@ -483,6 +517,8 @@ def rows_to_run(args: argparse.Namespace) -> list[dict[str, Any]]:
         paths = PATHS[method]
         for case in args.cases.split(','):
             chosen = paths if case == 'cross_lingual' else paths[:paths.index('xmr') + 1]
+            if case != 'eval':
+                chosen += tuple(COMPILED_PATHS[mode] for mode in args.compile.split(',') if mode)
             for precision in precisions:
                 specs.extend(dict(method=method, case=case, path=path, precision=precision)
                              for path in chosen)
@@ -536,7 +572,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     """One line per xmr row (speed-up and its target), then the paper's schedule projected."""
     lines = []
     for row in rows:
-        if row['path'] != 'xmr':
+        if row['path'] not in ('xmr', *COMPILED_PATHS.values()):
             continue
         method = row.get('method', 'static')
         target = TARGETS.get((method, row['case']))
@@ -551,7 +587,8 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
                 if row['case'] == 'eval' else
                 f", {row['step_ms']:.1f} ms/step ({row['model_ms']:.1f} ms with the data path "
                 'in workers)')
-        lines.append(f"{method} {row['case']} {row['precision']}: xmr is {row['speedup']:.2f}x "
+        lines.append(f"{method} {row['case']} {row['precision']}: {row['path']} is "
+                     f"{row['speedup']:.2f}x "
                      f"the {PATHS[method][0]} path ({row['cpu_speedup']:.2f}x in CPU time)"
                      f"{rate}{verdict}{loss}")
     return lines + projected_schedule(rows)
@@ -608,9 +645,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 print(f'benchmark row {name} failed:\n{traceback.format_exc()}', flush=True)
                 failed.append(name)
                 continue
+            compiled = ('' if 'graphs' not in row else
+                        f"  compiled: first step {row['first_step_s']:.0f} s, "
+                        + ', '.join(f'{row[k]} {k}' for k in ('graphs', 'graph_breaks',
+                                                             'recompiles', 'cudagraph_skips')))
             print(f"{row['method']:<7} {row['case']:<14} {row['path']:<11} {row['precision']:<5} "
                   f"{row['step_ms']:9.2f} ms/step {row['peak_memory_mib']:8.0f} MiB  first loss "
-                  f"{row['first_loss']}  ({time.perf_counter() - started:.0f} s)",
+                  f"{row['first_loss']}  ({time.perf_counter() - started:.0f} s){compiled}",
                   flush=True)
             rows.append(row)
     rows = with_ratios(rows)
