@@ -47,6 +47,18 @@ def test_membership_is_a_one_hot_of_the_languages_per_sample_or_per_token():
     torch.testing.assert_close(per_token, expected.repeat_interleave(torch.tensor(LENGTHS), 0))
 
 
+def test_a_membership_in_a_given_order_is_the_same_for_every_mix_of_the_languages():
+    order = ('fr', 'ja', 'de', 'zh')  # a branch's languages; ja is in neither batch
+    first = LanguageMembership(LANGS, torch.device('cpu'), order)
+    second = LanguageMembership(['zh', 'fr', 'fr', 'de', 'zh', 'de'], torch.device('cpu'), order)
+    assert first.languages == second.languages == ('fr', 'de', 'zh')
+    assert first.columns.tolist() == [1, 2, 1, 0, 1, 0]
+    assert second.columns.tolist() == [2, 0, 0, 1, 2, 1]
+    assert len(first) == 6
+    fr, de, zh = [1., 0., 0.], [0., 1., 0.], [0., 0., 1.]
+    torch.testing.assert_close(first.one_hot(), torch.tensor([de, zh, de, fr, de, fr]))
+
+
 def adapters_and_inputs():
     adapters = LanguageAdapters(list(SAMPLES), dict(type='DynamicAdapter', hidden=D_U), WIDTH, 3)
     randomise(adapters, 1)

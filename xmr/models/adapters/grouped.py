@@ -48,35 +48,50 @@ def spread(x: torch.Tensor, one_hot: torch.Tensor, dim: int = -1) -> torch.Tenso
 class LanguageMembership:
     """The language of each sample of a grouped call, as a one-hot over the call's languages.
 
+    Its tensor is the index of each sample's language (``columns``, on the device); the
+    one-hot is made from it on the device. Made before a compiled step, a membership is what
+    the compiled code reads of the batch's languages: their tuple, the same for every batch
+    that holds them all when ``order`` fixes it, and a tensor, so a new mix of languages in the
+    next batch is new data, not new code.
+
     Args:
-        langs: the language of each sample, in the order of the rows; the call's languages
-            are these in the order of their first sample, and its adapters come in that order.
+        langs: the language of each sample, in the order of the rows.
         device: where the rows are.
+        order: the languages in the order the call's adapters come in (a branch's configured
+            languages); those of ``langs`` keep this order. ``None``: the order of their first
+            sample.
     """
 
-    def __init__(self, langs: Sequence[str], device: torch.device) -> None:
-        self.languages = tuple(dict.fromkeys(langs))
-        self._columns = [self.languages.index(lang) for lang in langs]
-        self.device = device
+    def __init__(self, langs: Sequence[str], device: torch.device,
+                 order: Sequence[str] | None = None) -> None:
+        present = dict.fromkeys(langs)
+        self.languages = tuple(present) if order is None else tuple(
+            lang for lang in order if lang in present)
+        columns = torch.tensor([self.languages.index(lang) for lang in langs])
+        self.columns = host_to_device(columns, device)                               # [B]
         self._rows: dict[tuple[torch.dtype, bool], torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return self.columns.shape[0]
 
     def one_hot(self) -> torch.Tensor:
         """``[B, G]`` float, 1 where sample ``b`` is ``languages[g]``, on the device."""
-        one_hot = torch.zeros(len(self._columns), len(self.languages))
-        one_hot[torch.arange(len(self._columns)), self._columns] = 1
-        return host_to_device(one_hot, self.device)
+        groups = torch.arange(len(self.languages), device=self.columns.device)
+        return (self.columns.unsqueeze(1) == groups).float()
 
     def rows(self, dtype: torch.dtype, packed: PackedTokens | None) -> torch.Tensor:
         """The one-hot of the rows an adapter sees, in ``dtype``: ``[B, 1, G]`` for the padded
         ``[B, L, D]`` (one per sample, broadcast over its tokens), ``[T, G]`` for packed tokens.
-        Made on first use (a batch no grouped call reads copies nothing to the device), once
-        per call of the branch."""
+        Made once per call of the branch (compiled code merges the repeats itself)."""
         key = (dtype, packed is None)
-        if key not in self._rows:
-            one_hot = self.one_hot().to(dtype)
-            self._rows[key] = (one_hot.unsqueeze(1) if packed is None
-                               else one_hot.index_select(0, packed.sample_index))
-        return self._rows[key]
+        if key in self._rows:
+            return self._rows[key]
+        one_hot = self.one_hot().to(dtype)
+        rows = one_hot.unsqueeze(1) if packed is None else one_hot.index_select(
+            0, packed.sample_index)
+        if not torch.compiler.is_compiling():
+            self._rows[key] = rows
+        return rows
 
 
 class GroupedAdapter(BaseAdapter):

@@ -158,11 +158,12 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         return bias.masked_fill(~allowed, float('-inf'))
 
     def packing(self, attention_mask: torch.Tensor) -> PackedTokens | None:
-        """The :class:`PackedTokens` of a batch, or ``None`` when packing is off or the batch
-        has no padding (then packing would only copy)."""
+        """The :class:`PackedTokens` of a batch, or ``None`` when packing is off, the batch
+        has no padding (then packing would only copy) or the code is being compiled (packed
+        shapes depend on the data, which compiled code cannot follow without recompiling)."""
         pack = (attention_mask.device.type == 'cpu' if self.pack_tokens == 'auto'
                 else self.pack_tokens)
-        if not pack or bool(attention_mask.all()):
+        if not pack or torch.compiler.is_compiling() or bool(attention_mask.all()):
             return None
         return PackedTokens(attention_mask, self.build_mask(attention_mask))
 

@@ -167,8 +167,26 @@ class TargetLanguageBranch(nn.Module):
         """``[B, L]`` ids -> ``[B, L, D]`` embeddings with the tower's positions added."""
         return self.tower.add_positions(self.embedding(tokens['input_ids']))
 
+    def membership(self, langs: Sequence[str], device: torch.device
+                   ) -> LanguageMembership | None:
+        """The batch's languages, checked; as a :class:`LanguageMembership` in the configured
+        order of languages where every site of theirs runs all of them in one call (more than
+        one language, every site grouped: :meth:`encode` then needs no order of samples), else
+        ``None``.
+
+        Raises:
+            KeyError: for a language without adapters, naming the configured ones.
+        """
+        present = list(dict.fromkeys(langs))
+        for lang in present:
+            self.adapters.check_language(lang)
+        if len(present) < 2 or not self.adapters.groups_every_site(present):
+            return None
+        return LanguageMembership(langs, device, order=self.languages)
+
     def encode(self, embeddings: torch.Tensor, tokens: TokenBatch, langs: Sequence[str],
-               condition: Any = None) -> torch.Tensor:
+               condition: Any = None, membership: LanguageMembership | None = None
+               ) -> torch.Tensor:
         """Run the blocks on the batch, each sample with its language's adapters.
 
         The frozen blocks run once for the whole batch. Where every site serves all languages
@@ -187,18 +205,22 @@ class TargetLanguageBranch(nn.Module):
             langs: language of each sample (``B`` codes).
             condition: per-sample condition for conditioned adapters (DASD's ``W^z``), indexed
                 along its first dimension.
+            membership: :meth:`membership` of ``langs``, made beforehand (a compiled step reads
+                it, not ``langs``); ``None``: made here.
 
         Returns:
             ``[B, E]`` unnormalised ``r^T``, in the batch's order.
         """
-        if len(langs) != embeddings.shape[0]:
-            raise ValueError(f'{len(langs)} language codes for a batch of {embeddings.shape[0]}')
-        for lang in set(langs):
-            self.adapters.check_language(lang)
-        order, rows = group_by_language(langs)
-        if len(rows) > 1 and self.adapters.groups_every_site(list(rows)):
+        batch = embeddings.shape[0]
+        if len(langs if membership is None else membership) != batch:
+            raise ValueError(f'{len(langs)} language codes for a batch of {batch}')
+        if membership is None:
+            membership = self.membership(langs, embeddings.device)
+        if membership is not None:
             # Every site serves all languages in one call: no order of samples is needed.
-            return self._encode_run(embeddings, tokens, condition, langs, None, reembed=False)
+            return self._encode_run(embeddings, tokens, condition, membership.languages, None,
+                                    reembed=False, membership=membership)
+        order, rows = group_by_language(langs)
         sort = (None if order == sorted(order)
                 else host_to_device(torch.tensor(order), embeddings.device))
         if sort is not None:
@@ -222,15 +244,16 @@ class TargetLanguageBranch(nn.Module):
 
     def _encode_run(self, x: torch.Tensor, tokens: TokenBatch, condition: Any,
                     langs: Sequence[str], rows: dict[str, slice] | None,
-                    reembed: bool) -> torch.Tensor:
+                    reembed: bool, membership: LanguageMembership | None = None
+                    ) -> torch.Tensor:
         """Samples ``x [b, L, D]`` -> ``[b, E]``, in one pass of the blocks.
 
         Args:
-            langs: the language of each sample.
+            langs: the languages of the samples (each sample's, or each once).
             rows: each language's samples, contiguous and in order; ``None`` when every site
                 serves all languages in one call
                 (:meth:`~xmr.models.adapters.language_adapters.LanguageAdapters.groups_every_site`),
-                the samples then in any order.
+                the samples then in any order, ``membership`` saying each one's language.
             reembed: embed the samples again from their tokens (a language with its own tower
                 weights, swapped in, embeds with them).
         """
@@ -254,7 +277,9 @@ class TargetLanguageBranch(nn.Module):
                                     else packed.samples(ctx.rows))
         grouped = (None if len(contexts) == 1 else AdapterContext(
             lang='+'.join(dict.fromkeys(langs)), condition=condition, attention_mask=mask,
-            eos_index=eos_index, packed=packed, membership=LanguageMembership(langs, x.device)))
+            eos_index=eos_index, packed=packed,
+            membership=(LanguageMembership(langs, x.device) if membership is None
+                        else membership)))
         x = self.tower.encode_embeddings(x, mask,
                                          hooks=self.adapters.hooks(*contexts, grouped=grouped),
                                          blocks=range(self.num_blocks), packed=packed)
