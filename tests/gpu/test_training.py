@@ -6,20 +6,18 @@ import copy
 
 import pytest
 import torch
-from mmengine.config import Config
 
-from tests.configs.test_dasd_configs import PAPER, tiny_model
 from tests.configs.test_dasd_configs import batch as dasd_batch
 from tests.conftest import tiny_retriever_cfg
 from tests.engine.test_amp import BATCH, TOLERANCE, target_embeddings, wrapper_for
 from tests.engine.test_feature_cache import ListDataset, pair_items
 from tests.engine.test_optim import TinyBranch, build, train_step
 from tests.gpu.conftest import FP32_TOLERANCE
+from tests.models.retrievers.test_compiled_losses import dasd, losses_and_grads
 from xmr.engine.feature_cache import CachedFeatureDataset
 from xmr.registry import MODELS
 
 pytestmark = pytest.mark.gpu
-DASD_PAPER = next(p for p in PAPER if p.name == 'dasd_clip-vit-b32_multi30k_zeroshot.py')
 
 
 def retriever(device: torch.device, phase: str = 'cross_lingual', weights=None):
@@ -128,12 +126,7 @@ def test_a_dasd_training_step_never_waits_for_the_gpu(accelerator, per_language)
     """DASD's whole cross-lingual loss (SDM, generator, discriminator with its shuffled
     negatives, grouped dynamic adapters, L_CL) forward and backward, on a mixed-language batch:
     any host sync inside raises on CUDA, where it would stall the launches of the step."""
-    cfg = Config.fromfile(DASD_PAPER)
-    model_cfg = tiny_model(cfg)
-    model_cfg['disentangler']['per_language'] = per_language
-    torch.manual_seed(0)
-    model = MODELS.build(model_cfg).to(accelerator)
-    model.set_phase('cross_lingual', dict(cl=1.0, disentangler=1.0))
+    model = dasd(per_language=per_language).to(accelerator)
     data = model.data_preprocessor(dasd_batch(model.languages), True)
     trained = [p for p in model.parameters() if p.requires_grad]
     if accelerator.type == 'cuda':
@@ -148,3 +141,21 @@ def test_a_dasd_training_step_never_waits_for_the_gpu(accelerator, per_language)
     assert set(losses) >= {'loss_cl', 'loss_adv', 'loss_sc'}
     assert all(torch.isfinite(loss).item() for loss in losses.values())
     assert any(g is not None and g.abs().sum().item() > 0 for g in grads)
+
+
+def test_a_dasd_step_replayed_as_cuda_graphs_equals_eager(accelerator, monkeypatch):
+    """``compile=dict(mode='reduce-overhead')``: Inductor's kernels, replayed as CUDA graphs on
+    a GPU, give eager's losses and gradients; a second mix of the languages replays them."""
+    import torch._inductor.config
+
+    # Eager's random draws: the shuffled negatives of both runs are the same.
+    monkeypatch.setattr(torch._inductor.config, 'fallback_random', True)
+    eager = dasd().to(accelerator)
+    compiled = dasd(dict(mode='reduce-overhead')).to(accelerator)
+    compiled.load_state_dict(eager.state_dict())
+    de, fr, cs = eager.languages
+    for langs in ([de, fr, cs, de], [cs, de, fr, fr]):
+        want = [t.cpu() for t in losses_and_grads(eager, langs)]
+        got = [t.cpu() for t in losses_and_grads(compiled, langs)]
+        for mine, expected in zip(got, want, strict=True):
+            torch.testing.assert_close(mine, expected, **FP32_TOLERANCE)

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from xmr.models.adapters.grouped import LanguageMembership
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.disentanglers.base import ConditionDisentangler, build_disentangler
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
@@ -51,6 +52,12 @@ class CrossLingualRetriever(BaseRetriever):
         data_preprocessor: config of the preprocessor (default
             :class:`RetrievalDataPreprocessor`).
         init_cfg: MMEngine init config.
+        compile: ``torch.compile`` options for the training step's losses (forward and
+            backward), e.g. ``dict(mode='reduce-overhead')`` to replay them as CUDA graphs;
+            ``None``: eager. Needs a branch whose every site runs all languages in one call
+            (DASD's dynamic adapters) and a disentangler shared by the languages, so that the
+            compiled code depends on which languages a batch holds, not on their mix
+            (docs/benchmarks.md, "A compiled step").
     """
 
     LOSSES = {
@@ -69,7 +76,8 @@ class CrossLingualRetriever(BaseRetriever):
                  disentangler: dict | None = None, losses: Mapping[str, dict] | None = None,
                  source_language: str = 'en', data_preprocessor: dict | None = None,
                  init_cfg: dict | None = None,
-                 default_preprocessor: str = 'RetrievalDataPreprocessor') -> None:
+                 default_preprocessor: str = 'RetrievalDataPreprocessor',
+                 compile: dict | None = None) -> None:
         super().__init__(data_preprocessor, init_cfg, default_preprocessor)
         self.backbone = MODELS.build(backbone)
         self.source_language = source_language
@@ -93,6 +101,39 @@ class CrossLingualRetriever(BaseRetriever):
             self.backbone.image_std if reads_media else None, source_language)
         self.phase = 'cross_lingual'
         self.loss_weights: dict[str, float] = {'cl': 1.0}
+        self.compile_options = self._check_compile(compile)
+        self._compile_losses()
+
+    def _check_compile(self, options: dict | None) -> dict | None:
+        """``compile``'s options, or a ``ValueError`` naming what a compiled step cannot hold."""
+        if not options:
+            return None
+        branch = self.language_branch
+        if branch is None or not branch.adapters.groups_every_site(branch.languages):
+            raise ValueError('compile needs a language branch whose every adapter site runs all '
+                             "languages in one call (GroupedAdapter: DASD's DynamicAdapter); "
+                             'other adapters sort each batch by language, so the compiled code '
+                             'would change with every mix of languages: drop compile')
+        if self.disentangler is not None and self.disentangler.reads_languages:
+            raise ValueError(f'compile needs a disentangler shared by the languages; '
+                             f'{type(self.disentangler).__name__} splits each batch by '
+                             "language: set the disentangler's per_language=False, or drop "
+                             'compile')
+        return dict(options)
+
+    def _compile_losses(self) -> None:
+        self._losses = (self._phase_losses if self.compile_options is None
+                        else torch.compile(self._phase_losses, **self.compile_options))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A compiled function is bound to this instance: a copy compiles its own.
+        state = self.__dict__.copy()
+        state.pop('_losses', None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._compile_losses()
 
     def _build_disentangler(self, cfg: dict, tower: nn.Module) -> ConditionDisentangler:
         """The disentangler, or with ``per_language=True`` in its config one copy per target
@@ -169,7 +210,8 @@ class CrossLingualRetriever(BaseRetriever):
             return self.backbone.encode_media(media)
 
     def encode_target(self, tokens: TokenBatch, langs: Sequence[str],
-                      r_source: torch.Tensor | None = None
+                      r_source: torch.Tensor | None = None,
+                      membership: LanguageMembership | None = None
                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Target captions -> ``r^T`` ``[B, E]`` and the disentangler's losses.
 
@@ -178,6 +220,9 @@ class CrossLingualRetriever(BaseRetriever):
             langs: language of each caption.
             r_source: ``[B, E]`` teacher embeddings of the paired source captions (training);
                 without them the disentangler computes only the condition.
+            membership: the branch's
+                :meth:`~xmr.models.language.branch.TargetLanguageBranch.membership` of
+                ``langs``, when made beforehand.
         """
         if self.language_branch is None:
             raise ValueError('this model has no target-language branch')
@@ -187,7 +232,8 @@ class CrossLingualRetriever(BaseRetriever):
             by_language = dict(langs=langs) if self.disentangler.reads_languages else {}
             condition, losses = self.disentangler(embeddings, tokens, r_source=r_source,
                                                   **by_language)
-        return self.language_branch.encode(embeddings, tokens, langs, condition), losses
+        return (self.language_branch.encode(embeddings, tokens, langs, condition, membership),
+                losses)
 
     def encode_text(self, tokens: TokenBatch, lang: str) -> torch.Tensor:
         """Captions of one language -> ``[B, E]`` unnormalised embeddings.
@@ -215,6 +261,19 @@ class CrossLingualRetriever(BaseRetriever):
         Contrastive losses see the whole global batch under DDP (``gather_with_grad``).
         """
         source_features, media_features = map(feature_rows, (source_features, media_features))
+        membership = (None if langs is None or self.language_branch is None or target_tokens is None
+                      else self.language_branch.membership(langs,
+                                                           target_tokens['input_ids'].device))
+        return self._losses(media, source_tokens, target_tokens, langs, membership,
+                            source_features, media_features)
+
+    def _phase_losses(self, media: torch.Tensor | None, source_tokens: TokenBatch | None,
+                      target_tokens: TokenBatch | None, langs: Sequence[str] | None,
+                      membership: LanguageMembership | None,
+                      source_features: torch.Tensor | None,
+                      media_features: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """:meth:`loss` once the batch's languages are a membership: what ``compile`` compiles
+        (it reads ``langs`` only where the membership is ``None``)."""
         weights = self.loss_weights
         losses: dict[str, torch.Tensor] = {}
         needs_media = bool({'source_cm', 'cm'} & set(weights))
@@ -229,7 +288,7 @@ class CrossLingualRetriever(BaseRetriever):
             losses['loss_source_cm'] = self.pair_loss('source_cm', r_source, r_media)
         if set(weights) - {'source_cm'}:
             tokens = self._require(target_tokens, 'target_text')
-            r_target, extra = self.encode_target(tokens, langs, r_source=r_source)
+            r_target, extra = self.encode_target(tokens, langs, r_source, membership)
             if 'cl' in weights:
                 losses['loss_cl'] = self.pair_loss('cl', r_target, r_source)
             if 'cm' in weights:

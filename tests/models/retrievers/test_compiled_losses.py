@@ -1,0 +1,70 @@
+"""``CrossLingualRetriever(compile=...)``: DASD's training losses compiled equal eager ones, and
+the compiled code depends on which languages a batch holds, not on their mix."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from mmengine.config import Config
+from torch._dynamo.utils import counters
+
+from tests.configs.test_dasd_configs import PAPER, tiny_model
+from tests.configs.test_dasd_configs import batch as dasd_batch
+from tests.conftest import tiny_retriever_cfg
+from xmr.registry import MODELS
+
+DASD = next(p for p in PAPER if p.name == 'dasd_clip-vit-b32_multi30k_zeroshot.py')
+#: AOTAutograd's traced forward and backward, run eagerly: the graphs Inductor would compile,
+#: at test speed.
+TRACED = dict(backend='aot_eager')
+
+
+def dasd(compile: dict | None = None, per_language: bool = False):
+    cfg = tiny_model(Config.fromfile(DASD))
+    cfg['disentangler']['per_language'] = per_language
+    torch.manual_seed(0)
+    model = MODELS.build(dict(cfg, compile=compile))
+    model.set_phase('cross_lingual', dict(cl=1.0, disentangler=1.0))
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith(('language_branch.', 'disentangler.')))
+    return model
+
+
+def losses_and_grads(model, langs: list[str]) -> list[torch.Tensor]:
+    data = model.data_preprocessor(dict(dasd_batch(langs), lang=langs), True)
+    torch.manual_seed(1)  # the discriminator's shuffled negatives
+    losses = model(mode='loss', **data)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(sum(losses.values()), trained, allow_unused=True)
+    return [*(losses[k] for k in sorted(losses)), *(g for g in grads if g is not None)]
+
+
+def test_compiled_losses_equal_eager_and_compile_once_per_set_of_languages():
+    eager, compiled = dasd(), dasd(TRACED)
+    compiled.load_state_dict(eager.state_dict())
+    torch._dynamo.reset()
+    counters.clear()
+    de, fr, cs = eager.languages
+    for langs in ([de, fr, cs, de], [cs, cs, fr, de], [fr, de, de, fr]):
+        want, got = losses_and_grads(eager, langs), losses_and_grads(compiled, langs)
+        assert len(got) == len(want) > 3
+        for mine, expected in zip(got, want, strict=True):
+            torch.testing.assert_close(mine, expected, rtol=1e-5, atol=1e-6)
+    # Two mixes of all three languages share a graph; the batch without cs is a new set.
+    assert counters['stats']['unique_graphs'] == 2
+
+
+def test_a_copy_compiles_its_own_losses():
+    model = dasd(TRACED)
+    twin = copy.deepcopy(model)
+    assert twin._losses is not model._losses
+    langs = [*model.languages, model.languages[0]]
+    torch.testing.assert_close(losses_and_grads(twin, langs)[0], losses_and_grads(model, langs)[0])
+
+
+def test_compile_refuses_what_would_recompile_every_batch():
+    with pytest.raises(ValueError, match='GroupedAdapter'):
+        MODELS.build(tiny_retriever_cfg(compile=TRACED))
+    with pytest.raises(ValueError, match='per_language=False'):
+        dasd(TRACED, per_language=True)
