@@ -23,14 +23,13 @@ Paths (same model, same inputs, same seed):
   xmr-padded  (static) xmr with packing off: the blocks run the padding too (cross_lingual only)
   xmr-packed  (static) xmr with packing on: the blocks skip the padding (cross_lingual only;
               one of the two equals xmr on each device, the other measures the choice)
-  xmr-compile (with --compile default) xmr on the padded batch, its ``loss`` (forward, and
-              the backward through AOTAutograd) compiled by ``torch.compile`` (Inductor's
-              fused kernels); training cases
-  xmr-graphs  (with --compile reduce-overhead) the same, replayed as CUDA graphs. Both are
-              measurements, not yet a run's path: every step here sees the same batch, so
-              nothing recompiles; a run's batches change their padded length and their
-              sequence of languages, on which the compiled code is specialised (see
-              docs/benchmarks.md)
+  xmr-compile (dasd, with --compile default) xmr with the model's ``compile`` option: its
+              training losses, forward and backward, compiled by ``torch.compile`` (Inductor's
+              fused kernels) on the padded batch; training cases
+  xmr-graphs  (dasd, with --compile reduce-overhead) the same, replayed as CUDA graphs. The
+              first step compiles (its time is reported); every step here sees the same batch,
+              while a run's batches change their padded length, for which the compiled code
+              is made again or made dynamic (see docs/benchmarks.md, "A compiled step")
 
 Cases: cross_lingual (L_CL), cross_modal (L_CM, images), video (L_CM, 12-frame clips), eval
 (embedding a gallery batch and its English + German captions). The model has ViT-B/32 size with
@@ -281,22 +280,22 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     device = torch.device(spec['device'])
     case, path, method = spec['case'], spec['path'], spec.get('method', 'static')
     recompute = path in ('recompute', 'authors')
-    torch.manual_seed(0)
-    model = MODELS.build(model_cfg(spec['arch'], 77 if recompute else None,
-                                   path == 'xmr+sparse', spec['sp_model'], method,
-                                   spec.get('tokenizer_file'))).to(device)
     compile_mode = next((m for m, p in COMPILED_PATHS.items() if p == path), None)
-    # The authors' code runs every padded position through the blocks; a compiled step has no
-    # data-dependent shapes, so it runs them too.
-    if recompute or compile_mode or path in ('xmr-padded', 'xmr-packed'):
-        model.backbone.text_tower.pack_tokens = path == 'xmr-packed'
     if compile_mode:
         import torch._inductor.config
         # Eager's random draws, so that the shuffled negatives are the other paths'.
         torch._inductor.config.fallback_random = True
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
-        model.loss = torch.compile(model.loss, mode=compile_mode)
+    torch.manual_seed(0)
+    model = MODELS.build(dict(model_cfg(spec['arch'], 77 if recompute else None,
+                                        path == 'xmr+sparse', spec['sp_model'], method,
+                                        spec.get('tokenizer_file')),
+                              compile=compile_mode and dict(mode=compile_mode)))
+    model = model.to(device)
+    # The authors' code runs every padded position through the blocks.
+    if recompute or path in ('xmr-padded', 'xmr-packed'):
+        model.backbone.text_tower.pack_tokens = path == 'xmr-packed'
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(name.startswith(('language_branch.', 'disentangler.')))
     phase = 'cross_lingual' if case == 'cross_lingual' else 'cross_modal'
@@ -517,7 +516,7 @@ def rows_to_run(args: argparse.Namespace) -> list[dict[str, Any]]:
         paths = PATHS[method]
         for case in args.cases.split(','):
             chosen = paths if case == 'cross_lingual' else paths[:paths.index('xmr') + 1]
-            if case != 'eval':
+            if case != 'eval' and method == 'dasd':
                 chosen += tuple(COMPILED_PATHS[mode] for mode in args.compile.split(',') if mode)
             for precision in precisions:
                 specs.extend(dict(method=method, case=case, path=path, precision=precision)
