@@ -9,7 +9,8 @@ import torch
 from mmengine.config import Config
 from torch._dynamo.utils import counters
 
-from tests.configs.test_dasd_configs import PAPER, tiny_model
+from tests.configs.test_dasd_configs import MULTI30K as CLFT
+from tests.configs.test_dasd_configs import PAPER, run_phases, tiny_model
 from tests.configs.test_dasd_configs import batch as dasd_batch
 from tests.conftest import tiny_retriever_cfg
 from xmr.registry import MODELS
@@ -68,3 +69,16 @@ def test_compile_refuses_what_would_recompile_every_batch():
         MODELS.build(tiny_retriever_cfg(compile=TRACED))
     with pytest.raises(ValueError, match='per_language=False'):
         dasd(TRACED, per_language=True)
+
+
+def test_every_phase_of_a_paper_config_runs_compiled():
+    # The clft schedule: source finetune (towers trained on raw images), cross-lingual,
+    # cross-modal; a shared SDM, as compile needs.
+    cfg = Config.fromfile(CLFT)
+    model_cfg = tiny_model(cfg)
+    model_cfg['disentangler']['per_language'] = False
+    model = MODELS.build(dict(model_cfg, compile=TRACED))
+    torch._dynamo.reset()
+    counters.clear()
+    run_phases(cfg, model)
+    assert counters['stats']['unique_graphs'] >= len(cfg.train_cfg.phases)
