@@ -51,6 +51,9 @@ class PerLanguageDisentangler(ConditionDisentangler):
     def loss_names(self) -> Set[str]:
         return next(iter(self.per_language.values())).loss_names
 
+    # Its groups' sizes change with every batch's mix of languages: compiled code would be
+    # made again for each; the module runs eagerly between the compiled parts of a step.
+    @torch.compiler.disable
     def forward(self, embeddings: torch.Tensor, tokens: TokenBatch,
                 r_source: torch.Tensor | None = None, langs: Sequence[str] | None = None
                 ) -> tuple[dict[Any, torch.Tensor], dict[str, torch.Tensor]]:

@@ -55,9 +55,9 @@ class CrossLingualRetriever(BaseRetriever):
         compile: ``torch.compile`` options for the training step's losses (forward and
             backward), e.g. ``dict(mode='reduce-overhead')`` to replay them as CUDA graphs;
             ``None``: eager. Needs a branch whose every site runs all languages in one call
-            (DASD's dynamic adapters) and a disentangler shared by the languages, so that the
-            compiled code depends on which languages a batch holds, not on their mix
-            (docs/benchmarks.md, "A compiled step").
+            (DASD's dynamic adapters), so that the compiled code depends on which languages a
+            batch holds, not on their mix; a per-language disentangler runs eagerly between
+            the compiled parts (docs/benchmarks.md, "A compiled step").
     """
 
     LOSSES = {
@@ -114,11 +114,6 @@ class CrossLingualRetriever(BaseRetriever):
                              "languages in one call (GroupedAdapter: DASD's DynamicAdapter); "
                              'other adapters sort each batch by language, so the compiled code '
                              'would change with every mix of languages: drop compile')
-        if self.disentangler is not None and self.disentangler.reads_languages:
-            raise ValueError(f'compile needs a disentangler shared by the languages; '
-                             f'{type(self.disentangler).__name__} splits each batch by '
-                             "language: set the disentangler's per_language=False, or drop "
-                             'compile')
         return dict(options)
 
     def _compile_losses(self) -> None:
@@ -229,9 +224,11 @@ class CrossLingualRetriever(BaseRetriever):
         embeddings = self.language_branch.embed(tokens)
         condition, losses = None, {}
         if self.disentangler is not None:
-            by_language = dict(langs=langs) if self.disentangler.reads_languages else {}
-            condition, losses = self.disentangler(embeddings, tokens, r_source=r_source,
-                                                  **by_language)
+            # Passed on, not read here: compiled code reading the codes would depend on them.
+            condition, losses = (
+                self.disentangler(embeddings, tokens, r_source=r_source, langs=langs)
+                if self.disentangler.reads_languages
+                else self.disentangler(embeddings, tokens, r_source=r_source))
         return (self.language_branch.encode(embeddings, tokens, langs, condition, membership),
                 losses)
 
@@ -276,8 +273,10 @@ class CrossLingualRetriever(BaseRetriever):
         (it reads ``langs`` only where the membership is ``None``)."""
         weights = self.loss_weights
         losses: dict[str, torch.Tensor] = {}
-        needs_media = bool({'source_cm', 'cm'} & set(weights))
-        needs_source = bool({'source_cm', 'cl', DISENTANGLER_SCALE} & set(weights))
+        # One membership test per name: compiled code guards on each (a set's intersection with
+        # the keys left guards out, and code compiled for one phase ran in the next).
+        needs_media = any(name in weights for name in ('source_cm', 'cm'))
+        needs_source = any(name in weights for name in ('source_cm', 'cl', DISENTANGLER_SCALE))
         r_source = source_features
         if needs_source and r_source is None:
             r_source = self.encode_source(self._require(source_tokens, 'source_text'))
@@ -286,7 +285,7 @@ class CrossLingualRetriever(BaseRetriever):
             r_media = self.encode_media(self._require(media, 'media'))
         if 'source_cm' in weights:
             losses['loss_source_cm'] = self.pair_loss('source_cm', r_source, r_media)
-        if set(weights) - {'source_cm'}:
+        if any(name != 'source_cm' for name in weights):
             tokens = self._require(target_tokens, 'target_text')
             r_target, extra = self.encode_target(tokens, langs, r_source, membership)
             if 'cl' in weights:
