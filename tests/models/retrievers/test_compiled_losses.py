@@ -7,12 +7,14 @@ import copy
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.runner import Runner
 from torch._dynamo.utils import counters
 
+from tests.configs.test_dasd_configs import DEMO, PAPER, run_phases, small_demo, tiny_model
 from tests.configs.test_dasd_configs import MULTI30K as CLFT
-from tests.configs.test_dasd_configs import PAPER, run_phases, tiny_model
 from tests.configs.test_dasd_configs import batch as dasd_batch
 from tests.conftest import tiny_retriever_cfg
+from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.registry import MODELS
 
 DASD = next(p for p in PAPER if p.name == 'dasd_clip-vit-b32_multi30k_zeroshot.py')
@@ -92,3 +94,24 @@ def test_every_phase_of_a_paper_config_runs_compiled():
     counters.clear()
     run_phases(cfg, model)
     assert counters['stats']['unique_graphs'] >= len(cfg.train_cfg.phases)
+
+
+def test_a_compiled_run_of_the_demo_trains_as_the_eager_one(tmp_path):
+    """The Runner's three phases, validation and checkpoint with compiled losses: the trained
+    weights equal an eager run's."""
+    allow_mmengine_checkpoint_types()
+    trained = {}
+    for name, options in (('eager', None), ('compiled', TRACED)):
+        cfg = small_demo(DEMO, tmp_path / name)
+        cfg.model.compile = options
+        cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=-1, save_last=True)
+        runner = Runner.from_cfg(cfg)
+        counters.clear()
+        runner.train()
+        assert (counters['stats']['unique_graphs'] > 0) == (options is not None)
+        trained[name] = {k: v for k, v in runner.model.state_dict().items()
+                         if k.startswith(('language_branch.', 'disentangler.'))}
+    assert (tmp_path / 'compiled' / 'last_checkpoint').is_file()
+    for key, value in trained['eager'].items():
+        torch.testing.assert_close(trained['compiled'][key], value, rtol=1e-5, atol=1e-6,
+                                   msg=key)
