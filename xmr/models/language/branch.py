@@ -211,9 +211,9 @@ class TargetLanguageBranch(nn.Module):
         Returns:
             ``[B, E]`` unnormalised ``r^T``, in the batch's order.
         """
-        batch = embeddings.shape[0]
-        if len(langs if membership is None else membership) != batch:
-            raise ValueError(f'{len(langs)} language codes for a batch of {batch}')
+        batch, codes = embeddings.shape[0], len(langs if membership is None else membership)
+        if codes != batch:
+            raise ValueError(f'{codes} language codes for a batch of {batch}')
         if membership is None:
             membership = self.membership(langs, embeddings.device)
         if membership is not None:
