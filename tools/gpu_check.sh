@@ -12,7 +12,9 @@
 # PROFILE_ARGS (the profiled rows; default: DASD cross_lingual and eval in bf16),
 # STAGES (default "tier bench profile"; on an H200 they took about 5.5, 5 and 1 minutes, so a
 # lease with a 10-minute limit per command runs them as two calls: STAGES=tier, then
-# STAGES="bench profile", each writing its part of the report).
+# STAGES="bench profile", each writing its part of the report; the stage "compiled", not run by
+# default, times DASD's compiled step beside the eager one in bf16, COMPILE_ARGS changing its
+# rows: about 4 minutes, most of it compiling).
 # The report, OUT/gpu_report.md, holds the device, the versions, the tier's summary, the
 # benchmark table and the profile's per-step summary; OUT also keeps the full logs,
 # benchmark.json and profile.md (torch.profiler's top operators of each profiled row).
@@ -71,7 +73,7 @@ if "$PYTHON" -c 'import xdist' 2>/dev/null; then
     parallel=(-n 4)
 fi
 stages=" ${STAGES-tier bench profile} "
-tier=skipped bench=skipped profiled=skipped
+tier=skipped bench=skipped profiled=skipped compiled=skipped
 set +e
 if [[ $stages == *" tier "* ]]; then
     "$PYTHON" -m pytest -m gpu tests -q -rs -p no:cacheprovider --durations=10 "${parallel[@]}" \
@@ -91,6 +93,13 @@ if [[ $stages == *" profile "* ]]; then
         ${PROFILE_ARGS:---methods dasd --cases cross_lingual,eval --amp amp --steps 5 --warmup 3} \
         > "$out/profile.log" 2>&1
     profiled=$?
+fi
+if [[ $stages == *" compiled "* ]]; then
+    rows="--methods dasd --cases cross_lingual,cross_modal,video --amp amp --steps 10 --warmup 3"
+    # shellcheck disable=SC2086
+    "$PYTHON" tools/benchmark.py --device cuda --in-process --out "$out/compiled.json" \
+        ${COMPILE_ARGS:-$rows --compile default,reduce-overhead} 2>&1 | tee "$out/compiled.log"
+    compiled=${PIPESTATUS[0]}
 fi
 set -e
 
@@ -112,8 +121,12 @@ set -e
     echo
     [ "$profiled" = skipped ] || grep -E '^(## |- )' "$out/profile.md" 2>/dev/null \
         || tail -n 5 "$out/profile.log"
+    echo
+    echo "## compiled step (tools/benchmark.py --compile): exit $compiled"
+    echo
+    [ "$compiled" = skipped ] || sed -n '/^|/,$p' "$out/compiled.log"
 } > "$out/gpu_report.md"
 echo "report: $out/gpu_report.md"
-for status in "$tier" "$bench" "$profiled"; do
+for status in "$tier" "$bench" "$profiled" "$compiled"; do
     [ "$status" = skipped ] || [ "$status" -eq 0 ] || exit 1
 done
