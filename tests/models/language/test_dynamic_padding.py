@@ -37,6 +37,28 @@ def test_tokenizer_pad_to_gives_fixed_width_batches():
                                dynamic['input_ids'])
 
 
+@pytest.mark.parametrize('multiple, widths', [(8, [8, 8, 16, 24, 77, 77]),
+                                              (1, [3, 8, 9, 17, 73, 77])])
+def test_pad_to_multiple_of_rounds_the_longest_caption_up_within_max_length(multiple, widths):
+    tokenizer = TOKENIZERS.build(dict(type='OpenCLIPTokenizer', pad_to_multiple_of=multiple))
+    # 'one' and a caption of n words: n + 2 tokens with the start and end tokens, at most 77.
+    for words, width in zip((1, 6, 7, 15, 71, 200), widths, strict=True):
+        batch = tokenizer(['one', 'a' + ' a' * (words - 1)])
+        assert batch['input_ids'].shape[1] == width, words
+    dynamic = TOKENIZERS.build(dict(type='OpenCLIPTokenizer'))(CAPTIONS)
+    bucketed = tokenizer(CAPTIONS)
+    length = dynamic['input_ids'].shape[1]
+    torch.testing.assert_close(bucketed['input_ids'][:, :length], dynamic['input_ids'])
+    assert not bucketed['attention_mask'][:, length:].any()
+    assert bucketed['eos_index'].tolist() == dynamic['eos_index'].tolist()
+
+
+def test_pad_to_multiple_of_with_pad_to_or_below_one_is_refused():
+    for options in (dict(pad_to=77, pad_to_multiple_of=8), dict(pad_to_multiple_of=0)):
+        with pytest.raises(ValueError, match='give a multiple of at least 1 without pad_to'):
+            TOKENIZERS.build(dict(type='OpenCLIPTokenizer', **options))
+
+
 def _padded(tokens: TokenBatch, length: int, pad_id: int) -> TokenBatch:
     ids = tokens['input_ids']
     extra = length - ids.shape[1]

@@ -15,6 +15,7 @@ from tests.configs.test_dasd_configs import MULTI30K as CLFT
 from tests.configs.test_dasd_configs import batch as dasd_batch
 from tests.conftest import tiny_retriever_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.models.retrievers.cross_lingual import COMPILED_PAD_MULTIPLE
 from xmr.registry import MODELS
 
 DASD = next(p for p in PAPER if p.name == 'dasd_clip-vit-b32_multi30k_zeroshot.py')
@@ -30,9 +31,10 @@ def shallow(model: dict) -> dict:
     return model
 
 
-def dasd(compile: dict | None = None, per_language: bool = False):
+def dasd(compile: dict | None = None, per_language: bool = False, **tokenizer):
     cfg = shallow(tiny_model(Config.fromfile(DASD)))
     cfg['disentangler']['per_language'] = per_language
+    cfg['language_branch']['tokenizer'].update(tokenizer)
     torch.manual_seed(0)
     model = MODELS.build(dict(cfg, compile=compile))
     model.set_phase('cross_lingual', dict(cl=1.0, disentangler=1.0))
@@ -41,8 +43,8 @@ def dasd(compile: dict | None = None, per_language: bool = False):
     return model
 
 
-def losses_and_grads(model, langs: list[str]) -> list[torch.Tensor]:
-    data = model.data_preprocessor(dict(dasd_batch(langs), lang=langs), True)
+def losses_and_grads(model, langs: list[str], **captions) -> list[torch.Tensor]:
+    data = model.data_preprocessor(dict(dasd_batch(langs), lang=langs, **captions), True)
     torch.manual_seed(1)  # the discriminator's shuffled negatives
     losses = model(mode='loss', **data)
     trained = [p for p in model.parameters() if p.requires_grad]
@@ -70,6 +72,26 @@ def test_compiled_losses_equal_eager_and_compile_once_per_set_of_languages(per_l
             torch.testing.assert_close(mine, expected, rtol=1e-5, atol=1e-6)
         # Two mixes of all three languages share the code; the batch without cs is a new set.
         assert counters['stats']['unique_graphs'] == made
+
+
+def test_batches_padded_to_one_width_share_the_compiled_code():
+    """Two batches whose longest captions differ in length, but not in multiples of 8 tokens:
+    padded to the multiple (the compiled model's default) they run one graph; padded to their
+    longest (``pad_to_multiple_of=1``), the second length compiles the code again."""
+    bucketed, exact = dasd(TRACED), dasd(TRACED, pad_to_multiple_of=1)
+    assert bucketed.language_branch.tokenizer.pad_to_multiple_of == COMPILED_PAD_MULTIPLE
+    tokenizer = exact.language_branch.tokenizer
+    lengths = {n: tokenizer(['Kreis' + ' Kreis' * n])['input_ids'].shape[1] for n in range(6)}
+    short, long = next((a, b) for a in lengths for b in lengths
+                       if (lengths[a] - 1) // 8 == (lengths[b] - 1) // 8
+                       and lengths[a] < lengths[b])
+    langs = [*bucketed.languages, bucketed.languages[0]]
+    for model, graphs in ((bucketed, 1), (exact, 2)):
+        torch._dynamo.reset()
+        counters.clear()
+        for n in (short, long):
+            losses_and_grads(model, langs, target_text=['Kreis' + ' Kreis' * n, 'ein', 'un', 'a'])
+        assert counters['stats']['unique_graphs'] == graphs
 
 
 def test_a_copy_compiles_its_own_losses():

@@ -39,12 +39,16 @@ class CCLMTokenizer(HFTokenizer):
         tokenizer_file: the same tokenizer as a ``tokenizers`` JSON file (offline).
         max_length: tokens kept, specials included (40 in CCLM's retrieval configs).
         max_words: words kept by :func:`clean_caption` (30 in CCLM's retrieval datasets).
+        pad_to_multiple_of: padded lengths in steps of this (see
+            :class:`~xmr.models.language.tokenizers.BaseTokenizer`).
     """
 
     def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
-                 max_length: int = 40, max_words: int = 30) -> None:
+                 max_length: int = 40, max_words: int = 30,
+                 pad_to_multiple_of: int | None = None) -> None:
         super().__init__(name_or_path=name_or_path, tokenizer_file=tokenizer_file,
-                         max_length=max_length, lowercase=False)
+                         max_length=max_length, lowercase=False,
+                         pad_to_multiple_of=pad_to_multiple_of)
         self.max_words = max_words
 
     def encode(self, text: str) -> list[int]:

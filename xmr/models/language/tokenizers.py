@@ -1,8 +1,8 @@
 """Tokenizers that turn captions into padded id batches, registered in ``TOKENIZERS``.
 
-Every tokenizer pads to the longest caption of the batch (never to the context length) and
-reports where the pooled end-of-sequence token sits, since only open_clip's own vocabulary lets
-``argmax`` find it (DESIGN pitfalls).
+Every tokenizer pads to the longest caption of the batch (never to the context length, unless
+asked: ``pad_to``, ``pad_to_multiple_of``) and reports where the pooled end-of-sequence token
+sits, since only open_clip's own vocabulary lets ``argmax`` find it (DESIGN pitfalls).
 """
 from __future__ import annotations
 
@@ -69,6 +69,10 @@ class BaseTokenizer(metaclass=ABCMeta):
             the first one's length) per process.
         pad_to: pad every batch to this length (at least ``max_length``) instead of its longest
             caption; ``None`` (default) pads dynamically.
+        pad_to_multiple_of: pad every batch to its longest caption rounded up to a multiple of
+            this (at most ``max_length``), so that batches come in a few widths: a compiled
+            step records one CUDA graph per width (docs/benchmarks.md, "A compiled step").
+            ``None`` (default) or 1 pads to the longest caption.
 
     Attributes:
         writes_language_token: the ids of a caption depend on its language (NLLB's language-code
@@ -77,12 +81,18 @@ class BaseTokenizer(metaclass=ABCMeta):
 
     writes_language_token: bool = False
 
-    def __init__(self, max_length: int = 77, pad_to: int | None = None) -> None:
+    def __init__(self, max_length: int = 77, pad_to: int | None = None,
+                 pad_to_multiple_of: int | None = None) -> None:
         if pad_to is not None and pad_to < max_length:
             raise ValueError(f'pad_to={pad_to} is shorter than max_length={max_length}: a long '
                              'caption would not fit')
+        if pad_to_multiple_of is not None and (pad_to_multiple_of < 1 or pad_to is not None):
+            raise ValueError(f'pad_to_multiple_of={pad_to_multiple_of} with pad_to={pad_to}: '
+                             'give a multiple of at least 1 without pad_to (a fixed-context '
+                             "tower, SigLIP's, sets pad_to to its context itself)")
         self.max_length = max_length
         self.pad_to = pad_to
+        self.pad_to_multiple_of = pad_to_multiple_of
         self.truncated = 0
 
     @property
@@ -110,6 +120,16 @@ class BaseTokenizer(metaclass=ABCMeta):
         self.truncated += 1
         return ids[:self.max_length - 1] + ids[-1:]
 
+    def padded_length(self, longest: int) -> int | None:
+        """The width of a batch whose longest caption has ``longest`` tokens (specials included):
+        ``pad_to``, else ``longest`` rounded up to a multiple of ``pad_to_multiple_of`` and at
+        most ``max_length``; ``None``: ``longest`` itself."""
+        if self.pad_to is not None or self.pad_to_multiple_of is None:
+            return self.pad_to
+        multiple = self.pad_to_multiple_of
+        # Truncation keeps captions within max_length, which need not be a multiple.
+        return min(-(-longest // multiple) * multiple, self.max_length)
+
     def encode_in(self, text: str, lang: str | None) -> list[int]:
         """One caption in language ``lang`` -> ids with specials, untruncated; only a tokenizer
         that :attr:`writes_language_token` reads ``lang``."""
@@ -132,8 +152,9 @@ class BaseTokenizer(metaclass=ABCMeta):
         elif len(langs) != len(texts):
             raise ValueError(f'{len(texts)} captions but {len(langs)} languages (langs gives '
                              'one language per caption)')
-        return pad_batch([self.truncate(self.encode_in(text, lang))
-                          for text, lang in zip(texts, langs)], self.pad_id, self.pad_to)
+        sequences = [self.truncate(self.encode_in(text, lang)) for text, lang in zip(texts, langs)]
+        return pad_batch(sequences, self.pad_id,
+                         self.padded_length(max(map(len, sequences), default=0)))
 
 
 @TOKENIZERS.register_module()
@@ -144,11 +165,12 @@ class OpenCLIPTokenizer(BaseTokenizer):
         model_name: open_clip architecture name, e.g. ``'ViT-B-32'``.
         max_length: context length (77 for CLIP).
         pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
+        pad_to_multiple_of: padded lengths in steps of this (see :class:`BaseTokenizer`).
     """
 
     def __init__(self, model_name: str = 'ViT-B-32', max_length: int = 77,
-                 pad_to: int | None = None) -> None:
-        super().__init__(max_length, pad_to)
+                 pad_to: int | None = None, pad_to_multiple_of: int | None = None) -> None:
+        super().__init__(max_length, pad_to, pad_to_multiple_of)
         import open_clip
 
         self.model_name = model_name
@@ -186,6 +208,7 @@ class HFTokenizer(BaseTokenizer):
         max_length: longest sequence kept.
         lowercase: lower-case captions first (CCLM's retrieval recipe).
         pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
+        pad_to_multiple_of: padded lengths in steps of this (see :class:`BaseTokenizer`).
         clean: open_clip's text cleaning applied first (``'whitespace'``, ``'lower'`` or
             ``'canonicalize'``: lower case, punctuation removed, as SigLIP's tokenizer does), or
             ``None`` for the caption as it is.
@@ -196,8 +219,8 @@ class HFTokenizer(BaseTokenizer):
     def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
                  max_length: int = 77, lowercase: bool = False,
                  pad_to: int | None = None, clean: str | None = None,
-                 strip_sep_token: bool = False) -> None:
-        super().__init__(max_length, pad_to)
+                 strip_sep_token: bool = False, pad_to_multiple_of: int | None = None) -> None:
+        super().__init__(max_length, pad_to, pad_to_multiple_of)
         if (name_or_path is None) == (tokenizer_file is None):
             raise ValueError('HFTokenizer needs exactly one of name_or_path or tokenizer_file')
         self.lowercase = lowercase
@@ -288,6 +311,7 @@ class NLLBTokenizer(HFTokenizer):
         max_length: longest sequence kept, both specials included (the language token and the
             end token survive truncation).
         pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
+        pad_to_multiple_of: padded lengths in steps of this (see :class:`BaseTokenizer`).
         clean: open_clip's text cleaning (``'whitespace'``, as open_clip's tokenizer of the
             nllb-clip models), or ``None``.
         language: the language of captions tokenised without ``langs`` (single captions such as
@@ -303,9 +327,11 @@ class NLLBTokenizer(HFTokenizer):
 
     def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
                  max_length: int = 77, pad_to: int | None = None,
-                 clean: str | None = 'whitespace', language: str = 'en') -> None:
+                 clean: str | None = 'whitespace', language: str = 'en',
+                 pad_to_multiple_of: int | None = None) -> None:
         super().__init__(name_or_path=name_or_path, tokenizer_file=tokenizer_file,
-                         max_length=max_length, pad_to=pad_to, clean=clean)
+                         max_length=max_length, pad_to=pad_to, clean=clean,
+                         pad_to_multiple_of=pad_to_multiple_of)
         source = name_or_path or tokenizer_file
         if '</s>' not in self.token_ids:
             raise ValueError(f'NLLBTokenizer: {source} has no </s> token; not an NLLB tokenizer')
@@ -361,13 +387,14 @@ class SentencePieceTokenizer(BaseTokenizer):
         max_length: longest sequence kept.
         character_coverage: SentencePiece's coverage (keep near 1 for CJK).
         pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
+        pad_to_multiple_of: padded lengths in steps of this (see :class:`BaseTokenizer`).
     """
 
     def __init__(self, model_file: str | None = None,
                  corpus: Sequence[str] | str | dict | None = None, vocab_size: int = 1000,
                  max_length: int = 77, character_coverage: float = 0.9999,
-                 pad_to: int | None = None) -> None:
-        super().__init__(max_length, pad_to)
+                 pad_to: int | None = None, pad_to_multiple_of: int | None = None) -> None:
+        super().__init__(max_length, pad_to, pad_to_multiple_of)
         import sentencepiece as spm
 
         path = Path(model_file) if model_file else None

@@ -25,6 +25,9 @@ from xmr.registry import MODELS
 TARGET_GROUP = 'target'
 #: The losses that read media embeddings, which a text-only backbone cannot give.
 MEDIA_LOSSES = ('source_cm', 'cm')
+#: ``pad_to_multiple_of`` of a compiled model's target tokenizer, unless the config sets one:
+#: CLIP's 77-token captions then come in at most 10 widths, each one CUDA graph.
+COMPILED_PAD_MULTIPLE = 8
 
 
 @MODELS.register_module()
@@ -57,7 +60,9 @@ class CrossLingualRetriever(BaseRetriever):
             ``None``: eager. Needs a branch whose every site runs all languages in one call
             (DASD's dynamic adapters), so that the compiled code depends on which languages a
             batch holds, not on their mix; a per-language disentangler runs eagerly between
-            the compiled parts (docs/benchmarks.md, "A compiled step").
+            the compiled parts (docs/benchmarks.md, "A compiled step"). The target tokenizer
+            then pads to multiples of :data:`COMPILED_PAD_MULTIPLE` tokens unless its config
+            says otherwise (``pad_to_multiple_of=1``: the longest caption).
     """
 
     LOSSES = {
@@ -102,6 +107,10 @@ class CrossLingualRetriever(BaseRetriever):
         self.phase = 'cross_lingual'
         self.loss_weights: dict[str, float] = {'cl': 1.0}
         self.compile_options = self._check_compile(compile)
+        if self.compile_options:
+            tokenizer = self.language_branch.tokenizer
+            if tokenizer.pad_to is None and tokenizer.pad_to_multiple_of is None:
+                tokenizer.pad_to_multiple_of = COMPILED_PAD_MULTIPLE
         self._compile_losses()
 
     def _check_compile(self, options: dict | None) -> dict | None:
