@@ -123,3 +123,16 @@ def test_hooks_group_a_site_only_where_every_language_holds_the_class(monkeypatc
     calls.clear()
     adapters.hooks(*contexts).residual(AdapterSite.BLOCK_OUTPUT, 1, x)
     assert calls == [adapters.sets['de']['1:block_output'], adapters.sets['fr']['1:block_output']]
+
+
+def test_a_grouped_context_of_one_language_runs_its_adapters():
+    """A compiled evaluation reads one language as a membership, without routes: the hooks make
+    the grouped call, equal to the language's own adapter (it once left the input as it was)."""
+    adapters, x, condition = adapters_and_inputs()
+    only_de = AdapterContext(lang='de', condition=condition,
+                             membership=LanguageMembership(['de'] * 6, x.device))
+    out = adapters.hooks(grouped=only_de).residual(AdapterSite.BLOCK_OUTPUT, 1, x)
+    own = adapters.sets['de']['1:block_output'](x, AdapterContext(lang='de', block_index=1,
+                                                                  condition=condition))
+    torch.testing.assert_close(out, own, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(out, x)

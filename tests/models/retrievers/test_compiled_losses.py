@@ -1,5 +1,6 @@
-"""``CrossLingualRetriever(compile=...)``: DASD's training losses compiled equal eager ones, and
-the compiled code depends on which languages a batch holds, not on their mix."""
+"""``CrossLingualRetriever(compile=...)``: DASD's training losses and evaluation encoding
+compiled equal eager ones, and the compiled code depends on which languages a batch holds, not
+on their mix, nor (within a multiple of 8 tokens) on its length."""
 from __future__ import annotations
 
 import copy
@@ -94,12 +95,40 @@ def test_batches_padded_to_one_width_share_the_compiled_code():
         assert counters['stats']['unique_graphs'] == graphs
 
 
+def test_compiled_evaluation_equals_eager_and_compiles_once_per_language():
+    """``encode_text`` of target captions, as the evaluation loops call it: one language a
+    batch, batches of several sizes and lengths. The first language's code is made static,
+    then dynamic in the batch's shape; each other language adds one graph."""
+    eager, compiled = dasd(), dasd(TRACED)
+    compiled.load_state_dict(eager.state_dict())
+    eager.eval(), compiled.eval()
+    torch._dynamo.reset()
+    counters.clear()
+    captions = ['ein roter Kreis', 'un carré bleu', 'zwei rote Kreise', '一个十字',
+                'Kreis' + ' Kreis' * 8]
+    for made, lang in enumerate(compiled.languages, start=2):
+        for size in (5, 3, 4):
+            texts = captions[:size]
+            with torch.no_grad():
+                want = eager.encode_text(eager.language_branch.tokenize(texts), lang)
+                got = compiled.encode_text(compiled.language_branch.tokenize(texts), lang)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        assert counters['stats']['unique_graphs'] == made
+
+
 def test_a_copy_compiles_its_own_losses():
     model = dasd(TRACED)
     twin = copy.deepcopy(model)
     assert twin._losses is not model._losses
+    assert twin._target_embeddings is not model._target_embeddings
     langs = [*model.languages, model.languages[0]]
     torch.testing.assert_close(losses_and_grads(twin, langs)[0], losses_and_grads(model, langs)[0])
+
+
+def test_compile_raises_dynamos_recompile_limit_to_the_languages():
+    with torch._dynamo.config.patch(recompile_limit=2):
+        model = dasd(TRACED)
+        assert torch._dynamo.config.recompile_limit == len(model.languages) + 2 == 5
 
 
 def test_compile_refuses_adapters_that_sort_each_batch_by_language():
@@ -119,10 +148,10 @@ def test_every_phase_of_a_paper_config_runs_compiled():
 
 
 def test_a_compiled_run_of_the_demo_trains_as_the_eager_one(tmp_path):
-    """The Runner's three phases, validation and checkpoint with compiled losses: the trained
-    weights equal an eager run's."""
+    """The Runner's three phases, validation and checkpoint with compiled losses and
+    evaluation: the trained weights and the validation's metrics equal an eager run's."""
     allow_mmengine_checkpoint_types()
-    trained = {}
+    trained, metrics = {}, {}
     for name, options in (('eager', None), ('compiled', TRACED)):
         cfg = small_demo(DEMO, tmp_path / name)
         cfg.model.compile = options
@@ -133,7 +162,10 @@ def test_a_compiled_run_of_the_demo_trains_as_the_eager_one(tmp_path):
         assert (counters['stats']['unique_graphs'] > 0) == (options is not None)
         trained[name] = {k: v for k, v in runner.model.state_dict().items()
                          if k.startswith(('language_branch.', 'disentangler.'))}
+        metrics[name] = {k: v.current() for k, v in runner.message_hub.log_scalars.items()
+                         if k.startswith('val/') and not k.endswith('time')}
     assert (tmp_path / 'compiled' / 'last_checkpoint').is_file()
+    assert metrics['compiled'] == pytest.approx(metrics['eager']) and len(metrics['eager']) > 3
     for key, value in trained['eager'].items():
         torch.testing.assert_close(trained['compiled'][key], value, rtol=1e-5, atol=1e-6,
                                    msg=key)

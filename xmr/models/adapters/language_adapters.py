@@ -201,8 +201,10 @@ class LanguageHooks:
 
     def _grouped_call(self, site: AdapterSite, block_index: int, x: torch.Tensor
                       ) -> torch.Tensor | None:
-        """The site's grouped call on ``x`` when one class serves every language; else ``None``."""
-        if len(self.grouped_sets) < 2:
+        """The site's grouped call on ``x`` when one class serves every language; else ``None``.
+        A grouped context of one language (a compiled evaluation's) makes a grouped call too:
+        without routes, nothing else would run its adapters."""
+        if not self.grouped_sets:
             return None
         adapters = grouped_adapters(self.grouped_sets, _key(block_index, site))
         if adapters is None:

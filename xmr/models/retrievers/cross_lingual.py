@@ -111,7 +111,7 @@ class CrossLingualRetriever(BaseRetriever):
             tokenizer = self.language_branch.tokenizer
             if tokenizer.pad_to is None and tokenizer.pad_to_multiple_of is None:
                 tokenizer.pad_to_multiple_of = COMPILED_PAD_MULTIPLE
-        self._compile_losses()
+        self._compile()
 
     def _check_compile(self, options: dict | None) -> dict | None:
         """``compile``'s options, or a ``ValueError`` naming what a compiled step cannot hold."""
@@ -125,19 +125,29 @@ class CrossLingualRetriever(BaseRetriever):
                              'would change with every mix of languages: drop compile')
         return dict(options)
 
-    def _compile_losses(self) -> None:
-        self._losses = (self._phase_losses if self.compile_options is None
-                        else torch.compile(self._phase_losses, **self.compile_options))
+    def _compile(self) -> None:
+        """Compile the training losses and the evaluation's target branch, or bind them eager."""
+        if self.compile_options is None:
+            self._losses, self._target_embeddings = self._phase_losses, self._embed_target
+            return
+        # Dynamo keeps recompile_limit versions of a function and runs it eagerly past them;
+        # evaluation makes one per language (a static and a dynamic one for the first).
+        needed = len(self.languages) + 2
+        if torch._dynamo.config.recompile_limit < needed:
+            torch._dynamo.config.recompile_limit = needed
+        self._losses = torch.compile(self._phase_losses, **self.compile_options)
+        self._target_embeddings = torch.compile(self._embed_target, **self.compile_options)
 
     def __getstate__(self) -> dict[str, Any]:
         # A compiled function is bound to this instance: a copy compiles its own.
         state = self.__dict__.copy()
         state.pop('_losses', None)
+        state.pop('_target_embeddings', None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self._compile_losses()
+        self._compile()
 
     def _build_disentangler(self, cfg: dict, tower: nn.Module) -> ConditionDisentangler:
         """The disentangler, or with ``per_language=True`` in its config one copy per target
@@ -252,8 +262,18 @@ class CrossLingualRetriever(BaseRetriever):
         if lang == self.source_language:
             return self.encode_source(tokens)
         self.check_languages([lang], 'query')
-        embeddings, _ = self.encode_target(tokens, [lang] * tokens['input_ids'].shape[0])
-        return embeddings
+        langs = [lang] * tokens['input_ids'].shape[0]
+        # Compiled, the branch reads the language as a membership (each site grouped, checked
+        # at build): the compiled code then depends on the language, not on the batch's size.
+        membership = (None if self.compile_options is None
+                      else LanguageMembership(langs, tokens['input_ids'].device))
+        return self._target_embeddings(tokens, langs, membership)
+
+    def _embed_target(self, tokens: TokenBatch, langs: Sequence[str],
+                      membership: LanguageMembership | None) -> torch.Tensor:
+        """:meth:`encode_text` of target captions, ``[B, E]``: what ``compile`` compiles for
+        evaluation."""
+        return self.encode_target(tokens, langs, membership=membership)[0]
 
     # ----------------------------------------------------------------------------- modes
     def loss(self, media: torch.Tensor | None = None, source_tokens: TokenBatch | None = None,
