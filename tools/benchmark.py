@@ -25,11 +25,13 @@ Paths (same model, same inputs, same seed):
               one of the two equals xmr on each device, the other measures the choice)
   xmr-compile (dasd, with --compile default) xmr with the model's ``compile`` option: its
               training losses, forward and backward, compiled by ``torch.compile`` (Inductor's
-              fused kernels) on the padded batch; training cases
+              fused kernels) on the padded batch (to a multiple of 8 tokens); in eval, the
+              target branch's encoding of the German captions
   xmr-graphs  (dasd, with --compile reduce-overhead) the same, replayed as CUDA graphs. The
               first step compiles (its time is reported); every step here sees the same batch,
-              while a run's batches change their padded length, for which the compiled code
-              is made again or made dynamic (see docs/benchmarks.md, "A compiled step")
+              while a run's batches change their padded width, for which the compiled code
+              is made dynamic and a CUDA graph recorded per width (see docs/benchmarks.md,
+              "A compiled step")
 
 Cases: cross_lingual (L_CL), cross_modal (L_CM, images), video (L_CM, 12-frame clips), eval
 (embedding a gallery batch and its English + German captions). The model has ViT-B/32 size with
@@ -135,7 +137,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f'after its timed steps, run {PROFILED_STEPS} more steps of each row '
                         'under torch.profiler and append where the time goes to FILE (Markdown)')
     parser.add_argument('--compile', default='', metavar='MODES',
-                        help='comma-separated torch.compile modes, each adding a row per training '
+                        help='comma-separated torch.compile modes, each adding a row per DASD '
                         f"case ({', '.join(f'{m}: {p}' for m, p in COMPILED_PATHS.items())}); "
                         'the first step of such a row compiles (its time is reported)')
     parser.add_argument('--one', help=argparse.SUPPRESS)
@@ -501,7 +503,9 @@ def _padded_lengths(model, items: list[dict[str, Any]], case: str, device) -> di
         sources = [item['source_text'] for item in items]
     target = model.language_branch.tokenizer(targets, target_langs)
     padded = int(target['input_ids'].shape[1])
-    packs = model.backbone.text_tower.packing(target['attention_mask'].to(device)) is not None
+    # Compiled code runs the padded batch (packing's shapes depend on the data).
+    packs = (model.compile_options is None and model.backbone.text_tower.packing(
+        target['attention_mask'].to(device)) is not None)
     run = float(target['attention_mask'].sum(1).float().mean()) if packs else float(padded)
     source = model.backbone.tokenizer(sources, ['en'] * len(sources))
     return dict(target_tokens=padded, target_tokens_run=run,
@@ -516,7 +520,7 @@ def rows_to_run(args: argparse.Namespace) -> list[dict[str, Any]]:
         paths = PATHS[method]
         for case in args.cases.split(','):
             chosen = paths if case == 'cross_lingual' else paths[:paths.index('xmr') + 1]
-            if case != 'eval' and method == 'dasd':
+            if method == 'dasd':
                 chosen += tuple(COMPILED_PATHS[mode] for mode in args.compile.split(',') if mode)
             for precision in precisions:
                 specs.extend(dict(method=method, case=case, path=path, precision=precision)

@@ -13,8 +13,10 @@
 # STAGES (default "tier bench profile"; on an H200 they took about 5.5, 5 and 1 minutes, so a
 # lease with a 10-minute limit per command runs them as two calls: STAGES=tier, then
 # STAGES="bench profile", each writing its part of the report; the stage "compiled", not run by
-# default, times DASD's compiled step beside the eager one in bf16, COMPILE_ARGS changing its
-# rows: about 4 minutes, most of it compiling).
+# default, times DASD's compiled step and evaluation beside the eager ones in bf16, COMPILE_ARGS
+# changing its rows: about 5 minutes, most of it compiling; the stage "run", not run by default
+# either, is the tier's test of a whole run compiled as CUDA graphs, which the stage "tier"
+# leaves out: the shortened DASD demo, eager then compiled, their mAR and step times).
 # The report, OUT/gpu_report.md, holds the device, the versions, the tier's summary, the
 # benchmark table and the profile's per-step summary; OUT also keeps the full logs,
 # benchmark.json and profile.md (torch.profiler's top operators of each profiled row).
@@ -73,12 +75,18 @@ if "$PYTHON" -c 'import xdist' 2>/dev/null; then
     parallel=(-n 4)
 fi
 stages=" ${STAGES-tier bench profile} "
-tier=skipped bench=skipped profiled=skipped compiled=skipped
+tier=skipped bench=skipped profiled=skipped compiled=skipped run=skipped
+compiled_run=test_a_demo_run_compiled_as_cuda_graphs_reaches_the_eager_band
 set +e
 if [[ $stages == *" tier "* ]]; then
     "$PYTHON" -m pytest -m gpu tests -q -rs -p no:cacheprovider --durations=10 "${parallel[@]}" \
-        2>&1 | tee "$out/gpu_tier.log"
+        -k "not $compiled_run" 2>&1 | tee "$out/gpu_tier.log"
     tier=${PIPESTATUS[0]}
+fi
+if [[ $stages == *" run "* ]]; then
+    "$PYTHON" -m pytest -m gpu tests/gpu/test_runs.py -q -s -rs -p no:cacheprovider \
+        -k "$compiled_run" 2>&1 | tee "$out/compiled_run.log"
+    run=${PIPESTATUS[0]}
 fi
 if [[ $stages == *" bench "* ]]; then
     # shellcheck disable=SC2086
@@ -95,7 +103,7 @@ if [[ $stages == *" profile "* ]]; then
     profiled=$?
 fi
 if [[ $stages == *" compiled "* ]]; then
-    rows="--methods dasd --cases cross_lingual,cross_modal,video --amp amp --steps 10 --warmup 3"
+    rows="--methods dasd --cases cross_lingual,cross_modal,video,eval --amp amp --steps 10 --warmup 3"
     # shellcheck disable=SC2086
     "$PYTHON" tools/benchmark.py --device cuda --in-process --out "$out/compiled.json" \
         ${COMPILE_ARGS:-$rows --compile default,reduce-overhead} 2>&1 | tee "$out/compiled.log"
@@ -125,8 +133,13 @@ set -e
     echo "## compiled step (tools/benchmark.py --compile): exit $compiled"
     echo
     [ "$compiled" = skipped ] || sed -n '/^|/,$p' "$out/compiled.log"
+    echo
+    echo "## a run compiled as CUDA graphs ($compiled_run): exit $run"
+    echo
+    [ "$run" = skipped ] || grep -E 'shortened DASD demo|passed|failed|skipped' \
+        "$out/compiled_run.log" | sed 's/^/    /'
 } > "$out/gpu_report.md"
 echo "report: $out/gpu_report.md"
-for status in "$tier" "$bench" "$profiled" "$compiled"; do
+for status in "$tier" "$bench" "$profiled" "$compiled" "$run"; do
     [ "$status" = skipped ] || [ "$status" -eq 0 ] || exit 1
 done

@@ -1,10 +1,11 @@
 """Whole runs on the accelerator: resume equals the uninterrupted run, the shortened demo reaches
-the CPU's mAR band, and the launcher trains all phases through NCCL (world size 1 on one
-GPU)."""
+the CPU's mAR band (and, compiled as CUDA graphs, the eager run's), and the launcher trains all
+phases through NCCL (world size 1 on one GPU)."""
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.engine.test_loops import make_cfg, train
 pytestmark = pytest.mark.gpu
 
 DEMO = 'configs/demo/static_tiny-clip_synthetic.py'
+DASD_DEMO = 'configs/demo/dasd_tiny-clip_synthetic.py'
 #: A third of the demo's schedule (500 + 500 + 100 steps).
 SHORT_DEMO = ['train_cfg.phases.0.iters=500', 'train_cfg.phases.1.iters=500',
               'train_cfg.phases.2.iters=100']
@@ -77,6 +79,34 @@ def test_the_shortened_demo_reaches_the_cpu_mar_band(accelerator, tmp_path):
     print(f'shortened demo mAR: cpu {on_cpu:.2f}, {accelerator.type} {on_device:.2f}')
     assert on_cpu > 50, 'the shortened demo no longer learns: the band would mean nothing'
     assert abs(on_device - on_cpu) <= MAR_BAND
+
+
+def step_times(work_dir: Path) -> dict[str, float]:
+    """Median logged step time in ms of each loss a run's phases train with (``loss_cl``,
+    ``loss_cm``, ...), from the run's ``vis_data/scalars.json``."""
+    rows = [json.loads(line) for line in
+            next(work_dir.glob('*/vis_data/scalars.json')).read_text().splitlines()]
+    losses = {key for row in rows for key in row if key in ('loss_source_cm', 'loss_cl', 'loss_cm')}
+    return {loss: 1000 * statistics.median(row['time'] for row in rows if loss in row)
+            for loss in sorted(losses)}
+
+
+@pytest.mark.slow
+def test_a_demo_run_compiled_as_cuda_graphs_reaches_the_eager_band(accelerator, tmp_path):
+    """``model.compile.mode=reduce-overhead`` in a whole run: three phases of batches of varying
+    widths (padded to multiples of 8 tokens), evaluation between them, the DASD demo shortened.
+    Both runs are on the GPU, one after the other; their step times are printed."""
+    if accelerator.type != 'cuda':
+        pytest.skip('CUDA graphs need CUDA')
+    mar, times = {}, {}
+    for name, options in (('eager', []), ('compiled', ['model.compile.mode=reduce-overhead'])):
+        work_dir = tmp_path / name
+        run = start_demo(work_dir, device_env(accelerator),
+                         (sys.executable, 'tools/train.py', DASD_DEMO), SHORT_DEMO + options)
+        mar[name], times[name] = demo_mar(work_dir, run), step_times(work_dir)
+    print(f'shortened DASD demo: mAR {mar}; median step ms {times}')
+    assert mar['eager'] > 50, 'the shortened demo no longer learns: the band would mean nothing'
+    assert abs(mar['compiled'] - mar['eager']) <= MAR_BAND
 
 
 @pytest.mark.slow
