@@ -159,3 +159,22 @@ def test_a_dasd_step_replayed_as_cuda_graphs_equals_eager(accelerator, monkeypat
         got = [t.cpu() for t in losses_and_grads(compiled, langs)]
         for mine, expected in zip(got, want, strict=True):
             torch.testing.assert_close(mine, expected, **FP32_TOLERANCE)
+
+
+def test_an_evaluation_replayed_as_cuda_graphs_equals_eager(accelerator):
+    """The compiled encoding of target captions, one language a batch as the evaluation loops
+    run it, on CUDA graphs: eager's embeddings for every language, batches of two sizes."""
+    eager = dasd().to(accelerator).eval()
+    compiled = dasd(dict(mode='reduce-overhead')).to(accelerator).eval()
+    compiled.load_state_dict(eager.state_dict())
+
+    def on(tokens):
+        return {key: value.to(accelerator) for key, value in tokens.items()}
+
+    captions = ['ein roter Kreis', 'un carré bleu', 'zwei rote Kreise', '一个十字']
+    for lang in compiled.languages:
+        for texts in (captions, captions[:3], captions):
+            with torch.no_grad():
+                want, got = (model.encode_text(on(model.language_branch.tokenize(texts)),
+                                               lang).cpu() for model in (eager, compiled))
+            torch.testing.assert_close(got, want, **FP32_TOLERANCE)
