@@ -67,7 +67,8 @@ def tiny_model(cfg: Config) -> dict:
 
 def batch(languages: list[str]) -> dict:
     size = 4
-    return dict(media=torch.randint(0, 256, (size, 3, 32, 32), dtype=torch.uint8),
+    return dict(media=torch.randint(0, 256, (size, 3, 32, 32), dtype=torch.uint8,
+                                    generator=torch.Generator().manual_seed(0)),
                 source_text=['a red circle', 'a blue square', 'two red circles', 'a cross'],
                 target_text=['ein roter Kreis', 'un carré bleu', 'zwei rote Kreise', '一个十字'],
                 lang=[languages[i % len(languages)] for i in range(size)],

@@ -255,7 +255,9 @@ def test_bad_options_fail_naming_the_option(tower):
 
 # ------------------------------------------------------------------------------------ retriever
 BATCH = dict(
-    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8),
+    # Its own seed: at import, the global stream's state depends on what was collected before.
+    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(0)),
     source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
     target_text=['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise', '一个绿色的三角形'],
     lang=['de', 'zh', 'de', 'zh'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])

@@ -95,7 +95,8 @@ def test_frozen_english_encoder_aligns_with_the_frozen_tower():
 
 
 EVAL_BATCH = dict(
-    media=torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8), media_id=['a', 'b'],
+    media=torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(1)), media_id=['a', 'b'],
     index=[0, 1],
     captions=[{'en': ['a red circle'], 'de': ['ein roter Kreis']},
               {'en': ['two blue squares'], 'de': ['zwei blaue Quadrate']}],
