@@ -26,7 +26,7 @@ Paths (same model, same inputs, same seed):
   xmr-compile (dasd, with --compile default) xmr with the model's ``compile`` option: its
               training losses, forward and backward, compiled by ``torch.compile`` (Inductor's
               fused kernels) on the padded batch (to a multiple of 8 tokens); in eval, the
-              target branch's encoding of the German captions
+              encoding of the English and German captions
   xmr-graphs  (dasd, with --compile reduce-overhead) the same, replayed as CUDA graphs. The
               first step compiles (its time is reported); every step here sees the same batch,
               while a run's batches change their padded width, for which the compiled code

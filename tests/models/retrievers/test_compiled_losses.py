@@ -80,7 +80,8 @@ def test_batches_padded_to_one_width_share_the_compiled_code():
     padded to the multiple (the compiled model's default) they run one graph; padded to their
     longest (``pad_to_multiple_of=1``), the second length compiles the code again."""
     bucketed, exact = dasd(TRACED), dasd(TRACED, pad_to_multiple_of=1)
-    assert bucketed.language_branch.tokenizer.pad_to_multiple_of == COMPILED_PAD_MULTIPLE
+    for tokenizer in (bucketed.backbone.tokenizer, bucketed.language_branch.tokenizer):
+        assert tokenizer.pad_to_multiple_of == COMPILED_PAD_MULTIPLE
     tokenizer = exact.language_branch.tokenizer
     lengths = {n: tokenizer(['Kreis' + ' Kreis' * n])['input_ids'].shape[1] for n in range(6)}
     short, long = next((a, b) for a in lengths for b in lengths
@@ -96,9 +97,10 @@ def test_batches_padded_to_one_width_share_the_compiled_code():
 
 
 def test_compiled_evaluation_equals_eager_and_compiles_once_per_language():
-    """``encode_text`` of target captions, as the evaluation loops call it: one language a
-    batch, batches of several sizes and lengths. The first language's code is made static,
-    then dynamic in the batch's shape; each other language adds one graph."""
+    """``encode_text``, as the evaluation loops call it: one language a batch, batches of
+    several sizes and widths. The frozen tower's English and the first target language's code
+    are each made static, then dynamic in the batch's shape; each other language adds one
+    graph."""
     eager, compiled = dasd(), dasd(TRACED)
     compiled.load_state_dict(eager.state_dict())
     eager.eval(), compiled.eval()
@@ -106,12 +108,12 @@ def test_compiled_evaluation_equals_eager_and_compiles_once_per_language():
     counters.clear()
     captions = ['ein roter Kreis', 'un carré bleu', 'zwei rote Kreise', '一个十字',
                 'Kreis' + ' Kreis' * 8]
-    for made, lang in enumerate(compiled.languages, start=2):
+    source = compiled.source_language
+    for made, lang in zip((2, 4, 5, 6), (source, *compiled.languages), strict=True):
         for size in (5, 3, 4):
-            texts = captions[:size]
             with torch.no_grad():
-                want = eager.encode_text(eager.language_branch.tokenize(texts), lang)
-                got = compiled.encode_text(compiled.language_branch.tokenize(texts), lang)
+                want, got = (model.encode_text(model.data_preprocessor.caption_tokens(
+                    [{lang: captions[:size]}])[lang][0], lang) for model in (eager, compiled))
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         assert counters['stats']['unique_graphs'] == made
 
@@ -120,6 +122,7 @@ def test_a_copy_compiles_its_own_losses():
     model = dasd(TRACED)
     twin = copy.deepcopy(model)
     assert twin._losses is not model._losses
+    assert twin._source_embeddings is not model._source_embeddings
     assert twin._target_embeddings is not model._target_embeddings
     langs = [*model.languages, model.languages[0]]
     torch.testing.assert_close(losses_and_grads(twin, langs)[0], losses_and_grads(model, langs)[0])
@@ -166,6 +169,8 @@ def test_a_compiled_run_of_the_demo_trains_as_the_eager_one(tmp_path):
                          if k.startswith('val/') and not k.endswith('time')}
     assert (tmp_path / 'compiled' / 'last_checkpoint').is_file()
     assert metrics['compiled'] == pytest.approx(metrics['eager']) and len(metrics['eager']) > 3
+    # 1e-5: the compiled run pads its batches to multiples of 8 tokens, and Adam's step turns
+    # the padding's rounding in a rarely seen row's small gradient into up to 4e-6 of weight.
     for key, value in trained['eager'].items():
-        torch.testing.assert_close(trained['compiled'][key], value, rtol=1e-5, atol=1e-6,
+        torch.testing.assert_close(trained['compiled'][key], value, rtol=1e-5, atol=1e-5,
                                    msg=key)

@@ -25,7 +25,7 @@ from xmr.registry import MODELS
 TARGET_GROUP = 'target'
 #: The losses that read media embeddings, which a text-only backbone cannot give.
 MEDIA_LOSSES = ('source_cm', 'cm')
-#: ``pad_to_multiple_of`` of a compiled model's target tokenizer, unless the config sets one:
+#: ``pad_to_multiple_of`` of a compiled model's tokenizers, unless their configs set one:
 #: CLIP's 77-token captions then come in at most 10 widths, each one CUDA graph.
 COMPILED_PAD_MULTIPLE = 8
 
@@ -60,9 +60,10 @@ class CrossLingualRetriever(BaseRetriever):
             ``None``: eager. Needs a branch whose every site runs all languages in one call
             (DASD's dynamic adapters), so that the compiled code depends on which languages a
             batch holds, not on their mix; a per-language disentangler runs eagerly between
-            the compiled parts (docs/benchmarks.md, "A compiled step"). The target tokenizer
-            then pads to multiples of :data:`COMPILED_PAD_MULTIPLE` tokens unless its config
-            says otherwise (``pad_to_multiple_of=1``: the longest caption).
+            the compiled parts (docs/benchmarks.md, "A compiled step"). The evaluation's
+            encoding of captions (:meth:`encode_text`) is compiled too. The tokenizers then pad
+            to multiples of :data:`COMPILED_PAD_MULTIPLE` tokens unless their configs say
+            otherwise (``pad_to_multiple_of=1``: the longest caption).
     """
 
     LOSSES = {
@@ -108,9 +109,9 @@ class CrossLingualRetriever(BaseRetriever):
         self.loss_weights: dict[str, float] = {'cl': 1.0}
         self.compile_options = self._check_compile(compile)
         if self.compile_options:
-            tokenizer = self.language_branch.tokenizer
-            if tokenizer.pad_to is None and tokenizer.pad_to_multiple_of is None:
-                tokenizer.pad_to_multiple_of = COMPILED_PAD_MULTIPLE
+            for tokenizer in (self.backbone.tokenizer, self.language_branch.tokenizer):
+                if tokenizer.pad_to is None and tokenizer.pad_to_multiple_of is None:
+                    tokenizer.pad_to_multiple_of = COMPILED_PAD_MULTIPLE
         self._compile()
 
     def _check_compile(self, options: dict | None) -> dict | None:
@@ -126,23 +127,26 @@ class CrossLingualRetriever(BaseRetriever):
         return dict(options)
 
     def _compile(self) -> None:
-        """Compile the training losses and the evaluation's target branch, or bind them eager."""
-        if self.compile_options is None:
-            self._losses, self._target_embeddings = self._phase_losses, self._embed_target
+        """Compile the training losses and the evaluation's encoders, or bind them eager."""
+        options = self.compile_options
+        if options is None:
+            self._losses, self._source_embeddings, self._target_embeddings = (
+                self._phase_losses, self.encode_source, self._embed_target)
             return
         # Dynamo keeps recompile_limit versions of a function and runs it eagerly past them;
         # evaluation makes one per language (a static and a dynamic one for the first).
         needed = len(self.languages) + 2
         if torch._dynamo.config.recompile_limit < needed:
             torch._dynamo.config.recompile_limit = needed
-        self._losses = torch.compile(self._phase_losses, **self.compile_options)
-        self._target_embeddings = torch.compile(self._embed_target, **self.compile_options)
+        self._losses = torch.compile(self._phase_losses, **options)
+        self._source_embeddings = torch.compile(self.encode_source, **options)
+        self._target_embeddings = torch.compile(self._embed_target, **options)
 
     def __getstate__(self) -> dict[str, Any]:
         # A compiled function is bound to this instance: a copy compiles its own.
         state = self.__dict__.copy()
-        state.pop('_losses', None)
-        state.pop('_target_embeddings', None)
+        for compiled in ('_losses', '_source_embeddings', '_target_embeddings'):
+            state.pop(compiled, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -260,7 +264,7 @@ class CrossLingualRetriever(BaseRetriever):
             ValueError: for a language without adapters, listing those the model reads.
         """
         if lang == self.source_language:
-            return self.encode_source(tokens)
+            return self._source_embeddings(tokens)
         self.check_languages([lang], 'query')
         langs = [lang] * tokens['input_ids'].shape[0]
         # Compiled, the branch reads the language as a membership (each site grouped, checked
