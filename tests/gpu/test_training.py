@@ -143,13 +143,15 @@ def test_a_dasd_training_step_never_waits_for_the_gpu(accelerator, per_language)
     assert any(g is not None and g.abs().sum().item() > 0 for g in grads)
 
 
-def test_a_dasd_step_replayed_as_cuda_graphs_equals_eager(accelerator):
+@pytest.mark.parametrize('per_language', [False, True], ids=['shared', 'per-language'])
+def test_a_dasd_step_replayed_as_cuda_graphs_equals_eager(accelerator, per_language):
     """``compile=dict(mode='reduce-overhead')``: Inductor's kernels, replayed as CUDA graphs on
-    a GPU, give eager's losses and gradients; a second mix of the languages replays them."""
+    a GPU, give eager's losses and gradients; a second mix of the languages replays them. The
+    paper's per-language SDMs run eagerly between four compiled parts."""
     import torch._inductor.config
 
-    eager = dasd().to(accelerator)
-    compiled = dasd(dict(mode='reduce-overhead')).to(accelerator)
+    eager = dasd(per_language=per_language).to(accelerator)
+    compiled = dasd(dict(mode='reduce-overhead'), per_language).to(accelerator)
     compiled.load_state_dict(eager.state_dict())
     de, fr, cs = eager.languages
     # Eager's random draws: the shuffled negatives of both runs are the same. (The config's own
