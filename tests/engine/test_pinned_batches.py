@@ -1,6 +1,8 @@
 """Pinned batches on a GPU machine: the loops' loaders pin unless their config says otherwise."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 from mmengine.runner import Runner
 
@@ -8,6 +10,7 @@ from tests.conftest import tiny_retriever_cfg
 from tests.engine.test_eval_loops import base_cfg, eval_loader, synthetic
 from tests.engine.test_loops import make_cfg
 from xmr.engine import eval_loops, loops
+from xmr.engine.hooks import CDDSCorrelationHook, cdds_correlation
 from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.registry import MODELS
 
@@ -37,6 +40,14 @@ def test_the_loops_build_their_loaders_through_it(tmp_path, monkeypatch):
         test_evaluator=[dict(type='RetrievalMetric', prefix='synth')],
         test_cfg=dict(type='MultiDatasetTestLoop'))).test_loop
     assert test_loop.dataloaders[0].pin_memory
+
+
+def test_the_cdds_hook_builds_its_own_loader_through_it(monkeypatch):
+    monkeypatch.setattr(cdds_correlation, 'pinned_on_gpu', pin_always)
+    built = []
+    runner = SimpleNamespace(seed=0, build_dataloader=lambda cfg, seed: built.append(cfg))
+    CDDSCorrelationHook(dataloader=dict(batch_size=2))._loader(runner)
+    assert built == [dict(batch_size=2, pin_memory=True)]
 
 
 def test_batches_reach_the_device_without_blocking_by_default():

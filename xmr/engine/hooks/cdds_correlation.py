@@ -21,6 +21,7 @@ import torch
 from mmengine import dist
 from mmengine.hooks import Hook
 
+from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.engine.rng import preserved_rng_state
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.retrievers.dual_encoder import DualEncoderRetriever
@@ -59,8 +60,8 @@ class CDDSCorrelationHook(Hook):
     def _loader(self, runner) -> Any:
         if self._dataloader is None:
             self._dataloader = (runner.train_loop.dataloader if self.dataloader_cfg is None
-                                else runner.build_dataloader(self.dataloader_cfg,
-                                                             seed=runner.seed))
+                                else runner.build_dataloader(
+                                    pinned_on_gpu(self.dataloader_cfg), seed=runner.seed))
         return self._dataloader
 
     def _correlations(self, runner) -> list[torch.nn.Module]:
