@@ -45,3 +45,8 @@ def test_the_table_counts_widths_before_and_after_the_rounding(tmp_path, capsys)
     # 4), the other two of the 3-, 4- and 5-token ones (width 4 or 5 -> 4 or 8).
     assert english[:4] == ['en (CLIP)', '2', '6.0', '2']
     assert english[5] == '2' and '12: 1' in english[7]
+
+
+def test_a_missing_caption_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r'train\.de\.gz not found: pass --multi30k'):
+        padded_widths.main(['--multi30k', str(tmp_path), '--languages', 'de'])

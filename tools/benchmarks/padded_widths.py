@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from xmr.utils.cli import run_tool
+
 SHARED = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'data'
 
 
@@ -63,8 +65,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     def read(lang: str) -> list[str]:
         path = args.multi30k / f'train.{lang}.gz'
         if not path.is_file():
-            raise SystemExit(f'{path} not found: pass --multi30k, the folder of Multi30K\'s '
-                             'train.{lang}.gz files')
+            raise FileNotFoundError(f'{path} not found: pass --multi30k, the folder of '
+                                    "Multi30K's train.{lang}.gz files")
         with gzip.open(path, 'rt', encoding='utf-8') as lines:
             return lines.read().splitlines()
 
@@ -87,4 +89,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)
