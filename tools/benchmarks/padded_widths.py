@@ -73,18 +73,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     def lengths(tokenizer, captions: list[str]) -> list[int]:
         return [len(tokenizer.truncate(tokenizer.encode(caption))) for caption in captions]
 
+    languages = args.languages.split(',')
+    captions = {lang: read(lang) for lang in [*languages, 'en']}
     target = TOKENIZERS.build(dict(type='HFTokenizer', tokenizer_file=str(args.tokenizer_file),
                                    max_length=77, pad_to_multiple_of=args.multiple))
     english = TOKENIZERS.build(dict(type='OpenCLIPTokenizer', pad_to_multiple_of=args.multiple))
-    languages = args.languages.split(',')
-    mixed = [n for lang in languages for n in lengths(target, read(lang))]
+    mixed = [n for lang in languages for n in lengths(target, captions[lang])]
     print(f'Multi30K train, batch {args.batch_size}, widths in steps of {args.multiple}, '
           f'seed {args.seed}\n')
     print('| captions | batches | tokens per caption | widths | mean width | widths, in steps '
           '| mean width, in steps | batches per width, in steps |')
     print('|---|---:|---:|---:|---:|---:|---:|---|')
     print(summary(f"{'+'.join(languages)} (XLM-R)", mixed, target, args.batch_size, args.seed))
-    print(summary('en (CLIP)', lengths(english, read('en')), english, args.batch_size,
+    print(summary('en (CLIP)', lengths(english, captions['en']), english, args.batch_size,
                   args.seed))
 
 
