@@ -71,6 +71,10 @@ class CrossLingualRetriever(BaseRetriever):
         'cl': 'L_CL: alignment of r^T to the frozen r^S (cross-lingual phase)',
         'cm': 'L_CM: InfoNCE between r^T and r^V (cross-modal phase)',
     }
+    #: What ``compile`` compiles: each attribute the model calls and the method it holds.
+    COMPILED: Mapping[str, str] = {'_losses': '_phase_losses',
+                                   '_source_embeddings': 'encode_source',
+                                   '_target_embeddings': '_embed_target'}
     #: The losses built unless ``losses`` replaces them by name.
     DEFAULT_LOSSES: Mapping[str, dict] = {
         'source_cm': dict(type='InfoNCELoss', temperature=0.07, learnable=True),
@@ -129,24 +133,21 @@ class CrossLingualRetriever(BaseRetriever):
     def _compile(self) -> None:
         """Compile the training losses and the evaluation's encoders, or bind them eager."""
         options = self.compile_options
-        if options is None:
-            self._losses, self._source_embeddings, self._target_embeddings = (
-                self._phase_losses, self.encode_source, self._embed_target)
-            return
         # Dynamo keeps recompile_limit versions of a function and runs it eagerly past them;
         # evaluation makes one per language (a static and a dynamic one for the first).
         needed = len(self.languages) + 2
-        if torch._dynamo.config.recompile_limit < needed:
+        if options is not None and torch._dynamo.config.recompile_limit < needed:
             torch._dynamo.config.recompile_limit = needed
-        self._losses = torch.compile(self._phase_losses, **options)
-        self._source_embeddings = torch.compile(self.encode_source, **options)
-        self._target_embeddings = torch.compile(self._embed_target, **options)
+        for name, method in self.COMPILED.items():
+            function = getattr(self, method)
+            setattr(self, name, function if options is None
+                    else torch.compile(function, **options))
 
     def __getstate__(self) -> dict[str, Any]:
         # A compiled function is bound to this instance: a copy compiles its own.
         state = self.__dict__.copy()
-        for compiled in ('_losses', '_source_embeddings', '_target_embeddings'):
-            state.pop(compiled, None)
+        for name in self.COMPILED:
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
