@@ -31,7 +31,9 @@ setup(
         'timm>=1.0',
         'transformers>=4.40',
         'tokenizers',
-        'sentencepiece',
+        # 0.2.2 learns another vocabulary from a corpus of several scripts (long CJK phrases,
+        # Latin captions in characters): SentencePieceTokenizer's note.
+        'sentencepiece>=0.2.3',
         'faiss-cpu>=1.8',
         'decord>=0.6',
         'jsonargparse>=4.27',

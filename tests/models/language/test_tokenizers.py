@@ -1,4 +1,7 @@
+import logging
+
 import pytest
+import sentencepiece
 import torch
 
 from tests.conftest import CORPUS
@@ -47,6 +50,30 @@ def test_sentencepiece_trains_writes_and_reloads(tmp_path):
     assert torch.equal(trained(texts)['input_ids'], reloaded(texts)['input_ids'])
     ids = trained(texts)['input_ids']
     assert ids[0, 0] == 2 and ids[0, trained(texts)['eos_index'][0]] == 3
+
+
+@pytest.mark.parametrize('max_length, share, level', [(1000, '0%', logging.INFO),
+                                                       (2, '100%', logging.WARNING)])
+def test_a_trained_sentencepiece_reports_the_share_of_its_corpus_it_truncates(
+        monkeypatch, tmp_path, max_length, share, level):
+    # Every caption is at least BOS, one piece and EOS: none exceeds 1000 tokens, all exceed 2.
+    from xmr.models.language import tokenizers
+
+    logged = []
+    monkeypatch.setattr(tokenizers, 'print_log',
+                        lambda message, **kwargs: logged.append((message, kwargs.get('level'))))
+    path = tmp_path / 'target.model'
+    trained = SentencePieceTokenizer(model_file=str(path), corpus=CORPUS * 10, vocab_size=64,
+                                     max_length=max_length)
+    (message, logged_level), = logged
+    assert message.startswith(f'SentencePieceTokenizer: sentencepiece {sentencepiece.__version__} '
+                              f'learned {trained.vocab_size} pieces from {len(CORPUS) * 10} '
+                              f'captions; {share} of them are longer than '
+                              f'max_length={max_length} tokens')
+    assert (logged_level or logging.INFO) == level
+    assert ('raise vocab_size or max_length' in message) == (level == logging.WARNING)
+    SentencePieceTokenizer(model_file=str(path), max_length=max_length)  # loaded: no report
+    assert len(logged) == 1
 
 
 def test_sentencepiece_bad_input_fails_clearly(tmp_path):

@@ -19,6 +19,10 @@ from mmengine.logging import print_log
 from xmr.datasets.languages import FLORES200_TO_CANONICAL, LanguageCodeError, flores_code
 from xmr.registry import FUNCTIONS, TOKENIZERS
 
+#: Share of a corpus's captions longer than ``max_length`` under a vocabulary just learned from it
+#: above which :class:`SentencePieceTokenizer` warns.
+TRUNCATED_SHARE_WARNING = 0.25
+
 
 class TokenBatch(TypedDict):
     """A tokenised batch.
@@ -398,10 +402,12 @@ class SentencePieceTokenizer(BaseTokenizer):
         import sentencepiece as spm
 
         path = Path(model_file) if model_file else None
+        lines = None
         if path is not None and path.is_file():
             proto = path.read_bytes()
         elif corpus is not None:
-            proto = self._train(self._corpus_lines(corpus), vocab_size, character_coverage)
+            lines = self._corpus_lines(corpus)
+            proto = self._train(lines, vocab_size, character_coverage)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(path.suffix + '.tmp')
@@ -412,6 +418,28 @@ class SentencePieceTokenizer(BaseTokenizer):
                 f'SentencePiece model_file {model_file} does not exist and no corpus was given '
                 'to train one')
         self._sp = spm.SentencePieceProcessor(model_proto=proto)
+        if lines is not None:
+            self._report_training(lines, spm.__version__)
+
+    def _report_training(self, lines: list[str], version: str) -> None:
+        """Log how many of the corpus's captions the learned vocabulary cannot fit in
+        ``max_length``; a warning when more than :data:`TRUNCATED_SHARE_WARNING` of them.
+
+        The vocabulary depends on SentencePiece's version: on the synthetic corpus (Latin and CJK
+        captions, 400 pieces) 0.2.2 spends it on long CJK phrases and cuts German and French
+        captions into characters, 95% of them then longer than 40 tokens (0.2.3: 7%).
+        """
+        lengths = [len(ids) + 2 for ids in self._sp.encode(lines)]
+        share = sum(length > self.max_length for length in lengths) / len(lengths)
+        message = (f'SentencePieceTokenizer: sentencepiece {version} learned {self.vocab_size} '
+                   f'pieces from {len(lines)} captions; {share:.0%} of them are longer than '
+                   f'max_length={self.max_length} tokens')
+        if share > TRUNCATED_SHARE_WARNING:
+            print_log(f'{message} and will be truncated: raise vocab_size or max_length '
+                      '(or, on a corpus of several scripts, check the sentencepiece version: '
+                      'setup.py asks for >=0.2.3)', logger='current', level=logging.WARNING)
+        else:
+            print_log(message, logger='current')
 
     @staticmethod
     def _corpus_lines(corpus: Sequence[str] | str | dict) -> list[str]:
