@@ -29,6 +29,10 @@ SMOKE_DEMO = ['train_cfg.phases.0.iters=20', 'train_cfg.phases.1.iters=20',
 #: Largest |mAR(accelerator) - mAR(CPU)| in AR points: float order, TF32 and atomics make the two
 #: runs drift apart over 1,100 steps like two seeds of one run, not further.
 MAR_BAND = 3.0
+#: Least AR (%) of every language after the shortened demos: the DASD one reaches 89-93 in each on
+#: a CPU. A vocabulary that cuts a language's captions short (sentencepiece 0.2.2's, on the
+#: demo's corpus) left German and French near 20 on both sides of a band check.
+LEARNED_AR = 50.0
 
 
 def cpu_only_env() -> dict[str, str]:
@@ -63,10 +67,13 @@ def start_demo(work_dir: Path, env: dict[str, str],
 
 
 def demo_mar(work_dir: Path, run: subprocess.Popen) -> float:
-    """Final mAR of the demo run ``run`` that writes to ``work_dir``, once it has finished."""
+    """Final mAR of the demo run ``run`` that writes to ``work_dir``, once it has finished and
+    every language has learned (:data:`LEARNED_AR`: else a band would compare failures)."""
     assert run.wait() == 0, f'{run.args} failed with exit status {run.returncode}'
-    report = json.loads((work_dir / 'phase_report.json').read_text())
-    return report[-1]['metrics']['mAR']
+    metrics = json.loads((work_dir / 'phase_report.json').read_text())[-1]['metrics']
+    ars = {key: value for key, value in metrics.items() if key.endswith('/AR')}
+    assert min(ars.values()) > LEARNED_AR, f'{work_dir.name}: a language has not learned: {ars}'
+    return metrics['mAR']
 
 
 @pytest.mark.slow
@@ -77,7 +84,6 @@ def test_the_shortened_demo_reaches_the_cpu_mar_band(accelerator, tmp_path):
                               ('under_test', device_env(accelerator)))}
     on_cpu, on_device = (demo_mar(*runs[name]) for name in ('reference_cpu', 'under_test'))
     print(f'shortened demo mAR: cpu {on_cpu:.2f}, {accelerator.type} {on_device:.2f}')
-    assert on_cpu > 50, 'the shortened demo no longer learns: the band would mean nothing'
     assert abs(on_device - on_cpu) <= MAR_BAND
 
 
@@ -105,7 +111,6 @@ def test_a_demo_run_compiled_as_cuda_graphs_reaches_the_eager_band(accelerator, 
                          (sys.executable, 'tools/train.py', DASD_DEMO), SHORT_DEMO + options)
         mar[name], times[name] = demo_mar(work_dir, run), step_times(work_dir)
     print(f'shortened DASD demo: mAR {mar}; median step ms {times}')
-    assert mar['eager'] > 50, 'the shortened demo no longer learns: the band would mean nothing'
     assert abs(mar['compiled'] - mar['eager']) <= MAR_BAND
 
 
