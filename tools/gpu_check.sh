@@ -115,6 +115,8 @@ set -e
     echo "# xmr GPU check"
     echo
     "$PYTHON" -c 'import torch; print(f"- device: {torch.cuda.get_device_name()}"); print(f"- torch {torch.__version__}, CUDA {torch.version.cuda}")'
+    # sentencepiece's version decides the vocabulary a config trains at build time.
+    "$PYTHON" -c 'from importlib.metadata import version as v; print("- " + ", ".join(f"{n} {v(n)}" for n in ("sentencepiece", "mmengine", "open_clip_torch", "transformers", "timm")))'
     echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo
     echo "## GPU tier (python -m pytest -m gpu tests): exit $tier"
