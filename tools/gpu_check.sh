@@ -16,7 +16,8 @@
 # default, times DASD's compiled step and evaluation beside the eager ones in bf16, COMPILE_ARGS
 # changing its rows: about 5 minutes, most of it compiling; the stage "run", not run by default
 # either, is the tier's test of a whole run compiled as CUDA graphs, which the stage "tier"
-# leaves out: the shortened DASD demo, eager then compiled, their mAR and step times).
+# leaves out: the shortened DASD demo, eager then compiled, their mAR and step times; about 5.5
+# minutes on an H200).
 # The report, OUT/gpu_report.md, holds the device, the versions, the tier's summary, the
 # benchmark table and the profile's per-step summary; OUT also keeps the full logs,
 # benchmark.json and profile.md (torch.profiler's top operators of each profiled row).
