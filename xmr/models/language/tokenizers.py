@@ -429,7 +429,7 @@ class SentencePieceTokenizer(BaseTokenizer):
         captions, 400 pieces) 0.2.2 spends it on long CJK phrases and cuts German and French
         captions into characters, 95% of them then longer than 40 tokens (0.2.3: 7%).
         """
-        lengths = [len(ids) + 2 for ids in self._sp.encode(lines)]
+        lengths = [len(self.encode(line)) for line in lines]
         share = sum(length > self.max_length for length in lengths) / len(lengths)
         message = (f'SentencePieceTokenizer: sentencepiece {version} learned {self.vocab_size} '
                    f'pieces from {len(lines)} captions; {share:.0%} of them are longer than '
