@@ -43,7 +43,9 @@ A step is: the data path (fetch the batch's items, through the feature cache for
 tokenise, as a run's dataloader workers do), then normalise, forward, backward, clip, optimiser
 step; the same batch every step. Each row also reports the data path's time and the step
 without it (``model ms``): in a run the loader's workers do the data path beside the model, so
-with enough workers the model's time is the step's. Each
+with enough workers the model's time is the step's. A training row reports a third time,
+``unwaited ms``: the model's step when the host never waits for the device (steps queued back
+to back, the gradients' norm and the loss left unread; see ``unwaited_steps``). Each
 (case, path, precision) row runs in a fresh process so that its peak memory is its own (CPU:
 peak RSS of the process, model included; CUDA: peak allocated). The first step's loss of each
 path is printed: all paths see the same inputs, weights and shuffled negatives, so they agree up
@@ -71,7 +73,8 @@ import sys
 import tempfile
 import time
 import traceback
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -328,10 +331,20 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     collate = TokenizingCollate(retrieval_collate, model.data_preprocessor.tokenize)
     data_times: list[float] = []
 
+    def fetch() -> dict[str, Any]:
+        with torch.profiler.record_function(DATA_PATH):
+            return collate([dataset[i] for i in range(len(dataset))])
+
+    def train(batch: dict[str, Any]) -> torch.Tensor:
+        model.train()
+        loss = model.train_step(batch, wrapper)['loss']
+        if authors_extra is not None:
+            authors_extra.update_discriminator()
+        return loss
+
     def step() -> float | None:
         started = time.perf_counter()
-        with torch.profiler.record_function(DATA_PATH):
-            batch = collate([dataset[i] for i in range(len(dataset))])
+        batch = fetch()
         data_times.append(time.perf_counter() - started)
         if wrapper is None:
             model.eval()
@@ -343,11 +356,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                     amp.enter_context(frozen_casts.swapped_into(model))
                 model.val_step(batch)
             return None
-        model.train()
-        loss = float(model.train_step(batch, wrapper)['loss'].detach())
-        if authors_extra is not None:
-            authors_extra.update_discriminator()
-        return loss
+        return float(train(batch).detach())
 
     if cuda:
         torch.cuda.synchronize(device)
@@ -369,6 +378,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     seconds = min(times)
     timed_data = data_times[spec['warmup']:]
     model_seconds = min(total - data for total, data in zip(times, timed_data))
+    unwaited = ({} if wrapper is None else
+                unwaited_steps(train, [fetch() for _ in range(spec['steps'])], wrapper, device))
     if spec.get('profile'):
         profile_steps(step, device, spec, seconds)
     padded = _padded_lengths(model, items, case, device)
@@ -379,7 +390,66 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                 samples_per_s=spec['batch_size'] / seconds, step_ms=1000 * seconds,
                 cpu_ms=1000 * min(cpu_times), data_ms=1000 * min(timed_data),
                 model_ms=1000 * model_seconds, peak_memory_mib=memory, first_loss=first_loss,
-                first_step_s=first_step, **padded, **(compile_counts() if compile_mode else {}))
+                first_step_s=first_step, **padded, **unwaited,
+                **(compile_counts() if compile_mode else {}))
+
+
+def unwaited_steps(train, batches: list[dict[str, Any]], wrapper, device) -> dict[str, Any]:
+    """The model's step when the host never waits for the device: ``len(batches)`` steps
+    queued back to back (batches collated beforehand), the clipped gradients' norm left on the
+    device, the loss unread, one synchronisation at the end.
+
+    A step of a run waits twice: MMEngine's optimiser wrapper logs ``float(norm)`` of the
+    clipped gradients (waiting for the backward), and the loop reads the losses (for the log
+    and xmr's check for non-finite losses, waiting for the optimiser's step). On a GPU the
+    host then adds its own time to the device's instead of overlapping the two; this measures
+    what the step would take without those waits. On CUDA the synchronising calls that remain
+    are named, by ``torch.cuda.set_sync_debug_mode('warn')``.
+
+    Returns:
+        ``unwaited_ms``: mean ms per step; ``waits``: ``file:line`` of each call that still
+        made the host wait (CUDA only; empty on a CPU, where nothing waits).
+    """
+    import warnings
+
+    import torch
+
+    cuda = device.type == 'cuda'
+    with warnings.catch_warnings(record=True) as caught, grad_norm_unread(wrapper):
+        warnings.simplefilter('always')
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.set_sync_debug_mode('warn')
+        try:
+            started = time.perf_counter()
+            for batch in batches:
+                train(batch)
+        finally:
+            if cuda:
+                torch.cuda.set_sync_debug_mode('default')
+        if cuda:
+            torch.cuda.synchronize(device)
+        seconds = (time.perf_counter() - started) / len(batches)
+    waits = sorted({f'{Path(w.filename).name}:{w.lineno}' for w in caught
+                    if 'synchroniz' in str(w.message)})
+    return dict(unwaited_ms=1000 * seconds, waits=waits)
+
+
+@contextmanager
+def grad_norm_unread(wrapper) -> Iterator[None]:
+    """Let ``wrapper`` clip as it does but log no gradient norm (MMEngine's ``float(norm)``
+    is a wait for the backward) until the block exits."""
+    def clip_unread() -> None:
+        params = [p for group in wrapper.optimizer.param_groups for p in group['params']
+                  if p.requires_grad and p.grad is not None]
+        if params and wrapper.clip_grad_kwargs:
+            wrapper.clip_func(params, **wrapper.clip_grad_kwargs)
+
+    wrapper._clip_grad = clip_unread
+    try:
+        yield
+    finally:
+        del wrapper._clip_grad
 
 
 def compile_counts() -> dict[str, int]:
@@ -558,11 +628,13 @@ def results_table(rows: list[dict[str, Any]], device: str) -> str:
 
     unit = 'peak alloc MiB' if device.startswith('cuda') else 'peak RSS MiB'
     header = ['method', 'case', 'path', 'precision', 'steps/s', 'samples/s', 'ms/step',
-              'data ms', 'model ms', 'CPU ms/step', unit, 'tokens tgt/en', 'tgt tokens run',
+              'data ms', 'model ms', 'unwaited ms', 'CPU ms/step', unit, 'tokens tgt/en',
+              'tgt tokens run',
               'first loss', 'speed-up', 'CPU-time speed-up']
     cells = [[r.get('method', 'static'), r['case'], r['path'], r['precision'],
               f"{r['steps_per_s']:.3f}", f"{r['samples_per_s']:.1f}", f"{r['step_ms']:.1f}",
-              f"{r['data_ms']:.1f}", f"{r['model_ms']:.1f}", f"{r['cpu_ms']:.1f}",
+              f"{r['data_ms']:.1f}", f"{r['model_ms']:.1f}",
+              f"{r['unwaited_ms']:.1f}" if 'unwaited_ms' in r else '', f"{r['cpu_ms']:.1f}",
               f"{r['peak_memory_mib']:.0f}",
               f"{r['target_tokens']}/{r['source_tokens']}", f"{r['target_tokens_run']:.1f}",
               '' if r['first_loss'] is None else f"{r['first_loss']:.5f}",
@@ -589,7 +661,9 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
                 f"({1000 * captions / row['model_ms']:.0f} with the data path in workers)"
                 if row['case'] == 'eval' else
                 f", {row['step_ms']:.1f} ms/step ({row['model_ms']:.1f} ms with the data path "
-                'in workers)')
+                f"in workers, {row['unwaited_ms']:.1f} ms if the host never waited for the "
+                'device' + (f" (it still waited at {', '.join(row['waits'])})"
+                            if row['waits'] else '') + ')')
         lines.append(f"{method} {row['case']} {row['precision']}: {row['path']} is "
                      f"{row['speedup']:.2f}x "
                      f"the {PATHS[method][0]} path ({row['cpu_speedup']:.2f}x in CPU time)"

@@ -68,6 +68,37 @@ def test_cached_and_recomputed_paths_start_from_the_same_loss(tiny_run):
     assert saved['arch'] == 'tiny' and len(saved['rows']) == len(rows)
 
 
+def test_training_rows_time_their_steps_queued_without_waiting_for_the_device(tiny_run):
+    rows, saved = tiny_run
+    for row, kept in zip(rows, saved['rows']):
+        if row['case'] == 'eval':
+            assert 'unwaited_ms' not in row
+        else:
+            # Nothing waits on a CPU; the queued steps ran and were timed.
+            assert row['unwaited_ms'] > 0 and row['waits'] == []
+            assert kept['unwaited_ms'] == row['unwaited_ms']
+
+
+def test_clipping_with_the_norm_unread_clips_as_the_wrapper_does_and_logs_nothing():
+    import torch
+    from mmengine.logging import MessageHub
+    from mmengine.optim import OptimWrapper
+
+    weight = torch.nn.Parameter(torch.zeros(2))
+    wrapper = OptimWrapper(torch.optim.SGD([weight], lr=1.0), clip_grad=dict(max_norm=1.0))
+    hub = MessageHub.get_instance('test_grad_norm_unread')
+    wrapper.message_hub = hub
+    with benchmark.grad_norm_unread(wrapper):
+        weight.grad = torch.tensor([3.0, 4.0])  # norm 5: scaled by 1 / (5 + 1e-6)
+        wrapper.step()
+    assert weight.detach().tolist() == pytest.approx([-0.6, -0.8], rel=1e-5)
+    assert 'train/grad_norm' not in hub.log_scalars
+    # Outside the block the wrapper logs the norm again.
+    weight.grad = torch.tensor([3.0, 4.0])
+    wrapper.step()
+    assert hub.get_scalar('train/grad_norm').current() == pytest.approx(5.0)
+
+
 def test_the_profile_has_a_section_per_row_with_its_step_summary(tiny_run, bench_dir):
     rows, _ = tiny_run
     text = (bench_dir / 'profile.md').read_text()
@@ -99,7 +130,8 @@ def test_a_failed_row_is_reported_and_the_others_kept(monkeypatch, tmp_path, cap
 def test_ratios_and_target_verdicts_from_hand_made_rows():
     def row(case, path, ms, loss=1.0):
         return dict(case=case, path=path, precision='fp32', step_ms=ms, cpu_ms=2 * ms,
-                    model_ms=ms - 50, first_loss=loss, batch_size=32)
+                    model_ms=ms - 50, unwaited_ms=ms - 100, waits=[], first_loss=loss,
+                    batch_size=32)
 
     rows = benchmark.with_ratios([row('cross_lingual', 'recompute', 900.0),
                                   row('cross_lingual', 'xmr', 300.0, loss=1.001),
@@ -109,14 +141,17 @@ def test_ratios_and_target_verdicts_from_hand_made_rows():
     assert rows[1]['loss_rel_diff'] == pytest.approx(1e-3)
     lines = benchmark.summary(rows)
     assert lines[0].startswith('static cross_lingual fp32: xmr is 3.00x the recompute path')
+    assert '250.0 ms with the data path in workers, 200.0 ms if the host never waited for the ' \
+        'device)' in lines[0]
     assert '3x: met' in lines[0]
     assert 'target >= 5x: NOT met' in lines[1]
 
 
 def test_dasd_rows_are_measured_against_the_authors_path_and_the_schedule_is_projected():
     def row(case, path, ms):
+        waited = {} if case == 'eval' else dict(unwaited_ms=ms / 4, waits=['clip.py:7'])
         return dict(method='dasd', case=case, path=path, precision='amp', step_ms=ms,
-                    cpu_ms=ms, model_ms=ms / 2, first_loss=None, batch_size=128)
+                    cpu_ms=ms, model_ms=ms / 2, first_loss=None, batch_size=128, **waited)
 
     rows = benchmark.with_ratios([row('cross_lingual', 'authors', 60.0),
                                   row('cross_lingual', 'recompute', 40.0),
@@ -127,8 +162,9 @@ def test_dasd_rows_are_measured_against_the_authors_path_and_the_schedule_is_pro
     assert [r['speedup'] for r in rows] == pytest.approx([1.0, 1.5, 6.0, 1.0, 2.5, 1.0, 2.0])
     lines = benchmark.summary(rows)
     assert lines[0] == ('dasd cross_lingual amp: xmr is 6.00x the authors path (6.00x in CPU '
-                        'time), 10.0 ms/step (5.0 ms with the data path in workers) (target >= '
-                        '5x: met)')
+                        'time), 10.0 ms/step (5.0 ms with the data path in workers, 2.5 ms '
+                        'if the host never waited for the device (it still waited at '
+                        'clip.py:7)) (target >= 5x: met)')
     # 256 captions (English and German) in 20 ms, or in the 10 ms of the model alone.
     assert lines[2].startswith('dasd eval amp: xmr is 2.00x the authors path (2.00x in CPU time), '
                                '12800 captions/s (25600 with the data path in workers)')
