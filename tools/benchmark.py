@@ -378,13 +378,14 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     seconds = min(times)
     timed_data = data_times[spec['warmup']:]
     model_seconds = min(total - data for total, data in zip(times, timed_data))
+    # The timed steps' peak, before the queued steps below hold several batches at once.
+    memory = (torch.cuda.max_memory_allocated(device) / 2 ** 20 if cuda
+              else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     unwaited = ({} if wrapper is None else
                 unwaited_steps(train, [fetch() for _ in range(spec['steps'])], wrapper, device))
     if spec.get('profile'):
         profile_steps(step, device, spec, seconds)
     padded = _padded_lengths(model, items, case, device)
-    memory = (torch.cuda.max_memory_allocated(device) / 2 ** 20 if cuda
-              else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return dict(method=method, case=case, path=path, precision=spec['precision'],
                 batch_size=spec['batch_size'], steps_per_s=1.0 / seconds,
                 samples_per_s=spec['batch_size'] / seconds, step_ms=1000 * seconds,
@@ -430,9 +431,14 @@ def unwaited_steps(train, batches: list[dict[str, Any]], wrapper, device) -> dic
         if cuda:
             torch.cuda.synchronize(device)
         seconds = (time.perf_counter() - started) / len(batches)
-    waits = sorted({f'{Path(w.filename).name}:{w.lineno}' for w in caught
-                    if 'synchroniz' in str(w.message)})
-    return dict(unwaited_ms=1000 * seconds, waits=waits)
+    waits = set()
+    for warning in caught:
+        if 'synchroniz' in str(warning.message):
+            waits.add(f'{Path(warning.filename).name}:{warning.lineno}')
+        else:  # the window's other warnings are shown as outside it
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
+    return dict(unwaited_ms=1000 * seconds, waits=sorted(waits))
 
 
 @contextmanager

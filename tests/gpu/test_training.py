@@ -3,12 +3,13 @@ feature cache, each against the CPU or the unfused implementation."""
 from __future__ import annotations
 
 import copy
+import sys
 
 import pytest
 import torch
 
 from tests.configs.test_dasd_configs import batch as dasd_batch
-from tests.conftest import tiny_retriever_cfg
+from tests.conftest import REPO, tiny_retriever_cfg
 from tests.engine.test_amp import BATCH, TOLERANCE, target_embeddings, wrapper_for
 from tests.engine.test_feature_cache import ListDataset, pair_items
 from tests.engine.test_optim import TinyBranch, build, train_step
@@ -183,3 +184,28 @@ def test_an_evaluation_replayed_as_cuda_graphs_equals_eager(accelerator):
         for texts in (captions, captions[:3], captions):
             torch.testing.assert_close(embeddings(compiled, texts, lang),
                                        embeddings(eager, texts, lang), **FP32_TOLERANCE)
+
+
+def test_a_training_step_with_the_norm_unread_never_waits_and_a_planted_wait_is_named(
+        accelerator):
+    """``tools/benchmark.py``'s unwaited window: MMEngine's whole training step of the
+    retriever (preprocess, forward, backward, clip, fused AdamW) queued back to back names no
+    wait once the clipped norm stays on the device; a ``.item()`` in the step is named by its
+    line."""
+    sys.path.insert(0, str(REPO / 'tools'))
+    import benchmark
+
+    model = retriever(accelerator)
+    wrapper = wrapper_for(model, 'OptimWrapper')
+
+    def planted(batch):
+        model.train_step(batch, wrapper)
+        return next(model.parameters()).sum().item()  # the planted wait
+
+    clean = benchmark.unwaited_steps(lambda batch: model.train_step(batch, wrapper),
+                                     [BATCH, BATCH], wrapper, accelerator)
+    waited = benchmark.unwaited_steps(planted, [BATCH], wrapper, accelerator)
+    assert clean['waits'] == [] and clean['unwaited_ms'] > 0
+    line = planted.__code__.co_firstlineno + 2
+    assert waited['waits'] == ([f'test_training.py:{line}'] if accelerator.type == 'cuda'
+                               else [])
