@@ -79,6 +79,27 @@ def test_training_rows_time_their_steps_queued_without_waiting_for_the_device(ti
             assert kept['unwaited_ms'] == row['unwaited_ms']
 
 
+def test_the_unwaited_step_is_the_mean_of_the_fastest_window(monkeypatch):
+    import types
+
+    import torch
+
+    clock = [0.0]
+    monkeypatch.setattr(benchmark.time, 'perf_counter', lambda: clock[0])
+
+    def train(batch):
+        clock[0] += batch['seconds']
+
+    wrapper = types.SimpleNamespace(optimizer=types.SimpleNamespace(param_groups=[]),
+                                    clip_grad_kwargs={})
+    # Windows of 5 then 2 steps: means 5 s and 2 s.
+    batches = [dict(seconds=s) for s in (5, 5, 5, 5, 5, 1, 3)]
+    result = benchmark.unwaited_steps(train, batches, wrapper, torch.device('cpu'))
+    assert benchmark.UNWAITED_WINDOW == 5
+    assert result == dict(unwaited_ms=2000.0, waits=[])
+    assert not hasattr(wrapper, '_clip_grad')
+
+
 def test_clipping_with_the_norm_unread_clips_as_the_wrapper_does_and_logs_nothing():
     import torch
     from mmengine.logging import MessageHub
