@@ -94,6 +94,40 @@ def test_a_grouped_dynamic_call_equals_each_language_on_its_rows(pack):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+def gradient_copies(adapters, x, condition) -> int:
+    """Copies autograd makes to give the grouped call's gradients their parameters' layouts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    at_block = [adapters.sets[lang]['1:block_output'] for lang in SAMPLES]
+    ctx = AdapterContext(lang='de+zh+fr', block_index=1, condition=condition,
+                         membership=LanguageMembership(LANGS, x.device))
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        DynamicAdapter.forward_grouped(at_block, x, ctx).square().sum().backward()
+    copies = 0
+    for event in profiler.events():
+        parent = event.cpu_parent
+        while event.name == 'aten::copy_' and parent is not None:
+            if 'AccumulateGrad' in parent.name:
+                copies += 1
+                break
+            parent = parent.cpu_parent
+    return copies
+
+
+def test_a_grouped_call_gives_each_language_its_gradients_without_copying_them():
+    adapters, x, condition = adapters_and_inputs()
+    assert gradient_copies(adapters, x, condition) == 0
+    for placed in adapters.sets.values():
+        up = placed['1:block_output'].up.weight
+        assert up.shape == (WIDTH, D_U) and up.grad.stride() == up.stride() == (1, WIDTH)
+    # Row-major up-projections (nn.Linear's own layout): one copy per language.
+    adapters, x, condition = adapters_and_inputs()
+    for placed in adapters.sets.values():
+        linear = placed['1:block_output'].up
+        linear.weight = torch.nn.Parameter(linear.weight.detach().contiguous())
+    assert gradient_copies(adapters, x, condition) == len(SAMPLES)
+
+
 def test_hooks_group_a_site_only_where_every_language_holds_the_class(monkeypatch):
     adapters, x, condition = adapters_and_inputs()
     calls = []

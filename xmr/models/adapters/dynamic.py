@@ -45,6 +45,11 @@ class DynamicAdapter(GroupedAdapter):
         self.hidden = hidden
         self.down = nn.Linear(width, hidden)
         self.up = nn.Linear(hidden, width)
+        # Held column-major: the grouped call reads W_up^T, a contiguous [d_u, D] block of its
+        # product, whose gradient then has this layout, and autograd keeps a gradient of the
+        # parameter's layout as it is rather than copying it (one copy per language and block
+        # a step, each a kernel launch on a GPU). Shape, values and state dict are unchanged.
+        self.up.weight = nn.Parameter(self.up.weight.detach().t().contiguous().t())
 
     def middle_matrix(self, ctx: AdapterContext, batch: int) -> torch.Tensor:
         """This block's ``W^z`` ``[B, d_u, d_u]`` from the context, checked."""
@@ -110,7 +115,8 @@ class DynamicAdapter(GroupedAdapter):
             h = packed.pack(h)
         h = torch.relu(h)
         one_hot = ctx.membership.rows(h.dtype, packed).expand(*h.shape[:-1], -1)
-        # Stacked along dim 0, each bias's gradient is a contiguous row, taken without a copy.
+        # Stacked along dim 0, each W_up^T and bias gets its gradient as a contiguous block,
+        # in the parameter's own layout: taken without a copy.
         up = torch.cat([adapter.up.weight.t() for adapter in adapters]
                        + [adapter.up.bias.unsqueeze(0) for adapter in adapters])
         return x + torch.matmul(torch.cat([spread(h, one_hot), one_hot], dim=-1), up)
