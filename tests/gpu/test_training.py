@@ -50,6 +50,24 @@ def test_fused_adamw_equals_the_per_tensor_loop(accelerator):
         torch.testing.assert_close(value, expected[name], **FP32_TOLERANCE, msg=name)
 
 
+@pytest.mark.parametrize('implementation', ['fused', 'foreach'])
+def test_adamw_updates_a_column_major_weight_as_a_row_major_one(accelerator, implementation):
+    """DynamicAdapter's W_up is held column-major (its gradient's layout): the multi-tensor
+    kernels must read its strides, not assume row-major ones."""
+    generator = torch.Generator().manual_seed(0)
+    values, grads = torch.randn(2, 48, 32, generator=generator).to(accelerator)
+    row = torch.nn.Parameter(values.clone())
+    column = torch.nn.Parameter(values.t().contiguous().t())
+    optimisers = [torch.optim.AdamW([p], lr=1e-2, **{implementation: True})
+                  for p in (row, column)]
+    for _ in range(3):
+        row.grad, column.grad = grads.clone(), grads.t().contiguous().t()
+        for optimiser in optimisers:
+            optimiser.step()
+    assert column.stride() == (1, 48)
+    torch.testing.assert_close(column, row, rtol=0, atol=0)
+
+
 def test_a_clipped_step_with_a_sparse_table_equals_the_cpu(accelerator):
     """SparseAdam beside AdamW with norm clipping: CUDA has no sparse norm kernel, so clipping
     must measure the coalesced values itself."""
