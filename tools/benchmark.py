@@ -45,7 +45,7 @@ step; the same batch every step. Each row also reports the data path's time and 
 without it (``model ms``): in a run the loader's workers do the data path beside the model, so
 with enough workers the model's time is the step's. A training row reports a third time,
 ``unwaited ms``: the model's step when the host never waits for the device (steps queued back
-to back, the gradients' norm and the loss left unread; see ``unwaited_steps``). Each
+to back, the losses and the gradients' norm left unread; see ``unwaited_steps``). Each
 (case, path, precision) row runs in a fresh process so that its peak memory is its own (CPU:
 peak RSS of the process, model included; CUDA: peak allocated). The first step's loss of each
 path is printed: all paths see the same inputs, weights and shuffled negatives, so they agree up
@@ -73,8 +73,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -358,7 +357,10 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                     amp.enter_context(frozen_casts.swapped_into(model))
                 model.val_step(batch)
             return None
-        return float(train(batch).detach())
+        # As the loop does: the losses read (the step's one wait), then the norm logged.
+        loss = float(train(batch).detach())
+        wrapper.log_pending_norm()
+        return loss
 
     if cuda:
         torch.cuda.synchronize(device)
@@ -384,7 +386,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     memory = (torch.cuda.max_memory_allocated(device) / 2 ** 20 if cuda
               else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     unwaited = ({} if wrapper is None else
-                unwaited_steps(train, [fetch() for _ in range(spec['steps'])], wrapper, device))
+                unwaited_steps(train, [fetch() for _ in range(spec['steps'])], device))
     if spec.get('profile'):
         profile_steps(step, device, spec, seconds)
     padded = _padded_lengths(model, items, case, device)
@@ -397,18 +399,17 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                 **(compile_counts() if compile_mode else {}))
 
 
-def unwaited_steps(train, batches: list[dict[str, Any]], wrapper, device) -> dict[str, Any]:
+def unwaited_steps(train, batches: list[dict[str, Any]], device) -> dict[str, Any]:
     """The model's step when the host never waits for the device: the steps of ``batches``
-    (collated beforehand) queued back to back in windows of :data:`UNWAITED_WINDOW`, the
-    clipped gradients' norm left on the device, the loss unread, one synchronisation at the
-    end of each window.
+    (collated beforehand) queued back to back in windows of :data:`UNWAITED_WINDOW`, neither
+    the losses nor the gradients' norm read, one synchronisation at the end of each window.
 
-    A step of a run waits twice: MMEngine's optimiser wrapper logs ``float(norm)`` of the
-    clipped gradients (waiting for the backward), and the loop reads the losses (for the log
-    and xmr's check for non-finite losses, waiting for the optimiser's step). On a GPU the
-    host then adds its own time to the device's instead of overlapping the two; this measures
-    what the step would take without those waits. On CUDA the synchronising calls that remain
-    are named, by ``torch.cuda.set_sync_debug_mode('warn')``.
+    A step of a run waits once: the loop reads the losses (for xmr's check for non-finite
+    losses and for the log), waiting for the optimiser's step; xmr's optimiser wrapper then
+    logs the norm it kept (:class:`~xmr.engine.optim_wrapper.OptimWrapper`). On a GPU the host
+    then adds its own time to the device's instead of overlapping the two; this measures what
+    the step would take without that wait. On CUDA the synchronising calls that remain are
+    named, by ``torch.cuda.set_sync_debug_mode('warn')``.
 
     Returns:
         ``unwaited_ms``: the mean step of the fastest window (a window's mean is never below
@@ -422,7 +423,7 @@ def unwaited_steps(train, batches: list[dict[str, Any]], wrapper, device) -> dic
 
     cuda = device.type == 'cuda'
     means = []
-    with warnings.catch_warnings(record=True) as caught, grad_norm_unread(wrapper):
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         for start in range(0, len(batches), UNWAITED_WINDOW):
             window = batches[start:start + UNWAITED_WINDOW]
@@ -447,23 +448,6 @@ def unwaited_steps(train, batches: list[dict[str, Any]], wrapper, device) -> dic
             warnings.warn_explicit(warning.message, warning.category, warning.filename,
                                    warning.lineno)
     return dict(unwaited_ms=1000 * min(means), waits=sorted(waits))
-
-
-@contextmanager
-def grad_norm_unread(wrapper) -> Iterator[None]:
-    """Let ``wrapper`` clip as it does but log no gradient norm (MMEngine's ``float(norm)``
-    is a wait for the backward) until the block exits."""
-    def clip_unread() -> None:
-        params = [p for group in wrapper.optimizer.param_groups for p in group['params']
-                  if p.requires_grad and p.grad is not None]
-        if params and wrapper.clip_grad_kwargs:
-            wrapper.clip_func(params, **wrapper.clip_grad_kwargs)
-
-    wrapper._clip_grad = clip_unread
-    try:
-        yield
-    finally:
-        del wrapper._clip_grad
 
 
 def compile_counts() -> dict[str, int]:

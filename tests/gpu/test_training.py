@@ -204,11 +204,10 @@ def test_an_evaluation_replayed_as_cuda_graphs_equals_eager(accelerator):
                                        embeddings(eager, texts, lang), **FP32_TOLERANCE)
 
 
-def test_a_training_step_with_the_norm_unread_never_waits_and_a_planted_wait_is_named(
-        accelerator):
-    """``tools/benchmark.py``'s unwaited window: MMEngine's whole training step of the
-    retriever (preprocess, forward, backward, clip, fused AdamW) queued back to back names no
-    wait once the clipped norm stays on the device; a ``.item()`` in the step is named by its
+def test_a_training_step_never_waits_and_a_planted_wait_is_named(accelerator):
+    """``tools/benchmark.py``'s unwaited window: the retriever's whole training step
+    (preprocess, forward, backward, clip, fused AdamW; xmr's wrapper keeps the clipped norm on
+    the device) queued back to back names no wait; a ``.item()`` in the step is named by its
     line."""
     sys.path.insert(0, str(REPO / 'tools'))
     import benchmark
@@ -221,8 +220,8 @@ def test_a_training_step_with_the_norm_unread_never_waits_and_a_planted_wait_is_
         return next(model.parameters()).sum().item()  # the planted wait
 
     clean = benchmark.unwaited_steps(lambda batch: model.train_step(batch, wrapper),
-                                     [BATCH, BATCH], wrapper, accelerator)
-    waited = benchmark.unwaited_steps(planted, [BATCH], wrapper, accelerator)
+                                     [BATCH, BATCH], accelerator)
+    waited = benchmark.unwaited_steps(planted, [BATCH], accelerator)
     assert clean['waits'] == [] and clean['unwaited_ms'] > 0
     line = planted.__code__.co_firstlineno + 2
     assert waited['waits'] == ([f'test_training.py:{line}'] if accelerator.type == 'cuda'

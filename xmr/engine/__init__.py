@@ -7,8 +7,9 @@ from xmr.engine.feature_cache import CachedFeatureDataset
 from xmr.engine.hooks import FeatureCacheHook
 from xmr.engine.loops import PhasedTrainLoop
 from xmr.engine.optim import HybridOptimizer, PhasedOptimWrapperConstructor
+from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phases import phase_lr_factor
 
 __all__ = ['PhasedTrainLoop', 'PhasedOptimWrapperConstructor', 'phase_lr_factor',
            'MultiDatasetValLoop', 'MultiDatasetTestLoop', 'AutocastOptimWrapper',
-           'CachedFeatureDataset', 'FeatureCacheHook', 'HybridOptimizer']
+           'CachedFeatureDataset', 'FeatureCacheHook', 'HybridOptimizer', 'OptimWrapper']

@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 from mmengine.logging import print_log
-from mmengine.optim import OptimWrapper
 
 from xmr.engine.frozen_casts import FrozenWeightCasts
+from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.registry import OPTIM_WRAPPERS
 
 #: Autocast precisions a config may ask for (``None``: the device's best).
@@ -99,18 +99,13 @@ class AutocastOptimWrapper(OptimWrapper):
                       f'{scale:g}); the loss scale is now {self.scaler.get_scale():g}',
                       logger='current')
 
-    def _clip_grad(self) -> None:
-        """MMEngine's clipping, except that an fp16 step about to be skipped (non-finite
+    def log_pending_norm(self, log: bool = True) -> None:
+        """The base's logging, except that an fp16 step the scaler skipped (non-finite
         gradients) logs no ``grad_norm``: one ``inf`` would make the whole log window's
         mean ``inf``."""
-        if self.scaler is None:
-            super()._clip_grad()
-            return
-        params = [p for group in self.optimizer.param_groups for p in group['params']
-                  if p.requires_grad and p.grad is not None]
-        norm = self.clip_func(params, **self.clip_grad_kwargs) if params else None
-        if norm is not None and torch.isfinite(norm):
-            self.message_hub.update_scalar(f'train/{self.grad_name}', float(norm))
+        norm = self.pending_norm
+        skipped = self.scaler is not None and norm is not None and not torch.isfinite(norm)
+        super().log_pending_norm(log and not skipped)
 
     def state_dict(self) -> dict:
         state = self.optimizer.state_dict()

@@ -15,6 +15,7 @@ from xmr.engine.distributed import rewrap_for_phase
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
 from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.optim import parameter_counts
+from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phases import Phase, phase_lr_factor
 from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.engine.resume import can_skip_at_sampler, restart_iteration_timers, skip_at_sampler
@@ -153,7 +154,9 @@ class PhasedTrainLoop(BaseLoop):
     Everything that can be checked before a step is: phase values when the loop is built
     (:meth:`Phase.from_config`), ``lr_mult`` groups and the data's languages when ``run``
     starts. A non-finite loss stops training before the iteration's hooks run
-    (:class:`~xmr.engine.divergence.DivergenceMonitor`).
+    (:class:`~xmr.engine.divergence.DivergenceMonitor`). Reading the losses for that check is
+    the step's one wait for the device: xmr's optimiser wrappers
+    (:class:`~xmr.engine.optim_wrapper.OptimWrapper`) log the gradients' norm after it.
 
     Args:
         runner: the MMEngine runner.
@@ -431,9 +434,13 @@ class PhasedTrainLoop(BaseLoop):
 
     def run_iter(self, data_batch: Any) -> None:
         self.runner.call_hook('before_train_iter', batch_idx=self._iter, data_batch=data_batch)
-        outputs = self.runner.model.train_step(data_batch,
-                                               optim_wrapper=self.runner.optim_wrapper)
-        if self.divergence.check(outputs, self.current_phase.name, self._iter + 1):
+        optim_wrapper = self.runner.optim_wrapper
+        outputs = self.runner.model.train_step(data_batch, optim_wrapper=optim_wrapper)
+        finite = self.divergence.check(outputs, self.current_phase.name, self._iter + 1)
+        # After the check, which read the losses: the norm is ready, reading it waits no more.
+        if isinstance(optim_wrapper, OptimWrapper):
+            optim_wrapper.log_pending_norm(log=finite)
+        if finite:
             self.runner.call_hook('after_train_iter', batch_idx=self._iter,
                                   data_batch=data_batch, outputs=outputs)
         else:
