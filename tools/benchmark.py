@@ -45,7 +45,9 @@ step; the same batch every step. Each row also reports the data path's time and 
 without it (``model ms``): in a run the loader's workers do the data path beside the model, so
 with enough workers the model's time is the step's. A training row reports a third time,
 ``unwaited ms``: the model's step when the host never waits for the device (steps queued back
-to back, the losses and the gradients' norm left unread; see ``unwaited_steps``). Each
+to back, the losses and the gradients' norm left unread; see ``unwaited_steps``). The summary
+splits each xmr row's fastest step into its parts (data, preprocess, forward, backward, clip,
+optimizer, zero_grad, wait, ...; see ``StepParts``): on a GPU, the host's time in each. Each
 (case, path, precision) row runs in a fresh process so that its peak memory is its own (CPU:
 peak RSS of the process, model included; CUDA: peak allocated). The first step's loss of each
 path is printed: all paths see the same inputs, weights and shuffled negatives, so they agree up
@@ -73,7 +75,7 @@ import sys
 import tempfile
 import time
 import traceback
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,10 @@ TINY_CLIP = dict(embed_dim=32,
 TINY_TABLE = dict(vocab_size=2000, table_width=24)
 #: Steps each row runs under torch.profiler with --profile.
 PROFILED_STEPS = 3
+#: The parts of a step (:class:`StepParts`) in the order the step runs them; ``other`` is the
+#: rest (MMEngine's and the model's glue between the parts).
+STEP_PARTS = ('data', 'preprocess', 'forward', 'encode', 'backward', 'clip', 'optimizer',
+              'zero_grad', 'authors discriminator', 'wait', 'other')
 #: Steps queued back to back in each window of the unwaited measurement (``unwaited_steps``).
 UNWAITED_WINDOW = 5
 TARGETS = {('static', 'cross_lingual'): 3.0, ('static', 'video'): 5.0,
@@ -278,6 +284,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     from xmr.datasets.collate import retrieval_collate
     from xmr.engine.feature_cache import CachedFeatureDataset
     from xmr.engine.frozen_casts import FrozenWeightCasts
+    from xmr.engine.loops import ensure_train_mode
     from xmr.engine.worker_tokens import TokenizingCollate
     from xmr.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 
@@ -330,57 +337,79 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     cuda = device.type == 'cuda'
     # Tokenised in the collate, as the loops' dataloader workers do (xmr.engine.worker_tokens).
     collate = TokenizingCollate(retrieval_collate, model.data_preprocessor.tokenize)
-    data_times: list[float] = []
+    parts = StepParts()
+    parts.wrap(model.data_preprocessor, 'forward', 'preprocess')
+    parts.wrap(model, '_losses', 'forward')
+    for encoder in ('_source_embeddings', '_target_embeddings'):
+        parts.wrap(model, encoder, 'encode')
+    if wrapper is not None:
+        for owner, call, part in ((wrapper, 'backward', 'backward'),
+                                  (wrapper, '_clip_grad', 'clip'),
+                                  (wrapper.optimizer, 'step', 'optimizer'),
+                                  (wrapper, 'zero_grad', 'zero_grad')):
+            parts.wrap(owner, call, part)
+    if authors_extra is not None:
+        parts.wrap(authors_extra, 'update_discriminator', 'authors discriminator')
 
     def fetch() -> dict[str, Any]:
         with torch.profiler.record_function(DATA_PATH):
             return collate([dataset[i] for i in range(len(dataset))])
 
+    trained_modules = None
+
     def train(batch: dict[str, Any]) -> torch.Tensor:
-        model.train()
+        nonlocal trained_modules
+        # As PhasedTrainLoop does before each iteration.
+        trained_modules = ensure_train_mode(model, trained_modules)
         loss = model.train_step(batch, wrapper)['loss']
         if authors_extra is not None:
             authors_extra.update_discriminator()
         return loss
 
     def step() -> float | None:
-        started = time.perf_counter()
-        batch = fetch()
-        data_times.append(time.perf_counter() - started)
+        with parts.part('data'):
+            batch = fetch()
         if wrapper is None:
-            model.eval()
-            # As the evaluation loops run it: without autograd; under autocast, the frozen
-            # weights cast once.
+            # As the evaluation loops run it (in eval mode, set once per evaluation): without
+            # autograd; under autocast, the frozen weights cast once.
             with torch.no_grad(), ExitStack() as amp:
                 if spec['precision'] == 'amp':
                     amp.enter_context(torch.autocast(device.type, dtype=_amp_dtype(device.type)))
                     amp.enter_context(frozen_casts.swapped_into(model))
                 model.val_step(batch)
             return None
+        loss = train(batch)
         # As the loop does: the losses read (the step's one wait), then the norm logged.
-        loss = float(train(batch).detach())
-        wrapper.log_pending_norm()
-        return loss
+        with parts.part('wait'):
+            value = float(loss.detach())
+            wrapper.log_pending_norm()
+        return value
 
+    if wrapper is None:
+        model.eval()
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(1)  # every path draws the same shuffled negatives
     first_loss = None
-    times, cpu_times = [], []
+    times, cpu_times, step_parts = [], [], []
     for index in range(spec['warmup'] + spec['steps']):
+        parts.take()
         started, cpu_started = time.perf_counter(), time.process_time()
         loss = step()
         if cuda:
-            torch.cuda.synchronize(device)
+            with parts.part('wait'):
+                torch.cuda.synchronize(device)
         if index == 0:
             first_loss, first_step = loss, time.perf_counter() - started
         if index >= spec['warmup']:
             times.append(time.perf_counter() - started)
             cpu_times.append(time.process_time() - cpu_started)
+            step_parts.append(parts.take())
     # The fastest timed step: other processes on a shared host only ever add time.
     seconds = min(times)
-    timed_data = data_times[spec['warmup']:]
+    fastest = times.index(seconds)
+    timed_data = [timed['data'] for timed in step_parts]
     model_seconds = min(total - data for total, data in zip(times, timed_data))
     # The timed steps' peak, before the queued steps below hold several batches at once.
     memory = (torch.cuda.max_memory_allocated(device) / 2 ** 20 if cuda
@@ -394,9 +423,61 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                 batch_size=spec['batch_size'], steps_per_s=1.0 / seconds,
                 samples_per_s=spec['batch_size'] / seconds, step_ms=1000 * seconds,
                 cpu_ms=1000 * min(cpu_times), data_ms=1000 * min(timed_data),
-                model_ms=1000 * model_seconds, peak_memory_mib=memory, first_loss=first_loss,
+                model_ms=1000 * model_seconds, parts_ms=parts.in_ms(step_parts[fastest], seconds),
+                peak_memory_mib=memory, first_loss=first_loss,
                 first_step_s=first_step, **padded, **unwaited,
                 **(compile_counts() if compile_mode else {}))
+
+
+class StepParts:
+    """The time of each part of a step (:data:`STEP_PARTS`), each without the parts it calls.
+
+    The calls a step is made of are wrapped on their instances (:meth:`wrap`: the data
+    preprocessor, the model's losses and encoders, the optimiser wrapper's backward, clip and
+    zero_grad, the optimiser's step) or timed as blocks (:meth:`part`: the data path, the
+    reading of the losses). On a GPU a call returns once its kernels are queued, so each part
+    is the host's time, which is what a step bound by the host is made of, and ``wait`` is the
+    host waiting for the device; the profiler's per-operator times add its own cost to each
+    event, these add about a microsecond a call. On a CPU each part includes its arithmetic.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._nested: list[float] = []  # per open part: the time of the parts it called
+
+    @contextmanager
+    def part(self, name: str):
+        started = time.perf_counter()
+        self._nested.append(0.0)
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - started
+            self.seconds[name] = self.seconds.get(name, 0.0) + elapsed - self._nested.pop()
+            if self._nested:
+                self._nested[-1] += elapsed
+
+    def wrap(self, owner: Any, attribute: str, name: str) -> None:
+        """Time every call of ``owner.attribute`` as the part ``name``."""
+        call = getattr(owner, attribute)
+
+        @functools.wraps(call)
+        def timed(*args, **kwargs):
+            with self.part(name):
+                return call(*args, **kwargs)
+
+        setattr(owner, attribute, timed)
+
+    def take(self) -> dict[str, float]:
+        """The seconds of each part since the last take."""
+        seconds, self.seconds = self.seconds, {}
+        return seconds
+
+    @staticmethod
+    def in_ms(seconds: dict[str, float], step: float) -> dict[str, float]:
+        """``seconds`` of one step of ``step`` seconds in ms, in step order, ``other`` the rest."""
+        parts = {name: 1000 * seconds[name] for name in STEP_PARTS if name in seconds}
+        return dict(parts, other=1000 * step - sum(parts.values()))
 
 
 def unwaited_steps(train, batches: list[dict[str, Any]], device) -> dict[str, Any]:
@@ -666,6 +747,8 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
                      f"{row['speedup']:.2f}x "
                      f"the {PATHS[method][0]} path ({row['cpu_speedup']:.2f}x in CPU time)"
                      f"{rate}{verdict}{loss}")
+        lines.append('    its fastest step by part, ms: ' + ', '.join(
+            f'{name} {ms:.2f}' for name, ms in row['parts_ms'].items()))
     return lines + projected_schedule(rows)
 
 

