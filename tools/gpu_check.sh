@@ -10,9 +10,11 @@
 # Environment: PYTHON (python3), PYTHON_VERSION of the GPU machine for --download (3.12),
 # BENCHMARK_ARGS (extra tools/benchmark.py arguments, e.g. "--cases cross_lingual"),
 # PROFILE_ARGS (the profiled rows; default: DASD cross_lingual and eval in bf16),
-# STAGES (default "tier bench profile"; on an H200 they took about 5.5, 5 and 1 minutes, so a
-# lease with a 10-minute limit per command runs them as two calls: STAGES=tier, then
-# STAGES="bench profile", each writing its part of the report; the stage "compiled", not run by
+# STAGES (default "tier bench profile host"; on an H200 the first three took about 5.5, 5 and
+# 1 minutes, so a lease with a 10-minute limit per command runs them as two calls: STAGES=tier,
+# then STAGES="bench profile host", each writing its part of the report; the stage "host",
+# under a minute, is tools/benchmarks/host_costs.py: the host's costs per trained tensor and
+# per module, apart from the step; the stage "compiled", not run by
 # default, times DASD's compiled step and evaluation beside the eager ones in bf16, COMPILE_ARGS
 # changing its rows: about 5 minutes, most of it compiling; the stage "run", not run by default
 # either, is the tier's test of a whole run compiled as CUDA graphs, which the stage "tier"
@@ -75,8 +77,8 @@ parallel=()
 if "$PYTHON" -c 'import xdist' 2>/dev/null; then
     parallel=(-n 4)
 fi
-stages=" ${STAGES-tier bench profile} "
-tier=skipped bench=skipped profiled=skipped compiled=skipped run=skipped
+stages=" ${STAGES-tier bench profile host} "
+tier=skipped bench=skipped profiled=skipped host=skipped compiled=skipped run=skipped
 compiled_run=test_a_demo_run_compiled_as_cuda_graphs_reaches_the_eager_band
 set +e
 if [[ $stages == *" tier "* ]]; then
@@ -102,6 +104,10 @@ if [[ $stages == *" profile "* ]]; then
         ${PROFILE_ARGS:---methods dasd --cases cross_lingual,eval --amp amp --steps 5 --warmup 3} \
         > "$out/profile.log" 2>&1
     profiled=$?
+fi
+if [[ $stages == *" host "* ]]; then
+    "$PYTHON" tools/benchmarks/host_costs.py --device cuda 2>&1 | tee "$out/host_costs.log"
+    host=${PIPESTATUS[0]}
 fi
 if [[ $stages == *" compiled "* ]]; then
     rows="--methods dasd --cases cross_lingual,cross_modal,video,eval --amp amp --steps 10 --warmup 3"
@@ -133,6 +139,10 @@ set -e
     [ "$profiled" = skipped ] || grep -E '^(## |- )' "$out/profile.md" 2>/dev/null \
         || tail -n 5 "$out/profile.log"
     echo
+    echo "## the host's costs per trained tensor (tools/benchmarks/host_costs.py): exit $host"
+    echo
+    [ "$host" = skipped ] || sed -n '/ DASD, /,$p' "$out/host_costs.log"
+    echo
     echo "## compiled step (tools/benchmark.py --compile): exit $compiled"
     echo
     [ "$compiled" = skipped ] || sed -n '/^|/,$p' "$out/compiled.log"
@@ -143,6 +153,6 @@ set -e
         "$out/compiled_run.log" | sed 's/^/    /'
 } > "$out/gpu_report.md"
 echo "report: $out/gpu_report.md"
-for status in "$tier" "$bench" "$profiled" "$compiled" "$run"; do
+for status in "$tier" "$bench" "$profiled" "$host" "$compiled" "$run"; do
     [ "$status" = skipped ] || [ "$status" -eq 0 ] || exit 1
 done

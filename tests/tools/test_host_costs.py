@@ -1,0 +1,48 @@
+"""tools/benchmarks/host_costs.py: the host's costs per trained tensor and per module."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from tests.conftest import REPO
+
+spec = importlib.util.spec_from_file_location(
+    'host_costs', REPO / 'tools' / 'benchmarks' / 'host_costs.py')
+host_costs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(host_costs)
+
+
+def test_a_call_is_timed_without_what_runs_before_it(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(host_costs.time, 'perf_counter', lambda: clock[0])
+    durations = iter([0.001, 0.005, 0.003])
+
+    def before():
+        clock[0] += 100.0
+
+    def call():
+        clock[0] += next(durations)
+
+    assert host_costs.host_ms(call, 3, torch.device('cpu'), before) == pytest.approx(3.0)
+
+
+def test_a_shrunk_tensor_keeps_its_dimensions_at_most_four_long():
+    assert host_costs.shrunk(torch.Size([512, 32])) == torch.Size([4, 4])
+    assert host_costs.shrunk(torch.Size([3])) == torch.Size([3])
+
+
+def test_the_tiny_dasd_model_s_trained_tensors_are_timed_one_by_one_and_as_one(capsys):
+    results = host_costs.main(['--arch', 'tiny', '--reps', '2'])
+    # Worked by hand for 2 blocks and 4 languages: the dynamic adapters 4 x 2 x 4 = 32; the
+    # disentangler's two static adapters (4 each), its two norms (2 each) and projection (1);
+    # the generator's shared layer and a head per block (2 + 2 x 2); the discriminator's three
+    # linear layers (6); the table's projection (2). The table itself is left out.
+    assert results['tensors'] == 32 + 13 + 6 + 6 + 2
+    for key in ('own_shapes', 'one_tensor', 'shrunk', 'one_shrunk'):
+        assert set(results[key]) == {'clip', 'step', 'zero_grad'}
+        assert all(ms > 0 for ms in results[key].values())
+    assert results['train_ms'] > 0 and results['check_ms'] > 0
+    out = capsys.readouterr().out
+    assert 'training mode, ' in out and out.count('\n| ') == 5
