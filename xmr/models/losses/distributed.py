@@ -18,40 +18,52 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+@torch.compiler.disable
+def shard_rows(tensors: tuple[torch.Tensor, ...]) -> list[list[int]]:
+    """The rows of each of ``tensors`` on every rank: ``[rank][tensor]``, in one collective.
+
+    The counts are read on the host (a wait for the device under NCCL), so compiled code runs
+    this eagerly, between its graphs, rather than tracing the read.
+    """
+    rows = torch.tensor([t.shape[0] for t in tensors], device=tensors[0].device)
+    all_rows = [torch.zeros_like(rows) for _ in range(dist.get_world_size())]
+    dist.all_gather(all_rows, rows)
+    return [counts.tolist() for counts in all_rows]
+
+
 class _GatherRows(torch.autograd.Function):
-    """``[B_r, E]`` on each rank -> ``[sum B_r, E]`` on every rank (rank order)."""
+    """``[B_r, E]`` on each rank -> ``[sum B_r, E]`` on every rank (rank order), given every
+    rank's ``B_r`` (``sizes``)."""
 
     @staticmethod
-    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
-        world = dist.get_world_size()
-        rows = torch.tensor([tensor.shape[0]], device=tensor.device)
-        all_rows = [torch.zeros_like(rows) for _ in range(world)]
-        dist.all_gather(all_rows, rows)
-        sizes = [int(r) for r in all_rows]
+    def forward(ctx, tensor: torch.Tensor, sizes: list[int]) -> torch.Tensor:
         # all_gather needs equal shapes: pad to the largest shard, trim afterwards.
         padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
         padded[:tensor.shape[0]] = tensor
-        parts = [torch.empty_like(padded) for _ in range(world)]
+        parts = [torch.empty_like(padded) for _ in sizes]
         dist.all_gather(parts, padded.contiguous())
         rank = dist.get_rank()
         ctx.offset, ctx.rows = sum(sizes[:rank]), sizes[rank]
         return torch.cat([part[:size] for part, size in zip(parts, sizes)])
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         # Every rank computed the same global loss: the gradient of this rank's rows is the sum
         # over ranks of the gradients that reached them.
         grad = grad.contiguous().clone()
         dist.all_reduce(grad)
-        return grad[ctx.offset:ctx.offset + ctx.rows]
+        return grad[ctx.offset:ctx.offset + ctx.rows], None
 
 
 def gather_with_grad(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Concatenate each ``[B_r, E]`` tensor over the DDP ranks, keeping gradients.
 
-    Returns the tensors unchanged outside distributed runs (or with one process).
+    The ranks' row counts of all ``tensors`` are exchanged once (:func:`shard_rows`). Returns
+    the tensors unchanged outside distributed runs (or with one process).
     """
     if not _distributed():
         return tensors
-    return tuple(_GatherRows.apply(t) if t.requires_grad else _GatherRows.apply(t).detach()
-                 for t in tensors)
+    sizes = list(zip(*shard_rows(tensors)))  # [tensor][rank]
+    return tuple(_GatherRows.apply(t, list(rows)) if t.requires_grad
+                 else _GatherRows.apply(t, list(rows)).detach()
+                 for t, rows in zip(tensors, sizes))
