@@ -3,6 +3,7 @@ feature cache, each against the CPU or the unfused implementation."""
 from __future__ import annotations
 
 import copy
+import inspect
 import sys
 
 import pytest
@@ -226,3 +227,23 @@ def test_a_training_step_never_waits_and_a_planted_wait_is_named(accelerator):
     line = planted.__code__.co_firstlineno + 2
     assert waited['waits'] == ([f'test_training.py:{line}'] if accelerator.type == 'cuda'
                                else [])
+
+
+def test_an_evaluation_batch_waits_for_the_device_once(accelerator):
+    """A gallery batch (images, English and German captions) is encoded and copied to the host
+    at once (``gallery_batch``): its one wait is that copy, not one per tensor."""
+    sys.path.insert(0, str(REPO / 'tools'))
+    import benchmark
+
+    from xmr.models.retrievers import base
+
+    model = retriever(accelerator).eval()
+    gallery = dict(media=torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8,
+                                       generator=torch.Generator().manual_seed(0)),
+                   captions=[{'en': ['a red circle'], 'de': ['ein roter Kreis', 'ein Kreis']},
+                             {'en': ['a blue square'], 'de': ['ein blaues Quadrat']}],
+                   media_id=['a', 'b'], index=[0, 1])
+    waits = benchmark.unwaited_steps(model.val_step, [gallery], accelerator)['waits']
+    source, first = inspect.getsourcelines(base.gallery_batch)
+    copy_line = first + next(i for i, line in enumerate(source) if '.cpu()' in line)
+    assert waits == ([f'base.py:{copy_line}'] if accelerator.type == 'cuda' else [])

@@ -40,3 +40,16 @@ def test_a_batch_with_cached_source_features_leaves_its_source_captions_untokeni
     assert 'source_tokens' not in out
     assert torch.equal(out['source_features'], features)
     assert out['target_tokens']['input_ids'].shape[0] == 1
+
+
+def test_caption_owners_stay_on_the_host_while_the_tokens_go_to_the_device():
+    model = MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                              language_branch=tiny_branch_cfg(languages=['de'])))
+    # The meta device stands in for a GPU: what is cast goes there, what is not stays here.
+    preprocessor = model.data_preprocessor.to('meta')
+    captions = [{'de': ['ein Kreis', 'zwei Kreise']}, {'de': ['ein Quadrat']}]
+    out = preprocessor(dict(source_text=['a red circle'], captions=captions), False)
+    tokens, owner = out['caption_tokens']['de']
+    assert out['source_tokens']['input_ids'].device.type == 'meta'
+    assert tokens['input_ids'].device.type == 'meta'
+    assert owner.device.type == 'cpu' and owner.tolist() == [0, 0, 1]

@@ -10,6 +10,9 @@ from mmengine.model import BaseDataPreprocessor
 from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch
 from xmr.registry import MODELS
 
+#: Keys of captions grouped per language, ``{lang: (TokenBatch, owner [N])}``.
+CAPTION_GROUPS = ('caption_tokens', 'back_translation_tokens')
+
 
 @MODELS.register_module()
 class RetrievalDataPreprocessor(BaseDataPreprocessor):
@@ -21,7 +24,8 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
     Output keys (those present in the batch): ``media`` (float ``[B, 3, H, W]`` or
     ``[B, T, 3, H, W]``), ``source_tokens``, ``target_tokens`` (:class:`TokenBatch`), ``langs``,
     ``media_ids``, ``indices``, ``caption_tokens`` (``{lang: (TokenBatch, owner [N])}`` with
-    ``owner[n]`` the batch row of caption ``n``), and any cached features the batch carries.
+    ``owner[n]`` the batch row of caption ``n``; the owners stay on the host, where only the
+    copies of the embeddings are ordered by them), and any cached features the batch carries.
     A batch with ``source_features`` gets no ``source_tokens``: the features stand for them.
 
     Args:
@@ -147,4 +151,10 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
         for key, value in data.items():
             if key.endswith('_features'):
                 out[key] = value
-        return self.cast_data(out)
+        groups = {key: out.pop(key) for key in CAPTION_GROUPS if key in out}
+        out = self.cast_data(out)
+        for key, captions in groups.items():
+            # Read on the device, an owner would make the host wait for it (gallery_batch).
+            out[key] = {lang: (self.cast_data(tokens), owner)
+                        for lang, (tokens, owner) in captions.items()}
+        return out

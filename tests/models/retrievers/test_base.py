@@ -6,7 +6,13 @@ import torch.nn.functional as F
 import xmr  # noqa: F401
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from xmr.models.retrievers import base as retriever_base
-from xmr.models.retrievers.base import BaseRetriever, attach_captions, gallery_items
+from xmr.models.retrievers.base import (
+    BaseRetriever,
+    attach_captions,
+    gallery_batch,
+    gallery_items,
+    unit_rows,
+)
 from xmr.registry import MODELS
 
 
@@ -104,6 +110,32 @@ def test_gallery_items_and_their_captions_by_hand():
     torch.testing.assert_close(items[1]['caption_embeddings']['de'], torch.tensor([[0.0, 1.0]]))
     with pytest.raises(ValueError, match='caption owners name item 2 of a batch of 2 items'):
         attach_captions(items, 'fr', torch.ones(2, 2), owner=torch.tensor([0, 2]))
+
+
+def test_a_gallery_batch_equals_its_items_and_captions_attached_one_by_one():
+    generator = torch.Generator().manual_seed(0)
+    media = torch.randn(3, 4, generator=generator)
+    en, de = torch.randn(5, 4, generator=generator), torch.randn(2, 4, generator=generator)
+    owners = dict(en=torch.tensor([2, 0, 1, 0, 2]), de=torch.tensor([1, 1]))
+    expected = gallery_items(media, ['a', 'b', 'c'], indices=[4, 5, 6])
+    for lang, rows in (('en', en), ('de', de)):
+        attach_captions(expected, lang, rows, owners[lang])
+    got = gallery_batch(unit_rows(media), dict(en=(unit_rows(en), owners['en']),
+                                               de=(unit_rows(de), owners['de'])),
+                        ['a', 'b', 'c'], indices=[4, 5, 6])
+    assert [list(item) for item in got] == [list(item) for item in expected]
+    for mine, theirs in zip(got, expected):
+        assert mine['index'] == theirs['index'] and mine['media_id'] == theirs['media_id']
+        assert torch.equal(mine['media_embedding'], theirs['media_embedding'])
+        for lang in ('en', 'de'):
+            assert torch.equal(mine['caption_embeddings'][lang],
+                               theirs['caption_embeddings'][lang])
+    # The items hold their media rows alone, not the captions' rows copied with them.
+    assert got[0]['media_embedding'].untyped_storage().nbytes() == 3 * 4 * 4
+    # Text only: the items are named by their ids.
+    text_only = gallery_batch(None, dict(de=(unit_rows(de), owners['de'])), ['a', 'b'])
+    assert [item['caption_embeddings']['de'].shape[0] for item in text_only] == [0, 2]
+    assert 'media_embedding' not in text_only[0]
 
 
 def test_the_translation_model_builds_only_its_own_losses():

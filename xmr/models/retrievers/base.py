@@ -26,7 +26,7 @@ from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, store
 from xmr.registry import MODELS
 
 __all__ = ['BaseRetriever', 'DISENTANGLER_SCALE', 'attach_captions', 'feature_rows',
-           'gallery_items']
+           'gallery_batch', 'gallery_items', 'unit_rows']
 
 #: The phase weight that scales every loss the disentangler returns (each already weighted by
 #: the disentangler's own settings, e.g. DASD's lambda_1 and lambda_2, CDDS's alphas); without a
@@ -197,6 +197,16 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         check_checkpoint_facts(state, self.checkpoint_facts())
 
 
+def unit_rows(embeddings: torch.Tensor) -> torch.Tensor:
+    """``[N, E]`` embeddings L2-normalised in float32, on their device.
+
+    A new tensor: compiled code's outputs, which its next CUDA-graph replay overwrites, are read
+    once here, so a gallery batch can copy all its rows to the host at its end
+    (:func:`gallery_batch`).
+    """
+    return F.normalize(embeddings.float(), dim=-1)
+
+
 def gallery_items(media_embeddings: torch.Tensor | None, media_ids: Sequence[str] | None = None,
                   indices: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """The dicts :class:`~xmr.evaluation.RetrievalMetric` reads, one per gallery item.
@@ -211,18 +221,8 @@ def gallery_items(media_embeddings: torch.Tensor | None, media_ids: Sequence[str
         ``[{'media_id', 'media_embedding' [E] (with media), 'caption_embeddings' {}, 'index'?}]``,
         the embedding L2-normalised float32 on CPU; :func:`attach_captions` fills the captions.
     """
-    if media_embeddings is None:
-        if media_ids is None:
-            raise ValueError('a batch without media needs its media_ids to name its items')
-        items = [dict(media_id=media_id, caption_embeddings={}) for media_id in media_ids]
-    else:
-        embeddings = F.normalize(media_embeddings.float(), dim=-1).cpu().unbind()
-        items = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
-                      media_embedding=embedding, caption_embeddings={})
-                 for i, embedding in enumerate(embeddings)]
-    for item, index in zip(items, indices if indices is not None else ()):
-        item['index'] = int(index)
-    return items
+    media = None if media_embeddings is None else unit_rows(media_embeddings).cpu()
+    return _items(media, media_ids, indices)
 
 
 def attach_captions(items: list[dict[str, Any]], lang: str, embeddings: torch.Tensor,
@@ -235,8 +235,57 @@ def attach_captions(items: list[dict[str, Any]], lang: str, embeddings: torch.Te
         embeddings: ``[N, E]`` caption embeddings (L2-normalised here, float32 on CPU).
         owner: ``[N]`` the row of ``items`` each caption belongs to.
     """
-    embeddings = F.normalize(embeddings.float(), dim=-1).cpu()
-    owner = owner.cpu()
+    _attach(items, lang, unit_rows(embeddings).cpu(), owner.cpu())
+
+
+def gallery_batch(media_rows: torch.Tensor | None,
+                  caption_rows: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+                  media_ids: Sequence[str] | None = None,
+                  indices: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """:func:`gallery_items` with :func:`attach_captions` for every language, the rows copied
+    to the host at once: one wait for the device per gallery batch, not one per tensor (which
+    left the device idle while the host encoded the next language).
+
+    Args:
+        media_rows: ``[B, E]`` :func:`unit_rows` of the media, or ``None``.
+        caption_rows: ``{lang: ([N, E] unit_rows of its captions, owner [N])}``; the owners on
+            the host (the data preprocessor leaves them there).
+        media_ids, indices: as :func:`gallery_items`.
+
+    Returns:
+        What :func:`gallery_items` and :func:`attach_captions` make of the same embeddings.
+    """
+    parts = [rows for rows, _ in caption_rows.values()]
+    if media_rows is not None:
+        parts.insert(0, media_rows)
+    host = list(torch.cat(parts).cpu().split([len(rows) for rows in parts])) if parts else []
+    # The items keep views of their media rows: copied apart, the captions' rows are not kept
+    # with them (the captions' own rows are copies, made in caption order).
+    items = _items(host.pop(0).clone() if media_rows is not None else None, media_ids, indices)
+    for (lang, (_, owner)), rows in zip(caption_rows.items(), host):
+        _attach(items, lang, rows, owner.cpu())
+    return items
+
+
+def _items(media: torch.Tensor | None, media_ids: Sequence[str] | None,
+           indices: Sequence[int] | None) -> list[dict[str, Any]]:
+    """:func:`gallery_items` of ``[B, E]`` media rows already normalised on the host."""
+    if media is None:
+        if media_ids is None:
+            raise ValueError('a batch without media needs its media_ids to name its items')
+        items = [dict(media_id=media_id, caption_embeddings={}) for media_id in media_ids]
+    else:
+        items = [dict(media_id=(media_ids[i] if media_ids is not None else str(i)),
+                      media_embedding=embedding, caption_embeddings={})
+                 for i, embedding in enumerate(media.unbind())]
+    for item, index in zip(items, indices if indices is not None else ()):
+        item['index'] = int(index)
+    return items
+
+
+def _attach(items: list[dict[str, Any]], lang: str, embeddings: torch.Tensor,
+            owner: torch.Tensor) -> None:
+    """:func:`attach_captions` of ``[N, E]`` rows already normalised on the host."""
     # One gather and one split, not a mask per item (the host's work, per caption, in a
     # gallery step bound by the host).
     order = torch.argsort(owner, stable=True)

@@ -15,9 +15,9 @@ from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.retrievers.base import (
     DISENTANGLER_SCALE,
     BaseRetriever,
-    attach_captions,
     feature_rows,
-    gallery_items,
+    gallery_batch,
+    unit_rows,
 )
 from xmr.registry import MODELS
 
@@ -349,16 +349,16 @@ class CrossLingualRetriever(BaseRetriever):
         Returns:
             One dict per item: ``media_id``, its dataset ``index`` when given,
             ``media_embedding`` ``[E]`` (when the batch has media) and ``caption_embeddings``
-            ``{lang: [n, E]}``, all L2-normalised float32 on CPU.
+            ``{lang: [n, E]}``, all L2-normalised float32 on CPU, copied there at once
+            (:func:`~xmr.models.retrievers.base.gallery_batch`).
         """
-        media_features = feature_rows(media_features)
-        r_media = media_features
+        r_media = feature_rows(media_features)
         if r_media is None and media is not None:
             r_media = self.encode_media(media)
-        items = gallery_items(r_media, media_ids, indices)
-        for lang, (tokens, owner) in (caption_tokens or {}).items():
-            attach_captions(items, lang, self.encode_text(tokens, lang), owner)
-        return items
+        captions = {lang: (unit_rows(self.encode_text(tokens, lang)), owner)
+                    for lang, (tokens, owner) in (caption_tokens or {}).items()}
+        return gallery_batch(None if r_media is None else unit_rows(r_media), captions,
+                             media_ids, indices)
 
     # ----------------------------------------------------------------------------- checkpoints
     def checkpoint_facts(self) -> dict[str, Any]:

@@ -37,8 +37,8 @@ from xmr.models.losses.cdds import patch_word_similarity
 from xmr.models.retrievers.base import (
     DISENTANGLER_SCALE,
     BaseRetriever,
-    attach_captions,
-    gallery_items,
+    gallery_batch,
+    unit_rows,
 )
 from xmr.registry import MODELS
 
@@ -238,21 +238,24 @@ class DualEncoderRetriever(BaseRetriever):
             raise ValueError("predict needs the gallery's 'media'")
         image = self.encode_media_tokens(media)
         image_tokens, image_embeddings = self.retrieval_tokens(image, 'image')
-        outputs = gallery_items(image_embeddings, media_ids, indices)
         with_tokens = self.retrieval_score == 'patch_word'
-        if with_tokens:
-            for out, sequence in zip(outputs, _real_tokens(image_tokens, image.mask)):
-                out.update(media_tokens=sequence, caption_tokens={},
-                           token_score=patch_word_similarity)
+        captions, words = {}, {}
         for lang, (tokens, owner) in (caption_tokens or {}).items():
             if lang not in self.languages:
                 raise KeyError(f"the model does not read language '{lang}'; languages: "
                                f'{self.languages}')
             text = self.encode_text_tokens(tokens)
             word_tokens, caption_embeddings = self.retrieval_tokens(text, 'text')
-            attach_captions(outputs, lang, caption_embeddings, owner)
+            captions[lang] = (unit_rows(caption_embeddings), owner)
             if with_tokens:
-                sequences, owner = _real_tokens(word_tokens, text.mask), owner.cpu()
+                words[lang] = (word_tokens, text.mask, owner.cpu())
+        outputs = gallery_batch(unit_rows(image_embeddings), captions, media_ids, indices)
+        if with_tokens:
+            for out, sequence in zip(outputs, _real_tokens(image_tokens, image.mask)):
+                out.update(media_tokens=sequence, caption_tokens={},
+                           token_score=patch_word_similarity)
+            for lang, (word_tokens, mask, owner) in words.items():
+                sequences = _real_tokens(word_tokens, mask)
                 for row, out in enumerate(outputs):
                     out['caption_tokens'][lang] = [sequences[i]
                                                    for i in (owner == row).nonzero().flatten()]
