@@ -28,7 +28,7 @@ def shard_rows(tensors: tuple[torch.Tensor, ...]) -> list[list[int]]:
     rows = torch.tensor([t.shape[0] for t in tensors], device=tensors[0].device)
     all_rows = [torch.zeros_like(rows) for _ in range(dist.get_world_size())]
     dist.all_gather(all_rows, rows)
-    return [counts.tolist() for counts in all_rows]
+    return torch.stack(all_rows).tolist()  # one read, not one per rank
 
 
 class _GatherRows(torch.autograd.Function):
