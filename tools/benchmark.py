@@ -218,6 +218,12 @@ def model_cfg(arch: str, pad_to: int | None, sparse: bool, sp_model: str,
                       else dict(type='StaticAdapter', hidden=256))))
 
 
+def train_target_only(model) -> None:
+    """Freeze all but the target branch and the disentangler, as the alignment phases do."""
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith(('language_branch.', 'disentangler.')))
+
+
 @functools.cache
 def fixed_context(arch: str, tokenizer_file: str | None = None) -> int | None:
     """The context a fixed-context text tower pads every caption to (SigLIP's 64), ``None``
@@ -309,8 +315,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     # The authors' code runs every padded position through the blocks.
     if recompute or path in ('xmr-padded', 'xmr-packed'):
         model.backbone.text_tower.pack_tokens = path == 'xmr-packed'
-    for name, parameter in model.named_parameters():
-        parameter.requires_grad_(name.startswith(('language_branch.', 'disentangler.')))
+    train_target_only(model)
     phase = 'cross_lingual' if case == 'cross_lingual' else 'cross_modal'
     model.set_phase(phase, dict({'cross_lingual': dict(cl=1.0)}.get(case, dict(cm=1.0)),
                                 **LOSS_WEIGHTS[method]))

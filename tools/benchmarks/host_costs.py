@@ -71,8 +71,7 @@ def dasd_model(arch: str, device: torch.device) -> nn.Module:
     cfg = benchmark.model_cfg(arch, None, False, f'{work_dir}/target_sp.model', 'dasd')
     TOKENIZERS.build(cfg['language_branch']['tokenizer'])
     model = MODELS.build(cfg).to(device)
-    for name, parameter in model.named_parameters():
-        parameter.requires_grad_(name.startswith(('language_branch.', 'disentangler.')))
+    benchmark.train_target_only(model)
     return model
 
 
@@ -88,7 +87,6 @@ def optimiser_part(shapes: Sequence[torch.Size], reps: int, device: torch.device
     settings = dict(settings, foreach=True) if compiled else fused_by_default(settings, parameters)
     settings.pop('type')
     optimizer = torch.optim.AdamW(parameters, **settings)
-    wrapper = OptimWrapper(optimizer, clip_grad=dict(max_norm=1.0))
     grads = [torch.randn_like(p) * 1e-3 for p in parameters]
 
     def set_grads() -> None:
@@ -105,6 +103,7 @@ def optimiser_part(shapes: Sequence[torch.Size], reps: int, device: torch.device
             set_grads()
             step()
         return dict(step=host_ms(step, reps, device, set_grads))
+    wrapper = OptimWrapper(optimizer, clip_grad=dict(max_norm=1.0))
     set_grads()
     optimizer.step()  # the state exists from here on, as after a run's first step
     return dict(clip=host_ms(wrapper._clip_grad, reps, device, set_grads),
