@@ -8,6 +8,8 @@ the single-process gradient of that global batch.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.distributed as dist
 
@@ -18,17 +20,34 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+def host_group() -> dist.ProcessGroup | None:
+    """A group of every rank whose collectives take tensors on the host: ``None`` (the default
+    group) when that one has a gloo backend, else a gloo group beside it.
+
+    The gloo group is made at the first call, by every rank (the ranks reach their first
+    gather together), and kept for as long as the default group lives.
+    """
+    return None if 'gloo' in dist.get_backend() else _gloo_group_beside(dist.group.WORLD)
+
+
+@functools.lru_cache(maxsize=1)
+def _gloo_group_beside(world: dist.ProcessGroup) -> dist.ProcessGroup:
+    return dist.new_group(backend='gloo')
+
+
 @torch.compiler.disable
 def shard_rows(tensors: tuple[torch.Tensor, ...]) -> list[list[int]]:
     """The rows of each of ``tensors`` on every rank: ``[rank][tensor]``, in one collective.
 
-    The counts are read on the host (a wait for the device under NCCL), so compiled code runs
-    this eagerly, between its graphs, rather than tracing the read.
+    The counts are shapes, known to the host, and are exchanged there (:func:`host_group`):
+    under NCCL a count sent through the device would wait for every kernel queued before it
+    (the whole forward pass) to be read back. Compiled code runs this eagerly, between its
+    graphs.
     """
-    rows = torch.tensor([t.shape[0] for t in tensors], device=tensors[0].device)
+    rows = torch.tensor([t.shape[0] for t in tensors])
     all_rows = [torch.zeros_like(rows) for _ in range(dist.get_world_size())]
-    dist.all_gather(all_rows, rows)
-    return torch.stack(all_rows).tolist()  # one read, not one per rank
+    dist.all_gather(all_rows, rows, group=host_group())
+    return torch.stack(all_rows).tolist()
 
 
 class _GatherRows(torch.autograd.Function):
@@ -37,11 +56,13 @@ class _GatherRows(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-        # all_gather needs equal shapes: pad to the largest shard, trim afterwards.
-        padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
-        padded[:tensor.shape[0]] = tensor
+        # all_gather needs equal shapes: pad a shorter shard to the largest, trim afterwards.
+        padded = tensor.contiguous()
+        if tensor.shape[0] < max(sizes):
+            padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
+            padded[:tensor.shape[0]] = tensor
         parts = [torch.empty_like(padded) for _ in sizes]
-        dist.all_gather(parts, padded.contiguous())
+        dist.all_gather(parts, padded)
         rank = dist.get_rank()
         ctx.offset, ctx.rows = sum(sizes[:rank]), sizes[rank]
         return torch.cat([part[:size] for part, size in zip(parts, sizes)])

@@ -1,0 +1,92 @@
+"""``gather_with_grad`` in two gloo processes: shards of unequal and equal size gathered in rank
+order, each rank's gradient the sum of every rank's, and the shards' row counts exchanged on the
+host through a gloo group beside a default group of another backend (NCCL's case)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tests.engine.test_distributed import free_port
+from xmr.models.losses import distributed
+
+WORLD = 2
+
+
+def shard(rank: int, rows: int) -> torch.Tensor:
+    """Rank ``rank``'s ``[rows, 2]`` embeddings: ``100·rank + row`` in both columns."""
+    return (100.0 * rank + torch.arange(rows, dtype=torch.float32)).unsqueeze(1).repeat(1, 2)
+
+
+def _worker(rank: int, port: int, out_dir: str, shard_rows: tuple[int, ...],
+            default_backend: str) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', rank=rank, world_size=WORLD)
+    backend_of, all_gather = dist.get_backend, dist.all_gather
+    # The default group reports the backend under test; every other group its own.
+    dist.get_backend = lambda group=None: default_backend if group is None else backend_of(group)
+    routes = []
+
+    def recorded_all_gather(parts, tensor, group=None, **kwargs):
+        routes.append((str(tensor.dtype), 'host' if group is host else 'default'))
+        return all_gather(parts, tensor, group=group, **kwargs)
+
+    dist.all_gather = recorded_all_gather
+    try:
+        host = distributed.host_group()
+        host_backend = None if host is None else backend_of(host)
+        kept = distributed.host_group() is host
+        a = shard(rank, shard_rows[rank]).requires_grad_()
+        b = shard(rank, shard_rows[rank])
+        counts = distributed.shard_rows((a, b[:1]))
+        gathered_a, gathered_b = distributed.gather_with_grad(a, b)
+        weights = torch.arange(1.0, 1.0 + 2 * sum(shard_rows)).reshape(-1, 2)
+        (gathered_a * weights).sum().backward()
+    finally:
+        dist.get_backend, dist.all_gather = backend_of, all_gather
+    torch.save(dict(host_backend=host_backend, kept=kept, counts=counts, routes=routes,
+                    a=gathered_a.detach(), b=gathered_b, b_grad=gathered_b.requires_grad,
+                    grad=a.grad),
+               Path(out_dir) / f'rank{rank}.pt')
+    dist.destroy_process_group()
+
+
+def gather(tmp_path: Path, shard_rows: tuple[int, ...], default_backend: str) -> list[dict]:
+    mp.start_processes(_worker, args=(free_port(), str(tmp_path), shard_rows, default_backend),
+                       nprocs=WORLD, join=True, start_method='fork')
+    return [torch.load(tmp_path / f'rank{rank}.pt') for rank in range(WORLD)]
+
+
+def test_unequal_shards_gather_in_rank_order_with_counts_exchanged_beside_nccl(tmp_path):
+    ranks = gather(tmp_path, (3, 5), default_backend='nccl')
+    full = torch.cat([shard(0, 3), shard(1, 5)])
+    weights = torch.arange(1.0, 17.0).reshape(8, 2)
+    for rank, result in enumerate(ranks):
+        assert result['host_backend'] == 'gloo' and result['kept']
+        assert result['counts'] == [[3, 1], [5, 1]]
+        # The counts (int64) through the host's group, twice (once for the gather); the
+        # embeddings through the default one.
+        assert result['routes'] == [('torch.int64', 'host')] * 2 + [('torch.float32',
+                                                                     'default')] * 2
+        torch.testing.assert_close(result['a'], full, rtol=0, atol=0)
+        torch.testing.assert_close(result['b'], full, rtol=0, atol=0)
+        assert not result['b_grad']
+        # Both ranks computed the same loss: each rank's rows get the sum of the two gradients.
+        rows = slice(0, 3) if rank == 0 else slice(3, 8)
+        torch.testing.assert_close(result['grad'], WORLD * weights[rows], rtol=0, atol=0)
+
+
+def test_equal_shards_gather_through_the_default_gloo_group(tmp_path):
+    ranks = gather(tmp_path, (4, 4), default_backend='gloo')
+    full = torch.cat([shard(0, 4), shard(1, 4)])
+    weights = torch.arange(1.0, 17.0).reshape(8, 2)
+    for rank, result in enumerate(ranks):
+        assert result['host_backend'] is None  # the counts go through the default group
+        assert result['counts'] == [[4, 1], [4, 1]]
+        torch.testing.assert_close(result['a'], full, rtol=0, atol=0)
+        torch.testing.assert_close(result['grad'], WORLD * weights[4 * rank:4 * rank + 4],
+                                   rtol=0, atol=0)
