@@ -19,7 +19,10 @@
 # changing its rows: about 5 minutes, most of it compiling; the stage "run", not run by default
 # either, is the tier's test of a whole run compiled as CUDA graphs, which the stage "tier"
 # leaves out: the shortened DASD demo, eager then compiled, their mAR and step times; about 5.5
-# minutes on an H200).
+# minutes on an H200; the stage "loop", not run by default, is tools/benchmarks/loop_time.py:
+# DASD's cross-lingual phase trained by the Runner's loop at ViT-B/32 size, its iteration times
+# as the run logs them and the paper's phase projected from them, LOOP_ARGS its arguments
+# (default: bf16, compiled as CUDA graphs, 600 iterations)).
 # The report, OUT/gpu_report.md, holds the device, the versions, the tier's summary, the
 # benchmark table and the profile's per-step summary; OUT also keeps the full logs,
 # benchmark.json and profile.md (torch.profiler's top operators of each profiled row).
@@ -79,6 +82,7 @@ if "$PYTHON" -c 'import xdist' 2>/dev/null; then
 fi
 stages=" ${STAGES-tier bench profile host} "
 tier=skipped bench=skipped profiled=skipped host=skipped compiled=skipped run=skipped
+loop=skipped
 compiled_run=test_a_demo_run_compiled_as_cuda_graphs_reaches_the_eager_band
 set +e
 if [[ $stages == *" tier "* ]]; then
@@ -116,6 +120,12 @@ if [[ $stages == *" compiled "* ]]; then
         ${COMPILE_ARGS:-$rows --compile default,reduce-overhead} 2>&1 | tee "$out/compiled.log"
     compiled=${PIPESTATUS[0]}
 fi
+if [[ $stages == *" loop "* ]]; then
+    # shellcheck disable=SC2086
+    "$PYTHON" tools/benchmarks/loop_time.py --device cuda --out "$out/loop_time.json" \
+        ${LOOP_ARGS:---amp --compile reduce-overhead} 2>&1 | tee "$out/loop_time.log"
+    loop=${PIPESTATUS[0]}
+fi
 set -e
 
 {
@@ -151,8 +161,12 @@ set -e
     echo
     [ "$run" = skipped ] || grep -E 'shortened DASD demo|passed|failed|skipped' \
         "$out/compiled_run.log" | sed 's/^/    /'
+    echo
+    echo "## the training loop's iterations (tools/benchmarks/loop_time.py ${LOOP_ARGS:-}): exit $loop"
+    echo
+    [ "$loop" = skipped ] || sed -n '/ iterations of DASD /,$p' "$out/loop_time.log"
 } > "$out/gpu_report.md"
 echo "report: $out/gpu_report.md"
-for status in "$tier" "$bench" "$profiled" "$host" "$compiled" "$run"; do
+for status in "$tier" "$bench" "$profiled" "$host" "$compiled" "$run" "$loop"; do
     [ "$status" = skipped ] || [ "$status" -eq 0 ] || exit 1
 done

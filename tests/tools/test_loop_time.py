@@ -1,0 +1,69 @@
+"""tools/benchmarks/loop_time.py: the training loop's time per iteration in DASD's cross-lingual
+phase, as a run of the shipped schedule trains it."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+import pytest
+
+from tests.conftest import REPO
+from xmr.datasets.pairs import CaptionPairDataset
+
+spec = importlib.util.spec_from_file_location(
+    'loop_time', REPO / 'tools' / 'benchmarks' / 'loop_time.py')
+loop_time = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(loop_time)
+
+
+def test_one_off_iterations_are_the_warm_up_and_each_first_width_by_hand():
+    times = [5.0, 1.0, 0.1, 0.2, 0.3, 2.0, 0.1]
+    data_times = [0.5, 0.01, 0.02, 0.9, 0.03, 0.9, 0.04]
+    figures = loop_time.iteration_summary(times, data_times, [32, 32, 32, 40, 40, 48, None],
+                                          warmup=1, paper_iters=10)
+    # One-off: iteration 0 (warm-up and width 32), 3 (width 40), 5 (width 48).
+    assert figures['one_off'] == 3
+    assert figures['one_off_s'] == pytest.approx(5.0 + 0.2 + 2.0)
+    # Steady: 1.0, 0.1, 0.3, 0.1.
+    assert figures['mean_ms'] == pytest.approx(375.0)
+    assert figures['median_ms'] == pytest.approx(200.0)
+    assert figures['data_median_ms'] == pytest.approx(25.0)  # 0.01, 0.02, 0.03, 0.04
+    # The run's 8.7 s, then 3 more iterations at the steady 0.375 s.
+    assert figures['paper_phase_min'] == pytest.approx((8.7 + 3 * 0.375) / 60)
+    assert figures['first_ms'] == pytest.approx(5000.0)
+    with pytest.raises(ValueError, match='all 2 iterations are one-off'):
+        loop_time.iteration_summary([1.0, 1.0], [0.0, 0.0], [8, 16], warmup=0)
+
+
+def test_the_run_is_the_shipped_cross_lingual_phase_on_text_pairs(tmp_path):
+    args = argparse.Namespace(arch='tiny', device='cpu', amp=True, compile='reduce-overhead',
+                              iters=12, batch_size=8, workers=2, scenes=40)
+    cfg = loop_time.loop_cfg(args, tmp_path)
+    phase, = cfg.train_cfg.phases
+    assert (phase.name, phase.iters, phase.lr, phase.warmup_ratio, phase.schedule) == (
+        'cross_lingual', 12, 2e-4, 0.1, 'cosine')
+    assert phase.loss_weights == dict(cl=1.0, disentangler=1.0) and phase.cache_features
+    assert phase.dataloader == 'text_train_dataloader'
+    assert cfg.optim_wrapper.type == 'AutocastOptimWrapper'
+    assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=2e-4, betas=(0.9, 0.98),
+                                               eps=1e-6, weight_decay=0.2)
+    assert cfg.optim_wrapper.clip_grad == dict(max_norm=1.0)
+    assert cfg.model.compile == dict(mode='reduce-overhead')
+    assert (cfg.text_train_dataloader.batch_size, cfg.text_train_dataloader.num_workers) == (8, 2)
+    assert cfg.train_cfg.validate_at_phase_end is False
+    dataset = CaptionPairDataset(**{k: v for k, v in cfg.text_train_dataloader.dataset.items()
+                                    if k != 'type'})
+    assert len(dataset) == 40 * 4
+    item = dataset[5]  # scene 1 in French
+    assert item['media'] is None and item['lang'] == 'fr'
+    assert item['source_text'] and item['target_text'] != item['source_text']
+
+
+def test_a_tiny_run_on_the_cpu_times_every_iteration(tmp_path, capsys):
+    figures = loop_time.main(['--arch', 'tiny', '--device', 'cpu', '--iters', '12',
+                              '--warmup', '2', '--batch-size', '8', '--scenes', '40',
+                              '--work-dir', str(tmp_path)])
+    assert figures['iterations'] == 12 and figures['one_off'] == 2
+    assert figures['target_widths'] and figures['compile'] == 'eager'
+    assert 0 < figures['median_ms'] < figures['first_ms']
+    assert "the paper's 45000-step phase projected" in capsys.readouterr().out

@@ -1,0 +1,232 @@
+"""The training loop's time per iteration: DASD's cross-lingual phase as a run trains it.
+
+``tools/benchmark.py`` times one batch's step again and again. A run's loop pays for more: each
+batch is a new one, with its own padded width (a compiled model records a CUDA graph the first
+time it meets one); the loader's workers read and tokenise beside the model; the loop sets the
+learning rate and reads the losses for its non-finite check; the hooks time, log and look for
+checkpoints to save. This script trains DASD's model of ``tools/benchmark.py`` (random towers
+of ``--arch``, the paper's 119,547 x 768 table, dynamic adapters for de/fr/zh/ja and the
+disentangler) through MMEngine's ``Runner`` and xmr's ``PhasedTrainLoop``:
+
+- the ``cross_lingual`` phase of ``configs/_base_/schedules/dasd_dynamic_phases.py`` (its
+  optimiser, lr, warm-up, losses and feature cache), shortened to ``--iters``;
+- the text loader of ``configs/_base_/datasets/train_loaders.py`` (batch 128, 2 workers);
+- the default runtime's hooks (``configs/_base_/default_runtime.py``), without validation;
+- text pairs of the synthetic captions (an English caption and its de/fr/zh/ja translations per
+  scene), written as an xmr annotation with ``media_type: text`` and read by
+  ``CaptionPairDataset``, as Multi30K's text pairs are.
+
+Each iteration's time is the one the run logs (``IterTimerHook``'s ``train/time``: from the end
+of one iteration to the end of the next, the wait for the loader included)::
+
+    python tools/benchmarks/loop_time.py --device cuda --amp --compile reduce-overhead
+    python tools/benchmarks/loop_time.py --arch tiny --iters 20 --batch-size 16    # on a CPU
+
+It prints the first iteration, the one-off iterations (the first ``--warmup``, and each that met
+a target width for the first time: compiled, the model compiles for it or records a CUDA graph),
+the median and mean of the others (steady), the loader's wait among them, the target widths, and
+the projected time of the paper's 45,000-step phase: this run's iterations, then the rest at the
+steady mean.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mmengine.hooks import Hook
+
+from xmr.utils.cli import run_tool
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchmark  # noqa: E402  (tools/benchmark.py: the model of its rows)
+
+REPO = Path(__file__).resolve().parents[2]
+#: The paper's cross-lingual phase, in steps at batch 128.
+PAPER_ITERS = benchmark.PAPER_STEPS['cross_lingual']
+
+
+def write_text_pairs(path: Path, num_scenes: int) -> Path:
+    """An xmr annotation of ``num_scenes`` synthetic training scenes as text pairs: each an
+    English caption with its translation into every language of the benchmark, one style per
+    scene."""
+    from xmr.datasets.synthetic import CAPTION_STYLES, caption_scene, scene_at
+
+    items = []
+    for index in range(num_scenes):
+        scene, style = scene_at(0, 'train', index), CAPTION_STYLES[index % len(CAPTION_STYLES)]
+        items.append(dict(media_id=f'scene_{index:06d}',
+                          captions=dict(en=[caption_scene(scene, 'en', style)]),
+                          translations={lang: [caption_scene(scene, lang, style)]
+                                        for lang in benchmark.LANGUAGES}))
+    path.write_text(json.dumps(dict(
+        format='xmr-media-captions', version=1, dataset='synthetic_text_pairs', split='train',
+        media_type='text', languages=['en'], source_lang='en',
+        translation_langs=list(benchmark.LANGUAGES), items=items), ensure_ascii=False))
+    return path
+
+
+def loop_cfg(args: argparse.Namespace, work_dir: Path):
+    """The run's config: DASD's cross-lingual phase on the synthetic text pairs."""
+    from mmengine.config import Config
+
+    from xmr.engine.amp import enable_amp
+
+    cfg = Config.fromfile(REPO / 'configs/_base_/default_runtime.py')
+    schedule = Config.fromfile(REPO / 'configs/_base_/schedules/dasd_dynamic_phases.py')
+    loaders = Config.fromfile(REPO / 'configs/_base_/datasets/train_loaders.py')
+    model = benchmark.model_cfg(args.arch, None, False, str(work_dir / 'target_sp.model'),
+                                'dasd')
+    if args.compile:
+        model['compile'] = dict(mode=args.compile)
+    ann_file = write_text_pairs(work_dir / 'text_pairs.json', args.scenes)
+    loader = dict(loaders.text_train_dataloader, batch_size=args.batch_size,
+                  num_workers=args.workers, persistent_workers=args.workers > 0,
+                  dataset=dict(type='CaptionPairDataset', ann_file=str(ann_file),
+                               target_langs=list(benchmark.LANGUAGES)))
+    phase = dict(schedule.train_cfg.phases[0], iters=args.iters)
+    cfg.merge_from_dict(dict(
+        work_dir=str(work_dir), model=model, device=args.device,
+        train_dataloader=loader, text_train_dataloader=loader,
+        train_cfg=dict(schedule.train_cfg, phases=[phase], val_interval=0,
+                       validate_at_phase_end=False),
+        optim_wrapper=schedule.optim_wrapper,
+        # What the run would save after the last iteration is not what it is timed for.
+        default_hooks=dict(checkpoint=dict(interval=args.iters + 1, save_last=False,
+                                           save_best=None)),
+        custom_hooks=[hook for hook in cfg.custom_hooks
+                      if hook['type'] != 'WeightsOnlyCheckpointHook']))
+    if args.amp:
+        enable_amp(cfg)
+    return cfg
+
+
+def iteration_summary(times: Sequence[float], data_times: Sequence[float],
+                      widths: Sequence[int | None], warmup: int,
+                      paper_iters: int = PAPER_ITERS) -> dict[str, Any]:
+    """The figures of a run's iteration times in seconds (``train/time``, ``train/data_time``).
+
+    The one-off iterations are the first ``warmup`` and each that met a target width for the
+    first time (``widths``, ``None`` where unknown): a compiled model compiles for it, or
+    records a CUDA graph. The others are steady. The projected phase is this run's
+    iterations, then ``paper_iters`` less them at the steady mean.
+    """
+    one_off, seen = set(range(min(warmup, len(times)))), set()
+    for index, width in enumerate(widths):
+        if width is not None and width not in seen:
+            seen.add(width)
+            one_off.add(index)
+    steady = [t for index, t in enumerate(times) if index not in one_off]
+    if not steady:
+        raise ValueError(f'all {len(times)} iterations are one-off (the first {warmup}, and '
+                         'those that met a new width): run more iterations (--iters)')
+    mean = statistics.fmean(steady)
+    return dict(iterations=len(times), first_ms=1000 * times[0], one_off=len(one_off),
+                one_off_s=sum(times[index] for index in one_off),
+                median_ms=1000 * statistics.median(steady), mean_ms=1000 * mean,
+                data_median_ms=1000 * statistics.median(
+                    t for index, t in enumerate(data_times) if index not in one_off),
+                paper_phase_min=(sum(times) + (paper_iters - len(times)) * mean) / 60)
+
+
+class TargetWidths(Hook):
+    """Records each training batch's target width, as the loader's workers tokenised it.
+
+    A hook of the run (``before_train_iter``), it reads the batch's ``tokens`` and so costs the
+    iteration no tokenising; a loader without workers leaves the batch untokenised, and the
+    widths unknown.
+    """
+
+    priority = 'LOWEST'
+
+    def __init__(self) -> None:
+        self.widths: list[int | None] = []
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch: dict | None = None) -> None:
+        tokens = (data_batch or {}).get('tokens', {}).get('target_tokens')
+        self.widths.append(None if tokens is None else int(tokens['input_ids'].shape[1]))
+
+
+def report(figures: dict[str, Any], warmup: int) -> str:
+    """The run's figures in words."""
+    compiled = figures['compile'] != 'eager'
+    one_off = f'the first {warmup}' + (', each new target width' if compiled else '')
+    lines = [
+        f'{figures["iterations"]} iterations of DASD cross_lingual ({figures["arch"]}, batch '
+        f'{figures["batch_size"]}, {"bf16" if figures["amp"] else "fp32"}, {figures["compile"]}, '
+        f'{figures["workers"]} workers) on {figures["device"]}',
+        f'the first {figures["first_ms"]:.1f} ms; {figures["one_off"]} one-off iterations '
+        f'({one_off}) {figures["one_off_s"]:.1f} s',
+        f'the others: median {figures["median_ms"]:.2f} ms, mean {figures["mean_ms"]:.2f} ms, '
+        f'the loader\'s wait median {figures["data_median_ms"]:.2f} ms',
+        f'the paper\'s {PAPER_ITERS}-step phase projected: {figures["paper_phase_min"]:.1f} min',
+        f'train() {figures["train_s"]:.0f} s, building the feature cache included; target '
+        f'widths {figures["target_widths"]}']
+    if compiled:
+        lines.append('compiled: ' + ', '.join(f'{key} {figures[key]}' for key in
+                                               ('graphs', 'graph_breaks', 'recompiles',
+                                                'cudagraph_skips')))
+    return '\n'.join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--arch', default='ViT-B-32',
+                        help="open_clip architecture of the random towers, or 'tiny'")
+    parser.add_argument('--device', default='cuda')
+    parser.add_argument('--amp', action='store_true', help='bf16 autocast, as tools/train.py')
+    parser.add_argument('--compile', choices=['default', 'reduce-overhead'],
+                        help="the model's compile mode (none: eager)")
+    parser.add_argument('--iters', type=int, default=600)
+    parser.add_argument('--warmup', type=int, default=10,
+                        help='first iterations left out of the steady figures (besides each '
+                             'that meets a new target width)')
+    parser.add_argument('--batch-size', type=int, default=128)
+    parser.add_argument('--workers', type=int, default=2)
+    parser.add_argument('--scenes', type=int, default=20000,
+                        help='synthetic scenes: 4 pairs each')
+    parser.add_argument('--work-dir', help='default: a temporary directory')
+    parser.add_argument('--out', help='write the figures as JSON here')
+    args = parser.parse_args(argv)
+
+    from mmengine.runner import Runner
+
+    import xmr  # noqa: F401
+
+    work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix='loop_time_'))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    if args.compile:
+        import torch._dynamo
+
+        torch._dynamo.utils.counters.clear()
+    runner = Runner.from_cfg(loop_cfg(args, work_dir))
+    widths = TargetWidths()
+    runner.register_hook(widths)
+    started = time.perf_counter()
+    runner.train()
+    wall = time.perf_counter() - started
+    hub = runner.message_hub
+    times = hub.get_scalar('train/time').data[0].tolist()
+    data_times = hub.get_scalar('train/data_time').data[0].tolist()
+    figures = dict(arch=args.arch, device=args.device, amp=args.amp,
+                   compile=args.compile or 'eager', batch_size=args.batch_size,
+                   workers=args.workers, train_s=wall,
+                   # Eager code meets a new width as any other.
+                   **iteration_summary(times, data_times,
+                                       widths.widths if args.compile else [], args.warmup),
+                   target_widths=sorted({w for w in widths.widths if w is not None}),
+                   **(benchmark.compile_counts() if args.compile else {}))
+    print(report(figures, args.warmup))
+    if args.out:
+        Path(args.out).write_text(json.dumps(figures, indent=1))
+    return figures
+
+
+if __name__ == '__main__':
+    run_tool(main)
