@@ -8,6 +8,8 @@
 #   bash tools/gpu_check.sh [WHEELS [OUT]]   # on the GPU machine (defaults: .whl, gpu_report)
 #
 # Environment: PYTHON (python3), PYTHON_VERSION of the GPU machine for --download (3.12),
+# TIER_MARK (the tier's pytest marker expression, default "gpu"; "gpu and not slow" leaves out
+# the whole runs: about 1.5 minutes instead of 5.5),
 # BENCHMARK_ARGS (extra tools/benchmark.py arguments, e.g. "--cases cross_lingual"),
 # PROFILE_ARGS (the profiled rows; default: DASD cross_lingual and eval in bf16),
 # STAGES (default "tier bench profile host"; on an H200 the first three took about 5.5, 5 and
@@ -86,8 +88,8 @@ loop=skipped
 compiled_run=test_a_demo_run_compiled_as_cuda_graphs_reaches_the_eager_band
 set +e
 if [[ $stages == *" tier "* ]]; then
-    "$PYTHON" -m pytest -m gpu tests -q -rs -p no:cacheprovider --durations=10 "${parallel[@]}" \
-        -k "not $compiled_run" 2>&1 | tee "$out/gpu_tier.log"
+    "$PYTHON" -m pytest -m "${TIER_MARK:-gpu}" tests -q -rs -p no:cacheprovider --durations=10 \
+        "${parallel[@]}" -k "not $compiled_run" 2>&1 | tee "$out/gpu_tier.log"
     tier=${PIPESTATUS[0]}
 fi
 if [[ $stages == *" run "* ]]; then
@@ -136,7 +138,7 @@ set -e
     "$PYTHON" -c 'from importlib.metadata import version as v; print("- " + ", ".join(f"{n} {v(n)}" for n in ("sentencepiece", "mmengine", "open_clip_torch", "transformers", "timm")))'
     echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo
-    echo "## GPU tier (python -m pytest -m gpu tests): exit $tier"
+    echo "## GPU tier (python -m pytest -m \"${TIER_MARK:-gpu}\" tests): exit $tier"
     echo
     [ "$tier" = skipped ] || tail -n 15 "$out/gpu_tier.log" | sed 's/^/    /'
     echo
