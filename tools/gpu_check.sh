@@ -16,8 +16,9 @@
 # 1 minutes, so a lease with a 10-minute limit per command runs them as two calls: STAGES=tier,
 # then STAGES="bench profile host", each writing its part of the report; the stage "host",
 # under a minute, is tools/benchmarks/host_costs.py: the host's costs per trained tensor and
-# per module, apart from the step; the stage "compiled", not run by
-# default, times DASD's compiled step and evaluation beside the eager ones in bf16, COMPILE_ARGS
+# per module, apart from the step (HOST_ARGS="--compile reduce-overhead" adds the clip and the
+# AdamW step compiled and replayed as a CUDA graph); the stage "compiled", not run by default,
+# times DASD's compiled step and evaluation beside the eager ones in bf16, COMPILE_ARGS
 # changing its rows: about 5 minutes, most of it compiling; the stage "run", not run by default
 # either, is the tier's test of a whole run compiled as CUDA graphs, which the stage "tier"
 # leaves out: the shortened DASD demo, eager then compiled, their mAR and step times; about 5.5
@@ -112,7 +113,9 @@ if [[ $stages == *" profile "* ]]; then
     profiled=$?
 fi
 if [[ $stages == *" host "* ]]; then
-    "$PYTHON" tools/benchmarks/host_costs.py --device cuda 2>&1 | tee "$out/host_costs.log"
+    # shellcheck disable=SC2086
+    "$PYTHON" tools/benchmarks/host_costs.py --device cuda ${HOST_ARGS:-} 2>&1 \
+        | tee "$out/host_costs.log"
     host=${PIPESTATUS[0]}
 fi
 if [[ $stages == *" compiled "* ]]; then

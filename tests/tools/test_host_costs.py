@@ -46,3 +46,13 @@ def test_the_tiny_dasd_model_s_trained_tensors_are_timed_one_by_one_and_as_one(c
     assert results['train_ms'] > 0 and results['check_ms'] > 0
     out = capsys.readouterr().out
     assert 'training mode, ' in out and out.count('\n| ') == 5
+
+
+def test_the_compiled_step_takes_each_new_lr_without_compiling_again():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    shapes = [torch.Size([4, 4])] * 3 + [torch.Size([3])]
+    timed = host_costs.optimiser_part(shapes, 3, torch.device('cpu'), 'default')
+    assert timed['step'] > 0
+    assert timed['new_graphs'] == 0  # three calls, three lrs, the graphs of the warm-up

@@ -19,9 +19,11 @@ start; on a GPU a call returns once its kernels are queued, so its time is the h
   tensor either way), against the same over one tensor of their total size; at their own
   shapes, and shrunk to at most 4 per dimension, where what is left is the cost per tensor;
 - the backward into as many leaf tensors, shrunk, against one leaf of their total size;
-- with ``--compile``, the clip and the AdamW step compiled together by ``torch.compile``
-  (foreach AdamW, as compiled optimisers are traced) over the tensors at their own shapes; the
-  compiling (minutes on a CPU) is not timed.
+- with ``--compile [MODE]``, the clip and the AdamW step compiled together by ``torch.compile``
+  (foreach AdamW, as compiled optimisers are traced) over the tensors at their own shapes, the
+  lr a tensor set anew before each call as a loop sets it (a float lr would compile again at
+  each change); the compiling (minutes on a CPU) is not timed, and the graphs compiled
+  during the timed calls are counted (none: their lrs changed nothing of the graph).
 """
 from __future__ import annotations
 
@@ -76,15 +78,23 @@ def dasd_model(arch: str, device: torch.device) -> nn.Module:
 
 
 def optimiser_part(shapes: Sequence[torch.Size], reps: int, device: torch.device,
-                   compiled: bool = False) -> dict[str, float]:
+                   compile_mode: str | None = None) -> dict[str, float]:
     """ms of the clip, the AdamW step and ``zero_grad`` over fresh tensors of ``shapes`` with
-    random gradients (``compiled``: clip and step as one compiled call, as ``step``)."""
+    random gradients (``compile_mode``: clip and step as one call compiled in that
+    ``torch.compile`` mode, as ``step``)."""
     from xmr.engine.optim import fused_by_default
     from xmr.engine.optim_wrapper import OptimWrapper
 
     parameters = [nn.Parameter(torch.randn(shape, device=device) * 0.02) for shape in shapes]
     settings = dict(type='AdamW', lr=1e-5, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.2)
-    settings = dict(settings, foreach=True) if compiled else fused_by_default(settings, parameters)
+    if compile_mode:
+        # As a loop that sets the lr every iteration would need it: a float lr is a constant of
+        # the compiled graph, compiled again at each change; a tensor the loop fills is an
+        # input (torch's foreach AdamW takes one with its step counts on the device).
+        settings = dict(settings, foreach=True, capturable=True,
+                        lr=torch.tensor(1e-5, device=device))
+    else:
+        settings = fused_by_default(settings, parameters)
     settings.pop('type')
     optimizer = torch.optim.AdamW(parameters, **settings)
     grads = [torch.randn_like(p) * 1e-3 for p in parameters]
@@ -97,12 +107,22 @@ def optimiser_part(shapes: Sequence[torch.Size], reps: int, device: torch.device
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)
         optimizer.step()
 
-    if compiled:
-        step = torch.compile(clip_and_step)
-        for _ in range(3):  # compiles, then settles
+    if compile_mode:
+        from torch._dynamo.utils import counters
+
+        lrs = iter(torch.linspace(1e-5, 1e-6, reps + 3).tolist())
+
+        def next_iteration() -> None:
             set_grads()
+            settings['lr'].fill_(next(lrs))
+
+        step = torch.compile(clip_and_step, mode=compile_mode)
+        for _ in range(3):  # compiles (the first step, which makes the state, and the next)
+            next_iteration()
             step()
-        return dict(step=host_ms(step, reps, device, set_grads))
+        settled = counters['stats']['unique_graphs']
+        return dict(step=host_ms(step, reps, device, next_iteration),
+                    new_graphs=counters['stats']['unique_graphs'] - settled)
     wrapper = OptimWrapper(optimizer, clip_grad=dict(max_norm=1.0))
     set_grads()
     optimizer.step()  # the state exists from here on, as after a run's first step
@@ -135,8 +155,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--reps', type=int, default=20)
     parser.add_argument('--threads', type=int, help='torch CPU threads')
-    parser.add_argument('--compile', action='store_true',
-                        help='also time the clip and the step compiled together')
+    parser.add_argument('--compile', nargs='?', const='default', metavar='MODE',
+                        help="also time the clip and the step compiled together, in this "
+                             "torch.compile mode ('default'; 'reduce-overhead' replays them "
+                             'as a CUDA graph on a GPU)')
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -161,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         backward_leaves=backward_ms(len(shapes), one_small[0][0], args.reps, device),
         backward_one=backward_ms(1, one_small[0][0], args.reps, device))
     if args.compile:
-        results['compiled'] = optimiser_part(shapes, args.reps, device, compiled=True)
+        results['compiled'] = optimiser_part(shapes, args.reps, device, args.compile)
     name = torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'
     print(f'{args.arch}, DASD, {name} (torch {torch.__version__}, {torch.get_num_threads()} '
           f'threads), median of {args.reps}\n')
@@ -177,8 +199,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         part = results[key]
         print(f"| {label} | {part['clip']:.3f} | {part['step']:.3f} | {part['zero_grad']:.3f} |")
     if args.compile:
-        print(f"| their own shapes, clip and step compiled | {results['compiled']['step']:.3f} "
-              '(both) | | |')
+        print(f"| their own shapes, clip and step compiled ({args.compile}) | "
+              f"{results['compiled']['step']:.3f} "
+              f"(both; {results['compiled']['new_graphs']} graphs compiled for the timed calls' "
+              'new lrs) | | |')
     print(f"\nbackward into {results['tensors']} leaves {results['backward_leaves']:.3f} ms, "
           f"into one {results['backward_one']:.3f} ms (shrunk sizes)")
     return results
