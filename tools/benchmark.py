@@ -32,6 +32,9 @@ Paths (same model, same inputs, same seed):
               while a run's batches change their padded width, for which the compiled code
               is made dynamic and a CUDA graph recorded per width (see docs/benchmarks.md,
               "A compiled step")
+  ...+ca      (with --compiled-autograd) a compiled training row whose backward compiled
+              autograd traces and compiles whole, in the row's mode: the accumulation of each
+              gradient into its parameter inside the graph (optim_wrapper.compiled_autograd)
 
 Cases: cross_lingual (L_CL), cross_modal (L_CM, images), video (L_CM, 12-frame clips), eval
 (embedding a gallery batch and its English + German captions). The model has ViT-B/32 size with
@@ -89,6 +92,9 @@ PATHS = {'static': ('recompute', 'xmr', 'xmr+sparse', 'xmr-padded', 'xmr-packed'
          'dasd': ('authors', 'recompute', 'xmr')}
 #: ``torch.compile`` modes of ``--compile`` and the path of each.
 COMPILED_PATHS = {'default': 'xmr-compile', 'reduce-overhead': 'xmr-graphs'}
+#: The suffix of a compiled training row whose backward compiled autograd traces whole
+#: (``--compiled-autograd``).
+TRACED_BACKWARD = '+ca'
 #: The disentangler's losses at full scale (its own lambda1 = 1, lambda2 = 0.1 apply first).
 LOSS_WEIGHTS = {'static': dict(), 'dasd': dict(disentangler=1.0)}
 #: Steps of the paper's schedule at batch 128, for the projected wall time.
@@ -150,6 +156,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='comma-separated torch.compile modes, each adding a row per DASD '
                         f"case ({', '.join(f'{m}: {p}' for m, p in COMPILED_PATHS.items())}); "
                         'the first step of such a row compiles (its time is reported)')
+    parser.add_argument('--compiled-autograd', action='store_true',
+                        help=f'with --compile, add each compiled training row again with its '
+                        f'backward traced whole by compiled autograd, in the same mode (path '
+                        f'suffix {TRACED_BACKWARD}: xmr\'s optim_wrapper.compiled_autograd)')
     parser.add_argument('--one', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cuda = args.device.startswith('cuda')
@@ -299,7 +309,9 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     device = torch.device(spec['device'])
     case, path, method = spec['case'], spec['path'], spec.get('method', 'static')
     recompute = path in ('recompute', 'authors')
-    compile_mode = next((m for m, p in COMPILED_PATHS.items() if p == path), None)
+    traced_backward = path.endswith(TRACED_BACKWARD)
+    compile_mode = next((m for m, p in COMPILED_PATHS.items()
+                         if p == path.removesuffix(TRACED_BACKWARD)), None)
     if compile_mode:
         import torch._inductor.config
         # Eager's random draws, so that the shuffled negatives are the other paths'.
@@ -334,6 +346,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             wrapper_cfg['type'] = 'AutocastOptimWrapper'
         if path == 'authors':
             wrapper_cfg['optimizer'].update(foreach=False, fused=False)
+        if traced_backward:
+            wrapper_cfg['compiled_autograd'] = dict(mode=compile_mode)
         wrapper = OPTIM_WRAPPER_CONSTRUCTORS.build(dict(
             type='PhasedOptimWrapperConstructor', optim_wrapper_cfg=wrapper_cfg))(model)
     frozen_casts = FrozenWeightCasts()
@@ -675,7 +689,10 @@ def rows_to_run(args: argparse.Namespace) -> list[dict[str, Any]]:
         for case in args.cases.split(','):
             chosen = paths if case == 'cross_lingual' else paths[:paths.index('xmr') + 1]
             if method == 'dasd':
-                chosen += tuple(COMPILED_PATHS[mode] for mode in args.compile.split(',') if mode)
+                compiled = tuple(COMPILED_PATHS[mode] for mode in args.compile.split(',') if mode)
+                traced = case != 'eval' and args.compiled_autograd
+                chosen += compiled + (tuple(p + TRACED_BACKWARD for p in compiled) if traced
+                                      else ())
             for precision in precisions:
                 specs.extend(dict(method=method, case=case, path=path, precision=precision)
                              for path in chosen)
@@ -731,7 +748,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     """One line per xmr row (speed-up and its target), then the paper's schedule projected."""
     lines = []
     for row in rows:
-        if row['path'] not in ('xmr', *COMPILED_PATHS.values()):
+        if row['path'].removesuffix(TRACED_BACKWARD) not in ('xmr', *COMPILED_PATHS.values()):
             continue
         method = row.get('method', 'static')
         target = TARGETS.get((method, row['case']))

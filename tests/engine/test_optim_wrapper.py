@@ -45,3 +45,54 @@ def test_a_run_logs_the_norms_mmengine_s_wrapper_logs(tmp_path):
     assert len(norms) == len(losses) > 0
     assert norms == pytest.approx(reference_norms, rel=1e-6)
     assert losses == pytest.approx(reference_losses, rel=1e-6)
+
+
+def test_compiled_autograd_traces_the_backward_once_and_trains_as_autograd_s_engine():
+    """DASD's compiled losses, three steps on one batch: the backward traced whole (compiled
+    autograd) gives the losses and weights of autograd's engine, bit for bit under AOTAutograd's
+    eager graphs, and is traced at the first step only."""
+    from torch._dynamo.utils import counters
+
+    from tests.configs.test_dasd_configs import batch
+    from tests.models.retrievers.test_compiled_losses import TRACED, dasd
+
+    langs = ['de', 'fr', 'cs', 'de']
+    runs = {}
+    for compiled_autograd in (None, TRACED):
+        model = dasd(TRACED)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        wrapper = OptimWrapper(torch.optim.AdamW(trained, lr=1e-2), clip_grad=dict(max_norm=1.0),
+                               compiled_autograd=compiled_autograd)
+        torch._dynamo.reset()
+        counters.clear()
+        losses = []
+        for _ in range(3):
+            torch.manual_seed(1)  # the discriminator's shuffled negatives
+            losses.append(float(model.train_step(dict(batch(langs), lang=langs), wrapper)['loss']))
+        weights = [p.detach().clone() for p in trained]
+        runs[compiled_autograd is not None] = (losses, weights,
+                                               counters['compiled_autograd']['captures'])
+    (engine_losses, engine_weights, untraced), (losses, weights, captures) = runs[False], runs[True]
+    assert (untraced, captures) == (0, 1)
+    assert losses == engine_losses and engine_losses[2] != engine_losses[0]
+    for mine, reference in zip(weights, engine_weights, strict=True):
+        torch.testing.assert_close(mine, reference, rtol=0, atol=0)
+
+
+def test_compiled_autograd_is_refused_where_it_cannot_trace(monkeypatch):
+    from xmr.engine import optim_wrapper as module
+    from xmr.engine.optim import HybridOptimizer
+
+    weight, table = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3, 2))
+    with pytest.raises(ValueError, match='must be a dict of torch.compile options'):
+        OptimWrapper(torch.optim.SGD([weight], lr=1.0), compiled_autograd='reduce-overhead')
+    hybrid = HybridOptimizer(torch.optim.AdamW([weight]), torch.optim.SparseAdam([table]))
+    with pytest.raises(ValueError, match='sparse gradients of an embedding table'):
+        OptimWrapper(hybrid, compiled_autograd=dict(backend='eager'))
+    wrapper = OptimWrapper(torch.optim.SGD([weight], lr=1.0),
+                           compiled_autograd=dict(backend='eager'))
+    monkeypatch.setattr(module.dist, 'is_initialized', lambda: True)
+    monkeypatch.setattr(module.dist, 'get_world_size', lambda: 2)
+    with pytest.raises(RuntimeError, match='traces no DDP gradient hook'):
+        wrapper.backward((weight * 2).sum())
+    assert weight.grad is None

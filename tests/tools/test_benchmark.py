@@ -263,6 +263,12 @@ def test_compiled_rows_are_dasd_rows_of_each_mode():
     assert len(paths) == 2 * 2 + 3 * 2 + 4  # static, dasd (authors path first), compiled
     with pytest.raises(SystemExit):
         benchmark.parse_args(['--compile', 'max-autotune'])
+    # With the backward traced too: each compiled training row again, never an eval row.
+    traced = benchmark.parse_args(['--methods', 'dasd', '--cases', 'cross_lingual,eval',
+                                   '--compile', 'reduce-overhead', '--compiled-autograd'])
+    assert [s['path'] for s in benchmark.rows_to_run(traced)] == [
+        'authors', 'recompute', 'xmr', 'xmr-graphs', 'xmr-graphs+ca',
+        'authors', 'recompute', 'xmr', 'xmr-graphs']
 
 
 def test_arch_covers_siglip2_and_the_xlmr_clip():

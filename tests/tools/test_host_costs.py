@@ -56,3 +56,17 @@ def test_the_compiled_step_takes_each_new_lr_without_compiling_again():
     timed = host_costs.optimiser_part(shapes, 3, torch.device('cpu'), 'default')
     assert timed['step'] > 0
     assert timed['new_graphs'] == 0  # three calls, three lrs, the graphs of the warm-up
+
+
+def test_compiled_autograd_traces_the_backward_into_the_leaves_once():
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    assert host_costs.backward_ms(8, 16, 2, torch.device('cpu'), 'default') > 0
+    assert counters['compiled_autograd']['captures'] == 0  # the engine accumulates
+    # Three calls to settle and two timed, one trace: the leaves' accumulation is in its graph.
+    assert host_costs.backward_ms(8, 16, 2, torch.device('cpu'), 'default',
+                                  compiled_autograd=True) > 0
+    assert counters['compiled_autograd']['captures'] == 1

@@ -23,7 +23,10 @@ start; on a GPU a call returns once its kernels are queued, so its time is the h
   (foreach AdamW, as compiled optimisers are traced) over the tensors at their own shapes, the
   lr a tensor set anew before each call as a loop sets it (a float lr would compile again at
   each change); the compiling (minutes on a CPU) is not timed, and the graphs compiled
-  during the timed calls are counted (none: their lrs changed nothing of the graph).
+  during the timed calls are counted (none: their lrs changed nothing of the graph); and the
+  backward into as many leaves after a forward compiled in the same mode, by autograd's engine
+  (one ``AccumulateGrad`` per leaf, as in xmr's compiled step) and traced by compiled autograd
+  (the accumulation compiled with the rest of the backward).
 """
 from __future__ import annotations
 
@@ -131,18 +134,46 @@ def optimiser_part(shapes: Sequence[torch.Size], reps: int, device: torch.device
                 zero_grad=host_ms(optimizer.zero_grad, reps, device, set_grads))
 
 
-def backward_ms(leaves: int, numel: int, reps: int, device: torch.device) -> float:
-    """ms of a backward into ``leaves`` leaf tensors of ``numel`` elements in all."""
+def backward_ms(leaves: int, numel: int, reps: int, device: torch.device,
+                compile_mode: str | None = None, compiled_autograd: bool = False) -> float:
+    """ms of a backward into ``leaves`` leaf tensors of ``numel`` elements in all.
+
+    ``compile_mode``: the forward compiled in that ``torch.compile`` mode, so that the backward
+    is its compiled graph followed by autograd's accumulation into each leaf, as in a compiled
+    step; with ``compiled_autograd``, the whole backward, accumulation included, is traced by
+    compiled autograd and compiled in that mode too.
+    """
     sizes = [numel // leaves + (i < numel % leaves) for i in range(leaves)]
     parameters = [nn.Parameter(torch.zeros(size, device=device)) for size in sizes]
     loss = []
 
+    def total() -> torch.Tensor:
+        return torch.cat(parameters).sum()
+
+    if compile_mode:
+        total = torch.compile(total, mode=compile_mode)
+
     def forward() -> None:
         for parameter in parameters:
             parameter.grad = None
-        loss[:] = [torch.cat(parameters).sum()]
+        loss[:] = [total()]
 
-    return host_ms(lambda: loss[0].backward(), reps, device, forward)
+    if compiled_autograd:
+        from torch._dynamo import compiled_autograd as tracer
+
+        compiler = torch.compile(mode=compile_mode)
+
+        def backward() -> None:
+            with tracer._enable(compiler):
+                loss[0].backward()
+    else:
+        def backward() -> None:
+            loss[0].backward()
+
+    for _ in range(3):  # compiles, then settles
+        forward()
+        backward()
+    return host_ms(backward, reps, device, forward)
 
 
 def shrunk(shape: torch.Size) -> torch.Size:
@@ -184,6 +215,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         backward_one=backward_ms(1, one_small[0][0], args.reps, device))
     if args.compile:
         results['compiled'] = optimiser_part(shapes, args.reps, device, args.compile)
+        results['backward_compiled'] = backward_ms(len(shapes), one_small[0][0], args.reps,
+                                                   device, args.compile)
+        results['backward_compiled_autograd'] = backward_ms(
+            len(shapes), one_small[0][0], args.reps, device, args.compile, compiled_autograd=True)
     name = torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'
     print(f'{args.arch}, DASD, {name} (torch {torch.__version__}, {torch.get_num_threads()} '
           f'threads), median of {args.reps}\n')
@@ -205,6 +240,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
               'new lrs) | | |')
     print(f"\nbackward into {results['tensors']} leaves {results['backward_leaves']:.3f} ms, "
           f"into one {results['backward_one']:.3f} ms (shrunk sizes)")
+    if args.compile:
+        print(f"the forward compiled ({args.compile}): backward into {results['tensors']} leaves "
+              f"{results['backward_compiled']:.3f} ms, by autograd's engine; "
+              f"{results['backward_compiled_autograd']:.3f} ms traced by compiled autograd "
+              '(the accumulation into the leaves compiled with the rest)')
     return results
 
 

@@ -79,10 +79,7 @@ class AutocastOptimWrapper(OptimWrapper):
             yield
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        if self.scaler is not None:
-            loss = self.scaler.scale(loss)
-        loss.backward(**kwargs)
-        self._inner_count += 1
+        super().backward(loss if self.scaler is None else self.scaler.scale(loss), **kwargs)
 
     def step(self, **kwargs: Any) -> None:
         if self.scaler is None:
