@@ -102,6 +102,8 @@ def loop_cfg(args: argparse.Namespace, work_dir: Path):
                                            save_best=None)),
         custom_hooks=[hook for hook in cfg.custom_hooks
                       if hook['type'] != 'WeightsOnlyCheckpointHook']))
+    if args.compiled_autograd:
+        cfg.optim_wrapper.compiled_autograd = dict(mode=args.compile)
     if args.amp:
         enable_amp(cfg)
     return cfg
@@ -159,7 +161,8 @@ def report(figures: dict[str, Any], warmup: int) -> str:
     one_off = f'the first {warmup}' + (', each new target width' if compiled else '')
     lines = [
         f'{figures["iterations"]} iterations of DASD cross_lingual ({figures["arch"]}, batch '
-        f'{figures["batch_size"]}, {"bf16" if figures["amp"] else "fp32"}, {figures["compile"]}, '
+        f'{figures["batch_size"]}, {"bf16" if figures["amp"] else "fp32"}, {figures["compile"]}'
+        f'{" with the backward traced" if figures["compiled_autograd"] else ""}, '
         f'{figures["workers"]} workers) on {figures["device"]}',
         f'the first {figures["first_ms"]:.1f} ms; {figures["one_off"]} one-off iterations '
         f'({one_off}) {figures["one_off_s"]:.1f} s',
@@ -183,6 +186,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument('--amp', action='store_true', help='bf16 autocast, as tools/train.py')
     parser.add_argument('--compile', choices=['default', 'reduce-overhead'],
                         help="the model's compile mode (none: eager)")
+    parser.add_argument('--compiled-autograd', action='store_true',
+                        help="with --compile, the backward traced whole too, in the same mode "
+                             '(optim_wrapper.compiled_autograd)')
     parser.add_argument('--iters', type=int, default=600)
     parser.add_argument('--warmup', type=int, default=10,
                         help='first iterations left out of the steady figures (besides each '
@@ -194,6 +200,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument('--work-dir', help='default: a temporary directory')
     parser.add_argument('--out', help='write the figures as JSON here')
     args = parser.parse_args(argv)
+    if args.compiled_autograd and not args.compile:
+        parser.error('--compiled-autograd compiles the backward in the mode of --compile: '
+                     'give one')
 
     from mmengine.runner import Runner
 
@@ -215,7 +224,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     times = hub.get_scalar('train/time').data[0].tolist()
     data_times = hub.get_scalar('train/data_time').data[0].tolist()
     figures = dict(arch=args.arch, device=args.device, amp=args.amp,
-                   compile=args.compile or 'eager', batch_size=args.batch_size,
+                   compile=args.compile or 'eager', compiled_autograd=args.compiled_autograd,
+                   batch_size=args.batch_size,
                    workers=args.workers, train_s=wall,
                    # Eager code meets a new width as any other.
                    **iteration_summary(times, data_times,
