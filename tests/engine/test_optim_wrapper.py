@@ -91,8 +91,7 @@ def test_compiled_autograd_is_refused_where_it_cannot_trace(monkeypatch):
         OptimWrapper(hybrid, compiled_autograd=dict(backend='eager'))
     wrapper = OptimWrapper(torch.optim.SGD([weight], lr=1.0),
                            compiled_autograd=dict(backend='eager'))
-    monkeypatch.setattr(module.dist, 'is_initialized', lambda: True)
-    monkeypatch.setattr(module.dist, 'get_world_size', lambda: 2)
+    monkeypatch.setattr(module, 'is_distributed', lambda: True)
     with pytest.raises(RuntimeError, match='traces no DDP gradient hook'):
         wrapper.backward((weight * 2).sum())
     assert weight.grad is None

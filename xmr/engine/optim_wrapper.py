@@ -6,7 +6,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
-import torch.distributed as dist
+from mmengine.dist import is_distributed
 from mmengine.optim import OptimWrapper as MMEngineOptimWrapper
 
 from xmr.engine.optim import HybridOptimizer
@@ -31,7 +31,7 @@ class OptimWrapper(MMEngineOptimWrapper):
     ``mode='reduce-overhead'``), where autograd's engine otherwise runs one ``AccumulateGrad``
     node per trained tensor on the host (240 in DASD's step at ViT-B/32). The arithmetic is
     the same; a new structure of the autograd graph (another phase's losses) is traced again.
-    Single-process runs only: DDP's gradient hooks are not traced.
+    Runs without a launcher only: DDP's gradient hooks are not traced.
 
     Args:
         compiled_autograd: ``torch.compile`` options for the traced backward (``mode``,
@@ -59,11 +59,12 @@ class OptimWrapper(MMEngineOptimWrapper):
         """Where :meth:`backward` runs: compiled autograd's tracing with ``compiled_autograd``.
 
         Raises:
-            RuntimeError: ``compiled_autograd`` in a run of several processes.
+            RuntimeError: ``compiled_autograd`` in a distributed run (a launcher's, whose model
+                DDP wraps even in one process).
         """
         if self._backward_compiler is None:
             return nullcontext()
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if is_distributed():
             raise RuntimeError('optim_wrapper.compiled_autograd traces no DDP gradient hook: '
                                'drop it for distributed runs')
         from torch._dynamo import compiled_autograd as tracer
