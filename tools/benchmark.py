@@ -300,7 +300,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     from xmr.datasets.collate import retrieval_collate
     from xmr.engine.feature_cache import CachedFeatureDataset
     from xmr.engine.frozen_casts import FrozenWeightCasts
-    from xmr.engine.loops import ensure_train_mode
+    from xmr.engine.loops import ensure_train_mode, read_to_host
     from xmr.engine.worker_tokens import TokenizingCollate
     from xmr.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 
@@ -376,14 +376,14 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 
     trained_modules = None
 
-    def train(batch: dict[str, Any]) -> torch.Tensor:
+    def train(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         nonlocal trained_modules
         # As PhasedTrainLoop does before each iteration.
         trained_modules = ensure_train_mode(model, trained_modules)
-        loss = model.train_step(batch, wrapper)['loss']
+        outputs = model.train_step(batch, wrapper)
         if authors_extra is not None:
             authors_extra.update_discriminator()
-        return loss
+        return outputs
 
     def step() -> float | None:
         with parts.part('data'):
@@ -397,12 +397,13 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                     amp.enter_context(frozen_casts.swapped_into(model))
                 model.val_step(batch)
             return None
-        loss = train(batch)
-        # As the loop does: the losses read (the step's one wait), then the norm logged.
+        outputs = train(batch)
+        # As the loop does: the losses and the norm read in one copy (the step's one wait), then
+        # the norm logged.
         with parts.part('wait'):
-            value = float(loss.detach())
+            outputs, wrapper.pending_norm = read_to_host(outputs, wrapper.pending_norm)
             wrapper.log_pending_norm()
-        return value
+        return float(outputs['loss'])
 
     if wrapper is None:
         model.eval()

@@ -17,6 +17,7 @@ import xmr  # noqa: F401
 from tests.conftest import tiny_retriever_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.feature_cache import FeatureCache
+from xmr.engine.loops import read_to_host
 from xmr.engine.phases import phase_lr_factor
 from xmr.registry import HOOKS
 
@@ -244,6 +245,23 @@ def test_the_model_is_put_in_training_mode_only_when_a_module_left_it(tmp_path, 
     # At each phase's first iteration (0, 4, 12: a phase changes what trains) and after the
     # hook's eval() at iteration 9; not at the other 12 iterations, as MMEngine's loops do.
     assert calls == [0, 4, 10, 12]
+
+
+def test_the_losses_and_the_norm_reach_the_host_in_one_copy(monkeypatch):
+    outputs = dict(loss=torch.tensor(1.5), loss_cl=torch.tensor([2.25], dtype=torch.bfloat16),
+                   steps=torch.tensor(3), embeddings=torch.ones(2, 2))
+    copies = []
+    cpu = torch.Tensor.cpu
+    monkeypatch.setattr(torch.Tensor, 'cpu', lambda tensor: copies.append(tensor.shape)
+                        or cpu(tensor))
+    host, norm = read_to_host(outputs, torch.tensor(0.75))
+    assert copies == [torch.Size([4])]  # the three losses and the norm, stacked
+    assert norm.item() == 0.75 and norm.dtype == torch.float32
+    for name in ('loss', 'loss_cl', 'steps'):
+        assert (host[name].dtype, host[name].shape) == (outputs[name].dtype, outputs[name].shape)
+        assert host[name].item() == outputs[name].item()
+    assert host['embeddings'] is outputs['embeddings']  # not a logged scalar: left as it is
+    assert read_to_host({}, None) == ({}, None)
 
 
 # ------------------------------------------------------------------ epochs and dataloader keys

@@ -8,10 +8,14 @@ import os
 import statistics
 import subprocess
 import sys
+import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from mmengine.runner import Runner
 
 from tests.conftest import REPO
 from tests.engine.test_loops import make_cfg, train
@@ -55,6 +59,51 @@ def test_resume_on_the_accelerator_repeats_the_uninterrupted_run(accelerator, tm
         assert mine['lrs'] == pytest.approx(reference['lrs'])
         # Looser than the CPU test's 1e-5: CUDA's embedding backward sums with atomics.
         assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-4, abs=1e-6)
+
+
+def synchronisations(call: Callable[[], Any]) -> tuple[Any, int]:
+    """``call()``'s result and how many times it made the host wait for the device, not
+    counting those of calls inside it that count their own."""
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        torch.cuda.set_sync_debug_mode('warn')
+        try:
+            result = call()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    return result, sum('synchroniz' in str(warning.message) for warning in caught)
+
+
+def test_an_iteration_of_the_loop_waits_for_the_device_once_beyond_its_step(accelerator,
+                                                                              tmp_path,
+                                                                              monkeypatch):
+    """The loop reads the losses and the gradients' norm in one copy (``read_to_host``); the
+    non-finite check, the norm's log and the hooks (the test's own reads every loss) read the
+    host's copies. What the model's ``train_step`` waits for is counted apart."""
+    if accelerator.type != 'cuda':
+        pytest.skip("counting the device's synchronisations needs CUDA")
+    cfg = make_cfg(tmp_path)
+    cfg.default_hooks.checkpoint.save_last = False  # a checkpoint's copies are not the loop's
+    runner = Runner.from_cfg(cfg)
+    loop, model = runner.train_loop, runner.model
+    run_iter, train_step = loop.run_iter, model.train_step
+    in_loop, in_steps = [], []
+
+    def counted_step(*args, **kwargs):
+        outputs, count = synchronisations(lambda: train_step(*args, **kwargs))
+        in_steps.append(count)
+        return outputs
+
+    def counted_iter(data_batch):
+        in_loop.append(synchronisations(lambda: run_iter(data_batch))[1])
+
+    monkeypatch.setattr(model, 'train_step', counted_step)
+    monkeypatch.setattr(loop, 'run_iter', counted_iter)
+    runner.train()
+    assert len(in_loop) == len(in_steps) == 16
+    assert in_loop == [1] * 16, f'waits per iteration beyond train_step: {in_loop}'
+    print(f"train_step's own waits per iteration: {in_steps}")
 
 
 def start_demo(work_dir: Path, env: dict[str, str],

@@ -1,6 +1,7 @@
 """The phased training loop: ordered alignment phases on one global iteration counter."""
 from __future__ import annotations
 
+import functools
 import os
 import os.path as osp
 from collections.abc import Iterator, Mapping, Sequence
@@ -157,6 +158,31 @@ def ensure_train_mode(model: torch.nn.Module,
     return modules
 
 
+def read_to_host(outputs: Mapping[str, Any], norm: torch.Tensor | None = None
+                 ) -> tuple[dict[str, Any], torch.Tensor | None]:
+    """The iteration's one read of the device: every one-element tensor of ``outputs`` (the
+    logged losses) and the gradients' ``norm``, copied to the host in one copy.
+
+    Read one by one, each value would be its own copy and wait (``float()`` in the non-finite
+    check, ``.item()`` in MMEngine's ``RuntimeInfoHook``, the norm's log); on a GPU each is a
+    synchronisation. The copies keep their dtypes and shapes, so hooks still receive tensors.
+
+    Returns:
+        ``outputs`` with each such tensor replaced by its host copy, and the norm's copy.
+    """
+    names = [name for name, value in outputs.items()
+             if isinstance(value, torch.Tensor) and value.numel() == 1]
+    tensors = [outputs[name] for name in names] + ([] if norm is None else [norm])
+    if not tensors:
+        return dict(outputs), norm
+    # A dtype that holds every value exactly (fp32 holds bf16 and fp16; fp64 where one is).
+    dtype = functools.reduce(torch.promote_types, (t.dtype for t in tensors), torch.float32)
+    device = tensors[0].device
+    values = torch.stack([t.detach().reshape(()).to(device, dtype) for t in tensors]).cpu()
+    copies = [value.to(t.dtype).reshape(t.shape) for value, t in zip(values, tensors)]
+    return dict(outputs, **dict(zip(names, copies))), None if norm is None else copies[-1]
+
+
 @LOOPS.register_module()
 class PhasedTrainLoop(BaseLoop):
     """Runs the configured phases in order on one global iteration counter.
@@ -179,8 +205,10 @@ class PhasedTrainLoop(BaseLoop):
     (:meth:`Phase.from_config`), ``lr_mult`` groups and the data's languages when ``run``
     starts. A non-finite loss stops training before the iteration's hooks run
     (:class:`~xmr.engine.divergence.DivergenceMonitor`). Reading the losses for that check is
-    the step's one wait for the device: xmr's optimiser wrappers
-    (:class:`~xmr.engine.optim_wrapper.OptimWrapper`) log the gradients' norm after it.
+    the step's one wait for the device, and its one copy to the host: the losses and the
+    gradients' norm that xmr's optimiser wrappers keep
+    (:class:`~xmr.engine.optim_wrapper.OptimWrapper`) come together (:func:`read_to_host`), and
+    the check, the norm's log and the hooks read the host's copies.
 
     Args:
         runner: the MMEngine runner.
@@ -464,9 +492,11 @@ class PhasedTrainLoop(BaseLoop):
         self.runner.call_hook('before_train_iter', batch_idx=self._iter, data_batch=data_batch)
         optim_wrapper = self.runner.optim_wrapper
         outputs = self.runner.model.train_step(data_batch, optim_wrapper=optim_wrapper)
+        keeps_norm = isinstance(optim_wrapper, OptimWrapper)
+        outputs, norm = read_to_host(outputs, optim_wrapper.pending_norm if keeps_norm else None)
         finite = self.divergence.check(outputs, self.current_phase.name, self._iter + 1)
-        # After the check, which read the losses: the norm is ready, reading it waits no more.
-        if isinstance(optim_wrapper, OptimWrapper):
+        if keeps_norm:
+            optim_wrapper.pending_norm = norm
             optim_wrapper.log_pending_norm(log=finite)
         if finite:
             self.runner.call_hook('after_train_iter', batch_idx=self._iter,
