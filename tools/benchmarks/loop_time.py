@@ -169,8 +169,10 @@ def report(figures: dict[str, Any], warmup: int) -> str:
         f'the others: median {figures["median_ms"]:.2f} ms, mean {figures["mean_ms"]:.2f} ms, '
         f'the loader\'s wait median {figures["data_median_ms"]:.2f} ms',
         f'the paper\'s {PAPER_ITERS}-step phase projected: {figures["paper_phase_min"]:.1f} min',
-        f'train() {figures["train_s"]:.0f} s, building the feature cache included; target '
-        f'widths {figures["target_widths"]}']
+        f'train() {figures["train_s"]:.0f} s, building the feature cache included'
+        + ('' if figures['peak_mib'] is None else
+           f', the device\'s peak {figures["peak_mib"]:.0f} MiB allocated')
+        + f'; target widths {figures["target_widths"]}']
     if compiled:
         lines.append('compiled: ' + ', '.join(f'{key} {figures[key]}' for key in
                                                ('graphs', 'graph_breaks', 'recompiles',
@@ -217,16 +219,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     runner = Runner.from_cfg(loop_cfg(args, work_dir))
     widths = TargetWidths()
     runner.register_hook(widths)
+    import torch
+
+    cuda = torch.device(args.device).type == 'cuda'
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(args.device)
     started = time.perf_counter()
     runner.train()
     wall = time.perf_counter() - started
+    peak = torch.cuda.max_memory_allocated(args.device) / 2 ** 20 if cuda else None
     hub = runner.message_hub
     times = hub.get_scalar('train/time').data[0].tolist()
     data_times = hub.get_scalar('train/data_time').data[0].tolist()
     figures = dict(arch=args.arch, device=args.device, amp=args.amp,
                    compile=args.compile or 'eager', compiled_autograd=args.compiled_autograd,
-                   batch_size=args.batch_size,
-                   workers=args.workers, train_s=wall,
+                   batch_size=args.batch_size, workers=args.workers, train_s=wall,
+                   peak_mib=peak,
                    # Eager code meets a new width as any other.
                    **iteration_summary(times, data_times,
                                        widths.widths if args.compile else [], args.warmup),
