@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from mmengine.hooks import Hook
 
 from xmr.utils.cli import run_tool
@@ -207,20 +208,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                      'give one')
 
     from mmengine.runner import Runner
+    from torch._dynamo.utils import counters
 
     import xmr  # noqa: F401
 
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix='loop_time_'))
     work_dir.mkdir(parents=True, exist_ok=True)
-    if args.compile:
-        import torch._dynamo
-
-        torch._dynamo.utils.counters.clear()
+    counters.clear()  # the compiled run's graphs, breaks and recompilations are this run's
     runner = Runner.from_cfg(loop_cfg(args, work_dir))
     widths = TargetWidths()
     runner.register_hook(widths)
-    import torch
-
     cuda = torch.device(args.device).type == 'cuda'
     if cuda:
         torch.cuda.reset_peak_memory_stats(args.device)
