@@ -143,6 +143,8 @@ def backward_ms(leaves: int, numel: int, reps: int, device: torch.device,
     step; with ``compiled_autograd``, the whole backward, accumulation included, is traced by
     compiled autograd and compiled in that mode too.
     """
+    from xmr.engine.optim_wrapper import OptimWrapper
+
     sizes = [numel // leaves + (i < numel % leaves) for i in range(leaves)]
     parameters = [nn.Parameter(torch.zeros(size, device=device)) for size in sizes]
     loss = []
@@ -158,17 +160,12 @@ def backward_ms(leaves: int, numel: int, reps: int, device: torch.device,
             parameter.grad = None
         loss[:] = [total()]
 
-    if compiled_autograd:
-        from torch._dynamo import compiled_autograd as tracer
+    # The backward as a step runs it, through xmr's wrapper (traced whole with compiled_autograd).
+    wrapper = OptimWrapper(torch.optim.SGD(parameters, lr=0.0), compiled_autograd=(
+        dict(mode=compile_mode) if compiled_autograd else None))
 
-        compiler = torch.compile(mode=compile_mode)
-
-        def backward() -> None:
-            with tracer._enable(compiler):
-                loss[0].backward()
-    else:
-        def backward() -> None:
-            loss[0].backward()
+    def backward() -> None:
+        wrapper.backward(loss[0])
 
     for _ in range(3):  # compiles, then settles
         forward()
