@@ -47,34 +47,43 @@ def test_a_run_logs_the_norms_mmengine_s_wrapper_logs(tmp_path):
     assert losses == pytest.approx(reference_losses, rel=1e-6)
 
 
+def three_dasd_steps(compile: dict, compiled_autograd: dict | None,
+                     device: torch.device | str = 'cpu'
+                     ) -> tuple[torch.Tensor, list[torch.Tensor], int]:
+    """DASD's losses, compiled with ``compile``, trained three steps on one batch through xmr's
+    wrapper with ``compiled_autograd``: the losses ``[3]`` and the trained weights, on the CPU,
+    and how many times compiled autograd traced the backward."""
+    from torch._dynamo.utils import counters
+
+    from tests.configs.test_dasd_configs import batch
+    from tests.models.retrievers.test_compiled_losses import dasd
+
+    langs = ['de', 'fr', 'cs', 'de']
+    model = dasd(compile).to(device)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    wrapper = OptimWrapper(torch.optim.AdamW(trained, lr=1e-2), clip_grad=dict(max_norm=1.0),
+                           compiled_autograd=compiled_autograd)
+    torch._dynamo.reset()
+    counters.clear()
+    losses = []
+    for _ in range(3):
+        torch.manual_seed(1)  # the discriminator's shuffled negatives
+        losses.append(model.train_step(dict(batch(langs), lang=langs), wrapper)['loss'].detach())
+    return (torch.stack(losses).cpu(), [p.detach().cpu() for p in trained],
+            counters['compiled_autograd']['captures'])
+
+
 def test_compiled_autograd_traces_the_backward_once_and_trains_as_autograd_s_engine():
     """DASD's compiled losses, three steps on one batch: the backward traced whole (compiled
     autograd) gives the losses and weights of autograd's engine, bit for bit under AOTAutograd's
     eager graphs, and is traced at the first step only."""
-    from torch._dynamo.utils import counters
+    from tests.models.retrievers.test_compiled_losses import TRACED
 
-    from tests.configs.test_dasd_configs import batch
-    from tests.models.retrievers.test_compiled_losses import TRACED, dasd
-
-    langs = ['de', 'fr', 'cs', 'de']
-    runs = {}
-    for compiled_autograd in (None, TRACED):
-        model = dasd(TRACED)
-        trained = [p for p in model.parameters() if p.requires_grad]
-        wrapper = OptimWrapper(torch.optim.AdamW(trained, lr=1e-2), clip_grad=dict(max_norm=1.0),
-                               compiled_autograd=compiled_autograd)
-        torch._dynamo.reset()
-        counters.clear()
-        losses = []
-        for _ in range(3):
-            torch.manual_seed(1)  # the discriminator's shuffled negatives
-            losses.append(float(model.train_step(dict(batch(langs), lang=langs), wrapper)['loss']))
-        weights = [p.detach().clone() for p in trained]
-        runs[compiled_autograd is not None] = (losses, weights,
-                                               counters['compiled_autograd']['captures'])
-    (engine_losses, engine_weights, untraced), (losses, weights, captures) = runs[False], runs[True]
+    engine_losses, engine_weights, untraced = three_dasd_steps(TRACED, None)
+    losses, weights, captures = three_dasd_steps(TRACED, TRACED)
     assert (untraced, captures) == (0, 1)
-    assert losses == engine_losses and engine_losses[2] != engine_losses[0]
+    torch.testing.assert_close(losses, engine_losses, rtol=0, atol=0)
+    assert engine_losses[2] != engine_losses[0]
     for mine, reference in zip(weights, engine_weights, strict=True):
         torch.testing.assert_close(mine, reference, rtol=0, atol=0)
 

@@ -189,30 +189,13 @@ def test_a_dasd_backward_traced_whole_as_cuda_graphs_trains_as_autograd_s_engine
     ``compile``: the backward, each gradient's accumulation into its parameter included, traced
     once and replayed as a CUDA graph, trains three steps as autograd's engine does."""
     import torch._inductor.config
-    from torch._dynamo.utils import counters
 
-    from xmr.engine.optim_wrapper import OptimWrapper
+    from tests.engine.test_optim_wrapper import three_dasd_steps
 
     graphs = dict(mode='reduce-overhead')
-    langs = ['de', 'fr', 'cs', 'de']
-    runs = {}
     with torch._inductor.config.patch(fallback_random=True):
-        for compiled_autograd in (None, graphs):
-            model = dasd(graphs).to(accelerator)
-            trained = [p for p in model.parameters() if p.requires_grad]
-            wrapper = OptimWrapper(torch.optim.AdamW(trained, lr=1e-2),
-                                   clip_grad=dict(max_norm=1.0),
-                                   compiled_autograd=compiled_autograd)
-            counters.clear()
-            losses = []
-            for _ in range(3):
-                torch.manual_seed(1)
-                step = model.train_step(dict(dasd_batch(langs), lang=langs), wrapper)
-                losses.append(step['loss'].detach().cpu())
-            runs[compiled_autograd is not None] = (
-                torch.stack(losses), [p.detach().cpu() for p in trained],
-                counters['compiled_autograd']['captures'])
-    (engine_losses, engine_weights, _), (losses, weights, captures) = runs[False], runs[True]
+        engine_losses, engine_weights, _ = three_dasd_steps(graphs, None, accelerator)
+        losses, weights, captures = three_dasd_steps(graphs, graphs, accelerator)
     assert captures == 1
     torch.testing.assert_close(losses, engine_losses, **FP32_TOLERANCE)
     for mine, reference in zip(weights, engine_weights, strict=True):
