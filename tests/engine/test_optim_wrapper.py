@@ -104,3 +104,110 @@ def test_compiled_autograd_is_refused_where_it_cannot_trace(monkeypatch):
     with pytest.raises(RuntimeError, match='traces no DDP gradient hook'):
         wrapper.backward((weight * 2).sum())
     assert weight.grad is None
+
+
+def clipped_adamw_step(wrapper: OptimWrapper, step: int) -> None:
+    """Step ``step`` of :func:`clipped_adamw_steps`: random gradients, a new lr per group."""
+    for group in wrapper.optimizer.param_groups:
+        for parameter in group['params']:
+            # Drawn on the device: a copy from the host's pageable memory would wait for it.
+            parameter.grad = torch.randn(parameter.shape, device=parameter.device)
+    for index, group in enumerate(wrapper.optimizer.param_groups):
+        group['lr'] = 1e-2 * (1 + index) / (1 + step)  # as the loop sets them, floats
+    wrapper.step()
+
+
+def clipped_adamw_steps(optimizer_options: dict, compiled_step: dict | None,
+                        device: torch.device | str = 'cpu'
+                        ) -> tuple[list[torch.Tensor], list[float], list[int], OptimWrapper]:
+    """Three clipped AdamW steps through xmr's wrapper over a decayed weight ``[8, 4]`` and an
+    undecayed bias ``[4]``, random gradients and a new lr at every step: the trained tensors
+    (on the CPU), the clipped norms, the graphs compiled so far after each step, the wrapper."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(8, 4).to(device))
+    bias = torch.nn.Parameter(torch.randn(4).to(device))
+    optimizer = torch.optim.AdamW([dict(params=[weight], weight_decay=0.1),
+                                   dict(params=[bias], weight_decay=0.0)],
+                                  lr=1e-2, **optimizer_options)
+    wrapper = OptimWrapper(optimizer, clip_grad=dict(max_norm=1.0), compiled_step=compiled_step)
+    torch._dynamo.reset()
+    counters.clear()
+    norms, graphs = [], []
+    for step in range(3):
+        clipped_adamw_step(wrapper, step)
+        norms.append(float(wrapper.pending_norm))
+        graphs.append(counters['stats']['unique_graphs'])
+    return [weight.detach().cpu(), bias.detach().cpu()], norms, graphs, wrapper
+
+
+def test_a_compiled_step_updates_as_the_fused_step_and_compiles_nothing_for_a_new_lr():
+    """Inductor's compiled clip and foreach AdamW (lr a device tensor) against torch's fused
+    AdamW run eagerly, three steps with three learning rates per group."""
+    reference, reference_norms, _, _ = clipped_adamw_steps(dict(fused=True), None)
+    trained, norms, graphs, wrapper = clipped_adamw_steps(
+        dict(foreach=True, capturable=True), dict())
+    assert norms == pytest.approx(reference_norms, rel=1e-6)
+    assert norms[0] > 1.0  # the clip scaled the gradients
+    for mine, expected in zip(trained, reference):
+        torch.testing.assert_close(mine, expected, rtol=1e-6, atol=1e-6)
+    torch.manual_seed(0)
+    assert not torch.allclose(reference[0], torch.randn(8, 4), atol=1e-3)  # the steps moved it
+    # The clip's graph and the optimiser's (torch's optimisers break the graph before their
+    # step); the third step's new lr compiles nothing.
+    assert graphs[0] == 2 and graphs[2] == graphs[1]
+    # The groups keep float rates (schedulers, logs, the state dict).
+    assert [group['lr'] for group in wrapper.optimizer.param_groups] == [1e-2 / 3, 2e-2 / 3]
+    assert [group['lr'] for group in wrapper.optimizer.state_dict()['param_groups']] == \
+        [1e-2 / 3, 2e-2 / 3]
+
+
+def test_a_compiled_step_is_refused_where_it_cannot_trace():
+    from xmr.engine.amp import AutocastOptimWrapper
+    from xmr.engine.optim import HybridOptimizer
+
+    weight, table = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="group 0 is fused, which torch.compile does not trace"):
+        OptimWrapper(torch.optim.AdamW([weight], fused=True), compiled_step=dict())
+    with pytest.raises(ValueError, match="group 'adapters' has capturable=False"):
+        OptimWrapper(torch.optim.AdamW([dict(params=[weight], name='adapters')]),
+                     compiled_step=dict())
+    hybrid = HybridOptimizer(torch.optim.AdamW([weight], foreach=True, capturable=True),
+                             torch.optim.SparseAdam([table]))
+    with pytest.raises(ValueError, match='compiled_step cannot trace the sparse gradients'):
+        OptimWrapper(hybrid, compiled_step=dict())
+    capturable = torch.optim.AdamW([weight], foreach=True, capturable=True)
+    with pytest.raises(ValueError, match="use dtype='bfloat16', or drop compiled_step"):
+        AutocastOptimWrapper(dtype='float16', optimizer=capturable, compiled_step=dict())
+    AutocastOptimWrapper(dtype='bfloat16', optimizer=capturable, compiled_step=dict())
+
+
+def test_a_phased_run_with_a_compiled_step_trains_and_resumes_as_the_eager_run(tmp_path):
+    """The loop's run (three phases, an lr schedule each, the state restarted at each phase)
+    with the clip and AdamW traced by Dynamo, stopped after 7 iterations and resumed, against
+    the eager run with fused AdamW. The graphs are those of each phase's trained tensors (a
+    clip and a step each), none for an lr."""
+    from torch._dynamo.utils import counters
+
+    def compiled(cfg):
+        cfg.optim_wrapper.compiled_step = dict(backend='eager')
+        return cfg
+
+    torch.manual_seed(0)
+    _, eager = train(make_cfg(tmp_path / 'eager'))
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    work_dir = tmp_path / 'compiled'
+    runner, first = train(compiled(make_cfg(work_dir, checkpoint_interval=7, stop_after=7)))
+    defaults = runner.optim_wrapper.optimizer.defaults
+    assert (defaults['foreach'], defaults['capturable'], defaults['fused']) == (True, True, None)
+    assert [r['phase'] for r in first] == ['source_finetune'] * 4 + ['cross_lingual'] * 3
+    assert counters['stats']['unique_graphs'] == 4
+    torch.manual_seed(123)
+    _, resumed = train(compiled(make_cfg(work_dir, resume_from=work_dir / 'iter_7.pth')))
+    assert len(first) + len(resumed) == len(eager) == 16
+    for mine, reference in zip(first + resumed, eager):
+        assert mine['lrs'] == pytest.approx(reference['lrs'])
+        assert mine['losses'] == pytest.approx(reference['losses'], rel=2e-5, abs=1e-6)

@@ -202,6 +202,31 @@ def test_a_dasd_backward_traced_whole_as_cuda_graphs_trains_as_autograd_s_engine
         torch.testing.assert_close(mine, reference, **FP32_TOLERANCE)
 
 
+def test_a_compiled_step_replayed_as_cuda_graphs_updates_as_fused_adamw_unwaited(accelerator):
+    """``optim_wrapper.compiled_step=dict(mode='reduce-overhead')``: the clip and foreach AdamW
+    replayed as CUDA graphs, each lr a device tensor, update as eager fused AdamW over three
+    steps with three lrs, compile nothing for a new lr, and a fourth step never waits for the
+    device."""
+    from tests.engine.test_optim_wrapper import clipped_adamw_step, clipped_adamw_steps
+
+    reference, reference_norms, _, _ = clipped_adamw_steps(dict(fused=True), None, accelerator)
+    trained, norms, graphs, wrapper = clipped_adamw_steps(
+        dict(foreach=True, capturable=True), dict(mode='reduce-overhead'), accelerator)
+    assert norms == pytest.approx(reference_norms, rel=1e-5)
+    for mine, expected in zip(trained, reference, strict=True):
+        torch.testing.assert_close(mine, expected, **FP32_TOLERANCE)
+    assert graphs[2] == graphs[1]
+    if accelerator.type == 'cuda':
+        torch.cuda.synchronize(accelerator)
+        torch.cuda.set_sync_debug_mode('error')
+    try:
+        clipped_adamw_step(wrapper, 3)
+    finally:
+        if accelerator.type == 'cuda':
+            torch.cuda.set_sync_debug_mode(0)
+    assert float(wrapper.pending_norm) > 0
+
+
 def test_an_evaluation_replayed_as_cuda_graphs_equals_eager(accelerator):
     """The compiled encoding of captions, one language a batch as the evaluation loops run it,
     on CUDA graphs: eager's embeddings for English and every target language, batches of two

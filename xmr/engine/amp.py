@@ -57,6 +57,13 @@ class AutocastOptimWrapper(OptimWrapper):
         self._device_type: str | None = None
         self.cast_frozen_weights = cast_frozen_weights
         self.frozen_casts = FrozenWeightCasts()
+        self._refuse_compiled_step_with_scaler(self.requested_dtype)
+
+    def _refuse_compiled_step_with_scaler(self, dtype: torch.dtype | None) -> None:
+        if dtype == torch.float16 and self.compiled_step is not None:
+            raise ValueError("optim_wrapper.compiled_step cannot compile fp16's loss-scaled step "
+                             "(the scaler reads the gradients' finiteness on the host): use "
+                             "dtype='bfloat16', or drop compiled_step")
 
     def _resolve(self) -> tuple[str, torch.dtype]:
         if self._device_type is None:
@@ -65,6 +72,7 @@ class AutocastOptimWrapper(OptimWrapper):
             dtype = self.requested_dtype or amp_dtype(self._device_type)
             self.requested_dtype = dtype
             if dtype == torch.float16:
+                self._refuse_compiled_step_with_scaler(dtype)
                 # fp16's narrow exponent range underflows small gradients; bf16 needs no scaler.
                 self.scaler = torch.amp.GradScaler(self._device_type, **self.loss_scale)
             _log_precision(self._device_type, dtype, self.scaler is not None)

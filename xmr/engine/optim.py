@@ -60,6 +60,16 @@ def fused_by_default(optimizer_cfg: dict, parameters: Sequence[nn.Parameter]) ->
     return dict(optimizer_cfg, fused=True)
 
 
+def traceable_by_default(optimizer_cfg: dict) -> dict:
+    """``optimizer_cfg`` with ``foreach=True, capturable=True`` for Adam/AdamW when the config
+    chose none of ``fused``, ``foreach`` and ``capturable``: the form ``torch.compile`` traces
+    (``optim_wrapper.compiled_step``), the step counts on the parameters' device."""
+    if optimizer_cfg.get('type') not in FUSABLE or \
+            {'fused', 'foreach', 'capturable'} & set(optimizer_cfg):
+        return optimizer_cfg
+    return dict(optimizer_cfg, foreach=True, capturable=True)
+
+
 def sparse_parameter_names(model: nn.Module) -> set[str]:
     """Names of the parameters that receive sparse gradients (``nn.Embedding(sparse=True)``)."""
     names = set()
@@ -221,7 +231,9 @@ class PhasedOptimWrapperConstructor:
     ``betas`` and ``eps``), which updates only the rows of the batch and applies no weight
     decay; the wrapper then holds a :class:`HybridOptimizer`. Without sparse tables the dense
     optimiser is used alone. Adam and AdamW run fused (one kernel per step) unless the config
-    sets ``fused`` or ``foreach`` itself (:func:`fused_by_default`).
+    sets ``fused`` or ``foreach`` itself (:func:`fused_by_default`), or in the form
+    ``torch.compile`` traces when the wrapper compiles the step (``compiled_step``,
+    :func:`traceable_by_default`).
 
     Args:
         optim_wrapper_cfg: MMEngine's ``optim_wrapper`` config (``type``, ``optimizer``, ...).
@@ -256,8 +268,11 @@ class PhasedOptimWrapperConstructor:
         optimizer_cfg['params'] = [dict(params=params, name=group,
                                         weight_decay=weight_decay if decays else 0.0)
                                    for (group, decays), params in sorted(buckets.items())]
-        optimizer_cfg = fused_by_default(optimizer_cfg,
-                                         [p for params in buckets.values() for p in params])
+        if cfg.get('compiled_step') is not None:
+            optimizer_cfg = traceable_by_default(optimizer_cfg)
+        else:
+            optimizer_cfg = fused_by_default(optimizer_cfg,
+                                             [p for params in buckets.values() for p in params])
         optimizer = OPTIMIZERS.build(optimizer_cfg)
         if sparse_buckets:
             sparse_cfg = dict(self.sparse_optimizer_cfg or dict(

@@ -1,8 +1,10 @@
-"""MMEngine's optimiser wrapper, without its wait for the device in the middle of a step, and
-with the backward optionally traced and compiled whole (compiled autograd)."""
+"""MMEngine's optimiser wrapper, without its wait for the device in the middle of a step, with
+the backward optionally traced and compiled whole (compiled autograd) and the clip and the
+optimiser's step optionally compiled."""
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -33,27 +35,47 @@ class OptimWrapper(MMEngineOptimWrapper):
     the same; a new structure of the autograd graph (another phase's losses) is traced again.
     Runs without a launcher only: DDP's gradient hooks are not traced.
 
+    With ``compiled_step``, :meth:`step` (the clip, then the optimiser's step) is compiled by
+    ``torch.compile`` with these options, the optimiser traced as torch's compiled optimisers
+    are (its foreach form, ``capturable=True``: the step counts on the device): the Python
+    loops over the trained tensors leave the host's step, and under
+    ``mode='reduce-overhead'`` the clip and the update replay as CUDA graphs. Each group's
+    learning rate enters as a device tensor filled before the call (:meth:`lrs_as_tensors`),
+    so the loop's new rate at every iteration compiles nothing again, while the groups keep
+    their float rates for the schedulers, the logs and the state dict. A new set of trained
+    tensors (another phase's) is traced again.
+
     Args:
         compiled_autograd: ``torch.compile`` options for the traced backward (``mode``,
             ``backend``, ...), or ``None`` for autograd's engine.
+        compiled_step: ``torch.compile`` options for the clip and the optimiser's step, or
+            ``None`` to run them eagerly.
         **kwargs: :class:`mmengine.optim.OptimWrapper` arguments.
     """
 
     #: The total norm of the last clipped gradients, until :meth:`log_pending_norm` takes it.
     pending_norm: torch.Tensor | None = None
 
-    def __init__(self, *args: Any, compiled_autograd: dict | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, compiled_autograd: dict | None = None,
+                 compiled_step: dict | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if compiled_autograd is not None and not isinstance(compiled_autograd, dict):
-            raise ValueError('optim_wrapper.compiled_autograd must be a dict of torch.compile '
-                             f'options (e.g. dict(mode="reduce-overhead")), got '
-                             f'{compiled_autograd!r}')
-        if compiled_autograd is not None and isinstance(self.optimizer, HybridOptimizer):
-            raise ValueError('optim_wrapper.compiled_autograd cannot trace the sparse gradients '
-                             "of an embedding table built with sparse=True; drop one of them")
+        for name, options in (('compiled_autograd', compiled_autograd),
+                              ('compiled_step', compiled_step)):
+            if options is not None and not isinstance(options, dict):
+                raise ValueError(f'optim_wrapper.{name} must be a dict of torch.compile '
+                                 f'options (e.g. dict(mode="reduce-overhead")), got {options!r}')
+            if options is not None and isinstance(self.optimizer, HybridOptimizer):
+                raise ValueError(f'optim_wrapper.{name} cannot trace the sparse gradients of an '
+                                 'embedding table built with sparse=True; drop one of them')
+        if compiled_step is not None:
+            check_traceable(self.optimizer)
         self.compiled_autograd = compiled_autograd
         self._backward_compiler = (None if compiled_autograd is None
                                    else torch.compile(**compiled_autograd))
+        self.compiled_step = compiled_step
+        self._compiled_step = (None if compiled_step is None
+                               else torch.compile(self._clip_and_step, **compiled_step))
+        self._lr_tensors: list[torch.Tensor] | None = None
 
     def backward_context(self) -> AbstractContextManager:
         """Where :meth:`backward` runs: compiled autograd's tracing with ``compiled_autograd``.
@@ -76,6 +98,40 @@ class OptimWrapper(MMEngineOptimWrapper):
             loss.backward(**kwargs)
         self._inner_count += 1
 
+    def step(self, **kwargs: Any) -> None:
+        """Clip (with ``clip_grad``), then the optimiser's step; compiled with
+        ``compiled_step`` (a step given arguments, a closure, runs eagerly)."""
+        if self._compiled_step is None or kwargs:
+            super().step(**kwargs)
+            return
+        with self.lrs_as_tensors():
+            self._compiled_step()
+
+    def _clip_and_step(self) -> None:
+        # MMEngine's step, whose `optimizer.step(**kwargs)` Dynamo cannot split at the graph
+        # break torch's optimisers make: it would run the clip eagerly.
+        if self.clip_grad_kwargs:
+            self._clip_grad()
+        self.optimizer.step()
+
+    @contextmanager
+    def lrs_as_tensors(self) -> Iterator[None]:
+        """Each group's ``lr`` as a 0-d tensor on its parameters' device, filled with the
+        group's float rate (one tensor per group, the same at every step: an input of the
+        compiled step, not a constant of it); the floats are back on exit."""
+        groups = self.optimizer.param_groups
+        if self._lr_tensors is None:
+            self._lr_tensors = [torch.zeros((), device=group['params'][0].device)
+                                for group in groups]
+        rates = [group['lr'] for group in groups]
+        for group, tensor, rate in zip(groups, self._lr_tensors, rates, strict=True):
+            group['lr'] = tensor.fill_(rate)
+        try:
+            yield
+        finally:
+            for group, rate in zip(groups, rates):
+                group['lr'] = rate
+
     def _clip_grad(self) -> None:
         params = [p for group in self.optimizer.param_groups for p in group['params']
                   if p.requires_grad and p.grad is not None]
@@ -90,3 +146,24 @@ class OptimWrapper(MMEngineOptimWrapper):
         norm, self.pending_norm = self.pending_norm, None
         if log and norm is not None:
             self.message_hub.update_scalar(f'train/{self.grad_name}', float(norm))
+
+
+def check_traceable(optimizer: torch.optim.Optimizer) -> None:
+    """Refuse an optimiser whose step ``torch.compile`` cannot trace with a tensor ``lr``.
+
+    Raises:
+        ValueError: a group built with ``fused=True`` (torch runs fused steps untraced) or with
+            ``capturable=False`` (a tensor ``lr`` and the step counts need it), naming the
+            group and the fix.
+    """
+    for index, group in enumerate(optimizer.param_groups):
+        name = group.get('name', index)
+        if group.get('fused'):
+            raise ValueError(f'optim_wrapper.compiled_step: the optimiser\'s group {name!r} is '
+                             'fused, which torch.compile does not trace; build it with '
+                             'foreach=True, capturable=True (PhasedOptimWrapperConstructor does '
+                             'so for Adam and AdamW when compiled_step is set)')
+        if group.get('capturable') is False:
+            raise ValueError(f'optim_wrapper.compiled_step: the optimiser\'s group {name!r} has '
+                             'capturable=False; a compiled step takes its lr as a tensor and '
+                             'keeps the step counts on the device: set capturable=True')
