@@ -35,6 +35,9 @@ Paths (same model, same inputs, same seed):
   ...+ca      (with --compiled-autograd) a compiled training row whose backward compiled
               autograd traces and compiles whole, in the row's mode: the accumulation of each
               gradient into its parameter inside the graph (optim_wrapper.compiled_autograd)
+  ...+step    (with --compiled-step) a compiled training row whose clip and optimiser step
+              are compiled too, in the row's mode: foreach AdamW with its lr a device tensor
+              (optim_wrapper.compiled_step); with both options, also a row with both suffixes
 
 Cases: cross_lingual (L_CL), cross_modal (L_CM, images), video (L_CM, 12-frame clips), eval
 (embedding a gallery batch and its English + German captions). The model has ViT-B/32 size with
@@ -70,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import resource
@@ -92,9 +96,9 @@ PATHS = {'static': ('recompute', 'xmr', 'xmr+sparse', 'xmr-padded', 'xmr-packed'
          'dasd': ('authors', 'recompute', 'xmr')}
 #: ``torch.compile`` modes of ``--compile`` and the path of each.
 COMPILED_PATHS = {'default': 'xmr-compile', 'reduce-overhead': 'xmr-graphs'}
-#: The suffix of a compiled training row whose backward compiled autograd traces whole
-#: (``--compiled-autograd``).
-TRACED_BACKWARD = '+ca'
+#: The suffix of a compiled training row for each option of xmr's optimiser wrapper that it
+#: sets in the row's ``torch.compile`` mode (``--compiled-autograd``, ``--compiled-step``).
+WRAPPER_SUFFIXES = {'compiled_autograd': '+ca', 'compiled_step': '+step'}
 #: The disentangler's losses at full scale (its own lambda1 = 1, lambda2 = 0.1 apply first).
 LOSS_WEIGHTS = {'static': dict(), 'dasd': dict(disentangler=1.0)}
 #: Steps of the paper's schedule at batch 128, for the projected wall time.
@@ -156,10 +160,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='comma-separated torch.compile modes, each adding a row per DASD '
                         f"case ({', '.join(f'{m}: {p}' for m, p in COMPILED_PATHS.items())}); "
                         'the first step of such a row compiles (its time is reported)')
-    parser.add_argument('--compiled-autograd', action='store_true',
-                        help=f'with --compile, add each compiled training row again with its '
-                        f'backward traced whole by compiled autograd, in the same mode (path '
-                        f'suffix {TRACED_BACKWARD}: xmr\'s optim_wrapper.compiled_autograd)')
+    for option, compiled in (('compiled_autograd', 'backward traced whole by compiled '
+                              'autograd'),
+                             ('compiled_step', 'clip and optimiser step compiled')):
+        parser.add_argument(f"--{option.replace('_', '-')}", action='store_true',
+                            help=f'with --compile, add each compiled training row again with its '
+                            f'{compiled}, in the same mode (path suffix '
+                            f"{WRAPPER_SUFFIXES[option]}: xmr's optim_wrapper.{option})")
     parser.add_argument('--one', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cuda = args.device.startswith('cuda')
@@ -309,9 +316,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     device = torch.device(spec['device'])
     case, path, method = spec['case'], spec['path'], spec.get('method', 'static')
     recompute = path in ('recompute', 'authors')
-    traced_backward = path.endswith(TRACED_BACKWARD)
-    compile_mode = next((m for m, p in COMPILED_PATHS.items()
-                         if p == path.removesuffix(TRACED_BACKWARD)), None)
+    base_path, wrapper_options = split_path(path)
+    compile_mode = next((m for m, p in COMPILED_PATHS.items() if p == base_path), None)
     if compile_mode:
         import torch._inductor.config
         # Eager's random draws, so that the shuffled negatives are the other paths'.
@@ -346,8 +352,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             wrapper_cfg['type'] = 'AutocastOptimWrapper'
         if path == 'authors':
             wrapper_cfg['optimizer'].update(foreach=False, fused=False)
-        if traced_backward:
-            wrapper_cfg['compiled_autograd'] = dict(mode=compile_mode)
+        wrapper_cfg.update((option, dict(mode=compile_mode)) for option in wrapper_options)
         wrapper = OPTIM_WRAPPER_CONSTRUCTORS.build(dict(
             type='PhasedOptimWrapperConstructor', optim_wrapper_cfg=wrapper_cfg))(model)
     frozen_casts = FrozenWeightCasts()
@@ -362,9 +367,10 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     for encoder in ('_source_embeddings', '_target_embeddings'):
         parts.wrap(model, encoder, 'encode')
     if wrapper is not None:
-        for owner, call, part in ((wrapper, 'backward', 'backward'),
-                                  (wrapper, '_clip_grad', 'clip'),
-                                  (wrapper.optimizer, 'step', 'optimizer'),
+        # A compiled step's clip and optimiser step run inside its graphs: one part, untraced.
+        stepping = ([(wrapper, 'step', 'optimizer')] if 'compiled_step' in wrapper_options else
+                    [(wrapper, '_clip_grad', 'clip'), (wrapper.optimizer, 'step', 'optimizer')])
+        for owner, call, part in ((wrapper, 'backward', 'backward'), *stepping,
                                   (wrapper, 'zero_grad', 'zero_grad')):
             parts.wrap(owner, call, part)
     if authors_extra is not None:
@@ -682,6 +688,18 @@ def _padded_lengths(model, items: list[dict[str, Any]], case: str, device) -> di
 
 
 # ----------------------------------------------------------------------------------- driver
+def split_path(path: str) -> tuple[str, tuple[str, ...]]:
+    """A row's path without its wrapper suffixes (appended in :data:`WRAPPER_SUFFIXES`'s
+    order), and the options they name: ``'xmr-graphs+ca+step'`` -> ``('xmr-graphs',
+    ('compiled_autograd', 'compiled_step'))``."""
+    options: list[str] = []
+    for option, suffix in reversed(WRAPPER_SUFFIXES.items()):
+        if path.endswith(suffix):
+            path = path.removesuffix(suffix)
+            options.insert(0, option)
+    return path, tuple(options)
+
+
 def rows_to_run(args: argparse.Namespace) -> list[dict[str, Any]]:
     precisions = {'none': ['fp32'], 'amp': ['amp'], 'both': ['fp32', 'amp']}[args.amp]
     specs = []
@@ -691,9 +709,11 @@ def rows_to_run(args: argparse.Namespace) -> list[dict[str, Any]]:
             chosen = paths if case == 'cross_lingual' else paths[:paths.index('xmr') + 1]
             if method == 'dasd':
                 compiled = tuple(COMPILED_PATHS[mode] for mode in args.compile.split(',') if mode)
-                traced = case != 'eval' and args.compiled_autograd
-                chosen += compiled + (tuple(p + TRACED_BACKWARD for p in compiled) if traced
-                                      else ())
+                options = [option for option in WRAPPER_SUFFIXES
+                           if case != 'eval' and getattr(args, option)]
+                chosen += tuple(path + ''.join(WRAPPER_SUFFIXES[o] for o in subset)
+                                for path in compiled for size in range(len(options) + 1)
+                                for subset in itertools.combinations(options, size))
             for precision in precisions:
                 specs.extend(dict(method=method, case=case, path=path, precision=precision)
                              for path in chosen)
@@ -749,7 +769,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     """One line per xmr row (speed-up and its target), then the paper's schedule projected."""
     lines = []
     for row in rows:
-        if row['path'].removesuffix(TRACED_BACKWARD) not in ('xmr', *COMPILED_PATHS.values()):
+        if split_path(row['path'])[0] not in ('xmr', *COMPILED_PATHS.values()):
             continue
         method = row.get('method', 'static')
         target = TARGETS.get((method, row['case']))

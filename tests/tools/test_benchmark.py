@@ -269,6 +269,24 @@ def test_compiled_rows_are_dasd_rows_of_each_mode():
     assert [s['path'] for s in benchmark.rows_to_run(traced)] == [
         'authors', 'recompute', 'xmr', 'xmr-graphs', 'xmr-graphs+ca',
         'authors', 'recompute', 'xmr', 'xmr-graphs']
+    # Both wrapper options: each alone, then both.
+    both = benchmark.parse_args(['--methods', 'dasd', '--cases', 'cross_lingual', '--compile',
+                                 'default,reduce-overhead', '--compiled-autograd',
+                                 '--compiled-step'])
+    assert [s['path'] for s in benchmark.rows_to_run(both)][3:] == [
+        'xmr-compile', 'xmr-compile+ca', 'xmr-compile+step', 'xmr-compile+ca+step',
+        'xmr-graphs', 'xmr-graphs+ca', 'xmr-graphs+step', 'xmr-graphs+ca+step']
+
+
+@pytest.mark.parametrize('path, split', [
+    ('xmr-graphs+ca+step', ('xmr-graphs', ('compiled_autograd', 'compiled_step'))),
+    ('xmr-compile+step', ('xmr-compile', ('compiled_step',))),
+    ('xmr-graphs+ca', ('xmr-graphs', ('compiled_autograd',))),
+    ('xmr+sparse', ('xmr+sparse', ())),
+    ('authors', ('authors', ())),
+])
+def test_a_path_names_its_compiled_wrapper_options_by_suffix(path, split):
+    assert benchmark.split_path(path) == split
 
 
 def test_arch_covers_siglip2_and_the_xlmr_clip():

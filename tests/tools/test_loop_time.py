@@ -37,8 +37,8 @@ def test_one_off_iterations_are_the_warm_up_and_each_first_width_by_hand():
 
 def test_the_run_is_the_shipped_cross_lingual_phase_on_text_pairs(tmp_path):
     args = argparse.Namespace(arch='tiny', device='cpu', amp=True, compile='reduce-overhead',
-                              compiled_autograd=True, iters=12, batch_size=8, workers=2,
-                              scenes=40)
+                              compiled_autograd=True, compiled_step=True, iters=12,
+                              batch_size=8, workers=2, scenes=40)
     cfg = loop_time.loop_cfg(args, tmp_path)
     phase, = cfg.train_cfg.phases
     assert (phase.name, phase.iters, phase.lr, phase.warmup_ratio, phase.schedule) == (
@@ -51,6 +51,7 @@ def test_the_run_is_the_shipped_cross_lingual_phase_on_text_pairs(tmp_path):
     assert cfg.optim_wrapper.clip_grad == dict(max_norm=1.0)
     assert cfg.model.compile == dict(mode='reduce-overhead')
     assert cfg.optim_wrapper.compiled_autograd == dict(mode='reduce-overhead')
+    assert cfg.optim_wrapper.compiled_step == dict(mode='reduce-overhead')
     assert (cfg.text_train_dataloader.batch_size, cfg.text_train_dataloader.num_workers) == (8, 2)
     assert cfg.train_cfg.validate_at_phase_end is False
     dataset = CaptionPairDataset(**{k: v for k, v in cfg.text_train_dataloader.dataset.items()

@@ -103,8 +103,9 @@ def loop_cfg(args: argparse.Namespace, work_dir: Path):
                                            save_best=None)),
         custom_hooks=[hook for hook in cfg.custom_hooks
                       if hook['type'] != 'WeightsOnlyCheckpointHook']))
-    if args.compiled_autograd:
-        cfg.optim_wrapper.compiled_autograd = dict(mode=args.compile)
+    for option in benchmark.WRAPPER_SUFFIXES:
+        if getattr(args, option):
+            cfg.optim_wrapper[option] = dict(mode=args.compile)
     if args.amp:
         enable_amp(cfg)
     return cfg
@@ -163,7 +164,8 @@ def report(figures: dict[str, Any], warmup: int) -> str:
     lines = [
         f'{figures["iterations"]} iterations of DASD cross_lingual ({figures["arch"]}, batch '
         f'{figures["batch_size"]}, {"bf16" if figures["amp"] else "fp32"}, {figures["compile"]}'
-        f'{" with the backward traced" if figures["compiled_autograd"] else ""}, '
+        f'{" with the backward traced" if figures["compiled_autograd"] else ""}'
+        f'{" with the step compiled" if figures["compiled_step"] else ""}, '
         f'{figures["workers"]} workers) on {figures["device"]}',
         f'the first {figures["first_ms"]:.1f} ms; {figures["one_off"]} one-off iterations '
         f'({one_off}) {figures["one_off_s"]:.1f} s',
@@ -192,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument('--compiled-autograd', action='store_true',
                         help="with --compile, the backward traced whole too, in the same mode "
                              '(optim_wrapper.compiled_autograd)')
+    parser.add_argument('--compiled-step', action='store_true',
+                        help='with --compile, the clip and the optimiser step compiled too, in '
+                             'the same mode (optim_wrapper.compiled_step)')
     parser.add_argument('--iters', type=int, default=600)
     parser.add_argument('--warmup', type=int, default=10,
                         help='first iterations left out of the steady figures (besides each '
@@ -203,9 +208,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument('--work-dir', help='default: a temporary directory')
     parser.add_argument('--out', help='write the figures as JSON here')
     args = parser.parse_args(argv)
-    if args.compiled_autograd and not args.compile:
-        parser.error('--compiled-autograd compiles the backward in the mode of --compile: '
-                     'give one')
+    for option in benchmark.WRAPPER_SUFFIXES:
+        if getattr(args, option) and not args.compile:
+            parser.error(f"--{option.replace('_', '-')} compiles in the mode of --compile: "
+                         'give one')
 
     from mmengine.runner import Runner
     from torch._dynamo.utils import counters
@@ -230,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     data_times = hub.get_scalar('train/data_time').data[0].tolist()
     figures = dict(arch=args.arch, device=args.device, amp=args.amp,
                    compile=args.compile or 'eager', compiled_autograd=args.compiled_autograd,
+                   compiled_step=args.compiled_step,
                    batch_size=args.batch_size, workers=args.workers, train_s=wall,
                    peak_mib=peak,
                    # Eager code meets a new width as any other.
