@@ -19,11 +19,12 @@ start; on a GPU a call returns once its kernels are queued, so its time is the h
   tensor either way), against the same over one tensor of their total size; at their own
   shapes, and shrunk to at most 4 per dimension, where what is left is the cost per tensor;
 - the backward into as many leaf tensors, shrunk, against one leaf of their total size;
-- with ``--compile [MODE]``, the clip and the AdamW step compiled together by ``torch.compile``
-  (foreach AdamW, as compiled optimisers are traced) over the tensors at their own shapes, the
-  lr a tensor set anew before each call as a loop sets it (a float lr would compile again at
-  each change); the compiling (minutes on a CPU) is not timed, and the graphs compiled
-  during the timed calls are counted (none: their lrs changed nothing of the graph); and the
+- with ``--compile [MODE]``, the clip and the AdamW step compiled together by xmr's
+  ``OptimWrapper(compiled_step=...)`` (foreach AdamW, as compiled optimisers are traced, each
+  group's lr a device tensor the wrapper fills) over the tensors at their own shapes, a new
+  float lr set before each call as the loop sets it; the compiling (minutes on a CPU) is not
+  timed, and the graphs compiled during the timed calls are counted (none: their lrs change
+  nothing of the graph); and the
   backward into as many leaves after a forward compiled in the same mode, by autograd's engine
   (one ``AccumulateGrad`` per leaf, as in xmr's compiled step) and traced by compiled autograd
   (the accumulation compiled with the rest of the backward).
@@ -85,19 +86,13 @@ def optimiser_part(shapes: Sequence[torch.Size], reps: int, device: torch.device
     """ms of the clip, the AdamW step and ``zero_grad`` over fresh tensors of ``shapes`` with
     random gradients (``compile_mode``: clip and step as one call compiled in that
     ``torch.compile`` mode, as ``step``)."""
-    from xmr.engine.optim import fused_by_default
+    from xmr.engine.optim import fused_by_default, traceable_by_default
     from xmr.engine.optim_wrapper import OptimWrapper
 
     parameters = [nn.Parameter(torch.randn(shape, device=device) * 0.02) for shape in shapes]
     settings = dict(type='AdamW', lr=1e-5, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.2)
-    if compile_mode:
-        # As a loop that sets the lr every iteration would need it: a float lr is a constant of
-        # the compiled graph, compiled again at each change; a tensor the loop fills is an
-        # input (torch's foreach AdamW takes one with its step counts on the device).
-        settings = dict(settings, foreach=True, capturable=True,
-                        lr=torch.tensor(1e-5, device=device))
-    else:
-        settings = fused_by_default(settings, parameters)
+    settings = (traceable_by_default(settings) if compile_mode
+                else fused_by_default(settings, parameters))
     settings.pop('type')
     optimizer = torch.optim.AdamW(parameters, **settings)
     grads = [torch.randn_like(p) * 1e-3 for p in parameters]
@@ -106,10 +101,8 @@ def optimiser_part(shapes: Sequence[torch.Size], reps: int, device: torch.device
         for parameter, grad in zip(parameters, grads):
             parameter.grad = grad.clone()
 
-    def clip_and_step() -> None:
-        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-        optimizer.step()
-
+    wrapper = OptimWrapper(optimizer, clip_grad=dict(max_norm=1.0), compiled_step=(
+        dict(mode=compile_mode) if compile_mode else None))
     if compile_mode:
         from torch._dynamo.utils import counters
 
@@ -117,16 +110,14 @@ def optimiser_part(shapes: Sequence[torch.Size], reps: int, device: torch.device
 
         def next_iteration() -> None:
             set_grads()
-            settings['lr'].fill_(next(lrs))
+            optimizer.param_groups[0]['lr'] = next(lrs)  # a float, as the loop sets it
 
-        step = torch.compile(clip_and_step, mode=compile_mode)
         for _ in range(3):  # compiles (the first step, which makes the state, and the next)
             next_iteration()
-            step()
+            wrapper.step()
         settled = counters['stats']['unique_graphs']
-        return dict(step=host_ms(step, reps, device, next_iteration),
+        return dict(step=host_ms(wrapper.step, reps, device, next_iteration),
                     new_graphs=counters['stats']['unique_graphs'] - settled)
-    wrapper = OptimWrapper(optimizer, clip_grad=dict(max_norm=1.0))
     set_grads()
     optimizer.step()  # the state exists from here on, as after a run's first step
     return dict(clip=host_ms(wrapper._clip_grad, reps, device, set_grads),
