@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from tests.conftest import tiny_retriever_cfg
@@ -216,6 +217,40 @@ def test_a_huge_lr_stops_at_the_first_nan_and_keeps_the_last_finite_checkpoint(t
     checkpoint = torch.load(tmp_path / 'iter_1.pth', map_location='cpu', weights_only=True)
     assert all(torch.isfinite(v).all() for v in checkpoint['state_dict'].values()
                if v.is_floating_point())
+
+
+class PoisonedIteration(Hook):
+    """Makes iteration ``at``'s cross-lingual loss NaN (its weight) and keeps the trained
+    weights as they are before it and before the next."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.weights: list[dict[str, torch.Tensor]] = []
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        model = runner.model
+        if batch_idx in (self.at, self.at + 1):
+            self.weights.append({name: p.detach().clone() for name, p in
+                                 model.named_parameters() if p.requires_grad})
+            model.loss_weights['cl'] = math.nan if batch_idx == self.at else 1.0
+
+
+def test_a_tolerated_nan_iteration_leaves_the_weights_as_they_were(tmp_path):
+    """``nonfinite_patience=1``, fp32, the constructor's fused AdamW: the NaN iteration's step
+    is skipped on the device, and training goes on from the weights before it."""
+    cfg = make_cfg(tmp_path, phases=[dict(PHASES[1], iters=6)])
+    cfg.train_cfg.nonfinite_patience = 1
+    allow_mmengine_checkpoint_types()
+    runner = Runner.from_cfg(cfg)
+    poison = PoisonedIteration(at=2)
+    runner.register_hook(poison)
+    runner.train()
+    before, after = poison.weights
+    assert before and all(torch.equal(after[name], value) for name, value in before.items())
+    records = next(h for h in runner.hooks if isinstance(h, RecordingHook)).records
+    assert [r['iter'] for r in records if 'losses' in r] == [0, 1, 3, 4, 5]  # 2 reached no hook
+    assert all(math.isfinite(r['losses']['loss']) for r in records if 'losses' in r)
+    assert all(torch.isfinite(p).all() for p in runner.model.parameters())
 
 
 def test_patience_counts_consecutive_nonfinite_iterations():

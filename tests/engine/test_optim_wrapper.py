@@ -2,6 +2,8 @@
 losses are read rather than inside the step."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from mmengine.logging import MessageHub
@@ -211,3 +213,54 @@ def test_a_phased_run_with_a_compiled_step_trains_and_resumes_as_the_eager_run(t
     for mine, reference in zip(first + resumed, eager):
         assert mine['lrs'] == pytest.approx(reference['lrs'])
         assert mine['losses'] == pytest.approx(reference['losses'], rel=2e-5, abs=1e-6)
+
+
+def adamw_after(grads: list[torch.Tensor], device: torch.device | str = 'cpu',
+                **options) -> tuple[torch.Tensor, dict, OptimWrapper]:
+    """A weight ``[3]`` on ``device`` after one clipped AdamW step per gradient in ``grads``:
+    the weight, its optimiser state and the wrapper."""
+    weight = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5], device=device))
+    wrapper = OptimWrapper(torch.optim.AdamW([weight], lr=0.1, **options),
+                           clip_grad=dict(max_norm=1.0))
+    wrapper.message_hub = MessageHub.get_instance('test_skipped_steps')
+    for grad in grads:
+        weight.grad = grad.to(device, copy=True)  # the clip scales it in place
+        wrapper.step()
+    return weight.detach(), wrapper.optimizer.state[weight], wrapper
+
+
+def assert_a_fused_step_with_non_finite_gradients_updates_nothing(
+        bad: float, device: torch.device | str = 'cpu') -> None:
+    """Between two finite steps, a step whose gradient holds ``bad``: the weight, the moments
+    and the step count are those of the two finite steps alone."""
+    first, second = torch.tensor([3.0, 0.0, -4.0]), torch.tensor([0.1, 0.2, -0.3])
+    expected, expected_state, _ = adamw_after([first, second], device, fused=True)
+    weight, state, wrapper = adamw_after([first, torch.tensor([0.1, bad, 0.0]), second],
+                                         device, fused=True)
+    assert wrapper.skips_nonfinite_steps
+    assert torch.equal(weight, expected)
+    assert int(state['step']) == int(expected_state['step']) == 2
+    for moment in ('exp_avg', 'exp_avg_sq'):
+        assert torch.equal(state[moment], expected_state[moment])
+    assert not hasattr(wrapper.optimizer, 'found_inf')  # the flag lives for the step only
+
+
+@pytest.mark.parametrize('bad', [math.nan, math.inf], ids=['nan', 'inf'])
+def test_a_fused_step_with_non_finite_gradients_updates_nothing(bad):
+    assert_a_fused_step_with_non_finite_gradients_updates_nothing(bad)
+
+
+def test_a_skipped_step_is_said_not_logged_and_an_unfused_step_is_not_skipped(monkeypatch):
+    from xmr.engine import optim_wrapper as module
+
+    said = []
+    monkeypatch.setattr(module, 'print_log', lambda message, **_: said.append(message))
+    _, _, wrapper = adamw_after([torch.tensor([math.nan, 0.0, 0.0])], fused=True)
+    wrapper.log_pending_norm()
+    assert said == ["optimiser step skipped: the clipped gradients' norm is nan; the weights "
+                    "and the optimiser's state are as they were"]
+    assert 'train/grad_norm' not in wrapper.message_hub.log_scalars
+    # The per-tensor loop takes no flag: NaN reaches the weight.
+    weight, _, unfused = adamw_after([torch.tensor([math.nan, 0.0, 0.0])], foreach=False)
+    assert not unfused.skips_nonfinite_steps
+    assert torch.isnan(weight).all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import sys
 
 import pytest
@@ -225,6 +226,17 @@ def test_a_compiled_step_replayed_as_cuda_graphs_updates_as_fused_adamw_unwaited
         if accelerator.type == 'cuda':
             torch.cuda.set_sync_debug_mode(0)
     assert float(wrapper.pending_norm) > 0
+
+
+def test_a_fused_step_with_non_finite_gradients_updates_nothing_on_the_device(accelerator):
+    """torch's fused CUDA AdamW takes xmr's wrapper's ``found_inf`` flag: a NaN or inf
+    gradient's step leaves the weight, the moments and the step count as they were."""
+    from tests.engine.test_optim_wrapper import (
+        assert_a_fused_step_with_non_finite_gradients_updates_nothing,
+    )
+
+    for bad in (math.nan, math.inf):
+        assert_a_fused_step_with_non_finite_gradients_updates_nothing(bad, accelerator)
 
 
 def test_an_evaluation_replayed_as_cuda_graphs_equals_eager(accelerator):

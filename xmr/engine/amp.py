@@ -106,11 +106,13 @@ class AutocastOptimWrapper(OptimWrapper):
 
     def log_pending_norm(self, log: bool = True) -> None:
         """The base's logging, except that an fp16 step the scaler skipped (non-finite
-        gradients) logs no ``grad_norm``: one ``inf`` would make the whole log window's
-        mean ``inf``."""
+        gradients, said by :meth:`step`) logs nothing: one ``inf`` would make the whole log
+        window's mean ``inf``."""
         norm = self.pending_norm
-        skipped = self.scaler is not None and norm is not None and not torch.isfinite(norm)
-        super().log_pending_norm(log and not skipped)
+        if self.scaler is not None and norm is not None and not torch.isfinite(norm):
+            self.pending_norm = None
+            return
+        super().log_pending_norm(log)
 
     def state_dict(self) -> dict:
         state = self.optimizer.state_dict()

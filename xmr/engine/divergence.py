@@ -39,9 +39,10 @@ def on_any_rank(flag: bool) -> bool:
 class DivergenceMonitor:
     """Counts consecutive iterations whose loss is non-finite and stops training past a patience.
 
-    The loss is what is checked, not the gradients: fp16's loss scaler skips steps whose
-    scaled gradients overflowed (``grad_norm: inf``) while the loss stays finite, and those
-    steps are not divergence.
+    The loss is what is checked, not the gradients: a step whose gradients are not finite
+    is skipped by fp16's loss scaler, and by a fused optimiser behind xmr's ``OptimWrapper``
+    with ``clip_grad``, while the loss may stay finite; those steps are not divergence. With
+    that skip a tolerated non-finite iteration leaves the weights as they were.
 
     Args:
         patience: consecutive non-finite iterations tolerated; 0 stops at the first.

@@ -3,12 +3,15 @@ the backward optionally traced and compiled whole (compiled autograd) and the cl
 optimiser's step optionally compiled."""
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
 from mmengine.dist import is_distributed
+from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper as MMEngineOptimWrapper
 
 from xmr.engine.optim import HybridOptimizer
@@ -26,6 +29,12 @@ class OptimWrapper(MMEngineOptimWrapper):
     :class:`~xmr.engine.loops.PhasedTrainLoop` calls once the iteration's losses are read (the
     step's one wait) and before the iteration's hooks run, so the log's history is MMEngine's.
     Used without that loop, call :meth:`log_pending_norm` after ``update_params``.
+
+    A step whose clipped gradients' norm is NaN or infinite updates nothing when the optimiser
+    is fused (torch's fused kernels take a ``found_inf`` flag, as with fp16's loss scaler, and
+    skip the update on the device, no wait): one bad batch leaves the weights and the
+    optimiser's state as they were, which is what the loop's ``nonfinite_patience`` tolerates
+    (:attr:`skips_nonfinite_steps`).
 
     With ``compiled_autograd``, each backward is traced by torch's compiled autograd and
     compiled by ``torch.compile`` with these options: the accumulation of every gradient into
@@ -99,13 +108,31 @@ class OptimWrapper(MMEngineOptimWrapper):
         self._inner_count += 1
 
     def step(self, **kwargs: Any) -> None:
-        """Clip (with ``clip_grad``), then the optimiser's step; compiled with
+        """Clip (with ``clip_grad``), then the optimiser's step, skipped on the device when the
+        clipped norm is not finite (:attr:`skips_nonfinite_steps`); compiled with
         ``compiled_step`` (a step given arguments, a closure, runs eagerly)."""
-        if self._compiled_step is None or kwargs:
-            super().step(**kwargs)
+        if self._compiled_step is not None and not kwargs:
+            with self.lrs_as_tensors():
+                self._compiled_step()
             return
-        with self.lrs_as_tensors():
-            self._compiled_step()
+        norm = self._clip_grad() if self.clip_grad_kwargs else None
+        flagged = norm is not None and self.skips_nonfinite_steps
+        if flagged:
+            # 1.0 where the norm is NaN or inf: the fused kernel then leaves every tensor as is.
+            self.optimizer.found_inf = (~torch.isfinite(norm)).float()
+        try:
+            self.optimizer.step(**kwargs)
+        finally:
+            if flagged:
+                del self.optimizer.found_inf
+
+    @property
+    def skips_nonfinite_steps(self) -> bool:
+        """Whether a step whose clipped gradients' norm is not finite updates nothing: with a
+        fused optimiser (Adam and AdamW by default, not the ``SparseAdam`` of sparse tables)
+        and an eager step; the norm is ``clip_grad``'s."""
+        return (self._compiled_step is None and bool(self.clip_grad_kwargs)
+                and getattr(self.optimizer, '_step_supports_amp_scaling', False))
 
     def _clip_and_step(self) -> None:
         # MMEngine's step, whose `optimizer.step(**kwargs)` Dynamo cannot split at the graph
@@ -132,19 +159,31 @@ class OptimWrapper(MMEngineOptimWrapper):
             for group, rate in zip(groups, rates):
                 group['lr'] = rate
 
-    def _clip_grad(self) -> None:
+    def _clip_grad(self) -> torch.Tensor | None:
+        """Clip the gradients; their total norm before clipping (0-d, on their device), also
+        kept as :attr:`pending_norm`, or ``None`` (no gradient, or clipping by value)."""
         params = [p for group in self.optimizer.param_groups for p in group['params']
                   if p.requires_grad and p.grad is not None]
-        if params:
-            # torch.nn.utils.clip_grad_value_ returns None: nothing to log.
-            self.pending_norm = self.clip_func(params, **self.clip_grad_kwargs)
+        if not params:
+            return None
+        # torch.nn.utils.clip_grad_value_ returns None: nothing to log.
+        self.pending_norm = self.clip_func(params, **self.clip_grad_kwargs)
+        return self.pending_norm
 
     def log_pending_norm(self, log: bool = True) -> None:
         """Take :attr:`pending_norm` and, with ``log``, log it as ``train/grad_norm`` (reading
         it waits for the backward that made it). ``log=False`` drops it: the loop's iteration
-        with a non-finite loss reaches no hook, and logs no norm either."""
+        with a non-finite loss reaches no hook, and logs no norm either. A non-finite norm
+        whose step was skipped is said in a warning instead of logged (one ``inf`` would make
+        the log window's mean ``inf``)."""
         norm, self.pending_norm = self.pending_norm, None
-        if log and norm is not None:
+        if norm is None:
+            return
+        if not math.isfinite(float(norm)) and self.skips_nonfinite_steps:
+            print_log(f"optimiser step skipped: the clipped gradients' norm is {float(norm)}; "
+                      "the weights and the optimiser's state are as they were",
+                      logger='current', level=logging.WARNING)
+        elif log:
             self.message_hub.update_scalar(f'train/{self.grad_name}', float(norm))
 
 
