@@ -70,3 +70,13 @@ def test_a_tiny_run_on_the_cpu_times_every_iteration(tmp_path, capsys):
     assert figures['target_widths'] and figures['compile'] == 'eager'
     assert 0 < figures['median_ms'] < figures['first_ms']
     assert "the paper's 45000-step phase projected" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--compiled-step'], '--compiled-step compiles in the mode of --compile'),
+    (['--compile', 'default', '--workers', '0'], '--compile needs --workers >= 1'),
+])
+def test_options_that_would_mislead_the_figures_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        loop_time.main(['--arch', 'tiny', '--device', 'cpu', *argv])
+    assert message in capsys.readouterr().err

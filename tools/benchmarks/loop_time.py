@@ -212,6 +212,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if getattr(args, option) and not args.compile:
             parser.error(f"--{option.replace('_', '-')} compiles in the mode of --compile: "
                          'give one')
+    if args.compile and args.workers == 0:
+        parser.error('--compile needs --workers >= 1: a compiled run\'s one-off iterations '
+                     'are those meeting a new target width, known from the batches the '
+                     'workers tokenise')
 
     from mmengine.runner import Runner
     from torch._dynamo.utils import counters
