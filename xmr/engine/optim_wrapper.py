@@ -111,20 +111,11 @@ class OptimWrapper(MMEngineOptimWrapper):
         """Clip (with ``clip_grad``), then the optimiser's step, skipped on the device when the
         clipped norm is not finite (:attr:`skips_nonfinite_steps`); compiled with
         ``compiled_step`` (a step given arguments, a closure, runs eagerly)."""
-        if self._compiled_step is not None and not kwargs:
-            with self.lrs_as_tensors():
-                self._compiled_step()
+        if self._compiled_step is None or kwargs:
+            self._clip_and_step(**kwargs)
             return
-        norm = self._clip_grad() if self.clip_grad_kwargs else None
-        flagged = norm is not None and self.skips_nonfinite_steps
-        if flagged:
-            # 1.0 where the norm is NaN or inf: the fused kernel then leaves every tensor as is.
-            self.optimizer.found_inf = (~torch.isfinite(norm)).float()
-        try:
-            self.optimizer.step(**kwargs)
-        finally:
-            if flagged:
-                del self.optimizer.found_inf
+        with self.lrs_as_tensors():
+            self._compiled_step()
 
     @property
     def skips_nonfinite_steps(self) -> bool:
@@ -134,12 +125,20 @@ class OptimWrapper(MMEngineOptimWrapper):
         return (self._compiled_step is None and bool(self.clip_grad_kwargs)
                 and getattr(self.optimizer, '_step_supports_amp_scaling', False))
 
-    def _clip_and_step(self) -> None:
-        # MMEngine's step, whose `optimizer.step(**kwargs)` Dynamo cannot split at the graph
-        # break torch's optimisers make: it would run the clip eagerly.
-        if self.clip_grad_kwargs:
-            self._clip_grad()
-        self.optimizer.step()
+    def _clip_and_step(self, closure: Any = None) -> None:
+        # The optimiser is called with a plain argument, not MMEngine's `**kwargs`: Dynamo
+        # cannot split `optimizer.step(**kwargs)` at the graph break torch's optimisers make,
+        # and would run the clip eagerly.
+        norm = self._clip_grad() if self.clip_grad_kwargs else None
+        if norm is None or not self.skips_nonfinite_steps:
+            self.optimizer.step(closure)
+            return
+        # 1.0 where the norm is NaN or inf: the fused kernel then leaves every tensor as is.
+        self.optimizer.found_inf = (~torch.isfinite(norm)).float()
+        try:
+            self.optimizer.step(closure)
+        finally:
+            del self.optimizer.found_inf
 
     @contextmanager
     def lrs_as_tensors(self) -> Iterator[None]:
