@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 def test_row_counts_go_beside_nccl_and_never_wait_for_the_device(accelerator):
     if accelerator.type != 'cuda':
         pytest.skip('NCCL needs CUDA')
-    torch.cuda.set_device(accelerator)
+    torch.cuda.set_device(accelerator.index or 0)  # NCCL binds a rank to an indexed device
     dist.init_process_group('nccl', init_method=f'tcp://127.0.0.1:{free_port()}', rank=0,
                             world_size=1)
     try:

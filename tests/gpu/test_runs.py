@@ -64,6 +64,9 @@ def test_resume_on_the_accelerator_repeats_the_uninterrupted_run(accelerator, tm
 def synchronisations(call: Callable[[], Any]) -> tuple[Any, int]:
     """``call()``'s result and how many times it made the host wait for the device, not
     counting those of calls inside it that count their own."""
+    sys.path.insert(0, str(REPO / 'tools'))
+    import benchmark
+
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
@@ -72,7 +75,7 @@ def synchronisations(call: Callable[[], Any]) -> tuple[Any, int]:
             result = call()
         finally:
             torch.cuda.set_sync_debug_mode(previous)
-    return result, sum('synchroniz' in str(warning.message) for warning in caught)
+    return result, sum(benchmark.WAIT_WARNING in str(warning.message) for warning in caught)
 
 
 def test_an_iteration_of_the_loop_waits_for_the_device_once_beyond_its_step(accelerator,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,24 @@ def test_the_unwaited_step_is_the_mean_of_the_fastest_window(monkeypatch):
     assert benchmark.UNWAITED_WINDOW == 5
     assert benchmark.unwaited_steps(train, batches, torch.device('cpu')) == dict(
         unwaited_ms=2000.0, waits=[])
+
+
+def test_a_wait_is_named_by_torch_s_warning_of_one_not_by_the_mode_s_own_notice(recwarn):
+    """The sync debug mode's first use warns that it "does not yet detect all synchronizing
+    operations": on an H200 that notice counted as a wait of the loop's first iteration."""
+    import torch
+
+    def train(batch):
+        warnings.warn('Synchronization debug mode is a prototype feature and does not yet '
+                      'detect all synchronizing operations', UserWarning)
+        warnings.warn(benchmark.WAIT_WARNING, UserWarning)  # the line named below
+
+    line = train.__code__.co_firstlineno + 3
+    assert benchmark.unwaited_steps(train, [{}], torch.device('cpu'))['waits'] == [
+        f'test_benchmark.py:{line}']
+    library = Path(torch.__file__).parent / 'lib' / 'libc10_cuda.so'
+    if library.exists():  # the message as torch's CUDA library writes it
+        assert benchmark.WAIT_WARNING.encode() in library.read_bytes()
 
 
 def test_each_row_splits_its_step_into_the_parts_of_a_training_or_an_evaluation_step(tiny_run):
