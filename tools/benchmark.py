@@ -36,8 +36,9 @@ Paths (same model, same inputs, same seed):
               autograd traces and compiles whole, in the row's mode: the accumulation of each
               gradient into its parameter inside the graph (optim_wrapper.compiled_autograd)
   ...+step    (with --compiled-step) a compiled training row whose clip and optimiser step
-              are compiled too, in the row's mode: foreach AdamW with its lr a device tensor
-              (optim_wrapper.compiled_step); with both options, also a row with both suffixes
+              are compiled too, in the row's mode without CUDA graphs: foreach AdamW with
+              its lr a device tensor (optim_wrapper.compiled_step); with both options, also a
+              row with both suffixes
 
 Cases: cross_lingual (L_CL), cross_modal (L_CM, images), video (L_CM, 12-frame clips), eval
 (embedding a gallery batch and its English + German captions). The model has ViT-B/32 size with
@@ -311,6 +312,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     from xmr.engine.feature_cache import CachedFeatureDataset
     from xmr.engine.frozen_casts import FrozenWeightCasts
     from xmr.engine.loops import ensure_train_mode, read_to_host
+    from xmr.engine.optim_wrapper import wrapper_compile_options
     from xmr.engine.worker_tokens import TokenizingCollate
     from xmr.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 
@@ -355,7 +357,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             wrapper_cfg['type'] = 'AutocastOptimWrapper'
         if path == 'authors':
             wrapper_cfg['optimizer'].update(foreach=False, fused=False)
-        wrapper_cfg.update((option, dict(mode=compile_mode)) for option in wrapper_options)
+        wrapper_cfg.update((option, wrapper_compile_options(option, compile_mode))
+                           for option in wrapper_options)
         wrapper = OPTIM_WRAPPER_CONSTRUCTORS.build(dict(
             type='PhasedOptimWrapperConstructor', optim_wrapper_cfg=wrapper_cfg))(model)
     frozen_casts = FrozenWeightCasts()

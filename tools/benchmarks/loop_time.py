@@ -78,6 +78,7 @@ def loop_cfg(args: argparse.Namespace, work_dir: Path):
     from mmengine.config import Config
 
     from xmr.engine.amp import enable_amp
+    from xmr.engine.optim_wrapper import wrapper_compile_options
 
     cfg = Config.fromfile(REPO / 'configs/_base_/default_runtime.py')
     schedule = Config.fromfile(REPO / 'configs/_base_/schedules/dasd_dynamic_phases.py')
@@ -105,7 +106,7 @@ def loop_cfg(args: argparse.Namespace, work_dir: Path):
                       if hook['type'] != 'WeightsOnlyCheckpointHook']))
     for option in benchmark.WRAPPER_SUFFIXES:
         if getattr(args, option):
-            cfg.optim_wrapper[option] = dict(mode=args.compile)
+            cfg.optim_wrapper[option] = wrapper_compile_options(option, args.compile)
     if args.amp:
         enable_amp(cfg)
     return cfg
@@ -196,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                              '(optim_wrapper.compiled_autograd)')
     parser.add_argument('--compiled-step', action='store_true',
                         help='with --compile, the clip and the optimiser step compiled too, in '
-                             'the same mode (optim_wrapper.compiled_step)')
+                             'the same mode without CUDA graphs (optim_wrapper.compiled_step)')
     parser.add_argument('--iters', type=int, default=600)
     parser.add_argument('--warmup', type=int, default=10,
                         help='first iterations left out of the steady figures (besides each '

@@ -47,9 +47,9 @@ class OptimWrapper(MMEngineOptimWrapper):
     With ``compiled_step``, :meth:`step` (the clip, then the optimiser's step) is compiled by
     ``torch.compile`` with these options, the optimiser traced as torch's compiled optimisers
     are (its foreach form, ``capturable=True``: the step counts on the device): the Python
-    loops over the trained tensors leave the host's step, and under
-    ``mode='reduce-overhead'`` the clip and the update replay as CUDA graphs. Each group's
-    learning rate enters as a device tensor filled before the call (:meth:`lrs_as_tensors`),
+    loops over the trained tensors leave the host's step for Inductor's fused kernels, without
+    CUDA graphs (:func:`refuse_cuda_graphs`). Each group's learning rate enters as a device
+    tensor filled before the call (:meth:`lrs_as_tensors`),
     so the loop's new rate at every iteration compiles nothing again, while the groups keep
     their float rates for the schedulers, the logs and the state dict. A new set of trained
     tensors (another phase's) is traced again.
@@ -57,8 +57,8 @@ class OptimWrapper(MMEngineOptimWrapper):
     Args:
         compiled_autograd: ``torch.compile`` options for the traced backward (``mode``,
             ``backend``, ...), or ``None`` for autograd's engine.
-        compiled_step: ``torch.compile`` options for the clip and the optimiser's step, or
-            ``None`` to run them eagerly.
+        compiled_step: ``torch.compile`` options for the clip and the optimiser's step
+            (``dict()``: Inductor's default mode), or ``None`` to run them eagerly.
         **kwargs: :class:`mmengine.optim.OptimWrapper` arguments.
     """
 
@@ -77,6 +77,7 @@ class OptimWrapper(MMEngineOptimWrapper):
                 raise ValueError(f'optim_wrapper.{name} cannot trace the sparse gradients of an '
                                  'embedding table built with sparse=True; drop one of them')
         if compiled_step is not None:
+            refuse_cuda_graphs(compiled_step)
             check_traceable(self.optimizer)
         self.compiled_autograd = compiled_autograd
         self._backward_compiler = (None if compiled_autograd is None
@@ -184,6 +185,45 @@ class OptimWrapper(MMEngineOptimWrapper):
                       logger='current', level=logging.WARNING)
         elif log:
             self.message_hub.update_scalar(f'train/{self.grad_name}', float(norm))
+
+
+def refuse_cuda_graphs(compiled_step: dict) -> None:
+    """Refuse ``compiled_step`` options that would replay the step as CUDA graphs.
+
+    A step compiled apart from the model is its own ``torch.compile`` call, which CUDA graph
+    trees take as the start of a new generation: where the model replays as CUDA graphs too,
+    the gradients are outputs of its backward's graph, and the step's graph overwrote them
+    before reading them (an H200, torch 2.11: "accessing tensor output of CUDAGraphs that has
+    been overwritten"). Without the model's graphs the clip scales gradients that no graph
+    owns, which CUDA graphs skip, and Dynamo failed to trace the optimiser beside another
+    tree's graphs. Inductor's kernels without CUDA graphs have neither problem.
+
+    Raises:
+        ValueError: a ``mode`` (``'reduce-overhead'``, ``'max-autotune'``) or an option
+            (``triton.cudagraphs``) that turns CUDA graphs on, naming the options that keep
+            the step's compilation without them.
+    """
+    from torch._inductor import list_mode_options
+
+    settings = {**list_mode_options(compiled_step.get('mode') or 'default'),
+                **compiled_step.get('options', {})}
+    if settings.get('triton.cudagraphs'):
+        raise ValueError(f'optim_wrapper.compiled_step={compiled_step!r} replays the clip and '
+                         "the optimiser's step as CUDA graphs, which overwrite the gradients "
+                         "a CUDA-graph backward wrote (a new graph generation): compile it "
+                         "without them, compiled_step=dict() or dict(mode='max-autotune-no-"
+                         "cudagraphs'); the model's compile keeps its CUDA graphs")
+
+
+#: Each ``torch.compile`` mode that replays CUDA graphs, and its Inductor settings without them.
+WITHOUT_CUDA_GRAPHS = {'reduce-overhead': 'default', 'max-autotune': 'max-autotune-no-cudagraphs'}
+
+
+def wrapper_compile_options(option: str, mode: str) -> dict:
+    """``optim_wrapper.<option>``'s ``torch.compile`` options beside a model compiled in
+    ``mode``: the traced backward (``compiled_autograd``) in that mode, the step
+    (``compiled_step``) in it without CUDA graphs (:func:`refuse_cuda_graphs`)."""
+    return dict(mode=WITHOUT_CUDA_GRAPHS.get(mode, mode) if option == 'compiled_step' else mode)
 
 
 def check_traceable(optimizer: torch.optim.Optimizer) -> None:
