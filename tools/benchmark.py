@@ -796,9 +796,31 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
                      f"{row['speedup']:.2f}x "
                      f"the {PATHS[method][0]} path ({row['cpu_speedup']:.2f}x in CPU time)"
                      f"{rate}{verdict}{loss}")
-        lines.append('    its fastest step by part, ms: ' + ', '.join(
-            f'{name} {ms:.2f}' for name, ms in row['parts_ms'].items()))
+        lines.append(f'    {parts_text(row)}')
     return lines + projected_schedule(rows)
+
+
+def parts_text(row: dict[str, Any]) -> str:
+    return 'its fastest step by part, ms: ' + ', '.join(
+        f'{name} {ms:.2f}' for name, ms in row['parts_ms'].items())
+
+
+def row_details(row: dict[str, Any]) -> str:
+    """What a row's line leaves to the table, printed as the row ends (a run cut before its
+    table still has them): tokens, the step without the data path and unwaited, its parts."""
+    unwaited = (f", {row['unwaited_ms']:.2f} ms unwaited"
+                + (f" (waits at {', '.join(row['waits'])})" if row['waits'] else '')
+                if 'unwaited_ms' in row else '')
+    return (f"tokens tgt/en {row['target_tokens']}/{row['source_tokens']}, "
+            f"model {row['model_ms']:.2f} ms{unwaited}; {parts_text(row)}")
+
+
+def write_results(args: argparse.Namespace, device: str, rows: list[dict[str, Any]]) -> None:
+    from xmr.fileio import atomic_write_text
+
+    atomic_write_text(args.out, json.dumps(dict(
+        arch=args.arch, device=device, batch_size=args.batch_size, frames=args.frames,
+        steps=args.steps, warmup=args.warmup, rows=rows), indent=2))
 
 
 def projected_schedule(rows: list[dict[str, Any]]) -> list[str]:
@@ -826,7 +848,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     import torch
 
     import xmr  # noqa: F401
-    from xmr.fileio import atomic_write_text
     from xmr.registry import TOKENIZERS
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -841,6 +862,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                       steps=args.steps, warmup=args.warmup, frames=args.frames,
                       threads=args.threads, sp_model=sp_model, work_dir=str(work_dir),
                       tokenizer_file=args.tokenizer_file, profile=args.profile)
+        threads = args.threads or torch.get_num_threads()
+        device = args.device if args.device != 'cpu' else f'cpu ({threads} threads)'
         rows, failed = [], []
         for spec in rows_to_run(args):
             spec = dict(common, **spec)
@@ -860,18 +883,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                   f"{row['step_ms']:9.2f} ms/step {row['peak_memory_mib']:8.0f} MiB  first loss "
                   f"{row['first_loss']}  ({time.perf_counter() - started:.0f} s){compiled}",
                   flush=True)
+            print(f'    {row_details(row)}', flush=True)
             rows.append(row)
+            if args.out:  # each row kept as it comes: a run cut short loses none
+                write_results(args, device, with_ratios(rows))
     rows = with_ratios(rows)
-    threads = args.threads or torch.get_num_threads()
-    device = args.device if args.device != 'cpu' else f'cpu ({threads} threads)'
     print(f'\n{args.arch}, batch {args.batch_size}, {args.frames} frames per video, '
           f'{args.steps} timed steps after {args.warmup} warm-up, device {device}\n')
     print(results_table(rows, args.device))
     print('\n' + '\n'.join(summary(rows)))
-    if args.out:
-        atomic_write_text(args.out, json.dumps(dict(
-            arch=args.arch, device=device, batch_size=args.batch_size, frames=args.frames,
-            steps=args.steps, warmup=args.warmup, rows=rows), indent=2))
     if failed:
         raise SystemExit(f'{len(failed)} benchmark rows failed (their errors are above): '
                          + '; '.join(failed))

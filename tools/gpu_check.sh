@@ -26,6 +26,10 @@
 # DASD's cross-lingual phase trained by the Runner's loop at ViT-B/32 size, its iteration times
 # as the run logs them and the paper's phase projected from them, LOOP_ARGS its arguments
 # (default: bf16, compiled as CUDA graphs, 600 iterations)).
+# DEADLINE_S (unset: none) gives the check that many seconds from its start: a stage still
+# running then is stopped (exit 124 in the report), no later stage starts, and the report is
+# written with what the stages finished (the benchmark prints and saves each row as it ends).
+# Set it a minute under a lease's limit per command.
 # The report, OUT/gpu_report.md, holds the device, the versions, the tier's summary, the
 # benchmark table and the profile's per-step summary; OUT also keeps the full logs,
 # benchmark.json and profile.md (torch.profiler's top operators of each profiled row).
@@ -84,54 +88,73 @@ if "$PYTHON" -c 'import xdist' 2>/dev/null; then
     parallel=(-n 4)
 fi
 stages=" ${STAGES-tier bench profile host} "
+# A stage's command, stopped at DEADLINE_S; none starts within 10 s of it.
+staged() {
+    [ -n "${DEADLINE_S:-}" ] || { "$@"; return; }
+    local left=$((DEADLINE_S - SECONDS))
+    if [ "$left" -le 10 ]; then
+        echo "not started: DEADLINE_S=$DEADLINE_S reached: $*" >&2
+        return 124
+    fi
+    timeout --kill-after=10 "$left" "$@"
+}
 tier=skipped bench=skipped profiled=skipped host=skipped compiled=skipped run=skipped
 loop=skipped
 compiled_run=test_a_demo_run_compiled_as_cuda_graphs_reaches_the_eager_band
 set +e
 if [[ $stages == *" tier "* ]]; then
-    "$PYTHON" -m pytest -m "${TIER_MARK:-gpu}" tests -q -rs -p no:cacheprovider --durations=10 \
+    staged "$PYTHON" -m pytest -m "${TIER_MARK:-gpu}" tests -q -rs -p no:cacheprovider --durations=10 \
         "${parallel[@]}" -k "not $compiled_run" 2>&1 | tee "$out/gpu_tier.log"
     tier=${PIPESTATUS[0]}
 fi
 if [[ $stages == *" run "* ]]; then
-    "$PYTHON" -m pytest -m gpu tests/gpu/test_runs.py -q -s -rs -p no:cacheprovider \
+    staged "$PYTHON" -m pytest -m gpu tests/gpu/test_runs.py -q -s -rs -p no:cacheprovider \
         -k "$compiled_run" 2>&1 | tee "$out/compiled_run.log"
     run=${PIPESTATUS[0]}
 fi
 if [[ $stages == *" bench "* ]]; then
     # shellcheck disable=SC2086
-    "$PYTHON" tools/benchmark.py --device cuda --in-process --out "$out/benchmark.json" \
+    staged "$PYTHON" tools/benchmark.py --device cuda --in-process --out "$out/benchmark.json" \
         ${BENCHMARK_ARGS:-} 2>&1 | tee "$out/benchmark.log"
     bench=${PIPESTATUS[0]}
 fi
 if [[ $stages == *" profile "* ]]; then
     rm -f "$out/profile.md"
     # shellcheck disable=SC2086
-    "$PYTHON" tools/benchmark.py --device cuda --in-process --profile "$out/profile.md" \
+    staged "$PYTHON" tools/benchmark.py --device cuda --in-process --profile "$out/profile.md" \
         ${PROFILE_ARGS:---methods dasd --cases cross_lingual,eval --amp amp --steps 5 --warmup 3} \
         > "$out/profile.log" 2>&1
     profiled=$?
 fi
 if [[ $stages == *" host "* ]]; then
     # shellcheck disable=SC2086
-    "$PYTHON" tools/benchmarks/host_costs.py --device cuda ${HOST_ARGS:-} 2>&1 \
+    staged "$PYTHON" tools/benchmarks/host_costs.py --device cuda ${HOST_ARGS:-} 2>&1 \
         | tee "$out/host_costs.log"
     host=${PIPESTATUS[0]}
 fi
 if [[ $stages == *" compiled "* ]]; then
     rows="--methods dasd --cases cross_lingual,cross_modal,video,eval --amp amp --steps 10 --warmup 3"
     # shellcheck disable=SC2086
-    "$PYTHON" tools/benchmark.py --device cuda --in-process --out "$out/compiled.json" \
+    staged "$PYTHON" tools/benchmark.py --device cuda --in-process --out "$out/compiled.json" \
         ${COMPILE_ARGS:-$rows --compile default,reduce-overhead} 2>&1 | tee "$out/compiled.log"
     compiled=${PIPESTATUS[0]}
 fi
 if [[ $stages == *" loop "* ]]; then
     # shellcheck disable=SC2086
-    "$PYTHON" tools/benchmarks/loop_time.py --device cuda --out "$out/loop_time.json" \
+    staged "$PYTHON" tools/benchmarks/loop_time.py --device cuda --out "$out/loop_time.json" \
         ${LOOP_ARGS:---amp --compile reduce-overhead} 2>&1 | tee "$out/loop_time.log"
     loop=${PIPESTATUS[0]}
 fi
 set -e
+
+# The benchmark's table and summary, or, from a run stopped before them, its finished rows.
+benchmark_rows() {
+    if grep -q '^|' "$1"; then
+        sed -n '/^|/,$p' "$1"
+    else
+        grep -E '^(static|dasd) |^    tokens ' "$1" || true
+    fi
+}
 
 {
     echo "# xmr GPU check"
@@ -147,7 +170,7 @@ set -e
     echo
     echo "## tools/benchmark.py --device cuda ${BENCHMARK_ARGS:-}: exit $bench"
     echo
-    [ "$bench" = skipped ] || sed -n '/^|/,$p' "$out/benchmark.log"
+    [ "$bench" = skipped ] || benchmark_rows "$out/benchmark.log"
     echo
     echo "## profile (profile.md: torch.profiler's top operators per row): exit $profiled"
     echo
@@ -160,7 +183,7 @@ set -e
     echo
     echo "## compiled step (tools/benchmark.py --compile): exit $compiled"
     echo
-    [ "$compiled" = skipped ] || sed -n '/^|/,$p' "$out/compiled.log"
+    [ "$compiled" = skipped ] || benchmark_rows "$out/compiled.log"
     echo
     echo "## a run compiled as CUDA graphs ($compiled_run): exit $run"
     echo

@@ -170,15 +170,20 @@ def test_the_profile_has_a_section_per_row_with_its_step_summary(tiny_run, bench
         assert 'Self CPU time total' in section  # torch.profiler's table of the row
 
 
+def made_row(spec: dict) -> dict:
+    return dict(method=spec['method'], case=spec['case'], path=spec['path'],
+                precision=spec['precision'], batch_size=4, steps_per_s=1.0, samples_per_s=4.0,
+                step_ms=1000.0, cpu_ms=1000.0, data_ms=1.0, model_ms=999.0,
+                unwaited_ms=998.0, waits=['clip.py:7'], peak_memory_mib=1.0, first_loss=1.0,
+                target_tokens=9, source_tokens=7, target_tokens_run=1.0,
+                parts_ms=dict(data=1.0, forward=999.0))
+
+
 def test_a_failed_row_is_reported_and_the_others_kept(monkeypatch, tmp_path, capsys):
     def run_one(spec):
         if spec['path'] == 'xmr':
             raise RuntimeError('planted failure')
-        return dict(method=spec['method'], case=spec['case'], path=spec['path'],
-                    precision=spec['precision'], batch_size=4, steps_per_s=1.0,
-                    samples_per_s=4.0, step_ms=1000.0, cpu_ms=1000.0, data_ms=1.0,
-                    model_ms=999.0, peak_memory_mib=1.0,
-                    first_loss=1.0, target_tokens=1, source_tokens=1, target_tokens_run=1.0)
+        return made_row(spec)
 
     monkeypatch.setattr(benchmark, 'run_one', run_one)
     out = tmp_path / 'rows.json'
@@ -186,6 +191,24 @@ def test_a_failed_row_is_reported_and_the_others_kept(monkeypatch, tmp_path, cap
         benchmark.main(['--arch', 'tiny', '--in-process', '--cases', 'video', '--out', str(out)])
     assert 'planted failure' in capsys.readouterr().out
     assert [row['path'] for row in json.loads(out.read_text())['rows']] == ['recompute']
+
+
+def test_a_run_cut_short_keeps_its_finished_rows_and_their_parts(monkeypatch, tmp_path, capsys):
+    """A lease's time limit stops a run before its table: each finished row is already in the
+    JSON, its ratio to the baseline there, and its details and parts already printed."""
+    def run_one(spec):
+        if spec['path'] == 'xmr':
+            raise KeyboardInterrupt  # the limit's signal: no row after this one runs
+        return made_row(spec)
+
+    monkeypatch.setattr(benchmark, 'run_one', run_one)
+    out = tmp_path / 'rows.json'
+    with pytest.raises(KeyboardInterrupt):
+        benchmark.main(['--arch', 'tiny', '--in-process', '--cases', 'video', '--out', str(out)])
+    assert [(r['path'], r['speedup']) for r in json.loads(out.read_text())['rows']] == [
+        ('recompute', 1.0)]
+    assert ('    tokens tgt/en 9/7, model 999.00 ms, 998.00 ms unwaited (waits at clip.py:7); '
+            'its fastest step by part, ms: data 1.00, forward 999.00\n') in capsys.readouterr().out
 
 
 def test_ratios_and_target_verdicts_from_hand_made_rows():
