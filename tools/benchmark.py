@@ -116,8 +116,8 @@ TINY_TABLE = dict(vocab_size=2000, table_width=24)
 PROFILED_STEPS = 3
 #: The parts of a step (:class:`StepParts`) in the order the step runs them; ``other`` is the
 #: rest (MMEngine's and the model's glue between the parts).
-STEP_PARTS = ('data', 'preprocess', 'forward', 'encode', 'backward', 'clip', 'optimizer',
-              'zero_grad', 'authors discriminator', 'wait', 'other')
+STEP_PARTS = ('data', 'hooks', 'preprocess', 'forward', 'encode', 'backward', 'clip',
+              'optimizer', 'zero_grad', 'authors discriminator', 'wait', 'other')
 #: Steps queued back to back in each window of the unwaited measurement (``unwaited_steps``).
 UNWAITED_WINDOW = 5
 #: What torch's sync debug mode warns at each wait. Its first use in a process also warns that the
@@ -368,17 +368,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     # Tokenised in the collate, as the loops' dataloader workers do (xmr.engine.worker_tokens).
     collate = TokenizingCollate(retrieval_collate, model.data_preprocessor.tokenize)
     parts = StepParts()
-    parts.wrap(model.data_preprocessor, 'forward', 'preprocess')
-    parts.wrap(model, '_losses', 'forward')
-    for encoder in ('_source_embeddings', '_target_embeddings'):
-        parts.wrap(model, encoder, 'encode')
-    if wrapper is not None:
-        # A compiled step's clip and optimiser step run inside its graphs: one part, untraced.
-        stepping = ([(wrapper, 'step', 'optimizer')] if 'compiled_step' in wrapper_options else
-                    [(wrapper, '_clip_grad', 'clip'), (wrapper.optimizer, 'step', 'optimizer')])
-        for owner, call, part in ((wrapper, 'backward', 'backward'), *stepping,
-                                  (wrapper, 'zero_grad', 'zero_grad')):
-            parts.wrap(owner, call, part)
+    parts.wrap_step(model, wrapper)
     if authors_extra is not None:
         parts.wrap(authors_extra, 'update_discriminator', 'authors discriminator')
 
@@ -499,6 +489,23 @@ class StepParts:
                 return call(*args, **kwargs)
 
         setattr(owner, attribute, timed)
+
+    def wrap_step(self, model: Any, wrapper: Any | None) -> None:
+        """Time the calls of a retriever's step as their parts: its data preprocessor, losses
+        and encoders, and the optimiser wrapper's backward, clip, step and ``zero_grad``."""
+        self.wrap(model.data_preprocessor, 'forward', 'preprocess')
+        self.wrap(model, '_losses', 'forward')
+        for encoder in ('_source_embeddings', '_target_embeddings'):
+            self.wrap(model, encoder, 'encode')
+        if wrapper is None:
+            return
+        # A compiled step's clip and optimiser step run inside its graphs: one part, untraced.
+        compiled = getattr(wrapper, 'compiled_step', None) is not None
+        stepping = ([(wrapper, 'step', 'optimizer')] if compiled else
+                    [(wrapper, '_clip_grad', 'clip'), (wrapper.optimizer, 'step', 'optimizer')])
+        for owner, call, part in ((wrapper, 'backward', 'backward'), *stepping,
+                                  (wrapper, 'zero_grad', 'zero_grad')):
+            self.wrap(owner, call, part)
 
     def take(self) -> dict[str, float]:
         """The seconds of each part since the last take."""

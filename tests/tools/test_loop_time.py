@@ -9,6 +9,9 @@ import pytest
 
 from tests.conftest import REPO
 from xmr.datasets.pairs import CaptionPairDataset
+from xmr.engine import loops
+
+READ_TO_HOST = loops.read_to_host
 
 spec = importlib.util.spec_from_file_location(
     'loop_time', REPO / 'tools' / 'benchmarks' / 'loop_time.py')
@@ -33,6 +36,17 @@ def test_one_off_iterations_are_the_warm_up_and_each_first_width_by_hand():
     assert figures['first_ms'] == pytest.approx(5000.0)
     with pytest.raises(ValueError, match='all 2 iterations are one-off'):
         loop_time.iteration_summary([1.0, 1.0], [0.0, 0.0], [8, 16], warmup=0)
+
+
+def test_the_steady_iterations_by_part_are_medians_with_the_rest_as_other_by_hand():
+    times, data_times = [5.0, 1.0, 0.5, 0.7], [0.1, 0.2, 0.1, 0.3]
+    parts = [dict(forward=4.0, wait=0.5), dict(forward=0.5, wait=0.1),
+             dict(forward=0.2, wait=0.1, hooks=0.1), dict(forward=0.3, wait=0.05)]
+    figures = loop_time.iteration_summary(times, data_times, [], warmup=1, parts=parts)
+    # Steady: iterations 1-3; other = time - data - parts: 0.2, 0.0, 0.05.
+    assert list(figures['parts_median_ms']) == ['data', 'hooks', 'forward', 'wait', 'other']
+    assert figures['parts_median_ms'] == pytest.approx(dict(
+        data=200.0, hooks=0.0, forward=300.0, wait=100.0, other=50.0))
 
 
 def test_the_run_is_the_shipped_cross_lingual_phase_on_text_pairs(tmp_path):
@@ -69,7 +83,15 @@ def test_a_tiny_run_on_the_cpu_times_every_iteration(tmp_path, capsys):
     assert figures['iterations'] == 12 and figures['one_off'] == 2
     assert figures['target_widths'] and figures['compile'] == 'eager'
     assert 0 < figures['median_ms'] < figures['first_ms']
-    assert "the paper's 45000-step phase projected" in capsys.readouterr().out
+    parts = figures['parts_median_ms']
+    assert {'data', 'hooks', 'preprocess', 'forward', 'backward', 'clip', 'optimizer',
+            'zero_grad', 'wait', 'other'} <= set(parts)
+    assert parts['forward'] > 0 and parts['backward'] > 0 and parts['wait'] > 0
+    assert sum(parts.values()) == pytest.approx(figures['median_ms'], rel=0.5)
+    out = capsys.readouterr().out
+    assert "the paper's 45000-step phase projected" in out
+    assert 'the others by part on the host, median ms: data ' in out
+    assert loops.read_to_host is READ_TO_HOST  # the loop's read restored after the run
 
 
 @pytest.mark.parametrize('argv, message', [

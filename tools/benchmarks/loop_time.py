@@ -24,7 +24,9 @@ of one iteration to the end of the next, the wait for the loader included)::
 
 It prints the first iteration, the one-off iterations (the first ``--warmup``, and each that met
 a target width for the first time: compiled, the model compiles for it or records a CUDA graph),
-the median and mean of the others (steady), the loader's wait among them, the target widths, and
+the median and mean of the others (steady), the loader's wait among them, their median by part
+on the host (:class:`IterationParts`: the hooks, the model's step by part, the one read of the
+losses, where the iteration waits for the device), the target widths, and
 the projected time of the paper's 45,000-step phase: this run's iterations, then the rest at the
 steady mean.
 """
@@ -43,6 +45,7 @@ from typing import Any
 import torch
 from mmengine.hooks import Hook
 
+from xmr.engine import loops
 from xmr.utils.cli import run_tool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -114,13 +117,16 @@ def loop_cfg(args: argparse.Namespace, work_dir: Path):
 
 def iteration_summary(times: Sequence[float], data_times: Sequence[float],
                       widths: Sequence[int | None], warmup: int,
-                      paper_iters: int = PAPER_ITERS) -> dict[str, Any]:
+                      paper_iters: int = PAPER_ITERS,
+                      parts: Sequence[dict[str, float]] = ()) -> dict[str, Any]:
     """The figures of a run's iteration times in seconds (``train/time``, ``train/data_time``).
 
     The one-off iterations are the first ``warmup`` and each that met a target width for the
     first time (``widths``, ``None`` where unknown): a compiled model compiles for it, or
     records a CUDA graph. The others are steady. The projected phase is this run's
-    iterations, then ``paper_iters`` less them at the steady mean.
+    iterations, then ``paper_iters`` less them at the steady mean. With ``parts`` (each
+    iteration's seconds by part, :class:`IterationParts`), the steady iterations' median of each
+    part, ``data`` the logged data time and ``other`` the rest of each iteration.
     """
     one_off, seen = set(range(min(warmup, len(times)))), set()
     for index, width in enumerate(widths):
@@ -132,12 +138,52 @@ def iteration_summary(times: Sequence[float], data_times: Sequence[float],
         raise ValueError(f'all {len(times)} iterations are one-off (the first {warmup}, and '
                          'those that met a new width): run more iterations (--iters)')
     mean = statistics.fmean(steady)
+    by_part = [dict(data=data_times[index], **parts[index],
+                    other=times[index] - data_times[index] - sum(parts[index].values()))
+               for index in range(len(parts)) if index not in one_off]
+    names = [name for name in benchmark.STEP_PARTS if any(name in p for p in by_part)]
+    parts_ms = {name: 1000 * statistics.median(p.get(name, 0.0) for p in by_part)
+                for name in names}
     return dict(iterations=len(times), first_ms=1000 * times[0], one_off=len(one_off),
                 one_off_s=sum(times[index] for index in one_off),
                 median_ms=1000 * statistics.median(steady), mean_ms=1000 * mean,
                 data_median_ms=1000 * statistics.median(
                     t for index, t in enumerate(data_times) if index not in one_off),
-                paper_phase_min=(sum(times) + (paper_iters - len(times)) * mean) / 60)
+                paper_phase_min=(sum(times) + (paper_iters - len(times)) * mean) / 60,
+                **(dict(parts_median_ms=parts_ms) if parts else {}))
+
+
+class IterationParts(Hook):
+    """Splits each iteration of the run into parts on the host, as ``tools/benchmark.py``'s
+    :class:`StepParts` splits a step: the iteration's ``hooks``, the model's step by part
+    (``preprocess``, ``forward``, ``backward``, ``clip``, ``optimizer``, ``zero_grad``) and the
+    loop's one read of the losses and the norm (``wait``, the iteration's wait for the device).
+    Set up when the run starts (``before_train``: the optimiser wrapper is built by then); the
+    loop's read is restored by :meth:`restore`."""
+
+    priority = 'HIGHEST'
+
+    def __init__(self) -> None:
+        self.parts = benchmark.StepParts()
+        self.iterations: list[dict[str, float]] = []
+        self._read = loops.read_to_host
+
+    def before_train(self, runner) -> None:
+        parts, loop = self.parts, runner.train_loop
+        parts.wrap_step(runner.model, runner.optim_wrapper)
+        parts.wrap(runner, 'call_hook', 'hooks')
+        parts.wrap(loops, 'read_to_host', 'wait')
+        run_iter = loop.run_iter
+
+        def timed_iteration(data_batch: Any) -> None:
+            parts.take()  # what ran between iterations is the logged data time's
+            run_iter(data_batch)
+            self.iterations.append(parts.take())
+
+        loop.run_iter = timed_iteration
+
+    def restore(self) -> None:
+        loops.read_to_host = self._read
 
 
 class TargetWidths(Hook):
@@ -172,6 +218,9 @@ def report(figures: dict[str, Any], warmup: int) -> str:
         f'({one_off}) {figures["one_off_s"]:.1f} s',
         f'the others: median {figures["median_ms"]:.2f} ms, mean {figures["mean_ms"]:.2f} ms, '
         f'the loader\'s wait median {figures["data_median_ms"]:.2f} ms',
+        *(['the others by part on the host, median ms: ' + ', '.join(
+            f'{name} {ms:.2f}' for name, ms in figures['parts_median_ms'].items())]
+          if 'parts_median_ms' in figures else []),
         f'the paper\'s {PAPER_ITERS}-step phase projected: {figures["paper_phase_min"]:.1f} min',
         f'train() {figures["train_s"]:.0f} s, building the feature cache included'
         + ('' if figures['peak_mib'] is None else
@@ -227,13 +276,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
     counters.clear()  # the compiled run's graphs, breaks and recompilations are this run's
     runner = Runner.from_cfg(loop_cfg(args, work_dir))
-    widths = TargetWidths()
+    widths, split = TargetWidths(), IterationParts()
     runner.register_hook(widths)
+    runner.register_hook(split)
     cuda = torch.device(args.device).type == 'cuda'
     if cuda:
         torch.cuda.reset_peak_memory_stats(args.device)
     started = time.perf_counter()
-    runner.train()
+    try:
+        runner.train()
+    finally:
+        split.restore()
     wall = time.perf_counter() - started
     peak = torch.cuda.max_memory_allocated(args.device) / 2 ** 20 if cuda else None
     hub = runner.message_hub
@@ -246,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                    peak_mib=peak,
                    # Eager code meets a new width as any other.
                    **iteration_summary(times, data_times,
-                                       widths.widths if args.compile else [], args.warmup),
+                                       widths.widths if args.compile else [], args.warmup,
+                                       parts=split.iterations),
                    target_widths=sorted({w for w in widths.widths if w is not None}),
                    **(benchmark.compile_counts() if args.compile else {}))
     print(report(figures, args.warmup))
