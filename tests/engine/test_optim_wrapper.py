@@ -136,8 +136,8 @@ def clipped_adamw_steps(optimizer_options: dict, compiled_step: dict | None,
                                   lr=1e-2, **optimizer_options)
     wrapper = OptimWrapper(optimizer, clip_grad=dict(max_norm=1.0), compiled_step=compiled_step)
     torch._dynamo.reset()
-    # Dynamo traces an optimiser beside the CUDA graph trees of the process; those another test
-    # left (torch 2.11 keeps them through the reset) made it fail an assertion on an H200.
+    # Dynamo traces an optimiser beside the process's CUDA graph trees: on an H200 (torch 2.11)
+    # it failed an assertion on a tree without a current graph. Each run starts without trees.
     reset_cudagraph_trees()
     counters.clear()
     norms, graphs = [], []

@@ -195,8 +195,8 @@ def refuse_cuda_graphs(compiled_step: dict) -> None:
     the gradients are outputs of its backward's graph, and the step's graph overwrote them
     before reading them (an H200, torch 2.11: "accessing tensor output of CUDAGraphs that has
     been overwritten"). Without the model's graphs the clip scales gradients that no graph
-    owns, which CUDA graphs skip, and Dynamo failed to trace the optimiser beside another
-    tree's graphs. Inductor's kernels without CUDA graphs have neither problem.
+    owns, which CUDA graphs skip, and Dynamo failed an assertion tracing the optimiser after
+    the clip's graph. Inductor's kernels without CUDA graphs have neither problem.
 
     Raises:
         ValueError: a ``mode`` (``'reduce-overhead'``, ``'max-autotune'``) or an option
