@@ -196,7 +196,8 @@ def refuse_cuda_graphs(compiled_step: dict) -> None:
     before reading them (an H200, torch 2.11: "accessing tensor output of CUDAGraphs that has
     been overwritten"). Without the model's graphs the clip scales gradients that no graph
     owns, which CUDA graphs skip, and Dynamo failed an assertion tracing the optimiser after
-    the clip's graph. Inductor's kernels without CUDA graphs have neither problem.
+    the clip's graph. Inductor's kernels without CUDA graphs record nothing in the trees
+    (on a GPU beside the model's graphs: not yet run).
 
     Raises:
         ValueError: a ``mode`` (``'reduce-overhead'``, ``'max-autotune'``) or an option
