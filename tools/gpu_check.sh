@@ -17,14 +17,15 @@
 # then STAGES="bench profile host", each writing its part of the report; the stage "host",
 # under a minute, is tools/benchmarks/host_costs.py: the host's costs per trained tensor and
 # per module, apart from the step (HOST_ARGS="--compile reduce-overhead" adds the clip and the
-# AdamW step compiled and replayed as a CUDA graph); the stage "compiled", not run by default,
-# times DASD's compiled step and evaluation beside the eager ones in bf16, COMPILE_ARGS
-# changing its rows: about 5 minutes, most of it compiling; the stage "run", not run by default
-# either, is the tier's test of a whole run compiled as CUDA graphs, which the stage "tier"
-# leaves out: the shortened DASD demo, eager then compiled, their mAR and step times; about 5.5
-# minutes on an H200; the stage "loop", not run by default, is tools/benchmarks/loop_time.py:
-# DASD's cross-lingual phase trained by the Runner's loop at ViT-B/32 size, its iteration times
-# as the run logs them and the paper's phase projected from them, LOOP_ARGS its arguments
+# AdamW step compiled, without CUDA graphs); the stage "compiled", not run by default, times
+# DASD's compiled step and evaluation beside the eager ones in bf16, COMPILE_ARGS changing its
+# rows: about 5 minutes, most of it compiling (50 to 85 s a compiled row on an H200); the
+# stage "run", not run by default either, is the tier's test of a whole run compiled as CUDA
+# graphs, which the stage "tier" leaves out: the shortened DASD demo, eager then compiled,
+# their mAR and step times; about 5.5 minutes on an H200; the stage "loop", not run by
+# default, is tools/benchmarks/loop_time.py: DASD's cross-lingual phase trained by the
+# Runner's loop at ViT-B/32 size, its iteration times as the run logs them, their parts on the
+# host and the paper's phase projected from them, LOOP_ARGS its arguments
 # (default: bf16, compiled as CUDA graphs, 600 iterations)).
 # DEADLINE_S (unset: none) gives the check that many seconds from its start: a stage still
 # running then is stopped (exit 124 in the report), no later stage starts, and the report is
