@@ -134,7 +134,7 @@ def backward_ms(leaves: int, numel: int, reps: int, device: torch.device,
     step; with ``compiled_autograd``, the whole backward, accumulation included, is traced by
     compiled autograd and compiled in that mode too.
     """
-    from xmr.engine.optim_wrapper import OptimWrapper
+    from xmr.engine.optim_wrapper import OptimWrapper, wrapper_compile_options
 
     sizes = [numel // leaves + (i < numel % leaves) for i in range(leaves)]
     parameters = [nn.Parameter(torch.zeros(size, device=device)) for size in sizes]
@@ -153,7 +153,8 @@ def backward_ms(leaves: int, numel: int, reps: int, device: torch.device,
 
     # The backward as a step runs it, through xmr's wrapper (traced whole with compiled_autograd).
     wrapper = OptimWrapper(torch.optim.SGD(parameters, lr=0.0), compiled_autograd=(
-        dict(mode=compile_mode) if compiled_autograd else None))
+        wrapper_compile_options('compiled_autograd', compile_mode) if compiled_autograd
+        else None))
 
     def backward() -> None:
         wrapper.backward(loss[0])
