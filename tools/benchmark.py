@@ -817,9 +817,13 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     return lines + projected_schedule(rows)
 
 
+def parts_ms_text(parts_ms: dict[str, float]) -> str:
+    """Parts in ms as printed: ``'data 1.00, forward 2.50'``."""
+    return ', '.join(f'{name} {ms:.2f}' for name, ms in parts_ms.items())
+
+
 def parts_text(row: dict[str, Any]) -> str:
-    return 'its fastest step by part, ms: ' + ', '.join(
-        f'{name} {ms:.2f}' for name, ms in row['parts_ms'].items())
+    return f"its fastest step by part, ms: {parts_ms_text(row['parts_ms'])}"
 
 
 def row_details(row: dict[str, Any]) -> str:

@@ -218,8 +218,8 @@ def report(figures: dict[str, Any], warmup: int) -> str:
         f'({one_off}) {figures["one_off_s"]:.1f} s',
         f'the others: median {figures["median_ms"]:.2f} ms, mean {figures["mean_ms"]:.2f} ms, '
         f'the loader\'s wait median {figures["data_median_ms"]:.2f} ms',
-        *(['the others by part on the host, median ms: ' + ', '.join(
-            f'{name} {ms:.2f}' for name, ms in figures['parts_median_ms'].items())]
+        *(['the others by part on the host, median ms: '
+           + benchmark.parts_ms_text(figures['parts_median_ms'])]
           if 'parts_median_ms' in figures else []),
         f'the paper\'s {PAPER_ITERS}-step phase projected: {figures["paper_phase_min"]:.1f} min',
         f'train() {figures["train_s"]:.0f} s, building the feature cache included'

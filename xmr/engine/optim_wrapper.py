@@ -49,10 +49,10 @@ class OptimWrapper(MMEngineOptimWrapper):
     are (its foreach form, ``capturable=True``: the step counts on the device): the Python
     loops over the trained tensors leave the host's step for Inductor's fused kernels, without
     CUDA graphs (:func:`refuse_cuda_graphs`). Each group's learning rate enters as a device
-    tensor filled before the call (:meth:`lrs_as_tensors`),
-    so the loop's new rate at every iteration compiles nothing again, while the groups keep
-    their float rates for the schedulers, the logs and the state dict. A new set of trained
-    tensors (another phase's) is traced again.
+    tensor filled before the call (:meth:`lrs_as_tensors`), so the loop's new rate at every
+    iteration compiles nothing again, while the groups keep their float rates for the
+    schedulers, the logs and the state dict. A new set of trained tensors (another phase's)
+    is traced again.
 
     Args:
         compiled_autograd: ``torch.compile`` options for the traced backward (``mode``,
