@@ -253,6 +253,37 @@ def test_a_tolerated_nan_iteration_leaves_the_weights_as_they_were(tmp_path):
     assert all(torch.isfinite(p).all() for p in runner.model.parameters())
 
 
+@pytest.mark.parametrize('change, why', [
+    (dict(clip_grad=None), 'no clip'),
+    (dict(clip_grad=dict(type='value', clip_value=1.0)), 'clipped by value: no norm'),
+    (dict(optimizer=dict(type='AdamW', lr=1e-3, foreach=True)), 'unfused'),
+    (dict(optimizer=dict(type='SGD', lr=1e-3, momentum=0.9)), 'SGD, unfused'),
+    (dict(compiled_step=dict(backend='eager')), 'compiled: foreach'),
+], ids=['no-clip', 'clip-by-value', 'foreach', 'sgd', 'compiled-step'])
+def test_patience_is_refused_where_a_nonfinite_step_would_reach_the_weights(tmp_path, change,
+                                                                            why):
+    cfg = make_cfg(tmp_path)
+    cfg.train_cfg.nonfinite_patience = 2
+    cfg.optim_wrapper.update(change)
+    runner, error = runner_that_fails_before_training(cfg)
+    assert str(error.value).startswith(
+        'train_cfg.nonfinite_patience=2 tolerates non-finite iterations, but this optimiser\'s '
+        'step does not skip one'), why
+    assert str(error.value).endswith('else set nonfinite_patience=0')
+    assert runner.iter == 0 and not list(tmp_path.glob('*.pth'))
+
+
+def test_patience_is_taken_where_the_step_is_skipped(tmp_path):
+    """The constructor's fused AdamW clipped by norm, and fp16's loss scaler without a clip."""
+    for name, change in (('fused', {}), ('fp16', dict(type='AutocastOptimWrapper',
+                                                      dtype='float16', clip_grad=None))):
+        cfg = make_cfg(tmp_path / name, phases=[dict(PHASES[1], iters=1)])
+        cfg.train_cfg.nonfinite_patience = 2
+        cfg.optim_wrapper.update(change)
+        runner, records = train(cfg)
+        assert runner.optim_wrapper.skips_nonfinite_steps and len(records) == 1, name
+
+
 def test_patience_counts_consecutive_nonfinite_iterations():
     finite, nan = dict(loss=torch.tensor(1.0)), dict(loss=torch.tensor(math.nan),
                                                      loss_cm=torch.tensor(math.inf))

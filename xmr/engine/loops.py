@@ -220,7 +220,9 @@ class PhasedTrainLoop(BaseLoop):
         nonfinite_patience: consecutive iterations with a NaN or infinite loss tolerated
             before training stops with :class:`~xmr.engine.divergence.TrainingDivergedError`
             (0: at the first). Such an iteration reaches no hook (it is neither logged into the
-            window, saved nor validated) and a phase may not end on one.
+            window, saved nor validated) and a phase may not end on one. Above 0 it needs an
+            optimiser step that skips a step with non-finite gradients (checked when ``run``
+            starts).
     """
 
     def __init__(self, runner, dataloader: DataLoader | dict | None, phases: Sequence[dict],
@@ -327,9 +329,11 @@ class PhasedTrainLoop(BaseLoop):
     def _check_before_training(self) -> None:
         """What the optimiser and the built data must agree on, checked before any step.
 
-        Every ``lr_mult`` names a parameter group of the optimiser (built after the loop), and
-        the model reads every caption language of the phases still to run and of validation.
+        Every ``lr_mult`` names a parameter group of the optimiser (built after the loop), a
+        tolerated non-finite iteration leaves the weights as they were (:meth:`_check_patience`),
+        and the model reads every caption language of the phases still to run and of validation.
         """
+        self._check_patience()
         groups = {g.get('name') for g in self.runner.optim_wrapper.optimizer.param_groups}
         for phase in self.phases:
             unknown = sorted(set(phase.lr_mult) - groups)
@@ -346,6 +350,25 @@ class PhasedTrainLoop(BaseLoop):
             datasets.update({f'val dataset {i} ({type(loader.dataset).__name__})':
                              loader.dataset for i, loader in enumerate(loaders)})
         check_data_languages(self.model, datasets)
+
+    def _check_patience(self) -> None:
+        """Refuse ``nonfinite_patience`` where the optimiser's step does not skip a step whose
+        gradients are not finite (the wrapper's ``skips_nonfinite_steps``): the tolerated
+        iteration would write NaN into the weights, and every later loss would be NaN too.
+
+        Raises:
+            ValueError: naming the patience and the settings that skip such a step.
+        """
+        patience = self.divergence.patience
+        if patience and not getattr(self.runner.optim_wrapper, 'skips_nonfinite_steps', False):
+            raise ValueError(
+                f'train_cfg.nonfinite_patience={patience} tolerates non-finite iterations, but '
+                "this optimiser's step does not skip one: its NaN gradients would reach the "
+                "weights. A step is skipped by xmr's OptimWrapper with clip_grad=dict("
+                'max_norm=...) and a fused Adam or AdamW (the constructor\'s default, not '
+                'foreach, not sparse=True tables, without compiled_step), or by fp16\'s loss '
+                'scaler (AutocastOptimWrapper, dtype=\'float16\'); else set '
+                'nonfinite_patience=0')
 
     def _check_phases_against_model(self) -> None:
         """Every phase's ``trainable`` prefixes match parameters and the model can run its

@@ -34,7 +34,7 @@ class OptimWrapper(MMEngineOptimWrapper):
     is fused (torch's fused kernels take a ``found_inf`` flag, as with fp16's loss scaler, and
     skip the update on the device, no wait): one bad batch leaves the weights and the
     optimiser's state as they were, which is what the loop's ``nonfinite_patience`` tolerates
-    (:attr:`skips_nonfinite_steps`).
+    (:attr:`skips_nonfinite_steps`; the loop refuses a patience without it).
 
     With ``compiled_autograd``, each backward is traced by torch's compiled autograd and
     compiled by ``torch.compile`` with these options: the accumulation of every gradient into
@@ -122,8 +122,9 @@ class OptimWrapper(MMEngineOptimWrapper):
     def skips_nonfinite_steps(self) -> bool:
         """Whether a step whose clipped gradients' norm is not finite updates nothing: with a
         fused optimiser (Adam and AdamW by default, not the ``SparseAdam`` of sparse tables)
-        and an eager step; the norm is ``clip_grad``'s."""
+        and an eager step; the norm is ``clip_grad``'s (clipping by value computes none)."""
         return (self._compiled_step is None and bool(self.clip_grad_kwargs)
+                and self.grad_name == 'grad_norm'
                 and getattr(self.optimizer, '_step_supports_amp_scaling', False))
 
     def _clip_and_step(self, closure: Any = None) -> None:
