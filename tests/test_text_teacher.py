@@ -46,7 +46,7 @@ def test_every_adapter_type_trains_on_a_tiny_teacher_through_xmr_train(tmp_path,
     text_teacher_adapters.main([
         '--out', str(tmp_path / 'project'), '--teacher', str(teacher),
         '--multi30k', str(multi30k), '--iters', '2', '--val-interval', '1',
-        '--batch-size', '4', '--table-width', '8', '--variants', *ONE_PER_TYPE])
+        '--batch-size', '4', '--table-width', '8', '--jobs', '2', '--variants', *ONE_PER_TYPE])
     printed = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(printed) if line.startswith('| variant |'))
     rows = printed[header + 2:header + 2 + len(ONE_PER_TYPE)]

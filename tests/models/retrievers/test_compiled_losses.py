@@ -155,7 +155,9 @@ def test_a_compiled_run_of_the_demo_trains_as_the_eager_one(tmp_path):
     evaluation: the trained weights and the validation's metrics equal an eager run's."""
     allow_mmengine_checkpoint_types()
     trained, metrics = {}, {}
-    for name, options in (('eager', None), ('compiled', TRACED)):
+    # Dynamo's graphs run as captured: AOTAutograd's (TRACED) are compared with eager above, per
+    # set of languages; tracing them for every phase and validation here took 79 s, this 42 s.
+    for name, options in (('eager', None), ('compiled', dict(backend='eager'))):
         cfg = small_demo(DEMO, tmp_path / name)
         cfg.model.compile = options
         cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=-1, save_last=True)
