@@ -260,7 +260,9 @@ class HFTokenizer(BaseTokenizer):
             except OSError as error:
                 raise OSError(f"cannot load the Hugging Face tokenizer '{name_or_path}' (not a "
                               'local folder, not in the cache, and the hub is unreachable); '
-                              'pass tokenizer_file=<tokenizer.json> or a local folder') from error
+                              'pass tokenizer_file=<tokenizer.json> or a local folder (on a '
+                              'machine without network, HF_HUB_OFFLINE=1 fails here at once '
+                              'instead of retrying the hub)') from error
             self._pad_id = hf.pad_token_id if hf.pad_token_id is not None else 0
             self._vocab = len(hf)
             vocab = hf.get_vocab()
