@@ -175,7 +175,7 @@ def train_variants(out: Path, args: argparse.Namespace) -> Iterator[tuple[str, d
         for name, future in futures:
             yield name, future.result()
     finally:
-        # A failed variant stops the run: the variants not started are not.
+        # A failed variant stops the run: the variants not yet started never start.
         pool.shutdown(wait=True, cancel_futures=True)
 
 
