@@ -823,6 +823,7 @@ def parts_ms_text(parts_ms: dict[str, float]) -> str:
 
 
 def parts_text(row: dict[str, Any]) -> str:
+    """A row's fastest step by part, as its summary and its details print it."""
     return f"its fastest step by part, ms: {parts_ms_text(row['parts_ms'])}"
 
 

@@ -20,6 +20,9 @@ from mmengine.runner import Runner
 from tests.conftest import REPO
 from tests.engine.test_loops import make_cfg, train
 
+sys.path.insert(0, str(REPO / 'tools'))
+import benchmark  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 
 DEMO = 'configs/demo/static_tiny-clip_synthetic.py'
@@ -64,9 +67,6 @@ def test_resume_on_the_accelerator_repeats_the_uninterrupted_run(accelerator, tm
 def synchronisations(call: Callable[[], Any]) -> tuple[Any, int]:
     """``call()``'s result and how many times it made the host wait for the device, not
     counting those of calls inside it that count their own."""
-    sys.path.insert(0, str(REPO / 'tools'))
-    import benchmark
-
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')

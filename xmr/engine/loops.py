@@ -365,9 +365,9 @@ class PhasedTrainLoop(BaseLoop):
                 f'train_cfg.nonfinite_patience={patience} tolerates non-finite iterations, but '
                 "this optimiser's step does not skip one: its NaN gradients would reach the "
                 "weights. A step is skipped by xmr's OptimWrapper with clip_grad=dict("
-                'max_norm=...) and a fused Adam or AdamW (the constructor\'s default, not '
-                'foreach, not sparse=True tables, without compiled_step), or by fp16\'s loss '
-                'scaler (AutocastOptimWrapper, dtype=\'float16\'); else set '
+                "max_norm=...) and a fused Adam or AdamW (the constructor's default, not "
+                "foreach, not sparse=True tables, without compiled_step), or by fp16's loss "
+                "scaler (AutocastOptimWrapper, dtype='float16'); else set "
                 'nonfinite_patience=0')
 
     def _check_phases_against_model(self) -> None:
