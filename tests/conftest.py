@@ -42,7 +42,6 @@ def tiny_retriever_cfg(**overrides) -> dict:
 
 @pytest.fixture
 def tiny_retriever():
-    import xmr  # noqa: F401
     from xmr.registry import MODELS
 
     torch.manual_seed(0)

@@ -1,3 +1,5 @@
+import json
+import subprocess
 import sys
 import textwrap
 
@@ -6,7 +8,6 @@ import pytest
 import torch
 from mmengine.config import Config
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_retriever_cfg
 from xmr import registry
 from xmr.registry import ADAPTERS, MODELS
@@ -78,3 +79,46 @@ def test_user_adapter_loaded_with_custom_imports(tmp_path, monkeypatch):
     finally:
         ADAPTERS.module_dict.pop('ScaledIdentityAdapter', None)
         sys.modules.pop('my_adapters', None)
+
+
+# A fresh process: `import xmr` loads no deep-learning library, MMEngine's root registry finds an
+# xmr type through the default scope with nothing imported first (the Runner's path), and that
+# first look-up registers every type the modules of xmr register, in every registry (each
+# module imported one by one afterwards, `__main__` aside, adds none).
+FRESH_PROCESS = """
+import importlib, json, pkgutil, sys
+import xmr
+heavy = sorted(m for m in ('torch', 'open_clip', 'transformers') if m in sys.modules)
+from mmengine.registry import METRICS
+with METRICS.switch_scope_and_registry('xmr') as found_in:  # as MMEngine's build does
+    metric = found_in.get('RetrievalMetric').__module__
+from xmr import registry
+def registered():
+    return {name: sorted(k for k, v in getattr(registry, name).module_dict.items()
+                         if getattr(v, '__module__', '').startswith('xmr.'))
+            for name in registry.__all__ if name != 'XMRRegistry'}
+first = registered()
+for info in pkgutil.walk_packages(xmr.__path__, 'xmr.'):
+    if not info.name.endswith('__main__'):
+        importlib.import_module(info.name)
+print(json.dumps(dict(heavy=heavy, metric=metric, first=first, every=registered())))
+"""
+
+
+def test_the_first_look_up_registers_every_module_of_xmr():
+    result = subprocess.run([sys.executable, '-c', FRESH_PROCESS], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.splitlines()[-1])
+    assert seen['heavy'] == []
+    assert seen['metric'] == 'xmr.evaluation.metrics.retrieval'
+    assert seen['first'] == seen['every']
+    assert 'CachedFeatureDataset' in seen['first']['DATASETS']  # registered by xmr.engine
+    assert 'StaticAdapter' in seen['first']['ADAPTERS']
+
+
+def test_subpackages_import_on_first_access():
+    import xmr
+    assert xmr.evaluation.xtd10_fewshot_split.__module__.startswith('xmr.evaluation')
+    with pytest.raises(AttributeError, match="module 'xmr' has no attribute 'modles'"):
+        _ = xmr.modles

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from mmengine.config import Config
 
-import xmr  # noqa: F401  (the xmr:: scheme)
 from xmr.console import available, main
 from xmr.packaged import config_path
 
@@ -103,11 +102,30 @@ def test_the_command_lists_the_tools_and_refuses_an_unknown_one(capsys):
     assert installed.returncode == 0 and '\n  train\n' in installed.stdout
     assert {'train', 'test', 'benchmark', 'data prepare_multi30k',
             'convert dasd_to_xmr'} <= set(available())
-    # In this process: a second one would spend its 9 s importing torch and open_clip.
     with pytest.raises(SystemExit) as exit_status:
         main(['trian'])
     assert exit_status.value.code == 2
     assert capsys.readouterr().err.startswith('error: xmr trian: no such command: run one of ')
+
+
+# The command's arguments follow `-c`: `main()` reads them from sys.argv as the installed one does.
+HELP_IN_A_FRESH_PROCESS = '''
+import sys
+from xmr.console import main
+try:
+    main()
+except SystemExit:
+    pass
+print('torch loaded' if 'torch' in sys.modules else 'torch not loaded')
+'''
+
+
+@pytest.mark.parametrize('command', [[], ['train'], ['test'], ['cache_features']])
+def test_help_answers_without_loading_torch(command):
+    shown = subprocess.run([sys.executable, '-c', HELP_IN_A_FRESH_PROCESS, *command, '--help'],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.stdout.startswith('usage: ')
+    assert shown.stdout.splitlines()[-1] == 'torch not loaded'
 
 
 @pytest.mark.slow

@@ -307,7 +307,6 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Time one (case, path, precision) row."""
     import torch
 
-    import xmr  # noqa: F401
     from xmr.datasets.collate import retrieval_collate
     from xmr.engine.feature_cache import CachedFeatureDataset
     from xmr.engine.frozen_casts import FrozenWeightCasts
@@ -869,7 +868,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         return []
     import torch
 
-    import xmr  # noqa: F401
     from xmr.registry import TOKENIZERS
 
     with tempfile.TemporaryDirectory() as scratch:

@@ -71,15 +71,14 @@ def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    args = parse_args(argv)
     import torch
 
-    import xmr  # noqa: F401  (registers every module)
     from xmr.apis import read_checkpoint
     from xmr.engine.feature_cache import FeatureCache
     from xmr.engine.threads import set_cpu_threads
     from xmr.registry import DATASETS, MODELS
 
-    args = parse_args(argv)
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
     set_cpu_threads(cfg)

@@ -188,12 +188,11 @@ def write_clip_benchmark_files(args: argparse.Namespace, result, scored, json_pa
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     from mmengine.dist import is_main_process
 
-    import xmr  # noqa: F401  (registers every module)
     from xmr.evaluation import leaderboard_markdown, load_result, save_result, write_csv
 
-    args = parse_args(argv)
     results = []
     for path in args.compare or []:
         try:

@@ -11,7 +11,6 @@ import os
 import os.path as osp
 
 from mmengine.config import Config, DictAction
-from mmengine.runner import Runner
 
 from xmr.run_config import add_ablation_argument, load_run_config
 from xmr.utils.cli import UserError, run_tool
@@ -87,13 +86,14 @@ def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import xmr  # noqa: F401  (registers every module)
+    args = parse_args(argv)
+    from mmengine.runner import Runner
+
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
     from xmr.engine.distributed import setup_cpu_distributed
     from xmr.engine.threads import set_cpu_threads
 
     allow_mmengine_checkpoint_types()
-    args = parse_args(argv)
     cfg = build_config(args)
     set_cpu_threads(cfg)
     setup_cpu_distributed(cfg, args.launcher)

@@ -189,7 +189,6 @@ def plot(points: np.ndarray, labels: np.ndarray, title: str, path: Path) -> None
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     args = parse_args(argv)
-    import xmr  # noqa: F401  (registers every module)
     from xmr.apis import init_retriever
     from xmr.fileio import atomic_write_text
 

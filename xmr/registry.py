@@ -4,7 +4,8 @@ Every MMEngine root registry has a child here with scope ``xmr``, so that a conf
 ``default_scope = 'xmr'`` finds xmr's classes first and MMEngine's (optimisers, hooks, loops)
 through the parent. Three project registries hold the parts a method is made of:
 ``ADAPTERS`` (trainable modules placed in a frozen text tower), ``DISENTANGLERS`` (modules that
-turn target embeddings into a condition and losses) and ``TOKENIZERS``.
+turn target embeddings into a condition and losses) and ``TOKENIZERS``. Each imports every
+module of xmr (:data:`LOCATIONS`) at its first look-up, so nothing need be imported to build.
 
 A user registers a new type from their own module and loads it with ``custom_imports``::
 
@@ -95,36 +96,42 @@ class XMRRegistry(Registry):
                 'A type from your own module needs custom_imports in the config.')
 
 
-def _child(name: str, parent: Registry, locations: list[str]) -> XMRRegistry:
-    return XMRRegistry(name, parent=parent, scope='xmr', locations=locations)
+#: The packages whose modules register into xmr's registries. Every registry imports them all
+#: at its first look-up: a type registered into one registry by another package's module (the
+#: feature cache's dataset in ``xmr.engine``) is found all the same.
+LOCATIONS = ['xmr.datasets', 'xmr.engine', 'xmr.evaluation', 'xmr.models', 'xmr.apis']
 
 
-RUNNERS = _child('runner', MMENGINE_RUNNERS, ['xmr.engine'])
-RUNNER_CONSTRUCTORS = _child('runner constructor', MMENGINE_RUNNER_CONSTRUCTORS, ['xmr.engine'])
-LOOPS = _child('loop', MMENGINE_LOOPS, ['xmr.engine'])
-HOOKS = _child('hook', MMENGINE_HOOKS, ['xmr.engine'])
-STRATEGIES = _child('strategy', MMENGINE_STRATEGIES, ['xmr.engine'])
-DATASETS = _child('dataset', MMENGINE_DATASETS, ['xmr.datasets'])
-DATA_SAMPLERS = _child('data sampler', MMENGINE_DATA_SAMPLERS, ['xmr.datasets'])
-TRANSFORMS = _child('transform', MMENGINE_TRANSFORMS, ['xmr.datasets'])
-MODELS = _child('model', MMENGINE_MODELS, ['xmr.models'])
-MODEL_WRAPPERS = _child('model_wrapper', MMENGINE_MODEL_WRAPPERS, ['xmr.models'])
-WEIGHT_INITIALIZERS = _child('weight initializer', MMENGINE_WEIGHT_INITIALIZERS, ['xmr.models'])
-OPTIMIZERS = _child('optimizer', MMENGINE_OPTIMIZERS, ['xmr.engine'])
-OPTIM_WRAPPERS = _child('optim_wrapper', MMENGINE_OPTIM_WRAPPERS, ['xmr.engine'])
+def _child(name: str, parent: Registry) -> XMRRegistry:
+    return XMRRegistry(name, parent=parent, scope='xmr', locations=LOCATIONS)
+
+
+RUNNERS = _child('runner', MMENGINE_RUNNERS)
+RUNNER_CONSTRUCTORS = _child('runner constructor', MMENGINE_RUNNER_CONSTRUCTORS)
+LOOPS = _child('loop', MMENGINE_LOOPS)
+HOOKS = _child('hook', MMENGINE_HOOKS)
+STRATEGIES = _child('strategy', MMENGINE_STRATEGIES)
+DATASETS = _child('dataset', MMENGINE_DATASETS)
+DATA_SAMPLERS = _child('data sampler', MMENGINE_DATA_SAMPLERS)
+TRANSFORMS = _child('transform', MMENGINE_TRANSFORMS)
+MODELS = _child('model', MMENGINE_MODELS)
+MODEL_WRAPPERS = _child('model_wrapper', MMENGINE_MODEL_WRAPPERS)
+WEIGHT_INITIALIZERS = _child('weight initializer', MMENGINE_WEIGHT_INITIALIZERS)
+OPTIMIZERS = _child('optimizer', MMENGINE_OPTIMIZERS)
+OPTIM_WRAPPERS = _child('optim_wrapper', MMENGINE_OPTIM_WRAPPERS)
 OPTIM_WRAPPER_CONSTRUCTORS = _child(
-    'optimizer wrapper constructor', MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, ['xmr.engine'])
-PARAM_SCHEDULERS = _child('parameter scheduler', MMENGINE_PARAM_SCHEDULERS, ['xmr.engine'])
-METRICS = _child('metric', MMENGINE_METRICS, ['xmr.evaluation'])
-EVALUATOR = _child('evaluator', MMENGINE_EVALUATOR, ['xmr.evaluation'])
-TASK_UTILS = _child('task util', MMENGINE_TASK_UTILS, ['xmr.models'])
-VISUALIZERS = _child('visualizer', MMENGINE_VISUALIZERS, ['xmr.engine'])
-VISBACKENDS = _child('vis_backend', MMENGINE_VISBACKENDS, ['xmr.engine'])
-LOG_PROCESSORS = _child('log_processor', MMENGINE_LOG_PROCESSORS, ['xmr.engine'])
-INFERENCERS = _child('inferencer', MMENGINE_INFERENCERS, ['xmr.apis'])
-FUNCTIONS = _child('function', MMENGINE_FUNCTIONS, ['xmr.datasets'])
+    'optimizer wrapper constructor', MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS)
+PARAM_SCHEDULERS = _child('parameter scheduler', MMENGINE_PARAM_SCHEDULERS)
+METRICS = _child('metric', MMENGINE_METRICS)
+EVALUATOR = _child('evaluator', MMENGINE_EVALUATOR)
+TASK_UTILS = _child('task util', MMENGINE_TASK_UTILS)
+VISUALIZERS = _child('visualizer', MMENGINE_VISUALIZERS)
+VISBACKENDS = _child('vis_backend', MMENGINE_VISBACKENDS)
+LOG_PROCESSORS = _child('log_processor', MMENGINE_LOG_PROCESSORS)
+INFERENCERS = _child('inferencer', MMENGINE_INFERENCERS)
+FUNCTIONS = _child('function', MMENGINE_FUNCTIONS)
 
 # Project registries stand alone: their types are only ever built by xmr's own modules.
-ADAPTERS = XMRRegistry('adapter', scope='xmr', locations=['xmr.models.adapters'])
-DISENTANGLERS = XMRRegistry('disentangler', scope='xmr', locations=['xmr.models.disentanglers'])
-TOKENIZERS = XMRRegistry('tokenizer', scope='xmr', locations=['xmr.models.language'])
+ADAPTERS = XMRRegistry('adapter', scope='xmr', locations=LOCATIONS)
+DISENTANGLERS = XMRRegistry('disentangler', scope='xmr', locations=LOCATIONS)
+TOKENIZERS = XMRRegistry('tokenizer', scope='xmr', locations=LOCATIONS)

@@ -14,7 +14,6 @@ from typing import Any
 from mmengine.config import Config
 
 from xmr.ablations import ablation_suffix, apply_ablations
-from xmr.engine.work_dir import resolve_work_dir
 from xmr.utils.cli import UserError
 
 __all__ = ['add_ablation_argument', 'load_run_config']
@@ -48,5 +47,9 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     cfg = apply_ablations(Config.fromfile(str(config)), ablations)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
+    # Here, not at the top: xmr.engine loads torch and every engine module, which neither a
+    # tool's --help nor a missing config's error should wait for.
+    from xmr.engine.work_dir import resolve_work_dir
+
     resolve_work_dir(cfg, config, work_dir, suffix=ablation_suffix(ablations))
     return cfg

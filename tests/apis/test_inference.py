@@ -9,7 +9,6 @@ from mmengine.logging import HistoryBuffer
 from PIL import Image
 from torch.utils.data import DataLoader
 
-import xmr  # noqa: F401
 from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
 from xmr.apis import (
     CheckpointMismatchError,

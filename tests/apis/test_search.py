@@ -8,7 +8,6 @@ import pytest
 import torch
 from PIL import Image
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_retriever_cfg
 from xmr.apis import MediaIndex, SearchHit, encode_media, encode_texts
 from xmr.registry import MODELS

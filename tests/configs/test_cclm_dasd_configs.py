@@ -11,7 +11,6 @@ import torch
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-import xmr  # noqa: F401
 from tests.conftest import SHARED_DATA, phase_loss_keys
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.models.adapters import DynamicAdapter, StaticAdapter

@@ -14,7 +14,6 @@ from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-import xmr  # noqa: F401
 from tests.conftest import CORPUS, phase_loss_keys
 from xmr.ablations import apply_ablations
 from xmr.datasets import Annotation, MediaRecord, dump_annotation

@@ -14,7 +14,6 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 from PIL import Image
 
-import xmr  # noqa: F401
 from tests.configs.test_dasd_configs import build as build_clip_config
 from tests.configs.test_dasd_configs import run_phases
 from tests.conftest import TINY_CLIP, phase_loss_keys

@@ -97,8 +97,6 @@ def test_config_builds_its_datasets(path, tmp_path):
 def test_eval_only_benchmark_builds_its_test_set_and_metrics(name, tmp_path):
     from mmengine.evaluator import Evaluator
 
-    import xmr  # noqa: F401  (registers RetrievalMetric)
-
     cfg = Config.fromfile(CONFIG_DIR / f'{name}.py')
     # eval_loaders.py's defaults only: the benchmark gives no training or validation data.
     assert 'train_dataloader' not in cfg and 'dataset' not in cfg.val_dataloader

@@ -19,6 +19,7 @@ from mmengine.runner import Runner
 
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
 from xmr.engine.distributed import phase_wrapper_cfg, setup_cpu_distributed
+from xmr.registry import MODELS
 
 GLOBAL_BATCH = 8
 WORLD = 2
@@ -84,7 +85,6 @@ def _start(rank: int, port: int) -> None:
 
 def _worker(rank: int, port: int, work_dir: str, out_dir: str) -> None:
     _start(rank, port)
-    import xmr  # noqa: F401
 
     cfg = make_cfg(Path(work_dir), GLOBAL_BATCH // WORLD)
     cfg.launcher = 'pytorch'
@@ -113,8 +113,6 @@ def _dasd_worker(rank: int, port: int, work_dir: str, out_dir: str, compile: dic
     _start(rank, port)
     from torch._dynamo.utils import counters
 
-    import xmr  # noqa: F401
-
     counters.clear()
     cfg = dasd_cfg(Path(work_dir), GLOBAL_BATCH // WORLD, compile)
     cfg.launcher = 'pytorch'
@@ -136,8 +134,7 @@ def free_port() -> int:
 
 
 def test_two_gloo_processes_match_one_process_with_the_global_batch(tmp_path, monkeypatch):
-    import xmr  # noqa: F401
-
+    MODELS.import_from_location()  # every module of xmr, for the forked children to reuse
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     # fork: the children reuse this process's imports (spawn would re-import for seconds).
@@ -162,8 +159,7 @@ def test_two_gloo_processes_match_one_process_with_the_global_batch(tmp_path, mo
 @pytest.mark.slow
 def test_two_gloo_processes_train_dasd_s_compiled_losses_as_its_eager_ones(tmp_path,
                                                                           monkeypatch):
-    import xmr  # noqa: F401
-
+    MODELS.import_from_location()
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     # AOTAutograd's graphs run eagerly: what Inductor would compile, at test speed.

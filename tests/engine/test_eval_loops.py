@@ -12,7 +12,6 @@ from mmengine.evaluator import Evaluator
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_retriever_cfg
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.eval_loops import combined_mean_ar

@@ -13,7 +13,6 @@ from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_retriever_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.feature_cache import FeatureCache

@@ -9,7 +9,6 @@ import pytest
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_retriever_cfg
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
 

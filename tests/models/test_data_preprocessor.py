@@ -1,7 +1,6 @@
 """RetrievalDataPreprocessor: the source prompt is written before source-language texts only."""
 import torch
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from xmr.registry import MODELS
 

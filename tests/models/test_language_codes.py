@@ -2,7 +2,6 @@
 import pytest
 import torch
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
 from xmr.apis import encode_texts
 from xmr.registry import MODELS

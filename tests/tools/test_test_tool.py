@@ -13,7 +13,6 @@ import torch
 from mmengine.config import Config
 from PIL import Image
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
 from xmr import evaluation
 from xmr.apis import encode_media, encode_texts, init_retriever

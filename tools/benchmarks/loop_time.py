@@ -270,8 +270,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from mmengine.runner import Runner
     from torch._dynamo.utils import counters
 
-    import xmr  # noqa: F401
-
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix='loop_time_'))
     work_dir.mkdir(parents=True, exist_ok=True)
     counters.clear()  # the compiled run's graphs, breaks and recompilations are this run's

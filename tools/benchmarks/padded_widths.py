@@ -59,7 +59,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--seed', type=int, default=0)
     args = parser.parse_args(argv)
 
-    import xmr  # noqa: F401 - registers the tokenizers
     from xmr.registry import TOKENIZERS
 
     def read(lang: str) -> list[str]:

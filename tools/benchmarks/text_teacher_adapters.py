@@ -188,7 +188,6 @@ def teacher_reading_german(out: Path, args: argparse.Namespace) -> float:
     torch.set_num_threads(args.threads)
     from my_teacher.sentence_encoder import SentenceEncoder
 
-    import xmr  # noqa: F401  (registers the metric)
     from xmr.datasets.annotation import load_annotation
     from xmr.evaluation import RetrievalMetric
 

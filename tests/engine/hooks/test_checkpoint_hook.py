@@ -12,7 +12,6 @@ import pytest
 import torch
 from mmengine.runner import Runner
 
-import xmr  # noqa: F401
 import xmr.fileio
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types

@@ -22,7 +22,6 @@ def clip_branch_cfg(adapters, languages=('de', 'zh')) -> dict:
 
 def build_clip_branch(adapters, languages=('de', 'zh'), seed: int = 0):
     """``(backbone, branch)``: a frozen tiny CLIP and a branch with ``adapters``."""
-    import xmr  # noqa: F401
 
     torch.manual_seed(seed)
     backbone = MODELS.build(tiny_backbone_cfg())

@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import xmr  # noqa: F401
 from tests.models.language.test_packed_tokens import randomise
 from xmr.models.adapters import (
     AdapterContext,

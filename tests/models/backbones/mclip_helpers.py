@@ -31,7 +31,6 @@ def tiny_mclip_cfg(**overrides) -> dict:
 
 def tiny_mclip(**overrides) -> nn.Module:
     """The tiny M-CLIP backbone of :func:`tiny_mclip_cfg`, built with seed 0."""
-    import xmr  # noqa: F401
     from xmr.registry import MODELS
 
     torch.manual_seed(0)

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 
-import xmr  # noqa: F401
 from tests.conftest import CORPUS
 from xmr.apis import encode_texts, init_retriever
 from xmr.models.conversion import convert_authors_checkpoint

@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
 from xmr.models.disentanglers import SemanticsDisentangler
 from xmr.models.disentanglers.discriminator import reverse_gradient, shuffled_negatives

@@ -19,7 +19,6 @@ MIXED = [LORA, dict(type='CompacterAdapter', reduction_factor=4),
 
 def build(languages, adapters=MIXED, module_seed=0, **kwargs):
     """A retriever on the same frozen tiny CLIP every time; its modules drawn from module_seed."""
-    import xmr  # noqa: F401
 
     torch.manual_seed(0)
     model = MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),

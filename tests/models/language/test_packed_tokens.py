@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
 from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
 from xmr.models.adapters.language_adapters import LanguageAdapters

@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 from open_clip.loss import SigLipLoss
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from tests.models.backbones.open_clip_families import (
     XLMR_TOKENIZER,

@@ -3,7 +3,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import xmr  # noqa: F401
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from xmr.models.retrievers import base as retriever_base
 from xmr.models.retrievers.base import (

@@ -26,8 +26,6 @@ PARTNER_TEXT = {'routine1': 'source_text', 'routine2': 'source_to_target_text',
 
 
 def build(routine, **kwargs):
-    import xmr  # noqa: F401
-
     torch.manual_seed(0)
     cfg = dict(type='TranslationAlignmentRetriever', routine=routine,
                backbone=tiny_backbone_cfg(),
