@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from xmr.datasets.collate import retrieval_collate
+from xmr.datasets.synthetic import scenes
 from xmr.datasets.synthetic.captions import CAPTION_LANGUAGES, CAPTION_STYLES, caption_scene
 from xmr.datasets.synthetic.dataset import (
     SyntheticPairDataset,
@@ -68,6 +69,25 @@ def test_items_are_deterministic_across_instances():
     for index in (0, 9):
         assert torch.equal(gallery_a[index]['media'], gallery_b[index]['media'])
         assert gallery_a[index]['captions'] == gallery_b[index]['captions']
+
+
+def test_pairs_read_in_order_draw_each_scene_once(monkeypatch):
+    draws, sample_scene = [], scenes.sample_scene
+
+    def counted(rng):
+        draws.append(rng)
+        return sample_scene(rng)
+
+    monkeypatch.setattr(scenes, 'sample_scene', counted)
+    dataset = SyntheticPairDataset(6, TARGETS, seed=11)
+    dataset.with_media = False
+    scene_at.cache_clear()
+    one_language = [dataset[i]['source_text'] for i in range(0, len(dataset), len(TARGETS))]
+    drawn_for_one_language = len(draws)
+    scene_at.cache_clear()
+    every_item = [dataset[i]['source_text'] for i in range(len(dataset))]
+    assert len(draws) == 2 * drawn_for_one_language >= 2 * 6
+    assert every_item[::len(TARGETS)] == one_language
 
 
 def test_pair_styles_vary_across_items():

@@ -71,7 +71,7 @@ def test_scene_at_is_deterministic_and_in_its_split():
     for split in ('train', 'val', 'test'):
         for index in range(30):
             scene = scene_at(7, split, index)
-            assert scene == scene_at(7, split, index)
+            assert scene == scene_at.__wrapped__(7, split, index)  # drawn again, uncached
             assert scene_split(scene) == split
     assert [scene_at(0, 'train', i) for i in range(20)] != \
         [scene_at(1, 'train', i) for i in range(20)]

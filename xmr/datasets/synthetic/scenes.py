@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from itertools import product
 
 import numpy as np
@@ -146,6 +146,9 @@ def sample_scene(rng: np.random.Generator) -> Scene:
         for position, (colour, shape, size, count) in zip(layout, attributes.tolist())))
 
 
+# A pair dataset asks for each scene once per language, in a row when read in order (the
+# feature cache's index of every item at a phase start): drawn once, 0.1 ms saved each time.
+@lru_cache(maxsize=1024)
 def scene_at(seed: int, split: str, index: int) -> Scene:
     """The scene at ``index`` of ``split``: the first draw of its stream that belongs to the split.
 
