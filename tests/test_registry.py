@@ -94,8 +94,7 @@ with METRICS.switch_scope_and_registry('xmr') as found_in:  # as MMEngine's buil
     metric = found_in.get('RetrievalMetric').__module__
 from xmr import registry
 def registered():
-    return {name: sorted(k for k, v in getattr(registry, name).module_dict.items()
-                         if getattr(v, '__module__', '').startswith('xmr.'))
+    return {name: sorted(getattr(registry, name).module_dict)
             for name in registry.__all__ if name != 'XMRRegistry'}
 first = registered()
 for info in pkgutil.walk_packages(xmr.__path__, 'xmr.'):
