@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from xmr.utils.cli import UserError, run_tool
 
@@ -117,10 +116,11 @@ def check_model(model, lang: str, feature: str) -> None:
                          f'({model.languages}); f^sa / f^sr are computed on target captions')
 
 
-@torch.no_grad()
 def extract_features(model, captions: Sequence[str], lang: str, feature: str,
                      batch_size: int = 256) -> np.ndarray:
     """``[N, dim]`` ``f^sa`` or ``f^sr`` of target-language captions (see :func:`check_model`)."""
+    import torch  # here, not at the top, so that --help answers without loading it
+
     check_model(model, lang, feature)
     disentangler = model.disentangler
     device = next(model.parameters()).device
@@ -129,7 +129,8 @@ def extract_features(model, captions: Sequence[str], lang: str, feature: str,
         chunk = list(captions[start:start + batch_size])
         tokens = model.language_branch.tokenize(chunk, [lang] * len(chunk))
         tokens = {k: v.to(device) for k, v in tokens.items()}
-        found = disentangler.extract(model.language_branch.embed(tokens), tokens)
+        with torch.no_grad():
+            found = disentangler.extract(model.language_branch.embed(tokens), tokens)
         chunks.append(found[feature].float().cpu())
     return torch.cat(chunks).numpy()
 
