@@ -14,6 +14,7 @@ from torch.utils.data import Dataset
 
 from xmr.datasets.base import MediaCaptionDataset, MediaDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.models.backbones.base import weights_fingerprint
 
 #: Feature kinds: ``source`` = ``r^S`` of ``source_text``, ``media`` = ``r^V`` of ``media_id``.
 FEATURE_KINDS = ('source', 'media')
@@ -31,11 +32,7 @@ def backbone_fingerprint(backbone: torch.nn.Module) -> str:
     own = getattr(backbone, 'fingerprint', None)
     if callable(own):
         return str(own())
-    digest = hashlib.sha256(type(backbone).__qualname__.encode())
-    for name, tensor in sorted(backbone.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().cpu().numpy().tobytes())
-    return digest.hexdigest()[:16]
+    return weights_fingerprint(type(backbone).__qualname__, backbone)
 
 
 def media_randomness(dataset: Dataset) -> str | None:

@@ -10,6 +10,7 @@ methods such as CDDS read).
 """
 from __future__ import annotations
 
+import hashlib
 from abc import ABCMeta, abstractmethod
 from typing import NamedTuple, Protocol
 
@@ -357,6 +358,24 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
     if masks_padding and tower.pad_id is not None and tokenizer.pad_id != tower.pad_id:
         raise ValueError(f'tokenizer pads with id {tokenizer.pad_id} but the text tower of '
                          f'{owner} masks id {tower.pad_id} as padding')
+
+
+def weights_fingerprint(description: str, module: nn.Module) -> str:
+    """A short SHA-256 of ``description`` and every state-dict entry of ``module``.
+
+    What keys a feature cache to exactly these frozen weights: ``description`` carries what
+    changes the features without changing a weight (the architecture's settings, an
+    activation such as QuickGELU), then each entry, in key order, its name and its values as
+    float32 bytes.
+
+    Returns:
+        The digest's first 16 hex digits.
+    """
+    digest = hashlib.sha256(description.encode())
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 class TokenOutput(NamedTuple):

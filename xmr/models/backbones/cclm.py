@@ -14,14 +14,18 @@ L2-normalises them and divides their products by the temperature ``temp`` (0.07)
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 from mmengine.logging import print_log
 from torch import nn
 
-from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone, check_tokenizer_fits
+from xmr.models.backbones.base import (
+    TokenOutput,
+    VisionLanguageBackbone,
+    check_tokenizer_fits,
+    weights_fingerprint,
+)
 from xmr.models.backbones.bert import BertTextTower, build_bert
 from xmr.models.backbones.cclm_checkpoint import (
     CheckpointReport,
@@ -187,8 +191,4 @@ class CCLMDualStream(VisionLanguageBackbone):
 
     def fingerprint(self) -> str:
         """Configuration + weights hash: keys feature caches to exactly these frozen weights."""
-        digest = hashlib.sha256(f'cclm-{self.image_size}-{self.window_size}'.encode())
-        for name, tensor in sorted(self.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().float().cpu().numpy().tobytes())
-        return digest.hexdigest()[:16]
+        return weights_fingerprint(f'cclm-{self.image_size}-{self.window_size}', self)

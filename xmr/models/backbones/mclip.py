@@ -14,7 +14,6 @@ that nothing is downloaded. The image tower is any open_clip vision tower.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +21,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone, check_tokenizer_fits
+from xmr.models.backbones.base import (
+    TokenOutput,
+    VisionLanguageBackbone,
+    check_tokenizer_fits,
+    weights_fingerprint,
+)
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.backbones.open_clip import open_clip_image_tokens
 from xmr.models.backbones.open_clip_pretrained import PretrainedRecord, build_open_clip
@@ -213,8 +217,4 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
 
     def fingerprint(self) -> str:
         """Architecture + weights hash: keys feature caches to exactly these frozen weights."""
-        digest = hashlib.sha256(f'mclip-{sorted(self.record.settings().items())}'.encode())
-        for name, tensor in sorted(self.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().float().cpu().numpy().tobytes())
-        return digest.hexdigest()[:16]
+        return weights_fingerprint(f'mclip-{sorted(self.record.settings().items())}', self)

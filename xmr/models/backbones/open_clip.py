@@ -2,8 +2,6 @@
 CLIPs) as frozen :class:`VisionLanguageBackbone`s."""
 from __future__ import annotations
 
-import hashlib
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -16,6 +14,7 @@ from xmr.models.backbones.base import (
     TokenOutput,
     VisionLanguageBackbone,
     check_tokenizer_fits,
+    weights_fingerprint,
     with_linear_delta,
 )
 from xmr.models.backbones.open_clip_hf import hf_text_tower
@@ -446,8 +445,4 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
     def fingerprint(self) -> str:
         """Record + weights hash: keys feature caches to exactly these frozen weights."""
         # The record is part of the key: QuickGELU or another mean changes every feature.
-        digest = hashlib.sha256(repr(sorted(self.record.settings().items())).encode())
-        for name, tensor in sorted(self.clip.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().float().cpu().numpy().tobytes())
-        return digest.hexdigest()[:16]
+        return weights_fingerprint(repr(sorted(self.record.settings().items())), self.clip)

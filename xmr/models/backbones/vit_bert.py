@@ -17,13 +17,17 @@ learning rate of the new layers); it is frozen when built, like every backbone, 
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone, check_tokenizer_fits
+from xmr.models.backbones.base import (
+    TokenOutput,
+    VisionLanguageBackbone,
+    check_tokenizer_fits,
+    weights_fingerprint,
+)
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.registry import MODELS, TOKENIZERS
@@ -137,8 +141,4 @@ class ViTBERTBackbone(VisionLanguageBackbone):
 
     def fingerprint(self) -> str:
         """Configuration + weights hash: keys feature caches to exactly these weights."""
-        digest = hashlib.sha256(f'vit-bert-{self.vision_name}-{self.image_size}'.encode())
-        for name, tensor in sorted(self.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().float().cpu().numpy().tobytes())
-        return digest.hexdigest()[:16]
+        return weights_fingerprint(f'vit-bert-{self.vision_name}-{self.image_size}', self)

@@ -1,0 +1,31 @@
+"""xmr.models.backbones.base: the weights' fingerprint every backbone keys its caches by."""
+import hashlib
+import struct
+
+import torch
+from torch import nn
+
+from xmr.engine.feature_cache import backbone_fingerprint
+from xmr.models.backbones.base import weights_fingerprint
+
+
+def test_the_fingerprint_is_the_description_then_each_entry_by_name_and_float32_values():
+    module = nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2))
+    with torch.no_grad():
+        for index, parameter in enumerate(module.parameters()):
+            parameter.copy_(torch.arange(parameter.numel()).reshape(parameter.shape) + index / 4)
+    digest = hashlib.sha256(b'tiny-arch')
+    for name in ['0.bias', '0.weight', '1.bias', '1.weight']:  # key order, not module order
+        values = module.state_dict()[name].flatten().tolist()
+        digest.update(name.encode() + struct.pack(f'<{len(values)}f', *values))
+    assert weights_fingerprint('tiny-arch', module) == digest.hexdigest()[:16]
+    assert weights_fingerprint('other-arch', module) != digest.hexdigest()[:16]
+
+
+def test_a_backbone_without_its_own_fingerprint_is_keyed_by_its_class_and_weights():
+    module = nn.Linear(3, 2)
+    before = backbone_fingerprint(module)
+    assert before == weights_fingerprint('Linear', module)
+    with torch.no_grad():
+        module.bias[0] += 1e-3
+    assert backbone_fingerprint(module) != before
