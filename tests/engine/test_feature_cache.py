@@ -288,6 +288,33 @@ def test_hook_prepares_cached_galleries_and_evaluation_matches(tiny_retriever, t
         torch.testing.assert_close(a['caption_embeddings']['de'], b['caption_embeddings']['de'])
 
 
+
+def test_a_validation_while_the_towers_train_reads_the_gallery_of_that_moment(tiny_retriever,
+                                                                             tmp_path):
+    """CL-FT validates during source_finetune: the hook rebuilds the gallery, not refuses it."""
+    gallery = SyntheticRetrievalDataset(num_scenes=3, languages=['en', 'de'], image_size=32)
+    cached = CachedFeatureDataset(gallery, tmp_path / 'gallery', rebuild_if_stale=True)
+    loader = DataLoader(cached, batch_size=3, collate_fn=retrieval_collate)
+    runner = SimpleNamespace(model=tiny_retriever, val_loop=SimpleNamespace(dataloader=loader))
+    tiny_retriever.backbone.requires_grad_(True)
+    tiny_retriever.eval()
+    with pytest.raises(StaleFeatureCacheError, match='this phase trains the backbone'):
+        cached.prepare(tiny_retriever)  # as a training phase would read it
+    projection = tiny_retriever.backbone.clip.visual.proj
+    step = torch.randn(projection.shape, generator=torch.Generator().manual_seed(0))
+    embeddings = []
+    for _ in range(2):
+        FeatureCacheHook().before_val(runner)
+        embeddings.append(tiny_retriever.val_step(next(iter(loader)))[0]['media_embedding'])
+        with torch.no_grad():  # a training step between the validations
+            projection.add_(step)
+    media = SyntheticRetrievalDataset(num_scenes=1, languages=['en'], image_size=32)[0]['media']
+    with torch.no_grad():
+        projection.sub_(step)
+        now = tiny_retriever.val_step(retrieval_collate([dict(media=media, media_id='m')]))
+    torch.testing.assert_close(embeddings[1], now[0]['media_embedding'], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(embeddings[0], embeddings[1], atol=1e-3)
+
 def test_replaced_pixels_under_the_same_media_id_are_caught(tiny_retriever, pair_ann_file,
                                                             tmp_path):
     dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),

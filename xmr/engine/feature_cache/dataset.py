@@ -166,8 +166,15 @@ class CachedFeatureDataset(Dataset):
             key['media_files'] = media_files_identity(self.dataset, self.media_identity)
         return jsonable(key)
 
-    def prepare(self, model: torch.nn.Module) -> None:
+    def prepare(self, model: torch.nn.Module, training: bool = True) -> None:
         """Open (building if missing) and check the cache against the live ``model``.
+
+        Args:
+            model: the retriever whose frozen towers the features come from.
+            training: the features feed training steps, so a backbone that trains is refused
+                (they would go stale at its first update). ``False`` for an evaluation: its
+                weights hold still while it reads the gallery, whatever trains between
+                evaluations (a stale cache is then rebuilt or refused, as for training).
 
         Raises:
             StaleFeatureCacheError: when the cache was built for other weights, data or
@@ -175,7 +182,7 @@ class CachedFeatureDataset(Dataset):
         """
         model = unwrap_model(model)
         trained = [name for name, p in model.backbone.named_parameters() if p.requires_grad]
-        if trained:
+        if training and trained:
             raise StaleFeatureCacheError(
                 f'feature cache {self.cache_dir}: this phase trains the backbone '
                 f'({trained[0]}, ...), so its features change every step; use the plain '
@@ -258,11 +265,12 @@ def _datasets_of(loader: Any) -> Iterable[Dataset]:
             yield dataset
 
 
-def prepare_feature_caches(loader: Any, model: torch.nn.Module) -> None:
+def prepare_feature_caches(loader: Any, model: torch.nn.Module, training: bool = True) -> None:
     """Prepare every :class:`CachedFeatureDataset` behind a dataloader (or loader sequence).
 
-    Other datasets are left alone, so the loops call this unconditionally.
+    Other datasets are left alone, so the loops call this unconditionally. ``training`` as in
+    :meth:`CachedFeatureDataset.prepare`.
     """
     for dataset in _datasets_of(loader):
         if isinstance(dataset, CachedFeatureDataset):
-            dataset.prepare(model)
+            dataset.prepare(model, training)

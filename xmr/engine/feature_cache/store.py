@@ -81,7 +81,8 @@ class FeatureCache:
                 f'feature cache {self.path} is stale or belongs to another setup:\n  '
                 + '\n  '.join(differences)
                 + '\nRebuild it (tools/cache_features.py CONFIG --overwrite, or delete the '
-                'folder to rebuild on first use).')
+                'folder to rebuild on first use), or give its CachedFeatureDataset '
+                'rebuild_if_stale=True to rebuild it whenever it is stale.')
 
     def verify(self) -> None:
         """Open every array and check its length against the meta, naming a file that fails.
