@@ -96,10 +96,14 @@ class XMRRegistry(Registry):
                 'A type from your own module needs custom_imports in the config.')
 
 
-#: The packages whose modules register into xmr's registries. Every registry imports them all
-#: at its first look-up: a type registered into one registry by another package's module (the
-#: feature cache's dataset in ``xmr.engine``) is found all the same.
-LOCATIONS = ['xmr.datasets', 'xmr.engine', 'xmr.evaluation', 'xmr.models', 'xmr.apis']
+#: The packages whose modules register into xmr's registries, and the modules of
+#: ``xmr.datasets`` that register (that package imports nothing itself, so that its converters
+#: start without torch). Every registry imports them all at its first look-up: a type registered
+#: into one registry by another package's module (the feature cache's dataset in
+#: ``xmr.engine``) is found all the same.
+LOCATIONS = ['xmr.datasets.collate', 'xmr.datasets.pairs', 'xmr.datasets.retrieval',
+             'xmr.datasets.synthetic', 'xmr.datasets.transforms', 'xmr.engine', 'xmr.evaluation',
+             'xmr.models', 'xmr.apis']
 
 
 def _child(name: str, parent: Registry) -> XMRRegistry:

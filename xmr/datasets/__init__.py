@@ -10,28 +10,38 @@ Media arrive resized and cropped to the backbone's resolution as uint8; the mode
 preprocessor normalises them. Under ``on_corrupt='skip'`` an unreadable file's item is a
 ``SkippedMedia`` marker, which ``retrieval_collate`` drops (listing its path in
 ``batch['skipped_media']``). Formats, converters and pipelines: ``docs/data.md``.
-"""
-from xmr.datasets import synthetic  # noqa: F401
-from xmr.datasets.annotation import (
-    Annotation,
-    AnnotationError,
-    MediaRecord,
-    dump_annotation,
-    load_annotation,
-)
-from xmr.datasets.base import MediaCaptionDataset
-from xmr.datasets.collate import retrieval_collate
-from xmr.datasets.corrupt_policy import MediaSkippedWarning, SkippedMedia
-from xmr.datasets.frame_sampling import uniform_frame_indices
-from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
-from xmr.datasets.pairs import CaptionPairDataset
-from xmr.datasets.retrieval import RetrievalDataset
-from xmr.datasets.transforms import MediaTransform
 
-__all__ = [
-    'Annotation', 'AnnotationError', 'MediaRecord', 'dump_annotation', 'load_annotation',
-    'MediaCaptionDataset', 'CaptionPairDataset', 'RetrievalDataset', 'retrieval_collate',
-    'MediaSkippedWarning', 'SkippedMedia', 'MediaReadError', 'read_image', 'read_video_frames',
-    'uniform_frame_indices', 'MediaTransform',
-    'synthetic',
-]
+The names below import their module on first access, so that the converters
+(``xmr.datasets.converters``, plain Python) start without loading torch; the registries import
+the modules that register (:data:`xmr.registry.LOCATIONS`).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Each public name and the module that defines it.
+_HOMES = {
+    'Annotation': 'annotation', 'AnnotationError': 'annotation', 'MediaRecord': 'annotation',
+    'dump_annotation': 'annotation', 'load_annotation': 'annotation',
+    'MediaCaptionDataset': 'base', 'CaptionPairDataset': 'pairs',
+    'RetrievalDataset': 'retrieval', 'retrieval_collate': 'collate',
+    'MediaSkippedWarning': 'corrupt_policy', 'SkippedMedia': 'corrupt_policy',
+    'MediaReadError': 'media_io', 'read_image': 'media_io', 'read_video_frames': 'media_io',
+    'uniform_frame_indices': 'frame_sampling', 'MediaTransform': 'transforms',
+}
+
+__all__ = [*_HOMES, 'synthetic']
+
+
+def __getattr__(name: str) -> Any:
+    """A public name from its module, or a subpackage (``synthetic``), on first access."""
+    if name in _HOMES:
+        return getattr(importlib.import_module(f'{__name__}.{_HOMES[name]}'), name)
+    if not name.startswith('_'):
+        try:
+            return importlib.import_module(f'{__name__}.{name}')
+        except ModuleNotFoundError as error:
+            if error.name != f'{__name__}.{name}':
+                raise
+    raise AttributeError(f"module '{__name__}' has no attribute '{name}'")

@@ -4,8 +4,8 @@ Both draw one permutation with ``torch.randperm(count, generator=Generator().man
 (seed 42 in PECTVLM) over the items of an annotation, in file order:
 
 * **split** (XTD10): one evaluation set becomes train = ``perm[:n]``, val = ``perm[n:2n]``,
-  test = ``perm[2n:]`` (900 test images at ``n = 50``); implemented by the XTD10 converter's
-  :func:`~xmr.datasets.converters.xtd10.few_shot_splits`, re-exported here;
+  test = ``perm[2n:]`` (900 test images at ``n = 50``; the XTD10 converter writes them with
+  ``--few-shot``);
 * **subsample** (Multi30K): a training split keeps ``perm[:n]``; its official val and test splits
   stay whole.
 
@@ -19,11 +19,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations, load_annotation
 from xmr.datasets.converters.errors import ConversionError
-from xmr.datasets.converters.xtd10 import few_shot_splits
 
 __all__ = ['PROTOCOLS', 'few_shot_splits', 'main', 'seeded_permutation', 'subsample']
 
@@ -32,7 +29,26 @@ PROTOCOLS = ('split', 'subsample')
 
 def seeded_permutation(count: int, seed: int = 42) -> list[int]:
     """``torch.randperm(count)`` from a generator seeded with ``seed``, as a list."""
+    import torch  # here, so that the converters importing this module start without it
+
     return torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def few_shot_splits(ann: Annotation, shots: int, seed: int = 42) -> dict[str, Annotation]:
+    """PECTVLM's few-shot split of ``ann``: train/val of ``shots`` images each, the rest test.
+
+    Raises:
+        ConversionError: if ``2 * shots`` leaves no test images.
+    """
+    count = len(ann.items)
+    if shots <= 0 or 2 * shots >= count:
+        raise ConversionError(f'few-shot size {shots} must be positive and leave test images '
+                              f'out of {count}')
+    order = seeded_permutation(count, seed)
+    parts = {'train': order[:shots], 'val': order[shots:2 * shots], 'test': order[2 * shots:]}
+    return {part: replace(ann, split=f'fewshot{shots}_{part}',
+                          items=[ann.items[i] for i in indices])
+            for part, indices in parts.items()}
 
 
 def subsample(ann: Annotation, shots: int, seed: int = 42) -> Annotation:

@@ -8,7 +8,8 @@ import torch
 
 from xmr.datasets.annotation import load_annotation
 from xmr.datasets.converters.errors import ConversionError
-from xmr.datasets.converters.xtd10 import XTD10_LANGUAGES, convert_xtd10, few_shot_splits, main
+from xmr.datasets.converters.xtd10 import XTD10_LANGUAGES, convert_xtd10, main
+from xmr.datasets.few_shot import few_shot_splits
 
 RELEASE_CODES = ['en', 'de', 'fr', 'es', 'it', 'jp', 'ko', 'pl', 'ru', 'tr', 'zh']
 

@@ -20,10 +20,7 @@ import argparse
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
-
-import torch
 
 from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations, text_pairs
 from xmr.datasets.converters.cli import add_media_options, checked_media_dir
@@ -34,10 +31,10 @@ from xmr.datasets.converters.raw_files import (
     parallel_caption_records,
     read_lines,
 )
+from xmr.datasets.few_shot import few_shot_splits
 from xmr.datasets.languages import release_code
 
-__all__ = ['XTD10_LANGUAGES', 'coco_image_path', 'convert_xtd10',
-           'few_shot_splits', 'main']
+__all__ = ['XTD10_LANGUAGES', 'coco_image_path', 'convert_xtd10', 'main']
 
 XTD10_LANGUAGES = ('en', 'de', 'fr', 'es', 'it', 'ja', 'ko', 'pl', 'ru', 'tr', 'zh')
 _COCO_NAME = re.compile(r'^COCO_(train2014|val2014|test2014)_\d+\.jpg$')
@@ -86,23 +83,6 @@ def convert_xtd10(xtd_dir: str | os.PathLike, images_dir: str | os.PathLike | No
     source_lang = 'en' if 'en' in languages else None
     return Annotation(dataset='xtd10', split='test', media_type='image',
                       languages=list(languages), items=records, source_lang=source_lang)
-
-
-def few_shot_splits(ann: Annotation, shots: int, seed: int = 42) -> dict[str, Annotation]:
-    """PECTVLM's few-shot split of ``ann``: train/val of ``shots`` images each, the rest test.
-
-    Raises:
-        ConversionError: if ``2 * shots`` leaves no test images.
-    """
-    count = len(ann.items)
-    if shots <= 0 or 2 * shots >= count:
-        raise ConversionError(f'few-shot size {shots} must be positive and leave test images '
-                              f'out of {count}')
-    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
-    parts = {'train': order[:shots], 'val': order[shots:2 * shots], 'test': order[2 * shots:]}
-    return {part: replace(ann, split=f'fewshot{shots}_{part}',
-                          items=[ann.items[i] for i in indices])
-            for part, indices in parts.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

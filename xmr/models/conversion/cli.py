@@ -27,8 +27,6 @@ def main(method: str, argv: list[str] | None = None) -> None:
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config keys, e.g. model.language_branch.languages=[ja]')
     args = parser.parse_args(argv)
-    import xmr  # noqa: F401  (registers every module)
-
     try:
         report = convert_authors_checkpoint(method, args.checkpoint, args.config, args.out,
                                             mapping, args.cfg_options)
