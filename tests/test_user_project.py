@@ -74,8 +74,8 @@ model = dict(
 '''
 
 SHORT = ['train_cfg.phases.0.iters=2', 'train_cfg.phases.1.iters=2', 'train_cfg.phases.2.iters=2',
-         'train_cfg.phases.0.dataloader.batch_size=8',
-         'train_cfg.phases.0.dataloader.dataset.num_scenes=16',
+         'source_finetune_dataloader.batch_size=8',
+         'source_finetune_dataloader.dataset.num_scenes=16',
          'train_dataloader.batch_size=8', 'train_dataloader.dataset.num_scenes=16',
          'val_dataloader.dataset.num_scenes=20', 'test_dataloader.dataset.num_scenes=20',
          'model.language_branch.tokenizer.corpus.num_scenes=100',

@@ -18,7 +18,7 @@ train_cfg = dict(
     phases=[
         dict(name='source_finetune', iters=700, lr=2e-3, warmup_ratio=0.05, schedule='cosine',
              trainable=['backbone', 'losses.source_cm'], loss_weights=dict(source_cm=1.0),
-             dataloader={{_base_.source_finetune_dataloader}}),
+             dataloader='source_finetune_dataloader'),
         # 'target' (the language branch, plus a disentangler when the model has one) and the
         # 'disentangler' scale (a no-op without one) let the DASD variants share this schedule.
         dict(name='cross_lingual', iters=700, lr=2e-3, warmup_ratio=0.1, schedule='cosine',

@@ -1,6 +1,7 @@
 """Leaf configs and ablation overlays are data: no function, lambda or comprehension
-(docs/configs.md)."""
+(docs/configs.md); phases name their loaders."""
 import ast
+import re
 from pathlib import Path
 
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
@@ -25,3 +26,18 @@ def test_the_check_sees_code(tmp_path):
     assert holds_code(leaf)
     leaf.write_text("model = dict(language_branch=dict(num_blocks=3))\n")
     assert not holds_code(leaf)
+
+
+#: A phase's ``dataloader={{_base_.<key>}}``: a copy of the loader, not its name.
+COPIED_LOADER = re.compile(r'(?<!\w)dataloader\s*=\s*\{\{\s*_base_\.(\w+)\s*\}\}')
+
+
+def test_phases_name_their_loaders_so_that_overrides_of_the_loader_reach_them():
+    """``--cfg-options source_finetune_dataloader.batch_size=64`` changes the key a phase names;
+    a phase holding a copy would keep the old value without a word."""
+    copies = {f'{path.relative_to(CONFIGS)}: {match.group(1)}'
+              for path in sorted(CONFIGS.rglob('*.py'))
+              for match in COPIED_LOADER.finditer(path.read_text())}
+    assert copies == set()
+    assert COPIED_LOADER.search("dict(name='a', dataloader={{_base_.text_train_dataloader}})")
+    assert not COPIED_LOADER.search('test_dataloader = {{_base_.full_test_dataloader}}')

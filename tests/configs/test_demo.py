@@ -21,7 +21,8 @@ def test_demo_config_describes_the_three_phases():
     phases = cfg.train_cfg.phases
     assert [p.name for p in phases] == ['source_finetune', 'cross_lingual', 'cross_modal']
     assert phases[0].trainable == ['backbone', 'losses.source_cm']
-    assert phases[0].dataloader.dataset.languages == []
+    assert phases[0].dataloader == 'source_finetune_dataloader'  # named: overrides reach it
+    assert cfg.source_finetune_dataloader.dataset.languages == []
     assert all(p.trainable == ['target'] for p in phases[1:])  # branch (+ disentangler)
     assert cfg.model.language_branch.languages == ['de', 'fr', 'zh', 'ja']
 
@@ -29,8 +30,8 @@ def test_demo_config_describes_the_three_phases():
 def test_demo_runs_a_shortened_schedule_to_the_end(tmp_path: Path):
     short = [
         'train_cfg.phases.0.iters=3', 'train_cfg.phases.1.iters=3', 'train_cfg.phases.2.iters=3',
-        'train_cfg.phases.0.dataloader.batch_size=16',
-        'train_cfg.phases.0.dataloader.dataset.num_scenes=64',
+        'source_finetune_dataloader.batch_size=16',
+        'source_finetune_dataloader.dataset.num_scenes=64',
         'train_dataloader.batch_size=16', 'train_dataloader.dataset.num_scenes=64',
         'val_dataloader.dataset.num_scenes=40',
         'model.language_branch.tokenizer.corpus.num_scenes=100',
