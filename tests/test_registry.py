@@ -10,7 +10,9 @@ from mmengine.config import Config
 
 from tests.conftest import tiny_retriever_cfg
 from xmr import registry
-from xmr.registry import ADAPTERS, MODELS
+from xmr.models.adapters import AdapterPlacement, BaseAdapter
+from xmr.registry import ADAPTERS, MODELS, UnknownOptionError
+from xmr.utils.cli import UserKeyError
 
 
 def test_every_mmengine_root_has_an_xmr_child():
@@ -45,7 +47,7 @@ def test_unknown_type_through_the_mmengine_root_also_suggests():
 
 USER_MODULE = '''
 import torch
-from xmr.models.adapters import BaseAdapter
+from xmr.models.adapters import AdapterPlacement, BaseAdapter
 from xmr.registry import ADAPTERS
 
 
@@ -94,8 +96,8 @@ with METRICS.switch_scope_and_registry('xmr') as found_in:  # as MMEngine's buil
     metric = found_in.get('RetrievalMetric').__module__
 from xmr import registry
 def registered():
-    return {name: sorted(getattr(registry, name).module_dict)
-            for name in registry.__all__ if name != 'XMRRegistry'}
+    return {name: sorted(getattr(registry, name).module_dict) for name in registry.__all__
+            if isinstance(getattr(registry, name), registry.XMRRegistry)}
 first = registered()
 for info in pkgutil.walk_packages(xmr.__path__, 'xmr.'):
     if not info.name.endswith('__main__'):
@@ -121,3 +123,77 @@ def test_subpackages_import_on_first_access():
     assert xmr.evaluation.xtd10_fewshot_split.__module__.startswith('xmr.evaluation')
     with pytest.raises(AttributeError, match="module 'xmr' has no attribute 'modles'"):
         _ = xmr.modles
+
+
+def test_an_option_the_type_does_not_take_is_named_with_the_ones_it_does():
+    with pytest.raises(UnknownOptionError, match=(
+            r"^adapter StaticAdapter: unknown option 'hiden' \(did you mean 'hidden'\?\); it "
+            r'takes placement, hidden, zero_init$')):
+        ADAPTERS.build(dict(type='StaticAdapter', hiden=8), default_args=dict(placement=None))
+
+
+def test_a_type_that_takes_any_option_gets_them_all():
+    @ADAPTERS.register_module()
+    class OptionsAdapter(BaseAdapter):
+        def __init__(self, placement, **options):
+            super().__init__(placement)
+            self.options = options
+
+        def forward(self, x, ctx):
+            return x
+
+    try:
+        built = ADAPTERS.build(dict(type='OptionsAdapter', hiden=8),
+                               default_args=dict(placement=AdapterPlacement(width=8)))
+        assert built.options == {'hiden': 8}
+    finally:
+        ADAPTERS.module_dict.pop('OptionsAdapter')
+
+
+def test_a_name_xmr_holds_is_refused_at_the_registration_naming_both_modules_and_the_ways_out():
+    with pytest.raises(UserKeyError) as refused:
+        @ADAPTERS.register_module()
+        class StaticAdapter(BaseAdapter):
+            pass
+    assert str(refused.value) == (
+        "'StaticAdapter' is already registered in the xmr 'adapter' registry, by "
+        'xmr.models.adapters.static, so tests.test_registry cannot register its StaticAdapter '
+        "under that name: give it another (register_module(name='MyStaticAdapter')) or, to "
+        "replace xmr.models.adapters.static's, register_module(force=True)")
+    assert ADAPTERS.get('StaticAdapter').__module__ == 'xmr.models.adapters.static'
+
+
+# A fresh process whose first registry call is the user's registration (a driver script, a
+# notebook: nothing of xmr imported yet), then look-ups of xmr's type and of another.
+USER_REGISTERS_FIRST = """
+import sys
+sys.path.insert(0, {folder!r})
+import my_hooks
+from xmr.registry import HOOKS
+print(HOOKS.get('PhaseReportHook').__module__, HOOKS.get('WorkDirLockHook').__module__)
+"""
+USER_HOOK = """
+from mmengine.hooks import Hook
+from xmr.registry import HOOKS
+
+
+@HOOKS.register_module(force={force})
+class PhaseReportHook(Hook):
+    pass
+"""
+
+
+@pytest.mark.parametrize('force', [True, False])
+def test_a_user_registration_before_any_look_up_meets_xmr_s_types(tmp_path, force):
+    (tmp_path / 'my_hooks.py').write_text(USER_HOOK.format(force=force))
+    result = subprocess.run([sys.executable, '-c', USER_REGISTERS_FIRST.format(folder=str(
+        tmp_path))], capture_output=True, text=True)
+    if force:  # replaces xmr's type; every other look-up still finds xmr's
+        assert result.stdout.split() == ['my_hooks', 'xmr.engine.hooks.work_dir_lock']
+    else:  # refused at the user's decorator, not at some later look-up
+        assert result.returncode != 0
+        assert "my_hooks.py\", line 6, in <module>" in result.stderr
+        assert result.stderr.strip().endswith(
+            "so my_hooks cannot register its PhaseReportHook under that name: give it another "
+            "(register_module(name='MyPhaseReportHook')) or, to replace "
+            "xmr.engine.hooks.phase_report's, register_module(force=True)")

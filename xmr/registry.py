@@ -19,6 +19,8 @@ A user registers a new type from their own module and loads it with ``custom_imp
 from __future__ import annotations
 
 import difflib
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
@@ -46,27 +48,86 @@ from mmengine.registry import VISUALIZERS as MMENGINE_VISUALIZERS
 from mmengine.registry import WEIGHT_INITIALIZERS as MMENGINE_WEIGHT_INITIALIZERS
 from mmengine.registry import Registry
 
+from xmr.utils.cli import UserKeyError
+
 __all__ = [
     'RUNNERS', 'RUNNER_CONSTRUCTORS', 'LOOPS', 'HOOKS', 'STRATEGIES', 'DATASETS',
     'DATA_SAMPLERS', 'TRANSFORMS', 'MODELS', 'MODEL_WRAPPERS', 'WEIGHT_INITIALIZERS',
     'OPTIMIZERS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'PARAM_SCHEDULERS',
     'METRICS', 'EVALUATOR', 'TASK_UTILS', 'VISUALIZERS', 'VISBACKENDS', 'LOG_PROCESSORS',
     'INFERENCERS', 'FUNCTIONS', 'ADAPTERS', 'DISENTANGLERS', 'TOKENIZERS', 'XMRRegistry',
+    'UnknownOptionError',
 ]
 
 
-class XMRRegistry(Registry):
-    """A registry whose failed look-up names the closest registered types.
+class UnknownOptionError(TypeError):
+    """A config gives a type an option its constructor does not take."""
 
-    MMEngine's own message only says the type is missing; a typo such as ``StaticAdaptor``
-    deserves the list of names it was probably meant to be.
+
+class XMRRegistry(Registry):
+    """A registry that names what is wrong with a type or option, and registers after xmr.
+
+    MMEngine's own messages only say that a type is missing, that a name is taken or that a
+    constructor got an unexpected keyword; a typo such as ``StaticAdaptor`` or ``hiden``
+    deserves the names it was probably meant to be, and a name taken the two modules and the
+    two ways out.
     """
 
     def get(self, key: str) -> Any:
         found = super().get(key)
         if found is None and isinstance(key, str):
-            raise KeyError(self._unknown_type_message(key))
+            raise UserKeyError(self._unknown_type_message(key))
         return found
+
+    def build(self, cfg: dict, *args: Any, **kwargs: Any) -> Any:
+        """Build ``cfg``, first refusing an option its type's constructor does not take."""
+        if isinstance(cfg, Mapping) and '_scope_' not in cfg:
+            self._check_options(cfg)
+        return super().build(cfg, *args, **kwargs)
+
+    def _check_options(self, cfg: Mapping[str, Any]) -> None:
+        built = cfg.get('type')
+        built = self.get(built) if isinstance(built, str) else built
+        if not callable(built):
+            return
+        try:
+            parameters = inspect.signature(built).parameters
+        except (TypeError, ValueError):  # a builtin without a signature: its call will tell
+            return
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return
+        takes = [name for name, p in parameters.items()
+                 if p.kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                   inspect.Parameter.POSITIONAL_ONLY)]
+        for option in cfg:
+            if option != 'type' and option not in takes:
+                close = difflib.get_close_matches(option, takes, n=1, cutoff=0.6)
+                hint = f" (did you mean '{close[0]}'?)" if close else ''
+                raise UnknownOptionError(
+                    f"{self.name} {getattr(built, '__name__', built)}: unknown option "
+                    f"'{option}'{hint}; it takes {', '.join(takes)}")
+
+    def _register_module(self, module: type, module_name: str | list[str] | None = None,
+                         force: bool = False) -> None:
+        """Register ``module``; one from outside xmr after xmr's own types.
+
+        A user's module may register before the first look-up (a driver script, a notebook);
+        xmr's modules are imported first, so that ``force=True`` replaces xmr's type whatever
+        the order, and a name already taken is refused at the user's registration.
+        """
+        if not module.__module__.startswith('xmr.'):
+            self.import_from_location()
+        names = [module.__name__] if module_name is None else (
+            [module_name] if isinstance(module_name, str) else module_name)
+        taken = next((name for name in names if name in self._module_dict), None)
+        if taken is not None and not force:
+            owner = self._module_dict[taken].__module__
+            raise UserKeyError(
+                f"'{taken}' is already registered in the xmr '{self.name}' registry, by "
+                f'{owner}, so {module.__module__} cannot register its {module.__name__} under '
+                f"that name: give it another (register_module(name='My{taken}')) or, to "
+                f"replace {owner}'s, register_module(force=True)")
+        super()._register_module(module, module_name, force)
 
     def __contains__(self, key: Any) -> bool:
         try:

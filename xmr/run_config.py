@@ -27,6 +27,29 @@ def add_ablation_argument(parser: argparse.ArgumentParser) -> None:
                         'default work dir adds their names')
 
 
+def failed_custom_import(config: str | os.PathLike, error: ImportError) -> Exception:
+    """The module of ``custom_imports`` that failed to import, and why, as a :class:`UserError`.
+
+    MMEngine reports any failure in those modules as a missing folder on ``PYTHONPATH`` and
+    lists ``sys.path``; the cause (a misspelt name inside the module, a missing package) is at
+    the end of the error's chain. An error MMEngine did not wrap is returned as it is.
+    """
+    chain = [error]
+    while chain[-1].__cause__ or chain[-1].__context__:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    module = next((str(link).removeprefix('Failed to import ') for link in chain[1:]
+                   if str(link).startswith('Failed to import ')), None)
+    if module is None or not str(error).startswith('Failed to import custom modules'):
+        return error
+    cause = chain[-1]
+    missing = isinstance(cause, ModuleNotFoundError) and cause.name is not None and (
+        module == cause.name or module.startswith(f'{cause.name}.'))
+    return UserError(config, f'custom_imports: {module} failed to import: '
+                     f'{type(cause).__name__}: {cause}',
+                     'check its name, and that the folder holding it is on PYTHONPATH' if missing
+                     else f'fix {module} (run again with --debug for the traceback)')
+
+
 def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
                     cfg_options: Mapping[str, Any] | None = None,
                     work_dir: str | None = None) -> Config:
@@ -39,12 +62,17 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
         work_dir: ``--work-dir``; by default ``work_dirs/<config name>[_<ablation>...]``.
 
     Raises:
-        UserError: the config file does not exist.
+        UserError: the config file does not exist, or a module of its ``custom_imports``
+            failed to import.
     """
     if not os.path.isfile(config):
         raise UserError(config, 'config file does not exist',
                         'give the path of a config under configs/')
-    cfg = apply_ablations(Config.fromfile(str(config)), ablations)
+    try:
+        loaded = Config.fromfile(str(config))
+    except ImportError as error:
+        raise failed_custom_import(config, error) from error
+    cfg = apply_ablations(loaded, ablations)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     # Here, not at the top: xmr.engine loads torch and every engine module, which neither a

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from xmr.datasets.media_io import MediaReadError
-from xmr.utils.cli import EXIT_ERROR, UserError, run_tool
+from xmr.utils.cli import EXIT_ERROR, UserError, UserKeyError, run_tool
 
 TOOLS = Path(__file__).resolve().parents[2] / 'tools'
 
@@ -45,6 +45,14 @@ def test_other_failures_are_one_line_too_and_unexpected_ones_say_so(capsys):
     err = _fails_with(_raise(MediaReadError('x.jpg', 'truncated JPEG')), [], capsys)
     assert err == ("error: x.jpg: truncated JPEG: replace the file, or set on_corrupt='skip' on "
                    'the dataset to leave it out\n')
+
+
+def test_a_key_error_xmr_raises_on_purpose_prints_as_written(capsys):
+    err = _fails_with(_raise(UserKeyError("phase 1 (x): unknown keys ['itres']")), [], capsys)
+    assert err == "error: phase 1 (x): unknown keys ['itres']\n"
+    err = _fails_with(_raise(KeyError('itres')), [], capsys)  # a bug's KeyError stays one
+    assert err == ("error: KeyError: 'itres' (unexpected; run again with --debug for the "
+                   'traceback)\n')
 
 
 def test_debug_shows_the_traceback_and_is_not_passed_to_main(capsys):

@@ -25,6 +25,7 @@ from xmr.engine.checkpoint import read_checkpoint
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 from xmr.registry import MODELS, TRANSFORMS
+from xmr.utils.cli import UserKeyError
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
            'load_trained_checkpoint', 'trained_languages', 'check_languages', 'encode_texts',
@@ -63,7 +64,7 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
     if cfg_options:
         cfg.merge_from_dict(dict(cfg_options))
     if 'model' not in cfg:
-        raise KeyError(f'config {getattr(cfg, "filename", config)} has no model')
+        raise UserKeyError(f'config {getattr(cfg, "filename", config)} has no model')
     if cfg.get('custom_imports'):
         import_modules_from_strings(**cfg.custom_imports)
     model = MODELS.build(cfg.model)

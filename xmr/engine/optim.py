@@ -18,6 +18,7 @@ from torch.optim import Optimizer
 
 from xmr.engine.wrappers import unwrap_model
 from xmr.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS, OPTIMIZERS
+from xmr.utils.cli import UserKeyError
 
 DEFAULT_GROUPS = ('backbone', 'language_branch.embedding', 'language_branch.adapters',
                   'disentangler', 'losses')
@@ -247,8 +248,8 @@ class PhasedOptimWrapperConstructor:
         self.groups = tuple(paramwise_cfg.pop('groups', DEFAULT_GROUPS))
         self.sparse_optimizer_cfg = paramwise_cfg.pop('sparse_optimizer', None)
         if paramwise_cfg:
-            raise KeyError(f'PhasedOptimWrapperConstructor paramwise_cfg takes groups and '
-                           f'sparse_optimizer, got {sorted(paramwise_cfg)}')
+            raise UserKeyError(f'PhasedOptimWrapperConstructor paramwise_cfg takes groups and '
+                               f'sparse_optimizer, got {sorted(paramwise_cfg)}')
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         model = unwrap_model(model)

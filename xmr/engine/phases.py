@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from xmr.utils.cli import UserKeyError
+
 SCHEDULES = ('cosine', 'linear', 'constant')
 
 
@@ -86,12 +88,12 @@ class Phase:
         label = f'phase {index} ({cfg.get("name", "?")})'
         missing = {'name', 'lr', 'trainable', 'loss_weights'} - set(cfg)
         if missing:
-            raise KeyError(f'{label} lacks {sorted(missing)}')
+            raise UserKeyError(f'{label} lacks {sorted(missing)}')
         known = {f.name for f in fields(cls)} - {'start'}
         unknown = set(cfg) - known
         if unknown:
-            raise KeyError(f'{label}: unknown keys {sorted(unknown)}; a phase has '
-                           f'{sorted(known)}')
+            raise UserKeyError(f'{label}: unknown keys {sorted(unknown)}; a phase has '
+                               f'{sorted(known)}')
         return cls(**cfg)
 
     @property

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ['EXIT_ERROR', 'UserError', 'run_tool']
+__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'run_tool']
 
 EXIT_ERROR = 2
 DEBUG_FLAG = '--debug'
@@ -34,6 +34,18 @@ class UserError(Exception):
     def __init__(self, where: str | os.PathLike, problem: str, fix: str = '') -> None:
         self.where, self.problem, self.fix = str(where), problem, fix
         super().__init__(': '.join(part for part in (self.where, problem, fix) if part))
+
+
+class UserKeyError(KeyError):
+    """A key, name or type the user gave that xmr cannot take: a type no registry holds, a
+    phase key, a language, a name already registered.
+
+    A ``KeyError``, so that ``except KeyError`` still catches it, whose message prints as
+    written (a plain ``KeyError`` prints the repr of its message, quotes and escapes included).
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ''
 
 
 def error_line(error: BaseException) -> str:

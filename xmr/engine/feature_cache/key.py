@@ -15,6 +15,7 @@ from torch.utils.data import Dataset
 from xmr.datasets.base import MediaCaptionDataset, MediaDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.models.backbones.base import weights_fingerprint
+from xmr.utils.cli import UserKeyError
 
 #: Feature kinds: ``source`` = ``r^S`` of ``source_text``, ``media`` = ``r^V`` of ``media_id``.
 FEATURE_KINDS = ('source', 'media')
@@ -133,8 +134,8 @@ def index_items(dataset: Dataset, kinds: Sequence[str]) -> ItemIndex:
             for kind in kinds:
                 value = item.get(ITEM_KEY[kind])
                 if not isinstance(value, str):
-                    raise KeyError(f"dataset item {index} has no '{ITEM_KEY[kind]}' string; "
-                                   f"the '{kind}' feature cache is keyed by it")
+                    raise UserKeyError(f"dataset item {index} has no '{ITEM_KEY[kind]}' string; "
+                                       f"the '{kind}' feature cache is keyed by it")
                 if value not in row_of[kind]:
                     row_of[kind][value] = len(row_of[kind])
                     first_item[kind][value] = index

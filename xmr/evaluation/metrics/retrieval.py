@@ -23,6 +23,7 @@ from xmr.evaluation.protocols import (
 from xmr.evaluation.search import INDEX_TYPES
 from xmr.evaluation.token_scoring import TOKEN_SCORING_MODES, TokenScoring, TokenSet
 from xmr.registry import METRICS
+from xmr.utils.cli import UserKeyError
 
 __all__ = ['RetrievalMetric']
 
@@ -359,10 +360,10 @@ def _checked_item(sample: Mapping[str, Any], with_tokens: bool = False,
                         f'{type(sample).__name__}.')
     for key in ('media_id', 'caption_embeddings'):
         if key not in sample:
-            raise KeyError(f"val_step output lacks '{key}' (keys: {sorted(sample)}).")
+            raise UserKeyError(f"val_step output lacks '{key}' (keys: {sorted(sample)}).")
     if needs_media and 'media_embedding' not in sample:
-        raise KeyError(f"val_step output lacks 'media_embedding' (keys: {sorted(sample)}); a "
-                       "text-only model or dataset is scored with protocol='text_to_text'.")
+        raise UserKeyError(f"val_step output lacks 'media_embedding' (keys: {sorted(sample)}); a "
+                           "text-only model or dataset is scored with protocol='text_to_text'.")
     media_id = str(sample['media_id'])
     item: dict[str, Any] = {'media_id': media_id}
     width = None
@@ -395,9 +396,9 @@ def _checked_tokens(sample: Mapping[str, Any], media_id: str,
     missing = [key for key in ('media_tokens', 'caption_tokens', 'token_score')
                if key not in sample]
     if missing:
-        raise KeyError(f"media '{media_id}': token scoring needs {missing} from val_step; the "
-                       "model emits them with retrieval_score='patch_word' "
-                       "(DualEncoderRetriever), or set the metric's scoring='embedding'.")
+        raise UserKeyError(f"media '{media_id}': token scoring needs {missing} from val_step; the "
+                           "model emits them with retrieval_score='patch_word' "
+                           "(DualEncoderRetriever), or set the metric's scoring='embedding'.")
     if not callable(sample['token_score']):
         raise TypeError(f"media '{media_id}': token_score must be a function, got "
                         f"{type(sample['token_score']).__name__}.")

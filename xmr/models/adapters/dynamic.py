@@ -10,6 +10,7 @@ from torch import nn
 from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite
 from xmr.models.adapters.grouped import GroupedAdapter, spread
 from xmr.registry import ADAPTERS
+from xmr.utils.cli import UserKeyError
 
 
 @ADAPTERS.register_module()
@@ -60,9 +61,9 @@ class DynamicAdapter(GroupedAdapter):
                 f'ctx.condition, got {type(condition).__name__}; configure a disentangler with '
                 "a parameter generator (type='SemanticsDisentangler')")
         if self.block_index not in condition:
-            raise KeyError(f'DynamicAdapter at block {self.block_index}: the generator makes W^z '
-                           f'for blocks {sorted(condition)} only; set the generator blocks to '
-                           'the dynamic adapters\' blocks')
+            raise UserKeyError(f'DynamicAdapter at block {self.block_index}: the generator '
+                               f'makes W^z for blocks {sorted(condition)} only; set the '
+                               "generator blocks to the dynamic adapters' blocks")
         matrix = condition[self.block_index]
         if tuple(matrix.shape) != (batch, self.hidden, self.hidden):
             raise ValueError(f'DynamicAdapter at block {self.block_index} (d_u={self.hidden}, '

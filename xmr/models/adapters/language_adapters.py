@@ -9,6 +9,7 @@ from torch import nn
 from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.models.adapters.grouped import GroupedAdapter
 from xmr.registry import ADAPTERS
+from xmr.utils.cli import UserKeyError
 
 
 def _key(block_index: int, site: AdapterSite) -> str:
@@ -123,8 +124,8 @@ class LanguageAdapters(nn.Module):
 
     def check_language(self, lang: str) -> None:
         if lang not in self.sets:
-            raise KeyError(f"no adapters for language '{lang}'; configured languages: "
-                           f'{self.languages}')
+            raise UserKeyError(f"no adapters for language '{lang}'; configured languages: "
+                               f'{self.languages}')
 
     def input_adapters(self, lang: str) -> list[BaseAdapter]:
         self.check_language(lang)

@@ -36,6 +36,7 @@ from xmr.models.backbones.relative_position import INTERPOLATION_MODES
 from xmr.models.language.cclm_tokenizer import CCLMTokenizer
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.registry import MODELS, TOKENIZERS
+from xmr.utils.cli import UserKeyError
 
 __all__ = ['CCLMDualStream', 'CCLMTokenizer']
 
@@ -60,7 +61,7 @@ def _merge(defaults: dict, overrides: dict | None, what: str) -> dict:
     merged = dict(defaults)
     unknown = sorted(set(overrides or {}) - set(defaults))
     if unknown:
-        raise KeyError(f'unknown CCLM {what} option(s) {unknown}; known: {sorted(defaults)}')
+        raise UserKeyError(f'unknown CCLM {what} option(s) {unknown}; known: {sorted(defaults)}')
     merged.update(overrides or {})
     return merged
 

@@ -39,6 +39,7 @@ from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.pooling import masked_token_mean
 from xmr.models.unowned import hold_unowned
 from xmr.registry import ADAPTERS, DISENTANGLERS, MODELS
+from xmr.utils.cli import UserKeyError
 
 if TYPE_CHECKING:
     from xmr.models.backbones.base import TextTower
@@ -133,8 +134,8 @@ class SemanticsDisentangler(ConditionDisentangler):
                              'out; set use_adversarial=False')
         self.loss_weights = dict(PAPER_LOSS_WEIGHTS, **(loss_weights or {}))
         if set(self.loss_weights) != set(PAPER_LOSS_WEIGHTS):
-            raise KeyError(f'SDM loss_weights name {sorted(self.loss_weights)}; the SDM '
-                           f'computes {sorted(PAPER_LOSS_WEIGHTS)} (lambda_1, lambda_2)')
+            raise UserKeyError(f'SDM loss_weights name {sorted(self.loss_weights)}; the SDM '
+                               f'computes {sorted(PAPER_LOSS_WEIGHTS)} (lambda_1, lambda_2)')
         self.depth = depth
         self.features = features
         self.adversarial_through_embeddings = adversarial_through_embeddings

@@ -24,6 +24,7 @@ from xmr.models.losses.distributed import gather_with_grad
 from xmr.models.losses.pair import PairLoss
 from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
 from xmr.registry import MODELS
+from xmr.utils.cli import UserKeyError
 
 __all__ = ['BaseRetriever', 'DISENTANGLER_SCALE', 'attach_captions', 'feature_rows',
            'gallery_batch', 'gallery_items', 'unit_rows']
@@ -76,8 +77,8 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         """
         unknown = set(cfgs) - set(self.LOSSES)
         if unknown:
-            raise KeyError(f'{type(self).__name__}: unknown losses {sorted(unknown)}; it '
-                           f'computes {sorted(self.LOSSES)}')
+            raise UserKeyError(f'{type(self).__name__}: unknown losses {sorted(unknown)}; it '
+                               f'computes {sorted(self.LOSSES)}')
         self.losses = nn.ModuleDict({
             name: MODELS.build(cfg, default_args=self._loss_default_args(
                 cfg, (default_args or {}).get(name)))
@@ -137,13 +138,13 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         owned = sorted(set(loss_weights) & set(self.disentangler.loss_names)) \
             if self.disentangler is not None else []
         if owned:
-            raise KeyError(f'phase {name}: loss weights {owned} belong to the disentangler: '
-                           'set them in model.disentangler.loss_weights and scale the '
-                           f"module's losses in the phase with '{DISENTANGLER_SCALE}'")
+            raise UserKeyError(f'phase {name}: loss weights {owned} belong to the disentangler: '
+                               'set them in model.disentangler.loss_weights and scale the '
+                               f"module's losses in the phase with '{DISENTANGLER_SCALE}'")
         unknown = set(loss_weights) - self.loss_names() - {DISENTANGLER_SCALE}
         if unknown:
-            raise KeyError(f'phase {name}: unknown loss weights {sorted(unknown)}; this model '
-                           f'computes {sorted(self.loss_names())}')
+            raise UserKeyError(f'phase {name}: unknown loss weights {sorted(unknown)}; this model '
+                               f'computes {sorted(self.loss_names())}')
         weights = {key: float(weight) for key, weight in loss_weights.items() if weight}
         if self.disentangler is None:
             weights.pop(DISENTANGLER_SCALE, None)

@@ -41,6 +41,7 @@ from xmr.models.retrievers.base import (
     unit_rows,
 )
 from xmr.registry import MODELS
+from xmr.utils.cli import UserKeyError
 
 #: Which captions of a training pair the text tower reads.
 TRAIN_TEXTS = ('source', 'target')
@@ -242,8 +243,8 @@ class DualEncoderRetriever(BaseRetriever):
         captions, words = {}, {}
         for lang, (tokens, owner) in (caption_tokens or {}).items():
             if lang not in self.languages:
-                raise KeyError(f"the model does not read language '{lang}'; languages: "
-                               f'{self.languages}')
+                raise UserKeyError(f"the model does not read language '{lang}'; languages: "
+                                   f'{self.languages}')
             text = self.encode_text_tokens(tokens)
             word_tokens, caption_embeddings = self.retrieval_tokens(text, 'text')
             captions[lang] = (unit_rows(caption_embeddings), owner)

@@ -1,0 +1,32 @@
+"""xmr.run_config: the config a tool runs, and what it says when the config cannot load."""
+import sys
+
+import pytest
+
+from xmr.run_config import load_run_config
+from xmr.utils.cli import UserError
+
+
+@pytest.mark.parametrize('module, source, message', [
+    ('my_misspelt', 'from xmr.registry import ADAPTER\n',
+     "custom_imports: my_misspelt failed to import: ImportError: cannot import name 'ADAPTER' "
+     "from 'xmr.registry'"),
+    ('my_absent', None,
+     "custom_imports: my_absent failed to import: ModuleNotFoundError: No module named "
+     "'my_absent': check its name, and that the folder holding it is on PYTHONPATH"),
+])
+def test_a_custom_import_that_fails_is_named_with_its_cause(tmp_path, monkeypatch, module,
+                                                            source, message):
+    if source is not None:
+        (tmp_path / f'{module}.py').write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / 'config.py'
+    config.write_text(f"custom_imports = dict(imports=['{module}'], "
+                      'allow_failed_imports=False)\n')
+    try:
+        with pytest.raises(UserError) as refused:
+            load_run_config(config)
+    finally:
+        sys.modules.pop(module, None)
+    assert str(refused.value).startswith(f'{config}: {message}')
+    assert 'sys.path' not in str(refused.value)
