@@ -62,8 +62,10 @@ def test_table_unions_columns_and_marks_missing_values():
     first = EvaluationResult('static', {'de/AR': 40.0, 'mAR': 40.0})
     second = EvaluationResult('dasd', {'de/AR': 41.256, 'fr/AR': 39.0, 'mAR': 40.128})
     header, rows = leaderboard_table([first, second])
-    assert header == ['model', 'de', 'mAR', 'fr']
-    assert rows == [['static', '40.00', '40.00', '-'], ['dasd', '41.26', '40.13', '39.00']]
+    assert header == ['model', 'de', 'fr', 'mAR']  # a later row's language before the summary
+    assert rows == [['static', '40.00', '-', '40.00'], ['dasd', '41.26', '39.00', '40.13']]
+    assert column_legend([first, second])[1] == (
+        'mAR averages other languages per row: static over de; dasd over de, fr')
 
 
 def test_overall_column_stays_last_when_a_later_result_adds_it():
@@ -90,7 +92,7 @@ def test_markdown_has_table_and_legend():
     ]
     assert column_legend([EvaluationResult('r', {'de/AR': 1.0, 'mAR': 1.0})]) == [
         'all columns: AR = mean of R@1/5/10 both ways; mAR = mean AR']
-    with pytest.raises(ValueError, match=r"results of \['r'\] hold no summary metric"):
+    with pytest.raises(ValueError, match=r"results of \['r'\] hold no retrieval metric"):
         leaderboard_markdown([EvaluationResult('r', {'de/t2i_MdR': 3.0})])
 
 
@@ -104,9 +106,9 @@ def test_result_round_trip_and_csv(tmp_path):
     write_csv(tmp_path / 'r.csv', [result, EvaluationResult('other', {'mAR': 1.5, 'de/AR': 1.5,
                                                                 'fr/AR': 0.25})])
     with open(tmp_path / 'r.csv', newline='', encoding='utf-8') as handle:
-        assert list(csv.reader(handle)) == [['model', 'de', 'mAR', 'fr'],
-                                            ['static (best)', '40.0', '40.0', ''],
-                                            ['other', '1.5', '1.5', '0.25']]
+        assert list(csv.reader(handle)) == [['model', 'de', 'fr', 'mAR'],
+                                            ['static (best)', '40.0', '', '40.0'],
+                                            ['other', '1.5', '0.25', '1.5']]
 
 
 def test_bad_result_files_are_named(tmp_path):
@@ -171,3 +173,25 @@ def test_a_text_to_text_result_is_tabulated_by_its_ar_per_language():
     one_way = {'de/t2s_R@1': 80.0, 'fr/t2s_R@1': 60.0, 't2s_R@1_sum': 140.0}
     assert [c.key for c in leaderboard_columns(one_way)] == ['de/t2s_R@1', 'fr/t2s_R@1',
                                                              't2s_R@1_sum']
+
+
+def test_a_later_rows_language_stays_inside_its_dataset():
+    first = EvaluationResult('one', {'multi30k/de/AR': 1.0, 'multi30k/mAR': 1.0,
+                                     'coco/ja/AR': 2.0, 'coco/mAR': 2.0, 'mAR': 1.5})
+    second = EvaluationResult('two', {'multi30k/de/AR': 3.0, 'multi30k/fr/AR': 5.0,
+                                      'multi30k/mAR': 4.0, 'coco/ja/AR': 6.0, 'coco/mAR': 6.0,
+                                      'mAR': 5.0})
+    header, _ = leaderboard_table([first, second])
+    assert header == ['model', 'multi30k/de', 'multi30k/fr', 'multi30k/mAR', 'coco/ja',
+                      'coco/mAR', 'mAR']
+
+
+def test_a_result_without_a_summary_shows_its_languages():
+    """RetrievalMetric(languages=['en']) averages no target language: no mAR, AR per language."""
+    english = EvaluationResult('en only', {'en/t2i_R@1': 80.0, 'en/i2t_R@1': 82.0,
+                                           'en/AR': 90.0, 'rSum': 540.0})
+    assert [(c.label, c.key, c.kind) for c in leaderboard_columns(english.metrics)] == [
+        ('en', 'en/AR', 'language')]
+    heading, table, legend = leaderboard_markdown([english]).split('\n\n')
+    assert table.splitlines()[0].split('|')[1:3] == [' model   ', ' en    ']
+    assert legend == '- all columns: AR per language (no summary reported)'

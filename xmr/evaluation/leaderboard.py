@@ -17,9 +17,13 @@ summary key          per-language column     table
 ===================  ======================  ==========================================
 
 A dataset reporting several summaries is shown by the first of this order (an XTD10 few-shot run
-also reports ``mAR``; its published number is ``mean_R@1``). A bare summary without per-language
-keys of its own, such as the ``mAR`` across datasets of
-:class:`~xmr.engine.eval_loops.MultiDatasetValLoop`, becomes a last column.
+also reports ``mAR``; its published number is ``mean_R@1``). A dataset reporting no summary (a
+metric scoring English alone, with no target language to average) shows its per-language
+columns of the last statistic of this order it has, without a summary. A bare summary without
+per-language keys of its own, such as the ``mAR`` across datasets of
+:class:`~xmr.engine.eval_loops.MultiDatasetValLoop`, becomes a last column. In a table of
+several results, each dataset's languages stand before its summary, and the legend says when its
+rows average different languages.
 
 Results are saved as JSON (every metric, plus where it came from and which test sets it scored:
 dataset, split, languages) and the table as CSV; :func:`load_result` reads a JSON back for
@@ -159,30 +163,49 @@ def leaderboard_columns(metrics: Mapping[str, Any]) -> list[Column]:
         cross-dataset summary last.
     """
     keys = [key for key, value in metrics.items() if _is_number(value)]
+    statistics = {h.per_language for h in HEADLINES}
     groups: list[str] = []
     for key in keys:
         group, _, name = key.rpartition('/')
-        if any(name == h.summary for h in HEADLINES) and group not in groups:
+        if name in statistics:
+            group = group.rpartition('/')[0]
+        elif not any(name == h.summary for h in HEADLINES):
+            continue
+        if group not in groups:
             groups.append(group)
     columns: list[Column] = []
     overall: list[Column] = []
     for group in groups:
-        chosen = None
-        for headline in HEADLINES:
-            summary_key = _join(group, headline.summary)
-            languages = _languages(keys, group, headline.per_language)
-            if summary_key in metrics and languages:
-                chosen = headline, summary_key, languages
-                break
+        chosen = _dataset_headline(metrics, keys, group)
         if chosen is not None:
-            headline, summary_key, languages = chosen
+            headline, languages, summary_key = chosen
             columns.extend(Column(_join(group, lang), _join(group, lang, headline.per_language),
                                   group, headline, 'language') for lang in languages)
-            columns.append(Column(summary_key, summary_key, group, headline, 'summary'))
+            if summary_key is not None:
+                columns.append(Column(summary_key, summary_key, group, headline, 'summary'))
         elif group == '':
             overall.extend(Column(h.summary, h.summary, '', h, 'overall') for h in HEADLINES
                            if h.summary in metrics)
     return columns + overall
+
+
+def _dataset_headline(metrics: Mapping[str, Any], keys: Sequence[str], group: str
+                      ) -> tuple[Headline, list[str], str | None] | None:
+    """The headline a dataset's columns follow, its languages and its summary key.
+
+    The first headline whose summary and per-language statistic the dataset reports; for a
+    dataset reporting no summary at all, the last headline whose statistic it reports (``AR``
+    before the single recalls), with no summary column.
+    """
+    reported = [(headline, languages) for headline in HEADLINES
+                if (languages := _languages(keys, group, headline.per_language))]
+    for headline, languages in reported:
+        if _join(group, headline.summary) in metrics:
+            return headline, languages, _join(group, headline.summary)
+    if reported and not any(_join(group, h.summary) in metrics for h in HEADLINES):
+        headline, languages = reported[-1]
+        return headline, languages, None
+    return None
 
 
 def leaderboard_table(results: Sequence[EvaluationResult]) -> tuple[list[str], list[list[str]]]:
@@ -199,16 +222,38 @@ def leaderboard_table(results: Sequence[EvaluationResult]) -> tuple[list[str], l
 
 
 def column_legend(results: Sequence[EvaluationResult]) -> list[str]:
-    """One line per dataset saying which statistic its columns show."""
+    """One line per dataset saying which statistic its columns show, and which languages each
+    row's summary averages where the rows differ."""
     lines, seen = [], set()
-    for column in _union_columns(results):
+    columns = _union_columns(results)
+    for column in columns:
         if column.kind == 'overall':
             lines.append(f'{column.label}: over the languages of all datasets; '
                          f'{column.headline.meaning}')
         elif column.group not in seen:
             seen.add(column.group)
-            lines.append(f'{column.group or "all columns"}: {column.headline.meaning}')
+            name = column.group or 'all columns'
+            if any(c.kind == 'summary' and c.group == column.group for c in columns):
+                lines.append(f'{name}: {column.headline.meaning}')
+            else:
+                lines.append(f'{name}: {column.headline.per_language} per language (no summary '
+                             'reported)')
+        if column.kind == 'summary':
+            lines.extend(_summary_languages(column, columns, results))
     return lines
+
+
+def _summary_languages(summary: Column, columns: Sequence[Column],
+                       results: Sequence[EvaluationResult]) -> list[str]:
+    """A legend line naming each row's languages under ``summary``, when the rows differ."""
+    languages = {result.name: [c.label.rpartition('/')[2] for c in columns
+                               if c.group == summary.group and c.kind == 'language'
+                               and c.key in result.metrics]
+                 for result in results if summary.key in result.metrics}
+    if len({tuple(found) for found in languages.values()}) < 2:
+        return []
+    return [f'{summary.label} averages other languages per row: ' + '; '.join(
+        f'{name} over {", ".join(found)}' for name, found in languages.items())]
 
 
 def leaderboard_markdown(results: Sequence[EvaluationResult]) -> str:
@@ -229,8 +274,9 @@ def leaderboard_markdown(results: Sequence[EvaluationResult]) -> str:
 def _markdown_table(results: Sequence[EvaluationResult]) -> str:
     header, rows = leaderboard_table(results)
     if len(header) == 1:
-        raise ValueError(f'the results of {[r.name for r in results]} hold no summary metric '
-                         f'({", ".join(h.summary for h in HEADLINES)}); nothing to tabulate')
+        raise ValueError(f'the results of {[r.name for r in results]} hold no retrieval metric '
+                         f'({", ".join(h.per_language for h in HEADLINES)} per language, or '
+                         f'{", ".join(h.summary for h in HEADLINES)}); nothing to tabulate')
     lines = column_legend(results) + [
         f"{result.name} *: {result.skipped_media} unreadable media skipped (on_corrupt='skip'); "
         'its recalls are over a smaller gallery' for result in results if result.skipped_media]
@@ -303,12 +349,18 @@ def _canonical_key(key: str) -> str:
 
 
 def _union_columns(results: Sequence[EvaluationResult]) -> list[Column]:
-    seen: dict[str, Column] = {}
+    """Every result's columns: datasets in the order first met, each its languages (first met
+    first) then its summary, even when only a later result has a language; cross-dataset
+    summaries last."""
+    datasets: dict[str, dict[str, Column]] = {}
+    overall: dict[str, Column] = {}
     for result in results:
         for column in leaderboard_columns(result.metrics):
-            seen.setdefault(column.key, column)
-    # Cross-dataset summaries go last even when only a later result has them.
-    return sorted(seen.values(), key=lambda column: column.kind == 'overall')
+            found = overall if column.kind == 'overall' else datasets.setdefault(column.group, {})
+            found.setdefault(column.key, column)
+    return [column for found in datasets.values()
+            for column in sorted(found.values(), key=lambda c: c.kind == 'summary')
+            ] + list(overall.values())
 
 
 def _languages(keys: Sequence[str], group: str, statistic: str) -> list[str]:
