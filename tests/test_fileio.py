@@ -6,7 +6,12 @@ import errno
 import pytest
 
 import xmr.fileio
-from xmr.fileio import AtomicLocalBackend, atomic_write_bytes, atomic_write_text
+from xmr.fileio import (
+    AtomicLocalBackend,
+    atomic_write_bytes,
+    atomic_write_text,
+    atomic_write_texts,
+)
 
 
 def test_a_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path, monkeypatch):
@@ -32,6 +37,32 @@ def test_an_exception_while_writing_replaces_nothing(tmp_path):
         raise KeyboardInterrupt
     assert path.read_bytes() == b'old'
     assert [p.name for p in tmp_path.iterdir()] == ['a.bin']
+
+
+def test_a_set_of_files_is_written_all_or_none(tmp_path, monkeypatch):
+    old = {tmp_path / f'{name}.json': f'old {name}\n' for name in ('train', 'val', 'test')}
+    atomic_write_texts(old)
+    new = {path: f'new {path.stem}\n' for path in old}
+    calls = []
+
+    def full_at_the_third(descriptor: int) -> None:
+        calls.append(descriptor)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, 'No space left on device')
+    monkeypatch.setattr(xmr.fileio.os, 'fsync', full_at_the_third)
+    with pytest.raises(OSError, match=r'test\.json: writing failed \(No space left on device\); '
+                       r'no file of this set was written or changed: free some space'):
+        atomic_write_texts(new)
+    assert {path: path.read_text() for path in old} == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['test.json', 'train.json', 'val.json']
+    monkeypatch.undo()
+
+    (tmp_path / 'val.json').unlink()
+    (tmp_path / 'val.json').mkdir()  # a folder where a file goes: refused before any write
+    with pytest.raises(IsADirectoryError, match=r'val\.json: is a folder, not a file; nothing '):
+        atomic_write_texts(new)
+    assert (tmp_path / 'train.json').read_text() == 'old train\n'
+    assert atomic_write_texts({tmp_path / 'train.json': 'x\n'}) == [tmp_path / 'train.json']
 
 
 def test_the_mmengine_backend_writes_through_the_same_mechanism(tmp_path):

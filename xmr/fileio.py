@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -22,7 +22,8 @@ from typing import IO, Any
 from mmengine.fileio import LocalBackend, register_backend
 
 __all__ = ['atomic_open', 'atomic_torch_save', 'atomic_write_bytes', 'atomic_write_text',
-           'process_running', 'remove_stale_temporaries', 'AtomicLocalBackend']
+           'atomic_write_texts', 'process_running', 'remove_stale_temporaries',
+           'AtomicLocalBackend']
 
 _TEMPORARY = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$')
 
@@ -62,12 +63,15 @@ def atomic_open(path: str | os.PathLike, mode: str = 'wb', **kwargs) -> Iterator
         os.replace(temporary, path)
         _fsync_directory(path.parent)
     except OSError as error:
-        reason = error.strerror or str(error)
-        hint = ': free some space' if error.errno == errno.ENOSPC else ''
-        raise OSError(error.errno, f'{path}: writing failed ({reason}); the previous file, if '
-                      f'any, is unchanged{hint}') from error
+        raise _write_failed(path, error, 'the previous file, if any, is unchanged') from error
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _write_failed(path: Path, error: OSError, unchanged: str) -> OSError:
+    reason = error.strerror or str(error)
+    hint = ': free some space' if error.errno == errno.ENOSPC else ''
+    return OSError(error.errno, f'{path}: writing failed ({reason}); {unchanged}{hint}')
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -80,6 +84,55 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically as UTF-8 with ``\\n`` line ends."""
     with atomic_open(path, 'w', encoding='utf-8', newline='\n') as handle:
         handle.write(text)
+
+
+def atomic_write_texts(texts: Mapping[str | os.PathLike, str]) -> list[Path]:
+    """Write several UTF-8 files, all or none (the outputs of one conversion).
+
+    Every file is written to its temporary sibling first; only when all are written are they
+    renamed over their final names. A path that is a folder is refused before anything is
+    written, so that no rename fails part-way.
+
+    Returns:
+        The paths written, in order.
+
+    Raises:
+        OSError: a path is a folder, or a write failed (e.g. ``ENOSPC``); the message names the
+            file, and no file of the set is written or changed (a rename that fails, which
+            only an outside change can cause once every file is written, says how many were
+            replaced before it). No temporary file is left.
+    """
+    paths = {Path(path): text for path, text in texts.items()}
+    for path in paths:
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, f'{path}: is a folder, not a file; nothing '
+                                    'of this set was written')
+    temporaries: list[Path] = []
+    try:
+        for path, text in paths.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporaries.append(_temporary_path(path))
+            with open(temporaries[-1], 'w', encoding='utf-8', newline='\n') as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+    except OSError as error:
+        for temporary in temporaries:
+            temporary.unlink(missing_ok=True)
+        raise _write_failed(path, error, 'no file of this set was written or changed') from error
+    replaced = 0
+    try:
+        for path, temporary in zip(paths, temporaries):
+            os.replace(temporary, path)
+            replaced += 1
+    except OSError as error:
+        for temporary in temporaries[replaced:]:
+            temporary.unlink(missing_ok=True)
+        raise _write_failed(path, error, f'{replaced} file(s) of this set replaced before it'
+                            ) from error
+    for folder in {path.parent for path in paths}:
+        _fsync_directory(folder)
+    return list(paths)
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from xmr.datasets.languages import LanguageCodeError, normalize_language, normalize_languages
-from xmr.fileio import atomic_write_text
+from xmr.fileio import atomic_write_texts
 
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
@@ -369,16 +369,13 @@ def load_annotation(path: str | os.PathLike) -> Annotation:
 
 def dump_annotation(ann: Annotation, path: str | os.PathLike) -> None:
     """Validate ``ann`` and write it to ``path`` atomically (UTF-8, non-ASCII kept as is)."""
-    ann.validate(f'annotation for {path}')
-    atomic_write_text(path, json.dumps(ann.to_json(), ensure_ascii=False, indent=1) + '\n')
+    dump_annotations({path: ann})
 
 
 def dump_annotations(outputs: Mapping[str | os.PathLike, Annotation]) -> list[Path]:
-    """Validate every annotation first, then write them all; nothing is written on a failure."""
+    """Validate every annotation, then write them all or none
+    (:func:`~xmr.fileio.atomic_write_texts`): a failure leaves the files as they were."""
     for path, ann in outputs.items():
         ann.validate(f'annotation for {path}')
-    written = []
-    for path, ann in outputs.items():
-        dump_annotation(ann, path)
-        written.append(Path(path))
-    return written
+    return atomic_write_texts({path: json.dumps(ann.to_json(), ensure_ascii=False, indent=1)
+                               + '\n' for path, ann in outputs.items()})

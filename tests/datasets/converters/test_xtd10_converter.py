@@ -68,6 +68,16 @@ def test_japanese_and_chinese_survive_the_round_trip(xtd, tmp_path):
     assert not any('\r' in r.captions[lang][0] for r in loaded.items for lang in loaded.languages)
 
 
+
+def test_a_failed_write_leaves_no_output_of_the_run(xtd, tmp_path):
+    """A folder where the few-shot val file goes: the test and train files are not written."""
+    root, names_file = xtd
+    (tmp_path / 'xtd10_fewshot50_val.json').mkdir()
+    with pytest.raises(IsADirectoryError, match='xtd10_fewshot50_val.json: is a folder'):
+        main(['--xtd-dir', str(root), '--image-names', str(names_file), '--skip-media-check',
+              '--out-dir', str(tmp_path), '--few-shot', '50'])
+    assert [p.name for p in tmp_path.iterdir()] == ['xtd10_fewshot50_val.json']
+
 def test_few_shot_split_follows_the_seeded_permutation(xtd):
     root, names_file = xtd
     ann = convert_xtd10(root, image_names=names_file)

@@ -17,12 +17,12 @@ from pathlib import Path
 from xmr.datasets.annotation import (
     Annotation,
     AnnotationError,
-    atomic_write_text,
     dump_annotation,
     load_annotation,
 )
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
+from xmr.fileio import atomic_write_text
 
 __all__ = ['attach_translations', 'export_source_captions', 'main_attach', 'main_export']
 
