@@ -290,11 +290,9 @@ def small_demo(path: Path, work_dir: Path) -> Config:
     scenes = dict(num_scenes=48)
     for phase, iters in zip(cfg.train_cfg.phases, (3, 4, 3)):
         phase['iters'] = iters
-        if phase.get('dataloader'):
-            phase['dataloader'].update(batch_size=8)
-            phase['dataloader']['dataset'].update(scenes)
-    cfg.train_dataloader.update(batch_size=8)
-    cfg.train_dataloader.dataset.update(scenes)
+    for loader in (cfg.train_dataloader, cfg.source_finetune_dataloader):
+        loader.update(batch_size=8)
+        loader.dataset.update(scenes)
     for loader in (cfg.val_dataloader, cfg.test_dataloader):
         loader.update(batch_size=16)
         loader.dataset.update(num_scenes=12)
