@@ -231,9 +231,19 @@ def test_unreadable_media_skip_their_items_as_the_dataset_would(tiny_retriever, 
         cached.prepare(tiny_retriever)
     assert json.loads((tmp_path / 'cache' / 'meta.json').read_text())['counts'][
         'unreadable_media'] == 1
-    assert [type(cached[i]).__name__ for i in range(4)] == ['dict', 'dict', 'SkippedMedia',
-                                                            'SkippedMedia']
-    batch = retrieval_collate([cached[i] for i in range(4)])
+    plain = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent,
+                               transform=TINY_TRANSFORM, on_corrupt='skip')
+    with pytest.warns(UserWarning) as cached_warnings:
+        items = [cached[i] for i in range(4)]
+    with pytest.warns(UserWarning) as plain_warnings:
+        expected = [plain[i] for i in range(4)]
+    assert [type(item).__name__ for item in items] == ['dict', 'dict', 'SkippedMedia',
+                                                       'SkippedMedia']
+    assert items[2:] == expected[2:]  # the file and the reason, as the dataset gives them
+    assert str(pair_ann_file.parent / 'blue.png') == items[2].media_path
+    assert len(cached_warnings) == len(plain_warnings) == 2
+    assert all('blue.png' in str(w.message) for w in cached_warnings)
+    batch = retrieval_collate(items)
     assert batch['batch_size'] == 2 and len(batch['skipped_media']) == 2
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from mmengine.logging import print_log
 from torch.utils.data import Dataset
 
 from xmr.datasets.base import MediaDataset
-from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.datasets.corrupt_policy import MediaSkippedWarning, SkippedMedia
 from xmr.engine.feature_cache.key import (
     FEATURE_KINDS,
     ITEM_KEY,
@@ -245,13 +246,24 @@ class CachedFeatureDataset(Dataset):
                     'changed since, rebuild the cache')
             row = int(self.cache.array(f'item_{kind}')[index])
             if row < 0:
-                return SkippedMedia(index=index, media_path=str(value),
-                                    reason='unreadable when the feature cache was built')
+                return self._skipped(index, value)
             item[f'{kind}_features'] = torch.from_numpy(
                 np.array(self.cache.array(kind)[row], dtype=np.float32))
         if 'media' in self.kinds:
             item['media'] = None
         return item
+
+    def _skipped(self, index: int, media_id: str) -> SkippedMedia:
+        """The marker the dataset gave ``media_id``'s file when the cache was built (its path and
+        reason), warned of as the dataset warns of it. A cache built before xmr recorded them
+        names the media id."""
+        recorded = self.cache.meta.get('unreadable_media', {}).get(media_id) or dict(
+            media_path=media_id, reason='unreadable when the feature cache was built')
+        marker = SkippedMedia(index=index, **recorded)
+        warnings.warn(f'skipping item {index}: {marker.media_path}: {marker.reason} (recorded '
+                      f'by the feature cache {self.cache_dir}; on_corrupt="skip")',
+                      MediaSkippedWarning, stacklevel=2)
+        return marker
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(cache_dir={str(self.cache_dir)!r}, kinds={self.kinds}, '

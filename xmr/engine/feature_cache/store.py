@@ -173,11 +173,15 @@ class FeatureCache:
                     counts['source'] = _encode_sources(partial, model, list(first_item['source']),
                                                        key['dtype'], batch_size)
                 if 'media' in kinds:
-                    missing = _encode_media(partial, dataset, model, first_item['media'],
+                    skipped = _encode_media(partial, dataset, model, first_item['media'],
                                             key['dtype'], batch_size, num_workers)
                     counts['media'] = len(first_item['media'])
-                    counts['unreadable_media'] = len(missing)
-                    rows['media'][np.isin(rows['media'], list(missing))] = -1
+                    counts['unreadable_media'] = len(skipped)
+                    rows['media'][np.isin(rows['media'], list(skipped))] = -1
+                    media_ids = list(first_item['media'])
+                    unreadable = {media_ids[row]: dict(media_path=marker.media_path,
+                                                       reason=marker.reason)
+                                  for row, marker in sorted(skipped.items())}
         finally:
             model.train(was_training)
         for kind in kinds:
@@ -185,6 +189,8 @@ class FeatureCache:
             np.save(partial / f'item_{kind}_hash.npy', hashes[kind])
         meta = dict(key=key, counts=dict(items=len(dataset), **counts),
                     seconds=round(time.perf_counter() - started, 1))
+        if 'media' in kinds:
+            meta['unreadable_media'] = unreadable
         (partial / 'meta.json').write_text(json.dumps(meta, indent=2, sort_keys=True))
 
 
@@ -251,8 +257,8 @@ def _encode_sources(folder: Path, model: torch.nn.Module, texts: list[str], dtyp
 
 
 class _RowMedia(Dataset):
-    """``(row, media)`` of the first item of each distinct media; ``media`` is ``None`` when
-    the file could not be read (``on_corrupt='skip'``)."""
+    """``(row, media)`` of the first item of each distinct media; ``media`` is the dataset's
+    :class:`SkippedMedia` marker when the file could not be read (``on_corrupt='skip'``)."""
 
     def __init__(self, dataset: Dataset, indices: Sequence[int]) -> None:
         self.dataset = dataset
@@ -261,32 +267,38 @@ class _RowMedia(Dataset):
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, row: int) -> tuple[int, torch.Tensor | None]:
-        item = self.dataset[self.indices[row]]
-        if item is None or isinstance(item, SkippedMedia):
-            return row, None
+    def __getitem__(self, row: int) -> tuple[int, torch.Tensor | SkippedMedia]:
+        index = self.indices[row]
+        item = self.dataset[index]
+        if item is None:  # a dataset's own skip, without a marker
+            return row, SkippedMedia(index=index, media_path='', reason='the dataset gave no item')
+        if isinstance(item, SkippedMedia):
+            return row, item
         return row, item['media']
 
 
-def _collate_row_media(pairs: Sequence[tuple[int, torch.Tensor | None]]
-                       ) -> tuple[list[int], torch.Tensor | None]:
-    kept = [(row, media) for row, media in pairs if media is not None]
+def _collate_row_media(pairs: Sequence[tuple[int, torch.Tensor | SkippedMedia]]
+                       ) -> tuple[list[int], torch.Tensor | None, dict[int, SkippedMedia]]:
+    kept = [(row, media) for row, media in pairs if isinstance(media, torch.Tensor)]
+    skipped = {row: media for row, media in pairs if isinstance(media, SkippedMedia)}
     if not kept:
-        return [], None
-    return [row for row, _ in kept], torch.stack([media for _, media in kept])
+        return [], None, skipped
+    return [row for row, _ in kept], torch.stack([media for _, media in kept]), skipped
 
 
 def _encode_media(folder: Path, dataset: Dataset, model: torch.nn.Module,
                   first_item: dict[str, int], dtype: str, batch_size: int,
-                  num_workers: int) -> set[int]:
-    """Write ``media.npy``; return the rows whose media could not be read."""
+                  num_workers: int) -> dict[int, SkippedMedia]:
+    """Write ``media.npy``; return the rows whose media could not be read, with the markers
+    the dataset gave them (file and reason)."""
     rows_media = _RowMedia(dataset, list(first_item.values()))
     loader = DataLoader(rows_media, batch_size=batch_size, num_workers=num_workers,
                         collate_fn=_collate_row_media)
-    done: set[int] = set()
+    unreadable: dict[int, SkippedMedia] = {}
     out = None
     with media_decoding(dataset, True):
-        for rows, media in loader:
+        for rows, media, skipped in loader:
+            unreadable.update(skipped)
             if media is None:
                 continue
             data = model.data_preprocessor(dict(media=media))
@@ -294,8 +306,7 @@ def _encode_media(folder: Path, dataset: Dataset, model: torch.nn.Module,
             if out is None:
                 out = _open_rows(folder, 'media', len(rows_media), features.shape[1], dtype)
             out[rows] = features
-            done.update(rows)
     if out is None:
         raise ValueError('no media of the dataset could be read; nothing to cache')
     out.flush()
-    return set(range(len(rows_media))) - done
+    return unreadable
