@@ -121,6 +121,24 @@ def test_text_only_export_needs_no_images_and_keeps_every_caption(multi30k, tmp_
     assert [item.media_id for item in loaded.items] == [Path(n).stem for n in image_list]
 
 
+
+def test_languages_are_taken_in_any_form(multi30k, tmp_path):
+    """--languages en DE and --translations deu=... are read as en, de (docs/data.md)."""
+    texts = convert_multi30k(multi30k / 'raw', multi30k / 'image_splits', splits=['val'],
+                             languages=['eng', 'DE'])['val']
+    assert texts.languages == ['en', 'de'] and texts.source_lang == 'en'
+    main(['--raw-dir', str(multi30k / 'raw'), '--image-splits-dir',
+          str(multi30k / 'image_splits'), '--text-only', '--splits', 'train',
+          '--languages', 'en', 'de', '--out-dir', str(tmp_path / 'out')])
+    count = len(load_annotation(tmp_path / 'out' / 'multi30k_train.json').items)
+    (tmp_path / 'fr.txt').write_text(''.join(f'fr {i}\n' for i in range(count)))
+    main(['--raw-dir', str(multi30k / 'raw'), '--image-splits-dir',
+          str(multi30k / 'image_splits'), '--text-only', '--splits', 'train',
+          '--languages', 'en', 'de', '--translations', f'FRA={tmp_path / "fr.txt"}',
+          '--out-dir', str(tmp_path / 'translated')])
+    translated = load_annotation(tmp_path / 'translated' / 'multi30k_train.json')
+    assert translated.translation_langs == ['fr']
+
 def test_text_pairs_take_translations_like_any_annotation(multi30k, tmp_path):
     ann = text_pairs(convert_multi30k(multi30k / 'raw', multi30k / 'image_splits',
                                       splits=['val'], languages=['en', 'de'])['val'])

@@ -100,6 +100,16 @@ def test_missing_image_fails_with_its_path(xtd, tmp_path):
         convert_xtd10(root, tmp_path, image_names=names_file)
 
 
+
+def test_an_image_listed_twice_is_named_with_both_lines(xtd, tmp_path):
+    root, names_file = xtd
+    names = names_file.read_text().split()
+    twice = tmp_path / 'names.txt'
+    twice.write_text('\n'.join(names[:2] + names[:1] + names[3:]) + '\n')
+    with pytest.raises(ConversionError, match=rf'image list {twice} names {names[0]} twice, on '
+                                              r'lines 1 and 3$'):
+        convert_xtd10(root, image_names=twice)
+
 def test_short_caption_file_and_bad_names_are_named(xtd, tmp_path):
     root, names_file = xtd
     names = names_file.read_text().split()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
 from xmr.datasets.converters.errors import ConversionError
-from xmr.datasets.converters.raw_files import read_lines
+from xmr.datasets.converters.raw_files import canonical_languages, read_lines
 
 __all__ = ['UC2_LANGUAGES', 'read_uc2_tsv', 'convert_cc3m', 'main']
 
@@ -82,6 +82,8 @@ def convert_cc3m(uc2_dir: str | os.PathLike, languages: Sequence[str] = UC2_LANG
             than the kept images.
     """
     uc2_dir = Path(uc2_dir)
+    # UC2 names its files by the canonical codes (en.tsv, ja.tsv).
+    languages = canonical_languages(languages, '--languages')
     source, targets = languages[0], list(languages[1:])
     tables = {lang: read_uc2_tsv(uc2_dir / tsv_pattern.format(lang=lang)) for lang in languages}
     kept = sorted(set.intersection(*(set(table) for table in tables.values())), key=int)

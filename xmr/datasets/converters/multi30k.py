@@ -22,6 +22,7 @@ from xmr.datasets.annotation import Annotation, MediaRecord
 from xmr.datasets.converters.cli import add_media_options, checked_media_dir, write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import (
+    canonical_languages,
     check_media_exist,
     find_first,
     parse_lang_paths,
@@ -112,6 +113,8 @@ def convert_multi30k(raw_dir: str | os.PathLike, image_splits_dir: str | os.Path
         ConversionError: naming the file at fault and what is wrong.
     """
     raw_dir, image_splits_dir = Path(raw_dir), Path(image_splits_dir)
+    # The release names its files by the canonical codes (train.de.gz).
+    languages = canonical_languages(languages, '--languages')
     known = (*MULTI30K_SPLITS, TASK2_SPLIT)
     for split in splits:
         if split not in known:

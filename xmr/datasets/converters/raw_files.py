@@ -142,14 +142,19 @@ def parse_lang_paths(pairs: Sequence[str] | None, option: str,
                      key_name: str = 'LANG') -> dict[str, Path]:
     """Parse ``LANG=PATH`` (or ``<key_name>=PATH``) command-line values into a mapping.
 
+    A ``LANG`` is taken in any accepted form and keyed by its canonical code (``DE``, ``deu``
+    -> ``de``).
+
     Raises:
-        ConversionError: naming the option and the malformed value.
+        ConversionError: naming the option and the malformed value or unknown language.
     """
     parsed: dict[str, Path] = {}
     for pair in pairs or []:
         lang, sep, path = pair.partition('=')
         if not sep or not lang or not path:
             raise ConversionError(f'{option} expects {key_name}=PATH, got {pair!r}')
+        if key_name == 'LANG':
+            lang = canonical_languages([lang], option)[0]
         if lang in parsed:
             raise ConversionError(f'{option} names {lang!r} twice')
         parsed[lang] = Path(path)
@@ -179,8 +184,15 @@ def parallel_caption_records(list_path: Path, names: Sequence[str], paths: Seque
         files: ``{lang: caption file}``, one caption per line, aligned with the list.
 
     Raises:
-        ConversionError: a caption file is missing or its length differs from the list's.
+        ConversionError: a caption file is missing or its length differs from the list's, or
+            the list names an image twice (both lines named).
     """
+    first_line: dict[str, int] = {}
+    for number, name in enumerate(names, 1):
+        line = first_line.setdefault(Path(name).stem, number)
+        if line != number:
+            raise ConversionError(f'image list {list_path} names {name} twice, on lines {line} '
+                                  f'and {number}')
     captions = {path: read_lines(path) for path in files.values()}
     require_same_length((list_path, len(names)), captions)
     return [MediaRecord(media_id=Path(name).stem, media_path=path,
