@@ -179,7 +179,8 @@ def test_a_phase_that_trains_the_backbone_refuses_cached_features(tiny_retriever
 def test_unprepared_or_missing_caches_fail_clearly(tiny_retriever, tmp_path):
     cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache',
                                   build_if_missing=False)
-    with pytest.raises(RuntimeError, match='is not prepared'):
+    with pytest.raises(RuntimeError, match=r"is not prepared: .* needs "
+                                           r"custom_hooks=\[dict\(type='FeatureCacheHook'\)\]"):
         cached[0]
     with pytest.raises(FileNotFoundError, match='build it with tools/cache_features.py'):
         cached.prepare(tiny_retriever)

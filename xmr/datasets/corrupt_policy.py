@@ -50,6 +50,6 @@ def skip_or_raise(error: MediaReadError, on_corrupt: str, index: int) -> Skipped
     """Apply the policy to a read failure: re-raise it, or warn and return the marker."""
     if on_corrupt == 'raise':
         raise error
-    warnings.warn(f'skipping item {index}: {error} (on_corrupt="skip")', MediaSkippedWarning,
-                  stacklevel=3)
+    warnings.warn(f'skipping item {index}: {error.path}: {error.reason} (on_corrupt="skip")',
+                  MediaSkippedWarning, stacklevel=3)
     return SkippedMedia(index=index, media_path=error.path, reason=error.reason)

@@ -231,8 +231,9 @@ class CachedFeatureDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any] | SkippedMedia | None:
         if self.cache is None:
             raise RuntimeError(f'feature cache {self.cache_dir} is not prepared: the training '
-                               'loop prepares it at phase start (prepare_feature_caches); '
-                               'call prepare(model) when using the dataset directly')
+                               'loop prepares it at phase start; a validation or test dataset '
+                               "needs custom_hooks=[dict(type='FeatureCacheHook')]; call "
+                               'prepare(model) when using the dataset directly')
         item = self.dataset[index]
         if item is None or isinstance(item, SkippedMedia):
             return item
