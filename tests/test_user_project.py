@@ -105,7 +105,24 @@ def test_the_command_lists_the_tools_and_refuses_an_unknown_one(capsys):
     with pytest.raises(SystemExit) as exit_status:
         main(['trian'])
     assert exit_status.value.code == 2
-    assert capsys.readouterr().err.startswith('error: xmr trian: no such command: run one of ')
+    assert capsys.readouterr().err.startswith(
+        "error: xmr trian: no such command: did you mean 'xmr train'? run one of ")
+    with pytest.raises(SystemExit):
+        main(['data'])
+    assert capsys.readouterr().err.startswith(
+        'error: xmr data: name one of its tools: data attach_back_translations, ')
+
+
+def test_help_into_a_closed_pipe_is_quiet():
+    """`xmr --help | head -1`, with the reader gone before the listing is written."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        listing = subprocess.run([Path(sys.executable).parent / 'xmr', '--help'], stdout=writer,
+                                 stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(writer)
+    assert (listing.returncode, listing.stderr) == (0, '')
 
 
 # The command's arguments follow `-c`: `main()` reads them from sys.argv as the installed one does.

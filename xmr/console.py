@@ -8,6 +8,8 @@ run the scripts of ``tools/data`` and ``tools/convert``. Every tool keeps its ow
 """
 from __future__ import annotations
 
+import difflib
+import os
 import runpy
 import sys
 from collections.abc import Sequence
@@ -31,14 +33,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run the tool the first word(s) of ``argv`` name with the rest of ``argv``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ('-h', '--help'):
-        print('usage: xmr COMMAND [ARGS...]\ncommands:\n  ' + '\n  '.join(available()))
+        _print_help()
         raise SystemExit(0 if args else 2)
     words = 2 if args[0] in GROUPS and len(args) > 1 else 1
-    name = '/'.join(args[:words]) + '.py'
-    if f"{' '.join(args[:words])}" not in available():
-        print(f"error: xmr {' '.join(args[:words])}: no such command: run one of "
-              f"{', '.join(available())}", file=sys.stderr)
+    command = ' '.join(args[:words])
+    if command not in available():
+        print(f'error: xmr {command}: {_no_such_command(command)}', file=sys.stderr)
         raise SystemExit(2)
-    script = tool_path(name)
+    script = tool_path('/'.join(args[:words]) + '.py')
     sys.argv = [str(script), *args[words:]]
     runpy.run_path(str(script), run_name='__main__')
+
+
+def _no_such_command(command: str) -> str:
+    """What to run instead of ``command``: a group's tools, or the nearest command."""
+    commands = available()
+    if command in GROUPS:
+        return (f'name one of its tools: {", ".join(c for c in commands if c.startswith(command))}'
+                f' (xmr {command} TOOL --help for its arguments)')
+    close = difflib.get_close_matches(command, commands, n=1, cutoff=0.6)
+    hint = f"did you mean 'xmr {close[0]}'? " if close else ''
+    return f'no such command: {hint}run one of {", ".join(commands)}'
+
+
+def _print_help() -> None:
+    try:
+        print('usage: xmr COMMAND [ARGS...]\ncommands:\n  ' + '\n  '.join(available()),
+              flush=True)
+    except BrokenPipeError:
+        # A reader that stopped early (`xmr --help | head`) wants no more: nothing is wrong, and
+        # Python's own flush at exit must not report the closed pipe either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
