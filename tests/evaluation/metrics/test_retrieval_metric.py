@@ -96,6 +96,18 @@ def test_source_language_counts_when_asked():
     assert _run(metric, _three_media())['mAR'] == pytest.approx((100 + 62.5) / 2)
 
 
+
+def test_a_language_the_dataset_lacks_is_refused_when_the_loop_hands_its_facts_over():
+    """The loop sets dataset_meta when it is built: nothing of the gallery is encoded yet."""
+    metric = RetrievalMetric(languages=('en', 'de', 'ko'), prefix='multi30k')
+    with pytest.raises(ValueError, match=(
+            r"^RetrievalMetric \(multi30k\): languages \['ko'\] were requested but multi30k "
+            r"test has captions in \['en', 'de', 'fr', 'cs'\] only")):
+        metric.dataset_meta = dict(dataset='multi30k', split='test',
+                                   languages=['en', 'de', 'fr', 'cs'])
+    metric.dataset_meta = dict(dataset='synthetic')  # facts without languages: checked later
+    RetrievalMetric().dataset_meta = dict(languages=['en'])  # every language the data has
+
 def test_unknown_language_lists_the_languages_seen():
     metric = RetrievalMetric(languages=('de', 'ja'))
     with pytest.raises(ValueError, match=r"\['ja'\].*\['de', 'en', 'fr'\]"):

@@ -162,6 +162,27 @@ class RetrievalMetric(BaseMetric):
         self.scoring, self.rerank_candidates = scoring, rerank_candidates
         self.scoring_device = scoring_device
 
+    @property
+    def dataset_meta(self) -> dict | None:
+        return self._dataset_meta
+
+    @dataset_meta.setter
+    def dataset_meta(self, dataset_meta: dict | None) -> None:
+        """The dataset's facts, handed over when the evaluation loop is built: a requested
+        language the dataset has no captions in is refused then, not after its gallery is
+        encoded."""
+        self._dataset_meta = dataset_meta
+        offered = (dataset_meta or {}).get('languages')
+        if self.languages is None or offered is None:
+            return
+        missing = [lang for lang in self.languages if lang not in offered]
+        if missing:
+            where = f"{dataset_meta.get('dataset', 'the dataset')} {dataset_meta.get('split', '')}"
+            raise ValueError(f"RetrievalMetric{f' ({self.prefix})' if self.prefix else ''}: "
+                             f'languages {missing} were requested but {where.strip()} has '
+                             f'captions in {list(offered)} only; drop them from the metric\'s '
+                             "languages or add them to the dataset's")
+
     def process(self, data_batch: Any, data_samples: Sequence[Mapping[str, Any]]) -> None:
         """Keep each gallery item's embeddings as compact CPU float32 tensors.
 
