@@ -3,8 +3,12 @@ import sys
 
 import pytest
 
+from tests.conftest import REPO
+from xmr.registry import UnknownOptionError
 from xmr.run_config import load_run_config
 from xmr.utils.cli import UserError
+
+DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
 
 
 @pytest.mark.parametrize('module, source, message', [
@@ -30,3 +34,13 @@ def test_a_custom_import_that_fails_is_named_with_its_cause(tmp_path, monkeypatc
         sys.modules.pop(module, None)
     assert str(refused.value).startswith(f'{config}: {message}')
     assert 'sys.path' not in str(refused.value)
+
+
+def test_a_misspelt_option_of_the_model_is_refused_when_the_config_loads(tmp_path):
+    """The runner builds the model past xmr's registries; the loaded config is checked first."""
+    with pytest.raises(UnknownOptionError, match=(
+            r"^model CrossLingualRetriever: unknown option 'langauge_branch' \(did you mean "
+            r"'language_branch'\?\); it takes backbone, language_branch, ")):
+        load_run_config(DEMO, cfg_options={'model.langauge_branch.num_blocks': 1},
+                        work_dir=str(tmp_path))
+    assert load_run_config(DEMO, work_dir=str(tmp_path)).model.type == 'CrossLingualRetriever'

@@ -81,11 +81,18 @@ class XMRRegistry(Registry):
 
     def build(self, cfg: dict, *args: Any, **kwargs: Any) -> Any:
         """Build ``cfg``, first refusing an option its type's constructor does not take."""
-        if isinstance(cfg, Mapping) and '_scope_' not in cfg:
-            self._check_options(cfg)
+        self.check_options(cfg)
         return super().build(cfg, *args, **kwargs)
 
-    def _check_options(self, cfg: Mapping[str, Any]) -> None:
+    def check_options(self, cfg: Any) -> None:
+        """Refuse an option of ``cfg`` its type's constructor does not take (without ``**``).
+
+        Raises:
+            UnknownOptionError: naming the type, the option, the nearest option and the ones the
+                type takes.
+        """
+        if not isinstance(cfg, Mapping) or '_scope_' in cfg:
+            return
         built = cfg.get('type')
         built = self.get(built) if isinstance(built, str) else built
         if not callable(built):

@@ -64,6 +64,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     Raises:
         UserError: the config file does not exist, or a module of its ``custom_imports``
             failed to import.
+        UnknownOptionError: the model config has an option its type does not take.
     """
     if not os.path.isfile(config):
         raise UserError(config, 'config file does not exist',
@@ -75,6 +76,11 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     cfg = apply_ablations(loaded, ablations)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
+    # MMEngine's runner builds the model itself, past the option check of xmr's registries
+    # (which see every part the model builds); so the model's own options are checked here.
+    from xmr.registry import MODELS
+
+    MODELS.check_options(cfg.get('model'))
     # Here, not at the top: xmr.engine loads torch and every engine module, which neither a
     # tool's --help nor a missing config's error should wait for.
     from xmr.engine.work_dir import resolve_work_dir
