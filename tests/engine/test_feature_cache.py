@@ -27,6 +27,7 @@ from xmr.engine.feature_cache import (
     prepare_feature_caches,
 )
 from xmr.engine.feature_cache import dataset as feature_cache_dataset
+from xmr.engine.feature_cache.key import changed_media_files
 from xmr.engine.hooks import FeatureCacheHook
 from xmr.registry import MODELS
 from xmr.utils.cli import UserError
@@ -326,6 +327,18 @@ def test_a_validation_while_the_towers_train_reads_the_gallery_of_that_moment(ti
     torch.testing.assert_close(embeddings[1], now[0]['media_embedding'], rtol=1e-5, atol=1e-6)
     assert not torch.allclose(embeddings[0], embeddings[1], atol=1e-3)
 
+
+
+def test_the_changed_media_files_are_named_a_few_at_a_time():
+    built = [('a.jpg', '10|1'), ('b.jpg', '10|1'), ('c.jpg', 'missing'), ('d.jpg', '10|1'),
+             ('e.jpg', '10|1')]
+    now = [('a.jpg', '10|1'), ('b.jpg', '11|2'), ('c.jpg', '10|3'), ('e.jpg', '10|1'),
+           ('f.jpg', '10|1'), ('g.jpg', '10|1')]
+    assert changed_media_files(built, now) == 'b.jpg, c.jpg, d.jpg (+2 more)'
+    assert changed_media_files(built, built) == ''
+    assert changed_media_files([], now, shown=10) == 'a.jpg, b.jpg, c.jpg, e.jpg, f.jpg, g.jpg'
+
+
 def test_replaced_pixels_under_the_same_media_id_are_caught(tiny_retriever, pair_ann_file,
                                                             tmp_path):
     dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
@@ -333,7 +346,8 @@ def test_replaced_pixels_under_the_same_media_id_are_caught(tiny_retriever, pair
     CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
     blue = pair_ann_file.parent / 'blue.png'
     Image.fromarray(np.full((40, 36, 3), 7, dtype=np.uint8)).save(blue)
-    with pytest.raises(StaleFeatureCacheError, match="media_files: cache has {'digest'"):
+    with pytest.raises(StaleFeatureCacheError,
+                       match=r"media_files: cache has {'digest'.*\(changed: blue\.png\)\n"):
         CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
     owned = CachedFeatureDataset(dataset, tmp_path / 'cache', rebuild_if_stale=True)
     owned.prepare(tiny_retriever)

@@ -21,6 +21,7 @@ from xmr.engine.feature_cache.key import (
     ITEM_KEY,
     ItemIndex,
     backbone_fingerprint,
+    changed_media_files,
     index_items,
     item_digests,
     jsonable,
@@ -113,6 +114,8 @@ class CachedFeatureDataset(Dataset):
             # Cached media are never decoded for training; the build switches decoding back on.
             self.dataset.with_media = False
         self.cache: FeatureCache | None = None
+        #: Each media file's identity at the last key (:func:`media_files_identity`).
+        self.media_files: list[tuple[str, str]] = []
 
     @property
     def metainfo(self) -> dict[str, Any]:
@@ -164,7 +167,8 @@ class CachedFeatureDataset(Dataset):
                    item_digests=item_digests(index or index_items(self.dataset, self.kinds)),
                    preprocessing=preprocessing, dtype=self.dtype, features=list(self.kinds))
         if 'media' in self.kinds:
-            key['media_files'] = media_files_identity(self.dataset, self.media_identity)
+            key['media_files'], self.media_files = media_files_identity(self.dataset,
+                                                                        self.media_identity)
         return jsonable(key)
 
     def prepare(self, model: torch.nn.Module, training: bool = True) -> None:
@@ -203,12 +207,14 @@ class CachedFeatureDataset(Dataset):
                       'items', logger='current')
             built = FeatureCache.build(self.cache_dir, self.dataset, model, key,
                                        self.batch_size, self.num_workers, overwrite=stale,
-                                       index=index)
+                                       index=index, media_files=self.media_files)
             print_log(f'feature cache {self.cache_dir} built in {built.meta["seconds"]} s: '
                       f'{built.meta["counts"]}', logger='current')
         barrier()
         cache = FeatureCache(self.cache_dir)
-        cache.check(key)
+        changed = (changed_media_files(cache.media_files(), self.media_files)
+                   if cache.key.get('media_files') != key.get('media_files') else '')
+        cache.check(key, details={'media_files': f'changed: {changed}'} if changed else None)
         cache.verify()
         self.cache = cache
         print_log(f'feature cache {self.cache_dir}: reading {", ".join(self.kinds)} features '

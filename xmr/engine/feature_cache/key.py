@@ -69,27 +69,49 @@ def item_digests(index: ItemIndex) -> dict[str, str]:
             for kind, hashes in index.hashes.items()}
 
 
-def media_files_identity(dataset: Dataset, identity: str) -> dict[str, str] | None:
-    """A digest of the identity of every media file (``None`` for media not read from files).
+def media_files_identity(dataset: Dataset, identity: str
+                         ) -> tuple[dict[str, str] | None, list[tuple[str, str]]]:
+    """A digest of the identity of every media file, and each file's own, in record order.
 
-    ``'stat'`` hashes each file's size and modification time (one ``stat`` per file);
-    ``'content'`` hashes its bytes (reads every file; for file systems that keep mtimes).
+    ``'stat'`` takes each file's size and modification time (one ``stat`` per file);
+    ``'content'`` its bytes' SHA-256 (reads every file; for file systems that keep mtimes).
+
+    Returns:
+        The key's entry (``None`` for media not read from files) and one ``(media_path,
+        identity)`` per record (``'<size>|<mtime_ns>'``, ``'sha256:<hex>'`` or ``'missing'``),
+        which a cache keeps to name the files that changed.
     """
     if not isinstance(dataset, MediaCaptionDataset):
-        return None
+        return None, []
     digest = hashlib.blake2b(identity.encode(), digest_size=16)
+    files = []
     for record in dataset.records:
         path = dataset.media_path(record)
         digest.update(f'{record.media_id}|{path.name}|'.encode())
         if not path.is_file():
+            state = 'missing'
             digest.update(b'missing')
         elif identity == 'stat':
             stat = path.stat()
-            digest.update(f'{stat.st_size}|{stat.st_mtime_ns}'.encode())
+            state = f'{stat.st_size}|{stat.st_mtime_ns}'
+            digest.update(state.encode())
         else:
             with open(path, 'rb') as handle:
-                digest.update(hashlib.file_digest(handle, 'sha256').digest())
-    return {'identity': identity, 'digest': digest.hexdigest()}
+                content = hashlib.file_digest(handle, 'sha256')
+            state = f'sha256:{content.hexdigest()}'
+            digest.update(content.digest())
+        files.append((record.media_path, state))
+    return {'identity': identity, 'digest': digest.hexdigest()}, files
+
+
+def changed_media_files(built: Sequence[Sequence[str]], now: Sequence[Sequence[str]],
+                        shown: int = 3) -> str:
+    """The media files whose identity differs between two :func:`media_files_identity` lists:
+    ``'a.jpg, b.jpg (+2 more)'``, or ``''`` when none does."""
+    before, after = dict(map(tuple, built)), dict(map(tuple, now))
+    changed = [path for path in {**before, **after} if before.get(path) != after.get(path)]
+    more = f' (+{len(changed) - shown} more)' if len(changed) > shown else ''
+    return ', '.join(changed[:shown]) + more
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:

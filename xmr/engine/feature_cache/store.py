@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,15 +66,20 @@ class FeatureCache:
     def kinds(self) -> list[str]:
         return list(self.key['features'])
 
-    def check(self, key: dict[str, Any]) -> None:
+    def check(self, key: dict[str, Any], details: Mapping[str, str] | None = None) -> None:
         """Refuse the cache unless it was built under exactly ``key``.
+
+        Args:
+            key: the key the cache must have.
+            details: more to say of a differing field (the media files that changed).
 
         Raises:
             StaleFeatureCacheError: naming each differing field with both values.
         """
-        built = self.key
+        built, details = self.key, details or {}
         fields = sorted(set(built) | set(key))
         differences = [f'{name}: cache has {built.get(name)!r}, now {key.get(name)!r}'
+                       + (f' ({details[name]})' if name in details else '')
                        for name in fields if built.get(name) != key.get(name)]
         if differences:
             raise StaleFeatureCacheError(
@@ -83,6 +88,11 @@ class FeatureCache:
                 + '\nRebuild it (tools/cache_features.py CONFIG --overwrite, or delete the '
                 'folder to rebuild on first use), or give its CachedFeatureDataset '
                 'rebuild_if_stale=True to rebuild it whenever it is stale.')
+
+    def media_files(self) -> list[list[str]]:
+        """Each media file's identity at the build (``[]`` for a cache built without them)."""
+        file = self.path / 'media_files.json'
+        return json.loads(file.read_text()) if file.is_file() else []
 
     def verify(self) -> None:
         """Open every array and check its length against the meta, naming a file that fails.
@@ -122,7 +132,8 @@ class FeatureCache:
     @classmethod
     def build(cls, path: str | os.PathLike, dataset: Dataset, model: torch.nn.Module,
               key: dict[str, Any], batch_size: int = 64, num_workers: int = 0,
-              overwrite: bool = False, index: ItemIndex | None = None) -> FeatureCache:
+              overwrite: bool = False, index: ItemIndex | None = None,
+              media_files: Sequence[tuple[str, str]] = ()) -> FeatureCache:
         """Encode every distinct source caption and media of ``dataset`` with ``model``.
 
         The folder is written under a temporary name and renamed when complete, so an
@@ -138,6 +149,9 @@ class FeatureCache:
             num_workers: DataLoader workers decoding the media.
             overwrite: replace an existing cache.
             index: the dataset's :class:`ItemIndex` when the caller already read it.
+            media_files: each media file's identity
+                (:func:`~xmr.engine.feature_cache.key.media_files_identity`), kept to name
+                the files that change later.
         """
         path = Path(path)
         if path.exists() and not overwrite:
@@ -150,6 +164,8 @@ class FeatureCache:
         try:
             cls._build_into(partial, dataset, model, key, batch_size, num_workers,
                             index or index_items(dataset, key['features']))
+            if media_files:
+                (partial / 'media_files.json').write_text(json.dumps(list(media_files)))
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
