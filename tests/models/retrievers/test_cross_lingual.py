@@ -87,6 +87,22 @@ def test_checkpoint_of_other_languages_is_refused(tiny_retriever):
         tiny_retriever.load_state_dict(other.state_dict())
 
 
+
+def test_checkpoint_of_another_adapter_type_is_refused_by_its_facts(tiny_retriever):
+    lora = MODELS.build(tiny_retriever_cfg(language_branch=dict(
+        tiny_retriever_cfg()['language_branch'], adapters=dict(type='LoRA', r=2))))
+    assert lora.checkpoint_facts()['adapters'] == ['LoRA']
+    assert tiny_retriever.checkpoint_facts()['adapters'] == ['StaticAdapter']
+    assert tiny_retriever.checkpoint_facts()['disentangler'] is None
+    with pytest.raises(ValueError, match=r"adapters: checkpoint \['LoRA'\] vs config "
+                                         r"\['StaticAdapter'\]"):
+        tiny_retriever.load_state_dict(lora.state_dict(), strict=False)
+    # A checkpoint written before the facts named the adapters still loads.
+    state = tiny_retriever.state_dict()
+    older = {k: v for k, v in tiny_retriever.checkpoint_facts().items()
+             if k not in ('adapters', 'disentangler')}
+    tiny_retriever.load_state_dict(dict(state, _extra_state=older))
+
 def test_source_language_cannot_be_a_target():
     with pytest.raises(ValueError, match="source language 'en'"):
         MODELS.build(tiny_retriever_cfg(language_branch=dict(

@@ -187,9 +187,13 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
     # ----------------------------------------------------------------------------- checkpoints
     def checkpoint_facts(self) -> dict[str, Any]:
         """What a checkpoint must agree on with the config it is loaded into (JSON values);
-        subclasses add their own to these."""
+        subclasses add their own to these. The disentangler's type is named, so that a
+        checkpoint of one method loaded into another's config says so rather than listing
+        keys."""
         return dict(backbone=type(self.backbone).__name__, embed_dim=self.backbone.embed_dim,
-                    languages=list(self.languages))
+                    languages=list(self.languages),
+                    disentangler=None if self.disentangler is None
+                    else type(self.disentangler).__name__)
 
     def get_extra_state(self) -> dict[str, Any]:
         return self.checkpoint_facts()

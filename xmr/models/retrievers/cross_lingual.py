@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from xmr.models.adapters.grouped import LanguageMembership
+from xmr.models.adapters.language_adapters import TOWER_WEIGHTS
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.disentanglers.base import ConditionDisentangler, build_disentangler
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
@@ -362,6 +363,11 @@ class CrossLingualRetriever(BaseRetriever):
 
     # ----------------------------------------------------------------------------- checkpoints
     def checkpoint_facts(self) -> dict[str, Any]:
-        """The base's facts plus the backbone's architecture and the source language."""
+        """The base's facts plus the backbone's architecture, the source language and the
+        adapters' types."""
+        branch = self.language_branch
+        adapters = sorted({type(adapter).__name__ for placed in branch.adapters.sets.values()
+                           for site, adapter in placed.items() if site != TOWER_WEIGHTS}
+                          ) if branch is not None else []
         return dict(super().checkpoint_facts(), arch=self.backbone.arch,
-                    source_language=self.source_language)
+                    source_language=self.source_language, adapters=adapters)
