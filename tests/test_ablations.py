@@ -59,6 +59,11 @@ def test_a_row_configuring_what_the_config_lacks_names_the_config():
     with pytest.raises(ValueError, match=f"ablation 'dasd/no-adv' configures "
                        f'model.disentangler.use_adversarial, but the config .*{lora}'):
         apply_ablations(load(lora), ['dasd/no-adv'])
+    static = 'demo/static_tiny-clip_synthetic.py'  # no disentangler key at all
+    with pytest.raises(ValueError, match=f"ablation 'dasd/no-sc' configures "
+                       f'model.disentangler.use_consistency_loss, but the config .*{static} has '
+                       'no model.disentangler: the row applies to configs that have one'):
+        apply_ablations(load(static), ['dasd/no-sc'])
 
 
 def test_own_file_named_relative_to_the_working_directory(tmp_path, monkeypatch):

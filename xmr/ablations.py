@@ -10,8 +10,9 @@ no ``_base_``, e.g. DASD's Table 6 row without ``L_sc``::
 (dict merge; ``_delete_=True`` replaces a dict), after the config and before ``--cfg-options``.
 So one file serves the Multi30K, MSCOCO, video and demo configs alike, and rows combine:
 ``--ablation dasd/no-sc dasd/no-adv`` is Table 6's row without either loss. An ablation that
-configures a module the config or an earlier ablation removes (sets to ``None``), or removes a
-module an earlier ablation configures, fails before anything is built, naming both.
+configures a module the config or an earlier ablation removes (sets to ``None``) or does not
+have at all (a dict without a ``type`` where the config has nothing), or removes a module an
+earlier ablation configures, fails before anything is built, naming both.
 """
 from __future__ import annotations
 
@@ -69,8 +70,9 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
         names: ablations as :func:`ablation_path` takes them.
 
     Raises:
-        ValueError: an ablation configures a part that the config or an earlier ablation removes,
-            or removes a part an earlier ablation configures; naming both and the key.
+        ValueError: an ablation configures a part that the config or an earlier ablation removes
+            or does not have, or removes a part an earlier ablation configures; naming both and
+            the key.
     """
     configured: dict[tuple[str, ...], str] = {}
     removed = {path: f'the config {cfg.filename}' for path in _removed_paths(cfg.to_dict())}
@@ -89,6 +91,12 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
                         f"{who} configures {'.'.join(keys)}, but {removed[keys[:end]]} removes "
                         f"{'.'.join(keys[:end])} (None): the two cannot be combined (to add "
                         f'the part anew, give it whole with {_DELETE}=True)')
+            absent = _absent_part(cfg.to_dict(), overlay, keys)
+            if absent is not None:
+                raise ValueError(
+                    f"{who} configures {'.'.join(keys)}, but the config {cfg.filename} has no "
+                    f"{'.'.join(absent)}: the row applies to configs that have one (to add the "
+                    f'part anew, give it whole with its type)')
             configured.setdefault(keys, who)
         for keys in _removed_paths(overlay):
             clash = [k for k in configured
@@ -100,6 +108,26 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
             removed[keys] = who
         cfg.merge_from_dict(overlay)
     return cfg
+
+
+def _absent_part(config: Mapping[str, Any], overlay: Mapping[str, Any], keys: tuple[str, ...]
+                 ) -> tuple[str, ...] | None:
+    """The first dict on ``keys`` that ``config`` lacks and ``overlay`` gives without a
+    ``type``: options of a module that is not there, which merging would leave typeless. A new
+    top-level name is the overlay's own (a dataset dict its loaders share), not a part."""
+    if keys[0] not in config:
+        return None
+    here: Any = config
+    given: Any = overlay
+    for end, key in enumerate(keys[:-1], 1):
+        given = given[key]
+        if isinstance(here, list) and str(key).isdigit() and int(key) < len(here):
+            here = here[int(key)]  # a list's item, overlaid as {index: dict(...)}
+        elif isinstance(here, Mapping) and key in here:
+            here = here[key]
+        else:
+            return None if 'type' in given else keys[:end]
+    return None
 
 
 def _merged_paths(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()
