@@ -30,6 +30,9 @@ XM3600_LANGUAGES = ('ar bn cs da de el en es fa fi fil fr he hi hr hu id it ja k
     ('pes_Arab', 'fa'), ('arz_Arab', 'arz'), ('tgl_Latn', 'tl'), ('fil', 'fil'),
     ('quy_Latn', 'quy'), ('quz', 'quz'), ('no', 'no'), ('nob_Latn', 'nb'), ('iw', 'he'),
     ('pt-br', 'pt-BR'), ('sr-latn', 'sr-Latn'), ('eng_Latn', 'en'),
+    # POSIX locales' underscore, and a script subtag naming the usual script (FLORES's)
+    ('zh_CN', 'zh'), ('zh_TW', 'zh-Hant'), ('pt_BR', 'pt-BR'), ('sr-Cyrl', 'sr'),
+    ('de-Latn', 'de'), ('cmn', 'zh'),
 ])
 def test_normalize_language(code, canonical):
     assert normalize_language(code) == canonical

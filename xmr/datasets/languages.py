@@ -95,7 +95,7 @@ _DATASET_ALIASES = {
     'zh-hk': 'zh-Hant', 'zh-mo': 'zh-Hant', 'iw': 'he', 'in': 'id', 'ji': 'yi', 'zho': 'zh',
     'swa': 'sw', 'msa': 'ms', 'fas': 'fa', 'ara': 'ar', 'aze': 'az', 'lav': 'lv',
     'mon': 'mn', 'nep': 'ne', 'ori': 'or', 'mlg': 'mg', 'uzb': 'uz', 'orm': 'om', 'sqi': 'sq',
-    'yid': 'yi', 'pus': 'ps', 'kur': 'ku', 'nor': 'no',
+    'yid': 'yi', 'pus': 'ps', 'kur': 'ku', 'nor': 'no', 'cmn': 'zh',
 }
 
 _EXACT_DATASET_CODES = frozenset({'jp', 'zh-CN', 'zh-SG', 'zh-Hans', 'zh-TW', 'zh-HK', 'zh-MO'})
@@ -124,6 +124,12 @@ _ALIASES = _build_aliases()
 _CANONICAL_TO_FLORES = {canonical: flores for flores, canonical in FLORES200_TO_CANONICAL.items()}
 
 
+def _usual_script(lang: str) -> str | None:
+    """The script FLORES-200 writes ``lang`` in without a subtag (``sr`` -> ``Cyrl``)."""
+    flores = _CANONICAL_TO_FLORES.get(lang)
+    return flores.split('_')[1] if flores else None
+
+
 def normalize_language(code: str, where: str = 'language code') -> str:
     """The canonical code of ``code`` (module docstring): ``jp`` -> ``ja``, ``swh_Latn`` -> ``sw``.
 
@@ -138,13 +144,17 @@ def normalize_language(code: str, where: str = 'language code') -> str:
     """
     if not isinstance(code, str):
         raise LanguageCodeError(f'{where}: a language code must be a string, got {code!r}')
-    canonical = _ALIASES.get(code.lower())
+    # FLORES-200 codes are kept with their underscore (swh_latn); other forms may use one as
+    # the subtag separator (zh_CN, the POSIX locale's spelling).
+    canonical = _ALIASES.get(code.lower()) or _ALIASES.get(code.lower().replace('_', '-'))
     if canonical is not None:
         return canonical
     match = _SUBTAG.match(code)
     if match is not None and match.group(1).lower() in _ALIASES:
         base, subtag = _ALIASES[match.group(1).lower()], match.group(2)
         if '-' not in base:
+            if len(subtag) == 4 and _usual_script(base) == subtag.title():
+                return base  # sr-Cyrl is sr, as srp_Cyrl is
             return f'{base}-{subtag.title() if len(subtag) == 4 else subtag.upper()}'
     close = difflib.get_close_matches(code.lower(), _ALIASES, n=3, cutoff=0.6)
     hint = f"; closest: {', '.join(repr(_ALIASES[c]) for c in close)}" if close else ''
