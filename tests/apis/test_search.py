@@ -53,7 +53,7 @@ def test_k_beyond_the_gallery_returns_it_all_and_one_query_string(model, image_f
     hits = index.search(model, 'ein roter Kreis', lang='de', k=10)
     assert len(hits) == 1 and sorted(hit.media_id for hit in hits[0]) == ['x', 'y']
     assert all(isinstance(hit, SearchHit) for hit in hits[0])
-    with pytest.raises(ValueError, match='k must be positive'):
+    with pytest.raises(ValueError, match='k must be a positive whole number, got 0'):
         index.search(model, 'ein roter Kreis', lang='de', k=0)
 
 
@@ -61,6 +61,17 @@ def test_approximate_index_returns_k_hits(model, image_files):
     index = MediaIndex.from_media(model, image_files, index='hnsw', hnsw_m=4)
     hits = index.search(model, QUERIES['de'], lang='de', k=4)
     assert [len(row) for row in hits] == [4, 4]
+
+
+def test_scores_are_cosines_whatever_the_norms_and_queries_may_be_arrays():
+    gallery = torch.tensor([[3.0, 4.0], [0.0, -2.0], [10.0, 0.0]])
+    index = MediaIndex(gallery, ['a', 'b', 'c'])
+    hits = index.search_embeddings(np.array([[0.0, 5.0]], dtype=np.float32), k=3)[0]
+    assert [hit.media_id for hit in hits] == ['a', 'c', 'b']
+    assert [hit.score for hit in hits] == pytest.approx([0.8, 0.0, -1.0])  # by hand
+    for k in (2.5, True, 0):
+        with pytest.raises(ValueError, match=rf'k must be a positive whole number, got {k!r}'):
+            index.search_embeddings(torch.ones(1, 2), k=k)
 
 
 def test_bad_input_is_named(model, image_files):
@@ -72,6 +83,12 @@ def test_bad_input_is_named(model, image_files):
         MediaIndex(torch.eye(2), ['a', 'a'])
     with pytest.raises(ValueError, match='1 media_ids for 2 media'):
         MediaIndex.from_media(model, image_files[:2], media_ids=['a'])
+    (image_files[0].parent / 'other').mkdir()
+    twin = image_files[0].parent / 'other' / image_files[0].name
+    twin.write_bytes(image_files[0].read_bytes())
+    with pytest.raises(ValueError, match=r"media 0 \(.*beach\.png\) and 1 \(.*other/beach\.png\) "
+                       r"would both be called 'beach' .*: pass media_ids"):
+        MediaIndex.from_media(model, [image_files[0], twin])
     queries = torch.eye(3, 32)
     queries[1, 0] = float('nan')
     with pytest.raises(ValueError, match=r'query embeddings \[1\] hold NaN or infinite values'):

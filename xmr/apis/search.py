@@ -40,7 +40,8 @@ class MediaIndex:
         # [SearchHit(media_id='b', score=0.41), SearchHit(media_id='clip', score=0.17)]
 
     Args:
-        embeddings: ``[G, E]`` L2-normalised media embeddings.
+        embeddings: ``[G, E]`` media embeddings; L2-normalised here, so that scores are cosine
+            similarities whatever their norms.
         media_ids: one unique id per row.
         index: ``'flat'`` (exact, default), ``'ivf'`` or ``'hnsw'`` (approximate, for large
             galleries).
@@ -56,7 +57,8 @@ class MediaIndex:
                 raise ValueError(f"media_ids {seen[media_id]} and {position} are both "
                                  f"'{media_id}'; every gallery item needs its own id")
             seen[media_id] = position
-        self.searcher = FaissSearcher(embeddings, index=index, ids=media_ids, **search_options)
+        self.searcher = FaissSearcher(_unit_rows(embeddings, 'embeddings'), index=index,
+                                      ids=media_ids, **search_options)
         self.media_ids = media_ids
 
     @classmethod
@@ -81,6 +83,13 @@ class MediaIndex:
         if media_ids is None:
             media_ids = [str(position) if isinstance(item, Tensor) else Path(item).stem
                          for position, item in enumerate(media)]
+            first = {}
+            for position, media_id in enumerate(media_ids):
+                if first.setdefault(media_id, position) != position:
+                    raise ValueError(f'media {first[media_id]} ({media[first[media_id]]}) and '
+                                     f'{position} ({media[position]}) would both be called '
+                                     f"'{media_id}' (the file name without its suffix): pass "
+                                     'media_ids, one per media')
         elif len(media_ids) != len(media):
             raise ValueError(f'{len(media_ids)} media_ids for {len(media)} media')
         embeddings = encode_media(model, media, transform=transform, num_frames=num_frames,
@@ -108,15 +117,26 @@ class MediaIndex:
         """
         return self.search_embeddings(encode_texts(model, queries, lang), k)
 
-    def search_embeddings(self, queries: Tensor, k: int = 10) -> list[list[SearchHit]]:
-        """Like :meth:`search`, for ``[Q, E]`` query embeddings computed elsewhere."""
-        if k < 1:
-            raise ValueError(f'k must be positive, got {k}')
+    def search_embeddings(self, queries: Tensor | Any, k: int = 10) -> list[list[SearchHit]]:
+        """Like :meth:`search`, for ``[Q, E]`` query embeddings computed elsewhere (a tensor or
+        an array; L2-normalised here)."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f'k must be a positive whole number, got {k!r}')
+        queries = torch.as_tensor(queries)
         broken = (~torch.isfinite(queries).all(dim=-1)).nonzero().flatten().tolist()
         if broken:
             raise ValueError(f'query embeddings {broken[:10]} hold NaN or infinite values: they '
                              'would match nothing; check the model and the query texts')
-        scores, ids = self.searcher.search_ids(queries, min(k, len(self)))
+        scores, ids = self.searcher.search_ids(_unit_rows(queries, 'queries'),
+                                               min(k, len(self)))
         return [[SearchHit(media_id, float(score))
                  for media_id, score in zip(row_ids, row_scores.tolist()) if media_id is not None]
                 for row_ids, row_scores in zip(ids, scores)]
+
+
+def _unit_rows(vectors: Tensor | Any, name: str) -> Tensor:
+    """``[N, E]`` rows scaled to unit length, in float32 (a zero row stays zero)."""
+    vectors = torch.as_tensor(vectors)
+    if not vectors.is_floating_point():
+        raise ValueError(f'{name} must be floating-point vectors, got {vectors.dtype}')
+    return torch.nn.functional.normalize(vectors.float(), dim=-1)
