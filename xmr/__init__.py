@@ -7,10 +7,10 @@ imported first; ``xmr.models`` and the other subpackages import on first access.
 """
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
 from xmr import packaged  # noqa: F401  (adds the xmr:: scheme to Config)
+from xmr.utils.lazy import lazy_attribute
 from xmr.version import __version__
 
 __all__ = ['__version__']
@@ -18,10 +18,4 @@ __all__ = ['__version__']
 
 def __getattr__(name: str) -> ModuleType:
     """``xmr.models`` and the other subpackages, imported on first access."""
-    if not name.startswith('_'):
-        try:
-            return importlib.import_module(f'{__name__}.{name}')
-        except ModuleNotFoundError as error:
-            if error.name != f'{__name__}.{name}':
-                raise
-    raise AttributeError(f"module '{__name__}' has no attribute '{name}'")
+    return lazy_attribute(__name__, name)

@@ -17,8 +17,9 @@ the modules that register (:data:`xmr.registry.LOCATIONS`).
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from xmr.utils.lazy import lazy_attribute
 
 #: Each public name and the module that defines it.
 _HOMES = {
@@ -36,12 +37,4 @@ __all__ = [*_HOMES, 'synthetic']
 
 def __getattr__(name: str) -> Any:
     """A public name from its module, or a subpackage (``synthetic``), on first access."""
-    if name in _HOMES:
-        return getattr(importlib.import_module(f'{__name__}.{_HOMES[name]}'), name)
-    if not name.startswith('_'):
-        try:
-            return importlib.import_module(f'{__name__}.{name}')
-        except ModuleNotFoundError as error:
-            if error.name != f'{__name__}.{name}':
-                raise
-    raise AttributeError(f"module '{__name__}' has no attribute '{name}'")
+    return lazy_attribute(__name__, name, _HOMES)
