@@ -66,6 +66,24 @@ def test_a_best_checkpoint_that_fails_to_write_keeps_the_previous_best(tmp_path,
     assert not first.exists()
 
 
+
+def test_a_fork_never_removes_the_best_checkpoint_of_the_run_it_resumed_from(tmp_path):
+    """A run resumed from another work dir's checkpoint inherits its best path (the message
+    hub's); its own better best must not delete the other run's file."""
+    source, _ = runner_with_hook(tmp_path / 'source', save_best='mAR', rule='greater')
+    runner, hook = runner_with_hook(tmp_path / 'fork', save_best='mAR', rule='greater')
+    hook._save_best_checkpoint(source, {'mAR': 1.0})  # the source run's best, in its own dir
+    theirs = tmp_path / 'fork' / 'best_mAR_iter_0.pth'
+    theirs = theirs.rename(tmp_path / 'source' / theirs.name)
+    hook.best_ckpt_path = str(theirs)  # as MMEngine restores it from the fork's checkpoint
+    runner.train_loop._iter = 4
+    hook._save_best_checkpoint(runner, {'mAR': 2.0})
+    assert loads(tmp_path / 'fork' / 'best_mAR_iter_4.pth')
+    assert loads(theirs)  # the other run keeps its best
+    runner.train_loop._iter = 8
+    hook._save_best_checkpoint(runner, {'mAR': 3.0})
+    assert not (tmp_path / 'fork' / 'best_mAR_iter_4.pth').exists()  # its own: replaced
+
 def test_the_oldest_kept_checkpoint_goes_only_after_its_successor_is_written(tmp_path,
                                                                              monkeypatch):
     runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=1)

@@ -8,7 +8,9 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
   rename): a kill or a full disk never leaves a truncated file under a checkpoint's name, and
   temporaries left by a killed run are removed when training starts;
 * the previous best checkpoint, and checkpoints beyond ``max_keep_ckpts``, are removed only
-  after their successor is in place (MMEngine removes them first);
+  after their successor is in place (MMEngine removes them first), and only from this run's
+  work dir: a run resumed from another work dir's checkpoint (a fork) inherits that run's best
+  path and score, and leaves its file where it is;
 * resuming loads strictly: a checkpoint whose weights do not fit the model (other adapter
   shapes, other languages) is refused, naming the keys and shapes, instead of training on
   with re-initialised modules. ``load_from`` without resume keeps MMEngine's lenient loading.
@@ -16,6 +18,7 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from mmengine.dist import is_main_process
@@ -47,6 +50,12 @@ class CheckpointHook(MMEngineCheckpointHook):
         if is_main_process():
             for path in remove_stale_temporaries(self.out_dir):
                 runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
+            for path in self._best_paths().values():
+                if path is not None and not self._ours(path):
+                    runner.logger.warning(
+                        f'the best checkpoint so far, {path}, is another work dir\'s (this run '
+                        'resumed from it); it stays there, and this work dir gets its own when '
+                        'a validation beats that score')
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         if not runner._resume:
@@ -106,9 +115,13 @@ class CheckpointHook(MMEngineCheckpointHook):
                 new = self._best_paths()[key]
                 if new is None or not self.file_backend.isfile(new):
                     self._set_best_path(key, old)
-                elif old is not None and old != new:
+                elif old is not None and old != new and self._ours(old):
                     self._remove(old)
                     runner.logger.info(f'The previous best checkpoint {old} is removed')
+
+    def _ours(self, path: str) -> bool:
+        """Whether ``path`` lies in this run's work dir (not in the one a fork resumed from)."""
+        return Path(path).resolve().parent == Path(self.out_dir).resolve()
 
     def _remove(self, path: str) -> None:
         if is_main_process() and self.file_backend.isfile(path):
