@@ -474,6 +474,22 @@ class PhasedTrainLoop(BaseLoop):
             with preserved_rng_state():
                 self.runner.val_loop.run()
 
+    def _validate_phase_end(self, phase: Phase, resumed: bool = False) -> None:
+        """Validate at ``phase``'s end (``validate_at_phase_end``), and record it as done.
+
+        The checkpoint at a phase's last iteration is written before this validation, so a run
+        resumed from it cannot know whether the validation finished (a kill during it would
+        lose the phase's report column and its best checkpoint); unless a later checkpoint
+        recorded it, the resumed run validates again, on the same weights.
+        """
+        hub = self.runner.message_hub
+        if not self.validate_at_phase_end or (
+                resumed and hub.get_info('validated_phase_end', -1) >= phase.end):
+            return
+        self.current_phase = phase  # the report labels the column '<phase> end'
+        self.validate()
+        hub.update_info('validated_phase_end', phase.end)
+
     def run(self) -> torch.nn.Module:
         self._check_before_training()
         self.runner.call_hook('before_train')
@@ -482,6 +498,8 @@ class PhasedTrainLoop(BaseLoop):
             if self._iter >= phase.end or self.stop_training:
                 # A phase already done (resume) or cut off releases the loader built to count it.
                 self._built_dataloaders.pop(index, None)
+                if self._iter == phase.end and not self.stop_training:
+                    self._validate_phase_end(phase, resumed=True)
                 continue
             fresh = self._iter == phase.start
             iterator = self._enter_phase(index, fresh)
@@ -505,8 +523,7 @@ class PhasedTrainLoop(BaseLoop):
                     self.validate()
             if self._iter == phase.end:
                 self.divergence.check_phase_end(phase.name)
-                if self.validate_at_phase_end:
-                    self.validate()
+                self._validate_phase_end(phase)
         self.runner.call_hook('after_train_epoch')
         self.runner.call_hook('after_train')
         return self.runner.model

@@ -39,7 +39,8 @@ def test_a_resumed_run_reports_the_phases_validated_before_the_interruption(tmp_
         ('cross_modal end', 16)]
 
     # Stopped after the first phase, whose end is validated after the checkpoint at iteration 4
-    # was written: the resumed run does not validate it again.
+    # was written: the checkpoint cannot say the validation finished, so the resumed run
+    # validates again, on the same weights; its column replaces the restored, equal one.
     torch.manual_seed(0)
     train(report_cfg(interrupted, checkpoint_interval=4, stop_after=4))
     assert [c['column'] for c in read_report(interrupted)] == ['source_finetune end']
@@ -61,3 +62,31 @@ def test_validations_repeated_after_a_resume_replace_their_restored_columns(tmp_
     train(report_cfg(tmp_path, resume_from=tmp_path / 'iter_8.pth'))
     assert [c['column'] for c in read_report(tmp_path)] == [
         'source_finetune end', 'cross_lingual start', 'cross_lingual end', 'cross_modal end']
+
+
+def test_a_run_killed_while_validating_a_phase_end_reports_and_keeps_the_best_as_if_not(
+        tmp_path):
+    """The kill comes after the checkpoint at the phase's last iteration and before its
+    validation wrote the report's column and the best checkpoint."""
+    def cfg(work_dir, **kwargs):
+        built = report_cfg(work_dir, checkpoint_interval=4, **kwargs)
+        built.default_hooks.checkpoint.update(save_best='mAR', rule='greater')
+        return built
+
+    uninterrupted, killed = tmp_path / 'uninterrupted', tmp_path / 'killed'
+    torch.manual_seed(0)
+    train(cfg(uninterrupted))
+    torch.manual_seed(0)
+    train(cfg(killed, stop_after=4))
+    report = read_report(killed)
+    (killed / 'phase_report.json').write_text(json.dumps(report[:-1]))  # the column not written
+    for best in killed.glob('best_*.pth'):
+        best.unlink()  # nor the best checkpoint
+    train(cfg(killed, resume_from=killed / 'iter_4.pth'))
+    expected = read_report(uninterrupted)
+    assert [(c['column'], c['iter']) for c in read_report(killed)] == [
+        (c['column'], c['iter']) for c in expected]
+    for mine, reference in zip(read_report(killed), expected):
+        assert mine['metrics'] == pytest.approx(reference['metrics'], abs=1e-4)
+    assert sorted(p.name for p in killed.glob('best_*.pth')) == sorted(
+        p.name for p in uninterrupted.glob('best_*.pth'))

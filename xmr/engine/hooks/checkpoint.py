@@ -50,7 +50,7 @@ class CheckpointHook(MMEngineCheckpointHook):
         if is_main_process():
             for path in remove_stale_temporaries(self.out_dir):
                 runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
-            for path in self._best_paths().values():
+            for path in self._best_paths().values() if self.save_best else ():
                 if path is not None and not self._ours(path):
                     runner.logger.warning(
                         f'the best checkpoint so far, {path}, is another work dir\'s (this run '
