@@ -206,6 +206,27 @@ def test_resume_in_the_middle_of_phase_two_repeats_the_uninterrupted_run(full_ru
         assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-5, abs=1e-6)
 
 
+
+def test_resume_under_another_schedule_for_the_phases_begun_is_refused(tmp_path):
+    torch.manual_seed(0)
+    train(make_cfg(tmp_path, checkpoint_interval=7, stop_after=7))  # 3 iterations into phase 2
+    for change in (dict(lr=8e-3), dict(iters=6)):  # the phase being resumed
+        phases = copy.deepcopy(PHASES)
+        phases[1].update(change)
+        with pytest.raises(ValueError, match=(
+                r"cannot resume at iteration 7: the checkpoint was trained with phase 1 = "
+                r"\{'name': 'cross_lingual', 'start': 4, 'end': 12, .*this config has "
+                r"\{'name': 'cross_lingual'.*Resume with the config that wrote it")):
+            train(make_cfg(tmp_path, phases=phases, resume_from=tmp_path / 'iter_7.pth'))
+    phases = copy.deepcopy(PHASES)
+    phases[0]['iters'] = 6  # phase 2 would begin at 6, not 4: iteration 7 means another thing
+    with pytest.raises(ValueError, match='the checkpoint was trained with phase 0'):
+        train(make_cfg(tmp_path, phases=phases, resume_from=tmp_path / 'iter_7.pth'))
+    phases = copy.deepcopy(PHASES)
+    phases[2]['iters'] = 6  # a phase not begun may change: the run is extended
+    _, resumed = train(make_cfg(tmp_path, phases=phases, resume_from=tmp_path / 'iter_7.pth'))
+    assert [r['iter'] for r in resumed] == list(range(7, 18))
+
 def test_unknown_trainable_prefix_fails_at_build(tmp_path):
     phases = copy.deepcopy(PHASES[1:])
     phases[0]['trainable'] = ['language_brunch']

@@ -333,6 +333,7 @@ class PhasedTrainLoop(BaseLoop):
         tolerated non-finite iteration leaves the weights as they were (:meth:`_check_patience`),
         and the model reads every caption language of the phases still to run and of validation.
         """
+        self._check_resumed_schedule()
         self._check_patience()
         groups = {g.get('name') for g in self.runner.optim_wrapper.optimizer.param_groups}
         for phase in self.phases:
@@ -350,6 +351,35 @@ class PhasedTrainLoop(BaseLoop):
             datasets.update({f'val dataset {i} ({type(loader.dataset).__name__})':
                              loader.dataset for i, loader in enumerate(loaders)})
         check_data_languages(self.model, datasets)
+
+    def _check_resumed_schedule(self) -> None:
+        """A resumed run follows the schedule its checkpoint was trained under, up to its
+        iteration; the phases after it may change (to extend a run).
+
+        The schedule (each phase's name, iterations, trainable modules, losses and learning
+        rate) travels in the message hub, which every checkpoint carries. Resumed at iteration
+        ``N`` under another schedule for the phases begun by ``N``, the run would be a mix of
+        two runs that neither config describes: another phase at ``N``, a learning-rate
+        schedule bent in its middle.
+
+        Raises:
+            ValueError: naming the first phase that differs, both ways, and what to do.
+        """
+        hub = self.runner.message_hub
+        schedule = [phase.schedule_record() for phase in self.phases]
+        recorded = hub.get_info('phase_schedule')
+        if recorded is not None and self._iter > 0:
+            for position, before in enumerate(recorded):
+                if before['start'] >= self._iter:
+                    break  # not begun at the checkpoint: free to change
+                now = schedule[position] if position < len(schedule) else None
+                if now != before:
+                    raise ValueError(
+                        f'cannot resume at iteration {self._iter}: the checkpoint was trained '
+                        f'with phase {position} = {before}, this config has {now}. Resume with '
+                        "the config that wrote it (the work dir holds its dump), or start a new "
+                        'run from its weights (load_from=..., without --resume)')
+        hub.update_info('phase_schedule', schedule)
 
     def _check_patience(self) -> None:
         """Refuse ``nonfinite_patience`` where the optimiser's step does not skip a step whose

@@ -100,6 +100,16 @@ class Phase:
     def end(self) -> int:
         return self.start + self.iters
 
+    def schedule_record(self) -> dict[str, Any]:
+        """What the phase trains and how, as plain data a checkpoint keeps: its name,
+        iterations, trainable prefixes, losses and learning-rate schedule."""
+        return dict(name=self.name, start=self.start, end=self.end, lr=float(self.lr),
+                    warmup_ratio=float(self.warmup_ratio), schedule=self.schedule,
+                    min_lr_ratio=float(self.min_lr_ratio),
+                    lr_mult={k: float(v) for k, v in sorted(self.lr_mult.items())},
+                    trainable=sorted(self.trainable),
+                    loss_weights={k: float(v) for k, v in sorted(self.loss_weights.items())})
+
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
