@@ -33,8 +33,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description='Test an xmr model and print a leaderboard, or compare earlier results')
     parser.add_argument('config', nargs='?', help='config file')
     parser.add_argument('checkpoint', nargs='?', help='checkpoint file written by training')
-    parser.add_argument('--work-dir', help='where the test logs go (default: work_dirs/<config '
-                        'name>)')
+    parser.add_argument('--work-dir', help='where the test logs go (default: the training work '
+                        "dir's test/ folder, work_dirs/<config name>/test, so that the training "
+                        "run's config dump and logs stay as they were)")
     parser.add_argument('--out', help='JSON file of the result (the CSV table goes beside it); '
                         'default: <checkpoint>_test.json next to the checkpoint')
     parser.add_argument('--name', help='row label of this model (default: "<config name> '
@@ -71,6 +72,10 @@ def build_config(args: argparse.Namespace) -> Config:
                         'give a .pth written by tools/train.py')
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
+    if args.work_dir is None:
+        # MMEngine dumps the config into its work dir: the training run's dump must not be
+        # replaced by the test's.
+        cfg.work_dir = osp.join(cfg.work_dir, 'test')
     missing = [key for key in ('test_dataloader', 'test_evaluator', 'test_cfg')
                if cfg.get(key) is None]
     if missing:
@@ -94,6 +99,10 @@ def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
 
 def check_writable(json_path: Path) -> None:
     """Stop before testing when the result cannot be written where it goes."""
+    for path in (json_path, json_path.with_suffix('.csv')):
+        if path.is_dir():
+            raise UserError(path, 'is a folder, where the result file goes',
+                            'give --out the path of a .json file (its .csv goes beside it)')
     folder = json_path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)

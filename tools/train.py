@@ -7,6 +7,7 @@ jobs that a scheduler restarts); ``--resume PATH`` continues from that checkpoin
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import os.path as osp
 
@@ -87,16 +88,24 @@ def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    from mmengine.logging import print_log
     from mmengine.runner import Runner
 
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
     from xmr.engine.distributed import setup_cpu_distributed
     from xmr.engine.threads import set_cpu_threads
+    from xmr.engine.work_dir import lock_work_dir
 
     allow_mmengine_checkpoint_types()
     cfg = build_config(args)
     set_cpu_threads(cfg)
     setup_cpu_distributed(cfg, args.launcher)
+    if int(os.environ.get('RANK', '0')) == 0:
+        # Before the runner: it dumps the config and opens its log in the work dir, which a
+        # second run must not touch while another trains there (WorkDirLockHook holds it on).
+        taken_over = lock_work_dir(cfg.work_dir)
+        if taken_over:
+            print_log(taken_over, logger='current', level=logging.WARNING)
     runner = Runner.from_cfg(cfg)
     runner.train()
 

@@ -211,9 +211,14 @@ def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
         ' baseline ', ' 10.00        ', ' 20.00        ', ' 15.00         ', ' -        ',
         ' -                   ', ' 15.00 ']
 
-    # A new test run joins the comparison as the last row; --out moves the files.
+    # A new test run joins the comparison as the last row; --out moves the files. Its logs go to
+    # the work dir's test/ folder: the training run's config dump there stays as it was.
+    (root / 'work').mkdir()
+    (root / 'work' / 'synthetic.py').write_text('# the training run\'s dump\n')
     tool.main([str(config()), str(root / 'model.pth'), '--compare', str(root / 'baseline.json'),
                '--out', str(root / 'results' / 'new.json'), '--name', 'new'])
+    assert (root / 'work' / 'synthetic.py').read_text() == '# the training run\'s dump\n'
+    assert (root / 'work' / 'test' / 'synthetic.py').is_file()
     lines = table_lines(capsys.readouterr().out)
     assert [line.split('|')[1].strip() for line in lines[4:6]] == ['baseline', 'new']
     assert json.loads((root / 'results' / 'new.json').read_text())['name'] == 'new'
@@ -243,6 +248,11 @@ def test_out_is_checked_before_testing_and_the_table_is_printed_even_if_saving_f
     assert exit_info.value.code == EXIT_ERROR and tested == []
     assert re.match(r'error: .*file/r\.json: cannot write the result here \(.*\): give a '
                     'writable --out', capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--out', str(root)])
+    assert tested == [] and capsys.readouterr().err == (
+        f'error: {root}: is a folder, where the result file goes: give --out the path of a '
+        '.json file (its .csv goes beside it)\n')
 
     monkeypatch.undo()
 

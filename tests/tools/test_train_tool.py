@@ -45,3 +45,17 @@ def test_a_last_checkpoint_naming_a_missing_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"last_checkpoint: names '.*iter_9\.pth', which "
                        'does not exist'):
         resumed(tmp_path, 'auto')
+
+
+def test_a_moved_or_copied_work_dir_resumes_from_its_own_checkpoint(tmp_path):
+    """last_checkpoint holds MMEngine's absolute path, of where the work dir was written."""
+    moved = tmp_path / 'moved'
+    moved.mkdir()
+    (moved / 'iter_9.pth').write_bytes(b'weights')
+    (moved / 'last_checkpoint').write_text(str(tmp_path / 'gone' / 'iter_9.pth'))
+    assert resumed(moved) == (True, str(moved / 'iter_9.pth'))
+    original = tmp_path / 'original'
+    original.mkdir()
+    (original / 'iter_9.pth').write_bytes(b'weights')  # a copy: the original still there
+    (moved / 'last_checkpoint').write_text(str(original / 'iter_9.pth'))
+    assert resumed(moved, 'auto') == (True, str(moved / 'iter_9.pth'))

@@ -39,6 +39,11 @@ def latest_checkpoint(work_dir: str | os.PathLike) -> str | None:
         return None
     with open(pointer, encoding='utf-8') as handle:
         checkpoint = handle.read().strip()
+    # MMEngine writes the absolute path: a work dir moved or copied elsewhere names the file
+    # where it was; this work dir's own file of that name is the one meant.
+    own = osp.join(str(work_dir), osp.basename(checkpoint))
+    if osp.isfile(own):
+        return own
     if not osp.isfile(checkpoint):
         raise FileNotFoundError(f'{pointer}: names {checkpoint!r}, which does not exist; resume '
                                 'from a checkpoint by path: --resume PATH')
@@ -84,6 +89,8 @@ def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
             descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             pid, holder_host = _lock_holder(path)
+            if pid == os.getpid() and holder_host == host:
+                return None  # taken already (tools/train.py takes it before the runner exists)
             elsewhere = holder_host not in ('', host)
             if pid != os.getpid() and (elsewhere or process_running(pid)):
                 where = f' on {holder_host}' if elsewhere else ''

@@ -39,6 +39,21 @@ def test_a_second_run_refuses_naming_the_holders_pid_and_writes_nothing(tmp_path
     assert lock.read_text().split()[0] == str(other_process)
 
 
+def test_the_train_tool_refuses_before_the_runner_writes_its_config_and_log(tmp_path,
+                                                                           other_process):
+    import importlib.util
+
+    from tests.conftest import REPO
+    spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools' / 'train.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    (tmp_path / LOCK_NAME).write_text(f'{other_process} {socket.gethostname()}\n')
+    with pytest.raises(WorkDirLockedError, match=f'PID {other_process}'):
+        tool.main([str(REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'),
+                   '--work-dir', str(tmp_path)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_NAME]  # no dump, no log folder
+
+
 def test_a_lock_of_a_dead_run_is_taken_over_and_released_at_the_end(tmp_path):
     pid = dead_pid()
     lock = tmp_path / LOCK_NAME
@@ -57,7 +72,7 @@ def test_a_lock_of_a_dead_run_is_taken_over_and_released_at_the_end(tmp_path):
 def test_the_lock_names_this_process_and_host_and_refuses_a_holder_on_another_host(tmp_path):
     assert lock_work_dir(tmp_path) is None
     assert (tmp_path / LOCK_NAME).read_text() == f'{os.getpid()} {socket.gethostname()}\n'
-    assert 'took over the lock of PID' in lock_work_dir(tmp_path)  # an earlier run of ours
+    assert lock_work_dir(tmp_path) is None  # ours already: tools/train.py, then the hook
     unlock_work_dir(tmp_path)
     assert not (tmp_path / LOCK_NAME).exists()
 
