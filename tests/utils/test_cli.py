@@ -55,6 +55,18 @@ def test_a_key_error_xmr_raises_on_purpose_prints_as_written(capsys):
                    'traceback)\n')
 
 
+def test_a_ctrl_c_a_library_turned_into_another_error_stays_an_interrupt(capsys):
+    def main(argv):
+        try:
+            raise KeyboardInterrupt
+        except:  # noqa: E722  (as MMEngine's Config.pretty_text does)
+            raise SyntaxError('Failed to format the config file')  # noqa: B904
+
+    with pytest.raises(KeyboardInterrupt):
+        run_tool(main, [])
+    assert capsys.readouterr().err == ''
+
+
 def test_debug_shows_the_traceback_and_is_not_passed_to_main(capsys):
     seen = []
 

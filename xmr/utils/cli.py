@@ -81,7 +81,21 @@ def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None
             raise
         _report(error, debug)
     except Exception as error:  # noqa: BLE001  (every failure becomes one line; --debug shows it)
+        interrupt = _swallowed_interrupt(error)
+        if interrupt is not None:
+            raise interrupt from None
         _report(error, debug)
+
+
+def _swallowed_interrupt(error: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C a library turned into another error (MMEngine's ``Config.pretty_text``, which
+    every checkpoint save calls, catches it with a bare ``except`` and raises a SyntaxError)."""
+    seen = error.__context__
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+        seen = seen.__context__
+    return None
 
 
 def _expected(error: BaseException) -> bool:
