@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from tests.conftest import tiny_retriever_cfg
+from tests.conftest import CORPUS, tiny_retriever_cfg
 from xmr.registry import MODELS
 
 BATCH = dict(
@@ -102,6 +102,18 @@ def test_checkpoint_of_another_adapter_type_is_refused_by_its_facts(tiny_retriev
     older = {k: v for k, v in tiny_retriever.checkpoint_facts().items()
              if k not in ('adapters', 'disentangler')}
     tiny_retriever.load_state_dict(dict(state, _extra_state=older))
+
+
+def test_checkpoint_of_another_target_vocabulary_is_refused(tiny_retriever):
+    """A SentencePiece model learned from another corpus: the same size, other tokens."""
+    branch = tiny_retriever_cfg()['language_branch']
+    corpus = [caption.upper() for caption in CORPUS] * 20
+    other = MODELS.build(tiny_retriever_cfg(language_branch=dict(branch, tokenizer=dict(
+        branch['tokenizer'], corpus=corpus))))
+    assert other.language_branch.tokenizer.vocab_size == \
+        tiny_retriever.language_branch.tokenizer.vocab_size
+    with pytest.raises(ValueError, match='target_vocabulary: checkpoint'):
+        tiny_retriever.load_state_dict(other.state_dict())
 
 def test_source_language_cannot_be_a_target():
     with pytest.raises(ValueError, match="source language 'en'"):

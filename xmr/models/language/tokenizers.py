@@ -6,10 +6,12 @@ sits, since only open_clip's own vocabulary lets ``argmax`` find it (DESIGN pitf
 """
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import logging
 from abc import ABCMeta, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict
 
@@ -113,6 +115,23 @@ class BaseTokenizer(metaclass=ABCMeta):
     def encode(self, text: str) -> list[int]:
         """One caption -> ids with the begin and end specials, untruncated."""
 
+    def vocabulary(self) -> Mapping[str, int] | bytes | None:
+        """What the ids mean: token -> id, or the tokenizer model's bytes; ``None`` when the
+        tokenizer cannot say (its checkpoints then do not record it)."""
+        return None
+
+    def vocabulary_digest(self) -> str | None:
+        """A short SHA-256 of :meth:`vocabulary`, computed once. A checkpoint records it: the
+        target embedding table's rows mean these ids, and another vocabulary of the same size
+        (a SentencePiece model learned from another corpus) would read them as other tokens."""
+        if not hasattr(self, '_vocabulary_digest'):
+            found = self.vocabulary()
+            data = found if isinstance(found, bytes) or found is None else json.dumps(
+                sorted(found.items()), ensure_ascii=False).encode()
+            self._vocabulary_digest = (None if data is None
+                                       else hashlib.sha256(data).hexdigest()[:16])
+        return self._vocabulary_digest
+
     def truncate(self, ids: list[int]) -> list[int]:
         if len(ids) <= self.max_length:
             return ids
@@ -181,6 +200,7 @@ class OpenCLIPTokenizer(BaseTokenizer):
         self._tokenizer = open_clip.get_tokenizer(model_name)
         inner = getattr(self._tokenizer, 'tokenizer', self._tokenizer)
         self._encode_body = inner.encode if hasattr(inner, 'encode') else None
+        self._token_ids = getattr(inner, 'encoder', None)
         self._sot = getattr(self._tokenizer, 'sot_token_id', None)
         self._eot = getattr(self._tokenizer, 'eot_token_id', None)
         self._vocab = getattr(self._tokenizer, 'vocab_size', None) or len(
@@ -199,6 +219,9 @@ class OpenCLIPTokenizer(BaseTokenizer):
 
     def encode(self, text: str) -> list[int]:
         return [self._sot, *self._encode_body(text), self._eot]
+
+    def vocabulary(self) -> Mapping[str, int] | None:
+        return self._token_ids
 
 
 @TOKENIZERS.register_module()
@@ -284,6 +307,9 @@ class HFTokenizer(BaseTokenizer):
     @property
     def pad_id(self) -> int:
         return self._pad_id
+
+    def vocabulary(self) -> Mapping[str, int]:
+        return self.token_ids
 
     def _prepare(self, text: str) -> str:
         """The caption as the tokenizer reads it: cleaned, lower-cased when asked."""
@@ -480,3 +506,6 @@ class SentencePieceTokenizer(BaseTokenizer):
 
     def encode(self, text: str) -> list[int]:
         return [2, *self._sp.encode(text), 3]
+
+    def vocabulary(self) -> bytes:
+        return self._sp.serialized_model_proto()

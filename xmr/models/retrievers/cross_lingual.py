@@ -363,11 +363,13 @@ class CrossLingualRetriever(BaseRetriever):
 
     # ----------------------------------------------------------------------------- checkpoints
     def checkpoint_facts(self) -> dict[str, Any]:
-        """The base's facts plus the backbone's architecture, the source language and the
-        adapters' types."""
+        """The base's facts plus the backbone's architecture, the source language, the
+        adapters' types and the target tokenizer's vocabulary (its digest)."""
         branch = self.language_branch
         adapters = sorted({type(adapter).__name__ for placed in branch.adapters.sets.values()
                            for site, adapter in placed.items() if site != TOWER_WEIGHTS}
                           ) if branch is not None else []
         return dict(super().checkpoint_facts(), arch=self.backbone.arch,
-                    source_language=self.source_language, adapters=adapters)
+                    source_language=self.source_language, adapters=adapters,
+                    target_vocabulary=None if branch is None
+                    else branch.tokenizer.vocabulary_digest())
