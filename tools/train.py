@@ -2,7 +2,9 @@
 
 ``--resume`` (or ``--resume latest``) continues from the work dir's latest checkpoint and fails
 when there is none; ``--resume auto`` does the same but starts a new run when there is none (for
-jobs that a scheduler restarts); ``--resume PATH`` continues from that checkpoint.
+jobs that a scheduler restarts); ``--resume PATH`` continues from that checkpoint. Without
+``--resume``, a work dir holding an earlier run's checkpoints is refused: a new run would
+overwrite some of them and leave the rest beside its own.
 """
 from __future__ import annotations
 
@@ -69,6 +71,15 @@ def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:
     from xmr.engine.work_dir import latest_checkpoint
 
     if resume is None:
+        try:
+            earlier = latest_checkpoint(work_dir)
+        except FileNotFoundError:  # a pointer to nothing: no checkpoint to overwrite
+            earlier = None
+        if earlier is not None:
+            raise UserError(work_dir, f'holds the checkpoints of an earlier run (the latest: '
+                            f'{osp.basename(earlier)}), which a new run would overwrite and mix '
+                            'with its own', 'continue it with --resume (or --resume auto), '
+                            'train into another --work-dir, or remove them to start afresh')
         return None
     if resume not in ('latest', 'auto'):
         if not osp.isfile(resume):

@@ -59,3 +59,15 @@ def test_a_moved_or_copied_work_dir_resumes_from_its_own_checkpoint(tmp_path):
     (original / 'iter_9.pth').write_bytes(b'weights')  # a copy: the original still there
     (moved / 'last_checkpoint').write_text(str(original / 'iter_9.pth'))
     assert resumed(moved, 'auto') == (True, str(moved / 'iter_9.pth'))
+
+
+def test_a_new_run_refuses_a_work_dir_with_an_earlier_runs_checkpoints(tmp_path):
+    (tmp_path / 'iter_16.pth').write_bytes(b'weights')
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_16.pth'))
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path)])
+    with pytest.raises(UserError, match=(
+            f'{tmp_path}: holds the checkpoints of an earlier run \\(the latest: iter_16.pth\\), '
+            'which a new run would overwrite and mix with its own: continue it with --resume')):
+        train_tool.build_config(args)
+    (tmp_path / 'iter_16.pth').unlink()  # a pointer to nothing left: a new run may start
+    assert train_tool.build_config(args).get('resume') is not True
