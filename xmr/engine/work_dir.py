@@ -58,13 +58,35 @@ class WorkDirLockedError(RuntimeError):
     """Another training run holds the work dir."""
 
 
-def _lock_holder(path: str) -> tuple[int, str]:
+def _lock_holder(path: str) -> tuple[int, str, str | None]:
+    """PID, host and start time (``None`` in locks written without one) of the lock's writer."""
     try:
         with open(path, encoding='utf-8') as handle:
-            pid, _, host = handle.read().strip().partition(' ')
-        return int(pid), host
+            pid, host, *started = handle.read().split()
+        return int(pid), host, started[0] if started else None
     except (OSError, ValueError):
-        return -1, ''  # removed meanwhile, or written by a process killed before it wrote
+        return -1, '', None  # removed meanwhile, or written by a process killed before it wrote
+
+
+def process_start_time(pid: int) -> str | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``), or
+    ``None`` where that cannot be read: with the PID it names one process for good, since a
+    restarted machine or container hands the same PIDs to other processes."""
+    try:
+        with open(f'/proc/{pid}/stat', encoding='utf-8') as handle:
+            # The command name may hold spaces and parentheses: fields count from its end.
+            return handle.read().rsplit(')', 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _holder_alive(pid: int, started: str | None) -> bool:
+    """The lock's writer still runs: its PID is live and, where both are known, started when
+    the lock says (else the PID now names another process)."""
+    if not process_running(pid):
+        return False
+    now = process_start_time(pid)
+    return started is None or now is None or now == started
 
 
 def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
@@ -88,24 +110,27 @@ def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
         try:
             descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            pid, holder_host = _lock_holder(path)
+            pid, holder_host, started = _lock_holder(path)
             if pid == os.getpid() and holder_host == host:
                 return None  # taken already (tools/train.py takes it before the runner exists)
             elsewhere = holder_host not in ('', host)
-            if pid != os.getpid() and (elsewhere or process_running(pid)):
+            if pid != os.getpid() and (elsewhere or _holder_alive(pid, started)):
                 where = f' on {holder_host}' if elsewhere else ''
                 gone = f'; if it is gone, delete {path}' if elsewhere else ''
                 raise WorkDirLockedError(
                     f'{work_dir}: another training run (PID {pid}{where}) is using this work '
                     f'dir (lock file {path}); wait for it or stop it, or train into another '
                     f'--work-dir{gone}') from None
+            why = ('its PID now names another process than the one that wrote the lock'
+                   if process_running(pid) else 'an interrupted run')
             taken_over = (f'{work_dir}: took over the lock of PID {pid}, which is no longer '
-                          'running (an interrupted run)')
+                          f'running ({why})')
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
             continue
         with os.fdopen(descriptor, 'w', encoding='utf-8') as handle:
-            handle.write(f'{os.getpid()} {host}\n')
+            started = process_start_time(os.getpid())
+            handle.write(f'{os.getpid()} {host}' + (f' {started}' if started else '') + '\n')
         return taken_over
 
 

@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from tests.engine.test_loops import PHASES, make_cfg, train
-from xmr.engine.work_dir import LOCK_NAME, WorkDirLockedError, lock_work_dir, unlock_work_dir
+from xmr.engine.work_dir import (
+    LOCK_NAME,
+    WorkDirLockedError,
+    lock_work_dir,
+    process_start_time,
+    unlock_work_dir,
+)
 
 
 @pytest.fixture
@@ -71,7 +77,8 @@ def test_a_lock_of_a_dead_run_is_taken_over_and_released_at_the_end(tmp_path):
 
 def test_the_lock_names_this_process_and_host_and_refuses_a_holder_on_another_host(tmp_path):
     assert lock_work_dir(tmp_path) is None
-    assert (tmp_path / LOCK_NAME).read_text() == f'{os.getpid()} {socket.gethostname()}\n'
+    assert (tmp_path / LOCK_NAME).read_text() == (
+        f'{os.getpid()} {socket.gethostname()} {process_start_time(os.getpid())}\n')
     assert lock_work_dir(tmp_path) is None  # ours already: tools/train.py, then the hook
     unlock_work_dir(tmp_path)
     assert not (tmp_path / LOCK_NAME).exists()
@@ -90,3 +97,21 @@ def test_a_taken_over_lock_is_reported(tmp_path):
                                        'longer running (an interrupted run)')
     (tmp_path / LOCK_NAME).write_text('')  # a holder killed before it wrote its PID
     assert 'took over' in lock_work_dir(tmp_path)
+
+
+def test_a_lock_whose_pid_now_names_another_process_is_taken_over(tmp_path, other_process):
+    """A restarted container hands the PID of the run that wrote the lock to another process."""
+    started = process_start_time(other_process)
+    assert started is not None and started.isdigit()
+    host = socket.gethostname()
+    (tmp_path / LOCK_NAME).write_text(f'{other_process} {host} {int(started) - 1}\n')
+    assert lock_work_dir(tmp_path) == (
+        f'{tmp_path}: took over the lock of PID {other_process}, which is no longer running '
+        '(its PID now names another process than the one that wrote the lock)')
+    unlock_work_dir(tmp_path)
+    (tmp_path / LOCK_NAME).write_text(f'{other_process} {host} {started}\n')  # the writer
+    with pytest.raises(WorkDirLockedError, match=f'PID {other_process}'):
+        lock_work_dir(tmp_path)
+    (tmp_path / LOCK_NAME).write_text(f'{other_process} {host}\n')  # a lock without the time
+    with pytest.raises(WorkDirLockedError, match=f'PID {other_process}'):
+        lock_work_dir(tmp_path)
