@@ -33,6 +33,9 @@ XM3600_LANGUAGES = ('ar bn cs da de el en es fa fi fil fr he hi hr hu id it ja k
     # POSIX locales' underscore, and a script subtag naming the usual script (FLORES's)
     ('zh_CN', 'zh'), ('zh_TW', 'zh-Hant'), ('pt_BR', 'pt-BR'), ('sr-Cyrl', 'sr'),
     ('de-Latn', 'de'), ('cmn', 'zh'),
+    # a script and a region: the region counts where the script is the usual one
+    ('zh-Hans-CN', 'zh'), ('zh-Hant-TW', 'zh-Hant'), ('pt-Latn-BR', 'pt-BR'),
+    ('sr-Latn-RS', 'sr-Latn'),
 ])
 def test_normalize_language(code, canonical):
     assert normalize_language(code) == canonical

@@ -149,6 +149,13 @@ def normalize_language(code: str, where: str = 'language code') -> str:
     canonical = _ALIASES.get(code.lower()) or _ALIASES.get(code.lower().replace('_', '-'))
     if canonical is not None:
         return canonical
+    parts = re.split('[-_]', code)
+    if len(parts) == 3 and len(parts[1]) == 4 and parts[0].lower() in _ALIASES:
+        # A script and a region (zh-Hans-CN, pt-Latn-BR): the region counts where the script is
+        # the language's usual one, as in the code without it; else the script does.
+        scripted = normalize_language(f'{parts[0]}-{parts[1]}', where)
+        return scripted if '-' in scripted else normalize_language(
+            f'{scripted}-{parts[2]}', where)
     match = _SUBTAG.match(code)
     if match is not None and match.group(1).lower() in _ALIASES:
         base, subtag = _ALIASES[match.group(1).lower()], match.group(2)
