@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
     from xmr.engine.distributed import setup_cpu_distributed
+    from xmr.engine.hooks import PreemptionHook
     from xmr.engine.threads import set_cpu_threads
     from xmr.engine.work_dir import lock_work_dir
 
@@ -119,6 +120,10 @@ def main(argv: list[str] | None = None) -> None:
             print_log(taken_over, logger='current', level=logging.WARNING)
     runner = Runner.from_cfg(cfg)
     runner.train()
+    stopped_by = next((hook.received for hook in runner.hooks
+                       if isinstance(hook, PreemptionHook)), None)
+    if stopped_by is not None:
+        raise SystemExit(128 + stopped_by)  # a run cut short, as the signal's own exit says
 
 
 if __name__ == '__main__':

@@ -17,7 +17,8 @@ default_hooks = dict(
     sampler_seed=dict(type='DistSamplerSeedHook'),
 )
 custom_hooks = [dict(type='WorkDirLockHook'), dict(type='RNGStateHook'),
-                dict(type='WeightsOnlyCheckpointHook'), dict(type='PhaseReportHook')]
+                dict(type='WeightsOnlyCheckpointHook'), dict(type='PhaseReportHook'),
+                dict(type='PreemptionHook')]
 
 log_processor = dict(type='LogProcessor', window_size=50, by_epoch=False)
 log_level = 'INFO'

@@ -9,5 +9,6 @@ custom_hooks = [
     dict(type='RNGStateHook'),
     dict(type='WeightsOnlyCheckpointHook'),
     dict(type='PhaseReportHook'),
+    dict(type='PreemptionHook'),
     dict(type='CDDSCorrelationHook', interval=None),
 ]

@@ -1,13 +1,16 @@
 """kill -9 of tools/train.py during a checkpoint write and in the middle of a phase: no truncated
 file under a final name, the work dir's lock is taken over, and the resumed run ends with the
-uninterrupted run's weights and phase report.
+uninterrupted run's weights and phase report. SIGTERM (a scheduler's preemption) in the middle
+of a phase: the iteration under way ends with its checkpoint, and the resumed run is the same.
 
 The run is a subprocess started through a small driver that makes it stop at the chosen moment
 (half of ``iter_8.pth`` written, or the start of iteration 10) and say so in a marker file;
-the test then kills it with SIGKILL, as a crash or an out-of-memory killer would.
+the test then kills it with SIGKILL, as a crash or an out-of-memory killer would, or sends
+SIGTERM, for which the driver waits at that moment.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -29,7 +32,7 @@ import train as train_tool  # noqa: E402
 pytestmark = pytest.mark.slow
 
 DRIVER = '''
-import os, runpy, sys, time
+import os, runpy, signal, sys, time
 from contextlib import contextmanager
 
 import xmr.fileio
@@ -68,6 +71,11 @@ real_run_iter = PhasedTrainLoop.run_iter
 def pausing_run_iter(self, data_batch):
     if moment == f'iteration {self.iter}':
         stop_here()
+    if moment == f'SIGTERM at iteration {self.iter}':
+        open(marker, 'w').close()
+        preemption = signal.getsignal(signal.SIGTERM).__self__  # PreemptionHook's handler
+        while preemption.received is None:
+            time.sleep(0.05)
     real_run_iter(self, data_batch)
 
 
@@ -87,7 +95,8 @@ def tiny_config(tmp_path_factory) -> Path:
     cfg = report_cfg(folder / 'unused', checkpoint_interval=4)
     cfg.default_hooks.checkpoint.max_keep_ckpts = 1
     cfg.custom_hooks = [dict(type='WorkDirLockHook'), dict(type='RNGStateHook'),
-                        dict(type='WeightsOnlyCheckpointHook'), dict(type='PhaseReportHook')]
+                        dict(type='WeightsOnlyCheckpointHook'), dict(type='PhaseReportHook'),
+                        dict(type='PreemptionHook')]
     path = folder / 'tiny.py'
     cfg.dump(str(path))
     return path
@@ -109,14 +118,17 @@ def environment() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS='1', CUDA_VISIBLE_DEVICES='')
 
 
-def kill_at(moment: str, config: Path, work_dir: Path, tmp_path: Path) -> None:
+def kill_at(moment: str, config: Path, work_dir: Path, tmp_path: Path,
+            number: signal.Signals = signal.SIGKILL, options: tuple[str, ...] = ()) -> int:
+    """Send signal ``number`` to the run's process group (its DataLoader workers too, as a
+    scheduler does) at ``moment``; return the run's exit status."""
     marker = tmp_path / 'stopped'
     driver = tmp_path / 'driver.py'
     driver.write_text(DRIVER)
     process = subprocess.Popen(
         [sys.executable, str(driver), str(marker), moment, str(REPO), str(config),
-         '--work-dir', str(work_dir)], env=environment(), stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE)
+         '--work-dir', str(work_dir), *options], env=environment(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 240
     while not marker.exists():
         if process.poll() is not None:
@@ -125,9 +137,14 @@ def kill_at(moment: str, config: Path, work_dir: Path, tmp_path: Path) -> None:
             process.kill()
             pytest.fail(f'the run did not reach {moment}')
         time.sleep(0.2)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    process.stderr.close()
+    os.killpg(process.pid, number)
+    try:
+        returncode = process.wait(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.stderr.close()
+    return returncode
 
 
 def resume(config: Path, work_dir: Path) -> None:
@@ -172,5 +189,19 @@ def test_a_kill_in_the_middle_of_a_phase_resumes_to_the_uninterrupted_weights(
     work_dir = tmp_path / 'work'
     kill_at('iteration 10', tiny_config, work_dir, tmp_path)  # cross_lingual: iterations 4-11
     assert sorted(p.name for p in work_dir.glob('*.pth')) == ['iter_8.pth']
+    resume(tiny_config, work_dir)
+    assert_same_run(work_dir, uninterrupted)
+
+
+def test_sigterm_saves_the_iteration_under_way_and_resumes_to_the_uninterrupted_weights(
+        tiny_config, uninterrupted, tmp_path):
+    work_dir = tmp_path / 'work'
+    # Two workers read the cross-lingual batches: the signal reaches them too.
+    status = kill_at('SIGTERM at iteration 10', tiny_config, work_dir, tmp_path, signal.SIGTERM,
+                     ('--cfg-options', 'train_dataloader.num_workers=2'))
+    assert status == 128 + signal.SIGTERM  # a run cut short, as the signal's own exit
+    # Iteration 10 (the 11th) ended and was saved; the periodic checkpoint was iter_8.pth.
+    assert (work_dir / 'last_checkpoint').read_text() == str(work_dir / 'iter_11.pth')
+    assert not (work_dir / LOCK_NAME).exists()  # the run ended through its hooks
     resume(tiny_config, work_dir)
     assert_same_run(work_dir, uninterrupted)

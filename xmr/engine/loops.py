@@ -15,6 +15,7 @@ from xmr.engine.data_languages import check_data_languages
 from xmr.engine.distributed import rewrap_for_phase
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
 from xmr.engine.feature_cache import prepare_feature_caches
+from xmr.engine.hooks.preemption import preemption_signals, workers_ignore
 from xmr.engine.optim import parameter_counts
 from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phases import Phase, phase_lr_factor
@@ -463,6 +464,7 @@ class PhasedTrainLoop(BaseLoop):
         # Cached frozen-tower features are built or checked against this phase's live weights.
         prepare_feature_caches(dataloader, self.model)
         tokenize_in_workers(dataloader, self.model)
+        workers_ignore(dataloader, preemption_signals(self.runner))
         return self._resumed_data(phase, dataloader, self._iter - phase.start)
 
     def _resumed_data(self, phase: Phase, dataloader: DataLoader, done: int) -> Iterator:

@@ -1,0 +1,106 @@
+"""SIGTERM ends a run at the end of its iteration, with that iteration's checkpoint written."""
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from mmengine.hooks import Hook
+
+from xmr.engine.hooks.checkpoint import CheckpointHook
+from xmr.registry import HOOKS
+
+__all__ = ['PreemptionHook', 'preemption_signals', 'workers_ignore']
+
+
+@HOOKS.register_module()
+class PreemptionHook(Hook):
+    """Turns SIGTERM, which SLURM and Kubernetes send before they kill a job they preempt, into
+    a checkpoint of the iteration under way, and a stop.
+
+    Without it the process dies at once and loses every iteration since the last periodic
+    checkpoint (up to ``checkpoint.interval``). With it, the iteration under way ends, its
+    checkpoint is written through the run's :class:`CheckpointHook` (``last_checkpoint`` names
+    it), training stops, and ``tools/train.py`` exits with 143 (128 + SIGTERM) so that a
+    scheduler sees a run cut short; ``--resume`` continues it as if uninterrupted.
+
+    The handler only notes the signal. A scheduler signals every process of the job, and
+    PyTorch's DataLoader workers die of SIGTERM, which would fail the step under way reading its
+    batch: :class:`~xmr.engine.loops.PhasedTrainLoop` makes each phase's workers ignore these
+    signals (:func:`workers_ignore`); they end with the main process. Under DDP each rank
+    stops at the end of its own iteration and the main process writes the checkpoint; a rank a
+    step ahead then waits in its collective until the scheduler's kill.
+
+    Args:
+        signals: names of the signals that stop the run this way.
+    """
+
+    priority = 'LOWEST'  # after CheckpointHook, which may have saved this iteration already
+
+    def __init__(self, signals: Sequence[str] = ('SIGTERM',)) -> None:
+        self.signals = [getattr(signal, name) for name in signals]
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def before_train(self, runner) -> None:
+        self.received = None
+        # Python delivers signals to the main thread only; a run driven from another thread
+        # (a notebook's executor) keeps the default behaviour.
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {number: signal.signal(number, self._note)
+                              for number in self.signals}
+
+    def _note(self, number: int, frame: Any) -> None:
+        self.received = number
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch: Any = None,
+                         outputs: Any = None) -> None:
+        loop = runner.train_loop
+        if self.received is None or loop.stop_training:
+            return
+        step = runner.iter + 1
+        saver = next((hook for hook in runner.hooks if isinstance(hook, CheckpointHook)), None)
+        if saver is not None and not str(getattr(saver, 'last_ckpt', '')).endswith(
+                saver.filename_tmpl.format(step)):
+            saver._save_checkpoint(runner)
+        runner.logger.warning(
+            f'{signal.Signals(self.received).name} received: stopped after iteration {step}'
+            + (f', its checkpoint in {runner.work_dir}; continue with --resume'
+               if saver is not None else ' (no CheckpointHook: nothing was saved)'))
+        loop.stop_training = True
+
+    def after_train(self, runner) -> None:
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+        self._previous = {}
+
+
+def preemption_signals(runner) -> list[int]:
+    """The signals a :class:`PreemptionHook` of ``runner`` turns into a stop (none without)."""
+    return [number for hook in runner.hooks if isinstance(hook, PreemptionHook)
+            for number in hook.signals]
+
+
+class _IgnoringWorkerInit:
+    """A worker's ``worker_init_fn``: ignore ``signals``, then run the loader's own one."""
+
+    def __init__(self, signals: Sequence[int], init: Any) -> None:
+        self.signals, self.init = list(signals), init
+
+    def __call__(self, worker_id: int) -> None:
+        for number in self.signals:
+            signal.signal(number, signal.SIG_IGN)
+        if self.init is not None:
+            self.init(worker_id)
+
+
+def workers_ignore(loader: Any, signals: Sequence[int]) -> None:
+    """Make ``loader``'s worker processes ignore ``signals`` (before they start).
+
+    PyTorch installs its own SIGTERM handler in each worker, which kills it; this runs after.
+    """
+    if not signals or not getattr(loader, 'num_workers', 0) or isinstance(
+            loader.worker_init_fn, _IgnoringWorkerInit):
+        return
+    loader.worker_init_fn = _IgnoringWorkerInit(signals, loader.worker_init_fn)
