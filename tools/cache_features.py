@@ -75,7 +75,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     import torch
 
     from xmr.apis import read_checkpoint
-    from xmr.engine.feature_cache import FeatureCache
     from xmr.engine.threads import set_cpu_threads
     from xmr.registry import DATASETS, MODELS
 
@@ -105,9 +104,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             continue
         dataset = DATASETS.build(dataset_cfg)
         if args.overwrite:
-            FeatureCache.build(dataset.cache_dir, dataset.dataset, model,
-                               dataset.cache_key(model), dataset.batch_size, dataset.num_workers,
-                               overwrite=True)
+            dataset.build(model, overwrite=True)
         dataset.prepare(model)
         meta = dataset.cache.meta
         done[cache_dir] = dict(where=where, cache_dir=cache_dir, **meta['counts'],

@@ -27,12 +27,12 @@ def add_ablation_argument(parser: argparse.ArgumentParser) -> None:
                         'default work dir adds their names')
 
 
-def failed_custom_import(config: str | os.PathLike, error: ImportError) -> Exception:
+def failed_custom_import(config: str | os.PathLike, error: ImportError) -> UserError | None:
     """The module of ``custom_imports`` that failed to import, and why, as a :class:`UserError`.
 
     MMEngine reports any failure in those modules as a missing folder on ``PYTHONPATH`` and
     lists ``sys.path``; the cause (a misspelt name inside the module, a missing package) is at
-    the end of the error's chain. An error MMEngine did not wrap is returned as it is.
+    the end of the error's chain. ``None`` for an error MMEngine did not wrap.
     """
     chain = [error]
     while chain[-1].__cause__ or chain[-1].__context__:
@@ -40,7 +40,7 @@ def failed_custom_import(config: str | os.PathLike, error: ImportError) -> Excep
     module = next((str(link).removeprefix('Failed to import ') for link in chain[1:]
                    if str(link).startswith('Failed to import ')), None)
     if module is None or not str(error).startswith('Failed to import custom modules'):
-        return error
+        return None
     cause = chain[-1]
     missing = isinstance(cause, ModuleNotFoundError) and cause.name is not None and (
         module == cause.name or module.startswith(f'{cause.name}.'))
@@ -72,7 +72,10 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     try:
         loaded = Config.fromfile(str(config))
     except ImportError as error:
-        raise failed_custom_import(config, error) from error
+        explained = failed_custom_import(config, error)
+        if explained is None:
+            raise
+        raise explained from error
     cfg = apply_ablations(loaded, ablations)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from xmr.apis.inference import MediaInput, encode_media, encode_texts
 from xmr.evaluation.search import FaissSearcher
+from xmr.models.retrievers.base import unit_rows
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 
 __all__ = ['SearchHit', 'MediaIndex']
@@ -51,12 +52,10 @@ class MediaIndex:
     def __init__(self, embeddings: Tensor, media_ids: Sequence[str], index: str = 'flat',
                  **search_options: Any) -> None:
         media_ids = [str(media_id) for media_id in media_ids]
-        seen: dict[str, int] = {}
-        for position, media_id in enumerate(media_ids):
-            if media_id in seen:
-                raise ValueError(f"media_ids {seen[media_id]} and {position} are both "
-                                 f"'{media_id}'; every gallery item needs its own id")
-            seen[media_id] = position
+        repeat = _first_repeat(media_ids)
+        if repeat is not None:
+            raise ValueError(f"media_ids {repeat[0]} and {repeat[1]} are both "
+                             f"'{media_ids[repeat[0]]}'; every gallery item needs its own id")
         self.searcher = FaissSearcher(_unit_rows(embeddings, 'embeddings'), index=index,
                                       ids=media_ids, **search_options)
         self.media_ids = media_ids
@@ -83,13 +82,12 @@ class MediaIndex:
         if media_ids is None:
             media_ids = [str(position) if isinstance(item, Tensor) else Path(item).stem
                          for position, item in enumerate(media)]
-            first = {}
-            for position, media_id in enumerate(media_ids):
-                if first.setdefault(media_id, position) != position:
-                    raise ValueError(f'media {first[media_id]} ({media[first[media_id]]}) and '
-                                     f'{position} ({media[position]}) would both be called '
-                                     f"'{media_id}' (the file name without its suffix): pass "
-                                     'media_ids, one per media')
+            repeat = _first_repeat(media_ids)
+            if repeat is not None:
+                first, second = repeat
+                raise ValueError(f'media {first} ({media[first]}) and {second} ({media[second]}) '
+                                 f"would both be called '{media_ids[first]}' (the file name "
+                                 'without its suffix): pass media_ids, one per media')
         elif len(media_ids) != len(media):
             raise ValueError(f'{len(media_ids)} media_ids for {len(media)} media')
         embeddings = encode_media(model, media, transform=transform, num_frames=num_frames,
@@ -134,9 +132,18 @@ class MediaIndex:
                 for row_ids, row_scores in zip(ids, scores)]
 
 
+def _first_repeat(ids: Sequence[str]) -> tuple[int, int] | None:
+    """The positions of the first id met twice, or ``None``."""
+    first: dict[str, int] = {}
+    for position, media_id in enumerate(ids):
+        if first.setdefault(media_id, position) != position:
+            return first[media_id], position
+    return None
+
+
 def _unit_rows(vectors: Tensor | Any, name: str) -> Tensor:
-    """``[N, E]`` rows scaled to unit length, in float32 (a zero row stays zero)."""
+    """:func:`~xmr.models.retrievers.base.unit_rows` of floating-point vectors (an array too)."""
     vectors = torch.as_tensor(vectors)
     if not vectors.is_floating_point():
         raise ValueError(f'{name} must be floating-point vectors, got {vectors.dtype}')
-    return torch.nn.functional.normalize(vectors.float(), dim=-1)
+    return unit_rows(vectors)

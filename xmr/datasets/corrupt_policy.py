@@ -50,6 +50,17 @@ def skip_or_raise(error: MediaReadError, on_corrupt: str, index: int) -> Skipped
     """Apply the policy to a read failure: re-raise it, or warn and return the marker."""
     if on_corrupt == 'raise':
         raise error
-    warnings.warn(f'skipping item {index}: {error.path}: {error.reason} (on_corrupt="skip")',
-                  MediaSkippedWarning, stacklevel=3)
-    return SkippedMedia(index=index, media_path=error.path, reason=error.reason)
+    return warned(SkippedMedia(index=index, media_path=error.path, reason=error.reason))
+
+
+def warned(marker: SkippedMedia, source: str = '') -> SkippedMedia:
+    """Warn that ``marker``'s item is skipped (naming its file and why), and return it.
+
+    Args:
+        marker: the skipped item.
+        source: where the failure was recorded, when not read just now (a feature cache).
+    """
+    warnings.warn(f'skipping item {marker.index}: {marker.media_path}: {marker.reason} '
+                  f'({source}{"; " if source else ""}on_corrupt="skip")', MediaSkippedWarning,
+                  stacklevel=3)
+    return marker

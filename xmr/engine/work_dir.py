@@ -114,7 +114,7 @@ def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
             if pid == os.getpid() and holder_host == host:
                 return None  # taken already (tools/train.py takes it before the runner exists)
             elsewhere = holder_host not in ('', host)
-            if pid != os.getpid() and (elsewhere or _holder_alive(pid, started)):
+            if elsewhere or _holder_alive(pid, started):
                 where = f' on {holder_host}' if elsewhere else ''
                 gone = f'; if it is gone, delete {path}' if elsewhere else ''
                 raise WorkDirLockedError(

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from mmengine.logging import print_log
 from torch.utils.data import Dataset
 
 from xmr.datasets.base import MediaDataset
-from xmr.datasets.corrupt_policy import MediaSkippedWarning, SkippedMedia
+from xmr.datasets.corrupt_policy import SkippedMedia, warned
 from xmr.engine.feature_cache.key import (
     FEATURE_KINDS,
     ITEM_KEY,
@@ -205,9 +204,7 @@ class CachedFeatureDataset(Dataset):
             print_log(f'{"rebuilding stale" if stale else "building"} feature cache '
                       f'{self.cache_dir} ({", ".join(self.kinds)}) for {len(self.dataset)} '
                       'items', logger='current')
-            built = FeatureCache.build(self.cache_dir, self.dataset, model, key,
-                                       self.batch_size, self.num_workers, overwrite=stale,
-                                       index=index, media_files=self.media_files)
+            built = self.build(model, overwrite=stale, index=index, key=key)
             print_log(f'feature cache {self.cache_dir} built in {built.meta["seconds"]} s: '
                       f'{built.meta["counts"]}', logger='current')
         barrier()
@@ -219,6 +216,23 @@ class CachedFeatureDataset(Dataset):
         self.cache = cache
         print_log(f'feature cache {self.cache_dir}: reading {", ".join(self.kinds)} features '
                   f'({self.dtype})', logger='current')
+
+    def build(self, model: torch.nn.Module, overwrite: bool = False,
+              index: ItemIndex | None = None, key: dict[str, Any] | None = None
+              ) -> FeatureCache:
+        """Build the cache from ``model``'s live towers (``overwrite``: replace one there),
+        keeping each media file's identity so that a later change is named.
+
+        Args:
+            model: the retriever whose frozen towers encode.
+            overwrite: replace an existing cache.
+            index: the dataset's :class:`ItemIndex` when the caller already read it.
+            key: :meth:`cache_key` when the caller already computed it (with ``index``).
+        """
+        key = key or self.cache_key(model, index)
+        return FeatureCache.build(self.cache_dir, self.dataset, model, key, self.batch_size,
+                                  self.num_workers, overwrite=overwrite, index=index,
+                                  media_files=self.media_files)
 
     def _usable(self, key: dict[str, Any]) -> bool:
         """Whether the existing cache has ``key`` and intact files (logs why not)."""
@@ -266,11 +280,8 @@ class CachedFeatureDataset(Dataset):
         names the media id."""
         recorded = self.cache.meta.get('unreadable_media', {}).get(media_id) or dict(
             media_path=media_id, reason='unreadable when the feature cache was built')
-        marker = SkippedMedia(index=index, **recorded)
-        warnings.warn(f'skipping item {index}: {marker.media_path}: {marker.reason} (recorded '
-                      f'by the feature cache {self.cache_dir}; on_corrupt="skip")',
-                      MediaSkippedWarning, stacklevel=2)
-        return marker
+        return warned(SkippedMedia(index=index, **recorded),
+                      f'recorded by the feature cache {self.cache_dir}')
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(cache_dir={str(self.cache_dir)!r}, kinds={self.kinds}, '
