@@ -523,6 +523,23 @@ class PhasedTrainLoop(BaseLoop):
         hub.update_info('validated_phase_end', phase.end)
 
     def run(self) -> torch.nn.Module:
+        """Train every phase; a run that fails lets its hooks undo what outlives it.
+
+        Hooks that take something of the process or the work dir in ``before_train`` (a signal
+        handler, the work-dir lock) give it back in ``after_train``, which a failed run never
+        reaches; a hook's ``after_failed_train(runner)``, if it has one, runs then instead, so a
+        notebook whose run raised neither keeps the work dir locked nor swallows SIGTERM.
+        """
+        try:
+            return self._run_phases()
+        except BaseException:
+            for hook in self.runner.hooks:
+                release = getattr(hook, 'after_failed_train', None)
+                if release is not None:
+                    release(self.runner)
+            raise
+
+    def _run_phases(self) -> torch.nn.Module:
         self._check_before_training()
         self.runner.call_hook('before_train')
         self.runner.call_hook('before_train_epoch')

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 
 import pytest
 import torch
+from mmengine.hooks import Hook
 
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.work_dir import (
@@ -17,6 +19,7 @@ from xmr.engine.work_dir import (
     process_start_time,
     unlock_work_dir,
 )
+from xmr.registry import HOOKS
 
 
 @pytest.fixture
@@ -115,3 +118,25 @@ def test_a_lock_whose_pid_now_names_another_process_is_taken_over(tmp_path, othe
     (tmp_path / LOCK_NAME).write_text(f'{other_process} {host}\n')  # a lock without the time
     with pytest.raises(WorkDirLockedError, match=f'PID {other_process}'):
         lock_work_dir(tmp_path)
+
+
+@HOOKS.register_module(force=True)
+class FailingHook(Hook):
+    """Raises in the second iteration, as a bad batch or a full disk would."""
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if runner.iter + 1 == 2:
+            raise RuntimeError('disk full')
+
+
+def test_a_run_that_raises_releases_the_lock_and_the_sigterm_handler(tmp_path):
+    """A notebook's failed run must not keep the work dir locked (another process would be
+    refused until the kernel exits) nor keep swallowing SIGTERM."""
+    handler_before = signal.getsignal(signal.SIGTERM)
+    cfg = make_cfg(tmp_path, phases=PHASES[:1])
+    cfg.custom_hooks[:0] = [dict(type='WorkDirLockHook'), dict(type='PreemptionHook'),
+                            dict(type='FailingHook')]
+    with pytest.raises(RuntimeError, match='disk full'):
+        train(cfg)
+    assert not (tmp_path / LOCK_NAME).exists()
+    assert signal.getsignal(signal.SIGTERM) is handler_before

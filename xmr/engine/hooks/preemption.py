@@ -75,6 +75,8 @@ class PreemptionHook(Hook):
             signal.signal(number, previous)
         self._previous = {}
 
+    after_failed_train = after_train  # a run that raised must not keep swallowing SIGTERM
+
 
 def preemption_signals(runner) -> list[int]:
     """The signals a :class:`PreemptionHook` of ``runner`` turns into a stop (none without)."""

@@ -31,3 +31,5 @@ class WorkDirLockHook(Hook):
     def after_train(self, runner) -> None:
         if is_main_process():
             unlock_work_dir(runner.work_dir)
+
+    after_failed_train = after_train  # the failed run trains no more: others may use the dir
