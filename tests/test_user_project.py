@@ -113,13 +113,14 @@ def test_the_command_lists_the_tools_and_refuses_an_unknown_one(capsys):
         'error: xmr data: name one of its tools: data attach_back_translations, ')
 
 
-def test_help_into_a_closed_pipe_is_quiet():
+@pytest.mark.parametrize('command', [[], ['train']])
+def test_help_into_a_closed_pipe_is_quiet(command):
     """`xmr --help | head -1`, with the reader gone before the listing is written."""
     reader, writer = os.pipe()
     os.close(reader)
     try:
-        listing = subprocess.run([Path(sys.executable).parent / 'xmr', '--help'], stdout=writer,
-                                 stderr=subprocess.PIPE, text=True)
+        listing = subprocess.run([Path(sys.executable).parent / 'xmr', *command, '--help'],
+                                 stdout=writer, stderr=subprocess.PIPE, text=True)
     finally:
         os.close(writer)
     assert (listing.returncode, listing.stderr) == (0, '')
@@ -143,7 +144,9 @@ print('torch loaded' if 'torch' in sys.modules else 'torch not loaded')
 def test_help_answers_without_loading_torch(command):
     shown = subprocess.run([sys.executable, '-c', HELP_IN_A_FRESH_PROCESS, *command, '--help'],
                            capture_output=True, text=True, timeout=120)
-    assert shown.stdout.startswith('usage: ')
+    assert shown.stdout.startswith(f'usage: {" ".join(["xmr", *command])} ')  # as typed
+    if command:
+        assert '  --debug               show the traceback of a failure' in shown.stdout
     assert shown.stdout.splitlines()[-1] == 'torch not loaded'
 
 

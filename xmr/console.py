@@ -9,12 +9,13 @@ run the scripts of ``tools/data`` and ``tools/convert``. Every tool keeps its ow
 from __future__ import annotations
 
 import difflib
-import os
 import runpy
 import sys
 from collections.abc import Sequence
 
 from xmr.packaged import packaged_root, tool_path
+from xmr.utils import cli
+from xmr.utils.cli import print_for_reader
 
 #: Sub-folders of ``tools/`` whose scripts are named after a second word.
 GROUPS = ('data', 'convert')
@@ -42,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(2)
     script = tool_path('/'.join(args[:words]) + '.py')
     sys.argv = [str(script), *args[words:]]
+    cli.command_name = f'xmr {command}'  # `usage: xmr train ...`, as the user typed it
     runpy.run_path(str(script), run_name='__main__')
 
 
@@ -57,10 +59,4 @@ def _no_such_command(command: str) -> str:
 
 
 def _print_help() -> None:
-    try:
-        print('usage: xmr COMMAND [ARGS...]\ncommands:\n  ' + '\n  '.join(available()),
-              flush=True)
-    except BrokenPipeError:
-        # A reader that stopped early (`xmr --help | head`) wants no more: nothing is wrong, and
-        # Python's own flush at exit must not report the closed pipe either.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print_for_reader('usage: xmr COMMAND [ARGS...]\ncommands:\n  ' + '\n  '.join(available()))

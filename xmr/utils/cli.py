@@ -48,6 +48,19 @@ class UserKeyError(KeyError):
         return str(self.args[0]) if self.args else ''
 
 
+#: What the ``xmr`` command names the tool it runs (``xmr train``), for its usage line.
+command_name: str | None = None
+
+
+def print_for_reader(text: str) -> None:
+    """Print ``text`` to stdout; a reader that stopped early (``xmr train --help | head``)
+    wants no more, so a closed pipe is not an error, at once or at Python's flush at exit."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def error_line(error: BaseException) -> str:
     """The one line a tool prints for ``error`` (without the ``error: `` prefix)."""
     if isinstance(error, SystemExit):
@@ -73,11 +86,16 @@ def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None
             a bad flag) pass through unchanged.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    if command_name is not None:
+        sys.argv[0] = command_name  # runpy put the script's path there
     debug = DEBUG_FLAG in args
     try:
         main([arg for arg in args if arg != DEBUG_FLAG])
     except SystemExit as error:
         if not isinstance(error.code, str):
+            if error.code in (0, None) and {'-h', '--help'} & set(args):
+                print_for_reader(f'\nevery xmr tool also takes:\n  {DEBUG_FLAG:<22}show the '
+                                 'traceback of a failure before its error line')
             raise
         _report(error, debug)
     except Exception as error:  # noqa: BLE001  (every failure becomes one line; --debug shows it)
