@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -14,7 +16,7 @@ from xmr.models.adapters import (
 def test_phm_weight_is_the_sum_of_kronecker_products():
     torch.manual_seed(0)
     rule = PHMRule(4)
-    layer = PHMLinear(12, 8, rule, rank=1, init_std=1.0)
+    layer = PHMLinear(12, 8, rank=1, rule=rule)
     expected = sum(torch.kron(rule.rule[i], layer.left[i] @ layer.right[i]) for i in range(4))
     torch.testing.assert_close(layer.weight(), expected)
     x = torch.randn(5, 12)
@@ -22,13 +24,42 @@ def test_phm_weight_is_the_sum_of_kronecker_products():
 
 
 def test_each_b_i_has_rank_one():
-    layer = PHMLinear(16, 8, PHMRule(4), rank=1, init_std=1.0)
+    layer = PHMLinear(16, 8, rank=1)
     blocks = layer.left @ layer.right
     assert [torch.linalg.matrix_rank(b).item() for b in blocks] == [1, 1, 1, 1]
 
 
-def test_the_rule_is_shared_by_every_layer_of_a_language_and_registered_once():
+def test_by_default_every_phm_layer_has_its_own_rule_as_in_opendelta():
+    """OpenDelta's CompacterModel (PECTVLM's) refuses shared_phm_rule: a rule per PHM layer."""
     _, branch = build_clip_branch(dict(type='CompacterAdapter', reduction_factor=4))
+    german = branch.adapters.sets['de']
+    layers = [m for m in german.modules() if isinstance(m, PHMLinear)]
+    assert len({id(layer.rule) for layer in layers}) == len(layers) == 12  # 3 blocks x 2 sites
+    assert not any(key.startswith('shared_') for key in german)
+    assert sum(n.endswith('.rule.rule') for n in branch.state_dict()) == 2 * 12
+
+
+def test_factors_start_as_opendeltas_glorot_uniform_and_the_rules_as_its_normal():
+    torch.manual_seed(0)
+    layer = PHMLinear(1024, 64, phm_dim=4, rank=1)
+    # xavier_uniform_(gain=√2) on each [256, 1] slice: U(±√2·√(6 / (256 + 1))).
+    bound = math.sqrt(2) * math.sqrt(6 / (256 + 1))
+    assert layer.left.abs().max() <= bound
+    assert layer.left.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.1)
+    bound_right = math.sqrt(2) * math.sqrt(6 / (1 + 16))  # the [1, 16] slices
+    assert layer.right.abs().max() <= bound_right
+    assert layer.right.std().item() == pytest.approx(bound_right / math.sqrt(3), rel=0.15)
+    assert layer.rule.rule.std().item() == pytest.approx(0.01, rel=0.3)
+    assert torch.count_nonzero(layer.bias) == 0
+    normal = PHMLinear(1024, 64, factor_init='normal', init_std=1e-4)
+    assert normal.left.std().item() == pytest.approx(1e-4, rel=0.1)
+    with pytest.raises(ValueError, match="factor_init 'xavier' is none of"):
+        PHMLinear(8, 8, factor_init='xavier')
+
+
+def test_with_share_rule_one_rule_serves_every_layer_of_a_language_registered_once():
+    _, branch = build_clip_branch(dict(type='CompacterAdapter', reduction_factor=4,
+                                       share_rule=True))
     german, chinese = branch.adapters.sets['de'], branch.adapters.sets['zh']
     rules = {id(m.rule) for m in german.modules() if isinstance(m, PHMLinear)}
     assert rules == {id(german['shared_0'])}
@@ -39,7 +70,7 @@ def test_the_rule_is_shared_by_every_layer_of_a_language_and_registered_once():
 
 def test_the_shared_rule_receives_gradient_from_every_layer():
     _, branch = build_clip_branch(dict(type='CompacterAdapter', reduction_factor=4,
-                                       init_std=0.5), languages=['de'])
+                                       share_rule=True), languages=['de'])
     placed = branch.adapters.sets['de']
     rule = placed['shared_0'].rule
     x = torch.randn(2, 4, 32)
@@ -54,21 +85,29 @@ def test_the_shared_rule_receives_gradient_from_every_layer():
 def test_parameter_count_matches_a_hand_count():
     # Width 32, reduction 4 -> hidden 8, n = 4, rank 1.
     # down: s 4x(32/4) + t 4x(8/4) + bias 8 = 48; up: s 4x(8/4) + t 4x(32/4) + bias 32 = 72.
-    # Two sites x 3 blocks, plus the shared rule 4x4x4 once.
-    _, branch = build_clip_branch(dict(type='CompacterAdapter', reduction_factor=4),
-                                  languages=['de'])
-    assert sum(p.numel() for p in branch.adapters.parameters()) == 6 * (48 + 72) + 64
+    # Two sites x 3 blocks; a rule 4x4x4 per PHM layer, or once when shared.
+    def count(**options):
+        _, branch = build_clip_branch(dict(type='CompacterAdapter', reduction_factor=4,
+                                           **options), languages=['de'])
+        return sum(p.numel() for p in branch.adapters.parameters())
+
+    assert count() == 6 * (48 + 64 + 72 + 64)
+    assert count(share_rule=True) == 6 * (48 + 72) + 64
 
 
-def test_standalone_instance_owns_its_rule():
-    adapter = CompacterAdapter(AdapterPlacement(16, 'mlp.output'), reduction_factor=2)
-    assert isinstance(adapter.own_rule, PHMRule)
-    assert sum(p.numel() for p in adapter.parameters()) == (
-        4 * 4 + 4 * 2 + 8) + (4 * 2 + 4 * 4 + 16) + 64
+def test_standalone_instance_owns_its_rules():
+    own = CompacterAdapter(AdapterPlacement(16, 'mlp.output'), reduction_factor=2)
+    shared = CompacterAdapter(AdapterPlacement(16, 'mlp.output'), reduction_factor=2,
+                              share_rule=True)
+    assert isinstance(shared.own_rule, PHMRule) and shared.down.rule is shared.up.rule
+    assert own.down.rule is not own.up.rule
+    factors = (4 * 4 + 4 * 2 + 8) + (4 * 2 + 4 * 4 + 16)
+    assert sum(p.numel() for p in own.parameters()) == factors + 2 * 64
+    assert sum(p.numel() for p in shared.parameters()) == factors + 64
 
 
 def test_bad_sizes_name_the_numbers():
     with pytest.raises(ValueError, match='reduction_factor 5 must divide the tower width 32'):
         CompacterAdapter(AdapterPlacement(32, 'mlp.output'), reduction_factor=5)
     with pytest.raises(ValueError, match='in_features=6 is not divisible by phm_dim=4'):
-        PHMLinear(6, 8, PHMRule(4))
+        PHMLinear(6, 8)

@@ -1,14 +1,16 @@
 """Compacter (Karimi Mahabadi et al., 2021): adapters built from hypercomplex (PHM) layers.
 
 A PHM layer's weight is a sum of Kronecker products, ``W = Σ_{i=1..n} A_i ⊗ B_i`` with
-``W ∈ R^{d_in×d_out}``, ``A_i ∈ R^{n×n}`` and ``B_i ∈ R^{(d_in/n)×(d_out/n)}`` (Compacter Eq. 4).
-Compacter shares the "rules" ``A_i`` across all its layers and factorises each
-``B_i = s_i t_iᵀ`` with rank-1 factors ``s_i ∈ R^{d_in/n}``, ``t_i ∈ R^{d_out/n}`` (Eq. 5), so a
-layer holds ``n (d_in + d_out) / n · r`` weights plus its bias, and the ``n³`` rule weights are paid
-once per language.
+``W ∈ R^{d_in×d_out}``, ``A_i ∈ R^{n×n}`` and ``B_i ∈ R^{(d_in/n)×(d_out/n)}`` (Compacter Eq. 4),
+each ``B_i = s_i t_iᵀ`` factorised with rank-``r`` factors ``s_i ∈ R^{(d_in/n)×r}``,
+``t_i ∈ R^{r×(d_out/n)}`` (Eq. 5). The paper shares the "rules" ``A_i`` across all layers
+(``share_rule=True``: the ``n³`` rule weights paid once per language); OpenDelta's
+``CompacterModel``, which PECTVLM ran, refuses that sharing and gives every PHM layer its own rule,
+the default here.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -21,11 +23,11 @@ from xmr.registry import ADAPTERS
 
 
 class PHMRule(nn.Module):
-    """The shared rule matrices ``A_i``, ``[n, n, n]`` (``A[i]`` is ``A_i``).
+    """The rule matrices ``A_i``, ``[n, n, n]`` (``A[i]`` is ``A_i``).
 
     Args:
         phm_dim: ``n``.
-        init_std: standard deviation of their normal initialisation.
+        init_std: standard deviation of their normal initialisation (OpenDelta: 0.01).
     """
 
     def __init__(self, phm_dim: int, init_std: float = 0.01) -> None:
@@ -34,33 +36,59 @@ class PHMRule(nn.Module):
         self.rule = nn.Parameter(torch.randn(phm_dim, phm_dim, phm_dim) * init_std)
 
 
+#: How a PHM layer's factors ``s_i``, ``t_i`` start: ``glorot_uniform`` (OpenDelta's default,
+#: ``xavier_uniform_`` with gain √2 on each ``[d/n, r]`` slice) or ``normal`` (N(0, ``init_std``)).
+FACTOR_INITS = ('glorot_uniform', 'normal')
+
+
 class PHMLinear(nn.Module):
     """``y = x W + b`` with ``W = Σ_i A_i ⊗ (s_i t_iᵀ)`` (rank ``r`` factors).
 
     Args:
         in_features: ``d_in`` (divisible by ``n``).
         out_features: ``d_out`` (divisible by ``n``).
-        rule: the shared :class:`PHMRule` (held, not registered: its owner registers it once).
+        phm_dim: ``n``.
         rank: rank ``r`` of each ``B_i`` (Compacter: 1).
-        init_std: standard deviation of the factors' normal initialisation.
+        factor_init: one of :data:`FACTOR_INITS`.
+        init_std: standard deviation of the factors under ``factor_init='normal'``.
         zero_init: start the right factors ``t_i`` at zero, so ``W = 0``.
+        rule: a rule shared with other layers (held, not registered: its owner registers it
+            once); ``None``: the layer owns its own, N(0, ``rule_init_std``).
+        rule_init_std: standard deviation of the layer's own rule.
     """
 
-    def __init__(self, in_features: int, out_features: int, rule: PHMRule, rank: int = 1,
-                 init_std: float = 1e-4, zero_init: bool = False) -> None:
+    def __init__(self, in_features: int, out_features: int, phm_dim: int = 4, rank: int = 1,
+                 factor_init: str = 'glorot_uniform', init_std: float = 1e-4,
+                 zero_init: bool = False, rule: PHMRule | None = None,
+                 rule_init_std: float = 0.01) -> None:
         super().__init__()
-        n = rule.phm_dim
+        n = phm_dim
         for name, size in (('in_features', in_features), ('out_features', out_features)):
             if size % n:
                 raise ValueError(f'PHM layer {name}={size} is not divisible by phm_dim={n}')
-        hold_unowned(self, 'rule', rule)
+        if factor_init not in FACTOR_INITS:
+            raise ValueError(f'PHM factor_init {factor_init!r} is none of {FACTOR_INITS}')
+        if rule is None:
+            self.rule = PHMRule(n, rule_init_std)
+        elif rule.phm_dim != n:
+            raise ValueError(f'shared PHM rule has n={rule.phm_dim}, the layer n={n}')
+        else:
+            hold_unowned(self, 'rule', rule)
         self.in_features, self.out_features = in_features, out_features
-        self.left = nn.Parameter(torch.randn(n, in_features // n, rank) * init_std)
-        right = torch.zeros(n, rank, out_features // n)
-        if not zero_init:
-            right.normal_(std=init_std)
-        self.right = nn.Parameter(right)
+        self.left = nn.Parameter(self._factors(n, in_features // n, rank, factor_init, init_std))
+        right = self._factors(n, rank, out_features // n, factor_init, init_std)
+        self.right = nn.Parameter(right.zero_() if zero_init else right)
         self.bias = nn.Parameter(torch.zeros(out_features))
+
+    @staticmethod
+    def _factors(n: int, rows: int, cols: int, init: str, std: float) -> torch.Tensor:
+        """``n`` factor slices ``[rows, cols]``, each initialised on its own as OpenDelta does."""
+        if init == 'normal':
+            return torch.randn(n, rows, cols) * std
+        factors = torch.empty(n, rows, cols)
+        for piece in factors:
+            nn.init.xavier_uniform_(piece, gain=math.sqrt(2))
+        return factors
 
     def weight(self) -> torch.Tensor:
         """``W = Σ_i A_i ⊗ B_i``, ``[d_in, d_out]``."""
@@ -79,9 +107,11 @@ class PHMLinear(nn.Module):
 class CompacterAdapter(BaseAdapter):
     """``x + PHM_up σ(PHM_down x)`` after the attention output and after the FFN.
 
-    The bottleneck is ``width // reduction_factor`` wide (PECTVLM: reduction 16, ``n = 4``,
-    rank 1). Every instance of one language built from one config shares the rule
-    :class:`PHMRule` (``A_i``), which the adapter set registers once as ``shared_<k>``.
+    The bottleneck is ``width // reduction_factor`` wide. The defaults are those of OpenDelta's
+    ``CompacterModel``, which PECTVLM ran (reduction 16, ``n = 4``, rank 1, ``gelu_new``, a rule
+    per PHM layer, glorot-uniform factors, rules N(0, 0.01), biases 0). With ``share_rule`` every
+    instance of one language built from one config holds one :class:`PHMRule` (the Compacter
+    paper's sharing), which the adapter set registers once as ``shared_<k>``.
 
     Args:
         placement: where the instance sits (:class:`AdapterPlacement`).
@@ -89,10 +119,13 @@ class CompacterAdapter(BaseAdapter):
         phm_dim: ``n``, the number of Kronecker summands (divides ``D`` and the hidden width).
         rank: rank of the factorised ``B_i``.
         activation: bottleneck nonlinearity (see :data:`~xmr.models.adapters.houlsby.ACTIVATIONS`).
-        init_std: standard deviation of the factors' initialisation (OpenDelta: 1e-4).
+        share_rule: one rule for all the language's layers (the paper) instead of one per layer.
+        factor_init: one of :data:`FACTOR_INITS`.
+        init_std: standard deviation of the factors under ``factor_init='normal'``.
         rule_init_std: standard deviation of the rules' initialisation.
         zero_init: start the up projection's right factors at zero (an exact identity).
-        shared: the language's :class:`PHMRule`; a standalone instance builds and owns its own.
+        shared: the language's :class:`PHMRule` under ``share_rule`` (a standalone instance
+            builds and owns its own).
     """
 
     sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT, AdapterSite.BLOCK_OUTPUT)
@@ -101,6 +134,7 @@ class CompacterAdapter(BaseAdapter):
 
     def __init__(self, placement: AdapterPlacement, reduction_factor: int = 16,
                  phm_dim: int = 4, rank: int = 1, activation: str = 'gelu_new',
+                 share_rule: bool = False, factor_init: str = 'glorot_uniform',
                  init_std: float = 1e-4, rule_init_std: float = 0.01, zero_init: bool = False,
                  shared: PHMRule | None = None) -> None:
         super().__init__(placement)
@@ -108,22 +142,22 @@ class CompacterAdapter(BaseAdapter):
         if reduction_factor <= 0 or width % reduction_factor:
             raise ValueError(f'Compacter reduction_factor {reduction_factor} must divide the '
                              f'tower width {width}')
-        if shared is None:
-            self.own_rule = PHMRule(phm_dim, rule_init_std)
-            shared = self.own_rule
-        elif shared.phm_dim != phm_dim:
-            raise ValueError(f'shared PHM rule has n={shared.phm_dim}, the adapter n={phm_dim}')
+        if share_rule and shared is None:
+            self.own_rule = shared = PHMRule(phm_dim, rule_init_std)
         hidden = width // reduction_factor
         self.activation_name = activation
         self.activation = get_activation(activation)
-        self.down = PHMLinear(width, hidden, shared, rank, init_std)
-        self.up = PHMLinear(hidden, width, shared, rank, init_std, zero_init=zero_init)
+        layer = dict(phm_dim=phm_dim, rank=rank, factor_init=factor_init, init_std=init_std,
+                     rule=shared, rule_init_std=rule_init_std)
+        self.down = PHMLinear(width, hidden, **layer)
+        self.up = PHMLinear(hidden, width, zero_init=zero_init, **layer)
 
     @classmethod
-    def build_shared(cls, width: int, phm_dim: int = 4, rule_init_std: float = 0.01,
-                     **options: Any) -> PHMRule:
-        """One :class:`PHMRule` per language and config: the ``A_i`` every layer shares."""
-        return PHMRule(phm_dim, rule_init_std)
+    def build_shared(cls, width: int, phm_dim: int = 4, share_rule: bool = False,
+                     rule_init_std: float = 0.01, **options: Any) -> PHMRule | None:
+        """Under ``share_rule``, one :class:`PHMRule` per language and config: the ``A_i``
+        every layer shares; else none."""
+        return PHMRule(phm_dim, rule_init_std) if share_rule else None
 
     def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
         """``[B, L, D] -> [B, L, D]``."""
