@@ -6,7 +6,8 @@
 # recall_ks (1,)), which is also the test score on the 900 test images. Only the language's
 # module trains: its PEFT module with its own copies of both LayerNorms of every layer and of the
 # linear head (run_cross.py unfreezes 'deltas', 'output.LayerNorm' and 'LinearTransformation';
-# the 'pooler' it also unfreezes is never read by M-CLIP). The authors' scripts/*.sh train 50
+# the 'pooler' it also unfreezes is never read by M-CLIP); the prompt configs train the prompt
+# alone, as run_XTD.py does. The authors' scripts/*.sh train 50
 # epochs at batch 5 (500 steps): --ablation pectvlm/authors-script-xtd10.
 #
 # Data: tools/data/prepare_xtd10.py (xtd10_test.json), then attach PECTVLM's translations to it
