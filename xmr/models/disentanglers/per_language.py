@@ -3,7 +3,7 @@
 DASD's paper counts its trainable parameters (Table 1, #TP: 134M against MLA's 108M) as if the
 semantics disentangling module, the parameter generator and the discriminator existed once per
 target language: ``92,205,824 + 5 x (12 x 33,312 + 790,016 + 6,828,544 + 295,425)`` =
-133,773,489 for five languages, where one module shared by all languages gives 102.1M. A
+133,774,469 for five languages, where one module shared by all languages gives 102.1M. A
 :class:`ConditionDisentangler` config with ``per_language=True`` builds this: the retriever
 wraps one copy per language of its branch in :class:`PerLanguageDisentangler`, and each caption
 goes through its own language's copy.
