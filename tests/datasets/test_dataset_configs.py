@@ -68,8 +68,13 @@ def test_config_builds_its_datasets(path, tmp_path):
         assert loader['sampler']['type'] == 'DefaultSampler', name
         training = name.endswith('train_dataloader') or name == 'source_finetune_dataloader'
         assert loader['sampler']['shuffle'] == training, name
-        # Evaluation scores every item; training drops a last partial batch (train_loaders.py).
-        assert loader['drop_last'] == training, name
+        # Evaluation scores every item; training batches one language at a time, dropping each
+        # language's last partial batch (train_loaders.py).
+        if training:
+            assert loader['batch_sampler'] == dict(type='LanguageBatchSampler'), name
+            assert 'drop_last' not in loader, name  # torch refuses it beside a batch sampler
+        else:
+            assert loader['drop_last'] is False and 'batch_sampler' not in loader, name
         dataset_cfg = dict(loader['dataset'])
         ann_file = Path(dataset_cfg['ann_file'])
         assert ann_file.name in CONVERTER_OUTPUTS, f'{name}: {ann_file}'

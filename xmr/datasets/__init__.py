@@ -30,6 +30,7 @@ _HOMES = {
     'MediaSkippedWarning': 'corrupt_policy', 'SkippedMedia': 'corrupt_policy',
     'MediaReadError': 'media_io', 'read_image': 'media_io', 'read_video_frames': 'media_io',
     'uniform_frame_indices': 'frame_sampling', 'MediaTransform': 'transforms',
+    'LanguageBatchSampler': 'language_batch_sampler',
 }
 
 __all__ = [*_HOMES, 'synthetic']

@@ -122,6 +122,11 @@ class CaptionPairDataset(MediaCaptionDataset):
     def __len__(self) -> int:
         return len(self._record)
 
+    def item_languages(self) -> np.ndarray:
+        """``[N]`` int16: each item's position in :attr:`target_langs` (-1 under
+        ``source_only``), read without loading an item (``LanguageBatchSampler``)."""
+        return self._lang
+
     def __getitem__(self, index: int) -> dict[str, Any] | SkippedMedia:
         record = self.records[int(self._record[index])]
         caption = int(self._caption[index])

@@ -121,9 +121,11 @@ class _InfiniteIterator:
         self._iterator = iter(dataloader)
 
     def _set_epoch(self) -> None:
-        sampler = getattr(self.dataloader, 'sampler', None)
-        if hasattr(sampler, 'set_epoch'):
-            sampler.set_epoch(self.epoch)
+        # A batch sampler plans its passes itself (torch then gives the loader a plain sampler).
+        for sampler in (getattr(self.dataloader, 'sampler', None),
+                        getattr(self.dataloader, 'batch_sampler', None)):
+            if hasattr(sampler, 'set_epoch'):
+                sampler.set_epoch(self.epoch)
 
     def __next__(self) -> Any:
         try:

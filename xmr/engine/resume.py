@@ -35,11 +35,14 @@ class SkipFirstIndices(Sampler):
 
 
 def can_skip_at_sampler(dataloader: DataLoader) -> bool:
-    """Whether :func:`skip_at_sampler` applies: a map-style DataLoader batched by torch.
+    """Whether :func:`skip_at_sampler` applies: a map-style DataLoader batched by torch, or by
+    a batch sampler that can start a pass at a given batch (``start_at(batches)``, e.g.
+    :class:`~xmr.datasets.language_batch_sampler.LanguageBatchSampler`).
 
     An iterable dataset ignores the sampler's indices, so dropping them would skip nothing.
     """
-    return (type(dataloader.batch_sampler) is BatchSampler
+    batch_sampler = dataloader.batch_sampler
+    return ((type(batch_sampler) is BatchSampler or hasattr(batch_sampler, 'start_at'))
             and not isinstance(dataloader.dataset, IterableDataset))
 
 
@@ -48,9 +51,13 @@ def skip_at_sampler(dataloader: DataLoader, batches: int) -> None:
 
     Only for :func:`can_skip_at_sampler` loaders: torch's ``BatchSampler`` cuts consecutive
     runs of ``batch_size`` indices, so the first ``batches`` batches are exactly the first
-    ``batches x batch_size`` indices of the pass (a custom batch sampler may group differently).
+    ``batches x batch_size`` indices of the pass (a custom batch sampler may group differently,
+    and says where to start itself: ``start_at``).
     """
     batch_sampler = dataloader.batch_sampler
+    if hasattr(batch_sampler, 'start_at'):
+        batch_sampler.start_at(batches)
+        return
     count = batches * batch_sampler.batch_size
     if isinstance(batch_sampler.sampler, SkipFirstIndices):
         batch_sampler.sampler.count = count

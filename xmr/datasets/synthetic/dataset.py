@@ -119,6 +119,10 @@ class SyntheticPairDataset(_SyntheticImages):
     def __len__(self) -> int:
         return self.num_scenes * max(len(self.languages), 1)
 
+    def item_languages(self) -> np.ndarray:
+        """``[N]``: each item's position in :attr:`languages` (0 for English alone)."""
+        return np.arange(len(self)) % max(len(self.languages), 1)
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         self._check_index(index)
         if self.languages:

@@ -248,6 +248,18 @@ class CachedFeatureDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
+    def item_languages(self) -> Any:
+        """The wrapped dataset's ``item_languages()`` (``LanguageBatchSampler`` reads it).
+
+        Raises:
+            ValueError: the wrapped dataset has none.
+        """
+        inner = getattr(self.dataset, 'item_languages', None)
+        if inner is None:
+            raise ValueError(f'CachedFeatureDataset: the {type(self.dataset).__name__} it wraps '
+                             'tells no item languages (no item_languages())')
+        return inner()
+
     def __getitem__(self, index: int) -> dict[str, Any] | SkippedMedia | None:
         if self.cache is None:
             raise RuntimeError(f'feature cache {self.cache_dir} is not prepared: the training '

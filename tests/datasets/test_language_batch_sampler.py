@@ -1,0 +1,152 @@
+"""LanguageBatchSampler: one language per batch, planned from the seed and the epoch alone."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from mmengine.dataset import DefaultSampler
+from mmengine.hooks import Hook
+from torch.utils.data import BatchSampler, DataLoader
+
+from tests.engine.test_loops import PAIRS, PHASES, loader, make_cfg, train
+from xmr.datasets.language_batch_sampler import LanguageBatchSampler
+from xmr.engine.resume import can_skip_at_sampler, skip_at_sampler
+from xmr.registry import HOOKS
+
+
+class Items:
+    """A dataset of integers whose languages are given."""
+
+    def __init__(self, languages) -> None:
+        self.languages = np.asarray(languages)
+
+    def __len__(self) -> int:
+        return len(self.languages)
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+    def item_languages(self) -> np.ndarray:
+        return self.languages
+
+
+def batches(languages, batch_size: int, epoch: int = 0, shuffle: bool = True, seed: int = 3):
+    sampler = LanguageBatchSampler(DefaultSampler(Items(languages), shuffle=shuffle, seed=seed),
+                                   batch_size)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def test_the_batches_complete_in_order_along_the_pass_worked_by_hand():
+    # Unshuffled: language 0 at 0, 2, 5; language 1 at 1, 3, 4. [0, 2] completes at position 2,
+    # [1, 3] at 3; 5 and 4 are each language's incomplete remainder, dropped.
+    assert batches([0, 1, 0, 1, 1, 0], 2, shuffle=False) == [[0, 2], [1, 3]]
+    assert batches([1, 1, 0, 0, 0, 0], 2, shuffle=False) == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_with_one_language_the_batches_are_the_default_samplers_with_drop_last():
+    for epoch in (0, 1):
+        plain = DefaultSampler(Items([7] * 23), shuffle=True, seed=5)
+        plain.set_epoch(epoch)
+        assert batches([7] * 23, 4, epoch, seed=5) == list(BatchSampler(plain, 4, True))
+
+
+def test_every_batch_holds_one_language_and_every_item_comes_once_a_pass():
+    rng = np.random.default_rng(0)
+    languages = rng.integers(0, 3, size=101)
+    plan = batches(languages, 8)
+    counts = np.bincount(languages)
+    assert len(plan) == sum(counts // 8) == len(LanguageBatchSampler(
+        DefaultSampler(Items(languages)), 8))
+    assert all(len(set(languages[batch])) == 1 for batch in plan)
+    drawn = [i for batch in plan for i in batch]
+    assert len(drawn) == len(set(drawn))
+    for language in range(3):  # what a pass leaves out is each language's remainder
+        assert (languages[drawn] == language).sum() == counts[language] // 8 * 8
+    mixed = [len(set(languages[batch])) for batch in plan]
+    assert mixed == [1] * len(plan)
+    assert len({languages[batch[0]] for batch in plan[:6]}) > 1  # the languages interleave
+
+
+def test_the_plan_depends_on_the_seed_and_the_epoch_only():
+    languages = np.arange(60) % 3
+    assert batches(languages, 4, epoch=1) == batches(languages, 4, epoch=1)
+    assert batches(languages, 4, epoch=1) != batches(languages, 4, epoch=2)
+    assert batches(languages, 4, seed=3) != batches(languages, 4, seed=4)
+
+
+def test_under_ddp_the_ranks_deal_the_batches_in_turn_and_get_as_many(monkeypatch):
+    languages = np.arange(70) % 3  # 24, 23, 23 items: 6 + 5 + 5 = 16 batches of 4
+    whole = batches(languages, 4)
+    assert len(whole) == 16
+    shares = []
+    for rank in range(3):
+        monkeypatch.setattr('xmr.datasets.language_batch_sampler.get_dist_info',
+                            lambda rank=rank: (rank, 3))
+        shares.append(batches(languages, 4))
+    assert [len(share) for share in shares] == [5, 5, 5]  # 16 // 3 each, the last one left
+    assert [shares[i % 3][i // 3] for i in range(15)] == whole[:15]
+
+
+def test_a_pass_started_at_a_batch_skips_the_ones_before_and_the_next_pass_is_whole():
+    sampler = LanguageBatchSampler(DefaultSampler(Items(np.arange(40) % 2), seed=1), 4)
+    whole = list(sampler)
+    sampler.start_at(3)
+    assert list(sampler) == whole[3:]
+    assert list(sampler) == whole
+    # A resumed phase skips at this batch sampler: no skipped item is read.
+    dataloader = DataLoader(sampler.sampler.dataset, batch_sampler=sampler,
+                            collate_fn=lambda items: items)
+    assert can_skip_at_sampler(dataloader)
+    skip_at_sampler(dataloader, 3)
+    assert list(dataloader) == whole[3:]
+
+
+def test_a_dataset_without_item_languages_is_refused_naming_it():
+    with pytest.raises(ValueError, match='LanguageBatchSampler: list tells no item languages '
+                       r'\(it has no item_languages\(\)\); train it with batch_sampler=None'):
+        LanguageBatchSampler(DefaultSampler(list(range(4))), 2)
+    with pytest.raises(ValueError, match='batch_size must be a positive int, got 0'):
+        LanguageBatchSampler(DefaultSampler(Items([0, 1])), 0)
+
+
+@HOOKS.register_module(force=True)
+class BatchLanguagesHook(Hook):
+    """Records each iteration's item indices and languages."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[list[int], set[str]]] = []
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        self.batches.append((list(data_batch['index']), set(data_batch['lang'])))
+
+
+def grouped_run(work_dir, **options):
+    cfg = make_cfg(work_dir, phases=copy.deepcopy(PHASES[1:]), **options)
+    grouped = loader(PAIRS)
+    grouped.pop('drop_last')
+    cfg.train_dataloader = dict(grouped, batch_sampler=dict(type='LanguageBatchSampler'))
+    cfg.custom_hooks.append(dict(type='BatchLanguagesHook'))
+    torch.manual_seed(0)
+    runner, records = train(cfg)
+    seen = next(h for h in runner.hooks if isinstance(h, BatchLanguagesHook)).batches
+    return seen, records
+
+
+def test_training_reads_one_language_a_batch_and_a_resumed_run_the_same_batches(tmp_path):
+    """40 scenes in de and zh at batch 8: 10 batches a pass; resumed at iteration 5 (mid-pass,
+    skipped at the sampler) and 10 (the second phase), the runs read what the uninterrupted
+    one read and compute its losses."""
+    seen, records = grouped_run(tmp_path / 'whole', checkpoint_interval=5)
+    assert len(seen) == 12
+    assert all(len(languages) == 1 for _, languages in seen)
+    assert {languages.pop() for _, languages in copy.deepcopy(seen[:8])} == {'de', 'zh'}
+    for resume_at in (5, 10):
+        resumed, resumed_records = grouped_run(
+            tmp_path / f'from_{resume_at}',
+            resume_from=tmp_path / 'whole' / f'iter_{resume_at}.pth')
+        assert resumed == seen[resume_at:]
+        for mine, reference in zip(resumed_records, records[resume_at:]):
+            assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-5, abs=1e-6)

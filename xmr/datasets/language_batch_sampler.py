@@ -1,0 +1,104 @@
+"""Batches of one language each, as the DASD and MLA authors batch their training data."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from mmengine.dist import get_dist_info
+from torch.utils.data import Sampler
+
+from xmr.registry import DATA_SAMPLERS
+
+__all__ = ['LanguageBatchSampler']
+
+
+@DATA_SAMPLERS.register_module()
+class LanguageBatchSampler(Sampler[list[int]]):
+    """Cuts each pass into full batches that each hold one language's items.
+
+    The authors of DASD and MLA train from one loader per language (their ``MetaLoader`` draws
+    the language of each batch), so no batch mixes languages. Mixed batches differ in what the
+    losses see: an image paired with captions in two languages of one batch is its own negative
+    in the contrastive ``L_CM`` (17% of Multi30K's batches at 128 with de, fr and cs), and the
+    SDM's adversarial negatives come from other languages.
+
+    A pass is planned from the pass's permutation of the dataset (``torch.randperm`` seeded with
+    ``seed + epoch``, MMEngine's ``DefaultSampler``'s; the identity without ``shuffle``): each
+    language's items in that order are cut into batches of ``batch_size``, a language's last
+    incomplete batch is dropped, and the batches follow one another in the order in which
+    they complete along the permutation. Every language thus appears in proportion to its items
+    (the authors draw each batch's language uniformly; the two agree for languages of equal
+    size, as in Multi30K and the translated CC300K), and with one language the batches are
+    those of ``DefaultSampler`` with ``drop_last``. Under DDP the batches are dealt to the ranks
+    in turn, each rank getting the same number. The plan depends only on the seed and the
+    epoch, so a resumed run starts a pass at any batch without reading the ones before
+    (:meth:`start_at`).
+
+    MMEngine builds it from a dataloader's ``batch_sampler=dict(type='LanguageBatchSampler')``
+    with the dataloader's ``sampler`` (its ``dataset``, ``seed`` and ``shuffle`` are read) and
+    ``batch_size``; such a dataloader sets no ``drop_last`` (torch refuses it beside a batch
+    sampler; incomplete batches are always dropped).
+
+    Args:
+        sampler: the dataloader's built sampler; its ``dataset`` gives each item's language
+            through ``item_languages()`` (``[N]`` ints, equal for one language's items).
+        batch_size: items per batch, per process.
+    """
+
+    def __init__(self, sampler: Sampler, batch_size: int) -> None:
+        dataset = getattr(sampler, 'dataset', None)
+        item_languages = getattr(dataset, 'item_languages', None)
+        if item_languages is None:
+            raise ValueError(
+                f'LanguageBatchSampler: {type(dataset).__name__} tells no item languages (it has '
+                'no item_languages()); train it with batch_sampler=None, or wrap a dataset that '
+                'has them (CaptionPairDataset, SyntheticPairDataset, CachedFeatureDataset)')
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f'LanguageBatchSampler: batch_size must be a positive int, got '
+                             f'{batch_size!r}')
+        self.sampler = sampler  # MMEngine's DistSamplerSeedHook looks for it
+        self.languages = np.asarray(item_languages())
+        self.batch_size = batch_size
+        self.seed = int(getattr(sampler, 'seed', 0) or 0)
+        self.shuffle = bool(getattr(sampler, 'shuffle', True))
+        self.rank, self.world_size = get_dist_info()
+        self.epoch = 0
+        self._start = 0
+        counts = np.unique(self.languages, return_counts=True)[1]
+        self._batches_per_rank = int((counts // batch_size).sum()) // self.world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        """Plan the next pass as pass ``epoch`` (the training loop calls it before each)."""
+        self.epoch = epoch
+        if hasattr(self.sampler, 'set_epoch'):
+            self.sampler.set_epoch(epoch)
+
+    def start_at(self, batches: int) -> None:
+        """Make the next pass begin at its batch ``batches`` (a resumed run); later passes are
+        whole."""
+        self._start = batches
+
+    def plan(self) -> list[list[int]]:
+        """This rank's batches of pass :attr:`epoch`, in order: ``[len(self)][batch_size]``."""
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(len(self.languages), generator=generator).numpy()
+        else:
+            order = np.arange(len(self.languages))
+        completed_at, batches = [], []
+        for language in np.unique(self.languages):
+            positions = np.flatnonzero(self.languages[order] == language)
+            for start in range(0, len(positions) - self.batch_size + 1, self.batch_size):
+                members = positions[start:start + self.batch_size]
+                completed_at.append(members[-1])
+                batches.append(order[members].tolist())
+        ranked = [batches[i] for i in np.argsort(completed_at, kind='stable')]
+        return ranked[self.rank:self._batches_per_rank * self.world_size:self.world_size]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        start, self._start = self._start, 0
+        return iter(self.plan()[start:])
+
+    def __len__(self) -> int:
+        return self._batches_per_rank
