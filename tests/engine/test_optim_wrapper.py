@@ -3,12 +3,14 @@ losses are read rather than inside the step."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
 from mmengine.logging import MessageHub
 
 from tests.engine.test_loops import make_cfg, train
+from xmr.engine.amp import AutocastOptimWrapper
 from xmr.engine.optim_wrapper import OptimWrapper
 
 
@@ -120,11 +122,12 @@ def clipped_adamw_step(wrapper: OptimWrapper, step: int) -> None:
 
 
 def clipped_adamw_steps(optimizer_options: dict, compiled_step: dict | None,
-                        device: torch.device | str = 'cpu'
+                        device: torch.device | str = 'cpu', **amp: Any
                         ) -> tuple[list[torch.Tensor], list[float], list[int], OptimWrapper]:
-    """Three clipped AdamW steps through xmr's wrapper over a decayed weight ``[8, 4]`` and an
-    undecayed bias ``[4]``, random gradients and a new lr at every step: the trained tensors
-    (on the CPU), the clipped norms, the graphs compiled so far after each step, the wrapper."""
+    """Three clipped AdamW steps through xmr's wrapper (``AutocastOptimWrapper`` given the
+    ``amp`` options) over a decayed weight ``[8, 4]`` and an undecayed bias ``[4]``, random
+    gradients and a new lr at every step: the trained tensors (on the CPU), the clipped norms,
+    the graphs compiled so far after each step, the wrapper."""
     from torch._dynamo.utils import counters
     from torch._inductor.cudagraph_trees import reset_cudagraph_trees
 
@@ -134,7 +137,11 @@ def clipped_adamw_steps(optimizer_options: dict, compiled_step: dict | None,
     optimizer = torch.optim.AdamW([dict(params=[weight], weight_decay=0.1),
                                    dict(params=[bias], weight_decay=0.0)],
                                   lr=1e-2, **optimizer_options)
-    wrapper = OptimWrapper(optimizer, clip_grad=dict(max_norm=1.0), compiled_step=compiled_step)
+    wrapper = (AutocastOptimWrapper if amp else OptimWrapper)(
+        optimizer=optimizer, clip_grad=dict(max_norm=1.0), compiled_step=compiled_step, **amp)
+    if amp:  # the first forward's context resolves the precision, before any step
+        with wrapper.optim_context(torch.nn.ParameterList([weight, bias])):
+            pass
     torch._dynamo.reset()
     # Dynamo traces an optimiser beside the process's CUDA graph trees: on an H200 (torch 2.11)
     # it failed an assertion on a tree without a current graph. Each run starts without trees.
@@ -169,8 +176,20 @@ def test_a_compiled_step_updates_as_the_fused_step_and_compiles_nothing_for_a_ne
         [1e-2 / 3, 2e-2 / 3]
 
 
+def test_a_compiled_step_under_bf16_autocast_updates_as_the_fused_step():
+    """AutocastOptimWrapper adds fp16's scaler to what skips a non-finite step; the compiled
+    step must not read that (Dynamo took a property reached through super() as true, and the
+    step failed on a foreach optimiser's missing found_inf)."""
+    reference, reference_norms, _, _ = clipped_adamw_steps(dict(fused=True), None)
+    trained, norms, _, wrapper = clipped_adamw_steps(
+        dict(foreach=True, capturable=True), dict(backend='eager'), dtype='bfloat16')
+    assert isinstance(wrapper, AutocastOptimWrapper) and not wrapper.skips_nonfinite_steps
+    assert norms == pytest.approx(reference_norms, rel=1e-6)
+    for mine, expected in zip(trained, reference):
+        torch.testing.assert_close(mine, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_a_compiled_step_is_refused_where_it_cannot_trace():
-    from xmr.engine.amp import AutocastOptimWrapper
     from xmr.engine.optim import HybridOptimizer
 
     weight, table = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3, 2))

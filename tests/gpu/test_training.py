@@ -205,16 +205,17 @@ def test_a_dasd_backward_traced_whole_as_cuda_graphs_trains_as_autograd_s_engine
     assert captures[0] >= 1 and captures[2] == captures[1], f'traced after each step: {captures}'
 
 
-def test_a_compiled_step_updates_as_fused_adamw_unwaited(accelerator):
+@pytest.mark.parametrize('amp', [{}, dict(dtype='bfloat16')], ids=['fp32', 'bf16-autocast'])
+def test_a_compiled_step_updates_as_fused_adamw_unwaited(accelerator, amp):
     """``optim_wrapper.compiled_step=dict()``: the clip and foreach AdamW compiled by Inductor
     (Triton's kernels on CUDA), each lr a device tensor, update as eager fused AdamW over three
     steps with three lrs, compile nothing for a new lr, and a fourth step never waits for the
-    device."""
+    device; the same through ``--amp``'s wrapper in bf16."""
     from tests.engine.test_optim_wrapper import clipped_adamw_step, clipped_adamw_steps
 
     reference, reference_norms, _, _ = clipped_adamw_steps(dict(fused=True), None, accelerator)
     trained, norms, graphs, wrapper = clipped_adamw_steps(
-        dict(foreach=True, capturable=True), dict(), accelerator)
+        dict(foreach=True, capturable=True), dict(), accelerator, **amp)
     assert norms == pytest.approx(reference_norms, rel=1e-5)
     for mine, expected in zip(trained, reference, strict=True):
         torch.testing.assert_close(mine, expected, **FP32_TOLERANCE)

@@ -108,7 +108,7 @@ class AutocastOptimWrapper(OptimWrapper):
     def skips_nonfinite_steps(self) -> bool:
         """As the base's, and always in fp16, whose loss scaler skips a step whose gradients
         overflowed (the precision chosen from the parameters' device when first asked)."""
-        return self._resolve()[1] == torch.float16 or super().skips_nonfinite_steps
+        return self._resolve()[1] == torch.float16 or self._fused_step_skips()
 
     def log_pending_norm(self, log: bool = True) -> None:
         """The base's logging, except that an fp16 step the scaler skipped (non-finite

@@ -120,9 +120,17 @@ class OptimWrapper(MMEngineOptimWrapper):
 
     @property
     def skips_nonfinite_steps(self) -> bool:
-        """Whether a step whose clipped gradients' norm is not finite updates nothing: with a
-        fused optimiser (Adam and AdamW by default, not the ``SparseAdam`` of sparse tables)
-        and an eager step; the norm is ``clip_grad``'s (clipping by value computes none)."""
+        """Whether a step whose clipped gradients' norm is not finite updates nothing (a
+        subclass may add ways, as fp16's loss scaler): see :meth:`_fused_step_skips`."""
+        return self._fused_step_skips()
+
+    def _fused_step_skips(self) -> bool:
+        """Whether the step hands the fused optimiser ``found_inf`` from the clipped norm, so
+        that a non-finite norm updates nothing: with a fused optimiser (Adam and AdamW by
+        default, not the ``SparseAdam`` of sparse tables) and an eager step; the norm is
+        ``clip_grad``'s (clipping by value computes none). A plain method no subclass
+        overrides: the compiled step reads it, and Dynamo misreads a property that a subclass
+        reaches through ``super()`` (torch 2.14: always true)."""
         return (self._compiled_step is None and bool(self.clip_grad_kwargs)
                 and self.grad_name == 'grad_norm'
                 and getattr(self.optimizer, '_step_supports_amp_scaling', False))
@@ -132,7 +140,7 @@ class OptimWrapper(MMEngineOptimWrapper):
         # cannot split `optimizer.step(**kwargs)` at the graph break torch's optimisers make,
         # and would run the clip eagerly.
         norm = self._clip_grad() if self.clip_grad_kwargs else None
-        if norm is None or not self.skips_nonfinite_steps:
+        if norm is None or not self._fused_step_skips():
             self.optimizer.step(closure)
             return
         # 1.0 where the norm is NaN or inf: the fused kernel then leaves every tensor as is.
