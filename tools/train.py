@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     from mmengine.runner import Runner
 
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
-    from xmr.engine.distributed import setup_cpu_distributed
+    from xmr.engine.distributed import launcher_rank, setup_cpu_distributed
     from xmr.engine.hooks import PreemptionHook
     from xmr.engine.threads import set_cpu_threads
     from xmr.engine.work_dir import lock_work_dir
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = build_config(args)
     set_cpu_threads(cfg)
     setup_cpu_distributed(cfg, args.launcher)
-    if int(os.environ.get('RANK', '0')) == 0:
+    if launcher_rank(args.launcher) == 0:
         # Before the runner: it dumps the config and opens its log in the work dir, which a
         # second run must not touch while another trains there (WorkDirLockHook holds it on).
         taken_over = lock_work_dir(cfg.work_dir)

@@ -29,7 +29,8 @@ from xmr.engine.optim import sparse_parameter_names
 from xmr.engine.wrappers import unwrap_model
 from xmr.registry import MODEL_WRAPPERS
 
-__all__ = ['phase_wrapper_cfg', 'rewrap_for_phase', 'setup_cpu_distributed']
+__all__ = ['RANK_VARIABLES', 'launcher_rank', 'phase_wrapper_cfg', 'rewrap_for_phase',
+           'setup_cpu_distributed']
 
 
 def phase_wrapper_cfg(cfg: dict | None, on_cuda: bool) -> dict[str, Any]:
@@ -75,6 +76,17 @@ def rewrap_for_phase(runner) -> None:
     runner.model = MODEL_WRAPPERS.build(
         phase_wrapper_cfg(runner.cfg.get('model_wrapper_cfg'), on_cuda),
         default_args=dict(module=module))
+
+
+#: Where each launcher tells a process its global rank before MMEngine sets ``RANK`` from it.
+RANK_VARIABLES = {'pytorch': 'RANK', 'slurm': 'SLURM_PROCID', 'mpi': 'OMPI_COMM_WORLD_RANK'}
+
+
+def launcher_rank(launcher: str) -> int:
+    """This process's global rank as its launcher tells it, before any process group exists
+    (0 without a launcher): srun and mpirun do not set ``RANK``, which MMEngine sets only when
+    the runner starts the group."""
+    return int(os.environ.get(RANK_VARIABLES.get(launcher, 'RANK'), '0'))
 
 
 def setup_cpu_distributed(cfg: Any, launcher: str) -> None:

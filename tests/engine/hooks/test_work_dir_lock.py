@@ -63,6 +63,42 @@ def test_the_train_tool_refuses_before_the_runner_writes_its_config_and_log(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_NAME]  # no dump, no log folder
 
 
+@pytest.mark.parametrize('launcher, variable', [('slurm', 'SLURM_PROCID'),
+                                                ('mpi', 'OMPI_COMM_WORLD_RANK'),
+                                                ('pytorch', 'RANK')])
+def test_only_the_first_task_of_a_launcher_takes_the_lock_before_the_runner(
+        tmp_path, other_process, monkeypatch, launcher, variable):
+    """srun and mpirun set no RANK before MMEngine starts the group: each task reads its rank
+    from its launcher's variable, so the second task neither takes nor trips on the lock."""
+    import importlib.util
+
+    import mmengine.runner
+
+    import xmr.engine.distributed
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools' / 'train.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    (tmp_path / LOCK_NAME).write_text(f'{other_process} {socket.gethostname()}\n')
+    for name in ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK'):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(xmr.engine.distributed, 'setup_cpu_distributed', lambda *args: None)
+
+    def reached(cfg):
+        raise RuntimeError('the runner is built')
+
+    monkeypatch.setattr(mmengine.runner.Runner, 'from_cfg', reached)
+    argv = [str(REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'), '--work-dir',
+            str(tmp_path), '--launcher', launcher]
+    monkeypatch.setenv(variable, '1')
+    with pytest.raises(RuntimeError, match='the runner is built'):
+        tool.main(argv)
+    monkeypatch.setenv(variable, '0')
+    with pytest.raises(WorkDirLockedError, match=f'PID {other_process}'):
+        tool.main(argv)
+
+
 def test_a_lock_of_a_dead_run_is_taken_over_and_released_at_the_end(tmp_path):
     pid = dead_pid()
     lock = tmp_path / LOCK_NAME
