@@ -21,18 +21,32 @@ def preserved_rng_state() -> Iterator[None]:
 
 
 def capture_rng_state() -> dict[str, Any]:
+    """This process's streams: torch's, NumPy's, Python's and its own GPU's (``cuda``).
+
+    Only the current device's CUDA stream: a process trains on one GPU (its ``LOCAL_RANK``'s
+    under DDP), and a state per visible device would neither fit a machine that shows fewer
+    GPUs nor be this rank's (rank 0's list holds the other GPUs' unused streams).
+    """
     state = dict(torch=torch.get_rng_state(), numpy=np.random.get_state(),
                  python=random.getstate())
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state['cuda'] = torch.cuda.get_rng_state_all()
+        state['cuda'] = torch.cuda.get_rng_state()
     return state
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
-    """Restore :func:`capture_rng_state`'s streams; the torch states may come from a
-    checkpoint loaded onto the GPU, and torch takes them as CPU byte tensors only."""
+    """Restore :func:`capture_rng_state`'s streams, the CUDA one onto the current device; the
+    torch states may come from a checkpoint loaded onto the GPU, and torch takes them as CPU
+    byte tensors only. A checkpoint of an earlier xmr holds a CUDA state per visible device:
+    the current device's is taken, if it has one."""
     torch.set_rng_state(state['torch'].cpu())
     np.random.set_state(state['numpy'])
     random.setstate(state['python'])
-    if 'cuda' in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([device_state.cpu() for device_state in state['cuda']])
+    cuda = state.get('cuda')
+    if cuda is None or not torch.cuda.is_available():
+        return
+    if isinstance(cuda, (list, tuple)):
+        device = torch.cuda.current_device()
+        cuda = cuda[device] if device < len(cuda) else None
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda.cpu())
