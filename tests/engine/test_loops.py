@@ -207,6 +207,23 @@ def test_resume_in_the_middle_of_phase_two_repeats_the_uninterrupted_run(full_ru
 
 
 
+def test_a_stopped_run_validates_nothing_after_its_stop(tmp_path, monkeypatch):
+    """A run stopped (SIGTERM through PreemptionHook) at an iteration that would validate,
+    by interval or at the phase's end, exits instead: the scheduler's kill is near and the
+    evaluation's workers may be dead already."""
+    from xmr.engine.loops import PhasedTrainLoop
+
+    validated = []
+    monkeypatch.setattr(PhasedTrainLoop, 'validate', lambda loop: validated.append(loop.iter))
+    cfg = make_cfg(tmp_path, phases=PHASES[1:2], stop_after=4)  # 8 iterations
+    cfg.train_cfg.val_interval = 2
+    train(cfg)
+    assert validated == [2]
+    validated.clear()
+    train(make_cfg(tmp_path / 'at_end', phases=PHASES[:1], stop_after=4))  # its last iteration
+    assert validated == []
+
+
 def test_resume_under_another_schedule_for_the_phases_begun_is_refused(tmp_path):
     torch.manual_seed(0)
     train(make_cfg(tmp_path, checkpoint_interval=7, stop_after=7))  # 3 iterations into phase 2

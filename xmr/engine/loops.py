@@ -568,11 +568,13 @@ class PhasedTrainLoop(BaseLoop):
                                                           self._trained_modules)
                 self.run_iter(next(iterator))
                 at_end = self._iter == phase.end
+                # A stopped run (SIGTERM: PreemptionHook) validates nothing: its checkpoint is
+                # written, the scheduler's kill is near, and a resumed run validates there.
                 if (self.val_interval and self._iter % self.val_interval == 0
                         and not (at_end and self.validate_at_phase_end)
-                        and not self.divergence.streak):
+                        and not self.divergence.streak and not self.stop_training):
                     self.validate()
-            if self._iter == phase.end:
+            if self._iter == phase.end and not self.stop_training:
                 self.divergence.check_phase_end(phase.name)
                 self._validate_phase_end(phase)
         self.runner.call_hook('after_train_epoch')
