@@ -8,6 +8,7 @@ DASD's compiled losses train under DDP as its eager ones do.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -15,11 +16,13 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from mmengine.config import Config
+from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
 from xmr.engine.distributed import phase_wrapper_cfg, setup_cpu_distributed
-from xmr.registry import MODELS
+from xmr.engine.hooks import PreemptionHook
+from xmr.registry import HOOKS, MODELS
 
 GLOBAL_BATCH = 8
 WORLD = 2
@@ -125,6 +128,48 @@ def _dasd_worker(rank: int, port: int, work_dir: str, out_dir: str, compile: dic
     torch.save(dict(state=state, breaks=breaks, recompiles=sum(counters['recompiles'].values())),
                Path(out_dir) / f'rank{rank}_{"compiled" if compile else "eager"}.pt')
     torch.distributed.destroy_process_group()
+
+
+@HOOKS.register_module(force=True)
+class SignalOneRankHook(Hook):
+    """SIGTERM to rank ``rank``'s own process after iteration ``at``, as a scheduler's signal
+    reaching the ranks apart (before :class:`PreemptionHook`, the lowest, reads it)."""
+
+    def __init__(self, rank: int, at: int) -> None:
+        self.rank, self.at = rank, at
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if runner.rank == self.rank and runner.iter + 1 == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _preempted_worker(rank: int, port: int, work_dir: str, out_dir: str) -> None:
+    _start(rank, port)
+    cfg = make_cfg(Path(work_dir), GLOBAL_BATCH // WORLD)
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=100, by_epoch=False)
+    cfg.custom_hooks = [dict(type='PreemptionHook'), dict(type='SignalOneRankHook', rank=1, at=1)]
+    cfg.launcher = 'pytorch'
+    setup_cpu_distributed(cfg, 'pytorch')
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    hook = next(h for h in runner.hooks if isinstance(h, PreemptionHook))
+    torch.save(dict(iter=runner.iter, received=hook.received), Path(out_dir) / f'stop{rank}.pt')
+    torch.distributed.destroy_process_group()
+
+
+def test_a_signal_reaching_one_rank_stops_every_rank_at_the_same_iteration(tmp_path,
+                                                                         monkeypatch):
+    """Rank 1 alone gets SIGTERM after iteration 1: both ranks stop there (a rank a step ahead
+    would block in the next step's collective), and rank 0 writes that iteration's checkpoint."""
+    MODELS.import_from_location()
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    mp.start_processes(_preempted_worker, args=(free_port(), str(tmp_path / 'ddp'),
+                                                str(tmp_path)),
+                       nprocs=WORLD, join=True, start_method='fork')
+    stops = [torch.load(tmp_path / f'stop{rank}.pt') for rank in range(WORLD)]
+    assert stops == [dict(iter=1, received=signal.SIGTERM)] * WORLD
+    assert sorted(p.name for p in (tmp_path / 'ddp').glob('*.pth')) == ['iter_1.pth']
 
 
 def free_port() -> int:

@@ -6,7 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from mmengine.dist import all_reduce, is_distributed
+import torch.distributed as dist
+from mmengine.dist import is_distributed
+
+from xmr.models.losses.distributed import host_group
 
 
 class TrainingDivergedError(RuntimeError):
@@ -27,13 +30,22 @@ def nonfinite_terms(outputs: Mapping[str, Any]) -> dict[str, float]:
     return terms or bad
 
 
+def max_over_ranks(value: int) -> int:
+    """The largest of ``value`` over the processes (``value`` itself without DDP).
+
+    Exchanged through the host's gloo group (:func:`~xmr.models.losses.distributed.host_group`):
+    under NCCL a value sent through the device would wait for every kernel queued before it.
+    """
+    if not is_distributed():
+        return value
+    largest = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=host_group())
+    return int(largest.item())
+
+
 def on_any_rank(flag: bool) -> bool:
     """``flag`` or'ed over the processes, so that every rank stops at the same iteration."""
-    if not is_distributed():
-        return flag
-    count = torch.tensor([float(flag)])
-    all_reduce(count, op='sum')
-    return bool(count.item())
+    return bool(max_over_ranks(int(flag)))
 
 
 class DivergenceMonitor:

@@ -8,6 +8,7 @@ from typing import Any
 
 from mmengine.hooks import Hook
 
+from xmr.engine.divergence import max_over_ranks
 from xmr.engine.hooks.checkpoint import CheckpointHook
 from xmr.registry import HOOKS
 
@@ -28,9 +29,9 @@ class PreemptionHook(Hook):
     The handler only notes the signal. A scheduler signals every process of the job, and
     PyTorch's DataLoader workers die of SIGTERM, which would fail the step under way reading its
     batch: :class:`~xmr.engine.loops.PhasedTrainLoop` makes each phase's workers ignore these
-    signals (:func:`workers_ignore`); they end with the main process. Under DDP each rank
-    stops at the end of its own iteration and the main process writes the checkpoint; a rank a
-    step ahead then waits in its collective until the scheduler's kill.
+    signals (:func:`workers_ignore`); they end with the main process. Under DDP the ranks
+    agree after every iteration whether any received a signal (one integer exchanged on the
+    host), so all stop at the same iteration and the main process writes its checkpoint.
 
     Args:
         signals: names of the signals that stop the run this way.
@@ -57,7 +58,12 @@ class PreemptionHook(Hook):
     def after_train_iter(self, runner, batch_idx: int, data_batch: Any = None,
                          outputs: Any = None) -> None:
         loop = runner.train_loop
-        if self.received is None or loop.stop_training:
+        if loop.stop_training:
+            return
+        # Under DDP the ranks agree (a scheduler's signals reach them apart): all stop here,
+        # the checkpoint is written while every rank is still in step.
+        self.received = max_over_ranks(self.received or 0) or None
+        if self.received is None:
             return
         step = runner.iter + 1
         saver = next((hook for hook in runner.hooks if isinstance(hook, CheckpointHook)), None)
