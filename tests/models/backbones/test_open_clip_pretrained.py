@@ -64,6 +64,30 @@ def test_a_tags_settings_are_taken_from_its_record():
     assert siglip.context_length == 64 and not siglip.quick_gelu
     assert pretrained_record('ViT-L-14-336', 'openai').image_size == (336, 336)
     assert pretrained_record('ViT-B-32', 'laion2b_s34b_b79k').quick_gelu is False
+    # A tag recording no activation keeps its architecture's, as open_clip builds it:
+    # roberta-ViT-B-32's config says QuickGELU, its one tag says nothing.
+    from open_clip.pretrained import get_pretrained_cfg
+
+    assert 'quick_gelu' not in get_pretrained_cfg('roberta-ViT-B-32', 'laion2b_s12b_b32k')
+    assert pretrained_record('roberta-ViT-B-32', 'laion2b_s12b_b32k').quick_gelu is True
+
+
+def test_a_hugging_face_tower_saved_before_transformers_4_31_loads_without_its_position_ids(
+        tmp_path):
+    """The XLM-R and RoBERTa CLIPs' releases hold text.transformer.embeddings.position_ids,
+    a buffer transformers no longer saves; open_clip's load_checkpoint drops it, so does xmr."""
+    from tests.models.backbones.open_clip_families import backbone_cfg, xlmr_cfg, xlmr_tokenizer
+
+    cfg = xlmr_cfg(tmp_path / 'xlmr')
+    reference = MODELS.build(backbone_cfg(cfg, xlmr_tokenizer()))
+    state = reference.clip.state_dict()
+    assert 'text.transformer.embeddings.position_ids' not in state
+    state['text.transformer.embeddings.position_ids'] = torch.arange(40)[None]
+    torch.save(state, tmp_path / 'open_clip_pytorch_model.bin')
+    loaded = MODELS.build(dict(backbone_cfg(cfg, xlmr_tokenizer()),
+                               pretrained=str(tmp_path / 'open_clip_pytorch_model.bin')))
+    for name, value in reference.clip.state_dict().items():
+        assert torch.equal(loaded.clip.state_dict()[name], value), name
 
 
 def test_contradictions_with_the_record_are_refused():

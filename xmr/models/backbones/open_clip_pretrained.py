@@ -123,12 +123,13 @@ def pretrained_record(arch: str | None, pretrained_cfg: str | Mapping[str, Any] 
 
 def _given_settings(arch: str | None, pretrained_cfg: str | Mapping[str, Any] | None,
                     arch_quick_gelu: bool) -> tuple[dict[str, Any], str | None]:
-    """``(settings, source)`` a tag or dict sets; ``quick_gelu`` always among them (a tag
-    without the key means GELU, as open_clip reads it; a dict without it keeps the arch's)."""
+    """``(settings, source)`` a tag or dict sets; ``quick_gelu`` always among them: a tag or
+    dict without the key keeps the architecture's (GELU unless its config says QuickGELU), as
+    open_clip's ``create_model`` builds it (``roberta-ViT-B-32``'s one tag records none)."""
     if isinstance(pretrained_cfg, str):
         given = {k: v for k, v in _tag_cfg(arch, pretrained_cfg).items()
                  if k in RECORD_FIELDS and v is not None}
-        return {'quick_gelu': False, **given}, f"open_clip tag '{pretrained_cfg}'"
+        return {'quick_gelu': arch_quick_gelu, **given}, f"open_clip tag '{pretrained_cfg}'"
     given = dict(pretrained_cfg or {})
     unknown = sorted(set(given) - set(RECORD_FIELDS))
     if unknown:
@@ -247,12 +248,20 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
         if 'logit_scale' in state_dict:  # a scalar in some releases, [1] in others
             state_dict['logit_scale'] = state_dict['logit_scale'].reshape(
                 model.logit_scale.shape)
+        # Hugging Face text towers saved with transformers < 4.31 (the XLM-R and RoBERTa CLIPs'
+        # releases) hold their position ids as a buffer, no longer one; open_clip drops it too.
+        if POSITION_IDS in state_dict and POSITION_IDS not in model.state_dict():
+            del state_dict[POSITION_IDS]
         check_weights_fit(model.state_dict(), state_dict, str(weights), f'open_clip {record.arch}',
                           f'Is it a checkpoint of {record.arch}? Set arch to the architecture it '
                           'was trained as (e.g. ViT-B-16 for ViT-B-16.pt)')
         model.load_state_dict(state_dict, strict=True)
     set_model_preprocess_cfg(model, record.preprocess_cfg())
     return model, record
+
+
+#: A buffer that Hugging Face text towers saved before transformers 4.31.
+POSITION_IDS = 'text.transformer.embeddings.position_ids'
 
 
 def _clip_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
