@@ -6,7 +6,10 @@
 # disentangler.
 _base_ = ['./pectvlm_lora.py']
 xlmr_clip_arch = 'xlm-roberta-base-ViT-B-32'
-xlmr_tokenizer = dict(type='HFTokenizer', name_or_path='xlm-roberta-base', max_length=77)
+# open_clip's cleaning of this tower's captions (ftfy, HTML entities, whitespace), for the
+# branch's target captions too.
+xlmr_tokenizer = dict(type='HFTokenizer', name_or_path='xlm-roberta-base', max_length=77,
+                      clean='whitespace')
 target_languages = ['sw']
 model = dict(
     type='CrossLingualRetriever',

@@ -210,3 +210,20 @@ def test_hugging_face_tokenized_families_get_open_clips_tokenizer_options():
                                        'tokenizer_mode': 'clips'}}
     with pytest.raises(ValueError, match="'custom' tokenizes with tokenizer_mode='clips'"):
         text_tokenizer_cfg(None, clips)
+
+
+def test_a_configs_own_hugging_face_tokenizer_gets_open_clips_options_or_is_refused(tmp_path):
+    """A config names its own copy of the vocabulary (a local file, offline) and leaves the
+    options to the backbone: open_clip's text cleaning is filled in; another one is refused,
+    as the tower would read other ids than it was trained on."""
+    from tests.models.backbones.open_clip_families import backbone_cfg, xlmr_cfg, xlmr_tokenizer
+
+    cfg = xlmr_cfg(tmp_path / 'xlmr')
+    built = MODELS.build(backbone_cfg(cfg, xlmr_tokenizer()))
+    assert built.tokenizer.clean == 'whitespace'  # open_clip's default for HF tokenizers
+    # ftfy and HTML unescaping: what a caption scraped from the web carries.
+    assert torch.equal(built.tokenizer(['Tom &amp; Jerry'])['input_ids'],
+                       built.tokenizer(['Tom & Jerry'])['input_ids'])
+    with pytest.raises(ValueError, match="tokenizer.clean: the config sets 'lower', open_clip "
+                                         "tokenizes for this architecture with 'whitespace'"):
+        MODELS.build(backbone_cfg(cfg, xlmr_tokenizer(clean='lower')))

@@ -203,3 +203,46 @@ def test_nllb_tokenizer_refuses_a_vocabulary_without_language_codes(shared_data)
     with pytest.raises(ValueError, match=r'NLLBTokenizer: .*xlm-roberta.tokenizer.json has no '
                                          r"FLORES-200 language-code token \(such as 'eng_Latn'\)"):
         NLLBTokenizer(tokenizer_file=path)
+
+
+@pytest.fixture(scope='module')
+def siglip_t5_folder(tmp_path_factory):
+    """A SigLIP (v1) tokenizer folder as open_clip's ``SigLipTokenizer`` writes the ``timm/``
+    ones: a T5 vocabulary (``<pad>`` = 0, ``</s>`` = 1) whose padding is set to ``</s>``."""
+    import io
+
+    from transformers import T5TokenizerFast
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS * 20), model_writer=model, vocab_size=48, pad_id=0,
+        eos_id=1, unk_id=2, bos_id=-1, minloglevel=2, num_threads=1)
+    pieces = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    vocab = [(pieces.id_to_piece(i), pieces.get_score(i)) for i in range(pieces.get_piece_size())]
+    tokenizer = T5TokenizerFast(vocab=vocab, extra_ids=0)
+    tokenizer.pad_token_id = tokenizer.eos_token_id = 1
+    folder = tmp_path_factory.mktemp('siglip')
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_tokenizer_file_pads_with_the_id_its_snapshot_names(siglip_t5_folder, tmp_path):
+    """SigLIP pads with </s> = 1, though its vocabulary has <pad> = 0: the tokenizer.json of a
+    snapshot reads the pad token from the tokenizer_config.json beside it, as open_clip's
+    tokenizer (the hub name) does; a lone file guesses <pad> unless told."""
+    import shutil
+
+    from open_clip.tokenizer import HFTokenizer as OpenCLIPHFTokenizer
+
+    texts = ['A dog runs.', 'two men are playing soccer on a big green field today']
+    reference = OpenCLIPHFTokenizer(str(siglip_t5_folder), context_length=32,
+                                    clean='canonicalize')(texts)
+    options = dict(clean='canonicalize', max_length=32, pad_to=32)
+    by_file = HFTokenizer(tokenizer_file=str(siglip_t5_folder / 'tokenizer.json'), **options)
+    assert by_file.pad_id == 1
+    assert torch.equal(by_file(texts)['input_ids'], reference)
+    shutil.copy(siglip_t5_folder / 'tokenizer.json', tmp_path / 'tokenizer.json')
+    lone = tmp_path / 'tokenizer.json'
+    assert HFTokenizer(tokenizer_file=str(lone), **options).pad_id == 0  # <pad>, a guess
+    told = HFTokenizer(tokenizer_file=str(lone), pad_id=1, **options)
+    assert torch.equal(told(texts)['input_ids'], reference)

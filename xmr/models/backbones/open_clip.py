@@ -22,6 +22,7 @@ from xmr.models.backbones.open_clip_pretrained import (
     build_open_clip,
     check_record_tokenizer,
     hf_tokenizer_name,
+    hf_tokenizer_options,
     record_tokenizer_cfg,
     text_tokenizer_cfg,
 )
@@ -414,8 +415,8 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         if bpe:  # CLIP's BPE: open_clip's own tokenizer, from the record
             tokenizer_cfg = record_tokenizer_cfg(self.record, tokenizer)
         else:
-            tokenizer_cfg = dict(tokenizer or text_tokenizer_cfg(
-                arch, model_cfg, self.text_tower.reads_language_token))
+            tokenizer_cfg = hf_tokenizer_options(text_tokenizer_cfg(
+                arch, model_cfg, self.text_tower.reads_language_token), tokenizer, arch)
             if tokenizer_cfg.get('type') in ('HFTokenizer', 'NLLBTokenizer'):
                 tokenizer_cfg.setdefault('max_length', self.record.context_length)
         if self.text_tower.fixed_context:

@@ -33,8 +33,8 @@ from xmr.models.weight_files import CHECKPOINT_SUFFIXES, check_weights_fit, read
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
            'build_open_clip', 'read_clip_weights', 'record_tokenizer_cfg',
-           'check_record_tokenizer', 'is_checkpoint_path', 'RECORD_FIELDS', 'text_tokenizer_cfg',
-           'hf_tokenizer_name']
+           'check_record_tokenizer', 'hf_tokenizer_options', 'is_checkpoint_path', 'RECORD_FIELDS',
+           'text_tokenizer_cfg', 'hf_tokenizer_name']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
 RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
@@ -328,6 +328,34 @@ def text_tokenizer_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
         return dict(type='NLLBTokenizer', name_or_path=name, clean=clean)
     return dict(type='HFTokenizer', name_or_path=name, clean=clean,
                 strip_sep_token=bool(options.get('strip_sep_token', False)))
+
+
+def hf_tokenizer_options(defaults: Mapping[str, Any], given: Mapping[str, Any] | None,
+                         arch: str | None) -> dict[str, Any]:
+    """A Hugging Face-tokenised tower's tokenizer config: ``given`` (the config's, for a local
+    file or another copy of the vocabulary) with open_clip's options of the architecture
+    (``defaults``, :func:`text_tokenizer_cfg`: its text cleaning, CLIPA's ``strip_sep_token``)
+    filled in where it leaves them out; ``defaults`` without ``given``.
+
+    Raises:
+        ValueError: ``given`` sets one of those options otherwise than open_clip does (field,
+            the config's value and open_clip's).
+    """
+    if given is None:
+        return dict(defaults)
+    merged = dict(given)
+    if merged.get('type') != defaults.get('type'):
+        return merged
+    for field in ('clean', 'strip_sep_token'):
+        if field not in defaults:
+            continue
+        merged.setdefault(field, defaults[field])
+        if merged[field] != defaults[field]:
+            raise ValueError(
+                f'tokenizer.{field}: the config sets {merged[field]!r}, open_clip tokenizes '
+                f"for {arch or 'this architecture'} with {defaults[field]!r}; leave {field} out "
+                '(the backbone fills it in) or set it as open_clip does')
+    return merged
 
 
 def _download(arch: str, tag: str) -> Path:

@@ -13,7 +13,7 @@ import logging
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import torch
 from mmengine.logging import print_log
@@ -224,6 +224,21 @@ class OpenCLIPTokenizer(BaseTokenizer):
         return self._token_ids
 
 
+def _file_pad_id(path: Path, fast: Any) -> int:
+    """The padding id of a ``tokenizer.json``: its snapshot's ``tokenizer_config.json``
+    (``pad_token``), else the file's padding settings, else the first of the usual pad tokens."""
+    vocab = fast.get_vocab()
+    config = path.with_name('tokenizer_config.json')
+    if config.is_file():
+        pad = json.loads(config.read_text(encoding='utf-8')).get('pad_token')
+        pad = pad.get('content') if isinstance(pad, dict) else pad
+        if pad in vocab:
+            return vocab[pad]
+    if fast.padding is not None:
+        return int(fast.padding['pad_id'])
+    return next((vocab[t] for t in ('<pad>', '[PAD]', '<|pad|>') if t in vocab), 0)
+
+
 @TOKENIZERS.register_module()
 class HFTokenizer(BaseTokenizer):
     """A Hugging Face tokenizer: a hub name / local folder, or a ``tokenizer.json`` file.
@@ -241,12 +256,18 @@ class HFTokenizer(BaseTokenizer):
             ``None`` for the caption as it is.
         strip_sep_token: write id 0 in place of the separator token, as open_clip's tokenizer
             of the CLIPA models does (``tokenizer_kwargs.strip_sep_token``).
+        pad_id: the padding id, where the tokenizer's own files do not say it. A
+            ``tokenizer_file`` takes it from the ``tokenizer_config.json`` beside it (a Hugging
+            Face snapshot's), else from its padding settings, else guesses the first of
+            ``<pad>``, ``[PAD]``, ``<|pad|>`` (0 without): SigLIP's T5 vocabulary has ``<pad>``
+            = 0 but its towers were trained padding with ``</s>`` = 1.
     """
 
     def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
                  max_length: int = 77, lowercase: bool = False,
                  pad_to: int | None = None, clean: str | None = None,
-                 strip_sep_token: bool = False, pad_to_multiple_of: int | None = None) -> None:
+                 strip_sep_token: bool = False, pad_to_multiple_of: int | None = None,
+                 pad_id: int | None = None) -> None:
         super().__init__(max_length, pad_to, pad_to_multiple_of)
         if (name_or_path is None) == (tokenizer_file is None):
             raise ValueError('HFTokenizer needs exactly one of name_or_path or tokenizer_file')
@@ -267,11 +288,11 @@ class HFTokenizer(BaseTokenizer):
             if not path.is_file():
                 raise FileNotFoundError(f'tokenizer_file {path} does not exist')
             self._fast = Tokenizer.from_file(str(path))
+            self._pad_id = _file_pad_id(path, self._fast)
             self._fast.no_padding()
             self._fast.no_truncation()
             vocab = self._fast.get_vocab()
-            pad = next((vocab[t] for t in ('<pad>', '[PAD]', '<|pad|>') if t in vocab), 0)
-            self._pad_id, self._vocab = pad, self._fast.get_vocab_size()
+            self._vocab = self._fast.get_vocab_size()
             sep = next((vocab[t] for t in ('[SEP]', '</s>') if t in vocab), None)
             self._encode_fn: Callable[[str, bool], list[int]] = (
                 lambda t, specials: self._fast.encode(t, add_special_tokens=specials).ids)
@@ -291,6 +312,8 @@ class HFTokenizer(BaseTokenizer):
             vocab = hf.get_vocab()
             self._encode_fn = lambda t, specials: hf(t, add_special_tokens=specials)['input_ids']
             sep = hf.sep_token_id
+        if pad_id is not None:
+            self._pad_id = pad_id
         #: token -> id, special and added tokens included.
         self.token_ids: dict[str, int] = vocab
         self._strip_id: int | None = None
