@@ -9,6 +9,7 @@ from xmr.engine.optim import (
     HybridOptimizer,
     PhasedOptimWrapperConstructor,
     clip_grad_norm_with_sparse,
+    group_of,
 )
 from xmr.models.language.embedding import TargetEmbedding
 
@@ -193,3 +194,14 @@ def test_adamw_runs_fused_unless_the_config_chooses_and_matches_the_loop_update(
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
     sgd = PhasedOptimWrapperConstructor(dict(optimizer=dict(type='SGD', lr=LR)))
     assert not sgd(TinyBranch(sparse=False)).optimizer.param_groups[0].get('fused')
+
+
+def test_a_parameter_belongs_to_its_longest_configured_prefix():
+    """cdds_vit-bert-b16_phases.py lists 'backbone' (lr_mult 0.1) and 'backbone.vision_proj'
+    (full rate): the projection must fall into its own group, whichever comes first."""
+    groups = ('backbone', 'backbone.vision_proj')
+    assert group_of('backbone.vision_proj.weight', groups) == 'backbone.vision_proj'
+    assert group_of('backbone.vision_proj.weight', groups[::-1]) == 'backbone.vision_proj'
+    assert group_of('backbone.text.layer.0.weight', groups) == 'backbone'
+    assert group_of('backbone.vision_projection.weight', groups) == 'backbone'  # not a prefix
+    assert group_of('disentangler.gate.weight', groups) == 'disentangler'  # first component

@@ -55,6 +55,18 @@ def test_approximate_indexes_find_most_exact_neighbours(index, options):
     assert overlap / exact.numel() >= 0.9
 
 
+def test_ivf_probing_every_cell_is_exact_and_nprobe_is_the_indexs():
+    """With nprobe = nlist every cell is searched: the IVF top-k is the flat one."""
+    data = _random_unit(560, 16, 6)
+    gallery, queries = data[:500], data[500:]
+    _, exact = FaissSearcher(gallery).search(queries, 10)
+    every = FaissSearcher(gallery, index='ivf', nlist=8, nprobe=8)
+    assert every.index.nprobe == 8
+    assert torch.equal(every.search(queries, 10)[1], exact)
+    one = FaissSearcher(gallery, index='ivf', nlist=8, nprobe=1)
+    assert one.index.nprobe == 1 and not torch.equal(one.search(queries, 10)[1], exact)
+
+
 def test_ivf_picks_a_trainable_default_nlist():
     searcher = FaissSearcher(_random_unit(400, 8, 5), index='ivf')
     assert searcher.index.nlist == 400 // 39

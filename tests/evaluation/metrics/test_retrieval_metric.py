@@ -170,6 +170,11 @@ def test_xtd10_t2i_r10_mean_over_languages():
     result = _run(metric, items)
     assert result['de/t2i_R@10'] == pytest.approx(1100 / 12)
     assert result['mean_t2i_R@10'] == pytest.approx(1100 / 12)
+    for item in items:  # French captions, all at rank 1: the mean of the two languages
+        item['caption_embeddings']['fr'] = item['caption_embeddings']['en']
+    result = _run(RetrievalMetric(protocol='xtd10_t2i_r10', gallery_size=12), items)
+    assert result['fr/t2i_R@10'] == 100.0
+    assert result['mean_t2i_R@10'] == pytest.approx((1100 / 12 + 100) / 2)
     with pytest.raises(ValueError, match='defined on 1000 media'):
         _run(RetrievalMetric(protocol='xtd10_t2i_r10'), items)
 
@@ -190,6 +195,15 @@ def test_xtd10_fewshot_scores_only_the_test_images():
     fewshot = _run(RetrievalMetric(protocol='xtd10_fewshot'), items, batch_size=250)
     assert fewshot['de/t2i_R@1'] == fewshot['de/i2t_R@1'] == 100.0
     assert fewshot['de/mean_R@1'] == fewshot['mean_R@1'] == 100.0
+    # Test image j's caption is a copy of test image k: text->image misses j's caption (k
+    # first); image->text misses j (its caption is k's) and k (its own caption ties with j's,
+    # ties ranking last). mean_R@1 is the mean of the two directions.
+    j, k = [i for i in range(1000) if i not in held_out][:2]
+    items[j]['caption_embeddings']['de'] = media[k][None]
+    fewshot = _run(RetrievalMetric(protocol='xtd10_fewshot'), items, batch_size=250)
+    assert fewshot['de/t2i_R@1'] == pytest.approx(100 * 899 / 900)
+    assert fewshot['de/i2t_R@1'] == pytest.approx(100 * 898 / 900)
+    assert fewshot['de/mean_R@1'] == fewshot['mean_R@1'] == pytest.approx(100 * 898.5 / 900)
 
 
 def test_coco_5fold_equals_mean_of_per_fold_runs_and_follows_index_order():

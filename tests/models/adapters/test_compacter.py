@@ -106,6 +106,17 @@ def test_standalone_instance_owns_its_rules():
     assert sum(p.numel() for p in shared.parameters()) == factors + 64
 
 
+def test_pectvlms_reduction_is_the_default_and_zero_init_is_an_exact_identity():
+    placement = AdapterPlacement(64, 'mlp.output')
+    assert CompacterAdapter(placement).down.out_features == 64 // 16
+    adapter = CompacterAdapter(placement, reduction_factor=4, zero_init=True)
+    assert torch.count_nonzero(adapter.up.right) == 0
+    x = torch.randn(2, 3, 64)
+    assert torch.equal(adapter(x, AdapterContext(lang='de')), x)
+    assert not torch.equal(CompacterAdapter(placement, reduction_factor=4)(
+        x, AdapterContext(lang='de')), x)  # OpenDelta's start is near, not at, the identity
+
+
 def test_bad_sizes_name_the_numbers():
     with pytest.raises(ValueError, match='reduction_factor 5 must divide the tower width 32'):
         CompacterAdapter(AdapterPlacement(32, 'mlp.output'), reduction_factor=5)

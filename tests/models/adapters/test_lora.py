@@ -118,6 +118,28 @@ def test_sites_follow_targets_and_a_disagreeing_config_is_refused():
         LanguageAdapters(['de'], dict(type='LoRA', targets=['query']), 8, 2, shapes)
 
 
+def test_dropout_acts_on_the_input_in_training_only():
+    """``h = W x + (α/r) B A dropout(x)``: in eval mode the delta is exact; in training mode
+    the dropped inputs change it, and a zero-probability dropout never does."""
+    torch.manual_seed(0)
+    lora = LoRA(AdapterPlacement(8, 'attn.out'), r=2, alpha=2, targets=['out'], dropout=0.5)
+    with torch.no_grad():
+        lora.lora_B['out'].normal_()
+    x = torch.randn(4, 5, 8)
+    expected = x @ lora.delta_weight('out').t()
+    ctx = AdapterContext(lang='de')
+    torch.testing.assert_close(lora.eval()(x, ctx), expected)
+    torch.manual_seed(3)
+    dropped = lora.train()(x, ctx)
+    torch.manual_seed(3)
+    reference = torch.nn.functional.dropout(x, 0.5, training=True) @ lora.delta_weight('out').t()
+    torch.testing.assert_close(dropped, reference)
+    assert not torch.allclose(dropped, expected)
+    plain = LoRA(AdapterPlacement(8, 'attn.out'), r=2, alpha=2, targets=['out'])
+    plain.load_state_dict(lora.state_dict())
+    torch.testing.assert_close(plain.train()(x, ctx), expected)
+
+
 def test_scale_is_alpha_over_r():
     lora = LoRA(AdapterPlacement(8, 'attn.out'), r=1, alpha=16, targets=['out'])
     assert lora.scale == 16.0

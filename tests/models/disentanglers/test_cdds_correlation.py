@@ -95,6 +95,10 @@ def test_mask_times_correlation_by_hand():
     # λ = 5: nothing passes, the largest entry is kept alone.
     torch.testing.assert_close(masked_correlation(row, torch.tensor(5.0)),
                                torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+    # A uniform row: τ equals every entry and the mask 1[P > τ] is strict, so none passes and
+    # the first largest is kept alone.
+    torch.testing.assert_close(masked_correlation(torch.full((1, 4), 0.25), torch.tensor(0.0)),
+                               torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
 
 
 def test_the_mask_weighting_is_the_default_and_its_sparsity_a_fixed_buffer():
@@ -159,6 +163,13 @@ def test_subset_mode_uses_the_drawn_samples_of_both_modalities():
     drawn = half(image, image_mask, text, text_mask)
     torch.manual_seed(11)
     chosen = torch.randperm(B)[:2]
+    expected = batch_mode(image[chosen], image_mask[chosen], text[chosen], text_mask[chosen])
+    torch.testing.assert_close(drawn, expected)
+    # Three samples at ratio 0.5: the subset rounds up, to two.
+    torch.manual_seed(12)
+    drawn = half(image[:3], image_mask[:3], text[:3], text_mask[:3])
+    torch.manual_seed(12)
+    chosen = torch.randperm(3)[:2]
     expected = batch_mode(image[chosen], image_mask[chosen], text[chosen], text_mask[chosen])
     torch.testing.assert_close(drawn, expected)
 

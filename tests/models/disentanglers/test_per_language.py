@@ -71,6 +71,29 @@ def test_a_language_with_one_caption_still_has_an_adversarial_negative(tower):
     assert torch.isfinite(losses['adv'])
 
 
+def test_adversarial_negatives_are_drawn_from_the_whole_batch(tower, monkeypatch):
+    """As in the shared SDM: r^S- of each caption is another caption's r^S, drawn over the
+    whole batch (other languages included), then handed to each caption's language module."""
+    from xmr.models.disentanglers.discriminator import shuffled_negatives
+
+    sdm = per_language(tower)
+    embeddings, tokens, r_source = batch(tower)
+    seen = {}
+    for lang, module in sdm.per_language.items():
+        def spy(*args, lang=lang, forward=module.forward, **training):
+            seen[lang] = training['r_negative']
+            return forward(*args, **training)
+
+        monkeypatch.setattr(module, 'forward', spy)
+    torch.manual_seed(5)
+    sdm(embeddings, tokens, r_source=r_source, langs=LANGS)
+    torch.manual_seed(5)
+    negatives = r_source[shuffled_negatives(len(LANGS), device=r_source.device)]
+    for lang in ('de', 'fr'):
+        rows = [row for row, code in enumerate(LANGS) if code == lang]
+        torch.testing.assert_close(seen[lang], negatives[rows])
+
+
 def test_languages_must_be_given_and_known(tower):
     sdm = per_language(tower)
     embeddings, tokens, _ = batch(tower)

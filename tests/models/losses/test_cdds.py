@@ -87,6 +87,24 @@ def test_semantic_consistency_minimal_on_ideal_pairs_and_larger_when_shuffled(sc
     assert shuffled > 50
 
 
+@pytest.mark.parametrize('scoring', ['patch_word', 'pooled'])
+def test_semantic_consistency_is_both_directions_cross_entropy_of_the_scores(scoring):
+    """On random tokens the score matrix is not symmetric: image->text and text->image
+    differ, and the loss averages the two."""
+    generator = torch.Generator().manual_seed(2)
+    patches, words = torch.randn(B, P, D, generator=generator), torch.randn(B, W, D,
+                                                                            generator=generator)
+    patch_mask, word_mask = masks({1: 2}, {2: 3})
+    score = patch_word_similarity if scoring == 'patch_word' else pooled_similarity
+    logits = score(patches, patch_mask, words, word_mask) / 0.1
+    assert not torch.allclose(logits, logits.t())
+    labels = torch.arange(B)
+    expected = (torch.nn.functional.cross_entropy(logits, labels)
+                + torch.nn.functional.cross_entropy(logits.t(), labels)) / 2
+    torch.testing.assert_close(
+        semantic_consistency_loss(patches, patch_mask, words, word_mask, 0.1, scoring), expected)
+
+
 def test_modality_consistency_zero_when_every_sample_shares_the_law():
     generator = torch.Generator().manual_seed(2)
     shared = torch.randn(W, D, generator=generator)

@@ -61,6 +61,10 @@ def test_the_cross_modal_phase_trains_on_the_backbones_own_scale_and_bias():
     model.set_phase('cross_modal', dict(cm=1.0))
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(name.startswith('language_branch.'))
+    # Trainable or not, the backbone's scale and bias are read frozen: no gradient reaches them
+    # (a phase that fine-tunes the towers must not move SigLIP's learnt calibration).
+    clip.logit_scale.requires_grad_(True)
+    clip.logit_bias.requires_grad_(True)
     batch = dict(media=torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8),
                  source_text=['a', 'b', 'c'], target_text=['paka mweusi', 'mbwa', 'ndege'],
                  lang=['sw'] * 3)

@@ -18,15 +18,15 @@ from torch import nn
 from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.registry import ADAPTERS
 
-#: Target name -> (site, slice of the site's output it updates; ``None`` is the whole output).
-#: ``attn.qkv`` produces ``[q; k; v]``, so q, k and v are its thirds.
-LORA_TARGETS: dict[str, tuple[AdapterSite, int | None]] = {
-    'q': (AdapterSite.ATTN_QKV, 0),
-    'k': (AdapterSite.ATTN_QKV, 1),
-    'v': (AdapterSite.ATTN_QKV, 2),
-    'out': (AdapterSite.ATTN_OUT, None),
-    'fc': (AdapterSite.MLP_FC, None),
-    'proj': (AdapterSite.MLP_PROJ, None),
+#: Target name -> the site whose output it updates. ``attn.qkv`` produces ``[q; k; v]``: q, k
+#: and v update its thirds, in that order; the others a site's whole output.
+LORA_TARGETS: dict[str, AdapterSite] = {
+    'q': AdapterSite.ATTN_QKV,
+    'k': AdapterSite.ATTN_QKV,
+    'v': AdapterSite.ATTN_QKV,
+    'out': AdapterSite.ATTN_OUT,
+    'fc': AdapterSite.MLP_FC,
+    'proj': AdapterSite.MLP_PROJ,
 }
 
 
@@ -76,7 +76,7 @@ class LoRA(BaseAdapter):
         self.alpha = float(r if alpha is None else alpha)
         self.scale = self.alpha / r
         self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
-        self.targets = tuple(t for t in check_targets(targets) if LORA_TARGETS[t][0] == self.site)
+        self.targets = tuple(t for t in check_targets(targets) if LORA_TARGETS[t] == self.site)
         if not self.targets:
             raise ValueError(f'LoRA placed at {self.site!s} but its targets '
                              f'{list(targets)} name no projection there')
@@ -98,7 +98,7 @@ class LoRA(BaseAdapter):
     def resolve_sites(cls, sites: Sequence[str] | None, cfg: dict) -> tuple[AdapterSite, ...]:
         """The sites of ``targets``; a config's ``sites``, when given, must be exactly those."""
         targets = check_targets(cfg.get('targets', cls.default_targets))
-        derived = tuple(dict.fromkeys(LORA_TARGETS[t][0] for t in targets))
+        derived = tuple(dict.fromkeys(LORA_TARGETS[t] for t in targets))
         if sites is not None and {AdapterSite(s) for s in sites} != set(derived):
             raise ValueError(f'LoRA targets {list(targets)} sit at {[str(s) for s in derived]}, '
                              f'but the config names sites {list(sites)}; drop sites (they '
