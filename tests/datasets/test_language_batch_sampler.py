@@ -96,12 +96,15 @@ def test_a_pass_started_at_a_batch_skips_the_ones_before_and_the_next_pass_is_wh
     sampler.start_at(3)
     assert list(sampler) == whole[3:]
     assert list(sampler) == whole
-    # A resumed phase skips at this batch sampler: no skipped item is read.
-    dataloader = DataLoader(sampler.sampler.dataset, batch_sampler=sampler,
-                            collate_fn=lambda items: items)
-    assert can_skip_at_sampler(dataloader)
-    skip_at_sampler(dataloader, 3)
-    assert list(dataloader) == whole[3:]
+    # A resumed phase skips at this batch sampler: no skipped item is read. A loader with
+    # workers calls iter() twice and draws from the second iterator.
+    for workers in (0, 2):
+        dataloader = DataLoader(sampler.sampler.dataset, batch_sampler=sampler,
+                                collate_fn=list, num_workers=workers)
+        assert can_skip_at_sampler(dataloader)
+        skip_at_sampler(dataloader, 3)
+        assert list(dataloader) == whole[3:]
+        assert list(dataloader) == whole
 
 
 def test_a_dataset_without_item_languages_is_refused_naming_it():

@@ -97,8 +97,10 @@ class LanguageBatchSampler(Sampler[list[int]]):
         return ranked[self.rank:self._batches_per_rank * self.world_size:self.world_size]
 
     def __iter__(self) -> Iterator[list[int]]:
+        # A generator: the start is taken at the first batch drawn, not when iter() is called.
+        # A DataLoader with workers calls iter() twice and draws from the second iterator only.
         start, self._start = self._start, 0
-        return iter(self.plan()[start:])
+        yield from self.plan()[start:]
 
     def __len__(self) -> int:
         return self._batches_per_rank

@@ -61,10 +61,12 @@ class PreemptionHook(Hook):
         if loop.stop_training:
             return
         # Under DDP the ranks agree (a scheduler's signals reach them apart): all stop here,
-        # the checkpoint is written while every rank is still in step.
-        self.received = max_over_ranks(self.received or 0) or None
-        if self.received is None:
+        # the checkpoint is written while every rank is still in step. A signal noted during
+        # the exchange stays noted, for the next iteration's.
+        agreed = max_over_ranks(self.received or 0)
+        if not agreed:
             return
+        self.received = agreed
         step = runner.iter + 1
         saver = next((hook for hook in runner.hooks if isinstance(hook, CheckpointHook)), None)
         if saver is not None and not str(getattr(saver, 'last_ckpt', '')).endswith(
