@@ -126,11 +126,12 @@ class BatchLanguagesHook(Hook):
         self.batches.append((list(data_batch['index']), set(data_batch['lang'])))
 
 
-def grouped_run(work_dir, **options):
+def grouped_run(work_dir, workers: int = 0, **options):
     cfg = make_cfg(work_dir, phases=copy.deepcopy(PHASES[1:]), **options)
     grouped = loader(PAIRS)
     grouped.pop('drop_last')
-    cfg.train_dataloader = dict(grouped, batch_sampler=dict(type='LanguageBatchSampler'))
+    cfg.train_dataloader = dict(grouped, batch_sampler=dict(type='LanguageBatchSampler'),
+                                num_workers=workers)
     cfg.custom_hooks.append(dict(type='BatchLanguagesHook'))
     torch.manual_seed(0)
     runner, records = train(cfg)
@@ -140,15 +141,15 @@ def grouped_run(work_dir, **options):
 
 def test_training_reads_one_language_a_batch_and_a_resumed_run_the_same_batches(tmp_path):
     """40 scenes in de and zh at batch 8: 10 batches a pass; resumed at iteration 5 (mid-pass,
-    skipped at the sampler) and 10 (the second phase), the runs read what the uninterrupted
-    one read and compute its losses."""
+    skipped at the sampler, with and without loader workers) and 10 (the second phase), the
+    runs read what the uninterrupted one read and compute its losses."""
     seen, records = grouped_run(tmp_path / 'whole', checkpoint_interval=5)
     assert len(seen) == 12
     assert all(len(languages) == 1 for _, languages in seen)
     assert {languages.pop() for _, languages in copy.deepcopy(seen[:8])} == {'de', 'zh'}
-    for resume_at in (5, 10):
+    for resume_at, workers in ((5, 0), (10, 0), (5, 2)):  # workers: torch calls iter() twice
         resumed, resumed_records = grouped_run(
-            tmp_path / f'from_{resume_at}',
+            tmp_path / f'from_{resume_at}_{workers}', workers,
             resume_from=tmp_path / 'whole' / f'iter_{resume_at}.pth')
         assert resumed == seen[resume_at:]
         for mine, reference in zip(resumed_records, records[resume_at:]):
