@@ -207,21 +207,48 @@ def test_resume_in_the_middle_of_phase_two_repeats_the_uninterrupted_run(full_ru
 
 
 
-def test_a_stopped_run_validates_nothing_after_its_stop(tmp_path, monkeypatch):
+def test_a_stopped_run_validates_nothing_after_its_stop_and_its_resumption_makes_it_up(
+        tmp_path, monkeypatch):
     """A run stopped (SIGTERM through PreemptionHook) at an iteration that would validate,
     by interval or at the phase's end, exits instead: the scheduler's kill is near and the
-    evaluation's workers may be dead already."""
+    evaluation's workers may be dead already. Its checkpoint does not record that validation
+    (``validated_iter``), so the resumed run makes it up before training on."""
     from xmr.engine.loops import PhasedTrainLoop
 
     validated = []
-    monkeypatch.setattr(PhasedTrainLoop, 'validate', lambda loop: validated.append(loop.iter))
-    cfg = make_cfg(tmp_path, phases=PHASES[1:2], stop_after=4)  # 8 iterations
-    cfg.train_cfg.val_interval = 2
-    train(cfg)
-    assert validated == [2]
-    validated.clear()
-    train(make_cfg(tmp_path / 'at_end', phases=PHASES[:1], stop_after=4))  # its last iteration
-    assert validated == []
+    validate = PhasedTrainLoop.validate
+
+    def recorded(loop):
+        validated.append(loop.iter)
+        validate(loop)
+
+    monkeypatch.setattr(PhasedTrainLoop, 'validate', recorded)
+
+    def run(work_dir, phases, **options):
+        cfg = make_cfg(work_dir, phases=phases, checkpoint_interval=4, **options)
+        cfg.train_cfg.val_interval = 2
+        cfg.val_dataloader = dict(loader(dict(
+            type='SyntheticRetrievalDataset', num_scenes=8, languages=['en', *LANGS],
+            split='val', image_size=32, seed=0, captions_per_image=1), batch_size=8),
+            drop_last=False)
+        cfg.val_evaluator = dict(type='RetrievalMetric', languages=['en', *LANGS],
+                                 source_language='en')
+        cfg.val_cfg = dict(type='ValLoop')
+        validated.clear()
+        train(cfg)
+        return list(validated)
+
+    phase = PHASES[1:2]  # 8 iterations
+    assert run(tmp_path / 'whole', phase) == [2, 4, 6, 8]
+    assert run(tmp_path / 'cut', phase, stop_after=4) == [2]
+    assert run(tmp_path / 'cut', phase, resume_from=tmp_path / 'cut' / 'iter_4.pth') == [4, 6, 8]
+    # Resumed from a checkpoint whose validation did finish later (iter_4 of the whole run is
+    # written before its validation): validated again, on the same weights.
+    assert run(tmp_path / 'again', phase,
+               resume_from=tmp_path / 'whole' / 'iter_4.pth') == [4, 6, 8]
+    assert run(tmp_path / 'at_end', PHASES[:1], stop_after=4) == [2]  # 4: its last iteration
+    assert run(tmp_path / 'at_end', PHASES[:1],
+               resume_from=tmp_path / 'at_end' / 'iter_4.pth') == [4]
 
 
 def test_resume_under_another_schedule_for_the_phases_begun_is_refused(tmp_path):

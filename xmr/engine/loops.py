@@ -504,25 +504,30 @@ class PhasedTrainLoop(BaseLoop):
             group['lr'] = phase.lr * phase.lr_mult.get(group.get('name', ''), 1.0) * factor
 
     def validate(self) -> None:
+        """Run the validation loop (the training streams untouched) and record, in the message
+        hub that checkpoints carry, the iteration it finished at (``validated_iter``)."""
         if self.runner.val_loop is not None:
             with preserved_rng_state():
                 self.runner.val_loop.run()
+            self.runner.message_hub.update_info('validated_iter', self._iter)
+
+    def _validation_missed(self) -> bool:
+        """Whether the iteration a run resumes at owed a validation its checkpoint does not
+        record as finished.
+
+        A checkpoint is written before the validation of its iteration: a kill during that
+        validation, or a stop before it (SIGTERM), would lose its report column and the best
+        checkpoint it may find. The resumed run makes it up, on the same weights.
+        """
+        return self.runner.message_hub.get_info('validated_iter', -1) < self._iter
 
     def _validate_phase_end(self, phase: Phase, resumed: bool = False) -> None:
-        """Validate at ``phase``'s end (``validate_at_phase_end``), and record it as done.
-
-        The checkpoint at a phase's last iteration is written before this validation, so a run
-        resumed from it cannot know whether the validation finished (a kill during it would
-        lose the phase's report column and its best checkpoint); unless a later checkpoint
-        recorded it, the resumed run validates again, on the same weights.
-        """
-        hub = self.runner.message_hub
-        if not self.validate_at_phase_end or (
-                resumed and hub.get_info('validated_phase_end', -1) >= phase.end):
+        """Validate at ``phase``'s end (``validate_at_phase_end``); resumed there, only if the
+        checkpoint does not record it (:meth:`_validation_missed`)."""
+        if not self.validate_at_phase_end or (resumed and not self._validation_missed()):
             return
         self.current_phase = phase  # the report labels the column '<phase> end'
         self.validate()
-        hub.update_info('validated_phase_end', phase.end)
 
     def run(self) -> torch.nn.Module:
         """Train every phase; a run that fails lets its hooks undo what outlives it.
@@ -560,6 +565,9 @@ class PhasedTrainLoop(BaseLoop):
                 restore_rng_state(self.pending_rng_state)
                 self.pending_rng_state = None
             if fresh and phase.validate_at_start:
+                self.validate()
+            elif (not fresh and self.val_interval and self._iter % self.val_interval == 0
+                  and self._validation_missed()):
                 self.validate()
             restart_iteration_timers(self.runner)
             while self._iter < phase.end and not self.stop_training:
