@@ -7,6 +7,7 @@ import torch
 from open_clip.transformer import QuickGELU
 
 from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg
+from tests.models.backbones.open_clip_families import XLMR_TOKENIZER
 from tests.models.backbones.openai_clip_layout import (
     openai_state_dict,
     openai_vit_clip_shapes,
@@ -23,6 +24,10 @@ from xmr.registry import MODELS, TOKENIZERS
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 TEXTS = ['a dog on a red sofa', 'two cats']
+
+
+needs_xlmr_tokenizer = pytest.mark.skipif(not XLMR_TOKENIZER.is_file(),
+                                          reason=f'no XLM-R tokenizer at {XLMR_TOKENIZER}')
 
 
 def _activations(clip: torch.nn.Module) -> set[type]:
@@ -72,6 +77,7 @@ def test_a_tags_settings_are_taken_from_its_record():
     assert pretrained_record('roberta-ViT-B-32', 'laion2b_s12b_b32k').quick_gelu is True
 
 
+@needs_xlmr_tokenizer
 def test_a_hugging_face_tower_saved_before_transformers_4_31_loads_without_its_position_ids(
         tmp_path):
     """The XLM-R and RoBERTa CLIPs' releases hold text.transformer.embeddings.position_ids,
@@ -212,6 +218,7 @@ def test_hugging_face_tokenized_families_get_open_clips_tokenizer_options():
         text_tokenizer_cfg(None, clips)
 
 
+@needs_xlmr_tokenizer
 def test_a_configs_own_hugging_face_tokenizer_gets_open_clips_options_or_is_refused(tmp_path):
     """A config names its own copy of the vocabulary (a local file, offline) and leaves the
     options to the backbone: open_clip's text cleaning is filled in; another one is refused,
