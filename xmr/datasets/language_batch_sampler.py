@@ -86,9 +86,10 @@ class LanguageBatchSampler(Sampler[list[int]]):
             order = torch.randperm(len(self.languages), generator=generator).numpy()
         else:
             order = np.arange(len(self.languages))
+        languages = self.languages[order]
         completed_at, batches = [], []
-        for language in np.unique(self.languages):
-            positions = np.flatnonzero(self.languages[order] == language)
+        for language in np.unique(languages):
+            positions = np.flatnonzero(languages == language)
             for start in range(0, len(positions) - self.batch_size + 1, self.batch_size):
                 members = positions[start:start + self.batch_size]
                 completed_at.append(members[-1])

@@ -1,6 +1,7 @@
 """One training run per work dir: a second refuses naming the holder, a stale lock is taken over."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import pytest
 import torch
 from mmengine.hooks import Hook
 
+from tests.conftest import REPO
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.work_dir import (
     LOCK_NAME,
@@ -28,6 +30,14 @@ def other_process():
     yield process.pid
     process.kill()
     process.wait()
+
+
+def train_tool():
+    """``tools/train.py`` as a module, its ``main`` callable with an argument list."""
+    spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools' / 'train.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
 
 
 def dead_pid() -> int:
@@ -50,12 +60,7 @@ def test_a_second_run_refuses_naming_the_holders_pid_and_writes_nothing(tmp_path
 
 def test_the_train_tool_refuses_before_the_runner_writes_its_config_and_log(tmp_path,
                                                                            other_process):
-    import importlib.util
-
-    from tests.conftest import REPO
-    spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools' / 'train.py')
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = train_tool()
     (tmp_path / LOCK_NAME).write_text(f'{other_process} {socket.gethostname()}\n')
     with pytest.raises(WorkDirLockedError, match=f'PID {other_process}'):
         tool.main([str(REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'),
@@ -70,16 +75,11 @@ def test_only_the_first_task_of_a_launcher_takes_the_lock_before_the_runner(
         tmp_path, other_process, monkeypatch, launcher, variable):
     """srun and mpirun set no RANK before MMEngine starts the group: each task reads its rank
     from its launcher's variable, so the second task neither takes nor trips on the lock."""
-    import importlib.util
-
     import mmengine.runner
 
     import xmr.engine.distributed
-    from tests.conftest import REPO
 
-    spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools' / 'train.py')
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = train_tool()
     (tmp_path / LOCK_NAME).write_text(f'{other_process} {socket.gethostname()}\n')
     for name in ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK'):
         monkeypatch.delenv(name, raising=False)
