@@ -111,6 +111,11 @@ def test_the_command_lists_the_tools_and_refuses_an_unknown_one(capsys):
         main(['data'])
     assert capsys.readouterr().err.startswith(
         'error: xmr data: name one of its tools: data attach_back_translations, ')
+    with pytest.raises(SystemExit) as exit_status:
+        main(['convert', '--help'])
+    assert exit_status.value.code == 0
+    assert capsys.readouterr().out == ('usage: xmr convert TOOL [ARGS...]\ncommands:\n'
+                                       '  convert dasd_to_xmr\n  convert mla_to_xmr\n')
 
 
 @pytest.mark.parametrize('command', [[], ['train']])

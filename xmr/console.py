@@ -36,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args or args[0] in ('-h', '--help'):
         _print_help()
         raise SystemExit(0 if args else 2)
+    if args[0] in GROUPS and args[1:2] in (['-h'], ['--help']):
+        _print_help(args[0])
+        raise SystemExit(0)
     words = 2 if args[0] in GROUPS and len(args) > 1 else 1
     command = ' '.join(args[:words])
     if command not in available():
@@ -58,5 +61,9 @@ def _no_such_command(command: str) -> str:
     return f'no such command: {hint}run one of {", ".join(commands)}'
 
 
-def _print_help() -> None:
-    print_for_reader('usage: xmr COMMAND [ARGS...]\ncommands:\n  ' + '\n  '.join(available()))
+def _print_help(group: str | None = None) -> None:
+    """The commands, or a group's (``xmr data --help``)."""
+    usage, commands = 'xmr COMMAND', available()
+    if group is not None:
+        usage, commands = f'xmr {group} TOOL', [c for c in commands if c.startswith(f'{group} ')]
+    print_for_reader(f'usage: {usage} [ARGS...]\ncommands:\n  ' + '\n  '.join(commands))
