@@ -20,6 +20,7 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
+from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.distributed import phase_wrapper_cfg, setup_cpu_distributed
 from xmr.engine.hooks import PreemptionHook
 from xmr.registry import HOOKS, MODELS
@@ -128,6 +129,50 @@ def _dasd_worker(rank: int, port: int, work_dir: str, out_dir: str, compile: dic
     torch.save(dict(state=state, breaks=breaks, recompiles=sum(counters['recompiles'].values())),
                Path(out_dir) / f'rank{rank}_{"compiled" if compile else "eager"}.pt')
     torch.distributed.destroy_process_group()
+
+
+def _seeded_per_rank_worker(rank: int, port: int, work_dir: str, out_dir: str,
+                            resume_from: str | None) -> None:
+    """DASD (its discriminator draws a permutation each step) with a seed per rank,
+    checkpointed every iteration, trained whole or resumed from ``resume_from``."""
+    _start(rank, port)
+    cfg = dasd_cfg(Path(work_dir), GLOBAL_BATCH // WORLD, compile=None)
+    cfg.randomness = dict(seed=0, diff_rank_seed=True)
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=1, by_epoch=False)
+    cfg.custom_hooks = [dict(type='RNGStateHook'), dict(type='WeightsOnlyCheckpointHook')]
+    cfg.launcher = 'pytorch'
+    allow_mmengine_checkpoint_types()
+    if resume_from:
+        cfg.update(resume=True, load_from=resume_from)
+    setup_cpu_distributed(cfg, 'pytorch')
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    state = {name: value.detach().clone() for name, value in runner.model.module.state_dict()
+             .items() if name.startswith(('language_branch.', 'disentangler.'))}
+    torch.save(state, Path(out_dir) / f'rank{rank}_{"resumed" if resume_from else "whole"}.pt')
+    torch.distributed.destroy_process_group()
+
+
+def test_each_rank_resumes_its_own_random_streams(tmp_path, monkeypatch):
+    """Under ``diff_rank_seed`` the ranks draw apart (the discriminator's negatives): a run
+    resumed mid-phase ends where the whole run ends only if each rank gets its own streams
+    back, not rank 0's."""
+    MODELS.import_from_location()
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    whole = tmp_path / 'whole'
+    for work_dir, resume_from in ((whole, None), (tmp_path / 'resumed', str(whole / 'iter_1.pth'))):
+        mp.start_processes(_seeded_per_rank_worker,
+                           args=(free_port(), str(work_dir), str(tmp_path), resume_from),
+                           nprocs=WORLD, join=True, start_method='fork')
+    allow_mmengine_checkpoint_types()
+    saved = torch.load(whole / 'iter_1.pth')['rng_state']
+    assert len(saved) == WORLD and not torch.equal(saved[0]['torch'], saved[1]['torch'])
+    expected = torch.load(tmp_path / 'rank0_whole.pt')
+    for rank in range(WORLD):
+        resumed = torch.load(tmp_path / f'rank{rank}_resumed.pt')
+        for name, value in expected.items():
+            torch.testing.assert_close(resumed[name], value, rtol=1e-5, atol=1e-6, msg=name)
 
 
 @HOOKS.register_module(force=True)

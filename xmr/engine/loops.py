@@ -15,6 +15,7 @@ from xmr.engine.data_languages import check_data_languages
 from xmr.engine.distributed import rewrap_for_phase
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
 from xmr.engine.feature_cache import prepare_feature_caches
+from xmr.engine.hook_points import call_hook_point
 from xmr.engine.hooks.preemption import preemption_signals, workers_ignore
 from xmr.engine.optim import parameter_counts
 from xmr.engine.optim_wrapper import OptimWrapper
@@ -540,10 +541,7 @@ class PhasedTrainLoop(BaseLoop):
         try:
             return self._run_phases()
         except BaseException:
-            for hook in self.runner.hooks:
-                release = getattr(hook, 'after_failed_train', None)
-                if release is not None:
-                    release(self.runner)
+            call_hook_point(self.runner, 'after_failed_train')
             raise
 
     def _run_phases(self) -> torch.nn.Module:

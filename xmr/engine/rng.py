@@ -8,6 +8,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from mmengine.dist import get_world_size, is_distributed
+
+from xmr.models.losses.distributed import host_group
 
 
 @contextmanager
@@ -32,6 +36,18 @@ def capture_rng_state() -> dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state['cuda'] = torch.cuda.get_rng_state()
     return state
+
+
+def every_rank_rng_state() -> list[dict[str, Any]]:
+    """Each process's :func:`capture_rng_state`, in rank order; ``[this process's]`` without
+    DDP. A collective: every rank calls it at once. Exchanged through the host's gloo group
+    (:func:`~xmr.models.losses.distributed.host_group`), the states being host tensors."""
+    state = capture_rng_state()
+    if not is_distributed():
+        return [state]
+    states: list[Any] = [None] * get_world_size()
+    dist.all_gather_object(states, state, group=host_group())
+    return states
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:

@@ -13,7 +13,10 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
   path and score, and leaves its file where it is;
 * resuming loads strictly: a checkpoint whose weights do not fit the model (other adapter
   shapes, other languages) is refused, naming the keys and shapes, instead of training on
-  with re-initialised modules. ``load_from`` without resume keeps MMEngine's lenient loading.
+  with re-initialised modules. ``load_from`` without resume keeps MMEngine's lenient loading;
+* before each periodic checkpoint, every rank calls the hooks' ``before_checkpoint_on_every_rank``
+  (:func:`~xmr.engine.hook_points.call_hook_point`), where a hook gathers what rank 0 saves
+  (``RNGStateHook``: each rank's random streams).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
 
 from xmr.engine.checkpoint import state_dict_mismatches
+from xmr.engine.hook_points import call_hook_point
 from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import remove_stale_temporaries
 from xmr.registry import HOOKS
@@ -72,6 +76,8 @@ class CheckpointHook(MMEngineCheckpointHook):
                 '(load_from=... loads a checkpoint leniently without resuming)')
 
     def _save_checkpoint_with_step(self, runner, step: int, meta: dict) -> None:
+        # Every rank is here (rank 0 alone saves): hooks that need each rank's part collect it.
+        call_hook_point(runner, 'before_checkpoint_on_every_rank')
         keep = self.max_keep_ckpts
         recorded = keep > 0 and (not self.keep_ckpt_ids or self.keep_ckpt_ids[-1] != step)
         steps = [*self.keep_ckpt_ids, step] if recorded else []

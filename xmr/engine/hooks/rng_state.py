@@ -1,26 +1,56 @@
 """Random-number state in checkpoints, so a resumed run draws what the uninterrupted one drew."""
 from __future__ import annotations
 
-from mmengine.hooks import Hook
+from typing import Any
 
-from xmr.engine.rng import capture_rng_state
+from mmengine.dist import get_rank, get_world_size
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
+
+from xmr.engine.rng import capture_rng_state, every_rank_rng_state
 from xmr.registry import HOOKS
 
 
 @HOOKS.register_module()
 class RNGStateHook(Hook):
-    """Saves torch / numpy / Python RNG states with each checkpoint and hands them back on resume.
+    """Saves every rank's torch / CUDA / NumPy / Python RNG states with each checkpoint and hands
+    each rank its own back on resume.
 
-    The states are applied by :class:`~xmr.engine.loops.PhasedTrainLoop` after it fast-forwards
-    the phase's data, so draws made while skipping batches do not shift later ones.
+    Rank 0 writes the checkpoint; the other ranks' states reach it through
+    ``before_checkpoint_on_every_rank``, a hook point xmr's ``CheckpointHook`` calls on every
+    rank before it saves (under ``randomness.diff_rank_seed=True`` the ranks' streams differ).
+    ``checkpoint['rng_state']`` is the list of states in rank order. A checkpoint that another
+    number of ranks wrote, one of an earlier xmr (one state) and a best checkpoint (saved when
+    a validation decides, with rank 0's state alone) resume every rank from rank 0's states.
+    The states are applied by :class:`~xmr.engine.loops.PhasedTrainLoop` after it
+    fast-forwards the phase's data, so draws made while skipping batches do not shift later
+    ones.
     """
 
     priority = 'VERY_LOW'
 
+    def __init__(self) -> None:
+        self._gathered: list[dict[str, Any]] | None = None
+
+    def before_checkpoint_on_every_rank(self, runner) -> None:
+        self._gathered = every_rank_rng_state()
+
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        checkpoint['rng_state'] = capture_rng_state()
+        states, self._gathered = self._gathered, None
+        checkpoint['rng_state'] = states or [capture_rng_state()]
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         loop = getattr(runner, '_train_loop', None)
-        if 'rng_state' in checkpoint and hasattr(loop, 'pending_rng_state'):
-            loop.pending_rng_state = checkpoint['rng_state']
+        if 'rng_state' not in checkpoint or not hasattr(loop, 'pending_rng_state'):
+            return
+        states = checkpoint['rng_state']
+        states = [states] if isinstance(states, dict) else states
+        world = get_world_size()
+        if len(states) == world:
+            loop.pending_rng_state = states[get_rank()]
+            return
+        if world > 1:
+            print_log(f'the checkpoint holds the random states of {len(states)} rank(s), this '
+                      f'run has {world}: every rank continues from rank 0\'s', logger='current',
+                      level=30)
+        loop.pending_rng_state = states[0]

@@ -1,0 +1,39 @@
+"""RNGStateHook: each rank's streams saved in rank order, each rank's own handed back."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from xmr.engine.hooks import rng_state
+from xmr.engine.hooks.rng_state import RNGStateHook
+
+
+def resumed_state(monkeypatch, saved, rank: int, world: int):
+    monkeypatch.setattr(rng_state, 'get_rank', lambda: rank)
+    monkeypatch.setattr(rng_state, 'get_world_size', lambda: world)
+    runner = SimpleNamespace(_train_loop=SimpleNamespace(pending_rng_state=None))
+    RNGStateHook().after_load_checkpoint(runner, dict(rng_state=saved))
+    return runner._train_loop.pending_rng_state
+
+
+def test_a_checkpoint_holds_what_every_rank_gathered_else_this_processs_streams(monkeypatch):
+    hook = RNGStateHook()
+    monkeypatch.setattr(rng_state, 'every_rank_rng_state', lambda: ['rank 0', 'rank 1'])
+    monkeypatch.setattr(rng_state, 'capture_rng_state', lambda: 'this process')
+    hook.before_checkpoint_on_every_rank(runner=None)
+    gathered, alone = {}, {}
+    hook.before_save_checkpoint(None, gathered)
+    hook.before_save_checkpoint(None, alone)  # a best checkpoint: nothing gathered for it
+    assert (gathered['rng_state'], alone['rng_state']) == (['rank 0', 'rank 1'], ['this process'])
+
+
+@pytest.mark.parametrize('saved, rank, world, expected', [
+    (['s0', 's1'], 1, 2, 's1'),            # the rank's own
+    (['s0', 's1'], 0, 1, 's0'),            # fewer ranks than wrote it: rank 0's
+    (['s0'], 1, 2, 's0'),                  # a best checkpoint, or one of a single process
+    ({'torch': 'old'}, 1, 2, {'torch': 'old'}),  # an earlier xmr's: one state, not a list
+])
+def test_each_rank_resumes_its_own_streams_or_rank_0s(monkeypatch, saved, rank, world,
+                                                      expected):
+    assert resumed_state(monkeypatch, saved, rank, world) == expected
