@@ -147,6 +147,41 @@ def test_without_distribution_sampling_semantics_are_contrasted_directly():
         model.update_correlation(patches, patch_mask, words, word_mask)
 
 
+def test_the_x_semantics_sample_each_modality_s_semantics_into_the_other_s():
+    """The correlation reads the semantic components (not the modality ones), and each
+    modality's semantics are sampled into the other's columns by its own direction's weights."""
+    model = build()
+    patches, patch_mask, words, word_mask = inputs()
+    out = model(patches, patch_mask, words, word_mask)
+    si, st = out['image_semantic'], out['text_semantic']
+    weights = model.correlation(si, patch_mask, st, word_mask)
+    for got, expected in zip(out['correlation'], weights):
+        torch.testing.assert_close(got, expected)
+    # The two directions differ, so a swap of them (or of a source) would show.
+    assert not torch.allclose(weights.image_from_text, weights.text_from_image.T, atol=1e-3)
+    torch.testing.assert_close(out['image_x_semantic'],
+                               model.sampler(si, patch_mask, st, word_mask,
+                                             weights.image_from_text))
+    torch.testing.assert_close(out['text_x_semantic'],
+                               model.sampler(st, word_mask, si, patch_mask,
+                                             weights.text_from_image))
+
+
+@pytest.mark.parametrize('weighting', ['mask', 'shrinkage'])
+def test_the_column_statistics_carry_no_gradient_into_the_unets(weighting):
+    model = build(correlation=dict(weighting=weighting, init_sparsity=0.0))
+    out = model(*inputs())
+    weights = out['correlation']
+    assert not weights.correlation.requires_grad
+    if weighting == 'mask':
+        assert not weights.image_from_text.requires_grad
+        return
+    (weights.image_from_text.sum() + (weights.text_from_image ** 2).sum()).backward()
+    assert all(p.grad is None for unet in (model.image_unet, model.text_unet)
+               for p in unet.parameters())
+    assert model.correlation.sparsity.grad is not None
+
+
 def test_gradients_reach_both_unets_and_the_sparsity():
     model = build(noise_std=0.1, correlation=dict(weighting='shrinkage', init_sparsity=0.0))
     out = model(*inputs())
