@@ -17,7 +17,7 @@ is mapped back to ``D``, so that ``S + M`` can reconstruct the tokens. ``hidden_
 ``D`` throughout (no lift, no output maps).
 
 Every decoder level is a transformer layer followed by a linear that fuses its output with the
-skip from the encoder level of the same depth, ``D_j = W_j [T_j(D_{j−1}) ; H_{L−j}]``
+skip from the encoder level of the same depth, ``D_j = W_j [T_j(D_{j−1}) ; H_{L−j+1}]``, j = 1, 2, …
 (concatenate, then project, as a UNet's up-path concatenates its skip). Averaging the decoders
 over ``K`` perturbations of the bottleneck makes each component a smoothed estimate that does
 not hinge on any small detail of the bottleneck. At inference the noise is off (``K = 1``, the
