@@ -19,7 +19,8 @@ from xmr.evaluation.leaderboard import (
 )
 
 MULTI_DATASET = {
-    'multi30k/en/t2i_R@1': 60.0, 'multi30k/en/AR': 80.0, 'multi30k/de/t2i_R@1': 30.0,
+    'multi30k/en/t2i_R@1': 60.0, 'multi30k/en/t2i_R@5': 80.0, 'multi30k/en/t2i_R@10': 90.0,
+    'multi30k/en/AR': 80.0, 'multi30k/de/t2i_R@1': 30.0,
     'multi30k/de/AR': 50.0, 'multi30k/fr/AR': 45.5, 'multi30k/mAR': 47.75,
     'multi30k/rSum': 573.0,
     'msrvtt/en/t2i_R@1': 20.0, 'msrvtt/de/t2i_R@1': 10.0, 'msrvtt/de/t2i_MdR': 12.0,
@@ -77,6 +78,21 @@ def test_overall_column_stays_last_when_a_later_result_adds_it():
     assert rows[0] == ['one', '1.00', '1.00', '-', '-', '-']
 
 
+def test_a_prefixed_pectvlm_summary_is_no_language_and_the_legend_names_its_recalls():
+    """XTD10's PECTVLM metric reports ``mean_R@1`` per language and as its summary, and its
+    ``mAR`` averages R@1 alone (``recall_ks=(1,)``)."""
+    pectvlm = {'xtd10_pectvlm/de/t2i_R@1': 2.0, 'xtd10_pectvlm/de/i2t_R@1': 3.0,
+               'xtd10_pectvlm/de/mean_R@1': 2.5, 'xtd10_pectvlm/de/AR': 2.5,
+               'xtd10_pectvlm/mean_R@1': 2.5, 'xtd10_pectvlm/mAR': 2.5}
+    result = EvaluationResult('pectvlm', pectvlm)
+    assert leaderboard_table([result]) == (
+        ['model', 'xtd10_pectvlm/de', 'xtd10_pectvlm/mean_R@1'], [['pectvlm', '2.50', '2.50']])
+    assert column_legend([result]) == ['xtd10_pectvlm: mean of t2i and i2t R@1 (XTD10, PECTVLM)']
+    ar_only = EvaluationResult('ar', {k: v for k, v in pectvlm.items() if 'mean_R@1' not in k})
+    assert column_legend([ar_only]) == [
+        'xtd10_pectvlm: AR = mean of R@1 both ways; mAR = mean AR']
+
+
 def test_markdown_has_table_and_legend():
     text = leaderboard_markdown([EvaluationResult('run', MULTI_DATASET)])
     heading, table, legend = text.split('\n\n')
@@ -91,7 +107,7 @@ def test_markdown_has_table_and_legend():
         'mAR = mean AR',
     ]
     assert column_legend([EvaluationResult('r', {'de/AR': 1.0, 'mAR': 1.0})]) == [
-        'all columns: AR = mean of R@1/5/10 both ways; mAR = mean AR']
+        'all columns: AR = mean of the recalls both ways; mAR = mean AR']  # no R@K reported
     with pytest.raises(ValueError, match=r"results of \['r'\] hold no retrieval metric"):
         leaderboard_markdown([EvaluationResult('r', {'de/t2i_MdR': 3.0})])
 

@@ -73,7 +73,7 @@ HEADLINES: tuple[Headline, ...] = (
     Headline('t2v_R@1_sum', 't2i_R@1', 'text→video R@1, summed'),
     Headline('t2i_R@1_sum', 't2i_R@1', 'text→image R@1, summed'),
     Headline('t2s_R@1_sum', 't2s_R@1', 'target→source text R@1, summed'),
-    Headline('mAR', 'AR', 'AR = mean of R@1/5/10 both ways; mAR = mean AR'),
+    Headline('mAR', 'AR', 'AR = mean of {recalls} both ways; mAR = mean AR'),
 )
 
 
@@ -167,8 +167,9 @@ def leaderboard_columns(metrics: Mapping[str, Any]) -> list[Column]:
     groups: list[str] = []
     for key in keys:
         group, _, name = key.rpartition('/')
-        if name in statistics:
-            group = group.rpartition('/')[0]
+        parent, _, lang = group.rpartition('/')
+        if name in statistics and _is_language(lang):
+            group = parent
         elif not any(name == h.summary for h in HEADLINES):
             continue
         if group not in groups:
@@ -229,18 +230,34 @@ def column_legend(results: Sequence[EvaluationResult]) -> list[str]:
     for column in columns:
         if column.kind == 'overall':
             lines.append(f'{column.label}: over the languages of all datasets; '
-                         f'{column.headline.meaning}')
+                         f'{_meaning(column, results)}')
         elif column.group not in seen:
             seen.add(column.group)
             name = column.group or 'all columns'
             if any(c.kind == 'summary' and c.group == column.group for c in columns):
-                lines.append(f'{name}: {column.headline.meaning}')
+                lines.append(f'{name}: {_meaning(column, results)}')
             else:
                 lines.append(f'{name}: {column.headline.per_language} per language (no summary '
                              'reported)')
         if column.kind == 'summary':
             lines.extend(_summary_languages(column, columns, results))
     return lines
+
+
+def _meaning(column: Column, results: Sequence[EvaluationResult]) -> str:
+    """The headline's meaning, its ``{recalls}`` the ``R@K`` the rows of ``column``'s dataset
+    report (``R@1/5/10``; ``R@1`` for PECTVLM's XTD10 ``mAR``)."""
+    ks = sorted({int(key.rpartition('@')[2]) for result in results for key in result.metrics
+                 if key.startswith(_join(column.group, '')) and _recall_k(key)})
+    recalls = 'R@' + '/'.join(map(str, ks)) if ks else 'the recalls'
+    return column.headline.meaning.format(recalls=recalls)
+
+
+def _recall_k(key: str) -> bool:
+    """Whether ``key`` is a language's ``t2i_R@K`` (the K a dataset's AR averages)."""
+    parts = key.split('/')
+    return (len(parts) >= 2 and _is_language(parts[-2]) and parts[-1].startswith('t2i_R@')
+            and parts[-1][6:].isdigit())
 
 
 def _summary_languages(summary: Column, columns: Sequence[Column],
@@ -369,9 +386,19 @@ def _languages(keys: Sequence[str], group: str, statistic: str) -> list[str]:
     for key in keys:
         parts = key.split('/')
         if (len(parts) == depth + 2 and parts[-1] == statistic
-                and '/'.join(parts[:depth]) == group):
+                and '/'.join(parts[:depth]) == group and _is_language(parts[-2])):
             languages.append(parts[-2])
     return languages
+
+
+def _is_language(part: str) -> bool:
+    """Whether a key's part is a canonical language code (``de``, ``zh-Hant``): the summary
+    ``xtd10_pectvlm/mean_R@1`` is named as the statistic ``de/mean_R@1`` is, and its prefix is
+    no language."""
+    try:
+        return normalize_language(part) == part
+    except ValueError:
+        return False
 
 
 def _join(*parts: str) -> str:
