@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.engine.test_loops import LANGS, PHASES, loader, make_cfg, train
+from xmr.engine.hooks import PhaseReportHook
 
 VAL_LANGS = ['en', *LANGS]
 # The cross-lingual phase also validates at its start: a column of the resumed run's own.
@@ -27,6 +28,26 @@ def report_cfg(work_dir, **kwargs):
 
 def read_report(work_dir) -> list[dict]:
     return json.loads((work_dir / 'phase_report.json').read_text())
+
+
+def report_rows(*validations: dict) -> list[list[str]]:
+    """The cells of the report's rows, one validation per column."""
+    hook = PhaseReportHook()
+    hook.columns = [(f'phase {i} end', i, metrics) for i, metrics in enumerate(validations)]
+    return [[cell.strip() for cell in line.strip('|').split('|')]
+            for line in hook.table().splitlines()[2:]]
+
+
+def test_the_rows_of_several_datasets_keep_their_names_and_the_overall_mean_is_last():
+    """MultiDatasetValLoop's validation (DASD's MSCOCO configs: COCO ja and COCO-CN zh)."""
+    metrics = {'coco/en/AR': 80.0, 'coco/ja/AR': 30.0, 'coco/mAR': 30.0,
+               'cococn/en/AR': 70.0, 'cococn/zh/AR': 10.0, 'cococn/mAR': 10.0, 'mAR': 20.0}
+    assert report_rows(metrics) == [
+        ['coco/en', '80.00'], ['coco/ja', '30.00'], ['cococn/en', '70.00'],
+        ['cococn/zh', '10.00'], ['coco/mAR', '30.00'], ['cococn/mAR', '10.00'], ['mAR', '20.00']]
+    one_dataset = {'multi30k/en/AR': 80.0, 'multi30k/de/AR': 40.0, 'multi30k/mAR': 40.0}
+    assert report_rows(one_dataset, {}) == [
+        ['en', '80.00', '-'], ['de', '40.00', '-'], ['mAR', '40.00', '-']]
 
 
 def test_a_resumed_run_reports_the_phases_validated_before_the_interruption(tmp_path):

@@ -63,24 +63,29 @@ class PhaseReportHook(Hook):
                         if c['iter'] <= resumed_at]
 
     def table(self) -> str:
-        suffix = '/' + self.metric
-        langs: list[str] = []
-        for _, _, metrics in self.columns:
-            for key in metrics:
-                lang = key.rsplit('/', 1)[0].split('/')[-1] if key.endswith(suffix) else None
-                if lang and lang not in langs:
-                    langs.append(lang)
-
-        def value(metrics: dict, lang: str | None) -> str:
-            hits = [v for k, v in metrics.items()
-                    if (k.endswith(f'{lang}{suffix}') if lang else
-                        k == self.mean_key or k.endswith('/' + self.mean_key))]
-            return f'{hits[0]:.2f}' if hits else '-'
-
         header = ['language', *(label for label, _, _ in self.columns)]
-        rows = [[lang, *(value(m, lang) for _, _, m in self.columns)] for lang in langs]
-        rows.append([self.mean_key, *(value(m, None) for _, _, m in self.columns)])
+        rows = [[label, *(f'{m[key]:.2f}' if key in m else '-' for _, _, m in self.columns)]
+                for label, key in self._rows()]
         return format_table(header, rows)
+
+    def _rows(self) -> list[tuple[str, str]]:
+        """``(label, key)`` of each row: the languages' ``metric``, then the means.
+
+        Each dataset's means (``coco/mAR``) come before the mean over all of them (``mAR``,
+        :class:`~xmr.engine.eval_loops.MultiDatasetValLoop`'s). Rows are labelled by their keys,
+        without the dataset's prefix when the validation scores one dataset (``ja``, ``mAR``)
+        and with it when several (``coco/ja``, ``cococn/zh``, ``coco/mAR``).
+        """
+        suffix = '/' + self.metric
+        keys = list(dict.fromkeys(key for _, _, metrics in self.columns for key in metrics))
+        languages = [key for key in keys if key.endswith(suffix)]
+        means = sorted((key for key in keys
+                        if key == self.mean_key or key.endswith('/' + self.mean_key)),
+                       key=lambda key: key == self.mean_key)
+        datasets = {key[:-len(suffix)].rpartition('/')[0] for key in languages}
+        prefix = f'{datasets.pop()}/' if len(datasets) == 1 else ''
+        return [(key[:-len(suffix)].removeprefix(prefix), key) for key in languages] + \
+            [(key.removeprefix(prefix), key) for key in means]
 
     def _write(self, out: Path) -> None:
         atomic_write_text(out / 'phase_report.md', self.table() + '\n')
