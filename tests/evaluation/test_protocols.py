@@ -57,6 +57,16 @@ def test_five_fold_averages_each_fold_by_hand():
     assert result['rSum'] == pytest.approx(370.0)
 
 
+def test_five_fold_averages_the_folds_not_their_captions():
+    """Fold 0 holds four captions, the others two: the mean of the folds' recalls (70) is not
+    the recall of the pooled captions (9 of 12 at rank 1, 75)."""
+    base = _ten_media_in_five_folds()
+    gallery = LanguageGallery(base.media, torch.cat([base.captions, torch.eye(10)[[0, 0]]]),
+                              torch.cat([base.caption_media, torch.tensor([0, 0])]))
+    result = evaluate_protocol(gallery, protocol_galleries('coco_1k_5fold', 10, gallery_size=10))
+    assert result['t2i_R@1'] == pytest.approx(70.0)
+
+
 def test_full_gallery_sees_cross_fold_confusers():
     gallery = _ten_media_in_five_folds()
     result = evaluate_protocol(gallery, protocol_galleries('standard', 10), recall_ks=(1,))

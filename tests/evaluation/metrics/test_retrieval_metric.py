@@ -6,6 +6,7 @@ import torch
 
 import xmr.evaluation  # noqa: F401  (registers the metric)
 from xmr.evaluation import RetrievalMetric
+from xmr.evaluation.metrics import retrieval
 from xmr.registry import METRICS
 
 E0, E1, E2 = torch.eye(3)
@@ -166,9 +167,12 @@ def test_xtd10_t2i_r10_mean_over_languages():
              for i in range(12)]
     # Its own image scores 0 like 10 others: the ties put it last (rank 12).
     items[0]['caption_embeddings']['de'] = torch.eye(12)[11:12]
+    # Six images score above its own: rank 7, within R@10, not R@5.
+    items[1]['caption_embeddings']['de'] = _unit(0, 0.5, *[1] * 6, 0, 0, 0, 0)[None]
     metric = RetrievalMetric(protocol='xtd10_t2i_r10', gallery_size=12)
     result = _run(metric, items)
     assert result['de/t2i_R@10'] == pytest.approx(1100 / 12)
+    assert result['de/t2i_R@5'] == pytest.approx(1000 / 12)
     assert result['mean_t2i_R@10'] == pytest.approx(1100 / 12)
     for item in items:  # French captions, all at rank 1: the mean of the two languages
         item['caption_embeddings']['fr'] = item['caption_embeddings']['en']
@@ -177,6 +181,17 @@ def test_xtd10_t2i_r10_mean_over_languages():
     assert result['mean_t2i_R@10'] == pytest.approx((1100 / 12 + 100) / 2)
     with pytest.raises(ValueError, match='defined on 1000 media'):
         _run(RetrievalMetric(protocol='xtd10_t2i_r10'), items)
+
+
+def test_a_summary_over_galleries_of_other_sizes_says_so(monkeypatch):
+    """The standard protocol scores each language on the media it captions: fr on 2 of 3."""
+    said = []
+    monkeypatch.setattr(retrieval, 'print_log', lambda message, **_: said.append(message))
+    result = _run(RetrievalMetric(recall_ks=(1, 2)), _three_media())
+    assert result['mAR'] == pytest.approx(EXPECTED['mAR'])
+    assert [m for m in said if 'galleries of different sizes' in m] == [
+        'the summaries average languages scored on galleries of different sizes (media with a '
+        'caption in each: de 3, fr 2); their recalls are not comparable']
 
 
 def test_xtd10_fewshot_scores_only_the_test_images():

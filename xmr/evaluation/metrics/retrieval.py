@@ -219,7 +219,7 @@ class RetrievalMetric(BaseMetric):
             self.protocol, len(items), gallery_size=self.gallery_size, num_folds=self.num_folds,
             folds=self.folds, shots=self.fewshot_shots, split_seed=self.fewshot_seed)
         token_scoring = self._token_scoring(items)
-        per_language = {}
+        per_language, gallery_sizes = {}, {}
         for lang in languages:
             gallery = _language_gallery(items, media, lang,
                                         PROTOCOLS[self.protocol].captions_per_media,
@@ -233,6 +233,9 @@ class RetrievalMetric(BaseMetric):
             if self.protocol == 'xtd10_fewshot':
                 scores['mean_R@1'] = (scores['t2i_R@1'] + scores['i2t_R@1']) / 2
             per_language[lang] = self._named_keys(scores)
+            gallery_sizes[lang] = int(gallery.caption_media.unique().numel())
+        _warn_if_galleries_differ({lang: gallery_sizes[lang] for lang in mean_languages
+                                  if lang in gallery_sizes})
         metrics = {f'{lang}/{key}': value
                    for lang, scores in per_language.items() for key, value in scores.items()}
         metrics.update(self._summaries(per_language, mean_languages))
@@ -458,6 +461,16 @@ def _check_normalised(rows: Tensor, name: str) -> None:
     if worst > _NORM_TOLERANCE:
         raise ValueError(f'{name} is not L2-normalised (a norm is off by {worst:.3g}); the '
                          'model must return unit embeddings so that scores are cosines.')
+
+
+def _warn_if_galleries_differ(gallery_sizes: Mapping[str, int]) -> None:
+    """A summary over languages whose galleries hold other media (a language captioning part
+    of the set is scored on that part) averages recalls of different tasks: say so."""
+    if len(set(gallery_sizes.values())) > 1:
+        sizes = ', '.join(f'{lang} {size}' for lang, size in gallery_sizes.items())
+        print_log(f'the summaries average languages scored on galleries of different sizes '
+                  f'(media with a caption in each: {sizes}); their recalls are not comparable',
+                  logger='current', level=logging.WARNING)
 
 
 def _unique_items(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
