@@ -44,7 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="clip_benchmark: also write CLIP_benchmark's JSON per dataset and "
                         'language into <result>_clip_benchmark/')
     parser.add_argument('--compare', nargs='+', metavar='JSON',
-                        help='result files of earlier runs to show side by side')
+                        help='result files of earlier runs to show side by side (printed; '
+                        "the CSV written for CHECKPOINT holds its own row alone)")
     add_ablation_argument(parser)
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config keys, e.g. test_dataloader.batch_size=64')
