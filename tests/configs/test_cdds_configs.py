@@ -26,6 +26,8 @@ def test_the_paper_settings_and_studies_have_configs():
             assert f'cdds_{backbone}_{dataset}' in names
     assert 'cdds_vit-mbert-b16_multi30k-mt' in names
     assert {'dual-encoder_vit-bert-b16_flickr30k', 'dual-encoder-ds_vit-bert-b16_flickr30k',
+            'dual-encoder-vsepp_vit-bert-b16_flickr30k',
+            'dual-encoder-vsepp-ds_vit-bert-b16_flickr30k',
             'cdds_vit-bert-b16_flickr30k_corr-subset',
             'cdds_vit-bert-b16_flickr30k_corr-dataset', 'cdds_clip-vit-b16_flickr30k',
             'cdds_clip-vit-l14_flickr30k', 'cdds_vit-bert-b16-384_flickr30k',
