@@ -212,7 +212,7 @@ def test_a_stopped_run_validates_nothing_after_its_stop_and_its_resumption_makes
     """A run stopped (SIGTERM through PreemptionHook) at an iteration that would validate,
     by interval or at the phase's end, exits instead: the scheduler's kill is near and the
     evaluation's workers may be dead already. Its checkpoint does not record that validation
-    (``validated_iter``), so the resumed run makes it up before training on."""
+    (``last_validation_iter``), so the resumed run makes it up before training on."""
     from xmr.engine.loops import PhasedTrainLoop
 
     validated = []
@@ -221,6 +221,11 @@ def test_a_stopped_run_validates_nothing_after_its_stop_and_its_resumption_makes
     def recorded(loop):
         validated.append(loop.iter)
         validate(loop)
+        # MMEngine logs the message hub's 'val*' infos as validation results: the record of a
+        # validation is none of them.
+        _, line = loop.runner.log_processor.get_log_after_epoch(
+            loop.runner, len(loop.runner.val_dataloader), 'val')
+        assert 'mAR: ' in line and 'validat' not in line
 
     monkeypatch.setattr(PhasedTrainLoop, 'validate', recorded)
 

@@ -506,11 +506,12 @@ class PhasedTrainLoop(BaseLoop):
 
     def validate(self) -> None:
         """Run the validation loop (the training streams untouched) and record, in the message
-        hub that checkpoints carry, the iteration it finished at (``validated_iter``)."""
+        hub that checkpoints carry, the iteration it finished at (``last_validation_iter``)."""
         if self.runner.val_loop is not None:
             with preserved_rng_state():
                 self.runner.val_loop.run()
-            self.runner.message_hub.update_info('validated_iter', self._iter)
+            # Not a 'val...' name: MMEngine logs those infos as the validation's results.
+            self.runner.message_hub.update_info('last_validation_iter', self._iter)
 
     def _validation_missed(self) -> bool:
         """Whether the iteration a run resumes at owed a validation its checkpoint does not
@@ -520,7 +521,7 @@ class PhasedTrainLoop(BaseLoop):
         validation, or a stop before it (SIGTERM), would lose its report column and the best
         checkpoint it may find. The resumed run makes it up, on the same weights.
         """
-        return self.runner.message_hub.get_info('validated_iter', -1) < self._iter
+        return self.runner.message_hub.get_info('last_validation_iter', -1) < self._iter
 
     def _validate_phase_end(self, phase: Phase, resumed: bool = False) -> None:
         """Validate at ``phase``'s end (``validate_at_phase_end``); resumed there, only if the
