@@ -44,3 +44,13 @@ def test_a_misspelt_option_of_the_model_is_refused_when_the_config_loads(tmp_pat
         load_run_config(DEMO, cfg_options={'model.langauge_branch.num_blocks': 1},
                         work_dir=str(tmp_path))
     assert load_run_config(DEMO, work_dir=str(tmp_path)).model.type == 'CrossLingualRetriever'
+
+
+def test_a_config_xmr_ships_is_named_by_the_xmr_scheme(tmp_path):
+    """``xmr train xmr::demo/...`` from a folder without configs/ (a user's own project)."""
+    cfg = load_run_config('xmr::demo/static_tiny-clip_synthetic.py', work_dir=str(tmp_path))
+    assert cfg.train_cfg.type == 'PhasedTrainLoop' and cfg.work_dir == str(tmp_path)
+    with pytest.raises(FileNotFoundError, match="xmr ships no configs file 'demo/static.py'"):
+        load_run_config('xmr::demo/static.py')
+    with pytest.raises(UserError, match="or name a config xmr ships as 'xmr::demo/"):
+        load_run_config(tmp_path / 'missing.py')

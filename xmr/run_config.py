@@ -14,6 +14,7 @@ from typing import Any
 from mmengine.config import Config
 
 from xmr.ablations import ablation_suffix, apply_ablations
+from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import UserError
 
 __all__ = ['add_ablation_argument', 'load_run_config']
@@ -56,7 +57,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     """Load ``config``, merge ``ablations`` then ``cfg_options``, and set ``cfg.work_dir``.
 
     Args:
-        config: the config file.
+        config: the config file, or ``xmr::<path under configs/>`` for a config xmr ships.
         ablations: as :func:`xmr.ablations.apply_ablations` takes them.
         cfg_options: ``--cfg-options`` (dotted keys).
         work_dir: ``--work-dir``; by default ``work_dirs/<config name>[_<ablation>...]``.
@@ -66,9 +67,12 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
             failed to import.
         UnknownOptionError: the model config has an option its type does not take.
     """
+    if str(config).startswith(CONFIG_SCHEME):
+        config = config_path(str(config))
     if not os.path.isfile(config):
         raise UserError(config, 'config file does not exist',
-                        'give the path of a config under configs/')
+                        'give the path of a config file, or name a config xmr ships as '
+                        f"'{CONFIG_SCHEME}demo/static_tiny-clip_synthetic.py'")
     try:
         loaded = Config.fromfile(str(config))
     except ImportError as error:

@@ -107,4 +107,5 @@ def test_train_with_a_missing_config_prints_no_traceback(tmp_path, monkeypatch, 
     err = capsys.readouterr().err
     assert exit_info.value.code == EXIT_ERROR
     assert err == (f'error: {tmp_path / "nope.py"}: config file does not exist: give the path '
-                   'of a config under configs/\n')
+                   "of a config file, or name a config xmr ships as "
+                   "'xmr::demo/static_tiny-clip_synthetic.py'\n")
