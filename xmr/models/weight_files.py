@@ -12,12 +12,16 @@ from __future__ import annotations
 import pickle
 import warnings
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
-__all__ = ['read_weights', 'check_weights_fit', 'WeightsMismatchError', 'CHECKPOINT_SUFFIXES']
+__all__ = ['read_weights', 'check_weights_fit', 'fetch_weights', 'WeightsMismatchError',
+           'CHECKPOINT_SUFFIXES']
+
+Fetched = TypeVar('Fetched')
 
 #: Endings of weight files: a name ending so is a path, never a hub name or tag.
 CHECKPOINT_SUFFIXES = ('.pt', '.pth', '.bin', '.safetensors')
@@ -29,6 +33,28 @@ _SHOWN_KEYS = 5
 
 class WeightsMismatchError(ValueError):
     """A state dict whose keys or shapes are not those of the module it was meant for."""
+
+
+def fetch_weights(fetch: Callable[[], Fetched], what: str, local_copy: str) -> Fetched:
+    """``fetch()``: a download, or a read of a hub's local cache; its failure (no network, no
+    such repository, a checksum) is told as a missing file, with how to give a local copy.
+
+    Args:
+        fetch: what downloads or reads the weights.
+        what: the weights and where they come from (``"the 'openai' weights of ViT-B-32
+            (hf-hub:timm/...)"``).
+        local_copy: how a config gives a copy instead (the keys to set).
+
+    Raises:
+        FileNotFoundError: naming ``what``, the fetch's first line of error and ``local_copy``
+            (the fetch's error chained as the cause).
+    """
+    try:
+        return fetch()
+    except (OSError, RuntimeError, ValueError) as error:  # hub, URL, checksum, cache alike
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise FileNotFoundError(f'{what} could not be fetched ({reason}); {local_copy}') \
+            from error
 
 
 def read_weights(path: str | Path, what: str = 'checkpoint',

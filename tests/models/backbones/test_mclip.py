@@ -77,6 +77,12 @@ def test_a_foreign_or_incomplete_checkpoint_is_refused(backbone, tmp_path):
         backbone.load_text_checkpoint(state)
     with pytest.raises(FileNotFoundError, match="holds none of \\['model.safetensors', "):
         backbone.load_text_checkpoint(tmp_path)
+    with pytest.raises(FileNotFoundError, match=(
+            'M-CLIP text checkpoint .*absent does not exist: download an M-CLIP release there '
+            r'\(the hub repository M-CLIP/XLM-Roberta-Large-Vit-L-14: .* as mclip_dir, for the '
+            r'weights and both tokenizers \(elsewhere: --cfg-options '
+            'model.backbone.checkpoint=DIR model.backbone.tokenizer.name_or_path=DIR')):
+        backbone.load_text_checkpoint(tmp_path / 'absent')
 
 
 def test_a_release_of_another_size_or_a_broken_file_is_refused(backbone, tmp_path):

@@ -93,6 +93,11 @@ def test_unreachable_pretrained_tag_names_the_tag_and_the_offline_route(monkeypa
         raise OSError('We could not connect to huggingface.co')
 
     monkeypatch.setattr(open_clip.pretrained, 'download_pretrained', offline_download)
-    with pytest.raises(RuntimeError, match="'openai' weights of ViT-B-32.*pretrained=<local "
-                                           "file> with pretrained_cfg='openai'"):
+    with pytest.raises(FileNotFoundError) as error:
         MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-32', pretrained='openai'))
+    assert str(error.value) == (
+        "the 'openai' weights of ViT-B-32 (hf-hub:timm/vit_base_patch32_clip_224.openai) could "
+        'not be fetched (We could not connect to huggingface.co); download them once and set '
+        "pretrained=<local file> with pretrained_cfg='openai' (--cfg-options "
+        'model.backbone.pretrained=FILE model.backbone.pretrained_cfg=openai for an '
+        'OpenCLIPBackbone; docs/pretrained_weights.md)')

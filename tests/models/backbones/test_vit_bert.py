@@ -109,3 +109,23 @@ def test_bad_configurations_are_named():
         MODELS.build(tiny_cfg(text_cfg=dict(TINY_BERT, max_position_embeddings=64)))
     with pytest.raises(ValueError, match='random BERT .* needs an explicit tokenizer'):
         MODELS.build(tiny_cfg(tokenizer=None))
+
+
+def test_weights_that_cannot_be_fetched_name_the_model_and_the_local_route(monkeypatch):
+    """Offline, timm's and Hugging Face's hub clients raise OSErrors that name no model."""
+    def offline(*args, **kwargs):
+        raise OSError('An error happened while trying to locate the file on the Hub\nmore')
+
+    monkeypatch.setattr(timm, 'create_model', offline)
+    with pytest.raises(FileNotFoundError) as error:
+        MODELS.build(tiny_cfg(vision='vit_base_patch16_224.orig_in21k', vision_pretrained=True))
+    assert str(error.value) == (
+        "timm's weights of 'vit_base_patch16_224.orig_in21k' could not be fetched (An error "
+        'happened while trying to locate the file on the Hub); download them once and set '
+        'vision_pretrained=<local file> (--cfg-options model.backbone.vision_pretrained=FILE)')
+    monkeypatch.undo()
+    monkeypatch.setattr(BertModel, 'from_pretrained', offline)
+    with pytest.raises(FileNotFoundError, match=(
+            r"the BERT 'bert-base-uncased' \(a Hugging Face hub name or folder\) could not be "
+            r'fetched .*set text=<its folder> \(--cfg-options model.backbone.text=FOLDER\)')):
+        MODELS.build(tiny_cfg(text='bert-base-uncased'))

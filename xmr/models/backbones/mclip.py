@@ -43,6 +43,9 @@ XLMR_LARGE = dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24,
                   max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5,
                   pad_token_id=1, bos_token_id=0, eos_token_id=2)
 
+#: The hub repository of the release PECTVLM uses.
+MCLIP_RELEASE = 'M-CLIP/XLM-Roberta-Large-Vit-L-14'
+
 #: Weights of the release that M-CLIP's forward never reads.
 _UNUSED_PREFIXES = ('transformer.pooler.',)
 _UNUSED_SUFFIXES = ('position_ids', 'token_type_ids')
@@ -196,7 +199,16 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
         if isinstance(checkpoint, Mapping):
             state_dict, source = checkpoint, '<state dict>'
         else:
-            state_dict = read_weights(checkpoint, 'M-CLIP text checkpoint')
+            try:
+                state_dict = read_weights(checkpoint, 'M-CLIP text checkpoint')
+            except FileNotFoundError as error:
+                raise FileNotFoundError(
+                    f'{error}: download an M-CLIP release there (the hub repository '
+                    f'{MCLIP_RELEASE}: config.json, its weights and tokenizer files); the '
+                    'PECTVLM configs read it as mclip_dir, for the weights and both tokenizers '
+                    '(elsewhere: --cfg-options model.backbone.checkpoint=DIR '
+                    'model.backbone.tokenizer.name_or_path=DIR '
+                    'model.language_branch.tokenizer.name_or_path=DIR)') from error
             source = str(checkpoint)
         converted = convert_mclip_state_dict(state_dict, source)
         check_weights_fit(self.text_tower.state_dict(), converted, source,

@@ -29,7 +29,12 @@ from open_clip.transform import PreprocessCfg
 from torch import nn
 
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
-from xmr.models.weight_files import CHECKPOINT_SUFFIXES, check_weights_fit, read_weights
+from xmr.models.weight_files import (
+    CHECKPOINT_SUFFIXES,
+    check_weights_fit,
+    fetch_weights,
+    read_weights,
+)
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
            'build_open_clip', 'read_clip_weights', 'record_tokenizer_cfg',
@@ -234,7 +239,8 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
         ``(model, record)``; ``model.visual.preprocess_cfg`` is the record's.
 
     Raises:
-        RuntimeError: a tag's weights could not be fetched (offline), with the local-file route.
+        FileNotFoundError: a tag's weights could not be fetched (offline), with the
+            local-file route.
         WeightsMismatchError: weights of another architecture (keys named, with counts).
     """
     record, weights = resolve_pretrained(arch, pretrained, pretrained_cfg, model_cfg)
@@ -359,13 +365,15 @@ def hf_tokenizer_options(defaults: Mapping[str, Any], given: Mapping[str, Any] |
 
 
 def _download(arch: str, tag: str) -> Path:
-    try:
-        return Path(open_clip.pretrained.download_pretrained(
-            open_clip.get_pretrained_cfg(arch, tag)))
-    except Exception as error:  # noqa: BLE001 - hub, URL and checksum errors alike
-        raise RuntimeError(f"open_clip could not fetch the '{tag}' weights of {arch} "
-                           f'({error}); download them once and set pretrained=<local file> '
-                           f"with pretrained_cfg='{tag}'") from error
+    cfg = open_clip.get_pretrained_cfg(arch, tag)
+    hub = cfg.get('hf_hub', '').rstrip('/')
+    source = f'hf-hub:{hub}' if hub else cfg.get('url') or 'open_clip'
+    return Path(fetch_weights(
+        lambda: open_clip.pretrained.download_pretrained(cfg),
+        f"the '{tag}' weights of {arch} ({source})",
+        f"download them once and set pretrained=<local file> with pretrained_cfg='{tag}' "
+        f'(--cfg-options model.backbone.pretrained=FILE model.backbone.pretrained_cfg={tag} '
+        'for an OpenCLIPBackbone; docs/pretrained_weights.md)'))
 
 
 def read_clip_weights(path: str | Path, record: PretrainedRecord) -> dict[str, torch.Tensor]:

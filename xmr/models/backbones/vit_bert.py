@@ -30,6 +30,7 @@ from xmr.models.backbones.base import (
 )
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.tokenizers import BaseTokenizer
+from xmr.models.weight_files import fetch_weights
 from xmr.registry import MODELS, TOKENIZERS
 
 __all__ = ['ViTBERTBackbone']
@@ -51,7 +52,13 @@ def build_vision(name: str, pretrained: bool | str | None, options: dict) -> nn.
             raise FileNotFoundError(f'vision_pretrained checkpoint {path} does not exist')
         return timm.create_model(name, pretrained=True,
                                  pretrained_cfg_overlay=dict(file=str(path)), **kwargs)
-    return timm.create_model(name, pretrained=bool(pretrained), **kwargs)
+    if not pretrained:
+        return timm.create_model(name, pretrained=False, **kwargs)
+    return fetch_weights(
+        lambda: timm.create_model(name, pretrained=True, **kwargs),
+        f"timm's weights of '{name}'",
+        'download them once and set vision_pretrained=<local file> (--cfg-options '
+        'model.backbone.vision_pretrained=FILE)')
 
 
 def build_text(pretrained: str | None, options: dict) -> nn.Module:
@@ -60,7 +67,11 @@ def build_text(pretrained: str | None, options: dict) -> nn.Module:
     from transformers import BertConfig, BertModel
 
     if pretrained is not None:
-        return BertModel.from_pretrained(pretrained, add_pooling_layer=False, **options)
+        return fetch_weights(
+            lambda: BertModel.from_pretrained(pretrained, add_pooling_layer=False, **options),
+            f"the BERT '{pretrained}' (a Hugging Face hub name or folder)",
+            'download the hub repository once (config.json, its weights and tokenizer files) and '
+            'set text=<its folder> (--cfg-options model.backbone.text=FOLDER)')
     return BertModel(BertConfig(**options), add_pooling_layer=False)
 
 
