@@ -54,3 +54,12 @@ def test_a_config_xmr_ships_is_named_by_the_xmr_scheme(tmp_path):
         load_run_config('xmr::demo/static.py')
     with pytest.raises(UserError, match="or name a config xmr ships as 'xmr::demo/"):
         load_run_config(tmp_path / 'missing.py')
+
+
+def test_an_option_past_the_end_of_a_list_names_the_list_and_its_length():
+    with pytest.raises(UserError, match=(
+            r'--cfg-options train_cfg.phases.3.iters: train_cfg.phases holds 3 items \(indices '
+            r'0 to 2\): name one of them, or give the whole list')):
+        load_run_config(DEMO, cfg_options={'train_cfg.phases.3.iters': 30})
+    cfg = load_run_config(DEMO, cfg_options={'train_cfg.phases.2.iters': 30})
+    assert cfg.train_cfg.phases[2].iters == 30

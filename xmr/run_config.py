@@ -82,6 +82,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
         raise explained from error
     cfg = apply_ablations(loaded, ablations)
     if cfg_options:
+        _check_list_indices(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
     # MMEngine's runner builds the model itself, past the option check of xmr's registries
     # (which see every part the model builds); so the model's own options are checked here.
@@ -94,3 +95,28 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
 
     resolve_work_dir(cfg, config, work_dir, suffix=ablation_suffix(ablations))
     return cfg
+
+
+def _check_list_indices(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
+    """Refuse an option whose key indexes past the end of a list (``train_cfg.phases.3.iters``
+    of three phases), naming the list and its length; MMEngine's error prints the whole list.
+
+    Raises:
+        UserError: naming the option, the list and its indices.
+    """
+    for key in cfg_options:
+        node: Any = cfg.to_dict()
+        walked: list[str] = []
+        for part in key.split('.'):
+            if isinstance(node, (list, tuple)) and part.isdigit():
+                if int(part) >= len(node):
+                    raise UserError(f'--cfg-options {key}',
+                                    f"{'.'.join(walked)} holds {len(node)} items (indices 0 to "
+                                    f'{len(node) - 1})',
+                                    'name one of them, or give the whole list')
+                node = node[int(part)]
+            elif isinstance(node, Mapping) and part in node:
+                node = node[part]
+            else:
+                break
+            walked.append(part)

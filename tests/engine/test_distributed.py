@@ -24,6 +24,7 @@ from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.distributed import phase_wrapper_cfg, setup_cpu_distributed
 from xmr.engine.hooks import PreemptionHook
 from xmr.registry import HOOKS, MODELS
+from xmr.utils.cli import UserError
 
 GLOBAL_BATCH = 8
 WORLD = 2
@@ -270,7 +271,7 @@ def test_two_gloo_processes_train_dasd_s_compiled_losses_as_its_eager_ones(tmp_p
         assert compiled['recompiles'] == 0
 
 
-def test_phase_wrapper_defaults_and_cpu_launcher_checks():
+def test_phase_wrapper_defaults_and_cpu_launcher_checks(monkeypatch):
     default = phase_wrapper_cfg(None, on_cuda=False)
     assert default['type'] == 'MMDistributedDataParallel' and default['device_ids'] is None
     assert default['find_unused_parameters'] is True
@@ -280,6 +281,12 @@ def test_phase_wrapper_defaults_and_cpu_launcher_checks():
     cfg = Config(dict())
     setup_cpu_distributed(cfg, 'none')
     assert 'model_wrapper_cfg' not in cfg
+    monkeypatch.delenv('RANK', raising=False)
+    with pytest.raises(UserError, match=(
+            '--launcher pytorch: RANK is not set: no pytorch launcher started this process: '
+            'start it with tools/dist_train.sh CONFIG NUM_PROCESSES')):
+        setup_cpu_distributed(cfg, 'pytorch')
+    monkeypatch.setenv('SLURM_PROCID', '0')
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="use the 'pytorch' launcher"):
             setup_cpu_distributed(cfg, 'slurm')

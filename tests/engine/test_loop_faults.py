@@ -141,6 +141,17 @@ def test_an_unknown_phase_key_names_the_phase_and_the_known_keys():
         Phase.from_config(1, dict(PHASES[1], itres=8))
 
 
+def test_a_phase_given_in_part_says_that_a_child_replaces_the_list_whole():
+    """A leaf config's ``train_cfg = dict(phases=[dict(iters=40), ...])``: MMEngine replaces
+    lists, so the phase holds nothing else."""
+    with pytest.raises(KeyError, match=(
+            r"phase 2 lacks \['loss_weights', 'lr', 'name', 'trainable'\]; a config that sets "
+            r"train_cfg.phases replaces its base's list whole, so restate each phase "
+            r"\(dict\(_base_.train_cfg.phases\[2\], iters=...\)\), or change one key with "
+            r'--cfg-options train_cfg.phases.2.iters=...')):
+        Phase.from_config(2, dict(iters=40))
+
+
 @pytest.mark.parametrize('bad, message', [
     (dict(lr='fast'), "phase cross_modal: lr='fast' must be a positive number"),
     (dict(loss_weights=dict(cmm=1.0)), r"phase cross_modal: unknown loss weights \['cmm'\]"),

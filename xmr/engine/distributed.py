@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from xmr.engine.optim import sparse_parameter_names
 from xmr.engine.wrappers import unwrap_model
 from xmr.registry import MODEL_WRAPPERS
+from xmr.utils.cli import UserError
 
 __all__ = ['RANK_VARIABLES', 'launcher_rank', 'phase_wrapper_cfg', 'rewrap_for_phase',
            'setup_cpu_distributed']
@@ -93,7 +94,17 @@ def setup_cpu_distributed(cfg: Any, launcher: str) -> None:
     """Start a gloo process group for a ``pytorch``-launched run on a machine without CUDA.
 
     With CUDA, or without a launcher, nothing changes (MMEngine starts NCCL as configured).
+
+    Raises:
+        UserError: ``launcher`` names a launcher that did not start this process (its rank
+            variable is unset), with the commands that do.
     """
+    if launcher != 'none' and RANK_VARIABLES.get(launcher, 'RANK') not in os.environ:
+        raise UserError(f'--launcher {launcher}',
+                        f'{RANK_VARIABLES.get(launcher, "RANK")} is not set: no {launcher} '
+                        'launcher started this process',
+                        'start it with tools/dist_train.sh CONFIG NUM_PROCESSES (torchrun; '
+                        'tools/dist_test.sh to test), or drop --launcher for one process')
     if launcher == 'none' or torch.cuda.is_available():
         return
     if launcher != 'pytorch':

@@ -85,10 +85,14 @@ class Phase:
             KeyError: a required key is missing or a key is unknown (naming the phase).
             ValueError: a value has the wrong type or range (naming the phase, key and value).
         """
-        label = f'phase {index} ({cfg.get("name", "?")})'
+        label = f'phase {index}' + (f' ({cfg["name"]})' if 'name' in cfg else '')
         missing = {'name', 'lr', 'trainable', 'loss_weights'} - set(cfg)
         if missing:
-            raise UserKeyError(f'{label} lacks {sorted(missing)}')
+            raise UserKeyError(
+                f'{label} lacks {sorted(missing)}; a config that sets train_cfg.phases replaces '
+                "its base's list whole, so restate each phase "
+                f"(dict(_base_.train_cfg.phases[{index}], iters=...)), or change one key with "
+                f'--cfg-options train_cfg.phases.{index}.iters=...')
         known = {f.name for f in fields(cls)} - {'start'}
         unknown = set(cfg) - known
         if unknown:
