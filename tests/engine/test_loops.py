@@ -229,9 +229,9 @@ def test_a_stopped_run_validates_nothing_after_its_stop_and_its_resumption_makes
 
     monkeypatch.setattr(PhasedTrainLoop, 'validate', recorded)
 
-    def run(work_dir, phases, **options):
+    def run(work_dir, phases, validate_at_phase_end=True, **options):
         cfg = make_cfg(work_dir, phases=phases, checkpoint_interval=4, **options)
-        cfg.train_cfg.val_interval = 2
+        cfg.train_cfg.update(val_interval=2, validate_at_phase_end=validate_at_phase_end)
         cfg.val_dataloader = dict(loader(dict(
             type='SyntheticRetrievalDataset', num_scenes=8, languages=['en', *LANGS],
             split='val', image_size=32, seed=0, captions_per_image=1), batch_size=8),
@@ -254,6 +254,11 @@ def test_a_stopped_run_validates_nothing_after_its_stop_and_its_resumption_makes
     assert run(tmp_path / 'at_end', PHASES[:1], stop_after=4) == [2]  # 4: its last iteration
     assert run(tmp_path / 'at_end', PHASES[:1],
                resume_from=tmp_path / 'at_end' / 'iter_4.pth') == [4]
+    # Without phase-end validations, the interval's validation at the phase's end is owed.
+    assert run(tmp_path / 'interval_end', PHASES[:1], validate_at_phase_end=False,
+               stop_after=4) == [2]
+    assert run(tmp_path / 'interval_end', PHASES[:1], validate_at_phase_end=False,
+               resume_from=tmp_path / 'interval_end' / 'iter_4.pth') == [4]
 
 
 def test_resume_under_another_schedule_for_the_phases_begun_is_refused(tmp_path):

@@ -524,9 +524,12 @@ class PhasedTrainLoop(BaseLoop):
         return self.runner.message_hub.get_info('last_validation_iter', -1) < self._iter
 
     def _validate_phase_end(self, phase: Phase, resumed: bool = False) -> None:
-        """Validate at ``phase``'s end (``validate_at_phase_end``); resumed there, only if the
+        """Validate at ``phase``'s end (``validate_at_phase_end``). Resumed there, make up the
+        validation due at that iteration, the phase end's or ``val_interval``'s, if the
         checkpoint does not record it (:meth:`_validation_missed`)."""
-        if not self.validate_at_phase_end or (resumed and not self._validation_missed()):
+        due = self.validate_at_phase_end or (
+            resumed and self.val_interval and self._iter % self.val_interval == 0)
+        if not due or (resumed and not self._validation_missed()):
             return
         self.current_phase = phase  # the report labels the column '<phase> end'
         self.validate()
