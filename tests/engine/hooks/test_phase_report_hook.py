@@ -85,6 +85,14 @@ def test_validations_repeated_after_a_resume_replace_their_restored_columns(tmp_
         'source_finetune end', 'cross_lingual start', 'cross_lingual end', 'cross_modal end']
 
 
+def test_a_run_resumed_in_another_work_dir_reports_the_columns_of_its_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    train(report_cfg(tmp_path / 'first', checkpoint_interval=4))
+    train(report_cfg(tmp_path / 'fork', resume_from=tmp_path / 'first' / 'iter_8.pth'))
+    assert [(c['column'], c['iter']) for c in read_report(tmp_path / 'fork')] == [
+        (c['column'], c['iter']) for c in read_report(tmp_path / 'first')]
+
+
 def test_a_run_killed_while_validating_a_phase_end_reports_and_keeps_the_best_as_if_not(
         tmp_path):
     """The kill comes after the checkpoint at the phase's last iteration and before its

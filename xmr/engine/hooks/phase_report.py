@@ -20,9 +20,10 @@ class PhaseReportHook(Hook):
     Columns are the validations in order (``<phase> start`` / ``<phase> end``); rows are the
     languages (the source language is the frozen teacher) and the mean over target languages.
     The table is written to ``<work_dir>/phase_report.{md,json}`` after every validation
-    (atomically), and a resumed run reads the columns validated up to its checkpoint back from
-    the JSON, so the report of an interrupted and resumed run is that of an uninterrupted one:
-    a phase-end validation at the checkpoint's iteration is not run again on resume.
+    (atomically). Each checkpoint carries the columns validated before it, and a resumed run
+    takes them back, so the report of an interrupted and resumed run is that of an
+    uninterrupted one, also in another work dir (a fork); a checkpoint of an earlier xmr
+    without them resumes the columns of its work dir's JSON.
 
     Args:
         metric: per-language metric key suffix (``'{lang}/<metric>'``), default ``AR``.
@@ -53,13 +54,20 @@ class PhaseReportHook(Hook):
         self.columns.append((label, runner.iter, dict(metrics)))
         self._write(Path(runner.work_dir))
 
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        checkpoint['phase_report'] = self._records()
+
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        saved = Path(runner.work_dir) / 'phase_report.json'
-        if not runner._resume or not saved.is_file():
+        if not runner._resume:
             return
+        records = checkpoint.get('phase_report')
+        if records is None:  # a checkpoint of an earlier xmr: its work dir's report
+            saved = Path(runner.work_dir) / 'phase_report.json'
+            if not saved.is_file():
+                return
+            records = json.loads(saved.read_text(encoding='utf-8'))
         resumed_at = checkpoint['meta']['iter']
-        self.columns = [(c['column'], c['iter'], c['metrics'])
-                        for c in json.loads(saved.read_text(encoding='utf-8'))
+        self.columns = [(c['column'], c['iter'], c['metrics']) for c in records
                         if c['iter'] <= resumed_at]
 
     def table(self) -> str:
@@ -89,9 +97,10 @@ class PhaseReportHook(Hook):
 
     def _write(self, out: Path) -> None:
         atomic_write_text(out / 'phase_report.md', self.table() + '\n')
-        atomic_write_text(out / 'phase_report.json', json.dumps(
-            [{'column': label, 'iter': step, 'metrics': m} for label, step, m in self.columns],
-            indent=2))
+        atomic_write_text(out / 'phase_report.json', json.dumps(self._records(), indent=2))
+
+    def _records(self) -> list[dict]:
+        return [{'column': label, 'iter': step, 'metrics': m} for label, step, m in self.columns]
 
     def after_train(self, runner) -> None:
         if not self.columns:
