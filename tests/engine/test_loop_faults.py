@@ -221,9 +221,14 @@ def test_a_huge_lr_stops_at_the_first_nan_and_keeps_the_last_finite_checkpoint(t
     cfg.optim_wrapper.clip_grad = None
     with pytest.raises(TrainingDivergedError, match=re.escape(
             'phase cross_lingual: the loss is non-finite at iteration 2 (loss_cl=nan), 1 '
-            'iteration(s) in a row (nonfinite_patience=0)')):
+            'iteration(s) in a row (nonfinite_patience=0)')) as error:
         train(cfg)
+    assert str(error.value).endswith(DivergenceMonitor.WAYS_ON)
     assert sorted(p.name for p in tmp_path.glob('*.pth')) == ['iter_1.pth']
+    # The advice holds: the phase had begun at iteration 1, so a lower lr cannot resume there.
+    phases[0].update(lr=1e-3)
+    with pytest.raises(ValueError, match='cannot resume at iteration 1: the checkpoint was '):
+        train(make_cfg(tmp_path, phases=phases, resume_from=tmp_path / 'iter_1.pth'))
     assert (tmp_path / 'last_checkpoint').read_text().endswith('iter_1.pth')
     checkpoint = torch.load(tmp_path / 'iter_1.pth', map_location='cpu', weights_only=True)
     assert all(torch.isfinite(v).all() for v in checkpoint['state_dict'].values()

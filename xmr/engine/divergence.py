@@ -66,6 +66,12 @@ class DivergenceMonitor:
         self.patience = patience
         self.streak = 0
 
+    #: What to do after a divergence: a resumed run keeps the schedule of a phase it began.
+    WAYS_ON = ("lower the phase's lr or lengthen its warm-up, then resume from a checkpoint "
+               'written at or before its start (a phase already begun resumes under its own '
+               "schedule only), or start a new run from the last checkpoint's weights "
+               "(load_from=..., without --resume)")
+
     def check(self, outputs: Mapping[str, Any], phase: str, iteration: int) -> bool:
         """Whether iteration ``iteration`` (1-based, as logged) of ``phase`` had a finite loss.
 
@@ -84,9 +90,8 @@ class DivergenceMonitor:
                 f'phase {phase}: the loss is non-finite at iteration {iteration} '
                 f'({named or "on another rank"}), {self.streak} iteration(s) in a row '
                 f'(nonfinite_patience={self.patience}); training stopped before any hook saw '
-                'this state, so the checkpoints already written hold the last finite one. '
-                "Lower the phase's lr or lengthen its warm-up, then resume from the last "
-                'checkpoint')
+                f'this state, so the checkpoints already written hold the last finite one; '
+                f'{self.WAYS_ON}')
         return False
 
     def check_phase_end(self, phase: str) -> None:
@@ -98,5 +103,4 @@ class DivergenceMonitor:
         if self.streak:
             raise TrainingDivergedError(
                 f'phase {phase} ended with {self.streak} non-finite iteration(s) in a row; its '
-                "end is not validated nor saved. Lower the phase's lr or lengthen its warm-up, "
-                'then resume from the last checkpoint')
+                f'end is not validated nor saved; {self.WAYS_ON}')
