@@ -63,3 +63,17 @@ def test_an_option_past_the_end_of_a_list_names_the_list_and_its_length():
         load_run_config(DEMO, cfg_options={'train_cfg.phases.3.iters': 30})
     cfg = load_run_config(DEMO, cfg_options={'train_cfg.phases.2.iters': 30})
     assert cfg.train_cfg.phases[2].iters == 30
+
+
+@pytest.mark.parametrize('option, message', [
+    ('default_hooks.checkpoint.max_keep_ckpt', "hook CheckpointHook: unknown option "
+     "'max_keep_ckpt' \\(did you mean 'max_keep_ckpts'\\?\\); it takes backend_args, interval"),
+    ('train_cfg.max_iter', "loop PhasedTrainLoop: unknown option 'max_iter'"),
+])
+def test_a_misspelt_option_of_a_hook_or_loop_is_refused_when_the_config_loads(option,
+                                                                            message):
+    """MMEngine hands CheckpointHook's unknown options on to the first save, iterations in."""
+    with pytest.raises(UnknownOptionError, match=message):
+        load_run_config(DEMO, cfg_options={option: 3})
+    load_run_config(DEMO, cfg_options={'default_hooks.checkpoint.max_keep_ckpts': 3,
+                                       'default_hooks.checkpoint.save_optimizer': False})

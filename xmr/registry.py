@@ -85,7 +85,8 @@ class XMRRegistry(Registry):
         return super().build(cfg, *args, **kwargs)
 
     def check_options(self, cfg: Any) -> None:
-        """Refuse an option of ``cfg`` its type's constructor does not take (without ``**``).
+        """Refuse an option of ``cfg`` its type's constructor does not take (without ``**``,
+        or a ``**`` whose keys go on to the callables of its ``forwards_options_to``).
 
         Raises:
             UnknownOptionError: naming the type, the option, the nearest option and the ones the
@@ -101,11 +102,15 @@ class XMRRegistry(Registry):
             parameters = inspect.signature(built).parameters
         except (TypeError, ValueError):  # a builtin without a signature: its call will tell
             return
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        forwarded = getattr(built, 'forwards_options_to', ())
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()) and \
+                not forwarded:
             return
-        takes = [name for name, p in parameters.items()
-                 if p.kind not in (inspect.Parameter.VAR_POSITIONAL,
-                                   inspect.Parameter.POSITIONAL_ONLY)]
+        takes = list(dict.fromkeys(
+            name for target in (built, *forwarded)
+            for name, p in inspect.signature(target).parameters.items()
+            if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD,
+                              inspect.Parameter.POSITIONAL_ONLY) and name != 'self'))
         for option in cfg:
             if option != 'type' and option not in takes:
                 close = difflib.get_close_matches(option, takes, n=1, cutoff=0.6)

@@ -86,9 +86,13 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
         cfg.merge_from_dict(cfg_options)
     # MMEngine's runner builds the model itself, past the option check of xmr's registries
     # (which see every part the model builds); so the model's own options are checked here.
-    from xmr.registry import MODELS
+    from xmr.registry import HOOKS, LOOPS, MODELS
 
     MODELS.check_options(cfg.get('model'))
+    for hook in [*(cfg.get('default_hooks') or {}).values(), *cfg.get('custom_hooks', [])]:
+        HOOKS.check_options(hook)
+    for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
+        LOOPS.check_options(cfg.get(loop))
     # Here, not at the top: xmr.engine loads torch and every engine module, which neither a
     # tool's --help nor a missing config's error should wait for.
     from xmr.engine.work_dir import resolve_work_dir

@@ -180,6 +180,19 @@ def runner_that_fails_before_training(cfg) -> tuple[Runner, pytest.ExceptionInfo
     return runner, error
 
 
+@pytest.mark.parametrize('option, value, message', [
+    ('val_interval', 'abc', "train_cfg.val_interval='abc' must be an integer >= 0"),
+    ('val_interval', -2, 'train_cfg.val_interval=-2 must be an integer >= 0'),
+    ('validate_at_phase_end', 'no', "train_cfg.validate_at_phase_end='no' must be True or"),
+])
+def test_a_bad_validation_option_fails_before_the_first_step(tmp_path, option, value,
+                                                             message):
+    cfg = make_cfg(tmp_path)
+    cfg.train_cfg[option] = value
+    _, error = runner_that_fails_before_training(cfg)
+    assert message in str(error.value)
+
+
 def test_an_lr_mult_of_no_parameter_group_fails_before_the_first_step(tmp_path):
     phases = copy.deepcopy(PHASES)
     phases[2]['lr_mult'] = dict(adapter=0.1)

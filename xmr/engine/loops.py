@@ -234,6 +234,14 @@ class PhasedTrainLoop(BaseLoop):
                  nonfinite_patience: int = 0) -> None:
         if not phases:
             raise ValueError('PhasedTrainLoop needs at least one phase')
+        # Checked here: a wrong type would fail at the first step's modulo, naming no key.
+        if isinstance(val_interval, bool) or not isinstance(val_interval, int) or \
+                val_interval < 0:
+            raise ValueError(f'train_cfg.val_interval={val_interval!r} must be an integer >= 0 '
+                             '(0: validate at phase ends only)')
+        if not isinstance(validate_at_phase_end, bool):
+            raise ValueError(f'train_cfg.validate_at_phase_end={validate_at_phase_end!r} must '
+                             'be True or False')
         self.phases: list[Phase] = []
         for index, cfg in enumerate(phases):
             phase = Phase.from_config(index, cfg)

@@ -26,6 +26,7 @@ from typing import Any
 
 from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
+from mmengine.runner import Runner
 
 from xmr.engine.checkpoint import state_dict_mismatches
 from xmr.engine.hook_points import call_hook_point
@@ -44,6 +45,10 @@ class CheckpointHook(MMEngineCheckpointHook):
         backend_args: MMEngine file backend arguments; default: the atomic local backend.
         **kwargs: :class:`mmengine.hooks.CheckpointHook` arguments.
     """
+
+    #: Where ``**kwargs`` go: a misspelt option is refused when the config loads, not at the
+    #: first save (MMEngine hands unknown options on to ``Runner.save_checkpoint``).
+    forwards_options_to = (MMEngineCheckpointHook.__init__, Runner.save_checkpoint)
 
     def __init__(self, backend_args: dict | None = None, **kwargs: Any) -> None:
         super().__init__(backend_args=backend_args or dict(backend='xmr_atomic_local'),
