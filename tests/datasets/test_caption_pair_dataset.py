@@ -103,3 +103,25 @@ def test_media_paths_are_required_with_media_and_refused_without(tmp_path):
     with pytest.raises(AnnotationError, match='item 0: media_path must be a non-empty string'):
         Annotation(dataset='d', split='s', media_type='image', languages=['en'],
                    items=[MediaRecord('p0', None, {'en': ['two dogs run']})]).validate()
+
+
+def test_missing_media_files_are_found_in_one_listing_before_training(ann_file, monkeypatch):
+    """The training loop calls ``check_media_exist`` before the first step; read, the missing
+    file would stop training at a random iteration."""
+    from xmr.datasets import base
+
+    (ann_file.parent / 'b.png').unlink()
+    dataset = CaptionPairDataset(ann_file, data_root=ann_file.parent, transform=TINY)
+    with pytest.raises(FileNotFoundError, match=(
+            f'{ann_file}: 1 of its 2 media files are missing, the first '
+            f'{ann_file.parent / "b.png"}: check data_root and data_prefix, or set '
+            "on_corrupt='skip' to leave them out")):
+        dataset.check_media_exist()
+    said = []
+    monkeypatch.setattr(base, 'print_log', lambda message, **_: said.append(message))
+    CaptionPairDataset(ann_file, data_root=ann_file.parent, transform=TINY,
+                       on_corrupt='skip').check_media_exist()
+    assert said == [f'{ann_file}: 1 of its 2 media files are missing, the first '
+                    f"{ann_file.parent / 'b.png'}; they are skipped (on_corrupt='skip')"]
+    CaptionPairDataset(ann_file, data_root=ann_file.parent, transform=TINY,
+                       with_media=False).check_media_exist()  # reads no file

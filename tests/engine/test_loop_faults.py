@@ -14,7 +14,16 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from tests.conftest import tiny_retriever_cfg
-from tests.engine.test_loops import PAIRS, PHASES, RecordingHook, loader, loop_of, make_cfg, train
+from tests.engine.test_loops import (
+    LANGS,
+    PAIRS,
+    PHASES,
+    RecordingHook,
+    loader,
+    loop_of,
+    make_cfg,
+    train,
+)
 from xmr.datasets.synthetic.dataset import SyntheticPairDataset
 from xmr.engine import loops
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
@@ -191,6 +200,25 @@ def test_a_bad_validation_option_fails_before_the_first_step(tmp_path, option, v
     cfg.train_cfg[option] = value
     _, error = runner_that_fails_before_training(cfg)
     assert message in str(error.value)
+
+
+def test_the_media_of_every_dataset_are_checked_before_the_first_step(tmp_path, monkeypatch):
+    from xmr.datasets.synthetic.dataset import SyntheticRetrievalDataset
+
+    checked = []
+    for kind in (SyntheticPairDataset, SyntheticRetrievalDataset):
+        monkeypatch.setattr(kind, 'check_media_exist', lambda self: checked.append(
+            type(self).__name__), raising=False)
+    cfg = make_cfg(tmp_path)
+    cfg.val_dataloader = dict(loader(dict(
+        type='SyntheticRetrievalDataset', num_scenes=4, languages=['en', *LANGS], split='val',
+        image_size=32, seed=0, captions_per_image=1), batch_size=4), drop_last=False)
+    cfg.val_evaluator = dict(type='RetrievalMetric', languages=['en', *LANGS])
+    cfg.val_cfg = dict(type='ValLoop')
+    cfg.train_cfg.phases = cfg.train_cfg.phases[:1]
+    cfg.train_cfg.phases[0].iters = 1
+    train(cfg)
+    assert checked == ['SyntheticPairDataset', 'SyntheticRetrievalDataset']
 
 
 def test_an_lr_mult_of_no_parameter_group_fails_before_the_first_step(tmp_path):

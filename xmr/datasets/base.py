@@ -1,16 +1,23 @@
 """Common ground of xmr's datasets: annotation, paths, media decoding and the corrupt policy."""
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
+from mmengine.logging import print_log
 from torch.utils.data import Dataset
 
 from xmr.datasets.annotation import Annotation, MediaRecord, load_annotation
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
-from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
+from xmr.datasets.media_io import (
+    MediaReadError,
+    missing_media,
+    read_image,
+    read_video_frames,
+)
 from xmr.registry import TRANSFORMS
 
 __all__ = ['MediaCaptionDataset', 'MediaDataset']
@@ -90,6 +97,27 @@ class MediaCaptionDataset(MediaDataset):
                 'languages': list(ann.languages), 'source_lang': ann.source_lang,
                 'translation_langs': list(ann.translation_langs),
                 'ann_file': str(self.ann_file)}
+
+    def check_media_exist(self) -> None:
+        """Refuse an annotation whose media files are missing (with ``on_corrupt='raise'``;
+        ``'skip'`` warns with the count), one listing per folder; a dataset without media
+        passes. The training loop calls it before the first step: found only when read, a
+        missing file would stop training at a random iteration.
+
+        Raises:
+            FileNotFoundError: naming the annotation, the first missing file and the count.
+        """
+        missing = self.with_media and missing_media(self.media_root,
+                                                    (r.media_path for r in self.records))
+        if not missing:
+            return
+        found = (f'{self.ann_file}: {len(missing)} of its {len(self.records)} media files are '
+                 f'missing, the first {missing[0]}')
+        if self.on_corrupt == 'raise':
+            raise FileNotFoundError(f"{found}: check data_root and data_prefix, or set "
+                                    "on_corrupt='skip' to leave them out")
+        print_log(f'{found}; they are skipped (on_corrupt=\'skip\')', logger='current',
+                  level=logging.WARNING)
 
     def media_path(self, record: MediaRecord) -> Path:
         """Full path of a record's media file."""

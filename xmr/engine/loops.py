@@ -343,7 +343,8 @@ class PhasedTrainLoop(BaseLoop):
 
         Every ``lr_mult`` names a parameter group of the optimiser (built after the loop), a
         tolerated non-finite iteration leaves the weights as they were (:meth:`_check_patience`),
-        and the model reads every caption language of the phases still to run and of validation.
+        and the model reads every caption language of the phases still to run and of validation,
+        whose media files exist (``check_media_exist`` of the datasets that read files).
         """
         self._check_resumed_schedule()
         self._check_patience()
@@ -363,6 +364,10 @@ class PhasedTrainLoop(BaseLoop):
             datasets.update({f'val dataset {i} ({type(loader.dataset).__name__})':
                              loader.dataset for i, loader in enumerate(loaders)})
         check_data_languages(self.model, datasets)
+        for dataset in datasets.values():
+            check_media = getattr(dataset, 'check_media_exist', None)
+            if check_media is not None:
+                check_media()
 
     def _check_resumed_schedule(self) -> None:
         """A resumed run follows the schedule its checkpoint was trained under, up to its

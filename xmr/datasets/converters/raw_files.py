@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import gzip
 import os
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from xmr.datasets.annotation import MediaRecord
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.languages import LanguageCodeError, normalize_languages
+from xmr.datasets.media_io import missing_media
 
 __all__ = ['read_lines', 'require_file', 'find_first', 'require_same_length',
            'parallel_caption_records',
@@ -110,29 +110,15 @@ def require_same_length(reference: tuple[Path, int], files: Mapping[Path, Sequen
 
 def check_media_exist(media_root: str | os.PathLike, relative_paths: Iterable[str],
                       what: str = 'image') -> None:
-    """Stop unless every media file exists under ``media_root``.
-
-    Each directory is listed once, so checking 300k files costs one ``scandir`` per folder
-    rather than one ``stat`` per file.
+    """Stop unless every media file exists under ``media_root`` (one listing per folder,
+    :func:`~xmr.datasets.media_io.missing_media`).
 
     Raises:
         ConversionError: naming the first missing file's full path and how many are missing.
     """
-    media_root = Path(media_root)
-    if not media_root.is_dir():
+    if not Path(media_root).is_dir():
         raise ConversionError(f'{what} folder not found: {media_root}')
-    by_folder: dict[str, list[str]] = defaultdict(list)
-    for relative in relative_paths:
-        folder, _, name = relative.rpartition('/')
-        by_folder[folder].append(name)
-    missing: list[Path] = []
-    for folder, names in by_folder.items():
-        directory = media_root / folder if folder else media_root
-        try:
-            present = {entry.name for entry in os.scandir(directory)}
-        except FileNotFoundError:
-            present = set()
-        missing.extend(directory / name for name in names if name not in present)
+    missing = missing_media(media_root, relative_paths)
     if missing:
         more = f' and {len(missing) - 1} more' if len(missing) > 1 else ''
         raise ConversionError(f'{what} file not found: {missing[0]}{more}')
