@@ -12,8 +12,9 @@
 # --cfg-options model.backbone.checkpoint=PATH. A missing file stops the build naming the path.
 _base_ = ['./dasd_sdm.py']
 cclm_checkpoint = 'checkpoints/cclm_4m.th'
-# XLM-R's SentencePiece tokenizer with CCLM's caption cleaning; offline, use
-# dict(type='CCLMTokenizer', tokenizer_file='../shared/data/tokenizers/xlm-roberta.tokenizer.json').
+# XLM-R's SentencePiece tokenizer with CCLM's caption cleaning; offline, download the hub
+# repository xlm-roberta-large's tokenizer.json once and use
+# dict(type='CCLMTokenizer', tokenizer_file='checkpoints/xlm-roberta-large/tokenizer.json').
 xlmr_tokenizer = dict(type='CCLMTokenizer', name_or_path='xlm-roberta-large', max_length=40)
 target_languages = ['de', 'fr', 'cs', 'zh', 'ja']
 model = dict(
