@@ -284,7 +284,8 @@ def test_resume_under_another_schedule_for_the_phases_begun_is_refused(tmp_path)
 def test_unknown_trainable_prefix_fails_at_build(tmp_path):
     phases = copy.deepcopy(PHASES[1:])
     phases[0]['trainable'] = ['language_brunch']
-    with pytest.raises(ValueError, match="'language_brunch' matches no parameter"):
+    with pytest.raises(ValueError, match="'language_brunch' matches no parameter of the model "
+                                         r"\(did you mean 'language_branch'\?\)"):
         Runner.from_cfg(make_cfg(tmp_path, phases=phases)).train()
 
 
@@ -390,6 +391,7 @@ def test_resume_around_an_epochs_phase_repeats_the_uninterrupted_run(epochs_run,
 @pytest.mark.parametrize('lengths, message', [
     (dict(iters=4, epochs=1), 'phase source_finetune: give exactly one of iters and epochs'),
     (dict(iters=None), 'phase source_finetune: give exactly one of iters and epochs'),
+    (dict(epochs=1), r'iters=4, epochs=1 \(to give epochs in place of a base config'),
     (dict(iters=None, epochs=0), 'phase source_finetune: epochs must be a positive integer, got 0'),
 ])
 def test_a_phase_needs_exactly_one_positive_length(tmp_path, lengths, message):

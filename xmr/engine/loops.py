@@ -1,6 +1,7 @@
 """The phased training loop: ordered alignment phases on one global iteration counter."""
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import os.path as osp
@@ -435,8 +436,12 @@ class PhasedTrainLoop(BaseLoop):
                                  f'leaves empty ({groups}); name the modules to train')
             for prefix in phase.trainable:
                 if not any(n == prefix or n.startswith(prefix + '.') for n in names):
+                    modules = {n.rsplit('.', depth)[0] for n in names
+                               for depth in range(1, n.count('.') + 1)}
+                    close = difflib.get_close_matches(prefix, modules, n=1, cutoff=0.6)
+                    hint = f" (did you mean '{close[0]}'?)" if close else ''
                     raise ValueError(f"phase {phase.name}: trainable prefix '{prefix}' matches "
-                                     'no parameter of the model')
+                                     f'no parameter of the model{hint}')
             if check_phase is not None:
                 check_phase(phase.name, phase.loss_weights)
 

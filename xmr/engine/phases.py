@@ -146,7 +146,8 @@ def check_phase_values(phase: Phase) -> None:
         raise ValueError(f'phase {name}: lr={phase.lr!r} must be a positive number, e.g. 1e-4')
     if (phase.iters is None) == (phase.epochs is None):
         raise ValueError(f'phase {name}: give exactly one of iters and epochs, got '
-                         f'iters={phase.iters!r}, epochs={phase.epochs!r}')
+                         f'iters={phase.iters!r}, epochs={phase.epochs!r} (to give epochs in '
+                         'place of a base config\'s iters, set iters=None)')
     for length in ('iters', 'epochs'):
         value = getattr(phase, length)
         if value is not None and not _is_positive_int(value):

@@ -54,7 +54,11 @@ def test_loose_placement_values_and_foreign_sites_are_refused_naming_the_fix():
         _Scale(AdapterPlacement(16, 'attn.qkv'))
     with pytest.raises(ValueError, match='width must be a positive int, got 0'):
         AdapterPlacement(0)
-    with pytest.raises(ValueError, match="'mlp.middle' is not a valid AdapterSite"):
+    with pytest.raises(ValueError, match=(
+            r"adapter site 'block.outptu' does not exist \(did you mean 'block.output'\?\); "
+            'the sites are input, attn.qkv, attn.out, attn.output, mlp.fc, mlp.proj, ')):
+        AdapterPlacement(8, 'block.outptu')
+    with pytest.raises(ValueError, match="adapter site 'mlp.middle' does not exist; the sites"):
         AdapterPlacement(8, 'mlp.middle')
 
 

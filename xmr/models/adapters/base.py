@@ -22,6 +22,7 @@ adapters do not all accept packed tokens runs its padded batch.
 """
 from __future__ import annotations
 
+import difflib
 from abc import ABCMeta, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,15 @@ class AdapterSite(StrEnum):
     MLP_PROJ = 'mlp.proj'
     MLP_OUTPUT = 'mlp.output'
     BLOCK_OUTPUT = 'block.output'
+
+    @classmethod
+    def _missing_(cls, value: object) -> None:
+        """A site no block has: named with the nearest site and all of them."""
+        sites = [site.value for site in cls]
+        close = difflib.get_close_matches(str(value), sites, n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ''
+        raise ValueError(f'adapter site {value!r} does not exist{hint}; the sites are '
+                         f"{', '.join(sites)}")
 
     @property
     def is_linear(self) -> bool:
