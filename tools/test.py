@@ -1,10 +1,12 @@
 """Test a trained model on the test split(s) of its config and print a leaderboard.
 
-``python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE.json] [--cfg-options ...]``
+``python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE.json] [--overwrite] ...``
 evaluates every test dataset of the config (``MultiDatasetTestLoop`` for several), prints a
 Markdown table (one row per model, one column per language plus the mean or sum, like DASD's
 Tables 1 and 2) and writes the metrics as ``<checkpoint>_test.json`` and the table as
-``<checkpoint>_test.csv`` next to the checkpoint (or at ``--out``).
+``<checkpoint>_test.csv`` next to the checkpoint (or at ``--out``, a ``.json`` path). Only an
+earlier test result there is replaced, and only with ``--overwrite``; any other file is refused
+before testing.
 
 ``--format clip_benchmark`` also writes CLIP_benchmark's JSON, one file per dataset and language,
 into ``<result>_clip_benchmark/`` beside the result (docs/evaluation.md).
@@ -38,6 +40,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "run's config dump and logs stay as they were)")
     parser.add_argument('--out', help='JSON file of the result (the CSV table goes beside it); '
                         'default: <checkpoint>_test.json next to the checkpoint')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace an earlier test result (its JSON and CSV) where this one '
+                        'goes; without it an existing result is kept and the test is refused. '
+                        'Files other than test results are never replaced')
     parser.add_argument('--name', help='row label of this model (default: "<config name> '
                         '(<checkpoint name>)")')
     parser.add_argument('--format', choices=['xmr', 'clip_benchmark'], default='xmr',
@@ -58,9 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.config is None and not args.compare:
         parser.error('give CONFIG and CHECKPOINT to test, or --compare JSON ...')
     if args.config is None and (args.out or args.work_dir or args.cfg_options or args.name
-                                or args.ablation):
-        parser.error('--out, --work-dir, --name, --ablation and --cfg-options need CONFIG and '
-                     'CHECKPOINT')
+                                or args.ablation or args.overwrite):
+        parser.error('--out, --overwrite, --work-dir, --name, --ablation and --cfg-options need '
+                     'CONFIG and CHECKPOINT')
     if args.config is None and args.format != 'xmr':
         parser.error('--format clip_benchmark needs CONFIG and CHECKPOINT')
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
@@ -98,12 +104,27 @@ def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
     return json_path, json_path.with_suffix('.csv')
 
 
-def check_writable(json_path: Path) -> None:
-    """Stop before testing when the result cannot be written where it goes."""
+def check_writable(json_path: Path, overwrite: bool) -> None:
+    """Stop before testing when the result cannot be written where it goes.
+
+    Args:
+        json_path: the result JSON; its CSV goes beside it.
+        overwrite: whether an earlier test result there may be replaced.
+
+    Raises:
+        UserError: ``json_path`` does not end in ``.json``, a folder or a file other than an
+            earlier result (a checkpoint, a phase report) stands where a result goes, an earlier
+            result does without ``overwrite``, or the folder is not writable.
+    """
     for path in (json_path, json_path.with_suffix('.csv')):
         if path.is_dir():
             raise UserError(path, 'is a folder, where the result file goes',
                             'give --out the path of a .json file (its .csv goes beside it)')
+    if json_path.suffix != '.json':
+        raise UserError(json_path, 'the result is written as JSON, and its table beside it as '
+                        '.csv', 'give --out a path ending in .json')
+    if json_path.exists() or json_path.with_suffix('.csv').exists():
+        check_earlier_result(json_path, overwrite)
     folder = json_path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -112,6 +133,42 @@ def check_writable(json_path: Path) -> None:
     except OSError as error:
         raise UserError(json_path, f'cannot write the result here ({error.strerror or error})',
                         'give a writable --out') from error
+
+
+def check_earlier_result(json_path: Path, overwrite: bool) -> None:
+    """Refuse to replace the files at ``json_path`` unless they are an earlier test result
+    (its JSON and CSV) and ``overwrite`` is given.
+
+    A result and its table are replaced together, so the CSV alone, or a JSON whose CSV is
+    some other file, is refused as well.
+    """
+    from xmr.evaluation import load_result
+
+    csv_path = json_path.with_suffix('.csv')
+    keep = 'give --out another .json path'
+    try:
+        earlier = load_result(json_path)
+    except FileNotFoundError:
+        raise UserError(csv_path, f'exists, and no test result {json_path.name} stands beside '
+                        'it; it is left as it is', keep) from None
+    except ValueError as error:
+        raise UserError(json_path, f'exists and is not an earlier test result ({error}); it is '
+                        'left as it is', keep) from error
+    if csv_path.exists() and not _is_result_table(csv_path):
+        raise UserError(csv_path, 'exists and is not the table of a test result; it is left as '
+                        'it is', keep)
+    if not overwrite:
+        raise UserError(json_path, 'holds an earlier test result (tested '
+                        f"{earlier.extra.get('tested_at', 'at an unrecorded time')}, "
+                        f'{earlier.checkpoint}); it is kept',
+                        f'pass --overwrite to replace it, or {keep}')
+
+
+def _is_result_table(csv_path: Path) -> bool:
+    """Whether ``csv_path`` starts with the header :func:`~xmr.evaluation.write_csv` writes."""
+    with open(csv_path, 'rb') as handle:
+        header = handle.readline(4096).rstrip(b'\r\n')
+    return header.split(b',')[0] == b'model'
 
 
 def _test_loaders(runner) -> list:
@@ -213,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         print(leaderboard_markdown(results))
         return
     json_path, csv_path = output_paths(args)
-    check_writable(json_path)
+    check_writable(json_path, args.overwrite)
     result, scored = run_test(args)
     if not is_main_process():
         return

@@ -291,3 +291,59 @@ def test_bad_input_stops_with_a_clear_message(synthetic_setup, capsys):
         assert re.match(message, capsys.readouterr().err)
     with pytest.raises(SystemExit):
         tool.main([str(config())])  # a checkpoint is required
+
+
+def test_only_an_earlier_result_is_replaced_and_only_with_overwrite(synthetic_setup, capsys,
+                                                                    monkeypatch):
+    root, config = synthetic_setup
+    tool = load_tool()
+    tested = []
+    synthetic = dict(dataset='synthetic', split='test', languages=['de'])
+
+    def fake_test(args):
+        tested.append(args)
+        return EvaluationResult(f'run {len(tested)}', {'synthetic/de/AR': float(len(tested)),
+                                                       'synthetic/mAR': float(len(tested))},
+                                checkpoint=args.checkpoint, test_sets=[synthetic]), []
+
+    monkeypatch.setattr(tool, 'run_test', fake_test)
+    checkpoint = (root / 'model.pth').read_bytes()
+    report = root / 'phase_report.json'
+    report.write_text('{"phases": []}\n')
+    (root / 'notes.csv').write_text('my,own,table\n')
+    save_result(root / 'notes.json', EvaluationResult('earlier', {'mAR': 1.0}))
+    refused = [
+        (['--out', str(root / 'model.pth')], 'model.pth: the result is written as JSON'),
+        (['--out', str(report)], r'phase_report\.json: exists and is not an earlier test result '
+         r"\(.*not an xmr test result.*\); it is left as it is: give --out another \.json path"),
+        (['--out', str(root / 'notes.json'), '--overwrite'],
+         r'notes\.csv: exists and is not the table of a test result'),
+    ]
+    for extra, message in refused:
+        with pytest.raises(SystemExit):
+            run_tool(tool.main, [str(config()), str(root / 'model.pth'), *extra])
+        assert re.match(f'error: .*{message}', capsys.readouterr().err)
+    assert tested == [] and (root / 'model.pth').read_bytes() == checkpoint
+    assert report.read_text() == '{"phases": []}\n'
+    assert (root / 'notes.csv').read_text() == 'my,own,table\n'
+
+    # The default result beside the checkpoint: a second test keeps the first unless told.
+    tool.main([str(config()), str(root / 'model.pth')])
+    first = (root / 'model_test.json').read_text()
+    with pytest.raises(SystemExit):
+        run_tool(tool.main, [str(config()), str(root / 'model.pth')])
+    assert re.match(r'error: .*model_test\.json: holds an earlier test result \(tested .*, '
+                    r'.*model\.pth\); it is kept: pass --overwrite to replace it',
+                    capsys.readouterr().err)
+    assert len(tested) == 1 and (root / 'model_test.json').read_text() == first
+    tool.main([str(config()), str(root / 'model.pth'), '--overwrite'])
+    assert json.loads((root / 'model_test.json').read_text())['name'] == 'run 2'
+    assert 'run 2' in (root / 'model_test.csv').read_text()
+
+    # A table left without its result is not taken for one either.
+    (root / 'model_test.json').unlink()
+    with pytest.raises(SystemExit):
+        run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--overwrite'])
+    assert re.match(r'error: .*model_test\.csv: exists, and no test result model_test\.json',
+                    capsys.readouterr().err)
+    assert len(tested) == 2
