@@ -15,7 +15,7 @@ from mmengine.runner import Runner
 
 from tests.conftest import tiny_retriever_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
-from xmr.engine.feature_cache import FeatureCache
+from xmr.engine.feature_cache import FeatureCache, StaleFeatureCacheError
 from xmr.engine.loops import read_to_host
 from xmr.engine.phases import phase_lr_factor
 from xmr.registry import HOOKS
@@ -474,6 +474,31 @@ def test_a_run_owned_cache_is_rebuilt_after_a_phase_that_trains_the_towers(tmp_p
     assert built == ['train_dataloader', 'train_dataloader']
     for mine, expected in zip(records, reference):
         assert mine['losses'] == pytest.approx(expected['losses'], rel=1e-4, abs=1e-6)
+
+
+def test_a_named_cache_dir_is_refused_when_stale_unless_told_to_rebuild(tmp_path, monkeypatch):
+    """A cache_dir outside the run may be shared: another run's weights must not replace it."""
+    shared = tmp_path / 'shared_cache'
+    phase = dict(PHASES[1], iters=2, cache_features=dict(cache_dir=str(shared)))
+    train(make_cfg(tmp_path / 'first', phases=[phase]))
+    built_by_first = (shared / 'meta.json').read_bytes()
+    other_weights = make_cfg(tmp_path / 'second', phases=[phase])
+    other_weights.randomness.seed = 4  # another backbone initialisation
+    with pytest.raises(StaleFeatureCacheError) as error:
+        train(other_weights)
+    message = str(error.value)
+    assert message.startswith(f'feature cache {shared} is stale')
+    assert '\n  backbone: cache has ' in message
+    assert 'rebuild_if_stale=True' in message and 'another cache_dir' in message
+    assert (shared / 'meta.json').read_bytes() == built_by_first
+
+    built = count_cache_builds(monkeypatch)
+    phase['cache_features']['rebuild_if_stale'] = True
+    told = make_cfg(tmp_path / 'third', phases=[phase])
+    told.randomness.seed = 4
+    train(told)
+    assert built == ['shared_cache']
+    assert (shared / 'meta.json').read_bytes() != built_by_first
 
 
 def test_cache_features_on_a_phase_that_trains_the_backbone_fails_at_build(tmp_path):

@@ -61,9 +61,11 @@ def with_feature_cache(loader: Mapping[str, Any], phase: Phase, work_dir: str | 
                        loader_name: str) -> dict[str, Any]:
     """A phase's dataloader config with its dataset read through a feature cache.
 
-    The cache belongs to the run: it lives in the work directory, one per dataloader (phases
-    reading the same loader share it), and is rebuilt rather than refused when stale (a phase in
-    between trained the towers).
+    By default the cache belongs to the run: it lives in the work directory, one per dataloader
+    (phases reading the same loader share it), and is rebuilt rather than refused when stale (a
+    phase in between trained the towers). A ``cache_dir`` in the options may be shared with
+    other runs: a stale one is refused (:class:`~xmr.engine.feature_cache.StaleFeatureCacheError`)
+    unless the options also say ``rebuild_if_stale=True``.
 
     Args:
         loader: the phase's dataloader config (with a ``dataset`` config).
@@ -92,8 +94,11 @@ def with_feature_cache(loader: Mapping[str, Any], phase: Phase, work_dir: str | 
         raise ValueError(f'phase {phase.name}: its dataset is a CachedFeatureDataset already; '
                          'drop cache_features or the wrapper')
     options = dict(phase.cache_features) if isinstance(phase.cache_features, Mapping) else {}
-    options.setdefault('cache_dir', osp.join(str(work_dir), 'feature_cache', loader_name))
-    options.setdefault('rebuild_if_stale', True)
+    if 'cache_dir' not in options:
+        # A cache_dir the user names may be shared with other runs, which a rebuild would
+        # change under them: only the run's own cache is rebuilt when stale by default.
+        options['cache_dir'] = osp.join(str(work_dir), 'feature_cache', loader_name)
+        options.setdefault('rebuild_if_stale', True)
     return dict(loader, dataset=dict(type='CachedFeatureDataset', dataset=dict(dataset),
                                      **options))
 

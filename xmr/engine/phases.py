@@ -55,7 +55,9 @@ class Phase:
             ``r^V`` of fixed media) from a feature cache built at the phase's start with the
             live weights, under ``<work_dir>/feature_cache/<name>``; a dict gives
             :class:`~xmr.engine.feature_cache.CachedFeatureDataset` options (``cache_dir``,
-            ``dtype``, ``batch_size``, ...). Refused when the phase trains the backbone.
+            ``dtype``, ``batch_size``, ...). The run's own cache is rebuilt when stale; a
+            named ``cache_dir`` is refused then, unless ``rebuild_if_stale=True``. Refused
+            when the phase trains the backbone.
         start: first global iteration of the phase (filled in by the loop).
     """
 

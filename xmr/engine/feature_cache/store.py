@@ -86,8 +86,9 @@ class FeatureCache:
                 f'feature cache {self.path} is stale or belongs to another setup:\n  '
                 + '\n  '.join(differences)
                 + '\nRebuild it (tools/cache_features.py CONFIG --overwrite, or delete the '
-                'folder to rebuild on first use), or give its CachedFeatureDataset '
-                'rebuild_if_stale=True to rebuild it whenever it is stale.')
+                'folder to rebuild on first use), give its CachedFeatureDataset (or the '
+                "phase's cache_features) rebuild_if_stale=True to rebuild it whenever it is "
+                'stale, or give this setup another cache_dir.')
 
     def media_files(self) -> list[list[str]]:
         """Each media file's identity at the build (``[]`` for a cache built without them)."""
