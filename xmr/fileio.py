@@ -22,8 +22,8 @@ from typing import IO, Any
 from mmengine.fileio import LocalBackend, register_backend
 
 __all__ = ['atomic_open', 'atomic_torch_save', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_texts', 'process_running', 'remove_stale_temporaries',
-           'AtomicLocalBackend']
+           'atomic_write_texts', 'fsync_folder', 'fsync_path', 'process_running',
+           'remove_stale_temporaries', 'AtomicLocalBackend']
 
 _TEMPORARY = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$')
 
@@ -32,12 +32,24 @@ def _temporary_path(path: Path) -> Path:
     return path.with_name(f'.{path.name}.{os.getpid()}.tmp')
 
 
-def _fsync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a file's or a folder's data and metadata to disk (a folder: its entries, so that
+    a rename into it survives a power cut)."""
+    descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def fsync_folder(folder: str | os.PathLike) -> None:
+    """:func:`fsync_path` every file of ``folder`` (not recursive), then the folder: what a
+    folder written under a temporary name holds is on disk before the folder is renamed."""
+    folder = Path(folder)
+    for entry in folder.iterdir():
+        if entry.is_file():
+            fsync_path(entry)
+    fsync_path(folder)
 
 
 @contextmanager
@@ -61,7 +73,7 @@ def atomic_open(path: str | os.PathLike, mode: str = 'wb', **kwargs) -> Iterator
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
-        _fsync_directory(path.parent)
+        fsync_path(path.parent)
     except OSError as error:
         raise _write_failed(path, error, 'the previous file, if any, is unchanged') from error
     finally:
@@ -131,7 +143,7 @@ def atomic_write_texts(texts: Mapping[str | os.PathLike, str]) -> list[Path]:
         raise _write_failed(path, error, f'{replaced} file(s) of this set replaced before it'
                             ) from error
     for folder in {path.parent for path in paths}:
-        _fsync_directory(folder)
+        fsync_path(folder)
     return list(paths)
 
 

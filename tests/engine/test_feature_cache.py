@@ -379,6 +379,36 @@ def test_content_identity_sees_a_change_that_keeps_size_and_mtime(tiny_retriever
         CachedFeatureDataset(dataset, 'unused', media_identity='mtime')
 
 
+def test_a_built_cache_is_on_disk_before_its_folder_is_renamed(tiny_retriever, tmp_path,
+                                                                monkeypatch):
+    """After a power cut a renamed cache must hold its features, not zeros of the same length
+    (verify() checks lengths only): every file and the folder are fsynced before the rename,
+    and the parent folder after it."""
+    events = []
+    fsync, rename = os.fsync, os.rename
+
+    def recording_fsync(descriptor):
+        events.append(('fsync', os.readlink(f'/proc/self/fd/{descriptor}')))
+        fsync(descriptor)
+
+    def recording_rename(source, target):
+        events.append(('rename', str(source), str(target)))
+        rename(source, target)
+
+    monkeypatch.setattr(os, 'fsync', recording_fsync)
+    monkeypatch.setattr(os, 'rename', recording_rename)
+    cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache')
+    cached.prepare(tiny_retriever)
+    [moved] = [i for i, event in enumerate(events) if event[0] == 'rename']
+    partial = events[moved][1]
+    assert events[moved][2] == str(tmp_path / 'cache')
+    names = {file.name for file in (tmp_path / 'cache').iterdir()}
+    assert {'media.npy', 'source.npy', 'item_media.npy', 'meta.json'} <= names
+    assert {f'{partial}/{name}' for name in names} | {partial} <= {
+        path for _, path in events[:moved]}
+    assert ('fsync', str(tmp_path)) in events[moved + 1:]
+
+
 def test_a_full_disk_is_an_error_naming_the_folder_and_bytes_and_leaves_nothing(
         tiny_retriever, tmp_path, monkeypatch):
     def full(fd, offset, length):

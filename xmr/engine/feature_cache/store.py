@@ -21,7 +21,7 @@ from xmr.engine.feature_cache.key import (
     index_items,
     media_decoding,
 )
-from xmr.fileio import process_running
+from xmr.fileio import fsync_folder, fsync_path, process_running
 from xmr.utils.cli import UserError
 
 #: Version of the on-disk layout; a cache of another version is refused.
@@ -137,8 +137,9 @@ class FeatureCache:
               media_files: Sequence[tuple[str, str]] = ()) -> FeatureCache:
         """Encode every distinct source caption and media of ``dataset`` with ``model``.
 
-        The folder is written under a temporary name and renamed when complete, so an
-        interrupted build never leaves a cache that looks valid.
+        The folder is written under a temporary name, its files and itself are fsynced, and it
+        is renamed when complete (the rename fsynced too), so neither an interrupted build nor
+        a power cut leaves a cache that looks valid.
 
         Args:
             path: the cache folder to create.
@@ -167,12 +168,16 @@ class FeatureCache:
                             index or index_items(dataset, key['features']))
             if media_files:
                 (partial / 'media_files.json').write_text(json.dumps(list(media_files)))
+            # Without it, a power cut after the rename can leave arrays of the right length
+            # but zeros (their pages never written), which verify() cannot tell from features.
+            fsync_folder(partial)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
         if path.exists():
             shutil.rmtree(path)
         partial.rename(path)
+        fsync_path(path.parent)
         return cls(path)
 
     @staticmethod
