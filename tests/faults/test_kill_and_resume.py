@@ -41,6 +41,12 @@ from xmr.engine.loops import PhasedTrainLoop
 marker, moment = sys.argv.pop(1), sys.argv.pop(1)
 
 
+def record(line):
+    # What the run did, for the test to check: the iterations it trained, the files it wrote.
+    with open(marker + '.record', 'a') as handle:
+        print(line, file=handle)
+
+
 def stop_here():
     open(marker, 'w').close()
     time.sleep(600)
@@ -61,6 +67,7 @@ real_open = xmr.fileio.atomic_open
 
 @contextmanager
 def pausing_open(path, mode='wb', **kwargs):
+    record(f'wrote {os.path.basename(str(path))}')
     with real_open(path, mode, **kwargs) as handle:
         yield HalfWriter(handle) if os.path.basename(str(path)) == moment else handle
 
@@ -69,6 +76,7 @@ real_run_iter = PhasedTrainLoop.run_iter
 
 
 def pausing_run_iter(self, data_batch):
+    record(f'iteration {self.iter}')
     if moment == f'iteration {self.iter}':
         stop_here()
     if moment == f'SIGTERM at iteration {self.iter}':
@@ -118,17 +126,24 @@ def environment() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS='1', CUDA_VISIBLE_DEVICES='')
 
 
+def driver_command(tmp_path: Path, marker: Path, moment: str, config: Path, work_dir: Path,
+                   options: tuple[str, ...] = ()) -> list[str]:
+    """tools/train.py run through the driver, stopping at ``moment`` (never for a moment it
+    does not know) and recording what it does in ``<marker>.record``."""
+    driver = tmp_path / 'driver.py'
+    driver.write_text(DRIVER)
+    return [sys.executable, str(driver), str(marker), moment, str(REPO), str(config),
+            '--work-dir', str(work_dir), *options]
+
+
 def kill_at(moment: str, config: Path, work_dir: Path, tmp_path: Path,
             number: signal.Signals = signal.SIGKILL, options: tuple[str, ...] = ()) -> int:
     """Send signal ``number`` to the run's process group (its DataLoader workers too, as a
     scheduler does) at ``moment``; return the run's exit status."""
     marker = tmp_path / 'stopped'
-    driver = tmp_path / 'driver.py'
-    driver.write_text(DRIVER)
     process = subprocess.Popen(
-        [sys.executable, str(driver), str(marker), moment, str(REPO), str(config),
-         '--work-dir', str(work_dir), *options], env=environment(), stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, start_new_session=True)
+        driver_command(tmp_path, marker, moment, config, work_dir, options), env=environment(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 240
     while not marker.exists():
         if process.poll() is not None:
@@ -147,10 +162,25 @@ def kill_at(moment: str, config: Path, work_dir: Path, tmp_path: Path,
     return returncode
 
 
-def resume(config: Path, work_dir: Path) -> None:
-    subprocess.run([sys.executable, str(REPO / 'tools' / 'train.py'), str(config),
-                    '--work-dir', str(work_dir), '--resume'], env=environment(), check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def resume(config: Path, work_dir: Path, tmp_path: Path) -> tuple[list[int], list[str]]:
+    """Resume the run with ``--resume``; return the iterations it trained and the files it
+    wrote, in order."""
+    marker = tmp_path / 'resumed'
+    subprocess.run(driver_command(tmp_path, marker, 'none', config, work_dir, ('--resume',)),
+                   env=environment(), check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    lines = Path(f'{marker}.record').read_text().splitlines()
+    return ([int(line.split()[1]) for line in lines if line.startswith('iteration ')],
+            [line.split()[1] for line in lines if line.startswith('wrote ')])
+
+
+def assert_resumed_at(start: int, work_dir: Path, tmp_path: Path, config: Path) -> None:
+    """Resume the run: it must train iterations ``start`` to 15 alone and write no
+    checkpoint of an iteration before ``start`` (a run restarted from iteration 0 would)."""
+    iterations, written = resume(config, work_dir, tmp_path)
+    assert iterations == list(range(start, 16))
+    assert [name for name in written if name.startswith('iter_')] == [
+        f'iter_{i}.pth' for i in range(start + 1, 17) if i % 4 == 0]
 
 
 def assert_same_run(work_dir: Path, reference: Path) -> None:
@@ -175,10 +205,9 @@ def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one_and_resume
     partial = list(work_dir.glob('.iter_8.pth.*.tmp'))
     assert len(partial) == 1 and partial[0].stat().st_size > 0
     assert (work_dir / 'last_checkpoint').read_text() == str(work_dir / 'iter_4.pth')
-    assert weights(work_dir / 'iter_4.pth')
     assert (work_dir / LOCK_NAME).exists()  # left by the killed run
 
-    resume(tiny_config, work_dir)
+    assert_resumed_at(4, work_dir, tmp_path, tiny_config)
     assert not list(work_dir.glob('.*.tmp'))
     assert not (work_dir / LOCK_NAME).exists()
     assert_same_run(work_dir, uninterrupted)
@@ -189,7 +218,7 @@ def test_a_kill_in_the_middle_of_a_phase_resumes_to_the_uninterrupted_weights(
     work_dir = tmp_path / 'work'
     kill_at('iteration 10', tiny_config, work_dir, tmp_path)  # cross_lingual: iterations 4-11
     assert sorted(p.name for p in work_dir.glob('*.pth')) == ['iter_8.pth']
-    resume(tiny_config, work_dir)
+    assert_resumed_at(8, work_dir, tmp_path, tiny_config)
     assert_same_run(work_dir, uninterrupted)
 
 
@@ -203,5 +232,5 @@ def test_sigterm_saves_the_iteration_under_way_and_resumes_to_the_uninterrupted_
     # Iteration 10 (the 11th) ended and was saved; the periodic checkpoint was iter_8.pth.
     assert (work_dir / 'last_checkpoint').read_text() == str(work_dir / 'iter_11.pth')
     assert not (work_dir / LOCK_NAME).exists()  # the run ended through its hooks
-    resume(tiny_config, work_dir)
+    assert_resumed_at(11, work_dir, tmp_path, tiny_config)
     assert_same_run(work_dir, uninterrupted)
