@@ -35,9 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description='Test an xmr model and print a leaderboard, or compare earlier results')
     parser.add_argument('config', nargs='?', help='config file')
     parser.add_argument('checkpoint', nargs='?', help='checkpoint file written by training')
-    parser.add_argument('--work-dir', help='where the test logs go (default: the training work '
-                        "dir's test/ folder, work_dirs/<config name>/test, so that the training "
-                        "run's config dump and logs stay as they were)")
+    parser.add_argument('--work-dir', help='where the test logs go (default: test/ beside the '
+                        'checkpoint, in the training work dir, so that the training run\'s '
+                        'config dump and logs stay as they were)')
     parser.add_argument('--out', help='JSON file of the result (the CSV table goes beside it); '
                         'default: <checkpoint>_test.json next to the checkpoint')
     parser.add_argument('--overwrite', action='store_true',
@@ -77,12 +77,11 @@ def build_config(args: argparse.Namespace) -> Config:
     if not osp.isfile(args.checkpoint):
         raise UserError(args.checkpoint, 'checkpoint does not exist',
                         'give a .pth written by tools/train.py')
+    # MMEngine dumps the config into its work dir: the training run's dump (beside its
+    # checkpoints, whatever --work-dir it trained with) must not be replaced by the test's.
+    work_dir = args.work_dir or osp.join(osp.dirname(osp.abspath(args.checkpoint)), 'test')
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
-                          work_dir=args.work_dir)
-    if args.work_dir is None:
-        # MMEngine dumps the config into its work dir: the training run's dump must not be
-        # replaced by the test's.
-        cfg.work_dir = osp.join(cfg.work_dir, 'test')
+                          work_dir=work_dir)
     missing = [key for key in ('test_dataloader', 'test_evaluator', 'test_cfg')
                if cfg.get(key) is None]
     if missing:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import shutil
 import re
 from pathlib import Path
 
@@ -212,13 +213,17 @@ def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
         ' -                   ', ' 15.00 ']
 
     # A new test run joins the comparison as the last row; --out moves the files. Its logs go to
-    # the work dir's test/ folder: the training run's config dump there stays as it was.
-    (root / 'work').mkdir()
-    (root / 'work' / 'synthetic.py').write_text('# the training run\'s dump\n')
-    tool.main([str(config()), str(root / 'model.pth'), '--compare', str(root / 'baseline.json'),
-               '--out', str(root / 'results' / 'new.json'), '--name', 'new'])
-    assert (root / 'work' / 'synthetic.py').read_text() == '# the training run\'s dump\n'
-    assert (root / 'work' / 'test' / 'synthetic.py').is_file()
+    # test/ beside the checkpoint, in the work dir it was trained in (here by --work-dir, not
+    # the config's work_dirs/...): the training run's config dump there stays as it was.
+    (root / 'trained').mkdir()
+    shutil.copy(root / 'model.pth', root / 'trained' / 'model.pth')
+    (root / 'trained' / 'synthetic.py').write_text('# the training run\'s dump\n')
+    tool.main([str(config()), str(root / 'trained' / 'model.pth'), '--compare',
+               str(root / 'baseline.json'), '--out', str(root / 'results' / 'new.json'),
+               '--name', 'new'])
+    assert (root / 'trained' / 'synthetic.py').read_text() == '# the training run\'s dump\n'
+    assert (root / 'trained' / 'test' / 'synthetic.py').is_file()
+    assert not (root / 'work').exists()  # the config's own work dir is not the run's
     lines = table_lines(capsys.readouterr().out)
     assert [line.split('|')[1].strip() for line in lines[4:6]] == ['baseline', 'new']
     assert json.loads((root / 'results' / 'new.json').read_text())['name'] == 'new'
