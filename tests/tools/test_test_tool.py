@@ -4,8 +4,8 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import shutil
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
