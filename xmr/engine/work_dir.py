@@ -2,7 +2,7 @@
 latest checkpoint, and the lock a training run holds on it."""
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import os
 import os.path as osp
 import socket
@@ -62,10 +62,18 @@ def _lock_holder(path: str) -> tuple[int, str, str | None]:
     """PID, host and start time (``None`` in locks written without one) of the lock's writer."""
     try:
         with open(path, encoding='utf-8') as handle:
-            pid, host, *started = handle.read().split()
+            return _parse_holder(handle.read())
+    except OSError:
+        return -1, '', None  # removed meanwhile
+
+
+def _parse_holder(text: str) -> tuple[int, str, str | None]:
+    """The PID, host and start time a lock file's ``text`` names."""
+    try:
+        pid, host, *started = text.split()
         return int(pid), host, started[0] if started else None
-    except (OSError, ValueError):
-        return -1, '', None  # removed meanwhile, or written by a process killed before it wrote
+    except ValueError:
+        return -1, '', None  # empty: written by an earlier xmr killed before it wrote
 
 
 def process_start_time(pid: int) -> str | None:
@@ -90,48 +98,99 @@ def _holder_alive(pid: int, started: str | None) -> bool:
 
 
 def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
-    """Take ``<work_dir>/.train.lock`` for this process (PID and host written in it).
+    """Take ``<work_dir>/.train.lock`` for this process (PID, host and start time written in it).
 
     A lock whose process is gone (killed, crashed, or an earlier run in this process) is taken
-    over.
+    over. Of several runs that start at once, or take over the same stale lock at once, exactly
+    one gets the lock; the others are refused naming it.
 
     Returns:
         A line for the log when a stale lock was taken over, else ``None``.
 
     Raises:
         WorkDirLockedError: a running process holds the lock (or one on another host, whose
-            liveness cannot be checked); the message names its PID and the lock file.
+            liveness cannot be checked); the message names its PID and the lock file. Also when
+            a stale lock cannot be taken over because the file system refuses ``flock``.
     """
     os.makedirs(work_dir, exist_ok=True)
     path = osp.join(str(work_dir), LOCK_NAME)
     host = socket.gethostname()
     taken_over = None
-    while True:
-        try:
-            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            pid, holder_host, started = _lock_holder(path)
-            if pid == os.getpid() and holder_host == host:
-                return None  # taken already (tools/train.py takes it before the runner exists)
-            elsewhere = holder_host not in ('', host)
-            if elsewhere or _holder_alive(pid, started):
-                where = f' on {holder_host}' if elsewhere else ''
-                gone = f'; if it is gone, delete {path}' if elsewhere else ''
-                raise WorkDirLockedError(
-                    f'{work_dir}: another training run (PID {pid}{where}) is using this work '
-                    f'dir (lock file {path}); wait for it or stop it, or train into another '
-                    f'--work-dir{gone}') from None
+    while not _create_lock(path, host):
+        pid, holder_host, started = _lock_holder(path)
+        if pid == os.getpid() and holder_host == host:
+            return None  # taken already (tools/train.py takes it before the runner exists)
+        elsewhere = holder_host not in ('', host)
+        if elsewhere or _holder_alive(pid, started):
+            where = f' on {holder_host}' if elsewhere else ''
+            gone = f'; if it is gone, delete {path}' if elsewhere else ''
+            raise WorkDirLockedError(
+                f'{work_dir}: another training run (PID {pid}{where}) is using this work '
+                f'dir (lock file {path}); wait for it or stop it, or train into another '
+                f'--work-dir{gone}')
+        if _remove_if_unchanged(path, (pid, holder_host, started)):
             why = ('its PID now names another process than the one that wrote the lock'
                    if process_running(pid) else 'an interrupted run')
             taken_over = (f'{work_dir}: took over the lock of PID {pid}, which is no longer '
                           f'running ({why})')
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
-            continue
-        with os.fdopen(descriptor, 'w', encoding='utf-8') as handle:
-            started = process_start_time(os.getpid())
-            handle.write(f'{os.getpid()} {host}' + (f' {started}' if started else '') + '\n')
-        return taken_over
+    return taken_over
+
+
+def _create_lock(path: str, host: str) -> bool:
+    """Create the lock file at ``path`` naming this process, unless one exists.
+
+    The line is written to a temporary file first and linked to ``path``: a lock file appears
+    with its content, so another run never reads an empty one and takes it for stale. A
+    temporary left by a kill is removed by :func:`~xmr.fileio.remove_stale_temporaries`.
+    """
+    started = process_start_time(os.getpid())
+    temporary = osp.join(osp.dirname(path), f'.{osp.basename(path)}.{os.getpid()}.tmp')
+    with open(temporary, 'w', encoding='utf-8') as handle:
+        handle.write(f'{os.getpid()} {host}' + (f' {started}' if started else '') + '\n')
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        return False
+    finally:
+        os.remove(temporary)
+    return True
+
+
+def _remove_if_unchanged(path: str, holder: tuple[int, str, str | None]) -> bool:
+    """Remove the stale lock file at ``path`` if it still names ``holder``.
+
+    Two runs may find the same stale lock: the first removes it and creates its own, which the
+    second must not remove. Each removes only under ``flock`` on the file, after checking that
+    ``path`` still is that file (its open descriptor keeps the inode from being reused) and
+    that it names the holder judged stale. The kernel drops a killed process's ``flock``; stale
+    locks are taken over on their writer's host only, so a lock local to it suffices (NFS too).
+
+    Returns:
+        Whether it was removed; ``False`` when another run took it over meanwhile.
+
+    Raises:
+        WorkDirLockedError: the file system refuses ``flock`` (e.g. Lustre mounted without it).
+    """
+    try:
+        handle = open(path, 'r+', encoding='utf-8')  # NFS locks exclusively only for writers
+    except FileNotFoundError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as error:
+            raise WorkDirLockedError(
+                f'{path}: the lock of PID {holder[0]}, which no longer runs, cannot be taken '
+                f'over safely: the file system refuses flock ({error.strerror}); delete it if '
+                'no run uses this work dir') from error
+        try:
+            unchanged = os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
+        except FileNotFoundError:
+            return False
+        if not unchanged or _parse_holder(handle.read()) != holder:
+            return False
+        os.remove(path)
+    return True
 
 
 def unlock_work_dir(work_dir: str | os.PathLike) -> None:

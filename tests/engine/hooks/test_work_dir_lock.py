@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -176,3 +178,52 @@ def test_a_run_that_raises_releases_the_lock_and_the_sigterm_handler(tmp_path):
         train(cfg)
     assert not (tmp_path / LOCK_NAME).exists()
     assert signal.getsignal(signal.SIGTERM) is handler_before
+
+
+def _attempt(work_dir, results) -> None:
+    try:
+        lock_work_dir(work_dir)
+        results.put((os.getpid(), 'locked'))
+    except WorkDirLockedError:
+        results.put((os.getpid(), 'refused'))
+
+
+def _late_run(work_dir, stale_read, taken, results) -> None:
+    """A run that stops after reading the stale holder until the other run has taken over."""
+    import xmr.engine.work_dir as work_dir_module
+
+    read = work_dir_module._lock_holder
+
+    def paused(path):
+        holder = read(path)
+        stale_read.set()
+        taken.wait(30)
+        return holder
+
+    work_dir_module._lock_holder = paused
+    _attempt(work_dir, results)
+
+
+def _first_run(work_dir, stale_read, taken, results) -> None:
+    stale_read.wait(30)
+    _attempt(work_dir, results)
+    taken.set()
+    time.sleep(3)  # alive, holding the lock, while the late run decides
+
+
+def test_of_two_runs_taking_over_a_stale_lock_at_once_one_gets_it(tmp_path):
+    """The interleaving in which both took it: the late run read the stale holder before the
+    first took over, and goes on once the first holds its own lock."""
+    context = multiprocessing.get_context('fork')
+    (tmp_path / LOCK_NAME).write_text(f'{dead_pid()} {socket.gethostname()}\n')
+    stale_read, taken, results = context.Event(), context.Event(), context.Queue()
+    runs = [context.Process(target=target, args=(tmp_path, stale_read, taken, results))
+            for target in (_late_run, _first_run)]
+    for run in runs:
+        run.start()
+    outcome = dict(results.get(timeout=60) for _ in runs)
+    for run in runs:
+        run.join()
+    late, first = (run.pid for run in runs)
+    assert outcome == {first: 'locked', late: 'refused'}
+    assert (tmp_path / LOCK_NAME).read_text().split()[0] == str(first)
