@@ -2,13 +2,15 @@
 
 ``--resume`` (or ``--resume latest``) continues from the work dir's latest checkpoint and fails
 when there is none; ``--resume auto`` does the same but starts a new run when there is none (for
-jobs that a scheduler restarts); ``--resume PATH`` continues from that checkpoint. Without
-``--resume``, a work dir holding an earlier run's checkpoints is refused: a new run would
-overwrite some of them and leave the rest beside its own.
+jobs that a scheduler restarts); ``--resume PATH`` continues from that checkpoint. A new run
+(without ``--resume``, or ``--resume auto`` finding no ``last_checkpoint``) refuses a work dir
+holding ``iter_*.pth`` or ``best_*.pth``: it would overwrite some of them and leave the rest
+beside its own.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import logging
 import os
 import os.path as osp
@@ -64,22 +66,15 @@ def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:
     """The checkpoint that ``--resume`` names (see the module docstring), or ``None``.
 
     Raises:
-        UserError: ``PATH`` does not exist, or ``latest`` finds no checkpoint.
+        UserError: ``PATH`` does not exist, ``latest`` finds no checkpoint, or a new run
+            would overwrite checkpoints (:func:`refuse_earlier_checkpoints`).
     """
     from mmengine.logging import print_log
 
     from xmr.engine.work_dir import latest_checkpoint
 
     if resume is None:
-        try:
-            earlier = latest_checkpoint(work_dir)
-        except FileNotFoundError:  # a pointer to nothing: no checkpoint to overwrite
-            earlier = None
-        if earlier is not None:
-            raise UserError(work_dir, f'holds the checkpoints of an earlier run (the latest: '
-                            f'{osp.basename(earlier)}), which a new run would overwrite and mix '
-                            'with its own', 'continue it with --resume (or --resume auto), '
-                            'train into another --work-dir, or remove them to start afresh')
+        refuse_earlier_checkpoints(work_dir)
         return None
     if resume not in ('latest', 'auto'):
         if not osp.isfile(resume):
@@ -92,9 +87,30 @@ def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:
                         'last_checkpoint)', 'drop --resume to start a new run, or name one: '
                         '--resume PATH')
     if checkpoint is None:
+        refuse_earlier_checkpoints(work_dir)
         print_log(f'--resume auto: no checkpoint in {work_dir}; starting a new run',
                   logger='current')
     return checkpoint
+
+
+def refuse_earlier_checkpoints(work_dir: str) -> None:
+    """Refuse a new run in a work dir that holds checkpoints (``iter_*.pth``, ``best_*.pth``).
+
+    The files decide, not ``last_checkpoint``: a work dir copied without it, or whose pointer
+    names a deleted file, still holds checkpoints that a new run would overwrite.
+
+    Raises:
+        UserError: naming the checkpoints and the ways out.
+    """
+    found = sorted(osp.basename(path) for pattern in ('iter_*.pth', 'best_*.pth')
+                   for path in glob.glob(osp.join(glob.escape(work_dir), pattern)))
+    if found:
+        shown = ', '.join(found[:3]) + (f', ... ({len(found)} in all)' if len(found) > 3 else '')
+        raise UserError(work_dir, f'holds the checkpoints of an earlier run ({shown}), which a '
+                        'new run would overwrite and mix with its own', 'continue it with '
+                        '--resume (--resume PATH where last_checkpoint is missing or names a '
+                        'deleted file), train into another --work-dir, or remove them to start '
+                        'afresh')
 
 
 def main(argv: list[str] | None = None) -> None:

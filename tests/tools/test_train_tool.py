@@ -66,8 +66,28 @@ def test_a_new_run_refuses_a_work_dir_with_an_earlier_runs_checkpoints(tmp_path)
     (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_16.pth'))
     args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path)])
     with pytest.raises(UserError, match=(
-            f'{tmp_path}: holds the checkpoints of an earlier run \\(the latest: iter_16.pth\\), '
-            'which a new run would overwrite and mix with its own: continue it with --resume')):
+            f'{tmp_path}: holds the checkpoints of an earlier run \\(iter_16.pth\\), which a new '
+            'run would overwrite and mix with its own: continue it with --resume')):
         train_tool.build_config(args)
     (tmp_path / 'iter_16.pth').unlink()  # a pointer to nothing left: a new run may start
     assert train_tool.build_config(args).get('resume') is not True
+
+
+@pytest.mark.parametrize('pointer', [None, 'iter_20.pth'])
+def test_checkpoints_refuse_a_new_run_whatever_last_checkpoint_says(tmp_path, pointer):
+    """A work dir copied without last_checkpoint, or whose pointer names a deleted file."""
+    for name in ('best_mAR_iter_8.pth', 'iter_12.pth', 'iter_16.pth', 'iter_4.pth'):
+        (tmp_path / name).write_bytes(b'weights')
+    if pointer is not None:
+        (tmp_path / 'last_checkpoint').write_text(str(tmp_path / pointer))
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path)])
+    with pytest.raises(UserError, match=(
+            r'holds the checkpoints of an earlier run \(best_mAR_iter_8.pth, iter_12.pth, '
+            r'iter_16.pth, ... \(4 in all\)\).*--resume PATH.*another --work-dir')):
+        train_tool.build_config(args)
+
+
+def test_resume_auto_without_last_checkpoint_refuses_a_work_dir_with_checkpoints(tmp_path):
+    (tmp_path / 'iter_4.pth').write_bytes(b'weights')
+    with pytest.raises(UserError, match=r'earlier run \(iter_4.pth\)'):
+        resumed(tmp_path, 'auto')
