@@ -68,9 +68,12 @@ def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:
     Raises:
         UserError: ``PATH`` does not exist, ``latest`` finds no checkpoint, or a new run
             would overwrite checkpoints (:func:`refuse_earlier_checkpoints`).
+        CheckpointReadError: the checkpoint is empty, foreign or truncated; checked before the
+            runner writes its config dump and log into the work dir.
     """
     from mmengine.logging import print_log
 
+    from xmr.engine.checkpoint import check_checkpoint
     from xmr.engine.work_dir import latest_checkpoint
 
     if resume is None:
@@ -80,8 +83,11 @@ def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:
         if not osp.isfile(resume):
             raise UserError(resume, '--resume checkpoint does not exist',
                             'give an existing .pth, or --resume alone for the latest one')
+        check_checkpoint(resume)
         return resume
     checkpoint = latest_checkpoint(work_dir)
+    if checkpoint is not None:
+        check_checkpoint(checkpoint)
     if checkpoint is None and resume == 'latest':
         raise UserError(work_dir, '--resume: the work dir has no checkpoint to resume from (no '
                         'last_checkpoint)', 'drop --resume to start a new run, or name one: '

@@ -5,13 +5,19 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import REPO
+from xmr.engine.checkpoint import CheckpointReadError
 from xmr.utils.cli import UserError
 
 DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
 sys.path.insert(0, str(REPO / 'tools'))
 import train as train_tool  # noqa: E402
+
+
+def save_checkpoint(path: Path) -> None:
+    torch.save({'state_dict': {}}, path)
 
 
 def resumed(work_dir: Path, *resume: str) -> tuple[bool, str | None]:
@@ -31,12 +37,12 @@ def test_resume_without_a_checkpoint_is_an_error_and_auto_starts_a_new_run(tmp_p
 
 def test_resume_latest_and_auto_take_the_checkpoint_last_checkpoint_names(tmp_path):
     checkpoint = tmp_path / 'iter_500.pth'
-    checkpoint.write_bytes(b'weights')
+    save_checkpoint(checkpoint)
     (tmp_path / 'last_checkpoint').write_text(str(checkpoint))
     assert resumed(tmp_path) == (True, str(checkpoint))
     assert resumed(tmp_path, 'auto') == (True, str(checkpoint))
     other = tmp_path / 'other.pth'
-    other.write_bytes(b'weights')
+    save_checkpoint(other)
     assert resumed(tmp_path, str(other)) == (True, str(other))
 
 
@@ -51,12 +57,12 @@ def test_a_moved_or_copied_work_dir_resumes_from_its_own_checkpoint(tmp_path):
     """last_checkpoint holds MMEngine's absolute path, of where the work dir was written."""
     moved = tmp_path / 'moved'
     moved.mkdir()
-    (moved / 'iter_9.pth').write_bytes(b'weights')
+    save_checkpoint(moved / 'iter_9.pth')
     (moved / 'last_checkpoint').write_text(str(tmp_path / 'gone' / 'iter_9.pth'))
     assert resumed(moved) == (True, str(moved / 'iter_9.pth'))
     original = tmp_path / 'original'
     original.mkdir()
-    (original / 'iter_9.pth').write_bytes(b'weights')  # a copy: the original still there
+    save_checkpoint(original / 'iter_9.pth')  # a copy: the original still there
     (moved / 'last_checkpoint').write_text(str(original / 'iter_9.pth'))
     assert resumed(moved, 'auto') == (True, str(moved / 'iter_9.pth'))
 
@@ -91,3 +97,19 @@ def test_resume_auto_without_last_checkpoint_refuses_a_work_dir_with_checkpoints
     (tmp_path / 'iter_4.pth').write_bytes(b'weights')
     with pytest.raises(UserError, match=r'earlier run \(iter_4.pth\)'):
         resumed(tmp_path, 'auto')
+
+
+def test_a_truncated_checkpoint_is_refused_before_the_work_dir_is_written(tmp_path):
+    save_checkpoint(tmp_path / 'full.pth')
+    data = (tmp_path / 'full.pth').read_bytes()
+    cut = tmp_path / 'cut.pth'
+    cut.write_bytes(data[:len(data) // 2])
+    work_dir = tmp_path / 'work'
+    with pytest.raises(CheckpointReadError, match=f'{cut}: truncated or corrupt checkpoint'):
+        train_tool.main([str(DEMO), '--work-dir', str(work_dir), '--resume', str(cut)])
+    assert not work_dir.exists()  # no config dump, no log
+    work_dir.mkdir()
+    (work_dir / 'iter_9.pth').write_bytes(data[:-10])
+    (work_dir / 'last_checkpoint').write_text(str(work_dir / 'iter_9.pth'))
+    with pytest.raises(CheckpointReadError, match='iter_9.pth: truncated or corrupt'):
+        resumed(work_dir, 'auto')

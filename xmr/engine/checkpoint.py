@@ -18,6 +18,7 @@ import importlib
 import os
 import pickle
 import re
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -106,25 +107,49 @@ def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> Any:
         CheckpointReadError: an empty, truncated or foreign file, or one that pickles objects
             a weights-only load refuses (advice to re-save only for MMEngine's own objects).
     """
+    check_checkpoint(path, what)
+    allow_mmengine_checkpoint_types()
+    try:
+        return torch.load(path, map_location='cpu', weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise CheckpointReadError(_refused_message(Path(path), what, str(error))) from error
+    except (RuntimeError, EOFError, KeyError, ValueError, OSError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise _corrupt(path, what, reason) from error
+
+
+def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> None:
+    """Fail as :func:`read_checkpoint` does on a missing, empty, foreign or truncated file,
+    without loading it (``tools/train.py`` checks ``--resume`` so before the runner writes).
+
+    A torch zip archive must hold its central directory, which lies at the end: a truncated
+    copy or an interrupted save has none. A legacy pickle is checked by its first byte only.
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointReadError: an empty, foreign or truncated file.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f'{what} not found: {path}')
-    allow_mmengine_checkpoint_types()
     with open(path, 'rb') as handle:
         head = handle.read(4)
     if not head.startswith((_ZIP_MAGIC, _PICKLE_MAGIC)):
         found = 'an empty file' if not head else 'neither a torch zip archive nor a pickle'
         raise CheckpointReadError(f'{path}: not a {what}: {found}; give a .pth written by '
                                   'torch.save (tools/train.py writes them)')
-    try:
-        return torch.load(path, map_location='cpu', weights_only=True)
-    except pickle.UnpicklingError as error:
-        raise CheckpointReadError(_refused_message(path, what, str(error))) from error
-    except (RuntimeError, EOFError, KeyError, ValueError, OSError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise CheckpointReadError(
-            f'{path}: truncated or corrupt {what} ({reason}): copy it again, or use another '
-            f'{what} (an interrupted save leaves such a file)') from error
+    if head == _ZIP_MAGIC:
+        try:
+            zipfile.ZipFile(path).close()
+        except (zipfile.BadZipFile, OSError) as error:
+            raise _corrupt(path, what, 'its zip archive has no central directory, which a '
+                           'cut-off file lacks') from error
+
+
+def _corrupt(path: str | os.PathLike, what: str, reason: str) -> CheckpointReadError:
+    return CheckpointReadError(
+        f'{path}: truncated or corrupt {what} ({reason}): copy it again, or use another '
+        f'{what} (an interrupted save leaves such a file)')
 
 
 def _refused_message(path: Path, what: str, error: str) -> str:
