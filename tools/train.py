@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> None:
             print_log(taken_over, logger='current', level=logging.WARNING)
     runner = Runner.from_cfg(cfg)
     runner.train()
-    stopped_by = next((hook.received for hook in runner.hooks
+    # A signal after the last iteration stopped nothing (PreemptionHook logs it): exit 0.
+    stopped_by = next((hook.stopped_by for hook in runner.hooks
                        if isinstance(hook, PreemptionHook)), None)
     if stopped_by is not None:
         raise SystemExit(128 + stopped_by)  # a run cut short, as the signal's own exit says

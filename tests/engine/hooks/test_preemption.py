@@ -1,13 +1,23 @@
-"""PreemptionHook: a SIGTERM that lands while the ranks exchange their signals is not lost."""
+"""PreemptionHook: a SIGTERM that lands while the ranks exchange their signals is not lost; one
+after the last iteration stops nothing, and tools/train.py exits 0."""
 from __future__ import annotations
 
 import os
 import signal
+import sys
 
+import pytest
 import torch
+from mmengine.hooks import Hook
 
+from tests.conftest import REPO
+from tests.engine.hooks.test_phase_report_hook import report_cfg
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.hooks import preemption
+from xmr.registry import HOOKS
+
+sys.path.insert(0, str(REPO / 'tools'))
+import train as train_tool  # noqa: E402
 
 
 def test_a_signal_landing_during_the_exchange_stops_the_run_one_iteration_later(
@@ -32,3 +42,39 @@ def test_a_signal_landing_during_the_exchange_stops_the_run_one_iteration_later(
     assert exchanged == [0, 0, signal.SIGTERM]
     assert len(records) == 3  # stopped after iteration 3, the one after the signal
     assert (tmp_path / 'iter_3.pth').is_file()
+
+
+@HOOKS.register_module(force=True)
+class SignalAtValidationHook(Hook):
+    """Sends SIGTERM to this process as the validation at iteration ``at`` starts."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def before_val_epoch(self, runner) -> None:
+        if runner.iter == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def exit_status(argv: list[str]) -> int:
+    try:
+        train_tool.main(argv)
+    except SystemExit as error:
+        return error.code
+    return 0
+
+
+@pytest.mark.parametrize('at, status, logged', [
+    (4, 128 + signal.SIGTERM, 'SIGTERM received: stopped after iteration 5'),
+    (16, 0, 'SIGTERM received after the last iteration: training had finished')])
+def test_the_train_tool_exits_with_the_signal_only_when_it_cut_training_short(
+        tmp_path, at, status, logged):
+    """Iteration 4 ends a phase of three; 16, the last, is the final validation's."""
+    work_dir = tmp_path / 'work'
+    cfg = report_cfg(work_dir)
+    cfg.custom_hooks += [dict(type='PreemptionHook'), dict(type='SignalAtValidationHook', at=at)]
+    config = tmp_path / 'signalled.py'
+    cfg.dump(str(config))
+    torch.manual_seed(0)
+    assert exit_status([str(config), '--work-dir', str(work_dir)]) == status
+    assert logged in next(work_dir.glob('*/*.log')).read_text()

@@ -23,8 +23,10 @@ class PreemptionHook(Hook):
     Without it the process dies at once and loses every iteration since the last periodic
     checkpoint (up to ``checkpoint.interval``). With it, the iteration under way ends, its
     checkpoint is written through the run's :class:`CheckpointHook` (``last_checkpoint`` names
-    it), training stops, and ``tools/train.py`` exits with 143 (128 + SIGTERM) so that a
-    scheduler sees a run cut short; ``--resume`` continues it as if uninterrupted.
+    it), training stops (:attr:`stopped_by` names the signal), and ``tools/train.py`` exits with
+    143 (128 + SIGTERM) so that a scheduler sees a run cut short; ``--resume`` continues it as
+    if uninterrupted. A signal that comes after the last iteration (during the final validation)
+    stops nothing: the run finishes, says so in its log, and exits with 0.
 
     The handler only notes the signal. A scheduler signals every process of the job, and
     PyTorch's DataLoader workers die of SIGTERM, which would fail the step under way reading its
@@ -42,10 +44,11 @@ class PreemptionHook(Hook):
     def __init__(self, signals: Sequence[str] = ('SIGTERM',)) -> None:
         self.signals = [getattr(signal, name) for name in signals]
         self.received: int | None = None
+        self.stopped_by: int | None = None
         self._previous: dict[int, Any] = {}
 
     def before_train(self, runner) -> None:
-        self.received = None
+        self.received = self.stopped_by = None
         # Python delivers signals to the main thread only; a run driven from another thread
         # (a notebook's executor) keeps the default behaviour.
         if threading.current_thread() is threading.main_thread():
@@ -77,13 +80,20 @@ class PreemptionHook(Hook):
             + (f', its checkpoint in {runner.work_dir}; continue with --resume'
                if saver is not None else ' (no CheckpointHook: nothing was saved)'))
         loop.stop_training = True
+        self.stopped_by = self.received
 
     def after_train(self, runner) -> None:
+        if self.received is not None and self.stopped_by is None:
+            runner.logger.warning(
+                f'{signal.Signals(self.received).name} received after the last iteration: '
+                'training had finished; nothing was cut short')
+        self.after_failed_train(runner)
+
+    def after_failed_train(self, runner) -> None:
+        # A run that raised must not keep swallowing SIGTERM.
         for number, previous in self._previous.items():
             signal.signal(number, previous)
         self._previous = {}
-
-    after_failed_train = after_train  # a run that raised must not keep swallowing SIGTERM
 
 
 def preemption_signals(runner) -> list[int]:
