@@ -122,11 +122,11 @@ def refuse_earlier_checkpoints(work_dir: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from mmengine.logging import print_log
-    from mmengine.runner import Runner
 
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
     from xmr.engine.distributed import launcher_rank, setup_cpu_distributed
     from xmr.engine.hooks import PreemptionHook
+    from xmr.engine.runner import ResumeCheckedRunner
     from xmr.engine.threads import set_cpu_threads
     from xmr.engine.work_dir import lock_work_dir
 
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         taken_over = lock_work_dir(cfg.work_dir)
         if taken_over:
             print_log(taken_over, logger='current', level=logging.WARNING)
-    runner = Runner.from_cfg(cfg)
+    runner = ResumeCheckedRunner.from_cfg(cfg)
     runner.train()
     # A signal after the last iteration stopped nothing (PreemptionHook logs it): exit 0.
     stopped_by = next((hook.stopped_by for hook in runner.hooks

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO
+from tests.engine.hooks.test_phase_report_hook import report_cfg
 from xmr.engine.checkpoint import CheckpointReadError
 from xmr.utils.cli import UserError
 
@@ -113,3 +114,22 @@ def test_a_truncated_checkpoint_is_refused_before_the_work_dir_is_written(tmp_pa
     (work_dir / 'last_checkpoint').write_text(str(work_dir / 'iter_9.pth'))
     with pytest.raises(CheckpointReadError, match='iter_9.pth: truncated or corrupt'):
         resumed(work_dir, 'auto')
+
+
+@pytest.mark.slow
+def test_a_refused_resume_leaves_the_config_dump_it_points_to(tmp_path):
+    """MMEngine dumps the config as the runner is built; the schedule check refuses later."""
+    work_dir = tmp_path / 'work'
+    cfg = report_cfg(work_dir)
+    cfg.custom_hooks.insert(0, dict(type='WorkDirLockHook'))
+    config = tmp_path / 'tiny.py'
+    cfg.dump(str(config))
+    train_tool.main([str(config), '--work-dir', str(work_dir)])
+    dump = (work_dir / 'tiny.py').read_text()
+    with pytest.raises(ValueError, match='the work dir holds its dump'):
+        train_tool.main([str(config), '--work-dir', str(work_dir), '--resume',
+                         '--cfg-options', 'train_cfg.phases.0.lr=0.002'])
+    assert (work_dir / 'tiny.py').read_text() == dump
+    train_tool.main([str(config), '--work-dir', str(work_dir), '--resume', '--cfg-options',
+                     'default_hooks.logger.interval=7'])  # accepted: dumped
+    assert 'interval=7' in (work_dir / 'tiny.py').read_text()

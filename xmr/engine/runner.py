@@ -1,0 +1,34 @@
+"""The runner of ``tools/train.py``: a refused resume leaves the work dir's config dump alone."""
+from __future__ import annotations
+
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+
+__all__ = ['ResumeCheckedRunner']
+
+
+class ResumeCheckedRunner(Runner):
+    """MMEngine's ``Runner`` whose config dump, when resuming, waits until the resume is accepted.
+
+    MMEngine dumps the config into the work dir as the runner is built, before the resume
+    checks: weights that do not fit the model (:class:`~xmr.engine.hooks.CheckpointHook`, while
+    loading) and another schedule (:class:`~xmr.engine.loops.PhasedTrainLoop`, before
+    ``before_train``). A refused resume would replace the dump of the run that wrote the
+    checkpoint, the config their errors tell the user to resume with. Resuming, the dump is
+    written at ``before_train`` instead, once both checks have passed.
+    """
+
+    def dump_config(self) -> None:
+        if self._resume:
+            self.register_hook(_ConfigDumpHook())  # called by __init__, once its hooks exist
+        else:
+            super().dump_config()
+
+
+class _ConfigDumpHook(Hook):
+    """Dumps the runner's config as training starts, after the resume checks."""
+
+    priority = 'VERY_HIGH'  # after WorkDirLockHook (HIGHEST), which guards the work dir
+
+    def before_train(self, runner) -> None:
+        Runner.dump_config(runner)
