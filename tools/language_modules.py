@@ -8,6 +8,9 @@ a shared disentangler) and the total, DASD's #TP. A paper config states the pape
 (``paper_figures = dict(source=..., language_share=0.0016, trainable_parameters=134e6)``); the
 report prints them beside xmr's counts.
 
+Every command takes ``--ablation`` and ``--cfg-options`` as ``tools/train.py`` does: the #TP of
+a paper's ablation row, or of more languages than the config holds.
+
 ``python tools/language_modules.py export CONFIG CHECKPOINT --langs de fr --out-dir DIR`` writes
 ``DIR/<lang>.pth``: only that language's module (a small file), with its base: CHECKPOINT and a
 fingerprint of the shared weights (towers, shared embedding, disentangler) it was trained with.
@@ -22,6 +25,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mmengine.config import DictAction
+
+from xmr.run_config import add_ablation_argument, load_run_config
 from xmr.utils.cli import UserError, run_tool
 
 
@@ -44,6 +50,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     merge.add_argument('--modules', nargs='+', required=True, metavar='LANG=PATH',
                        help='module file per language of the model')
     merge.add_argument('--out', type=Path, required=True)
+    for command in (report, export, merge):
+        add_ablation_argument(command)
+        command.add_argument('--cfg-options', nargs='+', action=DictAction,
+                             help='override config keys, e.g. model.language_branch.languages='
+                             "['de','fr','cs','zh','ja']")
     return parser.parse_args(argv)
 
 
@@ -95,7 +106,9 @@ def main(argv: list[str] | None = None) -> None:
 
     checkpoint = args.base if args.command == 'merge' else getattr(args, 'checkpoint', None)
     try:
-        model = init_retriever(args.config, checkpoint)
+        cfg = load_run_config(args.config, ablations=args.ablation,
+                              cfg_options=args.cfg_options)
+        model = init_retriever(cfg, checkpoint)
         if args.command == 'report':
             print_parameter_report(model, model.cfg.get('paper_figures') or {})
         elif args.command == 'export':

@@ -24,7 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from mmengine.config import DictAction
 
+from xmr.run_config import add_ablation_argument, load_run_config
 from xmr.utils.cli import UserError, run_tool
 
 FEATURES = ('sa', 'sr')
@@ -52,6 +54,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--batch-size', type=int, default=256)
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--out-dir', default='work_dirs/features')
+    add_ablation_argument(parser)
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config keys, as tools/train.py takes them')
     args = parser.parse_args(argv)
     for name in ('num_captions', 'clusters', 'examples', 'batch_size'):
         if getattr(args, name) < 1:
@@ -193,7 +198,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     from xmr.apis import init_retriever
     from xmr.fileio import atomic_write_text
 
-    model = init_retriever(args.config, args.checkpoint, device=args.device)
+    cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options)
+    model = init_retriever(cfg, args.checkpoint, device=args.device)
     check_model(model, args.lang, args.feature)
     if args.captions:
         captions = read_caption_file(args.captions, args.num_captions)

@@ -40,6 +40,11 @@ def test_report_export_and_merge(tmp_path, monkeypatch, capsys):
     report = capsys.readouterr().out
     # 3 blocks x (q, v) x (A [1, 32] + B [32, 1]) = 384 parameters per language.
     assert '| de | 384 |' in report and '| fr | 384 |' in report
+    # The report of another setting than the config's: more languages, a larger rank.
+    _run(['report', str(config), '--cfg-options', "model.language_branch.languages=['de','cs']",
+          'model.language_branch.adapters.r=2'], monkeypatch)
+    report = capsys.readouterr().out
+    assert '| de | 768 |' in report and '| cs | 768 |' in report and '| fr |' not in report
 
     torch.manual_seed(0)
     trained = init_retriever(config)

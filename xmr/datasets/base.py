@@ -12,12 +12,8 @@ from torch.utils.data import Dataset
 
 from xmr.datasets.annotation import Annotation, MediaRecord, load_annotation
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
-from xmr.datasets.media_io import (
-    MediaReadError,
-    missing_media,
-    read_image,
-    read_video_frames,
-)
+from xmr.datasets.media_files import missing_media
+from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.registry import TRANSFORMS
 
 __all__ = ['MediaCaptionDataset', 'MediaDataset']

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections import defaultdict
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,7 @@ from PIL import Image, UnidentifiedImageError
 
 from xmr.datasets.frame_sampling import uniform_frame_indices
 
-__all__ = ['MediaReadError', 'missing_media', 'read_image', 'read_video_frames']
+__all__ = ['MediaReadError', 'read_image', 'read_video_frames']
 
 # decord prefixes its C++ errors with "[hh:mm:ss] /source/file.cc:line: "; the rest is the reason.
 _DECORD_LOCATION = re.compile(r'\[\d\d:\d\d:\d\d\] \S+:\d+: ')
@@ -37,28 +35,6 @@ class MediaReadError(RuntimeError):
         self.reason = reason
         super().__init__(f"{self.path}: {reason}: replace the file, or set on_corrupt='skip' "
                          'on the dataset to leave it out')
-
-
-def missing_media(media_root: str | os.PathLike, relative_paths: Iterable[str]) -> list[Path]:
-    """The files of ``relative_paths`` (``folder/name``) absent under ``media_root``, in order.
-
-    Each folder is listed once: checking 300k files costs one ``scandir`` per folder rather
-    than one ``stat`` per file.
-    """
-    media_root = Path(media_root)
-    by_folder: dict[str, list[str]] = defaultdict(list)
-    for relative in relative_paths:
-        folder, _, name = relative.rpartition('/')
-        by_folder[folder].append(name)
-    missing: list[Path] = []
-    for folder, names in by_folder.items():
-        directory = media_root / folder if folder else media_root
-        try:
-            present = {entry.name for entry in os.scandir(directory)}
-        except (FileNotFoundError, NotADirectoryError):
-            present = set()
-        missing.extend(directory / name for name in names if name not in present)
-    return missing
 
 
 def read_image(path: str | os.PathLike) -> torch.Tensor:

@@ -15,7 +15,7 @@ from pathlib import Path
 from xmr.datasets.annotation import MediaRecord
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.languages import LanguageCodeError, normalize_languages
-from xmr.datasets.media_io import missing_media
+from xmr.datasets.media_files import missing_media
 
 __all__ = ['read_lines', 'require_file', 'find_first', 'require_same_length',
            'parallel_caption_records',
@@ -111,7 +111,7 @@ def require_same_length(reference: tuple[Path, int], files: Mapping[Path, Sequen
 def check_media_exist(media_root: str | os.PathLike, relative_paths: Iterable[str],
                       what: str = 'image') -> None:
     """Stop unless every media file exists under ``media_root`` (one listing per folder,
-    :func:`~xmr.datasets.media_io.missing_media`).
+    :func:`~xmr.datasets.media_files.missing_media`).
 
     Raises:
         ConversionError: naming the first missing file's full path and how many are missing.
