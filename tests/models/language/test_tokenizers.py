@@ -41,6 +41,26 @@ def test_overlong_captions_are_counted_and_reported_once(monkeypatch):
                       'tokenizer.truncated, not reported again']
 
 
+def test_a_language_the_vocabulary_never_saw_is_reported_once(monkeypatch):
+    """A vocabulary learned from German, French and Chinese reads Korean as unknowns: said once,
+    naming the language; the languages it covers are not."""
+    from xmr.models.language import tokenizers
+
+    logged = []
+    monkeypatch.setattr(tokenizers, 'print_log', lambda message, **kw: logged.append(message))
+    tokenizer = SentencePieceTokenizer(corpus=CORPUS * 10, vocab_size=64)
+    logged.clear()  # the training report
+    korean = ['왼쪽에 빨간 원이 두 개 있습니다', '파란 사각형']
+    tokenizer([*CORPUS[:2], *korean], langs=['de', 'de', 'ko', 'ko'])
+    tokenizer(korean, langs=['ko', 'ko'])
+    unknown = sum(tokenizer.encode(text).count(1) for text in korean)
+    assert logged == [f"SentencePieceTokenizer: {unknown} of the "
+                      f"{sum(len(tokenizer.encode(t)) - 2 for t in korean)} tokens of the 'ko' "
+                      'captions in a batch are unknown to its vocabulary, which does not cover '
+                      'the language; give a vocabulary that does (a SentencePiece model learned '
+                      "from a corpus holding the language's captions)"]
+
+
 def test_sentencepiece_trains_writes_and_reloads(tmp_path):
     path = tmp_path / 'spm' / 'target.model'
     trained = SentencePieceTokenizer(model_file=str(path), corpus=CORPUS * 10, vocab_size=64)

@@ -21,6 +21,10 @@ from mmengine.logging import print_log
 from xmr.datasets.languages import FLORES200_TO_CANONICAL, LanguageCodeError, flores_code
 from xmr.registry import FUNCTIONS, TOKENIZERS
 
+#: Share of unknown tokens among a language's tokens in a batch above which it is reported:
+#: a language the vocabulary never saw comes out about half unknowns (SentencePiece keeps the
+#: word-start piece of each unknown word), a covered one's rare characters far below this.
+UNKNOWN_SHARE_WARNING = 0.25
 #: Share of a corpus's captions longer than ``max_length`` under a vocabulary just learned from it
 #: above which :class:`SentencePieceTokenizer` warns.
 TRUNCATED_SHARE_WARNING = 0.25
@@ -100,6 +104,7 @@ class BaseTokenizer(metaclass=ABCMeta):
         self.pad_to = pad_to
         self.pad_to_multiple_of = pad_to_multiple_of
         self.truncated = 0
+        self._unknown_reported: set[str | None] = set()
 
     @property
     @abstractmethod
@@ -114,6 +119,11 @@ class BaseTokenizer(metaclass=ABCMeta):
     @abstractmethod
     def encode(self, text: str) -> list[int]:
         """One caption -> ids with the begin and end specials, untruncated."""
+
+    @property
+    def unk_id(self) -> int | None:
+        """Id of the unknown token; ``None`` for a tokenizer without one (byte-level BPE)."""
+        return None
 
     def vocabulary(self) -> Mapping[str, int] | bytes | None:
         """What the ids mean: token -> id, or the tokenizer model's bytes; ``None`` when the
@@ -176,8 +186,32 @@ class BaseTokenizer(metaclass=ABCMeta):
             raise ValueError(f'{len(texts)} captions but {len(langs)} languages (langs gives '
                              'one language per caption)')
         sequences = [self.truncate(self.encode_in(text, lang)) for text, lang in zip(texts, langs)]
+        if self.unk_id is not None:
+            self._report_unknown(sequences, langs)
         return pad_batch(sequences, self.pad_id,
                          self.padded_length(max(map(len, sequences), default=0)))
+
+
+    def _report_unknown(self, sequences: Sequence[list[int]],
+                        langs: Sequence[str | None]) -> None:
+        """Warn, once per language and process, when most tokens of a language's captions in
+        a batch are :attr:`unk_id`: a vocabulary that never saw the language (a SentencePiece
+        model learned from a corpus without it) reads its captions as strings of unknowns."""
+        counts: dict[str | None, list[int]] = {}
+        for ids, lang in zip(sequences, langs):
+            unknown_and_all = counts.setdefault(lang, [0, 0])
+            unknown_and_all[0] += ids.count(self.unk_id)
+            unknown_and_all[1] += len(ids) - 2  # the begin and end specials
+        for lang, (unknown, total) in counts.items():
+            if lang in self._unknown_reported or unknown <= UNKNOWN_SHARE_WARNING * total:
+                continue
+            self._unknown_reported.add(lang)
+            captions = f"the '{lang}' captions" if lang else 'the captions'
+            print_log(f'{type(self).__name__}: {unknown} of the {total} tokens of {captions} in a '
+                      'batch are unknown to its vocabulary, which does not cover the language; '
+                      'give a vocabulary that does (a SentencePiece model learned from a corpus '
+                      "holding the language's captions)", logger='current',
+                      level=logging.WARNING)
 
 
 @TOKENIZERS.register_module()
@@ -526,6 +560,10 @@ class SentencePieceTokenizer(BaseTokenizer):
     @property
     def pad_id(self) -> int:
         return 0
+
+    @property
+    def unk_id(self) -> int:
+        return 1
 
     def encode(self, text: str) -> list[int]:
         return [2, *self._sp.encode(text), 3]
