@@ -77,3 +77,9 @@ def test_a_misspelt_option_of_a_hook_or_loop_is_refused_when_the_config_loads(op
         load_run_config(DEMO, cfg_options={option: 3})
     load_run_config(DEMO, cfg_options={'default_hooks.checkpoint.max_keep_ckpts': 3,
                                        'default_hooks.checkpoint.save_optimizer': False})
+
+
+def test_a_bad_phase_is_refused_when_the_config_loads():
+    """Before the runner is built: its setup, hook table and logs come first otherwise."""
+    with pytest.raises(ValueError, match="phase source_finetune: lr='fast' must be a positive"):
+        load_run_config(DEMO, cfg_options={'train_cfg.phases.0.lr': 'fast'})

@@ -93,6 +93,13 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
         HOOKS.check_options(hook)
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
         LOOPS.check_options(cfg.get(loop))
+    # Here, not at the loop's build: after the runner's setup, its hook table and log lines.
+    from xmr.engine.phases import Phase
+
+    train_cfg = cfg.get('train_cfg') or {}
+    if train_cfg.get('type') == 'PhasedTrainLoop':
+        for index, phase in enumerate(train_cfg.get('phases') or []):
+            Phase.from_config(index, phase)
     # Here, not at the top: xmr.engine loads torch and every engine module, which neither a
     # tool's --help nor a missing config's error should wait for.
     from xmr.engine.work_dir import resolve_work_dir
