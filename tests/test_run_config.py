@@ -83,3 +83,10 @@ def test_a_bad_phase_is_refused_when_the_config_loads():
     """Before the runner is built: its setup, hook table and logs come first otherwise."""
     with pytest.raises(ValueError, match="phase source_finetune: lr='fast' must be a positive"):
         load_run_config(DEMO, cfg_options={'train_cfg.phases.0.lr': 'fast'})
+
+
+def test_custom_hooks_none_drops_the_bases_hooks(tmp_path):
+    """MMEngine's default, and a child's way to drop its base's custom hooks."""
+    child = tmp_path / 'child.py'
+    child.write_text(f"_base_ = ['{DEMO}']\ncustom_hooks = None\n")
+    assert load_run_config(child).custom_hooks is None

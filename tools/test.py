@@ -36,8 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('config', nargs='?', help='config file')
     parser.add_argument('checkpoint', nargs='?', help='checkpoint file written by training')
     parser.add_argument('--work-dir', help='where the test logs go (default: test/ beside the '
-                        'checkpoint, in the training work dir, so that the training run\'s '
-                        'config dump and logs stay as they were)')
+                        'result: beside the checkpoint, in the training work dir, without --out; '
+                        "the training run's config dump and logs stay as they were)")
     parser.add_argument('--out', help='JSON file of the result (the CSV table goes beside it); '
                         'default: <checkpoint>_test.json next to the checkpoint')
     parser.add_argument('--overwrite', action='store_true',
@@ -79,7 +79,8 @@ def build_config(args: argparse.Namespace) -> Config:
                         'give a .pth written by tools/train.py')
     # MMEngine dumps the config into its work dir: the training run's dump (beside its
     # checkpoints, whatever --work-dir it trained with) must not be replaced by the test's.
-    work_dir = args.work_dir or osp.join(osp.dirname(osp.abspath(args.checkpoint)), 'test')
+    # Beside the result, whose folder is checked writable (the checkpoint's, without --out).
+    work_dir = args.work_dir or str(output_paths(args)[0].absolute().parent / 'test')
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=work_dir)
     missing = [key for key in ('test_dataloader', 'test_evaluator', 'test_cfg')

@@ -89,7 +89,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     from xmr.registry import HOOKS, LOOPS, MODELS
 
     MODELS.check_options(cfg.get('model'))
-    for hook in [*(cfg.get('default_hooks') or {}).values(), *cfg.get('custom_hooks', [])]:
+    for hook in [*(cfg.get('default_hooks') or {}).values(), *(cfg.get('custom_hooks') or [])]:
         HOOKS.check_options(hook)
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
         LOOPS.check_options(cfg.get(loop))

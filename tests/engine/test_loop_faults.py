@@ -207,18 +207,21 @@ def test_the_media_of_every_dataset_are_checked_before_the_first_step(tmp_path, 
 
     checked = []
     for kind in (SyntheticPairDataset, SyntheticRetrievalDataset):
-        monkeypatch.setattr(kind, 'check_media_exist', lambda self: checked.append(
-            type(self).__name__), raising=False)
+        monkeypatch.setattr(kind, 'check_media_exist', lambda self: checked.append(self),
+                            raising=False)
     cfg = make_cfg(tmp_path)
     cfg.val_dataloader = dict(loader(dict(
         type='SyntheticRetrievalDataset', num_scenes=4, languages=['en', *LANGS], split='val',
         image_size=32, seed=0, captions_per_image=1), batch_size=4), drop_last=False)
     cfg.val_evaluator = dict(type='RetrievalMetric', languages=['en', *LANGS])
     cfg.val_cfg = dict(type='ValLoop')
-    cfg.train_cfg.phases = cfg.train_cfg.phases[:1]
-    cfg.train_cfg.phases[0].iters = 1
+    for phase in cfg.train_cfg.phases:
+        phase.iters = 1
     train(cfg)
-    assert checked == ['SyntheticPairDataset', 'SyntheticRetrievalDataset']
+    # Two phases share the train loader's dataset: listed once.
+    assert [type(dataset).__name__ for dataset in checked] == [
+        'SyntheticPairDataset', 'SyntheticPairDataset', 'SyntheticRetrievalDataset']
+    assert len({id(dataset) for dataset in checked}) == len(checked)
 
 
 def test_an_lr_mult_of_no_parameter_group_fails_before_the_first_step(tmp_path):

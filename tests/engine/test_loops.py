@@ -254,6 +254,13 @@ def test_a_stopped_run_validates_nothing_after_its_stop_and_its_resumption_makes
     assert run(tmp_path / 'at_end', PHASES[:1], stop_after=4) == [2]  # 4: its last iteration
     assert run(tmp_path / 'at_end', PHASES[:1],
                resume_from=tmp_path / 'at_end' / 'iter_4.pth') == [4]
+    # A checkpoint of an earlier xmr records the last validation as 'validated_iter': read as
+    # the same (the one at 4 is not made up again), never logged (recorded() checks).
+    earlier = torch.load(tmp_path / 'whole' / 'iter_4.pth', weights_only=False)
+    info = earlier['message_hub']['runtime_info']
+    info['validated_iter'] = info.pop('last_validation_iter') + 2  # as if 4's had finished
+    torch.save(earlier, tmp_path / 'earlier_iter_4.pth')
+    assert run(tmp_path / 'earlier', phase, resume_from=tmp_path / 'earlier_iter_4.pth') == [6, 8]
     # Without phase-end validations, the interval's validation at the phase's end is owed.
     assert run(tmp_path / 'interval_end', PHASES[:1], validate_at_phase_end=False,
                stop_after=4) == [2]

@@ -91,6 +91,12 @@ def test_a_prefixed_pectvlm_summary_is_no_language_and_the_legend_names_its_reca
     ar_only = EvaluationResult('ar', {k: v for k, v in pectvlm.items() if 'mean_R@1' not in k})
     assert column_legend([ar_only]) == [
         'xtd10_pectvlm: AR = mean of R@1 both ways; mAR = mean AR']
+    # A dataset whose name begins another's (coco, cococn) reads its own recalls alone.
+    two = EvaluationResult('two', {'coco/ja/t2i_R@1': 1.0, 'coco/ja/AR': 1.0, 'coco/mAR': 1.0,
+                                   'cococn/zh/t2i_R@5': 2.0, 'cococn/zh/AR': 2.0,
+                                   'cococn/mAR': 2.0})
+    assert column_legend([two]) == ['coco: AR = mean of R@1 both ways; mAR = mean AR',
+                                    'cococn: AR = mean of R@5 both ways; mAR = mean AR']
 
 
 def test_markdown_has_table_and_legend():

@@ -212,23 +212,30 @@ def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
         ' baseline ', ' 10.00        ', ' 20.00        ', ' 15.00         ', ' -        ',
         ' -                   ', ' 15.00 ']
 
-    # A new test run joins the comparison as the last row; --out moves the files. Its logs go to
-    # test/ beside the checkpoint, in the work dir it was trained in (here by --work-dir, not
-    # the config's work_dirs/...): the training run's config dump there stays as it was.
-    (root / 'trained').mkdir()
-    shutil.copy(root / 'model.pth', root / 'trained' / 'model.pth')
-    (root / 'trained' / 'synthetic.py').write_text('# the training run\'s dump\n')
-    tool.main([str(config()), str(root / 'trained' / 'model.pth'), '--compare',
+    # A new test run joins the comparison as the last row; --out moves the files, and the logs
+    # to test/ beside them.
+    tool.main([str(config()), str(root / 'model.pth'), '--compare',
                str(root / 'baseline.json'), '--out', str(root / 'results' / 'new.json'),
                '--name', 'new'])
-    assert (root / 'trained' / 'synthetic.py').read_text() == '# the training run\'s dump\n'
-    assert (root / 'trained' / 'test' / 'synthetic.py').is_file()
-    assert not (root / 'work').exists()  # the config's own work dir is not the run's
+    assert (root / 'results' / 'test' / 'synthetic.py').is_file()
     lines = table_lines(capsys.readouterr().out)
     assert [line.split('|')[1].strip() for line in lines[4:6]] == ['baseline', 'new']
     assert json.loads((root / 'results' / 'new.json').read_text())['name'] == 'new'
     assert (root / 'results' / 'new.csv').is_file() and not (root / 'model_test.json').exists()
     assert json.loads((root / 'results' / 'new.json').read_text())['test_sets'] == [synthetic]
+
+    # Without --out, the result and the logs go beside the checkpoint, in the work dir it was
+    # trained in (here by --work-dir, not the config's work_dirs/...): the training run's config
+    # dump there stays as it was.
+    (root / 'trained').mkdir()
+    shutil.copy(root / 'model.pth', root / 'trained' / 'model.pth')
+    (root / 'trained' / 'synthetic.py').write_text('# the training run\'s dump\n')
+    tool.main([str(config()), str(root / 'trained' / 'model.pth')])
+    assert (root / 'trained' / 'synthetic.py').read_text() == '# the training run\'s dump\n'
+    assert (root / 'trained' / 'test' / 'synthetic.py').is_file()
+    assert (root / 'trained' / 'model_test.json').is_file()
+    assert not (root / 'work').exists()  # the config's own work dir is not the run's
+    capsys.readouterr()
 
     # Results of another test set (or none recorded) are never in the same table.
     save_result(root / 'val.json', EvaluationResult('val', {'synthetic/de/AR': 1.0,

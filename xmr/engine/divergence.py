@@ -69,8 +69,8 @@ class DivergenceMonitor:
     #: What to do after a divergence: a resumed run keeps the schedule of a phase it began.
     WAYS_ON = ("lower the phase's lr or lengthen its warm-up, then resume from a checkpoint "
                'written at or before its start (a phase already begun resumes under its own '
-               "schedule only), or start a new run from the last checkpoint's weights "
-               "(load_from=..., without --resume)")
+               "schedule only), or start a new run from the last checkpoint's weights into "
+               'another --work-dir (load_from=..., without --resume)')
 
     def check(self, outputs: Mapping[str, Any], phase: str, iteration: int) -> bool:
         """Whether iteration ``iteration`` (1-based, as logged) of ``phase`` had a finite loss.

@@ -352,6 +352,12 @@ class PhasedTrainLoop(BaseLoop):
         and the model reads every caption language of the phases still to run and of validation,
         whose media files exist (``check_media_exist`` of the datasets that read files).
         """
+        hub = self.runner.message_hub
+        # A checkpoint of an earlier xmr names its last validation 'validated_iter', a 'val...'
+        # info that MMEngine would print with every validation.
+        legacy = hub.runtime_info.pop('validated_iter', None)
+        if legacy is not None:
+            hub.runtime_info.setdefault('last_validation_iter', legacy)
         self._check_resumed_schedule()
         self._check_patience()
         groups = {g.get('name') for g in self.runner.optim_wrapper.optimizer.param_groups}
@@ -370,7 +376,8 @@ class PhasedTrainLoop(BaseLoop):
             datasets.update({f'val dataset {i} ({type(loader.dataset).__name__})':
                              loader.dataset for i, loader in enumerate(loaders)})
         check_data_languages(self.model, datasets)
-        for dataset in datasets.values():
+        # Phases sharing a loader share its dataset: each is listed once.
+        for dataset in {id(dataset): dataset for dataset in datasets.values()}.values():
             check_media = getattr(dataset, 'check_media_exist', None)
             if check_media is not None:
                 check_media()

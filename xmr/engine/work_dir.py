@@ -2,6 +2,7 @@
 latest checkpoint, and the lock a training run holds on it."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import os.path as osp
@@ -109,8 +110,7 @@ def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
 
     Raises:
         WorkDirLockedError: a running process holds the lock (or one on another host, whose
-            liveness cannot be checked); the message names its PID and the lock file. Also when
-            a stale lock cannot be taken over because the file system refuses ``flock``.
+            liveness cannot be checked); the message names its PID and the lock file.
     """
     os.makedirs(work_dir, exist_ok=True)
     path = osp.join(str(work_dir), LOCK_NAME)
@@ -140,19 +140,35 @@ def _create_lock(path: str, host: str) -> bool:
     """Create the lock file at ``path`` naming this process, unless one exists.
 
     The line is written to a temporary file first and linked to ``path``: a lock file appears
-    with its content, so another run never reads an empty one and takes it for stale. A
-    temporary left by a kill is removed by :func:`~xmr.fileio.remove_stale_temporaries`.
+    with its content, so another run never reads an empty one and takes it for stale. A file
+    system without hard links (a FUSE object store) gets the file created in place, as an
+    exclusive create, and written. A temporary left by a kill is removed by
+    :func:`~xmr.fileio.remove_stale_temporaries`.
     """
     started = process_start_time(os.getpid())
+    line = f'{os.getpid()} {host}' + (f' {started}' if started else '') + '\n'
     temporary = osp.join(osp.dirname(path), f'.{osp.basename(path)}.{os.getpid()}.tmp')
     with open(temporary, 'w', encoding='utf-8') as handle:
-        handle.write(f'{os.getpid()} {host}' + (f' {started}' if started else '') + '\n')
+        handle.write(line)
     try:
         os.link(temporary, path)
     except FileExistsError:
         return False
+    except OSError:  # no hard links here
+        return _create_in_place(path, line)
     finally:
         os.remove(temporary)
+    return True
+
+
+def _create_in_place(path: str, line: str) -> bool:
+    """Create ``path`` exclusively and write ``line`` in it; ``False`` when it exists."""
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(descriptor, 'w', encoding='utf-8') as handle:
+        handle.write(line)
     return True
 
 
@@ -164,25 +180,19 @@ def _remove_if_unchanged(path: str, holder: tuple[int, str, str | None]) -> bool
     ``path`` still is that file (its open descriptor keeps the inode from being reused) and
     that it names the holder judged stale. The kernel drops a killed process's ``flock``; stale
     locks are taken over on their writer's host only, so a lock local to it suffices (NFS too).
+    A file system that refuses ``flock`` (Lustre mounted without it) is left the checks alone,
+    which narrow the race without closing it, as xmr took locks over before.
 
     Returns:
         Whether it was removed; ``False`` when another run took it over meanwhile.
-
-    Raises:
-        WorkDirLockedError: the file system refuses ``flock`` (e.g. Lustre mounted without it).
     """
     try:
         handle = open(path, 'r+', encoding='utf-8')  # NFS locks exclusively only for writers
     except FileNotFoundError:
         return False
     with handle:
-        try:
+        with contextlib.suppress(OSError):  # no flock here: the checks below alone
             fcntl.flock(handle, fcntl.LOCK_EX)
-        except OSError as error:
-            raise WorkDirLockedError(
-                f'{path}: the lock of PID {holder[0]}, which no longer runs, cannot be taken '
-                f'over safely: the file system refuses flock ({error.strerror}); delete it if '
-                'no run uses this work dir') from error
         try:
             unchanged = os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
         except FileNotFoundError:

@@ -248,7 +248,8 @@ def _meaning(column: Column, results: Sequence[EvaluationResult]) -> str:
     """The headline's meaning, its ``{recalls}`` the ``R@K`` the rows of ``column``'s dataset
     report (``R@1/5/10``; ``R@1`` for PECTVLM's XTD10 ``mAR``)."""
     ks = sorted({int(key.rpartition('@')[2]) for result in results for key in result.metrics
-                 if key.startswith(_join(column.group, '')) and _recall_k(key)})
+                 if key.startswith(f'{column.group}/' if column.group else '')
+                 and _recall_k(key)})
     recalls = 'R@' + '/'.join(map(str, ks)) if ks else 'the recalls'
     return column.headline.meaning.format(recalls=recalls)
 

@@ -35,7 +35,8 @@ class WeightsMismatchError(ValueError):
     """A state dict whose keys or shapes are not those of the module it was meant for."""
 
 
-def fetch_weights(fetch: Callable[[], Fetched], what: str, local_copy: str) -> Fetched:
+def fetch_weights(fetch: Callable[[], Fetched], what: str, local_copy: str,
+                  failures: tuple[type[Exception], ...] = (OSError,)) -> Fetched:
     """``fetch()``: a download, or a read of a hub's local cache; its failure (no network, no
     such repository, a checksum) is told as a missing file, with how to give a local copy.
 
@@ -44,6 +45,8 @@ def fetch_weights(fetch: Callable[[], Fetched], what: str, local_copy: str) -> F
         what: the weights and where they come from (``"the 'openai' weights of ViT-B-32
             (hf-hub:timm/...)"``).
         local_copy: how a config gives a copy instead (the keys to set).
+        failures: the errors of a fetch: hub clients raise ``OSError`` (no network, no such
+            repository, not in the cache); what the loading itself raises passes unchanged.
 
     Raises:
         FileNotFoundError: naming ``what``, the fetch's first line of error and ``local_copy``
@@ -51,7 +54,7 @@ def fetch_weights(fetch: Callable[[], Fetched], what: str, local_copy: str) -> F
     """
     try:
         return fetch()
-    except (OSError, RuntimeError, ValueError) as error:  # hub, URL, checksum, cache alike
+    except failures as error:
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise FileNotFoundError(f'{what} could not be fetched ({reason}); {local_copy}') \
             from error

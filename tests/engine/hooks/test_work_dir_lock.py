@@ -140,6 +140,26 @@ def test_a_taken_over_lock_is_reported(tmp_path):
     assert 'took over' in lock_work_dir(tmp_path)
 
 
+def test_a_file_system_without_hard_links_or_flock_still_locks_and_takes_over(tmp_path,
+                                                                            monkeypatch):
+    """FUSE object stores refuse hard links, Lustre without the option refuses flock."""
+    import fcntl
+
+    def refused(*args, **kwargs):
+        raise OSError(38, 'Function not implemented')
+
+    monkeypatch.setattr(os, 'link', refused)
+    monkeypatch.setattr(fcntl, 'flock', refused)
+    assert lock_work_dir(tmp_path / 'fresh') is None
+    assert (tmp_path / 'fresh' / LOCK_NAME).read_text().split()[:2] == [
+        str(os.getpid()), socket.gethostname()]
+    pid = dead_pid()
+    (tmp_path / LOCK_NAME).write_text(f'{pid} {socket.gethostname()}\n')
+    assert f'took over the lock of PID {pid}' in lock_work_dir(tmp_path)
+    assert (tmp_path / LOCK_NAME).read_text().split()[0] == str(os.getpid())
+    assert not list(tmp_path.glob('.*.tmp'))
+
+
 def test_a_lock_whose_pid_now_names_another_process_is_taken_over(tmp_path, other_process):
     """A restarted container hands the PID of the run that wrote the lock to another process."""
     started = process_start_time(other_process)

@@ -111,7 +111,8 @@ def test_bad_configurations_are_named():
         MODELS.build(tiny_cfg(tokenizer=None))
 
 
-def test_weights_that_cannot_be_fetched_name_the_model_and_the_local_route(monkeypatch):
+def test_weights_that_cannot_be_fetched_name_the_model_and_the_local_route(monkeypatch,
+                                                                          tmp_path):
     """Offline, timm's and Hugging Face's hub clients raise OSErrors that name no model."""
     def offline(*args, **kwargs):
         raise OSError('An error happened while trying to locate the file on the Hub\nmore')
@@ -124,6 +125,10 @@ def test_weights_that_cannot_be_fetched_name_the_model_and_the_local_route(monke
         'happened while trying to locate the file on the Hub); download them once and set '
         'vision_pretrained=<local file> (--cfg-options model.backbone.vision_pretrained=FILE)')
     monkeypatch.undo()
+    # A local folder's own errors pass unchanged: nothing was fetched.
+    BertModel(BertConfig(**TINY_BERT), add_pooling_layer=False).save_pretrained(tmp_path / 'bert')
+    with pytest.raises(RuntimeError, match='ignore_mismatched_sizes'):
+        MODELS.build(tiny_cfg(text=str(tmp_path / 'bert'), text_cfg=dict(intermediate_size=128)))
     monkeypatch.setattr(BertModel, 'from_pretrained', offline)
     with pytest.raises(FileNotFoundError, match=(
             r"the BERT 'bert-base-uncased' \(a Hugging Face hub name or folder\) could not be "

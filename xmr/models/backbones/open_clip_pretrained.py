@@ -373,7 +373,8 @@ def _download(arch: str, tag: str) -> Path:
         f"the '{tag}' weights of {arch} ({source})",
         f"download them once and set pretrained=<local file> with pretrained_cfg='{tag}' "
         f'(--cfg-options model.backbone.pretrained=FILE model.backbone.pretrained_cfg={tag} '
-        'for an OpenCLIPBackbone; docs/pretrained_weights.md)'))
+        'for an OpenCLIPBackbone; docs/pretrained_weights.md)',
+        failures=(OSError, RuntimeError)))  # open_clip's checksum mismatch is a RuntimeError
 
 
 def read_clip_weights(path: str | Path, record: PretrainedRecord) -> dict[str, torch.Tensor]:

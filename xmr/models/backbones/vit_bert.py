@@ -66,6 +66,8 @@ def build_text(pretrained: str | None, options: dict) -> nn.Module:
     folder) with ``options`` overriding its config, or randomly initialised from ``options``."""
     from transformers import BertConfig, BertModel
 
+    if pretrained is not None and Path(pretrained).is_dir():
+        return BertModel.from_pretrained(pretrained, add_pooling_layer=False, **options)
     if pretrained is not None:
         return fetch_weights(
             lambda: BertModel.from_pretrained(pretrained, add_pooling_layer=False, **options),

@@ -191,12 +191,12 @@ class BaseTokenizer(metaclass=ABCMeta):
         return pad_batch(sequences, self.pad_id,
                          self.padded_length(max(map(len, sequences), default=0)))
 
-
     def _report_unknown(self, sequences: Sequence[list[int]],
                         langs: Sequence[str | None]) -> None:
-        """Warn, once per language and process, when most tokens of a language's captions in
-        a batch are :attr:`unk_id`: a vocabulary that never saw the language (a SentencePiece
-        model learned from a corpus without it) reads its captions as strings of unknowns."""
+        """Warn, once per language and process, when more than
+        :data:`UNKNOWN_SHARE_WARNING` of a language's tokens in a batch are :attr:`unk_id`: a
+        vocabulary that never saw the language (a SentencePiece model learned from a corpus
+        without it) reads its captions as strings of unknowns."""
         counts: dict[str | None, list[int]] = {}
         for ids, lang in zip(sequences, langs):
             unknown_and_all = counts.setdefault(lang, [0, 0])
