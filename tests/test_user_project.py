@@ -143,9 +143,7 @@ print('torch loaded' if 'torch' in sys.modules else 'torch not loaded')
 '''
 
 
-# Every command but the checkpoint converters: their module's package, xmr.models, loads torch.
-@pytest.mark.parametrize('command', [[]] + [name.split() for name in available()
-                                            if not name.startswith('convert ')])
+@pytest.mark.parametrize('command', [[]] + [name.split() for name in available()])
 def test_help_answers_without_loading_torch(command):
     shown = subprocess.run([sys.executable, '-c', HELP_IN_A_FRESH_PROCESS, *command, '--help'],
                            capture_output=True, text=True, timeout=120)

@@ -6,7 +6,7 @@ another architecture, method or language set is refused (exit 2) and nothing is 
 """
 from functools import partial
 
-from xmr.models.conversion.cli import main
+from xmr.conversion_cli import main
 from xmr.utils.cli import run_tool
 
 if __name__ == '__main__':

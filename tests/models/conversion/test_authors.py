@@ -13,8 +13,8 @@ from mmengine.config import Config
 
 from tests.conftest import CORPUS
 from xmr.apis import encode_texts, init_retriever
+from xmr.conversion_cli import main
 from xmr.models.conversion import convert_authors_checkpoint
-from xmr.models.conversion.cli import main
 from xmr.models.conversion.dasd import map_dasd
 from xmr.models.conversion.mla import map_mla
 from xmr.registry import MODELS

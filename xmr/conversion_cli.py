@@ -1,15 +1,16 @@
-"""The command line of ``tools/convert/mla_to_xmr.py`` and ``tools/convert/dasd_to_xmr.py``."""
+"""The command line of ``tools/convert/mla_to_xmr.py`` and ``tools/convert/dasd_to_xmr.py``.
+
+Outside ``xmr.models``, whose package loads torch and every model: ``--help`` answers at once,
+and the conversion (:mod:`xmr.models.conversion`) is imported once the arguments are read.
+"""
 from __future__ import annotations
 
 import argparse
 
 from mmengine.config import DictAction
 
-from xmr.models.conversion.authors import ConversionError, convert_authors_checkpoint, first
-from xmr.models.conversion.dasd import map_dasd
-from xmr.models.conversion.mla import map_mla
-
-METHODS = {'mla': ('MLA (AIM3-RUC/MLA)', map_mla), 'dasd': ('DASD (HuiGuanLab/DASD)', map_dasd)}
+#: The releases converted, by the name their tool gives.
+METHODS = {'mla': 'MLA (AIM3-RUC/MLA)', 'dasd': 'DASD (HuiGuanLab/DASD)'}
 
 
 def main(method: str, argv: list[str] | None = None) -> None:
@@ -18,15 +19,20 @@ def main(method: str, argv: list[str] | None = None) -> None:
     Raises:
         SystemExit: ``error: <file>: <what is wrong>: <fix>`` (exit status 2), nothing written.
     """
-    name, mapping = METHODS[method]
-    parser = argparse.ArgumentParser(description=f'Convert a released {name} checkpoint into '
-                                     'an xmr checkpoint that tools/test.py evaluates')
+    parser = argparse.ArgumentParser(description=f'Convert a released {METHODS[method]} '
+                                     'checkpoint into an xmr checkpoint that tools/test.py '
+                                     'evaluates')
     parser.add_argument('checkpoint', help="the authors' model file (pytorch_model.bin.<step>)")
     parser.add_argument('config', help='xmr config of the model it becomes')
     parser.add_argument('--out', required=True, help='xmr checkpoint to write (.pth)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config keys, e.g. model.language_branch.languages=[ja]')
     args = parser.parse_args(argv)
+    from xmr.models.conversion.authors import ConversionError, convert_authors_checkpoint, first
+    from xmr.models.conversion.dasd import map_dasd
+    from xmr.models.conversion.mla import map_mla
+
+    mapping = {'mla': map_mla, 'dasd': map_dasd}[method]
     try:
         report = convert_authors_checkpoint(method, args.checkpoint, args.config, args.out,
                                             mapping, args.cfg_options)
