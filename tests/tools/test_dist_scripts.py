@@ -15,8 +15,10 @@ import train as train_tool  # noqa: E402
 
 
 def run(script: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    # The scripts read PYTHON (the interpreter to start): the caller's own is not the test's.
+    inherited = {key: value for key, value in os.environ.items() if key != 'PYTHON'}
     return subprocess.run(['bash', str(TOOLS / script), *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, check=False)
+                          env={**inherited, **env}, check=False)
 
 
 def test_dist_train_runs_torchrun_with_the_pytorch_launcher():
