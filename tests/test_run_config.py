@@ -90,3 +90,15 @@ def test_custom_hooks_none_drops_the_bases_hooks(tmp_path):
     child = tmp_path / 'child.py'
     child.write_text(f"_base_ = ['{DEMO}']\ncustom_hooks = None\n")
     assert load_run_config(child).custom_hooks is None
+
+
+@pytest.mark.parametrize('option, message', [
+    ('optim_wrapper.optimizer.lr', "optimizer AdamW: option lr='fast' must be a number "
+     r'\(its default is 0.001\)'),
+    ('default_hooks.checkpoint.interval', "hook CheckpointHook: option interval='fast' must be a "
+     r'number \(its default is -1\)'),
+])
+def test_a_word_where_a_number_goes_is_refused_when_the_config_loads(option, message):
+    """torch's optimiser and MMEngine's hooks would fail iterations in, naming no key."""
+    with pytest.raises(ValueError, match=message):
+        load_run_config(DEMO, cfg_options={option: 'fast'})

@@ -86,11 +86,13 @@ class XMRRegistry(Registry):
 
     def check_options(self, cfg: Any) -> None:
         """Refuse an option of ``cfg`` its type's constructor does not take (without ``**``,
-        or a ``**`` whose keys go on to the callables of its ``forwards_options_to``).
+        or a ``**`` whose keys go on to the callables of its ``forwards_options_to``), and a
+        string where the option's default is a number (``lr='fast'``, found at the first step).
 
         Raises:
             UnknownOptionError: naming the type, the option, the nearest option and the ones the
                 type takes.
+            ValueError: naming the type, the option, its value and its default.
         """
         if not isinstance(cfg, Mapping) or '_scope_' in cfg:
             return
@@ -99,25 +101,33 @@ class XMRRegistry(Registry):
         if not callable(built):
             return
         try:
-            parameters = inspect.signature(built).parameters
+            signatures = [inspect.signature(target).parameters
+                          for target in (built, *getattr(built, 'forwards_options_to', ()))]
         except (TypeError, ValueError):  # a builtin without a signature: its call will tell
             return
-        forwarded = getattr(built, 'forwards_options_to', ())
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()) and \
-                not forwarded:
-            return
-        takes = list(dict.fromkeys(
-            name for target in (built, *forwarded)
-            for name, p in inspect.signature(target).parameters.items()
-            if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD,
-                              inspect.Parameter.POSITIONAL_ONLY) and name != 'self'))
-        for option in cfg:
-            if option != 'type' and option not in takes:
-                close = difflib.get_close_matches(option, takes, n=1, cutoff=0.6)
+        takes: dict[str, inspect.Parameter] = {}
+        for parameters in signatures:
+            for name, p in parameters.items():
+                if p.kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                  inspect.Parameter.VAR_KEYWORD,
+                                  inspect.Parameter.POSITIONAL_ONLY) and name != 'self':
+                    takes.setdefault(name, p)
+        open_ended = len(signatures) == 1 and any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in signatures[0].values())
+        kind = f"{self.name} {getattr(built, '__name__', built)}"
+        for option, value in cfg.items():
+            if option == 'type' or (option not in takes and open_ended):
+                continue
+            if option not in takes:
+                close = difflib.get_close_matches(option, list(takes), n=1, cutoff=0.6)
                 hint = f" (did you mean '{close[0]}'?)" if close else ''
-                raise UnknownOptionError(
-                    f"{self.name} {getattr(built, '__name__', built)}: unknown option "
-                    f"'{option}'{hint}; it takes {', '.join(takes)}")
+                raise UnknownOptionError(f"{kind}: unknown option '{option}'{hint}; it takes "
+                                         f"{', '.join(takes)}")
+            default = takes[option].default
+            if isinstance(value, str) and isinstance(default, (int, float)) and \
+                    not isinstance(default, bool):
+                raise ValueError(f'{kind}: option {option}={value!r} must be a number (its '
+                                 f'default is {default!r})')
 
     def _register_module(self, module: type, module_name: str | list[str] | None = None,
                          force: bool = False) -> None:

@@ -86,9 +86,10 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
         cfg.merge_from_dict(cfg_options)
     # MMEngine's runner builds the model itself, past the option check of xmr's registries
     # (which see every part the model builds); so the model's own options are checked here.
-    from xmr.registry import HOOKS, LOOPS, MODELS
+    from xmr.registry import HOOKS, LOOPS, MODELS, OPTIMIZERS
 
     MODELS.check_options(cfg.get('model'))
+    OPTIMIZERS.check_options((cfg.get('optim_wrapper') or {}).get('optimizer'))
     for hook in [*(cfg.get('default_hooks') or {}).values(), *(cfg.get('custom_hooks') or [])]:
         HOOKS.check_options(hook)
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
