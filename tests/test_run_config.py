@@ -102,3 +102,9 @@ def test_a_word_where_a_number_goes_is_refused_when_the_config_loads(option, mes
     """torch's optimiser and MMEngine's hooks would fail iterations in, naming no key."""
     with pytest.raises(ValueError, match=message):
         load_run_config(DEMO, cfg_options={option: 'fast'})
+
+
+def test_a_seed_that_is_no_integer_is_refused_when_the_config_loads():
+    with pytest.raises(ValueError, match=r"randomness.seed='abc' must be an integer \(or None"):
+        load_run_config(DEMO, cfg_options={'randomness.seed': 'abc'})
+    assert load_run_config(DEMO, cfg_options={'randomness.seed': 7}).randomness.seed == 7

@@ -94,6 +94,9 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
         HOOKS.check_options(hook)
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
         LOOPS.check_options(cfg.get(loop))
+    seed = (cfg.get('randomness') or {}).get('seed')
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f'randomness.seed={seed!r} must be an integer (or None for a random one)')
     # Here, not at the loop's build: after the runner's setup, its hook table and log lines.
     from xmr.engine.phases import Phase
 
