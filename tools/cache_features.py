@@ -19,9 +19,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 
-from xmr.run_config import add_ablation_argument, load_run_config
+from xmr.run_config import add_config_arguments, load_run_config
 from xmr.utils.cli import run_tool
 
 LOADER_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
@@ -39,9 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="device of the towers (default: 'cuda' when available, else 'cpu')")
     parser.add_argument('--batch-size', type=int, help="override each cache's batch_size")
     parser.add_argument('--num-workers', type=int, help="override each cache's num_workers")
-    add_ablation_argument(parser)
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config keys')
+    add_config_arguments(parser)
     return parser.parse_args(argv)
 
 

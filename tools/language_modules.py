@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mmengine.config import DictAction
-
-from xmr.run_config import add_ablation_argument, load_run_config
+from xmr.run_config import add_config_arguments, load_run_config
 from xmr.utils.cli import UserError, run_tool
 
 
@@ -51,10 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                        help='module file per language of the model')
     merge.add_argument('--out', type=Path, required=True)
     for command in (report, export, merge):
-        add_ablation_argument(command)
-        command.add_argument('--cfg-options', nargs='+', action=DictAction,
-                             help='override config keys, e.g. model.language_branch.languages='
-                             "['de','fr','cs','zh','ja']")
+        add_config_arguments(command, "model.language_branch.languages=['de','fr','cs']")
     return parser.parse_args(argv)
 
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from mmengine.config import DictAction
-
-from xmr.run_config import add_ablation_argument, load_run_config
+from xmr.run_config import add_config_arguments, load_run_config
 from xmr.utils.cli import print_for_reader, run_tool
 
 
@@ -21,9 +19,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Print a config merged as a run sees it')
     parser.add_argument('config', help='config file, or xmr::<path> for a config xmr ships')
     parser.add_argument('--work-dir', help='as tools/train.py takes it')
-    add_ablation_argument(parser)
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config keys, as tools/train.py takes them')
+    add_config_arguments(parser)
     return parser.parse_args(argv)
 
 

@@ -24,9 +24,9 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 
-from xmr.run_config import add_ablation_argument, load_run_config
+from xmr.run_config import add_config_arguments, load_run_config
 from xmr.utils.cli import UserError, run_tool
 
 
@@ -52,9 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--compare', nargs='+', metavar='JSON',
                         help='result files of earlier runs to show side by side (printed; '
                         "the CSV written for CHECKPOINT holds its own row alone)")
-    add_ablation_argument(parser)
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config keys, e.g. test_dataloader.batch_size=64')
+    add_config_arguments(parser, 'test_dataloader.batch_size=64')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher for distributed testing')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)

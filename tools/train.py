@@ -15,9 +15,9 @@ import logging
 import os
 import os.path as osp
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 
-from xmr.run_config import add_ablation_argument, load_run_config
+from xmr.run_config import add_config_arguments, load_run_config
 from xmr.utils.cli import UserError, run_tool
 
 
@@ -37,9 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--amp-dtype', choices=['bfloat16', 'float16'],
                         help='force the autocast precision of --amp (implies --amp); float16 '
                         'comes with loss scaling')
-    add_ablation_argument(parser)
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config keys, e.g. model.language_branch.num_blocks=6')
+    add_config_arguments(parser)
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher for distributed training')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)

@@ -24,9 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from mmengine.config import DictAction
 
-from xmr.run_config import add_ablation_argument, load_run_config
+from xmr.run_config import add_config_arguments, load_run_config
 from xmr.utils.cli import UserError, run_tool
 
 FEATURES = ('sa', 'sr')
@@ -54,9 +53,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--batch-size', type=int, default=256)
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--out-dir', default='work_dirs/features')
-    add_ablation_argument(parser)
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config keys, as tools/train.py takes them')
+    add_config_arguments(parser)
     args = parser.parse_args(argv)
     for name in ('num_captions', 'clusters', 'examples', 'batch_size'):
         if getattr(args, name) < 1:

@@ -11,21 +11,25 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mmengine.config import Config
+from mmengine.config import Config, DictAction
 
 from xmr.ablations import ablation_suffix, apply_ablations
 from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import UserError
 
-__all__ = ['add_ablation_argument', 'load_run_config']
+__all__ = ['add_config_arguments', 'load_run_config']
 
 
-def add_ablation_argument(parser: argparse.ArgumentParser) -> None:
-    """``--ablation NAME [NAME ...]``, the paper rows to apply (:mod:`xmr.ablations`)."""
+def add_config_arguments(parser: argparse.ArgumentParser,
+                         example: str = 'model.language_branch.num_blocks=6') -> None:
+    """``--ablation NAME [NAME ...]`` (the paper rows to apply, :mod:`xmr.ablations`) and
+    ``--cfg-options KEY=VALUE ...``, which :func:`load_run_config` merges in that order."""
     parser.add_argument('--ablation', nargs='+', default=[], metavar='NAME',
                         help="paper ablations applied to the config, in order: '<method>/<row>' "
                         "(e.g. dasd/no-sc; configs/<method>/ablations/) or a .py file; the "
                         'default work dir adds their names')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help=f'override config keys, e.g. {example}')
 
 
 def failed_custom_import(config: str | os.PathLike, error: ImportError) -> UserError | None:
