@@ -23,12 +23,15 @@ from mmengine.fileio import LocalBackend, register_backend
 
 __all__ = ['atomic_open', 'atomic_torch_save', 'atomic_write_bytes', 'atomic_write_text',
            'atomic_write_texts', 'fsync_folder', 'fsync_path', 'process_running',
-           'remove_stale_temporaries', 'AtomicLocalBackend']
+           'remove_stale_temporaries', 'temporary_path', 'AtomicLocalBackend']
 
 _TEMPORARY = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$')
 
 
-def _temporary_path(path: Path) -> Path:
+def temporary_path(path: str | os.PathLike) -> Path:
+    """This process's temporary sibling of ``path`` (``.<name>.<pid>.tmp``), which
+    :func:`remove_stale_temporaries` removes once its process is gone."""
+    path = Path(path)
     return path.with_name(f'.{path.name}.{os.getpid()}.tmp')
 
 
@@ -66,7 +69,7 @@ def atomic_open(path: str | os.PathLike, mode: str = 'wb', **kwargs) -> Iterator
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = _temporary_path(path)
+    temporary = temporary_path(path)
     try:
         with open(temporary, mode, **kwargs) as handle:
             yield handle
@@ -123,7 +126,7 @@ def atomic_write_texts(texts: Mapping[str | os.PathLike, str]) -> list[Path]:
     try:
         for path, text in paths.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            temporaries.append(_temporary_path(path))
+            temporaries.append(temporary_path(path))
             with open(temporaries[-1], 'w', encoding='utf-8', newline='\n') as handle:
                 handle.write(text)
                 handle.flush()

@@ -17,7 +17,7 @@ from xmr.ablations import ablation_suffix, apply_ablations
 from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import UserError
 
-__all__ = ['add_config_arguments', 'load_run_config']
+__all__ = ['add_config_arguments', 'check_run_values', 'load_run_config']
 
 
 def add_config_arguments(parser: argparse.ArgumentParser,
@@ -67,9 +67,9 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
         work_dir: ``--work-dir``; by default ``work_dirs/<config name>[_<ablation>...]``.
 
     Raises:
-        UserError: the config file does not exist, or a module of its ``custom_imports``
-            failed to import.
-        UnknownOptionError: the model config has an option its type does not take.
+        UserError: the config file does not exist, a module of its ``custom_imports``
+            failed to import, or an option indexes past a list's end.
+        UnknownOptionError, ValueError, KeyError: a value :func:`check_run_values` refuses.
     """
     if str(config).startswith(CONFIG_SCHEME):
         config = config_path(str(config))
@@ -88,8 +88,29 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     if cfg_options:
         _check_list_indices(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
-    # MMEngine's runner builds the model itself, past the option check of xmr's registries
-    # (which see every part the model builds); so the model's own options are checked here.
+    check_run_values(cfg)
+    # Here, not at the top: xmr.engine loads torch and every engine module, which neither a
+    # tool's --help nor a missing config's error should wait for.
+    from xmr.engine.work_dir import resolve_work_dir
+
+    resolve_work_dir(cfg, config, work_dir, suffix=ablation_suffix(ablations))
+    return cfg
+
+
+def check_run_values(cfg: Config) -> None:
+    """Refuse, as the config loads, what MMEngine's runner would find only once built or
+    iterations in: an option a type does not take, a word where a number goes (the model's, the
+    optimiser's, the hooks' and the loops' options, the seed), a bad phase.
+
+    MMEngine's runner builds the model, hooks and loops itself, past the option check of xmr's
+    registries (which see every part the model builds); their own options are checked here.
+
+    Raises:
+        UnknownOptionError: naming the type, the option and the ones it takes.
+        ValueError: naming the key and its value.
+        KeyError: a phase's missing or unknown keys.
+    """
+    from xmr.engine.phases import Phase
     from xmr.registry import HOOKS, LOOPS, MODELS, OPTIMIZERS
 
     MODELS.check_options(cfg.get('model'))
@@ -101,19 +122,10 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     seed = (cfg.get('randomness') or {}).get('seed')
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f'randomness.seed={seed!r} must be an integer (or None for a random one)')
-    # Here, not at the loop's build: after the runner's setup, its hook table and log lines.
-    from xmr.engine.phases import Phase
-
     train_cfg = cfg.get('train_cfg') or {}
     if train_cfg.get('type') == 'PhasedTrainLoop':
         for index, phase in enumerate(train_cfg.get('phases') or []):
             Phase.from_config(index, phase)
-    # Here, not at the top: xmr.engine loads torch and every engine module, which neither a
-    # tool's --help nor a missing config's error should wait for.
-    from xmr.engine.work_dir import resolve_work_dir
-
-    resolve_work_dir(cfg, config, work_dir, suffix=ablation_suffix(ablations))
-    return cfg
 
 
 def _check_list_indices(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
@@ -123,8 +135,9 @@ def _check_list_indices(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
     Raises:
         UserError: naming the option, the list and its indices.
     """
+    whole = cfg.to_dict()
     for key in cfg_options:
-        node: Any = cfg.to_dict()
+        node: Any = whole
         walked: list[str] = []
         for part in key.split('.'):
             if isinstance(node, (list, tuple)) and part.isdigit():

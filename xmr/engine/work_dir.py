@@ -10,7 +10,7 @@ import socket
 
 from mmengine.config import Config
 
-from xmr.fileio import process_running
+from xmr.fileio import process_running, temporary_path
 
 
 def resolve_work_dir(cfg: Config, config_path: str | os.PathLike,
@@ -147,7 +147,7 @@ def _create_lock(path: str, host: str) -> bool:
     """
     started = process_start_time(os.getpid())
     line = f'{os.getpid()} {host}' + (f' {started}' if started else '') + '\n'
-    temporary = osp.join(osp.dirname(path), f'.{osp.basename(path)}.{os.getpid()}.tmp')
+    temporary = temporary_path(path)
     with open(temporary, 'w', encoding='utf-8') as handle:
         handle.write(line)
     try:

@@ -131,6 +131,6 @@ def test_weights_that_cannot_be_fetched_name_the_model_and_the_local_route(monke
         MODELS.build(tiny_cfg(text=str(tmp_path / 'bert'), text_cfg=dict(intermediate_size=128)))
     monkeypatch.setattr(BertModel, 'from_pretrained', offline)
     with pytest.raises(FileNotFoundError, match=(
-            r"the BERT 'bert-base-uncased' \(a Hugging Face hub name or folder\) could not be "
+            r"the BERT 'bert-base-uncased' \(a Hugging Face hub name\) could not be "
             r'fetched .*set text=<its folder> \(--cfg-options model.backbone.text=FOLDER\)')):
         MODELS.build(tiny_cfg(text='bert-base-uncased'))

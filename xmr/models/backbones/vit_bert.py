@@ -66,15 +66,18 @@ def build_text(pretrained: str | None, options: dict) -> nn.Module:
     folder) with ``options`` overriding its config, or randomly initialised from ``options``."""
     from transformers import BertConfig, BertModel
 
-    if pretrained is not None and Path(pretrained).is_dir():
+    if pretrained is None:
+        return BertModel(BertConfig(**options), add_pooling_layer=False)
+
+    def load() -> nn.Module:
         return BertModel.from_pretrained(pretrained, add_pooling_layer=False, **options)
-    if pretrained is not None:
-        return fetch_weights(
-            lambda: BertModel.from_pretrained(pretrained, add_pooling_layer=False, **options),
-            f"the BERT '{pretrained}' (a Hugging Face hub name or folder)",
-            'download the hub repository once (config.json, its weights and tokenizer files) and '
-            'set text=<its folder> (--cfg-options model.backbone.text=FOLDER)')
-    return BertModel(BertConfig(**options), add_pooling_layer=False)
+
+    if Path(pretrained).is_dir():  # nothing to fetch: its own errors say what is wrong
+        return load()
+    return fetch_weights(load, f"the BERT '{pretrained}' (a Hugging Face hub name)",
+                         'download the hub repository once (config.json, its weights and '
+                         'tokenizer files) and set text=<its folder> (--cfg-options '
+                         'model.backbone.text=FOLDER)')
 
 
 @MODELS.register_module()
