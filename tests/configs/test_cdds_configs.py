@@ -64,6 +64,14 @@ def test_config_builds_its_model_and_the_model_accepts_its_phases(path: Path):
         assert cfg.train_dataloader.dataset.target_langs == ['de', 'fr', 'cs']
 
 
+@pytest.mark.parametrize('stem', ['dual-encoder-vsepp_vit-bert-b16_flickr30k',
+                                  'dual-encoder-vsepp-ds_vit-bert-b16_flickr30k'])
+def test_vsepp_rows_take_the_hardest_negative_after_one_epoch_and_mask_as_laps(stem: str):
+    """One epoch is the full batches of 145,000 captions at 64: 2,265 of them, 144,960 pairs."""
+    loss = MODELS.build(Config.fromfile(REPO / 'configs' / 'cdds' / f'{stem}.py').model.losses.itc)
+    assert (loss.hardest_after_pairs, loss.mask_same_media, loss.margin) == (144960, True, 0.2)
+
+
 PAPER_CONFIGS = [p for p in CONFIGS if p.stem.startswith(('cdds_vit', 'cdds_clip', 'cdds_swin'))]
 
 

@@ -1,6 +1,11 @@
 """retrieval_collate: stacking, skipped items dropped and listed."""
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
+import sys
+
 import torch
 
 from xmr.datasets import SkippedMedia, retrieval_collate
@@ -33,3 +38,22 @@ def test_none_and_markers_are_dropped_and_markers_named():
     assert batch['skipped_media'] == ['/v/bad.mp4']
     assert retrieval_collate([SkippedMedia(0, 'x', 'y')]) == {'batch_size': 0,
                                                               'skipped_media': ['x']}
+
+
+def test_media_ids_become_keys_equal_for_one_id_in_any_process():
+    """Each key is the id's 8-byte BLAKE2b digest read as a signed little-endian integer, so a
+    process with another string hash seed (a worker, another rank) computes the same keys."""
+    ids = ['1000092795', 'COCO_val2014_000000000042', '1000092795']
+    batch = retrieval_collate([{'media_id': media_id} for media_id in ids])
+    digest = hashlib.blake2b(b'1000092795', digest_size=8).digest()
+    first = int.from_bytes(digest, 'little') - (1 << 64) * (digest[-1] >= 128)
+    assert batch['media_keys'].dtype == torch.int64
+    assert batch['media_keys'].tolist()[0] == batch['media_keys'].tolist()[2] == first
+    assert batch['media_keys'][1] != first
+    other_process = subprocess.run(
+        [sys.executable, '-c', 'from xmr.datasets import retrieval_collate; print(retrieval_'
+         f'collate([{{"media_id": i}} for i in {ids!r}])["media_keys"].tolist())'],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, 'PYTHONHASHSEED': '12345'}).stdout
+    assert other_process.strip() == str(batch['media_keys'].tolist())
+    assert 'media_keys' not in retrieval_collate([{'index': 0}])

@@ -1,6 +1,7 @@
 """Batch assembly for retrieval data."""
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +22,9 @@ def retrieval_collate(items: Sequence[dict[str, Any] | SkippedMedia | None]) -> 
     list of length ``B``. Items that a dataset skipped (``None``, or a
     ``SkippedMedia`` marker for an unreadable file under ``on_corrupt='skip'``) are dropped; the
     markers' file paths are listed under ``skipped_media`` (present only when something was
-    skipped) for ``CorruptMediaHook`` to count.
+    skipped) for ``CorruptMediaHook`` to count. Items with a ``media_id`` also get
+    ``media_keys`` (int64 ``[B]``, :func:`media_keys`), with which a loss tells the other
+    captions of an item's media in the global batch.
 
     Args:
         items: dataset items (see ``docs/data.md`` for their keys).
@@ -45,4 +48,15 @@ def retrieval_collate(items: Sequence[dict[str, Any] | SkippedMedia | None]) -> 
             batch[key] = None
         else:
             batch[key] = values
+    if 'media_id' in batch:
+        batch['media_keys'] = media_keys(batch['media_id'])
     return batch
+
+
+def media_keys(media_ids: Sequence[str]) -> torch.Tensor:
+    """int64 ``[B]``: each id's 64-bit BLAKE2b digest, equal on every DDP rank and worker for
+    one id (Python's ``hash`` of a string is salted per process); two ids of a batch share a
+    key with probability ``~B² / 2⁶⁴``."""
+    digests = (hashlib.blake2b(str(media_id).encode(), digest_size=8).digest()
+               for media_id in media_ids)
+    return torch.tensor([int.from_bytes(digest, 'little', signed=True) for digest in digests])

@@ -23,7 +23,8 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
 
     Output keys (those present in the batch): ``media`` (float ``[B, 3, H, W]`` or
     ``[B, T, 3, H, W]``), ``source_tokens``, ``target_tokens`` (:class:`TokenBatch`), ``langs``,
-    ``media_ids``, ``indices``, ``caption_tokens`` (``{lang: (TokenBatch, owner [N])}`` with
+    ``media_ids``, ``media_keys`` (int64 ``[B]``, one per medium: ``retrieval_collate``'s),
+    ``indices``, ``caption_tokens`` (``{lang: (TokenBatch, owner [N])}`` with
     ``owner[n]`` the batch row of caption ``n``; the owners stay on the host, where only the
     copies of the embeddings are ordered by them), and any cached features the batch carries.
     A batch with ``source_features`` gets no ``source_tokens``: the features stand for them.
@@ -149,7 +150,7 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
             if key in data:
                 out[key + 's' if key == 'media_id' else 'indices'] = data[key]
         for key, value in data.items():
-            if key.endswith('_features'):
+            if key.endswith('_features') or key == 'media_keys':
                 out[key] = value
         groups = {key: out.pop(key) for key in CAPTION_GROUPS if key in out}
         out = self.cast_data(out)

@@ -40,3 +40,24 @@ def test_a_learnable_scale_is_clamped_at_max_scale_and_gets_no_gradient_there():
 def test_a_non_positive_temperature_is_refused():
     with pytest.raises(ValueError, match='temperature must be positive, got 0'):
         InfoNCELoss(temperature=0)
+
+
+def test_masked_other_captions_of_a_medium_leave_each_softmax():
+    """Each row's softmax, written as a loop, over its own pair and the pairs of other media
+    only, in both directions."""
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 8, requires_grad=True), torch.randn(5, 8, requires_grad=True)
+    media = ['p', 'q', 'p', 'r', 'q']
+    same_media = torch.tensor([[i == j for j in media] for i in media])
+    loss = InfoNCELoss(temperature=0.1, mask_same_media=True)(a, b, same_media)
+    scores = 10.0 * F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).t()
+    terms = []
+    for direction in (scores, scores.t()):
+        for i in range(5):
+            kept = [j for j in range(5) if j == i or media[j] != media[i]]
+            terms.append(torch.logsumexp(direction[i, kept], 0) - direction[i, i])
+    expected = torch.stack(terms).sum() / 10
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(torch.autograd.grad(loss, (a, b)),
+                               torch.autograd.grad(expected, (a, b)))
+    assert loss.item() < symmetric_ce(a, b, 10.0).item()  # fewer negatives, a lower loss

@@ -48,9 +48,11 @@ def _worker(rank: int, port: int, out_dir: str, shard_rows: tuple[int, ...],
         (gathered_a * weights).sum().backward()
     finally:
         dist.get_backend, dist.all_gather = backend_of, all_gather
+    # Media keys (int64, no gradient) travel with the embeddings of a loss that masks by them.
+    keys = distributed.gather_with_grad(torch.arange(shard_rows[rank]) + 1000 * rank)[0]
     torch.save(dict(host_backend=host_backend, kept=kept, counts=counts, routes=routes,
                     a=gathered_a.detach(), b=gathered_b, b_grad=gathered_b.requires_grad,
-                    grad=a.grad),
+                    grad=a.grad, keys=keys),
                Path(out_dir) / f'rank{rank}.pt')
     dist.destroy_process_group()
 
@@ -78,6 +80,7 @@ def test_unequal_shards_gather_in_rank_order_with_counts_exchanged_beside_nccl(t
         # Both ranks computed the same loss: each rank's rows get the sum of the two gradients.
         rows = slice(0, 3) if rank == 0 else slice(3, 8)
         torch.testing.assert_close(result['grad'], WORLD * weights[rows], rtol=0, atol=0)
+        assert result['keys'].tolist() == [0, 1, 2, 1000, 1001, 1002, 1003, 1004]
 
 
 def test_equal_shards_gather_through_the_default_gloo_group(tmp_path):

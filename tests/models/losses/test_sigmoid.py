@@ -41,6 +41,23 @@ def test_equals_open_clips_siglip_loss():
     torch.testing.assert_close(ours, reference)
 
 
+def test_masked_pairs_of_one_medium_leave_the_sum():
+    """Every pair but the mismatches of one medium: -log σ(±(t·cos + b)), summed, over B."""
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    media = ['u', 'v', 'u', 'u']
+    same_media = torch.tensor([[i == j for j in media] for i in media])
+    loss = SigmoidLoss(logit_scale=5.0, logit_bias=-1.0, mask_same_media=True)(a, b, same_media)
+    cos = F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).t()
+    expected = 0.0
+    for i in range(4):
+        for j in range(4):
+            if i == j or media[i] != media[j]:
+                sign = 1 if i == j else -1
+                expected -= math.log(1 / (1 + math.exp(-sign * (5.0 * cos[i, j].item() - 1.0))))
+    assert loss.item() == pytest.approx(expected / 4, rel=1e-6)
+
+
 @pytest.mark.skipif(not XLMR_TOKENIZER.is_file(), reason=f'no XLM-R tokenizer at {XLMR_TOKENIZER}')
 def test_the_cross_modal_phase_trains_on_the_backbones_own_scale_and_bias():
     torch.manual_seed(0)

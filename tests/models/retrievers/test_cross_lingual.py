@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from tests.conftest import CORPUS, tiny_retriever_cfg
+from xmr.datasets.collate import media_keys
 from xmr.registry import MODELS
 
 BATCH = dict(
@@ -42,6 +43,25 @@ def test_each_phase_runs_only_its_losses(tiny_retriever):
     expected = (torch.nn.functional.cross_entropy(logits, labels)
                 + torch.nn.functional.cross_entropy(logits.t(), labels)) / 2
     torch.testing.assert_close(losses['loss_cm'], 0.5 * expected, rtol=1e-4, atol=1e-5)
+
+
+def test_l_cm_built_to_mask_leaves_one_images_other_captions_out_of_each_softmax():
+    """Rows 0 and 2 caption image 'a': their cross pairs leave both directions' softmax."""
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_retriever_cfg(losses=dict(
+        cm=dict(type='InfoNCELoss', temperature=0.01, mask_same_media=True))))
+    data = model.data_preprocessor({**BATCH, 'media_keys': media_keys(['a', 'b', 'a', 'd'])}, True)
+    model.set_phase('cross_modal', dict(cm=1.0))
+    loss = model(mode='loss', **data)['loss_cm']
+    r_target, _ = model.encode_target(data['target_tokens'], data['langs'])
+    a = torch.nn.functional.normalize(r_target, dim=-1)
+    b = torch.nn.functional.normalize(model.backbone.encode_media(data['media']), dim=-1)
+    logits = 100 * a @ b.t()
+    logits[0, 2] = logits[2, 0] = float('-inf')
+    labels = torch.arange(4)
+    expected = (torch.nn.functional.cross_entropy(logits, labels)
+                + torch.nn.functional.cross_entropy(logits.t(), labels)) / 2
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_cached_features_replace_the_towers(tiny_retriever):

@@ -5,6 +5,8 @@ import torch.nn.functional as F
 
 from tests.conftest import tiny_backbone_cfg
 from tests.models.backbones.mclip_helpers import TOKENIZER_FILE, tiny_mclip_cfg
+from tests.models.losses.test_vse_hinge import triplet_loop
+from xmr.datasets import retrieval_collate
 from xmr.models.disentanglers.cdds import column_statistics
 from xmr.models.losses.cdds import CDDSDistributionSamplingLoss, patch_word_similarity
 from xmr.registry import MODELS
@@ -45,6 +47,26 @@ def test_plain_dual_encoder_contrasts_the_towers_own_embeddings():
     text = model.backbone.encode_source_text(data['source_tokens'])
     torch.testing.assert_close(losses['loss_itc'], info_nce(image, text, 20.0),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_a_loss_masking_one_images_captions_reads_them_from_the_collated_media_ids():
+    """Items 0 and 2 are two captions of image 'a': through the collate and the preprocessor,
+    VSE++ with LAPS's mask skips their triplets; a batch without media ids is refused."""
+    media = ['a', 'b', 'a', 'd']
+    items = [dict(media=BATCH['media'][row], media_id=media_id,
+                  source_text=BATCH['source_text'][row], lang='de')
+             for row, media_id in enumerate(media)]
+    model = build(losses=dict(itc=dict(type='VSEHingeLoss', hardest_after_pairs=None,
+                                       mask_same_media=True)))
+    data = model.data_preprocessor(retrieval_collate(items), True)
+    loss = model(mode='loss', **data)['loss_itc']
+    image = model.backbone.encode_image(data['media'])
+    text = model.backbone.encode_source_text(data['source_tokens'])
+    torch.testing.assert_close(loss, triplet_loop(image, text, 0.2, False, media))
+    del data['media_keys']
+    with pytest.raises(ValueError, match=r"loss itc \(VSEHingeLoss, mask_same_media=True\) .* "
+                                         "carry no 'media_id'"):
+        model(mode='loss', **data)
 
 
 def test_distribution_sampling_plugs_into_the_plain_dual_encoder():

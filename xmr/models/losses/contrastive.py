@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmr.models.losses.pair import PairLoss
+from xmr.models.losses.pair import PairLoss, false_negatives
 from xmr.registry import MODELS
 
 
@@ -21,13 +21,16 @@ class InfoNCELoss(PairLoss):
         temperature: τ; with ``learnable=True`` it is the initial value of a trained log-scale.
         learnable: train ``log(1/τ)`` (CLIP pre-training) instead of fixing it.
         max_scale: clamp of the learnable logit scale (CLIP's 100).
+        mask_same_media: leave the other captions of a query's medium out of its softmax
+            (``same_media``, :class:`PairLoss`); ``False`` counts them as negatives (CLIP).
     """
 
     batch_contrastive = True
 
     def __init__(self, temperature: float = 0.01, learnable: bool = False,
-                 max_scale: float = 100.0) -> None:
+                 max_scale: float = 100.0, mask_same_media: bool = False) -> None:
         super().__init__()
+        self.mask_same_media = mask_same_media
         if temperature <= 0:
             raise ValueError(f'temperature must be positive, got {temperature}')
         log_scale = torch.tensor(math.log(1.0 / temperature))
@@ -37,10 +40,15 @@ class InfoNCELoss(PairLoss):
             self.register_buffer('log_scale', log_scale, persistent=False)
         self.max_log_scale = math.log(max_scale)
 
-    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """``[B, E]`` pairs (row i of ``a`` matches row i of ``b``) -> scalar."""
+    def forward(self, a: torch.Tensor, b: torch.Tensor,
+                same_media: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, E]`` pairs (row i of ``a`` matches row i of ``b``), optionally ``same_media``
+        ``[B, B]`` -> scalar."""
         a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
         scale = self.log_scale.clamp(max=self.max_log_scale).exp()
         logits = scale * a @ b.t()
+        masked = false_negatives(same_media)
+        if masked is not None:
+            logits = logits.masked_fill(masked, float('-inf'))
         labels = torch.arange(a.shape[0], device=a.device)
         return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2

@@ -16,11 +16,26 @@ class PairLoss(nn.Module, metaclass=ABCMeta):
             distance sees this rank's rows only.
         reads_backbone: the loss scores pairs as the backbone does, so the retrievers build it
             with their backbone as ``backbone=`` (:class:`~xmr.models.losses.SigmoidLoss`).
+        mask_same_media: a batch-contrastive loss built with ``mask_same_media=True``: the
+            retrievers pass it ``same_media`` (bool ``[B, B]``, ``True`` where row ``i`` of
+            ``a`` and row ``j`` of ``b`` come from one medium, the diagonal included), and pairs
+            of one medium off the diagonal (another caption of the query's image) are no
+            negatives, as LAPS trains (its ``mask_repeat``).
     """
 
     batch_contrastive: bool = False
     reads_backbone: bool = False
+    mask_same_media: bool = False
 
     @abstractmethod
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """``[B, E]``, ``[B, E]`` -> scalar."""
+
+
+def false_negatives(same_media: torch.Tensor | None) -> torch.Tensor | None:
+    """``[B, B]`` bool: the pairs of one medium off the diagonal, which a loss built with
+    ``mask_same_media`` leaves out of its negatives; ``None`` for ``None`` (nothing masked)."""
+    if same_media is None:
+        return None
+    return same_media & ~torch.eye(same_media.shape[0], dtype=torch.bool,
+                                   device=same_media.device)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from xmr.models.losses.pair import PairLoss
+from xmr.models.losses.pair import PairLoss, false_negatives
 from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS
 
@@ -24,14 +24,18 @@ class SigmoidLoss(PairLoss):
         logit_bias: ``b``, or ``None`` for the backbone's.
         backbone: the backbone whose :meth:`pair_logits` fill what is ``None`` (the retrievers
             pass their own; it is held, not owned).
+        mask_same_media: leave the pairs of a query with the other captions of its medium out
+            of the sum (``same_media``, :class:`PairLoss`); ``False`` scores them as
+            mismatches (SigLIP).
     """
 
     batch_contrastive = True
     reads_backbone = True
 
     def __init__(self, logit_scale: float | None = None, logit_bias: float | None = None,
-                 backbone: torch.nn.Module | None = None) -> None:
+                 backbone: torch.nn.Module | None = None, mask_same_media: bool = False) -> None:
         super().__init__()
+        self.mask_same_media = mask_same_media
         if (logit_scale is None or logit_bias is None) and backbone is None:
             raise ValueError('SigmoidLoss reads the logit scale and bias it is not given from '
                              'the backbone; give both or build it inside a retriever')
@@ -57,9 +61,15 @@ class SigmoidLoss(PairLoss):
                 bias = own_bias.detach()
         return scale, bias
 
-    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """``[B, E]`` pairs (row ``i`` of ``a`` matches row ``i`` of ``b``) -> scalar."""
+    def forward(self, a: torch.Tensor, b: torch.Tensor,
+                same_media: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, E]`` pairs (row ``i`` of ``a`` matches row ``i`` of ``b``), optionally
+        ``same_media`` ``[B, B]`` -> scalar."""
         scale, bias = self.scale_and_bias()
         logits = scale * F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).t() + bias
         signs = 2 * torch.eye(a.shape[0], device=a.device, dtype=logits.dtype) - 1
-        return -F.logsigmoid(signs * logits).sum() / a.shape[0]
+        log_likelihoods = F.logsigmoid(signs * logits)
+        masked = false_negatives(same_media)
+        if masked is not None:
+            log_likelihoods = log_likelihoods.masked_fill(masked, 0.0)
+        return -log_likelihoods.sum() / a.shape[0]

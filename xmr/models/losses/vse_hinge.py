@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from xmr.models.losses.pair import PairLoss
+from xmr.models.losses.pair import PairLoss, false_negatives
 from xmr.registry import MODELS
 
 
@@ -16,41 +16,53 @@ class VSEHingeLoss(PairLoss):
 
     Its hardest-negative form (VSE++'s ``MH``) keeps each query's largest violation alone,
     ``max_{j≠i}`` in place of ``Σ_{j≠i}``. LAPS sums over the negatives for its first epoch and
-    takes the hardest after it (``hardest_after``: that epoch's iterations); the loss counts
-    its own training calls (a buffer, saved with checkpoints), and the choice is made on the
-    device, so a step never waits to read the count.
+    takes the hardest after it (``hardest_after_pairs``: that epoch's training pairs). The loss
+    counts the pairs it has trained on (a buffer, saved with checkpoints): under DDP it sees the
+    global batch, so every rank counts one pass over the data alike, whatever the number of
+    processes and the batch per process. The choice is made on the device, so a step never
+    waits to read the count.
 
     Args:
         margin: ``α``, 0.2 in VSE++ and LAPS.
-        hardest_after: training calls that sum over the negatives before the hardest negative
-            alone counts; 0 takes the hardest from the first call (VSE++), ``None`` always sums
-            (VSE++'s ``VSE0``).
+        hardest_after_pairs: training pairs summed over the negatives before the hardest
+            negative alone counts: a call sums while fewer have been seen before it; 0 takes
+            the hardest from the first call (VSE++), ``None`` always sums (VSE++'s ``VSE0``).
+        mask_same_media: the other captions of a query's image are no negatives of it
+            (``same_media``, :class:`PairLoss`), as LAPS masks them; ``False`` counts them
+            (VSE++).
     """
 
     batch_contrastive = True
 
-    def __init__(self, margin: float = 0.2, hardest_after: int | None = 0) -> None:
+    def __init__(self, margin: float = 0.2, hardest_after_pairs: int | None = 0,
+                 mask_same_media: bool = False) -> None:
         super().__init__()
+        self.mask_same_media = mask_same_media
         if margin < 0:
             raise ValueError(f'VSEHingeLoss margin must be >= 0, got {margin}')
-        if hardest_after is not None and hardest_after < 0:
-            raise ValueError(f'VSEHingeLoss hardest_after must be >= 0 training calls or None '
-                             f'(always sum), got {hardest_after}')
-        self.margin, self.hardest_after = margin, hardest_after
-        self.register_buffer('calls', torch.zeros((), dtype=torch.long))
+        if hardest_after_pairs is not None and hardest_after_pairs < 0:
+            raise ValueError(f'VSEHingeLoss hardest_after_pairs must be >= 0 training pairs or '
+                             f'None (always sum), got {hardest_after_pairs}')
+        self.margin, self.hardest_after_pairs = margin, hardest_after_pairs
+        self.register_buffer('pairs_seen', torch.zeros((), dtype=torch.long))
 
-    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """``[B, E]`` images and ``[B, E]`` captions, row i of each a pair -> scalar."""
+    def forward(self, a: torch.Tensor, b: torch.Tensor,
+                same_media: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, E]`` images and ``[B, E]`` captions, row i of each a pair, optionally
+        ``same_media`` ``[B, B]`` -> scalar."""
         scores = F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).t()  # [B, B], s(image, caption)
         positive = scores.diagonal()
         negative = ~torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
+        masked = false_negatives(same_media)
+        if masked is not None:
+            negative = negative & ~masked
         to_captions = ((self.margin - positive[:, None] + scores).clamp(min=0) * negative)
         to_images = ((self.margin - positive[None, :] + scores).clamp(min=0) * negative)
         summed = to_captions.sum() + to_images.sum()
-        if self.hardest_after is None:
+        if self.hardest_after_pairs is None:
             return summed
         hardest = to_captions.amax(dim=1).sum() + to_images.amax(dim=0).sum()
-        loss = torch.where(self.calls >= self.hardest_after, hardest, summed)
+        loss = torch.where(self.pairs_seen >= self.hardest_after_pairs, hardest, summed)
         if self.training:
-            self.calls += 1
+            self.pairs_seen += scores.shape[0]
         return loss

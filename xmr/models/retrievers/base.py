@@ -92,13 +92,28 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
             return dict(given or {}, backbone=self.backbone)
         return given
 
-    def pair_loss(self, name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def pair_loss(self, name: str, a: torch.Tensor, b: torch.Tensor,
+                  media_keys: torch.Tensor | None = None) -> torch.Tensor:
         """The phase-weighted loss ``name`` between ``[B, E]`` pairs; a batch-contrastive
-        :class:`PairLoss` sees the whole global batch under DDP."""
-        loss = self.losses[name]
-        if isinstance(loss, PairLoss) and loss.batch_contrastive:
-            a, b = gather_with_grad(a, b)
-        return self.loss_weights[name] * loss(a, b)
+        :class:`PairLoss` sees the whole global batch under DDP, and one built with
+        ``mask_same_media`` which pairs share a medium (from the batch's ``media_keys``,
+        int64 ``[B]``).
+
+        Raises:
+            ValueError: a loss that masks the pairs of one medium, and a batch without
+                ``media_keys`` (its items carry no ``media_id``).
+        """
+        loss, weight = self.losses[name], self.loss_weights[name]
+        if not (isinstance(loss, PairLoss) and loss.batch_contrastive):
+            return weight * loss(a, b)
+        if not loss.mask_same_media:
+            return weight * loss(*gather_with_grad(a, b))
+        if media_keys is None:
+            raise ValueError(f'loss {name} ({type(loss).__name__}, mask_same_media=True) tells '
+                             "the captions of one medium by the batch's media_keys, and this "
+                             "batch has none: its dataset's items carry no 'media_id'")
+        a, b, media_keys = gather_with_grad(a, b, media_keys)
+        return weight * loss(a, b, same_media=media_keys[:, None] == media_keys[None, :])
 
     def disentangler_losses(self, losses: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The disentangler's ``{'loss_<name>': term}`` scaled by the phase's

@@ -285,25 +285,31 @@ class CrossLingualRetriever(BaseRetriever):
     def loss(self, media: torch.Tensor | None = None, source_tokens: TokenBatch | None = None,
              target_tokens: TokenBatch | None = None, langs: Sequence[str] | None = None,
              source_features: torch.Tensor | None = None,
-             media_features: torch.Tensor | None = None, **_: Any) -> dict[str, torch.Tensor]:
+             media_features: torch.Tensor | None = None,
+             media_keys: torch.Tensor | None = None, **_: Any) -> dict[str, torch.Tensor]:
         """The current phase's weighted losses, ``{'loss_<name>': scalar}``.
 
         ``source_features`` / ``media_features`` (``[B, E]``, or ``B`` rows ``[E]`` as collated
         from a ``CachedFeatureDataset``) replace the frozen towers' forward passes when present.
-        Contrastive losses see the whole global batch under DDP (``gather_with_grad``).
+        Contrastive losses see the whole global batch under DDP (``gather_with_grad``), and
+        those that mask the other captions of a medium the batch's ``media_keys`` (int64 ``[B]``).
         """
         source_features, media_features = map(feature_rows, (source_features, media_features))
         membership = (None if langs is None or self.language_branch is None or target_tokens is None
                       else self.language_branch.membership(langs,
                                                            target_tokens['input_ids'].device))
+        # Only a loss that masks reads the keys; compiled code then takes no input it ignores.
+        if not any(getattr(loss, 'mask_same_media', False) for loss in self.losses.values()):
+            media_keys = None
         return self._losses(media, source_tokens, target_tokens, langs, membership,
-                            source_features, media_features)
+                            source_features, media_features, media_keys)
 
     def _phase_losses(self, media: torch.Tensor | None, source_tokens: TokenBatch | None,
                       target_tokens: TokenBatch | None, langs: Sequence[str] | None,
                       membership: LanguageMembership | None,
                       source_features: torch.Tensor | None,
-                      media_features: torch.Tensor | None) -> dict[str, torch.Tensor]:
+                      media_features: torch.Tensor | None,
+                      media_keys: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """:meth:`loss` once the batch's languages are a membership: what ``compile`` compiles
         (it reads ``langs`` only where the membership is ``None``)."""
         weights = self.loss_weights
@@ -319,14 +325,15 @@ class CrossLingualRetriever(BaseRetriever):
         if needs_media and r_media is None:
             r_media = self.encode_media(self._require(media, 'media'))
         if 'source_cm' in weights:
-            losses['loss_source_cm'] = self.pair_loss('source_cm', r_source, r_media)
+            losses['loss_source_cm'] = self.pair_loss('source_cm', r_source, r_media,
+                                                       media_keys)
         if any(name != 'source_cm' for name in weights):
             tokens = self._require(target_tokens, 'target_text')
             r_target, extra = self.encode_target(tokens, langs, r_source, membership)
             if 'cl' in weights:
-                losses['loss_cl'] = self.pair_loss('cl', r_target, r_source)
+                losses['loss_cl'] = self.pair_loss('cl', r_target, r_source, media_keys)
             if 'cm' in weights:
-                losses['loss_cm'] = self.pair_loss('cm', r_target, r_media)
+                losses['loss_cm'] = self.pair_loss('cm', r_target, r_media, media_keys)
             losses.update(self.disentangler_losses(
                 {f'loss_{name}': value for name, value in extra.items()}))
         return losses

@@ -191,13 +191,15 @@ class DualEncoderRetriever(BaseRetriever):
 
     def loss(self, media: torch.Tensor | None = None, source_tokens: TokenBatch | None = None,
              target_tokens: TokenBatch | None = None, langs: Sequence[str] | None = None,
-             **_: Any) -> dict[str, torch.Tensor]:
+             media_keys: torch.Tensor | None = None, **_: Any) -> dict[str, torch.Tensor]:
         """The current phase's weighted losses, ``{'loss_<name>': scalar}``.
 
         Args:
             media: ``[B, 3, H, W]`` images (or ``[B, T, 3, H, W]`` videos).
             source_tokens / target_tokens: the pairs' captions; ``train_text`` picks one.
             langs: language of each target caption.
+            media_keys: int64 ``[B]``, one per medium, for losses that mask the other captions
+                of a medium (:meth:`pair_loss`).
         """
         if media is None:
             raise ValueError("the dual encoder needs 'media' in every training batch")
@@ -212,9 +214,11 @@ class DualEncoderRetriever(BaseRetriever):
             image_embedding = self.disentangler.pool(out['image_semantic'], image.mask)
             text_embedding = self.disentangler.pool(out['text_semantic'], text.mask)
         if 'itc' in weights:
-            losses['loss_itc'] = self.pair_loss('itc', image_embedding, text_embedding)
+            losses['loss_itc'] = self.pair_loss('itc', image_embedding, text_embedding,
+                                                 media_keys)
         if 'tower_itc' in weights:
-            losses['loss_tower_itc'] = self.pair_loss('tower_itc', image.pooled, text.pooled)
+            losses['loss_tower_itc'] = self.pair_loss('tower_itc', image.pooled, text.pooled,
+                                                       media_keys)
         if 'distribution_sampling' in weights:
             losses['loss_distribution_sampling'] = weights['distribution_sampling'] * \
                 self.losses['distribution_sampling'](image.tokens, image.mask, text.tokens,

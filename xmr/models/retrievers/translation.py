@@ -165,10 +165,11 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
             r_media = feature_rows(media_features)
             if r_media is None:
                 r_media = self.encode_media(self._require(media, 'media'))
-            losses['loss_cm'] = self.pair_loss('cm', r_query, r_media)
+            losses['loss_cm'] = self.pair_loss('cm', r_query, r_media, batch.get('media_keys'))
         if 'align' in weights:
             losses['loss_align'] = self.pair_loss('align', r_query,
-                                                  self.encode_partner(batch, langs))
+                                                  self.encode_partner(batch, langs),
+                                                  batch.get('media_keys'))
         return losses
 
     @torch.no_grad()
