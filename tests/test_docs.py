@@ -1,10 +1,17 @@
 """Every repository file a fenced command of the README or docs/ names exists."""
 from __future__ import annotations
 
+import argparse
+import functools
 import re
+import runpy
+import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
+
+from xmr.utils.cli import DEBUG_FLAG
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / 'README.md', *sorted((REPO / 'docs').rglob('*.md'))]
@@ -52,3 +59,187 @@ def test_files_named_by_fenced_commands_exist(page):
     missing = sorted({path for command in fenced_commands(page) for path in named_files(command)
                       if not (REPO / path).exists()})
     assert not missing, f'{page.relative_to(REPO)} names files that do not exist: {missing}'
+
+
+# ---------------------------------------------------------------------------------------------
+# Flags: every `--flag` a documented command passes is one its tool's parser accepts.
+
+# A tool the docs run: `python tools/X.py`, `python -m xmr SUB`, `xmr SUB`, `xmr data X`, or a
+# launcher that hands its trailing options to tools/train.py or tools/test.py.
+LAUNCHERS = {'dist_train.sh': 'train.py', 'dist_test.sh': 'test.py',
+             'slurm_train.sh': 'train.py', 'slurm_test.sh': 'test.py'}
+INVOCATION = re.compile(r'(?:python3? -m (?P<module>[\w.]+)'
+                        r'|(?:python3? )?(?P<script>tools/[\w/]+\.py)'
+                        r'|(?:bash )?tools/(?P<launcher>(?:dist|slurm)_(?:train|test)\.sh)'
+                        r'|(?P<xmr>xmr))(?=\s|$)')
+ENVIRONMENT = re.compile(r'^(?:\$ )?(?:\w+=\S* )*')
+SEPARATOR = re.compile(r'\s(?:&&|\|\|?|;)\s')
+FLAG = re.compile(r'(?<![\w-])--[a-z][\w-]*')
+INLINE_CODE = re.compile(r'(?<!`)`([^`\n]+)`(?!`)')
+
+
+def documented_commands(page: Path) -> list[str]:
+    """The fenced command lines of a page and its inline code that runs a tool, one per
+    command (``a && b`` is two)."""
+    text = FENCE.sub('', page.read_text(encoding='utf-8'))
+    inline = [span.replace('\\|', '|') for span in INLINE_CODE.findall(text)]
+    fenced = [' '.join(line.split(' #', 1)[0].split())
+              for block in FENCE.findall(page.read_text(encoding='utf-8'))
+              for line in block.replace('\\\n', ' ').splitlines()]
+    return [ENVIRONMENT.sub('', part) for command in fenced + inline
+            for part in SEPARATOR.split(command)]
+
+
+def tool_call(command: str) -> tuple[str, list[str]] | None:
+    """The script ``tools/...py`` a command runs and the words after it; None for a command that
+    runs no tool of the repository or names it by a placeholder (``xmr data prepare_<set>``)."""
+    match = INVOCATION.match(command)
+    if match is None:
+        return None
+    words = command[match.end():].split()
+    if match['launcher']:
+        return f'tools/{LAUNCHERS[match["launcher"]]}', words
+    if match['script']:
+        return match['script'], words
+    if match['module'] not in (None, 'xmr'):
+        path = match['module'].replace('.', '/') + '.py'
+        return (path, words) if path.startswith('tools/') else None
+    count = 2 if words[:1] in (['data'], ['convert']) else 1
+    if len(words) < count or any(PLACEHOLDER.search(word) or word.startswith('-')
+                                 for word in words[:count]):
+        return None
+    return 'tools/' + '/'.join(words[:count]) + '.py', words[count:]
+
+
+class _Parsed(BaseException):
+    """Raised in place of parsing, to hand the parser a tool built back to the caller (not an
+    Exception, so that run_tool passes it on)."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        super().__init__()
+        self.parser = parser
+
+
+@functools.cache
+def tool_parser(script: str) -> argparse.ArgumentParser:
+    """The parser ``tools/<script>`` builds, caught at its first parse (the script runs as
+    ``__main__`` in this process, up to that point only)."""
+    def caught(parser, *args, **kwargs):
+        raise _Parsed(parser)
+
+    saved = sys.argv[:], sys.path[:]
+    sys.argv = [str(REPO / script)]
+    try:
+        with mock.patch.object(argparse.ArgumentParser, 'parse_known_args', caught):
+            runpy.run_path(str(REPO / script), run_name='__main__')
+    except _Parsed as parsed:
+        return parsed.parser
+    finally:
+        sys.argv, sys.path[:] = saved
+    raise AssertionError(f'{script} parsed no arguments')
+
+
+def accepted_flags(parser: argparse.ArgumentParser, words: list[str]) -> set[str]:
+    """The flags ``parser`` takes, with those of the sub-command the first word names."""
+    flags = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            command = next((word for word in words if not word.startswith('-')), None)
+            if command in action.choices:
+                flags |= accepted_flags(action.choices[command], [])
+    return flags | {DEBUG_FLAG}
+
+
+def unknown_flags(page: Path) -> list[str]:
+    wrong = []
+    for command in documented_commands(page):
+        call = tool_call(command)
+        if call is None:
+            continue
+        script, words = call
+        if not (REPO / script).is_file():
+            wrong.append(f'{script}: no such tool')
+            continue
+        flags = accepted_flags(tool_parser(script), words)
+        wrong += [f'{script} {flag}' for flag in FLAG.findall(' '.join(words))
+                  if flag not in flags]
+    return sorted(set(wrong))
+
+
+@pytest.mark.parametrize('page', PAGES, ids=lambda page: str(page.relative_to(REPO)))
+def test_documented_flags_are_accepted_by_their_tools(page):
+    wrong = unknown_flags(page)
+    assert not wrong, f'{page.relative_to(REPO)} passes flags its tools do not take: {wrong}'
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths: every repository path the text of a page names exists: `configs/...`, `xmr/...`,
+# `tools/...`; a config named as `_base_` and the tools name it (`xmr::dasd/x.py`,
+# `../_base_/x.py`, `dasd/x.py`) or by its bare name (`cdds_clip-vit-b32_mscoco.py`: a `-` and a
+# `_` make a config's name). `{a,b}` names each of a and b, a `*` at least one file; a
+# placeholder (<name>, ..., CONFIG) names nothing.
+
+ROOTS = ('tools/', 'configs/', 'xmr/', 'docs/', 'tests/', 'requirements/')
+CONFIG_FOLDERS = tuple(f'{path.name}/' for path in (REPO / 'configs').iterdir() if path.is_dir())
+WORD = re.compile(r'[\w./+{},*<>:-]+')
+BRACES = re.compile(r'\{([^{}]*)\}')
+
+
+def expanded(pattern: str) -> list[str]:
+    """``a{b,c}d`` as ``abd`` and ``acd`` (shell brace expansion, nested ones too)."""
+    match = BRACES.search(pattern)
+    if match is None:
+        return [pattern]
+    return [path for choice in match[1].split(',')
+            for path in expanded(pattern[:match.start()] + choice + pattern[match.end():])]
+
+
+def repository_path(word: str) -> str | None:
+    """The pattern of repository paths ``word`` names, or None for a word that names none."""
+    word = word.rstrip('.,:;')
+    if re.search(r'[<>]|\.\.\.|CONFIG', word) or word.startswith('tests/data'):
+        return None
+    if word.startswith(ROOTS):
+        return word
+    word = word.removeprefix('xmr::').removeprefix('../')
+    if word.startswith(CONFIG_FOLDERS) and word.endswith('.py'):
+        return 'configs/' + word
+    if '/' not in word and word.endswith('.py') and '-' in word and '_' in word:
+        return 'configs/**/' + word
+    return None
+
+
+def missing_paths(page: Path) -> list[str]:
+    patterns = {repository_path(word) for word in WORD.findall(page.read_text(encoding='utf-8'))}
+    return sorted(path for pattern in patterns - {None} for path in expanded(pattern)
+                  if not (any(REPO.glob(path)) if '*' in path else (REPO / path).exists()))
+
+
+def test_the_path_reader_expands_patterns_and_skips_placeholders():
+    assert expanded('a{b,c}_{d,}.py') == ['ab_d.py', 'ab_.py', 'ac_d.py', 'ac_.py']
+    assert [repository_path(word) for word in (
+        'configs/dasd/x.py,', 'xmr::demo/x.py', '../_base_/datasets/x.py', 'dasd/no-sc',
+        'cdds_clip-vit-b32_mscoco.py', 'my_project/adapters.py', 'run_XTD.py',
+        'configs/demo/<config>.py', 'work_dirs/.../x.py')] == [
+        'configs/dasd/x.py', 'configs/demo/x.py', 'configs/_base_/datasets/x.py', None,
+        'configs/**/cdds_clip-vit-b32_mscoco.py', None, None, None, None]
+
+
+@pytest.mark.parametrize('page', PAGES, ids=lambda page: str(page.relative_to(REPO)))
+def test_repository_paths_named_in_the_text_exist(page):
+    missing = missing_paths(page)
+    assert not missing, f'{page.relative_to(REPO)} names paths that do not exist: {missing}'
+
+
+def test_the_command_reader_finds_the_tool_and_its_words():
+    assert tool_call('python tools/train.py C --amp') == ('tools/train.py', ['C', '--amp'])
+    assert tool_call('xmr data prepare_multi30k --text-only') == (
+        'tools/data/prepare_multi30k.py', ['--text-only'])
+    assert tool_call('python -m xmr test CONFIG CKPT') == ('tools/test.py', ['CONFIG', 'CKPT'])
+    assert tool_call('tools/dist_train.sh CONFIG 2 --amp') == (
+        'tools/train.py', ['CONFIG', '2', '--amp'])
+    assert [tool_call(command) for command in (
+        'python -m pytest -x', 'xmr data prepare_<set>', 'xmr --help', 'pip install -e .')] == [
+        None] * 4
+    merge = accepted_flags(tool_parser('tools/language_modules.py'), ['merge', 'CONFIG'])
+    assert {'--modules', '--cfg-options', '--debug'} <= merge and '--no-such' not in merge
