@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import re
 import runpy
 import sys
@@ -19,7 +20,8 @@ FENCE = re.compile(r'^```[^\n]*\n(.*?)^```', re.S | re.M)
 # A path into the repository's own folders; placeholders (<config>, ..., *, {}) are not files.
 REPO_PATH = re.compile(r'(?<![\w./-])((?:tools|configs|xmr|docs|tests|requirements)/'
                        r'[\w./+-]*[\w+-])')
-PLACEHOLDER = re.compile(r'[<>*{}]|\.\.\.|CONFIG')
+# CONFIG, NAME: no repository path has capitals.
+PLACEHOLDER = re.compile(r'[<>*{}]|\.\.\.|[A-Z]{2,}')
 
 
 def fenced_commands(page: Path) -> list[str]:
@@ -197,7 +199,7 @@ def expanded(pattern: str) -> list[str]:
 def repository_path(word: str) -> str | None:
     """The pattern of repository paths ``word`` names, or None for a word that names none."""
     word = word.rstrip('.,:;')
-    if re.search(r'[<>]|\.\.\.|CONFIG', word) or word.startswith('tests/data'):
+    if re.search(r'[<>]|\.\.\.|[A-Z]{2,}', word) or word.startswith('tests/data'):
         return None
     if word.startswith(ROOTS):
         return word
@@ -209,8 +211,11 @@ def repository_path(word: str) -> str | None:
     return None
 
 
-def missing_paths(page: Path) -> list[str]:
-    patterns = {repository_path(word) for word in WORD.findall(page.read_text(encoding='utf-8'))}
+def missing_paths(page: Path, roots: tuple[str, ...] = ()) -> list[str]:
+    """The paths that do not exist of those ``page`` names (only those under ``roots``, if
+    given)."""
+    patterns = {repository_path(word) for word in WORD.findall(page.read_text(encoding='utf-8'))
+                if word.startswith(roots)}
     return sorted(path for pattern in patterns - {None} for path in expanded(pattern)
                   if not (any(REPO.glob(path)) if '*' in path else (REPO / path).exists()))
 
@@ -243,3 +248,76 @@ def test_the_command_reader_finds_the_tool_and_its_words():
         None] * 4
     merge = accepted_flags(tool_parser('tools/language_modules.py'), ['merge', 'CONFIG'])
     assert {'--modules', '--cfg-options', '--debug'} <= merge and '--no-such' not in merge
+
+
+def test_docs_tools_and_modules_named_by_the_code_exist():
+    """The code's own pointers (``usage: docs/data.md``, ``see tools/dist_launch.sh``); its
+    ``configs/`` words are left out, as they also name the released code's files."""
+    sources = [*(REPO / 'xmr').rglob('*.py'), *(REPO / 'tools').rglob('*.py'),
+               *(REPO / 'tools').glob('*.sh'), *(REPO / 'configs').rglob('*.py')]
+    missing = {f'{source.relative_to(REPO)}: {path}' for source in sources
+               for path in missing_paths(source, ('docs/', 'tools/', 'xmr/'))}
+    assert not missing, f'the code names paths that do not exist: {sorted(missing)}'
+
+
+# ---------------------------------------------------------------------------------------------
+# Names: every `type='Foo'` a page writes is registered (in xmr's registries or, through them,
+# MMEngine's) or is a class the page itself writes (`class Foo(BaseAdapter):`, a user's); every
+# dotted `xmr.a.b` it names imports, is an attribute of a module that does, or is a function
+# registered with the `xmr.` scope (the collate function, `xmr.retrieval_collate`).
+
+TYPE = re.compile(r'(?<![\w.])type=[\'"]([\w.]+)[\'"]')
+DOTTED = re.compile(r'(?<![\w./:-])xmr(?:\.\w+)+')
+
+
+@functools.cache
+def registered(name: str) -> bool:
+    """Whether any of xmr's registries (and their MMEngine parents) builds type ``name``."""
+    import xmr.registry as registries
+    for registry in vars(registries).values():
+        if isinstance(registry, registries.Registry):
+            try:
+                if registry.get(name) is not None:
+                    return True
+            except KeyError:
+                pass
+    return False
+
+
+def resolves(dotted: str) -> bool:
+    """Whether ``xmr.a.b`` is a module of xmr or an attribute of one (``xmr.a.B.method``)."""
+    parts = dotted.split('.')
+    for count in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module('.'.join(parts[:count]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[count:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def unknown_names(page: Path) -> list[str]:
+    text = page.read_text(encoding='utf-8')
+    own = set(re.findall(r'^\s*(?:class|def) (\w+)', text, re.M))
+    types = [f"type='{name}'" for name in TYPE.findall(text)
+             if name not in own and not registered(name)]
+    dotted = [name for name in DOTTED.findall(text.replace('\\_', '_'))
+              if not resolves(name.rstrip('.')) and not registered(name)]
+    return sorted(set(types + dotted))
+
+
+@pytest.mark.parametrize('page', PAGES, ids=lambda page: str(page.relative_to(REPO)))
+def test_types_and_modules_named_exist(page):
+    unknown = unknown_names(page)
+    assert not unknown, f'{page.relative_to(REPO)} names types or modules xmr lacks: {unknown}'
+
+
+def test_the_name_checks_know_registered_types_and_modules():
+    assert registered('PhasedTrainLoop') and registered('mmengine.OptimWrapper')
+    assert registered('xmr.retrieval_collate') and not registered('PhasedTrainLoops')
+    assert resolves('xmr.registry.LOCATIONS') and resolves('xmr.models.retrievers.BaseRetriever')
+    assert not resolves('xmr.registry.NO_SUCH') and not resolves('xmr.no_such.module')
