@@ -321,3 +321,49 @@ def test_the_name_checks_know_registered_types_and_modules():
     assert registered('xmr.retrieval_collate') and not registered('PhasedTrainLoops')
     assert resolves('xmr.registry.LOCATIONS') and resolves('xmr.models.retrievers.BaseRetriever')
     assert not resolves('xmr.registry.NO_SUCH') and not resolves('xmr.no_such.module')
+
+
+# ---------------------------------------------------------------------------------------------
+# Links: every relative link of a page reaches a file, and its `#anchor` a heading there (as
+# GitHub writes a heading's anchor: lower case, punctuation dropped, spaces as hyphens, a
+# repeated heading numbered).
+
+LINK = re.compile(r'\]\(([^)\s]+)\)')
+
+
+def anchors(page: Path) -> set[str]:
+    headings = re.findall(r'^#+ (.+)$', FENCE.sub('', page.read_text(encoding='utf-8')), re.M)
+    seen: list[str] = []
+    slugs = set()
+    for heading in headings:
+        slug = re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
+        slugs.add(f'{slug}-{seen.count(slug)}' if slug in seen else slug)
+        seen.append(slug)
+    return slugs
+
+
+def broken_links(page: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(FENCE.sub('', page.read_text(encoding='utf-8'))):
+        if re.match(r'[a-z]+:', target):
+            continue  # https:, mailto:
+        path, _, anchor = target.partition('#')
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists() or (anchor and linked.suffix == '.md'
+                                   and anchor not in anchors(linked)):
+            broken.append(target)
+    return sorted(set(broken))
+
+
+def test_anchors_are_written_as_github_writes_them(tmp_path):
+    page = tmp_path / 'page.md'
+    page.write_text('# Crossmodal-3600 — `tools/data/x.py`\n## Notes\n## Notes\n## Notes\n'
+                    '```bash\n# not a heading\n```\n[a](#notes-2) [b](#nope) [c](other.md)\n')
+    assert anchors(page) == {'crossmodal-3600--toolsdataxpy', 'notes', 'notes-1', 'notes-2'}
+    assert broken_links(page) == ['#nope', 'other.md']
+
+
+@pytest.mark.parametrize('page', PAGES, ids=lambda page: str(page.relative_to(REPO)))
+def test_relative_links_reach_their_file_and_heading(page):
+    broken = broken_links(page)
+    assert not broken, f'{page.relative_to(REPO)} links to no file or heading: {broken}'
