@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
+import io
 import re
 import runpy
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
+from mmengine.registry import Registry
 
 from xmr.utils.cli import DEBUG_FLAG
 
@@ -68,8 +73,6 @@ def test_files_named_by_fenced_commands_exist(page):
 
 # A tool the docs run: `python tools/X.py`, `python -m xmr SUB`, `xmr SUB`, `xmr data X`, or a
 # launcher that hands its trailing options to tools/train.py or tools/test.py.
-LAUNCHERS = {'dist_train.sh': 'train.py', 'dist_test.sh': 'test.py',
-             'slurm_train.sh': 'train.py', 'slurm_test.sh': 'test.py'}
 INVOCATION = re.compile(r'(?:python3? -m (?P<module>[\w.]+)'
                         r'|(?:python3? )?(?P<script>tools/[\w/]+\.py)'
                         r'|(?:bash )?tools/(?P<launcher>(?:dist|slurm)_(?:train|test)\.sh)'
@@ -80,16 +83,26 @@ FLAG = re.compile(r'(?<![\w-])--[a-z][\w-]*')
 INLINE_CODE = re.compile(r'(?<!`)`([^`\n]+)`(?!`)')
 
 
-def documented_commands(page: Path) -> list[str]:
-    """The fenced command lines of a page and its inline code that runs a tool, one per
+def documented_commands(page: Path, inline: bool = True) -> list[str]:
+    """The fenced command lines of a page and (with ``inline``) its inline code, one per
     command (``a && b`` is two)."""
-    text = FENCE.sub('', page.read_text(encoding='utf-8'))
-    inline = [span.replace('\\|', '|') for span in INLINE_CODE.findall(text)]
-    fenced = [' '.join(line.split(' #', 1)[0].split())
-              for block in FENCE.findall(page.read_text(encoding='utf-8'))
-              for line in block.replace('\\\n', ' ').splitlines()]
-    return [ENVIRONMENT.sub('', part) for command in fenced + inline
-            for part in SEPARATOR.split(command)]
+    text = page.read_text(encoding='utf-8')
+    commands = [' '.join(line.split(' #', 1)[0].split())
+                for block in FENCE.findall(text)
+                for line in block.replace('\\\n', ' ').splitlines()]
+    if inline:
+        commands += [span.replace('\\|', '|') for span in INLINE_CODE.findall(FENCE.sub('', text))]
+    return [ENVIRONMENT.sub('', part) for command in commands for part in SEPARATOR.split(command)]
+
+
+def launched(launcher: str, words: list[str]) -> tuple[str, list[str]]:
+    """The tool a launcher runs and its words: the launcher's own (``dist_*.sh``'s
+    NUM_PROCESSES after CONFIG [CHECKPOINT], ``slurm_*.sh``'s PARTITION JOB_NAME) left out."""
+    script = 'train.py' if '_train' in launcher else 'test.py'
+    if launcher.startswith('slurm'):
+        return f'tools/{script}', words[2:]
+    count = 1 if script == 'train.py' else 2
+    return f'tools/{script}', words[:count] + words[count + 1:]
 
 
 def tool_call(command: str) -> tuple[str, list[str]] | None:
@@ -100,7 +113,7 @@ def tool_call(command: str) -> tuple[str, list[str]] | None:
         return None
     words = command[match.end():].split()
     if match['launcher']:
-        return f'tools/{LAUNCHERS[match["launcher"]]}', words
+        return launched(match['launcher'], words)
     if match['script']:
         return match['script'], words
     if match['module'] not in (None, 'xmr'):
@@ -174,6 +187,92 @@ def test_documented_flags_are_accepted_by_their_tools(page):
     assert not wrong, f'{page.relative_to(REPO)} passes flags its tools do not take: {wrong}'
 
 
+# A fenced command written out in full (no [optional] part, <placeholder>, a|b or ...) parses as
+# its tool parses it, and the --cfg-options and --ablation it gives a config of the repository
+# load as the tools load them (a key the config's types do not take, a list index past its end,
+# a top-level key the config does not have).
+
+UNPARSED = re.compile(r'[][<>|]|\.\.\.')
+
+
+def check_typed_parents(cfg: Mapping, key: str) -> None:
+    """Check the options of each part of ``cfg`` on the way to ``key`` (``model.a.b``: ``model``
+    and ``model.a``) against its type, as the registry would once it builds that part (the
+    config's load checks the top-level parts only)."""
+    from xmr import registry
+
+    node: Any = cfg
+    for part in key.split('.')[:-1]:
+        node = node[int(part)] if isinstance(node, list) else node.get(part)
+        kind = node.get('type') if isinstance(node, Mapping) else None
+        if isinstance(kind, str):
+            next(found for found in vars(registry).values()
+                 if isinstance(found, registry.XMRRegistry) and registered_in(found, kind)
+                 ).check_options(node)
+
+
+def registered_in(found: Registry, name: str) -> bool:
+    try:
+        return found.get(name) is not None
+    except KeyError:
+        return False
+
+
+def refused_commands(page: Path, work_dir: Path) -> list[str]:
+    from xmr.run_config import load_run_config
+
+    refused = []
+    for command in documented_commands(page, inline=False):
+        call = tool_call(command)
+        if call is None or any(UNPARSED.search(word) for word in call[1]):
+            continue
+        script, words = call
+        errors = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(errors):
+                args = tool_parser(script).parse_args(words)
+        except SystemExit:
+            refused.append(f'{command}: {errors.getvalue().strip().splitlines()[-1]}')
+            continue
+        config, options = getattr(args, 'config', None), getattr(args, 'cfg_options', None)
+        if not (config and (REPO / config).is_file() and (options or args.ablation)):
+            continue
+        try:
+            plain = load_run_config(REPO / config, ablations=args.ablation, work_dir=str(work_dir))
+            merged = load_run_config(REPO / config, ablations=args.ablation,
+                                     cfg_options=options, work_dir=str(work_dir))
+            for key in options or ():
+                check_typed_parents(merged, key)
+        except Exception as error:  # noqa: BLE001  (any refusal is the finding)
+            refused.append(f'{command}: {type(error).__name__}: {error}')
+            continue
+        # MMEngine adds a key the config lacks; at the top level, no part of a run reads it.
+        refused += [f'{command}: {key}: the config has no {key.split(".")[0]}'
+                    for key in options or () if key.split('.')[0] not in plain]
+    return refused
+
+
+def test_a_refused_command_is_reported(tmp_path):
+    page = tmp_path / 'page.md'
+    page.write_text('```bash\npython tools/test.py CONFIG CKPT --out\n'
+                    'python tools/train.py configs/demo/static_tiny-clip_synthetic.py '
+                    '--cfg-options model.no_such_option=1\npython tools/train.py [--amp]\n'
+                    'python tools/train.py configs/demo/static_tiny-clip_synthetic.py '
+                    '--cfg-options no_such_loader.batch_size=8\n'
+                    'python tools/train.py configs/demo/static_tiny-clip_synthetic.py '
+                    '--cfg-options model.language_branch.adapters.hiden=8\n```\n')
+    refused = refused_commands(page, tmp_path / 'work')
+    assert len(refused) == 4 and 'expected one argument' in refused[0]
+    assert "unknown option 'hiden' (did you mean 'hidden'?)" in refused[3]
+    assert 'no_such_option' in refused[1] and 'has no no_such_loader' in refused[2]
+
+
+@pytest.mark.parametrize('page', PAGES, ids=lambda page: str(page.relative_to(REPO)))
+def test_fenced_commands_parse_and_load_their_config(page, tmp_path):
+    refused = refused_commands(page, tmp_path)
+    assert not refused, f'{page.relative_to(REPO)} runs commands its tools refuse: {refused}'
+
+
 # ---------------------------------------------------------------------------------------------
 # Paths: every repository path the text of a page names exists: `configs/...`, `xmr/...`,
 # `tools/...`; a config named as `_base_` and the tools name it (`xmr::dasd/x.py`,
@@ -241,8 +340,10 @@ def test_the_command_reader_finds_the_tool_and_its_words():
     assert tool_call('xmr data prepare_multi30k --text-only') == (
         'tools/data/prepare_multi30k.py', ['--text-only'])
     assert tool_call('python -m xmr test CONFIG CKPT') == ('tools/test.py', ['CONFIG', 'CKPT'])
-    assert tool_call('tools/dist_train.sh CONFIG 2 --amp') == (
-        'tools/train.py', ['CONFIG', '2', '--amp'])
+    assert tool_call('tools/dist_train.sh C 2 --amp') == ('tools/train.py', ['C', '--amp'])
+    assert tool_call('tools/dist_test.sh C K 4 --out r.json') == (
+        'tools/test.py', ['C', 'K', '--out', 'r.json'])
+    assert tool_call('tools/slurm_train.sh P JOB C --amp') == ('tools/train.py', ['C', '--amp'])
     assert [tool_call(command) for command in (
         'python -m pytest -x', 'xmr data prepare_<set>', 'xmr --help', 'pip install -e .')] == [
         None] * 4
@@ -273,15 +374,10 @@ DOTTED = re.compile(r'(?<![\w./:-])xmr(?:\.\w+)+')
 @functools.cache
 def registered(name: str) -> bool:
     """Whether any of xmr's registries (and their MMEngine parents) builds type ``name``."""
-    import xmr.registry as registries
-    for registry in vars(registries).values():
-        if isinstance(registry, registries.Registry):
-            try:
-                if registry.get(name) is not None:
-                    return True
-            except KeyError:
-                pass
-    return False
+    from xmr import registry
+
+    return any(registered_in(found, name) for found in vars(registry).values()
+               if isinstance(found, Registry))
 
 
 def resolves(dotted: str) -> bool:
