@@ -352,13 +352,18 @@ def test_the_command_reader_finds_the_tool_and_its_words():
 
 
 def test_docs_tools_and_modules_named_by_the_code_exist():
-    """The code's own pointers (``usage: docs/data.md``, ``see tools/dist_launch.sh``); its
-    ``configs/`` words are left out, as they also name the released code's files."""
+    """The code's own pointers (``usage: docs/data.md``, ``see tools/dist_launch.sh``,
+    ``:class:`~xmr.engine.loops.PhasedTrainLoop```); its ``configs/`` words are left out, as
+    they also name the released code's files."""
     sources = [*(REPO / 'xmr').rglob('*.py'), *(REPO / 'tools').rglob('*.py'),
                *(REPO / 'tools').glob('*.sh'), *(REPO / 'configs').rglob('*.py')]
     missing = {f'{source.relative_to(REPO)}: {path}' for source in sources
                for path in missing_paths(source, ('docs/', 'tools/', 'xmr/'))}
-    assert not missing, f'the code names paths that do not exist: {sorted(missing)}'
+    missing |= {f'{source.relative_to(REPO)}: {name}' for source in sources
+                if source.name != '__main__.py'
+                for name in DOTTED.findall(source.read_text(encoding='utf-8'))
+                if not resolves(name.rstrip('.')) and not registered(name)}
+    assert not missing, f'the code names paths or names that do not exist: {sorted(missing)}'
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,8 +394,9 @@ def resolves(dotted: str) -> bool:
         except ModuleNotFoundError:
             continue
         for attribute in parts[count:]:
-            if not hasattr(found, attribute):
-                return False
+            if not hasattr(found, attribute):  # a dataclass's field without a default
+                return attribute in getattr(found, '__annotations__', {}) and \
+                    attribute == parts[-1]
             found = getattr(found, attribute)
         return True
     return False
@@ -417,6 +423,7 @@ def test_the_name_checks_know_registered_types_and_modules():
     assert registered('xmr.retrieval_collate') and not registered('PhasedTrainLoops')
     assert resolves('xmr.registry.LOCATIONS') and resolves('xmr.models.retrievers.BaseRetriever')
     assert not resolves('xmr.registry.NO_SUCH') and not resolves('xmr.no_such.module')
+    assert resolves('xmr.models.adapters.base.AdapterContext.rows')  # a field, no default
 
 
 # ---------------------------------------------------------------------------------------------
