@@ -9,6 +9,7 @@ import io
 import re
 import runpy
 import sys
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,23 @@ def unknown_flags(page: Path) -> list[str]:
 def test_documented_flags_are_accepted_by_their_tools(page):
     wrong = unknown_flags(page)
     assert not wrong, f'{page.relative_to(REPO)} passes flags its tools do not take: {wrong}'
+
+
+def unknown_markers(page: Path) -> list[str]:
+    """The words of a documented ``pytest -m EXPR`` that pyproject.toml declares no marker."""
+    declared = tomllib.loads((REPO / 'pyproject.toml').read_text(encoding='utf-8'))
+    markers = {marker.split(':')[0] for marker in
+               declared['tool']['pytest']['ini_options']['markers']}
+    return sorted({word for command in documented_commands(page)
+                   for expression in re.findall(r'pytest .*?-m ("[^"]*"|\S+)', command)
+                   for word in re.findall(r'\w+', expression)
+                   if word not in markers | {'and', 'or', 'not'}})
+
+
+@pytest.mark.parametrize('page', PAGES, ids=lambda page: str(page.relative_to(REPO)))
+def test_documented_pytest_markers_are_declared(page):
+    unknown = unknown_markers(page)
+    assert not unknown, f'{page.relative_to(REPO)} selects undeclared pytest markers: {unknown}'
 
 
 # A fenced command written out in full (no [optional] part, <placeholder>, a|b or ...) parses as
