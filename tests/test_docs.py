@@ -444,6 +444,23 @@ def test_the_name_checks_know_registered_types_and_modules():
     assert resolves('xmr.models.adapters.base.AdapterContext.rows')  # a field, no default
 
 
+def test_tests_the_docs_name_exist():
+    """A test named in the docs (`test_a_fused_step_...`: ``test_`` and three words or more, so
+    that config keys such as ``test_dataloader`` are not taken for one) is defined in tests/,
+    and a test file named bare (`test_open_clip.py`) lies there."""
+    sources = list((REPO / 'tests').rglob('test_*.py'))
+    defined = {name for source in sources
+               for name in re.findall(r'def (test_\w+)', source.read_text(encoding='utf-8'))}
+    defined |= {source.name for source in sources}
+    named = {(page.relative_to(REPO), name) for page in PAGES
+             for name in re.findall(r'(?<![\w/.-])(test(?:_[a-z0-9]+){3,}(?:\.py)?)\b',
+                                    page.read_text(encoding='utf-8'))}
+    named |= {(page.relative_to(REPO), name) for page in PAGES
+              for name in re.findall(r'(?<![\w/.-])(test_\w+\.py)\b', page.read_text('utf-8'))}
+    missing = sorted(f'{page}: {name}' for page, name in named if name not in defined)
+    assert not missing, f'the docs name tests that do not exist: {missing}'
+
+
 # ---------------------------------------------------------------------------------------------
 # Links: every relative link of a page reaches a file, and its `#anchor` a heading there (as
 # GitHub writes a heading's anchor: lower case, punctuation dropped, spaces as hyphens, a
