@@ -6,10 +6,12 @@ import contextlib
 import functools
 import importlib
 import io
+import os
 import re
 import runpy
 import sys
 import tomllib
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -145,8 +147,9 @@ def tool_parser(script: str) -> argparse.ArgumentParser:
 
     saved = sys.argv[:], sys.path[:]
     sys.argv = [str(REPO / script)]
-    try:
-        with mock.patch.object(argparse.ArgumentParser, 'parse_known_args', caught):
+    try:  # what the script sets up before parsing (environment, warnings) stays with it
+        with mock.patch.object(argparse.ArgumentParser, 'parse_known_args', caught), \
+                mock.patch.dict(os.environ), warnings.catch_warnings():
             runpy.run_path(str(REPO / script), run_name='__main__')
     except _Parsed as parsed:
         return parsed.parser
