@@ -298,8 +298,8 @@ def test_fenced_commands_parse_and_load_their_config(page, tmp_path):
 # Paths: every repository path the text of a page names exists: `configs/...`, `xmr/...`,
 # `tools/...`; a config named as `_base_` and the tools name it (`xmr::dasd/x.py`,
 # `../_base_/x.py`, `dasd/x.py`) or by its bare name (`cdds_clip-vit-b32_mscoco.py`: a `-` and a
-# `_` make a config's name). `{a,b}` names each of a and b, a `*` at least one file; a
-# placeholder (<name>, ..., CONFIG) names nothing.
+# `_` make a config's name), and an ablation by its name (`dasd/no-sc`). `{a,b}` names each of a
+# and b, a `*` at least one file; a placeholder (<name>, ..., CONFIG) names nothing.
 
 ROOTS = ('tools/', 'configs/', 'xmr/', 'docs/', 'tests/', 'requirements/')
 CONFIG_FOLDERS = tuple(f'{path.name}/' for path in (REPO / 'configs').iterdir() if path.is_dir())
@@ -328,6 +328,9 @@ def repository_path(word: str) -> str | None:
         return 'configs/' + word
     if '/' not in word and word.endswith('.py') and '-' in word and '_' in word:
         return 'configs/**/' + word
+    ablation = re.fullmatch(r'([\w-]+)/([\w-]+)', word)  # `dasd/no-sc`, as --ablation names it
+    if ablation and (REPO / 'configs' / ablation[1] / 'ablations').is_dir():
+        return f'configs/{ablation[1]}/ablations/{ablation[2]}.py'
     return None
 
 
@@ -335,19 +338,24 @@ def missing_paths(page: Path, roots: tuple[str, ...] = ()) -> list[str]:
     """The paths that do not exist of those ``page`` names (only those under ``roots``, if
     given)."""
     patterns = {repository_path(word) for word in WORD.findall(page.read_text(encoding='utf-8'))
-                if word.startswith(roots)}
+                if not roots or word.startswith(roots)}
     return sorted(path for pattern in patterns - {None} for path in expanded(pattern)
                   if not (any(REPO.glob(path)) if '*' in path else (REPO / path).exists()))
 
 
-def test_the_path_reader_expands_patterns_and_skips_placeholders():
+def test_the_path_reader_expands_patterns_and_skips_placeholders(tmp_path):
     assert expanded('a{b,c}_{d,}.py') == ['ab_d.py', 'ab_.py', 'ac_d.py', 'ac_.py']
     assert [repository_path(word) for word in (
         'configs/dasd/x.py,', 'xmr::demo/x.py', '../_base_/datasets/x.py', 'dasd/no-sc',
         'cdds_clip-vit-b32_mscoco.py', 'my_project/adapters.py', 'run_XTD.py',
         'configs/demo/<config>.py', 'work_dirs/.../x.py')] == [
-        'configs/dasd/x.py', 'configs/demo/x.py', 'configs/_base_/datasets/x.py', None,
+        'configs/dasd/x.py', 'configs/demo/x.py', 'configs/_base_/datasets/x.py',
+        'configs/dasd/ablations/no-sc.py',
         'configs/**/cdds_clip-vit-b32_mscoco.py', None, None, None, None]
+    page = tmp_path / 'page.md'
+    page.write_text('`configs/demo/{static,no_such}_tiny-clip_synthetic.py`, docs/no_such.md\n')
+    assert missing_paths(page) == ['configs/demo/no_such_tiny-clip_synthetic.py', 'docs/no_such.md']
+    assert missing_paths(page, ('docs/',)) == ['docs/no_such.md']
 
 
 @pytest.mark.parametrize('page', PAGES, ids=lambda page: str(page.relative_to(REPO)))
