@@ -1,4 +1,12 @@
-"""Every repository file a fenced command of the README or docs/ names exists."""
+"""The README and docs/ agree with the code: the files, configs, ablations and tests they name
+exist; the flags their commands pass are their tools' flags, a command written out in full parses
+and its --cfg-options load; the types they write are registered, the xmr.a.b names they use
+resolve; their links reach a file and heading. The code's own pointers to docs/, tools/ and
+xmr.a.b resolve too.
+
+A placeholder names nothing: <name>, ..., a word in capitals (CONFIG), [optional] parts; a
+user's own files (my_project/...) lie outside the repository's folders and are not read as paths.
+"""
 from __future__ import annotations
 
 import argparse
