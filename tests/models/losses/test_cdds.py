@@ -8,6 +8,7 @@ from torch.distributions import Normal, kl_divergence
 import xmr.models.disentanglers.cdds  # noqa: F401  (registers the correlation and sampler)
 from xmr.models.losses.cdds import (
     CDDSDistributionSamplingLoss,
+    check_tokens,
     gaussian_kl,
     information_integrity_loss,
     modality_consistency_loss,
@@ -195,3 +196,16 @@ def test_unpaired_batches_are_refused():
     patches, patch_mask, words, word_mask = ideal_pairs()
     with pytest.raises(ValueError, match='paired batches, got 4 images and 3 captions'):
         semantic_consistency_loss(patches, patch_mask, words[:3], word_mask[:3])
+
+
+def test_a_mask_off_the_host_is_checked_by_shape_alone():
+    """A mask on a device is never read back (a wait for the device at every check); its shape
+    and dtype are still checked. A meta tensor stands for one: reading it would raise."""
+    tokens = torch.empty(2, 3, 4, device='meta')
+    check_tokens(tokens, torch.empty(2, 3, dtype=torch.bool, device='meta'), 'patch tokens')
+    with pytest.raises(ValueError, match=r'patch tokens mask must be a bool tensor of shape '
+                                         r'\(2, 3\)'):
+        check_tokens(tokens, torch.empty(2, 4, dtype=torch.bool, device='meta'), 'patch tokens')
+    with pytest.raises(ValueError, match=r'patch tokens: samples \[1\] have no real token'):
+        check_tokens(torch.zeros(2, 3, 4), torch.tensor([[True, False, False], [False] * 3]),
+                     'patch tokens')
