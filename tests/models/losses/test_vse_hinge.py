@@ -99,6 +99,15 @@ def test_the_schedule_counts_the_global_batchs_pairs_not_the_calls():
         [SUMMED, SUMMED, HARDEST])
 
 
+def test_a_margin_of_zero_counts_the_negatives_scored_above_the_positive():
+    """Margin 0 is VSE++'s loss without its margin: each violation above is 0.2 less, and
+    those at 0.2 or below vanish (image 0 vs caption 1 stays at 0 either way)."""
+    assert VSEHingeLoss(margin=0, hardest_after_pairs=None)(IMAGES, CAPTIONS).item() == \
+        pytest.approx(0.4 + 0.16 + 0.2 + 0.36 + 0.2)
+    assert VSEHingeLoss(margin=0)(IMAGES, CAPTIONS).item() == pytest.approx(0.4 + 0.16 + 0.36
+                                                                            + 0.2)
+
+
 def test_bad_settings_are_named():
     with pytest.raises(ValueError, match='margin must be >= 0, got -0.1'):
         VSEHingeLoss(margin=-0.1)
