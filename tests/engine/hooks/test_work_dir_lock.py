@@ -247,3 +247,80 @@ def test_of_two_runs_taking_over_a_stale_lock_at_once_one_gets_it(tmp_path):
     late, first = (run.pid for run in runs)
     assert outcome == {first: 'locked', late: 'refused'}
     assert (tmp_path / LOCK_NAME).read_text().split()[0] == str(first)
+
+
+def _run_pausing_in_takeover(work_dir, paused_at, paused, other_started, taken, results,
+                             done) -> None:
+    """A run taking over the stale lock that pauses once inside the takeover: at 'open' (the
+    stale file opened, not yet locked with flock) until the other run has taken the lock over,
+    or at 'check' (under flock, the holder checked, the file not yet removed) until the other
+    run is waiting for that flock."""
+    import xmr.engine.work_dir as work_dir_module
+
+    def pause() -> None:
+        paused.set()
+        if paused_at == 'open':
+            taken.wait(30)
+        else:
+            other_started.wait(30)
+            time.sleep(1)  # the other run reaches the flock this run holds
+
+    if paused_at == 'open':
+        real_fcntl = work_dir_module.fcntl
+
+        class PausingFcntl:
+            LOCK_EX = real_fcntl.LOCK_EX
+
+            @staticmethod
+            def flock(handle, operation):
+                if not paused.is_set():
+                    pause()
+                return real_fcntl.flock(handle, operation)
+
+        work_dir_module.fcntl = PausingFcntl
+    else:
+        parse, calls = work_dir_module._parse_holder, []
+
+        def pausing_parse(text):
+            calls.append(text)
+            if len(calls) == 2:  # the check under flock (the first: reading the holder)
+                pause()
+            return parse(text)
+
+        work_dir_module._parse_holder = pausing_parse
+    _attempt(work_dir, results)
+    done.wait(30)  # alive, holding the lock if it got it, while the other run decides
+
+
+def _other_run(work_dir, paused, other_started, taken, results, done) -> None:
+    paused.wait(30)
+    other_started.set()
+    _attempt(work_dir, results)
+    taken.set()
+    done.wait(30)
+
+
+@pytest.mark.parametrize('paused_at', ['open', 'check'])
+def test_a_stale_lock_another_run_takes_over_meanwhile_is_left_to_it(tmp_path, paused_at):
+    """Two runs take over the same stale lock. 'open': one opened the stale file, then the
+    other replaced it with its own lock; the opened file still names the stale holder, but is
+    the lock no longer. 'check': one checked the file under flock; the other, waiting for the
+    flock, must not remove the lock the first then creates. Either way one run locks."""
+    context = multiprocessing.get_context('fork')
+    (tmp_path / LOCK_NAME).write_text(f'{dead_pid()} {socket.gethostname()}\n')
+    paused, other_started, taken, done = (context.Event() for _ in range(4))
+    results = context.Queue()
+    runs = [context.Process(target=_run_pausing_in_takeover,
+                            args=(tmp_path, paused_at, paused, other_started, taken, results,
+                                  done)),
+            context.Process(target=_other_run,
+                            args=(tmp_path, paused, other_started, taken, results, done))]
+    for run in runs:
+        run.start()
+    outcome = dict(results.get(timeout=60) for _ in runs)
+    holder = (tmp_path / LOCK_NAME).read_text().split()[0]
+    done.set()
+    for run in runs:
+        run.join()
+    assert sorted(outcome.values()) == ['locked', 'refused']
+    assert holder == str(next(pid for pid, result in outcome.items() if result == 'locked'))
