@@ -76,5 +76,9 @@ def test_the_train_tool_exits_with_the_signal_only_when_it_cut_training_short(
     config = tmp_path / 'signalled.py'
     cfg.dump(str(config))
     torch.manual_seed(0)
+    handler_before = signal.getsignal(signal.SIGTERM)
     assert exit_status([str(config), '--work-dir', str(work_dir)]) == status
-    assert logged in next(work_dir.glob('*/*.log')).read_text()
+    log = next(work_dir.glob('*/*.log')).read_text()
+    assert logged in log
+    assert log.count('SIGTERM received') == 1  # cut short, or after the end: never both
+    assert signal.getsignal(signal.SIGTERM) is handler_before  # a finished run hands it back
