@@ -32,6 +32,7 @@ def test_a_checkpoint_holds_what_every_rank_gathered_else_this_processs_streams(
     (['s0', 's1'], 1, 2, 's1'),            # the rank's own
     (['s0', 's1'], 0, 1, 's0'),            # fewer ranks than wrote it: rank 0's
     (['s0'], 1, 2, 's0'),                  # a best checkpoint, or one of a single process
+    (['s0', 's1', 's2'], 1, 2, 's0'),      # more ranks than this run: rank 0's, for each rank
     ({'torch': 'old'}, 1, 2, {'torch': 'old'}),  # an earlier xmr's: one state, not a list
 ])
 def test_each_rank_resumes_its_own_streams_or_rank_0s(monkeypatch, saved, rank, world,
