@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import os
 
 import pytest
 
@@ -27,6 +28,31 @@ def test_a_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path, monk
     assert error.value.errno == errno.ENOSPC
     assert path.read_text() == 'old\n'
     assert [p.name for p in tmp_path.iterdir()] == ['report.md']
+
+
+def test_the_new_file_is_on_disk_before_it_replaces_the_old_and_the_replacement_after(
+        tmp_path, monkeypatch):
+    """A power cut after the write leaves the old file or the whole new one: the temporary's
+    data are flushed before the rename, and the folder's entry after it."""
+    events = []
+    fsync, replace = os.fsync, os.replace
+
+    def recording_fsync(descriptor: int) -> None:
+        events.append(('fsync', os.readlink(f'/proc/self/fd/{descriptor}')))
+        fsync(descriptor)
+
+    def recording_replace(source, target) -> None:
+        events.append(('replace', str(source), str(target)))
+        replace(source, target)
+
+    monkeypatch.setattr(xmr.fileio.os, 'fsync', recording_fsync)
+    monkeypatch.setattr(xmr.fileio.os, 'replace', recording_replace)
+    path = tmp_path / 'report.md'
+    atomic_write_text(path, 'new\n')
+    temporary = str(tmp_path / f'.report.md.{os.getpid()}.tmp')
+    assert events == [('fsync', temporary), ('replace', temporary, str(path)),
+                      ('fsync', str(tmp_path))]
+    assert path.read_text() == 'new\n'
 
 
 def test_an_exception_while_writing_replaces_nothing(tmp_path):
