@@ -69,10 +69,16 @@ def test_an_option_past_the_end_of_a_list_names_the_list_and_its_length():
     ('default_hooks.checkpoint.max_keep_ckpt', "hook CheckpointHook: unknown option "
      "'max_keep_ckpt' \\(did you mean 'max_keep_ckpts'\\?\\); it takes backend_args, interval"),
     ('train_cfg.max_iter', "loop PhasedTrainLoop: unknown option 'max_iter'"),
+    ('custom_hooks.3.metrik', "hook PhaseReportHook: unknown option 'metrik' \\(did you mean "
+     "'metric'\\?\\)"),
+    ('val_cfg.fp17', "loop ValLoop: unknown option 'fp17' \\(did you mean 'fp16'\\?\\)"),
+    ('test_cfg.fp17', "loop TestLoop: unknown option 'fp17'"),
 ])
 def test_a_misspelt_option_of_a_hook_or_loop_is_refused_when_the_config_loads(option,
                                                                             message):
-    """MMEngine hands CheckpointHook's unknown options on to the first save, iterations in."""
+    """MMEngine hands CheckpointHook's unknown options on to the first save, iterations in;
+    the custom hooks and the validation and test loops are built as the runner starts."""
+    assert load_run_config(DEMO).custom_hooks[3].type == 'PhaseReportHook'
     with pytest.raises(UnknownOptionError, match=message):
         load_run_config(DEMO, cfg_options={option: 3})
     load_run_config(DEMO, cfg_options={'default_hooks.checkpoint.max_keep_ckpts': 3,
@@ -107,4 +113,6 @@ def test_a_word_where_a_number_goes_is_refused_when_the_config_loads(option, mes
 def test_a_seed_that_is_no_integer_is_refused_when_the_config_loads():
     with pytest.raises(ValueError, match=r"randomness.seed='abc' must be an integer \(or None"):
         load_run_config(DEMO, cfg_options={'randomness.seed': 'abc'})
+    with pytest.raises(ValueError, match=r"randomness.seed=True must be an integer"):
+        load_run_config(DEMO, cfg_options={'randomness.seed': True})  # a bool is no seed
     assert load_run_config(DEMO, cfg_options={'randomness.seed': 7}).randomness.seed == 7
