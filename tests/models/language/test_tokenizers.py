@@ -6,6 +6,7 @@ import torch
 
 from tests.conftest import CORPUS
 from xmr.models.language.tokenizers import (
+    BaseTokenizer,
     HFTokenizer,
     NLLBTokenizer,
     OpenCLIPTokenizer,
@@ -59,6 +60,38 @@ def test_a_language_the_vocabulary_never_saw_is_reported_once(monkeypatch):
                       'captions in a batch are unknown to its vocabulary, which does not cover '
                       'the language; give a vocabulary that does (a SentencePiece model learned '
                       "from a corpus holding the language's captions)"]
+
+
+class WordTokenizer(BaseTokenizer):
+    """Words of a fixed vocabulary, every other word unknown (id 1), between ids 2 and 3."""
+
+    words = {'red': 4, 'circle': 5, 'two': 6}
+    vocab_size, pad_id, unk_id = 7, 0, 1
+
+    def encode(self, text: str) -> list[int]:
+        return [2, *(self.words.get(word, 1) for word in text.split()), 3]
+
+
+def test_a_language_is_reported_once_over_a_quarter_of_its_tokens_in_a_batch_are_unknown(
+        monkeypatch):
+    """Counted per language over the batch, the specials left out: a quarter is not over it."""
+    from xmr.models.language import tokenizers
+
+    logged = []
+    monkeypatch.setattr(tokenizers, 'print_log', lambda message, **kw: logged.append(message))
+    tokenizer = WordTokenizer()
+    # de: 1 of 4 (a quarter); fr: 1 of 3 in a caption, but 1 of 7 over its captions.
+    tokenizer(['two red rouge circle', 'deux red circle', 'two red circle circle'],
+              langs=['de', 'fr', 'fr'])
+    assert logged == []
+    tokenizer(['two red rouge circle', 'two rouge', 'red circle', 'zwei red circle'],
+              langs=['de', 'fr', 'fr', 'es'])  # fr: 1 of 4; es: 1 of 3, over a quarter
+    assert logged == ["WordTokenizer: 1 of the 3 tokens of the 'es' captions in a batch are "
+                      'unknown to its vocabulary, which does not cover the language; give a '
+                      'vocabulary that does (a SentencePiece model learned from a corpus holding '
+                      "the language's captions)"]
+    tokenizer(['deux rouge', 'zwei rote'], langs=['fr', 'es'])  # es again: said once
+    assert len(logged) == 2 and "'fr' captions" in logged[1]
 
 
 def test_sentencepiece_trains_writes_and_reloads(tmp_path):
