@@ -265,6 +265,12 @@ def test_out_is_checked_before_testing_and_the_table_is_printed_even_if_saving_f
     assert tested == [] and capsys.readouterr().err == (
         f'error: {root}: is a folder, where the result file goes: give --out the path of a '
         '.json file (its .csv goes beside it)\n')
+    (root / 'table.csv').mkdir()  # where the table of --out table.json goes
+    with pytest.raises(SystemExit):
+        run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--out',
+                             str(root / 'table.json')])
+    assert tested == [] and capsys.readouterr().err.startswith(
+        f'error: {root / "table.csv"}: is a folder, where the result file goes')
 
     monkeypatch.undo()
 
