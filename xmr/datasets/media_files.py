@@ -3,7 +3,6 @@ torch: the data tools use it before anything heavy is imported)."""
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,16 +16,15 @@ def missing_media(media_root: str | os.PathLike, relative_paths: Iterable[str]) 
     than one ``stat`` per file.
     """
     media_root = Path(media_root)
-    by_folder: dict[str, list[str]] = defaultdict(list)
+    present: dict[str, set[str]] = {}
+    missing: list[Path] = []
     for relative in relative_paths:
         folder, _, name = relative.rpartition('/')
-        by_folder[folder].append(name)
-    missing: list[Path] = []
-    for folder, names in by_folder.items():
-        directory = media_root / folder if folder else media_root
-        try:
-            present = {entry.name for entry in os.scandir(directory)}
-        except (FileNotFoundError, NotADirectoryError):
-            present = set()
-        missing.extend(directory / name for name in names if name not in present)
+        if folder not in present:
+            try:
+                present[folder] = {entry.name for entry in os.scandir(media_root / folder)}
+            except (FileNotFoundError, NotADirectoryError):
+                present[folder] = set()
+        if name not in present[folder]:
+            missing.append(media_root / folder / name)
     return missing

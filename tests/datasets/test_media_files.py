@@ -1,0 +1,29 @@
+"""missing_media: the absent files of an annotation, in its order, one listing per folder."""
+from __future__ import annotations
+
+import os
+
+from xmr.datasets import media_files
+from xmr.datasets.media_files import missing_media
+
+
+def test_the_missing_files_come_in_the_annotations_order_each_folder_listed_once(
+        tmp_path, monkeypatch):
+    for present in ('a/1.jpg', 'b/2.jpg', 'top.jpg'):
+        (tmp_path / present).parent.mkdir(exist_ok=True)
+        (tmp_path / present).write_bytes(b'')
+    listed = []
+    scandir = os.scandir
+
+    def counting_scandir(path):
+        listed.append(str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(media_files.os, 'scandir', counting_scandir)
+    paths = ['a/1.jpg', 'b/9.jpg', 'a/8.jpg', 'gone/7.jpg', 'top.jpg', 'b/2.jpg', 'lost.jpg',
+             'a/6.jpg']
+    assert missing_media(tmp_path, paths) == [tmp_path / 'b' / '9.jpg', tmp_path / 'a' / '8.jpg',
+                                              tmp_path / 'gone' / '7.jpg', tmp_path / 'lost.jpg',
+                                              tmp_path / 'a' / '6.jpg']
+    assert sorted(listed) == sorted(str(tmp_path / folder) for folder in ('a', 'b', 'gone', ''))
+    assert missing_media(tmp_path, iter(['a/1.jpg', 'top.jpg'])) == []
