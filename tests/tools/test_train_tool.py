@@ -94,6 +94,16 @@ def test_checkpoints_refuse_a_new_run_whatever_last_checkpoint_says(tmp_path, po
         train_tool.build_config(args)
 
 
+def test_a_work_dir_named_with_glob_characters_is_searched_for_checkpoints_as_named(tmp_path):
+    """``run[1]`` read as a pattern would match ``run1`` only, and find no checkpoint."""
+    work_dir = tmp_path / 'run[1]'
+    work_dir.mkdir()
+    (work_dir / 'iter_4.pth').write_bytes(b'weights')
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(work_dir)])
+    with pytest.raises(UserError, match=r'earlier run \(iter_4.pth\)'):
+        train_tool.build_config(args)
+
+
 def test_resume_auto_without_last_checkpoint_refuses_a_work_dir_with_checkpoints(tmp_path):
     (tmp_path / 'iter_4.pth').write_bytes(b'weights')
     with pytest.raises(UserError, match=r'earlier run \(iter_4.pth\)'):
