@@ -129,6 +129,9 @@ def test_the_lock_names_this_process_and_host_and_refuses_a_holder_on_another_ho
         lock_work_dir(tmp_path)
     unlock_work_dir(tmp_path)  # not ours: kept
     assert (tmp_path / LOCK_NAME).exists()
+    (tmp_path / LOCK_NAME).write_text(f'{os.getpid()} gpu-node-7\n')  # our PID, another host
+    with pytest.raises(WorkDirLockedError, match=f'PID {os.getpid()} on gpu-node-7'):
+        lock_work_dir(tmp_path)
 
 
 def test_a_taken_over_lock_is_reported(tmp_path):
