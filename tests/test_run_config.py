@@ -85,6 +85,17 @@ def test_a_misspelt_option_of_a_hook_or_loop_is_refused_when_the_config_loads(op
                                        'default_hooks.checkpoint.save_optimizer': False})
 
 
+@pytest.mark.parametrize('option', ['filename', 'meta', 'by_epoch_'])
+def test_an_option_checkpoint_hook_passes_on_to_the_save_is_refused_when_the_config_loads(
+        option):
+    """MMEngine's CheckpointHook passes its other options to Runner.save_checkpoint after the
+    save's every argument (filename, meta, ...): each would fail the first save, iterations in,
+    as an argument given twice."""
+    with pytest.raises(UnknownOptionError, match=f"hook CheckpointHook: unknown option "
+                       f"'{option}'"):
+        load_run_config(DEMO, cfg_options={f'default_hooks.checkpoint.{option}': 3})
+
+
 def test_a_bad_phase_is_refused_when_the_config_loads():
     """Before the runner is built: its setup, hook table and logs come first otherwise."""
     with pytest.raises(ValueError, match="phase source_finetune: lr='fast' must be a positive"):

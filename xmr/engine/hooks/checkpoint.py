@@ -26,7 +26,6 @@ from typing import Any
 
 from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
-from mmengine.runner import Runner
 
 from xmr.engine.checkpoint import state_dict_mismatches
 from xmr.engine.hook_points import call_hook_point
@@ -47,8 +46,10 @@ class CheckpointHook(MMEngineCheckpointHook):
     """
 
     #: Where ``**kwargs`` go: a misspelt option is refused when the config loads, not at the
-    #: first save (MMEngine hands unknown options on to ``Runner.save_checkpoint``).
-    forwards_options_to = (MMEngineCheckpointHook.__init__, Runner.save_checkpoint)
+    #: first save. MMEngine's hook hands the options it does not take on to
+    #: ``Runner.save_checkpoint``, but after passing every argument of it (``filename``,
+    #: ``meta``, ...) itself, so that any such option fails the save: its own options alone.
+    forwards_options_to = (MMEngineCheckpointHook.__init__,)
 
     def __init__(self, backend_args: dict | None = None, **kwargs: Any) -> None:
         super().__init__(backend_args=backend_args or dict(backend='xmr_atomic_local'),
