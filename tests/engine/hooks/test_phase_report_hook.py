@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -91,6 +92,19 @@ def test_a_run_resumed_in_another_work_dir_reports_the_columns_of_its_checkpoint
     train(report_cfg(tmp_path / 'fork', resume_from=tmp_path / 'first' / 'iter_8.pth'))
     assert [(c['column'], c['iter']) for c in read_report(tmp_path / 'fork')] == [
         (c['column'], c['iter']) for c in read_report(tmp_path / 'first')]
+
+
+def test_weights_loaded_without_resuming_start_an_empty_report(tmp_path):
+    """load_from alone (fine-tuning a checkpoint) starts a new run: the columns the
+    checkpoint carries are the earlier run's, not this one's; resuming takes them back."""
+    columns = [{'column': 'align end', 'iter': 4, 'metrics': {'de/AR': 50.0, 'mAR': 50.0}}]
+    checkpoint = {'phase_report': columns, 'meta': {'iter': 4}}
+    for resume, expected in ((False, []), (True, [('align end', 4, {'de/AR': 50.0,
+                                                                    'mAR': 50.0})])):
+        hook = PhaseReportHook()
+        hook.after_load_checkpoint(SimpleNamespace(_resume=resume, work_dir=str(tmp_path)),
+                                   copy.deepcopy(checkpoint))
+        assert hook.columns == expected
 
 
 def test_a_run_killed_while_validating_a_phase_end_reports_and_keeps_the_best_as_if_not(
