@@ -192,6 +192,7 @@ def runner_that_fails_before_training(cfg) -> tuple[Runner, pytest.ExceptionInfo
 @pytest.mark.parametrize('option, value, message', [
     ('val_interval', 'abc', "train_cfg.val_interval='abc' must be an integer >= 0"),
     ('val_interval', -2, 'train_cfg.val_interval=-2 must be an integer >= 0'),
+    ('val_interval', True, 'train_cfg.val_interval=True must be an integer >= 0'),
     ('validate_at_phase_end', 'no', "train_cfg.validate_at_phase_end='no' must be True or"),
 ])
 def test_a_bad_validation_option_fails_before_the_first_step(tmp_path, option, value,
