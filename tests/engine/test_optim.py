@@ -205,3 +205,20 @@ def test_a_parameter_belongs_to_its_longest_configured_prefix():
     assert group_of('backbone.text.layer.0.weight', groups) == 'backbone'
     assert group_of('backbone.vision_projection.weight', groups) == 'backbone'  # not a prefix
     assert group_of('disentangler.gate.weight', groups) == 'disentangler'  # first component
+
+
+def test_a_learning_rate_set_after_loading_a_state_reaches_both_parts():
+    """Resuming loads the optimiser state, which gives torch's optimisers new group dicts; the
+    phased loop then sets each iteration's learning rate through the combined groups, so they
+    must be the loaded ones (else a resumed run with a sparse table keeps the checkpoint's lr)."""
+    model = TinyBranch(sparse=True)
+    wrapper = build(model)
+    train_step(model, wrapper, [1, 2])
+    resumed = build(TinyBranch(sparse=True)).optimizer
+    resumed.load_state_dict(wrapper.optimizer.state_dict())
+    for group in resumed.param_groups:
+        group['lr'] = 0.25
+    assert [g['lr'] for g in resumed.dense.param_groups] == [0.25] * len(
+        resumed.dense.param_groups)
+    assert resumed.sparse.param_groups[0]['lr'] == 0.25
+    assert resumed.param_groups == [*resumed.dense.param_groups, *resumed.sparse.param_groups]

@@ -176,6 +176,10 @@ class HybridOptimizer(Optimizer):
                              'setting, or start the optimiser afresh')
         self.dense.load_state_dict(state_dict['dense'])
         self.sparse.load_state_dict(state_dict['sparse'])
+        # torch's load_state_dict gives each optimiser new group dicts: the combined list must
+        # be those, or a learning rate set through it (the phased loop's, every iteration of a
+        # resumed run) would not reach either optimiser.
+        self.param_groups = [*self.dense.param_groups, *self.sparse.param_groups]
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}(dense={self.dense!r}, sparse={self.sparse!r})'
