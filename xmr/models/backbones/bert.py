@@ -45,8 +45,13 @@ class BertTextTower(TextTower):
     ``x = LN_1(x + attn(x))``, ``x = LN_2(x + W_2 gelu(W_1 x))``, so that adapters can act on the
     q/k/v and output projections and on each sub-layer's output before its residual add.
 
+    A ``RobertaModel`` / ``XLMRobertaModel`` (a sentence encoder such as multilingual-e5) is
+    read with its own positions: :attr:`position_offset` becomes ``pad_id + 1`` when the
+    embeddings have a ``padding_idx``, as Hugging Face numbers them.
+
     Args:
-        bert: a ``BertModel`` whose embeddings and layers are used (not copied).
+        bert: a ``BertModel`` (or ``RobertaModel`` / ``XLMRobertaModel``) whose embeddings and
+            layers are used (not copied).
         embed_dim: width ``E`` of ``text_proj``; ``None`` builds no projection (a sentence
             encoder whose embedding is the pooled hidden state, ``E = D``).
     """
@@ -66,7 +71,17 @@ class BertTextTower(TextTower):
         self.text_proj = nn.Linear(self.width, embed_dim) if embed_dim is not None else None
         self.embed_dim = embed_dim if embed_dim is not None else self.width
         self.num_blocks = len(self.layers)
-        self.context_length = config.max_position_embeddings
+        position_type = getattr(config, 'position_embedding_type', None) or 'absolute'
+        if position_type != 'absolute':
+            raise TypeError(f'{type(bert).__name__}: config.position_embedding_type='
+                            f'{position_type!r} - BertTextTower runs absolute position '
+                            'embeddings only')
+        # RoBERTa's and XLM-R's embeddings (a padding_idx; BERT's have none) number real tokens
+        # from pad_id + 1, so fewer positions remain for text.
+        padding_idx = getattr(self.embeddings, 'padding_idx', None)
+        if padding_idx is not None:
+            self.position_offset = padding_idx + 1
+        self.context_length = config.max_position_embeddings - self.position_offset
         self.num_heads = config.num_attention_heads
         self.intermediate_size = config.intermediate_size
         self.vocab_size = config.vocab_size
