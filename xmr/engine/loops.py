@@ -375,12 +375,37 @@ class PhasedTrainLoop(BaseLoop):
             loaders = getattr(val_loop, 'dataloaders', None) or [val_loop.dataloader]
             datasets.update({f'val dataset {i} ({type(loader.dataset).__name__})':
                              loader.dataset for i, loader in enumerate(loaders)})
+            self._check_val_protocols(val_loop)
         check_data_languages(self.model, datasets)
         # Phases sharing a loader share its dataset: each is listed once.
         for dataset in {id(dataset): dataset for dataset in datasets.values()}.values():
             check_media = getattr(dataset, 'check_media_exist', None)
             if check_media is not None:
                 check_media()
+
+    def _check_val_protocols(self, val_loop) -> None:
+        """A text-only backbone is validated by text-to-text retrieval: a metric whose protocol
+        ranks media would fail only at the first validation, after ``val_interval`` steps.
+
+        Raises:
+            ValueError: naming the metric's protocol and the backbone.
+        """
+        from xmr.evaluation.protocols import PROTOCOLS
+        from xmr.models.backbones.base import TextBackbone, VisionLanguageBackbone
+
+        backbone = getattr(unwrap_model(self.model), 'backbone', None)
+        if not isinstance(backbone, TextBackbone) or isinstance(backbone,
+                                                                VisionLanguageBackbone):
+            return
+        evaluators = getattr(val_loop, 'evaluators', None) or [val_loop.evaluator]
+        for evaluator in evaluators:
+            for metric in getattr(evaluator, 'metrics', []):
+                protocol = PROTOCOLS.get(getattr(metric, 'protocol', None))
+                if protocol is not None and not protocol.text_gallery:
+                    raise ValueError(
+                        f'val_evaluator {type(metric).__name__}(protocol={protocol.name!r}) '
+                        f'ranks media, but {type(backbone).__name__} is a text-only backbone '
+                        "that embeds none: validate it with protocol='text_to_text'")
 
     def _check_resumed_schedule(self) -> None:
         """A resumed run follows the schedule its checkpoint was trained under, up to its

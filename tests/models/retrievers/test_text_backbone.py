@@ -103,3 +103,23 @@ def test_the_api_refuses_media_for_a_text_only_model(model):
 
     with pytest.raises(TypeError, match='SentenceEncoder is a text-only backbone.*encode_texts'):
         encode_media(model, ['image.jpg'])
+
+
+def test_a_media_protocol_is_refused_before_training(model):
+    """The loop refuses, before the first step, a validation metric that ranks media on a
+    text-only backbone (it failed at the first validation, val_interval steps in)."""
+    from types import SimpleNamespace
+
+    from mmengine.evaluator import Evaluator
+
+    from xmr.engine.loops import PhasedTrainLoop
+    from xmr.evaluation.metrics.retrieval import RetrievalMetric
+
+    def check(protocol: str) -> None:
+        val_loop = SimpleNamespace(evaluator=Evaluator([RetrievalMetric(protocol=protocol)]))
+        PhasedTrainLoop._check_val_protocols(SimpleNamespace(model=model), val_loop)
+
+    check('text_to_text')
+    with pytest.raises(ValueError, match=r"protocol='standard'\) ranks media, but "
+                                         r"SentenceEncoder is a text-only backbone"):
+        check('standard')
