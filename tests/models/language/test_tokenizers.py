@@ -299,3 +299,31 @@ def test_a_tokenizer_file_pads_with_the_id_its_snapshot_names(siglip_t5_folder, 
     assert HFTokenizer(tokenizer_file=str(lone), **options).pad_id == 0  # <pad>, a guess
     told = HFTokenizer(tokenizer_file=str(lone), pad_id=1, **options)
     assert torch.equal(told(texts)['input_ids'], reference)
+
+
+@pytest.mark.parametrize('post_processor', [True, False], ids=['with_end_token', 'without'])
+def test_hf_tokenizer_truncates_as_open_clip_with_and_without_an_end_token(
+        shared_data, tmp_path, post_processor):
+    """A tokenizer whose post-processor appends no end token is cut to its first max_length
+    ids, as Hugging Face's (and so open_clip's) truncation does; the caption's last piece is no
+    end token to keep. XLM-R's own keeps its ``</s>``."""
+    import json
+
+    import open_clip
+    from transformers import PreTrainedTokenizerFast
+
+    spec = json.loads((shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json').read_text())
+    if not post_processor:
+        spec['post_processor'] = None
+    path = tmp_path / 'tokenizer.json'
+    path.write_text(json.dumps(spec))
+    PreTrainedTokenizerFast(tokenizer_file=str(path), pad_token='<pad>').save_pretrained(
+        tmp_path / 'folder')
+    caption = 'one two three four five six seven eight nine ten eleven twelve'
+    expected = open_clip.tokenizer.HFTokenizer(str(tmp_path / 'folder'), context_length=8)(
+        [caption])[0].tolist()
+    assert (expected[-1] == 2) == post_processor  # XLM-R's </s>
+    for tokenizer in (HFTokenizer(tokenizer_file=str(path), max_length=8),
+                      HFTokenizer(name_or_path=str(tmp_path / 'folder'), max_length=8)):
+        assert tokenizer([caption])['input_ids'][0].tolist() == expected
+        assert tokenizer.truncated == 1

@@ -74,9 +74,10 @@ class BaseTokenizer(metaclass=ABCMeta):
     """Caption strings -> :class:`TokenBatch`.
 
     Args:
-        max_length: longest sequence kept, specials included; longer captions are truncated with
-            their EOS kept last, counted in :attr:`truncated` and reported once (a warning with
-            the first one's length) per process.
+        max_length: longest sequence kept, specials included; longer captions are cut to their
+            first ``max_length`` ids with their end token (:meth:`ends_with_special`) kept
+            last, counted in :attr:`truncated` and reported once (a warning with the first
+            one's length) per process.
         pad_to: pad every batch to this length (at least ``max_length``) instead of its longest
             caption; ``None`` (default) pads dynamically.
         pad_to_multiple_of: pad every batch to its longest caption rounded up to a multiple of
@@ -142,15 +143,26 @@ class BaseTokenizer(metaclass=ABCMeta):
                                        else hashlib.sha256(data).hexdigest()[:16])
         return self._vocabulary_digest
 
+    def ends_with_special(self, ids: list[int]) -> bool:
+        """Whether ``ids[-1]`` is an end token that truncation keeps last (every tokenizer of
+        xmr writes one; a Hugging Face tokenizer says per caption)."""
+        return True
+
     def truncate(self, ids: list[int]) -> list[int]:
+        """The first ``max_length`` ids; an end token (:meth:`ends_with_special`) stays last,
+        as Hugging Face's and open_clip's truncation keep it."""
         if len(ids) <= self.max_length:
             return ids
+        keep_end = self.ends_with_special(ids)
         if not self.truncated:
+            kept = 'its end token kept' if keep_end else 'it has no end token to keep'
             print_log(f'{type(self).__name__}: a caption of {len(ids)} tokens is longer than '
-                      f'max_length={self.max_length} and is truncated (its end token kept); '
+                      f'max_length={self.max_length} and is truncated ({kept}); '
                       'later ones are counted in tokenizer.truncated, not reported again',
                       logger='current', level=logging.WARNING)
         self.truncated += 1
+        if not keep_end:
+            return ids[:self.max_length]
         return ids[:self.max_length - 1] + ids[-1:]
 
     def padded_length(self, longest: int) -> int | None:
@@ -330,6 +342,8 @@ class HFTokenizer(BaseTokenizer):
             sep = next((vocab[t] for t in ('[SEP]', '</s>') if t in vocab), None)
             self._encode_fn: Callable[[str, bool], list[int]] = (
                 lambda t, specials: self._fast.encode(t, add_special_tokens=specials).ids)
+            special_ids = {index for index, token in
+                           self._fast.get_added_tokens_decoder().items() if token.special}
         else:
             from transformers import AutoTokenizer
 
@@ -346,8 +360,13 @@ class HFTokenizer(BaseTokenizer):
             vocab = hf.get_vocab()
             self._encode_fn = lambda t, specials: hf(t, add_special_tokens=specials)['input_ids']
             sep = hf.sep_token_id
+            special_ids = set(hf.all_special_ids) | {
+                index for index, token in hf.added_tokens_decoder.items() if token.special}
         if pad_id is not None:
             self._pad_id = pad_id
+        #: ids of the special tokens; a caption ending in none of them has no end token (a
+        #: tokenizer whose post-processor appends nothing), which truncation then cuts as well.
+        self.special_ids: frozenset[int] = frozenset(special_ids)
         #: token -> id, special and added tokens included.
         self.token_ids: dict[str, int] = vocab
         self._strip_id: int | None = None
@@ -367,6 +386,10 @@ class HFTokenizer(BaseTokenizer):
 
     def vocabulary(self) -> Mapping[str, int]:
         return self.token_ids
+
+    def ends_with_special(self, ids: list[int]) -> bool:
+        # strip_sep_token writes 0 over the separator: still the end token of the caption.
+        return ids[-1] in self.special_ids or (self._strip_id is not None and ids[-1] == 0)
 
     def _prepare(self, text: str) -> str:
         """The caption as the tokenizer reads it: cleaned, lower-cased when asked."""
