@@ -129,6 +129,34 @@ def test_a_trained_sentencepiece_reports_the_share_of_its_corpus_it_truncates(
     assert len(logged) == 1
 
 
+def test_a_sentencepiece_model_trained_elsewhere_is_read_with_its_own_special_ids(tmp_path):
+    """A model with SentencePiece's ids moved (unk 3, BOS 4, EOS 5, pad 6) frames and pads
+    captions with them; one with its default ids (no pad) is refused, naming what it lacks."""
+    import io
+
+    def write(name: str, **ids: int) -> str:
+        model = io.BytesIO()
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(CORPUS * 10), model_writer=model, vocab_size=64,
+            minloglevel=2, num_threads=1, hard_vocab_limit=False, **ids)
+        (tmp_path / name).write_bytes(model.getvalue())
+        return str(tmp_path / name)
+
+    moved = SentencePieceTokenizer(model_file=write('moved.model', unk_id=3, bos_id=4, eos_id=5,
+                                                    pad_id=6))
+    assert (moved.pad_id, moved.unk_id) == (6, 3)
+    batch = moved(['zwei rote Kreise', 'ein Kreis'])
+    pieces = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / 'moved.model'))
+    assert batch['input_ids'][0].tolist() == [4, *pieces.encode('zwei rote Kreise'), 5]
+    short = [4, *pieces.encode('ein Kreis'), 5]
+    assert batch['input_ids'][1].tolist() == short + [6] * (batch['input_ids'].shape[1]
+                                                            - len(short))
+    default = write('default.model')
+    with pytest.raises(ValueError, match=r'SentencePiece model .*default\.model: it defines no '
+                                         r'pad_id, which'):
+        SentencePieceTokenizer(model_file=default)
+
+
 def test_sentencepiece_bad_input_fails_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match='nothing.model'):
         SentencePieceTokenizer(model_file=str(tmp_path / 'nothing.model'))

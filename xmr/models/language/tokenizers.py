@@ -488,7 +488,9 @@ class NLLBTokenizer(HFTokenizer):
 class SentencePieceTokenizer(BaseTokenizer):
     """A SentencePiece unigram tokenizer, loaded from a model file or trained on a corpus.
 
-    Ids: 0 = pad, 1 = unk, 2 = BOS, 3 = EOS; every caption is ``BOS ... EOS``.
+    Every caption is ``BOS ... EOS``, padded with the pad id. The ids are the model's own: one
+    trained here has 0 = pad, 1 = unk, 2 = BOS, 3 = EOS; a model file trained elsewhere must
+    define a pad, a BOS and an EOS piece (SentencePiece's defaults define no pad).
 
     Args:
         model_file: a trained ``.model`` file; when missing and ``corpus`` is given, the model is
@@ -526,6 +528,7 @@ class SentencePieceTokenizer(BaseTokenizer):
                 f'SentencePiece model_file {model_file} does not exist and no corpus was given '
                 'to train one')
         self._sp = spm.SentencePieceProcessor(model_proto=proto)
+        self._check_specials(model_file)
         if lines is not None:
             self._report_training(lines, spm.__version__)
 
@@ -548,6 +551,17 @@ class SentencePieceTokenizer(BaseTokenizer):
                       'setup.py asks for >=0.2.3)', logger='current', level=logging.WARNING)
         else:
             print_log(message, logger='current')
+
+    def _check_specials(self, model_file: str | None) -> None:
+        """Raise a ``ValueError`` naming the file and the special pieces its model lacks."""
+        missing = [name for name, index in (('pad_id', self._sp.pad_id()),
+                                            ('bos_id', self._sp.bos_id()),
+                                            ('eos_id', self._sp.eos_id())) if index < 0]
+        if missing:
+            raise ValueError(f'SentencePiece model {model_file}: it defines no {", ".join(missing)}'
+                             ', which SentencePieceTokenizer writes around and after every '
+                             'caption; train it with them set (xmr trains with pad_id=0 '
+                             'unk_id=1 bos_id=2 eos_id=3) or give a corpus to train one here')
 
     @staticmethod
     def _corpus_lines(corpus: Sequence[str] | str | dict) -> list[str]:
@@ -582,14 +596,14 @@ class SentencePieceTokenizer(BaseTokenizer):
 
     @property
     def pad_id(self) -> int:
-        return 0
+        return self._sp.pad_id()
 
     @property
     def unk_id(self) -> int:
-        return 1
+        return self._sp.unk_id()
 
     def encode(self, text: str) -> list[int]:
-        return [2, *self._sp.encode(text), 3]
+        return [self._sp.bos_id(), *self._sp.encode(text), self._sp.eos_id()]
 
     def vocabulary(self) -> bytes:
         return self._sp.serialized_model_proto()
