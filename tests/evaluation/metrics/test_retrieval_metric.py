@@ -322,6 +322,16 @@ def test_text_to_text_ignores_media_and_reads_only_the_first_source_caption():
     assert result == pytest.approx(TEXT_EXPECTED)
 
 
+def test_the_logged_table_names_the_i2t_mode_only_where_media_query_captions(monkeypatch):
+    said = []
+    monkeypatch.setattr(retrieval, 'print_log', lambda message, **_: said.append(message))
+    _run(RetrievalMetric(recall_ks=(1, 2), protocol='text_to_text'), _parallel_texts())
+    _run(RetrievalMetric(recall_ks=(1, 2), i2t_mode='grouped'), _three_media())
+    _run(RetrievalMetric(recall_ks=(1, 2), directions=('t2i',)), _three_media())
+    assert [m.splitlines()[0] for m in said if m.startswith('Retrieval')] == [
+        'Retrieval (text_to_text):', 'Retrieval (standard, i2t grouped):', 'Retrieval (standard):']
+
+
 def test_text_to_text_one_direction_reports_its_r1_sum():
     result = _run(RetrievalMetric(recall_ks=(1,), protocol='text_to_text', directions=('t2s',)),
                   _parallel_texts())

@@ -369,7 +369,10 @@ class RetrievalMetric(BaseMetric):
         columns = list(next(iter(per_language.values())))
         rows = [[lang, *(f'{scores[c]:.2f}' for c in columns)]
                 for lang, scores in per_language.items()]
-        print_log(f'Retrieval ({self.protocol}, i2t {self.i2t_mode}):\n'
+        # The media->text ranking's mode means nothing where no medium queries captions.
+        ranks_media = 'i2t' in self.directions and not PROTOCOLS[self.protocol].text_gallery
+        mode = f', i2t {self.i2t_mode}' if ranks_media else ''
+        print_log(f'Retrieval ({self.protocol}{mode}):\n'
                   + format_table(['lang', *columns], rows), logger='current', level=logging.INFO)
 
 
