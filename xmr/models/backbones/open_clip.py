@@ -22,8 +22,8 @@ from xmr.models.backbones.open_clip_pretrained import (
     build_open_clip,
     check_record_tokenizer,
     hf_tokenizer_name,
-    hf_tokenizer_options,
     record_tokenizer_cfg,
+    settled_tokenizer_cfg,
     text_tokenizer_cfg,
 )
 from xmr.models.language.packed_tokens import PackedTokens
@@ -415,8 +415,10 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         if bpe:  # CLIP's BPE: open_clip's own tokenizer, from the record
             tokenizer_cfg = record_tokenizer_cfg(self.record, tokenizer)
         else:
-            tokenizer_cfg = hf_tokenizer_options(text_tokenizer_cfg(
-                arch, model_cfg, self.text_tower.reads_language_token), tokenizer, arch)
+            trained = text_tokenizer_cfg(arch, model_cfg, self.text_tower.reads_language_token)
+            tokenizer_cfg = settled_tokenizer_cfg(
+                tokenizer, trained, ('clean', 'strip_sep_token'),
+                f"open_clip tokenizes for {arch or 'this architecture'} with")
             if tokenizer_cfg.get('type') in ('HFTokenizer', 'NLLBTokenizer'):
                 tokenizer_cfg.setdefault('max_length', self.record.context_length)
         if self.text_tower.fixed_context:

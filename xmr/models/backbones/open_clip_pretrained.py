@@ -38,7 +38,7 @@ from xmr.models.weight_files import (
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
            'build_open_clip', 'read_clip_weights', 'record_tokenizer_cfg',
-           'check_record_tokenizer', 'hf_tokenizer_options', 'is_checkpoint_path', 'RECORD_FIELDS',
+           'check_record_tokenizer', 'settled_tokenizer_cfg', 'is_checkpoint_path', 'RECORD_FIELDS',
            'text_tokenizer_cfg', 'hf_tokenizer_name']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
@@ -336,32 +336,28 @@ def text_tokenizer_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
                 strip_sep_token=bool(options.get('strip_sep_token', False)))
 
 
-def hf_tokenizer_options(defaults: Mapping[str, Any], given: Mapping[str, Any] | None,
-                         arch: str | None) -> dict[str, Any]:
-    """A Hugging Face-tokenised tower's tokenizer config: ``given`` (the config's, for a local
-    file or another copy of the vocabulary) with open_clip's options of the architecture
-    (``defaults``, :func:`text_tokenizer_cfg`: its text cleaning, CLIPA's ``strip_sep_token``)
-    filled in where it leaves them out; ``defaults`` without ``given``.
+def settled_tokenizer_cfg(given: Mapping[str, Any] | None, default: Mapping[str, Any],
+                          settled: tuple[str, ...], by: str) -> dict[str, Any]:
+    """The config's tokenizer ``given`` (``default``, the one the weights were trained with,
+    without it) with the ``settled`` fields of ``default`` filled in where it leaves them out; a
+    tokenizer of another ``type`` as given. ``by`` names who settles them in messages
+    (``"open_clip tag 'openai' of ViT-B-32 records"``).
 
     Raises:
-        ValueError: ``given`` sets one of those options otherwise than open_clip does (field,
-            the config's value and open_clip's).
+        ValueError: ``given`` sets a settled field otherwise (field, the config's value and
+            ``default``'s).
     """
-    if given is None:
-        return dict(defaults)
-    merged = dict(given)
-    if merged.get('type') != defaults.get('type'):
-        return merged
-    for field in ('clean', 'strip_sep_token'):
-        if field not in defaults:
-            continue
-        merged.setdefault(field, defaults[field])
-        if merged[field] != defaults[field]:
-            raise ValueError(
-                f'tokenizer.{field}: the config sets {merged[field]!r}, open_clip tokenizes '
-                f"for {arch or 'this architecture'} with {defaults[field]!r}; leave {field} out "
-                '(the backbone fills it in) or set it as open_clip does')
-    return merged
+    if not given:
+        return dict(default)
+    cfg = dict(given)
+    if cfg.get('type') != default['type']:
+        return cfg
+    for field in (field for field in settled if field in default):
+        cfg.setdefault(field, default[field])
+        if cfg[field] != default[field]:
+            raise ValueError(f'tokenizer.{field}: the config sets {cfg[field]!r}, {by} '
+                             f'{default[field]!r}; leave {field} out (the backbone fills it in)')
+    return cfg
 
 
 def _download(arch: str, tag: str) -> Path:
@@ -393,12 +389,16 @@ def read_clip_weights(path: str | Path, record: PretrainedRecord) -> dict[str, t
 def record_tokenizer_cfg(record: PretrainedRecord, tokenizer: Mapping[str, Any] | None,
                          ) -> dict[str, Any]:
     """The source tokenizer's config, ``OpenCLIPTokenizer``'s ``model_name`` and ``max_length``
-    filled from the record (``pad_to`` and the like are kept)."""
-    cfg = dict(tokenizer or dict(type='OpenCLIPTokenizer'))
-    if cfg.get('type') == 'OpenCLIPTokenizer':
-        cfg.setdefault('model_name', record.tokenizer)
-        cfg.setdefault('max_length', record.context_length)
-    return cfg
+    filled from the record (``pad_to`` and the like are kept).
+
+    Raises:
+        ValueError: ``model_name`` / ``max_length`` that contradict the record (field, config's
+            value, record's value).
+    """
+    return settled_tokenizer_cfg(
+        tokenizer, dict(type='OpenCLIPTokenizer', model_name=record.tokenizer,
+                        max_length=record.context_length),
+        ('model_name', 'max_length'), f'{record.source} of {record.arch} records')
 
 
 def check_record_tokenizer(record: PretrainedRecord, tokenizer: object) -> None:
@@ -412,9 +412,5 @@ def check_record_tokenizer(record: PretrainedRecord, tokenizer: object) -> None:
         raise ValueError(f'tokenizer.type: the config builds a {type(tokenizer).__name__}, but '
                          f"the text tower of {record.arch} was trained with open_clip's "
                          "tokenizer; use 'OpenCLIPTokenizer' (or leave tokenizer out)")
-    for field, value in (('model_name', record.tokenizer), ('max_length', record.context_length)):
-        given = getattr(tokenizer, field)
-        if given != value:
-            raise ValueError(f'tokenizer.{field}: the config sets {given!r}, {record.source} of '
-                             f'{record.arch} records {value!r}; leave {field} out (the backbone '
-                             'fills it from the record)')
+    record_tokenizer_cfg(record, dict(type='OpenCLIPTokenizer', model_name=tokenizer.model_name,
+                                      max_length=tokenizer.max_length))
