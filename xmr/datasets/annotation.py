@@ -227,38 +227,33 @@ def _check_record(record: MediaRecord, ann: Annotation, where: str) -> None:
     else:
         _check_name(record.media_path, 'media_path', where)
     where = f'{where} (media_id {record.media_id!r})'
-    if not isinstance(record.captions, dict) or set(record.captions) != set(ann.languages):
-        found = sorted(record.captions) if isinstance(record.captions, dict) else record.captions
-        raise AnnotationError(f'{where}: captions must have exactly the languages '
-                              f'{ann.languages}, found {found}')
-    for lang, texts in record.captions.items():
-        _check_texts(texts, f'{where}: captions[{lang!r}]')
-    if not isinstance(record.translations, dict) or (
-            set(record.translations) != set(ann.translation_langs)):
-        found = (sorted(record.translations) if isinstance(record.translations, dict)
-                 else record.translations)
-        raise AnnotationError(f'{where}: translations must have exactly the languages '
-                              f'{ann.translation_langs}, found {found}')
-    for lang, texts in record.translations.items():
-        _check_texts(texts, f'{where}: translations[{lang!r}]')
-        expected = len(record.captions[ann.source_lang])
-        if len(texts) != expected:
-            raise AnnotationError(f'{where}: translations[{lang!r}] has {len(texts)} entries but '
-                                  f'captions[{ann.source_lang!r}] has {expected}; each source '
-                                  'caption needs exactly one translation')
-    if not isinstance(record.back_translations, dict) or (
-            set(record.back_translations) != set(ann.back_translation_langs)):
-        found = (sorted(record.back_translations) if isinstance(record.back_translations, dict)
-                 else record.back_translations)
-        raise AnnotationError(f'{where}: back_translations must have exactly the languages '
-                              f'{ann.back_translation_langs}, found {found}')
-    for lang, texts in record.back_translations.items():
-        _check_texts(texts, f'{where}: back_translations[{lang!r}]')
-        if len(texts) != len(record.captions[lang]):
-            raise AnnotationError(f'{where}: back_translations[{lang!r}] has {len(texts)} '
-                                  f'entries but captions[{lang!r}] has '
-                                  f'{len(record.captions[lang])}; each caption needs exactly '
-                                  'one back-translation')
+    _check_texts_by_language(record.captions, 'captions', ann.languages, where)
+    _check_texts_by_language(record.translations, 'translations', ann.translation_langs, where)
+    _check_texts_by_language(record.back_translations, 'back_translations',
+                             ann.back_translation_langs, where)
+    for lang in ann.translation_langs:
+        _check_one_per_caption(record, 'translations', lang, ann.source_lang, where,
+                               'source caption needs exactly one translation')
+    for lang in ann.back_translation_langs:
+        _check_one_per_caption(record, 'back_translations', lang, lang, where,
+                               'caption needs exactly one back-translation')
+
+
+def _check_texts_by_language(value: Any, key: str, languages: list[str], where: str) -> None:
+    if not isinstance(value, dict) or set(value) != set(languages):
+        found = sorted(value) if isinstance(value, dict) else value
+        raise AnnotationError(f'{where}: {key} must have exactly the languages {languages}, '
+                              f'found {found}')
+    for lang, texts in value.items():
+        _check_texts(texts, f'{where}: {key}[{lang!r}]')
+
+
+def _check_one_per_caption(record: MediaRecord, key: str, lang: str, caption_lang: str,
+                           where: str, rule: str) -> None:
+    texts, captions = getattr(record, key)[lang], record.captions[caption_lang]
+    if len(texts) != len(captions):
+        raise AnnotationError(f'{where}: {key}[{lang!r}] has {len(texts)} entries but '
+                              f'captions[{caption_lang!r}] has {len(captions)}; each {rule}')
 
 
 def _record_from_json(data: Any, where: str, media_type: Any) -> MediaRecord:
