@@ -58,35 +58,27 @@ def _caption_file(raw_dir: Path, stem: str, lang: str) -> Path:
     return find_first(raw_dir, [f'{stem}.{lang}.gz', f'{stem}.{lang}'], f'{lang} caption file')
 
 
-def _task1_split(raw_dir: Path, image_splits_dir: Path, split: str,
-                 languages: Sequence[str]) -> Annotation:
-    release_split = MULTI30K_SPLITS[split]
-    list_path, names = _read_image_list(image_splits_dir, release_split)
-    files = {lang: _caption_file(raw_dir, release_split, lang) for lang in languages}
-    captions = {path: read_lines(path) for path in files.values()}
+def _split(raw_dir: Path, image_splits_dir: Path, split: str,
+           languages: Sequence[str]) -> Annotation:
+    """One output split: task 1's (a caption per image in each of ``languages``, source first)
+    or, for :data:`TASK2_SPLIT`, task 2's (five per image in each of :data:`TASK2_LANGUAGES`)."""
+    if split == TASK2_SPLIT:
+        image_list, languages = MULTI30K_SPLITS['test'], TASK2_LANGUAGES
+        stems = [f'test_2016.{k}' for k in range(1, TASK2_CAPTIONS + 1)]
+    else:
+        image_list = MULTI30K_SPLITS[split]
+        stems = [image_list]
+    list_path, names = _read_image_list(image_splits_dir, image_list)
+    files = {lang: [_caption_file(raw_dir, stem, lang) for stem in stems] for lang in languages}
+    captions = {path: read_lines(path) for paths in files.values() for path in paths}
     require_same_length((list_path, len(names)), captions)
     records = [
         MediaRecord(media_id=Path(name).stem, media_path=name,
-                    captions={lang: [captions[files[lang]][i]] for lang in languages})
+                    captions={lang: [captions[path][i] for path in paths]
+                              for lang, paths in files.items()})
         for i, name in enumerate(names)]
     return Annotation(dataset='multi30k', split=split, media_type='image',
                       languages=list(languages), items=records, source_lang=languages[0])
-
-
-def _task2_split(raw_dir: Path, image_splits_dir: Path) -> Annotation:
-    list_path, names = _read_image_list(image_splits_dir, MULTI30K_SPLITS['test'])
-    files = {(lang, k): _caption_file(raw_dir, f'test_2016.{k}', lang)
-             for lang in TASK2_LANGUAGES for k in range(1, TASK2_CAPTIONS + 1)}
-    captions = {path: read_lines(path) for path in files.values()}
-    require_same_length((list_path, len(names)), captions)
-    records = [
-        MediaRecord(media_id=Path(name).stem, media_path=name,
-                    captions={lang: [captions[files[lang, k]][i]
-                                     for k in range(1, TASK2_CAPTIONS + 1)]
-                              for lang in TASK2_LANGUAGES})
-        for i, name in enumerate(names)]
-    return Annotation(dataset='multi30k', split=TASK2_SPLIT, media_type='image',
-                      languages=list(TASK2_LANGUAGES), items=records, source_lang='en')
 
 
 def convert_multi30k(raw_dir: str | os.PathLike, image_splits_dir: str | os.PathLike,
@@ -123,10 +115,7 @@ def convert_multi30k(raw_dir: str | os.PathLike, image_splits_dir: str | os.Path
         raise ConversionError('train translations given but the train split is not converted')
     outputs: dict[str, Annotation] = {}
     for split in splits:
-        if split == TASK2_SPLIT:
-            ann = _task2_split(raw_dir, image_splits_dir)
-        else:
-            ann = _task1_split(raw_dir, image_splits_dir, split, languages)
+        ann = _split(raw_dir, image_splits_dir, split, languages)
         if images_dir is not None:
             check_media_exist(images_dir, (record.media_path for record in ann.items))
         if split == 'train' and train_translations:
