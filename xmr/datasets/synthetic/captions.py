@@ -43,6 +43,11 @@ class CaptionGrammar(metaclass=ABCMeta):
         writer: Callable[[tuple[ObjectGroup, ...]], str] = getattr(self, style)
         return writer(scene.groups)
 
+    @staticmethod
+    def verb(group: ObjectGroup, singular: str, plural: str) -> str:
+        """The form of a verb that agrees in number with ``group``."""
+        return singular if group.count == 1 else plural
+
     @abstractmethod
     def existential(self, groups: tuple[ObjectGroup, ...]) -> str:
         """The scene as the existence of its objects."""
@@ -77,9 +82,8 @@ class EnglishGrammar(CaptionGrammar):
         number = one if group.count == 1 else self.NUMBERS[group.count]
         return f'{number} {group.size} {group.colour} {noun}'
 
-    @staticmethod
-    def be(group: ObjectGroup) -> str:
-        return 'is' if group.count == 1 else 'are'
+    def be(self, group: ObjectGroup) -> str:
+        return self.verb(group, 'is', 'are')
 
     def existential(self, groups: tuple[ObjectGroup, ...]) -> str:
         parts = [f'{self.noun_phrase(g)} {self.PLACES[g.position]}' for g in groups]
@@ -140,10 +144,6 @@ class GermanGrammar(CaptionGrammar):
 
     def pronoun(self, group: ObjectGroup) -> str:
         return 'sie' if group.count > 1 else self.PRONOUNS[self.NOUNS[group.shape][1]]
-
-    @staticmethod
-    def verb(group: ObjectGroup, singular: str, plural: str) -> str:
-        return singular if group.count == 1 else plural
 
     def existential(self, groups: tuple[ObjectGroup, ...]) -> str:
         parts = [f'{self.noun_phrase(g, "acc")} {self.PLACES[g.position]}' for g in groups]
@@ -208,10 +208,6 @@ class FrenchGrammar(CaptionGrammar):
 
     def pronoun(self, group: ObjectGroup) -> str:
         return self.PRONOUNS[(self.NOUNS[group.shape][1], min(group.count, 2))]
-
-    @staticmethod
-    def verb(group: ObjectGroup, singular: str, plural: str) -> str:
-        return singular if group.count == 1 else plural
 
     def existential(self, groups: tuple[ObjectGroup, ...]) -> str:
         parts = [f'{self.noun_phrase(g)} {self.PLACES[g.position]}' for g in groups]
