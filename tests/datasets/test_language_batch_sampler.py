@@ -75,17 +75,23 @@ def test_the_plan_depends_on_the_seed_and_the_epoch_only():
     assert batches(languages, 4, seed=3) != batches(languages, 4, seed=4)
 
 
-def test_under_ddp_the_ranks_deal_the_batches_in_turn_and_get_as_many(monkeypatch):
-    languages = np.arange(70) % 3  # 24, 23, 23 items: 6 + 5 + 5 = 16 batches of 4
-    whole = batches(languages, 4)
-    assert len(whole) == 16
+def test_under_ddp_every_step_reads_one_global_batch_of_one_language(monkeypatch):
+    """The ranks' batches of a step are the slices, in rank order, of the batch one process
+    with the global batch size reads: the gathered batch of a contrastive loss holds one
+    language (batches of two languages dealt to two ranks would hold one image twice)."""
+    languages = np.arange(70) % 3  # 24, 23, 23 items: 2 + 1 + 1 global batches of 3 x 4
+    whole = batches(languages, 12)
+    assert len(whole) == 4
     shares = []
     for rank in range(3):
         monkeypatch.setattr('xmr.datasets.language_batch_sampler.get_dist_info',
                             lambda rank=rank: (rank, 3))
         shares.append(batches(languages, 4))
-    assert [len(share) for share in shares] == [5, 5, 5]  # 16 // 3 each, the last one left
-    assert [shares[i % 3][i // 3] for i in range(15)] == whole[:15]
+        assert len(LanguageBatchSampler(DefaultSampler(Items(languages)), 4)) == 4
+    assert [len(share) for share in shares] == [4, 4, 4]
+    for step, batch in enumerate(whole):
+        assert [i for share in shares for i in share[step]] == batch
+        assert len(set(languages[batch])) == 1
 
 
 def test_a_pass_started_at_a_batch_skips_the_ones_before_and_the_next_pass_is_whole():

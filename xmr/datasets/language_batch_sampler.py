@@ -30,9 +30,14 @@ class LanguageBatchSampler(Sampler[list[int]]):
     they complete along the permutation. Every language thus appears in proportion to its items
     (the authors draw each batch's language uniformly; the two agree for languages of equal
     size, as in Multi30K and the translated CC300K), and with one language the batches are
-    those of ``DefaultSampler`` with ``drop_last``. Under DDP the batches are dealt to the ranks
-    in turn, each rank getting the same number. The plan depends only on the seed and the
-    epoch, so a resumed run starts a pass at any batch without reading the ones before
+    those of ``DefaultSampler`` with ``drop_last``. Under DDP the plan is of global batches
+    (``world_size x batch_size`` items of one language) and each rank reads its slice of every
+    one, in rank order: the contrastive losses gather the global batch
+    (``gather_with_grad``), which thus holds one language as a single process's batch does
+    (batches of different languages dealt to the ranks would put an image with its captions in
+    two languages in one gathered batch, its own negative), and a DDP step reads exactly the
+    batch one process with the global batch size reads. The plan depends only on the seed and
+    the epoch, so a resumed run starts a pass at any batch without reading the ones before
     (:meth:`start_at`).
 
     MMEngine builds it from a dataloader's ``batch_sampler=dict(type='LanguageBatchSampler')``
@@ -66,7 +71,7 @@ class LanguageBatchSampler(Sampler[list[int]]):
         self.epoch = 0
         self._start = 0
         counts = np.unique(self.languages, return_counts=True)[1]
-        self._batches_per_rank = int((counts // batch_size).sum()) // self.world_size
+        self._batches_per_rank = int((counts // (batch_size * self.world_size)).sum())
 
     def set_epoch(self, epoch: int) -> None:
         """Plan the next pass as pass ``epoch`` (the training loop calls it before each)."""
@@ -87,15 +92,17 @@ class LanguageBatchSampler(Sampler[list[int]]):
         else:
             order = np.arange(len(self.languages))
         languages = self.languages[order]
+        size = self.batch_size * self.world_size  # the global batch: one language
         completed_at, batches = [], []
         for language in np.unique(languages):
             positions = np.flatnonzero(languages == language)
-            for start in range(0, len(positions) - self.batch_size + 1, self.batch_size):
-                members = positions[start:start + self.batch_size]
+            for start in range(0, len(positions) - size + 1, size):
+                members = positions[start:start + size]
                 completed_at.append(members[-1])
-                batches.append(order[members].tolist())
-        ranked = [batches[i] for i in np.argsort(completed_at, kind='stable')]
-        return ranked[self.rank:self._batches_per_rank * self.world_size:self.world_size]
+                # This rank's slice of the global batch, in rank order (gather_with_grad's).
+                mine = members[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
+                batches.append(order[mine].tolist())
+        return [batches[i] for i in np.argsort(completed_at, kind='stable')]
 
     def __iter__(self) -> Iterator[list[int]]:
         # A generator: the start is taken at the first batch drawn, not when iter() is called.
