@@ -218,6 +218,52 @@ def test_a_signal_reaching_one_rank_stops_every_rank_at_the_same_iteration(tmp_p
     assert sorted(p.name for p in (tmp_path / 'ddp').glob('*.pth')) == ['iter_1.pth']
 
 
+@HOOKS.register_module(force=True)
+class RecordIndicesHook(Hook):
+    """Records each training iteration's dataset indices."""
+
+    def __init__(self) -> None:
+        self.indices: list[list[int]] = []
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        self.indices.append(list(data_batch['index']))
+
+
+def _phase_loader_worker(rank: int, port: int, work_dir: str, out_dir: str) -> None:
+    """One pass of a phase with its own shuffled dataloader, a seed per rank."""
+    _start(rank, port)
+    cfg = make_cfg(Path(work_dir), GLOBAL_BATCH // WORLD)
+    cfg.phase_dataloader = dict(cfg.train_dataloader, sampler=dict(type='DefaultSampler',
+                                                                   shuffle=True))
+    cfg.train_cfg.phases = [dict(PHASES[0], iters=4, dataloader='phase_dataloader')]
+    cfg.randomness = dict(seed=0, diff_rank_seed=True)
+    cfg.custom_hooks = [dict(type='RecordIndicesHook')]
+    cfg.launcher = 'pytorch'
+    setup_cpu_distributed(cfg, 'pytorch')
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    hook = next(h for h in runner.hooks if isinstance(h, RecordIndicesHook))
+    torch.save(hook.indices, Path(out_dir) / f'indices{rank}.pt')
+    torch.distributed.destroy_process_group()
+
+
+def test_a_phase_s_own_loader_shards_one_permutation_under_a_seed_per_rank(tmp_path,
+                                                                             monkeypatch):
+    """Under ``diff_rank_seed`` the ranks' random streams differ, but a phase's own dataloader
+    (``source_finetune_dataloader``) must shuffle alike on every rank, as the runner's does, so
+    that the ranks read disjoint shards: 32 items, batch 4 on each of 2 ranks, 4 steps = one
+    pass, every item once."""
+    MODELS.import_from_location()
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    mp.start_processes(_phase_loader_worker,
+                       args=(free_port(), str(tmp_path / 'ddp'), str(tmp_path)),
+                       nprocs=WORLD, join=True, start_method='fork')
+    seen = [i for rank in range(WORLD) for batch in torch.load(tmp_path / f'indices{rank}.pt')
+            for i in batch]
+    assert len(seen) == 32 and sorted(seen) == list(range(32))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))

@@ -31,7 +31,7 @@ from xmr.registry import MODEL_WRAPPERS
 from xmr.utils.cli import UserError
 
 __all__ = ['RANK_VARIABLES', 'launcher_rank', 'phase_wrapper_cfg', 'rewrap_for_phase',
-           'setup_cpu_distributed']
+           'setup_cpu_distributed', 'shared_seed']
 
 
 def phase_wrapper_cfg(cfg: dict | None, on_cuda: bool) -> dict[str, Any]:
@@ -115,3 +115,17 @@ def setup_cpu_distributed(cfg: Any, launcher: str) -> None:
     if not dist.is_initialized():
         dist.init_process_group('gloo', rank=int(os.environ['RANK']),
                                 world_size=int(os.environ['WORLD_SIZE']))
+
+
+def shared_seed(runner) -> int:
+    """The run's seed as every rank has it, for the samplers of the dataloaders xmr builds.
+
+    Under ``randomness.diff_rank_seed`` the runner's seed is the rank's own (MMEngine adds the
+    rank): a sampler seeded with it would cut each rank's shard from another permutation, the
+    ranks reading the same items and missing others. The loaders' workers are seeded per rank
+    anyway (MMEngine's ``worker_init_fn``), and a resumed run gets the same permutation back.
+    """
+    seed = runner.seed
+    if runner._randomness_cfg.get('diff_rank_seed', False):
+        seed -= dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    return seed

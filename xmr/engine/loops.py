@@ -13,7 +13,7 @@ from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
 from xmr.engine.data_languages import check_data_languages
-from xmr.engine.distributed import rewrap_for_phase
+from xmr.engine.distributed import rewrap_for_phase, shared_seed
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
 from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.hook_points import call_hook_point
@@ -341,7 +341,7 @@ class PhasedTrainLoop(BaseLoop):
             return self.dataloader
         if index not in self._built_dataloaders:
             self._built_dataloaders[index] = self.runner.build_dataloader(
-                phase.dataloader, seed=self.runner.seed)
+                phase.dataloader, seed=shared_seed(self.runner))
         return self._built_dataloaders[index]
 
     def _check_before_training(self) -> None:

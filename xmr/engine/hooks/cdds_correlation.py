@@ -21,6 +21,7 @@ import torch
 from mmengine import dist
 from mmengine.hooks import Hook
 
+from xmr.engine.distributed import shared_seed
 from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.engine.rng import preserved_rng_state
 from xmr.engine.wrappers import unwrap_model
@@ -61,7 +62,7 @@ class CDDSCorrelationHook(Hook):
         if self._dataloader is None:
             self._dataloader = (runner.train_loop.dataloader if self.dataloader_cfg is None
                                 else runner.build_dataloader(
-                                    pinned_on_gpu(self.dataloader_cfg), seed=runner.seed))
+                                    pinned_on_gpu(self.dataloader_cfg), seed=shared_seed(runner)))
         return self._dataloader
 
     def _correlations(self, runner) -> list[torch.nn.Module]:
