@@ -132,3 +132,18 @@ def test_a_run_killed_while_validating_a_phase_end_reports_and_keeps_the_best_as
         assert mine['metrics'] == pytest.approx(reference['metrics'], abs=1e-4)
     assert sorted(p.name for p in killed.glob('best_*.pth')) == sorted(
         p.name for p in uninterrupted.glob('best_*.pth'))
+
+
+def test_only_the_main_process_writes_the_report(tmp_path, monkeypatch):
+    """Under DDP every rank gets the metrics; rank 0 alone writes the work dir's report."""
+    runner = SimpleNamespace(_train_loop=None, iter=0, work_dir=str(tmp_path),
+                             logger=SimpleNamespace(info=lambda message: None))
+    metrics = {'en/AR': 80.0, 'de/AR': 40.0, 'mAR': 40.0}
+    monkeypatch.setattr('xmr.engine.hooks.phase_report.is_main_process', lambda: False)
+    hook = PhaseReportHook()
+    hook.after_val_epoch(runner, metrics)
+    hook.after_train(runner)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr('xmr.engine.hooks.phase_report.is_main_process', lambda: True)
+    hook.after_val_epoch(runner, metrics)
+    assert read_report(tmp_path) == [{'column': 'eval', 'iter': 0, 'metrics': metrics}]

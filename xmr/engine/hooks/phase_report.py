@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 
 from xmr.evaluation.leaderboard import format_table
@@ -20,10 +21,11 @@ class PhaseReportHook(Hook):
     Columns are the validations in order (``<phase> start`` / ``<phase> end``); rows are the
     languages (the source language is the frozen teacher) and the mean over target languages.
     The table is written to ``<work_dir>/phase_report.{md,json}`` after every validation
-    (atomically). Each checkpoint carries the columns validated before it, and a resumed run
-    takes them back, so the report of an interrupted and resumed run is that of an
-    uninterrupted one, also in another work dir (a fork); a checkpoint of an earlier xmr
-    without them resumes the columns of its work dir's JSON.
+    (atomically) by the main process alone (every rank has the metrics). Each checkpoint
+    carries the columns validated before it, and a resumed run takes them back, so the report
+    of an interrupted and resumed run is that of an uninterrupted one, also in another work
+    dir (a fork); a checkpoint of an earlier xmr without them resumes the columns of its work
+    dir's JSON.
 
     Args:
         metric: per-language metric key suffix (``'{lang}/<metric>'``), default ``AR``.
@@ -96,6 +98,8 @@ class PhaseReportHook(Hook):
             [(key.removeprefix(prefix), key) for key in means]
 
     def _write(self, out: Path) -> None:
+        if not is_main_process():  # a work dir is rank 0's (a node's own disk too)
+            return
         atomic_write_text(out / 'phase_report.md', self.table() + '\n')
         atomic_write_text(out / 'phase_report.json', json.dumps(self._records(), indent=2))
 
