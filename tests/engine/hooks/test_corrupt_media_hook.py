@@ -62,3 +62,18 @@ def test_iteration_interval_reports_long_phases():
 def test_negative_settings_are_rejected():
     with pytest.raises(ValueError, match='must be >= 0'):
         CorruptMediaHook(interval=-1)
+
+
+def test_under_ddp_a_report_counts_the_files_of_every_rank(monkeypatch):
+    """Rank 0 writes the log: it reports what rank 1 skipped too (all_gather_object)."""
+    other_rank = {'/v/b.mp4': 1, '/v/c.mp4': 2}
+    monkeypatch.setattr('xmr.engine.hooks.corrupt_media.all_gather_object',
+                        lambda mine: [mine, other_rank])
+    hook = CorruptMediaHook(interval=0)
+    runner = _runner()
+    hook.after_val_iter(runner, 0, {'batch_size': 2, 'skipped_media': ['/v/a.mp4', '/v/b.mp4']})
+    hook.after_val_epoch(runner)
+    assert runner.logger.warnings == [
+        'validation: 5 unreadable media skipped (3 files): /v/a.mp4, /v/b.mp4 (x2), '
+        '/v/c.mp4 (x2)']
+    assert hook.skipped_counts('val') == {}

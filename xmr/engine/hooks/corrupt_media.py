@@ -5,13 +5,15 @@ function drops it and lists the path under ``batch['skipped_media']``. This hook
 and, after every train epoch, validation run and test run, logs how many files were skipped and
 which, so a skipped file never goes unnoticed even when the per-item warnings scrolled away.
 Iteration-based training (xmr's phases) runs a single long "epoch", so the train count is also
-reported every ``interval`` iterations.
+reported every ``interval`` iterations. Under DDP each report sums the files of every rank (the
+main process alone writes the log file, and each rank reads its own shard).
 """
 from __future__ import annotations
 
 from collections import Counter
 from typing import Any
 
+from mmengine.dist import all_gather_object
 from mmengine.hooks import Hook
 
 from xmr.registry import HOOKS
@@ -44,7 +46,10 @@ class CorruptMediaHook(Hook):
             self._skipped[mode].update(data_batch.get('skipped_media', ()))
 
     def _report(self, runner: Any, mode: str, scope: str) -> None:
-        skipped = self._skipped[mode]
+        # Every rank reports at the same points (epoch ends, iteration intervals): the counts of
+        # all shards, which the main process logs.
+        skipped = sum(map(Counter, all_gather_object(dict(self._skipped[mode]))), Counter())
+        self._skipped[mode].clear()
         total = sum(skipped.values())
         if total:
             names = sorted(skipped)
@@ -54,7 +59,6 @@ class CorruptMediaHook(Hook):
                     if len(names) > self.max_names else '')
             runner.logger.warning(f'{scope}: {total} unreadable media skipped '
                                   f'({len(names)} files): {listed}{more}')
-        skipped.clear()
 
     def skipped_counts(self, mode: str) -> dict[str, int]:
         """Files skipped so far in the current ``mode`` (``train``/``val``/``test``) period."""
