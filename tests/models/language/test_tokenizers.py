@@ -355,3 +355,28 @@ def test_hf_tokenizer_truncates_as_open_clip_with_and_without_an_end_token(
                       HFTokenizer(name_or_path=str(tmp_path / 'folder'), max_length=8)):
         assert tokenizer([caption])['input_ids'][0].tolist() == expected
         assert tokenizer.truncated == 1
+
+
+def test_a_caption_ending_in_its_own_special_token_is_cut_as_one_without_an_end_token(
+        shared_data, tmp_path):
+    """A tokenizer whose post-processor appends nothing keeps a caption's first max_length ids
+    also when the caption's own last piece is a special token (``<unk>`` of an unknown
+    character), as Hugging Face and open_clip cut it: that piece is no end token."""
+    import json
+
+    import open_clip
+    from transformers import PreTrainedTokenizerFast
+
+    spec = json.loads((shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json').read_text())
+    spec['post_processor'] = None
+    path = tmp_path / 'tokenizer.json'
+    path.write_text(json.dumps(spec))
+    PreTrainedTokenizerFast(tokenizer_file=str(path), pad_token='<pad>').save_pretrained(
+        tmp_path / 'folder')
+    caption = 'one two three four five six seven eight nine ten eleven \u0378'
+    tokenizer = HFTokenizer(tokenizer_file=str(path), max_length=8)
+    assert tokenizer.encode(caption)[-1] == 3  # XLM-R's <unk>, a special token
+    expected = open_clip.tokenizer.HFTokenizer(str(tmp_path / 'folder'), context_length=8)(
+        [caption])[0].tolist()
+    assert tokenizer([caption])['input_ids'][0].tolist() == expected
+    assert expected[-1] != 3

@@ -342,8 +342,6 @@ class HFTokenizer(BaseTokenizer):
             sep = next((vocab[t] for t in ('[SEP]', '</s>') if t in vocab), None)
             self._encode_fn: Callable[[str, bool], list[int]] = (
                 lambda t, specials: self._fast.encode(t, add_special_tokens=specials).ids)
-            special_ids = {index for index, token in
-                           self._fast.get_added_tokens_decoder().items() if token.special}
         else:
             from transformers import AutoTokenizer
 
@@ -360,13 +358,8 @@ class HFTokenizer(BaseTokenizer):
             vocab = hf.get_vocab()
             self._encode_fn = lambda t, specials: hf(t, add_special_tokens=specials)['input_ids']
             sep = hf.sep_token_id
-            special_ids = set(hf.all_special_ids) | {
-                index for index, token in hf.added_tokens_decoder.items() if token.special}
         if pad_id is not None:
             self._pad_id = pad_id
-        #: ids of the special tokens; a caption ending in none of them has no end token (a
-        #: tokenizer whose post-processor appends nothing), which truncation then cuts as well.
-        self.special_ids: frozenset[int] = frozenset(special_ids)
         #: token -> id, special and added tokens included.
         self.token_ids: dict[str, int] = vocab
         self._strip_id: int | None = None
@@ -375,6 +368,11 @@ class HFTokenizer(BaseTokenizer):
                 raise ValueError('HFTokenizer strip_sep_token=True but the tokenizer has no '
                                  'separator token ([SEP] or </s>)')
             self._strip_id = sep
+        #: the id the post-processor appends after a caption's pieces (``None``: it appends
+        #: none, and truncation cuts such captions to their first ``max_length`` ids). Read
+        #: from the tokenizer, not from a caption's last id: a caption may end in a special
+        #: token of its own (``<unk>`` for an unknown character) that is no end token.
+        self.end_id: int | None = self._appended_end_id()
 
     @property
     def vocab_size(self) -> int:
@@ -387,9 +385,16 @@ class HFTokenizer(BaseTokenizer):
     def vocabulary(self) -> Mapping[str, int]:
         return self.token_ids
 
-    def ends_with_special(self, ids: list[int]) -> bool:
+    def _appended_end_id(self) -> int | None:
+        pieces = list(self._encode_fn('x', False))
+        full = list(self._encode_fn('x', True))
+        if not full or full[len(full) - len(pieces):] == pieces:
+            return None  # nothing after the pieces (perhaps a start token before them)
         # strip_sep_token writes 0 over the separator: still the end token of the caption.
-        return ids[-1] in self.special_ids or (self._strip_id is not None and ids[-1] == 0)
+        return 0 if full[-1] == self._strip_id else full[-1]
+
+    def ends_with_special(self, ids: list[int]) -> bool:
+        return self.end_id is not None and ids[-1] == self.end_id
 
     def _prepare(self, text: str) -> str:
         """The caption as the tokenizer reads it: cleaned, lower-cased when asked."""
@@ -473,6 +478,10 @@ class NLLBTokenizer(HFTokenizer):
                 'languages in xmr.datasets.languages.FLORES200_TO_CANONICAL '
                 f'({", ".join(self.flores_codes[:5])}, ...)')
         return self.token_ids[code]
+
+    def ends_with_special(self, ids: list[int]) -> bool:
+        # It writes its own </s> (encode_in), whatever the file's post-processor appends.
+        return ids[-1] == self.eos_id
 
     def encode(self, text: str) -> list[int]:
         """``[language] pieces </s>`` in the default :attr:`language`."""
