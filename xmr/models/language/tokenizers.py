@@ -145,7 +145,7 @@ class BaseTokenizer(metaclass=ABCMeta):
 
     def ends_with_special(self, ids: list[int]) -> bool:
         """Whether ``ids[-1]`` is an end token that truncation keeps last (every tokenizer of
-        xmr writes one; a Hugging Face tokenizer says per caption)."""
+        xmr writes one; a Hugging Face tokenizer's is what its post-processor appends, if any)."""
         return True
 
     def truncate(self, ids: list[int]) -> list[int]:
