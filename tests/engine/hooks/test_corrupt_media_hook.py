@@ -68,7 +68,7 @@ def test_under_ddp_a_report_counts_the_files_of_every_rank(monkeypatch):
     """Rank 0 writes the log: it reports what rank 1 skipped too (all_gather_object)."""
     other_rank = {'/v/b.mp4': 1, '/v/c.mp4': 2}
     monkeypatch.setattr('xmr.engine.hooks.corrupt_media.all_gather_object',
-                        lambda mine: [mine, other_rank])
+                        lambda mine, group=None: [mine, other_rank])
     hook = CorruptMediaHook(interval=0)
     runner = _runner()
     hook.after_val_iter(runner, 0, {'batch_size': 2, 'skipped_media': ['/v/a.mp4', '/v/b.mp4']})
@@ -77,3 +77,17 @@ def test_under_ddp_a_report_counts_the_files_of_every_rank(monkeypatch):
         'validation: 5 unreadable media skipped (3 files): /v/a.mp4, /v/b.mp4 (x2), '
         '/v/c.mp4 (x2)']
     assert hook.skipped_counts('val') == {}
+
+
+def test_under_ddp_the_counts_go_through_the_host_s_gloo_group(monkeypatch):
+    """The counts are host objects: under NCCL they are exchanged in the gloo group beside it
+    (host_group), not copied to the device through the default group, a wait for the step."""
+    seen = []
+    gloo = object()
+    monkeypatch.setattr('xmr.engine.hooks.corrupt_media.is_distributed', lambda: True)
+    monkeypatch.setattr('xmr.engine.hooks.corrupt_media.host_group', lambda: gloo)
+    monkeypatch.setattr('xmr.engine.hooks.corrupt_media.all_gather_object',
+                        lambda mine, group=None: seen.append(group) or [mine])
+    hook = CorruptMediaHook(interval=1)
+    hook.after_train_iter(_runner(), 0, {'batch_size': 1, 'skipped_media': ['/v/a.mp4']})
+    assert seen == [gloo]

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from mmengine.dist import all_gather_object
+from mmengine.dist import all_gather_object, is_distributed
 from mmengine.hooks import Hook
 
+from xmr.models.losses.distributed import host_group
 from xmr.registry import HOOKS
 
 __all__ = ['CorruptMediaHook']
@@ -47,8 +48,11 @@ class CorruptMediaHook(Hook):
 
     def _report(self, runner: Any, mode: str, scope: str) -> None:
         # Every rank reports at the same points (epoch ends, iteration intervals): the counts of
-        # all shards, which the main process logs.
-        skipped = sum(map(Counter, all_gather_object(dict(self._skipped[mode]))), Counter())
+        # all shards, which the main process logs. Host objects, exchanged through the host's
+        # gloo group: under NCCL they would be copied to the device and the step would wait.
+        group = host_group() if is_distributed() else None
+        skipped = sum(map(Counter, all_gather_object(dict(self._skipped[mode]), group=group)),
+                      Counter())
         self._skipped[mode].clear()
         total = sum(skipped.values())
         if total:
