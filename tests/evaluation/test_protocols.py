@@ -176,3 +176,25 @@ def test_bad_options_are_errors():
         evaluate_language(gallery, search=dict(index='lsh'))
     with pytest.raises(ValueError, match=r"\['nprobe'\] only apply"):
         evaluate_language(gallery, search=dict(index='flat', nprobe=4))
+
+
+def test_approximate_grouped_i2t_searches_deep_enough_for_other_media_caption_runs():
+    """Grouped i2t on an exhaustive index (IVF with one cell) must give the exact recalls: media 0
+    meets both captions of media 1, then media 2's, before its own, so its grouped rank is 3; a
+    top-k list of only max(K) = 2 captions would hold media 1 alone and read rank 2 (a false
+    R@2 hit)."""
+    def unit(*values: float) -> list[float]:
+        row = torch.tensor(values)
+        return (row / row.norm()).tolist()
+
+    media = torch.eye(4)[[0, 2, 3]]
+    captions = torch.tensor([unit(0.9, 0, 0.436, 0), unit(0.8, 0, 0.6, 0),  # media 1
+                             unit(0.7, 0, 0, 0.714),                         # media 2
+                             unit(0.6, 0.8, 0, 0)])                          # media 0
+    gallery = LanguageGallery(media, captions, torch.tensor([1, 1, 2, 0]))
+    options = dict(directions=('i2t',), recall_ks=(1, 2), i2t_mode='grouped')
+    exact = evaluate_language(gallery, **options)
+    approximate = evaluate_language(gallery, search=dict(index='ivf', nlist=1), **options)
+    assert exact['i2t_R@2'] == pytest.approx(200 / 3)  # media 1 and 2 first, media 0 third
+    assert approximate['i2t_R@1'] == pytest.approx(200 / 3)
+    assert approximate['i2t_R@2'] == pytest.approx(200 / 3)

@@ -144,3 +144,35 @@ def test_exact_ranks_argument_errors():
     with pytest.raises(ValueError, match='chunk_size'):
         exact_ranks(torch.ones(2, 3), torch.ones(2, 3), torch.zeros(2), torch.zeros(2),
                     chunk_size=0)
+
+
+@pytest.mark.parametrize('index, options', [('ivf', dict(nlist=4, nprobe=4)),
+                                            ('hnsw', dict(ef_search=64))])
+def test_approximate_indexes_return_inner_products_in_decreasing_order(index, options):
+    """Every index scores by inner product (the cosine), not by an L2 distance: the scores are
+    each query's dot product with the returned rows, best first."""
+    gallery, queries = _random_unit(200, 16, 8), _random_unit(12, 16, 9)
+    scores, indices = FaissSearcher(gallery, index=index, **options).search(queries, 5)
+    expected = (queries[:, None, :] * gallery[indices]).sum(dim=-1)
+    torch.testing.assert_close(scores, expected, atol=1e-5, rtol=0)
+    assert bool((scores[:, :-1] >= scores[:, 1:]).all())
+
+
+def test_hnsw_candidate_list_grows_to_k():
+    """ef_search below k would leave most of each list empty (-1); the searcher raises it to k."""
+    gallery = _random_unit(300, 16, 10)
+    _, indices = FaissSearcher(gallery, index='hnsw', ef_search=1).search(gallery[:5], 100)
+    assert bool((indices >= 0).all())
+    assert all(len(set(row.tolist())) == 100 for row in indices)
+
+
+def test_search_ids_names_empty_slots_none():
+    """IVF probing one of two far-apart cells finds 3 items for k = 5: the last two slots are
+    empty (-1), which search_ids reports as None, not as the gallery's last id."""
+    gallery = _unit(torch.tensor([[1, 0.], [0.99, 0.141], [0.98, 0.199],
+                                  [-1, 0], [-0.99, 0.141], [-0.98, 0.199]]))
+    searcher = FaissSearcher(gallery, index='ivf', nlist=2, nprobe=1, ids=list('abcdef'))
+    _, indices = searcher.search(gallery[:1], 5)
+    assert indices.tolist() == [[0, 1, 2, -1, -1]]
+    _, named = searcher.search_ids(gallery[:1], 5)
+    assert named == [['a', 'b', 'c', None, None]]
