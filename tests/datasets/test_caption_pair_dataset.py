@@ -125,3 +125,24 @@ def test_missing_media_files_are_found_in_one_listing_before_training(ann_file, 
                     f"{ann_file.parent / 'b.png'}; they are skipped (on_corrupt='skip')"]
     CaptionPairDataset(ann_file, data_root=ann_file.parent, transform=TINY,
                        with_media=False).check_media_exist()  # reads no file
+
+
+def test_parallel_captions_refuse_a_record_with_more_target_captions(tmp_path):
+    """Pairing the k-th source caption with the k-th target caption needs equal counts; extra
+    target captions would be dropped silently."""
+    ann = Annotation(dataset='demo', split='train', media_type='text', languages=['en', 'de'],
+                     source_lang='en',
+                     items=[MediaRecord('a', None, {'en': ['a dog'],
+                                                    'de': ['ein Hund', 'ein brauner Hund']})])
+    dump_annotation(ann, tmp_path / 'ann.json')
+    with pytest.raises(ValueError, match="1 en and 2 de captions; target_field='captions'"):
+        CaptionPairDataset(tmp_path / 'ann.json', target_field='captions')
+
+
+def test_source_to_target_text_is_the_items_own_caption_translation(ann_file):
+    dataset = CaptionPairDataset(ann_file, data_root=ann_file.parent, target_langs=['de'],
+                                 translated_texts=['source_to_target'], with_media=False,
+                                 transform=TINY)
+    assert [(dataset[i]['source_text'], dataset[i]['source_to_target_text'])
+            for i in range(len(dataset))] == [
+        ('a dog', 'MT Hund'), ('a brown dog', 'MT brauner Hund'), ('a cat', 'MT Katze')]

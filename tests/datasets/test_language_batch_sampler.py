@@ -44,6 +44,11 @@ def test_the_batches_complete_in_order_along_the_pass_worked_by_hand():
     # [1, 3] at 3; 5 and 4 are each language's incomplete remainder, dropped.
     assert batches([0, 1, 0, 1, 1, 0], 2, shuffle=False) == [[0, 2], [1, 3]]
     assert batches([1, 1, 0, 0, 0, 0], 2, shuffle=False) == [[0, 1], [2, 3], [4, 5]]
+    # A batch's place is where its last item stands, not its first: [1, 2] completes at 2,
+    # before [0, 3] (started earlier) completes at 3.
+    assert batches([0, 1, 1, 0], 2, shuffle=False) == [[1, 2], [0, 3]]
+    # A language's remainder is dropped even when it would come first: item 0 alone is no batch.
+    assert batches([0, 1, 1, 1, 1], 2, shuffle=False) == [[1, 2], [3, 4]]
 
 
 def test_with_one_language_the_batches_are_the_default_samplers_with_drop_last():
