@@ -30,6 +30,19 @@ def test_evaluation_matches_open_clip_preprocessing():
     assert (normalised - reference).abs().max() < 3 / 255 / 0.26
 
 
+@pytest.mark.parametrize('height, width', [(90, 160), (160, 90)])
+def test_shortest_to_a_non_square_size_matches_open_clip_keep_ratio(height, width):
+    """A (16, 24) input keeps the aspect ratio and covers the target (open_clip's
+    ResizeKeepRatio, then a centre crop); fitting inside it instead would stretch the image."""
+    image = _image(height, width)
+    ours = MediaTransform(backbone=None, size=(16, 24), resize_mode='shortest',
+                          interpolation='bicubic')(image)
+    assert tuple(ours.shape) == (3, 16, 24)
+    reference = image_transform((16, 24), is_train=False, mean=(0, 0, 0), std=(1, 1, 1))(
+        Image.fromarray(image.permute(1, 2, 0).numpy()))
+    assert (ours.float() / 255 - reference).abs().max() < 4 / 255
+
+
 def test_the_record_decides_and_a_contradicting_value_is_refused():
     record = MediaTransform('ViT-B-32', 'openai', size=224, interpolation='bicubic')
     assert (record.size, record.resize_mode) == ((224, 224), 'shortest')
@@ -93,3 +106,28 @@ def test_bad_input_and_settings_are_rejected():
         MediaTransform(backbone=None, size=8, resize_mode='fit')
     with pytest.raises(ValueError, match='random_resized_crop takes scale and ratio'):
         MediaTransform(backbone=None, size=8, random_resized_crop=dict(size=3))
+
+
+def test_training_flip_follows_its_probability():
+    """hflip_prob=1 flips every call (the evaluation geometry mirrored left to right); with 0.5
+    about half the calls flip."""
+    image = _image(48, 64)
+    plain = MediaTransform(backbone=None, size=16)(image)
+    always = MediaTransform(backbone=None, size=16, training=True, hflip_prob=1.0)
+    assert all(torch.equal(always(image), plain.flip(-1)) for _ in range(5))
+    torch.manual_seed(0)
+    half = MediaTransform(backbone=None, size=16, training=True, hflip_prob=0.5)
+    flipped = sum(torch.equal(half(image), plain.flip(-1)) for _ in range(200))
+    assert 60 < flipped < 140
+
+
+@pytest.mark.parametrize('height, width', [(37, 100), (100, 45)])
+def test_longest_rounds_the_short_side_and_pads_as_open_clip(height, width):
+    """37 x 100 to 16: the short side is 5.92 pixels, rounded to 6 (not cut to 5), then padded
+    to the centre as open_clip's ResizeKeepRatio(longest=1) + center_crop_or_pad do."""
+    image = _image(height, width)
+    ours = MediaTransform(backbone=None, size=16, resize_mode='longest', fill_color=0)(image)
+    reference = image_transform(16, is_train=False, mean=(0, 0, 0), std=(1, 1, 1),
+                                resize_mode='longest', fill_color=0)(
+        Image.fromarray(image.permute(1, 2, 0).numpy()))
+    assert (ours.float() / 255 - reference).abs().max() < 4 / 255
