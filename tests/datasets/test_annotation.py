@@ -51,6 +51,8 @@ def test_loader_names_file_item_and_key(tmp_path):
      r"translations\['ja'\] has 2 entries but captions\['en'\] has 1"),
     (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': ['']}, {'ja': ['1']})]),
      r"captions\['cs'\]\[0\] must be a non-empty string"),
+    (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': [' \t ']}, {'ja': ['1']})]),
+     r"captions\['cs'\]\[0\] must be a non-empty string"),
     (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': ['y']}, {'ja': ['1']}),
                  MediaRecord('a', 'b.jpg', {'en': ['x'], 'cs': ['y']}, {'ja': ['1']})]),
      r"item 1: media_id 'a' repeats item 0"),
@@ -92,3 +94,14 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monke
         dump_annotation(_annotation(), path)
     assert path.read_text(encoding='utf-8') == 'old'
     assert [p.name for p in tmp_path.iterdir()] == ['out.json']
+
+
+def test_language_aliases_in_a_file_are_read_as_canonical_codes(tmp_path):
+    """A file written with ``jp`` (and ``ces``) as its languages and caption keys loads as ``ja``
+    and ``cs`` throughout, so that its captions are found under the canonical codes."""
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(), path)
+    text = path.read_text(encoding='utf-8').replace('"cs"', '"ces"').replace('"ja"', '"jp"')
+    assert '"jp"' in text and '"ces"' in text
+    path.write_text(text, encoding='utf-8')
+    assert load_annotation(path) == _annotation()
