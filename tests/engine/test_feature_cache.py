@@ -453,3 +453,36 @@ def test_corrupt_files_are_named_and_rebuilt_for_run_owned_caches(tiny_retriever
     (tmp_path / 'cache' / 'meta.json').write_text('{"key": ')
     with pytest.raises(CorruptFeatureCacheError, match='meta.json: not a feature cache meta file'):
         CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+
+
+def test_other_media_normalisation_is_refused(tiny_retriever, tmp_path):
+    """Media features depend on the preprocessor's mean and std: either changing refuses the
+    cache (the features of the old normalisation would be read as the new one's)."""
+    dataset = ListDataset(pair_items())
+    CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    preprocessor = tiny_retriever.data_preprocessor
+    for buffer in (preprocessor.std, preprocessor.mean):
+        original = buffer.clone()
+        buffer.mul_(0.5).add_(0.1)
+        with pytest.raises(StaleFeatureCacheError, match='preprocessing: cache has'):
+            CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+        buffer.copy_(original)
+    CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+
+
+def test_stat_identity_sees_a_rewrite_of_the_same_size(tiny_retriever, pair_ann_file):
+    """A file rewritten in place with as many bytes changes its modification time, which the
+    'stat' identity keys on besides the size."""
+    dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
+                   data_root=str(pair_ann_file.parent), transform=TINY_TRANSFORM)
+    by_stat = CachedFeatureDataset(dataset, 'unused')
+    before = by_stat.cache_key(tiny_retriever)['media_files']
+    red = pair_ann_file.parent / 'red.png'
+    stat = red.stat()
+    data = bytearray(red.read_bytes())
+    data[-20] ^= 0xFF
+    red.write_bytes(bytes(data))
+    os.utime(red, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert red.stat().st_size == stat.st_size
+    after = by_stat.cache_key(tiny_retriever)['media_files']
+    assert after['identity'] == 'stat' and after['digest'] != before['digest']
