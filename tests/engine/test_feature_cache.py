@@ -486,3 +486,23 @@ def test_stat_identity_sees_a_rewrite_of_the_same_size(tiny_retriever, pair_ann_
     assert red.stat().st_size == stat.st_size
     after = by_stat.cache_key(tiny_retriever)['media_files']
     assert after['identity'] == 'stat' and after['digest'] != before['digest']
+
+
+def test_an_array_longer_than_the_meta_states_is_corrupt(tiny_retriever, tmp_path):
+    dataset = ListDataset(pair_items())
+    CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    rows = tmp_path / 'cache' / 'item_source.npy'
+    np.save(rows, np.concatenate([np.load(rows), [0]]))
+    with pytest.raises(CorruptFeatureCacheError,
+                       match=f'{rows}: 7 rows where meta.json states 6'):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+
+
+def test_reordered_items_are_caught_at_phase_start(tiny_retriever, tmp_path):
+    """The same captions and media in another order map items to other rows: the key's item
+    digests follow the order, so the phase start refuses the cache, not a later read."""
+    items = pair_items()
+    CachedFeatureDataset(ListDataset(items), tmp_path / 'cache').prepare(tiny_retriever)
+    with pytest.raises(StaleFeatureCacheError, match='item_digests: cache has'):
+        CachedFeatureDataset(ListDataset(items[1:] + items[:1]),
+                             tmp_path / 'cache').prepare(tiny_retriever)
