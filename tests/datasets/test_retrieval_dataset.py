@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from xmr.datasets import (
     Annotation,
+    CaptionPairDataset,
     MediaReadError,
     MediaRecord,
     MediaSkippedWarning,
@@ -109,3 +110,27 @@ def test_skip_policy_warns_and_the_batch_names_the_file(clips):
     assert batch['batch_size'] == 3 and tuple(batch['media'].shape) == (3, 4, 3, 16, 16)
     assert batch['media_id'] == ['flipping_a_pancake', 'video_0', 'unordered']
     assert [Path(p).name for p in batch['skipped_media']] == ['corrupted.mp4']
+
+
+def test_test_mode_decides_frame_offsets_and_augmentation(tmp_path, monkeypatch):
+    """Evaluation items (RetrievalDataset, test_mode=True by default) take segment-centre
+    frames and an evaluation transform; training pairs (test_mode=False) random offsets and the
+    training transform."""
+    offsets = []
+
+    def fake_read(path, num_frames, random_offset, **kwargs):
+        offsets.append(random_offset)
+        return torch.zeros(num_frames, 3, 20, 20, dtype=torch.uint8), None
+
+    monkeypatch.setattr('xmr.datasets.base.read_video_frames', fake_read)
+    ann = Annotation(dataset='clips', split='train', media_type='video', languages=['en', 'de'],
+                     source_lang='en',
+                     items=[MediaRecord('v', 'v.mp4', {'en': ['a clip'], 'de': ['ein Clip']})])
+    dump_annotation(ann, tmp_path / 'clips.json')
+    evaluation = RetrievalDataset(tmp_path / 'clips.json', transform=TINY, num_frames=4)
+    training = CaptionPairDataset(tmp_path / 'clips.json', target_field='captions',
+                                  transform=TINY, num_frames=4)
+    assert tuple(evaluation[0]['media'].shape) == (4, 3, 16, 16)
+    training[0]
+    assert offsets == [False, True]
+    assert evaluation.transform.training is False and training.transform.training is True

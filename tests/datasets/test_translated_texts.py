@@ -107,3 +107,14 @@ def test_retrieval_items_carry_back_translations(ann_file):
     with pytest.raises(ValueError, match=r"no \['fr'\] back-translations; it has \['de'\]"):
         RetrievalDataset(ann_file, back_translated_languages=['fr'], with_media=False,
                          transform=TINY)
+
+
+def test_retrieval_items_carry_translated_captions_as_their_language(ann_file):
+    dataset = RetrievalDataset(ann_file, languages=['en'], translated_languages=['de'],
+                               with_media=False, transform=TINY)
+    assert dataset[1]['captions'] == {'en': ['a cat'], 'de': ['MT eine Katze']}
+    assert dataset.metainfo['languages'] == ['en', 'de']
+    assert dataset.metainfo['translated_languages'] == ['de']
+    with pytest.raises(ValueError, match=r"\['de'\] asked for as human and as translated"):
+        RetrievalDataset(ann_file, languages=['de'], translated_languages=['de'],
+                         with_media=False, transform=TINY)

@@ -78,3 +78,11 @@ def test_scored_datasets_of_single_and_multi_dataset_loops():
                     SimpleNamespace(metrics=[RetrievalMetric(prefix='m')])])
     assert scored_datasets(multi) == [ScoredDataset('x', 'xtd200', 'xtd200'),
                                       ScoredDataset('m', 'multi30k', 'standard')]
+
+
+def test_crossmodal3600_under_the_standard_protocol_is_not_comparable():
+    """The standard protocol ranks all of Crossmodal-3600's captions; CLIP_benchmark ranks the
+    first caption only, so those recalls are not written as its results."""
+    with pytest.raises(ValueError, match='no test metric is comparable with CLIP_benchmark'):
+        clip_benchmark_records(METRICS, [ScoredDataset('nllb', 'crossmodal3600', 'standard')],
+                               'm', 'p')
