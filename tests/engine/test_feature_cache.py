@@ -506,3 +506,46 @@ def test_reordered_items_are_caught_at_phase_start(tiny_retriever, tmp_path):
     with pytest.raises(StaleFeatureCacheError, match='item_digests: cache has'):
         CachedFeatureDataset(ListDataset(items[1:] + items[:1]),
                              tmp_path / 'cache').prepare(tiny_retriever)
+
+
+def test_a_cache_built_one_item_a_batch_holds_each_rows_own_features(tiny_retriever, tmp_path):
+    """Every batch of the build writes its own rows: with batch_size=1 each caption and media
+    is encoded alone, and each item reads the features of its own caption and media."""
+    items = pair_items()
+    cached = CachedFeatureDataset(ListDataset(items), tmp_path / 'cache', batch_size=1)
+    cached.prepare(tiny_retriever)
+    with torch.no_grad():
+        tiny_retriever.eval()
+        for i in range(3):
+            data = tiny_retriever.data_preprocessor(dict(source_text=[items[i]['source_text']],
+                                                         media=items[i]['media'][None]))
+            torch.testing.assert_close(cached[i]['source_features'],
+                                       tiny_retriever.encode_source(data['source_tokens'])[0],
+                                       rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(cached[i]['media_features'],
+                                       tiny_retriever.encode_media(data['media'])[0],
+                                       rtol=1e-5, atol=1e-6)
+
+
+def test_the_build_encodes_in_eval_mode_and_restores_the_models_mode(tiny_retriever, tmp_path,
+                                                                     monkeypatch):
+    modes = []
+    for name in ('encode_source', 'encode_media'):
+        encode = getattr(tiny_retriever, name)
+        monkeypatch.setattr(tiny_retriever, name,
+                            lambda *args, encode=encode: modes.append(
+                                tiny_retriever.training) or encode(*args))
+    tiny_retriever.train()
+    CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache').prepare(tiny_retriever)
+    assert modes and not any(modes)
+    assert tiny_retriever.training
+
+
+def test_requested_kinds_and_random_crops_decide_what_is_cached(pair_ann_file, tmp_path):
+    dataset = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent,
+                                 transform=TINY_TRANSFORM)
+    assert CachedFeatureDataset(dataset, tmp_path / 'cache', features=['source']).kinds == [
+        'source']
+    crops = dict(TINY_TRANSFORM, random_resized_crop=dict(scale=(0.5, 1.0)))
+    cropped = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent, transform=crops)
+    assert CachedFeatureDataset(cropped, tmp_path / 'cache').kinds == ['source']
