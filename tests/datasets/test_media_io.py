@@ -1,6 +1,8 @@
 """Decoding images and the real clips of ../shared/data/videos with decord."""
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -54,6 +56,24 @@ def test_corrupted_and_missing_videos_name_the_file(videos, tmp_path):
     assert info.value.path == str(videos / 'corrupted.mp4')
     with pytest.raises(MediaReadError, match=r'nothing\.mp4: file not found'):
         read_video_frames(tmp_path / 'nothing.mp4', 12, random_offset=False)
+
+
+def test_a_kept_decoding_error_holds_no_video_reader(videos):
+    """decord's exception holds its reader (and the decoder's threads) in its traceback: an
+    error chained to it and kept would keep the reader for the garbage collector, which a
+    DataLoader worker forked meanwhile runs on a reader without threads, and aborts."""
+    import decord
+
+    gc.collect()
+    gc.disable()
+    try:
+        with pytest.raises(MediaReadError) as kept:
+            read_video_frames(videos / 'corrupted.mp4', 4, random_offset=False)
+        alive = [o for o in gc.get_objects() if isinstance(o, decord.VideoReader)]
+    finally:
+        gc.enable()
+    assert kept.value.__cause__ is None and kept.value.__context__ is None
+    assert alive == []
 
 
 def test_images_decode_as_rgb_and_bad_files_name_their_path(tmp_path):

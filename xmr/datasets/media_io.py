@@ -77,16 +77,21 @@ def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: b
 
     if not Path(path).is_file():
         raise MediaReadError(path, 'file not found')
+    # The error is raised once the reader is gone, chained to nothing: decord's exception holds
+    # the reader in its traceback, and an error kept (a caller's, a test's) would keep the
+    # decoder and its threads alive, to be freed by whoever collects it. A worker forked
+    # meanwhile inherits the reader without the threads and aborts when it frees it.
+    reader, frames, failure = None, None, 'the video has no frames'
     try:
         reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=num_threads)
-        total = len(reader)
-        if total == 0:
-            raise MediaReadError(path, 'the video has no frames')
-        indices = uniform_frame_indices(total, num_frames, random_offset)
-        frames = reader.get_batch(indices).asnumpy()
-    except MediaReadError:
-        raise
+        if len(reader):
+            indices = uniform_frame_indices(len(reader), num_frames, random_offset)
+            frames = reader.get_batch(indices).asnumpy()
     except (decord.DECORDError, RuntimeError, IndexError, ValueError) as err:
         reason = _DECORD_LOCATION.sub('', ' '.join(str(err).split())) or repr(err)
-        raise MediaReadError(path, f'decoding failed ({reason})') from err
+        failure = f'decoding failed ({reason})'
+    finally:
+        del reader
+    if frames is None:
+        raise MediaReadError(path, failure)
     return torch.from_numpy(frames).permute(0, 3, 1, 2).contiguous(), indices
