@@ -12,6 +12,13 @@ preempts one thread and the other burns its core waiting. On the demo's source_f
 2. ``cpu_threads = N`` in the config;
 3. the cores this process may use, divided among the local processes (DDP), less one core left
    for data loading and the system; at least 1.
+
+The count is the main process's. DataLoader workers are forked from it, and GNU OpenMP (torch's
+and faiss's, each wheel its own copy) is not fork-safe: once the parent has run a parallel region,
+a worker that runs one with more than one thread hangs (its pool's threads were not forked).
+PyTorch sets one thread in each worker, and no xmr worker code calls faiss; keep it so (no
+``torch.set_num_threads(n > 1)`` in a ``worker_init_fn``, no faiss search in a dataset or
+collate), or give that loader ``multiprocessing_context='spawn'``.
 """
 from __future__ import annotations
 
