@@ -45,7 +45,8 @@ def test_the_loops_build_their_loaders_through_it(tmp_path, monkeypatch):
 def test_the_cdds_hook_builds_its_own_loader_through_it(monkeypatch):
     monkeypatch.setattr(cdds_correlation, 'pinned_on_gpu', pin_always)
     built = []
-    runner = SimpleNamespace(seed=0, build_dataloader=lambda cfg, seed: built.append(cfg))
+    runner = SimpleNamespace(seed=0, _randomness_cfg={},
+                             build_dataloader=lambda cfg, seed: built.append(cfg))
     CDDSCorrelationHook(dataloader=dict(batch_size=2))._loader(runner)
     assert built == [dict(batch_size=2, pin_memory=True)]
 
