@@ -329,15 +329,11 @@ def test_a_tokenizer_file_pads_with_the_id_its_snapshot_names(siglip_t5_folder, 
     assert torch.equal(told(texts)['input_ids'], reference)
 
 
-@pytest.mark.parametrize('post_processor', [True, False], ids=['with_end_token', 'without'])
-def test_hf_tokenizer_truncates_as_open_clip_with_and_without_an_end_token(
-        shared_data, tmp_path, post_processor):
-    """A tokenizer whose post-processor appends no end token is cut to its first max_length
-    ids, as Hugging Face's (and so open_clip's) truncation does; the caption's last piece is no
-    end token to keep. XLM-R's own keeps its ``</s>``."""
+def xlmr_tokenizer_files(shared_data, tmp_path, post_processor: bool):
+    """XLM-R's tokenizer.json in ``tmp_path`` (without its post-processor, which appends
+    ``</s>``, unless ``post_processor``) and a transformers folder of it, ``tmp_path/folder``."""
     import json
 
-    import open_clip
     from transformers import PreTrainedTokenizerFast
 
     spec = json.loads((shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json').read_text())
@@ -347,9 +343,25 @@ def test_hf_tokenizer_truncates_as_open_clip_with_and_without_an_end_token(
     path.write_text(json.dumps(spec))
     PreTrainedTokenizerFast(tokenizer_file=str(path), pad_token='<pad>').save_pretrained(
         tmp_path / 'folder')
+    return path
+
+
+def open_clip_ids(folder, caption: str) -> list[int]:
+    """open_clip's ids of ``caption`` at context 8, by its tokenizer of ``folder``."""
+    import open_clip
+
+    return open_clip.tokenizer.HFTokenizer(str(folder), context_length=8)([caption])[0].tolist()
+
+
+@pytest.mark.parametrize('post_processor', [True, False], ids=['with_end_token', 'without'])
+def test_hf_tokenizer_truncates_as_open_clip_with_and_without_an_end_token(
+        shared_data, tmp_path, post_processor):
+    """A tokenizer whose post-processor appends no end token is cut to its first max_length
+    ids, as Hugging Face's (and so open_clip's) truncation does; the caption's last piece is no
+    end token to keep. XLM-R's own keeps its ``</s>``."""
+    path = xlmr_tokenizer_files(shared_data, tmp_path, post_processor)
     caption = 'one two three four five six seven eight nine ten eleven twelve'
-    expected = open_clip.tokenizer.HFTokenizer(str(tmp_path / 'folder'), context_length=8)(
-        [caption])[0].tolist()
+    expected = open_clip_ids(tmp_path / 'folder', caption)
     assert (expected[-1] == 2) == post_processor  # XLM-R's </s>
     for tokenizer in (HFTokenizer(tokenizer_file=str(path), max_length=8),
                       HFTokenizer(name_or_path=str(tmp_path / 'folder'), max_length=8)):
@@ -362,21 +374,10 @@ def test_a_caption_ending_in_its_own_special_token_is_cut_as_one_without_an_end_
     """A tokenizer whose post-processor appends nothing keeps a caption's first max_length ids
     also when the caption's own last piece is a special token (``<unk>`` of an unknown
     character), as Hugging Face and open_clip cut it: that piece is no end token."""
-    import json
-
-    import open_clip
-    from transformers import PreTrainedTokenizerFast
-
-    spec = json.loads((shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json').read_text())
-    spec['post_processor'] = None
-    path = tmp_path / 'tokenizer.json'
-    path.write_text(json.dumps(spec))
-    PreTrainedTokenizerFast(tokenizer_file=str(path), pad_token='<pad>').save_pretrained(
-        tmp_path / 'folder')
+    path = xlmr_tokenizer_files(shared_data, tmp_path, post_processor=False)
     caption = 'one two three four five six seven eight nine ten eleven \u0378'
     tokenizer = HFTokenizer(tokenizer_file=str(path), max_length=8)
     assert tokenizer.encode(caption)[-1] == 3  # XLM-R's <unk>, a special token
-    expected = open_clip.tokenizer.HFTokenizer(str(tmp_path / 'folder'), context_length=8)(
-        [caption])[0].tolist()
+    expected = open_clip_ids(tmp_path / 'folder', caption)
     assert tokenizer([caption])['input_ids'][0].tolist() == expected
     assert expected[-1] != 3
