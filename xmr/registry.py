@@ -48,7 +48,7 @@ from mmengine.registry import VISUALIZERS as MMENGINE_VISUALIZERS
 from mmengine.registry import WEIGHT_INITIALIZERS as MMENGINE_WEIGHT_INITIALIZERS
 from mmengine.registry import Registry
 
-from xmr.utils.cli import UserKeyError
+from xmr.utils.cli import UserKeyError, did_you_mean
 
 __all__ = [
     'RUNNERS', 'RUNNER_CONSTRUCTORS', 'LOOPS', 'HOOKS', 'STRATEGIES', 'DATASETS',
@@ -119,9 +119,8 @@ class XMRRegistry(Registry):
             if option == 'type' or (option not in takes and open_ended):
                 continue
             if option not in takes:
-                close = difflib.get_close_matches(option, list(takes), n=1, cutoff=0.6)
-                hint = f" (did you mean '{close[0]}'?)" if close else ''
-                raise UnknownOptionError(f"{kind}: unknown option '{option}'{hint}; it takes "
+                raise UnknownOptionError(f"{kind}: unknown option '{option}'"
+                                         f"{did_you_mean(option, takes)}; it takes "
                                          f"{', '.join(takes)}")
             default = takes[option].default
             if isinstance(value, str) and isinstance(default, (int, float)) and \

@@ -1,7 +1,6 @@
 """The phased training loop: ordered alignment phases on one global iteration counter."""
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import os.path as osp
@@ -28,6 +27,7 @@ from xmr.engine.worker_tokens import tokenize_in_workers
 from xmr.engine.wrappers import unwrap_model
 from xmr.evaluation.leaderboard import format_table
 from xmr.registry import LOOPS
+from xmr.utils.cli import did_you_mean
 
 
 def resolve_dataloader_key(cfg: Mapping[str, Any], key: str, phase_name: str) -> Mapping:
@@ -475,10 +475,8 @@ class PhasedTrainLoop(BaseLoop):
                 if not any(n == prefix or n.startswith(prefix + '.') for n in names):
                     modules = {n.rsplit('.', depth)[0] for n in names
                                for depth in range(1, n.count('.') + 1)}
-                    close = difflib.get_close_matches(prefix, modules, n=1, cutoff=0.6)
-                    hint = f" (did you mean '{close[0]}'?)" if close else ''
                     raise ValueError(f"phase {phase.name}: trainable prefix '{prefix}' matches "
-                                     f'no parameter of the model{hint}')
+                                     f'no parameter of the model{did_you_mean(prefix, modules)}')
             if check_phase is not None:
                 check_phase(phase.name, phase.loss_weights)
 

@@ -10,16 +10,23 @@ default.
 """
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'run_tool']
+__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'run_tool']
 
 EXIT_ERROR = 2
 DEBUG_FLAG = '--debug'
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'X'?)`` for the choice closest to a misspelt ``word``, else ``''``."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ''
 
 
 class UserError(Exception):

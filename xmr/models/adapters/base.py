@@ -22,7 +22,6 @@ adapters do not all accept packed tokens runs its padded batch.
 """
 from __future__ import annotations
 
-import difflib
 from abc import ABCMeta, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
+
+from xmr.utils.cli import did_you_mean
 
 if TYPE_CHECKING:
     from xmr.models.adapters.grouped import LanguageMembership
@@ -53,10 +54,8 @@ class AdapterSite(StrEnum):
     def _missing_(cls, value: object) -> None:
         """A site no block has: named with the nearest site and all of them."""
         sites = [site.value for site in cls]
-        close = difflib.get_close_matches(str(value), sites, n=1, cutoff=0.6)
-        hint = f" (did you mean '{close[0]}'?)" if close else ''
-        raise ValueError(f'adapter site {value!r} does not exist{hint}; the sites are '
-                         f"{', '.join(sites)}")
+        raise ValueError(f'adapter site {value!r} does not exist{did_you_mean(str(value), sites)}'
+                         f"; the sites are {', '.join(sites)}")
 
     @property
     def is_linear(self) -> bool:
