@@ -121,3 +121,29 @@ def test_data_rows_move_the_alignment_phases_only(name, row, root, ann_file):
             assert dataset.get(field) == plain[key].dataset.get(field), (key, field)
     for key in ('source_finetune_dataloader', 'val_dataloader', 'test_dataloader'):
         assert cfg.get(key) == plain.get(key)
+
+
+@pytest.mark.parametrize('name', ['dasd/dasd_clip-vit-b32_multi30k_clft.py',
+                                  'dasd/dasd_clip-vit-b32_multi30k_zeroshot.py'])
+def test_every_item_of_a_list_whatever_its_length(name):
+    plain = load(name).to_dict()
+    ablated = apply_ablations(load(name), ['dasd/authors-optimizer']).to_dict()
+    expected = copy.deepcopy(plain)
+    for phase in expected['train_cfg']['phases']:
+        phase['schedule'] = 'bert_cosine'
+    expected['optim_wrapper']['optimizer'].update(type='BertAdam', max_grad_norm=1.0)
+    expected['optim_wrapper']['clip_grad'] = None
+    assert ablated == expected
+    assert len(ablated['train_cfg']['phases']) == (3 if name.endswith('clft.py') else 2)
+
+
+@pytest.mark.parametrize('overlay, message', [
+    ("model = dict(backbone={'*': dict(arch='x')})", r"model\.backbone\.\* .*the config has dict"),
+    ("train_cfg = dict(phases={'*': dict(lr=1.0), '0': dict(lr=2.0)})",
+     r'train_cfg\.phases\.\* .*no index beside it'),
+])
+def test_every_item_needs_a_list_and_no_index_beside_it(tmp_path, overlay, message):
+    row = tmp_path / 'row.py'
+    row.write_text(overlay + '\n')
+    with pytest.raises(ValueError, match=message):
+        apply_ablations(load(DASD_CONFIGS[0]), [str(row)])

@@ -9,7 +9,9 @@ no ``_base_``, e.g. DASD's Table 6 row without ``L_sc``::
 ``tools/cache_features.py``) merges it into CONFIG the way a child config merges into its base
 (dict merge; ``_delete_=True`` replaces a dict), after the config and before ``--cfg-options``.
 So one file serves the Multi30K, MSCOCO, video and demo configs alike, and rows combine:
-``--ablation dasd/no-sc dasd/no-adv`` is Table 6's row without either loss. An ablation that
+``--ablation dasd/no-sc dasd/no-adv`` is Table 6's row without either loss. A list's items
+are overlaid by index, ``{'1': dict(...)}``, or all of them with ``'*'``: ``train_cfg =
+dict(phases={'*': dict(schedule='bert_cosine')})`` changes every phase. An ablation that
 configures a module the config or an earlier ablation removes (sets to ``None``) or does not
 have at all (a dict without a ``type`` where the config has nothing), or removes a module an
 earlier ablation configures, fails before anything is built, naming both.
@@ -28,6 +30,8 @@ from xmr.packaged import packaged_root
 __all__ = ['ablation_path', 'apply_ablations', 'ablation_suffix']
 
 _DELETE = '_delete_'
+#: An overlay's key for every item of a list: ``train_cfg = dict(phases={'*': dict(...)})``.
+EVERY_ITEM = '*'
 
 
 def ablation_path(name: str | os.PathLike) -> Path:
@@ -82,6 +86,7 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
         if not overlay:
             raise ValueError(f'ablation {name!r} ({path}) changes nothing: it defines no key')
         who = f'ablation {str(name)!r}'
+        overlay = _every_item_indexed(overlay, cfg.to_dict(), who)
         for keys in _merged_paths(overlay):
             # Setting a key that is None is an override; merging beneath it completes a part
             # that is not there.
@@ -110,6 +115,36 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
     return cfg
 
 
+def _every_item_indexed(overlay: Mapping[str, Any], config: Any, who: str,
+                        prefix: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``overlay`` with each ``{'*': part}`` over a list of ``config`` given as ``{'0': part,
+    '1': part, ...}``, one per item: a row that changes every phase whatever their number.
+
+    Raises:
+        ValueError: ``'*'`` over something that is not a list, or beside indices.
+    """
+    indexed = {}
+    for key, value in overlay.items():
+        path, here = (*prefix, str(key)), _item(config, key)
+        if isinstance(value, Mapping) and EVERY_ITEM in value:
+            if not isinstance(here, list) or len(value) > 1:
+                raise ValueError(f"{who} sets {'.'.join(path)}.{EVERY_ITEM} (every item), which "
+                                 f"needs {'.'.join(path)} to be a list in the config and no "
+                                 f'index beside it; the config has {type(here).__name__}')
+            value = {str(index): value[EVERY_ITEM] for index in range(len(here))}
+        if isinstance(value, Mapping):
+            value = _every_item_indexed(value, here, who, path)
+        indexed[key] = value
+    return indexed
+
+
+def _item(config: Any, key: Any) -> Any:
+    """``config[key]`` for a dict's key or a list's index given as digits; else ``None``."""
+    if isinstance(config, list) and str(key).isdigit() and int(key) < len(config):
+        return config[int(key)]
+    return config.get(key) if isinstance(config, Mapping) else None
+
+
 def _absent_part(config: Mapping[str, Any], overlay: Mapping[str, Any], keys: tuple[str, ...]
                  ) -> tuple[str, ...] | None:
     """The first dict on ``keys`` that ``config`` lacks and ``overlay`` gives without a
@@ -121,11 +156,8 @@ def _absent_part(config: Mapping[str, Any], overlay: Mapping[str, Any], keys: tu
     given: Any = overlay
     for end, key in enumerate(keys[:-1], 1):
         given = given[key]
-        if isinstance(here, list) and str(key).isdigit() and int(key) < len(here):
-            here = here[int(key)]  # a list's item, overlaid as {index: dict(...)}
-        elif isinstance(here, Mapping) and key in here:
-            here = here[key]
-        else:
+        here = _item(here, key)  # a list's item is overlaid as {index: dict(...)}
+        if here is None:
             return None if 'type' in given else keys[:end]
     return None
 

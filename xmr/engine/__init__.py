@@ -2,6 +2,7 @@
 mixed precision, feature cache and DDP helpers."""
 from xmr.engine import hooks  # noqa: F401
 from xmr.engine.amp import AutocastOptimWrapper
+from xmr.engine.bert_adam import BertAdam
 from xmr.engine.eval_loops import MultiDatasetTestLoop, MultiDatasetValLoop
 from xmr.engine.feature_cache import CachedFeatureDataset
 from xmr.engine.hooks import FeatureCacheHook
@@ -12,4 +13,5 @@ from xmr.engine.phases import phase_lr_factor
 
 __all__ = ['PhasedTrainLoop', 'PhasedOptimWrapperConstructor', 'phase_lr_factor',
            'MultiDatasetValLoop', 'MultiDatasetTestLoop', 'AutocastOptimWrapper',
-           'CachedFeatureDataset', 'FeatureCacheHook', 'HybridOptimizer', 'OptimWrapper']
+           'CachedFeatureDataset', 'FeatureCacheHook', 'HybridOptimizer', 'OptimWrapper',
+           'BertAdam']

@@ -9,7 +9,7 @@ from typing import Any
 
 from xmr.utils.cli import UserKeyError
 
-SCHEDULES = ('cosine', 'linear', 'constant')
+SCHEDULES = ('cosine', 'linear', 'constant', 'bert_cosine')
 
 
 def phase_lr_factor(step: int, total: int, warmup_ratio: float, schedule: str,
@@ -19,9 +19,13 @@ def phase_lr_factor(step: int, total: int, warmup_ratio: float, schedule: str,
     Linear warm-up over the first ``warmup_ratio`` of the phase (DASD: 10%), from ``1/W`` to 1,
     then ``schedule``: ``cosine`` or ``linear`` decay to ``min_ratio``, or ``constant``. Each phase
     starts from its own base learning rate, so schedules never stack across phases.
+    ``bert_cosine`` is BERT's ``warmup_cosine``, which DASD's released code runs
+    (:func:`bert_cosine_factor`).
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule '{schedule}'; choose from {SCHEDULES}")
+    if schedule == 'bert_cosine':
+        return bert_cosine_factor(step / total, warmup_ratio, min_ratio)
     warmup = int(round(warmup_ratio * total))
     if step < warmup:
         return (step + 1) / warmup
@@ -30,6 +34,17 @@ def phase_lr_factor(step: int, total: int, warmup_ratio: float, schedule: str,
     progress = (step - warmup) / (total - warmup - 1)
     decay = 0.5 * (1 + math.cos(math.pi * progress)) if schedule == 'cosine' else 1 - progress
     return min_ratio + (1 - min_ratio) * decay
+
+
+def bert_cosine_factor(progress: float, warmup_ratio: float, min_ratio: float = 0.0) -> float:
+    """BERT's ``warmup_cosine`` at ``progress = step / total``: ``progress / warmup_ratio``
+    during the warm-up (0 at the first step, as in the reference, whose first update is lost),
+    then ``0.5 (1 + cos(pi progress))`` with ``progress`` counted from the phase's start, so the
+    rate falls from 1 to ``cos^2(pi W / 2)`` as the warm-up ends (0.976 for ``W = 0.1``) and
+    is 0.5 at mid-phase; decaying to ``min_ratio``."""
+    if progress < warmup_ratio:
+        return progress / warmup_ratio
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 @dataclass
@@ -47,7 +62,8 @@ class Phase:
         dataloader: dataloader config of the phase, or the name of the top-level config key
             holding it (``'text_train_dataloader'``); ``None``: the runner's train_dataloader.
         warmup_ratio: fraction of ``iters`` with linear warm-up.
-        schedule: decay after warm-up (``cosine``, ``linear``, ``constant``).
+        schedule: decay after warm-up (``cosine``, ``linear``, ``constant``), or
+            ``bert_cosine``, the authors' (:func:`bert_cosine_factor`).
         min_lr_ratio: floor of the decay, as a fraction of ``lr``.
         lr_mult: ``{parameter-group name: multiplier}``.
         validate_at_start: run validation before the phase's first step (a "before" row).
