@@ -381,3 +381,43 @@ def test_a_caption_ending_in_its_own_special_token_is_cut_as_one_without_an_end_
     expected = open_clip_ids(tmp_path / 'folder', caption)
     assert tokenizer([caption])['input_ids'][0].tolist() == expected
     assert expected[-1] != 3
+
+
+def test_a_sentencepiece_tokenizer_file_reads_decomposed_text_as_composed(shared_data):
+    """XLM-R's ``Precompiled`` normalizer is SentencePiece's NFKC, under which a caption and its
+    NFD form are one text; ``tokenizers`` alone drops the second mark of NFD 'ộ' (one con 'mọt')
+    and leaves NFD Hangul in jamo. Expected: the file's own ids of the composed caption."""
+    import unicodedata
+
+    from tokenizers import Tokenizer
+
+    path = shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json'
+    reference = Tokenizer.from_file(str(path))
+    tokenizer = HFTokenizer(tokenizer_file=str(path))
+    for caption in ('một con mèo trên bãi cỏ', '고양이가 잔디 위에 있다'):
+        decomposed = unicodedata.normalize('NFD', caption)
+        assert reference.encode(decomposed).ids != reference.encode(caption).ids
+        assert tokenizer.encode(decomposed) == reference.encode(caption).ids
+
+
+def test_a_bert_tokenizer_file_reads_decomposed_text_as_bert_does(tmp_path):
+    """mBERT's Python tokenizer NFC-normalises before its WordPiece; ``tokenizers``'
+    ``BertNormalizer`` does not, and NFD captions came out ``[UNK]``. Expected: the ids of
+    transformers' own (legacy, Python) BertTokenizer on the NFD caption."""
+    import unicodedata
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
+
+    words = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'Tiếng', 'Việt', 'một', 'con', 'mèo']
+    (tmp_path / 'vocab.txt').write_text('\n'.join(words) + '\n', encoding='utf-8')
+    fast = Tokenizer(models.WordPiece({w: i for i, w in enumerate(words)}, unk_token='[UNK]'))
+    fast.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=None)
+    fast.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    fast.post_processor = processors.BertProcessing(('[SEP]', 3), ('[CLS]', 2))
+    fast.save(str(tmp_path / 'tokenizer.json'))
+    caption = unicodedata.normalize('NFD', 'Tiếng Việt một con mèo')
+    expected = BertTokenizerLegacy(str(tmp_path / 'vocab.txt'), do_lower_case=False)(caption)
+    assert expected['input_ids'] == [2, 5, 6, 7, 8, 9, 3]
+    tokenizer = HFTokenizer(tokenizer_file=str(tmp_path / 'tokenizer.json'))
+    assert tokenizer.encode(caption) == expected['input_ids']

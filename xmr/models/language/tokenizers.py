@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import logging
+import unicodedata
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -285,6 +286,24 @@ def _file_pad_id(path: Path, fast: Any) -> int:
     return next((vocab[t] for t in ('<pad>', '[PAD]', '<|pad|>') if t in vocab), 0)
 
 
+def _composes_first(normalizer: Any) -> bool:
+    """Whether a ``tokenizers`` normalizer (or one inside its ``Sequence``) is a port of one
+    whose reference composes a caption (NFC) before its own rules, which the port misses on
+    decomposed (NFD) text, as macOS file names and some keyboards write it.
+
+    ``Precompiled`` is SentencePiece's NFKC charsmap (XLM-R, NLLB): SentencePiece matches it
+    longest first, ``tokenizers`` shortest first and drops the rest, so NFD 'ộ' becomes 'ọ'
+    and NFD Hangul stays in jamo (huggingface/tokenizers#2116, #2334). ``BertNormalizer`` is
+    BERT's (mBERT), whose Python ``BasicTokenizer`` NFC-normalises first and ``tokenizers``
+    does not, so NFD captions come out ``[UNK]``.
+    """
+    from tokenizers import normalizers
+
+    if isinstance(normalizer, normalizers.Sequence):
+        return any(_composes_first(normalizer[i]) for i in range(len(normalizer)))
+    return isinstance(normalizer, (normalizers.Precompiled, normalizers.BertNormalizer))
+
+
 @TOKENIZERS.register_module()
 class HFTokenizer(BaseTokenizer):
     """A Hugging Face tokenizer: a hub name / local folder, or a ``tokenizer.json`` file.
@@ -358,6 +377,11 @@ class HFTokenizer(BaseTokenizer):
             vocab = hf.get_vocab()
             self._encode_fn = lambda t, specials: hf(t, add_special_tokens=specials)['input_ids']
             sep = hf.sep_token_id
+        backend = self._fast if tokenizer_file is not None else getattr(
+            hf, 'backend_tokenizer', None)
+        #: captions are NFC-normalised first (:func:`_composes_first`): canonically equivalent
+        #: captions then get the ids the reference tokenizer gives them.
+        self.compose = backend is not None and _composes_first(backend.normalizer)
         if pad_id is not None:
             self._pad_id = pad_id
         #: token -> id, special and added tokens included.
@@ -397,7 +421,10 @@ class HFTokenizer(BaseTokenizer):
         return self.end_id is not None and ids[-1] == self.end_id
 
     def _prepare(self, text: str) -> str:
-        """The caption as the tokenizer reads it: cleaned, lower-cased when asked."""
+        """The caption as the tokenizer reads it: composed (:attr:`compose`), cleaned,
+        lower-cased when asked."""
+        if self.compose:
+            text = unicodedata.normalize('NFC', text)
         if self._clean_fn is not None:
             text = self._clean_fn(text)
         return text.lower() if self.lowercase else text
