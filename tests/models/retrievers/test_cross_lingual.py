@@ -139,3 +139,17 @@ def test_source_language_cannot_be_a_target():
     with pytest.raises(ValueError, match="source language 'en'"):
         MODELS.build(tiny_retriever_cfg(language_branch=dict(
             tiny_retriever_cfg()['language_branch'], languages=['en', 'de'])))
+
+
+def test_a_source_language_in_another_form_reads_the_datasets_canonical_code():
+    """``source_language='eng'`` (ISO 639-3, accepted for the target languages) is ``en``: the
+    English captions of a dataset are read by the frozen tower, not refused."""
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_retriever_cfg(source_language='eng'))
+    assert model.source_language == 'en'
+    batch = dict(media=BATCH['media'][:1], media_id=['a'], index=[0],
+                 captions=[{'en': ['a red circle'], 'de': ['ein roter Kreis']}])
+    assert model.val_step(batch)[0]['caption_embeddings']['en'].shape == (1, 32)
+    with pytest.raises(ValueError, match="source language 'en'"):
+        MODELS.build(tiny_retriever_cfg(source_language='EN', language_branch=dict(
+            tiny_retriever_cfg()['language_branch'], languages=['en', 'de'])))

@@ -256,3 +256,11 @@ def test_cdds_runs_on_multilingual_clip_token_outputs():
     assert all(p.grad is None for p in model.backbone.parameters())
     assert all(p.grad is not None and p.grad.abs().sum() > 0
                for p in model.disentangler.parameters() if p.requires_grad)
+
+
+def test_languages_and_source_language_in_other_forms_are_the_canonical_codes():
+    """``languages=['eng', 'deu']`` with ``source_language='EN'``: one language, read as the
+    datasets' ``en`` and ``de``; no refusal of the source as missing from the languages."""
+    model = build(languages=['eng', 'deu'], source_language='EN')
+    assert model.languages == ['en', 'de'] and model.source_language == 'en'
+    model.check_languages(['en', 'de'], 'test dataset x')

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from xmr.datasets.languages import normalize_language
 from xmr.models.adapters.grouped import LanguageMembership
 from xmr.models.adapters.language_adapters import TOWER_WEIGHTS
 from xmr.models.backbones.base import VisionLanguageBackbone
@@ -52,7 +53,8 @@ class CrossLingualRetriever(BaseRetriever):
             one per target language (DASD's #TP; :mod:`xmr.models.disentanglers.per_language`).
         losses: configs of ``source_cm``, ``cl`` and ``cm`` (defaults: InfoNCE τ=0.07 with a
             learned scale for fine-tuning the towers, MSE, InfoNCE τ=0.01).
-        source_language: the language the frozen text tower reads.
+        source_language: the language the frozen text tower reads, in any form
+            :func:`~xmr.datasets.languages.normalize_language` accepts (``eng`` is ``en``).
         data_preprocessor: config of the preprocessor (default
             :class:`RetrievalDataPreprocessor`).
         init_cfg: MMEngine init config.
@@ -91,6 +93,9 @@ class CrossLingualRetriever(BaseRetriever):
                  compile: dict | None = None) -> None:
         super().__init__(data_preprocessor, init_cfg, default_preprocessor)
         self.backbone = MODELS.build(backbone)
+        # Canonical, as the branch's languages and the datasets' are: 'eng' must match 'en'.
+        source_language = normalize_language(source_language, 'CrossLingualRetriever '
+                                             'source_language')
         self.source_language = source_language
         tower = self.backbone.text_tower
         self.language_branch = None

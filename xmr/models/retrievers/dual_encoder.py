@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from xmr.datasets.languages import normalize_languages
+from xmr.datasets.languages import normalize_language, normalize_languages
 from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone
 from xmr.models.disentanglers.base import TokenDisentangler, build_disentangler
 from xmr.models.language.tokenizers import TokenBatch
@@ -98,6 +98,10 @@ class DualEncoderRetriever(BaseRetriever):
                              f'{RETRIEVAL_SCORES}')
         if not languages:
             raise ValueError('the dual encoder needs at least one caption language')
+        # Canonical both, as the datasets' codes are: 'eng' must match 'en'.
+        languages = normalize_languages(list(languages), 'DualEncoderRetriever languages')
+        source_language = normalize_language(source_language,
+                                             'DualEncoderRetriever source_language')
         if train_text == 'source' and source_language not in languages:
             raise ValueError(f"train_text='source' reads {source_language} captions, which are "
                              f'not among languages {list(languages)}')
@@ -105,7 +109,7 @@ class DualEncoderRetriever(BaseRetriever):
         if not isinstance(self.backbone, VisionLanguageBackbone):
             raise TypeError(f'{type(self.backbone).__name__} is not a VisionLanguageBackbone, '
                             'whose token-level encoders the dual encoder reads')
-        self.languages = normalize_languages(list(languages), 'DualEncoderRetriever languages')
+        self.languages = languages
         self.source_language, self.train_text = source_language, train_text
         self.retrieval_score = retrieval_score
         if disentangler is not None:
