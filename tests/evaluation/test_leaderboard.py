@@ -38,6 +38,18 @@ def test_format_table_pads_columns():
         '| longer | -    |')
 
 
+def test_format_table_pads_wide_and_combining_names_to_their_shown_width():
+    """A Chinese row label shows two columns a character (多语言模型: 10, not len's 5); a
+    combining accent and a zero-width joiner show none."""
+    assert format_table(['model', 'zh'], [['多语言模型', '1.00'], ['en', '-']]) == (
+        '| model      | zh   |\n'
+        '|------------|------|\n'
+        '| 多语言模型 | 1.00 |\n'
+        '| en         | -    |')
+    # a + combining acute (one column), a zero-width joiner (none).
+    assert format_table(['m'], [['a\u0301\u200d']]) == '| m |\n|---|\n| a\u0301\u200d |'
+
+
 def test_columns_follow_each_datasets_headline():
     columns = leaderboard_columns(MULTI_DATASET)
     assert [(c.label, c.key) for c in columns] == [

@@ -39,6 +39,7 @@ import csv
 import json
 import math
 import os
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,8 +78,17 @@ HEADLINES: tuple[Headline, ...] = (
 )
 
 
+def display_width(text: str) -> int:
+    """The terminal columns ``text`` takes, as a table pads it: two for a wide or fullwidth
+    (East Asian) character, none for a combining mark or a format character (a zero-width
+    joiner), one for the rest; ``len`` counts a Chinese model name half as wide as it shows."""
+    return sum(0 if unicodedata.category(c) in ('Mn', 'Me', 'Cf')
+               else 2 if unicodedata.east_asian_width(c) in ('W', 'F') else 1 for c in text)
+
+
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table whose columns are padded to a common width.
+    """A Markdown table whose columns are padded to a common width on a terminal
+    (:func:`display_width`).
 
     Args:
         header: column titles.
@@ -87,10 +97,11 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     Returns:
         The table, one line per row, without a final newline.
     """
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    widths = [max(display_width(str(cell)) for cell in column) for column in zip(header, *rows)]
 
     def line(cells: Sequence[Any]) -> str:
-        return '| ' + ' | '.join(str(c).ljust(w) for c, w in zip(cells, widths)) + ' |'
+        return '| ' + ' | '.join(str(c) + ' ' * (w - display_width(str(c)))
+                                 for c, w in zip(cells, widths)) + ' |'
 
     return '\n'.join([line(header), '|' + '|'.join('-' * (w + 2) for w in widths) + '|',
                       *(line(row) for row in rows)])
