@@ -35,6 +35,15 @@ def test_round_trip_keeps_every_field_and_non_ascii_bytes(tmp_path):
     assert load_annotation(path) == _annotation()
 
 
+def test_a_file_saved_with_a_byte_order_mark_loads(tmp_path):
+    """Windows editors write UTF-8 with a BOM; json refuses one, the caption files' reader
+    (read_lines) drops it, and so does the annotation loader."""
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(), path)
+    path.write_bytes(b'\xef\xbb\xbf' + path.read_bytes())
+    assert load_annotation(path) == _annotation()
+
+
 def test_loader_names_file_item_and_key(tmp_path):
     path = tmp_path / 'ann.json'
     dump_annotation(_annotation(), path)

@@ -355,7 +355,8 @@ def load_annotation(path: str | os.PathLike) -> Annotation:
     if not path.is_file():
         raise FileNotFoundError(f'annotation file not found: {path}')
     try:
-        with path.open(encoding='utf-8') as handle:
+        # utf-8-sig: a byte order mark (Windows editors write one) is no JSON error.
+        with path.open(encoding='utf-8-sig') as handle:
             data = json.load(handle)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise AnnotationError(f'{path}: not a UTF-8 JSON file ({err})') from err

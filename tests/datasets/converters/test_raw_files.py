@@ -70,3 +70,14 @@ def test_lang_path_options():
         parse_lang_paths(['de:a.txt'], '--x')
     with pytest.raises(ConversionError, match="names 'de' twice"):
         parse_lang_paths(['de=a', 'de=b'], '--x')
+
+
+def test_a_json_release_file_with_a_byte_order_mark_is_read(tmp_path):
+    """A STAIR/Karpathy JSON re-saved by a Windows editor starts with a BOM, which json
+    refuses; read_json drops it as read_lines does."""
+    from xmr.datasets.converters.json_captions import read_json
+
+    path = tmp_path / 'stair.json'
+    path.write_bytes('\ufeff{"annotations": [{"image_id": 1, "caption": "犬"}]}'.encode())
+    assert read_json(path, 'STAIR Captions file') == {
+        'annotations': [{'image_id': 1, 'caption': '犬'}]}

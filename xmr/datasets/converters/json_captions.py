@@ -40,7 +40,8 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
     """Parse a JSON file, naming it (and its role) when it is missing or malformed."""
     path = require_file(path, what)
     try:
-        with Path(path).open(encoding='utf-8') as handle:
+        # utf-8-sig: a byte order mark is dropped, as read_lines drops it from caption files.
+        with Path(path).open(encoding='utf-8-sig') as handle:
             return json.load(handle)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ConversionError(f'{what} {path} is not a UTF-8 JSON file: {err}') from err
