@@ -114,3 +114,16 @@ def test_language_aliases_in_a_file_are_read_as_canonical_codes(tmp_path):
     assert '"jp"' in text and '"ces"' in text
     path.write_text(text, encoding='utf-8')
     assert load_annotation(path) == _annotation()
+
+
+def test_two_caption_keys_of_one_language_are_refused_not_merged_silently(tmp_path):
+    """``cs`` and ``ces`` (like ``ja`` and XTD10's ``jp``) in one item are one language:
+    keeping the last key's captions lost the first's without a word."""
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(), path)
+    data = json.loads(path.read_text(encoding='utf-8'))
+    data['items'][0]['captions']['ces'] = ['Kočka.']
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding='utf-8')
+    with pytest.raises(AnnotationError, match=r"ann.json: item 0 \(media_id 'a'\): captions has "
+                       r"'cs' and 'ces', both the language 'cs'"):
+        load_annotation(path)

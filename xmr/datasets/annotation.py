@@ -318,11 +318,26 @@ def _canonical_languages(ann: Annotation, origin: str) -> None:
         raise AnnotationError(str(error)) from error
     for key, codes in renamed.items():
         setattr(ann, key, codes)
-    for record in ann.items:
+    for position, record in enumerate(ann.items):
         for key in ('captions', 'translations', 'back_translations'):
             texts = getattr(record, key)
             if isinstance(texts, dict):
-                setattr(record, key, {_renamed_key(lang): value for lang, value in texts.items()})
+                setattr(record, key, _renamed_texts(texts, f'{origin}: item {position} (media_id '
+                                                           f'{record.media_id!r}): {key}'))
+
+
+def _renamed_texts(texts: dict, where: str) -> dict:
+    """``texts`` keyed by canonical codes; two keys of one language (``ja`` and ``jp``) are an
+    error, where a dict would silently keep the last one's texts."""
+    renamed: dict = {}
+    first: dict = {}
+    for lang, value in texts.items():
+        canonical = _renamed_key(lang)
+        if canonical in renamed:
+            raise AnnotationError(f'{where} has {first[canonical]!r} and {lang!r}, both the '
+                                  f'language {canonical!r}; merge their texts under one key')
+        renamed[canonical], first[canonical] = value, lang
+    return renamed
 
 
 def _renamed(codes: Any, where: str) -> Any:
