@@ -18,6 +18,7 @@ from tests.engine.test_optim import TinyBranch, build, train_step
 from tests.gpu.conftest import FP32_TOLERANCE
 from tests.models.retrievers.test_compiled_losses import dasd, losses_and_grads
 from xmr.engine.feature_cache import CachedFeatureDataset
+from xmr.engine.optim import PhasedOptimWrapperConstructor
 from xmr.registry import MODELS
 
 pytestmark = pytest.mark.gpu
@@ -50,6 +51,34 @@ def test_fused_adamw_equals_the_per_tensor_loop(accelerator):
         got.values(), retriever(torch.device('cpu')).parameters()))
     for name, value in got.items():
         torch.testing.assert_close(value, expected[name], **FP32_TOLERANCE, msg=name)
+
+
+def test_bert_adam_on_the_accelerator_equals_the_cpu_per_tensor_update_unwaited(accelerator):
+    """The authors' optimiser (``--ablation dasd/authors-optimizer``): its multi-tensor update
+    on the device equals the reference's one-tensor-at-a-time update on the CPU, and its clip
+    per tensor never reads a norm on the host."""
+    bert_adam = dict(type='BertAdam', lr=1e-3, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.2,
+                     max_grad_norm=1.0)
+    cpu_model, model = retriever(torch.device('cpu')), retriever(accelerator)
+    expected = trained_branch(cpu_model, PhasedOptimWrapperConstructor(dict(
+        type='OptimWrapper', optimizer=dict(bert_adam, foreach=False)))(cpu_model))
+    wrapper = PhasedOptimWrapperConstructor(dict(type='OptimWrapper', optimizer=bert_adam))(model)
+    for name, value in trained_branch(model, wrapper).items():
+        torch.testing.assert_close(value, expected[name], **FP32_TOLERANCE, msg=name)
+
+    losses = model(mode='loss', **model.data_preprocessor(BATCH, True))
+    sum(losses.values()).backward()
+    before = [p.detach().clone() for p in model.parameters() if p.grad is not None]
+    if accelerator.type == 'cuda':
+        torch.cuda.synchronize(accelerator)
+        torch.cuda.set_sync_debug_mode('error')
+    try:
+        wrapper.optimizer.step()
+    finally:
+        if accelerator.type == 'cuda':
+            torch.cuda.set_sync_debug_mode(0)
+    after = [p.detach() for p in model.parameters() if p.grad is not None]
+    assert before and any(not torch.equal(b, a) for b, a in zip(before, after))
 
 
 @pytest.mark.parametrize('implementation', ['fused', 'foreach'])
