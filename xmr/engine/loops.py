@@ -19,6 +19,7 @@ from xmr.engine.hook_points import call_hook_point
 from xmr.engine.hooks.preemption import preemption_signals, workers_ignore
 from xmr.engine.optim import parameter_counts
 from xmr.engine.optim_wrapper import OptimWrapper
+from xmr.engine.phase_best import PhaseBest
 from xmr.engine.phases import Phase, phase_lr_factor
 from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.engine.resume import can_skip_at_sampler, restart_iteration_timers, skip_at_sampler
@@ -292,6 +293,7 @@ class PhasedTrainLoop(BaseLoop):
         self._trained_modules: list[torch.nn.Module] | None = None
         self.pending_rng_state: dict[str, Any] | None = None
         self.stop_training = False
+        self.phase_best = PhaseBest(self.phases)
         self._check_phases_against_model()
 
     # MMEngine reads these.
@@ -360,6 +362,7 @@ class PhasedTrainLoop(BaseLoop):
             hub.runtime_info.setdefault('last_validation_iter', legacy)
         self._check_resumed_schedule()
         self._check_patience()
+        self._check_start_from_best()
         groups = {g.get('name') for g in self.runner.optim_wrapper.optimizer.param_groups}
         for phase in self.phases:
             unknown = sorted(set(phase.lr_mult) - groups)
@@ -436,6 +439,27 @@ class PhasedTrainLoop(BaseLoop):
                         'run from its weights (load_from=..., without --resume)')
         hub.update_info('phase_schedule', schedule)
 
+    def _check_start_from_best(self) -> None:
+        """A phase that starts from the best validation of the phase before it needs that
+        phase validated: at its start, end or a ``val_interval`` iteration inside it.
+
+        Raises:
+            ValueError: naming both phases and the settings that validate.
+        """
+        for before, phase in zip(self.phases, self.phases[1:]):
+            if phase.start_from_best is None:
+                continue
+            validated = self.runner.val_loop is not None and (
+                self.validate_at_phase_end or before.validate_at_start or bool(
+                    self.val_interval and before.end // self.val_interval
+                    > before.start // self.val_interval))
+            if not validated:
+                raise ValueError(
+                    f'phase {phase.name}: start_from_best={phase.start_from_best!r} starts from '
+                    f'the best validation of phase {before.name}, which is never validated; '
+                    'give the run a val_dataloader and validate the phase '
+                    '(train_cfg.validate_at_phase_end=True or a val_interval inside it)')
+
     def _check_patience(self) -> None:
         """Refuse ``nonfinite_patience`` where the optimiser's step does not skip a step whose
         gradients are not finite (the wrapper's ``skips_nonfinite_steps``): the tolerated
@@ -483,6 +507,8 @@ class PhasedTrainLoop(BaseLoop):
     # ----------------------------------------------------------------------------- phases
     def _enter_phase(self, index: int, fresh: bool) -> Iterator:
         phase = self.phases[index]
+        if fresh and phase.start_from_best is not None:
+            self.phase_best.restore(self.runner, self.phases[index - 1], phase)
         self.current_phase = phase
         self.model.set_phase(phase.name, phase.loss_weights)
         for name, parameter in self.model.named_parameters():
@@ -562,7 +588,8 @@ class PhasedTrainLoop(BaseLoop):
         hub that checkpoints carry, the iteration it finished at (``last_validation_iter``)."""
         if self.runner.val_loop is not None:
             with preserved_rng_state():
-                self.runner.val_loop.run()
+                metrics = self.runner.val_loop.run()
+            self.phase_best.record(self.runner, self.current_phase, metrics or {}, self._iter)
             # Not a 'val...' name: MMEngine logs those infos as the validation's results.
             self.runner.message_hub.update_info('last_validation_iter', self._iter)
 

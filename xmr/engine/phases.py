@@ -74,6 +74,10 @@ class Phase:
             ``dtype``, ``batch_size``, ...). The run's own cache is rebuilt when stale; a
             named ``cache_dir`` is refused then, unless ``rebuild_if_stale=True``. Refused
             when the phase trains the backbone.
+        start_from_best: a validation metric (greater is better, e.g. ``'mAR'``): the phase
+            starts from the trained weights of the previous phase's best validation by it, as
+            DASD's authors start the cross-modal stage (:mod:`xmr.engine.phase_best`);
+            ``None``: from the previous phase's last weights.
         start: first global iteration of the phase (filled in by the loop).
     """
 
@@ -90,6 +94,7 @@ class Phase:
     lr_mult: dict[str, float] = field(default_factory=dict)
     validate_at_start: bool = False
     cache_features: bool | dict = False
+    start_from_best: str | None = None
     start: int = 0
 
     def __post_init__(self) -> None:
@@ -130,7 +135,10 @@ class Phase:
                     min_lr_ratio=float(self.min_lr_ratio),
                     lr_mult={k: float(v) for k, v in sorted(self.lr_mult.items())},
                     trainable=sorted(self.trainable),
-                    loss_weights={k: float(v) for k, v in sorted(self.loss_weights.items())})
+                    loss_weights={k: float(v) for k, v in sorted(self.loss_weights.items())},
+                    # Only when set: the records of checkpoints written before it stay equal.
+                    **({} if self.start_from_best is None
+                       else dict(start_from_best=self.start_from_best)))
 
 
 def _is_number(value: Any) -> bool:
@@ -194,6 +202,9 @@ def check_phase_values(phase: Phase) -> None:
     if not isinstance(phase.cache_features, (bool, Mapping)):
         raise ValueError(f'phase {name}: cache_features={phase.cache_features!r} must be True, '
                          'False or a dict of CachedFeatureDataset options')
+    if not isinstance(phase.start_from_best, (str, type(None))) or phase.start_from_best == '':
+        raise ValueError(f'phase {name}: start_from_best={phase.start_from_best!r} must be a '
+                         "validation metric's name (e.g. 'mAR') or None")
     if not isinstance(phase.dataloader, (str, Mapping, type(None))):
         raise ValueError(f'phase {name}: dataloader={phase.dataloader!r} must be a dataloader '
                          'dict or the name of a top-level config key holding one')

@@ -1,0 +1,137 @@
+"""A phase that starts from the previous phase's best validation (``start_from_best``)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from mmengine.runner import ValLoop
+
+from tests.engine.test_loops import LANGS, PHASES, loader, make_cfg, train
+from xmr.engine.loops import PhasedTrainLoop
+
+# cross_lingual: iterations 0-8, validated at 2, 4, 6 and 8; cross_modal: 8-12.
+TWO_PHASES = [PHASES[1], dict(PHASES[2], start_from_best='mAR')]
+
+
+def with_validation(cfg):
+    cfg.train_cfg.update(val_interval=2)
+    cfg.val_dataloader = dict(loader(dict(
+        type='SyntheticRetrievalDataset', num_scenes=8, languages=['en', *LANGS], split='val',
+        image_size=32, seed=0, captions_per_image=1), batch_size=8), drop_last=False)
+    cfg.val_evaluator = dict(type='RetrievalMetric', languages=['en', *LANGS],
+                             source_language='en')
+    cfg.val_cfg = dict(type='ValLoop')
+    return cfg
+
+
+def branch(runner) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in runner.model.named_parameters()
+            if name.startswith('language_branch.')}
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Validations score ``scores[iteration]`` (mAR) and snapshot the branch's weights there;
+    each phase's entry snapshots the weights it starts from."""
+    state = dict(scores={}, at_validation={}, at_entry={})
+
+    def run(loop):
+        iteration = loop.runner.train_loop.iter
+        state['at_validation'][iteration] = branch(loop.runner)
+        return {'mAR': state['scores'].get(iteration, 0.0)}
+
+    enter = PhasedTrainLoop._enter_phase
+
+    def entered(loop, index, fresh):
+        iterator = enter(loop, index, fresh)
+        state['at_entry'][loop.phases[index].name] = branch(loop.runner)
+        return iterator
+
+    monkeypatch.setattr(ValLoop, 'run', run)
+    monkeypatch.setattr(PhasedTrainLoop, '_enter_phase', entered)
+    return state
+
+
+def equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_next_phase_starts_from_the_best_validation_and_keeps_only_its_file(tmp_path,
+                                                                               scripted):
+    scripted['scores'].update({2: 1.0, 4: 5.0, 6: 3.0, 8: 2.0})
+    torch.manual_seed(0)
+    runner, _ = train(with_validation(make_cfg(tmp_path / 'best', phases=TWO_PHASES)))
+    start = scripted['at_entry']['cross_modal']
+    assert equal(start, scripted['at_validation'][4])
+    assert not equal(start, scripted['at_validation'][8])  # the last weights it skipped
+    assert sorted(p.name for p in (tmp_path / 'best' / 'phase_best').iterdir()) == [
+        'cross_lingual_iter_4.pth']
+    assert runner.message_hub.get_info('phase_best/cross_lingual') == dict(
+        score=5.0, iteration=4,
+        path=str((tmp_path / 'best' / 'phase_best' / 'cross_lingual_iter_4.pth').resolve()))
+
+    last = copy.deepcopy(TWO_PHASES)
+    last[1]['start_from_best'] = None
+    torch.manual_seed(0)
+    train(with_validation(make_cfg(tmp_path / 'last', phases=last)))
+    assert equal(scripted['at_entry']['cross_modal'], scripted['at_validation'][8])
+    assert not (tmp_path / 'last' / 'phase_best').exists()
+
+
+def test_resume_reads_the_best_its_checkpoint_records_not_a_killed_run_s_later_file(
+        tmp_path, scripted):
+    """A run killed after its validation at 6 wrote a better file there; its checkpoint at 6,
+    written before that validation, records the best at 4. The run resumed from it scores 6
+    lower (another timeline) and must start cross_modal from 4's weights, as the uninterrupted
+    run with those scores does."""
+    scores = {2: 1.0, 4: 5.0, 6: 0.0, 8: 2.0}
+    scripted['scores'].update(scores)
+    torch.manual_seed(0)
+    whole, _ = train(with_validation(make_cfg(tmp_path / 'whole', phases=TWO_PHASES)))
+    expected_start = scripted['at_entry']['cross_modal']
+
+    scripted['scores'].update({6: 9.0})
+    torch.manual_seed(0)
+    train(with_validation(make_cfg(tmp_path / 'cut', phases=TWO_PHASES, checkpoint_interval=2,
+                                   stop_after=7)))
+    scripted['scores'].update(scores)
+    resumed, _ = train(with_validation(make_cfg(
+        tmp_path / 'cut', phases=TWO_PHASES, checkpoint_interval=2,
+        resume_from=tmp_path / 'cut' / 'iter_6.pth')))
+    assert equal(scripted['at_entry']['cross_modal'], expected_start)
+    assert equal(branch(resumed), branch(whole))
+    assert sorted(p.name for p in (tmp_path / 'cut' / 'phase_best').iterdir()) == [
+        'cross_lingual_iter_4.pth']
+
+
+def test_a_fork_resumed_at_the_phase_end_starts_from_the_best_of_the_run_it_forks(tmp_path,
+                                                                                   scripted):
+    scripted['scores'].update({2: 1.0, 4: 5.0, 6: 3.0, 8: 2.0})
+    torch.manual_seed(0)
+    whole, _ = train(with_validation(make_cfg(tmp_path / 'whole', phases=TWO_PHASES,
+                                              checkpoint_interval=8)))
+    torch.manual_seed(0)
+    resumed, _ = train(with_validation(make_cfg(
+        tmp_path / 'again', phases=TWO_PHASES, resume_from=tmp_path / 'whole' / 'iter_8.pth')))
+    assert equal(scripted['at_entry']['cross_modal'], scripted['at_validation'][4])
+    assert equal(branch(resumed), branch(whole))
+    # The fork read the file of the run it forked, and removed none of that run's files.
+    assert (tmp_path / 'whole' / 'phase_best' / 'cross_lingual_iter_4.pth').is_file()
+
+
+def test_start_from_best_is_refused_where_nothing_can_be_picked(tmp_path, scripted):
+    first = [dict(PHASES[1], start_from_best='mAR'), PHASES[2]]
+    with pytest.raises(ValueError, match='the first phase has none'):
+        train(with_validation(make_cfg(tmp_path / 'first', phases=first)))
+    with pytest.raises(ValueError, match='phase cross_modal: .*phase cross_lingual, which is '
+                                         'never validated'):
+        train(make_cfg(tmp_path / 'unvalidated', phases=TWO_PHASES))
+    other = copy.deepcopy(TWO_PHASES)
+    other[1]['start_from_best'] = 'rSum@5'
+    with pytest.raises(KeyError, match=r"phase cross_lingual: its validation reported no "
+                                       r"'rSum@5'.*\['mAR'\]"):
+        train(with_validation(make_cfg(tmp_path / 'metric', phases=other)))
+    with pytest.raises(ValueError, match='start_from_best=3 must be'):
+        train(with_validation(make_cfg(tmp_path / 'type',
+                                       phases=[PHASES[1], dict(PHASES[2], start_from_best=3)])))
