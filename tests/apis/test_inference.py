@@ -148,3 +148,26 @@ def test_media_tensors_and_bad_media(trained):
     torch.testing.assert_close(mixed[1], encode_media(model, [frames])[0])
     with pytest.raises(ValueError, match=r'media\[1\]: a tensor must be uint8'):
         encode_media(model, [image, image.float()])
+
+
+def test_media_are_decoded_one_batch_at_a_time(trained, monkeypatch):
+    """A gallery is never decoded whole: the first batch is embedded after its own media were
+    decoded, and the streamed batches give the embeddings of one-by-one encoding."""
+    import xmr.apis.inference as inference
+
+    _, _, model = trained
+    generator = torch.Generator().manual_seed(0)
+    images = [torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=generator)
+              for _ in range(7)]
+    frames = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8, generator=generator)
+    media = [images[0], frames, *images[1:], frames]
+    decoded, at_first_batch = [], []
+    decode, encode = inference._decode, model.encode_media
+    monkeypatch.setattr(inference, '_decode', lambda *args: decoded.append(1) or decode(*args))
+    monkeypatch.setattr(model, 'encode_media',
+                        lambda batch: at_first_batch.append(len(decoded)) or encode(batch))
+    embeddings = encode_media(model, media, batch_size=2)
+    assert at_first_batch[0] == 3  # images 0 and 1, and the video between them
+    monkeypatch.setattr(model, 'encode_media', encode)
+    single = torch.cat([encode_media(model, [item], batch_size=1) for item in media])
+    torch.testing.assert_close(embeddings, single, atol=1e-6, rtol=1e-5)

@@ -214,23 +214,43 @@ def encode_media(model: CrossLingualRetriever, media: Sequence[MediaInput],
                          f'{num_frames}')
     resize = TRANSFORMS.build(dict(transform) if transform is not None else dict(
         type='MediaTransform', backbone=None, size=tuple(model.backbone.image_size)))
-    decoded = [resize(_decode(item, num_frames, position)) for position, item in
-               enumerate(media)]
-    embeddings: list[Tensor | None] = [None] * len(decoded)
-    for rank in (3, 4):
-        positions = [i for i, item in enumerate(decoded) if item.dim() == rank]
-        for start in range(0, len(positions), batch_size):
-            chunk = positions[start:start + batch_size]
-            sizes = {tuple(decoded[i].shape) for i in chunk}
-            if len(sizes) > 1:
-                raise ValueError(f'media of one batch must share a shape after the transform, '
-                                 f'got {sorted(sizes)} (videos need the same frame count)')
-            batch = model.data_preprocessor.normalize_media(torch.stack([decoded[i]
-                                                                         for i in chunk]))
-            rows = F.normalize(model.encode_media(batch).float(), dim=-1).cpu()
-            for i, row in zip(chunk, rows):
-                embeddings[i] = row
+    embeddings: list[Tensor | None] = [None] * len(media)
+    # Decoded one batch at a time, images and videos apart: decoding the whole gallery first
+    # held every decoded media at once (3 x 224 x 224 bytes an image, 17 GB for COCO's 113k).
+    pending: dict[int, list[tuple[int, Tensor]]] = {3: [], 4: []}
+    for position, item in enumerate(media):
+        decoded = resize(_decode(item, num_frames, position))
+        batch = pending[decoded.dim()]
+        batch.append((position, decoded))
+        if len(batch) == batch_size:
+            _encode_batch(model, batch, embeddings)
+            batch.clear()
+    for batch in pending.values():
+        if batch:
+            _encode_batch(model, batch, embeddings)
     return torch.stack(embeddings)
+
+
+def _encode_batch(model: CrossLingualRetriever, batch: Sequence[tuple[int, Tensor]],
+                  embeddings: list[Tensor | None]) -> None:
+    """Embed one batch of decoded media into ``embeddings[position]``.
+
+    Args:
+        model: the retriever.
+        batch: ``(position, media)`` pairs, media uint8 ``[3, S, S]`` or ``[T, 3, S, S]``.
+        embeddings: the ``[E]`` rows by input position, filled in place.
+
+    Raises:
+        ValueError: when the batch's media differ in shape.
+    """
+    sizes = {tuple(media.shape) for _, media in batch}
+    if len(sizes) > 1:
+        raise ValueError(f'media of one batch must share a shape after the transform, '
+                         f'got {sorted(sizes)} (videos need the same frame count)')
+    stacked = model.data_preprocessor.normalize_media(torch.stack([m for _, m in batch]))
+    rows = F.normalize(model.encode_media(stacked).float(), dim=-1).cpu()
+    for (position, _), row in zip(batch, rows):
+        embeddings[position] = row
 
 
 def _decode(item: MediaInput, num_frames: int, position: int) -> Tensor:
