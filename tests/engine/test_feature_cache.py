@@ -101,6 +101,19 @@ def test_a_cached_synthetic_dataset_renders_each_scene_once_at_build_and_never_a
     assert len(rendered) == 4 and all(item['media'] is None for item in items)
 
 
+def test_a_build_reads_every_item_once(tiny_retriever, tmp_path, monkeypatch):
+    """The key and the build share one pass over the items (a pass over CC300K's 2.1M pairs
+    takes 6 s; ``tools/cache_features.py`` builds without an index at hand)."""
+    dataset = ListDataset(pair_items())
+    cached = CachedFeatureDataset(dataset, tmp_path / 'cache', features=['source'])
+    reads = []
+    read = ListDataset.__getitem__
+    monkeypatch.setattr(ListDataset, '__getitem__',
+                        lambda self, index: reads.append(index) or read(self, index))
+    cached.build(tiny_retriever)
+    assert sorted(reads) == list(range(len(dataset)))
+
+
 def test_float16_storage_halves_the_file_and_keeps_the_loss_close(tiny_retriever, tmp_path):
     dataset = ListDataset(pair_items())
     full = CachedFeatureDataset(dataset, tmp_path / 'fp32')
