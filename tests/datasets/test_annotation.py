@@ -74,6 +74,23 @@ def test_loading_collects_garbage_at_most_once_and_restores_the_collector(tmp_pa
     assert loaded == expected
 
 
+def test_files_are_written_by_the_c_encoder_one_item_a_line(tmp_path, monkeypatch):
+    """json's pure-Python encoder (any indent) held a string per token of the file until it
+    joined them (1.1 GB and 5.7 s for CC300K's 1 GB annotation); the file holds the same JSON."""
+    import json.encoder
+
+    def pure_python_encoder(*args, **kwargs):
+        raise AssertionError("json's pure-Python encoder ran")
+
+    monkeypatch.setattr(json.encoder, '_make_iterencode', pure_python_encoder)
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(), path)
+    text = path.read_text(encoding='utf-8')
+    assert len(text.splitlines()) == len(_annotation().items) + 2
+    assert json.loads(text) == _annotation().to_json()
+    assert load_annotation(path) == _annotation()
+
+
 def test_loader_names_file_item_and_key(tmp_path):
     path = tmp_path / 'ann.json'
     dump_annotation(_annotation(), path)

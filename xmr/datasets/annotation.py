@@ -156,6 +156,10 @@ class Annotation:
             seen[record.media_id] = position
 
     def to_json(self) -> dict[str, Any]:
+        return {**self.header_json(), 'items': [record.to_json() for record in self.items]}
+
+    def header_json(self) -> dict[str, Any]:
+        """The file's fields other than ``items``."""
         data: dict[str, Any] = {
             'format': ANNOTATION_FORMAT, 'version': ANNOTATION_VERSION,
             'dataset': self.dataset, 'split': self.split, 'media_type': self.media_type,
@@ -167,7 +171,6 @@ class Annotation:
             data['translation_langs'] = self.translation_langs
         if self.back_translation_langs:
             data['back_translation_langs'] = self.back_translation_langs
-        data['items'] = [record.to_json() for record in self.items]
         return data
 
     def source_captions(self) -> list[str]:
@@ -412,5 +415,16 @@ def dump_annotations(outputs: Mapping[str | os.PathLike, Annotation]) -> list[Pa
     (:func:`~xmr.fileio.atomic_write_texts`): a failure leaves the files as they were."""
     for path, ann in outputs.items():
         ann.validate(f'annotation for {path}')
-    return atomic_write_texts({path: json.dumps(ann.to_json(), ensure_ascii=False, indent=1)
-                               + '\n' for path, ann in outputs.items()})
+    return atomic_write_texts({path: _annotation_text(ann) for path, ann in outputs.items()})
+
+
+def _annotation_text(ann: Annotation) -> str:
+    """The text of ``ann``'s file: the header's fields, then one item a line.
+
+    Each line is written by json's C encoder. ``json.dumps(indent=...)`` runs its pure-Python
+    encoder, which holds a string for every token of the file until it joins them: writing
+    CC300K's 2.4M captions took 5.7 s and 1.1 GB on top of the annotation's 1 GB.
+    """
+    header = json.dumps(ann.header_json(), ensure_ascii=False)
+    items = ',\n'.join(json.dumps(record.to_json(), ensure_ascii=False) for record in ann.items)
+    return f'{header[:-1]}, "items": [\n{items}\n]}}\n'
