@@ -135,3 +135,20 @@ def test_start_from_best_is_refused_where_nothing_can_be_picked(tmp_path, script
     with pytest.raises(ValueError, match='start_from_best=3 must be'):
         train(with_validation(make_cfg(tmp_path / 'type',
                                        phases=[PHASES[1], dict(PHASES[2], start_from_best=3)])))
+
+
+def test_a_moved_work_dir_resumed_at_the_phase_end_reads_its_own_file(tmp_path, scripted):
+    """The checkpoint records the file's absolute path; a work dir moved (or copied) elsewhere
+    holds it under its own ``phase_best/``, as ``last_checkpoint`` is read (work_dir.py)."""
+    scripted['scores'].update({2: 1.0, 4: 5.0, 6: 3.0, 8: 2.0})
+    torch.manual_seed(0)
+    whole, _ = train(with_validation(make_cfg(tmp_path / 'whole', phases=TWO_PHASES)))
+    torch.manual_seed(0)
+    train(with_validation(make_cfg(tmp_path / 'cut', phases=TWO_PHASES, checkpoint_interval=8,
+                                   stop_after=8)))
+    (tmp_path / 'cut').rename(tmp_path / 'moved')
+    resumed, _ = train(with_validation(make_cfg(
+        tmp_path / 'moved', phases=TWO_PHASES, checkpoint_interval=8,
+        resume_from=tmp_path / 'moved' / 'iter_8.pth')))
+    assert equal(scripted['at_entry']['cross_modal'], scripted['at_validation'][4])
+    assert equal(branch(resumed), branch(whole))

@@ -93,9 +93,13 @@ class PhaseBest:
                                f'but phase {before.name} was never validated; validate it '
                                '(train_cfg.validate_at_phase_end=True or val_interval)')
         # The recorded path: a run resumed from another work dir's checkpoint (a fork) reads
-        # the file that run wrote.
+        # the file that run wrote. Where it is gone, this work dir's own file of that name: a
+        # work dir moved or copied elsewhere holds it there (as latest_checkpoint reads).
         path = Path(best['path'])
         barrier()  # the main process has written it
+        own = self.path(runner.work_dir, before, best['iteration']).resolve()
+        if not path.is_file() and own.is_file():
+            path = own
         if not path.is_file():
             raise RuntimeError(f'phase {phase.name}: the weights of phase {before.name}\'s best '
                                f'validation (iteration {best["iteration"]}) are gone: {path}; '
@@ -110,8 +114,7 @@ class PhaseBest:
                            f'best validation ({phase.start_from_best} {best["score"]:.4f} at '
                            f'iteration {best["iteration"]}), {path}')
         if is_main_process():  # this run's own files only, never a forked run's
-            own = self.path(runner.work_dir, before, 0).parent.resolve()
-            for stale in own.glob(f'{before.name}_iter_*.pth'):
+            for stale in own.parent.glob(f'{before.name}_iter_*.pth'):
                 if stale != path:
                     stale.unlink(missing_ok=True)
 
