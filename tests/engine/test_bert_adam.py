@@ -103,6 +103,14 @@ def test_equals_the_authors_update_step_by_step(foreach):
     assert params[0].grad.norm() == pytest.approx(1.0)  # clipped in place, as clip_grad_norm_
 
 
+@pytest.mark.parametrize('no_clip', [None, 0.0, -1])
+def test_no_clip_leaves_the_gradient_as_it_is(no_clip):
+    p = torch.nn.Parameter(torch.zeros(2))
+    p.grad = torch.tensor([3.0, 4.0])
+    BertAdam([p], max_grad_norm=no_clip).step()
+    assert p.grad.tolist() == [3.0, 4.0]
+
+
 def test_a_tensor_learning_rate_updates_as_the_float_one():
     torch.manual_seed(0)
     grad = torch.randn(6)

@@ -33,14 +33,15 @@ class BertAdam(Optimizer):
         betas: ``(b1, b2)``; DASD's code: ``(0.9, 0.98)``.
         eps: DASD's code: ``1e-6``.
         weight_decay: DASD's code: ``0.2`` (the constructor gives biases and norms ``0``).
-        max_grad_norm: cap on each tensor's gradient norm; ``<= 0`` clips nothing.
+        max_grad_norm: cap on each tensor's gradient norm; ``None`` or ``<= 0`` clips nothing
+            (the reference's ``-1``).
         foreach: update a group's tensors together with torch's multi-tensor ops; ``False``
             runs the same arithmetic one tensor at a time, as the reference code does.
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.01, max_grad_norm: float = 1.0,
-                 foreach: bool = True) -> None:
+                 eps: float = 1e-6, weight_decay: float = 0.01,
+                 max_grad_norm: float | None = 1.0, foreach: bool = True) -> None:
         for name, value, inside in (('lr', lr, lr >= 0), ('eps', eps, eps >= 0),
                                     ('betas', betas, all(0 <= b < 1 for b in betas)),
                                     ('weight_decay', weight_decay, weight_decay >= 0)):
@@ -79,7 +80,7 @@ class BertAdam(Optimizer):
         exp_avgs = [self.state[p]['exp_avg'] for p in params]
         exp_avg_sqs = [self.state[p]['exp_avg_sq'] for p in params]
         (beta1, beta2), max_norm = group['betas'], group['max_grad_norm']
-        if max_norm > 0:
+        if max_norm is not None and max_norm > 0:
             norms = torch.stack(torch._foreach_norm(grads))
             torch._foreach_mul_(grads, (max_norm / (norms + 1e-6)).clamp(max=1.0).unbind())
         torch._foreach_mul_(exp_avgs, beta1)
