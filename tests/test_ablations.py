@@ -140,7 +140,7 @@ def test_every_item_of_a_list_whatever_its_length(name):
 @pytest.mark.parametrize('overlay, message', [
     ("model = dict(backbone={'*': dict(arch='x')})", r"model\.backbone\.\* .*the config has dict"),
     ("train_cfg = dict(phases={'*': dict(lr=1.0), '0': dict(lr=2.0)})",
-     r'train_cfg\.phases\.\* .*no index beside it'),
+     r"train_cfg\.phases\.\* \(every item\) beside \['0'\]: give one or the other"),
 ])
 def test_every_item_needs_a_list_and_no_index_beside_it(tmp_path, overlay, message):
     row = tmp_path / 'row.py'

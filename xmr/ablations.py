@@ -127,10 +127,13 @@ def _every_item_indexed(overlay: Mapping[str, Any], config: Any, who: str,
     for key, value in overlay.items():
         path, here = (*prefix, str(key)), _item(config, key)
         if isinstance(value, Mapping) and EVERY_ITEM in value:
-            if not isinstance(here, list) or len(value) > 1:
+            if not isinstance(here, list):
                 raise ValueError(f"{who} sets {'.'.join(path)}.{EVERY_ITEM} (every item), which "
-                                 f"needs {'.'.join(path)} to be a list in the config and no "
-                                 f'index beside it; the config has {type(here).__name__}')
+                                 f"needs {'.'.join(path)} to be a list in the config; the "
+                                 f'config has {type(here).__name__}')
+            if len(value) > 1:
+                raise ValueError(f"{who} sets {'.'.join(path)}.{EVERY_ITEM} (every item) beside "
+                                 f"{sorted(set(value) - {EVERY_ITEM})}: give one or the other")
             value = {str(index): value[EVERY_ITEM] for index in range(len(here))}
         if isinstance(value, Mapping):
             value = _every_item_indexed(value, here, who, path)
