@@ -2,16 +2,21 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
-from mmengine.runner import ValLoop
+import torch.multiprocessing as mp
+from mmengine.runner import Runner, ValLoop
 
 from tests.engine.test_loops import LANGS, PHASES, loader, make_cfg, train
 from xmr.engine.loops import PhasedTrainLoop
+from xmr.registry import MODELS
 
 # cross_lingual: iterations 0-8, validated at 2, 4, 6 and 8; cross_modal: 8-12.
 TWO_PHASES = [PHASES[1], dict(PHASES[2], start_from_best='mAR')]
+# The scripted fixture's record, as the forked DDP workers see it.
+_FORKED_STATE: dict = {}
 
 
 def with_validation(cfg):
@@ -152,3 +157,44 @@ def test_a_moved_work_dir_resumed_at_the_phase_end_reads_its_own_file(tmp_path, 
         resume_from=tmp_path / 'moved' / 'iter_8.pth')))
     assert equal(scripted['at_entry']['cross_modal'], scripted['at_validation'][4])
     assert equal(branch(resumed), branch(whole))
+
+
+def _ddp_worker(rank: int, port: int, work_dir: str, out_dir: str) -> None:
+    from tests.engine.test_distributed import _start
+    from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+    from xmr.engine.distributed import setup_cpu_distributed
+
+    _start(rank, port)
+    cfg = with_validation(make_cfg(Path(work_dir), phases=TWO_PHASES))
+    # RecordingHook reads the model unwrapped.
+    cfg.custom_hooks = [h for h in cfg.custom_hooks if h['type'] != 'RecordingHook']
+    cfg.launcher = 'pytorch'
+    setup_cpu_distributed(cfg, 'pytorch')
+    allow_mmengine_checkpoint_types()
+    Runner.from_cfg(cfg).train()
+    state = _FORKED_STATE  # the forked copy of the scripted fixture's record
+    torch.save(dict(entry=state['at_entry']['cross_modal'], best=state['at_validation'][4]),
+               Path(out_dir) / f'rank{rank}.pt')
+    torch.distributed.destroy_process_group()
+
+
+def test_every_ddp_rank_starts_from_the_file_the_main_process_wrote(tmp_path, monkeypatch,
+                                                                    scripted):
+    """Rank 0 alone writes the best's weights; each rank reads them after a barrier, so the two
+    gloo processes start cross_modal from the same best weights."""
+    from tests.engine.test_distributed import WORLD, free_port
+
+    global _FORKED_STATE
+    scripted['scores'].update({2: 1.0, 4: 5.0, 6: 3.0, 8: 2.0})
+    _FORKED_STATE = scripted
+    MODELS.import_from_location()
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    mp.start_processes(_ddp_worker, args=(free_port(), str(tmp_path / 'ddp'), str(tmp_path)),
+                       nprocs=WORLD, join=True, start_method='fork')
+    ranks = [torch.load(tmp_path / f'rank{r}.pt') for r in range(WORLD)]
+    for rank in ranks:
+        assert equal(rank['entry'], rank['best'])
+        assert equal(rank['entry'], ranks[0]['entry'])
+    assert [p.name for p in (tmp_path / 'ddp' / 'phase_best').iterdir()] == [
+        'cross_lingual_iter_4.pth']
