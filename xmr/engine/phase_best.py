@@ -106,9 +106,9 @@ class PhaseBest:
                                'resume from the latest checkpoint, which records the file kept')
         weights = read_checkpoint(path, f'phase {before.name} best weights')
         model = unwrap_model(runner.model)
-        missing = sorted(set(weights) - dict(model.named_parameters()).keys())
-        if missing:
-            raise RuntimeError(f'{path}: parameters {missing[:5]} are not in the model')
+        unknown = sorted(set(weights) - dict(model.named_parameters()).keys())
+        if unknown:
+            raise RuntimeError(f'{path}: parameters {unknown[:5]} are not in the model')
         model.load_state_dict(weights, strict=False)
         runner.logger.info(f'phase {phase.name}: starts from the weights of phase {before.name}\'s '
                            f'best validation ({phase.start_from_best} {best["score"]:.4f} at '
@@ -120,4 +120,5 @@ class PhaseBest:
 
     @staticmethod
     def path(work_dir: str | os.PathLike, phase: Phase, iteration: int) -> Path:
+        """The file of ``phase``'s trained weights at its validation at ``iteration``."""
         return Path(work_dir) / FOLDER / f'{phase.name}_iter_{iteration}.pth'
