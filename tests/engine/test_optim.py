@@ -9,7 +9,11 @@ from xmr.engine.optim import (
     HybridOptimizer,
     PhasedOptimWrapperConstructor,
     clip_grad_norm_with_sparse,
+    fused_by_default,
     group_of,
+    parameter_counts,
+    sparse_parameter_names,
+    traceable_by_default,
 )
 from xmr.models.language.embedding import TargetEmbedding
 
@@ -222,3 +226,69 @@ def test_a_learning_rate_set_after_loading_a_state_reaches_both_parts():
         resumed.dense.param_groups)
     assert resumed.sparse.param_groups[0]['lr'] == 0.25
     assert resumed.param_groups == [*resumed.dense.param_groups, *resumed.sparse.param_groups]
+
+
+def test_parameter_counts_count_only_trainable_parameters_as_trainable():
+    """The #TP column: a frozen group counts in the total and not as trainable."""
+    model = TinyBranch(sparse=False)
+    model.language_branch.adapters.requires_grad_(False)
+    # table 10x3, projection 3->4 with bias; adapters 4->4 with bias.
+    assert parameter_counts(model) == {'language_branch.embedding': (30 + 12 + 4, 46),
+                                       'language_branch.adapters': (0, 16 + 4)}
+
+
+def test_fused_and_traceable_defaults_keep_what_the_config_or_the_parameters_rule_out():
+    integer = nn.Parameter(torch.zeros(2, dtype=torch.long), requires_grad=False)
+    assert fused_by_default(dict(type='AdamW'), [nn.Parameter(torch.zeros(2)), integer]) == \
+        dict(type='AdamW')
+    assert fused_by_default(dict(type='AdamW'), [nn.Parameter(torch.zeros(2))]) == \
+        dict(type='AdamW', fused=True)
+    assert traceable_by_default(dict(type='Adam', capturable=False)) == \
+        dict(type='Adam', capturable=False)
+    assert traceable_by_default(dict(type='Adam')) == \
+        dict(type='Adam', foreach=True, capturable=True)
+
+
+def test_sparse_parameter_names_cover_bags_and_a_bare_table():
+    model = nn.Module()
+    model.bag = nn.EmbeddingBag(5, 2, sparse=True)
+    model.dense = nn.Embedding(5, 2)
+    assert sparse_parameter_names(model) == {'bag.weight'}
+    assert sparse_parameter_names(nn.Embedding(5, 2, sparse=True)) == {'weight'}
+
+
+def test_hybrid_step_runs_the_closure_with_gradients_and_returns_its_loss():
+    weight, table = nn.Parameter(torch.ones(2)), nn.Parameter(torch.zeros(3, 2))
+    optimizer = HybridOptimizer(torch.optim.SGD([weight], lr=0.5),
+                                torch.optim.SparseAdam([table]))
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = (weight * 3.0).sum()
+        loss.backward()
+        return loss
+
+    assert float(optimizer.step(closure).detach()) == 6.0
+    assert weight.detach().tolist() == [1.0 - 0.5 * 3.0] * 2
+
+
+def test_sparse_clipping_refuses_a_non_finite_norm_when_asked_as_torch_does():
+    model = TinyBranch(sparse=True)
+    model(torch.tensor([[2, 7]])).backward()
+    model.language_branch.adapters.bias.grad[0] = math.inf
+    with pytest.raises(RuntimeError, match='clipping cannot make them finite'):
+        clip_grad_norm_with_sparse(model.parameters(), 1.0, error_if_nonfinite=True)
+    assert math.isinf(clip_grad_norm_with_sparse(model.parameters(), 1.0))
+
+
+def test_a_compiled_step_with_default_options_gets_a_traceable_optimizer():
+    """``compiled_step=dict()`` (Inductor's default mode) is a compiled step too."""
+    wrapper = build(TinyBranch(sparse=False), compiled_step=dict())
+    assert all(g['foreach'] and g['capturable'] and not g['fused']
+               for g in wrapper.optimizer.param_groups)
+
+
+def test_groups_of_a_wrapped_model_are_named_as_those_of_the_model():
+    wrapper = build(nn.DataParallel(TinyBranch(sparse=False)), weight_decay=0.2)
+    assert {g['name'] for g in wrapper.optimizer.param_groups} == {
+        'language_branch.embedding', 'language_branch.adapters'}
