@@ -1,0 +1,52 @@
+"""A phase's learning-rate factor, its checks and the schedule record a checkpoint keeps."""
+import math
+
+import pytest
+
+from xmr.engine.phases import Phase, phase_lr_factor
+
+
+def cross_lingual(**changes) -> dict:
+    """A ``train_cfg.phases`` entry, with ``changes``."""
+    return dict(dict(name='cross_lingual', lr=2e-4, iters=10, trainable=['language_branch'],
+                     loss_weights=dict(cl=1.0)), **changes)
+
+
+def test_the_warm_up_length_rounds_to_the_nearest_iteration():
+    """35% of 10 iterations is 3.5, rounded to a warm-up of 4 (not truncated to 3)."""
+    assert [phase_lr_factor(step, 10, 0.35, 'constant') for step in range(5)] == \
+        [0.25, 0.5, 0.75, 1.0, 1.0]
+
+
+def test_the_decay_ends_at_the_floor_and_scales_between_it_and_one():
+    """Cosine and linear decay from 1 to ``min_ratio``: ``min + (1 - min) * decay``."""
+    cosine_half = 0.5 * (1 + math.cos(math.pi * 3 / 7))  # step 5 of 10, warm-up 2
+    assert phase_lr_factor(5, 10, 0.2, 'cosine', min_ratio=0.1) == pytest.approx(
+        0.1 + 0.9 * cosine_half)
+    assert phase_lr_factor(5, 10, 0.2, 'linear', min_ratio=0.4) == pytest.approx(
+        0.4 + 0.6 * (1 - 3 / 7))
+    assert phase_lr_factor(2, 10, 0.2, 'cosine', min_ratio=0.4) == pytest.approx(1.0)
+
+
+def test_the_start_is_the_loop_s_to_fill_in_not_the_config_s():
+    with pytest.raises(KeyError, match=r"unknown keys \['start'\]"):
+        Phase.from_config(1, cross_lingual(start=5))
+
+
+def test_a_floor_above_the_base_rate_is_refused():
+    with pytest.raises(ValueError, match=r'min_lr_ratio=1.5 must be a number in \[0, 1\]'):
+        Phase.from_config(1, cross_lingual(min_lr_ratio=1.5))
+
+
+def test_the_schedule_record_holds_every_setting_of_the_schedule_and_ignores_order():
+    """Resuming compares these records: each setting that shapes the run must be in it, and
+    the order in which the config lists the trainable prefixes or the multipliers must not."""
+    phase = Phase.from_config(1, cross_lingual(
+        trainable=['language_branch', 'disentangler'], warmup_ratio=0.2, schedule='linear',
+        min_lr_ratio=0.1, lr_mult={'language_branch.embedding': 2, 'disentangler': 0.5},
+        loss_weights=dict(sc=0.1, cl=1)))
+    phase.start = 4
+    assert phase.schedule_record() == dict(
+        name='cross_lingual', start=4, end=14, lr=2e-4, warmup_ratio=0.2, schedule='linear',
+        min_lr_ratio=0.1, lr_mult={'disentangler': 0.5, 'language_branch.embedding': 2.0},
+        trainable=['disentangler', 'language_branch'], loss_weights={'cl': 1.0, 'sc': 0.1})
