@@ -296,11 +296,16 @@ class PoisonedIteration(Hook):
             model.loss_weights['cl'] = math.nan if batch_idx == self.at else 1.0
 
 
-def test_a_tolerated_nan_iteration_leaves_the_weights_as_they_were(tmp_path):
+def test_a_tolerated_nan_iteration_leaves_the_weights_as_they_were(tmp_path, monkeypatch):
     """``nonfinite_patience=1``, fp32, the constructor's fused AdamW: the NaN iteration's step
-    is skipped on the device, and training goes on from the weights before it."""
+    is skipped on the device, and training goes on from the weights before it. The NaN
+    iteration is not validated either (``val_interval=3`` falls on it)."""
+    validated = []
+    monkeypatch.setattr(loops.PhasedTrainLoop, 'validate',
+                        lambda loop: validated.append(loop.iter))
     cfg = make_cfg(tmp_path, phases=[dict(PHASES[1], iters=6)])
     cfg.train_cfg.nonfinite_patience = 1
+    cfg.train_cfg.val_interval = 3
     allow_mmengine_checkpoint_types()
     runner = Runner.from_cfg(cfg)
     poison = PoisonedIteration(at=2)
@@ -312,6 +317,23 @@ def test_a_tolerated_nan_iteration_leaves_the_weights_as_they_were(tmp_path):
     assert [r['iter'] for r in records if 'losses' in r] == [0, 1, 3, 4, 5]  # 2 reached no hook
     assert all(math.isfinite(r['losses']['loss']) for r in records if 'losses' in r)
     assert all(torch.isfinite(p).all() for p in runner.model.parameters())
+    assert validated == [6]  # the phase's end; not 3, the tolerated NaN iteration
+
+
+def test_a_phase_may_not_end_on_a_tolerated_nan_iteration(tmp_path, monkeypatch):
+    """Its end would be validated and saved in that state: the run stops there instead."""
+    validated = []
+    monkeypatch.setattr(loops.PhasedTrainLoop, 'validate',
+                        lambda loop: validated.append(loop.iter))
+    cfg = make_cfg(tmp_path, phases=[dict(PHASES[1], iters=3)])
+    cfg.train_cfg.nonfinite_patience = 1
+    allow_mmengine_checkpoint_types()
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(PoisonedIteration(at=2))
+    with pytest.raises(TrainingDivergedError, match=re.escape(
+            'phase cross_lingual ended with 1 non-finite iteration(s) in a row')):
+        runner.train()
+    assert validated == []
 
 
 @pytest.mark.parametrize('change, why', [

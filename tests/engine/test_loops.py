@@ -4,20 +4,23 @@ from __future__ import annotations
 import copy
 import json
 import math
+import random
 import re
+import types
 from pathlib import Path
 
 import pytest
 import torch
 from mmengine.config import Config
 from mmengine.hooks import Hook
+from mmengine.logging import MessageHub
 from mmengine.runner import Runner
 
 from tests.conftest import tiny_retriever_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.feature_cache import FeatureCache, StaleFeatureCacheError
-from xmr.engine.loops import read_to_host
-from xmr.engine.phases import phase_lr_factor
+from xmr.engine.loops import PhasedTrainLoop, read_to_host
+from xmr.engine.phases import Phase, phase_lr_factor
 from xmr.registry import HOOKS
 
 LANGS = ['de', 'zh']
@@ -41,10 +44,18 @@ class RecordingHook(Hook):
             iter=runner.iter, phase=runner.train_loop.current_phase.name,
             batch_size=data_batch['batch_size'],
             lrs={g['name']: g['lr'] for g in runner.optim_wrapper.optimizer.param_groups},
-            trainable=trainable, weights=dict(model.loss_weights)))
+            trainable=trainable, weights=dict(model.loss_weights),
+            # A draw of the process's stream: a resumed run must draw what the uninterrupted
+            # one drew at the same iteration.
+            draw=float(torch.rand(())),
+        ))
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         self.records[-1]['losses'] = {k: float(v.detach()) for k, v in outputs.items()}
+        # The most optimiser steps any parameter has taken (Adam's step count).
+        self.records[-1]['adam_steps'] = max(
+            (int(state['step']) for state in runner.optim_wrapper.optimizer.state.values()),
+            default=0)
         self.records[-1]['eta'] = runner.message_hub.get_info('eta')
         if self.stop_after is not None and runner.iter + 1 >= self.stop_after:
             runner.train_loop.stop_training = True
@@ -163,6 +174,13 @@ def test_phases_set_learning_rates_losses_and_trainable_groups(full_run):
     assert set(records[12]['losses']) == {'loss', 'loss_cm'}
 
 
+def test_each_phase_starts_its_optimiser_state_afresh(full_run):
+    """Phases train independently (DASD): Adam's moments and step count restart at each
+    phase, also for the branch that trains in both cross_lingual and cross_modal."""
+    _, _, records = full_run
+    assert [r['adam_steps'] for r in records] == [*range(1, 5), *range(1, 9), *range(1, 5)]
+
+
 def test_the_log_window_drops_losses_of_earlier_phases(full_run):
     _, runner, _ = full_run
     logged = {k for k in runner.message_hub.log_scalars if k.startswith('train/loss')}
@@ -204,7 +222,68 @@ def test_resume_in_the_middle_of_phase_two_repeats_the_uninterrupted_run(full_ru
     for mine, reference in zip(resumed, uninterrupted[7:]):
         assert mine['lrs'] == pytest.approx(reference['lrs'])
         assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-5, abs=1e-6)
+        assert mine['adam_steps'] == reference['adam_steps']
+    # The checkpoint's random streams are restored: the draws continue those of iteration 7.
+    assert [r['draw'] for r in resumed] == [r['draw'] for r in uninterrupted[7:]]
 
+
+def test_a_phase_resumed_in_its_middle_does_not_validate_again_at_its_start(
+        full_run, tmp_path, monkeypatch):
+    """``validate_at_start`` belongs to a phase's first iteration; a run resumed at iteration
+    7, in cross_lingual's middle, validates at the phase ends only."""
+    work_dir, _, _ = full_run
+    validated = []
+    monkeypatch.setattr(PhasedTrainLoop, 'validate', lambda loop: validated.append(loop.iter))
+    phases = copy.deepcopy(PHASES)
+    phases[1]['validate_at_start'] = True
+    train(make_cfg(tmp_path, phases=phases, resume_from=work_dir / 'iter_7.pth'))
+    assert validated == [12, 16]
+
+
+def test_a_phase_that_begins_at_the_resumed_iteration_may_change_its_schedule(tmp_path):
+    """Resumed at iteration 4, where cross_lingual begins: that phase has not begun and
+    takes the new config's learning rate."""
+    torch.manual_seed(0)
+    train(make_cfg(tmp_path, phases=PHASES[:2], checkpoint_interval=4, stop_after=4))
+    phases = copy.deepcopy(PHASES[:2])
+    phases[1]['lr'] = 8e-3
+    _, resumed = train(make_cfg(tmp_path, phases=phases, resume_from=tmp_path / 'iter_4.pth'))
+    assert [r['iter'] for r in resumed] == list(range(4, 12))
+    lrs = list(resumed[1]['lrs'].values())  # after the warm-up's first step
+    assert lrs == pytest.approx([8e-3] * len(lrs))
+
+
+def test_set_lr_scales_each_named_group_by_its_phase_multiplier():
+    """lr x lr_mult[group name] x the schedule's factor; groups without a multiplier (or a
+    name) get the phase's rate."""
+    groups = [dict(name='backbone', lr=0.0), dict(name='language_branch.adapters', lr=0.0),
+              dict(lr=0.0)]
+    runner = types.SimpleNamespace(optim_wrapper=types.SimpleNamespace(
+        optimizer=types.SimpleNamespace(param_groups=groups)))
+    phase = Phase(name='cross_modal', lr=1e-3, trainable=['backbone'], iters=10,
+                  loss_weights=dict(cm=1.0), warmup_ratio=0.2, schedule='constant',
+                  lr_mult=dict(backbone=0.1), start=3)
+    PhasedTrainLoop._set_lr(types.SimpleNamespace(runner=runner, _iter=3), phase)
+    # First step of a 2-step warm-up: factor 1/2.
+    assert [g['lr'] for g in groups] == pytest.approx([0.5e-4, 0.5e-3, 0.5e-3])
+
+
+def test_validation_leaves_the_training_streams_as_they_were():
+    """A validation that draws random numbers (a sampler, dropout left on) does not shift
+    what training draws next, and is recorded as the last validation."""
+    hub = MessageHub.get_instance('test_validation_streams')
+    runner = types.SimpleNamespace(
+        val_loop=types.SimpleNamespace(run=lambda: (torch.rand(5), random.random())),
+        message_hub=hub)
+    torch.manual_seed(7)
+    random.seed(7)
+    expected = torch.rand(3), random.random()
+    torch.manual_seed(7)
+    random.seed(7)
+    PhasedTrainLoop.validate(types.SimpleNamespace(runner=runner, _iter=9))
+    got = torch.rand(3), random.random()
+    assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert hub.get_info('last_validation_iter') == 9
 
 
 def test_a_stopped_run_validates_nothing_after_its_stop_and_its_resumption_makes_it_up(
@@ -344,6 +423,15 @@ def test_the_losses_and_the_norm_reach_the_host_in_one_copy(monkeypatch):
         assert host[name].item() == outputs[name].item()
     assert host['embeddings'] is outputs['embeddings']  # not a logged scalar: left as it is
     assert read_to_host({}, None) == ({}, None)
+
+
+def test_a_double_loss_reaches_the_host_exactly():
+    """The one copy uses a dtype that holds every value: fp64 when a loss is fp64."""
+    value = 1.0 + 2.0 ** -40  # not a float32
+    host, norm = read_to_host(dict(loss=torch.tensor(value, dtype=torch.float64)),
+                              torch.tensor(0.5))
+    assert host['loss'].dtype == torch.float64 and host['loss'].item() == value
+    assert norm.item() == 0.5 and norm.dtype == torch.float32
 
 
 # ------------------------------------------------------------------ epochs and dataloader keys
