@@ -8,6 +8,7 @@ bf16, whose τ = 0.01 multiplies the logits' rounding by 100), while the two ste
 """
 import copy
 import logging
+import math
 
 import pytest
 import torch
@@ -127,3 +128,77 @@ def test_enable_amp_switches_the_wrapper_and_refuses_others():
         enable_amp(other)
     with pytest.raises(ValueError, match="must be one of .*got 'half'"):
         AutocastOptimWrapper(dtype='half', optimizer=torch.optim.SGD([torch.zeros(1)], lr=1))
+
+
+def test_cuda_autocasts_to_bf16_where_supported_else_fp16(monkeypatch):
+    monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda *args, **kwargs: True)
+    assert amp_dtype('cuda') is torch.bfloat16
+    monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda *args, **kwargs: False)
+    assert amp_dtype('cuda') is torch.float16
+
+
+def test_a_device_that_resolves_to_fp16_refuses_a_compiled_step(monkeypatch):
+    """``dtype=None`` picks fp16 on GPUs without bf16, whose loss scaler a compiled step
+    cannot run: refused when the precision resolves, not only when fp16 was asked."""
+    monkeypatch.setattr(amp, 'amp_dtype', lambda device_type: torch.float16)
+    weight = torch.nn.Parameter(torch.zeros(2))
+    wrapper = AutocastOptimWrapper(optimizer=torch.optim.AdamW([weight], foreach=True,
+                                                               capturable=True),
+                                   compiled_step=dict())
+    with pytest.raises(ValueError, match="cannot compile fp16's loss-scaled step"):
+        with wrapper.optim_context(torch.nn.ParameterList([weight])):
+            pass
+
+
+def fp16_sgd_step(grad_scale: float, **kwargs) -> tuple[torch.Tensor, AutocastOptimWrapper]:
+    """One fp16 SGD step (lr 1) of a weight ``[0, 0]`` whose gradient is ``[3, 4] x
+    grad_scale``, clipped to norm 1: the weight and the wrapper."""
+    weight = torch.nn.Parameter(torch.zeros(2))
+    wrapper = AutocastOptimWrapper(dtype='float16', optimizer=torch.optim.SGD([weight], lr=1.0),
+                                   clip_grad=dict(max_norm=1.0),
+                                   loss_scale=dict(init_scale=256.0), **kwargs)
+    with wrapper.optim_context(torch.nn.ParameterList([weight])):
+        loss = (weight * torch.tensor([3.0, 4.0]) * grad_scale).sum()
+    wrapper.update_params(loss)
+    return weight.detach(), wrapper
+
+
+def test_fp16_clips_the_unscaled_gradients_and_says_nothing_of_a_step_it_took(monkeypatch):
+    said = []
+    monkeypatch.setattr(amp, 'print_log', lambda message, **kwargs: said.append(message))
+    weight, wrapper = fp16_sgd_step(1.0)
+    # norm 5, clipped to 1 (torch's scale 1 / (5 + 1e-6)): the step is -[3, 4] / 5.
+    assert weight.tolist() == pytest.approx([-0.6, -0.8], rel=1e-5)
+    assert float(wrapper.pending_norm) == pytest.approx(5.0)
+    assert wrapper.scaler.get_scale() == 256.0
+    assert not [message for message in said if 'skipped' in message]
+
+
+def test_an_overflowed_fp16_step_is_said_once_and_its_norm_not_logged(monkeypatch):
+    from xmr.engine import optim_wrapper
+
+    said = []
+    monkeypatch.setattr(amp, 'print_log', lambda message, **kwargs: said.append(message))
+    monkeypatch.setattr(optim_wrapper, 'print_log', lambda message, **kwargs: said.append(
+        message))
+    weight, wrapper = fp16_sgd_step(math.inf)
+    assert weight.tolist() == [0.0, 0.0]
+    wrapper.log_pending_norm()
+    assert [message for message in said if 'skipped' in message] == [
+        'fp16: optimiser step skipped (gradients overflowed at loss scale 256); the loss scale '
+        'is now 128']
+    assert 'train/grad_norm' not in wrapper.message_hub.log_scalars
+
+
+def test_frozen_weights_are_cast_once_by_default():
+    wrapper = AutocastOptimWrapper(optimizer=torch.optim.SGD([torch.zeros(1)], lr=1.0))
+    assert wrapper.cast_frozen_weights is True
+
+
+def test_enable_amp_without_a_dtype_keeps_the_config_s_choice():
+    cfg = Config(dict(optim_wrapper=dict(type='AutocastOptimWrapper', dtype='float16')))
+    enable_amp(cfg)
+    assert cfg.optim_wrapper.dtype == 'float16'
+    plain = Config(dict(optim_wrapper=dict(type='OptimWrapper')))
+    enable_amp(plain)
+    assert 'dtype' not in plain.optim_wrapper
