@@ -95,3 +95,44 @@ def test_an_amp_step_with_cached_casts_equals_autocast_and_casts_less(tiny_retri
     frozen = sum(1 for module in tiny_retriever.backbone.modules()
                  if isinstance(module, nn.Linear) for _ in module.parameters())
     assert count < plain_count - frozen
+
+
+def test_a_copy_follows_autocast_s_dtype_when_it_changes():
+    model, casts = small_model(), FrozenWeightCasts()
+    for dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast('cpu', dtype=dtype), casts.swapped_into(model):
+            assert model[0].weight.dtype == dtype
+
+
+def test_weights_already_in_the_autocast_dtype_and_integer_weights_are_left_as_they_are():
+    model, casts = small_model(), FrozenWeightCasts()
+    model[0].to(torch.bfloat16)
+    model[2].index = nn.Parameter(torch.arange(3), requires_grad=False)
+    weight, index = model[0].weight, model[2].index
+    with torch.autocast('cpu', dtype=torch.bfloat16), casts.swapped_into(model):
+        assert model[0].weight is weight
+        assert model[2].index is index
+
+
+def test_attention_projections_are_swapped_too():
+    """xmr's towers read ``nn.MultiheadAttention``'s ``in_proj_weight`` through ``linear``."""
+    attention = nn.MultiheadAttention(8, 2).requires_grad_(False)
+    with torch.autocast('cpu', dtype=torch.bfloat16), \
+            FrozenWeightCasts().swapped_into(attention):
+        assert attention.in_proj_weight.dtype == torch.bfloat16
+        assert attention.out_proj.weight.dtype == torch.bfloat16
+
+
+def test_copies_of_weights_the_model_no_longer_has_are_let_go():
+    import gc
+    import weakref
+
+    casts, old = FrozenWeightCasts(), small_model()
+    with torch.autocast('cpu', dtype=torch.bfloat16), casts.swapped_into(old):
+        pass
+    released = weakref.ref(old[0].weight)
+    del old
+    with torch.autocast('cpu', dtype=torch.bfloat16), casts.swapped_into(small_model()):
+        pass
+    gc.collect()
+    assert released() is None
