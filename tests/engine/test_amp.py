@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.logging import MessageHub
 
 from xmr.engine import amp
 from xmr.engine.amp import AutocastOptimWrapper, amp_dtype, enable_amp
@@ -157,6 +158,7 @@ def fp16_sgd_step(grad_scale: float, **kwargs) -> tuple[torch.Tensor, AutocastOp
     wrapper = AutocastOptimWrapper(dtype='float16', optimizer=torch.optim.SGD([weight], lr=1.0),
                                    clip_grad=dict(max_norm=1.0),
                                    loss_scale=dict(init_scale=256.0), **kwargs)
+    wrapper.message_hub = MessageHub.get_instance(f'fp16_sgd_step_{grad_scale}')
     with wrapper.optim_context(torch.nn.ParameterList([weight])):
         loss = (weight * torch.tensor([3.0, 4.0]) * grad_scale).sum()
     wrapper.update_params(loss)
