@@ -292,3 +292,77 @@ def test_a_skipped_step_is_said_not_logged_and_an_unfused_step_is_not_skipped(mo
     weight, _, unfused = adamw_after([torch.tensor([math.nan, 0.0, 0.0])], foreach=False)
     assert not unfused.skips_nonfinite_steps
     assert torch.isnan(weight).all()
+
+
+def test_gradients_accumulate_over_the_configured_count():
+    """``accumulative_counts=2``: the first call steps nothing, the second steps once on the
+    mean of the two losses' gradients."""
+    weight = torch.nn.Parameter(torch.zeros(1))
+    wrapper = OptimWrapper(torch.optim.SGD([weight], lr=1.0), accumulative_counts=2)
+    wrapper.initialize_count_status(torch.nn.Linear(1, 1), 0, 4)
+    wrapper.update_params((weight * 2.0).sum())
+    assert weight.item() == 0.0
+    wrapper.update_params((weight * 4.0).sum())
+    assert weight.item() == pytest.approx(-(2.0 + 4.0) / 2)
+
+
+def test_a_step_given_a_closure_runs_it_eagerly_beside_a_compiled_step():
+    weight = torch.nn.Parameter(torch.ones(2))
+    wrapper = OptimWrapper(torch.optim.SGD([weight], lr=0.5),
+                           compiled_step=dict(backend='eager'))
+    calls = []
+
+    def closure() -> torch.Tensor:
+        calls.append(1)
+        return torch.tensor(0.0)
+
+    weight.grad = torch.tensor([1.0, 2.0])
+    wrapper.step(closure=closure)
+    assert calls == [1]
+    assert weight.detach().tolist() == [0.5, 0.0]
+
+
+def test_the_clip_ignores_the_stale_gradients_of_frozen_parameters():
+    trained, frozen = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))
+    wrapper = OptimWrapper(torch.optim.SGD([trained, frozen], lr=1.0),
+                           clip_grad=dict(max_norm=100.0))
+    trained.grad, frozen.grad = torch.tensor([3.0, 4.0]), torch.tensor([100.0, 100.0])
+    frozen.requires_grad_(False)
+    wrapper.step()
+    assert float(wrapper.pending_norm) == pytest.approx(5.0)
+
+
+def test_an_unfused_step_logs_its_non_finite_norm_and_says_no_skip(monkeypatch):
+    from xmr.engine import optim_wrapper as module
+
+    said = []
+    monkeypatch.setattr(module, 'print_log', lambda message, **_: said.append(message))
+    _, _, unfused = adamw_after([torch.tensor([math.nan, 0.0, 0.0])], foreach=False)
+    unfused.message_hub = MessageHub.get_instance('test_unfused_nonfinite_norm')
+    unfused.log_pending_norm()
+    assert said == []
+    assert math.isnan(unfused.message_hub.get_scalar('train/grad_norm').current())
+
+
+def test_the_compiled_step_keeps_float_rates_in_the_groups():
+    """The rates are tensors only inside the compiled call: schedulers, logs and the state
+    dict read floats."""
+    _, _, _, wrapper = clipped_adamw_steps(dict(foreach=True, capturable=True),
+                                           dict(backend='eager'))
+    assert all(type(group['lr']) is float for group in wrapper.optimizer.param_groups)
+
+
+def test_compile_options_beside_a_model_compiled_in_a_mode():
+    from xmr.engine.optim_wrapper import wrapper_compile_options
+
+    assert wrapper_compile_options('compiled_step', 'reduce-overhead') == dict(mode='default')
+    assert wrapper_compile_options('compiled_step', 'max-autotune') == dict(
+        mode='max-autotune-no-cudagraphs')
+    assert wrapper_compile_options('compiled_step', 'default') == dict(mode='default')
+    assert wrapper_compile_options('compiled_autograd', 'reduce-overhead') == dict(
+        mode='reduce-overhead')
+
+
+def test_an_optimiser_without_a_capturable_option_may_be_compiled():
+    OptimWrapper(torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1.0),
+                 compiled_step=dict())
