@@ -52,10 +52,11 @@ class RecordingHook(Hook):
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         self.records[-1]['losses'] = {k: float(v.detach()) for k, v in outputs.items()}
-        # The most optimiser steps any parameter has taken (Adam's step count).
+        # The most optimiser steps any parameter has taken (Adam's step count; BertAdam keeps
+        # none).
         self.records[-1]['adam_steps'] = max(
-            (int(state['step']) for state in runner.optim_wrapper.optimizer.state.values()),
-            default=0)
+            (int(state['step']) for state in runner.optim_wrapper.optimizer.state.values()
+             if 'step' in state), default=0)
         self.records[-1]['eta'] = runner.message_hub.get_info('eta')
         if self.stop_after is not None and runner.iter + 1 >= self.stop_after:
             runner.train_loop.stop_training = True
@@ -280,7 +281,9 @@ def test_validation_leaves_the_training_streams_as_they_were():
     expected = torch.rand(3), random.random()
     torch.manual_seed(7)
     random.seed(7)
-    PhasedTrainLoop.validate(types.SimpleNamespace(runner=runner, _iter=9))
+    PhasedTrainLoop.validate(types.SimpleNamespace(
+        runner=runner, _iter=9, current_phase=None,
+        phase_best=types.SimpleNamespace(record=lambda *args: None)))
     got = torch.rand(3), random.random()
     assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
     assert hub.get_info('last_validation_iter') == 9

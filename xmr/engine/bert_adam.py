@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.optim import Optimizer
 
+from xmr.engine.optim import closure_loss
 from xmr.registry import OPTIMIZERS
 
 
@@ -54,10 +55,7 @@ class BertAdam(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             params = [p for p in group['params'] if p.grad is not None]
             if not params:

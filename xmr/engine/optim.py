@@ -71,6 +71,15 @@ def traceable_by_default(optimizer_cfg: dict) -> dict:
     return dict(optimizer_cfg, foreach=True, capturable=True)
 
 
+def closure_loss(closure: Callable[[], float] | None) -> float | None:
+    """The loss of an optimiser step's ``closure`` (torch's ``step(closure)`` contract), run
+    with gradients on inside the step's ``no_grad``; ``None`` without one."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 def sparse_parameter_names(model: nn.Module) -> set[str]:
     """Names of the parameters that receive sparse gradients (``nn.Embedding(sparse=True)``)."""
     names = set()
@@ -154,10 +163,7 @@ class HybridOptimizer(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         self.dense.step()
         self.sparse.step()
         return loss
