@@ -59,9 +59,21 @@ def test_iteration_interval_reports_long_phases():
         'train up to iteration 2: 1 unreadable media skipped (1 files): /v/a.mp4']
 
 
-def test_negative_settings_are_rejected():
+@pytest.mark.parametrize('settings', [dict(interval=-1), dict(max_names=-1)])
+def test_negative_settings_are_rejected(settings):
     with pytest.raises(ValueError, match='must be >= 0'):
-        CorruptMediaHook(interval=-1)
+        CorruptMediaHook(**settings)
+
+
+def test_a_batch_that_is_no_dict_counts_nothing():
+    """A loader yielding tuples or lists (no 'skipped_media' key) passes through unnoticed."""
+    hook = CorruptMediaHook(interval=1)
+    runner = _runner()
+    hook.after_train_iter(runner, 0, ([1, 2], [3, 4]))
+    hook.after_val_iter(runner, 0, [{'skipped_media': ['/v/a.mp4']}])
+    hook.after_val_epoch(runner)
+    assert runner.logger.warnings == []
+    assert hook.skipped_counts('train') == {} and hook.skipped_counts('val') == {}
 
 
 def test_under_ddp_a_report_counts_the_files_of_every_rank(monkeypatch):
