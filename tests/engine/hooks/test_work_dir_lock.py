@@ -327,3 +327,23 @@ def test_a_stale_lock_another_run_takes_over_meanwhile_is_left_to_it(tmp_path, p
         run.join()
     assert sorted(outcome.values()) == ['locked', 'refused']
     assert holder == str(next(pid for pid, result in outcome.items() if result == 'locked'))
+
+
+def test_the_lock_refuses_before_any_other_hook_starts_training(tmp_path, other_process):
+    """Listed last, the lock still runs first: no hook of the refused run (even a VERY_HIGH one)
+    gets to its before_train, where clean-ups and caches would touch the running run's files."""
+    started = []
+
+    @HOOKS.register_module(name='EarlyTestHook', force=True)
+    class Early(Hook):
+        priority = 'VERY_HIGH'
+
+        def before_train(self, runner):
+            started.append(runner.iter)
+
+    (tmp_path / LOCK_NAME).write_text(f'{other_process} {socket.gethostname()}\n')
+    cfg = make_cfg(tmp_path, phases=PHASES[:1])
+    cfg.custom_hooks += [dict(type='EarlyTestHook'), dict(type='WorkDirLockHook')]
+    with pytest.raises(WorkDirLockedError):
+        train(cfg)
+    assert started == []
