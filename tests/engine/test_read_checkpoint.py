@@ -65,3 +65,15 @@ def test_user_code_reads_a_checkpoint_with_numpy_logs_through_the_public_loader(
     user = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True)
     assert user.returncode == 0, user.stderr
     assert user.stdout.split() == ['[0.5,', '0.25]', '7']
+
+
+def test_state_dict_mismatches_lists_a_few_keys_of_each_kind_and_counts_all():
+    from xmr.engine.checkpoint import state_dict_mismatches
+    model = {name: torch.zeros(2) for name in 'abcde'}
+    model['w'] = torch.zeros(4, 8)
+    loaded = {'w': torch.zeros(4, 16), 'x': torch.zeros(1)}
+    assert state_dict_mismatches(model, loaded) == [
+        '1 keys of other shapes: w (checkpoint [4, 16], model [4, 8])',
+        '5 keys missing from the checkpoint: a, b, c, ... (2 more)',
+        '1 keys the model does not have: x']
+    assert state_dict_mismatches(model, dict(model)) == []
