@@ -77,3 +77,8 @@ def test_state_dict_mismatches_lists_a_few_keys_of_each_kind_and_counts_all():
         '5 keys missing from the checkpoint: a, b, c, ... (2 more)',
         '1 keys the model does not have: x']
     assert state_dict_mismatches(model, dict(model)) == []
+
+
+def test_a_directory_given_as_checkpoint_is_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f'language module not found: {tmp_path}$'):
+        read_checkpoint(tmp_path, what='language module')
