@@ -362,7 +362,8 @@ class PhasedTrainLoop(BaseLoop):
             hub.runtime_info.setdefault('last_validation_iter', legacy)
         self._check_resumed_schedule()
         self._check_patience()
-        self._check_start_from_best()
+        self.phase_best.check_validated(self.runner.val_loop is not None, self.val_interval,
+                                        self.validate_at_phase_end)
         groups = {g.get('name') for g in self.runner.optim_wrapper.optimizer.param_groups}
         for phase in self.phases:
             unknown = sorted(set(phase.lr_mult) - groups)
@@ -438,27 +439,6 @@ class PhasedTrainLoop(BaseLoop):
                         "the config that wrote it (the work dir holds its dump), or start a new "
                         'run from its weights (load_from=..., without --resume)')
         hub.update_info('phase_schedule', schedule)
-
-    def _check_start_from_best(self) -> None:
-        """A phase that starts from the best validation of the phase before it needs that
-        phase validated: at its start, end or a ``val_interval`` iteration inside it.
-
-        Raises:
-            ValueError: naming both phases and the settings that validate.
-        """
-        for before, phase in zip(self.phases, self.phases[1:]):
-            if phase.start_from_best is None:
-                continue
-            validated = self.runner.val_loop is not None and (
-                self.validate_at_phase_end or before.validate_at_start or bool(
-                    self.val_interval and before.end // self.val_interval
-                    > before.start // self.val_interval))
-            if not validated:
-                raise ValueError(
-                    f'phase {phase.name}: start_from_best={phase.start_from_best!r} starts from '
-                    f'the best validation of phase {before.name}, which is never validated; '
-                    'give the run a val_dataloader and validate the phase '
-                    '(train_cfg.validate_at_phase_end=True or a val_interval inside it)')
 
     def _check_patience(self) -> None:
         """Refuse ``nonfinite_patience`` where the optimiser's step does not skip a step whose

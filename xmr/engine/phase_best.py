@@ -48,10 +48,30 @@ class PhaseBest:
             raise ValueError(f'phase {phases[0].name}: start_from_best='
                              f'{phases[0].start_from_best!r} starts the phase from the best '
                              'validation of the phase before it, and the first phase has none')
+        #: ``(phase, successor)`` pairs where the successor starts from the phase's best.
+        self.pairs = [(before, after) for before, after in zip(phases, phases[1:])
+                      if after.start_from_best is not None]
         #: phase name -> the metric its successor starts from the best of.
-        self.metrics = {before.name: after.start_from_best
-                        for before, after in zip(phases, phases[1:])
-                        if after.start_from_best is not None}
+        self.metrics = {before.name: after.start_from_best for before, after in self.pairs}
+
+    def check_validated(self, has_val_loop: bool, val_interval: int,
+                        validate_at_phase_end: bool) -> None:
+        """Each tracked phase is validated: at its start, its end or a ``val_interval``
+        iteration inside it, before any step.
+
+        Raises:
+            ValueError: naming both phases and the settings that validate.
+        """
+        for before, phase in self.pairs:
+            validated = has_val_loop and (
+                validate_at_phase_end or before.validate_at_start or bool(
+                    val_interval and before.end // val_interval > before.start // val_interval))
+            if not validated:
+                raise ValueError(
+                    f'phase {phase.name}: start_from_best={phase.start_from_best!r} starts from '
+                    f'the best validation of phase {before.name}, which is never validated; '
+                    'give the run a val_dataloader and validate the phase '
+                    '(train_cfg.validate_at_phase_end=True or a val_interval inside it)')
 
     def record(self, runner, phase: Phase, metrics: Mapping[str, float], iteration: int) -> None:
         """Keep the trained weights if this validation of ``phase`` beats its best.

@@ -230,7 +230,8 @@ class CachedFeatureDataset(Dataset):
             key: :meth:`cache_key` when the caller already computed it (with ``index``).
         """
         # One pass over the items serves the key and the build (2.1M pairs: 6 s a pass).
-        index = index or index_items(self.dataset, self.kinds)
+        if index is None:
+            index = index_items(self.dataset, self.kinds)
         key = key or self.cache_key(model, index)
         return FeatureCache.build(self.cache_dir, self.dataset, model, key, self.batch_size,
                                   self.num_workers, overwrite=overwrite, index=index,
