@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import struct
+import zipfile
 
 import pytest
 import torch
 from mmengine.logging import HistoryBuffer
 
-from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
+from xmr.engine.checkpoint import CheckpointReadError, check_checkpoint, read_checkpoint
 
 
 def test_a_good_checkpoint_loads(tmp_path):
@@ -22,6 +24,40 @@ def test_a_truncated_checkpoint_names_the_file(tmp_path):
     with pytest.raises(CheckpointReadError, match=f'{tmp_path / "cut.pth"}: truncated or corrupt '
                        r'checkpoint \(its zip archive has no central directory.*\): copy it again'):
         read_checkpoint(tmp_path / 'cut.pth')
+
+
+def _damage_record(path, suffix):
+    """Flip one byte in the middle of the data of the zip record whose name ends in ``suffix``."""
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith(suffix))
+    data = bytearray(path.read_bytes())
+    name_length, extra_length = struct.unpack('<HH', data[info.header_offset + 26:
+                                                          info.header_offset + 30])
+    start = info.header_offset + 30 + name_length + extra_length
+    data[start + info.file_size // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_tensor_is_refused_naming_its_record(tmp_path):
+    path = tmp_path / 'flipped.pth'
+    torch.save({'state_dict': {'w': torch.ones(1000)}}, path)
+    _damage_record(path, 'data/0')
+    for read in (read_checkpoint, check_checkpoint):
+        with pytest.raises(CheckpointReadError, match=f'{path}: truncated or corrupt checkpoint '
+                           r'\(its record flipped/data/0 does not match its CRC-32'):
+            read(path)
+
+
+def test_a_checkpoint_saved_without_crcs_loads(tmp_path):
+    path = tmp_path / 'no_crc.pth'
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save({'state_dict': {'w': torch.arange(5)}}, path)
+    finally:
+        torch.serialization.set_crc32_options(True)
+    with zipfile.ZipFile(path) as archive:
+        assert {info.CRC for info in archive.infolist()} == {0}
+    assert torch.equal(read_checkpoint(path)['state_dict']['w'], torch.arange(5))
 
 
 @pytest.mark.parametrize('content, found', [(b'', 'an empty file'),

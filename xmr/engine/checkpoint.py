@@ -90,6 +90,8 @@ class CheckpointReadError(ValueError):
 
 #: What a torch zip archive and a pickle start with.
 _ZIP_MAGIC, _PICKLE_MAGIC = b'PK\x03\x04', b'\x80'
+#: Bytes read at a time when checking a record's CRC-32.
+_CHUNK = 1 << 24
 #: Globals of MMEngine checkpoints written before ``WeightsOnlyCheckpointHook`` existed.
 _MMENGINE_GLOBALS = ('mmengine.', 'builtins.getattr')
 
@@ -123,11 +125,13 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> None:
     without loading it (``tools/train.py`` checks ``--resume`` so before the runner writes).
 
     A torch zip archive must hold its central directory, which lies at the end: a truncated
-    copy or an interrupted save has none. A legacy pickle is checked by its first byte only.
+    copy or an interrupted save has none. Each of its records must match the CRC-32 that
+    ``torch.save`` wrote for it: ``torch.load`` checks none, so a damaged tensor would load as
+    other numbers. A legacy pickle is checked by its first byte only.
 
     Raises:
         FileNotFoundError: no such file.
-        CheckpointReadError: an empty, foreign or truncated file.
+        CheckpointReadError: an empty, foreign, truncated or damaged file.
     """
     path = Path(path)
     if not path.is_file():
@@ -140,10 +144,30 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> None:
                                   'torch.save (tools/train.py writes them)')
     if head == _ZIP_MAGIC:
         try:
-            zipfile.ZipFile(path).close()
+            archive = zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError) as error:
             raise _corrupt(path, what, 'its zip archive has no central directory, which a '
                            'cut-off file lacks') from error
+        with archive:
+            _check_records(archive, path, what)
+
+
+def _check_records(archive: zipfile.ZipFile, path: Path, what: str) -> None:
+    """Read every record of ``archive`` through zipfile, which compares its CRC-32 at the end.
+
+    A record whose CRC-32 is 0 is not read: ``torch.serialization.set_crc32_options(False)``
+    writes 0 for every record (a real CRC-32 is 0 once in 2**32 records).
+    """
+    for info in archive.infolist():
+        if info.CRC == 0:
+            continue
+        try:
+            with archive.open(info) as record:
+                while record.read(_CHUNK):
+                    pass
+        except (zipfile.BadZipFile, OSError, EOFError) as error:
+            raise _corrupt(path, what, f'its record {info.filename} does not match its '
+                           'CRC-32: the file was damaged after torch.save wrote it') from error
 
 
 def _corrupt(path: str | os.PathLike, what: str, reason: str) -> CheckpointReadError:
