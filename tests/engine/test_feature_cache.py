@@ -562,3 +562,27 @@ def test_requested_kinds_and_random_crops_decide_what_is_cached(pair_ann_file, t
     crops = dict(TINY_TRANSFORM, random_resized_crop=dict(scale=(0.5, 1.0)))
     cropped = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent, transform=crops)
     assert CachedFeatureDataset(cropped, tmp_path / 'cache').kinds == ['source']
+
+
+def test_a_tokenizer_that_composes_captions_keys_another_cache_than_one_that_does_not(tmp_path):
+    """NFD and NFC captions get other ids from a tokenizer that composes first, so its caches
+    are not interchangeable with one that does not; tokenizers without the choice (open_clip's)
+    keep the key they had."""
+    from tokenizers import Tokenizer, models, normalizers
+
+    from xmr.engine.feature_cache.key import tokenizer_identity
+    from xmr.models.language.tokenizers import HFTokenizer
+
+    vocab = {'[PAD]': 0, '[UNK]': 1, 'mèo': 2}
+    for name, normalizer in (('bert', normalizers.BertNormalizer(lowercase=False)),
+                             ('plain', None)):
+        fast = Tokenizer(models.WordPiece(vocab, unk_token='[UNK]'))
+        if normalizer is not None:
+            fast.normalizer = normalizer
+        fast.save(str(tmp_path / f'{name}.json'))
+    composing, plain = (tokenizer_identity(HFTokenizer(tokenizer_file=str(tmp_path / name)))
+                        for name in ('bert.json', 'plain.json'))
+    assert (composing.pop('compose'), plain.pop('compose')) == (True, False)
+    assert composing == plain
+    assert 'compose' not in tokenizer_identity(SimpleNamespace(max_length=77, vocab_size=49408,
+                                                               pad_id=0))
