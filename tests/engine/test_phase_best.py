@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,23 @@ def test_a_moved_work_dir_resumed_at_the_phase_end_reads_its_own_file(tmp_path, 
         resume_from=tmp_path / 'moved' / 'iter_8.pth')))
     assert equal(scripted['at_entry']['cross_modal'], scripted['at_validation'][4])
     assert equal(branch(resumed), branch(whole))
+
+
+def test_a_copied_work_dir_reads_and_keeps_its_own_file_not_the_original_s(tmp_path, scripted):
+    """A copy resumed beside its original reads the copy's file and keeps it; the original's
+    file, changed here to tell the two apart, is neither read nor removed."""
+    scripted['scores'].update({2: 1.0, 4: 5.0, 6: 3.0, 8: 2.0})
+    torch.manual_seed(0)
+    train(with_validation(make_cfg(tmp_path / 'cut', phases=TWO_PHASES, checkpoint_interval=8,
+                                   stop_after=8)))
+    shutil.copytree(tmp_path / 'cut', tmp_path / 'copy')
+    original = tmp_path / 'cut' / 'phase_best' / 'cross_lingual_iter_4.pth'
+    torch.save({name: value + 1 for name, value in torch.load(original).items()}, original)
+    train(with_validation(make_cfg(tmp_path / 'copy', phases=TWO_PHASES, checkpoint_interval=8,
+                                   resume_from=tmp_path / 'copy' / 'iter_8.pth')))
+    assert equal(scripted['at_entry']['cross_modal'], scripted['at_validation'][4])
+    assert (tmp_path / 'copy' / 'phase_best' / 'cross_lingual_iter_4.pth').is_file()
+    assert original.is_file()
 
 
 def _ddp_worker(rank: int, port: int, work_dir: str, out_dir: str) -> None:

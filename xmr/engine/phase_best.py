@@ -112,14 +112,13 @@ class PhaseBest:
             raise RuntimeError(f'phase {phase.name}: start_from_best={phase.start_from_best!r}, '
                                f'but phase {before.name} was never validated; validate it '
                                '(train_cfg.validate_at_phase_end=True or val_interval)')
-        # The recorded path: a run resumed from another work dir's checkpoint (a fork) reads
-        # the file that run wrote. Where it is gone, this work dir's own file of that name: a
-        # work dir moved or copied elsewhere holds it there (as latest_checkpoint reads).
-        path = Path(best['path'])
+        # This work dir's own file of that name, as latest_checkpoint reads: a work dir moved
+        # or copied elsewhere holds it there, and a copy must neither depend on the original
+        # nor remove its own file below. Else the recorded path: a run resumed from another
+        # work dir's checkpoint (a fork) reads the file that run wrote.
         barrier()  # the main process has written it
         own = self.path(runner.work_dir, before, best['iteration']).resolve()
-        if not path.is_file() and own.is_file():
-            path = own
+        path = own if own.is_file() else Path(best['path'])
         if not path.is_file():
             raise RuntimeError(f'phase {phase.name}: the weights of phase {before.name}\'s best '
                                f'validation (iteration {best["iteration"]}) are gone: {path}; '
