@@ -88,3 +88,13 @@ def test_images_decode_as_rgb_and_bad_files_name_their_path(tmp_path):
         read_image(tmp_path / 'broken.jpg')
     with pytest.raises(MediaReadError, match=r'gone\.jpg: file not found'):
         read_image(tmp_path / 'gone.jpg')
+
+
+def test_an_image_over_pil_s_bomb_limit_is_a_media_error_naming_it(tmp_path, monkeypatch):
+    """PIL refuses an image over twice ``MAX_IMAGE_PIXELS`` with an error that is no OSError;
+    under ``on_corrupt='skip'`` it must be skipped like any unreadable file, not stop the run."""
+    Image.new('RGB', (20, 20)).save(tmp_path / 'huge.png')
+    monkeypatch.setattr(Image, 'MAX_IMAGE_PIXELS', 100)
+    with pytest.raises(MediaReadError, match=r'huge\.png: too large to decode \(.*400 pixels.*'
+                                             r'raise PIL\.Image\.MAX_IMAGE_PIXELS'):
+        read_image(tmp_path / 'huge.png')

@@ -53,6 +53,9 @@ def read_image(path: str | os.PathLike) -> torch.Tensor:
             array = np.asarray(image.convert('RGB'))
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
         raise MediaReadError(path, f'not a decodable image ({err})') from err
+    except Image.DecompressionBombError as err:  # an Exception, none of the above
+        raise MediaReadError(path, f'too large to decode ({err}; raise '
+                             'PIL.Image.MAX_IMAGE_PIXELS if the image is meant)') from err
     return torch.from_numpy(array.copy()).permute(2, 0, 1)
 
 
