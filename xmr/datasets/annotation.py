@@ -26,7 +26,7 @@ from __future__ import annotations
 import gc
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,7 +37,7 @@ from xmr.fileio import atomic_write_texts
 
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
-    'Annotation', 'annotation_from_json', 'load_annotation', 'dump_annotation',
+    'Annotation', 'annotation_from_json', 'collector_paused', 'load_annotation', 'dump_annotation',
     'dump_annotations', 'text_pairs',
 ]
 
@@ -94,7 +94,9 @@ class Annotation:
         split: split name (``train``, ``val``, ``test``, ``test1k_fold0``, ...).
         media_type: ``image``, ``video`` or ``text`` (text pairs, no media).
         languages: caption languages, present in every record.
-        items: the records, in file order.
+        items: the records, in file order: a list, or in a dataset a
+            :class:`~xmr.datasets.record_store.RecordStore` (read-only, a record decoded at
+            each access).
         source_lang: language the translations were made from; required with translations.
         translation_langs: languages of the machine translations, present in every record.
         back_translation_langs: caption languages whose captions every record also carries
@@ -105,7 +107,7 @@ class Annotation:
     split: str
     media_type: str
     languages: list[str]
-    items: list[MediaRecord]
+    items: Sequence[MediaRecord]
     source_lang: str | None = None
     translation_langs: list[str] = field(default_factory=list)
     back_translation_langs: list[str] = field(default_factory=list)
@@ -374,7 +376,7 @@ def load_annotation(path: str | os.PathLike) -> Annotation:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f'annotation file not found: {path}')
-    with _collector_paused():
+    with collector_paused():
         try:
             # utf-8-sig: a byte order mark (Windows editors write one) is no JSON error.
             with path.open(encoding='utf-8-sig') as handle:
@@ -385,7 +387,7 @@ def load_annotation(path: str | os.PathLike) -> Annotation:
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Keep Python's cyclic garbage collector off while an annotation is built, then collect
     once.
 
@@ -393,7 +395,9 @@ def _collector_paused() -> Iterator[None]:
     collector on, every 25% of growth triggers a collection that walks everything built so far;
     switched back on after the load, it would walk the new objects once per generation they
     are promoted through. One full collection at the end walks them once and files them with
-    the old objects. The collector's previous state is restored.
+    the old objects. The collector's previous state is restored; nested, only the outermost
+    collects (:func:`~xmr.datasets.record_store.load_packed_annotation` packs the records first,
+    and its collection walks the few objects left).
     """
     enabled = gc.isenabled()
     gc.disable()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,11 @@ import torch
 from mmengine.logging import print_log
 from torch.utils.data import Dataset
 
-from xmr.datasets.annotation import Annotation, MediaRecord, load_annotation
+from xmr.datasets.annotation import Annotation, MediaRecord
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.media_files import missing_media
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
+from xmr.datasets.record_store import load_packed_annotation
 from xmr.registry import TRANSFORMS
 
 __all__ = ['MediaCaptionDataset', 'MediaDataset']
@@ -57,7 +59,7 @@ class MediaCaptionDataset(MediaDataset):
                  with_media: bool = True) -> None:
         self.data_root = Path(data_root)
         self.ann_file = self._under_root(ann_file)
-        self.annotation: Annotation = load_annotation(self.ann_file)
+        self.annotation: Annotation = load_packed_annotation(self.ann_file)
         prefix = dict(data_prefix or {})
         unknown = set(prefix) - {'media'}
         if unknown:
@@ -81,8 +83,9 @@ class MediaCaptionDataset(MediaDataset):
         return path if path.is_absolute() else self.data_root / path
 
     @property
-    def records(self) -> list[MediaRecord]:
-        """The annotation's records, in file order."""
+    def records(self) -> Sequence[MediaRecord]:
+        """The annotation's records, in file order, packed in a :class:`RecordStore` (each read
+        decodes one record)."""
         return self.annotation.items
 
     @property

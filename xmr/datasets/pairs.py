@@ -97,16 +97,17 @@ class CaptionPairDataset(MediaCaptionDataset):
         return tuple(translated_texts)
 
     def _build_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        counts = np.asarray([len(record.captions[self.source_lang]) for record in self.records],
-                            dtype=np.int64)
-        if self.target_field == 'captions':
-            for r, record in enumerate(self.records):
-                for lang in self.target_langs:
-                    if len(record.captions[lang]) != counts[r]:
-                        raise ValueError(
-                            f'{self.ann_file}: item {r} ({record.media_id}) has {counts[r]} '
-                            f'{self.source_lang} and {len(record.captions[lang])} {lang} '
-                            "captions; target_field='captions' needs parallel captions")
+        # One pass: each read of a packed record decodes it.
+        counts = np.empty(len(self.records), dtype=np.int64)
+        parallel = self.target_langs if self.target_field == 'captions' else []
+        for r, record in enumerate(self.records):
+            counts[r] = len(record.captions[self.source_lang])
+            for lang in parallel:
+                if len(record.captions[lang]) != counts[r]:
+                    raise ValueError(
+                        f'{self.ann_file}: item {r} ({record.media_id}) has {counts[r]} '
+                        f'{self.source_lang} and {len(record.captions[lang])} {lang} '
+                        "captions; target_field='captions' needs parallel captions")
         per_caption = max(1, len(self.target_langs))
         # Flat int arrays keep the index small for millions of pairs and cheap to share with
         # forked DataLoader workers.
