@@ -174,3 +174,51 @@ def test_two_caption_keys_of_one_language_are_refused_not_merged_silently(tmp_pa
     with pytest.raises(AnnotationError, match=r"ann.json: item 0 \(media_id 'a'\): captions has "
                        r"'cs' and 'ces', both the language 'cs'"):
         load_annotation(path)
+
+
+def test_a_header_written_after_the_items_is_read_as_one_before_them(tmp_path):
+    """The items are decoded one at a time as the file is read; keys after them (a writer
+    that orders its keys otherwise) are still part of the header."""
+    data = _annotation().to_json()
+    items = data.pop('items')
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps({'items': items, **data}, ensure_ascii=False), encoding='utf-8')
+    assert load_annotation(path) == _annotation()
+
+
+def test_a_foreign_file_is_named_foreign_before_any_of_its_items_is_faulted(tmp_path):
+    """Its items break the schema too, but a file of another format is told to be converted,
+    even where its ``format`` comes after the items."""
+    path = tmp_path / 'raw.json'
+    path.write_text(json.dumps({'items': [{'id': 1}], 'format': 'coco'}), encoding='utf-8')
+    with pytest.raises(AnnotationError, match="format must be 'xmr-media-captions', got 'coco'"):
+        load_annotation(path)
+    data = _annotation().to_json()
+    data['items'][1]['extra'] = 1
+    path.write_text(json.dumps(data), encoding='utf-8')
+    with pytest.raises(AnnotationError, match=r"raw\.json: item 1 has unknown keys \['extra'\]"):
+        load_annotation(path)
+
+
+def test_an_item_without_media_path_is_refused_unless_the_annotation_is_text(tmp_path):
+    data = _annotation().to_json()
+    del data['items'][1]['media_path']
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(data), encoding='utf-8')
+    with pytest.raises(AnnotationError, match=r"ann\.json: item 1 lacks \['media_path'\], which "
+                                              'an annotation of images needs'):
+        load_annotation(path)
+    data['media_type'] = 'text'
+    del data['items'][0]['media_path']
+    path.write_text(json.dumps(data), encoding='utf-8')
+    assert [record.media_path for record in load_annotation(path).items] == [None, None]
+
+
+def test_a_key_twice_in_the_header_is_refused(tmp_path):
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(), path)
+    path.write_text(path.read_text(encoding='utf-8').replace(
+        '"split": "train"', '"split": "train", "split": "test"'), encoding='utf-8')
+    with pytest.raises(AnnotationError, match=r"ann\.json: the top-level object holds the key "
+                                              "'split' twice"):
+        load_annotation(path)

@@ -100,9 +100,13 @@ def test_media_paths_are_required_with_media_and_refused_without(tmp_path):
                                               "annotation \\(media_type 'text'\\); remove it"):
         Annotation(dataset='d', split='s', media_type='text', languages=['en'],
                    items=[record]).validate()
-    with pytest.raises(AnnotationError, match='item 0: media_path must be a non-empty string'):
+    with pytest.raises(AnnotationError, match=r"item 0 lacks \['media_path'\], which an "
+                                              'annotation of images needs'):
         Annotation(dataset='d', split='s', media_type='image', languages=['en'],
                    items=[MediaRecord('p0', None, {'en': ['two dogs run']})]).validate()
+    with pytest.raises(AnnotationError, match='item 0: media_path must be a non-empty string'):
+        Annotation(dataset='d', split='s', media_type='image', languages=['en'],
+                   items=[MediaRecord('p0', ' ', {'en': ['two dogs run']})]).validate()
 
 
 def test_missing_media_files_are_found_in_one_listing_before_training(ann_file, monkeypatch):

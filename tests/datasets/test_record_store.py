@@ -14,7 +14,6 @@ from xmr.datasets import (
     RecordStore,
     dump_annotation,
     load_annotation,
-    load_packed_annotation,
 )
 
 RECORDS = [
@@ -53,14 +52,14 @@ def test_the_packed_annotation_equals_the_loaded_one_and_is_validated_as_it(tmp_
                      items=[RECORDS[0], MediaRecord('c', 'c/d.jpg', {'en': ['x'], 'vi': ['y']},
                                                     {'ja': ['z']})])
     dump_annotation(ann, tmp_path / 'ann.json')
-    packed = load_packed_annotation(tmp_path / 'ann.json')
+    packed = load_annotation(tmp_path / 'ann.json', items=RecordStore)
     assert isinstance(packed.items, RecordStore)
     assert packed.items[:] == load_annotation(tmp_path / 'ann.json').items
     assert packed.header_json() == ann.header_json()
     (tmp_path / 'bad.json').write_text(
         (tmp_path / 'ann.json').read_text().replace('"a.jpg"', '""'))
     with pytest.raises(AnnotationError, match=r'bad\.json: item 0: media_path must be'):
-        load_packed_annotation(tmp_path / 'bad.json')
+        load_annotation(tmp_path / 'bad.json', items=RecordStore)
 
 
 def _held_bytes(build):
@@ -96,3 +95,24 @@ def test_a_dataset_holds_its_records_packed_not_as_objects(tmp_path):
     assert isinstance(dataset.records, RecordStore)
     assert packed < as_objects / 2, (packed, as_objects)
     assert dataset[9999]['target_text'] == 'une photo du chien 4999'
+
+
+def test_loading_packed_never_holds_every_record_as_objects(tmp_path):
+    """The items are packed as they are decoded: the load's peak holds the file's text and the
+    packed bytes, well under half of what a load into a list peaks at."""
+    items = [MediaRecord(f'{i:06d}', f'{i:06d}.jpg', {'en': [f'a photo of dog {i}']},
+                         {'de': [f'ein Foto von Hund {i}']}) for i in range(5000)]
+    dump_annotation(Annotation(dataset='demo', split='train', media_type='image',
+                               languages=['en'], source_lang='en', translation_langs=['de'],
+                               items=items), tmp_path / 'ann.json')
+    peaks = {}
+    for name, container in (('list', list), ('packed', RecordStore)):
+        gc.collect()
+        tracemalloc.start()
+        try:
+            loaded = load_annotation(tmp_path / 'ann.json', items=container)
+            peaks[name] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert loaded.items[4999] == items[4999]
+    assert peaks['packed'] < peaks['list'] / 2, peaks

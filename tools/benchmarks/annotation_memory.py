@@ -79,14 +79,14 @@ def measure(ann_file: Path, mode: str, workers: int) -> dict[str, float]:
     """Build the dataset in this process in ``mode`` and fork the workers (run it in a fresh
     process: the figures are this process's)."""
     import xmr.datasets.base as base
-    from xmr.datasets import CaptionPairDataset, load_annotation
+    from xmr.datasets import CaptionPairDataset
 
     def build(path: Path) -> CaptionPairDataset:
         return CaptionPairDataset(path, with_media=False,
                                   transform=dict(type='MediaTransform', backbone=None, size=8))
 
     if mode == 'objects':
-        base.load_packed_annotation = load_annotation
+        base.RecordStore = list  # the dataset loads its annotation with items=RecordStore
     with tempfile.TemporaryDirectory() as folder:  # the imports' and registries' own memory
         write_annotation(Path(folder) / 'one.json', 1, 1)
         build(Path(folder) / 'one.json')

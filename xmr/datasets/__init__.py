@@ -25,7 +25,7 @@ from xmr.utils.lazy import lazy_attribute
 _HOMES = {
     'Annotation': 'annotation', 'AnnotationError': 'annotation', 'MediaRecord': 'annotation',
     'dump_annotation': 'annotation', 'load_annotation': 'annotation',
-    'RecordStore': 'record_store', 'load_packed_annotation': 'record_store',
+    'RecordStore': 'record_store',
     'MediaCaptionDataset': 'base', 'CaptionPairDataset': 'pairs',
     'RetrievalDataset': 'retrieval', 'retrieval_collate': 'collate',
     'MediaSkippedWarning': 'corrupt_policy', 'SkippedMedia': 'corrupt_policy',

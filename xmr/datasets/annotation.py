@@ -26,18 +26,19 @@ from __future__ import annotations
 import gc
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from xmr.datasets.json_stream import DuplicateKeyError, read_object
 from xmr.datasets.languages import LanguageCodeError, normalize_language, normalize_languages
 from xmr.fileio import atomic_write_texts
 
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
-    'Annotation', 'annotation_from_json', 'collector_paused', 'load_annotation', 'dump_annotation',
+    'Annotation', 'annotation_from_json', 'load_annotation', 'dump_annotation',
     'dump_annotations', 'text_pairs',
 ]
 
@@ -231,6 +232,9 @@ def _check_record(record: MediaRecord, ann: Annotation, where: str) -> None:
             raise AnnotationError(f'{where}: media_path {record.media_path!r} in a text-only '
                                   "annotation (media_type 'text'); remove it, or set the "
                                   "file's media_type to 'image' or 'video'")
+    elif record.media_path is None:
+        raise AnnotationError(f"{where} lacks ['media_path'], which an annotation of "
+                              f'{ann.media_type}s needs')
     else:
         _check_name(record.media_path, 'media_path', where)
     where = f'{where} (media_id {record.media_id!r})'
@@ -263,30 +267,42 @@ def _check_one_per_caption(record: MediaRecord, key: str, lang: str, caption_lan
                               f'captions[{caption_lang!r}] has {len(captions)}; each {rule}')
 
 
-def _record_from_json(data: Any, where: str, media_type: Any) -> MediaRecord:
+def _record_from_json(data: Any, where: str) -> MediaRecord:
+    """The record of an item's JSON, its texts' language keys renamed to canonical codes
+    (``jp`` -> ``ja``). Its content is left for :meth:`Annotation.validate`, which knows the
+    header (``media_path`` is required unless the media type is ``text``)."""
     if not isinstance(data, dict):
         raise AnnotationError(f'{where} must be an object, got {type(data).__name__}')
-    required = {'media_id', 'captions'} | ({'media_path'} if media_type != 'text' else set())
-    missing = required - set(data)
+    missing = {'media_id', 'captions'} - set(data)
     if missing:
         raise AnnotationError(f'{where} lacks {sorted(missing)}')
     unknown = set(data) - _ITEM_KEYS
     if unknown:
         raise AnnotationError(f'{where} has unknown keys {sorted(unknown)}; allowed: '
                               f'{sorted(_ITEM_KEYS)}')
-    return MediaRecord(media_id=data['media_id'], media_path=data.get('media_path'),
-                       captions=data['captions'], translations=data.get('translations', {}),
-                       back_translations=data.get('back_translations', {}))
+    texts = {key: data.get(key, {}) for key in ('captions', 'translations', 'back_translations')}
+    for key, value in texts.items():
+        if isinstance(value, dict):
+            texts[key] = _renamed_texts(value, f'{where} (media_id {data["media_id"]!r}): {key}')
+    return MediaRecord(media_id=data['media_id'], media_path=data.get('media_path'), **texts)
 
 
-def annotation_from_json(data: Any, origin: str) -> Annotation:
-    """Build and validate an :class:`Annotation` from parsed JSON.
+def _records(values: Iterable[Any], origin: str) -> Iterator[MediaRecord]:
+    for position, value in enumerate(values):
+        yield _record_from_json(value, f'{origin}: item {position}')
 
-    Raises:
-        AnnotationError: naming ``origin`` and what is wrong.
-    """
-    if not isinstance(data, dict):
-        raise AnnotationError(f'{origin}: the top level must be a JSON object')
+
+def _records_until_error(values: Iterable[Any], origin: str,
+                         failures: list[AnnotationError]) -> Iterator[MediaRecord]:
+    """:func:`_records` up to the first item at fault, whose error goes to ``failures``: it is
+    raised once the header, which may follow the items, has been checked."""
+    try:
+        yield from _records(values, origin)
+    except AnnotationError as error:
+        failures.append(error)
+
+
+def _check_header(data: Mapping[str, Any], origin: str) -> None:
     if data.get('format') != ANNOTATION_FORMAT:
         raise AnnotationError(f'{origin}: format must be {ANNOTATION_FORMAT!r}, got '
                               f'{data.get("format")!r}; convert the raw release with '
@@ -299,20 +315,46 @@ def annotation_from_json(data: Any, origin: str) -> Annotation:
         raise AnnotationError(f'{origin}: header lacks {missing}')
     if not isinstance(data['items'], list):
         raise AnnotationError(f'{origin}: items must be a list')
-    items = [_record_from_json(item, f'{origin}: item {position}', data['media_type'])
-             for position, item in enumerate(data['items'])]
-    ann = Annotation(dataset=data['dataset'], split=data['split'],
-                     media_type=data['media_type'], languages=data['languages'], items=items,
-                     source_lang=data.get('source_lang'),
-                     translation_langs=data.get('translation_langs', []),
-                     back_translation_langs=data.get('back_translation_langs', []))
-    _canonical_languages(ann, origin)
+
+
+def annotation_from_json(data: Any, origin: str) -> Annotation:
+    """Build and validate an :class:`Annotation` from parsed JSON.
+
+    Raises:
+        AnnotationError: naming ``origin`` and what is wrong.
+    """
+    return _annotation(data, None, origin)
+
+
+def _annotation(top: Any, streamed: Sequence[MediaRecord] | None, origin: str,
+                failures: Sequence[AnnotationError] = ()) -> Annotation:
+    """The validated annotation of a file's top-level value, its codes made canonical.
+
+    Args:
+        top: the top-level value: the header, and the items unless streamed.
+        streamed: the records of the items array, built as it was decoded.
+        origin: the file, named in every error.
+        failures: the error of the first item at fault as the array was decoded, raised once
+            the header is checked (a file of another format is named so first).
+    """
+    if not isinstance(top, dict):
+        raise AnnotationError(f'{origin}: the top level must be a JSON object')
+    # A streamed items array is a list; any other items value stays in the header.
+    _check_header(top if streamed is None else {**top, 'items': []}, origin)
+    if failures:
+        raise failures[0]
+    items = list(_records(top['items'], origin)) if streamed is None else streamed
+    ann = Annotation(dataset=top['dataset'], split=top['split'], media_type=top['media_type'],
+                     languages=top['languages'], items=items, source_lang=top.get('source_lang'),
+                     translation_langs=top.get('translation_langs', []),
+                     back_translation_langs=top.get('back_translation_langs', []))
+    _canonical_header(ann, origin)
     ann.validate(origin)
     return ann
 
 
-def _canonical_languages(ann: Annotation, origin: str) -> None:
-    """Rename every language code of ``ann`` to its canonical form (``jp`` -> ``ja``), in place.
+def _canonical_header(ann: Annotation, origin: str) -> None:
+    """Rename the header's language codes to their canonical forms (``jp`` -> ``ja``), in place.
 
     Codes that are no language, or lists that are no lists, are left for ``validate`` to name.
     """
@@ -325,12 +367,6 @@ def _canonical_languages(ann: Annotation, origin: str) -> None:
         raise AnnotationError(str(error)) from error
     for key, codes in renamed.items():
         setattr(ann, key, codes)
-    for position, record in enumerate(ann.items):
-        for key in ('captions', 'translations', 'back_translations'):
-            texts = getattr(record, key)
-            if isinstance(texts, dict):
-                setattr(record, key, _renamed_texts(texts, f'{origin}: item {position} (media_id '
-                                                           f'{record.media_id!r}): {key}'))
 
 
 def _renamed_texts(texts: dict, where: str) -> dict:
@@ -360,11 +396,18 @@ def _renamed_key(code: Any) -> Any:
         return code
 
 
-def load_annotation(path: str | os.PathLike) -> Annotation:
+def load_annotation(path: str | os.PathLike,
+                    items: Callable[[Iterator[MediaRecord]], Sequence[MediaRecord]] = list
+                    ) -> Annotation:
     """Read and validate an annotation file.
+
+    The items are decoded one at a time and handed to ``items`` as records: with
+    :class:`~xmr.datasets.record_store.RecordStore` (what a dataset asks for), the file's
+    records never exist as Python objects all at once.
 
     Args:
         path: the JSON file written by a converter.
+        items: builds the annotation's items from its records, in file order.
 
     Returns:
         The validated annotation.
@@ -376,18 +419,22 @@ def load_annotation(path: str | os.PathLike) -> Annotation:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f'annotation file not found: {path}')
-    with collector_paused():
+    origin, failures = str(path), []
+    with _collector_paused():
         try:
             # utf-8-sig: a byte order mark (Windows editors write one) is no JSON error.
-            with path.open(encoding='utf-8-sig') as handle:
-                data = json.load(handle)
+            header, records = read_object(
+                path.read_text(encoding='utf-8-sig'), 'items',
+                lambda values: items(_records_until_error(values, origin, failures)))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise AnnotationError(f'{path}: not a UTF-8 JSON file ({err})') from err
-        return annotation_from_json(data, str(path))
+        except DuplicateKeyError as err:
+            raise AnnotationError(f'{path}: {err}') from err
+        return _annotation(header, records, origin, failures)
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
+def _collector_paused() -> Iterator[None]:
     """Keep Python's cyclic garbage collector off while an annotation is built, then collect
     once.
 
@@ -395,9 +442,7 @@ def collector_paused() -> Iterator[None]:
     collector on, every 25% of growth triggers a collection that walks everything built so far;
     switched back on after the load, it would walk the new objects once per generation they
     are promoted through. One full collection at the end walks them once and files them with
-    the old objects. The collector's previous state is restored; nested, only the outermost
-    collects (:func:`~xmr.datasets.record_store.load_packed_annotation` packs the records first,
-    and its collection walks the few objects left).
+    the old objects. The collector's previous state is restored.
     """
     enabled = gc.isenabled()
     gc.disable()

@@ -11,11 +11,11 @@ import torch
 from mmengine.logging import print_log
 from torch.utils.data import Dataset
 
-from xmr.datasets.annotation import Annotation, MediaRecord
+from xmr.datasets.annotation import Annotation, MediaRecord, load_annotation
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.media_files import missing_media
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
-from xmr.datasets.record_store import load_packed_annotation
+from xmr.datasets.record_store import RecordStore
 from xmr.registry import TRANSFORMS
 
 __all__ = ['MediaCaptionDataset', 'MediaDataset']
@@ -59,7 +59,7 @@ class MediaCaptionDataset(MediaDataset):
                  with_media: bool = True) -> None:
         self.data_root = Path(data_root)
         self.ann_file = self._under_root(ann_file)
-        self.annotation: Annotation = load_packed_annotation(self.ann_file)
+        self.annotation: Annotation = load_annotation(self.ann_file, items=RecordStore)
         prefix = dict(data_prefix or {})
         unknown = set(prefix) - {'media'}
         if unknown:

@@ -9,18 +9,17 @@ each record decoded on access (about a microsecond).
 """
 from __future__ import annotations
 
-import os
 import pickle
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import overload
 
 import numpy as np
 
-from xmr.datasets.annotation import Annotation, MediaRecord, collector_paused, load_annotation
+from xmr.datasets.annotation import MediaRecord
 
-__all__ = ['RecordStore', 'load_packed_annotation']
+__all__ = ['RecordStore']
 
 #: ``MediaRecord``'s fields, in its constructor's order.
 _FIELDS = tuple(field.name for field in fields(MediaRecord))
@@ -79,16 +78,3 @@ class RecordStore(Sequence[MediaRecord]):
         return self.buffer.nbytes + self.offsets.nbytes
 
 
-
-def load_packed_annotation(path: str | os.PathLike) -> Annotation:
-    """:func:`~xmr.datasets.annotation.load_annotation` with the records packed in a
-    :class:`RecordStore`; the records' objects are freed as the store is built, before the one
-    garbage collection of the load, which then walks the few objects left.
-
-    Raises:
-        FileNotFoundError: if ``path`` does not exist.
-        AnnotationError: if it is not valid JSON or breaks the schema.
-    """
-    with collector_paused():
-        annotation = load_annotation(path)
-        return replace(annotation, items=RecordStore(annotation.items))
