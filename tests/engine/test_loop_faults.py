@@ -409,3 +409,9 @@ def test_skip_at_sampler_drops_whole_batches_of_the_next_pass_only():
     assert [b.tolist() for b in dataloader] == [[6, 7, 8], [9]]
     assert [b.tolist() for b in dataloader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
     assert len(dataloader) == 4
+
+
+def test_a_pending_skip_leaves_the_loader_length_one_whole_pass():
+    dataloader = torch.utils.data.DataLoader(list(range(10)), batch_size=3)
+    skip_at_sampler(dataloader, 2)
+    assert len(dataloader) == 4
