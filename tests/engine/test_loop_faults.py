@@ -415,3 +415,14 @@ def test_a_pending_skip_leaves_the_loader_length_one_whole_pass():
     dataloader = torch.utils.data.DataLoader(list(range(10)), batch_size=3)
     skip_at_sampler(dataloader, 2)
     assert len(dataloader) == 4
+
+
+def test_a_batch_sampler_subclass_that_groups_its_own_way_does_not_skip_at_the_sampler():
+    class LastBatchFirst(torch.utils.data.BatchSampler):
+        def __iter__(self):
+            return reversed(list(super().__iter__()))
+
+    # Its first 2 batches are [9], [6, 7, 8]: dropping the first 6 indices would skip others.
+    batch_sampler = LastBatchFirst(torch.utils.data.SequentialSampler(range(10)), 3, False)
+    assert not can_skip_at_sampler(torch.utils.data.DataLoader(list(range(10)),
+                                                               batch_sampler=batch_sampler))
