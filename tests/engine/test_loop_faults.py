@@ -426,3 +426,16 @@ def test_a_batch_sampler_subclass_that_groups_its_own_way_does_not_skip_at_the_s
     batch_sampler = LastBatchFirst(torch.utils.data.SequentialSampler(range(10)), 3, False)
     assert not can_skip_at_sampler(torch.utils.data.DataLoader(list(range(10)),
                                                                batch_sampler=batch_sampler))
+
+
+def test_a_later_skip_at_sampler_replaces_the_earlier_one():
+    dataloader = torch.utils.data.DataLoader(list(range(10)), batch_size=3)
+    skip_at_sampler(dataloader, 2)
+    assert [b.tolist() for b in dataloader] == [[6, 7, 8], [9]]
+    skip_at_sampler(dataloader, 1)
+    assert [b.tolist() for b in dataloader] == [[3, 4, 5], [6, 7, 8], [9]]
+    # A skip still pending is replaced, not added to.
+    skip_at_sampler(dataloader, 3)
+    skip_at_sampler(dataloader, 1)
+    assert [b.tolist() for b in dataloader] == [[3, 4, 5], [6, 7, 8], [9]]
+    assert [b.tolist() for b in dataloader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
