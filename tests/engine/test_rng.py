@@ -66,3 +66,20 @@ def test_an_earlier_checkpoints_state_per_device_gives_the_current_devices(
         assert gpus.restored == {}
     else:
         assert torch.equal(gpus.restored[device], state['cuda'][restored])
+
+
+def test_no_gpu_stream_is_captured_before_cuda_is_initialised(monkeypatch):
+    FakeCuda(monkeypatch, device=0, visible=1)
+    monkeypatch.setattr(rng.torch.cuda, 'is_initialized', lambda: False)
+    assert 'cuda' not in capture_rng_state()
+
+
+def test_a_saved_gpu_stream_is_left_where_no_gpu_is_available_and_the_rest_restored(
+        monkeypatch):
+    gpus = FakeCuda(monkeypatch, device=0, visible=1)
+    saved = capture_rng_state()
+    first = draws()
+    monkeypatch.setattr(rng.torch.cuda, 'is_available', lambda: False)
+    restore_rng_state(saved)
+    assert gpus.restored == {}
+    assert draws() == first
