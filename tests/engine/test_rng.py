@@ -83,3 +83,25 @@ def test_a_saved_gpu_stream_is_left_where_no_gpu_is_available_and_the_rest_resto
     restore_rng_state(saved)
     assert gpus.restored == {}
     assert draws() == first
+
+
+class LoadedOnGpu:
+    """A state tensor that ``torch.load`` put on a GPU; its CPU copy is the tensor held."""
+
+    device = torch.device('cuda')
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def cpu(self) -> torch.Tensor:
+        return self.tensor
+
+
+def test_states_loaded_onto_the_gpu_are_restored_from_their_cpu_copies(monkeypatch):
+    gpus = FakeCuda(monkeypatch, device=0, visible=1)
+    saved = capture_rng_state()
+    first = draws()
+    restore_rng_state(dict(saved, torch=LoadedOnGpu(saved['torch']),
+                           cuda=LoadedOnGpu(saved['cuda'])))
+    assert draws() == first
+    assert torch.equal(gpus.restored[0], saved['cuda'])
