@@ -38,3 +38,17 @@ def test_a_checkpoint_holds_what_every_rank_gathered_else_this_processs_streams(
 def test_each_rank_resumes_its_own_streams_or_rank_0s(monkeypatch, saved, rank, world,
                                                       expected):
     assert resumed_state(monkeypatch, saved, rank, world) == expected
+
+
+def test_a_checkpoint_without_random_states_leaves_the_loops_streams_alone():
+    runner = SimpleNamespace(_train_loop=SimpleNamespace(pending_rng_state=None))
+    RNGStateHook().after_load_checkpoint(runner, dict(meta=dict(iter=7)))
+    assert runner._train_loop.pending_rng_state is None
+
+
+@pytest.mark.parametrize('loop', [None, dict(type='PhasedTrainLoop')])
+def test_a_checkpoint_loaded_before_the_train_loop_is_built_hands_no_streams(loop):
+    # runner.test() with load_from: the train loop is still its config, or None.
+    runner = SimpleNamespace(_train_loop=loop)
+    RNGStateHook().after_load_checkpoint(runner, dict(rng_state=['s0']))
+    assert runner._train_loop == loop
