@@ -52,3 +52,16 @@ def test_a_checkpoint_loaded_before_the_train_loop_is_built_hands_no_streams(loo
     runner = SimpleNamespace(_train_loop=loop)
     RNGStateHook().after_load_checkpoint(runner, dict(rng_state=['s0']))
     assert runner._train_loop == loop
+
+
+def test_only_a_run_of_several_ranks_unlike_the_checkpoints_is_told_rank_0s_streams_go_on(
+        monkeypatch):
+    said = []
+    monkeypatch.setattr(rng_state, 'print_log',
+                        lambda message, **kwargs: said.append((message, kwargs['level'])))
+    resumed_state(monkeypatch, ['s0', 's1'], 1, 2)
+    resumed_state(monkeypatch, ['s0', 's1'], 0, 1)  # one process goes on as rank 0 did
+    assert said == []
+    resumed_state(monkeypatch, ['s0'], 1, 2)
+    assert said == [("the checkpoint holds the random states of 1 rank(s), this run has 2: "
+                     "every rank continues from rank 0's", 30)]
