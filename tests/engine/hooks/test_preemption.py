@@ -14,6 +14,7 @@ from tests.conftest import REPO
 from tests.engine.hooks.test_phase_report_hook import report_cfg
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.hooks import preemption
+from xmr.engine.hooks.checkpoint import CheckpointHook
 from xmr.registry import HOOKS
 
 sys.path.insert(0, str(REPO / 'tools'))
@@ -82,3 +83,42 @@ def test_the_train_tool_exits_with_the_signal_only_when_it_cut_training_short(
     assert logged in log
     assert log.count('SIGTERM received') == 1  # cut short, or after the end: never both
     assert signal.getsignal(signal.SIGTERM) is handler_before  # a finished run hands it back
+
+
+@HOOKS.register_module(force=True)
+class SignalAfterIterationHook(Hook):
+    """Sends SIGTERM to this process as iteration ``at`` ends: after CheckpointHook's periodic
+    save (registered before it at the same priority), before PreemptionHook (the lowest)."""
+
+    priority = 'VERY_LOW'
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if runner.iter + 1 == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def signalled_cfg(work_dir, at: int, **options):
+    cfg = make_cfg(work_dir, phases=PHASES[1:2], **options)  # 8 iterations
+    cfg.custom_hooks += [dict(type='SignalAfterIterationHook', at=at), dict(type='PreemptionHook')]
+    return cfg
+
+
+@pytest.mark.parametrize('at, saved', [(3, [3]), (4, [4])])
+def test_the_iteration_a_signal_stops_at_is_saved_once(tmp_path, monkeypatch, at, saved):
+    """Iteration 4 is a periodic checkpoint's: CheckpointHook saved it already."""
+    steps = []
+    save = CheckpointHook._save_checkpoint_with_step
+
+    def recorded(hook, runner, step, meta):
+        steps.append(step)
+        save(hook, runner, step, meta)
+
+    monkeypatch.setattr(CheckpointHook, '_save_checkpoint_with_step', recorded)
+    torch.manual_seed(0)
+    _, records = train(signalled_cfg(tmp_path, at, checkpoint_interval=4))
+    assert len(records) == at
+    assert steps == saved
+    assert sorted(p.name for p in tmp_path.glob('*.pth')) == [f'iter_{at}.pth']
