@@ -122,3 +122,14 @@ def test_the_iteration_a_signal_stops_at_is_saved_once(tmp_path, monkeypatch, at
     assert len(records) == at
     assert steps == saved
     assert sorted(p.name for p in tmp_path.glob('*.pth')) == [f'iter_{at}.pth']
+
+
+def test_without_a_checkpoint_hook_a_signal_stops_the_run_and_says_nothing_was_saved(tmp_path):
+    cfg = signalled_cfg(tmp_path, 3)
+    cfg.default_hooks.checkpoint = None
+    torch.manual_seed(0)
+    runner, records = train(cfg)
+    assert len(records) == 3
+    assert not list(tmp_path.glob('*.pth'))
+    assert ('SIGTERM received: stopped after iteration 3 (no CheckpointHook: nothing was '
+            'saved)') in next(tmp_path.glob('*/*.log')).read_text()
