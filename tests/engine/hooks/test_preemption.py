@@ -133,3 +133,15 @@ def test_without_a_checkpoint_hook_a_signal_stops_the_run_and_says_nothing_was_s
     assert not list(tmp_path.glob('*.pth'))
     assert ('SIGTERM received: stopped after iteration 3 (no CheckpointHook: nothing was '
             'saved)') in next(tmp_path.glob('*/*.log')).read_text()
+
+
+def test_a_signal_at_the_iteration_another_hook_stops_at_claims_no_cut(tmp_path):
+    """The run ends there anyway, as that hook meant: nothing is saved for the signal, and it
+    does not count as cut short (tools/train.py exits 0)."""
+    cfg = signalled_cfg(tmp_path, 3, stop_after=3)
+    torch.manual_seed(0)
+    runner, records = train(cfg)
+    assert len(records) == 3
+    assert not list(tmp_path.glob('*.pth'))
+    hook = next(h for h in runner.hooks if isinstance(h, preemption.PreemptionHook))
+    assert (hook.received, hook.stopped_by) == (signal.SIGTERM, None)
