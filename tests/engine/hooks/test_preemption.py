@@ -145,3 +145,13 @@ def test_a_signal_at_the_iteration_another_hook_stops_at_claims_no_cut(tmp_path)
     assert not list(tmp_path.glob('*.pth'))
     hook = next(h for h in runner.hooks if isinstance(h, preemption.PreemptionHook))
     assert (hook.received, hook.stopped_by) == (signal.SIGTERM, None)
+
+
+def test_a_new_training_starts_with_no_signal_noted():
+    hook = preemption.PreemptionHook()
+    hook.received = hook.stopped_by = signal.SIGTERM  # what a run cut short leaves
+    hook.before_train(runner=None)
+    try:
+        assert (hook.received, hook.stopped_by) == (None, None)
+    finally:
+        hook.after_train(runner=None)
