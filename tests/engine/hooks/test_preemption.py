@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
 import pytest
 import torch
@@ -155,3 +156,22 @@ def test_a_new_training_starts_with_no_signal_noted():
         assert (hook.received, hook.stopped_by) == (None, None)
     finally:
         hook.after_train(runner=None)
+
+
+def test_a_run_driven_from_another_thread_keeps_the_sigterm_handler():
+    """Python takes signal handlers in the main thread only (a notebook's executor runs others)."""
+    hook = preemption.PreemptionHook()
+    handler = signal.getsignal(signal.SIGTERM)
+    errors = []
+
+    def start() -> None:
+        try:
+            hook.before_train(runner=None)
+        except Exception as error:  # what the thread would die of
+            errors.append(error)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    assert errors == []
+    assert signal.getsignal(signal.SIGTERM) is handler
