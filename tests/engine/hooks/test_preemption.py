@@ -175,3 +175,29 @@ def test_a_run_driven_from_another_thread_keeps_the_sigterm_handler():
     thread.join()
     assert errors == []
     assert signal.getsignal(signal.SIGTERM) is handler
+
+
+class WorkerView(torch.utils.data.Dataset):
+    """What a worker process sees: whether it ignores SIGTERM, and its loader's own init's mark."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int) -> tuple:
+        return (signal.getsignal(signal.SIGTERM) is signal.SIG_IGN,
+                os.environ.get('XMR_TEST_WORKER_INIT'))
+
+
+def mark_worker(worker_id: int) -> None:
+    os.environ['XMR_TEST_WORKER_INIT'] = f'worker {worker_id}'
+
+
+def test_workers_ignore_the_signals_and_still_run_the_loaders_own_init():
+    loader = torch.utils.data.DataLoader(WorkerView(), batch_size=None, num_workers=1,
+                                         worker_init_fn=mark_worker)
+    handler = signal.getsignal(signal.SIGTERM)
+    preemption.workers_ignore(loader, [signal.SIGTERM])
+    preemption.workers_ignore(loader, [signal.SIGTERM])  # a second phase on the same loader
+    assert [tuple(item) for item in loader] == [(True, 'worker 0')] * 2
+    assert signal.getsignal(signal.SIGTERM) is handler  # the main process's is its own
+    assert 'XMR_TEST_WORKER_INIT' not in os.environ
