@@ -129,3 +129,13 @@ def test_resume_with_other_adapter_shapes_is_refused_naming_keys_and_shapes(tmp_
         '(checkpoint [8, 32], model [16, 32]), ' in message
     assert '... (15 more)' in message
     assert 'missing' not in message
+
+
+def test_a_step_saved_twice_keeps_its_file_and_is_kept_once(tmp_path):
+    """A signal's save after the periodic one of the same iteration, say."""
+    runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=1)
+    runner.train_loop._iter = 3
+    hook._save_checkpoint(runner)
+    hook._save_checkpoint(runner)
+    assert loads(tmp_path / 'iter_4.pth')
+    assert list(hook.keep_ckpt_ids) == [4]
