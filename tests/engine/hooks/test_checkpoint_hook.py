@@ -139,3 +139,15 @@ def test_a_step_saved_twice_keeps_its_file_and_is_kept_once(tmp_path):
     hook._save_checkpoint(runner)
     assert loads(tmp_path / 'iter_4.pth')
     assert list(hook.keep_ckpt_ids) == [4]
+
+
+def test_each_checkpoint_holds_the_ids_kept_with_it_in_place(tmp_path):
+    """What a resumed run reads to remove the older ones (MMEngine's before_train)."""
+    runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=2)
+    for done in (3, 7, 11):
+        runner.train_loop._iter = done
+        hook._save_checkpoint(runner)
+    allow_mmengine_checkpoint_types()
+    kept = {path.name: torch.load(path, map_location='cpu', weights_only=True)
+            ['message_hub']['runtime_info']['keep_ckpt_ids'] for path in tmp_path.glob('*.pth')}
+    assert kept == {'iter_8.pth': [4, 8], 'iter_12.pth': [8, 12]}
