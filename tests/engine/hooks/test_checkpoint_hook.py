@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 import xmr.fileio
@@ -151,3 +152,17 @@ def test_each_checkpoint_holds_the_ids_kept_with_it_in_place(tmp_path):
     kept = {path.name: torch.load(path, map_location='cpu', weights_only=True)
             ['message_hub']['runtime_info']['keep_ckpt_ids'] for path in tmp_path.glob('*.pth')}
     assert kept == {'iter_8.pth': [4, 8], 'iter_12.pth': [8, 12]}
+
+
+def test_every_periodic_save_first_calls_the_hooks_on_every_rank(tmp_path):
+    runner, hook = runner_with_hook(tmp_path)
+    called = []
+
+    class Gatherer(Hook):
+        def before_checkpoint_on_every_rank(self, runner) -> None:
+            called.append(runner.iter)
+
+    runner.register_hook(Gatherer())
+    runner.train_loop._iter = 3
+    hook._save_checkpoint(runner)
+    assert called == [3]
