@@ -166,3 +166,29 @@ def test_every_periodic_save_first_calls_the_hooks_on_every_rank(tmp_path):
     runner.train_loop._iter = 3
     hook._save_checkpoint(runner)
     assert called == [3]
+
+
+def adapter_weights_of_other_shapes(runner) -> dict:
+    return {key: torch.zeros(value.shape[0] + 1, *value.shape[1:]) if 'down.weight' in key
+            else value for key, value in runner.model.state_dict().items()}
+
+
+def test_only_a_resume_refuses_weights_that_do_not_fit(tmp_path):
+    runner, hook = runner_with_hook(tmp_path)
+    checkpoint = dict(state_dict=adapter_weights_of_other_shapes(runner))
+    runner._resume = False  # load_from alone: MMEngine's lenient loading
+    hook.after_load_checkpoint(runner, checkpoint)
+    runner._resume = True
+    with pytest.raises(ValueError, match='its weights do not fit the model of this config'):
+        hook.after_load_checkpoint(runner, checkpoint)
+
+
+def test_a_resume_takes_weights_saved_with_the_ddp_module_prefix(tmp_path):
+    runner, hook = runner_with_hook(tmp_path)
+    runner._resume = True
+    hook.after_load_checkpoint(runner, dict(state_dict={
+        f'module.{key}': value for key, value in runner.model.state_dict().items()}))
+    with pytest.raises(ValueError, match=r'\d+ keys of other shapes: language_branch'):
+        hook.after_load_checkpoint(runner, dict(state_dict={
+            f'module.{key}': value
+            for key, value in adapter_weights_of_other_shapes(runner).items()}))
