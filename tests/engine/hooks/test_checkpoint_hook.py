@@ -192,3 +192,25 @@ def test_a_resume_takes_weights_saved_with_the_ddp_module_prefix(tmp_path):
         hook.after_load_checkpoint(runner, dict(state_dict={
             f'module.{key}': value
             for key, value in adapter_weights_of_other_shapes(runner).items()}))
+
+
+def test_a_best_saved_again_at_its_iteration_keeps_its_file(tmp_path):
+    """A resumed run makes up the validation of the iteration it resumed at."""
+    runner, hook = runner_with_hook(tmp_path, save_best='mAR', rule='greater')
+    runner.train_loop._iter = 4
+    hook._save_best_checkpoint(runner, {'mAR': 1.0})
+    hook._save_best_checkpoint(runner, {'mAR': 2.0})
+    assert loads(tmp_path / 'best_mAR_iter_4.pth')
+    assert hook.best_ckpt_path == str(tmp_path / 'best_mAR_iter_4.pth')
+
+
+def test_the_work_dir_reached_through_a_link_still_owns_its_best(tmp_path):
+    real = tmp_path / 'real'
+    real.mkdir()
+    (tmp_path / 'link').symlink_to(real)
+    runner, hook = runner_with_hook(tmp_path / 'link', save_best='mAR', rule='greater')
+    hook._save_best_checkpoint(runner, {'mAR': 1.0})
+    hook.best_ckpt_path = str(real / 'best_mAR_iter_0.pth')  # recorded by its real path
+    runner.train_loop._iter = 4
+    hook._save_best_checkpoint(runner, {'mAR': 2.0})
+    assert sorted(p.name for p in real.glob('best_*.pth')) == ['best_mAR_iter_4.pth']
