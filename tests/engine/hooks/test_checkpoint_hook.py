@@ -214,3 +214,18 @@ def test_the_work_dir_reached_through_a_link_still_owns_its_best(tmp_path):
     runner.train_loop._iter = 4
     hook._save_best_checkpoint(runner, {'mAR': 2.0})
     assert sorted(p.name for p in real.glob('best_*.pth')) == ['best_mAR_iter_4.pth']
+
+
+def test_a_run_resumed_from_another_work_dirs_best_is_told_it_stays_there(tmp_path,
+                                                                         monkeypatch):
+    runner, hook = runner_with_hook(tmp_path / 'fork', save_best='mAR', rule='greater')
+    warned = []
+    monkeypatch.setattr(runner.logger, 'warning', warned.append)
+    # What MMEngine's before_train takes from the resumed checkpoint's message hub.
+    runner.message_hub.update_info('best_ckpt', str(tmp_path / 'fork' / 'best_mAR_iter_4.pth'))
+    hook.before_train(runner)
+    assert warned == []  # its own
+    runner.message_hub.update_info('best_ckpt', str(tmp_path / 'source' / 'best_mAR_iter_4.pth'))
+    hook.before_train(runner)
+    assert [w.split(',')[:2] for w in warned] == [
+        ['the best checkpoint so far', f' {tmp_path}/source/best_mAR_iter_4.pth']]
