@@ -17,6 +17,7 @@ import xmr.fileio
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.hooks import CheckpointHook
+from xmr.engine.hooks import checkpoint as checkpoint_hook
 
 
 def runner_with_hook(work_dir: Path, **hook_args) -> tuple[Runner, CheckpointHook]:
@@ -229,3 +230,15 @@ def test_a_run_resumed_from_another_work_dirs_best_is_told_it_stays_there(tmp_pa
     hook.before_train(runner)
     assert [w.split(',')[:2] for w in warned] == [
         ['the best checkpoint so far', f' {tmp_path}/source/best_mAR_iter_4.pth']]
+
+
+def test_only_the_main_process_removes_checkpoints(tmp_path, monkeypatch):
+    runner, hook = runner_with_hook(tmp_path)
+    old = tmp_path / 'iter_4.pth'
+    old.write_bytes(b'checkpoint')
+    monkeypatch.setattr(checkpoint_hook, 'is_main_process', lambda: False)
+    hook._remove(str(old))
+    assert old.exists()
+    monkeypatch.setattr(checkpoint_hook, 'is_main_process', lambda: True)
+    hook._remove(str(old))
+    assert not old.exists()
