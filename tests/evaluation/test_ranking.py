@@ -150,3 +150,15 @@ def test_positive_pairs_lists_every_same_group_pair_by_query():
     rows, cols = positive_pairs(torch.tensor([2, 0]), torch.tensor([0, 2, 1, 2, 0]))
     assert rows.tolist() == [0, 0, 1, 1]
     assert cols.tolist() == [1, 3, 0, 4]
+
+
+def test_ranks_of_all_negative_scores_follow_the_scores():
+    # Cosines can all be negative: caption 0's own media scores -0.5 while media 1 scores -0.2
+    # (rank 2); caption 1's own media scores -0.1, above -0.3 (rank 1).
+    scores = torch.tensor([[-0.5, -0.2],
+                           [-0.3, -0.1]])
+    assert text_to_media_ranks(scores, torch.tensor([0, 1])).tolist() == [2, 1]
+    # Media 0 owns captions 0 and 1 (best own -0.4); caption 2 of media 1 scores -0.1 -> rank 2.
+    i2t = torch.tensor([[-0.9, -0.4, -0.1],
+                        [-0.8, -0.7, -0.6]])
+    assert media_to_text_ranks(i2t, torch.tensor([0, 0, 1])).tolist() == [2, 1]
