@@ -162,3 +162,12 @@ def test_ranks_of_all_negative_scores_follow_the_scores():
     i2t = torch.tensor([[-0.9, -0.4, -0.1],
                         [-0.8, -0.7, -0.6]])
     assert media_to_text_ranks(i2t, torch.tensor([0, 0, 1])).tolist() == [2, 1]
+
+
+def test_average_recall_is_the_mean_over_the_given_directions_and_ks_only():
+    summary = {'t2i_R@1': 30.0, 't2i_R@5': 60.0, 'i2t_R@1': 90.0, 'i2t_R@5': 100.0}
+    # one direction, two K: (30 + 60) / 2
+    assert average_recall(summary, ('t2i',), (1, 5)) == pytest.approx(45.0)
+    # two directions, one K: (30 + 90) / 2
+    assert average_recall(summary, ('t2i', 'i2t'), (1,)) == pytest.approx(60.0)
+    assert recall_sum(summary, ('i2t',), (1, 5)) == pytest.approx(190.0)
