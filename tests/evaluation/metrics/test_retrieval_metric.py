@@ -355,3 +355,20 @@ def test_text_to_text_errors_name_the_fix():
         _run(RetrievalMetric(), _parallel_texts())
     with pytest.raises(ValueError, match="protocol 'text_to_text' has no media"):
         RetrievalMetric(protocol='text_to_text', scoring='tokens')
+
+
+def test_xtd10_fewshot_mean_r1_is_the_mean_over_languages():
+    # 10 images, 2 shots: train and val hold 4 images, the test split the other 6.
+    test_images = xmr.evaluation.xtd10_fewshot_split(10, shots=2).test
+    j, k = test_images[:2]
+    images = torch.eye(10)
+    items = [_item(str(i), images[i], de=[images[i]], fr=[images[i]]) for i in range(10)]
+    # fr: test images j and k carry each other's caption -> both miss in both directions.
+    items[j]['caption_embeddings']['fr'] = images[k][None]
+    items[k]['caption_embeddings']['fr'] = images[j][None]
+    result = _run(RetrievalMetric(protocol='xtd10_fewshot', gallery_size=10, fewshot_shots=2),
+                  items)
+    assert result['de/mean_R@1'] == 100.0
+    assert result['fr/t2i_R@1'] == result['fr/i2t_R@1'] == pytest.approx(400 / 6)
+    assert result['fr/mean_R@1'] == pytest.approx(400 / 6)
+    assert result['mean_R@1'] == pytest.approx((100 + 400 / 6) / 2)
