@@ -372,3 +372,11 @@ def test_xtd10_fewshot_mean_r1_is_the_mean_over_languages():
     assert result['fr/t2i_R@1'] == result['fr/i2t_R@1'] == pytest.approx(400 / 6)
     assert result['fr/mean_R@1'] == pytest.approx(400 / 6)
     assert result['mean_R@1'] == pytest.approx((100 + 400 / 6) / 2)
+
+
+def test_a_language_with_no_caption_rows_anywhere_is_not_evaluated():
+    items = _three_media()
+    for item in items:
+        item['caption_embeddings']['zh'] = torch.zeros(0, 3)
+    result = _run(RetrievalMetric(recall_ks=(1, 2)), items)
+    assert result == pytest.approx(EXPECTED)
