@@ -380,3 +380,12 @@ def test_a_language_with_no_caption_rows_anywhere_is_not_evaluated():
         item['caption_embeddings']['zh'] = torch.zeros(0, 3)
     result = _run(RetrievalMetric(recall_ks=(1, 2)), items)
     assert result == pytest.approx(EXPECTED)
+
+
+def test_embeddings_off_unit_norm_by_more_than_a_hundredth_are_refused():
+    metric = RetrievalMetric()
+    metric.process({}, [_item('m0', 1.005 * E0, en=[0.995 * E0])])  # within 0.01 of 1
+    with pytest.raises(ValueError, match="media 'm1'.*off by 0.02"):
+        metric.process({}, [_item('m1', 1.02 * E1, en=[E1])])
+    with pytest.raises(ValueError, match=r"caption_embeddings\['en'\] is not L2-normalised"):
+        metric.process({}, [_item('m2', E2, en=[0.98 * E2])])
