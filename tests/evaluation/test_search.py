@@ -176,3 +176,12 @@ def test_search_ids_names_empty_slots_none():
     assert indices.tolist() == [[0, 1, 2, -1, -1]]
     _, named = searcher.search_ids(gallery[:1], 5)
     assert named == [['a', 'b', 'c', None, None]]
+
+
+def test_chunked_flat_search_fills_every_row_like_brute_force():
+    # 53 queries in chunks of 7: the last row of every chunk and the short last chunk included.
+    gallery, queries = _random_unit(300, 16, 4), _random_unit(53, 16, 5)
+    scores, indices = FaissSearcher(gallery, chunk_size=7).search(queries, 5)
+    reference_scores, reference_indices = (queries @ gallery.T).topk(5, dim=1)
+    assert torch.equal(indices, reference_indices)
+    torch.testing.assert_close(scores, reference_scores, atol=1e-5, rtol=0)
