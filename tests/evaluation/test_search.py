@@ -185,3 +185,9 @@ def test_chunked_flat_search_fills_every_row_like_brute_force():
     reference_scores, reference_indices = (queries @ gallery.T).topk(5, dim=1)
     assert torch.equal(indices, reference_indices)
     torch.testing.assert_close(scores, reference_scores, atol=1e-5, rtol=0)
+
+
+def test_exact_ranks_of_no_queries_are_empty():
+    ranks = exact_ranks(torch.zeros(0, 3), torch.eye(3), torch.zeros(0, dtype=torch.long),
+                        torch.arange(3))
+    assert ranks.dtype == torch.long and ranks.shape == (0,)
