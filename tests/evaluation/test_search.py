@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from xmr.evaluation import search
 from xmr.evaluation.ranking import (
     grouped_ranks_from_scores,
     media_to_text_ranks,
@@ -191,3 +192,22 @@ def test_exact_ranks_of_no_queries_are_empty():
     ranks = exact_ranks(torch.zeros(0, 3), torch.eye(3), torch.zeros(0, dtype=torch.long),
                         torch.arange(3))
     assert ranks.dtype == torch.long and ranks.shape == (0,)
+
+
+def test_grouped_blocks_are_sized_by_the_item_gallery_not_the_groups(monkeypatch):
+    # A budget of 12 scores per block: 6 captions in 3 groups -> 2 queries per [q, 6] block
+    # (sizing by the 3 groups would give 4 queries, 24 raw scores).
+    monkeypatch.setattr(search, 'default_chunk_size', lambda gallery_size: 12 // gallery_size)
+    owners = torch.tensor([0, 0, 1, 1, 2, 2])
+    scores = torch.rand(5, 6, generator=torch.Generator().manual_seed(10))
+    blocks = []
+
+    def block(start, stop):
+        blocks.append((start, stop))
+        return scores[start:stop]
+
+    ranks = search.blockwise_ranks(block, torch.tensor([0, 1, 2, 0, 1]), owners, grouped=True,
+                                   num_groups=3)
+    assert blocks == [(0, 2), (2, 4), (4, 5)]
+    assert torch.equal(ranks, grouped_ranks_from_scores(scores, torch.tensor([0, 1, 2, 0, 1]),
+                                                        owners, 3))
