@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from xmr.evaluation.protocols import (
+    PROTOCOLS,
     LanguageGallery,
     coco_1k_folds,
     evaluate_language,
@@ -198,3 +199,14 @@ def test_approximate_grouped_i2t_searches_deep_enough_for_other_media_caption_ru
     assert exact['i2t_R@2'] == pytest.approx(200 / 3)  # media 1 and 2 first, media 0 third
     assert approximate['i2t_R@1'] == pytest.approx(200 / 3)
     assert approximate['i2t_R@2'] == pytest.approx(200 / 3)
+
+
+def test_default_directions_are_those_of_the_documented_protocol_table():
+    # docs/evaluation.md, "Protocols": only text->video and XTD10's M-CLIP convention score
+    # one direction; every other protocol both (text_to_text names them t2s / s2t).
+    both = ('t2i', 'i2t')
+    assert {name: protocol.directions for name, protocol in PROTOCOLS.items()} == {
+        'standard': both, 'coco_5k': both, 'coco_1k_5fold': both, 'text_to_video': ('t2i',),
+        'xtd10_t2i_r10': ('t2i',), 'xtd10_fewshot': both, 'crossmodal3600': both,
+        'crossmodal3600_first_caption': both, 'xtd200': both, 'flickr30k_200': both,
+        'text_to_text': both}
