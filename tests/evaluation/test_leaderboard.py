@@ -229,3 +229,13 @@ def test_a_result_without_a_summary_shows_its_languages():
     heading, table, legend = leaderboard_markdown([english]).split('\n\n')
     assert table.splitlines()[0].split('|')[1:3] == [' model   ', ' en    ']
     assert legend == '- all columns: AR per language (no summary reported)'
+
+
+def test_saved_results_keep_numbers_as_floats_and_leave_out_flags_and_text(tmp_path):
+    result = EvaluationResult('r', {'de/AR': 40, 'mAR': 40.5, 'converged': True,
+                                    'note': 'fold 0 only'})
+    save_result(tmp_path / 'r.json', result)
+    saved = json.loads((tmp_path / 'r.json').read_text())['metrics']
+    assert saved == {'de/AR': 40.0, 'mAR': 40.5}
+    assert isinstance(saved['de/AR'], float)
+    assert leaderboard_table([result]) == (['model', 'de', 'mAR'], [['r', '40.00', '40.50']])
