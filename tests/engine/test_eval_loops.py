@@ -104,6 +104,15 @@ def test_combined_mean_ar_weighs_every_language_once():
     assert combined_mean_ar([video], results[2:]) is None
 
 
+def test_combined_mean_ar_counts_a_nested_prefixs_languages_under_its_own_metric_only():
+    # Two metrics of one evaluator, one prefix inside the other: xtd/fewshot/de/AR belongs to
+    # the second metric and is no language 'fewshot/de' of the first.
+    xtd = Evaluator([RetrievalMetric(prefix='xtd'), RetrievalMetric(prefix='xtd/fewshot')])
+    results = [{'xtd/de/AR': 60.0, 'xtd/mAR': 60.0, 'xtd/fewshot/de/AR': 20.0,
+                'xtd/fewshot/mAR': 20.0}]
+    assert combined_mean_ar([xtd], results) == pytest.approx((60 + 20) / 2)
+
+
 def test_one_pass_over_image_and_video_sets_with_prefixes(tmp_path, clips_ann):
     recorder = EvalRecorder()
     video = dict(type='RetrievalDataset', ann_file=str(clips_ann), num_frames=2,
