@@ -389,3 +389,10 @@ def test_embeddings_off_unit_norm_by_more_than_a_hundredth_are_refused():
         metric.process({}, [_item('m1', 1.02 * E1, en=[E1])])
     with pytest.raises(ValueError, match=r"caption_embeddings\['en'\] is not L2-normalised"):
         metric.process({}, [_item('m2', E2, en=[0.98 * E2])])
+
+
+def test_an_english_only_set_reports_no_summaries():
+    items = [_item(f'm{i}', medium, en=[medium]) for i, medium in enumerate((E0, E1, E2))]
+    result = _run(RetrievalMetric(recall_ks=(1, 2)), items)
+    assert result['en/AR'] == 100.0
+    assert not [key for key in result if '/' not in key]  # no mAR, rSum or R@1 sums
