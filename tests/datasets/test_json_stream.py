@@ -15,6 +15,7 @@ DOCUMENTS = [
     '{"items": {"not": "an array"}, "a": 1}',
     '{"items": "text"}',
     '{}',
+    '\t{\t"items"\t:\t[\t1\t,\r\n 2 ]\t,\t"a"\t:\t[ 3 ]\t}\t',
 ]
 
 
