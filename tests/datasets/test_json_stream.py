@@ -58,6 +58,8 @@ def test_the_elements_consume_leaves_are_read_past_to_the_keys_after_them():
 @pytest.mark.parametrize('text', [
     '', '{', '{"a" 1}', '{"a": 1 "b": 2}', '{"a": 1,}', '{a: 1}', '{"items": [1 2]}',
     '{"items": [1,]}', '{"items": [1', '{"a": 1} {"b": 2}', '{"a": 1}x', '[1] 2',
+    # Whitespace JSON does not allow (form feed, vertical tab, no-break space).
+    '{"items": [1,\x0c2]}', '{"items": [1, 2]\x0b}', '{"items":\xa0[1]}', '\x0c{}',
 ])
 def test_invalid_json_fails_where_json_loads_fails(text):
     with pytest.raises(json.JSONDecodeError) as expected:
