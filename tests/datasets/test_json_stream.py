@@ -66,7 +66,16 @@ def test_invalid_json_fails_where_json_loads_fails(text):
         json.loads(text)
     with pytest.raises(json.JSONDecodeError) as error:
         read_object(text, 'items', list)
-    assert error.value.pos == expected.value.pos
+    assert (error.value.msg, error.value.pos) == (expected.value.msg, expected.value.pos)
+
+
+@pytest.mark.parametrize('text', ['{1: 2}', '{"a": 1, null: 3}', '{["items"]: [1]}'])
+def test_a_key_that_is_no_string_is_refused_as_json_loads_refuses_it(text):
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(text)
+    with pytest.raises(json.JSONDecodeError) as error:
+        read_object(text, 'items', list)
+    assert (error.value.msg, error.value.pos) == (expected.value.msg, expected.value.pos)
 
 
 @pytest.mark.parametrize('key', ['items', 'a'])
