@@ -13,6 +13,7 @@ from xmr.datasets.annotation import (
     dump_annotation,
     load_annotation,
 )
+from xmr.datasets.record_store import RecordStore
 
 
 def _annotation(**overrides) -> Annotation:
@@ -222,3 +223,13 @@ def test_a_key_twice_in_the_header_is_refused(tmp_path):
     with pytest.raises(AnnotationError, match=r"ann\.json: the top-level object holds the key "
                                               "'split' twice"):
         load_annotation(path)
+
+
+@pytest.mark.parametrize('container', [list, RecordStore])
+def test_a_file_of_an_empty_items_array_is_said_to_hold_no_items(tmp_path, container):
+    data = _annotation().to_json()
+    data['items'] = []
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(data), encoding='utf-8')
+    with pytest.raises(AnnotationError, match=r'ann\.json: the file holds no items'):
+        load_annotation(path, items=container)
