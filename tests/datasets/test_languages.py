@@ -93,6 +93,22 @@ def test_annotation_files_are_read_with_canonical_codes(tmp_path):
     assert ann.items[0].translations == {'sw': ['paka']}
 
 
+
+def test_the_source_language_and_back_translations_of_a_file_are_read_with_canonical_codes(
+        tmp_path):
+    path = tmp_path / 'xtd.json'
+    path.write_text(json.dumps({
+        'format': 'xmr-media-captions', 'version': 1, 'dataset': 'd', 'split': 'test',
+        'media_type': 'image', 'languages': ['ces', 'jp'], 'source_lang': 'ces',
+        'translation_langs': ['en'], 'back_translation_langs': ['jp'],
+        'items': [{'media_id': 'a', 'media_path': 'a.jpg',
+                   'captions': {'ces': ['kočka'], 'jp': ['猫']},
+                   'translations': {'en': ['a cat']},
+                   'back_translations': {'jp': ['ネコ']}}]}), encoding='utf-8')
+    ann = load_annotation(path)
+    assert ann.source_lang == 'cs' and ann.back_translation_langs == ['ja']
+    assert ann.items[0].back_translations == {'ja': ['ネコ']}
+
 def test_annotations_are_written_with_canonical_codes_only(tmp_path):
     ann = Annotation('d', 'test', 'image', ['jp'], [MediaRecord('a', 'a.jpg', {'jp': ['猫']})])
     with pytest.raises(AnnotationError, match="languages holds 'jp'; write its canonical code "
