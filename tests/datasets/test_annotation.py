@@ -233,3 +233,19 @@ def test_a_file_of_an_empty_items_array_is_said_to_hold_no_items(tmp_path, conta
     path.write_text(json.dumps(data), encoding='utf-8')
     with pytest.raises(AnnotationError, match=r'ann\.json: the file holds no items'):
         load_annotation(path, items=container)
+
+
+@pytest.mark.parametrize(('item', 'message'), [
+    (['a', 'a.jpg'], r'ann\.json: item 1 must be an object, got list'),
+    ('a.jpg', r'ann\.json: item 1 must be an object, got str'),
+    ({'media_id': 'b', 'media_path': 'b.jpg'}, r"ann\.json: item 1 lacks \['captions'\]"),
+    ({'media_path': 'b.jpg', 'captions': {'en': ['x'], 'cs': ['y']}},
+     r"ann\.json: item 1 lacks \['media_id'\]"),
+])
+def test_an_item_of_the_wrong_shape_is_named_with_its_fault(tmp_path, item, message):
+    data = _annotation().to_json()
+    data['items'][1] = item
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(data), encoding='utf-8')
+    with pytest.raises(AnnotationError, match=message):
+        load_annotation(path)
