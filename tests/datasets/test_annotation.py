@@ -249,3 +249,20 @@ def test_an_item_of_the_wrong_shape_is_named_with_its_fault(tmp_path, item, mess
     path.write_text(json.dumps(data), encoding='utf-8')
     with pytest.raises(AnnotationError, match=message):
         load_annotation(path)
+
+
+@pytest.mark.parametrize(('top', 'message'), [
+    ([1, 2], r'ann\.json: the top level must be a JSON object'),
+    ('items', r'ann\.json: the top level must be a JSON object'),
+    ({'items': {'0': {}}}, r'ann\.json: items must be a list'),
+    ({'items': None}, r'ann\.json: items must be a list'),
+    ({}, r"ann\.json: header lacks \['items'\]"),
+])
+def test_a_file_whose_top_level_or_items_is_of_the_wrong_kind_is_refused(tmp_path, top, message):
+    if isinstance(top, dict):
+        header = _annotation().header_json()
+        top = {**header, **top}
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(top), encoding='utf-8')
+    with pytest.raises(AnnotationError, match=message):
+        load_annotation(path)
