@@ -266,3 +266,21 @@ def test_a_file_whose_top_level_or_items_is_of_the_wrong_kind_is_refused(tmp_pat
     path.write_text(json.dumps(top), encoding='utf-8')
     with pytest.raises(AnnotationError, match=message):
         load_annotation(path)
+
+
+@pytest.mark.parametrize('first_item_faulty', [False, True])
+def test_a_json_error_among_the_items_is_reported_where_json_loads_reports_it(
+        tmp_path, first_item_faulty):
+    """Also after an item at fault: the items after it are still decoded, and a file that is no
+    JSON is said so rather than its first item faulted."""
+    data = _annotation().to_json()
+    if first_item_faulty:
+        data['items'][0]['extra'] = 1
+    text = json.dumps(data).replace('"media_id": "b",', '"media_id": "b"')
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(text)
+    path = tmp_path / 'ann.json'
+    path.write_text(text, encoding='utf-8')
+    with pytest.raises(AnnotationError) as error:
+        load_annotation(path)
+    assert str(error.value) == f'{path}: not a UTF-8 JSON file ({expected.value})'
