@@ -118,3 +118,18 @@ def test_state_dict_mismatches_lists_a_few_keys_of_each_kind_and_counts_all():
 def test_a_directory_given_as_checkpoint_is_not_found(tmp_path):
     with pytest.raises(FileNotFoundError, match=f'language module not found: {tmp_path}$'):
         read_checkpoint(tmp_path, what='language module')
+
+
+def test_a_damage_in_any_record_is_refused_naming_that_record(tmp_path):
+    """The first and the last record as much as the tensors' (the pickle, the version, ...)."""
+    good, path = tmp_path / 'good.pth', tmp_path / 'damaged.pth'
+    torch.save({'state_dict': {'w': torch.ones(1000)}}, good)
+    with zipfile.ZipFile(good) as archive:
+        names = [info.filename for info in archive.infolist()]
+    assert len(names) > 2
+    for name in names:
+        path.write_bytes(good.read_bytes())
+        _damage_record(path, name)
+        with pytest.raises(CheckpointReadError, match=f'its record {name} does not match'):
+            check_checkpoint(path)
+
