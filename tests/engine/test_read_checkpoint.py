@@ -133,3 +133,13 @@ def test_a_damage_in_any_record_is_refused_naming_that_record(tmp_path):
         with pytest.raises(CheckpointReadError, match=f'its record {name} does not match'):
             check_checkpoint(path)
 
+
+def test_a_record_larger_than_one_read_is_checked_whole(tmp_path):
+    """20 MiB of weights, more than one read of the check (16 MiB): the CRC-32 is compared
+    once the record is read to its end."""
+    path = tmp_path / 'large.pth'
+    torch.save({'state_dict': {'w': torch.ones(5 << 20)}}, path)
+    _damage_record(path, 'data/0')
+    with pytest.raises(CheckpointReadError, match='its record large/data/0 does not match'):
+        check_checkpoint(path)
+
