@@ -143,3 +143,13 @@ def test_a_record_larger_than_one_read_is_checked_whole(tmp_path):
     with pytest.raises(CheckpointReadError, match='its record large/data/0 does not match'):
         check_checkpoint(path)
 
+
+def test_an_empty_record_does_not_end_the_check_of_those_after_it(tmp_path):
+    """An empty tensor's record has the CRC-32 0, like a record saved without one."""
+    path = tmp_path / 'empty.pth'
+    torch.save({'state_dict': {'a': torch.empty(0), 'w': torch.ones(1000)}}, path)
+    with zipfile.ZipFile(path) as archive:
+        assert archive.getinfo('empty/data/0').CRC == 0
+    _damage_record(path, 'data/1')
+    with pytest.raises(CheckpointReadError, match='its record empty/data/1 does not match'):
+        check_checkpoint(path)
