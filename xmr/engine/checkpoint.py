@@ -168,6 +168,9 @@ def _check_records(archive: zipfile.ZipFile, path: Path, what: str) -> None:
         except (zipfile.BadZipFile, OSError, EOFError) as error:
             raise _corrupt(path, what, f'its record {info.filename} does not match its '
                            'CRC-32: the file was damaged after torch.save wrote it') from error
+        except (NotImplementedError, RuntimeError) as error:  # damaged method or flag bits
+            raise _corrupt(path, what, f'its record {info.filename} cannot be read ({error}): '
+                           'the file was damaged after torch.save wrote it') from error
 
 
 def _corrupt(path: str | os.PathLike, what: str, reason: str) -> CheckpointReadError:
