@@ -155,9 +155,9 @@ def test_an_empty_record_does_not_end_the_check_of_those_after_it(tmp_path):
         check_checkpoint(path)
 
 
-def _damage_directory_entry(path, suffix, offset, value):
-    """Write the 16-bit ``value`` at ``offset`` of the central directory entry of the record
-    whose name ends in ``suffix``."""
+def _damage_directory_entry(path, suffix, offset, layout, *values):
+    """Write ``values`` (packed as ``layout``) at ``offset`` of the central directory entry of
+    the record whose name ends in ``suffix``."""
     data = bytearray(path.read_bytes())
     entry = data.find(b'PK\x01\x02')
     while True:
@@ -166,21 +166,24 @@ def _damage_directory_entry(path, suffix, offset, value):
         if data[entry + 46:entry + 46 + name_length].decode().endswith(suffix):
             break
         entry += 46 + name_length + extra_length + comment_length
-    data[entry + offset:entry + offset + 2] = struct.pack('<H', value)
+    packed = struct.pack(layout, *values)
+    data[entry + offset:entry + offset + len(packed)] = packed
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize(('offset', 'value'), [
-    (10, 99),  # the compression method: one zipfile does not know
-    (8, 0x01),  # the flags: encrypted
-    (8, 0x40),  # the flags: strongly encrypted
+@pytest.mark.parametrize(('offset', 'layout', 'values'), [
+    (10, '<H', (99,)),  # the compression method: one zipfile does not know
+    (8, '<H', (0x01,)),  # the flags: encrypted
+    (8, '<H', (0x40,)),  # the flags: strongly encrypted
+    (20, '<II', (10**6, 10**6)),  # the sizes: past the end of the file
 ])
-def test_a_damaged_directory_entry_is_refused_naming_its_record(tmp_path, offset, value):
+def test_a_damaged_directory_entry_is_refused_naming_its_record(tmp_path, offset, layout,
+                                                                values):
     """torch.load refused these (a RuntimeError read_checkpoint reports as corrupt); the check
     of the records must report them too, not raise zipfile's own error."""
     path = tmp_path / 'entry.pth'
     torch.save({'state_dict': {'w': torch.ones(1000)}}, path)
-    _damage_directory_entry(path, 'data/0', offset, value)
+    _damage_directory_entry(path, 'data/0', offset, layout, *values)
     for read in (read_checkpoint, check_checkpoint):
         with pytest.raises(CheckpointReadError, match=f'{path}: truncated or corrupt checkpoint '
                            r'\(its record entry/data/0 '):
