@@ -174,6 +174,7 @@ def _damage_directory_entry(path, suffix, offset, layout, *values):
 @pytest.mark.parametrize(('offset', 'layout', 'values'), [
     (10, '<H', (99,)),  # the compression method: one zipfile does not know
     (10, '<H', (12,)),  # the compression method: bzip2, which the stored bytes are not
+    (10, '<H', (8,)),  # the compression method: deflate, which the stored bytes are not
     (8, '<H', (0x01,)),  # the flags: encrypted
     (8, '<H', (0x40,)),  # the flags: strongly encrypted
     (20, '<II', (10**6, 10**6)),  # the sizes: past the end of the file

@@ -19,6 +19,7 @@ import os
 import pickle
 import re
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -168,7 +169,7 @@ def _check_records(archive: zipfile.ZipFile, path: Path, what: str) -> None:
         except (zipfile.BadZipFile, OSError, EOFError) as error:
             raise _corrupt(path, what, f'its record {info.filename} does not match its '
                            'CRC-32: the file was damaged after torch.save wrote it') from error
-        except (NotImplementedError, RuntimeError) as error:  # damaged method or flag bits
+        except (NotImplementedError, RuntimeError, zlib.error) as error:  # damaged method, flags
             raise _corrupt(path, what, f'its record {info.filename} cannot be read ({error}): '
                            'the file was damaged after torch.save wrote it') from error
 
