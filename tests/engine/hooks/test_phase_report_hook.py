@@ -147,3 +147,20 @@ def test_only_the_main_process_writes_the_report(tmp_path, monkeypatch):
     monkeypatch.setattr('xmr.engine.hooks.phase_report.is_main_process', lambda: True)
     hook.after_val_epoch(runner, metrics)
     assert read_report(tmp_path) == [{'column': 'eval', 'iter': 0, 'metrics': metrics}]
+
+
+def test_a_validation_is_labelled_by_its_place_in_its_phase_and_one_without_metrics_is_not(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr('xmr.engine.hooks.phase_report.is_main_process', lambda: True)
+    phase = SimpleNamespace(name='align', start=4, end=12)
+    runner = SimpleNamespace(_train_loop=object(), train_loop=SimpleNamespace(current_phase=phase),
+                             iter=0, work_dir=str(tmp_path))
+    hook = PhaseReportHook()
+    runner.iter = 4
+    hook.after_val_epoch(runner, {})
+    hook.after_val_epoch(runner, None)
+    assert hook.columns == [] and list(tmp_path.iterdir()) == []
+    for runner.iter in (4, 8, 12):
+        hook.after_val_epoch(runner, {'mAR': float(runner.iter)})
+    assert [(c['column'], c['iter']) for c in read_report(tmp_path)] == [
+        ('align start', 4), ('align @8', 8), ('align end', 12)]
