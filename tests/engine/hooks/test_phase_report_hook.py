@@ -164,3 +164,21 @@ def test_a_validation_is_labelled_by_its_place_in_its_phase_and_one_without_metr
         hook.after_val_epoch(runner, {'mAR': float(runner.iter)})
     assert [(c['column'], c['iter']) for c in read_report(tmp_path)] == [
         ('align start', 4), ('align @8', 8), ('align end', 12)]
+
+
+def test_a_resume_keeps_the_columns_up_to_its_iteration_also_from_an_earlier_xmr_s_work_dir(
+        tmp_path):
+    """A checkpoint of an earlier xmr carries no columns: its work dir's JSON gives them."""
+    records = [{'column': 'align end', 'iter': 4, 'metrics': {'mAR': 50.0}},
+               {'column': 'tune end', 'iter': 8, 'metrics': {'mAR': 60.0}}]
+    runner = SimpleNamespace(_resume=True, work_dir=str(tmp_path))
+    hook = PhaseReportHook()
+    hook.after_load_checkpoint(runner, {'phase_report': copy.deepcopy(records),
+                                        'meta': {'iter': 4}})
+    assert hook.columns == [('align end', 4, {'mAR': 50.0})]
+    hook = PhaseReportHook()
+    hook.after_load_checkpoint(runner, {'meta': {'iter': 8}})
+    assert hook.columns == []
+    (tmp_path / 'phase_report.json').write_text(json.dumps(records))
+    hook.after_load_checkpoint(runner, {'meta': {'iter': 4}})
+    assert hook.columns == [('align end', 4, {'mAR': 50.0})]
