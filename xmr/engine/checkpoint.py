@@ -162,16 +162,17 @@ def _check_records(archive: zipfile.ZipFile, path: Path, what: str) -> None:
     for info in archive.infolist():
         if info.CRC == 0:
             continue
+        # zipfile's errors for a damaged CRC-32 or size (BadZipFile, EOFError), compression
+        # method (OSError, NotImplementedError, zlib.error) or encryption flag (RuntimeError).
         try:
             with archive.open(info) as record:
                 while record.read(_CHUNK):
                     pass
-        except (zipfile.BadZipFile, OSError, EOFError) as error:
-            raise _corrupt(path, what, f'its record {info.filename} does not match its '
-                           'CRC-32: the file was damaged after torch.save wrote it') from error
-        except (NotImplementedError, RuntimeError, zlib.error) as error:  # damaged method, flags
-            raise _corrupt(path, what, f'its record {info.filename} cannot be read ({error}): '
-                           'the file was damaged after torch.save wrote it') from error
+        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError,
+                zlib.error) as error:
+            raise _corrupt(path, what, f'its record {info.filename} is damaged '
+                           f'({str(error) or type(error).__name__}): the file changed after '
+                           'torch.save wrote it') from error
 
 
 def _corrupt(path: str | os.PathLike, what: str, reason: str) -> CheckpointReadError:
