@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 __all__ = ['DuplicateKeyError', 'read_object']
 
-T = TypeVar('T')
+_T = TypeVar('_T')
 _WHITESPACE = re.compile(r'[ \t\n\r]*')
 _decode = json.JSONDecoder().raw_decode
 
@@ -46,8 +46,8 @@ class _Elements:
             position = _skip(text, position + 1)
 
 
-def read_object(text: str, streamed: str, consume: Callable[[Iterator[Any]], T]
-                ) -> tuple[dict[str, Any] | None, T | None]:
+def read_object(text: str, streamed: str, consume: Callable[[Iterator[Any]], _T]
+                ) -> tuple[dict[str, Any] | None, _T | None]:
     """Decode the JSON object ``text``, handing the elements of its array under ``streamed`` to
     ``consume`` as they are decoded.
 
@@ -72,7 +72,7 @@ def read_object(text: str, streamed: str, consume: Callable[[Iterator[Any]], T]
         _expect_end(text, position)
         return None, None
     fields: dict[str, Any] = {}
-    consumed: T | None = None
+    consumed: _T | None = None
     seen: set[str] = set()
     position = _skip(text, position + 1)
     if text.startswith('}', position):
