@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+from functools import partial
 
 import pytest
 
@@ -62,57 +63,57 @@ def test_the_packed_annotation_equals_the_loaded_one_and_is_validated_as_it(tmp_
         load_annotation(tmp_path / 'bad.json', items=RecordStore)
 
 
-def _held_bytes(build):
-    """Bytes Python and numpy still hold after ``build()`` returns, with its result alive."""
+def _traced(build):
+    """``(held, peak, result)``: the bytes Python and numpy still hold after ``build()`` returns
+    (its result alive) and the most they held meanwhile, over what they held before."""
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         result = build()
         gc.collect()
-        return tracemalloc.get_traced_memory()[0] - before, result
+        held, peak = tracemalloc.get_traced_memory()
+        return held - before, peak - before, result
     finally:
         tracemalloc.stop()
+
+
+def _write_records(path, languages):
+    """5,000 records with an English caption and its translation into each of ``languages``."""
+    items = [MediaRecord(f'{i:06d}', f'{i:06d}.jpg', {'en': [f'a photo of dog {i}']},
+                         {lang: [f'{lang}: a photo of dog {i}'] for lang in languages})
+             for i in range(5000)]
+    dump_annotation(Annotation(dataset='demo', split='train', media_type='image',
+                               languages=['en'], source_lang='en',
+                               translation_langs=list(languages), items=items), path)
+    return items
 
 
 def test_a_dataset_holds_its_records_packed_not_as_objects(tmp_path):
     """Each record of the file is a handful of dicts, lists and strings as objects (about
     1 kB here); packed, the pickle's bytes (about 0.2 kB). A dataset of 5,000 records must hold
     them packed: less than half the objects' memory."""
-    items = [MediaRecord(f'{i:06d}', f'{i:06d}.jpg', {'en': [f'a photo of dog {i}']},
-                         {'de': [f'ein Foto von Hund {i}'], 'fr': [f'une photo du chien {i}']})
-             for i in range(5000)]
-    dump_annotation(Annotation(dataset='demo', split='train', media_type='image',
-                               languages=['en'], source_lang='en', translation_langs=['de', 'fr'],
-                               items=items), tmp_path / 'ann.json')
+    _write_records(tmp_path / 'ann.json', ['de', 'fr'])
+
     def build():
         return CaptionPairDataset(tmp_path / 'ann.json', data_root=tmp_path, with_media=False,
                                   transform=dict(type='MediaTransform', backbone=None, size=8))
 
     build()  # the imports and registries' first use, which hold memory of their own
-    as_objects, _ = _held_bytes(lambda: load_annotation(tmp_path / 'ann.json'))
-    packed, dataset = _held_bytes(build)
+    as_objects, _, _ = _traced(lambda: load_annotation(tmp_path / 'ann.json'))
+    packed, _, dataset = _traced(build)
     assert isinstance(dataset.records, RecordStore)
     assert packed < as_objects / 2, (packed, as_objects)
-    assert dataset[9999]['target_text'] == 'une photo du chien 4999'
+    assert dataset[9999]['target_text'] == 'fr: a photo of dog 4999'
 
 
 def test_loading_packed_never_holds_every_record_as_objects(tmp_path):
     """The items are packed as they are decoded: the load's peak holds the file's text and the
     packed bytes, well under half of what a load into a list peaks at."""
-    items = [MediaRecord(f'{i:06d}', f'{i:06d}.jpg', {'en': [f'a photo of dog {i}']},
-                         {'de': [f'ein Foto von Hund {i}']}) for i in range(5000)]
-    dump_annotation(Annotation(dataset='demo', split='train', media_type='image',
-                               languages=['en'], source_lang='en', translation_langs=['de'],
-                               items=items), tmp_path / 'ann.json')
+    items = _write_records(tmp_path / 'ann.json', ['de'])
     peaks = {}
     for name, container in (('list', list), ('packed', RecordStore)):
-        gc.collect()
-        tracemalloc.start()
-        try:
-            loaded = load_annotation(tmp_path / 'ann.json', items=container)
-            peaks[name] = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        _, peaks[name], loaded = _traced(
+            partial(load_annotation, tmp_path / 'ann.json', items=container))
         assert loaded.items[4999] == items[4999]
     assert peaks['packed'] < peaks['list'] / 2, peaks
