@@ -1,6 +1,7 @@
 """read_object: a JSON object decoded as json.loads does, one array's elements one at a time."""
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -16,12 +17,21 @@ DOCUMENTS = [
     '{"items": "text"}',
     '{}',
     '\t{\t"items"\t:\t[\t1\t,\r\n 2 ]\t,\t"a"\t:\t[ 3 ]\t}\t',
+    # Numbers and escapes that a window's end can cut into a shorter valid value.
+    '{"items": [12345, 1.5e10, -0.25E-3, 1e5, true, null, "\\u00e9\\\\"], "n": 6789}',
 ]
+# Windows of a few characters cut every value, key and delimiter somewhere.
+CHUNKS = [1, 2, 3, 5, 1 << 20]
 
 
+def read_in_chunks(text, chunk, consume=list):
+    return read_object(io.StringIO(text), 'items', consume, chunk=chunk)
+
+
+@pytest.mark.parametrize('chunk', CHUNKS)
 @pytest.mark.parametrize('text', DOCUMENTS)
-def test_the_object_reads_as_json_loads_reads_it(text):
-    fields, items = read_object(text, 'items', list)
+def test_the_object_reads_as_json_loads_reads_it(text, chunk):
+    fields, items = read_in_chunks(text, chunk)
     whole = json.loads(text)
     if isinstance(whole.get('items'), list):
         assert items == whole.pop('items')
@@ -62,16 +72,57 @@ def test_the_elements_consume_leaves_are_read_past_to_the_keys_after_them():
     '{"items": [1,\x0c2]}', '{"items": [1, 2]\x0b}', '{"items":\xa0[1]}', '\x0c{}',
     # Keys that are no strings.
     '{1: 2}', '{"a": 1, null: 3}', '{["items"]: [1]}',
+    # Faults on later lines, to be named by their line and column in the document.
+    '{\n  "a": 1,\n  "items": [\n    {"x": 1},\n    {"x": 2,}\n  ]\n}',
+    '{"a": 1,\n"items": [1,\n2,\n3]\n}\n\n  x',
+    '{\n"items": [1, 2, 3]\n"b": 1}',
 ])
-def test_invalid_json_fails_where_json_loads_fails(text):
+@pytest.mark.parametrize('chunk', CHUNKS)
+def test_invalid_json_fails_where_json_loads_fails(text, chunk):
     with pytest.raises(json.JSONDecodeError) as expected:
         json.loads(text)
     with pytest.raises(json.JSONDecodeError) as error:
-        read_object(text, 'items', list)
-    assert (error.value.msg, error.value.pos) == (expected.value.msg, expected.value.pos)
+        read_in_chunks(text, chunk)
+    assert str(error.value) == str(expected.value)
+    assert ((error.value.msg, error.value.pos, error.value.lineno, error.value.colno)
+            == (expected.value.msg, expected.value.pos, expected.value.lineno,
+                expected.value.colno))
 
 
 @pytest.mark.parametrize('key', ['items', 'a'])
 def test_a_key_given_twice_is_refused_where_json_loads_keeps_the_last(key):
     with pytest.raises(DuplicateKeyError, match=f"holds the key '{key}' twice"):
         read_object(f'{{"{key}": [1], "b": 0, "{key}": [2]}}', 'items', list)
+
+
+class CountingText(io.StringIO):
+    """A text file that counts the characters read from it."""
+
+    def __init__(self, text):
+        super().__init__(text)
+        self.characters_read = 0
+
+    def read(self, size=-1):
+        text = super().read(size)
+        self.characters_read += len(text)
+        return text
+
+
+def test_a_file_is_read_a_window_at_a_time_as_its_elements_are_consumed():
+    """When element ``i`` reaches ``consume``, the file has been read up to its end and at most
+    two chunks beyond (the window doubles only for an element longer than it)."""
+    elements = [{'media_id': f'{i:05d}', 'captions': {'en': ['a dog'] * (i % 3)}}
+                for i in range(400)]
+    text = json.dumps({'items': elements, 'after': 1})
+    source, chunk, ends = CountingText(text), 64, []
+
+    def consume(values):
+        for value in values:
+            ends.append((text.index(json.dumps(value)) + len(json.dumps(value)),
+                         source.characters_read))
+            yield value
+
+    fields, items = read_object(source, 'items', lambda values: list(consume(values)),
+                                chunk=chunk)
+    assert (fields, items) == ({'after': 1}, elements)
+    assert all(end <= read <= end + 2 * chunk for end, read in ends)

@@ -10,7 +10,8 @@ as a ``DataLoader``'s workers would (worker ``w`` the items ``i`` with ``i % wor
 
 Modes: ``packed``, the records in a :class:`~xmr.datasets.record_store.RecordStore` (what a
 dataset holds); ``objects``, the records as Python objects in a list (what a dataset held
-before the store; both read the file one item at a time). Figures per mode: the dataset's build time (wall and CPU), the
+before the store; both read the file a chunk at a time, one item at a time). Figures per mode:
+the dataset's build time (wall and CPU), the
 process's resident memory the dataset adds (``VmRSS`` after the build less before it), the
 process's peak (``VmHWM``), and each worker's private dirty memory grown over its pass
 (``Private_Dirty`` of ``/proc/<pid>/smaps_rollup``: the pages it copied). Linux only.

@@ -401,9 +401,9 @@ def load_annotation(path: str | os.PathLike,
                     ) -> Annotation:
     """Read and validate an annotation file.
 
-    The items are decoded one at a time and handed to ``items`` as records: with
-    :class:`~xmr.datasets.record_store.RecordStore` (what a dataset asks for), the file's
-    records never exist as Python objects all at once.
+    The file is read a chunk at a time and its items are decoded one at a time and handed to
+    ``items`` as records: with :class:`~xmr.datasets.record_store.RecordStore` (what a dataset
+    asks for), neither the file's text nor its records exist as Python objects all at once.
 
     Args:
         path: the JSON file written by a converter.
@@ -420,12 +420,11 @@ def load_annotation(path: str | os.PathLike,
     if not path.is_file():
         raise FileNotFoundError(f'annotation file not found: {path}')
     origin, failures = str(path), []
-    with _collector_paused():
+    # utf-8-sig: a byte order mark (Windows editors write one) is no JSON error.
+    with _collector_paused(), path.open(encoding='utf-8-sig') as file:
         try:
-            # utf-8-sig: a byte order mark (Windows editors write one) is no JSON error.
             header, records = read_object(
-                path.read_text(encoding='utf-8-sig'), 'items',
-                lambda values: items(_records_until_error(values, origin, failures)))
+                file, 'items', lambda values: items(_records_until_error(values, origin, failures)))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise AnnotationError(f'{path}: not a UTF-8 JSON file ({err})') from err
         except DuplicateKeyError as err:
