@@ -14,7 +14,7 @@ import unicodedata
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import torch
 from mmengine.logging import print_log
@@ -271,6 +271,62 @@ class OpenCLIPTokenizer(BaseTokenizer):
         return self._token_ids
 
 
+class _Loaded(NamedTuple):
+    """What :class:`HFTokenizer` reads of a loaded Hugging Face tokenizer."""
+
+    encode: Callable[[str, bool], list[int]]  # (caption, with specials) -> ids
+    size: int
+    pad_id: int
+    token_ids: dict[str, int]
+    sep_id: int | None
+    backend: Any  # its ``tokenizers.Tokenizer``, if it has one
+
+
+def _load_file(path: Path) -> _Loaded:
+    """A ``tokenizers`` JSON file, read without the hub, its padding and truncation off."""
+    from tokenizers import Tokenizer
+
+    if not path.is_file():
+        raise FileNotFoundError(f'tokenizer_file {path} does not exist')
+    fast = Tokenizer.from_file(str(path))
+    pad_id = _file_pad_id(path, fast)
+    fast.no_padding()
+    fast.no_truncation()
+    vocab = fast.get_vocab()
+    sep_id = next((vocab[t] for t in ('[SEP]', '</s>') if t in vocab), None)
+    return _Loaded(lambda text, specials: fast.encode(text, add_special_tokens=specials).ids,
+                   fast.get_vocab_size(), pad_id, vocab, sep_id, fast)
+
+
+def _load_hub(name_or_path: str) -> _Loaded:
+    """A hub name or local folder, through ``AutoTokenizer``."""
+    from transformers import AutoTokenizer
+
+    try:
+        hf = AutoTokenizer.from_pretrained(name_or_path)
+    except OSError as error:
+        raise OSError(f"cannot load the Hugging Face tokenizer '{name_or_path}' (not a "
+                      'local folder, not in the cache, and the hub is unreachable); '
+                      'pass tokenizer_file=<tokenizer.json> or a local folder (on a '
+                      'machine without network, HF_HUB_OFFLINE=1 fails here at once '
+                      'instead of retrying the hub)') from error
+    return _Loaded(lambda text, specials: hf(text, add_special_tokens=specials)['input_ids'],
+                   len(hf), 0 if hf.pad_token_id is None else hf.pad_token_id,
+                   hf.get_vocab(), hf.sep_token_id, getattr(hf, 'backend_tokenizer', None))
+
+
+def _clean_function(clean: str | None) -> Callable[[str], str] | None:
+    """open_clip's text cleaning named ``clean``, ``None`` for none."""
+    if clean is None:
+        return None
+    from open_clip.tokenizer import get_clean_fn
+
+    cleaners = ('whitespace', 'lower', 'canonicalize')
+    if clean not in cleaners:
+        raise ValueError(f'HFTokenizer clean={clean!r}: one of {cleaners} or None')
+    return get_clean_fn(clean)
+
+
 def _file_pad_id(path: Path, fast: Any) -> int:
     """The padding id of a ``tokenizer.json``: its snapshot's ``tokenizer_config.json``
     (``pad_token``), else the file's padding settings, else the first of the usual pad tokens."""
@@ -338,60 +394,23 @@ class HFTokenizer(BaseTokenizer):
             raise ValueError('HFTokenizer needs exactly one of name_or_path or tokenizer_file')
         self.lowercase = lowercase
         self.clean = clean
-        self._clean_fn: Callable[[str], str] | None = None
-        if clean is not None:
-            from open_clip.tokenizer import get_clean_fn
-
-            cleaners = ('whitespace', 'lower', 'canonicalize')
-            if clean not in cleaners:
-                raise ValueError(f'HFTokenizer clean={clean!r}: one of {cleaners} or None')
-            self._clean_fn = get_clean_fn(clean)
-        if tokenizer_file is not None:
-            from tokenizers import Tokenizer
-
-            path = Path(tokenizer_file)
-            if not path.is_file():
-                raise FileNotFoundError(f'tokenizer_file {path} does not exist')
-            self._fast = Tokenizer.from_file(str(path))
-            self._pad_id = _file_pad_id(path, self._fast)
-            self._fast.no_padding()
-            self._fast.no_truncation()
-            vocab = self._fast.get_vocab()
-            self._vocab = self._fast.get_vocab_size()
-            sep = next((vocab[t] for t in ('[SEP]', '</s>') if t in vocab), None)
-            self._encode_fn: Callable[[str, bool], list[int]] = (
-                lambda t, specials: self._fast.encode(t, add_special_tokens=specials).ids)
-        else:
-            from transformers import AutoTokenizer
-
-            try:
-                hf = AutoTokenizer.from_pretrained(name_or_path)
-            except OSError as error:
-                raise OSError(f"cannot load the Hugging Face tokenizer '{name_or_path}' (not a "
-                              'local folder, not in the cache, and the hub is unreachable); '
-                              'pass tokenizer_file=<tokenizer.json> or a local folder (on a '
-                              'machine without network, HF_HUB_OFFLINE=1 fails here at once '
-                              'instead of retrying the hub)') from error
-            self._pad_id = hf.pad_token_id if hf.pad_token_id is not None else 0
-            self._vocab = len(hf)
-            vocab = hf.get_vocab()
-            self._encode_fn = lambda t, specials: hf(t, add_special_tokens=specials)['input_ids']
-            sep = hf.sep_token_id
-        backend = self._fast if tokenizer_file is not None else getattr(
-            hf, 'backend_tokenizer', None)
+        self._clean_fn = _clean_function(clean)
+        loaded = (_load_file(Path(tokenizer_file)) if tokenizer_file is not None
+                  else _load_hub(name_or_path))
+        self._encode_fn = loaded.encode
+        self._vocab = loaded.size
+        self._pad_id = loaded.pad_id if pad_id is None else pad_id
         #: captions are NFC-normalised first (:func:`_composes_first`): canonically equivalent
         #: captions then get the ids the reference tokenizer gives them.
-        self.compose = backend is not None and _composes_first(backend.normalizer)
-        if pad_id is not None:
-            self._pad_id = pad_id
+        self.compose = loaded.backend is not None and _composes_first(loaded.backend.normalizer)
         #: token -> id, special and added tokens included.
-        self.token_ids: dict[str, int] = vocab
+        self.token_ids: dict[str, int] = loaded.token_ids
         self._strip_id: int | None = None
         if strip_sep_token:
-            if sep is None:
+            if loaded.sep_id is None:
                 raise ValueError('HFTokenizer strip_sep_token=True but the tokenizer has no '
                                  'separator token ([SEP] or </s>)')
-            self._strip_id = sep
+            self._strip_id = loaded.sep_id
         #: the id the post-processor appends after a caption's pieces (``None``: it appends
         #: none, and truncation cuts such captions to their first ``max_length`` ids). Read
         #: from the tokenizer, not from a caption's last id: a caption may end in a special
