@@ -54,6 +54,35 @@ PAPER_LOSS_WEIGHTS = {'adv': 1.0, 'sc': 0.1}
 SHARED = '*'
 
 
+def _checked_features(features: Sequence[str], use_consistency_loss: bool,
+                      use_adversarial: bool) -> tuple[str, ...]:
+    """``features`` as a tuple, once each is known and the losses that read them are kept."""
+    features = tuple(features)
+    if not features or any(f not in FEATURES for f in features) or \
+            len(set(features)) != len(features):
+        raise ValueError(f'features must be a non-empty subset of {FEATURES}, got {features}')
+    if use_consistency_loss and 'sr' not in features:
+        raise ValueError(f"L_sc supervises f^sr, which features={features} leaves out; set "
+                         'use_consistency_loss=False')
+    if use_adversarial and 'sa' not in features:
+        raise ValueError(f"the discriminator reads f^sa, which features={features} leaves "
+                         'out; set use_adversarial=False')
+    return features
+
+
+def _condition_blocks(blocks: Sequence[int] | None, num_blocks: int) -> list[int]:
+    """The tower's blocks whose adapters read the condition (``None``: all of them)."""
+    blocks = list(range(num_blocks)) if blocks is None else list(blocks)
+    if not blocks:
+        raise ValueError('no adapter of the target branch reads the SDM\'s condition (no '
+                         'DynamicAdapter); use dynamic adapters or disentangler=None')
+    outside = [b for b in blocks if not 0 <= b < num_blocks]
+    if outside:
+        raise ValueError(f'generator blocks {outside} are outside the text tower\'s blocks '
+                         f'0..{num_blocks - 1}')
+    return blocks
+
+
 class _StreamHooks:
     """Site hooks that put one stream's adapter after each block the SDM runs."""
 
@@ -121,17 +150,7 @@ class SemanticsDisentangler(ConditionDisentangler):
         if not 0 <= depth <= tower.num_blocks:
             raise ValueError(f'SDM depth {depth} is outside 0..{tower.num_blocks} (the text '
                              'tower\'s blocks)')
-        features = tuple(features)
-        if not features or any(f not in FEATURES for f in features) or \
-                len(set(features)) != len(features):
-            raise ValueError(f'features must be a non-empty subset of {FEATURES}, got '
-                             f'{features}')
-        if use_consistency_loss and 'sr' not in features:
-            raise ValueError(f"L_sc supervises f^sr, which features={features} leaves out; set "
-                             'use_consistency_loss=False')
-        if use_adversarial and 'sa' not in features:
-            raise ValueError(f"the discriminator reads f^sa, which features={features} leaves "
-                             'out; set use_adversarial=False')
+        features = _checked_features(features, use_consistency_loss, use_adversarial)
         self.loss_weights = dict(PAPER_LOSS_WEIGHTS, **(loss_weights or {}))
         if set(self.loss_weights) != set(PAPER_LOSS_WEIGHTS):
             raise UserKeyError(f'SDM loss_weights name {sorted(self.loss_weights)}; the SDM '
@@ -158,15 +177,7 @@ class SemanticsDisentangler(ConditionDisentangler):
             raise ValueError('the generator produces W^z for the blocks whose adapters read it; '
                              'place the dynamic adapters (language_branch.adapters.blocks) '
                              'instead of setting generator.blocks')
-        blocks = (list(range(tower.num_blocks)) if condition_blocks is None
-                  else list(condition_blocks))
-        if not blocks:
-            raise ValueError('no adapter of the target branch reads the SDM\'s condition (no '
-                             'DynamicAdapter); use dynamic adapters or disentangler=None')
-        outside = [b for b in blocks if not 0 <= b < tower.num_blocks]
-        if outside:
-            raise ValueError(f'generator blocks {outside} are outside the text tower\'s blocks '
-                             f'0..{tower.num_blocks - 1}')
+        blocks = _condition_blocks(condition_blocks, tower.num_blocks)
         in_features = (embed_dim if 'sr' in features else 0) + (width if 'sa' in features
                                                                 else 0)
         self.generator = ParameterGenerator(in_features, blocks, **generator)
