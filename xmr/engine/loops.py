@@ -51,6 +51,35 @@ def resolve_dataloader_key(cfg: Mapping[str, Any], key: str, phase_name: str) ->
     return loader
 
 
+def _check_validation_options(val_interval: Any, validate_at_phase_end: Any) -> None:
+    # Checked here: a wrong type would fail at the first step's modulo, naming no key.
+    if isinstance(val_interval, bool) or not isinstance(val_interval, int) or val_interval < 0:
+        raise ValueError(f'train_cfg.val_interval={val_interval!r} must be an integer >= 0 '
+                         '(0: validate at phase ends only)')
+    if not isinstance(validate_at_phase_end, bool):
+        raise ValueError(f'train_cfg.validate_at_phase_end={validate_at_phase_end!r} must '
+                         'be True or False')
+
+
+def _configured_phase(runner, index: int, cfg: dict, dataloader: DataLoader | dict | None
+                      ) -> Phase:
+    """Phase ``index`` of ``train_cfg.phases``, its dataloader resolved: a config key to the
+    config it names, read through a feature cache where the phase asks, pinned on a GPU."""
+    phase = Phase.from_config(index, cfg)
+    loader_name = phase_loader_name(phase)
+    if isinstance(phase.dataloader, str):
+        phase.dataloader = resolve_dataloader_key(runner.cfg, phase.dataloader, phase.name)
+    if phase.cache_features:
+        loader = dataloader if phase.dataloader is None else phase.dataloader
+        if not isinstance(loader, Mapping):
+            raise ValueError(f'phase {phase.name}: cache_features needs its dataloader '
+                             f'as a config, got a built {type(loader).__name__}')
+        phase.dataloader = with_feature_cache(loader, phase, runner.work_dir, loader_name)
+    if isinstance(phase.dataloader, Mapping):
+        phase.dataloader = pinned_on_gpu(phase.dataloader)
+    return phase
+
+
 def phase_loader_name(phase: Phase) -> str:
     """The config key of a phase's dataloader, or the phase's name for one written inline."""
     if phase.dataloader is None:
@@ -241,34 +270,11 @@ class PhasedTrainLoop(BaseLoop):
                  nonfinite_patience: int = 0) -> None:
         if not phases:
             raise ValueError('PhasedTrainLoop needs at least one phase')
-        # Checked here: a wrong type would fail at the first step's modulo, naming no key.
-        if isinstance(val_interval, bool) or not isinstance(val_interval, int) or \
-                val_interval < 0:
-            raise ValueError(f'train_cfg.val_interval={val_interval!r} must be an integer >= 0 '
-                             '(0: validate at phase ends only)')
-        if not isinstance(validate_at_phase_end, bool):
-            raise ValueError(f'train_cfg.validate_at_phase_end={validate_at_phase_end!r} must '
-                             'be True or False')
-        self.phases: list[Phase] = []
-        for index, cfg in enumerate(phases):
-            phase = Phase.from_config(index, cfg)
-            loader_name = phase_loader_name(phase)
-            if isinstance(phase.dataloader, str):
-                phase.dataloader = resolve_dataloader_key(runner.cfg, phase.dataloader,
-                                                          phase.name)
-            if phase.cache_features:
-                loader = dataloader if phase.dataloader is None else phase.dataloader
-                if not isinstance(loader, Mapping):
-                    raise ValueError(f'phase {phase.name}: cache_features needs its dataloader '
-                                     f'as a config, got a built {type(loader).__name__}')
-                phase.dataloader = with_feature_cache(loader, phase, runner.work_dir,
-                                                      loader_name)
-            self.phases.append(phase)
+        _check_validation_options(val_interval, validate_at_phase_end)
+        self.phases = [_configured_phase(runner, index, cfg, dataloader)
+                       for index, cfg in enumerate(phases)]
         if dataloader is None and any(p.dataloader is None for p in self.phases):
             raise ValueError('a phase without its own dataloader needs train_dataloader')
-        for phase in self.phases:
-            if isinstance(phase.dataloader, Mapping):
-                phase.dataloader = pinned_on_gpu(phase.dataloader)
         if dataloader is None:
             dataloader = self.phases[0].dataloader
         super().__init__(runner, pinned_on_gpu(dataloader) if isinstance(dataloader, Mapping)
