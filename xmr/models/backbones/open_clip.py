@@ -43,6 +43,26 @@ def _refuse(owner: str, field: str, what: str) -> TypeError:
     return TypeError(f'{owner}: {field} - {what}')
 
 
+def _check_pooling(owner: str, text: nn.Module, pool_type: str) -> None:
+    """Refuse a pooling that gives no one embedding per caption xmr can reproduce."""
+    if getattr(text, 'attn_pool', None) is not None:
+        raise _refuse(owner, 'attentional pooler (attn_pool)', 'xmr has no written-out '
+                      'attentional pooler for text towers; set pool_type instead')
+    if pool_type not in _POOLING:
+        raise _refuse(owner, f'text_cfg.pool_type={pool_type!r}', 'open_clip then returns '
+                      'every token ([B, L, E]), not one embedding per caption, which '
+                      f'retrieval needs; use one of {sorted(_POOLING)}')
+
+
+def _projected_width(projection: nn.Module | torch.Tensor | None, width: int) -> int:
+    """``E``: the width after the text projection, a matrix ``[D, E]``, a ``Linear`` or none."""
+    if projection is None:
+        return width
+    if isinstance(projection, nn.Linear):
+        return projection.out_features
+    return projection.shape[1]
+
+
 class OpenCLIPTextTower(PreNormTextTower):
     """open_clip's ``TextTransformer`` (as ``CLIP``'s text attributes or ``CustomTextCLIP.text``),
     run block by block with adapter sites.
@@ -96,6 +116,32 @@ class OpenCLIPTextTower(PreNormTextTower):
 
     def __init__(self, clip: nn.Module) -> None:
         super().__init__()
+        text, owner, pool_type = self._read_masks(clip)
+        _check_pooling(owner, text, pool_type)
+        self.pool_type = pool_type
+        self.pooling = _POOLING[pool_type]
+        self.token_embedding = text.token_embedding
+        self.positional_embedding = text.positional_embedding
+        self.blocks = text.transformer.resblocks
+        self.ln_final = text.ln_final
+        self.text_projection = text.text_projection
+        self.causal = text.attn_mask is not None
+        self.width = text.transformer.width
+        self.num_blocks = len(self.blocks)
+        self.context_length = text.positional_embedding.shape[0]
+        self.vocab_size = text.token_embedding.num_embeddings
+        self.embed_dim = _projected_width(self.text_projection, self.width)
+        self.custom_blocks = self._check_blocks(owner)
+        self.num_heads = self.blocks[0].attn.num_heads
+        # The pooled token is independent of the padding only when it is a real token that sees
+        # no padding: masked padding keys, or a causal mask with the padding after it.
+        # A class token's position moves with the length too.
+        self.fixed_context = (self.pooling == 'last' or self.cls_emb is not None
+                              or not (self.causal or self.pad_masked))
+
+    def _read_masks(self, clip: nn.Module) -> tuple[nn.Module, str, str]:
+        """Set the masking the model's text tower trains with (padding mask, padding id, class
+        token); return the tower, its name for errors and its pooling (``pool_type``)."""
         text_cls = _text_transformer_class()
         owner = type(clip).__name__
         text = clip.text if isinstance(getattr(clip, 'text', None), text_cls) else clip
@@ -119,38 +165,7 @@ class OpenCLIPTextTower(PreNormTextTower):
             raise _refuse(owner, 'text tower', 'not an open_clip TextTransformer nor a CLIP with '
                           'its text attributes (transformer, token_embedding, '
                           'positional_embedding, ln_final)')
-        if getattr(text, 'attn_pool', None) is not None:
-            raise _refuse(owner, 'attentional pooler (attn_pool)', 'xmr has no written-out '
-                          'attentional pooler for text towers; set pool_type instead')
-        if pool_type not in _POOLING:
-            raise _refuse(owner, f'text_cfg.pool_type={pool_type!r}', 'open_clip then returns '
-                          'every token ([B, L, E]), not one embedding per caption, which '
-                          f'retrieval needs; use one of {sorted(_POOLING)}')
-        self.pool_type = pool_type
-        self.pooling = _POOLING[pool_type]
-        self.token_embedding = text.token_embedding
-        self.positional_embedding = text.positional_embedding
-        self.blocks = text.transformer.resblocks
-        self.ln_final = text.ln_final
-        self.text_projection = text.text_projection
-        self.causal = text.attn_mask is not None
-        self.width = text.transformer.width
-        self.num_blocks = len(self.blocks)
-        self.context_length = text.positional_embedding.shape[0]
-        self.vocab_size = text.token_embedding.num_embeddings
-        if self.text_projection is None:
-            self.embed_dim = self.width
-        elif isinstance(self.text_projection, nn.Linear):
-            self.embed_dim = self.text_projection.out_features
-        else:
-            self.embed_dim = self.text_projection.shape[1]
-        self.custom_blocks = self._check_blocks(owner)
-        self.num_heads = self.blocks[0].attn.num_heads
-        # The pooled token is independent of the padding only when it is a real token that sees
-        # no padding: masked padding keys, or a causal mask with the padding after it.
-        # A class token's position moves with the length too.
-        self.fixed_context = (self.pooling == 'last' or self.cls_emb is not None
-                              or not (self.causal or self.pad_masked))
+        return text, owner, pool_type
 
     def _check_blocks(self, owner: str) -> bool:
         from open_clip.transformer import CustomResidualAttentionBlock, ResidualAttentionBlock
