@@ -14,7 +14,7 @@ from xmr.models.adapters.grouped import LanguageMembership
 from xmr.models.adapters.language_adapters import LanguageAdapters, join_rows
 from xmr.models.host_to_device import host_to_device
 from xmr.models.language.embedding import EmbeddingBlock
-from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch
 from xmr.models.language.tower_weights import TowerWeights
 from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS, TOKENIZERS
@@ -60,6 +60,38 @@ def group_by_language(langs: Sequence[str]) -> tuple[list[int], dict[str, slice]
     return order, rows
 
 
+def _built_tokenizer(cfg: dict | BaseTokenizer, tower: TextTower, given_pad_to: int | None
+                     ) -> BaseTokenizer:
+    """The target tokenizer, padding to the context of a fixed-context tower unless the config
+    pads otherwise, its captions no longer than the tower takes."""
+    if tower.fixed_context and isinstance(cfg, dict):
+        cfg = {**cfg, 'pad_to': given_pad_to or tower.context_length}
+    tokenizer = TOKENIZERS.build(cfg)
+    if tokenizer.max_length > tower.max_tokens:
+        raise ValueError(f'target tokenizer max_length {tokenizer.max_length} exceeds the '
+                         f'text tower context length {tower.max_tokens}; set '
+                         f'tokenizer.max_length <= {tower.max_tokens}')
+    return tokenizer
+
+
+def _built_embedding(cfg: dict | None, tower: TextTower, tokenizer: BaseTokenizer
+                     ) -> EmbeddingBlock:
+    """The target embedding block, its width the tower's and its table the tokenizer's
+    vocabulary and padding id unless the config says otherwise."""
+    cfg = dict(cfg or dict(type='TargetEmbedding'))
+    if cfg.setdefault('width', tower.width) != tower.width:
+        raise ValueError(f"embedding block width {cfg['width']} does not match the "
+                         f'text tower width {tower.width}')
+    cfg.setdefault('vocab_size', tokenizer.vocab_size)
+    cfg.setdefault('padding_idx', tokenizer.pad_id)
+    embedding_cls = cfg['type'] if isinstance(cfg['type'], type) else MODELS.get(cfg['type'])
+    if not (isinstance(embedding_cls, type) and issubclass(embedding_cls, EmbeddingBlock)):
+        raise TypeError(f"embedding type {cfg['type']!r} must subclass xmr's "
+                        'EmbeddingBlock (xmr.models.language.embedding)')
+    return MODELS.build(cfg, default_args=dict(tower=tower) if embedding_cls.reads_tower
+                        else None)
+
+
 @MODELS.register_module()
 class TargetLanguageBranch(nn.Module):
     """Encodes target-language captions into the frozen model's joint space.
@@ -94,30 +126,12 @@ class TargetLanguageBranch(nn.Module):
         self.languages = normalize_languages(list(languages), 'TargetLanguageBranch languages')
         given_pad_to = (tokenizer.get('pad_to') if isinstance(tokenizer, dict)
                         else getattr(tokenizer, 'pad_to', None))
-        if tower.fixed_context and isinstance(tokenizer, dict):
-            tokenizer = {**tokenizer, 'pad_to': given_pad_to or tower.context_length}
-        self.tokenizer = TOKENIZERS.build(tokenizer)
-        if self.tokenizer.max_length > tower.max_tokens:
-            raise ValueError(f'target tokenizer max_length {self.tokenizer.max_length} exceeds the '
-                             f'text tower context length {tower.max_tokens}; set '
-                             f'tokenizer.max_length <= {tower.max_tokens}')
+        self.tokenizer = _built_tokenizer(tokenizer, tower, given_pad_to)
         self.num_blocks = tower.num_blocks if num_blocks is None else num_blocks
         if not 1 <= self.num_blocks <= tower.num_blocks:
             raise ValueError(f'num_blocks={num_blocks} but the text tower has '
                              f'{tower.num_blocks} blocks')
-        embedding = dict(embedding or dict(type='TargetEmbedding'))
-        if embedding.setdefault('width', tower.width) != tower.width:
-            raise ValueError(f"embedding block width {embedding['width']} does not match the "
-                             f'text tower width {tower.width}')
-        embedding.setdefault('vocab_size', self.tokenizer.vocab_size)
-        embedding.setdefault('padding_idx', self.tokenizer.pad_id)
-        embedding_cls = (embedding['type'] if isinstance(embedding['type'], type)
-                         else MODELS.get(embedding['type']))
-        if not (isinstance(embedding_cls, type) and issubclass(embedding_cls, EmbeddingBlock)):
-            raise TypeError(f"embedding type {embedding['type']!r} must subclass xmr's "
-                            'EmbeddingBlock (xmr.models.language.embedding)')
-        self.embedding = MODELS.build(
-            embedding, default_args=dict(tower=tower) if embedding_cls.reads_tower else None)
+        self.embedding = _built_embedding(embedding, tower, self.tokenizer)
         linear_shapes = tower.linear_shapes()
         self.adapters = LanguageAdapters(self.languages, adapters, tower.width, self.num_blocks,
                                          linear_shapes, post_norm=tower.post_norm)
