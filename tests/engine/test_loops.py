@@ -619,3 +619,40 @@ def test_cache_features_options_and_a_second_wrapper(tmp_path):
                                           cache_dir=str(tmp_path / 'c')))
     with pytest.raises(ValueError, match='is a CachedFeatureDataset already'):
         loop_of(make_cfg(tmp_path, phases=phases))
+
+
+# --------------------------------------------------------------------- gradient accumulation
+# Windows of two iterations counted within each phase: source_finetune's 3 iterations step at
+# its 2nd and its 3rd (a window of one), cross_lingual's 5 at its 2nd, 4th and 5th.
+ACCUMULATED_PHASES = [dict(PHASES[0], iters=3), dict(PHASES[1], iters=5)]
+
+
+def accumulating_cfg(work_dir: Path, **kwargs) -> Config:
+    cfg = make_cfg(work_dir, phases=ACCUMULATED_PHASES, **kwargs)
+    cfg.optim_wrapper.accumulative_counts = 2
+    return cfg
+
+
+@pytest.fixture(scope='module')
+def accumulated_run(tmp_path_factory):
+    torch.manual_seed(0)
+    return train(accumulating_cfg(tmp_path_factory.mktemp('accumulated'),
+                                  checkpoint_interval=5))[1]
+
+
+def test_gradient_accumulation_counts_its_windows_within_each_phase(accumulated_run):
+    """Counted over the run, as MMEngine counts, the windows would end at global iterations
+    2, 4, 6, 8: source_finetune's last iteration would wait for cross_lingual's first."""
+    assert [r['adam_steps'] for r in accumulated_run] == [0, 1, 2, 0, 1, 1, 2, 3]
+
+
+def test_a_run_resumed_at_a_window_s_end_repeats_the_accumulating_run(accumulated_run,
+                                                                       tmp_path):
+    """Iteration 5 ends cross_lingual's first window; resumed there, the phase's windows go on
+    from its start, not from the run's."""
+    torch.manual_seed(0)
+    train(accumulating_cfg(tmp_path, checkpoint_interval=5, stop_after=5))
+    _, resumed = train(accumulating_cfg(tmp_path, resume_from=tmp_path / 'iter_5.pth'))
+    assert [r['adam_steps'] for r in resumed] == [r['adam_steps'] for r in accumulated_run[5:]]
+    for mine, reference in zip(resumed, accumulated_run[5:]):
+        assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-5, abs=1e-6)

@@ -511,6 +511,12 @@ class PhasedTrainLoop(BaseLoop):
             scalars = self.runner.message_hub.log_scalars
             for key in [k for k in scalars if k.startswith('train/loss')]:
                 scalars.pop(key)
+        # Gradient accumulation (optim_wrapper.accumulative_counts) counts its windows within
+        # the phase, as MMEngine counts them within a run: the phase's last window steps at its
+        # end however short, and no phase steps gradients of the one before.
+        optim_wrapper.initialize_count_status(self.model, self._iter - phase.start, phase.iters)
+        if fresh:
+            optim_wrapper.zero_grad()
         if optim_wrapper.base_param_settings is not None:
             optim_wrapper.base_param_settings['lr'] = phase.lr  # logged as base_lr
         self.runner.message_hub.update_info('phase', phase.name)
