@@ -11,6 +11,7 @@ from xmr.evaluation.protocols import (
     protocol_galleries,
     xtd10_fewshot_split,
 )
+from xmr.evaluation.search import FaissSearcher
 
 
 def _gallery_from_scores(scores: torch.Tensor, caption_media: torch.Tensor) -> LanguageGallery:
@@ -210,3 +211,23 @@ def test_default_directions_are_those_of_the_documented_protocol_table():
         'xtd10_t2i_r10': ('t2i',), 'xtd10_fewshot': both, 'crossmodal3600': both,
         'crossmodal3600_first_caption': both, 'xtd200': both, 'flickr30k_200': both,
         'text_to_text': both}
+
+
+def test_approximate_recall_counts_only_the_positives_the_search_returned():
+    """IVF probing one of many small cells returns fewer than k items (faiss fills the rest of
+    the list with -1). R@K of the approximate search is, by definition, the share of queries
+    whose own media is among the first K items the search returned; queries whose media was not
+    returned are misses, however short their list."""
+    generator = torch.Generator().manual_seed(0)
+    media = torch.nn.functional.normalize(torch.randn(400, 16, generator=generator), dim=1)
+    captions = torch.nn.functional.normalize(
+        media + 0.8 * torch.randn(400, 16, generator=generator), dim=1)
+    options = dict(index='ivf', nlist=100, nprobe=1)
+    scores = evaluate_language(LanguageGallery(media, captions, torch.arange(400)),
+                               directions=('t2i',), search=options)
+    _, indices = FaissSearcher(media, **options).search(captions, 10)
+    assert bool((indices == -1).any())   # the case under test: lists with empty slots
+    for k in (1, 5, 10):
+        returned = (indices[:, :k] == torch.arange(400)[:, None]).any(dim=1)
+        assert scores[f't2i_R@{k}'] == pytest.approx(100 * returned.double().mean().item())
+

@@ -115,10 +115,32 @@ def test_ranks_from_topk_standard_and_grouped():
         [0, 1, 3, -1],  # query of group 3: not retrieved; an empty faiss slot at the end
     ])
     query_group = torch.tensor([1, 0, 3])
-    assert ranks_from_topk(indices, query_group, gallery_group).tolist() == [3, 2, 4]
+    # not found: three negatives and the empty slot ahead -> 5, a miss at every K <= 4
+    assert ranks_from_topk(indices, query_group, gallery_group).tolist() == [3, 2, 5]
     grouped = ranks_from_topk(indices, query_group, gallery_group, grouped=True)
-    # not found: two distinct negative groups (0, 2) in the list -> lower bound 3
-    assert grouped.tolist() == [2, 2, 3]
+    # not found: two distinct negative groups (0, 2) and the empty slot in the list -> 4
+    assert grouped.tolist() == [2, 2, 4]
+
+
+def test_a_positive_the_search_did_not_return_is_a_miss_at_every_k_of_the_list():
+    """faiss pads a list it could not fill with -1 (IVF probing few cells): a query whose
+    positive is not among the returned items must not become a hit at K beyond the returned
+    count. Reference: R@K = share of queries whose positive is among the first K slots."""
+    gallery_group = torch.arange(6)
+    indices = torch.tensor([[1, 2, -1, -1, -1],   # positive 5 never returned
+                            [4, 3, -1, -1, -1],   # positive 3 returned second
+                            [-1, -1, -1, -1, -1]])  # nothing returned
+    query_group = torch.tensor([5, 3, 0])
+    ranks = ranks_from_topk(indices, query_group, gallery_group)
+    for k in range(1, 6):
+        expected = 100 * sum(int(group) in row[:k].tolist()
+                             for row, group in zip(indices, query_group)) / 3
+        assert recall_at_k(ranks, k) == pytest.approx(expected)
+    # Grouped: k slots hold at least k / (largest group) groups; an unfound group stays a miss.
+    captions_of = torch.tensor([0, 0, 1, 1, 2, 2])   # three media, two captions each
+    grouped = ranks_from_topk(torch.tensor([[2, 3, -1, -1]]), torch.tensor([2]), captions_of,
+                              grouped=True)
+    assert grouped.item() > 4 // 2
 
 
 def test_rank_summary_and_averages_by_hand():

@@ -195,8 +195,10 @@ def ranks_from_topk(indices: Tensor, query_group: Tensor, gallery_group: Tensor,
 
     The rank is the position of the first positive in the list (``grouped``: the number of
     distinct other groups before it, plus one). A query whose list holds no positive gets
-    ``1 + the number of distinct negatives (groups) in its list``, a lower bound of its true
-    rank, so ``R@K`` is exact for ``K <=`` that bound. Ties follow the search's own order.
+    ``1 + #{distinct negatives (groups) in its list} + #{empty slots}``: an empty slot stands
+    for an item the search did not return, so a positive it did not return is a miss at every
+    ``K`` up to the list's length (``k`` slots; ``grouped``, ``k / (largest group size)``
+    groups), and ``R@K`` is exact for those ``K``. Ties follow the search's own order.
 
     Args:
         indices: ``[Q, k]`` gallery indices in decreasing score order; ``-1`` marks an empty slot
@@ -223,6 +225,8 @@ def ranks_from_topk(indices: Tensor, query_group: Tensor, gallery_group: Tensor,
             earlier = retrieved_group[:, :position] == retrieved_group[:, position:position + 1]
             first_seen[:, position] = ~earlier.any(dim=1)
         counts &= first_seen
+    # An empty slot is an item the search did not return: it counts ahead of an unfound positive.
+    counts |= ~valid
     found = hit.any(dim=1)
     first_hit = torch.where(found, hit.int().argmax(dim=1),
                             torch.full_like(query_group, indices.shape[1]))
