@@ -193,3 +193,14 @@ def test_average_recall_is_the_mean_over_the_given_directions_and_ks_only():
     # two directions, one K: (30 + 90) / 2
     assert average_recall(summary, ('t2i', 'i2t'), (1,)) == pytest.approx(60.0)
     assert recall_sum(summary, ('i2t',), (1, 5)) == pytest.approx(190.0)
+
+
+def test_a_nan_score_is_an_error_not_a_rank():
+    """No comparison holds for NaN: counted as ``1 + #{negatives >= best}`` a NaN best positive
+    ranked first (a hit at every K) and a NaN negative never counted against its query."""
+    nan = float('nan')
+    with pytest.raises(ValueError, match=r'query rows \[0\].*NaN'):
+        text_to_media_ranks(torch.tensor([[nan, 0.9], [0.1, 0.9]]), torch.arange(2))
+    with pytest.raises(ValueError, match=r'query rows \[1\].*NaN'):
+        media_to_text_ranks(torch.tensor([[0.9, 0.1, 0.2], [0.1, nan, 0.2]]),
+                            torch.tensor([0, 0, 1]), grouped=True)

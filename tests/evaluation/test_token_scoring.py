@@ -159,3 +159,19 @@ def test_the_metric_names_what_is_missing_for_token_scoring(gallery):
     broken[0]['caption_tokens'] = {'en': broken[0]['caption_tokens']['en'][:1]}
     with pytest.raises(ValueError, match="1 caption token sequences in 'en' for 2 caption"):
         metric.process({}, broken)
+
+
+@pytest.mark.parametrize('mode', ['tokens', 'tokens_rerank'])
+def test_a_nan_token_score_is_an_error_in_both_modes(gallery, mode):
+    """A score function returning NaN (e.g. a mean over zero words) must not be ranked: sorted
+    descending, torch puts NaN first, and compared, it never counts."""
+    def nan_for_caption_3(image_tokens, image_mask, text_tokens, text_mask):
+        scores = patch_word_similarity(image_tokens, image_mask, text_tokens, text_mask)
+        is_three = (text_tokens[:, 0] == captions.tokens[3, 0]).all(dim=-1)
+        return scores.masked_fill(is_three[None], float('nan'))
+
+    media = TokenSet.stack(gallery['media'], DIM)
+    captions = TokenSet.stack(gallery['captions'], DIM)
+    with pytest.raises(ValueError, match='NaN'):
+        token_ranks(TokenScoring(nan_for_caption_3, mode, 12), 'i2t', media, captions,
+                    gallery['pooled_media'], gallery['pooled_captions'], gallery['caption_media'])

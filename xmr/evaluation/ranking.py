@@ -82,7 +82,12 @@ def ranks_from_pairs(scores: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
 
     Returns:
         ``[Q]`` int64 ranks, 1-based.
+
+    Raises:
+        ValueError: when a score is NaN (no comparison holds for it: a NaN best positive would
+            rank first, a NaN negative never count).
     """
+    _check_no_nan(scores)
     positive_scores = scores[rows, cols]
     best = scores.new_full((scores.shape[0],), float('-inf'))
     best = best.scatter_reduce(0, rows, positive_scores, reduce='amax')
@@ -107,7 +112,8 @@ def ranks_from_scores(scores: Tensor, query_group: Tensor, gallery_group: Tensor
         ``[Q]`` int64 ranks, 1-based.
 
     Raises:
-        ValueError: on mismatched shapes or a query without any positive in the gallery.
+        ValueError: on mismatched shapes, a NaN score or a query without any positive in the
+            gallery.
     """
     _check_block(scores, query_group, gallery_group)
     rows, cols = positive_pairs(query_group.cpu(), gallery_group.cpu())
@@ -289,6 +295,15 @@ def _check_block(scores: Tensor, query_group: Tensor, gallery_group: Tensor) -> 
         raise ValueError(f'scores {tuple(scores.shape)} need query_group [{scores.shape[0]}] and '
                          f'gallery_group [{scores.shape[1]}], got {tuple(query_group.shape)} and '
                          f'{tuple(gallery_group.shape)}.')
+
+
+def _check_no_nan(scores: Tensor) -> None:
+    nan_rows = torch.isnan(scores).any(dim=1)
+    if bool(nan_rows.any()):
+        rows = torch.nonzero(nan_rows).flatten()[:5].tolist()
+        raise ValueError(f'similarity scores of query rows {rows} (of a block of '
+                         f'{scores.shape[0]}) are NaN; a NaN score has no rank: check the '
+                         'embeddings or the score function.')
 
 
 def _check_ranks(ranks: Tensor) -> None:

@@ -169,7 +169,14 @@ def _candidate_scores(scoring: TokenScoring, direction: str, media: TokenSet,
                       captions: TokenSet, query: int, candidates: Tensor) -> Tensor:
     device = scoring.resolved_device
     if direction == 't2i':
-        return pairwise_token_scores(scoring.score, media.select(candidates),
-                                     captions.select(slice(query, query + 1)), device=device)[:, 0]
-    return pairwise_token_scores(scoring.score, media.select(slice(query, query + 1)),
-                                 captions.select(candidates), device=device)[0]
+        scores = pairwise_token_scores(scoring.score, media.select(candidates),
+                                       captions.select(slice(query, query + 1)),
+                                       device=device)[:, 0]
+    else:
+        scores = pairwise_token_scores(scoring.score, media.select(slice(query, query + 1)),
+                                       captions.select(candidates), device=device)[0]
+    if bool(torch.isnan(scores).any()):
+        # argsort would put a NaN first: the candidate would outrank every real score.
+        raise ValueError(f'the token score of query {query} is NaN for some of its candidates; '
+                         'a NaN score has no rank: check the score function.')
+    return scores
