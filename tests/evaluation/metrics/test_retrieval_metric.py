@@ -396,3 +396,47 @@ def test_an_english_only_set_reports_no_summaries():
     result = _run(RetrievalMetric(recall_ks=(1, 2)), items)
     assert result['en/AR'] == 100.0
     assert not [key for key in result if '/' not in key]  # no mAR, rSum or R@1 sums
+
+
+def test_two_ranks_keep_every_media_when_a_padding_item_was_skipped(monkeypatch):
+    """Five items on two ranks, batches of three: MMEngine's DefaultSampler gives rank 0 items
+    0, 2, 4 and rank 1 items 1, 3 and item 0 again as padding. Item 0 is unreadable, so each
+    rank's batch holds its skipped-media marker first. The gather below is MMEngine's
+    (``collect_results``: interleave the ranks' lists, keep the first ``size``); the gallery
+    must still be items 1-4, as one process scores them."""
+    import itertools
+
+    import mmengine.evaluator.metric as mmengine_metric
+
+    generator = torch.Generator().manual_seed(0)
+    unit = [torch.nn.functional.normalize(torch.randn(3, generator=generator), dim=0)
+            for _ in range(10)]
+    items = [_item(f'm{i}', unit[i], en=[unit[(i + 1) % 5]], de=[unit[5 + i]]) | {'index': i}
+             for i in range(5)]
+    rank_lists = []
+    for own in ([2, 4], [1, 3]):
+        rank = RetrievalMetric(recall_ks=(1, 2, 3))
+        rank.process({'skipped_media': ['m0.jpg']}, [items[i] for i in own])
+        rank_lists.append(rank.results)
+
+    def gather(results, size, device, tmpdir=None):
+        interleaved = [r for r in itertools.chain(*itertools.zip_longest(*rank_lists))
+                       if r is not None]
+        return interleaved[:size]
+
+    monkeypatch.setattr(mmengine_metric, 'collect_results', gather)
+    metric = RetrievalMetric(recall_ks=(1, 2, 3))
+    metric.results = list(rank_lists[0])
+    distributed = metric.evaluate(5)
+    monkeypatch.undo()
+    single = RetrievalMetric(recall_ks=(1, 2, 3))
+    single.process({'skipped_media': ['m0.jpg']}, items[1:])
+    expected = single.evaluate(5)
+    assert distributed == pytest.approx(expected)
+    assert expected['skipped_media'] == 1
+    # Independently of the metric: de t2i R@1 over the four media 1-4.
+    media = torch.stack([unit[i] for i in range(1, 5)])
+    captions = torch.stack([unit[5 + i] for i in range(1, 5)])
+    scores = captions @ media.T
+    hits = (scores.argmax(dim=1) == torch.arange(4)).double().mean().item() * 100
+    assert distributed['de/t2i_R@1'] == pytest.approx(hits)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -197,6 +198,21 @@ class RetrievalMetric(BaseMetric):
             self.results.append(_checked_item(
                 sample, with_tokens=self.scoring != 'embedding',
                 needs_media=not PROTOCOLS[self.protocol].text_gallery))
+
+    def evaluate(self, size: int) -> dict:
+        """Gather every rank's items and score them, keeping all gathered results.
+
+        MMEngine keeps the first ``size`` (dataset length) gathered results, which drops a
+        distributed sampler's padding only when each rank's results follow its samples one to
+        one. A batch's skipped-media markers come before its items, so a padding item that was
+        skipped (the sampler pads with the first items of the dataset) pushes a real item past
+        ``size``, and that media would leave the gallery. :meth:`compute_metrics` drops the
+        repeated media (and markers) of the padding itself, by ``media_id`` (and path).
+
+        Args:
+            size: the dataset length (not used to cut the results).
+        """
+        return super().evaluate(sys.maxsize)
 
     def compute_metrics(self, results: list) -> dict[str, float]:
         """Score every language under the protocol.
