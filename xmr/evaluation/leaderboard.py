@@ -235,12 +235,12 @@ def leaderboard_table(results: Sequence[EvaluationResult]) -> tuple[list[str], l
 
 def column_legend(results: Sequence[EvaluationResult]) -> list[str]:
     """One line per dataset saying which statistic its columns show, and which languages each
-    row's summary averages where the rows differ."""
+    row's summary averages where the rows differ or a language shown is left out of it."""
     lines, seen = [], set()
     columns = _union_columns(results)
     for column in columns:
         if column.kind == 'overall':
-            lines.append(f'{column.label}: over the languages of all datasets; '
+            lines.append(f"{column.label}: over the languages each dataset's summary averages; "
                          f'{_meaning(column, results)}')
         elif column.group not in seen:
             seen.add(column.group)
@@ -274,15 +274,58 @@ def _recall_k(key: str) -> bool:
 
 def _summary_languages(summary: Column, columns: Sequence[Column],
                        results: Sequence[EvaluationResult]) -> list[str]:
-    """A legend line naming each row's languages under ``summary``, when the rows differ."""
-    languages = {result.name: [c.label.rpartition('/')[2] for c in columns
-                               if c.group == summary.group and c.kind == 'language'
-                               and c.key in result.metrics]
-                 for result in results if summary.key in result.metrics}
-    if len({tuple(found) for found in languages.values()}) < 2:
+    """A legend line naming the languages ``summary`` is made of, when they are not simply the
+    language columns beside it (a source language is reported but left out) or the rows differ."""
+    reported, found = {}, {}
+    for result in results:
+        if summary.key in result.metrics:
+            reported[result.name] = [c for c in columns if c.group == summary.group
+                                     and c.kind == 'language' and c.key in result.metrics]
+            found[result.name] = (_summarised_languages(summary, reported[result.name], result)
+                                  or reported[result.name])
+    if len({tuple(c.label for c in chosen) for chosen in found.values()}) > 1:
+        return [f'{summary.label} averages other languages per row: ' + '; '.join(
+            f'{name} over {", ".join(_language(c) for c in chosen)}'
+            for name, chosen in found.items())]
+    if not found:
         return []
-    return [f'{summary.label} averages other languages per row: ' + '; '.join(
-        f'{name} over {", ".join(found)}' for name, found in languages.items())]
+    name, chosen = next(iter(found.items()))
+    left_out = [c for c in reported[name] if c not in chosen]
+    if not left_out:
+        return []
+    verb = 'summed' if summary.headline.summary.endswith('_sum') else 'averaged'
+    return [f'{summary.label} is over {", ".join(_language(c) for c in chosen)}; '
+            f'{", ".join(_language(c) for c in left_out)}: reported, not {verb}']
+
+
+def _summarised_languages(summary: Column, languages: Sequence[Column],
+                          result: EvaluationResult) -> list[Column] | None:
+    """The language columns ``result``'s summary is made of, read from its numbers.
+
+    The candidates are all the dataset's language columns the row reports, and each set of all
+    but one (the metric reports the source language but leaves it out of its summaries); the
+    summary is their mean (``mAR``, ``mean_*``) or their sum (``*_sum``):
+    ``summary = (1 / |L|) Σ_{l ∈ L} value_l`` or ``Σ_{l ∈ L} value_l``.
+
+    Returns:
+        The one candidate that reproduces the summary's value, or ``None`` when none or several
+        do (equal values cannot tell them apart).
+    """
+    total = summary.headline.summary.endswith('_sum')
+    candidates = [list(languages)] + ([[c for c in languages if c is not out] for out in languages]
+                                      if len(languages) > 1 else [])
+    matching = []
+    for chosen in candidates:
+        values = [float(result.metrics[c.key]) for c in chosen]
+        combined = sum(values) if total else sum(values) / len(values)
+        if math.isclose(combined, float(result.metrics[summary.key]), rel_tol=1e-9,
+                        abs_tol=1e-9):
+            matching.append(chosen)
+    return matching[0] if len(matching) == 1 else None
+
+
+def _language(column: Column) -> str:
+    return column.label.rpartition('/')[2]
 
 
 def leaderboard_markdown(results: Sequence[EvaluationResult]) -> str:
