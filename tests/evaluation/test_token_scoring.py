@@ -147,7 +147,7 @@ def test_the_metric_ranks_with_the_token_score_the_items_carry(gallery):
 
 
 def test_the_metric_names_what_is_missing_for_token_scoring(gallery):
-    metric = RetrievalMetric(scoring='tokens_rerank', rerank_candidates=3)
+    metric = RetrievalMetric(scoring='tokens_rerank', rerank_candidates=10)
     with pytest.raises(KeyError, match=r"media '0': token scoring needs \['media_tokens', "
                                        r"'caption_tokens', 'token_score'\].*retrieval_score="):
         metric.process({}, metric_items(gallery, with_tokens=False))
@@ -175,3 +175,34 @@ def test_a_nan_token_score_is_an_error_in_both_modes(gallery, mode):
     with pytest.raises(ValueError, match='NaN'):
         token_ranks(TokenScoring(nan_for_caption_3, mode, 12), 'i2t', media, captions,
                     gallery['pooled_media'], gallery['pooled_captions'], gallery['caption_media'])
+
+
+def test_recalls_past_the_rerank_shortlist_are_refused(gallery):
+    """With a shortlist of 3, a positive outside it ranks 4th at most by the list, a hit at
+    R@5 whatever its true rank: R@K past the shortlist cannot be read from it."""
+    with pytest.raises(ValueError, match=r'recall_ks \(1, 5, 10\) reach past rerank_candidates 3'):
+        RetrievalMetric(scoring='tokens_rerank', rerank_candidates=3)
+    full = LanguageGallery(gallery['pooled_media'], gallery['pooled_captions'],
+                           gallery['caption_media'], TokenSet.stack(gallery['media'], DIM),
+                           TokenSet.stack(gallery['captions'], DIM))
+    with pytest.raises(ValueError, match='R@5 cannot be read from a re-ranked shortlist of 3'):
+        evaluate_language(full, recall_ks=(1, 5), token_scoring=TokenScoring(
+            patch_word_similarity, 'tokens_rerank', 3))
+
+
+def test_grouped_rerank_shortlists_the_captions_of_as_many_media_as_candidates():
+    """Four media with two captions each; by pooled cosine, media 0 sees both captions of media
+    1 first, then those of media 2 and 3, and its own captions last. With 2 candidates its own
+    captions are in no shortlist of the captions of 2 media, so it is a miss at R@1 and R@2
+    (a shortlist of 2 captions held media 1 alone, and ranked media 0 second: a hit at R@2)."""
+    axis = F.normalize(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), dim=1)
+    pooled_media = torch.stack([axis[0]] * 4)
+    cosines = [-1.0, -1.0, 1.0, 1.0, 0.9, 0.9, 0.8, 0.8]   # captions of media 0, 1, 2, 3
+    pooled_captions = torch.tensor([[c, (1 - c * c) ** 0.5] for c in cosines])
+    caption_media = torch.arange(4).repeat_interleave(2)
+    media = TokenSet.stack(random_sequences(4, 3, seed=5), DIM)
+    captions = TokenSet.stack(random_sequences(8, 3, seed=6), DIM)
+    ranks = token_ranks(TokenScoring(patch_word_similarity, 'tokens_rerank', 2), 'i2t', media,
+                        captions, pooled_media, pooled_captions, caption_media, grouped=True)
+    assert ranks[0].item() > 2
+

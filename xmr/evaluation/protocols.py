@@ -298,6 +298,10 @@ def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRE
             raise ValueError("token scoring ranks exactly or re-ranks its own shortlist; the "
                              f"search options {dict(search)} do not apply to it.")
         exact = token_scoring.mode == 'tokens'
+        if not exact and max(recall_ks) > token_scoring.candidates:
+            raise ValueError(f'R@{max(recall_ks)} cannot be read from a re-ranked shortlist of '
+                             f'{token_scoring.candidates}: a positive outside it would count as '
+                             'a hit; raise rerank_candidates to the largest K at least.')
     elif exact and options:
         raise ValueError(f'search options {sorted(options)} only apply to the approximate '
                          "indexes 'ivf' and 'hnsw'; index='flat' takes chunk_size alone.")

@@ -126,10 +126,13 @@ def token_ranks(scoring: TokenScoring, direction: str, media: TokenSet, captions
         pooled_media / pooled_captions: ``[M, E]`` / ``[C, E]`` L2-normalised embeddings, which
             shortlist the candidates of ``'tokens_rerank'``.
         caption_media: ``[C]`` row of each caption's media.
-        grouped: media→text ranked over per-media caption groups (the DASD authors' code).
+        grouped: media→text ranked over per-media caption groups (the DASD authors' code);
+            ``'tokens_rerank'`` then shortlists ``candidates`` × the largest caption count of a
+            media, so that ranks up to ``candidates`` media are exact, as for the other rankings.
 
     Returns:
-        ``[Q]`` int64 ranks, 1-based.
+        ``[Q]`` int64 ranks, 1-based; with ``'tokens_rerank'`` exact up to ``candidates`` (a
+        positive outside the shortlist ranks past it).
     """
     num_media = len(media)
     if direction == 't2i':
@@ -144,7 +147,11 @@ def token_ranks(scoring: TokenScoring, direction: str, media: TokenSet, captions
             chunk_size=default_chunk_size(max(len(media), len(captions))))
     queries, gallery = (pooled_captions, pooled_media) if direction == 't2i' else (
         pooled_media, pooled_captions)
-    depth = min(scoring.candidates, gallery.shape[0])
+    depth = scoring.candidates
+    if grouped:
+        # Ranked over media: the captions of `candidates` media may fill the shortlist.
+        depth *= int(torch.bincount(caption_media).max())
+    depth = min(depth, gallery.shape[0])
     chunk = default_chunk_size(gallery.shape[0])
     shortlist = torch.cat([(queries[start:start + chunk].float() @ gallery.float().T)
                            .topk(depth, dim=1).indices

@@ -160,6 +160,11 @@ class RetrievalMetric(BaseMetric):
                              f'{self.search} applies to scoring=\'embedding\' only.')
         if rerank_candidates < 1:
             raise ValueError(f'rerank_candidates must be positive, got {rerank_candidates}.')
+        if scoring == 'tokens_rerank' and max(self.recall_ks) > rerank_candidates:
+            raise ValueError(f'recall_ks {self.recall_ks} reach past rerank_candidates '
+                             f'{rerank_candidates}: R@K is exact only for K up to the shortlist '
+                             '(a positive outside it would count as a hit); raise '
+                             'rerank_candidates.')
         self.scoring, self.rerank_candidates = scoring, rerank_candidates
         self.scoring_device = scoring_device
 
