@@ -185,6 +185,17 @@ def test_sets(runner) -> list[dict]:
     return sets
 
 
+def summary_languages(runner) -> dict[str, list[str]]:
+    """Per metric prefix, the languages its summaries (``mAR``, the sums) are over, as each
+    retrieval metric recorded them while scoring (the source language is reported, not
+    averaged); the leaderboard's legend names them."""
+    loop = runner.test_loop
+    evaluators = getattr(loop, 'evaluators', None) or [loop.evaluator]
+    return {metric.prefix or '': list(metric.summarised_languages)
+            for evaluator in evaluators for metric in evaluator.metrics
+            if getattr(metric, 'summarised_languages', None)}
+
+
 def check_test_languages(runner, model) -> None:
     """Stop before any encoding when a test set has captions in a language the model lacks."""
     from xmr.apis import check_languages
@@ -233,6 +244,7 @@ def run_test(args: argparse.Namespace):
              'command': ' '.join(['tools/test.py', *sys.argv[1:]])}
     if 'iter' in meta:
         extra['iter'] = int(meta['iter'])
+    extra['summary_languages'] = summary_languages(runner)
     return EvaluationResult(name=name, metrics=dict(metrics), config=str(args.config),
                             checkpoint=str(args.checkpoint), test_sets=test_sets(runner),
                             extra=extra), scored

@@ -83,22 +83,36 @@ def test_table_unions_columns_and_marks_missing_values():
 
 def test_the_legend_names_a_shown_language_the_summary_leaves_out():
     """The metric reports English (the source language) beside the target languages but leaves
-    it out of mAR and the sums: a reader averaging the row's columns gets another number, so
-    the legend says which columns the summary is made of (here mAR = (60 + 50) / 2, not
-    (90 + 60 + 50) / 3; t2v sum = 20 + 10, not 60)."""
-    row = EvaluationResult('run', {'en/AR': 90.0, 'de/AR': 60.0, 'fr/AR': 50.0, 'mAR': 55.0})
+    it out of mAR and the sums: a reader averaging the row's columns gets another number
+    ((90 + 60 + 50) / 3 = 66.67, not mAR 55 = (60 + 50) / 2; 30 + 20 + 10, not the sum 30), so
+    the legend names the languages tools/test.py recorded for each summary."""
+    def result(name, metrics, recorded):
+        return EvaluationResult(name, metrics, extra={'summary_languages': recorded})
+
+    row = result('run', {'en/AR': 90.0, 'de/AR': 60.0, 'fr/AR': 50.0, 'mAR': 55.0},
+                 {'': ['de', 'fr']})
     assert column_legend([row])[1:] == ['mAR is over de, fr; en: reported, not averaged']
-    video = EvaluationResult('run', {'v/en/t2i_R@1': 30.0, 'v/de/t2i_R@1': 20.0,
-                                     'v/fr/t2i_R@1': 10.0, 'v/t2v_R@1_sum': 30.0})
+    video = result('run', {'v/en/t2i_R@1': 30.0, 'v/de/t2i_R@1': 20.0, 'v/fr/t2i_R@1': 10.0,
+                           'v/t2v_R@1_sum': 30.0}, {'v': ['de', 'fr']})
     assert column_legend([video])[1:] == ['v/t2v_R@1_sum is over de, fr; en: reported, not summed']
-    # A summary over every column it stands beside needs no line.
-    everything = EvaluationResult('run', {'de/AR': 60.0, 'fr/AR': 50.0, 'mAR': 55.0})
+    # A summary over every column it stands beside, or none recorded, needs no line.
+    everything = result('run', {'de/AR': 60.0, 'fr/AR': 50.0, 'mAR': 55.0}, {'': ['de', 'fr']})
     assert column_legend([everything]) == ['all columns: AR = mean of the recalls both ways; '
                                            'mAR = mean AR']
+    assert len(column_legend([EvaluationResult('old', row.metrics)])) == 1
     # Rows over other languages are named row by row, without the left-out English.
-    other = EvaluationResult('other', {'en/AR': 80.0, 'de/AR': 40.0, 'mAR': 40.0})
+    other = result('other', {'en/AR': 80.0, 'de/AR': 40.0, 'mAR': 40.0}, {'': ['de']})
     assert column_legend([row, other])[1:] == [
         'mAR averages other languages per row: run over de, fr; other over de']
+
+
+def test_the_summary_languages_survive_the_result_file(tmp_path):
+    recorded = {'multi30k': ['de', 'fr'], 'msrvtt': ['de']}
+    save_result(tmp_path / 'r.json', EvaluationResult('r', MULTI_DATASET,
+                                                      extra={'summary_languages': recorded}))
+    loaded = load_result(tmp_path / 'r.json')
+    assert loaded.summary_languages == recorded
+    assert column_legend([loaded])[1] == 'multi30k/mAR is over de, fr; en: reported, not averaged'
 
 
 def test_overall_column_stays_last_when_a_later_result_adds_it():
@@ -139,9 +153,7 @@ def test_markdown_has_table_and_legend():
     assert table.splitlines()[2].startswith('| run   | 80.00')
     assert legend.splitlines() == [
         '- multi30k: AR = mean of R@1/5/10 both ways; mAR = mean AR',
-        '- multi30k/mAR is over de, fr; en: reported, not averaged',
         '- msrvtt: text→video R@1, summed',
-        '- msrvtt/t2v_R@1_sum is over de; en: reported, not summed',
         '- xtd: mean of t2i and i2t R@1 (XTD10, PECTVLM)',
         "- mAR: over the languages each dataset's summary averages; AR = mean of R@1/5/10 "
         'both ways; mAR = mean AR',

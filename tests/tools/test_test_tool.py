@@ -131,6 +131,11 @@ def test_real_xtd10_and_multi30k_report_every_language(real_captions, real_run):
     assert metrics['multi30k/mAR'] == pytest.approx(
         sum(metrics[f'multi30k/{lang}/AR'] for lang in ('de', 'fr', 'cs')) / 3)
     assert metrics['mAR'] == pytest.approx(metrics['multi30k/mAR'])
+    # The languages each summary is over, recorded beside the metrics and named by the legend.
+    xtd10_targets = sorted(set(XTD10_LANGUAGES) - {'en'})
+    assert result['summary_languages'] == {'xtd10': xtd10_targets,
+                                           'multi30k': ['cs', 'de', 'fr']}
+    assert '- multi30k/mAR is over cs, de, fr; en: reported, not averaged' in real_run
 
     printed = table_lines(real_run)
     assert printed[0].startswith('test set: xtd10 test (')

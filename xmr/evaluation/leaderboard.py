@@ -154,6 +154,14 @@ class EvaluationResult:
         return int(sum(value for key, value in self.metrics.items()
                        if key.rpartition('/')[2] == SKIPPED_KEY))
 
+    @property
+    def summary_languages(self) -> dict[str, list[str]]:
+        """Per metric prefix (``''`` for bare keys), the languages its summaries (``mAR``, the
+        sums) are over, as ``tools/test.py`` records them under ``extra['summary_languages']``;
+        empty when not recorded."""
+        recorded = self.extra.get('summary_languages')
+        return recorded if isinstance(recorded, dict) else {}
+
     def test_set_label(self) -> str:
         """``multi30k test (cs, de, en, fr)``, one per set, or a note that none was recorded."""
         if not self.test_sets:
@@ -281,8 +289,9 @@ def _summary_languages(summary: Column, columns: Sequence[Column],
         if summary.key in result.metrics:
             reported[result.name] = [c for c in columns if c.group == summary.group
                                      and c.kind == 'language' and c.key in result.metrics]
-            found[result.name] = (_summarised_languages(summary, reported[result.name], result)
-                                  or reported[result.name])
+            recorded = result.summary_languages.get(summary.group)
+            found[result.name] = [c for c in reported[result.name]
+                                  if recorded is None or _language(c) in recorded]
     if len({tuple(c.label for c in chosen) for chosen in found.values()}) > 1:
         return [f'{summary.label} averages other languages per row: ' + '; '.join(
             f'{name} over {", ".join(_language(c) for c in chosen)}'
@@ -296,32 +305,6 @@ def _summary_languages(summary: Column, columns: Sequence[Column],
     verb = 'summed' if summary.headline.summary.endswith('_sum') else 'averaged'
     return [f'{summary.label} is over {", ".join(_language(c) for c in chosen)}; '
             f'{", ".join(_language(c) for c in left_out)}: reported, not {verb}']
-
-
-def _summarised_languages(summary: Column, languages: Sequence[Column],
-                          result: EvaluationResult) -> list[Column] | None:
-    """The language columns ``result``'s summary is made of, read from its numbers.
-
-    The candidates are all the dataset's language columns the row reports, and each set of all
-    but one (the metric reports the source language but leaves it out of its summaries); the
-    summary is their mean (``mAR``, ``mean_*``) or their sum (``*_sum``):
-    ``summary = (1 / |L|) Σ_{l ∈ L} value_l`` or ``Σ_{l ∈ L} value_l``.
-
-    Returns:
-        The one candidate that reproduces the summary's value, or ``None`` when none or several
-        do (equal values cannot tell them apart).
-    """
-    total = summary.headline.summary.endswith('_sum')
-    candidates = [list(languages)] + ([[c for c in languages if c is not out] for out in languages]
-                                      if len(languages) > 1 else [])
-    matching = []
-    for chosen in candidates:
-        values = [float(result.metrics[c.key]) for c in chosen]
-        combined = sum(values) if total else sum(values) / len(values)
-        if math.isclose(combined, float(result.metrics[summary.key]), rel_tol=1e-9,
-                        abs_tol=1e-9):
-            matching.append(chosen)
-    return matching[0] if len(matching) == 1 else None
 
 
 def _language(column: Column) -> str:

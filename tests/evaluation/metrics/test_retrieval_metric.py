@@ -68,6 +68,20 @@ def test_end_to_end_by_hand():
     assert list(result)[:2] == ['en/t2i_R@1', 'en/t2i_R@2']  # source language first
 
 
+def test_the_metric_records_the_languages_its_summaries_are_over():
+    """mAR and rSum above are over de and fr (en is reported beside them), mean_languages
+    chooses others, and a run without summaries records none."""
+    metric = RetrievalMetric(recall_ks=(1, 2))
+    _run(metric, _three_media())
+    assert metric.summarised_languages == ['de', 'fr']
+    chosen = RetrievalMetric(recall_ks=(1, 2), mean_languages=['fr'])
+    assert _run(chosen, _three_media())['mAR'] == pytest.approx(EXPECTED['fr/AR'])
+    assert chosen.summarised_languages == ['fr']
+    english = RetrievalMetric(recall_ks=(1, 2), languages=['en'])
+    _run(english, _three_media())
+    assert english.summarised_languages == []
+
+
 def test_empty_caption_tensor_equals_absent_language():
     result = _run(RetrievalMetric(recall_ks=(1, 2)), _three_media(fr_on_media_2=True))
     assert result == pytest.approx(EXPECTED)

@@ -63,7 +63,9 @@ class RetrievalMetric(BaseMetric):
     and mAR keep their names, so ``save_best='mAR'`` selects on it. MMEngine puts
     ``prefix + '/'`` in front of every key. ``skipped_media``: the
     number of media files the dataset skipped as unreadable (``on_corrupt='skip'``), present only
-    when some were: the recalls are then over a smaller gallery than the benchmark's.
+    when some were: the recalls are then over a smaller gallery than the benchmark's. After
+    ``compute_metrics``, ``summarised_languages`` lists the languages the summaries are over
+    (empty without summaries), which ``tools/test.py`` records beside the metrics.
 
     Language codes may be given in any form :func:`~xmr.datasets.languages.normalize_language`
     accepts (``swh_Latn``, ``jp``); keys use the canonical codes (``sw``, ``ja``).
@@ -259,7 +261,9 @@ class RetrievalMetric(BaseMetric):
                                   if lang in gallery_sizes})
         metrics = {f'{lang}/{key}': value
                    for lang, scores in per_language.items() for key, value in scores.items()}
-        metrics.update(self._summaries(per_language, mean_languages))
+        summaries = self._summaries(per_language, mean_languages)
+        metrics.update(summaries)
+        self.summarised_languages = list(mean_languages) if summaries else []
         if skipped:
             metrics['skipped_media'] = len(skipped)
         self._log_table(per_language)
