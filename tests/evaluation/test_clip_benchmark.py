@@ -86,3 +86,26 @@ def test_crossmodal3600_under_the_standard_protocol_is_not_comparable():
     with pytest.raises(ValueError, match='no test metric is comparable with CLIP_benchmark'):
         clip_benchmark_records(METRICS, [ScoredDataset('nllb', 'crossmodal3600', 'standard')],
                                'm', 'p')
+
+
+def test_a_metric_ranking_otherwise_than_clip_benchmark_is_not_written():
+    """CLIP_benchmark counts an image a hit at k when any of its captions is in its exact top k.
+    The DASD code's grouped ranking (a media's captions ranked as one group: R@5/10 as high or
+    higher), an approximate index and a re-ranked shortlist give other numbers: a whole-set
+    protocol with one of them is not written as CLIP_benchmark's result."""
+    from types import SimpleNamespace
+
+    from xmr.evaluation import RetrievalMetric, scored_datasets
+
+    metrics = [RetrievalMetric(protocol='xtd200', prefix='grouped', i2t_mode='grouped'),
+               RetrievalMetric(protocol='xtd200', prefix='ivf', search=dict(index='ivf')),
+               RetrievalMetric(protocol='xtd200', prefix='rerank', scoring='tokens_rerank')]
+    loop = SimpleNamespace(dataloader=SimpleNamespace(dataset=SimpleNamespace(
+        metainfo={'dataset': 'xtd200'})), evaluator=SimpleNamespace(metrics=metrics))
+    scored = scored_datasets(loop)
+    assert [s.ranking for s in scored] == [
+        "i2t_mode='grouped'", "search index 'ivf'", "scoring='tokens_rerank'"]
+    recalls = {f'{s.prefix}/sw/{d}_R@1': 50.0 for s in scored for d in ('t2i', 'i2t')}
+    with pytest.raises(ValueError, match=r"grouped \(xtd200, xtd200, i2t_mode='grouped'\), "
+                                         r"ivf \(xtd200, xtd200, search index 'ivf'\)"):
+        clip_benchmark_records(recalls, scored, 'm', 'p')
