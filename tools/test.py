@@ -245,6 +245,8 @@ def run_test(args: argparse.Namespace):
     if 'iter' in meta:
         extra['iter'] = int(meta['iter'])
     extra['summary_languages'] = summary_languages(runner)
+    extra['rankings'] = {entry.prefix: entry.ranking for entry in scored
+                         if entry.ranking != 'exact'}
     return EvaluationResult(name=name, metrics=dict(metrics), config=str(args.config),
                             checkpoint=str(args.checkpoint), test_sets=test_sets(runner),
                             extra=extra), scored

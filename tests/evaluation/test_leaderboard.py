@@ -115,6 +115,20 @@ def test_the_summary_languages_survive_the_result_file(tmp_path):
     assert column_legend([loaded])[1] == 'multi30k/mAR is over de, fr; en: reported, not averaged'
 
 
+def test_a_metric_ranked_otherwise_than_the_papers_is_named_below_the_table(tmp_path):
+    """Grouped image->text (the DASD code's: R@5/10 as high or higher) and approximate search
+    give other numbers than the exact standard ranking: a row beside a paper's must say so."""
+    grouped = EvaluationResult('dasd-code', {'m/de/AR': 60.0, 'm/mAR': 60.0},
+                               extra={'rankings': {'m': "i2t_mode='grouped'"}})
+    save_result(tmp_path / 'g.json', grouped)
+    exact = EvaluationResult('xmr', {'m/de/AR': 58.0, 'm/mAR': 58.0})
+    legend = leaderboard_markdown([exact, load_result(tmp_path / 'g.json')]).split('\n\n')[-1]
+    assert legend.splitlines()[-1] == (
+        "- dasd-code: m ranked with i2t_mode='grouped', not the exact standard ranking of the "
+        "papers' tables")
+    assert 'xmr:' not in legend
+
+
 def test_overall_column_stays_last_when_a_later_result_adds_it():
     single = EvaluationResult('one', {'a/de/AR': 1.0, 'a/mAR': 1.0})
     multi = EvaluationResult('two', {'a/de/AR': 2.0, 'a/mAR': 2.0, 'b/ja/AR': 4.0, 'b/mAR': 4.0,

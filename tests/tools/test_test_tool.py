@@ -136,6 +136,7 @@ def test_real_xtd10_and_multi30k_report_every_language(real_captions, real_run):
     assert result['summary_languages'] == {'xtd10': xtd10_targets,
                                            'multi30k': ['cs', 'de', 'fr']}
     assert '- multi30k/mAR is over cs, de, fr; en: reported, not averaged' in real_run
+    assert result['rankings'] == {}   # both metrics rank exactly, image->text by any caption
 
     printed = table_lines(real_run)
     assert printed[0].startswith('test set: xtd10 test (')

@@ -31,7 +31,9 @@ side-by-side comparisons, renaming language codes to the canonical ones (``jp`` 
 ``swh_Latn`` -> ``sw``; ``xmr.datasets.languages``). Results of different test sets are never put
 in one table: the Markdown has one table per test set. A row whose evaluation skipped unreadable
 media (``on_corrupt='skip'``, the ``skipped_media`` metric) is marked ``*`` and the legend gives
-the count: its recalls are over a smaller gallery.
+the count: its recalls are over a smaller gallery. A metric that ranked otherwise than the exact
+standard protocol (the DASD code's grouped image→text, an approximate index, a re-ranked
+shortlist; ``tools/test.py`` records it) gets a legend line saying so.
 """
 from __future__ import annotations
 
@@ -160,6 +162,14 @@ class EvaluationResult:
         sums) are over, as ``tools/test.py`` records them under ``extra['summary_languages']``;
         empty when not recorded."""
         recorded = self.extra.get('summary_languages')
+        return recorded if isinstance(recorded, dict) else {}
+
+    @property
+    def rankings(self) -> dict[str, str]:
+        """Per metric prefix, a ranking other than the exact standard one (``i2t_mode='grouped'``,
+        an approximate search index, token re-ranking), as ``tools/test.py`` records it under
+        ``extra['rankings']``; empty when every metric ranked exactly or none was recorded."""
+        recorded = self.extra.get('rankings')
         return recorded if isinstance(recorded, dict) else {}
 
     def test_set_label(self) -> str:
@@ -335,6 +345,9 @@ def _markdown_table(results: Sequence[EvaluationResult]) -> str:
     lines = column_legend(results) + [
         f"{result.name} *: {result.skipped_media} unreadable media skipped (on_corrupt='skip'); "
         'its recalls are over a smaller gallery' for result in results if result.skipped_media]
+    lines += [f'{result.name}: {prefix or "all columns"} ranked with {ranking}, not the exact '
+              'standard ranking of the papers\' tables' for result in results
+              for prefix, ranking in result.rankings.items()]
     legend = '\n'.join(f'- {line}' for line in lines)
     return f'{format_table(header, rows)}\n\n{legend}'
 
