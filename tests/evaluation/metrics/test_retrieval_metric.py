@@ -454,3 +454,17 @@ def test_two_ranks_keep_every_media_when_a_padding_item_was_skipped(monkeypatch)
     scores = captions @ media.T
     hits = (scores.argmax(dim=1) == torch.arange(4)).double().mean().item() * 100
     assert distributed['de/t2i_R@1'] == pytest.approx(hits)
+
+
+def test_items_sharing_a_media_id_with_other_captions_are_an_error_without_an_index():
+    """A model whose val_step gives no index, on a dataset listing one item per caption: the
+    second caption of media m0 would leave the gallery unseen (de R@1 over one caption where
+    the set has two). A padded repeat of the same item, embedded a little differently on
+    another rank, is still dropped quietly."""
+    samples = _three_media()
+    second_caption = _item('m0', E0, en=[E1])
+    with pytest.raises(ValueError, match="two items share media_id 'm0' with other captions"):
+        _run(RetrievalMetric(recall_ks=(1, 2)), samples + [second_caption])
+    repeat = dict(samples[0], caption_embeddings={
+        lang: rows + 1e-5 for lang, rows in samples[0]['caption_embeddings'].items()})
+    assert _run(RetrievalMetric(recall_ks=(1, 2)), samples + [repeat]) == pytest.approx(EXPECTED)

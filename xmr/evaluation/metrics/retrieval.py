@@ -502,6 +502,8 @@ def _warn_if_galleries_differ(gallery_sizes: Mapping[str, int]) -> None:
 
 
 def _unique_items(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One item per ``media_id``, the first; a repeat must be the same item (a distributed
+    sampler's padding), else its captions would be dropped from the gallery unseen."""
     first: dict[str, dict[str, Any]] = {}
     for item in results:
         kept = first.setdefault(item['media_id'], item)
@@ -510,10 +512,27 @@ def _unique_items(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             raise ValueError(f"dataset items {kept['index']} and {item['index']} share media_id "
                              f"'{item['media_id']}'; one item per media is expected, with all "
                              'its captions.')
+        if kept is not item and not _same_captions(kept, item):
+            raise ValueError(f"two items share media_id '{item['media_id']}' with other "
+                             'captions; one item per media is expected, with all its captions '
+                             '(a repeat is kept only as padding of the same item).')
     items = list(first.values())
     if items and all('index' in item for item in items):
         items.sort(key=lambda item: item['index'])
     return items
+
+
+def _same_captions(first: dict[str, Any], second: dict[str, Any]) -> bool:
+    """Whether two items hold the same captions: the same rows per language, equal up to the
+    float noise of embedding them in another batch (a padded repeat, encoded on another rank)."""
+    def rows(item: dict[str, Any]) -> dict[str, Tensor]:
+        return {lang: r for lang, r in item['caption_embeddings'].items() if r.shape[0]}
+
+    ours, theirs = rows(first), rows(second)
+    return ours.keys() == theirs.keys() and all(
+        ours[lang].shape == theirs[lang].shape and torch.allclose(ours[lang], theirs[lang],
+                                                                  atol=1e-3)
+        for lang in ours)
 
 
 def _language_gallery(items: list[dict[str, Any]], media: Tensor, lang: str,
