@@ -231,3 +231,15 @@ def test_approximate_recall_counts_only_the_positives_the_search_returned():
         returned = (indices[:, :k] == torch.arange(400)[:, None]).any(dim=1)
         assert scores[f't2i_R@{k}'] == pytest.approx(100 * returned.double().mean().item())
 
+
+@pytest.mark.parametrize('index', ['flat', 'ivf', 'hnsw'])
+def test_embeddings_with_nan_are_refused_whatever_the_search(index):
+    """faiss searches a NaN query without complaint and returns some list; the ranks read from
+    it would be counted. The gallery refuses non-finite embeddings before any search."""
+    media = torch.eye(4)
+    captions = torch.eye(4)
+    captions[2, 0] = float('nan')
+    with pytest.raises(ValueError, match='NaN or inf'):
+        evaluate_language(LanguageGallery(media, captions, torch.arange(4)),
+                          search=dict(index=index))
+

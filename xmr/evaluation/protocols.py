@@ -182,6 +182,11 @@ class LanguageGallery:
         if self.captions.shape[0] and self.captions.shape[1] != self.media.shape[1]:
             raise ValueError(f'captions have dimension {self.captions.shape[1]}, media '
                              f'{self.media.shape[1]}.')
+        if not (bool(torch.isfinite(self.media).all()) and
+                bool(torch.isfinite(self.captions).all())):
+            # faiss ranks NaN without complaint: an approximate search would score garbage.
+            raise ValueError('media or caption embeddings hold NaN or inf values; they have no '
+                             'rank.')
         if self.caption_media.shape != (self.captions.shape[0],):
             raise ValueError(f'caption_media must be [{self.captions.shape[0]}], got '
                              f'{tuple(self.caption_media.shape)}.')
