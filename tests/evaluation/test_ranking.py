@@ -100,6 +100,10 @@ def test_ranks_match_sorting_reference_without_ties():
 def test_query_without_positive_is_an_error():
     with pytest.raises(ValueError, match='no positive'):
         ranks_from_scores(torch.rand(2, 3), torch.tensor([0, 7]), torch.tensor([0, 1, 2]))
+    # Grouped: group 2 is in range but holds no gallery item.
+    with pytest.raises(ValueError, match=r'queries \[1\] \(row indices\) have no positive'):
+        grouped_ranks_from_scores(torch.rand(2, 3), torch.tensor([0, 2]), torch.tensor([0, 1, 1]),
+                                  3)
 
 
 def test_shape_mismatch_is_an_error():

@@ -57,10 +57,7 @@ def positive_pairs(query_group: Tensor, gallery_group: Tensor) -> tuple[Tensor, 
     sorted_groups = gallery_group[order]
     first = torch.searchsorted(sorted_groups, query_group, right=False)
     counts = torch.searchsorted(sorted_groups, query_group, right=True) - first
-    if not bool((counts > 0).all()):
-        missing = torch.nonzero(counts == 0).flatten()[:5].tolist()
-        raise ValueError(f'queries {missing} (row indices) have no positive gallery item; every '
-                         'query group must occur in gallery_group.')
+    _check_positives(counts > 0)
     rows = torch.repeat_interleave(torch.arange(query_group.shape[0]), counts)
     # Offset of each pair inside its query's run of positives.
     run_start = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
@@ -152,9 +149,16 @@ def grouped_ranks_from_scores(scores: Tensor, query_group: Tensor, gallery_group
 
     Returns:
         ``[Q]`` int64 ranks among the ``M`` groups, 1-based, ties against the query.
+
+    Raises:
+        ValueError: on mismatched shapes, a NaN score, or a query whose group has no item.
     """
     _check_block(scores, query_group, gallery_group)
     group_scores = group_max_scores(scores, gallery_group, num_groups)
+    # A group without items scores -inf: its queries would rank last, not be refused.
+    has_items = torch.zeros(num_groups, dtype=torch.bool)
+    has_items[gallery_group.cpu()] = True
+    _check_positives(has_items[query_group.cpu()])
     groups = torch.arange(num_groups, device=scores.device)
     return ranks_from_scores(group_scores, query_group.to(scores.device), groups)
 
@@ -295,6 +299,14 @@ def _check_block(scores: Tensor, query_group: Tensor, gallery_group: Tensor) -> 
         raise ValueError(f'scores {tuple(scores.shape)} need query_group [{scores.shape[0]}] and '
                          f'gallery_group [{scores.shape[1]}], got {tuple(query_group.shape)} and '
                          f'{tuple(gallery_group.shape)}.')
+
+
+def _check_positives(has_positive: Tensor) -> None:
+    """``has_positive``: ``[Q]`` bool, whether each query's group occurs in the gallery."""
+    if not bool(has_positive.all()):
+        missing = torch.nonzero(~has_positive).flatten()[:5].tolist()
+        raise ValueError(f'queries {missing} (row indices) have no positive gallery item; every '
+                         'query group must occur in gallery_group.')
 
 
 def _check_no_nan(scores: Tensor) -> None:
