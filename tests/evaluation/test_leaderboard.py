@@ -255,6 +255,8 @@ def test_a_text_to_text_result_is_tabulated_by_its_ar_per_language():
     one_way = {'de/t2s_R@1': 80.0, 'fr/t2s_R@1': 60.0, 't2s_R@1_sum': 140.0}
     assert [c.key for c in leaderboard_columns(one_way)] == ['de/t2s_R@1', 'fr/t2s_R@1',
                                                              't2s_R@1_sum']
+    assert column_legend([EvaluationResult('run', metrics)]) == [
+        'multi30k: AR = mean of R@1 both ways; mAR = mean AR']
 
 
 def test_a_later_rows_language_stays_inside_its_dataset():

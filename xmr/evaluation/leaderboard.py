@@ -284,10 +284,12 @@ def _meaning(column: Column, results: Sequence[EvaluationResult]) -> str:
 
 
 def _recall_k(key: str) -> bool:
-    """Whether ``key`` is a language's ``t2i_R@K`` (the K a dataset's AR averages)."""
+    """Whether ``key`` is a language's ``t2i_R@K`` (``t2s_R@K`` text to text: the K a dataset's
+    AR averages)."""
     parts = key.split('/')
-    return (len(parts) >= 2 and _is_language(parts[-2]) and parts[-1].startswith('t2i_R@')
-            and parts[-1][6:].isdigit())
+    direction, _, k = parts[-1].partition('_R@')
+    return (len(parts) >= 2 and _is_language(parts[-2]) and direction in ('t2i', 't2s')
+            and k.isdigit())
 
 
 def _summary_languages(summary: Column, columns: Sequence[Column],
