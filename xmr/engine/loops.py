@@ -80,6 +80,18 @@ def _configured_phase(runner, index: int, cfg: dict, dataloader: DataLoader | di
     return phase
 
 
+def _phase_header(phase: Phase, model: torch.nn.Module) -> str:
+    """The log's lines at a phase's start: its span, rate, losses, trainable prefixes, and the
+    model's trainable and total parameters per module group."""
+    counts = parameter_counts(model)
+    rows = [[group, f'{trainable:,}', f'{total:,}'] for group, (trainable, total) in counts.items()]
+    rows.append(['all', f'{sum(c[0] for c in counts.values()):,}',
+                 f'{sum(c[1] for c in counts.values()):,}'])
+    return (f'phase {phase.name}: iterations {phase.start}-{phase.end}, lr {phase.lr}, '
+            f'losses {phase.loss_weights}, trainable {list(phase.trainable)}\n'
+            + format_table(['module group', 'trainable', 'total'], rows))
+
+
 def phase_loader_name(phase: Phase) -> str:
     """The config key of a phase's dataloader, or the phase's name for one written inline."""
     if phase.dataloader is None:
@@ -503,6 +515,15 @@ class PhasedTrainLoop(BaseLoop):
         # DDP syncs the parameters that require grad when it wraps: wrap for this phase's set.
         rewrap_for_phase(self.runner)
         self._trained_modules = None
+        self._start_optimiser(phase, fresh)
+        self.runner.message_hub.update_info('phase', phase.name)
+        self.runner.logger.info(_phase_header(phase, self.model))
+        return self._resumed_data(phase, self._prepared_dataloader(index),
+                                  self._iter - phase.start)
+
+    def _start_optimiser(self, phase: Phase, fresh: bool) -> None:
+        """The optimiser's side of entering ``phase``: afresh, its state and the log window's
+        losses emptied; its accumulation windows counted from the phase's start; its rate."""
         optim_wrapper = self.runner.optim_wrapper
         if fresh:
             optim_wrapper.optimizer.state.clear()
@@ -511,35 +532,27 @@ class PhasedTrainLoop(BaseLoop):
             scalars = self.runner.message_hub.log_scalars
             for key in [k for k in scalars if k.startswith('train/loss')]:
                 scalars.pop(key)
+            optim_wrapper.zero_grad()
         # Gradient accumulation (optim_wrapper.accumulative_counts) counts its windows within
         # the phase, as MMEngine counts them within a run: the phase's last window steps at its
         # end however short, and no phase steps gradients of the one before.
         optim_wrapper.initialize_count_status(self.model, self._iter - phase.start, phase.iters)
-        if fresh:
-            optim_wrapper.zero_grad()
         if optim_wrapper.base_param_settings is not None:
             optim_wrapper.base_param_settings['lr'] = phase.lr  # logged as base_lr
-        self.runner.message_hub.update_info('phase', phase.name)
-        counts = parameter_counts(self.model)
-        rows = [[group, f'{trainable:,}', f'{total:,}']
-                for group, (trainable, total) in counts.items()]
-        rows.append(['all', f'{sum(c[0] for c in counts.values()):,}',
-                     f'{sum(c[1] for c in counts.values()):,}'])
-        self.runner.logger.info(
-            f'phase {phase.name}: iterations {phase.start}-{phase.end}, lr {phase.lr}, '
-            f'losses {phase.loss_weights}, trainable {list(phase.trainable)}\n'
-            + format_table(['module group', 'trainable', 'total'], rows))
+
+    def _prepared_dataloader(self, index: int) -> DataLoader:
+        """Phase ``index``'s dataloader, checked to yield batches, its feature caches built or
+        checked against the live weights, its workers tokenising and ignoring preemption."""
         dataloader = self._phase_dataloader(index)
         self._built_dataloaders.pop(index, None)
         # An iterations-phase's loader is counted here, when first built (the epochs path
         # counts it when the loop is built); an empty one would end in a bare StopIteration.
         if hasattr(dataloader, '__len__') and len(dataloader) == 0:
-            raise _no_batch_error(phase)
-        # Cached frozen-tower features are built or checked against this phase's live weights.
+            raise _no_batch_error(self.phases[index])
         prepare_feature_caches(dataloader, self.model)
         tokenize_in_workers(dataloader, self.model)
         workers_ignore(dataloader, preemption_signals(self.runner))
-        return self._resumed_data(phase, dataloader, self._iter - phase.start)
+        return dataloader
 
     def _resumed_data(self, phase: Phase, dataloader: DataLoader, done: int) -> Iterator:
         """The phase's data from its batch ``done`` on (0 for a phase starting afresh)."""
