@@ -59,6 +59,12 @@ def test_declared_losses_phases_and_modes(monkeypatch):
     with pytest.raises(KeyError, match=r"phase p: unknown loss weights \['cm'\]; this model "
                                        r"computes \['contrast', 'distance'\]"):
         model.check_phase('p', dict(cm=1.0))
+    # The disentangler's scale alone, on a model without one, trains nothing: refused, where
+    # the loop would otherwise fail at the phase's first step, after the phases before it.
+    with pytest.raises(ValueError, match=r"phase p: loss_weights=\{'contrast': 0, "
+                                         r"'disentangler': 1.0\} weigh no loss this model "
+                                         r"computes .*give one of \['contrast', 'distance'\]"):
+        model.check_phase('p', dict(contrast=0, disentangler=1.0))
     with pytest.raises(KeyError, match=r"PairRetriever: unknown losses \['cl'\]; it computes"):
         PairRetriever(dict(cl=dict(type='AlignmentLoss')))
     with pytest.raises(ValueError, match="unknown forward mode 'train'"):

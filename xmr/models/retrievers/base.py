@@ -149,6 +149,8 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         Raises:
             KeyError: a weight of one of the disentangler's own losses (they belong to its
                 config), or a name this model does not compute.
+            ValueError: no loss is left with a positive weight (the disentangler's scale alone,
+                on a model without one): the phase would train nothing.
         """
         owned = sorted(set(loss_weights) & set(self.disentangler.loss_names)) \
             if self.disentangler is not None else []
@@ -163,6 +165,11 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         weights = {key: float(weight) for key, weight in loss_weights.items() if weight}
         if self.disentangler is None:
             weights.pop(DISENTANGLER_SCALE, None)
+        if not weights:
+            raise ValueError(f'phase {name}: loss_weights={dict(loss_weights)} weigh no loss '
+                             f"this model computes ('{DISENTANGLER_SCALE}' scales a "
+                             "disentangler's losses, and the model has none); give one of "
+                             f'{sorted(self.loss_names())} a positive weight')
         return weights
 
     def set_phase(self, name: str, loss_weights: Mapping[str, float]) -> None:
