@@ -2,7 +2,7 @@
 exist; the flags their commands pass are their tools' flags, a command written out in full parses
 and its --cfg-options load; the types they write are registered, the xmr.a.b names they use
 resolve; their links reach a file and heading. The code's own pointers to docs/, tools/ and
-xmr.a.b resolve too.
+xmr.a.b resolve too, and docs/data.md's table of dataset configs names their extra dataloaders.
 
 A placeholder names nothing: <name>, ..., a word in capitals (CONFIG), [optional] parts; a
 user's own files (my_project/...) lie outside the repository's folders and are not read as paths.
@@ -524,3 +524,52 @@ def test_anchors_are_written_as_github_writes_them(tmp_path):
 def test_relative_links_reach_their_file_and_heading(page):
     broken = broken_links(page)
     assert not broken, f'{page.relative_to(REPO)} links to no file or heading: {broken}'
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/data.md's table of dataset configs: the extra dataloaders of each row are the config's
+# (its top-level `*_dataloader(s)` keys that hold a loader, besides train/val/test).
+
+LOADER = re.compile(r'`(\w+_dataloaders?)`')
+
+
+def documented_extra_loaders(text: str) -> dict[str, set[str]]:
+    """``{config: extra dataloaders}`` of the table headed ``| config | train | ...``; a cell
+    ``as above`` starts from the row before, and the names after ``without`` are taken away."""
+    table = text[text.index('| config | train | val | test | extra dataloaders |'):]
+    rows: dict[str, set[str]] = {}
+    previous: set[str] = set()
+    for line in table.splitlines()[2:]:
+        if not line.startswith('|'):
+            break
+        cells = [cell.strip() for cell in line.strip('|').split('|')]
+        config, extra = cells[0].strip('`'), cells[-1]
+        kept, _, removed = extra.partition('without')
+        names = set(previous) if kept.startswith('as above') else set()
+        names = (names | set(LOADER.findall(kept))) - set(LOADER.findall(removed))
+        rows[config] = previous = names
+    return rows
+
+
+def test_the_table_reader_follows_as_above_and_without():
+    text = ('| config | train | val | test | extra dataloaders |\n|---|---|---|---|---|\n'
+            '| `a` | x | x | x | `b_dataloader` (see `c.py`), `c_dataloaders` |\n'
+            '| `d` | x | x | x | as above, without `c_dataloaders` |\n| `e` | x | x | x | — |\n')
+    assert documented_extra_loaders(text) == {
+        'a': {'b_dataloader', 'c_dataloaders'}, 'd': {'b_dataloader'}, 'e': set()}
+
+
+def test_the_dataset_configs_table_lists_each_configs_extra_dataloaders():
+    from xmr.run_config import load_run_config
+
+    documented = documented_extra_loaders((REPO / 'docs' / 'data.md').read_text('utf-8'))
+    assert len(documented) >= 8
+    wrong = {}
+    for name, listed in documented.items():
+        cfg = load_run_config(REPO / 'configs' / '_base_' / 'datasets' / f'{name}.py')
+        loaders = {key for key, value in cfg.items() if value is not None
+                   and re.fullmatch(r'\w+_dataloaders?', key)}
+        actual = loaders - {'train_dataloader', 'val_dataloader', 'test_dataloader'}
+        if actual != listed:
+            wrong[name] = f'documented {sorted(listed)}, the config has {sorted(actual)}'
+    assert not wrong, f'docs/data.md lists other extra dataloaders than the configs: {wrong}'
