@@ -26,7 +26,7 @@ from pathlib import Path
 
 from mmengine.config import Config
 
-from xmr.run_config import add_config_arguments, load_run_config
+from xmr.run_config import add_config_arguments, config_file, load_run_config
 from xmr.utils.cli import UserError, run_tool
 
 
@@ -71,10 +71,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def build_config(args: argparse.Namespace) -> Config:
+def check_inputs(args: argparse.Namespace) -> None:
+    """The config and the checkpoint exist: checked first, so that a mistyped path is named
+    as such, not as the earlier result beside the checkpoint it would be tested into."""
+    config_file(args.config)
     if not osp.isfile(args.checkpoint):
         raise UserError(args.checkpoint, 'checkpoint does not exist',
                         'give a .pth written by tools/train.py')
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    check_inputs(args)
     # MMEngine dumps the config into its work dir: the training run's dump (beside its
     # checkpoints, whatever --work-dir it trained with) must not be replaced by the test's.
     # Beside the result, whose folder is checked writable (the checkpoint's, without --out).
@@ -281,6 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.config is None:
         print(leaderboard_markdown(results))
         return
+    check_inputs(args)
     json_path, csv_path = output_paths(args)
     check_writable(json_path, args.overwrite)
     result, scored = run_test(args)

@@ -17,7 +17,7 @@ from xmr.ablations import ablation_suffix, apply_ablations
 from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import UserError
 
-__all__ = ['add_config_arguments', 'check_run_values', 'load_run_config']
+__all__ = ['add_config_arguments', 'check_run_values', 'config_file', 'load_run_config']
 
 
 def add_config_arguments(parser: argparse.ArgumentParser,
@@ -55,6 +55,21 @@ def failed_custom_import(config: str | os.PathLike, error: ImportError) -> UserE
                      else f'fix {module} (run again with --debug for the traceback)')
 
 
+def config_file(config: str | os.PathLike) -> str | os.PathLike:
+    """The file ``config`` names (``xmr::<path>``: the packaged config).
+
+    Raises:
+        UserError: there is no such file.
+    """
+    if str(config).startswith(CONFIG_SCHEME):
+        config = config_path(str(config))
+    if not os.path.isfile(config):
+        raise UserError(config, 'config file does not exist',
+                        'give the path of a config file, or name a config xmr ships as '
+                        f"'{CONFIG_SCHEME}demo/static_tiny-clip_synthetic.py'")
+    return config
+
+
 def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
                     cfg_options: Mapping[str, Any] | None = None,
                     work_dir: str | None = None) -> Config:
@@ -71,12 +86,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
             failed to import, or an option indexes past a list's end.
         UnknownOptionError, ValueError, KeyError: a value :func:`check_run_values` refuses.
     """
-    if str(config).startswith(CONFIG_SCHEME):
-        config = config_path(str(config))
-    if not os.path.isfile(config):
-        raise UserError(config, 'config file does not exist',
-                        'give the path of a config file, or name a config xmr ships as '
-                        f"'{CONFIG_SCHEME}demo/static_tiny-clip_synthetic.py'")
+    config = config_file(config)
     try:
         loaded = Config.fromfile(str(config))
     except ImportError as error:

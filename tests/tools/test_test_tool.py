@@ -315,6 +315,15 @@ def test_bad_input_stops_with_a_clear_message(synthetic_setup, capsys):
         assert re.match(message, capsys.readouterr().err)
     with pytest.raises(SystemExit):
         tool.main([str(config())])  # a checkpoint is required
+    capsys.readouterr()
+    # A mistyped config is named as such, also where an earlier result of the checkpoint stands
+    # (the place of the result is checked after the inputs).
+    save_result(root / 'model_test.json', EvaluationResult('earlier', {'mAR': 1.0}))
+    evaluation.write_csv(root / 'model_test.csv', [EvaluationResult('earlier', {'mAR': 1.0})])
+    with pytest.raises(SystemExit):
+        run_tool(tool.main, [str(root / 'no_such_config.py'), str(root / 'model.pth')])
+    assert re.match(r'error: .*no_such_config\.py: config file does not exist',
+                    capsys.readouterr().err)
 
 
 def test_only_an_earlier_result_is_replaced_and_only_with_overwrite(synthetic_setup, capsys,
