@@ -71,6 +71,7 @@ def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
     import torch
+    from mmengine.runner import set_random_seed
 
     from xmr.apis import read_checkpoint
     from xmr.engine.threads import set_cpu_threads
@@ -84,6 +85,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         raise ValueError(f'{args.config} uses no CachedFeatureDataset; wrap a dataset in one '
                          '(docs/benchmarks.md, "Feature cache")')
     device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    # Seeded as the runner seeds before it builds the model, so that towers built from random
+    # weights (the demo's) are those training builds, and its phases read the caches.
+    randomness = cfg.get('randomness') or {}
+    if randomness.get('seed') is not None:
+        set_random_seed(randomness['seed'], deterministic=randomness.get('deterministic', False))
     model = MODELS.build(cfg.model).to(device)
     if args.checkpoint:
         loaded = read_checkpoint(args.checkpoint)

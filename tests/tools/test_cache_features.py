@@ -36,22 +36,40 @@ def write_config(tmp_path, seed: int = 0):
 
 def test_builds_each_named_cache_once_then_checks_it(tmp_path):
     config = write_config(tmp_path)
-    torch.manual_seed(0)
     done = cache_features.main([str(config), '--device', 'cpu'])
     assert [(d['where'], d['items']) for d in done] == [('train_dataloader', 3),
                                                          ('val_dataloader[0]', 3)]
     assert done[0]['source'] == 3 and done[1]['media'] == 3 and 'source' not in done[1]
     built = json.loads((tmp_path / 'pairs' / 'meta.json').read_text())
-    torch.manual_seed(0)
+    torch.manual_seed(1)  # the config's seed decides the random towers, not the caller's
     cache_features.main([str(config), '--device', 'cpu'])  # same weights: checked, kept
     assert json.loads((tmp_path / 'pairs' / 'meta.json').read_text()) == built
-    torch.manual_seed(1)
+    config = write_config(tmp_path, seed=1)
     with pytest.raises(StaleFeatureCacheError, match='backbone: cache has'):
         cache_features.main([str(config), '--device', 'cpu'])
-    torch.manual_seed(1)
     cache_features.main([str(config), '--device', 'cpu', '--overwrite'])
     assert json.loads((tmp_path / 'pairs' / 'meta.json').read_text())['key']['backbone'] != \
         built['key']['backbone']
+
+
+def test_a_cache_built_ahead_of_training_is_read_by_the_runners_model(tmp_path):
+    """Random towers (the demo's) are built from the config's seed, as MMEngine's runner seeds
+    before it builds the model: a cache built ahead of time is read by the run, not found
+    stale and rebuilt (an explicit CachedFeatureDataset would refuse it)."""
+    from mmengine.runner import Runner
+
+    from xmr.registry import DATASETS
+
+    config = write_config(tmp_path)
+    torch.manual_seed(123)
+    cache_features.main([str(config), '--device', 'cpu'])
+    cfg = Config.fromfile(str(config))
+    cfg.merge_from_dict(dict(work_dir=str(tmp_path / 'run'), default_scope='xmr',
+                             val_dataloader=None,
+                             optim_wrapper=dict(optimizer=dict(type='AdamW', lr=1e-3))))
+    torch.manual_seed(456)
+    runner = Runner.from_cfg(cfg)
+    DATASETS.build(cfg.train_dataloader.dataset).prepare(runner.model)  # raises if stale
 
 
 def test_a_config_without_caches_is_refused(tmp_path):
@@ -108,16 +126,14 @@ def test_a_checkpoint_with_numpy_logs_loads_through_the_safe_reader(tmp_path):
 
     from xmr.registry import MODELS
 
-    config = write_config(tmp_path)
     torch.manual_seed(1)
     trained = MODELS.build(tiny_retriever_cfg())
     torch.save({'state_dict': {f'module.{k}': v for k, v in trained.state_dict().items()},
                 'message_hub': {'log': np.array([0.5]), 'step': np.int64(3)}},
                tmp_path / 'trained.pth')
-    torch.manual_seed(1)
-    cache_features.main([str(config), '--device', 'cpu'])
+    cache_features.main([str(write_config(tmp_path, seed=1)), '--device', 'cpu'])
     from_seed_1 = json.loads((tmp_path / 'pairs' / 'meta.json').read_text())['key']
-    torch.manual_seed(0)
+    config = write_config(tmp_path)
     cache_features.main([str(config), '--device', 'cpu', '--checkpoint',
                          str(tmp_path / 'trained.pth')])  # checked against the seed-1 cache
     assert json.loads((tmp_path / 'pairs' / 'meta.json').read_text())['key'] == from_seed_1
