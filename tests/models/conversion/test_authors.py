@@ -264,3 +264,43 @@ def test_tools_test_evaluates_a_converted_dasd_release(tmp_path, capsys):
     result = json.loads((tmp_path / 'result.json').read_text())
     assert {'synthetic/de/AR', 'synthetic/zh/AR', 'synthetic/en/AR'} <= set(result['metrics'])
     assert result['checkpoint'] == str(tmp_path / 'converted.pth')
+
+
+def changed_cfg(method: str, change: str, value) -> dict:
+    """``model_cfg(method)`` with the dotted key ``change`` set to ``value``."""
+    cfg = model_cfg(method)
+    *parents, last = change.split('.')
+    node = cfg
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return cfg
+
+
+@pytest.mark.parametrize('method,change,value,named', [
+    ('mla', 'backbone.model_cfg.quick_gelu', False, 'model.backbone.arch'),
+    ('dasd', 'backbone.model_cfg.quick_gelu', False, 'model.backbone.arch'),
+    ('mla', 'language_branch.num_blocks', 2, 'model.language_branch.num_blocks is 2'),
+    ('mla', 'language_branch.adapters', dict(type='StaticAdapter', hidden=D_U,
+                                             sites=['mlp.output']), 'StaticAdapter at 0:mlp'),
+    ('mla', 'language_branch.adapters', dict(type='DynamicAdapter', hidden=D_U),
+     'DynamicAdapter at 0:block_output'),
+    ('dasd', 'disentangler.depth', 1, 'model.disentangler.depth is 1'),
+    ('dasd', 'disentangler.padding_as_tokens', False, 'padding_as_tokens is False'),
+    ('dasd', 'disentangler.stream_adapters', True, 'stream_adapters is True'),
+    ('dasd', 'disentangler.per_language', True, 'PerLanguageDisentangler'),
+    ('dasd', 'disentangler.generator.activation', 'gelu', 'activation is \'GELU\''),
+    ('dasd', 'language_branch.tokenizer.pad_to', None, 'tokenizer.pad_to is None'),
+    ('dasd', 'disentangler', None, 'model.disentangler is None'),
+])
+def test_a_config_that_computes_otherwise_than_the_authors_is_refused(
+        method, change, value, named, tmp_path, capsys):
+    """Settings without weights (activation, SDM depth, padding, ...) are not in the file: a
+    config that differs there would convert and compute something else."""
+    torch.save(authors_state_dict(method), tmp_path / 'authors.bin')
+    Config(dict(model=changed_cfg(method, change, value))).dump(tmp_path / 'changed.py')
+    err = refused(capsys, method, tmp_path / 'authors.bin', tmp_path / 'changed.py', '--out',
+                  tmp_path / 'o.pth')
+    assert f'does not compute what the {method.upper()} code computes' in err
+    assert named in err and f'configs/dasd/{method}_clip-vit-b' in err
+    assert 'Traceback' not in err and not (tmp_path / 'o.pth').exists()

@@ -21,10 +21,15 @@ from mmengine.config import Config
 from torch import nn
 
 from xmr.fileio import atomic_torch_save
+from xmr.models.conversion.settings import authors_differences
 
 #: Prefixes of the xmr parameters a converted file must provide (the rest, e.g. loss
 #: constants, keep the config's values).
 CONVERTED_PREFIXES = ('backbone.clip.', 'language_branch.', 'disentangler.')
+
+#: The config of each method's authors' computation, named in the fixes.
+AUTHORS_CONFIGS = {'mla': 'configs/dasd/mla_clip-vit-b32_multi30k_authors.py',
+                   'dasd': 'configs/dasd/dasd_clip-vit-b16_multi30k_authors.py'}
 
 #: Keys that only DASD's code writes: a DASD file given to the MLA converter is told apart.
 DASD_MARKERS = ('zi_adapter_student', '.mlp_zi.', '.mlp_beforez.')
@@ -96,6 +101,22 @@ def check_method(path: Path, state: Mapping[str, torch.Tensor], method: str) -> 
         raise ConversionError(f'{path}: an MLA checkpoint (acquirers without DASD\'s mlp_zi / '
                               f'zi_adapter_student: {first(acquirers)}) given to the DASD '
                               'converter: use tools/convert/mla_to_xmr.py')
+
+
+def check_settings(path: Path, model: nn.Module, method: str, config: str) -> None:
+    """Refuse a config that would run the file's weights otherwise than the authors' code.
+
+    Settings without parameters (activation, SDM depth, padding, ...) cannot be read from the
+    file (:mod:`.settings` lists them); a difference would convert and compute something else.
+    """
+    found = authors_differences(model, method)
+    if found:
+        details = '; '.join(f'{setting} is {value!r}, the authors\' code: {wanted!r}'
+                            for setting, value, wanted in found)
+        raise ConversionError(
+            f'{path}: the {config} model does not compute what the {method.upper()} code '
+            f'computes ({details}): convert (and test) with {AUTHORS_CONFIGS[method]}, or a '
+            'config that inherits its model')
 
 
 def take(state: Mapping[str, torch.Tensor], used: set, key: str) -> torch.Tensor:
@@ -204,6 +225,7 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     state = read_state_dict(path)
     check_method(path, state, method)
     model = build_model(config, cfg_options)
+    check_settings(path, model, method, Path(config).name)
     check_languages(path, state, list(model.languages))
     used: set[str] = set()
     mapped = {**clip_and_embedding(state, model, used), **mapping(state, model, used)}
