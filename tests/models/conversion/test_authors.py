@@ -73,11 +73,12 @@ def authors_state_dict(method: str, langs=LANGS) -> dict[str, torch.Tensor]:
     state.update({'multilingual_embedding.weight': rand(vocab, TABLE),
                   'multilingual_embedding_linear.weight': rand(WIDTH, TABLE),
                   'multilingual_embedding_linear.bias': rand(WIDTH),
-                  'target_projection': rand(WIDTH, EMBED), 'logit_scale': torch.tensor(4.6)})
+                  'logit_scale': torch.tensor(4.6)})
     for block in range(BLOCKS):
         for lang in langs:
             acquirer = f'transformer.resblocks.{block}.acquirer.{lang}.'
             state[acquirer + 'ln.weight'] = torch.ones(WIDTH)
+            state[acquirer + 'ln.bias'] = torch.zeros(WIDTH)
             if method == 'mla':
                 state.update({acquirer + 'mlp.c_fc.weight': rand(D_U, WIDTH),
                               acquirer + 'mlp.c_fc.bias': rand(D_U),
@@ -89,7 +90,9 @@ def authors_state_dict(method: str, langs=LANGS) -> dict[str, torch.Tensor]:
                           acquirer + 'mlp_afterz.c_proj2.weight': rand(WIDTH, D_U),
                           acquirer + 'mlp_afterz.c_proj2.bias': rand(WIDTH),
                           acquirer + 'mlp_sr.c_fc.weight': rand(8, WIDTH),
-                          acquirer + 'mlp_sa.c_fc.weight': rand(8, WIDTH)})
+                          acquirer + 'mlp_sr.c_proj.bias': rand(WIDTH),
+                          acquirer + 'mlp_sa.c_fc.weight': rand(8, WIDTH),
+                          acquirer + 'mlp_sa.c_proj.bias': rand(WIDTH)})
         if method == 'dasd':
             state[f'transformer.resblocks.{block}.mlp_zi.c_fc1.weight'] = rand(D_U * D_U, D_Z)
             state[f'transformer.resblocks.{block}.mlp_zi.c_fc1.bias'] = rand(D_U * D_U)
@@ -99,6 +102,9 @@ def authors_state_dict(method: str, langs=LANGS) -> dict[str, torch.Tensor]:
                       'ln_mu.weight': 1 + rand(WIDTH), 'ln_mu.bias': rand(WIDTH),
                       'ln_sigma.weight': 1 + rand(WIDTH), 'ln_sigma.bias': rand(WIDTH),
                       'sr_projection': rand(WIDTH, EMBED), 'sigma_projection': rand(WIDTH, EMBED),
+                      'target_projection': rand(WIDTH, EMBED),
+                      # their Transformer class builds one for the image tower too
+                      'visual.transformer.zi_adapter_student.c_fc1.weight': rand(D_Z, 16),
                       'AdvAgent.discriminator.0.weight': rand(256, WIDTH + EMBED)})
     return state
 
@@ -164,9 +170,11 @@ def test_converted_checkpoint_encodes_as_the_authors_code(method, tmp_path):
     out = tmp_path / 'xmr.pth'
     report = convert_authors_checkpoint(method, tmp_path / 'pytorch_model.bin.18000', config,
                                         out, MAPPINGS[method])
-    assert 'target_projection' in report.unused and 'logit_scale' in report.used
+    assert 'logit_scale' in report.used
+    assert 'transformer.resblocks.2.acquirer.zh.ln.bias' in report.unused
     if method == 'dasd':
-        assert {'AdvAgent.discriminator.0.weight', 'sigma_projection'} <= set(report.unused)
+        assert {'AdvAgent.discriminator.0.weight', 'sigma_projection', 'target_projection',
+                'visual.transformer.zi_adapter_student.c_fc1.weight'} <= set(report.unused)
         assert not any('mlp_beforez' in k for k in report.unused)
     model = init_retriever(config, out)
     for lang in LANGS:
@@ -303,4 +311,23 @@ def test_a_config_that_computes_otherwise_than_the_authors_is_refused(
                   tmp_path / 'o.pth')
     assert f'does not compute what the {method.upper()} code computes' in err
     assert named in err and f'configs/dasd/{method}_clip-vit-b' in err
+    assert 'Traceback' not in err and not (tmp_path / 'o.pth').exists()
+
+
+@pytest.mark.parametrize('method,key', [
+    ('mla', 'transformer.resblocks.0.acquirer.de.mlp.c_gate.weight'),
+    ('mla', 'target_projection'),  # DASD's, not MLA's
+    ('dasd', 'transformer.resblocks.0.mlp_zi.c_fc2.weight'),
+    ('dasd', 'optimizer.state.0.exp_avg'),
+])
+def test_a_key_the_authors_model_does_not_have_is_refused_naming_it(method, key, tmp_path,
+                                                                    capsys):
+    """A key left out of the model is reported only when the authors' model has it (a layer
+    that takes no part in r^T); any other would be dropped without its part computed."""
+    state = authors_state_dict(method)
+    state[key] = torch.zeros(3)
+    torch.save(state, tmp_path / 'extra.bin')
+    config = write_config(tmp_path / 'authors.py', method)
+    err = refused(capsys, method, tmp_path / 'extra.bin', config, '--out', tmp_path / 'o.pth')
+    assert f"1 keys that the {method.upper()} code's model does not have ({key})" in err
     assert 'Traceback' not in err and not (tmp_path / 'o.pth').exists()

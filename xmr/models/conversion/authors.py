@@ -7,11 +7,13 @@ additions: ``multilingual_embedding`` (the mBERT table), ``multilingual_embeddin
 (:mod:`.dasd`). The model of an xmr config is built, every authors' tensor is placed at its
 xmr name (:mod:`.mla`, :mod:`.dasd` give the per-method names), and the result is checked
 against the model before anything is written: every parameter of the backbone, the target
-branch and the disentangler must come from the file with its shape.
+branch and the disentangler must come from the file with its shape, and every key of the file
+left out must be one the authors' model has outside ``r^T`` (:data:`KNOWN_UNUSED`).
 """
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,23 @@ AUTHORS_CONFIGS = {'mla': 'configs/dasd/mla_clip-vit-b32_multi30k_authors.py',
 
 #: Keys that only DASD's code writes: a DASD file given to the MLA converter is told apart.
 DASD_MARKERS = ('zi_adapter_student', '.mlp_zi.', '.mlp_beforez.')
+
+
+#: An acquirer parameter of any language: ``transformer.resblocks.<i>.acquirer.<lang>.<layer>``.
+ACQUIRER = r'transformer\.resblocks\.\d+\.acquirer\.[^.]+\.({layers})\.(weight|bias)'
+
+#: Keys of the authors' models that take no part in ``r^T`` (``clip/model.py``): the
+#: acquirers' never-called ``ln``, the acquirers of languages the config does not name (their
+#: used layers match too: what is used is taken out first), and DASD's training-only modules,
+#: its unused projections and the ``zi_adapter_student`` its ``Transformer`` builds for the
+#: image tower too. Any other key unused is refused: a layout this converter does not know.
+KNOWN_UNUSED = {
+    'mla': (ACQUIRER.format(layers=r'mlp\.c_fc|mlp\.c_proj|ln'),),
+    'dasd': (ACQUIRER.format(layers=r'mlp_beforez\.c_fc|mlp_afterz\.c_proj2|mlp_sr\.c_fc|'
+                             r'mlp_sr\.c_proj|mlp_sa\.c_fc|mlp_sa\.c_proj|ln'),
+             r'AdvAgent\..+', 'target_projection', 'sigma_projection',
+             r'visual\.transformer\.zi_adapter_student\.c_fc1\.(weight|bias)'),
+}
 
 
 class ConversionError(ValueError):
@@ -138,6 +157,20 @@ def clip_and_embedding(state: Mapping[str, torch.Tensor], model: nn.Module,
     return mapped
 
 
+def check_unused(path: Path, state: Mapping[str, torch.Tensor], used: set,
+                 method: str) -> list[str]:
+    """The file's keys left out of the model, refused unless :data:`KNOWN_UNUSED` names them."""
+    unused = sorted(set(state) - used)
+    unknown = [k for k in unused if not any(re.fullmatch(p, k) for p in KNOWN_UNUSED[method])]
+    if unknown:
+        raise ConversionError(
+            f'{path}: {len(unknown)} keys that the {method.upper()} code\'s model does not have '
+            f'({first(unknown)}): the file holds modules this converter does not know, whose '
+            'part in the computation it cannot place; convert the checkpoint its train.py '
+            'wrote, without keys added to it (an optimizer state, another model\'s weights)')
+    return unused
+
+
 def adapter_key(lang: str, block: int, name: str) -> str:
     """xmr name of a block-output adapter parameter of ``lang`` (``down.weight``, ...)."""
     return f'language_branch.adapters.sets.{lang}.{block}:block_output.{name}'
@@ -230,8 +263,9 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     used: set[str] = set()
     mapped = {**clip_and_embedding(state, model, used), **mapping(state, model, used)}
     kept = check_against_model(path, mapped, model, Path(config).name)
+    unused = check_unused(path, state, used, method)
     model.load_state_dict(mapped, strict=False)
-    report = ConversionReport(used=sorted(used), unused=sorted(set(state) - used), kept=kept)
+    report = ConversionReport(used=sorted(used), unused=unused, kept=kept)
     meta = dict(converted_from=str(path), method=method, config=str(config),
                 used_keys=len(report.used), unused_keys=report.unused, kept_keys=report.kept)
     atomic_torch_save(dict(state_dict=model.state_dict(), meta=meta), out)
