@@ -331,3 +331,31 @@ def test_a_key_the_authors_model_does_not_have_is_refused_naming_it(method, key,
     err = refused(capsys, method, tmp_path / 'extra.bin', config, '--out', tmp_path / 'o.pth')
     assert f"1 keys that the {method.upper()} code's model does not have ({key})" in err
     assert 'Traceback' not in err and not (tmp_path / 'o.pth').exists()
+
+
+@pytest.mark.parametrize('change,value,fix', [
+    ('language_branch.tokenizer.vocab_size', 56, 'model.language_branch.tokenizer.name_or_path'),
+    ('language_branch.adapters.hidden', D_U + 1, 'model.language_branch.adapters.hidden'),
+    ('disentangler.generator.d_z', D_Z + 1, 'model.disentangler.generator.d_z'),
+    ('backbone.model_cfg.text_cfg.width', WIDTH * 2, 'model.backbone.arch'),
+])
+def test_a_shape_difference_names_the_setting_of_its_part(change, value, fix, tmp_path,
+                                                          capsys):
+    """Another vocabulary, acquirer or generator width is not "another architecture": each
+    part's difference names the config key that fixes it."""
+    torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
+    Config(dict(model=changed_cfg('dasd', change, value))).dump(tmp_path / 'changed.py')
+    err = refused(capsys, 'dasd', tmp_path / 'dasd.bin', tmp_path / 'changed.py', '--out',
+                  tmp_path / 'o.pth')
+    assert 'differ in shape' in err and fix in err
+    assert (fix == 'model.backbone.arch') == ('another architecture' in err)
+
+
+def test_a_logit_scale_saved_as_one_element_converts(tmp_path):
+    state = authors_state_dict('mla')
+    state['logit_scale'] = torch.tensor([4.6])
+    torch.save(state, tmp_path / 'mla.bin')
+    convert_authors_checkpoint('mla', tmp_path / 'mla.bin', write_config(tmp_path / 'c.py', 'mla'),
+                               tmp_path / 'x.pth', map_mla)
+    scale = torch.load(tmp_path / 'x.pth')['state_dict']['backbone.clip.logit_scale']
+    assert scale.shape == () and scale.item() == pytest.approx(4.6)

@@ -150,6 +150,9 @@ def clip_and_embedding(state: Mapping[str, torch.Tensor], model: nn.Module,
     wanted = {k.removeprefix('backbone.clip.') for k in model.state_dict()
               if k.startswith('backbone.clip.')}
     mapped = {f'backbone.clip.{k}': take(state, used, k) for k in wanted if k in state}
+    scale, model_scale = mapped.get('backbone.clip.logit_scale'), model.backbone.clip.logit_scale
+    if scale is not None and scale.numel() == 1:  # a scalar in some saves, [1] in others
+        mapped['backbone.clip.logit_scale'] = scale.reshape(model_scale.shape)
     for name, key in (('table.weight', 'multilingual_embedding.weight'),
                       ('proj.weight', 'multilingual_embedding_linear.weight'),
                       ('proj.bias', 'multilingual_embedding_linear.bias')):
@@ -207,13 +210,33 @@ def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.M
     if reshaped:
         details = '; '.join(f'{k}: file {tuple(mapped[k].shape)} vs config '
                             f'{tuple(expected[k].shape)}' for k in reshaped[:3])
+        fixes = '; '.join(dict.fromkeys(shape_fix(k) for k in reshaped))
         raise ConversionError(
             f'{path}: {len(reshaped)} parameters differ in shape from the {config} model '
-            f'({details}{"; ..." if len(reshaped) > 3 else ""}): '
-            'the file is a checkpoint of another architecture (e.g. ViT-B/16 vs ViT-B/32: '
-            'visual.conv1.weight); use a config of its architecture (model.backbone.arch)')
+            f'({details}{"; ..." if len(reshaped) > 3 else ""}): {fixes}')
     return sorted(k for k in expected if not k.startswith(CONVERTED_PREFIXES) and
                   k not in aliases)
+
+
+#: What a parameter of another shape says, by the part of the model it is in, and the fix.
+SHAPE_FIXES = (
+    ('language_branch.embedding.table.', "the config's target tokenizer has another vocabulary "
+     'than the file\'s table (the authors\' is mBERT cased, 119,547 ids): set '
+     'model.language_branch.tokenizer.name_or_path to bert-base-multilingual-cased (or its '
+     'local folder)'),
+    ('language_branch.adapters.', "the config's acquirers have another width than the file's "
+     '(MLA: hidden 256, DASD: 32): set model.language_branch.adapters.hidden to the file\'s'),
+    ('disentangler.', "the config's SDM or generator has other widths than the file's (DASD: "
+     'd_z 512, d_u 32): set model.disentangler.generator.d_z / d_u to the file\'s'),
+    ('', 'the file is a checkpoint of another architecture (e.g. ViT-B/16 vs ViT-B/32: '
+     'visual.conv1.weight); use a config of its architecture (model.backbone.arch, with '
+     'QuickGELU: e.g. ViT-B-16-quickgelu)'),
+)
+
+
+def shape_fix(key: str) -> str:
+    """The cause and fix of ``key`` (an xmr name) having another shape in the file."""
+    return next(fix for prefix, fix in SHAPE_FIXES if key.startswith(prefix))
 
 
 def _aliases(model: nn.Module) -> set[str]:
