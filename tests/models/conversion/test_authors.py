@@ -118,15 +118,17 @@ def layer_norm(x, s, prefix):
     return F.layer_norm(x, (x.shape[-1],), s[prefix + '.weight'], s[prefix + '.bias'])
 
 
-def block(x, s, i):
-    """OpenAI CLIP's residual block, causal mask only (padding attends like any token)."""
-    p = f'transformer.resblocks.{i}.'
+def block(x, s, i, prefix='', causal=True, heads=HEADS):
+    """OpenAI CLIP's residual block; the text tower's with the causal mask only (padding
+    attends like any token), the image tower's without a mask."""
+    p = f'{prefix}transformer.resblocks.{i}.'
     b, n, d = x.shape
     q, k, v = (layer_norm(x, s, p + 'ln_1') @ s[p + 'attn.in_proj_weight'].T
                + s[p + 'attn.in_proj_bias']).chunk(3, -1)
-    q, k, v = (t.reshape(b, n, HEADS, d // HEADS).transpose(1, 2) for t in (q, k, v))
-    scores = q @ k.transpose(-1, -2) / (d // HEADS) ** 0.5
-    scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float('-inf'))
+    q, k, v = (t.reshape(b, n, heads, d // heads).transpose(1, 2) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / (d // heads) ** 0.5
+    if causal:
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float('-inf'))
     context = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d)
     x = x + context @ s[p + 'attn.out_proj.weight'].T + s[p + 'attn.out_proj.bias']
     h = layer_norm(x, s, p + 'ln_2') @ s[p + 'mlp.c_fc.weight'].T + s[p + 'mlp.c_fc.bias']
@@ -359,3 +361,99 @@ def test_a_logit_scale_saved_as_one_element_converts(tmp_path):
                                tmp_path / 'x.pth', map_mla)
     scale = torch.load(tmp_path / 'x.pth')['state_dict']['backbone.clip.logit_scale']
     assert scale.shape == () and scale.item() == pytest.approx(4.6)
+
+
+def authors_encode_image(s, images):
+    """``r^V``: their ``VisionTransformer.forward`` (class token, positions, ``ln_pre``, the
+    blocks without a mask, ``ln_post`` of the class token, ``@ proj``), ``[B, E]``."""
+    x = F.conv2d(images, s['visual.conv1.weight'], stride=s['visual.conv1.weight'].shape[-1])
+    x = x.flatten(2).transpose(1, 2)
+    cls = s['visual.class_embedding'].expand(x.shape[0], 1, -1)
+    x = layer_norm(torch.cat([cls, x], 1) + s['visual.positional_embedding'], s, 'visual.ln_pre')
+    for i in range(1):  # tiny_clip's one vision layer
+        x = block(x, s, i, prefix='visual.', causal=False, heads=1)
+    return layer_norm(x[:, 0], s, 'visual.ln_post') @ s['visual.proj']
+
+
+def authors_encode_english(s, ids):
+    """``r^S``: their ``encode_text`` on ``clip.tokenize`` ids, pooled at the highest id (EOT)."""
+    x = s['token_embedding.weight'][ids] + s['positional_embedding'][:ids.shape[1]]
+    for i in range(BLOCKS):
+        x = block(x, s, i)
+    return layer_norm(x, s, 'ln_final')[torch.arange(ids.shape[0]), ids.argmax(-1)] \
+        @ s['text_projection']
+
+
+@pytest.mark.parametrize('method', ['mla', 'dasd'])
+def test_converted_checkpoint_encodes_images_and_english_as_the_authors_code(method, tmp_path):
+    """The other two towers of the file, against their equations; the weights saved in fp16
+    where their ``convert_weights`` makes them so (linear, attention, projections)."""
+    import open_clip
+
+    state = authors_state_dict(method)
+    halved = ('.weight', '.bias', 'in_proj_weight', 'in_proj_bias', 'text_projection',
+              'visual.proj')
+    state = {k: v.half() if k.endswith(halved) and 'ln' not in k and 'embedding' not in k
+             else v for k, v in state.items()}
+    torch.save(state, tmp_path / 'authors.bin')
+    config = write_config(tmp_path / 'authors.py', method)
+    convert_authors_checkpoint(method, tmp_path / 'authors.bin', config, tmp_path / 'x.pth',
+                               MAPPINGS[method])
+    model = init_retriever(config, tmp_path / 'x.pth')
+    s = {k: v.float() for k, v in state.items()}
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(model.encode_media(images), authors_encode_image(s, images),
+                               atol=2e-5, rtol=1e-4)
+    ids = open_clip.tokenize(TEXTS, context_length=CONTEXT)
+    expected = F.normalize(authors_encode_english(s, ids), dim=-1)
+    torch.testing.assert_close(encode_texts(model, TEXTS, 'en'), expected, atol=2e-5, rtol=1e-4)
+
+
+def test_mbert_style_tokens_are_the_authors_ids_pooled_at_their_sep(tmp_path):
+    """Their target tokens: ``m_toker(texts, padding='max_length', max_length=77,
+    truncation=True)``, pooled where ``text == 102`` ([SEP]); a WordPiece tokenizer with
+    mBERT's special ids stands in for mBERT (not downloadable here). xmr's ``HFTokenizer`` with
+    ``pad_to`` gives the same ids and pools the same position, a truncated caption too."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    from xmr.models.language.tokenizers import HFTokenizer
+
+    words = ['ein', 'roter', 'Kreis', 'zwei', 'blaue', 'Quadrate', 'links', 'drei', '##e']
+    vocab = {'[PAD]': 0, **{f'[unused{i}]': i for i in range(1, 100)}, '[UNK]': 100,
+             '[CLS]': 101, '[SEP]': 102, '[MASK]': 103,
+             **{w: 104 + i for i, w in enumerate(words)}}
+    fast = Tokenizer(models.WordPiece(vocab, unk_token='[UNK]'))
+    fast.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=None)
+    fast.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    fast.post_processor = processors.BertProcessing(('[SEP]', 102), ('[CLS]', 101))
+    fast.save(str(tmp_path / 'tokenizer.json'))
+    texts = ['ein roter Kreis', 'zwei blaue Quadrate links ' * 5, 'drei grüne Dreiecke']
+    m_toker = PreTrainedTokenizerFast(tokenizer_object=fast, pad_token='[PAD]')
+    theirs = m_toker(texts, padding='max_length', max_length=CONTEXT, truncation=True,
+                     return_tensors='pt')['input_ids']
+    ours = HFTokenizer(tokenizer_file=str(tmp_path / 'tokenizer.json'), max_length=CONTEXT,
+                       pad_to=CONTEXT)(texts)
+    assert torch.equal(ours['input_ids'], theirs)
+    assert torch.equal(ours['eos_index'], (theirs == 102).nonzero()[:, 1])
+    assert theirs[1, -1] == 102  # the long caption is cut with its [SEP] kept
+
+
+@pytest.mark.parametrize('method', ['mla', 'dasd'])
+def test_a_batch_of_mixed_languages_encodes_each_caption_as_the_authors_code(method, tmp_path):
+    """Their code runs one language per call; xmr's mixed batch (the grouped adapters of a
+    fine-tuning batch, ``batch_sampler=None``) gives each caption its language's ``r^T``."""
+    state = authors_state_dict(method)
+    torch.save(state, tmp_path / 'authors.bin')
+    config = write_config(tmp_path / 'authors.py', method)
+    convert_authors_checkpoint(method, tmp_path / 'authors.bin', config, tmp_path / 'x.pth',
+                               MAPPINGS[method])
+    model = init_retriever(config, tmp_path / 'x.pth')
+    langs = ['zh', 'de', 'zh']
+    tokens = model.language_branch.tokenize(TEXTS)
+    with torch.no_grad():
+        mixed, _ = model.encode_target(tokens, langs)
+    eos = tokens['eos_index']
+    expected = torch.cat([authors_forward(state, tokens['input_ids'][i:i + 1], eos[i:i + 1],
+                                          lang, method) for i, lang in enumerate(langs)])
+    torch.testing.assert_close(mixed, expected, atol=2e-5, rtol=1e-4)
