@@ -457,3 +457,36 @@ def test_a_batch_of_mixed_languages_encodes_each_caption_as_the_authors_code(met
     expected = torch.cat([authors_forward(state, tokens['input_ids'][i:i + 1], eos[i:i + 1],
                                           lang, method) for i, lang in enumerate(langs)])
     torch.testing.assert_close(mixed, expected, atol=2e-5, rtol=1e-4)
+
+
+def test_acquirers_under_another_code_of_the_language_are_converted(tmp_path):
+    """A file's ``acquirer.jp`` is the config's ``ja`` (xmr's canonical code, which a config's
+    ``jp`` becomes too): converted, encoding as their code, the report naming the file's keys."""
+    state = {k.replace('.acquirer.zh.', '.acquirer.jp.'): v
+             for k, v in authors_state_dict('dasd').items()}
+    torch.save(state, tmp_path / 'dasd.bin')
+    cfg = changed_cfg('dasd', 'language_branch.languages', ['de', 'jp'])
+    Config(dict(model=cfg)).dump(tmp_path / 'c.py')
+    report = convert_authors_checkpoint('dasd', tmp_path / 'dasd.bin', tmp_path / 'c.py',
+                                        tmp_path / 'x.pth', map_dasd)
+    assert 'transformer.resblocks.0.acquirer.jp.mlp_beforez.c_fc.weight' in report.used
+    assert 'transformer.resblocks.0.acquirer.jp.ln.weight' in report.unused
+    model = init_retriever(tmp_path / 'c.py', tmp_path / 'x.pth')
+    tokens = model.language_branch.tokenize(TEXTS)
+    expected = authors_forward(state, tokens['input_ids'], tokens['eos_index'], 'jp', 'dasd')
+    torch.testing.assert_close(encode_texts(model, TEXTS, 'ja'), F.normalize(expected, dim=-1),
+                               atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize('rename,message', [
+    ('.acquirer.', 'acquirers without a language (transformer.resblocks.0.acquirer.'),
+    ('.acquirer.ja.', "two codes of 'ja'"),
+])
+def test_acquirers_without_a_language_or_under_two_codes_are_refused(rename, message, tmp_path,
+                                                                     capsys):
+    state = authors_state_dict('mla', langs=['de', 'zh', 'jp'])
+    state = {k.replace('.acquirer.zh.', rename): v for k, v in state.items()}
+    torch.save(state, tmp_path / 'mla.bin')
+    err = refused(capsys, 'mla', tmp_path / 'mla.bin', write_config(tmp_path / 'c.py', 'mla'),
+                  '--out', tmp_path / 'o.pth')
+    assert message in err and not (tmp_path / 'o.pth').exists()

@@ -22,6 +22,7 @@ import torch
 from mmengine.config import Config
 from torch import nn
 
+from xmr.datasets.languages import LanguageCodeError, normalize_language
 from xmr.fileio import atomic_torch_save
 from xmr.models.conversion.settings import authors_differences
 
@@ -179,18 +180,67 @@ def adapter_key(lang: str, block: int, name: str) -> str:
     return f'language_branch.adapters.sets.{lang}.{block}:block_output.{name}'
 
 
-def check_languages(path: Path, state: Mapping[str, torch.Tensor], languages: list[str]) -> None:
-    """Every language the config names has acquirers in the file."""
-    present = sorted({k.split('.acquirer.')[1].split('.')[0] for k in state
-                      if '.acquirer.' in k})
-    absent = [lang for lang in languages if lang not in present]
+#: Layers of an acquirer: a file whose ``acquirer.<x>`` is one of them has no language level.
+ACQUIRER_LAYERS = ('mlp', 'ln', 'mlp_sr', 'mlp_sa', 'mlp_beforez', 'mlp_afterz')
+
+
+def file_languages(path: Path, state: Mapping[str, torch.Tensor]) -> dict[str, str]:
+    """``{canonical code: the file's code}`` of the acquirers' languages (``jp`` -> ``ja``).
+
+    Raises:
+        ConversionError: acquirers without a language level (trained without
+            ``--m_acquirer``), or two codes of the file for one language.
+    """
+    codes = sorted({k.split('.acquirer.')[1].split('.')[0] for k in state if '.acquirer.' in k})
+    layers = [c for c in codes if c in ACQUIRER_LAYERS]
+    if layers:
+        raise ConversionError(
+            f'{path}: acquirers without a language (transformer.resblocks.0.acquirer.'
+            f'{layers[0]}.*): a model trained without --m_acquirer, one acquirer for every '
+            'language; the converters read per-language acquirers (acquirer.<lang>.*, the '
+            'released models\' layout): rename each acquirer.<layer> key to '
+            'acquirer.<lang>.<layer> for the language it serves')
+    canonical: dict[str, str] = {}
+    for code in codes:
+        try:
+            name = normalize_language(code, f'{path}: acquirer language')
+        except LanguageCodeError:
+            name = code  # left as it is: named among the file's languages if the config asks
+        if name in canonical:
+            raise ConversionError(f'{path}: acquirers under {canonical[name]!r} and {code!r}, '
+                                  f'two codes of {name!r}: keep the one its model was trained '
+                                  'with and remove the other\'s keys')
+        canonical[name] = code
+    return canonical
+
+
+def check_languages(path: Path, codes: Mapping[str, str], languages: list[str]) -> None:
+    """Every language the config names has acquirers in the file (``codes``:
+    :func:`file_languages`)."""
+    absent = [lang for lang in languages if lang not in codes]
     if absent:
-        keys = [k for k in (f'transformer.resblocks.0.acquirer.{lang}' for lang in absent)]
+        keys = [f'transformer.resblocks.0.acquirer.{lang}' for lang in absent]
+        present = sorted(codes)
         raise ConversionError(
             f'{path}: no acquirer modules for {", ".join(absent)} (missing {first(keys)}.*; the '
             f'config names {", ".join(languages)}, the file has {", ".join(present) or "none"}): '
             'convert with the languages of the file, e.g. --cfg-options '
             f'model.language_branch.languages="{present}"')
+
+
+def canonical_acquirers(state: Mapping[str, torch.Tensor], codes: Mapping[str, str]
+                        ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """``state`` with each acquirer key under its canonical code, and ``{new key: file key}``
+    of the keys renamed (``...acquirer.jp.mlp...`` -> ``...acquirer.ja.mlp...``)."""
+    renamed = {}
+    for name, code in codes.items():
+        if name != code:
+            renamed.update({k.replace(f'.acquirer.{code}.', f'.acquirer.{name}.'): k
+                            for k in state if f'.acquirer.{code}.' in k})
+    original = set(renamed.values())
+    state = {**{k: v for k, v in state.items() if k not in original},
+             **{new: state[old] for new, old in renamed.items()}}
+    return state, renamed
 
 
 def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.Module,
@@ -282,13 +332,16 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     check_method(path, state, method)
     model = build_model(config, cfg_options)
     check_settings(path, model, method, Path(config).name)
-    check_languages(path, state, list(model.languages))
+    codes = file_languages(path, state)
+    check_languages(path, codes, list(model.languages))
+    state, renamed = canonical_acquirers(state, codes)
     used: set[str] = set()
     mapped = {**clip_and_embedding(state, model, used), **mapping(state, model, used)}
     kept = check_against_model(path, mapped, model, Path(config).name)
     unused = check_unused(path, state, used, method)
     model.load_state_dict(mapped, strict=False)
-    report = ConversionReport(used=sorted(used), unused=unused, kept=kept)
+    report = ConversionReport(used=sorted(renamed.get(k, k) for k in used),
+                              unused=sorted(renamed.get(k, k) for k in unused), kept=kept)
     meta = dict(converted_from=str(path), method=method, config=str(config),
                 used_keys=len(report.used), unused_keys=report.unused, kept_keys=report.kept)
     atomic_torch_save(dict(state_dict=model.state_dict(), meta=meta), out)
