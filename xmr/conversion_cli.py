@@ -25,6 +25,11 @@ def main(method: str, argv: list[str] | None = None) -> None:
     parser.add_argument('checkpoint', help="the authors' model file (pytorch_model.bin.<step>)")
     parser.add_argument('config', help='xmr config of the model it becomes')
     parser.add_argument('--out', required=True, help='xmr checkpoint to write (.pth)')
+    parser.add_argument('--clip-checkpoint', metavar='FILE',
+                        help="CLIP's weights from FILE instead of CHECKPOINT's, as MLA's "
+                        'inference.sh CLIP_CKPT ACQ_CKPT: the English fine-tuned CLIP '
+                        '(finetune-en-m30k/pytorch_model.bin.4) with the acquirers of '
+                        'CHECKPOINT (LE/pytorch_model.bin.1 or finetune-all-m30k)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config keys, e.g. model.language_branch.languages=[ja]')
     args = parser.parse_args(argv)
@@ -35,7 +40,8 @@ def main(method: str, argv: list[str] | None = None) -> None:
     mapping = {'mla': map_mla, 'dasd': map_dasd}[method]
     try:
         report = convert_authors_checkpoint(method, args.checkpoint, args.config, args.out,
-                                            mapping, args.cfg_options)
+                                            mapping, args.cfg_options,
+                                            args.clip_checkpoint)
     except (ConversionError, FileNotFoundError) as error:
         parser.exit(2, f'error: {error}\n')
     print(f'{args.out}: {len(report.used)} keys used; {len(report.unused)} unused: '

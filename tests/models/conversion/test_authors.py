@@ -490,3 +490,34 @@ def test_acquirers_without_a_language_or_under_two_codes_are_refused(rename, mes
     err = refused(capsys, 'mla', tmp_path / 'mla.bin', write_config(tmp_path / 'c.py', 'mla'),
                   '--out', tmp_path / 'o.pth')
     assert message in err and not (tmp_path / 'o.pth').exists()
+
+
+def test_mla_fine_tuned_clip_from_a_second_file_as_their_inference(tmp_path, capsys):
+    """MLA's ``inference.sh CLIP_CKPT ACQ_CKPT``: CLIP from the English fine-tuned file, only
+    the acquirers and the embedding block from the LE file; their r^T on that mix."""
+    le = authors_state_dict('mla')
+    torch.manual_seed(1)
+    clip_names = [k for k in le if 'acquirer' not in k and 'multilingual' not in k]
+    finetuned = {k: le[k] + 0.05 * torch.randn_like(le[k]) for k in clip_names}
+    torch.save(le, tmp_path / 'le.bin')
+    torch.save(finetuned, tmp_path / 'finetune-en.bin')
+    config = write_config(tmp_path / 'mla.py', 'mla')
+    main('mla', [str(tmp_path / 'le.bin'), str(config), '--out', str(tmp_path / 'x.pth'),
+                 '--clip-checkpoint', str(tmp_path / 'finetune-en.bin')])
+    assert f'{tmp_path / "le.bin"}:ln_final.bias' in capsys.readouterr().out
+    model = init_retriever(config, tmp_path / 'x.pth')
+    theirs = {**le, **finetuned}
+    tokens = model.language_branch.tokenize(TEXTS)
+    expected = authors_forward(theirs, tokens['input_ids'], tokens['eos_index'], 'de', 'mla')
+    torch.testing.assert_close(encode_texts(model, TEXTS, 'de'), F.normalize(expected, dim=-1),
+                               atol=2e-5, rtol=1e-4)
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(model.encode_media(images), authors_encode_image(theirs, images),
+                               atol=2e-5, rtol=1e-4)
+
+    del finetuned['visual.proj']
+    torch.save(finetuned, tmp_path / 'partial.bin')
+    err = refused(capsys, 'mla', tmp_path / 'le.bin', config, '--out', tmp_path / 'o.pth',
+                  '--clip-checkpoint', tmp_path / 'partial.bin')
+    assert f'{tmp_path / "partial.bin"}: 1 weights of the config\'s CLIP' in err
+    assert 'visual.proj' in err and not (tmp_path / 'o.pth').exists()

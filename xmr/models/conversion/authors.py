@@ -25,6 +25,7 @@ from torch import nn
 from xmr.datasets.languages import LanguageCodeError, normalize_language
 from xmr.fileio import atomic_torch_save
 from xmr.models.conversion.settings import authors_differences
+from xmr.models.weight_files import read_weights
 
 #: Prefixes of the xmr parameters a converted file must provide (the rest, e.g. loss
 #: constants, keep the config's values).
@@ -113,7 +114,7 @@ def check_method(path: Path, state: Mapping[str, torch.Tensor], method: str) -> 
             f'{path}: no per-language acquirer modules (no key like transformer.resblocks.0.'
             f'acquirer.<lang>.*; {len(state)} keys, e.g. {first(state)}): not an MLA or DASD '
             'checkpoint; give the released model file (the CLIP weights alone go to '
-            'model.backbone.pretrained)')
+            'model.backbone.pretrained, or with the acquirers\' file to --clip-checkpoint)')
     if method == 'mla' and dasd:
         raise ConversionError(f'{path}: a DASD checkpoint ({len(dasd)} DASD keys: {first(dasd)}) '
                               'given to the MLA converter: use tools/convert/dasd_to_xmr.py')
@@ -145,12 +146,45 @@ def take(state: Mapping[str, torch.Tensor], used: set, key: str) -> torch.Tensor
     return state[key].float() if key in state else None
 
 
+def clip_keys(model: nn.Module) -> set[str]:
+    """The keys of the model's CLIP towers, in the authors' (OpenAI's) names."""
+    return {k.removeprefix('backbone.clip.') for k in model.state_dict()
+            if k.startswith('backbone.clip.')}
+
+
+def with_clip_from(path: Path, state: Mapping[str, torch.Tensor], clip_path: Path,
+                   model: nn.Module) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """``state`` with the CLIP towers of ``clip_path`` in place of its own, and the keys of
+    either file left out (``'<file>:<key>'``).
+
+    MLA's ``inference.sh CLIP_CKPT ACQ_CKPT`` builds CLIP from the first file and loads only
+    the acquirers and the embedding block from the second: its fine-tuned results pair the
+    English fine-tuned CLIP (``finetune-en-m30k``) with the LE or ``finetune-all`` acquirers.
+    """
+    try:
+        clip_state = read_weights(clip_path, 'CLIP checkpoint')
+    except (ValueError, FileNotFoundError) as error:
+        raise ConversionError(f'{clip_path}: {error}: give the CLIP file the acquirers were '
+                              'evaluated with (their --clip_ckpt)') from error
+    wanted = clip_keys(model)
+    absent = sorted(wanted - set(clip_state))
+    if absent:
+        raise ConversionError(
+            f'{clip_path}: {len(absent)} weights of the config\'s CLIP are not in the CLIP '
+            f'file ({first(absent)}): give the file of CLIP (their --clip_ckpt, e.g. '
+            'finetune-en-m30k/pytorch_model.bin.4), or a config of its architecture')
+    merged = {k: v for k, v in state.items() if k not in wanted}
+    merged.update({k: clip_state[k] for k in wanted})
+    left = ([f'{path}:{k}' for k in sorted(wanted & set(state))] +
+            [f'{clip_path}:{k}' for k in sorted(set(clip_state) - wanted)])
+    return merged, left
+
+
 def clip_and_embedding(state: Mapping[str, torch.Tensor], model: nn.Module,
                        used: set) -> dict[str, torch.Tensor]:
     """CLIP's weights (open_clip keys under ``backbone.clip.``) and the embedding block."""
-    wanted = {k.removeprefix('backbone.clip.') for k in model.state_dict()
-              if k.startswith('backbone.clip.')}
-    mapped = {f'backbone.clip.{k}': take(state, used, k) for k in wanted if k in state}
+    mapped = {f'backbone.clip.{k}': take(state, used, k) for k in clip_keys(model)
+              if k in state}
     scale, model_scale = mapped.get('backbone.clip.logit_scale'), model.backbone.clip.logit_scale
     if scale is not None and scale.numel() == 1:  # a scalar in some saves, [1] in others
         mapped['backbone.clip.logit_scale'] = scale.reshape(model_scale.shape)
@@ -313,7 +347,9 @@ def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -
 
 def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: str | os.PathLike,
                                out: str | os.PathLike, mapping: StateMapping,
-                               cfg_options: Mapping | None = None) -> ConversionReport:
+                               cfg_options: Mapping | None = None,
+                               clip_source: str | os.PathLike | None = None
+                               ) -> ConversionReport:
     """Convert ``source`` into the model of ``config`` and write ``out`` (atomically).
 
     Args:
@@ -323,6 +359,8 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
         out: the xmr checkpoint written (``{'state_dict', 'meta'}``), only when all is well.
         mapping: the method's ``(state, model, used) -> {xmr key: tensor}``.
         cfg_options: overrides merged into the config.
+        clip_source: a file whose CLIP towers replace ``source``'s (:func:`with_clip_from`);
+            its keys and ``source``'s CLIP keys are reported unused as ``'<file>:<key>'``.
 
     Raises:
         ConversionError: naming the file, the keys at fault (first few and counts) and the fix.
@@ -335,14 +373,19 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     codes = file_languages(path, state)
     check_languages(path, codes, list(model.languages))
     state, renamed = canonical_acquirers(state, codes)
+    replaced = []
+    if clip_source is not None:
+        state, replaced = with_clip_from(path, state, Path(clip_source), model)
     used: set[str] = set()
     mapped = {**clip_and_embedding(state, model, used), **mapping(state, model, used)}
     kept = check_against_model(path, mapped, model, Path(config).name)
     unused = check_unused(path, state, used, method)
     model.load_state_dict(mapped, strict=False)
     report = ConversionReport(used=sorted(renamed.get(k, k) for k in used),
-                              unused=sorted(renamed.get(k, k) for k in unused), kept=kept)
-    meta = dict(converted_from=str(path), method=method, config=str(config),
+                              unused=sorted(renamed.get(k, k) for k in unused) + replaced,
+                              kept=kept)
+    meta = dict(converted_from=str(path), clip_from=clip_source and str(clip_source),
+                method=method, config=str(config),
                 used_keys=len(report.used), unused_keys=report.unused, kept_keys=report.kept)
     atomic_torch_save(dict(state_dict=model.state_dict(), meta=meta), out)
     return report
