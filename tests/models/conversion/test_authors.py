@@ -47,6 +47,7 @@ def model_cfg(method: str, patch: int = 16) -> dict:
                losses=dict(cl=dict(type='AlignmentLoss', kind='mse')))
     if method == 'dasd':
         branch['adapters'] = dict(type='DynamicAdapter', hidden=D_U)
+        branch['embedding']['padding_idx'] = None
         cfg['disentangler'] = dict(
             type='SemanticsDisentangler', depth=2, stream_adapters=False,
             padding_as_tokens=True, generator=dict(d_z=D_Z, d_u=D_U, activation='quick_gelu'),
@@ -302,6 +303,7 @@ def changed_cfg(method: str, change: str, value) -> dict:
     ('dasd', 'disentangler.generator.activation', 'gelu', 'activation is \'GELU\''),
     ('dasd', 'language_branch.tokenizer.pad_to', None, 'tokenizer.pad_to is None'),
     ('dasd', 'disentangler', None, 'model.disentangler is None'),
+    ('dasd', 'language_branch.embedding.padding_idx', 0, 'embedding.padding_idx is 0'),
 ])
 def test_a_config_that_computes_otherwise_than_the_authors_is_refused(
         method, change, value, named, tmp_path, capsys):
@@ -521,3 +523,18 @@ def test_mla_fine_tuned_clip_from_a_second_file_as_their_inference(tmp_path, cap
                   '--clip-checkpoint', tmp_path / 'partial.bin')
     assert f'{tmp_path / "partial.bin"}: 1 weights of the config\'s CLIP' in err
     assert 'visual.proj' in err and not (tmp_path / 'o.pth').exists()
+
+
+def test_dasd_trains_the_padding_row_of_the_table_as_the_authors(tmp_path):
+    """Their table has no padding_idx and f^sa averages the padding in: fine-tuning a converted
+    DASD model moves the padding's row too."""
+    torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
+    config = write_config(tmp_path / 'dasd.py', 'dasd')
+    convert_authors_checkpoint('dasd', tmp_path / 'dasd.bin', config, tmp_path / 'x.pth',
+                               map_dasd)
+    model = init_retriever(config, tmp_path / 'x.pth')
+    tokens = model.language_branch.tokenize(TEXTS)
+    r_target, _ = model.encode_target(tokens, ['de'] * len(TEXTS))
+    r_target.sum().backward()
+    table = model.language_branch.embedding.table.weight
+    assert table.grad[model.language_branch.tokenizer.pad_id].abs().sum() > 0

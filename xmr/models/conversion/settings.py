@@ -12,7 +12,9 @@ here returns ``(setting, the config's value, the authors' value)`` for every dif
 * DASD: ``x + c_proj2(ReLU(c_fc(x) W))`` (``DynamicAdapter``); one SDM for the languages
   (``per_language=False``) over the first two frozen blocks (``inputlayers=1`` stops after
   block index 1) without its adapters, ``f^sa`` the mean over all 77 positions of captions
-  padded to 77 (``padding='max_length'``), ``z = QuickGELU(Linear([f^sr; f^sa]))``.
+  padded to 77 (``padding='max_length'``), ``z = QuickGELU(Linear([f^sr; f^sa]))``; their
+  ``multilingual_embedding`` has no ``padding_idx``: the padding's row, which ``f^sa``
+  reads, trains as any other (xmr's default keeps it frozen).
 """
 from __future__ import annotations
 
@@ -83,6 +85,9 @@ def dasd_sdm_differences(model: nn.Module) -> list[Difference]:
         found.append(('model.disentangler.generator.activation',
                       type(sdm.generator.to_z[-1]).__name__, 'quick_gelu'))
     branch = model.language_branch
+    padding = getattr(getattr(branch.embedding, 'table', None), 'padding_idx', None)
+    if padding is not None:  # their f^sa reads the padding's row, which they train
+        found.append(('model.language_branch.embedding.padding_idx', padding, None))
     if branch.tokenizer.pad_to != branch.tower.context_length:
         found.append(('model.language_branch.tokenizer.pad_to', branch.tokenizer.pad_to,
                       branch.tower.context_length))
