@@ -23,6 +23,7 @@ from mmengine.config import Config
 from torch import nn
 
 from xmr.datasets.languages import LanguageCodeError, normalize_language
+from xmr.engine.checkpoint import CheckpointReadError, check_checkpoint
 from xmr.fileio import atomic_torch_save
 from xmr.models.conversion.settings import authors_differences
 from xmr.models.weight_files import read_weights
@@ -86,10 +87,22 @@ def first(keys, limit: int = 3) -> str:
     return ', '.join(keys[:limit]) + more
 
 
+def check_records(path: Path) -> None:
+    """Refuse a torch file whose records fail their CRC-32 (``torch.load`` checks none: a
+    damaged download would convert as other numbers), a truncated or a foreign one."""
+    try:
+        check_checkpoint(path, 'torch checkpoint')
+    except CheckpointReadError as error:
+        reason = str(error).removeprefix(f'{path}: ')
+        raise ConversionError(f'{path}: not a readable torch checkpoint: {reason}; a released '
+                              'file: download it again') from error
+
+
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a ``torch.save``d state dict, refused when unreadable or of another kind."""
     if not path.is_file():
         raise ConversionError(f'{path}: no such file: give the path of the released checkpoint')
+    check_records(path)
     try:
         loaded = torch.load(path, map_location='cpu', weights_only=True)
     except Exception as error:  # torch raises many kinds for a truncated or foreign file
@@ -161,6 +174,8 @@ def with_clip_from(path: Path, state: Mapping[str, torch.Tensor], clip_path: Pat
     the acquirers and the embedding block from the second: its fine-tuned results pair the
     English fine-tuned CLIP (``finetune-en-m30k``) with the LE or ``finetune-all`` acquirers.
     """
+    if clip_path.is_file() and clip_path.suffix != '.safetensors':
+        check_records(clip_path)
     try:
         clip_state = read_weights(clip_path, 'CLIP checkpoint')
     except (ValueError, FileNotFoundError) as error:
