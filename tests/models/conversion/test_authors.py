@@ -304,6 +304,8 @@ def changed_cfg(method: str, change: str, value) -> dict:
     ('dasd', 'language_branch.tokenizer.pad_to', None, 'tokenizer.pad_to is None'),
     ('dasd', 'disentangler', None, 'model.disentangler is None'),
     ('dasd', 'language_branch.embedding.padding_idx', 0, 'embedding.padding_idx is 0'),
+    ('mla', 'language_branch.embedding', dict(type='TowerTokenEmbedding'),
+     "embedding.type is 'TowerTokenEmbedding'"),
 ])
 def test_a_config_that_computes_otherwise_than_the_authors_is_refused(
         method, change, value, named, tmp_path, capsys):

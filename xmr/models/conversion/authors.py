@@ -305,6 +305,10 @@ def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.M
             f'{path}: {len(absent_in_file) + len(missing)} parameters of the {config} model are '
             f'not in the file ({first(absent_in_file + missing)}): it is a checkpoint of another '
             'architecture or setting; convert with the config it was trained as')
+    placeless = sorted(set(mapped) - set(expected))
+    if placeless:
+        raise ConversionError(f'{path}: the {config} model has no {first(placeless)}: convert '
+                              f'with a config of the authors\' model ({AUTHORS_CONFIGS})')
     reshaped = sorted(k for k in mapped if tuple(mapped[k].shape) != tuple(expected[k].shape))
     if reshaped:
         details = '; '.join(f'{k}: file {tuple(mapped[k].shape)} vs config '
@@ -355,8 +359,10 @@ def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -
     cfg = Config.fromfile(str(config))
     if cfg_options:
         cfg.merge_from_dict(dict(cfg_options))
-    cfg.model.backbone.pretrained = None
-    cfg.model.language_branch.embedding.pretrained = None
+    branch = cfg.model.get('language_branch') or {}
+    for part in (cfg.model.get('backbone'), branch.get('embedding')):
+        if part is not None and 'pretrained' in part:  # a part without it is refused later
+            part.pretrained = None
     return MODELS.build(cfg.model)
 
 

@@ -25,6 +25,7 @@ from xmr.models.adapters.dynamic import DynamicAdapter
 from xmr.models.adapters.static import StaticAdapter
 from xmr.models.disentanglers.parameter_generator import QuickGELU
 from xmr.models.disentanglers.semantics import SemanticsDisentangler
+from xmr.models.language.embedding import TargetEmbedding
 
 #: ``(setting, config's value, authors' value)``.
 Difference = tuple[str, object, object]
@@ -51,11 +52,15 @@ def backbone_differences(model: nn.Module) -> list[Difference]:
 
 
 def branch_differences(model: nn.Module, method: str) -> list[Difference]:
-    """Every text block followed by the method's acquirer at its output, nothing else."""
+    """Their embedding block (table, ``W_e``), every text block followed by the method's
+    acquirer at its output, nothing else."""
     branch = model.language_branch
     if branch is None:
         return [('model.language_branch', None, 'a TargetLanguageBranch')]
     found = []
+    if type(branch.embedding) is not TargetEmbedding:
+        found.append(('model.language_branch.embedding.type', type(branch.embedding).__name__,
+                      'TargetEmbedding'))
     if branch.num_blocks != branch.tower.num_blocks:
         found.append(('model.language_branch.num_blocks', branch.num_blocks,
                       branch.tower.num_blocks))
