@@ -308,7 +308,7 @@ def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.M
     placeless = sorted(set(mapped) - set(expected))
     if placeless:
         raise ConversionError(f'{path}: the {config} model has no {first(placeless)}: convert '
-                              f'with a config of the authors\' model ({AUTHORS_CONFIGS})')
+                              'with a config of the authors\' model (configs/dasd/*_authors.py)')
     reshaped = sorted(k for k in mapped if tuple(mapped[k].shape) != tuple(expected[k].shape))
     if reshaped:
         details = '; '.join(f'{k}: file {tuple(mapped[k].shape)} vs config '
@@ -366,6 +366,21 @@ def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -
     return MODELS.build(cfg.model)
 
 
+def state_for(path: Path, state: Mapping[str, torch.Tensor], model: nn.Module,
+              clip_source: str | os.PathLike | None
+              ) -> tuple[dict[str, torch.Tensor], dict[str, str], list[str]]:
+    """``state`` as the mappings read it: the config's languages checked and their acquirers
+    under xmr's codes (:func:`canonical_acquirers`), CLIP from ``clip_source`` when given
+    (:func:`with_clip_from`); with ``{new key: file key}`` and the keys CLIP's file replaced."""
+    codes = file_languages(path, state)
+    check_languages(path, codes, list(model.languages))
+    state, renamed = canonical_acquirers(state, codes)
+    if clip_source is None:
+        return state, renamed, []
+    state, replaced = with_clip_from(path, state, Path(clip_source), model)
+    return state, renamed, replaced
+
+
 def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: str | os.PathLike,
                                out: str | os.PathLike, mapping: StateMapping,
                                cfg_options: Mapping | None = None,
@@ -391,12 +406,7 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     check_method(path, state, method)
     model = build_model(config, cfg_options)
     check_settings(path, model, method, Path(config).name)
-    codes = file_languages(path, state)
-    check_languages(path, codes, list(model.languages))
-    state, renamed = canonical_acquirers(state, codes)
-    replaced = []
-    if clip_source is not None:
-        state, replaced = with_clip_from(path, state, Path(clip_source), model)
+    state, renamed, replaced = state_for(path, state, model, clip_source)
     used: set[str] = set()
     mapped = {**clip_and_embedding(state, model, used), **mapping(state, model, used)}
     kept = check_against_model(path, mapped, model, Path(config).name)
