@@ -566,3 +566,14 @@ def test_a_damaged_tensor_record_is_refused_not_converted(damaged, tmp_path, cap
                   '--clip-checkpoint', tmp_path / 'clip.bin')
     assert err.startswith(f'error: {tmp_path / f"{damaged}.bin"}: not a readable torch')
     assert 'Bad CRC-32' in err and not (tmp_path / 'o.pth').exists()
+
+
+def test_weights_with_nan_are_refused_naming_them(tmp_path, capsys):
+    state = authors_state_dict('dasd')
+    state['sr_projection'][0, 0] = float('nan')  # theirs is torch.empty, never initialised
+    state['AdvAgent.discriminator.0.weight'][0, 0] = float('inf')  # unused: not a fault
+    torch.save(state, tmp_path / 'dasd.bin')
+    err = refused(capsys, 'dasd', tmp_path / 'dasd.bin', write_config(tmp_path / 'c.py', 'dasd'),
+                  '--out', tmp_path / 'o.pth')
+    assert '1 weights hold NaN or infinite values (disentangler.sr_projection.weight)' in err
+    assert not (tmp_path / 'o.pth').exists()

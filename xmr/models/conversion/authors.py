@@ -342,6 +342,16 @@ def shape_fix(key: str) -> str:
     return next(fix for prefix, fix in SHAPE_FIXES if key.startswith(prefix))
 
 
+def check_finite(path: Path, mapped: Mapping[str, torch.Tensor]) -> None:
+    """Refuse NaN or infinite values in the weights placed (a run diverged before it saved,
+    or a file damaged where no CRC-32 guards it): every score would come out NaN."""
+    bad = sorted(k for k, v in mapped.items() if not torch.isfinite(v).all())
+    if bad:
+        raise ConversionError(f'{path}: {len(bad)} weights hold NaN or infinite values '
+                              f'({first(bad)}): the run diverged or the file is damaged; '
+                              'convert another checkpoint of the run, or download it again')
+
+
 def _aliases(model: nn.Module) -> set[str]:
     """State-dict names of tensors also reachable under another (first) name."""
     seen, aliases = {}, set()
@@ -410,6 +420,7 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     used: set[str] = set()
     mapped = {**clip_and_embedding(state, model, used), **mapping(state, model, used)}
     kept = check_against_model(path, mapped, model, Path(config).name)
+    check_finite(path, mapped)
     unused = check_unused(path, state, used, method)
     model.load_state_dict(mapped, strict=False)
     report = ConversionReport(used=sorted(renamed.get(k, k) for k in used),
