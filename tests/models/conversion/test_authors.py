@@ -577,3 +577,14 @@ def test_weights_with_nan_are_refused_naming_them(tmp_path, capsys):
                   '--out', tmp_path / 'o.pth')
     assert '1 weights hold NaN or infinite values (disentangler.sr_projection.weight)' in err
     assert not (tmp_path / 'o.pth').exists()
+
+
+def test_a_missing_key_is_named_as_the_authors_name_it(tmp_path, capsys):
+    state = authors_state_dict('dasd')
+    del state['transformer.resblocks.1.acquirer.zh.mlp_afterz.c_proj2.bias']
+    torch.save(state, tmp_path / 'dasd.bin')
+    err = refused(capsys, 'dasd', tmp_path / 'dasd.bin', write_config(tmp_path / 'c.py', 'dasd'),
+                  '--out', tmp_path / 'o.pth')
+    assert ('1 parameters of the c.py model are not in the file (transformer.resblocks.1.'
+            'acquirer.zh.mlp_afterz.c_proj2.bias)') in err
+    assert not (tmp_path / 'o.pth').exists()

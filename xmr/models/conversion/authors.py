@@ -293,17 +293,19 @@ def canonical_acquirers(state: Mapping[str, torch.Tensor], codes: Mapping[str, s
 
 
 def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.Module,
-                        config: str) -> list[str]:
-    """Refuse missing or differently shaped parameters; return the xmr keys kept as built."""
+                        config: str, absent: list[str]) -> list[str]:
+    """Refuse missing or differently shaped parameters; return the xmr keys kept as built.
+
+    ``absent``: the authors' keys the mappings looked for in vain, named in the refusal.
+    """
     expected = {k: v for k, v in model.state_dict().items()}
     aliases = _aliases(model)
-    absent_in_file = sorted(k for k, v in mapped.items() if v is None)
     missing = sorted(k for k in expected if k.startswith(CONVERTED_PREFIXES)
                      and k not in mapped and k not in aliases)
-    if absent_in_file or missing:
+    if absent or missing:
         raise ConversionError(
-            f'{path}: {len(absent_in_file) + len(missing)} parameters of the {config} model are '
-            f'not in the file ({first(absent_in_file + missing)}): it is a checkpoint of another '
+            f'{path}: {len(absent) + len(missing)} parameters of the {config} model are '
+            f'not in the file ({first(absent + missing)}): it is a checkpoint of another '
             'architecture or setting; convert with the config it was trained as')
     placeless = sorted(set(mapped) - set(expected))
     if placeless:
@@ -419,7 +421,8 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     state, renamed, replaced = state_for(path, state, model, clip_source)
     used: set[str] = set()
     mapped = {**clip_and_embedding(state, model, used), **mapping(state, model, used)}
-    kept = check_against_model(path, mapped, model, Path(config).name)
+    kept = check_against_model(path, mapped, model, Path(config).name,
+                               sorted(renamed.get(k, k) for k in used if k not in state))
     check_finite(path, mapped)
     unused = check_unused(path, state, used, method)
     model.load_state_dict(mapped, strict=False)
