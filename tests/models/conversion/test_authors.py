@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, SHARED_DATA
 from xmr.apis import encode_texts, init_retriever
 from xmr.conversion_cli import main
 from xmr.models.conversion import convert_authors_checkpoint
@@ -19,6 +19,8 @@ from xmr.models.conversion.dasd import map_dasd
 from xmr.models.conversion.mla import map_mla
 from xmr.registry import MODELS
 
+#: A real multilingual tokenizer file of the shared data (read in place).
+XLMR_TOKENIZER = SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'
 WIDTH, EMBED, HEADS, BLOCKS, CONTEXT, TABLE, D_U, D_Z = 32, 24, 2, 3, 16, 16, 4, 8
 LANGS = ['de', 'zh']
 TEXTS = ['ein roter Kreis', 'zwei blaue Quadrate links', 'drei grüne Dreiecke oben']
@@ -304,6 +306,10 @@ def changed_cfg(method: str, change: str, value) -> dict:
     ('dasd', 'language_branch.tokenizer.pad_to', None, 'tokenizer.pad_to is None'),
     ('dasd', 'disentangler', None, 'model.disentangler is None'),
     ('dasd', 'language_branch.embedding.padding_idx', 0, 'embedding.padding_idx is 0'),
+    ('dasd', 'language_branch.tokenizer', dict(type='HFTokenizer', max_length=CONTEXT,
+                                               pad_to=CONTEXT, lowercase=True,
+                                               tokenizer_file=str(XLMR_TOKENIZER)),
+     'tokenizer.lowercase is True'),
     ('mla', 'language_branch.embedding', dict(type='TowerTokenEmbedding'),
      "embedding.type is 'TowerTokenEmbedding'"),
 ])
@@ -587,4 +593,19 @@ def test_a_missing_key_is_named_as_the_authors_name_it(tmp_path, capsys):
                   '--out', tmp_path / 'o.pth')
     assert ('1 parameters of the c.py model are not in the file (transformer.resblocks.1.'
             'acquirer.zh.mlp_afterz.c_proj2.bias)') in err
+    assert not (tmp_path / 'o.pth').exists()
+
+
+def test_captions_cut_before_the_context_are_refused(tmp_path):
+    """Their m_toker cuts captions at 77 (the context): a shorter max_length would cut long
+    captions elsewhere."""
+    from xmr.models.conversion import ConversionError
+
+    torch.save(authors_state_dict('mla'), tmp_path / 'mla.bin')
+    cfg = changed_cfg('mla', 'language_branch.tokenizer.max_length', CONTEXT - 4)
+    Config(dict(model=cfg)).dump(tmp_path / 'c.py')
+    with pytest.raises(ConversionError, match=f'tokenizer.max_length is {CONTEXT - 4}, the '
+                       f"authors' code: {CONTEXT}"):
+        convert_authors_checkpoint('mla', tmp_path / 'mla.bin', tmp_path / 'c.py',
+                                   tmp_path / 'o.pth', map_mla)
     assert not (tmp_path / 'o.pth').exists()

@@ -6,8 +6,9 @@ from the file, so a config that differs there converts and computes something el
 here returns ``(setting, the config's value, the authors' value)`` for every difference:
 
 * both: QuickGELU in every MLP of both CLIP towers (OpenAI's weights;
-  ``clip/model.py``'s ``ResidualAttentionBlock``); the branch runs every text block, each
-  followed by the language's acquirer at the block output and nothing else;
+  ``clip/model.py``'s ``ResidualAttentionBlock``); captions cut at the 77 positions and read
+  as they are; the branch runs every text block, each followed by the language's acquirer at
+  the block output and nothing else;
 * MLA: the acquirer is ``x + c_proj(ReLU(c_fc(x)))`` (``StaticAdapter``), no SDM;
 * DASD: ``x + c_proj2(ReLU(c_fc(x) W))`` (``DynamicAdapter``); one SDM for the languages
   (``per_language=False``) over the first two frozen blocks (``inputlayers=1`` stops after
@@ -51,6 +52,21 @@ def backbone_differences(model: nn.Module) -> list[Difference]:
              'an arch with QuickGELU, e.g. ViT-B-16-quickgelu or ViT-B-32-quickgelu')]
 
 
+def tokenizer_differences(branch: nn.Module) -> list[Difference]:
+    """Their ``m_toker(texts, max_length=77, truncation=True)``: captions cut at the context,
+    read as they are (mBERT cased: no lower-casing, no cleaning)."""
+    tokenizer, context = branch.tokenizer, branch.tower.context_length
+    found = []
+    if tokenizer.max_length != context:
+        found.append(('model.language_branch.tokenizer.max_length', tokenizer.max_length,
+                      context))
+    for option, theirs in (('lowercase', False), ('clean', None)):
+        if getattr(tokenizer, option, theirs) != theirs:
+            found.append((f'model.language_branch.tokenizer.{option}',
+                          getattr(tokenizer, option), theirs))
+    return found
+
+
 def branch_differences(model: nn.Module, method: str) -> list[Difference]:
     """Their embedding block (table, ``W_e``), every text block followed by the method's
     acquirer at its output, nothing else."""
@@ -64,6 +80,7 @@ def branch_differences(model: nn.Module, method: str) -> list[Difference]:
     if branch.num_blocks != branch.tower.num_blocks:
         found.append(('model.language_branch.num_blocks', branch.num_blocks,
                       branch.tower.num_blocks))
+    found += tokenizer_differences(branch)
     site = str(AdapterSite.BLOCK_OUTPUT).replace('.', '_')
     wanted = {f'{block}:{site}' for block in range(branch.num_blocks)}
     placed = branch.adapters.sets[branch.languages[0]]
