@@ -2,8 +2,9 @@
 
 ``python tools/convert/mla_to_xmr.py CHECKPOINT CONFIG --out FILE.pth`` then
 ``python tools/test.py CONFIG FILE.pth``; ``--clip-checkpoint CLIP`` takes CLIP from a second
-file, as their ``inference.sh CLIP_CKPT ACQ_CKPT`` (the fine-tuned results). Prints the keys used, unused and kept; a file of
-another architecture, method or language set is refused (exit 2) and nothing is written.
+file, as their ``inference.sh CLIP_CKPT ACQ_CKPT`` (the fine-tuned results). Prints the keys
+used, unused and kept; a file of another architecture, method or language set is refused
+(exit 2) and nothing is written.
 """
 from functools import partial
 
