@@ -40,6 +40,23 @@ def tiny_retriever_cfg(**overrides) -> dict:
     return cfg
 
 
+@pytest.fixture(autouse=True)
+def _loggers_of_the_test_closed():
+    """Close and forget the MMEngine loggers a test made. MMEngine keeps every ``MMLogger``
+    for the process, its stream handler bound to the ``sys.stdout`` of the test that made it;
+    once pytest closes that test's capture, a line logged through it ('current' logger) prints
+    '--- Logging error ---' and a traceback into whichever test runs then."""
+    from mmengine.logging import MMLogger
+
+    before = set(MMLogger._instance_dict)
+    yield
+    for name in set(MMLogger._instance_dict) - before:
+        logger = MMLogger._instance_dict.pop(name)
+        for handler in list(logger.handlers):
+            handler.close()
+            logger.removeHandler(handler)
+
+
 @pytest.fixture
 def tiny_retriever():
     from xmr.registry import MODELS
