@@ -22,9 +22,12 @@ train_dataloader = dict(dataset=dict(source_only=False, target_langs=target_lang
 val_dataloader = dict(dataset=dict(languages=eval_langs))
 test_dataloader = dict(dataset=dict(ann_file='annotations/multi30k_test.json',
                                     languages=eval_langs))
-val_evaluator = dict(type='RetrievalMetric', _delete_=True, languages=eval_langs,
-                     source_language='en', scoring='tokens')
-test_evaluator = [val_evaluator, dict(val_evaluator, scoring='embedding', prefix='pooled')]
+# The metric without _delete_: MMEngine applies it only where a dict merges into its base, and
+# leaves it in a list's items, where RetrievalMetric would refuse it.
+metric = dict(type='RetrievalMetric', languages=eval_langs, source_language='en',
+              scoring='tokens')
+val_evaluator = dict(metric, _delete_=True)
+test_evaluator = [metric, dict(metric, scoring='embedding', prefix='pooled')]
 
 # 25 epochs of the 87,000 pairs: 33,975 iterations.
 train_cfg = dict(val_interval=epoch)

@@ -41,3 +41,39 @@ def test_phases_name_their_loaders_so_that_overrides_of_the_loader_reach_them():
     assert copies == set()
     assert COPIED_LOADER.search("dict(name='a', dataloader={{_base_.text_train_dataloader}})")
     assert not COPIED_LOADER.search('test_dataloader = {{_base_.full_test_dataloader}}')
+
+
+#: The keys a runner builds from: a ``_delete_`` left in them reaches a constructor.
+BUILT = ('model', 'optim_wrapper', 'default_hooks', 'custom_hooks', 'param_scheduler')
+
+
+def kept_deletes(node, path=''):
+    """The paths under ``node`` whose dict still holds ``_delete_``."""
+    if isinstance(node, dict):
+        yield from [path] if '_delete_' in node else []
+        for key, value in node.items():
+            yield from kept_deletes(value, f'{path}.{key}' if path else key)
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            yield from kept_deletes(value, f'{path}.{index}')
+
+
+def test_no_config_builds_a_delete_that_mmengine_left_in_a_list():
+    """MMEngine applies ``_delete_`` where a dict merges into its base's; in a list's items
+    (``test_evaluator = [dict(val_evaluator, ...)]`` of a ``val_evaluator`` with ``_delete_``)
+    it stays, and the metric refuses it when the test starts."""
+    from mmengine.config import Config
+
+    import xmr  # noqa: F401  (the xmr:: scheme of _base_ lists)
+
+    found = set()
+    for path in sorted(CONFIGS.rglob('*.py')):
+        if 'ablations' in path.parts:  # overlays: their _delete_ applies as they merge
+            continue
+        cfg = Config.fromfile(str(path)).to_dict()
+        built = {key: value for key, value in cfg.items() if key in BUILT or key.endswith(
+            ('_dataloader', '_dataloaders', '_evaluator', '_cfg'))}
+        found |= {f'{path.relative_to(CONFIGS)}: {key}' for key in kept_deletes(built)}
+    assert found == set()
+    assert list(kept_deletes({'test_evaluator': [dict(type='M', _delete_=True)]})) == [
+        'test_evaluator.0']

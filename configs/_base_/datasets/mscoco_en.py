@@ -17,9 +17,11 @@ test_dataloader = dict(_base_.coco_test_dataloader, _delete_=True,
                        dataset=dict(_base_.coco_test_dataloader.dataset, languages=['en']))
 val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
-val_evaluator = dict(_delete_=True, type='RetrievalMetric', languages=['en'],
-                     source_language='en', mean_languages=['en'])
+# The metric without _delete_, which MMEngine leaves in a list's items (see test_evaluator).
+en_metric = dict(type='RetrievalMetric', languages=['en'], source_language='en',
+                 mean_languages=['en'])
+val_evaluator = dict(en_metric, _delete_=True)
 test_evaluator = [
-    dict(val_evaluator, protocol='coco_1k_5fold', prefix='coco1k'),
-    dict(val_evaluator, protocol='coco_5k', prefix='coco5k'),
+    dict(en_metric, protocol='coco_1k_5fold', prefix='coco1k'),
+    dict(en_metric, protocol='coco_5k', prefix='coco5k'),
 ]
