@@ -127,3 +127,57 @@ def test_a_seed_that_is_no_integer_is_refused_when_the_config_loads():
     with pytest.raises(ValueError, match=r"randomness.seed=True must be an integer"):
         load_run_config(DEMO, cfg_options={'randomness.seed': True})  # a bool is no seed
     assert load_run_config(DEMO, cfg_options={'randomness.seed': 7}).randomness.seed == 7
+
+
+@pytest.mark.parametrize('option, message', [
+    ('train_dataloader.dataset.num_scene', "dataset SyntheticPairDataset: unknown option "
+     "'num_scene' \\(did you mean 'num_scenes'\\?\\); it takes num_scenes, languages"),
+    ('source_finetune_dataloader.dataset.seeds', "dataset SyntheticPairDataset: unknown option "
+     "'seeds' \\(did you mean 'seed'\\?\\)"),
+    ('val_evaluator.topk', "metric RetrievalMetric: unknown option 'topk'; it takes languages, "),
+    ('test_evaluator.recall_k', "metric RetrievalMetric: unknown option 'recall_k' \\(did you "
+     "mean 'recall_ks'\\?\\)"),
+])
+def test_a_misspelt_option_of_a_dataset_or_metric_is_refused_when_the_config_loads(option,
+                                                                                 message):
+    """The runner builds datasets and metrics as their loop starts, after the source
+    finetune for a validation, with a bare TypeError."""
+    with pytest.raises(UnknownOptionError, match=message):
+        load_run_config(DEMO, cfg_options={option: 3})
+
+
+def test_the_datasets_of_a_list_of_loaders_and_of_a_phase_are_checked(tmp_path):
+    child = tmp_path / 'child.py'
+    loader = "dict(batch_size=2, dataset=dict(type='SyntheticRetrievalDataset', split='val', {}))"
+    child.write_text(f"_base_ = ['{DEMO}']\n"
+                     f"val_dataloader = [{loader.format('num_scenes=4')}, "
+                     f"{loader.format('num_scenes=4, captions=2')}]\n")
+    with pytest.raises(UnknownOptionError, match="SyntheticRetrievalDataset: unknown option "
+                       "'captions' \\(did you mean 'captions_per_image'\\?\\)"):
+        load_run_config(child)
+    child.write_text(f"_base_ = ['{DEMO}']\n"
+                     f"train_cfg = dict(phases=[dict(_base_.train_cfg.phases[0], dataloader="
+                     f"{loader.format('scenes=4')})])\n")
+    with pytest.raises(UnknownOptionError, match="unknown option 'scenes'"):
+        load_run_config(child)
+
+
+def test_an_option_a_dataset_hands_on_to_its_base_is_checked_too():
+    """CaptionPairDataset and RetrievalDataset pass ``**kwargs`` to MediaCaptionDataset."""
+    from xmr.registry import DATASETS
+
+    for dataset in ('CaptionPairDataset', 'RetrievalDataset'):
+        DATASETS.check_options(dict(type=dataset, ann_file='a.json', data_root='data'))
+        with pytest.raises(UnknownOptionError, match=f"dataset {dataset}: unknown option "
+                           "'indices'; it takes ann_file, .*data_root, data_prefix"):
+            DATASETS.check_options(dict(type=dataset, ann_file='a.json', indices=8))
+
+
+def test_a_delete_left_in_a_list_item_is_named_when_the_config_loads(tmp_path):
+    child = tmp_path / 'child.py'
+    child.write_text(f"_base_ = ['{DEMO}']\nval_evaluator = dict(_delete_=True, "
+                     "type='RetrievalMetric')\ntest_evaluator = [val_evaluator]\n")
+    with pytest.raises(UnknownOptionError, match=(
+            "^metric RetrievalMetric: _delete_ reached it: MMEngine applies it where a dict "
+            "merges into its base's, and leaves it in a list's items; drop it there$")):
+        load_run_config(child)

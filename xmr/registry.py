@@ -118,6 +118,10 @@ class XMRRegistry(Registry):
         for option, value in cfg.items():
             if option == 'type' or (option not in takes and open_ended):
                 continue
+            if option == '_delete_':
+                raise UnknownOptionError(f'{kind}: _delete_ reached it: MMEngine applies it '
+                                         "where a dict merges into its base's, and leaves it "
+                                         "in a list's items; drop it there")
             if option not in takes:
                 raise UnknownOptionError(f"{kind}: unknown option '{option}'"
                                          f"{did_you_mean(option, takes)}; it takes "

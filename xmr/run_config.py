@@ -112,8 +112,9 @@ def check_run_values(cfg: Config) -> None:
     iterations in: an option a type does not take, a word where a number goes (the model's, the
     optimiser's, the hooks' and the loops' options, the seed), a bad phase.
 
-    MMEngine's runner builds the model, hooks and loops itself, past the option check of xmr's
-    registries (which see every part the model builds); their own options are checked here.
+    MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
+    option check of xmr's registries (which see every part the model builds); their own options
+    are checked here.
 
     Raises:
         UnknownOptionError: naming the type, the option and the ones it takes.
@@ -121,10 +122,14 @@ def check_run_values(cfg: Config) -> None:
         KeyError: a phase's missing or unknown keys.
     """
     from xmr.engine.phases import Phase
-    from xmr.registry import HOOKS, LOOPS, MODELS, OPTIMIZERS
+    from xmr.registry import DATASETS, HOOKS, LOOPS, METRICS, MODELS, OPTIMIZERS
 
     MODELS.check_options(cfg.get('model'))
     OPTIMIZERS.check_options((cfg.get('optim_wrapper') or {}).get('optimizer'))
+    for loader in _dataloaders(cfg):
+        DATASETS.check_options(loader.get('dataset'))
+    for metric in _metrics(cfg):
+        METRICS.check_options(metric)
     for hook in [*(cfg.get('default_hooks') or {}).values(), *(cfg.get('custom_hooks') or [])]:
         HOOKS.check_options(hook)
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
@@ -136,6 +141,30 @@ def check_run_values(cfg: Config) -> None:
     if train_cfg.get('type') == 'PhasedTrainLoop':
         for index, phase in enumerate(train_cfg.get('phases') or []):
             Phase.from_config(index, phase)
+
+
+def _dataloaders(cfg: Config) -> list[Mapping[str, Any]]:
+    """Every dataloader dict of ``cfg``: its ``*_dataloader(s)`` keys (a dict or a list of
+    them, as MultiDatasetValLoop takes) and the phases' own."""
+    found: list[Any] = []
+    for key, value in cfg.items():
+        if key.endswith(('_dataloader', '_dataloaders')):
+            found.extend(value if isinstance(value, (list, tuple)) else [value])
+    found.extend(phase.get('dataloader') for phase in (cfg.get('train_cfg') or {}).get(
+        'phases') or [] if isinstance(phase, Mapping))
+    return [loader for loader in found if isinstance(loader, Mapping)]
+
+
+def _metrics(cfg: Config) -> list[Any]:
+    """The metric dicts of ``val_evaluator`` and ``test_evaluator``: one, a list of them, or an
+    ``Evaluator`` dict's ``metrics``."""
+    found: list[Any] = []
+    for key in ('val_evaluator', 'test_evaluator'):
+        evaluator = cfg.get(key)
+        if isinstance(evaluator, Mapping) and 'metrics' in evaluator:
+            evaluator = evaluator['metrics']
+        found.extend(evaluator if isinstance(evaluator, (list, tuple)) else [evaluator])
+    return found
 
 
 def _check_list_indices(cfg: Config, cfg_options: Mapping[str, Any]) -> None:

@@ -46,6 +46,9 @@ class CaptionPairDataset(MediaCaptionDataset):
             (``back_translations[lang][k]``, with ``target_field='captions'``).
     """
 
+    #: Where ``**kwargs`` go: a misspelt option is refused when the config loads.
+    forwards_options_to = (MediaCaptionDataset.__init__,)
+
     def __init__(self, ann_file: str | os.PathLike, target_langs: Sequence[str] | None = None,
                  target_field: str = 'translations', source_only: bool = False,
                  translated_texts: Sequence[str] = (), **kwargs: Any) -> None:

@@ -33,6 +33,9 @@ class RetrievalDataset(MediaCaptionDataset):
         test_mode: defaults to ``True``: segment-centre frames, no augmentation.
     """
 
+    #: Where ``**kwargs`` go: a misspelt option is refused when the config loads.
+    forwards_options_to = (MediaCaptionDataset.__init__,)
+
     def __init__(self, ann_file: str | os.PathLike, languages: Sequence[str] | None = None,
                  translated_languages: Sequence[str] = (),
                  back_translated_languages: Sequence[str] = (), test_mode: bool = True,
