@@ -242,3 +242,16 @@ def test_only_the_main_process_removes_checkpoints(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint_hook, 'is_main_process', lambda: True)
     hook._remove(str(old))
     assert not old.exists()
+
+
+def test_a_save_best_the_validation_does_not_report_is_named_with_those_it_does(tmp_path):
+    """MMEngine's bare KeyError 'MAR' came at the first validation, a phase in."""
+    runner, hook = runner_with_hook(tmp_path, save_best='MAR', rule='greater')
+    metrics = {'en/AR': 1.0, 'de/AR': 2.0, 'mAR': 2.0, 'rSum': 12.0}
+    with pytest.raises(KeyError, match=(
+            r"^default_hooks.checkpoint.save_best='MAR': the validation reported no such "
+            r"metric \(did you mean 'mAR'\?\); it reported mAR, rSum, de/AR, en/AR: name one "
+            r"of them$")):
+        hook._save_best_checkpoint(runner, metrics)
+    assert not list(tmp_path.glob('best_*.pth'))
+    checkpoint_hook.check_best_keys(['auto'], metrics)  # MMEngine's: the first metric

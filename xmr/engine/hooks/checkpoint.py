@@ -32,8 +32,9 @@ from xmr.engine.hook_points import call_hook_point
 from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import remove_stale_temporaries
 from xmr.registry import HOOKS
+from xmr.utils.cli import UserKeyError, did_you_mean
 
-__all__ = ['CheckpointHook']
+__all__ = ['CheckpointHook', 'check_best_keys']
 
 
 @HOOKS.register_module()
@@ -116,6 +117,7 @@ class CheckpointHook(MMEngineCheckpointHook):
     def _save_best_checkpoint(self, runner, metrics: dict) -> None:
         if not self.save_best:
             return
+        check_best_keys(self.key_indicators, metrics)
         previous = self._best_paths()
         # MMEngine removes the known best before writing its successor: hide it until then.
         for key in previous:
@@ -138,3 +140,21 @@ class CheckpointHook(MMEngineCheckpointHook):
     def _remove(self, path: str) -> None:
         if is_main_process() and self.file_backend.isfile(path):
             self.file_backend.remove(path)
+
+
+def check_best_keys(keys: list[str], metrics: dict) -> None:
+    """Refuse a ``save_best`` key the validation did not report (MMEngine: a bare KeyError,
+    at the first validation, after a whole phase).
+
+    Raises:
+        UserKeyError: naming the key, the nearest metric and the ones reported.
+    """
+    for key in keys:
+        if key != 'auto' and key not in metrics:
+            # The summaries (mAR, rSum, coco/mAR) before the per-language keys (en/AR).
+            shown = sorted(metrics, key=lambda name: (name.count('/'), name))
+            listed = ', '.join(shown[:8]) + (f', ... ({len(shown)} in all)'
+                                             if len(shown) > 8 else '')
+            raise UserKeyError(f'default_hooks.checkpoint.save_best={key!r}: the validation '
+                               f'reported no such metric{did_you_mean(key, metrics)}; it '
+                               f'reported {listed}: name one of them')
