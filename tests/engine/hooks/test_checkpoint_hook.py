@@ -184,6 +184,23 @@ def test_only_a_resume_refuses_weights_that_do_not_fit(tmp_path):
         hook.after_load_checkpoint(runner, checkpoint)
 
 
+def test_a_load_from_that_holds_none_of_the_models_weights_is_refused_naming_its_keys(
+        tmp_path):
+    """MMEngine's lenient load lists every key as missing and trains from random weights."""
+    runner, hook = runner_with_hook(tmp_path)
+    runner._resume, runner._load_from = False, 'other.pth'
+    weights = runner.model.state_dict()
+    for foreign in (dict(model=weights), dict(state_dict={'visual.proj': torch.zeros(2)})):
+        with pytest.raises(ValueError, match=(
+                r"^load_from=other.pth: none of its 1 entries is a weight of this model \(its "
+                r"keys: (model|visual.proj); the model's: [^_].*\): give a checkpoint "
+                r"tools/train.py wrote for this model")):
+            hook.after_load_checkpoint(runner, foreign)
+    hook.after_load_checkpoint(runner, dict(state_dict={
+        f'module.{key}': value for key, value in list(weights.items())[:1]}))  # one is enough
+    hook.after_load_checkpoint(runner, weights)  # a bare state dict, as MMEngine loads it
+
+
 def test_a_resume_takes_weights_saved_with_the_ddp_module_prefix(tmp_path):
     runner, hook = runner_with_hook(tmp_path)
     runner._resume = True

@@ -34,7 +34,7 @@ from xmr.fileio import remove_stale_temporaries
 from xmr.registry import HOOKS
 from xmr.utils.cli import UserKeyError, did_you_mean
 
-__all__ = ['CheckpointHook', 'check_best_keys']
+__all__ = ['CheckpointHook', 'check_best_keys', 'refuse_foreign_weights']
 
 
 @HOOKS.register_module()
@@ -69,9 +69,10 @@ class CheckpointHook(MMEngineCheckpointHook):
                         'a validation beats that score')
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        if not runner._resume:
-            return
         model = unwrap_model(runner.model)
+        if not runner._resume:
+            refuse_foreign_weights(runner._load_from, model.state_dict(), checkpoint)
+            return
         loaded = {re.sub(r'^module\.', '', key): value
                   for key, value in checkpoint.get('state_dict', {}).items()}
         mismatches = state_dict_mismatches(model.state_dict(), loaded)
@@ -158,3 +159,24 @@ def check_best_keys(keys: list[str], metrics: dict) -> None:
             raise UserKeyError(f'default_hooks.checkpoint.save_best={key!r}: the validation '
                                f'reported no such metric{did_you_mean(key, metrics)}; it '
                                f'reported {listed}: name one of them')
+
+
+def refuse_foreign_weights(path: str | None, model_state: dict, checkpoint: dict) -> None:
+    """Refuse a ``load_from`` checkpoint that holds no weight of the model (another model's, a
+    raw open_clip or Hugging Face file): MMEngine's lenient loading lists every key as missing
+    and trains from the random weights.
+
+    Raises:
+        ValueError: naming the file, some of its keys and the model's.
+    """
+    state = checkpoint.get('state_dict', checkpoint)
+    if not isinstance(state, dict):
+        return
+    loaded = [re.sub(r'^module\.', '', str(key)) for key in state]
+    if set(loaded) & set(model_state):
+        return
+    ours = [key for key in model_state if key != '_extra_state'][:3]
+    raise ValueError(f'load_from={path}: none of its {len(loaded)} entries is a weight of this '
+                     f"model (its keys: {', '.join(loaded[:3]) or 'none'}; the model's: "
+                     f"{', '.join(ours)}): give a checkpoint tools/train.py wrote for this "
+                     'model (a released one through tools/convert/), or load_from=None')
