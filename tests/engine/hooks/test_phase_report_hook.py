@@ -182,3 +182,21 @@ def test_a_resume_keeps_the_columns_up_to_its_iteration_also_from_an_earlier_xmr
     (tmp_path / 'phase_report.json').write_text(json.dumps(records))
     hook.after_load_checkpoint(runner, {'meta': {'iter': 4}})
     assert hook.columns == [('align end', 4, {'mAR': 50.0})]
+
+
+def test_a_metric_the_validation_does_not_report_per_language_is_warned_about_once(
+        tmp_path, monkeypatch):
+    """PhaseReportHook(metric='R@1') wrote a table of the mean alone, without a word."""
+    said = []
+    monkeypatch.setattr('xmr.engine.hooks.phase_report.print_log',
+                        lambda message, **kwargs: said.append(message))
+    runner = SimpleNamespace(_train_loop=None, iter=0, work_dir=str(tmp_path))
+    metrics = {'en/AR': 80.0, 'en/t2i_R@1': 70.0, 'de/AR': 40.0, 'mAR': 40.0}
+    PhaseReportHook().after_val_epoch(runner, metrics)
+    assert said == []
+    hook = PhaseReportHook(metric='R@1')
+    hook.after_val_epoch(runner, metrics)
+    hook.after_val_epoch(runner, metrics)
+    assert said == ["PhaseReportHook: the validation reports no '<language>/R@1' (did you mean "
+                    "'t2i_R@1'?), so its table lists no language; set custom_hooks' "
+                    "PhaseReportHook(metric=...) to one it reports: AR, t2i_R@1"]

@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
+from mmengine.logging import print_log
 
 from xmr.evaluation.leaderboard import format_table
 from xmr.fileio import atomic_write_text
 from xmr.registry import HOOKS
+from xmr.utils.cli import did_you_mean
 
-__all__ = ['PhaseReportHook', 'format_table']
+__all__ = ['PhaseReportHook', 'format_table', 'warn_if_unreported']
 
 
 @HOOKS.register_module()
@@ -51,6 +54,8 @@ class PhaseReportHook(Hook):
             label = f'{phase.name} {"start" if runner.iter == phase.start else "end"}'
             if phase.start < runner.iter < phase.end:
                 label = f'{phase.name} @{runner.iter}'
+        if not self.columns:
+            warn_if_unreported(self.metric, metrics)
         # A resumed run validates a phase's start again: its column replaces the restored one.
         self.columns = [column for column in self.columns if column[0] != label]
         self.columns.append((label, runner.iter, dict(metrics)))
@@ -111,3 +116,15 @@ class PhaseReportHook(Hook):
             return
         runner.logger.info(f'{self.metric} per language across phases:\n{self.table()}')
         self._write(Path(runner.work_dir))
+
+
+def warn_if_unreported(metric: str, metrics: dict) -> None:
+    """Warn when the validation reports no ``<lang>/<metric>`` key (a misspelt ``metric``, or a
+    protocol without it: ``text_to_video`` reports no AR): the table would have no language."""
+    if any(key.endswith('/' + metric) for key in metrics):
+        return
+    reported = sorted({key.rpartition('/')[2] for key in metrics if '/' in key})
+    print_log(f"PhaseReportHook: the validation reports no '<language>/{metric}'"
+              f'{did_you_mean(metric, reported)}, so its table lists no language; set '
+              "custom_hooks' PhaseReportHook(metric=...) to one it reports: "
+              f"{', '.join(reported) or 'none'}", logger='current', level=logging.WARNING)
