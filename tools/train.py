@@ -54,10 +54,22 @@ def build_config(args: argparse.Namespace) -> Config:
     cfg.launcher = args.launcher
     if args.amp or args.amp_dtype:
         enable_amp(cfg, args.amp_dtype)
-    checkpoint = resume_checkpoint(args.resume, cfg.work_dir)
+    resume = args.resume if args.resume is not None else config_resume(cfg)
+    checkpoint = resume_checkpoint(resume, cfg.work_dir)
     if checkpoint is not None:
         cfg.resume, cfg.load_from = True, checkpoint
+    elif resume is not None:
+        cfg.resume = False  # --resume auto found nothing: a new run
     return cfg
+
+
+def config_resume(cfg: Config) -> str | None:
+    """The ``--resume`` that the config's ``resume = True`` means (MMEngine's meaning): its
+    ``load_from``, else the work dir's latest checkpoint if any (``auto``), so that it is checked
+    as the flag is, and a new run is not refused for the checkpoints it resumes from."""
+    if not cfg.get('resume'):
+        return None
+    return cfg.get('load_from') or 'auto'
 
 
 def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:

@@ -143,3 +143,23 @@ def test_a_refused_resume_leaves_the_config_dump_it_points_to(tmp_path):
     train_tool.main([str(config), '--work-dir', str(work_dir), '--resume', '--cfg-options',
                      'default_hooks.logger.interval=7'])  # accepted: dumped
     assert 'interval=7' in (work_dir / 'tiny.py').read_text()
+
+
+def test_a_config_that_says_resume_resumes_as_the_flag_does(tmp_path):
+    """MMEngine's resume=True: from load_from, else the latest checkpoint if any. The tool
+    refused a work dir holding checkpoints as if it were a new run's."""
+    config = tmp_path / 'resumed.py'
+    config.write_text(f"_base_ = ['{DEMO}']\nresume = True\n")
+    work_dir = tmp_path / 'work'
+    work_dir.mkdir()
+    args = train_tool.parse_args([str(config), '--work-dir', str(work_dir)])
+    cfg = train_tool.build_config(args)
+    assert (cfg.resume, cfg.load_from) == (False, None)  # nothing yet: a new run
+    checkpoint = work_dir / 'iter_8.pth'
+    save_checkpoint(checkpoint)
+    (work_dir / 'last_checkpoint').write_text(str(checkpoint))
+    cfg = train_tool.build_config(args)
+    assert (cfg.resume, cfg.load_from) == (True, str(checkpoint))
+    config.write_text(f"_base_ = ['{DEMO}']\nresume = True\nload_from = 'gone.pth'\n")
+    with pytest.raises(UserError, match='gone.pth: --resume checkpoint does not exist'):
+        train_tool.build_config(args)
