@@ -181,3 +181,33 @@ def test_a_delete_left_in_a_list_item_is_named_when_the_config_loads(tmp_path):
             "^metric RetrievalMetric: _delete_ reached it: MMEngine applies it where a dict "
             "merges into its base's, and leaves it in a list's items; drop it there$")):
         load_run_config(child)
+
+
+@pytest.mark.parametrize('option, value, message', [
+    ('train_dataloader.batch_size', 0, r'^train_dataloader.batch_size=0 must be a positive '
+     r'integer \(per process\)$'),
+    ('source_finetune_dataloader.batch_size', 2.5, r'^source_finetune_dataloader.batch_size=2.5'),
+    ('test_dataloader.batch_size', True, r'^test_dataloader.batch_size=True must be'),
+    ('optim_wrapper.optimizer.lr', -2e-3, r"^optim_wrapper.optimizer.lr=-0.002 must be a number "
+     r">= 0 \(a phase's own lr, train_cfg.phases.N.lr, replaces it"),
+])
+def test_a_batch_size_or_learning_rate_torch_refuses_is_named_by_its_key(option, value,
+                                                                         message):
+    """torch's errors (batch_size=0, Invalid learning rate: -0.002) name neither loader nor
+    key, and come as the runner builds the loader or optimiser."""
+    with pytest.raises(ValueError, match=message):
+        load_run_config(DEMO, cfg_options={option: value})
+
+
+def test_the_batch_size_of_a_loader_in_a_list_or_a_phase_is_named_by_its_place(tmp_path):
+    child = tmp_path / 'child.py'
+    child.write_text(f"_base_ = ['{DEMO}']\n"
+                     "val_dataloader = [_base_.val_dataloader, dict(_base_.val_dataloader, "
+                     "batch_size=0)]\n")
+    with pytest.raises(ValueError, match=r'^val_dataloader.1.batch_size=0 must be'):
+        load_run_config(child)
+    child.write_text(f"_base_ = ['{DEMO}']\ntrain_cfg = dict(phases=[dict("
+                     "_base_.train_cfg.phases[0], dataloader=dict(_base_.train_dataloader, "
+                     "batch_size=-1))])\n")
+    with pytest.raises(ValueError, match=r'^train_cfg.phases.0.dataloader.batch_size=-1 must'):
+        load_run_config(child)

@@ -110,7 +110,8 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
 def check_run_values(cfg: Config) -> None:
     """Refuse, as the config loads, what MMEngine's runner would find only once built or
     iterations in: an option a type does not take, a word where a number goes (the model's, the
-    optimiser's, the hooks' and the loops' options, the seed), a bad phase.
+    optimiser's, the hooks' and the loops' options, the seed), a bad phase, a batch size that is
+    no positive integer, a negative learning rate.
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
     option check of xmr's registries (which see every part the model builds); their own options
@@ -126,7 +127,9 @@ def check_run_values(cfg: Config) -> None:
 
     MODELS.check_options(cfg.get('model'))
     OPTIMIZERS.check_options((cfg.get('optim_wrapper') or {}).get('optimizer'))
-    for loader in _dataloaders(cfg):
+    _check_optimizer_lr((cfg.get('optim_wrapper') or {}).get('optimizer'))
+    for where, loader in _dataloaders(cfg).items():
+        _check_batch_size(where, loader.get('batch_size'))
         DATASETS.check_options(loader.get('dataset'))
     for metric in _metrics(cfg):
         METRICS.check_options(metric)
@@ -143,16 +146,35 @@ def check_run_values(cfg: Config) -> None:
             Phase.from_config(index, phase)
 
 
-def _dataloaders(cfg: Config) -> list[Mapping[str, Any]]:
-    """Every dataloader dict of ``cfg``: its ``*_dataloader(s)`` keys (a dict or a list of
-    them, as MultiDatasetValLoop takes) and the phases' own."""
-    found: list[Any] = []
+def _dataloaders(cfg: Config) -> dict[str, Mapping[str, Any]]:
+    """Every dataloader dict of ``cfg`` by its key: the ``*_dataloader(s)`` keys (a dict or a
+    list of them, as MultiDatasetValLoop takes: ``val_dataloader.1``) and the phases' own
+    (``train_cfg.phases.0.dataloader``)."""
+    found: dict[str, Any] = {}
     for key, value in cfg.items():
         if key.endswith(('_dataloader', '_dataloaders')):
-            found.extend(value if isinstance(value, (list, tuple)) else [value])
-    found.extend(phase.get('dataloader') for phase in (cfg.get('train_cfg') or {}).get(
-        'phases') or [] if isinstance(phase, Mapping))
-    return [loader for loader in found if isinstance(loader, Mapping)]
+            found.update({f'{key}.{i}': item for i, item in enumerate(value)}
+                         if isinstance(value, (list, tuple)) else {key: value})
+    for index, phase in enumerate((cfg.get('train_cfg') or {}).get('phases') or []):
+        if isinstance(phase, Mapping):
+            found[f'train_cfg.phases.{index}.dataloader'] = phase.get('dataloader')
+    return {key: loader for key, loader in found.items() if isinstance(loader, Mapping)}
+
+
+def _check_batch_size(where: str, batch_size: Any) -> None:
+    """torch's own error (``batch_size=0``) names no loader."""
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
+            batch_size, int) or batch_size < 1):
+        raise ValueError(f'{where}.batch_size={batch_size!r} must be a positive integer (per '
+                         'process)')
+
+
+def _check_optimizer_lr(optimizer: Any) -> None:
+    """torch's own error (``Invalid learning rate: -0.002``) names no key."""
+    lr = optimizer.get('lr') if isinstance(optimizer, Mapping) else None
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and not lr >= 0:
+        raise ValueError(f'optim_wrapper.optimizer.lr={lr!r} must be a number >= 0 (a phase\'s '
+                         'own lr, train_cfg.phases.N.lr, replaces it where the loop is phased)')
 
 
 def _metrics(cfg: Config) -> list[Any]:
