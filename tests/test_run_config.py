@@ -211,3 +211,18 @@ def test_the_batch_size_of_a_loader_in_a_list_or_a_phase_is_named_by_its_place(t
                      "batch_size=-1))])\n")
     with pytest.raises(ValueError, match=r'^train_cfg.phases.0.dataloader.batch_size=-1 must'):
         load_run_config(child)
+
+
+@pytest.mark.parametrize('options, message', [
+    ({'val_evaluator': None}, "^val_evaluator: is None while val_dataloader and val_cfg are "
+     "set; the val loop needs all three: give val_evaluator = dict\\(type='RetrievalMetric'\\), "
+     "or set all three to None$"),
+    ({'test_cfg': None, 'test_evaluator': None}, "^test_evaluator, test_cfg: are None while "
+     "test_dataloader is set; .* and test_cfg = dict\\(type='TestLoop'\\), or set all three"),
+])
+def test_a_validation_or_test_given_in_part_names_what_it_lacks(options, message):
+    """MMEngine's runner printed the whole loader dict before the key at fault."""
+    with pytest.raises(UserError, match=message):
+        load_run_config(DEMO, cfg_options=options)
+    load_run_config(DEMO, cfg_options={'val_dataloader': None, 'val_evaluator': None,
+                                       'val_cfg': None})

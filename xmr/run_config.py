@@ -111,7 +111,7 @@ def check_run_values(cfg: Config) -> None:
     """Refuse, as the config loads, what MMEngine's runner would find only once built or
     iterations in: an option a type does not take, a word where a number goes (the model's, the
     optimiser's, the hooks' and the loops' options, the seed), a bad phase, a batch size that is
-    no positive integer, a negative learning rate.
+    no positive integer, a negative learning rate, a validation or test given in part.
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
     option check of xmr's registries (which see every part the model builds); their own options
@@ -137,6 +137,8 @@ def check_run_values(cfg: Config) -> None:
         HOOKS.check_options(hook)
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
         LOOPS.check_options(cfg.get(loop))
+    for split in ('val', 'test'):
+        _check_evaluation_keys(cfg, split)
     seed = (cfg.get('randomness') or {}).get('seed')
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f'randomness.seed={seed!r} must be an integer (or None for a random one)')
@@ -159,6 +161,31 @@ def _dataloaders(cfg: Config) -> dict[str, Mapping[str, Any]]:
         if isinstance(phase, Mapping):
             found[f'train_cfg.phases.{index}.dataloader'] = phase.get('dataloader')
     return {key: loader for key, loader in found.items() if isinstance(loader, Mapping)}
+
+
+def _check_evaluation_keys(cfg: Config, split: str) -> None:
+    """``<split>_dataloader``, ``<split>_evaluator`` and ``<split>_cfg`` are given all three or
+    none (MMEngine's runner says so printing the whole loader, the key at fault last).
+
+    Raises:
+        UserError: naming the keys given and those missing.
+    """
+    keys = [f'{split}_dataloader', f'{split}_evaluator', f'{split}_cfg']
+    missing = [key for key in keys if cfg.get(key) is None]
+    if missing and len(missing) < len(keys):
+        given = [key for key in keys if key not in missing]
+        raise UserError(', '.join(missing), f"{'is' if len(missing) == 1 else 'are'} None "
+                        f"while {' and '.join(given)} {'is' if len(given) == 1 else 'are'} "
+                        f'set; the {split} loop needs all three',
+                        f"give {' and '.join(_example(key) for key in missing)}, or set all "
+                        'three to None')
+
+
+def _example(key: str) -> str:
+    loop = key.partition('_')[0].capitalize() + 'Loop'
+    examples = {'_evaluator': "dict(type='RetrievalMetric')", '_cfg': f"dict(type='{loop}')"}
+    return next((f'{key} = {example}' for suffix, example in examples.items()
+                 if key.endswith(suffix)), key)
 
 
 def _check_batch_size(where: str, batch_size: Any) -> None:
