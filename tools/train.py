@@ -60,7 +60,21 @@ def build_config(args: argparse.Namespace) -> Config:
         cfg.resume, cfg.load_from = True, checkpoint
     elif resume is not None:
         cfg.resume = False  # --resume auto found nothing: a new run
+    check_load_from(cfg.get('load_from'))
     return cfg
+
+
+def check_load_from(load_from: str | None) -> None:
+    """A local ``load_from`` exists (MMEngine says so once the runner has written its log).
+
+    Raises:
+        UserError: naming the path.
+    """
+    if load_from is None or '://' in str(load_from) or osp.isfile(load_from):
+        return
+    raise UserError(f'load_from={load_from}', 'no such checkpoint file',
+                    'give the path of a .pth (a relative one from the folder you run in), or '
+                    'load_from=None')
 
 
 def config_resume(cfg: Config) -> str | None:

@@ -163,3 +163,15 @@ def test_a_config_that_says_resume_resumes_as_the_flag_does(tmp_path):
     config.write_text(f"_base_ = ['{DEMO}']\nresume = True\nload_from = 'gone.pth'\n")
     with pytest.raises(UserError, match='gone.pth: --resume checkpoint does not exist'):
         train_tool.build_config(args)
+
+
+def test_a_load_from_that_does_not_exist_is_named_before_the_run_starts(tmp_path):
+    """MMEngine said '<path> can not be found.' once the runner had written its log."""
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path), '--cfg-options',
+                                  f'load_from={tmp_path}/gone.pth'])
+    with pytest.raises(UserError, match=f'^load_from={tmp_path}/gone.pth: no such checkpoint '
+                       'file: give the path of a .pth'):
+        train_tool.build_config(args)
+    save_checkpoint(tmp_path / 'gone.pth')
+    assert train_tool.build_config(args).load_from == f'{tmp_path}/gone.pth'
+    assert list(tmp_path.iterdir()) == [tmp_path / 'gone.pth']
