@@ -226,3 +226,14 @@ def test_a_validation_or_test_given_in_part_names_what_it_lacks(options, message
         load_run_config(DEMO, cfg_options=options)
     load_run_config(DEMO, cfg_options={'val_dataloader': None, 'val_evaluator': None,
                                        'val_cfg': None})
+
+
+def test_an_option_for_a_misspelt_top_level_key_is_refused_and_a_new_key_is_taken():
+    """MMEngine adds ``train_dataloder`` as a new key, which the runner never reads."""
+    with pytest.raises(UserError, match=(
+            r"^--cfg-options train_dataloder.batch_size: the config has no key 'train_dataloder' "
+            r"\(did you mean 'train_dataloader'\?\), so nothing would read it: correct the key")):
+        load_run_config(DEMO, cfg_options={'train_dataloder.batch_size': 8})
+    with pytest.raises(UserError, match="no key 'val_evalutor' \\(did you mean 'val_evaluator'"):
+        load_run_config(DEMO, cfg_options={'val_evalutor.languages': ['en']})
+    assert load_run_config(DEMO, cfg_options={'cpu_threads': 2}).cpu_threads == 2

@@ -7,6 +7,7 @@ ahead of time lies where training looks for it).
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -97,6 +98,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     cfg = apply_ablations(loaded, ablations)
     if cfg_options:
         _check_list_indices(cfg, cfg_options)
+        _check_misspelt_keys(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
     check_run_values(cfg)
     # Here, not at the top: xmr.engine loads torch and every engine module, which neither a
@@ -240,3 +242,22 @@ def _check_list_indices(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
             else:
                 break
             walked.append(part)
+
+
+
+def _check_misspelt_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
+    """Refuse an option whose top-level key the config lacks but holds one much like it
+    (``train_dataloder.batch_size``): MMEngine adds it as a new key, which nothing reads. A new
+    key unlike any (``cpu_threads``) is taken; the keys under the model, optimiser, hooks, loops,
+    datasets and metrics are checked with their types' options (:func:`check_run_values`).
+
+    Raises:
+        UserError: naming the option and the key it was probably meant to be.
+    """
+    for key in cfg_options:
+        top = key.split('.')[0]
+        close = difflib.get_close_matches(top, list(cfg.keys()), n=1, cutoff=0.8)
+        if top not in cfg and close:
+            raise UserError(f'--cfg-options {key}', f"the config has no key '{top}' (did you "
+                            f"mean '{close[0]}'?), so nothing would read it",
+                            'correct the key (tools/print_config.py prints the config)')
