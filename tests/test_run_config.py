@@ -237,3 +237,13 @@ def test_an_option_for_a_misspelt_top_level_key_is_refused_and_a_new_key_is_take
     with pytest.raises(UserError, match="no key 'val_evalutor' \\(did you mean 'val_evaluator'"):
         load_run_config(DEMO, cfg_options={'val_evalutor.languages': ['en']})
     assert load_run_config(DEMO, cfg_options={'cpu_threads': 2}).cpu_threads == 2
+
+
+def test_a_misspelt_dataloader_option_is_refused_naming_the_loader():
+    """torch's DataLoader refused it as the runner built it, naming no loader."""
+    with pytest.raises(UnknownOptionError, match=(
+            r"^source_finetune_dataloader: unknown option 'batch_szie' \(did you mean "
+            r"'batch_size'\?\); a dataloader takes dataset, batch_size, ")):
+        load_run_config(DEMO, cfg_options={'source_finetune_dataloader.batch_szie': 8})
+    load_run_config(DEMO, cfg_options={'train_dataloader.num_batch_per_epoch': 8,
+                                       'train_dataloader.pin_memory': True})

@@ -16,7 +16,7 @@ from mmengine.config import Config, DictAction
 
 from xmr.ablations import ablation_suffix, apply_ablations
 from xmr.packaged import CONFIG_SCHEME, config_path
-from xmr.utils.cli import UserError
+from xmr.utils.cli import UserError, did_you_mean
 
 __all__ = ['add_config_arguments', 'check_run_values', 'config_file', 'load_run_config']
 
@@ -131,6 +131,7 @@ def check_run_values(cfg: Config) -> None:
     OPTIMIZERS.check_options((cfg.get('optim_wrapper') or {}).get('optimizer'))
     _check_optimizer_lr((cfg.get('optim_wrapper') or {}).get('optimizer'))
     for where, loader in _dataloaders(cfg).items():
+        _check_loader_options(where, loader)
         _check_batch_size(where, loader.get('batch_size'))
         DATASETS.check_options(loader.get('dataset'))
     for metric in _metrics(cfg):
@@ -188,6 +189,28 @@ def _example(key: str) -> str:
     examples = {'_evaluator': "dict(type='RetrievalMetric')", '_cfg': f"dict(type='{loop}')"}
     return next((f'{key} = {example}' for suffix, example in examples.items()
                  if key.endswith(suffix)), key)
+
+
+def _check_loader_options(where: str, loader: Mapping[str, Any]) -> None:
+    """Refuse an option neither torch's ``DataLoader`` nor MMEngine's ``build_dataloader``
+    takes (``batch_szie``), which torch refuses, naming no loader, as the runner builds it.
+
+    Raises:
+        UnknownOptionError: naming the loader, the option and the nearest.
+    """
+    import inspect
+
+    from torch.utils.data import DataLoader
+
+    from xmr.registry import UnknownOptionError
+
+    takes = [*inspect.signature(DataLoader).parameters, 'num_batch_per_epoch',
+             'disable_subprocess_warning']
+    for option in loader:
+        if option not in takes:
+            raise UnknownOptionError(f"{where}: unknown option '{option}'"
+                                     f'{did_you_mean(option, takes)}; a dataloader takes '
+                                     f"{', '.join(takes)}")
 
 
 def _check_batch_size(where: str, batch_size: Any) -> None:
