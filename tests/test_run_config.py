@@ -247,3 +247,22 @@ def test_a_misspelt_dataloader_option_is_refused_naming_the_loader():
         load_run_config(DEMO, cfg_options={'source_finetune_dataloader.batch_szie': 8})
     load_run_config(DEMO, cfg_options={'train_dataloader.num_batch_per_epoch': 8,
                                        'train_dataloader.pin_memory': True})
+
+
+def test_a_base_that_names_no_file_is_named_with_the_config_that_lists_it(tmp_path):
+    """MMEngine named the resolved path alone; a shipped config copied into a project keeps
+    its relative bases, which xmr:: reaches."""
+    copied = tmp_path / 'mine.py'
+    copied.write_text((REPO / 'configs' / 'demo' / 'dasd_tiny-clip_synthetic.py').read_text())
+    with pytest.raises(UserError, match=(
+            f"^{copied}: _base_ './static_tiny-clip_synthetic.py' names no file "
+            f"\\({tmp_path}/static_tiny-clip_synthetic.py\\): a config outside xmr's configs/ "
+            "names xmr's as 'xmr::demo/static_tiny-clip_synthetic.py'$")):
+        load_run_config(copied)
+    (tmp_path / 'base_one.py').write_text('x = 1\n')
+    copied.write_text("_base_ = ['./base_on.py']\n")
+    with pytest.raises(UserError, match=(
+            f"^{copied}: _base_ './base_on.py' names no file \\({tmp_path}/base_on.py\\) "
+            "\\(did you mean 'base_one.py'\\?\\): correct it: a relative path starts at the "
+            "folder of mine.py$")):
+        load_run_config(copied)

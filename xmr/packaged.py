@@ -16,7 +16,9 @@ from pathlib import Path
 
 from mmengine.config import Config
 
-__all__ = ['CONFIG_SCHEME', 'packaged_root', 'config_path', 'tool_path']
+from xmr.utils.cli import UserError, did_you_mean
+
+__all__ = ['CONFIG_SCHEME', 'packaged_root', 'config_path', 'tool_path', 'missing_base']
 
 CONFIG_SCHEME = 'xmr::'
 
@@ -47,6 +49,28 @@ def tool_path(name: str) -> Path:
     return _packaged_file('tools', name, 'train.py')
 
 
+def missing_base(cfg_path: str, filename: str) -> UserError:
+    """The error for a ``_base_`` entry of ``filename`` that names no file (MMEngine: the
+    resolved path alone, not the config that lists it): the file meant in its folder, or the
+    packaged config of that name for a config copied out of ``configs/``."""
+    path = Path(filename).parent / cfg_path
+    siblings = [p.name for p in path.parent.glob('*.py')] if path.parent.is_dir() else []
+    hint = did_you_mean(path.name, siblings)
+    shipped = sorted(str(p.relative_to(packaged_root() / 'configs')) for p in
+                     (packaged_root() / 'configs').rglob(path.name))
+    # The one whose folders the path ends with (../_base_/models/x.py), else the only one.
+    meant = [name for name in shipped if path.resolve().as_posix().endswith('/' + name)]
+    if len(meant or shipped) == 1 and not hint:
+        fix = (f"a config outside xmr's configs/ names xmr's as "
+               f"'{CONFIG_SCHEME}{(meant or shipped)[0]}'")
+    elif Path(cfg_path).is_absolute():
+        fix = 'correct it'
+    else:
+        fix = f'correct it: a relative path starts at the folder of {Path(filename).name}'
+    resolved = '' if Path(cfg_path).is_absolute() else f' ({path})'
+    return UserError(filename, f"_base_ '{cfg_path}' names no file{resolved}{hint}", fix)
+
+
 def _install_config_scheme() -> None:
     """Teach ``Config`` the ``xmr::`` base paths (idempotent)."""
     resolve = Config._get_cfg_path
@@ -57,7 +81,10 @@ def _install_config_scheme() -> None:
         if cfg_path.startswith(CONFIG_SCHEME):
             # No scope: packaged configs already build in xmr's default scope.
             return str(config_path(cfg_path)), None
-        return resolve(cfg_path, filename)
+        path, scope = resolve(cfg_path, filename)
+        if scope is None and not Path(path).is_file():
+            raise missing_base(cfg_path, filename)
+        return path, scope
 
     get_cfg_path.xmr_scheme = True
     Config._get_cfg_path = staticmethod(get_cfg_path)
