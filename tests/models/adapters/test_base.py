@@ -125,3 +125,13 @@ def test_the_written_out_bert_tower_is_post_norm_and_clip_is_not():
     from xmr.models.backbones import BertTextTower, OpenCLIPTextTower
 
     assert BertTextTower.post_norm and not OpenCLIPTextTower.post_norm
+
+
+@pytest.mark.parametrize('name', ['StaticAdapter', 'HoulsbyAdapter', 'DynamicAdapter'])
+@pytest.mark.parametrize('hidden', [0, -4, 2.5, True])
+def test_a_bottleneck_width_that_is_no_positive_integer_is_refused(name, hidden):
+    """torch builds a 0-wide layer: the adapter trained a bias alone, without a word."""
+    with pytest.raises(ValueError, match=(
+            f'^adapter {name}: hidden={hidden!r} must be a positive integer$')):
+        ADAPTERS.get(name)(AdapterPlacement(width=8), hidden=hidden)
+    assert ADAPTERS.get(name)(AdapterPlacement(width=8), hidden=1).up.in_features == 1

@@ -162,6 +162,18 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
     accepts_packed_tokens: ClassVar[bool] = False
     reads_condition: ClassVar[bool] = False
 
+    def positive_option(self, option: str, value: Any) -> int:
+        """``value`` of the config option ``option`` (a bottleneck width), which must be a
+        positive integer: torch builds a 0-wide layer, and the adapter trains a bias alone.
+
+        Raises:
+            ValueError: naming the adapter, the option and the value.
+        """
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f'adapter {type(self).__name__}: {option}={value!r} must be a '
+                             'positive integer')
+        return value
+
     def __init__(self, placement: AdapterPlacement) -> None:
         super().__init__()
         name = type(self).__name__

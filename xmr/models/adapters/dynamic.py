@@ -43,7 +43,7 @@ class DynamicAdapter(GroupedAdapter):
     def __init__(self, placement: AdapterPlacement, hidden: int = 32) -> None:
         super().__init__(placement)
         width = self.width
-        self.hidden = hidden
+        self.hidden = hidden = self.positive_option('hidden', hidden)
         self.down = nn.Linear(width, hidden)
         self.up = nn.Linear(hidden, width)
         # Held column-major: the grouped call reads W_up^T, a contiguous [d_u, D] block of its

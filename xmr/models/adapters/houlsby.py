@@ -51,6 +51,7 @@ class HoulsbyAdapter(BaseAdapter):
                  init_std: float = 0.01, zero_init: bool = False) -> None:
         super().__init__(placement)
         width = self.width
+        hidden = self.positive_option('hidden', hidden)
         self.activation_name = activation
         self.activation = get_activation(activation)
         self.down = nn.Linear(width, hidden)

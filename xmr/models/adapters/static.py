@@ -35,6 +35,7 @@ class StaticAdapter(BaseAdapter):
                  zero_init: bool = False) -> None:
         super().__init__(placement)
         width = self.width
+        hidden = self.positive_option('hidden', hidden)
         self.down = nn.Linear(width, hidden)
         self.up = nn.Linear(hidden, width)
         if zero_init:
