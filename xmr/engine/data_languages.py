@@ -1,4 +1,5 @@
-"""The caption languages of a run's data, checked against the model's before anything trains."""
+"""The caption languages and media sizes of a run's data, checked against the model's before
+anything trains."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -43,3 +44,31 @@ def check_data_languages(model: torch.nn.Module, datasets: Mapping[str, Dataset]
         return
     for where, dataset in datasets.items():
         check(caption_languages(dataset), where)
+
+
+def check_media_sizes(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -> None:
+    """Fail unless each dataset's media transform gives the size the image tower takes.
+
+    A transform of another size (``MediaTransform`` left at ViT-B-32's 224 px for a 336 px
+    tower) failed inside the tower at its first batch, with two token counts: at the feature
+    cache, or at the first validation, a phase in. Datasets without media, or whose transform
+    states no ``size``, are not checked.
+
+    Raises:
+        ValueError: naming the dataset, both sizes and the fix.
+    """
+    backbone = getattr(model, 'backbone', None)
+    expected = getattr(backbone, 'image_size', None)
+    if expected is None:
+        return
+    expected = (expected, expected) if isinstance(expected, int) else tuple(expected)
+    for where, dataset in datasets.items():
+        if isinstance(dataset, CachedFeatureDataset):
+            dataset = dataset.dataset
+        size = getattr(getattr(dataset, 'transform', None), 'size', None)
+        if size is None or not getattr(dataset, 'with_media', True) or tuple(size) == expected:
+            continue
+        raise ValueError(f'{where}: its transform gives {size[0]}x{size[1]} media, but the image '
+                         f'tower of {type(backbone).__name__} takes {expected[0]}x{expected[1]}: '
+                         "give the dataset the backbone's transform (MediaTransform with its "
+                         f'backbone and pretrained, or size={expected[0]})')

@@ -11,7 +11,7 @@ import torch
 from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
-from xmr.engine.data_languages import check_data_languages
+from xmr.engine.data_languages import check_data_languages, check_media_sizes
 from xmr.engine.distributed import rewrap_for_phase, shared_seed
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
 from xmr.engine.feature_cache import prepare_feature_caches
@@ -370,7 +370,8 @@ class PhasedTrainLoop(BaseLoop):
         Every ``lr_mult`` names a parameter group of the optimiser (built after the loop), a
         tolerated non-finite iteration leaves the weights as they were (:meth:`_check_patience`),
         and the model reads every caption language of the phases still to run and of validation,
-        whose media files exist (``check_media_exist`` of the datasets that read files).
+        whose media files exist (``check_media_exist`` of the datasets that read files) at the
+        size its image tower takes.
         """
         hub = self.runner.message_hub
         # A checkpoint of an earlier xmr names its last validation 'validated_iter', a 'val...'
@@ -399,6 +400,7 @@ class PhasedTrainLoop(BaseLoop):
                              loader.dataset for i, loader in enumerate(loaders)})
             self._check_val_protocols(val_loop)
         check_data_languages(self.model, datasets)
+        check_media_sizes(unwrap_model(self.model), datasets)
         # Phases sharing a loader share its dataset: each is listed once.
         for dataset in {id(dataset): dataset for dataset in datasets.values()}.values():
             check_media = getattr(dataset, 'check_media_exist', None)

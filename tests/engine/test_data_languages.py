@@ -1,0 +1,27 @@
+"""xmr.engine.data_languages: a run's data checked against the model before anything trains."""
+from types import SimpleNamespace
+
+import pytest
+
+from xmr.engine.data_languages import check_media_sizes
+
+
+def media_dataset(size, with_media=True):
+    return SimpleNamespace(transform=SimpleNamespace(size=size), with_media=with_media)
+
+
+def test_a_transform_of_another_size_than_the_image_towers_is_refused_naming_both():
+    """It failed inside the tower at its first batch (the feature cache, or the first
+    validation a phase in) with two token counts."""
+    model = SimpleNamespace(backbone=SimpleNamespace(image_size=(32, 32)))
+    check_media_sizes(model, {'train': media_dataset((32, 32)),
+                              'text pairs': media_dataset((64, 64), with_media=False),
+                              'no transform': SimpleNamespace()})
+    with pytest.raises(ValueError, match=(
+            r'^val dataset 0 \(RetrievalDataset\): its transform gives 64x64 media, but the '
+            r'image tower of SimpleNamespace takes 32x32: give the dataset the backbone\'s '
+            r'transform \(MediaTransform with its backbone and pretrained, or size=32\)$')):
+        check_media_sizes(model, {'train': media_dataset((32, 32)),
+                                  'val dataset 0 (RetrievalDataset)': media_dataset((64, 64))})
+    check_media_sizes(SimpleNamespace(backbone=SimpleNamespace()),  # a text-only backbone
+                      {'val': media_dataset((64, 64))})
