@@ -204,16 +204,19 @@ def summary_languages(runner) -> dict[str, list[str]]:
 
 
 def check_test_languages(runner, model) -> None:
-    """Stop before any encoding when a test set has captions in a language the model lacks."""
+    """Stop before any encoding when a test set has captions in a language the model lacks,
+    or media of another size than its image tower takes."""
     from xmr.apis import check_languages
+    from xmr.engine.data_languages import check_media_sizes
 
     for loader in _test_loaders(runner):
         metainfo = getattr(loader.dataset, 'metainfo', None) or {}
+        where = f"test dataset {metainfo.get('dataset', type(loader.dataset).__name__)}"
+        if metainfo.get('ann_file'):
+            where += f" ({metainfo['ann_file']})"
         if 'languages' in metainfo:
-            where = f"test dataset {metainfo.get('dataset', type(loader.dataset).__name__)}"
-            if metainfo.get('ann_file'):
-                where += f" ({metainfo['ann_file']})"
             check_languages(model, metainfo['languages'], where=where)
+        check_media_sizes(model, {where: loader.dataset})
 
 
 def run_test(args: argparse.Namespace):

@@ -380,3 +380,18 @@ def test_only_an_earlier_result_is_replaced_and_only_with_overwrite(synthetic_se
     assert re.match(r'error: .*model_test\.csv: exists, and no test result model_test\.json',
                     capsys.readouterr().err)
     assert len(tested) == 2
+
+
+def test_a_test_set_of_another_media_size_than_the_image_tower_stops_before_encoding():
+    """It failed inside the tower at the first test batch, with two token counts."""
+    from types import SimpleNamespace
+
+    dataset = SimpleNamespace(transform=SimpleNamespace(size=(64, 64)), with_media=True,
+                              metainfo={'dataset': 'multi30k', 'ann_file': 'test.json'})
+    runner = SimpleNamespace(test_loop=SimpleNamespace(dataloader=SimpleNamespace(
+        dataset=dataset)))
+    model = SimpleNamespace(backbone=SimpleNamespace(image_size=(32, 32)))
+    with pytest.raises(ValueError, match=(
+            r'^test dataset multi30k \(test.json\): its transform gives 64x64 media, but the '
+            r'image tower of SimpleNamespace takes 32x32')):
+        load_tool().check_test_languages(runner, model)
