@@ -586,3 +586,22 @@ def test_a_tokenizer_that_composes_captions_keys_another_cache_than_one_that_doe
     assert composing == plain
     assert 'compose' not in tokenizer_identity(SimpleNamespace(max_length=77, vocab_size=49408,
                                                                pad_id=0))
+
+
+def test_the_media_a_cache_is_built_from_are_checked_with_the_datasets_check(pair_ann_file,
+                                                                            tmp_path):
+    """The wrapper switches decoding off, so the dataset's own check saw nothing; the build
+    stopped at the first missing file, named as if it alone were missing."""
+    dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
+                   data_root=str(pair_ann_file.parent), transform=TINY_TRANSFORM)
+    cached = CachedFeatureDataset(dataset, tmp_path / 'cache')
+    cached.check_media_exist()
+    for name in ('red', 'blue'):
+        (tmp_path / f'{name}.png').unlink()
+    with pytest.raises(FileNotFoundError, match=(
+            r'ann.json: 2 of its 2 media files are missing, the first .*red.png: check '
+            r'data_root and data_prefix')):
+        cached.check_media_exist()
+    assert cached.dataset.with_media is False  # decoding stays off for training
+    sources = CachedFeatureDataset(dataset, tmp_path / 'sources', features=['source'])
+    sources.check_media_exist()  # a cache of captions alone reads no media

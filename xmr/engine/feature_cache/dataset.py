@@ -120,6 +120,15 @@ class CachedFeatureDataset(Dataset):
     def metainfo(self) -> dict[str, Any]:
         return dict(getattr(self.dataset, 'metainfo', {}))
 
+    def check_media_exist(self) -> None:
+        """The wrapped dataset's check (``check_media_exist``) of the media a cache of media
+        features is built from, whose decoding the wrapper switched off: unchecked, a missing
+        file stopped the build at the first one, named as if it alone were missing."""
+        check = getattr(self.dataset, 'check_media_exist', None)
+        if 'media' in self.kinds and check is not None:
+            with media_decoding(self.dataset, True):
+                check()
+
     def _choose_kinds(self) -> list[str]:
         with media_decoding(self.dataset, False):
             sample = self.dataset[0] if len(self.dataset) else {}
