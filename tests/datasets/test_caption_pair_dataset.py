@@ -150,3 +150,16 @@ def test_source_to_target_text_is_the_items_own_caption_translation(ann_file):
     assert [(dataset[i]['source_text'], dataset[i]['source_to_target_text'])
             for i in range(len(dataset))] == [
         ('a dog', 'MT Hund'), ('a brown dog', 'MT brauner Hund'), ('a cat', 'MT Katze')]
+
+
+def test_missing_pairs_say_how_to_get_them(ann_file):
+    """A Multi30K train file prepared without --translations had no word on the way out."""
+    with pytest.raises(ValueError, match=(
+            r"has no translations in \['ja'\] language; it has \['de', 'cs'\]: attach them with "
+            r"tools/data/attach_translations.py \(docs/data.md\), or pair parallel human "
+            r"captions with target_field='captions'$")):
+        CaptionPairDataset(ann_file, target_langs=['ja'], transform=TINY)
+    with pytest.raises(ValueError, match=r"has no captions in \['ja'\] language; it has .*: "
+                       'drop them from target_langs$'):
+        CaptionPairDataset(ann_file, target_langs=['ja'], target_field='captions',
+                           transform=TINY)

@@ -73,8 +73,11 @@ class CaptionPairDataset(MediaCaptionDataset):
                 'CaptionPairDataset target_langs')
             missing = [lang for lang in self.target_langs if lang not in available]
             if missing or not self.target_langs:
+                fix = ('attach them with tools/data/attach_translations.py (docs/data.md), or '
+                       "pair parallel human captions with target_field='captions'"
+                       if target_field == 'translations' else 'drop them from target_langs')
                 raise ValueError(f'{self.ann_file} has no {target_field} in {missing or "any"} '
-                                 f'language; it has {available}')
+                                 f'language; it has {available}: {fix}')
         self.translated_texts = self._check_translated_texts(translated_texts)
         self._record, self._caption, self._lang = self._build_index()
 
