@@ -656,3 +656,35 @@ def test_a_run_resumed_at_a_window_s_end_repeats_the_accumulating_run(accumulate
     assert [r['adam_steps'] for r in resumed] == [r['adam_steps'] for r in accumulated_run[5:]]
     for mine, reference in zip(resumed, accumulated_run[5:]):
         assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-5, abs=1e-6)
+
+
+def test_a_validation_gallery_of_another_size_than_its_protocol_is_refused_before_training(
+        tmp_path):
+    """The metric found it at the first validation, a phase in (xtd10_t2i_r10 on the 50
+    images of the few-shot val split)."""
+    from types import SimpleNamespace
+
+    from xmr.datasets import Annotation, MediaRecord, RetrievalDataset, dump_annotation
+    from xmr.engine.loops import check_gallery_sizes
+    from xmr.evaluation import RetrievalMetric
+
+    dump_annotation(Annotation(
+        dataset='demo', split='val', media_type='image', languages=['en'],
+        items=[MediaRecord(name, f'{name}.png', {'en': [f'a {name} dog']})
+               for name in ('red', 'blue', 'green')]), tmp_path / 'val.json')
+    gallery = RetrievalDataset(tmp_path / 'val.json', data_root=tmp_path,
+                               transform=dict(type='MediaTransform', backbone=None, size=8))
+
+    def val_loop(**metric):
+        return SimpleNamespace(dataloader=SimpleNamespace(dataset=gallery),
+                               evaluator=SimpleNamespace(metrics=[RetrievalMetric(**metric)]))
+
+    with pytest.raises(ValueError, match=(
+            r"^val dataset 0 \(.*val.json\) holds 3 media, but its metric's protocol "
+            r"'xtd10_t2i_r10' is defined on 1000: give the metric a protocol for any size "
+            r'\(standard\), or gallery_size=3 to score it on this one$')):
+        check_gallery_sizes(val_loop(protocol='xtd10_t2i_r10'))
+    with pytest.raises(ValueError, match="holds 3 media, but its metric's gallery_size=5:"):
+        check_gallery_sizes(val_loop(gallery_size=5))
+    check_gallery_sizes(val_loop(protocol='xtd10_t2i_r10', gallery_size=3))
+    check_gallery_sizes(val_loop())
