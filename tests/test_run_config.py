@@ -5,7 +5,7 @@ import pytest
 
 from tests.conftest import REPO
 from xmr.registry import UnknownOptionError
-from xmr.run_config import load_run_config
+from xmr.run_config import check_evaluation_keys, load_run_config
 from xmr.utils.cli import UserError
 
 DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
@@ -222,10 +222,13 @@ def test_the_batch_size_of_a_loader_in_a_list_or_a_phase_is_named_by_its_place(t
 ])
 def test_a_validation_or_test_given_in_part_names_what_it_lacks(options, message):
     """MMEngine's runner printed the whole loader dict before the key at fault."""
+    cfg = load_run_config(DEMO, cfg_options=options)  # tools that build no runner take it
     with pytest.raises(UserError, match=message):
-        load_run_config(DEMO, cfg_options=options)
-    load_run_config(DEMO, cfg_options={'val_dataloader': None, 'val_evaluator': None,
-                                       'val_cfg': None})
+        for split in ('val', 'test'):
+            check_evaluation_keys(cfg, split)
+    cfg = load_run_config(DEMO, cfg_options={'val_dataloader': None, 'val_evaluator': None,
+                                             'val_cfg': None})
+    check_evaluation_keys(cfg, 'val')
 
 
 def test_an_option_for_a_misspelt_top_level_key_is_refused_and_a_new_key_is_taken():

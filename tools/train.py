@@ -17,7 +17,7 @@ import os.path as osp
 
 from mmengine.config import Config
 
-from xmr.run_config import add_config_arguments, load_run_config
+from xmr.run_config import add_config_arguments, check_evaluation_keys, load_run_config
 from xmr.utils.cli import UserError, run_tool
 
 
@@ -51,6 +51,8 @@ def build_config(args: argparse.Namespace) -> Config:
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
+    for split in ('val', 'test'):
+        check_evaluation_keys(cfg, split)
     cfg.launcher = args.launcher
     if args.amp or args.amp_dtype:
         enable_amp(cfg, args.amp_dtype)

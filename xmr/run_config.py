@@ -18,7 +18,8 @@ from xmr.ablations import ablation_suffix, apply_ablations
 from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import UserError, did_you_mean
 
-__all__ = ['add_config_arguments', 'check_run_values', 'config_file', 'load_run_config']
+__all__ = ['add_config_arguments', 'check_evaluation_keys', 'check_run_values', 'config_file',
+           'load_run_config']
 
 
 def add_config_arguments(parser: argparse.ArgumentParser,
@@ -113,7 +114,7 @@ def check_run_values(cfg: Config) -> None:
     """Refuse, as the config loads, what MMEngine's runner would find only once built or
     iterations in: an option a type does not take, a word where a number goes (the model's, the
     optimiser's, the hooks' and the loops' options, the seed), a bad phase, a batch size that is
-    no positive integer, a negative learning rate, a validation or test given in part.
+    no positive integer, a negative learning rate.
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
     option check of xmr's registries (which see every part the model builds); their own options
@@ -140,8 +141,6 @@ def check_run_values(cfg: Config) -> None:
         HOOKS.check_options(hook)
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
         LOOPS.check_options(cfg.get(loop))
-    for split in ('val', 'test'):
-        _check_evaluation_keys(cfg, split)
     seed = (cfg.get('randomness') or {}).get('seed')
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f'randomness.seed={seed!r} must be an integer (or None for a random one)')
@@ -166,9 +165,10 @@ def _dataloaders(cfg: Config) -> dict[str, Mapping[str, Any]]:
     return {key: loader for key, loader in found.items() if isinstance(loader, Mapping)}
 
 
-def _check_evaluation_keys(cfg: Config, split: str) -> None:
+def check_evaluation_keys(cfg: Config, split: str) -> None:
     """``<split>_dataloader``, ``<split>_evaluator`` and ``<split>_cfg`` are given all three or
-    none (MMEngine's runner says so printing the whole loader, the key at fault last).
+    none, as MMEngine's runner needs them (it says so printing the whole loader, the key at
+    fault last); the tools that build no runner (``cache_features.py``) take a loader alone.
 
     Raises:
         UserError: naming the keys given and those missing.

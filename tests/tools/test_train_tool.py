@@ -175,3 +175,11 @@ def test_a_load_from_that_does_not_exist_is_named_before_the_run_starts(tmp_path
     save_checkpoint(tmp_path / 'gone.pth')
     assert train_tool.build_config(args).load_from == f'{tmp_path}/gone.pth'
     assert list(tmp_path.iterdir()) == [tmp_path / 'gone.pth']
+
+
+def test_a_validation_given_in_part_is_refused_before_the_run_starts(tmp_path):
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path), '--cfg-options',
+                                  'val_evaluator=None'])
+    with pytest.raises(UserError, match='^val_evaluator: is None while val_dataloader and '
+                       'val_cfg are set'):
+        train_tool.build_config(args)
