@@ -269,3 +269,18 @@ def test_a_base_that_names_no_file_is_named_with_the_config_that_lists_it(tmp_pa
             "\\(did you mean 'base_one.py'\\?\\): correct it: a relative path starts at the "
             "folder of mine.py$")):
         load_run_config(copied)
+
+
+def test_a_child_config_that_overlays_a_list_by_index_is_told_the_ways_that_work(tmp_path):
+    """The ablation rows' form; MMEngine advised _delete_=True, which drops the base's list."""
+    child = tmp_path / 'child.py'
+    child.write_text(f"_base_ = ['{DEMO}']\ntrain_cfg = dict(phases={{'1': dict(lr=1e-4)}})\n")
+    with pytest.raises(UserError, match=(
+            f"^{child}: phases={{'1': ...}} overlays a list of its base by index, which only "
+            "--ablation rows do; a child config replaces a list whole: restate the list with "
+            r"each item \(dict\(_base_.<...>.phases\[1\], lr=...\)\), or change one key with "
+            r"--cfg-options <...>.phases.1.lr=...$")):
+        load_run_config(child)
+    child.write_text(f"_base_ = ['{DEMO}']\ntrain_cfg = dict(phases=dict(lr=1e-4))\n")
+    with pytest.raises(TypeError, match='is a dict in the child config'):  # MMEngine's own
+        load_run_config(child)

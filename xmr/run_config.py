@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,6 +73,28 @@ def config_file(config: str | os.PathLike) -> str | os.PathLike:
     return config
 
 
+#: MMEngine's refusal of a dict that merges into a list, when the dict's keys are indices.
+_INDEX_OVERLAY = re.compile(r"^(\w+)=\{'(\d+|\*)': .* is a dict in the child config but is "
+                            r"of type <class '(list|tuple)'> in base config")
+
+
+def list_overlaid_by_index(config: str | os.PathLike, error: TypeError) -> UserError | None:
+    """A child config that overlays a list's items by index (``phases={'1': dict(lr=...)}``),
+    which only ``--ablation`` rows do, as a :class:`UserError` with the ways that work;
+    MMEngine's own message advises ``_delete_=True``, which drops the base's list. ``None``
+    for another error.
+    """
+    found = _INDEX_OVERLAY.match(str(error))
+    if found is None:
+        return None
+    key, index = found.group(1), found.group(2)
+    item = index if index.isdigit() else '0'
+    return UserError(config, f"{key}={{'{index}': ...}} overlays a list of its base by index, "
+                     "which only --ablation rows do; a child config replaces a list whole",
+                     f'restate the list with each item (dict(_base_.<...>.{key}[{item}], '
+                     f'lr=...)), or change one key with --cfg-options <...>.{key}.{item}.lr=...')
+
+
 def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
                     cfg_options: Mapping[str, Any] | None = None,
                     work_dir: str | None = None) -> Config:
@@ -93,6 +116,11 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
         loaded = Config.fromfile(str(config))
     except ImportError as error:
         explained = failed_custom_import(config, error)
+        if explained is None:
+            raise
+        raise explained from error
+    except TypeError as error:
+        explained = list_overlaid_by_index(config, error)
         if explained is None:
             raise
         raise explained from error
