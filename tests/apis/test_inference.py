@@ -171,3 +171,15 @@ def test_media_are_decoded_one_batch_at_a_time(trained, monkeypatch):
     monkeypatch.setattr(model, 'encode_media', encode)
     single = torch.cat([encode_media(model, [item], batch_size=1) for item in media])
     torch.testing.assert_close(embeddings, single, atol=1e-6, rtol=1e-5)
+
+
+def test_a_checkpoint_holding_none_of_the_models_weights_is_named_with_its_keys(
+        trained, tmp_path, capsys):
+    """Strict loading printed, then raised, every key of both as missing or unexpected."""
+    config, checkpoint, reference = trained
+    torch.save({'model': reference.state_dict()}, tmp_path / 'foreign.pth')
+    with pytest.raises(CheckpointMismatchError, match=(
+            r"^checkpoint .*foreign.pth holds none of the model's weights \(its keys: model; the "
+            r"model's: [^_].*\): give a checkpoint tools/train.py wrote for this config's model")):
+        init_retriever(config, tmp_path / 'foreign.pth')
+    assert 'missing keys' not in capsys.readouterr().out

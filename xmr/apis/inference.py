@@ -105,6 +105,14 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
         raise CheckpointMismatchError(f'checkpoint {path} holds no state_dict')
     # Checkpoints of DDP-wrapped models prefix every key with 'module.'.
     state = {re.sub(r'^module\.', '', key): value for key, value in state.items()}
+    ours = [key for key in model.state_dict() if key != '_extra_state']
+    if not set(state) & set(ours):
+        # Strict loading would print, then raise, every key of both as missing or unexpected.
+        raise CheckpointMismatchError(
+            f"checkpoint {path} holds none of the model's weights (its keys: "
+            f"{', '.join(list(state)[:3]) or 'none'}; the model's: {', '.join(ours[:3])}): give a "
+            "checkpoint tools/train.py wrote for this config's model (a released one through "
+            'tools/convert/)')
     try:
         load_state_dict(model, state, strict=True, logger=None)
     except ValueError as error:
