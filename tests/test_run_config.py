@@ -239,7 +239,12 @@ def test_an_option_for_a_misspelt_top_level_key_is_refused_and_a_new_key_is_take
         load_run_config(DEMO, cfg_options={'train_dataloder.batch_size': 8})
     with pytest.raises(UserError, match="no key 'val_evalutor' \\(did you mean 'val_evaluator'"):
         load_run_config(DEMO, cfg_options={'val_evalutor.languages': ['en']})
+    with pytest.raises(UserError, match="no key 'modle' \\(did you mean 'model'"):
+        load_run_config(DEMO, cfg_options={'modle.backbone.arch': 'ViT-B-32'})
     assert load_run_config(DEMO, cfg_options={'cpu_threads': 2}).cpu_threads == 2
+    # A new key 80% like one the config holds is no typo of it: an extra loader for a phase.
+    extra = load_run_config(DEMO, cfg_options={'text_train_dataloader.batch_size': 4})
+    assert extra.text_train_dataloader.batch_size == 4
 
 
 def test_a_misspelt_dataloader_option_is_refused_naming_the_loader():

@@ -295,20 +295,41 @@ def _check_list_indices(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
             walked.append(part)
 
 
-
 def _check_misspelt_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
-    """Refuse an option whose top-level key the config lacks but holds one much like it
-    (``train_dataloder.batch_size``): MMEngine adds it as a new key, which nothing reads. A new
-    key unlike any (``cpu_threads``) is taken; the keys under the model, optimiser, hooks, loops,
-    datasets and metrics are checked with their types' options (:func:`check_run_values`).
+    """Refuse an option whose top-level key the config lacks but holds one a typo away
+    (:func:`_typo_of`: ``train_dataloder.batch_size``): MMEngine adds it as a new key, which
+    nothing reads. A new key is taken (``cpu_threads``; ``val_dataloader`` beside
+    ``train_dataloader``); the keys under the model, optimiser, hooks, loops, datasets and
+    metrics are checked with their types' options (:func:`check_run_values`).
 
     Raises:
         UserError: naming the option and the key it was probably meant to be.
     """
     for key in cfg_options:
         top = key.split('.')[0]
-        close = difflib.get_close_matches(top, list(cfg.keys()), n=1, cutoff=0.8)
-        if top not in cfg and close:
+        meant = None if top in cfg else _typo_of(top, list(cfg.keys()))
+        if meant is not None:
             raise UserError(f'--cfg-options {key}', f"the config has no key '{top}' (did you "
-                            f"mean '{close[0]}'?), so nothing would read it",
+                            f"mean '{meant}'?), so nothing would read it",
                             'correct the key (tools/print_config.py prints the config)')
+
+
+def _typo_of(word: str, keys: Sequence[str]) -> str | None:
+    """The key ``word`` is a typo of: one edit away (a character added, dropped, replaced, or
+    two swapped), or a long key's near copy (90% alike); ``None`` when none is."""
+    for key in keys:
+        if _one_edit_apart(word, key):
+            return key
+    close = difflib.get_close_matches(word, keys, n=1, cutoff=0.9)
+    return close[0] if close else None
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    start = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    if len(a) != len(b):
+        shorter, longer = sorted((a, b), key=len)
+        return shorter[start:] == longer[start + 1:]
+    swapped = a[start + 2:] == b[start + 2:] and a[start:start + 2] == b[start:start + 2][::-1]
+    return a[start + 1:] == b[start + 1:] or swapped
