@@ -9,6 +9,7 @@ import pytest
 import torch
 from mmengine.logging import HistoryBuffer
 
+from tests.zip_records import damage_record
 from xmr.engine.checkpoint import CheckpointReadError, check_checkpoint, read_checkpoint
 
 
@@ -26,22 +27,10 @@ def test_a_truncated_checkpoint_names_the_file(tmp_path):
         read_checkpoint(tmp_path / 'cut.pth')
 
 
-def _damage_record(path, suffix):
-    """Flip one byte in the middle of the data of the zip record whose name ends in ``suffix``."""
-    with zipfile.ZipFile(path) as archive:
-        info = next(i for i in archive.infolist() if i.filename.endswith(suffix))
-    data = bytearray(path.read_bytes())
-    name_length, extra_length = struct.unpack('<HH', data[info.header_offset + 26:
-                                                          info.header_offset + 30])
-    start = info.header_offset + 30 + name_length + extra_length
-    data[start + info.file_size // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
 def test_a_damaged_tensor_is_refused_naming_its_record(tmp_path):
     path = tmp_path / 'flipped.pth'
     torch.save({'state_dict': {'w': torch.ones(1000)}}, path)
-    _damage_record(path, 'data/0')
+    damage_record(path, 'data/0')
     for read in (read_checkpoint, check_checkpoint):
         with pytest.raises(CheckpointReadError, match=f'{path}: truncated or corrupt checkpoint '
                            r'\(its record flipped/data/0 is damaged \(Bad CRC-32'):
@@ -129,7 +118,7 @@ def test_a_damage_in_any_record_is_refused_naming_that_record(tmp_path):
     assert len(names) > 2
     for name in names:
         path.write_bytes(good.read_bytes())
-        _damage_record(path, name)
+        damage_record(path, name)
         with pytest.raises(CheckpointReadError,
                            match=f'its record {name} is damaged \\(Bad CRC-32'):
             check_checkpoint(path)
@@ -140,7 +129,7 @@ def test_a_record_larger_than_one_read_is_checked_whole(tmp_path):
     once the record is read to its end."""
     path = tmp_path / 'large.pth'
     torch.save({'state_dict': {'w': torch.ones(5 << 20)}}, path)
-    _damage_record(path, 'data/0')
+    damage_record(path, 'data/0')
     with pytest.raises(CheckpointReadError,
                        match=r'its record large/data/0 is damaged \(Bad CRC-32'):
         check_checkpoint(path)
@@ -152,7 +141,7 @@ def test_an_empty_record_does_not_end_the_check_of_those_after_it(tmp_path):
     torch.save({'state_dict': {'a': torch.empty(0), 'w': torch.ones(1000)}}, path)
     with zipfile.ZipFile(path) as archive:
         assert archive.getinfo('empty/data/0').CRC == 0
-    _damage_record(path, 'data/1')
+    damage_record(path, 'data/1')
     with pytest.raises(CheckpointReadError,
                        match=r'its record empty/data/1 is damaged \(Bad CRC-32'):
         check_checkpoint(path)

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from tests.models.backbones.openai_clip_layout import save_openai_torchscript
+from tests.zip_records import damage_record
 from xmr.models.weight_files import WeightsMismatchError, check_weights_fit, read_weights
 
 STATE = {'encoder.weight': torch.arange(6.0).view(2, 3), 'encoder.bias': torch.tensor([1.0, 2.0])}
@@ -44,6 +45,22 @@ def test_torchscript_archive_gives_its_state_dict(tmp_path):
     assert int(loaded.pop('input_resolution')) == 224 and int(loaded.pop('vocab_size')) == 9
     assert int(loaded.pop('context_length')) == 77
     _assert_state(loaded)
+
+
+@pytest.mark.parametrize('kind', ['torch.save', 'torchscript'])
+def test_a_damaged_tensor_record_is_refused_naming_it(tmp_path, kind):
+    """torch.load and torch.jit.load check no CRC-32: the damage would load as other numbers."""
+    path = tmp_path / 'ViT-B-32.pt'
+    if kind == 'torch.save':
+        torch.save(STATE, path)
+    else:
+        save_openai_torchscript(STATE, path, input_resolution=224, context_length=77,
+                                vocab_size=9)
+    record = damage_record(path, '/data/')
+    with pytest.raises(ValueError, match=rf'{re.escape(str(path))}: truncated or corrupt CLIP '
+                                         rf'checkpoint \(its record {re.escape(record)} is '
+                                         r'damaged \(Bad CRC-32'):
+        read_weights(path, 'CLIP checkpoint')
 
 
 def test_truncated_foreign_and_pickled_files_are_refused_by_name(tmp_path):

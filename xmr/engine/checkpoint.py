@@ -144,21 +144,30 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> None:
         raise CheckpointReadError(f'{path}: not a {what}: {found}; give a .pth written by '
                                   'torch.save (tools/train.py writes them)')
     if head == _ZIP_MAGIC:
-        try:
-            archive = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, OSError) as error:
-            raise _corrupt(path, what, 'its zip archive has no central directory, which a '
-                           'cut-off file lacks') from error
-        with archive:
-            _check_records(archive, path, what)
+        check_archive_records(path, what)
 
 
-def _check_records(archive: zipfile.ZipFile, path: Path, what: str) -> None:
-    """Read every record of ``archive`` through zipfile, which compares its CRC-32 at the end.
+def check_archive_records(path: str | os.PathLike, what: str = 'checkpoint') -> None:
+    """Read every record of the torch zip archive ``path`` (``torch.save``'s, or a TorchScript
+    file's) through zipfile, which compares its CRC-32 at the end: ``torch.load`` checks none.
 
     A record whose CRC-32 is 0 is not read: ``torch.serialization.set_crc32_options(False)``
     writes 0 for every record (a real CRC-32 is 0 once in 2**32 records).
+
+    Raises:
+        CheckpointReadError: the archive has no central directory (a cut-off file), or a record
+            is damaged, naming it.
     """
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as error:
+        raise _corrupt(path, what, 'its zip archive has no central directory, which a '
+                       'cut-off file lacks') from error
+    with archive:
+        _check_records(archive, path, what)
+
+
+def _check_records(archive: zipfile.ZipFile, path: str | os.PathLike, what: str) -> None:
     for info in archive.infolist():
         if info.CRC == 0:
             continue

@@ -74,10 +74,18 @@ def read_weights(path: str | Path, what: str = 'checkpoint',
 
     Raises:
         FileNotFoundError: no such file, or a folder without any of ``folder_files``.
-        ValueError: a file that is truncated, not a weight file, pickles Python objects, or
-            holds something other than tensors by name.
+        ValueError: a file that is truncated, damaged (a torch archive's record failing its
+            CRC-32), not a weight file, pickles Python objects, or holds something other than
+            tensors by name.
     """
     path = _weights_file(Path(path), what, tuple(folder_files))
+    if path.suffix != '.safetensors' and zipfile.is_zipfile(path):
+        # xmr.engine imports the models: here, not at the top.
+        from xmr.engine.checkpoint import check_archive_records
+
+        # torch.load and torch.jit.load check no record's CRC-32: a damaged tensor would load
+        # as other numbers.
+        check_archive_records(path, what)
     if path.suffix == '.safetensors':
         loaded = _read_safetensors(path, what)
     elif _is_torchscript(path):

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from mmengine.config import Config
 
 from tests.conftest import CORPUS, SHARED_DATA
+from tests.zip_records import damage_record
 from xmr.apis import encode_texts, init_retriever
 from xmr.conversion_cli import main
 from xmr.models.conversion import convert_authors_checkpoint
@@ -548,25 +549,12 @@ def test_dasd_trains_the_padding_row_of_the_table_as_the_authors(tmp_path):
     assert table.grad[model.language_branch.tokenizer.pad_id].abs().sum() > 0
 
 
-def damage_a_tensor(path: Path) -> None:
-    """Flip one bit inside the data of a tensor record of a ``torch.save`` zip archive."""
-    import struct
-    import zipfile
-
-    with zipfile.ZipFile(path) as archive:
-        info = next(i for i in archive.infolist() if '/data/' in i.filename and i.file_size > 8)
-    data = bytearray(path.read_bytes())
-    name, extra = struct.unpack('<HH', data[info.header_offset + 26:info.header_offset + 30])
-    data[info.header_offset + 30 + name + extra + 4] ^= 0x40
-    path.write_bytes(bytes(data))
-
-
 @pytest.mark.parametrize('damaged', ['checkpoint', 'clip'])
 def test_a_damaged_tensor_record_is_refused_not_converted(damaged, tmp_path, capsys):
     """torch.load checks no CRC-32: a damaged download loaded as other numbers."""
     torch.save(authors_state_dict('mla'), tmp_path / 'checkpoint.bin')
     torch.save(authors_state_dict('mla'), tmp_path / 'clip.bin')
-    damage_a_tensor(tmp_path / f'{damaged}.bin')
+    damage_record(tmp_path / f'{damaged}.bin', '/data/')
     err = refused(capsys, 'mla', tmp_path / 'checkpoint.bin',
                   write_config(tmp_path / 'c.py', 'mla'), '--out', tmp_path / 'o.pth',
                   '--clip-checkpoint', tmp_path / 'clip.bin')
