@@ -200,3 +200,16 @@ def test_a_metric_the_validation_does_not_report_per_language_is_warned_about_on
     assert said == ["PhaseReportHook: the validation reports no '<language>/R@1' (did you mean "
                     "'t2i_R@1'?), so its table lists no language; set custom_hooks' "
                     "PhaseReportHook(metric=...) to one it reports: AR, t2i_R@1"]
+
+
+def test_a_text_to_video_validation_is_reported_by_its_r1_and_their_sum():
+    """text_to_video reports no AR: by default the table takes the statistic the leaderboard
+    tabulates it by (t2i_R@1, summed as t2v_R@1_sum), where it listed no language before."""
+    metrics = {'en/t2i_R@1': 40.0, 'en/t2i_R@5': 70.0, 'de/t2i_R@1': 30.0,
+               'zh/t2i_R@1': 20.0, 't2v_R@1_sum': 50.0}
+    assert report_rows(metrics, {}) == [
+        ['en', '40.00', '-'], ['de', '30.00', '-'], ['zh', '20.00', '-'],
+        ['t2v_R@1_sum', '50.00', '-']]
+    hook = PhaseReportHook()
+    hook.columns = [('align end', 4, metrics)]
+    assert (hook.metric, hook.mean_key) == ('t2i_R@1', 't2v_R@1_sum')

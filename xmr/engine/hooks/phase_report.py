@@ -9,7 +9,7 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
-from xmr.evaluation.leaderboard import format_table
+from xmr.evaluation.leaderboard import format_table, leaderboard_columns
 from xmr.fileio import atomic_write_text
 from xmr.registry import HOOKS
 from xmr.utils.cli import did_you_mean
@@ -31,15 +31,17 @@ class PhaseReportHook(Hook):
     dir's JSON.
 
     Args:
-        metric: per-language metric key suffix (``'{lang}/<metric>'``), default ``AR``.
-        mean_key: key of the mean over target languages.
+        metric: per-language metric key suffix (``'{lang}/<metric>'``); ``None``: ``AR``, or
+            where the validation reports none, the statistic the leaderboard tabulates its
+            metrics by (``t2i_R@1`` for ``text_to_video``, whose summary is ``t2v_R@1_sum``).
+        mean_key: key of the mean over target languages; ``None``: ``mAR``, or the summary
+            that goes with ``metric``'s choice.
     """
 
     priority = 'LOW'
 
-    def __init__(self, metric: str = 'AR', mean_key: str = 'mAR') -> None:
-        self.metric = metric
-        self.mean_key = mean_key
+    def __init__(self, metric: str | None = None, mean_key: str | None = None) -> None:
+        self.given = (metric, mean_key)
         #: ``(label, iteration, metrics)`` per validation, in order.
         self.columns: list[tuple[str, int, dict[str, float]]] = []
 
@@ -54,8 +56,8 @@ class PhaseReportHook(Hook):
             label = f'{phase.name} {"start" if runner.iter == phase.start else "end"}'
             if phase.start < runner.iter < phase.end:
                 label = f'{phase.name} @{runner.iter}'
-        if not self.columns:
-            warn_if_unreported(self.metric, metrics)
+        if not self.columns and self.given[0] is not None:
+            warn_if_unreported(self.given[0], metrics)
         # A resumed run validates a phase's start again: its column replaces the restored one.
         self.columns = [column for column in self.columns if column[0] != label]
         self.columns.append((label, runner.iter, dict(metrics)))
@@ -76,6 +78,25 @@ class PhaseReportHook(Hook):
         resumed_at = checkpoint['meta']['iter']
         self.columns = [(c['column'], c['iter'], c['metrics']) for c in records
                         if c['iter'] <= resumed_at]
+
+    @property
+    def metric(self) -> str:
+        return self._statistic()[0]
+
+    @property
+    def mean_key(self) -> str:
+        return self._statistic()[1]
+
+    def _statistic(self) -> tuple[str, str]:
+        """``(metric, mean_key)``: those given, else ``AR`` and ``mAR``, else the leaderboard's
+        headline of the first validation (read from the columns: a resumed run has them)."""
+        metric, mean_key = self.given
+        first = self.columns[0][2] if self.columns else {}
+        if metric is None and not any(key.endswith('/AR') for key in first):
+            headline = next((column.headline for column in leaderboard_columns(first)), None)
+            if headline is not None:
+                return headline.per_language, mean_key or headline.summary
+        return metric or 'AR', mean_key or 'mAR'
 
     def table(self) -> str:
         header = ['language', *(label for label, _, _ in self.columns)]
