@@ -188,13 +188,15 @@ def test_a_delete_left_in_a_list_item_is_named_when_the_config_loads(tmp_path):
      r'integer \(per process\)$'),
     ('source_finetune_dataloader.batch_size', 2.5, r'^source_finetune_dataloader.batch_size=2.5'),
     ('test_dataloader.batch_size', True, r'^test_dataloader.batch_size=True must be'),
+    ('val_dataloader.num_workers', -1, r'^val_dataloader.num_workers=-1 must be an integer >= 0 '
+     r'\(0: load in the main process\)$'),
     ('optim_wrapper.optimizer.lr', -2e-3, r"^optim_wrapper.optimizer.lr=-0.002 must be a number "
      r">= 0 \(a phase's own lr, train_cfg.phases.N.lr, replaces it"),
 ])
-def test_a_batch_size_or_learning_rate_torch_refuses_is_named_by_its_key(option, value,
-                                                                         message):
-    """torch's errors (batch_size=0, Invalid learning rate: -0.002) name neither loader nor
-    key, and come as the runner builds the loader or optimiser."""
+def test_a_loader_count_or_learning_rate_torch_refuses_is_named_by_its_key(option, value,
+                                                                           message):
+    """torch's errors (batch_size=0, num_workers=-1, Invalid learning rate: -0.002) name
+    neither loader nor key, and come as the runner builds the loader or optimiser."""
     with pytest.raises(ValueError, match=message):
         load_run_config(DEMO, cfg_options={option: value})
 

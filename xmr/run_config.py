@@ -161,7 +161,7 @@ def check_run_values(cfg: Config) -> None:
     _check_optimizer_lr((cfg.get('optim_wrapper') or {}).get('optimizer'))
     for where, loader in _dataloaders(cfg).items():
         _check_loader_options(where, loader)
-        _check_batch_size(where, loader.get('batch_size'))
+        _check_loader_counts(where, loader)
         DATASETS.check_options(loader.get('dataset'))
     for metric in _metrics(cfg):
         METRICS.check_options(metric)
@@ -241,12 +241,18 @@ def _check_loader_options(where: str, loader: Mapping[str, Any]) -> None:
                                      f"{', '.join(takes)}")
 
 
-def _check_batch_size(where: str, batch_size: Any) -> None:
-    """torch's own error (``batch_size=0``) names no loader."""
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
-            batch_size, int) or batch_size < 1):
-        raise ValueError(f'{where}.batch_size={batch_size!r} must be a positive integer (per '
-                         'process)')
+#: A loader's counts and the least each may be: torch's own errors (``batch_size=0``,
+#: ``num_workers=-1``) name no loader.
+_LOADER_COUNTS = {'batch_size': (1, 'a positive integer (per process)'),
+                  'num_workers': (0, 'an integer >= 0 (0: load in the main process)')}
+
+
+def _check_loader_counts(where: str, loader: Mapping[str, Any]) -> None:
+    for key, (least, meaning) in _LOADER_COUNTS.items():
+        value = loader.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < least):
+            raise ValueError(f'{where}.{key}={value!r} must be {meaning}')
 
 
 def _check_optimizer_lr(optimizer: Any) -> None:
