@@ -264,11 +264,12 @@ def refused_commands(page: Path, work_dir: Path) -> list[str]:
             refused.append(f'{command}: {errors.getvalue().strip().splitlines()[-1]}')
             continue
         config, options = getattr(args, 'config', None), getattr(args, 'cfg_options', None)
-        if not (config and (REPO / config).is_file() and (options or args.ablation)):
+        ablations = getattr(args, 'ablation', None) or ()  # the converters take none
+        if not (config and (REPO / config).is_file() and (options or ablations)):
             continue
         try:
-            plain = load_run_config(REPO / config, ablations=args.ablation, work_dir=str(work_dir))
-            merged = load_run_config(REPO / config, ablations=args.ablation,
+            plain = load_run_config(REPO / config, ablations=ablations, work_dir=str(work_dir))
+            merged = load_run_config(REPO / config, ablations=ablations,
                                      cfg_options=options, work_dir=str(work_dir))
             for key in options or ():
                 check_typed_parents(merged, key)
