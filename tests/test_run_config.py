@@ -243,6 +243,11 @@ def test_an_option_for_a_misspelt_top_level_key_is_refused_and_a_new_key_is_take
         load_run_config(DEMO, cfg_options={'val_evalutor.languages': ['en']})
     with pytest.raises(UserError, match="no key 'modle' \\(did you mean 'model'"):
         load_run_config(DEMO, cfg_options={'modle.backbone.arch': 'ViT-B-32'})
+    # Inside a dict of no type, whose options no type checks.
+    with pytest.raises(UserError, match=(
+            r"^--cfg-options env_cfg.cudnn_benchmrk: env_cfg has no key 'cudnn_benchmrk' "
+            r"\(did you mean 'cudnn_benchmark'\?\)")):
+        load_run_config(DEMO, cfg_options={'env_cfg.cudnn_benchmrk': True})
     assert load_run_config(DEMO, cfg_options={'cpu_threads': 2}).cpu_threads == 2
     # A new key 80% like one the config holds is no typo of it: an extra loader for a phase.
     extra = load_run_config(DEMO, cfg_options={'text_train_dataloader.batch_size': 4})

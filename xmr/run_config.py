@@ -125,11 +125,12 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
             raise
         raise explained from error
     cfg = apply_ablations(loaded, ablations)
+    typo = _check_option_keys(cfg, cfg_options or {})
     if cfg_options:
-        _check_list_indices(cfg, cfg_options)
-        _check_misspelt_keys(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
     check_run_values(cfg)
+    if typo is not None:
+        raise typo
     # Here, not at the top: xmr.engine loads torch and every engine module, which neither a
     # tool's --help nor a missing config's error should wait for.
     from xmr.engine.work_dir import resolve_work_dir
@@ -275,14 +276,20 @@ def _metrics(cfg: Config) -> list[Any]:
     return found
 
 
-def _check_list_indices(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
+def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError | None:
     """Refuse an option whose key indexes past the end of a list (``train_cfg.phases.3.iters``
-    of three phases), naming the list and its length; MMEngine's error prints the whole list.
+    of three phases; MMEngine's error prints the whole list); return the error of one that
+    names a key a dict lacks but holds one a typo away (:func:`_typo_of`:
+    ``train_dataloder.batch_size``, ``env_cfg.cudnn_benchmrk``), which MMEngine would add as a
+    new key that nothing reads. A new key is taken (``cpu_threads``; ``val_dataloader`` beside
+    ``train_dataloader``). The caller raises that error once :func:`check_run_values` has
+    checked the merged config: a typed part's own refusal names its type and options.
 
     Raises:
         UserError: naming the option, the list and its indices.
     """
     whole = cfg.to_dict()
+    typo = None
     for key in cfg_options:
         node: Any = whole
         walked: list[str] = []
@@ -297,34 +304,22 @@ def _check_list_indices(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
             elif isinstance(node, Mapping) and part in node:
                 node = node[part]
             else:
+                meant = _typo_of(part, list(node)) if isinstance(node, Mapping) else None
+                if meant is not None and typo is None:
+                    where = '.'.join(walked) or 'the config'
+                    typo = UserError(f'--cfg-options {key}', f"{where} has no key '{part}' "
+                                     f"(did you mean '{meant}'?), so nothing would read it",
+                                     'correct the key (tools/print_config.py prints the config)')
                 break
             walked.append(part)
-
-
-def _check_misspelt_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
-    """Refuse an option whose top-level key the config lacks but holds one a typo away
-    (:func:`_typo_of`: ``train_dataloder.batch_size``): MMEngine adds it as a new key, which
-    nothing reads. A new key is taken (``cpu_threads``; ``val_dataloader`` beside
-    ``train_dataloader``); the keys under the model, optimiser, hooks, loops, datasets and
-    metrics are checked with their types' options (:func:`check_run_values`).
-
-    Raises:
-        UserError: naming the option and the key it was probably meant to be.
-    """
-    for key in cfg_options:
-        top = key.split('.')[0]
-        meant = None if top in cfg else _typo_of(top, list(cfg.keys()))
-        if meant is not None:
-            raise UserError(f'--cfg-options {key}', f"the config has no key '{top}' (did you "
-                            f"mean '{meant}'?), so nothing would read it",
-                            'correct the key (tools/print_config.py prints the config)')
+    return typo
 
 
 def _typo_of(word: str, keys: Sequence[str]) -> str | None:
     """The key ``word`` is a typo of: one edit away (a character added, dropped, replaced, or
-    two swapped), or a long key's near copy (90% alike); ``None`` when none is."""
+    two swapped) from a key of 4 characters or more, or 90% alike; ``None`` when none is."""
     for key in keys:
-        if _one_edit_apart(word, key):
+        if min(len(word), len(key)) >= 4 and _one_edit_apart(word, key):
             return key
     close = difflib.get_close_matches(word, keys, n=1, cutoff=0.9)
     return close[0] if close else None
