@@ -61,3 +61,18 @@ def test_masked_other_captions_of_a_medium_leave_each_softmax():
     torch.testing.assert_close(torch.autograd.grad(loss, (a, b)),
                                torch.autograd.grad(expected, (a, b)))
     assert loss.item() < symmetric_ce(a, b, 10.0).item()  # fewer negatives, a lower loss
+
+
+def test_a_temperature_whose_scale_max_scale_would_clamp_is_refused():
+    # 1/τ = 200 would be clamped to CLIP's 100 without a word: the loss would run at τ = 0.01.
+    with pytest.raises(ValueError, match=r'temperature 0.005 gives a logit scale of 200.*'
+                                         r'max_scale=100.*max_scale=200'):
+        InfoNCELoss(temperature=0.005)
+    with pytest.raises(ValueError, match='temperature 0.005'):
+        InfoNCELoss(temperature=0.005, learnable=True)
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 8), torch.randn(5, 8)
+    torch.testing.assert_close(InfoNCELoss(temperature=0.005, max_scale=200.0)(a, b),
+                               symmetric_ce(a, b, 200.0))
+    # DASD's τ = 0.01 is CLIP's clamp itself: scale 100, accepted.
+    torch.testing.assert_close(InfoNCELoss(temperature=0.01)(a, b), symmetric_ce(a, b, 100.0))

@@ -20,7 +20,7 @@ class InfoNCELoss(PairLoss):
     Args:
         temperature: τ; with ``learnable=True`` it is the initial value of a trained log-scale.
         learnable: train ``log(1/τ)`` (CLIP pre-training) instead of fixing it.
-        max_scale: clamp of the learnable logit scale (CLIP's 100).
+        max_scale: clamp of the logit scale (CLIP's 100); ``1/temperature`` may not exceed it.
         mask_same_media: leave the other captions of a query's medium out of its softmax
             (``same_media``, :class:`PairLoss`); ``False`` counts them as negatives (CLIP).
     """
@@ -33,12 +33,24 @@ class InfoNCELoss(PairLoss):
         self.mask_same_media = mask_same_media
         if temperature <= 0:
             raise ValueError(f'temperature must be positive, got {temperature}')
+        self._check_scale(temperature, max_scale)
         log_scale = torch.tensor(math.log(1.0 / temperature))
         if learnable:
             self.log_scale = nn.Parameter(log_scale)
         else:
             self.register_buffer('log_scale', log_scale, persistent=False)
         self.max_log_scale = math.log(max_scale)
+
+    @staticmethod
+    def _check_scale(temperature: float, max_scale: float) -> None:
+        """Refuse a ``1/τ`` above ``max_scale``, which the clamp would turn into ``max_scale``
+        silently (a fixed τ = 0.005 ran at τ = 0.01); a relative 1e-6 spares τ = 1/max_scale."""
+        if 1.0 / temperature > max_scale * (1 + 1e-6):
+            raise ValueError(
+                f'temperature {temperature} gives a logit scale of {1.0 / temperature:g}, above '
+                f'max_scale={max_scale:g}, which clamps it to {max_scale:g}: set '
+                f'max_scale={1.0 / temperature:g} (or more), or a temperature of at least '
+                f'{1.0 / max_scale:g}')
 
     def forward(self, a: torch.Tensor, b: torch.Tensor,
                 same_media: torch.Tensor | None = None) -> torch.Tensor:
