@@ -205,3 +205,36 @@ def test_registered_and_bad_arguments_named():
     image, image_mask, text, text_mask = batch()
     with pytest.raises(ValueError, match='built for 16 image and 8 text columns'):
         CDDSColumnCorrelation(D, 8)(image, image_mask, text, text_mask)
+
+
+@pytest.mark.parametrize('sparsity', [0.0, 0.5, 1.0])
+def test_both_directions_from_the_raw_tokens_by_the_papers_steps(sparsity):
+    """§3.2 written out from the tokens, in float64: Gaussians of the masked columns (biased
+    variance), ``J`` by ``torch.distributions``, ``C = exp(−J)``, ``P(j|i)`` per row and
+    ``P(i|j)`` per column of ``C``, ``τ = mean + λ·std`` (population std) per row of
+    conditionals, ``w ∝ 1[P > τ]·C`` renormalised (Eqs. 8-9)."""
+    image, image_mask, text, text_mask = batch(5)
+    text = text[..., :6]
+    found = CDDSColumnCorrelation(D, 6, init_sparsity=sparsity)(image, image_mask, text,
+                                                               text_mask)
+
+    def law(tokens, mask):
+        values = tokens[mask].double()
+        return Normal(values.mean(0), values.var(0, unbiased=False).sqrt())
+
+    p, q = law(image, image_mask), law(text, text_mask)
+    p_i = Normal(p.loc[:, None], p.scale[:, None])
+    q_j = Normal(q.loc[None, :], q.scale[None, :])
+    divergence = (kl_divergence(p_i, q_j) + kl_divergence(q_j, p_i)) / 2       # [D_I, D_T]
+    correlation = torch.exp(-divergence)
+
+    def weights(rows):                                 # rows [R, C] of C_rc, one source each
+        conditional = rows / rows.sum(1, keepdim=True)
+        tau = conditional.mean(1, keepdim=True) + sparsity * conditional.std(
+            1, unbiased=False, keepdim=True)
+        kept = (conditional > tau).double() * rows
+        return kept / kept.sum(1, keepdim=True)
+
+    torch.testing.assert_close(found.correlation, correlation.float())
+    torch.testing.assert_close(found.image_from_text, weights(correlation).float())
+    torch.testing.assert_close(found.text_from_image, weights(correlation.t()).float())
