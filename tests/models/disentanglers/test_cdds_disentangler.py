@@ -230,3 +230,40 @@ def test_bad_arguments_are_named():
     patches, patch_mask, words, word_mask = inputs()
     with pytest.raises(ValueError, match='paired batches, got 4 images and 3 captions'):
         build()(patches, patch_mask, words[:3], word_mask[:3])
+
+
+def _reached(model, loss) -> set[str]:
+    """``'<modality>.<part>'`` of the UNet parts that get a non-zero gradient from ``loss``."""
+    model.zero_grad(set_to_none=True)
+    loss.backward(retain_graph=True)
+    reached = set()
+    for modality in ('image', 'text'):
+        unet = getattr(model, f'{modality}_unet')
+        for part in ('encoder', 'perturbation', 'semantic_decoder', 'modality_decoder'):
+            grads = [p.grad for p in getattr(unet, part).parameters() if p.grad is not None]
+            if grads and sum(g.abs().sum() for g in grads) > 0:
+                reached.add(f'{modality}.{part}')
+    return reached
+
+
+def test_each_term_trains_the_components_it_constrains():
+    """``L_m`` the modality paths, ``L_s`` the semantic paths; the shared encoder and
+    perturbation layer of both. Through distribution sampling, ``NCE(S_I, Ŝ_T)`` trains the
+    image UNet alone (``Ŝ_T`` is made of ``S_I``'s order statistics at ``S_T``'s ranks, which
+    carry no gradient) and ``NCE(Ŝ_I, S_T)`` the text UNet alone."""
+    model = build(noise_std=0.1)
+    patches, patch_mask, words, word_mask = inputs()
+    out = model(patches, patch_mask, words, word_mask)
+    shared = {f'{m}.{p}' for m in ('image', 'text') for p in ('encoder', 'perturbation')}
+    assert _reached(model, out['losses']['loss_modality_consistency']) == shared | {
+        'image.modality_decoder', 'text.modality_decoder'}
+    assert _reached(model, out['losses']['loss_semantic_consistency']) == shared | {
+        'image.semantic_decoder', 'text.semantic_decoder'}
+    image_term = semantic_consistency_loss(out['image_semantic'], patch_mask,
+                                           out['text_x_semantic'], word_mask, 0.05)
+    assert _reached(model, image_term) == {'image.encoder', 'image.perturbation',
+                                           'image.semantic_decoder'}
+    text_term = semantic_consistency_loss(out['image_x_semantic'], patch_mask,
+                                          out['text_semantic'], word_mask, 0.05)
+    assert _reached(model, text_term) == {'text.encoder', 'text.perturbation',
+                                          'text.semantic_decoder'}
