@@ -145,3 +145,29 @@ def test_scale_is_alpha_over_r():
     assert lora.scale == 16.0
     with pytest.raises(ValueError, match='rank r must be positive'):
         LoRA(AdapterPlacement(8, 'attn.out'), r=0, targets=['out'])
+
+
+def test_lora_targets_draw_independent_dropout_masks():
+    """peft (and the paper) wrap q and v as separate projections, each with its own dropout:
+    with equal (A, B) for both, their deltas differ in training mode, agree in eval mode."""
+    torch.manual_seed(0)
+    lora = LoRA(AdapterPlacement(16, 'attn.qkv', in_features=16, out_features=48), r=2,
+                targets=['q', 'v'], dropout=0.5)
+    with torch.no_grad():
+        lora.lora_B['q'].normal_()
+        lora.lora_A['v'].copy_(lora.lora_A['q'])
+        lora.lora_B['v'].copy_(lora.lora_B['q'])
+    x = torch.randn(2, 7, 16)
+    ctx = AdapterContext(lang='de')
+    dq, _, dv = lora.train()(x, ctx).chunk(3, dim=-1)
+    assert not torch.allclose(dq, dv)
+    torch.manual_seed(5)
+    # (α / r) B A dropout(x), one mask per target, drawn in the order q, v.
+    reference = [torch.nn.functional.dropout(x, 0.5) @ lora.delta_weight(t).t()
+                 for t in ('q', 'v')]
+    torch.manual_seed(5)
+    dq, _, dv = lora(x, ctx).chunk(3, dim=-1)
+    torch.testing.assert_close(dq, reference[0])
+    torch.testing.assert_close(dv, reference[1])
+    eq, _, ev = lora.eval()(x, ctx).chunk(3, dim=-1)
+    torch.testing.assert_close(eq, ev)

@@ -110,9 +110,14 @@ class LoRA(BaseAdapter):
         return self.scale * self.lora_B[target] @ self.lora_A[target]
 
     def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
-        """``[B, L, d_in]`` input of the frozen projection -> ``[B, L, d_out]`` delta."""
-        x = self.dropout(x)
-        updates = {t: self.scale * F.linear(F.linear(x, self.lora_A[t]), self.lora_B[t])
+        """``[B, L, d_in]`` input of the frozen projection -> ``[B, L, d_out]`` delta.
+
+        Each target draws its own dropout mask, ``(α / r) B_t A_t dropout_t(x)``: q, k and v
+        are separate projections in the LoRA paper and in peft, which wraps each with its own
+        dropout, so one mask shared by the thirds of ``attn.qkv`` would correlate their noise.
+        """
+        updates = {t: self.scale * F.linear(F.linear(self.dropout(x), self.lora_A[t]),
+                                            self.lora_B[t])
                    for t in self.targets}
         if self.site != AdapterSite.ATTN_QKV:
             return updates[self.targets[0]]
