@@ -1,6 +1,6 @@
 """LoRA: a trainable low-rank update of frozen projections (Hu et al., 2022).
 
-The frozen projection ``h = W x + b`` becomes ``h = W x + b + (α / r) B A x`` with
+The frozen projection ``h = W x + b`` becomes ``h = W x + b + (α / r) B A dropout(x)`` with
 ``A ∈ R^{r×d_in}`` (Kaiming-uniform) and ``B ∈ R^{d_out×r}`` (zeros), so a fresh LoRA leaves
 the tower's output unchanged. It sits at the *linear* sites of a text block, which every xmr
 tower runs on written-out weights: wrapping ``nn.MultiheadAttention.out_proj`` would be silently
