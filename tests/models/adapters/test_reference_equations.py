@@ -1,11 +1,14 @@
 """PEFT modules against references written from their papers' equations, run by open_clip's own
-modules (hooks on its residual block, its own transformer on prompted embeddings)."""
+modules (hooks on its residual block, its own transformer on prompted embeddings, Hugging Face
+encoders with LoRA merged into their weights)."""
 import copy
 
+import pytest
 import torch
 
 from tests.models.adapters.peft_helpers import CAPTIONS, build_clip_branch
 from xmr.models.adapters import AdapterContext
+from xmr.registry import MODELS
 
 
 def padded_ids(clip, tokens, length=None):
@@ -62,3 +65,61 @@ def test_soft_prompt_equals_open_clips_transformer_on_the_prompted_embeddings():
         pooled = x[torch.arange(len(CAPTIONS)), ids.argmax(-1) + 3]
         expected = pooled @ clip.text_projection
     torch.testing.assert_close(adapted, expected, atol=1e-5, rtol=1e-4)
+
+
+def _hf_projections(tower, index: int) -> dict:
+    """LoRA target -> the Hugging Face ``nn.Linear`` it updates in block ``index``."""
+    name = type(tower).__name__
+    if 'T5' in name:
+        block = tower.blocks[index]
+        attention, dense = block.layer[0].SelfAttention, block.layer[1].DenseReluDense
+        return dict(q=attention.q, k=attention.k, v=attention.v, out=attention.o,
+                    fc=getattr(dense, 'wi_1', None) or dense.wi, proj=dense.wo)
+    layer = tower.layers[index]
+    if 'M2M100' in name:
+        attention = layer.self_attn
+        return dict(q=attention.q_proj, k=attention.k_proj, v=attention.v_proj,
+                    out=attention.out_proj, fc=layer.fc1, proj=layer.fc2)
+    attention = layer.attention.self
+    return dict(q=attention.query, k=attention.key, v=attention.value,
+                out=layer.attention.output.dense, fc=layer.intermediate.dense,
+                proj=layer.output.dense)
+
+
+@pytest.mark.parametrize('name', ['xlmr_mean_pooler_mlp', 'mt5_mean_pooler_mlp',
+                                  'nllb_clip_cls_pooler_linear'])
+def test_lora_equals_merged_weights_in_open_clips_hugging_face_encoders(name, tmp_path):
+    """``W += (α/r) B A`` in each Hugging Face projection (separate q, k, v as in peft), run by
+    open_clip's ``HFTextEncoder``: XLM-R (post-LN), mT5 (gated FFN: ``fc`` is ``wi_1``), NLLB."""
+    from tests.models.backbones.test_open_clip_families import (
+        _branch_tokenizer,
+        _build,
+        _open_clip_ids,
+    )
+
+    backbone = _build(name, tmp_path)
+    branch = MODELS.build(
+        dict(type='TargetLanguageBranch', languages=['de'],
+             tokenizer=_branch_tokenizer(name, tmp_path),
+             embedding=dict(type='TowerTokenEmbedding'),
+             adapters=dict(type='LoRA', r=2, alpha=3, targets=['q', 'k', 'v', 'out', 'fc',
+                                                                  'proj'])),
+        default_args=dict(tower=backbone.text_tower)).eval()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for param_name, parameter in branch.adapters.named_parameters():
+            if 'lora_B' in param_name:
+                parameter.normal_(std=0.3)
+    texts = ['ein roter Kreis', 'zwei blaue Quadrate', 'drei Dreiecke']
+    tokens = branch.tokenize(texts, ['de'] * 3)
+    merged = copy.deepcopy(backbone)
+    with torch.no_grad():
+        adapted = branch(tokens, ['de'] * 3)
+        frozen = merged.clip.encode_text(_open_clip_ids(merged, tokens), normalize=False)
+        for key, lora in branch.adapters.sets['de'].items():
+            projections = _hf_projections(merged.text_tower, int(key.split(':')[0]))
+            for target in lora.targets:
+                projections[target].weight += lora.delta_weight(target)
+        expected = merged.clip.encode_text(_open_clip_ids(merged, tokens), normalize=False)
+    torch.testing.assert_close(adapted, expected, atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(adapted, frozen, atol=1e-3)
