@@ -135,3 +135,17 @@ def test_a_bottleneck_width_that_is_no_positive_integer_is_refused(name, hidden)
             f'^adapter {name}: hidden={hidden!r} must be a positive integer$')):
         ADAPTERS.get(name)(AdapterPlacement(width=8), hidden=hidden)
     assert ADAPTERS.get(name)(AdapterPlacement(width=8), hidden=1).up.in_features == 1
+
+
+@pytest.mark.parametrize('name, site, option', [
+    ('LoRA', 'attn.out', 'r'), ('SoftPrompt', 'input', 'num_tokens'),
+    ('CompacterAdapter', 'mlp.output', 'reduction_factor'),
+    ('CompacterAdapter', 'mlp.output', 'phm_dim'), ('CompacterAdapter', 'mlp.output', 'rank')])
+@pytest.mark.parametrize('value', [0, 2.0, True, '4'])
+def test_a_rank_token_count_or_divisor_that_is_no_positive_integer_is_refused(
+        name, site, option, value):
+    """A float (``r=2.0`` from a sweep) or a string failed inside torch, naming neither."""
+    options = dict(targets=['out']) if name == 'LoRA' else {}
+    with pytest.raises(ValueError, match=(
+            f'^adapter {name}: {option}={value!r} must be a positive integer$')):
+        ADAPTERS.get(name)(AdapterPlacement(width=8, site=site), **options, **{option: value})

@@ -143,7 +143,7 @@ def test_dropout_acts_on_the_input_in_training_only():
 def test_scale_is_alpha_over_r():
     lora = LoRA(AdapterPlacement(8, 'attn.out'), r=1, alpha=16, targets=['out'])
     assert lora.scale == 16.0
-    with pytest.raises(ValueError, match='rank r must be positive'):
+    with pytest.raises(ValueError, match='adapter LoRA: r=0 must be a positive integer'):
         LoRA(AdapterPlacement(8, 'attn.out'), r=0, targets=['out'])
 
 

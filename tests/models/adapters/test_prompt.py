@@ -60,7 +60,8 @@ def test_soft_prompt_initialisation_and_size():
     prompt = SoftPrompt(AdapterPlacement(64), num_tokens=4, init_std=0.02)
     assert prompt.prompt.shape == (4, 64)
     assert prompt.prompt.std().item() == pytest.approx(0.02, rel=0.3)
-    with pytest.raises(ValueError, match='num_tokens > 0'):
+    with pytest.raises(ValueError,
+                       match='adapter SoftPrompt: num_tokens=0 must be a positive integer'):
         SoftPrompt(AdapterPlacement(8), num_tokens=0)
 
 

@@ -163,8 +163,9 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
     reads_condition: ClassVar[bool] = False
 
     def positive_option(self, option: str, value: Any) -> int:
-        """``value`` of the config option ``option`` (a bottleneck width), which must be a
-        positive integer: torch builds a 0-wide layer, and the adapter trains a bias alone.
+        """``value`` of the config option ``option`` (a bottleneck width, a rank, a token
+        count, a divisor), which must be a positive integer: torch builds a 0-wide layer, and
+        the adapter trains a bias alone; a float or a string fails inside torch, naming neither.
 
         Raises:
             ValueError: naming the adapter, the option and the value.

@@ -139,7 +139,10 @@ class CompacterAdapter(BaseAdapter):
                  shared: PHMRule | None = None) -> None:
         super().__init__(placement)
         width = self.width
-        if reduction_factor <= 0 or width % reduction_factor:
+        reduction_factor = self.positive_option('reduction_factor', reduction_factor)
+        phm_dim = self.positive_option('phm_dim', phm_dim)
+        rank = self.positive_option('rank', rank)
+        if width % reduction_factor:
             raise ValueError(f'Compacter reduction_factor {reduction_factor} must divide the '
                              f'tower width {width}')
         if share_rule and shared is None:

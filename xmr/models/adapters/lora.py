@@ -68,8 +68,7 @@ class LoRA(BaseAdapter):
     def __init__(self, placement: AdapterPlacement, r: int = 8, alpha: float | None = None,
                  dropout: float = 0.0, targets: Sequence[str] = default_targets) -> None:
         super().__init__(placement)
-        if r <= 0:
-            raise ValueError(f'LoRA rank r must be positive, got {r}')
+        r = self.positive_option('r', r)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f'LoRA dropout must be in [0, 1), got {dropout}')
         self.r = r

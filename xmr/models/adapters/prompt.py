@@ -56,10 +56,8 @@ class SoftPrompt(BaseAdapter):
     def __init__(self, placement: AdapterPlacement, num_tokens: int = 4,
                  init_std: float = 0.02) -> None:
         super().__init__(placement)
-        width = self.width
-        if num_tokens <= 0:
-            raise ValueError(f'a soft prompt needs num_tokens > 0, got {num_tokens}')
-        self.prompt = nn.Parameter(torch.randn(num_tokens, width) * init_std)
+        num_tokens = self.positive_option('num_tokens', num_tokens)
+        self.prompt = nn.Parameter(torch.randn(num_tokens, self.width) * init_std)
 
     @property
     def num_tokens(self) -> int:
