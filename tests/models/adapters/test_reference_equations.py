@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.models.adapters.peft_helpers import CAPTIONS, build_clip_branch
-from xmr.models.adapters import AdapterContext
+from xmr.models.adapters import AdapterContext, AdapterPlacement, LoRA
 from xmr.registry import MODELS
 
 
@@ -123,3 +123,17 @@ def test_lora_equals_merged_weights_in_open_clips_hugging_face_encoders(name, tm
         expected = merged.clip.encode_text(_open_clip_ids(merged, tokens), normalize=False)
     torch.testing.assert_close(adapted, expected, atol=1e-5, rtol=1e-4)
     assert not torch.allclose(adapted, frozen, atol=1e-3)
+
+
+def test_lora_a_starts_as_peft_kaiming_uniform_and_b_at_zero():
+    """peft and loralib: ``kaiming_uniform_(A, a=√5)``, i.e. U(±1/√d_in) on ``A`` ``[r, d_in]``
+    (nn.Linear's own), and ``B = 0``: the bound is the input width's, not the rank's."""
+    torch.manual_seed(0)
+    lora = LoRA(AdapterPlacement(256, 'mlp.fc', in_features=256, out_features=1024), r=64,
+                targets=['fc'])
+    a, b = lora.lora_A['fc'], lora.lora_B['fc']
+    assert a.shape == (64, 256) and b.shape == (1024, 64)
+    bound = 1 / 256 ** 0.5
+    assert a.abs().max().item() <= bound and a.abs().max().item() > 0.99 * bound
+    assert a.std().item() == pytest.approx(bound / 3 ** 0.5, rel=0.05)
+    assert torch.count_nonzero(b) == 0
