@@ -149,3 +149,22 @@ def test_a_rank_token_count_or_divisor_that_is_no_positive_integer_is_refused(
     with pytest.raises(ValueError, match=(
             f'^adapter {name}: {option}={value!r} must be a positive integer$')):
         ADAPTERS.get(name)(AdapterPlacement(width=8, site=site), **options, **{option: value})
+
+
+@pytest.mark.parametrize('blocks, message', [
+    ([-1], r'placed at block -1, but the branch runs 2 blocks, numbered 0..1 \(the last is 1, '
+           r'not -1\)'),
+    ([0, 2], r'placed at block 2, but the branch runs 2 blocks'),
+    ([1.0], r'placed at block 1.0'),
+    ([], r'blocks=\[\] places no adapter; leave blocks out for every block \(0..1\)'),
+    ([1, 1], r'blocks lists \[1\] more than once'),
+    (1, r'blocks=1 must be a list of block indices in 0..1, e.g. blocks=\[1\]'),
+])
+def test_blocks_that_place_nothing_or_not_what_they_say_are_refused(blocks, message):
+    """``blocks=[-1]`` (Python's last block) placed no adapter at all, without a word."""
+    from xmr.models.adapters.language_adapters import LanguageAdapters
+
+    with pytest.raises(ValueError, match=f'^adapter HoulsbyAdapter:? {message}'):
+        LanguageAdapters(['de'], dict(type='HoulsbyAdapter', hidden=4, blocks=blocks), 8, 2)
+    placed = LanguageAdapters(['de'], dict(type='HoulsbyAdapter', hidden=4, blocks=[1]), 8, 2)
+    assert sorted(placed.sets['de']) == ['1:attn_output', '1:mlp_output']

@@ -22,13 +22,51 @@ def _key(block_index: int, site: AdapterSite) -> str:
 TOWER_WEIGHTS = 'tower_weights'
 
 
+def check_blocks(adapter_type: str, blocks: Sequence[int] | None,
+                 num_blocks: int) -> list[int]:
+    """The block indices an adapter config places its block-site instances at.
+
+    Args:
+        adapter_type: the config's ``type``, for messages.
+        blocks: the config's ``blocks``; ``None``: every block.
+        num_blocks: blocks the branch runs, numbered ``0..num_blocks - 1``.
+
+    Raises:
+        ValueError: no list, an empty list, an index twice, or one outside
+            ``0..num_blocks - 1``
+            (``-1`` meant as Python's last block placed nothing: no adapter sits before the
+            first block, where only ``input``-site adapters act, and those take no blocks).
+    """
+    if blocks is None:
+        return list(range(num_blocks))
+    if isinstance(blocks, str) or not isinstance(blocks, Sequence):
+        raise ValueError(f'adapter {adapter_type}: blocks={blocks!r} must be a list of block '
+                         f'indices in 0..{num_blocks - 1}, e.g. blocks=[{num_blocks - 1}]')
+    blocks = list(blocks)
+    if not blocks:
+        raise ValueError(f'adapter {adapter_type}: blocks=[] places no adapter; leave blocks '
+                         f'out for every block (0..{num_blocks - 1}) or drop the config')
+    for index in blocks:
+        if isinstance(index, bool) or not isinstance(index, int) or \
+                not 0 <= index < num_blocks:
+            raise ValueError(f'adapter {adapter_type} placed at block {index!r}, but the '
+                             f'branch runs {num_blocks} blocks, numbered 0..{num_blocks - 1} '
+                             f'(the last is {num_blocks - 1}, not -1)')
+    twice = sorted({index for index in blocks if blocks.count(index) > 1})
+    if twice:
+        raise ValueError(f'adapter {adapter_type}: blocks lists {twice} more than once; '
+                         'one site of a block holds one adapter')
+    return blocks
+
+
 class LanguageAdapters(nn.Module):
     """The adapters of every target language, placed at the sites their classes declare.
 
     Args:
         languages: target language codes; each gets its own adapter instances.
         adapters: one adapter config or a list of them (e.g. LoRA and a Houlsby adapter).
-            A config may carry ``blocks`` (indices it is placed after; default all blocks)
+            A config may carry ``blocks`` (the block indices it is placed in, ``0..N-1``;
+            default all blocks; see :func:`check_blocks`)
             and ``sites`` (a subset of the class's sites; default: the class's
             ``resolve_sites``, i.e. its ``default_sites`` unless its options decide). When the
             class builds shared parameters (``build_shared``), each language registers them
@@ -77,12 +115,7 @@ class LanguageAdapters(nn.Module):
             raise ValueError(f"adapter {cfg.get('type')} is configured with width "
                              f"{cfg['width']} but the text tower width is {self.width}")
         cfg.pop('width', None)
-        blocks = cfg.pop('blocks', None)
-        blocks = list(range(num_blocks)) if blocks is None else list(blocks)
-        for index in blocks:
-            if not -1 <= index < num_blocks:
-                raise ValueError(f'adapter {cfg.get("type")} placed at block {index}, but the '
-                                 f'branch runs {num_blocks} blocks (0..{num_blocks - 1})')
+        blocks = check_blocks(cfg['type'], cfg.pop('blocks', None), num_blocks)
         sites = adapter_cls.resolve_sites(cfg.pop('sites', None), cfg)
         options = {k: v for k, v in cfg.items() if k != 'type'}
         shared = adapter_cls.build_shared(self.width, **options)
@@ -95,7 +128,7 @@ class LanguageAdapters(nn.Module):
             if site not in adapter_cls.sites:
                 raise ValueError(f'{cfg["type"]} cannot sit at {site!s}; its sites are '
                                  f'{[str(s) for s in adapter_cls.sites]}')
-            site_blocks = [-1] if site == AdapterSite.INPUT else [b for b in blocks if b >= 0]
+            site_blocks = [-1] if site == AdapterSite.INPUT else blocks
             for index in site_blocks:
                 shape = {}
                 if site.is_linear:
