@@ -168,3 +168,14 @@ def test_blocks_that_place_nothing_or_not_what_they_say_are_refused(blocks, mess
         LanguageAdapters(['de'], dict(type='HoulsbyAdapter', hidden=4, blocks=blocks), 8, 2)
     placed = LanguageAdapters(['de'], dict(type='HoulsbyAdapter', hidden=4, blocks=[1]), 8, 2)
     assert sorted(placed.sets['de']) == ['1:attn_output', '1:mlp_output']
+
+
+def test_blocks_given_to_an_input_site_prompt_are_refused():
+    """``blocks`` read as deep prompts (one set per block) built a shallow prompt silently."""
+    from xmr.models.adapters.language_adapters import LanguageAdapters
+
+    with pytest.raises(ValueError, match=r'^adapter SoftPrompt acts once, at the input site, '
+                                         r'.*blocks=\[0, 1\] does not apply to it'):
+        LanguageAdapters(['de'], dict(type='SoftPrompt', blocks=[0, 1]), 8, 2)
+    assert sorted(LanguageAdapters(['de'], dict(type='SoftPrompt'), 8, 2).sets['de']) == [
+        '-1:input']

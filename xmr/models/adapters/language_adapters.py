@@ -115,8 +115,13 @@ class LanguageAdapters(nn.Module):
             raise ValueError(f"adapter {cfg.get('type')} is configured with width "
                              f"{cfg['width']} but the text tower width is {self.width}")
         cfg.pop('width', None)
-        blocks = check_blocks(cfg['type'], cfg.pop('blocks', None), num_blocks)
+        given_blocks = cfg.pop('blocks', None)
+        blocks = check_blocks(cfg['type'], given_blocks, num_blocks)
         sites = adapter_cls.resolve_sites(cfg.pop('sites', None), cfg)
+        if given_blocks is not None and set(sites) == {AdapterSite.INPUT}:
+            raise ValueError(f"adapter {cfg['type']} acts once, at the input site, before the "
+                             f'blocks (a shallow prompt); blocks={given_blocks!r} does not '
+                             'apply to it: drop blocks (xmr has no deep, per-block prompts)')
         options = {k: v for k, v in cfg.items() if k != 'type'}
         shared = adapter_cls.build_shared(self.width, **options)
         shared_args = {}
