@@ -137,3 +137,24 @@ def test_lora_a_starts_as_peft_kaiming_uniform_and_b_at_zero():
     assert a.abs().max().item() <= bound and a.abs().max().item() > 0.99 * bound
     assert a.std().item() == pytest.approx(bound / 3 ** 0.5, rel=0.05)
     assert torch.count_nonzero(b) == 0
+
+
+def test_compacter_holds_4l_k_plus_d_plus_n_cubed_weights():
+    """Compacter with the shared rule and rank-1 factors (Eq. 4-5): each PHM layer holds
+    ``n (d/n + k/n) = k + d`` factor weights, two an adapter, two adapters a block, the ``n³``
+    rule once: ``4L(k + d) + n³``, plus the biases (k + d an adapter); and
+    docs/methods/pectvlm.md's 3,392 a pair at width 1024 with OpenDelta's rule per layer."""
+    from xmr.models.adapters.language_adapters import LanguageAdapters
+
+    d, k, n, layers = 1024, 64, 4, 2
+    shared = LanguageAdapters(['de'], dict(type='CompacterAdapter', share_rule=True), d, layers)
+    weights = biases = 0
+    for name, parameter in shared.named_parameters():
+        if name.endswith('.bias'):
+            biases += parameter.numel()
+        else:
+            weights += parameter.numel()
+    assert weights == 4 * layers * (k + d) + n ** 3
+    assert biases == 2 * layers * (k + d)
+    own = LanguageAdapters(['de'], dict(type='CompacterAdapter'), d, 1)
+    assert sum(p.numel() for p in own.parameters()) == 2 * 3392
