@@ -65,3 +65,30 @@ def test_the_other_language_keeps_its_output_after_training_one():
     frozen = frozen_tower_output(backbone, tokens)
     torch.testing.assert_close(branch(tokens, ['zh'] * 3), frozen, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(branch(tokens, ['de'] * 3), frozen, atol=1e-4)
+
+
+ROUND_TRIP = {
+    **TRAINABLE,
+    'compacter_shared_rule': dict(type='CompacterAdapter', reduction_factor=4, share_rule=True),
+    'frozen_hard_prompt': dict(type='HardPrompt', text='a photo of'),
+}
+
+
+@pytest.mark.parametrize('name', sorted(ROUND_TRIP))
+def test_a_state_dict_round_trip_gives_the_same_outputs(name):
+    """Strictly loaded into a branch whose modules hold other values (a shared Compacter rule
+    included, which its layers hold without registering), the adapters give the source's
+    outputs for every language."""
+    _, source = build_clip_branch(ROUND_TRIP[name])
+    _, target = build_clip_branch(ROUND_TRIP[name])
+    for seed, branch in ((1, source), (2, target)):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            for parameter in branch.adapters.parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.3)
+    tokens = source.tokenize(CAPTIONS)
+    langs = ['de', 'zh', 'de']
+    assert not torch.allclose(source(tokens, langs), target(tokens, langs)) or \
+        not list(source.adapters.parameters())
+    target.adapters.load_state_dict(source.adapters.state_dict(), strict=True)
+    torch.testing.assert_close(target(tokens, langs), source(tokens, langs), rtol=0, atol=0)
