@@ -19,6 +19,17 @@ CORPUS = ['ein roter Kreis', 'zwei blaue Quadrate links', 'un cercle rouge à ga
           '一个红色的圆', '两个蓝色的正方形在左边', 'drei grüne Dreiecke oben']
 
 
+#: A mixed-language training batch of four 32 px images (German and Chinese captions), the
+#: retriever tests' common input. Its media have their own seed: at import, the global stream's
+#: state depends on what was collected before.
+MIXED_BATCH = dict(
+    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(0)),
+    source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
+    target_text=['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise', '一个绿色的三角形'],
+    lang=['de', 'zh', 'de', 'zh'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
+
+
 def tiny_backbone_cfg(**overrides) -> dict:
     return dict(type='OpenCLIPBackbone', arch=None, model_cfg=TINY_CLIP, **overrides)
 
@@ -38,6 +49,16 @@ def tiny_retriever_cfg(**overrides) -> dict:
                language_branch=tiny_branch_cfg())
     cfg.update(overrides)
     return cfg
+
+
+def tiny_dasd_cfg() -> dict:
+    """DASD's retriever on the tiny CLIP: dynamic adapters (hidden 4) and the SDM (stream
+    adapters of hidden 8, a generator of ``d_z = 16``, ``d_u = 4``)."""
+    return tiny_retriever_cfg(
+        language_branch=tiny_branch_cfg(adapters=dict(type='DynamicAdapter', hidden=4)),
+        disentangler=dict(type='SemanticsDisentangler',
+                          adapter=dict(type='StaticAdapter', hidden=8),
+                          generator=dict(d_z=16, d_u=4)))
 
 
 @pytest.fixture(autouse=True)

@@ -15,17 +15,12 @@ import torch
 from mmengine.config import Config
 from mmengine.logging import MessageHub
 
+from tests.conftest import MIXED_BATCH as BATCH
 from xmr.engine import amp
 from xmr.engine.amp import AutocastOptimWrapper, amp_dtype, enable_amp
 from xmr.engine.optim import PhasedOptimWrapperConstructor
 
 TOLERANCE = 1e-2
-BATCH = dict(
-    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
-                        generator=torch.Generator().manual_seed(0)),
-    source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
-    target_text=['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise', '一个绿色的三角形'],
-    lang=['de', 'zh', 'de', 'zh'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
 
 
 def wrapper_for(model, wrapper: str, **kwargs):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.conftest import MIXED_BATCH
 from tests.models.backbones.open_clip_families import (
     TEXTS,
     XLMR_TOKENIZER,
@@ -470,12 +471,9 @@ def test_full_size_siglip2_builds_on_meta_with_its_record():
     assert backbone.tokenizer.pad_to == 64 and backbone.image_mean == (0.5, 0.5, 0.5)
 
 
-DASD_BATCH = dict(
-    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
-                        generator=torch.Generator().manual_seed(0)),
-    source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
-    target_text=['ein roter Kreis', 'mraba wa bluu', 'zwei rote Kreise', 'pembetatu kijani'],
-    lang=['de', 'sw', 'de', 'sw'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
+DASD_BATCH = dict(MIXED_BATCH, lang=['de', 'sw', 'de', 'sw'],
+                  target_text=['ein roter Kreis', 'mraba wa bluu', 'zwei rote Kreise',
+                               'pembetatu kijani'])
 
 
 @pytest.mark.parametrize('name', ['clip_causal_argmax', 'siglip_last_proj_bias',

@@ -13,18 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
+from tests.conftest import MIXED_BATCH as BATCH
+from tests.conftest import tiny_dasd_cfg
 from xmr.models.disentanglers.discriminator import PairDiscriminator
 from xmr.registry import MODELS
-
-ADAPTER = dict(type='StaticAdapter', hidden=8)
-GENERATOR = dict(d_z=16, d_u=4)
-BATCH = dict(
-    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
-                        generator=torch.Generator().manual_seed(0)),
-    source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
-    target_text=['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise', '一个绿色的三角形'],
-    lang=['de', 'zh', 'de', 'zh'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
 
 SDM = 'disentangler.'
 PARTS = {
@@ -41,9 +33,7 @@ PARTS = {
 @pytest.fixture(scope='module')
 def model():
     torch.manual_seed(0)
-    return MODELS.build(tiny_retriever_cfg(
-        language_branch=tiny_branch_cfg(adapters=dict(type='DynamicAdapter', hidden=4)),
-        disentangler=dict(type='SemanticsDisentangler', adapter=ADAPTER, generator=GENERATOR)))
+    return MODELS.build(tiny_dasd_cfg())
 
 
 def trained_parts(model, phase: str, weights: dict, loss: str) -> set[str]:

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
+from tests.conftest import MIXED_BATCH as BATCH
+from tests.conftest import tiny_backbone_cfg, tiny_dasd_cfg
 from xmr.models.disentanglers import SemanticsDisentangler
 from xmr.models.disentanglers.discriminator import reverse_gradient, shuffled_negatives
 from xmr.registry import DISENTANGLERS, MODELS
@@ -253,21 +254,12 @@ def test_bad_options_fail_naming_the_option(tower):
 
 
 # ------------------------------------------------------------------------------------ retriever
-BATCH = dict(
-    # Its own seed: at import, the global stream's state depends on what was collected before.
-    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
-                        generator=torch.Generator().manual_seed(0)),
-    source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
-    target_text=['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise', '一个绿色的三角形'],
-    lang=['de', 'zh', 'de', 'zh'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
 
 
 @pytest.fixture(scope='module')
 def dasd():
     torch.manual_seed(0)
-    return MODELS.build(tiny_retriever_cfg(
-        language_branch=tiny_branch_cfg(adapters=dict(type='DynamicAdapter', hidden=4)),
-        disentangler=dict(type='SemanticsDisentangler', adapter=ADAPTER, generator=GENERATOR)))
+    return MODELS.build(tiny_dasd_cfg())
 
 
 def test_changing_one_caption_leaves_the_others_outputs_alone(dasd):

@@ -2,16 +2,9 @@ import pytest
 import torch
 
 from tests.conftest import CORPUS, tiny_retriever_cfg
+from tests.conftest import MIXED_BATCH as BATCH
 from xmr.datasets.collate import media_keys
 from xmr.registry import MODELS
-
-BATCH = dict(
-    # Its own seed: at import, the global stream's state depends on what was collected before.
-    media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
-                        generator=torch.Generator().manual_seed(0)),
-    source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
-    target_text=['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise', '一个绿色的三角形'],
-    lang=['de', 'zh', 'de', 'zh'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
 
 
 def test_preprocessor_normalises_with_the_backbone_statistics(tiny_retriever):
