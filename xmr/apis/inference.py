@@ -22,6 +22,7 @@ from torch import Tensor
 from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import read_image, read_video_frames
 from xmr.engine.checkpoint import read_checkpoint
+from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 from xmr.registry import MODELS, TRANSFORMS
@@ -122,7 +123,28 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
         # Missing, unexpected or differently shaped parameters.
         raise CheckpointMismatchError(f'checkpoint {path} does not match the config: '
                                       f'{_first_lines(str(error))}') from error
-    return dict(loaded.get('meta') or {})
+    meta = dict(loaded.get('meta') or {})
+    _check_authors_settings(path, model, meta)
+    return meta
+
+
+def _check_authors_settings(path: Path, model: torch.nn.Module, meta: Mapping) -> None:
+    """A file converted from the MLA / DASD authors' (``tools/convert/``) is run as their code
+    runs it: a config whose settings without weights differ (activation, SDM depth, padding)
+    loads its weights and computes something else, as the converter refuses.
+
+    Raises:
+        CheckpointMismatchError: naming each such setting.
+    """
+    from xmr.models.conversion.authors import AUTHORS_CONFIGS, settings_problem
+
+    method = meta.get('method')
+    if 'converted_from' not in meta or method not in AUTHORS_CONFIGS:
+        return
+    problem = settings_problem(unwrap_model(model), method)
+    if problem is not None:
+        raise CheckpointMismatchError(f"checkpoint {path}, converted from {method.upper()}'s "
+                                      f"{meta['converted_from']}: the config's model {problem}")
 
 
 def _first_lines(message: str, limit: int = 6) -> str:

@@ -4,6 +4,7 @@ bad files are refused naming the file, the keys and the fix, and nothing is writ
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -599,3 +600,22 @@ def test_captions_cut_before_the_context_are_refused(tmp_path):
         convert_authors_checkpoint('mla', tmp_path / 'mla.bin', tmp_path / 'c.py',
                                    tmp_path / 'o.pth', map_mla)
     assert not (tmp_path / 'o.pth').exists()
+
+
+def test_a_converted_file_is_refused_by_a_config_that_computes_otherwise(tmp_path):
+    """The converter refuses such a config; tools/test.py and xmr.apis load the converted file
+    into the config they are given, which the weights alone cannot tell apart."""
+    from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
+
+    torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
+    main('dasd', [str(tmp_path / 'dasd.bin'), str(write_config(tmp_path / 'dasd.py', 'dasd')),
+                  '--out', str(tmp_path / 'converted.pth')])
+    torch.manual_seed(0)
+    load_trained_checkpoint(MODELS.build(model_cfg('dasd')), tmp_path / 'converted.pth')
+    shallower = MODELS.build(changed_cfg('dasd', 'disentangler.depth', 1))
+    with pytest.raises(CheckpointMismatchError, match=(
+            rf"^checkpoint {re.escape(str(tmp_path / 'converted.pth'))}, converted from "
+            rf"DASD's {re.escape(str(tmp_path / 'dasd.bin'))}: the config's model does not "
+            r'compute what the DASD code computes \(model.disentangler.depth is 1, the '
+            r"authors' code: 2\)")):
+        load_trained_checkpoint(shallower, tmp_path / 'converted.pth')

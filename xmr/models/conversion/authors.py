@@ -143,14 +143,21 @@ def check_settings(path: Path, model: nn.Module, method: str, config: str) -> No
     Settings without parameters (activation, SDM depth, padding, ...) cannot be read from the
     file (:mod:`.settings` lists them); a difference would convert and compute something else.
     """
+    problem = settings_problem(model, method)
+    if problem is not None:
+        raise ConversionError(f'{path}: the {config} model {problem}')
+
+
+def settings_problem(model: nn.Module, method: str) -> str | None:
+    """How ``model`` computes otherwise than ``method``'s code (``'does not compute what ...'``,
+    each setting named with its value and the authors'), or ``None``."""
     found = authors_differences(model, method)
-    if found:
-        details = '; '.join(f'{setting} is {value!r}, the authors\' code: {wanted!r}'
-                            for setting, value, wanted in found)
-        raise ConversionError(
-            f'{path}: the {config} model does not compute what the {method.upper()} code '
-            f'computes ({details}): convert (and test) with {AUTHORS_CONFIGS[method]}, or a '
-            'config that inherits its model')
+    if not found:
+        return None
+    details = '; '.join(f'{setting} is {value!r}, the authors\' code: {wanted!r}'
+                        for setting, value, wanted in found)
+    return (f'does not compute what the {method.upper()} code computes ({details}): convert '
+            f'(and test) with {AUTHORS_CONFIGS[method]}, or a config that inherits its model')
 
 
 def take(state: Mapping[str, torch.Tensor], used: set, key: str) -> torch.Tensor:
