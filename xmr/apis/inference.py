@@ -21,7 +21,7 @@ from torch import Tensor
 
 from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import read_image, read_video_frames
-from xmr.engine.checkpoint import read_checkpoint
+from xmr.engine.checkpoint import keys_of_another_model, read_checkpoint
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
@@ -106,12 +106,12 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
         raise CheckpointMismatchError(f'checkpoint {path} holds no state_dict')
     # Checkpoints of DDP-wrapped models prefix every key with 'module.'.
     state = {re.sub(r'^module\.', '', key): value for key, value in state.items()}
-    ours = [key for key in model.state_dict() if key != '_extra_state']
-    if not set(state) & set(ours):
+    foreign = keys_of_another_model(state, [key for key in model.state_dict()
+                                            if key != '_extra_state'])
+    if foreign is not None:
         # Strict loading would print, then raise, every key of both as missing or unexpected.
         raise CheckpointMismatchError(
-            f"checkpoint {path} holds none of the model's weights (its keys: "
-            f"{', '.join(list(state)[:3]) or 'none'}; the model's: {', '.join(ours[:3])}): give a "
+            f"checkpoint {path} holds none of the model's weights ({foreign}): give a "
             "checkpoint tools/train.py wrote for this config's model (a released one through "
             'tools/convert/)')
     try:

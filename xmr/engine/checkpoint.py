@@ -20,7 +20,7 @@ import pickle
 import re
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,19 @@ _ZIP_MAGIC, _PICKLE_MAGIC = b'PK\x03\x04', b'\x80'
 _CHUNK = 1 << 24
 #: Globals of MMEngine checkpoints written before ``WeightsOnlyCheckpointHook`` existed.
 _MMENGINE_GLOBALS = ('mmengine.', 'builtins.getattr')
+
+
+def keys_of_another_model(state: Mapping[str, Any], model_keys: Iterable[str]) -> str | None:
+    """``its keys: ...; the model's: ...`` (three of each; the model's facts, ``_extra_state``,
+    not shown) when the state dict ``state`` (``module.`` prefixes aside) holds none of
+    ``model_keys``: another model's file, a raw open_clip or Hugging Face one, weights under
+    another key; ``None`` when it holds one."""
+    loaded = [re.sub(r'^module\.', '', str(key)) for key in state]
+    model_keys = list(model_keys)
+    if set(loaded) & set(model_keys):
+        return None
+    ours = [key for key in model_keys if key != '_extra_state'][:3]
+    return f"its keys: {', '.join(loaded[:3]) or 'none'}; the model's: {', '.join(ours)}"
 
 
 def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> Any:

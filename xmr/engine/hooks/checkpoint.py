@@ -27,7 +27,7 @@ from typing import Any
 from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
 
-from xmr.engine.checkpoint import state_dict_mismatches
+from xmr.engine.checkpoint import keys_of_another_model, state_dict_mismatches
 from xmr.engine.hook_points import call_hook_point
 from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import remove_stale_temporaries
@@ -162,9 +162,9 @@ def check_best_keys(keys: list[str], metrics: dict) -> None:
 
 
 def refuse_foreign_weights(path: str | None, model_state: dict, checkpoint: dict) -> None:
-    """Refuse a ``load_from`` checkpoint that holds no weight of the model (another model's, a
-    raw open_clip or Hugging Face file): MMEngine's lenient loading lists every key as missing
-    and trains from the random weights.
+    """Refuse a ``load_from`` checkpoint that holds no weight of the model
+    (:func:`~xmr.engine.checkpoint.keys_of_another_model`): MMEngine's lenient loading lists
+    every key as missing and trains from the random weights.
 
     Raises:
         ValueError: naming the file, some of its keys and the model's.
@@ -172,11 +172,8 @@ def refuse_foreign_weights(path: str | None, model_state: dict, checkpoint: dict
     state = checkpoint.get('state_dict', checkpoint)
     if not isinstance(state, dict):
         return
-    loaded = [re.sub(r'^module\.', '', str(key)) for key in state]
-    if set(loaded) & set(model_state):
-        return
-    ours = [key for key in model_state if key != '_extra_state'][:3]
-    raise ValueError(f'load_from={path}: none of its {len(loaded)} entries is a weight of this '
-                     f"model (its keys: {', '.join(loaded[:3]) or 'none'}; the model's: "
-                     f"{', '.join(ours)}): give a checkpoint tools/train.py wrote for this "
-                     'model (a released one through tools/convert/), or load_from=None')
+    foreign = keys_of_another_model(state, model_state)
+    if foreign is not None:
+        raise ValueError(f'load_from={path}: none of its {len(state)} entries is a weight of '
+                         f'this model ({foreign}): give a checkpoint tools/train.py wrote for '
+                         'this model (a released one through tools/convert/), or load_from=None')
