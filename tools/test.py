@@ -81,7 +81,6 @@ def check_inputs(args: argparse.Namespace) -> None:
 
 
 def build_config(args: argparse.Namespace) -> Config:
-    check_inputs(args)
     # MMEngine dumps the config into its work dir: the training run's dump (beside its
     # checkpoints, whatever --work-dir it trained with) must not be replaced by the test's.
     # Beside the result, whose folder is checked writable (the checkpoint's, without --out).
@@ -196,10 +195,10 @@ def summary_languages(runner) -> dict[str, list[str]]:
     """Per metric prefix, the languages its summaries (``mAR``, the sums) are over, as each
     retrieval metric recorded them while scoring (the source language is reported, not
     averaged); the leaderboard's legend names them."""
-    loop = runner.test_loop
-    evaluators = getattr(loop, 'evaluators', None) or [loop.evaluator]
+    from xmr.engine.eval_loops import scored_loaders
+
     return {metric.prefix or '': list(metric.summarised_languages)
-            for evaluator in evaluators for metric in evaluator.metrics
+            for _, evaluator in scored_loaders(runner.test_loop) for metric in evaluator.metrics
             if getattr(metric, 'summarised_languages', None)}
 
 
@@ -222,7 +221,8 @@ def check_test_languages(runner, model) -> None:
 def run_test(args: argparse.Namespace):
     """Test the checkpoint; return its :class:`~xmr.evaluation.EvaluationResult` and metrics.
 
-    The second value lists the test metrics with their datasets
+    Its inputs are checked first (:func:`check_inputs`, by :func:`main`). The second value lists
+    the test metrics with their datasets
     (:func:`~xmr.evaluation.scored_datasets`); with ``--format clip_benchmark`` they must include
     one CLIP_benchmark can be compared with, checked before any encoding.
     """

@@ -665,7 +665,7 @@ def test_a_validation_gallery_of_another_size_than_its_protocol_is_refused_befor
     from types import SimpleNamespace
 
     from xmr.datasets import Annotation, MediaRecord, RetrievalDataset, dump_annotation
-    from xmr.engine.loops import check_gallery_sizes
+    from xmr.engine.data_languages import check_gallery_sizes
     from xmr.evaluation import RetrievalMetric
 
     dump_annotation(Annotation(

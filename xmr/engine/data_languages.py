@@ -1,5 +1,5 @@
-"""The caption languages and media sizes of a run's data, checked against the model's before
-anything trains."""
+"""The caption languages, media sizes and gallery sizes of a run's data, checked against the
+model and its metrics before anything trains."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -8,7 +8,10 @@ import torch
 from torch.utils.data import Dataset
 
 from xmr.datasets.pairs import CaptionPairDataset
-from xmr.engine.feature_cache import CachedFeatureDataset
+from xmr.datasets.retrieval import RetrievalDataset
+from xmr.engine.eval_loops import scored_loaders
+from xmr.engine.feature_cache import source_dataset
+from xmr.evaluation.protocols import PROTOCOLS
 
 
 def caption_languages(dataset: Dataset) -> list[str]:
@@ -20,8 +23,7 @@ def caption_languages(dataset: Dataset) -> list[str]:
     :class:`CachedFeatureDataset` hands those of the dataset it wraps. A dataset that states
     none yields ``[]``.
     """
-    if isinstance(dataset, CachedFeatureDataset):
-        dataset = dataset.dataset
+    dataset = source_dataset(dataset)
     if isinstance(dataset, CaptionPairDataset):
         return list(dataset.target_langs)
     metainfo = getattr(dataset, 'metainfo', None) or {}
@@ -63,8 +65,7 @@ def check_media_sizes(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -
         return
     expected = (expected, expected) if isinstance(expected, int) else tuple(expected)
     for where, dataset in datasets.items():
-        if isinstance(dataset, CachedFeatureDataset):
-            dataset = dataset.dataset
+        dataset = source_dataset(dataset)
         size = getattr(getattr(dataset, 'transform', None), 'size', None)
         if size is None or not getattr(dataset, 'with_media', True) or tuple(size) == expected:
             continue
@@ -72,3 +73,29 @@ def check_media_sizes(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -
                          f'tower of {type(backbone).__name__} takes {expected[0]}x{expected[1]}: '
                          "give the dataset the backbone's transform (MediaTransform with its "
                          f'backbone and pretrained, or size={expected[0]})')
+
+
+def check_gallery_sizes(val_loop) -> None:
+    """Each validation gallery has the media count its metrics' protocol is defined on
+    (``xtd10_t2i_r10``: 1,000), checked before training: the metric finds it at the first
+    validation, a phase in.
+
+    Raises:
+        ValueError: naming the gallery, its size, the protocol and the fix.
+    """
+    for index, (loader, evaluator) in enumerate(scored_loaders(val_loop)):
+        dataset = source_dataset(loader.dataset)
+        if not isinstance(dataset, RetrievalDataset):
+            continue
+        for metric in getattr(evaluator, 'metrics', []):
+            protocol = PROTOCOLS.get(getattr(metric, 'protocol', None))
+            given = getattr(metric, 'gallery_size', None)
+            expected = given or (protocol.gallery_size if protocol is not None else None)
+            if expected is None or len(dataset) == expected:
+                continue
+            fixed = (f'gallery_size={given}' if given else
+                     f"protocol '{protocol.name}' is defined on {expected}")
+            raise ValueError(f'val dataset {index} ({dataset.ann_file}) holds {len(dataset)} '
+                             f"media, but its metric's {fixed}: give the metric a protocol "
+                             f'for any size (standard), or gallery_size={len(dataset)} to '
+                             'score it on this one')

@@ -32,7 +32,8 @@ from xmr.engine.worker_tokens import tokenize_in_workers
 from xmr.evaluation.metrics import RetrievalMetric
 from xmr.registry import LOOPS
 
-__all__ = ['MultiDatasetValLoop', 'MultiDatasetTestLoop', 'LoaderSequence', 'combined_mean_ar']
+__all__ = ['MultiDatasetValLoop', 'MultiDatasetTestLoop', 'LoaderSequence', 'combined_mean_ar',
+           'scored_loaders']
 
 
 class LoaderSequence:
@@ -48,6 +49,14 @@ class LoaderSequence:
 
     def __len__(self) -> int:
         return sum(len(loader) for loader in self.loaders)
+
+
+def scored_loaders(loop: Any) -> list[tuple[DataLoader, Evaluator]]:
+    """The dataloader and evaluator of each dataset a validation or test loop scores: the
+    several of a ``MultiDataset*Loop``, the one of MMEngine's ``ValLoop`` / ``TestLoop``."""
+    loaders = getattr(loop, 'dataloaders', None) or [loop.dataloader]
+    evaluators = getattr(loop, 'evaluators', None) or [loop.evaluator]
+    return list(zip(loaders, evaluators))
 
 
 def combined_mean_ar(evaluators: Sequence[Evaluator],

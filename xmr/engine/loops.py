@@ -11,10 +11,15 @@ import torch
 from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
-from xmr.engine.data_languages import check_data_languages, check_media_sizes
+from xmr.engine.data_languages import (
+    check_data_languages,
+    check_gallery_sizes,
+    check_media_sizes,
+)
 from xmr.engine.distributed import rewrap_for_phase, shared_seed
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
-from xmr.engine.feature_cache import CachedFeatureDataset, prepare_feature_caches
+from xmr.engine.eval_loops import scored_loaders
+from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.hook_points import call_hook_point
 from xmr.engine.hooks.preemption import preemption_signals, workers_ignore
 from xmr.engine.optim import parameter_counts
@@ -395,9 +400,9 @@ class PhasedTrainLoop(BaseLoop):
                     for index, phase in enumerate(self.phases) if self._iter < phase.end}
         val_loop = self.runner.val_loop
         if val_loop is not None:
-            loaders = getattr(val_loop, 'dataloaders', None) or [val_loop.dataloader]
             datasets.update({f'val dataset {i} ({type(loader.dataset).__name__})':
-                             loader.dataset for i, loader in enumerate(loaders)})
+                             loader.dataset
+                             for i, (loader, _) in enumerate(scored_loaders(val_loop))})
             self._check_val_protocols(val_loop)
             check_gallery_sizes(val_loop)
         check_data_languages(self.model, datasets)
@@ -422,8 +427,7 @@ class PhasedTrainLoop(BaseLoop):
         if not isinstance(backbone, TextBackbone) or isinstance(backbone,
                                                                 VisionLanguageBackbone):
             return
-        evaluators = getattr(val_loop, 'evaluators', None) or [val_loop.evaluator]
-        for evaluator in evaluators:
+        for _, evaluator in scored_loaders(val_loop):
             for metric in getattr(evaluator, 'metrics', []):
                 protocol = PROTOCOLS.get(getattr(metric, 'protocol', None))
                 if protocol is not None and not protocol.text_gallery:
@@ -699,35 +703,3 @@ class PhasedTrainLoop(BaseLoop):
                 f'{self.divergence.patience} tolerated; the iteration reaches no hook')
         self._iter += 1
 
-
-def check_gallery_sizes(val_loop) -> None:
-    """Each validation gallery has the media count its metrics' protocol is defined on
-    (``xtd10_t2i_r10``: 1,000), checked before training: the metric finds it at the first
-    validation, a phase in.
-
-    Raises:
-        ValueError: naming the gallery, its size, the protocol and the fix.
-    """
-    from xmr.datasets.retrieval import RetrievalDataset
-    from xmr.evaluation.protocols import PROTOCOLS
-
-    loaders = getattr(val_loop, 'dataloaders', None) or [val_loop.dataloader]
-    evaluators = getattr(val_loop, 'evaluators', None) or [val_loop.evaluator]
-    for index, (loader, evaluator) in enumerate(zip(loaders, evaluators)):
-        dataset = loader.dataset
-        if isinstance(dataset, CachedFeatureDataset):
-            dataset = dataset.dataset
-        if not isinstance(dataset, RetrievalDataset):
-            continue
-        for metric in getattr(evaluator, 'metrics', []):
-            protocol = PROTOCOLS.get(getattr(metric, 'protocol', None))
-            given = getattr(metric, 'gallery_size', None)
-            expected = given or (protocol.gallery_size if protocol is not None else None)
-            if expected is None or len(dataset) == expected:
-                continue
-            fixed = (f'gallery_size={given}' if given else
-                     f"protocol '{protocol.name}' is defined on {expected}")
-            raise ValueError(f'val dataset {index} ({dataset.ann_file}) holds {len(dataset)} '
-                             f"media, but its metric's {fixed}: give the metric a protocol "
-                             f'for any size (standard), or gallery_size={len(dataset)} to '
-                             'score it on this one')

@@ -54,10 +54,10 @@ class ScoredDataset(NamedTuple):
 
 def scored_datasets(test_loop: Any) -> list[ScoredDataset]:
     """Every retrieval metric of a ``TestLoop`` or ``MultiDatasetTestLoop`` with its dataset."""
-    loaders = getattr(test_loop, 'dataloaders', None) or [test_loop.dataloader]
-    evaluators = getattr(test_loop, 'evaluators', None) or [test_loop.evaluator]
+    from xmr.engine.eval_loops import scored_loaders  # xmr.engine imports xmr.evaluation
+
     scored = []
-    for loader, evaluator in zip(loaders, evaluators):
+    for loader, evaluator in scored_loaders(test_loop):
         metainfo = getattr(loader.dataset, 'metainfo', None) or {}
         dataset = str(metainfo.get('dataset') or type(loader.dataset).__name__)
         scored.extend(ScoredDataset(metric.prefix or '', dataset, metric.protocol,

@@ -32,7 +32,11 @@ against the model's frozen weights and the dataset, and refused with
 pixels change every epoch (random crops, flips, random frame offsets) are never cached; the log
 says so.
 """
-from xmr.engine.feature_cache.dataset import CachedFeatureDataset, prepare_feature_caches
+from xmr.engine.feature_cache.dataset import (
+    CachedFeatureDataset,
+    prepare_feature_caches,
+    source_dataset,
+)
 from xmr.engine.feature_cache.key import (
     FEATURE_KINDS,
     ItemIndex,
@@ -49,4 +53,4 @@ from xmr.engine.feature_cache.store import (
 
 __all__ = ['CACHE_FORMAT', 'FEATURE_KINDS', 'CachedFeatureDataset', 'CorruptFeatureCacheError',
            'FeatureCache', 'ItemIndex', 'StaleFeatureCacheError', 'backbone_fingerprint',
-           'media_randomness', 'prepare_feature_caches', 'text_hash']
+           'media_randomness', 'prepare_feature_caches', 'text_hash', 'source_dataset']

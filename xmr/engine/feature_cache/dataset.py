@@ -319,6 +319,11 @@ def _datasets_of(loader: Any) -> Iterable[Dataset]:
             yield dataset
 
 
+def source_dataset(dataset: Dataset) -> Dataset:
+    """The dataset a :class:`CachedFeatureDataset` reads through its cache, else ``dataset``."""
+    return dataset.dataset if isinstance(dataset, CachedFeatureDataset) else dataset
+
+
 def prepare_feature_caches(loader: Any, model: torch.nn.Module, training: bool = True) -> None:
     """Prepare every :class:`CachedFeatureDataset` behind a dataloader (or loader sequence).
 
