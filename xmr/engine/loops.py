@@ -427,7 +427,7 @@ class PhasedTrainLoop(BaseLoop):
         if not isinstance(backbone, TextBackbone) or isinstance(backbone,
                                                                 VisionLanguageBackbone):
             return
-        for _, evaluator in scored_loaders(val_loop):
+        for evaluator in getattr(val_loop, 'evaluators', None) or [val_loop.evaluator]:
             for metric in getattr(evaluator, 'metrics', []):
                 protocol = PROTOCOLS.get(getattr(metric, 'protocol', None))
                 if protocol is not None and not protocol.text_gallery:
