@@ -17,6 +17,7 @@ from xmr.apis import (
     init_retriever,
     trained_languages,
 )
+from xmr.apis.inference import _first_lines
 from xmr.datasets import Annotation, MediaRecord, dump_annotation, retrieval_collate
 from xmr.registry import DATASETS, MODELS
 
@@ -183,3 +184,57 @@ def test_a_checkpoint_holding_none_of_the_models_weights_is_named_with_its_keys(
             r"model's: [^_].*\): give a checkpoint tools/train.py wrote for this config's model")):
         init_retriever(config, tmp_path / 'foreign.pth')
     assert 'missing keys' not in capsys.readouterr().out
+
+
+def test_a_checkpoint_of_a_ddp_wrapped_model_loads_without_the_module_prefix(trained, tmp_path):
+    config, checkpoint, reference = trained
+    state = torch.load(checkpoint, map_location='cpu', weights_only=True)['state_dict']
+    torch.save({'state_dict': {f'module.{key}': value for key, value in state.items()}},
+               tmp_path / 'ddp.pth')
+    model = init_retriever(config, tmp_path / 'ddp.pth')
+    torch.testing.assert_close(encode_texts(model, ['ein roter Kreis'], 'de'),
+                               encode_texts(reference, ['ein roter Kreis'], 'de'))
+
+
+def test_a_long_mismatch_shows_its_first_six_lines_and_counts_the_rest():
+    lines = [f'size mismatch for p{i}' for i in range(8)]
+    assert _first_lines('\n\n'.join(lines[:6])) == '\n'.join(lines[:6])
+    assert _first_lines('\n'.join(lines)) == '\n'.join(lines[:6]) + '\n... and 2 more'
+
+
+def test_blank_texts_and_counts_below_one_are_refused_by_name(trained):
+    _, _, model = trained
+    with pytest.raises(ValueError, match=r'^texts \[1\] are empty or not strings'):
+        encode_texts(model, ['ein Kreis', ' \t'], 'de')
+    with pytest.raises(ValueError, match='^batch_size must be positive, got 0$'):
+        encode_texts(model, ['ein Kreis'], 'de', batch_size=0)
+    image = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    with pytest.raises(ValueError, match='must be positive, got 32 and 0$'):
+        encode_media(model, [image], num_frames=0)
+
+
+def test_videos_of_other_frame_counts_in_one_batch_are_refused_by_name(trained):
+    _, _, model = trained
+    videos = [torch.zeros(count, 3, 32, 32, dtype=torch.uint8) for count in (2, 3)]
+    with pytest.raises(ValueError, match=r'got \[\(2, 3, 32, 32\), \(3, 3, 32, 32\)\] \(videos '
+                       'need the same frame count\\)'):
+        encode_media(model, videos)
+    assert encode_media(model, videos, batch_size=1).shape == (2, 32)
+
+
+def test_a_video_file_is_sampled_at_its_segment_centres_whatever_its_suffix_case(
+        trained, shared_data, tmp_path):
+    """310 frames in 2 segments of 155: the centres are frames 77 and 232, every time."""
+    import decord
+
+    _, _, model = trained
+    video = shared_data / 'videos' / 'flipping_a_pancake.mkv'
+    if not video.is_file():
+        pytest.skip(f'video fixture not found: {video}')
+    shouting = tmp_path / 'PANCAKE.MKV'
+    shouting.write_bytes(video.read_bytes())
+    frames = torch.from_numpy(decord.VideoReader(str(video)).get_batch([77, 232]).asnumpy())
+    expected = encode_media(model, [frames.permute(0, 3, 1, 2).contiguous()])
+    torch.manual_seed(0)
+    torch.testing.assert_close(encode_media(model, [video, shouting], num_frames=2),
+                               expected.expand(2, -1))

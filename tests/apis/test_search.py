@@ -96,3 +96,28 @@ def test_bad_input_is_named(model, image_files):
     with pytest.raises(ValueError, match=re.escape(
             "text 1 ('ein \\udc80Kreis') holds a lone surrogate '\\udc80' at character 4")):
         index.search(model, ['ein Kreis', 'ein \udc80Kreis'], lang='de')
+
+
+def test_an_approximate_index_leaves_out_what_its_probed_cells_do_not_hold():
+    """Two cells of two media each, one probed: a query finds the two media of its cell, not
+    the padding faiss returns for the hits it lacks."""
+    gallery = torch.tensor([[1.0, 0.1], [1.0, -0.1], [0.1, 1.0], [-0.1, 1.0]])
+    index = MediaIndex(gallery, ['a', 'b', 'c', 'd'], index='ivf', nlist=2, nprobe=1)
+    hits = index.search_embeddings(torch.tensor([[1.0, 0.0]]), k=4)[0]
+    assert sorted(hit.media_id for hit in hits) == ['a', 'b']
+    assert [hit.score for hit in hits] == pytest.approx([1 / 1.01 ** 0.5] * 2)  # cos, by hand
+
+
+def test_integer_embeddings_are_refused_by_name():
+    with pytest.raises(ValueError, match='^embeddings must be floating-point vectors, got '
+                       'torch.int64$'):
+        MediaIndex(torch.eye(2, dtype=torch.long), ['a', 'b'])
+    index = MediaIndex(torch.eye(2), ['a', 'b'])
+    with pytest.raises(ValueError, match='^queries must be floating-point vectors, got torch.int'):
+        index.search_embeddings(np.eye(2, dtype=np.int32))
+
+
+def test_tensors_are_named_by_their_position_and_files_by_their_stem(model, image_files):
+    image = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    index = MediaIndex.from_media(model, [image, image_files[1], image])
+    assert index.media_ids == ['0', 'forest', '2']
