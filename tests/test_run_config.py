@@ -5,7 +5,7 @@ import pytest
 
 from tests.conftest import REPO
 from xmr.registry import UnknownOptionError
-from xmr.run_config import check_evaluation_keys, load_run_config
+from xmr.run_config import _typo_of, check_evaluation_keys, load_run_config
 from xmr.utils.cli import UserError
 
 DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
@@ -18,6 +18,9 @@ DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
     ('my_absent', None,
      "custom_imports: my_absent failed to import: ModuleNotFoundError: No module named "
      "'my_absent': check its name, and that the folder holding it is on PYTHONPATH"),
+    ('my_absent_package.tool', None,
+     "custom_imports: my_absent_package.tool failed to import: ModuleNotFoundError: No module "
+     "named 'my_absent_package': check its name, and that the folder"),
 ])
 def test_a_custom_import_that_fails_is_named_with_its_cause(tmp_path, monkeypatch, module,
                                                             source, message):
@@ -295,4 +298,33 @@ def test_a_child_config_that_overlays_a_list_by_index_is_told_the_ways_that_work
         load_run_config(child)
     child.write_text(f"_base_ = ['{DEMO}']\ntrain_cfg = dict(phases=dict(lr=1e-4))\n")
     with pytest.raises(TypeError, match='is a dict in the child config'):  # MMEngine's own
+        load_run_config(child)
+
+
+def test_a_learning_rate_that_is_not_a_number_is_refused_by_its_key():
+    """``nan >= 0`` is false as ``-1 >= 0`` is: torch takes a NaN lr and every step is NaN."""
+    with pytest.raises(ValueError, match=r'^optim_wrapper.optimizer.lr=nan must be a number >= 0'):
+        load_run_config(DEMO, cfg_options={'optim_wrapper.optimizer.lr': float('nan')})
+
+
+@pytest.mark.parametrize('word, keys, meant', [
+    ('cudnn_benchmrk', ['cudnn_benchmark'], 'cudnn_benchmark'),  # a character dropped
+    ('tpye', ['type'], 'type'),  # two swapped
+    ('momentun', ['nesterov', 'momentum'], 'momentum'),  # one replaced
+    ('num_workers_x', ['num_workers'], 'num_workers'),  # two added, but 22/24 alike
+    ('tpe', ['type'], None),  # one edit, but of three characters, and 6/7 alike
+    ('top', ['tip'], None),
+    ('lrr', ['lr'], None),
+])
+def test_a_typo_is_one_edit_from_a_key_of_four_characters_or_nine_tenths_alike(word, keys,
+                                                                               meant):
+    assert _typo_of(word, keys) == meant
+
+
+def test_the_metrics_of_an_evaluator_dict_are_checked(tmp_path):
+    child = tmp_path / 'child.py'
+    child.write_text(f"_base_ = ['{DEMO}']\ntest_evaluator = dict(type='Evaluator', metrics=["
+                     "dict(type='RetrievalMetric', recall_k=3)])\n")
+    with pytest.raises(UnknownOptionError, match="^metric RetrievalMetric: unknown option "
+                       "'recall_k'"):
         load_run_config(child)
