@@ -110,3 +110,19 @@ def test_mismatch_lists_counts_first_keys_and_the_fix():
         '(head.weight); 1 with another shape (block.0.weight (file [4, 2], model [4, 4])). '
         'Fix it.')
     check_weights_fit(expected, {k: torch.zeros(4, 4) for k in expected}, 'a', 'b', 'c')
+
+
+def test_a_module_prefix_is_dropped_only_when_every_key_has_it(tmp_path):
+    """A model whose submodule is called ``module`` is no ``DataParallel`` save."""
+    mixed = {'module.weight': torch.ones(2), 'head.bias': torch.zeros(1)}
+    torch.save(mixed, tmp_path / 'weights.pt')
+    assert set(read_weights(tmp_path / 'weights.pt')) == {'module.weight', 'head.bias'}
+
+
+def test_five_keys_are_listed_whole_without_a_count_of_more():
+    expected = {f'block.{i}.weight': torch.empty(1, device='meta') for i in range(5)}
+    with pytest.raises(WeightsMismatchError) as error:
+        check_weights_fit(expected, {}, 'ckpt.pt', 'the tower', 'Fix it.')
+    assert str(error.value) == (
+        'ckpt.pt does not fit the tower: 5 missing (block.0.weight, block.1.weight, '
+        'block.2.weight, block.3.weight, block.4.weight). Fix it.')
