@@ -206,6 +206,11 @@ def test_bad_result_files_are_named(tmp_path):
         {'format': 'xmr-test-result', 'version': 1, 'metrics': {'mAR': 'high'}}))
     with pytest.raises(ValueError, match=r'text\.json: metrics must map keys to numbers'):
         load_result(tmp_path / 'text.json')
+    (tmp_path / 'later.json').write_text(json.dumps(
+        {'format': 'xmr-test-result', 'version': 2, 'metrics': {'mAR': 50.0}}))
+    with pytest.raises(ValueError, match=r'later\.json: result version 2 is not supported '
+                       r'\(this xmr reads version 1\)'):
+        load_result(tmp_path / 'later.json')
 
 
 def test_loaded_results_use_canonical_language_codes(tmp_path):
