@@ -316,6 +316,14 @@ def changed_cfg(method: str, change: str, value) -> dict:
                                           reason=f'needs the shared data ({XLMR_TOKENIZER})')),
     ('mla', 'language_branch.embedding', dict(type='TowerTokenEmbedding'),
      "embedding.type is 'TowerTokenEmbedding'"),
+    ('mla', 'language_branch.adapters', dict(type='StaticAdapter', hidden=D_U, blocks=[0, 1]),
+     "adapters is '2 adapters'"),
+    pytest.param('mla', 'language_branch.tokenizer',
+                 dict(type='HFTokenizer', max_length=CONTEXT, clean='whitespace',
+                      tokenizer_file=str(XLMR_TOKENIZER)),
+                 "tokenizer.clean is 'whitespace'",
+                 marks=pytest.mark.skipif(not XLMR_TOKENIZER.is_file(),
+                                          reason=f'needs the shared data ({XLMR_TOKENIZER})')),
 ])
 def test_a_config_that_computes_otherwise_than_the_authors_is_refused(
         method, change, value, named, tmp_path, capsys):
@@ -619,3 +627,28 @@ def test_a_converted_file_is_refused_by_a_config_that_computes_otherwise(tmp_pat
             r'compute what the DASD code computes \(model.disentangler.depth is 1, the '
             r"authors' code: 2\)")):
         load_trained_checkpoint(shallower, tmp_path / 'converted.pth')
+
+
+def test_a_clip_weight_missing_from_the_file_is_refused_naming_it(tmp_path, capsys):
+    """The CLIP keys are read where the file has them: one it lacks would keep the config's
+    random initialisation."""
+    state = authors_state_dict('mla')
+    del state['visual.proj']
+    torch.save(state, tmp_path / 'mla.bin')
+    err = refused(capsys, 'mla', tmp_path / 'mla.bin', write_config(tmp_path / 'c.py', 'mla'),
+                  '--out', tmp_path / 'o.pth')
+    assert ('1 parameters of the c.py model are not in the file (backbone.clip.visual.proj)'
+            in err)
+    assert not (tmp_path / 'o.pth').exists()
+
+
+def test_a_file_saved_from_a_data_parallel_model_converts_as_its_plain_save(tmp_path):
+    state = authors_state_dict('mla')
+    torch.save({f'module.{key}': value for key, value in state.items()}, tmp_path / 'dp.bin')
+    report = convert_authors_checkpoint('mla', tmp_path / 'dp.bin',
+                                        write_config(tmp_path / 'c.py', 'mla'), tmp_path / 'x.pth',
+                                        map_mla)
+    assert 'transformer.resblocks.2.acquirer.zh.mlp.c_proj.bias' in report.used
+    converted = torch.load(tmp_path / 'x.pth')['state_dict']
+    assert torch.equal(converted['language_branch.adapters.sets.zh.2:block_output.up.bias'],
+                       state['transformer.resblocks.2.acquirer.zh.mlp.c_proj.bias'])
