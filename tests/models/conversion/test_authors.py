@@ -305,6 +305,7 @@ def changed_cfg(method: str, change: str, value) -> dict:
     ('dasd', 'disentangler.stream_adapters', True, 'stream_adapters is True'),
     ('dasd', 'disentangler.per_language', True, 'PerLanguageDisentangler'),
     ('dasd', 'disentangler.generator.activation', 'gelu', 'activation is \'GELU\''),
+    ('dasd', 'disentangler.features', ['sr'], "model.disentangler.features is ('sr',)"),
     ('dasd', 'language_branch.tokenizer.pad_to', None, 'tokenizer.pad_to is None'),
     ('dasd', 'disentangler', None, 'model.disentangler is None'),
     ('dasd', 'language_branch.embedding.padding_idx', 0, 'embedding.padding_idx is 0'),

@@ -101,7 +101,8 @@ def dasd_sdm_differences(model: nn.Module) -> list[Difference]:
                  'SemanticsDisentangler with per_language=False')]
     found = [(f'model.disentangler.{key}', getattr(sdm, attribute), value)
              for attribute, (key, value) in DASD_SDM.items() if getattr(sdm, attribute) != value]
-    if sdm.sr_adapters is not None or sdm.sa_adapters is not None:
+    # A stream whose feature the config leaves out (features=['sr']) has no adapters at all.
+    if any(getattr(sdm, f'{stream}_adapters', None) is not None for stream in ('sr', 'sa')):
         found.append(('model.disentangler.stream_adapters', True, False))
     if not isinstance(sdm.generator.to_z[-1], QuickGELU):
         found.append(('model.disentangler.generator.activation',
