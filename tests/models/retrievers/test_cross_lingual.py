@@ -1,7 +1,14 @@
 import pytest
 import torch
+import torch.nn.functional as F
 
-from tests.conftest import CORPUS, tiny_retriever_cfg
+from tests.conftest import (
+    CORPUS,
+    phase_loss_keys,
+    tiny_branch_cfg,
+    tiny_dasd_cfg,
+    tiny_retriever_cfg,
+)
 from tests.conftest import MIXED_BATCH as BATCH
 from xmr.datasets.collate import media_keys
 from xmr.registry import MODELS
@@ -146,3 +153,56 @@ def test_a_source_language_in_another_form_reads_the_datasets_canonical_code():
     with pytest.raises(ValueError, match="source language 'en'"):
         MODELS.build(tiny_retriever_cfg(source_language='EN', language_branch=dict(
             tiny_retriever_cfg()['language_branch'], languages=['en', 'de'])))
+
+
+def test_a_model_without_a_branch_fine_tunes_the_towers_on_source_cm_alone():
+    """``source_cm`` reads the frozen towers alone, so a model built without a branch runs it;
+    the other losses read r^T and are refused before anything trains."""
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_retriever_cfg(language_branch=None))
+    model.set_phase('finetune', dict(source_cm=1.0))
+    data = model.data_preprocessor(dict(media=BATCH['media'], source_text=BATCH['source_text']),
+                                   True)
+    loss = model(mode='loss', **data)['loss_source_cm']
+    a = F.normalize(model.backbone.encode_source_text(data['source_tokens']), dim=-1)
+    b = F.normalize(model.backbone.encode_media(data['media']), dim=-1)
+    logits, labels = a @ b.t() / 0.07, torch.arange(4)  # the default's initial temperature
+    expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"phase p weights \['cl'\] need a language_branch"):
+        model.check_phase('p', dict(cl=1.0))
+
+
+@pytest.mark.parametrize('weights', [dict(disentangler=1.0), dict(cm=1.0, disentangler=1.0)])
+def test_a_phase_without_cl_still_computes_the_disentanglers_losses(weights):
+    """The disentangler's terms read r^S: a phase that weighs them encodes the source captions
+    even when no loss of its own compares with them."""
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_dasd_cfg())
+    model.set_phase('p', weights)
+    losses = model(mode='loss', **model.data_preprocessor(BATCH, True))
+    assert set(losses) == phase_loss_keys(model, weights) != {'loss_cm'}
+
+
+def test_check_languages_accepts_the_source_and_the_branchs_languages(tiny_retriever):
+    tiny_retriever.check_languages(['en', 'de', 'zh'], 'val dataset xtd10')
+    with pytest.raises(ValueError, match=r"val dataset xtd10: the model has no adapters for "
+                                         r"\['fr'\]; it reads \['en', 'de', 'zh'\]"):
+        tiny_retriever.check_languages(['en', 'fr'], 'val dataset xtd10')
+
+
+def test_the_target_group_trains_the_branch_and_the_disentangler(tiny_retriever):
+    assert tiny_retriever.trainable_groups() == {'target': ['language_branch']}
+    dasd = MODELS.build(tiny_dasd_cfg())
+    assert dasd.trainable_groups() == {'target': ['language_branch', 'disentangler']}
+    assert MODELS.build(tiny_retriever_cfg(language_branch=None)).trainable_groups() == \
+        {'target': []}
+
+
+def test_the_adapters_fact_names_adapter_types_and_not_a_languages_tower_weights():
+    """A language's own tower weights are state, not an adapter type (their keys are checked
+    as every weight's are)."""
+    model = MODELS.build(tiny_retriever_cfg(
+        language_branch=tiny_branch_cfg(tuned_weights=['ln_final.*'])))
+    assert 'tower_weights' in model.language_branch.adapters.sets['de']
+    assert model.checkpoint_facts()['adapters'] == ['StaticAdapter']
