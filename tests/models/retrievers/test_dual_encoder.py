@@ -130,6 +130,30 @@ def test_tower_itc_contrasts_the_towers_own_embeddings_beneath_cdds():
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize('disentangler_weight', [0.0, 1.0])
+def test_itc_reads_the_semantic_components_and_tower_itc_the_towers_in_one_phase(
+        disentangler_weight):
+    """Whether or not the phase trains the disentangler, ``itc`` contrasts the pooled semantic
+    components (what ``predict`` embeds) and ``tower_itc`` the towers' own embeddings."""
+    model = build(disentangler=CDDS, losses=dict(
+        itc=dict(type='InfoNCELoss', temperature=0.05),
+        tower_itc=dict(type='InfoNCELoss', temperature=0.1)))
+    model.set_phase('p', dict(itc=1.0, tower_itc=1.0, disentangler=disentangler_weight))
+    data = model.data_preprocessor(BATCH, True)
+    torch.manual_seed(1)
+    losses = model(mode='loss', **data)
+    image = model.backbone.encode_image_tokens(data['media'])
+    text = model.backbone.encode_text_tokens(data['source_tokens'])
+    torch.manual_seed(1)
+    out = model.disentangler(image.tokens, image.mask, text.tokens, text.mask)
+    expected_itc = info_nce(model.disentangler.pool(out['image_semantic'], image.mask),
+                            model.disentangler.pool(out['text_semantic'], text.mask), 20.0)
+    torch.testing.assert_close(losses['loss_itc'], expected_itc, rtol=1e-4, atol=1e-5)
+    towers = info_nce(model.backbone.encode_image(data['media']),
+                      model.backbone.encode_source_text(data['source_tokens']), 10.0)
+    torch.testing.assert_close(losses['loss_tower_itc'], towers, rtol=1e-4, atol=1e-5)
+
+
 def test_frozen_towers_get_no_gradient_and_the_unets_do():
     model = build(disentangler=CDDS)
     data = model.data_preprocessor(BATCH, True)
