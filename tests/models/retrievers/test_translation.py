@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from mmengine.optim import OptimWrapper
 
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
+from xmr.datasets.collate import media_keys
 from xmr.registry import MODELS
 
 # Every text differs, so a routine that reads the wrong one cannot match the expected loss.
@@ -75,6 +76,21 @@ def test_alignment_pairs_the_query_with_the_routines_translation(routine, kind):
     partner = branch_embed(model, BATCH[PARTNER_TEXT[routine]], BATCH['lang'])
     expected = ((query - partner) ** 2).mean() if kind == 'mse' else info_nce(query, partner)
     torch.testing.assert_close(losses['loss_align'], 0.3 * expected, rtol=1e-4, atol=1e-6)
+
+
+def test_an_image_text_loss_built_to_mask_reads_the_batchs_media_keys():
+    """Rows 0 and 2 caption one image: their cross pairs leave both directions' softmax."""
+    model = build('routine1', losses=dict(cm=dict(type='InfoNCELoss', temperature=0.01,
+                                                  mask_same_media=True)))
+    data = model.data_preprocessor({**BATCH, 'media_keys': media_keys(['a', 'b', 'a'])}, True)
+    model.set_phase('train', dict(cm=1.0))
+    loss = model(mode='loss', **data)['loss_cm']
+    query = F.normalize(branch_embed(model, BATCH['target_text'], BATCH['lang']), dim=-1)
+    logits = 100 * query @ F.normalize(model.backbone.encode_media(data['media']), dim=-1).t()
+    logits[0, 2] = logits[2, 0] = float('-inf')
+    labels = torch.arange(3)
+    expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_frozen_english_encoder_aligns_with_the_frozen_tower():
