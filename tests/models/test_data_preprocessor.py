@@ -52,3 +52,14 @@ def test_caption_owners_stay_on_the_host_while_the_tokens_go_to_the_device():
     assert out['source_tokens']['input_ids'].device.type == 'meta'
     assert tokens['input_ids'].device.type == 'meta'
     assert owner.device.type == 'cpu' and owner.tolist() == [0, 0, 1]
+
+
+def test_a_batch_with_a_source_only_item_gets_no_target_tokens():
+    """Target tokens come for every row or none: rows and languages stay aligned."""
+    model = MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                              language_branch=tiny_branch_cfg(languages=['de'])))
+    out = model.data_preprocessor(dict(source_text=['a red circle', 'a blue square'],
+                                       target_text=['ein roter Kreis', None],
+                                       lang=['de', None]), True)
+    assert out['source_tokens']['input_ids'].shape[0] == 2
+    assert 'target_tokens' not in out and 'langs' not in out
