@@ -179,3 +179,12 @@ def test_blocks_given_to_an_input_site_prompt_are_refused():
         LanguageAdapters(['de'], dict(type='SoftPrompt', blocks=[0, 1]), 8, 2)
     assert sorted(LanguageAdapters(['de'], dict(type='SoftPrompt'), 8, 2).sets['de']) == [
         '-1:input']
+
+
+def test_a_prompt_before_the_blocks_leaves_packed_tokens_to_the_block_adapters():
+    """The input site acts on the padded batch, before any packing: only the block sites'
+    adapters decide whether the blocks may run packed."""
+    prompted = LanguageAdapters(['de'], [dict(type='SoftPrompt'),
+                                         dict(type='StaticAdapter', hidden=4)], 8, 2)
+    assert not prompted.sets['de']['-1:input'].accepts_packed_tokens
+    assert prompted.accepts_packed_tokens('de')
