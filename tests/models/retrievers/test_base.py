@@ -89,6 +89,22 @@ def test_declared_losses_phases_and_modes(monkeypatch):
     assert not r_text.requires_grad  # frozen tower: no graph through it
 
 
+def test_a_phase_training_part_of_the_backbone_keeps_its_gradients():
+    """A phase that trains one tower (its ``trainable`` naming it) runs the backbone with
+    autograd: only a backbone frozen whole runs without."""
+    model = PairRetriever(LOSSES)
+    model.set_phase('text', dict(distance=1.0))
+    data = model.data_preprocessor(dict(media=torch.randint(0, 256, (2, 3, 32, 32),
+                                                            dtype=torch.uint8),
+                                        source_text=['a', 'b c'], lang=['en'] * 2), True)
+    model.backbone.requires_grad_(False)
+    assert model(mode='loss', **data)['loss_distance'].grad_fn is None
+    model.backbone.text_tower.requires_grad_(True)
+    model(mode='loss', **data)['loss_distance'].backward()
+    trained = [p for p in model.backbone.text_tower.parameters() if p.grad is not None]
+    assert trained and any(p.grad.abs().sum() > 0 for p in trained)
+
+
 def test_checkpoint_facts_are_the_extra_state():
     model = PairRetriever(LOSSES)
     state = model.state_dict()
