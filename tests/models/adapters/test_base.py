@@ -188,3 +188,13 @@ def test_a_prompt_before_the_blocks_leaves_packed_tokens_to_the_block_adapters()
                                          dict(type='StaticAdapter', hidden=4)], 8, 2)
     assert not prompted.sets['de']['-1:input'].accepts_packed_tokens
     assert prompted.accepts_packed_tokens('de')
+
+
+def test_the_condition_blocks_are_those_of_the_adapters_reading_the_condition():
+    """The generator makes W^z for these blocks alone: a prompt or a static adapter elsewhere
+    asks for none."""
+    placed = LanguageAdapters(['de', 'fr'], [dict(type='SoftPrompt'),
+                                             dict(type='StaticAdapter', hidden=4, blocks=[0]),
+                                             dict(type='DynamicAdapter', hidden=4, blocks=[1])],
+                              8, 2)
+    assert placed.condition_blocks() == [1]
