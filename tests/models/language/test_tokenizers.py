@@ -421,3 +421,103 @@ def test_a_bert_tokenizer_file_reads_decomposed_text_as_bert_does(tmp_path):
     assert expected['input_ids'] == [2, 5, 6, 7, 8, 9, 3]
     tokenizer = HFTokenizer(tokenizer_file=str(tmp_path / 'tokenizer.json'))
     assert tokenizer.encode(caption) == expected['input_ids']
+
+
+def test_pad_batch_refuses_an_empty_batch_and_a_caption_of_no_tokens():
+    with pytest.raises(ValueError, match='empty batch of captions'):
+        pad_batch([], pad_id=0)
+    # An empty caption would pool position -1 (the last padding) as its end token.
+    with pytest.raises(ValueError, match='a caption tokenised to zero tokens'):
+        pad_batch([[5, 6], []], pad_id=0)
+
+
+class VocabularyTokenizer(WordTokenizer):
+    """:class:`WordTokenizer` naming a given token -> id mapping as its vocabulary."""
+
+    def __init__(self, token_ids: dict[str, int]) -> None:
+        super().__init__()
+        self.token_ids = token_ids
+
+    def vocabulary(self) -> dict[str, int]:
+        return self.token_ids
+
+
+def test_the_vocabulary_digest_depends_on_the_ids_not_on_the_order_they_are_listed_in():
+    """A ``tokenizers`` vocabulary comes from a hash map: the same file may list its tokens in
+    another order on every load, and a checkpoint must still find its vocabulary the same."""
+    words = {'red': 4, 'circle': 5, 'two': 6}
+    digest = VocabularyTokenizer(words).vocabulary_digest()
+    assert len(digest) == 16
+    assert VocabularyTokenizer(dict(reversed(words.items()))).vocabulary_digest() == digest
+    assert VocabularyTokenizer({'red': 5, 'circle': 4, 'two': 6}).vocabulary_digest() != digest
+    assert WordTokenizer().vocabulary_digest() is None
+
+
+def test_hf_tokenizer_lowercases_when_asked(shared_data):
+    path = str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json')
+    plain = HFTokenizer(tokenizer_file=path)
+    assert plain.encode('A Red Circle') != plain.encode('a red circle')  # XLM-R is cased
+    lowered = HFTokenizer(tokenizer_file=path, lowercase=True)
+    assert lowered.encode('A Red Circle') == plain.encode('a red circle')
+
+
+def test_a_stripped_separator_is_kept_last_by_truncation(shared_data):
+    """open_clip's CLIPA tokenizer writes 0 over ``</s>`` after its truncation, which kept the
+    ``</s>``: a long caption ends in that 0, not in a piece."""
+    path = str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json')
+    caption = 'one two three four five six seven eight'
+    pieces = HFTokenizer(tokenizer_file=path).encode(caption)
+    assert len(pieces) > 6 and pieces[-1] == 2  # <s> ... </s>
+    stripped = HFTokenizer(tokenizer_file=path, strip_sep_token=True, max_length=6)
+    assert stripped([caption])['input_ids'][0].tolist() == pieces[:5] + [0]
+    assert stripped.truncated == 1
+
+
+def test_a_tokenizer_file_saved_with_padding_and_truncation_on_pads_with_its_pad_id(tmp_path):
+    """A ``tokenizer.json`` written by a tokenizer used with padding and truncation on: its
+    pad id is the one of its padding settings (no usual pad token to guess from), and xmr
+    itself pads (to the longest caption) and truncates (to ``max_length``, keeping [SEP])."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {'[UNK]': 0, '[CLS]': 1, '[SEP]': 2, '<blank>': 3, 'two': 4, 'red': 5}
+    fast = Tokenizer(models.WordLevel(vocab, unk_token='[UNK]'))
+    fast.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast.post_processor = processors.BertProcessing(('[SEP]', 2), ('[CLS]', 1))
+    fast.enable_padding(pad_id=3, pad_token='<blank>', length=10)
+    fast.enable_truncation(max_length=3)
+    fast.save(str(tmp_path / 'tokenizer.json'))
+    tokenizer = HFTokenizer(tokenizer_file=str(tmp_path / 'tokenizer.json'), max_length=5)
+    assert tokenizer.pad_id == 3
+    batch = tokenizer(['two red', 'red red red red red'])
+    assert batch['input_ids'].tolist() == [[1, 4, 5, 2, 3], [1, 5, 5, 5, 2]]
+    assert tokenizer.truncated == 1
+
+
+def test_a_trained_sentencepiece_needs_room_for_its_characters_and_five_pieces():
+    """The corpus has 37 distinct characters; pad, unk, BOS, EOS and the word boundary '▁'
+    take five more pieces."""
+    assert SentencePieceTokenizer(corpus=CORPUS, vocab_size=42).vocab_size == 42
+    with pytest.raises(ValueError, match='vocab_size 41 is smaller than the 37 distinct'):
+        SentencePieceTokenizer(corpus=CORPUS, vocab_size=41)
+
+
+def test_a_caption_of_exactly_max_length_tokens_is_not_reported_as_truncated(monkeypatch):
+    from xmr.models.language import tokenizers
+
+    logged = []
+    monkeypatch.setattr(tokenizers, 'print_log', lambda message, **_: logged.append(message))
+    options = dict(corpus=CORPUS * 10, vocab_size=64)
+    lengths = sorted(len(SentencePieceTokenizer(**options).encode(text)) for text in CORPUS)
+    assert lengths[-2] < lengths[-1]  # one longest caption
+    SentencePieceTokenizer(**options, max_length=lengths[-1])
+    assert '; 0% of them are longer than' in logged[-1]
+    SentencePieceTokenizer(**options, max_length=lengths[-1] - 1)
+    assert '; 17% of them are longer than' in logged[-1]  # 1 of the 6 captions
+
+
+def test_open_clip_tokenizer_gives_open_clips_ids_padded_with_zeros():
+    import open_clip
+
+    texts = ['a red circle', 'two blue squares on the left of a big green triangle']
+    expected = open_clip.get_tokenizer('ViT-B-32')(texts)
+    assert torch.equal(OpenCLIPTokenizer(pad_to=77)(texts)['input_ids'], expected)
