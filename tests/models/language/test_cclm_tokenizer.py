@@ -12,6 +12,8 @@ TOKENIZER_FILE = SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'
     ('"Two" (small) dogs: #1 & #2; ok?', 'two small dogs 1 & 2 ok'),
     ('Ein Mann fährt Fahrrad.', 'ein mann fährt fahrrad'),
     ('一个男人在骑马。', '一个男人在骑马。'),
+    # Each character of CCLM's punctuation class, [,.'!?"()*#:;~], becomes a space.
+    ('a,b.c\'d!e?f"g(h)i*j#k:l;m~n', 'a b c d e f g h i j k l m n'),
 ])
 def test_clean_caption_matches_cclm_pre_caption(raw, cleaned):
     assert clean_caption(raw) == cleaned
