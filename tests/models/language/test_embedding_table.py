@@ -59,3 +59,25 @@ def test_wrong_files_are_refused_with_the_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match='absent/pytorch_model.bin does not exist'):
         TargetEmbedding(VOCAB, width=4, table_width=WIDTH,
                         pretrained=str(tmp_path / 'absent' / 'pytorch_model.bin'))
+
+
+def test_the_padding_row_starts_at_zero_and_gets_no_gradient():
+    embedding = TargetEmbedding(VOCAB, width=4, table_width=WIDTH, padding_idx=2)
+    table = embedding.table.weight
+    assert not table[2].any() and table[[0, 1, 3]].abs().min() > 0
+    embedding(torch.tensor([[1, 2, 2], [3, 2, 2]])).sum().backward()
+    assert not table.grad[2].any() and table.grad[[1, 3]].abs().min() > 0
+
+
+def test_a_fresh_table_is_drawn_as_berts_embeddings_are():
+    """N(0, 0.02²), BERT's initializer range (mBERT's table is the usual start)."""
+    torch.manual_seed(0)
+    table = TargetEmbedding(1000, width=4, table_width=64).table.weight.detach()
+    assert abs(float(table.mean())) < 1e-3 and abs(float(table.std()) - 0.02) < 1e-3
+
+
+def test_an_mbert_table_loads_with_the_default_width(tmp_path):
+    table = torch.randn(VOCAB, 768, generator=torch.Generator().manual_seed(3))
+    torch.save(_mbert_release(table), tmp_path / 'pytorch_model.bin')
+    embedding = TargetEmbedding(VOCAB, width=4, pretrained=str(tmp_path / 'pytorch_model.bin'))
+    assert torch.equal(embedding.table.weight.detach(), table)

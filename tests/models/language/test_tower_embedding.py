@@ -1,0 +1,29 @@
+"""The tower's own token embedding as the target branch's embedding block."""
+import pytest
+import torch
+
+from tests.conftest import tiny_backbone_cfg
+from xmr.models.language.tower_embedding import TowerTokenEmbedding
+from xmr.registry import MODELS
+
+
+@pytest.fixture(scope='module')
+def backbone():
+    torch.manual_seed(0)
+    return MODELS.build(tiny_backbone_cfg())
+
+
+def test_it_embeds_with_the_towers_own_table(backbone):
+    tower = backbone.text_tower
+    embedding = TowerTokenEmbedding(tower, vocab_size=tower.vocab_size, width=tower.width)
+    ids = torch.tensor([[49406, 320, 49407], [49406, 49407, 0]])
+    table = backbone.clip.token_embedding.weight
+    torch.testing.assert_close(embedding(ids), table[ids])
+    assert not list(embedding.parameters())  # held, not registered
+
+
+def test_a_tokenizer_emitting_one_id_more_than_the_tower_embeds_is_refused(backbone):
+    tower = backbone.text_tower
+    with pytest.raises(ValueError, match=r'the tokenizer emits 49409 ids but the tower embeds '
+                                         r"49408; TowerTokenEmbedding needs the tower's own"):
+        TowerTokenEmbedding(tower, vocab_size=tower.vocab_size + 1, width=tower.width)
