@@ -86,8 +86,8 @@ def test_width_mismatches_fail_at_build_naming_both_numbers(parts):
     with pytest.raises(ValueError, match='width 512 does not match the text tower width 32'):
         MODELS.build(bad_embedding, default_args=dict(tower=backbone.text_tower))
     long_tokens = tiny_branch_cfg()
-    long_tokens['tokenizer']['max_length'] = 77
-    with pytest.raises(ValueError, match='max_length 77 exceeds the text tower context length 32'):
+    long_tokens['tokenizer']['max_length'] = 33
+    with pytest.raises(ValueError, match='max_length 33 exceeds the text tower context length 32'):
         MODELS.build(long_tokens, default_args=dict(tower=backbone.text_tower))
 
 
@@ -96,8 +96,11 @@ def test_num_blocks_limits_the_branch(parts):
     short = MODELS.build(tiny_branch_cfg(num_blocks=1), default_args=dict(
         tower=backbone.text_tower))
     assert {k.split(':')[0] for k in short.adapters.sets['de']} == {'0'}
-    with pytest.raises(ValueError, match='num_blocks=9 but the text tower has 3 blocks'):
-        MODELS.build(tiny_branch_cfg(num_blocks=9), default_args=dict(tower=backbone.text_tower))
+    for num_blocks in (0, 4):
+        with pytest.raises(ValueError, match=f'num_blocks={num_blocks} but the text tower has 3 '
+                                             'blocks'):
+            MODELS.build(tiny_branch_cfg(num_blocks=num_blocks),
+                         default_args=dict(tower=backbone.text_tower))
 
 
 ROUTED_TEXTS = ['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise links oben',
@@ -207,3 +210,21 @@ def test_a_grouped_dasd_branch_traces_as_one_graph():
     traced = torch.compile(branch.encode, backend='eager', fullgraph=True)
     got = traced(embeddings, tokens, ROUTED_LANGS, condition)
     torch.testing.assert_close(got, branch.encode(embeddings, tokens, ROUTED_LANGS, condition))
+
+
+def test_the_embedding_table_pads_with_the_tokenizers_pad_id(parts):
+    _, branch = parts
+    pad = branch.tokenizer.pad_id
+    tokens = branch.tokenize(TEXTS)
+    assert (tokens['input_ids'] == pad).any()
+    table = branch.embedding.table.weight
+    assert not table[pad].any()
+    branch(tokens, LANGS).sum().backward()
+    assert not table.grad[pad].any()
+
+
+def test_a_language_code_for_each_sample_is_required(parts):
+    _, branch = parts
+    tokens = branch.tokenize(TEXTS)
+    with pytest.raises(ValueError, match='2 language codes for a batch of 3'):
+        branch.encode(branch.embed(tokens), tokens, LANGS[:2])
