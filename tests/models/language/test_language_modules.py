@@ -95,3 +95,18 @@ def test_parameter_shares_match_hand_counts():
     assert report['de'].of_text_encoder == pytest.approx(lora / text)
     assert report['de'].of_backbone == pytest.approx(
         lora / sum(p.numel() for p in model.backbone.parameters()))
+
+
+def test_a_module_trained_under_another_routine_is_refused_naming_both(tmp_path):
+    """PECTVLM's routine 3 queries with English back-translations, routine 1 with the captions
+    themselves: the same weights would be read with other texts at test time."""
+    def routine_model(routine):
+        torch.manual_seed(0)
+        return MODELS.build(dict(type='TranslationAlignmentRetriever', routine=routine,
+                                 backbone=tiny_backbone_cfg(),
+                                 language_branch=clip_branch_cfg(LORA, ['de'])))
+
+    path = save_language_module(routine_model('routine3'), 'de', tmp_path / 'de.pth')
+    with pytest.raises(ValueError, match=r"de.pth \(de\) does not fit this model: routine: file "
+                                         r"'routine3' vs model 'routine1'"):
+        load_language_module(routine_model('routine1'), path)
