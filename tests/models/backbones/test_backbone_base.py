@@ -1,12 +1,17 @@
-"""xmr.models.backbones.base: the weights' fingerprint every backbone keys its caches by."""
+"""xmr.models.backbones.base: the weights' fingerprint every backbone keys its caches by, and the
+check that a source tokenizer fits its text tower."""
 import hashlib
 import struct
 
+import pytest
 import torch
+from open_clip.transformer import TextTransformer
 from torch import nn
 
 from xmr.engine.feature_cache import backbone_fingerprint
-from xmr.models.backbones.base import weights_fingerprint
+from xmr.models.backbones import OpenCLIPTextTower
+from xmr.models.backbones.base import check_tokenizer_fits, weights_fingerprint
+from xmr.models.language.tokenizers import OpenCLIPTokenizer
 
 
 def test_the_fingerprint_is_the_description_then_each_entry_by_name_and_float32_values():
@@ -29,3 +34,14 @@ def test_a_backbone_without_its_own_fingerprint_is_keyed_by_its_class_and_weight
     with torch.no_grad():
         module.bias[0] += 1e-3
     assert backbone_fingerprint(module) != before
+
+
+def test_a_caption_may_not_take_the_position_of_an_appended_class_token():
+    # embed_cls: 12 caption positions, then the class token the tower writes into position 13.
+    text = TextTransformer(context_length=12, vocab_size=49408, width=32, heads=2, layers=1,
+                           embed_cls=True, pad_id=0)
+    tower = OpenCLIPTextTower(text)
+    check_tokenizer_fits(OpenCLIPTokenizer(max_length=12, pad_to=13), tower, 'CoCa')
+    with pytest.raises(ValueError, match='tokenizer max_length 13 exceeds the text context '
+                                         'length 12 of CoCa'):
+        check_tokenizer_fits(OpenCLIPTokenizer(max_length=13, pad_to=13), tower, 'CoCa')
