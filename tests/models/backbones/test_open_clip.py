@@ -4,6 +4,9 @@ import torch
 
 from tests.conftest import TINY_CLIP, tiny_backbone_cfg
 from xmr.models.adapters.base import AdapterSite
+from xmr.models.backbones import OpenCLIPTextTower
+from xmr.models.backbones.base import check_tokenizer_fits
+from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.registry import MODELS
 
 
@@ -66,6 +69,18 @@ def test_every_site_is_reached_and_changes_the_output(backbone, site):
     hooked = tower.encode_embeddings(x, tokens['attention_mask'], hooks)
     assert hooks.calls == tower.num_blocks
     assert not torch.allclose(plain, hooked)
+
+
+def test_a_padding_masked_tower_refuses_a_tokenizer_that_pads_with_another_id():
+    """open_clip masks the keys whose id is the TextTransformer's own pad_id, here 3, not 0."""
+    from open_clip.transformer import TextTransformer
+
+    text = TextTransformer(context_length=16, vocab_size=49408, width=32, heads=2, layers=1,
+                           no_causal_mask=True, use_pad_mask=True, pad_id=3, pool_type='first')
+    with pytest.raises(ValueError, match='tokenizer pads with id 0 but the text tower of '
+                                         'MobileCLIP masks id 3 as padding'):
+        check_tokenizer_fits(OpenCLIPTokenizer(max_length=16), OpenCLIPTextTower(text),
+                             'MobileCLIP')
 
 
 def test_local_checkpoint_file_loads(tmp_path):
