@@ -96,10 +96,12 @@ def _build(name: str, tmp_path):
     model_cfg, tokenizer = _family(name, tmp_path)
     torch.manual_seed(0)
     backbone = MODELS.build(backbone_cfg(model_cfg, tokenizer)).eval()
-    # Random LayerNorm / LayerScale / bias values, so that none of them is an identity.
+    # Random LayerNorm / LayerScale / bias / head-scale values, so that none of them is an
+    # identity (open_clip starts scale_heads' head_scale [H, 1, 1] at ones).
     with torch.no_grad():
         for param_name, parameter in backbone.clip.named_parameters():
-            if parameter.dim() == 1 and 'logit' not in param_name:
+            if (parameter.dim() == 1 or param_name.endswith('head_scale')) \
+                    and 'logit' not in param_name:
                 parameter.add_(torch.randn_like(parameter) * 0.1)
     return backbone
 
@@ -133,6 +135,23 @@ def test_source_path_and_image_equal_open_clip(name, tmp_path):
                                    backbone.clip.encode_image(images, normalize=False),
                                    atol=ATOL, rtol=RTOL)
     assert expected.shape == (len(TEXTS), backbone.embed_dim)
+
+
+@pytest.mark.parametrize('name', ['mt5_mean_pooler_mlp',
+                                  'nllb_mean_pooler_mlp_unscaled_embedding'])
+def test_pre_norm_towers_tokens_are_the_encoders_final_normed_states_projected(name, tmp_path):
+    """T5's and M2M100's final norm acts on every token: each token output is Hugging Face's
+    ``last_hidden_state`` (after that norm) through open_clip's projection."""
+    backbone = _build(name, tmp_path)
+    tokens = backbone.tokenizer(TEXTS, TEXT_LANGS)
+    mask = tokens['attention_mask']
+    encoder = backbone.clip.text
+    with torch.no_grad():
+        hidden = encoder.transformer(input_ids=tokens['input_ids'],
+                                     attention_mask=mask.long()).last_hidden_state
+        out = backbone.encode_text_tokens(tokens)
+        torch.testing.assert_close(out.tokens[mask], encoder.proj(hidden)[mask], atol=ATOL,
+                                   rtol=RTOL)
 
 
 def test_each_family_gets_its_tower_and_context(tmp_path):
