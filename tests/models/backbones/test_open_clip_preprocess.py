@@ -8,9 +8,9 @@ from xmr.models.backbones.open_clip_preprocess import backbone_mean_std, backbon
 
 
 def test_openai_clip_settings():
-    cfg = backbone_preprocess_cfg('ViT-B-32', 'openai')
-    assert cfg['size'] == (224, 224) and cfg['resize_mode'] == 'shortest'
-    assert cfg['interpolation'] == 'bicubic'
+    assert backbone_preprocess_cfg('ViT-B-32', 'openai') == dict(
+        size=(224, 224), mean=tuple(OPENAI_DATASET_MEAN), std=tuple(OPENAI_DATASET_STD),
+        interpolation='bicubic', resize_mode='shortest', fill_color=0)
     assert backbone_mean_std('ViT-B-32', 'openai') == (tuple(OPENAI_DATASET_MEAN),
                                                        tuple(OPENAI_DATASET_STD))
     assert backbone_preprocess_cfg('ViT-L-14-336', 'openai')['size'] == (336, 336)

@@ -17,8 +17,11 @@ from tests.models.backbones.openai_clip_layout import (
 from xmr.models.backbones.open_clip_pretrained import (
     check_record_tokenizer,
     pretrained_record,
+    record_for,
     record_tokenizer_cfg,
+    resolve_pretrained,
 )
+from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.registry import MODELS, TOKENIZERS
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -133,6 +136,41 @@ def test_a_local_file_must_name_its_record_and_a_tag_keeps_its_own(tmp_path):
     with pytest.raises(ValueError, match="pretrained_cfg='laion2b_s34b_b79k' contradicts the tag"):
         MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-32', pretrained='openai',
                           pretrained_cfg='laion2b_s34b_b79k'))
+
+
+def test_a_built_tokenizer_that_contradicts_the_record_is_refused():
+    record = pretrained_record('ViT-B-32', 'openai')
+    check_record_tokenizer(record, OpenCLIPTokenizer('ViT-B-32', max_length=77))
+    with pytest.raises(ValueError, match="tokenizer.max_length: the config sets 64, open_clip "
+                                         "tag 'openai' of ViT-B-32 records 77"):
+        check_record_tokenizer(record, OpenCLIPTokenizer('ViT-B-32', max_length=64))
+    with pytest.raises(ValueError, match="tokenizer.model_name: the config sets 'RN50', open_clip "
+                                         "tag 'openai' of ViT-B-32 records 'ViT-B-32'"):
+        check_record_tokenizer(record, OpenCLIPTokenizer('RN50', max_length=77))
+
+
+def test_a_path_is_a_local_file_even_without_a_checkpoint_suffix():
+    """``work_dirs/clip`` names a file (it has a folder), not a tag: it takes the record it
+    declares and, absent, is reported missing rather than as an unknown tag."""
+    assert record_for('ViT-B-32', 'work_dirs/clip', 'openai') == record_for('ViT-B-32', 'openai')
+    with pytest.raises(FileNotFoundError, match='pretrained checkpoint work_dirs/clip does not '
+                                                'exist'):
+        resolve_pretrained('ViT-B-32', 'work_dirs/clip', 'openai')
+
+
+def test_a_tag_repeated_as_its_own_pretrained_cfg_is_no_contradiction():
+    assert record_for('ViT-B-32', 'openai', 'openai') == record_for('ViT-B-32', 'openai')
+
+
+def test_a_file_whose_logit_scale_is_a_one_element_vector_loads(tmp_path):
+    torch.manual_seed(1)
+    source = open_clip.CLIP(**TINY_CLIP)
+    state = source.state_dict()
+    state['logit_scale'] = torch.tensor([2.5])  # [1] in some releases, a scalar in open_clip
+    path = tmp_path / 'tiny.pt'
+    torch.save(state, path)
+    loaded = MODELS.build(tiny_backbone_cfg(pretrained=str(path)))
+    assert loaded.clip.logit_scale.shape == () and float(loaded.clip.logit_scale) == 2.5
 
 
 def _tiny_reference(state: dict[str, torch.Tensor], quick_gelu: bool) -> open_clip.CLIP:
