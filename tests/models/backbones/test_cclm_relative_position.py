@@ -37,6 +37,14 @@ def test_row_offsets_stay_rows(mode):
     assert (grid[1:, 0, 0] > grid[:-1, 0, 0]).all()
 
 
+def test_bicubic_resizing_is_timms_simple_resize_of_the_offset_grid():
+    from timm.layers.pos_embed_rel import resize_rel_pos_bias_table_simple
+
+    table = torch.randn(13 * 13, 4, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(resize_relative_position_bias(table, 12, 'bicubic'),
+                               resize_rel_pos_bias_table_simple(table, (12, 12), (23 * 23, 4)))
+
+
 def test_geometric_offsets_reach_the_new_largest_offset():
     positions = geometric_offsets(13, 23)
     assert len(positions) == 13 and positions[6] == 0.0 and positions[7] == 1.0
@@ -61,6 +69,9 @@ def test_geometric_resizing_is_exact_on_a_plane_over_the_stretched_offsets():
 def test_bad_tables_and_modes_are_refused():
     with pytest.raises(ValueError, match='has 170 rows, not'):
         resize_relative_position_bias(torch.zeros(170, 4), 12)
+    # 16 = 4 x 4, but a window's offsets -(w-1)..w-1 always number an odd 2w - 1.
+    with pytest.raises(ValueError, match='has 16 rows, not'):
+        resize_relative_position_bias(torch.zeros(16, 4), 12)
     with pytest.raises(ValueError, match="unknown bias interpolation 'linear'"):
         resize_relative_position_bias(torch.zeros(169, 4), 12, 'linear')
     with pytest.raises(ValueError, match='only enlarges'):
