@@ -24,9 +24,12 @@ def backbone():
 
 
 def release_state_dict(backbone) -> dict:
-    """The tower's weights under the names of M-CLIP's release (with a pooler it never uses)."""
+    """The tower's weights under the names of M-CLIP's release (with a pooler it never uses, and
+    the position-id buffer that transformers saved before 4.31)."""
     tower = backbone.text_tower
     state = {f'transformer.embeddings.{k}': v for k, v in tower.embeddings.state_dict().items()}
+    positions = tower.embeddings.position_embeddings.num_embeddings
+    state['transformer.embeddings.position_ids'] = torch.arange(positions)[None]
     state.update({f"transformer.encoder.layer.{k}": v
                   for k, v in tower.layers.state_dict().items()})
     state.update({f'LinearTransformation.{k}': v for k, v in tower.text_proj.state_dict().items()})
