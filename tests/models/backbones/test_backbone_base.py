@@ -1,5 +1,5 @@
-"""xmr.models.backbones.base: the weights' fingerprint every backbone keys its caches by, and the
-check that a source tokenizer fits its text tower."""
+"""xmr.models.backbones.base: the weights' fingerprint every backbone keys its caches by, the
+check that a source tokenizer fits its text tower, and a video's mean of normalised frames."""
 import hashlib
 import struct
 
@@ -10,7 +10,11 @@ from torch import nn
 
 from xmr.engine.feature_cache import backbone_fingerprint
 from xmr.models.backbones import OpenCLIPTextTower
-from xmr.models.backbones.base import check_tokenizer_fits, weights_fingerprint
+from xmr.models.backbones.base import (
+    VisionLanguageBackbone,
+    check_tokenizer_fits,
+    weights_fingerprint,
+)
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
 
 
@@ -45,3 +49,16 @@ def test_a_caption_may_not_take_the_position_of_an_appended_class_token():
     with pytest.raises(ValueError, match='tokenizer max_length 13 exceeds the text context '
                                          'length 12 of CoCa'):
         check_tokenizer_fits(OpenCLIPTokenizer(max_length=13, pad_to=13), tower, 'CoCa')
+
+
+class _PixelsAsEmbedding(VisionLanguageBackbone):
+    """Each ``[3, 1, 1]`` image's pixels are its embedding."""
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        return images.flatten(1)
+
+
+def test_every_frame_embedding_is_normalised_before_the_mean_whatever_its_norm():
+    frames = torch.tensor([[[0.003, 0.004, 0.0], [0.0, 0.0, 2.0]]]).view(1, 2, 3, 1, 1)
+    torch.testing.assert_close(_PixelsAsEmbedding().encode_video(frames),
+                               torch.tensor([[0.3, 0.4, 0.5]]))
