@@ -2,6 +2,7 @@
 import pytest
 import timm
 import torch
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from transformers import BertConfig, BertModel
 
 from tests.conftest import CORPUS
@@ -80,6 +81,9 @@ def test_swin_tokens_are_the_final_patches_averaging_to_the_embedding():
         expected = backbone.vision_proj(backbone.vision(images))
     assert out.tokens.shape == (2, 4 * 4, 16)
     torch.testing.assert_close(out.pooled, expected)
+    # The model's own statistics: ImageNet's for this Swin, not the ViT's 0.5.
+    assert (backbone.image_mean, backbone.image_std) == (IMAGENET_DEFAULT_MEAN,
+                                                         IMAGENET_DEFAULT_STD)
     torch.testing.assert_close(out.tokens.mean(1), expected, rtol=1e-4, atol=1e-5)
 
 
