@@ -88,6 +88,11 @@ def test_cclm_image_tokens_average_to_its_embedding():
     assert out.tokens.shape == (2, grid[0] * grid[1], 16)
     torch.testing.assert_close(out.pooled, backbone.encode_image(images))
     torch.testing.assert_close(out.tokens.mean(1), out.pooled, rtol=1e-4, atol=1e-5)
+    # Row-major patches: timm's own NCHW maps of the last stage, read row by row.
+    maps = backbone.vision.forward_intermediates(images, indices=1, norm=True,
+                                                 output_fmt='NCHW', intermediates_only=True)[0]
+    torch.testing.assert_close(out.tokens, backbone.vision_proj(maps.flatten(2).transpose(1, 2)),
+                               rtol=1e-4, atol=1e-5)
     text = tokenizer(['ein roter Kreis', 'un cercle'])
     torch.testing.assert_close(backbone.encode_text_tokens(text).tokens[:, 0],
                                backbone.encode_source_text(text), rtol=1e-4, atol=1e-5)
