@@ -102,15 +102,18 @@ def xlmr_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp'
     return cfg
 
 
-def mt5_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp') -> dict:
+def mt5_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp',
+            feed_forward_proj: str = 'gated-gelu') -> dict:
     """mt5-base-ViT-B-32 with a 2-block mT5 encoder (gated GELU, relative positions) written to
     ``folder``; its ids and padding id are XLM-R's so that the shared tokenizer fits. Its heads
     span 4 x 4 = 16 of the 32 widths, as mt5-small's span 6 x 64 = 384 of 512: q/k/v and the
-    attention output have a width of their own."""
+    attention output have a width of their own. ``feed_forward_proj='relu'`` gives T5's plain
+    FFN, ``wo(relu(wi h))``, instead of mT5's gated one."""
     from transformers import MT5Config
 
     MT5Config(vocab_size=XLMR_VOCAB, d_model=32, d_kv=4, num_heads=4, d_ff=48, num_layers=2,
-              num_decoder_layers=1, relative_attention_num_buckets=8,
+              num_decoder_layers=1, feed_forward_proj=feed_forward_proj,
+              relative_attention_num_buckets=8,
               relative_attention_max_distance=16, pad_token_id=1, eos_token_id=2,
               decoder_start_token_id=1).save_pretrained(folder)
     cfg = copy.deepcopy(open_clip.get_model_config('mt5-base-ViT-B-32'))

@@ -57,6 +57,8 @@ def _family(name: str, tmp_path) -> tuple[dict, dict | None]:
         'roberta_mean_pooler_mlp': lambda: (
             xlmr_cfg(tmp_path / 'roberta', model_type='roberta'), xlmr_tokenizer()),
         'mt5_mean_pooler_mlp': lambda: (mt5_cfg(tmp_path / 'mt5'), xlmr_tokenizer()),
+        'mt5_relu_ffn_mean_pooler_mlp': lambda: (
+            mt5_cfg(tmp_path / 'mt5', feed_forward_proj='relu'), xlmr_tokenizer()),
         'mt5_cls_hidden_state_linear': lambda: (
             mt5_cfg(tmp_path / 'mt5', 'cls_last_hidden_state_pooler', 'linear'),
             xlmr_tokenizer()),
@@ -85,8 +87,9 @@ FAMILIES = ['clip_causal_argmax', 'clip_causal_eos_id', 'clip_bidirectional_last
             'causal_embed_cls', 'bidirectional_embed_cls', 'coca',
             'xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear', 'xlmr_cls_hidden_state_no_proj',
             'roberta_mean_pooler_mlp', 'bert_cls_pooler_linear', 'mt5_mean_pooler_mlp',
-            'mt5_cls_hidden_state_linear', 'nllb_clip_cls_pooler_linear',
-            'nllb_clip_sigmoid_timm_vit', 'nllb_mean_pooler_mlp_unscaled_embedding']
+            'mt5_relu_ffn_mean_pooler_mlp', 'mt5_cls_hidden_state_linear',
+            'nllb_clip_cls_pooler_linear', 'nllb_clip_sigmoid_timm_vit',
+            'nllb_mean_pooler_mlp_unscaled_embedding']
 #: One language per caption of TEXTS: NLLB's tokenizer writes each caption's code, which
 #: open_clip's encode_text then reads among the ids; the other tokenizers ignore them.
 TEXT_LANGS = ['en', 'de', 'sw']
@@ -152,6 +155,14 @@ def test_pre_norm_towers_tokens_are_the_encoders_final_normed_states_projected(n
         out = backbone.encode_text_tokens(tokens)
         torch.testing.assert_close(out.tokens[mask], encoder.proj(hidden)[mask], atol=ATOL,
                                    rtol=RTOL)
+
+
+def test_a_t5_tower_refuses_a_caption_longer_than_t5s_512_tokens(tmp_path):
+    tower = _build('mt5_mean_pooler_mlp', tmp_path).text_tower
+    assert tower.add_positions(torch.zeros(1, 512, 32)).shape == (1, 512, 32)
+    with pytest.raises(ValueError, match='sequence of 513 tokens exceeds the text context '
+                                         'length 512'):
+        tower.add_positions(torch.zeros(1, 513, 32))
 
 
 def test_each_family_gets_its_tower_and_context(tmp_path):
