@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from xmr.datasets.media_io import MediaReadError
-from xmr.utils.cli import EXIT_ERROR, UserError, UserKeyError, run_tool
+from xmr.utils.cli import EXIT_ERROR, UserError, UserKeyError, did_you_mean, run_tool
 
 TOOLS = Path(__file__).resolve().parents[2] / 'tools'
 
@@ -109,3 +109,27 @@ def test_train_with_a_missing_config_prints_no_traceback(tmp_path, monkeypatch, 
     assert err == (f'error: {tmp_path / "nope.py"}: config file does not exist: give the path '
                    "of a config file, or name a config xmr ships as "
                    "'xmr::demo/static_tiny-clip_synthetic.py'\n")
+
+
+def test_a_failure_exits_with_status_2_as_a_bad_argparse_flag_does(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(_raise(UserError('a', 'b')), [])
+    assert exit_info.value.code == 2
+    capsys.readouterr()
+
+
+def test_did_you_mean_names_a_close_choice_and_nothing_for_a_far_one():
+    # 'trian' is 'train' with two letters swapped: 0.8 similar, above the 0.6 cutoff.
+    assert did_you_mean('trian', ['test', 'train']) == " (did you mean 'train'?)"
+    assert did_you_mean('zzzz', ['test', 'train']) == ''
+
+
+def test_help_that_exits_without_a_status_still_lists_debug(capsys):
+    def main(argv):
+        print('usage: tool')
+        raise SystemExit  # code None, as sys.exit() with no argument
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(main, ['--help'])
+    assert exit_info.value.code is None
+    assert '--debug' in capsys.readouterr().out
