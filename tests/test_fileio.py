@@ -12,6 +12,8 @@ from xmr.fileio import (
     atomic_write_bytes,
     atomic_write_text,
     atomic_write_texts,
+    process_running,
+    remove_stale_temporaries,
 )
 
 
@@ -97,3 +99,30 @@ def test_the_mmengine_backend_writes_through_the_same_mechanism(tmp_path):
     backend.put_text('ok', tmp_path / 'last_checkpoint')
     assert (tmp_path / 'sub' / 'x.pth').read_bytes() == b'\x00\x01'
     assert (tmp_path / 'last_checkpoint').read_text() == 'ok'
+
+
+def test_stale_temporaries_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
+    live = tmp_path / f'.a.json.{os.getpid()}.tmp'
+    no_process = tmp_path / '.b.json.0.tmp'  # pid 0 is no process (os.kill would signal a group)
+    dead = tmp_path / '.c.json.999999999.tmp'  # beyond any pid_max
+    not_ours = tmp_path / 'notes.tmp'
+    for path in (live, no_process, dead, not_ours):
+        path.write_text('x')
+    assert remove_stale_temporaries(tmp_path) == [no_process, dead]
+    assert sorted(tmp_path.iterdir()) == [live, not_ours]
+    assert remove_stale_temporaries(tmp_path / 'missing') == []
+
+
+def test_a_process_of_another_user_counts_as_running(monkeypatch):
+    def not_permitted(pid: int, signal: int) -> None:
+        raise PermissionError(errno.EPERM, 'Operation not permitted')
+    monkeypatch.setattr(xmr.fileio.os, 'kill', not_permitted)
+    assert process_running(4242)
+
+
+def test_the_backend_writes_text_in_the_encoding_asked(tmp_path):
+    backend = AtomicLocalBackend()
+    backend.put_text('Grüße', tmp_path / 'default.txt')
+    backend.put_text('Grüße', tmp_path / 'latin.txt', encoding='latin-1')
+    assert (tmp_path / 'default.txt').read_bytes() == b'Gr\xc3\xbc\xc3\x9fe'
+    assert (tmp_path / 'latin.txt').read_bytes() == b'Gr\xfc\xdfe'
