@@ -147,3 +147,22 @@ def test_every_item_needs_a_list_and_no_index_beside_it(tmp_path, overlay, messa
     row.write_text(overlay + '\n')
     with pytest.raises(ValueError, match=message):
         apply_ablations(load(DASD_CONFIGS[0]), [str(row)])
+
+
+def test_an_index_past_the_end_of_a_list_is_a_part_the_config_lacks(tmp_path):
+    row = tmp_path / 'row.py'
+    row.write_text("train_cfg = dict(phases={'3': dict(lr=1.0)})\n")  # phases 0, 1 and 2
+    with pytest.raises(ValueError, match=r'configures train_cfg\.phases\.3\.lr, but the config '
+                       r'.* has no train_cfg\.phases\.3:'):
+        apply_ablations(load(DASD_CONFIGS[0]), [str(row)])
+
+
+def test_a_row_may_add_a_module_the_config_lacks_when_it_gives_its_type(tmp_path):
+    row = tmp_path / 'with-sdm.py'
+    row.write_text("model = dict(disentangler=dict(type='SemanticsDisentangler', depth=0))\n")
+    cfg = apply_ablations(load('demo/static_tiny-clip_synthetic.py'), [str(row)])
+    assert cfg.model.disentangler == dict(type='SemanticsDisentangler', depth=0)
+
+
+def test_the_work_dir_suffix_names_each_row_without_its_folder_or_extension(tmp_path):
+    assert ablation_suffix(['dasd/no-sc', str(tmp_path / 'shallower.py')]) == '_no-sc_shallower'
