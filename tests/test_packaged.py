@@ -1,0 +1,12 @@
+"""The configs and tools xmr ships: the fix a missing ``_base_`` is told."""
+from __future__ import annotations
+
+from xmr.packaged import missing_base
+
+
+def test_a_base_shipped_in_two_folders_is_named_by_the_folders_its_path_ends_with(tmp_path):
+    # xtd10_zeroshot.py is both a dataset and an evaluation base of configs/_base_/.
+    config = tmp_path / 'project' / 'mine.py'
+    error = missing_base('../_base_/datasets/xtd10_zeroshot.py', str(config))
+    assert error.fix == ("a config outside xmr's configs/ names xmr's as "
+                         "'xmr::_base_/datasets/xtd10_zeroshot.py'")
