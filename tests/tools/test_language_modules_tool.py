@@ -141,3 +141,13 @@ def test_merge_reproduces_a_fine_tuned_tower_and_shared_table_or_refuses(tmp_pat
     err = capsys.readouterr().err
     assert "'language_branch.embedding'] differ" in err
     assert f'merge --base {tmp_path / "other.pth"}' in err
+
+
+@pytest.mark.parametrize('value', ['de', 'de=', '=de.pth'])
+def test_a_modules_value_needs_a_language_and_a_path(value):
+    from xmr.utils.cli import UserError
+
+    pairs = runpy.run_path(str(TOOL))['_pairs']
+    assert pairs(['de=de.pth', 'fr=x/fr.pth']) == {'de': Path('de.pth'), 'fr': Path('x/fr.pth')}
+    with pytest.raises(UserError, match=f'^{value}: not a --modules value: give LANG=PATH'):
+        pairs([value])

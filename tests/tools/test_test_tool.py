@@ -395,3 +395,15 @@ def test_a_test_set_of_another_media_size_than_the_image_tower_stops_before_enco
             r'^test dataset multi30k \(test.json\): its transform gives 64x64 media, but the '
             r'image tower of SimpleNamespace takes 32x32')):
         load_tool().check_test_languages(runner, model)
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--format', 'clip_benchmark'], '--format clip_benchmark needs CONFIG and CHECKPOINT'),
+    (['--overwrite'], '--out, --overwrite, --work-dir, --name, --ablation and --cfg-options '
+     'need CONFIG and CHECKPOINT'),
+])
+def test_options_of_a_new_test_are_refused_with_compare_alone(extra, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        load_tool().parse_args(['--compare', 'a.json', *extra])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

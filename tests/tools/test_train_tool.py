@@ -183,3 +183,10 @@ def test_a_validation_given_in_part_is_refused_before_the_run_starts(tmp_path):
     with pytest.raises(UserError, match='^val_evaluator: is None while val_dataloader and '
                        'val_cfg are set'):
         train_tool.build_config(args)
+
+
+def test_a_load_from_url_is_left_to_mmengine_to_download():
+    train_tool.check_load_from('https://download.example.org/clip/iter_100.pth')
+    train_tool.check_load_from(None)
+    with pytest.raises(UserError, match='^load_from=nowhere.pth: no such checkpoint file'):
+        train_tool.check_load_from('nowhere.pth')

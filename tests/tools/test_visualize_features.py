@@ -89,3 +89,31 @@ def test_models_without_the_feature_are_refused(tmp_path):
     with pytest.raises(ValueError, match="'fr' is not a target language"):
         tool['main']([str(write_config(tmp_path)), '--lang', 'fr', '--clusters', '2',
                       '--out-dir', str(tmp_path)])
+
+
+def test_more_clusters_than_captions_is_refused_and_as_many_is_accepted(capsys):
+    base = ['config.py', '--lang', 'de', '--num-captions', '5']
+    assert tool['parse_args']([*base, '--clusters', '5']).clusters == 5
+    with pytest.raises(SystemExit) as exit_info:
+        tool['parse_args']([*base, '--clusters', '6'])
+    assert exit_info.value.code == 2
+    assert '--clusters 6 exceeds --num-captions 5' in capsys.readouterr().err
+
+
+def test_tsne_perplexity_is_capped_so_that_3_perplexity_fits_in_n_minus_1(monkeypatch):
+    """Barnes-Hut t-SNE needs N - 1 >= 3 * perplexity: 7 captions allow 2, 2 captions 1."""
+    import sklearn.manifold
+
+    asked = []
+
+    class RecordingTSNE:
+        def __init__(self, perplexity, **kwargs):
+            asked.append(perplexity)
+
+        def fit_transform(self, features):
+            return np.zeros((len(features), 2))
+
+    monkeypatch.setattr(sklearn.manifold, 'TSNE', RecordingTSNE)
+    for n in (7, 2, 200):
+        tool['tsne'](np.zeros((n, 3)), 30.0, 0)
+    assert asked == [2.0, 1.0, 30.0]
