@@ -117,3 +117,14 @@ def test_tsne_perplexity_is_capped_so_that_3_perplexity_fits_in_n_minus_1(monkey
     for n in (7, 2, 200):
         tool['tsne'](np.zeros((n, 3)), 30.0, 0)
     assert asked == [2.0, 1.0, 30.0]
+
+
+def test_a_caption_file_gives_its_first_non_empty_lines_gzipped_or_not(tmp_path):
+    import gzip
+
+    text = 'ein Hund\n\n  eine Katze \nein Vogel\n'
+    (tmp_path / 'de.txt').write_text(text, encoding='utf-8')
+    with gzip.open(tmp_path / 'de.txt.gz', 'wt', encoding='utf-8') as handle:
+        handle.write(text)
+    for name in ('de.txt', 'de.txt.gz'):
+        assert tool['read_caption_file'](tmp_path / name, 2) == ['ein Hund', 'eine Katze']

@@ -133,3 +133,18 @@ def test_help_that_exits_without_a_status_still_lists_debug(capsys):
         run_tool(main, ['--help'])
     assert exit_info.value.code is None
     assert '--debug' in capsys.readouterr().out
+
+
+def test_a_ctrl_c_beneath_two_library_errors_stays_an_interrupt(capsys):
+    def main(argv):
+        try:
+            try:
+                raise KeyboardInterrupt
+            except:  # noqa: E722
+                raise RuntimeError('while saving')  # noqa: B904
+        except RuntimeError:
+            raise SyntaxError('Failed to format the config file')  # noqa: B904
+
+    with pytest.raises(KeyboardInterrupt):
+        run_tool(main, [])
+    assert capsys.readouterr().err == ''
