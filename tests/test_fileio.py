@@ -126,3 +126,19 @@ def test_the_backend_writes_text_in_the_encoding_asked(tmp_path):
     backend.put_text('Grüße', tmp_path / 'latin.txt', encoding='latin-1')
     assert (tmp_path / 'default.txt').read_bytes() == b'Gr\xc3\xbc\xc3\x9fe'
     assert (tmp_path / 'latin.txt').read_bytes() == b'Gr\xfc\xdfe'
+
+
+def test_a_rename_that_fails_part_way_leaves_no_temporary(tmp_path, monkeypatch):
+    paths = [tmp_path / f'{name}.json' for name in ('train', 'val', 'test')]
+    replace, calls = os.replace, []
+
+    def fails_at_the_second(source, target) -> None:
+        calls.append(target)
+        if len(calls) == 2:
+            raise OSError(errno.EACCES, 'Permission denied')
+        replace(source, target)
+    monkeypatch.setattr(xmr.fileio.os, 'replace', fails_at_the_second)
+    with pytest.raises(OSError, match=r'val\.json: writing failed \(Permission denied\); 1 '
+                       r'file\(s\) of this set replaced before it'):
+        atomic_write_texts({path: 'new\n' for path in paths})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['train.json']
