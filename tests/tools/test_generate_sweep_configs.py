@@ -3,7 +3,10 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
 from mmengine.config import Config
+
+from xmr.utils.cli import UserError
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'generate_sweep_configs.py'
 
@@ -40,3 +43,18 @@ def test_a_row_resolves_to_its_value():
     cfg = Config.fromfile(str(ablations / 'no-da-block-3.py'))
     assert cfg.model.language_branch.adapters.blocks == [0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11]
     assert Config.fromfile(str(ablations / 'sdm-depth-7.py')).model.disentangler.depth == 7
+
+
+def test_the_tool_writes_the_rows_and_its_check_fails_on_an_edit(tmp_path, monkeypatch):
+    tool = load_tool()
+    monkeypatch.setattr(tool, 'ROOT', tmp_path)
+    monkeypatch.setattr(tool, 'ABLATIONS', tmp_path / 'ablations')
+    tool.main([])
+    assert len(list((tmp_path / 'ablations').glob('*.py'))) == 5 + 12 + 12
+    row = (tmp_path / 'ablations' / 'no-da-block-3.py').read_text()
+    assert '(0-based; block 4 of 12 in the' in row
+    assert row.endswith('blocks=[0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11])))\n')
+    tool.main(['--check'])
+    (tmp_path / 'ablations' / 'sdm-depth-0.py').write_text('model = dict()\n')
+    with pytest.raises(UserError, match='^ablations/sdm-depth-0.py: differs from the table'):
+        tool.main(['--check'])
