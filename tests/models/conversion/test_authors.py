@@ -653,3 +653,13 @@ def test_a_file_saved_from_a_data_parallel_model_converts_as_its_plain_save(tmp_
     converted = torch.load(tmp_path / 'x.pth')['state_dict']
     assert torch.equal(converted['language_branch.adapters.sets.zh.2:block_output.up.bias'],
                        state['transformer.resblocks.2.acquirer.zh.mlp.c_proj.bias'])
+
+
+def test_the_cli_counts_every_key_of_the_file_as_used_or_unused(tmp_path, capsys):
+    state = authors_state_dict('dasd')
+    torch.save(state, tmp_path / 'dasd.bin')
+    config = write_config(tmp_path / 'dasd.py', 'dasd')
+    main('dasd', [str(tmp_path / 'dasd.bin'), str(config), '--out', str(tmp_path / 'x.pth')])
+    used, unused = map(int, re.search(r'(\d+) keys used; (\d+) unused',
+                                      capsys.readouterr().out).groups())
+    assert used + unused == len(state) and unused > 0
