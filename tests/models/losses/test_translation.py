@@ -30,3 +30,22 @@ def test_bad_kind_and_unpaired_batches_are_refused():
         TranslationAlignmentLoss('cosine')
     with pytest.raises(ValueError, match=r'paired batches, got \(2, 4\) and \(3, 4\)'):
         TranslationAlignmentLoss()(torch.zeros(2, 4), torch.zeros(3, 4))
+
+
+def test_contrastive_runs_at_the_temperature_it_is_given():
+    """τ = 0.5, not PECTVLM's 0.01: logits 2 × cosines [[1, c], [0, c]], c = 1/√2."""
+    query = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    translation = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    c = 1 / math.sqrt(2)
+    rows = -math.log(math.exp(2) / (math.exp(2) + math.exp(2 * c))) \
+        - math.log(math.exp(2 * c) / (1 + math.exp(2 * c)))
+    columns = -math.log(math.exp(2) / (math.exp(2) + 1)) + math.log(2)  # column 1: [2c, 2c]
+    loss = TranslationAlignmentLoss('contrastive', temperature=0.5)(query, translation)
+    assert loss.item() == pytest.approx((rows + columns) / 4, rel=1e-6)
+
+
+def test_only_the_contrastive_kind_reads_the_other_pairs_of_the_batch():
+    """The retrievers gather a batch-contrastive loss's inputs over DDP ranks; the mean squared
+    difference compares each pair alone, so it runs on this rank's rows."""
+    assert TranslationAlignmentLoss('contrastive').batch_contrastive
+    assert not TranslationAlignmentLoss('mse').batch_contrastive
