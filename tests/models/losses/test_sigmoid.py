@@ -111,3 +111,18 @@ def test_a_backbone_without_a_bias_is_named():
         given.backbone.clip.logit_scale.exp()))
     with pytest.raises(ValueError, match='give both or build it inside a retriever'):
         SigmoidLoss(logit_scale=10.0)
+
+
+
+class LearntCalibration(torch.nn.Module):
+    """A backbone that learnt ``t = 7`` and ``b = -3``."""
+
+    def pair_logits(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.tensor(7.0), torch.tensor(-3.0)
+
+
+def test_a_given_value_overrides_the_backbones_and_the_missing_one_is_read_from_it():
+    backbone = LearntCalibration()
+    assert SigmoidLoss(logit_scale=3.0, backbone=backbone).scale_and_bias() == (3.0, -3.0)
+    assert SigmoidLoss(logit_bias=-10.0, backbone=backbone).scale_and_bias() == (7.0, -10.0)
+    assert SigmoidLoss(backbone=backbone).scale_and_bias() == (7.0, -3.0)
