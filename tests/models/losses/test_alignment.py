@@ -23,6 +23,11 @@ def test_normalize_compares_unit_vectors_on_both_sides():
     loss = AlignmentLoss('mse', normalize=True)(torch.tensor([[2.0, 0.0]]),
                                                 torch.tensor([[0.0, 3.0]]))
     assert loss.item() == pytest.approx(1.0)
+    # Two rows: each row is scaled to unit length on its own (not each column).
+    # [3, 4] -> [.6, .8] against [0, 1]: .36 + .04; [1, 0] against [0, 1]: 1 + 1; mean 0.6.
+    loss = AlignmentLoss('mse', normalize=True)(torch.tensor([[3.0, 4.0], [1.0, 0.0]]),
+                                                torch.tensor([[0.0, 2.0], [0.0, 5.0]]))
+    assert loss.item() == pytest.approx(0.6)
 
 
 def test_bad_options_name_the_value():

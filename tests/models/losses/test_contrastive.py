@@ -76,3 +76,11 @@ def test_a_temperature_whose_scale_max_scale_would_clamp_is_refused():
                                symmetric_ce(a, b, 200.0))
     # DASD's τ = 0.01 is CLIP's clamp itself: scale 100, accepted.
     torch.testing.assert_close(InfoNCELoss(temperature=0.01)(a, b), symmetric_ce(a, b, 100.0))
+
+
+def test_a_learnable_scale_starts_at_one_over_the_temperature_given():
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 8), torch.randn(5, 8)
+    loss_fn = InfoNCELoss(temperature=0.05, learnable=True)
+    assert loss_fn.log_scale.item() == pytest.approx(math.log(20.0))
+    torch.testing.assert_close(loss_fn(a, b), symmetric_ce(a, b, 20.0))
