@@ -209,3 +209,23 @@ def test_a_mask_off_the_host_is_checked_by_shape_alone():
     with pytest.raises(ValueError, match=r'patch tokens: samples \[1\] have no real token'):
         check_tokens(torch.zeros(2, 3, 4), torch.tensor([[True, False, False], [False] * 3]),
                      'patch tokens')
+
+
+def test_modality_consistency_floors_both_variances_at_min_variance():
+    """One column. Sample 0 has a single real token (1; variance 0, floored to 0.5), sample 1
+    the tokens 0 and 2 (mean 1, variance 1); the batch: 1, 0, 2 (mean 1, variance 2/3)."""
+    tokens = torch.tensor([[[1.0], [7.0]], [[0.0], [2.0]]])
+    mask = torch.tensor([[True, False], [True, True]])
+    kl_0 = 0.5 * (math.log((2 / 3) / 0.5) + 0.5 / (2 / 3) - 1)
+    kl_1 = 0.5 * (math.log(2 / 3) + 1 / (2 / 3) - 1)
+    loss = modality_consistency_loss(tokens, mask, min_variance=0.5)
+    assert loss.item() == pytest.approx((kl_0 + kl_1) / 2, rel=1e-6)
+    # A constant component: every variance is the floor, every law the same, no NaN.
+    constant = modality_consistency_loss(torch.full((3, 4, 2), 0.25),
+                                         torch.ones(3, 4, dtype=torch.bool))
+    assert constant.item() == 0.0
+
+
+def test_a_non_positive_semantic_consistency_temperature_is_refused():
+    with pytest.raises(ValueError, match='temperature must be positive, got 0'):
+        MODELS.build(dict(type='CDDSSemanticConsistencyLoss', temperature=0.0))
