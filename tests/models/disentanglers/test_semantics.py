@@ -53,7 +53,7 @@ def run_stream(tower, adapters, x, tokens, depth):
     return x
 
 
-@pytest.mark.parametrize('depth', [0, 1, 2])
+@pytest.mark.parametrize('depth', [0, 1, 2, 3])  # 3: every block of the tower
 def test_features_match_the_equations(tower, depth):
     sdm = build(tower, depth=depth)
     embeddings, tokens, _ = batch(tower)
@@ -206,6 +206,25 @@ def test_discriminator_and_sdm_move_l_d_in_opposite_directions(tower):
     assert l_d(stepped(('sa_adapters', 'sa_norm'))) > before + 1e-6
 
 
+def test_source_embeddings_and_their_negatives_get_no_gradient(tower):
+    """``r^S`` and ``r^S−`` come from the frozen source tower: even given with a graph (a phase
+    that trains it), no SDM loss sends a gradient into them."""
+    sdm = build(tower)
+    embeddings, tokens, r_source = batch(tower)
+    r_source.requires_grad_()
+    r_negative = r_source.detach()[shuffled_negatives(4)].requires_grad_()
+    _, losses = sdm(embeddings, tokens, r_source=r_source, r_negative=r_negative)
+    (losses['sc'] + losses['adv']).backward()
+    assert r_source.grad is None and r_negative.grad is None
+
+
+def test_the_default_discriminator_has_the_papers_hidden_widths(tower):
+    layers = [layer for layer in build(tower).discriminator.mlp
+              if isinstance(layer, torch.nn.Linear)]
+    assert [(layer.in_features, layer.out_features) for layer in layers] == [
+        (tower.width + tower.embed_dim, 256), (256, 128), (128, 1)]
+
+
 def test_shuffled_negatives_never_pair_a_caption_with_itself():
     for size in (2, 3, 8):
         for seed in range(20):
@@ -239,12 +258,16 @@ def test_bad_options_fail_naming_the_option(tower):
         build(tower, depth=4)
     with pytest.raises(ValueError, match='non-empty subset'):
         build(tower, features=['sr', 'style'])
+    with pytest.raises(ValueError, match='non-empty subset'):
+        build(tower, features=['sr', 'sr'])
     with pytest.raises(ValueError, match='use_consistency_loss=False'):
         build(tower, features=['sa'])
     with pytest.raises(ValueError, match='use_adversarial=False'):
         build(tower, features=['sr'])
     with pytest.raises(ValueError, match=r'generator blocks \[3\]'):
         build(tower, condition_blocks=[3])
+    with pytest.raises(ValueError, match=r'distinct non-negative indices, got \[1, 1\]'):
+        build(tower, condition_blocks=[1, 1])
     with pytest.raises(ValueError, match='place the dynamic adapters'):
         build(tower, generator=dict(GENERATOR, blocks=[0]))
     with pytest.raises(ValueError, match="no adapter of the target branch reads the SDM's"):
