@@ -121,3 +121,11 @@ def test_the_retriever_builds_one_per_language_from_the_switch_and_trains_it():
     shared = MODELS.build(dict(cfg, disentangler=dict(cfg['disentangler'], per_language=False)))
     count = sum(p.numel() for p in shared.disentangler.parameters())
     assert sum(p.numel() for p in model.disentangler.parameters()) == len(model.languages) * count
+
+
+def test_a_language_list_of_another_length_than_the_batch_is_refused(tower):
+    """Three codes for four captions would leave the fourth caption's condition unwritten."""
+    sdm = per_language(tower)
+    embeddings, tokens, _ = batch(tower)
+    with pytest.raises(ValueError, match='needs the language of each of the 4 captions'):
+        sdm(embeddings, tokens, langs=LANGS[:3])
