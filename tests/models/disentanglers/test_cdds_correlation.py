@@ -202,6 +202,8 @@ def test_registered_and_bad_arguments_named():
         CDDSColumnCorrelation(D, D, mode='epoch')
     with pytest.raises(ValueError, match='subset_ratio'):
         CDDSColumnCorrelation(D, D, subset_ratio=0.0)
+    with pytest.raises(ValueError, match=r'subset_ratio must be in \(0, 1\], got 1.5'):
+        CDDSColumnCorrelation(D, D, subset_ratio=1.5)
     image, image_mask, text, text_mask = batch()
     with pytest.raises(ValueError, match='built for 16 image and 8 text columns'):
         CDDSColumnCorrelation(D, 8)(image, image_mask, text, text_mask)
