@@ -274,6 +274,10 @@ def test_bad_options_fail_naming_the_option(tower):
         build(tower, condition_blocks=[])
     with pytest.raises(ValueError, match='width 16 does not match'):
         build(tower, adapter=dict(ADAPTER, width=16))
+    # A misspelt weight would otherwise leave lambda_1 at its default unnoticed.
+    with pytest.raises(KeyError, match=r"SDM loss_weights name \['ad', 'adv', 'sc'\]; the SDM "
+                                       r"computes \['adv', 'sc'\]"):
+        build(tower, loss_weights=dict(ad=0.5))
 
 
 # ------------------------------------------------------------------------------------ retriever
