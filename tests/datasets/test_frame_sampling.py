@@ -38,3 +38,13 @@ def test_invalid_counts_are_rejected():
         uniform_frame_indices(0, 12, False)
     with pytest.raises(ValueError, match='num_samples must be positive'):
         uniform_frame_indices(10, 0, False)
+
+
+def test_an_offset_just_below_one_still_gives_an_index_inside_the_clip(monkeypatch):
+    # u = 1 - 2**-53 is a value torch.rand can draw; T - 1 + u rounds to T in float64, so
+    # floor((T - 1 + u) * N / T) lands on N itself, one past the last frame, but for the clamp.
+    largest_below_one = 1.0 - 2.0 ** -53
+    monkeypatch.setattr(torch, 'rand', lambda size, generator=None, dtype=None: torch.full(
+        (size,), largest_below_one, dtype=dtype))
+    indices = uniform_frame_indices(8, 4, random_offset=True)
+    assert indices[-1] == 7 and max(indices) < 8
