@@ -58,6 +58,32 @@ def test_corrupted_and_missing_videos_name_the_file(videos, tmp_path):
         read_video_frames(tmp_path / 'nothing.mp4', 12, random_offset=False)
 
 
+def test_a_decoding_failure_gives_decord_s_reason_on_one_line_without_its_source_location(
+        videos):
+    # decord's message reads "[hh:mm:ss] /src/.../threaded_decoder.cc:NNN: Check failed: ...",
+    # spread over lines; the log and the skip warning keep only the reason.
+    with pytest.raises(MediaReadError) as info:
+        read_video_frames(videos / 'corrupted.mp4', 12, random_offset=False)
+    assert info.value.reason.startswith('decoding failed (Check failed')
+    assert '\n' not in info.value.reason and '.cc:' not in info.value.reason
+
+
+def test_a_video_without_frames_says_so(monkeypatch, tmp_path):
+    import decord
+
+    class EmptyVideo:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __len__(self):
+            return 0
+
+    (tmp_path / 'empty.mp4').write_bytes(b'')
+    monkeypatch.setattr(decord, 'VideoReader', EmptyVideo)
+    with pytest.raises(MediaReadError, match=r'empty\.mp4: the video has no frames'):
+        read_video_frames(tmp_path / 'empty.mp4', 12, random_offset=False)
+
+
 def test_a_kept_decoding_error_holds_no_video_reader(videos):
     """decord's exception holds its reader (and the decoder's threads) in its traceback: an
     error chained to it and kept would keep the reader for the garbage collector, which a
