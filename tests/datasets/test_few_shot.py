@@ -5,7 +5,7 @@ import pytest
 
 from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation, load_annotation
 from xmr.datasets.converters.errors import ConversionError
-from xmr.datasets.few_shot import main, seeded_permutation, subsample
+from xmr.datasets.few_shot import few_shot_splits, main, seeded_permutation, subsample
 
 
 def _train(count: int = 10) -> Annotation:
@@ -47,3 +47,19 @@ def test_command_line_writes_both_protocols(tmp_path, capsys):
     with pytest.raises(SystemExit, match='few-shot size 5 must be positive and leave test'):
         main([str(tmp_path / 'train.json'), '--protocol', 'split', '--shots', '5',
               '--out-dir', str(tmp_path / 'out')])
+
+
+def test_split_deals_train_val_and_test_from_one_permutation_without_overlap():
+    # seeded_permutation(10, 42) == [2, 6, 1, 8, 4, 5, 0, 9, 3, 7] (the test above).
+    parts = few_shot_splits(_train(), 2, seed=42)
+    ids = {part: [r.media_id for r in ann.items] for part, ann in parts.items()}
+    assert ids == {'train': ['2', '6'], 'val': ['1', '8'], 'test': ['4', '5', '0', '9', '3', '7']}
+    assert [ann.split for ann in parts.values()] == ['fewshot2_train', 'fewshot2_val',
+                                                     'fewshot2_test']
+
+
+def test_subsample_may_keep_every_item_but_a_split_must_leave_test_items():
+    assert len(subsample(_train(), 10).items) == 10
+    assert len(few_shot_splits(_train(), 4)['test'].items) == 2
+    with pytest.raises(ConversionError, match='few-shot size 5 must be positive'):
+        few_shot_splits(_train(), 5)
