@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from open_clip.transform import image_transform
+from open_clip.transform import AugmentationCfg, image_transform
 from PIL import Image
 
 from xmr.datasets.transforms import MediaTransform
@@ -79,6 +79,18 @@ def test_squash_and_longest_modes():
     assert padded[:, 3:5].eq(255).all() and padded[:, :3].eq(0).all() and padded[:, 5:].eq(0).all()
 
 
+def test_longest_pads_with_the_fill_color():
+    white = torch.full((3, 10, 40), 255, dtype=torch.uint8)
+    padded = MediaTransform(backbone=None, size=8, resize_mode='longest', fill_color=128)(white)
+    assert padded[:, :3].eq(128).all() and padded[:, 5:].eq(128).all()
+
+
+def test_random_resized_crop_defaults_to_open_clip_s_training_scale_and_ratio():
+    defaults = AugmentationCfg()  # ratio None: torchvision's default (3/4, 4/3)
+    transform = MediaTransform(backbone=None, size=8, training=True, random_resized_crop={})
+    assert transform.random_resized_crop == {'scale': defaults.scale, 'ratio': (3 / 4, 4 / 3)}
+
+
 def test_video_frames_share_one_random_crop_and_flip():
     torch.manual_seed(0)
     transform = MediaTransform(backbone=None, size=16, training=True,
@@ -106,6 +118,8 @@ def test_bad_input_and_settings_are_rejected():
         MediaTransform(backbone=None, size=8, resize_mode='fit')
     with pytest.raises(ValueError, match='random_resized_crop takes scale and ratio'):
         MediaTransform(backbone=None, size=8, random_resized_crop=dict(size=3))
+    with pytest.raises(ValueError, match=r'hflip_prob must lie in \[0, 1\], got 1.5'):
+        MediaTransform(backbone=None, size=8, hflip_prob=1.5)
 
 
 def test_training_flip_follows_its_probability():
