@@ -63,3 +63,9 @@ def test_subsample_may_keep_every_item_but_a_split_must_leave_test_items():
     assert len(few_shot_splits(_train(), 4)['test'].items) == 2
     with pytest.raises(ConversionError, match='few-shot size 5 must be positive'):
         few_shot_splits(_train(), 5)
+
+
+def test_without_a_seed_both_protocols_use_pectvlms_42():
+    assert seeded_permutation(10) == [2, 6, 1, 8, 4, 5, 0, 9, 3, 7]
+    assert [r.media_id for r in subsample(_train(), 3).items] == ['2', '6', '1']
+    assert [r.media_id for r in few_shot_splits(_train(), 2)['val'].items] == ['1', '8']
