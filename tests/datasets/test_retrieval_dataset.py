@@ -134,3 +134,6 @@ def test_test_mode_decides_frame_offsets_and_augmentation(tmp_path, monkeypatch)
     training[0]
     assert offsets == [False, True]
     assert evaluation.transform.training is False and training.transform.training is True
+    # test_mode decides even over a transform config that names its own flag.
+    told_to_train = RetrievalDataset(tmp_path / 'clips.json', transform={**TINY, 'training': True})
+    assert told_to_train.transform.training is False
