@@ -156,3 +156,11 @@ def test_without_images_the_command_line_names_the_three_ways(multi30k, tmp_path
               str(multi30k / 'image_splits'), '--out-dir', str(tmp_path)])
     assert ('give --images-dir, or --skip-media-check to convert without images, or '
             '--text-only for text pairs alone') in capsys.readouterr().err
+
+
+def test_the_first_language_asked_for_is_the_source(multi30k):
+    val = convert_multi30k(multi30k / 'raw', multi30k / 'image_splits', splits=['val'],
+                           languages=['de', 'en'])['val']
+    assert val.languages == ['de', 'en'] and val.source_lang == 'de'
+    first_german = _raw_lines(multi30k / 'raw' / 'val.de.gz')[0].decode()
+    assert val.items[0].captions['de'] == [first_german]
