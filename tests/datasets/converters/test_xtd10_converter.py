@@ -132,3 +132,11 @@ def test_release_code_jp_is_read_as_ja_whichever_code_is_asked_for(tmp_path):
     for asked in (['en', 'ja'], ['en', 'jp'], ['eng_Latn', 'jpn_Jpan']):
         ann = convert_xtd10(tmp_path, languages=asked)
         assert ann.languages == ['en', 'ja'] and ann.items[0].captions['ja'] == ['猫']
+
+
+def test_without_english_the_annotation_names_no_source_language(xtd):
+    root, names_file = xtd
+    ann = convert_xtd10(root, languages=['de', 'ja'], image_names=names_file)
+    assert ann.languages == ['de', 'ja'] and ann.source_lang is None
+    ann.validate()
+    assert convert_xtd10(root, languages=['de', 'en'], image_names=names_file).source_lang == 'en'
