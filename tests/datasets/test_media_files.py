@@ -27,3 +27,10 @@ def test_the_missing_files_come_in_the_annotations_order_each_folder_listed_once
                                               tmp_path / 'a' / '6.jpg']
     assert sorted(listed) == sorted(str(tmp_path / folder) for folder in ('a', 'b', 'gone', ''))
     assert missing_media(tmp_path, iter(['a/1.jpg', 'top.jpg'])) == []
+
+
+def test_a_file_where_a_folder_should_be_makes_its_paths_missing(tmp_path):
+    # e.g. train2014 downloaded as an unextracted archive named like the folder
+    (tmp_path / 'train2014').write_bytes(b'')
+    assert missing_media(tmp_path, ['train2014/COCO_1.jpg']) == [
+        tmp_path / 'train2014' / 'COCO_1.jpg']
