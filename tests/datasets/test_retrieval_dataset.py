@@ -137,3 +137,14 @@ def test_test_mode_decides_frame_offsets_and_augmentation(tmp_path, monkeypatch)
     # test_mode decides even over a transform config that names its own flag.
     told_to_train = RetrievalDataset(tmp_path / 'clips.json', transform={**TINY, 'training': True})
     assert told_to_train.transform.training is False
+
+
+def test_a_language_asked_for_as_human_and_as_translated_captions_is_refused(tmp_path):
+    ann = Annotation(dataset='tiny', split='val', media_type='image', languages=['en', 'de'],
+                     source_lang='en', translation_langs=['de'],
+                     items=[MediaRecord('a', 'a.jpg', {'en': ['a dog'], 'de': ['ein Hund']},
+                                        {'de': ['ein Hund (MT)']})])
+    dump_annotation(ann, tmp_path / 'tiny.json')
+    with pytest.raises(ValueError, match=r"\['de'\] asked for as human and as translated"):
+        RetrievalDataset(tmp_path / 'tiny.json', languages=['en', 'de'],
+                         translated_languages=['de'], transform=TINY)
