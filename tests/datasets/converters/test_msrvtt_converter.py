@@ -52,6 +52,8 @@ def test_inputs_are_checked(msrvtt):
     with pytest.raises(ConversionError, match=r'fr test JSON .*fr\.json has no caption for 1 of '
                                               r'the 3 test videos .*\(first: video7030\)'):
         convert_msrvtt(msrvtt / 'test.csv', {'fr': msrvtt / 'fr.json'})
+    with pytest.raises(ConversionError, match='English test captions come from the test CSV'):
+        convert_msrvtt(msrvtt / 'test.csv', {'en': msrvtt / 'de.json'})
     (msrvtt / 'leak.csv').write_text('video_id\nvideo1\nvideo7020\n')
     with pytest.raises(ConversionError, match='holds 1 1k-A test videos'):
         convert_msrvtt(msrvtt / 'test.csv', data_json=msrvtt / 'data.json',
