@@ -79,3 +79,14 @@ def test_a_caption_with_a_line_break_is_not_exported(tmp_path):
     with pytest.raises(ConversionError, match="source caption 3 of demo/train holds a line break"):
         export_source_captions(ann, tmp_path / 'source.txt')
     assert not (tmp_path / 'source.txt').exists()
+
+
+def test_a_second_language_attached_later_keeps_the_first(tmp_path):
+    (tmp_path / 'de.txt').write_text(''.join(f'de {i}\n' for i in range(6)), encoding='utf-8')
+    (tmp_path / 'fr.txt').write_text(''.join(f'fr {i}\n' for i in range(6)), encoding='utf-8')
+    german = attach_translations(_source(), {'de': tmp_path / 'de.txt'})
+    both = attach_translations(german, {'fr': tmp_path / 'fr.txt'})
+    assert both.translation_langs == ['de', 'fr']
+    assert both.items[2].translations == {'de': ['de 3', 'de 4', 'de 5'],
+                                          'fr': ['fr 3', 'fr 4', 'fr 5']}
+    both.validate()
