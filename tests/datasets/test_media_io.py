@@ -30,6 +30,23 @@ def test_test_sampling_decodes_the_segment_centres(videos):
     assert torch.equal(frames[5], torch.from_numpy(reader[142].asnumpy()).permute(2, 0, 1))
 
 
+def test_sampled_h264_frames_equal_the_frames_decoded_in_sequence(videos):
+    """bigbuckbunny.mp4 (H.264, 132 frames of 720 x 1280): 12 segments of 11 frames, centres
+    5 + 11 i; frames reached by seeking must equal those reached by decoding from the start."""
+    import decord
+
+    frames, indices = read_video_frames(videos / 'bigbuckbunny.mp4', 12, random_offset=False)
+    assert indices == [5 + 11 * i for i in range(12)]
+    assert tuple(frames.shape) == (12, 3, 720, 1280)
+    reader = decord.VideoReader(str(videos / 'bigbuckbunny.mp4'))
+    in_sequence = {}
+    for index in range(indices[-1] + 1):
+        frame = reader.next()
+        if index in indices:
+            in_sequence[index] = torch.from_numpy(frame.asnumpy()).permute(2, 0, 1)
+    assert all(torch.equal(frame, in_sequence[index]) for frame, index in zip(frames, indices))
+
+
 def test_train_sampling_draws_one_frame_per_segment(videos):
     torch.manual_seed(0)
     seen = set()
