@@ -174,3 +174,17 @@ def test_a_phase_on_the_authors_optimiser_equals_their_bert_adam(tmp_path):
             torch.testing.assert_close(a, r, rtol=1e-5, atol=1e-7)
     trained = [i for i, g in enumerate(steps[0][1]) if g is not None]
     assert trained and any(not torch.equal(start[i], reference[i]) for i in trained)
+
+
+def test_a_negative_weight_decay_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r'BertAdam: weight_decay=-0.1 is out of range'):
+        BertAdam([torch.nn.Parameter(torch.zeros(2))], weight_decay=-0.1)
+
+
+def test_the_clip_divides_by_the_norm_plus_torch_s_1e_6():
+    """As ``clip_grad_norm_`` in the reference: a norm of 1e-6 capped at 1e-6 is halved,
+    ``1e-6 / (1e-6 + 1e-6)``, not left as it is."""
+    p = torch.nn.Parameter(torch.zeros(2))
+    p.grad = torch.tensor([0.0, 1e-6])
+    BertAdam([p], max_grad_norm=1e-6).step()
+    assert p.grad.tolist() == pytest.approx([0.0, 5e-7], rel=1e-5)
