@@ -50,3 +50,22 @@ def test_the_schedule_record_holds_every_setting_of_the_schedule_and_ignores_ord
         name='cross_lingual', start=4, end=14, lr=2e-4, warmup_ratio=0.2, schedule='linear',
         min_lr_ratio=0.1, lr_mult={'disentangler': 0.5, 'language_branch.embedding': 2.0},
         trainable=['disentangler', 'language_branch'], loss_weights={'cl': 1.0, 'sc': 0.1})
+
+
+@pytest.mark.parametrize('length', ['iters', 'epochs'])
+def test_a_phase_of_zero_iterations_or_epochs_is_refused(length):
+    with pytest.raises(ValueError, match=f'phase cross_lingual: {length} must be a positive '
+                                         'integer, got 0'):
+        Phase.from_config(1, cross_lingual(**{'iters': None, length: 0}))
+
+
+def test_an_empty_start_from_best_metric_is_refused():
+    with pytest.raises(ValueError, match=r"start_from_best='' must be a validation metric's "
+                                         r"name \(e.g. 'mAR'\) or None"):
+        Phase.from_config(1, cross_lingual(start_from_best=''))
+
+
+def test_a_phase_too_short_to_decay_holds_the_full_rate_after_its_warm_up():
+    """One step after the warm-up (or none at all) leaves no interval to decay over."""
+    assert phase_lr_factor(0, 1, 0.1, 'cosine') == 1.0
+    assert [phase_lr_factor(step, 10, 0.9, 'linear') for step in (8, 9)] == [1.0, 1.0]
