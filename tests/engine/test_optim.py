@@ -292,3 +292,12 @@ def test_groups_of_a_wrapped_model_are_named_as_those_of_the_model():
     wrapper = build(nn.DataParallel(TinyBranch(sparse=False)), weight_decay=0.2)
     assert {g['name'] for g in wrapper.optimizer.param_groups} == {
         'language_branch.embedding', 'language_branch.adapters'}
+
+
+def test_hybrid_zero_grad_clears_the_dense_and_the_sparse_gradients():
+    """Else the dense layers' gradients would add up across iterations."""
+    model = TinyBranch(sparse=True)
+    optimizer = build(model).optimizer
+    model(torch.tensor([[1, 2]])).backward()
+    optimizer.zero_grad()
+    assert [name for name, p in model.named_parameters() if p.grad is not None] == []
