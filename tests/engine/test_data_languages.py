@@ -3,7 +3,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from xmr.engine.data_languages import check_media_sizes
+from xmr.datasets import Annotation, CaptionPairDataset, MediaRecord, dump_annotation
+from xmr.engine.data_languages import caption_languages, check_media_sizes
+from xmr.engine.feature_cache import CachedFeatureDataset
 
 
 def media_dataset(size, with_media=True):
@@ -25,3 +27,16 @@ def test_a_transform_of_another_size_than_the_image_towers_is_refused_naming_bot
                                   'val dataset 0 (RetrievalDataset)': media_dataset((64, 64))})
     check_media_sizes(SimpleNamespace(backbone=SimpleNamespace()),  # a text-only backbone
                       {'val': media_dataset((64, 64))})
+
+
+def test_a_cached_pair_dataset_hands_the_target_languages_of_the_one_it_wraps(tmp_path):
+    """The annotation lists English alone; the pairs are English -> German translations, so
+    the model must read German, cached or not."""
+    dump_annotation(Annotation(
+        dataset='demo', split='train', media_type='image', languages=['en'], source_lang='en',
+        translation_langs=['de'],
+        items=[MediaRecord('red', 'red.png', {'en': ['a red dog']}, {'de': ['ein roter Hund']})]),
+        tmp_path / 'ann.json')
+    pairs = CaptionPairDataset(tmp_path / 'ann.json', data_root=tmp_path)
+    cached = CachedFeatureDataset(pairs, tmp_path / 'cache', features=['source'])
+    assert caption_languages(pairs) == caption_languages(cached) == ['de']
