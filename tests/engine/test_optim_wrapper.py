@@ -366,3 +366,15 @@ def test_compile_options_beside_a_model_compiled_in_a_mode():
 def test_an_optimiser_without_a_capturable_option_may_be_compiled():
     OptimWrapper(torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1.0),
                  compiled_step=dict())
+
+
+def test_a_fused_step_clipping_by_value_skips_nothing_and_says_so():
+    """Clipping by value computes no norm to hand the fused kernel as ``found_inf``: the loop's
+    ``nonfinite_patience`` must not count on a skip that does not happen."""
+    weight = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    wrapper = OptimWrapper(torch.optim.AdamW([weight], lr=0.1, fused=True),
+                           clip_grad=dict(type='value', clip_value=1.0))
+    assert not wrapper.skips_nonfinite_steps
+    weight.grad = torch.tensor([math.nan, 0.0, 0.0])
+    wrapper.step()
+    assert torch.isnan(weight.detach()[0])  # clipping by value leaves NaN as it is
