@@ -199,3 +199,14 @@ def test_enable_amp_without_a_dtype_keeps_the_config_s_choice():
     plain = Config(dict(optim_wrapper=dict(type='OptimWrapper')))
     enable_amp(plain)
     assert 'dtype' not in plain.optim_wrapper
+
+
+def test_fp16_skips_non_finite_steps_with_an_unfused_optimiser_too():
+    """The loss scaler skips the step whatever the optimiser (SGD here, which takes no
+    ``found_inf``); bf16 without a fused optimiser skips nothing."""
+    weight, fp16 = fp16_sgd_step(math.inf)
+    assert fp16.skips_nonfinite_steps and weight.tolist() == [0.0, 0.0]
+    bf16 = AutocastOptimWrapper(dtype='bfloat16', clip_grad=dict(max_norm=1.0),
+                                optimizer=torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))],
+                                                          lr=1.0))
+    assert not bf16.skips_nonfinite_steps
