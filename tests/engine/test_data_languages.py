@@ -4,8 +4,10 @@ from types import SimpleNamespace
 import pytest
 
 from xmr.datasets import Annotation, CaptionPairDataset, MediaRecord, dump_annotation
-from xmr.engine.data_languages import caption_languages, check_media_sizes
+from xmr.datasets.synthetic import SyntheticRetrievalDataset
+from xmr.engine.data_languages import caption_languages, check_gallery_sizes, check_media_sizes
 from xmr.engine.feature_cache import CachedFeatureDataset
+from xmr.evaluation import RetrievalMetric
 
 
 def media_dataset(size, with_media=True):
@@ -40,3 +42,12 @@ def test_a_cached_pair_dataset_hands_the_target_languages_of_the_one_it_wraps(tm
     pairs = CaptionPairDataset(tmp_path / 'ann.json', data_root=tmp_path)
     cached = CachedFeatureDataset(pairs, tmp_path / 'cache', features=['source'])
     assert caption_languages(pairs) == caption_languages(cached) == ['de']
+
+
+def test_a_gallery_that_is_no_annotation_s_is_not_held_to_a_protocol_s_size():
+    """A synthetic gallery (smoke runs) has no annotation file to name, nor a benchmark's
+    size to keep."""
+    gallery = SyntheticRetrievalDataset(num_scenes=3, languages=['en', 'de'], image_size=16)
+    check_gallery_sizes(SimpleNamespace(
+        dataloader=SimpleNamespace(dataset=gallery),
+        evaluator=SimpleNamespace(metrics=[RetrievalMetric(protocol='xtd10_t2i_r10')])))
