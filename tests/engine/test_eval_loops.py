@@ -274,3 +274,24 @@ def test_evaluation_with_tokenising_workers_gives_the_same_metrics(tmp_path):
         collate = runner.test_loop.dataloaders[0].collate_fn
         assert isinstance(collate, TokenizingCollate) == bool(workers)
     assert metrics[0] == metrics[1]
+
+
+def test_the_loader_sequence_counts_the_batches_of_every_loader():
+    """MMEngine's logger and timer read it as the evaluation's length: 3 + 2 batches."""
+    from torch.utils.data import DataLoader
+
+    from xmr.engine.eval_loops import LoaderSequence
+
+    loaders = [DataLoader(range(6), batch_size=2), DataLoader(range(3), batch_size=2)]
+    assert len(LoaderSequence(loaders)) == 5
+
+
+def test_a_metric_language_the_dataset_lacks_is_refused_when_the_loop_is_built(tmp_path):
+    """The loop hands each evaluator its dataset's facts, as MMEngine's loops do."""
+    runner = Runner(**base_cfg(
+        tmp_path, val_dataloader=[eval_loader(synthetic('val', ['en', 'de']))],
+        val_evaluator=[dict(type='RetrievalMetric', prefix='a', languages=['en', 'fr'])],
+        val_cfg=dict(type='MultiDatasetValLoop')))
+    with pytest.raises(ValueError, match=r"languages \['fr'\] were requested but synthetic "
+                                         r"val has captions in \['en', 'de'\] only"):
+        runner.val()
