@@ -295,3 +295,25 @@ def test_a_metric_language_the_dataset_lacks_is_refused_when_the_loop_is_built(t
     with pytest.raises(ValueError, match=r"languages \['fr'\] were requested but synthetic "
                                          r"val has captions in \['en', 'de'\] only"):
         runner.val()
+
+
+class TrainingModeRecorder(Hook):
+    """Whether the model was in training mode at each validation batch."""
+
+    def __init__(self) -> None:
+        self.modes: list[bool] = []
+
+    def before_val_iter(self, runner, batch_idx, data_batch=None) -> None:
+        self.modes.append(runner.model.training)
+
+
+def test_validation_runs_a_model_left_in_training_mode_in_eval_mode(tmp_path):
+    """The training loop validates between its steps, with the model in training mode."""
+    recorder = TrainingModeRecorder()
+    runner = Runner(**base_cfg(
+        tmp_path, val_dataloader=[eval_loader(synthetic('val', ['en', 'de']))],
+        val_evaluator=[dict(type='RetrievalMetric', prefix='a')],
+        val_cfg=dict(type='MultiDatasetValLoop'), custom_hooks=[recorder]))
+    runner.model.train()
+    runner.val()
+    assert recorder.modes == [False, False]
