@@ -317,3 +317,13 @@ def test_validation_runs_a_model_left_in_training_mode_in_eval_mode(tmp_path):
     runner.model.train()
     runner.val()
     assert recorder.modes == [False, False]
+
+
+def test_no_summary_key_is_reported_when_no_dataset_reports_ar(tmp_path):
+    """One direction scored gives no AR: ``mAR`` is left out, not reported as ``None``."""
+    runner = Runner(**base_cfg(
+        tmp_path, val_dataloader=[eval_loader(synthetic('val', ['en', 'de']))],
+        val_evaluator=[dict(type='RetrievalMetric', prefix='a', directions=['t2i'])],
+        val_cfg=dict(type='MultiDatasetValLoop')))
+    metrics = runner.val()
+    assert 'a/de/t2i_R@1' in metrics and 'mAR' not in metrics
