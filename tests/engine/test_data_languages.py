@@ -51,3 +51,12 @@ def test_a_gallery_that_is_no_annotation_s_is_not_held_to_a_protocol_s_size():
     check_gallery_sizes(SimpleNamespace(
         dataloader=SimpleNamespace(dataset=gallery),
         evaluator=SimpleNamespace(metrics=[RetrievalMetric(protocol='xtd10_t2i_r10')])))
+
+
+def test_a_square_tower_s_single_image_size_is_checked_as_both_sides():
+    """open_clip's towers state ``image_size`` as one int."""
+    model = SimpleNamespace(backbone=SimpleNamespace(image_size=32))
+    check_media_sizes(model, {'train': media_dataset((32, 32))})
+    with pytest.raises(ValueError, match='gives 32x64 media, but the image tower of '
+                                         'SimpleNamespace takes 32x32'):
+        check_media_sizes(model, {'train': media_dataset((32, 64))})
