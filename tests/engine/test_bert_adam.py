@@ -188,3 +188,17 @@ def test_the_clip_divides_by_the_norm_plus_torch_s_1e_6():
     p.grad = torch.tensor([0.0, 1e-6])
     BertAdam([p], max_grad_norm=1e-6).step()
     assert p.grad.tolist() == pytest.approx([0.0, 5e-7], rel=1e-5)
+
+
+def test_a_step_runs_its_closure_with_gradients_and_returns_its_loss():
+    p = torch.nn.Parameter(torch.ones(2))
+    optimizer = BertAdam([p], lr=0.1, max_grad_norm=None)
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = (p * 3.0).sum()
+        loss.backward()
+        return loss
+
+    assert float(optimizer.step(closure).detach()) == 6.0
+    assert p.grad.tolist() == [3.0, 3.0]
