@@ -209,6 +209,9 @@ def test_a_parameter_belongs_to_its_longest_configured_prefix():
     assert group_of('backbone.text.layer.0.weight', groups) == 'backbone'
     assert group_of('backbone.vision_projection.weight', groups) == 'backbone'  # not a prefix
     assert group_of('disentangler.gate.weight', groups) == 'disentangler'  # first component
+    # A configured group may be one parameter (backbone.logit_scale, its own lr_mult).
+    assert group_of('backbone.logit_scale', ('backbone', 'backbone.logit_scale')) == \
+        'backbone.logit_scale'
 
 
 def test_a_learning_rate_set_after_loading_a_state_reaches_both_parts():
