@@ -5,7 +5,12 @@ import pytest
 
 from xmr.datasets import Annotation, CaptionPairDataset, MediaRecord, dump_annotation
 from xmr.datasets.synthetic import SyntheticRetrievalDataset
-from xmr.engine.data_languages import caption_languages, check_gallery_sizes, check_media_sizes
+from xmr.engine.data_languages import (
+    caption_languages,
+    check_data_languages,
+    check_gallery_sizes,
+    check_media_sizes,
+)
 from xmr.engine.feature_cache import CachedFeatureDataset
 from xmr.evaluation import RetrievalMetric
 
@@ -60,3 +65,7 @@ def test_a_square_tower_s_single_image_size_is_checked_as_both_sides():
     with pytest.raises(ValueError, match='gives 32x64 media, but the image tower of '
                                          'SimpleNamespace takes 32x32'):
         check_media_sizes(model, {'train': media_dataset((32, 64))})
+
+
+def test_a_model_without_a_language_check_is_not_checked():
+    check_data_languages(SimpleNamespace(), {'train': media_dataset((32, 32))})
