@@ -378,3 +378,11 @@ def test_a_fused_step_clipping_by_value_skips_nothing_and_says_so():
     weight.grad = torch.tensor([math.nan, 0.0, 0.0])
     wrapper.step()
     assert torch.isnan(weight.detach()[0])  # clipping by value leaves NaN as it is
+
+
+def test_a_step_without_gradients_keeps_no_norm_to_log():
+    """Nothing was clipped: a norm of 0 in the log would be no gradient's."""
+    weight = torch.nn.Parameter(torch.zeros(2))
+    wrapper = OptimWrapper(torch.optim.SGD([weight], lr=1.0), clip_grad=dict(max_norm=1.0))
+    wrapper.step()
+    assert wrapper.pending_norm is None
