@@ -69,3 +69,8 @@ def test_a_phase_too_short_to_decay_holds_the_full_rate_after_its_warm_up():
     """One step after the warm-up (or none at all) leaves no interval to decay over."""
     assert phase_lr_factor(0, 1, 0.1, 'cosine') == 1.0
     assert [phase_lr_factor(step, 10, 0.9, 'linear') for step in (8, 9)] == [1.0, 1.0]
+
+
+def test_a_multiplier_keyed_by_other_than_a_group_name_is_refused():
+    with pytest.raises(ValueError, match=r'lr_mult\[1\]=0.5 must be'):
+        Phase.from_config(1, cross_lingual(lr_mult={1: 0.5}))
