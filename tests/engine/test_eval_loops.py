@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from mmengine.evaluator import Evaluator
+from mmengine.evaluator import BaseMetric, Evaluator
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
@@ -327,3 +327,23 @@ def test_no_summary_key_is_reported_when_no_dataset_reports_ar(tmp_path):
         val_cfg=dict(type='MultiDatasetValLoop')))
     metrics = runner.val()
     assert 'a/de/t2i_R@1' in metrics and 'mAR' not in metrics
+
+
+class ItemCount(BaseMetric):
+    """The number of gallery items a metric is handed, as MMEngine's metrics keep them."""
+
+    def process(self, data_batch, data_samples) -> None:
+        self.results.extend(data_samples)
+
+    def compute_metrics(self, results: list) -> dict:
+        return dict(items=len(results))
+
+
+def test_a_metric_keeps_every_item_of_its_dataset_not_one_per_batch(tmp_path):
+    """MMEngine's metrics keep the first ``size`` results: the dataset's 6 items, not its 2
+    batches (RetrievalMetric keeps all of them whatever the size)."""
+    runner = Runner(**base_cfg(
+        tmp_path, val_dataloader=[eval_loader(synthetic('val', ['en', 'de']))],
+        val_evaluator=[Evaluator([ItemCount(prefix='count')])],
+        val_cfg=dict(type='MultiDatasetValLoop')))
+    assert runner.val() == {'count/items': 6}
