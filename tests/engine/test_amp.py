@@ -110,6 +110,7 @@ def test_loss_scaler_state_is_saved_and_restored(tiny_retriever):
     fresh = wrapper_for(tiny_retriever, 'AutocastOptimWrapper', dtype='float16')
     fresh.load_state_dict(state)
     assert fresh.scaler.get_scale() == 64.0
+    assert 'loss_scaler' in state  # the caller's checkpoint is left whole
 
 
 def test_enable_amp_switches_the_wrapper_and_refuses_others():
