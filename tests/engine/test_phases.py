@@ -72,5 +72,6 @@ def test_a_phase_too_short_to_decay_holds_the_full_rate_after_its_warm_up():
 
 
 def test_a_multiplier_keyed_by_other_than_a_group_name_is_refused():
-    with pytest.raises(ValueError, match=r'lr_mult\[1\]=0.5 must be'):
+    with pytest.raises(ValueError, match=r"lr_mult is keyed by 1; its keys name a loss or a "
+                                         r"parameter group, as strings \(e.g. 'disentangler'\)"):
         Phase.from_config(1, cross_lingual(lr_mult={1: 0.5}))

@@ -154,7 +154,10 @@ def _check_weights(phase: str, key: str, weights: Any) -> None:
     if not isinstance(weights, Mapping):
         raise ValueError(f'phase {phase}: {key} must be a dict of name: number, got {weights!r}')
     for name, weight in weights.items():
-        if not isinstance(name, str) or not _is_number(weight) or weight < 0:
+        if not isinstance(name, str):
+            raise ValueError(f'phase {phase}: {key} is keyed by {name!r}; its keys name a loss '
+                             "or a parameter group, as strings (e.g. 'disentangler')")
+        if not _is_number(weight) or weight < 0:
             raise ValueError(f'phase {phase}: {key}[{name!r}]={weight!r} must be a finite '
                              'number >= 0')
 
