@@ -18,6 +18,7 @@ from tests.engine.test_optim import TinyBranch, build, train_step
 from tests.gpu.conftest import FP32_TOLERANCE
 from tests.models.retrievers.test_compiled_losses import dasd, losses_and_grads
 from xmr.engine.feature_cache import CachedFeatureDataset
+from xmr.engine.frozen_casts import FrozenWeightCasts
 from xmr.engine.optim import PhasedOptimWrapperConstructor
 from xmr.registry import MODELS
 
@@ -154,6 +155,24 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale(accelerator):
     assert wrapper.scaler.get_scale() == 512.0
     model.train_step(BATCH, wrapper)  # the next, finite step updates again
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_frozen_weight_casts_follow_a_model_moved_onto_the_accelerator(accelerator):
+    """``model.to(device)`` moves each parameter's data and keeps the Parameter object and its
+    version counter: a copy cast on the CPU before the move must not be swapped in after it."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 4).requires_grad_(False)
+    x = torch.randn(3, 6)
+    casts = FrozenWeightCasts()
+    with torch.autocast('cpu', dtype=torch.bfloat16), casts.swapped_into(model):
+        model(x)
+    model.to(accelerator)
+    x = x.to(accelerator)
+    with torch.autocast(accelerator.type, dtype=torch.bfloat16):
+        expected = model(x)
+        with casts.swapped_into(model):
+            got = model(x)
+    assert got.device == expected.device and torch.equal(got, expected)
 
 
 def test_a_feature_cache_built_on_the_accelerator_equals_one_built_on_the_cpu(accelerator,
