@@ -86,17 +86,24 @@ def test_distribution_sampling_plugs_into_the_plain_dual_encoder():
                                0.5 * reference(image.tokens, image.mask, text.tokens, text.mask))
 
 
-def test_cdds_losses_are_the_disentanglers_terms_weighted_by_the_phase():
-    model = build(disentangler=CDDS)
-    assert model.loss_names() == {'disentangler', 'itc'}
-    model.set_phase('cdds', dict(disentangler=2.0, itc=0.25))
-    data = model.data_preprocessor(BATCH, True)
+def losses_and_disentangled(model, data: dict):
+    """The phase's losses on ``data``, the towers' tokens and the disentangler's outputs on
+    them, drawn from the same random stream as the losses were."""
     torch.manual_seed(1)
     losses = model(mode='loss', **data)
     image = model.backbone.encode_image_tokens(data['media'])
     text = model.backbone.encode_text_tokens(data['source_tokens'])
     torch.manual_seed(1)
-    out = model.disentangler(image.tokens, image.mask, text.tokens, text.mask)
+    return losses, image, text, model.disentangler(image.tokens, image.mask, text.tokens,
+                                                   text.mask)
+
+
+def test_cdds_losses_are_the_disentanglers_terms_weighted_by_the_phase():
+    model = build(disentangler=CDDS)
+    assert model.loss_names() == {'disentangler', 'itc'}
+    model.set_phase('cdds', dict(disentangler=2.0, itc=0.25))
+    data = model.data_preprocessor(BATCH, True)
+    losses, image, text, out = losses_and_disentangled(model, data)
     assert set(losses) == {f'loss_{name}' for name in CDDS_TERMS | {'itc'}}
     for name in CDDS_TERMS:
         torch.testing.assert_close(losses[f'loss_{name}'], 2.0 * out['losses'][f'loss_{name}'])
@@ -140,12 +147,7 @@ def test_itc_reads_the_semantic_components_and_tower_itc_the_towers_in_one_phase
         tower_itc=dict(type='InfoNCELoss', temperature=0.1)))
     model.set_phase('p', dict(itc=1.0, tower_itc=1.0, disentangler=disentangler_weight))
     data = model.data_preprocessor(BATCH, True)
-    torch.manual_seed(1)
-    losses = model(mode='loss', **data)
-    image = model.backbone.encode_image_tokens(data['media'])
-    text = model.backbone.encode_text_tokens(data['source_tokens'])
-    torch.manual_seed(1)
-    out = model.disentangler(image.tokens, image.mask, text.tokens, text.mask)
+    losses, image, text, out = losses_and_disentangled(model, data)
     expected_itc = info_nce(model.disentangler.pool(out['image_semantic'], image.mask),
                             model.disentangler.pool(out['text_semantic'], text.mask), 20.0)
     torch.testing.assert_close(losses['loss_itc'], expected_itc, rtol=1e-4, atol=1e-5)
