@@ -585,14 +585,20 @@ def test_weights_with_nan_are_refused_naming_them(tmp_path, capsys):
     assert not (tmp_path / 'o.pth').exists()
 
 
-def test_a_missing_key_is_named_as_the_authors_name_it(tmp_path, capsys):
-    state = authors_state_dict('dasd')
-    del state['transformer.resblocks.1.acquirer.zh.mlp_afterz.c_proj2.bias']
-    torch.save(state, tmp_path / 'dasd.bin')
-    err = refused(capsys, 'dasd', tmp_path / 'dasd.bin', write_config(tmp_path / 'c.py', 'dasd'),
-                  '--out', tmp_path / 'o.pth')
-    assert ('1 parameters of the c.py model are not in the file (transformer.resblocks.1.'
-            'acquirer.zh.mlp_afterz.c_proj2.bias)') in err
+@pytest.mark.parametrize('method, key, named', [
+    ('dasd', 'transformer.resblocks.1.acquirer.zh.mlp_afterz.c_proj2.bias',
+     'transformer.resblocks.1.acquirer.zh.mlp_afterz.c_proj2.bias'),  # the authors' name
+    # A CLIP key the file lacks would keep the config's random initialisation.
+    ('mla', 'visual.proj', 'backbone.clip.visual.proj'),
+])
+def test_a_key_missing_from_the_file_is_refused_naming_it(method, key, named, tmp_path,
+                                                         capsys):
+    state = authors_state_dict(method)
+    del state[key]
+    torch.save(state, tmp_path / 'authors.bin')
+    err = refused(capsys, method, tmp_path / 'authors.bin',
+                  write_config(tmp_path / 'c.py', method), '--out', tmp_path / 'o.pth')
+    assert f'1 parameters of the c.py model are not in the file ({named})' in err
     assert not (tmp_path / 'o.pth').exists()
 
 
@@ -628,19 +634,6 @@ def test_a_converted_file_is_refused_by_a_config_that_computes_otherwise(tmp_pat
             r'compute what the DASD code computes \(model.disentangler.depth is 1, the '
             r"authors' code: 2\)")):
         load_trained_checkpoint(shallower, tmp_path / 'converted.pth')
-
-
-def test_a_clip_weight_missing_from_the_file_is_refused_naming_it(tmp_path, capsys):
-    """The CLIP keys are read where the file has them: one it lacks would keep the config's
-    random initialisation."""
-    state = authors_state_dict('mla')
-    del state['visual.proj']
-    torch.save(state, tmp_path / 'mla.bin')
-    err = refused(capsys, 'mla', tmp_path / 'mla.bin', write_config(tmp_path / 'c.py', 'mla'),
-                  '--out', tmp_path / 'o.pth')
-    assert ('1 parameters of the c.py model are not in the file (backbone.clip.visual.proj)'
-            in err)
-    assert not (tmp_path / 'o.pth').exists()
 
 
 def test_a_file_saved_from_a_data_parallel_model_converts_as_its_plain_save(tmp_path):
