@@ -702,4 +702,3 @@ class PhasedTrainLoop(BaseLoop):
                 f'({dict(nonfinite_terms(outputs))}), {self.divergence.streak} in a row of '
                 f'{self.divergence.patience} tolerated; the iteration reaches no hook')
         self._iter += 1
-
