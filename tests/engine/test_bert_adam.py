@@ -8,6 +8,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from tests.engine.test_loops import PHASES, make_cfg, train
+from tests.engine.test_optim import tripled_sum_closure
 from xmr.engine.bert_adam import BertAdam
 from xmr.engine.phases import bert_cosine_factor, phase_lr_factor
 
@@ -193,12 +194,5 @@ def test_the_clip_divides_by_the_norm_plus_torch_s_1e_6():
 def test_a_step_runs_its_closure_with_gradients_and_returns_its_loss():
     p = torch.nn.Parameter(torch.ones(2))
     optimizer = BertAdam([p], lr=0.1, max_grad_norm=None)
-
-    def closure() -> torch.Tensor:
-        optimizer.zero_grad()
-        loss = (p * 3.0).sum()
-        loss.backward()
-        return loss
-
-    assert float(optimizer.step(closure).detach()) == 6.0
+    assert float(optimizer.step(tripled_sum_closure(optimizer, p)).detach()) == 6.0
     assert p.grad.tolist() == [3.0, 3.0]

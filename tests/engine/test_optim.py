@@ -260,18 +260,22 @@ def test_sparse_parameter_names_cover_bags_and_a_bare_table():
     assert sparse_parameter_names(nn.Embedding(5, 2, sparse=True)) == {'weight'}
 
 
-def test_hybrid_step_runs_the_closure_with_gradients_and_returns_its_loss():
-    weight, table = nn.Parameter(torch.ones(2)), nn.Parameter(torch.zeros(3, 2))
-    optimizer = HybridOptimizer(torch.optim.SGD([weight], lr=0.5),
-                                torch.optim.SparseAdam([table]))
-
+def tripled_sum_closure(optimizer, weight: torch.Tensor):
+    """An optimiser step's closure: gradients cleared, then ``sum(3 w)`` (each gradient 3)
+    backpropagated and returned."""
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
         loss = (weight * 3.0).sum()
         loss.backward()
         return loss
+    return closure
 
-    assert float(optimizer.step(closure).detach()) == 6.0
+
+def test_hybrid_step_runs_the_closure_with_gradients_and_returns_its_loss():
+    weight, table = nn.Parameter(torch.ones(2)), nn.Parameter(torch.zeros(3, 2))
+    optimizer = HybridOptimizer(torch.optim.SGD([weight], lr=0.5),
+                                torch.optim.SparseAdam([table]))
+    assert float(optimizer.step(tripled_sum_closure(optimizer, weight)).detach()) == 6.0
     assert weight.detach().tolist() == [1.0 - 0.5 * 3.0] * 2
 
 
