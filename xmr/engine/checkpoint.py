@@ -98,15 +98,16 @@ _MMENGINE_GLOBALS = ('mmengine.', 'builtins.getattr')
 
 
 def keys_of_another_model(state: Mapping[str, Any], model_keys: Iterable[str]) -> str | None:
-    """``its keys: ...; the model's: ...`` (three of each) when the state dict ``state``
-    (``module.`` prefixes aside) holds none of the weights among ``model_keys`` (the model's
-    facts, ``_extra_state``, are none): another model's file, a raw open_clip or Hugging Face
-    one, weights under another key; ``None`` when it holds one."""
+    """``its keys: ...; the model's: ...`` (three of each; the model's facts, ``_extra_state``,
+    not shown) when the state dict ``state`` (``module.`` prefixes aside) holds none of
+    ``model_keys``: another model's file, a raw open_clip or Hugging Face one, weights under
+    another key; ``None`` when it holds one."""
     loaded = [re.sub(r'^module\.', '', str(key)) for key in state]
-    weights = [key for key in model_keys if key != '_extra_state']
-    if set(loaded) & set(weights):
+    model_keys = list(model_keys)
+    if set(loaded) & set(model_keys):
         return None
-    return f"its keys: {', '.join(loaded[:3]) or 'none'}; the model's: {', '.join(weights[:3])}"
+    ours = [key for key in model_keys if key != '_extra_state'][:3]
+    return f"its keys: {', '.join(loaded[:3]) or 'none'}; the model's: {', '.join(ours)}"
 
 
 def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> Any:
