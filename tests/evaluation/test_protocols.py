@@ -176,7 +176,7 @@ def test_bad_options_are_errors():
         evaluate_language(gallery, i2t_mode='lenient')
     with pytest.raises(ValueError, match='search index'):
         evaluate_language(gallery, search=dict(index='lsh'))
-    with pytest.raises(ValueError, match=r"\['nprobe'\] only apply"):
+    with pytest.raises(ValueError, match=r"\['nprobe'\] do not apply to index 'flat'"):
         evaluate_language(gallery, search=dict(index='flat', nprobe=4))
 
 

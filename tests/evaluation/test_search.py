@@ -95,6 +95,11 @@ def test_search_errors_name_the_problem():
         searcher.search_ids(torch.eye(3), 1)
     with pytest.raises(ValueError, match="'annoy'"):
         FaissSearcher(torch.eye(3), index='annoy')
+    # faiss aborts the process on a graph without links, and ignored nlist=0.
+    with pytest.raises(ValueError, match='hnsw_m must be an integer >= 1, got 0'):
+        FaissSearcher(torch.eye(3), index='hnsw', hnsw_m=0)
+    with pytest.raises(ValueError, match='nlist must be an integer >= 1, got 0'):
+        FaissSearcher(torch.eye(3), index='ivf', nlist=0)
 
 
 def test_exact_ranks_chunked_equal_full_matrix_with_exact_ties():

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from xmr.evaluation.ranking import average_recall, rank_summary, ranks_from_topk, recall_sum
-from xmr.evaluation.search import INDEX_TYPES, FaissSearcher, exact_ranks
+from xmr.evaluation.search import FaissSearcher, check_search_options, exact_ranks
 from xmr.evaluation.token_scoring import TokenScoring, TokenSet, token_ranks
 
 __all__ = [
@@ -289,11 +289,10 @@ def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRE
     _check_options(directions, recall_ks, i2t_mode)
     if gallery.captions.shape[0] == 0:
         raise ValueError('the language has no captions in this gallery.')
+    check_search_options(search or {})
     options = dict(search or {})
     index = options.pop('index', 'flat')
     chunk_size = options.pop('chunk_size', None)
-    if index not in INDEX_TYPES:
-        raise ValueError(f"search index must be one of {INDEX_TYPES}, got '{index}'.")
     exact = index == 'flat'
     if token_scoring is not None:
         if gallery.media_tokens is None:
@@ -307,9 +306,6 @@ def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRE
             raise ValueError(f'R@{max(recall_ks)} cannot be read from a re-ranked shortlist of '
                              f'{token_scoring.candidates}: a positive outside it would count as '
                              'a hit; raise rerank_candidates to the largest K at least.')
-    elif exact and options:
-        raise ValueError(f'search options {sorted(options)} only apply to the approximate '
-                         "indexes 'ivf' and 'hnsw'; index='flat' takes chunk_size alone.")
     num_media = gallery.media.shape[0]
     media_rows = torch.arange(num_media)
     grouped = i2t_mode == 'grouped'

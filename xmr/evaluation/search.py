@@ -7,7 +7,9 @@ and the full ``[Q, G]`` matrix of a 10k × 1M evaluation never exists.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import faiss
 import numpy as np
@@ -16,12 +18,51 @@ from torch import Tensor
 
 from xmr.evaluation.ranking import group_max_scores, positive_pairs, ranks_from_pairs
 
-__all__ = ['FaissSearcher', 'exact_ranks', 'blockwise_ranks', 'default_chunk_size', 'INDEX_TYPES']
+__all__ = ['FaissSearcher', 'exact_ranks', 'blockwise_ranks', 'default_chunk_size', 'INDEX_TYPES',
+           'check_search_options']
 
 INDEX_TYPES = ('flat', 'ivf', 'hnsw')
+#: The :class:`FaissSearcher` options each index takes, besides ``chunk_size``.
+INDEX_OPTIONS = {'flat': (), 'ivf': ('nlist', 'nprobe', 'train_size', 'seed'),
+                 'hnsw': ('hnsw_m', 'ef_construction', 'ef_search')}
 
 # 2**26 float32 scores = 256 MiB per query block, whatever the gallery size.
 _BLOCK_ELEMENTS = 2 ** 26
+
+
+def check_search_options(search: Mapping[str, Any]) -> None:
+    """Refuse a search configuration before anything is encoded or built.
+
+    Args:
+        search: ``dict(index='flat' | 'ivf' | 'hnsw', chunk_size=None, **options)``, as
+            :class:`~xmr.evaluation.RetrievalMetric` takes it.
+
+    Raises:
+        ValueError: an unknown index, an option its index does not take (naming those it
+            does), or a count that is not a positive integer.
+    """
+    index = search.get('index', 'flat')
+    if index not in INDEX_TYPES:
+        raise ValueError(f"search index must be one of {INDEX_TYPES}, got '{index}'.")
+    accepted = ('chunk_size', *INDEX_OPTIONS[index])
+    unknown = sorted(set(search) - {'index', *accepted})
+    if unknown:
+        raise ValueError(f"search options {unknown} do not apply to index '{index}'; it takes "
+                         f'{accepted}.')
+    _check_counts({name: value for name, value in search.items() if name != 'index'})
+
+
+def _check_counts(options: Mapping[str, Any]) -> None:
+    """Every option an integer, ``seed`` >= 0 and the others >= 1; ``None`` where a default
+    is computed (``chunk_size`` of the metric, ``nlist``, ``train_size``). faiss itself aborts
+    the process on ``hnsw_m=0`` and fails only at search time on ``nprobe=0``."""
+    for name, value in options.items():
+        if value is None and name in ('chunk_size', 'nlist', 'train_size'):
+            continue
+        least = 0 if name == 'seed' else 1
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f'search option {name} must be an integer >= {least}, got '
+                             f'{value!r}.')
 
 
 def default_chunk_size(gallery_size: int, block_elements: int = _BLOCK_ELEMENTS) -> int:
@@ -146,8 +187,9 @@ class FaissSearcher:
             raise ValueError('the gallery is empty: nothing to search.')
         if ids is not None and len(ids) != vectors.shape[0]:
             raise ValueError(f'ids has {len(ids)} entries for a gallery of {vectors.shape[0]}.')
-        if chunk_size < 1:
-            raise ValueError(f'chunk_size must be positive, got {chunk_size}.')
+        _check_counts(dict(chunk_size=chunk_size, nlist=nlist, nprobe=nprobe,
+                           train_size=train_size, hnsw_m=hnsw_m,
+                           ef_construction=ef_construction, ef_search=ef_search, seed=seed))
         self.index_type = index
         self.ids = list(ids) if ids is not None else None
         self.chunk_size = chunk_size

@@ -285,6 +285,21 @@ def test_protocol_option_errors():
         RetrievalMetric(search=dict(index='ann'))
 
 
+@pytest.mark.parametrize('search, message', [
+    (dict(index='ivf', n_probe=4), r"\['n_probe'\] do not apply to index 'ivf'.*'nprobe'"),
+    (dict(index='flat', nprobe=4), r"\['nprobe'\] do not apply to index 'flat'"),
+    (dict(index='hnsw', nlist=8), r"\['nlist'\] do not apply to index 'hnsw'"),
+    (dict(index='ivf', nprobe=0), 'nprobe must be an integer >= 1, got 0'),
+    (dict(index='hnsw', ef_search='64'), "ef_search must be an integer >= 1, got '64'"),
+    (dict(index='ivf', chunk_size=0), 'chunk_size must be an integer >= 1, got 0'),
+])
+def test_search_options_are_refused_when_the_metric_is_built(search, message):
+    """A misspelt or impossible option fails as the metric is built, not after the whole
+    gallery is encoded (a validation during training would stop the run there)."""
+    with pytest.raises(ValueError, match=message):
+        RetrievalMetric(search=search)
+
+
 def test_text_to_image_only_reports_the_t2i_r1_sum():
     result = _run(RetrievalMetric(recall_ks=(1, 2), directions=('t2i',)), _three_media())
     assert result['t2i_R@1_sum'] == pytest.approx(50.0 + 50.0)

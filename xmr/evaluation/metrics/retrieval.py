@@ -22,7 +22,7 @@ from xmr.evaluation.protocols import (
     evaluate_protocol,
     protocol_galleries,
 )
-from xmr.evaluation.search import INDEX_TYPES
+from xmr.evaluation.search import check_search_options
 from xmr.evaluation.token_scoring import TOKEN_SCORING_MODES, TokenScoring, TokenSet
 from xmr.registry import METRICS
 from xmr.utils.cli import UserKeyError
@@ -134,9 +134,7 @@ class RetrievalMetric(BaseMetric):
             raise ValueError(f'recall_ks must be positive integers, got {recall_ks}.')
         self._check_protocol_needs()
         self.search = dict(search or {})
-        if self.search.get('index', 'flat') not in INDEX_TYPES:
-            raise ValueError(f"search index must be one of {INDEX_TYPES}, got "
-                             f"'{self.search['index']}'.")
+        check_search_options(self.search)
         self.languages = _canonical(languages, 'RetrievalMetric languages')
         self.source_language = normalize_language(source_language,
                                                   'RetrievalMetric source_language')
