@@ -138,6 +138,19 @@ def test_overall_column_stays_last_when_a_later_result_adds_it():
     assert rows[0] == ['one', '1.00', '1.00', '-', '-', '-']
 
 
+def test_rows_summarising_a_dataset_differently_get_columns_titled_by_their_statistic():
+    """A run scoring both directions (AR, mAR) beside one scoring text->image alone (R@1 and
+    its sum) on the same dataset: two columns titled 'm/de' would hold AR and R@1 under one
+    legend line, and the CSV would repeat a header."""
+    both = EvaluationResult('both', {'m/de/t2i_R@1': 30.0, 'm/de/AR': 50.0, 'm/mAR': 50.0})
+    one_way = EvaluationResult('t2i', {'m/de/t2i_R@1': 20.0, 'm/t2i_R@1_sum': 20.0})
+    assert leaderboard_table([both, one_way]) == (
+        ['model', 'm/de/AR', 'm/de/t2i_R@1', 'm/mAR', 'm/t2i_R@1_sum'],
+        [['both', '50.00', '30.00', '50.00', '-'], ['t2i', '-', '20.00', '-', '20.00']])
+    assert column_legend([both, one_way]) == ['m: AR = mean of R@1 both ways; mAR = mean AR',
+                                              'm: text→image R@1, summed']
+
+
 def test_a_prefixed_pectvlm_summary_is_no_language_and_the_legend_names_its_recalls():
     """XTD10's PECTVLM metric reports ``mean_R@1`` per language and as its summary, and its
     ``mAR`` averages R@1 alone (``recall_ks=(1,)``)."""

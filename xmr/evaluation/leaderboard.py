@@ -23,7 +23,8 @@ columns of the last statistic of this order it has, without a summary. A bare su
 per-language keys of its own, such as the ``mAR`` across datasets of
 :class:`~xmr.engine.eval_loops.MultiDatasetValLoop`, becomes a last column. In a table of
 several results, each dataset's languages stand before its summary, and the legend says when its
-rows average different languages.
+rows average different languages; where rows summarise one dataset by different statistics
+(``AR`` and ``t2i_R@1``), its language columns are titled by their full keys.
 
 Results are saved as JSON (every metric, plus where it came from and which test sets it scored:
 dataset, split, languages) and the table as CSV; :func:`load_result` reads a JSON back for
@@ -43,7 +44,7 @@ import math
 import os
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -260,10 +261,12 @@ def column_legend(results: Sequence[EvaluationResult]) -> list[str]:
         if column.kind == 'overall':
             lines.append(f"{column.label}: over the languages each dataset's summary averages; "
                          f'{_meaning(column, results)}')
-        elif column.group not in seen:
-            seen.add(column.group)
+        elif (column.group, column.headline) not in seen:
+            seen.add((column.group, column.headline))
             name = column.group or 'all columns'
-            if any(c.kind == 'summary' and c.group == column.group for c in columns):
+            if any(c.kind == 'summary' and (c.group, c.headline) == (column.group,
+                                                                     column.headline)
+                   for c in columns):
                 lines.append(f'{name}: {_meaning(column, results)}')
             else:
                 lines.append(f'{name}: {column.headline.per_language} per language (no summary '
@@ -300,6 +303,7 @@ def _summary_languages(summary: Column, columns: Sequence[Column],
     for result in results:
         if summary.key in result.metrics:
             reported[result.name] = [c for c in columns if c.group == summary.group
+                                     and c.headline == summary.headline
                                      and c.kind == 'language' and c.key in result.metrics]
             recorded = result.summary_languages.get(summary.group)
             found[result.name] = [c for c in reported[result.name]
@@ -320,7 +324,8 @@ def _summary_languages(summary: Column, columns: Sequence[Column],
 
 
 def _language(column: Column) -> str:
-    return column.label.rpartition('/')[2]
+    """The language of a ``'language'`` column: its key is ``{group}/{lang}/{statistic}``."""
+    return column.key.split('/')[-2]
 
 
 def leaderboard_markdown(results: Sequence[EvaluationResult]) -> str:
@@ -428,9 +433,15 @@ def _union_columns(results: Sequence[EvaluationResult]) -> list[Column]:
         for column in leaderboard_columns(result.metrics):
             found = overall if column.kind == 'overall' else datasets.setdefault(column.group, {})
             found.setdefault(column.key, column)
-    return [column for found in datasets.values()
-            for column in sorted(found.values(), key=lambda c: c.kind == 'summary')
-            ] + list(overall.values())
+    columns = []
+    for found in datasets.values():
+        # Rows summarising a dataset by other statistics (AR here, text->image R@1 there)
+        # would show two columns titled by the language alone: each is titled by its key.
+        mixed = len({column.headline for column in found.values()}) > 1
+        columns.extend(replace(column, label=column.key)
+                       if mixed and column.kind == 'language' else column
+                       for column in sorted(found.values(), key=lambda c: c.kind == 'summary'))
+    return columns + list(overall.values())
 
 
 def _languages(keys: Sequence[str], group: str, statistic: str) -> list[str]:
