@@ -206,3 +206,23 @@ def test_grouped_rerank_shortlists_the_captions_of_as_many_media_as_candidates()
                         captions, pooled_media, pooled_captions, caption_media, grouped=True)
     assert ranks[0].item() > 2
 
+
+
+@pytest.mark.parametrize('direction, grouped', [('t2i', False), ('i2t', False), ('i2t', True)])
+def test_reranked_ties_count_against_the_query_as_exact_ranks_do(direction, grouped):
+    """A collapsed model (every token and pooled embedding the same) ties every pair: the exact
+    ranking puts each positive behind all its tied negatives (3 media, 2 captions each: t2i
+    rank 3, i2t rank 5, grouped 3), and a shortlist of the whole gallery must too, not leave
+    the positive where the cosine's top-k happened to put it."""
+    media = TokenSet.stack([torch.ones(2, DIM)] * 3, DIM)
+    captions = TokenSet.stack([torch.ones(3, DIM)] * 6, DIM)
+    pooled_media = F.normalize(torch.ones(3, 4), dim=1)
+    pooled_captions = F.normalize(torch.ones(6, 4), dim=1)
+    args = (direction, media, captions, pooled_media, pooled_captions,
+            torch.arange(3).repeat_interleave(2))
+    exact = token_ranks(TokenScoring(patch_word_similarity), *args, grouped=grouped)
+    expected = {('t2i', False): [3] * 6, ('i2t', False): [5] * 3, ('i2t', True): [3] * 3}
+    assert exact.tolist() == expected[direction, grouped]
+    whole = token_ranks(TokenScoring(patch_word_similarity, 'tokens_rerank', 6), *args,
+                        grouped=grouped)
+    assert whole.tolist() == exact.tolist()

@@ -157,10 +157,27 @@ def token_ranks(scoring: TokenScoring, direction: str, media: TokenSet, captions
                            .topk(depth, dim=1).indices
                            for start in range(0, queries.shape[0], chunk)])
     reordered = torch.stack([
-        candidates[_candidate_scores(scoring, direction, media, captions, query,
-                                     candidates).argsort(descending=True, stable=True)]
+        candidates[_tie_against_query(
+            _candidate_scores(scoring, direction, media, captions, query, candidates),
+            gallery_group[candidates] == query_group[query])]
         for query, candidates in enumerate(shortlist)]) if len(shortlist) else shortlist
     return ranks_from_topk(reordered, query_group, gallery_group, grouped=grouped)
+
+
+def _tie_against_query(scores: Tensor, positive: Tensor) -> Tensor:
+    """The order of a shortlist by decreasing score, each positive after the negatives it ties
+    with, so that a tie counts against the query as in the exact ranks (a collapsed model
+    scores 0, not whatever the cosine's top-k order gives).
+
+    Args:
+        scores: ``[k]`` token scores of the shortlist.
+        positive: ``[k]`` bool, whether each item is a positive of the query.
+
+    Returns:
+        ``[k]`` int64 positions into the shortlist.
+    """
+    negatives_first = positive.int().argsort(stable=True)
+    return negatives_first[scores[negatives_first].argsort(descending=True, stable=True)]
 
 
 def _query_block(scoring: TokenScoring, direction: str, media: TokenSet, captions: TokenSet,
