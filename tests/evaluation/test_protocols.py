@@ -172,6 +172,8 @@ def test_bad_options_are_errors():
         evaluate_language(gallery, directions=('v2t',))
     with pytest.raises(ValueError, match='recall_ks'):
         evaluate_language(gallery, recall_ks=(0,))
+    with pytest.raises(ValueError, match='repeat 5'):
+        evaluate_language(gallery, recall_ks=(1, 5, 5))
     with pytest.raises(ValueError, match='i2t_mode'):
         evaluate_language(gallery, i2t_mode='lenient')
     with pytest.raises(ValueError, match='search index'):

@@ -34,6 +34,7 @@ larger COCO set, for instance).
 """
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -48,7 +49,7 @@ from xmr.evaluation.token_scoring import TokenScoring, TokenSet, token_ranks
 __all__ = [
     'Protocol', 'PROTOCOLS', 'DIRECTIONS', 'I2T_MODES', 'FewShotSplit', 'LanguageGallery',
     'coco_1k_folds', 'xtd10_fewshot_split', 'protocol_galleries', 'evaluate_language',
-    'evaluate_protocol',
+    'evaluate_protocol', 'check_recall_ks',
 ]
 
 DIRECTIONS = ('t2i', 'i2t')
@@ -377,12 +378,31 @@ def _approximate_ranks(queries: Tensor, targets: Tensor, query_group: Tensor,
     return ranks_from_topk(indices, query_group, gallery_group, grouped=grouped)
 
 
+def check_recall_ks(recall_ks: Sequence[int]) -> None:
+    """Refuse K values that would miscount or misname a recall.
+
+    Args:
+        recall_ks: the K of R@K.
+
+    Raises:
+        ValueError: an empty list, a K that is not a positive integer (a float K would name
+            its key ``R@1.0``, which the leaderboard and the CLIP_benchmark export do not read),
+            or a repeated K (AR and rSum would count its recall twice).
+    """
+    if not recall_ks or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1
+                            for k in recall_ks):
+        raise ValueError(f'recall_ks must be positive integers, got {tuple(recall_ks)}.')
+    repeated = sorted({int(k) for k in recall_ks if list(recall_ks).count(k) > 1})
+    if repeated:
+        raise ValueError(f'recall_ks {tuple(recall_ks)} repeat {", ".join(map(str, repeated))}; '
+                         'AR and rSum would count those recalls twice: give each K once.')
+
+
 def _check_options(directions: Sequence[str], recall_ks: Sequence[int], i2t_mode: str) -> None:
     unknown = [d for d in directions if d not in DIRECTIONS]
     if not directions or unknown:
         raise ValueError(f'directions must be a non-empty subset of {DIRECTIONS}, got '
                          f'{tuple(directions)}.')
-    if not recall_ks or any(int(k) != k or k < 1 for k in recall_ks):
-        raise ValueError(f'recall_ks must be positive integers, got {tuple(recall_ks)}.')
+    check_recall_ks(recall_ks)
     if i2t_mode not in I2T_MODES:
         raise ValueError(f"i2t_mode must be one of {I2T_MODES}, got '{i2t_mode}'.")

@@ -285,6 +285,17 @@ def test_protocol_option_errors():
         RetrievalMetric(search=dict(index='ann'))
 
 
+@pytest.mark.parametrize('recall_ks, message', [
+    ((1, 1, 5), r'recall_ks \(1, 1, 5\) repeat 1'),
+    ((1.0, 5), r'recall_ks must be positive integers, got \(1.0, 5\)'),
+])
+def test_recall_ks_that_would_misname_or_miscount_a_recall_are_refused(recall_ks, message):
+    """A repeated K counted twice in AR and rSum (AR = rSum / (2 * len(recall_ks))), and a float
+    K named its key R@1.0, which neither the leaderboard nor CLIP_benchmark's export reads."""
+    with pytest.raises(ValueError, match=message):
+        RetrievalMetric(recall_ks=recall_ks)
+
+
 @pytest.mark.parametrize('search, message', [
     (dict(index='ivf', n_probe=4), r"\['n_probe'\] do not apply to index 'ivf'.*'nprobe'"),
     (dict(index='flat', nprobe=4), r"\['nprobe'\] do not apply to index 'flat'"),

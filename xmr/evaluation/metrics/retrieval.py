@@ -19,6 +19,7 @@ from xmr.evaluation.protocols import (
     I2T_MODES,
     PROTOCOLS,
     LanguageGallery,
+    check_recall_ks,
     evaluate_protocol,
     protocol_galleries,
 )
@@ -129,9 +130,8 @@ class RetrievalMetric(BaseMetric):
         # Stored as rankings (t2i / i2t); the keys use the protocol's names for them.
         self.directions = tuple(spec.ranking_direction(d) for d in directions) \
             if directions is not None else spec.directions
-        self.recall_ks = tuple(recall_ks)
-        if not self.recall_ks or any(int(k) != k or k < 1 for k in self.recall_ks):
-            raise ValueError(f'recall_ks must be positive integers, got {recall_ks}.')
+        check_recall_ks(recall_ks)
+        self.recall_ks = tuple(int(k) for k in recall_ks)
         self._check_protocol_needs()
         self.search = dict(search or {})
         check_search_options(self.search)
