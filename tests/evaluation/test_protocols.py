@@ -93,6 +93,8 @@ def test_protocol_gallery_sizes_are_enforced():
     assert protocol_galleries('coco_5k', 5000)[0].tolist() == list(range(5000))
     with pytest.raises(ValueError, match='fold 5 does not exist'):
         protocol_galleries('coco_1k_5fold', 5000, folds=(5,))
+    with pytest.raises(ValueError, match='name no fold'):
+        protocol_galleries('coco_1k_5fold', 5000, folds=())
     with pytest.raises(ValueError, match='unknown protocol'):
         protocol_galleries('flickr', 10)
     with pytest.raises(ValueError, match='empty'):

@@ -49,7 +49,7 @@ from xmr.evaluation.token_scoring import TokenScoring, TokenSet, token_ranks
 __all__ = [
     'Protocol', 'PROTOCOLS', 'DIRECTIONS', 'I2T_MODES', 'FewShotSplit', 'LanguageGallery',
     'coco_1k_folds', 'xtd10_fewshot_split', 'protocol_galleries', 'evaluate_language',
-    'evaluate_protocol', 'check_recall_ks',
+    'evaluate_protocol', 'check_recall_ks', 'check_folds',
 ]
 
 DIRECTIONS = ('t2i', 'i2t')
@@ -225,6 +225,30 @@ class LanguageGallery:
                                self.caption_tokens.select(keep_caption.nonzero().flatten()))
 
 
+def check_folds(num_folds: int, folds: Sequence[int] | None) -> None:
+    """Refuse ``coco_1k_5fold`` folds that do not exist, before any media is encoded.
+
+    Args:
+        num_folds: folds the gallery is split into.
+        folds: the folds averaged; ``None`` = all.
+
+    Raises:
+        ValueError: ``num_folds`` below 1, an empty ``folds`` (no fold to average) or a fold
+            outside ``0..num_folds - 1``.
+    """
+    if isinstance(num_folds, bool) or not isinstance(num_folds, numbers.Integral) \
+            or num_folds < 1:
+        raise ValueError(f'num_folds must be a positive integer, got {num_folds!r}.')
+    if folds is None:
+        return
+    if not len(folds):
+        raise ValueError(f'folds {tuple(folds)} name no fold to average; give None for all '
+                         f'{num_folds} or some of 0..{num_folds - 1}.')
+    for fold in folds:
+        if not 0 <= fold < num_folds:
+            raise ValueError(f'fold {fold} does not exist; folds are 0..{num_folds - 1}.')
+
+
 def protocol_galleries(protocol: str, num_media: int, gallery_size: int | None = None,
                        num_folds: int = 5, folds: Sequence[int] | None = None,
                        shots: int = 50, split_seed: int = 42) -> list[Tensor]:
@@ -253,12 +277,9 @@ def protocol_galleries(protocol: str, num_media: int, gallery_size: int | None =
     if num_media == 0:
         raise ValueError('the evaluation gallery is empty: no media were evaluated.')
     if protocol == 'coco_1k_5fold':
+        check_folds(num_folds, folds)
         all_folds = coco_1k_folds(num_media, num_folds)
-        chosen = range(num_folds) if folds is None else folds
-        for fold in chosen:
-            if not 0 <= fold < num_folds:
-                raise ValueError(f'fold {fold} does not exist; folds are 0..{num_folds - 1}.')
-        return [all_folds[fold] for fold in chosen]
+        return [all_folds[fold] for fold in (range(num_folds) if folds is None else folds)]
     if protocol == 'xtd10_fewshot':
         return [torch.tensor(xtd10_fewshot_split(num_media, shots, split_seed).test)]
     return [torch.arange(num_media)]

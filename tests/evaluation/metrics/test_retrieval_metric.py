@@ -285,6 +285,18 @@ def test_protocol_option_errors():
         RetrievalMetric(search=dict(index='ann'))
 
 
+@pytest.mark.parametrize('folds, num_folds, message', [
+    ((), 5, r'folds \(\) name no fold'),
+    ((5,), 5, r'fold 5 does not exist; folds are 0..4'),
+    (None, 0, 'num_folds must be a positive integer, got 0'),
+])
+def test_coco_folds_that_do_not_exist_are_refused_when_the_metric_is_built(folds, num_folds,
+                                                                           message):
+    """Not after the 5,000 images are encoded (an empty folds list ended in an IndexError)."""
+    with pytest.raises(ValueError, match=message):
+        RetrievalMetric(protocol='coco_1k_5fold', folds=folds, num_folds=num_folds)
+
+
 @pytest.mark.parametrize('recall_ks, message', [
     ((1, 1, 5), r'recall_ks \(1, 1, 5\) repeat 1'),
     ((1.0, 5), r'recall_ks must be positive integers, got \(1.0, 5\)'),

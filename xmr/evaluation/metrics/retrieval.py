@@ -19,6 +19,7 @@ from xmr.evaluation.protocols import (
     I2T_MODES,
     PROTOCOLS,
     LanguageGallery,
+    check_folds,
     check_recall_ks,
     evaluate_protocol,
     protocol_galleries,
@@ -148,6 +149,8 @@ class RetrievalMetric(BaseMetric):
         self.gallery_size = gallery_size
         self.num_folds = num_folds
         self.folds = tuple(folds) if folds is not None else None
+        if protocol == 'coco_1k_5fold':
+            check_folds(num_folds, self.folds)
         self.fewshot_shots = fewshot_shots
         self.fewshot_seed = fewshot_seed
         if scoring not in ('embedding', *TOKEN_SCORING_MODES):
