@@ -285,6 +285,18 @@ def test_protocol_option_errors():
         RetrievalMetric(search=dict(index='ann'))
 
 
+@pytest.mark.parametrize('option, value', [
+    ('languages', 'de'), ('mean_languages', 'de'), ('directions', 't2i'), ('recall_ks', 10),
+    ('folds', 0)])
+def test_one_value_where_a_list_goes_is_named_with_the_list_to_write(option, value):
+    """``--cfg-options test_evaluator.languages=de`` gives the string 'de', which was read
+    letter by letter ("unknown language code 'd'"); recall_ks=10 failed in iteration. A
+    ValueError, as every other bad option of the metric: tools report it as the user's fault."""
+    with pytest.raises(ValueError, match=rf'RetrievalMetric {option} must be a list, got '
+                                        rf"{value!r}; write \[{value!r}\]"):
+        RetrievalMetric(protocol='coco_1k_5fold', **{option: value})
+
+
 @pytest.mark.parametrize('folds, num_folds, message', [
     ((), 5, r'folds \(\) name no fold'),
     ((5,), 5, r'fold 5 does not exist; folds are 0..4'),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -119,6 +119,10 @@ class RetrievalMetric(BaseMetric):
                  collect_device: str = 'cpu',
                  prefix: str | None = None, collect_dir: str | None = None) -> None:
         super().__init__(collect_device=collect_device, prefix=prefix, collect_dir=collect_dir)
+        for option, value in dict(languages=languages, mean_languages=mean_languages,
+                                  recall_ks=recall_ks, directions=directions,
+                                  folds=folds).items():
+            _check_listed(option, value)
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol '{protocol}'; choose one of {sorted(PROTOCOLS)}.")
         if i2t_mode not in I2T_MODES:
@@ -401,6 +405,14 @@ class RetrievalMetric(BaseMetric):
         mode = f', i2t {self.i2t_mode}' if ranks_media else ''
         print_log(f'Retrieval ({self.protocol}{mode}):\n'
                   + format_table(['lang', *columns], rows), logger='current', level=logging.INFO)
+
+
+def _check_listed(option: str, value: Any) -> None:
+    """Refuse one value where a list goes: ``--cfg-options test_evaluator.languages=de`` gives
+    the string ``'de'``, which would be read letter by letter."""
+    if value is not None and (isinstance(value, (str, bytes)) or not isinstance(value, Iterable)):
+        raise ValueError(f'RetrievalMetric {option} must be a list, got {value!r}; write '
+                        f'[{value!r}].')
 
 
 def _canonical(codes: Sequence[str] | None, where: str) -> tuple[str, ...] | None:
