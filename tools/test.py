@@ -41,9 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--out', help='JSON file of the result (the CSV table goes beside it); '
                         'default: <checkpoint>_test.json next to the checkpoint')
     parser.add_argument('--overwrite', action='store_true',
-                        help='replace an earlier test result (its JSON and CSV) where this one '
-                        'goes; without it an existing result is kept and the test is refused. '
-                        'Files other than test results are never replaced')
+                        help='replace an earlier test result (its JSON, CSV and CLIP_benchmark '
+                        'files) where this one goes; without it an existing result is kept and '
+                        'the test is refused. Files other than test results are never replaced')
     parser.add_argument('--name', help='row label of this model (default: "<config name> '
                         '(<checkpoint name>)")')
     parser.add_argument('--format', choices=['xmr', 'clip_benchmark'], default='xmr',
@@ -129,6 +129,7 @@ def check_writable(json_path: Path, overwrite: bool) -> None:
                         '.csv', 'give --out a path ending in .json')
     if json_path.exists() or json_path.with_suffix('.csv').exists():
         check_earlier_result(json_path, overwrite)
+    check_earlier_clip_benchmark_files(json_path, overwrite)
     folder = json_path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -166,6 +167,36 @@ def check_earlier_result(json_path: Path, overwrite: bool) -> None:
                         f"{earlier.extra.get('tested_at', 'at an unrecorded time')}, "
                         f'{earlier.checkpoint}); it is kept',
                         f'pass --overwrite to replace it, or {keep}')
+
+
+def clip_benchmark_folder(json_path: Path) -> Path:
+    """Where ``--format clip_benchmark`` writes: ``<result>_clip_benchmark/`` beside it."""
+    return json_path.with_name(f'{json_path.stem}_clip_benchmark')
+
+
+def check_earlier_clip_benchmark_files(json_path: Path, overwrite: bool) -> None:
+    """Refuse, unless ``overwrite``, when the result's CLIP_benchmark folder holds an earlier
+    export (its result JSON removed, else :func:`check_earlier_result` refused already)."""
+    from xmr.evaluation import clip_benchmark_files
+
+    folder = clip_benchmark_folder(json_path)
+    if not overwrite and clip_benchmark_files(folder):
+        raise UserError(folder, 'holds the CLIP_benchmark files of an earlier test result; they '
+                        'are kept', 'pass --overwrite to replace them, or give --out another '
+                        '.json path')
+
+
+def remove_earlier_clip_benchmark_files(json_path: Path) -> None:
+    """The replaced result's CLIP_benchmark files go with it: left there, they would stand
+    beside the new result with the numbers it replaced (of a language no longer tested, say).
+    Other files in the folder stay."""
+    from xmr.evaluation import clip_benchmark_files
+
+    folder = clip_benchmark_folder(json_path)
+    for path in clip_benchmark_files(folder):
+        path.unlink()
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def _is_result_table(csv_path: Path) -> bool:
@@ -270,7 +301,7 @@ def write_clip_benchmark_files(args: argparse.Namespace, result, scored, json_pa
     from xmr.evaluation import clip_benchmark_records, write_clip_benchmark
 
     model = args.name or osp.splitext(osp.basename(args.config))[0]
-    folder = json_path.with_name(f'{json_path.stem}_clip_benchmark')
+    folder = clip_benchmark_folder(json_path)
     write_clip_benchmark(clip_benchmark_records(result.metrics, scored, model,
                                                 str(args.checkpoint)), folder)
     return folder
@@ -301,6 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     print(leaderboard_markdown([*results, result]))
     save_result(json_path, result)
     write_csv(csv_path, [result])
+    remove_earlier_clip_benchmark_files(json_path)
     if args.format == 'clip_benchmark':
         print(f'clip_benchmark: {write_clip_benchmark_files(args, result, scored, json_path)}')
     print(f'\nresults: {json_path}\ntable:   {csv_path}')

@@ -382,6 +382,46 @@ def test_only_an_earlier_result_is_replaced_and_only_with_overwrite(synthetic_se
     assert len(tested) == 2
 
 
+def test_an_earlier_results_clip_benchmark_files_go_with_it(synthetic_setup, capsys,
+                                                            monkeypatch):
+    """The export of a replaced result described it still: after --overwrite with fewer
+    languages, its zh file stood beside the new result, and `clip_benchmark build` read it."""
+    root, config = synthetic_setup
+    tool = load_tool()
+    runs = [['de', 'zh'], ['de']]
+
+    def fake_test(args):
+        languages = runs.pop(0)
+        metrics = {f'synthetic/{lang}/{direction}_R@1': 50.0
+                   for lang in languages for direction in ('t2i', 'i2t')}
+        return EvaluationResult('run', metrics, checkpoint=args.checkpoint), [
+            evaluation.ScoredDataset('synthetic', 'synthetic', 'standard')]
+
+    monkeypatch.setattr(tool, 'run_test', fake_test)
+    command = [str(config()), str(root / 'model.pth'), '--format', 'clip_benchmark']
+    folder = root / 'model_test_clip_benchmark'
+    my_notes = folder / 'notes.txt'
+    tool.main(command)
+    my_notes.write_text('mine\n')
+    assert sorted(path.name for path in folder.glob('*.json')) == [
+        'synthetic_model.pth_synthetic_de_zeroshot_retrieval.json',
+        'synthetic_model.pth_synthetic_zh_zeroshot_retrieval.json']
+    tool.main([*command, '--overwrite'])
+    assert [path.name for path in folder.glob('*.json')] == [
+        'synthetic_model.pth_synthetic_de_zeroshot_retrieval.json']
+    assert my_notes.read_text() == 'mine\n'  # not an export file: left as it is
+    capsys.readouterr()
+
+    # Files of an export without its result are kept unless told, like a result.
+    (root / 'model_test.json').unlink()
+    (root / 'model_test.csv').unlink()
+    with pytest.raises(SystemExit):
+        run_tool(tool.main, [str(config()), str(root / 'model.pth')])
+    assert re.match(r'error: .*model_test_clip_benchmark: holds the CLIP_benchmark files of an '
+                    r'earlier test result; they are kept: pass --overwrite to replace them',
+                    capsys.readouterr().err)
+
+
 def test_a_test_set_of_another_media_size_than_the_image_tower_stops_before_encoding():
     """It failed inside the tower at the first test batch, with two token counts."""
     from types import SimpleNamespace

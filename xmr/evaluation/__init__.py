@@ -4,6 +4,7 @@
 """
 from xmr.evaluation.clip_benchmark import (
     ScoredDataset,
+    clip_benchmark_files,
     clip_benchmark_records,
     scored_datasets,
     write_clip_benchmark,
@@ -49,5 +50,6 @@ __all__ = [
     'ranks_from_scores', 'ranks_from_topk', 'recall_at_k', 'recall_sum', 'text_to_media_ranks',
     'FaissSearcher', 'exact_ranks', 'EvaluationResult', 'format_table', 'leaderboard_columns',
     'leaderboard_markdown', 'leaderboard_table', 'load_result', 'save_result', 'write_csv',
-    'ScoredDataset', 'clip_benchmark_records', 'scored_datasets', 'write_clip_benchmark',
+    'ScoredDataset', 'clip_benchmark_files', 'clip_benchmark_records', 'scored_datasets',
+    'write_clip_benchmark',
 ]

@@ -29,7 +29,7 @@ from xmr.fileio import atomic_write_text
 
 __all__ = ['CLIP_BENCHMARK_DATASETS', 'COMPARABLE_PROTOCOLS', 'ScoredDataset',
            'scored_datasets', 'clip_benchmark_records', 'clip_benchmark_filename',
-           'write_clip_benchmark']
+           'write_clip_benchmark', 'clip_benchmark_files']
 
 # xmr dataset name -> CLIP_benchmark's; other datasets keep their name.
 CLIP_BENCHMARK_DATASETS = {'flickr30k_200': 'flickr30k-200', 'mscoco': 'mscoco_captions'}
@@ -37,6 +37,8 @@ CLIP_BENCHMARK_DATASETS = {'flickr30k_200': 'flickr30k-200', 'mscoco': 'mscoco_c
 COMPARABLE_PROTOCOLS = ('standard', 'coco_5k', 'text_to_video', 'xtd10_t2i_r10', 'xtd200',
                         'flickr30k_200', 'crossmodal3600_first_caption')
 _TASK = 'zeroshot_retrieval'
+#: The fields of a CLIP_benchmark result file, all of which :func:`write_clip_benchmark` writes.
+_RECORD_FIELDS = frozenset({'dataset', 'model', 'pretrained', 'task', 'metrics', 'language'})
 _RECALL = re.compile(r'^(t2i|i2t)_R@(\d+)$')
 _CB_NAMES = {'t2i': 'image_retrieval_recall', 'i2t': 'text_retrieval_recall'}
 
@@ -161,3 +163,25 @@ def write_clip_benchmark(records: Sequence[Mapping[str, Any]],
         atomic_write_text(path, json.dumps(record, ensure_ascii=False) + '\n')
         paths.append(path)
     return paths
+
+
+def clip_benchmark_files(folder: str | os.PathLike) -> list[Path]:
+    """The CLIP_benchmark result files in ``folder``: JSON objects with every field
+    :func:`write_clip_benchmark` writes; other files are not theirs.
+
+    Args:
+        folder: an export folder (``<result>_clip_benchmark/`` of ``tools/test.py``); it may
+            not exist.
+
+    Returns:
+        The files, sorted; empty when the folder does not exist.
+    """
+    files = []
+    for path in sorted(Path(folder).glob('*.json')):
+        try:
+            record = json.loads(path.read_text(encoding='utf-8'))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(record, dict) and _RECORD_FIELDS <= record.keys():
+            files.append(path)
+    return files
