@@ -2,6 +2,8 @@
 import pytest
 import torch
 
+from xmr.datasets.annotation import Annotation, MediaRecord
+from xmr.datasets.few_shot import few_shot_splits
 from xmr.evaluation.protocols import (
     PROTOCOLS,
     LanguageGallery,
@@ -111,6 +113,18 @@ def test_xtd10_fewshot_split_is_pectvlm_recipe():
     assert protocol_galleries('xtd10_fewshot', 1000)[0].tolist() == split.test
     with pytest.raises(ValueError, match='shots'):
         xtd10_fewshot_split(num_images=10, shots=5)
+
+
+def test_the_fewshot_metric_scores_the_images_the_converters_split_leaves_out_of_training():
+    """docs/evaluation.md: the converter's --few-shot split (the training data) and the
+    metric's split are two functions drawing one permutation."""
+    images = Annotation(
+        dataset='xtd10', split='test', media_type='image', languages=['en'], source_lang='en',
+        items=[MediaRecord(str(i), f'{i}.jpg', {'en': [f'caption {i}']}) for i in range(1000)])
+    parts = few_shot_splits(images, 50)
+    split = xtd10_fewshot_split()
+    assert [[int(record.media_id) for record in parts[name].items]
+            for name in ('train', 'val', 'test')] == [split.train, split.val, split.test]
 
 
 def test_text_to_video_one_caption_per_clip():
