@@ -151,6 +151,16 @@ def test_rows_summarising_a_dataset_differently_get_columns_titled_by_their_stat
                                               'm: text→image R@1, summed']
 
 
+def test_bare_keys_beside_prefixed_ones_are_not_called_all_columns():
+    """CDDS's configs score the token ranking under bare keys beside pooled/...: the legend
+    said 'all columns' of the bare ones, then described the others."""
+    result = EvaluationResult('cdds', {'en/AR': 5.0, 'mAR': 5.0, 'pooled/en/AR': 6.0,
+                                       'pooled/mAR': 6.0})
+    assert column_legend([result]) == [
+        'columns without a prefix: AR = mean of the recalls both ways; mAR = mean AR',
+        'pooled: AR = mean of the recalls both ways; mAR = mean AR']
+
+
 def test_a_prefixed_pectvlm_summary_is_no_language_and_the_legend_names_its_recalls():
     """XTD10's PECTVLM metric reports ``mean_R@1`` per language and as its summary, and its
     ``mAR`` averages R@1 alone (``recall_ks=(1,)``)."""

@@ -257,13 +257,16 @@ def column_legend(results: Sequence[EvaluationResult]) -> list[str]:
     row's summary averages where the rows differ or a language shown is left out of it."""
     lines, seen = [], set()
     columns = _union_columns(results)
+    # Bare keys are every column only when no dataset has a prefix (CDDS's configs put the
+    # token ranking's bare keys beside pooled/...).
+    bare = 'all columns' if all(c.group == '' for c in columns) else 'columns without a prefix'
     for column in columns:
         if column.kind == 'overall':
             lines.append(f"{column.label}: over the languages each dataset's summary averages; "
                          f'{_meaning(column, results)}')
         elif (column.group, column.headline) not in seen:
             seen.add((column.group, column.headline))
-            name = column.group or 'all columns'
+            name = column.group or bare
             if any(c.kind == 'summary' and (c.group, c.headline) == (column.group,
                                                                      column.headline)
                    for c in columns):
