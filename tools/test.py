@@ -328,14 +328,21 @@ def main(argv: list[str] | None = None) -> None:
     result, scored = run_test(args)
     if not is_main_process():
         return
-    # The table is printed before anything is written, so a failing write never hides it.
-    print(leaderboard_markdown([*results, result]))
+    # The table is printed before anything is written, so a failing write never hides it;
+    # a result the table cannot show is written all the same, then named.
+    try:
+        print(leaderboard_markdown([*results, result]))
+        unshown = None
+    except ValueError as error:
+        unshown = error
     save_result(json_path, result)
     write_csv(csv_path, [result])
     remove_earlier_clip_benchmark_files(json_path)
     if args.format == 'clip_benchmark':
         print(f'clip_benchmark: {write_clip_benchmark_files(args, result, scored, json_path)}')
     print(f'\nresults: {json_path}\ntable:   {csv_path}')
+    if unshown is not None:
+        raise SystemExit(f'error: {unshown}; the result is saved: {json_path}')
 
 
 if __name__ == '__main__':

@@ -382,6 +382,21 @@ def test_only_an_earlier_result_is_replaced_and_only_with_overwrite(synthetic_se
     assert len(tested) == 2
 
 
+def test_a_result_the_leaderboard_cannot_show_is_saved_all_the_same(synthetic_setup, capsys,
+                                                                    monkeypatch):
+    """The table was made before anything was written: a result without a column it can show
+    (R@5 alone) stopped the tool after the whole test, and its numbers were lost."""
+    root, config = synthetic_setup
+    tool = load_tool()
+    metrics = {'synthetic/de/t2i_R@5': 40.0}
+    monkeypatch.setattr(tool, 'run_test', lambda args: (EvaluationResult('r5', metrics), []))
+    with pytest.raises(SystemExit):
+        run_tool(tool.main, [str(config()), str(root / 'model.pth')])
+    assert re.match(r'error: .*hold no retrieval metric.*; the result is saved: .*model_test\.json',
+                    capsys.readouterr().err)
+    assert json.loads((root / 'model_test.json').read_text())['metrics'] == metrics
+
+
 def test_an_earlier_results_clip_benchmark_files_go_with_it(synthetic_setup, capsys,
                                                             monkeypatch):
     """The export of a replaced result described it still: after --overwrite with fewer
