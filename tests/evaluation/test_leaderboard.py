@@ -298,6 +298,14 @@ def test_a_later_rows_language_stays_inside_its_dataset():
                       'coco/mAR', 'mAR']
 
 
+def test_an_image_to_text_result_is_tabulated_by_its_r1_per_language():
+    one_way = EvaluationResult('i2t', {'de/i2t_R@1': 60.0, 'de/i2t_R@5': 90.0,
+                                       'fr/i2t_R@1': 20.0, 'i2t_R@1_sum': 80.0})
+    assert leaderboard_table([one_way]) == (['model', 'de', 'fr', 'i2t_R@1_sum'],
+                                            [['i2t', '60.00', '20.00', '80.00']])
+    assert column_legend([one_way]) == ['all columns: image→text R@1, summed']
+
+
 def test_a_result_without_a_summary_shows_its_languages():
     """RetrievalMetric(languages=['en']) averages no target language: no mAR, AR per language."""
     english = EvaluationResult('en only', {'en/t2i_R@1': 80.0, 'en/i2t_R@1': 82.0,

@@ -13,6 +13,8 @@ summary key          per-language column     table
 ``t2v_R@1_sum``      ``{lang}/t2i_R@1``      DASD Table 2 (Multi-MSRVTT)
 ``t2i_R@1_sum``      ``{lang}/t2i_R@1``      text→image R@1 only
 ``t2s_R@1_sum``      ``{lang}/t2s_R@1``      target→source text R@1 only (``text_to_text``)
+``i2t_R@1_sum``      ``{lang}/i2t_R@1``      image→text R@1 only
+``s2t_R@1_sum``      ``{lang}/s2t_R@1``      source→target text R@1 only (``text_to_text``)
 ``mAR``              ``{lang}/AR``           DASD Table 1 (Multi30K, MSCOCO); text_to_text
 ===================  ======================  ==========================================
 
@@ -77,6 +79,8 @@ HEADLINES: tuple[Headline, ...] = (
     Headline('t2v_R@1_sum', 't2i_R@1', 'text→video R@1, summed'),
     Headline('t2i_R@1_sum', 't2i_R@1', 'text→image R@1, summed'),
     Headline('t2s_R@1_sum', 't2s_R@1', 'target→source text R@1, summed'),
+    Headline('i2t_R@1_sum', 'i2t_R@1', 'image→text R@1, summed'),
+    Headline('s2t_R@1_sum', 's2t_R@1', 'source→target text R@1, summed'),
     Headline('mAR', 'AR', 'AR = mean of {recalls} both ways; mAR = mean AR'),
 )
 

@@ -341,6 +341,14 @@ def test_text_to_image_only_reports_the_t2i_r1_sum():
     assert 'mAR' not in result and 'de/AR' not in result
 
 
+def test_image_to_text_only_reports_the_i2t_r1_sum():
+    """As a text->image run reports t2i_R@1_sum: without a summary an image->text run had no
+    leaderboard column, and tools/test.py stopped after testing without writing its result."""
+    result = _run(RetrievalMetric(recall_ks=(1, 2), directions=('i2t',)), _three_media())
+    assert result['i2t_R@1_sum'] == pytest.approx(200 / 3 + 0.0)  # de + fr, worked out above
+    assert 't2i_R@1_sum' not in result and 'mAR' not in result
+
+
 def test_media_skipped_as_unreadable_are_counted_once_each():
     metric = RetrievalMetric(recall_ks=(1, 2))
     samples = _three_media()

@@ -59,13 +59,14 @@ class RetrievalMetric(BaseMetric):
     both directions ``{lang}/AR`` (mean of the recalls = rSum / 6) and ``{lang}/rSum``. Summaries
     over ``mean_languages``: ``mAR`` (mean AR) and ``rSum`` (sum of rSum) with both directions;
     ``t2v_R@1_sum`` (``text_to_video``; ``t2i_R@1_sum`` for other text→media-only runs), the sum
-    of text→media R@1 (DASD Table 2); ``mean_t2i_R@10`` (``xtd10_t2i_r10``, M-CLIP);
+    of text→media R@1 (DASD Table 2), and ``i2t_R@1_sum`` for media→text-only runs;
+    ``mean_t2i_R@10`` (``xtd10_t2i_r10``, M-CLIP);
     ``{lang}/mean_R@1`` and ``mean_R@1`` (``xtd10_fewshot``, PECTVLM: the mean of the R@1 of both
     directions). ``text_to_text`` names its directions ``t2s`` (target→source captions) and
-    ``s2t`` in place of ``t2i`` and ``i2t`` (``{lang}/t2s_R@1``, ...; ``t2s_R@1_sum``); AR, rSum
-    and mAR keep their names, so ``save_best='mAR'`` selects on it. MMEngine puts
-    ``prefix + '/'`` in front of every key. ``skipped_media``: the
-    number of media files the dataset skipped as unreadable (``on_corrupt='skip'``), present only
+    ``s2t`` in place of ``t2i`` and ``i2t`` (``{lang}/t2s_R@1``, ...; ``t2s_R@1_sum``,
+    ``s2t_R@1_sum``); AR, rSum and mAR keep their names, so ``save_best='mAR'`` selects on it.
+    MMEngine puts ``prefix + '/'`` in front of every key. ``skipped_media``: the number of media
+    files the dataset skipped as unreadable (``on_corrupt='skip'``), present only
     when some were: the recalls are then over a smaller gallery than the benchmark's. After
     ``compute_metrics``, ``summarised_languages`` lists the languages the summaries are over
     (empty without summaries), which ``tools/test.py`` records beside the metrics.
@@ -385,11 +386,12 @@ class RetrievalMetric(BaseMetric):
         if set(self.directions) == set(DIRECTIONS):
             summaries['mAR'] = sum(s['AR'] for s in chosen) / len(chosen)
             summaries['rSum'] = sum(s['rSum'] for s in chosen)
-        if self.protocol == 'text_to_video' or (self.directions == ('t2i',) and
-                                                1 in self.recall_ks):
-            key_name = PROTOCOLS[self.protocol].key_direction('t2i')
-            name = 't2v' if self.protocol == 'text_to_video' else key_name
-            summaries[f'{name}_R@1_sum'] = sum(s[f'{key_name}_R@1'] for s in chosen)
+        if self.protocol == 'text_to_video':
+            summaries['t2v_R@1_sum'] = sum(s['t2i_R@1'] for s in chosen)
+        elif len(self.directions) == 1 and 1 in self.recall_ks:
+            # One direction has no AR: its R@1 summed is the run's summary, either way.
+            key_name = PROTOCOLS[self.protocol].key_direction(self.directions[0])
+            summaries[f'{key_name}_R@1_sum'] = sum(s[f'{key_name}_R@1'] for s in chosen)
         if self.protocol == 'xtd10_t2i_r10':
             summaries['mean_t2i_R@10'] = sum(s['t2i_R@10'] for s in chosen) / len(chosen)
         if self.protocol == 'xtd10_fewshot':
