@@ -111,6 +111,10 @@ def test_combined_mean_ar_counts_a_nested_prefixs_languages_under_its_own_metric
     results = [{'xtd/de/AR': 60.0, 'xtd/mAR': 60.0, 'xtd/fewshot/de/AR': 20.0,
                 'xtd/fewshot/mAR': 20.0}]
     assert combined_mean_ar([xtd], results) == pytest.approx((60 + 20) / 2)
+    # docs/evaluation.md: mean_languages=[] keeps a second metric of a dataset out of mAR.
+    quiet = Evaluator([RetrievalMetric(prefix='xtd'),
+                       RetrievalMetric(prefix='xtd/fewshot', mean_languages=[])])
+    assert combined_mean_ar([quiet], results) == pytest.approx(60)
 
 
 def test_one_pass_over_image_and_video_sets_with_prefixes(tmp_path, clips_ann):
