@@ -190,6 +190,15 @@ def test_recalls_past_the_rerank_shortlist_are_refused(gallery):
             patch_word_similarity, 'tokens_rerank', 3))
 
 
+@pytest.mark.parametrize('candidates', [0, 20.0])
+def test_a_shortlist_length_that_is_no_positive_integer_is_refused_when_built(candidates):
+    """20.0 was accepted, and torch's topk refused the float only at scoring time, after the
+    gallery was encoded (galleries larger than the shortlist)."""
+    with pytest.raises(ValueError, match=rf'rerank_candidates must be a positive integer, got '
+                                         rf'{candidates!r}'):
+        RetrievalMetric(scoring='tokens_rerank', rerank_candidates=candidates)
+
+
 def test_grouped_rerank_shortlists_the_captions_of_as_many_media_as_candidates():
     """Four media with two captions each; by pooled cosine, media 0 sees both captions of media
     1 first, then those of media 2 and 3, and its own captions last. With 2 candidates its own

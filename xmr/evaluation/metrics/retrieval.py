@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import numbers
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -167,8 +168,11 @@ class RetrievalMetric(BaseMetric):
         if scoring != 'embedding' and self.search:
             raise ValueError(f"scoring='{scoring}' ranks with the model's token score; search "
                              f'{self.search} applies to scoring=\'embedding\' only.')
-        if rerank_candidates < 1:
-            raise ValueError(f'rerank_candidates must be positive, got {rerank_candidates}.')
+        if isinstance(rerank_candidates, bool) or not isinstance(rerank_candidates,
+                                                                 numbers.Integral) \
+                or rerank_candidates < 1:
+            raise ValueError(f'rerank_candidates must be a positive integer, got '
+                             f'{rerank_candidates!r}.')
         if scoring == 'tokens_rerank' and max(self.recall_ks) > rerank_candidates:
             raise ValueError(f'recall_ks {self.recall_ks} reach past rerank_candidates '
                              f'{rerank_candidates}: R@K is exact only for K up to the shortlist '
