@@ -341,6 +341,13 @@ def test_text_to_image_only_reports_the_t2i_r1_sum():
     assert 'mAR' not in result and 'de/AR' not in result
 
 
+def test_a_direction_given_twice_is_refused():
+    """('t2i', 't2i') ranked twice and, being no single direction, reported no summary: the
+    leaderboard had nothing to show."""
+    with pytest.raises(ValueError, match=r"directions \('t2i', 't2i'\) repeat 't2i'"):
+        RetrievalMetric(directions=('t2i', 't2i'))
+
+
 def test_image_to_text_only_reports_the_i2t_r1_sum():
     """As a text->image run reports t2i_R@1_sum: without a summary an image->text run had no
     leaderboard column, and tools/test.py stopped after testing without writing its result."""

@@ -134,6 +134,10 @@ class RetrievalMetric(BaseMetric):
         if directions is not None and not directions:
             raise ValueError(f'directions must be a non-empty subset of {spec.direction_names}, '
                              f'got {directions}.')
+        if directions is not None and len(set(directions)) < len(directions):
+            repeated = sorted({d for d in directions if list(directions).count(d) > 1})
+            raise ValueError(f'directions {tuple(directions)} repeat '
+                             f'{", ".join(map(repr, repeated))}; give each direction once.')
         # Stored as rankings (t2i / i2t); the keys use the protocol's names for them.
         self.directions = tuple(spec.ranking_direction(d) for d in directions) \
             if directions is not None else spec.directions
