@@ -19,7 +19,7 @@ from typing import TypeVar
 import torch
 
 __all__ = ['read_weights', 'check_weights_fit', 'fetch_weights', 'WeightsMismatchError',
-           'CHECKPOINT_SUFFIXES']
+           'CHECKPOINT_SUFFIXES', 'unreadable_file']
 
 Fetched = TypeVar('Fetched')
 
@@ -136,7 +136,7 @@ def _read_safetensors(path: Path, what: str) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except (SafetensorError, OSError) as error:
-        raise ValueError(_unreadable(path, what, error)) from error
+        raise ValueError(unreadable_file(path, what, error)) from error
 
 
 def _read_pickle(path: Path, what: str) -> object:
@@ -148,15 +148,17 @@ def _read_pickle(path: Path, what: str) -> object:
                              f'loader refuses; if you trust the file, re-save its weights once: '
                              f"torch.save(torch.load('{path}', weights_only=False)"
                              f"['state_dict'], 'weights.pt')") from error
-        raise ValueError(_unreadable(path, what, error)) from error
+        raise ValueError(unreadable_file(path, what, error)) from error
     except (RuntimeError, EOFError, OSError) as error:
-        raise ValueError(_unreadable(path, what, error)) from error
+        raise ValueError(unreadable_file(path, what, error)) from error
     except Exception as error:  # noqa: BLE001 - arbitrary bytes break the unpickler anywhere
-        raise ValueError(_unreadable(path, what, 'neither a torch file nor safetensors')
+        raise ValueError(unreadable_file(path, what, 'neither a torch file nor safetensors')
                          ) from error
 
 
-def _unreadable(path: Path, what: str, error: Exception | str) -> str:
+def unreadable_file(path: Path, what: str, error: Exception | str) -> str:
+    """The message for a file ``path`` that a loader failed on (``error``, its first line):
+    its size, ``what`` it should be, and what to do."""
     reason = (str(error).strip().splitlines()[0].rstrip('.') if str(error).strip()
               else type(error).__name__)
     return (f'{path} ({path.stat().st_size} bytes) is not a readable {what}: {reason}. A '

@@ -6,6 +6,7 @@ every weight landed in the right place.
 """
 import functools
 import math
+import re
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 
 import xmr.models.backbones.cclm  # noqa: F401  (registers CCLMDualStream, CCLMTokenizer)
 from tests.conftest import SHARED_DATA
+from tests.zip_records import damage_record
 from xmr.models.backbones.cclm_checkpoint import convert_cclm_state_dict, read_cclm_checkpoint
 from xmr.models.backbones.relative_position import resize_relative_position_bias
 from xmr.registry import MODELS, TOKENIZERS
@@ -387,6 +389,23 @@ def test_files_that_are_not_cclm_checkpoints_fail_clearly(tmp_path):
         read_cclm_checkpoint(tensor_file)
     with pytest.raises(ValueError, match='is not a CCLM checkpoint'):
         convert_cclm_state_dict({'text_encoder.x': torch.zeros(1)}, {}, 2)
+
+
+def test_truncated_or_damaged_files_are_refused_naming_them(tmp_path, checkpoint_file):
+    """A cut-off download names the file; a damaged tensor, which torch.load would read as other
+    numbers without a word, names its record."""
+    truncated = tmp_path / 'cclm_4m.th'
+    truncated.write_bytes(checkpoint_file.read_bytes()[:4096])
+    with pytest.raises(ValueError, match=rf'{re.escape(str(truncated))} \(4096 bytes\) is not a '
+                                         r'readable CCLM checkpoint: .*download the file again'):
+        read_cclm_checkpoint(truncated)
+    damaged = tmp_path / 'damaged.th'
+    damaged.write_bytes(checkpoint_file.read_bytes())
+    record = damage_record(damaged, '/data/')
+    with pytest.raises(ValueError, match=rf'{re.escape(str(damaged))}: truncated or corrupt '
+                                         rf'CCLM checkpoint \(its record {re.escape(record)} '
+                                         r'is damaged'):
+        read_cclm_checkpoint(damaged)
 
 
 def test_backbone_with_an_absent_checkpoint_fails_before_building_anything(tmp_path):

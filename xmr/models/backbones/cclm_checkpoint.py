@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import pickle
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from pathlib import Path
 import torch
 
 from xmr.models.backbones.relative_position import resize_relative_position_bias, table_side
+from xmr.models.weight_files import unreadable_file
 
 _SWIN_BLOCK = re.compile(r'^vision_encoder\.layers\.(\d+)\.blocks\.(\d+)\.(.+)$')
 _SWIN_DOWNSAMPLE = re.compile(r'^vision_encoder\.layers\.(\d+)\.downsample\.(.+)$')
@@ -101,16 +103,25 @@ def read_cclm_checkpoint(path: str | Path, weights_only: bool = True) -> dict[st
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the file cannot be read safely, or holds no CCLM state dict.
+        ValueError: the file is truncated or damaged (a record failing its CRC-32), cannot be
+            read safely, or holds no CCLM state dict.
     """
+    # xmr.engine imports the models: here, not at the top.
+    from xmr.engine.checkpoint import check_archive_records
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f'CCLM checkpoint {path} does not exist')
+    if zipfile.is_zipfile(path):
+        # torch.load checks no record's CRC-32: a damaged tensor would load as other numbers.
+        check_archive_records(path, 'CCLM checkpoint')
     try:
         loaded = torch.load(path, map_location='cpu', weights_only=weights_only)
     except pickle.UnpicklingError as error:
         raise ValueError(f'{path} pickles objects that the safe loader refuses ({error}); if '
                          'you trust the file, load it with weights_only=False') from error
+    except (RuntimeError, EOFError) as error:  # a cut-off archive has no central directory
+        raise ValueError(unreadable_file(path, 'CCLM checkpoint', error)) from error
     if isinstance(loaded, Mapping) and isinstance(loaded.get('model'), Mapping):
         loaded = loaded['model']
     check_cclm_state_dict(loaded, str(path))
