@@ -1,6 +1,8 @@
 """open_clip models follow their weights' record; OpenAI's released files load in both formats."""
 from __future__ import annotations
 
+import math
+
 import open_clip
 import pytest
 import torch
@@ -162,15 +164,18 @@ def test_a_tag_repeated_as_its_own_pretrained_cfg_is_no_contradiction():
     assert record_for('ViT-B-32', 'openai', 'openai') == record_for('ViT-B-32', 'openai')
 
 
-def test_a_file_whose_logit_scale_is_a_one_element_vector_loads(tmp_path):
-    torch.manual_seed(1)
-    source = open_clip.CLIP(**TINY_CLIP)
-    state = source.state_dict()
-    state['logit_scale'] = torch.tensor([2.5])  # [1] in some releases, a scalar in open_clip
+def test_a_file_whose_logit_scale_and_bias_are_one_element_vectors_loads(tmp_path):
+    """[1] in some releases (Hugging Face's SigLIP), a scalar in open_clip, whose
+    load_checkpoint reshapes both."""
+    sigmoid_clip = dict(TINY_CLIP, init_logit_bias=-10.0)
+    state = open_clip.CLIP(**sigmoid_clip).state_dict()
+    state['logit_scale'], state['logit_bias'] = torch.tensor([2.5]), torch.tensor([-6.5])
     path = tmp_path / 'tiny.pt'
     torch.save(state, path)
-    loaded = MODELS.build(tiny_backbone_cfg(pretrained=str(path)))
-    assert loaded.clip.logit_scale.shape == () and float(loaded.clip.logit_scale) == 2.5
+    loaded = MODELS.build(dict(tiny_backbone_cfg(pretrained=str(path)), model_cfg=sigmoid_clip))
+    scale, bias = loaded.pair_logits()
+    assert scale.shape == bias.shape == ()
+    assert float(scale) == pytest.approx(math.exp(2.5)) and float(bias) == -6.5
 
 
 def _tiny_reference(state: dict[str, torch.Tensor], quick_gelu: bool) -> open_clip.CLIP:

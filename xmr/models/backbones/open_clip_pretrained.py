@@ -251,9 +251,10 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
     state_dict = read_clip_weights(weights, record) if weights is not None else None
     model = model_cls(**cfg)
     if state_dict is not None:
-        if 'logit_scale' in state_dict:  # a scalar in some releases, [1] in others
-            state_dict['logit_scale'] = state_dict['logit_scale'].reshape(
-                model.logit_scale.shape)
+        for key in ('logit_scale', 'logit_bias'):  # a scalar in some releases, [1] in others
+            held = getattr(model, key, None)
+            if key in state_dict and held is not None and state_dict[key].numel() == 1:
+                state_dict[key] = state_dict[key].reshape(held.shape)
         # Hugging Face text towers saved with transformers < 4.31 (the XLM-R and RoBERTa CLIPs'
         # releases) hold their position ids as a buffer, no longer one; open_clip drops it too.
         if POSITION_IDS in state_dict and POSITION_IDS not in model.state_dict():
