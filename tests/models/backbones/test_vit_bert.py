@@ -1,4 +1,6 @@
 """The timm ViT / Swin + BERT backbone: registration, towers against their libraries, loading."""
+import re
+
 import pytest
 import timm
 import torch
@@ -6,6 +8,7 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from transformers import BertConfig, BertModel
 
 from tests.conftest import CORPUS
+from tests.zip_records import damage_record
 from xmr.models.backbones.vit_bert import ViTBERTBackbone
 from xmr.registry import MODELS, TOKENIZERS
 
@@ -97,6 +100,44 @@ def test_vision_weights_load_from_a_local_file(tmp_path):
         assert torch.equal(backbone.vision.state_dict()[name], tensor), name
     with pytest.raises(FileNotFoundError, match='missing.pth does not exist'):
         MODELS.build(tiny_cfg(vision_pretrained=str(tmp_path / 'missing.pth')))
+
+
+def test_a_vision_file_with_its_classifier_loads_without_it(tmp_path):
+    torch.manual_seed(2)
+    source = timm.create_model('vit_base_patch16_224', num_classes=10, **TINY_VIT)
+    path = tmp_path / 'vit_with_head.pth'
+    torch.save(source.state_dict(), path)
+    backbone = MODELS.build(tiny_cfg(vision_pretrained=str(path)))
+    loaded = backbone.vision.state_dict()
+    assert set(loaded) == set(source.state_dict()) - {'head.weight', 'head.bias'}
+    assert all(torch.equal(tensor, source.state_dict()[name]) for name, tensor in loaded.items())
+
+
+def test_a_vision_file_of_another_model_or_broken_is_refused_naming_it(tmp_path):
+    """timm loads a file non-strictly once the head differs from its record's (num_classes=0
+    here): weights the file lacks would stay random without a word."""
+    shallower = tmp_path / 'depth_1.pth'
+    torch.save(timm.create_model('vit_base_patch16_224', num_classes=0,
+                                 **dict(TINY_VIT, depth=1)).state_dict(), shallower)
+    with pytest.raises(ValueError, match=r'depth_1\.pth does not fit timm '
+                                         r"'vit_base_patch16_224'.*blocks\.1\.attn\.qkv\.weight"):
+        MODELS.build(tiny_cfg(vision_pretrained=str(shallower)))
+    clip = tmp_path / 'clip.pth'
+    torch.save({'visual.conv1.weight': torch.zeros(32, 3, 8, 8)}, clip)
+    with pytest.raises(ValueError, match=r'clip\.pth does not fit timm .*visual\.conv1\.weight'):
+        MODELS.build(tiny_cfg(vision_pretrained=str(clip)))
+    whole = tmp_path / 'vit.pth'
+    torch.save(timm.create_model('vit_base_patch16_224', num_classes=0, **TINY_VIT).state_dict(),
+               whole)
+    truncated = tmp_path / 'truncated.pth'
+    truncated.write_bytes(whole.read_bytes()[:3000])
+    with pytest.raises(ValueError, match=r'truncated\.pth \(3000 bytes\) is not a readable timm '
+                                         r"'vit_base_patch16_224' checkpoint"):
+        MODELS.build(tiny_cfg(vision_pretrained=str(truncated)))
+    record = damage_record(whole, '/data/')
+    with pytest.raises(ValueError, match=rf'vit\.pth: truncated or corrupt .* \(its record '
+                                         rf'{re.escape(record)} is damaged'):
+        MODELS.build(tiny_cfg(vision_pretrained=str(whole)))
 
 
 def test_bad_configurations_are_named():

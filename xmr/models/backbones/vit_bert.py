@@ -30,7 +30,7 @@ from xmr.models.backbones.base import (
 )
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.tokenizers import BaseTokenizer
-from xmr.models.weight_files import fetch_weights
+from xmr.models.weight_files import check_weights_fit, fetch_weights, read_weights
 from xmr.registry import MODELS, TOKENIZERS
 
 __all__ = ['ViTBERTBackbone']
@@ -47,11 +47,7 @@ def build_vision(name: str, pretrained: bool | str | None, options: dict) -> nn.
         raise ValueError(f"unknown timm model '{name}'; closest: {close}")
     kwargs = dict(options, num_classes=0)
     if isinstance(pretrained, str):
-        path = Path(pretrained)
-        if not path.is_file():
-            raise FileNotFoundError(f'vision_pretrained checkpoint {path} does not exist')
-        return timm.create_model(name, pretrained=True,
-                                 pretrained_cfg_overlay=dict(file=str(path)), **kwargs)
+        return _vision_from_file(name, Path(pretrained), kwargs)
     if not pretrained:
         return timm.create_model(name, pretrained=False, **kwargs)
     return fetch_weights(
@@ -59,6 +55,44 @@ def build_vision(name: str, pretrained: bool | str | None, options: dict) -> nn.
         f"timm's weights of '{name}'",
         'download them once and set vision_pretrained=<local file> (--cfg-options '
         'model.backbone.vision_pretrained=FILE)')
+
+
+def _vision_from_file(name: str, path: Path, kwargs: dict) -> nn.Module:
+    """timm's ``name`` with the weights of ``path``, loaded strictly through timm's own filter
+    (which resamples position embeddings to the configured size).
+
+    timm loads non-strictly whenever the model's head differs from its record's, as a headless
+    one does: weights missing from the file would stay random without a word. The record is told
+    the model is headless and the file's classifier, if any, is dropped, so the load is strict.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a truncated, damaged or foreign file (named by :func:`read_weights`), or
+            one whose weights are not those of ``name`` with ``kwargs`` (the keys missing,
+            unexpected or of another shape).
+    """
+    import timm
+
+    if not path.is_file():
+        raise FileNotFoundError(f'vision_pretrained checkpoint {path} does not exist')
+    state = read_weights(path, f"timm '{name}' checkpoint")
+    classifiers = timm.models.get_pretrained_cfg(name).classifier or ()
+    for classifier in (classifiers,) if isinstance(classifiers, str) else classifiers:
+        state.pop(f'{classifier}.weight', None)
+        state.pop(f'{classifier}.bias', None)
+    try:
+        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(
+            state_dict=state, num_classes=0), **kwargs)
+    except RuntimeError as error:  # torch's strict load, of what timm's filter made of the file
+        fix = ('Is it a checkpoint of this model? Set vision (and vision_cfg) to the model it '
+               'was trained as')
+        with torch.device('meta'):
+            expected = timm.create_model(name, **kwargs).state_dict()
+        check_weights_fit(expected, state, str(path), f"timm '{name}'", fix)
+        raise ValueError(f"{path} does not fit timm '{name}' once timm has adapted it "
+                         f'({" ".join(str(error).split())[:300]}). {fix}') from error
+    model.pretrained_cfg.pop('state_dict')  # the weights are in the model: no second copy
+    return model
 
 
 def build_text(pretrained: str | None, options: dict) -> nn.Module:
