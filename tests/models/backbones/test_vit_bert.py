@@ -156,6 +156,15 @@ def test_bad_configurations_are_named():
         MODELS.build(tiny_cfg(tokenizer=None))
 
 
+def test_a_bert_folder_that_lacks_weights_of_the_configured_model_is_refused(tmp_path):
+    """transformers only prints the weights it initialised at random: a 2-layer folder under a
+    3-layer text_cfg would run a random third layer."""
+    BertModel(BertConfig(**TINY_BERT), add_pooling_layer=False).save_pretrained(tmp_path / 'bert')
+    with pytest.raises(ValueError, match=r"the BERT '.*bert' lacks 16 weights of the configured "
+                                         r'BertModel \(encoder\.layer\.2\..*text_cfg'):
+        MODELS.build(tiny_cfg(text=str(tmp_path / 'bert'), text_cfg=dict(num_hidden_layers=3)))
+
+
 def test_weights_that_cannot_be_fetched_name_the_model_and_the_local_route(monkeypatch,
                                                                           tmp_path):
     """Offline, timm's and Hugging Face's hub clients raise OSErrors that name no model."""

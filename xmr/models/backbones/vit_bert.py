@@ -97,14 +97,29 @@ def _vision_from_file(name: str, path: Path, kwargs: dict) -> nn.Module:
 
 def build_text(pretrained: str | None, options: dict) -> nn.Module:
     """A transformers ``BertModel`` without pooler: loaded from ``pretrained`` (hub name or
-    folder) with ``options`` overriding its config, or randomly initialised from ``options``."""
+    folder) with ``options`` overriding its config, or randomly initialised from ``options``.
+
+    Raises:
+        ValueError: the checkpoint lacks weights of the configured model (another BERT, or a
+            ``text_cfg`` asking for more layers than it has).
+    """
     from transformers import BertConfig, BertModel
 
     if pretrained is None:
         return BertModel(BertConfig(**options), add_pooling_layer=False)
 
     def load() -> nn.Module:
-        return BertModel.from_pretrained(pretrained, add_pooling_layer=False, **options)
+        model, info = BertModel.from_pretrained(pretrained, add_pooling_layer=False,
+                                                output_loading_info=True, **options)
+        # transformers initialises what the checkpoint lacks at random and only prints so.
+        missing = sorted(info['missing_keys'])
+        if missing:
+            raise ValueError(f"the BERT '{pretrained}' lacks {len(missing)} weights of the "
+                             f'configured BertModel ({", ".join(missing[:5])}'
+                             f'{", ..." if len(missing) > 5 else ""}): they would stay random; '
+                             'give the folder of the BERT the config names, or drop the '
+                             'text_cfg fields that contradict it')
+        return model
 
     if Path(pretrained).is_dir():  # nothing to fetch: its own errors say what is wrong
         return load()
