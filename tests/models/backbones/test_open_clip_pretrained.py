@@ -9,7 +9,7 @@ import torch
 from open_clip.transformer import QuickGELU
 
 from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg
-from tests.models.backbones.open_clip_families import XLMR_TOKENIZER
+from tests.models.backbones.open_clip_families import XLMR_TOKENIZER, xlmr_tokenizer
 from tests.models.backbones.openai_clip_layout import (
     openai_state_dict,
     openai_vit_clip_shapes,
@@ -241,6 +241,23 @@ def test_files_of_another_architecture_or_broken_are_refused(tmp_path):
     with pytest.raises(ValueError, match='ViT-B-32.pt .* is not a readable custom CLIP '
                                          'checkpoint.*download the file again'):
         MODELS.build(tiny_backbone_cfg(pretrained=str(truncated)))
+
+
+@needs_xlmr_tokenizer
+def test_a_hugging_face_encoder_config_that_cannot_be_fetched_names_it_and_the_local_routes(
+        monkeypatch):
+    """Offline, transformers' error names neither the encoder nor the open_clip model."""
+    def offline(*args, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files\nmore")
+
+    monkeypatch.setattr(open_clip.hf_model.AutoConfig, 'from_pretrained', offline)
+    with pytest.raises(FileNotFoundError, match=(
+            r"the config of the Hugging Face text encoder 'xlm-roberta-base' of open_clip "
+            r"xlm-roberta-base-ViT-B-32 could not be fetched \(We couldn't connect .*\); "
+            r'.*huggingface-cli download xlm-roberta-base config.json.*hf_model_name')):
+        with torch.device('meta'):
+            MODELS.build(dict(type='OpenCLIPBackbone', arch='xlm-roberta-base-ViT-B-32',
+                              tokenizer=xlmr_tokenizer()))
 
 
 def test_hugging_face_tokenized_families_get_open_clips_tokenizer_options():

@@ -239,8 +239,8 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
         ``(model, record)``; ``model.visual.preprocess_cfg`` is the record's.
 
     Raises:
-        FileNotFoundError: a tag's weights could not be fetched (offline), with the
-            local-file route.
+        FileNotFoundError: a tag's weights, or a Hugging Face text encoder's config, could not
+            be fetched (offline), with the local route.
         WeightsMismatchError: weights of another architecture (keys named, with counts).
     """
     record, weights = resolve_pretrained(arch, pretrained, pretrained_cfg, model_cfg)
@@ -249,7 +249,7 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
         weights = _download(arch, pretrained)
     # Read before building: a broken file fails fast, before a large model is initialised.
     state_dict = read_clip_weights(weights, record) if weights is not None else None
-    model = model_cls(**cfg)
+    model = _build_model(model_cls, cfg, record)
     if state_dict is not None:
         for key in ('logit_scale', 'logit_bias'):  # a scalar in some releases, [1] in others
             held = getattr(model, key, None)
@@ -265,6 +265,21 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
         model.load_state_dict(state_dict, strict=True)
     set_model_preprocess_cfg(model, record.preprocess_cfg())
     return model, record
+
+
+def _build_model(model_cls: type, cfg: dict[str, Any], record: PretrainedRecord) -> nn.Module:
+    """``model_cls(**cfg)``; a Hugging Face text encoder's config that cannot be fetched
+    (offline, not in the cache) is told as a missing file naming the encoder and the local
+    routes (transformers' own error names neither)."""
+    hf_name = cfg['text_cfg'].get('hf_model_name')
+    if not hf_name:
+        return model_cls(**cfg)
+    return fetch_weights(
+        lambda: model_cls(**cfg),
+        f"the config of the Hugging Face text encoder '{hf_name}' of open_clip {record.arch}",
+        f'put it in the Hugging Face cache once (huggingface-cli download {hf_name} '
+        'config.json), or give the architecture as model_cfg=<its open_clip config> with '
+        'text_cfg.hf_model_name=<a folder holding its config.json> (docs/backbones.md)')
 
 
 #: A buffer that Hugging Face text towers saved before transformers 4.31.
