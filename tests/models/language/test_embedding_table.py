@@ -61,6 +61,22 @@ def test_wrong_files_are_refused_with_the_fix(tmp_path):
                         pretrained=str(tmp_path / 'absent' / 'pytorch_model.bin'))
 
 
+def test_a_hub_name_that_cannot_be_fetched_names_it_and_the_local_route(monkeypatch):
+    """Offline, transformers' error names neither the model nor the key that takes a file."""
+    from transformers import AutoModel
+
+    def offline(*args, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files\nmore")
+
+    monkeypatch.setattr(AutoModel, 'from_pretrained', offline)
+    with pytest.raises(FileNotFoundError, match=(
+            r"the word embeddings of 'bert-base-multilingual-cased' \(a Hugging Face hub name\) "
+            r"could not be fetched \(We couldn't connect .*\); .*"
+            r'model\.language_branch\.embedding\.pretrained=FILE')):
+        TargetEmbedding(VOCAB, width=4, table_width=WIDTH,
+                        pretrained='bert-base-multilingual-cased')
+
+
 def test_the_padding_row_starts_at_zero_and_gets_no_gradient():
     embedding = TargetEmbedding(VOCAB, width=4, table_width=WIDTH, padding_idx=2)
     table = embedding.table.weight

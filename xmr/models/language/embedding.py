@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from xmr.models.weight_files import CHECKPOINT_SUFFIXES, read_weights
+from xmr.models.weight_files import CHECKPOINT_SUFFIXES, fetch_weights, read_weights
 from xmr.registry import MODELS
 
 #: Where Hugging Face checkpoints keep the input word embeddings: ``BertForPreTraining`` (mBERT's
@@ -87,8 +87,13 @@ def _word_embeddings(pretrained: str) -> tuple[torch.Tensor, str]:
     if not Path(pretrained).exists() and not pretrained.endswith(CHECKPOINT_SUFFIXES):
         from transformers import AutoModel
 
-        return AutoModel.from_pretrained(pretrained).get_input_embeddings().weight.detach(), \
-            pretrained
+        model = fetch_weights(
+            lambda: AutoModel.from_pretrained(pretrained),
+            f"the word embeddings of '{pretrained}' (a Hugging Face hub name)",
+            "download its pytorch_model.bin or model.safetensors once and set the embedding's "
+            'pretrained=<that file or its folder> (--cfg-options '
+            'model.language_branch.embedding.pretrained=FILE)')
+        return model.get_input_embeddings().weight.detach(), pretrained
     state = read_weights(pretrained, 'word-embedding checkpoint')
     found = [key for key in WORD_EMBEDDING_KEYS if key in state]
     if not found:
