@@ -242,3 +242,26 @@ def test_frozen_hard_prompt_with_mean_pooling_equals_the_prefixed_caption(backbo
 def test_image_tower_needs_exactly_one_description():
     with pytest.raises(ValueError, match='needs exactly one of arch or model_cfg'):
         MODELS.build(tiny_mclip_cfg(image_arch='ViT-B-32'))
+
+
+def test_the_image_towers_record_and_offline_errors_name_its_own_keys(tmp_path, monkeypatch):
+    """M-CLIP's keys are image_pretrained / image_pretrained_cfg: an OpenCLIPBackbone's would be
+    refused as unknown arguments."""
+    import open_clip
+
+    openai_file = tmp_path / 'ViT-L-14.pt'
+    torch.save({}, openai_file)
+    vit_l14 = dict(image_arch='ViT-L-14', image_model_cfg=None, embed_dim=768)
+    with pytest.raises(ValueError, match=r"image_pretrained='.*ViT-L-14\.pt' is a local file, "
+                                         r'.*: set image_pretrained_cfg to the ViT-L-14 tag'):
+        MODELS.build(tiny_mclip_cfg(**vit_l14, image_pretrained=str(openai_file)))
+
+    def offline(cfg, **kwargs):
+        raise OSError('offline')
+
+    monkeypatch.setattr(open_clip.pretrained, 'download_pretrained', offline)
+    with pytest.raises(FileNotFoundError, match=(
+            r"set image_pretrained=<local file> with image_pretrained_cfg='openai' "
+            r'\(--cfg-options model\.backbone\.image_pretrained=FILE '
+            r'model\.backbone\.image_pretrained_cfg=openai;')):
+        MODELS.build(tiny_mclip_cfg(**vit_l14, image_pretrained='openai'))

@@ -114,5 +114,5 @@ def test_unreachable_pretrained_tag_names_the_tag_and_the_offline_route(monkeypa
         "the 'openai' weights of ViT-B-32 (hf-hub:timm/vit_base_patch32_clip_224.openai) could "
         'not be fetched (We could not connect to huggingface.co); download them once and set '
         "pretrained=<local file> with pretrained_cfg='openai' (--cfg-options "
-        'model.backbone.pretrained=FILE model.backbone.pretrained_cfg=openai for an '
-        'OpenCLIPBackbone; docs/pretrained_weights.md)')
+        'model.backbone.pretrained=FILE model.backbone.pretrained_cfg=openai; '
+        'docs/pretrained_weights.md)')

@@ -182,7 +182,8 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
     @staticmethod
     def _build_visual(arch: str | None, pretrained: str | None, pretrained_cfg: str | dict | None,
                       model_cfg: dict | None) -> tuple[nn.Module, PretrainedRecord]:
-        clip, record = build_open_clip(arch, pretrained, pretrained_cfg, model_cfg)
+        clip, record = build_open_clip(arch, pretrained, pretrained_cfg, model_cfg,
+                                       key_prefix='image_')
         # Only the image tower is kept: M-CLIP's text side replaces CLIP's.
         return clip.visual, record
 

@@ -174,7 +174,8 @@ def is_checkpoint_path(pretrained: str) -> bool:
 
 def record_for(arch: str | None, pretrained: str | None,
                pretrained_cfg: str | Mapping[str, Any] | None = None,
-               model_cfg: Mapping[str, Any] | None = None) -> PretrainedRecord:
+               model_cfg: Mapping[str, Any] | None = None,
+               key_prefix: str = '') -> PretrainedRecord:
     """The record weights named by ``pretrained`` must run with (reads no file).
 
     Args:
@@ -183,49 +184,53 @@ def record_for(arch: str | None, pretrained: str | None,
         pretrained_cfg: for a local file, the tag whose settings it was trained with, or a dict
             of them; required with ``arch`` (a file carries no record). Not allowed with a tag.
         model_cfg: inline open_clip model config (itself the record of its files).
+        key_prefix: what the config calls these arguments, for messages:
+            ``{key_prefix}pretrained``, ``{key_prefix}pretrained_cfg`` (``'image_'`` for
+            M-CLIP's image tower).
 
     Raises:
         ValueError: a file without ``pretrained_cfg``, a tag with a different one, unknown names.
     """
+    given, record_key = f'{key_prefix}pretrained', f'{key_prefix}pretrained_cfg'
     if pretrained and is_checkpoint_path(pretrained):
         if pretrained_cfg is None and arch is not None:
             tags = open_clip.list_pretrained_tags_by_model(arch)
             raise ValueError(
-                f"pretrained={pretrained!r} is a local file, which records no training "
-                f"settings: set pretrained_cfg to the {arch} tag it was trained as (one of "
+                f"{given}={pretrained!r} is a local file, which records no training "
+                f"settings: set {record_key} to the {arch} tag it was trained as (one of "
                 f"{tags}; 'openai' for OpenAI's released {arch}.pt), or to a dict of "
                 f'{list(RECORD_FIELDS)} (e.g. dict(quick_gelu=False) for weights trained with '
                 f"{arch}'s own config)")
         return pretrained_record(arch, pretrained_cfg, model_cfg)
     if pretrained:
         if pretrained_cfg is not None and pretrained_cfg != pretrained:
-            raise ValueError(f"pretrained_cfg={pretrained_cfg!r} contradicts the tag "
-                             f"pretrained={pretrained!r}, whose own record applies; drop "
-                             'pretrained_cfg (it is for local files)')
+            raise ValueError(f"{record_key}={pretrained_cfg!r} contradicts the tag "
+                             f"{given}={pretrained!r}, whose own record applies; drop "
+                             f'{record_key} (it is for local files)')
         return pretrained_record(arch, pretrained, model_cfg)
     return pretrained_record(arch, pretrained_cfg, model_cfg)
 
 
 def resolve_pretrained(arch: str | None, pretrained: str | None,
                        pretrained_cfg: str | Mapping[str, Any] | None = None,
-                       model_cfg: Mapping[str, Any] | None = None,
+                       model_cfg: Mapping[str, Any] | None = None, key_prefix: str = '',
                        ) -> tuple[PretrainedRecord, Path | None]:
     """:func:`record_for` and the local weight file to load (``None``: a tag or random).
 
     Raises:
         FileNotFoundError: a checkpoint path that does not exist.
     """
-    record = record_for(arch, pretrained, pretrained_cfg, model_cfg)
+    record = record_for(arch, pretrained, pretrained_cfg, model_cfg, key_prefix)
     if not (pretrained and is_checkpoint_path(pretrained)):
         return record, None
     if not Path(pretrained).exists():
-        raise FileNotFoundError(f'pretrained checkpoint {pretrained} does not exist')
+        raise FileNotFoundError(f'{key_prefix}pretrained checkpoint {pretrained} does not exist')
     return record, Path(pretrained)
 
 
 def build_open_clip(arch: str | None, pretrained: str | None = None,
                     pretrained_cfg: str | Mapping[str, Any] | None = None,
-                    model_cfg: Mapping[str, Any] | None = None,
+                    model_cfg: Mapping[str, Any] | None = None, key_prefix: str = '',
                     ) -> tuple[nn.Module, PretrainedRecord]:
     """An ``open_clip.CLIP`` (or ``CustomTextCLIP``, ``CoCa``: :func:`_clip_cfg`) with the record's
     activation and preprocessing, weights loaded.
@@ -235,6 +240,9 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
     (keys and shapes checked before anything is copied). Built inside
     ``with torch.device('meta')`` the model takes no memory, and loading checks keys and shapes.
 
+    ``key_prefix``: what the config calls ``pretrained`` / ``pretrained_cfg``, for messages
+    (:func:`record_for`).
+
     Returns:
         ``(model, record)``; ``model.visual.preprocess_cfg`` is the record's.
 
@@ -243,10 +251,11 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
             be fetched (offline), with the local route.
         WeightsMismatchError: weights of another architecture (keys named, with counts).
     """
-    record, weights = resolve_pretrained(arch, pretrained, pretrained_cfg, model_cfg)
+    record, weights = resolve_pretrained(arch, pretrained, pretrained_cfg, model_cfg,
+                                         key_prefix)
     model_cls, cfg = _clip_cfg(arch, model_cfg, record.quick_gelu)
     if pretrained and weights is None:
-        weights = _download(arch, pretrained)
+        weights = _download(arch, pretrained, key_prefix)
     # Read before building: a broken file fails fast, before a large model is initialised.
     state_dict = read_clip_weights(weights, record) if weights is not None else None
     model = _build_model(model_cls, cfg, record)
@@ -376,16 +385,17 @@ def settled_tokenizer_cfg(given: Mapping[str, Any] | None, default: Mapping[str,
     return cfg
 
 
-def _download(arch: str, tag: str) -> Path:
+def _download(arch: str, tag: str, key_prefix: str) -> Path:
     cfg = open_clip.get_pretrained_cfg(arch, tag)
     hub = cfg.get('hf_hub', '').rstrip('/')
     source = f'hf-hub:{hub}' if hub else cfg.get('url') or 'open_clip'
+    given, record_key = f'{key_prefix}pretrained', f'{key_prefix}pretrained_cfg'
     return Path(fetch_weights(
         lambda: open_clip.pretrained.download_pretrained(cfg),
         f"the '{tag}' weights of {arch} ({source})",
-        f"download them once and set pretrained=<local file> with pretrained_cfg='{tag}' "
-        f'(--cfg-options model.backbone.pretrained=FILE model.backbone.pretrained_cfg={tag} '
-        'for an OpenCLIPBackbone; docs/pretrained_weights.md)',
+        f"download them once and set {given}=<local file> with {record_key}='{tag}' "
+        f'(--cfg-options model.backbone.{given}=FILE model.backbone.{record_key}={tag}; '
+        'docs/pretrained_weights.md)',
         failures=(OSError, RuntimeError)))  # open_clip's checksum mismatch is a RuntimeError
 
 
