@@ -4,6 +4,7 @@ import re
 import pytest
 import timm
 import torch
+from safetensors.torch import save_file
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from transformers import BertConfig, BertModel
 
@@ -100,6 +101,16 @@ def test_vision_weights_load_from_a_local_file(tmp_path):
         assert torch.equal(backbone.vision.state_dict()[name], tensor), name
     with pytest.raises(FileNotFoundError, match='missing.pth does not exist'):
         MODELS.build(tiny_cfg(vision_pretrained=str(tmp_path / 'missing.pth')))
+
+
+def test_vision_weights_load_from_a_hub_snapshot_folder(tmp_path):
+    """timm's hub repositories hold model.safetensors (and pytorch_model.bin)."""
+    torch.manual_seed(1)
+    source = timm.create_model('vit_base_patch16_224', num_classes=0, **TINY_VIT)
+    save_file(source.state_dict(), str(tmp_path / 'model.safetensors'))
+    backbone = MODELS.build(tiny_cfg(vision_pretrained=str(tmp_path)))
+    assert all(torch.equal(backbone.vision.state_dict()[name], tensor)
+               for name, tensor in source.state_dict().items())
 
 
 def test_a_vision_file_with_its_classifier_loads_without_it(tmp_path):

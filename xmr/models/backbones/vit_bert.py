@@ -58,7 +58,8 @@ def build_vision(name: str, pretrained: bool | str | None, options: dict) -> nn.
 
 
 def _vision_from_file(name: str, path: Path, kwargs: dict) -> nn.Module:
-    """timm's ``name`` with the weights of ``path``, loaded strictly through timm's own filter
+    """timm's ``name`` with the weights of ``path`` (a file, or a hub snapshot folder holding
+    ``model.safetensors`` or ``pytorch_model.bin``), loaded strictly through timm's own filter
     (which resamples position embeddings to the configured size).
 
     timm loads non-strictly whenever the model's head differs from its record's, as a headless
@@ -66,16 +67,16 @@ def _vision_from_file(name: str, path: Path, kwargs: dict) -> nn.Module:
     the model is headless and the file's classifier, if any, is dropped, so the load is strict.
 
     Raises:
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file, or a folder without those files.
         ValueError: a truncated, damaged or foreign file (named by :func:`read_weights`), or
             one whose weights are not those of ``name`` with ``kwargs`` (the keys missing,
             unexpected or of another shape).
     """
     import timm
 
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f'vision_pretrained checkpoint {path} does not exist')
-    state = read_weights(path, f"timm '{name}' checkpoint")
+    state = read_weights(path, f"timm '{name}' checkpoint")  # a hub snapshot folder too
     classifiers = timm.models.get_pretrained_cfg(name).classifier or ()
     for classifier in (classifiers,) if isinstance(classifiers, str) else classifiers:
         state.pop(f'{classifier}.weight', None)
@@ -140,7 +141,8 @@ class ViTBERTBackbone(VisionLanguageBackbone):
         vision_cfg: extra ``timm.create_model`` arguments (``img_size``, ``drop_path_rate``, or
             a small ``embed_dim`` / ``depth`` / ``num_heads`` for tests).
         vision_pretrained: ``None``/``False`` for random weights, ``True`` for the weights timm
-            names with ``vision``, or a local checkpoint file.
+            names with ``vision``, or a local checkpoint file (or timm's hub snapshot folder),
+            loaded strictly.
         text: a BERT hub name or folder whose weights are loaded (``'bert-base-uncased'``), or
             ``None`` for a random BERT built from ``text_cfg``.
         text_cfg: ``BertConfig`` fields; with ``text`` they override the loaded config.
