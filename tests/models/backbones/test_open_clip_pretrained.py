@@ -178,6 +178,20 @@ def test_a_file_whose_logit_scale_and_bias_are_one_element_vectors_loads(tmp_pat
     assert float(scale) == pytest.approx(math.exp(2.5)) and float(bias) == -6.5
 
 
+def test_a_hub_snapshot_folder_loads_its_open_clip_weights(tmp_path):
+    """open_clip's hub repositories (timm/vit_base_patch32_clip_224.openai) hold
+    open_clip_model.safetensors beside timm's image-only model.safetensors."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(3)
+    source = open_clip.CLIP(**TINY_CLIP)
+    save_file(source.state_dict(), str(tmp_path / 'open_clip_model.safetensors'))
+    save_file({'patch_embed.proj.weight': torch.zeros(2)}, str(tmp_path / 'model.safetensors'))
+    loaded = MODELS.build(tiny_backbone_cfg(pretrained=str(tmp_path)))
+    assert all(torch.equal(loaded.clip.state_dict()[name], tensor)
+               for name, tensor in source.state_dict().items())
+
+
 def _tiny_reference(state: dict[str, torch.Tensor], quick_gelu: bool) -> open_clip.CLIP:
     reference = open_clip.CLIP(**TINY_CLIP, quick_gelu=quick_gelu)
     reference.load_state_dict({k: v.float() for k, v in state.items()})

@@ -31,6 +31,7 @@ from torch import nn
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.models.weight_files import (
     CHECKPOINT_SUFFIXES,
+    HF_WEIGHT_FILES,
     check_weights_fit,
     fetch_weights,
     read_weights,
@@ -43,6 +44,8 @@ __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretr
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
 RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
+#: The weight files of an open_clip hub repository, safetensors first as open_clip reads them.
+OPEN_CLIP_WEIGHT_FILES = ('open_clip_model.safetensors', 'open_clip_pytorch_model.bin')
 #: Attributes OpenAI's TorchScript archives keep as tensors beside the weights.
 _OPENAI_JIT_ATTRIBUTES = ('input_resolution', 'context_length', 'vocab_size')
 
@@ -401,12 +404,15 @@ def _download(arch: str, tag: str, key_prefix: str) -> Path:
 
 def read_clip_weights(path: str | Path, record: PretrainedRecord) -> dict[str, torch.Tensor]:
     """A CLIP checkpoint's state dict (plain, safetensors or OpenAI's TorchScript archive) in
-    open_clip's names: the archive's non-weight attributes dropped.
+    open_clip's names: the archive's non-weight attributes dropped. In a folder (a hub
+    snapshot), open_clip's own files come first: timm's repositories of open_clip models also
+    hold the image tower alone as ``model.safetensors``.
 
     Raises:
         ValueError: a truncated or non-checkpoint file.
     """
-    state_dict = read_weights(path, f'{record.arch} CLIP checkpoint')
+    state_dict = read_weights(path, f'{record.arch} CLIP checkpoint',
+                              OPEN_CLIP_WEIGHT_FILES + HF_WEIGHT_FILES)
     for key in _OPENAI_JIT_ATTRIBUTES:
         state_dict.pop(key, None)
     return state_dict
