@@ -140,6 +140,14 @@ def test_a_local_file_must_name_its_record_and_a_tag_keeps_its_own(tmp_path):
                           pretrained_cfg='laion2b_s34b_b79k'))
 
 
+def test_an_empty_pretrained_is_refused_not_taken_for_random_weights():
+    """``--cfg-options model.backbone.pretrained=$FILE`` with FILE unset gives ''."""
+    with pytest.raises(ValueError, match=r"pretrained='' names no weights: .*None for random"):
+        MODELS.build(tiny_backbone_cfg(pretrained=''))
+    with pytest.raises(ValueError, match=r"image_pretrained='' names no weights"):
+        record_for('ViT-L-14', '', key_prefix='image_')
+
+
 def test_a_built_tokenizer_that_contradicts_the_record_is_refused():
     record = pretrained_record('ViT-B-32', 'openai')
     check_record_tokenizer(record, OpenCLIPTokenizer('ViT-B-32', max_length=77))

@@ -192,9 +192,13 @@ def record_for(arch: str | None, pretrained: str | None,
             M-CLIP's image tower).
 
     Raises:
-        ValueError: a file without ``pretrained_cfg``, a tag with a different one, unknown names.
+        ValueError: an empty ``pretrained``, a file without ``pretrained_cfg``, a tag with a
+            different one, unknown names.
     """
     given, record_key = f'{key_prefix}pretrained', f'{key_prefix}pretrained_cfg'
+    if pretrained == '':  # an unset variable in --cfg-options: not a request for random weights
+        raise ValueError(f"{given}='' names no weights: give a tag of {arch or 'the model'}, a "
+                         'local file, or None for random weights')
     if pretrained and is_checkpoint_path(pretrained):
         if pretrained_cfg is None and arch is not None:
             tags = open_clip.list_pretrained_tags_by_model(arch)
