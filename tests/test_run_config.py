@@ -68,6 +68,29 @@ def test_an_option_past_the_end_of_a_list_names_the_list_and_its_length():
     assert cfg.train_cfg.phases[2].iters == 30
 
 
+def test_an_option_replaces_a_list_item_that_is_no_dict():
+    """MMEngine merges an option into a list's item only where the item is a dict
+    (``train_cfg.phases.0.iters``), and failed on a string or number (``'str' object has no
+    attribute 'copy'``)."""
+    cfg = load_run_config(DEMO, cfg_options={'test_dataloader.dataset.languages.1': 'fr',
+                                             'test_dataloader.dataset.languages.4': 'de',
+                                             'train_cfg.phases.0.trainable.0': 'target',
+                                             'optim_wrapper.optimizer.betas.1': 0.99})
+    assert cfg.test_dataloader.dataset.languages == ['en', 'fr', 'fr', 'zh', 'de']
+    assert cfg.val_dataloader.dataset.languages == ['en', 'de', 'fr', 'zh', 'ja']
+    assert cfg.train_cfg.phases[0].trainable == ['target', 'losses.source_cm']
+    assert cfg.train_cfg.phases[0].iters == 700
+    assert cfg.optim_wrapper.optimizer.betas == (0.9, 0.99)
+
+
+@pytest.mark.parametrize('index', ['-1', 'last'])
+def test_an_option_that_names_a_list_item_by_no_index_names_the_list(index):
+    with pytest.raises(UserError, match=(
+            f'^--cfg-options train_cfg.phases.{index}.iters: train_cfg.phases is a list of 3 '
+            r'items: name one by its index, 0 to 2$')):
+        load_run_config(DEMO, cfg_options={f'train_cfg.phases.{index}.iters': 30})
+
+
 @pytest.mark.parametrize('option, message', [
     ('default_hooks.checkpoint.max_keep_ckpt', "hook CheckpointHook: unknown option "
      "'max_keep_ckpt' \\(did you mean 'max_keep_ckpts'\\?\\); it takes backend_args, interval"),
