@@ -373,6 +373,14 @@ def test_repository_paths_named_in_the_text_exist(page):
     assert not missing, f'{page.relative_to(REPO)} names paths that do not exist: {missing}'
 
 
+def test_the_configs_page_names_config_files_that_exist():
+    """docs/configs.md names the files of configs/ by their name alone (`train_loaders.py`),
+    where the path reader takes only a name with a `-` and a `_` for a config's."""
+    named = set(re.findall(r'`(\w[\w.-]*\.py)`', (REPO / 'docs' / 'configs.md').read_text()))
+    missing = sorted(name for name in named if not any((REPO / 'configs').rglob(name)))
+    assert not missing, f'docs/configs.md names config files that do not exist: {missing}'
+
+
 def test_the_command_reader_finds_the_tool_and_its_words():
     assert tool_call('python tools/train.py C --amp') == ('tools/train.py', ['C', '--amp'])
     assert tool_call('xmr data prepare_multi30k --text-only') == (
