@@ -166,3 +166,17 @@ def test_a_row_may_add_a_module_the_config_lacks_when_it_gives_its_type(tmp_path
 
 def test_the_work_dir_suffix_names_each_row_without_its_folder_or_extension(tmp_path):
     assert ablation_suffix(['dasd/no-sc', str(tmp_path / 'shallower.py')]) == '_no-sc_shallower'
+
+
+def test_a_row_replaces_list_items_that_are_no_dicts(tmp_path):
+    """MMEngine merges an index into a list's item only where both are dicts, and failed on
+    another ('str' object has no attribute 'copy')."""
+    row = tmp_path / 'row.py'
+    row.write_text("test_dataloader = dict(dataset=dict(languages={'1': 'fr'}))\n"
+                   "train_cfg = dict(phases={'*': dict(trainable={'0': 'target'})})\n")
+    cfg = apply_ablations(load('demo/static_tiny-clip_synthetic.py'), [str(row)])
+    assert cfg.test_dataloader.dataset.languages == ['en', 'fr', 'fr', 'zh', 'ja']
+    assert cfg.val_dataloader.dataset.languages == ['en', 'de', 'fr', 'zh', 'ja']
+    assert [phase.trainable for phase in cfg.train_cfg.phases] == [
+        ['target', 'losses.source_cm'], ['target'], ['target']]
+    assert [phase.iters for phase in cfg.train_cfg.phases] == [700, 700, 200]

@@ -27,7 +27,7 @@ from mmengine.config import Config
 
 from xmr.packaged import packaged_root
 
-__all__ = ['ablation_path', 'apply_ablations', 'ablation_suffix']
+__all__ = ['ablation_path', 'apply_ablations', 'ablation_suffix', 'list_items_replaced']
 
 _DELETE = '_delete_'
 #: An overlay's key for every item of a list: ``train_cfg = dict(phases={'*': dict(...)})``.
@@ -111,7 +111,7 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
                     f"{who} removes {'.'.join(keys)} (None), but {configured[clash[0]]} "
                     f"configures {'.'.join(clash[0])}: the two rows cannot be combined")
             removed[keys] = who
-        cfg.merge_from_dict(overlay)
+        cfg.merge_from_dict(list_items_replaced(overlay, cfg.to_dict()))
     return cfg
 
 
@@ -141,9 +141,47 @@ def _every_item_indexed(overlay: Mapping[str, Any], config: Any, who: str,
     return indexed
 
 
+def list_items_replaced(overlay: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    """``overlay`` as MMEngine can merge it into ``config``: each ``{index: value}`` over a list
+    (or tuple) of ``config`` where a value or the item it overlays is no dict, given as the whole
+    list, those items replaced and the others merged.
+
+    MMEngine merges an index into a list's item only where both are dicts (``phases={'1':
+    dict(lr=1e-4)}``) and fails on another (``'str' object has no attribute 'copy'``):
+    ``languages={'1': 'fr'}``, ``--cfg-options optim_wrapper.optimizer.betas.1=0.99``. An index
+    past the list's end is left as it is, for the caller's error.
+    """
+    replaced = {}
+    for key, value in overlay.items():
+        here = _item(config, key)
+        if isinstance(value, Mapping):
+            value = list_items_replaced(value, here)
+            if _replaces_an_item(value, here):
+                items = list(here)
+                for index, item in value.items():
+                    old = items[int(index)]
+                    items[int(index)] = (
+                        Config._merge_a_into_b(item, old, allow_list_keys=True)
+                        if isinstance(item, Mapping) and isinstance(old, Mapping) else item)
+                value = type(here)(items)  # a tuple stays one (betas)
+        replaced[key] = value
+    return replaced
+
+
+def _replaces_an_item(overlay: Mapping[str, Any], config: Any) -> bool:
+    """Whether ``overlay`` indexes the list ``config`` within its length, and one of its values
+    or the item it overlays is no dict."""
+    if not isinstance(config, (list, tuple)) or not all(
+            str(index).isdigit() and int(index) < len(config) for index in overlay):
+        return False
+    return any(not (isinstance(value, Mapping) and isinstance(config[int(index)], Mapping))
+               for index, value in overlay.items())
+
+
 def _item(config: Any, key: Any) -> Any:
-    """``config[key]`` for a dict's key or a list's index given as digits; else ``None``."""
-    if isinstance(config, list) and str(key).isdigit() and int(key) < len(config):
+    """``config[key]`` for a dict's key or a list's (tuple's) index given as digits; else
+    ``None``."""
+    if isinstance(config, (list, tuple)) and str(key).isdigit() and int(key) < len(config):
         return config[int(key)]
     return config.get(key) if isinstance(config, Mapping) else None
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from mmengine.config import Config, DictAction
 
-from xmr.ablations import ablation_suffix, apply_ablations
+from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
 from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import UserError, did_you_mean
 
@@ -127,7 +127,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     cfg = apply_ablations(loaded, ablations)
     typo = _check_option_keys(cfg, cfg_options or {})
     if cfg_options:
-        cfg.merge_from_dict(_whole_lists_for_items(cfg, cfg_options))
+        cfg.merge_from_dict(list_items_replaced(_nested(cfg_options), cfg.to_dict()))
     check_run_values(cfg)
     if typo is not None:
         raise typo
@@ -319,40 +319,16 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
     return typo
 
 
-def _whole_lists_for_items(cfg: Config, cfg_options: Mapping[str, Any]) -> dict[str, Any]:
-    """``cfg_options`` with each option that replaces a list's item that is no dict
-    (``test_dataloader.dataset.languages.1=fr``) given as the whole list, that item replaced.
-
-    MMEngine merges an option into a list's item only where the item and the value are both
-    dicts (``train_cfg.phases.0.iters``); on another it fails (``'str' object has no attribute
-    'copy'``). The keys are checked first (:func:`_check_option_keys`): each index is in range.
-    """
-    whole = cfg.to_dict()
-    merged: dict[str, Any] = {}
+def _nested(cfg_options: Mapping[str, Any]) -> dict[str, Any]:
+    """``{'a': {'b': 1}}`` for ``{'a.b': 1}``, as MMEngine's ``merge_from_dict`` nests them."""
+    nested: dict[str, Any] = {}
     for key, value in cfg_options.items():
-        parent, _, index = key.rpartition('.')
-        items = merged[parent] if parent in merged else _value_at(whole, parent)
-        if isinstance(items, (list, tuple)) and index.isdigit() and not (
-                isinstance(value, Mapping) and isinstance(items[int(index)], Mapping)):
-            replaced = list(items)
-            replaced[int(index)] = value
-            merged[parent] = type(items)(replaced)  # a tuple stays one (betas)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _value_at(tree: Any, key: str) -> Any:
-    """The value at the dotted ``key`` of ``tree`` (digits index a list); ``None`` where
-    there is none."""
-    for part in key.split('.'):
-        if isinstance(tree, (list, tuple)) and part.isdigit() and int(part) < len(tree):
-            tree = tree[int(part)]
-        elif isinstance(tree, Mapping) and part in tree:
-            tree = tree[part]
-        else:
-            return None
-    return tree
+        *parents, last = key.split('.')
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return nested
 
 
 def _typo_of(word: str, keys: Sequence[str]) -> str | None:
