@@ -33,6 +33,15 @@ def test_the_start_is_the_loop_s_to_fill_in_not_the_config_s():
         Phase.from_config(1, cross_lingual(start=5))
 
 
+@pytest.mark.parametrize('entry', [5, 'cross_lingual', None])
+def test_a_phase_that_is_no_dict_is_named_by_its_index(entry):
+    """``--cfg-options train_cfg.phases.1=5``: a TypeError that named nothing."""
+    with pytest.raises(ValueError, match=(
+            rf"^train_cfg.phases.1={entry!r}: a phase is a dict \(dict\(name=..., lr=..., "
+            r"trainable=\[...\], loss_weights=dict\(...\)\)\)$")):
+        Phase.from_config(1, entry)
+
+
 def test_a_floor_above_the_base_rate_is_refused():
     with pytest.raises(ValueError, match=r'min_lr_ratio=1.5 must be a number in \[0, 1\]'):
         Phase.from_config(1, cross_lingual(min_lr_ratio=1.5))

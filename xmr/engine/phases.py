@@ -106,8 +106,12 @@ class Phase:
 
         Raises:
             KeyError: a required key is missing or a key is unknown (naming the phase).
-            ValueError: a value has the wrong type or range (naming the phase, key and value).
+            ValueError: the entry is no dict, or a value has the wrong type or range (naming
+                the phase, key and value).
         """
+        if not isinstance(cfg, Mapping):
+            raise ValueError(f'train_cfg.phases.{index}={cfg!r}: a phase is a dict (dict(name=..., '
+                             'lr=..., trainable=[...], loss_weights=dict(...)))')
         label = f'phase {index}' + (f' ({cfg["name"]})' if 'name' in cfg else '')
         missing = {'name', 'lr', 'trainable', 'loss_weights'} - set(cfg)
         if missing:
