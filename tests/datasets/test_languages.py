@@ -67,6 +67,15 @@ def test_two_codes_of_one_language_are_refused():
         normalize_languages(['ja', 'jp'])
 
 
+def test_one_code_given_as_a_string_is_told_to_be_a_list():
+    """``--cfg-options model.language_branch.languages=de`` gives the string 'de', which was
+    read letter by letter (unknown language code 'd')."""
+    with pytest.raises(LanguageCodeError, match=(
+            r"^TargetLanguageBranch languages='de' is one string: give a list of codes, "
+            r"\['de'\] \(--cfg-options KEY=\[de\]\)$")):
+        normalize_languages('de', 'TargetLanguageBranch languages')
+
+
 def test_release_codes_and_aliases():
     assert release_code('xtd10', 'ja') == 'jp'
     assert release_code('xtd200', 'sw') == 'swh_Latn'

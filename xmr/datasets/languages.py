@@ -176,8 +176,12 @@ def normalize_languages(codes: Sequence[str], where: str = 'languages') -> list[
     """:func:`normalize_language` of each code; two codes of one language are an error.
 
     Raises:
-        LanguageCodeError: naming ``where`` and the codes at fault.
+        LanguageCodeError: naming ``where`` and the codes at fault, or ``codes`` given as one
+            string.
     """
+    if isinstance(codes, str):  # `--cfg-options ...languages=de` gives a string, not a list
+        raise LanguageCodeError(f'{where}={codes!r} is one string: give a list of codes, '
+                                f'[{codes!r}] (--cfg-options KEY=[{codes}])')
     canonical = [normalize_language(code, where) for code in codes]
     for position, lang in enumerate(canonical):
         first = canonical.index(lang)

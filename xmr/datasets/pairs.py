@@ -68,8 +68,8 @@ class CaptionPairDataset(MediaCaptionDataset):
                 raise ValueError('source_only items have no target language; drop target_langs')
             self.target_langs: list[str] = []
         else:
-            self.target_langs = normalize_languages(list(
-                available if target_langs is None else target_langs),
+            self.target_langs = normalize_languages(
+                available if target_langs is None else target_langs,
                 'CaptionPairDataset target_langs')
             missing = [lang for lang in self.target_langs if lang not in available]
             if missing or not self.target_langs:

@@ -42,9 +42,9 @@ class RetrievalDataset(MediaCaptionDataset):
                  **kwargs: Any) -> None:
         super().__init__(ann_file, test_mode=test_mode, **kwargs)
         ann = self.annotation
-        self.languages = normalize_languages(list(
-            ann.languages if languages is None else languages), 'RetrievalDataset languages')
-        self.translated_languages = normalize_languages(list(translated_languages),
+        self.languages = normalize_languages(
+            ann.languages if languages is None else languages, 'RetrievalDataset languages')
+        self.translated_languages = normalize_languages(translated_languages,
                                                         'RetrievalDataset translated_languages')
         missing = [lang for lang in self.languages if lang not in ann.languages]
         if missing:
@@ -56,7 +56,7 @@ class RetrievalDataset(MediaCaptionDataset):
             raise ValueError(f'{self.ann_file} has no {missing} translations; it has '
                              f'{ann.translation_langs}')
         self.back_translated_languages = normalize_languages(
-            list(back_translated_languages), 'RetrievalDataset back_translated_languages')
+            back_translated_languages, 'RetrievalDataset back_translated_languages')
         missing = [lang for lang in self.back_translated_languages
                    if lang not in ann.back_translation_langs]
         if missing:

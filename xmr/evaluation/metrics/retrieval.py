@@ -426,7 +426,7 @@ def _check_listed(option: str, value: Any) -> None:
 
 
 def _canonical(codes: Sequence[str] | None, where: str) -> tuple[str, ...] | None:
-    return None if codes is None else tuple(normalize_languages(list(codes), where))
+    return None if codes is None else tuple(normalize_languages(codes, where))
 
 
 def _checked_item(sample: Mapping[str, Any], with_tokens: bool = False,

@@ -123,7 +123,7 @@ class TargetLanguageBranch(nn.Module):
         hold_unowned(self, 'tower', tower)
         if not languages:
             raise ValueError('the target-language branch needs at least one language')
-        self.languages = normalize_languages(list(languages), 'TargetLanguageBranch languages')
+        self.languages = normalize_languages(languages, 'TargetLanguageBranch languages')
         given_pad_to = (tokenizer.get('pad_to') if isinstance(tokenizer, dict)
                         else getattr(tokenizer, 'pad_to', None))
         self.tokenizer = _built_tokenizer(tokenizer, tower, given_pad_to)

@@ -99,7 +99,7 @@ class DualEncoderRetriever(BaseRetriever):
         if not languages:
             raise ValueError('the dual encoder needs at least one caption language')
         # Canonical both, as the datasets' codes are: 'eng' must match 'en'.
-        languages = normalize_languages(list(languages), 'DualEncoderRetriever languages')
+        languages = normalize_languages(languages, 'DualEncoderRetriever languages')
         source_language = normalize_language(source_language,
                                              'DualEncoderRetriever source_language')
         if train_text == 'source' and source_language not in languages:
