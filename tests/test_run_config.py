@@ -298,7 +298,8 @@ def test_a_base_that_names_no_file_is_named_with_the_config_that_lists_it(tmp_pa
     with pytest.raises(UserError, match=(
             f"^{copied}: _base_ './static_tiny-clip_synthetic.py' names no file "
             f"\\({tmp_path}/static_tiny-clip_synthetic.py\\): a config outside xmr's configs/ "
-            "names xmr's as 'xmr::demo/static_tiny-clip_synthetic.py'$")):
+            "names xmr's as 'xmr::demo/static_tiny-clip_synthetic.py': _base_ = "
+            "\\['xmr::demo/static_tiny-clip_synthetic.py', 'xmr::_base_/models/dasd_sdm.py'\\]$")):
         load_run_config(copied)
     (tmp_path / 'base_one.py').write_text('x = 1\n')
     copied.write_text("_base_ = ['./base_on.py']\n")

@@ -56,19 +56,44 @@ def missing_base(cfg_path: str, filename: str) -> UserError:
     path = Path(filename).parent / cfg_path
     siblings = [p.name for p in path.parent.glob('*.py')] if path.parent.is_dir() else []
     hint = did_you_mean(path.name, siblings)
-    shipped = sorted(str(p.relative_to(packaged_root() / 'configs')) for p in
-                     (packaged_root() / 'configs').rglob(path.name))
-    # The one whose folders the path ends with (../_base_/models/x.py), else the only one.
-    meant = [name for name in shipped if path.resolve().as_posix().endswith('/' + name)]
-    if len(meant or shipped) == 1 and not hint:
-        fix = (f"a config outside xmr's configs/ names xmr's as "
-               f"'{CONFIG_SCHEME}{(meant or shipped)[0]}'")
+    shipped = _shipped_name(path)
+    if shipped is not None and not hint:
+        fix = f"a config outside xmr's configs/ names xmr's as '{CONFIG_SCHEME}{shipped}'"
+        bases, rewritten = _bases_by_scheme(filename)
+        if rewritten > 1:
+            # MMEngine stops at the first: a config copied out of configs/ would take a run
+            # for each of its bases.
+            fix += f': _base_ = {bases}'
     elif Path(cfg_path).is_absolute():
         fix = 'correct it'
     else:
         fix = f'correct it: a relative path starts at the folder of {Path(filename).name}'
     resolved = '' if Path(cfg_path).is_absolute() else f' ({path})'
     return UserError(filename, f"_base_ '{cfg_path}' names no file{resolved}{hint}", fix)
+
+
+def _shipped_name(path: Path) -> str | None:
+    """The packaged config (its path under ``configs/``) a base ``path`` that names no file
+    means: the one whose folders the path ends with (``../_base_/models/x.py``), else the only
+    one of its name; ``None`` where there is none or several."""
+    shipped = sorted(str(p.relative_to(packaged_root() / 'configs')) for p in
+                     (packaged_root() / 'configs').rglob(path.name))
+    meant = [name for name in shipped if path.resolve().as_posix().endswith('/' + name)]
+    return (meant or shipped)[0] if len(meant or shipped) == 1 else None
+
+
+def _bases_by_scheme(filename: str) -> tuple[list[str], int]:
+    """The ``_base_`` list of ``filename``, each entry that names no file and is a packaged
+    config written ``xmr::<path>``, the others as they are; and how many were rewritten."""
+    if not Path(filename).is_file():
+        return [], 0
+    bases, rewritten = [], 0
+    for base in Config._get_base_files(filename):
+        path = Path(filename).parent / base
+        shipped = None if '::' in base or path.is_file() else _shipped_name(path)
+        bases.append(base if shipped is None else f'{CONFIG_SCHEME}{shipped}')
+        rewritten += shipped is not None
+    return bases, rewritten
 
 
 def _install_config_scheme() -> None:
