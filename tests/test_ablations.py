@@ -85,8 +85,13 @@ def test_own_file_and_setting_a_key_that_is_none(tmp_path):
 def test_unknown_or_empty_ablation(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"'dasd/no-such'.*dasd/no-sc"):
         ablation_path('dasd/no-such')
-    with pytest.raises(FileNotFoundError, match="'no-sc'"):
-        ablation_path('no-sc')  # the method is part of the name
+    with pytest.raises(FileNotFoundError, match=(  # the method is part of the name
+            r"^ablation 'no-sc' names no method \(did you mean 'dasd/no-sc'\?\); name a "
+            r"shipped ablation as '<method>/<row>' \(dasd/align-on-cc300k, ")):
+        ablation_path('no-sc')
+    with pytest.raises(FileNotFoundError, match=r"'dasd/no-sd': no file .*/configs/dasd/"
+                       r"ablations/no-sd.py \(did you mean 'dasd/no-sc'\?\); name a shipped"):
+        ablation_path('dasd/no-sd')
     empty = tmp_path / 'empty.py'
     empty.write_text('# nothing\n')
     with pytest.raises(ValueError, match='changes nothing'):

@@ -26,6 +26,7 @@ from typing import Any
 from mmengine.config import Config
 
 from xmr.packaged import packaged_root
+from xmr.utils.cli import did_you_mean
 
 __all__ = ['ablation_path', 'apply_ablations', 'ablation_suffix', 'list_items_replaced']
 
@@ -43,7 +44,8 @@ def ablation_path(name: str | os.PathLike) -> Path:
             ``.py`` file of one's own.
 
     Raises:
-        FileNotFoundError: naming the file looked for and the shipped ablations of the method.
+        FileNotFoundError: naming the file looked for (or, for a bare row, the method it
+            lacks), the nearest shipped ablation and all of them.
     """
     name = str(name)
     if name.endswith('.py'):
@@ -56,7 +58,12 @@ def ablation_path(name: str | os.PathLike) -> Path:
         return path
     shipped = sorted(f'{p.parent.parent.name}/{p.stem}'
                      for p in (packaged_root() / 'configs').glob('*/ablations/*.py'))
-    raise FileNotFoundError(f'ablation {name!r}: no file {path}; name a shipped ablation as '
+    if name.endswith('.py') or row:
+        problem = f': no file {path}{did_you_mean(name, shipped)}'
+    else:
+        rows = [ablation for ablation in shipped if ablation.endswith(f'/{name}')]
+        problem = ' names no method' + (f" (did you mean '{rows[0]}'?)" if len(rows) == 1 else '')
+    raise FileNotFoundError(f'ablation {name!r}{problem}; name a shipped ablation as '
                             f"'<method>/<row>' ({', '.join(shipped)}) or the path of a .py file")
 
 
