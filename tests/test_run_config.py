@@ -39,6 +39,27 @@ def test_a_custom_import_that_fails_is_named_with_its_cause(tmp_path, monkeypatc
     assert 'sys.path' not in str(refused.value)
 
 
+def test_the_custom_imports_an_option_or_a_row_gives_are_imported(tmp_path, monkeypatch):
+    """MMEngine imports those of a config file as it loads it: given by --cfg-options, a module
+    was never imported (its types unknown at the build, a misspelt one trained on)."""
+    (tmp_path / 'my_given_module.py').write_text('')
+    (tmp_path / 'my_own_module.py').write_text('')
+    config = tmp_path / 'config.py'
+    config.write_text(f"_base_ = ['{DEMO}']\ncustom_imports = dict(imports=['my_own_module'])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    option = 'custom_imports.imports'
+    try:
+        # The option replaces the file's list: the file's own module is imported all the same.
+        load_run_config(config, cfg_options={option: ['my_given_module']})
+        assert {'my_given_module', 'my_own_module'} <= set(sys.modules)
+    finally:
+        sys.modules.pop('my_given_module', None)
+        sys.modules.pop('my_own_module', None)
+    with pytest.raises(UserError, match=(
+            f"^{DEMO}: custom_imports: my_given_modul failed to import: ModuleNotFoundError: ")):
+        load_run_config(DEMO, cfg_options={option: ['my_given_modul']})
+
+
 def test_a_misspelt_option_of_the_model_is_refused_when_the_config_loads(tmp_path):
     """The runner builds the model past xmr's registries; the loaded config is checked first."""
     with pytest.raises(UnknownOptionError, match=(

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mmengine.config import Config, DictAction
+from mmengine.utils import import_modules_from_strings
 
 from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
 from xmr.packaged import CONFIG_SCHEME, config_path
@@ -35,27 +36,35 @@ def add_config_arguments(parser: argparse.ArgumentParser,
                         help=f'override config keys, e.g. {example}')
 
 
-def failed_custom_import(config: str | os.PathLike, error: ImportError) -> UserError | None:
-    """The module of ``custom_imports`` that failed to import, and why, as a :class:`UserError`.
+def import_custom_modules(config: str | os.PathLike, cfg: Config) -> None:
+    """Import the modules of ``cfg.custom_imports`` (those already imported are not again).
 
-    MMEngine reports any failure in those modules as a missing folder on ``PYTHONPATH`` and
-    lists ``sys.path``; the cause (a misspelt name inside the module, a missing package) is at
-    the end of the error's chain. ``None`` for an error MMEngine did not wrap.
+    MMEngine imports those of a config file as it loads it, and never those an ``--ablation``
+    row or ``--cfg-options`` adds (their types were unknown at the build, a misspelt module
+    went unnoticed), so :func:`load_run_config` calls this on the file's config and on the
+    merged one; MMEngine reports a failure as a missing folder on ``PYTHONPATH`` and lists
+    ``sys.path``, where the cause (a misspelt name inside the module, a missing package) is at
+    the end of the error's chain.
+
+    Raises:
+        UserError: naming the module that failed to import, and why.
     """
-    chain = [error]
-    while chain[-1].__cause__ or chain[-1].__context__:
-        chain.append(chain[-1].__cause__ or chain[-1].__context__)
-    module = next((str(link).removeprefix('Failed to import ') for link in chain[1:]
-                   if str(link).startswith('Failed to import ')), None)
-    if module is None or not str(error).startswith('Failed to import custom modules'):
-        return None
-    cause = chain[-1]
-    missing = isinstance(cause, ModuleNotFoundError) and cause.name is not None and (
-        module == cause.name or module.startswith(f'{cause.name}.'))
-    return UserError(config, f'custom_imports: {module} failed to import: '
-                     f'{type(cause).__name__}: {cause}',
-                     'check its name, and that the folder holding it is on PYTHONPATH' if missing
-                     else f'fix {module} (run again with --debug for the traceback)')
+    if not cfg.get('custom_imports'):
+        return
+    try:
+        import_modules_from_strings(**cfg.custom_imports)
+    except ImportError as error:
+        module = str(error).removeprefix('Failed to import ')
+        cause = error
+        while cause.__cause__ or cause.__context__:
+            cause = cause.__cause__ or cause.__context__
+        missing = isinstance(cause, ModuleNotFoundError) and cause.name is not None and (
+            module == cause.name or module.startswith(f'{cause.name}.'))
+        raise UserError(config, f'custom_imports: {module} failed to import: '
+                        f'{type(cause).__name__}: {cause}',
+                        'check its name, and that the folder holding it is on PYTHONPATH'
+                        if missing else f'fix {module} (run again with --debug for the '
+                        'traceback)') from error
 
 
 def config_file(config: str | os.PathLike) -> str | os.PathLike:
@@ -113,21 +122,19 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     """
     config = config_file(config)
     try:
-        loaded = Config.fromfile(str(config))
-    except ImportError as error:
-        explained = failed_custom_import(config, error)
-        if explained is None:
-            raise
-        raise explained from error
+        loaded = Config.fromfile(str(config), import_custom_modules=False)
     except TypeError as error:
         explained = list_overlaid_by_index(config, error)
         if explained is None:
             raise
         raise explained from error
+    # The file's own first, as MMEngine would: a row or an option may replace the list.
+    import_custom_modules(config, loaded)
     cfg = apply_ablations(loaded, ablations)
     typo = _check_option_keys(cfg, cfg_options or {})
     if cfg_options:
         cfg.merge_from_dict(list_items_replaced(_nested(cfg_options), cfg.to_dict()))
+    import_custom_modules(config, cfg)
     check_run_values(cfg)
     if typo is not None:
         raise typo
