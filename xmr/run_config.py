@@ -21,7 +21,7 @@ from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import UserError, did_you_mean
 
 __all__ = ['add_config_arguments', 'check_evaluation_keys', 'check_run_values', 'config_file',
-           'load_run_config']
+           'load_run_config', 'merge_options']
 
 
 def add_config_arguments(parser: argparse.ArgumentParser,
@@ -132,8 +132,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     import_custom_modules(config, loaded)
     cfg = apply_ablations(loaded, ablations)
     typo = _check_option_keys(cfg, cfg_options or {})
-    if cfg_options:
-        cfg.merge_from_dict(list_items_replaced(_nested(cfg_options), cfg.to_dict()))
+    merge_options(cfg, cfg_options or {})
     import_custom_modules(config, cfg)
     check_run_values(cfg)
     if typo is not None:
@@ -326,8 +325,11 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
     return typo
 
 
-def _nested(cfg_options: Mapping[str, Any]) -> dict[str, Any]:
-    """``{'a': {'b': 1}}`` for ``{'a.b': 1}``, as MMEngine's ``merge_from_dict`` nests them."""
+def merge_options(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
+    """Merge ``cfg_options`` (dotted keys, ``--cfg-options``) into ``cfg``, as MMEngine's
+    ``merge_from_dict`` does, and replace a list's item that is no dict
+    (``test_dataloader.dataset.languages.1=fr``), where MMEngine fails
+    (:func:`xmr.ablations.list_items_replaced`)."""
     nested: dict[str, Any] = {}
     for key, value in cfg_options.items():
         *parents, last = key.split('.')
@@ -335,7 +337,7 @@ def _nested(cfg_options: Mapping[str, Any]) -> dict[str, Any]:
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = value
-    return nested
+    cfg.merge_from_dict(list_items_replaced(nested, cfg.to_dict()))
 
 
 def _typo_of(word: str, keys: Sequence[str]) -> str | None:

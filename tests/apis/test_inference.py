@@ -56,6 +56,14 @@ def test_init_retriever_loads_every_weight(trained):
     assert trained_languages(model) == ['en', 'de', 'zh']
 
 
+def test_an_option_replaces_a_list_item_as_cfg_options_does(trained):
+    """MMEngine's merge failed on a list's item that is no dict ('str' object has no attribute
+    'copy')."""
+    config, _, _ = trained
+    model = init_retriever(config, cfg_options={'model.language_branch.languages.1': 'fr'})
+    assert trained_languages(model) == ['en', 'de', 'fr']
+
+
 @pytest.mark.parametrize('overrides, message', [
     (dict(language_branch=tiny_branch_cfg(languages=('de', 'fr'))),
      r"languages: checkpoint \['de', 'zh'\] vs config \['de', 'fr'\]"),

@@ -26,6 +26,7 @@ from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 from xmr.registry import MODELS, TRANSFORMS
+from xmr.run_config import merge_options
 from xmr.utils.cli import UserKeyError
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
@@ -62,8 +63,7 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
             differ from the config's (the message names each mismatch).
     """
     cfg = config if isinstance(config, Config) else Config.fromfile(str(config))
-    if cfg_options:
-        cfg.merge_from_dict(dict(cfg_options))
+    merge_options(cfg, cfg_options or {})
     if 'model' not in cfg:
         raise UserKeyError(f'config {getattr(cfg, "filename", config)} has no model')
     if cfg.get('custom_imports'):
