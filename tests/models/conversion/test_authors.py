@@ -17,6 +17,7 @@ from tests.zip_records import damage_record
 from xmr.apis import encode_texts, init_retriever
 from xmr.conversion_cli import main
 from xmr.models.conversion import convert_authors_checkpoint
+from xmr.models.conversion.authors import build_model
 from xmr.models.conversion.dasd import map_dasd
 from xmr.models.conversion.mla import map_mla
 from xmr.registry import MODELS
@@ -374,6 +375,14 @@ def test_a_shape_difference_names_the_setting_of_its_part(change, value, fix, tm
                   tmp_path / 'o.pth')
     assert 'differ in shape' in err and fix in err
     assert (fix == 'model.backbone.arch') == ('another architecture' in err)
+
+
+def test_an_option_replaces_a_list_item_as_cfg_options_does(tmp_path):
+    """MMEngine's merge failed on a list's item that is no dict ('str' object has no attribute
+    'copy')."""
+    config = write_config(tmp_path / 'config.py', 'mla')
+    model = build_model(config, {'model.language_branch.languages.1': 'fr'})
+    assert model.language_branch.languages == ['de', 'fr']
 
 
 def test_a_logit_scale_saved_as_one_element_converts(tmp_path):

@@ -27,6 +27,7 @@ from xmr.engine.checkpoint import CheckpointReadError, check_checkpoint
 from xmr.fileio import atomic_torch_save
 from xmr.models.conversion.settings import authors_differences
 from xmr.models.weight_files import read_weights
+from xmr.run_config import merge_options
 
 #: Prefixes of the xmr parameters a converted file must provide (the rest, e.g. loss
 #: constants, keep the config's values).
@@ -376,8 +377,7 @@ def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -
     from xmr.registry import MODELS
 
     cfg = Config.fromfile(str(config))
-    if cfg_options:
-        cfg.merge_from_dict(dict(cfg_options))
+    merge_options(cfg, cfg_options or {})
     branch = cfg.model.get('language_branch') or {}
     for part in (cfg.model.get('backbone'), branch.get('embedding')):
         if part is not None and 'pretrained' in part:  # a part without it is refused later
