@@ -55,9 +55,15 @@ def test_the_custom_imports_an_option_or_a_row_gives_are_imported(tmp_path, monk
     finally:
         sys.modules.pop('my_given_module', None)
         sys.modules.pop('my_own_module', None)
+    merged = f'{DEMO} with its --ablation rows and --cfg-options'
     with pytest.raises(UserError, match=(
-            f"^{DEMO}: custom_imports: my_given_modul failed to import: ModuleNotFoundError: ")):
+            f"^{merged}: custom_imports: my_given_modul failed to import: ModuleNotFoundError: ")):
         load_run_config(DEMO, cfg_options={option: ['my_given_modul']})
+    row = tmp_path / 'row.py'
+    row.write_text("custom_imports = dict(imports=['my_row_modul'])\n")
+    with pytest.raises(UserError, match=(  # MMEngine's own error listed sys.path
+            f"^{merged}: custom_imports: my_row_modul failed to import: ModuleNotFoundError: ")):
+        load_run_config(DEMO, ablations=[str(row)])
 
 
 def test_a_misspelt_option_of_the_model_is_refused_when_the_config_loads(tmp_path):

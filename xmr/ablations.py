@@ -89,7 +89,8 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
     removed = {path: f'the config {cfg.filename}' for path in _removed_paths(cfg.to_dict())}
     for name in names:
         path = ablation_path(name)
-        overlay = Config.fromfile(str(path)).to_dict()
+        # Its custom_imports are the merged config's, which load_run_config imports.
+        overlay = Config.fromfile(str(path), import_custom_modules=False).to_dict()
         if not overlay:
             raise ValueError(f'ablation {name!r} ({path}) changes nothing: it defines no key')
         who = f'ablation {str(name)!r}'

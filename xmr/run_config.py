@@ -133,7 +133,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     cfg = apply_ablations(loaded, ablations)
     typo = _check_option_keys(cfg, cfg_options or {})
     merge_options(cfg, cfg_options or {})
-    import_custom_modules(config, cfg)
+    import_custom_modules(f'{config} with its --ablation rows and --cfg-options', cfg)
     check_run_values(cfg)
     if typo is not None:
         raise typo
