@@ -12,6 +12,8 @@ from mmengine.runner import Runner, ValLoop
 
 from tests.engine.test_loops import LANGS, PHASES, loader, make_cfg, train
 from xmr.engine.loops import PhasedTrainLoop
+from xmr.engine.phase_best import PhaseBest
+from xmr.engine.phases import Phase
 from xmr.registry import MODELS
 
 # cross_lingual: iterations 0-8, validated at 2, 4, 6 and 8; cross_modal: 8-12.
@@ -216,3 +218,28 @@ def test_every_ddp_rank_starts_from_the_file_the_main_process_wrote(tmp_path, mo
         assert equal(rank['entry'], ranks[0]['entry'])
     assert [p.name for p in (tmp_path / 'ddp' / 'phase_best').iterdir()] == [
         'cross_lingual_iter_4.pth']
+
+
+@pytest.mark.parametrize('val_interval, at_start, at_end, validated', [
+    (4, False, False, False),  # validates at 4 and 8: the phase before ends at 4, this at 7
+    (7, False, False, True),  # at its last iteration
+    (2, False, False, True),  # at 6
+    (0, True, False, True),
+    (0, False, True, True),
+])
+def test_a_tracked_phase_counts_as_validated_only_by_a_validation_inside_it(
+        val_interval, at_start, at_end, validated):
+    """The tracked phase trains iterations 5-7 (start 4, end 7); a validation at iteration 4
+    belongs to the phase before it."""
+    before = Phase.from_config(1, dict(PHASES[1], iters=3, validate_at_start=at_start))
+    before.start = 4
+    after = Phase.from_config(2, dict(PHASES[2], start_from_best='mAR'))
+    best = PhaseBest([before, after])
+    if validated:
+        best.check_validated(True, val_interval, at_end)
+    else:
+        with pytest.raises(ValueError, match='phase cross_modal: .* phase cross_lingual, which '
+                                             'is never validated'):
+            best.check_validated(True, val_interval, at_end)
+    with pytest.raises(ValueError, match='give the run a val_dataloader'):
+        best.check_validated(False, val_interval, at_end)  # nothing validates without a loop
