@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
+from xmr.engine import distributed
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.distributed import phase_wrapper_cfg, setup_cpu_distributed
 from xmr.engine.hooks import PreemptionHook
@@ -353,3 +355,49 @@ def test_phase_wrapper_defaults_and_cpu_launcher_checks(monkeypatch):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="use the 'pytorch' launcher"):
             setup_cpu_distributed(cfg, 'slurm')
+
+
+def test_a_gpu_phase_is_wrapped_on_its_local_device_not_its_global_rank(monkeypatch):
+    """The second node's first process: global rank 4, its node's GPU 0."""
+    monkeypatch.setenv('RANK', '4')
+    monkeypatch.setenv('LOCAL_RANK', '0')
+    assert phase_wrapper_cfg(None, on_cuda=True)['device_ids'] == [0]
+
+
+def test_a_cuda_machine_keeps_the_configured_backend_and_wrapper(monkeypatch):
+    """``setup_cpu_distributed`` changes nothing where CUDA is there, whatever the launcher."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setenv('RANK', '0')
+    monkeypatch.setenv('SLURM_PROCID', '0')
+    for launcher in ('pytorch', 'slurm'):
+        cfg = Config(dict(env_cfg=dict(dist_cfg=dict(backend='nccl'))))
+        setup_cpu_distributed(cfg, launcher)
+        assert cfg.env_cfg.dist_cfg.backend == 'nccl' and 'model_wrapper_cfg' not in cfg
+
+
+class _SparseModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(4, 2, sparse=True)
+        self.head = torch.nn.Linear(2, 2)
+
+
+@pytest.mark.parametrize('backend, trains_embedding, refused', [
+    ('nccl', True, True), ('nccl', False, False), ('gloo', True, False)])
+def test_a_trained_sparse_embedding_is_refused_on_a_backend_without_sparse_all_reduce(
+        monkeypatch, backend, trains_embedding, refused):
+    built = []
+    monkeypatch.setattr(distributed.dist, 'get_backend', lambda: backend)
+    monkeypatch.setattr(distributed.MODEL_WRAPPERS, 'build',
+                        lambda cfg, default_args: built.append(default_args['module']))
+    model = _SparseModel()
+    model.embedding.weight.requires_grad_(trains_embedding)
+    runner = SimpleNamespace(distributed=True, model=model, cfg=Config(dict()))
+    if refused:
+        with pytest.raises(ValueError, match='embedding.weight has sparse gradients, which the '
+                                             'nccl backend cannot all-reduce'):
+            distributed.rewrap_for_phase(runner)
+        assert not built
+    else:
+        distributed.rewrap_for_phase(runner)
+        assert built == [model]
