@@ -181,6 +181,18 @@ def test_a_lock_whose_pid_now_names_another_process_is_taken_over(tmp_path, othe
         lock_work_dir(tmp_path)
 
 
+def test_a_live_holder_whose_start_time_cannot_be_read_keeps_its_lock(tmp_path, other_process,
+                                                                      monkeypatch):
+    """Where ``/proc/<pid>/stat`` is unreadable (``hidepid``), a live PID is taken at its word:
+    a lock is never taken over from a run that may still be writing."""
+    import xmr.engine.work_dir as work_dir_module
+
+    monkeypatch.setattr(work_dir_module, 'process_start_time', lambda pid: None)
+    (tmp_path / LOCK_NAME).write_text(f'{other_process} {socket.gethostname()} 12345\n')
+    with pytest.raises(WorkDirLockedError, match=f'PID {other_process}'):
+        lock_work_dir(tmp_path)
+
+
 @HOOKS.register_module(force=True)
 class FailingHook(Hook):
     """Raises in the second iteration, as a bad batch or a full disk would."""
