@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -243,3 +244,21 @@ def test_a_tracked_phase_counts_as_validated_only_by_a_validation_inside_it(
             best.check_validated(True, val_interval, at_end)
     with pytest.raises(ValueError, match='give the run a val_dataloader'):
         best.check_validated(False, val_interval, at_end)  # nothing validates without a loop
+
+
+def test_a_validation_that_only_ties_the_best_keeps_the_earlier_weights(tmp_path):
+    """Greater is better: a tie is no improvement, so the first iteration to reach it stays."""
+    from mmengine.logging import MessageHub
+
+    before = Phase.from_config(1, PHASES[1])
+    best = PhaseBest([before, Phase.from_config(2, dict(PHASES[2], start_from_best='mAR'))])
+    model = torch.nn.Linear(2, 1)
+    runner = SimpleNamespace(message_hub=MessageHub('tie'), work_dir=str(tmp_path), model=model,
+                             logger=SimpleNamespace(info=lambda message: None))
+    for iteration, score in ((2, 0.25), (4, 0.5), (6, 0.5), (8, 0.25)):
+        with torch.no_grad():
+            model.bias.fill_(iteration)
+        best.record(runner, before, {'mAR': score}, iteration)
+    kept = runner.message_hub.get_info('phase_best/cross_lingual')
+    assert (kept['score'], kept['iteration']) == (0.5, 4)
+    assert torch.load(kept['path'])['bias'].item() == 4.0
