@@ -257,6 +257,17 @@ def _phase_loader_worker(rank: int, port: int, work_dir: str, out_dir: str) -> N
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.parametrize('randomness, seed', [({}, 7), (dict(diff_rank_seed=True), 4)])
+def test_the_shared_seed_takes_back_the_rank_only_where_mmengine_added_it(monkeypatch,
+                                                                         randomness, seed):
+    """Rank 3 with the runner's seed 7: under ``diff_rank_seed`` MMEngine added the rank
+    (7 = 4 + 3), so every rank shares 4; without it, 7 is every rank's seed already."""
+    monkeypatch.setattr(distributed.dist, 'is_initialized', lambda: True)
+    monkeypatch.setattr(distributed.dist, 'get_rank', lambda: 3)
+    runner = SimpleNamespace(seed=7, _randomness_cfg=randomness)
+    assert distributed.shared_seed(runner) == seed
+
+
 def test_a_phase_s_own_loader_shards_one_permutation_under_a_seed_per_rank(tmp_path,
                                                                              monkeypatch):
     """Under ``diff_rank_seed`` the ranks' random streams differ, but a phase's own dataloader
