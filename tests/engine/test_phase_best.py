@@ -262,3 +262,23 @@ def test_a_validation_that_only_ties_the_best_keeps_the_earlier_weights(tmp_path
     kept = runner.message_hub.get_info('phase_best/cross_lingual')
     assert (kept['score'], kept['iteration']) == (0.5, 4)
     assert torch.load(kept['path'])['bias'].item() == 4.0
+
+
+def test_a_best_file_holding_a_parameter_the_model_lacks_is_refused_by_name(tmp_path):
+    from mmengine.logging import MessageHub
+
+    before = Phase.from_config(1, PHASES[1])
+    after = Phase.from_config(2, dict(PHASES[2], start_from_best='mAR'))
+    path = PhaseBest.path(tmp_path, before, 4)
+    path.parent.mkdir()
+    torch.save({'bias': torch.zeros(1), 'adapters.de.weight': torch.zeros(2)}, path)
+    hub = MessageHub('unknown_parameter')
+    hub.update_info('phase_best/cross_lingual', dict(score=0.5, iteration=4, path=str(path)))
+    model = torch.nn.Linear(2, 1)
+    bias = model.bias.detach().clone()
+    runner = SimpleNamespace(message_hub=hub, work_dir=str(tmp_path), model=model,
+                             logger=SimpleNamespace(info=lambda message: None))
+    with pytest.raises(RuntimeError, match=r"parameters \['adapters.de.weight'\] are not in "
+                                           'the model'):
+        PhaseBest([before, after]).restore(runner, before, after)
+    assert torch.equal(model.bias, bias)  # nothing was loaded
