@@ -197,3 +197,21 @@ def test_a_user_registration_before_any_look_up_meets_xmr_s_types(tmp_path, forc
             "so my_hooks cannot register its PhaseReportHook under that name: give it another "
             "(register_module(name='MyPhaseReportHook')) or, to replace "
             "xmr.engine.hooks.phase_report's, register_module(force=True)")
+
+
+def test_an_option_s_default_is_the_type_s_own_before_the_one_it_forwards_to():
+    """``size`` is the type's own (a word by default) and shadows the forwarded ``size`` (a
+    number): a word is its value; the forwarded ``depth`` still wants a number."""
+    def build_inner(size=1, depth=2):
+        return size, depth
+
+    class Outer:
+        forwards_options_to = (build_inner,)
+
+        def __init__(self, size='auto', **options):
+            self.size, self.options = size, options
+
+    ADAPTERS.check_options(dict(type=Outer, size='large', depth=3))
+    with pytest.raises(ValueError, match=r"Outer: option depth='deep' must be a number \(its "
+                                         r'default is 2\)'):
+        ADAPTERS.check_options(dict(type=Outer, depth='deep'))
