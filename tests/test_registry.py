@@ -11,7 +11,7 @@ from mmengine.config import Config
 from tests.conftest import tiny_retriever_cfg
 from xmr import registry
 from xmr.models.adapters import AdapterPlacement, BaseAdapter
-from xmr.registry import ADAPTERS, MODELS, UnknownOptionError
+from xmr.registry import ADAPTERS, HOOKS, MODELS, UnknownOptionError
 from xmr.utils.cli import UserKeyError
 
 
@@ -43,6 +43,18 @@ def test_unknown_type_through_the_mmengine_root_also_suggests():
     with mm_registry.DefaultScope.overwrite_default_scope('xmr'):
         with pytest.raises(KeyError, match='Closest registered names: InfoNCELoss'):
             mm_registry.MODELS.build(dict(type='InfoNCELos'))
+
+
+def test_a_misspelt_mmengine_type_is_suggested_through_xmr_s_registry():
+    """xmr's hook registry names the parent's types too: ``IterTimerHook`` is MMEngine's."""
+    with pytest.raises(KeyError, match='Closest registered names: IterTimerHook'):
+        HOOKS.build(dict(type='IterTimerHok'))
+
+
+def test_a_config_of_another_scope_is_left_to_that_scope():
+    """A ``_scope_`` dict builds from another package's registry: its type and options are not
+    xmr's to judge."""
+    HOOKS.check_options(dict(type='DetVisualizationHook', _scope_='mmdet', draw=True))
 
 
 USER_MODULE = '''
