@@ -1,6 +1,8 @@
 """xmr.apis: strict checkpoint loading, language checks, text/media embeddings as in evaluation."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -157,6 +159,23 @@ def test_media_tensors_and_bad_media(trained):
     torch.testing.assert_close(mixed[1], encode_media(model, [frames])[0])
     with pytest.raises(ValueError, match=r'media\[1\]: a tensor must be uint8'):
         encode_media(model, [image, image.float()])
+    channels_last = image.permute(1, 2, 0)  # PIL's and numpy's layout, [H, W, 3]
+    with pytest.raises(ValueError, match=re.escape(
+            'media[0]: a tensor must be uint8 [3, H, W] or [T, 3, H, W], got torch.uint8 '
+            '(32, 32, 3)')):
+        encode_media(model, [channels_last])
+
+
+def test_a_checkpoint_holding_only_the_model_s_facts_holds_none_of_its_weights(trained,
+                                                                              tmp_path):
+    """The retriever's facts (``_extra_state``: backbone, languages) are no weights: a file of
+    them alone is another model's, not one missing every parameter."""
+    config, _, reference = trained
+    facts = {'_extra_state': reference.state_dict()['_extra_state']}
+    torch.save({'state_dict': facts}, tmp_path / 'facts.pth')
+    with pytest.raises(CheckpointMismatchError, match=r"facts.pth holds none of the model's "
+                                                      r'weights \(its keys: _extra_state;'):
+        init_retriever(config, tmp_path / 'facts.pth')
 
 
 def test_media_are_decoded_one_batch_at_a_time(trained, monkeypatch):
