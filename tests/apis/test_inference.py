@@ -213,6 +213,19 @@ def test_a_checkpoint_holding_none_of_the_models_weights_is_named_with_its_keys(
     assert 'missing keys' not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize('meta', [dict(method='dasd'),
+                                  dict(method='clip', converted_from='open_clip.bin')],
+                         ids=['trained_here', 'converted_from_another_method'])
+def test_only_a_file_converted_from_the_authors_is_held_to_their_settings(trained, tmp_path,
+                                                                          meta):
+    """The tiny model computes otherwise than DASD's code; a file that is not a conversion of
+    the MLA / DASD authors' loads into it whatever its meta names."""
+    config, checkpoint, reference = trained
+    state = torch.load(checkpoint, map_location='cpu', weights_only=True)['state_dict']
+    torch.save({'meta': meta, 'state_dict': state}, tmp_path / 'labelled.pth')
+    assert init_retriever(config, tmp_path / 'labelled.pth') is not None
+
+
 def test_a_checkpoint_of_a_ddp_wrapped_model_loads_without_the_module_prefix(trained, tmp_path):
     config, checkpoint, reference = trained
     state = torch.load(checkpoint, map_location='cpu', weights_only=True)['state_dict']
