@@ -64,6 +64,7 @@ def test_an_option_replaces_a_list_item_as_cfg_options_does(trained):
     config, _, _ = trained
     model = init_retriever(config, cfg_options={'model.language_branch.languages.1': 'fr'})
     assert trained_languages(model) == ['en', 'de', 'fr']
+    assert model.cfg.model.language_branch.languages == ['de', 'fr']
 
 
 @pytest.mark.parametrize('overrides, message', [
