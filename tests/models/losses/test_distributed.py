@@ -93,3 +93,10 @@ def test_equal_shards_gather_through_the_default_gloo_group(tmp_path):
         torch.testing.assert_close(result['a'], full, rtol=0, atol=0)
         torch.testing.assert_close(result['grad'], WORLD * weights[4 * rank:4 * rank + 4],
                                    rtol=0, atol=0)
+
+
+def test_a_default_group_with_gloo_for_host_tensors_is_the_host_group(monkeypatch):
+    """torch's default backend on a CUDA machine, ``cpu:gloo,cuda:nccl``, exchanges host
+    tensors through gloo already: no second group is made."""
+    monkeypatch.setattr(distributed.dist, 'get_backend', lambda: 'cpu:gloo,cuda:nccl')
+    assert distributed.host_group() is None
