@@ -126,6 +126,14 @@ def test_text_embeddings_match_the_evaluation_path(trained):
     assert torch.allclose(encode_texts(model, 'a red circle', 'en').norm(dim=1), torch.ones(1))
 
 
+def test_a_language_is_read_in_any_spelling_of_its_code(trained):
+    _, _, model = trained
+    expected = encode_texts(model, ['ein roter Kreis'], 'de')
+    for spelling in ('DE', 'deu', 'deu_Latn'):
+        torch.testing.assert_close(encode_texts(model, ['ein roter Kreis'], spelling), expected,
+                                   rtol=0, atol=0, msg=spelling)
+
+
 def test_media_embeddings_match_the_evaluation_path(trained, shared_data, tmp_path):
     _, _, model = trained
     video = shared_data / 'videos' / 'video_0.mov'
