@@ -39,6 +39,14 @@ def test_unknown_type_lists_the_closest_registered_names():
     assert 'StaticAdaptor' not in ADAPTERS and 'StaticAdapter' in ADAPTERS
 
 
+def test_a_loose_misspelling_is_still_suggested_nearest_first():
+    """'DynAdapter' is no substring of a name and far from exact: about 0.8 alike with
+    DynamicAdapter, less with the others."""
+    with pytest.raises(KeyError, match=r"'DynAdapter' .* Closest registered names: "
+                                       r'DynamicAdapter, '):
+        ADAPTERS.get('DynAdapter')
+
+
 def test_unknown_type_through_the_mmengine_root_also_suggests():
     with mm_registry.DefaultScope.overwrite_default_scope('xmr'):
         with pytest.raises(KeyError, match='Closest registered names: InfoNCELoss'):
