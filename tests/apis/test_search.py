@@ -83,6 +83,8 @@ def test_bad_input_is_named(model, image_files):
         MediaIndex(torch.eye(2), ['a', 'a'])
     with pytest.raises(ValueError, match='1 media_ids for 2 media'):
         MediaIndex.from_media(model, image_files[:2], media_ids=['a'])
+    with pytest.raises(ValueError, match='0 media_ids for 2 media'):  # not the default ids
+        MediaIndex.from_media(model, image_files[:2], media_ids=[])
     (image_files[0].parent / 'other').mkdir()
     twin = image_files[0].parent / 'other' / image_files[0].name
     twin.write_bytes(image_files[0].read_bytes())
