@@ -375,6 +375,37 @@ def test_a_gpu_phase_is_wrapped_on_its_local_device_not_its_global_rank(monkeypa
     assert phase_wrapper_cfg(None, on_cuda=True)['device_ids'] == [0]
 
 
+@pytest.fixture
+def cpu_group_started(monkeypatch):
+    """A CPU machine whose gloo group a driver script started before the runner: a second
+    ``init_process_group`` fails."""
+    def started_twice(*args, **kwargs):
+        raise RuntimeError('trying to initialize the default process group twice')
+
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(distributed.dist, 'is_initialized', lambda: True)
+    monkeypatch.setattr(distributed.dist, 'init_process_group', started_twice)
+    monkeypatch.setenv('RANK', '0')
+
+
+def test_a_cpu_run_whose_group_is_started_already_is_not_started_again(cpu_group_started):
+    cfg = Config(dict())
+    setup_cpu_distributed(cfg, 'pytorch')
+    assert cfg.model_wrapper_cfg.device_ids is None
+
+
+@pytest.mark.parametrize('env_cfg', [None, {}, dict(dist_cfg=dict(backend='nccl', timeout=60))],
+                         ids=['no_env_cfg', 'no_dist_cfg', 'nccl'])
+def test_a_cpu_run_s_config_records_the_gloo_backend_it_runs_on(cpu_group_started, env_cfg):
+    """The config the runner dumps says gloo, whatever the config gave (its other options
+    kept): a config without ``env_cfg.dist_cfg`` lost the backend."""
+    cfg = Config(dict() if env_cfg is None else dict(env_cfg=env_cfg))
+    setup_cpu_distributed(cfg, 'pytorch')
+    assert cfg.env_cfg.dist_cfg.backend == 'gloo'
+    if env_cfg:
+        assert cfg.env_cfg.dist_cfg.timeout == 60
+
+
 def test_a_cuda_machine_keeps_the_configured_backend_and_wrapper(monkeypatch):
     """``setup_cpu_distributed`` changes nothing where CUDA is there, whatever the launcher."""
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)

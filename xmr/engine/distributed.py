@@ -110,7 +110,9 @@ def setup_cpu_distributed(cfg: Any, launcher: str) -> None:
     if launcher != 'pytorch':
         raise ValueError(f"distributed CPU runs use the 'pytorch' launcher (torchrun), got "
                          f"'{launcher}'")
-    cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
+    # Config.setdefault stores a copy of a new dict: a backend written into the dict it
+    # returns was lost where the config had no env_cfg.dist_cfg.
+    cfg.merge_from_dict({'env_cfg.dist_cfg.backend': 'gloo'})
     cfg.model_wrapper_cfg = phase_wrapper_cfg(cfg.get('model_wrapper_cfg'), on_cuda=False)
     if not dist.is_initialized():
         dist.init_process_group('gloo', rank=int(os.environ['RANK']),
