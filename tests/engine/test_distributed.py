@@ -368,6 +368,13 @@ def test_phase_wrapper_defaults_and_cpu_launcher_checks(monkeypatch):
             setup_cpu_distributed(cfg, 'slurm')
 
 
+def test_a_run_s_own_buffer_sync_wins_over_the_phase_default():
+    """A model whose buffers change in training asks DDP to sync them before each forward."""
+    sync = next(key for key in ('forward_sync_buffers', 'broadcast_buffers')
+                if key in phase_wrapper_cfg(None, on_cuda=False))
+    assert phase_wrapper_cfg({sync: True}, on_cuda=False)[sync] is True
+
+
 def test_a_gpu_phase_is_wrapped_on_its_local_device_not_its_global_rank(monkeypatch):
     """The second node's first process: global rank 4, its node's GPU 0."""
     monkeypatch.setenv('RANK', '4')
