@@ -76,6 +76,17 @@ def test_bad_choices_are_named(ann_file):
         CaptionPairDataset(ann_file, on_corrupt='ignore', transform=TINY)
 
 
+def test_target_langs_written_as_one_string_is_named(ann_file):
+    with pytest.raises(ValueError, match=r"target_langs='de' is one string: give a list"):
+        CaptionPairDataset(ann_file, target_langs='de', transform=TINY)
+
+
+def test_an_empty_target_langs_is_named_where_the_file_has_translations(ann_file):
+    with pytest.raises(ValueError, match=r"target_langs is empty; name some of \['de', 'cs'\], "
+                       r'or set source_only=True'):
+        CaptionPairDataset(ann_file, target_langs=[], transform=TINY)
+
+
 def test_a_text_only_annotation_has_no_media_paths_and_yields_text_pairs(tmp_path):
     ann = Annotation(dataset='multi30k', split='train', media_type='text', languages=['en'],
                      source_lang='en', translation_langs=['de'],

@@ -71,6 +71,10 @@ class CaptionPairDataset(MediaCaptionDataset):
             self.target_langs = normalize_languages(
                 available if target_langs is None else target_langs,
                 'CaptionPairDataset target_langs')
+            if not self.target_langs and available:
+                raise ValueError(f'{self.ann_file}: target_langs is empty; name some of '
+                                 f'{available}, or set source_only=True for items of source '
+                                 'captions alone')
             missing = [lang for lang in self.target_langs if lang not in available]
             if missing or not self.target_langs:
                 fix = ('attach them with tools/data/attach_translations.py (docs/data.md), or '
