@@ -9,6 +9,7 @@ import sys
 import torch
 
 from xmr.datasets import SkippedMedia, retrieval_collate
+from xmr.datasets.collate import kept_no_item
 
 
 def test_stacks_media_and_lists_the_rest():
@@ -38,6 +39,8 @@ def test_none_and_markers_are_dropped_and_markers_named():
     assert batch['skipped_media'] == ['/v/bad.mp4']
     assert retrieval_collate([SkippedMedia(0, 'x', 'y')]) == {'batch_size': 0,
                                                               'skipped_media': ['x']}
+    assert kept_no_item(retrieval_collate([SkippedMedia(0, 'x', 'y')]))
+    assert not kept_no_item(batch) and not kept_no_item([item])
 
 
 def test_media_ids_become_keys_equal_for_one_id_in_any_process():

@@ -351,3 +351,34 @@ def test_a_metric_keeps_every_item_of_its_dataset_not_one_per_batch(tmp_path):
         val_evaluator=[Evaluator([ItemCount(prefix='count')])],
         val_cfg=dict(type='MultiDatasetValLoop')))
     assert runner.val() == {'count/items': 6}
+
+
+@pytest.mark.parametrize('loop', ['TestLoop', 'MultiDatasetTestLoop'])
+def test_a_batch_whose_every_medium_was_skipped_is_counted_without_the_model(
+        tmp_path, shared_data, loop):
+    """on_corrupt='skip' with the damaged clip alone in its batch: the model has nothing to
+    embed, the metric scores the two readable clips and counts the skipped one."""
+    folder = shared_data / 'videos'
+    names = ['video_0.mov', 'corrupted.mp4', 'unordered.mov']
+    if not all((folder / name).is_file() for name in names):
+        pytest.skip(f'video fixtures not found under {folder}')
+    ann = Annotation(dataset='clips', split='test', media_type='video', languages=['en'],
+                     items=[MediaRecord(name.split('.')[0], str(folder / name),
+                                        {'en': [f'a clip called {name}']}) for name in names])
+    dump_annotation(ann, tmp_path / 'clips.json')
+    loader = eval_loader(dict(type='RetrievalDataset', ann_file=str(tmp_path / 'clips.json'),
+                              num_frames=2, transform=TINY, on_corrupt='skip'), batch_size=1)
+    metric = dict(type='RetrievalMetric', protocol='text_to_video', prefix='clips')
+    several = loop == 'MultiDatasetTestLoop'
+    runner = Runner(**base_cfg(tmp_path, test_dataloader=[loader] if several else loader,
+                               test_evaluator=[metric] if several else metric,
+                               test_cfg=dict(type=loop)))
+    encoded = []
+    encode_media = runner.model.encode_media
+    runner.model.encode_media = lambda media: encoded.append(len(media)) or encode_media(media)
+
+    with pytest.warns(UserWarning, match='corrupted.mp4'):
+        metrics = runner.test()
+
+    assert encoded == [1, 1]
+    assert metrics['clips/skipped_media'] == 1

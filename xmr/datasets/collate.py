@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -51,6 +51,13 @@ def retrieval_collate(items: Sequence[dict[str, Any] | SkippedMedia | None]) -> 
     if 'media_id' in batch:
         batch['media_keys'] = media_keys(batch['media_id'])
     return batch
+
+
+def kept_no_item(batch: Any) -> bool:
+    """Whether ``batch`` is a :func:`retrieval_collate` batch that kept no item: every one was
+    skipped as unreadable (``on_corrupt='skip'``; a damaged file alone in a batch of one, or in
+    a last batch). It holds ``skipped_media`` and nothing for a model to embed."""
+    return isinstance(batch, Mapping) and batch.get('batch_size') == 0
 
 
 def media_keys(media_ids: Sequence[str]) -> torch.Tensor:

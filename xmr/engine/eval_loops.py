@@ -13,6 +13,9 @@ Config::
     val_evaluator = [dict(type='RetrievalMetric', prefix='multi30k'),
                      dict(type='RetrievalMetric', protocol='coco_1k_5fold', prefix='coco_ja')]
     val_cfg = dict(type='MultiDatasetValLoop')
+
+``ValLoop`` and ``TestLoop`` of xmr's scope are MMEngine's, except that a batch whose every
+medium a dataset skipped as unreadable goes to the metric without the model, as in these loops.
 """
 from __future__ import annotations
 
@@ -22,18 +25,21 @@ from typing import Any
 
 import torch
 from mmengine.evaluator import Evaluator
+from mmengine.runner import TestLoop as MMEngineTestLoop
+from mmengine.runner import ValLoop as MMEngineValLoop
 from mmengine.runner.amp import autocast
 from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
+from xmr.datasets.collate import kept_no_item
 from xmr.engine.frozen_casts import FrozenWeightCasts
 from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.engine.worker_tokens import tokenize_in_workers
 from xmr.evaluation.metrics import RetrievalMetric
 from xmr.registry import LOOPS
 
-__all__ = ['MultiDatasetValLoop', 'MultiDatasetTestLoop', 'LoaderSequence', 'combined_mean_ar',
-           'scored_loaders']
+__all__ = ['MultiDatasetValLoop', 'MultiDatasetTestLoop', 'LoaderSequence',
+           'TestLoop', 'ValLoop', 'combined_mean_ar', 'scored_loaders']
 
 
 class LoaderSequence:
@@ -180,7 +186,7 @@ class _MultiDatasetLoop(BaseLoop):
         with autocast(enabled=self.fp16), casts:
             step = (self.runner.model.val_step if self.mode == 'val'
                     else self.runner.model.test_step)
-            outputs = step(data_batch)
+            outputs = [] if kept_no_item(data_batch) else step(data_batch)
         evaluator.process(data_samples=outputs, data_batch=data_batch)
         self.runner.call_hook(f'after_{self.mode}_iter', batch_idx=batch_idx,
                               data_batch=data_batch, outputs=outputs)
@@ -217,6 +223,42 @@ class MultiDatasetTestLoop(_MultiDatasetLoop):
     """
 
     mode = 'test'
+
+
+@LOOPS.register_module()
+class ValLoop(MMEngineValLoop):
+    """MMEngine's ``ValLoop``, where a batch whose every medium was skipped as unreadable
+    (``on_corrupt='skip'``) reaches the metric and the hooks without the model: there is
+    nothing to embed, and MMEngine's loop fails on a step without outputs."""
+
+    @torch.no_grad()
+    def run_iter(self, idx: int, data_batch: Any) -> None:
+        if kept_no_item(data_batch):
+            _process_skipped_batch(self, 'val', idx, data_batch)
+        else:
+            super().run_iter(idx, data_batch)
+
+
+@LOOPS.register_module()
+class TestLoop(MMEngineTestLoop):
+    """MMEngine's ``TestLoop``, as :class:`ValLoop`."""
+
+    @torch.no_grad()
+    def run_iter(self, idx: int, data_batch: Any) -> None:
+        if kept_no_item(data_batch):
+            _process_skipped_batch(self, 'test', idx, data_batch)
+        else:
+            super().run_iter(idx, data_batch)
+
+
+def _process_skipped_batch(loop: ValLoop | TestLoop, mode: str, idx: int,
+                           data_batch: Mapping[str, Any]) -> None:
+    """A batch of skipped media alone: the metric and ``CorruptMediaHook`` count its
+    ``skipped_media``."""
+    loop.runner.call_hook(f'before_{mode}_iter', batch_idx=idx, data_batch=data_batch)
+    loop.evaluator.process(data_samples=[], data_batch=data_batch)
+    loop.runner.call_hook(f'after_{mode}_iter', batch_idx=idx, data_batch=data_batch,
+                          outputs=[])
 
 
 def _dataset_name(loader: DataLoader) -> str:
