@@ -59,6 +59,9 @@ def test_unknown_code_names_the_place_and_the_accepted_forms():
         normalize_language('swahili', 'config')
     with pytest.raises(LanguageCodeError, match="closest: 'sw'"):
         normalize_language('swx_Latn')
+    # 'de' and 'deu' are both close to 'de ': the language is suggested once.
+    with pytest.raises(LanguageCodeError, match=r"unknown language code 'de '; closest: 'de'\. "):
+        normalize_language('de ')
 
 
 def test_two_codes_of_one_language_are_refused():

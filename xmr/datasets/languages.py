@@ -164,7 +164,9 @@ def normalize_language(code: str, where: str = 'language code') -> str:
                 return base  # sr-Cyrl is sr, as srp_Cyrl is
             return f'{base}-{subtag.title() if len(subtag) == 4 else subtag.upper()}'
     close = difflib.get_close_matches(code.lower(), _ALIASES, n=3, cutoff=0.6)
-    hint = f"; closest: {', '.join(repr(_ALIASES[c]) for c in close)}" if close else ''
+    # Several accepted forms of one language may be close ('de', 'deu'): name it once.
+    languages = dict.fromkeys(_ALIASES[c] for c in close)
+    hint = f"; closest: {', '.join(map(repr, languages))}" if languages else ''
     raise LanguageCodeError(
         f"{where}: unknown language code {code!r}{hint}. Accepted forms: ISO 639-1 ('sw'), "
         "ISO 639-3 ('swh', 'fil'), FLORES-200 ('swh_Latn'), the datasets' own codes ('jp', "
