@@ -2,8 +2,10 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from mmengine.optim import OptimWrapper
 
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
+from xmr.datasets import SkippedMedia, retrieval_collate
 from xmr.models.retrievers import base as retriever_base
 from xmr.models.retrievers.base import (
     BaseRetriever,
@@ -157,6 +159,17 @@ def test_a_gallery_batch_equals_its_items_and_captions_attached_one_by_one():
     text_only = gallery_batch(None, dict(de=(unit_rows(de), owners['de'])), ['a', 'b'])
     assert [item['caption_embeddings']['de'].shape[0] for item in text_only] == [0, 2]
     assert 'media_embedding' not in text_only[0]
+
+
+def test_a_training_batch_whose_every_item_was_skipped_names_its_files(tiny_retriever):
+    # on_corrupt='skip' with unreadable files alone in a batch: no step can be taken, and the
+    # losses' own complaint ('need source_text in every batch') would blame the config.
+    batch = retrieval_collate([SkippedMedia(0, '/v/a.jpg', 'not a decodable image'),
+                               SkippedMedia(1, '/v/b.jpg', 'file not found')])
+    with pytest.raises(ValueError, match=r"every item of a training batch was skipped as "
+                       r"unreadable \(on_corrupt='skip'\): /v/a.jpg, /v/b.jpg; "):
+        tiny_retriever.train_step(batch, OptimWrapper(torch.optim.SGD(
+            tiny_retriever.parameters(), lr=0.1)))
 
 
 def test_the_translation_model_builds_only_its_own_losses():

@@ -20,6 +20,7 @@ from mmengine import dist
 from mmengine.model import BaseModel
 from torch import nn
 
+from xmr.datasets.collate import kept_no_item
 from xmr.models.losses.distributed import gather_with_grad
 from xmr.models.losses.pair import PairLoss
 from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
@@ -197,6 +198,21 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         if mode in ('predict', 'tensor'):
             return self.predict(**batch)
         raise ValueError(f"unknown forward mode '{mode}' (loss, predict or tensor)")
+
+    def train_step(self, data: Any, optim_wrapper: Any) -> dict[str, torch.Tensor]:
+        """MMEngine's training step, refusing a batch that kept no item.
+
+        Raises:
+            ValueError: every item of ``data`` was skipped as unreadable (``on_corrupt='skip'``),
+                naming the files: the losses would blame a text the batch lacks.
+        """
+        if kept_no_item(data):
+            raise ValueError(
+                "every item of a training batch was skipped as unreadable (on_corrupt='skip'): "
+                f"{', '.join(data.get('skipped_media', []))}; a step needs at least one item: "
+                'replace these files or remove them from the annotation, or train with a larger '
+                'batch_size')
+        return super().train_step(data, optim_wrapper)
 
     @abstractmethod
     def loss(self, **batch: Any) -> dict[str, torch.Tensor]:
