@@ -107,6 +107,19 @@ def test_command_line_stops_without_writing_anything(multi30k, tmp_path):
     assert not out.exists()
 
 
+def test_a_raw_dir_of_task_1_alone_says_where_task_2_is_and_how_to_leave_it_out(multi30k,
+                                                                                 tmp_path):
+    # The release's data/task1/raw, as the documented command names it, lacks task 2's files.
+    raw = tmp_path / 'task1' / 'raw'
+    shutil.copytree(multi30k / 'raw', raw, ignore=shutil.ignore_patterns('test_2016.*'))
+    with pytest.raises(ConversionError, match=(
+            r"^en caption file not found in .*task1/raw: looked for test_2016\.1\.en\.gz, "
+            r"test_2016\.1\.en; test_5captions is Multi30K task 2: put the release's "
+            r"data/task2/raw/test_2016\.\*\.gz into --raw-dir, or leave the split out with "
+            r"--splits train val test$")):
+        convert_multi30k(raw, multi30k / 'image_splits', splits=['test_5captions'])
+
+
 def test_text_only_export_needs_no_images_and_keeps_every_caption(multi30k, tmp_path):
     main(['--raw-dir', str(multi30k / 'raw'), '--image-splits-dir',
           str(multi30k / 'image_splits'), '--text-only', '--splits', 'val',

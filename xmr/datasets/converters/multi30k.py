@@ -69,7 +69,17 @@ def _split(raw_dir: Path, image_splits_dir: Path, split: str,
         image_list = MULTI30K_SPLITS[split]
         stems = [image_list]
     list_path, names = _read_image_list(image_splits_dir, image_list)
-    files = {lang: [_caption_file(raw_dir, stem, lang) for stem in stems] for lang in languages}
+    try:
+        files = {lang: [_caption_file(raw_dir, stem, lang) for stem in stems]
+                 for lang in languages}
+    except ConversionError as error:
+        if split != TASK2_SPLIT:
+            raise
+        # The release keeps task 2 in its own folder, which the documented command does not
+        # name.
+        raise ConversionError(f"{error}; {TASK2_SPLIT} is Multi30K task 2: put the release's "
+                              'data/task2/raw/test_2016.*.gz into --raw-dir, or leave the split '
+                              'out with --splits train val test') from None
     captions = {path: read_lines(path) for paths in files.values() for path in paths}
     require_same_length((list_path, len(names)), captions)
     records = [
