@@ -123,6 +123,34 @@ def test_short_caption_file_and_bad_names_are_named(xtd, tmp_path):
         convert_xtd10(root, image_names=short)
 
 
+def _release_layout(flat: Path, names_file: Path, repo: Path) -> None:
+    """The files as the release's repository holds them: XTD10's own languages and the image
+    list in XTD10/, MIC's de and fr in MIC/, STAIR's jp in STAIR/."""
+    folders = {'de': 'MIC', 'fr': 'MIC', 'jp': 'STAIR'}
+    for code in RELEASE_CODES:
+        folder = repo / folders.get(code, 'XTD10')
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f'test_1kcaptions_{code}.txt'
+        (folder / name).write_bytes((flat / name).read_bytes())
+    (repo / 'XTD10' / 'test_image_names.txt').write_bytes(names_file.read_bytes())
+
+
+def test_the_release_folders_convert_from_its_xtd10_folder_or_its_root(xtd, tmp_path):
+    flat, names_file = xtd
+    repo = tmp_path / 'Cross-lingual-Test-Dataset-XTD10'
+    _release_layout(flat, names_file, repo)
+    expected = convert_xtd10(flat, image_names=names_file)
+    for xtd_dir in (repo / 'XTD10', repo):  # the documented --xtd-dir, and the repository
+        ann = convert_xtd10(xtd_dir)
+        assert ann.languages == list(XTD10_LANGUAGES)
+        assert [r.captions for r in ann.items] == [r.captions for r in expected.items]
+    (repo / 'STAIR' / 'test_1kcaptions_jp.txt').unlink()
+    with pytest.raises(ConversionError, match=r"ja caption file test_1kcaptions_jp\.txt not "
+                       r"found in .*XTD10, nor in the release's XTD10/, MIC/ or STAIR/ folders "
+                       r"beside or inside it$"):
+        convert_xtd10(repo / 'XTD10')
+
+
 def test_release_code_jp_is_read_as_ja_whichever_code_is_asked_for(tmp_path):
     from xmr.datasets.converters.xtd10 import convert_xtd10
 

@@ -2,11 +2,15 @@
 
 Raw release layout (github.com/adobe-research/Cross-lingual-Test-Dataset-XTD10)::
 
-    <xtd_dir>/test_1kcaptions_{lang}.txt   one caption per line, lang in de en es fr it jp ko pl
-                                           ru tr zh (some files use CRLF, zh and ru lack a final
-                                           newline)
-    <xtd_dir>/test_image_names.txt         COCO 2014 file name per line (COCO_train2014_... or
-                                           COCO_val2014_...)
+    XTD10/test_1kcaptions_{lang}.txt   one caption per line, lang in en es it ko pl ru tr zh
+                                       (some files use CRLF, zh and ru lack a final newline)
+    XTD10/test_image_names.txt         COCO 2014 file name per line (COCO_train2014_... or
+                                       COCO_val2014_...)
+    MIC/test_1kcaptions_{de,fr}.txt    German and French (MIC)
+    STAIR/test_1kcaptions_jp.txt       Japanese (STAIR Captions)
+
+``xtd_dir`` is the repository, its ``XTD10`` folder, or one folder holding every file: each
+file is looked for in it, then in the release's folders inside it or beside it.
 
 The release's ``jp`` becomes the ISO code ``ja``. Images resolve inside the COCO image folder
 from the file name (``COCO_val2014_x.jpg`` -> ``val2014/COCO_val2014_x.jpg``). Outputs:
@@ -34,7 +38,8 @@ from xmr.datasets.converters.raw_files import (
 from xmr.datasets.few_shot import few_shot_splits
 from xmr.datasets.languages import release_code
 
-__all__ = ['XTD10_LANGUAGES', 'coco_image_path', 'convert_xtd10', 'main']
+__all__ = ['RELEASE_FOLDERS', 'XTD10_LANGUAGES', 'coco_image_path', 'convert_xtd10', 'main',
+           'release_file']
 
 XTD10_LANGUAGES = ('en', 'de', 'fr', 'es', 'it', 'ja', 'ko', 'pl', 'ru', 'tr', 'zh')
 _COCO_NAME = re.compile(r'^COCO_(train2014|val2014|test2014)_\d+\.jpg$')
@@ -53,13 +58,35 @@ def coco_image_path(name: str, origin: str) -> str:
     return f'{match.group(1)}/{name}'
 
 
+#: The release's folders: XTD10's own languages and the image list, MIC's de and fr, STAIR's jp.
+RELEASE_FOLDERS = ('XTD10', 'MIC', 'STAIR')
+
+
+def release_file(xtd_dir: Path, name: str, what: str) -> Path:
+    """``name`` in ``xtd_dir``, else in a folder of the release inside it (``xtd_dir`` is the
+    repository) or beside it (``xtd_dir`` is its ``XTD10`` folder).
+
+    Raises:
+        ConversionError: naming the file, its role and ``xtd_dir``.
+    """
+    folders = [xtd_dir, *(xtd_dir / folder for folder in RELEASE_FOLDERS),
+               *(xtd_dir.parent / folder for folder in RELEASE_FOLDERS)]
+    for folder in folders:
+        if (folder / name).is_file():
+            return folder / name
+    raise ConversionError(f"{what} {name} not found in {xtd_dir}, nor in the release's "
+                          f"{'/, '.join(RELEASE_FOLDERS[:-1])}/ or {RELEASE_FOLDERS[-1]}/ "
+                          'folders beside or inside it')
+
+
 def convert_xtd10(xtd_dir: str | os.PathLike, images_dir: str | os.PathLike | None = None,
                   languages: Sequence[str] = XTD10_LANGUAGES,
                   image_names: str | os.PathLike | None = None) -> Annotation:
     """Build the XTD10 test annotation.
 
     Args:
-        xtd_dir: folder with ``test_1kcaptions_{lang}.txt``.
+        xtd_dir: the release's repository, its ``XTD10`` folder, or one folder with every
+            ``test_1kcaptions_{lang}.txt`` (:func:`release_file`).
         images_dir: COCO image folder holding ``train2014/`` and ``val2014/``; when given,
             every image must exist.
         languages: languages to convert, in any accepted form (``ja`` or the release's ``jp``).
@@ -70,12 +97,13 @@ def convert_xtd10(xtd_dir: str | os.PathLike, images_dir: str | os.PathLike | No
     """
     xtd_dir = Path(xtd_dir)
     languages = canonical_languages(languages, '--languages')
-    list_path = Path(image_names) if image_names is not None else (
-        xtd_dir / 'test_image_names.txt')
+    list_path = Path(image_names) if image_names is not None else release_file(
+        xtd_dir, 'test_image_names.txt', 'image list')
     names = read_lines(list_path, what='image list')
     paths = [coco_image_path(name, f'image list {list_path} line {number}')
              for number, name in enumerate(names, start=1)]
-    files = {lang: xtd_dir / f"test_1kcaptions_{release_code('xtd10', lang)}.txt"
+    files = {lang: release_file(xtd_dir, f"test_1kcaptions_{release_code('xtd10', lang)}.txt",
+                                f'{lang} caption file')
              for lang in languages}
     records = parallel_caption_records(list_path, names, paths, files)
     if images_dir is not None:
@@ -90,9 +118,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description='Convert the XTD10 release to xmr '
                                      'annotations (docs/data.md).')
     parser.add_argument('--xtd-dir', type=Path, required=True,
-                        help='folder with test_1kcaptions_{lang}.txt and test_image_names.txt')
+                        help="the release's repository or its XTD10 folder (MIC/ and STAIR/ "
+                        'are found beside it), or one folder with every test_1kcaptions_{lang}.txt '
+                        'and test_image_names.txt')
     parser.add_argument('--image-names', type=Path,
-                        help='image list (default: <xtd-dir>/test_image_names.txt)')
+                        help='image list (default: test_image_names.txt of the release)')
     add_media_options(parser, 'images')
     parser.add_argument('--out-dir', type=Path, required=True)
     parser.add_argument('--languages', nargs='+', default=list(XTD10_LANGUAGES))
