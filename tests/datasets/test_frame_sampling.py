@@ -15,6 +15,13 @@ def test_centres_of_twelve_segments_of_310_frames():
         12, 38, 64, 90, 116, 142, 167, 193, 219, 245, 271, 297]
 
 
+def test_a_centre_that_falls_on_a_frame_is_that_frame():
+    # (7 + 1/2) * 392 / 12 = 2940 / 12 = 245 exactly; 7.5 * (392 / 12) rounds to 244.999...
+    assert uniform_frame_indices(392, 12, random_offset=False)[7] == 245
+    # (5 + 1/2) * 30 / 11 = 165 / 11 = 15.
+    assert uniform_frame_indices(30, 11, random_offset=False)[5] == 15
+
+
 def test_short_clips_repeat_frames():
     assert uniform_frame_indices(4, 12, random_offset=False) == [0, 0, 0, 1, 1, 1, 2, 2, 2,
                                                                  3, 3, 3]

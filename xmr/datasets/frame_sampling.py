@@ -40,6 +40,8 @@ def uniform_frame_indices(num_video_frames: int, num_samples: int, random_offset
         offsets = torch.rand(num_samples, generator=generator, dtype=torch.float64)
     else:
         offsets = torch.full((num_samples,), 0.5, dtype=torch.float64)
-    positions = (torch.arange(num_samples, dtype=torch.float64) + offsets) * (
-        num_video_frames / num_samples)
+    # Times N, then over T: (i + 1/2) N is exact, so a centre that falls on a frame is that
+    # frame; times N / T rounded first, it can land a hair below and floor to the one before.
+    positions = (torch.arange(num_samples, dtype=torch.float64) + offsets) * num_video_frames \
+        / num_samples
     return positions.floor().long().clamp_(max=num_video_frames - 1).tolist()
