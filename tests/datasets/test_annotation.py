@@ -125,6 +125,26 @@ def test_validation_rejects(change, message):
         _annotation(**change).validate('origin.json')
 
 
+def test_half_an_emoji_is_refused_where_it_stands_before_a_tokenizer_or_a_write_meets_it(
+        tmp_path):
+    # '\\ud83d' alone is the first half of the UTF-16 pair of an emoji (a string cut between the
+    # halves): valid JSON, no text. Loaded, it stopped a Hugging Face tokenizer mid-training
+    # ('TextInputSequence must be str') and a write with a temporary file left behind.
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(), path)
+    path.write_text(path.read_text(encoding='utf-8').replace('Kočka.', 'Kočka \\ud83d'),
+                    encoding='utf-8')
+    message = (r"item 1 \(media_id 'b'\): captions\['cs'\]\[0\] holds '\\ud83d' at "
+               r'character 6, half of a UTF-16 surrogate pair')
+    with pytest.raises(AnnotationError, match=message):
+        load_annotation(path)
+    half = _annotation(items=[MediaRecord('b', 'b.jpg', {'en': ['A cat.'], 'cs': ['Kočka \ud83d']},
+                                          {'ja': ['猫。']})])
+    with pytest.raises(AnnotationError, match=r"captions\['cs'\]\[0\] holds '\\ud83d'"):
+        dump_annotation(half, tmp_path / 'out.json')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['ann.json']
+
+
 def test_foreign_json_is_rejected_with_a_hint(tmp_path):
     path = tmp_path / 'dataset_coco.json'
     path.write_text(json.dumps({'images': []}), encoding='utf-8')

@@ -223,6 +223,20 @@ def _check_texts(value: Any, where: str) -> None:
     for k, text in enumerate(value):
         if not isinstance(text, str) or not text.strip():
             raise AnnotationError(f'{where}[{k}] must be a non-empty string, got {text!r}')
+        if not text.isascii():
+            _check_encodable(text, f'{where}[{k}]')
+
+
+def _check_encodable(text: str, where: str) -> None:
+    """Refuse a lone UTF-16 surrogate, which a JSON ``\\ud83d`` escape decodes to: half a
+    character, no text. Tokenizers refuse it, mid-training, without naming the caption, and no
+    UTF-8 file can hold it."""
+    try:
+        text.encode('utf-8')
+    except UnicodeEncodeError as error:
+        raise AnnotationError(f'{where} holds {text[error.start]!r} at character {error.start}, '
+                              'half of a UTF-16 surrogate pair (a character such as an emoji cut '
+                              'in two where the file was written): repair the text') from None
 
 
 def _check_record(record: MediaRecord, ann: Annotation, where: str) -> None:
