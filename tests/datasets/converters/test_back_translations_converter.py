@@ -55,6 +55,22 @@ def test_command_line_exports_and_attaches(tmp_path, capsys):
                           f'de={tmp_path / "short.txt"}'])
 
 
+def test_a_language_back_translated_already_is_replaced_only_when_asked(tmp_path):
+    # As attach_translations.py refuses it: a second file would replace the first silently.
+    dump_annotation(_ann(), tmp_path / 'ann.json')
+    (tmp_path / 'de2en.txt').write_text('a dog\na mutt\na cat\n', encoding='utf-8')
+    (tmp_path / 'other.txt').write_text('x\ny\nz\n', encoding='utf-8')
+    attach = [str(tmp_path / 'ann.json'), '--back-translations']
+    main_attach_back([*attach, f'de={tmp_path / "de2en.txt"}'])
+    before = (tmp_path / 'ann.json').read_bytes()
+    with pytest.raises(SystemExit, match=r"demo/test already has \['de'\] back-translations; "
+                       'pass --overwrite'):
+        main_attach_back([*attach, f'de={tmp_path / "other.txt"}'])
+    assert (tmp_path / 'ann.json').read_bytes() == before
+    main_attach_back([*attach, f'de={tmp_path / "other.txt"}', '--overwrite'])
+    assert load_annotation(tmp_path / 'ann.json').items[1].back_translations == {'de': ['z']}
+
+
 def test_a_caption_with_a_line_break_is_not_exported(tmp_path):
     ann = _ann()
     ann.items[0].captions['de'][1] = 'ein\rKöter'

@@ -35,13 +35,14 @@ def _captions_of(ann: Annotation, lang: str) -> list[str]:
     return [text for record in ann.items for text in record.captions[lang]]
 
 
-def attach_back_translations(ann: Annotation,
-                             files: Mapping[str, str | os.PathLike]) -> Annotation:
+def attach_back_translations(ann: Annotation, files: Mapping[str, str | os.PathLike],
+                             overwrite: bool = False) -> Annotation:
     """Join back-translation files (one line per caption of their language) to ``ann``.
 
     Args:
         ann: an annotation with ``source_lang`` set.
         files: caption language -> file of its captions translated into ``source_lang``.
+        overwrite: replace the back-translations of a language ``ann`` already has.
 
     Returns:
         A new annotation whose records carry ``back_translations[lang]`` for every language of
@@ -49,10 +50,16 @@ def attach_back_translations(ann: Annotation,
 
     Raises:
         ConversionError: naming the file and both counts when its line count differs from the
-            language's caption count, or a language that is the source or has no captions.
+            language's caption count, a language that is the source or has no captions, or
+            a language back-translated already without ``overwrite``.
     """
     if ann.source_lang is None:
         raise ConversionError(f'{ann.dataset}/{ann.split} has no source_lang to translate into')
+    present = [lang for lang in files if lang in ann.back_translation_langs]
+    if present and not overwrite:
+        raise ConversionError(f'{ann.dataset}/{ann.split} already has {present} '
+                              'back-translations; pass --overwrite (overwrite=True) to replace '
+                              'them')
     lines_of: dict[str, list[str]] = {}
     for lang, path in files.items():
         if lang == ann.source_lang:
@@ -102,6 +109,8 @@ def main_attach_back(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--export', nargs='+', metavar='LANG=PATH',
                         help='instead, write the LANG captions to translate, one per line')
     parser.add_argument('--out', type=Path, help='output file (default: overwrite ann)')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace the back-translations of a language the file already has')
     args = parser.parse_args(argv)
     if (args.back_translations is None) == (args.export is None):
         parser.error('give exactly one of --back-translations or --export')
@@ -112,7 +121,7 @@ def main_attach_back(argv: Sequence[str] | None = None) -> None:
                 print(f'{path}: {export_captions(ann, lang, path)} {lang} captions')
             return
         files = parse_lang_paths(args.back_translations, '--back-translations')
-        ann = attach_back_translations(ann, files)
+        ann = attach_back_translations(ann, files, args.overwrite)
         dump_annotation(ann, args.out or args.ann)
     except (ConversionError, AnnotationError, FileNotFoundError) as err:
         raise SystemExit(f'error: {err}') from err
