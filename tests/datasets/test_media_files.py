@@ -34,3 +34,14 @@ def test_a_file_where_a_folder_should_be_makes_its_paths_missing(tmp_path):
     (tmp_path / 'train2014').write_bytes(b'')
     assert missing_media(tmp_path, ['train2014/COCO_1.jpg']) == [
         tmp_path / 'train2014' / 'COCO_1.jpg']
+
+
+def test_a_broken_link_or_a_folder_under_a_files_name_is_missing(tmp_path):
+    # Listed under the name, neither can be read: found at its first read, either would stop
+    # training at a random iteration, which the check before training exists to prevent.
+    (tmp_path / 'real.jpg').write_bytes(b'')
+    (tmp_path / 'linked.jpg').symlink_to(tmp_path / 'real.jpg')
+    (tmp_path / 'broken.jpg').symlink_to(tmp_path / 'moved' / 'broken.jpg')
+    (tmp_path / 'folder.jpg').mkdir()
+    assert missing_media(tmp_path, ['real.jpg', 'linked.jpg', 'broken.jpg', 'folder.jpg']) == [
+        tmp_path / 'broken.jpg', tmp_path / 'folder.jpg']

@@ -13,7 +13,8 @@ def missing_media(media_root: str | os.PathLike, relative_paths: Iterable[str]) 
     """The files of ``relative_paths`` (``folder/name``) absent under ``media_root``, in order.
 
     Each folder is listed once: checking 300k files costs one ``scandir`` per folder rather
-    than one ``stat`` per file.
+    than one ``stat`` per file. An entry counts when it is a file, or a link to one: a broken
+    link or a folder under the file's name cannot be read either.
     """
     media_root = Path(media_root)
     present: dict[str, set[str]] = {}
@@ -22,7 +23,9 @@ def missing_media(media_root: str | os.PathLike, relative_paths: Iterable[str]) 
         folder, _, name = relative.rpartition('/')
         if folder not in present:
             try:
-                present[folder] = {entry.name for entry in os.scandir(media_root / folder)}
+                # is_file() knows a plain file from the listing; it stats a link's target.
+                present[folder] = {entry.name for entry in os.scandir(media_root / folder)
+                                   if entry.is_file()}
             except (FileNotFoundError, NotADirectoryError):
                 present[folder] = set()
         if name not in present[folder]:

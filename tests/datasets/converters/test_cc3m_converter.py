@@ -55,6 +55,8 @@ def test_images_without_a_file_are_left_out_with_a_warning(tmp_path):
     images.mkdir()
     for i in (1, 2, 3):
         (images / f'{i:08d}.jpg').touch()
+    # A crawl's link whose target is gone has no file either.
+    (images / f'{5:08d}.jpg').symlink_to(images / 'gone.jpg')
     with pytest.warns(UserWarning, match='15 of 18 images have no file'):
         ann = convert_cc3m(tmp_path / 'uc2', ['en', 'de', 'zh'], images_dir=images)
     assert [r.media_id for r in ann.items] == ['1', '2', '3']

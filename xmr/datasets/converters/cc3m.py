@@ -18,12 +18,13 @@ import os
 import random
 import warnings
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import canonical_languages, read_lines
+from xmr.datasets.media_files import missing_media
 
 __all__ = ['UC2_LANGUAGES', 'read_uc2_tsv', 'convert_cc3m', 'main']
 
@@ -97,12 +98,16 @@ def convert_cc3m(uc2_dir: str | os.PathLike, languages: Sequence[str] = UC2_LANG
                     f'file has {expected}; translations must align with the source captions')
     names = {image_id: image_name_format.format(id=int(image_id)) for image_id in kept}
     if images_dir is not None:
-        present = _existing(Path(images_dir), names.values())
-        missing = [image_id for image_id in kept if names[image_id] not in present]
+        images_dir = Path(images_dir)
+        if not images_dir.is_dir():
+            raise ConversionError(f'image folder not found: {images_dir}')
+        absent = set(missing_media(images_dir, names.values()))
+        missing = [image_id for image_id in kept if images_dir / names[image_id] in absent]
         if missing:
             warnings.warn(f'{len(missing)} of {len(kept)} images have no file in {images_dir} '
                           f'(first: {names[missing[0]]}); they are left out')
-        kept = [image_id for image_id in kept if names[image_id] in present]
+        left_out = set(missing)
+        kept = [image_id for image_id in kept if image_id not in left_out]
     if subset_size is not None:
         if subset_size > len(kept):
             raise ConversionError(f'subset of {subset_size} images asked for, but only '
@@ -118,13 +123,6 @@ def convert_cc3m(uc2_dir: str | os.PathLike, languages: Sequence[str] = UC2_LANG
                for image_id in kept]
     return Annotation(dataset='cc3m', split=split, media_type='image', languages=[source],
                       items=records, source_lang=source, translation_langs=targets)
-
-
-def _existing(images_dir: Path, names: Iterable[str]) -> set[str]:
-    if not images_dir.is_dir():
-        raise ConversionError(f'image folder not found: {images_dir}')
-    wanted = set(names)
-    return {entry.name for entry in os.scandir(images_dir) if entry.name in wanted}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
