@@ -228,6 +228,23 @@ def test_resume_in_the_middle_of_phase_two_repeats_the_uninterrupted_run(full_ru
     assert [r['draw'] for r in resumed] == [r['draw'] for r in uninterrupted[7:]]
 
 
+def test_a_run_resumed_where_a_pass_or_a_phase_begins_draws_what_the_uninterrupted_run_drew(
+        tmp_path):
+    """source_finetune makes 2 passes of 2 batches (80 English pairs at batch 32): iteration 2
+    starts its second pass, 4 starts cross_lingual. There the uninterrupted run starts a
+    DataLoader pass, which draws its seed from torch's stream, after the checkpoint's streams
+    were saved: a resumed run restores them before its loader draws, not after."""
+    phases = copy.deepcopy(PHASES)
+    phases[0]['dataloader']['batch_size'] = 32
+    torch.manual_seed(0)
+    _, uninterrupted = train(make_cfg(tmp_path / 'whole', phases=phases))
+    train(make_cfg(tmp_path / 'cut', phases=phases, checkpoint_interval=2, stop_after=4))
+    for resumed_at in (2, 4):
+        _, resumed = train(make_cfg(tmp_path / f'resumed_at_{resumed_at}', phases=phases,
+                                    resume_from=tmp_path / 'cut' / f'iter_{resumed_at}.pth'))
+        assert [r['draw'] for r in resumed] == [r['draw'] for r in uninterrupted[resumed_at:]]
+
+
 def test_a_phase_resumed_in_its_middle_does_not_validate_again_at_its_start(
         full_run, tmp_path, monkeypatch):
     """``validate_at_start`` belongs to a phase's first iteration; a run resumed at iteration

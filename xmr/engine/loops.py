@@ -172,7 +172,10 @@ class _InfiniteIterator:
         self._set_epoch()
         if within:
             skip_at_sampler(dataloader, within)
-        self._iterator = iter(dataloader)
+        # A pass draws its seed from torch's stream as it starts. One started here, in its
+        # middle, was started by the uninterrupted run before the checkpoint's streams (restored
+        # after this) were saved; one starting now starts at the first batch, after them.
+        self._iterator = iter(dataloader) if within else None
 
     def _set_epoch(self) -> None:
         # A batch sampler plans its passes itself (torch then gives the loader a plain sampler).
@@ -182,6 +185,8 @@ class _InfiniteIterator:
                 sampler.set_epoch(self.epoch)
 
     def __next__(self) -> Any:
+        if self._iterator is None:
+            self._iterator = iter(self.dataloader)
         try:
             return next(self._iterator)
         except StopIteration:
@@ -652,12 +657,16 @@ class PhasedTrainLoop(BaseLoop):
                     self._validate_phase_end(phase, resumed=True)
                 continue
             fresh = self._iter == phase.start
+            if fresh:
+                # Resumed where the phase begins: the uninterrupted run entered it (feature
+                # caches built, its first pass started) with the checkpoint's streams.
+                self._restore_pending_rng_state()
             iterator = self._enter_phase(index, fresh)
             if not fresh:
                 self._warn_if_optimiser_restarts(phase)
-            if self.pending_rng_state is not None:
-                restore_rng_state(self.pending_rng_state)
-                self.pending_rng_state = None
+            # Resumed in its middle: after the phase's set-up, whose draws the uninterrupted run
+            # made before the checkpoint.
+            self._restore_pending_rng_state()
             if fresh and phase.validate_at_start:
                 self.validate()
             elif (not fresh and self.val_interval and self._iter % self.val_interval == 0
@@ -682,6 +691,12 @@ class PhasedTrainLoop(BaseLoop):
         self.runner.call_hook('after_train_epoch')
         self.runner.call_hook('after_train')
         return self.runner.model
+
+    def _restore_pending_rng_state(self) -> None:
+        """Restore the resumed checkpoint's streams (``RNGStateHook``'s), once."""
+        if self.pending_rng_state is not None:
+            restore_rng_state(self.pending_rng_state)
+            self.pending_rng_state = None
 
     def run_iter(self, data_batch: Any) -> None:
         self.runner.call_hook('before_train_iter', batch_idx=self._iter, data_batch=data_batch)

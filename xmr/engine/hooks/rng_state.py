@@ -22,9 +22,10 @@ class RNGStateHook(Hook):
     ``checkpoint['rng_state']`` is the list of states in rank order. A checkpoint that another
     number of ranks wrote, one of an earlier xmr (one state) and a best checkpoint (saved when
     a validation decides, with rank 0's state alone) resume every rank from rank 0's states.
-    The states are applied by :class:`~xmr.engine.loops.PhasedTrainLoop` after it
-    fast-forwards the phase's data, so draws made while skipping batches do not shift later
-    ones.
+    The states are applied by :class:`~xmr.engine.loops.PhasedTrainLoop`: for a phase resumed
+    in its middle after it fast-forwards the phase's data, so draws made while skipping batches
+    do not shift later ones; for one resumed where it begins before it enters the phase, whose
+    set-up (a feature cache, the loader's first pass) draws as in the uninterrupted run.
     """
 
     priority = 'VERY_LOW'
