@@ -38,11 +38,12 @@ def capture_rng_state() -> dict[str, Any]:
     return state
 
 
-def every_rank_rng_state() -> list[dict[str, Any]]:
-    """Each process's :func:`capture_rng_state`, in rank order; ``[this process's]`` without
-    DDP. A collective: every rank calls it at once. Exchanged through the host's gloo group
-    (:func:`~xmr.models.losses.distributed.host_group`), the states being host tensors."""
-    state = capture_rng_state()
+def every_rank_rng_state(state: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Each process's ``state`` (default: :func:`capture_rng_state`), in rank order; ``[this
+    process's]`` without DDP. A collective: every rank calls it at once. Exchanged through the
+    host's gloo group (:func:`~xmr.models.losses.distributed.host_group`), the states being
+    host tensors."""
+    state = capture_rng_state() if state is None else state
     if not is_distributed():
         return [state]
     states: list[Any] = [None] * get_world_size()

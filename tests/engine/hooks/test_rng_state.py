@@ -4,7 +4,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import torch
 
+from tests.engine.hooks.test_phase_report_hook import report_cfg
+from tests.engine.test_loops import train
 from xmr.engine.hooks import rng_state
 from xmr.engine.hooks.rng_state import RNGStateHook
 
@@ -19,7 +22,8 @@ def resumed_state(monkeypatch, saved, rank: int, world: int):
 
 def test_a_checkpoint_holds_what_every_rank_gathered_else_this_processs_streams(monkeypatch):
     hook = RNGStateHook()
-    monkeypatch.setattr(rng_state, 'every_rank_rng_state', lambda: ['rank 0', 'rank 1'])
+    monkeypatch.setattr(rng_state, 'every_rank_rng_state',
+                        lambda state=None: ['rank 0', 'rank 1'])
     monkeypatch.setattr(rng_state, 'capture_rng_state', lambda: 'this process')
     hook.before_checkpoint_on_every_rank(runner=None)
     gathered, alone = {}, {}
@@ -65,3 +69,38 @@ def test_only_a_run_of_several_ranks_unlike_the_checkpoints_is_told_rank_0s_stre
     resumed_state(monkeypatch, ['s0'], 1, 2)
     assert said == [("the checkpoint holds the random states of 1 rank(s), this run has 2: "
                      "every rank continues from rank 0's", 30)]
+
+
+def test_a_checkpoint_written_during_a_validation_holds_the_training_streams(tmp_path):
+    """A validation's first best makes MMEngine write the periodic checkpoint of its iteration
+    again (to record the best), while the validation runs and its loader draws from torch's
+    stream: a run resumed from that file draws what the uninterrupted run drew."""
+    def cfg(work_dir, **kwargs):
+        cfg = report_cfg(work_dir, checkpoint_interval=4, **kwargs)
+        cfg.default_hooks.checkpoint.update(save_best='mAR', rule='greater')
+        return cfg
+
+    torch.manual_seed(0)
+    _, uninterrupted = train(cfg(tmp_path / 'whole'))
+    torch.manual_seed(0)
+    train(cfg(tmp_path / 'cut', stop_after=5))  # iter_4.pth written again after validating
+    _, resumed = train(cfg(tmp_path / 'cut', resume_from=tmp_path / 'cut' / 'iter_4.pth'))
+    assert [r['draw'] for r in resumed] == [r['draw'] for r in uninterrupted[4:]]
+
+
+def test_what_a_validation_draws_stays_out_of_the_checkpoints_written_during_it():
+    hook = RNGStateHook()
+    torch.manual_seed(5)
+    training = torch.get_rng_state()
+    hook.before_val(runner=None)
+    torch.rand(3)  # the validation's loader draws its seed
+    hook.before_checkpoint_on_every_rank(runner=None)  # a periodic checkpoint written again
+    periodic, best = {}, {}
+    hook.before_save_checkpoint(None, periodic)
+    hook.before_save_checkpoint(None, best)
+    hook.after_val(runner=None)
+    assert torch.equal(periodic['rng_state'][0]['torch'], training)
+    assert torch.equal(best['rng_state'][0]['torch'], training)
+    after = {}
+    hook.before_save_checkpoint(None, after)  # training again: its streams as they are
+    assert torch.equal(after['rng_state'][0]['torch'], torch.get_rng_state())

@@ -22,6 +22,7 @@ class RNGStateHook(Hook):
     ``checkpoint['rng_state']`` is the list of states in rank order. A checkpoint that another
     number of ranks wrote, one of an earlier xmr (one state) and a best checkpoint (saved when
     a validation decides, with rank 0's state alone) resume every rank from rank 0's states.
+    A checkpoint written while a validation runs holds the streams training left to it.
     The states are applied by :class:`~xmr.engine.loops.PhasedTrainLoop`: for a phase resumed
     in its middle after it fast-forwards the phase's data, so draws made while skipping batches
     do not shift later ones; for one resumed where it begins before it enters the phase, whose
@@ -32,13 +33,24 @@ class RNGStateHook(Hook):
 
     def __init__(self) -> None:
         self._gathered: list[dict[str, Any]] | None = None
+        #: Training's streams while a validation runs (``None`` otherwise).
+        self._training: dict[str, Any] | None = None
+
+    def before_val(self, runner) -> None:
+        # Checkpoints are written during a validation too: the best, and MMEngine's periodic
+        # one again to record it. Training resumes from the streams the validation found (it
+        # leaves them so), not from what its loader and model draw meanwhile.
+        self._training = capture_rng_state()
+
+    def after_val(self, runner) -> None:
+        self._training = None
 
     def before_checkpoint_on_every_rank(self, runner) -> None:
-        self._gathered = every_rank_rng_state()
+        self._gathered = every_rank_rng_state(self._training)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         states, self._gathered = self._gathered, None
-        checkpoint['rng_state'] = states or [capture_rng_state()]
+        checkpoint['rng_state'] = states or [self._training or capture_rng_state()]
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         loop = getattr(runner, '_train_loop', None)
