@@ -105,6 +105,48 @@ def test_the_oldest_kept_checkpoint_goes_only_after_its_successor_is_written(tmp
     assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'iter_8.pth')
 
 
+def test_a_full_disk_while_last_checkpoint_is_written_leaves_it_naming_the_previous_one(
+        tmp_path, monkeypatch):
+    """The checkpoint is written, its pointer is not: ``--resume`` must still find the previous
+    checkpoint, which stays."""
+    runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=1)
+    runner.train_loop._iter = 3
+    hook._save_checkpoint(runner)
+    real_open = open
+
+    class FullDisk:
+        """An open file on a full disk: opened (and truncated, for 'w'), no byte written."""
+
+        def __init__(self, handle) -> None:
+            self.handle = handle
+
+        def write(self, data) -> None:
+            raise OSError(errno.ENOSPC, 'No space left on device')
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info) -> None:
+            self.handle.close()
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+    def opening(file, mode='r', *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        full = 'last_checkpoint' in os.path.basename(str(file)) and 'w' in mode
+        return FullDisk(handle) if full else handle
+
+    with monkeypatch.context() as patch:
+        patch.setattr('builtins.open', opening)
+        runner.train_loop._iter = 7
+        with pytest.raises(OSError, match=r'last_checkpoint: writing failed \(No space'):
+            hook._save_checkpoint(runner)
+    assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'iter_4.pth')
+    assert loads(tmp_path / 'iter_4.pth')
+    assert not list(tmp_path.glob('.*.tmp'))
+
+
 def test_partial_files_of_a_killed_run_are_removed_when_training_starts(tmp_path):
     dead = subprocess.Popen([sys.executable, '-c', 'pass'])
     dead.wait()

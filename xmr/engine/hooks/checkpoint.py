@@ -5,7 +5,8 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
 (all shipped ones, through ``default_hooks.checkpoint``) gets it. Differences from MMEngine's:
 
 * files are written through :class:`~xmr.fileio.AtomicLocalBackend` (temporary name, fsync,
-  rename): a kill or a full disk never leaves a truncated file under a checkpoint's name, and
+  rename), and ``last_checkpoint`` likewise (MMEngine writes it in place): a kill or a full
+  disk never leaves a truncated file under a checkpoint's name nor an empty pointer, and
   temporaries left by a killed run are removed when training starts;
 * the previous best checkpoint, and checkpoints beyond ``max_keep_ckpts``, are removed only
   after their successor is in place (MMEngine removes them first), and only from this run's
@@ -30,7 +31,7 @@ from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
 from xmr.engine.checkpoint import keys_of_another_model, state_dict_mismatches
 from xmr.engine.hook_points import call_hook_point
 from xmr.engine.wrappers import unwrap_model
-from xmr.fileio import remove_stale_temporaries
+from xmr.fileio import atomic_write_text, remove_stale_temporaries
 from xmr.registry import HOOKS
 from xmr.utils.cli import UserKeyError, did_you_mean
 
@@ -92,13 +93,17 @@ class CheckpointHook(MMEngineCheckpointHook):
         if recorded:
             # The checkpoint written holds the ids kept once it is in place.
             runner.message_hub.update_info('keep_ckpt_ids', steps[-keep:])
-        # With max_keep_ckpts 0 MMEngine's method neither removes nor records: both happen here,
-        # after the new file is in place.
-        self.max_keep_ckpts = 0
-        try:
-            super()._save_checkpoint_with_step(runner, step, meta)
-        finally:
-            self.max_keep_ckpts = keep
+        # MMEngine's method, but for its removals (here, after the new file is in place) and
+        # its plain write of last_checkpoint, which a full disk or a kill would leave empty.
+        filename = self.filename_tmpl.format(step)
+        self.last_ckpt = self.file_backend.join_path(self.out_dir, filename)
+        runner.message_hub.update_info('last_ckpt', self.last_ckpt)
+        runner.save_checkpoint(
+            self.out_dir, filename, self.file_client_args, save_optimizer=self.save_optimizer,
+            save_param_scheduler=self.save_param_scheduler, meta=meta, by_epoch=self.by_epoch,
+            backend_args=self.backend_args, **self.args)
+        if is_main_process():
+            atomic_write_text(Path(runner.work_dir) / 'last_checkpoint', self.last_ckpt)
         if recorded:
             self.keep_ckpt_ids.append(step)  # the deque's maxlen drops the outdated ids
         for old in steps[:-keep]:
