@@ -59,24 +59,31 @@ def build_config(args: argparse.Namespace) -> Config:
     resume = args.resume if args.resume is not None else config_resume(cfg)
     checkpoint = resume_checkpoint(resume, cfg.work_dir)
     if checkpoint is not None:
-        cfg.resume, cfg.load_from = True, checkpoint
-    elif resume is not None:
+        cfg.resume, cfg.load_from = True, checkpoint  # checked by resume_checkpoint
+        return cfg
+    if resume is not None:
         cfg.resume = False  # --resume auto found nothing: a new run
     check_load_from(cfg.get('load_from'))
     return cfg
 
 
 def check_load_from(load_from: str | None) -> None:
-    """A local ``load_from`` exists (MMEngine says so once the runner has written its log).
+    """A local ``load_from`` exists and is a whole checkpoint, checked before the runner writes
+    its config dump and log (MMEngine's ``torch.load`` names no file: ``EOFError:``).
 
     Raises:
-        UserError: naming the path.
+        UserError: no such file, naming the path.
+        CheckpointReadError: an empty, foreign, truncated or damaged file, naming it.
     """
-    if load_from is None or '://' in str(load_from) or osp.isfile(load_from):
+    from xmr.engine.checkpoint import check_checkpoint
+
+    if load_from is None or '://' in str(load_from):
         return
-    raise UserError(f'load_from={load_from}', 'no such checkpoint file',
-                    'give the path of a .pth (a relative one from the folder you run in), or '
-                    'load_from=None')
+    if not osp.isfile(load_from):
+        raise UserError(f'load_from={load_from}', 'no such checkpoint file',
+                        'give the path of a .pth (a relative one from the folder you run in), '
+                        'or load_from=None')
+    check_checkpoint(load_from)
 
 
 def config_resume(cfg: Config) -> str | None:

@@ -177,6 +177,21 @@ def test_a_load_from_that_does_not_exist_is_named_before_the_run_starts(tmp_path
     assert list(tmp_path.iterdir()) == [tmp_path / 'gone.pth']
 
 
+def test_a_truncated_or_empty_load_from_is_named_before_the_work_dir_is_written(tmp_path):
+    """MMEngine's torch.load said 'EOFError:' or 'PytorchStreamReader failed ...', naming no
+    file, after the runner had written its config dump and log."""
+    save_checkpoint(tmp_path / 'full.pth')
+    cut, empty = tmp_path / 'cut.pth', tmp_path / 'empty.pth'
+    cut.write_bytes((tmp_path / 'full.pth').read_bytes()[:-10])
+    empty.write_bytes(b'')
+    work_dir = tmp_path / 'work'
+    for path, problem in ((cut, 'truncated or corrupt checkpoint'), (empty, 'not a checkpoint')):
+        with pytest.raises(CheckpointReadError, match=f'{path}: {problem}'):
+            train_tool.main([str(DEMO), '--work-dir', str(work_dir), '--cfg-options',
+                             f'load_from={path}'])
+    assert not work_dir.exists()
+
+
 def test_a_validation_given_in_part_is_refused_before_the_run_starts(tmp_path):
     args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path), '--cfg-options',
                                   'val_evaluator=None'])
