@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     from xmr.engine.hooks import PreemptionHook
     from xmr.engine.runner import ResumeCheckedRunner
     from xmr.engine.threads import set_cpu_threads
-    from xmr.engine.work_dir import lock_work_dir
+    from xmr.engine.work_dir import lock_work_dir, unlock_work_dir
 
     allow_mmengine_checkpoint_types()
     cfg = build_config(args)
@@ -173,8 +173,14 @@ def main(argv: list[str] | None = None) -> None:
         taken_over = lock_work_dir(cfg.work_dir)
         if taken_over:
             print_log(taken_over, logger='current', level=logging.WARNING)
-    runner = ResumeCheckedRunner.from_cfg(cfg)
-    runner.train()
+    try:
+        runner = ResumeCheckedRunner.from_cfg(cfg)
+        runner.train()
+    except BaseException:
+        # WorkDirLockHook gives the lock back once training has begun; a failure before (the
+        # runner's build, a checkpoint refused as it loads) gives back the one taken here.
+        unlock_work_dir(cfg.work_dir)
+        raise
     # A signal after the last iteration stopped nothing (PreemptionHook logs it): exit 0.
     stopped_by = next((hook.stopped_by for hook in runner.hooks
                        if isinstance(hook, PreemptionHook)), None)

@@ -215,6 +215,25 @@ def test_a_run_that_raises_releases_the_lock_and_the_sigterm_handler(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is handler_before
 
 
+def test_a_train_tool_run_that_fails_before_training_gives_the_lock_back(tmp_path,
+                                                                        monkeypatch):
+    """tools/train.py takes the lock before it builds the runner; what fails before the hooks
+    hold it (the runner's build, a checkpoint whose weights do not fit) must not leave it held
+    by the process, a notebook's say, refusing every other run."""
+    import mmengine.runner
+
+    tool = train_tool()
+
+    def fails(cfg):
+        raise RuntimeError('the runner cannot be built')
+
+    monkeypatch.setattr(mmengine.runner.Runner, 'from_cfg', fails)
+    with pytest.raises(RuntimeError, match='cannot be built'):
+        tool.main([str(REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'),
+                   '--work-dir', str(tmp_path)])
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
 def _attempt(work_dir, results) -> None:
     try:
         lock_work_dir(work_dir)
