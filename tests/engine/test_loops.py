@@ -576,6 +576,19 @@ def test_phases_with_cache_features_train_as_the_recomputing_run(full_run, tmp_p
         assert mine['losses'] == pytest.approx(expected['losses'], rel=1e-4, abs=1e-6)
 
 
+def test_a_run_resumed_where_a_cached_phase_begins_draws_what_the_uninterrupted_run_drew(
+        tmp_path):
+    """The uninterrupted run builds cross_lingual's feature cache as the phase begins, a pass
+    of a DataLoader, which draws its seed from torch's stream; the run resumed there, after a
+    kill at iteration 6, finds the cache built."""
+    torch.manual_seed(0)
+    _, uninterrupted = train(make_cfg(tmp_path / 'whole', phases=CACHED_PHASES))
+    train(make_cfg(tmp_path / 'cut', phases=CACHED_PHASES, checkpoint_interval=4, stop_after=6))
+    _, resumed = train(make_cfg(tmp_path / 'cut', phases=CACHED_PHASES,
+                                resume_from=tmp_path / 'cut' / 'iter_4.pth'))
+    assert [r['draw'] for r in resumed] == [r['draw'] for r in uninterrupted[4:]]
+
+
 def test_a_run_owned_cache_is_rebuilt_after_a_phase_that_trains_the_towers(tmp_path,
                                                                            monkeypatch):
     phases = [dict(PHASES[1], iters=3), dict(PHASES[0], iters=3), dict(PHASES[2], iters=3)]

@@ -561,7 +561,10 @@ class PhasedTrainLoop(BaseLoop):
         # counts it when the loop is built); an empty one would end in a bare StopIteration.
         if hasattr(dataloader, '__len__') and len(dataloader) == 0:
             raise _no_batch_error(self.phases[index])
-        prepare_feature_caches(dataloader, self.model)
+        # A build reads the data in a pass of its own, which draws from torch's stream; a run
+        # resumed here, or given a cache built ahead, finds it built and draws nothing.
+        with preserved_rng_state():
+            prepare_feature_caches(dataloader, self.model)
         tokenize_in_workers(dataloader, self.model)
         workers_ignore(dataloader, preemption_signals(self.runner))
         return dataloader
