@@ -254,6 +254,23 @@ def test_a_resume_takes_weights_saved_with_the_ddp_module_prefix(tmp_path):
             for key, value in adapter_weights_of_other_shapes(runner).items()}))
 
 
+def test_a_moved_work_dir_takes_its_own_best_and_replaces_it_with_a_better_one(tmp_path):
+    """The message hub names the best by the absolute path the run wrote it to; a work dir
+    moved (or copied) elsewhere resumes with its own file of that name, as it does with
+    last_checkpoint's, and a better best replaces it instead of leaving two."""
+    runner, hook = runner_with_hook(tmp_path / 'written', save_best='mAR', rule='greater')
+    runner.train_loop._iter = 4
+    hook._save_best_checkpoint(runner, {'mAR': 1.0})
+    written = Path(hook.best_ckpt_path)
+    moved = (tmp_path / 'written').rename(tmp_path / 'moved')
+    runner, hook = runner_with_hook(moved, save_best='mAR', rule='greater')
+    runner.message_hub.update_info('best_ckpt', str(written))  # as the resumed hub says
+    hook.before_train(runner)
+    runner.train_loop._iter = 8
+    hook._save_best_checkpoint(runner, {'mAR': 2.0})
+    assert sorted(path.name for path in moved.glob('best_*.pth')) == ['best_mAR_iter_8.pth']
+
+
 def test_a_best_saved_again_at_its_iteration_keeps_its_file(tmp_path):
     """A resumed run makes up the validation of the iteration it resumed at."""
     runner, hook = runner_with_hook(tmp_path, save_best='mAR', rule='greater')

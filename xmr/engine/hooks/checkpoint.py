@@ -11,7 +11,8 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
 * the previous best checkpoint, and checkpoints beyond ``max_keep_ckpts``, are removed only
   after their successor is in place (MMEngine removes them first), and only from this run's
   work dir: a run resumed from another work dir's checkpoint (a fork) inherits that run's best
-  path and score, and leaves its file where it is;
+  path and score, and leaves its file where it is; a work dir moved or copied elsewhere takes
+  its own file of the recorded best's name;
 * resuming loads strictly: a checkpoint whose weights do not fit the model (other adapter
   shapes, other languages) is refused, naming the keys and shapes, instead of training on
   with re-initialised modules. ``load_from`` without resume keeps MMEngine's lenient loading;
@@ -62,8 +63,17 @@ class CheckpointHook(MMEngineCheckpointHook):
         if is_main_process():
             for path in remove_stale_temporaries(self.out_dir):
                 runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
-            for path in self._best_paths().values() if self.save_best else ():
-                if path is not None and not self._ours(path):
+            for key, path in self._best_paths().items() if self.save_best else ():
+                if path is None or self._ours(path):
+                    continue
+                # MMEngine records the absolute path: a work dir moved or copied elsewhere
+                # names the file where it was written, and holds its own of that name.
+                own = self.file_backend.join_path(self.out_dir, Path(path).name)
+                if self.file_backend.isfile(own):
+                    self._set_best_path(key, own)
+                    runner.message_hub.update_info(
+                        'best_ckpt' if len(self.key_indicators) == 1 else f'best_ckpt_{key}', own)
+                else:
                     runner.logger.warning(
                         f'the best checkpoint so far, {path}, is another work dir\'s (this run '
                         'resumed from it); it stays there, and this work dir gets its own when '
