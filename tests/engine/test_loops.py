@@ -233,7 +233,7 @@ def test_a_run_resumed_where_a_pass_or_a_phase_begins_draws_what_the_uninterrupt
     """source_finetune makes 2 passes of 2 batches (80 English pairs at batch 32): iteration 2
     starts its second pass, 4 starts cross_lingual. There the uninterrupted run starts a
     DataLoader pass, which draws its seed from torch's stream, after the checkpoint's streams
-    were saved: a resumed run restores them before its loader draws, not after."""
+    were saved, and the resumed run starts one before it restores them."""
     phases = copy.deepcopy(PHASES)
     phases[0]['dataloader']['batch_size'] = 32
     torch.manual_seed(0)
@@ -243,6 +243,24 @@ def test_a_run_resumed_where_a_pass_or_a_phase_begins_draws_what_the_uninterrupt
         _, resumed = train(make_cfg(tmp_path / f'resumed_at_{resumed_at}', phases=phases,
                                     resume_from=tmp_path / 'cut' / f'iter_{resumed_at}.pth'))
         assert [r['draw'] for r in resumed] == [r['draw'] for r in uninterrupted[resumed_at:]]
+
+
+def test_a_run_resumed_where_a_persistent_loader_goes_on_draws_what_the_uninterrupted_run_drew(
+        tmp_path):
+    """cross_lingual and cross_modal read the runner's loader, whose worker persists: the
+    uninterrupted run starts it once, at cross_lingual's start (iteration 4), and cross_modal
+    (iteration 12) goes on with it; the resumed run starts it there."""
+    cfg = make_cfg(tmp_path / 'whole')
+    cfg.train_dataloader.update(num_workers=1, persistent_workers=True)
+    torch.manual_seed(0)
+    _, uninterrupted = train(cfg)
+    cut = make_cfg(tmp_path / 'cut', checkpoint_interval=12, stop_after=12)
+    cut.train_dataloader = cfg.train_dataloader
+    train(cut)
+    resumed = make_cfg(tmp_path / 'resumed', resume_from=tmp_path / 'cut' / 'iter_12.pth')
+    resumed.train_dataloader = cfg.train_dataloader
+    _, resumed = train(resumed)
+    assert [r['draw'] for r in resumed] == [r['draw'] for r in uninterrupted[12:]]
 
 
 def test_a_phase_resumed_in_its_middle_does_not_validate_again_at_its_start(

@@ -172,10 +172,7 @@ class _InfiniteIterator:
         self._set_epoch()
         if within:
             skip_at_sampler(dataloader, within)
-        # A pass draws its seed from torch's stream as it starts. One started here, in its
-        # middle, was started by the uninterrupted run before the checkpoint's streams (restored
-        # after this) were saved; one starting now starts at the first batch, after them.
-        self._iterator = iter(dataloader) if within else None
+        self._iterator = self._start_pass()
 
     def _set_epoch(self) -> None:
         # A batch sampler plans its passes itself (torch then gives the loader a plain sampler).
@@ -184,15 +181,20 @@ class _InfiniteIterator:
             if hasattr(sampler, 'set_epoch'):
                 sampler.set_epoch(self.epoch)
 
+    def _start_pass(self) -> Iterator:
+        # A pass draws its seed from torch's stream as it starts, unless the loader's persistent
+        # workers go on from an earlier pass: a resumed run, whose workers start anew where the
+        # uninterrupted run's went on (or the reverse), would draw other numbers after it.
+        with preserved_rng_state():
+            return iter(self.dataloader)
+
     def __next__(self) -> Any:
-        if self._iterator is None:
-            self._iterator = iter(self.dataloader)
         try:
             return next(self._iterator)
         except StopIteration:
             self.epoch += 1
             self._set_epoch()
-            self._iterator = iter(self.dataloader)
+            self._iterator = self._start_pass()
             return next(self._iterator)
 
 
@@ -661,8 +663,8 @@ class PhasedTrainLoop(BaseLoop):
                 continue
             fresh = self._iter == phase.start
             if fresh:
-                # Resumed where the phase begins: the uninterrupted run entered it (feature
-                # caches built, its first pass started) with the checkpoint's streams.
+                # Resumed where the phase begins: the uninterrupted run set it up with the
+                # checkpoint's streams.
                 self._restore_pending_rng_state()
             iterator = self._enter_phase(index, fresh)
             if not fresh:
