@@ -25,8 +25,8 @@ class RNGStateHook(Hook):
     A checkpoint written while a validation runs holds the streams training left to it.
     The states are applied by :class:`~xmr.engine.loops.PhasedTrainLoop`: for a phase resumed
     in its middle after it fast-forwards the phase's data, so draws made while skipping batches
-    do not shift later ones; for one resumed where it begins before it enters the phase, whose
-    set-up (a feature cache, the loader's first pass) draws as in the uninterrupted run.
+    do not shift later ones; for one resumed where it begins before it sets the phase up, as
+    the uninterrupted run did.
     """
 
     priority = 'VERY_LOW'
