@@ -652,6 +652,11 @@ class PhasedTrainLoop(BaseLoop):
 
     def _run_phases(self) -> torch.nn.Module:
         self._check_before_training()
+        if self.runner.val_loop is not None:
+            # A preemption's signal reaches every process of the job: the validation's workers
+            # must outlive it, as the phases' do, for the validation and the stop to finish.
+            for loader, _ in scored_loaders(self.runner.val_loop):
+                workers_ignore(loader, preemption_signals(self.runner))
         self.runner.call_hook('before_train')
         self.runner.call_hook('before_train_epoch')
         for index, phase in enumerate(self.phases):

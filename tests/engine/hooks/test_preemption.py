@@ -6,13 +6,14 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
 from mmengine.hooks import Hook
 
 from tests.conftest import REPO
-from tests.engine.hooks.test_phase_report_hook import report_cfg
+from tests.engine.hooks.test_phase_report_hook import read_report, report_cfg
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.hooks import preemption
 from xmr.engine.hooks.checkpoint import CheckpointHook
@@ -175,6 +176,40 @@ def test_a_run_driven_from_another_thread_keeps_the_sigterm_handler():
     thread.join()
     assert errors == []
     assert signal.getsignal(signal.SIGTERM) is handler
+
+
+@HOOKS.register_module(force=True)
+class SignalTheJobDuringValidationHook(Hook):
+    """Sends SIGTERM to this process and its children (the validation's DataLoader workers) as
+    the first validation's first batch is in, as a scheduler signals every process of a job."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if self.sent:
+            return
+        self.sent = True
+        children = [int(pid) for task in Path('/proc/self/task').iterdir()
+                    for pid in (task / 'children').read_text().split()]
+        assert children, 'the validation has no worker to signal'
+        for pid in [*children, os.getpid()]:
+            os.kill(pid, signal.SIGTERM)
+
+
+def test_a_signal_during_a_validation_lets_it_end_and_stops_after_the_next_iteration(tmp_path):
+    """The validation's workers ignore the signal as the phases' do: killed, they failed the
+    validation and the run, with no checkpoint of the iterations since the last one."""
+    cfg = report_cfg(tmp_path, checkpoint_interval=100)
+    cfg.val_dataloader.update(batch_size=4, num_workers=1)  # 3 batches
+    cfg.custom_hooks += [dict(type='SignalTheJobDuringValidationHook'),
+                         dict(type='PreemptionHook')]
+    torch.manual_seed(0)
+    runner, records = train(cfg)
+    assert len(records) == 5  # source_finetune's 4, validated at its end, then 1
+    assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'iter_5.pth')
+    assert [c['column'] for c in read_report(tmp_path)] == [
+        'source_finetune end', 'cross_lingual start']
 
 
 class WorkerView(torch.utils.data.Dataset):

@@ -29,9 +29,11 @@ class PreemptionHook(Hook):
     stops nothing: the run finishes, says so in its log, and exits with 0.
 
     The handler only notes the signal. A scheduler signals every process of the job, and
-    PyTorch's DataLoader workers die of SIGTERM, which would fail the step under way reading its
-    batch: :class:`~xmr.engine.loops.PhasedTrainLoop` makes each phase's workers ignore these
-    signals (:func:`workers_ignore`); they end with the main process. Under DDP the ranks
+    PyTorch's DataLoader workers die of SIGTERM, which would fail the step or the validation
+    under way reading its batch: :class:`~xmr.engine.loops.PhasedTrainLoop` makes the workers of
+    each phase and of the validation ignore these signals (:func:`workers_ignore`); they end
+    with the main process. A signal during a validation lets it end; the run stops after the
+    next iteration. Under DDP the ranks
     agree after every iteration whether any received a signal (one integer exchanged on the
     host), so all stop at the same iteration and the main process writes its checkpoint.
 
