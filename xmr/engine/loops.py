@@ -21,7 +21,11 @@ from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
 from xmr.engine.eval_loops import scored_loaders
 from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.hook_points import call_hook_point
-from xmr.engine.hooks.preemption import preemption_signals, workers_ignore
+from xmr.engine.hooks.preemption import (
+    end_persistent_workers,
+    preemption_signals,
+    workers_ignore,
+)
 from xmr.engine.optim import parameter_counts
 from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phase_best import PhaseBest
@@ -643,12 +647,15 @@ class PhasedTrainLoop(BaseLoop):
         handler, the work-dir lock) give it back in ``after_train``, which a failed run never
         reaches; a hook's ``after_failed_train(runner)``, if it has one, runs then instead, so a
         notebook whose run raised neither keeps the work dir locked nor swallows SIGTERM.
+        Persistent DataLoader workers, which ignore SIGTERM, end with training either way.
         """
         try:
             return self._run_phases()
         except BaseException:
             call_hook_point(self.runner, 'after_failed_train')
             raise
+        finally:
+            end_persistent_workers()
 
     def _run_phases(self) -> torch.nn.Module:
         self._check_before_training()

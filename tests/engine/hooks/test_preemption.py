@@ -2,6 +2,7 @@
 after the last iteration stops nothing, and tools/train.py exits 0."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -210,6 +211,20 @@ def test_a_signal_during_a_validation_lets_it_end_and_stops_after_the_next_itera
     assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'iter_5.pth')
     assert [c['column'] for c in read_report(tmp_path)] == [
         'source_finetune end', 'cross_lingual start']
+
+
+def test_persistent_workers_that_ignore_the_signal_end_with_training(tmp_path):
+    """Persistent workers (the shipped loaders') outlived training; at the interpreter's exit
+    multiprocessing ends daemon processes with SIGTERM, which they ignore, and waits for them:
+    tools/train.py never exited."""
+    cfg = report_cfg(tmp_path)
+    for loader in (cfg.train_dataloader, cfg.val_dataloader):
+        loader.update(num_workers=1, persistent_workers=True)
+    cfg.custom_hooks.append(dict(type='PreemptionHook'))
+    before = set(multiprocessing.active_children())
+    torch.manual_seed(0)
+    train(cfg)
+    assert set(multiprocessing.active_children()) <= before
 
 
 class WorkerView(torch.utils.data.Dataset):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ from xmr.engine.divergence import max_over_ranks
 from xmr.engine.hooks.checkpoint import CheckpointHook
 from xmr.registry import HOOKS
 
-__all__ = ['PreemptionHook', 'preemption_signals', 'workers_ignore']
+__all__ = ['PreemptionHook', 'end_persistent_workers', 'preemption_signals', 'workers_ignore']
 
 
 @HOOKS.register_module()
@@ -117,8 +118,13 @@ class _IgnoringWorkerInit:
             self.init(worker_id)
 
 
+#: The loaders whose workers :func:`workers_ignore` made ignore the signals.
+_IGNORING_LOADERS: weakref.WeakSet = weakref.WeakSet()
+
+
 def workers_ignore(loader: Any, signals: Sequence[int]) -> None:
-    """Make ``loader``'s worker processes ignore ``signals`` (before they start).
+    """Make ``loader``'s worker processes ignore ``signals`` (before they start); end its
+    persistent ones with :func:`end_persistent_workers`.
 
     PyTorch installs its own SIGTERM handler in each worker, which kills it; this runs after.
     """
@@ -126,3 +132,16 @@ def workers_ignore(loader: Any, signals: Sequence[int]) -> None:
             loader.worker_init_fn, _IgnoringWorkerInit):
         return
     loader.worker_init_fn = _IgnoringWorkerInit(signals, loader.worker_init_fn)
+    _IGNORING_LOADERS.add(loader)
+
+
+def end_persistent_workers() -> None:
+    """End the persistent workers of the loaders :func:`workers_ignore` changed (as training
+    ends): they outlive their pass, and at the interpreter's exit multiprocessing ends daemon
+    processes with SIGTERM, which they ignore, then waits for them, so the process would never
+    exit. The loader's own shutdown (an event and a message on their queues) ends them."""
+    for loader in list(_IGNORING_LOADERS):
+        iterator = getattr(loader, '_iterator', None)
+        if iterator is not None:
+            iterator._shutdown_workers()
+            loader._iterator = None
