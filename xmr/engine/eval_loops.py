@@ -225,40 +225,37 @@ class MultiDatasetTestLoop(_MultiDatasetLoop):
     mode = 'test'
 
 
-@LOOPS.register_module()
-class ValLoop(MMEngineValLoop):
-    """MMEngine's ``ValLoop``, where a batch whose every medium was skipped as unreadable
-    (``on_corrupt='skip'``) reaches the metric and the hooks without the model: there is
-    nothing to embed, and MMEngine's loop fails on a step without outputs."""
-
-    @torch.no_grad()
-    def run_iter(self, idx: int, data_batch: Any) -> None:
-        if kept_no_item(data_batch):
-            _process_skipped_batch(self, 'val', idx, data_batch)
-        else:
-            super().run_iter(idx, data_batch)
-
-
-@LOOPS.register_module()
-class TestLoop(MMEngineTestLoop):
-    """MMEngine's ``TestLoop``, as :class:`ValLoop`."""
-
-    @torch.no_grad()
-    def run_iter(self, idx: int, data_batch: Any) -> None:
-        if kept_no_item(data_batch):
-            _process_skipped_batch(self, 'test', idx, data_batch)
-        else:
-            super().run_iter(idx, data_batch)
-
-
-def _process_skipped_batch(loop: ValLoop | TestLoop, mode: str, idx: int,
-                           data_batch: Mapping[str, Any]) -> None:
-    """A batch of skipped media alone: the metric and ``CorruptMediaHook`` count its
+class _SkippedBatchesCounted:
+    """A batch whose every medium was skipped as unreadable (``on_corrupt='skip'``) reaches the
+    metric and the hooks without the model: there is nothing to embed, and MMEngine's loops
+    fail on a step without outputs. The metric and ``CorruptMediaHook`` count its
     ``skipped_media``."""
-    loop.runner.call_hook(f'before_{mode}_iter', batch_idx=idx, data_batch=data_batch)
-    loop.evaluator.process(data_samples=[], data_batch=data_batch)
-    loop.runner.call_hook(f'after_{mode}_iter', batch_idx=idx, data_batch=data_batch,
-                          outputs=[])
+
+    mode: str
+
+    @torch.no_grad()
+    def run_iter(self, idx: int, data_batch: Any) -> None:
+        if not kept_no_item(data_batch):
+            super().run_iter(idx, data_batch)
+            return
+        self.runner.call_hook(f'before_{self.mode}_iter', batch_idx=idx, data_batch=data_batch)
+        self.evaluator.process(data_samples=[], data_batch=data_batch)
+        self.runner.call_hook(f'after_{self.mode}_iter', batch_idx=idx, data_batch=data_batch,
+                              outputs=[])
+
+
+@LOOPS.register_module()
+class ValLoop(_SkippedBatchesCounted, MMEngineValLoop):
+    """MMEngine's ``ValLoop``, a batch of skipped media alone counted without the model."""
+
+    mode = 'val'
+
+
+@LOOPS.register_module()
+class TestLoop(_SkippedBatchesCounted, MMEngineTestLoop):
+    """MMEngine's ``TestLoop``, a batch of skipped media alone counted without the model."""
+
+    mode = 'test'
 
 
 def _dataset_name(loader: DataLoader) -> str:

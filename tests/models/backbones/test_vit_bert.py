@@ -91,26 +91,29 @@ def test_swin_tokens_are_the_final_patches_averaging_to_the_embedding():
     torch.testing.assert_close(out.tokens.mean(1), expected, rtol=1e-4, atol=1e-5)
 
 
-def test_vision_weights_load_from_a_local_file(tmp_path):
+def _saved_as_a_file(state: dict, folder) -> str:
+    torch.save(state, folder / 'vit.pth')
+    return str(folder / 'vit.pth')
+
+
+def _saved_as_a_hub_snapshot(state: dict, folder) -> str:
+    """timm's hub repositories hold model.safetensors (and pytorch_model.bin)."""
+    save_file(state, str(folder / 'model.safetensors'))
+    return str(folder)
+
+
+@pytest.mark.parametrize('saved', [_saved_as_a_file, _saved_as_a_hub_snapshot])
+def test_vision_weights_load_from_a_local_file_or_folder(tmp_path, saved):
     torch.manual_seed(1)
     source = timm.create_model('vit_base_patch16_224', num_classes=0, **TINY_VIT)
-    path = tmp_path / 'vit.pth'
-    torch.save(source.state_dict(), path)
-    backbone = MODELS.build(tiny_cfg(vision_pretrained=str(path)))
+    backbone = MODELS.build(tiny_cfg(vision_pretrained=saved(source.state_dict(), tmp_path)))
     for name, tensor in source.state_dict().items():
         assert torch.equal(backbone.vision.state_dict()[name], tensor), name
+
+
+def test_a_missing_vision_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match='missing.pth does not exist'):
         MODELS.build(tiny_cfg(vision_pretrained=str(tmp_path / 'missing.pth')))
-
-
-def test_vision_weights_load_from_a_hub_snapshot_folder(tmp_path):
-    """timm's hub repositories hold model.safetensors (and pytorch_model.bin)."""
-    torch.manual_seed(1)
-    source = timm.create_model('vit_base_patch16_224', num_classes=0, **TINY_VIT)
-    save_file(source.state_dict(), str(tmp_path / 'model.safetensors'))
-    backbone = MODELS.build(tiny_cfg(vision_pretrained=str(tmp_path)))
-    assert all(torch.equal(backbone.vision.state_dict()[name], tensor)
-               for name, tensor in source.state_dict().items())
 
 
 def test_a_vision_file_with_its_classifier_loads_without_it(tmp_path):
