@@ -43,8 +43,14 @@ def test_training_offsets_stay_inside_their_segment_and_follow_the_generator():
 def test_invalid_counts_are_rejected():
     with pytest.raises(ValueError, match='at least one frame'):
         uniform_frame_indices(0, 12, False)
-    with pytest.raises(ValueError, match='num_samples must be positive'):
+    with pytest.raises(ValueError, match='num_samples must be a positive int'):
         uniform_frame_indices(10, 0, False)
+
+
+def test_a_fractional_frame_count_is_refused_naming_it():
+    # 24 / 2 in a config is 12.0: torch.full((12.0,)) failed with a TypeError naming nothing.
+    with pytest.raises(ValueError, match=r'num_samples must be a positive int, got 12\.0'):
+        uniform_frame_indices(310, 12.0, False)
 
 
 def test_an_offset_just_below_one_still_gives_an_index_inside_the_clip(monkeypatch):

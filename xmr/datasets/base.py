@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,11 @@ class MediaCaptionDataset(MediaDataset):
         if unknown:
             raise ValueError(f'data_prefix takes only "media", got {sorted(unknown)}')
         self.media_root = self._under_root(prefix.get('media', ''))
-        if num_frames <= 0:
-            raise ValueError(f'num_frames must be positive, got {num_frames}')
+        # Checked here, not at the first read: a float (24 / 2 in a config) or a string would
+        # stop the first batch with torch's or Python's TypeError, naming no option.
+        if isinstance(num_frames, bool) or not isinstance(num_frames, Integral) or num_frames <= 0:
+            raise ValueError(f'{self.ann_file}: num_frames must be a positive int (frames '
+                             f'sampled per video), got {num_frames!r}')
         self.num_frames = num_frames
         self.test_mode = test_mode
         self.on_corrupt = check_policy(on_corrupt)

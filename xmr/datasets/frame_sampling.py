@@ -7,6 +7,8 @@ exactly ``T`` indices.
 """
 from __future__ import annotations
 
+from numbers import Integral
+
 import torch
 
 __all__ = ['uniform_frame_indices']
@@ -30,12 +32,14 @@ def uniform_frame_indices(num_video_frames: int, num_samples: int, random_offset
         ``T`` indices in ``[0, N)``, non-decreasing.
 
     Raises:
-        ValueError: if ``N`` or ``T`` is not positive.
+        ValueError: if ``N`` is not positive, or ``T`` not a positive integer.
     """
     if num_video_frames <= 0:
         raise ValueError(f'a clip needs at least one frame, got {num_video_frames}')
-    if num_samples <= 0:
-        raise ValueError(f'num_samples must be positive, got {num_samples}')
+    # A float T (24 / 2 in a config) would otherwise fail in torch with a TypeError naming
+    # nothing; a bool is an int to Python but no frame count.
+    if isinstance(num_samples, bool) or not isinstance(num_samples, Integral) or num_samples <= 0:
+        raise ValueError(f'num_samples must be a positive int, got {num_samples!r}')
     if random_offset:
         offsets = torch.rand(num_samples, generator=generator, dtype=torch.float64)
     else:
