@@ -75,6 +75,14 @@ def test_corrupted_and_missing_videos_name_the_file(videos, tmp_path):
         read_video_frames(tmp_path / 'nothing.mp4', 12, random_offset=False)
 
 
+@pytest.mark.parametrize('num_frames', [0, 8.0])
+def test_a_bad_frame_count_is_the_caller_s_error_not_the_file_s(videos, num_frames):
+    # Raised inside the decoding, it was a MediaReadError blaming a sound file ("replace the
+    # file"), which on_corrupt='skip' took as a reason to skip every video.
+    with pytest.raises(ValueError, match=rf'num_frames must be a positive int, got {num_frames}'):
+        read_video_frames(videos / 'video_0.mov', num_frames, random_offset=False)
+
+
 def test_a_decoding_failure_gives_decord_s_reason_on_one_line_without_its_source_location(
         videos):
     # decord's message reads "[hh:mm:ss] /src/.../threaded_decoder.cc:NNN: Check failed: ...",

@@ -100,7 +100,7 @@ def test_videos_give_twelve_centre_frames_and_corrupt_raises(clips):
 def test_a_fractional_num_frames_is_refused_when_the_dataset_is_built(clips):
     # Found at the first read, it stopped evaluation with torch's TypeError naming no option.
     with pytest.raises(ValueError,
-                       match=r'clips\.json: num_frames must be a positive int .*got 8\.0'):
+                       match=r'clips\.json: num_frames must be a positive int, got 8\.0'):
         RetrievalDataset(clips, transform=TINY, num_frames=8.0)
 
 

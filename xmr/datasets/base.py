@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from torch.utils.data import Dataset
 
 from xmr.datasets.annotation import Annotation, MediaRecord, load_annotation
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
+from xmr.datasets.frame_sampling import check_frame_count
 from xmr.datasets.media_files import missing_media
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.datasets.record_store import RecordStore
@@ -66,12 +66,8 @@ class MediaCaptionDataset(MediaDataset):
         if unknown:
             raise ValueError(f'data_prefix takes only "media", got {sorted(unknown)}')
         self.media_root = self._under_root(prefix.get('media', ''))
-        # Checked here, not at the first read: a float (24 / 2 in a config) or a string would
-        # stop the first batch with torch's or Python's TypeError, naming no option.
-        if isinstance(num_frames, bool) or not isinstance(num_frames, Integral) or num_frames <= 0:
-            raise ValueError(f'{self.ann_file}: num_frames must be a positive int (frames '
-                             f'sampled per video), got {num_frames!r}')
-        self.num_frames = num_frames
+        # Checked here, not at the first read, which would stop the first batch.
+        self.num_frames = check_frame_count(num_frames, f'{self.ann_file}: num_frames')
         self.test_mode = test_mode
         self.on_corrupt = check_policy(on_corrupt)
         self.decode_threads = decode_threads

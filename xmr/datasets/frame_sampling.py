@@ -8,10 +8,24 @@ exactly ``T`` indices.
 from __future__ import annotations
 
 from numbers import Integral
+from typing import Any
 
 import torch
 
-__all__ = ['uniform_frame_indices']
+__all__ = ['check_frame_count', 'uniform_frame_indices']
+
+
+def check_frame_count(value: Any, name: str) -> int:
+    """``value`` as a frame count ``T``, or a ValueError saying what ``name`` must be.
+
+    Raises:
+        ValueError: unless ``value`` is a positive integer. A float (``24 / 2`` in a config)
+            would fail later in torch with a TypeError naming nothing; a bool is an int to
+            Python but no frame count.
+    """
+    if isinstance(value, bool) or not isinstance(value, Integral) or value <= 0:
+        raise ValueError(f'{name} must be a positive int, got {value!r}')
+    return int(value)
 
 
 def uniform_frame_indices(num_video_frames: int, num_samples: int, random_offset: bool,
@@ -36,10 +50,7 @@ def uniform_frame_indices(num_video_frames: int, num_samples: int, random_offset
     """
     if num_video_frames <= 0:
         raise ValueError(f'a clip needs at least one frame, got {num_video_frames}')
-    # A float T (24 / 2 in a config) would otherwise fail in torch with a TypeError naming
-    # nothing; a bool is an int to Python but no frame count.
-    if isinstance(num_samples, bool) or not isinstance(num_samples, Integral) or num_samples <= 0:
-        raise ValueError(f'num_samples must be a positive int, got {num_samples!r}')
+    check_frame_count(num_samples, 'num_samples')
     if random_offset:
         offsets = torch.rand(num_samples, generator=generator, dtype=torch.float64)
     else:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from xmr.datasets.frame_sampling import uniform_frame_indices
+from xmr.datasets.frame_sampling import check_frame_count, uniform_frame_indices
 
 __all__ = ['MediaReadError', 'read_image', 'read_video_frames']
 
@@ -74,7 +74,10 @@ def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: b
 
     Raises:
         MediaReadError: if the file is missing, has no frames, or decoding fails.
+        ValueError: if ``num_frames`` is not a positive int.
     """
+    # Before decoding, whose failures blame the file: a bad count is the caller's error.
+    check_frame_count(num_frames, 'num_frames')
     # decord is imported here so that image-only use never loads FFmpeg.
     import decord
 
