@@ -83,6 +83,14 @@ def test_a_bad_frame_count_is_the_caller_s_error_not_the_file_s(videos, num_fram
         read_video_frames(videos / 'video_0.mov', num_frames, random_offset=False)
 
 
+@pytest.mark.parametrize('num_threads', [None, '2', 1.5, -1])
+def test_a_bad_thread_count_is_the_caller_s_error_not_the_file_s(videos, num_threads):
+    # decord refused it when opening the file ("expected int but get NULL"), which read as a
+    # damaged file to replace, and on_corrupt='skip' skipped every video for it.
+    with pytest.raises(ValueError, match='num_threads must be an int >= 0'):
+        read_video_frames(videos / 'video_0.mov', 4, random_offset=False, num_threads=num_threads)
+
+
 def test_a_decoding_failure_gives_decord_s_reason_on_one_line_without_its_source_location(
         videos):
     # decord's message reads "[hh:mm:ss] /src/.../threaded_decoder.cc:NNN: Check failed: ...",

@@ -104,6 +104,11 @@ def test_a_fractional_num_frames_is_refused_when_the_dataset_is_built(clips):
         RetrievalDataset(clips, transform=TINY, num_frames=8.0)
 
 
+def test_decode_threads_that_decord_cannot_take_are_refused_when_the_dataset_is_built(clips):
+    with pytest.raises(ValueError, match=r'clips\.json: decode_threads must be an int >= 0'):
+        RetrievalDataset(clips, transform=TINY, decode_threads=None)
+
+
 def test_skip_policy_warns_and_the_batch_names_the_file(clips):
     dataset = RetrievalDataset(clips, transform=TINY, num_frames=4, on_corrupt='skip')
     with pytest.warns(MediaSkippedWarning, match=r'skipping item 3: .*corrupted\.mp4') as warned:

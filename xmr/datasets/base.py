@@ -15,7 +15,12 @@ from xmr.datasets.annotation import Annotation, MediaRecord, load_annotation
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.frame_sampling import check_frame_count
 from xmr.datasets.media_files import missing_media
-from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
+from xmr.datasets.media_io import (
+    MediaReadError,
+    check_decode_threads,
+    read_image,
+    read_video_frames,
+)
 from xmr.datasets.record_store import RecordStore
 from xmr.registry import TRANSFORMS
 
@@ -49,7 +54,7 @@ class MediaCaptionDataset(MediaDataset):
         num_frames: frames sampled per video (``T``; DASD uses 12).
         test_mode: evaluation behaviour: segment-centre frames, no augmentation.
         on_corrupt: ``raise`` or ``skip`` for unreadable media (``corrupt_policy``).
-        decode_threads: decord threads per video.
+        decode_threads: decord threads per video (0: decord chooses).
         with_media: decode media; ``False`` gives ``media=None`` for text-only phases.
     """
 
@@ -70,7 +75,8 @@ class MediaCaptionDataset(MediaDataset):
         self.num_frames = check_frame_count(num_frames, f'{self.ann_file}: num_frames')
         self.test_mode = test_mode
         self.on_corrupt = check_policy(on_corrupt)
-        self.decode_threads = decode_threads
+        self.decode_threads = check_decode_threads(decode_threads,
+                                                   f'{self.ann_file}: decode_threads')
         # A text-only annotation has nothing to decode.
         self.with_media = with_media and self.annotation.media_type != 'text'
         transform_cfg = dict(DEFAULT_TRANSFORM if transform is None else transform)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import re
+from numbers import Integral
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,7 +18,7 @@ from PIL import Image, UnidentifiedImageError
 
 from xmr.datasets.frame_sampling import check_frame_count, uniform_frame_indices
 
-__all__ = ['MediaReadError', 'read_image', 'read_video_frames']
+__all__ = ['MediaReadError', 'check_decode_threads', 'read_image', 'read_video_frames']
 
 # decord prefixes its C++ errors with "[hh:mm:ss] /source/file.cc:line: "; the rest is the reason.
 _DECORD_LOCATION = re.compile(r'\[\d\d:\d\d:\d\d\] \S+:\d+: ')
@@ -35,6 +37,19 @@ class MediaReadError(RuntimeError):
         self.reason = reason
         super().__init__(f"{self.path}: {reason}: replace the file, or set on_corrupt='skip' "
                          'on the dataset to leave it out')
+
+
+def check_decode_threads(value: Any, name: str) -> int:
+    """``value`` as decord's decoder thread count, or a ValueError saying what ``name`` must be.
+
+    Raises:
+        ValueError: unless ``value`` is an int ``>= 0`` (0: decord chooses). decord itself
+            refuses another value only when it opens a file, as if the file were damaged.
+    """
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        raise ValueError(f'{name} must be an int >= 0 (decoder threads; 0 lets decord choose), '
+                         f'got {value!r}')
+    return int(value)
 
 
 def read_image(path: str | os.PathLike) -> torch.Tensor:
@@ -74,10 +89,12 @@ def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: b
 
     Raises:
         MediaReadError: if the file is missing, has no frames, or decoding fails.
-        ValueError: if ``num_frames`` is not a positive int.
+        ValueError: if ``num_frames`` is not a positive int, or ``num_threads`` not an int
+            ``>= 0``.
     """
     # Before decoding, whose failures blame the file: a bad count is the caller's error.
     check_frame_count(num_frames, 'num_frames')
+    check_decode_threads(num_threads, 'num_threads')
     # decord is imported here so that image-only use never loads FFmpeg.
     import decord
 
