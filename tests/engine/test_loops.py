@@ -189,6 +189,13 @@ def test_the_log_window_drops_losses_of_earlier_phases(full_run):
     assert len(runner.message_hub.get_scalar('train/loss').data[0]) == 4  # cross_modal's steps
 
 
+def test_the_log_window_drops_gradient_norms_of_earlier_phases(full_run):
+    """A phase's logged grad_norm averages its own steps' norms, not those of the parameters
+    an earlier phase trained (the backbone's, in source_finetune)."""
+    _, runner, _ = full_run
+    assert len(runner.message_hub.get_scalar('train/grad_norm').data[0]) == 4
+
+
 def test_towers_stay_bit_identical_while_the_branch_trains(tmp_path):
     torch.manual_seed(0)
     runner = Runner.from_cfg(make_cfg(tmp_path, phases=PHASES[1:]))

@@ -545,10 +545,12 @@ class PhasedTrainLoop(BaseLoop):
         optim_wrapper = self.runner.optim_wrapper
         if fresh:
             optim_wrapper.optimizer.state.clear()
-            # The log window would otherwise keep averaging in an earlier phase's losses; on
-            # resume re-entry it holds this phase's, restored with the checkpoint.
+            # The log window would otherwise keep averaging in an earlier phase's losses and
+            # gradient norms (of the parameters it trained); on resume re-entry it holds this
+            # phase's, restored with the checkpoint.
             scalars = self.runner.message_hub.log_scalars
-            for key in [k for k in scalars if k.startswith('train/loss')]:
+            norm = f"train/{getattr(optim_wrapper, 'grad_name', 'grad_norm')}"
+            for key in [k for k in scalars if k.startswith('train/loss') or k == norm]:
                 scalars.pop(key)
             optim_wrapper.zero_grad()
         # Gradient accumulation (optim_wrapper.accumulative_counts) counts its windows within
