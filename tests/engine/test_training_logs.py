@@ -2,6 +2,7 @@
 mean losses, and fp16's skipped steps."""
 from __future__ import annotations
 
+import copy
 import os
 import socket
 
@@ -14,7 +15,7 @@ from mmengine.logging import MessageHub
 import xmr.engine.amp
 from tests.conftest import tiny_retriever_cfg
 from tests.engine.test_amp import BATCH, wrapper_for
-from tests.engine.test_loops import make_cfg, train
+from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.registry import HOOKS, MODELS
 
 
@@ -109,3 +110,16 @@ def test_a_skipped_fp16_step_logs_the_skip_and_no_infinite_grad_norm(tiny_retrie
     assert [m for m in messages if m.startswith('fp16:')] == [
         'fp16: optimiser step skipped (gradients overflowed at loss scale 1024); the loss scale is '
         'now 512']
+
+
+def test_the_logged_lr_is_the_backbone_group_s_with_its_multiplier(tmp_path):
+    """docs/getting_started.md: ``lr`` is the first parameter group's rate, the backbone's, so a
+    phase's lr_mult for it shows; ``base_lr`` stays the phase's. By hand: source_finetune at
+    1e-3 x 0.5 with 2 warm-up steps (1/2, 1, 1, 1); cross_modal at 2e-4, linear over 4 steps
+    (1, 2/3, 1/3, 0)."""
+    phases = copy.deepcopy(PHASES)
+    phases[0]['lr_mult'] = dict(backbone=0.5)
+    runner, _ = train(make_cfg(tmp_path, phases=phases))
+    logged = list(runner.message_hub.get_scalar('train/lr').data[0])
+    assert logged[:4] == pytest.approx([0.25e-3, 0.5e-3, 0.5e-3, 0.5e-3])
+    assert logged[12:] == pytest.approx([2e-4, 2e-4 * 2 / 3, 2e-4 / 3, 0.0])
