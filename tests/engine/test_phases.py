@@ -84,3 +84,11 @@ def test_a_multiplier_keyed_by_other_than_a_group_name_is_refused():
     with pytest.raises(ValueError, match=r"lr_mult is keyed by 1; its keys name a loss or a "
                                          r"parameter group, as strings \(e.g. 'disentangler'\)"):
         Phase.from_config(1, cross_lingual(lr_mult={1: 0.5}))
+
+
+@pytest.mark.parametrize('key', ['lr_mult', 'loss_weights'])
+def test_a_dict_written_as_one_command_line_string_says_how_to_set_its_entries(key):
+    """--cfg-options parses no dict: train_cfg.phases.0.lr_mult="{'backbone': 0.1}" arrives as
+    a string, and the error says to set an entry at a time."""
+    with pytest.raises(ValueError, match=rf"--cfg-options train_cfg\.phases\.N\.{key}\.NAME="):
+        Phase.from_config(0, cross_lingual(**{key: "{'cl': 0.1}"}))

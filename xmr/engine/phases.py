@@ -156,7 +156,11 @@ def _is_positive_int(value: Any) -> bool:
 def _check_weights(phase: str, key: str, weights: Any) -> None:
     """``weights`` is a ``{name: finite number >= 0}`` mapping (``loss_weights``, ``lr_mult``)."""
     if not isinstance(weights, Mapping):
-        raise ValueError(f'phase {phase}: {key} must be a dict of name: number, got {weights!r}')
+        # --cfg-options parses no dict literal: it hands the whole '{...}' over as a string.
+        hint = (f' (--cfg-options takes no dict: set one entry at a time, --cfg-options '
+                f'train_cfg.phases.N.{key}.NAME=NUMBER)' if isinstance(weights, str) else '')
+        raise ValueError(f'phase {phase}: {key} must be a dict of name: number, got '
+                         f'{weights!r}{hint}')
     for name, weight in weights.items():
         if not isinstance(name, str):
             raise ValueError(f'phase {phase}: {key} is keyed by {name!r}; its keys name a loss '
