@@ -16,7 +16,7 @@ from mmengine.hooks import Hook
 from mmengine.logging import MessageHub
 from mmengine.runner import Runner
 
-from tests.conftest import tiny_retriever_cfg
+from tests.conftest import TINY_CLIP, tiny_retriever_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.feature_cache import FeatureCache, StaleFeatureCacheError
 from xmr.engine.loops import PhasedTrainLoop, read_to_host
@@ -208,6 +208,25 @@ def test_towers_stay_bit_identical_while_the_branch_trains(tmp_path):
     assert tower and branch
     assert all(torch.equal(before[k], after[k]) for k in tower)
     assert any(not torch.equal(before[k], after[k]) for k in branch)
+
+
+def test_a_frozen_tower_s_batch_norm_statistics_stay_as_they_were(tmp_path):
+    """A ResNet CLIP's image tower (open_clip's ModifiedResNet) normalises by batch statistics
+    in training mode and updates its running ones; frozen while cross_modal trains the branch
+    on its images, its statistics must stay those it was built (or pretrained) with."""
+    cfg = make_cfg(tmp_path, phases=PHASES[2:])
+    resnet = dict(TINY_CLIP, vision_cfg=dict(image_size=32, layers=(1, 1, 1, 1), width=16,
+                                             head_width=16))
+    cfg.model.backbone.model_cfg = resnet
+    torch.manual_seed(0)
+    runner = Runner.from_cfg(cfg)
+    norms = [k for k, v in runner.model.state_dict().items() if k.endswith('running_mean')]
+    before = {k: v.clone() for k, v in runner.model.state_dict().items()}
+    runner.train()
+    after = runner.model.state_dict()
+    assert norms and all(k.startswith('backbone.') for k in norms)
+    assert [k for k in before if not torch.equal(before[k], after[k])
+            and k.startswith('backbone.')] == []
 
 
 def test_checkpoints_load_with_weights_only_torch_load(full_run):

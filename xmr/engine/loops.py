@@ -202,11 +202,31 @@ class _InfiniteIterator:
             return next(self._iterator)
 
 
+def frozen_batch_norms(model: torch.nn.Module, trainable: Sequence[str]
+                       ) -> list[torch.nn.Module]:
+    """The batch norms of ``model`` that a phase with ``trainable`` prefixes leaves frozen.
+
+    In training mode a batch norm updates its running statistics, buffers no optimiser
+    touches: a frozen tower with them (open_clip's ResNet image towers) would change while a
+    phase trains something else. A batch norm trains when it lies under a ``trainable`` prefix
+    or one of its parameters does.
+    """
+    def trained(name: str) -> bool:
+        return any(name == p or name.startswith(p + '.') or p.startswith(name + '.')
+                   for p in trainable)
+
+    return [module for name, module in model.named_modules()
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and not trained(name)]
+
+
 def ensure_train_mode(model: torch.nn.Module,
-                      modules: list[torch.nn.Module] | None) -> list[torch.nn.Module]:
-    """Put ``model`` in training mode before an iteration, as MMEngine's loops do, calling
-    ``model.train()`` only when one of ``modules`` is out of that mode (validation, a hook's
-    ``eval()``) or ``modules`` is ``None`` (a new phase, a re-wrapped model).
+                      modules: list[torch.nn.Module] | None,
+                      frozen_norms: Sequence[torch.nn.Module] = ()) -> list[torch.nn.Module]:
+    """Put ``model`` in training mode before an iteration, as MMEngine's loops do, but for its
+    ``frozen_norms`` (:func:`frozen_batch_norms`), which stay in eval mode. ``model.train()``
+    is called only when one of ``modules`` is out of that mode (validation, a hook's
+    ``eval()``), one of ``frozen_norms`` is in it, or ``modules`` is ``None`` (a new phase, a
+    re-wrapped model).
 
     With every module in training mode the call would change nothing, and it walks the module
     tree through ``nn.Module.__setattr__``: 1.9 to 3.2 ms of the host's time an iteration for
@@ -216,13 +236,17 @@ def ensure_train_mode(model: torch.nn.Module,
     Args:
         model: the model the iteration trains.
         modules: what this function returned for ``model`` last, or ``None``.
+        frozen_norms: batch norms of ``model`` to keep in eval mode.
 
     Returns:
-        The model's modules, for the next call.
+        The model's modules in training mode, for the next call.
     """
-    if modules is None or not all(module.training for module in modules):
+    if (modules is None or not all(module.training for module in modules)
+            or any(norm.training for norm in frozen_norms)):
         model.train()
-        modules = list(model.modules())
+        for norm in frozen_norms:
+            norm.eval()
+        modules = [module for module in model.modules() if module.training]
     return modules
 
 
@@ -259,7 +283,8 @@ class PhasedTrainLoop(BaseLoop):
     ``epochs``; both resolve when the loop is built, before anything trains, so the global
     iteration counter, phase boundaries and resume see plain iteration counts.
     At the start of a phase the loop selects the model's losses (``set_phase``), freezes every
-    parameter outside ``trainable``, re-wraps the model for DDP over exactly those parameters
+    parameter outside ``trainable`` (and keeps the batch norms there in eval mode:
+    :func:`frozen_batch_norms`), re-wraps the model for DDP over exactly those parameters
     (:func:`~xmr.engine.distributed.rewrap_for_phase`), clears the optimiser state (phases
     train independently, as in DASD), builds the phase's dataloader and prepares its feature
     caches (:func:`~xmr.engine.feature_cache.prepare_feature_caches`). Every iteration sets
@@ -325,6 +350,8 @@ class PhasedTrainLoop(BaseLoop):
         self.current_phase: Phase | None = None
         # The model's modules when it was last put in training mode (ensure_train_mode).
         self._trained_modules: list[torch.nn.Module] | None = None
+        # The current phase's batch norms outside its trainable prefixes (frozen_batch_norms).
+        self._frozen_norms: list[torch.nn.Module] = []
         self.pending_rng_state: dict[str, Any] | None = None
         self.stop_training = False
         self.phase_best = PhaseBest(self.phases)
@@ -533,6 +560,7 @@ class PhasedTrainLoop(BaseLoop):
         # DDP syncs the parameters that require grad when it wraps: wrap for this phase's set.
         rewrap_for_phase(self.runner)
         self._trained_modules = None
+        self._frozen_norms = frozen_batch_norms(self.model, phase.trainable)
         self._start_optimiser(phase, fresh)
         self.runner.message_hub.update_info('phase', phase.name)
         self.runner.logger.info(_phase_header(phase, self.model))
@@ -694,8 +722,8 @@ class PhasedTrainLoop(BaseLoop):
             restart_iteration_timers(self.runner)
             while self._iter < phase.end and not self.stop_training:
                 self._set_lr(phase)
-                self._trained_modules = ensure_train_mode(self.runner.model,
-                                                          self._trained_modules)
+                self._trained_modules = ensure_train_mode(
+                    self.runner.model, self._trained_modules, self._frozen_norms)
                 self.run_iter(next(iterator))
                 at_end = self._iter == phase.end
                 # A stopped run (SIGTERM: PreemptionHook) validates nothing: its checkpoint is
