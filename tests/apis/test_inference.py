@@ -287,3 +287,15 @@ def test_a_video_file_is_sampled_at_its_segment_centres_whatever_its_suffix_case
     torch.manual_seed(0)
     torch.testing.assert_close(encode_media(model, [video, shouting], num_frames=2),
                                expected.expand(2, -1))
+
+
+def test_one_media_file_given_alone_is_one_media(trained, tmp_path):
+    """A lone path was iterated: a str as its characters ('a: file not found'), a Path not at
+    all (TypeError: 'PosixPath' object is not iterable)."""
+    _, _, model = trained
+    path = tmp_path / 'scene.png'
+    Image.fromarray(np.full((40, 30, 3), 200, dtype=np.uint8)).save(path)
+    expected = encode_media(model, [path], transform=TINY)
+    for alone in (path, str(path)):
+        torch.testing.assert_close(encode_media(model, alone, transform=TINY), expected,
+                                   rtol=0, atol=0)

@@ -123,3 +123,9 @@ def test_tensors_are_named_by_their_position_and_files_by_their_stem(model, imag
     image = torch.zeros(3, 32, 32, dtype=torch.uint8)
     index = MediaIndex.from_media(model, [image, image_files[1], image])
     assert index.media_ids == ['0', 'forest', '2']
+
+
+def test_one_media_file_given_alone_is_a_gallery_of_one(model, image_files):
+    for alone in (image_files[0], str(image_files[0])):
+        index = MediaIndex.from_media(model, alone)
+        assert index.media_ids == ['beach']

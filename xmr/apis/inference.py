@@ -214,16 +214,22 @@ def _check_encodable(text: str, where: str) -> None:
                          'rest)') from error
 
 
+def media_list(media: MediaInput | Sequence[MediaInput]) -> list[MediaInput]:
+    """The media as a list: one file path given alone is one media (a str would otherwise be
+    read as its characters, each a file name)."""
+    return [media] if isinstance(media, (str, os.PathLike)) else list(media)
+
+
 @torch.no_grad()
-def encode_media(model: CrossLingualRetriever, media: Sequence[MediaInput],
+def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
                  transform: Mapping[str, Any] | None = None, num_frames: int = 12,
                  batch_size: int = 32) -> Tensor:
     """Embed images and videos, given as files or as decoded uint8 tensors.
 
     Args:
         model: a trained retriever.
-        media: file paths (a suffix in :data:`VIDEO_SUFFIXES` reads a video) or uint8 tensors
-            ``[3, H, W]`` (image) / ``[T, 3, H, W]`` (video frames).
+        media: one file path or several (a suffix in :data:`VIDEO_SUFFIXES` reads a video), or
+            uint8 tensors ``[3, H, W]`` (image) / ``[T, 3, H, W]`` (video frames).
         transform: ``TRANSFORMS`` config of the resize + crop; default: ``MediaTransform`` at
             the backbone's input size (short-side resize, centre crop, bicubic, as open_clip
             evaluates). Pass the test dataset's transform when it differs.
@@ -236,7 +242,7 @@ def encode_media(model: CrossLingualRetriever, media: Sequence[MediaInput],
     if not isinstance(model.backbone, VisionLanguageBackbone):
         raise TypeError(f'{type(model.backbone).__name__} is a text-only backbone: the model '
                         'embeds no media; search its texts with encode_texts')
-    media = list(media)
+    media = media_list(media)
     if not media:
         raise ValueError('no media to encode')
     if batch_size < 1 or num_frames < 1:

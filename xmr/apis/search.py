@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from xmr.apis.inference import MediaInput, encode_media, encode_texts
+from xmr.apis.inference import MediaInput, encode_media, encode_texts, media_list
 from xmr.evaluation.search import FaissSearcher
 from xmr.models.retrievers.base import unit_rows
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
@@ -61,7 +61,7 @@ class MediaIndex:
         self.media_ids = media_ids
 
     @classmethod
-    def from_media(cls, model: CrossLingualRetriever, media: Sequence[MediaInput],
+    def from_media(cls, model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
                    media_ids: Sequence[str] | None = None, index: str = 'flat',
                    transform: Mapping[str, Any] | None = None, num_frames: int = 12,
                    batch_size: int = 32, **search_options: Any) -> MediaIndex:
@@ -69,7 +69,7 @@ class MediaIndex:
 
         Args:
             model: a trained retriever.
-            media: image/video files or uint8 tensors.
+            media: one image/video file, or several files or uint8 tensors.
             media_ids: an id per media; default: the file name without suffix, or the position
                 for tensors.
             index: faiss index type.
@@ -78,7 +78,7 @@ class MediaIndex:
             batch_size: media per forward pass.
             **search_options: :class:`FaissSearcher` options.
         """
-        media = list(media)
+        media = media_list(media)
         if media_ids is None:
             media_ids = [str(position) if isinstance(item, Tensor) else Path(item).stem
                          for position, item in enumerate(media)]
