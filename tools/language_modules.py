@@ -54,12 +54,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _pairs(values: list[str]) -> dict[str, Path]:
+    from xmr.datasets.languages import normalize_language
+
     pairs = {}
     for value in values:
         lang, sep, path = value.partition('=')
         if not sep or not lang or not path:
             raise UserError(value, 'not a --modules value', 'give LANG=PATH, e.g. de=de.pth')
-        pairs[lang] = Path(path)
+        pairs[normalize_language(lang, f'--modules {value}')] = Path(path)
     return pairs
 
 
@@ -107,7 +109,12 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == 'report':
             print_parameter_report(model, model.cfg.get('paper_figures') or {})
         elif args.command == 'export':
-            for lang in args.langs or model.languages:
+            from xmr.datasets.languages import normalize_languages
+
+            # The model's languages are canonical codes ('DE' would name none of them); the
+            # file names follow them.
+            langs = normalize_languages(args.langs, '--langs') if args.langs else model.languages
+            for lang in langs:
                 path = save_language_module(model, lang, args.out_dir / f'{lang}.pth',
                                             base_checkpoint=args.checkpoint)
                 print(f'{path}: {lang} module, {path.stat().st_size:,} bytes')

@@ -60,6 +60,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error(f'--{name.replace("_", "-")} must be positive')
     if args.clusters > args.num_captions:
         parser.error(f'--clusters {args.clusters} exceeds --num-captions {args.num_captions}')
+    from xmr.datasets.languages import LanguageCodeError, normalize_language
+
+    try:
+        # The model's languages are canonical codes: 'DE' or 'deu' would name none of them.
+        args.lang = normalize_language(args.lang, '--lang')
+    except LanguageCodeError as error:
+        parser.error(str(error))
     return args
 
 

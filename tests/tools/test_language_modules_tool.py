@@ -151,3 +151,19 @@ def test_a_modules_value_needs_a_language_and_a_path(value):
     assert pairs(['de=de.pth', 'fr=x/fr.pth']) == {'de': Path('de.pth'), 'fr': Path('x/fr.pth')}
     with pytest.raises(UserError, match=f'^{value}: not a --modules value: give LANG=PATH'):
         pairs([value])
+
+
+def test_languages_are_read_in_any_spelling_of_their_code(tmp_path, monkeypatch):
+    """'--langs DE' stopped on "no adapters for language 'DE'" and a --modules key on the same,
+    where the API and the configs read any spelling of a code (docs/data.md)."""
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    torch.manual_seed(0)
+    from xmr.apis import init_retriever
+
+    torch.save(dict(state_dict=init_retriever(config).state_dict()), tmp_path / 'trained.pth')
+    _run(['export', str(config), str(tmp_path / 'trained.pth'), '--langs', 'DE', 'fra',
+          '--out-dir', str(tmp_path / 'modules')], monkeypatch)
+    assert sorted(p.name for p in (tmp_path / 'modules').iterdir()) == ['de.pth', 'fr.pth']
+    pairs = runpy.run_path(str(TOOL))['_pairs']
+    assert pairs(['deu_Latn=de.pth', 'FR=fr.pth']) == {'de': Path('de.pth'), 'fr': Path('fr.pth')}

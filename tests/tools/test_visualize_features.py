@@ -128,3 +128,11 @@ def test_a_caption_file_gives_its_first_non_empty_lines_gzipped_or_not(tmp_path)
         handle.write(text)
     for name in ('de.txt', 'de.txt.gz'):
         assert tool['read_caption_file'](tmp_path / name, 2) == ['ein Hund', 'eine Katze']
+
+
+def test_the_language_is_read_in_any_spelling_of_its_code(capsys):
+    """'--lang DE' was refused as "not a target language of the model (['de', 'zh'])"."""
+    assert tool['parse_args'](['config.py', '--lang', 'deu_Latn']).lang == 'de'
+    with pytest.raises(SystemExit):
+        tool['parse_args'](['config.py', '--lang', 'klingon'])
+    assert "--lang: unknown language code 'klingon'" in capsys.readouterr().err
