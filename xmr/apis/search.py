@@ -56,8 +56,15 @@ class MediaIndex:
         if repeat is not None:
             raise ValueError(f"media_ids {repeat[0]} and {repeat[1]} are both "
                              f"'{media_ids[repeat[0]]}'; every gallery item needs its own id")
-        self.searcher = FaissSearcher(_unit_rows(embeddings, 'embeddings'), index=index,
-                                      ids=media_ids, **search_options)
+        embeddings = _unit_rows(embeddings, 'embeddings')
+        # Built first: it names a gallery of another shape or another count than media_ids.
+        self.searcher = FaissSearcher(embeddings, index=index, ids=media_ids, **search_options)
+        broken = _non_finite_rows(embeddings)
+        if broken:
+            # faiss indexes such a row and never returns it: the media would silently vanish.
+            raise ValueError(f'embeddings of media {[media_ids[row] for row in broken[:10]]} '
+                             'hold NaN or infinite values: they would never be found; check the '
+                             'model and those media')
         self.media_ids = media_ids
 
     @classmethod
@@ -121,7 +128,7 @@ class MediaIndex:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f'k must be a positive whole number, got {k!r}')
         queries = torch.as_tensor(queries)
-        broken = (~torch.isfinite(queries).all(dim=-1)).nonzero().flatten().tolist()
+        broken = _non_finite_rows(queries)
         if broken:
             raise ValueError(f'query embeddings {broken[:10]} hold NaN or infinite values: they '
                              'would match nothing; check the model and the query texts')
@@ -139,6 +146,11 @@ def _first_repeat(ids: Sequence[str]) -> tuple[int, int] | None:
         if first.setdefault(media_id, position) != position:
             return first[media_id], position
     return None
+
+
+def _non_finite_rows(vectors: Tensor) -> list[int]:
+    """The rows of ``[N, E]`` vectors holding a NaN or an infinity."""
+    return (~torch.isfinite(vectors).all(dim=-1)).nonzero().flatten().tolist()
 
 
 def _unit_rows(vectors: Tensor | Any, name: str) -> Tensor:
