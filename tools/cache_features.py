@@ -95,8 +95,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         loaded = read_checkpoint(args.checkpoint)
         state = loaded.get('state_dict', loaded)
         # Lenient: the towers' weights are what the cache needs; DDP prefixes are dropped.
-        model.load_state_dict({re.sub(r'^module\.', '', key): value
-                               for key, value in state.items()}, strict=False)
+        missing = model.load_state_dict({re.sub(r'^module\.', '', key): value
+                                         for key, value in state.items()}, strict=False)[0]
+        towers = [key for key in missing if key.startswith('backbone.')]
+        if towers:
+            # The cache would silently hold the built towers' features, not the checkpoint's.
+            raise ValueError(f'checkpoint {args.checkpoint} holds no weights for {len(towers)} '
+                             f'of the towers\' parameters ({towers[:3]}): give a checkpoint '
+                             "tools/train.py wrote for this config's model")
     done: dict[str, dict[str, Any]] = {}
     for where, dataset_cfg in found:
         dataset_cfg = dict(dataset_cfg)

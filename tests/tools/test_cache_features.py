@@ -137,3 +137,17 @@ def test_a_checkpoint_with_numpy_logs_loads_through_the_safe_reader(tmp_path):
     cache_features.main([str(config), '--device', 'cpu', '--checkpoint',
                          str(tmp_path / 'trained.pth')])  # checked against the seed-1 cache
     assert json.loads((tmp_path / 'pairs' / 'meta.json').read_text())['key'] == from_seed_1
+
+
+def test_a_checkpoint_without_the_towers_weights_is_refused(tmp_path):
+    """Loaded leniently, a checkpoint holding none of the towers (weights under another prefix,
+    a language module) loaded nothing, and the cache was built from the config's towers."""
+    from xmr.registry import MODELS
+
+    state = MODELS.build(tiny_retriever_cfg()).state_dict()
+    torch.save({'state_dict': {f'model.{key}': value for key, value in state.items()}},
+               tmp_path / 'prefixed.pth')
+    with pytest.raises(ValueError, match=r"prefixed\.pth holds no weights for .*'backbone\."):
+        cache_features.main([str(write_config(tmp_path)), '--device', 'cpu', '--checkpoint',
+                             str(tmp_path / 'prefixed.pth')])
+    assert not (tmp_path / 'pairs').exists()
