@@ -21,6 +21,7 @@ from xmr.apis import (
 )
 from xmr.apis.inference import _first_lines
 from xmr.datasets import Annotation, MediaRecord, dump_annotation, retrieval_collate
+from xmr.datasets.media_io import MediaReadError
 from xmr.registry import DATASETS, MODELS
 
 TINY = dict(type='MediaTransform', backbone=None, size=32)
@@ -299,3 +300,15 @@ def test_one_media_file_given_alone_is_one_media(trained, tmp_path):
     for alone in (path, str(path)):
         torch.testing.assert_close(encode_media(model, alone, transform=TINY), expected,
                                    rtol=0, atol=0)
+
+
+def test_an_unreadable_file_is_named_by_its_position_with_advice_for_the_caller(trained,
+                                                                                tmp_path):
+    """The error advised "set on_corrupt='skip' on the dataset", an option encode_media lacks."""
+    _, _, model = trained
+    good, broken = tmp_path / 'good.png', tmp_path / 'broken.png'
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(good)
+    broken.write_bytes(b'not an image')
+    with pytest.raises(MediaReadError, match=r'broken\.png: not a decodable image .*media\[1\]'
+                       r'.*: replace the file, or leave it out of the media$'):
+        encode_media(model, [good, broken], transform=TINY)

@@ -20,7 +20,7 @@ from mmengine.utils import import_modules_from_strings
 from torch import Tensor
 
 from xmr.datasets.languages import normalize_language
-from xmr.datasets.media_io import read_image, read_video_frames
+from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.engine.checkpoint import keys_of_another_model, read_checkpoint
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
@@ -290,13 +290,23 @@ def _encode_batch(model: CrossLingualRetriever, batch: Sequence[tuple[int, Tenso
 
 
 def _decode(item: MediaInput, num_frames: int, position: int) -> Tensor:
+    """A media as uint8 ``[3, H, W]`` (image) or ``[T, 3, H, W]`` (video frames).
+
+    Raises:
+        ValueError: a tensor of another dtype or shape, named by ``position``.
+        MediaReadError: a missing or undecodable file, named with ``position``.
+    """
     if isinstance(item, Tensor):
         if item.dtype != torch.uint8 or item.dim() not in (3, 4) or item.shape[-3] != 3:
             raise ValueError(f'media[{position}]: a tensor must be uint8 [3, H, W] or '
                              f'[T, 3, H, W], got {item.dtype} {tuple(item.shape)}')
         return item
     path = Path(item)
-    if path.suffix.lower() in VIDEO_SUFFIXES:
-        frames, _ = read_video_frames(path, num_frames, random_offset=False)
-        return frames
-    return read_image(path)
+    try:
+        if path.suffix.lower() in VIDEO_SUFFIXES:
+            return read_video_frames(path, num_frames, random_offset=False)[0]
+        return read_image(path)
+    except MediaReadError as error:
+        # Its own advice names a dataset option; the caller here holds a list, not a dataset.
+        raise MediaReadError(error.path, f'{error.reason} (media[{position}])',
+                             'replace the file, or leave it out of the media') from error

@@ -30,13 +30,16 @@ class MediaReadError(RuntimeError):
     Attributes:
         path: the file.
         reason: what went wrong.
+
+    The message ends with ``fix``, by default the advice for a dataset's file.
     """
 
-    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+    def __init__(self, path: str | os.PathLike, reason: str,
+                 fix: str = "replace the file, or set on_corrupt='skip' on the dataset to leave "
+                            'it out') -> None:
         self.path = str(path)
         self.reason = reason
-        super().__init__(f"{self.path}: {reason}: replace the file, or set on_corrupt='skip' "
-                         'on the dataset to leave it out')
+        super().__init__(f'{self.path}: {reason}: {fix}')
 
 
 def check_decode_threads(value: Any, name: str) -> int:
