@@ -19,7 +19,6 @@ Captions come from a text file (one per line) or from the config's val/test data
 from __future__ import annotations
 
 import argparse
-import gzip
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,14 +71,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 # ----------------------------------------------------------------------------- captions
 def read_caption_file(path: str | Path, limit: int) -> list[str]:
-    """The first ``limit`` non-empty lines of a text file (``.gz`` read transparently)."""
+    """The first ``limit`` non-empty lines of a UTF-8 text file (``.gz`` read transparently).
+
+    Raises:
+        UserError: no such file.
+        ConversionError: (a ``ValueError``) a file that is not UTF-8, named with the line.
+    """
+    from xmr.datasets.converters.raw_files import read_lines
+
     path = Path(path)
     if not path.is_file():
         raise UserError(path, 'caption file does not exist', 'give a text file, one caption a line')
-    opener = gzip.open if path.suffix == '.gz' else open
-    with opener(path, 'rt', encoding='utf-8') as handle:
-        captions = [line.strip() for line in handle if line.strip()]
-    return captions[:limit]
+    lines = read_lines(path, allow_empty_lines=True)
+    return [line.strip() for line in lines if line.strip()][:limit]
 
 
 def dataset_captions(dataset, lang: str, limit: int) -> list[str]:

@@ -136,3 +136,13 @@ def test_the_language_is_read_in_any_spelling_of_its_code(capsys):
     with pytest.raises(SystemExit):
         tool['parse_args'](['config.py', '--lang', 'klingon'])
     assert "--lang: unknown language code 'klingon'" in capsys.readouterr().err
+
+
+def test_a_caption_file_not_in_utf_8_is_named_with_its_line_and_a_bom_is_dropped(tmp_path):
+    """Bytes that are no UTF-8 stopped the tool on "'utf-8' codec can't decode byte 0xff in
+    position 9", naming neither file nor line; a byte order mark began the first caption."""
+    (tmp_path / 'latin1.txt').write_bytes('ein Hund\nzwei Bären\n'.encode('latin-1'))
+    with pytest.raises(ValueError, match=r'latin1\.txt is not UTF-8 \(invalid bytes on line 2\)'):
+        tool['read_caption_file'](tmp_path / 'latin1.txt', 5)
+    (tmp_path / 'bom.txt').write_text('\ufeffein Hund\n', encoding='utf-8')
+    assert tool['read_caption_file'](tmp_path / 'bom.txt', 5) == ['ein Hund']
