@@ -312,3 +312,14 @@ def test_an_unreadable_file_is_named_by_its_position_with_advice_for_the_caller(
     with pytest.raises(MediaReadError, match=r'broken\.png: not a decodable image .*media\[1\]'
                        r'.*: replace the file, or leave it out of the media$'):
         encode_media(model, [good, broken], transform=TINY)
+
+
+def test_a_transform_of_another_size_than_the_tower_s_is_refused_by_name(trained):
+    """It failed inside the image tower: 'The size of tensor a (37) must match the size of
+    tensor b (17) at non-singleton dimension 1'."""
+    _, _, model = trained
+    image = torch.zeros(3, 50, 60, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r'^encode_media transform: it gives 48x48 media, but the '
+                       r'image tower of OpenCLIPBackbone takes 32x32: .*transform=None'):
+        encode_media(model, [image], transform=dict(type='MediaTransform', backbone=None,
+                                                    size=48))

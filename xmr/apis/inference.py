@@ -22,6 +22,7 @@ from torch import Tensor
 from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.engine.checkpoint import keys_of_another_model, read_checkpoint
+from xmr.engine.data_languages import transform_size_problem
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
@@ -250,6 +251,11 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
                          f'{num_frames}')
     resize = TRANSFORMS.build(dict(transform) if transform is not None else dict(
         type='MediaTransform', backbone=None, size=tuple(model.backbone.image_size)))
+    # Media of another size fail inside the tower, on two token counts that name nothing.
+    problem = transform_size_problem(model, resize, 'it')
+    if problem is not None:
+        raise ValueError(f'encode_media transform: it {problem}, or pass transform=None (the '
+                         "backbone's size)")
     embeddings: list[Tensor | None] = [None] * len(media)
     # Decoded one batch at a time, images and videos apart: decoding the whole gallery first
     # held every decoded media at once (3 x 224 x 224 bytes an image, 17 GB for COCO's 113k).

@@ -59,20 +59,40 @@ def check_media_sizes(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -
     Raises:
         ValueError: naming the dataset, both sizes and the fix.
     """
-    backbone = getattr(model, 'backbone', None)
-    expected = getattr(backbone, 'image_size', None)
-    if expected is None:
-        return
-    expected = (expected, expected) if isinstance(expected, int) else tuple(expected)
     for where, dataset in datasets.items():
         dataset = source_dataset(dataset)
-        size = getattr(getattr(dataset, 'transform', None), 'size', None)
-        if size is None or not getattr(dataset, 'with_media', True) or tuple(size) == expected:
+        if not getattr(dataset, 'with_media', True):
             continue
-        raise ValueError(f'{where}: its transform gives {size[0]}x{size[1]} media, but the image '
-                         f'tower of {type(backbone).__name__} takes {expected[0]}x{expected[1]}: '
-                         "give the dataset the backbone's transform (MediaTransform with its "
-                         f'backbone and pretrained, or size={expected[0]})')
+        problem = transform_size_problem(model, getattr(dataset, 'transform', None),
+                                         'the dataset')
+        if problem is not None:
+            raise ValueError(f'{where}: its transform {problem}')
+
+
+def transform_size_problem(model: torch.nn.Module, transform: object,
+                           receiver: str) -> str | None:
+    """What is wrong with a media transform of another size than the image tower takes.
+
+    Args:
+        model: the model; its ``backbone.image_size`` is the size the tower takes.
+        transform: the transform; its ``size`` is the size it gives.
+        receiver: what the fix gives the right transform to (``'the dataset'``).
+
+    Returns:
+        ``gives AxB media, but the image tower of X takes CxD: give <receiver> ...``, or
+        ``None`` when the sizes agree or either is not stated (a text-only backbone).
+    """
+    backbone = getattr(model, 'backbone', None)
+    expected = getattr(backbone, 'image_size', None)
+    size = getattr(transform, 'size', None)
+    if expected is None or size is None:
+        return None
+    expected = (expected, expected) if isinstance(expected, int) else tuple(expected)
+    if tuple(size) == expected:
+        return None
+    return (f'gives {size[0]}x{size[1]} media, but the image tower of {type(backbone).__name__} '
+            f"takes {expected[0]}x{expected[1]}: give {receiver} the backbone's transform "
+            f'(MediaTransform with its backbone and pretrained, or size={expected[0]})')
 
 
 def check_gallery_sizes(val_loop) -> None:
