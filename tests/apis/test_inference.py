@@ -323,3 +323,14 @@ def test_a_transform_of_another_size_than_the_tower_s_is_refused_by_name(trained
                        r'image tower of OpenCLIPBackbone takes 32x32: .*transform=None'):
         encode_media(model, [image], transform=dict(type='MediaTransform', backbone=None,
                                                     size=48))
+
+
+def test_options_leave_the_callers_config_as_it_was(trained):
+    """The options were merged into the Config given, so a later call with the same Config and
+    no options built the earlier call's model."""
+    config, _, _ = trained
+    cfg = Config.fromfile(config)
+    model = init_retriever(cfg, cfg_options={'model.language_branch.languages': ['fr']})
+    assert trained_languages(model) == ['en', 'fr']
+    assert cfg.model.language_branch.languages == ['de', 'zh']
+    assert trained_languages(init_retriever(cfg)) == ['en', 'de', 'zh']

@@ -6,6 +6,7 @@ frozen tower (source language) or the target-language branch, media through the 
 """
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -54,7 +55,7 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
             imported first).
         checkpoint: ``.pth`` written by training; ``None`` keeps the built weights.
         device: where the model runs.
-        cfg_options: overrides merged into the config, as ``--cfg-options`` does.
+        cfg_options: overrides merged into a copy of the config, as ``--cfg-options`` does.
 
     Returns:
         The model, with the config as ``model.cfg``.
@@ -63,7 +64,8 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
         CheckpointMismatchError: when the checkpoint's backbone, languages or parameter shapes
             differ from the config's (the message names each mismatch).
     """
-    cfg = config if isinstance(config, Config) else Config.fromfile(str(config))
+    # A copy: merged into the caller's Config, the options would build its next model too.
+    cfg = copy.deepcopy(config) if isinstance(config, Config) else Config.fromfile(str(config))
     merge_options(cfg, cfg_options or {})
     if 'model' not in cfg:
         raise UserKeyError(f'config {getattr(cfg, "filename", config)} has no model')
