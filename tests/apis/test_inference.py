@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
 from xmr.apis import (
     CheckpointMismatchError,
+    check_languages,
     encode_media,
     encode_texts,
     init_retriever,
@@ -334,3 +335,12 @@ def test_options_leave_the_callers_config_as_it_was(trained):
     assert trained_languages(model) == ['en', 'fr']
     assert cfg.model.language_branch.languages == ['de', 'zh']
     assert trained_languages(init_retriever(cfg)) == ['en', 'de', 'zh']
+
+
+def test_check_languages_takes_one_code_alone_and_any_spelling(trained):
+    """'de' alone was checked as ['d', 'e'] and 'DE' was refused, which encode_texts reads."""
+    _, _, model = trained
+    check_languages(model, 'de')
+    check_languages(model, ['DE', 'zho_Hans', 'eng'])
+    with pytest.raises(ValueError, match=r"^captions: the model has no adapters for \['fr'\]"):
+        check_languages(model, 'FR', 'captions')

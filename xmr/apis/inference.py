@@ -162,14 +162,22 @@ def trained_languages(model: CrossLingualRetriever) -> list[str]:
     return [model.source_language, *model.languages]
 
 
-def check_languages(model: CrossLingualRetriever, languages: Sequence[str],
+def check_languages(model: CrossLingualRetriever, languages: str | Sequence[str],
                     where: str = 'query') -> None:
     """Fail unless the model reads every language (:meth:`CrossLingualRetriever.check_languages`).
 
+    Args:
+        model: a retriever.
+        languages: one code or several, in any spelling ``normalize_language`` reads (``DE``).
+        where: what holds them, named in the error.
+
     Raises:
+        LanguageCodeError: (a ``ValueError``) a code that names no language.
         ValueError: naming ``where``, the languages without adapters and those the model reads.
     """
-    model.check_languages(languages, where)
+    # One code alone would otherwise be checked letter by letter.
+    languages = [languages] if isinstance(languages, str) else languages
+    model.check_languages([normalize_language(lang, where) for lang in languages], where)
 
 
 @torch.no_grad()
