@@ -57,14 +57,16 @@ class MediaIndex:
             raise ValueError(f"media_ids {repeat[0]} and {repeat[1]} are both "
                              f"'{media_ids[repeat[0]]}'; every gallery item needs its own id")
         embeddings = _unit_rows(embeddings, 'embeddings')
-        # Built first: it names a gallery of another shape or another count than media_ids.
-        self.searcher = FaissSearcher(embeddings, index=index, ids=media_ids, **search_options)
-        broken = _non_finite_rows(embeddings)
+        # Another shape, or another count than media_ids, is named by FaissSearcher.
+        broken = (_non_finite_rows(embeddings)
+                  if embeddings.dim() == 2 and len(embeddings) == len(media_ids) else [])
         if broken:
-            # faiss indexes such a row and never returns it: the media would silently vanish.
+            # A flat or HNSW index takes such a row and never returns it (the media would
+            # silently vanish); IVF's training fails on it naming no media.
             raise ValueError(f'embeddings of media {[media_ids[row] for row in broken[:10]]} '
                              'hold NaN or infinite values: they would never be found; check the '
                              'model and those media')
+        self.searcher = FaissSearcher(embeddings, index=index, ids=media_ids, **search_options)
         self.media_ids = media_ids
 
     @classmethod
