@@ -521,3 +521,10 @@ def test_open_clip_tokenizer_gives_open_clips_ids_padded_with_zeros():
     texts = ['a red circle', 'two blue squares on the left of a big green triangle']
     expected = open_clip.get_tokenizer('ViT-B-32')(texts)
     assert torch.equal(OpenCLIPTokenizer(pad_to=77)(texts)['input_ids'], expected)
+
+
+@pytest.mark.parametrize('texts, langs', [('a dog', None), (['a dog', 'ein Hund'], 'de')])
+def test_a_single_string_for_the_captions_or_their_languages_is_refused(texts, langs):
+    """A string is a sequence of one-character captions (languages): refused, not split."""
+    with pytest.raises(TypeError, match=r'a list of strings, one per caption'):
+        OpenCLIPTokenizer()(texts, langs)

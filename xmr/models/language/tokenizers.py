@@ -191,8 +191,14 @@ class BaseTokenizer(metaclass=ABCMeta):
                 default language.
 
         Raises:
+            TypeError: ``texts`` or ``langs`` a single string (it would be read as one
+                caption, or one language, per character).
             ValueError: ``langs`` of another length than ``texts``.
         """
+        for name, given in (('texts', texts), ('langs', langs)):
+            if isinstance(given, str):
+                raise TypeError(f'{type(self).__name__}: {name}={given[:40]!r} is one string; '
+                                f'pass a list of strings, one per caption ({name}=[...])')
         if langs is None:
             langs = [None] * len(texts)
         elif len(langs) != len(texts):
