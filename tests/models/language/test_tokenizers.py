@@ -528,3 +528,8 @@ def test_a_single_string_for_the_captions_or_their_languages_is_refused(texts, l
     """A string is a sequence of one-character captions (languages): refused, not split."""
     with pytest.raises(TypeError, match=r'a list of strings, one per caption'):
         OpenCLIPTokenizer()(texts, langs)
+
+
+def test_nllb_pieces_drop_the_language_code_and_the_end_token(nllb_folder):
+    tokenizer = NLLBTokenizer(tokenizer_file=str(nllb_folder / 'tokenizer.json'))
+    assert tokenizer.start_tokens == 1 and tokenizer.pieces('a red') == [4, 5, 4, 22, 9, 8]

@@ -18,15 +18,18 @@ from xmr.models.unowned import hold_unowned
 from xmr.registry import ADAPTERS
 
 
-def insert_after_start(x: torch.Tensor, prompt: torch.Tensor,
-                       ctx: AdapterContext) -> torch.Tensor:
-    """Insert ``prompt`` after token 0 of every sequence and update the mask and EOS index.
+def insert_after_start(x: torch.Tensor, prompt: torch.Tensor, ctx: AdapterContext,
+                       start: int = 1) -> torch.Tensor:
+    """Insert ``prompt`` after the first ``start`` tokens of every sequence (its start token)
+    and update the mask and EOS index.
 
     Args:
         x: ``[B, L, D]`` token embeddings.
         prompt: ``[N, D]`` prompt vectors.
         ctx: its ``attention_mask`` ``[B, L]`` becomes ``[B, L + N]`` (prompt positions True)
             and its ``eos_index`` ``[B]`` grows by ``N``.
+        start: tokens kept before the prompt: the tokenizer's
+            :attr:`~xmr.models.language.tokenizers.BaseTokenizer.start_tokens`.
 
     Returns:
         ``[B, L + N, D]``.
@@ -36,9 +39,10 @@ def insert_after_start(x: torch.Tensor, prompt: torch.Tensor,
     batch, num = x.shape[0], prompt.shape[0]
     expanded = prompt.to(x.dtype).unsqueeze(0).expand(batch, num, -1)
     mask = ctx.attention_mask
-    ctx.attention_mask = torch.cat([mask[:, :1], mask.new_ones(batch, num), mask[:, 1:]], dim=1)
+    ctx.attention_mask = torch.cat([mask[:, :start], mask.new_ones(batch, num), mask[:, start:]],
+                                   dim=1)
     ctx.eos_index = ctx.eos_index + num
-    return torch.cat([x[:, :1], expanded, x[:, 1:]], dim=1)
+    return torch.cat([x[:, :start], expanded, x[:, start:]], dim=1)
 
 
 @ADAPTERS.register_module()
@@ -70,9 +74,11 @@ class SoftPrompt(BaseAdapter):
 
 @ADAPTERS.register_module()
 class HardPrompt(BaseAdapter):
-    """A text prefix such as ``"a photo of"`` inserted after the start token.
+    """A text prefix such as ``"a photo of"`` inserted after the start token (first, for a
+    tokenizer that writes none: T5's).
 
-    The text is tokenised with the branch's tokenizer (its start and end specials dropped) and
+    The text is tokenised with the branch's tokenizer (its specials dropped,
+    :meth:`~xmr.models.language.tokenizers.BaseTokenizer.pieces`) and
     embedded with the branch's embedding block when the branch attaches (:meth:`attach`).
     Frozen (the default), the prefix is re-embedded at every forward: the caption is encoded
     exactly as ``"<prefix> <caption>"`` would be when the tokenizer splits them the same way.
@@ -96,10 +102,11 @@ class HardPrompt(BaseAdapter):
 
     def attach(self, tokenizer: Any, embedding: nn.Module) -> None:
         """Tokenise :attr:`text` and keep the embedding block (frozen) or copy its vectors."""
-        ids = tokenizer.encode(self.text)[1:-1]
+        ids = tokenizer.pieces(self.text)
         if not ids:
             raise ValueError(f'hard prompt {self.text!r} tokenises to no token between the '
                              'start and end specials')
+        self.start = tokenizer.start_tokens
         ids = torch.tensor(ids, dtype=torch.long)
         if self.trainable:
             with torch.no_grad():
@@ -123,7 +130,7 @@ class HardPrompt(BaseAdapter):
         self._check_attached()
         prompt = self.prompt if self.trainable else self.embedding(
             self.token_ids.to(x.device))
-        return insert_after_start(x, prompt, ctx)
+        return insert_after_start(x, prompt, ctx, self.start)
 
     def extra_repr(self) -> str:
         return f'text={self.text!r}, trainable={self.trainable}'

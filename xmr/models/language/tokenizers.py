@@ -89,9 +89,13 @@ class BaseTokenizer(metaclass=ABCMeta):
     Attributes:
         writes_language_token: the ids of a caption depend on its language (NLLB's language-code
             token, :class:`NLLBTokenizer`); callers pass each caption's language (``langs``).
+        start_tokens: how many specials :meth:`encode` writes before a caption's pieces: 1
+            (``<s>``, ``[CLS]``, CLIP's start token, NLLB's language code), 0 for T5's
+            tokenizers (SigLIP's, mT5's), which write only an end token.
     """
 
     writes_language_token: bool = False
+    start_tokens: int = 1
 
     def __init__(self, max_length: int = 77, pad_to: int | None = None,
                  pad_to_multiple_of: int | None = None) -> None:
@@ -148,6 +152,12 @@ class BaseTokenizer(metaclass=ABCMeta):
         """Whether ``ids[-1]`` is an end token that truncation keeps last (every tokenizer of
         xmr writes one; a Hugging Face tokenizer's is what its post-processor appends, if any)."""
         return True
+
+    def pieces(self, text: str) -> list[int]:
+        """The ids of ``text`` without the specials :meth:`encode` writes around them: the
+        :attr:`start_tokens` before, the end token (:meth:`ends_with_special`) after."""
+        ids = self.encode(text)
+        return ids[self.start_tokens:len(ids) - self.ends_with_special(ids)]
 
     def truncate(self, ids: list[int]) -> list[int]:
         """The first ``max_length`` ids; an end token (:meth:`ends_with_special`) stays last,
@@ -422,6 +432,7 @@ class HFTokenizer(BaseTokenizer):
         #: from the tokenizer, not from a caption's last id: a caption may end in a special
         #: token of its own (``<unk>`` for an unknown character) that is no end token.
         self.end_id: int | None = self._appended_end_id()
+        self.start_tokens = self._prepended_count()
 
     @property
     def vocab_size(self) -> int:
@@ -441,6 +452,13 @@ class HFTokenizer(BaseTokenizer):
             return None  # nothing after the pieces (perhaps a start token before them)
         # strip_sep_token writes 0 over the separator: still the end token of the caption.
         return 0 if full[-1] == self._strip_id else full[-1]
+
+    def _prepended_count(self) -> int:
+        """How many ids the post-processor writes before a caption's pieces (0 for T5's)."""
+        pieces = list(self._encode_fn('x', False))
+        full = list(self._encode_fn('x', True))
+        return next((start for start in range(len(full) - len(pieces) + 1)
+                     if full[start:start + len(pieces)] == pieces), 0)
 
     def ends_with_special(self, ids: list[int]) -> bool:
         return self.end_id is not None and ids[-1] == self.end_id
@@ -513,6 +531,7 @@ class NLLBTokenizer(HFTokenizer):
                              "(such as 'eng_Latn'); not an NLLB tokenizer, use HFTokenizer")
         self.language = language
         self.language_id(language)
+        self.start_tokens = 1  # its language code (encode_in), whatever the file's post-processor
 
     def language_id(self, lang: str) -> int:
         """The id of ``lang``'s language-code token: ``'de'`` -> the id of ``deu_Latn``.
