@@ -81,12 +81,10 @@ def test_unattached_hard_prompt_and_two_prompts_are_refused():
         build_clip_branch([dict(type='SoftPrompt'), dict(type='HardPrompt', text='a photo')])
 
 
-@pytest.mark.parametrize('start_token', [True, False])
-def test_frozen_hard_prompt_writes_the_prefix_whether_or_not_the_tokenizer_writes_a_start_token(
-        shared_data, tmp_path, start_token):
-    """XLM-R's ``<s> pieces </s>``, and the same pieces as T5's tokenizers (SigLIP's, mT5's)
-    write them, ``pieces </s>`` with no start token: the prompted caption holds the ids the
-    tokenizer gives the prefixed text, the whole prefix and nothing of the caption before it."""
+
+def _xlmr_tokenizer(shared_data, tmp_path, start_token: bool):
+    """XLM-R's ``<s> pieces </s>``, or the same pieces as T5's tokenizers (SigLIP's, mT5's)
+    write them, ``pieces </s>`` with no start token."""
     from tokenizers import Tokenizer
     from tokenizers.processors import TemplateProcessing
 
@@ -98,15 +96,34 @@ def test_frozen_hard_prompt_writes_the_prefix_whether_or_not_the_tokenizer_write
         fast.post_processor = TemplateProcessing(single='$A </s>', special_tokens=[('</s>', 2)])
         path = tmp_path / 'end_token_only.json'
         fast.save(str(path))
-    tokenizer = HFTokenizer(tokenizer_file=str(path))
-    ids_as_features = torch.nn.Embedding.from_pretrained(
-        torch.arange(tokenizer.vocab_size, dtype=torch.float32)[:, None])
-    prompt = HardPrompt(AdapterPlacement(1), text='a photo of')
-    prompt.attach(tokenizer, ids_as_features)
+    return HFTokenizer(tokenizer_file=str(path))
+
+
+def _assert_prompt_writes_the_prefix(prompt, tokenizer, ids_as_features) -> None:
+    """Each prompted caption holds the ids the tokenizer gives the text prefixed with
+    'a photo of': the whole prefix and nothing of the caption before it."""
     for caption in ['a dog', 'zwei Hunde im Schnee', '雪の中の犬']:
         ids = torch.tensor([tokenizer.encode(caption)])
         ctx = AdapterContext(lang='de', attention_mask=torch.ones_like(ids, dtype=torch.bool),
                              eos_index=torch.tensor([ids.shape[1] - 1]))
-        prompted = prompt(ids_as_features(ids), ctx)[0, :, 0].long().tolist()
+        prompted = prompt(ids_as_features(ids), ctx)[0, :, 0].round().long().tolist()
         assert prompted == tokenizer.encode(f'a photo of {caption}')
         assert int(ctx.eos_index) == len(prompted) - 1
+
+
+@pytest.mark.parametrize('start_token', [True, False])
+@pytest.mark.parametrize('kind', ['frozen_hard', 'soft'])
+def test_a_prompt_goes_after_the_start_token_or_first_when_the_tokenizer_writes_none(
+        shared_data, tmp_path, start_token, kind):
+    tokenizer = _xlmr_tokenizer(shared_data, tmp_path, start_token)
+    ids_as_features = torch.nn.Embedding.from_pretrained(
+        torch.arange(tokenizer.vocab_size, dtype=torch.float32)[:, None])
+    if kind == 'soft':
+        prompt = SoftPrompt(AdapterPlacement(1), num_tokens=3)
+        prefix = torch.tensor(tokenizer.encode('a photo of'))
+        with torch.no_grad():
+            prompt.prompt.copy_(ids_as_features(prefix[1:-1] if start_token else prefix[:-1]))
+    else:
+        prompt = HardPrompt(AdapterPlacement(1), text='a photo of')
+    prompt.attach(tokenizer, ids_as_features)
+    _assert_prompt_writes_the_prefix(prompt, tokenizer, ids_as_features)

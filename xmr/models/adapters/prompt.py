@@ -47,7 +47,8 @@ def insert_after_start(x: torch.Tensor, prompt: torch.Tensor, ctx: AdapterContex
 
 @ADAPTERS.register_module()
 class SoftPrompt(BaseAdapter):
-    """``N`` trainable vectors inserted after the start token (prompt tuning).
+    """``N`` trainable vectors inserted after the start token (prompt tuning); first, for a
+    tokenizer that writes none (T5's).
 
     Args:
         placement: where the instance sits (:class:`AdapterPlacement`).
@@ -62,6 +63,11 @@ class SoftPrompt(BaseAdapter):
         super().__init__(placement)
         num_tokens = self.positive_option('num_tokens', num_tokens)
         self.prompt = nn.Parameter(torch.randn(num_tokens, self.width) * init_std)
+        self.start = 1
+
+    def attach(self, tokenizer: Any, embedding: nn.Module) -> None:
+        """Read where the caption's pieces begin (the tokenizer's ``start_tokens``)."""
+        self.start = tokenizer.start_tokens
 
     @property
     def num_tokens(self) -> int:
@@ -69,7 +75,7 @@ class SoftPrompt(BaseAdapter):
 
     def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
         """``[B, L, D] -> [B, L + N, D]``; updates ``ctx.attention_mask`` and ``ctx.eos_index``."""
-        return insert_after_start(x, self.prompt, ctx)
+        return insert_after_start(x, self.prompt, ctx, self.start)
 
 
 @ADAPTERS.register_module()
