@@ -533,3 +533,22 @@ def test_a_single_string_for_the_captions_or_their_languages_is_refused(texts, l
 def test_nllb_pieces_drop_the_language_code_and_the_end_token(nllb_folder):
     tokenizer = NLLBTokenizer(tokenizer_file=str(nllb_folder / 'tokenizer.json'))
     assert tokenizer.start_tokens == 1 and tokenizer.pieces('a red') == [4, 5, 4, 22, 9, 8]
+
+
+def test_a_tokenizer_file_that_is_no_tokenizers_json_is_named_with_what_to_pass(tmp_path):
+    config = tmp_path / 'tokenizer_config.json'
+    config.write_text('{"model_max_length": 512}', encoding='utf-8')
+    with pytest.raises(ValueError, match=rf"tokenizer_file {config} is not a `tokenizers` JSON "
+                                         r'file \(tokenizer.json\)'):
+        HFTokenizer(tokenizer_file=str(config))
+    with pytest.raises(FileNotFoundError, match=rf'tokenizer_file {tmp_path} is a folder: pass '
+                                                r'it as name_or_path'):
+        HFTokenizer(tokenizer_file=str(tmp_path))
+
+
+def test_a_sentencepiece_model_file_that_is_no_model_is_named(tmp_path):
+    path = tmp_path / 'tokenizer.json'
+    path.write_text('{}', encoding='utf-8')
+    with pytest.raises(ValueError, match=rf'SentencePiece model_file {path} is not a '
+                                         'SentencePiece model'):
+        SentencePieceTokenizer(model_file=str(path))

@@ -302,9 +302,18 @@ def _load_file(path: Path) -> _Loaded:
     """A ``tokenizers`` JSON file, read without the hub, its padding and truncation off."""
     from tokenizers import Tokenizer
 
+    if path.is_dir():
+        raise FileNotFoundError(f'tokenizer_file {path} is a folder: pass it as name_or_path, '
+                                'or the tokenizer.json inside it as tokenizer_file')
     if not path.is_file():
         raise FileNotFoundError(f'tokenizer_file {path} does not exist')
-    fast = Tokenizer.from_file(str(path))
+    try:
+        fast = Tokenizer.from_file(str(path))
+    except Exception as error:  # tokenizers raises a bare Exception naming no file
+        raise ValueError(f'tokenizer_file {path} is not a `tokenizers` JSON file '
+                         f'(tokenizer.json): {error}; pass the tokenizer.json of a Hugging Face '
+                         'snapshot, not its tokenizer_config.json (a SentencePiece .model is '
+                         "SentencePieceTokenizer's model_file)") from error
     pad_id = _file_pad_id(path, fast)
     fast.no_padding()
     fast.no_truncation()
@@ -607,7 +616,12 @@ class SentencePieceTokenizer(BaseTokenizer):
             raise FileNotFoundError(
                 f'SentencePiece model_file {model_file} does not exist and no corpus was given '
                 'to train one')
-        self._sp = spm.SentencePieceProcessor(model_proto=proto)
+        try:
+            self._sp = spm.SentencePieceProcessor(model_proto=proto)
+        except RuntimeError as error:  # its message names no file
+            raise ValueError(f'SentencePiece model_file {model_file} is not a SentencePiece '
+                             f'model ({error}); a tokenizer.json is HFTokenizer\'s '
+                             'tokenizer_file') from error
         self._check_specials(model_file)
         if lines is not None:
             self._report_training(lines, spm.__version__)
