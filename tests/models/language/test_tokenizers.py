@@ -552,3 +552,20 @@ def test_a_sentencepiece_model_file_that_is_no_model_is_named(tmp_path):
     with pytest.raises(ValueError, match=rf'SentencePiece model_file {path} is not a '
                                          'SentencePiece model'):
         SentencePieceTokenizer(model_file=str(path))
+
+
+def test_open_clip_tokenizer_refuses_other_tokenizers_and_unknown_names_before_any_download(
+        monkeypatch):
+    """An architecture with a Hugging Face tokenizer is refused from its config (offline its
+    tokenizer would first fail to download); a misspelt name is refused, not read as CLIP's."""
+    import open_clip
+
+    def no_download(*args, **kwargs):
+        raise AssertionError('open_clip.get_tokenizer called')
+
+    monkeypatch.setattr(open_clip, 'get_tokenizer', no_download)
+    with pytest.raises(ValueError, match=r"'xlm-roberta-base-ViT-B-32' is the Hugging Face "
+                                         r"tokenizer 'xlm-roberta-base'.*use HFTokenizer"):
+        OpenCLIPTokenizer('xlm-roberta-base-ViT-B-32')
+    with pytest.raises(ValueError, match=r"unknown open_clip architecture 'ViT-B-32-typo'"):
+        OpenCLIPTokenizer('ViT-B-32-typo')

@@ -252,6 +252,10 @@ class OpenCLIPTokenizer(BaseTokenizer):
         max_length: context length (77 for CLIP).
         pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
         pad_to_multiple_of: padded lengths in steps of this (see :class:`BaseTokenizer`).
+
+    Raises:
+        ValueError: an architecture open_clip does not know, or one whose tokenizer is a
+            Hugging Face one (SigLIP, XLM-R CLIPs: :class:`HFTokenizer`).
     """
 
     def __init__(self, model_name: str = 'ViT-B-32', max_length: int = 77,
@@ -259,6 +263,16 @@ class OpenCLIPTokenizer(BaseTokenizer):
         super().__init__(max_length, pad_to, pad_to_multiple_of)
         import open_clip
 
+        # Imported here: that module imports this one.
+        from xmr.models.backbones.open_clip_pretrained import hf_tokenizer_name
+
+        # From the config, before open_clip's tokenizer: offline it would fail to download a
+        # Hugging Face tokenizer, and it reads an unknown name as CLIP's.
+        hf_name = hf_tokenizer_name(model_name, None)
+        if hf_name:
+            raise ValueError(f"OpenCLIPTokenizer: open_clip's tokenizer of '{model_name}' is the "
+                             f"Hugging Face tokenizer '{hf_name}', not CLIP's BPE; use "
+                             f"HFTokenizer (name_or_path='{hf_name}', or tokenizer_file=...)")
         self.model_name = model_name
         self._tokenizer = open_clip.get_tokenizer(model_name)
         inner = getattr(self._tokenizer, 'tokenizer', self._tokenizer)
