@@ -588,6 +588,16 @@ def test_a_tokenizer_that_composes_captions_keys_another_cache_than_one_that_doe
                                                                pad_id=0))
 
 
+def test_a_tokenizer_that_truncates_on_the_left_keys_another_cache_others_keep_theirs():
+    from xmr.engine.feature_cache.key import tokenizer_identity
+
+    right = dict(max_length=77, vocab_size=49408, pad_id=0)
+    assert tokenizer_identity(SimpleNamespace(**right, truncation_side='right')) == \
+        tokenizer_identity(SimpleNamespace(**right))
+    assert tokenizer_identity(SimpleNamespace(**right, truncation_side='left'))[
+        'truncation_side'] == 'left'
+
+
 def test_the_media_a_cache_is_built_from_are_checked_with_the_datasets_check(pair_ann_file,
                                                                             tmp_path):
     """The wrapper switches decoding off, so the dataset's own check saw nothing; the build

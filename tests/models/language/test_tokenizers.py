@@ -569,3 +569,24 @@ def test_open_clip_tokenizer_refuses_other_tokenizers_and_unknown_names_before_a
         OpenCLIPTokenizer('xlm-roberta-base-ViT-B-32')
     with pytest.raises(ValueError, match=r"unknown open_clip architecture 'ViT-B-32-typo'"):
         OpenCLIPTokenizer('ViT-B-32-typo')
+
+
+@pytest.mark.parametrize('source', ['name_or_path', 'tokenizer_file'])
+def test_a_tokenizer_that_truncates_on_the_left_is_cut_as_hugging_face_cuts_it(
+        shared_data, tmp_path, source):
+    """``truncation_side='left'`` in the snapshot's config: the start token, the caption's last
+    pieces and the end token, the ids transformers' tokenizer gives."""
+    from transformers import AutoTokenizer, XLMRobertaTokenizerFast
+
+    XLMRobertaTokenizerFast(
+        tokenizer_file=str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json'),
+        truncation_side='left').save_pretrained(tmp_path)
+    path = tmp_path if source == 'name_or_path' else tmp_path / 'tokenizer.json'
+    tokenizer = HFTokenizer(**{source: str(path)}, max_length=6)
+    reference = AutoTokenizer.from_pretrained(str(tmp_path))
+    captions = ['one two three four five six seven eight', '雪の中で遊ぶ二匹の犬と一人の子供', 'a']
+    expected = [reference(c, truncation=True, max_length=6)['input_ids'] for c in captions]
+    assert expected[0][:2] != reference(captions[0])['input_ids'][:2]  # cut on the left
+    batch = tokenizer(captions)
+    assert [ids[:n] for ids, n in zip(batch['input_ids'].tolist(),
+                                      batch['attention_mask'].sum(1).tolist())] == expected

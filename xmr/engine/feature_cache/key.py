@@ -117,13 +117,16 @@ def changed_media_files(built: Sequence[Sequence[str]], now: Sequence[Sequence[s
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
     """What decides a caption's ids beyond the caption: the tokenizer's type, length, vocabulary
     size and padding id, and, for a tokenizer that may compose captions first (``HFTokenizer``'s
-    ``compose``), whether it does: composed, a decomposed caption gets other ids."""
+    ``compose``), whether it does: composed, a decomposed caption gets other ids; and a long
+    caption's side cut when it is the left (right-cutting tokenizers keep the key they had)."""
     identity = {'type': type(tokenizer).__qualname__,
                 'max_length': getattr(tokenizer, 'max_length', None),
                 'vocab_size': getattr(tokenizer, 'vocab_size', None),
                 'pad_id': getattr(tokenizer, 'pad_id', None)}
     if hasattr(tokenizer, 'compose'):
         identity['compose'] = bool(tokenizer.compose)
+    if getattr(tokenizer, 'truncation_side', 'right') != 'right':
+        identity['truncation_side'] = tokenizer.truncation_side
     return identity
 
 

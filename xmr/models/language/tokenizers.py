@@ -92,10 +92,13 @@ class BaseTokenizer(metaclass=ABCMeta):
         start_tokens: how many specials :meth:`encode` writes before a caption's pieces: 1
             (``<s>``, ``[CLS]``, CLIP's start token, NLLB's language code), 0 for T5's
             tokenizers (SigLIP's, mT5's), which write only an end token.
+        truncation_side: ``'right'`` keeps a long caption's first pieces, ``'left'`` its last
+            ones (a Hugging Face tokenizer's own setting, :class:`HFTokenizer`).
     """
 
     writes_language_token: bool = False
     start_tokens: int = 1
+    truncation_side: str = 'right'
 
     def __init__(self, max_length: int = 77, pad_to: int | None = None,
                  pad_to_multiple_of: int | None = None) -> None:
@@ -161,7 +164,8 @@ class BaseTokenizer(metaclass=ABCMeta):
 
     def truncate(self, ids: list[int]) -> list[int]:
         """The first ``max_length`` ids; an end token (:meth:`ends_with_special`) stays last,
-        as Hugging Face's and open_clip's truncation keep it."""
+        as Hugging Face's and open_clip's truncation keep it. With :attr:`truncation_side`
+        ``'left'``: the :attr:`start_tokens`, then the last ids."""
         if len(ids) <= self.max_length:
             return ids
         keep_end = self.ends_with_special(ids)
@@ -172,6 +176,8 @@ class BaseTokenizer(metaclass=ABCMeta):
                       'later ones are counted in tokenizer.truncated, not reported again',
                       logger='current', level=logging.WARNING)
         self.truncated += 1
+        if self.truncation_side == 'left':
+            return ids[:self.start_tokens] + ids[len(ids) - self.max_length + self.start_tokens:]
         if not keep_end:
             return ids[:self.max_length]
         return ids[:self.max_length - 1] + ids[-1:]
@@ -310,6 +316,7 @@ class _Loaded(NamedTuple):
     token_ids: dict[str, int]
     sep_id: int | None
     backend: Any  # its ``tokenizers.Tokenizer``, if it has one
+    truncation_side: str  # 'right' or 'left'
 
 
 def _load_file(path: Path) -> _Loaded:
@@ -328,13 +335,19 @@ def _load_file(path: Path) -> _Loaded:
                          f'(tokenizer.json): {error}; pass the tokenizer.json of a Hugging Face '
                          'snapshot, not its tokenizer_config.json (a SentencePiece .model is '
                          "SentencePieceTokenizer's model_file)") from error
-    pad_id = _file_pad_id(path, fast)
+    config_path = path.with_name('tokenizer_config.json')
+    config = (json.loads(config_path.read_text(encoding='utf-8')) if config_path.is_file()
+              else {})
+    pad_id = _file_pad_id(config, fast)
+    # Hugging Face truncates as the snapshot's config says, else as the file's settings do.
+    truncation_side = config.get('truncation_side') or (fast.truncation or {}).get(
+        'direction', 'right')
     fast.no_padding()
     fast.no_truncation()
     vocab = fast.get_vocab()
     sep_id = next((vocab[t] for t in ('[SEP]', '</s>') if t in vocab), None)
     return _Loaded(lambda text, specials: fast.encode(text, add_special_tokens=specials).ids,
-                   fast.get_vocab_size(), pad_id, vocab, sep_id, fast)
+                   fast.get_vocab_size(), pad_id, vocab, sep_id, fast, truncation_side)
 
 
 def _load_hub(name_or_path: str) -> _Loaded:
@@ -351,7 +364,8 @@ def _load_hub(name_or_path: str) -> _Loaded:
                       'instead of retrying the hub)') from error
     return _Loaded(lambda text, specials: hf(text, add_special_tokens=specials)['input_ids'],
                    len(hf), 0 if hf.pad_token_id is None else hf.pad_token_id,
-                   hf.get_vocab(), hf.sep_token_id, getattr(hf, 'backend_tokenizer', None))
+                   hf.get_vocab(), hf.sep_token_id, getattr(hf, 'backend_tokenizer', None),
+                   hf.truncation_side)
 
 
 def _clean_function(clean: str | None) -> Callable[[str], str] | None:
@@ -366,16 +380,15 @@ def _clean_function(clean: str | None) -> Callable[[str], str] | None:
     return get_clean_fn(clean)
 
 
-def _file_pad_id(path: Path, fast: Any) -> int:
+def _file_pad_id(config: Mapping[str, Any], fast: Any) -> int:
     """The padding id of a ``tokenizer.json``: its snapshot's ``tokenizer_config.json``
-    (``pad_token``), else the file's padding settings, else the first of the usual pad tokens."""
+    (``pad_token``; ``config``, empty without one), else the file's padding settings, else the
+    first of the usual pad tokens."""
     vocab = fast.get_vocab()
-    config = path.with_name('tokenizer_config.json')
-    if config.is_file():
-        pad = json.loads(config.read_text(encoding='utf-8')).get('pad_token')
-        pad = pad.get('content') if isinstance(pad, dict) else pad
-        if pad in vocab:
-            return vocab[pad]
+    pad = config.get('pad_token')
+    pad = pad.get('content') if isinstance(pad, dict) else pad
+    if pad in vocab:
+        return vocab[pad]
     if fast.padding is not None:
         return int(fast.padding['pad_id'])
     return next((vocab[t] for t in ('<pad>', '[PAD]', '<|pad|>') if t in vocab), 0)
@@ -456,6 +469,7 @@ class HFTokenizer(BaseTokenizer):
         #: token of its own (``<unk>`` for an unknown character) that is no end token.
         self.end_id: int | None = self._appended_end_id()
         self.start_tokens = self._prepended_count()
+        self.truncation_side = loaded.truncation_side
 
     @property
     def vocab_size(self) -> int:
