@@ -590,3 +590,12 @@ def test_a_tokenizer_that_truncates_on_the_left_is_cut_as_hugging_face_cuts_it(
     batch = tokenizer(captions)
     assert [ids[:n] for ids, n in zip(batch['input_ids'].tolist(),
                                       batch['attention_mask'].sum(1).tolist())] == expected
+
+
+@pytest.mark.parametrize('caption', [None, float('nan'), 3])
+def test_a_caption_that_is_no_string_is_named_with_its_index(caption):
+    """An annotation's missing caption (``None``, pandas' NaN) is named, not failed on inside
+    the tokenizer's library."""
+    with pytest.raises(TypeError, match=rf'texts\[1\] is {caption!r} \({type(caption).__name__}'
+                                        r'\), not a string'):
+        OpenCLIPTokenizer()(['a dog', caption])

@@ -208,13 +208,19 @@ class BaseTokenizer(metaclass=ABCMeta):
 
         Raises:
             TypeError: ``texts`` or ``langs`` a single string (it would be read as one
-                caption, or one language, per character).
+                caption, or one language, per character), or a caption that is no string
+                (an annotation's missing caption: ``None``, NaN), named with its index.
             ValueError: ``langs`` of another length than ``texts``.
         """
         for name, given in (('texts', texts), ('langs', langs)):
             if isinstance(given, str):
                 raise TypeError(f'{type(self).__name__}: {name}={given[:40]!r} is one string; '
                                 f'pass a list of strings, one per caption ({name}=[...])')
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f'{type(self).__name__}: texts[{index}] is {text!r} '
+                                f'({type(text).__name__}), not a string; a caption missing '
+                                'from its annotation file?')
         if langs is None:
             langs = [None] * len(texts)
         elif len(langs) != len(texts):
