@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> None:
             # The model's languages are canonical codes ('DE' would name none of them); the
             # file names follow them.
             langs = normalize_languages(args.langs, '--langs') if args.langs else model.languages
+            # All checked before the first file is written: a run that fails on a later one
+            # would leave the earlier files as if the export had been done.
+            for lang in langs:
+                model.language_branch.adapters.check_language(lang)
             for lang in langs:
                 path = save_language_module(model, lang, args.out_dir / f'{lang}.pth',
                                             base_checkpoint=args.checkpoint)

@@ -167,3 +167,18 @@ def test_languages_are_read_in_any_spelling_of_their_code(tmp_path, monkeypatch)
     assert sorted(p.name for p in (tmp_path / 'modules').iterdir()) == ['de.pth', 'fr.pth']
     pairs = runpy.run_path(str(TOOL))['_pairs']
     assert pairs(['deu_Latn=de.pth', 'FR=fr.pth']) == {'de': Path('de.pth'), 'fr': Path('fr.pth')}
+
+
+def test_an_export_naming_a_language_without_a_module_writes_no_file(tmp_path, monkeypatch,
+                                                                     capsys):
+    from xmr.apis import init_retriever
+
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    torch.save(dict(state_dict=init_retriever(config).state_dict()), tmp_path / 'trained.pth')
+    with pytest.raises(SystemExit, match='2'):
+        _run(['export', str(config), str(tmp_path / 'trained.pth'), '--langs', 'de', 'ko',
+              '--out-dir',
+              str(tmp_path / 'modules')], monkeypatch)
+    assert "'ko'" in capsys.readouterr().err
+    assert not (tmp_path / 'modules').exists() or not any((tmp_path / 'modules').iterdir())
