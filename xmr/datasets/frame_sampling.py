@@ -7,10 +7,11 @@ exactly ``T`` indices.
 """
 from __future__ import annotations
 
-from numbers import Integral
 from typing import Any
 
 import torch
+
+from xmr.utils.counts import is_count
 
 __all__ = ['check_frame_count', 'uniform_frame_indices']
 
@@ -23,7 +24,7 @@ def check_frame_count(value: Any, name: str) -> int:
             would fail later in torch with a TypeError naming nothing; a bool is an int to
             Python but no frame count.
     """
-    if isinstance(value, bool) or not isinstance(value, Integral) or value <= 0:
+    if not is_count(value):
         raise ValueError(f'{name} must be a positive int, got {value!r}')
     return int(value)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from xmr.datasets.frame_sampling import check_frame_count, uniform_frame_indices
+from xmr.utils.counts import is_count
 
 __all__ = ['MediaReadError', 'check_decode_threads', 'read_image', 'read_video_frames']
 
@@ -49,7 +49,7 @@ def check_decode_threads(value: Any, name: str) -> int:
         ValueError: unless ``value`` is an int ``>= 0`` (0: decord chooses). decord itself
             refuses another value only when it opens a file, as if the file were damaged.
     """
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+    if not is_count(value, least=0):
         raise ValueError(f'{name} must be an int >= 0 (decoder threads; 0 lets decord choose), '
                          f'got {value!r}')
     return int(value)

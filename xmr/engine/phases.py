@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from xmr.utils.cli import UserKeyError
+from xmr.utils.counts import is_count
 
 SCHEDULES = ('cosine', 'linear', 'constant', 'bert_cosine')
 
@@ -149,10 +150,6 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _is_positive_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
-
-
 def _check_weights(phase: str, key: str, weights: Any) -> None:
     """``weights`` is a ``{name: finite number >= 0}`` mapping (``loss_weights``, ``lr_mult``)."""
     if not isinstance(weights, Mapping):
@@ -187,7 +184,7 @@ def check_phase_values(phase: Phase) -> None:
                          'place of a base config\'s iters, set iters=None)')
     for length in ('iters', 'epochs'):
         value = getattr(phase, length)
-        if value is not None and not _is_positive_int(value):
+        if value is not None and not is_count(value):
             raise ValueError(f'phase {name}: {length} must be a positive integer, got {value!r}')
     ratios = (('warmup_ratio', phase.warmup_ratio, '[0, 1)', lambda r: 0 <= r < 1),
               ('min_lr_ratio', phase.min_lr_ratio, '[0, 1]', lambda r: 0 <= r <= 1))

@@ -34,7 +34,6 @@ larger COCO set, for instance).
 """
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -45,6 +44,7 @@ from torch import Tensor
 from xmr.evaluation.ranking import average_recall, rank_summary, ranks_from_topk, recall_sum
 from xmr.evaluation.search import FaissSearcher, check_search_options, exact_ranks
 from xmr.evaluation.token_scoring import TokenScoring, TokenSet, token_ranks
+from xmr.utils.counts import is_count
 
 __all__ = [
     'Protocol', 'PROTOCOLS', 'DIRECTIONS', 'I2T_MODES', 'FewShotSplit', 'LanguageGallery',
@@ -236,8 +236,7 @@ def check_folds(num_folds: int, folds: Sequence[int] | None) -> None:
         ValueError: ``num_folds`` below 1, an empty ``folds`` (no fold to average) or a fold
             outside ``0..num_folds - 1``.
     """
-    if isinstance(num_folds, bool) or not isinstance(num_folds, numbers.Integral) \
-            or num_folds < 1:
+    if not is_count(num_folds):
         raise ValueError(f'num_folds must be a positive integer, got {num_folds!r}.')
     if folds is None:
         return
@@ -410,8 +409,7 @@ def check_recall_ks(recall_ks: Sequence[int]) -> None:
             its key ``R@1.0``, which the leaderboard and the CLIP_benchmark export do not read),
             or a repeated K (AR and rSum would count its recall twice).
     """
-    if not recall_ks or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1
-                            for k in recall_ks):
+    if not recall_ks or not all(is_count(k) for k in recall_ks):
         raise ValueError(f'recall_ks must be positive integers, got {tuple(recall_ks)}.')
     repeated = sorted({int(k) for k in recall_ks if list(recall_ks).count(k) > 1})
     if repeated:

@@ -7,7 +7,6 @@ and the full ``[Q, G]`` matrix of a 10k × 1M evaluation never exists.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ import torch
 from torch import Tensor
 
 from xmr.evaluation.ranking import group_max_scores, positive_pairs, ranks_from_pairs
+from xmr.utils.counts import is_count
 
 __all__ = ['FaissSearcher', 'exact_ranks', 'blockwise_ranks', 'default_chunk_size', 'INDEX_TYPES',
            'check_search_options']
@@ -60,7 +60,7 @@ def _check_counts(options: Mapping[str, Any]) -> None:
         if value is None and name in ('chunk_size', 'nlist', 'train_size'):
             continue
         least = 0 if name == 'seed' else 1
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        if not is_count(value, least):
             raise ValueError(f'search option {name} must be an integer >= {least}, got '
                              f'{value!r}.')
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import numbers
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from xmr.evaluation.search import check_search_options
 from xmr.evaluation.token_scoring import TOKEN_SCORING_MODES, TokenScoring, TokenSet
 from xmr.registry import METRICS
 from xmr.utils.cli import UserKeyError
+from xmr.utils.counts import is_count
 
 __all__ = ['RetrievalMetric']
 
@@ -172,9 +172,7 @@ class RetrievalMetric(BaseMetric):
         if scoring != 'embedding' and self.search:
             raise ValueError(f"scoring='{scoring}' ranks with the model's token score; search "
                              f'{self.search} applies to scoring=\'embedding\' only.')
-        if isinstance(rerank_candidates, bool) or not isinstance(rerank_candidates,
-                                                                 numbers.Integral) \
-                or rerank_candidates < 1:
+        if not is_count(rerank_candidates):
             raise ValueError(f'rerank_candidates must be a positive integer, got '
                              f'{rerank_candidates!r}.')
         if scoring == 'tokens_rerank' and max(self.recall_ks) > rerank_candidates:

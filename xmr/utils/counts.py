@@ -1,0 +1,17 @@
+"""What a count a config gives must be."""
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+__all__ = ['is_count']
+
+
+def is_count(value: Any, least: int = 1) -> bool:
+    """Whether ``value`` is an integer ``>= least``: a frame count, a K, a fold, a search depth.
+
+    A float (``24 / 2``) would name keys ``R@1.0`` or fail inside torch or faiss naming nothing;
+    a bool is an int to Python but no count.
+    """
+    return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            and bool(value >= least))
