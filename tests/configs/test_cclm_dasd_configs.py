@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.runner import Runner
 
@@ -142,3 +143,22 @@ def test_dasd_on_tiny_cclm_trains_a_few_steps_on_the_bundled_data(checkpoint, tm
         assert any(not torch.equal(v, params[k]) for k, v in trained.items()
                    if k.startswith(prefix)), prefix
     assert 0 <= runner.message_hub.get_scalar('val/mAR').current() <= 100
+
+
+def test_dasd_cross_modal_loss_runs_at_the_checkpoints_learnt_temperature(checkpoint):
+    """CCLM learns its ``temp`` (0.07 is only where pre-training starts it); the tiny
+    checkpoint holds 0.05, so ``L_CM`` is the symmetric InfoNCE at scale 1 / 0.05 = 20."""
+    cfg = Config.fromfile(DASD / 'cclm_multi30k.py')
+    model = MODELS.build(tiny(cfg, checkpoint))
+    assert float(model.backbone.temperature) == pytest.approx(0.05)
+    model.set_phase('cross_modal', dict(cm=1.0))
+    tokens = xlmr_tokenizer()(['Ein Hund läuft im Schnee.', 'Un chien court.', 'Ein Kreis.'])
+    langs = ['de', 'fr', 'de']
+    media = torch.randn(3, model.backbone.embed_dim)
+    loss = model.loss(target_tokens=tokens, langs=langs, media_features=media)['loss_cm']
+    with torch.no_grad():
+        target = model.encode_target(tokens, langs)[0]
+    logits = 20.0 * F.normalize(target, dim=-1) @ F.normalize(media, dim=-1).t()
+    labels = torch.arange(3)
+    expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+    torch.testing.assert_close(loss.detach(), expected)

@@ -28,9 +28,10 @@ model = dict(
         embedding=dict(type='TowerTokenEmbedding'),
         adapters=_base_.dasd_adapters),
     disentangler=_base_.dasd_disentangler,
-    # CCLM's own contrastive temperature (0.07) for the image-text InfoNCE.
+    # CCLM's own contrastive temperature for the image-text InfoNCE: the `temp` its checkpoint
+    # holds (backbone.temperature), which CCLM learns in pre-training from its configs' 0.07.
     losses=dict(cl=dict(type='AlignmentLoss', kind='mse'),
-                cm=dict(type='InfoNCELoss', temperature=0.07)),
+                cm=dict(type='InfoNCELoss', temperature=None)),
 )
 # CCLM's image preprocessing: bicubic resize of the whole image to 384 x 384 (no crop).
 cclm_media_transform = dict(type='MediaTransform', backbone=None, size=384, resize_mode='squash',

@@ -84,3 +84,32 @@ def test_a_learnable_scale_starts_at_one_over_the_temperature_given():
     loss_fn = InfoNCELoss(temperature=0.05, learnable=True)
     assert loss_fn.log_scale.item() == pytest.approx(math.log(20.0))
     torch.testing.assert_close(loss_fn(a, b), symmetric_ce(a, b, 20.0))
+
+
+class _Backbone(torch.nn.Module):
+    """A backbone that learnt the logit scale 25 (CCLM's ``1 / temp`` at temp 0.04)."""
+
+    def pair_logits(self):
+        return torch.tensor(25.0), None
+
+
+def test_without_a_temperature_the_scale_is_the_backbones_own_learnt_one():
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 8), torch.randn(5, 8)
+    loss_fn = InfoNCELoss(temperature=None, backbone=_Backbone())
+    torch.testing.assert_close(loss_fn(a, b), symmetric_ce(a, b, 25.0))
+    assert not list(loss_fn.parameters()) and not list(loss_fn.buffers())
+
+
+def test_a_temperature_given_wins_over_the_backbone():
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 8), torch.randn(5, 8)
+    loss_fn = InfoNCELoss(temperature=0.05, backbone=_Backbone())
+    torch.testing.assert_close(loss_fn(a, b), symmetric_ce(a, b, 20.0))
+
+
+def test_the_backbones_temperature_needs_a_backbone_and_cannot_be_learnt():
+    with pytest.raises(ValueError, match="reads the backbone's temperature"):
+        InfoNCELoss(temperature=None)
+    with pytest.raises(ValueError, match=r'learnable=True\) starts from a temperature'):
+        InfoNCELoss(temperature=None, learnable=True, backbone=_Backbone())

@@ -10,7 +10,8 @@ dual-stream model (DASD Table 3) it keeps what encodes each modality alone:
   ``r^S = text_proj(x_CLS)``;
 
 and drops the fusion layers and the heads. Both features are returned unnormalised; CCLM
-L2-normalises them and divides their products by the temperature ``temp`` (0.07).
+L2-normalises them and divides their products by the temperature ``temp``, which it learns in
+pre-training from 0.07 (the checkpoint holds the learnt value: :attr:`temperature`).
 """
 from __future__ import annotations
 

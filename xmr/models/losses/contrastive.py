@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.losses.pair import PairLoss, false_negatives
+from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS
 
 
@@ -19,18 +20,34 @@ class InfoNCELoss(PairLoss):
 
     Args:
         temperature: τ; with ``learnable=True`` it is the initial value of a trained log-scale.
+            ``None``: the backbone's own learnt scale (its :meth:`pair_logits`, read at every
+            call, never trained here, not clamped), e.g. the ``temp`` a CCLM checkpoint holds.
         learnable: train ``log(1/τ)`` (CLIP pre-training) instead of fixing it.
         max_scale: clamp of the logit scale (CLIP's 100); ``1/temperature`` may not exceed it.
         mask_same_media: leave the other captions of a query's medium out of its softmax
             (``same_media``, :class:`PairLoss`); ``False`` counts them as negatives (CLIP).
+        backbone: the backbone whose scale ``temperature=None`` reads (the retrievers pass
+            their own; it is held, not owned); unused when a temperature is given.
     """
 
     batch_contrastive = True
+    reads_backbone = True
 
-    def __init__(self, temperature: float = 0.01, learnable: bool = False,
-                 max_scale: float = 100.0, mask_same_media: bool = False) -> None:
+    def __init__(self, temperature: float | None = 0.01, learnable: bool = False,
+                 max_scale: float = 100.0, mask_same_media: bool = False,
+                 backbone: nn.Module | None = None) -> None:
         super().__init__()
         self.mask_same_media = mask_same_media
+        self.backbone = None
+        if temperature is None:
+            if learnable:
+                raise ValueError('InfoNCELoss(learnable=True) starts from a temperature: give '
+                                 'one (temperature=None reads the backbone\'s fixed scale)')
+            if backbone is None:
+                raise ValueError("InfoNCELoss(temperature=None) reads the backbone's temperature: "
+                                 'give a temperature or build it inside a retriever')
+            hold_unowned(self, 'backbone', backbone)
+            return
         if temperature <= 0:
             raise ValueError(f'temperature must be positive, got {temperature}')
         self._check_scale(temperature, max_scale)
@@ -57,7 +74,8 @@ class InfoNCELoss(PairLoss):
         """``[B, E]`` pairs (row i of ``a`` matches row i of ``b``), optionally ``same_media``
         ``[B, B]`` -> scalar."""
         a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
-        scale = self.log_scale.clamp(max=self.max_log_scale).exp()
+        scale = (self.backbone.pair_logits()[0].detach() if self.backbone is not None
+                 else self.log_scale.clamp(max=self.max_log_scale).exp())
         logits = scale * a @ b.t()
         masked = false_negatives(same_media)
         if masked is not None:

@@ -14,8 +14,9 @@ class PairLoss(nn.Module, metaclass=ABCMeta):
         batch_contrastive: the batch's other rows are the negatives of each pair, so under DDP
             the retrievers hand the loss the global batch (``gather_with_grad``); a pointwise
             distance sees this rank's rows only.
-        reads_backbone: the loss scores pairs as the backbone does, so the retrievers build it
-            with their backbone as ``backbone=`` (:class:`~xmr.models.losses.SigmoidLoss`).
+        reads_backbone: the loss can score pairs as the backbone does, so the retrievers build
+            it with their backbone as ``backbone=`` (:class:`~xmr.models.losses.SigmoidLoss`,
+            :class:`~xmr.models.losses.InfoNCELoss` with ``temperature=None``).
         mask_same_media: a batch-contrastive loss built with ``mask_same_media=True``: the
             retrievers pass it ``same_media`` (bool ``[B, B]``, ``True`` where row ``i`` of
             ``a`` and row ``j`` of ``b`` come from one medium, the diagonal included), and pairs
