@@ -206,3 +206,60 @@ def test_the_adapters_fact_names_adapter_types_and_not_a_languages_tower_weights
         language_branch=tiny_branch_cfg(tuned_weights=['ln_final.*'])))
     assert 'tower_weights' in model.language_branch.adapters.sets['de']
     assert model.checkpoint_facts()['adapters'] == ['StaticAdapter']
+
+
+def dasd_reference(model, tokens, langs):
+    """``r^T`` of DASD written from the paper's equations, run by open_clip's own blocks (causal
+    mask: the padding after a caption's EOS reaches neither its EOS nor its real tokens)."""
+    clip, branch = model.backbone.clip, model.language_branch
+    ids, mask, eos = tokens['input_ids'], tokens['attention_mask'].bool(), tokens['eos_index']
+    length = ids.shape[1]
+    causal = torch.full((length, length), float('-inf')).triu(1)
+    x = branch.embedding.proj(branch.embedding.table(ids)) + clip.positional_embedding[:length]
+
+    def bottleneck(adapter, h, middle=None):
+        down = adapter.down(h) if middle is None else adapter.down(h) @ middle.t()
+        return h + adapter.up(torch.relu(down))
+
+    outputs = []
+    for row, lang in enumerate(langs):
+        sdm = model.disentangler
+        sdm = sdm.per_language[lang] if hasattr(sdm, 'per_language') else sdm
+        streams = {}
+        for name in ('sr', 'sa'):
+            adapters, h = getattr(sdm, f'{name}_adapters'), x[row:row + 1]
+            for k in range(max(sdm.depth, 1)):
+                h = bottleneck(adapters[k],
+                               clip.transformer.resblocks[k](h, attn_mask=causal)
+                               if sdm.depth else h)
+            streams[name] = getattr(sdm, f'{name}_norm')(h)[0]
+        f_sr = streams['sr'][eos[row]] @ sdm.sr_projection.weight.t()       # W_p^sr LN(x_EOS)
+        f_sa = streams['sa'][mask[row]].mean(0)                            # mean over real tokens
+        z = F.gelu(sdm.generator.to_z[0](torch.cat([f_sr, f_sa])))
+        h = x[row:row + 1]
+        for i, block in enumerate(clip.transformer.resblocks):
+            head, d_u = sdm.generator.heads[str(i)], sdm.generator.d_u
+            middle = (head.weight @ z + head.bias).view(d_u, d_u)         # W_i^z, row-major
+            h = bottleneck(branch.adapters.sets[lang][f'{i}:block_output'],
+                           block(h, attn_mask=causal), middle)
+        outputs.append(clip.ln_final(h)[0, eos[row]] @ clip.text_projection)
+    return torch.stack(outputs)
+
+
+@pytest.mark.parametrize('per_language', [False, True])
+@pytest.mark.parametrize('depth', [0, 1, 2])
+def test_dasd_target_embeddings_are_the_papers_equations_run_by_open_clip(per_language, depth):
+    """A mixed-language batch through the SDM (``f^sr``, ``f^sa``), the generator (``z``,
+    ``W_i^z``) and one dynamic adapter per block, ``H + W_up ReLU(W^z W_down H)``."""
+    torch.manual_seed(0)
+    cfg = tiny_dasd_cfg()
+    cfg['disentangler'].update(per_language=per_language, depth=depth)
+    model = MODELS.build(cfg).eval()
+    with torch.no_grad():
+        for parameter in [*model.language_branch.adapters.parameters(),
+                          *model.disentangler.parameters()]:
+            parameter.add_(torch.randn_like(parameter) * 0.2)
+        tokens = model.language_branch.tokenize(BATCH['target_text'], BATCH['lang'])
+        torch.testing.assert_close(model.encode_target(tokens, BATCH['lang'])[0],
+                                   dasd_reference(model, tokens, BATCH['lang']),
+                                   atol=1e-5, rtol=1e-5)
