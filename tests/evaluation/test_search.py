@@ -1,4 +1,7 @@
 """faiss search against brute force, chunking, approximate indexes, exact chunked ranks."""
+import tracemalloc
+
+import numpy as np
 import pytest
 import torch
 
@@ -216,3 +219,17 @@ def test_grouped_blocks_are_sized_by_the_item_gallery_not_the_groups(monkeypatch
     assert blocks == [(0, 2), (2, 4), (4, 5)]
     assert torch.equal(ranks, grouped_ranks_from_scores(scores, torch.tensor([0, 1, 2, 0, 1]),
                                                         owners, 3))
+
+
+def test_ivf_trained_on_the_whole_gallery_does_not_copy_it():
+    """The default train_size (256 * nlist) covers every row of galleries up to ~1M; a sample
+    that is the whole gallery is trained on in place, not copied first."""
+    gallery = np.ascontiguousarray(_random_unit(4000, 32, 7).numpy())
+    tracemalloc.start()
+    try:
+        searcher = FaissSearcher(gallery, index='ivf')
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 256 * searcher.index.nlist >= len(gallery)
+    assert peak < gallery.nbytes / 4

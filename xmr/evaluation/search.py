@@ -254,8 +254,13 @@ class FaissSearcher:
             index = faiss.IndexIVFFlat(quantizer, dim, cells, faiss.METRIC_INNER_PRODUCT)
             index.cp.seed = seed
             sample_size = min(size, train_size or 256 * cells)
-            sample = np.random.default_rng(seed).choice(size, sample_size, replace=False)
-            index.train(vectors[np.sort(sample)])
+            if sample_size < size:
+                rows = np.random.default_rng(seed).choice(size, sample_size, replace=False)
+                index.train(vectors[np.sort(rows)])
+            else:
+                # The default trains on every row up to ~1M (256 * 4 * sqrt(G) >= G): indexing
+                # them all would copy the gallery (2 GiB at 1M x 512) just to train.
+                index.train(vectors)
             index.nprobe = min(nprobe, cells)
             # The quantizer belongs to the index; keep Python from freeing it under faiss.
             self._quantizer = quantizer
