@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -77,13 +78,14 @@ def read_caption_file(path: str | Path, limit: int) -> list[str]:
         UserError: no such file.
         ConversionError: (a ``ValueError``) a file that is not UTF-8, named with the line.
     """
-    from xmr.datasets.converters.raw_files import read_lines
+    from xmr.datasets.converters.raw_files import iter_lines
 
     path = Path(path)
     if not path.is_file():
         raise UserError(path, 'caption file does not exist', 'give a text file, one caption a line')
-    lines = read_lines(path, allow_empty_lines=True)
-    return [line.strip() for line in lines if line.strip()][:limit]
+    # Read only as far as the captions taken: the file may be a training set's millions.
+    captions = (line.strip() for line in iter_lines(path, allow_empty_lines=True))
+    return list(islice((caption for caption in captions if caption), limit))
 
 
 def dataset_captions(dataset, lang: str, limit: int) -> list[str]:

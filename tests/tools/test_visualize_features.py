@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import runpy
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +129,22 @@ def test_a_caption_file_gives_its_first_non_empty_lines_gzipped_or_not(tmp_path)
         handle.write(text)
     for name in ('de.txt', 'de.txt.gz'):
         assert tool['read_caption_file'](tmp_path / name, 2) == ['ein Hund', 'eine Katze']
+
+
+def test_a_caption_file_is_read_only_as_far_as_the_captions_taken(tmp_path):
+    """The whole file was read and split to keep its first --num-captions lines (a training
+    set's translations: millions of lines, for 500)."""
+    path = tmp_path / 'de.txt'
+    path.write_text(''.join(f'ein Hund läuft über die Wiese {n}\n' for n in range(50000)),
+                    encoding='utf-8')
+    tracemalloc.start()
+    try:
+        captions = tool['read_caption_file'](path, 3)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert captions == [f'ein Hund läuft über die Wiese {n}' for n in range(3)]
+    assert peak < path.stat().st_size / 10
 
 
 def test_the_language_is_read_in_any_spelling_of_its_code(capsys):

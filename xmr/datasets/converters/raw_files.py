@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from xmr.datasets.annotation import MediaRecord
@@ -17,7 +17,7 @@ from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.languages import LanguageCodeError, normalize_languages
 from xmr.datasets.media_files import missing_media
 
-__all__ = ['read_lines', 'require_file', 'find_first', 'require_same_length',
+__all__ = ['read_lines', 'iter_lines', 'require_file', 'find_first', 'require_same_length',
            'parallel_caption_records',
            'check_media_exist', 'parse_lang_paths', 'canonical_languages']
 
@@ -59,32 +59,45 @@ def read_lines(path: str | os.PathLike, what: str = 'caption file',
     Raises:
         ConversionError: if the file is missing, not UTF-8, empty, or has a blank line.
     """
+    lines = list(iter_lines(path, what, allow_empty_lines))
+    if not lines:
+        raise ConversionError(f'{what} {Path(path)} is empty')
+    return lines
+
+
+def iter_lines(path: str | os.PathLike, what: str = 'caption file',
+               allow_empty_lines: bool = False) -> Iterator[str]:
+    """The lines of :func:`read_lines`, decoded one at a time: reading a file holds one line
+    of it, not its bytes and its text beside the lines kept (twice a translation file's lines),
+    and a reader that wants the first lines stops reading there. A file without a line yields
+    nothing.
+
+    Raises:
+        ConversionError: as :func:`read_lines`, when the line at fault is reached.
+    """
     path = require_file(path, what)
     opener = gzip.open if path.suffix == '.gz' else open
     try:
         with opener(path, 'rb') as handle:
-            raw = handle.read()
+            # UTF-8 never puts the byte of a newline inside a character: splitting the bytes
+            # at b'\n' splits the text at its line ends.
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode('utf-8')
+                except UnicodeDecodeError as err:
+                    raise ConversionError(f'{what} {path} is not UTF-8 (invalid bytes on line '
+                                          f'{number})') from err
+                if number == 1 and line.startswith(_UTF8_BOM):
+                    line = line[1:]
+                    if not line:  # a byte order mark alone
+                        return
+                line = line[:-1] if line.endswith('\n') else line
+                line = line[:-1] if line.endswith('\r') else line
+                if not allow_empty_lines and not line.strip():
+                    raise ConversionError(f'{what} {path} has an empty line {number}')
+                yield line
     except (OSError, EOFError) as err:
         raise ConversionError(f'{what} {path} cannot be read: {err}') from err
-    try:
-        text = raw.decode('utf-8')
-    except UnicodeDecodeError as err:
-        line_number = raw[:err.start].count(b'\n') + 1
-        raise ConversionError(f'{what} {path} is not UTF-8 (invalid bytes on line '
-                              f'{line_number})') from err
-    if text.startswith(_UTF8_BOM):
-        text = text[1:]
-    if not text:
-        raise ConversionError(f'{what} {path} is empty')
-    lines = text.split('\n')
-    if lines[-1] == '':
-        lines.pop()
-    lines = [line[:-1] if line.endswith('\r') else line for line in lines]
-    if not allow_empty_lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                raise ConversionError(f'{what} {path} has an empty line {number}')
-    return lines
 
 
 def require_same_length(reference: tuple[Path, int], files: Mapping[Path, Sequence[str]],
