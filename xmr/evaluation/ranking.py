@@ -229,12 +229,15 @@ def ranks_from_topk(indices: Tensor, query_group: Tensor, gallery_group: Tensor,
     hit = valid & (retrieved_group == query_group[:, None])
     counts = valid & ~hit
     if grouped:
-        # Only the first appearance of a negative group in the list moves the query down.
-        first_seen = torch.ones_like(valid)
-        for position in range(1, indices.shape[1]):
-            earlier = retrieved_group[:, :position] == retrieved_group[:, position:position + 1]
-            first_seen[:, position] = ~earlier.any(dim=1)
-        counts &= first_seen
+        # Only the first appearance of a negative group in the list moves the query down. A
+        # stable sort of each list by group puts a group's first appearance first in its run:
+        # O(k log k) a list, where comparing each slot with those before it was O(k^2) (16 s
+        # for 1,000 lists of 2,000, a re-ranked MSR-VTT shortlist; 0.2 s ungrouped).
+        order = retrieved_group.argsort(dim=1, stable=True)
+        ordered = retrieved_group.gather(1, order)
+        starts_run = torch.ones_like(valid)
+        starts_run[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+        counts &= torch.empty_like(valid).scatter_(1, order, starts_run)
     # An empty slot is an item the search did not return: it counts ahead of an unfound positive.
     counts |= ~valid
     found = hit.any(dim=1)
