@@ -93,6 +93,23 @@ def test_a_set_of_files_is_written_all_or_none(tmp_path, monkeypatch):
     assert atomic_write_texts({tmp_path / 'train.json': 'x\n'}) == [tmp_path / 'train.json']
 
 
+def test_a_text_written_as_it_is_made_is_whole_or_not_written(tmp_path):
+    """A text given as its pieces (an annotation's lines, made as they are written) may fail
+    part-way: the old file stays and no temporary is left."""
+    path = tmp_path / 'train.json'
+    atomic_write_texts({path: 'old\n'})
+    assert atomic_write_texts({path: iter(['a', 'b\n'])}) == [path]
+    assert path.read_text() == 'ab\n'
+
+    def failing_pieces():
+        yield 'half'
+        raise ValueError('item 7 cannot be encoded')
+    with pytest.raises(ValueError, match='item 7 cannot be encoded'):
+        atomic_write_texts({path: failing_pieces()})
+    assert path.read_text() == 'ab\n'
+    assert [p.name for p in tmp_path.iterdir()] == ['train.json']
+
+
 def test_the_mmengine_backend_writes_through_the_same_mechanism(tmp_path):
     backend = AtomicLocalBackend()
     backend.put(b'\x00\x01', tmp_path / 'sub' / 'x.pth')

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -101,12 +101,16 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         handle.write(text)
 
 
-def atomic_write_texts(texts: Mapping[str | os.PathLike, str]) -> list[Path]:
+def atomic_write_texts(texts: Mapping[str | os.PathLike, str | Iterable[str]]) -> list[Path]:
     """Write several UTF-8 files, all or none (the outputs of one conversion).
 
     Every file is written to its temporary sibling first; only when all are written are they
     renamed over their final names. A path that is a folder is refused before anything is
     written, so that no rename fails part-way.
+
+    Args:
+        texts: path -> its text, or the pieces of its text in order (a generator: the text
+            is made as it is written and never held whole).
 
     Returns:
         The paths written, in order.
@@ -128,13 +132,17 @@ def atomic_write_texts(texts: Mapping[str | os.PathLike, str]) -> list[Path]:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporaries.append(temporary_path(path))
             with open(temporaries[-1], 'w', encoding='utf-8', newline='\n') as handle:
-                handle.write(text)
+                handle.writelines([text] if isinstance(text, str) else text)
                 handle.flush()
                 os.fsync(handle.fileno())
-    except OSError as error:
+    except BaseException as error:
+        # The pieces of a text may fail as they are made (or be interrupted), not only the disk.
         for temporary in temporaries:
             temporary.unlink(missing_ok=True)
-        raise _write_failed(path, error, 'no file of this set was written or changed') from error
+        if isinstance(error, OSError):
+            raise _write_failed(path, error,
+                                'no file of this set was written or changed') from error
+        raise
     replaced = 0
     try:
         for path, temporary in zip(paths, temporaries):

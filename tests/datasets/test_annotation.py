@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import json
+import tracemalloc
 
 import pytest
 
@@ -90,6 +91,25 @@ def test_files_are_written_by_the_c_encoder_one_item_a_line(tmp_path, monkeypatc
     assert len(text.splitlines()) == len(_annotation().items) + 2
     assert json.loads(text) == _annotation().to_json()
     assert load_annotation(path) == _annotation()
+
+
+def test_a_file_is_written_as_it_is_made_never_held_whole(tmp_path):
+    """The file's text was made whole before it was written: each item's line, their join and
+    the join copied into the header's line, 4.4 times the file beside the annotation (2.5 GB
+    for CC3M's with one translation)."""
+    items = [MediaRecord(f'{i}', f'{i}.jpg', {'en': [f'A dog runs across the grass {i}.'] * 5,
+                                              'cs': [f'Pes běží přes trávu {i}.'] * 5},
+                         {'ja': [f'犬が草の上を走っている {i}。'] * 5}) for i in range(2000)]
+    ann = _annotation(items=items)
+    path = tmp_path / 'ann.json'
+    tracemalloc.start()
+    try:
+        dump_annotation(ann, path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < path.stat().st_size
+    assert load_annotation(path) == ann
 
 
 def test_loader_names_file_item_and_key(tmp_path):
