@@ -95,10 +95,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         handle.write(data)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` atomically as UTF-8 with ``\\n`` line ends."""
+def atomic_write_text(path: str | os.PathLike, text: str | Iterable[str]) -> None:
+    """Write ``text`` to ``path`` atomically as UTF-8 with ``\\n`` line ends; ``text`` may be
+    given as its pieces in order (a generator: made as it is written, never held whole)."""
     with atomic_open(path, 'w', encoding='utf-8', newline='\n') as handle:
-        handle.write(text)
+        handle.writelines([text] if isinstance(text, str) else text)
 
 
 def atomic_write_texts(texts: Mapping[str | os.PathLike, str | Iterable[str]]) -> list[Path]:

@@ -1,6 +1,8 @@
 """The plain machine-translation format: export, attach, misalignment caught."""
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation, load_annotation
@@ -19,6 +21,24 @@ def _source() -> Annotation:
                       items=[MediaRecord('a', 'a.jpg', {'en': ['a dog', 'a brown dog']}),
                              MediaRecord('b', 'b.jpg', {'en': ['a cat']}),
                              MediaRecord('c', 'c.jpg', {'en': ['two cats', 'cats', 'a pet']})])
+
+
+def test_exported_captions_go_to_the_file_as_they_are_written(tmp_path):
+    """The export joined every caption into one text before writing it: a copy of each caption
+    with its newline and their join, twice the file (CC3M's 3M captions: ~0.5 GB)."""
+    ann = Annotation(dataset='demo', split='train', media_type='image', languages=['en'],
+                     source_lang='en',
+                     items=[MediaRecord(f'{i}', f'{i}.jpg', {'en': [f'a dog on the grass {i}']})
+                            for i in range(20000)])
+    path = tmp_path / 'source.txt'
+    tracemalloc.start()
+    try:
+        assert export_source_captions(ann, path) == 20000
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < path.stat().st_size / 2
+    assert path.read_text(encoding='utf-8').splitlines()[-1] == 'a dog on the grass 19999'
 
 
 def test_export_then_attach_aligns_each_line_with_its_caption(tmp_path):

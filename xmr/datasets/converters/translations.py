@@ -111,7 +111,8 @@ def write_caption_lines(captions: Sequence[str], path: str | os.PathLike, kind: 
         if '\n' in text or '\r' in text:
             raise ConversionError(f'{kind} caption {number} of {ann.dataset}/{ann.split} holds '
                                   f'a line break: {text!r}')
-    atomic_write_text(path, ''.join(text + '\n' for text in captions))
+    # A line at a time: a text joined first held each caption again and the join (2x the file).
+    atomic_write_text(path, (text + '\n' for text in captions))
     return len(captions)
 
 
