@@ -455,8 +455,12 @@ def _checked_item(sample: Mapping[str, Any], with_tokens: bool = False,
         width = rows.shape[-1] if width is None else width
         if rows.dim() != 2 or rows.shape[1] != width:
             raise ValueError(f'{name} must be [n, {width}], got {tuple(rows.shape)}.')
-        _check_normalised(rows, name)
         captions[lang] = rows
+    # One pass over every language's rows while they pass (a pass per language took 13 of an
+    # XTD200 item's 15 ms); where they fail, the language at fault is found and named.
+    if captions and _normalisation_problem(torch.cat(list(captions.values()))) is not None:
+        for lang, rows in captions.items():
+            _check_normalised(rows, f"media '{media_id}' caption_embeddings['{lang}']")
     item['caption_embeddings'] = captions
     if with_tokens:
         item.update(_checked_tokens(sample, media_id, captions))
@@ -501,16 +505,23 @@ def _compact(tensor: Any, name: str) -> Tensor:
     return tensor.detach().to('cpu', torch.float32).clone()
 
 
-def _check_normalised(rows: Tensor, name: str) -> None:
+def _normalisation_problem(rows: Tensor) -> str | None:
+    """What keeps ``[n, E]`` rows from being unit embeddings; ``None`` when nothing does."""
     if rows.shape[0] == 0:
-        return
+        return None
     if not bool(torch.isfinite(rows).all()):
-        raise ValueError(f'{name} holds NaN or inf values.')
-    norms = rows.norm(dim=1)
-    worst = float((norms - 1).abs().max())
+        return 'holds NaN or inf values.'
+    worst = float((rows.norm(dim=1) - 1).abs().max())
     if worst > _NORM_TOLERANCE:
-        raise ValueError(f'{name} is not L2-normalised (a norm is off by {worst:.3g}); the '
-                         'model must return unit embeddings so that scores are cosines.')
+        return (f'is not L2-normalised (a norm is off by {worst:.3g}); the model must return '
+                'unit embeddings so that scores are cosines.')
+    return None
+
+
+def _check_normalised(rows: Tensor, name: str) -> None:
+    problem = _normalisation_problem(rows)
+    if problem is not None:
+        raise ValueError(f'{name} {problem}')
 
 
 def _warn_if_galleries_differ(gallery_sizes: Mapping[str, int]) -> None:
