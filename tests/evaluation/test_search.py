@@ -221,6 +221,16 @@ def test_grouped_blocks_are_sized_by_the_item_gallery_not_the_groups(monkeypatch
                                                         owners, 3))
 
 
+def test_ivf_training_sample_smaller_than_its_cells_is_named_by_its_options():
+    """faiss stopped in its C++ k-means ("Number of training points (50) should be at least as
+    large as number of clusters (100)"), naming neither option; the defaults' 4,000 cells at
+    1M need a train_size of at least that."""
+    gallery = _random_unit(1000, 8, 8)
+    with pytest.raises(ValueError, match=r'train_size 50 is smaller than nlist 100.*raise '
+                       'train_size or lower nlist'):
+        FaissSearcher(gallery, index='ivf', nlist=100, train_size=50)
+
+
 def test_ivf_trained_on_the_whole_gallery_does_not_copy_it():
     """The default train_size (256 * nlist) covers every row of galleries up to ~1M; a sample
     that is the whole gallery is trained on in place, not copied first."""

@@ -254,6 +254,10 @@ class FaissSearcher:
             index = faiss.IndexIVFFlat(quantizer, dim, cells, faiss.METRIC_INNER_PRODUCT)
             index.cp.seed = seed
             sample_size = min(size, train_size or 256 * cells)
+            if sample_size < cells:
+                raise ValueError(f'IVF train_size {sample_size} is smaller than nlist {cells}: '
+                                 "k-means needs a training row per cell (faiss asks for 39); "
+                                 'raise train_size or lower nlist.')
             if sample_size < size:
                 rows = np.random.default_rng(seed).choice(size, sample_size, replace=False)
                 index.train(vectors[np.sort(rows)])
