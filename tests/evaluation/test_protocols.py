@@ -162,6 +162,17 @@ def test_restrict_drops_media_without_captions_and_reindexes():
     assert subset.caption_media.tolist() == [0, 1, 0]
 
 
+def test_restricting_to_every_media_in_order_copies_nothing():
+    """The standard protocol's one gallery is every media in order: each language copied the
+    media and its captions into a gallery equal to its own (for 100k media and 500k captions
+    of 512 floats, 1.2 GB more while a language was ranked)."""
+    gallery = LanguageGallery(torch.eye(3), torch.eye(3)[[0, 1, 2, 2]], torch.tensor([0, 1, 2, 2]))
+    assert gallery.restrict(torch.arange(3)) is gallery
+    reordered = gallery.restrict(torch.tensor([2, 1, 0]))
+    assert torch.equal(reordered.media, torch.eye(3)[[2, 1, 0]])
+    assert reordered.caption_media.tolist() == [2, 1, 0, 0]
+
+
 def test_language_absent_from_a_fold_is_an_error():
     gallery = LanguageGallery(torch.eye(4), torch.eye(4)[:1], torch.tensor([0]))
     with pytest.raises(ValueError, match='gallery 1'):

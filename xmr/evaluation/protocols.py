@@ -205,7 +205,8 @@ class LanguageGallery:
                              f'{self.media.shape[0]} and {self.captions.shape[0]}.')
 
     def restrict(self, media_indices: Tensor) -> LanguageGallery:
-        """The gallery of the given media that have at least one caption, captions re-indexed.
+        """The gallery of the given media that have at least one caption, captions re-indexed
+        (this gallery itself when that is every media, in order).
 
         Args:
             media_indices: ``[S]`` rows of ``media`` to keep, in the order they are kept.
@@ -213,6 +214,11 @@ class LanguageGallery:
         captioned = torch.zeros(self.media.shape[0], dtype=torch.bool)
         captioned[self.caption_media] = True
         kept = media_indices[captioned[media_indices]]
+        if kept.numel() == self.media.shape[0] and bool(
+                (kept == torch.arange(kept.numel())).all()):
+            # Every media in order (the standard protocol's one gallery): re-indexing would copy
+            # the media and every caption into a gallery equal to this one.
+            return self
         new_row = torch.full((self.media.shape[0],), -1, dtype=torch.long)
         new_row[kept] = torch.arange(kept.numel())
         caption_rows = new_row[self.caption_media]
