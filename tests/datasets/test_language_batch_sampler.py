@@ -47,8 +47,8 @@ def test_the_batches_complete_in_order_along_the_pass_worked_by_hand():
     # A batch's place is where its last item stands, not its first: [1, 2] completes at 2,
     # before [0, 3] (started earlier) completes at 3.
     assert batches([0, 1, 1, 0], 2, shuffle=False) == [[1, 2], [0, 3]]
-    # A language's remainder is dropped even when it would come first: item 0 alone is no batch.
-    assert batches([0, 1, 1, 1, 1], 2, shuffle=False) == [[1, 2], [3, 4]]
+    # A language's remainder is dropped even when it stands before other batches: item 2.
+    assert batches([0, 0, 0, 1, 1, 1, 1], 2, shuffle=False) == [[0, 1], [3, 4], [5, 6]]
 
 
 def test_with_one_language_the_batches_are_the_default_samplers_with_drop_last():
@@ -122,6 +122,31 @@ def test_a_dataset_without_item_languages_is_refused_naming_it():
         LanguageBatchSampler(DefaultSampler(list(range(4))), 2)
     with pytest.raises(ValueError, match='batch_size must be a positive int, got 0'):
         LanguageBatchSampler(DefaultSampler(Items([0, 1])), 0)
+
+
+class NamedItems(Items):
+    """Items whose languages are named, as ``CaptionPairDataset``'s ``target_langs``."""
+
+    target_langs = ['de', 'am', 'km']
+
+
+def test_a_language_too_small_for_one_batch_is_refused_naming_it_and_its_items(monkeypatch):
+    # 'am' has 3 items and 'km' 1: neither fills a batch of 4, so neither would ever train.
+    languages = [0] * 8 + [1] * 3 + [2]
+    with pytest.raises(ValueError, match=r"language 'am' \(3 items\), language 'km' \(1 item\) "
+                       r'fill no batch of 4 \(batch_size 4 x world size 1\), so they would never '
+                       'train; lower batch_size'):
+        LanguageBatchSampler(DefaultSampler(NamedItems(languages)), 4)
+    assert len(LanguageBatchSampler(DefaultSampler(NamedItems(languages)), 1)) == 8 + 3 + 1
+    with pytest.raises(ValueError, match=r'^LanguageBatchSampler: the source captions \(1 item\), '
+                       r'language #5 \(1 item\) fill no batch of 2 \(batch_size 2'):
+        LanguageBatchSampler(DefaultSampler(Items([-1, 5, 0, 0])), 2)
+    # Under DDP the batch of one language is the global one: 8 items fill no 3 x 4.
+    monkeypatch.setattr('xmr.datasets.language_batch_sampler.get_dist_info', lambda: (1, 4))
+    with pytest.raises(ValueError, match=r"^LanguageBatchSampler: language 'de' \(8 items\), "
+                       r"language 'am' .* fill no batch of 12 \(batch_size 3 x world size 4\)"):
+        LanguageBatchSampler(DefaultSampler(NamedItems(languages)), 3)
+    assert len(LanguageBatchSampler(DefaultSampler(NamedItems([0] * 8 + [1] * 4)), 1)) == 2 + 1
 
 
 @HOOKS.register_module(force=True)

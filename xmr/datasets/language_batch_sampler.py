@@ -1,7 +1,7 @@
 """Batches of one language each, as the DASD and MLA authors batch their training data."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -29,7 +29,8 @@ class LanguageBatchSampler(Sampler[list[int]]):
     incomplete batch is dropped, and the batches follow one another in the order in which
     they complete along the permutation. Every language thus appears in proportion to its items
     (the authors draw each batch's language uniformly; the two agree for languages of equal
-    size, as in Multi30K and the translated CC300K), and with one language the batches are
+    size, as in Multi30K and the translated CC300K; a language too small for one batch is
+    refused, as it would never train), and with one language the batches are
     those of ``DefaultSampler`` with ``drop_last``. Under DDP the plan is of global batches
     (``world_size x batch_size`` items of one language) and each rank reads its slice of every
     one, in rank order: the contrastive losses gather the global batch
@@ -70,8 +71,21 @@ class LanguageBatchSampler(Sampler[list[int]]):
         self.rank, self.world_size = get_dist_info()
         self.epoch = 0
         self._start = 0
-        counts = np.unique(self.languages, return_counts=True)[1]
-        self._batches_per_rank = int((counts // (batch_size * self.world_size)).sum())
+        codes, counts = np.unique(self.languages, return_counts=True)
+        global_batch = batch_size * self.world_size
+        short = counts < global_batch
+        if short.any():
+            # Such a language would never make a batch, so never train: say so before a run.
+            names = getattr(dataset, 'target_langs', None) or getattr(dataset, 'languages', None)
+            listed = ', '.join(
+                f'{_language_name(code, names)} ({count} item{"" if count == 1 else "s"})'
+                for code, count in zip(codes[short], counts[short]))
+            raise ValueError(
+                f'LanguageBatchSampler: {listed} fill no batch of {global_batch} (batch_size '
+                f'{batch_size} x world size {self.world_size}), so they would never train; '
+                'lower batch_size, add their captions, leave them out of the target languages, '
+                'or mix languages in batches with batch_sampler=None')
+        self._batches_per_rank = int((counts // global_batch).sum())
 
     def set_epoch(self, epoch: int) -> None:
         """Plan the next pass as pass ``epoch`` (the training loop calls it before each)."""
@@ -112,3 +126,13 @@ class LanguageBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return self._batches_per_rank
+
+
+def _language_name(code: int, names: Sequence[str] | None) -> str:
+    """An ``item_languages()`` code as the dataset names it: the language at that position of
+    its languages where it lists them (``CaptionPairDataset``'s ``-1`` marks source captions)."""
+    if code < 0:
+        return 'the source captions'
+    if names is not None and code < len(names):
+        return f'language {names[code]!r}'
+    return f'language #{code}'
