@@ -88,8 +88,12 @@ def test_config_builds_its_datasets(path, tmp_path):
                                    {lang: ['x'] for lang in LANGUAGES},
                                    {lang: ['y'] for lang in LANGUAGES[1:]})]), root / ann_file)
         dataset_cfg['data_root'] = str(root)
-        # Built the way MMEngine's runner builds every dataloader (collate_fn included).
+        # Built the way MMEngine's runner builds every dataloader (collate_fn included); with
+        # one item a language, a training batch of one (LanguageBatchSampler refuses a language
+        # too small for a batch).
         runner_cfg = dict(loader, dataset=dataset_cfg, num_workers=0, persistent_workers=False)
+        if training:
+            runner_cfg['batch_size'] = 1
         with DefaultScope.overwrite_default_scope('xmr'):
             dataloader = Runner.build_dataloader(runner_cfg)
         dataset = dataloader.dataset
