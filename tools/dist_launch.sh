@@ -23,6 +23,13 @@ dist_launch() {
     shift
     local tools
     tools=$(dirname "$0")
+    # torchrun sets OMP_NUM_THREADS=1 where the caller set none: the tools take that for the
+    # caller's word unless told (xmr/engine/threads.py, CALLER_SET_NO_OMP).
+    if [ -z "${OMP_NUM_THREADS+set}" ]; then
+        export XMR_CALLER_SET_NO_OMP_NUM_THREADS=1
+    else
+        unset XMR_CALLER_SET_NO_OMP_NUM_THREADS
+    fi
 
     PYTHONPATH="$tools/..${PYTHONPATH:+:$PYTHONPATH}" \
     exec "${PYTHON:-python}" -m torch.distributed.run \

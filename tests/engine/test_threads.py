@@ -56,3 +56,14 @@ def test_set_cpu_threads_applies_the_choice(cores):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_torchrun_s_one_thread_is_not_taken_for_the_user_s_word(cores, monkeypatch):
+    """tools/dist_train.sh's caller set no OMP_NUM_THREADS: the 1 that torchrun puts in every
+    process it starts (two a node here) gives way to the config, then to a share of the cores
+    (16 cores for 2 processes: 8, less one)."""
+    cores(16)
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    monkeypatch.setenv(threads.CALLER_SET_NO_OMP, '1')
+    assert choose_cpu_threads(None, 2)[0] == 7
+    assert choose_cpu_threads(4, 2) == (4, 'cpu_threads in the config')

@@ -68,3 +68,26 @@ def test_train_amp_dtype_implies_amp(tmp_path):
     assert cfg.optim_wrapper.dtype == 'float16'
     plain = train_tool.build_config(train_tool.parse_args([str(config), '--amp']))
     assert 'dtype' not in plain.optim_wrapper
+
+
+@pytest.mark.parametrize('script, args', [('dist_train.sh', ['cfg.py', '2']),
+                                          ('dist_test.sh', ['cfg.py', 'ckpt.pth', '2'])])
+def test_the_scripts_tell_the_tools_whether_their_caller_set_omp_num_threads(tmp_path, script,
+                                                                            args):
+    """torchrun sets OMP_NUM_THREADS=1 where its caller set none; the tools must know that 1
+    is not the caller's (xmr.engine.threads.CALLER_SET_NO_OMP)."""
+    from xmr.engine.threads import CALLER_SET_NO_OMP
+
+    python = tmp_path / 'python'
+    python.write_text(f'#!/bin/sh\necho "[${{{CALLER_SET_NO_OMP}-}}]"\n')
+    python.chmod(0o755)
+    inherited = {key: value for key, value in os.environ.items() if key != 'OMP_NUM_THREADS'}
+    unset = subprocess.run(['bash', str(TOOLS / script), *args], capture_output=True, text=True,
+                           env={**inherited, 'PYTHON': str(python)}, check=True)
+    assert unset.stdout == '[1]\n'
+    # A mark left in the caller's environment by an earlier call is not taken for this one's.
+    chosen = subprocess.run(['bash', str(TOOLS / script), *args], capture_output=True,
+                            text=True, check=True,
+                            env={**inherited, 'PYTHON': str(python), 'OMP_NUM_THREADS': '3',
+                                 CALLER_SET_NO_OMP: '1'})
+    assert chosen.stdout == '[]\n'

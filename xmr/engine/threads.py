@@ -8,7 +8,8 @@ preempts one thread and the other burns its core waiting. On the demo's source_f
 0.4 CPU-s (docs/getting_started.md). ``tools/train.py``, ``tools/test.py`` and
 ``tools/cache_features.py`` therefore set the count themselves, in this order:
 
-1. ``OMP_NUM_THREADS`` in the environment (the user's word for this run);
+1. ``OMP_NUM_THREADS`` in the environment (the user's word for this run), but for the 1 that
+   torchrun sets where ``tools/dist_train.sh``'s caller set none (:data:`CALLER_SET_NO_OMP`);
 2. ``cpu_threads = N`` in the config;
 3. the cores this process may use, divided among the local processes (DDP), less one core left
    for data loading and the system; at least 1.
@@ -30,7 +31,12 @@ from mmengine.logging import print_log
 
 from xmr.utils.cli import UserError
 
-__all__ = ['available_cores', 'choose_cpu_threads', 'set_cpu_threads']
+__all__ = ['CALLER_SET_NO_OMP', 'available_cores', 'choose_cpu_threads', 'set_cpu_threads']
+
+#: Set to ``1`` by ``tools/dist_launch.sh`` where its caller set no ``OMP_NUM_THREADS``: torchrun
+#: then sets it to 1 in every process it starts (more than one a node), a default that is not
+#: the user's word, and would silence ``cpu_threads`` and the share of the cores.
+CALLER_SET_NO_OMP = 'XMR_CALLER_SET_NO_OMP_NUM_THREADS'
 
 
 def available_cores() -> int:
@@ -53,7 +59,8 @@ def choose_cpu_threads(configured: Any = None, local_processes: int = 1) -> tupl
     Raises:
         UserError: ``OMP_NUM_THREADS`` or ``cpu_threads`` that is not a positive integer.
     """
-    from_env = os.environ.get('OMP_NUM_THREADS')
+    from_env = (None if os.environ.get(CALLER_SET_NO_OMP) == '1'
+                else os.environ.get('OMP_NUM_THREADS'))
     if from_env:
         return _positive(from_env, 'OMP_NUM_THREADS'), 'OMP_NUM_THREADS'
     if configured is not None:
