@@ -450,3 +450,17 @@ def test_a_trained_sparse_embedding_is_refused_on_a_backend_without_sparse_all_r
     else:
         distributed.rewrap_for_phase(runner)
         assert built == [model]
+
+
+def test_a_process_torchrun_started_without_a_launcher_is_refused(monkeypatch):
+    """``torchrun tools/train.py CONFIG`` without ``--launcher pytorch``: each process would
+    run alone, all into one work dir (the second refused by the first's lock as 'another
+    training run'; a test writing its result twice)."""
+    monkeypatch.setenv('RANK', '1')
+    monkeypatch.setenv('WORLD_SIZE', '2')
+    with pytest.raises(UserError, match=(
+            '--launcher none: torchrun started this process as rank 1 of 2, and without a '
+            'launcher each process runs alone: add --launcher pytorch')):
+        setup_cpu_distributed(Config(dict()), 'none')
+    monkeypatch.setenv('WORLD_SIZE', '1')  # torchrun with one process: a run of its own
+    setup_cpu_distributed(Config(dict()), 'none')

@@ -97,8 +97,18 @@ def setup_cpu_distributed(cfg: Any, launcher: str) -> None:
 
     Raises:
         UserError: ``launcher`` names a launcher that did not start this process (its rank
-            variable is unset), with the commands that do.
+            variable is unset), with the commands that do; or it is ``'none'`` where torchrun
+            started this process as one of several (``WORLD_SIZE``).
     """
+    world = os.environ.get('WORLD_SIZE', '1')
+    if launcher == 'none' and world.isdigit() and int(world) > 1:
+        # Each process would run alone, all in one work dir: the second refused by the
+        # first's lock as 'another training run', or a test writing its result twice.
+        raise UserError('--launcher none',
+                        f'torchrun started this process as rank {os.environ.get("RANK", "?")} '
+                        f'of {world}, and without a launcher each process runs alone',
+                        'add --launcher pytorch (tools/dist_train.sh CONFIG NUM_PROCESSES and '
+                        'tools/dist_test.sh pass it), or start one process without torchrun')
     if launcher != 'none' and RANK_VARIABLES.get(launcher, 'RANK') not in os.environ:
         raise UserError(f'--launcher {launcher}',
                         f'{RANK_VARIABLES.get(launcher, "RANK")} is not set: no {launcher} '
