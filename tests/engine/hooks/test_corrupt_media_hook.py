@@ -83,12 +83,27 @@ def test_under_ddp_a_report_counts_the_files_of_every_rank(monkeypatch):
                         lambda mine, group=None: [mine, other_rank])
     hook = CorruptMediaHook(interval=0)
     runner = _runner()
-    hook.after_val_iter(runner, 0, {'batch_size': 2, 'skipped_media': ['/v/a.mp4', '/v/b.mp4']})
-    hook.after_val_epoch(runner)
+    hook.after_train_iter(runner, 0, {'batch_size': 2, 'skipped_media': ['/v/a.mp4', '/v/b.mp4']})
+    hook.after_train_epoch(runner)
     assert runner.logger.warnings == [
-        'validation: 5 unreadable media skipped (3 files): /v/a.mp4, /v/b.mp4 (x2), '
+        'train epoch 1: 5 unreadable media skipped (3 files): /v/a.mp4, /v/b.mp4 (x2), '
         '/v/c.mp4 (x2)']
-    assert hook.skipped_counts('val') == {}
+    assert hook.skipped_counts('train') == {}
+
+
+@pytest.mark.parametrize('mode, scope', [('val', 'validation'), ('test', 'test')])
+def test_an_evaluation_counts_a_file_once_where_the_sampler_padded_a_rank_with_it(
+        monkeypatch, mode, scope):
+    """Three items on two ranks: MMEngine's DefaultSampler pads rank 1's shard with item 0,
+    whose file is unreadable, so both ranks skip it. The evaluation left out one medium, as
+    its metric's ``skipped_media`` and a single process say, not two."""
+    monkeypatch.setattr('xmr.engine.hooks.corrupt_media.all_gather_object',
+                        lambda mine, group=None: [mine, {'/v/a.mp4': 1}])
+    hook = CorruptMediaHook()
+    runner = _runner()
+    getattr(hook, f'after_{mode}_iter')(runner, 0, {'skipped_media': ['/v/a.mp4']})
+    getattr(hook, f'after_{mode}_epoch')(runner)
+    assert runner.logger.warnings == [f'{scope}: 1 unreadable media skipped (1 files): /v/a.mp4']
 
 
 def test_under_ddp_the_counts_go_through_the_host_s_gloo_group(monkeypatch):

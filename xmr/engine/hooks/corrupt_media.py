@@ -6,7 +6,8 @@ and, after every train epoch, validation run and test run, logs how many files w
 which, so a skipped file never goes unnoticed even when the per-item warnings scrolled away.
 Iteration-based training (xmr's phases) runs a single long "epoch", so the train count is also
 reported every ``interval`` iterations. Under DDP each report sums the files of every rank (the
-main process alone writes the log file, and each rank reads its own shard).
+main process alone writes the log file, and each rank reads its own shard); a validation or test
+names each file once, as its metric counts it, though the sampler's padding read it twice.
 """
 from __future__ import annotations
 
@@ -54,6 +55,10 @@ class CorruptMediaHook(Hook):
         skipped = sum(map(Counter, all_gather_object(dict(self._skipped[mode]), group=group)),
                       Counter())
         self._skipped[mode].clear()
+        if mode != 'train':
+            # An evaluation leaves a file out once, as its metric counts it, though a
+            # distributed sampler pads the last shards with repeats of the first items.
+            skipped = Counter(set(skipped))
         total = sum(skipped.values())
         if total:
             names = sorted(skipped)
