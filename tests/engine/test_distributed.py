@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -226,6 +227,50 @@ def test_a_signal_reaching_one_rank_stops_every_rank_at_the_same_iteration(tmp_p
     stops = [torch.load(tmp_path / f'stop{rank}.pt') for rank in range(WORLD)]
     assert stops == [dict(iter=1, received=signal.SIGTERM)] * WORLD
     assert sorted(p.name for p in (tmp_path / 'ddp').glob('*.pth')) == ['iter_1.pth']
+
+
+def _slowly_saving_worker(rank: int, port: int, work_dir: str, out_dir: str) -> None:
+    """``_preempted_worker`` whose main process takes a while to write the checkpoint (a large
+    one, a slow disk): it waits for rank 1 to end training (up to 3 s) before it writes, and
+    records whether it did."""
+    _start(rank, port)
+    cfg = make_cfg(Path(work_dir), GLOBAL_BATCH // WORLD)
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=100, by_epoch=False)
+    cfg.custom_hooks = [dict(type='PreemptionHook'), dict(type='SignalOneRankHook', rank=1, at=1)]
+    cfg.launcher = 'pytorch'
+    setup_cpu_distributed(cfg, 'pytorch')
+    runner = Runner.from_cfg(cfg)
+    ended = Path(out_dir) / 'rank1_ended'
+    if rank == 0:
+        save = runner.save_checkpoint
+
+        def save_once_rank_1_ended(*args, **kwargs) -> None:
+            deadline = time.monotonic() + 3
+            while not ended.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            torch.save(ended.exists(), Path(out_dir) / 'ended_before_the_save.pt')
+            save(*args, **kwargs)
+
+        runner.save_checkpoint = save_once_rank_1_ended
+    runner.train()
+    if rank == 1:
+        ended.touch()
+    torch.distributed.destroy_process_group()
+
+
+def test_no_rank_ends_a_stopped_run_before_its_checkpoint_is_written(tmp_path, monkeypatch):
+    """A stopped rank exits with 143, and its launcher (torchrun, srun --kill-on-bad-exit) then
+    stops the others: rank 1 must not end while rank 0 still writes the stop's checkpoint, or
+    that checkpoint is lost with every iteration since the last one. Rank 0's write waits for
+    rank 1's end: rank 1 ends only once the file is written."""
+    MODELS.import_from_location()
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    mp.start_processes(_slowly_saving_worker, args=(free_port(), str(tmp_path / 'ddp'),
+                                                    str(tmp_path)),
+                       nprocs=WORLD, join=True, start_method='fork')
+    assert torch.load(tmp_path / 'ended_before_the_save.pt') is False
+    assert (tmp_path / 'ddp' / 'iter_1.pth').is_file()
 
 
 @HOOKS.register_module(force=True)

@@ -7,10 +7,13 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+import torch.distributed as dist
+from mmengine.dist import is_distributed
 from mmengine.hooks import Hook
 
 from xmr.engine.divergence import max_over_ranks
 from xmr.engine.hooks.checkpoint import CheckpointHook
+from xmr.models.losses.distributed import host_group
 from xmr.registry import HOOKS
 
 __all__ = ['PreemptionHook', 'end_persistent_workers', 'preemption_signals', 'workers_ignore']
@@ -36,7 +39,8 @@ class PreemptionHook(Hook):
     with the main process. A signal during a validation lets it end; the run stops after the
     next iteration. Under DDP the ranks
     agree after every iteration whether any received a signal (one integer exchanged on the
-    host), so all stop at the same iteration and the main process writes its checkpoint.
+    host), so all stop at the same iteration and the main process writes its checkpoint, which
+    the other ranks wait for before they end.
 
     Args:
         signals: names of the signals that stop the run this way.
@@ -78,6 +82,10 @@ class PreemptionHook(Hook):
         if saver is not None and not str(getattr(saver, 'last_ckpt', '')).endswith(
                 saver.filename_tmpl.format(step)):
             saver._save_checkpoint(runner)
+            if is_distributed():
+                # A rank that ends now exits 143, and its launcher (torchrun, srun
+                # --kill-on-bad-exit) then stops the others: the main process's file first.
+                dist.barrier(group=host_group())
         runner.logger.warning(
             f'{signal.Signals(self.received).name} received: stopped after iteration {step}'
             + (f', its checkpoint in {runner.work_dir}; continue with --resume'
