@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import time
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -509,3 +510,25 @@ def test_a_process_torchrun_started_without_a_launcher_is_refused(monkeypatch):
         setup_cpu_distributed(Config(dict()), 'none')
     monkeypatch.setenv('WORLD_SIZE', '1')  # torchrun with one process: a run of its own
     setup_cpu_distributed(Config(dict()), 'none')
+
+
+@pytest.mark.parametrize('dist_cfg, timeout', [(dict(timeout=3600), timedelta(hours=1)),
+                                               (dict(backend='nccl'), None)],
+                         ids=['timeout', 'default'])
+def test_a_cpu_run_s_group_takes_the_configured_timeout(monkeypatch, dist_cfg, timeout):
+    """A feature cache that rank 0 builds for longer than gloo's 30 minutes stops the ranks
+    waiting for it: ``env_cfg.dist_cfg.timeout`` (seconds, MMEngine's key) raises the limit on
+    CPUs as on GPUs, where MMEngine starts the group."""
+    started = []
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(distributed.dist, 'is_initialized', lambda: False)
+    monkeypatch.setattr(distributed.dist, 'init_process_group',
+                        lambda backend, **kwargs: started.append(kwargs))
+    monkeypatch.setenv('RANK', '0')
+    monkeypatch.setenv('WORLD_SIZE', '2')
+    setup_cpu_distributed(Config(dict(env_cfg=dict(dist_cfg=dist_cfg))), 'pytorch')
+    assert started[0].get('timeout') == timeout
+    with pytest.raises(UserError, match=r"^env_cfg.dist_cfg.timeout='1h': not a number of "
+                                        'seconds: give a positive number'):
+        setup_cpu_distributed(Config(dict(env_cfg=dict(dist_cfg=dict(timeout='1h')))),
+                              'pytorch')

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import inspect
 import os
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -91,14 +92,16 @@ def launcher_rank(launcher: str) -> int:
 
 
 def setup_cpu_distributed(cfg: Any, launcher: str) -> None:
-    """Start a gloo process group for a ``pytorch``-launched run on a machine without CUDA.
+    """Start a gloo process group for a ``pytorch``-launched run on a machine without CUDA,
+    with the config's ``env_cfg.dist_cfg.timeout`` (seconds) as MMEngine would give it.
 
     With CUDA, or without a launcher, nothing changes (MMEngine starts NCCL as configured).
 
     Raises:
         UserError: ``launcher`` names a launcher that did not start this process (its rank
             variable is unset), with the commands that do; or it is ``'none'`` where torchrun
-            started this process as one of several (``WORLD_SIZE``).
+            started this process as one of several (``WORLD_SIZE``); or the configured
+            timeout is not a positive number of seconds.
     """
     world = os.environ.get('WORLD_SIZE', '1')
     if launcher == 'none' and world.isdigit() and int(world) > 1:
@@ -125,8 +128,15 @@ def setup_cpu_distributed(cfg: Any, launcher: str) -> None:
     cfg.merge_from_dict({'env_cfg.dist_cfg.backend': 'gloo'})
     cfg.model_wrapper_cfg = phase_wrapper_cfg(cfg.get('model_wrapper_cfg'), on_cuda=False)
     if not dist.is_initialized():
-        dist.init_process_group('gloo', rank=int(os.environ['RANK']),
-                                world_size=int(os.environ['WORLD_SIZE']))
+        # MMEngine's key, which it hands the groups it starts; gloo's default is 30 minutes.
+        timeout = cfg.env_cfg.dist_cfg.get('timeout')
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise UserError(f'env_cfg.dist_cfg.timeout={timeout!r}', 'not a number of seconds',
+                            'give a positive number, e.g. timeout=3600')
+        dist.init_process_group(
+            'gloo', rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD_SIZE']),
+            **({} if timeout is None else dict(timeout=timedelta(seconds=timeout))))
 
 
 def shared_seed(runner) -> int:
