@@ -2,7 +2,8 @@
 exist; the flags their commands pass are their tools' flags, a command written out in full parses
 and its --cfg-options load; the types they write are registered, the xmr.a.b names they use
 resolve; their links reach a file and heading. The code's own pointers to docs/, tools/ and
-xmr.a.b resolve too, and docs/data.md's table of dataset configs names their extra dataloaders.
+xmr.a.b resolve too, docs/data.md's table of dataset configs names their extra dataloaders, and
+the demo's schedule that docs/getting_started.md and docs/design_notes.md quote is the demo's.
 
 A placeholder names nothing: <name>, ..., a word in capitals (CONFIG), [optional] parts; a
 user's own files (my_project/...) lie outside the repository's folders and are not read as paths.
@@ -582,3 +583,29 @@ def test_the_dataset_configs_table_lists_each_configs_extra_dataloaders():
         if actual != listed:
             wrong[name] = f'documented {sorted(listed)}, the config has {sorted(actual)}'
     assert not wrong, f'docs/data.md lists other extra dataloaders than the configs: {wrong}'
+
+
+# --- The demo's schedule as the pages quote it ------------------------------------------------
+
+DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
+RECIPE = re.compile(r'Its recipe \(lr ([\d.e-]+), ([\d,]+) steps\s+of\s+batch\s+(\d+)\)')
+
+
+def test_the_demo_schedule_the_pages_quote_is_the_demo_config_s():
+    """docs/getting_started.md quotes the demo's ``train_cfg`` whole, docs/design_notes.md its
+    English recipe (lr, steps, batch): both are those of the config the README runs."""
+    from xmr.run_config import load_run_config
+
+    cfg = load_run_config(DEMO)
+    quoted = next(block for block in FENCE.findall(
+        (REPO / 'docs' / 'getting_started.md').read_text('utf-8'))
+        if block.startswith('train_cfg = dict('))
+    namespace: dict[str, Any] = {}
+    exec(quoted, namespace)
+    quoted_cfg = {key: value for key, value in namespace['train_cfg'].items() if key != '_delete_'}
+    assert quoted_cfg == cfg.train_cfg.to_dict()
+
+    lr, steps, batch = RECIPE.search((REPO / 'docs' / 'design_notes.md').read_text()).groups()
+    english = cfg.train_cfg.phases[0]
+    assert (float(lr), int(steps.replace(',', '')), int(batch)) == (
+        english.lr, english.iters, cfg.source_finetune_dataloader.batch_size)
