@@ -5,7 +5,9 @@ type, trains each with ``xmr train`` (text-to-text validation, best checkpoint o
 scores the last checkpoint with ``xmr test``."""
 from __future__ import annotations
 
+import ast
 import gzip
+import re
 import sys
 
 import pytest
@@ -20,6 +22,9 @@ LINES = 24
 #: One variant per adapter type (the others vary a static adapter's site and initialisation).
 ONE_PER_TYPE = ['none', 'static_mlp_output', 'houlsby', 'compacter', 'lora', 'soft_prompt',
                 'dasd']
+#: The table of docs/methods/text_teacher.md: a row named by its adapter config, the count of
+#: that config's parameters.
+DOCS_ROW = re.compile(r'^\| `(\w+\(.*?\))` [^|]*\| ([\d.]+k) \|', re.M)
 
 
 def _multi30k_head(folder):
@@ -82,3 +87,28 @@ def test_the_docs_teacher_on_minilm_embeds_as_sentence_transformers_does(
     expected = torch.from_numpy(reference.encode(captions, normalize_embeddings=True))
     assert teacher.embed_dim == 384 and teacher.text_tower.num_blocks == 6
     torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_each_documented_adapter_row_is_a_variant_of_the_command_with_its_parameter_count():
+    """docs/methods/text_teacher.md names each row by the adapter config whose figures the
+    command prints, and gives its parameter count on all-MiniLM-L6-v2 (6 post-LN blocks of
+    width 384, FFN 1536); the counts are the configs' built on that shape."""
+    from xmr.models.adapters import AdapterSite
+    from xmr.models.adapters.language_adapters import LanguageAdapters
+
+    width, ffn = 384, 1536
+    linear_shapes = {AdapterSite.ATTN_QKV: (width, 3 * width), AdapterSite.ATTN_OUT: (width, width),
+                     AdapterSite.MLP_FC: (width, ffn), AdapterSite.MLP_PROJ: (ffn, width)}
+    rows = DOCS_ROW.findall((REPO / 'docs' / 'methods' / 'text_teacher.md').read_text('utf-8'))
+    assert len(rows) >= 7
+    for call, documented in rows:
+        node = ast.parse(call, mode='eval').body
+        adapters = {'type': node.func.id,
+                    **{kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}}
+        assert any(variant['adapters'] == adapters
+                   for variant in text_teacher_adapters.VARIANTS.values()), call
+        built = LanguageAdapters(['de'], adapters, width=width, num_blocks=6,
+                                 linear_shapes=linear_shapes, post_norm=True)
+        count = sum(parameter.numel() for parameter in built.parameters())
+        shown = f'{count / 1000:.1f}k' if count < 10_000 else f'{round(count / 1000)}k'
+        assert shown == documented, f'{call}: {count} parameters, the page says {documented}'
