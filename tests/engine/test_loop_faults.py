@@ -258,6 +258,18 @@ def test_a_phase_language_without_adapters_fails_before_the_first_step(tmp_path)
                                 "adapters for ['fr']; it reads ['en', 'de', 'zh']")
 
 
+def test_a_phase_language_without_adapters_names_the_config_key_of_its_loader(tmp_path):
+    """The phase's name stands for a loader written inside the phase only: a loader named by its
+    key (resolved to its config as the loop is built) is named by that key."""
+    phases = copy.deepcopy(PHASES)
+    phases[1]['dataloader'] = 'fr_dataloader'
+    cfg = make_cfg(tmp_path, phases=phases)
+    cfg.fr_dataloader = loader(dict(PAIRS, languages=['de', 'fr']))
+    _, error = runner_that_fails_before_training(cfg)
+    assert str(error.value) == ("phase cross_lingual dataset (fr_dataloader): the model has no "
+                                "adapters for ['fr']; it reads ['en', 'de', 'zh']")
+
+
 # ------------------------------------------------------------------ item 11: divergence
 def test_a_huge_lr_stops_at_the_first_nan_and_keeps_the_last_finite_checkpoint(tmp_path):
     phases = copy.deepcopy(PHASES[1:])

@@ -71,9 +71,10 @@ def _check_validation_options(val_interval: Any, validate_at_phase_end: Any) -> 
 
 
 def _configured_phase(runner, index: int, cfg: dict, dataloader: DataLoader | dict | None
-                      ) -> Phase:
+                      ) -> tuple[Phase, str]:
     """Phase ``index`` of ``train_cfg.phases``, its dataloader resolved: a config key to the
-    config it names, read through a feature cache where the phase asks, pinned on a GPU."""
+    config it names, read through a feature cache where the phase asks, pinned on a GPU; and
+    that dataloader's name (:func:`phase_loader_name`), which the resolved phase no longer has."""
     phase = Phase.from_config(index, cfg)
     loader_name = phase_loader_name(phase)
     if isinstance(phase.dataloader, str):
@@ -86,7 +87,7 @@ def _configured_phase(runner, index: int, cfg: dict, dataloader: DataLoader | di
         phase.dataloader = with_feature_cache(loader, phase, runner.work_dir, loader_name)
     if isinstance(phase.dataloader, Mapping):
         phase.dataloader = pinned_on_gpu(phase.dataloader)
-    return phase
+    return phase, loader_name
 
 
 def _phase_header(phase: Phase, model: torch.nn.Module) -> str:
@@ -324,8 +325,11 @@ class PhasedTrainLoop(BaseLoop):
         if not phases:
             raise ValueError('PhasedTrainLoop needs at least one phase')
         _check_validation_options(val_interval, validate_at_phase_end)
-        self.phases = [_configured_phase(runner, index, cfg, dataloader)
-                       for index, cfg in enumerate(phases)]
+        configured = [_configured_phase(runner, index, cfg, dataloader)
+                      for index, cfg in enumerate(phases)]
+        self.phases = [phase for phase, _ in configured]
+        # What errors call each phase's data: its config key, or the phase's name for its own.
+        self._loader_names = [name for _, name in configured]
         if dataloader is None and any(p.dataloader is None for p in self.phases):
             raise ValueError('a phase without its own dataloader needs train_dataloader')
         if dataloader is None:
@@ -433,7 +437,7 @@ class PhasedTrainLoop(BaseLoop):
                 raise ValueError(f'phase {phase.name}: lr_mult names {unknown}, which are no '
                                  f'parameter group of the optimiser; it has '
                                  f'{sorted(g for g in groups if g)}')
-        datasets = {f'phase {phase.name} dataset ({phase_loader_name(phase)})':
+        datasets = {f'phase {phase.name} dataset ({self._loader_names[index]})':
                     self._phase_dataloader(index).dataset
                     for index, phase in enumerate(self.phases) if self._iter < phase.end}
         val_loop = self.runner.val_loop
