@@ -129,3 +129,16 @@ def test_a_language_list_of_another_length_than_the_batch_is_refused(tower):
     embeddings, tokens, _ = batch(tower)
     with pytest.raises(ValueError, match='needs the language of each of the 4 captions'):
         sdm(embeddings, tokens, langs=LANGS[:3])
+
+
+def test_tongan_whose_code_names_a_module_method_has_its_own_module(tower):
+    """``to`` (Tongan) is also ``nn.Module.to``, a name ``add_module`` refuses."""
+    sdm = PerLanguageDisentangler({'to': build(tower), 'de': build(tower)})
+    assert list(sdm.per_language) == ['to', 'de']
+    assert any(key.startswith('per_language.to.') for key in sdm.state_dict())
+    embeddings, tokens, _ = batch(tower)
+    condition, _ = sdm(embeddings, tokens, langs=['to', 'de', 'to', 'de'])
+    index = torch.tensor([0])
+    alone, _ = sdm.per_language['to'](embeddings[index], select_tokens(tokens, index))
+    for block, weights in alone.items():
+        torch.testing.assert_close(condition[block][index], weights)

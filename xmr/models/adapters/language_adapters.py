@@ -59,6 +59,22 @@ def check_blocks(adapter_type: str, blocks: Sequence[int] | None,
     return blocks
 
 
+class LanguageModuleDict(nn.ModuleDict):
+    """A ``ModuleDict`` keyed by language codes, whatever the code.
+
+    ``nn.Module.add_module`` refuses a name its class already has as an attribute, and Tongan's
+    ISO 639-1 code ``to`` is ``Module.to``. Such a language is kept like any other (state-dict
+    keys ``...sets.to.*``, ``modules['to']``); only attribute access (``modules.to``) still means
+    the method.
+    """
+
+    def add_module(self, name: str, module: nn.Module | None) -> None:
+        if name in self._modules or not hasattr(type(self), name):
+            super().add_module(name, module)
+        else:
+            self._modules[name] = module
+
+
 class LanguageAdapters(nn.Module):
     """The adapters of every target language, placed at the sites their classes declare.
 
@@ -90,7 +106,7 @@ class LanguageAdapters(nn.Module):
         configs = [] if adapters is None else ([adapters] if isinstance(adapters, dict)
                                                 else list(adapters))
         linear_shapes = linear_shapes or {}
-        self.sets = nn.ModuleDict()
+        self.sets = LanguageModuleDict()
         for lang in self.languages:
             placed = nn.ModuleDict()
             for position, cfg in enumerate(configs):

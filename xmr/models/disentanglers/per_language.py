@@ -14,8 +14,8 @@ from collections.abc import Sequence, Set
 from typing import Any
 
 import torch
-from torch import nn
 
+from xmr.models.adapters.language_adapters import LanguageModuleDict
 from xmr.models.disentanglers.base import ConditionDisentangler
 from xmr.models.disentanglers.discriminator import shuffled_negatives
 from xmr.models.host_to_device import host_to_device
@@ -45,7 +45,7 @@ class PerLanguageDisentangler(ConditionDisentangler):
         super().__init__()
         if not disentangler:
             raise ValueError('PerLanguageDisentangler needs at least one language')
-        self.per_language = nn.ModuleDict(disentangler)
+        self.per_language = LanguageModuleDict(disentangler)
 
     @property
     def loss_names(self) -> Set[str]:

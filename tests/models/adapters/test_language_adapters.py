@@ -1,0 +1,33 @@
+"""LanguageAdapters keyed by every language code, Tongan's ``to`` (a Module method) included."""
+from __future__ import annotations
+
+import torch
+
+from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
+from xmr.models.language.language_modules import load_language_module, save_language_module
+from xmr.registry import MODELS
+
+
+def test_tongan_whose_code_names_a_module_method_is_a_target_language(tmp_path):
+    """ISO 639-1 ``to`` (Tongan) is also ``nn.Module.to``, a name ``add_module`` refuses: the
+    model is built, saves and loads its adapters under ``sets.to``, and ``.to()`` still moves
+    it."""
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_retriever_cfg(
+        language_branch=tiny_branch_cfg(languages=['to', 'de']))).eval()
+    assert model.languages == ['to', 'de']
+    assert any(key.startswith('language_branch.adapters.sets.to.') for key in model.state_dict())
+    assert model.to(torch.float32) is model
+    tokens = model.language_branch.tokenize(['ko e pusi', 'ko e pusi'])
+    with torch.no_grad():
+        for parameter in model.language_branch.adapters.sets['to'].parameters():
+            parameter.normal_(std=0.1)
+        tongan = model.encode_text(tokens, 'to')
+    assert not torch.equal(tongan, model.encode_text(tokens, 'de'))
+
+    torch.manual_seed(0)
+    receiver = MODELS.build(tiny_retriever_cfg(
+        language_branch=tiny_branch_cfg(languages=['to', 'de']))).eval()
+    load_language_module(receiver, save_language_module(model, 'to', tmp_path / 'to.pth'))
+    with torch.no_grad():
+        assert torch.equal(receiver.encode_text(tokens, 'to'), tongan)
