@@ -50,6 +50,18 @@ def test_format_table_pads_wide_and_combining_names_to_their_shown_width():
     assert format_table(['m'], [['a\u0301\u200d']]) == '| m |\n|---|\n| a\u0301\u200d |'
 
 
+def test_format_table_pads_decomposed_hangul_as_the_syllables_it_shows():
+    """Korean typed on macOS, or a model named by a file name there, is in jamo (NFD): '모델'
+    is six code points that show as two syllables, four columns (the vowel and final jamo join
+    the initial one, as combining marks do)."""
+    decomposed = '\u1106\u1169\u1103\u1166\u11af'  # 모델 in jamo
+    assert format_table(['model', 'ko'], [[decomposed, '1.00'], ['en', '-']]) == (
+        '| model | ko   |\n'
+        '|-------|------|\n'
+        f'| {decomposed}  | 1.00 |\n'
+        '| en    | -    |')
+
+
 def test_columns_follow_each_datasets_headline():
     columns = leaderboard_columns(MULTI_DATASET)
     assert [(c.label, c.key) for c in columns] == [

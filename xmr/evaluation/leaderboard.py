@@ -87,10 +87,17 @@ HEADLINES: tuple[Headline, ...] = (
 
 def display_width(text: str) -> int:
     """The terminal columns ``text`` takes, as a table pads it: two for a wide or fullwidth
-    (East Asian) character, none for a combining mark or a format character (a zero-width
-    joiner), one for the rest; ``len`` counts a Chinese model name half as wide as it shows."""
-    return sum(0 if unicodedata.category(c) in ('Mn', 'Me', 'Cf')
+    (East Asian) character, none for a combining mark, a format character (a zero-width
+    joiner) or a Hangul vowel or final jamo (decomposed Korean, NFD, joins them to the initial
+    as one syllable), one for the rest; ``len`` counts a Chinese model name half as wide as it
+    shows."""
+    return sum(0 if unicodedata.category(c) in ('Mn', 'Me', 'Cf') or _joining_jamo(c)
                else 2 if unicodedata.east_asian_width(c) in ('W', 'F') else 1 for c in text)
+
+
+def _joining_jamo(char: str) -> bool:
+    """A Hangul medial vowel or final consonant (Jungseong, Jongseong), in both jamo blocks."""
+    return '\u1160' <= char <= '\u11ff' or '\ud7b0' <= char <= '\ud7ff'
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
