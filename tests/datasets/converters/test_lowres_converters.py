@@ -110,6 +110,22 @@ def test_xtd200_reads_flores_files_into_canonical_codes(tmp_path):
                                      'zh-Hant': ['水上的鳥'], 'ks-Deva': ['पानी पर पक्षी']}
 
 
+def test_all_languages_of_a_folder_without_caption_files_names_the_folder(tmp_path):
+    """``--languages all`` in the wrong folder (the release's ``data/`` rather than
+    ``data/xtd200/``, or captions renamed) found no file: the annotation was refused for its
+    empty language list, naming neither the folder nor the files looked for."""
+    release = write_flores_release(tmp_path / 'xtd200', 'test_image_names.txt',
+                                   ['COCO_val2014_000000000042.jpg'], {})
+    (release / 'swahili.txt').write_text('paka\n', encoding='utf-8')
+    with pytest.raises(ConversionError, match=r'--languages all: no FLORES-200 caption file '
+                                              r'\(<flores code>.txt, such as swh_Latn.txt\) in '
+                                              r'.*xtd200'):
+        convert_flores_captions('xtd200', release, ['all'])
+    with pytest.raises(ConversionError, match=r"--languages \['all', 'en'\]: 'all' takes every "
+                                              'caption file of the folder; give it alone'):
+        convert_flores_captions('xtd200', release, ['all', 'en'])
+
+
 def test_flickr30k_200_script_and_its_errors(tmp_path, monkeypatch, capsys):
     release = write_flores_release(tmp_path / 'f200', 'filenames.txt',
                                    ['1007129816.jpg', '101362133.jpg'],

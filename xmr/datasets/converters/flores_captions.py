@@ -58,9 +58,8 @@ def convert_flores_captions(dataset: str, captions_dir: str | os.PathLike,
     if dataset not in IMAGE_LISTS:
         raise ConversionError(f'unknown dataset {dataset!r}; choose one of {list(IMAGE_LISTS)}')
     captions_dir = Path(captions_dir)
-    if list(languages) == ['all']:
-        languages = sorted(path.stem for path in captions_dir.glob('*.txt')
-                           if path.stem in FLORES200_TO_CANONICAL)
+    if 'all' in languages:
+        languages = _every_caption_file(captions_dir, list(languages))
     languages = canonical_languages(languages, '--languages')
     list_path = captions_dir / IMAGE_LISTS[dataset]
     names = read_lines(list_path, what='image list')
@@ -73,6 +72,26 @@ def convert_flores_captions(dataset: str, captions_dir: str | os.PathLike,
         check_media_exist(images_dir, paths)
     return Annotation(dataset=dataset, split='test', media_type='image', languages=languages,
                       items=records, source_lang='en' if 'en' in languages else None)
+
+
+def _every_caption_file(captions_dir: Path, languages: list[str]) -> list[str]:
+    """The FLORES-200 codes of the caption files in ``captions_dir`` (``languages`` is
+    ``['all']``), sorted.
+
+    Raises:
+        ConversionError: ``all`` beside other codes, or a folder without caption files.
+    """
+    if languages != ['all']:
+        raise ConversionError(f"--languages {languages}: 'all' takes every caption file of the "
+                              'folder; give it alone, or list the codes')
+    found = sorted(path.stem for path in captions_dir.glob('*.txt')
+                   if path.stem in FLORES200_TO_CANONICAL)
+    if not found:
+        raise ConversionError(f'--languages all: no FLORES-200 caption file (<flores code>.txt, '
+                              f'such as swh_Latn.txt) in {captions_dir}; give the folder of the '
+                              "release's caption files (nllb-clip's data/xtd200 or "
+                              'data/flickr30k-200)')
+    return found
 
 
 def _flores(lang: str) -> str:
