@@ -58,8 +58,9 @@ def test_a_language_the_vocabulary_never_saw_is_reported_once(monkeypatch):
     assert logged == [f"SentencePieceTokenizer: {unknown} of the "
                       f"{sum(len(tokenizer.encode(t)) - 2 for t in korean)} tokens of the 'ko' "
                       'captions in a batch are unknown to its vocabulary, which does not cover '
-                      'the language; give a vocabulary that does (a SentencePiece model learned '
-                      "from a corpus holding the language's captions)"]
+                      'the language; give a tokenizer (and text tower) whose vocabulary does '
+                      '(for a SentencePieceTokenizer, a model learned from a corpus holding the '
+                      "language's captions)"]
 
 
 class WordTokenizer(BaseTokenizer):
@@ -88,10 +89,32 @@ def test_a_language_is_reported_once_over_a_quarter_of_its_tokens_in_a_batch_are
               langs=['de', 'fr', 'fr', 'es'])  # fr: 1 of 4; es: 1 of 3, over a quarter
     assert logged == ["WordTokenizer: 1 of the 3 tokens of the 'es' captions in a batch are "
                       'unknown to its vocabulary, which does not cover the language; give a '
-                      'vocabulary that does (a SentencePiece model learned from a corpus holding '
-                      "the language's captions)"]
+                      'tokenizer (and text tower) whose vocabulary does (for a '
+                      'SentencePieceTokenizer, a model learned from a corpus holding the '
+                      "language's captions)"]
     tokenizer(['deux rouge', 'zwei rote'], langs=['fr', 'es'])  # es again: said once
     assert len(logged) == 2 and "'fr' captions" in logged[1]
+
+
+def test_a_script_xlmr_never_saw_is_reported_by_the_hugging_face_tokenizer(shared_data,
+                                                                           monkeypatch):
+    """XLM-R's vocabulary has no Tibetan: a caption of one Tibetan word is '▁' and one
+    ``<unk>`` (id 3), so every such caption reaches the model as the same ids; said once,
+    naming the language. Amharic, which XLM-R covers, is not reported."""
+    from xmr.models.language import tokenizers
+
+    logged = []
+    monkeypatch.setattr(tokenizers, 'print_log', lambda message, **kw: logged.append(message))
+    tokenizer = HFTokenizer(tokenizer_file=str(shared_data / 'tokenizers' /
+                                               'xlm-roberta.tokenizer.json'))
+    tibetan = ['ཞི་མི་གཅིག་ཉལ་འདུག', 'ཁྱི་གཅིག་རྒྱུག་གི་འདུག']
+    batch = tokenizer([*tibetan, 'አንድ ድመት በሶፋ ላይ ተኝቷል'], langs=['bo', 'bo', 'am'])
+    assert batch['input_ids'][:2, :4].tolist() == [[0, 6, 3, 2]] * 2
+    assert logged == ["HFTokenizer: 2 of the 4 tokens of the 'bo' captions in a batch are "
+                      'unknown to its vocabulary, which does not cover the language; give a '
+                      'tokenizer (and text tower) whose vocabulary does (for a '
+                      'SentencePieceTokenizer, a model learned from a corpus holding the '
+                      "language's captions)"]
 
 
 def test_sentencepiece_trains_writes_and_reloads(tmp_path):

@@ -242,7 +242,7 @@ class BaseTokenizer(metaclass=ABCMeta):
         for ids, lang in zip(sequences, langs):
             unknown_and_all = counts.setdefault(lang, [0, 0])
             unknown_and_all[0] += ids.count(self.unk_id)
-            unknown_and_all[1] += len(ids) - 2  # the begin and end specials
+            unknown_and_all[1] += len(ids) - self.start_tokens - self.ends_with_special(ids)
         for lang, (unknown, total) in counts.items():
             if lang in self._unknown_reported or unknown <= UNKNOWN_SHARE_WARNING * total:
                 continue
@@ -250,8 +250,9 @@ class BaseTokenizer(metaclass=ABCMeta):
             captions = f"the '{lang}' captions" if lang else 'the captions'
             print_log(f'{type(self).__name__}: {unknown} of the {total} tokens of {captions} in a '
                       'batch are unknown to its vocabulary, which does not cover the language; '
-                      'give a vocabulary that does (a SentencePiece model learned from a corpus '
-                      "holding the language's captions)", logger='current',
+                      'give a tokenizer (and text tower) whose vocabulary does (for a '
+                      'SentencePieceTokenizer, a model learned from a corpus holding the '
+                      "language's captions)", logger='current',
                       level=logging.WARNING)
 
 
@@ -321,6 +322,7 @@ class _Loaded(NamedTuple):
     pad_id: int
     token_ids: dict[str, int]
     sep_id: int | None
+    unk_id: int | None  # what it writes for a piece its vocabulary lacks; None: nothing
     backend: Any  # its ``tokenizers.Tokenizer``, if it has one
     truncation_side: str  # 'right' or 'left'
 
@@ -353,7 +355,8 @@ def _load_file(path: Path) -> _Loaded:
     vocab = fast.get_vocab()
     sep_id = next((vocab[t] for t in ('[SEP]', '</s>') if t in vocab), None)
     return _Loaded(lambda text, specials: fast.encode(text, add_special_tokens=specials).ids,
-                   fast.get_vocab_size(), pad_id, vocab, sep_id, fast, truncation_side)
+                   fast.get_vocab_size(), pad_id, vocab, sep_id, _file_unk_id(fast), fast,
+                   truncation_side)
 
 
 def _load_hub(name_or_path: str) -> _Loaded:
@@ -370,7 +373,8 @@ def _load_hub(name_or_path: str) -> _Loaded:
                       'instead of retrying the hub)') from error
     return _Loaded(lambda text, specials: hf(text, add_special_tokens=specials)['input_ids'],
                    len(hf), 0 if hf.pad_token_id is None else hf.pad_token_id,
-                   hf.get_vocab(), hf.sep_token_id, getattr(hf, 'backend_tokenizer', None),
+                   hf.get_vocab(), hf.sep_token_id, hf.unk_token_id,
+                   getattr(hf, 'backend_tokenizer', None),
                    hf.truncation_side)
 
 
@@ -398,6 +402,18 @@ def _file_pad_id(config: Mapping[str, Any], fast: Any) -> int:
     if fast.padding is not None:
         return int(fast.padding['pad_id'])
     return next((vocab[t] for t in ('<pad>', '[PAD]', '<|pad|>') if t in vocab), 0)
+
+
+def _file_unk_id(fast: Any) -> int | None:
+    """The id a ``tokenizers`` model writes for a piece its vocabulary lacks (XLM-R's ``<unk>``,
+    mBERT's ``[UNK]``); ``None`` for one that writes none (byte-level BPE)."""
+    from tokenizers.models import Unigram
+
+    model = fast.model
+    if isinstance(model, Unigram):  # SentencePiece's (XLM-R, NLLB, T5): only its state says
+        return json.loads(model.__getstate__()).get('unk_id')
+    token = getattr(model, 'unk_token', None)
+    return None if token is None else fast.token_to_id(token)
 
 
 def _composes_first(normalizer: Any) -> bool:
@@ -458,6 +474,7 @@ class HFTokenizer(BaseTokenizer):
         self._encode_fn = loaded.encode
         self._vocab = loaded.size
         self._pad_id = loaded.pad_id if pad_id is None else pad_id
+        self._unk_id = loaded.unk_id
         #: captions are NFC-normalised first (:func:`_composes_first`): canonically equivalent
         #: captions then get the ids the reference tokenizer gives them.
         self.compose = loaded.backend is not None and _composes_first(loaded.backend.normalizer)
@@ -484,6 +501,10 @@ class HFTokenizer(BaseTokenizer):
     @property
     def pad_id(self) -> int:
         return self._pad_id
+
+    @property
+    def unk_id(self) -> int | None:
+        return self._unk_id
 
     def vocabulary(self) -> Mapping[str, int]:
         return self.token_ids
