@@ -36,6 +36,9 @@ XM3600_LANGUAGES = ('ar bn cs da de el en es fa fi fil fr he hi hr hu id it ja k
     # a script and a region: the region counts where the script is the usual one
     ('zh-Hans-CN', 'zh'), ('zh-Hant-TW', 'zh-Hant'), ('pt-Latn-BR', 'pt-BR'),
     ('sr-Latn-RS', 'sr-Latn'),
+    # ... unless the region stands for another script (zh-TW, zh-HK: traditional); CLDR's
+    # zh_Hans_HK is simplified Chinese as written in Hong Kong
+    ('zh-Hans-TW', 'zh'), ('zh_Hans_HK', 'zh'), ('zh-Hans-MO', 'zh'), ('cmn-Hans-TW', 'zh'),
 ])
 def test_normalize_language(code, canonical):
     assert normalize_language(code) == canonical

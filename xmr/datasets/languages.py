@@ -152,10 +152,13 @@ def normalize_language(code: str, where: str = 'language code') -> str:
     parts = re.split('[-_]', code)
     if len(parts) == 3 and len(parts[1]) == 4 and parts[0].lower() in _ALIASES:
         # A script and a region (zh-Hans-CN, pt-Latn-BR): the region counts where the script is
-        # the language's usual one, as in the code without it; else the script does.
+        # the language's usual one, as in the code without it; else the script does. A region
+        # that stands for another script (zh-TW: traditional) yields to the script given.
         scripted = normalize_language(f'{parts[0]}-{parts[1]}', where)
-        return scripted if '-' in scripted else normalize_language(
-            f'{scripted}-{parts[2]}', where)
+        if '-' in scripted:
+            return scripted
+        regional = normalize_language(f'{scripted}-{parts[2]}', where)
+        return scripted if len(regional.partition('-')[2]) == 4 else regional
     match = _SUBTAG.match(code)
     if match is not None and match.group(1).lower() in _ALIASES:
         base, subtag = _ALIASES[match.group(1).lower()], match.group(2)
