@@ -613,6 +613,17 @@ def test_a_tokenizer_that_truncates_on_the_left_keys_another_cache_others_keep_t
         'truncation_side'] == 'left'
 
 
+def test_language_tokens_given_to_nllb_key_another_cache_none_keep_theirs():
+    """``language_tokens`` changes the ids a caption of such a language starts with."""
+    from xmr.engine.feature_cache.key import tokenizer_identity
+
+    plain = dict(max_length=77, vocab_size=49408, pad_id=0)
+    assert tokenizer_identity(SimpleNamespace(**plain, language_tokens={})) == \
+        tokenizer_identity(SimpleNamespace(**plain))
+    assert tokenizer_identity(SimpleNamespace(**plain, language_tokens={'fil': 'tgl_Latn'}))[
+        'language_tokens'] == {'fil': 'tgl_Latn'}
+
+
 def test_the_media_a_cache_is_built_from_are_checked_with_the_datasets_check(pair_ann_file,
                                                                             tmp_path):
     """The wrapper switches decoding off, so the dataset's own check saw nothing; the build

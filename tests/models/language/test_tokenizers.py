@@ -302,6 +302,31 @@ def test_nllb_tokenizer_refuses_languages_it_cannot_code(nllb_folder):
         NLLBTokenizer(name_or_path=str(nllb_folder), language='fil')
 
 
+def test_nllb_tokenizer_reads_a_language_without_a_flores_token_by_the_one_given(nllb_folder):
+    """Filipino, Cusco Quechua and Norwegian have no FLORES-200 code; nllb-clip's XM3600
+    evaluation reads them with Tagalog's, Ayacucho Quechua's and Nynorsk's tokens
+    (visheratin/nllb-clip test/lang_map.py). Ids: 61 + the code's place in NLLB's list."""
+    tgl, quy, nno = 61 + 173, 61 + 143, 61 + 127
+    tokenizer = NLLBTokenizer(name_or_path=str(nllb_folder), language_tokens={
+        'fil': 'tgl_Latn', 'quz': 'quy_Latn', 'nor': 'nno_Latn'})
+    batch = tokenizer(['a', 'a', 'a', 'a'], ['fil', 'quz', 'no', 'deu_Latn'])
+    assert batch['input_ids'][:, 0].tolist() == [tgl, quy, nno, DEU]
+    from xmr.datasets.languages import LanguageCodeError
+
+    with pytest.raises(LanguageCodeError, match=r"'fil' \('fil'\) is not a FLORES-200 language.*"
+                                                r"NLLBTokenizer\(language_tokens=\{'fil': "
+                                                r"'<FLORES-200 code>'\}\) reads it with another "
+                                                "language's token"):
+        NLLBTokenizer(name_or_path=str(nllb_folder))(['a'], ['fil'])
+    with pytest.raises(ValueError, match=r"NLLBTokenizer language_tokens: 'fil' -> 'tgl' is no "
+                                         'language-code token of .*nllb; give a FLORES-200 code '
+                                         r"it holds \(such as 'ace_Arab'\)"):
+        NLLBTokenizer(name_or_path=str(nllb_folder), language_tokens={'fil': 'tgl'})
+    with pytest.raises(LanguageCodeError, match="NLLBTokenizer language_tokens: unknown "
+                                                "language code 'xq'"):
+        NLLBTokenizer(name_or_path=str(nllb_folder), language_tokens={'xq': 'tgl_Latn'})
+
+
 def test_nllb_tokenizer_refuses_a_vocabulary_without_language_codes(shared_data):
     path = str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json')
     with pytest.raises(ValueError, match=r'NLLBTokenizer: .*xlm-roberta.tokenizer.json has no '

@@ -118,7 +118,9 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
     """What decides a caption's ids beyond the caption: the tokenizer's type, length, vocabulary
     size and padding id, and, for a tokenizer that may compose captions first (``HFTokenizer``'s
     ``compose``), whether it does: composed, a decomposed caption gets other ids; and a long
-    caption's side cut when it is the left (right-cutting tokenizers keep the key they had)."""
+    caption's side cut when it is the left (right-cutting tokenizers keep the key they had); the
+    language tokens an ``NLLBTokenizer`` reads languages with in place of their own, when it is
+    given some."""
     identity = {'type': type(tokenizer).__qualname__,
                 'max_length': getattr(tokenizer, 'max_length', None),
                 'vocab_size': getattr(tokenizer, 'vocab_size', None),
@@ -127,6 +129,8 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
         identity['compose'] = bool(tokenizer.compose)
     if getattr(tokenizer, 'truncation_side', 'right') != 'right':
         identity['truncation_side'] = tokenizer.truncation_side
+    if getattr(tokenizer, 'language_tokens', None):
+        identity['language_tokens'] = dict(sorted(tokenizer.language_tokens.items()))
     return identity
 
 

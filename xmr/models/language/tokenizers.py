@@ -19,7 +19,12 @@ from typing import Any, NamedTuple, TypedDict
 import torch
 from mmengine.logging import print_log
 
-from xmr.datasets.languages import FLORES200_TO_CANONICAL, LanguageCodeError, flores_code
+from xmr.datasets.languages import (
+    FLORES200_TO_CANONICAL,
+    LanguageCodeError,
+    flores_code,
+    normalize_language,
+)
 from xmr.registry import FUNCTIONS, TOKENIZERS
 
 #: Share of unknown tokens among a language's tokens in a batch above which it is reported:
@@ -568,10 +573,16 @@ class NLLBTokenizer(HFTokenizer):
         language: the language of captions tokenised without ``langs`` (single captions such as
             a hard prompt's text, whose language token is dropped); ``'en'`` as NLLB's own
             default ``src_lang`` (``eng_Latn``).
+        language_tokens: the FLORES-200 token to read a language with in place of its own,
+            keyed by any accepted code: a language without one, as nllb-clip's evaluation of
+            Crossmodal-3600 reads ``{'fil': 'tgl_Latn', 'quz': 'quy_Latn', 'no': 'nno_Latn'}``
+            (the data keeps each language's own code, docs/data.md).
 
     Raises:
-        ValueError: a tokenizer without ``</s>`` or without FLORES-200 language-code tokens.
-        LanguageCodeError: a ``language`` NLLB has no token for (:meth:`language_id`).
+        ValueError: a tokenizer without ``</s>`` or without FLORES-200 language-code tokens, or
+            a ``language_tokens`` value that is none of its language-code tokens.
+        LanguageCodeError: a ``language`` NLLB has no token for (:meth:`language_id`), or an
+            unknown code among the ``language_tokens`` keys.
     """
 
     writes_language_token = True
@@ -579,7 +590,8 @@ class NLLBTokenizer(HFTokenizer):
     def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
                  max_length: int = 77, pad_to: int | None = None,
                  clean: str | None = 'whitespace', language: str = 'en',
-                 pad_to_multiple_of: int | None = None) -> None:
+                 pad_to_multiple_of: int | None = None,
+                 language_tokens: Mapping[str, str] | None = None) -> None:
         super().__init__(name_or_path=name_or_path, tokenizer_file=tokenizer_file,
                          max_length=max_length, pad_to=pad_to, clean=clean,
                          pad_to_multiple_of=pad_to_multiple_of)
@@ -593,6 +605,15 @@ class NLLBTokenizer(HFTokenizer):
         if not self.flores_codes:
             raise ValueError(f'NLLBTokenizer: {source} has no FLORES-200 language-code token '
                              "(such as 'eng_Latn'); not an NLLB tokenizer, use HFTokenizer")
+        #: canonical code -> the FLORES-200 token it is read with in place of its own.
+        self.language_tokens = {
+            normalize_language(lang, 'NLLBTokenizer language_tokens'): token
+            for lang, token in (language_tokens or {}).items()}
+        for lang, token in self.language_tokens.items():
+            if token not in self.flores_codes:
+                raise ValueError(f'NLLBTokenizer language_tokens: {lang!r} -> {token!r} is no '
+                                 f'language-code token of {source}; give a FLORES-200 code it '
+                                 f'holds (such as {self.flores_codes[0]!r})')
         self.language = language
         self.language_id(language)
         self.start_tokens = 1  # its language code (encode_in), whatever the file's post-processor
@@ -602,10 +623,18 @@ class NLLBTokenizer(HFTokenizer):
 
         Raises:
             LanguageCodeError: a code :func:`~xmr.datasets.languages.flores_code` cannot map
-                (naming the accepted forms), or a FLORES-200 language this vocabulary has no
-                token for.
+                (naming the accepted forms, and :attr:`language_tokens` for a known language),
+                or a FLORES-200 language this vocabulary has no token for.
         """
-        code = flores_code(lang)
+        code = self.language_tokens.get(normalize_language(lang))
+        if code is not None:
+            return self.token_ids[code]
+        try:
+            code = flores_code(lang)
+        except LanguageCodeError as error:
+            raise LanguageCodeError(
+                f"{error}; NLLBTokenizer(language_tokens={{{normalize_language(lang)!r}: "
+                "'<FLORES-200 code>'}) reads it with another language's token") from error
         if code not in self.token_ids:
             raise LanguageCodeError(
                 f"NLLBTokenizer: language {lang!r} is FLORES-200 {code!r}, which this NLLB "
