@@ -257,6 +257,32 @@ def test_loaded_results_use_canonical_language_codes(tmp_path):
         'xtd10/ja/t2i_R@10': 40.0, 'nllb/sw/AR': 5.0, 'nllb/mAR': 5.0, 'AR': 1.0}
 
 
+def test_a_result_recorded_with_old_codes_shares_the_table_of_its_test_set(tmp_path):
+    """A result whose test set and summary languages were recorded as XTD10's ``jp`` lines up
+    with today's ``ja`` one: one table, and no legend line saying ``ja`` is left out."""
+    from xmr.evaluation import EvaluationResult, load_result, save_result
+
+    metrics = {'xtd10/de/t2i_R@10': 60.0, 'xtd10/mean_t2i_R@10': 55.0}
+    save_result(tmp_path / 'old.json', EvaluationResult(
+        'old', {**metrics, 'xtd10/jp/t2i_R@10': 50.0},
+        test_sets=[{'dataset': 'xtd10', 'split': 'test', 'languages': ['de', 'jp']}],
+        extra={'summary_languages': {'xtd10': ['de', 'jp']}}))
+    save_result(tmp_path / 'new.json', EvaluationResult(
+        'new', {**metrics, 'xtd10/ja/t2i_R@10': 50.0},
+        test_sets=[{'dataset': 'xtd10', 'split': 'test', 'languages': ['de', 'ja']}],
+        extra={'summary_languages': {'xtd10': ['de', 'ja']}}))
+    old = load_result(tmp_path / 'old.json')
+    assert old.test_sets == [{'dataset': 'xtd10', 'split': 'test', 'languages': ['de', 'ja']}]
+    assert old.summary_languages == {'xtd10': ['de', 'ja']}
+    assert leaderboard_markdown([load_result(tmp_path / 'new.json'), old]).split('\n\n') == [
+        'test set: xtd10 test (de, ja)',
+        '| model | xtd10/de | xtd10/ja | xtd10/mean_t2i_R@10 |\n'
+        '|-------|----------|----------|---------------------|\n'
+        '| new   | 60.00    | 50.00    | 55.00               |\n'
+        '| old   | 60.00    | 50.00    | 55.00               |',
+        '- xtd10: text→image R@10 (XTD10, M-CLIP)']
+
+
 MULTI30K_TEST = {'dataset': 'multi30k', 'split': 'test', 'languages': ['en', 'de', 'fr']}
 
 

@@ -424,10 +424,17 @@ def load_result(path: str | os.PathLike) -> EvaluationResult:
     known = {'format', 'version', 'name', 'config', 'checkpoint', 'metrics', 'test_sets',
              SKIPPED_KEY}
     metrics = {_canonical_key(key): value for key, value in metrics.items()}
+    # The languages recorded beside the metrics are renamed with them: a test set recorded with
+    # 'jp' is XTD10's 'ja' one, and shares its table.
+    test_sets = [{**ts, 'languages': _canonical_codes(ts['languages'])} if 'languages' in ts
+                 else ts for ts in test_sets]
+    extra = {k: v for k, v in data.items() if k not in known}
+    if isinstance(extra.get('summary_languages'), dict):
+        extra['summary_languages'] = {prefix: _canonical_codes(langs) for prefix, langs
+                                      in extra['summary_languages'].items()}
     return EvaluationResult(name=str(data.get('name') or path.stem), metrics=metrics,
                             config=data.get('config'), checkpoint=data.get('checkpoint'),
-                            test_sets=test_sets,
-                            extra={k: v for k, v in data.items() if k not in known})
+                            test_sets=test_sets, extra=extra)
 
 
 def _canonical_key(key: str) -> str:
@@ -435,6 +442,15 @@ def _canonical_key(key: str) -> str:
     canonical codes line up with today's columns."""
     return '/'.join(normalize_language(part) if is_language_alias(part) else part
                     for part in key.split('/'))
+
+
+def _canonical_codes(codes: Any) -> Any:
+    """A recorded list of language codes with :func:`_canonical_key`'s renaming (``jp`` ->
+    ``ja``); anything else as it is."""
+    if not isinstance(codes, list):
+        return codes
+    return [normalize_language(code) if isinstance(code, str) and is_language_alias(code)
+            else code for code in codes]
 
 
 def _union_columns(results: Sequence[EvaluationResult]) -> list[Column]:
