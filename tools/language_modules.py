@@ -56,12 +56,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _pairs(values: list[str]) -> dict[str, Path]:
     from xmr.datasets.languages import normalize_language
 
-    pairs = {}
+    pairs, given = {}, {}
     for value in values:
         lang, sep, path = value.partition('=')
         if not sep or not lang or not path:
             raise UserError(value, 'not a --modules value', 'give LANG=PATH, e.g. de=de.pth')
-        pairs[normalize_language(lang, f'--modules {value}')] = Path(path)
+        canonical = normalize_language(lang, f'--modules {value}')
+        if canonical in pairs:
+            raise UserError(value, f'--modules names the language {canonical!r} twice '
+                            f'({given[canonical]})', 'give one module file a language')
+        pairs[canonical], given[canonical] = Path(path), value
     return pairs
 
 

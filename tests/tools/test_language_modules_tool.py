@@ -169,6 +169,18 @@ def test_languages_are_read_in_any_spelling_of_their_code(tmp_path, monkeypatch)
     assert pairs(['deu_Latn=de.pth', 'FR=fr.pth']) == {'de': Path('de.pth'), 'fr': Path('fr.pth')}
 
 
+def test_a_language_given_twice_to_merge_is_refused():
+    """'bo=a.pth bod_Tibt=b.pth' name one language: the second file silently replaced the
+    first, which was never merged."""
+    from xmr.utils.cli import UserError
+
+    pairs = runpy.run_path(str(TOOL))['_pairs']
+    with pytest.raises(UserError, match=r"^bod_Tibt=b.pth: --modules names the language 'bo' "
+                                        r'twice \(bo=a.pth\): give one module file a '
+                                        'language$'):
+        pairs(['bo=a.pth', 'bod_Tibt=b.pth'])
+
+
 def test_an_export_naming_a_language_without_a_module_writes_no_file(tmp_path, monkeypatch,
                                                                      capsys):
     from xmr.apis import init_retriever
