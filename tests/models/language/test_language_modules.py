@@ -52,6 +52,17 @@ def test_round_trip_is_exact_and_the_file_holds_only_the_module(tmp_path):
     assert torch.equal(encode(receiver, 'de'), encode(source, 'de'))
 
 
+def test_a_module_is_saved_and_loaded_by_any_spelling_of_its_language(tmp_path):
+    """As encode_texts and the tool take ``deu_Latn`` for ``de``, so do the module functions;
+    the file records the canonical code."""
+    source = build(['de'], module_seed=1)
+    path = save_language_module(source, 'deu_Latn', tmp_path / 'de.pth')
+    assert torch.load(path, weights_only=True)['lang'] == 'de'
+    receiver = build(['de'], module_seed=2)
+    assert load_language_module(receiver, path, lang='DE') == 'de'
+    assert torch.equal(encode(receiver, 'de'), encode(source, 'de'))
+
+
 def test_two_languages_trained_apart_keep_their_own_outputs_in_one_model(tmp_path):
     german, french = build(['de'], module_seed=3), build(['fr'], module_seed=4)
     save_language_module(german, 'de', tmp_path / 'de.pth')

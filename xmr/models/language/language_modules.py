@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from xmr.datasets.languages import normalize_language
 from xmr.engine.checkpoint import read_checkpoint
 from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import atomic_torch_save
@@ -97,7 +98,8 @@ def language_state_dict(model: nn.Module, lang: str) -> dict[str, torch.Tensor]:
 
 def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
                          base_checkpoint: str | os.PathLike | None = None) -> Path:
-    """Write ``lang``'s module to ``path`` (a small torch file), through a temporary file.
+    """Write ``lang``'s module (any spelling of its code, ``deu_Latn`` for ``de``) to ``path``
+    (a small torch file), through a temporary file.
 
     The file holds the format tag, the language, the facts the receiving model must share
     (backbone, architecture, width, blocks, routine), its base (``base_checkpoint``, the file the
@@ -106,6 +108,7 @@ def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
     Returns:
         The path written.
     """
+    lang = normalize_language(lang, 'save_language_module lang')
     base = dict(checkpoint=None if base_checkpoint is None else str(base_checkpoint),
                 shared=shared_fingerprints(model))
     payload = dict(format=MODULE_FORMAT, version=MODULE_VERSION, lang=lang, facts=_facts(model),
@@ -123,7 +126,8 @@ def save_merged_checkpoint(model: nn.Module, path: str | os.PathLike,
 
 def load_language_module(model: nn.Module, path: str | os.PathLike,
                          lang: str | None = None) -> str:
-    """Load a module file into the model's module of ``lang`` (default: the file's language).
+    """Load a module file into the model's module of ``lang`` (any spelling of its code;
+    default: the file's language).
 
     Loading is strict: the file's facts and the fingerprints of its base's shared parts must
     match the model's, and its keys and shapes must be exactly those of the target module, so a
@@ -144,7 +148,7 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
     payload = read_checkpoint(path, what='language module')
     if not isinstance(payload, Mapping) or payload.get('format') != MODULE_FORMAT:
         raise ValueError(f'{path} is not an xmr language module file (format {MODULE_FORMAT!r})')
-    target = lang or payload['lang']
+    target = normalize_language(lang or payload['lang'], f'{path} language')
     mine = _facts(model)
     differing = {k: (payload['facts'].get(k), v) for k, v in mine.items()
                  if payload['facts'].get(k) != v}
