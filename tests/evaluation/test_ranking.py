@@ -6,6 +6,7 @@ from xmr.evaluation.ranking import (
     average_recall,
     group_max_scores,
     grouped_ranks_from_scores,
+    mean_rank,
     media_to_text_ranks,
     median_rank,
     positive_pairs,
@@ -192,14 +193,23 @@ def test_median_of_odd_count_is_the_middle_rank():
     assert median_rank(torch.tensor([7, 1, 3])) == 3.0
 
 
-def test_empty_ranks_are_an_error():
+@pytest.mark.parametrize('statistic', [lambda ranks: recall_at_k(ranks, 1), median_rank,
+                                       mean_rank])
+def test_empty_ranks_are_an_error(statistic):
+    # numpy's median of nothing is NaN with a warning, not an error.
     with pytest.raises(ValueError, match='no queries'):
-        recall_at_k(torch.zeros(0, dtype=torch.long), 1)
+        statistic(torch.zeros(0, dtype=torch.long))
 
 
 def test_grouped_ranks_need_gallery_groups_in_range():
     with pytest.raises(ValueError, match='num_groups'):
         grouped_ranks_from_scores(torch.rand(1, 2), torch.tensor([0]), torch.tensor([0, 3]), 2)
+
+
+def test_a_gallery_group_equal_to_num_groups_is_out_of_range():
+    # Groups are 0..num_groups-1: group 2 of 2 groups has no column to be scored into.
+    with pytest.raises(ValueError, match='holds group 2 but num_groups is 2'):
+        group_max_scores(torch.rand(1, 2), torch.tensor([0, 2]), 2)
 
 
 def test_positive_pairs_lists_every_same_group_pair_by_query():
