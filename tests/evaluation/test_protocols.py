@@ -272,3 +272,26 @@ def test_embeddings_with_nan_are_refused_whatever_the_search(index):
         evaluate_language(LanguageGallery(media, captions, torch.arange(4)),
                           search=dict(index=index))
 
+
+
+def test_a_negative_fold_is_refused_not_read_from_the_end():
+    # all_folds[-1] is fold 4: folds=(-1,) would silently average the last fold.
+    with pytest.raises(ValueError, match=r'fold -1 does not exist; folds are 0..4'):
+        protocol_galleries('coco_1k_5fold', 5000, folds=(-1,))
+
+
+def test_a_caption_of_a_media_one_past_the_last_row_is_refused():
+    with pytest.raises(ValueError, match='caption_media must index the 2 media rows'):
+        LanguageGallery(torch.eye(2), torch.eye(2), torch.tensor([0, 2]))
+
+
+def test_approximate_recall_at_k_beyond_a_small_gallery_counts_every_item():
+    """Four media and R@10: the search returns the whole gallery (not k = 10 items, which faiss
+    cannot give), so R@5 and R@10 hold every query. Caption 0 scores 0.5 on media 1 and 0.4 on
+    media 2 before its own 0.1 -> rank 3; the others rank 1."""
+    scores = torch.eye(4)
+    scores[0] = torch.tensor([0.1, 0.5, 0.4, 0.0])
+    result = evaluate_language(_gallery_from_scores(scores, torch.arange(4)),
+                               directions=('t2i',), recall_ks=(1, 5, 10),
+                               search=dict(index='ivf', nlist=1))
+    assert result == pytest.approx({'t2i_R@1': 75.0, 't2i_R@5': 100.0, 't2i_R@10': 100.0})
