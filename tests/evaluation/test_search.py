@@ -1,6 +1,7 @@
 """faiss search against brute force, chunking, approximate indexes, exact chunked ranks."""
 import tracemalloc
 
+import faiss
 import numpy as np
 import pytest
 import torch
@@ -74,6 +75,41 @@ def test_ivf_probing_every_cell_is_exact_and_nprobe_is_the_indexs():
 def test_ivf_picks_a_trainable_default_nlist():
     searcher = FaissSearcher(_random_unit(400, 8, 5), index='ivf')
     assert searcher.index.nlist == 400 // 39
+    # 780 points train 20 cells of 39 (// 40 would give 19).
+    assert FaissSearcher(_random_unit(780, 8, 5), index='ivf').index.nlist == 20
+
+
+def test_ivf_default_nlist_of_a_large_gallery_is_four_square_roots():
+    # 40,000 points: 4 * 200 = 800 cells, below the 1,025 that 39 points a cell allow.
+    searcher = FaissSearcher(_random_unit(40_000, 2, 5), index='ivf', train_size=1000)
+    assert searcher.index.nlist == 800
+
+
+def test_ivf_trains_on_train_size_points(monkeypatch):
+    trained = []
+
+    class RecordingIVF(faiss.IndexIVFFlat):
+        def train(self, vectors):
+            trained.append(vectors.shape[0])
+            super().train(vectors)
+
+    monkeypatch.setattr(faiss, 'IndexIVFFlat', RecordingIVF)
+    FaissSearcher(_random_unit(400, 8, 5), index='ivf', nlist=4, train_size=100)
+    FaissSearcher(_random_unit(400, 8, 5), index='ivf', nlist=4)
+    assert trained == [100, 400]  # the default min(G, 256 * nlist)
+
+
+def test_ivf_seed_seeds_the_k_means():
+    """The whole gallery is the training sample whatever the seed, so only faiss's k-means
+    seed can move the cell centres."""
+    gallery = _random_unit(400, 8, 5)
+
+    def centres(seed):
+        searcher = FaissSearcher(gallery, index='ivf', nlist=8, train_size=400, seed=seed)
+        return torch.from_numpy(searcher.index.quantizer.reconstruct_n(0, 8))
+
+    assert torch.equal(centres(1), centres(1))
+    assert not torch.equal(centres(0), centres(1))
 
 
 def test_search_ids_returns_media_ids():
@@ -140,6 +176,8 @@ def test_exact_ranks_match_the_pure_functions_on_random_data():
 def test_default_chunk_keeps_blocks_bounded():
     assert default_chunk_size(1_000_000) * 1_000_000 <= 2 ** 26
     assert default_chunk_size(10) == 2 ** 26 // 10
+    # A gallery past the budget still moves one query per block (a chunk of 0 never ends).
+    assert default_chunk_size(10, block_elements=3) == 1
 
 
 def test_exact_ranks_argument_errors():
