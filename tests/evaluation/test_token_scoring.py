@@ -49,6 +49,12 @@ def gallery():
                 pooled_media=pooled_media, pooled_captions=pooled_captions, full=full)
 
 
+def _token_gallery(gallery):
+    return LanguageGallery(gallery['pooled_media'], gallery['pooled_captions'],
+                           gallery['caption_media'], TokenSet.stack(gallery['media'], DIM),
+                           TokenSet.stack(gallery['captions'], DIM))
+
+
 def test_token_set_pads_and_selects_without_extra_padding():
     tokens = TokenSet.stack([torch.ones(2, DIM), torch.ones(5, DIM)], DIM)
     assert tokens.tokens.shape == (2, 5, DIM) and tokens.mask.sum(1).tolist() == [2, 5]
@@ -100,9 +106,7 @@ def test_reranking_the_whole_gallery_is_exact_and_one_candidate_keeps_the_cosine
 
 
 def test_evaluate_language_restricts_the_token_sets_with_the_gallery(gallery):
-    full = LanguageGallery(gallery['pooled_media'], gallery['pooled_captions'],
-                           gallery['caption_media'], TokenSet.stack(gallery['media'], DIM),
-                           TokenSet.stack(gallery['captions'], DIM))
+    full = _token_gallery(gallery)
     kept = torch.tensor([4, 1, 2])
     summary = evaluate_language(full.restrict(kept), recall_ks=(1,),
                                 token_scoring=TokenScoring(patch_word_similarity))
@@ -182,9 +186,7 @@ def test_recalls_past_the_rerank_shortlist_are_refused(gallery):
     R@5 whatever its true rank: R@K past the shortlist cannot be read from it."""
     with pytest.raises(ValueError, match=r'recall_ks \(1, 5, 10\) reach past rerank_candidates 3'):
         RetrievalMetric(scoring='tokens_rerank', rerank_candidates=3)
-    full = LanguageGallery(gallery['pooled_media'], gallery['pooled_captions'],
-                           gallery['caption_media'], TokenSet.stack(gallery['media'], DIM),
-                           TokenSet.stack(gallery['captions'], DIM))
+    full = _token_gallery(gallery)
     with pytest.raises(ValueError, match='R@5 cannot be read from a re-ranked shortlist of 3'):
         evaluate_language(full, recall_ks=(1, 5), token_scoring=TokenScoring(
             patch_word_similarity, 'tokens_rerank', 3))
@@ -235,3 +237,31 @@ def test_reranked_ties_count_against_the_query_as_exact_ranks_do(direction, grou
     whole = token_ranks(TokenScoring(patch_word_similarity, 'tokens_rerank', 6), *args,
                         grouped=grouped)
     assert whole.tolist() == exact.tolist()
+
+
+def test_a_shortlist_of_no_candidates_is_refused():
+    with pytest.raises(ValueError, match='rerank candidates must be positive, got 0'):
+        TokenScoring(patch_word_similarity, 'tokens_rerank', 0)
+
+
+def test_recall_at_the_shortlist_length_is_read_and_is_the_shortlists_hit_rate(gallery):
+    """R@3 of a 3-item shortlist is exact: re-ordering cannot move a positive in or out of it,
+    so it is the share of captions whose media the pooled cosine shortlists."""
+    summary = evaluate_language(_token_gallery(gallery), directions=('t2i',), recall_ks=(1, 3),
+                                token_scoring=TokenScoring(patch_word_similarity,
+                                                           'tokens_rerank', 3))
+    shortlist = (gallery['pooled_captions'] @ gallery['pooled_media'].T).topk(3, dim=1).indices
+    held = (shortlist == gallery['caption_media'][:, None]).any(dim=1)
+    assert summary['t2i_R@3'] == pytest.approx(100 * float(held.double().mean()))
+
+
+def test_grouped_i2t_leaves_the_reranked_text_to_media_shortlist_as_it_is(gallery):
+    """Grouped mode is the DASD code's media→text ranking; text→media must keep its shortlist
+    of `candidates` media, not grow it by the largest caption count (which re-ranks more media
+    and changes t2i R@1 here)."""
+    def t2i_r1(i2t_mode):
+        return evaluate_language(_token_gallery(gallery), recall_ks=(1,), i2t_mode=i2t_mode,
+                                 token_scoring=TokenScoring(patch_word_similarity,
+                                                            'tokens_rerank', 2))['t2i_R@1']
+
+    assert t2i_r1('grouped') == t2i_r1('standard')
