@@ -341,6 +341,13 @@ def test_text_to_image_only_reports_the_t2i_r1_sum():
     assert 'mAR' not in result and 'de/AR' not in result
 
 
+def test_one_direction_without_r1_reports_its_recalls_and_no_r1_sum():
+    # The sum is of R@1: with recall_ks=(2,) there is none to sum, and no key error either.
+    result = _run(RetrievalMetric(recall_ks=(2,), directions=('t2i',)), _three_media())
+    assert result['de/t2i_R@2'] == pytest.approx(100.0)
+    assert not [key for key in result if key.endswith('_sum')]
+
+
 def test_a_direction_given_twice_is_refused():
     """('t2i', 't2i') ranked twice and, being no single direction, reported no summary: the
     leaderboard had nothing to show."""
