@@ -194,6 +194,22 @@ def test_a_prefixed_pectvlm_summary_is_no_language_and_the_legend_names_its_reca
                                     'cococn: AR = mean of R@5 both ways; mAR = mean AR']
 
 
+def test_a_datasets_legend_names_its_own_recalls_not_a_nested_or_prefixed_datasets():
+    """Bare keys beside pooled/... (CDDS's configs), and a dataset beside its sub-prefix: each
+    legend's R@K are those its own language keys report; the bare keys' legend read R@1/5,
+    taking pooled's R@5 as its own."""
+    result = EvaluationResult('cdds', {'en/t2i_R@1': 5.0, 'en/AR': 5.0, 'mAR': 5.0,
+                                       'pooled/en/t2i_R@5': 6.0, 'pooled/en/AR': 6.0,
+                                       'pooled/mAR': 6.0})
+    assert column_legend([result]) == [
+        'columns without a prefix: AR = mean of R@1 both ways; mAR = mean AR',
+        'pooled: AR = mean of R@5 both ways; mAR = mean AR']
+    nested = EvaluationResult('n', {'a/en/t2i_R@1': 5.0, 'a/en/AR': 5.0, 'a/mAR': 5.0,
+                                    'a/b/en/t2i_R@5': 6.0, 'a/b/en/AR': 6.0, 'a/b/mAR': 6.0})
+    assert column_legend([nested]) == ['a: AR = mean of R@1 both ways; mAR = mean AR',
+                                       'a/b: AR = mean of R@5 both ways; mAR = mean AR']
+
+
 def test_markdown_has_table_and_legend():
     text = leaderboard_markdown([EvaluationResult('run', MULTI_DATASET)])
     heading, table, legend = text.split('\n\n')

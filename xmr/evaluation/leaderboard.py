@@ -292,10 +292,13 @@ def column_legend(results: Sequence[EvaluationResult]) -> list[str]:
 
 def _meaning(column: Column, results: Sequence[EvaluationResult]) -> str:
     """The headline's meaning, its ``{recalls}`` the ``R@K`` the rows of ``column``'s dataset
-    report (``R@1/5/10``; ``R@1`` for PECTVLM's XTD10 ``mAR``)."""
+    report (``R@1/5/10``; ``R@1`` for PECTVLM's XTD10 ``mAR``); an ``'overall'`` column's are
+    those of every dataset."""
+    # A language key is {group}/{lang}/{statistic}: matching the group whole keeps the bare
+    # keys (group '') and a dataset 'a' from reading the recalls of 'pooled' or 'a/b'.
     ks = sorted({int(key.rpartition('@')[2]) for result in results for key in result.metrics
-                 if key.startswith(f'{column.group}/' if column.group else '')
-                 and _recall_k(key)})
+                 if _recall_k(key) and (column.kind == 'overall'
+                                        or '/'.join(key.split('/')[:-2]) == column.group)})
     recalls = 'R@' + '/'.join(map(str, ks)) if ks else 'the recalls'
     return column.headline.meaning.format(recalls=recalls)
 
