@@ -6,9 +6,11 @@ import pytest
 from xmr.evaluation.clip_benchmark import (
     ScoredDataset,
     clip_benchmark_filename,
+    clip_benchmark_files,
     clip_benchmark_records,
     write_clip_benchmark,
 )
+from xmr.evaluation.leaderboard import EvaluationResult, save_result
 
 METRICS = {'nllb/sw/t2i_R@1': 25.0, 'nllb/sw/i2t_R@1': 50.0, 'nllb/sw/t2i_R@5': 75.0,
            'nllb/sw/i2t_R@5': 100.0, 'nllb/sw/t2i_MnR': 3.0, 'nllb/sw/AR': 62.5,
@@ -55,6 +57,16 @@ def test_files_are_plain_json_named_as_clip_benchmark_names_them(tmp_path):
     [path] = write_clip_benchmark([record], tmp_path / 'cb')
     assert path.name == 'xtd200_ckpt.pth_a_b_swh_Latn_zeroshot_retrieval.json'
     assert json.loads(path.read_text(encoding='utf-8')) == record
+
+
+def test_an_xmr_result_beside_the_records_is_not_taken_for_one(tmp_path):
+    """xmr's own result JSON has metrics too; only files with every CLIP_benchmark field are
+    its records."""
+    record = {'dataset': 'xtd200', 'model': 'm', 'pretrained': 'p', 'task': 'zeroshot_retrieval',
+              'metrics': {'image_retrieval_recall@1': 0.5}, 'language': 'swh_Latn'}
+    [path] = write_clip_benchmark([record], tmp_path)
+    save_result(tmp_path / 'result.json', EvaluationResult('m', {'xtd200/sw/t2i_R@1': 50.0}))
+    assert clip_benchmark_files(tmp_path) == [path]
 
 
 def test_scored_datasets_of_single_and_multi_dataset_loops():
