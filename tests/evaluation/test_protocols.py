@@ -295,3 +295,10 @@ def test_approximate_recall_at_k_beyond_a_small_gallery_counts_every_item():
                                directions=('t2i',), recall_ks=(1, 5, 10),
                                search=dict(index='ivf', nlist=1))
     assert result == pytest.approx({'t2i_R@1': 75.0, 't2i_R@5': 100.0, 't2i_R@10': 100.0})
+
+
+def test_a_language_without_captions_in_the_gallery_is_named_as_such():
+    # Not left to fail later as "no ranks to summarise" of its empty queries.
+    gallery = LanguageGallery(torch.eye(2), torch.zeros(0, 2), torch.zeros(0, dtype=torch.long))
+    with pytest.raises(ValueError, match='the language has no captions in this gallery'):
+        evaluate_language(gallery)

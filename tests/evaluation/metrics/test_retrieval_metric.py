@@ -206,6 +206,10 @@ def test_a_summary_over_galleries_of_other_sizes_says_so(monkeypatch):
     assert [m for m in said if 'galleries of different sizes' in m] == [
         'the summaries average languages scored on galleries of different sizes (media with a '
         'caption in each: de 3, fr 2); their recalls are not comparable']
+    said.clear()
+    # fr on every media: de and fr share the gallery, nothing to warn about.
+    _run(RetrievalMetric(recall_ks=(1, 2)), _three_media(fr_on_media_2=True)[:2])
+    assert not [m for m in said if 'galleries of different sizes' in m]
 
 
 def test_xtd10_fewshot_scores_only_the_test_images():
