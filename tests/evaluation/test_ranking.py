@@ -127,6 +127,12 @@ def test_ranks_from_topk_standard_and_grouped():
     assert grouped.tolist() == [2, 2, 4]
 
 
+def test_topk_lists_must_be_one_row_per_query():
+    # A flat [k] list would broadcast against the [Q] groups into a [Q, k] grid of nonsense.
+    with pytest.raises(ValueError, match=r'indices must be \[Q, k\] with Q = 3, got \(3,\)'):
+        ranks_from_topk(torch.tensor([0, 1, 2]), torch.arange(3), torch.arange(3))
+
+
 def test_a_positive_the_search_did_not_return_is_a_miss_at_every_k_of_the_list():
     """faiss pads a list it could not fill with -1 (IVF probing few cells): a query whose
     positive is not among the returned items must not become a hit at K beyond the returned

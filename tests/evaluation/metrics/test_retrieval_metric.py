@@ -152,6 +152,10 @@ def test_bad_samples_name_the_media():
         metric.process({}, [{'media_id': 'm2', 'caption_embeddings': {}}])
     with pytest.raises(ValueError, match='NaN'):
         metric.process({}, [_item('m3', torch.full((3,), math.nan), en=[E0])])
+    # A batch row kept as [1, E] would stack into a [M, 1, E] gallery at compute time.
+    with pytest.raises(ValueError, match=r"media 'm4': media_embedding must be \[E\], got "
+                                         r'\(1, 3\)'):
+        metric.process({}, [_item('m4', E0[None], en=[E0])])
 
 
 def test_stored_results_are_compact_cpu_copies():
@@ -562,6 +566,10 @@ def test_items_sharing_a_media_id_with_other_captions_are_an_error_without_an_in
         lang: torch.nn.functional.normalize(rows + noise, dim=-1)
         for lang, rows in samples[0]['caption_embeddings'].items()})
     assert _run(RetrievalMetric(recall_ks=(1, 2)), samples + [repeat]) == pytest.approx(EXPECTED)
+    # Another caption close to the first (cosine 0.89) is still another caption.
+    near = _item('m0', E0, en=[E0], de=[E0, _unit(1, 1, 0)], fr=[_unit(0.5, 1, 0)])
+    with pytest.raises(ValueError, match="two items share media_id 'm0' with other captions"):
+        _run(RetrievalMetric(recall_ks=(1, 2)), samples + [near])
 
 
 def test_a_padded_repeat_of_an_indexed_item_is_dropped_whatever_its_embeddings():
