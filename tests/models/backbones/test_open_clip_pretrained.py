@@ -159,6 +159,24 @@ def test_a_built_tokenizer_that_contradicts_the_record_is_refused():
         check_record_tokenizer(record, OpenCLIPTokenizer('RN50', max_length=77))
 
 
+@pytest.mark.parametrize('tokenizer', [
+    dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=64),
+    dict(type='SentencePieceTokenizer', corpus=['ein roter Kreis', 'a red circle'] * 20,
+         vocab_size=40, max_length=64)])
+def test_a_tokenizer_of_another_kind_than_the_towers_hugging_face_one_is_refused(tokenizer):
+    """A SigLIP tower would read CLIP's BPE ids (or a SentencePiece model's own) as pieces of
+    its own vocabulary: both fit its table and its 64-token context, so nothing else stops
+    them, as open_clip's own tokenizer class is required of a tower trained on CLIP's BPE."""
+    from tests.models.backbones.open_clip_families import backbone_cfg, siglip_cfg
+
+    kind = tokenizer['type']
+    with pytest.raises(ValueError, match=f'tokenizer.type: the config builds a {kind}, but the '
+                                         'text tower of custom was trained with the Hugging '
+                                         "Face tokenizer 'timm/ViT-B-16-SigLIP'; use "
+                                         "'HFTokenizer'"):
+        MODELS.build(backbone_cfg(siglip_cfg(), tokenizer))
+
+
 def test_a_path_is_a_local_file_even_without_a_checkpoint_suffix():
     """``work_dirs/clip`` names a file (it has a folder), not a tag: it takes the record it
     declares and, absent, is reported missing rather than as an unknown tag."""

@@ -21,6 +21,7 @@ from xmr.models.backbones.open_clip_hf import hf_text_tower
 from xmr.models.backbones.open_clip_pretrained import (
     build_open_clip,
     check_record_tokenizer,
+    check_trained_tokenizer,
     hf_tokenizer_name,
     record_tokenizer_cfg,
     settled_tokenizer_cfg,
@@ -442,6 +443,8 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         if bpe:
             check_record_tokenizer(self.record, self.tokenizer)
         check_tokenizer_fits(self.tokenizer, self.text_tower, self.arch)
+        if not bpe:
+            check_trained_tokenizer(self.tokenizer, trained, self.arch)
         if freeze:
             self.freeze()
 

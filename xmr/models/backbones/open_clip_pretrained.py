@@ -28,7 +28,7 @@ from open_clip.model import set_model_preprocess_cfg
 from open_clip.transform import PreprocessCfg
 from torch import nn
 
-from xmr.models.language.tokenizers import OpenCLIPTokenizer
+from xmr.models.language.tokenizers import HFTokenizer, NLLBTokenizer, OpenCLIPTokenizer
 from xmr.models.weight_files import (
     CHECKPOINT_SUFFIXES,
     HF_WEIGHT_FILES,
@@ -39,8 +39,8 @@ from xmr.models.weight_files import (
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
            'build_open_clip', 'read_clip_weights', 'record_tokenizer_cfg',
-           'check_record_tokenizer', 'settled_tokenizer_cfg', 'is_checkpoint_path', 'RECORD_FIELDS',
-           'text_tokenizer_cfg', 'hf_tokenizer_name']
+           'check_record_tokenizer', 'check_trained_tokenizer', 'settled_tokenizer_cfg',
+           'is_checkpoint_path', 'RECORD_FIELDS', 'text_tokenizer_cfg', 'hf_tokenizer_name']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
 RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
@@ -450,3 +450,22 @@ def check_record_tokenizer(record: PretrainedRecord, tokenizer: object) -> None:
                          "tokenizer; use 'OpenCLIPTokenizer' (or leave tokenizer out)")
     record_tokenizer_cfg(record, dict(type='OpenCLIPTokenizer', model_name=tokenizer.model_name,
                                       max_length=tokenizer.max_length))
+
+
+def check_trained_tokenizer(tokenizer: object, trained: Mapping[str, Any], arch: str) -> None:
+    """Refuse a built source tokenizer of another kind than the Hugging Face tokenizer the text
+    tower was trained with (``trained``, :func:`text_tokenizer_cfg`), as
+    :func:`check_record_tokenizer` refuses one for a tower trained on CLIP's BPE: CLIP's BPE or
+    a SentencePiece model of one's own fits a tower's table and context and gives other ids for
+    the same pieces.
+
+    Raises:
+        ValueError: a tokenizer that is not a ``trained['type']``, naming its class, the
+            architecture and the tokenizer it was trained with.
+    """
+    expected = {'HFTokenizer': HFTokenizer, 'NLLBTokenizer': NLLBTokenizer}[trained['type']]
+    if not isinstance(tokenizer, expected):
+        raise ValueError(f'tokenizer.type: the config builds a {type(tokenizer).__name__}, but '
+                         f'the text tower of {arch} was trained with the Hugging Face tokenizer '
+                         f"'{trained['name_or_path']}'; use '{trained['type']}' (name_or_path, "
+                         'or tokenizer_file=<its tokenizer.json> offline) or leave tokenizer out')
