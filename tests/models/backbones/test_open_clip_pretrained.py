@@ -312,6 +312,13 @@ def test_hugging_face_tokenized_families_get_open_clips_tokenizer_options():
         strip_sep_token=True)
     assert text_tokenizer_cfg('xlm-roberta-base-ViT-B-32', None)['name_or_path'] == \
         'xlm-roberta-base'
+    # MetaCLIP 2 worldwide (docs/backbones.md): XLM-V's tokenizer, mT5's for the L/14.
+    assert text_tokenizer_cfg('ViT-H-14-worldwide', None) == dict(
+        type='HFTokenizer', name_or_path='facebook/xlm-v-base', clean='whitespace',
+        strip_sep_token=False)
+    assert text_tokenizer_cfg('ViT-L-14-worldwide', None) == dict(
+        type='HFTokenizer', name_or_path='google/mt5-base', clean='canonicalize',
+        strip_sep_token=False)
     clips = {**TINY_CLIP, 'text_cfg': {**TINY_CLIP['text_cfg'], 'hf_tokenizer_name': 'x',
                                        'tokenizer_mode': 'clips'}}
     with pytest.raises(ValueError, match="'custom' tokenizes with tokenizer_mode='clips'"):
