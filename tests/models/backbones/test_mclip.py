@@ -161,6 +161,17 @@ def test_image_tower_is_open_clips_and_dimensions_must_agree(backbone):
         MODELS.build(tiny_mclip_cfg(tokenizer=too_long))
 
 
+def test_a_tokenizer_of_another_kind_than_xlm_rs_is_refused():
+    """CLIP's BPE (the image tower's own tokenizer) fits XLM-R's table and context, and its ids
+    would be read as XLM-R's pieces."""
+    clip_bpe = dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=38)
+    with pytest.raises(ValueError, match='tokenizer.type: the config builds a OpenCLIPTokenizer, '
+                                         'but the text tower of M-CLIP XLM-R was trained with '
+                                         "the Hugging Face tokenizer 'xlm-roberta-large'; use "
+                                         "'HFTokenizer'"):
+        MODELS.build(tiny_mclip_cfg(tokenizer=clip_bpe))
+
+
 def test_lora_on_query_and_value_equals_merged_hugging_face_weights(backbone):
     """The sites reach XLM-R's separate q/k/v projections: LoRA matches merged weights."""
     branch = MODELS.build(

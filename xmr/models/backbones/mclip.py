@@ -29,7 +29,11 @@ from xmr.models.backbones.base import (
 )
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.backbones.open_clip import open_clip_image_tokens
-from xmr.models.backbones.open_clip_pretrained import PretrainedRecord, build_open_clip
+from xmr.models.backbones.open_clip_pretrained import (
+    PretrainedRecord,
+    build_open_clip,
+    check_trained_tokenizer,
+)
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.models.weight_files import check_weights_fit, read_weights
 from xmr.registry import MODELS, TOKENIZERS
@@ -45,6 +49,8 @@ XLMR_LARGE = dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24,
 
 #: The hub repository of the release PECTVLM uses.
 MCLIP_RELEASE = 'M-CLIP/XLM-Roberta-Large-Vit-L-14'
+#: The tokenizer M-CLIP's XLM-R reads (the release ships a copy of it).
+XLMR_LARGE_TOKENIZER = dict(type='HFTokenizer', name_or_path='xlm-roberta-large')
 
 #: Weights of the release that M-CLIP's forward never reads.
 _UNUSED_PREFIXES = ('transformer.pooler.',)
@@ -138,8 +144,13 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
             :class:`~xmr.models.backbones.open_clip.OpenCLIPBackbone`).
         image_model_cfg: an inline open_clip model config for the image tower (tests).
         tokenizer: tokenizer config; default: XLM-R's tokenizer from the hub name
-            ``xlm-roberta-large`` (pass ``tokenizer_file`` for an offline JSON).
+            ``xlm-roberta-large`` (pass ``tokenizer_file`` for an offline JSON). Another
+            kind than an ``HFTokenizer`` (CLIP's BPE) is refused.
         freeze: freeze every weight.
+
+    Raises:
+        ValueError: a tokenizer that does not fit the XLM-R tower, or is no ``HFTokenizer``;
+            an ``embed_dim`` other than the image tower's.
     """
 
     def __init__(self, text_encoder: dict | str | None = None, embed_dim: int = 768,
@@ -172,10 +183,10 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
 
         if not isinstance(tokenizer, BaseTokenizer):
             tokenizer = TOKENIZERS.build(tokenizer or dict(
-                type='HFTokenizer', name_or_path='xlm-roberta-large',
-                max_length=self.text_tower.context_length))
+                XLMR_LARGE_TOKENIZER, max_length=self.text_tower.context_length))
         self.tokenizer = tokenizer
         check_tokenizer_fits(self.tokenizer, self.text_tower, 'M-CLIP XLM-R')
+        check_trained_tokenizer(self.tokenizer, XLMR_LARGE_TOKENIZER, 'M-CLIP XLM-R')
         if freeze:
             self.freeze()
 
