@@ -17,6 +17,7 @@ from tests.models.backbones.openai_clip_layout import (
     shapes_of_model_cfg,
 )
 from xmr.models.backbones.open_clip_pretrained import (
+    build_open_clip,
     check_record_tokenizer,
     pretrained_record,
     record_for,
@@ -56,6 +57,39 @@ def test_openai_tag_builds_quick_gelu_with_openai_preprocessing(monkeypatch):
     assert backbone.clip.visual.preprocess_cfg['interpolation'] == 'bicubic'
     assert backbone.clip.visual.preprocess_cfg['resize_mode'] == 'shortest'
     assert backbone.tokenizer.max_length == 77
+
+
+#: A released checkpoint of each kind of open_clip model built from a name: OpenAI's (QuickGELU
+#: from its tag), a ResNet, SigLIP 2 (timm ViT, tanh GELU), MobileCLIP, CoCa, CLIPA, MetaCLIP 2
+#: worldwide, EVA and ViTamin (timm towers).
+FACTORY_CHECKPOINTS = [
+    ('ViT-B-32', 'openai'), ('RN50', 'openai'), ('ViT-B-16-SigLIP2-256', 'webli'),
+    ('MobileCLIP-S1', 'datacompdr'), ('coca_ViT-B-32', 'laion2b_s13b_b90k'),
+    ('ViT-L-14-CLIPA', 'datacomp1b'), ('ViT-H-14-worldwide', 'metaclip2_worldwide'),
+    ('EVA02-B-16', 'merged2b_s8b_b131k'), ('ViTamin-S', 'datacomp1b')]
+
+
+def _layout(model: torch.nn.Module) -> list[tuple]:
+    """Every module's name, class, GELU approximation and norm epsilon, then every weight's
+    name, shape and type."""
+    return ([(name, type(module).__name__, getattr(module, 'approximate', None),
+              getattr(module, 'eps', None)) for name, module in model.named_modules()]
+            + [(name, tuple(value.shape), value.dtype)
+               for name, value in model.state_dict().items()])
+
+
+@pytest.mark.parametrize(('arch', 'tag'), FACTORY_CHECKPOINTS)
+def test_the_model_is_the_one_open_clips_factory_builds_with_its_tags_activation(arch, tag):
+    """xmr builds the model class itself (on any device, with the record's preprocessing);
+    open_clip's ``create_model``, given the activation the tag records, builds the same modules,
+    norms and weights."""
+    trained_quick_gelu = open_clip.get_pretrained_cfg(arch, tag).get('quick_gelu', False)
+    with torch.device('meta'):
+        built, _ = build_open_clip(arch, None, tag)
+        reference = open_clip.create_model(arch, pretrained=None, device='meta',
+                                           force_quick_gelu=trained_quick_gelu)
+    assert type(built) is type(reference)
+    assert _layout(built) == _layout(reference)
 
 
 def test_the_record_is_part_of_the_feature_cache_key():
