@@ -34,3 +34,25 @@ def test_checkpoint_path_follows_its_declared_record_and_unknown_names_fail():
     with pytest.raises(ValueError, match="'opanai' is neither a file nor an open_clip tag of "
                                          r"ViT-B-32 \(tags: \['openai'"):
         backbone_preprocess_cfg('ViT-B-32', 'opanai')
+
+
+def test_every_tag_gets_the_preprocessing_open_clips_factory_sets_on_its_model():
+    """``open_clip.create_model(arch, pretrained=tag)``: ``PreprocessCfg``'s defaults, the tag's
+    record over them, then the input size of the built image tower (its ``vision_cfg``)."""
+    from dataclasses import asdict
+
+    import open_clip
+    from open_clip.transform import PreprocessCfg, merge_preprocess_dict
+    from timm.layers import to_2tuple
+
+    def comparable(cfg: dict) -> dict:
+        return {key: tuple(value) if isinstance(value, (list, tuple)) else value
+                for key, value in cfg.items() if key != 'mode'}
+
+    pairs = open_clip.list_pretrained()
+    assert len(pairs) > 100
+    for arch, tag in pairs:
+        expected = merge_preprocess_dict(asdict(PreprocessCfg()),
+                                         open_clip.get_pretrained_cfg(arch, tag))
+        expected['size'] = to_2tuple(open_clip.get_model_config(arch)['vision_cfg']['image_size'])
+        assert comparable(backbone_preprocess_cfg(arch, tag)) == comparable(expected), (arch, tag)
