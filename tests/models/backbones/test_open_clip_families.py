@@ -140,6 +140,36 @@ def test_source_path_and_image_equal_open_clip(name, tmp_path):
     assert expected.shape == (len(TEXTS), backbone.embed_dim)
 
 
+@pytest.mark.parametrize('name', ['siglip2_tanh_gelu', 'coca', 'xlmr_cls_pooler_linear',
+                                  'mt5_mean_pooler_mlp', 'nllb_clip_cls_pooler_linear'])
+def test_source_path_equals_the_model_open_clips_own_factory_builds(name, tmp_path):
+    """The reference built by open_clip itself (``create_model('local-dir:...')`` of the same
+    config, Hugging Face encoders from their config), not by xmr, on xmr's weights: the same
+    text and image embeddings from the same captions."""
+    import json
+
+    import open_clip
+
+    backbone = _build(name, tmp_path)
+    model_cfg, _ = _family(name, tmp_path)
+    folder = tmp_path / 'open_clip_model'
+    folder.mkdir()
+    (folder / 'open_clip_config.json').write_text(json.dumps(dict(model_cfg=model_cfg)))
+    reference = open_clip.create_model(f'local-dir:{folder}', pretrained_text=False).eval()
+    assert type(reference) is type(backbone.clip)
+    reference.load_state_dict(backbone.clip.state_dict())
+    tokens = backbone.tokenizer(TEXTS, TEXT_LANGS)
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            backbone.encode_source_text(tokens),
+            reference.encode_text(_open_clip_ids(backbone, tokens), normalize=False),
+            atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(backbone.encode_image(images),
+                                   reference.encode_image(images, normalize=False),
+                                   atol=ATOL, rtol=RTOL)
+
+
 @pytest.mark.parametrize('name', ['mt5_mean_pooler_mlp',
                                   'nllb_mean_pooler_mlp_unscaled_embedding'])
 def test_pre_norm_towers_tokens_are_the_encoders_final_normed_states_projected(name, tmp_path):
