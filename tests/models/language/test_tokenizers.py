@@ -647,3 +647,45 @@ def test_a_caption_that_is_no_string_is_named_with_its_index(caption):
     with pytest.raises(TypeError, match=rf'texts\[1\] is {caption!r} \({type(caption).__name__}'
                                         r'\), not a string'):
         OpenCLIPTokenizer()(['a dog', caption])
+
+
+def _real_captions(shared_data) -> list[str]:
+    """The first 40 captions of each XTD10 language (Latin, Cyrillic, Hangul, Han, kana) and of
+    Multi30K's validation split in en, de, fr, cs, and web-text oddities: HTML entities, runs
+    of whitespace, a caption longer than any context, emoji."""
+    import gzip
+
+    captions = []
+    for path in sorted((shared_data / 'xtd10').glob('test_1kcaptions_*.txt')):
+        captions += path.read_text(encoding='utf-8').splitlines()[:40]
+    for lang in ('en', 'de', 'fr', 'cs'):
+        with gzip.open(shared_data / 'multi30k' / 'raw' / f'val.{lang}.gz', 'rt',
+                       encoding='utf-8') as lines:
+            captions += [next(lines).rstrip('\n') for _ in range(40)]
+    return captions + ['Tom &amp; Jerry', '  two\tdogs \n running ', 'dog ' * 120, 'a cat 🐈‍⬛']
+
+
+@pytest.mark.parametrize('clean', ['whitespace', 'canonicalize'])
+def test_hf_tokenizer_gives_open_clips_ids_on_real_captions(shared_data, tmp_path, clean):
+    """open_clip's ``HFTokenizer`` of the XLM-R CLIPs (``'whitespace'``) and of SigLIP
+    (``'canonicalize'``) on XLM-R's vocabulary: the same ids, padded to the context, from the
+    tokenizer file and from a transformers folder of it."""
+    import open_clip
+
+    xlmr_tokenizer_files(shared_data, tmp_path, post_processor=True)
+    captions = _real_captions(shared_data)
+    expected = open_clip.tokenizer.HFTokenizer(str(tmp_path / 'folder'), context_length=77,
+                                               clean=clean)(captions)
+    for tokenizer in (HFTokenizer(tokenizer_file=str(tmp_path / 'tokenizer.json'), clean=clean,
+                                  pad_to=77),
+                      HFTokenizer(name_or_path=str(tmp_path / 'folder'), clean=clean,
+                                  pad_to=77)):
+        assert torch.equal(tokenizer(captions)['input_ids'], expected)
+
+
+def test_open_clip_tokenizer_gives_open_clips_ids_on_real_captions(shared_data):
+    import open_clip
+
+    captions = _real_captions(shared_data)
+    expected = open_clip.get_tokenizer('ViT-B-32')(captions)
+    assert torch.equal(OpenCLIPTokenizer(pad_to=77)(captions)['input_ids'], expected)
