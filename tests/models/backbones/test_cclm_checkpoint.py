@@ -414,3 +414,18 @@ def test_backbone_with_an_absent_checkpoint_fails_before_building_anything(tmp_p
     # The default tokenizer would need the hub; the missing file must be reported first.
     with pytest.raises(FileNotFoundError, match=r'absent\.th does not exist.*checkpoint=PATH'):
         CCLMDualStream(checkpoint=str(tmp_path / 'absent.th'))
+
+
+def test_a_checkpoint_read_through_another_tokenizer_than_cclms_is_refused(checkpoint_file):
+    """XLM-R's own tokenizer without CCLM's caption cleaning (lower case, punctuation removed)
+    gives the trained tower other ids for the same caption ('A man, riding' is not 'a man
+    riding'); with random weights any tokenizer goes."""
+    plain = TOKENIZERS.build(dict(type='HFTokenizer', tokenizer_file=str(TOKENIZER_FILE),
+                                  max_length=40))
+    assert plain(['A man, riding!'])['input_ids'].tolist() != \
+        xlmr_tokenizer()(['A man, riding!'])['input_ids'].tolist()
+    with pytest.raises(ValueError, match=r"tokenizer.type: the config builds a HFTokenizer, but "
+                                         r"CCLM's text tower was trained on captions cleaned by "
+                                         r"its pre_caption .*; use 'CCLMTokenizer'"):
+        MODELS.build(dict(backbone_cfg(checkpoint=str(checkpoint_file)), tokenizer=plain))
+    MODELS.build(dict(backbone_cfg(), tokenizer=plain))

@@ -84,7 +84,7 @@ class CCLMDualStream(VisionLanguageBackbone):
         embed_dim: width of ``vision_proj`` / ``text_proj`` (256).
         tokenizer: ``TOKENIZERS`` config or a built tokenizer; defaults to
             :class:`CCLMTokenizer` on the hub's ``xlm-roberta-large`` (pass ``tokenizer_file``
-            for the offline JSON).
+            for the offline JSON). With a ``checkpoint`` it must be a :class:`CCLMTokenizer`.
         bias_interpolation: ``'bicubic'`` or ``'geometric'`` (BEiT's scheme, CCLM's loader), see
             :func:`~xmr.models.backbones.relative_position.resize_relative_position_bias`.
         strict: refuse a checkpoint that leaves backbone weights missing or has unexplained keys.
@@ -132,6 +132,13 @@ class CCLMDualStream(VisionLanguageBackbone):
                 tokenizer or dict(type='CCLMTokenizer', name_or_path='xlm-roberta-large'))
         self.tokenizer = tokenizer
         check_tokenizer_fits(self.tokenizer, self.text_tower, 'CCLM')
+        if checkpoint is not None and not isinstance(tokenizer, CCLMTokenizer):
+            # Random towers (tests) read any ids; trained ones the ids of cleaned captions.
+            raise ValueError(f'tokenizer.type: the config builds a {type(tokenizer).__name__}, '
+                             "but CCLM's text tower was trained on captions cleaned by its "
+                             'pre_caption (lower case, punctuation removed, at most 30 words) '
+                             "then tokenized by XLM-R's tokenizer; use 'CCLMTokenizer' "
+                             '(name_or_path or tokenizer_file, as an HFTokenizer takes them)')
         self.checkpoint_report: CheckpointReport | None = None
         if checkpoint is not None:
             self.checkpoint_report = self.load_checkpoint(checkpoint, strict,
