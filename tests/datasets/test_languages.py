@@ -16,6 +16,7 @@ from xmr.datasets.languages import (
     is_language_alias,
     normalize_language,
     normalize_languages,
+    register_language,
     release_code,
 )
 
@@ -65,6 +66,46 @@ def test_unknown_code_names_the_place_and_the_accepted_forms():
     # 'de' and 'deu' are both close to 'de ': the language is suggested once.
     with pytest.raises(LanguageCodeError, match=r"unknown language code 'de '; closest: 'de'\. "):
         normalize_language('de ')
+
+
+@pytest.fixture
+def own_languages(monkeypatch):
+    """The registry of codes as it is, restored after the test."""
+    import xmr.datasets.languages as languages
+
+    monkeypatch.setattr(languages, '_ALIASES', dict(languages._ALIASES))
+
+
+def test_a_language_outside_the_tables_is_known_once_registered(own_languages):
+    with pytest.raises(LanguageCodeError, match=r"unknown language code 'haw'.*make another "
+                       r'known with xmr\.datasets\.languages\.register_language'):
+        normalize_language('haw')
+    assert register_language('haw', ['haw_Latn', 'Hawaiian']) == 'haw'
+    assert [normalize_language(c) for c in ('haw', 'HAW_Latn', 'hawaiian', 'haw-US')] == [
+        'haw', 'haw', 'haw', 'haw-US']
+    assert normalize_languages(['de', 'haw']) == ['de', 'haw']
+    with pytest.raises(LanguageCodeError, match="'haw' and 'hawaiian' are both the language"):
+        normalize_languages(['haw', 'hawaiian'])
+    # Santali, which NLLB writes in Bengali script and XM3600-style data in Ol Chiki.
+    assert register_language('sat-Olck', ['sat_Olck']) == 'sat-Olck'
+    assert normalize_language('SAT_OLCK') == 'sat-Olck'
+    # Again with the same aliases (a module imported twice): nothing changes.
+    assert register_language('haw', ['haw_Latn']) == 'haw'
+
+
+@pytest.mark.parametrize('code, aliases, message', [
+    ('deu', (), r"register_language\('deu'\): 'deu' already names the language 'de'"),
+    ('haw', ['deu'], r"register_language\('haw'\): 'deu' already names the language 'de'"),
+    ('Haw', (), r"'Haw' is no canonical code; give the ISO 639-3 code \('haw'\)"),
+    ('sat_Olck', (), r"'sat_Olck' is no canonical code"),
+    ('haw', 'haw_Latn', r"aliases must be a list of codes, got the string 'haw_Latn'"),
+])
+def test_registering_a_known_or_malformed_code_is_refused(own_languages, code, aliases,
+                                                           message):
+    with pytest.raises(LanguageCodeError, match=message):
+        register_language(code, aliases)
+    with pytest.raises(LanguageCodeError):
+        normalize_language('haw')
 
 
 def test_two_codes_of_one_language_are_refused():

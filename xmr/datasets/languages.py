@@ -19,7 +19,8 @@ Varieties that are different ISO languages stay apart even where a tool pairs th
 3600's ``fil`` (Filipino) is not FLORES' ``tgl_Latn`` (Tagalog), nor its ``quz`` (Cusco Quechua)
 ``quy_Latn`` (Ayacucho Quechua), nor its ``no`` (Norwegian) ``nob_Latn`` (``nb``) or ``nno_Latn``
 (``nn``). :func:`release_code` goes back from a canonical code to the code a benchmark release
-(and CLIP_benchmark) uses for it.
+(and CLIP_benchmark) uses for it. A language none of these tables holds (Hawaiian ``haw``,
+Santali in Ol Chiki) is made known by :func:`register_language`.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ import re
 from collections.abc import Sequence
 
 __all__ = ['LanguageCodeError', 'FLORES200_TO_CANONICAL', 'ISO639_1', 'normalize_language',
-           'normalize_languages', 'is_language_alias', 'flores_code', 'release_code']
+           'normalize_languages', 'register_language', 'is_language_alias', 'flores_code',
+           'release_code']
 
 ISO639_1 = frozenset(
     'aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv '
@@ -173,8 +175,10 @@ def normalize_language(code: str, where: str = 'language code') -> str:
     raise LanguageCodeError(
         f"{where}: unknown language code {code!r}{hint}. Accepted forms: ISO 639-1 ('sw'), "
         "ISO 639-3 ('swh', 'fil'), FLORES-200 ('swh_Latn'), the datasets' own codes ('jp', "
-        "'zh-CN'), each optionally with a script or region subtag ('zh-Hant', 'pt-BR'); see the "
-        'language codes section of docs/data.md')
+        "'zh-CN'), each optionally with a script or region subtag ('zh-Hant', 'pt-BR'), of the "
+        'languages of ISO 639-1 and FLORES-200; make another known with '
+        'xmr.datasets.languages.register_language in a module of custom_imports (the language '
+        'codes section of docs/data.md)')
 
 
 def normalize_languages(codes: Sequence[str], where: str = 'languages') -> list[str]:
@@ -194,6 +198,45 @@ def normalize_languages(codes: Sequence[str], where: str = 'languages') -> list[
             raise LanguageCodeError(f'{where}: {codes[first]!r} and {codes[position]!r} are both '
                                     f'the language {lang!r}; list it once')
     return canonical
+
+
+_REGISTERED_CODE = re.compile(r'^[a-z]{2,3}(-[A-Z][a-z]{3})?$')
+
+
+def register_language(code: str, aliases: Sequence[str] = ()) -> str:
+    """Make ``code`` a language xmr knows, one that ISO 639-1 and FLORES-200 leave out.
+
+    From then on ``code`` is a canonical code like any other (captions, adapters, metric keys,
+    leaderboard columns), and each alias, in any case, maps onto it. Call it from a module the
+    config's ``custom_imports`` names, so that the tools know the language before they read a
+    code; registering it again with the same aliases changes nothing.
+
+    Args:
+        code: its canonical code: the ISO 639-3 code (``haw``), with a script subtag where the
+            text is not in the usual script (``sat-Olck``).
+        aliases: the other codes its data and models use (``sat_Olck``, ``hawaiian``).
+
+    Returns:
+        ``code``.
+
+    Raises:
+        LanguageCodeError: ``code`` is not of that form, or it or an alias already names
+            another language (naming it).
+    """
+    if not isinstance(code, str) or not _REGISTERED_CODE.match(code):
+        raise LanguageCodeError(f'register_language: {code!r} is no canonical code; give the '
+                                "ISO 639-3 code ('haw'), with a script subtag where the text is "
+                                "not in the language's usual script ('sat-Olck')")
+    if isinstance(aliases, str):
+        raise LanguageCodeError(f'register_language({code!r}): aliases must be a list of codes, '
+                                f'got the string {aliases!r}; write [{aliases!r}]')
+    for spelling in (code, *aliases):
+        known = _ALIASES.get(spelling.lower())
+        if known is not None and known != code:
+            raise LanguageCodeError(f'register_language({code!r}): {spelling!r} already names '
+                                    f'the language {known!r}; register another code')
+    _ALIASES.update({spelling.lower(): code for spelling in (code, *aliases)})
+    return code
 
 
 def is_language_alias(code: str) -> bool:
