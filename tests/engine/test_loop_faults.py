@@ -451,3 +451,37 @@ def test_a_later_skip_at_sampler_replaces_the_earlier_one():
     skip_at_sampler(dataloader, 1)
     assert [b.tolist() for b in dataloader] == [[3, 4, 5], [6, 7, 8], [9]]
     assert [b.tolist() for b in dataloader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+
+
+class NumberedPasses:
+    """A batch sampler that plans its passes itself (no ``start_at``): pass ``e`` yields the
+    one-item batches ``[10e]``, ``[10e + 1]``, ``[10e + 2]``."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        return iter([[10 * self.epoch + batch] for batch in range(3)])
+
+    def __len__(self) -> int:
+        return 3
+
+
+def test_a_phase_resumed_on_a_loader_that_cannot_skip_reads_and_drops_what_came_before():
+    """Resumed 4 batches into a phase whose loader cannot skip at the sampler: the 3 batches
+    of pass 0 and the first of pass 1 are read and dropped, so the phase goes on with pass 1's
+    second batch, as the uninterrupted run did."""
+    dataloader = torch.utils.data.DataLoader(list(range(40)), batch_sampler=NumberedPasses())
+    assert not can_skip_at_sampler(dataloader)
+    warnings = []
+    loop = types.SimpleNamespace(_iter=9, runner=types.SimpleNamespace(
+        logger=types.SimpleNamespace(warning=warnings.append)))
+    iterator = loops.PhasedTrainLoop._resumed_data(
+        loop, types.SimpleNamespace(name='cross_lingual'), dataloader, 4)
+    assert [next(iterator).tolist() for _ in range(3)] == [[11], [12], [20]]
+    assert warnings == ['phase cross_lingual: resuming at iteration 9: its dataloader batches '
+                        'with NumberedPasses, whose batches cannot be skipped without drawing '
+                        'them; reading and dropping 4 batches']
