@@ -352,6 +352,13 @@ def test_the_changed_media_files_are_named_a_few_at_a_time():
     assert changed_media_files([], now, shown=10) == 'a.jpg, b.jpg, c.jpg, e.jpg, f.jpg, g.jpg'
 
 
+def test_as_many_changed_media_files_as_are_shown_are_named_without_more():
+    built = [('a.jpg', '10|1'), ('b.jpg', '10|1')]
+    now = [('a.jpg', '11|2'), ('b.jpg', '11|2')]
+    assert changed_media_files(built, now, shown=2) == 'a.jpg, b.jpg'
+    assert changed_media_files(built, now, shown=1) == 'a.jpg (+1 more)'
+
+
 def test_replaced_pixels_under_the_same_media_id_are_caught(tiny_retriever, pair_ann_file,
                                                             tmp_path):
     dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
