@@ -1,6 +1,7 @@
 """PhasedTrainLoop: learning rates, trainable groups, frozen towers and resume, on a tiny runner."""
 from __future__ import annotations
 
+import collections
 import copy
 import json
 import math
@@ -19,7 +20,7 @@ from mmengine.runner import Runner
 from tests.conftest import TINY_CLIP, tiny_retriever_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.feature_cache import FeatureCache, StaleFeatureCacheError
-from xmr.engine.loops import PhasedTrainLoop, read_to_host
+from xmr.engine.loops import PhasedTrainLoop, frozen_batch_norms, read_to_host
 from xmr.engine.phases import Phase, phase_lr_factor
 from xmr.registry import HOOKS
 
@@ -227,6 +228,20 @@ def test_a_frozen_tower_s_batch_norm_statistics_stay_as_they_were(tmp_path):
     assert norms and all(k.startswith('backbone.') for k in norms)
     assert [k for k in before if not torch.equal(before[k], after[k])
             and k.startswith('backbone.')] == []
+
+
+def test_a_batch_norm_stays_frozen_unless_it_or_one_of_its_parameters_trains():
+    """A trainable prefix may name a batch norm's module, a module above it, or one of its
+    parameters (its affine weight); prefixes match whole dotted names."""
+    model = torch.nn.Sequential(collections.OrderedDict(
+        tower=torch.nn.Sequential(collections.OrderedDict(norm=torch.nn.BatchNorm1d(2))),
+        head=torch.nn.BatchNorm1d(2)))
+    tower_norm, head = model.tower.norm, model.head
+    assert frozen_batch_norms(model, []) == [tower_norm, head]
+    assert frozen_batch_norms(model, ['tower']) == [head]
+    assert frozen_batch_norms(model, ['tower.norm']) == [head]
+    assert frozen_batch_norms(model, ['tower.norm.weight']) == [head]
+    assert frozen_batch_norms(model, ['tow', 'hea']) == [tower_norm, head]
 
 
 def test_checkpoints_load_with_weights_only_torch_load(full_run):
