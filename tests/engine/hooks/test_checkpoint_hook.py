@@ -271,6 +271,26 @@ def test_a_moved_work_dir_takes_its_own_best_and_replaces_it_with_a_better_one(t
     assert sorted(path.name for path in moved.glob('best_*.pth')) == ['best_mAR_iter_8.pth']
 
 
+def test_a_moved_work_dir_records_its_own_best_of_each_of_several_keys(tmp_path):
+    """With several save_best keys the hub names each key's best as 'best_ckpt_<key>': the
+    file a moved work dir takes over is recorded there, so its next checkpoint carries it."""
+    keys = ['mAR', 'rSum']
+    runner, hook = runner_with_hook(tmp_path / 'written', save_best=keys, rule=['greater'] * 2)
+    runner.train_loop._iter = 4
+    hook._save_best_checkpoint(runner, {'mAR': 1.0, 'rSum': 3.0})
+    written = dict(hook.best_ckpt_path_dict)
+    moved = (tmp_path / 'written').rename(tmp_path / 'moved')
+    runner, hook = runner_with_hook(moved, save_best=keys, rule=['greater'] * 2)
+    for key, path in written.items():  # as the resumed hub says
+        runner.message_hub.update_info(f'best_ckpt_{key}', path)
+    hook.before_train(runner)
+    for key in keys:
+        own = str(moved / f'best_{key}_iter_4.pth')
+        assert hook.best_ckpt_path_dict[key] == own
+        assert runner.message_hub.get_info(f'best_ckpt_{key}') == own
+    assert 'best_ckpt' not in runner.message_hub.runtime_info
+
+
 def test_a_best_saved_again_at_its_iteration_keeps_its_file(tmp_path):
     """A resumed run makes up the validation of the iteration it resumed at."""
     runner, hook = runner_with_hook(tmp_path, save_best='mAR', rule='greater')
