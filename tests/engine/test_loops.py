@@ -446,6 +446,17 @@ def test_resume_under_another_schedule_for_the_phases_begun_is_refused(tmp_path)
     _, resumed = train(make_cfg(tmp_path, phases=phases, resume_from=tmp_path / 'iter_7.pth'))
     assert [r['iter'] for r in resumed] == list(range(7, 18))
 
+
+def test_resume_under_a_schedule_without_a_phase_begun_is_refused(full_run, tmp_path):
+    """Resumed at iteration 7 with cross_lingual (begun at 4) dropped, the run would find
+    every phase done and end at once, its training cut short without a word."""
+    work_dir, _, _ = full_run
+    with pytest.raises(ValueError, match=(
+            r"cannot resume at iteration 7: the checkpoint was trained with phase 1 = "
+            r"\{'name': 'cross_lingual', 'start': 4, .*this config has None")):
+        train(make_cfg(tmp_path, phases=PHASES[:1], resume_from=work_dir / 'iter_7.pth'))
+
+
 def test_unknown_trainable_prefix_fails_at_build(tmp_path):
     phases = copy.deepcopy(PHASES[1:])
     phases[0]['trainable'] = ['language_brunch']
