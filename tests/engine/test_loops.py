@@ -126,8 +126,12 @@ def make_cfg(work_dir: Path, phases=PHASES, checkpoint_interval: int = 100,
 
 
 def train(cfg: Config) -> tuple[Runner, list[dict]]:
+    return train_runner(Runner.from_cfg(cfg))
+
+
+def train_runner(runner: Runner) -> tuple[Runner, list[dict]]:
+    """Train a built runner; its RecordingHook's records."""
     allow_mmengine_checkpoint_types()
-    runner = Runner.from_cfg(cfg)
     runner.train()
     recorder = next(h for h in runner.hooks if isinstance(h, RecordingHook))
     return runner, recorder.records
@@ -463,6 +467,18 @@ def test_unknown_trainable_prefix_fails_at_build(tmp_path):
     with pytest.raises(ValueError, match="'language_brunch' matches no parameter of the model "
                                          r"\(did you mean 'language_branch'\?\)"):
         Runner.from_cfg(make_cfg(tmp_path, phases=phases)).train()
+
+
+def test_a_trainable_prefix_names_whole_modules(tmp_path):
+    """'language_branch' trains the parameters under language_branch, not those of a module
+    whose name merely begins so; a prefix that ends inside a name matches nothing."""
+    runner = Runner.from_cfg(make_cfg(tmp_path, phases=[dict(PHASES[1], iters=1)]))
+    runner.model.language_branch_extra = torch.nn.Linear(2, 2)
+    _, records = train_runner(runner)
+    assert records[0]['trainable'] == ['language_branch']
+    phases = [dict(PHASES[1], trainable=['language_bran'])]
+    with pytest.raises(ValueError, match="trainable prefix 'language_bran' matches no parameter"):
+        loop_of(make_cfg(tmp_path, phases=phases))
 
 
 @HOOKS.register_module(force=True)
