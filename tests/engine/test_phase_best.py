@@ -129,6 +129,19 @@ def test_a_fork_resumed_at_the_phase_end_starts_from_the_best_of_the_run_it_fork
     assert (tmp_path / 'whole' / 'phase_best' / 'cross_lingual_iter_4.pth').is_file()
 
 
+def test_a_phase_resumed_in_its_middle_goes_on_from_its_checkpoint_not_from_the_best(
+        tmp_path, scripted):
+    """cross_modal started from the best at 4; resumed at 10, in its middle, it goes on from
+    the weights it trained to by 10, as the uninterrupted run did."""
+    scripted['scores'].update({2: 1.0, 4: 5.0, 6: 3.0, 8: 2.0})
+    torch.manual_seed(0)
+    whole, _ = train(with_validation(make_cfg(tmp_path / 'whole', phases=TWO_PHASES,
+                                              checkpoint_interval=10)))
+    resumed, _ = train(with_validation(make_cfg(
+        tmp_path / 'resumed', phases=TWO_PHASES, resume_from=tmp_path / 'whole' / 'iter_10.pth')))
+    assert equal(branch(resumed), branch(whole))
+
+
 def test_start_from_best_is_refused_where_nothing_can_be_picked(tmp_path, scripted):
     first = [dict(PHASES[1], start_from_best='mAR'), PHASES[2]]
     with pytest.raises(ValueError, match='the first phase has none'):
