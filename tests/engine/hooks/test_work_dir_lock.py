@@ -1,6 +1,7 @@
 """One training run per work dir: a second refuses naming the holder, a stale lock is taken over."""
 from __future__ import annotations
 
+import builtins
 import importlib.util
 import multiprocessing
 import os
@@ -195,21 +196,26 @@ def test_a_live_holder_whose_start_time_cannot_be_read_keeps_its_lock(tmp_path, 
 
 @HOOKS.register_module(force=True)
 class FailingHook(Hook):
-    """Raises in the second iteration, as a bad batch or a full disk would."""
+    """Raises ``error`` (a builtin exception's name) in the second iteration, as a bad batch or
+    a full disk would, or Ctrl-C in a notebook (``KeyboardInterrupt``)."""
+
+    def __init__(self, error: str = 'RuntimeError') -> None:
+        self.error = getattr(builtins, error)
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         if runner.iter + 1 == 2:
-            raise RuntimeError('disk full')
+            raise self.error('disk full')
 
 
-def test_a_run_that_raises_releases_the_lock_and_the_sigterm_handler(tmp_path):
-    """A notebook's failed run must not keep the work dir locked (another process would be
-    refused until the kernel exits) nor keep swallowing SIGTERM."""
+@pytest.mark.parametrize('error', [RuntimeError, KeyboardInterrupt])
+def test_a_run_that_raises_releases_the_lock_and_the_sigterm_handler(tmp_path, error):
+    """A notebook's failed or interrupted run must not keep the work dir locked (another
+    process would be refused until the kernel exits) nor keep swallowing SIGTERM."""
     handler_before = signal.getsignal(signal.SIGTERM)
     cfg = make_cfg(tmp_path, phases=PHASES[:1])
     cfg.custom_hooks[:0] = [dict(type='WorkDirLockHook'), dict(type='PreemptionHook'),
-                            dict(type='FailingHook')]
-    with pytest.raises(RuntimeError, match='disk full'):
+                            dict(type='FailingHook', error=error.__name__)]
+    with pytest.raises(error, match='disk full'):
         train(cfg)
     assert not (tmp_path / LOCK_NAME).exists()
     assert signal.getsignal(signal.SIGTERM) is handler_before
