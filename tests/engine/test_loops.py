@@ -19,8 +19,10 @@ from mmengine.runner import Runner
 
 from tests.conftest import TINY_CLIP, tiny_retriever_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.engine.divergence import DivergenceMonitor
 from xmr.engine.feature_cache import FeatureCache, StaleFeatureCacheError
 from xmr.engine.loops import PhasedTrainLoop, frozen_batch_norms, read_to_host
+from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phases import Phase, phase_lr_factor
 from xmr.registry import HOOKS
 
@@ -529,6 +531,34 @@ def test_the_losses_and_the_norm_reach_the_host_in_one_copy(monkeypatch):
         assert host[name].item() == outputs[name].item()
     assert host['embeddings'] is outputs['embeddings']  # not a logged scalar: left as it is
     assert read_to_host({}, None) == ({}, None)
+
+
+def test_an_iteration_with_a_nonfinite_loss_logs_no_gradient_norm():
+    """A NaN in a logged term whose gradients stay finite (a term the step does not train):
+    the iteration reaches no hook, and its norm stays out of the log window as well."""
+    weight = torch.nn.Parameter(torch.zeros(2))
+    wrapper = OptimWrapper(torch.optim.SGD([weight], lr=1.0), clip_grad=dict(max_norm=1.0))
+    hub = wrapper.message_hub = MessageHub.get_instance('test_nonfinite_iteration_norm')
+    cl_losses = iter([math.nan, 2.0])
+
+    def train_step(data_batch, optim_wrapper):
+        weight.grad = torch.tensor([3.0, 4.0])  # norm 5
+        optim_wrapper.step()
+        return dict(loss=torch.tensor(1.0), loss_cl=torch.tensor(next(cl_losses)))
+
+    hooks = []
+    runner = types.SimpleNamespace(
+        model=types.SimpleNamespace(train_step=train_step), optim_wrapper=wrapper,
+        call_hook=lambda name, **kwargs: hooks.append(name),
+        logger=types.SimpleNamespace(warning=lambda message: None))
+    loop = types.SimpleNamespace(runner=runner, divergence=DivergenceMonitor(1), _iter=0,
+                                 current_phase=types.SimpleNamespace(name='cross_lingual'))
+    PhasedTrainLoop.run_iter(loop, {})
+    assert hooks == ['before_train_iter'] and loop._iter == 1
+    assert 'train/grad_norm' not in hub.log_scalars
+    PhasedTrainLoop.run_iter(loop, {})
+    assert hooks[1:] == ['before_train_iter', 'after_train_iter']
+    assert list(hub.get_scalar('train/grad_norm').data[0]) == pytest.approx([5.0])
 
 
 def test_a_double_loss_reaches_the_host_exactly():
