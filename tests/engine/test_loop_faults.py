@@ -225,6 +225,18 @@ def test_the_media_of_every_dataset_are_checked_before_the_first_step(tmp_path, 
     assert len({id(dataset) for dataset in checked}) == len(checked)
 
 
+def test_a_resumed_run_checks_the_data_of_the_phases_still_to_run_only(long_run, tmp_path,
+                                                                       monkeypatch):
+    """Resumed at 15, source_finetune (0-4) is done: its English dataset is not checked (its
+    files may be gone), cross_lingual's and cross_modal's shared one is."""
+    work_dir, _ = long_run
+    checked = []
+    monkeypatch.setattr(SyntheticPairDataset, 'check_media_exist',
+                        lambda self: checked.append(list(self.languages)), raising=False)
+    train(make_cfg(tmp_path, phases=LONG_PHASES, resume_from=work_dir / 'iter_15.pth'))
+    assert checked == [LANGS]
+
+
 def test_an_lr_mult_of_no_parameter_group_fails_before_the_first_step(tmp_path):
     phases = copy.deepcopy(PHASES)
     phases[2]['lr_mult'] = dict(adapter=0.1)
