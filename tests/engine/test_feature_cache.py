@@ -533,6 +533,26 @@ def test_an_array_longer_than_the_meta_states_is_corrupt(tiny_retriever, tmp_pat
         CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
 
 
+def test_a_hash_array_shorter_than_the_meta_states_is_corrupt(tiny_retriever, tmp_path):
+    """Each read checks its item's hash: a short hash array would fail at the last items'
+    reads, an IndexError in a DataLoader worker, instead of at the phase start."""
+    dataset = ListDataset(pair_items())
+    CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    hashes = tmp_path / 'cache' / 'item_media_hash.npy'
+    np.save(hashes, np.load(hashes)[:5])
+    with pytest.raises(CorruptFeatureCacheError,
+                       match=f'{hashes}: 5 rows where meta.json states 6'):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+
+
+@pytest.mark.parametrize('meta', ['[]', '{"counts": {"items": 6}}', '{"key": {}}'])
+def test_a_meta_file_without_key_and_counts_is_corrupt(tmp_path, meta):
+    (tmp_path / 'meta.json').write_text(meta)
+    with pytest.raises(CorruptFeatureCacheError, match=r'not a feature cache meta file \(no key '
+                                                       r'and counts\); delete'):
+        FeatureCache(tmp_path)
+
+
 def test_reordered_items_are_caught_at_phase_start(tiny_retriever, tmp_path):
     """The same captions and media in another order map items to other rows: the key's item
     digests follow the order, so the phase start refuses the cache, not a later read."""
