@@ -5,6 +5,7 @@ import errno
 import json
 import os
 import pickle
+import re
 import subprocess
 from types import SimpleNamespace
 
@@ -604,6 +605,14 @@ def test_requested_kinds_and_random_crops_decide_what_is_cached(pair_ann_file, t
     crops = dict(TINY_TRANSFORM, random_resized_crop=dict(scale=(0.5, 1.0)))
     cropped = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent, transform=crops)
     assert CachedFeatureDataset(cropped, tmp_path / 'cache').kinds == ['source']
+
+
+@pytest.mark.parametrize('features', [[], ['source', 'text']])
+def test_requested_kinds_must_be_known_and_at_least_one(tmp_path, features):
+    """An empty list would cache whatever the items carry, as if none were requested."""
+    with pytest.raises(ValueError, match=re.escape(
+            f"features must be a non-empty subset of ('source', 'media'), got {features}")):
+        CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache', features=features)
 
 
 def test_a_tokenizer_that_composes_captions_keys_another_cache_than_one_that_does_not(tmp_path):
