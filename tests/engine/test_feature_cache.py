@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import subprocess
 from types import SimpleNamespace
 
@@ -393,6 +394,17 @@ def test_a_prepared_dataset_drops_the_identity_of_each_media_file(tiny_retriever
     assert f'{stat.st_size}|{stat.st_mtime_ns}'.encode() not in pickle.dumps(cached)
     assert json.loads((tmp_path / 'cache' / 'media_files.json').read_text())[1] == [
         'blue.png', f'{stat.st_size}|{stat.st_mtime_ns}']
+
+
+def test_a_cache_key_moves_with_its_data(tiny_retriever, pair_ann_file, tmp_path_factory):
+    """Paths stay out of the key: the same annotation and media files (times kept) in another
+    folder key the same cache."""
+    moved = shutil.copytree(pair_ann_file.parent, tmp_path_factory.mktemp('moved') / 'data')
+    keys = [CachedFeatureDataset(dict(type='CaptionPairDataset', ann_file=str(folder / 'ann.json'),
+                                      data_root=str(folder), transform=TINY_TRANSFORM),
+                                 'unused').cache_key(tiny_retriever)
+            for folder in (pair_ann_file.parent, moved)]
+    assert keys[0] == keys[1]
 
 
 def test_content_identity_sees_a_change_that_keeps_size_and_mtime(tiny_retriever, pair_ann_file):
