@@ -85,6 +85,19 @@ def test_cached_and_recomputed_steps_give_the_same_loss(tiny_retriever, tmp_path
                                    rtol=1e-5, atol=1e-6)
 
 
+def test_cached_media_features_replace_the_media_of_a_dataset_that_decodes_them(
+        tiny_retriever, tmp_path):
+    """A dataset that is no MediaDataset cannot be told to skip its media: the wrapper drops
+    them where their features are cached, and keeps them where only captions are."""
+    media = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'media')
+    media.prepare(tiny_retriever)
+    assert media[4]['media'] is None and media[4]['media_features'].shape == (32,)
+    sources = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'source',
+                                   features=['source'])
+    sources.prepare(tiny_retriever)
+    assert torch.equal(sources[4]['media'], pair_items()[4]['media'])
+
+
 def test_a_cached_synthetic_dataset_renders_each_scene_once_at_build_and_never_after(
         tiny_retriever, tmp_path, monkeypatch):
     from xmr.datasets.synthetic import dataset as synthetic
