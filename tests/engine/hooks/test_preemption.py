@@ -227,6 +227,18 @@ def test_persistent_workers_that_ignore_the_signal_end_with_training(tmp_path):
     assert set(multiprocessing.active_children()) <= before
 
 
+def test_a_loader_whose_persistent_workers_ended_with_training_starts_new_ones():
+    """A notebook validates again after training (runner.val()): the loader must not go on
+    with the ended workers' closed queues."""
+    loader = torch.utils.data.DataLoader(list(range(4)), batch_size=2, num_workers=1,
+                                         persistent_workers=True)
+    preemption.workers_ignore(loader, [signal.SIGTERM])
+    assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3]]
+    preemption.end_persistent_workers()
+    assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3]]
+    preemption.end_persistent_workers()
+
+
 class WorkerView(torch.utils.data.Dataset):
     """What a worker process sees: whether it ignores SIGTERM, and its loader's own init's mark."""
 
