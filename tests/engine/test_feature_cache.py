@@ -329,6 +329,16 @@ def test_hook_prepares_cached_galleries_and_evaluation_matches(tiny_retriever, t
 
 
 
+def test_hook_prepares_a_cached_test_gallery(tiny_retriever, tmp_path):
+    cached = CachedFeatureDataset(
+        SyntheticRetrievalDataset(num_scenes=3, languages=['en', 'de'], image_size=32),
+        tmp_path / 'gallery')
+    runner = SimpleNamespace(model=tiny_retriever, test_loop=SimpleNamespace(
+        dataloader=DataLoader(cached, batch_size=3, collate_fn=retrieval_collate)))
+    FeatureCacheHook().before_test(runner)
+    assert cached[0]['media_features'].shape == (32,)
+
+
 def test_a_validation_while_the_towers_train_reads_the_gallery_of_that_moment(tiny_retriever,
                                                                              tmp_path):
     """CL-FT validates during source_finetune: the hook rebuilds the gallery, not refuses it."""
