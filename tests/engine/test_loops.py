@@ -21,7 +21,12 @@ from tests.conftest import TINY_CLIP, tiny_retriever_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.divergence import DivergenceMonitor
 from xmr.engine.feature_cache import FeatureCache, StaleFeatureCacheError
-from xmr.engine.loops import PhasedTrainLoop, frozen_batch_norms, read_to_host
+from xmr.engine.loops import (
+    PhasedTrainLoop,
+    ensure_train_mode,
+    frozen_batch_norms,
+    read_to_host,
+)
 from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phases import Phase, phase_lr_factor
 from xmr.registry import HOOKS
@@ -248,6 +253,20 @@ def test_a_batch_norm_stays_frozen_unless_it_or_one_of_its_parameters_trains():
     assert frozen_batch_norms(model, ['tower.norm']) == [head]
     assert frozen_batch_norms(model, ['tower.norm.weight']) == [head]
     assert frozen_batch_norms(model, ['tow', 'hea']) == [tower_norm, head]
+
+
+def test_a_frozen_batch_norm_a_hook_put_in_training_mode_goes_back_to_eval_mode():
+    """CDDSCorrelationHook's pass ends with model.train(): every module trains again, the
+    frozen batch norms too, which the next iteration must put back in eval mode."""
+    model = torch.nn.Sequential(collections.OrderedDict(
+        tower=torch.nn.Sequential(collections.OrderedDict(norm=torch.nn.BatchNorm1d(2))),
+        head=torch.nn.Linear(2, 2)))
+    frozen = frozen_batch_norms(model, ['head'])
+    modules = ensure_train_mode(model, None, frozen)
+    assert (model.head.training, model.tower.norm.training) == (True, False)
+    model.train()
+    ensure_train_mode(model, modules, frozen)
+    assert (model.head.training, model.tower.norm.training) == (True, False)
 
 
 def test_checkpoints_load_with_weights_only_torch_load(full_run):
