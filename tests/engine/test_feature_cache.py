@@ -495,6 +495,22 @@ def test_a_full_disk_is_an_error_naming_the_folder_and_bytes_and_leaves_nothing(
     assert sorted(path.name for path in tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize('code', [errno.EOPNOTSUPP, errno.EINVAL])
+def test_a_file_system_that_cannot_allocate_ahead_checks_the_free_space_instead(
+        tiny_retriever, tmp_path, monkeypatch, code):
+    def cannot(fd, offset, length):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, 'posix_fallocate', cannot)
+    roomy = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'roomy')
+    roomy.prepare(tiny_retriever)
+    assert roomy[0]['source_features'].shape == (32,)
+    monkeypatch.setattr(shutil, 'disk_usage', lambda path: SimpleNamespace(free=100))
+    with pytest.raises(UserError, match='no space for the feature cache: source.npy needs 512 '
+                                        'bytes, 100 are free'):
+        CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'full').prepare(tiny_retriever)
+
+
 def test_a_full_tmpfs_fails_cleanly_instead_of_sigbus(tiny_retriever, tmp_path):
     disk = tmp_path / 'small'
     disk.mkdir()
