@@ -658,6 +658,13 @@ def test_requested_kinds_and_random_crops_decide_what_is_cached(pair_ann_file, t
     assert CachedFeatureDataset(cropped, tmp_path / 'cache').kinds == ['source']
 
 
+def test_random_crops_are_cached_as_one_fixed_draw_when_asked(pair_ann_file, tmp_path):
+    crops = dict(TINY_TRANSFORM, random_resized_crop=dict(scale=(0.5, 1.0)))
+    cropped = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent, transform=crops)
+    assert CachedFeatureDataset(cropped, tmp_path / 'cache',
+                                cache_media_when_random=True).kinds == ['source', 'media']
+
+
 @pytest.mark.parametrize('features', [[], ['source', 'text']])
 def test_requested_kinds_must_be_known_and_at_least_one(tmp_path, features):
     """An empty list would cache whatever the items carry, as if none were requested."""
