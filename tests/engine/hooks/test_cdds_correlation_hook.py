@@ -86,6 +86,18 @@ def test_recomputes_once_per_pass_over_the_data_and_keeps_a_resumed_estimate():
     assert torch.equal(statistics, marked), 'a resumed estimate was recomputed'
 
 
+def test_a_run_from_iteration_0_recomputes_the_estimate_its_loaded_weights_carry():
+    """Weights loaded without resuming (load_from) carry another run's statistics, of its
+    data: only a resumed run keeps them."""
+    model = model_with()
+    CDDSCorrelationHook().before_train(runner_for(model))
+    correlation = model.disentangler.correlation
+    correlation.image_statistics.mul_(2)
+    CDDSCorrelationHook().before_train(runner_for(model, iteration=0))
+    torch.testing.assert_close(correlation.image_statistics, expected_statistics(model)[0],
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_max_batches_and_a_single_pass():
     model = model_with()
     hook = CDDSCorrelationHook(interval=0, max_batches=1)
