@@ -205,6 +205,22 @@ def test_a_phase_that_trains_the_backbone_refuses_cached_features(tiny_retriever
         cached.prepare(tiny_retriever)
 
 
+def test_a_cache_dir_made_ahead_empty_is_built_into_and_a_full_one_is_left_alone(
+        tiny_retriever, tmp_path):
+    (tmp_path / 'made_ahead').mkdir()
+    cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'made_ahead')
+    cached.prepare(tiny_retriever)
+    assert cached[0]['source_features'].shape == (32,)
+    other = tmp_path / 'other'
+    other.mkdir()
+    (other / 'notes.txt').write_text('mine')
+    with pytest.raises(FileExistsError, match=re.escape(
+            f'{other} exists and holds no feature cache (no meta.json): give the cache a new '
+            'or empty folder (cache_dir)')):
+        CachedFeatureDataset(ListDataset(pair_items()), other).prepare(tiny_retriever)
+    assert [path.name for path in other.iterdir()] == ['notes.txt']
+
+
 def test_unprepared_or_missing_caches_fail_clearly(tiny_retriever, tmp_path):
     cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache',
                                   build_if_missing=False)

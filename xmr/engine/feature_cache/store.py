@@ -154,9 +154,17 @@ class FeatureCache:
             media_files: each media file's identity
                 (:func:`~xmr.engine.feature_cache.key.media_files_identity`), kept to name
                 the files that change later.
+
+        Raises:
+            FileExistsError: ``path`` exists, is no empty folder, and ``overwrite`` is not set
+                (named as a cache or as a folder holding none).
         """
         path = Path(path)
-        if path.exists() and not overwrite:
+        # A folder made ahead for the cache, empty, holds nothing a build would replace.
+        if path.exists() and not overwrite and not (path.is_dir() and not any(path.iterdir())):
+            if not (path / 'meta.json').is_file():
+                raise FileExistsError(f'{path} exists and holds no feature cache (no meta.json): '
+                                      'give the cache a new or empty folder (cache_dir)')
             raise FileExistsError(f'feature cache {path} exists; pass overwrite=True to rebuild')
         remove_abandoned_builds(path)
         partial = path.with_name(f'{path.name}.partial-{os.getpid()}')
