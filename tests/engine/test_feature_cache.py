@@ -293,6 +293,25 @@ def test_unreadable_media_skip_their_items_as_the_dataset_would(tiny_retriever, 
     assert batch['batch_size'] == 2 and len(batch['skipped_media']) == 2
 
 
+def test_a_cache_built_before_unreadable_files_were_recorded_names_the_media_id(
+        tiny_retriever, pair_ann_file, tmp_path):
+    (pair_ann_file.parent / 'blue.png').write_bytes(b'not an image')
+    dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
+                   data_root=str(pair_ann_file.parent), transform=TINY_TRANSFORM,
+                   on_corrupt='skip')
+    with pytest.warns(UserWarning, match='blue.png'):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    meta_file = tmp_path / 'cache' / 'meta.json'
+    meta = json.loads(meta_file.read_text())
+    del meta['unreadable_media']  # as an earlier xmr wrote it
+    meta_file.write_text(json.dumps(meta))
+    cached = CachedFeatureDataset(dataset, tmp_path / 'cache')
+    cached.prepare(tiny_retriever)
+    with pytest.warns(UserWarning, match='blue: unreadable when the feature cache was built'):
+        item = cached[2]
+    assert item == (2, 'blue', 'unreadable when the feature cache was built')
+
+
 def test_media_that_change_every_epoch_are_not_cached(pair_ann_file, tmp_path, monkeypatch):
     logged = []
     monkeypatch.setattr(feature_cache_dataset, 'print_log', lambda msg, **_: logged.append(msg))
