@@ -86,6 +86,21 @@ def test_recomputes_once_per_pass_over_the_data_and_keeps_a_resumed_estimate():
     assert torch.equal(statistics, marked), 'a resumed estimate was recomputed'
 
 
+def test_the_first_iteration_does_not_repeat_the_pass_before_training():
+    model = model_with()
+    hook = CDDSCorrelationHook(interval=1)
+    runner = runner_for(model)
+    hook.before_train(runner)
+    statistics = model.disentangler.correlation.image_statistics
+    statistics.mul_(2)
+    marked = statistics.clone()
+    hook.before_train_iter(runner, 0)
+    assert torch.equal(statistics, marked), 'recomputed at iteration 0'
+    runner.iter = 1
+    hook.before_train_iter(runner, 1)
+    assert not torch.equal(statistics, marked)
+
+
 def test_a_run_from_iteration_0_recomputes_the_estimate_its_loaded_weights_carry():
     """Weights loaded without resuming (load_from) carry another run's statistics, of its
     data: only a resumed run keeps them."""
