@@ -700,6 +700,15 @@ def test_random_crops_are_cached_as_one_fixed_draw_when_asked(pair_ann_file, tmp
                                 cache_media_when_random=True).kinds == ['source', 'media']
 
 
+def test_augmentations_that_a_test_mode_dataset_turns_off_leave_its_media_cached(
+        pair_ann_file, tmp_path):
+    augmented = dict(TINY_TRANSFORM, random_resized_crop=dict(scale=(0.5, 1.0)), hflip_prob=0.5)
+    fixed = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent,
+                               transform=augmented, test_mode=True)
+    assert not fixed.transform.training
+    assert CachedFeatureDataset(fixed, tmp_path / 'cache').kinds == ['source', 'media']
+
+
 @pytest.mark.parametrize('features', [[], ['source', 'text']])
 def test_requested_kinds_must_be_known_and_at_least_one(tmp_path, features):
     """An empty list would cache whatever the items carry, as if none were requested."""
