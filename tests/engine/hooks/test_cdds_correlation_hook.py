@@ -125,6 +125,21 @@ def test_max_batches_and_a_single_pass():
     assert torch.equal(model.disentangler.correlation.image_statistics, statistics)
 
 
+def test_a_pass_over_persistent_workers_leaves_the_training_pass_where_it_was():
+    """A loader with persistent workers hands every ``iter()`` its one iterator, restarted: a
+    pass over the train loop's loader itself would restart the pass training is in, which
+    would then skip the batches the hook read (the shipped loaders keep their workers)."""
+    data = DataLoader(loader().dataset, batch_size=2, shuffle=False, num_workers=1,
+                      persistent_workers=True, collate_fn=retrieval_collate)
+    expected = [batch['media_id'] for batch in data]
+    runner = runner_for(model_with())
+    runner.train_loop.dataloader = data
+    training = iter(data)
+    first = next(training)['media_id']
+    CDDSCorrelationHook(max_batches=2).refresh(runner)
+    assert [first, *(batch['media_id'] for batch in training)] == expected
+
+
 def test_a_model_without_dataset_correlation_is_refused():
     with pytest.raises(ValueError, match="no correlation in mode 'dataset'"):
         CDDSCorrelationHook().before_train(runner_for(model_with('batch')))

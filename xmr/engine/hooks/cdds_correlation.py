@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from mmengine import dist
 from mmengine.hooks import Hook
+from torch.utils.data import DataLoader
 
 from xmr.engine.distributed import shared_seed
 from xmr.engine.pinned_batches import pinned_on_gpu
@@ -60,7 +61,8 @@ class CDDSCorrelationHook(Hook):
 
     def _loader(self, runner) -> Any:
         if self._dataloader is None:
-            self._dataloader = (runner.train_loop.dataloader if self.dataloader_cfg is None
+            self._dataloader = (_own_workers(runner.train_loop.dataloader)
+                                if self.dataloader_cfg is None
                                 else runner.build_dataloader(
                                     pinned_on_gpu(self.dataloader_cfg), seed=shared_seed(runner)))
         return self._dataloader
@@ -109,3 +111,24 @@ class CDDSCorrelationHook(Hook):
         interval = len(self._loader(runner)) if self.interval is None else self.interval
         if interval and runner.iter > 0 and runner.iter % interval == 0:
             self.refresh(runner)
+
+
+def _own_workers(loader: Any) -> Any:
+    """``loader``'s dataset, batches and collation, read by workers of each pass's own.
+
+    A loader with persistent workers hands every ``iter()`` its one iterator, restarted: a pass
+    over the train loop's loader itself would restart the pass training is in, which would then
+    skip the batches read here.
+    """
+    if not (isinstance(loader, DataLoader) and loader.persistent_workers
+            and loader.num_workers > 0):
+        return loader
+    batching = (dict(batch_sampler=loader.batch_sampler) if loader.batch_sampler is not None
+                else dict(sampler=loader.sampler, batch_size=None))
+    # No generator: the workers' seeds then come from torch's stream, which refresh()
+    # restores, and the train loader's own generator is not drawn from.
+    return DataLoader(loader.dataset, **batching, num_workers=loader.num_workers,
+                      collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
+                      timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
+                      multiprocessing_context=loader.multiprocessing_context,
+                      prefetch_factor=loader.prefetch_factor)
