@@ -55,6 +55,19 @@ def test_matches_an_independent_reference_for_unequal_counts_and_mixed_weights()
                                reference_quantile_match(source, target, weights))
 
 
+def test_samples_under_bf16_autocast_as_training_with_amp_does():
+    """``tools/train.py --amp``: the weighted product comes out in bf16, the interpolation
+    fractions of fp32 tokens in fp32."""
+    generator = torch.Generator().manual_seed(1)
+    source = torch.randn(9, 3, generator=generator)
+    target = torch.randn(6, 4, generator=generator) * 3 + 1
+    weights = torch.softmax(torch.randn(3, 4, generator=generator), 1)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        sampled = quantile_match(source, target, weights)
+    torch.testing.assert_close(sampled.float(), reference_quantile_match(source, target, weights),
+                               rtol=0.02, atol=0.05)
+
+
 def test_keeps_the_order_of_the_source_tokens():
     generator = torch.Generator().manual_seed(2)
     source = torch.randn(20, 2, generator=generator)

@@ -53,7 +53,9 @@ def quantile_match(source_values: torch.Tensor, target_values: torch.Tensor,
     # target columns can be taken first on the order statistics: one [N_t, D_t] × [D_t, D_s]
     # product instead of D_s × D_t separate look-ups.
     mixture = target_values.sort(dim=0).values @ weights.t().to(target_values.dtype)
-    return torch.lerp(mixture.gather(0, lower), mixture.gather(0, upper), fraction)
+    # Under autocast the product comes out in the autocast dtype, and lerp takes one dtype.
+    return torch.lerp(mixture.gather(0, lower), mixture.gather(0, upper),
+                      fraction.to(mixture.dtype))
 
 
 @MODELS.register_module()
