@@ -1,4 +1,5 @@
 """Protocols on hand-built galleries: COCO folds, XTD10 split, per-language galleries."""
+import numpy as np
 import pytest
 import torch
 
@@ -302,3 +303,56 @@ def test_a_language_without_captions_in_the_gallery_is_named_as_such():
     gallery = LanguageGallery(torch.eye(2), torch.zeros(0, 2), torch.zeros(0, dtype=torch.long))
     with pytest.raises(ValueError, match='the language has no captions in this gallery'):
         evaluate_language(gallery)
+
+
+def _brute_force_ranks(scores: torch.Tensor, query_group: torch.Tensor,
+                       gallery_group: torch.Tensor) -> torch.Tensor:
+    """1 + the negatives scoring at least the best positive, read off the full matrix."""
+    positive = query_group[:, None] == gallery_group[None, :]
+    best = scores.masked_fill(~positive, float('-inf')).amax(dim=1)
+    return 1 + ((scores >= best[:, None]) & ~positive).sum(dim=1)
+
+
+def _tied_gallery(seed: int = 0) -> LanguageGallery:
+    """Small-integer embeddings: every product is exact, and many scores tie."""
+    generator = torch.Generator().manual_seed(seed)
+    media = torch.randint(-1, 2, (12, 6), generator=generator).float()
+    caption_media = torch.tensor([0, 0, 1, 2, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11])
+    captions = torch.randint(-1, 2, (caption_media.numel(), 6), generator=generator).float()
+    return LanguageGallery(media, captions, caption_media)
+
+
+@pytest.mark.parametrize('i2t_mode', ['standard', 'grouped'])
+@pytest.mark.parametrize('shared_limit', [None, 0], ids=['one_product', 'product_per_direction'])
+def test_both_directions_equal_brute_force_ranks_with_ties(i2t_mode, shared_limit, monkeypatch):
+    if shared_limit is not None:
+        monkeypatch.setattr('xmr.evaluation.protocols.SHARED_SCORES_ELEMENTS', shared_limit)
+    gallery = _tied_gallery()
+    scores = gallery.captions @ gallery.media.T
+    media = torch.arange(12)
+    t2i = _brute_force_ranks(scores, gallery.caption_media, media)
+    if i2t_mode == 'grouped':
+        per_media = torch.stack([scores[gallery.caption_media == m].amax(dim=0) for m in media])
+        i2t = _brute_force_ranks(per_media.T, media, media)
+    else:
+        i2t = _brute_force_ranks(scores.T, media, gallery.caption_media)
+    expected = {}
+    for direction, ranks in (('t2i', t2i), ('i2t', i2t)):
+        for k in (1, 2, 5):
+            expected[f'{direction}_R@{k}'] = 100 * (ranks <= k).double().mean().item()
+        expected[f'{direction}_MdR'] = float(np.median(ranks.numpy()))
+        expected[f'{direction}_MnR'] = ranks.double().mean().item()
+    result = evaluate_language(gallery, recall_ks=(1, 2, 5), i2t_mode=i2t_mode)
+    assert {key: result[key] for key in expected} == pytest.approx(expected, abs=1e-12)
+    assert len(set(t2i.tolist())) > 3 and len(set(i2t.tolist())) > 3
+
+
+def test_both_directions_rank_from_one_caption_media_product():
+    """t2i ranks the rows of the [C, M] scores, i2t its columns: one product serves both
+    (a product per direction took about 40% of a COCO 5K evaluation)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    gallery = _tied_gallery()
+    with FlopCounterMode(display=False) as counter:
+        evaluate_language(gallery)
+    assert counter.get_total_flops() == 2 * 18 * 12 * 6
