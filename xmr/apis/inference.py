@@ -206,12 +206,16 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
         _check_encodable(text, f'text {i}')
     if batch_size < 1:
         raise ValueError(f'batch_size must be positive, got {batch_size}')
-    rows = []
+    embeddings = None
     for start in range(0, len(texts), batch_size):
         batch = model.data_preprocessor({'captions': [{lang: texts[start:start + batch_size]}]})
         tokens, _ = batch['caption_tokens'][lang]
-        rows.append(F.normalize(model.encode_text(tokens, lang).float(), dim=-1).cpu())
-    return torch.cat(rows)
+        rows = F.normalize(model.encode_text(tokens, lang).float(), dim=-1)
+        # Filled in place: batches joined at the end held every embedding twice at once.
+        if embeddings is None:
+            embeddings = rows.new_empty((len(texts), rows.shape[1]), device='cpu')
+        embeddings[start:start + rows.shape[0]] = rows
+    return embeddings
 
 
 def _check_encodable(text: str, where: str) -> None:
@@ -266,7 +270,7 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
     if problem is not None:
         raise ValueError(f'encode_media transform: it {problem}, or pass transform=None (the '
                          "backbone's size)")
-    embeddings: list[Tensor | None] = [None] * len(media)
+    embeddings: Tensor | None = None
     # Decoded one batch at a time, images and videos apart: decoding the whole gallery first
     # held every decoded media at once (3 x 224 x 224 bytes an image, 17 GB for COCO's 113k).
     pending: dict[int, list[tuple[int, Tensor]]] = {3: [], 4: []}
@@ -275,22 +279,27 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
         batch = pending[decoded.dim()]
         batch.append((position, decoded))
         if len(batch) == batch_size:
-            _encode_batch(model, batch, embeddings)
+            embeddings = _encode_batch(model, batch, embeddings, len(media))
             batch.clear()
     for batch in pending.values():
         if batch:
-            _encode_batch(model, batch, embeddings)
-    return torch.stack(embeddings)
+            embeddings = _encode_batch(model, batch, embeddings, len(media))
+    return embeddings
 
 
 def _encode_batch(model: CrossLingualRetriever, batch: Sequence[tuple[int, Tensor]],
-                  embeddings: list[Tensor | None]) -> None:
-    """Embed one batch of decoded media into ``embeddings[position]``.
+                  embeddings: Tensor | None, total: int) -> Tensor:
+    """Embed one batch of decoded media into its rows of ``embeddings``.
 
     Args:
         model: the retriever.
         batch: ``(position, media)`` pairs, media uint8 ``[3, S, S]`` or ``[T, 3, S, S]``.
-        embeddings: the ``[E]`` rows by input position, filled in place.
+        embeddings: ``[total, E]`` float32 rows by input position, filled in place; ``None``
+            before the first batch, which allocates them (its output gives ``E``).
+        total: the number of media.
+
+    Returns:
+        ``embeddings``, with the batch's rows written.
 
     Raises:
         ValueError: when the batch's media differ in shape.
@@ -300,9 +309,12 @@ def _encode_batch(model: CrossLingualRetriever, batch: Sequence[tuple[int, Tenso
         raise ValueError(f'media of one batch must share a shape after the transform, '
                          f'got {sorted(sizes)} (videos need the same frame count)')
     stacked = model.data_preprocessor.normalize_media(torch.stack([m for _, m in batch]))
-    rows = F.normalize(model.encode_media(stacked).float(), dim=-1).cpu()
-    for (position, _), row in zip(batch, rows):
-        embeddings[position] = row
+    rows = F.normalize(model.encode_media(stacked).float(), dim=-1)
+    # Filled in place: rows stacked at the end held every embedding twice at once.
+    if embeddings is None:
+        embeddings = rows.new_empty((total, rows.shape[1]), device='cpu')
+    embeddings[torch.tensor([position for position, _ in batch])] = rows.cpu()
+    return embeddings
 
 
 def _decode(item: MediaInput, num_frames: int, position: int) -> Tensor:
