@@ -55,6 +55,7 @@ __all__ = [
     'Protocol', 'PROTOCOLS', 'DIRECTIONS', 'I2T_MODES', 'FewShotSplit', 'LanguageGallery',
     'coco_1k_folds', 'xtd10_fewshot_split', 'protocol_galleries', 'evaluate_language',
     'evaluate_protocol', 'check_recall_ks', 'check_folds', 'SHARED_SCORES_ELEMENTS',
+    'MediaSearchers',
 ]
 
 DIRECTIONS = ('t2i', 'i2t')
@@ -240,6 +241,31 @@ class LanguageGallery:
                                self.caption_tokens.select(keep_caption.nonzero().flatten()))
 
 
+class MediaSearchers:
+    """The approximate index that captions were last ranked against, kept for the next language
+    whose gallery is the same media tensor (every language of a gallery of all the media): its
+    build (IVF's k-means, HNSW's graph) is as long for each language as for the first.
+
+    Only the last index is kept, so a gallery of other media (a fold, a language captioning part
+    of the set) replaces it and memory holds one index, as when each language built its own.
+    """
+
+    def __init__(self) -> None:
+        self._media: Tensor | None = None
+        self._options: dict[str, Any] = {}
+        self._searcher: FaissSearcher | None = None
+
+    def searcher(self, media: Tensor, options: Mapping[str, Any]) -> FaissSearcher:
+        """The index over ``media`` (``[M, E]``) built with ``options``
+        (:class:`~xmr.evaluation.search.FaissSearcher`'s), built only when the last one differs."""
+        if media is not self._media or dict(options) != self._options:
+            # Let the last index go before the next is built: one in memory at a time.
+            self._media = self._searcher = None
+            self._searcher = FaissSearcher(media, **options)
+            self._media, self._options = media, dict(options)
+        return self._searcher
+
+
 def check_folds(num_folds: int, folds: Sequence[int] | None) -> None:
     """Refuse ``coco_1k_5fold`` folds that do not exist, before any media is encoded.
 
@@ -302,7 +328,8 @@ def protocol_galleries(protocol: str, num_media: int, gallery_size: int | None =
 def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRECTIONS,
                       recall_ks: Sequence[int] = (1, 5, 10), i2t_mode: str = 'standard',
                       search: Mapping[str, Any] | None = None,
-                      token_scoring: TokenScoring | None = None) -> dict[str, float]:
+                      token_scoring: TokenScoring | None = None,
+                      media_searchers: MediaSearchers | None = None) -> dict[str, float]:
     """R@K, MdR, MnR of each direction (and AR, rSum with both) for one language and gallery.
 
     Args:
@@ -318,6 +345,8 @@ def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRE
         token_scoring: rank with the model's token score instead of the embeddings' cosine
             (:mod:`xmr.evaluation.token_scoring`; the gallery must hold token sets); its
             ``'tokens_rerank'`` mode ranks within the shortlists, so MdR and MnR are left out.
+        media_searchers: where an approximate search keeps its index over the media, for the
+            next language of the same gallery; ``None`` builds one for this call.
 
     Returns:
         ``{'t2i_R@1': ..., 't2i_MdR': ..., 'i2t_R@1': ..., 'AR': ..., 'rSum': ...}``, recalls in
@@ -331,6 +360,9 @@ def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRE
     index = options.pop('index', 'flat')
     chunk_size = options.pop('chunk_size', None)
     exact = index == 'flat'
+    searcher_options = dict(index=index, **options)
+    if chunk_size is not None:
+        searcher_options['chunk_size'] = chunk_size
     if token_scoring is not None:
         if gallery.media_tokens is None:
             raise ValueError('token scoring needs the token sets of the media and captions; the '
@@ -370,9 +402,11 @@ def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRE
                                 grouped=direction_grouped, num_groups=num_media,
                                 chunk_size=chunk_size)
         else:
-            ranks = _approximate_ranks(queries, targets, query_group, gallery_group,
-                                       direction_grouped, max(recall_ks), index, chunk_size,
-                                       options)
+            searcher = (media_searchers.searcher(targets, searcher_options)
+                        if direction == 't2i' and media_searchers is not None
+                        else FaissSearcher(targets, **searcher_options))
+            ranks = _approximate_ranks(searcher, queries, query_group, gallery_group,
+                                       direction_grouped, max(recall_ks))
         summary.update(rank_summary(ranks, recall_ks, direction, exact=exact))
     if set(directions) == set(DIRECTIONS):
         summary['AR'] = average_recall(summary, DIRECTIONS, recall_ks)
@@ -419,19 +453,14 @@ def _row_blocks(scores: Tensor) -> Callable[[int, int], Tensor]:
     return lambda start, stop: scores[start:stop]
 
 
-def _approximate_ranks(queries: Tensor, targets: Tensor, query_group: Tensor,
-                       gallery_group: Tensor, grouped: bool, max_k: int, index: str,
-                       chunk_size: int | None, options: Mapping[str, Any]) -> Tensor:
-    searcher_options = dict(options)
-    if chunk_size is not None:
-        searcher_options['chunk_size'] = chunk_size
-    searcher = FaissSearcher(targets, index=index, **searcher_options)
+def _approximate_ranks(searcher: FaissSearcher, queries: Tensor, query_group: Tensor,
+                       gallery_group: Tensor, grouped: bool, max_k: int) -> Tensor:
     depth = max_k
     if grouped:
         # Every other media may place all of its captions ahead, so max_k groups can take
         # max_k times the largest caption count.
         depth *= int(torch.bincount(gallery_group).max())
-    _, indices = searcher.search(queries, min(depth, targets.shape[0]))
+    _, indices = searcher.search(queries, min(depth, searcher.gallery_size))
     return ranks_from_topk(indices, query_group, gallery_group, grouped=grouped)
 
 

@@ -579,3 +579,41 @@ def test_a_padded_repeat_of_an_indexed_item_is_dropped_whatever_its_embeddings()
     repeat = dict(samples[0], caption_embeddings={
         lang: -rows for lang, rows in samples[0]['caption_embeddings'].items()})
     assert _run(RetrievalMetric(recall_ks=(1, 2)), samples + [repeat]) == pytest.approx(EXPECTED)
+
+
+def test_an_approximate_search_builds_the_media_index_once_for_the_languages_sharing_it(
+        monkeypatch):
+    """en and de rank against all 30 media, fr against the 20 it captions: the media index is
+    built for en, kept for de and rebuilt for fr (one index per language before); the captions'
+    indexes are each language's own. IVF with one cell searches exactly, so the recalls are the
+    full matrix's."""
+    from xmr.evaluation import protocols
+    built = []
+
+    class CountedSearcher(protocols.FaissSearcher):
+        def __init__(self, gallery, **options):
+            built.append(gallery.shape[0])
+            super().__init__(gallery, **options)
+
+    monkeypatch.setattr(protocols, 'FaissSearcher', CountedSearcher)
+    generator = torch.Generator().manual_seed(0)
+    unit = torch.nn.functional.normalize
+    media = unit(torch.randn(30, 8, generator=generator), dim=-1)
+    captions = {lang: unit(media + 0.5 * torch.randn(30, 8, generator=generator), dim=-1)
+                for lang in ('en', 'de', 'fr')}
+    samples = [{'media_id': str(m), 'media_embedding': media[m], 'index': m,
+                'caption_embeddings': {lang: rows[m:m + 1] for lang, rows in captions.items()
+                                       if lang != 'fr' or m < 20}} for m in range(30)]
+    metric = RetrievalMetric(search=dict(index='ivf', nlist=1), recall_ks=(1, 5))
+    result = metric.compute_metrics(samples)
+    assert built == [30, 30, 30, 20, 20]
+    for lang, count in (('en', 30), ('de', 30), ('fr', 20)):
+        scores = captions[lang][:count] @ media[:count].T
+        own = scores.diagonal()
+        t2i_ranks = 1 + (scores > own[:, None]).sum(dim=1)
+        i2t_ranks = 1 + (scores.T > own[:, None]).sum(dim=1)
+        for k in (1, 5):
+            assert result[f'{lang}/t2i_R@{k}'] == pytest.approx(
+                100 * (t2i_ranks <= k).double().mean().item())
+            assert result[f'{lang}/i2t_R@{k}'] == pytest.approx(
+                100 * (i2t_ranks <= k).double().mean().item())

@@ -19,6 +19,7 @@ from xmr.evaluation.protocols import (
     I2T_MODES,
     PROTOCOLS,
     LanguageGallery,
+    MediaSearchers,
     check_folds,
     check_recall_ks,
     evaluate_protocol,
@@ -255,6 +256,7 @@ class RetrievalMetric(BaseMetric):
             self.protocol, len(items), gallery_size=self.gallery_size, num_folds=self.num_folds,
             folds=self.folds, shots=self.fewshot_shots, split_seed=self.fewshot_seed)
         token_scoring = self._token_scoring(items)
+        media_searchers = MediaSearchers()
         per_language, gallery_sizes = {}, {}
         for lang in languages:
             gallery = _language_gallery(items, media, lang,
@@ -263,7 +265,8 @@ class RetrievalMetric(BaseMetric):
             try:
                 scores = evaluate_protocol(gallery, galleries, directions=self.directions,
                                            recall_ks=self.recall_ks, i2t_mode=self.i2t_mode,
-                                           search=self.search, token_scoring=token_scoring)
+                                           search=self.search, token_scoring=token_scoring,
+                                           media_searchers=media_searchers)
             except ValueError as error:
                 raise ValueError(f"language '{lang}': {error}") from error
             if self.protocol == 'xtd10_fewshot':
