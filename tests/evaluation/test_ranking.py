@@ -254,3 +254,13 @@ def test_a_nan_score_is_an_error_not_a_rank():
     with pytest.raises(ValueError, match=r'query rows \[1\].*NaN'):
         media_to_text_ranks(torch.tensor([[0.9, 0.1, 0.2], [0.1, nan, 0.2]]),
                             torch.tensor([0, 0, 1]), grouped=True)
+
+
+def test_infinite_scores_of_both_signs_rank_and_only_a_nan_row_is_refused():
+    """A row of +inf and -inf sums to NaN without holding one: it is ranked, not refused."""
+    inf, nan = float('inf'), float('nan')
+    assert text_to_media_ranks(torch.tensor([[inf, -inf], [-inf, inf]]),
+                               torch.arange(2)).tolist() == [1, 1]
+    with pytest.raises(ValueError, match=r'query rows \[1\] '):
+        text_to_media_ranks(torch.tensor([[inf, -inf], [nan, inf], [-inf, inf]]),
+                            torch.tensor([0, 1, 1]))
