@@ -349,7 +349,7 @@ def test_both_directions_equal_brute_force_ranks_with_ties(i2t_mode, shared_limi
 
 def test_both_directions_rank_from_one_caption_media_product():
     """t2i ranks the rows of the [C, M] scores, i2t its columns: one product serves both
-    (a product per direction took about 40% of a COCO 5K evaluation)."""
+    (the second product was 28% of a COCO 5K-sized evaluation)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     gallery = _tied_gallery()
