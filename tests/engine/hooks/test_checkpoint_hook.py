@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +15,12 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 import xmr.fileio
+from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.hooks import CheckpointHook
 from xmr.engine.hooks import checkpoint as checkpoint_hook
+from xmr.registry import MODELS
 
 
 def runner_with_hook(work_dir: Path, **hook_args) -> tuple[Runner, CheckpointHook]:
@@ -351,3 +354,29 @@ def test_a_save_best_the_validation_does_not_report_is_named_with_those_it_does(
         hook._save_best_checkpoint(runner, metrics)
     assert not list(tmp_path.glob('best_*.pth'))
     checkpoint_hook.check_best_keys(['auto'], metrics)  # MMEngine's: the first metric
+
+
+def test_a_load_from_of_other_languages_is_refused_naming_the_file_and_the_languages(tmp_path):
+    """The retriever's own check fails inside MMEngine's load, naming neither the file nor
+    load_from."""
+    runner, hook = runner_with_hook(tmp_path)
+    runner._resume, runner._load_from = False, 'four_languages.pth'
+    other = MODELS.build(tiny_retriever_cfg(language_branch=tiny_branch_cfg(('de', 'zh', 'ja'))))
+    with pytest.raises(ValueError, match=(
+            r"^load_from=four_languages.pth: checkpoint does not match the config: languages: "
+            r"checkpoint \['de', 'zh', 'ja'\] vs config \['de', 'zh'\]")):
+        hook.after_load_checkpoint(runner, dict(state_dict=other.state_dict()))
+
+
+def test_a_load_from_logs_the_weights_it_leaves_as_built(tmp_path, monkeypatch):
+    """MMEngine prints them to the terminal alone; the run's log keeps no trace otherwise."""
+    runner, hook = runner_with_hook(tmp_path)
+    runner._resume, runner._load_from = False, 'narrow.pth'
+    warnings = []
+    monkeypatch.setattr(runner.logger, 'warning', warnings.append)
+    hook.after_load_checkpoint(runner, dict(state_dict=runner.model.state_dict()))
+    assert warnings == []
+    hook.after_load_checkpoint(runner, dict(state_dict=adapter_weights_of_other_shapes(runner)))
+    assert len(warnings) == 1
+    assert re.match(r'load_from=narrow.pth: loaded leniently, \d+ keys of other shapes: '
+                    r'language_branch\.adapters\..*down\.weight \(checkpoint \[', warnings[0])

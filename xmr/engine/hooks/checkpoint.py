@@ -15,7 +15,9 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
   its own file of the recorded best's name;
 * resuming loads strictly: a checkpoint whose weights do not fit the model (other adapter
   shapes, other languages) is refused, naming the keys and shapes, instead of training on
-  with re-initialised modules. ``load_from`` without resume keeps MMEngine's lenient loading;
+  with re-initialised modules. ``load_from`` without resume keeps MMEngine's lenient loading,
+  logging what it leaves as built, but refuses a checkpoint of another backbone, width or
+  language set (:func:`refuse_other_facts`);
 * before each periodic checkpoint, every rank calls the hooks' ``before_checkpoint_on_every_rank``
   (:func:`~xmr.engine.hook_points.call_hook_point`), where a hook gathers what rank 0 saves
   (``RNGStateHook``: each rank's random streams).
@@ -23,20 +25,23 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
+from torch import nn
 
 from xmr.engine.checkpoint import keys_of_another_model, state_dict_mismatches
 from xmr.engine.hook_points import call_hook_point
 from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import atomic_write_text, remove_stale_temporaries
+from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, decode_facts
 from xmr.registry import HOOKS
 from xmr.utils.cli import UserKeyError, did_you_mean
 
-__all__ = ['CheckpointHook', 'check_best_keys', 'refuse_foreign_weights']
+__all__ = ['CheckpointHook', 'check_best_keys', 'refuse_foreign_weights', 'refuse_other_facts']
 
 
 @HOOKS.register_module()
@@ -83,6 +88,17 @@ class CheckpointHook(MMEngineCheckpointHook):
         model = unwrap_model(runner.model)
         if not runner._resume:
             refuse_foreign_weights(runner._load_from, model.state_dict(), checkpoint)
+            state = checkpoint.get('state_dict', checkpoint)
+            if not isinstance(state, Mapping):
+                return  # MMEngine's own error names what it holds
+            loaded = {re.sub(r'^module\.', '', key): value for key, value in state.items()}
+            refuse_other_facts(runner._load_from, model, loaded)
+            mismatches = state_dict_mismatches(model.state_dict(), loaded)
+            if mismatches:
+                # MMEngine prints these to the terminal only: the run's log would keep no
+                # trace of the modules that train from their initial weights.
+                runner.logger.warning(f'load_from={runner._load_from}: loaded leniently, '
+                                      + '; '.join(mismatches) + ' (left as built)')
             return
         loaded = {re.sub(r'^module\.', '', key): value
                   for key, value in checkpoint.get('state_dict', {}).items()}
@@ -192,3 +208,28 @@ def refuse_foreign_weights(path: str | None, model_state: dict, checkpoint: dict
         raise ValueError(f'load_from={path}: none of its {len(state)} entries is a weight of '
                          f'this model ({foreign}): give a checkpoint tools/train.py wrote for '
                          'this model (a released one through tools/convert/), or load_from=None')
+
+
+def refuse_other_facts(path: str | None, model: nn.Module, state: Mapping[str, Any]) -> None:
+    """Refuse a ``load_from`` checkpoint whose recorded facts (backbone, width, languages, ...)
+    differ from the model's, naming the file: the retriever's own check fails inside MMEngine's
+    load and names neither.
+
+    Args:
+        path: the ``load_from`` file.
+        model: the unwrapped model.
+        state: the checkpoint's state dict, ``module.`` prefixes stripped.
+
+    Raises:
+        ValueError: ``load_from=PATH: checkpoint does not match the config: <fact>: checkpoint
+            .. vs config ..``, with the fix.
+    """
+    if not hasattr(model, 'checkpoint_facts') or '_extra_state' not in state:
+        return
+    try:
+        check_checkpoint_facts(decode_facts(state['_extra_state']), model.checkpoint_facts())
+    except ValueError as error:
+        raise ValueError(
+            f'load_from={path}: {error}. load_from leaves weights of other shapes as built, but '
+            "takes only a checkpoint of the config's backbone, width and languages: set the "
+            "config's to the checkpoint's, or train without load_from") from error

@@ -41,9 +41,16 @@ def _facts_to_tensor(module: torch.nn.Module, state_dict: dict, prefix: str,
         state_dict[key] = torch.tensor(list(encoded), dtype=torch.uint8)
 
 
+def decode_facts(value: Any) -> Any:
+    """The facts dict of a state dict's ``_extra_state`` entry (a uint8 tensor of JSON bytes);
+    any other value as it is."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.uint8:
+        return json.loads(bytes(value.tolist()).decode('utf-8'))
+    return value
+
+
 def _facts_from_tensor(module: torch.nn.Module, state_dict: dict, prefix: str,
                        *_: Any) -> None:
     key = prefix + '_extra_state'
-    value = state_dict.get(key)
-    if isinstance(value, torch.Tensor) and value.dtype == torch.uint8:
-        state_dict[key] = json.loads(bytes(value.tolist()).decode('utf-8'))
+    if key in state_dict:
+        state_dict[key] = decode_facts(state_dict[key])
