@@ -18,7 +18,8 @@ fingerprint of the shared weights (towers, shared embedding, disentangler) it wa
 ``python tools/language_modules.py merge CONFIG [--base CHECKPOINT] --modules de=de.pth fr=fr.pth
 --out FILE`` builds the config's model (from ``--base`` when given), loads each module file into
 its language and writes a checkpoint that ``tools/test.py`` and ``xmr.apis.init_retriever`` load.
-A module whose shared weights differ from the model's is refused, naming the base to give.
+A module whose shared weights differ from the model's is refused, naming the base to give, and
+so is an ``--out`` that is ``--base`` or a module file.
 """
 from __future__ import annotations
 
@@ -67,6 +68,19 @@ def _pairs(values: list[str]) -> dict[str, Path]:
                             f'({given[canonical]})', 'give one module file a language')
         pairs[canonical], given[canonical] = Path(path), value
     return pairs
+
+
+def _refuse_writing_over_inputs(out: Path, inputs: list[str | Path | None]) -> None:
+    """Refuse an ``--out`` that is ``--base`` or a module file: the merged weights alone would
+    replace a training checkpoint (its optimizer and schedule, what a resume needs) or a module.
+
+    Raises:
+        UserError: naming ``--out`` and the input it is.
+    """
+    for given in inputs:
+        if given is not None and Path(given).resolve() == out.resolve():
+            raise UserError(out, f'--out is an input of the merge ({given})',
+                            'write the merged checkpoint to another file')
 
 
 def print_parameter_report(model, paper: dict) -> None:
@@ -128,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f'{path}: {lang} module, {path.stat().st_size:,} bytes')
         else:
             modules = _pairs(args.modules)
+            _refuse_writing_over_inputs(args.out, [args.base, *modules.values()])
             for lang, path in modules.items():
                 load_language_module(model, path, lang)
             save_merged_checkpoint(model, args.out, dict(

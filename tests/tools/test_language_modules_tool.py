@@ -194,3 +194,27 @@ def test_an_export_naming_a_language_without_a_module_writes_no_file(tmp_path, m
               str(tmp_path / 'modules')], monkeypatch)
     assert "'ko'" in capsys.readouterr().err
     assert not (tmp_path / 'modules').exists() or not any((tmp_path / 'modules').iterdir())
+
+
+@pytest.mark.parametrize('out', ['trained.pth', 'modules/de.pth'])
+def test_a_merge_refuses_to_write_over_its_own_inputs(tmp_path, monkeypatch, capsys, out):
+    """--out naming --base replaced a training checkpoint (optimizer, schedule: a resumable
+    run) with the merged weights alone."""
+    from xmr.apis import init_retriever
+
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    torch.manual_seed(0)
+    torch.save(dict(state_dict=init_retriever(config).state_dict(), optimizer={'step': 7}),
+               tmp_path / 'trained.pth')
+    _run(['export', str(config), str(tmp_path / 'trained.pth'), '--langs', 'de', '--out-dir',
+          str(tmp_path / 'modules')], monkeypatch)
+    capsys.readouterr()
+    before = (tmp_path / out).read_bytes()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match='2'):
+        _run(['merge', str(config), '--base', str(tmp_path / 'trained.pth'), '--modules',
+              f'de={tmp_path / "modules" / "de.pth"}', '--out', out], monkeypatch)
+    assert re.match(rf'error: {re.escape(out)}: --out is an input of the merge \(.*\): write '
+                    'the merged checkpoint to another file', capsys.readouterr().err)
+    assert (tmp_path / out).read_bytes() == before
