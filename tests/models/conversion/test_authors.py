@@ -665,3 +665,20 @@ def test_the_cli_counts_every_key_of_the_file_as_used_or_unused(tmp_path, capsys
     used, unused = map(int, re.search(r'(\d+) keys used; (\d+) unused',
                                       capsys.readouterr().out).groups())
     assert used + unused == len(state) and unused > 0
+
+
+@pytest.mark.parametrize('over', ['checkpoint', 'clip'])
+def test_an_out_that_is_an_input_is_refused_and_the_release_kept(over, tmp_path, capsys):
+    """--out naming the released file replaced it with the conversion, which no tool turns
+    back into the authors' file."""
+    torch.save(authors_state_dict('mla'), tmp_path / 'le.bin')
+    torch.save({k: v for k, v in authors_state_dict('mla').items() if 'acquirer' not in k},
+               tmp_path / 'clip.bin')
+    out = tmp_path / ('le.bin' if over == 'checkpoint' else 'clip.bin')
+    before = out.read_bytes()
+    config = write_config(tmp_path / 'mla.py', 'mla')
+    err = refused(capsys, 'mla', tmp_path / 'le.bin', config, '--out', out,
+                  '--clip-checkpoint', tmp_path / 'clip.bin')
+    assert err == (f'error: {out}: the output (--out) is a file the conversion reads: write '
+                   'the xmr checkpoint to another file\n')
+    assert out.read_bytes() == before

@@ -421,6 +421,11 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
         ConversionError: naming the file, the keys at fault (first few and counts) and the fix.
     """
     path = Path(source)
+    # The conversion replaces out: over the released file, it would be lost.
+    for given in (source, clip_source):
+        if given is not None and Path(given).resolve() == Path(out).resolve():
+            raise ConversionError(f'{out}: the output (--out) is a file the conversion reads: '
+                                  'write the xmr checkpoint to another file')
     state = read_state_dict(path)
     check_method(path, state, method)
     model = build_model(config, cfg_options)
