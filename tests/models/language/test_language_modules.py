@@ -121,3 +121,17 @@ def test_a_module_trained_under_another_routine_is_refused_naming_both(tmp_path)
     with pytest.raises(ValueError, match=r"de.pth \(de\) does not fit this model: routine: file "
                                          r"'routine3' vs model 'routine1'"):
         load_language_module(routine_model('routine1'), path)
+
+
+def test_a_module_of_a_newer_format_asks_for_a_newer_xmr(tmp_path):
+    """A newer file was refused as one 'which does not record the shared weights it needs:
+    export it again', advice that cannot help; and the facts it may name otherwise were
+    compared first."""
+    save_language_module(build(['de'], adapters=LORA), 'de', tmp_path / 'de.pth')
+    payload = torch.load(tmp_path / 'de.pth', weights_only=True)
+    torch.save(dict(payload, version=3, facts=dict(payload['facts'], width=None)),
+               tmp_path / 'v3.pth')
+    with pytest.raises(ValueError, match=r'v3\.pth: a language module of format version 3, '
+                       r'written by a newer xmr \(this one reads version 2\): load it with '
+                       r'that xmr, or update this one'):
+        load_language_module(build(['de'], adapters=LORA), tmp_path / 'v3.pth')

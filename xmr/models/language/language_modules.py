@@ -139,8 +139,8 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not a module file (or one of version 1, without its base), facts or shared
-            parts that differ, or keys/shapes that differ (each named).
+        ValueError: not a module file (or one of version 1, without its base, or of a newer
+            xmr), facts or shared parts that differ, or keys/shapes that differ (each named).
     """
     path = Path(path)
     if not path.is_file():
@@ -148,6 +148,12 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
     payload = read_checkpoint(path, what='language module')
     if not isinstance(payload, Mapping) or payload.get('format') != MODULE_FORMAT:
         raise ValueError(f'{path} is not an xmr language module file (format {MODULE_FORMAT!r})')
+    version = payload.get('version')
+    # A newer file may name its facts and base otherwise: its version decides before them.
+    if isinstance(version, int) and version > MODULE_VERSION:
+        raise ValueError(f'{path}: a language module of format version {version}, written by a '
+                         f'newer xmr (this one reads version {MODULE_VERSION}): load it with '
+                         'that xmr, or update this one')
     target = normalize_language(lang or payload['lang'], f'{path} language')
     mine = _facts(model)
     differing = {k: (payload['facts'].get(k), v) for k, v in mine.items()
