@@ -344,3 +344,17 @@ def test_check_languages_takes_one_code_alone_and_any_spelling(trained):
     check_languages(model, ['DE', 'zho_Hans', 'eng'])
     with pytest.raises(ValueError, match=r"^captions: the model has no adapters for \['fr'\]"):
         check_languages(model, 'FR', 'captions')
+
+
+def test_a_language_module_file_given_as_the_checkpoint_is_told_to_be_merged(trained, tmp_path):
+    """It was refused as a file holding none of the model's weights, to be replaced by one
+    tools/train.py wrote: the module, the right file for merge, was not named as one."""
+    from xmr.models.language.language_modules import save_language_module
+
+    config, checkpoint, reference = trained
+    save_language_module(reference, 'de', tmp_path / 'de.pth', base_checkpoint=checkpoint)
+    with pytest.raises(CheckpointMismatchError, match=(
+            r"^checkpoint .*de\.pth is the language module of 'de' alone, not a model's "
+            r'checkpoint: merge it into one first \(tools/language_modules\.py merge CONFIG '
+            r'--base .*tiny\.pth --modules de=.*de\.pth --out merged\.pth\)$')):
+        init_retriever(config, tmp_path / 'de.pth')

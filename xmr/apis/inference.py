@@ -26,6 +26,7 @@ from xmr.engine.checkpoint import keys_of_another_model, read_checkpoint
 from xmr.engine.data_languages import transform_size_problem
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
+from xmr.models.language.language_modules import module_file_problem
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 from xmr.registry import MODELS, TRANSFORMS
 from xmr.run_config import merge_options
@@ -104,6 +105,9 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
     """
     path = Path(checkpoint)
     loaded = read_checkpoint(path)
+    module_file = module_file_problem(path, loaded)
+    if module_file is not None:
+        raise CheckpointMismatchError(f'checkpoint {module_file}')
     state = loaded.get('state_dict', loaded) if isinstance(loaded, dict) else None
     if not isinstance(state, Mapping):
         raise CheckpointMismatchError(f'checkpoint {path} holds no state_dict')

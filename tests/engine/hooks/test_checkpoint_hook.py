@@ -380,3 +380,18 @@ def test_a_load_from_logs_the_weights_it_leaves_as_built(tmp_path, monkeypatch):
     assert len(warnings) == 1
     assert re.match(r'load_from=narrow.pth: loaded leniently, \d+ keys of other shapes: '
                     r'language_branch\.adapters\..*down\.weight \(checkpoint \[', warnings[0])
+
+
+def test_a_load_from_of_a_language_module_file_is_told_to_be_merged(tmp_path):
+    from xmr.models.language.language_modules import save_language_module
+
+    runner, hook = runner_with_hook(tmp_path)
+    runner._resume, runner._load_from = False, str(tmp_path / 'de.pth')
+    save_language_module(runner.model, 'de', tmp_path / 'de.pth', base_checkpoint='run.pth')
+    allow_mmengine_checkpoint_types()
+    module = torch.load(tmp_path / 'de.pth', weights_only=True)
+    with pytest.raises(ValueError, match=(
+            r"^load_from=.*de\.pth is the language module of 'de' alone, not a model's "
+            r'checkpoint: merge it into one first \(tools/language_modules\.py merge CONFIG '
+            r'--base run\.pth --modules de=.*de\.pth --out merged\.pth\)$')):
+        hook.after_load_checkpoint(runner, module)

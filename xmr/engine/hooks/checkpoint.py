@@ -200,6 +200,12 @@ def refuse_foreign_weights(path: str | None, model_state: dict, checkpoint: dict
     Raises:
         ValueError: naming the file, some of its keys and the model's.
     """
+    # The language modules read their files through xmr.engine: imported here, not at the top.
+    from xmr.models.language.language_modules import module_file_problem
+
+    module_file = module_file_problem(path, checkpoint)
+    if module_file is not None:
+        raise ValueError(f'load_from={module_file}')
     state = checkpoint.get('state_dict', checkpoint)
     if not isinstance(state, dict):
         return

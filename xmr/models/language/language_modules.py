@@ -33,8 +33,8 @@ from xmr.fileio import atomic_torch_save
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
 
 __all__ = ['MODULE_FORMAT', 'LanguageShare', 'language_state_dict', 'load_language_module',
-           'language_parameter_report', 'save_language_module', 'save_merged_checkpoint',
-           'shared_fingerprints', 'shared_parameter_count']
+           'language_parameter_report', 'module_file_problem', 'save_language_module',
+           'save_merged_checkpoint', 'shared_fingerprints', 'shared_parameter_count']
 
 MODULE_FORMAT = 'xmr-language-module'
 # Version 2 records the base (checkpoint and shared-state fingerprints) of the module.
@@ -114,6 +114,20 @@ def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
     payload = dict(format=MODULE_FORMAT, version=MODULE_VERSION, lang=lang, facts=_facts(model),
                    base=base, state_dict=language_state_dict(model, lang))
     return atomic_torch_save(payload, path)
+
+
+def module_file_problem(path: str | os.PathLike, payload: Any) -> str | None:
+    """What to do with a module file given where a model's checkpoint goes (``tools/test.py``,
+    ``load_from``): ``'<path> is the language module of 'de' alone, ...: merge it into one
+    first (...)'``; ``None`` when ``payload`` (the loaded file) is no module file."""
+    if not isinstance(payload, Mapping) or payload.get('format') != MODULE_FORMAT:
+        return None
+    base = payload.get('base')
+    source = base.get('checkpoint') if isinstance(base, Mapping) else None
+    lang = payload.get('lang')
+    return (f"{path} is the language module of {lang!r} alone, not a model's checkpoint: merge "
+            'it into one first (tools/language_modules.py merge CONFIG '
+            f'{f"--base {source} " if source else ""}--modules {lang}={path} --out merged.pth)')
 
 
 def save_merged_checkpoint(model: nn.Module, path: str | os.PathLike,
