@@ -126,6 +126,8 @@ def test_a_full_disk_while_last_checkpoint_is_written_leaves_it_naming_the_previ
         def write(self, data) -> None:
             raise OSError(errno.ENOSPC, 'No space left on device')
 
+        writelines = write  # atomic_write_text writes its pieces so
+
         def __enter__(self):
             return self
 
