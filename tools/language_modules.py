@@ -17,7 +17,9 @@ fingerprint of the shared weights (towers, shared embedding, disentangler) it wa
 
 ``python tools/language_modules.py merge CONFIG [--base CHECKPOINT] --modules de=de.pth fr=fr.pth
 --out FILE`` builds the config's model (from ``--base`` when given), loads each module file into
-its language and writes a checkpoint that ``tools/test.py`` and ``xmr.apis.init_retriever`` load.
+its language and writes a checkpoint that ``tools/test.py`` and ``xmr.apis.init_retriever`` load;
+it names each language of the model given no module, whose weights stay ``--base``'s (or the
+config's untrained ones).
 A module whose shared weights differ from the model's is refused, naming the base to give, and
 so is an ``--out`` that is ``--base`` or a module file.
 """
@@ -148,6 +150,12 @@ def main(argv: list[str] | None = None) -> None:
             save_merged_checkpoint(model, args.out, dict(
                 base=args.base, language_modules={k: str(v) for k, v in modules.items()}))
             print(f'{args.out}: {", ".join(modules)} modules merged')
+            # The merged file holds every language of the config: tools/test.py scores them all.
+            kept = (f'kept from {args.base}' if args.base
+                    else 'kept as the config builds it (untrained)')
+            for lang in model.languages:
+                if lang not in modules:
+                    print(f'{lang}: no module given, {kept}')
     except KeyError as error:
         # A KeyError's message is its repr; the one line should read as a sentence.
         raise UserError(args.config, error.args[0], 'see the languages of the model') from error

@@ -218,3 +218,28 @@ def test_a_merge_refuses_to_write_over_its_own_inputs(tmp_path, monkeypatch, cap
     assert re.match(rf'error: {re.escape(out)}: --out is an input of the merge \(.*\): write '
                     'the merged checkpoint to another file', capsys.readouterr().err)
     assert (tmp_path / out).read_bytes() == before
+
+
+def test_a_merge_names_the_languages_given_no_module_and_where_theirs_come_from(
+        tmp_path, monkeypatch, capsys):
+    """Only 'de modules merged' was printed: the merged file's fr, the config's untrained
+    module, was scored by tools/test.py as if it were a trained one."""
+    from xmr.apis import init_retriever
+
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    torch.manual_seed(0)
+    torch.save(dict(state_dict=init_retriever(config).state_dict()), tmp_path / 'trained.pth')
+    _run(['export', str(config), str(tmp_path / 'trained.pth'), '--langs', 'de', '--out-dir',
+          str(tmp_path / 'modules')], monkeypatch)
+    capsys.readouterr()
+    module = f'de={tmp_path / "modules" / "de.pth"}'
+    _run(['merge', str(config), '--modules', module, '--out', str(tmp_path / 'a.pth')],
+         monkeypatch)
+    assert capsys.readouterr().out.splitlines() == [
+        f'{tmp_path / "a.pth"}: de modules merged',
+        'fr: no module given, kept as the config builds it (untrained)']
+    _run(['merge', str(config), '--base', str(tmp_path / 'trained.pth'), '--modules', module,
+          '--out', str(tmp_path / 'b.pth')], monkeypatch)
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        f'fr: no module given, kept from {tmp_path / "trained.pth"}']
