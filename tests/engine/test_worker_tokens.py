@@ -71,3 +71,16 @@ def test_training_with_tokenising_workers_repeats_the_run_without(tmp_path):
     runner, with_workers = train(cfg)
     assert isinstance(runner.train_loop.dataloader.collate_fn, TokenizingCollate)
     assert [r['losses'] for r in with_workers] == [r['losses'] for r in alone]
+
+
+def test_a_loader_with_one_worker_tokenises_there(tiny_retriever):
+    one = DataLoader(text_items(), batch_size=4, num_workers=1, collate_fn=retrieval_collate)
+    assert tokenize_in_workers(one, tiny_retriever)
+    assert isinstance(one.collate_fn, TokenizingCollate)
+
+
+def test_a_wrapped_model_s_preprocessor_tokenises(tiny_retriever):
+    # The loops pass runner.model, a DDP wrapper under torchrun.
+    workers = DataLoader(text_items(), batch_size=4, num_workers=2, collate_fn=retrieval_collate)
+    assert tokenize_in_workers(workers, torch.nn.DataParallel(tiny_retriever))
+    assert workers.collate_fn.tokenize == tiny_retriever.data_preprocessor.tokenize
