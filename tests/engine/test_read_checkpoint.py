@@ -182,3 +182,14 @@ def test_a_damaged_directory_entry_is_refused_naming_its_record(tmp_path, offset
         with pytest.raises(CheckpointReadError, match=f'{path}: truncated or corrupt checkpoint '
                            r'\(its record entry/data/0 is damaged \(.+\): the file changed'):
             read(path)
+
+
+def test_an_mmengine_checkpoint_gets_the_advice_once_its_buffer_class_is_allowed(tmp_path):
+    """torch's refusal advises allow-listing HistoryBuffer; once it is, torch refuses the
+    getattr a logged buffer's state unpickles through, and names it without its module."""
+    torch.save({'buffer': HistoryBuffer([0.5], [1])}, tmp_path / 'old.pth')
+    with torch.serialization.safe_globals([HistoryBuffer]), pytest.raises(
+            CheckpointReadError, match=r'old.pth: checkpoint pickles objects .*\(getattr\); it '
+            'was probably written before xmr stored its logs as plain data'):
+        read_checkpoint(tmp_path / 'old.pth')
+

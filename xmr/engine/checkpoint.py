@@ -206,7 +206,9 @@ def _corrupt(path: str | os.PathLike, what: str, reason: str) -> CheckpointReadE
 def _refused_message(path: Path, what: str, error: str) -> str:
     refused = re.search(r'Unsupported global: GLOBAL (\S+)', error)
     name = refused.group(1) if refused else None
-    if name is not None and name.startswith(_MMENGINE_GLOBALS):
+    # torch names a builtin without its module: ``getattr``, not ``builtins.getattr``.
+    qualified = name if name is None or '.' in name else f'builtins.{name}'
+    if qualified is not None and qualified.startswith(_MMENGINE_GLOBALS):
         return (f'{path}: {what} pickles objects that torch.load(weights_only=True) refuses '
                 f'({name}); it was probably written before xmr stored its logs as plain data. If '
                 "you trust the file, keep only its weights once: torch.save({'state_dict': "
