@@ -10,7 +10,13 @@ import torch
 from mmengine.logging import HistoryBuffer
 
 from tests.zip_records import damage_record
-from xmr.engine.checkpoint import CheckpointReadError, check_checkpoint, read_checkpoint
+from xmr.engine.checkpoint import (
+    CheckpointReadError,
+    check_checkpoint,
+    keys_of_another_model,
+    read_checkpoint,
+    state_dict_mismatches,
+)
 
 
 def test_a_good_checkpoint_loads(tmp_path):
@@ -93,7 +99,6 @@ def test_user_code_reads_a_checkpoint_with_numpy_logs_through_the_public_loader(
 
 
 def test_state_dict_mismatches_lists_a_few_keys_of_each_kind_and_counts_all():
-    from xmr.engine.checkpoint import state_dict_mismatches
     model = {name: torch.zeros(2) for name in 'abcde'}
     model['w'] = torch.zeros(4, 8)
     loaded = {'w': torch.zeros(4, 16), 'x': torch.zeros(1)}
@@ -184,6 +189,13 @@ def test_a_damaged_directory_entry_is_refused_naming_its_record(tmp_path, offset
             read(path)
 
 
+def test_a_legacy_pickle_checkpoint_loads(tmp_path):
+    # torch.save(..., _use_new_zipfile_serialization=False): torch < 1.6's format.
+    path = tmp_path / 'legacy.pth'
+    torch.save({'state_dict': {'w': torch.arange(3)}}, path, _use_new_zipfile_serialization=False)
+    assert torch.equal(read_checkpoint(path)['state_dict']['w'], torch.arange(3))
+
+
 def test_an_mmengine_checkpoint_gets_the_advice_once_its_buffer_class_is_allowed(tmp_path):
     """torch's refusal advises allow-listing HistoryBuffer; once it is, torch refuses the
     getattr a logged buffer's state unpickles through, and names it without its module."""
@@ -193,3 +205,19 @@ def test_an_mmengine_checkpoint_gets_the_advice_once_its_buffer_class_is_allowed
             'was probably written before xmr stored its logs as plain data'):
         read_checkpoint(tmp_path / 'old.pth')
 
+
+def test_as_many_mismatched_keys_as_shown_are_listed_with_no_more():
+    model = {name: torch.zeros(2) for name in 'abc'}
+    assert state_dict_mismatches(model, {}) == ['3 keys missing from the checkpoint: a, b, c']
+
+
+@pytest.mark.parametrize('state, expected', [
+    ({'module.a': 0}, None),  # DDP's prefix aside, the model's key a
+    ({'a': 0, 'other': 0}, None),  # one of the model's keys is enough: a partial file
+    ({}, "its keys: none; the model's: a, b, c"),
+    ({'visual.w': 0, 'text.w': 0, 'scale': 0, 'bias': 0},
+     "its keys: visual.w, text.w, scale; the model's: a, b, c"),
+])
+def test_keys_of_another_model_names_three_of_each_unless_one_is_the_model_s(state, expected):
+    # The model's facts (_extra_state) are no weight the file is expected to hold.
+    assert keys_of_another_model(state, ['_extra_state', 'a', 'b', 'c', 'd']) == expected
