@@ -21,7 +21,7 @@ def cores(monkeypatch):
 
 
 @pytest.mark.parametrize('count, processes, expected', [(2, 1, 1), (1, 1, 1), (16, 1, 15),
-                                                        (16, 4, 3), (2, 2, 1)])
+                                                        (16, 4, 3), (2, 2, 1), (10, 4, 1)])
 def test_automatic_count_leaves_a_core_and_shares_among_local_processes(cores, count, processes,
                                                                        expected):
     cores(count)
@@ -67,3 +67,20 @@ def test_torchrun_s_one_thread_is_not_taken_for_the_user_s_word(cores, monkeypat
     monkeypatch.setenv(threads.CALLER_SET_NO_OMP, '1')
     assert choose_cpu_threads(None, 2)[0] == 7
     assert choose_cpu_threads(4, 2) == (4, 'cpu_threads in the config')
+
+
+def test_the_cores_are_those_the_affinity_mask_allows_not_the_machine_s(monkeypatch):
+    # taskset / a container's cpuset: 2 of the machine's 64 cores.
+    monkeypatch.setattr(threads.os, 'sched_getaffinity', lambda pid: {0, 5}, raising=False)
+    monkeypatch.setattr(threads.os, 'cpu_count', lambda: 64)
+    assert threads.available_cores() == 2
+
+
+def test_set_cpu_threads_shares_the_cores_among_torchrun_s_local_processes(cores, monkeypatch):
+    cores(16)
+    monkeypatch.setenv('LOCAL_WORLD_SIZE', '4')  # 4 cores each, less one
+    before = torch.get_num_threads()
+    try:
+        assert set_cpu_threads(Config(dict(cpu_threads=None))) == 3
+    finally:
+        torch.set_num_threads(before)
