@@ -65,12 +65,20 @@ def test_soft_prompt_initialisation_and_size():
         SoftPrompt(AdapterPlacement(8), num_tokens=0)
 
 
-def test_a_prompt_that_overflows_the_context_names_the_length():
-    # Tiny CLIP context: 32 tokens; captions are cut at 24; 10 prompt tokens overflow.
-    _, branch = build_clip_branch(dict(type='SoftPrompt', num_tokens=10), languages=['de'])
+@pytest.mark.parametrize('num_tokens, max_length', [(4, 24), (10, 22)])
+def test_captions_are_cut_to_leave_the_prompt_room_in_the_context(num_tokens, max_length):
+    # Tiny CLIP context: 32 tokens; captions are cut at 24. 4 prompt tokens fit beside them;
+    # 10 would overflow the context, which stopped the run at the first caption that long.
+    backbone, branch = build_clip_branch(dict(type='SoftPrompt', num_tokens=num_tokens),
+                                         languages=['de'])
     tokens = branch.tokenize([' '.join(['red'] * 40)])
-    with pytest.raises(ValueError, match='sequence of 34 tokens exceeds the text context'):
-        branch(tokens, ['de'])
+    assert tokens['input_ids'].shape[1] == max_length
+    assert branch(tokens, ['de']).shape == (1, backbone.embed_dim)
+
+
+def test_a_prompt_that_leaves_no_room_for_a_caption_is_refused():
+    with pytest.raises(ValueError, match='31 prompt tokens leave 1 of the 32-token context'):
+        build_clip_branch(dict(type='SoftPrompt', num_tokens=31))
 
 
 def test_unattached_hard_prompt_and_two_prompts_are_refused():

@@ -143,6 +143,29 @@ class TargetLanguageBranch(nn.Module):
                 self.adapters.add_tower_weights(lang, TowerWeights(tower, tuned_weights))
         if tower.fixed_context:
             self._fit_fixed_context(given_pad_to)
+        else:
+            self._leave_room_for_prompts()
+
+    def _num_prompt_tokens(self) -> int:
+        """Tokens the input-site adapters (prompts) insert into every caption; every language
+        places the same adapter configs, so one language gives the count."""
+        return sum(module.num_tokens for module in self.adapters.input_adapters(self.languages[0]))
+
+    def _leave_room_for_prompts(self) -> None:
+        """Lower the tokenizer's ``max_length`` so that a caption with the prompt tokens
+        input-site adapters insert still fits the tower's context: a caption kept at a
+        ``max_length`` that fills the context would stop the run mid-way at the positions.
+
+        Raises:
+            ValueError: prompts that leave fewer than two tokens of the context for a caption.
+        """
+        num_prompt = self._num_prompt_tokens()
+        room = self.tower.max_tokens - num_prompt
+        if num_prompt and room < 2:
+            raise ValueError(f'{num_prompt} prompt tokens leave {room} of the '
+                             f'{self.tower.max_tokens}-token context for a caption (its start '
+                             'and end tokens need 2): use fewer prompt tokens')
+        self.tokenizer.max_length = min(self.tokenizer.max_length, room)
 
     def _fit_fixed_context(self, given_pad_to: int | None) -> None:
         """Pad the captions of a fixed-context tower so that, with the prompt tokens input-site
@@ -153,9 +176,7 @@ class TargetLanguageBranch(nn.Module):
                 ``max_length`` that does not fit; each names the numbers.
         """
         context = self.tower.context_length
-        # Every language places the same adapter configs, so one language gives the count.
-        num_prompt = sum(module.num_tokens
-                         for module in self.adapters.input_adapters(self.languages[0]))
+        num_prompt = self._num_prompt_tokens()
         length = context - num_prompt
         with_prompts = f' less {num_prompt} prompt tokens' if num_prompt else ''
         if given_pad_to is not None and given_pad_to != length:
