@@ -154,6 +154,15 @@ def test_zero_shot_config_is_mclip_with_at_most_a_frozen_prompt(path):
                                        atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize('path', PECTVLM, ids=lambda p: p.stem)
+def test_every_language_the_test_set_reads_has_its_module(path):
+    """A gallery language without a module stops the test loop at its first caption."""
+    cfg = Config.fromfile(path)
+    read = set(cfg.test_dataloader.dataset.languages)
+    assert read - {'en'} <= set(cfg.model.language_branch.languages)
+    assert set(cfg.test_evaluator.languages) <= read
+
+
 @needs_tokenizer
 @pytest.mark.parametrize('path', ZERO_SHOT, ids=lambda p: p.stem)
 def test_english_is_evaluated_with_the_prompt_where_the_paper_does(path):
