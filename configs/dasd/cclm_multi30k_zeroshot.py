@@ -2,8 +2,8 @@
 # frozen dual-stream CCLM reading every language itself; nothing is trained. Each target language
 # goes through a branch with CCLM's own embeddings and no adapter, which is CCLM's text encoder
 # unchanged, so English and the target languages are scored by the same model. Evaluate with the
-# runner's test loop, e.g.
-#   Runner.from_cfg(Config.fromfile('configs/dasd/cclm_multi30k_zeroshot.py')).test()
+# runner's test loop (load_run_config adds the work_dir the config does not set), e.g.
+#   Runner.from_cfg(load_run_config('configs/dasd/cclm_multi30k_zeroshot.py')).test()
 _base_ = ['./cclm_multi30k.py']
 
 model = dict(language_branch=dict(adapters=None), disentangler=None)

@@ -2,8 +2,9 @@
 # every XTD10 language, scored by the mean of R@1 both ways (mAR with recall_ks (1,), over the
 # ten target languages; English through the plain tower). Each language goes through the branch
 # with its own (untrained) module, which the leaf configs set: none (M-CLIP itself) or a prompt.
-# Evaluate with the runner's test loop (no checkpoint: the frozen M-CLIP is the model), e.g.
-#   Runner.from_cfg(Config.fromfile('configs/pectvlm/mclip-xlmr-l14_xtd10_zeroshot.py')).test()
+# Evaluate with the runner's test loop (no checkpoint: the frozen M-CLIP is the model; the
+# config sets no work_dir, which load_run_config adds: work_dirs/<config name>), e.g.
+#   Runner.from_cfg(load_run_config('configs/pectvlm/mclip-xlmr-l14_xtd10_zeroshot.py')).test()
 _base_ = [
     '../../_base_/models/pectvlm_mclip-xlmr-large-vit-l14.py',
     '../../_base_/datasets/xtd10_clft.py',
