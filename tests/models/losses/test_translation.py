@@ -49,3 +49,23 @@ def test_only_the_contrastive_kind_reads_the_other_pairs_of_the_batch():
     difference compares each pair alone, so it runs on this rank's rows."""
     assert TranslationAlignmentLoss('contrastive').batch_contrastive
     assert not TranslationAlignmentLoss('mse').batch_contrastive
+
+
+def test_contrastive_runs_at_a_scale_above_100_it_is_given():
+    """τ = 0.005 (scale 200): a fixed scale is τ's alone; it was refused with advice to raise a
+    max_scale this loss does not take."""
+    query = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    translation = torch.tensor([[1.0, 1.0], [1.0, 1.02]])
+    norm = math.hypot(1.0, 1.02)
+    cos = [[1 / math.sqrt(2), 1 / norm], [1 / math.sqrt(2), 1.02 / norm]]
+    logits = [[200 * value for value in row] for row in cos]
+
+    def nll(row, i):
+        return -(row[i] - math.log(sum(math.exp(value) for value in row)))
+
+    rows = nll(logits[0], 0) + nll(logits[1], 1)
+    columns = nll([logits[0][0], logits[1][0]], 0) + nll([logits[0][1], logits[1][1]], 1)
+    loss = TranslationAlignmentLoss('contrastive', temperature=0.005)(query, translation)
+    assert loss.item() == pytest.approx((rows + columns) / 4, rel=1e-5)
+    with pytest.raises(ValueError, match='temperature must be positive, got 0'):
+        TranslationAlignmentLoss('contrastive', temperature=0)

@@ -32,10 +32,14 @@ class TranslationAlignmentLoss(PairLoss):
         if kind not in ALIGNMENT_KINDS:
             raise ValueError(f"translation alignment kind '{kind}' is not one of "
                              f'{ALIGNMENT_KINDS}')
+        if temperature <= 0:
+            raise ValueError(f'temperature must be positive, got {temperature}')
         self.kind = kind
         self.batch_contrastive = kind == 'contrastive'
+        # The scale is fixed at 1/τ: InfoNCELoss's max_scale, the clamp of a learnt scale,
+        # must not refuse a τ below 0.01 that this loss gives no way to allow.
         self.distance = (AlignmentLoss(kind='mse', reduction='mean') if kind == 'mse'
-                         else InfoNCELoss(temperature=temperature))
+                         else InfoNCELoss(temperature=temperature, max_scale=1.0 / temperature))
 
     def forward(self, query: torch.Tensor, translation: torch.Tensor) -> torch.Tensor:
         """``[B, E]`` embeddings and ``[B, E]`` embeddings of their translations -> scalar."""
