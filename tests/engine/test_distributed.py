@@ -201,14 +201,19 @@ class SignalOneRankHook(Hook):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _preempted_worker(rank: int, port: int, work_dir: str, out_dir: str) -> None:
+def _preempted_runner(rank: int, port: int, work_dir: str) -> Runner:
+    """A rank's runner of a DDP run whose rank 1 alone gets SIGTERM after iteration 1."""
     _start(rank, port)
     cfg = make_cfg(Path(work_dir), GLOBAL_BATCH // WORLD)
     cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=100, by_epoch=False)
     cfg.custom_hooks = [dict(type='PreemptionHook'), dict(type='SignalOneRankHook', rank=1, at=1)]
     cfg.launcher = 'pytorch'
     setup_cpu_distributed(cfg, 'pytorch')
-    runner = Runner.from_cfg(cfg)
+    return Runner.from_cfg(cfg)
+
+
+def _preempted_worker(rank: int, port: int, work_dir: str, out_dir: str) -> None:
+    runner = _preempted_runner(rank, port, work_dir)
     runner.train()
     hook = next(h for h in runner.hooks if isinstance(h, PreemptionHook))
     torch.save(dict(iter=runner.iter, received=hook.received), Path(out_dir) / f'stop{rank}.pt')
@@ -234,13 +239,7 @@ def _slowly_saving_worker(rank: int, port: int, work_dir: str, out_dir: str) -> 
     """``_preempted_worker`` whose main process takes a while to write the checkpoint (a large
     one, a slow disk): it waits for rank 1 to end training (up to 3 s) before it writes, and
     records whether it did."""
-    _start(rank, port)
-    cfg = make_cfg(Path(work_dir), GLOBAL_BATCH // WORLD)
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=100, by_epoch=False)
-    cfg.custom_hooks = [dict(type='PreemptionHook'), dict(type='SignalOneRankHook', rank=1, at=1)]
-    cfg.launcher = 'pytorch'
-    setup_cpu_distributed(cfg, 'pytorch')
-    runner = Runner.from_cfg(cfg)
+    runner = _preempted_runner(rank, port, work_dir)
     ended = Path(out_dir) / 'rank1_ended'
     if rank == 0:
         save = runner.save_checkpoint
