@@ -1,4 +1,5 @@
 """xmr.run_config: the config a tool runs, and what it says when the config cannot load."""
+import re
 import sys
 
 import pytest
@@ -379,3 +380,28 @@ def test_the_metrics_of_an_evaluator_dict_are_checked(tmp_path):
     with pytest.raises(UnknownOptionError, match="^metric RetrievalMetric: unknown option "
                        "'recall_k'"):
         load_run_config(child)
+
+
+@pytest.mark.parametrize('option, message', [
+    ("train_cfg.phases=[dict(name='a',iters=2)]",
+     r"argument --cfg-options: \"train_cfg.phases=\[dict\(name='a',iters=2\)\]\": a value in "
+     r"brackets is a list or tuple of plain values .* set a dict's keys one at a time "
+     r'\(train_cfg.phases.0.iters=2\)'),
+    ('train_cfg', r"argument --cfg-options: 'train_cfg' is no KEY=VALUE"),
+])
+def test_a_config_option_mmengines_parser_cannot_read_is_refused_by_name(option, message,
+                                                                        capsys):
+    """MMEngine's parser recursed without end on dict(...) inside brackets, and failed on an
+    item without '=' with Python's unpacking error, naming neither."""
+    import argparse
+
+    from xmr.run_config import add_config_arguments
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    with pytest.raises(SystemExit) as stopped:
+        parser.parse_args(['--cfg-options', 'model.x=1', option])
+    assert stopped.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert parser.parse_args(['--cfg-options', 'a.b=[de,fr]', 'c=(1,2)']).cfg_options == {
+        'a.b': ['de', 'fr'], 'c': (1, 2)}

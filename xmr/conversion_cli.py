@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from mmengine.config import DictAction
+from xmr.run_config import ConfigOptionsAction
 
 #: The releases converted, by the name their tool gives.
 METHODS = {'mla': 'MLA (AIM3-RUC/MLA)', 'dasd': 'DASD (HuiGuanLab/DASD)'}
@@ -30,7 +30,7 @@ def main(method: str, argv: list[str] | None = None) -> None:
                         'inference.sh CLIP_CKPT ACQ_CKPT: the English fine-tuned CLIP '
                         '(finetune-en-m30k/pytorch_model.bin.4) with the acquirers of '
                         'CHECKPOINT (LE/pytorch_model.bin.1 or finetune-all-m30k)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+    parser.add_argument('--cfg-options', nargs='+', action=ConfigOptionsAction,
                         help='override config keys, e.g. model.language_branch.languages=[ja]')
     args = parser.parse_args(argv)
     from xmr.models.conversion.authors import ConversionError, convert_authors_checkpoint, first

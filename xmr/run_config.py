@@ -24,6 +24,29 @@ __all__ = ['add_config_arguments', 'check_evaluation_keys', 'check_run_values', 
            'load_run_config', 'merge_options']
 
 
+class ConfigOptionsAction(DictAction):
+    """MMEngine's ``--cfg-options KEY=VALUE ...`` parser, refusing a value it cannot read by name.
+
+    MMEngine's parser reads a value in brackets as a list or tuple of plain values; it recurses
+    without end on a call inside one (``[dict(...)]``) and fails on an item without ``=`` with
+    Python's unpacking error, naming neither the value nor what to write.
+    """
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        for value in values:
+            if '=' not in value:
+                raise argparse.ArgumentError(self, f'{value!r} is no KEY=VALUE')
+            try:
+                super().__call__(parser, namespace, [value], option_string)
+            except RecursionError:
+                raise argparse.ArgumentError(
+                    self, f"{value!r}: a value in brackets is a list or tuple of plain values "
+                    "('[de,fr]', '(1,2)'), not of dict(...) or other calls; set a dict's keys "
+                    'one at a time (train_cfg.phases.0.iters=2) or write the change in a '
+                    'config whose _base_ is this one') from None
+
+
 def add_config_arguments(parser: argparse.ArgumentParser,
                          example: str = 'model.language_branch.num_blocks=6') -> None:
     """``--ablation NAME [NAME ...]`` (the paper rows to apply, :mod:`xmr.ablations`) and
@@ -32,7 +55,7 @@ def add_config_arguments(parser: argparse.ArgumentParser,
                         help="paper ablations applied to the config, in order: '<method>/<row>' "
                         "(e.g. dasd/no-sc; configs/<method>/ablations/) or a .py file; the "
                         'default work dir adds their names')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+    parser.add_argument('--cfg-options', nargs='+', action=ConfigOptionsAction,
                         help=f'override config keys, e.g. {example}')
 
 
