@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> None:
             # would leave the earlier files as if the export had been done.
             for lang in langs:
                 model.language_branch.adapters.check_language(lang)
+            if args.out_dir.exists() and not args.out_dir.is_dir():
+                raise UserError(f'--out-dir {args.out_dir}', 'is a file, not a folder',
+                                'name a folder (made if missing) for the module files')
             for lang in langs:
                 path = save_language_module(model, lang, args.out_dir / f'{lang}.pth',
                                             base_checkpoint=args.checkpoint)

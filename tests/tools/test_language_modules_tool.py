@@ -196,6 +196,22 @@ def test_an_export_naming_a_language_without_a_module_writes_no_file(tmp_path, m
     assert not (tmp_path / 'modules').exists() or not any((tmp_path / 'modules').iterdir())
 
 
+def test_an_export_into_a_file_is_refused_naming_it(tmp_path, monkeypatch, capsys):
+    """An --out-dir that is a file failed with the OS's terse 'File exists'."""
+    from xmr.apis import init_retriever
+
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    torch.save(dict(state_dict=init_retriever(config).state_dict()), tmp_path / 'trained.pth')
+    (tmp_path / 'modules').write_text('notes')
+    with pytest.raises(SystemExit, match='2'):
+        _run(['export', str(config), str(tmp_path / 'trained.pth'), '--out-dir',
+              str(tmp_path / 'modules')], monkeypatch)
+    assert f"--out-dir {tmp_path / 'modules'}: is a file, not a folder: name a folder" in (
+        capsys.readouterr().err)
+    assert (tmp_path / 'modules').read_text() == 'notes'
+
+
 @pytest.mark.parametrize('out', ['trained.pth', 'modules/de.pth'])
 def test_a_merge_refuses_to_write_over_its_own_inputs(tmp_path, monkeypatch, capsys, out):
     """--out naming --base replaced a training checkpoint (optimizer, schedule: a resumable
