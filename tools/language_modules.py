@@ -79,10 +79,12 @@ def _refuse_writing_over_inputs(out: Path, inputs: list[str | Path | None]) -> N
     Raises:
         UserError: naming ``--out`` and the input it is.
     """
-    for given in inputs:
-        if given is not None and Path(given).resolve() == out.resolve():
-            raise UserError(out, f'--out is an input of the merge ({given})',
-                            'write the merged checkpoint to another file')
+    from xmr.fileio import input_written_over
+
+    given = input_written_over(out, inputs)
+    if given is not None:
+        raise UserError(out, f'--out is an input of the merge ({given})',
+                        'write the merged checkpoint to another file')
 
 
 def print_parameter_report(model, paper: dict) -> None:

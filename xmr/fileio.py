@@ -22,10 +22,21 @@ from typing import IO, Any
 from mmengine.fileio import LocalBackend, register_backend
 
 __all__ = ['atomic_open', 'atomic_torch_save', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_texts', 'fsync_folder', 'fsync_path', 'process_running',
+           'atomic_write_texts', 'fsync_folder', 'fsync_path', 'input_written_over',
+           'process_running',
            'remove_stale_temporaries', 'temporary_path', 'AtomicLocalBackend']
 
 _TEMPORARY = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$')
+
+
+def input_written_over(out: str | os.PathLike,
+                       inputs: Iterable[str | os.PathLike | None]) -> str | os.PathLike | None:
+    """The input among ``inputs`` (``None`` entries skipped) that writing ``out`` would replace
+    (the same file, however named); ``None`` when there is none. A tool refuses such an output
+    before it writes: the input (a training checkpoint, a released file) would be lost."""
+    target = Path(out).resolve()
+    return next((given for given in inputs
+                 if given is not None and Path(given).resolve() == target), None)
 
 
 def temporary_path(path: str | os.PathLike) -> Path:

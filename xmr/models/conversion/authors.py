@@ -24,7 +24,7 @@ from torch import nn
 
 from xmr.datasets.languages import LanguageCodeError, normalize_language
 from xmr.engine.checkpoint import CheckpointReadError, check_checkpoint
-from xmr.fileio import atomic_torch_save
+from xmr.fileio import atomic_torch_save, input_written_over
 from xmr.models.conversion.settings import authors_differences
 from xmr.models.weight_files import read_weights
 from xmr.run_config import merge_options
@@ -422,10 +422,9 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     """
     path = Path(source)
     # The conversion replaces out: over the released file, it would be lost.
-    for given in (source, clip_source):
-        if given is not None and Path(given).resolve() == Path(out).resolve():
-            raise ConversionError(f'{out}: the output (--out) is a file the conversion reads: '
-                                  'write the xmr checkpoint to another file')
+    if input_written_over(out, (source, clip_source)) is not None:
+        raise ConversionError(f'{out}: the output (--out) is a file the conversion reads: '
+                              'write the xmr checkpoint to another file')
     state = read_state_dict(path)
     check_method(path, state, method)
     model = build_model(config, cfg_options)
