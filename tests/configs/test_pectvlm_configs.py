@@ -187,6 +187,12 @@ def test_english_is_evaluated_with_the_prompt_where_the_paper_does(path):
                                atol=1e-5, rtol=1e-4)
 
 
+def test_every_dasd_clip_config_has_its_lora_twin():
+    # docs/methods/pectvlm.md promises a LoRA twin of each dasd/dasd_clip-vit-b32_<run>.py.
+    runs = {p.stem.removeprefix('dasd_') for p in (CONFIGS / 'dasd').glob('dasd_clip-vit-b32_*.py')}
+    assert {p.stem.removeprefix('lora_') for p in LORA_TWINS} == runs
+
+
 @pytest.mark.parametrize('path', LORA_TWINS, ids=lambda p: p.stem)
 def test_lora_twin_of_each_dasd_clip_config_builds_and_runs_its_phases(path):
     assert (CONFIGS / 'dasd' / path.name.replace('lora_', 'dasd_')).is_file()
