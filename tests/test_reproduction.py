@@ -25,15 +25,21 @@ NOT_PAPER_ROWS = {'dasd_siglip2-vit-b16-256_multi30k_clft',
                   'dasd_siglip2-so400m-16-256_multi30k_clft', 'cdds_tiny-clip_synthetic'}
 
 
-def page_rows() -> list[tuple[str, list[str], list[str]]]:
-    """``(row label, configs, ablations)`` of every table row that names a config."""
+def table_rows() -> list[list[str]]:
+    """The five cells (paper row, config, ``--ablation``, paper, what differs) of every table
+    row that names a config."""
     rows = []
     for line in PAGE.read_text(encoding='utf-8').splitlines():
         cells = [cell.strip() for cell in line.strip().strip('|').split('|')]
-        if len(cells) != 5 or not cells[1].startswith('`configs/'):
-            continue
-        rows.append((cells[0], TICKED.findall(cells[1]), TICKED.findall(cells[2])))
+        if len(cells) == 5 and cells[1].startswith('`configs/'):
+            rows.append(cells)
     return rows
+
+
+def page_rows() -> list[tuple[str, list[str], list[str]]]:
+    """``(row label, configs, ablations)`` of every table row that names a config."""
+    return [(label, TICKED.findall(configs), TICKED.findall(ablations))
+            for label, configs, ablations, _, _ in table_rows()]
 
 
 ROWS = page_rows()
@@ -118,3 +124,12 @@ def test_the_documented_grid_point_sets_lambda_and_lr():
     phase = cfg.train_cfg.phases[0]
     assert (phase.loss_weights.align, phase.lr) == (0.1, 5e-5)
     assert phase.loss_weights.cm == 1.0
+
+
+def test_vsepp_row_states_the_same_image_mask_its_loss_applies():
+    """The row said 'no image-id mask' while its config masks, as LAPS does, the other captions
+    of a query's image out of its negatives."""
+    _, configs, _, _, differs = next(row for row in table_rows() if row[0] == 'VSE++')
+    cfg = train_tool.build_config(train_tool.parse_args(TICKED.findall(configs)))
+    assert 'image-id mask' in differs
+    assert ('no image-id mask' in differs) == (not cfg.model.losses.itc.mask_same_media)
