@@ -9,3 +9,5 @@ _base_ = ['../dasd/dasd_clip-vit-b32_msrvtt_zeroshot.py',
 
 model = dict(language_branch=dict(adapters=dict(_delete_=True, **_base_.pectvlm_lora)),
              disentangler=None)
+# DASD's #TP (the DASD config's paper_figures) is no figure of this twin, which no paper reports.
+paper_figures = None

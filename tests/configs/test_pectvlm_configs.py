@@ -206,6 +206,14 @@ def test_lora_twin_of_each_dasd_clip_config_builds_and_runs_its_phases(path):
     run_phases(cfg, model)
 
 
+@pytest.mark.parametrize('path', LORA_TWINS, ids=lambda p: p.stem)
+def test_lora_twin_states_no_paper_figure_of_dasd(path):
+    """tools/language_modules.py report prints a config's paper_figures beside its count: the
+    DASD config's #TP (134M) is no figure of its LoRA twin, which is no paper's row."""
+    assert Config.fromfile(CONFIGS / 'dasd' / path.name.replace('lora_', 'dasd_')).paper_figures
+    assert Config.fromfile(path).get('paper_figures') is None
+
+
 def _image(path: Path, value: int) -> None:
     Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(path)
 
