@@ -13,7 +13,7 @@ _base_ = [
 language = 'de'
 mclip_transform = dict(type='MediaTransform', backbone='ViT-L-14', pretrained='openai')
 # Weight of the routines' alignment term: text_loss_ratio of the authors' scripts/de.sh (their
-# grid: 0.3, 0.1, 0.03, 0.01, 0.003).
+# grid: 0.5, 0.3, 0.1, 0.03, 0.01, 0.003).
 lambda_align = 0.5
 
 model = dict(language_branch=dict(languages=[language]))
