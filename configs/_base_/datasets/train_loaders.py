@@ -1,5 +1,5 @@
 # Training dataloader defaults of the benchmark dataset configs in this folder. A dataset config
-# inherits this file (through loaders.py, or beside an evaluation part such as mscoco_eval.py) and
+# inherits this file (alone, or beside an evaluation part: multi30k_eval.py, eval_loaders.py) and
 # merges its caption dataset into each loader it offers: train_dataloader (media + caption pairs),
 # text_train_dataloader (text-only pairs, for phases that never look at the media: cross-lingual
 # alignment) and source_finetune_dataloader (English captions alone, for the source finetune of
