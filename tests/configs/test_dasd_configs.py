@@ -396,3 +396,14 @@ def test_each_paper_config_has_its_vit_b16_twin(path):
     assert b16['model']['backbone'].pop('arch') == 'ViT-B-16'
     assert b32['model']['backbone'].pop('arch') == 'ViT-B-32'
     assert b16 == b32
+
+
+def test_dasd_page_row_15_states_the_sdm_per_language_of_the_paper_configs():
+    """docs/methods/dasd.md, "Where the authors' code differs", row 15: xmr's column said one
+    SDM shared by all languages, while the paper configs build one per target language."""
+    page = CONFIGS.parent / 'docs' / 'methods' / 'dasd.md'
+    row = next(line for line in page.read_text(encoding='utf-8').splitlines()
+               if line.startswith('| 15 |'))
+    xmr_column = row.strip().strip('|').split('|')[3]
+    assert all(Config.fromfile(path).model.disentangler.per_language for path in PAPER)
+    assert 'per_language=True' in xmr_column
