@@ -155,15 +155,6 @@ class DualEncoderRetriever(BaseRetriever):
         semantic = encode(out.tokens, out.mask)
         return semantic, self.disentangler.pool(semantic, out.mask)
 
-    def embed_media(self, media: torch.Tensor) -> torch.Tensor:
-        """Retrieval embeddings ``[B, E]``: pooled semantic components with CDDS, else the
-        image tower's own embedding."""
-        return self.retrieval_tokens(self.encode_media_tokens(media), 'image')[1]
-
-    def embed_text(self, tokens: TokenBatch) -> torch.Tensor:
-        """Retrieval embeddings ``[B, E]`` of captions (semantic components with CDDS)."""
-        return self.retrieval_tokens(self.encode_text_tokens(tokens), 'text')[1]
-
     def check_languages(self, languages: Sequence[str], where: str) -> None:
         """Fail unless the text tower reads every language (the model's ``languages``).
 
