@@ -38,7 +38,7 @@ from xmr.fileio import atomic_write_texts
 
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
-    'Annotation', 'annotation_from_json', 'load_annotation', 'dump_annotation',
+    'Annotation', 'load_annotation', 'dump_annotation',
     'dump_annotations', 'text_pairs',
 ]
 
@@ -331,22 +331,14 @@ def _check_header(data: Mapping[str, Any], origin: str) -> None:
         raise AnnotationError(f'{origin}: items must be a list')
 
 
-def annotation_from_json(data: Any, origin: str) -> Annotation:
-    """Build and validate an :class:`Annotation` from parsed JSON.
-
-    Raises:
-        AnnotationError: naming ``origin`` and what is wrong.
-    """
-    return _annotation(data, None, origin)
-
-
 def _annotation(top: Any, streamed: Sequence[MediaRecord] | None, origin: str,
                 failures: Sequence[AnnotationError] = ()) -> Annotation:
     """The validated annotation of a file's top-level value, its codes made canonical.
 
     Args:
-        top: the top-level value: the header, and the items unless streamed.
-        streamed: the records of the items array, built as it was decoded.
+        top: the top-level value's keys but the items array (``None``: no JSON object).
+        streamed: the records of the items array, built as it was decoded; ``None`` when the
+            file holds no items array, which the header check then names.
         origin: the file, named in every error.
         failures: the error of the first item at fault as the array was decoded, raised once
             the header is checked (a file of another format is named so first).
@@ -357,9 +349,9 @@ def _annotation(top: Any, streamed: Sequence[MediaRecord] | None, origin: str,
     _check_header(top if streamed is None else {**top, 'items': []}, origin)
     if failures:
         raise failures[0]
-    items = list(_records(top['items'], origin)) if streamed is None else streamed
     ann = Annotation(dataset=top['dataset'], split=top['split'], media_type=top['media_type'],
-                     languages=top['languages'], items=items, source_lang=top.get('source_lang'),
+                     languages=top['languages'], items=streamed,
+                     source_lang=top.get('source_lang'),
                      translation_langs=top.get('translation_langs', []),
                      back_translation_langs=top.get('back_translation_langs', []))
     _canonical_header(ann, origin)
