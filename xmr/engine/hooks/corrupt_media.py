@@ -69,10 +69,6 @@ class CorruptMediaHook(Hook):
             runner.logger.warning(f'{scope}: {total} unreadable media skipped '
                                   f'({len(names)} files): {listed}{more}')
 
-    def skipped_counts(self, mode: str) -> dict[str, int]:
-        """Files skipped so far in the current ``mode`` (``train``/``val``/``test``) period."""
-        return dict(self._skipped[mode])
-
     def after_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None,
                          outputs: Any = None) -> None:
         self._collect('train', data_batch)
