@@ -33,3 +33,9 @@ def build_clip_branch(adapters, languages=('de', 'zh'), seed: int = 0):
 def frozen_tower_output(backbone, tokens) -> torch.Tensor:
     """``[B, E]`` of the plain frozen tower: the branch's output when no adapter acts."""
     return backbone.encode_source_text(tokens)
+
+
+def lora_delta(lora, target: str) -> torch.Tensor:
+    """``(α / r) B A`` of one LoRA target, ``[out, in]``: the update the LoRA paper merges into
+    the frozen weight, from the adapter's parameters (the merged-weight tests' reference)."""
+    return lora.alpha / lora.r * lora.lora_B[target] @ lora.lora_A[target]

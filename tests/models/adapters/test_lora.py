@@ -3,7 +3,7 @@ import copy
 import pytest
 import torch
 
-from tests.models.adapters.peft_helpers import CAPTIONS, build_clip_branch
+from tests.models.adapters.peft_helpers import CAPTIONS, build_clip_branch, lora_delta
 from xmr.models.adapters import AdapterContext, AdapterPlacement, AdapterSite, LoRA
 from xmr.models.adapters.language_adapters import LanguageAdapters
 
@@ -33,7 +33,7 @@ def merged_clip(backbone, branch, lang='de'):
                 if not key.startswith(f'{index}:'):
                     continue
                 for target in lora.targets:
-                    delta = lora.delta_weight(target)
+                    delta = lora_delta(lora, target)
                     if target in ('q', 'k', 'v'):
                         row = 'qkv'.index(target) * width
                         block.attn.in_proj_weight[row:row + width] += delta
@@ -126,13 +126,13 @@ def test_dropout_acts_on_the_input_in_training_only():
     with torch.no_grad():
         lora.lora_B['out'].normal_()
     x = torch.randn(4, 5, 8)
-    expected = x @ lora.delta_weight('out').t()
+    expected = x @ lora_delta(lora, 'out').t()
     ctx = AdapterContext(lang='de')
     torch.testing.assert_close(lora.eval()(x, ctx), expected)
     torch.manual_seed(3)
     dropped = lora.train()(x, ctx)
     torch.manual_seed(3)
-    reference = torch.nn.functional.dropout(x, 0.5, training=True) @ lora.delta_weight('out').t()
+    reference = torch.nn.functional.dropout(x, 0.5, training=True) @ lora_delta(lora, 'out').t()
     torch.testing.assert_close(dropped, reference)
     assert not torch.allclose(dropped, expected)
     plain = LoRA(AdapterPlacement(8, 'attn.out'), r=2, alpha=2, targets=['out'])
@@ -163,7 +163,7 @@ def test_lora_targets_draw_independent_dropout_masks():
     assert not torch.allclose(dq, dv)
     torch.manual_seed(5)
     # (α / r) B A dropout(x), one mask per target, drawn in the order q, v.
-    reference = [torch.nn.functional.dropout(x, 0.5) @ lora.delta_weight(t).t()
+    reference = [torch.nn.functional.dropout(x, 0.5) @ lora_delta(lora, t).t()
                  for t in ('q', 'v')]
     torch.manual_seed(5)
     dq, _, dv = lora(x, ctx).chunk(3, dim=-1)

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from tests.models.adapters.peft_helpers import CAPTIONS, build_clip_branch
+from tests.models.adapters.peft_helpers import CAPTIONS, build_clip_branch, lora_delta
 from xmr.models.adapters import AdapterContext, AdapterPlacement, LoRA
 from xmr.registry import MODELS
 
@@ -119,7 +119,7 @@ def test_lora_equals_merged_weights_in_open_clips_hugging_face_encoders(name, tm
         for key, lora in branch.adapters.sets['de'].items():
             projections = _hf_projections(merged.text_tower, int(key.split(':')[0]))
             for target in lora.targets:
-                projections[target].weight += lora.delta_weight(target)
+                projections[target].weight += lora_delta(lora, target)
         expected = merged.clip.encode_text(_open_clip_ids(merged, tokens), normalize=False)
     torch.testing.assert_close(adapted, expected, atol=1e-5, rtol=1e-4)
     assert not torch.allclose(adapted, frozen, atol=1e-3)

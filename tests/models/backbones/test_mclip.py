@@ -4,6 +4,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from tests.models.adapters.peft_helpers import lora_delta
 from tests.models.backbones.mclip_helpers import (
     CAPTIONS,
     mclip_reference,
@@ -189,8 +190,8 @@ def test_lora_on_query_and_value_equals_merged_hugging_face_weights(backbone):
     with torch.no_grad():
         for index, layer in enumerate(merged.encoder.layer):
             lora = branch.adapters.sets['de'][f'{index}:attn_qkv']
-            layer.attention.self.query.weight += lora.delta_weight('q')
-            layer.attention.self.value.weight += lora.delta_weight('v')
+            layer.attention.self.query.weight += lora_delta(lora, 'q')
+            layer.attention.self.value.weight += lora_delta(lora, 'v')
     expected = mclip_reference(merged, backbone.text_tower.text_proj, tokens)
     adapted = branch(tokens, ['de'] * len(CAPTIONS))
     torch.testing.assert_close(adapted, expected, atol=1e-5, rtol=1e-4)

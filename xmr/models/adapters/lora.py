@@ -104,10 +104,6 @@ class LoRA(BaseAdapter):
                              'follow from targets)')
         return derived
 
-    def delta_weight(self, target: str) -> torch.Tensor:
-        """``(α / r) B A`` of one target, ``[part_width, in_features]``."""
-        return self.scale * self.lora_B[target] @ self.lora_A[target]
-
     def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
         """``[B, L, d_in]`` input of the frozen projection -> ``[B, L, d_out]`` delta.
 
