@@ -326,6 +326,25 @@ def with_qkv_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.T
     return q, k, v
 
 
+def block_linear_shapes(width: int, ff_dim: int, inner_dim: int | None = None
+                        ) -> dict[AdapterSite, tuple[int, int]]:
+    """``(in_features, out_features)`` of a transformer block's frozen projections at each
+    linear site: the :meth:`TextTower.linear_shapes` of a tower that exposes them.
+
+    Args:
+        width: the hidden width ``D``.
+        ff_dim: width of the FFN's hidden layer.
+        inner_dim: width of the attention's q/k/v (``D`` unless the heads say otherwise).
+    """
+    inner_dim = width if inner_dim is None else inner_dim
+    return {
+        AdapterSite.ATTN_QKV: (width, 3 * inner_dim),
+        AdapterSite.ATTN_OUT: (inner_dim, width),
+        AdapterSite.MLP_FC: (width, ff_dim),
+        AdapterSite.MLP_PROJ: (ff_dim, width),
+    }
+
+
 def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str) -> None:
     """Refuse a source tokenizer whose ids, length or padding do not fit the text tower.
 

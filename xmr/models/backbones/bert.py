@@ -9,6 +9,7 @@ from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.base import (
     SiteHooks,
     TextTower,
+    block_linear_shapes,
     linear_site,
     residual_site,
     with_qkv_delta,
@@ -150,9 +151,4 @@ class BertTextTower(TextTower):
 
     def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
         """``(in_features, out_features)`` of the frozen projection at each linear site."""
-        return {
-            AdapterSite.ATTN_QKV: (self.width, 3 * self.width),
-            AdapterSite.ATTN_OUT: (self.width, self.width),
-            AdapterSite.MLP_FC: (self.width, self.intermediate_size),
-            AdapterSite.MLP_PROJ: (self.intermediate_size, self.width),
-        }
+        return block_linear_shapes(self.width, self.intermediate_size)

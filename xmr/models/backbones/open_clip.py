@@ -13,6 +13,7 @@ from xmr.models.backbones.base import (
     TextTower,
     TokenOutput,
     VisionLanguageBackbone,
+    block_linear_shapes,
     check_tokenizer_fits,
     weights_fingerprint,
     with_linear_delta,
@@ -328,13 +329,7 @@ class OpenCLIPTextTower(PreNormTextTower):
 
     def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
         """``(in_features, out_features)`` of the frozen projection at each linear site."""
-        mlp = self.blocks[0].mlp
-        return {
-            AdapterSite.ATTN_QKV: (self.width, 3 * self.width),
-            AdapterSite.ATTN_OUT: (self.width, self.width),
-            AdapterSite.MLP_FC: (self.width, mlp.c_fc.out_features),
-            AdapterSite.MLP_PROJ: (mlp.c_fc.out_features, self.width),
-        }
+        return block_linear_shapes(self.width, self.blocks[0].mlp.c_fc.out_features)
 
 
 def open_clip_text_tower(model: nn.Module) -> TextTower:

@@ -30,6 +30,7 @@ from xmr.models.backbones.base import (
     PreNormTextTower,
     SiteHooks,
     TextTower,
+    block_linear_shapes,
     linear_site,
     with_qkv_delta,
 )
@@ -200,12 +201,7 @@ class HFPreNormTextTower(PreNormTextTower):
 
     def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
         """``(in_features, out_features)`` of the frozen projection at each linear site."""
-        return {
-            AdapterSite.ATTN_QKV: (self.width, 3 * self.inner_dim),
-            AdapterSite.ATTN_OUT: (self.inner_dim, self.width),
-            AdapterSite.MLP_FC: (self.width, self.ff_dim),
-            AdapterSite.MLP_PROJ: (self.ff_dim, self.width),
-        }
+        return block_linear_shapes(self.width, self.ff_dim, self.inner_dim)
 
 
 class OpenCLIPT5TextTower(HFPreNormTextTower):
