@@ -41,8 +41,7 @@ def find_first(directory: str | os.PathLike, names: Sequence[str], what: str) ->
     raise ConversionError(f'{what} not found in {directory}: looked for {", ".join(names)}')
 
 
-def read_lines(path: str | os.PathLike, what: str = 'caption file',
-               allow_empty_lines: bool = False) -> list[str]:
+def read_lines(path: str | os.PathLike, what: str = 'caption file') -> list[str]:
     """Read a UTF-8 text file (``.gz`` transparently) as a list of lines.
 
     Line terminators (``\\n`` or ``\\r\\n``) are removed, a final newline is optional, a UTF-8 byte
@@ -51,7 +50,6 @@ def read_lines(path: str | os.PathLike, what: str = 'caption file',
     Args:
         path: the file.
         what: its role, named in errors (``caption file``, ``image list``).
-        allow_empty_lines: accept blank lines instead of stopping at the first one.
 
     Returns:
         One string per line.
@@ -59,7 +57,7 @@ def read_lines(path: str | os.PathLike, what: str = 'caption file',
     Raises:
         ConversionError: if the file is missing, not UTF-8, empty, or has a blank line.
     """
-    lines = list(iter_lines(path, what, allow_empty_lines))
+    lines = list(iter_lines(path, what))
     if not lines:
         raise ConversionError(f'{what} {Path(path)} is empty')
     return lines
@@ -70,7 +68,7 @@ def iter_lines(path: str | os.PathLike, what: str = 'caption file',
     """The lines of :func:`read_lines`, decoded one at a time: reading a file holds one line
     of it, not its bytes and its text beside the lines kept (twice a translation file's lines),
     and a reader that wants the first lines stops reading there. A file without a line yields
-    nothing.
+    nothing; ``allow_empty_lines`` yields blank lines instead of stopping at the first one.
 
     Raises:
         ConversionError: as :func:`read_lines`, when the line at fault is reached.
@@ -100,15 +98,13 @@ def iter_lines(path: str | os.PathLike, what: str = 'caption file',
         raise ConversionError(f'{what} {path} cannot be read: {err}') from err
 
 
-def require_same_length(reference: tuple[Path, int], files: Mapping[Path, Sequence[str]],
-                        reference_what: str = 'image list', what: str = 'caption file') -> None:
-    """Stop unless every file has as many lines as the reference.
+def require_same_length(reference: tuple[Path, int], files: Mapping[Path, Sequence[str]]
+                        ) -> None:
+    """Stop unless every caption file has as many lines as the image list.
 
     Args:
-        reference: the file the others align with, and its line count.
-        files: file -> its lines.
-        reference_what: the reference's role in the message.
-        what: the role of ``files`` in the message.
+        reference: the image list the caption files align with, and its line count.
+        files: caption file -> its lines.
 
     Raises:
         ConversionError: naming the first file that differs and both counts.
@@ -117,7 +113,7 @@ def require_same_length(reference: tuple[Path, int], files: Mapping[Path, Sequen
     for path, lines in files.items():
         if len(lines) != expected:
             raise ConversionError(
-                f'{what} {path} has {len(lines)} lines but {reference_what} {reference_path} has '
+                f'caption file {path} has {len(lines)} lines but image list {reference_path} has '
                 f'{expected}; line i of both must describe the same media')
 
 
