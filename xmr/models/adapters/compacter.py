@@ -148,7 +148,6 @@ class CompacterAdapter(BaseAdapter):
         if share_rule and shared is None:
             self.own_rule = shared = PHMRule(phm_dim, rule_init_std)
         hidden = width // reduction_factor
-        self.activation_name = activation
         self.activation = get_activation(activation)
         layer = dict(phm_dim=phm_dim, rank=rank, factor_init=factor_init, init_std=init_std,
                      rule=shared, rule_init_std=rule_init_std)

@@ -52,7 +52,6 @@ class HoulsbyAdapter(BaseAdapter):
         super().__init__(placement)
         width = self.width
         hidden = self.positive_option('hidden', hidden)
-        self.activation_name = activation
         self.activation = get_activation(activation)
         self.down = nn.Linear(width, hidden)
         self.up = nn.Linear(hidden, width)
