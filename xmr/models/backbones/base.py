@@ -103,6 +103,18 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         :attr:`reserved_positions`."""
         return self.context_length - self.reserved_positions
 
+    def checked_length(self, x: torch.Tensor) -> int:
+        """``L`` of ``x`` ``[B, L, D]``, which :meth:`add_positions` gives positions to.
+
+        Raises:
+            ValueError: ``L`` exceeds :attr:`context_length`, the positions the tower has.
+        """
+        length = x.shape[1]
+        if length > self.context_length:
+            raise ValueError(f'sequence of {length} tokens exceeds the text context length '
+                             f'{self.context_length}')
+        return length
+
     @abstractmethod
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The tower's own token embedding, ``[B, L] -> [B, L, D]`` (no positions)."""

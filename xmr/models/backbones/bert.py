@@ -99,10 +99,7 @@ class BertTextTower(TextTower):
         padding is never attended to nor pooled, so the outputs that matter are the same. The
         single token type (0) is part of every token's embedding.
         """
-        length = x.shape[1]
-        if length > self.context_length:
-            raise ValueError(f'sequence of {length} tokens exceeds the text context length '
-                             f'{self.context_length}')
+        length = self.checked_length(x)
         token_type = self.embeddings.token_type_embeddings.weight[0]
         start = self.position_offset
         positions = self.embeddings.position_embeddings.weight[start:start + length]

@@ -194,10 +194,7 @@ class OpenCLIPTextTower(PreNormTextTower):
     def add_positions(self, x: torch.Tensor) -> torch.Tensor:
         """Add positions ``0..L-1`` to ``x`` ``[B, L, D]``; with ``embed_cls`` the last
         position (the slot the tokenizer padded for it) becomes the class token first."""
-        length = x.shape[1]
-        if length > self.context_length:
-            raise ValueError(f'sequence of {length} tokens exceeds the text context length '
-                             f'{self.context_length}')
+        length = self.checked_length(x)
         if self.cls_emb is not None:
             cls = self.cls_emb.to(x.dtype).expand(x.shape[0], 1, -1)
             x = torch.cat([x[:, :-1], cls], dim=1)

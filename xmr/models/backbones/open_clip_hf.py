@@ -251,9 +251,7 @@ class OpenCLIPT5TextTower(HFPreNormTextTower):
         Raises:
             ValueError: a sequence longer than :attr:`context_length`.
         """
-        if x.shape[1] > self.context_length:
-            raise ValueError(f'sequence of {x.shape[1]} tokens exceeds the text context length '
-                             f'{self.context_length}')
+        self.checked_length(x)
         return x
 
     def _position_bias(self, length: int, device: torch.device) -> torch.Tensor:
@@ -375,10 +373,7 @@ class OpenCLIPM2M100TextTower(HFPreNormTextTower):
         Raises:
             ValueError: a sequence longer than :attr:`context_length`.
         """
-        length = x.shape[1]
-        if length > self.context_length:
-            raise ValueError(f'sequence of {length} tokens exceeds the text context length '
-                             f'{self.context_length}')
+        length = self.checked_length(x)
         start = self.position_offset
         return x + self.sinusoids.weights[start:start + length].to(x.dtype)
 
