@@ -229,3 +229,13 @@ def test_modality_consistency_floors_both_variances_at_min_variance():
 def test_a_non_positive_semantic_consistency_temperature_is_refused():
     with pytest.raises(ValueError, match='temperature must be positive, got 0'):
         MODELS.build(dict(type='CDDSSemanticConsistencyLoss', temperature=0.0))
+
+
+def test_the_functional_semantic_consistency_refuses_what_its_module_refuses():
+    """A τ of 0 divided the scores into infinities and a NaN loss; the function, the loss module
+    and the disentangler refuse the same settings with the same words."""
+    tokens, mask = torch.randn(2, 3, 4), torch.ones(2, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match='temperature must be positive, got 0'):
+        semantic_consistency_loss(tokens, mask, tokens, mask, temperature=0.0)
+    with pytest.raises(ValueError, match="scoring 'cls' is not one of"):
+        semantic_consistency_loss(tokens, mask, tokens, mask, scoring='cls')

@@ -50,6 +50,19 @@ def check_tokens(tokens: torch.Tensor, mask: torch.Tensor, name: str) -> None:
         raise ValueError(f'{name}: samples {empty} have no real token in their mask')
 
 
+def check_pair_scoring(temperature: float, scoring: str) -> None:
+    """Refuse a semantic consistency setting (:func:`semantic_consistency_loss`'s ``τ`` and
+    ``scoring``) that no batch can score; modules call it as they are built.
+
+    Raises:
+        ValueError: ``temperature`` <= 0, or ``scoring`` not one of :data:`PAIR_SCORINGS`.
+    """
+    if temperature <= 0:
+        raise ValueError(f'temperature must be positive, got {temperature}')
+    if scoring not in PAIR_SCORINGS:
+        raise ValueError(f"scoring '{scoring}' is not one of {PAIR_SCORINGS}")
+
+
 def patch_word_similarity(image_tokens: torch.Tensor, image_mask: torch.Tensor,
                           text_tokens: torch.Tensor, text_mask: torch.Tensor) -> torch.Tensor:
     """Image–caption scores from patch–word cosine similarities.
@@ -106,8 +119,7 @@ def semantic_consistency_loss(image_tokens: torch.Tensor, image_mask: torch.Tens
     Returns:
         Scalar loss.
     """
-    if scoring not in PAIR_SCORINGS:
-        raise ValueError(f"scoring '{scoring}' is not one of {PAIR_SCORINGS}")
+    check_pair_scoring(temperature, scoring)
     if image_tokens.shape[0] != text_tokens.shape[0]:
         raise ValueError('semantic consistency needs paired batches, got '
                          f'{image_tokens.shape[0]} images and {text_tokens.shape[0]} captions')
@@ -191,10 +203,7 @@ class CDDSSemanticConsistencyLoss(nn.Module):
     def __init__(self, temperature: float = 0.05, scoring: str = 'patch_word',
                  loss_weight: float = 1.0) -> None:
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f'temperature must be positive, got {temperature}')
-        if scoring not in PAIR_SCORINGS:
-            raise ValueError(f"scoring '{scoring}' is not one of {PAIR_SCORINGS}")
+        check_pair_scoring(temperature, scoring)
         self.temperature, self.scoring, self.loss_weight = temperature, scoring, loss_weight
 
     def forward(self, image_tokens: torch.Tensor, image_mask: torch.Tensor,

@@ -26,7 +26,7 @@ from xmr.models.disentanglers.cdds.correlation import CDDSColumnCorrelation
 from xmr.models.disentanglers.cdds.sampling import CDDSDistributionSampler
 from xmr.models.disentanglers.cdds.unet import DualPathUNet, UNetOutput
 from xmr.models.losses.cdds import (
-    PAIR_SCORINGS,
+    check_pair_scoring,
     check_tokens,
     information_integrity_loss,
     modality_consistency_loss,
@@ -88,10 +88,7 @@ class CDDSDisentangler(TokenDisentangler):
                  use_distribution_sampling: bool = True, hidden_dim: int | None = None,
                  learned_reconstruction_weights: bool = True) -> None:
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f'temperature must be positive, got {temperature}')
-        if scoring not in PAIR_SCORINGS:
-            raise ValueError(f"scoring '{scoring}' is not one of {PAIR_SCORINGS}")
+        check_pair_scoring(temperature, scoring)
         if pooling not in POOLINGS:
             raise ValueError(f"pooling '{pooling}' is not one of {POOLINGS}")
         if alpha_s < 0 or alpha_m < 0:
