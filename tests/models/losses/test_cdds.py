@@ -61,6 +61,22 @@ def test_patch_word_similarity_against_loops():
             torch.testing.assert_close(scores[i, t], torch.stack(best).mean())
 
 
+def test_patch_word_similarity_of_fp16_tokens_zero_on_padding_is_finite():
+    """fp16 autocast on a CPU (loss-scaled AMP): the UNets' components are zero on padding,
+    CPU autocast runs the norm in fp16, and fp16 cannot hold normalize's eps (1e-12 rounds to
+    0), so a padded token normalised in fp16 is 0/0. One image, patches e_0, e_1 and a padded
+    one; one caption, word (3, 4) and a padded one: the word's best patch is e_1, cosine 4/5."""
+    patches = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]], dtype=torch.float16,
+                           requires_grad=True)
+    words = torch.tensor([[[3.0, 4.0], [0.0, 0.0]]], dtype=torch.float16, requires_grad=True)
+    with torch.autocast('cpu', dtype=torch.float16):
+        scores = patch_word_similarity(patches, torch.tensor([[True, True, False]]), words,
+                                       torch.tensor([[True, False]]))
+    assert scores.tolist() == [[pytest.approx(0.8, rel=1e-3)]]
+    scores.sum().backward()
+    assert patches.grad.isfinite().all() and words.grad.isfinite().all()
+
+
 def test_pooled_similarity_is_cosine_of_masked_means():
     generator = torch.Generator().manual_seed(1)
     patches, words = torch.randn(B, P, D, generator=generator), torch.randn(B, W, D,

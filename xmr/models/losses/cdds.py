@@ -79,8 +79,11 @@ def patch_word_similarity(image_tokens: torch.Tensor, image_mask: torch.Tensor,
     Returns:
         ``[B_i, B_t]`` scores in ``[-1, 1]``.
     """
-    image = F.normalize(image_tokens, dim=-1)
-    text = F.normalize(text_tokens, dim=-1)
+    # In fp32: fp16 rounds normalize's eps (1e-12) to 0, and CPU autocast (unlike CUDA's) runs
+    # the norm in fp16, so a padded token (zero, as the UNets give) would be 0/0, NaN in the
+    # scores and in every gradient. Autocast still runs the product in its dtype.
+    image = F.normalize(image_tokens.float(), dim=-1)
+    text = F.normalize(text_tokens.float(), dim=-1)
     cosine = torch.einsum('ipd,twd->itwp', image, text)
     padding = ~image_mask[:, None, None, :]
     best_patch = cosine.masked_fill(padding, float('-inf')).amax(dim=-1)
