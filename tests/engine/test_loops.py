@@ -17,7 +17,13 @@ from mmengine.hooks import Hook
 from mmengine.logging import MessageHub
 from mmengine.runner import Runner
 
-from tests.conftest import TINY_CLIP, tiny_retriever_cfg
+from tests.conftest import (
+    TINY_CLIP,
+    tiny_backbone_cfg,
+    tiny_branch_cfg,
+    tiny_dasd_cfg,
+    tiny_retriever_cfg,
+)
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.divergence import DivergenceMonitor
 from xmr.engine.feature_cache import FeatureCache, StaleFeatureCacheError
@@ -327,6 +333,90 @@ def test_a_run_resumed_where_a_persistent_loader_goes_on_draws_what_the_uninterr
     resumed.train_dataloader = cfg.train_dataloader
     _, resumed = train(resumed)
     assert [r['draw'] for r in resumed] == [r['draw'] for r in uninterrupted[12:]]
+
+
+#: The model kinds the runs above (static adapters) do not hold: ``(model, phases, training
+#: data or None for the cross-lingual pairs, optim_wrapper changes)``. Each has random draws of
+#: its own (DASD's discriminator, CDDS's noise) or state outside its parameters (VSE++'s count of
+#: pairs, which moves to the hardest negatives at iteration 3; fp16's loss scale, which backs
+#: off from 2^20 in the first iterations).
+DUAL_ENCODER = dict(type='DualEncoderRetriever', backbone=tiny_backbone_cfg(), languages=['en'],
+                    train_text='source')
+BRANCH_PHASES = [
+    dict(name='cross_lingual', iters=4, lr=4e-3, warmup_ratio=0.25, schedule='cosine',
+         trainable=['language_branch', 'disentangler'], loss_weights=dict(cl=1.0)),
+    dict(name='cross_modal', iters=4, lr=2e-4, schedule='linear',
+         trainable=['language_branch', 'disentangler'], loss_weights=dict(cm=1.0)),
+]
+MODEL_KINDS = {
+    'dasd': (tiny_dasd_cfg(), [dict(phase, loss_weights=dict(phase['loss_weights'],
+                                                              disentangler=1.0))
+                               for phase in BRANCH_PHASES], None, {}),
+    'lora': (tiny_retriever_cfg(language_branch=tiny_branch_cfg(adapters=dict(type='LoRA', r=4))),
+             [dict(phase, trainable=['language_branch']) for phase in BRANCH_PHASES], None, {}),
+    'cdds_fp16': (
+        dict(DUAL_ENCODER, disentangler=dict(type='CDDSDisentangler', num_heads=2,
+                                             num_perturbations=2)),
+        [dict(name='cdds', iters=8, lr=1e-3, schedule='cosine',
+              trainable=['backbone', 'disentangler', 'losses'],
+              loss_weights=dict(disentangler=1.0, itc=1.0))],
+        ENGLISH, dict(type='AutocastOptimWrapper', dtype='float16',
+                      loss_scale=dict(init_scale=2.0 ** 20, growth_interval=2))),
+    'vsepp': (dict(DUAL_ENCODER, losses=dict(itc=dict(type='VSEHingeLoss',
+                                                      hardest_after_pairs=24))),
+              [dict(name='vse', iters=8, lr=1e-3, schedule='cosine', trainable=['backbone'],
+                    loss_weights=dict(itc=1.0))], ENGLISH, {}),
+}
+
+
+def kind_cfg(kind: str, work_dir: Path, num_workers: int = 0, **options) -> Config:
+    model, phases, data, optim_wrapper = MODEL_KINDS[kind]
+    cfg = make_cfg(work_dir, phases=phases, **options)
+    cfg.model = copy.deepcopy(model)
+    if data is not None:
+        cfg.train_dataloader = loader(data)
+    cfg.train_dataloader.num_workers = num_workers
+    cfg.optim_wrapper.update(optim_wrapper)
+    return cfg
+
+
+def trained_state(cfg: Config, seed: int = 0) -> dict[str, torch.Tensor]:
+    torch.manual_seed(seed)
+    runner, _ = train(cfg)
+    return runner.model.state_dict()
+
+
+@pytest.fixture(scope='module')
+def uninterrupted_kinds(tmp_path_factory) -> dict[str, dict[str, torch.Tensor]]:
+    """Each kind's weights after 8 iterations read without workers, trained on first use."""
+    trained = {}
+
+    def weights(kind: str) -> dict[str, torch.Tensor]:
+        if kind not in trained:
+            trained[kind] = trained_state(kind_cfg(kind, tmp_path_factory.mktemp(kind)))
+        return trained[kind]
+    return weights
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('kind', MODEL_KINDS)
+def test_each_model_kind_read_by_two_workers_ends_bit_identical(kind, uninterrupted_kinds,
+                                                                tmp_path):
+    state = trained_state(kind_cfg(kind, tmp_path, num_workers=2))
+    expected = uninterrupted_kinds(kind)
+    assert [key for key in expected if not torch.equal(state[key], expected[key])] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('kind', MODEL_KINDS)
+def test_each_model_kind_resumed_in_its_middle_ends_bit_identical(kind, uninterrupted_kinds,
+                                                                  tmp_path):
+    trained_state(kind_cfg(kind, tmp_path, checkpoint_interval=3, stop_after=3))
+    # Another seed: the resumed run must draw from the checkpoint's streams alone.
+    state = trained_state(kind_cfg(kind, tmp_path, resume_from=tmp_path / 'iter_3.pth'),
+                          seed=123)
+    expected = uninterrupted_kinds(kind)
+    assert [key for key in expected if not torch.equal(state[key], expected[key])] == []
 
 
 def test_a_phase_resumed_in_its_middle_does_not_validate_again_at_its_start(
