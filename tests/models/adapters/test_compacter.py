@@ -117,6 +117,15 @@ def test_pectvlms_reduction_is_the_default_and_zero_init_is_an_exact_identity():
         x, AdapterContext(lang='de')), x)  # OpenDelta's start is near, not at, the identity
 
 
+def test_under_autocast_the_adapter_returns_the_dtype_it_receives():
+    """A bf16 hidden state comes back bf16, as from the adapters built on ``nn.Linear``: the
+    PHM layers' fp32 biases must not promote the tower's activations to fp32."""
+    adapter = CompacterAdapter(AdapterPlacement(64, 'mlp.output'), reduction_factor=4)
+    x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert adapter(x, AdapterContext(lang='de')).dtype == torch.bfloat16
+
+
 def test_bad_sizes_name_the_numbers():
     with pytest.raises(ValueError, match='reduction_factor 5 must divide the tower width 32'):
         CompacterAdapter(AdapterPlacement(32, 'mlp.output'), reduction_factor=5)

@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
@@ -100,7 +101,9 @@ class PHMLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[..., d_in] -> [..., d_out]``."""
-        return x @ self.weight() + self.bias
+        # linear, not `x @ W + b`: autocast casts the bias with the weight, where an fp32 bias
+        # added to the product would promote a bf16 / fp16 hidden state to fp32.
+        return F.linear(x, self.weight().t(), self.bias)
 
 
 @ADAPTERS.register_module()
