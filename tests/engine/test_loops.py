@@ -66,14 +66,22 @@ class RecordingHook(Hook):
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         self.records[-1]['losses'] = {k: float(v.detach()) for k, v in outputs.items()}
-        # The most optimiser steps any parameter has taken (Adam's step count; BertAdam keeps
-        # none).
-        self.records[-1]['adam_steps'] = max(
-            (int(state['step']) for state in runner.optim_wrapper.optimizer.state.values()
-             if 'step' in state), default=0)
+        # Adam's step count of each parameter (BertAdam keeps none), copied as it is now and
+        # read once training ends: fused AdamW keeps the counts on the device, and a read here
+        # would make the iteration wait for it (the GPU tier counts an iteration's waits).
+        steps = [state['step'] for state in runner.optim_wrapper.optimizer.state.values()
+                 if 'step' in state]
+        self.records[-1]['adam_steps'] = [
+            step.clone() if isinstance(step, torch.Tensor) else step for step in steps]
         self.records[-1]['eta'] = runner.message_hub.get_info('eta')
         if self.stop_after is not None and runner.iter + 1 >= self.stop_after:
             runner.train_loop.stop_training = True
+
+    def after_train(self, runner) -> None:
+        # The most optimiser steps any parameter had taken at each iteration.
+        for record in self.records:
+            if isinstance(record.get('adam_steps'), list):
+                record['adam_steps'] = max(map(int, record['adam_steps']), default=0)
 
 
 def loader(dataset: dict, batch_size: int = 8) -> dict:
@@ -198,6 +206,21 @@ def test_each_phase_starts_its_optimiser_state_afresh(full_run):
     phase, also for the branch that trains in both cross_lingual and cross_modal."""
     _, _, records = full_run
     assert [r['adam_steps'] for r in records] == [*range(1, 5), *range(1, 9), *range(1, 5)]
+
+
+def test_the_recording_hook_reads_no_step_count_during_an_iteration():
+    """Fused AdamW keeps its step counts on the device, where each read would make the
+    iteration wait for it; the GPU tier counts those waits with this hook registered
+    (tests/gpu/test_runs.py). A meta tensor stands in for a count the host cannot read."""
+    hook = RecordingHook()
+    hook.records = [dict(iter=0)]
+    step = torch.tensor(3.0, device='meta')
+    runner = types.SimpleNamespace(
+        iter=0, message_hub=MessageHub.get_current_instance(),
+        optim_wrapper=types.SimpleNamespace(optimizer=types.SimpleNamespace(
+            state={'weight': dict(step=step)})))
+    hook.after_train_iter(runner, 0, outputs=dict(loss=torch.tensor(1.0)))
+    assert hook.records[0]['losses'] == dict(loss=1.0)
 
 
 def test_the_log_window_drops_losses_of_earlier_phases(full_run):
