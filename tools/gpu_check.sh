@@ -12,21 +12,22 @@
 # the whole runs: about 1.5 minutes instead of 5.5),
 # BENCHMARK_ARGS (extra tools/benchmark.py arguments, e.g. "--cases cross_lingual"),
 # PROFILE_ARGS (the profiled rows; default: DASD cross_lingual and eval in bf16),
-# STAGES (default "tier bench profile host"; on an H200 the first three took about 5.5, 5 and
-# 1 minutes, so a lease with a 10-minute limit per command runs them as two calls: STAGES=tier,
-# then STAGES="bench profile host", each writing its part of the report; the stage "host",
-# under a minute, is tools/benchmarks/host_costs.py: the host's costs per trained tensor and
-# per module, apart from the step (HOST_ARGS="--compile reduce-overhead" adds the clip and the
-# AdamW step compiled, without CUDA graphs); the stage "compiled", not run by default, times
-# DASD's compiled step and evaluation beside the eager ones in bf16, COMPILE_ARGS changing its
-# rows: about 5 minutes, most of it compiling (50 to 85 s a compiled row on an H200); the
-# stage "run", not run by default either, is the tier's test of a whole run compiled as CUDA
-# graphs, which the stage "tier" leaves out: the shortened DASD demo, eager then compiled,
-# their mAR and step times; about 5.5 minutes on an H200; the stage "loop", not run by
-# default, is tools/benchmarks/loop_time.py: DASD's cross-lingual phase trained by the
-# Runner's loop at ViT-B/32 size, its iteration times as the run logs them, their parts on the
-# host and the paper's phase projected from them, LOOP_ARGS its arguments
-# (default: bf16, compiled as CUDA graphs, 600 iterations)).
+# STAGES (the stages to run, in the order named; default "tier bench profile host"; on an
+# H200 the first three took about 5.5, 5 and 1 minutes, so a lease with a 10-minute limit per
+# command runs them as two calls: STAGES=tier, then STAGES="bench profile host", each writing
+# its part of the report; the stage "host", under a minute, is tools/benchmarks/host_costs.py:
+# the host's costs per trained tensor and per module, apart from the step
+# (HOST_ARGS="--compile reduce-overhead" adds the clip and the AdamW step compiled, without
+# CUDA graphs); the stage "compiled", not run by default, times DASD's compiled step and
+# evaluation beside the eager ones in bf16, COMPILE_ARGS changing its rows: about 5 minutes,
+# most of it compiling (50 to 85 s a compiled row on an H200); the stage "run", not run by
+# default either, is the tier's test of a whole run compiled as CUDA graphs, which the stage
+# "tier" leaves out: the shortened DASD demo, eager then compiled, their mAR and step times;
+# about 5.5 minutes on an H200; the stage "loop", not run by default, is
+# tools/benchmarks/loop_time.py: DASD's cross-lingual phase trained by the Runner's loop at
+# ViT-B/32 size, its iteration times as the run logs them, their parts on the host and the
+# paper's phase projected from them, LOOP_ARGS its arguments (default: bf16, compiled as CUDA
+# graphs, 600 iterations)).
 # DEADLINE_S (unset: none) gives the check that many seconds from its start: a stage still
 # running then is stopped (exit 124 in the report), no later stage starts, and the report is
 # written with what the stages finished (the benchmark prints and saves each row as it ends).
@@ -88,7 +89,6 @@ parallel=()
 if "$PYTHON" -c 'import xdist' 2>/dev/null; then
     parallel=(-n 4)
 fi
-stages=" ${STAGES-tier bench profile host} "
 # A stage's command, stopped at DEADLINE_S; none starts within 10 s of it.
 staged() {
     [ -n "${DEADLINE_S:-}" ] || { "$@"; return; }
@@ -103,49 +103,48 @@ tier=skipped bench=skipped profiled=skipped host=skipped compiled=skipped run=sk
 loop=skipped
 compiled_run=test_a_demo_run_compiled_as_cuda_graphs_reaches_the_eager_band
 set +e
-if [[ $stages == *" tier "* ]]; then
-    staged "$PYTHON" -m pytest -m "${TIER_MARK:-gpu}" tests -q -rs -p no:cacheprovider --durations=10 \
-        "${parallel[@]}" -k "not $compiled_run" 2>&1 | tee "$out/gpu_tier.log"
-    tier=${PIPESTATUS[0]}
-fi
-if [[ $stages == *" run "* ]]; then
-    staged "$PYTHON" -m pytest -m gpu tests/gpu/test_runs.py -q -s -rs -p no:cacheprovider \
-        -k "$compiled_run" 2>&1 | tee "$out/compiled_run.log"
-    run=${PIPESTATUS[0]}
-fi
-if [[ $stages == *" bench "* ]]; then
-    # shellcheck disable=SC2086
-    staged "$PYTHON" tools/benchmark.py --device cuda --in-process --out "$out/benchmark.json" \
-        ${BENCHMARK_ARGS:-} 2>&1 | tee "$out/benchmark.log"
-    bench=${PIPESTATUS[0]}
-fi
-if [[ $stages == *" profile "* ]]; then
-    rm -f "$out/profile.md"
-    # shellcheck disable=SC2086
-    staged "$PYTHON" tools/benchmark.py --device cuda --in-process --profile "$out/profile.md" \
-        ${PROFILE_ARGS:---methods dasd --cases cross_lingual,eval --amp amp --steps 5 --warmup 3} \
-        > "$out/profile.log" 2>&1
-    profiled=$?
-fi
-if [[ $stages == *" host "* ]]; then
-    # shellcheck disable=SC2086
-    staged "$PYTHON" tools/benchmarks/host_costs.py --device cuda ${HOST_ARGS:-} 2>&1 \
-        | tee "$out/host_costs.log"
-    host=${PIPESTATUS[0]}
-fi
-if [[ $stages == *" compiled "* ]]; then
-    rows="--methods dasd --cases cross_lingual,cross_modal,video,eval --amp amp --steps 10 --warmup 3"
-    # shellcheck disable=SC2086
-    staged "$PYTHON" tools/benchmark.py --device cuda --in-process --out "$out/compiled.json" \
-        ${COMPILE_ARGS:-$rows --compile default,reduce-overhead} 2>&1 | tee "$out/compiled.log"
-    compiled=${PIPESTATUS[0]}
-fi
-if [[ $stages == *" loop "* ]]; then
-    # shellcheck disable=SC2086
-    staged "$PYTHON" tools/benchmarks/loop_time.py --device cuda --out "$out/loop_time.json" \
-        ${LOOP_ARGS:---amp --compile reduce-overhead} 2>&1 | tee "$out/loop_time.log"
-    loop=${PIPESTATUS[0]}
-fi
+# In the order STAGES names them: a lease's deadline cuts the last one short.
+for stage in ${STAGES-tier bench profile host}; do
+    case $stage in
+    tier)
+        staged "$PYTHON" -m pytest -m "${TIER_MARK:-gpu}" tests -q -rs -p no:cacheprovider \
+            --durations=10 "${parallel[@]}" -k "not $compiled_run" 2>&1 | tee "$out/gpu_tier.log"
+        tier=${PIPESTATUS[0]} ;;
+    run)
+        staged "$PYTHON" -m pytest -m gpu tests/gpu/test_runs.py -q -s -rs -p no:cacheprovider \
+            -k "$compiled_run" 2>&1 | tee "$out/compiled_run.log"
+        run=${PIPESTATUS[0]} ;;
+    bench)
+        # shellcheck disable=SC2086
+        staged "$PYTHON" tools/benchmark.py --device cuda --in-process --out "$out/benchmark.json" \
+            ${BENCHMARK_ARGS:-} 2>&1 | tee "$out/benchmark.log"
+        bench=${PIPESTATUS[0]} ;;
+    profile)
+        rm -f "$out/profile.md"
+        rows="--methods dasd --cases cross_lingual,eval --amp amp --steps 5 --warmup 3"
+        # shellcheck disable=SC2086
+        staged "$PYTHON" tools/benchmark.py --device cuda --in-process \
+            --profile "$out/profile.md" ${PROFILE_ARGS:-$rows} > "$out/profile.log" 2>&1
+        profiled=$? ;;
+    host)
+        # shellcheck disable=SC2086
+        staged "$PYTHON" tools/benchmarks/host_costs.py --device cuda ${HOST_ARGS:-} 2>&1 \
+            | tee "$out/host_costs.log"
+        host=${PIPESTATUS[0]} ;;
+    compiled)
+        rows="--methods dasd --cases cross_lingual,cross_modal,video,eval --amp amp"
+        rows+=" --steps 10 --warmup 3"
+        # shellcheck disable=SC2086
+        staged "$PYTHON" tools/benchmark.py --device cuda --in-process --out "$out/compiled.json" \
+            ${COMPILE_ARGS:-$rows --compile default,reduce-overhead} 2>&1 | tee "$out/compiled.log"
+        compiled=${PIPESTATUS[0]} ;;
+    loop)
+        # shellcheck disable=SC2086
+        staged "$PYTHON" tools/benchmarks/loop_time.py --device cuda --out "$out/loop_time.json" \
+            ${LOOP_ARGS:---amp --compile reduce-overhead} 2>&1 | tee "$out/loop_time.log"
+        loop=${PIPESTATUS[0]} ;;
+    esac
+done
 set -e
 
 # The benchmark's table and summary, or, from a run stopped before them, its finished rows.

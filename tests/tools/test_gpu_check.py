@@ -1,17 +1,20 @@
-"""tools/gpu_check.sh's deadline, run here with a stand-in for the GPU machine's python: a stage
-still running at ``DEADLINE_S`` is stopped, no later stage starts, and the report keeps the
-rows the stopped benchmark had finished."""
+"""tools/gpu_check.sh, run here with a stand-in for the GPU machine's python: its stages run in
+the order ``STAGES`` names them; a stage still running at ``DEADLINE_S`` is stopped, no later
+stage starts, and the report keeps the rows the stopped benchmark had finished."""
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+from pathlib import Path
 
 from tests.conftest import REPO
 
 #: The GPU machine's python as the script calls it: CUDA there, every install and import fine,
-#: a benchmark that prints one finished row and then runs on past any deadline.
+#: a benchmark that prints one finished row and then runs on past any deadline. Each call's
+#: arguments are appended to ``$CALLS``.
 STAND_IN = """#!/usr/bin/env bash
+echo "$*" >> "$CALLS"
 case "$*" in
     *cuda.is_available*|"-m pip install"*) exit 0 ;;
     -) cat > /dev/null; exit 0 ;;
@@ -25,17 +28,24 @@ esac
 """
 
 
-def test_a_stage_running_at_the_deadline_is_stopped_and_its_finished_rows_reported(tmp_path):
-    python = tmp_path / 'python3'
+def run_check(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, Path, list[str]]:
+    """The check run with the stand-in python and ``env``: its process, its report's folder and
+    the stand-in's calls."""
+    python, calls = tmp_path / 'python3', tmp_path / 'calls'
     python.write_text(STAND_IN)
     python.chmod(0o755)
     wheels, out = tmp_path / 'wheels', tmp_path / 'out'
     wheels.mkdir()
     (wheels / 'stand_in-0-py3-none-any.whl').write_text('')
-    env = dict(os.environ, PYTHON=str(python), DEADLINE_S='12', STAGES='compiled loop')
-    started = time.monotonic()
     done = subprocess.run(['bash', str(REPO / 'tools' / 'gpu_check.sh'), str(wheels), str(out)],
-                          env=env, capture_output=True, text=True, timeout=50)
+                          env=dict(os.environ, PYTHON=str(python), CALLS=str(calls), **env),
+                          capture_output=True, text=True, timeout=50)
+    return done, out, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_a_stage_running_at_the_deadline_is_stopped_and_its_finished_rows_reported(tmp_path):
+    started = time.monotonic()
+    done, out, _ = run_check(tmp_path, DEADLINE_S='12', STAGES='compiled loop')
     assert time.monotonic() - started < 30  # the benchmark would have run a minute
     assert done.returncode == 1, done.stderr  # a stage failed: here, stopped
     assert 'not started: DEADLINE_S=12 reached' in done.stdout  # the stage's log too
@@ -47,3 +57,12 @@ def test_a_stage_running_at_the_deadline_is_stopped_and_its_finished_rows_report
     assert "## the training loop's iterations" in report
     assert report.split("## the training loop's iterations")[1].split('\n')[0].endswith(
         'exit 124')
+
+
+def test_the_stages_run_in_the_order_stages_names_them(tmp_path):
+    """docs/benchmarks.md's last call of a lease, ``STAGES="loop host"``: the loop's
+    iterations first, so that what a deadline cuts short is the host's costs."""
+    done, _, calls = run_check(tmp_path, STAGES='loop host')
+    assert done.returncode == 0, done.stderr
+    tools = [call.split()[0] for call in calls if call.startswith('tools/')]
+    assert tools == ['tools/benchmarks/loop_time.py', 'tools/benchmarks/host_costs.py']
