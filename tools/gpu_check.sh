@@ -56,6 +56,14 @@ fi
 
 wheels=${1:-.whl}
 out=${2:-gpu_report}
+stages=${STAGES-tier bench profile host}
+known="tier run bench profile host compiled loop"
+for stage in $stages; do
+    if [[ " $known " != *" $stage "* ]]; then
+        echo "error: STAGES: unknown stage '$stage'; choose from: $known" >&2
+        exit 2
+    fi
+done
 if ! "$PYTHON" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
     echo "error: $PYTHON: its torch sees no CUDA device: run this on a GPU machine" >&2
     exit 2
@@ -104,7 +112,7 @@ loop=skipped
 compiled_run=test_a_demo_run_compiled_as_cuda_graphs_reaches_the_eager_band
 set +e
 # In the order STAGES names them: a lease's deadline cuts the last one short.
-for stage in ${STAGES-tier bench profile host}; do
+for stage in $stages; do
     case $stage in
     tier)
         staged "$PYTHON" -m pytest -m "${TIER_MARK:-gpu}" tests -q -rs -p no:cacheprovider \

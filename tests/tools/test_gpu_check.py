@@ -66,3 +66,12 @@ def test_the_stages_run_in_the_order_stages_names_them(tmp_path):
     assert done.returncode == 0, done.stderr
     tools = [call.split()[0] for call in calls if call.startswith('tools/')]
     assert tools == ['tools/benchmarks/loop_time.py', 'tools/benchmarks/host_costs.py']
+
+
+def test_an_unknown_stage_is_refused_before_anything_is_installed(tmp_path):
+    """A misspelt stage would otherwise run nothing and report success, the lease's call spent."""
+    done, _, calls = run_check(tmp_path, STAGES='tier compile')
+    assert done.returncode == 2
+    assert ("STAGES: unknown stage 'compile'; choose from: tier run bench profile host "
+            'compiled loop') in done.stderr
+    assert not any('pip install' in call for call in calls)
