@@ -102,3 +102,14 @@ def test_options_that_would_mislead_the_figures_are_refused(argv, message, capsy
     with pytest.raises(SystemExit):
         loop_time.main(['--arch', 'tiny', '--device', 'cpu', *argv])
     assert message in capsys.readouterr().err
+
+
+def test_the_default_cuda_device_without_a_gpu_is_refused_naming_the_cpu_option(monkeypatch,
+                                                                                  capsys):
+    """``--device`` defaults to ``cuda``: on a machine without one the run used to build the
+    model and fail in torch's peak-memory reset ("invalid argument")."""
+    monkeypatch.setattr(loop_time.torch.cuda, 'is_available', lambda: False)
+    with pytest.raises(SystemExit):
+        loop_time.main(['--arch', 'tiny', '--iters', '12'])
+    assert ('--device cuda: torch sees no CUDA device here; on a CPU give --device cpu'
+            in capsys.readouterr().err)

@@ -20,7 +20,7 @@ Each iteration's time is the one the run logs (``IterTimerHook``'s ``train/time`
 of one iteration to the end of the next, the wait for the loader included)::
 
     python tools/benchmarks/loop_time.py --device cuda --amp --compile reduce-overhead
-    python tools/benchmarks/loop_time.py --arch tiny --iters 20 --batch-size 16    # on a CPU
+    python tools/benchmarks/loop_time.py --arch tiny --device cpu --iters 20 --batch-size 16
 
 It prints the first iteration, the one-off iterations (the first ``--warmup``, and each that met
 a target width for the first time: compiled, the model compiles for it or records a CUDA graph),
@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--arch', default='ViT-B-32',
                         help="open_clip architecture of the random towers, or 'tiny'")
-    parser.add_argument('--device', default='cuda')
+    parser.add_argument('--device', default='cuda', help="'cuda', 'cuda:N' or 'cpu'")
     parser.add_argument('--amp', action='store_true', help='bf16 autocast, as tools/train.py')
     parser.add_argument('--compile', choices=['default', 'reduce-overhead'],
                         help="the model's compile mode (none: eager)")
@@ -262,6 +262,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if getattr(args, option) and not args.compile:
             parser.error(f"--{option.replace('_', '-')} compiles in the mode of --compile: "
                          'give one')
+    if torch.device(args.device).type == 'cuda' and not torch.cuda.is_available():
+        parser.error(f'--device {args.device}: torch sees no CUDA device here; on a CPU give '
+                     '--device cpu')
     if args.compile and args.workers == 0:
         parser.error('--compile needs --workers >= 1: a compiled run\'s one-off iterations '
                      'are those meeting a new target width, known from the batches the '
