@@ -1,14 +1,21 @@
 """tools/gpu_check.sh, run here with a stand-in for the GPU machine's python: its stages run in
 the order ``STAGES`` names them; a stage still running at ``DEADLINE_S`` is stopped, no later
-stage starts, and the report keeps the rows the stopped benchmark had finished."""
+stage starts, and the report keeps the rows the stopped benchmark had finished. The next lease's
+calls in docs/benchmarks.md are calls the script takes."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / 'tools'))
+import benchmark  # noqa: E402
 
 #: The GPU machine's python as the script calls it: CUDA there, every install and import fine,
 #: a benchmark that prints one finished row and then runs on past any deadline. Each call's
@@ -75,3 +82,32 @@ def test_an_unknown_stage_is_refused_before_anything_is_installed(tmp_path):
     assert ("STAGES: unknown stage 'compile'; choose from: tier run bench profile host "
             'compiled loop') in done.stderr
     assert not any('pip install' in call for call in calls)
+
+
+def lease_calls() -> list[dict[str, str]]:
+    """The environment of each call of the check in docs/benchmarks.md's plan for the next
+    lease (What remains, item 0)."""
+    plan = (REPO / 'docs' / 'benchmarks.md').read_text().split('0. The next lease')[1]
+    block = plan.split('```bash')[1].split('```')[0].replace('\\\n', ' ')
+    calls = []
+    for line in block.splitlines():
+        words = shlex.split(line, comments=True)
+        if 'tools/gpu_check.sh' in words and '--download' not in words:
+            calls.append(dict(word.split('=', 1) for word in
+                              words[:words.index('bash')] if '=' in word))
+    return calls
+
+
+def test_the_next_lease_s_calls_are_calls_the_check_takes():
+    """Each call is its own command on the GPU machine, so each sets its own deadline (an
+    exported one would not reach the next call); its stages and benchmark rows exist."""
+    calls = lease_calls()
+    assert calls
+    known = re.search(r'^known="(.*)"$', (REPO / 'tools' / 'gpu_check.sh').read_text(),
+                      re.MULTILINE)[1].split()
+    for env in calls:
+        assert 0 < int(env['DEADLINE_S']) < 600, env
+        assert set(env['STAGES'].split()) <= set(known), env
+        for rows in (env.get('COMPILE_ARGS'), env.get('BENCHMARK_ARGS')):
+            if rows:
+                benchmark.parse_args(['--device', 'cuda', *rows.split()])
