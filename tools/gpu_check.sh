@@ -7,6 +7,9 @@
 #                                            # requirements/gpu_wheels.txt for Linux x86-64
 #   bash tools/gpu_check.sh [WHEELS [OUT]]   # on the GPU machine (defaults: .whl, gpu_report)
 #
+# The script runs in the repository's root: a relative DIR, WHEELS or OUT is taken from there,
+# wherever it is called from.
+#
 # Environment: PYTHON (python3), PYTHON_VERSION of the GPU machine for --download (3.12),
 # TIER_MARK (the tier's pytest marker expression, default "gpu"; "gpu and not slow" leaves out
 # the whole runs: about 1.5 minutes instead of 5.5),
