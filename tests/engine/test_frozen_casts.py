@@ -136,3 +136,38 @@ def test_copies_of_weights_the_model_no_longer_has_are_let_go():
         pass
     gc.collect()
     assert released() is None
+
+
+def swap_dtypes(model, casts):
+    """The dtype of each parameter of ``model`` inside one bf16 swap."""
+    with torch.autocast('cpu', dtype=torch.bfloat16), casts.swapped_into(model):
+        return {name: parameter.dtype for name, parameter in model.named_parameters()}
+
+
+def test_the_model_is_walked_once_while_its_modules_stay_the_same():
+    model, casts = small_model(), FrozenWeightCasts()
+    walks = []
+    walk = model.modules
+    model.modules = lambda: walks.append(1) or walk()
+    for _ in range(3):
+        assert swap_dtypes(model, casts)['0.weight'] == torch.bfloat16
+    assert len(walks) == 1
+
+
+def test_a_module_added_after_a_swap_is_swapped_too():
+    model, casts = small_model(), FrozenWeightCasts()
+    swap_dtypes(model, casts)
+    model.append(nn.Linear(4, 3).requires_grad_(False))
+    assert swap_dtypes(model, casts)['3.weight'] == torch.bfloat16
+
+
+def test_a_weight_unfrozen_or_replaced_after_a_swap_is_read_anew():
+    model, x, casts = small_model(), torch.randn(5, 6), FrozenWeightCasts()
+    swap_dtypes(model, casts)
+    model[0].weight.requires_grad_(True)  # a phase that trains it: autocast casts it
+    assert swap_dtypes(model, casts)['0.weight'] == torch.float32
+    model[0].weight.requires_grad_(False)
+    model[0].weight = nn.Parameter(torch.randn(8, 6), requires_grad=False)
+    (cached,), _ = run(model, x, casts, times=1)
+    (plain,), _ = run(model, x, times=1)
+    assert torch.equal(cached, plain)
