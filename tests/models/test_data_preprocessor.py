@@ -63,3 +63,16 @@ def test_a_batch_with_a_source_only_item_gets_no_target_tokens():
                                        lang=['de', None]), True)
     assert out['source_tokens']['input_ids'].shape[0] == 2
     assert 'target_tokens' not in out and 'langs' not in out
+
+
+def test_the_batch_s_languages_ids_and_indices_are_its_own_lists_on_the_host():
+    model = MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                              language_branch=tiny_branch_cfg(languages=['de', 'fr'])))
+    preprocessor = model.data_preprocessor.to('meta')  # a GPU's stand-in, as above
+    tokens = preprocessor.tokenize(dict(target_text=['ein Kreis', 'un carré'], lang=['de', 'fr']))
+    batch = dict(tokens=tokens, media_id=['m0', 'm1'], index=[3, 7])
+    out = preprocessor(batch, True)
+    # Not copied element by element (MMEngine's cast_data would rebuild each list).
+    assert out['langs'] is tokens['langs'] and out['langs'] == ['de', 'fr']
+    assert out['media_ids'] is batch['media_id'] and out['indices'] is batch['index']
+    assert out['target_tokens']['input_ids'].device.type == 'meta'

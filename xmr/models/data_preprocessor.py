@@ -12,6 +12,9 @@ from xmr.registry import MODELS
 
 #: Keys of captions grouped per language, ``{lang: (TokenBatch, owner [N])}``.
 CAPTION_GROUPS = ('caption_tokens', 'back_translation_tokens')
+#: Keys of per-row Python values (language codes, media ids, dataset indices), which stay on
+#: the host as they are.
+HOST_LISTS = ('langs', 'media_ids', 'indices')
 
 
 @MODELS.register_module()
@@ -27,6 +30,7 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
     ``indices``, ``caption_tokens`` (``{lang: (TokenBatch, owner [N])}`` with
     ``owner[n]`` the batch row of caption ``n``; the owners stay on the host, where only the
     copies of the embeddings are ordered by them), and any cached features the batch carries.
+    ``langs``, ``media_ids`` and ``indices`` are the batch's own lists.
     A batch with ``source_features`` gets no ``source_tokens``: the features stand for them.
 
     Args:
@@ -153,7 +157,10 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
             if key.endswith('_features') or key == 'media_keys':
                 out[key] = value
         groups = {key: out.pop(key) for key in CAPTION_GROUPS if key in out}
-        out = self.cast_data(out)
+        # MMEngine's cast_data visits each element of a list: 0.2 ms of the host's time a step
+        # for these three lists at batch 128, which hold no tensor.
+        host = {key: out.pop(key) for key in HOST_LISTS if key in out}
+        out = dict(self.cast_data(out), **host)
         for key, captions in groups.items():
             # Read on the device, an owner would make the host wait for it (gallery_batch).
             out[key] = {lang: (self.cast_data(tokens), owner)
