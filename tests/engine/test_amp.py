@@ -14,6 +14,7 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.logging import MessageHub
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import MIXED_BATCH as BATCH
 from xmr.engine import amp
@@ -211,3 +212,35 @@ def test_fp16_skips_non_finite_steps_with_an_unfused_optimiser_too():
                                 optimizer=torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))],
                                                           lr=1.0))
     assert not bf16.skips_nonfinite_steps
+
+
+class DeviceReads(TorchDispatchMode):
+    """The names of the ops dispatched, a read of a value to the host being
+    ``_local_scalar_dense`` (``.item()``, ``float()``: on a GPU, a wait for the device)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func._overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_an_fp16_step_reads_the_loss_scale_only_after_its_update():
+    weight = torch.nn.Parameter(torch.ones(2))
+    wrapper = AutocastOptimWrapper(
+        dtype='float16', clip_grad=dict(max_norm=1.0), loss_scale=dict(init_scale=256.0),
+        optimizer=torch.optim.AdamW([weight], lr=0.1, fused=True))
+    wrapper.message_hub = MessageHub.get_instance('fp16_reads_the_scale_after_its_update')
+    for step in range(3):
+        with wrapper.optim_context(torch.nn.ParameterList([weight])):
+            loss = (weight * torch.tensor([3.0, 4.0])).sum()
+        wrapper.backward(loss)
+        with DeviceReads() as reads:
+            wrapper.step()
+        wrapper.zero_grad()
+        if step:  # the first step reads the scale it starts at
+            update = reads.ops.index('_amp_update_scale_')
+            assert '_local_scalar_dense' not in reads.ops[:update], step
+    assert wrapper.scaler.get_scale() == 256.0  # no overflow: no step was said skipped

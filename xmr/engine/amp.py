@@ -57,6 +57,8 @@ class AutocastOptimWrapper(OptimWrapper):
         self._device_type: str | None = None
         self.cast_frozen_weights = cast_frozen_weights
         self.frozen_casts = FrozenWeightCasts()
+        # fp16's loss scale when last read: (the scaler's scale tensor, its version, the value).
+        self._read_scale: tuple[torch.Tensor, int, float] | None = None
         self._refuse_compiled_step_with_scaler(self.requested_dtype)
 
     def _refuse_compiled_step_with_scaler(self, dtype: torch.dtype | None) -> None:
@@ -96,13 +98,28 @@ class AutocastOptimWrapper(OptimWrapper):
         if self.clip_grad_kwargs:
             self.scaler.unscale_(self.optimizer)
             self._clip_grad()
-        scale = self.scaler.get_scale()
+        scale = self._loss_scale()
         self.scaler.step(self.optimizer, **kwargs)
         self.scaler.update()
-        if self.scaler.get_scale() < scale:  # the scaler backs off exactly when it skips
+        if self._loss_scale() < scale:  # the scaler backs off exactly when it skips
             print_log(f'fp16: optimiser step skipped (gradients overflowed at loss scale '
-                      f'{scale:g}); the loss scale is now {self.scaler.get_scale():g}',
+                      f'{scale:g}); the loss scale is now {self._loss_scale():g}',
                       logger='current')
+
+    def _loss_scale(self) -> float:
+        """fp16's loss scale, read from the device only when it changed since the last read
+        (its version moved: an update, a loaded state). A step reads it once, after its update:
+        read before the optimiser's step too, it made the host wait for the backward before
+        queueing that step, and the device then idled while the host queued it."""
+        scale = self.scaler._get_scale_async()
+        held = self._read_scale
+        if scale is not None and held is not None and held[0] is scale \
+                and held[1] == scale._version:
+            return held[2]
+        value = self.scaler.get_scale()
+        if scale is not None:
+            self._read_scale = (scale, scale._version, value)
+        return value
 
     @property
     def skips_nonfinite_steps(self) -> bool:
