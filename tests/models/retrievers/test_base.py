@@ -3,9 +3,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from mmengine.optim import OptimWrapper
+from open_clip.transformer import TextTransformer
 
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from xmr.datasets import SkippedMedia, retrieval_collate
+from xmr.models.backbones import OpenCLIPTextTower, VisionLanguageBackbone
+from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.models.retrievers import base as retriever_base
 from xmr.models.retrievers.base import (
     BaseRetriever,
@@ -24,7 +27,7 @@ class PairRetriever(BaseRetriever):
 
     def __init__(self, losses):
         super().__init__()
-        self.backbone = MODELS.build(tiny_backbone_cfg())
+        self.backbone = self.build_backbone(tiny_backbone_cfg())
         self.languages = ['en']
         self.build_losses(losses)
         self.data_preprocessor.bind(self.backbone.tokenizer, None, self.backbone.image_mean,
@@ -183,3 +186,36 @@ def test_the_translation_model_builds_only_its_own_losses():
         MODELS.build(dict(type='TranslationAlignmentRetriever', routine='routine1',
                           backbone=tiny_backbone_cfg(), language_branch=tiny_branch_cfg(),
                           data_preprocessor=dict(type='RetrievalDataPreprocessor')))
+
+
+class UncheckedBackbone(VisionLanguageBackbone):
+    """A user's backbone that does not check its tokenizer itself: CLIP's 77-token tokenizer
+    before a text tower of 12 positions."""
+
+    image_mean = image_std = (0.5, 0.5, 0.5)
+    image_size = (32, 32)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text_tower = OpenCLIPTextTower(TextTransformer(
+            context_length=12, vocab_size=49408, width=32, heads=2, layers=1, output_dim=32))
+        self.tokenizer = OpenCLIPTokenizer(max_length=77)
+        self.embed_dim = 32
+
+    def encode_image(self, images):
+        return images.flatten(1)[:, :32]
+
+
+@pytest.mark.parametrize('retriever', ['CrossLingualRetriever', 'DualEncoderRetriever'])
+def test_a_source_tokenizer_that_does_not_fit_a_users_tower_is_refused_when_built(retriever):
+    """Not at the first caption longer than the tower's context, mid-run."""
+    with pytest.raises(ValueError, match='^tokenizer max_length 77 exceeds the text context '
+                                         'length 12 of UncheckedBackbone$'):
+        MODELS.build(dict(type=retriever, backbone=dict(type=UncheckedBackbone)))
+
+
+def test_a_backbone_that_is_not_a_text_backbone_is_refused_by_name():
+    with pytest.raises(TypeError, match='^CrossLingualRetriever: backbone Linear is not a '
+                                        'TextBackbone'):
+        MODELS.build(dict(type='CrossLingualRetriever',
+                          backbone=dict(type=torch.nn.Linear, in_features=2, out_features=2)))

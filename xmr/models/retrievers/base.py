@@ -21,6 +21,7 @@ from mmengine.model import BaseModel
 from torch import nn
 
 from xmr.datasets.collate import kept_no_item
+from xmr.models.backbones.base import TextBackbone, check_tokenizer_fits
 from xmr.models.losses.distributed import gather_with_grad
 from xmr.models.losses.pair import PairLoss
 from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
@@ -66,6 +67,30 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         self.losses = nn.ModuleDict()
         self.phase, self.loss_weights = '', {}
         store_facts_as_tensor(self)
+
+    def build_backbone(self, cfg: dict) -> TextBackbone:
+        """Build the backbone of ``cfg`` (a ``MODELS`` config) and check that its source
+        tokenizer fits its text tower.
+
+        Checked here, not only by each backbone: a backbone from a user's own code that does not
+        call :func:`~xmr.models.backbones.base.check_tokenizer_fits` would otherwise run until
+        the first caption longer than the tower's context, or with an id beyond its table.
+
+        Raises:
+            TypeError: a backbone that is not a :class:`~xmr.models.backbones.base.TextBackbone`
+                (no text tower and tokenizer to check or to adapt).
+            ValueError: the tokenizer's ids, length or padding do not fit the tower (both
+                numbers named, with the backbone's ``arch`` or class).
+        """
+        backbone = MODELS.build(cfg)
+        if not isinstance(backbone, TextBackbone):
+            raise TypeError(f'{type(self).__name__}: backbone {type(backbone).__name__} is not a '
+                            'TextBackbone (xmr.models.backbones.base), whose text_tower, '
+                            'tokenizer and embed_dim a retriever reads; subclass it or '
+                            'VisionLanguageBackbone (docs/custom_modules.md)')
+        check_tokenizer_fits(backbone.tokenizer, backbone.text_tower,
+                             getattr(backbone, 'arch', None) or type(backbone).__name__)
+        return backbone
 
     # ----------------------------------------------------------------------------- losses
     def build_losses(self, cfgs: Mapping[str, dict],

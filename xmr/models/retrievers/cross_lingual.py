@@ -92,7 +92,7 @@ class CrossLingualRetriever(BaseRetriever):
                  default_preprocessor: str = 'RetrievalDataPreprocessor',
                  compile: dict | None = None) -> None:
         super().__init__(data_preprocessor, init_cfg, default_preprocessor)
-        self.backbone = MODELS.build(backbone)
+        self.backbone = self.build_backbone(backbone)
         # Canonical, as the branch's languages and the datasets' are: 'eng' must match 'en'.
         source_language = normalize_language(source_language, 'CrossLingualRetriever '
                                              'source_language')

@@ -105,7 +105,7 @@ class DualEncoderRetriever(BaseRetriever):
         if train_text == 'source' and source_language not in languages:
             raise ValueError(f"train_text='source' reads {source_language} captions, which are "
                              f'not among languages {list(languages)}')
-        self.backbone = MODELS.build(backbone)
+        self.backbone = self.build_backbone(backbone)
         if not isinstance(self.backbone, VisionLanguageBackbone):
             raise TypeError(f'{type(self.backbone).__name__} is not a VisionLanguageBackbone, '
                             'whose token-level encoders the dual encoder reads')
