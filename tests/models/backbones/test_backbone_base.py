@@ -40,6 +40,28 @@ def test_a_backbone_without_its_own_fingerprint_is_keyed_by_its_class_and_weight
     assert backbone_fingerprint(module) != before
 
 
+class _ActivationChosenByConfig(VisionLanguageBackbone):
+    """A user's backbone whose image tower's activation is a setting, not a weight."""
+
+    def __init__(self, activation: type[nn.Module]) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.visual = nn.Sequential(nn.Flatten(), nn.Linear(3, 4), activation())
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        return self.visual(images)
+
+
+def test_a_users_backbone_is_keyed_by_its_modules_settings_as_well_as_its_weights():
+    """Features of GELU are not reused for SiLU on the same weights; the same build keeps its
+    key."""
+    gelu, silu = _ActivationChosenByConfig(nn.GELU), _ActivationChosenByConfig(nn.SiLU)
+    images = torch.randn(2, 3, 1, 1)
+    assert not torch.allclose(gelu.encode_image(images), silu.encode_image(images))
+    assert backbone_fingerprint(gelu) != backbone_fingerprint(silu)
+    assert backbone_fingerprint(gelu) == backbone_fingerprint(_ActivationChosenByConfig(nn.GELU))
+
+
 def test_a_caption_may_not_take_the_position_of_an_appended_class_token():
     # embed_cls: 12 caption positions, then the class token the tower writes into position 13.
     text = TextTransformer(context_length=12, vocab_size=49408, width=32, heads=2, layers=1,

@@ -29,7 +29,9 @@ def text_hash(text: str) -> int:
 
 
 def backbone_fingerprint(backbone: torch.nn.Module) -> str:
-    """The backbone's own ``fingerprint()`` (architecture + weights), or a hash of its weights."""
+    """The backbone's ``fingerprint()`` (:meth:`TextBackbone.fingerprint
+    <xmr.models.backbones.base.TextBackbone.fingerprint>`: module tree or architecture, and
+    weights), or for a module that is not a backbone a hash of its class and weights."""
     own = getattr(backbone, 'fingerprint', None)
     if callable(own):
         return str(own())
