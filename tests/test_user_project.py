@@ -13,12 +13,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 from mmengine.config import Config
 
+from tests.conftest import MIXED_BATCH, phase_loss_keys, tiny_branch_cfg
 from xmr.console import available, main
 from xmr.packaged import config_path
+from xmr.registry import MODELS
 
 REPO = Path(__file__).resolve().parents[1]
+HF_CLIP_HEADER = '# my_project/hf_clip.py'
 
 MODULES = '''
 import torch
@@ -177,3 +181,75 @@ def test_a_users_project_trains_and_tests_through_the_command(tmp_path):
     test = xmr_command('test', 'my_config.py', str(checkpoint), '--cfg-options', *SHORT)
     assert test.returncode == 0, test.stderr[-3000:]
     assert '| mAR' in test.stdout or 'mAR' in test.stdout
+
+
+@pytest.fixture(scope='module')
+def hf_clip_folder(tmp_path_factory):
+    """The docs' own vision-language backbone (docs/custom_modules.md, ``HFCLIP``) imported from
+    a user's project, and a tiny random transformers ``CLIPModel`` saved in a folder for it."""
+    import importlib
+
+    from transformers import CLIPConfig, CLIPModel
+
+    sys.path.insert(0, str(REPO / 'tools' / 'benchmarks'))
+    from text_teacher_adapters import docs_module
+
+    project = tmp_path_factory.mktemp('user_project')
+    (project / 'my_project').mkdir()
+    (project / 'my_project' / '__init__.py').write_text('')
+    (project / 'my_project' / 'hf_clip.py').write_text(docs_module(HF_CLIP_HEADER))
+    sys.path.insert(0, str(project))
+    importlib.import_module('my_project.hf_clip')
+    torch.manual_seed(0)
+    CLIPModel(CLIPConfig(
+        text_config=dict(vocab_size=49408, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=32,
+                         eos_token_id=49407),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=2, image_size=32, patch_size=8),
+        projection_dim=24)).save_pretrained(project / 'tiny-clip')
+    return project / 'tiny-clip'
+
+
+def test_the_docs_own_clip_embeds_as_transformers_does(hf_clip_folder):
+    backbone = MODELS.build(dict(type='HFCLIP', folder=str(hf_clip_folder)))
+    clip = backbone.clip
+    tokens = backbone.tokenizer(['a red circle', 'two blue squares on the left of a dog'])
+    assert not tokens['attention_mask'].all()  # padding: the tower packs the real tokens
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        text = clip.text_model(input_ids=tokens['input_ids'],
+                               attention_mask=tokens['attention_mask'].long())
+        image = clip.vision_model(pixel_values=images)
+        torch.testing.assert_close(backbone.encode_source_text(tokens),
+                                   clip.text_projection(text.pooler_output))
+        torch.testing.assert_close(backbone.encode_image(images),
+                                   clip.visual_projection(image.pooler_output))
+
+
+@pytest.mark.parametrize('method', ['static', 'lora', 'dasd'])
+def test_each_method_trains_on_the_docs_own_clip_and_leaves_it_frozen(hf_clip_folder, method):
+    adapters = dict(static=dict(type='StaticAdapter', hidden=8),
+                    lora=dict(type='LoRA', r=2, alpha=4, targets=['q', 'v', 'fc']),
+                    dasd=dict(type='DynamicAdapter', hidden=4))[method]
+    disentangler = dict(disentangler=dict(
+        type='SemanticsDisentangler', adapter=dict(type='StaticAdapter', hidden=8),
+        generator=dict(d_z=16, d_u=4))) if method == 'dasd' else {}
+    torch.manual_seed(0)
+    model = MODELS.build(dict(type='CrossLingualRetriever',
+                              backbone=dict(type='HFCLIP', folder=str(hf_clip_folder)),
+                              language_branch=tiny_branch_cfg(adapters=adapters), **disentangler))
+    frozen = {k: v.clone() for k, v in model.backbone.state_dict().items()}
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for phase, weights in (('cross_lingual', dict(cl=1.0, disentangler=1.0)),
+                           ('cross_modal', dict(cm=1.0, disentangler=1.0))):
+        model.set_phase(phase, weights)
+        optimizer.zero_grad()
+        losses = model(mode='loss', **model.data_preprocessor(MIXED_BATCH, True))
+        assert set(losses) == phase_loss_keys(model, weights)
+        sum(losses.values()).backward()
+        adapted = {n for n, p in model.language_branch.adapters.named_parameters()
+                   if p.grad is not None and p.grad.abs().sum() > 0}
+        assert adapted and all(p.grad is None for p in model.backbone.parameters())
+        optimizer.step()
+    assert all(torch.equal(v, frozen[k]) for k, v in model.backbone.state_dict().items())

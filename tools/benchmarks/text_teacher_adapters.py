@@ -70,12 +70,13 @@ VARIANTS: dict[str, dict] = {
 }
 
 
-def docs_module() -> str:
-    """The code block of docs/custom_modules.md headed :data:`MODULE_HEADER`."""
+def docs_module(header: str = MODULE_HEADER) -> str:
+    """The code block of docs/custom_modules.md headed ``header`` (a comment line naming the
+    module's file, :data:`MODULE_HEADER` by default)."""
     text = DOCS_PAGE.read_text(encoding='utf-8')
-    start = text.find(f'```python\n{MODULE_HEADER}\n')
+    start = text.find(f'```python\n{header}\n')
     if start < 0:
-        raise SystemExit(f'{DOCS_PAGE}: no python block headed {MODULE_HEADER!r}')
+        raise SystemExit(f'{DOCS_PAGE}: no python block headed {header!r}')
     body = text[start + len('```python\n'):]
     return body[:body.index('```')]
 
