@@ -30,7 +30,7 @@ from xmr.engine.feature_cache import FeatureCache, StaleFeatureCacheError
 from xmr.engine.loops import (
     PhasedTrainLoop,
     ensure_train_mode,
-    frozen_batch_norms,
+    frozen_eval_modules,
     read_to_host,
 )
 from xmr.engine.optim_wrapper import OptimWrapper
@@ -277,11 +277,11 @@ def test_a_batch_norm_stays_frozen_unless_it_or_one_of_its_parameters_trains():
         tower=torch.nn.Sequential(collections.OrderedDict(norm=torch.nn.BatchNorm1d(2))),
         head=torch.nn.BatchNorm1d(2)))
     tower_norm, head = model.tower.norm, model.head
-    assert frozen_batch_norms(model, []) == [tower_norm, head]
-    assert frozen_batch_norms(model, ['tower']) == [head]
-    assert frozen_batch_norms(model, ['tower.norm']) == [head]
-    assert frozen_batch_norms(model, ['tower.norm.weight']) == [head]
-    assert frozen_batch_norms(model, ['tow', 'hea']) == [tower_norm, head]
+    assert frozen_eval_modules(model, []) == [tower_norm, head]
+    assert frozen_eval_modules(model, ['tower']) == [head]
+    assert frozen_eval_modules(model, ['tower.norm']) == [head]
+    assert frozen_eval_modules(model, ['tower.norm.weight']) == [head]
+    assert frozen_eval_modules(model, ['tow', 'hea']) == [tower_norm, head]
 
 
 def test_a_frozen_batch_norm_a_hook_put_in_training_mode_goes_back_to_eval_mode():
@@ -290,12 +290,28 @@ def test_a_frozen_batch_norm_a_hook_put_in_training_mode_goes_back_to_eval_mode(
     model = torch.nn.Sequential(collections.OrderedDict(
         tower=torch.nn.Sequential(collections.OrderedDict(norm=torch.nn.BatchNorm1d(2))),
         head=torch.nn.Linear(2, 2)))
-    frozen = frozen_batch_norms(model, ['head'])
+    frozen = frozen_eval_modules(model, ['head'])
     modules = ensure_train_mode(model, None, frozen)
     assert (model.head.training, model.tower.norm.training) == (True, False)
     model.train()
     ensure_train_mode(model, modules, frozen)
     assert (model.head.training, model.tower.norm.training) == (True, False)
+
+
+def test_a_frozen_backbone_runs_as_in_eval_mode_unless_its_phase_trains_it():
+    """A backbone of one's own whose tower applies dropout in training mode (a Hugging Face
+    tower's attention dropout, open_clip's patch dropout) encodes without it while frozen, as
+    the written-out towers do; the rest of the model, and a trained backbone, train."""
+    model = torch.nn.Sequential(collections.OrderedDict(
+        backbone=torch.nn.Sequential(collections.OrderedDict(visual=torch.nn.Dropout(0.5))),
+        losses=torch.nn.Dropout(0.5), head=torch.nn.Linear(2, 2)))
+    kept = frozen_eval_modules(model, ['head'])
+    assert kept == [model.backbone]  # its eval() covers the modules below it
+    ensure_train_mode(model, None, kept)
+    assert (model.backbone.training, model.backbone.visual.training) == (False, False)
+    assert (model.head.training, model.losses.training) == (True, True)
+    ensure_train_mode(model, None, frozen_eval_modules(model, ['backbone', 'head']))
+    assert model.backbone.visual.training
 
 
 def test_checkpoints_load_with_weights_only_torch_load(full_run):
@@ -617,19 +633,24 @@ def test_a_trainable_prefix_names_whole_modules(tmp_path):
 
 @HOOKS.register_module(force=True)
 class EvalModeHook(Hook):
-    """Puts the towers in eval mode after iteration ``at``; records, before each iteration,
-    whether every module of the model is in training mode."""
+    """Puts the language branch in eval mode after iteration ``at``; records, before each
+    iteration, whether every module outside the backbone is in training mode, and whether the
+    backbone is (only while its phase trains it)."""
 
     def __init__(self, at: int) -> None:
         self.at = at
         self.all_training: list[bool] = []
+        self.backbone_training: list[bool] = []
 
     def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
-        self.all_training.append(all(m.training for m in runner.model.modules()))
+        backbone = set(runner.model.backbone.modules())
+        self.all_training.append(all(m.training for m in runner.model.modules()
+                                     if m not in backbone))
+        self.backbone_training.append(runner.model.backbone.training)
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         if runner.iter == self.at:
-            runner.model.backbone.eval()
+            runner.model.language_branch.eval()
 
 
 def test_the_model_is_put_in_training_mode_only_when_a_module_left_it(tmp_path, monkeypatch):
@@ -643,6 +664,7 @@ def test_the_model_is_put_in_training_mode_only_when_a_module_left_it(tmp_path, 
     runner.train()
     hook = next(h for h in runner.hooks if isinstance(h, EvalModeHook))
     assert hook.all_training == [True] * 16
+    assert hook.backbone_training == [True] * 4 + [False] * 12  # source_finetune trains it
     # At each phase's first iteration (0, 4, 12: a phase changes what trains) and after the
     # hook's eval() at iteration 9; not at the other 12 iterations, as MMEngine's loops do.
     assert calls == [0, 4, 10, 12]

@@ -203,28 +203,44 @@ class _InfiniteIterator:
             return next(self._iterator)
 
 
-def frozen_batch_norms(model: torch.nn.Module, trainable: Sequence[str]
-                       ) -> list[torch.nn.Module]:
-    """The batch norms of ``model`` that a phase with ``trainable`` prefixes leaves frozen.
+def frozen_eval_modules(model: torch.nn.Module, trainable: Sequence[str]
+                        ) -> list[torch.nn.Module]:
+    """The modules of ``model`` that a phase with ``trainable`` prefixes keeps in eval mode:
+    its batch norms and its backbone's modules that the phase leaves frozen.
 
     In training mode a batch norm updates its running statistics, buffers no optimiser
     touches: a frozen tower with them (open_clip's ResNet image towers) would change while a
-    phase trains something else. A batch norm trains when it lies under a ``trainable`` prefix
+    phase trains something else. A frozen backbone runs as in ``eval()`` altogether: a tower of
+    one's own that calls a library's modules (a Hugging Face encoder's dropout, open_clip's
+    patch dropout) would otherwise encode ``r^S`` / ``r^V`` with dropout, which xmr's
+    written-out towers never apply. A module trains when it lies under a ``trainable`` prefix
     or one of its parameters does.
+
+    Returns:
+        The outermost such modules, in the model's order (a frozen backbone is one entry).
     """
     def trained(name: str) -> bool:
         return any(name == p or name.startswith(p + '.') or p.startswith(name + '.')
                    for p in trainable)
 
-    return [module for name, module in model.named_modules()
-            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and not trained(name)]
+    def kept_in_eval(name: str, module: torch.nn.Module) -> bool:
+        return (isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
+                or name == 'backbone' or name.startswith('backbone.'))
+
+    kept: dict[str, torch.nn.Module] = {}
+    for name, module in model.named_modules():
+        # A kept module's eval() covers its submodules; the loop checks its flag alone.
+        if kept_in_eval(name, module) and not trained(name) and \
+                not any(name.startswith(above + '.') for above in kept):
+            kept[name] = module
+    return list(kept.values())
 
 
 def ensure_train_mode(model: torch.nn.Module,
                       modules: list[torch.nn.Module] | None,
                       frozen_norms: Sequence[torch.nn.Module] = ()) -> list[torch.nn.Module]:
     """Put ``model`` in training mode before an iteration, as MMEngine's loops do, but for its
-    ``frozen_norms`` (:func:`frozen_batch_norms`), which stay in eval mode. ``model.train()``
+    ``frozen_norms`` (:func:`frozen_eval_modules`), which stay in eval mode. ``model.train()``
     is called only when one of ``modules`` is out of that mode (validation, a hook's
     ``eval()``), one of ``frozen_norms`` is in it, or ``modules`` is ``None`` (a new phase, a
     re-wrapped model).
@@ -237,7 +253,7 @@ def ensure_train_mode(model: torch.nn.Module,
     Args:
         model: the model the iteration trains.
         modules: what this function returned for ``model`` last, or ``None``.
-        frozen_norms: batch norms of ``model`` to keep in eval mode.
+        frozen_norms: modules of ``model`` to keep in eval mode.
 
     Returns:
         The model's modules in training mode, for the next call.
@@ -284,8 +300,8 @@ class PhasedTrainLoop(BaseLoop):
     ``epochs``; both resolve when the loop is built, before anything trains, so the global
     iteration counter, phase boundaries and resume see plain iteration counts.
     At the start of a phase the loop selects the model's losses (``set_phase``), freezes every
-    parameter outside ``trainable`` (and keeps the batch norms there in eval mode:
-    :func:`frozen_batch_norms`), re-wraps the model for DDP over exactly those parameters
+    parameter outside ``trainable`` (and keeps the batch norms and the backbone there in eval
+    mode: :func:`frozen_eval_modules`), re-wraps the model for DDP over exactly those parameters
     (:func:`~xmr.engine.distributed.rewrap_for_phase`), clears the optimiser state (phases
     train independently, as in DASD), builds the phase's dataloader and prepares its feature
     caches (:func:`~xmr.engine.feature_cache.prepare_feature_caches`). Every iteration sets
@@ -354,7 +370,7 @@ class PhasedTrainLoop(BaseLoop):
         self.current_phase: Phase | None = None
         # The model's modules when it was last put in training mode (ensure_train_mode).
         self._trained_modules: list[torch.nn.Module] | None = None
-        # The current phase's batch norms outside its trainable prefixes (frozen_batch_norms).
+        # The current phase's modules kept in eval mode (frozen_eval_modules).
         self._frozen_norms: list[torch.nn.Module] = []
         self.pending_rng_state: dict[str, Any] | None = None
         self.stop_training = False
@@ -564,7 +580,7 @@ class PhasedTrainLoop(BaseLoop):
         # DDP syncs the parameters that require grad when it wraps: wrap for this phase's set.
         rewrap_for_phase(self.runner)
         self._trained_modules = None
-        self._frozen_norms = frozen_batch_norms(self.model, phase.trainable)
+        self._frozen_norms = frozen_eval_modules(self.model, phase.trainable)
         self._start_optimiser(phase, fresh)
         self.runner.message_hub.update_info('phase', phase.name)
         self.runner.logger.info(_phase_header(phase, self.model))
