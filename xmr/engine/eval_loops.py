@@ -39,7 +39,8 @@ from xmr.evaluation.metrics import RetrievalMetric
 from xmr.registry import LOOPS
 
 __all__ = ['MultiDatasetValLoop', 'MultiDatasetTestLoop', 'LoaderSequence',
-           'TestLoop', 'ValLoop', 'combined_mean_ar', 'scored_loaders']
+           'TestLoop', 'ValLoop', 'combined_mean_ar', 'expected_metric_keys',
+           'scored_loaders']
 
 
 class LoaderSequence:
@@ -63,6 +64,28 @@ def scored_loaders(loop: Any) -> list[tuple[DataLoader, Evaluator]]:
     loaders = getattr(loop, 'dataloaders', None) or [loop.dataloader]
     evaluators = getattr(loop, 'evaluators', None) or [loop.evaluator]
     return list(zip(loaders, evaluators))
+
+
+def expected_metric_keys(loop: Any) -> set[str] | None:
+    """The keys a validation or test loop may report: its metrics'
+    (:meth:`RetrievalMetric.expected_keys`) and a ``MultiDatasetValLoop``'s ``summary_key``.
+
+    Returns:
+        The keys, or ``None`` when a metric cannot tell (another metric type, languages not
+        known before the evaluation).
+    """
+    keys: set[str] = set()
+    for _, evaluator in scored_loaders(loop):
+        for metric in evaluator.metrics:
+            expected = getattr(metric, 'expected_keys', None)
+            found = expected() if expected is not None else None
+            if found is None:
+                return None
+            keys |= found
+    summary_key = getattr(loop, 'summary_key', None)
+    if summary_key is not None:
+        keys.add(summary_key)
+    return keys
 
 
 def combined_mean_ar(evaluators: Sequence[Evaluator],

@@ -18,9 +18,10 @@ from xmr.engine.data_languages import (
 )
 from xmr.engine.distributed import rewrap_for_phase, shared_seed
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
-from xmr.engine.eval_loops import scored_loaders
+from xmr.engine.eval_loops import expected_metric_keys, scored_loaders
 from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.hook_points import call_hook_point
+from xmr.engine.hooks.checkpoint import check_metric_names
 from xmr.engine.hooks.preemption import (
     end_persistent_workers,
     preemption_signals,
@@ -463,6 +464,13 @@ class PhasedTrainLoop(BaseLoop):
                              for i, (loader, _) in enumerate(scored_loaders(val_loop))})
             self._check_val_protocols(val_loop)
             check_gallery_sizes(val_loop)
+            expected = expected_metric_keys(val_loop)
+            if expected is not None:
+                check_metric_names([(f'train_cfg.phases.{index}.start_from_best',
+                                     phase.start_from_best)
+                                    for index, phase in enumerate(self.phases)
+                                    if phase.start_from_best is not None], expected,
+                                   expected=True)
         check_data_languages(self.model, datasets)
         check_media_sizes(unwrap_model(self.model), datasets)
         # Phases sharing a loader share its dataset: each is listed once.

@@ -16,7 +16,8 @@ from mmengine.runner import Runner
 
 import xmr.fileio
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
-from tests.engine.test_loops import PHASES, make_cfg, train
+from tests.engine.test_loops import PHASES, RecordingHook, make_cfg, train, train_runner
+from tests.engine.test_phase_best import with_validation
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.hooks import CheckpointHook
 from xmr.engine.hooks import checkpoint as checkpoint_hook
@@ -397,3 +398,15 @@ def test_a_load_from_of_a_language_module_file_is_told_to_be_merged(tmp_path):
             r'checkpoint: merge it into one first \(tools/language_modules\.py merge CONFIG '
             r'--base run\.pth --modules de=.*de\.pth --out merged\.pth\)$')):
         hook.after_load_checkpoint(runner, module)
+
+
+def test_a_save_best_the_validation_will_not_report_is_refused_before_the_first_step(tmp_path):
+    """Refused at the first validation before, a phase (hours) in: here before any step."""
+    cfg = with_validation(make_cfg(tmp_path))
+    cfg.default_hooks.checkpoint.update(save_best='mAP', rule='greater')
+    runner = Runner.from_cfg(cfg)
+    with pytest.raises(KeyError, match=r"default_hooks.checkpoint.save_best='mAP': the "
+                                       r"validation will report no such metric \(did you mean "
+                                       r"'mAR'\?\); it will report mAR, rSum, de/AR"):
+        train_runner(runner)
+    assert next(h for h in runner.hooks if isinstance(h, RecordingHook)).records == []

@@ -617,3 +617,28 @@ def test_an_approximate_search_builds_the_media_index_once_for_the_languages_sha
                 100 * (t2i_ranks <= k).double().mean().item())
             assert result[f'{lang}/i2t_R@{k}'] == pytest.approx(
                 100 * (i2t_ranks <= k).double().mean().item())
+
+
+def test_the_keys_expected_before_evaluation_are_those_the_metric_reports():
+    """save_best and start_from_best are checked against these before training: the keys
+    worked out by hand above, with a prefix when there is one."""
+    assert RetrievalMetric(recall_ks=(1, 2), languages=['en', 'de', 'fr']).expected_keys() == \
+        set(EXPECTED)
+    assert RetrievalMetric(recall_ks=(1, 2), protocol='text_to_text',
+                           languages=['de']).expected_keys() == set(TEXT_EXPECTED)
+    prefixed = RetrievalMetric(recall_ks=(1, 2), prefix='m30k')
+    prefixed.dataset_meta = dict(languages=['en', 'de', 'fr'])  # as the loop hands it over
+    assert prefixed.expected_keys() == {f'm30k/{key}' for key in EXPECTED}
+
+
+@pytest.mark.parametrize('options', [dict(directions=('t2i',)), dict(directions=('i2t',)),
+                                     dict(recall_ks=(2,), directions=('t2i',)),
+                                     dict(mean_languages=['fr'])])
+def test_the_keys_expected_before_evaluation_hold_every_key_reported(options):
+    metric = RetrievalMetric(**{'recall_ks': (1, 2), **options})
+    metric.dataset_meta = dict(languages=['en', 'de', 'fr'])
+    assert set(_run(metric, _three_media())) <= metric.expected_keys()
+
+
+def test_no_keys_are_expected_while_the_languages_are_unknown():
+    assert RetrievalMetric().expected_keys() is None

@@ -25,7 +25,7 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
 from torch import nn
 
 from xmr.engine.checkpoint import keys_of_another_model, state_dict_mismatches
+from xmr.engine.eval_loops import expected_metric_keys
 from xmr.engine.hook_points import call_hook_point
 from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import atomic_write_text, remove_stale_temporaries
@@ -41,7 +42,8 @@ from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, decod
 from xmr.registry import HOOKS
 from xmr.utils.cli import UserKeyError, did_you_mean
 
-__all__ = ['CheckpointHook', 'check_best_keys', 'refuse_foreign_weights', 'refuse_other_facts']
+__all__ = ['CheckpointHook', 'check_best_keys', 'check_metric_names', 'refuse_foreign_weights',
+           'refuse_other_facts']
 
 
 @HOOKS.register_module()
@@ -65,6 +67,10 @@ class CheckpointHook(MMEngineCheckpointHook):
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
+        expected = (expected_metric_keys(runner.val_loop)
+                    if self.save_best and runner.val_loop is not None else None)
+        if expected is not None:
+            check_best_keys(self.key_indicators, expected, expected=True)
         if is_main_process():
             for path in remove_stale_temporaries(self.out_dir):
                 runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
@@ -174,22 +180,42 @@ class CheckpointHook(MMEngineCheckpointHook):
             self.file_backend.remove(path)
 
 
-def check_best_keys(keys: list[str], metrics: dict) -> None:
-    """Refuse a ``save_best`` key the validation did not report (MMEngine: a bare KeyError,
-    at the first validation, after a whole phase).
+def check_best_keys(keys: list[str], metrics: Collection[str], expected: bool = False) -> None:
+    """Refuse a ``save_best`` key the validation did not report, or, with ``expected``, will
+    not report (MMEngine: a bare KeyError, at the first validation).
 
     Raises:
         UserKeyError: naming the key, the nearest metric and the ones reported.
     """
-    for key in keys:
-        if key != 'auto' and key not in metrics:
+    check_metric_names([('default_hooks.checkpoint.save_best', key) for key in keys
+                        if key != 'auto'], metrics, expected)
+
+
+def check_metric_names(named: Sequence[tuple[str, str]], metrics: Collection[str],
+                       expected: bool = False) -> None:
+    """Refuse a metric name the validation did not report, or, with ``expected``, will not
+    report (:func:`~xmr.engine.eval_loops.expected_metric_keys`, before training: else the
+    name is refused at the first validation, a phase in).
+
+    Args:
+        named: ``(option, the metric name it gives)`` pairs, e.g.
+            ``[('default_hooks.checkpoint.save_best', 'mAR')]``.
+        metrics: the keys the validation reported, or will report.
+        expected: whether ``metrics`` are the keys it will report.
+
+    Raises:
+        UserKeyError: naming the option, its name, the nearest metric and the ones reported.
+    """
+    reported = 'will report' if expected else 'reported'
+    for option, key in named:
+        if key not in metrics:
             # The summaries (mAR, rSum, coco/mAR) before the per-language keys (en/AR).
             shown = sorted(metrics, key=lambda name: (name.count('/'), name))
             listed = ', '.join(shown[:8]) + (f', ... ({len(shown)} in all)'
                                              if len(shown) > 8 else '')
-            raise UserKeyError(f'default_hooks.checkpoint.save_best={key!r}: the validation '
-                               f'reported no such metric{did_you_mean(key, metrics)}; it '
-                               f'reported {listed}: name one of them')
+            raise UserKeyError(f'{option}={key!r}: the validation {reported} no such metric'
+                               f'{did_you_mean(key, metrics)}; it {reported} {listed}: name one '
+                               'of them')
 
 
 def refuse_foreign_weights(path: str | None, model_state: dict, checkpoint: dict) -> None:

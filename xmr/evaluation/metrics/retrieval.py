@@ -1,6 +1,7 @@
 """The retrieval metric of xmr's validation and test loops."""
 from __future__ import annotations
 
+import collections
 import logging
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -406,6 +407,42 @@ class RetrievalMetric(BaseMetric):
         if self.protocol == 'xtd10_fewshot':
             summaries['mean_R@1'] = sum(s['mean_R@1'] for s in chosen) / len(chosen)
         return summaries
+
+    def expected_keys(self) -> set[str] | None:
+        """The keys :meth:`compute_metrics` may report, prefix included, known from the options
+        and the dataset's languages before anything is evaluated; ``save_best`` and
+        ``start_from_best`` are checked against them before training.
+
+        A superset: ``MdR`` and ``MnR`` are in though an approximate search leaves them out,
+        and every language the metric may evaluate is in (``skipped_media`` is not).
+
+        Returns:
+            The keys, or ``None`` when the languages are not known yet (``languages=None`` and
+            no ``dataset_meta`` stating them) or the summaries' languages are not evaluated
+            (:meth:`compute_metrics` names that).
+        """
+        languages = self.languages or (self.dataset_meta or {}).get('languages')
+        if languages is None:
+            return None
+        languages = [normalize_language(lang) for lang in languages]
+        try:
+            mean_languages = self.summary_languages(languages)
+        except ValueError:
+            return None
+        spec = PROTOCOLS[self.protocol]
+        statistics = [f'{spec.key_direction(direction)}_{statistic}'
+                      for direction in self.directions
+                      for statistic in (*(f'R@{k}' for k in self.recall_ks), 'MdR', 'MnR')]
+        if set(self.directions) == set(DIRECTIONS):
+            statistics += ['AR', 'rSum']
+        if self.protocol == 'xtd10_fewshot':
+            statistics.append('mean_R@1')
+        # The summaries of zero scores: their names, as compute_metrics forms them.
+        zeros = {lang: collections.defaultdict(float) for lang in mean_languages}
+        keys = [*(f'{lang}/{statistic}' for lang in languages for statistic in statistics),
+                *self._summaries(zeros, mean_languages)]
+        head = f'{self.prefix}/' if self.prefix else ''
+        return {head + key for key in keys}
 
     def _log_table(self, per_language: dict[str, dict[str, float]]) -> None:
         columns = list(next(iter(per_language.values())))
