@@ -235,3 +235,12 @@ def test_an_option_s_default_is_the_type_s_own_before_the_one_it_forwards_to():
     with pytest.raises(ValueError, match=r"Outer: option depth='deep' must be a number \(its "
                                          r'default is 2\)'):
         ADAPTERS.check_options(dict(type=Outer, depth='deep'))
+
+
+def test_a_word_is_taken_where_the_options_annotation_takes_one_beside_a_bool_default():
+    def opens(resume: 'str | bool' = False, shuffle: bool = True) -> None:
+        """resume=False or a checkpoint's path, as MMEngine's FlexibleRunner takes it."""
+
+    MODELS.check_options(dict(type=opens, resume='work_dirs/iter_8.pth'))
+    with pytest.raises(ValueError, match=r"option shuffle='no' must be True or False"):
+        MODELS.check_options(dict(type=opens, shuffle='no'))

@@ -405,3 +405,28 @@ def test_a_config_option_mmengines_parser_cannot_read_is_refused_by_name(option,
     assert re.search(message, capsys.readouterr().err)
     assert parser.parse_args(['--cfg-options', 'a.b=[de,fr]', 'c=(1,2)']).cfg_options == {
         'a.b': ['de', 'fr'], 'c': (1, 2)}
+
+
+@pytest.mark.parametrize('option, value, message', [
+    ('train_dataloader.sampler.shuffle', 'False', r"^data sampler DefaultSampler: option "
+     r"shuffle='False' must be True or False \(its default is True\)$"),
+    ('default_hooks.checkpoint.save_last', 'no', r"^hook CheckpointHook: option save_last='no' "
+     r'must be True or False'),
+    ('optim_wrapper.optimizer.betas', 0.9, r'^optimizer AdamW: option betas=0.9 must be a list '
+     r'or tuple \(its default is \(0.9, 0.999\)\)$'),
+])
+def test_a_value_of_another_kind_than_the_options_default_is_refused_when_the_config_loads(
+        option, value, message):
+    """A word is truthy (shuffle='False' shuffled), and torch's optimiser reads betas=0.9 at
+    its build with "'float' object is not subscriptable", naming no key."""
+    with pytest.raises(ValueError, match=message):
+        load_run_config(DEMO, cfg_options={option: value})
+
+
+def test_a_misspelt_option_of_a_loaders_sampler_is_refused_when_the_config_loads(tmp_path):
+    child = tmp_path / 'child.py'
+    child.write_text(f"_base_ = ['{DEMO}']\n"
+                     "train_dataloader = dict(sampler=dict(shufle=False))\n")
+    with pytest.raises(UnknownOptionError, match="^data sampler DefaultSampler: unknown option "
+                       "'shufle' \\(did you mean 'shuffle'\\?\\)"):
+        load_run_config(child)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,7 +88,7 @@ class XMRRegistry(Registry):
     def check_options(self, cfg: Any) -> None:
         """Refuse an option of ``cfg`` its type's constructor does not take (without ``**``,
         or a ``**`` whose keys go on to the callables of its ``forwards_options_to``), and a
-        string where the option's default is a number (``lr='fast'``, found at the first step).
+        value of another kind than the option's default (:func:`_kind_wanted`).
 
         Raises:
             UnknownOptionError: naming the type, the option, the nearest option and the ones the
@@ -126,11 +127,10 @@ class XMRRegistry(Registry):
                 raise UnknownOptionError(f"{kind}: unknown option '{option}'"
                                          f"{did_you_mean(option, takes)}; it takes "
                                          f"{', '.join(takes)}")
-            default = takes[option].default
-            if isinstance(value, str) and isinstance(default, (int, float)) and \
-                    not isinstance(default, bool):
-                raise ValueError(f'{kind}: option {option}={value!r} must be a number (its '
-                                 f'default is {default!r})')
+            wanted = _kind_wanted(value, takes[option])
+            if wanted is not None:
+                raise ValueError(f'{kind}: option {option}={value!r} must be {wanted} (its '
+                                 f'default is {takes[option].default!r})')
 
     def _register_module(self, module: type, module_name: str | list[str] | None = None,
                          force: bool = False) -> None:
@@ -180,6 +180,24 @@ class XMRRegistry(Registry):
                 if suggestions else f' Registered names: {", ".join(names[:30])}.')
         return (f"'{key}' is not a registered type in the xmr '{self.name}' registry.{hint} "
                 'A type from your own module needs custom_imports in the config.')
+
+
+def _kind_wanted(value: Any, option: inspect.Parameter) -> str | None:
+    """What ``value`` must be, where its kind cannot be that of the option's default: a
+    string where the default is a number (``lr='fast'``, found at the first step) or a bool
+    (``shuffle='False'``, which is true), a number where it is a list or tuple (``betas=0.9``,
+    found in torch's optimiser); ``None`` where it may be, or where the option's annotation
+    takes a string (``resume: str | bool = False``)."""
+    default = option.default
+    if isinstance(value, str) and re.search(r'\bstr\b', str(option.annotation)):
+        return None
+    if isinstance(default, bool):
+        return 'True or False' if isinstance(value, str) else None
+    if isinstance(default, (int, float)):
+        return 'a number' if isinstance(value, str) else None
+    if isinstance(default, (list, tuple)) and default and isinstance(value, (int, float)):
+        return 'a list or tuple'
+    return None
 
 
 #: The packages whose modules register into xmr's registries, and the modules of

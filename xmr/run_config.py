@@ -170,9 +170,10 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
 
 def check_run_values(cfg: Config) -> None:
     """Refuse, as the config loads, what MMEngine's runner would find only once built or
-    iterations in: an option a type does not take, a word where a number goes (the model's, the
-    optimiser's, the hooks' and the loops' options, the seed), a bad phase, a batch size that is
-    no positive integer, a negative learning rate.
+    iterations in: an option a type does not take, a value of another kind than its default (a
+    word where a number goes; the model's, the optimiser's, the hooks', the loops' and the
+    samplers' options), a seed that is no integer, a bad phase, a batch size that is no
+    positive integer, a negative learning rate.
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
     option check of xmr's registries (which see every part the model builds); their own options
@@ -184,7 +185,7 @@ def check_run_values(cfg: Config) -> None:
         KeyError: a phase's missing or unknown keys.
     """
     from xmr.engine.phases import Phase
-    from xmr.registry import DATASETS, HOOKS, LOOPS, METRICS, MODELS, OPTIMIZERS
+    from xmr.registry import DATA_SAMPLERS, DATASETS, HOOKS, LOOPS, METRICS, MODELS, OPTIMIZERS
 
     MODELS.check_options(cfg.get('model'))
     OPTIMIZERS.check_options((cfg.get('optim_wrapper') or {}).get('optimizer'))
@@ -193,6 +194,8 @@ def check_run_values(cfg: Config) -> None:
         _check_loader_options(where, loader)
         _check_loader_counts(where, loader)
         DATASETS.check_options(loader.get('dataset'))
+        for sampler in ('sampler', 'batch_sampler'):
+            DATA_SAMPLERS.check_options(loader.get(sampler))
     for metric in _metrics(cfg):
         METRICS.check_options(metric)
     for hook in [*(cfg.get('default_hooks') or {}).values(), *(cfg.get('custom_hooks') or [])]:
