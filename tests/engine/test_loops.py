@@ -812,6 +812,18 @@ def test_an_iterations_phase_whose_loader_yields_no_batch_gets_the_same_message(
         runner.train()
 
 
+def test_a_later_phase_whose_loader_yields_no_batch_is_refused_before_the_first_step(tmp_path):
+    """Found as the phase began, after the phases before it had trained."""
+    phases = copy.deepcopy(PHASES)
+    phases[2]['dataloader'] = loader(dict(ENGLISH, num_scenes=10), batch_size=16)
+    runner = Runner.from_cfg(make_cfg(tmp_path, phases=phases))
+    with pytest.raises(ValueError, match=re.escape(
+            'phase cross_modal: its dataloader yields no batch per epoch (fewer items than '
+            'batch_size with drop_last?)')):
+        runner.train()
+    assert next(h for h in runner.hooks if isinstance(h, RecordingHook)).records == []
+
+
 # ------------------------------------------------------------------ cached phase features
 CACHED_PHASES = [dict(phase, cache_features=phase['name'] != 'source_finetune')
                  for phase in PHASES]

@@ -433,9 +433,11 @@ class PhasedTrainLoop(BaseLoop):
 
         Every ``lr_mult`` names a parameter group of the optimiser (built after the loop), a
         tolerated non-finite iteration leaves the weights as they were (:meth:`_check_patience`),
-        and the model reads every caption language of the phases still to run and of validation,
-        whose media files exist (``check_media_exist`` of the datasets that read files) at the
-        size its image tower takes.
+        each phase still to run has a batch (else refused only as the phase begins, after the
+        phases before it trained), and the model reads every caption language of those phases
+        and of validation, whose media files exist (``check_media_exist`` of the datasets that
+        read files) at the size its image tower takes; the metric each ``start_from_best``
+        names is one the validation will report.
         """
         hub = self.runner.message_hub
         # A checkpoint of an earlier xmr names its last validation 'validated_iter', a 'val...'
@@ -454,9 +456,15 @@ class PhasedTrainLoop(BaseLoop):
                 raise ValueError(f'phase {phase.name}: lr_mult names {unknown}, which are no '
                                  f'parameter group of the optimiser; it has '
                                  f'{sorted(g for g in groups if g)}')
-        datasets = {f'phase {phase.name} dataset ({self._loader_names[index]})':
-                    self._phase_dataloader(index).dataset
-                    for index, phase in enumerate(self.phases) if self._iter < phase.end}
+        datasets = {}
+        for index, phase in enumerate(self.phases):
+            if self._iter >= phase.end:
+                continue
+            dataloader = self._phase_dataloader(index)
+            if hasattr(dataloader, '__len__') and len(dataloader) == 0:
+                raise _no_batch_error(phase)
+            datasets[f'phase {phase.name} dataset ({self._loader_names[index]})'] = \
+                dataloader.dataset
         val_loop = self.runner.val_loop
         if val_loop is not None:
             datasets.update({f'val dataset {i} ({type(loader.dataset).__name__})':
