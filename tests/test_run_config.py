@@ -430,3 +430,27 @@ def test_a_misspelt_option_of_a_loaders_sampler_is_refused_when_the_config_loads
     with pytest.raises(UnknownOptionError, match="^data sampler DefaultSampler: unknown option "
                        "'shufle' \\(did you mean 'shuffle'\\?\\)"):
         load_run_config(child)
+
+
+def test_a_misspelt_option_of_the_optimiser_wrapper_is_refused_when_the_config_loads():
+    """Python's TypeError, as the runner built the wrapper, named no key."""
+    with pytest.raises(UnknownOptionError, match="^optim_wrapper OptimWrapper: unknown option "
+                       "'accumulative_count' \\(did you mean 'accumulative_counts'\\?\\)"):
+        load_run_config(DEMO, cfg_options={'optim_wrapper.accumulative_count': 2})
+    autocast = {'optim_wrapper.type': 'AutocastOptimWrapper', 'optim_wrapper.compiled_step': None,
+                'optim_wrapper.accumulative_counts': 2}
+    assert load_run_config(DEMO, cfg_options=autocast).optim_wrapper.accumulative_counts == 2
+    with pytest.raises(UnknownOptionError, match="unknown option 'loss_scal' "):
+        load_run_config(DEMO, cfg_options={**autocast, 'optim_wrapper.loss_scal': {}})
+
+
+def test_a_misspelt_option_of_a_pectvlm_model_is_refused_when_the_config_loads(tmp_path):
+    """TranslationAlignmentRetriever hands its ``**kwargs`` to CrossLingualRetriever, whose
+    TypeError, as the runner built the model, named no key."""
+    child = tmp_path / 'child.py'
+    child.write_text("_base_ = ['xmr::pectvlm/lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_"
+                     "de.py']\nmodel = dict(loss=dict(cm=dict(type='InfoNCELoss')))\n")
+    with pytest.raises(UnknownOptionError, match="^model TranslationAlignmentRetriever: unknown "
+                       "option 'loss' \\(did you mean 'losses'\\?\\); it takes routine, "):
+        load_run_config(child)
+

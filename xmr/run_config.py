@@ -171,9 +171,9 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
 def check_run_values(cfg: Config) -> None:
     """Refuse, as the config loads, what MMEngine's runner would find only once built or
     iterations in: an option a type does not take, a value of another kind than its default (a
-    word where a number goes; the model's, the optimiser's, the hooks', the loops' and the
-    samplers' options), a seed that is no integer, a bad phase, a batch size that is no
-    positive integer, a negative learning rate.
+    word where a number goes; the model's, the optimiser's and its wrapper's, the hooks', the
+    loops' and the samplers' options), a seed that is no integer, a bad phase, a batch size
+    that is no positive integer, a negative learning rate.
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
     option check of xmr's registries (which see every part the model builds); their own options
@@ -185,10 +185,20 @@ def check_run_values(cfg: Config) -> None:
         KeyError: a phase's missing or unknown keys.
     """
     from xmr.engine.phases import Phase
-    from xmr.registry import DATA_SAMPLERS, DATASETS, HOOKS, LOOPS, METRICS, MODELS, OPTIMIZERS
+    from xmr.registry import (
+        DATA_SAMPLERS,
+        DATASETS,
+        HOOKS,
+        LOOPS,
+        METRICS,
+        MODELS,
+        OPTIM_WRAPPERS,
+        OPTIMIZERS,
+    )
 
     MODELS.check_options(cfg.get('model'))
     OPTIMIZERS.check_options((cfg.get('optim_wrapper') or {}).get('optimizer'))
+    OPTIM_WRAPPERS.check_options(_wrapper_options(cfg.get('optim_wrapper')))
     _check_optimizer_lr((cfg.get('optim_wrapper') or {}).get('optimizer'))
     for where, loader in _dataloaders(cfg).items():
         _check_loader_options(where, loader)
@@ -209,6 +219,17 @@ def check_run_values(cfg: Config) -> None:
     if train_cfg.get('type') == 'PhasedTrainLoop':
         for index, phase in enumerate(train_cfg.get('phases') or []):
             Phase.from_config(index, phase)
+
+
+def _wrapper_options(optim_wrapper: Any) -> Any:
+    """The options of ``optim_wrapper`` its wrapper takes: the constructor's own keys left
+    out (``constructor``, ``paramwise_cfg``, the ``optimizer`` it builds), its type
+    MMEngine's default where it names none."""
+    if not isinstance(optim_wrapper, Mapping):
+        return optim_wrapper
+    return {'type': 'OptimWrapper', **{key: value for key, value in optim_wrapper.items()
+                                       if key not in ('constructor', 'paramwise_cfg',
+                                                      'optimizer')}}
 
 
 def _dataloaders(cfg: Config) -> dict[str, Mapping[str, Any]]:

@@ -45,6 +45,8 @@ class AutocastOptimWrapper(OptimWrapper):
         **kwargs: :class:`mmengine.optim.OptimWrapper` arguments.
     """
 
+    forwards_options_to = (OptimWrapper.__init__, *OptimWrapper.forwards_options_to)
+
     def __init__(self, dtype: str | None = None, loss_scale: dict | None = None,
                  cast_frozen_weights: bool = True, **kwargs: Any) -> None:
         if dtype not in AMP_DTYPES:

@@ -62,6 +62,10 @@ class OptimWrapper(MMEngineOptimWrapper):
         **kwargs: :class:`mmengine.optim.OptimWrapper` arguments.
     """
 
+    #: Where ``**kwargs`` go: a misspelt option is refused when the config loads, not by
+    #: Python as the runner builds the wrapper.
+    forwards_options_to = (MMEngineOptimWrapper.__init__,)
+
     #: The total norm of the last clipped gradients, until :meth:`log_pending_norm` takes it.
     pending_norm: torch.Tensor | None = None
 

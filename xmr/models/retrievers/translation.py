@@ -87,6 +87,9 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
         'cm': dict(type='InfoNCELoss', temperature=0.01),
         'align': dict(type='TranslationAlignmentLoss', kind='mse'),
     }
+    #: Where ``**kwargs`` go: a misspelt option is refused when the config loads, not by
+    #: Python as the runner builds the model.
+    forwards_options_to = (CrossLingualRetriever.__init__,)
 
     def __init__(self, routine: str, english_encoder: str = 'branch', **kwargs: Any) -> None:
         if routine not in ROUTINES:
