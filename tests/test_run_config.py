@@ -454,3 +454,8 @@ def test_a_misspelt_option_of_a_pectvlm_model_is_refused_when_the_config_loads(t
                        "option 'loss' \\(did you mean 'losses'\\?\\); it takes routine, "):
         load_run_config(child)
 
+
+def test_two_phases_of_one_name_are_refused_when_the_config_loads():
+    with pytest.raises(ValueError, match=r"^train_cfg.phases.1 and train_cfg.phases.2 are both "
+                                         r"named 'cross_lingual'"):
+        load_run_config(DEMO, cfg_options={'train_cfg.phases.2.name': 'cross_lingual'})

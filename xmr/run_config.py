@@ -184,7 +184,7 @@ def check_run_values(cfg: Config) -> None:
         ValueError: naming the key and its value.
         KeyError: a phase's missing or unknown keys.
     """
-    from xmr.engine.phases import Phase
+    from xmr.engine.phases import Phase, check_phase_names
     from xmr.registry import (
         DATA_SAMPLERS,
         DATASETS,
@@ -217,8 +217,8 @@ def check_run_values(cfg: Config) -> None:
         raise ValueError(f'randomness.seed={seed!r} must be an integer (or None for a random one)')
     train_cfg = cfg.get('train_cfg') or {}
     if train_cfg.get('type') == 'PhasedTrainLoop':
-        for index, phase in enumerate(train_cfg.get('phases') or []):
-            Phase.from_config(index, phase)
+        check_phase_names([Phase.from_config(index, phase)
+                           for index, phase in enumerate(train_cfg.get('phases') or [])])
 
 
 def _wrapper_options(optim_wrapper: Any) -> Any:

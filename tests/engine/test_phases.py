@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from xmr.engine.phases import Phase, phase_lr_factor
+from xmr.engine.phases import Phase, check_phase_names, phase_lr_factor
 
 
 def cross_lingual(**changes) -> dict:
@@ -92,3 +92,17 @@ def test_a_dict_written_as_one_command_line_string_says_how_to_set_its_entries(k
     a string, and the error says to set an entry at a time."""
     with pytest.raises(ValueError, match=rf"--cfg-options train_cfg\.phases\.N\.{key}\.NAME="):
         Phase.from_config(0, cross_lingual(**{key: "{'cl': 0.1}"}))
+
+
+def test_two_phases_of_one_name_are_refused_naming_both():
+    """The phase report, the best weights of start_from_best and the logs are by name: the
+    third phase's results stood in the second's column, which vanished without a word."""
+    def phase(name):
+        return Phase(name=name, lr=1e-3, trainable=['language_branch'], loss_weights=dict(cl=1),
+                     iters=4)
+
+    check_phase_names([phase('source_finetune'), phase('cross_lingual'), phase('other')])
+    with pytest.raises(ValueError, match=r"^train_cfg.phases.1 and train_cfg.phases.2 are both "
+                                         r"named 'cross_lingual'"):
+        check_phase_names([phase('source_finetune'), phase('cross_lingual'),
+                           phase('cross_lingual')])

@@ -30,7 +30,7 @@ from xmr.engine.hooks.preemption import (
 from xmr.engine.optim import parameter_counts
 from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phase_best import PhaseBest
-from xmr.engine.phases import Phase, phase_lr_factor
+from xmr.engine.phases import Phase, check_phase_names, phase_lr_factor
 from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.engine.resume import can_skip_at_sampler, restart_iteration_timers, skip_at_sampler
 from xmr.engine.rng import preserved_rng_state, restore_rng_state
@@ -345,6 +345,7 @@ class PhasedTrainLoop(BaseLoop):
         configured = [_configured_phase(runner, index, cfg, dataloader)
                       for index, cfg in enumerate(phases)]
         self.phases = [phase for phase, _ in configured]
+        check_phase_names(self.phases)
         # What errors call each phase's data: its config key, or the phase's name for its own.
         self._loader_names = [name for _, name in configured]
         if dataloader is None and any(p.dataloader is None for p in self.phases):

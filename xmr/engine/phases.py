@@ -53,7 +53,8 @@ class Phase:
     """One alignment phase, as configured.
 
     Attributes:
-        name: ``source_finetune``, ``cross_lingual``, ``cross_modal`` or any other label.
+        name: ``source_finetune``, ``cross_lingual``, ``cross_modal`` or any other label, one
+            per phase (:func:`check_phase_names`).
         lr: base learning rate of the phase.
         trainable: parameter-name prefixes that train in this phase; everything else is frozen.
         loss_weights: ``{loss name: weight}`` passed to the model's ``set_phase``.
@@ -144,6 +145,23 @@ class Phase:
                     # Only when set: the records of checkpoints written before it stay equal.
                     **({} if self.start_from_best is None
                        else dict(start_from_best=self.start_from_best)))
+
+
+def check_phase_names(phases: Sequence[Phase]) -> None:
+    """Each phase has a name of its own: the phase report's columns, the best weights that
+    ``start_from_best`` starts from and the logs are by name, so a phase named as an earlier
+    one took its place there (its results in the other's column, the other's gone).
+
+    Raises:
+        ValueError: naming both phases and the name.
+    """
+    first: dict[str, int] = {}
+    for index, phase in enumerate(phases):
+        earlier = first.setdefault(phase.name, index)
+        if earlier != index:
+            raise ValueError(f'train_cfg.phases.{earlier} and train_cfg.phases.{index} are both '
+                             f"named '{phase.name}'; give each phase a name of its own (the "
+                             'phase report and the best weights of start_from_best are by name)')
 
 
 def _is_number(value: Any) -> bool:
