@@ -69,3 +69,18 @@ def test_a_square_tower_s_single_image_size_is_checked_as_both_sides():
 
 def test_a_model_without_a_language_check_is_not_checked():
     check_data_languages(SimpleNamespace(), {'train': media_dataset((32, 32))})
+
+
+def test_a_synthetic_set_rendered_at_another_size_than_the_image_towers_is_refused():
+    """It failed inside open_clip's tower at the first phase that read its images, the phases
+    before it trained."""
+    model = SimpleNamespace(backbone=SimpleNamespace(image_size=32))
+    check_media_sizes(model, {'val': SyntheticRetrievalDataset(num_scenes=3, languages=['en'],
+                                                               image_size=32)})
+    with pytest.raises(ValueError, match=r"^phase cross_modal dataset \(train_dataloader\): "
+                                         r'renders 64x64 images, but the image tower of '
+                                         r"SimpleNamespace takes 32x32: set the dataset's "
+                                         r'image_size=32$'):
+        check_media_sizes(model, {'phase cross_modal dataset (train_dataloader)':
+                                  SyntheticRetrievalDataset(num_scenes=3, languages=['en'],
+                                                            image_size=64)})

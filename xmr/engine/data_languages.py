@@ -49,7 +49,8 @@ def check_data_languages(model: torch.nn.Module, datasets: Mapping[str, Dataset]
 
 
 def check_media_sizes(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -> None:
-    """Fail unless each dataset's media transform gives the size the image tower takes.
+    """Fail unless each dataset's media transform (or, for a dataset that renders its images,
+    its ``image_size``) gives the size the image tower takes.
 
     A transform of another size (``MediaTransform`` left at ViT-B-32's 224 px for a 336 px
     tower) failed inside the tower at its first batch, with two token counts: at the feature
@@ -63,10 +64,30 @@ def check_media_sizes(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -
         dataset = source_dataset(dataset)
         if not getattr(dataset, 'with_media', True):
             continue
-        problem = transform_size_problem(model, getattr(dataset, 'transform', None),
-                                         'the dataset')
+        transform = getattr(dataset, 'transform', None)
+        rendered = getattr(dataset, 'image_size', None)
+        if getattr(transform, 'size', None) is None and isinstance(rendered, int):
+            # A dataset that renders its images (the synthetic sets) at its image_size: the
+            # tower failed at the first phase reading images, the phases before it trained.
+            expected = _tower_size(model)
+            if expected is not None and (rendered, rendered) != expected:
+                raise ValueError(
+                    f'{where}: renders {rendered}x{rendered} images, but the image tower of '
+                    f'{type(model.backbone).__name__} takes {expected[0]}x{expected[1]}: set '
+                    f"the dataset's image_size={expected[0]}")
+            continue
+        problem = transform_size_problem(model, transform, 'the dataset')
         if problem is not None:
             raise ValueError(f'{where}: its transform {problem}')
+
+
+def _tower_size(model: torch.nn.Module) -> tuple[int, int] | None:
+    """``(height, width)`` the image tower takes (its ``image_size``), ``None`` where it
+    states none (a text-only backbone)."""
+    expected = getattr(getattr(model, 'backbone', None), 'image_size', None)
+    if expected is None:
+        return None
+    return (expected, expected) if isinstance(expected, int) else tuple(expected)
 
 
 def transform_size_problem(model: torch.nn.Module, transform: object,
@@ -83,11 +104,10 @@ def transform_size_problem(model: torch.nn.Module, transform: object,
         ``None`` when the sizes agree or either is not stated (a text-only backbone).
     """
     backbone = getattr(model, 'backbone', None)
-    expected = getattr(backbone, 'image_size', None)
+    expected = _tower_size(model)
     size = getattr(transform, 'size', None)
     if expected is None or size is None:
         return None
-    expected = (expected, expected) if isinstance(expected, int) else tuple(expected)
     if tuple(size) == expected:
         return None
     return (f'gives {size[0]}x{size[1]} media, but the image tower of {type(backbone).__name__} '
