@@ -459,3 +459,14 @@ def test_two_phases_of_one_name_are_refused_when_the_config_loads():
     with pytest.raises(ValueError, match=r"^train_cfg.phases.1 and train_cfg.phases.2 are both "
                                          r"named 'cross_lingual'"):
         load_run_config(DEMO, cfg_options={'train_cfg.phases.2.name': 'cross_lingual'})
+
+
+def test_an_option_one_letter_from_type_is_the_types_to_judge():
+    """'dtype' (AutocastOptimWrapper's) was refused as a typo of 'type'; the type's options
+    tell a new key from a misspelt one."""
+    cfg = load_run_config(DEMO, cfg_options={'optim_wrapper.type': 'AutocastOptimWrapper',
+                                             'optim_wrapper.dtype': 'bfloat16'})
+    assert cfg.optim_wrapper.dtype == 'bfloat16'
+    with pytest.raises(UnknownOptionError, match="unknown option 'tpye' \\(did you mean "
+                                                 "'type'\\?\\)"):
+        load_run_config(DEMO, cfg_options={'optim_wrapper.tpye': 'AutocastOptimWrapper'})

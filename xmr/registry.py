@@ -125,7 +125,7 @@ class XMRRegistry(Registry):
                                          "in a list's items; drop it there")
             if option not in takes:
                 raise UnknownOptionError(f"{kind}: unknown option '{option}'"
-                                         f"{did_you_mean(option, takes)}; it takes "
+                                         f"{did_you_mean(option, [*takes, 'type'])}; it takes "
                                          f"{', '.join(takes)}")
             wanted = _kind_wanted(value, takes[option])
             if wanted is not None:

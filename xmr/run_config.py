@@ -361,7 +361,10 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
             elif isinstance(node, Mapping) and part in node:
                 node = node[part]
             else:
-                meant = _typo_of(part, list(node)) if isinstance(node, Mapping) else None
+                # Not of 'type': a misspelt one is an unknown option of the type
+                # (check_run_values), and a new key may be one letter from it (dtype=...).
+                meant = _typo_of(part, [k for k in node if k != 'type']) \
+                    if isinstance(node, Mapping) else None
                 if meant is not None and typo is None:
                     where = '.'.join(walked) or 'the config'
                     typo = UserError(f'--cfg-options {key}', f"{where} has no key '{part}' "
