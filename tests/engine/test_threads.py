@@ -84,3 +84,13 @@ def test_set_cpu_threads_shares_the_cores_among_torchrun_s_local_processes(cores
         assert set_cpu_threads(Config(dict(cpu_threads=None))) == 3
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_bad_cpu_threads_is_refused_where_the_environment_sets_the_count_too(cores,
+                                                                               monkeypatch):
+    """It passed where a launcher set OMP_NUM_THREADS, and stopped the same config's run on
+    a machine without it."""
+    cores(2)
+    monkeypatch.setenv('OMP_NUM_THREADS', '2')
+    with pytest.raises(UserError, match="^cpu_threads: 'four' is not a number of threads"):
+        choose_cpu_threads('four')

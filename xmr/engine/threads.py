@@ -59,12 +59,14 @@ def choose_cpu_threads(configured: Any = None, local_processes: int = 1) -> tupl
     Raises:
         UserError: ``OMP_NUM_THREADS`` or ``cpu_threads`` that is not a positive integer.
     """
+    # Checked though the environment wins: else the config fails only on a machine without it.
+    from_config = None if configured is None else _positive(configured, 'cpu_threads')
     from_env = (None if os.environ.get(CALLER_SET_NO_OMP) == '1'
                 else os.environ.get('OMP_NUM_THREADS'))
     if from_env:
         return _positive(from_env, 'OMP_NUM_THREADS'), 'OMP_NUM_THREADS'
-    if configured is not None:
-        return _positive(configured, 'cpu_threads'), 'cpu_threads in the config'
+    if from_config is not None:
+        return from_config, 'cpu_threads in the config'
     cores = available_cores()
     threads = max(1, cores // max(1, local_processes) - 1)
     return threads, (f'{cores} cores for {local_processes} local process(es), one left for data '
