@@ -149,6 +149,13 @@ def test_a_language_too_small_for_one_batch_is_refused_naming_it_and_its_items(m
     assert len(LanguageBatchSampler(DefaultSampler(NamedItems([0] * 8 + [1] * 4)), 1)) == 2 + 1
 
 
+def test_a_language_code_past_the_named_languages_is_refused_by_its_number():
+    # NamedItems names 3 languages (codes 0-2): code 3 has no name, so it is told by number.
+    with pytest.raises(ValueError, match=r"^LanguageBatchSampler: language #3 \(1 item\) fill no "
+                       r'batch of 2'):
+        LanguageBatchSampler(DefaultSampler(NamedItems([0, 0, 3])), 2)
+
+
 @HOOKS.register_module(force=True)
 class BatchLanguagesHook(Hook):
     """Records each iteration's item indices and languages."""
