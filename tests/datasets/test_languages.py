@@ -98,6 +98,7 @@ def test_a_language_outside_the_tables_is_known_once_registered(own_languages):
     ('haw', ['deu'], r"register_language\('haw'\): 'deu' already names the language 'de'"),
     ('Haw', (), r"'Haw' is no canonical code; give the ISO 639-3 code \('haw'\)"),
     ('sat_Olck', (), r"'sat_Olck' is no canonical code"),
+    ('sat-OLCK', (), r"'sat-OLCK' is no canonical code"),
     ('haw', 'haw_Latn', r"aliases must be a list of codes, got the string 'haw_Latn'"),
 ])
 def test_registering_a_known_or_malformed_code_is_refused(own_languages, code, aliases,
