@@ -113,3 +113,21 @@ def test_the_backbones_temperature_needs_a_backbone_and_cannot_be_learnt():
         InfoNCELoss(temperature=None)
     with pytest.raises(ValueError, match=r'learnable=True\) starts from a temperature'):
         InfoNCELoss(temperature=None, learnable=True, backbone=_Backbone())
+
+
+def test_the_backbones_scale_is_read_not_trained_through_the_loss():
+    """The loss reads a backbone's learnt scale as a fixed number: no gradient reaches it."""
+
+    class LearntScaleBackbone(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.logit_scale = torch.nn.Parameter(torch.tensor(25.0))
+
+        def pair_logits(self):
+            return self.logit_scale, None
+
+    backbone = LearntScaleBackbone()
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 8, requires_grad=True), torch.randn(5, 8)
+    InfoNCELoss(temperature=None, backbone=backbone)(a, b).backward()
+    assert a.grad is not None and backbone.logit_scale.grad is None
