@@ -8,6 +8,7 @@ from xmr.datasets.few_shot import few_shot_splits
 from xmr.evaluation.protocols import (
     PROTOCOLS,
     LanguageGallery,
+    MediaSearchers,
     coco_1k_folds,
     evaluate_language,
     evaluate_protocol,
@@ -172,6 +173,20 @@ def test_restricting_to_every_media_in_order_copies_nothing():
     reordered = gallery.restrict(torch.tensor([2, 1, 0]))
     assert torch.equal(reordered.media, torch.eye(3)[[2, 1, 0]])
     assert reordered.caption_media.tolist() == [2, 1, 0, 0]
+
+
+def test_media_searchers_keep_the_index_only_for_the_same_media_and_options():
+    """The index is reused only for the very same media tensor searched with the same options:
+    an equal copy (another gallery) or other options (another nprobe) build a new one."""
+    media = torch.randn(40, 8, generator=torch.Generator().manual_seed(0))
+    one_probe = dict(index='ivf', nlist=2, nprobe=1)
+    two_probes = dict(one_probe, nprobe=2)
+    searchers = MediaSearchers()
+    first = searchers.searcher(media, one_probe)
+    assert searchers.searcher(media, dict(one_probe)) is first
+    other_options = searchers.searcher(media, two_probes)
+    assert other_options is not first
+    assert searchers.searcher(media.clone(), two_probes) is not other_options
 
 
 def test_language_absent_from_a_fold_is_an_error():
