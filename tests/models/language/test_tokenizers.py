@@ -96,6 +96,31 @@ def test_a_language_is_reported_once_over_a_quarter_of_its_tokens_in_a_batch_are
     assert len(logged) == 2 and "'fr' captions" in logged[1]
 
 
+class EndlessWordTokenizer(WordTokenizer):
+    """:class:`WordTokenizer` writing no end token after a caption's words."""
+
+    def encode(self, text: str) -> list[int]:
+        return super().encode(text)[:-1]
+
+    def ends_with_special(self, ids: list[int]) -> bool:
+        return False
+
+
+def test_a_tokenizer_without_an_end_token_counts_every_token_after_its_start(monkeypatch):
+    """Only the start token is a special here: 'red circle two zwei' is 1 unknown of 4 tokens,
+    a quarter, not over it."""
+    from xmr.models.language import tokenizers
+
+    logged = []
+    monkeypatch.setattr(tokenizers, 'print_log', lambda message, **kw: logged.append(message))
+    tokenizer = EndlessWordTokenizer()
+    tokenizer(['red circle two zwei'], langs=['de'])
+    assert logged == []
+    tokenizer(['red zwei circle'], langs=['es'])
+    assert len(logged) == 1 and logged[0].startswith(
+        "EndlessWordTokenizer: 1 of the 3 tokens of the 'es' captions")
+
+
 def test_a_script_xlmr_never_saw_is_reported_by_the_hugging_face_tokenizer(shared_data,
                                                                            monkeypatch):
     """XLM-R's vocabulary has no Tibetan: a caption of one Tibetan word is '▁' and one
@@ -309,7 +334,8 @@ def test_nllb_tokenizer_reads_a_language_without_a_flores_token_by_the_one_given
     tgl, quy, nno = 61 + 173, 61 + 143, 61 + 127
     tokenizer = NLLBTokenizer(name_or_path=str(nllb_folder), language_tokens={
         'fil': 'tgl_Latn', 'quz': 'quy_Latn', 'nor': 'nno_Latn'})
-    batch = tokenizer(['a', 'a', 'a', 'a'], ['fil', 'quz', 'no', 'deu_Latn'])
+    # Captions' languages in any spelling ('nor' for 'no') find their token.
+    batch = tokenizer(['a', 'a', 'a', 'a'], ['fil', 'quz', 'nor', 'deu_Latn'])
     assert batch['input_ids'][:, 0].tolist() == [tgl, quy, nno, DEU]
     from xmr.datasets.languages import LanguageCodeError
 
