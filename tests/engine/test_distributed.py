@@ -531,3 +531,5 @@ def test_a_cpu_run_s_group_takes_the_configured_timeout(monkeypatch, dist_cfg, t
                                         'seconds: give a positive number'):
         setup_cpu_distributed(Config(dict(env_cfg=dict(dist_cfg=dict(timeout='1h')))),
                               'pytorch')
+    with pytest.raises(UserError, match=r'^env_cfg.dist_cfg.timeout=0: not a number of seconds'):
+        setup_cpu_distributed(Config(dict(env_cfg=dict(dist_cfg=dict(timeout=0)))), 'pytorch')
