@@ -9,6 +9,7 @@ import pytest
 from xmr.evaluation.leaderboard import (
     EvaluationResult,
     column_legend,
+    display_width,
     format_table,
     leaderboard_columns,
     leaderboard_markdown,
@@ -60,6 +61,16 @@ def test_format_table_pads_decomposed_hangul_as_the_syllables_it_shows():
         '|-------|------|\n'
         f'| {decomposed}  | 1.00 |\n'
         '| en    | -    |')
+
+
+@pytest.mark.parametrize('syllable', [
+    '\u1100\u1160',  # an initial and the vowel filler, the first vowel jamo
+    '\u1100\ud7b0\ud7fb',  # an initial, a vowel and a final of Hangul Jamo Extended-B
+    '\u1100\u1161\u11ff',  # the last final jamo of the Hangul Jamo block
+])
+def test_vowel_and_final_jamo_of_both_blocks_join_their_initial(syllable):
+    # The initial is wide (2 columns); what joins it adds none.
+    assert display_width(syllable) == 2
 
 
 def test_columns_follow_each_datasets_headline():
