@@ -802,23 +802,16 @@ def test_an_epochs_phase_whose_loader_yields_no_batch_fails_at_build(tmp_path):
         loop_of(make_cfg(tmp_path, phases=phases))
 
 
-def test_an_iterations_phase_whose_loader_yields_no_batch_gets_the_same_message(tmp_path):
+@pytest.mark.parametrize('index, name', [(0, 'source_finetune'), (2, 'cross_modal')])
+def test_an_iterations_phase_whose_loader_yields_no_batch_is_refused_before_the_first_step(
+        tmp_path, index, name):
+    """The epochs phase's message; a later phase's was found only as it began, after the phases
+    before it had trained."""
     phases = copy.deepcopy(PHASES)
-    phases[0]['dataloader'] = loader(dict(ENGLISH, num_scenes=10), batch_size=16)
+    phases[index]['dataloader'] = loader(dict(ENGLISH, num_scenes=10), batch_size=16)
     runner = Runner.from_cfg(make_cfg(tmp_path, phases=phases))
     with pytest.raises(ValueError, match=re.escape(
-            'phase source_finetune: its dataloader yields no batch per epoch (fewer items than '
-            'batch_size with drop_last?)')):
-        runner.train()
-
-
-def test_a_later_phase_whose_loader_yields_no_batch_is_refused_before_the_first_step(tmp_path):
-    """Found as the phase began, after the phases before it had trained."""
-    phases = copy.deepcopy(PHASES)
-    phases[2]['dataloader'] = loader(dict(ENGLISH, num_scenes=10), batch_size=16)
-    runner = Runner.from_cfg(make_cfg(tmp_path, phases=phases))
-    with pytest.raises(ValueError, match=re.escape(
-            'phase cross_modal: its dataloader yields no batch per epoch (fewer items than '
+            f'phase {name}: its dataloader yields no batch per epoch (fewer items than '
             'batch_size with drop_last?)')):
         runner.train()
     assert next(h for h in runner.hooks if isinstance(h, RecordingHook)).records == []
