@@ -28,6 +28,14 @@ def test_short_clips_repeat_frames():
     assert uniform_frame_indices(1, 3, random_offset=True) == [0, 0, 0]
 
 
+def test_docs_examples_a_ten_second_clip_and_a_five_frame_clip():
+    # docs/data.md: a 10 s clip at 30 fps, segments of 25 frames, centres 12.5 + 25 i.
+    assert uniform_frame_indices(300, 12, random_offset=False) == [12 + 25 * i for i in range(12)]
+    # Five frames over 12 segments: centres 5 (i + 1/2) / 12 weigh the frames 2:3:2:3:2.
+    indices = uniform_frame_indices(5, 12, random_offset=False)
+    assert [indices.count(frame) for frame in range(5)] == [2, 3, 2, 3, 2]
+
+
 def test_training_offsets_stay_inside_their_segment_and_follow_the_generator():
     generator = torch.Generator().manual_seed(3)
     draws = [uniform_frame_indices(310, 12, True, generator) for _ in range(50)]

@@ -1,9 +1,10 @@
-"""Uniform segment sampling of video frames (the CLIP4Clip recipe DASD uses for video).
+"""Uniform segment sampling of video frames (TSN's segments; DASD says 12 uniform frames).
 
 A clip of ``N`` frames is cut into ``T`` equal segments ``[i N / T, (i + 1) N / T)``; one frame is
 taken from each: at a random offset inside the segment when training, at the segment centre when
 testing. With ``N < T`` segments are shorter than a frame and frames repeat, so every clip yields
-exactly ``T`` indices.
+exactly ``T`` indices. CLIP4Clip's code, whose mean pooling DASD follows, picks other frames (one
+per second, then ``linspace``; ``docs/data.md``, "Video pipeline").
 """
 from __future__ import annotations
 
