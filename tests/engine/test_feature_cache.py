@@ -8,6 +8,7 @@ import pickle
 import re
 import shutil
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,7 +18,14 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from tests.conftest import tiny_retriever_cfg
-from xmr.datasets import Annotation, CaptionPairDataset, MediaRecord, dump_annotation
+from xmr.datasets import (
+    Annotation,
+    CaptionPairDataset,
+    MediaRecord,
+    MediaSkippedWarning,
+    RetrievalDataset,
+    dump_annotation,
+)
 from xmr.datasets.collate import retrieval_collate
 from xmr.datasets.synthetic import SyntheticPairDataset, SyntheticRetrievalDataset
 from xmr.engine.eval_loops import LoaderSequence
@@ -362,6 +370,40 @@ def test_hook_prepares_cached_galleries_and_evaluation_matches(tiny_retriever, t
                                    atol=1e-6)
         torch.testing.assert_close(a['caption_embeddings']['de'], b['caption_embeddings']['de'])
 
+
+
+@pytest.mark.filterwarnings(f'ignore::{MediaSkippedWarning.__module__}.MediaSkippedWarning')
+def test_a_cached_gallery_of_real_videos_embeds_as_decoding_them_does(tiny_retriever, shared_data,
+                                                                      tmp_path):
+    """tools/cache_features.py's rows for decord clips (an unreadable one among them) are the
+    embeddings a validation computes from the decoded frames; the unreadable clip is skipped
+    and named on both paths, never a row of zeros."""
+    names = ['flipping_a_pancake.mkv', 'video_0.mov', 'corrupted.mp4', 'unordered.mov']
+    folder = shared_data / 'videos'
+    ann = Annotation(dataset='clips', split='test', media_type='video', languages=['en'],
+                     items=[MediaRecord(name.split('.')[0], str(folder / name),
+                                        {'en': [f'clip {name}']}) for name in names])
+    dump_annotation(ann, tmp_path / 'clips.json')
+
+    def gallery():
+        return RetrievalDataset(tmp_path / 'clips.json', transform=TINY_TRANSFORM, num_frames=4,
+                                on_corrupt='skip')
+
+    cached = CachedFeatureDataset(gallery(), tmp_path / 'cache')
+    loaders = LoaderSequence([DataLoader(dataset, batch_size=4, collate_fn=retrieval_collate)
+                              for dataset in (cached, gallery())])
+    runner = SimpleNamespace(model=tiny_retriever, val_loop=SimpleNamespace(dataloader=loaders))
+    FeatureCacheHook().before_val(runner)
+    assert cached.kinds == ['media']
+    tiny_retriever.eval()
+    batches = [next(iter(loader)) for loader in loaders.loaders]
+    for batch in batches:
+        assert batch['media_id'] == ['flipping_a_pancake', 'video_0', 'unordered']
+        assert [Path(path).name for path in batch['skipped_media']] == ['corrupted.mp4']
+    from_cache, decoded = (tiny_retriever.val_step(batch) for batch in batches)
+    for a, b in zip(from_cache, decoded, strict=True):
+        torch.testing.assert_close(a['media_embedding'], b['media_embedding'], rtol=1e-5,
+                                   atol=1e-6)
 
 
 def test_hook_prepares_a_cached_test_gallery(tiny_retriever, tmp_path):
