@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import gc
+import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -45,6 +47,40 @@ def test_sampled_h264_frames_equal_the_frames_decoded_in_sequence(videos):
         if index in indices:
             in_sequence[index] = torch.from_numpy(frame.asnumpy()).permute(2, 0, 1)
     assert all(torch.equal(frame, in_sequence[index]) for frame, index in zip(frames, indices))
+
+
+def _mp4_boxes(data: bytes, start: int, end: int):
+    """``(type, payload start, box end)`` of each MP4 box in ``data[start:end]``."""
+    while start < end:
+        size, kind = struct.unpack('>I4s', data[start:start + 8])
+        yield kind, start + 8, start + size
+        start += size
+
+
+def _quarter_turned_copy(source: Path, target: Path) -> None:
+    """``source`` with its video track's display matrix set to a quarter turn clockwise, as a
+    phone records a portrait clip (ffmpeg's ``rotate=90``); the coded frames stay the same."""
+    data = bytearray(source.read_bytes())
+    [(moov, moov_end)] = [(b, e) for kind, b, e in _mp4_boxes(data, 0, len(data))
+                          if kind == b'moov']
+    for kind, trak, trak_end in _mp4_boxes(data, moov, moov_end):
+        for inner, tkhd, _ in (_mp4_boxes(data, trak, trak_end) if kind == b'trak' else ()):
+            # After version/flags, times, ids and duration (v0: 20 bytes, v1: 32), reserved 8,
+            # layer, group, volume, reserved 2 each: the 3 x 3 matrix, then width and height.
+            matrix = tkhd + 4 + (32 if data[tkhd] == 1 else 20) + 16
+            if inner == b'tkhd' and struct.unpack('>I', data[matrix + 36:matrix + 40])[0]:
+                data[matrix:matrix + 36] = struct.pack('>9i', 0, 1 << 16, 0, -(1 << 16), 0, 0,
+                                                       0, 0, 1 << 30)
+    target.write_bytes(bytes(data))
+
+
+def test_a_rotated_video_decodes_upright_as_players_show_it(videos, tmp_path):
+    """decord applies the display matrix (docs/data.md): a portrait clip is not fed sideways."""
+    _quarter_turned_copy(videos / 'bigbuckbunny.mp4', tmp_path / 'portrait.mp4')
+    upright, _ = read_video_frames(videos / 'bigbuckbunny.mp4', 3, random_offset=False)
+    turned, _ = read_video_frames(tmp_path / 'portrait.mp4', 3, random_offset=False)
+    assert tuple(turned.shape) == (3, 3, 1280, 720)
+    assert torch.equal(turned, torch.rot90(upright, k=-1, dims=(2, 3)))
 
 
 def test_train_sampling_draws_one_frame_per_segment(videos):
