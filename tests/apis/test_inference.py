@@ -257,11 +257,24 @@ def test_blank_texts_and_counts_below_one_are_refused_by_name(trained):
     _, _, model = trained
     with pytest.raises(ValueError, match=r'^texts \[1\] are empty or not strings'):
         encode_texts(model, ['ein Kreis', ' \t'], 'de')
-    with pytest.raises(ValueError, match='^batch_size must be positive, got 0$'):
+    with pytest.raises(ValueError, match='^batch_size must be a positive int, got 0$'):
         encode_texts(model, ['ein Kreis'], 'de', batch_size=0)
     image = torch.zeros(3, 32, 32, dtype=torch.uint8)
-    with pytest.raises(ValueError, match='must be positive, got 32 and 0$'):
+    with pytest.raises(ValueError, match='^num_frames must be a positive int, got 0$'):
         encode_media(model, [image], num_frames=0)
+
+
+@pytest.mark.parametrize('batch_size', [2.5, 4.0, True])
+def test_a_batch_size_that_is_no_int_is_refused_by_name(trained, batch_size):
+    """A batch of 2.5 media was never full: encode_media decoded the whole gallery (videos of
+    12 frames each) into one batch; encode_texts stopped in range() naming nothing."""
+    _, _, model = trained
+    images = [torch.zeros(3, 32, 32, dtype=torch.uint8)] * 3
+    message = f'^batch_size must be a positive int, got {batch_size}$'
+    with pytest.raises(ValueError, match=message):
+        encode_media(model, images, batch_size=batch_size)
+    with pytest.raises(ValueError, match=message):
+        encode_texts(model, ['ein Kreis'], 'de', batch_size=batch_size)
 
 
 def test_videos_of_other_frame_counts_in_one_batch_are_refused_by_name(trained):

@@ -20,6 +20,7 @@ from mmengine.runner.checkpoint import load_state_dict
 from mmengine.utils import import_modules_from_strings
 from torch import Tensor
 
+from xmr.datasets.frame_sampling import check_frame_count
 from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.engine.checkpoint import keys_of_another_model, read_checkpoint
@@ -31,6 +32,7 @@ from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 from xmr.registry import MODELS, TRANSFORMS
 from xmr.run_config import merge_options
 from xmr.utils.cli import UserKeyError
+from xmr.utils.counts import is_count
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
            'load_trained_checkpoint', 'trained_languages', 'check_languages', 'encode_texts',
@@ -208,8 +210,7 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
         raise ValueError(f'texts {empty[:10]} are empty or not strings')
     for i, text in enumerate(texts):
         _check_encodable(text, f'text {i}')
-    if batch_size < 1:
-        raise ValueError(f'batch_size must be positive, got {batch_size}')
+    _check_batch_size(batch_size)
     embeddings = None
     for start in range(0, len(texts), batch_size):
         batch = model.data_preprocessor({'captions': [{lang: texts[start:start + batch_size]}]})
@@ -264,9 +265,8 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
     media = media_list(media)
     if not media:
         raise ValueError('no media to encode')
-    if batch_size < 1 or num_frames < 1:
-        raise ValueError(f'batch_size and num_frames must be positive, got {batch_size} and '
-                         f'{num_frames}')
+    _check_batch_size(batch_size)
+    check_frame_count(num_frames, 'num_frames')
     resize = TRANSFORMS.build(dict(transform) if transform is not None else dict(
         type='MediaTransform', backbone=None, size=tuple(model.backbone.image_size)))
     # Media of another size fail inside the tower, on two token counts that name nothing.
@@ -289,6 +289,16 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
         if batch:
             embeddings = _encode_batch(model, batch, embeddings, len(media))
     return embeddings
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    """Refuse a ``batch_size`` that is not a positive int, naming it.
+
+    A float batch is never full (``len(batch) == 2.5``): the media would all be decoded into
+    one batch, the whole gallery held at once.
+    """
+    if not is_count(batch_size):
+        raise ValueError(f'batch_size must be a positive int, got {batch_size!r}')
 
 
 def _encode_batch(model: CrossLingualRetriever, batch: Sequence[tuple[int, Tensor]],
