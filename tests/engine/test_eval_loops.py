@@ -265,17 +265,20 @@ def test_amp_evaluation_runs_on_cast_frozen_weights_with_autocast_results(tmp_pa
     assert metrics == plain_metrics
 
 
-def test_evaluation_with_tokenising_workers_gives_the_same_metrics(tmp_path):
+@pytest.mark.parametrize('loop', ['MultiDatasetTestLoop', 'TestLoop'])
+def test_evaluation_with_tokenising_workers_gives_the_same_metrics(tmp_path, loop):
     metrics = []
     for workers in (0, 2):
+        loader = dict(eval_loader(synthetic('test', ['en', 'de', 'zh'])), num_workers=workers)
+        evaluator = dict(type='RetrievalMetric', prefix='synth')
+        one_dataset = loop == 'TestLoop'
         runner = Runner(**base_cfg(
-            tmp_path / str(workers),
-            test_dataloader=[dict(eval_loader(synthetic('test', ['en', 'de', 'zh'])),
-                                  num_workers=workers)],
-            test_evaluator=[dict(type='RetrievalMetric', prefix='synth')],
-            test_cfg=dict(type='MultiDatasetTestLoop')))
+            tmp_path / str(workers), test_dataloader=loader if one_dataset else [loader],
+            test_evaluator=evaluator if one_dataset else [evaluator],
+            test_cfg=dict(type=loop)))
         metrics.append(runner.test())
-        collate = runner.test_loop.dataloaders[0].collate_fn
+        collate = runner.test_loop.dataloader.collate_fn if one_dataset \
+            else runner.test_loop.dataloaders[0].collate_fn
         assert isinstance(collate, TokenizingCollate) == bool(workers)
     assert metrics[0] == metrics[1]
 

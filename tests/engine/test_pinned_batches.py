@@ -42,6 +42,18 @@ def test_the_loops_build_their_loaders_through_it(tmp_path, monkeypatch):
     assert test_loop.dataloaders[0].pin_memory
 
 
+def test_the_one_dataset_loops_pin_their_loader_too(tmp_path, monkeypatch):
+    """ValLoop and TestLoop evaluate most shipped configs (Multi30K, MSRVTT, XTD10)."""
+    monkeypatch.setattr(eval_loops, 'pinned_on_gpu', pin_always)
+    runner = Runner(**base_cfg(
+        tmp_path, val_dataloader=eval_loader(synthetic('val', ['en', 'de'])),
+        val_evaluator=dict(type='RetrievalMetric'), val_cfg=dict(type='ValLoop'),
+        test_dataloader=eval_loader(synthetic('test', ['en', 'de'])),
+        test_evaluator=dict(type='RetrievalMetric'), test_cfg=dict(type='TestLoop')))
+    assert runner.val_loop.dataloader.pin_memory
+    assert runner.test_loop.dataloader.pin_memory
+
+
 def test_the_cdds_hook_builds_its_own_loader_through_it(monkeypatch):
     monkeypatch.setattr(cdds_correlation, 'pinned_on_gpu', pin_always)
     built = []

@@ -14,8 +14,9 @@ Config::
                      dict(type='RetrievalMetric', protocol='coco_1k_5fold', prefix='coco_ja')]
     val_cfg = dict(type='MultiDatasetValLoop')
 
-``ValLoop`` and ``TestLoop`` of xmr's scope are MMEngine's, except that a batch whose every
-medium a dataset skipped as unreadable goes to the metric without the model, as in these loops.
+``ValLoop`` and ``TestLoop`` of xmr's scope are MMEngine's with these loops' data path: their
+loader pins its batches on a GPU machine, its workers tokenise, and a batch whose every medium
+a dataset skipped as unreadable goes to the metric without the model.
 """
 from __future__ import annotations
 
@@ -248,13 +249,24 @@ class MultiDatasetTestLoop(_MultiDatasetLoop):
     mode = 'test'
 
 
-class _SkippedBatchesCounted:
-    """A batch whose every medium was skipped as unreadable (``on_corrupt='skip'``) reaches the
+class _OneDatasetLoop:
+    """MMEngine's one-dataset loop with the multi-dataset loops' data path: the loader pins its
+    batches on a GPU machine (:func:`~xmr.engine.pinned_batches.pinned_on_gpu`) and its workers
+    tokenise (:func:`~xmr.engine.worker_tokens.tokenize_in_workers`); MMEngine's loop does
+    neither, and most shipped configs evaluate through it.
+
+    A batch whose every medium was skipped as unreadable (``on_corrupt='skip'``) reaches the
     metric and the hooks without the model: there is nothing to embed, and MMEngine's loops
     fail on a step without outputs. The metric and ``CorruptMediaHook`` count its
     ``skipped_media``."""
 
     mode: str
+
+    def __init__(self, runner: Any, dataloader: DataLoader | dict,
+                 evaluator: Evaluator | dict | list, fp16: bool = False) -> None:
+        super().__init__(runner, pinned_on_gpu(dataloader) if isinstance(dataloader, Mapping)
+                         else dataloader, evaluator, fp16)
+        tokenize_in_workers(self.dataloader, runner.model)
 
     @torch.no_grad()
     def run_iter(self, idx: int, data_batch: Any) -> None:
@@ -268,15 +280,15 @@ class _SkippedBatchesCounted:
 
 
 @LOOPS.register_module()
-class ValLoop(_SkippedBatchesCounted, MMEngineValLoop):
-    """MMEngine's ``ValLoop``, a batch of skipped media alone counted without the model."""
+class ValLoop(_OneDatasetLoop, MMEngineValLoop):
+    """MMEngine's ``ValLoop`` with xmr's data path and skipped media (:class:`_OneDatasetLoop`)."""
 
     mode = 'val'
 
 
 @LOOPS.register_module()
-class TestLoop(_SkippedBatchesCounted, MMEngineTestLoop):
-    """MMEngine's ``TestLoop``, a batch of skipped media alone counted without the model."""
+class TestLoop(_OneDatasetLoop, MMEngineTestLoop):
+    """MMEngine's ``TestLoop`` with xmr's data path and skipped media (:class:`_OneDatasetLoop`)."""
 
     mode = 'test'
 
