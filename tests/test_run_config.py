@@ -255,6 +255,28 @@ def test_a_loader_count_or_learning_rate_torch_refuses_is_named_by_its_key(optio
         load_run_config(DEMO, cfg_options={option: value})
 
 
+def test_a_shipped_loader_given_no_workers_names_its_persistent_workers():
+    """The shipped loaders keep persistent workers: ``num_workers=0`` alone (to debug in the
+    main process) met torch's ``persistent_workers option needs num_workers > 0``, naming no
+    loader, once the runner built it."""
+    with pytest.raises(ValueError, match=(
+            r'^text_train_dataloader.persistent_workers=True needs worker processes, and '
+            r'text_train_dataloader.num_workers is 0: add '
+            r'text_train_dataloader.persistent_workers=False$')):
+        load_run_config(REPO / 'configs' / 'dasd' / 'dasd_clip-vit-b32_multi30k_clft.py',
+                        cfg_options={'text_train_dataloader.num_workers': 0})
+
+
+@pytest.mark.parametrize('option, value, fix', [('persistent_workers', True, False),
+                                                ('prefetch_factor', 4, None)])
+def test_an_option_of_workers_on_a_loader_without_workers_is_named_by_its_key(option, value,
+                                                                              fix):
+    with pytest.raises(ValueError, match=(
+            rf'^val_dataloader.{option}={value} needs worker processes, and '
+            rf'val_dataloader.num_workers is 0: add val_dataloader.{option}={fix}$')):
+        load_run_config(DEMO, cfg_options={f'val_dataloader.{option}': value})
+
+
 def test_the_batch_size_of_a_loader_in_a_list_or_a_phase_is_named_by_its_place(tmp_path):
     child = tmp_path / 'child.py'
     child.write_text(f"_base_ = ['{DEMO}']\n"

@@ -301,12 +301,24 @@ _LOADER_COUNTS = {'batch_size': (1, 'a positive integer (per process)'),
                   'num_workers': (0, 'an integer >= 0 (0: load in the main process)')}
 
 
+#: Options of a loader's worker processes, and the value that turns each off: torch refuses
+#: them without workers, naming no loader, where the shipped loaders keep persistent workers
+#: and ``num_workers=0`` is how one debugs in the main process.
+_WORKER_OPTIONS = {'persistent_workers': False, 'prefetch_factor': None}
+
+
 def _check_loader_counts(where: str, loader: Mapping[str, Any]) -> None:
     for key, (least, meaning) in _LOADER_COUNTS.items():
         value = loader.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < least):
             raise ValueError(f'{where}.{key}={value!r} must be {meaning}')
+    if loader.get('num_workers'):
+        return
+    for key, off in _WORKER_OPTIONS.items():
+        if loader.get(key, off) not in (off, None):
+            raise ValueError(f'{where}.{key}={loader[key]!r} needs worker processes, and '
+                             f'{where}.num_workers is 0: add {where}.{key}={off}')
 
 
 def _check_optimizer_lr(optimizer: Any) -> None:
