@@ -205,3 +205,16 @@ def test_a_load_from_url_is_left_to_mmengine_to_download():
     train_tool.check_load_from(None)
     with pytest.raises(UserError, match='^load_from=nowhere.pth: no such checkpoint file'):
         train_tool.check_load_from('nowhere.pth')
+
+
+def test_a_run_keeps_torchs_fp32_matmuls_without_tf32(tmp_path):
+    """docs/benchmarks.md, "Mixed precision": neither xmr nor MMEngine's runner set up for a
+    run switches TF32 on, so a GPU run's fp32 matrix products are true fp32, as the CPU's."""
+    from xmr.engine.runner import ResumeCheckedRunner
+
+    cfg = train_tool.build_config(train_tool.parse_args([str(DEMO), '--work-dir',
+                                                         str(tmp_path)]))
+    ResumeCheckedRunner.from_cfg(cfg)
+    assert torch.get_float32_matmul_precision() == 'highest'
+    assert not torch.backends.cuda.matmul.allow_tf32
+    assert torch.backends.cudnn.allow_tf32  # torch's default: convolutions may use TF32
