@@ -51,6 +51,7 @@ def build_config(args: argparse.Namespace) -> Config:
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
+    check_training_keys(cfg, args.config)
     for split in ('val', 'test'):
         check_evaluation_keys(cfg, split)
     cfg.launcher = args.launcher
@@ -65,6 +66,26 @@ def build_config(args: argparse.Namespace) -> Config:
         cfg.resume = False  # --resume auto found nothing: a new run
     check_load_from(cfg.get('load_from'))
     return cfg
+
+
+def check_training_keys(cfg: Config, config: str) -> None:
+    """The config gives what a training run needs, checked before the runner builds the model:
+    a test-only config (a zero-shot evaluation) has none of it, and ``--amp`` met its missing
+    ``optim_wrapper`` as an ``AttributeError``.
+
+    Raises:
+        UserError: naming the keys missing, and the test tool for a test-only config.
+    """
+    keys = ('train_dataloader', 'train_cfg', 'optim_wrapper')
+    missing = [key for key in keys if cfg.get(key) is None]
+    if not missing:
+        return
+    if len(missing) == len(keys):
+        raise UserError(config, f'has no {", ".join(keys[:-1])} and {keys[-1]}: a test-only '
+                        'config, nothing to train', 'evaluate it with tools/test.py CONFIG '
+                        '[CHECKPOINT]')
+    raise UserError(config, f'has no {" and ".join(missing)}', f'a training run needs all of '
+                    f'{", ".join(keys)}')
 
 
 def check_load_from(load_from: str | None) -> None:

@@ -200,6 +200,28 @@ def test_a_validation_given_in_part_is_refused_before_the_run_starts(tmp_path):
         train_tool.build_config(args)
 
 
+@pytest.mark.parametrize('flags', [[], ['--amp']])
+def test_a_test_only_config_is_refused_naming_the_test_tool(tmp_path, flags):
+    """--amp met its missing optim_wrapper as an AttributeError; without it the runner built
+    the model (M-CLIP's large towers) before saying that nothing trains."""
+    config = REPO / 'configs' / 'pectvlm' / 'mclip-xlmr-l14_xtd10_zeroshot.py'
+    args = train_tool.parse_args([str(config), '--work-dir', str(tmp_path), *flags])
+    with pytest.raises(UserError, match=(
+            r'mclip-xlmr-l14_xtd10_zeroshot.py: has no train_dataloader, train_cfg and '
+            r'optim_wrapper: a test-only config, nothing to train: evaluate it with '
+            r'tools/test.py CONFIG')):
+        train_tool.build_config(args)
+
+
+def test_a_training_config_missing_one_of_its_keys_names_it(tmp_path):
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path), '--amp',
+                                  '--cfg-options', 'optim_wrapper=None'])
+    with pytest.raises(UserError, match=(
+            r'static_tiny-clip_synthetic.py: has no optim_wrapper: a training run needs all of '
+            r'train_dataloader, train_cfg, optim_wrapper$')):
+        train_tool.build_config(args)
+
+
 def test_a_load_from_url_is_left_to_mmengine_to_download():
     train_tool.check_load_from('https://download.example.org/clip/iter_100.pth')
     train_tool.check_load_from(None)
