@@ -26,6 +26,7 @@ from pathlib import Path
 
 from mmengine.config import Config
 
+import xmr
 from xmr.run_config import add_config_arguments, config_file, load_run_config
 from xmr.utils.cli import UserError, run_tool
 
@@ -44,8 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='replace an earlier test result (its JSON, CSV and CLIP_benchmark '
                         'files) where this one goes; without it an existing result is kept and '
                         'the test is refused. Files other than test results are never replaced')
-    parser.add_argument('--name', help='row label of this model (default: "<config name> '
-                        '(<checkpoint name>)")')
+    parser.add_argument('--name', help='row label of this model (default: "<config name>'
+                        '[_<ablation>...] (<checkpoint name>[, seed N])", the seed the '
+                        'checkpoint was trained with)')
     parser.add_argument('--format', choices=['xmr', 'clip_benchmark'], default='xmr',
                         help="clip_benchmark: also write CLIP_benchmark's JSON per dataset and "
                         'language into <result>_clip_benchmark/')
@@ -279,18 +281,32 @@ def run_test(args: argparse.Namespace):
     except (CheckpointMismatchError, ValueError) as error:
         raise SystemExit(f'error: {error}') from error
     metrics = runner.test()
-    name = args.name or (f'{osp.splitext(osp.basename(args.config))[0]} '
-                         f'({Path(args.checkpoint).stem})')
+    seed = meta.get('seed')
     extra = {'tested_at': datetime.now(UTC).isoformat(timespec='seconds'),
-             'command': ' '.join(['tools/test.py', *sys.argv[1:]])}
+             'command': ' '.join(['tools/test.py', *sys.argv[1:]]),
+             'ablations': [str(name) for name in args.ablation],
+             'seed': None if seed is None else int(seed), 'xmr_version': xmr.__version__}
     if 'iter' in meta:
         extra['iter'] = int(meta['iter'])
     extra['summary_languages'] = summary_languages(runner)
     extra['rankings'] = {entry.prefix: entry.ranking for entry in scored
                          if entry.ranking != 'exact'}
-    return EvaluationResult(name=name, metrics=dict(metrics), config=str(args.config),
+    return EvaluationResult(name=args.name or default_name(args, extra['seed']),
+                            metrics=dict(metrics), config=str(args.config),
                             checkpoint=str(args.checkpoint), test_sets=test_sets(runner),
                             extra=extra), scored
+
+
+def default_name(args: argparse.Namespace, seed: int | None) -> str:
+    """``<config name>[_<ablation>...] (<checkpoint name>[, seed N])``: the runs of one config
+    with other ``--ablation`` rows or seeds, whose checkpoints share their names
+    (``iter_3000``), get rows of their own in ``--compare``. The ablation names are those the
+    default work dir adds; the seed is the one the checkpoint was trained with."""
+    from xmr.ablations import ablation_suffix
+
+    config = osp.splitext(osp.basename(args.config))[0] + ablation_suffix(args.ablation)
+    trained = Path(args.checkpoint).stem + ('' if seed is None else f', seed {seed}')
+    return f'{config} ({trained})'
 
 
 def write_clip_benchmark_files(args: argparse.Namespace, result, scored, json_path: Path) -> Path:

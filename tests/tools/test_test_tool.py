@@ -14,6 +14,7 @@ import torch
 from mmengine.config import Config
 from PIL import Image
 
+import xmr
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
 from xmr import evaluation
 from xmr.apis import encode_media, encode_texts, init_retriever
@@ -462,3 +463,31 @@ def test_options_of_a_new_test_are_refused_with_compare_alone(extra, message, ca
         load_tool().parse_args(['--compare', 'a.json', *extra])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_runs_of_other_seeds_and_ablations_are_told_apart_and_recorded(synthetic_setup, capsys):
+    """Three seeds of a config and an ablation row: each row names its ablation and seed (the
+    default labels would otherwise be equal), and each result records both and the xmr that
+    tested it, so a table over seeds and rows can be built from the JSON files alone."""
+    root, config = synthetic_setup
+    (root / 'no-x.py').write_text("log_level = 'WARNING'\n")
+    trained = torch.load(root / 'model.pth', weights_only=True)
+    runs = []
+    for seed, ablation in ((1, []), (2, []), (1, [str(root / 'no-x.py')])):
+        run = root / f"seed{seed}{'_no-x' if ablation else ''}"
+        run.mkdir()
+        torch.save({'meta': {'iter': 42, 'seed': seed}, 'state_dict': trained['state_dict']},
+                   run / 'iter_42.pth')
+        load_tool().main([str(config()), str(run / 'iter_42.pth'),
+                          *(['--ablation', *ablation] if ablation else [])])
+        runs.append(json.loads((run / 'iter_42_test.json').read_text()))
+    assert [(r['name'], r['seed'], r['ablations']) for r in runs] == [
+        ('synthetic (iter_42, seed 1)', 1, []), ('synthetic (iter_42, seed 2)', 2, []),
+        ('synthetic_no-x (iter_42, seed 1)', 1, [str(root / 'no-x.py')])]
+    assert all(r['xmr_version'] == xmr.__version__ for r in runs)
+    # A checkpoint without a recorded seed (a bare state dict, a converted model) keeps the
+    # plain label and records none.
+    load_tool().main([str(config()), str(root / 'model.pth')])
+    plain = json.loads((root / 'model_test.json').read_text())
+    assert plain['name'] == 'synthetic (model)' and plain['seed'] is None
+    capsys.readouterr()
