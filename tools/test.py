@@ -29,6 +29,7 @@ from mmengine.config import Config
 import xmr
 from xmr.run_config import add_config_arguments, config_file, load_run_config
 from xmr.utils.cli import UserError, run_tool
+from xmr.version import source_commit
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -285,7 +286,8 @@ def run_test(args: argparse.Namespace):
     extra = {'tested_at': datetime.now(UTC).isoformat(timespec='seconds'),
              'command': ' '.join(['tools/test.py', *sys.argv[1:]]),
              'ablations': [str(name) for name in args.ablation],
-             'seed': None if seed is None else int(seed), 'xmr_version': xmr.__version__}
+             'seed': None if seed is None else int(seed), 'xmr_version': xmr.__version__,
+             'xmr_commit': source_commit()}
     if 'iter' in meta:
         extra['iter'] = int(meta['iter'])
     extra['summary_languages'] = summary_languages(runner)

@@ -24,6 +24,7 @@ from xmr.datasets.converters.xtd10 import XTD10_LANGUAGES, convert_xtd10
 from xmr.evaluation import EvaluationResult, save_result
 from xmr.registry import MODELS
 from xmr.utils.cli import EXIT_ERROR, run_tool
+from xmr.version import source_commit
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'test.py'
 TINY = dict(type='MediaTransform', backbone=None, size=32)
@@ -468,7 +469,8 @@ def test_options_of_a_new_test_are_refused_with_compare_alone(extra, message, ca
 def test_runs_of_other_seeds_and_ablations_are_told_apart_and_recorded(synthetic_setup, capsys):
     """Three seeds of a config and an ablation row: each row names its ablation and seed (the
     default labels would otherwise be equal), and each result records both and the xmr that
-    tested it, so a table over seeds and rows can be built from the JSON files alone."""
+    tested it (version and commit), so a table over seeds and rows can be built from the JSON
+    files alone."""
     root, config = synthetic_setup
     (root / 'no-x.py').write_text("log_level = 'WARNING'\n")
     trained = torch.load(root / 'model.pth', weights_only=True)
@@ -484,7 +486,8 @@ def test_runs_of_other_seeds_and_ablations_are_told_apart_and_recorded(synthetic
     assert [(r['name'], r['seed'], r['ablations']) for r in runs] == [
         ('synthetic (iter_42, seed 1)', 1, []), ('synthetic (iter_42, seed 2)', 2, []),
         ('synthetic_no-x (iter_42, seed 1)', 1, [str(root / 'no-x.py')])]
-    assert all(r['xmr_version'] == xmr.__version__ for r in runs)
+    assert all(r['xmr_version'] == xmr.__version__ and r['xmr_commit'] == source_commit()
+               for r in runs)
     # A checkpoint without a recorded seed (a bare state dict, a converted model) keeps the
     # plain label and records none.
     load_tool().main([str(config()), str(root / 'model.pth')])
