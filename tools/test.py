@@ -28,7 +28,7 @@ from mmengine.config import Config
 
 import xmr
 from xmr.run_config import add_config_arguments, config_file, load_run_config
-from xmr.utils.cli import UserError, run_tool
+from xmr.utils.cli import UserError, print_for_reader, run_tool
 from xmr.version import source_commit
 
 
@@ -347,9 +347,10 @@ def main(argv: list[str] | None = None) -> None:
     if not is_main_process():
         return
     # The table is printed before anything is written, so a failing write never hides it;
-    # a result the table cannot show is written all the same, then named.
+    # a result the table cannot show is written all the same, then named. A reader of stdout
+    # that quit (`| head`) stops neither: the test's result is written whoever reads.
     try:
-        print(leaderboard_markdown([*results, result]))
+        print_for_reader(leaderboard_markdown([*results, result]))
         unshown = None
     except ValueError as error:
         unshown = error
@@ -357,8 +358,9 @@ def main(argv: list[str] | None = None) -> None:
     write_csv(csv_path, [result])
     remove_earlier_clip_benchmark_files(json_path)
     if args.format == 'clip_benchmark':
-        print(f'clip_benchmark: {write_clip_benchmark_files(args, result, scored, json_path)}')
-    print(f'\nresults: {json_path}\ntable:   {csv_path}')
+        print_for_reader('clip_benchmark: '
+                         f'{write_clip_benchmark_files(args, result, scored, json_path)}')
+    print_for_reader(f'\nresults: {json_path}\ntable:   {csv_path}')
     if unshown is not None:
         raise SystemExit(f'error: {unshown}; the result is saved: {json_path}')
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -494,3 +497,20 @@ def test_runs_of_other_seeds_and_ablations_are_told_apart_and_recorded(synthetic
     plain = json.loads((root / 'model_test.json').read_text())
     assert plain['name'] == 'synthetic (model)' and plain['seed'] is None
     capsys.readouterr()
+
+
+def test_a_result_is_written_when_the_reader_of_the_table_has_quit(synthetic_setup):
+    """`tools/test.py CONFIG CKPT | head -3`: the reader is gone long before the table is
+    printed; the test's result is still written, and the run does not fail."""
+    root, config = synthetic_setup
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        run = subprocess.run([sys.executable, str(TOOL), str(config()), str(root / 'model.pth')],
+                             stdout=writer, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(TOOL.parents[1])))
+    finally:
+        os.close(writer)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads((root / 'model_test.json').read_text())['name'] == 'synthetic (model)'
+    assert (root / 'model_test.csv').is_file()
