@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
         except (FileNotFoundError, ValueError) as error:
             raise SystemExit(f'error: {error}') from error
     if args.config is None:
-        print(leaderboard_markdown(results))
+        print_for_reader(leaderboard_markdown(results))
         return
     check_inputs(args)
     json_path, csv_path = output_paths(args)

@@ -514,3 +514,18 @@ def test_a_result_is_written_when_the_reader_of_the_table_has_quit(synthetic_set
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads((root / 'model_test.json').read_text())['name'] == 'synthetic (model)'
     assert (root / 'model_test.csv').is_file()
+
+
+def test_compare_into_a_closed_pipe_is_quiet(tmp_path):
+    """`tools/test.py --compare a.json b.json | head -3`, the reader gone before the table."""
+    for name in ('a', 'b'):
+        save_result(tmp_path / f'{name}.json', EvaluationResult(name, {'de/AR': 1.0, 'mAR': 1.0}))
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        run = subprocess.run([sys.executable, str(TOOL), '--compare', str(tmp_path / 'a.json'),
+                              str(tmp_path / 'b.json')], stdout=writer, stderr=subprocess.PIPE,
+                             text=True, env=dict(os.environ, PYTHONPATH=str(TOOL.parents[1])))
+    finally:
+        os.close(writer)
+    assert (run.returncode, run.stderr) == (0, '')
