@@ -302,23 +302,28 @@ def run_test(args: argparse.Namespace):
 def default_name(args: argparse.Namespace, seed: int | None) -> str:
     """``<config name>[_<ablation>...] (<checkpoint name>[, seed N])``: the runs of one config
     with other ``--ablation`` rows or seeds, whose checkpoints share their names
-    (``iter_3000``), get rows of their own in ``--compare``. The ablation names are those the
-    default work dir adds; the seed is the one the checkpoint was trained with."""
+    (``iter_3000``), get rows of their own in ``--compare``. The seed is the one the checkpoint
+    was trained with."""
+    trained = Path(args.checkpoint).stem + ('' if seed is None else f', seed {seed}')
+    return f'{config_name(args)} ({trained})'
+
+
+def config_name(args: argparse.Namespace) -> str:
+    """``<config name>[_<ablation>...]``, the ablation names as the default work dir adds them."""
     from xmr.ablations import ablation_suffix
 
-    config = osp.splitext(osp.basename(args.config))[0] + ablation_suffix(args.ablation)
-    trained = Path(args.checkpoint).stem + ('' if seed is None else f', seed {seed}')
-    return f'{config} ({trained})'
+    return osp.splitext(osp.basename(args.config))[0] + ablation_suffix(args.ablation)
 
 
 def write_clip_benchmark_files(args: argparse.Namespace, result, scored, json_path: Path) -> Path:
     """CLIP_benchmark's files of ``result`` in ``<result>_clip_benchmark/``; return the folder.
 
-    ``model`` is ``--name`` or the config's name, ``pretrained`` the checkpoint.
+    ``model`` is ``--name`` or the config's name with its ``--ablation`` rows (as the default
+    row label and work dir name them), ``pretrained`` the checkpoint.
     """
     from xmr.evaluation import clip_benchmark_records, write_clip_benchmark
 
-    model = args.name or osp.splitext(osp.basename(args.config))[0]
+    model = args.name or config_name(args)
     folder = clip_benchmark_folder(json_path)
     write_clip_benchmark(clip_benchmark_records(result.metrics, scored, model,
                                                 str(args.checkpoint)), folder)

@@ -131,3 +131,15 @@ def test_clip_benchmark_format_without_a_comparable_metric_stops_before_encoding
                           '--out', str(tmp_path / 'r.json'), '--cfg-options',
                           'test_evaluator.1.protocol=crossmodal3600'])
     assert not (tmp_path / 'r.json').exists()
+
+
+def test_an_ablation_rows_clip_benchmark_model_names_the_row(xm3600_run, tmp_path):
+    """The files of an --ablation row and of the full model go into one `clip_benchmark build`:
+    the row's model is named as its leaderboard row and work dir are."""
+    root, config, _ = xm3600_run
+    (tmp_path / 'no-x.py').write_text("log_level = 'WARNING'\n")
+    load_tool().main([str(config), str(root / 'tiny.pth'), '--format', 'clip_benchmark',
+                      '--out', str(tmp_path / 'row.json'), '--ablation', str(tmp_path / 'no-x.py')])
+    [path] = (tmp_path / 'row_clip_benchmark').iterdir()
+    assert json.loads(path.read_text(encoding='utf-8'))['model'] == 'xm3600_sw_no-x'
+    assert path.name == 'crossmodal3600_tiny.pth_xm3600_sw_no-x_sw_zeroshot_retrieval.json'
