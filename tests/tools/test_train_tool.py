@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from mmengine.config import Config
 
 from tests.conftest import REPO
 from tests.engine.hooks.test_phase_report_hook import report_cfg
@@ -240,3 +241,19 @@ def test_a_run_keeps_torchs_fp32_matmuls_without_tf32(tmp_path):
     assert torch.get_float32_matmul_precision() == 'highest'
     assert not torch.backends.cuda.matmul.allow_tf32
     assert torch.backends.cudnn.allow_tf32  # torch's default: convolutions may use TF32
+
+
+@pytest.mark.slow
+def test_a_resumed_runs_config_dump_records_the_seed_it_trains_with(tmp_path):
+    """Resuming under another randomness.seed, MMEngine trains on with the checkpoint's seed
+    (and warns); the dump beside the checkpoints, and the config the checkpoints keep, said the
+    other seed."""
+    work_dir = tmp_path / 'work'
+    cfg = report_cfg(work_dir)
+    config = tmp_path / 'tiny.py'
+    cfg.dump(str(config))
+    train_tool.main([str(config), '--work-dir', str(work_dir)])
+    trained_seed = cfg.randomness.seed
+    train_tool.main([str(config), '--work-dir', str(work_dir), '--resume', '--cfg-options',
+                     f'randomness.seed={trained_seed + 5}'])
+    assert Config.fromfile(work_dir / 'tiny.py').randomness.seed == trained_seed

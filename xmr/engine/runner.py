@@ -15,7 +15,8 @@ class ResumeCheckedRunner(Runner):
     loading) and another schedule (:class:`~xmr.engine.loops.PhasedTrainLoop`, before
     ``before_train``). A refused resume would replace the dump of the run that wrote the
     checkpoint, the config their errors tell the user to resume with. Resuming, the dump is
-    written at ``before_train`` instead, once both checks have passed.
+    written at ``before_train`` instead, once both checks have passed, with the checkpoint's
+    seed, which the run trains with.
     """
 
     def dump_config(self) -> None:
@@ -26,9 +27,15 @@ class ResumeCheckedRunner(Runner):
 
 
 class _ConfigDumpHook(Hook):
-    """Dumps the runner's config as training starts, after the resume checks."""
+    """Dumps the runner's config as training starts, after the resume checks, with the seed
+    the resumed run trains with."""
 
     priority = 'VERY_HIGH'  # after WorkDirLockHook (HIGHEST), which guards the work dir
 
     def before_train(self, runner) -> None:
+        # MMEngine resumes with the checkpoint's seed whatever randomness.seed says (a warning
+        # names both); the dump, and the config each later checkpoint keeps, record that one.
+        seed = runner._randomness_cfg.get('seed')
+        if seed is not None and runner.cfg.get('randomness') is not None:
+            runner.cfg.randomness.seed = seed
         Runner.dump_config(runner)
