@@ -12,7 +12,8 @@ before testing.
 into ``<result>_clip_benchmark/`` beside the result (docs/evaluation.md).
 
 ``python tools/test.py --compare a.json b.json ...`` prints earlier results side by side; with
-CONFIG and CHECKPOINT as well, the new result is the last row.
+CONFIG and CHECKPOINT as well, the new result is the last row; ``--over-seeds`` makes the seeds
+of one run one row of ``mean ± std``.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mmengine.config import Config
 
@@ -30,6 +32,9 @@ import xmr
 from xmr.run_config import add_config_arguments, config_file, load_run_config
 from xmr.utils.cli import UserError, print_for_reader, run_tool
 from xmr.version import source_commit
+
+if TYPE_CHECKING:
+    from xmr.evaluation.leaderboard import EvaluationResult
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,6 +60,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--compare', nargs='+', metavar='JSON',
                         help='result files of earlier runs to show side by side (printed; '
                         "the CSV written for CHECKPOINT holds its own row alone)")
+    parser.add_argument('--over-seeds', action='store_true',
+                        help='with --compare: one row per run whose seeds alone differ (same '
+                        'config, --ablation rows, checkpoint name and test sets), each value the '
+                        'mean ± sample standard deviation over its seeds')
     add_config_arguments(parser, 'test_dataloader.batch_size=64')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher for distributed testing')
@@ -68,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 or args.ablation or args.overwrite):
         parser.error('--out, --overwrite, --work-dir, --name, --ablation and --cfg-options need '
                      'CONFIG and CHECKPOINT')
+    if args.over_seeds and not args.compare:
+        parser.error('--over-seeds averages the results of --compare JSON ...: give them')
     if args.config is None and args.format != 'xmr':
         parser.error('--format clip_benchmark needs CONFIG and CHECKPOINT')
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
@@ -330,6 +341,19 @@ def write_clip_benchmark_files(args: argparse.Namespace, result, scored, json_pa
     return folder
 
 
+def shown_rows(args: argparse.Namespace, results: list[EvaluationResult]
+               ) -> list[EvaluationResult]:
+    """The table's rows: ``results``, or with ``--over-seeds`` one per run over its seeds."""
+    from xmr.evaluation.leaderboard import mean_over_seeds
+
+    if not args.over_seeds:
+        return results
+    try:
+        return mean_over_seeds(results)
+    except ValueError as error:
+        raise SystemExit(f'error: {error}') from error
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from mmengine.dist import is_main_process
@@ -343,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
         except (FileNotFoundError, ValueError) as error:
             raise SystemExit(f'error: {error}') from error
     if args.config is None:
-        print_for_reader(leaderboard_markdown(results))
+        print_for_reader(leaderboard_markdown(shown_rows(args, results)))
         return
     check_inputs(args)
     json_path, csv_path = output_paths(args)
@@ -355,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     # a result the table cannot show is written all the same, then named. A reader of stdout
     # that quit (`| head`) stops neither: the test's result is written whoever reads.
     try:
-        print_for_reader(leaderboard_markdown([*results, result]))
+        print_for_reader(leaderboard_markdown(shown_rows(args, [*results, result])))
         unshown = None
     except ValueError as error:
         unshown = error

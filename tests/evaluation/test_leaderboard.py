@@ -15,6 +15,7 @@ from xmr.evaluation.leaderboard import (
     leaderboard_markdown,
     leaderboard_table,
     load_result,
+    mean_over_seeds,
     save_result,
     write_csv,
 )
@@ -390,3 +391,49 @@ def test_saved_results_keep_numbers_as_floats_and_leave_out_flags_and_text(tmp_p
     assert saved == {'de/AR': 40.0, 'mAR': 40.5}
     assert isinstance(saved['de/AR'], float)
     assert leaderboard_table([result]) == (['model', 'de', 'mAR'], [['r', '40.00', '40.50']])
+
+
+def _seed_result(seed, de_ar, ablations=(), checkpoint='work/iter_900.pth'):
+    return EvaluationResult(f'run seed {seed}', {'m30k/de/AR': de_ar, 'm30k/mAR': de_ar},
+                            config='configs/dasd/dasd.py', checkpoint=checkpoint,
+                            extra={'seed': seed, 'ablations': list(ablations)})
+
+
+def test_the_seeds_of_one_run_are_one_row_of_mean_and_sample_std():
+    runs = mean_over_seeds([_seed_result(2, 60.0), _seed_result(0, 10.0),
+                            _seed_result(0, 15.0, ablations=['dasd/no-sc']),
+                            _seed_result(1, 20.0)])
+    assert [run.name for run in runs] == ['dasd (iter_900, seeds 0, 1, 2)',
+                                          'dasd_no-sc (iter_900, seed 0)']
+    # mean 30; deviations -20, -10, 30: sqrt((400 + 100 + 900) / 2) = sqrt(700)
+    assert runs[0].metrics == {'m30k/de/AR': 30.0, 'm30k/mAR': 30.0}
+    assert runs[0].seed_std['m30k/de/AR'] == pytest.approx(700 ** 0.5)
+    assert runs[1].seed_std == {}
+    header, rows = leaderboard_table(runs)
+    assert rows == [['dasd (iter_900, seeds 0, 1, 2)', '30.00 ± 26.46', '30.00 ± 26.46'],
+                    ['dasd_no-sc (iter_900, seed 0)', '15.00', '15.00']]
+    assert any('mean ± sample standard deviation (n - 1)' in line
+               for line in leaderboard_markdown(runs).splitlines())
+
+
+def test_another_checkpoint_of_a_run_is_a_row_of_its_own():
+    runs = mean_over_seeds([_seed_result(0, 10.0), _seed_result(1, 20.0),
+                            _seed_result(0, 30.0, checkpoint='work/iter_450.pth')])
+    assert [run.name for run in runs] == ['dasd (iter_900, seeds 0, 1)',
+                                          'dasd (iter_450, seed 0)']
+
+
+@pytest.mark.parametrize('results, message', [
+    ([_seed_result(0, 10.0), _seed_result(0, 12.0)],
+     r'^seed 0 of one run is in two results: run seed 0, run seed 0; compare each seed once$'),
+    ([_seed_result(0, 10.0), EvaluationResult('old', {'m30k/mAR': 1.0})],
+     r'^old: the result records no seed \(seed: None\)'),
+    ([_seed_result(0, 10.0), EvaluationResult('run seed 1', {'m30k/mAR': 1.0},
+                                              config='configs/dasd/dasd.py',
+                                              checkpoint='work/iter_900.pth',
+                                              extra={'seed': 1})],
+     r'^run seed 0 and run seed 1, seeds of one run, report other metrics \(m30k/de/AR\)'),
+])
+def test_results_that_cannot_be_averaged_over_seeds_are_refused_by_name(results, message):
+    with pytest.raises(ValueError, match=message):
+        mean_over_seeds(results)

@@ -469,6 +469,27 @@ def test_options_of_a_new_test_are_refused_with_compare_alone(extra, message, ca
     assert message in capsys.readouterr().err
 
 
+def test_over_seeds_without_results_to_compare_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        load_tool().parse_args(['c.py', 'm.pth', '--over-seeds'])
+    assert exit_info.value.code == 2
+    assert '--over-seeds averages the results of --compare JSON ...' in capsys.readouterr().err
+
+
+def test_compare_over_seeds_prints_one_row_per_run(tmp_path, capsys):
+    for seed, value in enumerate((10.0, 20.0, 60.0)):
+        save_result(tmp_path / f'seed{seed}.json', EvaluationResult(
+            f'dasd (iter_9, seed {seed})', {'de/AR': value, 'mAR': value}, config='dasd.py',
+            checkpoint=f'seed{seed}/iter_9.pth', extra={'seed': seed, 'ablations': []}))
+    files = [str(tmp_path / f'seed{seed}.json') for seed in range(3)]
+    load_tool().main(['--compare', *files, '--over-seeds'])
+    rows = [line for line in table_lines(capsys.readouterr().out) if line.startswith('| dasd')]
+    assert [row.split('|')[1:-1] for row in rows] == [
+        [' dasd (iter_9, seeds 0, 1, 2) ', ' 30.00 ± 26.46 ', ' 30.00 ± 26.46 ']]
+    with pytest.raises(SystemExit, match=r'^error: seed 0 of one run is in two results'):
+        load_tool().main(['--compare', *files, files[0], '--over-seeds'])
+
+
 def test_runs_of_other_seeds_and_ablations_are_told_apart_and_recorded(synthetic_setup, capsys):
     """Three seeds of a config and an ablation row: each row names its ablation and seed (the
     default labels would otherwise be equal), and each result records both and the xmr that

@@ -31,7 +31,8 @@ rows average different languages; where rows summarise one dataset by different 
 Results are saved as JSON (every metric, plus where it came from and which test sets it scored:
 dataset, split, languages) and the table as CSV; :func:`load_result` reads a JSON back for
 side-by-side comparisons, renaming language codes to the canonical ones (``jp`` -> ``ja``,
-``swh_Latn`` -> ``sw``; ``xmr.datasets.languages``). Results of different test sets are never put
+``swh_Latn`` -> ``sw``; ``xmr.datasets.languages``), and :func:`mean_over_seeds` makes the results
+of one run's seeds one row of ``mean ± std``. Results of different test sets are never put
 in one table: the Markdown has one table per test set. A row whose evaluation skipped unreadable
 media (``on_corrupt='skip'``, the ``skipped_media`` metric) is marked ``*`` and the legend gives
 the count: its recalls are over a smaller gallery. A metric that ranked otherwise than the exact
@@ -50,13 +51,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from xmr.ablations import ablation_suffix
 from xmr.datasets.languages import is_language_alias, normalize_language
 from xmr.fileio import atomic_open, atomic_write_text
 
 __all__ = [
     'HEADLINES', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult', 'format_table',
     'leaderboard_columns', 'leaderboard_table', 'leaderboard_markdown', 'column_legend',
-    'save_result', 'load_result', 'write_csv',
+    'mean_over_seeds', 'save_result', 'load_result', 'write_csv',
 ]
 
 RESULT_FORMAT = 'xmr-test-result'
@@ -177,6 +179,13 @@ class EvaluationResult:
         return recorded if isinstance(recorded, dict) else {}
 
     @property
+    def seed_std(self) -> dict[str, float]:
+        """Per metric, its standard deviation over the seeds this result averages
+        (:func:`mean_over_seeds`); empty for the result of one run."""
+        recorded = self.extra.get('seed_std')
+        return recorded if isinstance(recorded, dict) else {}
+
+    @property
     def rankings(self) -> dict[str, str]:
         """Per metric prefix, a ranking other than the exact standard one (``i2t_mode='grouped'``,
         an approximate search index, token re-ranking), as ``tools/test.py`` records it under
@@ -253,12 +262,14 @@ def _dataset_headline(metrics: Mapping[str, Any], keys: Sequence[str], group: st
 def leaderboard_table(results: Sequence[EvaluationResult]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of a leaderboard: one row per result, the union of their columns.
 
-    Values are shown with two decimals; a column a result lacks shows ``-``.
+    Values are shown with two decimals, a row over seeds (:func:`mean_over_seeds`) as
+    ``mean ± std``; a column a result lacks shows ``-``.
     """
     columns = _union_columns(results)
     header = ['model', *(column.label for column in columns)]
     rows = [[result.name + (' *' if result.skipped_media else ''),
-             *(_cell(result.metrics.get(column.key)) for column in columns)]
+             *(_cell(result.metrics.get(column.key), result.seed_std.get(column.key))
+               for column in columns)]
             for result in results]
     return header, rows
 
@@ -369,11 +380,67 @@ def _markdown_table(results: Sequence[EvaluationResult]) -> str:
     lines = column_legend(results) + [
         f"{result.name} *: {result.skipped_media} unreadable media skipped (on_corrupt='skip'); "
         'its recalls are over a smaller gallery' for result in results if result.skipped_media]
+    if any(result.seed_std for result in results):
+        lines.append('a row over seeds: mean ± sample standard deviation (n - 1) of each value '
+                     'over the seeds it names')
     lines += [f'{result.name}: {prefix or "all columns"} ranked with {ranking}, not the exact '
               'standard ranking of the papers\' tables' for result in results
               for prefix, ranking in result.rankings.items()]
     legend = '\n'.join(f'- {line}' for line in lines)
     return f'{format_table(header, rows)}\n\n{legend}'
+
+
+def mean_over_seeds(results: Sequence[EvaluationResult]) -> list[EvaluationResult]:
+    """One result per run whose seeds alone differ, as a paper's table reports ``mean ± std``:
+    each metric's mean over the run's seeds, and its sample standard deviation (``n - 1``) in
+    :attr:`EvaluationResult.seed_std` (none for a run of one seed).
+
+    The results of one run record the same config, ``--ablation`` rows, checkpoint name
+    (``iter_3000``) and test sets, and each its ``seed`` (``tools/test.py`` records them all);
+    runs keep the order they are first met in ``results``.
+
+    Raises:
+        ValueError: a result that records no seed, two results of one seed in a run, or seeds of
+            a run reporting different metrics, naming the results.
+    """
+    runs: dict[tuple, list[EvaluationResult]] = {}
+    for result in results:
+        if not isinstance(result.extra.get('seed'), int):
+            raise ValueError(f'{result.name}: the result records no seed (seed: '
+                             f"{result.extra.get('seed')!r}), so it cannot be averaged with "
+                             'other seeds; test its checkpoint again with tools/test.py')
+        key = (Path(result.config or '').stem, tuple(result.extra.get('ablations') or ()),
+               Path(result.checkpoint or '').stem, result.test_set_label())
+        runs.setdefault(key, []).append(result)
+    return [_seed_mean(seeds) for seeds in runs.values()]
+
+
+def _seed_mean(seeds: Sequence[EvaluationResult]) -> EvaluationResult:
+    """The result of one run averaged over its ``seeds`` (:func:`mean_over_seeds`)."""
+    first = seeds[0]
+    numbers = [result.extra['seed'] for result in seeds]
+    repeated = sorted({n for n in numbers if numbers.count(n) > 1})
+    if repeated:
+        raise ValueError(f'seed {repeated[0]} of one run is in two results: '
+                         f"{', '.join(r.name for r in seeds if r.extra['seed'] == repeated[0])}; "
+                         'compare each seed once')
+    for result in seeds[1:]:
+        if result.metrics.keys() != first.metrics.keys():
+            other = sorted(result.metrics.keys() ^ first.metrics.keys())
+            raise ValueError(f'{first.name} and {result.name}, seeds of one run, report other '
+                             f"metrics ({', '.join(other[:4])}): average seeds of one test")
+    count = len(seeds)
+    mean = {key: math.fsum(r.metrics[key] for r in seeds) / count for key in first.metrics}
+    std = {} if count == 1 else {
+        key: math.sqrt(math.fsum((r.metrics[key] - mean[key]) ** 2 for r in seeds) / (count - 1))
+        for key in first.metrics}
+    name = (f"{Path(first.config or first.name).stem}"
+            f"{ablation_suffix(first.extra.get('ablations') or ())} "
+            f"({Path(first.checkpoint or '').stem}, seed{'s' * (count > 1)} "
+            f"{', '.join(map(str, sorted(numbers)))})")
+    extra = {**first.extra, 'seeds': sorted(numbers), 'seed_std': std}
+    del extra['seed']
+    return replace(first, name=name, metrics=mean, extra=extra)
 
 
 def write_csv(path: str | os.PathLike, results: Sequence[EvaluationResult]) -> None:
@@ -506,10 +573,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _cell(value: float | None) -> str:
+def _cell(value: float | None, std: float | None = None) -> str:
     if value is None:
         return '-'
-    return f'{value:.2f}' if math.isfinite(value) else str(value)
+    shown = f'{value:.2f}' if math.isfinite(value) else str(value)
+    return shown if std is None else f'{shown} ± {std:.2f}'
 
 
 def _csv_value(value: float | None) -> str:
