@@ -212,6 +212,26 @@ def test_sentencepiece_bad_input_fails_clearly(tmp_path):
         SentencePieceTokenizer(corpus=CORPUS, vocab_size=20)
 
 
+def test_a_sentencepiece_corpus_file_is_one_caption_a_line_as_xmr_writes_them(
+        monkeypatch, tmp_path):
+    """A corpus file is read as xmr's caption files are (docs/data.md): split at line ends
+    only, its byte order mark dropped, blank lines left out. ``str.splitlines`` also split a
+    caption at a Unicode line or paragraph separator (U+2028, U+2029) or a NEL (U+0085), which
+    ``export_source_captions`` writes inside a line, and kept the BOM as the first caption's
+    first character. Expected: the vocabulary and caption count of the list of its lines."""
+    from xmr.models.language import tokenizers
+
+    logged = []
+    monkeypatch.setattr(tokenizers, 'print_log', lambda message, **kwargs: logged.append(message))
+    captions = [*CORPUS, 'ein roter\u2028Kreis', 'un cercle\u2029rouge', 'zwei\x85Quadrate']
+    path = tmp_path / 'corpus.txt'
+    path.write_bytes(b'\xef\xbb\xbf' + '\r\n'.join(captions * 10).encode() + b'\n\n')
+    from_file = SentencePieceTokenizer(corpus=str(path), vocab_size=64)
+    from_list = SentencePieceTokenizer(corpus=captions * 10, vocab_size=64)
+    assert f'from {len(captions) * 10} captions' in logged[0]
+    assert from_file.vocabulary_digest() == from_list.vocabulary_digest()
+
+
 def test_hf_tokenizer_file_reads_the_real_xlmr_tokenizer(shared_data):
     tokenizer = HFTokenizer(tokenizer_file=str(shared_data / 'tokenizers' /
                                               'xlm-roberta.tokenizer.json'))

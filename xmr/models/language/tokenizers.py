@@ -668,8 +668,10 @@ class SentencePieceTokenizer(BaseTokenizer):
     Args:
         model_file: a trained ``.model`` file; when missing and ``corpus`` is given, the model is
             trained and written there.
-        corpus: captions to train on: a list of strings, a text file (one caption a line), or a
-            ``FUNCTIONS`` config returning a list of strings.
+        corpus: captions to train on: a list of strings, a UTF-8 text file (one caption a
+            line, as ``export_source_captions`` writes them: ``\\n`` or ``\\r\\n`` ends a line,
+            a byte order mark is dropped, blank lines are skipped), or a ``FUNCTIONS`` config
+            returning a list of strings.
         vocab_size: pieces to learn when training.
         max_length: longest sequence kept.
         character_coverage: SentencePiece's coverage (keep near 1 for CJK).
@@ -746,10 +748,15 @@ class SentencePieceTokenizer(BaseTokenizer):
         if isinstance(corpus, dict):
             corpus = FUNCTIONS.build(corpus)
         if isinstance(corpus, str):
+            from xmr.datasets.converters.raw_files import iter_lines
+
             source = Path(corpus)
             if not source.is_file():
                 raise FileNotFoundError(f'SentencePiece corpus file {source} does not exist')
-            return [line for line in source.read_text(encoding='utf-8').splitlines() if line]
+            # Lines as xmr writes and reads caption files: str.splitlines would also cut a
+            # caption at a U+2028 or NEL inside it, and keep a byte order mark.
+            return [line for line in iter_lines(source, 'SentencePiece corpus file',
+                                                allow_empty_lines=True) if line]
         return [line for line in corpus if line]
 
     @staticmethod
