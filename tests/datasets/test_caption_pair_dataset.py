@@ -33,6 +33,27 @@ def ann_file(tmp_path):
     return tmp_path / 'ann.json'
 
 
+def test_a_media_file_named_in_decomposed_unicode_is_reported_with_its_spelling(tmp_path):
+    """An annotation's composed 'café.png' and a folder unpacked from a macOS archive, whose
+    name is decomposed (NFD): the error named a file a listing shows. Expected: the folder's
+    spelling and the fix."""
+    import unicodedata
+
+    composed = unicodedata.normalize('NFC', 'café.png')
+    decomposed = unicodedata.normalize('NFD', composed)
+    Image.fromarray(np.zeros((12, 10, 3), dtype=np.uint8)).save(tmp_path / decomposed)
+    dump_annotation(Annotation(dataset='demo', split='test', media_type='image',
+                               languages=['fr'], source_lang='fr',
+                               items=[MediaRecord('a', composed, {'fr': ['un café']})]),
+                    tmp_path / 'ann.json')
+    dataset = CaptionPairDataset(tmp_path / 'ann.json', data_root=tmp_path, transform=TINY,
+                                 source_only=True)
+    with pytest.raises(FileNotFoundError) as info:
+        dataset.check_media_exist()
+    assert f'the first {tmp_path / composed} ({tmp_path} holds {decomposed!r}' in str(info.value)
+    assert 'NFC' in str(info.value)
+
+
 def test_every_translation_is_one_item(ann_file):
     dataset = CaptionPairDataset(ann_file, data_root=ann_file.parent, transform=TINY)
     triples = [(dataset[i]['media_id'], dataset[i]['source_text'], dataset[i]['target_text'],

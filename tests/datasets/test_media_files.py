@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import os
+import unicodedata
 
 from xmr.datasets import media_files
-from xmr.datasets.media_files import missing_media
+from xmr.datasets.media_files import missing_media, other_spelling_hint
 
 
 def test_the_missing_files_come_in_the_annotations_order_each_folder_listed_once(
@@ -45,3 +46,18 @@ def test_a_broken_link_or_a_folder_under_a_files_name_is_missing(tmp_path):
     (tmp_path / 'folder.jpg').mkdir()
     assert missing_media(tmp_path, ['real.jpg', 'linked.jpg', 'broken.jpg', 'folder.jpg']) == [
         tmp_path / 'broken.jpg', tmp_path / 'folder.jpg']
+
+
+def test_a_file_the_folder_spells_in_another_unicode_form_is_named_with_that_spelling(tmp_path):
+    """macOS and archives made there write file names decomposed (NFD): the composed (NFC)
+    media_path of an annotation is then another name on Linux, missing though a listing shows
+    it. Expected: still missing (it cannot be opened by that name), and the hint names the
+    folder's own spelling and its form; none for a file that is simply absent."""
+    decomposed = unicodedata.normalize('NFD', '고양이 café.jpg')
+    (tmp_path / decomposed).write_bytes(b'')
+    composed = tmp_path / unicodedata.normalize('NFC', decomposed)
+    assert missing_media(tmp_path, [composed.name]) == [composed]
+    hint = other_spelling_hint(composed)
+    assert f'holds {decomposed!r}' in hint and 'Unicode NFD' in hint
+    assert other_spelling_hint(tmp_path / 'absent.jpg') == ''
+    assert other_spelling_hint(tmp_path / 'no folder' / 'absent.jpg') == ''

@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 from xmr.datasets.annotation import Annotation, MediaRecord, load_annotation
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.frame_sampling import check_frame_count
-from xmr.datasets.media_files import missing_media
+from xmr.datasets.media_files import missing_media, other_spelling_hint
 from xmr.datasets.media_io import (
     MediaReadError,
     check_decode_threads,
@@ -117,7 +117,7 @@ class MediaCaptionDataset(MediaDataset):
         if not missing:
             return
         found = (f'{self.ann_file}: {len(missing)} of its {len(self.records)} media files are '
-                 f'missing, the first {missing[0]}')
+                 f'missing, the first {missing[0]}{other_spelling_hint(missing[0])}')
         if self.on_corrupt == 'raise':
             raise FileNotFoundError(f"{found}: check data_root and data_prefix, or set "
                                     "on_corrupt='skip' to leave them out")

@@ -3,10 +3,11 @@ torch: the data tools use it before anything heavy is imported)."""
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ['missing_media']
+__all__ = ['missing_media', 'other_spelling_hint']
 
 
 def missing_media(media_root: str | os.PathLike, relative_paths: Iterable[str]) -> list[Path]:
@@ -31,3 +32,25 @@ def missing_media(media_root: str | os.PathLike, relative_paths: Iterable[str]) 
         if name not in present[folder]:
             missing.append(media_root / folder / name)
     return missing
+
+
+def other_spelling_hint(path: Path) -> str:
+    """A sentence naming the file of ``path``'s folder whose name is ``path``'s name in another
+    Unicode normalisation form, for the error that reports ``path`` missing; ``''`` if none is.
+
+    macOS, and archives made there, write names decomposed (NFD: 'e' then a combining accent);
+    annotations hold them composed (NFC). Linux compares names byte for byte, so such a file is
+    missing by the annotation's name though a listing shows it.
+    """
+    wanted = unicodedata.normalize('NFC', path.name)
+    try:
+        found = next((entry.name for entry in os.scandir(path.parent) if entry.name != path.name
+                      and unicodedata.normalize('NFC', entry.name) == wanted), None)
+    except (FileNotFoundError, NotADirectoryError):
+        return ''
+    if found is None:
+        return ''
+    form = 'NFD' if unicodedata.is_normalized('NFD', found) else 'another normalisation form'
+    return (f' ({path.parent} holds {found!r}: the same name in Unicode {form}, as macOS writes '
+            "names; rename the files to NFC, e.g. 'convmv -r -f utf8 -t utf8 --nfc --notest "
+            "FOLDER', or write each media_path as the folder spells it)")

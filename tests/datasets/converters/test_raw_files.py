@@ -80,6 +80,16 @@ def test_missing_media_names_its_full_path(tmp_path):
     assert 'and 1 more' in str(info.value)
 
 
+def test_missing_media_in_decomposed_unicode_names_the_folders_spelling(tmp_path):
+    import unicodedata
+
+    decomposed = unicodedata.normalize('NFD', 'Ελληνικά.jpg')
+    (tmp_path / decomposed).touch()
+    with pytest.raises(ConversionError) as info:
+        check_media_exist(tmp_path, [unicodedata.normalize('NFC', decomposed)])
+    assert f'holds {decomposed!r}' in str(info.value)
+
+
 def test_lang_path_options():
     assert {k: v.name for k, v in parse_lang_paths(['de=a/de.txt'], '--x').items()} == {
         'de': 'de.txt'}

@@ -15,7 +15,7 @@ from pathlib import Path
 from xmr.datasets.annotation import MediaRecord
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.languages import LanguageCodeError, normalize_languages
-from xmr.datasets.media_files import missing_media
+from xmr.datasets.media_files import missing_media, other_spelling_hint
 
 __all__ = ['read_lines', 'iter_lines', 'require_file', 'find_first', 'require_same_length',
            'parallel_caption_records',
@@ -130,7 +130,8 @@ def check_media_exist(media_root: str | os.PathLike, relative_paths: Iterable[st
     missing = missing_media(media_root, relative_paths)
     if missing:
         more = f' and {len(missing) - 1} more' if len(missing) > 1 else ''
-        raise ConversionError(f'{what} file not found: {missing[0]}{more}')
+        raise ConversionError(f'{what} file not found: {missing[0]}{more}'
+                              f'{other_spelling_hint(missing[0])}')
 
 
 def parse_lang_paths(pairs: Sequence[str] | None, option: str,
