@@ -595,6 +595,26 @@ def test_a_trained_sentencepiece_needs_room_for_its_characters_and_five_pieces()
         SentencePieceTokenizer(corpus=CORPUS, vocab_size=41)
 
 
+
+def test_a_trained_sentencepiece_counts_the_characters_it_learns_after_normalising():
+    """SentencePiece learns from NFKC-normalised text: decomposed Hangul (NFD, 10 + 5 jamo)
+    composes into its 50 syllables, full-width Latin folds into ASCII. The check counted the
+    jamo and let SentencePiece stop with its own 'INTERNAL: src/trainer_interface.cc' error,
+    and counted full-width letters beside their ASCII ones, refusing room SentencePiece does
+    not need. Expected: the counts of the normalised text, as for CORPUS above (37 characters
+    and five pieces)."""
+    import unicodedata
+
+    syllables = [chr(0xAC00 + (initial * 21 + vowel) * 28)
+                 for initial in range(10) for vowel in range(5)]
+    decomposed = [unicodedata.normalize('NFD', ' '.join(syllables[i:i + 5]))
+                  for i in range(0, 50, 5)]
+    with pytest.raises(ValueError, match='vocab_size 40 is smaller than the 50 distinct'):
+        SentencePieceTokenizer(corpus=decomposed * 3, vocab_size=40)
+    full_width = [''.join(chr(ord(c) + 0xFEE0) if '!' <= c <= '~' else c for c in caption)
+                  for caption in CORPUS]
+    assert SentencePieceTokenizer(corpus=CORPUS + full_width, vocab_size=42).vocab_size == 42
+
 def test_a_caption_of_exactly_max_length_tokens_is_not_reported_as_truncated(monkeypatch):
     from xmr.models.language import tokenizers
 

@@ -763,10 +763,17 @@ class SentencePieceTokenizer(BaseTokenizer):
     def _train(lines: list[str], vocab_size: int, character_coverage: float) -> bytes:
         import sentencepiece as spm
 
-        characters = len({c for line in lines for c in line if not c.isspace()})
+        # SentencePiece learns the characters of its normalised text (NFKC): decomposed Hangul
+        # composes into syllables, full-width Latin folds into ASCII; its word boundary '▁'
+        # stands for the spaces and is one of the 5 specials.
+        normalizer = spm.SentencePieceNormalizer(rule_name='nmt_nfkc')
+        characters = len({c for line in lines for c in normalizer.normalize(line)} - {'\u2581'})
         if vocab_size < characters + 5:
             raise ValueError(f'SentencePiece vocab_size {vocab_size} is smaller than the '
-                             f'{characters} distinct characters of the corpus plus 5 specials')
+                             f'{characters} distinct characters of the corpus plus 5 specials '
+                             "(counted after SentencePiece's NFKC normalisation, as it learns "
+                             'them); raise vocab_size to at least '
+                             f'{characters + 5}')
         model = io.BytesIO()
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
