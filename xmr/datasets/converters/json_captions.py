@@ -2,8 +2,9 @@
 
 Line-based releases keep every caption byte for byte. Captions taken out of JSON/CSV fields are
 the exception: a few of them carry stray line breaks or surrounding blanks, which would break the
-one-caption-per-line translation format, so :func:`clean_caption` folds line breaks into one
-space and strips the ends.
+one-caption-per-line translation format, so :func:`clean_caption` folds line breaks (every
+boundary ``str.splitlines`` breaks at, U+2028 and NEL among them) into one space and strips the
+ends.
 """
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from xmr.datasets.converters.raw_files import require_file
 
 __all__ = ['clean_caption', 'read_json']
 
-_LINE_BREAKS = re.compile(r'\s*[\r\n]+\s*')
+# Every boundary str.splitlines breaks at: Unicode's line and paragraph separators and NEL
+# split a line for a translation tool that reads with it as a newline does.
+_LINE_BREAKS = re.compile(r'\s*[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]+\s*')
 
 
 def clean_caption(text: Any, where: str) -> str:
