@@ -4,6 +4,7 @@ from __future__ import annotations
 import gc
 import json
 import tracemalloc
+from dataclasses import replace
 
 import pytest
 
@@ -163,6 +164,27 @@ def test_half_an_emoji_is_refused_where_it_stands_before_a_tokenizer_or_a_write_
     with pytest.raises(AnnotationError, match=r"captions\['cs'\]\[0\] holds '\\ud83d'"):
         dump_annotation(half, tmp_path / 'out.json')
     assert sorted(p.name for p in tmp_path.iterdir()) == ['ann.json']
+
+
+@pytest.mark.parametrize('key', ['media_id', 'media_path'])
+def test_a_name_that_is_no_unicode_text_is_refused_naming_the_item_and_key(tmp_path, key):
+    """A media file named in Latin-1 ('caf\\xe9.jpg') is listed by Python with the byte as
+    the surrogate '\\udce9' (surrogateescape): no text, so no UTF-8 file can hold it. A write
+    stopped with a bare UnicodeEncodeError naming no item; a file holding it as a JSON escape
+    loaded. Expected: refused on dump and on load, naming the item and key."""
+    record = MediaRecord('b', 'b.jpg', {'en': ['A cat.'], 'cs': ['Kočka.']}, {'ja': ['猫。']})
+    latin1 = _annotation(items=[replace(record, **{key: 'caf\udce9'})])
+    message = rf"item 0: {key} 'caf\\udce9' holds '\\udce9' at character 3"
+    with pytest.raises(AnnotationError, match=message):
+        dump_annotation(latin1, tmp_path / 'out.json')
+    assert list(tmp_path.iterdir()) == []
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(items=[record]), path)
+    escaped = json.dumps(record.to_json()[key])
+    path.write_text(path.read_text(encoding='utf-8').replace(escaped, '"caf\\udce9"'),
+                    encoding='utf-8')
+    with pytest.raises(AnnotationError, match=message):
+        load_annotation(path)
 
 
 def test_foreign_json_is_rejected_with_a_hint(tmp_path):

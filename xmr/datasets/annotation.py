@@ -199,6 +199,8 @@ def text_pairs(ann: Annotation) -> Annotation:
 def _check_name(value: Any, key: str, origin: str) -> None:
     if not isinstance(value, str) or not value.strip():
         raise AnnotationError(f'{origin}: {key} must be a non-empty string, got {value!r}')
+    if not value.isascii():
+        _check_encodable(value, f'{origin}: {key} {value!r}')
 
 
 def _check_languages(value: Any, key: str, origin: str, allow_empty: bool) -> None:
@@ -230,13 +232,16 @@ def _check_texts(value: Any, where: str) -> None:
 def _check_encodable(text: str, where: str) -> None:
     """Refuse a lone UTF-16 surrogate, which a JSON ``\\ud83d`` escape decodes to: half a
     character, no text. Tokenizers refuse it, mid-training, without naming the caption, and no
-    UTF-8 file can hold it."""
+    UTF-8 file can hold it. Python also lists a file name's bytes that are not UTF-8 (a Latin-1
+    'caf\\xe9.jpg') as such surrogates (surrogateescape)."""
     try:
         text.encode('utf-8')
     except UnicodeEncodeError as error:
         raise AnnotationError(f'{where} holds {text[error.start]!r} at character {error.start}, '
                               'half of a UTF-16 surrogate pair (a character such as an emoji cut '
-                              'in two where the file was written): repair the text') from None
+                              'in two where the file was written), or a byte of a file name that '
+                              'is not UTF-8 as Python lists it: repair the text (rename such a '
+                              'file to UTF-8)') from None
 
 
 def _check_record(record: MediaRecord, ann: Annotation, where: str) -> None:
