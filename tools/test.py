@@ -112,6 +112,14 @@ def build_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
+def as_text(value: str) -> str:
+    """A file name or argument as text a UTF-8 file can hold: a byte that is not UTF-8 (a
+    Latin-1 'mod\\xe8le.py'), which Python holds as a lone surrogate, becomes its ``\\xe8``
+    escape; the result's name, paths and command would otherwise fail its write after the
+    whole test."""
+    return os.fsencode(value).decode('utf-8', 'backslashreplace')
+
+
 def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
     """The result JSON and the table CSV."""
     if args.out is not None:
@@ -295,8 +303,8 @@ def run_test(args: argparse.Namespace):
     metrics = runner.test()
     seed = meta.get('seed')
     extra = {'tested_at': datetime.now(UTC).isoformat(timespec='seconds'),
-             'command': ' '.join(['tools/test.py', *sys.argv[1:]]),
-             'ablations': [str(name) for name in args.ablation],
+             'command': as_text(' '.join(['tools/test.py', *sys.argv[1:]])),
+             'ablations': [as_text(str(name)) for name in args.ablation],
              'seed': None if seed is None else int(seed), 'xmr_version': xmr.__version__,
              'xmr_commit': source_commit()}
     if 'iter' in meta:
@@ -304,9 +312,9 @@ def run_test(args: argparse.Namespace):
     extra['summary_languages'] = summary_languages(runner)
     extra['rankings'] = {entry.prefix: entry.ranking for entry in scored
                          if entry.ranking != 'exact'}
-    return EvaluationResult(name=args.name or default_name(args, extra['seed']),
-                            metrics=dict(metrics), config=str(args.config),
-                            checkpoint=str(args.checkpoint), test_sets=test_sets(runner),
+    return EvaluationResult(name=as_text(args.name or default_name(args, extra['seed'])),
+                            metrics=dict(metrics), config=as_text(str(args.config)),
+                            checkpoint=as_text(str(args.checkpoint)), test_sets=test_sets(runner),
                             extra=extra), scored
 
 
@@ -334,10 +342,10 @@ def write_clip_benchmark_files(args: argparse.Namespace, result, scored, json_pa
     """
     from xmr.evaluation import clip_benchmark_records, write_clip_benchmark
 
-    model = args.name or config_name(args)
+    model = as_text(args.name or config_name(args))
     folder = clip_benchmark_folder(json_path)
     write_clip_benchmark(clip_benchmark_records(result.metrics, scored, model,
-                                                str(args.checkpoint)), folder)
+                                                as_text(str(args.checkpoint))), folder)
     return folder
 
 

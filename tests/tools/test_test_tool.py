@@ -24,7 +24,7 @@ from xmr.apis import encode_media, encode_texts, init_retriever
 from xmr.datasets import dump_annotation
 from xmr.datasets.converters.multi30k import convert_multi30k
 from xmr.datasets.converters.xtd10 import XTD10_LANGUAGES, convert_xtd10
-from xmr.evaluation import EvaluationResult, save_result
+from xmr.evaluation import EvaluationResult, load_result, save_result
 from xmr.registry import MODELS
 from xmr.utils.cli import EXIT_ERROR, run_tool
 from xmr.version import source_commit
@@ -400,6 +400,21 @@ def test_a_result_the_leaderboard_cannot_show_is_saved_all_the_same(synthetic_se
     assert re.match(r'error: .*hold no retrieval metric.*; the result is saved: .*model_test\.json',
                     capsys.readouterr().err)
     assert json.loads((root / 'model_test.json').read_text())['metrics'] == metrics
+
+
+def test_a_config_named_in_bytes_that_are_not_utf8_is_tested_and_saved(synthetic_setup, capsys):
+    """A config unpacked from a Latin-1 archive ('mod\\xe8le.py'): Python holds the byte as a
+    lone surrogate ('\\udce8'), which the result's name, config path and command carried;
+    after the whole test, no UTF-8 file could hold them and the result was lost. Expected: the
+    result saved and readable, the byte shown as its escape."""
+    root, config = synthetic_setup
+    path = config(name=os.fsdecode(b'mod\xe8le.py'))
+    run_tool(load_tool().main, [str(path), str(root / 'model.pth')])
+    result = load_result(root / 'model_test.json')
+    assert result.name == 'mod\\xe8le (model)'
+    assert result.config == str(root / 'mod\\xe8le.py')
+    assert 'mod\\xe8le (model)' in capsys.readouterr().out
+    assert (root / 'model_test.csv').read_text(encoding='utf-8').count('mod\\xe8le') == 1
 
 
 def test_an_earlier_results_clip_benchmark_files_go_with_it(synthetic_setup, capsys,
