@@ -1,5 +1,6 @@
 """xmr.models.backbones.base: the weights' fingerprint every backbone keys its caches by, the
-check that a source tokenizer fits its text tower, and a video's mean of normalised frames."""
+check that a source tokenizer fits its text tower, a video's mean of normalised frames, and the
+attention bias a tower keeps for the mask it was given last."""
 import hashlib
 import struct
 
@@ -84,3 +85,37 @@ def test_every_frame_embedding_is_normalised_before_the_mean_whatever_its_norm()
     frames = torch.tensor([[[0.003, 0.004, 0.0], [0.0, 0.0, 2.0]]]).view(1, 2, 3, 1, 1)
     torch.testing.assert_close(_PixelsAsEmbedding().encode_video(frames),
                                torch.tensor([[0.3, 0.4, 0.5]]))
+
+
+def causal_tower() -> OpenCLIPTextTower:
+    return OpenCLIPTextTower(TextTransformer(context_length=12, vocab_size=49408, width=32,
+                                             heads=2, layers=1))
+
+
+def test_the_attention_bias_is_the_masks_in_autocasts_dtype_and_float32_outside_it():
+    tower = causal_tower()
+    mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    # Causal, the padding key masked but to itself: written out for the first caption.
+    allowed = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]).bool()
+    expected = torch.zeros(4, 4).masked_fill(~allowed, float('-inf'))
+    bias = tower.attention_bias(mask)
+    assert bias.dtype == torch.float32 and torch.equal(bias[0, 0], expected)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        in_autocast = tower.attention_bias(mask)
+    assert in_autocast.dtype == torch.bfloat16
+    assert torch.equal(in_autocast.float(), tower.build_mask(mask))
+
+
+def test_the_attention_bias_is_kept_for_its_mask_until_the_mask_changes():
+    tower = causal_tower()
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    bias = tower.attention_bias(mask)
+    assert tower.attention_bias(mask) is bias
+    twin = mask.clone()  # equal values, another tensor: built for it
+    assert tower.attention_bias(twin) is not bias
+    assert torch.equal(tower.attention_bias(twin), bias)
+    mask[0, 3:] = False  # in place: its version moves
+    changed = tower.attention_bias(mask)
+    assert torch.equal(changed, tower.build_mask(mask)) and not torch.equal(changed, bias)
+    with torch.inference_mode():
+        assert torch.equal(tower.attention_bias(mask), changed)

@@ -1,6 +1,9 @@
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import (
     CORPUS,
@@ -263,3 +266,68 @@ def test_dasd_target_embeddings_are_the_papers_equations_run_by_open_clip(per_la
         torch.testing.assert_close(model.encode_target(tokens, BATCH['lang'])[0],
                                    dasd_reference(model, tokens, BATCH['lang']),
                                    atol=1e-5, rtol=1e-5)
+
+
+class BiasCasts(TorchDispatchMode):
+    """Counts the dtype conversions of ``[B, 1, L, L]`` tensors: an attention bias's casts."""
+
+    def __init__(self, batch: int) -> None:
+        super().__init__()
+        self.batch, self.count = batch, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._to_copy.default:
+            shape = args[0].shape
+            self.count += len(shape) == 4 and shape[:2] == (self.batch, 1) and shape[2] == shape[3]
+        return func(*args, **(kwargs or {}))
+
+
+def cached_step_data(model) -> dict:
+    """The mixed batch of a DASD cross-lingual step from cached English features, padded (a
+    GPU's layout)."""
+    model.backbone.text_tower.pack_tokens = False
+    model.set_phase('cross_lingual', dict(cl=1.0, disentangler=1.0))
+    data = model.data_preprocessor(BATCH, True)
+    data['source_features'] = model.encode_source(data.pop('source_tokens')).detach()
+    return data
+
+
+def dasd_step_in_bf16(model, data: dict) -> tuple[dict, list, int]:
+    """The step's losses, trained gradients and attention-bias casts under bf16 autocast."""
+    torch.manual_seed(1)  # the discriminator's shuffled negatives
+    with torch.autocast('cpu', dtype=torch.bfloat16), BiasCasts(len(BATCH['lang'])) as casts:
+        losses = model(mode='loss', **data)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(sum(losses.values()), trained, allow_unused=True)
+    return losses, grads, casts.count
+
+
+def test_a_dasd_step_builds_its_attention_bias_once_and_casts_it_once(monkeypatch):
+    """The SDM's two streams, its adversarial pass and the branch read one mask: one bias is
+    built, in autocast's dtype, and no block casts it again."""
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_dasd_cfg())
+    data = cached_step_data(model)
+    tower = model.backbone.text_tower
+    builds = []
+    build_mask = tower.build_mask
+    monkeypatch.setattr(tower, 'build_mask', lambda mask: builds.append(mask) or build_mask(mask))
+    *_, casts = dasd_step_in_bf16(model, data)
+    assert len(builds) == 1
+    assert casts == 1
+
+
+def test_a_dasd_step_with_one_bias_equals_one_built_at_every_call_bit_for_bit():
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_dasd_cfg())
+    every_call = copy.deepcopy(model)
+    tower = every_call.backbone.text_tower
+    tower.attention_bias = tower.build_mask  # float32, built at each call, cast in each block
+    losses, grads, _ = dasd_step_in_bf16(model, cached_step_data(model))
+    expected_losses, expected_grads, casts = dasd_step_in_bf16(every_call,
+                                                               cached_step_data(every_call))
+    assert casts > 1
+    assert losses.keys() == expected_losses.keys()
+    assert all(torch.equal(losses[k], expected_losses[k]) for k in losses)
+    assert all((g is None and e is None) or torch.equal(g, e)
+               for g, e in zip(grads, expected_grads, strict=True))

@@ -11,6 +11,7 @@ methods such as CDDS read).
 from __future__ import annotations
 
 import hashlib
+import weakref
 from abc import ABCMeta, abstractmethod
 from typing import NamedTuple, Protocol
 
@@ -37,6 +38,12 @@ class SiteHooks(Protocol):
     def linear(self, site: AdapterSite, block_index: int,
                x_in: torch.Tensor) -> torch.Tensor | None:
         """Return a delta to add to the frozen projection's output, or ``None``."""
+
+
+#: Each tower's last :meth:`TextTower.attention_bias`: ``(its mask, held weakly; the mask's
+#: version and the bias's dtype; the bias)``.
+_LAST_BIAS: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, tuple, torch.Tensor]] = (
+    weakref.WeakKeyDictionary())
 
 
 class TextTower(nn.Module, metaclass=ABCMeta):
@@ -178,7 +185,32 @@ class TextTower(nn.Module, metaclass=ABCMeta):
                 else self.pack_tokens)
         if not pack or torch.compiler.is_compiling() or bool(attention_mask.all()):
             return None
-        return PackedTokens(attention_mask, self.build_mask(attention_mask))
+        return PackedTokens(attention_mask, self.attention_bias(attention_mask))
+
+    def attention_bias(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """:meth:`build_mask` of ``attention_mask`` ``[B, L]``, ``[B, 1, L, L]`` in the dtype
+        attention computes in: autocast's where it is on for the mask's device, else float32.
+
+        Its values (0 and ``-inf``) are exact in any dtype, and in autocast's they need no cast
+        in each block's attention (a kernel each on a GPU). A DASD step reads one batch's mask
+        four times (the SDM's two streams, the adversarial pass, the branch): the bias of the
+        mask given last is kept (the mask held weakly, an in-place change of it seen by its
+        version), so the step builds it once. Compiled code and inference mode build it at
+        every call (a compiled graph merges the repeats; an inference tensor has no version).
+        """
+        device = attention_mask.device.type
+        dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                 else torch.float32)
+        if (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()
+                or attention_mask.is_inference()):
+            return self.build_mask(attention_mask).to(dtype)
+        key = (attention_mask._version, dtype)
+        last = _LAST_BIAS.get(self)
+        if last is not None and last[0]() is attention_mask and last[1] == key:
+            return last[2]
+        bias = self.build_mask(attention_mask).to(dtype)
+        _LAST_BIAS[self] = (weakref.ref(attention_mask), key, bias)
+        return bias
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                mask: torch.Tensor | PackedTokens | None) -> torch.Tensor:
@@ -233,7 +265,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             ``[B, L, D]`` hidden states after the last block run (zeros on padding when
             packed).
         """
-        mask = packed if packed is not None else self.build_mask(attention_mask)
+        mask = packed if packed is not None else self.attention_bias(attention_mask)
         if packed is not None:
             x = packed.pack(x)
         for index in (blocks if blocks is not None else range(self.num_blocks)):
