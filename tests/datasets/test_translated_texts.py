@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -84,7 +85,9 @@ def test_pair_items_carry_the_requested_translations(ann_file):
 
 def test_missing_translations_are_refused_early(ann_file):
     with pytest.raises(ValueError, match=r"no back_translations in \['fr'\] for "
-                                         r"translated_texts='target_to_source'"):
+                                         r"translated_texts='target_to_source'.*: attach them "
+                                         r'with tools/data/attach_back_translations\.py .*ann\.'
+                                         r'json --back-translations LANG=FILE'):
         CaptionPairDataset(ann_file, target_field='captions', translated_texts=[
             'target_to_source'], with_media=False, transform=TINY)
     with pytest.raises(ValueError, match="needs target_field='captions'"):
@@ -92,6 +95,19 @@ def test_missing_translations_are_refused_early(ann_file):
                            with_media=False, transform=TINY)
     with pytest.raises(ValueError, match=r"translated_texts \['to_english'\] unknown"):
         CaptionPairDataset(ann_file, translated_texts=['to_english'], with_media=False,
+                           transform=TINY)
+
+
+def test_missing_forward_translations_name_the_tool_that_attaches_them(tmp_path):
+    ann = _annotation(translation_langs=[])
+    ann = replace(ann, items=[replace(item, translations={}) for item in ann.items])
+    dump_annotation(ann, tmp_path / 'ann.json')
+    with pytest.raises(ValueError, match=r"no translations in \['de'\] for translated_texts="
+                                         r"'source_to_target'.*: attach them with tools/data/"
+                                         r'attach_translations\.py .*ann\.json --translations '
+                                         r'LANG=FILE'):
+        CaptionPairDataset(tmp_path / 'ann.json', target_langs=['de'], target_field='captions',
+                           translated_texts=['source_to_target'], with_media=False,
                            transform=TINY)
 
 
@@ -104,7 +120,9 @@ def test_retrieval_items_carry_back_translations(ann_file):
     assert dataset.metainfo['back_translated_languages'] == ['de']
     assert 'back_translations' not in RetrievalDataset(ann_file, with_media=False,
                                                        transform=TINY)[0]
-    with pytest.raises(ValueError, match=r"no \['fr'\] back-translations; it has \['de'\]"):
+    with pytest.raises(ValueError, match=r"no \['fr'\] back-translations; it has \['de'\]: "
+                                         r'attach them with tools/data/attach_back_translations'
+                                         r'\.py .*ann\.json --back-translations LANG=FILE'):
         RetrievalDataset(ann_file, back_translated_languages=['fr'], with_media=False,
                          transform=TINY)
 

@@ -61,7 +61,9 @@ class RetrievalDataset(MediaCaptionDataset):
                    if lang not in ann.back_translation_langs]
         if missing:
             raise ValueError(f'{self.ann_file} has no {missing} back-translations; it has '
-                             f'{ann.back_translation_langs}')
+                             f'{ann.back_translation_langs}: attach them with '
+                             f'tools/data/attach_back_translations.py {self.ann_file} '
+                             '--back-translations LANG=FILE (docs/data.md)')
         both = set(self.languages) & set(self.translated_languages)
         if both:
             raise ValueError(f'{sorted(both)} asked for as human and as translated captions')
