@@ -1,7 +1,5 @@
 # PECTVLM, XTD10 few-shot (50 images), German, LoRA r = 1 on query/value of M-CLIP's XLM-R:
 # routine 3 with the symmetric contrastive alignment (scale 100) instead of MSE.
-_base_ = ['./_base_/xtd10_fewshot50.py']
+_base_ = ['./lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_de.py']
 
-model = dict(routine='routine3', losses=dict(align=dict(kind='contrastive', temperature=0.01)))
-train_cfg = dict(phases=[dict(_base_.phase,
-                              loss_weights=dict(cm=1.0, align=_base_.lambda_align))])
+model = dict(losses=dict(align=dict(kind='contrastive', temperature=0.01)))

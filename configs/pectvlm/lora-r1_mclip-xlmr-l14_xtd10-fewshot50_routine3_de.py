@@ -4,4 +4,9 @@
 _base_ = ['./_base_/xtd10_fewshot50.py']
 
 model = dict(routine='routine3')
+# The query, in training and evaluation alike: each German caption machine-translated into
+# English (back-translations attached to every split).
+train_dataloader = dict(dataset=dict(translated_texts=['target_to_source']))
+val_dataloader = dict(dataset=dict(back_translated_languages=[_base_.language]))
+test_dataloader = val_dataloader
 train_cfg = dict(phases=[dict(_base_.phase, loss_weights=dict(cm=1.0, align=_base_.lambda_align))])

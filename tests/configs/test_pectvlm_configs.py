@@ -22,7 +22,8 @@ from xmr.ablations import apply_ablations
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.models.adapters import CompacterAdapter, HardPrompt, HoulsbyAdapter, LoRA, SoftPrompt
-from xmr.registry import MODELS, TOKENIZERS
+from xmr.models.retrievers.translation import ROUTINES
+from xmr.registry import DATASETS, MODELS, TOKENIZERS
 
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
 PECTVLM = sorted((CONFIGS / 'pectvlm').glob('*.py'))
@@ -335,3 +336,75 @@ def test_paper_configs_add_the_counted_parameters_per_language(stem, per_languag
     assert share.of_text_encoder == per_language / XLMR_LARGE_TEXT
     if stem.startswith('lora-r8'):
         assert round(100 * share.of_text_encoder, 2) == 100 * cfg.paper_figures.language_share
+
+
+# ------------------------------------------------ the translations each routine reads, and no more
+def _bare_annotation(root: Path, languages: list[str], back_translated: bool) -> str:
+    """Two images with one human caption per language, translations of English into each target
+    language, and back-translations into English only where ``back_translated``."""
+    targets = [lang for lang in languages if lang != 'en']
+    items = [MediaRecord(f'm{i}', f'm{i}.png',
+                         {lang: [f'{lang} caption {i}'] for lang in languages},
+                         {lang: [f'en caption {i} in {lang}'] for lang in targets},
+                         {lang: [f'{lang} caption {i} in en'] for lang in targets}
+                         if back_translated else {})
+             for i in range(2)]
+    ann = Annotation(dataset='xtd10', split='test', media_type='image', languages=languages,
+                     source_lang='en', translation_langs=targets,
+                     back_translation_langs=targets if back_translated else [], items=items)
+    name = f"{'with' if back_translated else 'without'}_back_translations.json"
+    dump_annotation(ann, root / name)
+    return name
+
+
+def _build_dataset(dataset: dict, root: Path, back_translated: bool):
+    languages = dataset.get('languages') or ['en', *dataset['target_langs']]
+    return DATASETS.build(dict(dataset, data_root=str(root), with_media=False,
+                               ann_file=_bare_annotation(root, languages, back_translated)))
+
+
+def queries_with_back_translations(cfg: Config) -> bool:
+    return ROUTINES[cfg.model.routine].query == 'target_to_source'
+
+
+@pytest.mark.parametrize('path', PECTVLM, ids=lambda p: p.stem)
+def test_evaluation_data_needs_back_translations_only_where_the_routine_queries_with_them(
+        path, tmp_path):
+    """Baseline 1 and routines 1-2 query with the target captions: their galleries run on data
+    without back-translations. Translate-test and routine 3 query with the captions' MT into
+    English: data without them is refused as the dataset is built, naming the file and the tool
+    that attaches them."""
+    cfg = Config.fromfile(path)
+    reads = queries_with_back_translations(cfg)
+    loaders = [cfg.get(key) for key in ('val_dataloader', 'test_dataloader')]
+    for dataset in [loader.to_dict()['dataset'] for loader in loaders if loader is not None]:
+        targets = [lang for lang in dataset['languages'] if lang != 'en']
+        assert list(dataset.get('back_translated_languages', [])) == (targets if reads else [])
+        if reads:
+            assert set(_build_dataset(dataset, tmp_path, True)[0]['back_translations']) == \
+                set(targets)
+            with pytest.raises(ValueError, match=r'without_back_translations\.json has no .*'
+                                                 r'back-translations.*attach_back_translations'):
+                _build_dataset(dataset, tmp_path, False)
+        else:
+            assert 'back_translations' not in _build_dataset(dataset, tmp_path, False)[0]
+
+
+@pytest.mark.parametrize('path', TRAINED, ids=lambda p: p.stem)
+def test_training_pairs_carry_exactly_the_translations_the_routine_reads(path, tmp_path):
+    """A training pair carries the English MT into the target only for routine 2 (its alignment
+    partner) and the target caption's MT into English only for translate-test and routine 3
+    (their queries); the other routines train on data without back-translations."""
+    cfg = Config.fromfile(path)
+    spec = ROUTINES[cfg.model.routine]
+    dataset = cfg.train_dataloader.to_dict()['dataset']
+    assert set(dataset.get('translated_texts', [])) == (
+        {spec.query, spec.partner} & {'source_to_target', 'target_to_source'})
+    reads = queries_with_back_translations(cfg)
+    assert ('target_to_source_text' in _build_dataset(dataset, tmp_path, True)[0]) == reads
+    if reads:
+        with pytest.raises(ValueError, match=r'without_back_translations\.json has no '
+                                             r'back_translations.*attach_back_translations\.py'):
+            _build_dataset(dataset, tmp_path, False)
+    else:
+        _build_dataset(dataset, tmp_path, False)

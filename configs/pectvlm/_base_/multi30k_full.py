@@ -11,9 +11,10 @@
 # run_choose_pet_task1.py's defaults (50 epochs at batch 4, validation once per epoch: 362,500
 # iterations) are --ablation pectvlm/authors-script-multi30k.
 #
-# Data: tools/data/prepare_multi30k.py, then attach PECTVLM's translated_from_en (translations)
-# and translated_to_en (back-translations) files to the train/val/test annotations
-# (docs/methods/pectvlm.md). Few-shot Multi30K: tools/data/few_shot_split.py --protocol subsample
+# Data: tools/data/prepare_multi30k.py; a routine that reads machine translations needs PECTVLM's
+# translated_from_en (translations, routine 2) or translated_to_en (back-translations,
+# translate-test and routine 3: in the train/val/test annotations) files attached
+# (docs/methods/pectvlm.md); the baseline and routine 1 read neither. Few-shot Multi30K: tools/data/few_shot_split.py --protocol subsample
 # --shots N and point train_dataloader.dataset.ann_file at multi30k_train_<N>shot.json.
 _base_ = ['../../_base_/datasets/multi30k_clft.py', './recipe.py']
 media_transform = _base_.mclip_transform
