@@ -257,7 +257,7 @@ def summary_languages(runner) -> dict[str, list[str]]:
 
 def check_test_languages(runner, model) -> None:
     """Stop before any encoding when a test set has captions in a language the model lacks,
-    or media of another size than its image tower takes."""
+    lacks the texts it queries with, or has media of another size than its image tower takes."""
     from xmr.apis import check_languages
     from xmr.engine.data_languages import check_media_sizes
 
@@ -268,6 +268,10 @@ def check_test_languages(runner, model) -> None:
             where += f" ({metainfo['ann_file']})"
         if 'languages' in metainfo:
             check_languages(model, metainfo['languages'], where=where)
+            # Translate-test and routine 3 query with the captions' back-translations.
+            check_gallery = getattr(model, 'check_gallery', None)
+            if check_gallery is not None:
+                check_gallery(metainfo, where)
         check_media_sizes(model, {where: loader.dataset})
 
 

@@ -3,7 +3,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from xmr.datasets import Annotation, CaptionPairDataset, MediaRecord, dump_annotation
+from xmr.datasets import (
+    Annotation,
+    CaptionPairDataset,
+    MediaRecord,
+    RetrievalDataset,
+    dump_annotation,
+)
 from xmr.datasets.synthetic import SyntheticRetrievalDataset
 from xmr.engine.data_languages import (
     caption_languages,
@@ -65,6 +71,25 @@ def test_a_square_tower_s_single_image_size_is_checked_as_both_sides():
     with pytest.raises(ValueError, match='gives 32x64 media, but the image tower of '
                                          'SimpleNamespace takes 32x32'):
         check_media_sizes(model, {'train': media_dataset((32, 64))})
+
+
+def test_a_gallery_without_the_back_translations_routine_3_queries_with_is_refused(tmp_path):
+    """It failed at the first validation, val_interval steps into training."""
+    from tests.models.retrievers.test_translation import build
+
+    dump_annotation(Annotation(
+        dataset='xtd10', split='val', media_type='image', languages=['en', 'de'],
+        source_lang='en', back_translation_langs=['de'],
+        items=[MediaRecord('red', 'red.png', {'en': ['a red dog'], 'de': ['ein roter Hund']},
+                           back_translations={'de': ['a red hound']})]), tmp_path / 'val.json')
+    tiny = dict(type='MediaTransform', backbone=None, size=32)
+    plain = RetrievalDataset(tmp_path / 'val.json', transform=tiny, with_media=False)
+    back = RetrievalDataset(tmp_path / 'val.json', back_translated_languages=['de'],
+                            transform=tiny, with_media=False)
+    check_data_languages(build('target_only'), {'val dataset 0': plain})
+    check_data_languages(build('routine3'), {'val dataset 0': back})
+    with pytest.raises(ValueError, match=r"^val dataset 0: routine 'routine3' queries \['de'\]"):
+        check_data_languages(build('routine3'), {'val dataset 0': plain})
 
 
 def test_a_model_without_a_language_check_is_not_checked():

@@ -457,6 +457,21 @@ def test_an_earlier_results_clip_benchmark_files_go_with_it(synthetic_setup, cap
                     capsys.readouterr().err)
 
 
+def test_a_test_set_without_the_back_translations_routine_3_queries_with_stops_before_encoding():
+    from types import SimpleNamespace
+
+    from tests.models.retrievers.test_translation import build
+
+    dataset = SimpleNamespace(metainfo={'dataset': 'xtd10', 'ann_file': 'test.json',
+                                        'languages': ['en', 'de'],
+                                        'back_translated_languages': []})
+    runner = SimpleNamespace(test_loop=SimpleNamespace(dataloader=SimpleNamespace(
+        dataset=dataset)))
+    with pytest.raises(ValueError, match=(r"^test dataset xtd10 \(test.json\): routine "
+                                          r"'routine3' queries \['de'\]")):
+        load_tool().check_test_languages(runner, build('routine3'))
+
+
 def test_a_test_set_of_another_media_size_than_the_image_tower_stops_before_encoding():
     """It failed inside the tower at the first test batch, with two token counts."""
     from types import SimpleNamespace

@@ -31,7 +31,9 @@ def caption_languages(dataset: Dataset) -> list[str]:
 
 
 def check_data_languages(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -> None:
-    """Fail unless the model reads every caption language of every dataset.
+    """Fail unless the model reads every caption language of every dataset, and every gallery
+    carries the texts the model queries with (``check_gallery``: the back-translations of
+    PECTVLM's translate-test and routine 3).
 
     Args:
         model: the retriever; a model without ``check_languages`` is not checked.
@@ -39,13 +41,18 @@ def check_data_languages(model: torch.nn.Module, datasets: Mapping[str, Dataset]
             ``{'phase cross_lingual dataset (train_dataloader)': ...}``.
 
     Raises:
-        ValueError: naming the dataset, the languages without adapters and those the model reads.
+        ValueError: naming the dataset, the languages without adapters and those the model
+            reads, or the languages whose query texts the gallery lacks.
     """
     check = getattr(model, 'check_languages', None)
     if check is None:
         return
+    check_gallery = getattr(model, 'check_gallery', None)
     for where, dataset in datasets.items():
         check(caption_languages(dataset), where)
+        gallery = source_dataset(dataset)
+        if check_gallery is not None and isinstance(gallery, RetrievalDataset):
+            check_gallery(gallery.metainfo, where)
 
 
 def check_media_sizes(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -> None:

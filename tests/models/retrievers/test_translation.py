@@ -143,6 +143,25 @@ def test_translate_test_without_back_translations_names_the_dataset_option():
         model(mode='predict', **model.data_preprocessor(batch, False))
 
 
+@pytest.mark.parametrize('routine', sorted(QUERY_TEXT))
+def test_a_gallery_without_the_back_translations_queried_is_refused_before_encoding(routine):
+    """Translate-test and routine 3 need every target language's back-translations; the other
+    routines never read them."""
+    model = build(routine)
+    plain = dict(languages=['en', 'de', 'zh'], back_translated_languages=[])
+    if QUERY_TEXT[routine] != 'target_to_source_text':
+        model.check_gallery(plain, 'val dataset 0 (val.json)')
+        return
+    model.check_gallery(dict(plain, back_translated_languages=['de', 'zh']), 'val')
+    with pytest.raises(ValueError, match=(
+            rf"^val dataset 0 \(val.json\): routine '{routine}' queries \['zh'\] with their "
+            r'captions machine-translated into the source language; give the evaluation dataset '
+            r"back_translated_languages=\[..., 'zh'\] \(attached to its file with "
+            r'tools/data/attach_back_translations.py')):
+        model.check_gallery(dict(plain, back_translated_languages=['de']),
+                            'val dataset 0 (val.json)')
+
+
 def test_missing_training_translation_names_the_dataset_option():
     model = build('routine2')
     batch = {k: v for k, v in BATCH.items() if k != 'source_to_target_text'}

@@ -197,12 +197,39 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
                 elif lang in back:
                     queries[lang] = back[lang]
                 else:
-                    raise ValueError(
-                        f"routine '{self.routine}' queries '{lang}' with its captions "
-                        'machine-translated into the source language; give the evaluation '
-                        f"dataset back_translated_languages=[..., '{lang}']")
+                    raise self._no_back_translations([lang], 'evaluation batch')
             caption_tokens = queries
         return super().predict(caption_tokens=caption_tokens, **batch)
+
+    def check_gallery(self, metainfo: Mapping[str, Any], where: str) -> None:
+        """Fail unless a gallery carries the back-translations the routine queries with.
+
+        Checked before training and testing: :meth:`predict` finds them missing only at the
+        first validation, ``val_interval`` steps into training.
+
+        Args:
+            metainfo: the gallery's ``metainfo`` (``languages``, ``back_translated_languages``).
+            where: what the gallery is (``'val dataset 0 (RetrievalDataset)'``), for the message.
+
+        Raises:
+            ValueError: naming ``where``, the target languages without back-translations and
+                the dataset option that adds them.
+        """
+        if self.spec.query != 'target_to_source':
+            return
+        given = set(metainfo.get('back_translated_languages') or ())
+        missing = [lang for lang in metainfo.get('languages') or ()
+                   if lang != self.source_language and lang not in given]
+        if missing:
+            raise self._no_back_translations(missing, where)
+
+    def _no_back_translations(self, langs: Sequence[str], where: str) -> ValueError:
+        named = ', '.join(repr(lang) for lang in langs)
+        return ValueError(
+            f"{where}: routine '{self.routine}' queries {langs} with their captions "
+            'machine-translated into the source language; give the evaluation dataset '
+            f'back_translated_languages=[..., {named}] (attached to its file with '
+            'tools/data/attach_back_translations.py, docs/data.md)')
 
     def checkpoint_facts(self) -> dict[str, Any]:
         """The parent's checkpoint facts plus the routine (its test-time queries differ)."""
