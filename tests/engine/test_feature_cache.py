@@ -7,6 +7,7 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -821,3 +822,36 @@ def test_the_media_a_cache_is_built_from_are_checked_with_the_datasets_check(pai
     assert cached.dataset.with_media is False  # decoding stays off for training
     sources = CachedFeatureDataset(dataset, tmp_path / 'sources', features=['source'])
     sources.check_media_exist()  # a cache of captions alone reads no media
+
+
+class ReaderRecordingDataset(ListDataset):
+    """Items held in memory; each read appends the id of the process reading it to ``log``,
+    and a read in a DataLoader worker first sends that worker ``signals`` (a preemption)."""
+
+    def __init__(self, items: list[dict], log: Path, signals: tuple = ()) -> None:
+        super().__init__(items)
+        self.log, self.signals = log, signals
+
+    def __getitem__(self, index: int) -> dict:
+        with open(self.log, 'a') as file:
+            file.write(f'{os.getpid()}\n')
+        if torch.utils.data.get_worker_info() is not None:
+            for number in self.signals:
+                os.kill(os.getpid(), number)
+        return super().__getitem__(index)
+
+
+def readers(log: Path) -> set[int]:
+    return {int(pid) for pid in log.read_text().split()}
+
+
+def test_the_build_s_workers_leave_a_preemption_s_signals_to_the_main_process(tiny_retriever,
+                                                                              tmp_path):
+    """A scheduler signals every process of the job: a worker killed by SIGTERM failed the
+    build, and with it the run, before PreemptionHook could stop it cleanly."""
+    log = tmp_path / 'readers'
+    dataset = ReaderRecordingDataset(pair_items(), log, (signal.SIGTERM, signal.SIGINT))
+    cached = CachedFeatureDataset(dataset, tmp_path / 'cache', batch_size=2, num_workers=2)
+    cached.prepare(tiny_retriever)
+    assert len(readers(log) - {os.getpid()}) == 2  # both workers read, and outlived, the signals
+    assert cached.cache.meta['counts']['media'] == 3

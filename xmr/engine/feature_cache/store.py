@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,11 +22,17 @@ from xmr.engine.feature_cache.key import (
     index_items,
     media_decoding,
 )
+from xmr.engine.worker_signals import IgnoringWorkerInit
 from xmr.fileio import fsync_folder, fsync_path, process_running
 from xmr.utils.cli import UserError
 
 #: Version of the on-disk layout; a cache of another version is refused.
 CACHE_FORMAT = 1
+
+#: Signals the build's DataLoader workers ignore, as the training loaders' workers do: a
+#: scheduler's SIGTERM (or a terminal's SIGINT) reaches every process of the job, and a worker
+#: it killed failed the build, and the run, before the main process could stop it cleanly.
+WORKER_IGNORED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class StaleFeatureCacheError(RuntimeError):
     """A feature cache does not match the model, the dataset or the preprocessing in use."""
 
@@ -323,7 +330,8 @@ def _encode_media(folder: Path, dataset: Dataset, model: torch.nn.Module,
     the dataset gave them (file and reason)."""
     rows_media = _RowMedia(dataset, list(first_item.values()))
     loader = DataLoader(rows_media, batch_size=batch_size, num_workers=num_workers,
-                        collate_fn=_collate_row_media)
+                        collate_fn=_collate_row_media,
+                        worker_init_fn=IgnoringWorkerInit(WORKER_IGNORED_SIGNALS))
     unreadable: dict[int, SkippedMedia] = {}
     out = None
     with media_decoding(dataset, True):

@@ -13,6 +13,7 @@ from mmengine.hooks import Hook
 
 from xmr.engine.divergence import max_over_ranks
 from xmr.engine.hooks.checkpoint import CheckpointHook
+from xmr.engine.worker_signals import IgnoringWorkerInit
 from xmr.models.losses.distributed import host_group
 from xmr.registry import HOOKS
 
@@ -113,33 +114,17 @@ def preemption_signals(runner) -> list[int]:
             for number in hook.signals]
 
 
-class _IgnoringWorkerInit:
-    """A worker's ``worker_init_fn``: ignore ``signals``, then run the loader's own one."""
-
-    def __init__(self, signals: Sequence[int], init: Any) -> None:
-        self.signals, self.init = list(signals), init
-
-    def __call__(self, worker_id: int) -> None:
-        for number in self.signals:
-            signal.signal(number, signal.SIG_IGN)
-        if self.init is not None:
-            self.init(worker_id)
-
-
 #: The loaders whose workers :func:`workers_ignore` made ignore the signals.
 _IGNORING_LOADERS: weakref.WeakSet = weakref.WeakSet()
 
 
 def workers_ignore(loader: Any, signals: Sequence[int]) -> None:
     """Make ``loader``'s worker processes ignore ``signals`` (before they start); end its
-    persistent ones with :func:`end_persistent_workers`.
-
-    PyTorch installs its own SIGTERM handler in each worker, which kills it; this runs after.
-    """
+    persistent ones with :func:`end_persistent_workers` (:class:`IgnoringWorkerInit`)."""
     if not signals or not getattr(loader, 'num_workers', 0) or isinstance(
-            loader.worker_init_fn, _IgnoringWorkerInit):
+            loader.worker_init_fn, IgnoringWorkerInit):
         return
-    loader.worker_init_fn = _IgnoringWorkerInit(signals, loader.worker_init_fn)
+    loader.worker_init_fn = IgnoringWorkerInit(signals, loader.worker_init_fn)
     _IGNORING_LOADERS.add(loader)
 
 

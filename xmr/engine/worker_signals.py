@@ -1,0 +1,30 @@
+"""DataLoader worker processes that ignore the signals the main process handles."""
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ['IgnoringWorkerInit']
+
+
+class IgnoringWorkerInit:
+    """A worker's ``worker_init_fn``: ignore ``signals``, then run the loader's own one.
+
+    PyTorch installs its own SIGTERM handler in each worker, which kills it; this runs after.
+    A scheduler signals every process of a job, and a worker killed so fails the pass that
+    reads from it: ignoring leaves the signal to the main process, and the workers end with it.
+
+    Args:
+        signals: the signal numbers to ignore.
+        init: the loader's own ``worker_init_fn`` (``None``: none).
+    """
+
+    def __init__(self, signals: Sequence[int], init: Any = None) -> None:
+        self.signals, self.init = list(signals), init
+
+    def __call__(self, worker_id: int) -> None:
+        for number in self.signals:
+            signal.signal(number, signal.SIG_IGN)
+        if self.init is not None:
+            self.init(worker_id)
