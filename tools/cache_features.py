@@ -10,7 +10,9 @@ cache computed with the config's model: missing caches are built, existing ones 
 (and refused when stale), ``--overwrite`` rebuilds them. ``--checkpoint`` loads weights first,
 e.g. towers fine-tuned in the CL-FT setting's ``source_finetune`` phase, whose features differ
 from the pretrained ones. Training builds missing caches itself on first use; this tool does it
-ahead of time, with more workers, and without holding the other ranks of a DDP job waiting.
+ahead of time, without holding the other ranks of a DDP job waiting. Media are decoded in as
+many DataLoader workers as each cache's loader has (or its own ``num_workers``, or
+``--num-workers``).
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, dataset config)`` of every ``CachedFeatureDataset`` the config names,
-    phases with ``cache_features`` included (their caches go under ``cfg.work_dir``)."""
+    phases with ``cache_features`` included (their caches go under ``cfg.work_dir``); a
+    ``num_workers`` the dataset leaves unset is its loader's, as in training."""
     from xmr.engine.loops import phase_loader_name, resolve_dataloader_key, with_feature_cache
     from xmr.engine.phases import Phase
 
@@ -64,6 +67,8 @@ def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
         for index, one in enumerate(loader if isinstance(loader, (list, tuple)) else [loader]):
             dataset = (one or {}).get('dataset')
             if isinstance(dataset, dict) and dataset.get('type') == 'CachedFeatureDataset':
+                if dataset.get('num_workers') is None:
+                    dataset = dict(dataset, num_workers=one.get('num_workers', 0))
                 yield (f'{where}[{index}]' if isinstance(loader, (list, tuple)) else where,
                        dataset)
 

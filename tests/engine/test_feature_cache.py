@@ -845,6 +845,19 @@ def readers(log: Path) -> set[int]:
     return {int(pid) for pid in log.read_text().split()}
 
 
+@pytest.mark.parametrize('options, in_workers', [({}, True), (dict(num_workers=0), False)],
+                         ids=['loader_workers', 'option'])
+def test_a_build_decodes_media_in_the_workers_of_its_loader_unless_told(
+        tiny_retriever, tmp_path, options, in_workers):
+    """Decoding every media file in the main process took minutes (COCO), hours (videos)."""
+    log = tmp_path / 'readers'
+    cached = CachedFeatureDataset(ReaderRecordingDataset(pair_items(), log), tmp_path / 'cache',
+                                  features=['media'], batch_size=2, **options)
+    loader = DataLoader(cached, batch_size=2, num_workers=2, collate_fn=retrieval_collate)
+    prepare_feature_caches(loader, tiny_retriever)
+    assert bool(readers(log) - {os.getpid()}) is in_workers
+
+
 def test_the_build_s_workers_leave_a_preemption_s_signals_to_the_main_process(tiny_retriever,
                                                                               tmp_path):
     """A scheduler signals every process of the job: a worker killed by SIGTERM failed the

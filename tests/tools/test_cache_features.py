@@ -151,3 +151,19 @@ def test_a_checkpoint_without_the_towers_weights_is_refused(tmp_path):
         cache_features.main([str(write_config(tmp_path)), '--device', 'cpu', '--checkpoint',
                              str(tmp_path / 'prefixed.pth')])
     assert not (tmp_path / 'pairs').exists()
+
+
+def test_a_cache_decodes_media_in_as_many_workers_as_its_loader_has_unless_told(tmp_path):
+    pairs = dict(type='SyntheticPairDataset', num_scenes=2, languages=['fr'], image_size=32)
+    own = dict(type='CachedFeatureDataset', cache_dir=str(tmp_path / 'own'), dataset=pairs,
+               num_workers=1)
+    phases = [dict(name='cross_lingual', iters=1, lr=1.0, trainable=['language_branch'],
+                   loss_weights=dict(cl=1.0), cache_features=True),
+              dict(name='cross_modal', iters=1, lr=1.0, trainable=['language_branch'],
+                   loss_weights=dict(cm=1.0), dataloader=dict(dataset=own, num_workers=4))]
+    cfg = Config(dict(model=tiny_retriever_cfg(), work_dir=str(tmp_path / 'run'),
+                      train_dataloader=dict(dataset=pairs, num_workers=3),
+                      train_cfg=dict(type='PhasedTrainLoop', phases=phases)))
+    assert [(where, dataset['num_workers'])
+            for where, dataset in cache_features.cached_dataset_cfgs(cfg)] == [
+        ('train_cfg.phases[cross_lingual]', 3), ('train_cfg.phases[cross_modal]', 1)]

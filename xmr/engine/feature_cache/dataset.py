@@ -77,7 +77,11 @@ class CachedFeatureDataset(Dataset):
             one dataloader share a cache and a phase after one that trained the towers gets
             fresh features.
         batch_size: captions or media per forward pass while building.
-        num_workers: DataLoader workers decoding media while building.
+        num_workers: DataLoader workers decoding media while building; ``None``: as many as
+            the dataloader it is prepared for has (:func:`prepare_feature_caches`; the phase's
+            loader, ``tools/cache_features.py`` reads the config's), ``0`` (the main process)
+            when it is prepared alone. The workers ignore SIGTERM and SIGINT, which a
+            preemption sends the whole job, as the training loaders' workers do.
         media_identity: how a media file's identity enters the key: ``'stat'`` (size and
             modification time, one ``stat`` per file at each phase start) or ``'content'``
             (SHA-256 of the bytes: reads every file, for copies that reset mtimes).
@@ -87,7 +91,7 @@ class CachedFeatureDataset(Dataset):
                  dtype: str = 'float32', features: Sequence[str] | None = None,
                  cache_media_when_random: bool = False, build_if_missing: bool = True,
                  rebuild_if_stale: bool = False, batch_size: int = 64,
-                 num_workers: int = 0, media_identity: str = 'stat') -> None:
+                 num_workers: int | None = None, media_identity: str = 'stat') -> None:
         self.dataset = DATASETS.build(dataset) if isinstance(dataset, dict) else dataset
         self.cache_dir = Path(cache_dir)
         if dtype not in _DTYPES:
@@ -107,6 +111,9 @@ class CachedFeatureDataset(Dataset):
         self.build_if_missing = build_if_missing
         self.rebuild_if_stale = rebuild_if_stale
         self.batch_size = batch_size
+        if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 0):
+            raise ValueError(f'CachedFeatureDataset num_workers must be an int >= 0 or None (the '
+                             f"loader's), got {num_workers!r}")
         self.num_workers = num_workers
         self.kinds = self._choose_kinds()
         if 'media' in self.kinds and isinstance(self.dataset, MediaDataset):
@@ -180,7 +187,8 @@ class CachedFeatureDataset(Dataset):
                                                                         self.media_identity)
         return jsonable(key)
 
-    def prepare(self, model: torch.nn.Module, training: bool = True) -> None:
+    def prepare(self, model: torch.nn.Module, training: bool = True,
+                loader_workers: int = 0) -> None:
         """Open (building if missing) and check the cache against the live ``model``.
 
         Args:
@@ -189,6 +197,8 @@ class CachedFeatureDataset(Dataset):
                 (they would go stale at its first update). ``False`` for an evaluation: its
                 weights hold still while it reads the gallery, whatever trains between
                 evaluations (a stale cache is then rebuilt or refused, as for training).
+            loader_workers: the workers of the dataloader the dataset is read through, which
+                decode the media of a build unless the dataset's ``num_workers`` says otherwise.
 
         Raises:
             StaleFeatureCacheError: when the cache was built for other weights, data or
@@ -214,7 +224,8 @@ class CachedFeatureDataset(Dataset):
             print_log(f'{"rebuilding stale" if stale else "building"} feature cache '
                       f'{self.cache_dir} ({", ".join(self.kinds)}) for {len(self.dataset)} '
                       'items', logger='current')
-            built = self.build(model, overwrite=stale, index=index, key=key)
+            built = self.build(model, overwrite=stale, index=index, key=key,
+                               loader_workers=loader_workers)
             print_log(f'feature cache {self.cache_dir} built in {built.meta["seconds"]} s: '
                       f'{built.meta["counts"]}', logger='current')
         barrier()
@@ -231,8 +242,8 @@ class CachedFeatureDataset(Dataset):
                   f'({self.dtype})', logger='current')
 
     def build(self, model: torch.nn.Module, overwrite: bool = False,
-              index: ItemIndex | None = None, key: dict[str, Any] | None = None
-              ) -> FeatureCache:
+              index: ItemIndex | None = None, key: dict[str, Any] | None = None,
+              loader_workers: int = 0) -> FeatureCache:
         """Build the cache from ``model``'s live towers (``overwrite``: replace one there),
         keeping each media file's identity so that a later change is named.
 
@@ -241,13 +252,16 @@ class CachedFeatureDataset(Dataset):
             overwrite: replace an existing cache.
             index: the dataset's :class:`ItemIndex` when the caller already read it.
             key: :meth:`cache_key` when the caller already computed it (with ``index``).
+            loader_workers: workers decoding the media when the dataset's ``num_workers`` is
+                ``None``.
         """
         # One pass over the items serves the key and the build (2.1M pairs: 6 s a pass).
         if index is None:
             index = index_items(self.dataset, self.kinds)
         key = key or self.cache_key(model, index)
+        workers = loader_workers if self.num_workers is None else self.num_workers
         return FeatureCache.build(self.cache_dir, self.dataset, model, key, self.batch_size,
-                                  self.num_workers, overwrite=overwrite, index=index,
+                                  workers, overwrite=overwrite, index=index,
                                   media_files=self.media_files)
 
     def _usable(self, key: dict[str, Any]) -> bool:
@@ -316,11 +330,12 @@ class CachedFeatureDataset(Dataset):
                 f'dtype={self.dtype!r}, dataset={self.dataset!r})')
 
 
-def _datasets_of(loader: Any) -> Iterable[Dataset]:
+def _datasets_of(loader: Any) -> Iterable[tuple[Dataset, int]]:
+    """Each dataset behind ``loader`` and the number of workers of the loader reading it."""
     for inner in getattr(loader, 'loaders', [loader]):
         dataset = getattr(inner, 'dataset', inner)
         if dataset is not None:
-            yield dataset
+            yield dataset, getattr(inner, 'num_workers', 0)
 
 
 def source_dataset(dataset: Dataset) -> Dataset:
@@ -332,8 +347,9 @@ def prepare_feature_caches(loader: Any, model: torch.nn.Module, training: bool =
     """Prepare every :class:`CachedFeatureDataset` behind a dataloader (or loader sequence).
 
     Other datasets are left alone, so the loops call this unconditionally. ``training`` as in
-    :meth:`CachedFeatureDataset.prepare`.
+    :meth:`CachedFeatureDataset.prepare`; a build decodes the media in as many workers as the
+    dataloader has, unless the dataset's ``num_workers`` says otherwise.
     """
-    for dataset in _datasets_of(loader):
+    for dataset, workers in _datasets_of(loader):
         if isinstance(dataset, CachedFeatureDataset):
-            dataset.prepare(model, training)
+            dataset.prepare(model, training, loader_workers=workers)
