@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import subprocess
+from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -868,3 +869,24 @@ def test_the_build_s_workers_leave_a_preemption_s_signals_to_the_main_process(ti
     cached.prepare(tiny_retriever)
     assert len(readers(log) - {os.getpid()}) == 2  # both workers read, and outlived, the signals
     assert cached.cache.meta['counts']['media'] == 3
+
+
+def test_a_build_in_workers_is_bit_identical_to_one_in_the_main_process(tiny_retriever,
+                                                                        pair_ann_file, tmp_path):
+    (pair_ann_file.parent / 'blue.png').write_bytes(b'not an image')
+    dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
+                   data_root=str(pair_ann_file.parent), transform=TINY_TRANSFORM,
+                   on_corrupt='skip')
+    metas = []
+    for workers in (0, 2):
+        cached = CachedFeatureDataset(dataset, tmp_path / f'cache{workers}', batch_size=1,
+                                      num_workers=workers)
+        with pytest.warns(UserWarning, match='blue.png') if not workers else nullcontext():
+            cached.prepare(tiny_retriever)
+        metas.append(cached.cache.meta)
+    for name in ('source', 'media', 'item_source', 'item_media', 'item_media_hash'):
+        main, workers = (np.load(tmp_path / f'cache{n}' / f'{name}.npy') for n in (0, 2))
+        assert main.tobytes() == workers.tobytes() and main.shape == workers.shape, name
+    assert metas[0]['counts'] == metas[1]['counts']
+    assert metas[1]['counts']['unreadable_media'] == 1
+    assert metas[0]['unreadable_media'] == metas[1]['unreadable_media']
