@@ -9,7 +9,9 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from contextlib import nullcontext
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,6 +22,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from tests.conftest import tiny_retriever_cfg
+from tests.engine.test_distributed import free_port
 from xmr.datasets import (
     Annotation,
     CaptionPairDataset,
@@ -890,3 +893,36 @@ def test_a_build_in_workers_is_bit_identical_to_one_in_the_main_process(tiny_ret
     assert metas[0]['counts'] == metas[1]['counts']
     assert metas[1]['counts']['unreadable_media'] == 1
     assert metas[0]['unreadable_media'] == metas[1]['unreadable_media']
+
+
+def _waiting_rank(rank: int, port: int, model: torch.nn.Module, cache_dir: str,
+                  out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    # Collectives give up after 2 s here, as NCCL's do after 10 minutes: rank 0's build takes
+    # longer, as a real one over COCO's or CC3M's media does.
+    torch.distributed.init_process_group('gloo', rank=rank, world_size=2,
+                                         timeout=timedelta(seconds=2))
+    build = FeatureCache.build
+
+    def slow_build(*args, **kwargs):
+        time.sleep(4)
+        return build(*args, **kwargs)
+
+    FeatureCache.build = slow_build
+    cached = CachedFeatureDataset(SyntheticPairDataset(num_scenes=2, languages=['de'],
+                                                       image_size=32), cache_dir)
+    cached.prepare(model)
+    Path(out_dir, f'rank{rank}').write_text(json.dumps(cached.cache.meta['counts']))
+    torch.distributed.destroy_process_group()
+
+
+def test_the_other_ranks_wait_for_rank_0_s_build_past_the_collectives_timeout(tiny_retriever,
+                                                                             tmp_path):
+    """They waited at a barrier of the default group: a build longer than its timeout (NCCL's
+    10 minutes) stopped them, and the run."""
+    torch.multiprocessing.start_processes(
+        _waiting_rank, args=(free_port(), tiny_retriever, str(tmp_path / 'cache'), str(tmp_path)),
+        nprocs=2, join=True, start_method='fork')
+    counts = [json.loads((tmp_path / f'rank{rank}').read_text()) for rank in (0, 1)]
+    assert counts[0] == counts[1] and counts[0]['items'] == 2

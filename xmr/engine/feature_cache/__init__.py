@@ -24,7 +24,8 @@ and a failed build removes its partial folder (as does the next build, for a kil
 :class:`CachedFeatureDataset` wraps any dataset whose items carry ``source_text`` and/or
 ``media_id``; its items gain ``source_features`` / ``media_features`` (float32 ``[E]``) and lose
 the decoded media. The training loop calls :func:`prepare_feature_caches` when a phase starts,
-with the live model: the cache is built there if missing (on rank 0 under DDP), then checked
+with the live model: the cache is built there if missing (on rank 0 under DDP, the others waiting
+up to :data:`~xmr.engine.feature_cache.dataset.BUILD_WAIT`), then checked
 against the model's frozen weights and the dataset, and refused with
 :class:`StaleFeatureCacheError` on any difference (rebuilt instead for run-owned caches,
 ``rebuild_if_stale``, which also rebuild a cache whose files are corrupt).

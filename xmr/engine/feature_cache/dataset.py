@@ -1,15 +1,18 @@
 """The dataset wrapper that serves cached tower features, and their preparation per loader."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from mmengine.dist import barrier, get_dist_info
+import torch.distributed as dist
+from mmengine.dist import get_dist_info, is_distributed
 from mmengine.logging import print_log
 from torch.utils.data import Dataset
 
@@ -42,6 +45,19 @@ from xmr.registry import DATASETS
 
 _DTYPES = ('float32', 'float16')
 _MEDIA_IDENTITIES = ('stat', 'content')
+
+#: How long the other ranks of a DDP run wait for rank 0 to build a cache. A build decodes every
+#: media file (minutes for COCO, hours for CC3M or videos), past the default group's timeout
+#: (NCCL's 10 minutes, gloo's 30), which stopped the waiting ranks and the run; a rank 0 whose
+#: build fails ends the job through its launcher rather than this timeout.
+BUILD_WAIT = timedelta(hours=24)
+
+
+@functools.lru_cache(maxsize=1)
+def _build_wait_group(world: dist.ProcessGroup) -> dist.ProcessGroup:
+    """A gloo group of every rank whose barrier waits :data:`BUILD_WAIT`, made by every rank at
+    its first cache (together, before any build) and kept for as long as the default group."""
+    return dist.new_group(backend='gloo', timeout=BUILD_WAIT)
 
 
 @DATASETS.register_module()
@@ -211,6 +227,7 @@ class CachedFeatureDataset(Dataset):
                 f'feature cache {self.cache_dir}: this phase trains the backbone '
                 f'({trained[0]}, ...), so its features change every step; use the plain '
                 'dataset for this phase')
+        wait_group = _build_wait_group(dist.group.WORLD) if is_distributed() else None
         index = index_items(self.dataset, self.kinds)
         key = self.cache_key(model, index)
         rank, _ = get_dist_info()
@@ -221,14 +238,17 @@ class CachedFeatureDataset(Dataset):
             if not exists and not self.build_if_missing:
                 raise FileNotFoundError(f'no feature cache at {self.cache_dir}; build it with '
                                         'tools/cache_features.py or set build_if_missing=True')
+            waiting = (f'; the other ranks wait for it, up to {BUILD_WAIT} (build it ahead with '
+                       'tools/cache_features.py to spare them)' if wait_group else '')
             print_log(f'{"rebuilding stale" if stale else "building"} feature cache '
                       f'{self.cache_dir} ({", ".join(self.kinds)}) for {len(self.dataset)} '
-                      'items', logger='current')
+                      f'items{waiting}', logger='current')
             built = self.build(model, overwrite=stale, index=index, key=key,
                                loader_workers=loader_workers)
             print_log(f'feature cache {self.cache_dir} built in {built.meta["seconds"]} s: '
                       f'{built.meta["counts"]}', logger='current')
-        barrier()
+        if wait_group is not None:
+            dist.barrier(group=wait_group)
         cache = FeatureCache(self.cache_dir)
         changed = (changed_media_files(cache.media_files(), self.media_files)
                    if cache.key.get('media_files') != key.get('media_files') else '')
