@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from tests.conftest import tiny_retriever_cfg
+from tests.conftest import REPO, tiny_retriever_cfg
 from tests.engine.test_distributed import free_port
 from xmr.datasets import (
     Annotation,
@@ -926,3 +926,9 @@ def test_the_other_ranks_wait_for_rank_0_s_build_past_the_collectives_timeout(ti
         nprocs=2, join=True, start_method='fork')
     counts = [json.loads((tmp_path / f'rank{rank}').read_text()) for rank in (0, 1)]
     assert counts[0] == counts[1] and counts[0]['items'] == 2
+
+
+def test_the_documented_wait_for_a_build_is_the_one_the_ranks_wait():
+    docs = ' '.join((REPO / 'docs' / 'distributed.md').read_text().split())
+    assert feature_cache_dataset.BUILD_WAIT == timedelta(hours=24)
+    assert 'whose timeout is 24 hours (`xmr.engine.feature_cache.dataset.BUILD_WAIT`)' in docs
