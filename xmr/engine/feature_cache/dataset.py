@@ -1,7 +1,6 @@
 """The dataset wrapper that serves cached tower features, and their preparation per loader."""
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -41,6 +40,7 @@ from xmr.engine.feature_cache.store import (
     StaleFeatureCacheError,
 )
 from xmr.engine.wrappers import unwrap_model
+from xmr.models.losses.distributed import gloo_group_beside
 from xmr.registry import DATASETS
 
 _DTYPES = ('float32', 'float16')
@@ -51,13 +51,6 @@ _MEDIA_IDENTITIES = ('stat', 'content')
 #: (NCCL's 10 minutes, gloo's 30), which stopped the waiting ranks and the run; a rank 0 whose
 #: build fails ends the job through its launcher rather than this timeout.
 BUILD_WAIT = timedelta(hours=24)
-
-
-@functools.lru_cache(maxsize=1)
-def _build_wait_group(world: dist.ProcessGroup) -> dist.ProcessGroup:
-    """A gloo group of every rank whose barrier waits :data:`BUILD_WAIT`, made by every rank at
-    its first cache (together, before any build) and kept for as long as the default group."""
-    return dist.new_group(backend='gloo', timeout=BUILD_WAIT)
 
 
 @DATASETS.register_module()
@@ -227,7 +220,9 @@ class CachedFeatureDataset(Dataset):
                 f'feature cache {self.cache_dir}: this phase trains the backbone '
                 f'({trained[0]}, ...), so its features change every step; use the plain '
                 'dataset for this phase')
-        wait_group = _build_wait_group(dist.group.WORLD) if is_distributed() else None
+        # Every rank makes the group at its first cache, together, before any build.
+        wait_group = (gloo_group_beside(dist.group.WORLD, BUILD_WAIT) if is_distributed()
+                      else None)
         index = index_items(self.dataset, self.kinds)
         key = self.cache_key(model, index)
         rank, _ = get_dist_info()

@@ -9,6 +9,7 @@ the single-process gradient of that global batch.
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -27,12 +28,16 @@ def host_group() -> dist.ProcessGroup | None:
     The gloo group is made at the first call, by every rank (the ranks reach their first
     gather together), and kept for as long as the default group lives.
     """
-    return None if 'gloo' in dist.get_backend() else _gloo_group_beside(dist.group.WORLD)
+    return None if 'gloo' in dist.get_backend() else gloo_group_beside(dist.group.WORLD)
 
 
-@functools.lru_cache(maxsize=1)
-def _gloo_group_beside(world: dist.ProcessGroup) -> dist.ProcessGroup:
-    return dist.new_group(backend='gloo')
+@functools.cache
+def gloo_group_beside(world: dist.ProcessGroup, timeout: timedelta | None = None
+                      ) -> dist.ProcessGroup:
+    """A gloo group of every rank of ``world`` (the default group), its collectives given up
+    after ``timeout`` (``None``: torch's default). Made at the first call with these
+    arguments, by every rank together, and kept for as long as ``world`` lives."""
+    return dist.new_group(backend='gloo', timeout=timeout)
 
 
 @torch.compiler.disable
