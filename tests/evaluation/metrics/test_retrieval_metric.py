@@ -642,3 +642,24 @@ def test_the_keys_expected_before_evaluation_hold_every_key_reported(options):
 
 def test_no_keys_are_expected_while_the_languages_are_unknown():
     assert RetrievalMetric().expected_keys() is None
+
+
+def test_the_keys_expected_of_one_direction_hold_no_ar_and_of_xtd10_fewshot_its_mean_r1():
+    """One direction reports no AR nor rSum (save_best='mAR' is then refused before training,
+    not at the first validation); xtd10_fewshot adds each language's and the mean's R@1."""
+    one = RetrievalMetric(recall_ks=(1,), directions=('t2i',), languages=['en', 'de'])
+    assert one.expected_keys() == {f'{lang}/t2i_{statistic}' for lang in ('en', 'de')
+                                   for statistic in ('R@1', 'MdR', 'MnR')} | {'t2i_R@1_sum'}
+    fewshot = RetrievalMetric(recall_ks=(1,), protocol='xtd10_fewshot', languages=['en', 'de'])
+    per_language = [f'{direction}_{statistic}' for direction in ('t2i', 'i2t')
+                    for statistic in ('R@1', 'MdR', 'MnR')] + ['AR', 'rSum', 'mean_R@1']
+    # The summaries average the target languages: 'de', the source 'en' left out.
+    assert fewshot.expected_keys() == {f'{lang}/{key}' for lang in ('en', 'de')
+                                       for key in per_language} | {'mAR', 'rSum', 'mean_R@1'}
+
+
+def test_no_keys_are_expected_while_the_summary_languages_are_not_evaluated():
+    """compute_metrics names such mean_languages; the check before training leaves them to it."""
+    metric = RetrievalMetric(recall_ks=(1,), mean_languages=['fr'])
+    metric.dataset_meta = dict(languages=['en', 'de'])
+    assert metric.expected_keys() is None
