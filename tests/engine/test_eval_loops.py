@@ -5,6 +5,7 @@ import contextlib
 import copy
 import itertools
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from mmengine.runner import Runner
 
 from tests.conftest import tiny_retriever_cfg
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
-from xmr.engine.eval_loops import combined_mean_ar
+from xmr.engine.eval_loops import combined_mean_ar, expected_metric_keys
 from xmr.engine.worker_tokens import TokenizingCollate
 from xmr.evaluation import RetrievalMetric
 
@@ -385,3 +386,21 @@ def test_a_batch_whose_every_medium_was_skipped_is_counted_without_the_model(
 
     assert encoded == [1, 1]
     assert metrics['clips/skipped_media'] == 1
+
+
+def test_a_loops_expected_keys_are_its_metrics_and_summary_key_or_none_if_one_cannot_tell():
+    """A metric that cannot tell its keys (another type, unknown languages) leaves them all
+    unknown: a save_best key of that metric is not refused before training."""
+    def scored(*metrics):
+        return SimpleNamespace(dataloaders=[object()] * len(metrics),
+                               evaluators=[SimpleNamespace(metrics=[m]) for m in metrics],
+                               summary_key='mean_ar')
+
+    first = RetrievalMetric(recall_ks=(1,), directions=('t2i',), languages=['en'], prefix='a')
+    second = RetrievalMetric(recall_ks=(1,), directions=('t2i',), languages=['en'], prefix='b')
+    # 'en' is the source language: no summary over it, the per-language keys only.
+    assert expected_metric_keys(scored(first, second)) == {
+        f'{prefix}/en/t2i_{statistic}' for prefix in 'ab' for statistic in ('R@1', 'MdR', 'MnR')
+    } | {'mean_ar'}
+    assert expected_metric_keys(scored(first, RetrievalMetric())) is None
+    assert expected_metric_keys(scored(first, SimpleNamespace())) is None  # another type
