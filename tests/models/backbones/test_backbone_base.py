@@ -119,3 +119,23 @@ def test_the_attention_bias_is_kept_for_its_mask_until_the_mask_changes():
     assert torch.equal(changed, tower.build_mask(mask)) and not torch.equal(changed, bias)
     with torch.inference_mode():
         assert torch.equal(tower.attention_bias(mask), changed)
+
+
+def test_an_in_place_change_of_the_mask_given_last_builds_its_bias_anew():
+    tower = causal_tower()
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    tower.attention_bias(mask)
+    mask[0, 3:] = False  # the same tensor, its version moved
+    # Causal, each padding key masked but to itself: written out for the first caption.
+    allowed = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0],
+                            [1, 1, 1, 1, 0], [1, 1, 1, 0, 1]]).bool()
+    expected = torch.zeros(5, 5).masked_fill(~allowed, float('-inf'))
+    assert torch.equal(tower.attention_bias(mask)[0, 0], expected)
+
+
+def test_a_caption_of_exactly_the_context_length_fits_and_one_token_more_is_refused():
+    tower = causal_tower()  # context_length 12
+    assert tower.checked_length(torch.zeros(2, 12, 32)) == 12
+    with pytest.raises(ValueError, match='^sequence of 13 tokens exceeds the text context '
+                                         'length 12$'):
+        tower.checked_length(torch.zeros(2, 13, 32))
