@@ -171,3 +171,16 @@ def test_a_weight_unfrozen_or_replaced_after_a_swap_is_read_anew():
     (cached,), _ = run(model, x, casts, times=1)
     (plain,), _ = run(model, x, times=1)
     assert torch.equal(cached, plain)
+
+
+def test_another_model_built_before_the_first_swap_is_walked_for_its_own_weights():
+    first, second, casts = small_model(), small_model(), FrozenWeightCasts()
+    swap_dtypes(first, casts)  # nothing registered since: only the model differs
+    assert swap_dtypes(second, casts)['0.weight'] == torch.bfloat16
+
+
+def test_a_parameter_registered_after_a_swap_is_swapped_too():
+    model, casts = small_model(), FrozenWeightCasts()
+    swap_dtypes(model, casts)
+    model[2].register_parameter('scale', nn.Parameter(torch.ones(4), requires_grad=False))
+    assert swap_dtypes(model, casts)['2.scale'] == torch.bfloat16
