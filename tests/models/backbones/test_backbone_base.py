@@ -10,9 +10,11 @@ from open_clip.transformer import TextTransformer
 from torch import nn
 
 from xmr.engine.feature_cache import backbone_fingerprint
+from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones import OpenCLIPTextTower
 from xmr.models.backbones.base import (
     VisionLanguageBackbone,
+    block_linear_shapes,
     check_tokenizer_fits,
     weights_fingerprint,
 )
@@ -139,3 +141,11 @@ def test_a_caption_of_exactly_the_context_length_fits_and_one_token_more_is_refu
     with pytest.raises(ValueError, match='^sequence of 13 tokens exceeds the text context '
                                          'length 12$'):
         tower.checked_length(torch.zeros(2, 13, 32))
+
+
+def test_a_block_whose_attention_is_narrower_than_its_width_has_linear_shapes_to_match():
+    """q/k/v of 4 features from width 8 (heads that say so): the output projection maps the 4
+    back to the 8."""
+    assert block_linear_shapes(8, 32, inner_dim=4) == {
+        AdapterSite.ATTN_QKV: (8, 12), AdapterSite.ATTN_OUT: (4, 8),
+        AdapterSite.MLP_FC: (8, 32), AdapterSite.MLP_PROJ: (32, 8)}
