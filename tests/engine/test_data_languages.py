@@ -96,6 +96,16 @@ def test_a_model_without_a_language_check_is_not_checked():
     check_data_languages(SimpleNamespace(), {'train': media_dataset((32, 32))})
 
 
+def test_a_tower_of_another_height_than_width_takes_media_of_its_height_by_width():
+    """open_clip states a non-square tower's image_size as (height, width), as a transform's
+    size: the two compare in that order."""
+    model = SimpleNamespace(backbone=SimpleNamespace(image_size=[32, 48]))
+    check_media_sizes(model, {'train': media_dataset((32, 48))})
+    with pytest.raises(ValueError, match=r'^train: its transform gives 48x32 media, but the '
+                                         r'image tower of SimpleNamespace takes 32x48'):
+        check_media_sizes(model, {'train': media_dataset((48, 32))})
+
+
 def test_a_synthetic_set_rendered_at_another_size_than_the_image_towers_is_refused():
     """It failed inside open_clip's tower at the first phase that read its images, the phases
     before it trained."""
