@@ -224,6 +224,11 @@ def test_bad_arguments_are_named():
         build(alpha_f=1.5)
     with pytest.raises(ValueError, match="pooling 'cls'"):
         build(pooling='cls')
+    # Refused as built, not at the first step's semantic consistency loss.
+    with pytest.raises(ValueError, match='^temperature must be positive, got 0.0$'):
+        build(temperature=0.0)
+    with pytest.raises(ValueError, match="^scoring 'cosine' is not one of"):
+        build(scoring='cosine')
     with pytest.raises(ValueError, match=r"use_distribution_sampling=False removes the column "
                                          r"correlation that correlation=\{'mode': 'dataset'\}"):
         build(use_distribution_sampling=False, correlation=dict(mode='dataset'))
