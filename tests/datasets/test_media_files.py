@@ -61,3 +61,10 @@ def test_a_file_the_folder_spells_in_another_unicode_form_is_named_with_that_spe
     assert f'holds {decomposed!r}' in hint and 'Unicode NFD' in hint
     assert other_spelling_hint(tmp_path / 'absent.jpg') == ''
     assert other_spelling_hint(tmp_path / 'no folder' / 'absent.jpg') == ''
+
+
+def test_no_spelling_hint_for_a_path_under_a_file(tmp_path):
+    """missing_media lists such a path missing; its hint must not fail the error it joins."""
+    (tmp_path / 'a.jpg').write_bytes(b'')
+    assert missing_media(tmp_path, ['a.jpg/b.jpg']) == [tmp_path / 'a.jpg' / 'b.jpg']
+    assert other_spelling_hint(tmp_path / 'a.jpg' / 'b.jpg') == ''
