@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import os.path as osp
+import shlex
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -82,6 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.config is None and args.format != 'xmr':
         parser.error('--format clip_benchmark needs CONFIG and CHECKPOINT')
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    # The arguments given, which main(argv) from Python takes in place of sys.argv, quoted so
+    # that the recorded command runs again as it is.
+    args.command = shlex.join(['tools/test.py', *(sys.argv[1:] if argv is None else argv)])
     return args
 
 
@@ -307,7 +311,7 @@ def run_test(args: argparse.Namespace):
     metrics = runner.test()
     seed = meta.get('seed')
     extra = {'tested_at': datetime.now(UTC).isoformat(timespec='seconds'),
-             'command': as_text(' '.join(['tools/test.py', *sys.argv[1:]])),
+             'command': as_text(args.command),
              'ablations': [as_text(str(name)) for name in args.ablation],
              'seed': None if seed is None else int(seed), 'xmr_version': xmr.__version__,
              'xmr_commit': source_commit()}

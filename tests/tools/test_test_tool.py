@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -548,6 +549,10 @@ def test_runs_of_other_seeds_and_ablations_are_told_apart_and_recorded(synthetic
     plain = json.loads((root / 'model_test.json').read_text())
     assert plain['name'] == 'synthetic (model)' and plain['seed'] is None
     capsys.readouterr()
+    # The command recorded is the one given to main (not the Python process's own arguments),
+    # quoted to run again as it is.
+    assert plain['command'] == shlex.join(['tools/test.py', str(config()),
+                                           str(root / 'model.pth')])
 
 
 def test_a_result_is_written_when_the_reader_of_the_table_has_quit(synthetic_setup):
