@@ -52,6 +52,15 @@ def test_format_table_pads_wide_and_combining_names_to_their_shown_width():
     assert format_table(['m'], [['a\u0301\u200d']]) == '| m |\n|---|\n| a\u0301\u200d |'
 
 
+def test_a_pipe_or_line_break_in_a_name_stays_inside_its_cell():
+    """A model named 'a|b' (--name) split its row into one cell more than the header's."""
+    assert format_table(['model', 'de'], [['a|b', '1.00'], ['c\nd', '-']]) == (
+        '| model | de   |\n'
+        '|-------|------|\n'
+        '| a\\|b  | 1.00 |\n'
+        '| c d   | -    |')
+
+
 def test_format_table_pads_decomposed_hangul_as_the_syllables_it_shows():
     """Korean typed on macOS, or a model named by a file name there, is in jamo (NFD): '모델'
     is six code points that show as two syllables, four columns (the vowel and final jamo join

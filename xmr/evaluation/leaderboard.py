@@ -113,14 +113,22 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     Returns:
         The table, one line per row, without a final newline.
     """
-    widths = [max(display_width(str(cell)) for cell in column) for column in zip(header, *rows)]
+    header = [_markdown_cell(cell) for cell in header]
+    rows = [[_markdown_cell(cell) for cell in row] for row in rows]
+    widths = [max(display_width(cell) for cell in column) for column in zip(header, *rows)]
 
-    def line(cells: Sequence[Any]) -> str:
-        return '| ' + ' | '.join(str(c) + ' ' * (w - display_width(str(c)))
+    def line(cells: Sequence[str]) -> str:
+        return '| ' + ' | '.join(c + ' ' * (w - display_width(c))
                                  for c, w in zip(cells, widths)) + ' |'
 
     return '\n'.join([line(header), '|' + '|'.join('-' * (w + 2) for w in widths) + '|',
                       *(line(row) for row in rows)])
+
+
+def _markdown_cell(cell: Any) -> str:
+    """``cell`` as one Markdown table cell: a ``|`` in a model's name (``--name 'a|b'``) would
+    end the cell and a line break the row, so the one is escaped and the other a space."""
+    return ' '.join(str(cell).splitlines()).replace('|', '\\|')
 
 
 @dataclass(frozen=True)
