@@ -94,16 +94,17 @@ class CaptionPairDataset(MediaCaptionDataset):
             raise ValueError('source_only items have no target language to translate; drop '
                              'translated_texts')
         needs = {'source_to_target': ('translations', ann.translation_langs,
-                                      'attach_translations.py', '--translations'),
+                                      'tools/data/attach_translations.py', '--translations'),
                  'target_to_source': ('back_translations', ann.back_translation_langs,
-                                      'attach_back_translations.py', '--back-translations')}
+                                      'tools/data/attach_back_translations.py',
+                                      '--back-translations')}
         for kind in translated_texts:
             field, available, tool, option = needs[kind]
             missing = [lang for lang in self.target_langs if lang not in available]
             if missing:
                 raise ValueError(f'{self.ann_file} has no {field} in {missing} for '
                                  f'translated_texts={kind!r}; it has {list(available)}: '
-                                 f'attach them with tools/data/{tool} {self.ann_file} '
+                                 f'attach them with {tool} {self.ann_file} '
                                  f'{option} LANG=FILE (docs/data.md)')
         if 'target_to_source' in translated_texts and self.target_field != 'captions':
             raise ValueError("translated_texts='target_to_source' back-translates human target "
