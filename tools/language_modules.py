@@ -9,7 +9,10 @@ a shared disentangler) and the total, DASD's #TP. A paper config states the pape
 report prints them beside xmr's counts.
 
 Every command takes ``--ablation`` and ``--cfg-options`` as ``tools/train.py`` does: the #TP of
-a paper's ablation row, or of more languages than the config holds.
+a paper's ablation row, or of more languages than the config holds. The papers state no #TP of
+an ablation row, so an ``--ablation`` that changes the parameters counted (``dasd/du-16``,
+``dasd/static-adapter``) drops the config's paper column, saying so, unless the ablation file
+states its own ``paper_figures``; one that keeps them (``dasd/sc-mse``) keeps the column.
 
 ``python tools/language_modules.py export CONFIG CHECKPOINT --langs de fr --out-dir DIR`` writes
 ``DIR/<lang>.pth``: only that language's module (a small file), with its base: CHECKPOINT and a
@@ -114,6 +117,39 @@ def print_parameter_report(model, paper: dict) -> None:
         print(f"paper: {paper.get('source', 'the paper')}")
 
 
+def _parameter_counts(model) -> tuple[dict[str, int], int]:
+    """``({lang: parameters}, shared)``: what the report's count column shows."""
+    from xmr.models.language.language_modules import (
+        language_parameter_report,
+        shared_parameter_count,
+    )
+
+    languages = {lang: row.parameters for lang, row in language_parameter_report(model).items()}
+    return languages, shared_parameter_count(model)
+
+
+def _figures_of_the_model_reported(model, args: argparse.Namespace) -> tuple[dict, str | None]:
+    """The run config's ``paper_figures`` and ``None``, or ``{}`` and the reason where they are
+    the config's own and its ``--ablation`` rows change the parameters counted: they are the
+    figures of another model than the one reported."""
+    from xmr.apis import init_retriever
+
+    paper = model.cfg.get('paper_figures') or {}
+    if not paper or not args.ablation:
+        return paper, None
+    config = load_run_config(args.config, cfg_options=args.cfg_options)
+    if config.get('paper_figures') != model.cfg.get('paper_figures'):
+        return paper, None  # the ablation states the figures of its own row
+    # The model without the rows is built only where they change its config (a schedule's row
+    # does not): a paper's backbone is large.
+    if (config.to_dict()['model'] == model.cfg.to_dict()['model']
+            or _parameter_counts(init_retriever(config)) == _parameter_counts(model)):
+        return paper, None
+    return {}, (f"no paper column: the config's paper figures "
+                f"({paper.get('source', 'the paper')}) are of its model without --ablation "
+                f"{' '.join(map(str, args.ablation))}, which changes the parameters counted")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from xmr.apis import init_retriever
@@ -129,7 +165,10 @@ def main(argv: list[str] | None = None) -> None:
                               cfg_options=args.cfg_options)
         model = init_retriever(cfg, checkpoint)
         if args.command == 'report':
-            print_parameter_report(model, model.cfg.get('paper_figures') or {})
+            paper, dropped = _figures_of_the_model_reported(model, args)
+            print_parameter_report(model, paper)
+            if dropped:
+                print(dropped)
         elif args.command == 'export':
             from xmr.datasets.languages import normalize_languages
 

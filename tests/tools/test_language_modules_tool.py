@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import TINY_CLIP, tiny_retriever_cfg
+from tests.conftest import TINY_CLIP, tiny_dasd_cfg, tiny_retriever_cfg
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'language_modules.py'
 CONFIG = f"""
@@ -259,3 +259,66 @@ def test_a_merge_names_the_languages_given_no_module_and_where_theirs_come_from(
           '--out', str(tmp_path / 'b.pth')], monkeypatch)
     assert capsys.readouterr().out.splitlines()[1:] == [
         f'fr: no module given, kept from {tmp_path / "trained.pth"}']
+
+
+def _tiny_dasd_with_paper_figures(tmp_path) -> Path:
+    """The tiny DASD model with a DASD config's paper figures (Table 1's #TP)."""
+    config = tmp_path / 'tiny_dasd.py'
+    config.write_text(f'model = {tiny_dasd_cfg()!r}\n'
+                      "paper_figures = dict(source='DASD, Table 1', trainable_parameters=134e6)\n")
+    return config
+
+
+def _table_and_after(out: str) -> list[str]:
+    """The report's lines from its table's header on (the model's build logs come before)."""
+    lines = out.splitlines()
+    return lines[lines.index(next(line for line in lines if line.startswith('| language'))):]
+
+
+@pytest.mark.parametrize('ablation', ['dasd/du-16', 'dasd/static-adapter', 'dasd/no-adv'])
+def test_a_report_of_an_ablation_that_resizes_the_model_states_no_paper_figure(
+        tmp_path, monkeypatch, capsys, ablation):
+    """'--ablation dasd/du-16' printed Table 1's 134M beside the count of a smaller model, which
+    the paper reports no #TP of."""
+    config = _tiny_dasd_with_paper_figures(tmp_path)
+    _run(['report', str(config)], monkeypatch)
+    full = _table_and_after(capsys.readouterr().out)
+    assert full[0].endswith('| paper |') and '| 134M |' in full[-2]
+    _run(['report', str(config), '--ablation', ablation], monkeypatch)
+    ablated = _table_and_after(capsys.readouterr().out)
+    assert 'paper' not in ablated[0] and '134M' not in ''.join(ablated)
+    assert ablated[-1] == (
+        f"no paper column: the config's paper figures (DASD, Table 1) are of its model without "
+        f"--ablation {ablation}, which changes the parameters counted")
+
+
+def test_a_report_of_an_ablation_that_keeps_the_models_size_or_states_its_own_figures(
+        tmp_path, monkeypatch, capsys):
+    config = _tiny_dasd_with_paper_figures(tmp_path)
+    # L_sc by MSE: another loss on the same parameters, whose #TP is Table 1's.
+    _run(['report', str(config), '--ablation', 'dasd/sc-mse'], monkeypatch)
+    assert _table_and_after(capsys.readouterr().out)[-2].endswith('| 134M |')
+    own = tmp_path / 'du-16-stated.py'
+    own.write_text("model = dict(language_branch=dict(adapters=dict(hidden=16)))\n"
+                   "paper_figures = dict(source='a row of my own', trainable_parameters=5e6)\n")
+    _run(['report', str(config), '--ablation', str(own)], monkeypatch)
+    report = _table_and_after(capsys.readouterr().out)
+    assert report[-2].endswith('| 5M |') and report[-1] == 'paper: a row of my own'
+
+
+def test_a_report_of_an_ablation_that_leaves_the_model_alone_builds_it_once(
+        tmp_path, monkeypatch, capsys):
+    """A schedule's row (pectvlm/authors-script-*) changes no parameter: the paper column stays,
+    and the model (a paper's is large) is not built a second time to find that out."""
+    import xmr.apis
+
+    config = _tiny_dasd_with_paper_figures(tmp_path)
+    schedule = tmp_path / 'schedule.py'
+    schedule.write_text('train_dataloader = dict(batch_size=5)\n')
+    builds = []
+    build = xmr.apis.init_retriever
+    monkeypatch.setattr(xmr.apis, 'init_retriever',
+                        lambda *args, **kwargs: builds.append(args) or build(*args, **kwargs))
+    _run(['report', str(config), '--ablation', str(schedule)], monkeypatch)
+    assert _table_and_after(capsys.readouterr().out)[-2].endswith('| 134M |')
+    assert len(builds) == 1
