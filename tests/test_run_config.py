@@ -492,3 +492,39 @@ def test_an_option_one_letter_from_type_is_the_types_to_judge():
     with pytest.raises(UnknownOptionError, match="unknown option 'tpye' \\(did you mean "
                                                  "'type'\\?\\)"):
         load_run_config(DEMO, cfg_options={'optim_wrapper.tpye': 'AutocastOptimWrapper'})
+
+
+@pytest.mark.parametrize('option, value, message', [
+    ('default_hooks.logger.interval', 0, r'^default_hooks.logger.interval=0 must be a positive '
+     r'integer \(iterations between two logs\)$'),
+    ('default_hooks.checkpoint.rule', 'higher', r"^default_hooks.checkpoint.rule='higher': a "
+     r"rule is 'greater'"),
+    ('default_hooks.checkpoint.rule', ['greater', 'more'], r"rule=\['greater', 'more'\]: a rule"),
+    ('default_hooks.checkpoint.interval', 0, r'^default_hooks.checkpoint.interval=0 must be a '
+     r'positive integer, or -1 for no periodic checkpoint'),
+    ('default_hooks.checkpoint.interval', -5, r'^default_hooks.checkpoint.interval=-5 must be'),
+    ('default_hooks.checkpoint.max_keep_ckpts', 0, r'^default_hooks.checkpoint.max_keep_ckpts=0 '
+     r'must be a positive integer, or -1 for keep every checkpoint: MMEngine reads any value '
+     r'below 1 as -1$'),
+    ('default_hooks.checkpoint.save_begin', -1, r'save_begin=-1 must be an integer >= 0$'),
+    ('default_hooks.checkpoint.by_epoch', True, r'^default_hooks.checkpoint.by_epoch=True, but '
+     r'the train loop PhasedTrainLoop counts iterations .* set '
+     r'default_hooks.checkpoint.by_epoch=False'),
+])
+def test_a_value_mmengines_logger_or_checkpoint_hook_refuses_or_ignores_is_named_by_its_key(
+        option, value, message):
+    """MMEngine refuses the first three as the runner builds the hooks, naming no key (a rule's
+    as an unexpected KeyError); it reads an interval or max_keep_ckpts below 1 as 'never' and
+    'no limit', and a loop of iterations never ends the epochs by_epoch checkpoints count."""
+    with pytest.raises(ValueError, match=message):
+        load_run_config(DEMO, cfg_options={option: value})
+
+
+def test_the_values_mmengines_hooks_document_are_taken():
+    cfg = load_run_config(DEMO, cfg_options={'default_hooks.checkpoint.interval': -1,
+                                             'default_hooks.checkpoint.max_keep_ckpts': -1,
+                                             'default_hooks.checkpoint.rule': None,
+                                             'default_hooks.logger.interval': 1})
+    assert cfg.default_hooks.checkpoint.interval == -1
+    load_run_config(DEMO, cfg_options={'default_hooks.checkpoint.rule': ['less'],
+                                       'default_hooks.checkpoint.save_begin': 0})

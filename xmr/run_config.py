@@ -173,7 +173,9 @@ def check_run_values(cfg: Config) -> None:
     iterations in: an option a type does not take, a value of another kind than its default (a
     word where a number goes; the model's, the optimiser's and its wrapper's, the hooks', the
     loops' and the samplers' options), a seed that is no integer, a bad phase, a batch size
-    that is no positive integer, a negative learning rate.
+    that is no positive integer, a negative learning rate, a value of MMEngine's logger or
+    checkpoint hook that it refuses naming no key or silently reads as another
+    (:func:`_check_mmengine_hook_values`).
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
     option check of xmr's registries (which see every part the model builds); their own options
@@ -208,8 +210,9 @@ def check_run_values(cfg: Config) -> None:
             DATA_SAMPLERS.check_options(loader.get(sampler))
     for metric in _metrics(cfg):
         METRICS.check_options(metric)
-    for hook in [*(cfg.get('default_hooks') or {}).values(), *(cfg.get('custom_hooks') or [])]:
+    for where, hook in _hooks(cfg).items():
         HOOKS.check_options(hook)
+        _check_mmengine_hook_values(where, hook, cfg.get('train_cfg'))
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
         LOOPS.check_options(cfg.get(loop))
     seed = (cfg.get('randomness') or {}).get('seed')
@@ -319,6 +322,69 @@ def _check_loader_counts(where: str, loader: Mapping[str, Any]) -> None:
         if loader.get(key, off) not in (off, None):
             raise ValueError(f'{where}.{key}={loader[key]!r} needs worker processes, and '
                              f'{where}.num_workers is 0: add {where}.{key}={off}')
+
+
+def _hooks(cfg: Config) -> dict[str, Any]:
+    """Every hook dict of ``cfg`` by its key: ``default_hooks.<name>``, ``custom_hooks.<i>``."""
+    return {**{f'default_hooks.{name}': hook
+               for name, hook in (cfg.get('default_hooks') or {}).items()},
+            **{f'custom_hooks.{i}': hook for i, hook in enumerate(cfg.get('custom_hooks') or [])}}
+
+
+def _is_count(value: Any, least: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= least
+
+
+def _check_mmengine_hook_values(where: str, hook: Any, train_cfg: Any) -> None:
+    """Refuse what MMEngine's ``LoggerHook`` and ``CheckpointHook`` (xmr's subclasses it)
+    refuse as the runner builds them, naming no key (``interval must be greater than 0``,
+    ``KeyError: 'rule must be greater, less or None'``), or take and never act on: a checkpoint
+    ``interval`` or ``max_keep_ckpts`` of 0 (MMEngine reads any value below 1 as 'never' and
+    'no limit'), checkpoints ``by_epoch`` under a loop of iterations (none saved periodically).
+
+    Raises:
+        ValueError: naming the key, its value and the fix.
+    """
+    from mmengine.hooks import CheckpointHook, LoggerHook
+    from mmengine.runner import EpochBasedTrainLoop
+
+    from xmr.registry import HOOKS, LOOPS
+
+    built = hook.get('type') if isinstance(hook, Mapping) else None
+    built = HOOKS.get(built) if isinstance(built, str) else built
+    if not isinstance(built, type):
+        return
+    if issubclass(built, LoggerHook):
+        for key in ('interval', 'interval_exp_name'):
+            value = hook.get(key)
+            if value is not None and not _is_count(value, 1):
+                raise ValueError(f'{where}.{key}={value!r} must be a positive integer '
+                                 '(iterations between two logs)')
+    if not issubclass(built, CheckpointHook):
+        return
+    for key, meaning in (('interval', 'no periodic checkpoint (save_last still saves the last)'),
+                         ('max_keep_ckpts', 'keep every checkpoint')):
+        value = hook.get(key)
+        if value is not None and value != -1 and not _is_count(value, 1):
+            raise ValueError(f'{where}.{key}={value!r} must be a positive integer, or -1 for '
+                             f"{meaning}: MMEngine reads any value below 1 as -1")
+    save_begin = hook.get('save_begin')
+    if save_begin is not None and not _is_count(save_begin, 0):
+        raise ValueError(f'{where}.save_begin={save_begin!r} must be an integer >= 0')
+    rule = hook.get('rule')
+    for item in rule if isinstance(rule, (list, tuple)) else [rule]:
+        if item not in ('greater', 'less', None):
+            raise ValueError(f"{where}.rule={rule!r}: a rule is 'greater' (a higher "
+                             "save_best metric is better, as for mAR and R@K), 'less' or None "
+                             '(inferred from the metric name)')
+    loop = train_cfg.get('type') if isinstance(train_cfg, Mapping) else None
+    loop = LOOPS.get(loop) if isinstance(loop, str) else loop
+    # MMEngine's CheckpointHook counts epochs unless told otherwise.
+    if (hook.get('by_epoch', True) and isinstance(loop, type)
+            and not issubclass(loop, EpochBasedTrainLoop)):
+        raise ValueError(f'{where}.by_epoch=True, but the train loop {loop.__name__} counts '
+                         'iterations and ends no epoch: no checkpoint would be saved before the '
+                         f'last; set {where}.by_epoch=False (interval then counts iterations)')
 
 
 def _check_optimizer_lr(optimizer: Any) -> None:
