@@ -76,6 +76,18 @@ def test_a_caption_may_not_take_the_position_of_an_appended_class_token():
         check_tokenizer_fits(OpenCLIPTokenizer(max_length=13, pad_to=13), tower, 'CoCa')
 
 
+def test_a_source_max_length_that_keeps_no_piece_of_a_caption_is_refused():
+    """0 or below sliced nothing off: a long caption overflowed the context at its batch."""
+    tower = OpenCLIPTextTower(TextTransformer(context_length=12, vocab_size=49408, width=32,
+                                              heads=2, layers=1))
+    for max_length in (0, -1, 2):
+        with pytest.raises(ValueError, match=(
+                f'^tokenizer.max_length={max_length} of the source tokenizer of ViT-T keeps no '
+                'piece of a caption: a OpenCLIPTokenizer writes 1 start token.* >= 3$')):
+            check_tokenizer_fits(OpenCLIPTokenizer(max_length=max_length), tower, 'ViT-T')
+    check_tokenizer_fits(OpenCLIPTokenizer(max_length=3), tower, 'ViT-T')
+
+
 class _PixelsAsEmbedding(VisionLanguageBackbone):
     """Each ``[3, 1, 1]`` image's pixels are its embedding."""
 

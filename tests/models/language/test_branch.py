@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 
@@ -89,6 +91,24 @@ def test_width_mismatches_fail_at_build_naming_both_numbers(parts):
     long_tokens['tokenizer']['max_length'] = 33
     with pytest.raises(ValueError, match='max_length 33 exceeds the text tower context length 32'):
         MODELS.build(long_tokens, default_args=dict(tower=backbone.text_tower))
+
+
+@pytest.mark.parametrize('max_length', [0, -3, 2, 8.0])
+def test_a_target_max_length_that_keeps_no_piece_of_a_caption_is_refused_at_build(parts,
+                                                                                 max_length):
+    """0 or below sliced nothing off, and the first long caption overflowed the tower's
+    context at its batch; 2 kept SentencePiece's start and end tokens alone; a float failed at
+    the first caption to cut."""
+    backbone, _ = parts
+    cfg = tiny_branch_cfg()
+    cfg['tokenizer']['max_length'] = max_length
+    with pytest.raises(ValueError, match=re.escape(
+            f'tokenizer.max_length={max_length!r} of the target language branch keeps no piece '
+            'of a caption: a SentencePieceTokenizer writes 1 start token(s) and an end token; '
+            'set tokenizer.max_length to an integer >= 3')):
+        MODELS.build(cfg, default_args=dict(tower=backbone.text_tower))
+    cfg['tokenizer']['max_length'] = 3
+    assert MODELS.build(cfg, default_args=dict(tower=backbone.text_tower)).tokenizer.max_length == 3
 
 
 def test_num_blocks_limits_the_branch(parts):

@@ -21,7 +21,7 @@ from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.language.packed_tokens import PackedTokens
-from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch
+from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch, check_max_length
 from xmr.models.pooling import masked_token_mean
 
 
@@ -398,7 +398,9 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
         owner: the model named in the message (``'ViT-B-32'``, ``'CCLM'``, ...).
 
     Raises:
-        ValueError: more ids than the tower embeds, a ``max_length`` beyond its context, a
+        ValueError: a ``max_length`` that keeps no piece of a caption
+            (:func:`~xmr.models.language.tokenizers.check_max_length`), more ids than the tower
+            embeds, a ``max_length`` beyond its context, a
             fixed-context tower fed without ``pad_to`` = its context, or a padding id other
             than the one the tower masks (each names both numbers); a tower that reads a
             language token fed by a tokenizer that writes none.
@@ -407,6 +409,7 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
         raise ValueError(f'the text tower of {owner} reads each caption after its language-code '
                          f'token (NLLB), which a {type(tokenizer).__name__} does not write; use '
                          "tokenizer=dict(type='NLLBTokenizer', ...)")
+    check_max_length(tokenizer, f'the source tokenizer of {owner}')
     if tokenizer.vocab_size > tower.vocab_size:
         raise ValueError(f'tokenizer emits {tokenizer.vocab_size} ids but the text tower of '
                          f'{owner} has {tower.vocab_size} embeddings')

@@ -14,7 +14,7 @@ from xmr.models.adapters.grouped import LanguageMembership
 from xmr.models.adapters.language_adapters import LanguageAdapters, join_rows
 from xmr.models.host_to_device import host_to_device
 from xmr.models.language.embedding import EmbeddingBlock
-from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch
+from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch, check_max_length
 from xmr.models.language.tower_weights import TowerWeights
 from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS, TOKENIZERS
@@ -67,6 +67,7 @@ def _built_tokenizer(cfg: dict | BaseTokenizer, tower: TextTower, given_pad_to: 
     if tower.fixed_context and isinstance(cfg, dict):
         cfg = {**cfg, 'pad_to': given_pad_to or tower.context_length}
     tokenizer = TOKENIZERS.build(cfg)
+    check_max_length(tokenizer, 'the target language branch')
     if tokenizer.max_length > tower.max_tokens:
         raise ValueError(f'target tokenizer max_length {tokenizer.max_length} exceeds the '
                          f'text tower context length {tower.max_tokens}; set '

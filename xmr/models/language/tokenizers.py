@@ -261,6 +261,29 @@ class BaseTokenizer(metaclass=ABCMeta):
                       level=logging.WARNING)
 
 
+def check_max_length(tokenizer: BaseTokenizer, whose: str) -> None:
+    """Refuse a ``max_length`` that keeps no piece of a caption: one of 0 or below slices
+    nothing off (a caption's whole length then overflows the text tower's context at the
+    first long batch, naming no key), one that its specials fill keeps every caption as the
+    same few ids.
+
+    Args:
+        tokenizer: the tokenizer a model was built with.
+        whose: the tokenizer's place, named in the message (``'the target language
+            branch'``).
+
+    Raises:
+        ValueError: naming ``tokenizer.max_length``, its value and the least that keeps a piece.
+    """
+    least = tokenizer.start_tokens + 2
+    length = tokenizer.max_length
+    if isinstance(length, bool) or not isinstance(length, int) or length < least:
+        raise ValueError(f'tokenizer.max_length={length!r} of {whose} keeps no piece of a '
+                         f'caption: a {type(tokenizer).__name__} writes {tokenizer.start_tokens} '
+                         'start token(s) and an end token; set tokenizer.max_length to an '
+                         f'integer >= {least}')
+
+
 @TOKENIZERS.register_module()
 class OpenCLIPTokenizer(BaseTokenizer):
     """open_clip's tokenizer of an architecture (CLIP's BPE ships with open_clip: no download).
