@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import tracemalloc
 from dataclasses import replace
 
 import pytest
 
+from tests.conftest import REPO
 from xmr.datasets.annotation import (
     Annotation,
     AnnotationError,
     MediaRecord,
+    annotation_writer,
     dump_annotation,
     load_annotation,
 )
@@ -192,6 +195,40 @@ def test_foreign_json_is_rejected_with_a_hint(tmp_path):
     path.write_text(json.dumps({'images': []}), encoding='utf-8')
     with pytest.raises(AnnotationError, match='prepare_<dataset>.py'):
         load_annotation(path)
+
+
+@pytest.mark.parametrize('name, made', [
+    ('multi30k_train.json', 'multi30k_train.json is written by tools/data/prepare_multi30k.py'),
+    ('multi30k_train_100shot.json', 'is written by tools/data/few_shot_split.py --protocol '
+     'subsample'),
+    ('flickr30k_200_test.json', 'is written by tools/data/prepare_flickr30k_200.py'),
+    ('coco_test1k_fold3.json', 'is written by tools/data/prepare_mscoco.py'),
+    ('my_set.json', 'a raw release is converted by tools/data/prepare_<dataset>.py'),
+])
+def test_a_missing_annotation_is_named_with_the_tool_that_writes_it(tmp_path, name, made):
+    """The error named the path alone, as the runner built the dataset at training's start."""
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f'annotation file not found: {tmp_path / name}: check ann_file and data_root, or '
+            f'make it: ') + '.*' + re.escape(f'{made} (docs/data.md, Converters)')):
+        load_annotation(tmp_path / name)
+
+
+def test_each_output_docs_data_md_lists_for_a_converter_is_named_with_that_converter():
+    """Each '### <dataset> — `tools/data/<tool>.py`' section's 'Outputs:' names files that
+    annotation_writer gives that section's tool (or one of its tools)."""
+    page = (REPO / 'docs' / 'data.md').read_text(encoding='utf-8')
+    checked = 0
+    for section in re.split(r'^### ', page, flags=re.MULTILINE)[1:]:
+        heading, _, text = section.partition('\n')
+        tools = re.findall(r'`?(?:tools/data/)?(prepare_\w+\.py)`', heading)
+        outputs = re.search(r'Outputs?: (.*?)(?:\n\n|$)', text, flags=re.DOTALL)
+        if not tools or outputs is None:
+            continue
+        for name in re.findall(r'`([\w{}.,]+\.json)`', outputs.group(1)):
+            name = re.sub(r'\{[^}]*\}', 'x', name)  # {train,val,test}, {N}, {0..4}
+            assert annotation_writer(name) in [f'tools/data/{tool}' for tool in tools], name
+            checked += 1
+    assert checked >= 20
 
 
 def test_invalid_annotation_writes_nothing(tmp_path):

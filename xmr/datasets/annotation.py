@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -407,6 +408,29 @@ def _renamed_key(code: Any) -> Any:
         return code
 
 
+#: The tool that writes an annotation file, by the file's name (docs/data.md, "Converters"),
+#: first match first: a missing file is named with the command that makes it.
+ANNOTATION_WRITERS = (
+    (r'multi30k_train_\d+shot', 'tools/data/few_shot_split.py --protocol subsample'),
+    (r'multi30k_', 'tools/data/prepare_multi30k.py'),
+    (r'flickr30k_200_', 'tools/data/prepare_flickr30k_200.py'),
+    (r'flickr30k_', 'tools/data/prepare_flickr30k.py'),
+    (r'(coco|cococn)_', 'tools/data/prepare_mscoco.py'),
+    (r'xtd10_', 'tools/data/prepare_xtd10.py'),
+    (r'xtd200_', 'tools/data/prepare_xtd200.py'),
+    (r'(cc300k|cc3m)_', 'tools/data/prepare_cc3m.py'),
+    (r'msrvtt_', 'tools/data/prepare_msrvtt.py'),
+    (r'crossmodal3600_', 'tools/data/prepare_crossmodal3600.py'),
+)
+
+
+def annotation_writer(path: str | os.PathLike) -> str | None:
+    """The tool (and its options) that writes the annotation file ``path`` by its name
+    (:data:`ANNOTATION_WRITERS`); ``None`` for a name no converter writes."""
+    name = Path(path).name
+    return next((tool for pattern, tool in ANNOTATION_WRITERS if re.match(pattern, name)), None)
+
+
 def load_annotation(path: str | os.PathLike,
                     items: Callable[[Iterator[MediaRecord]], Sequence[MediaRecord]] = list
                     ) -> Annotation:
@@ -429,7 +453,11 @@ def load_annotation(path: str | os.PathLike,
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f'annotation file not found: {path}')
+        tool = annotation_writer(path)
+        make = (f'{path.name} is written by {tool}' if tool is not None
+                else 'a raw release is converted by tools/data/prepare_<dataset>.py')
+        raise FileNotFoundError(f'annotation file not found: {path}: check ann_file and '
+                                f'data_root, or make it: {make} (docs/data.md, Converters)')
     origin, failures = str(path), []
     # utf-8-sig: a byte order mark (Windows editors write one) is no JSON error.
     with _collector_paused(), path.open(encoding='utf-8-sig') as file:
