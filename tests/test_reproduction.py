@@ -13,6 +13,7 @@ import torch
 
 from tests.conftest import REPO, tiny_backbone_cfg
 from xmr.registry import MODELS
+from xmr.run_config import load_run_config
 
 sys.path.insert(0, str(REPO / 'tools'))
 import train as train_tool  # noqa: E402
@@ -101,9 +102,13 @@ def tiny_model(cfg, folder: Path) -> dict:
 
 @pytest.mark.parametrize('config, ablations', RUNS,
                          ids=[' '.join((Path(c).stem, *a)) for c, a in RUNS])
-def test_each_row_loads_as_train_py_does_and_builds(config, ablations, tmp_path_factory):
-    args = train_tool.parse_args([config, *(['--ablation', *ablations] if ablations else [])])
-    cfg = train_tool.build_config(args)
+def test_each_row_loads_as_its_tool_does_and_builds(config, ablations, tmp_path_factory):
+    """A training row as tools/train.py loads it, a zero-shot (test-only) row, which train.py
+    refuses, as tools/test.py does."""
+    cfg = load_run_config(config, ablations=ablations)
+    if cfg.get('train_cfg') is not None:
+        args = train_tool.parse_args([config, *(['--ablation', *ablations] if ablations else [])])
+        cfg = train_tool.build_config(args)
     for name in ablations:
         assert name.split('/')[-1] in cfg.work_dir
     torch.manual_seed(0)

@@ -60,13 +60,13 @@ def test_missing_arguments_print_the_usage(script, args):
 
 
 def test_train_amp_dtype_implies_amp(tmp_path):
-    config = tmp_path / 'cfg.py'
-    config.write_text("optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='AdamW'))\n")
-    cfg = train_tool.build_config(train_tool.parse_args([str(config), '--amp-dtype',
-                                                         'float16']))
+    demo = str(REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py')
+    cfg = train_tool.build_config(train_tool.parse_args([demo, '--work-dir', str(tmp_path),
+                                                         '--amp-dtype', 'float16']))
     assert cfg.optim_wrapper.type == 'AutocastOptimWrapper'
     assert cfg.optim_wrapper.dtype == 'float16'
-    plain = train_tool.build_config(train_tool.parse_args([str(config), '--amp']))
+    plain = train_tool.build_config(train_tool.parse_args([demo, '--work-dir', str(tmp_path),
+                                                           '--amp']))
     assert 'dtype' not in plain.optim_wrapper
 
 
