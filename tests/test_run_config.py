@@ -395,13 +395,18 @@ def test_a_typo_is_one_edit_from_a_key_of_four_characters_or_nine_tenths_alike(w
     assert _typo_of(word, keys) == meant
 
 
-def test_the_metrics_of_an_evaluator_dict_are_checked(tmp_path):
-    child = tmp_path / 'child.py'
-    child.write_text(f"_base_ = ['{DEMO}']\ntest_evaluator = dict(type='Evaluator', metrics=["
-                     "dict(type='RetrievalMetric', recall_k=3)])\n")
-    with pytest.raises(UnknownOptionError, match="^metric RetrievalMetric: unknown option "
-                       "'recall_k'"):
-        load_run_config(child)
+@pytest.mark.parametrize('child, message', [
+    ("test_evaluator = dict(type='Evaluator', metrics=[dict(type='RetrievalMetric', "
+     "recall_k=3)])", "^metric RetrievalMetric: unknown option 'recall_k'"),
+    ('train_dataloader = dict(sampler=dict(shufle=False))',
+     "^data sampler DefaultSampler: unknown option 'shufle' \\(did you mean 'shuffle'\\?\\)"),
+])
+def test_a_misspelt_option_of_an_evaluators_metric_or_a_loaders_sampler_is_refused(
+        tmp_path, child, message):
+    config = tmp_path / 'child.py'
+    config.write_text(f"_base_ = ['{DEMO}']\n{child}\n")
+    with pytest.raises(UnknownOptionError, match=message):
+        load_run_config(config)
 
 
 @pytest.mark.parametrize('option, message', [
@@ -443,15 +448,6 @@ def test_a_value_of_another_kind_than_the_options_default_is_refused_when_the_co
     its build with "'float' object is not subscriptable", naming no key."""
     with pytest.raises(ValueError, match=message):
         load_run_config(DEMO, cfg_options={option: value})
-
-
-def test_a_misspelt_option_of_a_loaders_sampler_is_refused_when_the_config_loads(tmp_path):
-    child = tmp_path / 'child.py'
-    child.write_text(f"_base_ = ['{DEMO}']\n"
-                     "train_dataloader = dict(sampler=dict(shufle=False))\n")
-    with pytest.raises(UnknownOptionError, match="^data sampler DefaultSampler: unknown option "
-                       "'shufle' \\(did you mean 'shuffle'\\?\\)"):
-        load_run_config(child)
 
 
 def test_a_misspelt_option_of_the_optimiser_wrapper_is_refused_when_the_config_loads():
