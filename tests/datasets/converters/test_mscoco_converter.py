@@ -13,13 +13,19 @@ def _name(cocoid: int) -> str:
     return f'COCO_{"train" if cocoid < 100 else "val"}2014_{cocoid:012d}.jpg'
 
 
-def _karpathy(path, splits):
-    images = []
+def _karpathy(path, splits, caption_counts=None):
+    """Karpathy's ``dataset_coco.json`` layout, every key of its entries; five captions an
+    image unless ``caption_counts`` (cocoid -> count) says otherwise."""
+    images, sentid = [], 0
     for cocoid, split in splits:
+        imgid, count = len(images), (caption_counts or {}).get(cocoid, 5)
         images.append({'filepath': _name(cocoid).split('_')[1], 'filename': _name(cocoid),
-                       'cocoid': cocoid, 'split': split, 'imgid': len(images),
-                       'sentences': [{'raw': f'image {cocoid} caption {k}', 'tokens': []}
-                                     for k in range(5)]})
+                       'cocoid': cocoid, 'split': split, 'imgid': imgid,
+                       'sentids': list(range(sentid, sentid + count)),
+                       'sentences': [{'raw': f'image {cocoid} caption {k}', 'tokens': [],
+                                      'imgid': imgid, 'sentid': sentid + k}
+                                     for k in range(count)]})
+        sentid += count
     path.write_text(json.dumps({'images': images, 'dataset': 'coco'}), encoding='utf-8')
 
 
@@ -96,3 +102,33 @@ def test_command_line_refuses_a_short_test_split(tmp_path):
         main(['--karpathy-json', str(tmp_path / 'dataset_coco.json'), '--skip-media-check',
               '--out-dir', str(tmp_path / 'out')])
     assert not (tmp_path / 'out').exists()
+
+
+def test_evaluation_splits_keep_the_first_five_captions_of_an_image(coco):
+    """The 1K/5K protocols rank 25,000 test captions (five an image, as VSE++'s data): an image
+    with six or seven keeps its first five in file order; train keeps every caption."""
+    splits = ([(1, 'train'), (2, 'restval'), (100, 'val')]
+              + [(i, 'test') for i in range(1000, 6000)])
+    _karpathy(coco / 'dataset_coco.json', splits,
+              caption_counts={1: 7, 100: 6, 1000: 6, 4500: 7, 5999: 3})
+    with pytest.warns(UserWarning) as caught:
+        outputs = convert_mscoco(coco / 'dataset_coco.json')
+    assert [str(w.message) for w in caught] == [
+        f'Karpathy split file {coco / "dataset_coco.json"}: 1 captions of 1 val images dropped; '
+        'the 1K/5K protocols rank the first 5 of each image, in file order (first: '
+        f'val2014/{_name(100)}, 6 captions)',
+        f'Karpathy split file {coco / "dataset_coco.json"}: 3 captions of 2 test images dropped; '
+        'the 1K/5K protocols rank the first 5 of each image, in file order (first: '
+        f'val2014/{_name(1000)}, 6 captions)']
+    test = outputs['coco_test5k'].items
+    # 4,999 images of five and one of three: 24,998 captions, not the file's 25,001.
+    assert sum(len(r.captions['en']) for r in test) == 24998
+    assert test[0].captions['en'] == [f'image 1000 caption {k}' for k in range(5)]
+    assert test[3500].captions['en'] == [f'image 4500 caption {k}' for k in range(5)]
+    assert test[4999].captions['en'] == [f'image 5999 caption {k}' for k in range(3)]
+    assert [sum(len(r.captions['en']) for r in outputs[f'coco_test1k_fold{fold}'].items)
+            for fold in range(5)] == [5000, 5000, 5000, 5000, 4998]
+    assert outputs['coco_val'].items[0].captions['en'] == [
+        f'image 100 caption {k}' for k in range(5)]
+    assert len(outputs['coco_train'].items[0].captions['en']) == 7
+    assert len(outputs['coco_train2014'].items[0].captions['en']) == 7

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation
@@ -39,14 +40,18 @@ class KarpathyLayout:
         splits: output split -> the file's ``split`` labels it takes, e.g. COCO's
             ``{'train': ('train', 'restval'), ...}``; every label of the file must appear here.
         split_sizes: output split -> the image count it must have (splits not named are free).
-        sizes_required_by: who needs those counts, ending the size error's sentence
-            (``the 1K/5K protocols``).
+        captions_per_image: output split -> the captions an image keeps, its first ones in file
+            order (splits not named keep all): an evaluation split whose protocol ranks a fixed
+            number per image, as COCO's five of VSE++'s data.
+        sizes_required_by: who needs those counts, ending the size error's sentence and the
+            dropped captions' warning (``the 1K/5K protocols``).
     """
 
     id_key: str
     folder_key: str | None
     splits: Mapping[str, tuple[str, ...]]
     split_sizes: Mapping[str, int] = field(default_factory=dict)
+    captions_per_image: Mapping[str, int] = field(default_factory=dict)
     sizes_required_by: str = ''
 
 
@@ -131,12 +136,13 @@ def read_karpathy(path: str | os.PathLike, layout: KarpathyLayout) -> list[Karpa
 
 def group_splits(images: Sequence[KarpathyImage], layout: KarpathyLayout,
                  path: str | os.PathLike) -> dict[str, list[KarpathyImage]]:
-    """The images of each output split, in file order, checked against ``layout.split_sizes``.
+    """The images of each output split, in file order, checked against ``layout.split_sizes``
+    and cut to ``layout.captions_per_image`` (a warning counts the captions dropped).
 
     Args:
         images: :func:`read_karpathy`'s result.
         layout: the one it was read with.
-        path: the file, named in errors.
+        path: the file, named in errors and warnings.
 
     Raises:
         ConversionError: when an output split is empty or its size differs from
@@ -153,7 +159,23 @@ def group_splits(images: Sequence[KarpathyImage], layout: KarpathyLayout,
             raise ConversionError(f'Karpathy split file {path} has {len(by_split[name])} '
                                   f'{"/".join(layout.splits[name])} images; '
                                   f'{layout.sizes_required_by} need {expected}')
+    for name, kept in layout.captions_per_image.items():
+        by_split[name] = _first_captions(by_split[name], kept, layout, name, path)
     return by_split
+
+
+def _first_captions(images: Sequence[KarpathyImage], kept: int, layout: KarpathyLayout,
+                    name: str, path: str | os.PathLike) -> list[KarpathyImage]:
+    """``images`` with their first ``kept`` captions, warning how many were dropped."""
+    longer = [image for image in images if len(image.captions) > kept]
+    if longer:
+        dropped = sum(len(image.captions) - kept for image in longer)
+        warnings.warn(f'Karpathy split file {path}: {dropped} captions of {len(longer)} '
+                      f'{"/".join(layout.splits[name])} images dropped; '
+                      f'{layout.sizes_required_by} rank the first {kept} of each image, in file '
+                      f'order (first: {longer[0].media_path}, {len(longer[0].captions)} captions)',
+                      stacklevel=3)
+    return [replace(image, captions=image.captions[:kept]) for image in images]
 
 
 def karpathy_parser(description: str, images_help: str, train_output: str,
