@@ -1,7 +1,11 @@
-"""RetrievalDataPreprocessor: the source prompt is written before source-language texts only."""
+"""RetrievalDataPreprocessor: the source prompt is written before source-language texts only;
+evaluation captions go through the tokenizer's evaluation batch."""
+import pytest
 import torch
 
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
+from tests.models.backbones.test_cclm import TOKENIZER_FILE, needs_tokenizer
+from tests.models.backbones.test_cclm import tiny_cfg as cclm_tiny_cfg
 from xmr.registry import MODELS
 
 
@@ -76,3 +80,34 @@ def test_the_batch_s_languages_ids_and_indices_are_its_own_lists_on_the_host():
     assert out['langs'] is tokens['langs'] and out['langs'] == ['de', 'fr']
     assert out['media_ids'] is batch['media_id'] and out['indices'] is batch['index']
     assert out['target_tokens']['input_ids'].device.type == 'meta'
+
+
+@needs_tokenizer
+def test_cclm_evaluation_ranks_every_xtd10_german_caption_and_training_refuses_an_empty_one(
+        shared_data):
+    """XTD10's German captions 262 and 768 are '?', which CCLM's caption cleaning empties: an
+    evaluation batch still encodes all 1,000 (those two as <s></s>), a training pair refuses."""
+    captions = (shared_data / 'xtd10' / 'test_1kcaptions_de.txt').read_text(
+        encoding='utf-8').splitlines()
+    model = MODELS.build(dict(
+        type='CrossLingualRetriever', backbone=cclm_tiny_cfg(),
+        language_branch=dict(type='TargetLanguageBranch', languages=['de'],
+                             tokenizer=dict(type='CCLMTokenizer',
+                                            tokenizer_file=str(TOKENIZER_FILE)),
+                             embedding=dict(type='TowerTokenEmbedding'),
+                             adapters=dict(type='StaticAdapter', hidden=4))))
+    tokens, owner = model.data_preprocessor(
+        dict(captions=[{'de': [caption]} for caption in captions]), False)['caption_tokens']['de']
+    assert tokens['input_ids'].shape[0] == 1000 and owner.tolist() == list(range(1000))
+    assert [i for i, caption in enumerate(captions) if caption == '?'] == [261, 767]
+    assert tokens['eos_index'][[261, 767]].tolist() == [1, 1]
+    assert tokens['input_ids'][[261, 767], :2].tolist() == [[0, 2], [0, 2]]
+    assert int((tokens['eos_index'] == 1).sum()) == 2
+    with torch.no_grad():
+        out = model.val_step(dict(
+            media=torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8),
+            captions=[{'de': [captions[260]]}, {'de': [captions[261]]}],
+            media_id=['a', 'b'], index=[0, 1]))
+    assert [tuple(item['caption_embeddings']['de'].shape) for item in out] == [(1, 16), (1, 16)]
+    with pytest.raises(ValueError, match=r"caption '\?' is empty after CCLM's caption cleaning"):
+        model.data_preprocessor(dict(source_text=['a dog'], target_text=['?'], lang=['de']), True)

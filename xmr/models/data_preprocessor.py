@@ -98,7 +98,9 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
                        text_language: str | None = None
                        ) -> dict[str, tuple[TokenBatch, torch.Tensor]]:
         """Evaluation captions grouped per language: ``{lang: (TokenBatch, owner [N])}`` with
-        ``owner[n]`` the batch row of caption ``n``.
+        ``owner[n]`` the batch row of caption ``n``; each group is its tokenizer's
+        :meth:`~xmr.models.language.tokenizers.BaseTokenizer.evaluation_batch` (every caption
+        kept, as the protocols count them).
 
         Args:
             captions: per batch row, ``{lang: [caption, ...]}``.
@@ -114,10 +116,9 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
                     texts.append(text)
                     owner.append(row)
             if texts:
-                language = text_language or lang
-                grouped[lang] = (self._tokenizer_for(lang)(self._prompted(texts, lang),
-                                                           [language] * len(texts)),
-                                 torch.tensor(owner, dtype=torch.long))
+                tokens = self._tokenizer_for(lang).evaluation_batch(
+                    self._prompted(texts, lang), [text_language or lang] * len(texts))
+                grouped[lang] = (tokens, torch.tensor(owner, dtype=torch.long))
         return grouped
 
     def tokenize(self, data: Mapping[str, Any]) -> dict[str, Any]:

@@ -217,6 +217,21 @@ class BaseTokenizer(metaclass=ABCMeta):
                 (an annotation's missing caption: ``None``, NaN), named with its index.
             ValueError: ``langs`` of another length than ``texts``.
         """
+        return self._batch(texts, langs, self.encode_in)
+
+    def evaluation_batch(self, texts: Sequence[str],
+                         langs: Sequence[str] | None = None) -> TokenBatch:
+        """Tokenise an evaluation set's captions, every one of which its protocol ranks.
+
+        As a call, except in a tokenizer whose cleaning can leave nothing of a caption
+        (:class:`~xmr.models.language.cclm_tokenizer.CCLMTokenizer`): it refuses such a
+        training caption, and encodes such an evaluation caption as the empty text.
+        """
+        return self(texts, langs)
+
+    def _batch(self, texts: Sequence[str], langs: Sequence[str] | None,
+               encode_in: Callable[[str, str | None], list[int]]) -> TokenBatch:
+        """:meth:`__call__` with ``encode_in(text, lang)`` giving each caption's ids."""
         for name, given in (('texts', texts), ('langs', langs)):
             if isinstance(given, str):
                 raise TypeError(f'{type(self).__name__}: {name}={given[:40]!r} is one string; '
@@ -231,7 +246,7 @@ class BaseTokenizer(metaclass=ABCMeta):
         elif len(langs) != len(texts):
             raise ValueError(f'{len(texts)} captions but {len(langs)} languages (langs gives '
                              'one language per caption)')
-        sequences = [self.truncate(self.encode_in(text, lang)) for text, lang in zip(texts, langs)]
+        sequences = [self.truncate(encode_in(text, lang)) for text, lang in zip(texts, langs)]
         if self.unk_id is not None:
             self._report_unknown(sequences, langs)
         return pad_batch(sequences, self.pad_id,
