@@ -9,10 +9,10 @@ every phase with ``cache_features`` (cached under the run's work directory), is 
 cache computed with the config's model: missing caches are built, existing ones are checked
 (and refused when stale), ``--overwrite`` rebuilds them. ``--checkpoint`` loads weights first,
 e.g. towers fine-tuned in the CL-FT setting's ``source_finetune`` phase, whose features differ
-from the pretrained ones. Training builds missing caches itself on first use; this tool does it
-ahead of time, without holding the other ranks of a DDP job waiting. Media are decoded in as
-many DataLoader workers as each cache's loader has (or its own ``num_workers``, or
-``--num-workers``).
+from the pretrained ones. Training builds missing caches itself on first use (every DDP rank its
+share of the rows); this tool does it ahead of time, in one process, sparing the job's GPUs the
+build. Media are decoded in as many DataLoader workers as each cache's loader has (or its own
+``num_workers``, or ``--num-workers``).
 """
 from __future__ import annotations
 

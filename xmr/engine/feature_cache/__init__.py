@@ -24,8 +24,8 @@ and a failed build removes its partial folder (as does the next build, for a kil
 :class:`CachedFeatureDataset` wraps any dataset whose items carry ``source_text`` and/or
 ``media_id``; its items gain ``source_features`` / ``media_features`` (float32 ``[E]``) and lose
 the decoded media. The training loop calls :func:`prepare_feature_caches` when a phase starts,
-with the live model: the cache is built there if missing (on rank 0 under DDP, the others waiting
-up to :data:`~xmr.engine.feature_cache.dataset.BUILD_WAIT`), then checked
+with the live model: the cache is built there if missing (under DDP by every rank, each its share
+of the rows, a failure on one failing all: :mod:`~xmr.engine.feature_cache.ranks`), then checked
 against the model's frozen weights and the dataset, and refused with
 :class:`StaleFeatureCacheError` on any difference (rebuilt instead for run-owned caches,
 ``rebuild_if_stale``, which also rebuild a cache whose files are corrupt).
@@ -45,6 +45,7 @@ from xmr.engine.feature_cache.key import (
     media_randomness,
     text_hash,
 )
+from xmr.engine.feature_cache.ranks import RankFailedError
 from xmr.engine.feature_cache.store import (
     CACHE_FORMAT,
     CorruptFeatureCacheError,
@@ -53,5 +54,6 @@ from xmr.engine.feature_cache.store import (
 )
 
 __all__ = ['CACHE_FORMAT', 'FEATURE_KINDS', 'CachedFeatureDataset', 'CorruptFeatureCacheError',
-           'FeatureCache', 'ItemIndex', 'StaleFeatureCacheError', 'backbone_fingerprint',
-           'media_randomness', 'prepare_feature_caches', 'text_hash', 'source_dataset']
+           'FeatureCache', 'ItemIndex', 'RankFailedError', 'StaleFeatureCacheError',
+           'backbone_fingerprint', 'media_randomness', 'prepare_feature_caches', 'text_hash',
+           'source_dataset']

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from mmengine.dist import get_dist_info, is_distributed
+from mmengine.dist import is_distributed
 from mmengine.logging import print_log
 from torch.utils.data import Dataset
 
@@ -33,6 +33,7 @@ from xmr.engine.feature_cache.key import (
     text_hash,
     tokenizer_identity,
 )
+from xmr.engine.feature_cache.ranks import BuildRanks
 from xmr.engine.feature_cache.store import (
     CACHE_FORMAT,
     CorruptFeatureCacheError,
@@ -46,10 +47,12 @@ from xmr.registry import DATASETS
 _DTYPES = ('float32', 'float16')
 _MEDIA_IDENTITIES = ('stat', 'content')
 
-#: How long the other ranks of a DDP run wait for rank 0 to build a cache. A build decodes every
-#: media file (minutes for COCO, hours for CC3M or videos), past the default group's timeout
-#: (NCCL's 10 minutes, gloo's 30), which stopped the waiting ranks and the run; a rank 0 whose
-#: build fails ends the job through its launcher rather than this timeout.
+#: How long a rank of a DDP run waits for the others at a step of a cache build: for the slowest
+#: rank's share of the rows, or rank 0's assembly. A share decodes its media files (minutes for
+#: COCO, hours for CC3M or videos), past the default group's timeout (NCCL's 10 minutes, gloo's
+#: 30), which stopped the waiting ranks and the run; a rank whose build fails fails the others
+#: at once with its error (:class:`~xmr.engine.feature_cache.ranks.RankFailedError`) rather
+#: than through this timeout.
 BUILD_WAIT = timedelta(hours=24)
 
 
@@ -79,8 +82,9 @@ class CachedFeatureDataset(Dataset):
         cache_media_when_random: leave at ``False``: media whose pixels change each epoch are
             not cached (the log says so). ``True`` caches one fixed draw instead and is only
             for measuring.
-        build_if_missing: build the cache on first use (by rank 0 under DDP) when the folder
-            does not exist; ``False`` raises instead (build it with ``tools/cache_features.py``).
+        build_if_missing: build the cache on first use (by every rank under DDP, each its
+            share of the rows) when the folder does not exist; ``False`` raises instead
+            (build it with ``tools/cache_features.py``).
         rebuild_if_stale: rebuild a cache built under another key instead of refusing it; for
             caches a run owns (``cache_features`` phases, in the work dir), so that phases over
             one dataloader share a cache and a phase after one that trained the towers gets
@@ -212,6 +216,8 @@ class CachedFeatureDataset(Dataset):
         Raises:
             StaleFeatureCacheError: when the cache was built for other weights, data or
                 preprocessing, or when the phase trains the backbone (features would go stale).
+            RankFailedError: under DDP, another rank failed reading the dataset or building
+                the cache (named, with its error).
         """
         model = unwrap_model(model)
         trained = [name for name, p in model.backbone.named_parameters() if p.requires_grad]
@@ -221,29 +227,15 @@ class CachedFeatureDataset(Dataset):
                 f'({trained[0]}, ...), so its features change every step; use the plain '
                 'dataset for this phase')
         # Every rank makes the group at its first cache, together, before any build.
-        wait_group = (gloo_group_beside(dist.group.WORLD, BUILD_WAIT) if is_distributed()
-                      else None)
-        index = index_items(self.dataset, self.kinds)
-        key = self.cache_key(model, index)
-        rank, _ = get_dist_info()
-        # Rank 0 alone decides and (re)builds; the others wait, then open what it left.
-        exists = rank == 0 and (self.cache_dir / 'meta.json').is_file()
-        stale = exists and self.rebuild_if_stale and not self._usable(key)
-        if rank == 0 and (not exists or stale):
-            if not exists and not self.build_if_missing:
-                raise FileNotFoundError(f'no feature cache at {self.cache_dir}; build it with '
-                                        'tools/cache_features.py or set build_if_missing=True')
-            waiting = (f'; the other ranks wait for it, up to {BUILD_WAIT} (build it ahead with '
-                       'tools/cache_features.py to spare them)' if wait_group else '')
-            print_log(f'{"rebuilding stale" if stale else "building"} feature cache '
-                      f'{self.cache_dir} ({", ".join(self.kinds)}) for {len(self.dataset)} '
-                      f'items{waiting}', logger='current')
-            built = self.build(model, overwrite=stale, index=index, key=key,
-                               loader_workers=loader_workers)
-            print_log(f'feature cache {self.cache_dir} built in {built.meta["seconds"]} s: '
-                      f'{built.meta["counts"]}', logger='current')
-        if wait_group is not None:
-            dist.barrier(group=wait_group)
+        ranks = BuildRanks(self.cache_dir, gloo_group_beside(dist.group.WORLD, BUILD_WAIT)
+                           if is_distributed() else None)
+        # Every rank reads the items; rank 0 alone decides whether to (re)build.
+        with ranks.step('reading the dataset') as step:
+            index = index_items(self.dataset, self.kinds)
+            key = self.cache_key(model, index)
+            step.result = self._build_needed(key) if ranks.rank == 0 else None
+        if step.results[0] is not None:
+            self._build_logged(model, step.results[0], index, key, loader_workers, ranks)
         cache = FeatureCache(self.cache_dir)
         changed = (changed_media_files(cache.media_files(), self.media_files)
                    if cache.key.get('media_files') != key.get('media_files') else '')
@@ -258,7 +250,7 @@ class CachedFeatureDataset(Dataset):
 
     def build(self, model: torch.nn.Module, overwrite: bool = False,
               index: ItemIndex | None = None, key: dict[str, Any] | None = None,
-              loader_workers: int = 0) -> FeatureCache:
+              loader_workers: int = 0, ranks: BuildRanks | None = None) -> FeatureCache:
         """Build the cache from ``model``'s live towers (``overwrite``: replace one there),
         keeping each media file's identity so that a later change is named.
 
@@ -269,6 +261,8 @@ class CachedFeatureDataset(Dataset):
             key: :meth:`cache_key` when the caller already computed it (with ``index``).
             loader_workers: workers decoding the media when the dataset's ``num_workers`` is
                 ``None``.
+            ranks: the DDP ranks building it together, each its share of the rows
+                (:meth:`FeatureCache.build`); ``None``: this process alone.
         """
         # One pass over the items serves the key and the build (2.1M pairs: 6 s a pass).
         if index is None:
@@ -277,7 +271,38 @@ class CachedFeatureDataset(Dataset):
         workers = loader_workers if self.num_workers is None else self.num_workers
         return FeatureCache.build(self.cache_dir, self.dataset, model, key, self.batch_size,
                                   workers, overwrite=overwrite, index=index,
-                                  media_files=self.media_files)
+                                  media_files=self.media_files, ranks=ranks)
+
+    def _build_needed(self, key: dict[str, Any]) -> str | None:
+        """Why the cache must be built, ``'missing'`` or ``'stale'`` (when rebuilt then), or
+        ``None`` to read the one there.
+
+        Raises:
+            FileNotFoundError: it is missing and not to be built here.
+        """
+        if not (self.cache_dir / 'meta.json').is_file():
+            if not self.build_if_missing:
+                raise FileNotFoundError(f'no feature cache at {self.cache_dir}; build it with '
+                                        'tools/cache_features.py or set build_if_missing=True')
+            return 'missing'
+        return 'stale' if self.rebuild_if_stale and not self._usable(key) else None
+
+    def _build_logged(self, model: torch.nn.Module, why: str, index: ItemIndex,
+                      key: dict[str, Any], loader_workers: int, ranks: BuildRanks) -> None:
+        """:meth:`build` on ``ranks`` because the cache is ``why`` (``'missing'`` or
+        ``'stale'``), logged by rank 0."""
+        log = ranks.rank == 0
+        if log:
+            shared = (f' on {ranks.world} ranks, each encoding its share of the rows'
+                      if ranks.world > 1 else '')
+            print_log(f'{"rebuilding stale" if why == "stale" else "building"} feature cache '
+                      f'{self.cache_dir} ({", ".join(self.kinds)}) for {len(self.dataset)} '
+                      f'items{shared}', logger='current')
+        built = self.build(model, overwrite=why == 'stale', index=index, key=key,
+                           loader_workers=loader_workers, ranks=ranks)
+        if log:
+            print_log(f'feature cache {self.cache_dir} built in {built.meta["seconds"]} s: '
+                      f'{built.meta["counts"]}', logger='current')
 
     def _usable(self, key: dict[str, Any]) -> bool:
         """Whether the existing cache has ``key`` and intact files (logs why not)."""

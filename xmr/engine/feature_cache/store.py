@@ -22,6 +22,7 @@ from xmr.engine.feature_cache.key import (
     index_items,
     media_decoding,
 )
+from xmr.engine.feature_cache.ranks import BuildRanks, BuildStep, rank_rows
 from xmr.engine.worker_signals import IgnoringWorkerInit
 from xmr.fileio import fsync_folder, fsync_path, process_running
 from xmr.utils.cli import UserError
@@ -141,12 +142,22 @@ class FeatureCache:
     def build(cls, path: str | os.PathLike, dataset: Dataset, model: torch.nn.Module,
               key: dict[str, Any], batch_size: int = 64, num_workers: int = 0,
               overwrite: bool = False, index: ItemIndex | None = None,
-              media_files: Sequence[tuple[str, str]] = ()) -> FeatureCache:
+              media_files: Sequence[tuple[str, str]] = (),
+              ranks: BuildRanks | None = None) -> FeatureCache:
         """Encode every distinct source caption and media of ``dataset`` with ``model``.
 
         The folder is written under a temporary name, its files and itself are fsynced, and it
         is renamed when complete (the rename fsynced too), so neither an interrupted build nor
         a power cut leaves a cache that looks valid.
+
+        Under DDP every rank calls this together (``ranks``) and encodes its own contiguous run
+        of whole batches of the rows (:func:`~xmr.engine.feature_cache.ranks.rank_rows`): rank
+        0 into the temporary folder's arrays, each other rank into a shard folder of its own,
+        fsynced and renamed into the temporary folder when complete. Rank 0 then copies the
+        shards into its arrays and renames the folder as above: the files are bit for bit a
+        single process's. A failure on any rank fails every rank, naming it
+        (:class:`~xmr.engine.feature_cache.ranks.RankFailedError`), and rank 0 removes the
+        temporary folder.
 
         Args:
             path: the cache folder to create.
@@ -155,80 +166,166 @@ class FeatureCache:
             key: from :meth:`CachedFeatureDataset.cache_key`; ``key['features']`` says which
                 kinds to compute and ``key['dtype']`` how to store them.
             batch_size: captions or media per forward pass.
-            num_workers: DataLoader workers decoding the media.
+            num_workers: DataLoader workers decoding the media (on each rank).
             overwrite: replace an existing cache.
             index: the dataset's :class:`ItemIndex` when the caller already read it.
             media_files: each media file's identity
                 (:func:`~xmr.engine.feature_cache.key.media_files_identity`), kept to name
                 the files that change later.
+            ranks: the ranks building together; ``None``: this process alone.
 
         Raises:
             FileExistsError: ``path`` exists, is no empty folder, and ``overwrite`` is not set
                 (named as a cache or as a folder holding none).
+            RankFailedError: another rank failed (its error named).
         """
-        path = Path(path)
-        # A folder made ahead for the cache, empty, holds nothing a build would replace.
-        if path.exists() and not overwrite and not (path.is_dir() and not any(path.iterdir())):
-            if not (path / 'meta.json').is_file():
-                raise FileExistsError(f'{path} exists and holds no feature cache (no meta.json): '
-                                      'give the cache a new or empty folder (cache_dir)')
-            raise FileExistsError(f'feature cache {path} exists; pass overwrite=True to rebuild')
-        remove_abandoned_builds(path)
-        partial = path.with_name(f'{path.name}.partial-{os.getpid()}')
-        if partial.exists():
-            shutil.rmtree(partial)
-        partial.mkdir(parents=True)
+        path, ranks = Path(path), ranks or BuildRanks(Path(path))
+        index = index or index_items(dataset, key['features'])
+        started = time.perf_counter()
+        with ranks.step('making the build folder') as step:
+            step.result = _start_build(path, overwrite) if ranks.rank == 0 else None
+        partial = step.results[0]
         try:
-            cls._build_into(partial, dataset, model, key, batch_size, num_workers,
-                            index or index_items(dataset, key['features']))
-            if media_files:
-                (partial / 'media_files.json').write_text(json.dumps(list(media_files)))
-            # Without it, a power cut after the rename can leave arrays of the right length
-            # but zeros (their pages never written), which verify() cannot tell from features.
-            fsync_folder(partial)
+            with ranks.step('encoding its rows', markers=partial) as encoded:
+                encoded.result = _encode_rows(partial, dataset, model, key, index, batch_size,
+                                              num_workers, ranks, encoded)
+            with ranks.step('assembling the cache'):
+                if ranks.rank == 0:
+                    _finish_build(partial, path, len(dataset), key, index, encoded.results,
+                                  batch_size, media_files, started)
         except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)
+            if ranks.rank == 0:
+                shutil.rmtree(partial, ignore_errors=True)
             raise
-        if path.exists():
-            shutil.rmtree(path)
-        partial.rename(path)
-        fsync_path(path.parent)
         return cls(path)
 
-    @staticmethod
-    def _build_into(partial: Path, dataset: Dataset, model: torch.nn.Module, key: dict[str, Any],
-                    batch_size: int, num_workers: int, index: ItemIndex) -> None:
-        kinds = list(key['features'])
-        started = time.perf_counter()
-        rows, first_item, hashes = index.rows, index.first_item, index.hashes
-        counts = {}
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                if 'source' in kinds:
-                    counts['source'] = _encode_sources(partial, model, list(first_item['source']),
-                                                       key['dtype'], batch_size)
-                if 'media' in kinds:
-                    skipped = _encode_media(partial, dataset, model, first_item['media'],
-                                            key['dtype'], batch_size, num_workers)
-                    counts['media'] = len(first_item['media'])
-                    counts['unreadable_media'] = len(skipped)
-                    rows['media'][np.isin(rows['media'], list(skipped))] = -1
-                    media_ids = list(first_item['media'])
-                    unreadable = {media_ids[row]: dict(media_path=marker.media_path,
-                                                       reason=marker.reason)
-                                  for row, marker in sorted(skipped.items())}
-        finally:
-            model.train(was_training)
-        for kind in kinds:
-            np.save(partial / f'item_{kind}.npy', rows[kind])
-            np.save(partial / f'item_{kind}_hash.npy', hashes[kind])
-        meta = dict(key=key, counts=dict(items=len(dataset), **counts),
-                    seconds=round(time.perf_counter() - started, 1))
-        if 'media' in kinds:
-            meta['unreadable_media'] = unreadable
-        (partial / 'meta.json').write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+def _start_build(path: Path, overwrite: bool) -> Path:
+    """Make the build's temporary folder ``<path>.partial-<pid>`` and return it.
+
+    Raises:
+        FileExistsError: as :meth:`FeatureCache.build`.
+    """
+    # A folder made ahead for the cache, empty, holds nothing a build would replace.
+    if path.exists() and not overwrite and not (path.is_dir() and not any(path.iterdir())):
+        if not (path / 'meta.json').is_file():
+            raise FileExistsError(f'{path} exists and holds no feature cache (no meta.json): '
+                                  'give the cache a new or empty folder (cache_dir)')
+        raise FileExistsError(f'feature cache {path} exists; pass overwrite=True to rebuild')
+    remove_abandoned_builds(path)
+    partial = path.with_name(f'{path.name}.partial-{os.getpid()}')
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    return partial
+
+
+def _shard_folder(partial: Path, rank: int) -> Path:
+    """Where ``rank`` (not 0) leaves the rows it encoded, once complete."""
+    return partial / f'shard-{rank}'
+
+
+def _encode_rows(partial: Path, dataset: Dataset, model: torch.nn.Module, key: dict[str, Any],
+                 index: ItemIndex, batch_size: int, num_workers: int, ranks: BuildRanks,
+                 step: BuildStep) -> tuple[dict[int, SkippedMedia], dict[str, int]]:
+    """Encode this rank's rows of each kind, into ``partial`` (rank 0) or its shard folder.
+
+    Returns:
+        The rows whose media could not be read, with the dataset's markers, and the width of
+        each feature array this rank wrote (none for a kind of which it encoded nothing).
+    """
+    kinds, first_item = list(key['features']), index.first_item
+    folder = partial if ranks.rank == 0 else partial / f'shard-{ranks.rank}.partial'
+    folder.mkdir(exist_ok=True)
+    widths, unreadable = {}, {}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            if 'source' in kinds:
+                texts = list(first_item['source'])
+                out = _RankRows(folder, 'source', len(texts), key['dtype'], ranks, batch_size)
+                widths['source'] = _encode_sources(out, model, texts[out.rows.start:
+                                                                    out.rows.stop], step)
+            if 'media' in kinds:
+                items = list(first_item['media'].values())
+                out = _RankRows(folder, 'media', len(items), key['dtype'], ranks, batch_size)
+                widths['media'], unreadable = _encode_media(
+                    out, dataset, model, items[out.rows.start:out.rows.stop], num_workers, step)
+    finally:
+        model.train(was_training)
+    if ranks.rank > 0:
+        fsync_folder(folder)
+        folder.rename(_shard_folder(partial, ranks.rank))
+    return unreadable, {kind: width for kind, width in widths.items() if width is not None}
+
+
+def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], index: ItemIndex,
+                  encoded: list[tuple[dict[int, SkippedMedia], dict[str, int]]],
+                  batch_size: int, media_files: Sequence[tuple[str, str]],
+                  started: float) -> None:
+    """Copy the other ranks' shards into ``partial``'s arrays, write the item arrays and the
+    meta, and rename ``partial`` to ``path`` once all of it is on disk."""
+    kinds, rows, first_item = list(key['features']), index.rows, index.first_item
+    for rank in range(1, len(encoded)):
+        if not _shard_folder(partial, rank).is_dir():
+            raise FileNotFoundError(
+                f'{_shard_folder(partial, rank)}: the rows rank {rank} encoded are not there; '
+                'every rank must see the cache folder\'s parent (a file system they share)')
+    counts = {kind: len(first_item[kind]) for kind in kinds}
+    for kind in kinds:
+        _assemble(partial, kind, counts[kind], [widths.get(kind) for _, widths in encoded],
+                  key['dtype'], batch_size)
+    for rank in range(1, len(encoded)):
+        shutil.rmtree(_shard_folder(partial, rank))
+    meta: dict[str, Any] = dict(key=key)
+    if 'media' in kinds:
+        if not any('media' in widths for _, widths in encoded):
+            raise ValueError('no media of the dataset could be read; nothing to cache')
+        skipped = {row: marker for shard, _ in encoded for row, marker in shard.items()}
+        counts['unreadable_media'] = len(skipped)
+        rows['media'][np.isin(rows['media'], list(skipped))] = -1
+        media_ids = list(first_item['media'])
+        meta['unreadable_media'] = {media_ids[row]: dict(media_path=marker.media_path,
+                                                         reason=marker.reason)
+                                    for row, marker in sorted(skipped.items())}
+    for kind in kinds:
+        np.save(partial / f'item_{kind}.npy', rows[kind])
+        np.save(partial / f'item_{kind}_hash.npy', index.hashes[kind])
+    meta.update(counts=dict(items=items, **counts),
+                seconds=round(time.perf_counter() - started, 1))
+    (partial / 'meta.json').write_text(json.dumps(meta, indent=2, sort_keys=True))
+    if media_files:
+        (partial / 'media_files.json').write_text(json.dumps(list(media_files)))
+    # Without it, a power cut after the rename can leave arrays of the right length
+    # but zeros (their pages never written), which verify() cannot tell from features.
+    fsync_folder(partial)
+    if path.exists():
+        shutil.rmtree(path)
+    partial.rename(path)
+    fsync_path(path.parent)
+
+
+def _assemble(partial: Path, name: str, total: int, widths: list[int | None], dtype: str,
+              batch_size: int) -> None:
+    """Copy the rows of ``name`` the other ranks encoded into rank 0's ``[total, E]`` array.
+
+    Args:
+        widths: ``[world]``: the width of each rank's array, ``None`` where the rank wrote none
+            (no rows, or only unreadable media: those rows stay zeros, as in one process).
+    """
+    written = [width for width in widths if width is not None]
+    if not written:
+        return
+    world = len(widths)
+    out = (np.load(partial / f'{name}.npy', mmap_mode='r+') if widths[0] is not None
+           else _open_rows(partial, name, total, written[0], dtype))
+    for rank in range(1, world):
+        if widths[rank] is not None:
+            rows = rank_rows(total, batch_size, rank, world)
+            out[rows.start:rows.stop] = np.load(
+                _shard_folder(partial, rank) / f'{name}.npy', mmap_mode='r')
+    out.flush()
 
 
 def remove_abandoned_builds(path: Path) -> None:
@@ -279,18 +376,46 @@ def _raise_no_space(file: Path, size: int) -> None:
                     'free space, or set cache_dir (or --work-dir) on a larger disk')
 
 
-def _encode_sources(folder: Path, model: torch.nn.Module, texts: list[str], dtype: str,
-                    batch_size: int) -> int:
-    out = None
-    for start in range(0, len(texts), batch_size):
-        batch = model.data_preprocessor(dict(source_text=texts[start:start + batch_size]))
+class _RankRows:
+    """This rank's rows of a ``[total, E]`` feature array ``name`` and the file it writes them
+    to: rank 0 the array itself (its rows come first), another rank a ``[rows, E]`` shard.
+
+    Args:
+        folder: the build folder (rank 0) or the rank's shard folder.
+        name: the array, ``'source'`` or ``'media'``.
+        total: the array's rows on all ranks.
+        dtype: the storage dtype.
+        ranks: the ranks building (this one's rows are :func:`rank_rows`).
+        batch_size: rows per forward pass.
+    """
+
+    def __init__(self, folder: Path, name: str, total: int, dtype: str, ranks: BuildRanks,
+                 batch_size: int) -> None:
+        self.folder, self.name, self.dtype, self.batch_size = folder, name, dtype, batch_size
+        self.rows = rank_rows(total, batch_size, ranks.rank, ranks.world)
+        self.file_rows = total if ranks.rank == 0 else len(self.rows)
+
+    def open(self, width: int) -> np.ndarray:
+        """The file as a writable ``[file rows, width]`` map; row ``i`` of this rank's rows is
+        its row ``i``."""
+        return _open_rows(self.folder, self.name, self.file_rows, width, self.dtype)
+
+
+def _encode_sources(out: _RankRows, model: torch.nn.Module, texts: list[str],
+                    step: BuildStep) -> int | None:
+    """Write ``r^S`` of this rank's ``texts``; return the width (``None``: no texts)."""
+    array = None
+    for start in range(0, len(texts), out.batch_size):
+        step.stop_if_another_failed()
+        batch = model.data_preprocessor(dict(source_text=texts[start:start + out.batch_size]))
         features = model.encode_source(batch['source_tokens']).float().cpu().numpy()
-        if out is None:
-            out = _open_rows(folder, 'source', len(texts), features.shape[1], dtype)
-        out[start:start + len(features)] = features
-    if out is not None:
-        out.flush()
-    return len(texts)
+        if array is None:
+            array = out.open(features.shape[1])
+        array[start:start + len(features)] = features
+    if array is None:
+        return None
+    array.flush()
+    return array.shape[1]
 
 
 class _RowMedia(Dataset):
@@ -323,28 +448,32 @@ def _collate_row_media(pairs: Sequence[tuple[int, torch.Tensor | SkippedMedia]]
     return [row for row, _ in kept], torch.stack([media for _, media in kept]), skipped
 
 
-def _encode_media(folder: Path, dataset: Dataset, model: torch.nn.Module,
-                  first_item: dict[str, int], dtype: str, batch_size: int,
-                  num_workers: int) -> dict[int, SkippedMedia]:
-    """Write ``media.npy``; return the rows whose media could not be read, with the markers
-    the dataset gave them (file and reason)."""
-    rows_media = _RowMedia(dataset, list(first_item.values()))
-    loader = DataLoader(rows_media, batch_size=batch_size, num_workers=num_workers,
-                        collate_fn=_collate_row_media,
+def _encode_media(out: _RankRows, dataset: Dataset, model: torch.nn.Module,
+                  indices: list[int], num_workers: int, step: BuildStep
+                  ) -> tuple[int | None, dict[int, SkippedMedia]]:
+    """Write ``r^V`` of the media of this rank's items ``indices`` (one per media row).
+
+    Returns:
+        The width (``None``: no media of these rows could be read) and the rows whose media
+        could not be read, with the markers the dataset gave them (file and reason).
+    """
+    loader = DataLoader(_RowMedia(dataset, indices), batch_size=out.batch_size,
+                        num_workers=num_workers, collate_fn=_collate_row_media,
                         worker_init_fn=IgnoringWorkerInit(WORKER_IGNORED_SIGNALS))
     unreadable: dict[int, SkippedMedia] = {}
-    out = None
+    array = None
     with media_decoding(dataset, True):
         for rows, media, skipped in loader:
-            unreadable.update(skipped)
+            step.stop_if_another_failed()
+            unreadable.update({out.rows.start + row: marker for row, marker in skipped.items()})
             if media is None:
                 continue
             data = model.data_preprocessor(dict(media=media))
             features = model.encode_media(data['media']).float().cpu().numpy()
-            if out is None:
-                out = _open_rows(folder, 'media', len(rows_media), features.shape[1], dtype)
-            out[rows] = features
-    if out is None:
-        raise ValueError('no media of the dataset could be read; nothing to cache')
-    out.flush()
-    return unreadable
+            if array is None:
+                array = out.open(features.shape[1])
+            array[rows] = features
+    if array is None:
+        return None, unreadable
+    array.flush()
+    return array.shape[1], unreadable

@@ -1,0 +1,173 @@
+"""A feature cache built by the ranks of a DDP job together: each encodes its share of the rows,
+the result is a single process's byte for byte, and a failure on one rank fails them all."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tests.engine.test_distributed import free_port
+from tests.engine.test_feature_cache import TINY_TRANSFORM
+from xmr.datasets import Annotation, MediaRecord, dump_annotation
+from xmr.datasets.synthetic import SyntheticPairDataset
+from xmr.engine.feature_cache import CachedFeatureDataset
+from xmr.engine.feature_cache import dataset as feature_cache_dataset
+from xmr.engine.feature_cache.ranks import rank_rows
+
+NAMES = ('red', 'blue', 'green', 'grey', 'white')
+
+
+@pytest.mark.parametrize('count, batch_size, world, expected', [
+    (10, 2, 2, [range(0, 4), range(4, 10)]),   # 5 batches: 2 and 3
+    (5, 2, 2, [range(0, 2), range(2, 5)]),     # the last batch short
+    (2, 4, 3, [range(0, 0), range(0, 0), range(0, 2)]),  # fewer batches than ranks
+    (0, 4, 2, [range(0, 0), range(0, 0)]),
+])
+def test_each_rank_encodes_a_contiguous_run_of_whole_batches(count, batch_size, world,
+                                                            expected):
+    assert [rank_rows(count, batch_size, rank, world) for rank in range(world)] == expected
+
+
+def five_images_ann(folder: Path) -> Path:
+    """Five images with two captions each, of lengths that differ within a batch (padding);
+    the fourth file unreadable."""
+    ann = Annotation(
+        dataset='demo', split='train', media_type='image', languages=['en'], source_lang='en',
+        translation_langs=['de'],
+        items=[MediaRecord(name, f'{name}.png',
+                           {'en': [f'a {name} dog', f'the {name} cat ' + 'and more ' * i]},
+                           {'de': [f'ein {name} Hund', f'die {name} Katze']})
+               for i, name in enumerate(NAMES)])
+    rng = np.random.default_rng(0)
+    for name in NAMES:
+        Image.fromarray(rng.integers(0, 255, (40, 36, 3), dtype=np.uint8)).save(
+            folder / f'{name}.png')
+    (folder / 'grey.png').write_bytes(b'not an image')
+    dump_annotation(ann, folder / 'ann.json')
+    return folder / 'ann.json'
+
+
+def cached_pairs(ann_file: Path, cache_dir: Path) -> CachedFeatureDataset:
+    dataset = dict(type='CaptionPairDataset', ann_file=str(ann_file),
+                   data_root=str(ann_file.parent), transform=TINY_TRANSFORM, on_corrupt='skip')
+    return CachedFeatureDataset(dataset, cache_dir, batch_size=2, num_workers=1)
+
+
+def join_group(rank: int, port: int) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group('gloo', rank=rank, world_size=2)
+
+
+def counting_media(model: torch.nn.Module, encoded: list[int]) -> None:
+    """Records the media each call of the model's image tower encodes."""
+    encode = model.encode_media
+
+    def counted(media: torch.Tensor) -> torch.Tensor:
+        encoded.append(len(media))
+        return encode(media)
+
+    model.encode_media = counted
+
+
+def _sharded_rank(rank: int, port: int, model: torch.nn.Module, ann_file: str,
+                  out_dir: str) -> None:
+    join_group(rank, port)
+    encoded: list[int] = []
+    counting_media(model, encoded)
+    cached_pairs(Path(ann_file), Path(out_dir, 'sharded')).prepare(model)
+    Path(out_dir, f'rank{rank}').write_text(json.dumps(encoded))
+    torch.distributed.destroy_process_group()
+
+
+def test_two_ranks_build_the_cache_of_one_process_byte_for_byte(tiny_retriever, tmp_path):
+    """Rank 0 built the whole cache while the others waited (up to 24 hours for CC3M)."""
+    ann_file = five_images_ann(tmp_path)
+    torch.multiprocessing.start_processes(
+        _sharded_rank, args=(free_port(), tiny_retriever, str(ann_file), str(tmp_path)),
+        nprocs=2, join=True, start_method='fork')
+    cached_pairs(ann_file, tmp_path / 'single').prepare(tiny_retriever)
+    # 5 media in batches of 2: rank 0 the first batch, rank 1 the other two, grey's unreadable.
+    assert [json.loads((tmp_path / f'rank{rank}').read_text()) for rank in (0, 1)] == [
+        [2], [1, 1]]
+    single, sharded = tmp_path / 'single', tmp_path / 'sharded'
+    names = sorted(path.name for path in single.iterdir())
+    assert names == sorted(path.name for path in sharded.iterdir())
+    for name in set(names) - {'meta.json'}:
+        assert (single / name).read_bytes() == (sharded / name).read_bytes(), name
+    metas = [json.loads((folder / 'meta.json').read_text()) for folder in (single, sharded)]
+    for meta in metas:
+        del meta['seconds']
+    assert metas[0] == metas[1]
+    assert list(metas[1]['unreadable_media']) == ['grey']
+    assert not list(tmp_path.glob('*.partial-*'))
+
+
+def _failing_rank(rank: int, port: int, model: torch.nn.Module, failing: int, where: str,
+                  out_dir: str) -> None:
+    # Stands for the 24 hours: before, a rank waited for a failed rank 0 until it ran out.
+    feature_cache_dataset.BUILD_WAIT = timedelta(seconds=20)
+    join_group(rank, port)
+    out = Path(out_dir)
+    encoded: list[int] = []
+    encode = model.encode_media
+
+    def encode_or_fail(media: torch.Tensor) -> torch.Tensor:
+        if rank == failing:
+            raise ValueError(f'planted on rank {rank}')
+        wait_for(lambda: list(out.glob('cache.partial-*/failed-rank-*')))
+        encoded.append(len(media))
+        return encode(media)
+
+    model.encode_media = encode_or_fail
+    cached = CachedFeatureDataset(SyntheticPairDataset(num_scenes=8, languages=['de'],
+                                                       image_size=32), out / 'cache',
+                                  features=['media'], batch_size=2,
+                                  build_if_missing=where != 'before')
+    try:
+        cached.prepare(model)
+        error = ''
+    except Exception as raised:
+        error = f'{type(raised).__name__}: {raised}'
+    (out / f'rank{rank}').write_text(json.dumps(dict(error=error, encoded=encoded)))
+    # The failed rank lives on (as a process handling its error, or a launcher that does not
+    # end the job, does): the other must not wait for it to exit.
+    wait_for(lambda: all((out / f'rank{other}').is_file() for other in (0, 1)))
+
+
+def wait_for(condition, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize('failing, where', [(0, 'encoding'), (1, 'encoding'), (0, 'before')])
+def test_a_rank_that_fails_fails_the_other_naming_it(tiny_retriever, tmp_path, failing, where):
+    """A rank 0 whose build failed left the others at a barrier for 24 hours unless the
+    launcher ended them, and then with the launcher's or gloo's message, not its error."""
+    torch.multiprocessing.start_processes(
+        _failing_rank, args=(free_port(), tiny_retriever, failing, where, str(tmp_path)),
+        nprocs=2, join=True, start_method='fork')
+    results = [json.loads((tmp_path / f'rank{rank}').read_text()) for rank in (0, 1)]
+    other = results[1 - failing]
+    if where == 'encoding':
+        assert results[failing]['error'] == f'ValueError: planted on rank {failing}'
+        assert other['error'].startswith(
+            f'RankFailedError: feature cache {tmp_path / "cache"}: rank {failing} failed while '
+            f'encoding its rows: ValueError: planted on rank {failing}. Rank {1 - failing} '
+            'stops too')
+        # 4 batches of 2, two a rank: the other rank stopped at its next batch.
+        assert other['encoded'] == [2]
+    else:
+        assert results[0]['error'].startswith('FileNotFoundError: no feature cache at')
+        assert other['error'].startswith(
+            f'RankFailedError: feature cache {tmp_path / "cache"}: rank 0 failed while reading '
+            'the dataset: FileNotFoundError: no feature cache at')
+    assert sorted(path.name for path in tmp_path.iterdir()) == ['rank0', 'rank1']
