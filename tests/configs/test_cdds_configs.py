@@ -11,6 +11,7 @@ from mmengine.config import Config
 
 from tests.conftest import REPO, tiny_backbone_cfg
 from xmr.registry import HOOKS, MODELS
+from xmr.run_config import load_run_config
 
 CONFIGS = sorted((REPO / 'configs' / 'cdds').glob('*.py'))
 DEMO = REPO / 'configs' / 'cdds' / 'cdds_tiny-clip_synthetic.py'
@@ -67,9 +68,31 @@ def test_config_builds_its_model_and_the_model_accepts_its_phases(path: Path):
 @pytest.mark.parametrize('stem', ['dual-encoder-vsepp_vit-bert-b16_flickr30k',
                                   'dual-encoder-vsepp-ds_vit-bert-b16_flickr30k'])
 def test_vsepp_rows_take_the_hardest_negative_after_one_epoch_and_mask_as_laps(stem: str):
-    """One epoch is the full batches of 145,000 captions at 64: 2,265 of them, 144,960 pairs."""
+    """One epoch is one pass over Flickr30K's 145,000 training captions."""
     loss = MODELS.build(Config.fromfile(REPO / 'configs' / 'cdds' / f'{stem}.py').model.losses.itc)
-    assert (loss.hardest_after_pairs, loss.mask_same_media, loss.margin) == (144960, True, 0.2)
+    assert (loss.hardest_after_pairs, loss.mask_same_media, loss.margin) == (145000, True, 0.2)
+
+
+VSEPP = 'dual-encoder-vsepp_vit-bert-b16_flickr30k'
+
+
+@pytest.mark.parametrize('batch_size', [64, 128, 32])
+def test_vsepp_switches_at_the_second_epoch_of_the_batch_size_given_on_the_command_line(
+        batch_size: int):
+    """An epoch is the full batches of 145,000 captions (LanguageBatchSampler drops the last
+    incomplete one): 2,265 at 64, 1,132 at 128, 4,531 at 32. The last of them sums over the
+    negatives and the first of the next epoch takes the hardest, as at the config's own 64."""
+    cfg = load_run_config(REPO / 'configs' / 'cdds' / f'{VSEPP}.py',
+                          cfg_options={'train_dataloader.batch_size': batch_size})
+    loss = MODELS.build(cfg.model.losses.itc)
+    epoch = 145000 // batch_size
+    loss.pairs_seen.fill_((epoch - 1) * batch_size)  # the count before the epoch's last batch
+    generator = torch.Generator().manual_seed(0)
+    images, captions = (torch.randn(batch_size, 8, generator=generator) for _ in range(2))
+    summed = MODELS.build(dict(type='VSEHingeLoss', hardest_after_pairs=None))(images, captions)
+    hardest = MODELS.build(dict(type='VSEHingeLoss', hardest_after_pairs=0))(images, captions)
+    torch.testing.assert_close(loss(images, captions), summed)
+    torch.testing.assert_close(loss(images, captions), hardest)
 
 
 PAPER_CONFIGS = [p for p in CONFIGS if p.stem.startswith(('cdds_vit', 'cdds_clip', 'cdds_swin'))]

@@ -94,22 +94,32 @@ def test_the_schedule_counts_the_global_batchs_pairs_not_the_calls():
     loss(six_images, six_captions)
     assert loss.pairs_seen.item() == 6
     assert loss(IMAGES, CAPTIONS).item() == pytest.approx(HARDEST)
-    short = VSEHingeLoss(hardest_after_pairs=4)  # 3 pairs seen: still fewer than 4
-    assert [short(IMAGES, CAPTIONS).item() for _ in range(3)] == pytest.approx(
-        [SUMMED, SUMMED, HARDEST])
 
 
-def test_a_margin_of_zero_counts_the_negatives_scored_above_the_positive():
-    """Margin 0 is VSE++'s loss without its margin: each violation above is 0.2 less, and
-    those at 0.2 or below vanish (image 0 vs caption 1 stays at 0 either way)."""
-    assert VSEHingeLoss(margin=0, hardest_after_pairs=None)(IMAGES, CAPTIONS).item() == \
-        pytest.approx(0.4 + 0.16 + 0.2 + 0.36 + 0.2)
-    assert VSEHingeLoss(margin=0)(IMAGES, CAPTIONS).item() == pytest.approx(0.4 + 0.16 + 0.36
-                                                                            + 0.2)
+#: Four pairs, the last a copy of the first: each query has more than one negative, so the sum
+#: and the hardest differ.
+FOUR = [0, 1, 2, 0]
 
 
-def test_bad_settings_are_named():
-    with pytest.raises(ValueError, match='margin must be >= 0, got -0.1'):
-        VSEHingeLoss(margin=-0.1)
-    with pytest.raises(ValueError, match='hardest_after_pairs must be >= 0 .* got -1'):
-        VSEHingeLoss(hardest_after_pairs=-1)
+@pytest.mark.parametrize('pairs, batch, summed_calls', [(7, 3, 2), (7, 4, 1), (9, 4, 2),
+                                                          (6, 3, 2), (8, 4, 2), (2, 3, 0)])
+def test_the_sum_covers_the_first_pass_at_any_batch_size(pairs: int, batch: int,
+                                                          summed_calls: int):
+    """A pass of ``pairs`` at ``batch`` is ``pairs // batch`` full batches (the last incomplete
+    one dropped): the hardest negatives take the next call, whatever batch a config assumed."""
+    loss = VSEHingeLoss(hardest_after_pairs=pairs)
+    images, captions = IMAGES[FOUR[:batch]], CAPTIONS[FOUR[:batch]]
+    summed = VSEHingeLoss(hardest_after_pairs=None)(images, captions).item()
+    hardest = VSEHingeLoss(hardest_after_pairs=0)(images, captions).item()
+    assert summed != pytest.approx(hardest)
+    assert [loss(images, captions).item() for _ in range(summed_calls + 2)] == pytest.approx(
+        [summed] * summed_calls + [hardest] * 2)
+
+
+def test_an_incomplete_last_batch_kept_still_sums():
+    """Without drop_last a pass of 7 pairs at 4 is 4 then 3: both sum, the next pass's first
+    batch takes the hardest."""
+    loss = VSEHingeLoss(hardest_after_pairs=7)
+    loss(IMAGES[FOUR], CAPTIONS[FOUR])
+    assert loss(IMAGES, CAPTIONS).item() == pytest.approx(SUMMED)
+    assert loss(IMAGES, CAPTIONS).item() == pytest.approx(HARDEST)

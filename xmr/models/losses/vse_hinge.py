@@ -16,8 +16,12 @@ class VSEHingeLoss(PairLoss):
 
     Its hardest-negative form (VSE++'s ``MH``) keeps each query's largest violation alone,
     ``max_{j≠i}`` in place of ``Σ_{j≠i}``. LAPS sums over the negatives for its first epoch and
-    takes the hardest after it (``hardest_after_pairs``: that epoch's training pairs). The loss
-    counts the pairs it has trained on (a buffer, saved with checkpoints): under DDP it sees the
+    takes the hardest after it (``hardest_after_pairs``: the training set's pairs). The loss
+    counts the pairs it has trained on (a buffer, saved with checkpoints) and sums while a call's
+    batch lies within the first pass: a pass of ``N`` pairs at batch ``B`` yields ``⌊N/B⌋`` full
+    batches (an incomplete last one dropped) or ``⌈N/B⌉`` (kept), and either way the first call
+    whose count plus its batch exceeds ``N`` opens the second pass, so the switch follows the
+    batch size the run trains at, not the one a config was written for. Under DDP it sees the
     global batch, so every rank counts one pass over the data alike, whatever the number of
     processes and the batch per process. The choice is made on the device, so a step never
     waits to read the count.
@@ -25,8 +29,9 @@ class VSEHingeLoss(PairLoss):
     Args:
         margin: ``α``, 0.2 in VSE++ and LAPS.
         hardest_after_pairs: training pairs summed over the negatives before the hardest
-            negative alone counts: a call sums while fewer have been seen before it; 0 takes
-            the hardest from the first call (VSE++), ``None`` always sums (VSE++'s ``VSE0``).
+            negative alone counts, one pass's for LAPS (the dataset's size): a call sums while
+            the pairs seen before it plus its own are no more; 0 takes the hardest from the
+            first call (VSE++), ``None`` always sums (VSE++'s ``VSE0``).
         mask_same_media: the other captions of a query's image are no negatives of it
             (``same_media``, :class:`PairLoss`), as LAPS masks them; ``False`` counts them
             (VSE++).
@@ -62,7 +67,8 @@ class VSEHingeLoss(PairLoss):
         if self.hardest_after_pairs is None:
             return summed
         hardest = to_captions.amax(dim=1).sum() + to_images.amax(dim=0).sum()
-        loss = torch.where(self.pairs_seen >= self.hardest_after_pairs, hardest, summed)
+        batch = scores.shape[0]
+        loss = torch.where(self.pairs_seen + batch > self.hardest_after_pairs, hardest, summed)
         if self.training:
-            self.pairs_seen += scores.shape[0]
+            self.pairs_seen += batch
         return loss
