@@ -67,6 +67,25 @@ def test_every_adapter_type_trains_on_a_tiny_teacher_through_xmr_train(tmp_path,
         assert list((work_dirs / name).glob('best_mAR_iter_*.pth')), name
 
 
+def test_the_table_names_the_val_and_test_captions_the_runs_read(tmp_path, monkeypatch, capsys):
+    """The title counts the German captions of the converted val and test splits (here 24 and
+    10 lines of the release), not the full release's 1,014 and 1,000; training is stubbed."""
+    multi30k = _multi30k_head(tmp_path / 'multi30k')
+    for lang in ('en', 'de'):
+        path = multi30k / 'raw' / f'test_2016_flickr.{lang}'
+        path.write_text(''.join(path.read_text().splitlines(keepends=True)[:10]))
+    images = multi30k / 'image_splits' / 'test_2016_flickr.txt'
+    images.write_text('\n'.join(images.read_text().splitlines()[:10]) + '\n')
+    monkeypatch.setattr(text_teacher_adapters, 'teacher_reading_german', lambda out, args: 0.0)
+    monkeypatch.setattr(text_teacher_adapters, 'train_variants',
+                        lambda out, args: iter([('none', {1: 50.0, -1: 25.0})]))
+    text_teacher_adapters.main(['--out', str(tmp_path / 'project'), '--teacher', str(tmp_path),
+                                '--multi30k', str(multi30k), '--variants', 'none'])
+    printed = capsys.readouterr().out.splitlines()
+    assert 'de->en R@1 (text_to_text, 24 val / 10 test captions)' in printed
+    assert '| none | 50.0 | 25.0 |' in printed
+
+
 @pytest.mark.minilm
 def test_the_docs_teacher_on_minilm_embeds_as_sentence_transformers_does(
         sentence_encoder_module):

@@ -212,6 +212,17 @@ def teacher_reading_german(out: Path, args: argparse.Namespace) -> float:
     return float(metric.evaluate(len(records))['de/t2s_R@1'])
 
 
+def caption_counts(out: Path) -> dict[str, int]:
+    """The German captions (the queries of ``text_to_text``) of the val and test annotations
+    under ``out``: what the runs scored, whichever ``--multi30k`` release they came from."""
+    from xmr.datasets.annotation import load_annotation
+
+    annotations = out / 'data' / 'annotations'
+    return {split: sum(len(record.captions.get('de', [])) for record in
+                       load_annotation(annotations / f'multi30k_{split}.json').items)
+            for split in ('val', 'test')}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--out', type=Path, required=True,
@@ -252,7 +263,9 @@ def main(argv: list[str] | None = None) -> None:
               flush=True)
     steps = sorted({step for curve in curves.values() for step in curve if step >= 0})
     header = ['variant', *(f'val step {step}' for step in steps), 'test_2016']
-    print('\nde->en R@1 (text_to_text, 1,014 val / 1,000 test captions)\n')
+    counts = caption_counts(args.out)
+    print(f"\nde->en R@1 (text_to_text, {counts['val']:,} val / {counts['test']:,} test "
+          'captions)\n')
     print('| ' + ' | '.join(header) + ' |')
     print('|' + '---|' * len(header))
     for name, curve in curves.items():
