@@ -215,6 +215,7 @@ def test_as_many_mismatched_keys_as_shown_are_listed_with_no_more():
     ({'module.a': 0}, None),  # DDP's prefix aside, the model's key a
     ({'a': 0, 'other': 0}, None),  # one of the model's keys is enough: a partial file
     ({}, "its keys: none; the model's: a, b, c"),
+    ({'_extra_state': 0}, "its keys: _extra_state; the model's: a, b, c"),  # facts alone
     ({'visual.w': 0, 'text.w': 0, 'scale': 0, 'bias': 0},
      "its keys: visual.w, text.w, scale; the model's: a, b, c"),
 ])

@@ -115,8 +115,7 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
         raise CheckpointMismatchError(f'checkpoint {path} holds no state_dict')
     # Checkpoints of DDP-wrapped models prefix every key with 'module.'.
     state = {re.sub(r'^module\.', '', key): value for key, value in state.items()}
-    foreign = keys_of_another_model(state, [key for key in model.state_dict()
-                                            if key != '_extra_state'])
+    foreign = keys_of_another_model(state, model.state_dict())
     if foreign is not None:
         # Strict loading would print, then raise, every key of both as missing or unexpected.
         raise CheckpointMismatchError(

@@ -28,6 +28,10 @@ import numpy as np
 import torch
 
 _REGISTERED = False
+#: A retriever's state-dict entry of its facts (backbone, width, languages: its extra state),
+#: no weight: every reader of a checkpoint compares them by value
+#: (:func:`~xmr.models.retrievers.checkpoint_facts.check_checkpoint_facts`).
+FACTS = '_extra_state'
 
 
 def _numpy_multiarray():
@@ -75,9 +79,10 @@ def state_dict_mismatches(expected: Mapping[str, torch.Tensor],
         more = f', ... ({len(items) - shown} more)' if len(items) > shown else ''
         return [f'{len(items)} {kind}: {", ".join(items[:shown])}{more}'] if items else []
 
+    # The facts' length is their JSON's: check_checkpoint_facts compares them, not a shape.
     shapes = [f'{key} (checkpoint {list(loaded[key].shape)}, model {list(value.shape)})'
               for key, value in expected.items()
-              if key in loaded and hasattr(loaded[key], 'shape')
+              if key != FACTS and key in loaded and hasattr(loaded[key], 'shape')
               and tuple(loaded[key].shape) != tuple(value.shape)]
     return (line('keys of other shapes', shapes)
             + line('keys missing from the checkpoint',
@@ -98,16 +103,15 @@ _MMENGINE_GLOBALS = ('mmengine.', 'builtins.getattr')
 
 
 def keys_of_another_model(state: Mapping[str, Any], model_keys: Iterable[str]) -> str | None:
-    """``its keys: ...; the model's: ...`` (three of each; the model's facts, ``_extra_state``,
-    not shown) when the state dict ``state`` (``module.`` prefixes aside) holds none of
-    ``model_keys``: another model's file, a raw open_clip or Hugging Face one, weights under
-    another key; ``None`` when it holds one."""
+    """``its keys: ...; the model's: ...`` (three of each) when the state dict ``state``
+    (``module.`` prefixes aside) holds none of the weights among ``model_keys`` (the model's
+    facts, :data:`FACTS`, are none): another model's file, a raw open_clip or Hugging Face one,
+    weights under another key, the facts alone; ``None`` when it holds one."""
     loaded = [re.sub(r'^module\.', '', str(key)) for key in state]
-    model_keys = list(model_keys)
-    if set(loaded) & set(model_keys):
+    weights = [key for key in model_keys if key != FACTS]
+    if set(loaded) & set(weights):
         return None
-    ours = [key for key in model_keys if key != '_extra_state'][:3]
-    return f"its keys: {', '.join(loaded[:3]) or 'none'}; the model's: {', '.join(ours)}"
+    return f"its keys: {', '.join(loaded[:3]) or 'none'}; the model's: {', '.join(weights[:3])}"
 
 
 def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> Any:

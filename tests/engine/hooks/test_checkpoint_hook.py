@@ -3,6 +3,7 @@ stale temporaries cleaned, strict resume."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import subprocess
@@ -21,6 +22,7 @@ from tests.engine.test_phase_best import with_validation
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.hooks import CheckpointHook
 from xmr.engine.hooks import checkpoint as checkpoint_hook
+from xmr.models.retrievers.checkpoint_facts import decode_facts
 from xmr.registry import MODELS
 
 
@@ -244,8 +246,9 @@ def test_a_load_from_that_holds_none_of_the_models_weights_is_refused_naming_its
                 r"keys: (model|visual.proj); the model's: [^_].*\): give a checkpoint "
                 r"tools/train.py wrote for this model")):
             hook.after_load_checkpoint(runner, foreign)
+    weight = next(key for key in weights if key != '_extra_state')
     hook.after_load_checkpoint(runner, dict(state_dict={
-        f'module.{key}': value for key, value in list(weights.items())[:1]}))  # one is enough
+        f'module.{weight}': weights[weight]}))  # one is enough
     hook.after_load_checkpoint(runner, weights)  # a bare state dict, as MMEngine loads it
 
 
@@ -410,3 +413,52 @@ def test_a_save_best_the_validation_will_not_report_is_refused_before_the_first_
                                        r"'mAR'\?\); it will report mAR, rSum, de/AR"):
         train_runner(runner)
     assert next(h for h in runner.hooks if isinstance(h, RecordingHook)).records == []
+
+
+def with_facts(weights: dict, **changed) -> dict:
+    """``weights`` with the facts changed (a value, or ``None`` to leave a fact out, as a
+    checkpoint written before that fact existed does)."""
+    facts = {**decode_facts(weights['_extra_state']), **changed}
+    facts = {key: value for key, value in facts.items() if changed.get(key, 0) is not None}
+    return dict(weights, _extra_state=torch.tensor(list(json.dumps(facts).encode()),
+                                                   dtype=torch.uint8))
+
+
+def loaded_by(runner, path: Path, how: str) -> str:
+    """``'loaded'``, or the first line of the refusal, of ``path`` loaded as ``how`` does:
+    ``resume`` and ``load_from`` through the runner's load (CheckpointHook, then MMEngine's
+    loading into the model), ``xmr.apis`` through ``load_trained_checkpoint``."""
+    from xmr.apis import load_trained_checkpoint
+
+    try:
+        if how == 'xmr.apis':
+            load_trained_checkpoint(runner.model, path)
+        else:
+            runner._resume, runner._load_from = how == 'resume', str(path)
+            runner.load_checkpoint(str(path))
+    except ValueError as error:
+        return str(error).splitlines()[0]
+    return 'loaded'
+
+
+@pytest.mark.parametrize('how', ['resume', 'load_from', 'xmr.apis'])
+def test_every_path_reads_the_facts_as_facts_not_weights(tmp_path, how):
+    """The facts (``_extra_state``) alone hold no weight; a checkpoint of fewer facts (written
+    before one was added) agrees on those it has; one of other facts is refused naming the
+    file and the fact. load_from took the facts alone as a partial checkpoint and trained
+    from the built weights; a resume refused fewer facts as 'keys of other shapes:
+    _extra_state' and named other facts' length, not the fact."""
+    runner, _ = runner_with_hook(tmp_path)
+    weights = runner.model.state_dict()
+    files = {'facts alone': {'_extra_state': weights['_extra_state']},
+             'fewer facts': with_facts(weights, disentangler=None, target_vocabulary=None),
+             'other facts': with_facts(weights, languages=['de', 'zh', 'ja'])}
+    for name, state in files.items():
+        torch.save(dict(state_dict=state), tmp_path / f'{name}.pth')
+    refusals = {name: loaded_by(runner, tmp_path / f'{name}.pth', how) for name in files}
+    assert re.search(r"holds none of the model's weights|none of its 1 entries is a weight|"
+                     r'its weights do not fit', refusals['facts alone'])
+    assert refusals['fewer facts'] == 'loaded'
+    assert re.search(r"other facts.pth: checkpoint does not match the config: languages: "
+                     r"checkpoint \['de', 'zh', 'ja'\] vs config \['de', 'zh'\]",
+                     refusals['other facts'])

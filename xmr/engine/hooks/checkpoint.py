@@ -15,9 +15,11 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
   its own file of the recorded best's name;
 * resuming loads strictly: a checkpoint whose weights do not fit the model (other adapter
   shapes, other languages) is refused, naming the keys and shapes, instead of training on
-  with re-initialised modules. ``load_from`` without resume keeps MMEngine's lenient loading,
-  logging what it leaves as built, but refuses a checkpoint of another backbone, width or
-  language set (:func:`refuse_other_facts`);
+  with re-initialised modules; its facts (``_extra_state``) are compared by value, as
+  ``xmr.apis`` compares them, not by the length of their JSON. ``load_from`` without resume
+  keeps MMEngine's lenient loading, logging what it leaves as built, but refuses a checkpoint
+  of another backbone, width or language set (:func:`refuse_other_facts`), as a resume does,
+  and one that holds the model's facts alone (no weight: as ``xmr.apis`` refuses it);
 * before each periodic checkpoint, every rank calls the hooks' ``before_checkpoint_on_every_rank``
   (:func:`~xmr.engine.hook_points.call_hook_point`), where a hook gathers what rank 0 saves
   (``RNGStateHook``: each rank's random streams).
@@ -33,7 +35,7 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
 from torch import nn
 
-from xmr.engine.checkpoint import keys_of_another_model, state_dict_mismatches
+from xmr.engine.checkpoint import FACTS, keys_of_another_model, state_dict_mismatches
 from xmr.engine.eval_loops import expected_metric_keys
 from xmr.engine.hook_points import call_hook_point
 from xmr.engine.wrappers import unwrap_model
@@ -98,7 +100,11 @@ class CheckpointHook(MMEngineCheckpointHook):
             if not isinstance(state, Mapping):
                 return  # MMEngine's own error names what it holds
             loaded = {re.sub(r'^module\.', '', key): value for key, value in state.items()}
-            refuse_other_facts(runner._load_from, model, loaded)
+            refuse_other_facts(
+                model, loaded, f'load_from={runner._load_from}', 'load_from leaves weights of '
+                "other shapes as built, but takes only a checkpoint of the config's backbone, "
+                "width and languages: set the config's to the checkpoint's, or train without "
+                'load_from')
             mismatches = state_dict_mismatches(model.state_dict(), loaded)
             if mismatches:
                 # MMEngine prints these to the terminal only: the run's log would keep no
@@ -108,13 +114,14 @@ class CheckpointHook(MMEngineCheckpointHook):
             return
         loaded = {re.sub(r'^module\.', '', key): value
                   for key, value in checkpoint.get('state_dict', {}).items()}
+        resumed = f'cannot resume from {runner._load_from or "the latest checkpoint"}'
+        fix = ('resume with the config that wrote the checkpoint, or start a new work dir '
+               '(load_from=... loads a checkpoint leniently without resuming)')
+        refuse_other_facts(model, loaded, resumed, fix)
         mismatches = state_dict_mismatches(model.state_dict(), loaded)
         if mismatches:
-            raise ValueError(
-                f'cannot resume from {runner._load_from or "the latest checkpoint"}: its weights '
-                'do not fit the model of this config:\n  ' + '\n  '.join(mismatches)
-                + '\nresume with the config that wrote the checkpoint, or start a new work dir '
-                '(load_from=... loads a checkpoint leniently without resuming)')
+            raise ValueError(f'{resumed}: its weights do not fit the model of this config:\n  '
+                             + '\n  '.join(mismatches) + f'\n{fix}')
 
     def _save_checkpoint_with_step(self, runner, step: int, meta: dict) -> None:
         # Every rank is here (rank 0 alone saves): hooks that need each rank's part collect it.
@@ -242,26 +249,25 @@ def refuse_foreign_weights(path: str | None, model_state: dict, checkpoint: dict
                          'this model (a released one through tools/convert/), or load_from=None')
 
 
-def refuse_other_facts(path: str | None, model: nn.Module, state: Mapping[str, Any]) -> None:
-    """Refuse a ``load_from`` checkpoint whose recorded facts (backbone, width, languages, ...)
-    differ from the model's, naming the file: the retriever's own check fails inside MMEngine's
-    load and names neither.
+def refuse_other_facts(model: nn.Module, state: Mapping[str, Any], where: str,
+                       fix: str) -> None:
+    """Refuse a checkpoint whose recorded facts (backbone, width, languages, ...) differ from
+    the model's, naming the file: the retriever's own check fails inside MMEngine's load and
+    names neither. A checkpoint without facts is left to the weights' check.
 
     Args:
-        path: the ``load_from`` file.
         model: the unwrapped model.
         state: the checkpoint's state dict, ``module.`` prefixes stripped.
+        where: the file as the run took it, e.g. ``load_from=PATH``.
+        fix: what to do instead.
 
     Raises:
-        ValueError: ``load_from=PATH: checkpoint does not match the config: <fact>: checkpoint
-            .. vs config ..``, with the fix.
+        ValueError: ``<where>: checkpoint does not match the config: <fact>: checkpoint ..
+            vs config ... <fix>``.
     """
-    if not hasattr(model, 'checkpoint_facts') or '_extra_state' not in state:
+    if not hasattr(model, 'checkpoint_facts') or FACTS not in state:
         return
     try:
-        check_checkpoint_facts(decode_facts(state['_extra_state']), model.checkpoint_facts())
+        check_checkpoint_facts(decode_facts(state[FACTS]), model.checkpoint_facts())
     except ValueError as error:
-        raise ValueError(
-            f'load_from={path}: {error}. load_from leaves weights of other shapes as built, but '
-            "takes only a checkpoint of the config's backbone, width and languages: set the "
-            "config's to the checkpoint's, or train without load_from") from error
+        raise ValueError(f'{where}: {error}. {fix}') from error
