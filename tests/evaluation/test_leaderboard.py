@@ -83,6 +83,37 @@ def test_vowel_and_final_jamo_of_both_blocks_join_their_initial(syllable):
     assert display_width(syllable) == 2
 
 
+@pytest.mark.parametrize('text, width', [
+    # A family, three wide emoji joined by ZWJs: one glyph, two columns (not 6).
+    ('\U0001f468\u200d\U0001f469\u200d\U0001f467', 2),
+    ('\U0001f44d\U0001f3fd', 2),  # thumbs up and a skin tone (both wide): one glyph (not 4)
+    ('\u2764\ufe0f', 2),  # a heart (narrow) in emoji presentation, VS16 (not 1)
+    ('1\ufe0f\u20e3', 2),  # keycap 1: digit, VS16, enclosing keycap (not 1)
+    ('\U0001f3f3\ufe0f\u200d\U0001f308', 2),  # the rainbow flag (not 3)
+    ('\U0001f1e9\U0001f1ea\U0001f1eb\U0001f1f7', 4),  # two flags: regional letters in pairs
+    # हि न् दी: the vowel signs ि and ी (spacing marks, Mc) and the virama join their consonant
+    ('\u0939\u093f\u0928\u094d\u0926\u0940', 3),
+    # Khmer ភា សា ខ្ មែ រ: vowel signs ា and ែ (Mc), the coeng ្ (Mn) join theirs (not 8)
+    ('\u1797\u17b6\u179f\u17b6\u1781\u17d2\u1798\u17c2\u179a', 5),
+    ('\u4e2d\u6587', 4),  # 中文: East Asian wide
+    ('e\u0301', 1),  # e and a combining acute
+    ('\u0301x', 1),  # a mark with no base before it takes no column
+])
+def test_a_grapheme_cluster_takes_the_columns_of_its_first_character(text, width):
+    """Widths worked by hand: a user-perceived character (base and what joins it) takes its
+    base's columns, and two as an emoji sequence."""
+    assert display_width(text) == width
+
+
+def test_format_table_aligns_a_name_with_an_emoji_sequence():
+    family = '\U0001f468\u200d\U0001f469\u200d\U0001f467'
+    assert format_table(['model'], [[f'{family} ft'], ['en']]) == (
+        '| model |\n'
+        '|-------|\n'
+        f'| {family} ft |\n'  # 2 + 3 columns, as 'model'
+        '| en    |')
+
+
 def test_columns_follow_each_datasets_headline():
     columns = leaderboard_columns(MULTI_DATASET)
     assert [(c.label, c.key) for c in columns] == [

@@ -46,7 +46,7 @@ import json
 import math
 import os
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -88,13 +88,62 @@ HEADLINES: tuple[Headline, ...] = (
 
 
 def display_width(text: str) -> int:
-    """The terminal columns ``text`` takes, as a table pads it: two for a wide or fullwidth
-    (East Asian) character, none for a combining mark, a format character (a zero-width
-    joiner) or a Hangul vowel or final jamo (decomposed Korean, NFD, joins them to the initial
-    as one syllable), one for the rest; ``len`` counts a Chinese model name half as wide as it
-    shows."""
-    return sum(0 if unicodedata.category(c) in ('Mn', 'Me', 'Cf') or _joining_jamo(c)
-               else 2 if unicodedata.east_asian_width(c) in ('W', 'F') else 1 for c in text)
+    """The terminal columns ``text`` takes, as a table pads it: the sum of its user-perceived
+    characters' widths (grapheme clusters, :func:`_clusters`), as a terminal that draws a
+    cluster in one cell advances (WezTerm, Ghostty, foot, Windows Terminal; the ``wcwidth``
+    package agrees on emoji). A cluster takes its first character's columns: two for a wide or
+    fullwidth (East Asian) one, two for an emoji sequence (a ZWJ family, a skin tone, a flag,
+    a ``U+FE0F`` presentation such as a keycap), none for a mark with no base, one otherwise;
+    what joins it (marks, Indic and Khmer vowel signs, ZWJ and what follows, Hangul vowel
+    and final jamo) adds none. ``len`` counts a Chinese model name half as wide as it shows;
+    a terminal that sums ``wcwidth(3)`` per code point (xterm, VTE) shows an emoji sequence
+    and a spacing vowel sign (``Mc``) wider."""
+    return sum(_cluster_width(cluster) for cluster in _clusters(text))
+
+
+#: Zero-width joiner and emoji presentation selector (VS16).
+_ZWJ, _VS16 = '\u200d', '\ufe0f'
+#: Marks (nonspacing, enclosing, the spacing vowel signs) and format characters (ZWJ): they
+#: join the character before them and take no column of their own.
+_JOINING = ('Mn', 'Me', 'Mc', 'Cf')
+
+
+def _clusters(text: str) -> Iterator[str]:
+    """``text`` in grapheme clusters: a base and what joins it (:func:`_joins`), after UAX
+    #29's extended clusters without its Indic conjunct rule (a virama ends its cluster)."""
+    cluster = ''
+    for char in text:
+        if cluster and _joins(cluster, char):
+            cluster += char
+            continue
+        if cluster:
+            yield cluster
+        cluster = char
+    if cluster:
+        yield cluster
+
+
+def _joins(cluster: str, char: str) -> bool:
+    """Whether ``char`` continues ``cluster``: a mark (``Mn``, ``Me``, the spacing vowel signs
+    ``Mc``) or format character (``Cf``: ZWJ), an emoji skin-tone modifier, a Hangul vowel or
+    final jamo, whatever a ZWJ joins, a flag's second regional indicator."""
+    return (unicodedata.category(char) in _JOINING or _joining_jamo(char)
+            or '\U0001f3fb' <= char <= '\U0001f3ff' or cluster[-1] == _ZWJ
+            or (len(cluster) == 1 and _regional(cluster) and _regional(char)))
+
+
+def _cluster_width(cluster: str) -> int:
+    first = cluster[0]
+    if unicodedata.category(first) in _JOINING:
+        return 0  # a mark or joiner with no base before it
+    wide = (unicodedata.east_asian_width(first) in ('W', 'F') or _VS16 in cluster
+            or (_regional(first) and len(cluster) > 1 and _regional(cluster[1])))
+    return 2 if wide else 1
+
+
+def _regional(char: str) -> bool:
+    """A regional indicator letter: two of them are one flag."""
+    return '\U0001f1e6' <= char <= '\U0001f1ff'
 
 
 def _joining_jamo(char: str) -> bool:
