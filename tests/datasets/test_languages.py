@@ -45,6 +45,20 @@ def test_normalize_language(code, canonical):
     assert normalize_language(code) == canonical
 
 
+@pytest.mark.parametrize('code, canonical', [
+    # XM3600's Filipino and Cusco Quechua, which FLORES-200 lacks, in their usual script
+    # (CLDR's likely subtags: fil-Latn-PH, qu-Latn-PE): the script is dropped, as tgl_Latn's.
+    ('fil-Latn', 'fil'), ('fil_Latn', 'fil'), ('FIL-latn', 'fil'), ('quz-Latn', 'quz'),
+    ('fil-Latn-PH', 'fil-PH'),  # the region counts, as in pt-Latn-BR
+    # ISO 639-1 languages FLORES-200 lacks: Latin, Abkhaz (Cyrillic), Inuktitut (syllabics)
+    ('la-Latn', 'la'), ('ab-Cyrl', 'ab'), ('iu-Cans', 'iu'), ('no-Latn', 'no'),
+    # another script than the usual one stays
+    ('fil-Tglg', 'fil-Tglg'), ('ab-Latn', 'ab-Latn'), ('iu-Latn', 'iu-Latn'),
+])
+def test_a_language_flores_lacks_drops_the_subtag_of_its_usual_script(code, canonical):
+    assert normalize_language(code) == canonical
+
+
 def test_every_canonical_code_is_its_own_canonical_code():
     for canonical in [*FLORES200_TO_CANONICAL.values(), *XM3600_LANGUAGES]:
         assert normalize_language(canonical) == canonical

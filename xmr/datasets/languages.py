@@ -15,6 +15,10 @@ one (``zh-Hant``, ``ks-Deva``) or by ``-<REGION>`` for a regional variety (``pt-
 * Datasets' own codes: XTD10's ``jp``; ``zh-CN`` and ``zh-TW``; the withdrawn ISO codes ``iw``,
   ``in``, ``ji``.
 
+A script subtag naming the language's usual script is dropped (``sr-Cyrl`` -> ``sr``,
+``fil-Latn`` -> ``fil``): FLORES-200's script, or, for a language FLORES-200 lacks, CLDR's
+likely one.
+
 Varieties that are different ISO languages stay apart even where a tool pairs them: Crossmodal-
 3600's ``fil`` (Filipino) is not FLORES' ``tgl_Latn`` (Tagalog), nor its ``quz`` (Cusco Quechua)
 ``quy_Latn`` (Ayacucho Quechua), nor its ``no`` (Norwegian) ``nob_Latn`` (``nb``) or ``nno_Latn``
@@ -126,10 +130,21 @@ _ALIASES = _build_aliases()
 _CANONICAL_TO_FLORES = {canonical: flores for flores, canonical in FLORES200_TO_CANONICAL.items()}
 
 
+#: The likely script of CLDR's likely subtags (``fil`` -> ``fil-Latn-PH``) of each canonical
+#: code FLORES-200 lacks; ``quz`` takes that of ``qu``, its CLDR alias. CLDR has none for
+#: ``bh``, ``ie``, ``oj`` and ``pi``, which keep a script subtag given.
+_CLDR_SCRIPTS = {lang: script for script, langs in {
+    'Latn': 'aa an ay bi br ch co ff fil fy gv ho hz ia ik io kj kl kr kw la lu mh na nd ng no '
+            'nr nv qu quz rm se to ty ve vo wa za',
+    'Cyrl': 'ab av ce cu cv kv os', 'Cans': 'cr iu', 'Avst': 'ae', 'Thaa': 'dv', 'Yiii': 'ii',
+}.items() for lang in langs.split()}
+
+
 def _usual_script(lang: str) -> str | None:
-    """The script FLORES-200 writes ``lang`` in without a subtag (``sr`` -> ``Cyrl``)."""
+    """The script ``lang`` is written in without a subtag: FLORES-200's (``sr`` -> ``Cyrl``),
+    else CLDR's likely one (``fil`` -> ``Latn``)."""
     flores = _CANONICAL_TO_FLORES.get(lang)
-    return flores.split('_')[1] if flores else None
+    return flores.split('_')[1] if flores else _CLDR_SCRIPTS.get(lang)
 
 
 def normalize_language(code: str, where: str = 'language code') -> str:
