@@ -154,6 +154,40 @@ def test_a_vision_file_of_another_model_or_broken_is_refused_naming_it(tmp_path)
         MODELS.build(tiny_cfg(vision_pretrained=str(whole)))
 
 
+TINY_SWIN = dict(img_size=32, embed_dim=16, depths=(1, 1), num_heads=(2, 2), window_size=2)
+
+
+@pytest.mark.parametrize('vision, vision_cfg, dropped', [
+    ('vit_base_patch16_224', TINY_VIT, 'blocks.1.attn.qkv.weight'),
+    ('swin_base_patch4_window7_224', TINY_SWIN, 'layers.1.blocks.0.mlp.fc2.weight')])
+def test_timms_own_weights_load_strictly_into_the_headless_tower(tmp_path, vision, vision_cfg,
+                                                                 dropped):
+    """``vision_pretrained=True`` loads the file timm's record names (here through
+    ``pretrained_cfg_overlay``, as a hub download would be): timm loads a headless model
+    non-strictly, so a file that lacks a weight left it random without a word."""
+    torch.manual_seed(3)
+    source = timm.create_model(vision, **vision_cfg).state_dict()  # the record's head: 1000
+    for kind, state in (('whole', source),
+                        ('lacking', {k: v for k, v in source.items() if k != dropped}),
+                        ('extra', dict(source, **{'extra.weight': torch.zeros(2)}))):
+        torch.save(state, tmp_path / f'{kind}.pth')
+    def built(kind: str) -> ViTBERTBackbone:
+        overlay = dict(file=str(tmp_path / f'{kind}.pth'))
+        return MODELS.build(tiny_cfg(vision=vision, vision_pretrained=True,
+                                     vision_cfg=dict(vision_cfg, pretrained_cfg_overlay=overlay)))
+
+    loaded = built('whole').vision.state_dict()
+    head = {k for k in source if k.startswith('head.')}
+    assert head and set(loaded) == set(source) - head  # headless, as num_classes=0 builds it
+    assert all(torch.equal(tensor, source[key]) for key, tensor in loaded.items())
+    with pytest.raises(ValueError, match=rf"record of '{vision}' names \(file .*lacking\.pth\) "
+                                         rf'does not fit .*Missing key.*"{re.escape(dropped)}"'):
+        built('lacking')
+    with pytest.raises(ValueError, match=r'extra\.pth\) does not fit .*Unexpected key.*'
+                                         r'"extra\.weight"'):
+        built('extra')
+
+
 def test_bad_configurations_are_named():
     with pytest.raises(ValueError, match="unknown timm model 'vit_bsae_patch16_224'.*"
                                          'vit_base_patch16_224'):

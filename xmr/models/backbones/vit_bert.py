@@ -51,10 +51,56 @@ def build_vision(name: str, pretrained: bool | str | None, options: dict) -> nn.
     if not pretrained:
         return timm.create_model(name, pretrained=False, **kwargs)
     return fetch_weights(
-        lambda: timm.create_model(name, pretrained=True, **kwargs),
+        lambda: _vision_from_record(name, kwargs),
         f"timm's weights of '{name}'",
         'download them once and set vision_pretrained=<local file> (--cfg-options '
         'model.backbone.vision_pretrained=FILE)')
+
+
+def _vision_from_record(name: str, kwargs: dict) -> nn.Module:
+    """timm's ``name`` with the weights its pretrained record locates (timm's hub, its URL, or
+    the ``file`` of a ``pretrained_cfg_overlay`` in ``kwargs``), loaded strictly, then headless.
+
+    timm loads strictly only a model whose head is its record's: a headless one
+    (``num_classes=0``) is loaded non-strictly, and weights missing from the record's file stay
+    random without a word. The model is therefore built with the record's head, loaded through
+    timm's own filter, and its head dropped after.
+
+    Raises:
+        ValueError: the record's weights lack keys of the model (or hold others), named.
+    """
+    import timm
+
+    with_head = {key: value for key, value in kwargs.items() if key != 'num_classes'}
+    try:
+        model = timm.create_model(name, pretrained=True, **with_head)
+    except RuntimeError as error:  # torch's strict load, of what timm's filter made of them
+        raise _refusal(f"the weights timm's record of '{name}' names "
+                       f'({_record_source(name, kwargs)})', name, error,
+                       'Does vision_cfg change the architecture of the weights (depth, '
+                       'embed_dim, ...)? Drop those fields, or give vision_pretrained=<file> of '
+                       'this model') from error
+    model.reset_classifier(0)
+    return model
+
+
+def _record_source(name: str, kwargs: dict) -> str:
+    """Where timm's record of ``name`` (with the ``pretrained_cfg_overlay`` of ``kwargs``)
+    has its weights: ``file``, else the hub repository, else the URL."""
+    import timm
+
+    record = {**timm.models.get_pretrained_cfg(name).to_dict(),
+              **kwargs.get('pretrained_cfg_overlay', {})}
+    if record.get('file'):
+        return f"file {record['file']}"
+    return f"hf-hub:{record['hf_hub_id']}" if record.get('hf_hub_id') else str(record.get('url'))
+
+
+def _refusal(source: str, name: str, error: RuntimeError, fix: str) -> ValueError:
+    """torch's refusal of a strict load (its missing, unexpected and reshaped keys) as an error
+    naming ``source`` and the fix."""
+    return ValueError(f"{source} does not fit timm '{name}' once timm has adapted them "
+                      f'({" ".join(str(error).split())[:400]}). {fix}')
 
 
 def _vision_from_file(name: str, path: Path, kwargs: dict) -> nn.Module:
@@ -90,8 +136,7 @@ def _vision_from_file(name: str, path: Path, kwargs: dict) -> nn.Module:
         with torch.device('meta'):
             expected = timm.create_model(name, **kwargs).state_dict()
         check_weights_fit(expected, state, str(path), f"timm '{name}'", fix)
-        raise ValueError(f"{path} does not fit timm '{name}' once timm has adapted it "
-                         f'({" ".join(str(error).split())[:300]}). {fix}') from error
+        raise _refusal(str(path), name, error, fix) from error
     model.pretrained_cfg.pop('state_dict')  # the weights are in the model: no second copy
     return model
 
@@ -141,8 +186,9 @@ class ViTBERTBackbone(VisionLanguageBackbone):
         vision_cfg: extra ``timm.create_model`` arguments (``img_size``, ``drop_path_rate``, or
             a small ``embed_dim`` / ``depth`` / ``num_heads`` for tests).
         vision_pretrained: ``None``/``False`` for random weights, ``True`` for the weights timm
-            names with ``vision``, or a local checkpoint file (or timm's hub snapshot folder),
-            loaded strictly.
+            names with ``vision`` (its record's, or the ``file`` of
+            ``vision_cfg.pretrained_cfg_overlay``), or a local checkpoint file (or timm's hub
+            snapshot folder); either is loaded strictly.
         text: a BERT hub name or folder whose weights are loaded (``'bert-base-uncased'``), or
             ``None`` for a random BERT built from ``text_cfg``.
         text_cfg: ``BertConfig`` fields; with ``text`` they override the loaded config.
