@@ -4,7 +4,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from xmr.version import source_commit
+import xmr
+from xmr.version import provenance, source_commit, written_by
 
 
 def git(root: Path, *args: str) -> str:
@@ -43,3 +44,17 @@ def test_no_commit_for_a_folder_inside_another_projects_checkout_with_commits(tm
     committed_checkout(tmp_path)  # the other project's
     (tmp_path / 'site-packages').mkdir()
     assert source_commit(tmp_path / 'site-packages') is None
+
+
+def test_a_file_records_the_running_xmr_and_a_failed_load_names_both_xmrs():
+    here = provenance()
+    assert here == {'xmr_version': xmr.__version__, 'xmr_commit': source_commit()}
+    reader = f"xmr {xmr.__version__} " + (f"(commit {here['xmr_commit']})" if here['xmr_commit']
+                                          else '(an installed copy)')
+    assert written_by({'xmr_version': '0.2.0', 'xmr_commit': 'abc123+dirty', 'iter': 4}) == (
+        f'written by xmr 0.2.0 (commit abc123+dirty); read by {reader}')
+    assert written_by({'xmr_version': '0.2.0', 'xmr_commit': None}) == (
+        f'written by xmr 0.2.0 (an installed copy); read by {reader}')
+    for unrecorded in ({'iter': 4}, None):  # a meta of before this record, or no meta at all
+        assert written_by(unrecorded) == ('written by an xmr too old to record its version, or '
+                                          f'another tool; read by {reader}')

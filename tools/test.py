@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING
 
 from mmengine.config import Config
 
-import xmr
 from xmr.run_config import add_config_arguments, config_file, load_run_config
 from xmr.utils.cli import UserError, print_for_reader, run_tool
-from xmr.version import source_commit
+from xmr.version import provenance
 
 if TYPE_CHECKING:
     from xmr.evaluation.leaderboard import EvaluationResult
@@ -313,8 +312,7 @@ def run_test(args: argparse.Namespace):
     extra = {'tested_at': datetime.now(UTC).isoformat(timespec='seconds'),
              'command': as_text(args.command),
              'ablations': [as_text(str(name)) for name in args.ablation],
-             'seed': None if seed is None else int(seed), 'xmr_version': xmr.__version__,
-             'xmr_commit': source_commit()}
+             'seed': None if seed is None else int(seed), **provenance()}
     if 'iter' in meta:
         extra['iter'] = int(meta['iter'])
     extra['summary_languages'] = summary_languages(runner)

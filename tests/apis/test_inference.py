@@ -24,6 +24,7 @@ from xmr.apis.inference import _first_lines
 from xmr.datasets import Annotation, MediaRecord, dump_annotation, retrieval_collate
 from xmr.datasets.media_io import MediaReadError
 from xmr.registry import DATASETS, MODELS
+from xmr.version import provenance
 
 TINY = dict(type='MediaTransform', backbone=None, size=32)
 
@@ -83,6 +84,27 @@ def test_mismatched_checkpoint_names_the_mismatch(trained, tmp_path, overrides, 
     with pytest.raises(CheckpointMismatchError, match=f'(?s)checkpoint {checkpoint}.* does not '
                        f'match the config: .*{message}'):
         init_retriever(config, checkpoint)
+
+
+def test_a_checkpoint_with_keys_this_model_lacks_names_the_xmr_that_wrote_it(trained, tmp_path):
+    """A newer xmr's file was refused naming the unexpected key alone; the fixture's file, which
+    records no xmr, is told as such."""
+    _, checkpoint, model = trained
+    config = write_config(tmp_path / 'other.py')
+    newer = tmp_path / 'newer.pth'
+    torch.save(dict(meta=dict(iter=7, xmr_version='0.2.0', xmr_commit='0123abc'),
+                    state_dict=dict(model.state_dict(), **{'language_branch.gate': torch.ones(1)})),
+               newer)
+    with pytest.raises(CheckpointMismatchError) as error:
+        init_retriever(config, newer)
+    assert 'unexpected key in source state_dict: language_branch.gate' in str(error.value)
+    assert ('\n(the checkpoint was written by xmr 0.2.0 (commit 0123abc); read by xmr '
+            f"{provenance()['xmr_version']} (") in str(error.value)
+    shallower = write_config(tmp_path / 'shallower.py', language_branch=tiny_branch_cfg(
+        adapters=dict(type='StaticAdapter', hidden=4)))
+    with pytest.raises(CheckpointMismatchError, match=r'\(the checkpoint was written by an xmr '
+                       r'too old to record its version, or another tool; read by xmr '):
+        init_retriever(shallower, checkpoint)
 
 
 def test_missing_checkpoint_is_named(trained, tmp_path):

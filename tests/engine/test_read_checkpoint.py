@@ -15,13 +15,23 @@ from xmr.engine.checkpoint import (
     check_checkpoint,
     keys_of_another_model,
     read_checkpoint,
+    save_model_checkpoint,
     state_dict_mismatches,
 )
+from xmr.version import provenance
 
 
 def test_a_good_checkpoint_loads(tmp_path):
     torch.save({'state_dict': {'w': torch.arange(3)}}, tmp_path / 'ok.pth')
     assert torch.equal(read_checkpoint(tmp_path / 'ok.pth')['state_dict']['w'], torch.arange(3))
+
+
+def test_a_checkpoint_written_outside_training_records_the_xmr_that_wrote_it(tmp_path):
+    """A converted or merged model: the meta it is given, and the xmr, as training's has."""
+    save_model_checkpoint(tmp_path / 'x.pth', {'w': torch.arange(3)}, {'method': 'dasd'})
+    written = read_checkpoint(tmp_path / 'x.pth')
+    assert written['meta'] == {'method': 'dasd', **provenance()}
+    assert torch.equal(written['state_dict']['w'], torch.arange(3))
 
 
 def test_a_truncated_checkpoint_names_the_file(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import TINY_CLIP, tiny_dasd_cfg, tiny_retriever_cfg
+from xmr.version import provenance
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'language_modules.py'
 CONFIG = f"""
@@ -60,6 +61,8 @@ def test_report_export_and_merge(tmp_path, monkeypatch, capsys):
     _run(['merge', str(config), '--modules', f'de={tmp_path / "modules" / "fr.pth"}',
           f'fr={tmp_path / "modules" / "de.pth"}', '--out', str(tmp_path / 'merged.pth')],
          monkeypatch)
+    meta = torch.load(tmp_path / 'merged.pth', weights_only=True)['meta']
+    assert {key: meta[key] for key in provenance()} == provenance()
     torch.manual_seed(0)
     merged = init_retriever(config, tmp_path / 'merged.pth')
     tokens = merged.language_branch.tokenize(['a red circle', 'two blue squares'])

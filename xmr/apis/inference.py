@@ -33,6 +33,7 @@ from xmr.registry import MODELS, TRANSFORMS
 from xmr.run_config import merge_options
 from xmr.utils.cli import UserKeyError
 from xmr.utils.counts import is_count
+from xmr.version import written_by
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
            'load_trained_checkpoint', 'trained_languages', 'check_languages', 'encode_texts',
@@ -103,7 +104,8 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
             that pickles objects a weights-only ``torch.load`` refuses, named.
         CheckpointMismatchError: naming the checkpoint and every mismatch: backbone type,
             architecture, embedding width and languages (recorded by the retriever), then missing,
-            unexpected or differently shaped parameters.
+            unexpected or differently shaped parameters with the xmr that wrote the file
+            (:func:`~xmr.version.written_by`) and the one reading it.
     """
     path = Path(checkpoint)
     loaded = read_checkpoint(path)
@@ -122,16 +124,18 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
             f"checkpoint {path} holds none of the model's weights ({foreign}): give a "
             "checkpoint tools/train.py wrote for this config's model (a released one through "
             'tools/convert/)')
+    meta = dict(loaded.get('meta') or {})
     try:
         load_state_dict(model, state, strict=True, logger=None)
     except ValueError as error:
         # The retriever's own check: backbone, architecture, width, languages.
         raise CheckpointMismatchError(f'checkpoint {path}: {error}') from error
     except RuntimeError as error:
-        # Missing, unexpected or differently shaped parameters.
+        # Missing, unexpected or differently shaped parameters: another config, or keys that
+        # another xmr added or renamed.
         raise CheckpointMismatchError(f'checkpoint {path} does not match the config: '
-                                      f'{_first_lines(str(error))}') from error
-    meta = dict(loaded.get('meta') or {})
+                                      f'{_first_lines(str(error))}\n(the checkpoint was '
+                                      f'{written_by(meta)})') from error
     _check_authors_settings(path, model, meta)
     return meta
 

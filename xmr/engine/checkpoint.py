@@ -8,6 +8,10 @@ xmr allow-lists exactly those numpy types instead of turning the safety check of
 :func:`state_dict_mismatches` says how a checkpoint's weights differ from a model's, for the
 strict resume of :class:`~xmr.engine.hooks.CheckpointHook`.
 
+:func:`save_model_checkpoint` writes a checkpoint outside training (a converted or merged
+model) as training does, its ``meta`` recording the xmr that wrote it (:func:`~xmr.version.
+provenance`), which the errors of a failed load name (:func:`~xmr.version.written_by`).
+
 :func:`read_checkpoint` is the one reader of checkpoint files: a truncated, empty or foreign file
 is an error naming it, and only a file that pickles MMEngine's own objects is diagnosed as a
 checkpoint written before xmr stored its logs as plain data.
@@ -26,6 +30,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from xmr.fileio import atomic_torch_save
+from xmr.version import provenance
 
 _REGISTERED = False
 #: A retriever's state-dict entry of its facts (backbone, width, languages: its extra state),
@@ -88,6 +95,19 @@ def state_dict_mismatches(expected: Mapping[str, torch.Tensor],
             + line('keys missing from the checkpoint',
                    [key for key in expected if key not in loaded])
             + line('keys the model does not have', [key for key in loaded if key not in expected]))
+
+
+def save_model_checkpoint(path: str | os.PathLike, state_dict: Mapping[str, torch.Tensor],
+                          meta: Mapping[str, Any]) -> Path:
+    """Write ``{'state_dict', 'meta'}``, as ``tools/test.py`` loads it, through a temporary file;
+    ``meta`` gains the :func:`~xmr.version.provenance` of the running xmr, as the checkpoints
+    of training do (:class:`~xmr.engine.hooks.CheckpointHook`).
+
+    Returns:
+        The path written.
+    """
+    return atomic_torch_save(dict(state_dict=dict(state_dict), meta={**meta, **provenance()}),
+                             path)
 
 
 class CheckpointReadError(ValueError):

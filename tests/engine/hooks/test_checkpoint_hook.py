@@ -24,6 +24,7 @@ from xmr.engine.hooks import CheckpointHook
 from xmr.engine.hooks import checkpoint as checkpoint_hook
 from xmr.models.retrievers.checkpoint_facts import decode_facts
 from xmr.registry import MODELS
+from xmr.version import provenance
 
 
 def runner_with_hook(work_dir: Path, **hook_args) -> tuple[Runner, CheckpointHook]:
@@ -181,6 +182,28 @@ def test_resume_with_other_adapter_shapes_is_refused_naming_keys_and_shapes(tmp_
         '(checkpoint [8, 32], model [16, 32]), ' in message
     assert '... (15 more)' in message
     assert 'missing' not in message
+
+
+def test_every_checkpoint_records_the_xmr_that_wrote_it_and_a_refused_resume_names_it(
+        tmp_path):
+    """A checkpoint of a newer xmr, with a weight this one lacks, was refused naming the key
+    alone."""
+    runner, hook = runner_with_hook(tmp_path, save_best='mAR', rule='greater')
+    runner.train_loop._iter = 3
+    hook._save_checkpoint(runner)
+    hook._save_best_checkpoint(runner, {'mAR': 1.0})
+    allow_mmengine_checkpoint_types()
+    for name in ('iter_4.pth', 'best_mAR_iter_3.pth'):
+        meta = torch.load(tmp_path / name, map_location='cpu', weights_only=True)['meta']
+        assert {key: meta[key] for key in provenance()} == provenance(), name
+    newer = dict(xmr_version='0.2.0', xmr_commit='0123abc')
+    runner._resume = True
+    with pytest.raises(ValueError) as error:
+        hook.after_load_checkpoint(runner, dict(meta=dict(iter=4, **newer), state_dict=dict(
+            runner.model.state_dict(), **{'language_branch.gate': torch.zeros(1)})))
+    assert ('1 keys the model does not have: language_branch.gate\nthe checkpoint was written '
+            f'by xmr 0.2.0 (commit 0123abc); read by xmr {xmr.__version__} ('
+            in str(error.value))
 
 
 def test_a_step_saved_twice_keeps_its_file_and_is_kept_once(tmp_path):

@@ -21,6 +21,7 @@ from xmr.models.conversion.authors import build_model
 from xmr.models.conversion.dasd import map_dasd
 from xmr.models.conversion.mla import map_mla
 from xmr.registry import MODELS
+from xmr.version import provenance
 
 #: A real multilingual tokenizer file of the shared data (read in place).
 XLMR_TOKENIZER = SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'
@@ -201,7 +202,9 @@ def test_generator_rows_are_the_transpose_of_the_authors_matrix(tmp_path):
     config = write_config(tmp_path / 'authors.py', 'dasd')
     convert_authors_checkpoint('dasd', tmp_path / 'dasd.bin', config, tmp_path / 'x.pth',
                                map_dasd)
-    head = torch.load(tmp_path / 'x.pth')['state_dict']['disentangler.generator.heads.1.bias']
+    converted = torch.load(tmp_path / 'x.pth')
+    assert {key: converted['meta'][key] for key in provenance()} == provenance()
+    head = converted['state_dict']['disentangler.generator.heads.1.bias']
     theirs = state['transformer.resblocks.1.mlp_zi.c_fc1.bias'].reshape(D_U, D_U)
     torch.testing.assert_close(head.reshape(D_U, D_U), theirs.T)
 

@@ -1,7 +1,10 @@
 """Per-language module files: exact round trip, several languages in one model, shares."""
+import re
+
 import pytest
 import torch
 
+import xmr
 from tests.conftest import tiny_backbone_cfg
 from tests.models.adapters.peft_helpers import CAPTIONS, clip_branch_cfg
 from xmr.models.language.language_modules import (
@@ -11,6 +14,7 @@ from xmr.models.language.language_modules import (
     save_language_module,
 )
 from xmr.registry import MODELS
+from xmr.version import provenance
 
 LORA = dict(type='LoRA', r=2, targets=['q', 'v'])
 MIXED = [LORA, dict(type='CompacterAdapter', reduction_factor=4),
@@ -43,6 +47,7 @@ def test_round_trip_is_exact_and_the_file_holds_only_the_module(tmp_path):
     assert set(payload['state_dict']) == set(source.language_branch.adapters.sets['de']
                                              .state_dict())
     assert payload['lang'] == 'de'
+    assert {key: payload[key] for key in provenance()} == provenance()
 
     receiver = build(['de'], module_seed=2)
     assert not torch.allclose(encode(receiver, 'de'), encode(source, 'de'))
@@ -81,7 +86,8 @@ def test_a_module_of_another_config_is_refused_with_the_difference(tmp_path):
     save_language_module(build(['de'], adapters=LORA), 'de', tmp_path / 'de.pth')
     with pytest.raises(ValueError, match=r"other shapes \['0:attn_qkv.lora_A.q'"):
         load_language_module(build(['de'], adapters=dict(LORA, r=1)), tmp_path / 'de.pth')
-    with pytest.raises(ValueError, match=r"missing \['-1:input.prompt'"):
+    with pytest.raises(ValueError, match=r"missing \['-1:input.prompt'.* \(The file was written "
+                       rf'by xmr {re.escape(xmr.__version__)} \('):
         load_language_module(build(['de']), tmp_path / 'de.pth')
     with pytest.raises(KeyError, match="no adapters for language 'de'"):
         load_language_module(build(['fr'], adapters=LORA), tmp_path / 'de.pth')
@@ -129,9 +135,10 @@ def test_a_module_of_a_newer_format_asks_for_a_newer_xmr(tmp_path):
     compared first."""
     save_language_module(build(['de'], adapters=LORA), 'de', tmp_path / 'de.pth')
     payload = torch.load(tmp_path / 'de.pth', weights_only=True)
-    torch.save(dict(payload, version=3, facts=dict(payload['facts'], width=None)),
-               tmp_path / 'v3.pth')
+    torch.save(dict(payload, version=3, facts=dict(payload['facts'], width=None),
+                    xmr_version='0.3.0', xmr_commit='0123abc'), tmp_path / 'v3.pth')
     with pytest.raises(ValueError, match=r'v3\.pth: a language module of format version 3, '
-                       r'written by a newer xmr \(this one reads version 2\): load it with '
-                       r'that xmr, or update this one'):
+                       r'written by xmr 0\.3\.0 \(commit 0123abc\); read by xmr '
+                       rf'{re.escape(xmr.__version__)} \(.*\), which reads version 2: load it '
+                       r'with the xmr that wrote it, or update this one'):
         load_language_module(build(['de'], adapters=LORA), tmp_path / 'v3.pth')

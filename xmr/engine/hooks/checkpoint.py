@@ -20,6 +20,8 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
   keeps MMEngine's lenient loading, logging what it leaves as built, but refuses a checkpoint
   of another backbone, width or language set (:func:`refuse_other_facts`), as a resume does,
   and one that holds the model's facts alone (no weight: as ``xmr.apis`` refuses it);
+* every checkpoint's ``meta`` records the xmr that wrote it (``xmr_version``, ``xmr_commit``:
+  :func:`~xmr.version.provenance`), which a refused resume names beside the xmr reading it;
 * before each periodic checkpoint, every rank calls the hooks' ``before_checkpoint_on_every_rank``
   (:func:`~xmr.engine.hook_points.call_hook_point`), where a hook gathers what rank 0 saves
   (``RNGStateHook``: each rank's random streams).
@@ -43,6 +45,7 @@ from xmr.fileio import atomic_write_text, remove_stale_temporaries
 from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, decode_facts
 from xmr.registry import HOOKS
 from xmr.utils.cli import UserKeyError, did_you_mean
+from xmr.version import provenance, written_by
 
 __all__ = ['CheckpointHook', 'check_best_keys', 'check_metric_names', 'refuse_foreign_weights',
            'refuse_other_facts']
@@ -92,6 +95,10 @@ class CheckpointHook(MMEngineCheckpointHook):
                         'resumed from it); it stays there, and this work dir gets its own when '
                         'a validation beats that score')
 
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        # Every save of the runner (periodic, best, preemption) passes here.
+        checkpoint['meta'].update(provenance())
+
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         model = unwrap_model(runner.model)
         if not runner._resume:
@@ -115,13 +122,14 @@ class CheckpointHook(MMEngineCheckpointHook):
         loaded = {re.sub(r'^module\.', '', key): value
                   for key, value in checkpoint.get('state_dict', {}).items()}
         resumed = f'cannot resume from {runner._load_from or "the latest checkpoint"}'
-        fix = ('resume with the config that wrote the checkpoint, or start a new work dir '
-               '(load_from=... loads a checkpoint leniently without resuming)')
+        fix = ('resume with the config (and xmr) that wrote the checkpoint, or start a new work '
+               'dir (load_from=... loads a checkpoint leniently without resuming)')
         refuse_other_facts(model, loaded, resumed, fix)
         mismatches = state_dict_mismatches(model.state_dict(), loaded)
         if mismatches:
             raise ValueError(f'{resumed}: its weights do not fit the model of this config:\n  '
-                             + '\n  '.join(mismatches) + f'\n{fix}')
+                             + '\n  '.join(mismatches)
+                             + f"\nthe checkpoint was {written_by(checkpoint.get('meta'))}\n{fix}")
 
     def _save_checkpoint_with_step(self, runner, step: int, meta: dict) -> None:
         # Every rank is here (rank 0 alone saves): hooks that need each rank's part collect it.

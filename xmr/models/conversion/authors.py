@@ -23,8 +23,8 @@ from mmengine.config import Config
 from torch import nn
 
 from xmr.datasets.languages import LanguageCodeError, normalize_language
-from xmr.engine.checkpoint import CheckpointReadError, check_checkpoint
-from xmr.fileio import atomic_torch_save, input_written_over
+from xmr.engine.checkpoint import CheckpointReadError, check_checkpoint, save_model_checkpoint
+from xmr.fileio import input_written_over
 from xmr.models.conversion.settings import authors_differences
 from xmr.models.weight_files import read_weights
 from xmr.run_config import merge_options
@@ -443,5 +443,5 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     meta = dict(converted_from=str(path), clip_from=clip_source and str(clip_source),
                 method=method, config=str(config),
                 used_keys=len(report.used), unused_keys=report.unused, kept_keys=report.kept)
-    atomic_torch_save(dict(state_dict=model.state_dict(), meta=meta), out)
+    save_model_checkpoint(out, model.state_dict(), meta)
     return report

@@ -27,10 +27,11 @@ import torch
 from torch import nn
 
 from xmr.datasets.languages import normalize_language
-from xmr.engine.checkpoint import read_checkpoint
+from xmr.engine.checkpoint import read_checkpoint, save_model_checkpoint
 from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import atomic_torch_save
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
+from xmr.version import provenance, written_by
 
 __all__ = ['MODULE_FORMAT', 'LanguageShare', 'language_state_dict', 'load_language_module',
            'language_parameter_report', 'module_file_problem', 'save_language_module',
@@ -103,7 +104,8 @@ def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
 
     The file holds the format tag, the language, the facts the receiving model must share
     (backbone, architecture, width, blocks, routine), its base (``base_checkpoint``, the file the
-    model was loaded from, and :func:`shared_fingerprints` of the model) and the module's state.
+    model was loaded from, and :func:`shared_fingerprints` of the model), the module's state and
+    the xmr that wrote it (:func:`~xmr.version.provenance`).
 
     Returns:
         The path written.
@@ -112,7 +114,7 @@ def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
     base = dict(checkpoint=None if base_checkpoint is None else str(base_checkpoint),
                 shared=shared_fingerprints(model))
     payload = dict(format=MODULE_FORMAT, version=MODULE_VERSION, lang=lang, facts=_facts(model),
-                   base=base, state_dict=language_state_dict(model, lang))
+                   base=base, state_dict=language_state_dict(model, lang), **provenance())
     return atomic_torch_save(payload, path)
 
 
@@ -133,8 +135,7 @@ def module_file_problem(path: str | os.PathLike, payload: Any) -> str | None:
 def save_merged_checkpoint(model: nn.Module, path: str | os.PathLike,
                            meta: Mapping[str, Any]) -> Path:
     """Write the whole model as a checkpoint ``tools/test.py`` loads (``state_dict`` + ``meta``)."""
-    model = unwrap_model(model)
-    return atomic_torch_save(dict(state_dict=model.state_dict(), meta=dict(meta)), path)
+    return save_model_checkpoint(path, unwrap_model(model).state_dict(), meta)
 
 
 
@@ -165,9 +166,9 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
     version = payload.get('version')
     # A newer file may name its facts and base otherwise: its version decides before them.
     if isinstance(version, int) and version > MODULE_VERSION:
-        raise ValueError(f'{path}: a language module of format version {version}, written by a '
-                         f'newer xmr (this one reads version {MODULE_VERSION}): load it with '
-                         'that xmr, or update this one')
+        raise ValueError(f'{path}: a language module of format version {version}, '
+                         f'{written_by(payload)}, which reads version {MODULE_VERSION}: load it '
+                         'with the xmr that wrote it, or update this one')
     target = normalize_language(lang or payload['lang'], f'{path} language')
     mine = _facts(model)
     differing = {k: (payload['facts'].get(k), v) for k, v in mine.items()
@@ -185,7 +186,8 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
     if missing or unexpected or reshaped:
         raise ValueError(f'{path} ({payload["lang"]}) does not fit the {target} module: missing '
                          f'{missing[:5]}, unexpected {unexpected[:5]}, other shapes '
-                         f'{reshaped[:5]}; was it trained with the same adapter config?')
+                         f'{reshaped[:5]}; was it trained with the same adapter config? (The '
+                         f'file was {written_by(payload)})')
     module.load_state_dict(state, strict=True)
     return target
 
