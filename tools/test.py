@@ -190,7 +190,7 @@ def check_earlier_result(json_path: Path, overwrite: bool) -> None:
     if not overwrite:
         raise UserError(json_path, 'holds an earlier test result (tested '
                         f"{earlier.extra.get('tested_at', 'at an unrecorded time')}, "
-                        f'{earlier.checkpoint}); it is kept',
+                        f'{earlier.checkpoint_resolved or earlier.checkpoint}); it is kept',
                         f'pass --overwrite to replace it, or {keep}')
 
 
@@ -321,7 +321,15 @@ def run_test(args: argparse.Namespace):
     return EvaluationResult(name=as_text(args.name or default_name(args, extra['seed'])),
                             metrics=dict(metrics), config=as_text(str(args.config)),
                             checkpoint=as_text(str(args.checkpoint)), test_sets=test_sets(runner),
-                            extra=extra), scored
+                            extra=extra, config_resolved=resolved(config_file(args.config)),
+                            checkpoint_resolved=resolved(args.checkpoint)), scored
+
+
+def resolved(path: str | os.PathLike) -> str:
+    """``path`` absolute, symbolic links resolved, as text (:func:`as_text`): a result read
+    from another folder still names the file, where the path as given was relative to the
+    folder ``tools/test.py`` ran in."""
+    return as_text(str(Path(path).resolve()))
 
 
 def default_name(args: argparse.Namespace, seed: int | None) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -284,9 +285,16 @@ def test_markdown_has_table_and_legend():
 def test_result_round_trip_and_csv(tmp_path):
     result = EvaluationResult('static (best)', {'de/AR': 40.0, 'mAR': 40.0}, config='c.py',
                               checkpoint='best.pth', test_sets=[MULTI30K_TEST],
-                              extra={'command': 'tools/test.py c.py best.pth'})
+                              extra={'command': 'tools/test.py c.py best.pth'},
+                              config_resolved='/runs/c.py', checkpoint_resolved='/runs/best.pth')
     save_result(tmp_path / 'r.json', result)
     assert load_result(tmp_path / 'r.json') == result
+    # A result of before the absolute paths were recorded: the paths as given alone.
+    earlier = json.loads((tmp_path / 'r.json').read_text())
+    del earlier['config_resolved'], earlier['checkpoint_resolved']
+    (tmp_path / 'earlier.json').write_text(json.dumps(earlier))
+    assert load_result(tmp_path / 'earlier.json') == replace(
+        result, config_resolved=None, checkpoint_resolved=None)
     assert json.loads((tmp_path / 'r.json').read_text())['skipped_media'] == 0
     write_csv(tmp_path / 'r.csv', [result, EvaluationResult('other', {'mAR': 1.5, 'de/AR': 1.5,
                                                                 'fr/AR': 0.25})])

@@ -27,7 +27,7 @@ from xmr.datasets.converters.multi30k import convert_multi30k
 from xmr.datasets.converters.xtd10 import XTD10_LANGUAGES, convert_xtd10
 from xmr.evaluation import EvaluationResult, load_result, save_result
 from xmr.registry import MODELS
-from xmr.utils.cli import EXIT_ERROR, run_tool
+from xmr.utils.cli import EXIT_ERROR, UserError, run_tool
 from xmr.version import source_commit
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'test.py'
@@ -553,6 +553,33 @@ def test_runs_of_other_seeds_and_ablations_are_told_apart_and_recorded(synthetic
     # quoted to run again as it is.
     assert plain['command'] == shlex.join(['tools/test.py', str(config()),
                                            str(root / 'model.pth')])
+
+
+def test_a_result_names_its_files_wherever_it_is_read_from(synthetic_setup, capsys,
+                                                          monkeypatch):
+    """Tested with paths relative to the folder the tool ran in, a result recorded those alone:
+    read from anywhere else, it named no file. It keeps them for display, and records each file's
+    absolute path, a link resolved to the file it names."""
+    root, config = synthetic_setup
+    (root / 'runs' / 'a').mkdir(parents=True)
+    shutil.copy(root / 'model.pth', root / 'runs' / 'a' / 'iter_42.pth')
+    (root / 'runs' / 'latest.pth').symlink_to('a/iter_42.pth')
+    config()
+    monkeypatch.chdir(root)
+    tool = load_tool()
+    tool.main(['synthetic.py', 'runs/latest.pth', '--out', 'results/a.json'])
+    monkeypatch.chdir(root / 'runs')  # elsewhere
+    result = load_result(root / 'results' / 'a.json')
+    assert (result.config, result.checkpoint) == ('synthetic.py', 'runs/latest.pth')
+    checkpoint = (root / 'runs' / 'a' / 'iter_42.pth').resolve()
+    assert (result.config_resolved, result.checkpoint_resolved) == (
+        str((root / 'synthetic.py').resolve()), str(checkpoint))
+    # Tested again from elsewhere, the earlier result kept names the checkpoint it holds.
+    with pytest.raises(UserError, match=re.escape(f'{checkpoint}); it is kept')):
+        tool.main([str(root / 'synthetic.py'), 'a/iter_42.pth', '--out', '../results/a.json'])
+    # --compare reads it from anywhere as before: its row is its name.
+    tool.main(['--compare', '../results/a.json'])
+    assert 'synthetic (latest)' in capsys.readouterr().out
 
 
 def test_a_result_is_written_when_the_reader_of_the_table_has_quit(synthetic_setup):

@@ -207,8 +207,13 @@ class EvaluationResult:
     Attributes:
         name: row label (model or checkpoint).
         metrics: the metric dict of the evaluation.
-        config: the config file evaluated.
-        checkpoint: the checkpoint evaluated.
+        config: the config file evaluated, as given (relative to where ``tools/test.py`` ran):
+            what a table shows.
+        checkpoint: the checkpoint evaluated, as given.
+        config_resolved: the config file's absolute path, symbolic links resolved: the file a
+            result names read from anywhere else (``None`` in results written before xmr
+            recorded it).
+        checkpoint_resolved: the checkpoint's, likewise.
         test_sets: each evaluated set as ``{'dataset', 'split', 'languages'}`` (empty when not
             recorded, as in results written before xmr recorded them).
         extra: anything else to keep (command line, date).
@@ -220,6 +225,8 @@ class EvaluationResult:
     checkpoint: str | None = None
     test_sets: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    config_resolved: str | None = None
+    checkpoint_resolved: str | None = None
 
     @property
     def skipped_media(self) -> int:
@@ -515,6 +522,8 @@ def save_result(path: str | os.PathLike, result: EvaluationResult) -> None:
     """Write one result as JSON (format ``xmr-test-result``), readable by :func:`load_result`."""
     data = {'format': RESULT_FORMAT, 'version': RESULT_VERSION, 'name': result.name,
             'config': result.config, 'checkpoint': result.checkpoint,
+            'config_resolved': result.config_resolved,
+            'checkpoint_resolved': result.checkpoint_resolved,
             'test_sets': result.test_sets, SKIPPED_KEY: result.skipped_media,
             'metrics': {key: float(value) for key, value in result.metrics.items()
                         if _is_number(value)},
@@ -548,8 +557,8 @@ def load_result(path: str | os.PathLike) -> EvaluationResult:
     test_sets = data.get('test_sets') or []
     if not isinstance(test_sets, list) or not all(isinstance(ts, dict) for ts in test_sets):
         raise ValueError(f'{path}: test_sets must be a list of {{dataset, split, languages}}')
-    known = {'format', 'version', 'name', 'config', 'checkpoint', 'metrics', 'test_sets',
-             SKIPPED_KEY}
+    known = {'format', 'version', 'name', 'config', 'checkpoint', 'config_resolved',
+             'checkpoint_resolved', 'metrics', 'test_sets', SKIPPED_KEY}
     metrics = {_canonical_key(key): value for key, value in metrics.items()}
     # The languages recorded beside the metrics are renamed with them: a test set recorded with
     # 'jp' is XTD10's 'ja' one, and shares its table.
@@ -561,7 +570,9 @@ def load_result(path: str | os.PathLike) -> EvaluationResult:
                                       in extra['summary_languages'].items()}
     return EvaluationResult(name=str(data.get('name') or path.stem), metrics=metrics,
                             config=data.get('config'), checkpoint=data.get('checkpoint'),
-                            test_sets=test_sets, extra=extra)
+                            test_sets=test_sets, extra=extra,
+                            config_resolved=data.get('config_resolved'),
+                            checkpoint_resolved=data.get('checkpoint_resolved'))
 
 
 def _canonical_key(key: str) -> str:
