@@ -195,3 +195,11 @@ def test_training_reads_one_language_a_batch_and_a_resumed_run_the_same_batches(
         assert resumed == seen[resume_at:]
         for mine, reference in zip(resumed_records, records[resume_at:]):
             assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-5, abs=1e-6)
+
+
+def test_each_index_carries_the_seed_and_epoch_of_its_pass():
+    """The key of every item's random draws (``sample_draws``), as PassIndices gives torch's
+    batches."""
+    keys = {(index.seed, index.epoch) for batch in batches([0, 1] * 6, 2, epoch=2, seed=5)
+            for index in batch}
+    assert keys == {(5, 2)}

@@ -10,12 +10,14 @@ import re
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.logging import MessageHub
 from mmengine.runner import Runner
+from PIL import Image
 
 from tests.conftest import (
     TINY_CLIP,
@@ -24,6 +26,7 @@ from tests.conftest import (
     tiny_dasd_cfg,
     tiny_retriever_cfg,
 )
+from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.divergence import DivergenceMonitor
 from xmr.engine.feature_cache import FeatureCache, StaleFeatureCacheError
@@ -372,6 +375,48 @@ def test_a_run_resumed_where_a_persistent_loader_goes_on_draws_what_the_uninterr
     resumed.train_dataloader = cfg.train_dataloader
     _, resumed = train(resumed)
     assert [r['draw'] for r in resumed] == [r['draw'] for r in uninterrupted[12:]]
+
+
+def augmented_images(root: Path, count: int = 12) -> dict:
+    """A dataset of ``count`` random 40 x 48 images with an English caption each, read with
+    random resized crops and flips, written under ``root``."""
+    pixels = np.random.default_rng(0).integers(0, 256, (count, 40, 48, 3), dtype=np.uint8)
+    for i, image in enumerate(pixels):
+        Image.fromarray(image).save(root / f'{i}.png')
+    dump_annotation(Annotation(
+        dataset='demo', split='train', media_type='image', languages=['en'], source_lang='en',
+        items=[MediaRecord(str(i), f'{i}.png', {'en': [f'image {i}']}) for i in range(count)]),
+        root / 'ann.json')
+    return dict(type='CaptionPairDataset', ann_file=str(root / 'ann.json'), data_root=str(root),
+                source_only=True,
+                transform=dict(type='MediaTransform', backbone=None, size=32,
+                               random_resized_crop=dict(scale=(0.3, 1.0)), hflip_prob=0.5))
+
+
+@pytest.mark.slow
+def test_a_run_on_augmented_media_resumed_mid_pass_with_two_persistent_workers_ends_bit_identical(
+        tmp_path):
+    """source_finetune trains the image tower on 12 augmented images at batch 4 for 7
+    iterations (3 per pass), read by 2 persistent workers. Cut at iteration 4, in pass 1, the
+    resumed run's workers start afresh where the uninterrupted run's had loaded 16 items; each
+    item's crop and flip follow (seed, epoch, index) alone, so the runs end on the same
+    weights, which are also those of a run without workers."""
+    dataset = augmented_images(tmp_path)
+
+    def cfg(work_dir: Path, num_workers: int = 2, **options) -> Config:
+        phases = [dict(PHASES[0], iters=7, dataloader=None)]
+        cfg = make_cfg(work_dir, phases=phases, **options)
+        cfg.train_dataloader = dict(loader(dataset, batch_size=4), num_workers=num_workers,
+                                    persistent_workers=num_workers > 0)
+        return cfg
+
+    uninterrupted = trained_state(cfg(tmp_path / 'whole'))
+    trained_state(cfg(tmp_path / 'cut', checkpoint_interval=4, stop_after=4))
+    resumed = trained_state(cfg(tmp_path / 'resumed', resume_from=tmp_path / 'cut' / 'iter_4.pth'),
+                            seed=123)
+    assert [key for key in uninterrupted if not torch.equal(resumed[key], uninterrupted[key])] == []
+    alone = trained_state(cfg(tmp_path / 'alone', num_workers=0))
+    assert [key for key in uninterrupted if not torch.equal(alone[key], uninterrupted[key])] == []
 
 
 #: The model kinds the runs above (static adapters) do not hold: ``(model, phases, training

@@ -32,6 +32,7 @@ _HOMES = {
     'MediaReadError': 'media_io', 'read_image': 'media_io', 'read_video_frames': 'media_io',
     'uniform_frame_indices': 'frame_sampling', 'MediaTransform': 'transforms',
     'LanguageBatchSampler': 'language_batch_sampler',
+    'SampleIndex': 'sample_keys', 'sample_draws': 'sample_keys',
 }
 
 __all__ = [*_HOMES, 'synthetic']

@@ -22,6 +22,7 @@ from xmr.datasets.media_io import (
     read_video_frames,
 )
 from xmr.datasets.record_store import RecordStore
+from xmr.datasets.sample_keys import sample_draws
 from xmr.registry import TRANSFORMS
 
 __all__ = ['MediaCaptionDataset', 'MediaDataset']
@@ -129,7 +130,9 @@ class MediaCaptionDataset(MediaDataset):
         return self.media_root / record.media_path
 
     def load_media(self, record: MediaRecord, index: int) -> torch.Tensor | SkippedMedia | None:
-        """Decode and transform one record's media.
+        """Decode and transform one record's media; its random draws (frame offsets,
+        augmentation) are those of ``index``'s sample key
+        (:func:`~xmr.datasets.sample_keys.sample_draws`).
 
         Returns:
             uint8 ``[3, S, S]`` (image) or ``[T, 3, S, S]`` (video); ``None`` without media;
@@ -141,16 +144,17 @@ class MediaCaptionDataset(MediaDataset):
         if not self.with_media:
             return None
         path = self.media_path(record)
-        try:
-            if self.annotation.media_type == 'video':
-                media, _ = read_video_frames(path, self.num_frames,
-                                             random_offset=not self.test_mode,
-                                             num_threads=self.decode_threads)
-            else:
-                media = read_image(path)
-        except MediaReadError as err:
-            return skip_or_raise(err, self.on_corrupt, index)
-        return self.transform(media)
+        with sample_draws(index):
+            try:
+                if self.annotation.media_type == 'video':
+                    media, _ = read_video_frames(path, self.num_frames,
+                                                 random_offset=not self.test_mode,
+                                                 num_threads=self.decode_threads)
+                else:
+                    media = read_image(path)
+            except MediaReadError as err:
+                return skip_or_raise(err, self.on_corrupt, index)
+            return self.transform(media)
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(ann_file={str(self.ann_file)!r}, items={len(self)}, '

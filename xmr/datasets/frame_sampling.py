@@ -41,8 +41,8 @@ def uniform_frame_indices(num_video_frames: int, num_samples: int, random_offset
         num_video_frames: ``N``, frames in the clip.
         num_samples: ``T``, frames to return.
         random_offset: training (random offset) or testing (segment centre).
-        generator: torch generator for the offsets (default: torch's global RNG, which
-            DataLoader seeds per worker).
+        generator: torch generator for the offsets (default: torch's global RNG, which a
+            dataset seeds per item: :func:`~xmr.datasets.sample_keys.sample_draws`).
 
     Returns:
         ``T`` indices in ``[0, N)``, non-decreasing.

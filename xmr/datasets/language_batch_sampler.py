@@ -8,6 +8,7 @@ import torch
 from mmengine.dist import get_dist_info
 from torch.utils.data import Sampler
 
+from xmr.datasets.sample_keys import SampleIndex
 from xmr.registry import DATA_SAMPLERS
 
 __all__ = ['LanguageBatchSampler']
@@ -119,10 +120,13 @@ class LanguageBatchSampler(Sampler[list[int]]):
         return [batches[i] for i in np.argsort(completed_at, kind='stable')]
 
     def __iter__(self) -> Iterator[list[int]]:
+        """This rank's batches of the pass from its start (:meth:`start_at`), each index a
+        :class:`~xmr.datasets.sample_keys.SampleIndex` keyed with the seed and the epoch."""
         # A generator: the start is taken at the first batch drawn, not when iter() is called.
         # A DataLoader with workers calls iter() twice and draws from the second iterator only.
         start, self._start = self._start, 0
-        yield from self.plan()[start:]
+        for batch in self.plan()[start:]:
+            yield [SampleIndex(index, self.seed, self.epoch) for index in batch]
 
     def __len__(self) -> int:
         return self._batches_per_rank

@@ -46,7 +46,9 @@ class MediaTransform:
         random_resized_crop: ``dict(scale=(lo, hi), ratio=(lo, hi))`` replaces resize + crop by a
             random resized crop when training (open_clip trains with ``scale=(0.9, 1.0)``);
             ``None`` keeps the evaluation geometry.
-        hflip_prob: probability of a horizontal flip when training.
+        hflip_prob: probability of a horizontal flip when training. The augmentations draw
+            from torch's stream, which a dataset seeds per item
+            (:func:`~xmr.datasets.sample_keys.sample_draws`).
 
     Call:
         ``media``: uint8 ``[3, H, W]`` image or ``[T, 3, H, W]`` frames.

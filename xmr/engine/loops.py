@@ -32,7 +32,12 @@ from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phase_best import PhaseBest
 from xmr.engine.phases import Phase, check_phase_names, phase_lr_factor
 from xmr.engine.pinned_batches import pinned_on_gpu
-from xmr.engine.resume import can_skip_at_sampler, restart_iteration_timers, skip_at_sampler
+from xmr.engine.resume import (
+    can_skip_at_sampler,
+    pass_indices,
+    restart_iteration_timers,
+    skip_at_sampler,
+)
 from xmr.engine.rng import preserved_rng_state, restore_rng_state
 from xmr.engine.worker_tokens import tokenize_in_workers
 from xmr.engine.wrappers import unwrap_model
@@ -174,6 +179,7 @@ class _InfiniteIterator:
 
     def __init__(self, dataloader: DataLoader, start: int = 0) -> None:
         self.dataloader = dataloader
+        pass_indices(dataloader)  # keys each index with its pass, which decides its draws
         self.epoch, within = divmod(start, len(dataloader)) if start else (0, 0)
         self._set_epoch()
         if within:

@@ -1,4 +1,5 @@
-"""Resuming a phase in its middle: skip its data at the sampler and keep the ETA honest."""
+"""Resuming a phase in its middle: skip its data at the sampler, each item keyed with its pass
+(its random draws those of an uninterrupted run), and keep the ETA honest."""
 from __future__ import annotations
 
 import itertools
@@ -7,31 +8,56 @@ from collections.abc import Iterator, Sized
 from mmengine.hooks import IterTimerHook
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler
 
+from xmr.datasets.sample_keys import SampleIndex
 
-class SkipFirstIndices(Sampler):
-    """A sampler whose next pass starts after its first ``count`` indices; later passes are whole.
 
-    It wraps the sampler of a DataLoader's :class:`~torch.utils.data.BatchSampler`, so the
-    DataLoader never asks the dataset for the skipped items: nothing is read, decoded or
-    collated. The indices are still drawn from the wrapped sampler (cheap integers), which keeps
-    the order of what follows exactly that of the uninterrupted pass.
+class PassIndices(Sampler):
+    """The sampler of a DataLoader batched by torch's :class:`~torch.utils.data.BatchSampler`,
+    each index keyed with its pass, the next pass starting after its first ``skip`` indices.
+
+    Keyed: each index is a :class:`~xmr.datasets.sample_keys.SampleIndex` carrying the wrapped
+    sampler's ``seed`` and ``epoch`` (MMEngine's ``DefaultSampler``: the run's seed and the
+    pass the loop set), so an item's random draws do not depend on the worker that loads it
+    (a sampler without a seed passes plain indices).
+
+    Skipped (a resumed run): the DataLoader never asks the dataset for the skipped items, so
+    nothing is read, decoded or collated. The indices are still drawn from the wrapped sampler
+    (cheap integers), which keeps the order of what follows exactly that of the uninterrupted
+    pass. Later passes are whole.
 
     Args:
         sampler: the wrapped sampler (e.g. MMEngine's ``DefaultSampler``).
-        count: indices to drop from the start of the next pass.
     """
 
-    def __init__(self, sampler: Sampler, count: int) -> None:
+    def __init__(self, sampler: Sampler) -> None:
         self.sampler = sampler
-        self.count = count
+        self.skip = 0
 
     def __iter__(self) -> Iterator[int]:
-        count, self.count = self.count, 0
-        return itertools.islice(iter(self.sampler), count, None)
+        skip, self.skip = self.skip, 0
+        indices = itertools.islice(iter(self.sampler), skip, None)
+        seed = getattr(self.sampler, 'seed', None)
+        if seed is None:
+            return indices
+        epoch = getattr(self.sampler, 'epoch', 0)
+        return (SampleIndex(index, seed, epoch) for index in indices)
 
     def __len__(self) -> int:
         # One whole pass: BatchSampler's length (len(dataloader)) must not change mid-run.
         return len(self.sampler) if isinstance(self.sampler, Sized) else 0
+
+
+def pass_indices(dataloader: DataLoader) -> PassIndices | None:
+    """The :class:`PassIndices` of a map-style DataLoader batched by torch's ``BatchSampler``,
+    put in place of its sampler on the first call; ``None`` for another batch sampler, which
+    plans (and keys) its passes itself, or an iterable dataset, which ignores indices."""
+    batch_sampler = dataloader.batch_sampler
+    if type(batch_sampler) is not BatchSampler or isinstance(dataloader.dataset,
+                                                             IterableDataset):
+        return None
+    if not isinstance(batch_sampler.sampler, PassIndices):
+        batch_sampler.sampler = PassIndices(batch_sampler.sampler)
+    return batch_sampler.sampler
 
 
 def can_skip_at_sampler(dataloader: DataLoader) -> bool:
@@ -58,11 +84,7 @@ def skip_at_sampler(dataloader: DataLoader, batches: int) -> None:
     if hasattr(batch_sampler, 'start_at'):
         batch_sampler.start_at(batches)
         return
-    count = batches * batch_sampler.batch_size
-    if isinstance(batch_sampler.sampler, SkipFirstIndices):
-        batch_sampler.sampler.count = count
-    else:
-        batch_sampler.sampler = SkipFirstIndices(batch_sampler.sampler, count)
+    pass_indices(dataloader).skip = batches * batch_sampler.batch_size
 
 
 def restart_iteration_timers(runner) -> None:
