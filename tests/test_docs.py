@@ -304,6 +304,36 @@ def test_fenced_commands_parse_and_load_their_config(page, tmp_path):
     assert not refused, f'{page.relative_to(REPO)} runs commands its tools refuse: {refused}'
 
 
+def elided_commands(page: Path) -> list[str]:
+    """The fenced commands that name no placeholder but cut their options short with a bare
+    ``...``: written out but for that, they are meant to be run as typed, and the checks above
+    pass over them (a word with ``...`` is read as a placeholder)."""
+    elided = []
+    for command in documented_commands(page, inline=False):
+        call = tool_call(command)
+        if call and '...' in call[1] and not any(
+                UNPARSED.search(word) for word in call[1] if word != '...'):
+            elided.append(command)
+    return elided
+
+
+def test_an_elided_command_is_reported(tmp_path):
+    page = tmp_path / 'page.md'
+    page.write_text('```bash\npython tools/train.py configs/demo/x.py --cfg-options a=1 ...\n'
+                    'python tools/train.py CONFIG --cfg-options [k=v ...]\n'
+                    'python tools/test.py configs/demo/x.py work_dirs/.../iter_4.pth ...\n'
+                    'python tools/train.py configs/demo/x.py --cfg-options a=1\n```\n')
+    assert elided_commands(page) == [
+        'python tools/train.py configs/demo/x.py --cfg-options a=1 ...']
+
+
+@pytest.mark.parametrize('page', PAGES, ids=lambda page: str(page.relative_to(REPO)))
+def test_runnable_commands_are_written_out_in_full(page):
+    elided = elided_commands(page)
+    assert not elided, (f'{page.relative_to(REPO)} elides the options of commands it gives to '
+                        f'run (write them out): {elided}')
+
+
 # ---------------------------------------------------------------------------------------------
 # Paths: every repository path the text of a page names exists: `configs/...`, `xmr/...`,
 # `tools/...`; a config named as `_base_` and the tools name it (`xmr::dasd/x.py`,
