@@ -49,6 +49,18 @@ def test_seeded_subset_is_reproducible(tmp_path):
         convert_cc3m(tmp_path, languages=['en', 'de', 'zh'], subset_size=19)
 
 
+def test_a_missing_image_folder_says_to_check_it_or_leave_it_out(tmp_path):
+    _uc2(tmp_path / 'uc2')
+    with pytest.raises(SystemExit, match=(
+            f'^error: image folder not found: {tmp_path / "images"}: check --images-dir, or '
+            'leave it out to keep every image the TSVs list$')):
+        main(['--uc2-dir', str(tmp_path / 'uc2'), '--languages', 'en', 'de', 'zh',
+              '--images-dir', str(tmp_path / 'images'), '--out', str(tmp_path / 'cc.json')])
+    main(['--uc2-dir', str(tmp_path / 'uc2'), '--languages', 'en', 'de', 'zh',
+          '--out', str(tmp_path / 'cc.json')])
+    assert (tmp_path / 'cc.json').is_file()
+
+
 def test_images_without_a_file_are_left_out_with_a_warning(tmp_path):
     _uc2(tmp_path / 'uc2')
     images = tmp_path / 'images'

@@ -177,3 +177,17 @@ def test_the_first_language_asked_for_is_the_source(multi30k):
     assert val.languages == ['de', 'en'] and val.source_lang == 'de'
     first_german = _raw_lines(multi30k / 'raw' / 'val.de.gz')[0].decode()
     assert val.items[0].captions['de'] == [first_german]
+
+
+def test_a_missing_image_folder_names_the_options_that_convert_without_it(multi30k, tmp_path,
+                                                                          capsys):
+    """A user with the captions and not yet the images is told the way on, and it works."""
+    args = ['--raw-dir', str(multi30k / 'raw'), '--image-splits-dir',
+            str(multi30k / 'image_splits'), '--images-dir', str(tmp_path / 'flickr30k-images'),
+            '--out-dir', str(tmp_path / 'out'), '--splits', 'val']
+    with pytest.raises(SystemExit, match=(
+            f'^error: image folder not found: {tmp_path / "flickr30k-images"}: check '
+            '--images-dir, or pass --skip-media-check to convert without the images$')):
+        main(args)
+    main([*args, '--skip-media-check'])
+    assert len(load_annotation(tmp_path / 'out' / 'multi30k_val.json').items) == 1014

@@ -80,6 +80,13 @@ def test_missing_media_names_its_full_path(tmp_path):
     assert 'and 1 more' in str(info.value)
 
 
+def test_a_missing_video_folder_names_the_videos_options(tmp_path):
+    with pytest.raises(ConversionError, match=(
+            f'^video folder not found: {tmp_path / "videos"}: check --videos-dir, or pass '
+            '--skip-media-check to convert without the videos$')):
+        check_media_exist(tmp_path / 'videos', ['video7030.mp4'], what='video')
+
+
 def test_missing_media_in_decomposed_unicode_names_the_folders_spelling(tmp_path):
     import unicodedata
 

@@ -100,7 +100,8 @@ def convert_cc3m(uc2_dir: str | os.PathLike, languages: Sequence[str] = UC2_LANG
     if images_dir is not None:
         images_dir = Path(images_dir)
         if not images_dir.is_dir():
-            raise ConversionError(f'image folder not found: {images_dir}')
+            raise ConversionError(f'image folder not found: {images_dir}: check --images-dir, '
+                                  'or leave it out to keep every image the TSVs list')
         absent = set(missing_media(images_dir, names.values()))
         missing = [image_id for image_id in kept if images_dir / names[image_id] in absent]
         if missing:

@@ -123,10 +123,13 @@ def check_media_exist(media_root: str | os.PathLike, relative_paths: Iterable[st
     :func:`~xmr.datasets.media_files.missing_media`).
 
     Raises:
-        ConversionError: naming the first missing file's full path and how many are missing.
+        ConversionError: naming a missing folder and the options to give instead, or the first
+            missing file's full path and how many are missing.
     """
     if not Path(media_root).is_dir():
-        raise ConversionError(f'{what} folder not found: {media_root}')
+        # Captions usually arrive before the media: name the way to convert without them.
+        raise ConversionError(f'{what} folder not found: {media_root}: check --{what}s-dir, or '
+                              f'pass --skip-media-check to convert without the {what}s')
     missing = missing_media(media_root, relative_paths)
     if missing:
         more = f' and {len(missing) - 1} more' if len(missing) > 1 else ''
