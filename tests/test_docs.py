@@ -1,7 +1,8 @@
 """The README and docs/ agree with the code: the files, configs, ablations and tests they name
 exist; the flags their commands pass are their tools' flags, a command written out in full parses
 and its --cfg-options load; the types they write are registered, the xmr.a.b names they use
-resolve; their links reach a file and heading. The code's own pointers to docs/, tools/ and
+resolve; the signatures they write for xmr's public API (xmr.apis, xmr.evaluation, ...) are the
+code's; their links reach a file and heading. The code's own pointers to docs/, tools/ and
 xmr.a.b resolve too, docs/data.md's table of dataset configs names their extra dataloaders, and
 the demo's schedule that docs/getting_started.md and docs/design_notes.md quote is the demo's.
 
@@ -11,9 +12,12 @@ user's own files (my_project/...) lie outside the repository's folders and are n
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
+import dataclasses
 import functools
 import importlib
+import inspect
 import io
 import os
 import re
@@ -33,7 +37,8 @@ from xmr.utils.cli import DEBUG_FLAG
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / 'README.md', *sorted((REPO / 'docs').rglob('*.md'))]
-FENCE = re.compile(r'^```[^\n]*\n(.*?)^```', re.S | re.M)
+# A fence may be indented, inside a list item.
+FENCE = re.compile(r'^ *```[^\n]*\n(.*?)^ *```', re.S | re.M)
 # A path into the repository's own folders; placeholders (<config>, ..., *, {}) are not files.
 REPO_PATH = re.compile(r'(?<![\w./-])((?:tools|configs|xmr|docs|tests|requirements)/'
                        r'[\w./+-]*[\w+-])')
@@ -493,6 +498,92 @@ def unknown_names(page: Path) -> list[str]:
 def test_types_and_modules_named_exist(page):
     unknown = unknown_names(page)
     assert not unknown, f'{page.relative_to(REPO)} names types or modules xmr lacks: {unknown}'
+
+
+# Signatures: a signature the docs write for a function or class of the public API
+# (`init_retriever(config, checkpoint=None, device='cpu')`; each argument a bare name, `name
+# [shape]`, `name=literal` or `**name`) names its parameters as the code does, with its defaults;
+# a call (`save_language_module(model, 'de', 'de.pth')`, a `...`) is not a signature.
+
+PUBLIC_API = ('xmr.apis', 'xmr.evaluation', 'xmr.evaluation.leaderboard',
+              'xmr.evaluation.clip_benchmark', 'xmr.models.language.language_modules')
+SIGNATURE = re.compile(r'(?<![\w.])([A-Za-z_]\w*(?:\.[a-z_]\w*)?)\(([^()]*)\)')
+ARGUMENT = re.compile(r'(\*{0,2})([a-z_]\w*)(?: \[[^\]]*\])?(?:=(.+))?')
+
+
+def public_callable(name: str) -> Any:
+    """The function or class ``name`` (``MediaIndex.from_media``) of the public API, or None."""
+    for module in map(importlib.import_module, PUBLIC_API):
+        owner, _, attribute = name.partition('.')
+        found = getattr(module, owner) if owner in getattr(module, '__all__', ()) else None
+        found = getattr(found, attribute, None) if attribute else found
+        if callable(found):
+            return found
+    return None
+
+
+def parameter_defaults(function: Any) -> dict[str, Any]:
+    """Each parameter's default, a dataclass field's ``default_factory`` called."""
+    defaults = {name: parameter.default
+                for name, parameter in inspect.signature(function).parameters.items()}
+    if dataclasses.is_dataclass(function):
+        defaults |= {field.name: field.default_factory() for field in dataclasses.fields(function)
+                     if field.default_factory is not dataclasses.MISSING}
+    return defaults
+
+
+def stated(default: str) -> Any:
+    """A written default's value; ``...`` for a placeholder or a name (`N`, `torch.float32`)."""
+    try:
+        return ast.literal_eval(default)
+    except (ValueError, SyntaxError):
+        return ...
+
+
+def signature_mismatches(page: Path) -> list[str]:
+    text = ' '.join(FENCE.sub('', page.read_text(encoding='utf-8')).split())  # spans over lines
+    wrong = []
+    for name, arguments in SIGNATURE.findall(' '.join(re.findall(r'`([^`]+)`', text))):
+        parsed = [ARGUMENT.fullmatch(part.strip())
+                  for part in re.split(r',(?![^\[]*\])', arguments)]
+        function = public_callable(name)
+        if function is None or not all(parsed):
+            continue
+        parameters = inspect.signature(function).parameters
+        defaults = parameter_defaults(function)
+        # Settings alone (`RetrievalMetric(protocol='text_to_text')`) choose, they state no default.
+        states_defaults = any(match[3] is None for match in parsed)
+        keywords = {name for name, parameter in parameters.items()
+                    if parameter.kind is inspect.Parameter.VAR_KEYWORD}
+        for stars, argument, default in (match.groups() for match in parsed):
+            # `**name` names the keyword arguments as the writer likes; they take any name.
+            if not (keywords or stars != '**' and argument in parameters):
+                wrong.append(f'{name}: no parameter {stars}{argument} '
+                             f'(it takes {", ".join(parameters)})')
+            elif states_defaults and default is not None and \
+                    stated(default) not in (..., defaults[argument]):
+                wrong.append(f'{name}: {argument}={default}, the code\'s default is '
+                             f'{defaults[argument]!r}')
+    return sorted(set(wrong))
+
+
+def test_the_signature_check_reads_signatures_and_passes_over_calls(tmp_path):
+    page = tmp_path / 'page.md'
+    page.write_text("`init_retriever(config, checkpoint=None, device='cuda', options=None)`, "
+                    "`MediaIndex(embeddings, media_ids, index='flat', **faiss_options)`,\n"
+                    "`EvaluationResult(name, metrics, test_sets=[],\nextra={})`, "
+                    "`encode_texts(model, captions, lang, batch_size=N)`, "
+                    "`init_retriever('c.py', 'x.pth')`, `MediaIndex.from_media(model, ...)`\n")
+    assert signature_mismatches(page) == [
+        'encode_texts: no parameter captions (it takes model, texts, lang, batch_size)',
+        "init_retriever: device='cuda', the code's default is 'cpu'",
+        'init_retriever: no parameter options (it takes config, checkpoint, device, cfg_options)']
+
+
+@pytest.mark.parametrize('page', PAGES, ids=lambda page: str(page.relative_to(REPO)))
+def test_documented_signatures_are_the_codes(page):
+    wrong = signature_mismatches(page)
+    assert not wrong, f'{page.relative_to(REPO)} writes signatures the code does not have: {wrong}'
 
 
 def test_the_name_checks_know_registered_types_and_modules():
