@@ -730,3 +730,31 @@ def test_the_demo_schedule_the_pages_quote_is_the_demo_config_s():
     english = cfg.train_cfg.phases[0]
     assert (float(lr), int(steps.replace(',', '')), int(batch)) == (
         english.lr, english.iters, cfg.source_finetune_dataloader.batch_size)
+
+
+def kept_checkpoints(cfg: Mapping) -> list[str]:
+    """The ``iter_N.pth`` files a run of ``cfg`` as typed leaves: each ``interval``-th iteration
+    and the last (``save_last``), the latest ``max_keep_ckpts`` of them."""
+    hook = cfg['default_hooks']['checkpoint']
+    total = sum(phase['iters'] for phase in cfg['train_cfg']['phases'])
+    saved = sorted({*range(hook['interval'], total + 1, hook['interval']),
+                    *([total] if hook.get('save_last') else [])})
+    return [f'iter_{iteration}.pth' for iteration in saved[-hook['max_keep_ckpts']:]]
+
+
+def test_the_api_example_loads_a_checkpoint_the_demo_leaves():
+    """docs/evaluation.md's `xmr.apis` example loads a checkpoint that the README's demo command
+    leaves in its work dir whatever the run's numbers (a best checkpoint's iteration is not)."""
+    from xmr.run_config import load_run_config
+
+    assert kept_checkpoints(dict(
+        default_hooks=dict(checkpoint=dict(interval=500, max_keep_ckpts=2, save_last=True)),
+        train_cfg=dict(phases=[dict(iters=700), dict(iters=700), dict(iters=200)]))) == [
+        'iter_1500.pth', 'iter_1600.pth']
+    example = re.search(r"init_retriever\('([^']+)',\s*'([^']+)'\)",
+                        (REPO / 'docs' / 'evaluation.md').read_text(encoding='utf-8'))
+    config, checkpoint = example.groups()
+    cfg = load_run_config(REPO / config)
+    assert (REPO / config) == DEMO
+    assert Path(checkpoint).parent == Path(cfg.work_dir)
+    assert Path(checkpoint).name in kept_checkpoints(cfg)
