@@ -79,12 +79,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     from mmengine.runner import set_random_seed
 
     from xmr.apis import read_checkpoint
+    from xmr.engine.determinism import prepare_deterministic_cuda
     from xmr.engine.threads import set_cpu_threads
     from xmr.registry import DATASETS, MODELS
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
     set_cpu_threads(cfg)
+    prepare_deterministic_cuda(cfg)
     found = list(cached_dataset_cfgs(cfg))
     if not found:
         raise ValueError(f'{args.config} uses no CachedFeatureDataset; wrap a dataset in one '

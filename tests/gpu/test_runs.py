@@ -27,6 +27,7 @@ pytestmark = pytest.mark.gpu
 
 DEMO = 'configs/demo/static_tiny-clip_synthetic.py'
 DASD_DEMO = 'configs/demo/dasd_tiny-clip_synthetic.py'
+CDDS_DEMO = 'configs/cdds/cdds_tiny-clip_synthetic.py'
 #: A third of the demo's schedule (500 + 500 + 100 steps).
 SHORT_DEMO = ['train_cfg.phases.0.iters=500', 'train_cfg.phases.1.iters=500',
               'train_cfg.phases.2.iters=100']
@@ -164,6 +165,36 @@ def test_a_demo_run_compiled_as_cuda_graphs_reaches_the_eager_band(accelerator, 
         mar[name], times[name] = demo_mar(work_dir, run), step_times(work_dir)
     print(f'shortened DASD demo: mAR {mar}; median step ms {times}')
     assert abs(mar['compiled'] - mar['eager']) <= MAR_BAND
+
+
+def logged_losses(work_dir: Path) -> list[dict[str, float]]:
+    """The losses of every line a run logged (its ``vis_data/scalars.json``)."""
+    rows = [json.loads(line) for line in
+            next(work_dir.glob('*/vis_data/scalars.json')).read_text().splitlines()]
+    return [{key: value for key, value in row.items() if key.startswith('loss')}
+            for row in rows if 'loss' in row]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('config, schedule', [
+    (DASD_DEMO, SMOKE_DEMO), (CDDS_DEMO, ['train_cfg.phases.0.iters=20',
+                                          'train_cfg.phases.1.iters=20'])])
+def test_a_deterministic_run_on_the_accelerator_repeats_itself(accelerator, tmp_path, config,
+                                                               schedule):
+    """``randomness.deterministic=True``: torch refuses every CUDA matrix product unless
+    CUBLAS_WORKSPACE_CONFIG was set before CUDA started, which tools/train.py does (it is unset
+    here), and raises at any op without a deterministic CUDA kernel (none in the tiny runs of
+    DASD and CDDS, tests/engine/test_determinism.py). Each run finishes, and two runs log the
+    same losses, bit for bit."""
+    env = {key: value for key, value in device_env(accelerator).items()
+           if key != 'CUBLAS_WORKSPACE_CONFIG'}
+    options = [*schedule, 'randomness.deterministic=True', 'default_hooks.logger.interval=5']
+    losses = []
+    for name in ('first', 'second'):
+        run = start_demo(tmp_path / name, env, (sys.executable, 'tools/train.py', config), options)
+        assert run.wait() == 0, f'{config} in deterministic mode: exit status {run.returncode}'
+        losses.append(logged_losses(tmp_path / name))
+    assert losses[0] and losses[0] == losses[1]
 
 
 @pytest.mark.slow
