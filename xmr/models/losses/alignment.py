@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from xmr.models.losses.pair import PairLoss
+from xmr.models.losses.precision import in_fp32
 from xmr.registry import MODELS
 
 
@@ -30,8 +31,10 @@ class AlignmentLoss(PairLoss):
             raise ValueError(f"reduction '{reduction}' is not 'mean' or 'sum'")
         self.kind, self.reduction, self.normalize = kind, reduction, normalize
 
+    @in_fp32
     def forward(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """``[B, E]``, ``[B, E]`` -> scalar."""
+        """``[B, E]``, ``[B, E]`` -> scalar, in fp32 under autocast (no product to keep in its
+        dtype; CPU autocast ran the normalisation in bf16)."""
         if self.normalize:
             prediction, target = F.normalize(prediction, dim=-1), F.normalize(target, dim=-1)
         fn = {'mse': F.mse_loss, 'l1': F.l1_loss, 'smooth_l1': F.smooth_l1_loss}[self.kind]

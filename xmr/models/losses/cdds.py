@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xmr.models.losses.contrastive import symmetric_cross_entropy
+from xmr.models.losses.precision import in_fp32
 from xmr.models.pooling import masked_token_mean
 from xmr.registry import MODELS
 
@@ -84,7 +86,15 @@ def patch_word_similarity(image_tokens: torch.Tensor, image_mask: torch.Tensor,
     # scores and in every gradient. Autocast still runs the product in its dtype.
     image = F.normalize(image_tokens.float(), dim=-1)
     text = F.normalize(text_tokens.float(), dim=-1)
-    cosine = torch.einsum('ipd,twd->itwp', image, text)
+    return best_patch_mean(torch.einsum('ipd,twd->itwp', image, text), image_mask, text_mask)
+
+
+@in_fp32
+def best_patch_mean(cosine: torch.Tensor, image_mask: torch.Tensor,
+                    text_mask: torch.Tensor) -> torch.Tensor:
+    """``s(I, T) = mean_{w ∈ T} max_{p ∈ I} cos(p, w)`` from ``[B_i, B_t, W, P]`` cosines and the
+    ``[B_i, P]``, ``[B_t, W]`` masks -> ``[B_i, B_t]``, in fp32
+    (:func:`~xmr.models.losses.precision.in_fp32`)."""
     padding = ~image_mask[:, None, None, :]
     best_patch = cosine.masked_fill(padding, float('-inf')).amax(dim=-1)
     words = text_mask.to(best_patch.dtype)[None]
@@ -127,9 +137,8 @@ def semantic_consistency_loss(image_tokens: torch.Tensor, image_mask: torch.Tens
         raise ValueError('semantic consistency needs paired batches, got '
                          f'{image_tokens.shape[0]} images and {text_tokens.shape[0]} captions')
     score = patch_word_similarity if scoring == 'patch_word' else pooled_similarity
-    logits = score(image_tokens, image_mask, text_tokens, text_mask) / temperature
-    labels = torch.arange(logits.shape[0], device=logits.device)
-    return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+    return symmetric_cross_entropy(score(image_tokens, image_mask, text_tokens, text_mask)
+                                   / temperature)
 
 
 def gaussian_kl(mean_p: torch.Tensor, var_p: torch.Tensor, mean_q: torch.Tensor,
@@ -141,6 +150,7 @@ def gaussian_kl(mean_p: torch.Tensor, var_p: torch.Tensor, mean_q: torch.Tensor,
     return 0.5 * (torch.log(var_q / var_p) + (var_p + (mean_p - mean_q) ** 2) / var_q - 1.0)
 
 
+@in_fp32
 def modality_consistency_loss(modality_tokens: torch.Tensor, mask: torch.Tensor,
                               min_variance: float = 1e-6) -> torch.Tensor:
     """Modality consistency ``L_m``: every sample's modality component has the modality's law.
@@ -149,7 +159,7 @@ def modality_consistency_loss(modality_tokens: torch.Tensor, mask: torch.Tensor,
     ``N(μ_bd, σ_bd²)`` and one to all real tokens of the batch ``N(μ_d, σ_d²)``;
     ``L_m = mean_{b,d} KL(N(μ_bd, σ_bd²) ‖ N(μ_d, σ_d²))``. It is zero when all samples share
     the same per-column mean and variance, i.e. when the modality component carries nothing
-    particular to a sample.
+    particular to a sample. In fp32 under autocast (:func:`~xmr.models.losses.precision.in_fp32`).
 
     Args:
         modality_tokens: ``[B, N, D]`` patch (or word) modality components.
@@ -178,16 +188,19 @@ def masked_reconstruction_error(reconstruction: torch.Tensor, target: torch.Tens
     return (squared * mask.to(squared.dtype)).sum() / mask.sum()
 
 
+@in_fp32
 def information_integrity_loss(semantic: torch.Tensor, modality: torch.Tensor,
                                tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Information integrity ``L_f = ‖(S + M) − X‖²`` over real tokens (mean per element).
 
     The reconstruction operator is the sum: an embedding is its semantic plus its modality
-    component, with no extra decoder that could hide information loss.
+    component, with no extra decoder that could hide information loss. In fp32 under autocast
+    (:func:`~xmr.models.losses.precision.in_fp32`), as :func:`x_semantic_reconstruction_loss`.
     """
     return masked_reconstruction_error(semantic + modality, tokens, mask)
 
 
+@in_fp32
 def x_semantic_reconstruction_loss(x_semantic: torch.Tensor, modality: torch.Tensor,
                                    tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """x-semantic reconstruction ``L_x = ‖(Ŝ + M) − X‖²`` over real tokens.

@@ -8,8 +8,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.losses.pair import PairLoss, false_negatives
+from xmr.models.losses.precision import in_fp32
 from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS
+
+
+@in_fp32
+def symmetric_cross_entropy(logits: torch.Tensor,
+                            masked: torch.Tensor | None = None) -> torch.Tensor:
+    """``(CE(S, I) + CE(Sᵀ, I)) / 2`` over ``[B, B]`` logits whose diagonal holds the positive
+    pairs, in fp32 (:func:`~xmr.models.losses.precision.in_fp32`); ``masked`` (bool ``[B, B]``)
+    pairs are left out of both softmaxes."""
+    if masked is not None:
+        logits = logits.masked_fill(masked, float('-inf'))
+    labels = torch.arange(logits.shape[0], device=logits.device)
+    return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
 
 
 @MODELS.register_module()
@@ -76,9 +89,5 @@ class InfoNCELoss(PairLoss):
         a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
         scale = (self.backbone.pair_logits()[0].detach() if self.backbone is not None
                  else self.log_scale.clamp(max=self.max_log_scale).exp())
-        logits = scale * a @ b.t()
-        masked = false_negatives(same_media)
-        if masked is not None:
-            logits = logits.masked_fill(masked, float('-inf'))
-        labels = torch.arange(a.shape[0], device=a.device)
-        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+        # The product in the autocast dtype, the softmaxes in fp32 (as on CUDA).
+        return symmetric_cross_entropy(scale * a @ b.t(), false_negatives(same_media))

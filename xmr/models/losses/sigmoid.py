@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from xmr.models.losses.pair import PairLoss, false_negatives
+from xmr.models.losses.precision import in_fp32
 from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS
 
@@ -66,10 +67,20 @@ class SigmoidLoss(PairLoss):
         """``[B, E]`` pairs (row ``i`` of ``a`` matches row ``i`` of ``b``), optionally
         ``same_media`` ``[B, B]`` -> scalar."""
         scale, bias = self.scale_and_bias()
-        logits = scale * F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).t() + bias
-        signs = 2 * torch.eye(a.shape[0], device=a.device, dtype=logits.dtype) - 1
-        log_likelihoods = F.logsigmoid(signs * logits)
-        masked = false_negatives(same_media)
-        if masked is not None:
-            log_likelihoods = log_likelihoods.masked_fill(masked, 0.0)
-        return -log_likelihoods.sum() / a.shape[0]
+        # The product in the autocast dtype, the log-likelihoods and their sum in fp32.
+        scaled = scale * F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).t()
+        return pairwise_sigmoid_loss(scaled, bias, false_negatives(same_media))
+
+
+@in_fp32
+def pairwise_sigmoid_loss(scaled: torch.Tensor, bias: torch.Tensor | float,
+                          masked: torch.Tensor | None = None) -> torch.Tensor:
+    """``-(1/B) Σ_ij log σ(z_ij (S_ij + b))`` from ``[B, B]`` scaled cosines ``S = t·<â, b̂>``, in
+    fp32 (:func:`~xmr.models.losses.precision.in_fp32`); ``masked`` (bool ``[B, B]``) pairs are
+    left out of the sum."""
+    logits = scaled + bias
+    signs = 2 * torch.eye(logits.shape[0], device=logits.device, dtype=logits.dtype) - 1
+    log_likelihoods = F.logsigmoid(signs * logits)
+    if masked is not None:
+        log_likelihoods = log_likelihoods.masked_fill(masked, 0.0)
+    return -log_likelihoods.sum() / logits.shape[0]

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from xmr.models.losses.pair import PairLoss, false_negatives
+from xmr.models.losses.precision import in_fp32
 from xmr.registry import MODELS
 
 
@@ -55,20 +56,33 @@ class VSEHingeLoss(PairLoss):
                 same_media: torch.Tensor | None = None) -> torch.Tensor:
         """``[B, E]`` images and ``[B, E]`` captions, row i of each a pair, optionally
         ``same_media`` ``[B, B]`` -> scalar."""
+        # The product in the autocast dtype, the violations and their sums in fp32.
         scores = F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).t()  # [B, B], s(image, caption)
-        positive = scores.diagonal()
-        negative = ~torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
-        masked = false_negatives(same_media)
-        if masked is not None:
-            negative = negative & ~masked
-        to_captions = ((self.margin - positive[:, None] + scores).clamp(min=0) * negative)
-        to_images = ((self.margin - positive[None, :] + scores).clamp(min=0) * negative)
-        summed = to_captions.sum() + to_images.sum()
+        summed, hardest = hinge_violations(scores, self.margin, false_negatives(same_media))
         if self.hardest_after_pairs is None:
             return summed
-        hardest = to_captions.amax(dim=1).sum() + to_images.amax(dim=0).sum()
         batch = scores.shape[0]
         loss = torch.where(self.pairs_seen + batch > self.hardest_after_pairs, hardest, summed)
         if self.training:
             self.pairs_seen += batch
         return loss
+
+
+@in_fp32
+def hinge_violations(scores: torch.Tensor, margin: float,
+                     masked: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """VSE++'s Eq. 4 summed over the negatives and its hardest-negative form, from ``[B, B]``
+    cosines ``s(image i, caption j)``, in fp32 (:func:`~xmr.models.losses.precision.in_fp32`);
+    ``masked`` (bool ``[B, B]``) pairs are no negatives.
+
+    Returns:
+        ``(summed, hardest)`` scalars.
+    """
+    positive = scores.diagonal()
+    negative = ~torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
+    if masked is not None:
+        negative = negative & ~masked
+    to_captions = (margin - positive[:, None] + scores).clamp(min=0) * negative
+    to_images = (margin - positive[None, :] + scores).clamp(min=0) * negative
+    return (to_captions.sum() + to_images.sum(),
+            to_captions.amax(dim=1).sum() + to_images.amax(dim=0).sum())
