@@ -11,7 +11,7 @@ from mmengine.config import Config
 from tests.conftest import tiny_retriever_cfg
 from xmr import registry
 from xmr.models.adapters import AdapterPlacement, BaseAdapter
-from xmr.registry import ADAPTERS, HOOKS, MODELS, UnknownOptionError
+from xmr.registry import ADAPTERS, HOOKS, MODELS, UnknownOptionError, check_part_options
 from xmr.utils.cli import UserKeyError
 
 
@@ -148,7 +148,7 @@ def test_subpackages_import_on_first_access():
 def test_an_option_the_type_does_not_take_is_named_with_the_ones_it_does():
     with pytest.raises(UnknownOptionError, match=(
             r"^adapter StaticAdapter: unknown option 'hiden' \(did you mean 'hidden'\?\); it "
-            r'takes placement, hidden, zero_init$')):
+            r'takes placement, hidden, zero_init, width, blocks, sites$')):
         ADAPTERS.build(dict(type='StaticAdapter', hiden=8), default_args=dict(placement=None))
 
 
@@ -244,3 +244,43 @@ def test_a_word_is_taken_where_the_options_annotation_takes_one_beside_a_bool_de
     MODELS.check_options(dict(type=opens, resume='work_dirs/iter_8.pth'))
     with pytest.raises(ValueError, match=r"option shuffle='no' must be True or False"):
         MODELS.check_options(dict(type=opens, shuffle='no'))
+
+
+def test_a_part_inside_a_part_is_checked_by_its_own_registry_and_named_by_its_key_path():
+    def holds(parts=(), loss=None):
+        """A model whose options hold registered parts, in a list and in a dict."""
+
+    check_part_options(MODELS, dict(type=holds, parts=[dict(type='StaticAdapter', hidden=8)],
+                                    loss=dict(type='AlignmentLoss', kind='l1')), 'model')
+    with pytest.raises(UnknownOptionError, match=(
+            r"^model\.parts\.1\.hiden: adapter StaticAdapter: unknown option 'hiden' \(did you "
+            r"mean 'hidden'\?\)")):
+        check_part_options(MODELS, dict(type=holds, parts=[
+            dict(type='StaticAdapter'), dict(type='StaticAdapter', hiden=8)]), 'model')
+    with pytest.raises(ValueError, match=(
+            r"^model\.loss\.normalize: model AlignmentLoss: option normalize='no' must be "
+            r'True or False')):
+        check_part_options(MODELS, dict(type=holds, loss=dict(type='AlignmentLoss',
+                                                              normalize='no')), 'model')
+
+
+def test_a_part_whose_type_two_registries_hold_apart_is_left_to_its_builder(monkeypatch):
+    class One:
+        def __init__(self, size=1):
+            pass
+
+    class Other:
+        def __init__(self, depth=1):
+            pass
+
+    monkeypatch.setitem(ADAPTERS._module_dict, 'TwinPart', One)
+    monkeypatch.setitem(registry.TOKENIZERS._module_dict, 'TwinPart', Other)
+    twin = dict(type=MODELS.get('AlignmentLoss'), kind='l1',
+                unread=dict(type='TwinPart', size=2, depth=2))
+    with pytest.raises(UnknownOptionError, match="^model AlignmentLoss: unknown option 'unread'"):
+        check_part_options(MODELS, twin, 'model')
+    twin.pop('type')  # no type: only the part inside is looked at, and which registry is unknown
+    check_part_options(MODELS, dict(type=lambda **options: None, twin=twin), 'model')
+    monkeypatch.delitem(registry.TOKENIZERS._module_dict, 'TwinPart')
+    with pytest.raises(UnknownOptionError, match=r"^model\.twin\.unread\.depth: adapter One: "):
+        check_part_options(MODELS, dict(type=lambda **options: None, twin=twin), 'model')

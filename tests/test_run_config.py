@@ -77,6 +77,52 @@ def test_a_misspelt_option_of_the_model_is_refused_when_the_config_loads(tmp_pat
     assert load_run_config(DEMO, work_dir=str(tmp_path)).model.type == 'CrossLingualRetriever'
 
 
+@pytest.mark.parametrize('option, value, message', [
+    ('model.language_branch.adapters.bottlenek_dim', 64,
+     r"model\.language_branch\.adapters\.bottlenek_dim: adapter StaticAdapter: unknown option "
+     r"'bottlenek_dim'; it takes placement, hidden, zero_init, width, blocks, sites$"),
+    ('model.language_branch.tokenizer.max_lenght', 30,  # a typo of a key the dict holds
+     r"model\.language_branch\.tokenizer\.max_lenght: tokenizer SentencePieceTokenizer: "
+     r"unknown option 'max_lenght' \(did you mean 'max_length'\?\)"),
+    ('model.language_branch.tokenizer.corpus.num_scene', 10,
+     r"model\.language_branch\.tokenizer\.corpus\.num_scene: function "
+     r"synthetic_caption_corpus: unknown option 'num_scene' \(did you mean 'num_scenes'\?\)"),
+    ('model.losses.cl.knd', 'l1',
+     r"model\.losses\.cl\.knd: model AlignmentLoss: unknown option 'knd' \(did you mean "
+     r"'kind'\?\)"),
+    ('model.language_branch.adapters.hidden', 'wide',
+     r"model\.language_branch\.adapters\.hidden: adapter StaticAdapter: option "
+     r"hidden='wide' must be a number \(its default is 256\)"),
+])
+def test_a_misspelt_option_of_a_part_inside_the_model_is_refused_naming_its_key(
+        tmp_path, option, value, message):
+    """The model builds its adapters, tokenizers and losses itself, after the runner has made
+    its work dir; the loaded config is checked to any depth first."""
+    with pytest.raises((UnknownOptionError, ValueError), match=f'^{message}'):
+        load_run_config(DEMO, cfg_options={option: value}, work_dir=str(tmp_path))
+
+
+def test_a_config_file_that_misspells_a_nested_option_is_refused_as_it_loads(tmp_path):
+    config = tmp_path / 'dasd_typo.py'
+    config.write_text(f"_base_ = ['{DEMO.parent / 'dasd_tiny-clip_synthetic.py'}']\n"
+                      "model = dict(disentangler=dict(adapter=dict(hiddn=128)))\n")
+    with pytest.raises(UnknownOptionError, match=(
+            r"^model\.disentangler\.adapter\.hiddn: adapter StaticAdapter: unknown option "
+            r"'hiddn' \(did you mean 'hidden'\?\)")):
+        load_run_config(config, work_dir=str(tmp_path / 'work'))
+
+
+def test_the_keys_a_parent_reads_before_it_builds_a_part_load_as_options(tmp_path):
+    """The adapter set places an adapter by width, blocks and sites, and the retriever copies
+    a disentangler per language; they never reach the part's constructor."""
+    cfg = load_run_config(DEMO.parent / 'dasd_tiny-clip_synthetic.py', cfg_options={
+        'model.language_branch.adapters.blocks': [0], 'model.language_branch.adapters.width': 64,
+        'model.language_branch.adapters.sites': ['block.output'],
+        'model.disentangler.per_language': True}, work_dir=str(tmp_path))
+    assert cfg.model.language_branch.adapters.blocks == [0]
+    assert cfg.model.disentangler.per_language is True
+
+
 def test_a_config_xmr_ships_is_named_by_the_xmr_scheme(tmp_path):
     """``xmr train xmr::demo/...`` from a folder without configs/ (a user's own project)."""
     cfg = load_run_config('xmr::demo/static_tiny-clip_synthetic.py', work_dir=str(tmp_path))

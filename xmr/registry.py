@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
@@ -57,7 +57,7 @@ __all__ = [
     'OPTIMIZERS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'PARAM_SCHEDULERS',
     'METRICS', 'EVALUATOR', 'TASK_UTILS', 'VISUALIZERS', 'VISBACKENDS', 'LOG_PROCESSORS',
     'INFERENCERS', 'FUNCTIONS', 'ADAPTERS', 'DISENTANGLERS', 'TOKENIZERS', 'XMRRegistry',
-    'UnknownOptionError',
+    'UnknownOptionError', 'check_part_options',
 ]
 
 
@@ -85,10 +85,17 @@ class XMRRegistry(Registry):
         self.check_options(cfg)
         return super().build(cfg, *args, **kwargs)
 
-    def check_options(self, cfg: Any) -> None:
+    def check_options(self, cfg: Any, where: str | None = None) -> None:
         """Refuse an option of ``cfg`` its type's constructor does not take (without ``**``,
-        or a ``**`` whose keys go on to the callables of its ``forwards_options_to``), and a
-        value of another kind than the option's default (:func:`_kind_wanted`).
+        or a ``**`` whose keys go on to the callables of its ``forwards_options_to``; the
+        names of its ``builder_options`` are taken too), and a value of another kind than the
+        option's default (:func:`_kind_wanted`).
+
+        Args:
+            cfg: a config dict with a ``type``; anything else is left alone.
+            where: ``cfg``'s key path in the whole config (``model.language_branch.adapters``),
+                which prefixes the message with the option's full key; ``None`` for a part
+                whose kind already says where it is (``model``, a hook).
 
         Raises:
             UnknownOptionError: naming the type, the option, the nearest option and the ones the
@@ -113,12 +120,15 @@ class XMRRegistry(Registry):
                                   inspect.Parameter.VAR_KEYWORD,
                                   inspect.Parameter.POSITIONAL_ONLY) and name != 'self':
                     takes.setdefault(name, p)
+        for name in getattr(built, 'builder_options', ()):
+            takes.setdefault(name, inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY))
         open_ended = len(signatures) == 1 and any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in signatures[0].values())
-        kind = f"{self.name} {getattr(built, '__name__', built)}"
         for option, value in cfg.items():
             if option == 'type' or (option not in takes and open_ended):
                 continue
+            kind = (f'{where}.{option}: ' if where else '') + \
+                f"{self.name} {getattr(built, '__name__', built)}"
             if option == '_delete_':
                 raise UnknownOptionError(f'{kind}: _delete_ reached it: MMEngine applies it '
                                          "where a dict merges into its base's, and leaves it "
@@ -180,6 +190,57 @@ class XMRRegistry(Registry):
                 if suggestions else f' Registered names: {", ".join(names[:30])}.')
         return (f"'{key}' is not a registered type in the xmr '{self.name}' registry.{hint} "
                 'A type from your own module needs custom_imports in the config.')
+
+
+def check_part_options(registry: XMRRegistry, cfg: Any, key: str) -> None:
+    """Check ``cfg``, a ``registry`` config at ``key``, as :meth:`XMRRegistry.check_options`
+    does, then every registered part inside it at any depth (:func:`_parts_inside`), each
+    against the registry that builds its type (:func:`_registry_of`) and named by its key path.
+
+    A part builds only when its parent does (an adapter inside the branch inside the model),
+    after MMEngine's runner has made its work dir and log; its misspelt option is refused here,
+    as the config loads.
+
+    Raises:
+        UnknownOptionError: naming the key, the type, the option, the nearest option and the
+            ones the type takes.
+        ValueError: naming the key, the type, the option, its value and its default.
+    """
+    registry.check_options(cfg)
+    for path, part in _parts_inside(cfg, key):
+        owner = _registry_of(part['type'])
+        if owner is not None:
+            owner.check_options(part, where=path)
+
+
+def _parts_inside(node: Any, key: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``(key path, dict)`` of every dict with a ``type`` inside ``node`` (``node`` left out),
+    through dicts and lists: ``model.losses.cl``, ``model.language_branch.adapters.0``."""
+    if isinstance(node, Mapping):
+        items: Any = node.items()
+    elif isinstance(node, (list, tuple)):
+        items = enumerate(node)
+    else:
+        return
+    for name, value in items:
+        path = f'{key}.{name}'
+        if isinstance(value, Mapping) and 'type' in value:
+            yield path, value
+        yield from _parts_inside(value, path)
+
+
+def _registry_of(kind: Any) -> XMRRegistry | None:
+    """The registry of xmr that builds ``kind`` (a registered name or class): ``None`` where
+    none does, or where two resolve it to different classes (which one its parent builds with
+    is then unknown, and the parent's build checks it)."""
+    name = kind if isinstance(kind, str) else getattr(kind, '__name__', None)
+    if not isinstance(name, str):
+        return None
+    found = {registry: registry.get(name) for registry in globals().values()
+             if isinstance(registry, XMRRegistry) and name in registry}
+    found = {registry: built for registry, built in found.items()
+             if isinstance(kind, str) or built is kind}
+    return next(iter(found)) if len({id(built) for built in found.values()}) == 1 else None
 
 
 def _kind_wanted(value: Any, option: inspect.Parameter) -> str | None:

@@ -171,15 +171,16 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
 def check_run_values(cfg: Config) -> None:
     """Refuse, as the config loads, what MMEngine's runner would find only once built or
     iterations in: an option a type does not take, a value of another kind than its default (a
-    word where a number goes; the model's, the optimiser's and its wrapper's, the hooks', the
-    loops' and the samplers' options), a seed that is no integer, a bad phase, a batch size
-    that is no positive integer, a negative learning rate, a value of MMEngine's logger or
-    checkpoint hook that it refuses naming no key or silently reads as another
-    (:func:`_check_mmengine_hook_values`).
+    word where a number goes; the model's and every registered part's inside it, the
+    optimiser's and its wrapper's, the hooks', the loops' and the samplers' options), a seed
+    that is no integer, a bad phase, a batch size that is no positive integer, a negative
+    learning rate, a value of MMEngine's logger or checkpoint hook that it refuses naming no key
+    or silently reads as another (:func:`_check_mmengine_hook_values`).
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
-    option check of xmr's registries (which see every part the model builds); their own options
-    are checked here.
+    option check of xmr's registries, after it has made the work dir; their own options, and
+    those of the parts the model builds (:func:`~xmr.registry.check_part_options`), are checked
+    here.
 
     Raises:
         UnknownOptionError: naming the type, the option and the ones it takes.
@@ -196,9 +197,10 @@ def check_run_values(cfg: Config) -> None:
         MODELS,
         OPTIM_WRAPPERS,
         OPTIMIZERS,
+        check_part_options,
     )
 
-    MODELS.check_options(cfg.get('model'))
+    check_part_options(MODELS, cfg.get('model'), 'model')
     OPTIMIZERS.check_options((cfg.get('optim_wrapper') or {}).get('optimizer'))
     OPTIM_WRAPPERS.check_options(_wrapper_options(cfg.get('optim_wrapper')))
     _check_optimizer_lr((cfg.get('optim_wrapper') or {}).get('optimizer'))

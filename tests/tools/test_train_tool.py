@@ -11,6 +11,7 @@ from mmengine.config import Config
 from tests.conftest import REPO
 from tests.engine.hooks.test_phase_report_hook import report_cfg
 from xmr.engine.checkpoint import CheckpointReadError
+from xmr.registry import UnknownOptionError
 from xmr.utils.cli import UserError
 
 DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
@@ -257,3 +258,16 @@ def test_a_resumed_runs_config_dump_records_the_seed_it_trains_with(tmp_path):
     train_tool.main([str(config), '--work-dir', str(work_dir), '--resume', '--cfg-options',
                      f'randomness.seed={trained_seed + 5}'])
     assert Config.fromfile(work_dir / 'tiny.py').randomness.seed == trained_seed
+
+
+def test_a_misspelt_option_of_an_adapter_is_refused_before_the_work_dir_is_made(tmp_path):
+    """The model builds its adapters as the runner starts, which has made the work dir, its log
+    and its config dump by then."""
+    config, work_dir = tmp_path / 'typo.py', tmp_path / 'work'
+    config.write_text(f"_base_ = ['{DEMO}']\n"
+                      'model = dict(language_branch=dict(adapters=dict(hiddn=64)))\n')
+    with pytest.raises(UnknownOptionError, match=(
+            r"^model\.language_branch\.adapters\.hiddn: adapter StaticAdapter: unknown option "
+            r"'hiddn' \(did you mean 'hidden'\?\)")):
+        train_tool.main([str(config), '--work-dir', str(work_dir)])
+    assert not work_dir.exists()

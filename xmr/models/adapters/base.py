@@ -154,6 +154,8 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
         post_norm_defaults: config keys (``sites`` and options) the class defaults to on a
             post-LN tower (:attr:`~xmr.models.backbones.base.TextTower.post_norm`: BERT, XLM-R),
             where ``block.output`` lies after the block's LayerNorm; a config's own keys win.
+        builder_options: config keys the adapter set reads and removes before it builds each
+            instance (where to place it), so that the config's load takes them as options.
     """
 
     sites: ClassVar[tuple[AdapterSite, ...]] = (AdapterSite.BLOCK_OUTPUT,)
@@ -161,6 +163,7 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
     post_norm_defaults: ClassVar[dict[str, Any]] = {}
     accepts_packed_tokens: ClassVar[bool] = False
     reads_condition: ClassVar[bool] = False
+    builder_options: ClassVar[tuple[str, ...]] = ('width', 'blocks', 'sites')
 
     def positive_option(self, option: str, value: Any) -> int:
         """``value`` of the config option ``option`` (a bottleneck width, a rank, a token

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
 from collections.abc import Set
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -34,9 +34,13 @@ class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
     Attributes:
         reads_languages: ``True`` for a module that needs each caption's language; the retriever
             then passes ``langs=`` (``B`` codes) to :meth:`forward`.
+        builder_options: config keys the retriever reads and removes before it builds the
+            module (``per_language``: one copy per target language), so that the config's load
+            takes them as options.
     """
 
     reads_languages: bool = False
+    builder_options: ClassVar[tuple[str, ...]] = ('per_language',)
 
     @property
     @abstractmethod
