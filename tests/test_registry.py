@@ -1,7 +1,9 @@
 import json
+import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 
 import mmengine.registry as mm_registry
 import pytest
@@ -284,3 +286,21 @@ def test_a_part_whose_type_two_registries_hold_apart_is_left_to_its_builder(monk
     monkeypatch.delitem(registry.TOKENIZERS._module_dict, 'TwinPart')
     with pytest.raises(UnknownOptionError, match=r"^model\.twin\.unread\.depth: adapter One: "):
         check_part_options(MODELS, dict(type=lambda **options: None, twin=twin), 'model')
+
+
+@pytest.mark.parametrize('value, wanted', [
+    (1, 'a list or tuple'), (0.5, 'a list or tuple'), (True, 'a list or tuple'),
+    ('ln_*', r"a list or tuple \(\['ln_\*'\] for one\)")])
+def test_a_scalar_where_a_list_goes_is_refused_whatever_the_lists_default(value, wanted):
+    """An empty default says nothing of its items; the annotation and the default's kind do."""
+    def tunes(tuned_weights: Sequence[str] = (), suffixes: str | Sequence[str] = ('.py',),
+              ks: int | Sequence[int] = (1, 5), betas=(0.9, 0.999)) -> None:
+        """Lists of names or numbers, one of them given alone where the annotation says so."""
+
+    for option in ('tuned_weights', 'betas'):
+        with pytest.raises(ValueError, match=(
+                rf'^model tunes: option {option}={re.escape(repr(value))} must be {wanted} '
+                r'\(its default is')):
+            MODELS.check_options(dict(type=tunes, **{option: value}))
+    MODELS.check_options(dict(type=tunes, tuned_weights=['ln_*'], suffixes='.json', ks=10))
+    MODELS.check_options(dict(type=tunes, tuned_weights=(), betas=[0.9, 0.99]))

@@ -221,6 +221,20 @@ def test_a_word_where_a_number_goes_is_refused_when_the_config_loads(option, mes
         load_run_config(DEMO, cfg_options={option: 'fast'})
 
 
+@pytest.mark.parametrize('value, wanted', [
+    (1, r'a list or tuple \(its'),
+    ('ln_final.*', r"a list or tuple \(\['ln_final\.\*'\] for one\)")])
+def test_one_value_where_a_list_of_patterns_goes_is_refused_when_the_config_loads(tmp_path,
+                                                                                 value, wanted):
+    """tuned_weights defaults to no pattern: a number failed in the branch's build ('int' object
+    is not iterable) after the runner had made the work dir; a word was read letter by letter."""
+    with pytest.raises(ValueError, match=(
+            rf'^model\.language_branch\.tuned_weights: model TargetLanguageBranch: option '
+            rf'tuned_weights={re.escape(repr(value))} must be {wanted}')):
+        load_run_config(DEMO, cfg_options={'model.language_branch.tuned_weights': value},
+                        work_dir=str(tmp_path))
+
+
 def test_a_seed_that_is_no_integer_is_refused_when_the_config_loads():
     with pytest.raises(ValueError, match=r"randomness.seed='abc' must be an integer \(or None"):
         load_run_config(DEMO, cfg_options={'randomness.seed': 'abc'})

@@ -246,19 +246,37 @@ def _registry_of(kind: Any) -> XMRRegistry | None:
 def _kind_wanted(value: Any, option: inspect.Parameter) -> str | None:
     """What ``value`` must be, where its kind cannot be that of the option's default: a
     string where the default is a number (``lr='fast'``, found at the first step) or a bool
-    (``shuffle='False'``, which is true), a number where it is a list or tuple (``betas=0.9``,
-    found in torch's optimiser); ``None`` where it may be, or where the option's annotation
-    takes a string (``resume: str | bool = False``)."""
+    (``shuffle='False'``, which is true), a number or a string where it is a list or tuple,
+    empty or not (``betas=0.9``, found in torch's optimiser; ``tuned_weights='ln_*'``, read as
+    the patterns ``l``, ``n``, ``_``, ``*``); ``None`` where it may be, or where the option's
+    annotation takes that kind outside any sequence (``resume: str | bool = False``,
+    ``str | Sequence[str]``; not ``Sequence[str]``)."""
     default = option.default
-    if isinstance(value, str) and re.search(r'\bstr\b', str(option.annotation)):
+    taken = _kinds_outside_sequences(option.annotation)
+    if isinstance(value, str) and 'str' in taken:
         return None
     if isinstance(default, bool):
         return 'True or False' if isinstance(value, str) else None
     if isinstance(default, (int, float)):
         return 'a number' if isinstance(value, str) else None
-    if isinstance(default, (list, tuple)) and default and isinstance(value, (int, float)):
-        return 'a list or tuple'
+    if isinstance(default, (list, tuple)) and isinstance(value, (int, float, str)) and not (
+            isinstance(value, (int, float)) and taken & {'int', 'float'}):
+        return f'a list or tuple ([{value!r}] for one)' if isinstance(value, str) else \
+            'a list or tuple'
     return None
+
+
+def _kinds_outside_sequences(annotation: Any) -> set[str]:
+    """The scalar kinds (``str``, ``int``, ``float``) an annotation names outside the brackets
+    of a sequence: ``{'str'}`` for ``str | Sequence[str]``, none for ``Sequence[str]``."""
+    text, previous = str(annotation), None
+    while text != previous:  # innermost first: Sequence[tuple[str, int]]
+        previous, text = text, _SEQUENCE_OF.sub('', text)
+    return set(re.findall(r'\b(str|int|float)\b', text))
+
+
+_SEQUENCE_OF = re.compile(r'\b(?:Sequence|Iterable|Collection|list|List|tuple|Tuple|set|Set|'
+                          r'frozenset|FrozenSet)\[[^][]*\]')
 
 
 #: The packages whose modules register into xmr's registries, and the modules of
