@@ -5,6 +5,8 @@ compute the same arithmetic as open_clip's; only the order of floating-point sum
 """
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -450,6 +452,30 @@ def test_tokenizers_that_do_not_fit_the_tower_name_both_numbers(tmp_path):
                                          '64-token context less 3 prompt tokens; set '
                                          'tokenizer.max_length <= 61'):
         branch(xlmr_tokenizer(max_length=63), dict(type='SoftPrompt', num_tokens=3))
+
+
+@pytest.mark.parametrize('family', ['xlmr', 'nllb'])
+def test_a_source_tokenizer_longer_than_the_records_context_is_refused(family, tmp_path):
+    """open_clip cuts these towers' captions to text_cfg.context_length (32 here) while their
+    encoder's positions go further (38 and 40 here, XLM-R's 512 in full): max_length 36 fits
+    the encoder and not what its CLIP was trained on."""
+    if family == 'xlmr' and not XLMR_TOKENIZER.is_file():
+        pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
+    if family == 'xlmr':
+        model_cfg, tokenizer = xlmr_cfg(tmp_path / 'xlmr'), xlmr_tokenizer
+    else:
+        model_cfg = nllb_cfg(tmp_path / 'nllb')
+        tokenizer = functools.partial(dict, type='NLLBTokenizer',
+                                      name_or_path=str(tmp_path / 'nllb'))
+    backbone = MODELS.build(backbone_cfg(model_cfg, tokenizer()))
+    assert backbone.text_tower.context_length > 36 and backbone.tokenizer.max_length == 32
+    assert MODELS.build(backbone_cfg(model_cfg, tokenizer(max_length=24))).tokenizer.max_length \
+        == 24  # a shorter context is the config's choice
+    with pytest.raises(ValueError, match=(
+            r"^tokenizer\.max_length=36 exceeds the context_length 32 of custom's record \(custom "
+            r"defaults; open_clip's text_cfg\.context_length: .*; set max_length <= 32, or leave "
+            r'it out for 32$')):
+        MODELS.build(backbone_cfg(model_cfg, tokenizer(max_length=36)))
 
 
 def test_nllb_is_exact_with_dynamic_padding_and_packing(tmp_path):

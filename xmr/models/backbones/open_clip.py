@@ -21,6 +21,7 @@ from xmr.models.backbones.base import (
 from xmr.models.backbones.open_clip_hf import hf_text_tower
 from xmr.models.backbones.open_clip_pretrained import (
     build_open_clip,
+    check_record_context,
     check_record_tokenizer,
     check_trained_tokenizer,
     hf_tokenizer_name,
@@ -402,7 +403,8 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         model_cfg: an open_clip model config dict (``embed_dim``, ``vision_cfg``, ``text_cfg``)
             for architectures open_clip does not name, e.g. the demo's tiny CLIP.
         tokenizer: tokenizer config of the source language; an ``OpenCLIPTokenizer`` takes
-            ``model_name`` and ``max_length`` from the record, and may not contradict them.
+            ``model_name`` and ``max_length`` from the record, and may not contradict them; a
+            Hugging Face tokenizer takes ``max_length`` from it too, and may not exceed it.
         freeze: freeze every weight (phases that fine-tune the towers unfreeze them).
     """
 
@@ -437,6 +439,7 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         check_tokenizer_fits(self.tokenizer, self.text_tower, self.arch)
         if not bpe:
             check_trained_tokenizer(self.tokenizer, trained, self.arch)
+            check_record_context(self.tokenizer, self.record)
         if freeze:
             self.freeze()
 

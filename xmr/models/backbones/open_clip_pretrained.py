@@ -39,7 +39,8 @@ from xmr.models.weight_files import (
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
            'build_open_clip', 'read_clip_weights', 'record_tokenizer_cfg',
-           'check_record_tokenizer', 'check_trained_tokenizer', 'settled_tokenizer_cfg',
+           'check_record_tokenizer', 'check_record_context', 'check_trained_tokenizer',
+           'settled_tokenizer_cfg',
            'is_checkpoint_path', 'RECORD_FIELDS', 'text_tokenizer_cfg', 'hf_tokenizer_name']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
@@ -450,6 +451,28 @@ def check_record_tokenizer(record: PretrainedRecord, tokenizer: object) -> None:
                          "tokenizer; use 'OpenCLIPTokenizer' (or leave tokenizer out)")
     record_tokenizer_cfg(record, dict(type='OpenCLIPTokenizer', model_name=tokenizer.model_name,
                                       max_length=tokenizer.max_length))
+
+
+def check_record_context(tokenizer: object, record: PretrainedRecord) -> None:
+    """Refuse a Hugging Face source tokenizer (XLM-R, NLLB, mT5 CLIPs) whose ``max_length``
+    exceeds the record's ``context_length``: open_clip cuts these towers' captions to
+    ``text_cfg.context_length`` tokens (77 unless the config says otherwise) in training and
+    evaluation, while the encoder's position table is longer (XLM-R's 512), so a longer caption
+    would run the frozen tower on positions its CLIP training never saw.
+
+    Refused, not cut to the record: the number a config gives is the one its run's config dump
+    and results are read against, and a context other than the one asked for would be silent.
+
+    Raises:
+        ValueError: naming ``max_length``, the record's ``context_length`` and its source.
+    """
+    if tokenizer.max_length > record.context_length:
+        raise ValueError(
+            f'tokenizer.max_length={tokenizer.max_length} exceeds the context_length '
+            f"{record.context_length} of {record.arch}'s record ({record.source}; open_clip's "
+            'text_cfg.context_length: open_clip cuts its captions there, so its text tower was '
+            f'trained on none longer); set max_length <= {record.context_length}, or leave it '
+            f'out for {record.context_length}')
 
 
 def check_trained_tokenizer(tokenizer: object, trained: Mapping[str, Any], arch: str) -> None:
