@@ -147,7 +147,7 @@ def test_a_video_without_frames_says_so(monkeypatch, tmp_path):
         def __len__(self):
             return 0
 
-    (tmp_path / 'empty.mp4').write_bytes(b'')
+    (tmp_path / 'empty.mp4').write_bytes(b'?')  # no container whose sizes could tell
     monkeypatch.setattr(decord, 'VideoReader', EmptyVideo)
     with pytest.raises(MediaReadError, match=r'empty\.mp4: the video has no frames'):
         read_video_frames(tmp_path / 'empty.mp4', 12, random_offset=False)
@@ -193,3 +193,19 @@ def test_an_image_over_pil_s_bomb_limit_is_a_media_error_naming_it(tmp_path, mon
     with pytest.raises(MediaReadError, match=r'huge\.png: too large to decode \(.*400 pixels.*'
                                              r'raise PIL\.Image\.MAX_IMAGE_PIXELS'):
         read_image(tmp_path / 'huge.png')
+
+
+def test_a_cut_video_is_refused_naming_the_cut_not_decoded_as_a_shorter_clip(videos, tmp_path):
+    """decord read the first half of flipping_a_pancake.mkv (310 frames) as a clip of 150
+    frames, silently; the Matroska segment's size says 436,346 bytes."""
+    data = (videos / 'flipping_a_pancake.mkv').read_bytes()
+    cut = tmp_path / 'half.mkv'
+    cut.write_bytes(data[:218_000])
+    with pytest.raises(MediaReadError, match=(
+            r'half\.mkv: truncated: its Matroska segment ends at byte 436,346 but the file has '
+            r'218,000 bytes')):
+        read_video_frames(cut, 12, random_offset=False)
+    empty = tmp_path / 'empty.mp4'
+    empty.write_bytes(b'')
+    with pytest.raises(MediaReadError, match=r'empty\.mp4: the file is empty \(0 bytes\)'):
+        read_video_frames(empty, 12, random_offset=False)

@@ -16,9 +16,11 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from xmr.datasets.frame_sampling import check_frame_count, uniform_frame_indices
+from xmr.datasets.video_containers import container_problem
 from xmr.utils.counts import is_count
 
-__all__ = ['MediaReadError', 'check_decode_threads', 'read_image', 'read_video_frames']
+__all__ = ['MediaReadError', 'check_decode_threads', 'check_video_container', 'read_image',
+           'read_video_frames']
 
 # decord prefixes its C++ errors with "[hh:mm:ss] /source/file.cc:line: "; the rest is the reason.
 _DECORD_LOCATION = re.compile(r'\[\d\d:\d\d:\d\d\] \S+:\d+: ')
@@ -77,6 +79,17 @@ def read_image(path: str | os.PathLike) -> torch.Tensor:
     return torch.from_numpy(array.copy()).permute(2, 0, 1)
 
 
+def check_video_container(path: str | os.PathLike) -> None:
+    """Raise :class:`MediaReadError` naming ``path`` if its container says it cannot be whole
+    (:func:`~xmr.datasets.video_containers.container_problem`) or it cannot be opened."""
+    try:
+        problem = container_problem(path)
+    except OSError as err:
+        problem = f'cannot be read ({err.strerror})'
+    if problem is not None:
+        raise MediaReadError(path, problem)
+
+
 def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: bool,
                       num_threads: int = 1) -> tuple[torch.Tensor, list[int]]:
     """Decode ``num_frames`` uniformly sampled frames of a video with decord.
@@ -91,7 +104,9 @@ def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: b
         ``(frames uint8 [T, 3, H, W], indices)``.
 
     Raises:
-        MediaReadError: if the file is missing, has no frames, or decoding fails.
+        MediaReadError: if the file is missing, empty, cut short (its container's sizes say so,
+            :func:`~xmr.datasets.video_containers.container_problem`: decord would read a cut
+            Matroska file as a shorter clip), has no frames, or decoding fails.
         ValueError: if ``num_frames`` is not a positive int, or ``num_threads`` not an int
             ``>= 0``.
     """
@@ -103,6 +118,7 @@ def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: b
 
     if not Path(path).is_file():
         raise MediaReadError(path, 'file not found')
+    check_video_container(path)
     # The error is raised once the reader is gone, chained to nothing: decord's exception holds
     # the reader in its traceback, and an error kept (a caller's, a test's) would keep the
     # decoder and its threads alive, to be freed by whoever collects it. A worker forked

@@ -1,0 +1,100 @@
+"""container_problem: an empty or cut-short video told from its container's sizes alone."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from xmr.datasets.video_containers import container_problem
+
+
+def _box(kind: bytes, payload: bytes) -> bytes:
+    return struct.pack('>I', 8 + len(payload)) + kind + payload
+
+
+def _mp4(tmp_path, data: bytes):
+    path = tmp_path / 'clip.mp4'
+    path.write_bytes(data)
+    return path
+
+
+def test_whole_boxes_pass_and_a_box_past_the_end_is_a_cut_file(tmp_path):
+    whole = _box(b'ftyp', b'isom') + _box(b'mdat', bytes(100)) + _box(b'moov', bytes(20))
+    assert len(whole) == 12 + 108 + 28
+    assert container_problem(_mp4(tmp_path, whole)) is None
+    # Cut inside 'moov' (bytes 120..148): the file has 140.
+    assert container_problem(_mp4(tmp_path, whole[:140])) == (
+        "truncated: its 'moov' box ends at byte 148 but the file has 140 bytes (a copy or "
+        'download cut short)')
+    # Cut inside 'mdat' (bytes 12..120): the index at the end is gone too.
+    assert container_problem(_mp4(tmp_path, whole[:60])).startswith(
+        "truncated: its 'mdat' box ends at byte 120 but the file has 60 bytes")
+
+
+def test_large_sizes_size_zero_and_a_missing_index(tmp_path):
+    large = struct.pack('>I4sQ', 1, b'mdat', 16 + 40) + bytes(40)
+    moov = _box(b'moov', bytes(4))
+    assert container_problem(_mp4(tmp_path, _box(b'ftyp', b'') + large + moov)) is None
+    # Size 0: the box runs to the end of the file, which is then never cut by the sizes.
+    assert container_problem(_mp4(tmp_path, moov + struct.pack('>I4s', 0, b'mdat') + bytes(9))) \
+        is None
+    assert container_problem(_mp4(tmp_path, _box(b'ftyp', b'') + _box(b'mdat', bytes(8)))) == (
+        "no 'moov' box, the index of the frames (a recording never finished?)")
+    # A tail shorter than a box header is padding, not a box.
+    assert container_problem(_mp4(tmp_path, moov + bytes(7))) is None
+    assert container_problem(_mp4(tmp_path, moov + b'\x00\x00\x00\x02zz\x01\x02')) == (
+        "not an MP4/QuickTime file: no box at byte 12 (size 2, type b'zz\\x01\\x02')")
+
+
+def test_empty_files_and_unknown_containers(tmp_path):
+    empty = tmp_path / 'empty.mp4'
+    empty.write_bytes(b'')
+    assert container_problem(empty) == 'the file is empty (0 bytes)'
+    text = tmp_path / 'page.mp4'
+    text.write_bytes(b'<html>404 not found</html>')
+    assert container_problem(text) is None  # no known structure: the decoder decides
+    with pytest.raises(FileNotFoundError):
+        container_problem(tmp_path / 'absent.mp4')
+
+
+def _ebml(ident: bytes, payload: bytes) -> bytes:
+    # An 8-byte size (0x01 marks the length), as FFmpeg writes the segment's.
+    return ident + (0x01 << 56 | len(payload)).to_bytes(8, 'big') + payload
+
+
+@pytest.mark.parametrize('cut', [0, 1, 50])
+def test_a_matroska_segment_must_end_inside_the_file(tmp_path, cut):
+    header = _ebml(b'\x1a\x45\xdf\xa3', b'\x42\x82\x88matroska')
+    data = header + _ebml(b'\x18\x53\x80\x67', bytes(200))
+    path = tmp_path / 'clip.mkv'
+    path.write_bytes(data[:len(data) - cut])
+    expected = None if cut == 0 else (
+        f'truncated: its Matroska segment ends at byte {len(data):,} but the file has '
+        f'{len(data) - cut:,} bytes (a copy or download cut short)')
+    assert len(data) == 12 + 11 + 12 + 200
+    assert container_problem(path) == expected
+
+
+def test_a_matroska_header_cut_short_and_segments_that_cannot_be_checked(tmp_path):
+    header = _ebml(b'\x1a\x45\xdf\xa3', b'\x42\x82\x88matroska')
+    path = tmp_path / 'clip.mkv'
+    path.write_bytes(header + b'\x18\x53\x80\x67\x01\xff\xff\xff\xff\xff\xff\xff' + bytes(9))
+    assert container_problem(path) is None  # a live recording's: nothing to compare
+    path.write_bytes(header + b'\xec\x81\x00')  # a Void element before the segment
+    assert container_problem(path) is None
+    path.write_bytes(header[:15])
+    assert container_problem(path) == 'truncated: the file ends inside its Matroska header'
+
+
+def test_the_shared_clips_are_whole_and_their_cut_copies_are_not(shared_data, tmp_path):
+    folder = shared_data / 'videos'
+    names = ['flipping_a_pancake.mkv', 'bigbuckbunny.mp4', 'video_0.mov', 'unordered.mov']
+    if not all((folder / name).is_file() for name in names):
+        pytest.skip(f'video fixtures not found under {folder}')
+    for name in names:
+        assert container_problem(folder / name) is None
+        data = (folder / name).read_bytes()
+        cut = tmp_path / name
+        for length in (len(data) // 2, len(data) - 1):
+            cut.write_bytes(data[:length])
+            assert container_problem(cut) is not None, (name, length)

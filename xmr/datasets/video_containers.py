@@ -1,0 +1,107 @@
+"""Whether a video file can be whole, told from its container's top-level structure alone.
+
+An MP4/QuickTime file is a chain of boxes and a Matroska/WebM file an EBML header and a segment,
+each starting with its size; reading those few bytes (a header per top-level box, one read for
+Matroska) finds an empty file and a truncated one without decoding. decord cannot tell the
+latter: it refuses an MP4 cut short only when its index (``moov``) was at the end, and reads a
+cut Matroska file as a shorter clip. Other containers are left to the decoder. No torch, no
+decord: the data tools may check files before anything heavy is imported.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from typing import BinaryIO
+
+__all__ = ['container_problem']
+
+# A first box of these types marks an ISO base media (MP4, MOV, M4V, 3GP) file.
+_ISO_FIRST_BOXES = frozenset({b'ftyp', b'moov', b'mdat', b'free', b'skip', b'wide', b'pnot',
+                              b'styp', b'sidx'})
+_EBML_MAGIC = b'\x1a\x45\xdf\xa3'
+_MATROSKA_SEGMENT = b'\x18\x53\x80\x67'
+_PRINTABLE = frozenset(range(0x20, 0x7f))
+
+
+def container_problem(path: str | os.PathLike) -> str | None:
+    """Why the video at ``path`` cannot be whole, or ``None`` when its container tells nothing
+    wrong (or is neither MP4/QuickTime nor Matroska/WebM, whose structure is not read here).
+
+    Raises:
+        OSError: if the file cannot be opened (missing, a folder, no permission).
+    """
+    with open(path, 'rb') as file:
+        size = os.fstat(file.fileno()).st_size
+        if size == 0:
+            return 'the file is empty (0 bytes)'
+        head = file.read(8)
+        if head[:4] == _EBML_MAGIC:
+            return _matroska_problem(file, size)
+        if head[4:8] in _ISO_FIRST_BOXES:
+            return _iso_problem(file, size)
+    return None
+
+
+def _truncated(what: str, end: int, size: int) -> str:
+    return (f'truncated: its {what} ends at byte {end:,} but the file has {size:,} bytes (a copy '
+            'or download cut short)')
+
+
+def _iso_problem(file: BinaryIO, size: int) -> str | None:
+    """Walk the top-level boxes (``size: uint32, type: 4 chars``; size 1: a uint64 follows,
+    size 0: to the end of the file; ISO/IEC 14496-12, 4.2); every one must end inside the file,
+    and one must be ``moov``, the index without which no frame can be found."""
+    offset, seen_moov = 0, False
+    # A tail shorter than a box header is padding some writers leave, not a cut box.
+    while size - offset >= 8:
+        file.seek(offset)
+        header = file.read(16)
+        box_size, box_type = struct.unpack('>I4s', header[:8])
+        if box_size == 1 and len(header) == 16:
+            box_size = struct.unpack('>Q', header[8:])[0]
+        elif box_size == 0:
+            box_size = size - offset
+        if box_size < 8 or not set(box_type) <= _PRINTABLE:
+            return (f'not an MP4/QuickTime file: no box at byte {offset:,} (size {box_size}, '
+                    f'type {box_type!r})')
+        if offset + box_size > size:
+            return _truncated(f'{box_type.decode()!r} box', offset + box_size, size)
+        seen_moov = seen_moov or box_type == b'moov'
+        offset += box_size
+    return None if seen_moov else "no 'moov' box, the index of the frames (a recording never " \
+                                  'finished?)'
+
+
+def _ebml_number(data: bytes, at: int, is_id: bool) -> tuple[int, int] | None:
+    """The EBML variable-length number at ``data[at:]`` (RFC 8794, 4): ``(value, next
+    offset)``; ``value`` -1 for a size of all ones (unknown); ``None`` if cut off or invalid."""
+    if at >= len(data) or data[at] == 0:
+        return None
+    length = 9 - data[at].bit_length()
+    if at + length > len(data):
+        return None
+    value = int.from_bytes(data[at:at + length], 'big')
+    if is_id:
+        return value, at + length
+    value &= (1 << (7 * length)) - 1
+    return (-1 if value == (1 << (7 * length)) - 1 else value), at + length
+
+
+def _matroska_problem(file: BinaryIO, size: int) -> str | None:
+    """The segment that follows the EBML header must end inside the file. A segment of
+    unknown size (a live recording's), another element first, or a header past the first 4 KiB
+    cannot be checked here and is left to the decoder."""
+    file.seek(0)
+    data = file.read(4096)
+    header = _ebml_number(data, 4, is_id=False)
+    segment = header and header[0] >= 0 and _ebml_number(data, header[1] + header[0], True)
+    segment_size = segment and _ebml_number(data, segment[1], is_id=False)
+    if not segment_size:
+        return 'truncated: the file ends inside its Matroska header' if len(data) == size \
+            else None
+    if data[segment[1] - 4:segment[1]] != _MATROSKA_SEGMENT:
+        return None
+    length, start = segment_size
+    if length >= 0 and start + length > size:
+        return _truncated('Matroska segment', start + length, size)
+    return None
