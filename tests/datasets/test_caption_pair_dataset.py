@@ -158,7 +158,8 @@ def test_missing_media_files_are_found_in_one_listing_before_training(ann_file, 
     CaptionPairDataset(ann_file, data_root=ann_file.parent, transform=TINY,
                        on_corrupt='skip').check_media_exist()
     assert said == [f'{ann_file}: 1 of its 2 media files are missing, the first '
-                    f"{ann_file.parent / 'b.png'}; they are skipped (on_corrupt='skip')"]
+                    f"{ann_file.parent / 'b.png'}: check data_root and data_prefix; they are "
+                    "skipped (on_corrupt='skip')"]
     CaptionPairDataset(ann_file, data_root=ann_file.parent, transform=TINY,
                        with_media=False).check_media_exist()  # reads no file
 

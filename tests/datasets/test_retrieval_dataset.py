@@ -160,3 +160,67 @@ def test_a_language_asked_for_as_human_and_as_translated_captions_is_refused(tmp
     with pytest.raises(ValueError, match=r"\['de'\] asked for as human and as translated"):
         RetrievalDataset(tmp_path / 'tiny.json', languages=['en', 'de'],
                          translated_languages=['de'], transform=TINY)
+
+
+@pytest.fixture
+def damaged_clips(shared_data, tmp_path) -> Path:
+    """An annotation of a whole clip, an empty file, the first half of flipping_a_pancake.mkv
+    (its segment declares 436,346 bytes) and bigbuckbunny.mp4 cut inside its first 'mdat'."""
+    folder = shared_data / 'videos'
+    if not all((folder / name).is_file() for name in ('video_0.mov', 'flipping_a_pancake.mkv',
+                                                      'bigbuckbunny.mp4')):
+        pytest.skip(f'video fixtures not found under {folder}')
+    (tmp_path / 'empty.mp4').write_bytes(b'')
+    (tmp_path / 'half.mkv').write_bytes((folder / 'flipping_a_pancake.mkv').read_bytes()[:218_000])
+    (tmp_path / 'cut.mp4').write_bytes((folder / 'bigbuckbunny.mp4').read_bytes()[:520_000])
+    names = [str(folder / 'video_0.mov'), 'empty.mp4', 'half.mkv', 'cut.mp4']
+    dump_annotation(Annotation(dataset='clips', split='test', media_type='video',
+                               languages=['en'],
+                               items=[MediaRecord(f'v{i}', name, {'en': [f'clip {i}']})
+                                      for i, name in enumerate(names)]), tmp_path / 'ann.json')
+    return tmp_path / 'ann.json'
+
+
+def _damaged_report(folder: Path) -> str:
+    return (f'3 of its 4 videos cannot be read whole:\n'
+            f'  {folder / "empty.mp4"}: the file is empty (0 bytes)\n'
+            f'  {folder / "half.mkv"}: truncated: its Matroska segment ends at byte 436,346 but '
+            'the file has 218,000 bytes (a copy or download cut short)\n'
+            f'  {folder / "cut.mp4"}: truncated: its \'mdat\' box ends at byte 1,051,507 but the '
+            'file has 520,000 bytes (a copy or download cut short)\n'
+            'replace them')
+
+
+def test_every_damaged_video_is_named_before_any_is_read(damaged_clips, monkeypatch):
+    """Only a missing file was found before training; the empty and the cut MP4 stopped a run
+    when first read, and the cut Matroska file trained as a clip of half its frames."""
+    from xmr.datasets import base
+
+    folder = damaged_clips.parent
+    dataset = RetrievalDataset(damaged_clips, data_root=folder, num_frames=2, transform=TINY)
+    with pytest.raises(MediaReadError) as info:
+        dataset.check_media_exist()
+    assert str(info.value) == (f'{damaged_clips}: {_damaged_report(folder)}: or set '
+                               "on_corrupt='skip' to leave them out")
+    said = []
+    monkeypatch.setattr(base, 'print_log', lambda message, **_: said.append(message))
+    RetrievalDataset(damaged_clips, data_root=folder, num_frames=2, transform=TINY,
+                     on_corrupt='skip').check_media_exist()
+    assert said == [f"{damaged_clips}: {_damaged_report(folder)}; they are skipped "
+                    "(on_corrupt='skip')"]
+    # Missing files too: one report of both, as a missing file's error.
+    (folder / 'cut.mp4').unlink()
+    with pytest.raises(FileNotFoundError) as info:
+        dataset.check_media_exist()
+    assert str(info.value).startswith(
+        f'{damaged_clips}: 1 of its 4 media files are missing, the first {folder / "cut.mp4"}: '
+        'check data_root and data_prefix; 2 of its 4 videos cannot be read whole:\n'
+        f'  {folder / "empty.mp4"}: the file is empty (0 bytes)\n')
+
+
+def test_the_container_check_can_be_left_to_the_reads(damaged_clips):
+    dataset = RetrievalDataset(damaged_clips, data_root=damaged_clips.parent, num_frames=2,
+                               transform=TINY, check_containers=False)
+    dataset.check_media_exist()  # the folders list every file
+    with pytest.raises(MediaReadError, match=r'empty\.mp4: the file is empty'):
+        dataset[1]

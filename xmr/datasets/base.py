@@ -18,6 +18,7 @@ from xmr.datasets.media_files import missing_media, other_spelling_hint
 from xmr.datasets.media_io import (
     MediaReadError,
     check_decode_threads,
+    check_video_container,
     read_image,
     read_video_frames,
 )
@@ -57,13 +58,16 @@ class MediaCaptionDataset(MediaDataset):
         on_corrupt: ``raise`` or ``skip`` for unreadable media (``corrupt_policy``).
         decode_threads: decord threads per video (0: decord chooses).
         with_media: decode media; ``False`` gives ``media=None`` for text-only phases.
+        check_containers: :meth:`check_media_exist` reads each video's container sizes (a
+            file open and a few bytes per top-level box) besides listing the folders;
+            ``False`` for a set so large that even this is too slow.
     """
 
     def __init__(self, ann_file: str | os.PathLike, data_root: str | os.PathLike = '',
                  data_prefix: dict[str, str] | None = None,
                  transform: dict[str, Any] | None = None, num_frames: int = 12,
                  test_mode: bool = False, on_corrupt: str = 'raise', decode_threads: int = 1,
-                 with_media: bool = True) -> None:
+                 with_media: bool = True, check_containers: bool = True) -> None:
         self.data_root = Path(data_root)
         self.ann_file = self._under_root(ann_file)
         self.annotation: Annotation = load_annotation(self.ann_file, items=RecordStore)
@@ -80,6 +84,7 @@ class MediaCaptionDataset(MediaDataset):
                                                    f'{self.ann_file}: decode_threads')
         # A text-only annotation has nothing to decode.
         self.with_media = with_media and self.annotation.media_type != 'text'
+        self.check_containers = check_containers
         transform_cfg = dict(DEFAULT_TRANSFORM if transform is None else transform)
         transform_cfg.setdefault('type', 'MediaTransform')
         transform_cfg['training'] = not test_mode
@@ -105,25 +110,52 @@ class MediaCaptionDataset(MediaDataset):
                 'ann_file': str(self.ann_file)}
 
     def check_media_exist(self) -> None:
-        """Refuse an annotation whose media files are missing (with ``on_corrupt='raise'``;
-        ``'skip'`` warns with the count), one listing per folder; a dataset without media
-        passes. The training loop calls it before the first step: found only when read, a
-        missing file would stop training at a random iteration.
+        """Refuse an annotation whose media files are missing, or are videos whose containers
+        say they cannot be whole (empty, cut short: :func:`check_video_container`), with
+        ``on_corrupt='raise'``; ``'skip'`` warns with the same report. Missing files are found
+        with one listing per folder and given by count and the first; every damaged video is
+        named with what is wrong. A dataset without media passes. The training loop calls it
+        before the first step: found only when read, such a file would stop training at a
+        random iteration.
 
         Raises:
-            FileNotFoundError: naming the annotation, the first missing file and the count.
+            FileNotFoundError: naming the annotation, the first missing file and the count,
+                and every damaged video.
+            MediaReadError: naming the annotation and every damaged video, none missing.
         """
-        missing = self.with_media and missing_media(self.media_root,
-                                                    (r.media_path for r in self.records))
-        if not missing:
+        if not self.with_media:
             return
-        found = (f'{self.ann_file}: {len(missing)} of its {len(self.records)} media files are '
-                 f'missing, the first {missing[0]}{other_spelling_hint(missing[0])}')
+        missing = missing_media(self.media_root, (r.media_path for r in self.records))
+        damaged = self._damaged_videos(set(missing))
+        found = [f'{len(missing)} of its {len(self.records)} media files are missing, the '
+                 f'first {missing[0]}{other_spelling_hint(missing[0])}: check data_root and '
+                 'data_prefix'] if missing else []
+        found += [f'{len(damaged)} of its {len(self.records)} videos cannot be read whole:'
+                  + ''.join(f'\n  {path}: {reason}' for path, reason in damaged)
+                  + '\nreplace them'] if damaged else []
+        if not found:
+            return
         if self.on_corrupt == 'raise':
-            raise FileNotFoundError(f"{found}: check data_root and data_prefix, or set "
-                                    "on_corrupt='skip' to leave them out")
-        print_log(f'{found}; they are skipped (on_corrupt=\'skip\')', logger='current',
-                  level=logging.WARNING)
+            fix = "or set on_corrupt='skip' to leave them out"
+            if missing:
+                raise FileNotFoundError(f"{self.ann_file}: {'; '.join(found)}, {fix}")
+            raise MediaReadError(self.ann_file, found[0], fix)
+        print_log(f"{self.ann_file}: {'; '.join(found)}; they are skipped (on_corrupt='skip')",
+                  logger='current', level=logging.WARNING)
+
+    def _damaged_videos(self, missing: set[Path]) -> list[tuple[Path, str]]:
+        """Each present video whose container says it cannot be whole, with the reason, in
+        annotation order (none for images, or with ``check_containers=False``)."""
+        if self.annotation.media_type != 'video' or not self.check_containers:
+            return []
+        damaged = []
+        for path in (self.media_path(record) for record in self.records):
+            if path not in missing:
+                try:
+                    check_video_container(path)
+                except MediaReadError as err:
+                    damaged.append((path, err.reason))
+        return damaged
 
     def media_path(self, record: MediaRecord) -> Path:
         """Full path of a record's media file."""
