@@ -404,3 +404,40 @@ def test_a_loops_expected_keys_are_its_metrics_and_summary_key_or_none_if_one_ca
     } | {'mean_ar'}
     assert expected_metric_keys(scored(first, RetrievalMetric())) is None
     assert expected_metric_keys(scored(first, SimpleNamespace())) is None  # another type
+
+
+@pytest.mark.parametrize('loop', ['TestLoop', 'MultiDatasetTestLoop'])
+def test_a_test_run_names_every_missing_and_damaged_video_before_embedding_any(
+        tmp_path, shared_data, loop):
+    """A test run checked nothing first: it embedded the clips before the damaged one and
+    stopped there, naming that file alone; the missing one came after a fix and a rerun."""
+    folder = shared_data / 'videos'
+    if not (folder / 'video_0.mov').is_file():
+        pytest.skip(f'video fixtures not found under {folder}')
+    (tmp_path / 'empty.mp4').write_bytes(b'')
+    names = [str(folder / 'video_0.mov'), 'empty.mp4', 'gone.mp4']
+    ann = Annotation(dataset='clips', split='test', media_type='video', languages=['en'],
+                     items=[MediaRecord(f'v{i}', name, {'en': [f'clip {i}']})
+                            for i, name in enumerate(names)])
+    dump_annotation(ann, tmp_path / 'clips.json')
+    loader = eval_loader(dict(type='RetrievalDataset', ann_file=str(tmp_path / 'clips.json'),
+                              data_root=str(tmp_path), num_frames=2, transform=TINY),
+                         batch_size=1)
+    metric = dict(type='RetrievalMetric', protocol='text_to_video', prefix='clips')
+    several = loop == 'MultiDatasetTestLoop'
+    runner = Runner(**base_cfg(tmp_path, test_dataloader=[loader] if several else loader,
+                               test_evaluator=[metric] if several else metric,
+                               test_cfg=dict(type=loop)))
+    encoded = []
+    encode_media = runner.model.encode_media
+    runner.model.encode_media = lambda media: encoded.append(len(media)) or encode_media(media)
+
+    with pytest.raises(FileNotFoundError) as info:
+        runner.test()
+
+    assert encoded == []
+    assert str(info.value) == (
+        f'{tmp_path / "clips.json"}: 1 of its 3 media files are missing, the first '
+        f'{tmp_path / "gone.mp4"}: check data_root and data_prefix; 1 of its 3 videos cannot be '
+        f'read whole:\n  {tmp_path / "empty.mp4"}: the file is empty (0 bytes)\nreplace them, '
+        "or set on_corrupt='skip' to leave them out")

@@ -20,7 +20,7 @@ a dataset skipped as unreadable goes to the metric without the model.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -40,8 +40,8 @@ from xmr.evaluation.metrics import RetrievalMetric
 from xmr.registry import LOOPS
 
 __all__ = ['MultiDatasetValLoop', 'MultiDatasetTestLoop', 'LoaderSequence',
-           'TestLoop', 'ValLoop', 'combined_mean_ar', 'expected_metric_keys',
-           'scored_loaders']
+           'TestLoop', 'ValLoop', 'check_media_exist', 'combined_mean_ar',
+           'expected_metric_keys', 'scored_loaders']
 
 
 class LoaderSequence:
@@ -243,10 +243,15 @@ class MultiDatasetTestLoop(_MultiDatasetLoop):
     """Test over several datasets; :class:`MultiDatasetValLoop` with the test hooks.
 
     Test hooks never touch the best-checkpoint record, so a test run cannot change which
-    checkpoint validation selected.
+    checkpoint validation selected. Every dataset's media are checked
+    (:func:`check_media_exist`) before the first batch.
     """
 
     mode = 'test'
+
+    def run(self) -> dict[str, float]:
+        check_media_exist(loader.dataset for loader in self.dataloaders)
+        return super().run()
 
 
 class _OneDatasetLoop:
@@ -288,9 +293,24 @@ class ValLoop(_OneDatasetLoop, MMEngineValLoop):
 
 @LOOPS.register_module()
 class TestLoop(_OneDatasetLoop, MMEngineTestLoop):
-    """MMEngine's ``TestLoop`` with xmr's data path and skipped media (:class:`_OneDatasetLoop`)."""
+    """MMEngine's ``TestLoop`` with xmr's data path and skipped media (:class:`_OneDatasetLoop`);
+    the dataset's media are checked (:func:`check_media_exist`) before the first batch."""
 
     mode = 'test'
+
+    def run(self) -> dict:
+        check_media_exist([self.dataloader.dataset])
+        return super().run()
+
+
+def check_media_exist(datasets: Iterable[Any]) -> None:
+    """Run each dataset's ``check_media_exist`` (missing files, damaged videos: one report per
+    dataset, raised under ``on_corrupt='raise'``, warned under ``'skip'``) before a run reads
+    any, each dataset once however many loaders share it."""
+    for dataset in {id(dataset): dataset for dataset in datasets}.values():
+        check = getattr(dataset, 'check_media_exist', None)
+        if check is not None:
+            check()
 
 
 def _dataset_name(loader: DataLoader) -> str:

@@ -18,7 +18,7 @@ from xmr.engine.data_languages import (
 )
 from xmr.engine.distributed import rewrap_for_phase, shared_seed
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
-from xmr.engine.eval_loops import expected_metric_keys, scored_loaders
+from xmr.engine.eval_loops import check_media_exist, expected_metric_keys, scored_loaders
 from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.hook_points import call_hook_point
 from xmr.engine.hooks.checkpoint import check_metric_names
@@ -488,11 +488,7 @@ class PhasedTrainLoop(BaseLoop):
                                    expected=True)
         check_data_languages(self.model, datasets)
         check_media_sizes(unwrap_model(self.model), datasets)
-        # Phases sharing a loader share its dataset: each is listed once.
-        for dataset in {id(dataset): dataset for dataset in datasets.values()}.values():
-            check_media = getattr(dataset, 'check_media_exist', None)
-            if check_media is not None:
-                check_media()
+        check_media_exist(datasets.values())
 
     def _check_val_protocols(self, val_loop) -> None:
         """A text-only backbone is validated by text-to-text retrieval: a metric whose protocol
