@@ -209,3 +209,24 @@ def test_a_cut_video_is_refused_naming_the_cut_not_decoded_as_a_shorter_clip(vid
     empty.write_bytes(b'')
     with pytest.raises(MediaReadError, match=r'empty\.mp4: the file is empty \(0 bytes\)'):
         read_video_frames(empty, 12, random_offset=False)
+
+
+@pytest.mark.parametrize('width', [16, 72])
+def test_a_clip_of_a_width_decord_cannot_copy_is_named_as_decord_s_limit_not_damage(tmp_path,
+                                                                                     width):
+    """A sound clip 16 or 72 px wide (written with OpenCV, mmengine's dependency) read as a
+    damaged file: 'decoding failed (Check failed: from_size == to_size ...)'."""
+    cv2 = pytest.importorskip('cv2')
+    path = tmp_path / f'w{width}.mp4'
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*'mp4v'), 10, (width, 32))
+    for value in range(0, 200, 50):
+        writer.write(np.full((32, width, 3), value, dtype=np.uint8))
+    writer.release()
+    capture = cv2.VideoCapture(str(path))
+    assert capture.read()[0]  # the file is sound: another FFmpeg reader decodes it
+    capture.release()
+    with pytest.raises(MediaReadError, match=(
+            rf'w{width}\.mp4: decord 0\.6\.0 cannot decode frames of this width, though the file '
+            r'may be sound \(it fails on clips 8, 16, 24, 48 or 72 px wide, dmlc/decord#336; '
+            r'Check failed: .*\); re-encode it wider')):
+        read_video_frames(path, 2, random_offset=False)

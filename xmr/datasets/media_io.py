@@ -24,6 +24,10 @@ __all__ = ['MediaReadError', 'check_decode_threads', 'check_video_container', 'r
 
 # decord prefixes its C++ errors with "[hh:mm:ss] /source/file.cc:line: "; the rest is the reason.
 _DECORD_LOCATION = re.compile(r'\[\d\d:\d\d:\d\d\] \S+:\d+: ')
+# decord 0.6.0 refuses the frames of a sound clip 8, 16, 24, 48 or 72 px wide (dmlc/decord#336):
+# it copies rows FFmpeg padded as if unpadded. Its width/height arguments get past it only by
+# resampling, which moved 16-72 px clips' pixels by 3 levels on average (up to 70 at edges).
+_DECORD_WIDTH_BUG = 'DECORDArrayCopyFromTo'
 
 
 class MediaReadError(RuntimeError):
@@ -132,6 +136,10 @@ def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: b
     except (decord.DECORDError, RuntimeError, IndexError, ValueError) as err:
         reason = _DECORD_LOCATION.sub('', ' '.join(str(err).split())) or repr(err)
         failure = f'decoding failed ({reason})'
+        if _DECORD_WIDTH_BUG in reason:
+            failure = ('decord 0.6.0 cannot decode frames of this width, though the file may be '
+                       'sound (it fails on clips 8, 16, 24, 48 or 72 px wide, dmlc/decord#336; '
+                       f'{reason}); re-encode it wider, e.g. ffmpeg -i IN -vf scale=64:-2 OUT')
     finally:
         del reader
     if frames is None:
