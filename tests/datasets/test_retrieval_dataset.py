@@ -224,3 +224,28 @@ def test_the_container_check_can_be_left_to_the_reads(damaged_clips):
     dataset.check_media_exist()  # the folders list every file
     with pytest.raises(MediaReadError, match=r'empty\.mp4: the file is empty'):
         dataset[1]
+
+
+def test_a_web_page_under_a_video_s_name_is_named_and_a_misnamed_video_is_not(shared_data,
+                                                                              tmp_path):
+    """A page a failed download saved as 'page.mp4' passed the check and stopped the run when
+    read. A Matroska clip named '.mp4' is sound to FFmpeg, which reads the bytes, not the name:
+    decord opens both, and only the page fails."""
+    clip = shared_data / 'videos' / 'flipping_a_pancake.mkv'
+    if not clip.is_file():
+        pytest.skip(f'video fixture not found: {clip}')
+    (tmp_path / 'page.mp4').write_bytes(b'<!DOCTYPE html><title>404 Not Found</title>')
+    (tmp_path / 'pancake.mp4').write_bytes(clip.read_bytes())
+    dump_annotation(Annotation(dataset='clips', split='test', media_type='video',
+                               languages=['en'],
+                               items=[MediaRecord(f'v{i}', name, {'en': [f'clip {i}']})
+                                      for i, name in enumerate(['pancake.mp4', 'page.mp4'])]),
+                    tmp_path / 'ann.json')
+    dataset = RetrievalDataset(tmp_path / 'ann.json', data_root=tmp_path, num_frames=2,
+                               transform=TINY)
+    with pytest.raises(MediaReadError) as info:
+        dataset.check_media_exist()
+    assert str(info.value).startswith(
+        f'{tmp_path / "ann.json"}: 1 of its 2 videos cannot be read whole:\n'
+        f'  {tmp_path / "page.mp4"}: decoding failed (Error reading {tmp_path / "page.mp4"}')
+    assert 'pancake' not in str(info.value)

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from xmr.datasets.video_containers import container_problem
+from xmr.datasets.video_containers import container_problem, unlike_its_name
 
 
 def _box(kind: bytes, payload: bytes) -> bytes:
@@ -98,3 +98,18 @@ def test_the_shared_clips_are_whole_and_their_cut_copies_are_not(shared_data, tm
         for length in (len(data) // 2, len(data) - 1):
             cut.write_bytes(data[:length])
             assert container_problem(cut) is not None, (name, length)
+
+
+def test_a_file_unlike_the_container_its_name_says(tmp_path):
+    page = tmp_path / 'clip.MP4'
+    page.write_bytes(b'<!DOCTYPE html><title>404</title>')
+    assert unlike_its_name(page)
+    other = tmp_path / 'clip.avi'
+    other.write_bytes(page.read_bytes())
+    assert not unlike_its_name(other)  # a name that says no container checked here
+    mkv = tmp_path / 'clip.webm'
+    mkv.write_bytes(b'\x1a\x45\xdf\xa3' + bytes(12))
+    assert not unlike_its_name(mkv)
+    mov = tmp_path / 'clip.mov'
+    mov.write_bytes(_box(b'wide', b'') + _box(b'mdat', b''))
+    assert not unlike_its_name(mov)

@@ -19,11 +19,13 @@ from xmr.datasets.media_io import (
     MediaReadError,
     check_decode_threads,
     check_video_container,
+    check_video_opens,
     read_image,
     read_video_frames,
 )
 from xmr.datasets.record_store import RecordStore
 from xmr.datasets.sample_keys import sample_draws
+from xmr.datasets.video_containers import unlike_its_name
 from xmr.registry import TRANSFORMS
 
 __all__ = ['MediaCaptionDataset', 'MediaDataset']
@@ -144,7 +146,8 @@ class MediaCaptionDataset(MediaDataset):
                   logger='current', level=logging.WARNING)
 
     def _damaged_videos(self, missing: set[Path]) -> list[tuple[Path, str]]:
-        """Each present video whose container says it cannot be whole, with the reason, in
+        """Each present video whose container says it cannot be whole, or whose first bytes
+        are not the container its name says and decord cannot open, with the reason, in
         annotation order (none for images, or with ``check_containers=False``)."""
         if self.annotation.media_type != 'video' or not self.check_containers:
             return []
@@ -153,6 +156,8 @@ class MediaCaptionDataset(MediaDataset):
             if path not in missing:
                 try:
                     check_video_container(path)
+                    if unlike_its_name(path):
+                        check_video_opens(path)
                 except MediaReadError as err:
                     damaged.append((path, err.reason))
         return damaged

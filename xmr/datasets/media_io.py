@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,8 @@ from xmr.datasets.frame_sampling import check_frame_count, uniform_frame_indices
 from xmr.datasets.video_containers import container_problem
 from xmr.utils.counts import is_count
 
-__all__ = ['MediaReadError', 'check_decode_threads', 'check_video_container', 'read_image',
-           'read_video_frames']
+__all__ = ['MediaReadError', 'check_decode_threads', 'check_video_container',
+           'check_video_opens', 'read_image', 'read_video_frames']
 
 # decord prefixes its C++ errors with "[hh:mm:ss] /source/file.cc:line: "; the rest is the reason.
 _DECORD_LOCATION = re.compile(r'\[\d\d:\d\d:\d\d\] \S+:\d+: ')
@@ -94,6 +95,48 @@ def check_video_container(path: str | os.PathLike) -> None:
         raise MediaReadError(path, problem)
 
 
+def check_video_opens(path: str | os.PathLike) -> None:
+    """Open ``path`` with decord, which reads its packets but decodes no frame: a file in no
+    container FFmpeg knows (a web page saved under a video's name) fails here.
+
+    Raises:
+        MediaReadError: naming the file and decord's reason.
+    """
+    _with_reader(path, 1, lambda reader: True)
+
+
+def _with_reader(path: str | os.PathLike, num_threads: int, use: Callable[[Any], Any]) -> Any:
+    """``use(reader)`` of a decord reader of ``path`` that has frames.
+
+    Raises:
+        MediaReadError: naming the file, when decord fails or finds no frame.
+    """
+    # decord is imported here so that image-only use never loads FFmpeg.
+    import decord
+
+    # The error is raised once the reader is gone, chained to nothing: decord's exception holds
+    # the reader in its traceback, and an error kept (a caller's, a test's) would keep the
+    # decoder and its threads alive, to be freed by whoever collects it. A worker forked
+    # meanwhile inherits the reader without the threads and aborts when it frees it.
+    reader, result, failure = None, None, 'the video has no frames'
+    try:
+        reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=num_threads)
+        if len(reader):
+            result = use(reader)
+    except (decord.DECORDError, RuntimeError, IndexError, ValueError) as err:
+        reason = _DECORD_LOCATION.sub('', ' '.join(str(err).split())) or repr(err)
+        failure = f'decoding failed ({reason})'
+        if _DECORD_WIDTH_BUG in reason:
+            failure = ('decord 0.6.0 cannot decode frames of this width, though the file may be '
+                       'sound (it fails on clips 8, 16, 24, 48 or 72 px wide, dmlc/decord#336; '
+                       f'{reason}); re-encode it wider, e.g. ffmpeg -i IN -vf scale=64:-2 OUT')
+    finally:
+        del reader
+    if result is None:
+        raise MediaReadError(path, failure)
+    return result
+
+
 def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: bool,
                       num_threads: int = 1) -> tuple[torch.Tensor, list[int]]:
     """Decode ``num_frames`` uniformly sampled frames of a video with decord.
@@ -117,31 +160,13 @@ def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: b
     # Before decoding, whose failures blame the file: a bad count is the caller's error.
     check_frame_count(num_frames, 'num_frames')
     check_decode_threads(num_threads, 'num_threads')
-    # decord is imported here so that image-only use never loads FFmpeg.
-    import decord
-
     if not Path(path).is_file():
         raise MediaReadError(path, 'file not found')
     check_video_container(path)
-    # The error is raised once the reader is gone, chained to nothing: decord's exception holds
-    # the reader in its traceback, and an error kept (a caller's, a test's) would keep the
-    # decoder and its threads alive, to be freed by whoever collects it. A worker forked
-    # meanwhile inherits the reader without the threads and aborts when it frees it.
-    reader, frames, failure = None, None, 'the video has no frames'
-    try:
-        reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=num_threads)
-        if len(reader):
-            indices = uniform_frame_indices(len(reader), num_frames, random_offset)
-            frames = reader.get_batch(indices).asnumpy()
-    except (decord.DECORDError, RuntimeError, IndexError, ValueError) as err:
-        reason = _DECORD_LOCATION.sub('', ' '.join(str(err).split())) or repr(err)
-        failure = f'decoding failed ({reason})'
-        if _DECORD_WIDTH_BUG in reason:
-            failure = ('decord 0.6.0 cannot decode frames of this width, though the file may be '
-                       'sound (it fails on clips 8, 16, 24, 48 or 72 px wide, dmlc/decord#336; '
-                       f'{reason}); re-encode it wider, e.g. ffmpeg -i IN -vf scale=64:-2 OUT')
-    finally:
-        del reader
-    if frames is None:
-        raise MediaReadError(path, failure)
+
+    def sample(reader) -> tuple[np.ndarray, list[int]]:
+        indices = uniform_frame_indices(len(reader), num_frames, random_offset)
+        return reader.get_batch(indices).asnumpy(), indices
+
+    frames, indices = _with_reader(path, num_threads, sample)
     return torch.from_numpy(frames).permute(0, 3, 1, 2).contiguous(), indices

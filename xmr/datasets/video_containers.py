@@ -4,7 +4,8 @@ An MP4/QuickTime file is a chain of boxes and a Matroska/WebM file an EBML heade
 each starting with its size; reading those few bytes (a header per top-level box, one read for
 Matroska) finds an empty file and a truncated one without decoding. decord cannot tell the
 latter: it refuses an MP4 cut short only when its index (``moov``) was at the end, and reads a
-cut Matroska file as a shorter clip. Other containers are left to the decoder. No torch, no
+cut Matroska file as a shorter clip. Other containers are left to the decoder, which also tells
+a file :func:`unlike_its_name` (a web page named ``.mp4``) from a misnamed video. No torch, no
 decord: the data tools may check files before anything heavy is imported.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import struct
 from typing import BinaryIO
 
-__all__ = ['container_problem']
+__all__ = ['container_problem', 'unlike_its_name']
 
 # A first box of these types marks an ISO base media (MP4, MOV, M4V, 3GP) file.
 _ISO_FIRST_BOXES = frozenset({b'ftyp', b'moov', b'mdat', b'free', b'skip', b'wide', b'pnot',
@@ -21,6 +22,8 @@ _ISO_FIRST_BOXES = frozenset({b'ftyp', b'moov', b'mdat', b'free', b'skip', b'wid
 _EBML_MAGIC = b'\x1a\x45\xdf\xa3'
 _MATROSKA_SEGMENT = b'\x18\x53\x80\x67'
 _PRINTABLE = frozenset(range(0x20, 0x7f))
+_ISO_SUFFIXES = frozenset({'.mp4', '.m4v', '.mov', '.3gp', '.3g2'})
+_MATROSKA_SUFFIXES = frozenset({'.mkv', '.webm'})
 
 
 def container_problem(path: str | os.PathLike) -> str | None:
@@ -40,6 +43,18 @@ def container_problem(path: str | os.PathLike) -> str | None:
         if head[4:8] in _ISO_FIRST_BOXES:
             return _iso_problem(file, size)
     return None
+
+
+def unlike_its_name(path: str | os.PathLike) -> bool:
+    """Whether ``path``'s name says MP4/QuickTime or Matroska/WebM (``.mp4``, ``.mkv``, ...) but
+    its first bytes begin neither: a web page or an error message saved under a video's name, or
+    a video in another container misnamed, which only a decoder can tell apart."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in _ISO_SUFFIXES | _MATROSKA_SUFFIXES:
+        return False
+    with open(path, 'rb') as file:
+        head = file.read(8)
+    return head[:4] != _EBML_MAGIC and head[4:8] not in _ISO_FIRST_BOXES
 
 
 def _truncated(what: str, end: int, size: int) -> str:
