@@ -25,6 +25,7 @@ import runpy
 import sys
 import tomllib
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from unittest import mock
