@@ -584,3 +584,29 @@ def test_the_values_mmengines_hooks_document_are_taken():
     assert cfg.default_hooks.checkpoint.interval == -1
     load_run_config(DEMO, cfg_options={'default_hooks.checkpoint.rule': ['less'],
                                        'default_hooks.checkpoint.save_begin': 0})
+
+
+EPOCH_OPTIONS = {'default_hooks.checkpoint.interval._delete_': True,
+                 'default_hooks.checkpoint.interval.epochs': 0.5,
+                 'train_cfg.val_interval._delete_': True, 'train_cfg.val_interval.epochs': 1}
+
+
+def test_counts_in_epochs_are_taken_where_the_phased_loop_resolves_them():
+    cfg = load_run_config(DEMO, cfg_options=EPOCH_OPTIONS)
+    assert cfg.default_hooks.checkpoint.interval == dict(epochs=0.5)
+    assert cfg.train_cfg.val_interval == dict(epochs=1)
+
+
+@pytest.mark.parametrize('key', ['default_hooks.checkpoint.interval', 'train_cfg.val_interval'])
+def test_a_count_in_epochs_is_refused_as_the_config_loads_under_another_loop_or_malformed(key):
+    with pytest.raises(ValueError, match=rf"^{key}={{'epochs': 0}}: a count in epochs is "
+                                         r'dict\(epochs=E\), E a positive number'):
+        load_run_config(DEMO, cfg_options={f'{key}._delete_': True, f'{key}.epochs': 0})
+    # A new train_cfg holds no val_interval to delete; the runtime's checkpoint interval is 1000.
+    options = {f'{key}.epochs': 1, **({f'{key}._delete_': True} if 'hooks' in key else {})}
+    with pytest.raises(ValueError, match=rf"^{key}={{'epochs': 1}}: a count in epochs is "
+                                         r'resolved by PhasedTrainLoop, and train_cfg\'s loop '
+                                         r'is IterBasedTrainLoop; give iterations'):
+        load_run_config(DEMO, cfg_options={'train_cfg._delete_': True,
+                                           'train_cfg.type': 'IterBasedTrainLoop',
+                                           'train_cfg.max_iters': 10, **options})

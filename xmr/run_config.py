@@ -175,7 +175,8 @@ def check_run_values(cfg: Config) -> None:
     optimiser's and its wrapper's, the hooks', the loops' and the samplers' options), a seed
     that is no integer, a bad phase, a batch size that is no positive integer, a negative
     learning rate, a value of MMEngine's logger or checkpoint hook that it refuses naming no key
-    or silently reads as another (:func:`_check_mmengine_hook_values`).
+    or silently reads as another (:func:`_check_mmengine_hook_values`), a count in epochs that
+    no loop would resolve (:func:`_check_epoch_counts`).
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
     option check of xmr's registries, after it has made the work dir; their own options, and
@@ -217,6 +218,7 @@ def check_run_values(cfg: Config) -> None:
         _check_mmengine_hook_values(where, hook, cfg.get('train_cfg'))
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
         LOOPS.check_options(cfg.get(loop))
+    _check_epoch_counts(cfg)
     seed = (cfg.get('randomness') or {}).get('seed')
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f'randomness.seed={seed!r} must be an integer (or None for a random one)')
@@ -350,6 +352,7 @@ def _check_mmengine_hook_values(where: str, hook: Any, train_cfg: Any) -> None:
     from mmengine.hooks import CheckpointHook, LoggerHook
     from mmengine.runner import EpochBasedTrainLoop
 
+    from xmr.engine.epoch_counts import is_epochs
     from xmr.registry import HOOKS, LOOPS
 
     built = hook.get('type') if isinstance(hook, Mapping) else None
@@ -367,9 +370,12 @@ def _check_mmengine_hook_values(where: str, hook: Any, train_cfg: Any) -> None:
     for key, meaning in (('interval', 'no periodic checkpoint (save_last still saves the last)'),
                          ('max_keep_ckpts', 'keep every checkpoint')):
         value = hook.get(key)
+        if key == 'interval' and is_epochs(value):
+            continue  # _check_epoch_counts
         if value is not None and value != -1 and not _is_count(value, 1):
             raise ValueError(f'{where}.{key}={value!r} must be a positive integer, or -1 for '
-                             f"{meaning}: MMEngine reads any value below 1 as -1")
+                             f"{meaning}: MMEngine reads any value below 1 as -1"
+                             + (', or dict(epochs=E)' if key == 'interval' else ''))
     save_begin = hook.get('save_begin')
     if save_begin is not None and not _is_count(save_begin, 0):
         raise ValueError(f'{where}.save_begin={save_begin!r} must be an integer >= 0')
@@ -387,6 +393,34 @@ def _check_mmengine_hook_values(where: str, hook: Any, train_cfg: Any) -> None:
         raise ValueError(f'{where}.by_epoch=True, but the train loop {loop.__name__} counts '
                          'iterations and ends no epoch: no checkpoint would be saved before the '
                          f'last; set {where}.by_epoch=False (interval then counts iterations)')
+
+
+def _check_epoch_counts(cfg: Config) -> None:
+    """Every count given in epochs (``train_cfg.val_interval``, a hook's ``interval``:
+    :mod:`xmr.engine.epoch_counts`) is ``dict(epochs=E)``, under a ``PhasedTrainLoop``, the loop
+    that resolves them; another would fail at its first step's modulo, naming no key.
+
+    Raises:
+        ValueError: naming the key, its value and the fix.
+    """
+    from xmr.engine.epoch_counts import check_epochs, is_epochs
+    from xmr.engine.loops import PhasedTrainLoop
+    from xmr.registry import LOOPS
+
+    train_cfg = cfg.get('train_cfg')
+    counts = {f'{where}.interval': hook.get('interval') for where, hook in _hooks(cfg).items()
+              if isinstance(hook, Mapping)}
+    counts['train_cfg.val_interval'] = (train_cfg or {}).get('val_interval')
+    loop = train_cfg.get('type') if isinstance(train_cfg, Mapping) else None
+    loop = LOOPS.get(loop) if isinstance(loop, str) else loop
+    for where, value in counts.items():
+        if not is_epochs(value):
+            continue
+        check_epochs(where, value)
+        if not (isinstance(loop, type) and issubclass(loop, PhasedTrainLoop)):
+            raise ValueError(f'{where}={dict(value)!r}: a count in epochs is resolved by '
+                             f"PhasedTrainLoop, and train_cfg's loop is "
+                             f"{getattr(loop, '__name__', loop)}; give iterations")
 
 
 def _check_optimizer_lr(optimizer: Any) -> None:

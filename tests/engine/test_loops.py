@@ -818,6 +818,45 @@ def test_resume_around_an_epochs_phase_repeats_the_uninterrupted_run(epochs_run,
         assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-5, abs=1e-6)
 
 
+def epoch_counts_cfg(work_dir: Path, batch_size: int) -> Config:
+    """The cross_lingual phase for 2 epochs of the train_dataloader (80 items: 80 / batch_size
+    batches each), validated every epoch and checkpointed every half epoch, all in epochs."""
+    cfg = make_cfg(work_dir, phases=[dict(PHASES[1], iters=None, epochs=2)])
+    cfg.train_dataloader.batch_size = batch_size
+    cfg.train_cfg.update(val_interval=dict(epochs=1), validate_at_phase_end=False)
+    cfg.default_hooks.checkpoint.interval = dict(epochs=0.5)
+    cfg.val_dataloader = dict(loader(dict(
+        type='SyntheticRetrievalDataset', num_scenes=8, languages=['en', *LANGS], split='val',
+        image_size=32, seed=0, captions_per_image=1), batch_size=8), drop_last=False)
+    cfg.val_evaluator = dict(type='RetrievalMetric', languages=['en', *LANGS],
+                             source_language='en')
+    cfg.val_cfg = dict(type='ValLoop')
+    return cfg
+
+
+@pytest.mark.parametrize('batch_size, epoch, half', [(8, 10, 5), (16, 5, 2), (4, 20, 10)])
+def test_counts_in_epochs_resolve_from_the_final_batch_size(tmp_path, batch_size, epoch, half):
+    """80 items: 10 batches an epoch at 8, 5 at 16 (half an epoch: 2 whole iterations), 20 at 4."""
+    loop = loop_of(epoch_counts_cfg(tmp_path, batch_size))
+    assert (loop.max_iters, loop.val_interval) == (2 * epoch, epoch)
+    checkpoint = next(h for h in loop.runner.hooks if type(h).__name__ == 'CheckpointHook')
+    assert checkpoint.interval == half
+
+
+@pytest.mark.parametrize('batch_size, validated, saved', [
+    (8, [10, 20], [5, 10, 15, 20]), (16, [5, 10], [2, 4, 6, 8, 10])])
+def test_a_run_validates_and_saves_on_the_epochs_of_its_batch_size(
+        tmp_path, monkeypatch, batch_size, validated, saved):
+    calls = []
+    validate = PhasedTrainLoop.validate
+    monkeypatch.setattr(PhasedTrainLoop, 'validate',
+                        lambda loop: calls.append(loop.iter) or validate(loop))
+    torch.manual_seed(0)
+    train(epoch_counts_cfg(tmp_path, batch_size))
+    assert calls == validated
+    assert sorted(int(p.stem[5:]) for p in tmp_path.glob('iter_*.pth')) == saved
+
+
 @pytest.mark.parametrize('lengths, message', [
     (dict(iters=4, epochs=1), 'phase source_finetune: give exactly one of iters and epochs'),
     (dict(iters=None), 'phase source_finetune: give exactly one of iters and epochs'),

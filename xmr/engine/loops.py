@@ -18,6 +18,13 @@ from xmr.engine.data_languages import (
 )
 from xmr.engine.distributed import rewrap_for_phase, shared_seed
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
+from xmr.engine.epoch_counts import (
+    batches_per_epoch,
+    check_epochs,
+    is_epochs,
+    iterations_in,
+    resolve_count,
+)
 from xmr.engine.eval_loops import check_media_exist, expected_metric_keys, scored_loaders
 from xmr.engine.feature_cache import prepare_feature_caches
 from xmr.engine.hook_points import call_hook_point
@@ -68,9 +75,11 @@ def resolve_dataloader_key(cfg: Mapping[str, Any], key: str, phase_name: str) ->
 
 def _check_validation_options(val_interval: Any, validate_at_phase_end: Any) -> None:
     # Checked here: a wrong type would fail at the first step's modulo, naming no key.
-    if isinstance(val_interval, bool) or not isinstance(val_interval, int) or val_interval < 0:
+    if is_epochs(val_interval):
+        check_epochs('train_cfg.val_interval', val_interval)
+    elif isinstance(val_interval, bool) or not isinstance(val_interval, int) or val_interval < 0:
         raise ValueError(f'train_cfg.val_interval={val_interval!r} must be an integer >= 0 '
-                         '(0: validate at phase ends only)')
+                         '(0: validate at phase ends only), or dict(epochs=E)')
     if not isinstance(validate_at_phase_end, bool):
         raise ValueError(f'train_cfg.validate_at_phase_end={validate_at_phase_end!r} must '
                          'be True or False')
@@ -332,7 +341,9 @@ class PhasedTrainLoop(BaseLoop):
         dataloader: the runner's ``train_dataloader`` (config or object); phases without their
             own dataloader use it.
         phases: list of :class:`Phase` fields as dicts.
-        val_interval: validate every this many global iterations (0: only at phase ends).
+        val_interval: validate every this many global iterations (0: only at phase ends), or
+            ``dict(epochs=E)``: every ``E`` passes over ``dataloader``, resolved here
+            (:mod:`xmr.engine.epoch_counts`), as is a hook's ``interval`` given so.
         validate_at_phase_end: validate after the last step of each phase.
         nonfinite_patience: consecutive iterations with a NaN or infinite loss tolerated
             before training stops with :class:`~xmr.engine.divergence.TrainingDivergedError`
@@ -343,7 +354,7 @@ class PhasedTrainLoop(BaseLoop):
     """
 
     def __init__(self, runner, dataloader: DataLoader | dict | None, phases: Sequence[dict],
-                 val_interval: int = 0, validate_at_phase_end: bool = True,
+                 val_interval: int | dict = 0, validate_at_phase_end: bool = True,
                  nonfinite_patience: int = 0) -> None:
         if not phases:
             raise ValueError('PhasedTrainLoop needs at least one phase')
@@ -370,7 +381,11 @@ class PhasedTrainLoop(BaseLoop):
                 self._resolve_epochs(index, phase)
             phase.start = start
             start = phase.end
-        self.val_interval = val_interval
+        self.val_interval = self._in_iterations('train_cfg.val_interval', val_interval)
+        for hook in runner.hooks:
+            if is_epochs(getattr(hook, 'interval', None)):
+                hook.interval = self._in_iterations(f'{type(hook).__name__}.interval',
+                                                    hook.interval)
         self.validate_at_phase_end = validate_at_phase_end
         self._max_iters = start
         self._iter = 0
@@ -413,17 +428,21 @@ class PhasedTrainLoop(BaseLoop):
         ``len`` of the built DataLoader counts what one pass yields: it respects ``drop_last``
         and, under DDP, is the per-rank count of the distributed sampler (equal on all ranks).
         """
-        dataloader = self._phase_dataloader(index)
-        try:
-            batches = len(dataloader)
-        except TypeError as error:
-            raise ValueError(f'phase {phase.name}: epochs needs a dataloader with a length') \
-                from error
+        batches = batches_per_epoch(self._phase_dataloader(index), f'phase {phase.name}')
         if batches == 0:
             raise _no_batch_error(phase)
-        phase.iters = phase.epochs * batches
+        phase.iters = iterations_in(f'phase {phase.name}', phase.epochs, batches)
         self.runner.logger.info(f'phase {phase.name}: {phase.epochs} epochs = {phase.iters} '
                                 f'iterations ({batches} per epoch)')
+
+    def _in_iterations(self, where: str, count: int | dict) -> int:
+        """``count`` in iterations; one in epochs counts passes over the runner's train
+        dataloader (:func:`~xmr.engine.epoch_counts.resolve_count`), logged."""
+        iterations = resolve_count(where, count, self.dataloader)
+        if iterations is not count:
+            self.runner.logger.info(f"{where}: {count['epochs']} epochs = {iterations} "
+                                    f'iterations ({len(self.dataloader)} per epoch)')
+        return iterations
 
     def _phase_dataloader(self, index: int) -> DataLoader:
         """A phase's built dataloader: the runner's, or the phase's own, built once."""
