@@ -9,5 +9,4 @@ _base_ = [
     '../_base_/default_runtime.py',
 ]
 
-train_cfg = dict(val_interval={{_base_.epoch}})
-default_hooks = dict(checkpoint=dict(interval={{_base_.epoch}}))
+default_hooks = dict(checkpoint=dict(interval=dict(_delete_=True, epochs=1)))

@@ -12,5 +12,4 @@ _base_ = [
 vit_images = dict(dataset=dict(transform=dict(_delete_=True, **_base_.vit_media_transform)))
 train_dataloader = val_dataloader = test_dataloader = vit_images
 
-train_cfg = dict(val_interval={{_base_.epoch}})
-default_hooks = dict(checkpoint=dict(interval={{_base_.epoch}}))
+default_hooks = dict(checkpoint=dict(interval=dict(_delete_=True, epochs=1)))

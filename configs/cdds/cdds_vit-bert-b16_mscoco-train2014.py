@@ -5,9 +5,4 @@
 # 5-fold 1K and 5K test). An epoch is one pass over train2014's 414,113 captions.
 _base_ = ['./cdds_vit-bert-b16_mscoco.py']
 
-train_pairs = 414113
-epoch = train_pairs // 64
-
 train_dataloader = dict(dataset=dict(ann_file='annotations/coco_train2014.json'))
-train_cfg = dict(val_interval=epoch)
-default_hooks = dict(checkpoint=dict(interval=epoch // 4))

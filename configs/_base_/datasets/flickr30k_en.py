@@ -7,7 +7,6 @@
 _base_ = ['./multi30k_clft.py']
 batch_size = 64
 train_pairs = 145000
-epoch = train_pairs // batch_size
 
 train_dataloader = dict(batch_size=batch_size,
                         dataset=dict(ann_file='annotations/flickr30k_train.json',

@@ -4,8 +4,6 @@
 # folds; and 5K).
 _base_ = ['./mscoco_clft.py']
 batch_size = 64
-train_pairs = 566747
-epoch = train_pairs // batch_size
 
 train_dataloader = dict(batch_size=batch_size,
                         dataset=dict(source_only=True, target_langs=None))

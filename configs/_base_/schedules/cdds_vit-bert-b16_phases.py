@@ -1,12 +1,13 @@
 # CDDS's recipe for its own ViT-B/16 + BERT towers (paper: 25 epochs, batch 64, AdamW): one phase
 # in which the towers (at 0.1 x the rate, as in LAPS) train with the CDDS UNets on the CDDS terms
-# alone (Eq. 15); lr 2e-4, cosine after a warm-up of 4% (one epoch of 25, xmr's choice). The 25
-# epochs become iterations of the runner's train_dataloader when the loop is built (25 x its
-# batches per pass, per process under DDP, logged); the configs set val_interval and the
-# checkpoint interval from their epoch.
+# alone (Eq. 15); lr 2e-4, cosine after a warm-up of 4% (one epoch of 25, xmr's choice),
+# validated after every epoch. The epochs become iterations of the runner's train_dataloader when
+# the loop is built (25 x its batches per pass, per process under DDP, logged), so they stay
+# epochs at any batch size (docs/configs.md); the configs set the checkpoint interval in epochs.
 num_epochs = 25
 train_cfg = dict(
     type='PhasedTrainLoop',
+    val_interval=dict(epochs=1),
     phases=[
         dict(name='cdds', epochs=num_epochs, lr=2e-4, warmup_ratio=0.04, schedule='cosine',
              trainable=['backbone', 'disentangler'], lr_mult={'backbone': 0.1},
