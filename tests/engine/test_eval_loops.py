@@ -357,6 +357,21 @@ def test_a_metric_keeps_every_item_of_its_dataset_not_one_per_batch(tmp_path):
     assert runner.val() == {'count/items': 6}
 
 
+def clips_test_runner(tmp_path: Path, loader: dict, loop: str) -> tuple[Runner, list[int]]:
+    """A test run of ``loop`` over ``loader``'s clips (its one loader and metric, listed for
+    ``MultiDatasetTestLoop``), and the list that records each batch's media count as the model
+    embeds it."""
+    metric = dict(type='RetrievalMetric', protocol='text_to_video', prefix='clips')
+    several = loop == 'MultiDatasetTestLoop'
+    runner = Runner(**base_cfg(tmp_path, test_dataloader=[loader] if several else loader,
+                               test_evaluator=[metric] if several else metric,
+                               test_cfg=dict(type=loop)))
+    encoded: list[int] = []
+    encode_media = runner.model.encode_media
+    runner.model.encode_media = lambda media: encoded.append(len(media)) or encode_media(media)
+    return runner, encoded
+
+
 @pytest.mark.parametrize('loop', ['TestLoop', 'MultiDatasetTestLoop'])
 def test_a_batch_whose_every_medium_was_skipped_is_counted_without_the_model(
         tmp_path, shared_data, loop):
@@ -372,14 +387,7 @@ def test_a_batch_whose_every_medium_was_skipped_is_counted_without_the_model(
     dump_annotation(ann, tmp_path / 'clips.json')
     loader = eval_loader(dict(type='RetrievalDataset', ann_file=str(tmp_path / 'clips.json'),
                               num_frames=2, transform=TINY, on_corrupt='skip'), batch_size=1)
-    metric = dict(type='RetrievalMetric', protocol='text_to_video', prefix='clips')
-    several = loop == 'MultiDatasetTestLoop'
-    runner = Runner(**base_cfg(tmp_path, test_dataloader=[loader] if several else loader,
-                               test_evaluator=[metric] if several else metric,
-                               test_cfg=dict(type=loop)))
-    encoded = []
-    encode_media = runner.model.encode_media
-    runner.model.encode_media = lambda media: encoded.append(len(media)) or encode_media(media)
+    runner, encoded = clips_test_runner(tmp_path, loader, loop)
 
     with pytest.warns(UserWarning, match='corrupted.mp4'):
         metrics = runner.test()
@@ -423,14 +431,7 @@ def test_a_test_run_names_every_missing_and_damaged_video_before_embedding_any(
     loader = eval_loader(dict(type='RetrievalDataset', ann_file=str(tmp_path / 'clips.json'),
                               data_root=str(tmp_path), num_frames=2, transform=TINY),
                          batch_size=1)
-    metric = dict(type='RetrievalMetric', protocol='text_to_video', prefix='clips')
-    several = loop == 'MultiDatasetTestLoop'
-    runner = Runner(**base_cfg(tmp_path, test_dataloader=[loader] if several else loader,
-                               test_evaluator=[metric] if several else metric,
-                               test_cfg=dict(type=loop)))
-    encoded = []
-    encode_media = runner.model.encode_media
-    runner.model.encode_media = lambda media: encoded.append(len(media)) or encode_media(media)
+    runner, encoded = clips_test_runner(tmp_path, loader, loop)
 
     with pytest.raises(FileNotFoundError) as info:
         runner.test()

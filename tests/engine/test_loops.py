@@ -818,19 +818,26 @@ def test_resume_around_an_epochs_phase_repeats_the_uninterrupted_run(epochs_run,
         assert mine['losses'] == pytest.approx(reference['losses'], rel=1e-5, abs=1e-6)
 
 
-def epoch_counts_cfg(work_dir: Path, batch_size: int) -> Config:
-    """The cross_lingual phase for 2 epochs of the train_dataloader (80 items: 80 / batch_size
-    batches each), validated every epoch and checkpointed every half epoch, all in epochs."""
-    cfg = make_cfg(work_dir, phases=[dict(PHASES[1], iters=None, epochs=2)])
-    cfg.train_dataloader.batch_size = batch_size
-    cfg.train_cfg.update(val_interval=dict(epochs=1), validate_at_phase_end=False)
-    cfg.default_hooks.checkpoint.interval = dict(epochs=0.5)
+def with_validation(cfg: Config, val_interval: int | dict = 2) -> Config:
+    """``cfg`` validated every ``val_interval`` on 8 synthetic scenes of every language."""
+    cfg.train_cfg.update(val_interval=val_interval)
     cfg.val_dataloader = dict(loader(dict(
         type='SyntheticRetrievalDataset', num_scenes=8, languages=['en', *LANGS], split='val',
         image_size=32, seed=0, captions_per_image=1), batch_size=8), drop_last=False)
     cfg.val_evaluator = dict(type='RetrievalMetric', languages=['en', *LANGS],
                              source_language='en')
     cfg.val_cfg = dict(type='ValLoop')
+    return cfg
+
+
+def epoch_counts_cfg(work_dir: Path, batch_size: int) -> Config:
+    """The cross_lingual phase for 2 epochs of the train_dataloader (80 items: 80 / batch_size
+    batches each), validated every epoch and checkpointed every half epoch, all in epochs."""
+    cfg = with_validation(make_cfg(work_dir, phases=[dict(PHASES[1], iters=None, epochs=2)]),
+                          val_interval=dict(epochs=1))
+    cfg.train_dataloader.batch_size = batch_size
+    cfg.train_cfg.update(validate_at_phase_end=False)
+    cfg.default_hooks.checkpoint.interval = dict(epochs=0.5)
     return cfg
 
 

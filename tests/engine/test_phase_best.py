@@ -11,7 +11,7 @@ import torch
 import torch.multiprocessing as mp
 from mmengine.runner import Runner, ValLoop
 
-from tests.engine.test_loops import LANGS, PHASES, loader, make_cfg, train
+from tests.engine.test_loops import PHASES, make_cfg, train, with_validation
 from xmr.engine.loops import PhasedTrainLoop
 from xmr.engine.phase_best import PhaseBest
 from xmr.engine.phases import Phase
@@ -21,17 +21,6 @@ from xmr.registry import MODELS
 TWO_PHASES = [PHASES[1], dict(PHASES[2], start_from_best='mAR')]
 # The scripted fixture's record, as the forked DDP workers see it.
 _FORKED_STATE: dict = {}
-
-
-def with_validation(cfg):
-    cfg.train_cfg.update(val_interval=2)
-    cfg.val_dataloader = dict(loader(dict(
-        type='SyntheticRetrievalDataset', num_scenes=8, languages=['en', *LANGS], split='val',
-        image_size=32, seed=0, captions_per_image=1), batch_size=8), drop_last=False)
-    cfg.val_evaluator = dict(type='RetrievalMetric', languages=['en', *LANGS],
-                             source_language='en')
-    cfg.val_cfg = dict(type='ValLoop')
-    return cfg
 
 
 def branch(runner) -> dict[str, torch.Tensor]:

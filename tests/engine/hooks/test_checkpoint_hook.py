@@ -17,8 +17,14 @@ from mmengine.runner import Runner
 
 import xmr.fileio
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
-from tests.engine.test_loops import PHASES, RecordingHook, make_cfg, train, train_runner
-from tests.engine.test_phase_best import with_validation
+from tests.engine.test_loops import (
+    PHASES,
+    RecordingHook,
+    make_cfg,
+    train,
+    train_runner,
+    with_validation,
+)
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.hooks import CheckpointHook
 from xmr.engine.hooks import checkpoint as checkpoint_hook
