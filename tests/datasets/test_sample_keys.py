@@ -87,3 +87,13 @@ def test_two_persistent_workers_draw_each_item_s_media_as_the_main_process_does(
     assert sorted(alone) == sorted(workers) == [(e, i) for e in (0, 1) for i in range(6)]
     assert [key for key in alone if not torch.equal(alone[key], workers[key])] == []
     assert any(not torch.equal(alone[0, i], alone[1, i]) for i in range(6))
+
+
+def test_a_keyed_item_records_its_index_as_a_plain_int(augmented, tmp_path):
+    """The key stays with the loading: an item (and so a batch, a hook's record of it, anything
+    saved of it) holds the plain index, which ``torch.load(weights_only=True)`` reads back."""
+    item = augmented[SampleIndex(2, seed=3, epoch=1)]
+
+    assert type(item['index']) is int and item['index'] == 2
+    torch.save([item['index']], tmp_path / 'indices.pt')
+    assert torch.load(tmp_path / 'indices.pt', weights_only=True) == [2]

@@ -50,7 +50,7 @@ def skip_or_raise(error: MediaReadError, on_corrupt: str, index: int) -> Skipped
     """Apply the policy to a read failure: re-raise it, or warn and return the marker."""
     if on_corrupt == 'raise':
         raise error
-    return warned(SkippedMedia(index=index, media_path=error.path, reason=error.reason))
+    return warned(SkippedMedia(index=int(index), media_path=error.path, reason=error.reason))
 
 
 def warned(marker: SkippedMedia, source: str = '') -> SkippedMedia:

@@ -158,7 +158,7 @@ class CaptionPairDataset(MediaCaptionDataset):
                      else record.captions)
             target_text = table[lang][caption]
         item = {'media': media, 'media_id': record.media_id, 'source_text': source_text,
-                'target_text': target_text, 'lang': lang, 'index': index}
+                'target_text': target_text, 'lang': lang, 'index': int(index)}
         if 'source_to_target' in self.translated_texts:
             item['source_to_target_text'] = record.translations[lang][caption]
         if 'target_to_source' in self.translated_texts:

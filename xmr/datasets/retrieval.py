@@ -89,7 +89,7 @@ class RetrievalDataset(MediaCaptionDataset):
         captions.update({lang: list(record.translations[lang])
                          for lang in self.translated_languages})
         item = {'media': media, 'media_id': record.media_id, 'captions': captions,
-                'index': index}
+                'index': int(index)}
         if self.back_translated_languages:
             item['back_translations'] = {lang: list(record.back_translations[lang])
                                          for lang in self.back_translated_languages}

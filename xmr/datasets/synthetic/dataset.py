@@ -138,7 +138,7 @@ class SyntheticPairDataset(_SyntheticImages):
         return dict(media=self._media(scene, scene_index),
                     media_id=self._media_id(scene_index),
                     source_text=caption_scene(scene, 'en', CAPTION_STYLES[source_style]),
-                    target_text=target_text, lang=lang, index=index)
+                    target_text=target_text, lang=lang, index=int(index))
 
 
 @DATASETS.register_module()
@@ -222,7 +222,7 @@ class SyntheticRetrievalDataset(_SyntheticImages):
         stream_index, scene = self.gallery[index]
         return dict(media=self._media(scene, stream_index),
                     media_id=self._media_id(stream_index),
-                    captions=self.captions_of(index), index=index)
+                    captions=self.captions_of(index), index=int(index))
 
 
 @FUNCTIONS.register_module()
