@@ -382,8 +382,12 @@ def test_two_gloo_processes_train_dasd_s_compiled_losses_as_its_eager_ones(tmp_p
     for rank in range(WORLD):
         eager = torch.load(tmp_path / f'rank{rank}_eager.pt')
         compiled = torch.load(tmp_path / f'rank{rank}_compiled.pt')
+        # AdamW (lr 1e-2) moves a weight whose gradient is near zero by a share of lr that
+        # the gradient's last digits decide, so summation order shows there as a share of lr:
+        # one of the SDM head's 1,024 weights moved 2.9e-4 apart on one host (the rest within
+        # 4e-6), where the earlier atol of 1e-4 had held on another.
         for name, value in eager['state'].items():
-            torch.testing.assert_close(compiled['state'][name], value, rtol=1e-3, atol=1e-4,
+            torch.testing.assert_close(compiled['state'][name], value, rtol=1e-3, atol=5e-4,
                                        msg=name)
         # The cross-modal phase's InfoNCE gathers the global batch: the ranks' row counts are
         # read on the host once per gather, outside the graphs; nothing else breaks them.
