@@ -42,7 +42,9 @@ def shuffled_negatives(batch: int, generator: torch.Generator | None = None,
     """A random permutation of ``0..B-1`` without fixed points: row ``i`` pairs with another row.
 
     A random order is walked as a cycle (each sample takes the next one's partner), so no
-    sample is ever its own negative. The order is drawn on ``device``, from its random stream:
+    row is ever its own negative. Two rows holding one English sentence can still meet, as
+    in the paper's shuffle and the authors' ``torch.flip``: docs/methods/dasd.md measures how
+    rarely. The order is drawn on ``device``, from its random stream:
     one drawn on the host and copied over would make the host wait for the device each step,
     and a CUDA graph could not hold it.
 
