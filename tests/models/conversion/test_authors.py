@@ -260,6 +260,9 @@ def test_the_cli_reports_used_unused_and_kept_keys(tmp_path, capsys):
     line = capsys.readouterr().out
     assert 'keys used' in line and 'AdvAgent.discriminator.0.weight' in line
     assert '0 missing' in line
+    # the model's facts (_extra_state) are recorded, not a weight kept from the config: the
+    # one kept is the learnt temperature of this config's English loss
+    assert line.rstrip().endswith('1 kept from the config: losses.source_cm.log_scale')
     assert (tmp_path / 'x.pth').is_file()
 
 

@@ -23,7 +23,12 @@ from mmengine.config import Config
 from torch import nn
 
 from xmr.datasets.languages import LanguageCodeError, normalize_language
-from xmr.engine.checkpoint import CheckpointReadError, check_checkpoint, save_model_checkpoint
+from xmr.engine.checkpoint import (
+    FACTS,
+    CheckpointReadError,
+    check_checkpoint,
+    save_model_checkpoint,
+)
 from xmr.fileio import input_written_over
 from xmr.models.conversion.settings import authors_differences
 from xmr.models.weight_files import read_weights
@@ -302,7 +307,8 @@ def canonical_acquirers(state: Mapping[str, torch.Tensor], codes: Mapping[str, s
 
 def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.Module,
                         config: str, absent: list[str]) -> list[str]:
-    """Refuse missing or differently shaped parameters; return the xmr keys kept as built.
+    """Refuse missing or differently shaped parameters; return the xmr weights kept as built
+    (the model's facts, ``_extra_state``, are recorded as built and not counted).
 
     ``absent``: the authors' keys the mappings looked for in vain, named in the refusal.
     """
@@ -327,8 +333,9 @@ def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.M
         raise ConversionError(
             f'{path}: {len(reshaped)} parameters differ in shape from the {config} model '
             f'({details}{"; ..." if len(reshaped) > 3 else ""}): {fixes}')
+    # The retriever's facts (backbone, width, languages) are recorded, not a weight kept.
     return sorted(k for k in expected if not k.startswith(CONVERTED_PREFIXES) and
-                  k not in aliases)
+                  k not in aliases and not k.endswith(FACTS))
 
 
 #: What a parameter of another shape says, by the part of the model it is in, and the fix.
