@@ -148,3 +148,34 @@ def test_a_ctrl_c_beneath_two_library_errors_stays_an_interrupt(capsys):
     with pytest.raises(KeyboardInterrupt):
         run_tool(main, [])
     assert capsys.readouterr().err == ''
+
+
+@pytest.mark.parametrize('variable', ['LOCAL_RANK', 'SLURM_LOCALID', 'OMPI_COMM_WORLD_LOCAL_RANK'])
+def test_a_refusal_before_the_process_group_is_printed_by_local_rank_0_alone(variable, monkeypatch,
+                                                                           capsys):
+    """torchrun printed a refused work dir once per process; each still exits with status 2."""
+    for name in ('LOCAL_RANK', 'SLURM_LOCALID', 'OMPI_COMM_WORLD_LOCAL_RANK'):
+        monkeypatch.delenv(name, raising=False)
+    refusal = _raise(UserError('work_dirs/x', 'holds the checkpoints of an earlier run'))
+    monkeypatch.setenv(variable, '1')
+    assert _fails_with(refusal, [], capsys) == ''
+    monkeypatch.setenv(variable, '0')
+    assert _fails_with(refusal, [], capsys) == \
+        'error: work_dirs/x: holds the checkpoints of an earlier run\n'
+
+
+def test_an_unexpected_error_or_one_after_the_group_starts_is_printed_by_every_rank(
+        monkeypatch, capsys):
+    """Such an error may be its rank's own (a GPU, a shard only it reads): hiding it would leave
+    the other ranks waiting for a process that is gone without a word."""
+    import torch.distributed as dist
+
+    monkeypatch.setenv('LOCAL_RANK', '1')
+    assert _fails_with(_raise(RuntimeError('CUDA error: invalid device ordinal')), [],
+                       capsys).startswith('error: RuntimeError: CUDA error')
+    dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        assert _fails_with(_raise(UserError('shard-1', 'is missing')), [], capsys) == \
+            'error: shard-1: is missing\n'
+    finally:
+        dist.destroy_process_group()

@@ -6,7 +6,8 @@ process exits with status 2 (as ``argparse`` does for a bad flag); the traceback
 with ``--debug``. Library code raises :class:`UserError` where it knows the fault and its fix;
 other exceptions still produce one line (marked as unexpected unless xmr raised it on
 purpose, e.g. a ``MediaReadError`` naming the file), so that no tool prints a raw traceback by
-default.
+default. Under a launcher (torchrun, srun, mpirun), a refusal before the process group starts is
+printed by the first process of each node alone; every process still exits with status 2.
 """
 from __future__ import annotations
 
@@ -129,11 +130,35 @@ def _expected(error: BaseException) -> bool:
             or type(error).__module__.split('.')[0] == 'xmr')
 
 
+#: Where a launcher tells a process its rank on its node: torchrun, srun, mpirun.
+LOCAL_RANK_VARIABLES = ('LOCAL_RANK', 'SLURM_LOCALID', 'OMPI_COMM_WORLD_LOCAL_RANK')
+
+
+def _printed_by_another_process(error: BaseException) -> bool:
+    """Whether another process of this launch prints ``error``'s line already.
+
+    Before a process group exists, the processes of one node check the same arguments, config
+    and files and refuse them alike: the node's local rank 0 alone prints an expected refusal
+    (one line per node, so that a file missing on one node is still named). An unexpected
+    error, or any error once the group exists, may be its process's own: each prints it.
+    """
+    if not _expected(error) or _process_group_started():
+        return False
+    return any(os.environ.get(name, '0') not in ('', '0') for name in LOCAL_RANK_VARIABLES)
+
+
+def _process_group_started() -> bool:
+    # A tool that failed before importing torch has started no group.
+    dist = sys.modules.get('torch.distributed')
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
 def _report(error: BaseException, debug: bool) -> NoReturn:
     if debug:
         traceback.print_exception(error)
     line = f'error: {error_line(error)}'
     if not _expected(error):
         line += f' (unexpected; run again with {DEBUG_FLAG} for the traceback)'
-    print(line, file=sys.stderr)
+    if not _printed_by_another_process(error):
+        print(line, file=sys.stderr)
     raise SystemExit(EXIT_ERROR) from error
