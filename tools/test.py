@@ -62,8 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "the CSV written for CHECKPOINT holds its own row alone)")
     parser.add_argument('--over-seeds', action='store_true',
                         help='with --compare: one row per run whose seeds alone differ (same '
-                        'config, --ablation rows, checkpoint name and test sets), each value the '
-                        'mean ± sample standard deviation over its seeds')
+                        'config file, --ablation rows, checkpoint name and test sets), each '
+                        'value the mean ± sample standard deviation over its seeds')
     add_config_arguments(parser, 'test_dataloader.batch_size=64')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher for distributed testing')

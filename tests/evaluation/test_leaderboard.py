@@ -471,6 +471,35 @@ def test_another_checkpoint_of_a_run_is_a_row_of_its_own():
                                           'dasd (iter_450, seed 0)']
 
 
+def _config_result(seed, de_ar, config, resolved=None):
+    return replace(_seed_result(seed, de_ar), config=config, config_resolved=resolved)
+
+
+def test_configs_of_one_name_in_other_folders_are_runs_of_their_own():
+    """Grouped by the config's file name, the four seeds below were one row of 37.50 ± 27.54."""
+    runs = mean_over_seeds([
+        _config_result(0, 10.0, 'configs/lora/dasd.py', '/home/u/xmr/configs/lora/dasd.py'),
+        _config_result(0, 50.0, 'configs/static/dasd.py', '/home/u/xmr/configs/static/dasd.py'),
+        # The same file given from another folder: the run's second seed.
+        _config_result(1, 20.0, '../xmr/configs/lora/dasd.py',
+                       '/home/u/xmr/configs/lora/dasd.py'),
+        _config_result(1, 70.0, 'configs/static/dasd.py', '/home/u/xmr/configs/static/dasd.py')])
+    # Seeds 10, 20: mean 15, std sqrt((25 + 25) / 1); seeds 50, 70: mean 60, std sqrt(200).
+    assert leaderboard_table(runs)[1] == [
+        ['lora/dasd (iter_900, seeds 0, 1)', '15.00 ± 7.07', '15.00 ± 7.07'],
+        ['static/dasd (iter_900, seeds 0, 1)', '60.00 ± 14.14', '60.00 ± 14.14']]
+
+
+def test_results_that_record_no_resolved_config_are_grouped_by_the_path_given():
+    runs = mean_over_seeds([_config_result(0, 10.0, 'a/dasd.py'),
+                            _config_result(0, 50.0, 'b/x/dasd.py'),
+                            _config_result(1, 20.0, './a/dasd.py'),
+                            _config_result(0, 30.0, 'configs/other.py')])
+    assert [(run.name, run.metrics['m30k/mAR']) for run in runs] == [
+        ('a/dasd (iter_900, seeds 0, 1)', 15.0), ('x/dasd (iter_900, seed 0)', 50.0),
+        ('other (iter_900, seed 0)', 30.0)]
+
+
 @pytest.mark.parametrize('results, message', [
     ([_seed_result(0, 10.0), _seed_result(0, 12.0)],
      r'^seed 0 of one run is in two results: run seed 0, run seed 0; compare each seed once$'),

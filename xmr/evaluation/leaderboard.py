@@ -459,9 +459,12 @@ def mean_over_seeds(results: Sequence[EvaluationResult]) -> list[EvaluationResul
     each metric's mean over the run's seeds, and its sample standard deviation (``n - 1``) in
     :attr:`EvaluationResult.seed_std` (none for a run of one seed).
 
-    The results of one run record the same config, ``--ablation`` rows, checkpoint name
+    The results of one run record the same config file (:func:`_config_file`: two configs of
+    one name in other folders are two runs), ``--ablation`` rows, checkpoint name
     (``iter_3000``) and test sets, and each its ``seed`` (``tools/test.py`` records them all);
-    runs keep the order they are first met in ``results``.
+    runs keep the order they are first met in ``results``. A row is labelled by its config's
+    name, with as many of its folders as tell it from another config of that name
+    (``lora/dasd``, ``static/dasd``).
 
     Raises:
         ValueError: a result that records no seed, two results of one seed in a run, or seeds of
@@ -473,14 +476,36 @@ def mean_over_seeds(results: Sequence[EvaluationResult]) -> list[EvaluationResul
             raise ValueError(f'{result.name}: the result records no seed (seed: '
                              f"{result.extra.get('seed')!r}), so it cannot be averaged with "
                              'other seeds; test its checkpoint again with tools/test.py')
-        key = (Path(result.config or '').stem, tuple(result.extra.get('ablations') or ()),
+        key = (_config_file(result), tuple(result.extra.get('ablations') or ()),
                Path(result.checkpoint or '').stem, result.test_set_label())
         runs.setdefault(key, []).append(result)
-    return [_seed_mean(seeds) for seeds in runs.values()]
+    labels = _config_labels([_config_file(result) for result in results])
+    return [_seed_mean(seeds, labels[_config_file(seeds[0])]) for seeds in runs.values()]
 
 
-def _seed_mean(seeds: Sequence[EvaluationResult]) -> EvaluationResult:
-    """The result of one run averaged over its ``seeds`` (:func:`mean_over_seeds`)."""
+def _config_file(result: EvaluationResult) -> str:
+    """The config file ``result`` was tested with: its resolved path, or for a result written
+    before xmr recorded that, the path as given (its name alone, when none was recorded)."""
+    return result.config_resolved or os.path.normpath(result.config or result.name)
+
+
+def _config_labels(files: Sequence[str]) -> dict[str, str]:
+    """Per config file, its name without ``.py``, with as many of its folders as tell it from
+    the other ``files`` of that name (``lora/dasd``, ``static/dasd``)."""
+    parts = {file: Path(file).with_suffix('').parts for file in files}
+    labels = {}
+    for file, own in parts.items():
+        namesakes = [other for other in parts.values() if other[-1:] == own[-1:]]
+        depth = next((depth for depth in range(1, len(own) + 1)
+                      if [other[-depth:] for other in namesakes].count(own[-depth:]) == 1),
+                     len(own))
+        labels[file] = '/'.join(own[-depth:]).removeprefix('/')
+    return labels
+
+
+def _seed_mean(seeds: Sequence[EvaluationResult], label: str) -> EvaluationResult:
+    """The result of one run averaged over its ``seeds`` (:func:`mean_over_seeds`), its row
+    labelled with its config's ``label``."""
     first = seeds[0]
     numbers = [result.extra['seed'] for result in seeds]
     repeated = sorted({n for n in numbers if numbers.count(n) > 1})
@@ -498,8 +523,7 @@ def _seed_mean(seeds: Sequence[EvaluationResult]) -> EvaluationResult:
     std = {} if count == 1 else {
         key: math.sqrt(math.fsum((r.metrics[key] - mean[key]) ** 2 for r in seeds) / (count - 1))
         for key in first.metrics}
-    name = (f"{Path(first.config or first.name).stem}"
-            f"{ablation_suffix(first.extra.get('ablations') or ())} "
+    name = (f"{label}{ablation_suffix(first.extra.get('ablations') or ())} "
             f"({Path(first.checkpoint or '').stem}, seed{'s' * (count > 1)} "
             f"{', '.join(map(str, sorted(numbers)))})")
     extra = {**first.extra, 'seeds': sorted(numbers), 'seed_std': std}
