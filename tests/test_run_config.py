@@ -610,3 +610,27 @@ def test_a_count_in_epochs_is_refused_as_the_config_loads_under_another_loop_or_
         load_run_config(DEMO, cfg_options={'train_cfg._delete_': True,
                                            'train_cfg.type': 'IterBasedTrainLoop',
                                            'train_cfg.max_iters': 10, **options})
+
+
+@pytest.mark.parametrize('option', ['resume=no', 'randomness.deterministic=off',
+                                    'randomness.diff_rank_seed=none', 'env_cfg.cudnn_benchmark=0',
+                                    'log_processor.by_epoch=no'])
+def test_a_word_for_a_runner_flag_is_refused_when_the_config_loads(option):
+    """--cfg-options reads True, False and None alone: resume=no was the text 'no', which
+    tools/train.py read as resume=True (the work dir's latest checkpoint), and MMEngine's
+    runner read deterministic=off as deterministic."""
+    import argparse
+
+    from xmr.run_config import add_config_arguments
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    options = parser.parse_args(['--cfg-options', option]).cfg_options
+    key, _, word = option.partition('=')
+    shown = repr(int(word)) if word.isdigit() else repr(word)
+    with pytest.raises(ValueError, match=rf'^{re.escape(key)}={shown} must be True or False '
+                       rf'\(.*\): --cfg-options {re.escape(key)}=False$'):
+        load_run_config(DEMO, cfg_options=options)
+    for taken in ('false', 'True', 'None'):
+        load_run_config(DEMO, cfg_options=parser.parse_args(
+            ['--cfg-options', f'{key}={taken}']).cfg_options)

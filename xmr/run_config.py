@@ -176,7 +176,8 @@ def check_run_values(cfg: Config) -> None:
     that is no integer, a bad phase, a batch size that is no positive integer, a negative
     learning rate, a value of MMEngine's logger or checkpoint hook that it refuses naming no key
     or silently reads as another (:func:`_check_mmengine_hook_values`), a count in epochs that
-    no loop would resolve (:func:`_check_epoch_counts`).
+    no loop would resolve (:func:`_check_epoch_counts`), a flag of the runner's own that is no
+    ``True`` or ``False`` (:data:`RUNNER_FLAGS`).
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
     option check of xmr's registries, after it has made the work dir; their own options, and
@@ -219,6 +220,7 @@ def check_run_values(cfg: Config) -> None:
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
         LOOPS.check_options(cfg.get(loop))
     _check_epoch_counts(cfg)
+    _check_runner_flags(cfg)
     seed = (cfg.get('randomness') or {}).get('seed')
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f'randomness.seed={seed!r} must be an integer (or None for a random one)')
@@ -226,6 +228,28 @@ def check_run_values(cfg: Config) -> None:
     if train_cfg.get('type') == 'PhasedTrainLoop':
         check_phase_names([Phase.from_config(index, phase)
                            for index, phase in enumerate(train_cfg.get('phases') or [])])
+
+
+#: Keys MMEngine's runner (and ``tools/train.py``, ``resume``) reads as flags, which no
+#: registered type's defaults check: ``--cfg-options resume=no`` is the text 'no', which they
+#: read as true (``--cfg-options`` reads True, False and None alone).
+RUNNER_FLAGS = ('resume', 'randomness.deterministic', 'randomness.diff_rank_seed',
+                'env_cfg.cudnn_benchmark', 'log_processor.by_epoch')
+
+
+def _check_runner_flags(cfg: Config) -> None:
+    """Each of :data:`RUNNER_FLAGS` the config sets is ``True``, ``False`` or ``None``.
+
+    Raises:
+        ValueError: naming the key and its value.
+    """
+    for key in RUNNER_FLAGS:
+        section, _, name = key.rpartition('.')
+        holder = cfg.get(section) if section else cfg
+        value = holder.get(name) if isinstance(holder, (Config, Mapping)) else None
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f'{key}={value!r} must be True or False (a word such as no or off '
+                             f'is text, which reads as true): --cfg-options {key}=False')
 
 
 def _wrapper_options(optim_wrapper: Any) -> Any:
