@@ -55,7 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                        help='module file per language of the model')
     merge.add_argument('--out', type=Path, required=True)
     for command in (report, export, merge):
-        add_config_arguments(command, "model.language_branch.languages=['de','fr','cs']")
+        add_config_arguments(command, "model.language_branch.languages=['de','fr','cs']",
+                             named_by=None)
     return parser.parse_args(argv)
 
 

@@ -64,7 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='with --compare: one row per run whose seeds alone differ (same '
                         'config file, --ablation rows, checkpoint name and test sets), each '
                         'value the mean ± sample standard deviation over its seeds')
-    add_config_arguments(parser, 'test_dataloader.batch_size=64')
+    add_config_arguments(parser, 'test_dataloader.batch_size=64',
+                         named_by='the default row label (--name)')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher for distributed testing')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)

@@ -53,7 +53,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--batch-size', type=int, default=256)
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--out-dir', default='work_dirs/features')
-    add_config_arguments(parser)
+    add_config_arguments(parser, named_by=None)
     args = parser.parse_args(argv)
     for name in ('num_captions', 'clusters', 'examples', 'batch_size'):
         if getattr(args, name) < 1:

@@ -48,13 +48,21 @@ class ConfigOptionsAction(DictAction):
 
 
 def add_config_arguments(parser: argparse.ArgumentParser,
-                         example: str = 'model.language_branch.num_blocks=6') -> None:
+                         example: str = 'model.language_branch.num_blocks=6',
+                         named_by: str | None = 'the default work dir') -> None:
     """``--ablation NAME [NAME ...]`` (the paper rows to apply, :mod:`xmr.ablations`) and
-    ``--cfg-options KEY=VALUE ...``, which :func:`load_run_config` merges in that order."""
+    ``--cfg-options KEY=VALUE ...``, which :func:`load_run_config` merges in that order.
+
+    Args:
+        parser: the tool's parser.
+        example: the ``--cfg-options`` example its help shows.
+        named_by: what of the tool's output adds the ablations' names, as its help says
+            (``None`` for a tool that names nothing after them).
+    """
     parser.add_argument('--ablation', nargs='+', default=[], metavar='NAME',
                         help="paper ablations applied to the config, in order: '<method>/<row>' "
-                        "(e.g. dasd/no-sc; configs/<method>/ablations/) or a .py file; the "
-                        'default work dir adds their names')
+                        "(e.g. dasd/no-sc; configs/<method>/ablations/) or a .py file"
+                        + ('' if named_by is None else f'; {named_by} adds their names'))
     parser.add_argument('--cfg-options', nargs='+', action=ConfigOptionsAction,
                         help=f'override config keys, e.g. {example}')
 

@@ -612,3 +612,13 @@ def test_compare_into_a_closed_pipe_is_quiet(tmp_path):
     finally:
         os.close(writer)
     assert (run.returncode, run.stderr) == (0, '')
+
+
+def test_the_help_of_ablation_says_what_the_test_names_after_it(capsys):
+    """The help said 'the default work dir adds their names', as tools/train.py's does; the test
+    writes beside the checkpoint, and its row label is what adds them."""
+    with pytest.raises(SystemExit):
+        load_tool().parse_args(['--help'])
+    ablation = capsys.readouterr().out.split('--ablation NAME [NAME ...]')[-1].split('--cfg')[0]
+    assert ' '.join(ablation.split()).endswith(
+        'or a .py file; the default row label (--name) adds their names')
