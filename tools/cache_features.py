@@ -23,7 +23,7 @@ from typing import Any
 
 from mmengine.config import Config
 
-from xmr.run_config import add_config_arguments, load_run_config
+from xmr.run_config import DEFAULT_WORK_DIR, add_config_arguments, load_run_config
 from xmr.utils.cli import run_tool
 
 LOADER_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
@@ -35,8 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--checkpoint', help='weights to load into the model first')
     parser.add_argument('--overwrite', action='store_true', help='rebuild existing caches')
     parser.add_argument('--work-dir', help="the run's work directory, where phases with "
-                        'cache_features keep their caches (default: work_dirs/<config name>, '
-                        'as tools/train.py)')
+                        'cache_features keep their caches (default: '
+                        f'{DEFAULT_WORK_DIR}, as tools/train.py)')
     parser.add_argument('--device', default=None,
                         help="device of the towers (default: 'cuda' when available, else 'cpu')")
     parser.add_argument('--batch-size', type=int, help="override each cache's batch_size")

@@ -17,7 +17,12 @@ import os.path as osp
 
 from mmengine.config import Config
 
-from xmr.run_config import add_config_arguments, check_evaluation_keys, load_run_config
+from xmr.run_config import (
+    DEFAULT_WORK_DIR,
+    add_config_arguments,
+    check_evaluation_keys,
+    load_run_config,
+)
 from xmr.utils.cli import UserError, run_tool
 
 
@@ -25,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Train an xmr model')
     parser.add_argument('config', help='config file')
     parser.add_argument('--work-dir', help='where logs and checkpoints go '
-                        '(default: work_dirs/<config name>)')
+                        f'(default: {DEFAULT_WORK_DIR})')
     parser.add_argument('--resume', nargs='?', type=str, const='latest',
                         help="resume from a checkpoint PATH, from 'latest' (the default when the "
                         "flag has no value): the work dir's latest checkpoint, an error if there "

@@ -20,8 +20,13 @@ from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
 from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import UserError, did_you_mean
 
-__all__ = ['add_config_arguments', 'check_evaluation_keys', 'check_run_values', 'config_file',
-           'load_run_config', 'merge_options']
+__all__ = ['DEFAULT_WORK_DIR', 'add_config_arguments', 'check_evaluation_keys',
+           'check_run_values', 'config_file', 'load_run_config', 'merge_options']
+
+
+#: Where a run writes without ``--work-dir`` (:func:`~xmr.engine.work_dir.resolve_work_dir`),
+#: as the tools' help says it.
+DEFAULT_WORK_DIR = "the config's work_dir, else work_dirs/<config name>[_<ablation>...]"
 
 
 class ConfigOptionsAction(DictAction):

@@ -271,3 +271,16 @@ def test_a_misspelt_option_of_an_adapter_is_refused_before_the_work_dir_is_made(
             r"'hiddn' \(did you mean 'hidden'\?\)")):
         train_tool.main([str(config), '--work-dir', str(work_dir)])
     assert not work_dir.exists()
+
+
+def test_the_help_of_work_dir_names_the_default_a_run_takes(tmp_path, capsys):
+    """The help said work_dirs/<config name>, where a config's own work_dir comes first."""
+    config = tmp_path / 'mine.py'
+    config.write_text(f"_base_ = [{str(DEMO)!r}]\nwork_dir = {str(tmp_path / 'runs')!r}\n")
+    assert train_tool.build_config(train_tool.parse_args([str(config)])).work_dir == \
+        str(tmp_path / 'runs')
+    with pytest.raises(SystemExit):
+        train_tool.parse_args(['--help'])
+    work_dir = capsys.readouterr().out.split('--work-dir WORK_DIR ')[1].split('--resume')[0]
+    assert ' '.join(work_dir.split()) == ("where logs and checkpoints go (default: the config's "
+                                          'work_dir, else work_dirs/<config name>[_<ablation>...])')
