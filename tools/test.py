@@ -44,7 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('checkpoint', nargs='?', help='checkpoint file written by training')
     parser.add_argument('--work-dir', help='where the test logs go (default: test/ beside the '
                         'result: beside the checkpoint, in the training work dir, without --out; '
-                        "the training run's config dump and logs stay as they were)")
+                        "the training run's config dump and logs stay as they were; a "
+                        "training run's work dir, holding its dump, is refused)")
     parser.add_argument('--out', help='JSON file of the result (the CSV table goes beside it); '
                         'default: <checkpoint>_test.json next to the checkpoint')
     parser.add_argument('--overwrite', action='store_true',
@@ -193,6 +194,27 @@ def check_earlier_result(json_path: Path, overwrite: bool) -> None:
                         f"{earlier.extra.get('tested_at', 'at an unrecorded time')}, "
                         f'{earlier.checkpoint_resolved or earlier.checkpoint}); it is kept',
                         f'pass --overwrite to replace it, or {keep}')
+
+
+def check_work_dir(args: argparse.Namespace) -> None:
+    """Stop before testing when ``--work-dir`` is a training run's, holding its config dump:
+    MMEngine dumps the test's config to ``<work dir>/<config name>.py``, over the training's.
+
+    Raises:
+        UserError: naming the folder, its checkpoints and the dump, and the ways out.
+    """
+    from xmr.engine.work_dir import training_checkpoints
+
+    if args.work_dir is None:
+        return
+    dump = Path(args.work_dir) / Path(config_file(args.config)).name
+    found = training_checkpoints(args.work_dir)
+    if found and dump.is_file():
+        shown = ', '.join(found[:3]) + (', ...' if len(found) > 3 else '')
+        raise UserError(args.work_dir, f'is the work dir of a training run ({shown}), whose '
+                        f'config dump {dump.name} the test would replace with its own',
+                        'leave out --work-dir (the test logs go to test/ beside the result), or '
+                        'give a folder of its own')
 
 
 def clip_benchmark_folder(json_path: Path) -> Path:
@@ -397,6 +419,7 @@ def main(argv: list[str] | None = None) -> None:
     check_inputs(args)
     json_path, csv_path = output_paths(args)
     check_writable(json_path, args.overwrite)
+    check_work_dir(args)
     result, scored = run_test(args)
     if not is_main_process():
         return

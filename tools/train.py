@@ -10,7 +10,6 @@ beside its own.
 from __future__ import annotations
 
 import argparse
-import glob
 import logging
 import os
 import os.path as osp
@@ -167,8 +166,9 @@ def refuse_earlier_checkpoints(work_dir: str) -> None:
     Raises:
         UserError: naming the checkpoints and the ways out.
     """
-    found = sorted(osp.basename(path) for pattern in ('iter_*.pth', 'best_*.pth')
-                   for path in glob.glob(osp.join(glob.escape(work_dir), pattern)))
+    from xmr.engine.work_dir import training_checkpoints
+
+    found = training_checkpoints(work_dir)
     if found:
         shown = ', '.join(found[:3]) + (f', ... ({len(found)} in all)' if len(found) > 3 else '')
         raise UserError(work_dir, f'holds the checkpoints of an earlier run ({shown}), which a '

@@ -622,3 +622,26 @@ def test_the_help_of_ablation_says_what_the_test_names_after_it(capsys):
     ablation = capsys.readouterr().out.split('--ablation NAME [NAME ...]')[-1].split('--cfg')[0]
     assert ' '.join(ablation.split()).endswith(
         'or a .py file; the default row label (--name) adds their names')
+
+
+def test_a_work_dir_of_a_training_run_is_refused_before_its_config_dump_is_replaced(
+        synthetic_setup, capsys):
+    """--work-dir <the training work dir> (MMEngine's tools' habit) dumped the test's config
+    over the training run's, which records how its checkpoints were trained."""
+    root, config = synthetic_setup
+    trained = root / 'trained'
+    trained.mkdir()
+    shutil.copy(root / 'model.pth', trained / 'iter_4.pth')
+    (trained / 'synthetic.py').write_text("# the training run's dump\n")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(trained))}: is the work dir of a "
+                       r'training run \(iter_4.pth\), whose config dump synthetic.py the test '
+                       r'would replace with its own: leave out --work-dir'):
+        load_tool().main([str(config()), str(trained / 'iter_4.pth'), '--work-dir',
+                          str(trained)])
+    assert (trained / 'synthetic.py').read_text() == "# the training run's dump\n"
+    assert not (trained / 'iter_4_test.json').exists()
+    # A folder of the test's own, or a work dir without checkpoints, is taken.
+    load_tool().main([str(config()), str(trained / 'iter_4.pth'), '--work-dir',
+                      str(root / 'tests')])
+    assert (root / 'tests' / 'synthetic.py').is_file()
+    capsys.readouterr()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import os
 import os.path as osp
 import socket
@@ -27,6 +28,14 @@ def resolve_work_dir(cfg: Config, config_path: str | os.PathLike,
         cfg.work_dir = osp.join('work_dirs',
                                 osp.splitext(osp.basename(str(config_path)))[0] + suffix)
     return cfg.work_dir
+
+
+def training_checkpoints(work_dir: str | os.PathLike) -> list[str]:
+    """The names of the checkpoints a training run saved in ``work_dir`` (``iter_*.pth``,
+    ``best_*.pth``), sorted; the files decide, not ``last_checkpoint``, which a copied work dir
+    may lack or whose file may be deleted."""
+    return sorted(osp.basename(path) for pattern in ('iter_*.pth', 'best_*.pth')
+                  for path in glob.glob(osp.join(glob.escape(str(work_dir)), pattern)))
 
 
 def latest_checkpoint(work_dir: str | os.PathLike) -> str | None:
