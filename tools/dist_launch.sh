@@ -3,8 +3,8 @@
 #
 #   dist_launch SCRIPT 'POSITIONAL NAMES' "$@"
 #
-# checks that the caller got SCRIPT's positional arguments followed by NUM_PROCESSES (else prints
-# the usage and exits 2), then runs tools/SCRIPT under torchrun with MMEngine's `pytorch`
+# checks that the caller got SCRIPT's positional arguments followed by NUM_PROCESSES, a positive
+# integer (else prints the usage and exits 2), then runs tools/SCRIPT under torchrun with MMEngine's `pytorch`
 # launcher. Environment: NNODES (1), NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (29500),
 # PYTHON.
 
@@ -21,6 +21,14 @@ dist_launch() {
     shift "${#names[@]}"
     local num_processes=$1
     shift
+    # Else torchrun stops with its own traceback ('Unsupported nproc_per_node value: --amp')
+    # when NUM_PROCESSES was left out and an option took its place.
+    if ! [[ $num_processes =~ ^[1-9][0-9]*$ ]]; then
+        echo "usage: $0 ${names[*]} NUM_PROCESSES [tools/$script options...]" >&2
+        echo "error: NUM_PROCESSES: '$num_processes' is no positive number of processes; give" \
+            "it after ${names[*]}" >&2
+        exit 2
+    fi
     local tools
     tools=$(dirname "$0")
     # torchrun sets OMP_NUM_THREADS=1 where the caller set none: the tools take that for the

@@ -59,6 +59,21 @@ def test_missing_arguments_print_the_usage(script, args):
     assert out.returncode == 2 and out.stderr.startswith('usage:')
 
 
+@pytest.mark.parametrize('script, args, given, names', [
+    ('dist_train.sh', ['cfg.py', '--amp'], '--amp', 'CONFIG'),
+    ('dist_test.sh', ['cfg.py', 'ckpt.pth', '--out', 'r.json'], '--out', 'CONFIG CHECKPOINT'),
+    ('dist_train.sh', ['cfg.py', '0'], '0', 'CONFIG')])
+def test_a_number_of_processes_that_is_no_positive_integer_prints_the_usage(script, args, given,
+                                                                            names):
+    """NUM_PROCESSES left out, an option in its place: torchrun stopped with its traceback."""
+    out = run(script, *args, PYTHON='echo')
+    assert out.returncode == 2 and out.stdout == ''
+    assert out.stderr.splitlines() == [
+        f'usage: {TOOLS / script} {names} NUM_PROCESSES [tools/{script[5:-3]}.py options...]',
+        f"error: NUM_PROCESSES: '{given}' is no positive number of processes; give it after "
+        f'{names}']
+
+
 def test_train_amp_dtype_implies_amp(tmp_path):
     demo = str(REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py')
     cfg = train_tool.build_config(train_tool.parse_args([demo, '--work-dir', str(tmp_path),
