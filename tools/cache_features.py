@@ -9,21 +9,34 @@ every phase with ``cache_features`` (cached under the run's work directory), is 
 cache computed with the config's model: missing caches are built, existing ones are checked
 (and refused when stale), ``--overwrite`` rebuilds them. ``--checkpoint`` loads weights first,
 e.g. towers fine-tuned in the CL-FT setting's ``source_finetune`` phase, whose features differ
-from the pretrained ones. Training builds missing caches itself on first use (every DDP rank its
-share of the rows); this tool does it ahead of time, in one process, sparing the job's GPUs the
-build. Media are decoded in as many DataLoader workers as each cache's loader has (or its own
-``num_workers``, or ``--num-workers``).
+from the pretrained ones. Training builds missing caches itself on first use; this tool does it
+ahead of time, sparing the training job's GPUs the build. Media are decoded in as many
+DataLoader workers as each cache's loader has (or its own ``num_workers``, or
+``--num-workers``).
+
+Launched on several processes (``--launcher pytorch`` under torchrun, as
+``tools/dist_train.sh`` launches training, or ``slurm``), every process encodes its share of
+each cache's rows as training's ranks do, and the caches are byte for byte the ones a single
+process builds (docs/distributed.md)::
+
+    torchrun --nproc_per_node=4 tools/cache_features.py CONFIG --launcher pytorch
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Iterator
 from typing import Any
 
 from mmengine.config import Config
 
-from xmr.run_config import DEFAULT_WORK_DIR, add_config_arguments, load_run_config
+from xmr.run_config import (
+    DEFAULT_WORK_DIR,
+    add_config_arguments,
+    add_launcher_arguments,
+    load_run_config,
+)
 from xmr.utils.cli import run_tool
 
 LOADER_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
@@ -42,7 +55,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--batch-size', type=int, help="override each cache's batch_size")
     parser.add_argument('--num-workers', type=int, help="override each cache's num_workers")
     add_config_arguments(parser)
-    return parser.parse_args(argv)
+    add_launcher_arguments(parser, 'building (each process its share of the rows)')
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
 
 
 def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -76,10 +92,12 @@ def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
     import torch
+    from mmengine.dist import is_main_process
     from mmengine.runner import set_random_seed
 
     from xmr.apis import read_checkpoint
     from xmr.engine.determinism import prepare_deterministic_cuda
+    from xmr.engine.distributed import start_distributed
     from xmr.engine.threads import set_cpu_threads
     from xmr.registry import DATASETS, MODELS
 
@@ -87,6 +105,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                           work_dir=args.work_dir)
     set_cpu_threads(cfg)
     prepare_deterministic_cuda(cfg)
+    start_distributed(cfg, args.launcher)
     found = list(cached_dataset_cfgs(cfg))
     if not found:
         raise ValueError(f'{args.config} uses no CachedFeatureDataset; wrap a dataset in one '
@@ -120,13 +139,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         if cache_dir in done:
             continue
         dataset = DATASETS.build(dataset_cfg)
-        if args.overwrite:
-            dataset.build(model, overwrite=True)
-        dataset.prepare(model)
+        dataset.prepare(model, rebuild=args.overwrite)
         meta = dataset.cache.meta
         done[cache_dir] = dict(where=where, cache_dir=cache_dir, **meta['counts'],
                                seconds=meta['seconds'])
-        print(f'{where}: {cache_dir} {meta["counts"]} ({meta["seconds"]} s to build)')
+        if is_main_process():
+            print(f'{where}: {cache_dir} {meta["counts"]} ({meta["seconds"]} s to build)')
     return list(done.values())
 
 

@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING
 
 from mmengine.config import Config
 
-from xmr.run_config import add_config_arguments, config_file, load_run_config
+from xmr.run_config import (
+    add_config_arguments,
+    add_launcher_arguments,
+    config_file,
+    load_run_config,
+)
 from xmr.utils.cli import UserError, print_for_reader, run_tool
 from xmr.version import provenance
 
@@ -67,9 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         'value the mean ± sample standard deviation over its seeds')
     add_config_arguments(parser, 'test_dataloader.batch_size=64',
                          named_by='the default row label (--name)')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-                        default='none', help='job launcher for distributed testing')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_launcher_arguments(parser, 'testing')
     args = parser.parse_args(argv)
     if (args.config is None) != (args.checkpoint is None):
         parser.error('give both CONFIG and CHECKPOINT (or only --compare)')

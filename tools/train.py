@@ -19,6 +19,7 @@ from mmengine.config import Config
 from xmr.run_config import (
     DEFAULT_WORK_DIR,
     add_config_arguments,
+    add_launcher_arguments,
     check_evaluation_keys,
     load_run_config,
 )
@@ -42,9 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='force the autocast precision of --amp (implies --amp); float16 '
                         'comes with loss scaling')
     add_config_arguments(parser)
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-                        default='none', help='job launcher for distributed training')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_launcher_arguments(parser, 'training')
     args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args

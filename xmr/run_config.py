@@ -72,6 +72,15 @@ def add_config_arguments(parser: argparse.ArgumentParser,
                         help=f'override config keys, e.g. {example}')
 
 
+def add_launcher_arguments(parser: argparse.ArgumentParser, doing: str) -> None:
+    """``--launcher`` (MMEngine's: ``none``, ``pytorch`` under torchrun, ``slurm``, ``mpi``) and
+    the ``--local_rank`` that ``torch.distributed.launch`` passes, for a tool ``doing`` its work
+    on every process of a job (``'training'``)."""
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help=f'job launcher for distributed {doing}')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
 def import_custom_modules(config: str | os.PathLike, cfg: Config) -> None:
     """Import the modules of ``cfg.custom_imports`` (those already imported are not again).
 

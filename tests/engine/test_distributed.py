@@ -462,6 +462,23 @@ def test_a_cpu_run_s_config_records_the_gloo_backend_it_runs_on(cpu_group_starte
         assert cfg.env_cfg.dist_cfg.timeout == 60
 
 
+@pytest.mark.parametrize('launcher, started', [('none', []), ('pytorch', [(
+    'pytorch', dict(backend='nccl', timeout=60))])])
+def test_a_tool_without_a_runner_starts_the_group_the_runner_would(monkeypatch, launcher,
+                                                                   started):
+    """``tools/cache_features.py`` on a CUDA machine: MMEngine's ``init_dist`` with the
+    config's ``dist_cfg`` (which puts each process on its local GPU), as the runner calls it."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(distributed.dist, 'is_initialized', lambda: False)
+    monkeypatch.setattr(distributed, 'init_dist',
+                        lambda launcher, **kwargs: calls.append((launcher, kwargs)))
+    monkeypatch.setenv('RANK', '0')
+    distributed.start_distributed(
+        Config(dict(env_cfg=dict(dist_cfg=dict(backend='nccl', timeout=60)))), launcher)
+    assert calls == started
+
+
 def test_a_cuda_machine_keeps_the_configured_backend_and_wrapper(monkeypatch):
     """``setup_cpu_distributed`` changes nothing where CUDA is there, whatever the launcher."""
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)

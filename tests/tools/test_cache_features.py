@@ -2,25 +2,29 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from mmengine.config import Config
 
 from tests.conftest import REPO, tiny_retriever_cfg
+from tests.engine.test_distributed import free_port
 from xmr.engine.feature_cache import StaleFeatureCacheError
 
 sys.path.insert(0, str(REPO / 'tools'))
 import cache_features  # noqa: E402
 
 
-def write_config(tmp_path, seed: int = 0):
+def write_config(tmp_path, seed: int = 0, batch_size: int = 64):
     pairs = dict(type='SyntheticPairDataset', num_scenes=3, languages=['de'], image_size=32)
     gallery = dict(type='SyntheticRetrievalDataset', num_scenes=3, languages=['en', 'de'],
                    image_size=32, split='val')
     cached = lambda name, dataset: dict(type='CachedFeatureDataset',  # noqa: E731
-                                        cache_dir=str(tmp_path / name), dataset=dataset)
+                                        cache_dir=str(tmp_path / name), dataset=dataset,
+                                        batch_size=batch_size)
     cfg = Config(dict(
         model=tiny_retriever_cfg(),
         train_dataloader=dict(dataset=cached('pairs', pairs)),
@@ -50,6 +54,57 @@ def test_builds_each_named_cache_once_then_checks_it(tmp_path):
     cache_features.main([str(config), '--device', 'cpu', '--overwrite'])
     assert json.loads((tmp_path / 'pairs' / 'meta.json').read_text())['key']['backbone'] != \
         built['key']['backbone']
+
+
+def _tool_rank(rank: int, port: int, config: str, out_dir: str) -> None:
+    """Rank ``rank`` of 2 as torchrun starts it: the tool builds the caches, then rebuilds them
+    (``--overwrite``), recording the captions and media each call of a tower encodes."""
+    from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
+
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE='2', LOCAL_RANK=str(rank))
+    torch.cuda.is_available = lambda: False  # gloo on CPUs, on a machine with GPUs too
+    encoded: list[list] = []
+    for kind in ('source', 'media'):
+        encode = getattr(CrossLingualRetriever, f'encode_{kind}')
+
+        def counted(self, inputs, kind=kind, encode=encode):
+            features = encode(self, inputs)
+            encoded[-1].append([kind, len(features)])
+            return features
+
+        setattr(CrossLingualRetriever, f'encode_{kind}', counted)
+    for extra in ([], ['--overwrite']):
+        encoded.append([])
+        cache_features.main([config, '--device', 'cpu', '--launcher', 'pytorch', *extra])
+    Path(out_dir, f'rank{rank}.json').write_text(json.dumps(encoded))
+
+
+def test_torchrun_s_processes_build_each_its_share_byte_for_byte_one_process_s(tmp_path):
+    """The tool took no --launcher (torchrun's processes failed at its arguments), and its
+    processes started without one each built every cache alone, into the same folders."""
+    sharded, single = tmp_path / 'sharded', tmp_path / 'single'
+    for folder in (sharded, single):
+        folder.mkdir()
+    config = write_config(sharded, batch_size=2)
+    torch.multiprocessing.start_processes(
+        _tool_rank, args=(free_port(), str(config), str(tmp_path)), nprocs=2, join=True,
+        start_method='fork')
+    cache_features.main([str(write_config(single, batch_size=2)), '--device', 'cpu'])
+    # 3 captions and 3 media a cache in batches of 2: rank 0 the first batch, rank 1 the second;
+    # the same again for --overwrite.
+    shares = [json.loads((tmp_path / f'rank{rank}.json').read_text()) for rank in (0, 1)]
+    assert shares == [[[['source', 2], ['media', 2], ['media', 2]]] * 2,
+                      [[['source', 1], ['media', 1], ['media', 1]]] * 2]
+    for name in ('pairs', 'gallery'):
+        files = sorted(path.name for path in (single / name).iterdir())
+        assert files == sorted(path.name for path in (sharded / name).iterdir())
+        for file in set(files) - {'meta.json'}:
+            assert (single / name / file).read_bytes() == (sharded / name / file).read_bytes()
+        metas = [json.loads((folder / name / 'meta.json').read_text())
+                 for folder in (single, sharded)]
+        assert [(meta['key'], meta['counts']) for meta in metas] == [
+            (metas[0]['key'], metas[0]['counts'])] * 2
 
 
 def test_a_cache_built_ahead_of_training_is_read_by_the_runners_model(tmp_path):

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from mmengine.dist import init_dist
 from torch.nn.parallel import DistributedDataParallel
 
 from xmr.engine.optim import sparse_parameter_names
@@ -32,7 +33,7 @@ from xmr.registry import MODEL_WRAPPERS
 from xmr.utils.cli import UserError
 
 __all__ = ['RANK_VARIABLES', 'launcher_rank', 'phase_wrapper_cfg', 'rewrap_for_phase',
-           'setup_cpu_distributed', 'shared_seed']
+           'setup_cpu_distributed', 'shared_seed', 'start_distributed']
 
 
 def phase_wrapper_cfg(cfg: dict | None, on_cuda: bool) -> dict[str, Any]:
@@ -137,6 +138,17 @@ def setup_cpu_distributed(cfg: Any, launcher: str) -> None:
         dist.init_process_group(
             'gloo', rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD_SIZE']),
             **({} if timeout is None else dict(timeout=timedelta(seconds=timeout))))
+
+
+def start_distributed(cfg: Any, launcher: str) -> None:
+    """Start the process group of a tool that builds no runner (``tools/cache_features.py``)
+    as the runner starts its own: gloo on a machine without CUDA (:func:`setup_cpu_distributed`,
+    which also refuses a launcher that did not start the process), else MMEngine's
+    ``init_dist`` with the config's ``env_cfg.dist_cfg`` (NCCL unless it names another), which
+    puts each process on the GPU of its local rank. Nothing without a launcher."""
+    setup_cpu_distributed(cfg, launcher)
+    if launcher != 'none' and not dist.is_initialized():
+        init_dist(launcher, **(cfg.get('env_cfg') or {}).get('dist_cfg', {}))
 
 
 def shared_seed(runner) -> int:

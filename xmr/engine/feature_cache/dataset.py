@@ -201,7 +201,7 @@ class CachedFeatureDataset(Dataset):
         return jsonable(key)
 
     def prepare(self, model: torch.nn.Module, training: bool = True,
-                loader_workers: int = 0) -> None:
+                loader_workers: int = 0, rebuild: bool = False) -> None:
         """Open (building if missing) and check the cache against the live ``model``.
 
         Args:
@@ -212,6 +212,8 @@ class CachedFeatureDataset(Dataset):
                 evaluations (a stale cache is then rebuilt or refused, as for training).
             loader_workers: the workers of the dataloader the dataset is read through, which
                 decode the media of a build unless the dataset's ``num_workers`` says otherwise.
+            rebuild: build the cache afresh even where one is there
+                (``tools/cache_features.py --overwrite``), under DDP by every rank as above.
 
         Raises:
             StaleFeatureCacheError: when the cache was built for other weights, data or
@@ -233,7 +235,7 @@ class CachedFeatureDataset(Dataset):
         with ranks.step('reading the dataset') as step:
             index = index_items(self.dataset, self.kinds)
             key = self.cache_key(model, index)
-            step.result = self._build_needed(key) if ranks.rank == 0 else None
+            step.result = self._build_needed(key, rebuild) if ranks.rank == 0 else None
         if step.results[0] is not None:
             self._build_logged(model, step.results[0], index, key, loader_workers, ranks)
         cache = FeatureCache(self.cache_dir)
@@ -273,13 +275,15 @@ class CachedFeatureDataset(Dataset):
                                   workers, overwrite=overwrite, index=index,
                                   media_files=self.media_files, ranks=ranks)
 
-    def _build_needed(self, key: dict[str, Any]) -> str | None:
-        """Why the cache must be built, ``'missing'`` or ``'stale'`` (when rebuilt then), or
-        ``None`` to read the one there.
+    def _build_needed(self, key: dict[str, Any], rebuild: bool = False) -> str | None:
+        """Why the cache must be built, ``'asked'`` (``rebuild``), ``'missing'`` or ``'stale'``
+        (when rebuilt then), or ``None`` to read the one there.
 
         Raises:
             FileNotFoundError: it is missing and not to be built here.
         """
+        if rebuild:
+            return 'asked'
         if not (self.cache_dir / 'meta.json').is_file():
             if not self.build_if_missing:
                 raise FileNotFoundError(f'no feature cache at {self.cache_dir}; build it with '
@@ -289,16 +293,16 @@ class CachedFeatureDataset(Dataset):
 
     def _build_logged(self, model: torch.nn.Module, why: str, index: ItemIndex,
                       key: dict[str, Any], loader_workers: int, ranks: BuildRanks) -> None:
-        """:meth:`build` on ``ranks`` because the cache is ``why`` (``'missing'`` or
-        ``'stale'``), logged by rank 0."""
+        """:meth:`build` on ``ranks`` because of ``why`` (:meth:`_build_needed`), logged by
+        rank 0."""
         log = ranks.rank == 0
         if log:
             shared = (f' on {ranks.world} ranks, each encoding its share of the rows'
                       if ranks.world > 1 else '')
-            print_log(f'{"rebuilding stale" if why == "stale" else "building"} feature cache '
-                      f'{self.cache_dir} ({", ".join(self.kinds)}) for {len(self.dataset)} '
-                      f'items{shared}', logger='current')
-        built = self.build(model, overwrite=why == 'stale', index=index, key=key,
+            doing = dict(asked='rebuilding', missing='building', stale='rebuilding stale')[why]
+            print_log(f'{doing} feature cache {self.cache_dir} ({", ".join(self.kinds)}) for '
+                      f'{len(self.dataset)} items{shared}', logger='current')
+        built = self.build(model, overwrite=why != 'missing', index=index, key=key,
                            loader_workers=loader_workers, ranks=ranks)
         if log:
             print_log(f'feature cache {self.cache_dir} built in {built.meta["seconds"]} s: '
