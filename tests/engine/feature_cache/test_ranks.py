@@ -3,7 +3,10 @@ the result is a single process's byte for byte, and a failure on one rank fails 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import signal
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +22,7 @@ from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.datasets.synthetic import SyntheticPairDataset
 from xmr.engine.feature_cache import CachedFeatureDataset
 from xmr.engine.feature_cache import dataset as feature_cache_dataset
+from xmr.engine.feature_cache import store as feature_cache_store
 from xmr.engine.feature_cache.ranks import rank_rows
 
 NAMES = ('red', 'blue', 'green', 'grey', 'white')
@@ -171,3 +175,70 @@ def test_a_rank_that_fails_fails_the_other_naming_it(tiny_retriever, tmp_path, f
             f'RankFailedError: feature cache {tmp_path / "cache"}: rank 0 failed while reading '
             'the dataset: FileNotFoundError: no feature cache at')
     assert sorted(path.name for path in tmp_path.iterdir()) == ['rank0', 'rank1']
+
+
+def watching(peer: int) -> bool:
+    """Whether this rank still awaits ``peer``'s word that it has ended the step."""
+    return any(thread.name == f'feature-cache-watch-rank-{peer}' and thread.is_alive()
+               for thread in threading.enumerate())
+
+
+def _killed_rank(rank: int, port: int, model: torch.nn.Module, killed: int, where: str,
+                 out_dir: str) -> None:
+    feature_cache_dataset.BUILD_WAIT = timedelta(seconds=60)
+    join_group(rank, port)
+    out = Path(out_dir)
+    encoded: list[int] = []
+    encode = model.encode_media
+
+    def encode_or_die(media: torch.Tensor) -> torch.Tensor:
+        if where == 'encoding':
+            if rank == killed:
+                os.kill(os.getpid(), signal.SIGKILL)
+            # The survivor's check after this batch is the first to find the other gone.
+            wait_for(lambda: not watching(killed))
+        encoded.append(len(media))
+        return encode(media)
+
+    model.encode_media = encode_or_die
+    if where == 'assembling' and rank == killed:
+        feature_cache_store._finish_build = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+    cached = CachedFeatureDataset(SyntheticPairDataset(num_scenes=8, languages=['de'],
+                                                       image_size=32), out / 'cache',
+                                  features=['media'], batch_size=1)
+    try:
+        cached.prepare(model)
+        error = ''
+    except Exception as raised:
+        error = f'{type(raised).__name__}: {raised}'
+    (out / f'rank{rank}').write_text(json.dumps(dict(error=error, encoded=encoded)))
+
+
+@pytest.mark.parametrize('killed, where', [(1, 'encoding'), (0, 'encoding'), (0, 'assembling')])
+def test_a_rank_killed_outright_fails_the_other_at_once_naming_it(tiny_retriever, tmp_path,
+                                                                  killed, where):
+    """A rank killed (SIGKILL, the out-of-memory killer) tells no error: the others went on with
+    their shares of the rows (hours for CC3M) where no launcher ended them (another node's
+    ranks), and then failed with gloo's 'Connection closed by peer', no rank named."""
+    context = multiprocessing.get_context('fork')
+    port = free_port()
+    processes = [context.Process(target=_killed_rank, args=(
+        rank, port, tiny_retriever, killed, where, str(tmp_path))) for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert [process.exitcode for process in processes] == [
+        -signal.SIGKILL if rank == killed else 0 for rank in (0, 1)]
+    survivor = json.loads((tmp_path / f'rank{1 - killed}').read_text())
+    doing = dict(encoding='encoding its rows', assembling='assembling the cache')[where]
+    assert survivor['error'].startswith(
+        f'RankFailedError: feature cache {tmp_path / "cache"}: rank {killed} ended while {doing} '
+        'without reporting an error, or stopped answering (gloo: ')
+    assert survivor['error'].endswith(
+        f'. Rank {1 - killed} stops too. A process killed outright (SIGKILL, the out-of-memory '
+        'killer) tells no error: its log and its node\'s system log (dmesg: "Out of memory: '
+        'Killed process") tell why it ended.')
+    # 8 media in batches of 1, four a rank: the survivor stopped after its first batch.
+    assert survivor['encoded'] == ([1] if where == 'encoding' else [1, 1, 1, 1])
+    assert not (tmp_path / 'cache').exists()

@@ -47,12 +47,12 @@ from xmr.registry import DATASETS
 _DTYPES = ('float32', 'float16')
 _MEDIA_IDENTITIES = ('stat', 'content')
 
-#: How long a rank of a DDP run waits for the others at a step of a cache build: for the slowest
-#: rank's share of the rows, or rank 0's assembly. A share decodes its media files (minutes for
-#: COCO, hours for CC3M or videos), past the default group's timeout (NCCL's 10 minutes, gloo's
-#: 30), which stopped the waiting ranks and the run; a rank whose build fails fails the others
-#: at once with its error (:class:`~xmr.engine.feature_cache.ranks.RankFailedError`) rather
-#: than through this timeout.
+#: How long a rank of a DDP run waits for the others at a step of a cache build, from the step's
+#: start: for the slowest rank's share of the rows, or rank 0's assembly. A share decodes its
+#: media files (minutes for COCO, hours for CC3M or videos), past the default group's timeout
+#: (NCCL's 10 minutes, gloo's 30), which stopped the waiting ranks and the run; a rank whose
+#: build fails, or whose process ends, fails the others at once, named
+#: (:class:`~xmr.engine.feature_cache.ranks.RankFailedError`), rather than through this timeout.
 BUILD_WAIT = timedelta(hours=24)
 
 
