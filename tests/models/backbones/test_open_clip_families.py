@@ -14,6 +14,7 @@ from tests.conftest import MIXED_BATCH
 from tests.models.backbones.open_clip_families import (
     TEXTS,
     XLMR_TOKENIZER,
+    XLMR_VOCAB,
     backbone_cfg,
     clip_cfg,
     coca_cfg,
@@ -38,6 +39,10 @@ def _family(name: str, tmp_path) -> tuple[dict, dict | None]:
     families = {
         'clip_causal_argmax': lambda: (clip_cfg(), None),
         'clip_causal_eos_id': lambda: (clip_cfg(pool_type='eos', eos_id=49407), None),
+        # MetaCLIP 2 worldwide's text side: causal, 'eos' pooling of a Hugging Face </s>.
+        'metaclip2_causal_eos_xlmr': lambda: (
+            clip_cfg(pool_type='eos', eos_id=2, vocab_size=XLMR_VOCAB,
+                     hf_tokenizer_name='xlm-roberta-base'), xlmr_tokenizer(clean='whitespace')),
         'clip_bidirectional_last': lambda: (clip_cfg(no_causal_mask=True, pool_type='last'),
                                             None),
         'clip_quickgelu_custom_blocks': lambda: (
@@ -140,6 +145,24 @@ def test_source_path_and_image_equal_open_clip(name, tmp_path):
                                    backbone.clip.encode_image(images, normalize=False),
                                    atol=ATOL, rtol=RTOL)
     assert expected.shape == (len(TEXTS), backbone.embed_dim)
+
+
+@pytest.mark.parametrize('name, end', [('clip_causal_argmax', '<end_of_text>'),
+                                       ('clip_causal_eos_id', '<end_of_text>'),
+                                       ('metaclip2_causal_eos_xlmr', '</s>')])
+def test_a_caption_spelling_the_end_token_is_pooled_where_open_clip_pools_it(name, end,
+                                                                            tmp_path):
+    """A caption that writes the end token has two; open_clip's ``argmax`` and ``eos`` pool the
+    first, a causal tower's state before the rest of the caption."""
+    backbone = _build(name, tmp_path)
+    texts = [f'a dog {end} on the grass', f'{end} two cats', 'a dog on the grass']
+    tokens = backbone.tokenizer(texts)
+    with torch.no_grad():
+        expected = backbone.clip.encode_text(_open_clip_ids(backbone, tokens), normalize=False)
+        torch.testing.assert_close(backbone.encode_source_text(tokens), expected,
+                                   atol=ATOL, rtol=RTOL)
+    # The first caption is pooled before 'on the grass', the third after it.
+    assert not torch.allclose(expected[0], expected[2], atol=1e-3)
 
 
 @pytest.mark.parametrize('name', ['siglip2_tanh_gelu', 'coca', 'xlmr_cls_pooler_linear',

@@ -22,6 +22,50 @@ def test_pad_batch_pads_to_longest_and_marks_eos():
     assert batch['eos_index'].tolist() == [2, 1, 3]
 
 
+def open_clip_pooled_position(ids: torch.Tensor, pool_type: str,
+                               eos_id: int | None = None) -> list[int]:
+    """The position open_clip's ``text_global_pool`` reads in ``ids`` ``[B, L]``: it pools
+    features that are their own positions."""
+    from open_clip.transformer import text_global_pool
+
+    positions = torch.arange(ids.shape[1], dtype=torch.float).expand(ids.shape[0], -1)
+    return text_global_pool(positions[..., None], ids, pool_type,
+                            eos_token_id=eos_id)[:, 0].long().tolist()
+
+
+LITERAL_END_CAPTIONS = ['a dog {end} on grass', 'a dog on grass', '{end}', 'two {end} {end} x']
+
+
+def test_eos_index_is_the_first_end_token_open_clips_argmax_pools():
+    """A caption that spells CLIP's end token has it twice; open_clip's ``argmax`` pools the
+    first (its own), which ``eos_index`` names."""
+    import open_clip
+
+    texts = [text.format(end='<end_of_text>') for text in LITERAL_END_CAPTIONS]
+    batch = OpenCLIPTokenizer()(texts)
+    # <start> a dog <end> ...; <start> a dog on grass <end>; <start> <end> <end>; <start> two <end>
+    assert batch['eos_index'].tolist() == [3, 5, 1, 2]
+    assert batch['eos_index'].tolist() == open_clip_pooled_position(
+        open_clip.get_tokenizer('ViT-B-32')(texts), 'argmax')
+
+
+def test_eos_index_is_the_first_end_token_open_clips_eos_pooling_pools(shared_data):
+    """MetaCLIP 2's ``eos`` pooling on XLM-R's ids: the first ``</s>``, a caption's own one."""
+    tokenizer = HFTokenizer(tokenizer_file=str(shared_data / 'tokenizers' /
+                                               'xlm-roberta.tokenizer.json'), clean='whitespace')
+    batch = tokenizer([text.format(end='</s>') for text in LITERAL_END_CAPTIONS])
+    assert tokenizer.end_id == 2
+    expected = open_clip_pooled_position(batch['input_ids'], 'eos', eos_id=2)
+    assert batch['eos_index'].tolist() == expected
+    assert expected[1] == int(batch['attention_mask'][1].sum()) - 1  # no literal: the last
+
+
+def test_pad_batch_without_an_end_id_marks_the_last_real_token():
+    batch = pad_batch([[5, 2, 7], [8, 9]], pad_id=0, end_id=None)
+    assert batch['eos_index'].tolist() == [2, 1]
+    assert pad_batch([[5, 2, 7], [8, 9]], pad_id=0, end_id=2)['eos_index'].tolist() == [1, 1]
+
+
 def test_truncation_keeps_the_end_token():
     tokenizer = OpenCLIPTokenizer(max_length=5)
     ids = tokenizer(['one two three four five six seven'])['input_ids'][0].tolist()

@@ -85,7 +85,7 @@ class OpenCLIPTextTower(PreNormTextTower):
       masked only when the model masks them (``use_pad_mask`` of a bidirectional
       ``TextTransformer``); otherwise every position, padding included, is attended to, as
       open_clip does;
-    * pooling (``pool_type``): ``'argmax'`` and ``'eos'`` pool the tokenizer's end token
+    * pooling (``pool_type``): ``'argmax'`` and ``'eos'`` pool the caption's first end token
       (``eos_index``; open_clip's argmax finds it only with its own BPE vocabulary), ``'first'``
       token 0, ``'last'`` the last position of the sequence;
     * head: ``ln_final`` then the projection, a matrix, a ``Linear`` with bias (``proj_bias``), or

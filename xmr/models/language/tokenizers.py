@@ -42,7 +42,10 @@ class TokenBatch(TypedDict):
     Keys:
         input_ids: ``[B, L]`` int64, ``L`` = longest caption in the batch (with specials).
         attention_mask: ``[B, L]`` bool, True on real tokens.
-        eos_index: ``[B]`` int64 position of the end-of-sequence token (pooled by EOS towers).
+        eos_index: ``[B]`` int64 position of the caption's first end token (pooled by EOS
+            towers): open_clip's ``argmax`` and ``eos`` pooling take the first position of the
+            end id, which is a literal one (``</s>``, ``<end_of_text>`` written in the caption,
+            which the tokenizer reads as the special token) before the appended one.
     """
 
     input_ids: torch.Tensor
@@ -51,14 +54,18 @@ class TokenBatch(TypedDict):
 
 
 def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int,
-              pad_to: int | None = None) -> TokenBatch:
-    """Right-pad id lists into a :class:`TokenBatch`; the last real token is the EOS.
+              pad_to: int | None = None, end_id: int | None = None) -> TokenBatch:
+    """Right-pad id lists into a :class:`TokenBatch`; the EOS is the first ``end_id``.
 
     Args:
         sequences: token ids of each caption, specials included.
         pad_id: id written after each caption's end.
         pad_to: pad every batch to this fixed length instead of its longest caption (the
             authors' code pads to 77; xmr's default is ``None``, dynamic padding).
+        end_id: the tokenizer's end token; ``eos_index`` is its first position among the real
+            tokens, as open_clip's ``text_global_pool`` finds it (``(text == eos_id).argmax``;
+            ``argmax`` of CLIP's ids, whose end id is the largest). ``None``, or a caption
+            without it: the last real token.
     """
     if not sequences:
         raise ValueError('cannot tokenise an empty batch of captions')
@@ -73,7 +80,19 @@ def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int,
     for row, seq in enumerate(sequences):
         input_ids[row, :len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
     attention_mask = torch.arange(input_ids.shape[1])[None, :] < lengths[:, None]
-    return TokenBatch(input_ids=input_ids, attention_mask=attention_mask, eos_index=lengths - 1)
+    return TokenBatch(input_ids=input_ids, attention_mask=attention_mask,
+                      eos_index=first_end_index(input_ids, attention_mask, end_id))
+
+
+def first_end_index(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    end_id: int | None) -> torch.Tensor:
+    """``[B]`` first real position of ``end_id`` in ``input_ids`` ``[B, L]``, else the last real
+    position (``attention_mask`` ``[B, L]``, True on real tokens)."""
+    last = attention_mask.sum(1) - 1
+    if end_id is None:
+        return last
+    ends = (input_ids == end_id) & attention_mask
+    return torch.where(ends.any(1), ends.int().argmax(1), last)
 
 
 class BaseTokenizer(metaclass=ABCMeta):
@@ -99,9 +118,12 @@ class BaseTokenizer(metaclass=ABCMeta):
             tokenizers (SigLIP's, mT5's), which write only an end token.
         truncation_side: ``'right'`` keeps a long caption's first pieces, ``'left'`` its last
             ones (a Hugging Face tokenizer's own setting, :class:`HFTokenizer`).
+        end_id: the end token's id, whose first position in a caption is its ``eos_index``
+            (:func:`pad_batch`); ``None``: the last real token.
     """
 
     writes_language_token: bool = False
+    end_id: int | None = None
     start_tokens: int = 1
     truncation_side: str = 'right'
 
@@ -250,7 +272,7 @@ class BaseTokenizer(metaclass=ABCMeta):
         if self.unk_id is not None:
             self._report_unknown(sequences, langs)
         return pad_batch(sequences, self.pad_id,
-                         self.padded_length(max(map(len, sequences), default=0)))
+                         self.padded_length(max(map(len, sequences), default=0)), self.end_id)
 
     def _report_unknown(self, sequences: Sequence[list[int]],
                         langs: Sequence[str | None]) -> None:
@@ -341,6 +363,8 @@ class OpenCLIPTokenizer(BaseTokenizer):
         if self._sot is None or self._eot is None or self._encode_body is None:
             raise ValueError(f"open_clip tokenizer of '{model_name}' is not a BPE tokenizer with "
                              'start/end tokens; use HFTokenizer for this architecture')
+        # A caption's own '<end_of_text>' is this id too, and open_clip's argmax pools it.
+        self.end_id = self._eot
 
     @property
     def vocab_size(self) -> int:
@@ -637,6 +661,8 @@ class NLLBTokenizer(HFTokenizer):
         if '</s>' not in self.token_ids:
             raise ValueError(f'NLLBTokenizer: {source} has no </s> token; not an NLLB tokenizer')
         self.eos_id = self.token_ids['</s>']
+        # It writes its own </s> (encode_in), whatever the file's post-processor appends.
+        self.end_id = self.eos_id
         #: FLORES-200 codes the vocabulary holds a token for.
         self.flores_codes = sorted(code for code in FLORES200_TO_CANONICAL
                                    if code in self.token_ids)
@@ -680,10 +706,6 @@ class NLLBTokenizer(HFTokenizer):
                 'languages in xmr.datasets.languages.FLORES200_TO_CANONICAL '
                 f'({", ".join(self.flores_codes[:5])}, ...)')
         return self.token_ids[code]
-
-    def ends_with_special(self, ids: list[int]) -> bool:
-        # It writes its own </s> (encode_in), whatever the file's post-processor appends.
-        return ids[-1] == self.eos_id
 
     def encode(self, text: str) -> list[int]:
         """``[language] pieces </s>`` in the default :attr:`language`."""
@@ -831,6 +853,10 @@ class SentencePieceTokenizer(BaseTokenizer):
     @property
     def unk_id(self) -> int:
         return self._sp.unk_id()
+
+    @property
+    def end_id(self) -> int:
+        return self._sp.eos_id()
 
     def encode(self, text: str) -> list[int]:
         return [self._sp.bos_id(), *self._sp.encode(text), self._sp.eos_id()]
