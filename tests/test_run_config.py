@@ -6,7 +6,12 @@ import pytest
 
 from tests.conftest import REPO
 from xmr.registry import UnknownOptionError
-from xmr.run_config import _typo_of, check_evaluation_keys, load_run_config
+from xmr.run_config import (
+    _typo_of,
+    check_cached_galleries,
+    check_evaluation_keys,
+    load_run_config,
+)
 from xmr.utils.cli import UserError
 
 DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
@@ -634,3 +639,40 @@ def test_a_word_for_a_runner_flag_is_refused_when_the_config_loads(option):
     for taken in ('false', 'True', 'None'):
         load_run_config(DEMO, cfg_options=parser.parse_args(
             ['--cfg-options', f'{key}={taken}']).cfg_options)
+
+
+CACHED_GALLERY = ("dict(type='CachedFeatureDataset', cache_dir='{cache}', dataset=dict("
+                  "type='SyntheticRetrievalDataset', num_scenes=4, split='val', "
+                  "image_size=32, languages=['de']))")
+
+
+def cached_gallery_config(tmp_path, loaders: str) -> str:
+    """The demo with ``loaders`` (its ``{gallery}`` a cached gallery), as config text."""
+    return f"_base_ = ['{DEMO}']\n" + loaders.format(
+        gallery=CACHED_GALLERY.format(cache=tmp_path / 'cache')) + '\n'
+
+
+@pytest.mark.parametrize('split, loaders, key', [
+    ('test', "test_dataloader = dict(dataset=dict(_delete_=True, **{gallery}))",
+     'test_dataloader'),
+    ('val', "val_dataloader = [_base_.val_dataloader, dict(_base_.val_dataloader, "
+     "dataset={gallery})]", 'val_dataloader.1'),
+])
+def test_a_cached_gallery_without_the_hook_that_prepares_it_is_refused(tmp_path, split,
+                                                                        loaders, key):
+    """Found by its first item, the unprepared cache stopped training at its first validation,
+    a whole phase in; any hook resolving to FeatureCacheHook (scoped, or in default_hooks)
+    prepares it, and without the split's loop nothing reads it."""
+    child = tmp_path / 'child.py'
+    body = cached_gallery_config(tmp_path, loaders)
+    child.write_text(body)
+    with pytest.raises(ValueError, match=(
+            f'^{re.escape(key)}.dataset is a CachedFeatureDataset, whose cache only '
+            'FeatureCacheHook prepares before an evaluation, and the config has none: add '
+            r"dict\(type='FeatureCacheHook'\) to custom_hooks$")):
+        check_cached_galleries(load_run_config(child), split)
+    for more in ("custom_hooks = [dict(type='xmr.FeatureCacheHook')]",
+                 "default_hooks = dict(feature_cache=dict(type='FeatureCacheHook'))",
+                 f'{split}_cfg = None'):
+        child.write_text(body + more + '\n')
+        check_cached_galleries(load_run_config(child), split)

@@ -32,6 +32,7 @@ from mmengine.config import Config
 from xmr.run_config import (
     add_config_arguments,
     add_launcher_arguments,
+    check_cached_galleries,
     config_file,
     load_run_config,
 )
@@ -114,6 +115,7 @@ def build_config(args: argparse.Namespace) -> Config:
     if missing:
         raise SystemExit(f'error: config {args.config} has no {", ".join(missing)}; a test run '
                          'needs the test split(s), their metrics and the test loop')
+    check_cached_galleries(cfg, 'test')
     cfg.launcher = args.launcher
     # The checkpoint is loaded strictly below; the runner must neither load nor resume.
     cfg.load_from, cfg.resume = None, False

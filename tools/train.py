@@ -20,6 +20,7 @@ from xmr.run_config import (
     DEFAULT_WORK_DIR,
     add_config_arguments,
     add_launcher_arguments,
+    check_cached_galleries,
     check_evaluation_keys,
     load_run_config,
 )
@@ -57,6 +58,7 @@ def build_config(args: argparse.Namespace) -> Config:
     check_training_keys(cfg, args.config)
     for split in ('val', 'test'):
         check_evaluation_keys(cfg, split)
+    check_cached_galleries(cfg, 'val')
     cfg.launcher = args.launcher
     if args.amp or args.amp_dtype:
         enable_amp(cfg, args.amp_dtype)

@@ -381,6 +381,40 @@ def _hooks(cfg: Config) -> dict[str, Any]:
             **{f'custom_hooks.{i}': hook for i, hook in enumerate(cfg.get('custom_hooks') or [])}}
 
 
+def check_cached_galleries(cfg: Config, split: str) -> None:
+    """Refuse a ``<split>_dataloader`` dataset (or one of a list of them) that is a
+    ``CachedFeatureDataset`` when the ``<split>`` loop runs and no hook of the config is a
+    ``FeatureCacheHook``, which alone prepares such a cache before an evaluation (the training
+    loop prepares its phases' own; ``tools/cache_features.py`` builds without a loop): its first
+    item stopped the run, at the first validation after a whole training phase, or a test
+    after its setup.
+
+    Raises:
+        ValueError: naming the loader's key and the hook to add.
+    """
+    from xmr.engine.feature_cache import CachedFeatureDataset
+    from xmr.engine.hooks import FeatureCacheHook
+    from xmr.registry import DATASETS, HOOKS
+
+    if cfg.get(f'{split}_cfg') is None or any(
+            _built_type(HOOKS, hook, FeatureCacheHook) for hook in _hooks(cfg).values()):
+        return
+    for where, loader in _dataloaders(cfg).items():
+        if where.partition('.')[0] == f'{split}_dataloader' and \
+                _built_type(DATASETS, loader.get('dataset'), CachedFeatureDataset):
+            raise ValueError(f'{where}.dataset is a CachedFeatureDataset, whose cache only '
+                             'FeatureCacheHook prepares before an evaluation, and the config '
+                             "has none: add dict(type='FeatureCacheHook') to custom_hooks")
+
+
+def _built_type(registry: Any, part: Any, wanted: type) -> bool:
+    """Whether the config dict ``part`` builds a ``wanted`` (or a subclass) from
+    ``registry``; its ``type`` may be the registered name, scoped or not, or the class."""
+    built = part.get('type') if isinstance(part, Mapping) else None
+    built = registry.get(built) if isinstance(built, str) else built
+    return isinstance(built, type) and issubclass(built, wanted)
+
+
 def _is_count(value: Any, least: int) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and value >= least
 

@@ -20,6 +20,7 @@ from PIL import Image
 
 import xmr
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
+from tests.test_run_config import cached_gallery_config
 from xmr import evaluation
 from xmr.apis import encode_media, encode_texts, init_retriever
 from xmr.datasets import dump_annotation
@@ -645,3 +646,12 @@ def test_a_work_dir_of_a_training_run_is_refused_before_its_config_dump_is_repla
                       str(root / 'tests')])
     assert (root / 'tests' / 'synthetic.py').is_file()
     capsys.readouterr()
+
+
+def test_a_cached_test_gallery_without_its_hook_is_refused_before_the_runner(tmp_path):
+    config = tmp_path / 'cached.py'
+    config.write_text(cached_gallery_config(
+        tmp_path, "test_dataloader = dict(dataset=dict(_delete_=True, **{gallery}))"))
+    args = load_tool().parse_args([str(config), str(tmp_path / 'model.pth')])
+    with pytest.raises(ValueError, match='^test_dataloader.dataset is a CachedFeatureDataset'):
+        load_tool().build_config(args)

@@ -10,6 +10,7 @@ from mmengine.config import Config
 
 from tests.conftest import REPO
 from tests.engine.hooks.test_phase_report_hook import report_cfg
+from tests.test_run_config import cached_gallery_config
 from xmr.engine.checkpoint import CheckpointReadError
 from xmr.registry import UnknownOptionError
 from xmr.utils.cli import UserError
@@ -284,3 +285,13 @@ def test_the_help_of_work_dir_names_the_default_a_run_takes(tmp_path, capsys):
     work_dir = capsys.readouterr().out.split('--work-dir WORK_DIR ')[1].split('--resume')[0]
     assert ' '.join(work_dir.split()) == ("where logs and checkpoints go (default: the config's "
                                           'work_dir, else work_dirs/<config name>[_<ablation>...])')
+
+
+def test_a_cached_validation_gallery_without_its_hook_is_refused_before_the_runner(tmp_path):
+    """Unprepared, the gallery's cache stopped the run at its first validation, a phase in."""
+    config = tmp_path / 'cached.py'
+    config.write_text(cached_gallery_config(
+        tmp_path, "val_dataloader = dict(dataset=dict(_delete_=True, **{gallery}))"))
+    args = train_tool.parse_args([str(config), '--work-dir', str(tmp_path / 'run')])
+    with pytest.raises(ValueError, match='^val_dataloader.dataset is a CachedFeatureDataset'):
+        train_tool.build_config(args)
