@@ -740,3 +740,11 @@ def test_the_api_example_loads_a_checkpoint_the_demo_leaves():
     assert (REPO / config) == DEMO
     assert Path(checkpoint).parent == Path(cfg.work_dir)
     assert Path(checkpoint).name in kept_checkpoints(cfg)
+
+
+def test_the_video_suffixes_evaluation_md_lists_are_the_ones_encode_media_reads():
+    from xmr.apis import VIDEO_SUFFIXES
+
+    text = (REPO / 'docs' / 'evaluation.md').read_text(encoding='utf-8')
+    listed = re.search(r'`VIDEO_SUFFIXES`: `([^`]*)`', text)
+    assert listed is not None and sorted(listed.group(1).split()) == sorted(VIDEO_SUFFIXES)

@@ -326,6 +326,22 @@ def test_a_video_file_is_sampled_at_its_segment_centres_whatever_its_suffix_case
                                expected.expand(2, -1))
 
 
+@pytest.mark.parametrize('suffix', ['.3gp', '.ts', '.wmv', '.ogv'])
+def test_a_video_in_another_container_s_name_is_read_as_a_video(trained, shared_data,
+                                                                 tmp_path, suffix):
+    """A phone's .3gp clip (the MP4 family the container check reads) and the other containers
+    FFmpeg reads were decoded as images ('not a decodable image'); FFmpeg tells the container
+    from the bytes, so an MP4 under each name stands for a clip of it."""
+    _, _, model = trained
+    video = shared_data / 'videos' / 'bigbuckbunny.mp4'
+    if not video.is_file():
+        pytest.skip(f'video fixture not found: {video}')
+    renamed = tmp_path / f'clip{suffix}'
+    renamed.symlink_to(video)
+    torch.testing.assert_close(encode_media(model, renamed, num_frames=2),
+                               encode_media(model, video, num_frames=2), rtol=0, atol=0)
+
+
 def test_one_media_file_given_alone_is_one_media(trained, tmp_path):
     """A lone path was iterated: a str as its characters ('a: file not found'), a Path not at
     all (TypeError: 'PosixPath' object is not iterable)."""

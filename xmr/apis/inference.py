@@ -23,6 +23,7 @@ from torch import Tensor
 from xmr.datasets.frame_sampling import check_frame_count
 from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
+from xmr.datasets.video_containers import VIDEO_SUFFIXES
 from xmr.engine.checkpoint import keys_of_another_model, read_checkpoint
 from xmr.engine.data_languages import transform_size_problem
 from xmr.engine.wrappers import unwrap_model
@@ -38,9 +39,6 @@ from xmr.version import written_by
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
            'load_trained_checkpoint', 'trained_languages', 'check_languages', 'encode_texts',
            'encode_media']
-
-#: File suffixes read as videos (12 uniformly sampled frames by default); others as images.
-VIDEO_SUFFIXES = ('.mp4', '.mkv', '.mov', '.avi', '.webm', '.m4v', '.mpg', '.mpeg')
 
 MediaInput = str | os.PathLike | Tensor
 

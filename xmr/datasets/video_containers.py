@@ -14,7 +14,7 @@ import os
 import struct
 from typing import BinaryIO
 
-__all__ = ['container_problem', 'unlike_its_name']
+__all__ = ['VIDEO_SUFFIXES', 'container_problem', 'unlike_its_name']
 
 # A first box of these types marks an ISO base media (MP4, MOV, M4V, 3GP) file.
 _ISO_FIRST_BOXES = frozenset({b'ftyp', b'moov', b'mdat', b'free', b'skip', b'wide', b'pnot',
@@ -24,6 +24,11 @@ _MATROSKA_SEGMENT = b'\x18\x53\x80\x67'
 _PRINTABLE = frozenset(range(0x20, 0x7f))
 _ISO_SUFFIXES = frozenset({'.mp4', '.m4v', '.mov', '.3gp', '.3g2'})
 _MATROSKA_SUFFIXES = frozenset({'.mkv', '.webm'})
+#: File suffixes that name a video: those whose containers are read here, and the other
+#: containers FFmpeg (decord) reads, AVI, MPEG program and transport streams, Flash, Windows
+#: Media and Ogg video.
+VIDEO_SUFFIXES = tuple(sorted(_ISO_SUFFIXES | _MATROSKA_SUFFIXES | {
+    '.avi', '.mpg', '.mpeg', '.ts', '.mts', '.m2ts', '.flv', '.wmv', '.asf', '.ogv'}))
 
 
 def container_problem(path: str | os.PathLike) -> str | None:
