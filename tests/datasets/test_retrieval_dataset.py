@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import DataLoader
 
@@ -249,3 +250,52 @@ def test_a_web_page_under_a_video_s_name_is_named_and_a_misnamed_video_is_not(sh
         f'{tmp_path / "ann.json"}: 1 of its 2 videos cannot be read whole:\n'
         f'  {tmp_path / "page.mp4"}: decoding failed (Error reading {tmp_path / "page.mp4"}')
     assert 'pancake' not in str(info.value)
+
+
+
+def _reference_clip(path: Path, preprocess, num_frames: int) -> torch.Tensor:
+    """``[T, 3, S, S]``: decord's frames at the segment centres ``floor((i + 1/2) N / T)``,
+    each through open_clip's own (PIL) preprocessing."""
+    import decord
+
+    reader = decord.VideoReader(str(path))
+    count = len(reader)
+    return torch.stack([
+        preprocess(Image.fromarray(reader[(2 * i + 1) * count // (2 * num_frames)].asnumpy()))
+        for i in range(num_frames)])
+
+
+def test_a_real_clip_embeds_as_decord_open_clip_and_the_papers_mean_pooling_do(
+        shared_data, tmp_path, tiny_retriever):
+    """The whole test-time video path (RetrievalDataset, retrieval_collate, the model's
+    preprocessor and predict) against a reference written here: decord's frames at the segment
+    centres, open_clip's PIL preprocessing with the backbone's mean and std, each frame
+    embedding L2-normalised, then their mean (CLIP4Clip's meanP, DASD's 12 frames)."""
+    from open_clip.transform import image_transform
+
+    names = ['bigbuckbunny.mp4', 'flipping_a_pancake.mkv', 'video_0.mov', 'unordered.mov']
+    folder = shared_data / 'videos'
+    if not all((folder / name).is_file() for name in names):
+        pytest.skip(f'video fixtures not found under {folder}')
+    dump_annotation(Annotation(dataset='clips', split='test', media_type='video',
+                               languages=['en'],
+                               items=[MediaRecord(name, str(folder / name), {'en': [name]})
+                                      for name in names]), tmp_path / 'clips.json')
+    model = tiny_retriever.eval()
+    size = int(model.backbone.image_size[0])
+    dataset = RetrievalDataset(tmp_path / 'clips.json', transform=dict(
+        type='MediaTransform', backbone=None, size=size))
+    batch = model.data_preprocessor(retrieval_collate([dataset[i] for i in range(len(names))]))
+    embedded = torch.stack([item['media_embedding'] for item in model.predict(**batch)])
+
+    preprocess = image_transform(size, is_train=False, mean=model.backbone.image_mean,
+                                 std=model.backbone.image_std)
+    pixels = torch.stack([_reference_clip(folder / name, preprocess, 12) for name in names])
+    with torch.no_grad():
+        frames = model.backbone.encode_image(pixels.flatten(0, 1)).view(len(names), 12, -1)
+    expected = F.normalize(F.normalize(frames, dim=-1).mean(1), dim=-1)
+    # Tensor and PIL bicubic resampling differ by a grey level at most (std ~0.26).
+    assert (batch['media'] - pixels).abs().max() < 1.5 / 255 / 0.26
+    # 2.5e-5 apart (the resampling); the mean of frame embeddings not normalised first is
+    # 7.8e-4 away from the reference, a frame one off a centre further.
+    torch.testing.assert_close(embedded, expected, rtol=0, atol=1e-4)
