@@ -23,6 +23,7 @@ import os.path as osp
 import shlex
 import sys
 import tempfile
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -239,14 +240,14 @@ def check_earlier_clip_benchmark_files(json_path: Path, overwrite: bool) -> None
                         '.json path')
 
 
-def remove_earlier_clip_benchmark_files(json_path: Path) -> None:
+def remove_earlier_clip_benchmark_files(json_path: Path, keep: Iterable[Path] = ()) -> None:
     """The replaced result's CLIP_benchmark files go with it: left there, they would stand
     beside the new result with the numbers it replaced (of a language no longer tested, say).
-    Other files in the folder stay."""
+    The new result's own files (``keep``) and other files in the folder stay."""
     from xmr.evaluation import clip_benchmark_files
 
     folder = clip_benchmark_folder(json_path)
-    for path in clip_benchmark_files(folder):
+    for path in set(clip_benchmark_files(folder)) - set(keep):
         path.unlink()
     if folder.is_dir() and not any(folder.iterdir()):
         folder.rmdir()
@@ -378,19 +379,20 @@ def config_name(args: argparse.Namespace) -> str:
     return osp.splitext(osp.basename(args.config))[0] + ablation_suffix(args.ablation)
 
 
-def write_clip_benchmark_files(args: argparse.Namespace, result, scored, json_path: Path) -> Path:
-    """CLIP_benchmark's files of ``result`` in ``<result>_clip_benchmark/``; return the folder.
+def clip_benchmark_texts(args: argparse.Namespace, result, scored, json_path: Path
+                         ) -> dict[Path, str]:
+    """CLIP_benchmark's files of ``result`` in ``<result>_clip_benchmark/`` and their texts.
 
     ``model`` is ``--name`` or the config's name with its ``--ablation`` rows (as the default
     row label and work dir name them), ``pretrained`` the checkpoint.
     """
-    from xmr.evaluation import clip_benchmark_records, write_clip_benchmark
+    from xmr.evaluation import clip_benchmark_records
+    from xmr.evaluation import clip_benchmark_texts as texts
 
     model = as_text(args.name or config_name(args))
-    folder = clip_benchmark_folder(json_path)
-    write_clip_benchmark(clip_benchmark_records(result.metrics, scored, model,
-                                                as_text(str(args.checkpoint))), folder)
-    return folder
+    return texts(clip_benchmark_records(result.metrics, scored, model,
+                                        as_text(str(args.checkpoint))),
+                 clip_benchmark_folder(json_path))
 
 
 def shown_rows(args: argparse.Namespace, results: list[EvaluationResult]
@@ -410,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from mmengine.dist import is_main_process
 
-    from xmr.evaluation import leaderboard_markdown, load_result, save_result, write_csv
+    from xmr.evaluation import leaderboard_markdown, load_result, save_result_files
 
     results = []
     for path in args.compare or []:
@@ -436,12 +438,12 @@ def main(argv: list[str] | None = None) -> None:
         unshown = None
     except ValueError as error:
         unshown = error
-    save_result(json_path, result)
-    write_csv(csv_path, [result])
-    remove_earlier_clip_benchmark_files(json_path)
-    if args.format == 'clip_benchmark':
-        print_for_reader('clip_benchmark: '
-                         f'{write_clip_benchmark_files(args, result, scored, json_path)}')
+    export = (clip_benchmark_texts(args, result, scored, json_path)
+              if args.format == 'clip_benchmark' else {})
+    save_result_files(json_path, result, export)
+    remove_earlier_clip_benchmark_files(json_path, keep=export)
+    if export:
+        print_for_reader(f'clip_benchmark: {clip_benchmark_folder(json_path)}')
     print_for_reader(f'\nresults: {json_path}\ntable:   {csv_path}')
     if unshown is not None:
         raise SystemExit(f'error: {unshown}; the result is saved: {json_path}')

@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -290,7 +291,7 @@ def test_out_is_checked_before_testing_and_the_table_is_printed_even_if_saving_f
     def full_disk(*args):
         raise OSError(28, 'No space left on device', str(root / 'r.json'))
 
-    monkeypatch.setattr(evaluation, 'save_result', full_disk)
+    monkeypatch.setattr(evaluation, 'save_result_files', full_disk)
     with pytest.raises(SystemExit):
         run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--out',
                              str(root / 'r.json')])
@@ -655,3 +656,59 @@ def test_a_cached_test_gallery_without_its_hook_is_refused_before_the_runner(tmp
     args = load_tool().parse_args([str(config), str(tmp_path / 'model.pth')])
     with pytest.raises(ValueError, match='^test_dataloader.dataset is a CachedFeatureDataset'):
         load_tool().build_config(args)
+
+
+KILLED_TEST = '''
+import importlib.util, os, signal, sys
+from xmr.evaluation import EvaluationResult, leaderboard
+
+path, run, moment = sys.argv.pop(1), int(sys.argv.pop(1)), sys.argv.pop(1)
+spec = importlib.util.spec_from_file_location('xmr_test_tool', path)
+tool = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tool)
+tool.run_test = lambda args: (EvaluationResult(
+    f'run {run}', {'synthetic/de/AR': float(run), 'synthetic/mAR': float(run)},
+    checkpoint=args.checkpoint, test_sets=[dict(dataset='synthetic', split='test',
+                                                languages=['de'])]), [])
+
+
+def killed(*args):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if moment == 'making the table':
+    leaderboard._csv_value = killed
+elif moment == 'on disk, not renamed':  # the first file written in full, then its fsync
+    os.fsync = killed
+tool.main(sys.argv[1:])
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('moment', ['making the table', 'on disk, not renamed'])
+def test_a_test_killed_while_saving_keeps_the_earlier_result_whole(synthetic_setup, moment):
+    """SIGKILL while ``--overwrite`` saved: the new JSON stood beside the earlier result's CSV
+    (a kill after the JSON, as the table was made), each looking valid, and a write killed
+    before its rename left ``.model_test.*.<pid>.tmp`` there for good, through later runs.
+    Expected: the earlier JSON and CSV as they were, and the next run's pair with no partial
+    file beside it."""
+    root, config = synthetic_setup
+    command = [str(config()), str(root / 'model.pth'), '--overwrite']
+
+    def test(run: int, moment: str = 'none') -> int:
+        return subprocess.run([sys.executable, '-c', KILLED_TEST, str(TOOL), str(run), moment,
+                               *command],
+                              env=dict(os.environ, PYTHONPATH=str(TOOL.parents[1])),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+
+    def saved() -> tuple[str, list[str]]:
+        return (load_result(root / 'model_test.json').name,
+                [row[0] for row in csv.reader((root / 'model_test.csv').open())][1:])
+
+    assert test(1) == 0 and saved() == ('run 1', ['run 1'])
+    assert test(2, moment) == -signal.SIGKILL
+    assert saved() == ('run 1', ['run 1'])
+    assert test(3) == 0 and saved() == ('run 3', ['run 3'])
+    assert sorted(path.name for path in root.glob('model_test*')) == [
+        'model_test.csv', 'model_test.json']
+    assert not list(root.glob('.*.tmp'))

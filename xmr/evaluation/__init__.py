@@ -6,6 +6,7 @@ from xmr.evaluation.clip_benchmark import (
     ScoredDataset,
     clip_benchmark_files,
     clip_benchmark_records,
+    clip_benchmark_texts,
     scored_datasets,
     write_clip_benchmark,
 )
@@ -17,6 +18,7 @@ from xmr.evaluation.leaderboard import (
     leaderboard_table,
     load_result,
     save_result,
+    save_result_files,
     write_csv,
 )
 from xmr.evaluation.metrics import RetrievalMetric
@@ -49,7 +51,7 @@ __all__ = [
     'xtd10_fewshot_split', 'average_recall', 'grouped_ranks_from_scores', 'media_to_text_ranks',
     'ranks_from_scores', 'ranks_from_topk', 'recall_at_k', 'recall_sum', 'text_to_media_ranks',
     'FaissSearcher', 'exact_ranks', 'EvaluationResult', 'format_table', 'leaderboard_columns',
-    'leaderboard_markdown', 'leaderboard_table', 'load_result', 'save_result', 'write_csv',
-    'ScoredDataset', 'clip_benchmark_files', 'clip_benchmark_records', 'scored_datasets',
-    'write_clip_benchmark',
+    'leaderboard_markdown', 'leaderboard_table', 'load_result', 'save_result', 'save_result_files',
+    'write_csv', 'ScoredDataset', 'clip_benchmark_files', 'clip_benchmark_records',
+    'clip_benchmark_texts', 'scored_datasets', 'write_clip_benchmark',
 ]

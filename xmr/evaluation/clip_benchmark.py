@@ -25,11 +25,11 @@ from typing import Any, NamedTuple
 
 from xmr.datasets.languages import release_code
 from xmr.evaluation.protocols import PROTOCOLS
-from xmr.fileio import atomic_write_text
+from xmr.fileio import atomic_write_texts
 
 __all__ = ['CLIP_BENCHMARK_DATASETS', 'COMPARABLE_PROTOCOLS', 'ScoredDataset',
            'scored_datasets', 'clip_benchmark_records', 'clip_benchmark_filename',
-           'write_clip_benchmark', 'clip_benchmark_files']
+           'clip_benchmark_texts', 'write_clip_benchmark', 'clip_benchmark_files']
 
 # xmr dataset name -> CLIP_benchmark's; other datasets keep their name.
 CLIP_BENCHMARK_DATASETS = {'flickr30k_200': 'flickr30k-200', 'mscoco': 'mscoco_captions'}
@@ -154,15 +154,17 @@ def clip_benchmark_filename(record: Mapping[str, Any]) -> str:
     return '_'.join(str(field).replace('/', '_') for field in fields) + '.json'
 
 
+def clip_benchmark_texts(records: Sequence[Mapping[str, Any]],
+                         out_dir: str | os.PathLike) -> dict[Path, str]:
+    """Each record's file in ``out_dir`` and its JSON text."""
+    return {Path(out_dir) / clip_benchmark_filename(record):
+            json.dumps(record, ensure_ascii=False) + '\n' for record in records}
+
+
 def write_clip_benchmark(records: Sequence[Mapping[str, Any]],
                          out_dir: str | os.PathLike) -> list[Path]:
-    """Write each record as its own file in ``out_dir`` (atomically); return the paths."""
-    paths = []
-    for record in records:
-        path = Path(out_dir) / clip_benchmark_filename(record)
-        atomic_write_text(path, json.dumps(record, ensure_ascii=False) + '\n')
-        paths.append(path)
-    return paths
+    """Write each record as its own file in ``out_dir``, all or none; return the paths."""
+    return atomic_write_texts(clip_benchmark_texts(records, out_dir))
 
 
 def clip_benchmark_files(folder: str | os.PathLike) -> list[Path]:

@@ -42,6 +42,7 @@ shortlist; ``tools/test.py`` records it) gets a legend line saying so.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -53,12 +54,13 @@ from typing import Any, NamedTuple
 
 from xmr.ablations import ablation_suffix
 from xmr.datasets.languages import is_language_alias, normalize_language
-from xmr.fileio import atomic_open, atomic_write_text
+from xmr.fileio import atomic_write_text, atomic_write_texts, remove_stale_temporaries
 
 __all__ = [
     'HEADLINES', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult', 'format_table',
     'leaderboard_columns', 'leaderboard_table', 'leaderboard_markdown', 'column_legend',
-    'mean_over_seeds', 'save_result', 'load_result', 'write_csv',
+    'mean_over_seeds', 'save_result', 'save_result_files', 'load_result', 'write_csv',
+    'result_json', 'csv_text',
 ]
 
 RESULT_FORMAT = 'xmr-test-result'
@@ -531,19 +533,25 @@ def _seed_mean(seeds: Sequence[EvaluationResult], label: str) -> EvaluationResul
     return replace(first, name=name, metrics=mean, extra=extra)
 
 
-def write_csv(path: str | os.PathLike, results: Sequence[EvaluationResult]) -> None:
-    """Write the leaderboard as CSV with full-precision values (empty where missing)."""
+def csv_text(results: Sequence[EvaluationResult]) -> str:
+    """The leaderboard as CSV text with full-precision values (empty where missing)."""
     columns = _union_columns(results)
-    with atomic_open(path, 'w', encoding='utf-8', newline='') as handle:
-        writer = csv.writer(handle)
-        writer.writerow(['model', *(column.label for column in columns)])
-        for result in results:
-            writer.writerow([result.name, *(_csv_value(result.metrics.get(column.key))
-                                            for column in columns)])
+    text = io.StringIO(newline='')
+    writer = csv.writer(text)
+    writer.writerow(['model', *(column.label for column in columns)])
+    for result in results:
+        writer.writerow([result.name, *(_csv_value(result.metrics.get(column.key))
+                                        for column in columns)])
+    return text.getvalue()
 
 
-def save_result(path: str | os.PathLike, result: EvaluationResult) -> None:
-    """Write one result as JSON (format ``xmr-test-result``), readable by :func:`load_result`."""
+def write_csv(path: str | os.PathLike, results: Sequence[EvaluationResult]) -> None:
+    """Write the leaderboard as CSV (:func:`csv_text`), atomically."""
+    atomic_write_text(path, csv_text(results))
+
+
+def result_json(result: EvaluationResult) -> str:
+    """One result as JSON text (format ``xmr-test-result``), readable by :func:`load_result`."""
     data = {'format': RESULT_FORMAT, 'version': RESULT_VERSION, 'name': result.name,
             'config': result.config, 'checkpoint': result.checkpoint,
             'config_resolved': result.config_resolved,
@@ -552,7 +560,33 @@ def save_result(path: str | os.PathLike, result: EvaluationResult) -> None:
             'metrics': {key: float(value) for key, value in result.metrics.items()
                         if _is_number(value)},
             **result.extra}
-    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + '\n')
+    return json.dumps(data, indent=2, ensure_ascii=False) + '\n'
+
+
+def save_result(path: str | os.PathLike, result: EvaluationResult) -> None:
+    """Write one result as JSON (:func:`result_json`), atomically."""
+    atomic_write_text(path, result_json(result))
+
+
+def save_result_files(json_path: str | os.PathLike, result: EvaluationResult,
+                      more: Mapping[Path, str] | None = None) -> list[Path]:
+    """Write a result's JSON, its one-row CSV table beside it (``.csv``) and ``more`` files
+    (its CLIP_benchmark export), all or none (:func:`~xmr.fileio.atomic_write_texts`).
+
+    Every text is made before any file is written, and the JSON, which ``tools/test.py``
+    checks before replacing anything, is renamed into place last: a kill leaves the earlier
+    result and its table as they were, never a new JSON beside the old table. Partial files
+    of killed writes (``.<name>.<pid>.tmp``) in the result's folders are removed first.
+
+    Returns:
+        The paths written, the JSON last.
+    """
+    json_path = Path(json_path)
+    texts = {json_path.with_suffix('.csv'): csv_text([result]), **(more or {}),
+             json_path: result_json(result)}
+    for folder in {path.parent for path in texts}:
+        remove_stale_temporaries(folder)
+    return atomic_write_texts(texts)
 
 
 def load_result(path: str | os.PathLike) -> EvaluationResult:
