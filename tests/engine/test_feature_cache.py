@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from contextlib import nullcontext
 from datetime import timedelta
@@ -933,3 +934,48 @@ def test_the_documented_wait_for_a_build_is_the_one_the_ranks_wait():
     docs = ' '.join((REPO / 'docs' / 'distributed.md').read_text().split())
     assert feature_cache_dataset.BUILD_WAIT == timedelta(hours=24)
     assert 'whose timeout is 24 hours (`xmr.engine.feature_cache.dataset.BUILD_WAIT`)' in docs
+
+
+KILLED_REBUILD = '''
+import os, shutil, signal, sys
+import torch
+from tests.conftest import tiny_retriever_cfg
+from tests.engine.test_feature_cache import ListDataset, pair_items
+from xmr.engine.feature_cache import CachedFeatureDataset, store
+from xmr.registry import MODELS
+
+
+def killed_removing(folder, *args, **kwargs):
+    # ext4 lists this cache's meta.json before some arrays: a kill part-way through the removal
+    os.remove(os.path.join(folder, 'meta.json'))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+store.shutil.rmtree = killed_removing
+torch.manual_seed(0)
+CachedFeatureDataset(ListDataset(pair_items()), sys.argv[1]).build(
+    MODELS.build(tiny_retriever_cfg()), overwrite=True)
+'''
+
+
+def test_a_rebuild_killed_while_removing_the_old_cache_leaves_a_whole_one(tiny_retriever,
+                                                                          tmp_path):
+    """SIGKILL while an overwrite removed the cache it replaced (tools/cache_features.py
+    --overwrite, a stale run-owned cache): the old cache was left half deleted under its name,
+    without meta.json, the new one abandoned, and the next run refused to start ('exists and
+    holds no feature cache'). Expected: the new cache whole under the name, read as the first
+    was, and the next build removing what the killed one left."""
+    cache = tmp_path / 'cache'
+    first = CachedFeatureDataset(ListDataset(pair_items()), cache)
+    first.prepare(tiny_retriever)
+    rebuild = subprocess.run([sys.executable, '-c', KILLED_REBUILD, str(cache)],
+                             env=dict(os.environ, PYTHONPATH=str(REPO)),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert rebuild.returncode == -signal.SIGKILL, rebuild.stderr[-2000:]
+    again = CachedFeatureDataset(ListDataset(pair_items()), cache)
+    again.prepare(tiny_retriever)
+    for index in range(len(again)):
+        for kind in ('source_features', 'media_features'):
+            assert torch.equal(again[index][kind], first[index][kind])
+    again.build(tiny_retriever, overwrite=True)
+    assert [path.name for path in tmp_path.iterdir()] == ['cache']

@@ -148,7 +148,10 @@ class FeatureCache:
 
         The folder is written under a temporary name, its files and itself are fsynced, and it
         is renamed when complete (the rename fsynced too), so neither an interrupted build nor
-        a power cut leaves a cache that looks valid.
+        a power cut leaves a cache that looks valid. A cache it replaces (``overwrite``) is
+        renamed aside to ``<path>.replaced-<pid>`` first and removed after, so a kill leaves
+        the old cache or the new one whole under ``path``; the next build removes what a
+        killed one left.
 
         Under DDP every rank calls this together (``ranks``) and encodes its own contiguous run
         of whole batches of the rows (:func:`~xmr.engine.feature_cache.ranks.rank_rows`): rank
@@ -300,10 +303,14 @@ def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], in
     # Without it, a power cut after the rename can leave arrays of the right length
     # but zeros (their pages never written), which verify() cannot tell from features.
     fsync_folder(partial)
+    # The cache replaced is renamed aside, not removed in place: a kill while removing it (a
+    # multi-GB array's unlink) left it half deleted under its name and the new one abandoned.
+    replaced = path.with_name(f'{path.name}.replaced-{os.getpid()}')
     if path.exists():
-        shutil.rmtree(path)
+        path.rename(replaced)
     partial.rename(path)
     fsync_path(path.parent)
+    shutil.rmtree(replaced, ignore_errors=True)
 
 
 def _assemble(partial: Path, name: str, total: int, widths: list[int | None], dtype: str,
@@ -329,11 +336,13 @@ def _assemble(partial: Path, name: str, total: int, widths: list[int | None], dt
 
 
 def remove_abandoned_builds(path: Path) -> None:
-    """Delete ``<path>.partial-<pid>`` folders of builds whose process is gone (killed)."""
-    for partial in path.parent.glob(f'{path.name}.partial-*'):
-        pid = partial.name.rsplit('-', 1)[-1]
+    """Delete the ``<path>.partial-<pid>`` folders of builds and the ``<path>.replaced-<pid>``
+    caches they replaced whose process is gone (killed)."""
+    for left in [*path.parent.glob(f'{path.name}.partial-*'),
+                 *path.parent.glob(f'{path.name}.replaced-*')]:
+        pid = left.name.rsplit('-', 1)[-1]
         if pid.isdigit() and int(pid) != os.getpid() and not process_running(int(pid)):
-            shutil.rmtree(partial, ignore_errors=True)
+            shutil.rmtree(left, ignore_errors=True)
 
 
 def _open_rows(folder: Path, name: str, rows: int, width: int, dtype: str) -> np.ndarray:
