@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from mmengine.config import Config
 
 from tests.conftest import REPO
 from tests.engine.hooks.test_phase_report_hook import read_report, report_cfg
@@ -112,8 +113,23 @@ def tiny_config(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope='module')
 def uninterrupted(tiny_config, tmp_path_factory) -> Path:
-    work_dir = tmp_path_factory.mktemp('uninterrupted')
-    train_tool.main([str(tiny_config), '--work-dir', str(work_dir)])
+    return train(tiny_config, tmp_path_factory.mktemp('uninterrupted'))
+
+
+@pytest.fixture(scope='module')
+def best_config(tiny_config, tmp_path_factory) -> Path:
+    """The tiny run with a validation every 6 iterations, cross_modal starting from
+    cross_lingual's best (kept in ``phase_best/``)."""
+    cfg = Config.fromfile(tiny_config)
+    cfg.train_cfg.val_interval = 6
+    cfg.train_cfg.phases[2]['start_from_best'] = 'mAR'
+    path = tmp_path_factory.mktemp('best_config') / 'best.py'
+    cfg.dump(str(path))
+    return path
+
+
+def train(config: Path, work_dir: Path) -> Path:
+    train_tool.main([str(config), '--work-dir', str(work_dir)])
     return work_dir
 
 
@@ -234,3 +250,19 @@ def test_sigterm_saves_the_iteration_under_way_and_resumes_to_the_uninterrupted_
     assert not (work_dir / LOCK_NAME).exists()  # the run ended through its hooks
     assert_resumed_at(11, work_dir, tmp_path, tiny_config)
     assert_same_run(work_dir, uninterrupted)
+
+
+def test_a_kill_while_a_phase_best_is_written_leaves_no_partial_file_and_resumes(
+        best_config, tmp_path_factory, tmp_path):
+    """Half of ``phase_best/cross_lingual_iter_6.pth`` written, then SIGKILL: the resumed run
+    wrote the file again, and the killed run's ``.cross_lingual_iter_6.pth.<pid>.tmp`` stayed
+    beside it for good. Expected: removed when the resumed run starts, the run otherwise the
+    uninterrupted one."""
+    reference = train(best_config, tmp_path_factory.mktemp('uninterrupted_best'))
+    work_dir = tmp_path / 'work'
+    kill_at('cross_lingual_iter_6.pth', best_config, work_dir, tmp_path)
+    assert len(list((work_dir / 'phase_best').glob('.cross_lingual_iter_6.pth.*.tmp'))) == 1
+    assert_resumed_at(4, work_dir, tmp_path, best_config)
+    assert sorted(path.name for path in (work_dir / 'phase_best').iterdir()) == sorted(
+        path.name for path in (reference / 'phase_best').iterdir())
+    assert_same_run(work_dir, reference)

@@ -753,6 +753,8 @@ class PhasedTrainLoop(BaseLoop):
             for loader, _ in scored_loaders(self.runner.val_loop):
                 workers_ignore(loader, preemption_signals(self.runner))
         self.runner.call_hook('before_train')
+        # After the hooks: the work dir's lock (WorkDirLockHook) is this run's.
+        self.phase_best.remove_partial_files(self.runner)
         self.runner.call_hook('before_train_epoch')
         for index, phase in enumerate(self.phases):
             if self._iter >= phase.end or self.stop_training:

@@ -15,7 +15,7 @@ from mmengine.dist import barrier, is_main_process
 from xmr.engine.checkpoint import read_checkpoint
 from xmr.engine.phases import Phase
 from xmr.engine.wrappers import unwrap_model
-from xmr.fileio import atomic_torch_save
+from xmr.fileio import atomic_torch_save, remove_stale_temporaries
 
 FOLDER = 'phase_best'
 
@@ -72,6 +72,13 @@ class PhaseBest:
                     f'the best validation of phase {before.name}, which is never validated; '
                     'give the run a val_dataloader and validate the phase '
                     '(train_cfg.validate_at_phase_end=True or a val_interval inside it)')
+
+    def remove_partial_files(self, runner) -> None:
+        """Remove the partial files (``.<name>.<pid>.tmp``) of runs killed while writing a
+        best to ``<work_dir>/phase_best``, which no later run replaced or removed."""
+        if is_main_process():
+            for path in remove_stale_temporaries(Path(runner.work_dir) / FOLDER):
+                runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
 
     def record(self, runner, phase: Phase, metrics: Mapping[str, float], iteration: int) -> None:
         """Keep the trained weights if this validation of ``phase`` beats its best.
