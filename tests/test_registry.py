@@ -9,6 +9,7 @@ import mmengine.registry as mm_registry
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.hooks import Hook
 
 from tests.conftest import tiny_retriever_cfg
 from xmr import registry
@@ -183,6 +184,34 @@ def test_a_name_xmr_holds_is_refused_at_the_registration_naming_both_modules_and
         "under that name: give it another (register_module(name='MyStaticAdapter')) or, to "
         "replace xmr.models.adapters.static's, register_module(force=True)")
     assert ADAPTERS.get('StaticAdapter').__module__ == 'xmr.models.adapters.static'
+
+
+def test_a_name_mmengine_holds_is_refused_too_as_it_would_shadow_mmengine_s_type_in_every_config():
+    """A user's ``LoggerHook`` in xmr's child would replace MMEngine's for the default runtime's
+    ``type='LoggerHook'`` (scope ``xmr`` looks here first); ``force=True`` still does it."""
+    with pytest.raises(UserKeyError) as refused:
+        @HOOKS.register_module()
+        class LoggerHook(Hook):
+            pass
+    assert str(refused.value) == (
+        "'LoggerHook' is already registered in MMEngine's 'hook' registry, by "
+        'mmengine.hooks.logger_hook, so tests.test_registry cannot register its LoggerHook '
+        "under that name: give it another (register_module(name='MyLoggerHook')) or, to "
+        "replace mmengine.hooks.logger_hook's, register_module(force=True)")
+    assert HOOKS.get('LoggerHook') is mm_registry.HOOKS.get('LoggerHook')
+    with pytest.raises(UserKeyError, match="'AdamW' is already registered in MMEngine's "
+                                           "'optimizer' registry, by torch.optim.adamw"):
+        registry.OPTIMIZERS.register_module(name='AdamW', module=torch.optim.SGD)
+    assert registry.OPTIMIZERS.get('AdamW') is torch.optim.AdamW
+
+    class Replacement(Hook):
+        pass
+
+    HOOKS.register_module(name='LoggerHook', module=Replacement, force=True)
+    try:
+        assert HOOKS.get('LoggerHook') is Replacement
+    finally:
+        HOOKS.module_dict.pop('LoggerHook')
 
 
 # A fresh process whose first registry call is the user's registration (a driver script, a

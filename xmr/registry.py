@@ -148,21 +148,42 @@ class XMRRegistry(Registry):
 
         A user's module may register before the first look-up (a driver script, a notebook);
         xmr's modules are imported first, so that ``force=True`` replaces xmr's type whatever
-        the order, and a name already taken is refused at the user's registration.
+        the order, and a name already taken is refused at the user's registration. A name
+        MMEngine's parent registry holds (``AdamW``, ``LoggerHook``) is taken too for a user's
+        module: registered here, it would shadow MMEngine's type in every config of scope
+        ``xmr``. xmr's own modules replace MMEngine's types this way on purpose
+        (``CheckpointHook``).
         """
-        if not module.__module__.startswith('xmr.'):
+        users = not module.__module__.startswith('xmr.')
+        if users:
             self.import_from_location()
         names = [module.__name__] if module_name is None else (
             [module_name] if isinstance(module_name, str) else module_name)
-        taken = next((name for name in names if name in self._module_dict), None)
-        if taken is not None and not force:
-            owner = self._module_dict[taken].__module__
+        holders = {name: self for name in names if name in self._module_dict}
+        if users:
+            holders = {**self._holders(names), **holders}
+        if holders and not force:
+            taken, holder = next(iter(holders.items()))
+            owner = holder.module_dict[taken].__module__
+            where = f"the xmr '{self.name}'" if holder is self else \
+                f"MMEngine's '{holder.name}'"
             raise UserKeyError(
-                f"'{taken}' is already registered in the xmr '{self.name}' registry, by "
+                f"'{taken}' is already registered in {where} registry, by "
                 f'{owner}, so {module.__module__} cannot register its {module.__name__} under '
                 f"that name: give it another (register_module(name='My{taken}')) or, to "
                 f"replace {owner}'s, register_module(force=True)")
         super()._register_module(module, module_name, force)
+
+    def _holders(self, names: list[str]) -> dict[str, Registry]:
+        """``{name: ancestor registry}`` for each of ``names`` an ancestor holds (the nearest)."""
+        holders: dict[str, Registry] = {}
+        registry = self.parent
+        while registry is not None:
+            registry.import_from_location()
+            holders.update({name: registry for name in names
+                            if name in registry.module_dict and name not in holders})
+            registry = registry.parent
+        return holders
 
     def __contains__(self, key: Any) -> bool:
         try:
