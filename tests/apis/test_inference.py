@@ -24,6 +24,7 @@ from xmr.apis.inference import _first_lines
 from xmr.datasets import Annotation, MediaRecord, dump_annotation, retrieval_collate
 from xmr.datasets.media_io import MediaReadError
 from xmr.registry import DATASETS, MODELS
+from xmr.utils.cli import UserError
 from xmr.version import provenance
 
 TINY = dict(type='MediaTransform', backbone=None, size=32)
@@ -409,3 +410,25 @@ def test_a_language_module_file_given_as_the_checkpoint_is_told_to_be_merged(tra
             r'checkpoint: merge it into one first \(tools/language_modules\.py merge CONFIG '
             r'--base .*tiny\.pth --modules de=.*de\.pth --out merged\.pth\)$')):
         init_retriever(config, tmp_path / 'de.pth')
+
+
+def test_a_custom_import_that_fails_is_named_with_its_cause(trained, tmp_path, monkeypatch):
+    """MMEngine's loader said only 'Failed to import custom modules' and to set PYTHONPATH,
+    with the folder on it and the misspelt name at the end of the error's chain."""
+    (tmp_path / 'my_adapters.py').write_text('from xmr.models.adapters import BaseAdaptor\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = Config.fromfile(trained[0])
+    cfg.custom_imports = dict(imports=['my_adapters'], allow_failed_imports=False)
+    cfg.dump(tmp_path / 'mine.py')
+    with pytest.raises(UserError) as refused:
+        init_retriever(tmp_path / 'mine.py')
+    assert str(refused.value).startswith(
+        f"{tmp_path / 'mine.py'}: custom_imports: my_adapters failed to import: ImportError: "
+        "cannot import name 'BaseAdaptor' from 'xmr.models.adapters'")
+
+
+def test_a_config_xmr_ships_is_named_with_the_xmr_scheme():
+    model = init_retriever('xmr::demo/static_tiny-clip_synthetic.py', cfg_options={
+        'model.language_branch.tokenizer.corpus.num_scenes': 20,
+        'model.language_branch.tokenizer.vocab_size': 200})
+    assert trained_languages(model) == ['en', 'de', 'fr', 'zh', 'ja']

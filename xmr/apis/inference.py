@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.runner.checkpoint import load_state_dict
-from mmengine.utils import import_modules_from_strings
 from torch import Tensor
 
 from xmr.datasets.frame_sampling import check_frame_count
@@ -31,7 +30,7 @@ from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.language.language_modules import module_file_problem
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 from xmr.registry import MODELS, TRANSFORMS
-from xmr.run_config import merge_options
+from xmr.run_config import config_file, import_custom_modules, merge_options
 from xmr.utils.cli import UserKeyError
 from xmr.utils.counts import is_count
 from xmr.version import written_by
@@ -53,8 +52,8 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
     """Build the model of a config, load a trained checkpoint into it and set it to eval mode.
 
     Args:
-        config: config file or :class:`Config` (its ``model`` is built; ``custom_imports`` are
-            imported first).
+        config: config file (``xmr::<path>`` for a config xmr ships) or :class:`Config` (its
+            ``model`` is built; ``custom_imports`` are imported first, as the tools import them).
         checkpoint: ``.pth`` written by training; ``None`` keeps the built weights.
         device: where the model runs.
         cfg_options: overrides merged into a copy of the config, as ``--cfg-options`` does.
@@ -63,16 +62,19 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
         The model, with the config as ``model.cfg``.
 
     Raises:
+        UserError: the config file does not exist, or a module of its ``custom_imports``
+            failed to import (naming the module and the cause, not only ``PYTHONPATH``).
         CheckpointMismatchError: when the checkpoint's backbone, languages or parameter shapes
             differ from the config's (the message names each mismatch).
     """
     # A copy: merged into the caller's Config, the options would build its next model too.
-    cfg = copy.deepcopy(config) if isinstance(config, Config) else Config.fromfile(str(config))
+    cfg = copy.deepcopy(config) if isinstance(config, Config) else Config.fromfile(
+        str(config_file(config)), import_custom_modules=False)
     merge_options(cfg, cfg_options or {})
+    where = getattr(cfg, 'filename', None) or config
     if 'model' not in cfg:
-        raise UserKeyError(f'config {getattr(cfg, "filename", config)} has no model')
-    if cfg.get('custom_imports'):
-        import_modules_from_strings(**cfg.custom_imports)
+        raise UserKeyError(f'config {where} has no model')
+    import_custom_modules(where, cfg)
     model = MODELS.build(cfg.model)
     if not isinstance(model, CrossLingualRetriever):
         raise TypeError(f'the config builds a {type(model).__name__}; xmr.apis serves '
