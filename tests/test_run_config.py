@@ -440,6 +440,20 @@ def test_a_child_config_that_overlays_a_list_by_index_is_told_the_ways_that_work
         load_run_config(child)
 
 
+def test_an_index_written_as_a_number_is_told_the_same_ways(tmp_path):
+    """``phases={1: ...}`` (to make one's own loss trainable in a phase) got MMEngine's bare
+    TypeError and its ``_delete_=True`` advice, the config file unnamed."""
+    child = tmp_path / 'child.py'
+    child.write_text(f"_base_ = ['{DEMO}']\n"
+                     "train_cfg = dict(phases={1: dict(trainable=['target', 'losses.cl'])})\n")
+    with pytest.raises(UserError, match=(
+            f"^{child}: phases={{1: ...}} overlays a list of its base by index, which only "
+            "--ablation rows do; a child config replaces a list whole: restate the list with "
+            r"each item \(dict\(_base_.<...>.phases\[1\], lr=...\)\), or change one key with "
+            r"--cfg-options <...>.phases.1.lr=...$")):
+        load_run_config(child)
+
+
 def test_a_learning_rate_that_is_not_a_number_is_refused_by_its_key():
     """``nan >= 0`` is false as ``-1 >= 0`` is: torch takes a NaN lr and every step is NaN."""
     with pytest.raises(ValueError, match=r'^optim_wrapper.optimizer.lr=nan must be a number >= 0'):

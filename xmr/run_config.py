@@ -128,22 +128,23 @@ def config_file(config: str | os.PathLike) -> str | os.PathLike:
 
 
 #: MMEngine's refusal of a dict that merges into a list, when the dict's keys are indices.
-_INDEX_OVERLAY = re.compile(r"^(\w+)=\{'(\d+|\*)': .* is a dict in the child config but is "
-                            r"of type <class '(list|tuple)'> in base config")
+_INDEX_OVERLAY = re.compile(r"^(\w+)=\{('(?:\d+|\*)'|\d+): .* is a dict in the child config "
+                            r"but is of type <class '(list|tuple)'> in base config")
 
 
 def list_overlaid_by_index(config: str | os.PathLike, error: TypeError) -> UserError | None:
-    """A child config that overlays a list's items by index (``phases={'1': dict(lr=...)}``),
-    which only ``--ablation`` rows do, as a :class:`UserError` with the ways that work;
-    MMEngine's own message advises ``_delete_=True``, which drops the base's list. ``None``
-    for another error.
+    """A child config that overlays a list's items by index (``phases={'1': dict(lr=...)}``,
+    or ``{1: ...}``), which only ``--ablation`` rows do, as a :class:`UserError` with the ways
+    that work; MMEngine's own message advises ``_delete_=True``, which drops the base's list.
+    ``None`` for another error.
     """
     found = _INDEX_OVERLAY.match(str(error))
     if found is None:
         return None
-    key, index = found.group(1), found.group(2)
+    key, written = found.group(1), found.group(2)
+    index = written.strip("'")
     item = index if index.isdigit() else '0'
-    return UserError(config, f"{key}={{'{index}': ...}} overlays a list of its base by index, "
+    return UserError(config, f'{key}={{{written}: ...}} overlays a list of its base by index, '
                      "which only --ablation rows do; a child config replaces a list whole",
                      f'restate the list with each item (dict(_base_.<...>.{key}[{item}], '
                      f'lr=...)), or change one key with --cfg-options <...>.{key}.{item}.lr=...')
