@@ -270,7 +270,9 @@ def test_bad_options_fail_naming_the_option(tower):
         build(tower, condition_blocks=[1, 1])
     with pytest.raises(ValueError, match='place the dynamic adapters'):
         build(tower, generator=dict(GENERATOR, blocks=[0]))
-    with pytest.raises(ValueError, match="no adapter of the target branch reads the SDM's"):
+    with pytest.raises(ValueError, match="no adapter of the target branch reads the SDM's "
+                                         'condition: no adapter type of model.language_branch.'
+                                         'adapters sets reads_condition = True'):
         build(tower, condition_blocks=[])
     with pytest.raises(ValueError, match='width 16 does not match'):
         build(tower, adapter=dict(ADAPTER, width=16))

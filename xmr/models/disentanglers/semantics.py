@@ -74,8 +74,10 @@ def _condition_blocks(blocks: Sequence[int] | None, num_blocks: int) -> list[int
     """The tower's blocks whose adapters read the condition (``None``: all of them)."""
     blocks = list(range(num_blocks)) if blocks is None else list(blocks)
     if not blocks:
-        raise ValueError('no adapter of the target branch reads the SDM\'s condition (no '
-                         'DynamicAdapter); use dynamic adapters or disentangler=None')
+        raise ValueError("no adapter of the target branch reads the SDM's condition: no "
+                         'adapter type of model.language_branch.adapters sets reads_condition '
+                         '= True (DynamicAdapter does, as does a type of your own whose forward '
+                         'reads ctx.condition); use dynamic adapters, or disentangler=None')
     outside = [b for b in blocks if not 0 <= b < num_blocks]
     if outside:
         raise ValueError(f'generator blocks {outside} are outside the text tower\'s blocks '
