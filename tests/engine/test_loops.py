@@ -38,7 +38,8 @@ from xmr.engine.loops import (
 )
 from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phases import Phase, phase_lr_factor
-from xmr.registry import HOOKS
+from xmr.models.adapters import AdapterPlacement, BaseAdapter
+from xmr.registry import ADAPTERS, HOOKS
 
 LANGS = ['de', 'zh']
 
@@ -674,6 +675,49 @@ def test_a_trainable_prefix_names_whole_modules(tmp_path):
     phases = [dict(PHASES[1], trainable=['language_bran'])]
     with pytest.raises(ValueError, match="trainable prefix 'language_bran' matches no parameter"):
         loop_of(make_cfg(tmp_path, phases=phases))
+
+
+@ADAPTERS.register_module(name='TestFixedProjectionAdapter', force=True)
+class FixedProjectionAdapter(BaseAdapter):
+    """``x + ReLU(x A^T) diag(d)``-shaped residual with ``A`` a frozen random projection
+    (VeRA's kind of fixed part) and ``d`` trained."""
+
+    def __init__(self, placement: AdapterPlacement, hidden: int = 4) -> None:
+        super().__init__(placement)
+        self.A = torch.nn.Parameter(torch.randn(hidden, self.width), requires_grad=False)
+        self.d = torch.nn.Parameter(torch.zeros(hidden))
+        self.up = torch.nn.Linear(hidden, self.width)
+
+    def forward(self, x: torch.Tensor, ctx) -> torch.Tensor:
+        return x + self.up(torch.relu(x @ self.A.T) * self.d)
+
+
+def test_a_parameter_built_frozen_outside_the_backbone_stays_frozen_in_every_phase(tmp_path):
+    """A phase set requires_grad on every parameter under its prefixes, so 'language_branch'
+    trained an adapter's fixed projection; the backbone, frozen by freeze(), still trains in
+    the phase that names it, and a prefix that names only fixed parameters is refused."""
+    cfg = make_cfg(tmp_path)
+    cfg.model = tiny_retriever_cfg(language_branch=tiny_branch_cfg(
+        adapters=dict(type='TestFixedProjectionAdapter')))
+    runner = Runner.from_cfg(cfg)
+    fixed = {n: p.detach().clone() for n, p in runner.model.named_parameters()
+             if n.endswith('.A')}
+    trained = {n: p.detach().clone() for n, p in runner.model.named_parameters()
+               if n.endswith('.d') or n == 'backbone.clip.text_projection'}
+    assert len(fixed) == 6 and len(trained) == 7  # 2 languages x 3 blocks
+    _, records = train_runner(runner)
+    assert [r['trainable'] for r in records[::4]] == [['backbone', 'losses']] + \
+        [['language_branch']] * 3
+    after = dict(runner.model.named_parameters())
+    assert all(torch.equal(after[n], v) and not after[n].requires_grad for n, v in fixed.items())
+    assert all(not torch.equal(after[n], v) for n, v in trained.items())
+    phases = [dict(PHASES[1], trainable=['language_branch.adapters.sets.de.0:block_output.A'])]
+    cfg.train_cfg.phases = phases
+    with pytest.raises(ValueError, match=r"'language_branch.adapters.sets.de.0:block_output.A' "
+                                         'matches no parameter of the model but those its '
+                                         r'module built frozen \(requires_grad=False\), which '
+                                         'no phase trains'):
+        loop_of(cfg)
 
 
 @HOOKS.register_module(force=True)

@@ -219,6 +219,15 @@ class _InfiniteIterator:
             return next(self._iterator)
 
 
+def built_frozen(model: torch.nn.Module) -> frozenset[str]:
+    """The parameters ``model`` was built with frozen (``requires_grad=False``) outside its
+    ``backbone``: a fixed part of a module of one's own (an adapter's random projections, as
+    VeRA's; a frozen encoder inside a disentangler), which no phase trains. The backbone's are
+    frozen by :meth:`~xmr.models.backbones.TextBackbone.freeze` until a phase names them."""
+    return frozenset(name for name, p in model.named_parameters()
+                     if not p.requires_grad and not name.startswith('backbone.'))
+
+
 def frozen_eval_modules(model: torch.nn.Module, trainable: Sequence[str]
                         ) -> list[torch.nn.Module]:
     """The modules of ``model`` that a phase with ``trainable`` prefixes keeps in eval mode:
@@ -398,6 +407,7 @@ class PhasedTrainLoop(BaseLoop):
         self.pending_rng_state: dict[str, Any] | None = None
         self.stop_training = False
         self.phase_best = PhaseBest(self.phases)
+        self._built_frozen = built_frozen(self.model)
         self._check_phases_against_model()
 
     # MMEngine reads these.
@@ -586,8 +596,10 @@ class PhasedTrainLoop(BaseLoop):
 
         A ``trainable`` entry naming one of the model's groups (``trainable_groups``, e.g.
         ``target``) is replaced by the group's prefixes here, once, before anything trains.
+        Parameters built frozen (:func:`built_frozen`) match no prefix.
         """
-        names = [name for name, _ in self.model.named_parameters()]
+        names = [name for name, _ in self.model.named_parameters()
+                 if name not in self._built_frozen]
         check_phase = getattr(self.model, 'check_phase', None)
         groups = getattr(self.model, 'trainable_groups', dict)()
         for phase in self.phases:
@@ -600,8 +612,13 @@ class PhasedTrainLoop(BaseLoop):
                 if not any(n == prefix or n.startswith(prefix + '.') for n in names):
                     modules = {n.rsplit('.', depth)[0] for n in names
                                for depth in range(1, n.count('.') + 1)}
+                    fixed = ' but those its module built frozen (requires_grad=False), ' \
+                        'which no phase trains' if any(
+                            n == prefix or n.startswith(prefix + '.')
+                            for n in self._built_frozen) else ''
                     raise ValueError(f"phase {phase.name}: trainable prefix '{prefix}' matches "
-                                     f'no parameter of the model{did_you_mean(prefix, modules)}')
+                                     f'no parameter of the model{fixed}'
+                                     f'{did_you_mean(prefix, modules)}')
             if check_phase is not None:
                 check_phase(phase.name, phase.loss_weights)
 
@@ -613,8 +630,8 @@ class PhasedTrainLoop(BaseLoop):
         self.current_phase = phase
         self.model.set_phase(phase.name, phase.loss_weights)
         for name, parameter in self.model.named_parameters():
-            parameter.requires_grad_(any(name == p or name.startswith(p + '.')
-                                         for p in phase.trainable))
+            parameter.requires_grad_(name not in self._built_frozen and any(
+                name == p or name.startswith(p + '.') for p in phase.trainable))
         # DDP syncs the parameters that require grad when it wraps: wrap for this phase's set.
         rewrap_for_phase(self.runner)
         self._trained_modules = None
