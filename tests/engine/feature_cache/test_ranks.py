@@ -167,8 +167,10 @@ def test_a_rank_that_fails_fails_the_other_naming_it(tiny_retriever, tmp_path, f
             f'RankFailedError: feature cache {tmp_path / "cache"}: rank {failing} failed while '
             f'encoding its rows: ValueError: planted on rank {failing}. Rank {1 - failing} '
             'stops too')
-        # 4 batches of 2, two a rank: the other rank stopped at its next batch.
-        assert other['encoded'] == [2]
+        # 4 batches of 2, two a rank: the other rank stopped before its second. Whether it
+        # encoded its first depends on when the failure reached it (the peers' watch may tell
+        # it before its first batch, the failure file after it).
+        assert other['encoded'] in ([], [2])
     else:
         assert results[0]['error'].startswith('FileNotFoundError: no feature cache at')
         assert other['error'].startswith(
