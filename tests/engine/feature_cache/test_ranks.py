@@ -114,33 +114,45 @@ def test_two_ranks_build_the_cache_of_one_process_byte_for_byte(tiny_retriever, 
     assert not list(tmp_path.glob('*.partial-*'))
 
 
-def _failing_rank(rank: int, port: int, model: torch.nn.Module, failing: int, where: str,
-                  out_dir: str) -> None:
-    # Stands for the 24 hours: before, a rank waited for a failed rank 0 until it ran out.
-    feature_cache_dataset.BUILD_WAIT = timedelta(seconds=20)
+def _prepare_on_rank(rank: int, port: int, model: torch.nn.Module, out: Path,
+                     build_wait: timedelta, before_encoding, **cache_options) -> None:
+    """Joins the group, prepares the 8-scene synthetic cache with ``before_encoding(media)``
+    called before each batch this rank encodes, and writes ``rank<rank>``: the error it
+    stopped with and the sizes of the batches it encoded."""
+    feature_cache_dataset.BUILD_WAIT = build_wait
     join_group(rank, port)
-    out = Path(out_dir)
     encoded: list[int] = []
     encode = model.encode_media
 
-    def encode_or_fail(media: torch.Tensor) -> torch.Tensor:
-        if rank == failing:
-            raise ValueError(f'planted on rank {rank}')
-        wait_for(lambda: list(out.glob('cache.partial-*/failed-rank-*')))
+    def encode_counted(media: torch.Tensor) -> torch.Tensor:
+        before_encoding(media)
         encoded.append(len(media))
         return encode(media)
 
-    model.encode_media = encode_or_fail
+    model.encode_media = encode_counted
     cached = CachedFeatureDataset(SyntheticPairDataset(num_scenes=8, languages=['de'],
                                                        image_size=32), out / 'cache',
-                                  features=['media'], batch_size=2,
-                                  build_if_missing=where != 'before')
+                                  features=['media'], **cache_options)
     try:
         cached.prepare(model)
         error = ''
     except Exception as raised:
         error = f'{type(raised).__name__}: {raised}'
     (out / f'rank{rank}').write_text(json.dumps(dict(error=error, encoded=encoded)))
+
+
+def _failing_rank(rank: int, port: int, model: torch.nn.Module, failing: int, where: str,
+                  out_dir: str) -> None:
+    out = Path(out_dir)
+
+    def fail_or_wait(media: torch.Tensor) -> None:
+        if rank == failing:
+            raise ValueError(f'planted on rank {rank}')
+        wait_for(lambda: list(out.glob('cache.partial-*/failed-rank-*')))
+
+    # 20 s stands for the 24 hours: before, a rank waited for a failed rank 0 until it ran out.
+    _prepare_on_rank(rank, port, model, out, timedelta(seconds=20), fail_or_wait, batch_size=2,
+                     build_if_missing=where != 'before')
     # The failed rank lives on (as a process handling its error, or a launcher that does not
     # end the job, does): the other must not wait for it to exit.
     wait_for(lambda: all((out / f'rank{other}').is_file() for other in (0, 1)))
@@ -187,33 +199,17 @@ def watching(peer: int) -> bool:
 
 def _killed_rank(rank: int, port: int, model: torch.nn.Module, killed: int, where: str,
                  out_dir: str) -> None:
-    feature_cache_dataset.BUILD_WAIT = timedelta(seconds=60)
-    join_group(rank, port)
-    out = Path(out_dir)
-    encoded: list[int] = []
-    encode = model.encode_media
-
-    def encode_or_die(media: torch.Tensor) -> torch.Tensor:
+    def die_or_wait(media: torch.Tensor) -> None:
         if where == 'encoding':
             if rank == killed:
                 os.kill(os.getpid(), signal.SIGKILL)
             # The survivor's check after this batch is the first to find the other gone.
             wait_for(lambda: not watching(killed))
-        encoded.append(len(media))
-        return encode(media)
 
-    model.encode_media = encode_or_die
     if where == 'assembling' and rank == killed:
         feature_cache_store._finish_build = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
-    cached = CachedFeatureDataset(SyntheticPairDataset(num_scenes=8, languages=['de'],
-                                                       image_size=32), out / 'cache',
-                                  features=['media'], batch_size=1)
-    try:
-        cached.prepare(model)
-        error = ''
-    except Exception as raised:
-        error = f'{type(raised).__name__}: {raised}'
-    (out / f'rank{rank}').write_text(json.dumps(dict(error=error, encoded=encoded)))
+    _prepare_on_rank(rank, port, model, Path(out_dir), timedelta(seconds=60), die_or_wait,
+                     batch_size=1)
 
 
 @pytest.mark.parametrize('killed, where', [(1, 'encoding'), (0, 'encoding'), (0, 'assembling')])
