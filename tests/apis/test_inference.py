@@ -432,3 +432,68 @@ def test_a_config_xmr_ships_is_named_with_the_xmr_scheme():
         'model.language_branch.tokenizer.corpus.num_scenes': 20,
         'model.language_branch.tokenizer.vocab_size': 200})
     assert trained_languages(model) == ['en', 'de', 'fr', 'zh', 'ja']
+
+
+#: ``(open_clip architecture, pretrained tag)`` of every family xmr ships a config for (CLIP,
+#: M-CLIP's ViT-L/14, SigLIP 2, the XLM-R and NLLB CLIPs) and MetaCLIP 2's two resize modes.
+OPEN_CLIP_FAMILIES = [('ViT-B-32', 'openai'), ('ViT-L-14', 'openai'),
+                      ('ViT-B-16-SigLIP2-256', 'webli'), ('ViT-SO400M-16-SigLIP2-256', 'webli'),
+                      ('xlm-roberta-base-ViT-B-32', 'laion5b_s13b_b90k'), ('nllb-clip-base', 'v1'),
+                      ('ViT-H-14-worldwide', 'metaclip2_worldwide'),
+                      ('ViT-H-14-worldwide-378', 'metaclip2_worldwide')]
+
+
+def _open_clip_preprocess(arch: str, tag: str):
+    """open_clip's evaluation transform for ``arch``'s ``tag``, as ``create_model_and_transforms``
+    builds it: the default ``PreprocessCfg`` merged with the tag's record, at the tower's size."""
+    import dataclasses
+
+    import open_clip
+    from open_clip.transform import PreprocessCfg, image_transform_v2, merge_preprocess_dict
+
+    cfg = merge_preprocess_dict(dataclasses.asdict(PreprocessCfg()),
+                                open_clip.get_pretrained_cfg(arch, tag))
+    cfg['size'] = open_clip.get_model_config(arch)['vision_cfg']['image_size']
+    return image_transform_v2(PreprocessCfg(**cfg), is_train=False), cfg
+
+
+def _grey_levels(ours: torch.Tensor, reference: torch.Tensor, std) -> float:
+    """The largest difference of two normalised images, in uint8 grey levels."""
+    scale = 255 * torch.tensor(std, dtype=torch.float32).view(3, 1, 1)
+    return ((ours - reference) * scale).abs().max().item()
+
+
+@pytest.mark.parametrize('arch, tag', OPEN_CLIP_FAMILIES, ids=[a for a, _ in OPEN_CLIP_FAMILIES])
+def test_the_default_transform_is_open_clip_s_preprocessing_of_the_weights(
+        arch, tag, shared_data, tmp_path, monkeypatch):
+    """A tower whose weights' record says ``squash`` (SigLIP 2, MetaCLIP 2 at 378 px) got a
+    short-side resize and centre crop by default: the pixels the model saw differed from
+    open_clip's ``create_model_and_transforms`` by up to the whole image's range. Images and
+    video frames now reach it as open_clip preprocesses them (tensor and PIL bicubic resampling
+    differ by a couple of grey levels)."""
+    from xmr.datasets.media_io import read_video_frames
+
+    video = shared_data / 'videos' / 'flipping_a_pancake.mkv'
+    if not video.is_file():
+        pytest.skip(f'video fixture not found: {video}')
+    preprocess, cfg = _open_clip_preprocess(arch, tag)
+    size = cfg['size']
+    # A tiny tower at the family's input size, with its weights' record as a local file names it.
+    vision = dict(TINY_CLIP['vision_cfg'], image_size=size, patch_size=14 if size % 32 else 32)
+    record = {key: cfg[key] for key in ('mean', 'std', 'interpolation', 'resize_mode')}
+    model = MODELS.build(tiny_retriever_cfg(backbone=dict(
+        type='OpenCLIPBackbone', arch=None, model_cfg=dict(TINY_CLIP, vision_cfg=vision),
+        pretrained_cfg=record))).eval()
+    seen = []
+    encode = model.encode_media
+    monkeypatch.setattr(model, 'encode_media', lambda media: seen.append(media) or encode(media))
+    y, x = np.mgrid[0:300, 0:500]
+    pixels = np.stack([x * 255 // 500, y * 255 // 300, (3 * x + y) % 256], -1).astype(np.uint8)
+    Image.fromarray(pixels).save(tmp_path / 'wide.png')
+    encode_media(model, [tmp_path / 'wide.png', video], num_frames=2)
+    image_reference = preprocess(Image.open(tmp_path / 'wide.png'))
+    assert _grey_levels(seen[0][0], image_reference, cfg['std']) <= 3
+    frames = read_video_frames(video, 2, random_offset=False)[0]
+    for frame, ours in zip(frames, seen[1][0]):
+        reference = preprocess(Image.fromarray(frame.permute(1, 2, 0).numpy()))
+        assert _grey_levels(ours, reference, cfg['std']) <= 3

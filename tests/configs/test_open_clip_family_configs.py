@@ -67,12 +67,13 @@ def nllb_600m_folder(folder: Path) -> str:
 
 
 def assert_media_follow_the_record(path: Path, model) -> None:
-    """Every media transform of the config resizes as the backbone's pretrained record says."""
+    """Every media transform of the config, and encode_media's default one, resizes as the
+    backbone's pretrained record says."""
     record = model.backbone.record
     transforms = [loader['dataset']['transform'] for loader in (
         Config.fromfile(path).get(key) for key in ('train_dataloader', 'val_dataloader',
                                                   'test_dataloader', 'source_finetune_dataloader'))
-        if loader is not None]
+        if loader is not None] + [model.backbone.media_transform()]
     for transform in transforms:
         built = TRANSFORMS.build(transform)
         assert built.size == record.image_size, transform

@@ -114,6 +114,10 @@ def _assert_follows_record(backbone: torch.nn.Module, spec: dict) -> dict:
                     interpolation=tag_cfg.get('interpolation', 'bicubic'))
     assert visual.preprocess_cfg['resize_mode'] == geometry['resize_mode']
     assert visual.preprocess_cfg['interpolation'] == geometry['interpolation']
+    # encode_media's default transform: the same record, not CLIP's geometry for every tower.
+    default = TRANSFORMS.build(backbone.media_transform())
+    assert (default.size, default.resize_mode, default.interpolation.value) == (
+        (size, size), geometry['resize_mode'], geometry['interpolation'])
     if spec['type'] == 'OpenCLIPBackbone':
         context = model_cfg['text_cfg'].get('context_length', 77)
         assert backbone.tokenizer.max_length == context == backbone.text_tower.context_length

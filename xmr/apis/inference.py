@@ -253,9 +253,10 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
         model: a trained retriever.
         media: one file path or several (a suffix in :data:`VIDEO_SUFFIXES` reads a video), or
             uint8 tensors ``[3, H, W]`` (image) / ``[T, 3, H, W]`` (video frames).
-        transform: ``TRANSFORMS`` config of the resize + crop; default: ``MediaTransform`` at
-            the backbone's input size (short-side resize, centre crop, bicubic, as open_clip
-            evaluates). Pass the test dataset's transform when it differs.
+        transform: ``TRANSFORMS`` config of the resize + crop; default: the backbone's own
+            (:meth:`~xmr.models.backbones.base.VisionLanguageBackbone.media_transform`: an
+            open_clip tower's size, resize mode and interpolation from its weights' record, as
+            ``create_model_and_transforms`` preprocesses).
         num_frames: frames sampled per video file, uniformly, segment centres (evaluation).
         batch_size: media per forward pass; images and videos go in separate batches.
 
@@ -270,8 +271,8 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
         raise ValueError('no media to encode')
     _check_batch_size(batch_size)
     check_frame_count(num_frames, 'num_frames')
-    resize = TRANSFORMS.build(dict(transform) if transform is not None else dict(
-        type='MediaTransform', backbone=None, size=tuple(model.backbone.image_size)))
+    resize = TRANSFORMS.build(dict(transform) if transform is not None
+                              else model.backbone.media_transform())
     # Media of another size fail inside the tower, on two token counts that name nothing.
     problem = transform_size_problem(model, resize, 'it')
     if problem is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import weakref
 from abc import ABCMeta, abstractmethod
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -523,11 +523,26 @@ class VisionLanguageBackbone(TextBackbone):
     Attributes:
         image_mean / image_std: per-channel normalisation of the image tower, in ``[0, 1]`` units.
         image_size: input resolution ``(H, W)``.
+        image_resize_mode / image_interpolation / image_fill_color: how the weights' authors
+            brought media to ``image_size`` in evaluation (``MediaTransform``'s
+            ``resize_mode``, ``interpolation``, ``fill_color``); CLIP's short-side resize and
+            centre crop unless a backbone's weights say otherwise.
     """
 
     image_mean: tuple[float, float, float]
     image_std: tuple[float, float, float]
     image_size: tuple[int, int]
+    image_resize_mode: str = 'shortest'
+    image_interpolation: str = 'bicubic'
+    image_fill_color: int = 0
+
+    def media_transform(self) -> dict[str, Any]:
+        """The ``MediaTransform`` config that brings uint8 media to this tower's input as its
+        weights were evaluated (the data preprocessor then normalises with ``image_mean`` /
+        ``image_std``): the default transform of :func:`~xmr.apis.encode_media`."""
+        return dict(type='MediaTransform', backbone=None, size=tuple(self.image_size),
+                    resize_mode=self.image_resize_mode, interpolation=self.image_interpolation,
+                    fill_color=self.image_fill_color)
 
     @abstractmethod
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:

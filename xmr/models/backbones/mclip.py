@@ -31,6 +31,7 @@ from xmr.models.backbones.bert import BertTextTower
 from xmr.models.backbones.open_clip import open_clip_image_tokens
 from xmr.models.backbones.open_clip_pretrained import (
     PretrainedRecord,
+    apply_image_record,
     build_open_clip,
     check_trained_tokenizer,
 )
@@ -177,9 +178,7 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
             raise ValueError(f'the text linear map gives {embed_dim}-d embeddings but the image '
                              f'tower {self.arch} gives {image_dim}-d ones')
         self.embed_dim = embed_dim
-        self.image_size = self.record.image_size
-        self.image_mean = self.record.mean
-        self.image_std = self.record.std
+        apply_image_record(self, self.record)
 
         if not isinstance(tokenizer, BaseTokenizer):
             tokenizer = TOKENIZERS.build(tokenizer or dict(

@@ -20,6 +20,7 @@ from xmr.models.backbones.base import (
 )
 from xmr.models.backbones.open_clip_hf import hf_text_tower
 from xmr.models.backbones.open_clip_pretrained import (
+    apply_image_record,
     build_open_clip,
     check_record_context,
     check_record_tokenizer,
@@ -418,9 +419,7 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
 
         self.text_tower = open_clip_text_tower(self.clip)
         self.embed_dim = self.text_tower.embed_dim
-        self.image_size = self.record.image_size
-        self.image_mean = self.record.mean
-        self.image_std = self.record.std
+        apply_image_record(self, self.record)
         bpe = hf_tokenizer_name(arch, model_cfg) is None
         if bpe:  # CLIP's BPE: open_clip's own tokenizer, from the record
             tokenizer_cfg = record_tokenizer_cfg(self.record, tokenizer)

@@ -38,7 +38,7 @@ from xmr.models.weight_files import (
 )
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
-           'build_open_clip', 'read_clip_weights', 'record_tokenizer_cfg',
+           'build_open_clip', 'apply_image_record', 'read_clip_weights', 'record_tokenizer_cfg',
            'check_record_tokenizer', 'check_record_context', 'check_trained_tokenizer',
            'settled_tokenizer_cfg',
            'is_checkpoint_path', 'RECORD_FIELDS', 'text_tokenizer_cfg', 'hf_tokenizer_name']
@@ -282,6 +282,21 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
         model.load_state_dict(state_dict, strict=True)
     set_model_preprocess_cfg(model, record.preprocess_cfg())
     return model, record
+
+
+def apply_image_record(backbone: nn.Module, record: PretrainedRecord) -> None:
+    """Give a backbone on an open_clip image tower its weights' image settings.
+
+    The input size and mean/std feed the data preprocessor; the resize mode, interpolation and
+    fill colour feed :meth:`~xmr.models.backbones.base.VisionLanguageBackbone.media_transform`,
+    as open_clip's ``create_model_and_transforms`` builds its transform from the same record
+    (a SigLIP tag's ``squash`` included).
+    """
+    backbone.image_size = record.image_size
+    backbone.image_mean, backbone.image_std = record.mean, record.std
+    backbone.image_resize_mode = record.resize_mode
+    backbone.image_interpolation = record.interpolation
+    backbone.image_fill_color = record.fill_color
 
 
 def _build_model(model_cls: type, cfg: dict[str, Any], record: PretrainedRecord) -> nn.Module:
