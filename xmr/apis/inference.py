@@ -256,7 +256,7 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
         transform: ``TRANSFORMS`` config of the resize + crop; default: the backbone's own
             (:meth:`~xmr.models.backbones.base.VisionLanguageBackbone.media_transform`: an
             open_clip tower's size, resize mode and interpolation from its weights' record, as
-            ``create_model_and_transforms`` preprocesses).
+            ``create_model_and_transforms`` preprocesses; CCLM's whole-image ``squash``).
         num_frames: frames sampled per video file, uniformly, segment centres (evaluation).
         batch_size: media per forward pass; images and videos go in separate batches.
 

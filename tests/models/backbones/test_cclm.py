@@ -10,7 +10,7 @@ from tests.conftest import SHARED_DATA
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.bert import BertTextTower, build_bert
 from xmr.models.backbones.cclm import CCLM_IMAGE_MEAN, CCLM_IMAGE_STD, CCLM_TEXT, CCLMDualStream
-from xmr.registry import MODELS, TOKENIZERS
+from xmr.registry import MODELS, TOKENIZERS, TRANSFORMS
 
 WIDTH, HEADS, FFN, LAYERS, EMBED_DIM = 32, 4, 64, 2, 16
 TOKENIZER_FILE = SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'
@@ -291,3 +291,26 @@ def test_target_branch_and_static_adapters_run_on_the_cclm_tower():
     losses['loss_cl'].backward()
     assert branch.embedding.proj.weight.grad is not None
     assert all(p.grad is None for p in retriever.backbone.parameters())
+
+
+@needs_tokenizer
+def test_the_default_media_transform_is_cclm_s_test_transform(tmp_path):
+    """encode_media's default (``media_transform()``) resized the short side and centre-cropped
+    a wide image, cutting its sides off; CCLM's ``test_transform`` (``dataset/__init__.py``)
+    resizes the whole image to ``image_res`` x ``image_res``, bicubic, and so does it now
+    (tensor and PIL bicubic resampling differ by a couple of grey levels)."""
+    import numpy as np
+    from PIL import Image
+    from torchvision import transforms
+
+    from xmr.datasets.media_io import read_image
+
+    backbone = MODELS.build(tiny_cfg())
+    y, x = np.mgrid[0:120, 0:200]
+    pixels = np.stack([x * 255 // 200, y * 255 // 120, (3 * x + y) % 256], -1).astype(np.uint8)
+    Image.fromarray(pixels).save(tmp_path / 'wide.png')
+    ours = TRANSFORMS.build(backbone.media_transform())(read_image(tmp_path / 'wide.png'))
+    authors = transforms.Compose([
+        transforms.Resize((64, 64), interpolation=transforms.InterpolationMode.BICUBIC),
+        transforms.ToTensor()])(Image.open(tmp_path / 'wide.png'))
+    assert (ours.float() - 255 * authors).abs().max() <= 3

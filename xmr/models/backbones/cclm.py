@@ -92,6 +92,10 @@ class CCLMDualStream(VisionLanguageBackbone):
         freeze: freeze every weight.
     """
 
+    # CCLM's test_transform (dataset/__init__.py) resizes the whole image to image_res x
+    # image_res, bicubic: a centre crop would cut off what its retrieval scores saw.
+    image_resize_mode = 'squash'
+
     def __init__(self, checkpoint: str | dict | None = None, image_size: int = 384,
                  window_size: int | None = None, vision: dict | None = None,
                  text: dict | None = None, embed_dim: int = 256,
