@@ -435,12 +435,15 @@ def test_a_config_xmr_ships_is_named_with_the_xmr_scheme():
 
 
 #: ``(open_clip architecture, pretrained tag)`` of every family xmr ships a config for (CLIP,
-#: M-CLIP's ViT-L/14, SigLIP 2, the XLM-R and NLLB CLIPs) and MetaCLIP 2's two resize modes.
+#: M-CLIP's ViT-L/14, SigLIP 2, the XLM-R and NLLB CLIPs), MetaCLIP 2's two resize modes, and
+#: the bilinear records of docs/backbones.md's other families (CLIPA squashes, MobileCLIP
+#: crops with mean 0 / std 1).
 OPEN_CLIP_FAMILIES = [('ViT-B-32', 'openai'), ('ViT-L-14', 'openai'),
                       ('ViT-B-16-SigLIP2-256', 'webli'), ('ViT-SO400M-16-SigLIP2-256', 'webli'),
                       ('xlm-roberta-base-ViT-B-32', 'laion5b_s13b_b90k'), ('nllb-clip-base', 'v1'),
                       ('ViT-H-14-worldwide', 'metaclip2_worldwide'),
-                      ('ViT-H-14-worldwide-378', 'metaclip2_worldwide')]
+                      ('ViT-H-14-worldwide-378', 'metaclip2_worldwide'),
+                      ('ViT-L-14-CLIPA', 'datacomp1b'), ('MobileCLIP-S1', 'datacompdr')]
 
 
 def _open_clip_preprocess(arch: str, tag: str):
