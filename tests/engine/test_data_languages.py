@@ -1,4 +1,5 @@
 """xmr.engine.data_languages: a run's data checked against the model before anything trains."""
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -119,3 +120,20 @@ def test_a_synthetic_set_rendered_at_another_size_than_the_image_towers_is_refus
         check_media_sizes(model, {'phase cross_modal dataset (train_dataloader)':
                                   SyntheticRetrievalDataset(num_scenes=3, languages=['en'],
                                                             image_size=64)})
+
+
+def test_the_fix_for_a_transform_of_another_size_names_the_tower_s_own_geometry():
+    """The advice 'or size=256' for a SigLIP 2 tower gave a short-side crop where its weights
+    were evaluated on squashed images; it names the record's resize mode and interpolation."""
+    from tests.conftest import TINY_CLIP
+    from xmr.registry import MODELS
+
+    vision = dict(TINY_CLIP['vision_cfg'], image_size=64)
+    backbone = MODELS.build(dict(type='OpenCLIPBackbone', arch=None,
+                                 model_cfg=dict(TINY_CLIP, vision_cfg=vision),
+                                 pretrained_cfg=dict(resize_mode='squash',
+                                                     interpolation='bilinear')))
+    with pytest.raises(ValueError, match=re.escape(
+            "(MediaTransform with its backbone and pretrained, or backbone=None, size=64, "
+            "resize_mode='squash', interpolation='bilinear', fill_color=0)")):
+        check_media_sizes(SimpleNamespace(backbone=backbone), {'val': media_dataset((32, 32))})

@@ -277,7 +277,7 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
     problem = transform_size_problem(model, resize, 'it')
     if problem is not None:
         raise ValueError(f'encode_media transform: it {problem}, or pass transform=None (the '
-                         "backbone's size)")
+                         "backbone's own)")
     embeddings: Tensor | None = None
     # Decoded one batch at a time, images and videos apart: decoding the whole gallery first
     # held every decoded media at once (3 x 224 x 224 bytes an image, 17 GB for COCO's 113k).

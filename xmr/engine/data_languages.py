@@ -119,7 +119,23 @@ def transform_size_problem(model: torch.nn.Module, transform: object,
         return None
     return (f'gives {size[0]}x{size[1]} media, but the image tower of {type(backbone).__name__} '
             f"takes {expected[0]}x{expected[1]}: give {receiver} the backbone's transform "
-            f'(MediaTransform with its backbone and pretrained, or size={expected[0]})')
+            f'(MediaTransform with its backbone and pretrained, or '
+            f'{_own_geometry(backbone, expected)})')
+
+
+def _own_geometry(backbone: object, expected: tuple[int, int]) -> str:
+    """The ``MediaTransform`` arguments of the backbone's own geometry, as a config writes them.
+
+    ``size=`` alone gave CLIP's short-side crop, not the ``squash`` of a SigLIP 2 or CCLM tower;
+    a backbone stating no geometry (no ``media_transform``) is given its size.
+    """
+    own = getattr(backbone, 'media_transform', None)
+    if own is None:
+        return f'size={expected[0]}'
+    cfg = {key: value for key, value in own().items() if key != 'type'}
+    height, width = cfg['size']
+    cfg['size'] = height if height == width else (height, width)
+    return ', '.join(f'{key}={value!r}' for key, value in cfg.items())
 
 
 def check_gallery_sizes(val_loop) -> None:
