@@ -102,6 +102,42 @@ def phase_loss_keys(model, loss_weights: dict) -> set[str]:
     return keys
 
 
+def differences(mine, expected, where: str = '') -> list[str]:
+    """The places (``optimizer.state.0.exp_avg``) where two nested dicts, lists and tensors
+    differ in any bit, a key or a length; ``[]`` when identical."""
+    if isinstance(expected, dict):
+        if not isinstance(mine, dict) or mine.keys() != expected.keys():
+            return [f'{where} (keys)']
+        return [place for key in expected
+                for place in differences(mine[key], expected[key], f'{where}.{key}')]
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(mine, (list, tuple)) or len(mine) != len(expected):
+            return [f'{where} (length)']
+        return [place for i, (a, b) in enumerate(zip(mine, expected))
+                for place in differences(a, b, f'{where}.{i}')]
+    if isinstance(expected, torch.Tensor):
+        same = isinstance(mine, torch.Tensor) and mine.dtype == expected.dtype and torch.equal(
+            mine, expected)
+        return [] if same else [where]
+    return [] if mine == expected else [where]
+
+
+#: What a resumed run's checkpoint must share, bit for bit, with the uninterrupted run's.
+RESUMED_KEYS = ('state_dict', 'optimizer', 'phase_report')
+
+
+def assert_same_checkpoint(path: Path, reference: Path) -> None:
+    """The checkpoint at ``path`` holds the weights, optimiser state and phase report of
+    ``reference`` exactly (the project's rule: resume equal to an uninterrupted run)."""
+    from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+    allow_mmengine_checkpoint_types()
+    mine, expected = (torch.load(p, map_location='cpu', weights_only=True)
+                      for p in (path, reference))
+    assert 'state_dict' in expected and 'optimizer' in expected
+    assert differences({k: mine.get(k) for k in RESUMED_KEYS},
+                       {k: expected.get(k) for k in RESUMED_KEYS}) == []
+
+
 #: Words of the tiny sentence encoder's WordPiece vocabulary (English captions of the tests).
 TEACHER_WORDS = ('a an the two three man woman dog dogs girl boy men people red blue green '
                  'is are on in of with at and playing running sitting street grass water ball '

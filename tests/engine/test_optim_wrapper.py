@@ -9,6 +9,7 @@ import pytest
 import torch
 from mmengine.logging import MessageHub
 
+from tests.conftest import assert_same_checkpoint
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.amp import AutocastOptimWrapper
 from xmr.engine.optim_wrapper import OptimWrapper
@@ -241,8 +242,14 @@ def test_a_phased_run_with_a_compiled_step_trains_and_resumes_as_the_eager_run(t
     torch.manual_seed(123)
     _, resumed = train(compiled(make_cfg(work_dir, resume_from=work_dir / 'iter_7.pth')))
     assert len(first) + len(resumed) == len(eager) == 16
+    torch.manual_seed(0)
+    _, whole = train(compiled(make_cfg(tmp_path / 'whole', checkpoint_interval=7)))
+    assert [r['losses'] for r in first + resumed] == [r['losses'] for r in whole]
+    assert_same_checkpoint(work_dir / 'iter_16.pth', tmp_path / 'whole' / 'iter_16.pth')
+    # The eager run steps with fused AdamW, another kernel than the traced foreach step, whose
+    # roundings part by up to 8.1e-6 of a loss on CPU (measured); a resume adds nothing (above).
     for mine, reference in zip(first + resumed, eager):
-        assert mine['lrs'] == pytest.approx(reference['lrs'])
+        assert mine['lrs'] == reference['lrs']
         assert mine['losses'] == pytest.approx(reference['losses'], rel=2e-5, abs=1e-6)
 
 

@@ -19,12 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from mmengine.config import Config
 
-from tests.conftest import REPO
+from tests.conftest import REPO, assert_same_checkpoint
 from tests.engine.hooks.test_phase_report_hook import read_report, report_cfg
-from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.work_dir import LOCK_NAME
 
 sys.path.insert(0, str(REPO / 'tools'))
@@ -133,11 +131,6 @@ def train(config: Path, work_dir: Path) -> Path:
     return work_dir
 
 
-def weights(path: Path) -> dict[str, torch.Tensor]:
-    allow_mmengine_checkpoint_types()
-    return torch.load(path, map_location='cpu', weights_only=True)['state_dict']
-
-
 def environment() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS='1', CUDA_VISIBLE_DEVICES='')
 
@@ -200,15 +193,10 @@ def assert_resumed_at(start: int, work_dir: Path, tmp_path: Path, config: Path) 
 
 
 def assert_same_run(work_dir: Path, reference: Path) -> None:
-    """The same final weights and phase report as the uninterrupted run in ``reference``."""
-    mine, expected = weights(work_dir / 'iter_16.pth'), weights(reference / 'iter_16.pth')
-    assert mine.keys() == expected.keys()
-    for key, value in expected.items():
-        torch.testing.assert_close(mine[key], value, rtol=1e-5, atol=1e-6, msg=key)
-    report, expected_report = read_report(work_dir), read_report(reference)
-    assert [c['column'] for c in report] == [c['column'] for c in expected_report]
-    for column, expected_column in zip(report, expected_report):
-        assert column['metrics'] == pytest.approx(expected_column['metrics'], abs=1e-4)
+    """The final weights, optimiser state and phase report of the uninterrupted run in
+    ``reference``, bit for bit: one process, one thread, seeded streams restored."""
+    assert_same_checkpoint(work_dir / 'iter_16.pth', reference / 'iter_16.pth')
+    assert read_report(work_dir) == read_report(reference)
 
 
 def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one_and_resumes(

@@ -5,7 +5,6 @@ import copy
 import json
 from types import SimpleNamespace
 
-import pytest
 import torch
 
 from tests.engine.test_loops import LANGS, PHASES, loader, make_cfg, train
@@ -70,8 +69,7 @@ def test_a_resumed_run_reports_the_phases_validated_before_the_interruption(tmp_
     resumed = read_report(interrupted)
     assert [(c['column'], c['iter']) for c in resumed] == [
         (c['column'], c['iter']) for c in expected]
-    for mine, reference in zip(resumed, expected):
-        assert mine['metrics'] == pytest.approx(reference['metrics'], abs=1e-4)
+    assert [c['metrics'] for c in resumed] == [c['metrics'] for c in expected]
     assert (interrupted / 'phase_report.md').read_text().splitlines()[0] == \
         (uninterrupted / 'phase_report.md').read_text().splitlines()[0]
 
@@ -128,8 +126,7 @@ def test_a_run_killed_while_validating_a_phase_end_reports_and_keeps_the_best_as
     expected = read_report(uninterrupted)
     assert [(c['column'], c['iter']) for c in read_report(killed)] == [
         (c['column'], c['iter']) for c in expected]
-    for mine, reference in zip(read_report(killed), expected):
-        assert mine['metrics'] == pytest.approx(reference['metrics'], abs=1e-4)
+    assert [c['metrics'] for c in read_report(killed)] == [c['metrics'] for c in expected]
     assert sorted(p.name for p in killed.glob('best_*.pth')) == sorted(
         p.name for p in uninterrupted.glob('best_*.pth'))
 
