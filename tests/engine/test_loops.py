@@ -1078,25 +1078,45 @@ def accumulating_cfg(work_dir: Path, **kwargs) -> Config:
 @pytest.fixture(scope='module')
 def accumulated_run(tmp_path_factory):
     torch.manual_seed(0)
-    return train(accumulating_cfg(tmp_path_factory.mktemp('accumulated'),
-                                  checkpoint_interval=5))[1]
+    work_dir = tmp_path_factory.mktemp('accumulated')
+    return work_dir, train(accumulating_cfg(work_dir, checkpoint_interval=5))[1]
 
 
 def test_gradient_accumulation_counts_its_windows_within_each_phase(accumulated_run):
     """Counted over the run, as MMEngine counts, the windows would end at global iterations
     2, 4, 6, 8: source_finetune's last iteration would wait for cross_lingual's first."""
-    assert [r['adam_steps'] for r in accumulated_run] == [0, 1, 2, 0, 1, 1, 2, 3]
+    assert [r['adam_steps'] for r in accumulated_run[1]] == [0, 1, 2, 0, 1, 1, 2, 3]
 
 
 def test_a_run_resumed_at_a_window_s_end_repeats_the_accumulating_run(accumulated_run,
                                                                        tmp_path):
     """Iteration 5 ends cross_lingual's first window; resumed there, the phase's windows go on
     from its start, not from the run's."""
+    _, whole = accumulated_run
     torch.manual_seed(0)
     train(accumulating_cfg(tmp_path, checkpoint_interval=5, stop_after=5))
     _, resumed = train(accumulating_cfg(tmp_path, resume_from=tmp_path / 'iter_5.pth'))
-    assert [r['adam_steps'] for r in resumed] == [r['adam_steps'] for r in accumulated_run[5:]]
-    assert [r['losses'] for r in resumed] == [r['losses'] for r in accumulated_run[5:]]
+    assert [r['adam_steps'] for r in resumed] == [r['adam_steps'] for r in whole[5:]]
+    assert [r['losses'] for r in resumed] == [r['losses'] for r in whole[5:]]
+
+
+def test_a_run_resumed_inside_a_window_steps_on_the_window_s_gradients(accumulated_run,
+                                                                        tmp_path):
+    """The checkpoint of iteration 6 (a preemption's save falls anywhere) comes after the
+    first of the window 5-6: its gradients travel with the checkpoint, so the step at 6 and
+    iteration 7's loss are the uninterrupted run's (a dropped gradient changed the loss by
+    5e-4), and so are the final weights and optimiser state."""
+    work_dir, whole = accumulated_run
+    torch.manual_seed(0)
+    train(accumulating_cfg(tmp_path, checkpoint_interval=6, stop_after=6))
+    allow_mmengine_checkpoint_types()
+    saved = torch.load(tmp_path / 'iter_6.pth', weights_only=True)['optimizer']
+    assert any(grad is not None for grad in saved['pending_grads'])
+    _, resumed = train(accumulating_cfg(tmp_path, resume_from=tmp_path / 'iter_6.pth'))
+    assert [r['losses'] for r in resumed] == [r['losses'] for r in whole[6:]]
+    assert_same_checkpoint(tmp_path / 'iter_8.pth', work_dir / 'iter_8.pth')
+    assert 'pending_grads' not in torch.load(work_dir / 'iter_5.pth',
+                                             weights_only=True)['optimizer']
 
 
 def test_a_validation_gallery_of_another_size_than_its_protocol_is_refused_before_training(

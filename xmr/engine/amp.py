@@ -140,7 +140,7 @@ class AutocastOptimWrapper(OptimWrapper):
         super().log_pending_norm(log)
 
     def state_dict(self) -> dict:
-        state = self.optimizer.state_dict()
+        state = super().state_dict()
         if self.scaler is not None:
             state['loss_scaler'] = self.scaler.state_dict()
         return state
@@ -152,7 +152,7 @@ class AutocastOptimWrapper(OptimWrapper):
             self._resolve()
             if self.scaler is not None:
                 self.scaler.load_state_dict(scaler_state)
-        self.optimizer.load_state_dict(state_dict)
+        super().load_state_dict(state_dict)
 
 
 def _log_precision(device_type: str, dtype: torch.dtype, scaled: bool) -> None:

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
-from mmengine.dist import is_distributed
+from mmengine.dist import get_world_size, is_distributed
 from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper as MMEngineOptimWrapper
 
@@ -182,6 +182,29 @@ class OptimWrapper(MMEngineOptimWrapper):
         # torch.nn.utils.clip_grad_value_ returns None: nothing to log.
         self.pending_norm = self.clip_func(params, **self.clip_grad_kwargs)
         return self.pending_norm
+
+    def state_dict(self) -> dict:
+        """The optimiser's state with, inside an accumulation window, the window's gradients so
+        far (``pending_grads``: each parameter's of ``param_groups`` in order, ``None`` where it
+        has none), so that a run resumed inside the window (a preemption's save) steps on the
+        sum the uninterrupted run steps on. With several ranks none are kept: each holds its own
+        (``no_sync``) and rank 0 alone writes the checkpoint."""
+        state = self.optimizer.state_dict()
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in self._parameters()]
+        if any(grad is not None for grad in grads) and get_world_size() == 1:
+            state['pending_grads'] = grads
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load :meth:`state_dict`'s, its ``pending_grads`` back onto the parameters."""
+        state_dict = dict(state_dict)
+        grads = state_dict.pop('pending_grads', None)
+        self.optimizer.load_state_dict(state_dict)
+        for parameter, grad in zip(self._parameters(), grads or (), strict=grads is not None):
+            parameter.grad = None if grad is None else grad.to(parameter.device)
+
+    def _parameters(self) -> list[torch.nn.Parameter]:
+        return [p for group in self.optimizer.param_groups for p in group['params']]
 
     def log_pending_norm(self, log: bool = True) -> None:
         """Take :attr:`pending_norm` and, with ``log``, log it as ``train/grad_norm`` (reading
