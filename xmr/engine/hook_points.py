@@ -6,10 +6,48 @@ optional and reaches only the hooks that define it.
 """
 from __future__ import annotations
 
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
 
-def call_hook_point(runner, name: str) -> None:
-    """``hook.<name>(runner)`` for each hook of ``runner`` that defines it, in priority order."""
+
+def _defining(runner, name: str) -> Iterator[tuple[Any, Callable[[Any], None]]]:
+    """Each hook of ``runner`` that defines ``name``, with that method, in priority order."""
     for hook in runner.hooks:
         method = getattr(hook, name, None)
         if method is not None:
+            yield hook, method
+
+
+def call_hook_point(runner, name: str) -> None:
+    """``hook.<name>(runner)`` for each hook of ``runner`` that defines it, in priority order."""
+    for _, method in _defining(runner, name):
+        method(runner)
+
+
+def call_failure_point(runner, name: str, failure: BaseException) -> None:
+    """:func:`call_hook_point` while the run fails with ``failure``, which the caller re-raises.
+
+    Each hook gives back what it holds (the work dir's lock, the SIGTERM handler) whatever the
+    hooks before it did: an ``Exception`` one raises is logged with its traceback and added to
+    ``failure`` as a note, and the hooks after it are still called. The run's own error stays
+    the one raised and reported (a tool's ``error:`` line names it, not the handler's).
+    A ``KeyboardInterrupt`` during the handlers stops them, as the user asked.
+    """
+    for hook, method in _defining(runner, name):
+        try:
             method(runner)
+        except Exception as error:  # noqa: BLE001  (reported below; the next hooks must run)
+            _report_handler_error(runner, f'{type(hook).__name__}.{name}', error, failure)
+
+
+def _report_handler_error(runner, handler: str, error: Exception,
+                          failure: BaseException) -> None:
+    """Log ``handler``'s ``error`` with its own traceback and note it on ``failure``."""
+    raised = f'{handler} raised {type(error).__name__}: {error}'
+    # chain=False: the run's error, its context, is shown once, where it is raised.
+    runner.logger.error(
+        f'{raised} while the run was failing with {type(failure).__name__}: {failure}; the '
+        f'other hooks were called all the same, and the run fails with its own error\n'
+        + ''.join(traceback.format_exception(error, chain=False)).rstrip())
+    failure.add_note(f'while handling it, {raised} (logged with its traceback)')

@@ -27,7 +27,7 @@ from xmr.engine.epoch_counts import (
 )
 from xmr.engine.eval_loops import check_media_exist, expected_metric_keys, scored_loaders
 from xmr.engine.feature_cache import prepare_feature_caches
-from xmr.engine.hook_points import call_hook_point
+from xmr.engine.hook_points import call_failure_point
 from xmr.engine.hooks.checkpoint import check_metric_names
 from xmr.engine.hooks.preemption import (
     end_persistent_workers,
@@ -751,13 +751,15 @@ class PhasedTrainLoop(BaseLoop):
         Hooks that take something of the process or the work dir in ``before_train`` (a signal
         handler, the work-dir lock) give it back in ``after_train``, which a failed run never
         reaches; a hook's ``after_failed_train(runner)``, if it has one, runs then instead, so a
-        notebook whose run raised neither keeps the work dir locked nor swallows SIGTERM.
+        notebook whose run raised neither keeps the work dir locked nor swallows SIGTERM. Every
+        hook's runs even when one before it raises, and the run's own error is the one raised
+        (:func:`~xmr.engine.hook_points.call_failure_point`).
         Persistent DataLoader workers, which ignore SIGTERM, end with training either way.
         """
         try:
             return self._run_phases()
-        except BaseException:
-            call_hook_point(self.runner, 'after_failed_train')
+        except BaseException as failure:
+            call_failure_point(self.runner, 'after_failed_train', failure)
             raise
         finally:
             end_persistent_workers()

@@ -221,6 +221,34 @@ def test_a_run_that_raises_releases_the_lock_and_the_sigterm_handler(tmp_path, e
     assert signal.getsignal(signal.SIGTERM) is handler_before
 
 
+@HOOKS.register_module(force=True)
+class FailingCleanUpHook(Hook):
+    """An own hook called before the lock's (``HIGHEST``, listed first) whose failure handler
+    raises, as one closing a tracking server that is down would."""
+
+    priority = 'HIGHEST'
+
+    def after_failed_train(self, runner) -> None:
+        raise ConnectionError('tracking server unreachable')
+
+
+def test_a_failure_handler_that_raises_leaves_neither_the_lock_nor_sigterm_nor_hides_the_error(
+        tmp_path):
+    """MMEngine-style calling stopped at the first handler that raised: the lock stayed held
+    and SIGTERM swallowed, and the run raised the handler's ConnectionError, not 'disk full'."""
+    handler_before = signal.getsignal(signal.SIGTERM)
+    cfg = make_cfg(tmp_path, phases=PHASES[:1])
+    cfg.custom_hooks[:0] = [dict(type='FailingCleanUpHook'), dict(type='WorkDirLockHook'),
+                            dict(type='PreemptionHook'), dict(type='FailingHook')]
+    with pytest.raises(RuntimeError, match='disk full') as raised:
+        train(cfg)
+    assert not (tmp_path / LOCK_NAME).exists()
+    assert signal.getsignal(signal.SIGTERM) is handler_before
+    assert raised.value.__notes__ == [
+        'while handling it, FailingCleanUpHook.after_failed_train raised ConnectionError: '
+        'tracking server unreachable (logged with its traceback)']
+
+
 def test_a_train_tool_run_that_fails_before_training_gives_the_lock_back(tmp_path,
                                                                         monkeypatch):
     """tools/train.py takes the lock before it builds the runner; what fails before the hooks
