@@ -218,6 +218,10 @@ def check_part_options(registry: XMRRegistry, cfg: Any, key: str) -> None:
     does, then every registered part inside it at any depth (:func:`_parts_inside`), each
     against the registry that builds its type (:func:`_registry_of`) and named by its key path.
 
+    Then ``cfg``'s type and each part's type that has a classmethod ``check_config(cfg)``
+    refuses what its build would from the config alone (a disentangler its branch's adapters
+    cannot take, :meth:`~xmr.models.retrievers.CrossLingualRetriever.check_config`).
+
     A part builds only when its parent does (an adapter inside the branch inside the model),
     after MMEngine's runner has made its work dir and log; its misspelt option is refused here,
     as the config loads.
@@ -225,13 +229,29 @@ def check_part_options(registry: XMRRegistry, cfg: Any, key: str) -> None:
     Raises:
         UnknownOptionError: naming the key, the type, the option, the nearest option and the
             ones the type takes.
-        ValueError: naming the key, the type, the option, its value and its default.
+        ValueError: naming the key, the type, the option, its value and its default; or what a
+            type's ``check_config`` refuses.
     """
     registry.check_options(cfg)
+    typed = [(cfg, registry)]
     for path, part in _parts_inside(cfg, key):
         owner = _registry_of(part['type'])
         if owner is not None:
             owner.check_options(part, where=path)
+        typed.append((part, owner))
+    # Once every option is known good, so that a check reads only options its type takes.
+    for part, owner in typed:
+        check = getattr(_built_class(owner, part), 'check_config', None)
+        if check is not None:
+            check(part)
+
+
+def _built_class(registry: XMRRegistry | None, cfg: Any) -> Any:
+    """What ``registry`` builds ``cfg`` with (``None`` where it is no config it builds)."""
+    if registry is None or not isinstance(cfg, Mapping) or '_scope_' in cfg:
+        return None
+    built = cfg.get('type')
+    return registry.get(built) if isinstance(built, str) else built
 
 
 def _parts_inside(node: Any, key: str) -> Iterator[tuple[str, Mapping[str, Any]]]:

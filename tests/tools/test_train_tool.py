@@ -274,6 +274,19 @@ def test_a_misspelt_option_of_an_adapter_is_refused_before_the_work_dir_is_made(
     assert not work_dir.exists()
 
 
+def test_an_sdm_whose_adapters_read_no_condition_is_refused_before_the_work_dir_is_made(
+        tmp_path):
+    """DASD's config with static adapters was refused as the model built: after the runner had
+    made the work dir and its log, and after the backbone (minutes with real weights)."""
+    config, work_dir = tmp_path / 'static_sdm.py', tmp_path / 'work'
+    config.write_text(f"_base_ = ['{DEMO.with_name('dasd_tiny-clip_synthetic.py')}']\n"
+                      "model = dict(language_branch=dict(adapters=dict(type='StaticAdapter')))\n")
+    with pytest.raises(ValueError, match="^no adapter of the target branch reads the SDM's "
+                                         'condition'):
+        train_tool.main([str(config), '--work-dir', str(work_dir)])
+    assert not work_dir.exists()
+
+
 def test_the_help_of_work_dir_names_the_default_a_run_takes(tmp_path, capsys):
     """The help said work_dirs/<config name>, where a config's own work_dir comes first."""
     config = tmp_path / 'mine.py'

@@ -1,4 +1,5 @@
 import copy
+import re
 
 import pytest
 import torch
@@ -14,7 +15,9 @@ from tests.conftest import (
 )
 from tests.conftest import MIXED_BATCH as BATCH
 from xmr.datasets.collate import media_keys
-from xmr.registry import MODELS
+from xmr.models.adapters import StaticAdapter
+from xmr.models.disentanglers.semantics import NO_CONDITION_READER
+from xmr.registry import MODELS, check_part_options
 
 
 def test_preprocessor_normalises_with_the_backbone_statistics(tiny_retriever):
@@ -142,6 +145,37 @@ def test_source_language_cannot_be_a_target():
     with pytest.raises(ValueError, match="source language 'en'"):
         MODELS.build(tiny_retriever_cfg(language_branch=dict(
             tiny_retriever_cfg()['language_branch'], languages=['en', 'de'])))
+
+
+class ReadsCondition(StaticAdapter):
+    """An own adapter type that reads the SDM's ``W^z`` (its forward is StaticAdapter's)."""
+
+    reads_condition = True
+
+
+def dasd_with(adapters) -> dict:
+    return dict(tiny_dasd_cfg(), language_branch=tiny_branch_cfg(adapters=adapters))
+
+
+def test_a_disentangler_the_model_cannot_run_is_refused_by_the_config_check_alone():
+    """Refused only as the model built, after the backbone and the runner's work dir."""
+    with pytest.raises(ValueError, match=f'^{re.escape(NO_CONDITION_READER)}$'):
+        check_part_options(MODELS, dasd_with(dict(type='StaticAdapter', hidden=4)), 'model')
+    with pytest.raises(ValueError, match='^a disentangler needs a language_branch'):
+        check_part_options(MODELS, dict(tiny_dasd_cfg(), language_branch=None), 'model')
+    with pytest.raises(TypeError, match='CrossLingualRetriever runs disentanglers that subclass '
+                                        'ConditionDisentangler; CDDSDisentangler does not'):
+        check_part_options(MODELS, tiny_retriever_cfg(disentangler=dict(type='CDDSDisentangler')),
+                           'model')
+
+
+@pytest.mark.parametrize('adapters', [
+    dict(type=ReadsCondition, hidden=4),
+    [dict(type='StaticAdapter', hidden=4), dict(type='DynamicAdapter', hidden=4, blocks=[1])],
+    dict(type='NoSuchAdapter')])  # its build names it; the check takes no guess
+def test_the_config_check_takes_any_branch_with_an_adapter_type_that_reads_the_condition(
+        adapters):
+    MODELS.get('CrossLingualRetriever').check_config(dasd_with(adapters))
 
 
 def test_a_source_language_in_another_form_reads_the_datasets_canonical_code():

@@ -59,6 +59,22 @@ def check_blocks(adapter_type: str, blocks: Sequence[int] | None,
     return blocks
 
 
+def adapter_configs(adapters: dict | Sequence[dict] | None) -> list[dict]:
+    """The adapter configs of ``LanguageAdapters``' ``adapters``: none, one or a list."""
+    return [] if adapters is None else ([adapters] if isinstance(adapters, dict)
+                                        else list(adapters))
+
+
+def adapter_types(adapters: dict | Sequence[dict] | None) -> list[type] | None:
+    """The classes ``adapters`` (as :func:`adapter_configs` reads it) builds, from the config
+    alone; ``None`` where a type is no registered class (its build names it)."""
+    found = [cfg.get('type') if isinstance(cfg, Mapping) else None
+             for cfg in adapter_configs(adapters)]
+    found = [ADAPTERS.get(kind) if isinstance(kind, str) and kind in ADAPTERS else kind
+             for kind in found]
+    return found if all(isinstance(kind, type) for kind in found) else None
+
+
 class LanguageModuleDict(nn.ModuleDict):
     """A ``ModuleDict`` keyed by language codes, whatever the code.
 
@@ -103,8 +119,7 @@ class LanguageAdapters(nn.Module):
         self.languages = list(languages)
         self.width = width
         self.post_norm = post_norm
-        configs = [] if adapters is None else ([adapters] if isinstance(adapters, dict)
-                                                else list(adapters))
+        configs = adapter_configs(adapters)
         linear_shapes = linear_shapes or {}
         self.sets = LanguageModuleDict()
         for lang in self.languages:

@@ -16,7 +16,7 @@ the class and the base it needs.
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections.abc import Set
+from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -41,6 +41,12 @@ class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
 
     reads_languages: bool = False
     builder_options: ClassVar[tuple[str, ...]] = ('per_language',)
+
+    @classmethod
+    def check_adapter_types(cls, adapter_types: Sequence[type]) -> None:
+        """Refuse, from the config alone, a branch whose adapters (of ``adapter_types``, those
+        of ``model.language_branch.adapters``) cannot take this module's condition; any can by
+        default."""
 
     @property
     @abstractmethod
@@ -105,9 +111,8 @@ class TokenDisentangler(nn.Module, metaclass=ABCMeta):
         raise TypeError(f'{type(self).__name__} keeps no dataset correlation to update')
 
 
-def build_disentangler(cfg: dict, kind: type[nn.Module], retriever: str,
-                       **default_args: Any) -> nn.Module:
-    """Build a ``DISENTANGLERS`` config after checking its class meets ``kind``'s contract.
+def disentangler_class(cfg: Mapping[str, Any], kind: type[nn.Module], retriever: str) -> type:
+    """The class of a ``DISENTANGLERS`` config, checked to meet ``kind``'s contract.
 
     Raises:
         TypeError: naming the class, the base ``retriever`` needs and the two bases.
@@ -119,4 +124,12 @@ def build_disentangler(cfg: dict, kind: type[nn.Module], retriever: str,
             f'{retriever} runs disentanglers that subclass {kind.__name__}; {name} does not '
             '(xmr.models.disentanglers.base has ConditionDisentangler for target-language '
             'conditions and TokenDisentangler for dual-encoder token decoupling)')
+    return cls
+
+
+def build_disentangler(cfg: dict, kind: type[nn.Module], retriever: str,
+                       **default_args: Any) -> nn.Module:
+    """Build a ``DISENTANGLERS`` config after checking its class meets ``kind``'s contract
+    (:func:`disentangler_class`)."""
+    disentangler_class(cfg, kind, retriever)
     return DISENTANGLERS.build(cfg, default_args=default_args)

@@ -70,14 +70,19 @@ def _checked_features(features: Sequence[str], use_consistency_loss: bool,
     return features
 
 
+#: Why an SDM with no adapter to read its ``W^z`` is refused, and the ways out.
+NO_CONDITION_READER = (
+    "no adapter of the target branch reads the SDM's condition: no adapter type of "
+    'model.language_branch.adapters sets reads_condition = True (DynamicAdapter does, as does a '
+    'type of your own whose forward reads ctx.condition); use dynamic adapters, or '
+    'disentangler=None')
+
+
 def _condition_blocks(blocks: Sequence[int] | None, num_blocks: int) -> list[int]:
     """The tower's blocks whose adapters read the condition (``None``: all of them)."""
     blocks = list(range(num_blocks)) if blocks is None else list(blocks)
     if not blocks:
-        raise ValueError("no adapter of the target branch reads the SDM's condition: no "
-                         'adapter type of model.language_branch.adapters sets reads_condition '
-                         '= True (DynamicAdapter does, as does a type of your own whose forward '
-                         'reads ctx.condition); use dynamic adapters, or disentangler=None')
+        raise ValueError(NO_CONDITION_READER)
     outside = [b for b in blocks if not 0 <= b < num_blocks]
     if outside:
         raise ValueError(f'generator blocks {outside} are outside the text tower\'s blocks '
@@ -191,6 +196,13 @@ class SemanticsDisentangler(ConditionDisentangler):
         if use_adversarial:
             self.discriminator = PairDiscriminator(width + embed_dim,
                                                    **(discriminator or dict(hidden=(256, 128))))
+
+    @classmethod
+    def check_adapter_types(cls, adapter_types: Sequence[type]) -> None:
+        """Refuse a branch none of whose adapter types reads the condition: the generator
+        would make ``W^z`` for no block (``__init__``'s ``condition_blocks=[]``)."""
+        if not any(getattr(kind, 'reads_condition', False) for kind in adapter_types):
+            raise ValueError(NO_CONDITION_READER)
 
     def _build_adapters(self, cfg: dict | None) -> nn.ModuleList | None:
         """One adapter after each of the ``k`` blocks, or one on the embeddings at ``k = 0``;

@@ -9,9 +9,13 @@ from torch import nn
 
 from xmr.datasets.languages import normalize_language
 from xmr.models.adapters.grouped import LanguageMembership
-from xmr.models.adapters.language_adapters import TOWER_WEIGHTS
+from xmr.models.adapters.language_adapters import TOWER_WEIGHTS, adapter_types
 from xmr.models.backbones.base import VisionLanguageBackbone
-from xmr.models.disentanglers.base import ConditionDisentangler, build_disentangler
+from xmr.models.disentanglers.base import (
+    ConditionDisentangler,
+    build_disentangler,
+    disentangler_class,
+)
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.retrievers.base import (
@@ -92,6 +96,8 @@ class CrossLingualRetriever(BaseRetriever):
                  default_preprocessor: str = 'RetrievalDataPreprocessor',
                  compile: dict | None = None) -> None:
         super().__init__(data_preprocessor, init_cfg, default_preprocessor)
+        # Before the backbone, whose weights may take minutes to load.
+        self.check_config(dict(language_branch=language_branch, disentangler=disentangler))
         self.backbone = self.build_backbone(backbone)
         # Canonical, as the branch's languages and the datasets' are: 'eng' must match 'en'.
         source_language = normalize_language(source_language, 'CrossLingualRetriever '
@@ -105,8 +111,6 @@ class CrossLingualRetriever(BaseRetriever):
                 raise ValueError(f"source language '{source_language}' is read by the frozen "
                                  'tower; it cannot also be a target language')
         if disentangler is not None:
-            if self.language_branch is None:
-                raise ValueError('a disentangler needs a language_branch to condition')
             self.disentangler = self._build_disentangler(dict(disentangler), tower)
         self.build_losses({**self.DEFAULT_LOSSES, **(losses or {})})
         reads_media = isinstance(self.backbone, VisionLanguageBackbone)
@@ -123,6 +127,31 @@ class CrossLingualRetriever(BaseRetriever):
                 if tokenizer.pad_to is None and tokenizer.pad_to_multiple_of is None:
                     tokenizer.pad_to_multiple_of = COMPILED_PAD_MULTIPLE
         self._compile()
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Refuse a disentangler the model's other parts cannot run, from the config alone: at
+        its load (:func:`~xmr.registry.check_part_options`), before the runner makes the work
+        dir, and in ``__init__`` before the backbone is built.
+
+        Args:
+            cfg: the model's config; its ``language_branch`` and ``disentangler`` are read.
+
+        Raises:
+            ValueError: a disentangler without a ``language_branch``, or one whose class refuses
+                the branch's adapter types (DASD's SDM with no adapter that reads ``W^z``:
+                :meth:`ConditionDisentangler.check_adapter_types`).
+            TypeError: a disentangler that is no :class:`ConditionDisentangler`.
+        """
+        disentangler, branch = cfg.get('disentangler'), cfg.get('language_branch')
+        if disentangler is None:
+            return
+        if branch is None:
+            raise ValueError('a disentangler needs a language_branch to condition')
+        kind = disentangler_class(disentangler, ConditionDisentangler, cls.__name__)
+        types = adapter_types(branch.get('adapters'))
+        if types is not None:
+            kind.check_adapter_types(types)
 
     def _check_compile(self, options: dict | None) -> dict | None:
         """``compile``'s options, or a ``ValueError`` naming what a compiled step cannot hold."""
