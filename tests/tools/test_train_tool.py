@@ -274,15 +274,20 @@ def test_a_misspelt_option_of_an_adapter_is_refused_before_the_work_dir_is_made(
     assert not work_dir.exists()
 
 
-def test_an_sdm_whose_adapters_read_no_condition_is_refused_before_the_work_dir_is_made(
-        tmp_path):
-    """DASD's config with static adapters was refused as the model built: after the runner had
-    made the work dir and its log, and after the backbone (minutes with real weights)."""
-    config, work_dir = tmp_path / 'static_sdm.py', tmp_path / 'work'
-    config.write_text(f"_base_ = ['{DEMO.with_name('dasd_tiny-clip_synthetic.py')}']\n"
-                      "model = dict(language_branch=dict(adapters=dict(type='StaticAdapter')))\n")
-    with pytest.raises(ValueError, match="^no adapter of the target branch reads the SDM's "
-                                         'condition'):
+@pytest.mark.parametrize('base, branch, refused', [
+    ('dasd_tiny-clip_synthetic.py', "adapters=dict(type='StaticAdapter')",
+     "no adapter of the target branch reads the SDM's condition"),
+    ('static_tiny-clip_synthetic.py', "languages=['de', 'eng']",
+     "source language 'en' is read by the frozen tower")])
+def test_a_model_the_config_alone_refuses_is_refused_before_the_work_dir_is_made(
+        tmp_path, base, branch, refused):
+    """DASD's config with static adapters and English among the targets were refused as the
+    model built: after the runner had made the work dir and its log, and after the backbone
+    (minutes with real weights) and the branch's tokenizer."""
+    config, work_dir = tmp_path / 'refused.py', tmp_path / 'work'
+    config.write_text(f"_base_ = ['{DEMO.with_name(base)}']\n"
+                      f'model = dict(language_branch=dict({branch}))\n')
+    with pytest.raises(ValueError, match=f'^{refused}'):
         train_tool.main([str(config), '--work-dir', str(work_dir)])
     assert not work_dir.exists()
 

@@ -147,6 +147,16 @@ def test_source_language_cannot_be_a_target():
             tiny_retriever_cfg()['language_branch'], languages=['en', 'de'])))
 
 
+def test_a_source_language_among_the_targets_in_any_form_is_refused_by_the_config_check():
+    """Refused only once the backbone and the branch's tokenizer were built, in the work dir."""
+    cfg = tiny_retriever_cfg(language_branch=tiny_branch_cfg(languages=['de', 'eng']))
+    with pytest.raises(ValueError, match="^source language 'en' is read by the frozen tower"):
+        check_part_options(MODELS, cfg, 'model')
+    check_part_options(MODELS, dict(cfg, source_language='fr'), 'model')
+    with pytest.raises(ValueError, match="^source language 'de'"):
+        check_part_options(MODELS, dict(cfg, source_language='deu'), 'model')
+
+
 class ReadsCondition(StaticAdapter):
     """An own adapter type that reads the SDM's ``W^z`` (its forward is StaticAdapter's)."""
 

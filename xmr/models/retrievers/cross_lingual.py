@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from xmr.datasets.languages import normalize_language
+from xmr.datasets.languages import normalize_language, normalize_languages
 from xmr.models.adapters.grouped import LanguageMembership
 from xmr.models.adapters.language_adapters import TOWER_WEIGHTS, adapter_types
 from xmr.models.backbones.base import VisionLanguageBackbone
@@ -27,6 +27,8 @@ from xmr.models.retrievers.base import (
 )
 from xmr.registry import MODELS
 
+#: The language the frozen text tower reads unless ``source_language`` says otherwise.
+SOURCE_LANGUAGE = 'en'
 #: Names a phase's ``trainable`` may use for groups of modules (see ``trainable_groups``).
 TARGET_GROUP = 'target'
 #: The losses that read media embeddings, which a text-only backbone cannot give.
@@ -34,6 +36,12 @@ MEDIA_LOSSES = ('source_cm', 'cm')
 #: ``pad_to_multiple_of`` of a compiled model's tokenizers, unless their configs set one:
 #: CLIP's 77-token captions then come in at most 10 widths, each one CUDA graph.
 COMPILED_PAD_MULTIPLE = 8
+
+
+def canonical_source(source_language: str) -> str:
+    """``source_language`` canonical, as the branch's languages and the datasets' are: ``eng``
+    must match ``en``."""
+    return normalize_language(source_language, 'CrossLingualRetriever source_language')
 
 
 @MODELS.register_module()
@@ -91,25 +99,21 @@ class CrossLingualRetriever(BaseRetriever):
 
     def __init__(self, backbone: dict, language_branch: dict | None = None,
                  disentangler: dict | None = None, losses: Mapping[str, dict] | None = None,
-                 source_language: str = 'en', data_preprocessor: dict | None = None,
+                 source_language: str = SOURCE_LANGUAGE, data_preprocessor: dict | None = None,
                  init_cfg: dict | None = None,
                  default_preprocessor: str = 'RetrievalDataPreprocessor',
                  compile: dict | None = None) -> None:
         super().__init__(data_preprocessor, init_cfg, default_preprocessor)
         # Before the backbone, whose weights may take minutes to load.
-        self.check_config(dict(language_branch=language_branch, disentangler=disentangler))
+        self.check_config(dict(language_branch=language_branch, disentangler=disentangler,
+                               source_language=source_language))
         self.backbone = self.build_backbone(backbone)
-        # Canonical, as the branch's languages and the datasets' are: 'eng' must match 'en'.
-        source_language = normalize_language(source_language, 'CrossLingualRetriever '
-                                             'source_language')
+        source_language = canonical_source(source_language)
         self.source_language = source_language
         tower = self.backbone.text_tower
         self.language_branch = None
         if language_branch is not None:
             self.language_branch = MODELS.build(language_branch, default_args=dict(tower=tower))
-            if source_language in self.language_branch.languages:
-                raise ValueError(f"source language '{source_language}' is read by the frozen "
-                                 'tower; it cannot also be a target language')
         if disentangler is not None:
             self.disentangler = self._build_disentangler(dict(disentangler), tower)
         self.build_losses({**self.DEFAULT_LOSSES, **(losses or {})})
@@ -130,20 +134,30 @@ class CrossLingualRetriever(BaseRetriever):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Refuse a disentangler the model's other parts cannot run, from the config alone: at
-        its load (:func:`~xmr.registry.check_part_options`), before the runner makes the work
-        dir, and in ``__init__`` before the backbone is built.
+        """Refuse, from the config alone, a source language among the targets and a
+        disentangler the model's other parts cannot run: at the config's load
+        (:func:`~xmr.registry.check_part_options`), before the runner makes the work dir, and in
+        ``__init__`` before the backbone is built.
 
         Args:
-            cfg: the model's config; its ``language_branch`` and ``disentangler`` are read.
+            cfg: the model's config; its ``language_branch``, ``disentangler`` and
+                ``source_language`` are read.
 
         Raises:
-            ValueError: a disentangler without a ``language_branch``, or one whose class refuses
-                the branch's adapter types (DASD's SDM with no adapter that reads ``W^z``:
-                :meth:`ConditionDisentangler.check_adapter_types`).
+            ValueError: the source language among the branch's ``languages`` (in any form:
+                ``eng`` is ``en``); a disentangler without a ``language_branch``, or one whose
+                class refuses the branch's adapter types (DASD's SDM with no adapter that reads
+                ``W^z``: :meth:`ConditionDisentangler.check_adapter_types`).
             TypeError: a disentangler that is no :class:`ConditionDisentangler`.
+            LanguageCodeError: a code no form of which is known, named by its option.
         """
         disentangler, branch = cfg.get('disentangler'), cfg.get('language_branch')
+        if isinstance(branch, Mapping) and branch.get('languages') is not None:
+            source = canonical_source(cfg.get('source_language', SOURCE_LANGUAGE))
+            if source in normalize_languages(branch['languages'],
+                                             'TargetLanguageBranch languages'):
+                raise ValueError(f"source language '{source}' is read by the frozen tower; it "
+                                 'cannot also be a target language')
         if disentangler is None:
             return
         if branch is None:
