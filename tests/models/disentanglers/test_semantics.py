@@ -12,7 +12,7 @@ from tests.conftest import MIXED_BATCH as BATCH
 from tests.conftest import tiny_backbone_cfg, tiny_dasd_cfg
 from xmr.models.disentanglers import SemanticsDisentangler
 from xmr.models.disentanglers.discriminator import reverse_gradient, shuffled_negatives
-from xmr.registry import DISENTANGLERS, MODELS
+from xmr.registry import DISENTANGLERS, MODELS, check_part_options
 
 ADAPTER = dict(type='StaticAdapter', hidden=8)
 GENERATOR = dict(d_z=16, d_u=4)
@@ -280,6 +280,28 @@ def test_bad_options_fail_naming_the_option(tower):
     with pytest.raises(KeyError, match=r"SDM loss_weights name \['ad', 'adv', 'sc'\]; the SDM "
                                        r"computes \['adv', 'sc'\]"):
         build(tower, loss_weights=dict(ad=0.5))
+
+
+@pytest.mark.parametrize('options, error, refused', [
+    (dict(features=['sa']), ValueError, 'L_sc supervises f.sr.*use_consistency_loss=False'),
+    (dict(features=['sr'], use_consistency_loss=True), ValueError, 'use_adversarial=False'),
+    (dict(loss_weights=dict(ad=0.5)), KeyError, r"SDM loss_weights name \['ad', 'adv', 'sc'\]")])
+def test_contradicting_options_are_refused_by_the_config_check_without_a_build(
+        options, error, refused):
+    """Refused only as the model built, after the backbone and the runner's work dir."""
+    cfg = tiny_dasd_cfg()
+    cfg['disentangler'].update(options)
+    with pytest.raises(error, match=refused):
+        check_part_options(MODELS, cfg, 'model')
+
+
+def test_the_config_check_takes_the_tables_feature_ablations():
+    for options in (dict(features=['sr'], use_adversarial=False),
+                    dict(features=['sa'], use_consistency_loss=False),
+                    dict(use_consistency_loss=False, use_adversarial=False)):
+        cfg = tiny_dasd_cfg()
+        cfg['disentangler'].update(options)
+        check_part_options(MODELS, cfg, 'model')
 
 
 # ------------------------------------------------------------------------------------ retriever

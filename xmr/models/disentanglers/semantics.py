@@ -21,6 +21,7 @@ shared by all target languages.
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -76,6 +77,15 @@ NO_CONDITION_READER = (
     'model.language_branch.adapters sets reads_condition = True (DynamicAdapter does, as does a '
     'type of your own whose forward reads ctx.condition); use dynamic adapters, or '
     'disentangler=None')
+
+
+def _checked_loss_weights(loss_weights: Mapping[str, float] | None) -> dict[str, float]:
+    """lambda_1 and lambda_2 of Eq. 12, the paper's where ``loss_weights`` leaves one out."""
+    weights = dict(PAPER_LOSS_WEIGHTS, **(loss_weights or {}))
+    if set(weights) != set(PAPER_LOSS_WEIGHTS):
+        raise UserKeyError(f'SDM loss_weights name {sorted(weights)}; the SDM computes '
+                           f'{sorted(PAPER_LOSS_WEIGHTS)} (lambda_1, lambda_2)')
+    return weights
 
 
 def _condition_blocks(blocks: Sequence[int] | None, num_blocks: int) -> list[int]:
@@ -158,10 +168,7 @@ class SemanticsDisentangler(ConditionDisentangler):
             raise ValueError(f'SDM depth {depth} is outside 0..{tower.num_blocks} (the text '
                              'tower\'s blocks)')
         features = _checked_features(features, use_consistency_loss, use_adversarial)
-        self.loss_weights = dict(PAPER_LOSS_WEIGHTS, **(loss_weights or {}))
-        if set(self.loss_weights) != set(PAPER_LOSS_WEIGHTS):
-            raise UserKeyError(f'SDM loss_weights name {sorted(self.loss_weights)}; the SDM '
-                               f'computes {sorted(PAPER_LOSS_WEIGHTS)} (lambda_1, lambda_2)')
+        self.loss_weights = _checked_loss_weights(loss_weights)
         self.depth = depth
         self.features = features
         self.adversarial_through_embeddings = adversarial_through_embeddings
@@ -196,6 +203,18 @@ class SemanticsDisentangler(ConditionDisentangler):
         if use_adversarial:
             self.discriminator = PairDiscriminator(width + embed_dim,
                                                    **(discriminator or dict(hidden=(256, 128))))
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, object]) -> None:
+        """Refuse, as the config loads (:func:`~xmr.registry.check_part_options`), options
+        that ``__init__`` would refuse without the tower: ``features`` the kept losses do not
+        read, and ``loss_weights`` naming another loss."""
+        options = {name: parameter.default
+                   for name, parameter in inspect.signature(cls).parameters.items()}
+        options.update(cfg)
+        _checked_features(options['features'], options['use_consistency_loss'],
+                          options['use_adversarial'])
+        _checked_loss_weights(options['loss_weights'])
 
     @classmethod
     def check_adapter_types(cls, adapter_types: Sequence[type]) -> None:
