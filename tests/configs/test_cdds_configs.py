@@ -211,7 +211,7 @@ def test_demo_config_trains_and_improves_r1_over_its_start(tmp_path: Path):
 
     # tools/test.py on the trained checkpoint: the test galleries' languages are checked and
     # both scorings come out (patch-word, bare keys; the pooled cosine beside it).
-    test_tool.main([str(DEMO), str(tmp_path / 'iter_120.pth'), '--work-dir', str(tmp_path),
+    test_tool.main([str(DEMO), str(tmp_path / 'iter_120.pth'), '--work-dir', str(tmp_path / 'test'),
                     '--out', str(tmp_path / 'test.json'), '--cfg-options',
                     'test_dataloader.dataset.num_scenes=50', *short[-4:]])
     metrics = json.loads((tmp_path / 'test.json').read_text())['metrics']
