@@ -23,7 +23,7 @@ def test_every_converter_has_a_script():
     names = {path.stem for path in TOOLS.glob('*.py')}
     assert {f'prepare_{name}' for name in ('multi30k', 'mscoco', 'flickr30k', 'xtd10', 'cc3m',
                                            'msrvtt', 'crossmodal3600', 'xtd200',
-                                           'flickr30k_200')} <= names
+                                           'flickr30k_200', 'laps')} <= names
     assert {'attach_translations', 'export_source_captions'} <= names
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation, MediaRecord
@@ -39,7 +40,8 @@ from xmr.datasets.converters.raw_files import check_media_exist, read_lines, req
 from xmr.datasets.converters.translations import attach_translations
 from xmr.datasets.converters.xtd10 import coco_image_path
 
-__all__ = ['COCO_KARPATHY', 'COCO_FOLDS', 'read_stair', 'read_coco_cn', 'convert_mscoco', 'main']
+__all__ = ['COCO_KARPATHY', 'COCO_FOLDS', 'coco_folds', 'read_stair', 'read_coco_cn',
+           'convert_mscoco', 'main']
 
 COCO_FOLDS = 5
 COCO_FOLD_SIZE = 1000
@@ -114,6 +116,15 @@ def _records(images: Sequence[KarpathyImage], stair: Mapping[int, list[str]] | N
             for image in images]
 
 
+def coco_folds(test5k: Annotation) -> dict[str, Annotation]:
+    """The 1K protocol's folds of the 5K test: ``coco_test1k_fold{k}`` holds its images
+    ``[1000 k, 1000 (k + 1))`` in file order, with their captions."""
+    return {f'coco_test1k_fold{fold}': replace(
+        test5k, split=f'test1k_fold{fold}',
+        items=test5k.items[fold * COCO_FOLD_SIZE:(fold + 1) * COCO_FOLD_SIZE])
+        for fold in range(COCO_FOLDS)}
+
+
 def convert_mscoco(karpathy_json: str | os.PathLike,
                    images_dir: str | os.PathLike | None = None,
                    stair_jsons: Sequence[str | os.PathLike] = (),
@@ -143,12 +154,7 @@ def convert_mscoco(karpathy_json: str | os.PathLike,
         outputs[f'coco_{name}'] = Annotation(
             dataset='mscoco', split=name, media_type='image', languages=languages,
             items=_records(split_images, stair, f'{name} split'), source_lang='en')
-    test = outputs['coco_test5k'].items
-    for fold in range(COCO_FOLDS):
-        outputs[f'coco_test1k_fold{fold}'] = Annotation(
-            dataset='mscoco', split=f'test1k_fold{fold}', media_type='image',
-            languages=languages, source_lang='en',
-            items=test[fold * COCO_FOLD_SIZE:(fold + 1) * COCO_FOLD_SIZE])
+    outputs.update(coco_folds(outputs['coco_test5k']))
     if coco_cn_dir is not None:
         outputs.update(_coco_cn_outputs(images, stair, coco_cn_dir))
     if images_dir is not None:
