@@ -219,6 +219,63 @@ def test_every_damaged_video_is_named_before_any_is_read(damaged_clips, monkeypa
         f'  {folder / "empty.mp4"}: the file is empty (0 bytes)\n')
 
 
+@pytest.fixture
+def empty_image(tmp_path) -> Path:
+    """Three images, the second a zero-byte file (a failed copy or download)."""
+    images = tmp_path / 'images'
+    images.mkdir()
+    for name in ('a.jpg', 'c.jpg'):
+        Image.fromarray(np.full((8, 8, 3), 90, dtype=np.uint8)).save(images / name)
+    (images / 'b.jpg').write_bytes(b'')
+    dump_annotation(Annotation(dataset='d', split='test', media_type='image', languages=['en'],
+                               items=[MediaRecord(n, f'{n}.jpg', {'en': [f'image {n}']})
+                                      for n in 'abc']), tmp_path / 'ann.json')
+    return tmp_path / 'ann.json'
+
+
+def _empty_image_report(images: Path) -> str:
+    return (f'1 of its 3 images cannot be read whole:\n  {images / "b.jpg"}: the file is empty '
+            '(0 bytes)\nreplace them')
+
+
+def test_an_empty_image_is_named_before_any_is_read(empty_image, monkeypatch):
+    """The check listed the folders only: a zero-byte image stopped a toy training run when its
+    batch came, at iteration 2 ('not a decodable image (cannot identify image file ...)'), and
+    at any iteration of a real one. A stat per file names it before the first step."""
+    from xmr.datasets import base
+
+    images = empty_image.parent / 'images'
+    dataset = RetrievalDataset(empty_image, data_root=empty_image.parent,
+                               data_prefix=dict(media='images'), transform=TINY)
+    with pytest.raises(MediaReadError) as info:
+        dataset.check_media_exist()
+    assert str(info.value) == (f'{empty_image}: {_empty_image_report(images)}: or set '
+                               "on_corrupt='skip' to leave them out")
+    said = []
+    monkeypatch.setattr(base, 'print_log', lambda message, **_: said.append(message))
+    RetrievalDataset(empty_image, data_root=empty_image.parent, data_prefix=dict(media='images'),
+                     transform=TINY, on_corrupt='skip').check_media_exist()
+    assert said == [f"{empty_image}: {_empty_image_report(images)}; they are skipped "
+                    "(on_corrupt='skip')"]
+    # A missing image is reported as missing, not also as unreadable.
+    (images / 'c.jpg').unlink()
+    with pytest.raises(FileNotFoundError) as info:
+        dataset.check_media_exist()
+    assert str(info.value) == (
+        f'{empty_image}: 1 of its 3 media files are missing, the first {images / "c.jpg"}: '
+        f'check data_root and data_prefix; {_empty_image_report(images)}, or set '
+        "on_corrupt='skip' to leave them out")
+
+
+def test_the_size_check_can_be_left_to_the_reads_which_say_the_image_is_empty(empty_image):
+    dataset = RetrievalDataset(empty_image, data_root=empty_image.parent,
+                               data_prefix=dict(media='images'), transform=TINY,
+                               check_containers=False)
+    dataset.check_media_exist()
+    with pytest.raises(MediaReadError, match=r'b\.jpg: the file is empty \(0 bytes\): replace'):
+        dataset[1]
+
+
 def test_the_container_check_can_be_left_to_the_reads(damaged_clips):
     dataset = RetrievalDataset(damaged_clips, data_root=damaged_clips.parent, num_frames=2,
                                transform=TINY, check_containers=False)

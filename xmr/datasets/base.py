@@ -18,6 +18,7 @@ from xmr.datasets.media_files import missing_media, other_spelling_hint
 from xmr.datasets.media_io import (
     MediaReadError,
     check_decode_threads,
+    check_image_file,
     check_video_container,
     check_video_opens,
     read_image,
@@ -60,9 +61,10 @@ class MediaCaptionDataset(MediaDataset):
         on_corrupt: ``raise`` or ``skip`` for unreadable media (``corrupt_policy``).
         decode_threads: decord threads per video (0: decord chooses).
         with_media: decode media; ``False`` gives ``media=None`` for text-only phases.
-        check_containers: :meth:`check_media_exist` reads each video's container sizes (a
-            file open and a few bytes per top-level box) besides listing the folders;
-            ``False`` for a set so large that even this is too slow.
+        check_containers: :meth:`check_media_exist` reads each image's size (a ``stat``: an
+            empty file is unreadable) and each video's container sizes (a file open and a few
+            bytes per top-level box) besides listing the folders; ``False`` for a set so large
+            that even this is too slow.
     """
 
     def __init__(self, ann_file: str | os.PathLike, data_root: str | os.PathLike = '',
@@ -112,27 +114,28 @@ class MediaCaptionDataset(MediaDataset):
                 'ann_file': str(self.ann_file)}
 
     def check_media_exist(self) -> None:
-        """Refuse an annotation whose media files are missing, or are videos whose containers
-        say they cannot be whole (empty, cut short: :func:`check_video_container`), with
+        """Refuse an annotation whose media files are missing, empty, or are videos whose
+        containers say they cannot be whole (cut short: :func:`check_video_container`), with
         ``on_corrupt='raise'``; ``'skip'`` warns with the same report. Missing files are found
-        with one listing per folder and given by count and the first; every damaged video is
+        with one listing per folder and given by count and the first; every damaged file is
         named with what is wrong. A dataset without media passes. The training loop calls it
         before the first step: found only when read, such a file would stop training at a
         random iteration.
 
         Raises:
             FileNotFoundError: naming the annotation, the first missing file and the count,
-                and every damaged video.
-            MediaReadError: naming the annotation and every damaged video, none missing.
+                and every damaged file.
+            MediaReadError: naming the annotation and every damaged file, none missing.
         """
         if not self.with_media:
             return
         missing = missing_media(self.media_root, (r.media_path for r in self.records))
-        damaged = self._damaged_videos(set(missing))
+        damaged = self._damaged_media(set(missing))
         found = [f'{len(missing)} of its {len(self.records)} media files are missing, the '
                  f'first {missing[0]}{other_spelling_hint(missing[0])}: check data_root and '
                  'data_prefix'] if missing else []
-        found += [f'{len(damaged)} of its {len(self.records)} videos cannot be read whole:'
+        found += [f'{len(damaged)} of its {len(self.records)} {self.annotation.media_type}s '
+                  'cannot be read whole:'
                   + ''.join(f'\n  {path}: {reason}' for path, reason in damaged)
                   + '\nreplace them'] if damaged else []
         if not found:
@@ -145,21 +148,24 @@ class MediaCaptionDataset(MediaDataset):
         print_log(f"{self.ann_file}: {'; '.join(found)}; they are skipped (on_corrupt='skip')",
                   logger='current', level=logging.WARNING)
 
-    def _damaged_videos(self, missing: set[Path]) -> list[tuple[Path, str]]:
-        """Each present video whose container says it cannot be whole, or whose first bytes
-        are not the container its name says and decord cannot open, with the reason, in
-        annotation order (none for images, or with ``check_containers=False``)."""
-        if self.annotation.media_type != 'video' or not self.check_containers:
+    def _damaged_media(self, missing: set[Path]) -> list[tuple[Path, str]]:
+        """Each present file that cannot be read whole, with the reason, in annotation order:
+        an empty image (a ``stat``: :func:`check_image_file`), a video whose container says it
+        cannot be whole or whose first bytes are not the container its name says and decord
+        cannot open (:func:`_check_video`); none with ``check_containers=False``."""
+        if not self.check_containers:
             return []
-        damaged = []
-        for path in (self.media_path(record) for record in self.records):
-            if path not in missing:
-                try:
-                    check_video_container(path)
-                    if unlike_its_name(path):
-                        check_video_opens(path)
-                except MediaReadError as err:
-                    damaged.append((path, err.reason))
+        check = _check_video if self.annotation.media_type == 'video' else check_image_file
+        # Joined as text, a Path only for a failure: building 300k Paths costs several times
+        # the stats.
+        root, damaged = str(self.media_root), []
+        for record in self.records:
+            path = os.path.join(root, record.media_path)
+            try:
+                check(path)
+            except MediaReadError as err:
+                if Path(path) not in missing:
+                    damaged.append((Path(path), err.reason))
         return damaged
 
     def media_path(self, record: MediaRecord) -> Path:
@@ -197,3 +203,11 @@ class MediaCaptionDataset(MediaDataset):
         return (f'{type(self).__name__}(ann_file={str(self.ann_file)!r}, items={len(self)}, '
                 f'media_type={self.annotation.media_type!r}, test_mode={self.test_mode}, '
                 f'on_corrupt={self.on_corrupt!r})')
+
+
+def _check_video(path: str | os.PathLike) -> None:
+    """Raise :class:`MediaReadError` if ``path``'s container says it cannot be whole, or its
+    first bytes are not the container its name says and decord cannot open it."""
+    check_video_container(path)
+    if unlike_its_name(path):
+        check_video_opens(path)

@@ -7,7 +7,10 @@ import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ['missing_media', 'other_spelling_hint']
+__all__ = ['EMPTY_FILE', 'missing_media', 'other_spelling_hint']
+
+#: Why an empty file (a failed copy or download) cannot be read, image or video.
+EMPTY_FILE = 'the file is empty (0 bytes)'
 
 
 def missing_media(media_root: str | os.PathLike, relative_paths: Iterable[str]) -> list[Path]:

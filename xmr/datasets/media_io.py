@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,11 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from xmr.datasets.frame_sampling import check_frame_count, uniform_frame_indices
+from xmr.datasets.media_files import EMPTY_FILE
 from xmr.datasets.video_containers import container_problem
 from xmr.utils.counts import is_count
 
-__all__ = ['MediaReadError', 'check_decode_threads', 'check_video_container',
+__all__ = ['MediaReadError', 'check_decode_threads', 'check_image_file', 'check_video_container',
            'check_video_opens', 'read_image', 'read_video_frames']
 
 # decord prefixes its C++ errors with "[hh:mm:ss] /source/file.cc:line: "; the rest is the reason.
@@ -62,6 +64,19 @@ def check_decode_threads(value: Any, name: str) -> int:
     return int(value)
 
 
+def check_image_file(path: str | os.PathLike) -> None:
+    """Raise :class:`MediaReadError` naming ``path`` if it is no file or an empty one, found
+    with one ``stat``; an image cut short is found only by decoding it (:func:`read_image`)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode):
+        raise MediaReadError(path, 'file not found')
+    if info.st_size == 0:
+        raise MediaReadError(path, EMPTY_FILE)
+
+
 def read_image(path: str | os.PathLike) -> torch.Tensor:
     """Decode an image as RGB.
 
@@ -69,10 +84,9 @@ def read_image(path: str | os.PathLike) -> torch.Tensor:
         uint8 ``[3, H, W]``.
 
     Raises:
-        MediaReadError: if the file is missing or not a decodable image.
+        MediaReadError: if the file is missing, empty or not a decodable image.
     """
-    if not Path(path).is_file():
-        raise MediaReadError(path, 'file not found')
+    check_image_file(path)
     try:
         with Image.open(path) as image:
             array = np.asarray(image.convert('RGB'))

@@ -14,6 +14,8 @@ import os
 import struct
 from typing import BinaryIO
 
+from xmr.datasets.media_files import EMPTY_FILE
+
 __all__ = ['VIDEO_SUFFIXES', 'container_problem', 'unlike_its_name']
 
 # A first box of these types marks an ISO base media (MP4, MOV, M4V, 3GP) file.
@@ -41,7 +43,7 @@ def container_problem(path: str | os.PathLike) -> str | None:
     with open(path, 'rb') as file:
         size = os.fstat(file.fileno()).st_size
         if size == 0:
-            return 'the file is empty (0 bytes)'
+            return EMPTY_FILE
         head = file.read(8)
         if head[:4] == _EBML_MAGIC:
             return _matroska_problem(file, size)
