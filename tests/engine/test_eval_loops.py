@@ -18,6 +18,7 @@ from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.eval_loops import combined_mean_ar, expected_metric_keys
 from xmr.engine.worker_tokens import TokenizingCollate
 from xmr.evaluation import RetrievalMetric
+from xmr.evaluation.metrics import retrieval
 
 TINY = dict(type='MediaTransform', backbone=None, size=32)
 CLIPS = ['flipping_a_pancake.mkv', 'video_0.mov', 'unordered.mov']
@@ -154,6 +155,24 @@ def test_one_pass_over_image_and_video_sets_with_prefixes(tmp_path, clips_ann):
     assert metrics['mAR'] == pytest.approx(
         (metrics['synth_a/de/AR'] + metrics['synth_a/zh/AR'] + metrics['synth_b/de/AR']) / 3)
     assert len(runner.test_dataloader) == 6
+
+
+def test_the_logged_table_of_each_dataset_names_its_prefix_and_dataset(tmp_path, monkeypatch):
+    """Two galleries under one protocol logged two tables headed alike ('Retrieval (standard,
+    i2t standard):'), so the log did not tell which numbers were whose."""
+    said = []
+    monkeypatch.setattr(retrieval, 'print_log', lambda message, **_: said.append(message))
+    runner = Runner(**base_cfg(
+        tmp_path,
+        val_dataloader=[eval_loader(synthetic('val', ['en', 'de'], num_scenes=3)),
+                        eval_loader(synthetic('test', ['en', 'de'], num_scenes=3))],
+        val_evaluator=[dict(type='RetrievalMetric', prefix='synth_a'),
+                       dict(type='RetrievalMetric', prefix='synth_b', directions=('t2i',))],
+        val_cfg=dict(type='MultiDatasetValLoop')))
+    runner.val()
+    assert [message.splitlines()[0] for message in said if message.startswith('Retrieval')] == [
+        'Retrieval of synth_a (synthetic val; standard, i2t standard):',
+        'Retrieval of synth_b (synthetic test; standard):']
 
 
 def test_bad_configurations_name_the_fault(tmp_path):

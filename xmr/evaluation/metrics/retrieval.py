@@ -448,11 +448,20 @@ class RetrievalMetric(BaseMetric):
         columns = list(next(iter(per_language.values())))
         rows = [[lang, *(f'{scores[c]:.2f}' for c in columns)]
                 for lang, scores in per_language.items()]
+        print_log(f'{self._table_heading()}:\n' + format_table(['lang', *columns], rows),
+                  logger='current', level=logging.INFO)
+
+    def _table_heading(self) -> str:
+        """What the logged table scores: the metric's prefix (its keys' head) and the dataset,
+        so that the tables of several galleries in one evaluation are told apart, then the
+        protocol, e.g. ``Retrieval of coco_ja (mscoco test; coco_1k_5fold, i2t standard)``."""
         # The media->text ranking's mode means nothing where no medium queries captions.
         ranks_media = 'i2t' in self.directions and not PROTOCOLS[self.protocol].text_gallery
-        mode = f', i2t {self.i2t_mode}' if ranks_media else ''
-        print_log(f'Retrieval ({self.protocol}{mode}):\n'
-                  + format_table(['lang', *columns], rows), logger='current', level=logging.INFO)
+        ranking = self.protocol + (f', i2t {self.i2t_mode}' if ranks_media else '')
+        meta = self.dataset_meta or {}
+        dataset = ' '.join(str(meta[key]) for key in ('dataset', 'split') if meta.get(key))
+        scored = f' of {self.prefix}' if self.prefix else ''
+        return f"Retrieval{scored} ({f'{dataset}; ' if dataset else ''}{ranking})"
 
 
 def _check_listed(option: str, value: Any) -> None:
