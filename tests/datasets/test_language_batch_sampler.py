@@ -11,7 +11,7 @@ from mmengine.hooks import Hook
 from torch.utils.data import BatchSampler, DataLoader
 
 from tests.engine.test_loops import PAIRS, PHASES, loader, make_cfg, train
-from xmr.datasets.language_batch_sampler import LanguageBatchSampler
+from xmr.datasets.language_batch_sampler import GlobalBatchSampler, LanguageBatchSampler
 from xmr.engine.resume import can_skip_at_sampler, skip_at_sampler
 from xmr.registry import HOOKS
 
@@ -99,6 +99,32 @@ def test_under_ddp_every_step_reads_one_global_batch_of_one_language(monkeypatch
         assert len(set(languages[batch])) == 1
 
 
+def test_global_batches_mix_languages_and_shard_as_one_process_reads_them(monkeypatch):
+    """Languages mixed, no item_languages() needed: under DDP the ranks' batches of a step are
+    the slices of the batch one process with the global batch reads (DefaultSampler with
+    drop_last), and an odd pass is dropped, not padded with its first items."""
+    items = list(range(29))  # 2 global batches of 3 x 4, 5 items dropped (DefaultSampler: 1 padded)
+    for epoch in (0, 1):
+        plain = DefaultSampler(items, shuffle=True, seed=5)
+        plain.set_epoch(epoch)
+        whole = list(BatchSampler(plain, 12, True))
+        shares = []
+        for rank in range(3):
+            monkeypatch.setattr('xmr.datasets.language_batch_sampler.get_dist_info',
+                                lambda rank=rank: (rank, 3))
+            sampler = GlobalBatchSampler(DefaultSampler(items, shuffle=True, seed=5), 4)
+            sampler.set_epoch(epoch)
+            shares.append(list(sampler))
+            assert len(sampler) == 2
+        assert [[i for share in shares for i in share[step]] for step in range(2)] == whole
+    drawn = [i for share in shares for batch in share for i in batch]
+    assert len(drawn) == len(set(drawn)) == 24
+    with pytest.raises(ValueError, match=r'^GlobalBatchSampler: the dataset \(29 items\) fill '
+                       r'no batch of 30 \(batch_size 10 x world size 3\), so they would never '
+                       'train; lower batch_size or add items$'):
+        GlobalBatchSampler(DefaultSampler(items), 10)
+
+
 def test_a_pass_started_at_a_batch_skips_the_ones_before_and_the_next_pass_is_whole():
     sampler = LanguageBatchSampler(DefaultSampler(Items(np.arange(40) % 2), seed=1), 4)
     whole = list(sampler)
@@ -118,7 +144,8 @@ def test_a_pass_started_at_a_batch_skips_the_ones_before_and_the_next_pass_is_wh
 
 def test_a_dataset_without_item_languages_is_refused_naming_it():
     with pytest.raises(ValueError, match='LanguageBatchSampler: list tells no item languages '
-                       r'\(it has no item_languages\(\)\); train it with batch_sampler=None'):
+                       r'\(it has no item_languages\(\)\); train it with '
+                       r"batch_sampler=dict\(type='GlobalBatchSampler'\)"):
         LanguageBatchSampler(DefaultSampler(list(range(4))), 2)
     with pytest.raises(ValueError, match='batch_size must be a positive int, got 0'):
         LanguageBatchSampler(DefaultSampler(Items([0, 1])), 0)

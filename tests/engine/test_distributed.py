@@ -19,13 +19,16 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from mmengine.config import Config
+from mmengine.dataset import DefaultSampler
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
+from torch.utils.data import DataLoader
 
 from tests.conftest import differences, tiny_branch_cfg, tiny_retriever_cfg
+from xmr.datasets.language_batch_sampler import GlobalBatchSampler
 from xmr.engine import distributed
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
-from xmr.engine.distributed import phase_wrapper_cfg, setup_cpu_distributed
+from xmr.engine.distributed import padded_repeats, phase_wrapper_cfg, setup_cpu_distributed
 from xmr.engine.hooks import PreemptionHook
 from xmr.registry import HOOKS, MODELS
 from xmr.utils.cli import UserError
@@ -42,9 +45,11 @@ PHASES = [
 ]
 
 
-def make_cfg(work_dir: Path, batch_size: int, language_batches: bool = False) -> Config:
-    """Two phases on 32 synthetic pairs (de, zh); ``language_batches``: one language a batch
-    (``LanguageBatchSampler``, shuffled) in place of the unshuffled mixed batches."""
+def make_cfg(work_dir: Path, batch_size: int, batching: str = 'mixed') -> Config:
+    """Two phases on 32 synthetic pairs (de, zh) in unshuffled mixed batches; ``batching``
+    ``'one_language'``: one language a batch (``LanguageBatchSampler``, shuffled);
+    ``'global_odd'``: 19 German pairs, which no world size of 2 divides, in shuffled global
+    batches (``GlobalBatchSampler``)."""
     cfg = Config(dict(
         default_scope='xmr',
         work_dir=str(work_dir),
@@ -63,10 +68,13 @@ def make_cfg(work_dir: Path, batch_size: int, language_batches: bool = False) ->
         randomness=dict(seed=0),
         log_level='WARNING',
     ))
-    if language_batches:
+    if batching != 'mixed':
         cfg.train_dataloader.pop('drop_last')
         cfg.train_dataloader.update(sampler=dict(type='DefaultSampler', shuffle=True),
                                     batch_sampler=dict(type='LanguageBatchSampler'))
+    if batching == 'global_odd':
+        cfg.train_dataloader.batch_sampler.type = 'GlobalBatchSampler'
+        cfg.train_dataloader.dataset.update(num_scenes=19, languages=['de'])
     return cfg
 
 
@@ -100,10 +108,10 @@ def _start(rank: int, port: int) -> None:
 
 
 def _worker(rank: int, port: int, work_dir: str, out_dir: str,
-            language_batches: bool = False) -> None:
+            batching: str = 'mixed') -> None:
     _start(rank, port)
 
-    cfg = make_cfg(Path(work_dir), GLOBAL_BATCH // WORLD, language_batches)
+    cfg = make_cfg(Path(work_dir), GLOBAL_BATCH // WORLD, batching)
     cfg.launcher = 'pytorch'
     setup_cpu_distributed(cfg, 'pytorch')
     runner = Runner.from_cfg(cfg)
@@ -329,25 +337,79 @@ def test_a_phase_s_own_loader_shards_one_permutation_under_a_seed_per_rank(tmp_p
     assert len(seen) == 32 and sorted(seen) == list(range(32))
 
 
+def _rank_loader(items: int, world: int, rank: int, batch_size: int, drop_last: bool,
+                 monkeypatch) -> DataLoader:
+    """A training loader of MMEngine's ``DefaultSampler`` as rank ``rank`` of ``world`` has it."""
+    monkeypatch.setattr('mmengine.dataset.sampler.get_dist_info', lambda: (rank, world))
+    return DataLoader(list(range(items)), batch_size=batch_size, drop_last=drop_last,
+                      sampler=DefaultSampler(list(range(items)), shuffle=True, seed=0))
+
+
+@pytest.mark.parametrize('items, world, batch_size, drop_last, repeats', [
+    (9, 2, 4, False, 1),   # 10 = 2 x 5: rank 1's last batch is item 0 again
+    (9, 2, 4, True, 0),    # each rank drops its fifth item, the pad among them
+    (7, 2, 2, True, 1),    # 8 = 2 x 4: the pad completes rank 1's second batch
+    (10, 4, 3, True, 2),   # 12 = 4 x 3: ranks 2 and 3 each end on a pad, in a full batch
+    (10, 4, 2, True, 0),   # 3 a rank: the third, 2 pads among them, dropped
+    (8, 2, 4, False, 0),   # no pad
+    (9, 1, 4, False, 0),   # one process pads nothing
+])
+def test_the_items_a_padded_pass_trains_twice_are_counted(items, world, batch_size, drop_last,
+                                                          repeats, monkeypatch):
+    """Counted by hand (comments), and against every rank's pass read whole."""
+    loaders = [_rank_loader(items, world, rank, batch_size, drop_last, monkeypatch)
+               for rank in range(world)]
+    read = [int(i) for loader in loaders for batch in loader for i in batch]
+    assert len(read) - len(set(read)) == repeats
+    assert {padded_repeats(loader) for loader in loaders} == {repeats}
+    monkeypatch.setattr('xmr.datasets.language_batch_sampler.get_dist_info', lambda: (0, world))
+    dataset = list(range(items))
+    assert padded_repeats(DataLoader(dataset, batch_sampler=GlobalBatchSampler(
+        DefaultSampler(dataset, seed=0), 1))) == 0
+
+
+def test_a_ddp_pass_that_pads_items_into_its_batches_is_warned_of(tmp_path, monkeypatch):
+    """Rank 0 of 2 (the sampler's view): 19 pairs in batches of 4 without drop_last pad pair
+    0 into rank 1's last batch; global batches pad nothing. Each loader is told of once."""
+    monkeypatch.setattr('mmengine.dataset.sampler.get_dist_info', lambda: (0, WORLD))
+    monkeypatch.setattr('xmr.datasets.language_batch_sampler.get_dist_info', lambda: (0, WORLD))
+    for batching, warned in (('padded', 1), ('global_odd', 0)):
+        cfg = make_cfg(tmp_path / batching, GLOBAL_BATCH // WORLD, 'global_odd')
+        if batching == 'padded':
+            cfg.train_dataloader.batch_sampler = None
+        runner = Runner.from_cfg(cfg)
+        said: list[str] = []
+        monkeypatch.setattr(runner.logger, 'warning',
+                            lambda message, *_, said=said, **__: said.append(message))
+        runner.train()
+        assert [m for m in said if 'twice' in m] == [
+            'phase cross_lingual: train_dataloader pads each pass of its 19 items to a multiple '
+            'of the 2 processes (DefaultSampler), so 1 of its items is trained twice a pass; '
+            "batch_sampler=dict(type='GlobalBatchSampler') (languages mixed) or "
+            "dict(type='LanguageBatchSampler') reads global batches without padding"][:warned]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))
         return sock.getsockname()[1]
 
 
-@pytest.mark.parametrize('language_batches', [False, True], ids=['mixed', 'one_language'])
+@pytest.mark.parametrize('batching', ['mixed', 'one_language', 'global_odd'])
 def test_two_gloo_processes_match_one_process_with_the_global_batch(tmp_path, monkeypatch,
-                                                                    language_batches):
+                                                                    batching):
     """With one language a batch too: the two processes' batches of a step are the halves of
-    the one process's batch (one language), so the gathered InfoNCE sees the same batch."""
+    the one process's batch (one language), so the gathered InfoNCE sees the same batch. And
+    with global batches of a pass of 19 pairs: MMEngine's DefaultSampler pads it to 20 with
+    its first pair, which each pass then trained twice (weights 4e-2 from one process's)."""
     MODELS.import_from_location()  # every module of xmr, for the forked children to reuse
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     # fork: the children reuse this process's imports (spawn would re-import for seconds).
     mp.start_processes(_worker, args=(free_port(), str(tmp_path / 'ddp'), str(tmp_path),
-                                      language_batches),
+                                      batching),
                        nprocs=WORLD, join=True, start_method='fork')
-    single = Runner.from_cfg(make_cfg(tmp_path / 'single', GLOBAL_BATCH, language_batches))
+    single = Runner.from_cfg(make_cfg(tmp_path / 'single', GLOBAL_BATCH, batching))
     initial = trained_state(single)
     single.train()
     expected = trained_state(single)
@@ -358,7 +420,7 @@ def test_two_gloo_processes_match_one_process_with_the_global_batch(tmp_path, mo
     # One language a batch: a few weights differ by rounding, 4e-5 at most (AdamW's first
     # steps scale an element's tiny gradient to a full step); batches of two languages dealt to
     # the ranks differ by 4e-2.
-    atol = 1e-4 if language_batches else 1e-5
+    atol = 1e-5 if batching == 'mixed' else 1e-4
     for rank in ranks:
         assert rank['wrappers'] == len(PHASES)  # a fresh DDP wrapper per phase
         assert 'backbone.clip.text_projection' in rank['synced']

@@ -31,6 +31,7 @@ _HOMES = {
     'MediaSkippedWarning': 'corrupt_policy', 'SkippedMedia': 'corrupt_policy',
     'MediaReadError': 'media_io', 'read_image': 'media_io', 'read_video_frames': 'media_io',
     'uniform_frame_indices': 'frame_sampling', 'MediaTransform': 'transforms',
+    'GlobalBatchSampler': 'language_batch_sampler',
     'LanguageBatchSampler': 'language_batch_sampler',
     'SampleIndex': 'sample_keys', 'sample_draws': 'sample_keys',
 }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -11,7 +12,7 @@ from torch.utils.data import Sampler
 from xmr.datasets.sample_keys import SampleIndex
 from xmr.registry import DATA_SAMPLERS
 
-__all__ = ['LanguageBatchSampler']
+__all__ = ['GlobalBatchSampler', 'LanguageBatchSampler']
 
 
 @DATA_SAMPLERS.register_module()
@@ -55,17 +56,11 @@ class LanguageBatchSampler(Sampler[list[int]]):
 
     def __init__(self, sampler: Sampler, batch_size: int) -> None:
         dataset = getattr(sampler, 'dataset', None)
-        item_languages = getattr(dataset, 'item_languages', None)
-        if item_languages is None:
-            raise ValueError(
-                f'LanguageBatchSampler: {type(dataset).__name__} tells no item languages (it has '
-                'no item_languages()); train it with batch_sampler=None, or wrap a dataset that '
-                'has them (CaptionPairDataset, SyntheticPairDataset, CachedFeatureDataset)')
+        name = type(self).__name__
         if not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f'LanguageBatchSampler: batch_size must be a positive int, got '
-                             f'{batch_size!r}')
+            raise ValueError(f'{name}: batch_size must be a positive int, got {batch_size!r}')
         self.sampler = sampler  # MMEngine's DistSamplerSeedHook looks for it
-        self.languages = np.asarray(item_languages())
+        self.languages = self.item_groups(dataset)
         self.batch_size = batch_size
         self.seed = int(getattr(sampler, 'seed', 0) or 0)
         self.shuffle = bool(getattr(sampler, 'shuffle', True))
@@ -79,14 +74,36 @@ class LanguageBatchSampler(Sampler[list[int]]):
             # Such a language would never make a batch, so never train: say so before a run.
             names = getattr(dataset, 'target_langs', None) or getattr(dataset, 'languages', None)
             listed = ', '.join(
-                f'{_language_name(code, names)} ({count} item{"" if count == 1 else "s"})'
+                f'{self.group_name(code, names)} ({count} item{"" if count == 1 else "s"})'
                 for code, count in zip(codes[short], counts[short]))
             raise ValueError(
-                f'LanguageBatchSampler: {listed} fill no batch of {global_batch} (batch_size '
+                f'{name}: {listed} fill no batch of {global_batch} (batch_size '
                 f'{batch_size} x world size {self.world_size}), so they would never train; '
-                'lower batch_size, add their captions, leave them out of the target languages, '
-                'or mix languages in batches with batch_sampler=None')
+                f'{self.too_small_advice}')
         self._batches_per_rank = int((counts // global_batch).sum())
+
+    #: What to do about a group too small for one global batch.
+    too_small_advice = ('lower batch_size, add their captions, leave them out of the target '
+                        "languages, or mix languages in batches with batch_sampler=dict("
+                        "type='GlobalBatchSampler')")
+
+    @staticmethod
+    def item_groups(dataset: Any) -> np.ndarray:
+        """``[N]`` each item's language, from the dataset's ``item_languages()``: a batch holds
+        one group."""
+        item_languages = getattr(dataset, 'item_languages', None)
+        if item_languages is None:
+            raise ValueError(
+                f'LanguageBatchSampler: {type(dataset).__name__} tells no item languages (it has '
+                "no item_languages()); train it with batch_sampler=dict(type='GlobalBatchSampler'"
+                '), or wrap a dataset that has them (CaptionPairDataset, SyntheticPairDataset, '
+                'CachedFeatureDataset)')
+        return np.asarray(item_languages())
+
+    @staticmethod
+    def group_name(code: int, names: Sequence[str] | None) -> str:
+        """A group of :meth:`item_groups` as the dataset names its language."""
+        return _language_name(code, names)
 
     def set_epoch(self, epoch: int) -> None:
         """Plan the next pass as pass ``epoch`` (the training loop calls it before each)."""
@@ -130,6 +147,35 @@ class LanguageBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return self._batches_per_rank
+
+
+@DATA_SAMPLERS.register_module()
+class GlobalBatchSampler(LanguageBatchSampler):
+    """Full batches of the pass's permutation, languages mixed, read under DDP as
+    :class:`LanguageBatchSampler` reads them: each rank its slice of every global batch, and the
+    incomplete last one dropped, so a DDP step reads exactly the batch one process with the
+    global batch size reads (MMEngine's ``DefaultSampler`` with ``drop_last``).
+
+    ``batch_sampler=None`` beside MMEngine's ``DefaultSampler`` shards the pass rank by rank and
+    pads it to a multiple of the world size with the pass's first items: under DDP those items
+    are trained twice a pass wherever the padding reaches a batch (always without
+    ``drop_last``), and the steps are not those of one process.
+
+    Args:
+        sampler: the dataloader's built sampler (its ``dataset``, ``seed`` and ``shuffle``).
+        batch_size: items per batch, per process.
+    """
+
+    too_small_advice = 'lower batch_size or add items'
+
+    @staticmethod
+    def item_groups(dataset: Any) -> np.ndarray:
+        """``[N]`` zeros: every item in one group, whatever its language."""
+        return np.zeros(len(dataset), dtype=np.int64)
+
+    @staticmethod
+    def group_name(code: int, names: Sequence[str] | None) -> str:
+        return 'the dataset'
 
 
 def _language_name(code: int, names: Sequence[str] | None) -> str:

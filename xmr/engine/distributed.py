@@ -26,14 +26,15 @@ import torch
 import torch.distributed as dist
 from mmengine.dist import init_dist
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import BatchSampler
 
 from xmr.engine.optim import sparse_parameter_names
 from xmr.engine.wrappers import unwrap_model
 from xmr.registry import MODEL_WRAPPERS
 from xmr.utils.cli import UserError
 
-__all__ = ['RANK_VARIABLES', 'launcher_rank', 'phase_wrapper_cfg', 'rewrap_for_phase',
-           'setup_cpu_distributed', 'shared_seed', 'start_distributed']
+__all__ = ['RANK_VARIABLES', 'launcher_rank', 'padded_repeats', 'phase_wrapper_cfg',
+           'rewrap_for_phase', 'setup_cpu_distributed', 'shared_seed', 'start_distributed']
 
 
 def phase_wrapper_cfg(cfg: dict | None, on_cuda: bool) -> dict[str, Any]:
@@ -163,3 +164,26 @@ def shared_seed(runner) -> int:
     if runner._randomness_cfg.get('diff_rank_seed', False):
         seed -= dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     return seed
+
+
+def padded_repeats(loader: Any) -> int:
+    """Items each pass of a training ``loader`` reads twice across the ranks.
+
+    MMEngine's ``DefaultSampler`` (``round_up``) pads a pass of ``N`` items to
+    ``world_size x ceil(N / world_size)`` with its first items, and shards it rank by rank. The
+    pad is the last item of the ranks past ``N mod world_size``: it reaches a batch unless
+    ``drop_last`` drops every rank's incomplete last batch, which holds it. Batch samplers of
+    one's own (``LanguageBatchSampler``, ``GlobalBatchSampler``) cut global batches and pad
+    nothing.
+
+    Returns:
+        The number of repeated items a pass trains on; 0 on one process.
+    """
+    sampler = getattr(loader, 'sampler', None)
+    if type(getattr(loader, 'batch_sampler', None)) is not BatchSampler or not getattr(
+            sampler, 'round_up', False) or getattr(sampler, 'world_size', 1) < 2:
+        return 0
+    padded = sampler.total_size - len(sampler.dataset)
+    batch = loader.batch_sampler
+    reaches_a_batch = not batch.drop_last or sampler.num_samples % batch.batch_size == 0
+    return padded if reaches_a_batch else 0

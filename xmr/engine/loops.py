@@ -16,7 +16,7 @@ from xmr.engine.data_languages import (
     check_gallery_sizes,
     check_media_sizes,
 )
-from xmr.engine.distributed import rewrap_for_phase, shared_seed
+from xmr.engine.distributed import padded_repeats, rewrap_for_phase, shared_seed
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
 from xmr.engine.epoch_counts import (
     batches_per_epoch,
@@ -464,6 +464,20 @@ class PhasedTrainLoop(BaseLoop):
                 phase.dataloader, seed=shared_seed(self.runner))
         return self._built_dataloaders[index]
 
+    def _warn_of_padding(self, phase: Any, loader_name: str, dataloader: Any) -> None:
+        """Say where a DDP pass trains some items twice (:func:`padded_repeats`): its steps are
+        then not those of one process with the global batch (docs/distributed.md)."""
+        repeats = padded_repeats(dataloader)
+        if repeats:
+            processes = dataloader.sampler.world_size
+            self.runner.logger.warning(
+                f'phase {phase.name}: {loader_name} pads each pass of its '
+                f'{len(dataloader.dataset)} items to a multiple of the {processes} processes '
+                f'(DefaultSampler), so {repeats} of its items {"is" if repeats == 1 else "are"} '
+                'trained twice a pass; '
+                "batch_sampler=dict(type='GlobalBatchSampler') (languages mixed) or "
+                "dict(type='LanguageBatchSampler') reads global batches without padding")
+
     def _check_before_training(self) -> None:
         """What the optimiser and the built data must agree on, checked before any step.
 
@@ -492,13 +506,16 @@ class PhasedTrainLoop(BaseLoop):
                 raise ValueError(f'phase {phase.name}: lr_mult names {unknown}, which are no '
                                  f'parameter group of the optimiser; it has '
                                  f'{sorted(g for g in groups if g)}')
-        datasets = {}
+        datasets, padding_checked = {}, []
         for index, phase in enumerate(self.phases):
             if self._iter >= phase.end:
                 continue
             dataloader = self._phase_dataloader(index)
             if hasattr(dataloader, '__len__') and len(dataloader) == 0:
                 raise _no_batch_error(phase)
+            if all(dataloader is not seen for seen in padding_checked):
+                self._warn_of_padding(phase, self._loader_names[index], dataloader)
+                padding_checked.append(dataloader)
             datasets[f'phase {phase.name} dataset ({self._loader_names[index]})'] = \
                 dataloader.dataset
         val_loop = self.runner.val_loop

@@ -7,7 +7,8 @@
 # batch_size is per process (docs/distributed.md); 128 is DASD's batch. Each batch holds one
 # language, as the DASD and MLA authors batch (a loader per language): LanguageBatchSampler, which
 # drops each language's incomplete last batch of a pass (so no drop_last here; torch refuses it
-# beside a batch sampler). batch_sampler=None mixes the languages in a batch.
+# beside a batch sampler). batch_sampler=dict(type='GlobalBatchSampler') mixes the languages in
+# a batch, cut as global batches under DDP (docs/distributed.md).
 train_dataloader = dict(
     batch_size=128, num_workers=8, persistent_workers=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
