@@ -4,21 +4,27 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.multiprocessing as mp
+from mmengine.config import Config
 from mmengine.evaluator import BaseMetric, Evaluator
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from tests.conftest import tiny_retriever_cfg
+from tests.engine.test_distributed import free_port
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
+from xmr.engine.distributed import setup_cpu_distributed
 from xmr.engine.eval_loops import combined_mean_ar, expected_metric_keys
 from xmr.engine.worker_tokens import TokenizingCollate
 from xmr.evaluation import RetrievalMetric
 from xmr.evaluation.metrics import retrieval
+from xmr.registry import MODELS
 
 TINY = dict(type='MediaTransform', backbone=None, size=32)
 CLIPS = ['flipping_a_pancake.mkv', 'video_0.mov', 'unordered.mov']
@@ -173,6 +179,47 @@ def test_the_logged_table_of_each_dataset_names_its_prefix_and_dataset(tmp_path,
     assert [message.splitlines()[0] for message in said if message.startswith('Retrieval')] == [
         'Retrieval of synth_a (synthetic val; standard, i2t standard):',
         'Retrieval of synth_b (synthetic test; standard):']
+
+
+def _odd_galleries_cfg(work_dir: Path, clips: Path) -> dict:
+    """7 and 9 images (en/de/zh; en/de, scored on the second of 3 COCO-style folds of
+    consecutive images) and 3 clips, in batches that no rank count divides."""
+    video = dict(type='RetrievalDataset', ann_file=str(clips), num_frames=2, transform=TINY)
+    return base_cfg(
+        work_dir, experiment_name=f'odd_galleries_{work_dir.name}',
+        test_dataloader=[eval_loader(synthetic('val', ['en', 'de', 'zh'], num_scenes=7), 2),
+                         eval_loader(synthetic('test', ['en', 'de'], num_scenes=9), 4),
+                         eval_loader(video, batch_size=2)],
+        test_evaluator=[dict(type='RetrievalMetric', prefix='a'),
+                        dict(type='RetrievalMetric', prefix='b', protocol='coco_1k_5fold',
+                             gallery_size=9, num_folds=3, folds=(1,)),
+                        dict(type='RetrievalMetric', protocol='text_to_video', prefix='clips')],
+        test_cfg=dict(type='MultiDatasetTestLoop'))
+
+
+def _odd_galleries_rank(rank: int, port: int, work_dir: str, clips: str) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE='2', LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    cfg = Config(dict(_odd_galleries_cfg(Path(work_dir) / 'ddp', Path(clips)), launcher='pytorch'))
+    setup_cpu_distributed(cfg, 'pytorch')
+    torch.save(Runner.from_cfg(cfg).test(), Path(work_dir) / f'metrics{rank}.pt')
+    torch.distributed.destroy_process_group()
+
+
+def test_two_gloo_processes_score_every_gallery_as_one_process(tmp_path, clips_ann, monkeypatch):
+    """Galleries of 7, 9 and 3 media on 2 ranks: MMEngine's sampler pads each with its first
+    media, which the metric drops (kept, they score other numbers), and the gathered items
+    are in dataset order (the fold scored follows it), so every key equals one process's, bit
+    for bit."""
+    MODELS.import_from_location()
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    mp.start_processes(_odd_galleries_rank, args=(free_port(), str(tmp_path), str(clips_ann)),
+                       nprocs=2, join=True, start_method='fork')
+    one = Runner.from_cfg(Config(_odd_galleries_cfg(tmp_path / 'one', clips_ann))).test()
+    assert len(one) == 76 and 0 < one['a/de/t2i_R@1'] < 100
+    for rank in range(2):
+        assert torch.load(tmp_path / f'metrics{rank}.pt') == one
 
 
 def test_bad_configurations_name_the_fault(tmp_path):
