@@ -375,3 +375,59 @@ def test_a_configs_own_hugging_face_tokenizer_gets_open_clips_options_or_is_refu
     with pytest.raises(ValueError, match="tokenizer.clean: the config sets 'lower', open_clip "
                                          "tokenizes for this architecture with 'whitespace'"):
         MODELS.build(backbone_cfg(cfg, xlmr_tokenizer(clean='lower')))
+
+
+def _hand_sinusoids(rows: int, dim: int, pad_id: int) -> torch.Tensor:
+    """fairseq's table, written from its formula: row ``p`` is ``sin(p w_i)`` for ``i < D/2``
+    then ``cos(p w_i)``, ``w_i = 10000^(-i / (D/2 - 1))``; the padding row is zero."""
+    half = dim // 2
+    table = torch.tensor([[math.sin(p * 10000 ** (-i / (half - 1))) for i in range(half)] +
+                          [math.cos(p * 10000 ** (-i / (half - 1))) for i in range(half)]
+                          for p in range(rows)], dtype=torch.float64)
+    table[pad_id] = 0
+    return table
+
+
+def _nllb_file_with_sinusoids(tmp_path, change) -> tuple[dict, torch.nn.Module, str]:
+    """A tiny NLLB-CLIP's backbone config, the backbone, and a file of its weights holding
+    ``text.transformer.embed_positions.weights`` as transformers < 4.27 saved it
+    (``change(table)`` of the hand-written table)."""
+    from tests.models.backbones.open_clip_families import backbone_cfg, nllb_cfg
+
+    cfg = backbone_cfg(nllb_cfg(tmp_path / 'nllb'))
+    reference = MODELS.build(cfg)
+    state = reference.clip.state_dict()
+    assert 'text.transformer.embed_positions.weights' not in state  # a buffer left out now
+    # 40 positions + M2M100's offset 2 rows, d_model 32, padding id 1 (nllb_cfg's encoder)
+    state['text.transformer.embed_positions.weights'] = change(_hand_sinusoids(42, 32, 1))
+    path = str(tmp_path / 'open_clip_pytorch_model.bin')
+    torch.save(state, path)
+    return cfg, reference, path
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
+def test_an_nllb_file_holding_the_sinusoid_table_the_model_computes_loads(dtype, tmp_path):
+    """NLLB-CLIP files saved when transformers kept M2M100's sinusoids as a parameter hold the
+    table; it is the computation the model repeats, so it is checked and dropped."""
+    cfg, reference, path = _nllb_file_with_sinusoids(tmp_path, lambda table: table.to(dtype))
+    loaded = MODELS.build(dict(cfg, pretrained=path))
+    for name, value in reference.clip.state_dict().items():
+        assert torch.equal(loaded.clip.state_dict()[name], value), name
+    torch.testing.assert_close(loaded.text_tower.sinusoids.weights.double(),
+                               _hand_sinusoids(42, 32, 1), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize('change,named', [
+    (lambda table: table.index_add(0, torch.tensor([7]), torch.full((1, 32), 0.01,
+                                                                    dtype=table.dtype)),
+     'values up to 0.01 away from the sinusoids the model computes'),
+    (lambda table: table[:30], 'a [30, 32] table where the model computes [42, 32]'),
+], ids=['one_row_moved', 'fewer_rows'])
+def test_an_nllb_sinusoid_table_other_than_the_models_is_refused_naming_it(change, named,
+                                                                          tmp_path):
+    cfg, _, path = _nllb_file_with_sinusoids(tmp_path, change)
+    with pytest.raises(ValueError) as refused:
+        MODELS.build(dict(cfg, pretrained=path))
+    message = str(refused.value)
+    assert message.startswith(f'{path}: text.transformer.embed_positions.weights holds {named}')
+    assert 'd_model 32, padding id 1' in message and 'text_cfg.hf_model_name' in message

@@ -32,6 +32,7 @@ from xmr.models.language.tokenizers import HFTokenizer, NLLBTokenizer, OpenCLIPT
 from xmr.models.weight_files import (
     CHECKPOINT_SUFFIXES,
     HF_WEIGHT_FILES,
+    WeightsMismatchError,
     check_weights_fit,
     fetch_weights,
     read_weights,
@@ -276,6 +277,7 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
         # releases) hold their position ids as a buffer, no longer one; open_clip drops it too.
         if POSITION_IDS in state_dict and POSITION_IDS not in model.state_dict():
             del state_dict[POSITION_IDS]
+        _drop_saved_sinusoids(state_dict, model, weights)
         check_weights_fit(model.state_dict(), state_dict, str(weights), f'open_clip {record.arch}',
                           f'Is it a checkpoint of {record.arch}? Set arch to the architecture it '
                           'was trained as (e.g. ViT-B-16 for ViT-B-16.pt)')
@@ -316,6 +318,56 @@ def _build_model(model_cls: type, cfg: dict[str, Any], record: PretrainedRecord)
 
 #: A buffer that Hugging Face text towers saved before transformers 4.31.
 POSITION_IDS = 'text.transformer.embeddings.position_ids'
+#: The name M2M100 encoders (NLLB-CLIP's text tower) give their sinusoid table.
+SINUSOIDS = 'embed_positions.weights'
+
+
+def _drop_saved_sinusoids(state_dict: dict[str, torch.Tensor], model: nn.Module,
+                         source: Path) -> None:
+    """Drop from ``state_dict`` the M2M100 sinusoid tables (``text.transformer.embed_positions
+    .weights`` in NLLB-CLIP's files) that the model computes itself, refusing one that differs.
+
+    transformers once kept the table as a frozen parameter, so files saved then hold it; it is
+    now a buffer left out of the state dict and rebuilt from ``d_model`` and the padding id. The
+    file's table is a copy of that computation, not a weight: dropping it changes nothing when
+    it equals ``M2M100SinusoidalPositionalEmbedding.get_embedding`` (row ``p``:
+    ``sin(p w_i)`` then ``cos(p w_i)``, ``w_i = 10000^(-i / (D/2 - 1))``, row ``pad_id`` zero)
+    within the rounding of its dtype.
+
+    Raises:
+        WeightsMismatchError: a table of another shape, or values farther than that rounding,
+            naming the file, the key, the shapes or the largest difference, and the fix.
+    """
+    saved_tables = [key for key in state_dict
+                    if key.endswith(SINUSOIDS) and key not in model.state_dict()]
+    if not saved_tables:
+        return
+    from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding
+
+    modules = dict(model.named_modules())
+    for key in saved_tables:
+        module = modules.get(key.removesuffix('.weights'))
+        if isinstance(module, M2M100SinusoidalPositionalEmbedding):  # else: named as unexpected
+            _check_sinusoids(state_dict.pop(key), module, key, source)
+
+
+def _check_sinusoids(saved: torch.Tensor, module: nn.Module, key: str, source: Path) -> None:
+    """Refuse a saved table ``saved`` that is not the one ``module`` computes."""
+    computed = type(module).get_embedding(*module.weights.shape, module.padding_idx)
+    if saved.shape != computed.shape:
+        problem = (f'a {list(saved.shape)} table where the model computes '
+                   f'{list(computed.shape)}')
+    else:
+        difference = (saved.float() - computed).abs().max().item()
+        # fp32 rounds sin(p w) to ~1e-4 near p = 1026 (NLLB's last row); 16 bits to their eps.
+        if difference <= max(1e-3, torch.finfo(saved.dtype).eps):
+            return
+        problem = f'values up to {difference:.3g} away from the sinusoids the model computes'
+    raise WeightsMismatchError(
+        f'{source}: {key} holds {problem} (d_model {module.embedding_dim}, padding id '
+        f'{module.padding_idx}): the file was saved from an M2M100 encoder of another config, '
+        'or is damaged; set text_cfg.hf_model_name to the encoder config it was trained with, '
+        'or download the file again')
 
 
 def _clip_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
