@@ -561,6 +561,25 @@ def test_mla_fine_tuned_clip_from_a_second_file_as_their_inference(tmp_path, cap
     assert 'visual.proj' in err and not (tmp_path / 'o.pth').exists()
 
 
+def test_a_clip_checkpoint_of_another_architecture_is_refused_naming_that_file(tmp_path,
+                                                                             capsys):
+    """--clip-checkpoint of another patch size (an open_clip training save: epoch_N.pt with
+    DDP's module. prefix): its shapes are refused as conversion reads it, naming that file, not
+    the acquirers' file whose CLIP it replaces."""
+    torch.save(authors_state_dict('mla'), tmp_path / 'le.bin')
+    config = write_config(tmp_path / 'mla.py', 'mla')
+    patch8 = MODELS.build(model_cfg('mla', patch=8)).backbone.clip.state_dict()
+    torch.save({'epoch': 2, 'name': 'ft', 'optimizer': {'state': {}, 'param_groups': []},
+                'state_dict': {f'module.{k}': v for k, v in patch8.items()}},
+               tmp_path / 'epoch_2.pt')
+    err = refused(capsys, 'mla', tmp_path / 'le.bin', config, '--out', tmp_path / 'o.pth',
+                  '--clip-checkpoint', tmp_path / 'epoch_2.pt')
+    assert err.startswith(f'error: {tmp_path / "epoch_2.pt"}: 2 parameters differ in shape')
+    assert 'backbone.clip.visual.conv1.weight: file (16, 3, 8, 8) vs config (16, 3, 16, 16)' in err
+    assert 'another architecture' in err and 'le.bin' not in err
+    assert not (tmp_path / 'o.pth').exists()
+
+
 def test_dasd_trains_the_padding_row_of_the_table_as_the_authors(tmp_path):
     """Their table has no padding_idx and f^sa averages the padding in: fine-tuning a converted
     DASD model moves the padding's row too."""

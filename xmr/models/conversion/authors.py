@@ -179,13 +179,17 @@ def clip_keys(model: nn.Module) -> set[str]:
 
 
 def with_clip_from(path: Path, state: Mapping[str, torch.Tensor], clip_path: Path,
-                   model: nn.Module) -> tuple[dict[str, torch.Tensor], list[str]]:
+                   model: nn.Module, config: str) -> tuple[dict[str, torch.Tensor], list[str]]:
     """``state`` with the CLIP towers of ``clip_path`` in place of its own, and the keys of
     either file left out (``'<file>:<key>'``).
 
     MLA's ``inference.sh CLIP_CKPT ACQ_CKPT`` builds CLIP from the first file and loads only
     the acquirers and the embedding block from the second: its fine-tuned results pair the
     English fine-tuned CLIP (``finetune-en-m30k``) with the LE or ``finetune-all`` acquirers.
+
+    Raises:
+        ConversionError: ``clip_path`` unreadable, or lacking a weight of the ``config``
+            model's CLIP or holding one of another shape (named with both shapes).
     """
     if clip_path.is_file() and clip_path.suffix != '.safetensors':
         check_records(clip_path)
@@ -201,6 +205,7 @@ def with_clip_from(path: Path, state: Mapping[str, torch.Tensor], clip_path: Pat
             f'{clip_path}: {len(absent)} weights of the config\'s CLIP are not in the CLIP '
             f'file ({first(absent)}): give the file of CLIP (their --clip_ckpt, e.g. '
             'finetune-en-m30k/pytorch_model.bin.4), or a config of its architecture')
+    check_shapes(clip_path, clip_weights(clip_state, model, set()), model, config)
     merged = {k: v for k, v in state.items() if k not in wanted}
     merged.update({k: clip_state[k] for k in wanted})
     left = ([f'{path}:{k}' for k in sorted(wanted & set(state))] +
@@ -208,14 +213,22 @@ def with_clip_from(path: Path, state: Mapping[str, torch.Tensor], clip_path: Pat
     return merged, left
 
 
-def clip_and_embedding(state: Mapping[str, torch.Tensor], model: nn.Module,
-                       used: set) -> dict[str, torch.Tensor]:
-    """CLIP's weights (open_clip keys under ``backbone.clip.``) and the embedding block."""
+def clip_weights(state: Mapping[str, torch.Tensor], model: nn.Module,
+                 used: set) -> dict[str, torch.Tensor]:
+    """CLIP's weights of ``state`` under their xmr names (open_clip keys under
+    ``backbone.clip.``)."""
     mapped = {f'backbone.clip.{k}': take(state, used, k) for k in clip_keys(model)
               if k in state}
     scale, model_scale = mapped.get('backbone.clip.logit_scale'), model.backbone.clip.logit_scale
     if scale is not None and scale.numel() == 1:  # a scalar in some saves, [1] in others
         mapped['backbone.clip.logit_scale'] = scale.reshape(model_scale.shape)
+    return mapped
+
+
+def clip_and_embedding(state: Mapping[str, torch.Tensor], model: nn.Module,
+                       used: set) -> dict[str, torch.Tensor]:
+    """CLIP's weights (:func:`clip_weights`) and the embedding block."""
+    mapped = clip_weights(state, model, used)
     for name, key in (('table.weight', 'multilingual_embedding.weight'),
                       ('proj.weight', 'multilingual_embedding_linear.weight'),
                       ('proj.bias', 'multilingual_embedding_linear.bias')):
@@ -325,6 +338,18 @@ def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.M
     if placeless:
         raise ConversionError(f'{path}: the {config} model has no {first(placeless)}: convert '
                               'with a config of the authors\' model (configs/dasd/*_authors.py)')
+    check_shapes(path, mapped, model, config)
+    # The retriever's facts (backbone, width, languages) are recorded, not a weight kept.
+    return sorted(k for k in expected if not k.startswith(CONVERTED_PREFIXES) and
+                  k not in aliases and not k.endswith(FACTS))
+
+
+def check_shapes(path: Path, mapped: Mapping[str, torch.Tensor], model: nn.Module,
+                 config: str) -> None:
+    """Refuse weights of ``path`` (``mapped``, xmr names the model has) whose shape is not the
+    ``config`` model's, naming the first three with both shapes and each part's cause and fix
+    (:func:`shape_fix`)."""
+    expected = model.state_dict()
     reshaped = sorted(k for k in mapped if tuple(mapped[k].shape) != tuple(expected[k].shape))
     if reshaped:
         details = '; '.join(f'{k}: file {tuple(mapped[k].shape)} vs config '
@@ -333,9 +358,6 @@ def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.M
         raise ConversionError(
             f'{path}: {len(reshaped)} parameters differ in shape from the {config} model '
             f'({details}{"; ..." if len(reshaped) > 3 else ""}): {fixes}')
-    # The retriever's facts (backbone, width, languages) are recorded, not a weight kept.
-    return sorted(k for k in expected if not k.startswith(CONVERTED_PREFIXES) and
-                  k not in aliases and not k.endswith(FACTS))
 
 
 #: What a parameter of another shape says, by the part of the model it is in, and the fix.
@@ -393,7 +415,7 @@ def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -
 
 
 def state_for(path: Path, state: Mapping[str, torch.Tensor], model: nn.Module,
-              clip_source: str | os.PathLike | None
+              clip_source: str | os.PathLike | None, config: str
               ) -> tuple[dict[str, torch.Tensor], dict[str, str], list[str]]:
     """``state`` as the mappings read it: the config's languages checked and their acquirers
     under xmr's codes (:func:`canonical_acquirers`), CLIP from ``clip_source`` when given
@@ -403,7 +425,7 @@ def state_for(path: Path, state: Mapping[str, torch.Tensor], model: nn.Module,
     state, renamed = canonical_acquirers(state, codes)
     if clip_source is None:
         return state, renamed, []
-    state, replaced = with_clip_from(path, state, Path(clip_source), model)
+    state, replaced = with_clip_from(path, state, Path(clip_source), model, config)
     return state, renamed, replaced
 
 
@@ -436,7 +458,7 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     check_method(path, state, method)
     model = build_model(config, cfg_options)
     check_settings(path, model, method, Path(config).name)
-    state, renamed, replaced = state_for(path, state, model, clip_source)
+    state, renamed, replaced = state_for(path, state, model, clip_source, Path(config).name)
     used: set[str] = set()
     mapped = {**clip_and_embedding(state, model, used), **mapping(state, model, used)}
     kept = check_against_model(path, mapped, model, Path(config).name,
