@@ -247,6 +247,37 @@ def test_a_checkpoint_holding_none_of_the_models_weights_is_named_with_its_keys(
     assert 'missing keys' not in capsys.readouterr().out
 
 
+def test_an_open_clip_training_checkpoint_is_sent_to_the_backbone_which_loads_it(trained,
+                                                                                 tmp_path):
+    """open_clip's own fine-tuned CLIP, epoch_N.pt as its training script writes it (epoch,
+    name, the DDP-prefixed state dict, optimizer, scaler), given where a trained xmr model
+    goes: the refusal names model.backbone.pretrained, which loads it as open_clip's
+    load_checkpoint does."""
+    import open_clip
+
+    config, _, reference = trained
+    torch.manual_seed(3)
+    clip = open_clip.CLIP(**TINY_CLIP)
+    optimizer = torch.optim.AdamW(clip.parameters())
+    clip.encode_text(torch.randint(0, 100, (2, 32))).sum().backward()
+    optimizer.step()
+    path = tmp_path / 'epoch_3.pt'
+    torch.save({'epoch': 3, 'name': 'ft', 'optimizer': optimizer.state_dict(),
+                'scaler': torch.amp.GradScaler('cpu').state_dict(),
+                'state_dict': {f'module.{k}': v for k, v in clip.state_dict().items()}}, path)
+    with pytest.raises(CheckpointMismatchError, match=(
+            rf"^checkpoint {re.escape(str(path))} holds none of the model's weights .*: it holds "
+            r"the weights of the model's backbone.clip alone .*model.backbone.pretrained="
+            rf"{re.escape(str(path))} with model.backbone.pretrained_cfg")):
+        init_retriever(config, path)
+
+    model = init_retriever(config, cfg_options={'model.backbone.pretrained': str(path)})
+    expected = open_clip.CLIP(**TINY_CLIP)
+    open_clip.load_checkpoint(expected, str(path))
+    for key, value in expected.state_dict().items():
+        assert torch.equal(model.backbone.clip.state_dict()[key], value), key
+
+
 @pytest.mark.parametrize('meta', [dict(method='dasd'),
                                   dict(method='clip', converted_from='open_clip.bin')],
                          ids=['trained_here', 'converted_from_another_method'])

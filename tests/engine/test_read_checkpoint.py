@@ -13,6 +13,7 @@ from tests.zip_records import damage_record
 from xmr.engine.checkpoint import (
     CheckpointReadError,
     check_checkpoint,
+    foreign_checkpoint_fix,
     keys_of_another_model,
     read_checkpoint,
     save_model_checkpoint,
@@ -232,3 +233,19 @@ def test_as_many_mismatched_keys_as_shown_are_listed_with_no_more():
 def test_keys_of_another_model_names_three_of_each_unless_one_is_the_model_s(state, expected):
     # The model's facts (_extra_state) are no weight the file is expected to hold.
     assert keys_of_another_model(state, ['_extra_state', 'a', 'b', 'c', 'd']) == expected
+
+
+@pytest.mark.parametrize('state, route', [
+    # open_clip's epoch_N.pt: DDP's prefix, every weight of the CLIP under its own names
+    ({'module.visual.w': 0, 'module.scale': 0, 'module.w': 0}, 'backbone.clip alone'),
+    ({'visual.w': 0, 'w': 0}, 'tools/train.py wrote'),  # not all of it
+    ({'visual.w': 0, 'scale': 0, 'w': 0, 'other': 0}, 'tools/train.py wrote'),  # and more
+    ({'table.weight': 0}, 'tools/train.py wrote'),  # a part outside the backbone
+    ({}, 'tools/train.py wrote'),
+])
+def test_a_foreign_checkpoint_holding_the_backbone_alone_is_sent_to_the_backbone(state, route):
+    model = ['backbone.clip.visual.w', 'backbone.clip.scale', 'backbone.clip.w',
+             'language_branch.embedding.table.weight', '_extra_state']
+    fix = foreign_checkpoint_fix('ft.pt', state, model)
+    assert route in fix
+    assert ('model.backbone.pretrained=ft.pt' in fix) == (route == 'backbone.clip alone')

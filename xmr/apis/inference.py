@@ -23,7 +23,7 @@ from xmr.datasets.frame_sampling import check_frame_count
 from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.datasets.video_containers import VIDEO_SUFFIXES
-from xmr.engine.checkpoint import keys_of_another_model, read_checkpoint
+from xmr.engine.checkpoint import foreign_checkpoint_fix, keys_of_another_model, read_checkpoint
 from xmr.engine.data_languages import transform_size_problem
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
@@ -121,9 +121,8 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
     if foreign is not None:
         # Strict loading would print, then raise, every key of both as missing or unexpected.
         raise CheckpointMismatchError(
-            f"checkpoint {path} holds none of the model's weights ({foreign}): give a "
-            "checkpoint tools/train.py wrote for this config's model (a released one through "
-            'tools/convert/)')
+            f"checkpoint {path} holds none of the model's weights ({foreign}): "
+            f'{foreign_checkpoint_fix(path, state, model.state_dict())}')
     meta = dict(loaded.get('meta') or {})
     try:
         load_state_dict(model, state, strict=True, logger=None)

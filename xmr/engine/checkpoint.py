@@ -134,6 +134,36 @@ def keys_of_another_model(state: Mapping[str, Any], model_keys: Iterable[str]) -
     return f"its keys: {', '.join(loaded[:3]) or 'none'}; the model's: {', '.join(weights[:3])}"
 
 
+def foreign_checkpoint_fix(path: str | os.PathLike, state: Mapping[str, Any],
+                           model_keys: Iterable[str]) -> str:
+    """What to do with the checkpoint ``path`` whose ``state`` holds none of the model's weights
+    (:func:`keys_of_another_model`): a backbone's pretrained weights alone under its own names
+    (open_clip's ``epoch_N.pt`` or ``open_clip_pytorch_model.bin`` for ``backbone.clip``) go to
+    the backbone's config, any other file through training or ``tools/convert/``."""
+    part = _part_holding(state, model_keys)
+    if part is not None and part.startswith('backbone.'):
+        return (f"it holds the weights of the model's {part} alone (a pretrained checkpoint of "
+                "the backbone, such as open_clip's training writes, epoch_N.pt), not of the "
+                f'whole model: give it to the backbone, model.backbone.pretrained={path} with '
+                'model.backbone.pretrained_cfg (--cfg-options; docs/pretrained_weights.md)')
+    return ("give a checkpoint tools/train.py wrote for this config's model (a released one "
+            'through tools/convert/)')
+
+
+def _part_holding(state: Mapping[str, Any], model_keys: Iterable[str]) -> str | None:
+    """The module (``'backbone.clip'``) whose weights are exactly the keys of ``state``
+    (``module.`` prefixes aside) under the module's own names, or ``None``."""
+    loaded = {re.sub(r'^module\.', '', str(key)) for key in state}
+    weights = set(model_keys)
+    if not loaded:
+        return None
+    some = next(iter(loaded))
+    prefixes = {key[:-len(some)] for key in weights if key.endswith(f'.{some}')}
+    held = [prefix for prefix in prefixes
+            if {key[len(prefix):] for key in weights if key.startswith(prefix)} == loaded]
+    return held[0].rstrip('.') if held else None
+
+
 def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> Any:
     """``torch.load(path, weights_only=True)`` on the CPU, with every failure naming the file.
 

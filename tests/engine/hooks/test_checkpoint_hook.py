@@ -273,7 +273,7 @@ def test_a_load_from_that_holds_none_of_the_models_weights_is_refused_naming_its
         with pytest.raises(ValueError, match=(
                 r"^load_from=other.pth: none of its 1 entries is a weight of this model \(its "
                 r"keys: (model|visual.proj); the model's: [^_].*\): give a checkpoint "
-                r"tools/train.py wrote for this model")):
+                r"tools/train.py wrote for this config's model")):
             hook.after_load_checkpoint(runner, foreign)
     weight = next(key for key in weights if key != '_extra_state')
     hook.after_load_checkpoint(runner, dict(state_dict={

@@ -37,7 +37,12 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
 from torch import nn
 
-from xmr.engine.checkpoint import FACTS, keys_of_another_model, state_dict_mismatches
+from xmr.engine.checkpoint import (
+    FACTS,
+    foreign_checkpoint_fix,
+    keys_of_another_model,
+    state_dict_mismatches,
+)
 from xmr.engine.eval_loops import expected_metric_keys
 from xmr.engine.hook_points import call_hook_point
 from xmr.engine.wrappers import unwrap_model
@@ -253,8 +258,8 @@ def refuse_foreign_weights(path: str | None, model_state: dict, checkpoint: dict
     foreign = keys_of_another_model(state, model_state)
     if foreign is not None:
         raise ValueError(f'load_from={path}: none of its {len(state)} entries is a weight of '
-                         f'this model ({foreign}): give a checkpoint tools/train.py wrote for '
-                         'this model (a released one through tools/convert/), or load_from=None')
+                         f'this model ({foreign}): '
+                         f'{foreign_checkpoint_fix(path, state, model_state)}; or load_from=None')
 
 
 def refuse_other_facts(model: nn.Module, state: Mapping[str, Any], where: str,
