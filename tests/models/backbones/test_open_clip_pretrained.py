@@ -431,3 +431,38 @@ def test_an_nllb_sinusoid_table_other_than_the_models_is_refused_naming_it(chang
     message = str(refused.value)
     assert message.startswith(f'{path}: text.transformer.embed_positions.weights holds {named}')
     assert 'd_model 32, padding id 1' in message and 'text_cfg.hf_model_name' in message
+
+
+@pytest.mark.parametrize('forced,setting,named', [
+    (dict(vision_cfg=dict(image_size=48)), 'vision_cfg.image_size=48',
+     "visual.positional_embedding holds a 6 x 6 grid of 8-pixel patches: the file was trained "
+     "at image size 48 (open_clip's --force-image-size 48), the model takes 32"),
+    (dict(text_cfg=dict(context_length=40)), 'text_cfg.context_length=40',
+     "positional_embedding holds 40 positions: the file was trained with context length 40 "
+     "(open_clip's --force-context-length 40)"),
+], ids=['image_size', 'context_length'])
+def test_an_open_clip_fine_tune_at_another_size_is_refused_naming_its_size(forced, setting,
+                                                                          named, tmp_path):
+    """open_clip's training with --force-image-size / --force-context-length writes position
+    tables of another length; open_clip's load_checkpoint would interpolate them. The refusal
+    names the size the file was trained at, and the model built at that size loads it as
+    open_clip loads it into the model its training built."""
+    trained_cfg = {**TINY_CLIP, **{part: {**TINY_CLIP[part], **values}
+                                   for part, values in forced.items()}}
+    torch.manual_seed(0)
+    path = tmp_path / 'epoch_2.pt'
+    torch.save({'epoch': 2, 'name': 'ft', 'optimizer': {'state': {}, 'param_groups': []},
+                'state_dict': {f'module.{k}': v
+                               for k, v in open_clip.CLIP(**trained_cfg).state_dict().items()}},
+               path)
+    with pytest.raises(ValueError) as refused:
+        MODELS.build(tiny_backbone_cfg(pretrained=str(path)))
+    message = str(refused.value)
+    assert named in message and f'model_cfg=<your model_cfg with {setting}>' in message
+    assert 'Set arch' not in message
+
+    loaded = MODELS.build(dict(tiny_backbone_cfg(pretrained=str(path)), model_cfg=trained_cfg))
+    reference = open_clip.CLIP(**trained_cfg)
+    open_clip.load_checkpoint(reference, str(path))
+    for name, value in reference.state_dict().items():
+        assert torch.equal(loaded.clip.state_dict()[name], value), name

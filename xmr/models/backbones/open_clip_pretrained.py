@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -279,8 +280,7 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
             del state_dict[POSITION_IDS]
         _drop_saved_sinusoids(state_dict, model, weights)
         check_weights_fit(model.state_dict(), state_dict, str(weights), f'open_clip {record.arch}',
-                          f'Is it a checkpoint of {record.arch}? Set arch to the architecture it '
-                          'was trained as (e.g. ViT-B-16 for ViT-B-16.pt)')
+                          _mismatch_fix(model, state_dict, record.arch))
         model.load_state_dict(state_dict, strict=True)
     set_model_preprocess_cfg(model, record.preprocess_cfg())
     return model, record
@@ -314,6 +314,55 @@ def _build_model(model_cls: type, cfg: dict[str, Any], record: PretrainedRecord)
         f'put it in the Hugging Face cache once (huggingface-cli download {hf_name} '
         'config.json), or give the architecture as model_cfg=<its open_clip config> with '
         'text_cfg.hf_model_name=<a folder holding its config.json> (docs/backbones.md)')
+
+
+#: open_clip's position tables, which its training's --force-image-size and
+#: --force-context-length resize (``positional_embedding``: ``CLIP``'s text tower).
+_POSITION_TABLES = ('visual.positional_embedding', 'positional_embedding',
+                    'text.positional_embedding')
+
+
+def _mismatch_fix(model: nn.Module, state_dict: Mapping[str, torch.Tensor], arch: str) -> str:
+    """How to fit weights that do not fit ``model``: the model's size for weights that differ
+    in a position table alone (trained with open_clip's ``--force-image-size`` or
+    ``--force-context-length``), else the architecture they were trained as.
+
+    open_clip's ``load_checkpoint`` interpolates such a table to the model's size; the towers
+    would then run on positions they were not trained with, so the size is given instead.
+    """
+    expected = model.state_dict()
+    differing = {key for key in expected.keys() | state_dict.keys()
+                 if key not in expected or key not in state_dict
+                 or expected[key].shape != state_dict[key].shape}
+    if not differing or not differing <= set(_POSITION_TABLES):
+        return (f'Is it a checkpoint of {arch}? Set arch to the architecture it was trained as '
+                '(e.g. ViT-B-16 for ViT-B-16.pt)')
+    sizes = [_trained_size(model, key, state_dict[key].shape[0]) for key in sorted(differing)]
+    config = f"open_clip.get_model_config('{arch}')" if arch != 'custom' else 'your model_cfg'
+    return (f"{'; '.join(text for text, _ in sizes)}. open_clip's load_checkpoint would "
+            "interpolate the table to the model's size, running the tower on positions it was "
+            f'not trained with; build the model at the file\'s size: model_cfg=<{config} with '
+            f"{', '.join(setting for _, setting in sizes)}> (docs/pretrained_weights.md)")
+
+
+def _trained_size(model: nn.Module, key: str, rows: int) -> tuple[str, str]:
+    """What a position table of ``rows`` rows says of the size it was trained at, and the
+    ``model_cfg`` setting of that size."""
+    if not key.startswith('visual.'):
+        return (f'{key} holds {rows} positions: the file was trained with context length '
+                f'{rows} (open_clip\'s --force-context-length {rows})',
+                f'text_cfg.context_length={rows}')
+    grid_height, grid_width = model.visual.grid_size
+    extra = model.visual.positional_embedding.shape[0] - grid_height * grid_width  # class token
+    side, patch = math.isqrt(rows - extra), model.visual.patch_size[0]
+    size = side * patch
+    if side * side != rows - extra:
+        return (f'{key} holds {rows - extra} patch positions, the model {grid_height} x '
+                f"{grid_width}: the file was trained at another image size (open_clip's "
+                '--force-image-size)', 'vision_cfg.image_size=<that size>')
+    return (f'{key} holds a {side} x {side} grid of {patch}-pixel patches: the file was trained '
+            f"at image size {size} (open_clip's --force-image-size {size}), the model takes "
+            f'{grid_height * patch}', f'vision_cfg.image_size={size}')
 
 
 #: A buffer that Hugging Face text towers saved before transformers 4.31.
