@@ -202,7 +202,9 @@ def backbone_cfg(arch: str, pad_to: int | None, tokenizer_file: str | None = Non
     tokenizer = text_tokenizer_cfg(arch, None) or dict(type='OpenCLIPTokenizer')
     if tokenizer_file and 'name_or_path' in tokenizer:
         tokenizer.pop('name_or_path')
-        tokenizer['tokenizer_file'] = tokenizer_file
+        # A lone file names no pad token, which a SigLIP tower refuses to guess; the stand-in
+        # times the model, so SigLIP 2's own padding id (Gemma's <pad>) serves.
+        tokenizer.update(tokenizer_file=tokenizer_file, pad_id=0)
     # A fixed-context tower pads to its context itself (the backbone's default).
     if not probe and fixed_context(arch, tokenizer_file) is None:
         tokenizer['pad_to'] = pad_to

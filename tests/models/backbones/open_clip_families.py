@@ -165,8 +165,34 @@ def nllb_cfg(folder: Path, arch: str = 'nllb-clip-base', pooler: str = 'cls_pool
                    timm_vision='siglip' in arch, text_sizes=None)
 
 
+def siglip_t5_tokenizer_folder(folder: Path) -> Path:
+    """A SigLIP (v1, i18n) tokenizer folder as open_clip's ``SigLipTokenizer`` writes the
+    ``timm/`` ones: a T5 vocabulary (``<pad>`` = 0, ``</s>`` = 1, ``<unk>`` = 2, 30 pieces of
+    :data:`~tests.conftest.CORPUS`) whose padding is set to ``</s>``."""
+    import io
+
+    import sentencepiece
+    from transformers import T5TokenizerFast
+
+    from tests.conftest import CORPUS
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS * 20), model_writer=model, vocab_size=48, pad_id=0,
+        eos_id=1, unk_id=2, bos_id=-1, minloglevel=2, num_threads=1)
+    pieces = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    vocab = [(pieces.id_to_piece(i), pieces.get_score(i)) for i in range(pieces.get_piece_size())]
+    tokenizer = T5TokenizerFast(vocab=vocab, extra_ids=0)
+    tokenizer.pad_token_id = tokenizer.eos_token_id = 1
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def xlmr_tokenizer(**overrides) -> dict:
-    return dict(type='HFTokenizer', tokenizer_file=str(XLMR_TOKENIZER), **overrides)
+    """XLM-R's lone tokenizer.json, padding with its ``<pad>`` (1), which the
+    ``tokenizer_config.json`` of its snapshot would name."""
+    return dict(type='HFTokenizer', tokenizer_file=str(XLMR_TOKENIZER),
+                **{'pad_id': 1, **overrides})
 
 
 def backbone_cfg(model_cfg: dict, tokenizer: dict | None = None) -> dict:

@@ -22,6 +22,7 @@ from tests.models.backbones.open_clip_families import (
     mt5_cfg,
     nllb_cfg,
     siglip_cfg,
+    siglip_t5_tokenizer_folder,
     xlmr_cfg,
     xlmr_tokenizer,
 )
@@ -578,6 +579,43 @@ def test_full_size_siglip2_builds_on_meta_with_its_record():
     assert (tower.causal, tower.pooling, tower.fixed_context) == (False, 'last', True)
     assert tower.blocks[0].mlp.gelu.approximate == 'tanh' and tower.ln_final.eps == 1e-6
     assert backbone.tokenizer.pad_to == 64 and backbone.image_mean == (0.5, 0.5, 0.5)
+
+
+def test_siglip_i18n_equals_open_clip_and_refuses_to_guess_the_padding_it_attends_to(tmp_path):
+    """``ViT-B-16-SigLIP-i18n-256``'s text tower (its own config scaled down: a T5 vocabulary
+    that open_clip pads with ``</s>`` = 1, ``canonicalize`` cleaning, the last of 64 tokens)
+    attends to its padding. From its snapshot's ``tokenizer.json`` (``tokenizer_config.json``
+    beside it), or from a lone copy with ``pad_id=1``, the ids (an empty caption, one cut at
+    64) and ``encode_source_text`` equal open_clip's ``HFTokenizer`` and ``encode_text``; the
+    lone copy alone, whose pad id would be a guess (``<pad>`` = 0: up to 2.4 off on this tower),
+    is refused as the backbone builds."""
+    import shutil
+
+    from open_clip.tokenizer import HFTokenizer as OpenCLIPHFTokenizer
+
+    folder = siglip_t5_tokenizer_folder(tmp_path / 'snapshot')
+    lone = tmp_path / 'lone' / 'tokenizer.json'
+    lone.parent.mkdir()
+    shutil.copy(folder / 'tokenizer.json', lone)
+    model_cfg = siglip_cfg('ViT-B-16-SigLIP-i18n-256', vocab_size=64)
+    texts = [*TEXTS, '', 'ein roter Kreis ' * 40]
+    expected_ids = OpenCLIPHFTokenizer(str(folder), context_length=64,
+                                       clean='canonicalize')(texts)
+    assert expected_ids[3, 1:].eq(1).all()  # the empty caption: </s>, then </s> padding
+    for tokenizer in (dict(type='HFTokenizer', tokenizer_file=str(folder / 'tokenizer.json')),
+                      dict(type='HFTokenizer', tokenizer_file=str(lone), pad_id=1)):
+        torch.manual_seed(0)
+        backbone = MODELS.build(backbone_cfg(model_cfg, tokenizer)).eval()
+        tokens = backbone.tokenizer(texts)
+        assert torch.equal(tokens['input_ids'], expected_ids)
+        with torch.no_grad():
+            torch.testing.assert_close(
+                backbone.encode_source_text(tokens),
+                backbone.clip.encode_text(expected_ids, normalize=False), atol=ATOL, rtol=RTOL)
+    with pytest.raises(ValueError, match=r'tokenizer\.pad_id: the text tower of .* attends to '
+                                         r'its padding, and the source tokenizer guessed its '
+                                         r'pad id \(0\)'):
+        MODELS.build(backbone_cfg(model_cfg, dict(type='HFTokenizer', tokenizer_file=str(lone))))
 
 
 DASD_BATCH = dict(MIXED_BATCH, lang=['de', 'sw', 'de', 'sw'],

@@ -428,21 +428,9 @@ def test_nllb_tokenizer_refuses_a_vocabulary_without_language_codes(shared_data)
 def siglip_t5_folder(tmp_path_factory):
     """A SigLIP (v1) tokenizer folder as open_clip's ``SigLipTokenizer`` writes the ``timm/``
     ones: a T5 vocabulary (``<pad>`` = 0, ``</s>`` = 1) whose padding is set to ``</s>``."""
-    import io
+    from tests.models.backbones.open_clip_families import siglip_t5_tokenizer_folder
 
-    from transformers import T5TokenizerFast
-
-    model = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS * 20), model_writer=model, vocab_size=48, pad_id=0,
-        eos_id=1, unk_id=2, bos_id=-1, minloglevel=2, num_threads=1)
-    pieces = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
-    vocab = [(pieces.id_to_piece(i), pieces.get_score(i)) for i in range(pieces.get_piece_size())]
-    tokenizer = T5TokenizerFast(vocab=vocab, extra_ids=0)
-    tokenizer.pad_token_id = tokenizer.eos_token_id = 1
-    folder = tmp_path_factory.mktemp('siglip')
-    tokenizer.save_pretrained(folder)
-    return folder
+    return siglip_t5_tokenizer_folder(tmp_path_factory.mktemp('siglip'))
 
 
 def test_a_tokenizer_file_pads_with_the_id_its_snapshot_names(siglip_t5_folder, tmp_path):

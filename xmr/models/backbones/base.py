@@ -402,8 +402,10 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
             (:func:`~xmr.models.language.tokenizers.check_max_length`), more ids than the tower
             embeds, a ``max_length`` beyond its context, a
             fixed-context tower fed without ``pad_to`` = its context, or a padding id other
-            than the one the tower masks (each names both numbers); a tower that reads a
-            language token fed by a tokenizer that writes none.
+            than the one the tower masks (each names both numbers); a guessed padding id
+            (``pad_id_guessed``) for a fixed-context tower that attends to its padding
+            (SigLIP's); a tower that reads a language token fed by a tokenizer that writes
+            none.
     """
     if tower.reads_language_token and not tokenizer.writes_language_token:
         raise ValueError(f'the text tower of {owner} reads each caption after its language-code '
@@ -421,6 +423,13 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
                          f'pools a fixed position of its {tower.context_length}-token context: '
                          f'set pad_to={tower.context_length} (docs/backbones.md)')
     masks_padding = tower.pad_masked if tower.pad_masked is not None else not tower.causal
+    if tower.fixed_context and not masks_padding and tokenizer.pad_id_guessed:
+        raise ValueError(f'tokenizer.pad_id: the text tower of {owner} attends to its padding, '
+                         f'and the source tokenizer guessed its pad id ({tokenizer.pad_id}): '
+                         'its tokenizer_file names no pad token (no tokenizer_config.json '
+                         "beside it); put the snapshot's tokenizer_config.json beside it, or "
+                         "set tokenizer.pad_id to the id open_clip pads with (SigLIP's T5 "
+                         "vocabularies: 1, </s>; SigLIP 2's Gemma: 0, <pad>)")
     if masks_padding and tower.pad_id is not None and tokenizer.pad_id != tower.pad_id:
         raise ValueError(f'tokenizer pads with id {tokenizer.pad_id} but the text tower of '
                          f'{owner} masks id {tower.pad_id} as padding')

@@ -120,9 +120,12 @@ class BaseTokenizer(metaclass=ABCMeta):
             ones (a Hugging Face tokenizer's own setting, :class:`HFTokenizer`).
         end_id: the end token's id, whose first position in a caption is its ``eos_index``
             (:func:`pad_batch`); ``None``: the last real token.
+        pad_id_guessed: :attr:`pad_id` is a guess that neither the config nor the tokenizer's
+            files name (a lone ``tokenizer.json``, :class:`HFTokenizer`).
     """
 
     writes_language_token: bool = False
+    pad_id_guessed: bool = False
     end_id: int | None = None
     start_tokens: int = 1
     truncation_side: str = 'right'
@@ -386,7 +389,7 @@ class _Loaded(NamedTuple):
 
     encode: Callable[[str, bool], list[int]]  # (caption, with specials) -> ids
     size: int
-    pad_id: int
+    pad_id: int | None  # None: a lone tokenizer.json that names no pad token
     token_ids: dict[str, int]
     sep_id: int | None
     unk_id: int | None  # what it writes for a piece its vocabulary lacks; None: nothing
@@ -457,18 +460,23 @@ def _clean_function(clean: str | None) -> Callable[[str], str] | None:
     return get_clean_fn(clean)
 
 
-def _file_pad_id(config: Mapping[str, Any], fast: Any) -> int:
-    """The padding id of a ``tokenizer.json``: its snapshot's ``tokenizer_config.json``
-    (``pad_token``; ``config``, empty without one), else the file's padding settings, else the
-    first of the usual pad tokens."""
+def _file_pad_id(config: Mapping[str, Any], fast: Any) -> int | None:
+    """The padding id a ``tokenizer.json`` names: its snapshot's ``tokenizer_config.json``
+    (``pad_token``; ``config``, empty without one), else the file's padding settings; ``None``
+    when neither says (:func:`_guessed_pad_id`)."""
     vocab = fast.get_vocab()
     pad = config.get('pad_token')
     pad = pad.get('content') if isinstance(pad, dict) else pad
     if pad in vocab:
         return vocab[pad]
-    if fast.padding is not None:
-        return int(fast.padding['pad_id'])
-    return next((vocab[t] for t in ('<pad>', '[PAD]', '<|pad|>') if t in vocab), 0)
+    return None if fast.padding is None else int(fast.padding['pad_id'])
+
+
+def _guessed_pad_id(token_ids: Mapping[str, int]) -> int:
+    """The first of the usual pad tokens a vocabulary holds, else 0: a guess, right for Gemma
+    (SigLIP 2) and XLM-R, wrong for SigLIP's T5 vocabularies, which open_clip pads with
+    ``</s>`` = 1."""
+    return next((token_ids[t] for t in ('<pad>', '[PAD]', '<|pad|>') if t in token_ids), 0)
 
 
 def _file_unk_id(fast: Any) -> int | None:
@@ -522,7 +530,9 @@ class HFTokenizer(BaseTokenizer):
             ``tokenizer_file`` takes it from the ``tokenizer_config.json`` beside it (a Hugging
             Face snapshot's), else from its padding settings, else guesses the first of
             ``<pad>``, ``[PAD]``, ``<|pad|>`` (0 without): SigLIP's T5 vocabulary has ``<pad>``
-            = 0 but its towers were trained padding with ``</s>`` = 1.
+            = 0 but its towers were trained padding with ``</s>`` = 1. A guess
+            (:attr:`pad_id_guessed`) is refused by a text tower whose output depends on its
+            padding (SigLIP's).
     """
 
     def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
@@ -540,7 +550,12 @@ class HFTokenizer(BaseTokenizer):
                   else _load_hub(name_or_path))
         self._encode_fn = loaded.encode
         self._vocab = loaded.size
-        self._pad_id = loaded.pad_id if pad_id is None else pad_id
+        #: the padding id is a guess (:func:`_guessed_pad_id`): neither ``pad_id`` nor the
+        #: tokenizer's files name it; a tower whose output depends on it refuses the guess
+        #: (:func:`~xmr.models.backbones.base.check_tokenizer_fits`).
+        named = loaded.pad_id if pad_id is None else pad_id
+        self.pad_id_guessed = named is None
+        self._pad_id = _guessed_pad_id(loaded.token_ids) if named is None else named
         self._unk_id = loaded.unk_id
         #: captions are NFC-normalised first (:func:`_composes_first`): canonically equivalent
         #: captions then get the ids the reference tokenizer gives them.
