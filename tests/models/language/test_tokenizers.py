@@ -787,3 +787,63 @@ def test_open_clip_tokenizer_gives_open_clips_ids_on_real_captions(shared_data):
     captions = _real_captions(shared_data)
     expected = open_clip.get_tokenizer('ViT-B-32')(captions)
     assert torch.equal(OpenCLIPTokenizer(pad_to=77)(captions)['input_ids'], expected)
+
+
+#: Captions in scripts CLIP-style models read poorly (Amharic, Khmer, Burmese: Gemma's byte
+#: fallback, XLM-R's pieces), an empty one, one of spaces only and one past any context.
+HARD_CAPTIONS = ['A dog runs.', '', '   ', 'ውሻ በሣር ላይ ይሮጣል', 'ឆ្កែរត់នៅលើស្មៅ',
+                 'ခွေးသည် မြက်ခင်းပေါ်တွင် ပြေးနေသည်', 'a dog ' * 60]
+
+
+def gemma_folder(folder):
+    """A SigLIP 2 tokenizer folder as open_clip's ``SigLipTokenizer`` writes the ``timm/`` ones:
+    Gemma's layout (``<pad>`` 0, ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3, ``<mask>`` 4, the 256
+    byte-fallback pieces), no ``<bos>``, ``<eos>`` appended, right padding with ``<pad>``."""
+    from transformers import GemmaTokenizerFast
+
+    vocab = {'<pad>': 0, '<eos>': 1, '<bos>': 2, '<unk>': 3, '<mask>': 4,
+             **{f'<0x{byte:02X}>': 5 + byte for byte in range(256)}}
+    for piece in '\u2581abcdefghijklmnopqrstuvwxyz':
+        vocab[piece] = len(vocab)
+    tokenizer = GemmaTokenizerFast(vocab=vocab, merges=[], padding_side='right',
+                                   add_bos_token=False, add_eos_token=True)
+    tokenizer.pad_token_id, tokenizer.eos_token_id = 0, 1
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_siglip2_gemma_tokenizer_gives_open_clips_ids_on_both_routes(tmp_path):
+    """SigLIP 2's Gemma tokenizer writes no ``<bos>`` and appends ``<eos>`` (1), which a caption
+    cut at the 64-token context keeps last, and pads with ``<pad>`` (0), as open_clip's
+    ``HFTokenizer`` does; Amharic, Khmer and Burmese come out as byte pieces (5 + byte)."""
+    from open_clip.tokenizer import HFTokenizer as OpenCLIPHFTokenizer
+
+    folder = gemma_folder(tmp_path)
+    expected = OpenCLIPHFTokenizer(str(folder), context_length=64,
+                                   clean='canonicalize')(HARD_CAPTIONS)
+    assert expected[1].tolist() == [1] + [0] * 63  # the empty caption: <eos>, then padding
+    assert expected[-1, -1] == 1 and 2 not in expected
+    assert expected[3, :3].tolist() == [5 + byte for byte in 'ው'.encode()]
+    for source in (dict(tokenizer_file=str(folder / 'tokenizer.json')),
+                   dict(name_or_path=str(folder))):
+        tokenizer = HFTokenizer(clean='canonicalize', max_length=64, pad_to=64, **source)
+        assert (tokenizer.end_id, tokenizer.start_tokens, tokenizer.pad_id) == (1, 0, 0)
+        assert torch.equal(tokenizer(HARD_CAPTIONS)['input_ids'], expected)
+
+
+def test_an_xlmr_tokenizer_gives_open_clips_ids_and_end_position_on_hard_captions(shared_data,
+                                                                                   tmp_path):
+    """MetaCLIP 2's and the XLM-R CLIPs' tokenizer layout (the real XLM-R file): the ids
+    open_clip's ``HFTokenizer`` gives at context 77 (its default ``whitespace`` cleaning) on
+    both routes, and ``eos_index`` where open_clip's ``eos`` pooling looks (the first ``</s>``,
+    2)."""
+    from open_clip.tokenizer import HFTokenizer as OpenCLIPHFTokenizer
+
+    xlmr_tokenizer_files(shared_data, tmp_path, post_processor=True)
+    expected = OpenCLIPHFTokenizer(str(tmp_path / 'folder'), context_length=77)(HARD_CAPTIONS)
+    assert expected[1, :3].tolist() == [0, 2, 1] and expected[-1, -1] == 2
+    for source in (dict(tokenizer_file=str(tmp_path / 'tokenizer.json')),
+                   dict(name_or_path=str(tmp_path / 'folder'))):
+        tokens = HFTokenizer(clean='whitespace', pad_to=77, **source)(HARD_CAPTIONS)
+        assert torch.equal(tokens['input_ids'], expected)
+        assert torch.equal(tokens['eos_index'], (expected == 2).int().argmax(1))
