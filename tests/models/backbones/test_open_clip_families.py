@@ -438,6 +438,23 @@ def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missin
         MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'xlmr', 'max_pooler')))
 
 
+def test_an_eos_pooled_tower_refuses_a_tokenizer_that_ends_captions_with_another_id(tmp_path):
+    """MetaCLIP 2's tower pools the first ``text_cfg.eos_id`` (2, XLM-V's ``</s>``) in the ids.
+    A tokenizer of another vocabulary that fits its table (T5's, ending in ``</s>`` = 1) was
+    pooled at its own end token, where open_clip pools position 0 or a ``<unk>`` (2): the
+    embeddings differed by 2.2 without a word. It is refused as the backbone builds; the
+    tower's own end id builds (the ``metaclip2_causal_eos_xlmr`` family)."""
+    folder = siglip_t5_tokenizer_folder(tmp_path / 't5')
+    model_cfg = clip_cfg(pool_type='eos', eos_id=2, vocab_size=64,
+                         hf_tokenizer_name='google/mt5-base')
+    t5 = dict(type='HFTokenizer', tokenizer_file=str(folder / 'tokenizer.json'))
+    with pytest.raises(ValueError, match=r'tokenizer end id 1 but the text tower of custom pools '
+                                         r'the first id 2 \(text_cfg.eos_id\)'):
+        MODELS.build(backbone_cfg(model_cfg, t5))
+    assert MODELS.build(backbone_cfg({**model_cfg, 'text_cfg': {
+        **model_cfg['text_cfg'], 'eos_id': 1}}, t5)).text_tower.end_id == 1
+
+
 def test_tokenizers_that_do_not_fit_the_tower_name_both_numbers(tmp_path):
     if not XLMR_TOKENIZER.is_file():
         pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')

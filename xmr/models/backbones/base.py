@@ -77,6 +77,9 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             when only the attention mask marks padding.
         pad_masked: whether the tower masks its padding keys; ``None``: a bidirectional tower
             does, a causal one does not.
+        end_id: the id whose first position the tower pools (open_clip's ``text_cfg.eos_id``
+            of an ``'eos'``-pooled tower, MetaCLIP 2's); its source tokenizer must end captions
+            with it. ``None``: the tokenizer's own end token.
         reads_language_token: the tower was trained on captions that begin with their
             language's code token (NLLB), so its source tokenizer must write one
             (:attr:`~xmr.models.language.tokenizers.BaseTokenizer.writes_language_token`).
@@ -101,6 +104,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     vocab_size: int
     pad_id: int | None = None
     pad_masked: bool | None = None
+    end_id: int | None = None
     reads_language_token: bool = False
     post_norm: bool = False
 
@@ -404,7 +408,8 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
             fixed-context tower fed without ``pad_to`` = its context, or a padding id other
             than the one the tower masks (each names both numbers); a guessed padding id
             (``pad_id_guessed``) for a fixed-context tower that attends to its padding
-            (SigLIP's); a tower that reads a language token fed by a tokenizer that writes
+            (SigLIP's); a tokenizer whose end id is not the one the tower pools
+            (``end_id``); a tower that reads a language token fed by a tokenizer that writes
             none.
     """
     if tower.reads_language_token and not tokenizer.writes_language_token:
@@ -412,6 +417,11 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
                          f'token (NLLB), which a {type(tokenizer).__name__} does not write; use '
                          "tokenizer=dict(type='NLLBTokenizer', ...)")
     check_max_length(tokenizer, f'the source tokenizer of {owner}')
+    if tower.end_id is not None and tokenizer.end_id != tower.end_id:
+        raise ValueError(f'tokenizer end id {tokenizer.end_id} but the text tower of {owner} '
+                         f'pools the first id {tower.end_id} (text_cfg.eos_id), which open_clip '
+                         'looks for in the ids: a tokenizer of another vocabulary; give the '
+                         'one the tower was trained with')
     if tokenizer.vocab_size > tower.vocab_size:
         raise ValueError(f'tokenizer emits {tokenizer.vocab_size} ids but the text tower of '
                          f'{owner} has {tower.vocab_size} embeddings')

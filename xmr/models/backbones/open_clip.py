@@ -87,8 +87,9 @@ class OpenCLIPTextTower(PreNormTextTower):
       ``TextTransformer``); otherwise every position, padding included, is attended to, as
       open_clip does;
     * pooling (``pool_type``): ``'argmax'`` and ``'eos'`` pool the caption's first end token
-      (``eos_index``; open_clip's argmax finds it only with its own BPE vocabulary), ``'first'``
-      token 0, ``'last'`` the last position of the sequence;
+      (``eos_index``; open_clip's argmax finds it only with its own BPE vocabulary, its
+      ``'eos'`` pools the first ``eos_id``, :attr:`end_id`, which the source tokenizer's end
+      token must be), ``'first'`` token 0, ``'last'`` the last position of the sequence;
     * head: ``ln_final`` then the projection, a matrix, a ``Linear`` with bias (``proj_bias``), or
       none (``proj_type='none'``: ``E = D``). Pooling selects one token and LayerNorm acts per
       token, so norm-then-pool and pool-then-norm (``final_ln_after_pool``) are the same.
@@ -159,12 +160,14 @@ class OpenCLIPTextTower(PreNormTextTower):
             if self.cls_emb is not None:
                 # open_clip: the class token overrides pool_type and brings a padding mask.
                 pool_type, self.pad_masked, self.reserved_positions = 'last', True, 1
+            self.end_id = int(text.eos_id) if pool_type == 'eos' else None
         elif all(hasattr(clip, name) for name in ('transformer', 'token_embedding',
                                                   'positional_embedding', 'ln_final')):
             pool_type = getattr(clip, 'text_pool_type', 'argmax')
             self.pad_masked = False  # CLIP.encode_text applies its causal mask only
             self.pad_id = 0
             self.cls_emb = None
+            self.end_id = int(clip.text_eos_id) if pool_type == 'eos' else None
         else:
             raise _refuse(owner, 'text tower', 'not an open_clip TextTransformer nor a CLIP with '
                           'its text attributes (transformer, token_embedding, '
