@@ -195,6 +195,50 @@ def test_each_rank_resumes_its_own_random_streams(tmp_path, monkeypatch):
         assert differences(resumed, expected) == [], rank
 
 
+def _accumulating_worker(rank: int, port: int, work_dir: str, out_dir: str,
+                         resume_from: str | None) -> None:
+    """Both phases in windows of two iterations, checkpointed every iteration, trained whole
+    or resumed from ``resume_from``; each rank's final weights and the log's warnings."""
+    _start(rank, port)
+    cfg = make_cfg(Path(work_dir), GLOBAL_BATCH // WORLD)
+    cfg.optim_wrapper.accumulative_counts = 2
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=1, by_epoch=False)
+    cfg.custom_hooks = [dict(type='WeightsOnlyCheckpointHook')]
+    cfg.launcher = 'pytorch'
+    allow_mmengine_checkpoint_types()
+    if resume_from:
+        cfg.update(resume=True, load_from=resume_from)
+    setup_cpu_distributed(cfg, 'pytorch')
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
+    torch.save(dict(state=trained_state(runner), lost='Resumed iteration number' in log),
+               Path(out_dir) / f'rank{rank}_{"resumed" if resume_from else "whole"}.pt')
+    torch.distributed.destroy_process_group()
+
+
+def test_a_run_resumed_inside_an_accumulation_window_keeps_every_rank_s_gradients(
+        tmp_path, monkeypatch):
+    """Iteration 1's checkpoint falls inside cross_lingual's first window: each rank holds the
+    gradients of its own half of the batch (DDP syncs none before the window's step), and the
+    run resumed there ends where the whole run ends only with every rank's gradients back."""
+    MODELS.import_from_location()
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    whole = tmp_path / 'whole'
+    for work_dir, resume_from in ((whole, None), (tmp_path / 'resumed', str(whole / 'iter_1.pth'))):
+        mp.start_processes(_accumulating_worker,
+                           args=(free_port(), str(work_dir), str(tmp_path), resume_from),
+                           nprocs=WORLD, join=True, start_method='fork')
+    allow_mmengine_checkpoint_types()
+    saved = torch.load(whole / 'iter_1.pth')['optimizer']['pending_grads']
+    assert len(saved) == WORLD and differences(saved[0], saved[1]) != []
+    expected = torch.load(tmp_path / 'rank0_whole.pt')['state']
+    for rank in range(WORLD):
+        resumed = torch.load(tmp_path / f'rank{rank}_resumed.pt')
+        assert differences(resumed['state'], expected) == [], rank
+
+
 @HOOKS.register_module(force=True)
 class SignalOneRankHook(Hook):
     """SIGTERM to rank ``rank``'s own process after iteration ``at``, as a scheduler's signal

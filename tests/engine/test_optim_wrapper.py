@@ -12,7 +12,7 @@ from mmengine.logging import MessageHub
 from tests.conftest import assert_same_checkpoint
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.amp import AutocastOptimWrapper
-from xmr.engine.optim_wrapper import OptimWrapper
+from xmr.engine.optim_wrapper import OptimWrapper, window_grads_for_this_rank
 
 
 def test_a_step_keeps_the_clipped_norm_until_it_is_logged():
@@ -396,3 +396,22 @@ def test_a_step_without_gradients_keeps_no_norm_to_log():
     wrapper = OptimWrapper(torch.optim.SGD([weight], lr=1.0), clip_grad=dict(max_norm=1.0))
     wrapper.step()
     assert wrapper.pending_norm is None
+
+
+def test_a_window_saved_by_other_ranks_continues_from_their_mean_gradient():
+    """Two ranks' window (a parameter without gradient on rank 0) resumed by one process: its
+    gradient is what DDP's average would have brought into the step, (g_0 + g_1) / 2."""
+    saved = [[torch.tensor([1.0, 2.0]), None, None],
+             [torch.tensor([3.0, 6.0]), torch.tensor([4.0]), None]]
+    mean = window_grads_for_this_rank(saved)
+    assert mean[0].tolist() == [2.0, 4.0] and mean[1].tolist() == [2.0] and mean[2] is None
+    wrapper = OptimWrapper(torch.optim.SGD([torch.nn.Parameter(torch.zeros(2)),
+                                            torch.nn.Parameter(torch.zeros(1)),
+                                            torch.nn.Parameter(torch.zeros(3))], lr=1.0))
+    state = wrapper.state_dict()
+    wrapper.load_state_dict(dict(state, pending_grads=saved))
+    assert [None if p.grad is None else p.grad.tolist() for p in wrapper._parameters()] == [
+        [2.0, 4.0], [2.0], None]
+    # An earlier xmr's checkpoint: one rank's list, its own.
+    wrapper.load_state_dict(dict(state, pending_grads=saved[1]))
+    assert wrapper._parameters()[1].grad.tolist() == [4.0]

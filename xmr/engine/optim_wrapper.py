@@ -10,11 +10,13 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
-from mmengine.dist import get_world_size, is_distributed
+import torch.distributed as dist
+from mmengine.dist import get_rank, get_world_size, is_distributed
 from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper as MMEngineOptimWrapper
 
 from xmr.engine.optim import HybridOptimizer
+from xmr.models.losses.distributed import host_group
 from xmr.registry import OPTIM_WRAPPERS
 
 
@@ -68,6 +70,9 @@ class OptimWrapper(MMEngineOptimWrapper):
 
     #: The total norm of the last clipped gradients, until :meth:`log_pending_norm` takes it.
     pending_norm: torch.Tensor | None = None
+    #: Every rank's window gradients for rank 0's next :meth:`state_dict`
+    #: (:meth:`gather_pending_grads`).
+    _gathered_grads: list[list[torch.Tensor | None]] | None = None
 
     def __init__(self, *args: Any, compiled_autograd: dict | None = None,
                  compiled_step: dict | None = None, **kwargs: Any) -> None:
@@ -183,25 +188,48 @@ class OptimWrapper(MMEngineOptimWrapper):
         self.pending_norm = self.clip_func(params, **self.clip_grad_kwargs)
         return self.pending_norm
 
+    def gather_pending_grads(self) -> None:
+        """Collect on rank 0 every rank's gradients of the accumulation window under way, for
+        :meth:`state_dict`: under DDP each rank holds those of its own batches (``no_sync``
+        until the window's step) and rank 0 alone writes the checkpoint. A collective over the
+        host's gloo group, which every rank calls before rank 0 saves (xmr's ``CheckpointHook``
+        does); nothing is exchanged outside a window or with one rank."""
+        self._gathered_grads = None
+        if get_world_size() == 1 or self.should_update():
+            return
+        gathered = [None] * get_world_size() if get_rank() == 0 else None
+        dist.gather_object(self._window_grads(), gathered, dst=0, group=host_group())
+        self._gathered_grads = gathered
+
     def state_dict(self) -> dict:
         """The optimiser's state with, inside an accumulation window, the window's gradients so
-        far (``pending_grads``: each parameter's of ``param_groups`` in order, ``None`` where it
-        has none), so that a run resumed inside the window (a preemption's save) steps on the
-        sum the uninterrupted run steps on. With several ranks none are kept: each holds its own
-        (``no_sync``) and rank 0 alone writes the checkpoint."""
+        far (``pending_grads``: a list per rank, in rank order, of each parameter's of
+        ``param_groups`` in order, ``None`` where it has none), so that a run resumed inside the
+        window (a preemption's save) steps on the sum the uninterrupted run steps on. With
+        several ranks, those :meth:`gather_pending_grads` collected for this save (none
+        without it)."""
         state = self.optimizer.state_dict()
-        grads = [None if p.grad is None else p.grad.detach().clone() for p in self._parameters()]
-        if any(grad is not None for grad in grads) and get_world_size() == 1:
+        gathered, self._gathered_grads = self._gathered_grads, None
+        grads = [self._window_grads()] if get_world_size() == 1 else gathered
+        if grads and any(grad is not None for rank in grads for grad in rank):
             state['pending_grads'] = grads
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load :meth:`state_dict`'s, its ``pending_grads`` back onto the parameters."""
+        """Load :meth:`state_dict`'s, its ``pending_grads`` back onto the parameters: each
+        rank's own where the checkpoint holds as many ranks as this run has
+        (:func:`window_grads_for_this_rank`)."""
         state_dict = dict(state_dict)
-        grads = state_dict.pop('pending_grads', None)
+        saved = state_dict.pop('pending_grads', None)
         self.optimizer.load_state_dict(state_dict)
-        for parameter, grad in zip(self._parameters(), grads or (), strict=grads is not None):
+        grads = () if saved is None else window_grads_for_this_rank(saved)
+        for parameter, grad in zip(self._parameters(), grads, strict=saved is not None):
             parameter.grad = None if grad is None else grad.to(parameter.device)
+
+    def _window_grads(self) -> list[torch.Tensor | None]:
+        """Each parameter's gradient (of ``param_groups`` in order) copied to the host."""
+        return [None if p.grad is None else p.grad.detach().to('cpu', copy=True)
+                for p in self._parameters()]
 
     def _parameters(self) -> list[torch.nn.Parameter]:
         return [p for group in self.optimizer.param_groups for p in group['params']]
@@ -221,6 +249,27 @@ class OptimWrapper(MMEngineOptimWrapper):
                       logger='current', level=logging.WARNING)
         elif log:
             self.message_hub.update_scalar(f'train/{self.grad_name}', float(norm))
+
+
+def window_grads_for_this_rank(saved: list) -> list[torch.Tensor | None]:
+    """This rank's share of a checkpoint's ``pending_grads`` (one list per rank that wrote it).
+
+    Under the number of ranks that wrote them, each rank's own. Under another, each rank takes
+    their mean over the saved ranks (a missing gradient counted as zero): DDP's step averages
+    the ranks' gradients, so every rank holding ``(1/W) sum_r g_r`` brings the saved window's
+    ``W`` ranks into the step as they would have come; no rank's batches are dropped. A
+    checkpoint of an earlier xmr holds one rank's list.
+    """
+    if saved and not isinstance(saved[0], list):
+        saved = [saved]
+    if len(saved) == get_world_size():
+        return saved[get_rank()]
+    print_log(f"the checkpoint holds the accumulation window's gradients of {len(saved)} "
+              f'rank(s), this run has {get_world_size()}: every rank continues from their mean',
+              logger='current', level=logging.WARNING)
+    return [None if all(grad is None for grad in grads) else
+            sum(grad for grad in grads if grad is not None) / len(saved)
+            for grads in zip(*saved, strict=True)]
 
 
 def refuse_cuda_graphs(compiled_step: dict) -> None:

@@ -24,7 +24,8 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
   :func:`~xmr.version.provenance`), which a refused resume names beside the xmr reading it;
 * before each periodic checkpoint, every rank calls the hooks' ``before_checkpoint_on_every_rank``
   (:func:`~xmr.engine.hook_points.call_hook_point`), where a hook gathers what rank 0 saves
-  (``RNGStateHook``: each rank's random streams).
+  (``RNGStateHook``: each rank's random streams), and xmr's ``OptimWrapper`` gathers each
+  rank's gradients of an accumulation window under way (``gather_pending_grads``).
 """
 from __future__ import annotations
 
@@ -137,8 +138,12 @@ class CheckpointHook(MMEngineCheckpointHook):
                              + f"\nthe checkpoint was {written_by(checkpoint.get('meta'))}\n{fix}")
 
     def _save_checkpoint_with_step(self, runner, step: int, meta: dict) -> None:
-        # Every rank is here (rank 0 alone saves): hooks that need each rank's part collect it.
+        # Every rank is here (rank 0 alone saves): hooks that need each rank's part collect it,
+        # as does the optimiser wrapper (each rank's gradients of an accumulation window).
         call_hook_point(runner, 'before_checkpoint_on_every_rank')
+        gather_grads = getattr(runner.optim_wrapper, 'gather_pending_grads', None)
+        if self.save_optimizer and gather_grads is not None:
+            gather_grads()
         keep = self.max_keep_ckpts
         recorded = keep > 0 and (not self.keep_ckpt_ids or self.keep_ckpt_ids[-1] != step)
         steps = [*self.keep_ckpt_ids, step] if recorded else []
