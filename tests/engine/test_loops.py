@@ -1095,9 +1095,18 @@ def test_a_run_resumed_at_a_window_s_end_repeats_the_accumulating_run(accumulate
     _, whole = accumulated_run
     torch.manual_seed(0)
     train(accumulating_cfg(tmp_path, checkpoint_interval=5, stop_after=5))
-    _, resumed = train(accumulating_cfg(tmp_path, resume_from=tmp_path / 'iter_5.pth'))
+    runner, resumed = train(accumulating_cfg(tmp_path, resume_from=tmp_path / 'iter_5.pth'))
     assert [r['adam_steps'] for r in resumed] == [r['adam_steps'] for r in whole[5:]]
     assert [r['losses'] for r in resumed] == [r['losses'] for r in whole[5:]]
+    # MMEngine counted the run's iteration 5 as inside a window, and said gradients were lost.
+    assert lost_window_warnings(runner) == []
+
+
+def lost_window_warnings(runner: Runner) -> list[str]:
+    """The lines of the run's log that say a resumed window lost gradients (MMEngine's, xmr's)."""
+    log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
+    return [line for line in log.splitlines()
+            if 'Resumed iteration number' in line or 'accumulation window' in line]
 
 
 def test_a_run_resumed_inside_a_window_steps_on_the_window_s_gradients(accumulated_run,
@@ -1113,11 +1122,31 @@ def test_a_run_resumed_inside_a_window_steps_on_the_window_s_gradients(accumulat
     saved = torch.load(tmp_path / 'iter_6.pth', weights_only=True)['optimizer']
     assert len(saved['pending_grads']) == 1  # one rank's
     assert any(grad is not None for grad in saved['pending_grads'][0])
-    _, resumed = train(accumulating_cfg(tmp_path, resume_from=tmp_path / 'iter_6.pth'))
+    runner, resumed = train(accumulating_cfg(tmp_path, resume_from=tmp_path / 'iter_6.pth'))
     assert [r['losses'] for r in resumed] == [r['losses'] for r in whole[6:]]
     assert_same_checkpoint(tmp_path / 'iter_8.pth', work_dir / 'iter_8.pth')
     assert 'pending_grads' not in torch.load(work_dir / 'iter_5.pth',
                                              weights_only=True)['optimizer']
+    assert lost_window_warnings(runner) == []
+
+
+def test_a_run_resumed_inside_a_window_without_its_gradients_says_so(tmp_path):
+    """Iteration 6's checkpoint without ``pending_grads`` (as MMEngine's wrappers write it):
+    the warning names the phase, where in the window it resumed and what the step sums."""
+    torch.manual_seed(0)
+    train(accumulating_cfg(tmp_path, checkpoint_interval=6, stop_after=6))
+    allow_mmengine_checkpoint_types()
+    checkpoint = torch.load(tmp_path / 'iter_6.pth', weights_only=True)
+    del checkpoint['optimizer']['pending_grads']
+    torch.save(checkpoint, tmp_path / 'without.pth')
+    runner, _ = train(accumulating_cfg(tmp_path / 'resumed', resume_from=tmp_path / 'without.pth'))
+    [warning] = lost_window_warnings(runner)
+    assert warning.endswith(
+        'phase cross_lingual: resumed at iteration 6 inside an accumulation window of 2 '
+        'iterations (1 done) from a checkpoint without their gradients '
+        "(optimizer.pending_grads): the window's step sums the iterations from 7 on alone and "
+        "the run departs from the uninterrupted one; xmr's OptimWrapper and CheckpointHook "
+        'save them')
 
 
 def test_a_validation_gallery_of_another_size_than_its_protocol_is_refused_before_training(

@@ -725,6 +725,20 @@ class PhasedTrainLoop(BaseLoop):
                 'zero moments and the run departs from the uninterrupted one; resume from an '
                 'iter_*.pth checkpoint to continue exactly')
 
+    def _warn_if_window_lost(self, phase: Phase) -> None:
+        """A phase resumed inside a gradient-accumulation window from a checkpoint without the
+        window's gradients (``optimizer.pending_grads``: one of MMEngine's wrappers, or several
+        ranks' saved without xmr's ``CheckpointHook``)."""
+        window = getattr(self.runner.optim_wrapper, '_accumulative_counts', 1)
+        done = (self._iter - phase.start) % window
+        if done and all(p.grad is None for p in self.model.parameters()):
+            self.runner.logger.warning(
+                f'phase {phase.name}: resumed at iteration {self._iter} inside an accumulation '
+                f'window of {window} iterations ({done} done) from a checkpoint without '
+                "their gradients (optimizer.pending_grads): the window's step sums the "
+                f'iterations from {self._iter + 1} on alone and the run departs from the '
+                "uninterrupted one; xmr's OptimWrapper and CheckpointHook save them")
+
     def _set_lr(self, phase: Phase) -> None:
         factor = phase_lr_factor(self._iter - phase.start, phase.iters, phase.warmup_ratio,
                                  phase.schedule, phase.min_lr_ratio)
@@ -807,6 +821,7 @@ class PhasedTrainLoop(BaseLoop):
             iterator = self._enter_phase(index, fresh)
             if not fresh:
                 self._warn_if_optimiser_restarts(phase)
+                self._warn_if_window_lost(phase)
             # Resumed in its middle: after the phase's set-up, whose draws the uninterrupted run
             # made before the checkpoint.
             self._restore_pending_rng_state()

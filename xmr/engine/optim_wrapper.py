@@ -226,6 +226,17 @@ class OptimWrapper(MMEngineOptimWrapper):
         for parameter, grad in zip(self._parameters(), grads, strict=saved is not None):
             parameter.grad = None if grad is None else grad.to(parameter.device)
 
+    def initialize_count_status(self, model: torch.nn.Module, init_counts: int,
+                                max_counts: int) -> None:
+        """MMEngine's, without its warning for a count inside a window (``Resumed iteration
+        number is not divisible by ...``, some gradients lost): the runner calls it with the
+        run's iteration where xmr's windows count within each phase, and a checkpoint of this
+        wrapper carries the window's gradients; :class:`~xmr.engine.loops.PhasedTrainLoop`
+        warns where a run resumed inside a window has lost them."""
+        # Counted from 0, MMEngine finds no window under way.
+        super().initialize_count_status(model, 0, max_counts)
+        self._inner_count = init_counts
+
     def _window_grads(self) -> list[torch.Tensor | None]:
         """Each parameter's gradient (of ``param_groups`` in order) copied to the host."""
         return [None if p.grad is None else p.grad.detach().to('cpu', copy=True)
