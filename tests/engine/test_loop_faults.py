@@ -497,3 +497,25 @@ def test_a_phase_resumed_on_a_loader_that_cannot_skip_reads_and_drops_what_came_
     assert warnings == ['phase cross_lingual: resuming at iteration 9: its dataloader batches '
                         'with NumberedPasses, whose batches cannot be skipped without drawing '
                         'them; reading and dropping 4 batches']
+
+
+def test_an_error_ending_the_workers_of_a_failed_run_leaves_the_run_s_error_raised(
+        tmp_path, monkeypatch):
+    """The disk fills during an iteration, then ending the persistent loader workers fails too:
+    the run raises the full disk, with the second error logged and noted on it."""
+    runner = Runner.from_cfg(make_cfg(tmp_path))
+
+    def disk_full(data_batch) -> None:
+        raise OSError(28, 'No space left on device')
+
+    def workers_stuck() -> None:
+        raise RuntimeError('DataLoader worker (pid 4321) did not exit')
+
+    monkeypatch.setattr(runner.train_loop, 'run_iter', disk_full)
+    monkeypatch.setattr(loops, 'end_persistent_workers', workers_stuck)
+    with pytest.raises(OSError, match='No space left on device') as raised:
+        runner.train()
+    assert raised.value.__notes__ == [
+        'while handling it, end_persistent_workers raised RuntimeError: DataLoader worker '
+        '(pid 4321) did not exit (logged with its traceback)']
+    assert 'in workers_stuck' in log_text(tmp_path)

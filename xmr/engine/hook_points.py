@@ -6,6 +6,7 @@ optional and reaches only the hooks that define it.
 """
 from __future__ import annotations
 
+import functools
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,10 +36,19 @@ def call_failure_point(runner, name: str, failure: BaseException) -> None:
     A ``KeyboardInterrupt`` during the handlers stops them, as the user asked.
     """
     for hook, method in _defining(runner, name):
-        try:
-            method(runner)
-        except Exception as error:  # noqa: BLE001  (reported below; the next hooks must run)
-            _report_handler_error(runner, f'{type(hook).__name__}.{name}', error, failure)
+        call_while_failing(runner, f'{type(hook).__name__}.{name}',
+                           functools.partial(method, runner), failure)
+
+
+def call_while_failing(runner, handler: str, function: Callable[[], Any],
+                       failure: BaseException) -> None:
+    """``function()``, named ``handler``, while the run fails with ``failure``, which the caller
+    re-raises: an ``Exception`` it raises is logged with its traceback and noted on
+    ``failure``, which stays the run's error (a ``KeyboardInterrupt`` goes through)."""
+    try:
+        function()
+    except Exception as error:  # noqa: BLE001  (reported below; the run's error is raised)
+        _report_handler_error(runner, handler, error, failure)
 
 
 def _report_handler_error(runner, handler: str, error: Exception,

@@ -27,7 +27,7 @@ from xmr.engine.epoch_counts import (
 )
 from xmr.engine.eval_loops import check_media_exist, expected_metric_keys, scored_loaders
 from xmr.engine.feature_cache import prepare_feature_caches
-from xmr.engine.hook_points import call_failure_point
+from xmr.engine.hook_points import call_failure_point, call_while_failing
 from xmr.engine.hooks.checkpoint import check_metric_names
 from xmr.engine.hooks.preemption import (
     end_persistent_workers,
@@ -785,15 +785,18 @@ class PhasedTrainLoop(BaseLoop):
         notebook whose run raised neither keeps the work dir locked nor swallows SIGTERM. Every
         hook's runs even when one before it raises, and the run's own error is the one raised
         (:func:`~xmr.engine.hook_points.call_failure_point`).
-        Persistent DataLoader workers, which ignore SIGTERM, end with training either way.
+        Persistent DataLoader workers, which ignore SIGTERM, end with training either way; an
+        error in ending them is the run's own only where training succeeded.
         """
         try:
-            return self._run_phases()
+            model = self._run_phases()
         except BaseException as failure:
             call_failure_point(self.runner, 'after_failed_train', failure)
+            call_while_failing(self.runner, 'end_persistent_workers', end_persistent_workers,
+                               failure)
             raise
-        finally:
-            end_persistent_workers()
+        end_persistent_workers()
+        return model
 
     def _run_phases(self) -> torch.nn.Module:
         self._check_before_training()
