@@ -1130,6 +1130,19 @@ def test_a_run_resumed_inside_a_window_steps_on_the_window_s_gradients(accumulat
     assert lost_window_warnings(runner) == []
 
 
+def test_a_run_resumed_in_a_phase_s_first_window_is_not_told_adam_restarts(accumulated_run,
+                                                                            tmp_path):
+    """Iteration 4's checkpoint comes one iteration into cross_lingual, before its first step:
+    its optimiser has no state, as the uninterrupted run's had none there."""
+    _, whole = accumulated_run
+    torch.manual_seed(0)
+    train(accumulating_cfg(tmp_path, checkpoint_interval=4, stop_after=4))
+    runner, resumed = train(accumulating_cfg(tmp_path, resume_from=tmp_path / 'iter_4.pth'))
+    assert [r['losses'] for r in resumed] == [r['losses'] for r in whole[4:]]
+    log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
+    assert 'without optimiser state' not in log
+
+
 def test_a_run_resumed_inside_a_window_without_its_gradients_says_so(tmp_path):
     """Iteration 6's checkpoint without ``pending_grads`` (as MMEngine's wrappers write it):
     the warning names the phase, where in the window it resumed and what the step sums."""

@@ -717,8 +717,10 @@ class PhasedTrainLoop(BaseLoop):
         return iterator
 
     def _warn_if_optimiser_restarts(self, phase: Phase) -> None:
-        """A phase resumed in its middle from a checkpoint without optimiser state (``best_*``)."""
-        if not self.runner.optim_wrapper.optimizer.state:
+        """A phase resumed in its middle, after its first step, from a checkpoint without
+        optimiser state (``best_*``); inside its first accumulation window it has none yet."""
+        stepped = self._iter - phase.start >= self._accumulation_window()
+        if stepped and not self.runner.optim_wrapper.optimizer.state:
             self.runner.logger.warning(
                 f'phase {phase.name}: resumed at iteration {self._iter} from a checkpoint '
                 'without optimiser state (best_*.pth keeps only weights): Adam restarts from '
@@ -729,7 +731,7 @@ class PhasedTrainLoop(BaseLoop):
         """A phase resumed inside a gradient-accumulation window from a checkpoint without the
         window's gradients (``optimizer.pending_grads``: one of MMEngine's wrappers, or several
         ranks' saved without xmr's ``CheckpointHook``)."""
-        window = getattr(self.runner.optim_wrapper, '_accumulative_counts', 1)
+        window = self._accumulation_window()
         done = (self._iter - phase.start) % window
         if done and all(p.grad is None for p in self.model.parameters()):
             self.runner.logger.warning(
@@ -738,6 +740,10 @@ class PhasedTrainLoop(BaseLoop):
                 "their gradients (optimizer.pending_grads): the window's step sums the "
                 f'iterations from {self._iter + 1} on alone and the run departs from the '
                 "uninterrupted one; xmr's OptimWrapper and CheckpointHook save them")
+
+    def _accumulation_window(self) -> int:
+        """The iterations of a gradient-accumulation window (``accumulative_counts``; 1)."""
+        return getattr(self.runner.optim_wrapper, '_accumulative_counts', 1)
 
     def _set_lr(self, phase: Phase) -> None:
         factor = phase_lr_factor(self._iter - phase.start, phase.iters, phase.warmup_ratio,
