@@ -18,7 +18,7 @@ from mmengine.utils import import_modules_from_strings
 
 from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
 from xmr.packaged import CONFIG_SCHEME, config_path
-from xmr.utils.cli import UserError, did_you_mean
+from xmr.utils.cli import UserError, did_you_mean, quiet_on_other_processes
 
 __all__ = ['DEFAULT_WORK_DIR', 'add_config_arguments', 'check_evaluation_keys',
            'check_run_values', 'config_file', 'load_run_config', 'merge_options']
@@ -75,10 +75,12 @@ def add_config_arguments(parser: argparse.ArgumentParser,
 def add_launcher_arguments(parser: argparse.ArgumentParser, doing: str) -> None:
     """``--launcher`` (MMEngine's: ``none``, ``pytorch`` under torchrun, ``slurm``, ``mpi``) and
     the ``--local_rank`` that ``torch.distributed.launch`` passes, for a tool ``doing`` its work
-    on every process of a job (``'training'``)."""
+    on every process of a job (``'training'``). Its usage errors are printed by one process a
+    node (:func:`~xmr.utils.cli.quiet_on_other_processes`)."""
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help=f'job launcher for distributed {doing}')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    quiet_on_other_processes(parser)
 
 
 def import_custom_modules(config: str | os.PathLike, cfg: Config) -> None:

@@ -179,3 +179,21 @@ def test_an_unexpected_error_or_one_after_the_group_starts_is_printed_by_every_r
             'error: shard-1: is missing\n'
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize('tool', ['train', 'test', 'cache_features'])
+def test_a_usage_error_under_a_launcher_is_printed_by_local_rank_0_alone(tool, monkeypatch,
+                                                                        capsys):
+    """argparse printed its usage and error itself, once per torchrun process; the others now
+    exit with the same status, silent."""
+    module = runpy.run_path(str(TOOLS / f'{tool}.py'))
+    for name in ('LOCAL_RANK', 'SLURM_LOCALID', 'OMPI_COMM_WORLD_LOCAL_RANK'):
+        monkeypatch.delenv(name, raising=False)
+    for rank, printed in (('1', False), ('0', True)):
+        monkeypatch.setenv('LOCAL_RANK', rank)
+        with pytest.raises(SystemExit) as exit_info:
+            module['parse_args'](['--cfg-options', 'resume'])
+        assert exit_info.value.code == EXIT_ERROR
+        err = capsys.readouterr().err
+        assert ("'resume' is no KEY=VALUE" in err and 'usage:' in err) is printed
+        assert bool(err) is printed

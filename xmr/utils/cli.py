@@ -7,10 +7,12 @@ with ``--debug``. Library code raises :class:`UserError` where it knows the faul
 other exceptions still produce one line (marked as unexpected unless xmr raised it on
 purpose, e.g. a ``MediaReadError`` naming the file), so that no tool prints a raw traceback by
 default. Under a launcher (torchrun, srun, mpirun), a refusal before the process group starts is
-printed by the first process of each node alone; every process still exits with status 2.
+printed by the first process of each node alone, a bad flag's usage error included
+(:func:`quiet_on_other_processes`); every process still exits with status 2.
 """
 from __future__ import annotations
 
+import argparse
 import difflib
 import os
 import sys
@@ -18,7 +20,8 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'run_tool']
+__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'quiet_on_other_processes',
+           'run_tool']
 
 EXIT_ERROR = 2
 DEBUG_FLAG = '--debug'
@@ -142,9 +145,31 @@ def _printed_by_another_process(error: BaseException) -> bool:
     (one line per node, so that a file missing on one node is still named). An unexpected
     error, or any error once the group exists, may be its process's own: each prints it.
     """
-    if not _expected(error) or _process_group_started():
+    return _expected(error) and _another_process_reports()
+
+
+def _another_process_reports() -> bool:
+    """Whether this process is not its node's local rank 0, before any process group exists."""
+    if _process_group_started():
         return False
     return any(os.environ.get(name, '0') not in ('', '0') for name in LOCAL_RANK_VARIABLES)
+
+
+def quiet_on_other_processes(parser: argparse.ArgumentParser) -> None:
+    """Have the node's local rank 0 alone print ``parser``'s usage errors (a bad flag, a
+    missing argument); the other processes of the launch exit with the same status, silent.
+
+    argparse prints its usage and error itself, before :func:`run_tool` sees the exit, so
+    under torchrun a mistyped flag came out once per process.
+    """
+    print_and_exit = parser.error
+
+    def error(message: str) -> NoReturn:
+        if _another_process_reports():
+            raise SystemExit(EXIT_ERROR)
+        print_and_exit(message)
+
+    parser.error = error  # type: ignore[method-assign]
 
 
 def _process_group_started() -> bool:
