@@ -96,16 +96,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     from mmengine.runner import set_random_seed
 
     from xmr.apis import read_checkpoint
-    from xmr.engine.determinism import prepare_deterministic_cuda
-    from xmr.engine.distributed import start_distributed
-    from xmr.engine.threads import set_cpu_threads
+    from xmr.engine.process import prepare_process
     from xmr.registry import DATASETS, MODELS
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
-    set_cpu_threads(cfg)
-    prepare_deterministic_cuda(cfg)
-    start_distributed(cfg, args.launcher)
+    prepare_process(cfg, args.launcher, start_group=True)
     found = list(cached_dataset_cfgs(cfg))
     if not found:
         raise ValueError(f'{args.config} uses no CachedFeatureDataset; wrap a dataset in one '

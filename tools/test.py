@@ -318,16 +318,12 @@ def run_test(args: argparse.Namespace):
     from mmengine.runner import Runner
 
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
-    from xmr.engine.determinism import prepare_deterministic_cuda
-    from xmr.engine.distributed import setup_cpu_distributed
-    from xmr.engine.threads import set_cpu_threads
+    from xmr.engine.process import prepare_process
     from xmr.engine.wrappers import unwrap_model
     from xmr.evaluation import EvaluationResult, clip_benchmark_records, scored_datasets
 
     cfg = build_config(args)
-    set_cpu_threads(cfg)
-    prepare_deterministic_cuda(cfg)
-    setup_cpu_distributed(cfg, args.launcher)
+    prepare_process(cfg, args.launcher)
     runner = Runner.from_cfg(cfg)
     model = unwrap_model(runner.model)
     try:

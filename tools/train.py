@@ -184,18 +184,15 @@ def main(argv: list[str] | None = None) -> None:
     from mmengine.logging import print_log
 
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
-    from xmr.engine.determinism import prepare_deterministic_cuda
-    from xmr.engine.distributed import launcher_rank, setup_cpu_distributed
+    from xmr.engine.distributed import launcher_rank
     from xmr.engine.hooks import PreemptionHook
+    from xmr.engine.process import prepare_process
     from xmr.engine.runner import ResumeCheckedRunner
-    from xmr.engine.threads import set_cpu_threads
     from xmr.engine.work_dir import lock_work_dir, unlock_work_dir
 
     allow_mmengine_checkpoint_types()
     cfg = build_config(args)
-    set_cpu_threads(cfg)
-    prepare_deterministic_cuda(cfg)
-    setup_cpu_distributed(cfg, args.launcher)
+    prepare_process(cfg, args.launcher)
     if launcher_rank(args.launcher) == 0:
         # Before the runner: it dumps the config and opens its log in the work dir, which a
         # second run must not touch while another trains there (WorkDirLockHook holds it on).

@@ -6,7 +6,8 @@ CUDA >= 10.2 (a ``RuntimeError`` at the first step, after the model was built an
 loaded) unless the environment variable ``CUBLAS_WORKSPACE_CONFIG`` is ``:4096:8`` or ``:16:8``,
 cuBLAS's fixed workspaces (torch's "Reproducibility" notes). torch reads the variable once, at
 the process's first cuBLAS call, so ``tools/train.py``, ``tools/test.py`` and
-``tools/cache_features.py`` call :func:`prepare_deterministic_cuda` as the config is loaded,
+``tools/cache_features.py`` call :func:`prepare_deterministic_cuda`
+(:func:`~xmr.engine.process.prepare_process`) as the config is loaded,
 before anything can touch the GPU: DDP's device set-up, the model's move, a checkpoint's load.
 """
 from __future__ import annotations

@@ -6,7 +6,8 @@ thread that waits spins (OpenMP), so whatever else runs (data loading, the syste
 preempts one thread and the other burns its core waiting. On the demo's source_finetune step
 (2 shared cores, load ~6) two threads took 7.4 s and 2.5 CPU-s per step, one thread 1.3 s and
 0.4 CPU-s (docs/getting_started.md). ``tools/train.py``, ``tools/test.py`` and
-``tools/cache_features.py`` therefore set the count themselves, in this order:
+``tools/cache_features.py`` therefore set the count themselves
+(:func:`~xmr.engine.process.prepare_process`), in this order:
 
 1. ``OMP_NUM_THREADS`` in the environment (the user's word for this run), but for the 1 that
    torchrun sets where ``tools/dist_train.sh``'s caller set none (:data:`CALLER_SET_NO_OMP`);

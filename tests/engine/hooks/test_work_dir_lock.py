@@ -80,13 +80,13 @@ def test_only_the_first_task_of_a_launcher_takes_the_lock_before_the_runner(
     from its launcher's variable, so the second task neither takes nor trips on the lock."""
     import mmengine.runner
 
-    import xmr.engine.distributed
+    import xmr.engine.process
 
     tool = train_tool()
     (tmp_path / LOCK_NAME).write_text(f'{other_process} {socket.gethostname()}\n')
     for name in ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK'):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(xmr.engine.distributed, 'setup_cpu_distributed', lambda *args: None)
+    monkeypatch.setattr(xmr.engine.process, 'setup_cpu_distributed', lambda *args: None)
 
     def reached(cfg):
         raise RuntimeError('the runner is built')
