@@ -690,3 +690,18 @@ def test_a_cached_gallery_without_the_hook_that_prepares_it_is_refused(tmp_path,
                  f'{split}_cfg = None'):
         child.write_text(body + more + '\n')
         check_cached_galleries(load_run_config(child), split)
+
+
+@pytest.mark.parametrize('name, fix', [
+    ('README.md', 'give the path of a .py config, such as '
+                  'configs/demo/static_tiny-clip_synthetic.py'),
+    ('iter_8.pth', 'give the config first, then the checkpoint: tools/test.py CONFIG CHECKPOINT'),
+])
+def test_a_file_that_is_no_config_is_named_with_the_fix(tmp_path, name, fix):
+    """MMEngine's 'Only py/yml/yaml/json type are supported now!' named neither the file nor
+    the fix (a checkpoint given before the config, say)."""
+    (tmp_path / name).write_bytes(b'')
+    with pytest.raises(UserError) as refused:
+        load_run_config(tmp_path / name)
+    assert str(refused.value) == (f'{tmp_path / name}: is no config file (a config is a .py, '
+                                  f'.json, .yml, .yaml file): {fix}')

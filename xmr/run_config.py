@@ -118,7 +118,8 @@ def config_file(config: str | os.PathLike) -> str | os.PathLike:
     """The file ``config`` names (``xmr::<path>``: the packaged config).
 
     Raises:
-        UserError: there is no such file.
+        UserError: there is no such file, or it is of a kind MMEngine reads no config from
+            (:data:`CONFIG_SUFFIXES`; its own error named no file: a checkpoint given first).
     """
     if str(config).startswith(CONFIG_SCHEME):
         config = config_path(str(config))
@@ -126,7 +127,17 @@ def config_file(config: str | os.PathLike) -> str | os.PathLike:
         raise UserError(config, 'config file does not exist',
                         'give the path of a config file, or name a config xmr ships as '
                         f"'{CONFIG_SCHEME}demo/static_tiny-clip_synthetic.py'")
+    suffix = os.path.splitext(config)[1]
+    if suffix not in CONFIG_SUFFIXES:
+        raise UserError(config, f'is no config file (a config is a {", ".join(CONFIG_SUFFIXES)} '
+                        'file)', 'give the config first, then the checkpoint: tools/test.py '
+                        'CONFIG CHECKPOINT' if suffix == '.pth' else 'give the path of a .py '
+                        'config, such as configs/demo/static_tiny-clip_synthetic.py')
     return config
+
+
+#: The files MMEngine's ``Config.fromfile`` reads.
+CONFIG_SUFFIXES = ('.py', '.json', '.yml', '.yaml')
 
 
 #: MMEngine's refusal of a dict that merges into a list, when the dict's keys are indices.
