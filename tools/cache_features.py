@@ -37,7 +37,7 @@ from xmr.run_config import (
     add_launcher_arguments,
     load_run_config,
 )
-from xmr.utils.cli import run_tool
+from xmr.utils.cli import UserError, int_at_least, run_tool
 
 LOADER_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
@@ -52,8 +52,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         f'{DEFAULT_WORK_DIR}, as tools/train.py)')
     parser.add_argument('--device', default=None,
                         help="device of the towers (default: 'cuda' when available, else 'cpu')")
-    parser.add_argument('--batch-size', type=int, help="override each cache's batch_size")
-    parser.add_argument('--num-workers', type=int, help="override each cache's num_workers")
+    parser.add_argument('--batch-size', type=int_at_least(1),
+                        help="override each cache's batch_size")
+    parser.add_argument('--num-workers', type=int_at_least(0),
+                        help="override each cache's num_workers")
     add_config_arguments(parser)
     add_launcher_arguments(parser, 'building (each process its share of the rows)')
     args = parser.parse_args(argv)
@@ -89,9 +91,51 @@ def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
                        dataset)
 
 
+def check_checkpoint_option(checkpoint: str | None) -> None:
+    """``--checkpoint``, checked before the model is built (tens of seconds in).
+
+    Raises:
+        UserError: no such file, naming it and the fix.
+        CheckpointReadError: an empty, foreign, truncated or damaged file.
+    """
+    from xmr.engine.checkpoint import check_checkpoint
+
+    if checkpoint is None:
+        return
+    if not os.path.isfile(checkpoint):
+        raise UserError(checkpoint, '--checkpoint does not exist', 'give a .pth written by '
+                        'tools/train.py, or leave --checkpoint out for the weights the config '
+                        'builds')
+    check_checkpoint(checkpoint)
+
+
+def towers_device(name: str | None) -> str:
+    """The device the towers run on: ``--device``, checked before the model is built, or the
+    first GPU, else the CPU.
+
+    Raises:
+        UserError: a device torch does not know, or a GPU this machine lacks, naming the value
+            and the devices there are.
+    """
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if name is None:
+        return 'cuda' if gpus else 'cpu'
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f'--device {name}', 'is no torch device',
+                        'give cpu, cuda or cuda:N') from None
+    if device.type == 'cuda' and (device.index or 0) >= gpus:
+        raise UserError(f'--device {name}', f'this machine has {gpus} CUDA device(s)',
+                        'leave --device out (the first GPU, else the CPU), or give cpu'
+                        + (f' or cuda:0 to cuda:{gpus - 1}' if gpus else ''))
+    return name
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
-    import torch
     from mmengine.dist import is_main_process
     from mmengine.runner import set_random_seed
 
@@ -101,12 +145,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
+    check_checkpoint_option(args.checkpoint)
+    device = towers_device(args.device)
     prepare_process(cfg, args.launcher, start_group=True)
     found = list(cached_dataset_cfgs(cfg))
     if not found:
         raise ValueError(f'{args.config} uses no CachedFeatureDataset; wrap a dataset in one '
                          '(docs/benchmarks.md, "Feature cache")')
-    device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     # Seeded as the runner seeds before it builds the model, so that towers built from random
     # weights (the demo's) are those training builds, and its phases read the caches.
     randomness = cfg.get('randomness') or {}

@@ -222,3 +222,33 @@ def test_a_cache_decodes_media_in_as_many_workers_as_its_loader_has_unless_told(
     assert [(where, dataset['num_workers'])
             for where, dataset in cache_features.cached_dataset_cfgs(cfg)] == [
         ('train_cfg.phases[cross_lingual]', 3), ('train_cfg.phases[cross_modal]', 1)]
+
+
+class BuildStarted(Exception):
+    """Raised in place of the process's set-up, which comes before the model is built."""
+
+
+@pytest.mark.parametrize('options, message', [
+    (['--checkpoint', 'no_such.pth'], 'error: no_such.pth: --checkpoint does not exist: give a '
+     '.pth written by tools/train.py, or leave --checkpoint out'),
+    (['--device', 'gpu'], 'error: --device gpu: is no torch device: give cpu, cuda or cuda:N'),
+    (['--device', 'cuda:64'], 'error: --device cuda:64: this machine has '),
+    (['--batch-size', '0'], "argument --batch-size: '0' is no whole number >= 1"),
+    (['--num-workers', 'two'], "argument --num-workers: 'two' is no whole number >= 0"),
+])
+def test_a_bad_option_is_named_before_the_model_is_built(tmp_path, monkeypatch, capsys, options,
+                                                         message):
+    """A missing --checkpoint and a device without CUDA ('Found no NVIDIA driver', unexpected)
+    were met once the model was built; --batch-size 0 divided by zero as the cache began, in
+    the work dir it had made."""
+    import xmr.engine.process
+    from xmr.utils.cli import EXIT_ERROR, run_tool
+
+    def started(*args, **kwargs):
+        raise BuildStarted
+
+    monkeypatch.setattr(xmr.engine.process, 'prepare_process', started)
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(cache_features.main, [str(write_config(tmp_path)), *options])
+    assert exit_info.value.code == EXIT_ERROR
+    assert message in capsys.readouterr().err

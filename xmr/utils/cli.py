@@ -20,8 +20,8 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'quiet_on_other_processes',
-           'run_tool']
+__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'int_at_least',
+           'quiet_on_other_processes', 'run_tool']
 
 EXIT_ERROR = 2
 DEBUG_FLAG = '--debug'
@@ -31,6 +31,22 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'X'?)`` for the choice closest to a misspelt ``word``, else ``''``."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ''
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type`` taking a whole number of at least ``minimum``, whose usage error
+    names the value (``--batch-size 0`` divided by zero once the model was built)."""
+
+    def whole_number(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            number = None
+        if number is None or number < minimum:
+            raise argparse.ArgumentTypeError(f'{text!r} is no whole number >= {minimum}')
+        return number
+
+    return whole_number
 
 
 class UserError(Exception):
