@@ -96,15 +96,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def check_inputs(args: argparse.Namespace) -> None:
-    """The config and the checkpoint exist: checked first, so that a mistyped path is named
-    as such, not as the earlier result beside the checkpoint it would be tested into."""
+    """The config and the checkpoint exist, and the checkpoint is a whole one: checked first,
+    so that a mistyped path is named as such, not as the earlier result beside the checkpoint
+    it would be tested into, and a damaged checkpoint before the runner is built.
+
+    Raises:
+        UserError: no such config or checkpoint, naming it.
+        CheckpointReadError: an empty, foreign, truncated or damaged checkpoint.
+    """
+    from xmr.engine.checkpoint import check_checkpoint
+
     config_file(args.config)
     if not osp.isfile(args.checkpoint):
         raise UserError(args.checkpoint, 'checkpoint does not exist',
                         'give a .pth written by tools/train.py')
+    check_checkpoint(args.checkpoint)
 
 
 def build_config(args: argparse.Namespace) -> Config:
+    """The test run's config, checked before anything is written (the result's folder made).
+
+    Raises:
+        UserError: the config has no test split, metric or loop (a training part, a
+            ``_base_`` file), naming the keys.
+    """
     # MMEngine dumps the config into its work dir: the training run's dump (beside its
     # checkpoints, whatever --work-dir it trained with) must not be replaced by the test's.
     # Beside the result, whose folder is checked writable (the checkpoint's, without --out).
@@ -114,8 +129,9 @@ def build_config(args: argparse.Namespace) -> Config:
     missing = [key for key in ('test_dataloader', 'test_evaluator', 'test_cfg')
                if cfg.get(key) is None]
     if missing:
-        raise SystemExit(f'error: config {args.config} has no {", ".join(missing)}; a test run '
-                         'needs the test split(s), their metrics and the test loop')
+        raise UserError(args.config, f'has no {", ".join(missing)}: a test run needs the test '
+                        'split(s), their metrics and the test loop', 'give a config that tests '
+                        'a model (configs/<method>/*.py), not a _base_ part')
     check_cached_galleries(cfg, 'test')
     cfg.launcher = args.launcher
     # The checkpoint is loaded strictly below; the runner must neither load nor resume.
@@ -307,23 +323,21 @@ def check_test_languages(runner, model) -> None:
         check_media_sizes(model, {where: loader.dataset})
 
 
-def run_test(args: argparse.Namespace):
-    """Test the checkpoint; return its :class:`~xmr.evaluation.EvaluationResult` and metrics.
+def run_test(args: argparse.Namespace, cfg: Config):
+    """Test the checkpoint with ``cfg``; return its :class:`~xmr.evaluation.EvaluationResult`
+    and metrics.
 
-    Its inputs are checked first (:func:`check_inputs`, by :func:`main`). The second value lists
-    the test metrics with their datasets
-    (:func:`~xmr.evaluation.scored_datasets`); with ``--format clip_benchmark`` they must include
-    one CLIP_benchmark can be compared with, checked before any encoding.
+    Its inputs and ``cfg`` are checked first, the process set up (:func:`main`). The second
+    value lists the test metrics with their datasets (:func:`~xmr.evaluation.scored_datasets`);
+    with ``--format clip_benchmark`` they must include one CLIP_benchmark can be compared with,
+    checked before any encoding.
     """
     from mmengine.runner import Runner
 
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
-    from xmr.engine.process import prepare_process
     from xmr.engine.wrappers import unwrap_model
     from xmr.evaluation import EvaluationResult, clip_benchmark_records, scored_datasets
 
-    cfg = build_config(args)
-    prepare_process(cfg, args.launcher)
     runner = Runner.from_cfg(cfg)
     model = unwrap_model(runner.model)
     try:
@@ -408,6 +422,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from mmengine.dist import is_main_process
 
+    from xmr.engine.process import prepare_process
     from xmr.evaluation import leaderboard_markdown, load_result, save_result_files
 
     results = []
@@ -420,10 +435,12 @@ def main(argv: list[str] | None = None) -> None:
         print_for_reader(leaderboard_markdown(shown_rows(args, results)))
         return
     check_inputs(args)
+    cfg = build_config(args)
+    prepare_process(cfg, args.launcher)
     json_path, csv_path = output_paths(args)
     check_writable(json_path, args.overwrite)
     check_work_dir(args)
-    result, scored = run_test(args)
+    result, scored = run_test(args, cfg)
     if not is_main_process():
         return
     # The table is printed before anything is written, so a failing write never hides it;

@@ -20,7 +20,7 @@ from mmengine.config import Config
 from PIL import Image
 
 import xmr
-from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
+from tests.conftest import REPO, tiny_branch_cfg, tiny_retriever_cfg
 from tests.test_run_config import cached_gallery_config
 from xmr import evaluation
 from xmr.apis import encode_media, encode_texts, init_retriever
@@ -267,7 +267,7 @@ def test_out_is_checked_before_testing_and_the_table_is_printed_even_if_saving_f
     tool = load_tool()
     (root / 'file').write_text('')
     tested = []
-    monkeypatch.setattr(tool, 'run_test', lambda args: tested.append(args))
+    monkeypatch.setattr(tool, 'run_test', lambda args, cfg: tested.append(args))
     with pytest.raises(SystemExit) as exit_info:
         run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--out',
                              str(root / 'file' / 'r.json')])
@@ -341,7 +341,7 @@ def test_only_an_earlier_result_is_replaced_and_only_with_overwrite(synthetic_se
     tested = []
     synthetic = dict(dataset='synthetic', split='test', languages=['de'])
 
-    def fake_test(args):
+    def fake_test(args, cfg):
         tested.append(args)
         return EvaluationResult(f'run {len(tested)}', {'synthetic/de/AR': float(len(tested)),
                                                        'synthetic/mAR': float(len(tested))},
@@ -397,7 +397,8 @@ def test_a_result_the_leaderboard_cannot_show_is_saved_all_the_same(synthetic_se
     root, config = synthetic_setup
     tool = load_tool()
     metrics = {'synthetic/de/t2i_R@5': 40.0}
-    monkeypatch.setattr(tool, 'run_test', lambda args: (EvaluationResult('r5', metrics), []))
+    monkeypatch.setattr(tool, 'run_test', lambda args, cfg: (EvaluationResult('r5', metrics),
+                                                                []))
     with pytest.raises(SystemExit):
         run_tool(tool.main, [str(config()), str(root / 'model.pth')])
     assert re.match(r'error: .*hold no retrieval metric.*; the result is saved: .*model_test\.json',
@@ -428,7 +429,7 @@ def test_an_earlier_results_clip_benchmark_files_go_with_it(synthetic_setup, cap
     tool = load_tool()
     runs = [['de', 'zh'], ['de']]
 
-    def fake_test(args):
+    def fake_test(args, cfg):
         languages = runs.pop(0)
         metrics = {f'synthetic/{lang}/{direction}_R@1': 50.0
                    for lang in languages for direction in ('t2i', 'i2t')}
@@ -666,7 +667,7 @@ path, run, moment = sys.argv.pop(1), int(sys.argv.pop(1)), sys.argv.pop(1)
 spec = importlib.util.spec_from_file_location('xmr_test_tool', path)
 tool = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tool)
-tool.run_test = lambda args: (EvaluationResult(
+tool.run_test = lambda args, cfg: (EvaluationResult(
     f'run {run}', {'synthetic/de/AR': float(run), 'synthetic/mAR': float(run)},
     checkpoint=args.checkpoint, test_sets=[dict(dataset='synthetic', split='test',
                                                 languages=['de'])]), [])
@@ -712,3 +713,37 @@ def test_a_test_killed_while_saving_keeps_the_earlier_result_whole(synthetic_set
     assert sorted(path.name for path in root.glob('model_test*')) == [
         'model_test.csv', 'model_test.json']
     assert not list(root.glob('.*.tmp'))
+
+
+@pytest.mark.parametrize('case', ['not a test config', 'damaged checkpoint', 'option typo'])
+def test_a_bad_config_or_checkpoint_is_refused_before_the_result_folder_or_runner(
+        synthetic_setup, capsys, monkeypatch, case):
+    """The folder of --out was made first, and a damaged checkpoint was met once the runner
+    had been built (its hooks listed in the log)."""
+    import mmengine.runner
+
+    root, config = synthetic_setup
+    argv = [str(config()), str(root / 'model.pth'), '--out', str(root / 'new' / 'r.json')]
+    if case == 'not a test config':
+        argv[0] = str(REPO / 'configs' / '_base_' / 'default_runtime.py')
+        message = (f'error: {argv[0]}: has no test_dataloader, test_evaluator, test_cfg: a test '
+                   'run needs the test split(s), their metrics and the test loop: give a config '
+                   'that tests a model (configs/<method>/*.py), not a _base_ part\n')
+    elif case == 'damaged checkpoint':
+        (root / 'model.pth').write_bytes(b'not a checkpoint')
+        message = (f'error: {root / "model.pth"}: not a checkpoint: neither a torch zip archive '
+                   'nor a pickle; give a .pth written by torch.save (tools/train.py writes them)\n')
+    else:
+        argv += ['--cfg-options', 'test_dataloader.0.batch_sise=4']
+        message = ("error: test_dataloader.0: unknown option 'batch_sise' (did you mean "
+                   "'batch_size'?)")
+
+    def built(*args, **kwargs):
+        raise AssertionError('the runner was built')
+
+    monkeypatch.setattr(mmengine.runner.Runner, 'from_cfg', built)
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(load_tool().main, argv)
+    assert exit_info.value.code == EXIT_ERROR
+    assert capsys.readouterr().err.startswith(message)
+    assert not (root / 'new').exists()
