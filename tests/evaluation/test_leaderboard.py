@@ -213,7 +213,8 @@ def test_rows_summarising_a_dataset_differently_get_columns_titled_by_their_stat
         ['model', 'm/de/AR', 'm/de/t2i_R@1', 'm/mAR', 'm/t2i_R@1_sum'],
         [['both', '50.00', '30.00', '50.00', '-'], ['t2i', '-', '20.00', '-', '20.00']])
     assert column_legend([both, one_way]) == ['m: AR = mean of R@1 both ways; mAR = mean AR',
-                                              'm: text→image R@1, summed']
+                                              'm: text→image R@1 summed over the target '
+                                              'languages']
 
 
 def test_bare_keys_beside_prefixed_ones_are_not_called_all_columns():
@@ -271,7 +272,7 @@ def test_markdown_has_table_and_legend():
     assert table.splitlines()[2].startswith('| run   | 80.00')
     assert legend.splitlines() == [
         '- multi30k: AR = mean of R@1/5/10 both ways; mAR = mean AR',
-        '- msrvtt: text→video R@1, summed',
+        '- msrvtt: text→video R@1 summed over the target languages',
         '- xtd: mean of t2i and i2t R@1 (XTD10, PECTVLM)',
         "- mAR: over the languages each dataset's summary averages; AR = mean of R@1/5/10 "
         'both ways; mAR = mean AR',
@@ -417,7 +418,8 @@ def test_an_image_to_text_result_is_tabulated_by_its_r1_per_language():
                                        'fr/i2t_R@1': 20.0, 'i2t_R@1_sum': 80.0})
     assert leaderboard_table([one_way]) == (['model', 'de', 'fr', 'i2t_R@1_sum'],
                                             [['i2t', '60.00', '20.00', '80.00']])
-    assert column_legend([one_way]) == ['all columns: image→text R@1, summed']
+    assert column_legend([one_way]) == ['all columns: image→text R@1 summed over the target '
+                                        'languages']
 
 
 def test_a_result_without_a_summary_shows_its_languages():
@@ -514,3 +516,11 @@ def test_results_that_record_no_resolved_config_are_grouped_by_the_path_given():
 def test_results_that_cannot_be_averaged_over_seeds_are_refused_by_name(results, message):
     with pytest.raises(ValueError, match=message):
         mean_over_seeds(results)
+
+
+def test_a_sum_says_it_is_over_the_target_languages_where_the_result_records_none():
+    """A result written before the summed languages were recorded showed 'text→video R@1,
+    summed' beside an en column: the sum, 30 = de 20 + fr 10, is not the columns' 60."""
+    old = EvaluationResult('old', {'v/en/t2i_R@1': 30.0, 'v/de/t2i_R@1': 20.0,
+                                   'v/fr/t2i_R@1': 10.0, 'v/t2v_R@1_sum': 30.0})
+    assert column_legend([old]) == ['v: text→video R@1 summed over the target languages']

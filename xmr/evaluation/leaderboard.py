@@ -18,6 +18,11 @@ summary key          per-language column     table
 ``mAR``              ``{lang}/AR``           DASD Table 1 (Multi30K, MSCOCO); text_to_text
 ===================  ======================  ==========================================
 
+A sum (``..._R@1_sum``) adds the per-language R@1 of the metric's target languages
+(``RetrievalMetric.mean_languages``, by default every language but the source language ``en``),
+as ``mAR`` averages them: the ``en`` column shown beside it is not in it (the legend names the
+languages where the result records them).
+
 A dataset reporting several summaries is shown by the first of this order (an XTD10 few-shot run
 also reports ``mAR``; its published number is ``mean_R@1``). A dataset reporting no summary (a
 metric scoring English alone, with no target language to average) shows its per-language
@@ -80,11 +85,13 @@ class Headline(NamedTuple):
 HEADLINES: tuple[Headline, ...] = (
     Headline('mean_R@1', 'mean_R@1', 'mean of t2i and i2t R@1 (XTD10, PECTVLM)'),
     Headline('mean_t2i_R@10', 't2i_R@10', 'text→image R@10 (XTD10, M-CLIP)'),
-    Headline('t2v_R@1_sum', 't2i_R@1', 'text→video R@1, summed'),
-    Headline('t2i_R@1_sum', 't2i_R@1', 'text→image R@1, summed'),
-    Headline('t2s_R@1_sum', 't2s_R@1', 'target→source text R@1, summed'),
-    Headline('i2t_R@1_sum', 'i2t_R@1', 'image→text R@1, summed'),
-    Headline('s2t_R@1_sum', 's2t_R@1', 'source→target text R@1, summed'),
+    Headline('t2v_R@1_sum', 't2i_R@1', 'text→video R@1 summed over the target languages'),
+    Headline('t2i_R@1_sum', 't2i_R@1', 'text→image R@1 summed over the target languages'),
+    Headline('t2s_R@1_sum', 't2s_R@1',
+             'target→source text R@1 summed over the target languages'),
+    Headline('i2t_R@1_sum', 'i2t_R@1', 'image→text R@1 summed over the target languages'),
+    Headline('s2t_R@1_sum', 's2t_R@1',
+             'source→target text R@1 summed over the target languages'),
     Headline('mAR', 'AR', 'AR = mean of {recalls} both ways; mAR = mean AR'),
 )
 
