@@ -314,7 +314,9 @@ def test_bad_input_stops_with_a_clear_message(synthetic_setup, capsys):
          r"\['en', 'de', 'zh'\]"),
         ([str(config()), str(root / 'missing.pth')], 'error: .*missing.pth: checkpoint does '
          'not exist: give a .pth written by tools/train.py'),
-        (['--compare', str(root / 'nothing.json')], 'error: result file not found'),
+        (['--compare', str(root / 'nothing.json')], 'error: .*nothing.json: no such result '
+         r'file: give a result JSON tools/test.py wrote \(<checkpoint>_test.json, or its '
+         r'--out\)\n$'),
     ]
     for argv, message in cases:
         with pytest.raises(SystemExit) as exit_info:

@@ -600,12 +600,13 @@ def load_result(path: str | os.PathLike) -> EvaluationResult:
     """Read a result written by :func:`save_result` (``tools/test.py``).
 
     Raises:
-        FileNotFoundError: if the file does not exist.
+        FileNotFoundError: the file does not exist, naming it and the fix.
         ValueError: naming the file when it is not such a result.
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f'result file not found: {path}')
+        raise FileNotFoundError(f'{path}: no such result file: give a result JSON '
+                                'tools/test.py wrote (<checkpoint>_test.json, or its --out)')
     try:
         data = json.loads(path.read_text(encoding='utf-8'))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
