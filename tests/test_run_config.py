@@ -705,3 +705,16 @@ def test_a_file_that_is_no_config_is_named_with_the_fix(tmp_path, name, fix):
         load_run_config(tmp_path / name)
     assert str(refused.value) == (f'{tmp_path / name}: is no config file (a config is a .py, '
                                   f'.json, .yml, .yaml file): {fix}')
+
+
+def test_every_launcher_option_says_what_it_is_in_the_help():
+    """--local_rank stood in every tool's --help with no word on what it is or who gives it."""
+    import argparse
+
+    from xmr.run_config import add_launcher_arguments
+
+    parser = argparse.ArgumentParser()
+    add_launcher_arguments(parser, 'training')
+    helps = {action.dest: action.help for action in parser._actions if action.dest != 'help'}
+    assert helps['launcher'] == 'job launcher for distributed training'
+    assert 'torch.distributed.launch passes' in helps['local_rank']

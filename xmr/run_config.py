@@ -79,7 +79,9 @@ def add_launcher_arguments(parser: argparse.ArgumentParser, doing: str) -> None:
     node (:func:`~xmr.utils.cli.quiet_on_other_processes`)."""
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help=f'job launcher for distributed {doing}')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0,
+                        help="this process's rank on its node, which torch.distributed.launch "
+                        'passes; not for a command typed by hand')
     quiet_on_other_processes(parser)
 
 
