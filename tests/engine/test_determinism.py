@@ -73,7 +73,7 @@ def test_each_tool_sets_the_workspace_before_anything_can_start_cuda(unset, monk
     """torch reads the variable at the process's first cuBLAS call: set after the runner (DDP's
     device, the model's move) it would come too late."""
     monkeypatch.syspath_prepend(str(REPO / 'tools'))
-    (tmp_path / 'model.pth').write_bytes(b'')
+    torch.save({'state_dict': {}}, tmp_path / 'model.pth')
 
     def starting(*args, **kwargs):
         raise CudaCouldStart(os.environ.get(CUBLAS_WORKSPACE_CONFIG))

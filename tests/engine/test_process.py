@@ -52,7 +52,7 @@ def test_every_tool_sets_its_process_up_through_prepare_process(monkeypatch, tmp
                                                                 start_group):
     """The three tools made the same three calls each, a copy that could drift apart."""
     monkeypatch.syspath_prepend(str(REPO / 'tools'))
-    (tmp_path / 'model.pth').write_bytes(b'')
+    torch.save({'state_dict': {}}, tmp_path / 'model.pth')
 
     def prepared(cfg, launcher, *, start_group=False):
         raise Prepared(launcher, start_group)
