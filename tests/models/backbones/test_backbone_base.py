@@ -16,6 +16,7 @@ from xmr.models.backbones.base import (
     VisionLanguageBackbone,
     block_linear_shapes,
     check_tokenizer_fits,
+    position_ids,
     weights_fingerprint,
 )
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
@@ -161,3 +162,13 @@ def test_a_block_whose_attention_is_narrower_than_its_width_has_linear_shapes_to
     assert block_linear_shapes(8, 32, inner_dim=4) == {
         AdapterSite.ATTN_QKV: (8, 12), AdapterSite.ATTN_OUT: (4, 8),
         AdapterSite.MLP_FC: (8, 32), AdapterSite.MLP_PROJ: (32, 8)}
+
+
+def test_positions_counted_over_real_tokens_skip_a_token_read_as_padding():
+    """Hugging Face's RoBERTa / M2M100 numbering from ``first = pad_id + 1``: a token read as
+    padding (mid-caption or trailing) takes ``pad_id`` and the next real token continues the
+    count; without a mask the positions run by index."""
+    mask = torch.tensor([[True, True, False, True, False], [True, True, True, True, True]])
+    torch.testing.assert_close(position_ids(5, 2, mask),
+                               torch.tensor([[2, 3, 1, 4, 1], [2, 3, 4, 5, 6]]))
+    torch.testing.assert_close(position_ids(3, 2), torch.tensor([2, 3, 4]))

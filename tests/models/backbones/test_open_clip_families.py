@@ -166,6 +166,38 @@ def test_a_caption_spelling_the_end_token_is_pooled_where_open_clip_pools_it(nam
     assert not torch.allclose(expected[0], expected[2], atol=1e-3)
 
 
+#: Captions that write the padding token, in the pieces of each family's tokenizer.
+SPELLED_PAD = {'xlmr': ['a dog <pad> on the grass', '<pad> two cats', 'a dog on the grass'],
+               'nllb': ['a dog <pad> on grass', 'x <pad> y', 'a dog on grass']}
+
+
+@pytest.mark.parametrize('packed', [True, False])
+@pytest.mark.parametrize('name', ['xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear',
+                                  'roberta_mean_pooler_mlp', 'bert_cls_pooler_linear',
+                                  'mt5_mean_pooler_mlp', 'nllb_clip_cls_pooler_linear',
+                                  'nllb_mean_pooler_mlp_unscaled_embedding'])
+def test_a_caption_spelling_the_pad_token_is_read_as_open_clip_reads_it(name, packed,
+                                                                       tmp_path):
+    """open_clip's ``HFTextEncoder`` masks every id equal to the padding id, a caption's own
+    ``<pad>`` too, and RoBERTa's and M2M100's positions do not count it: the source path, padded
+    or packed, gives open_clip's ``encode_text`` on the same ids, and reports that token as not
+    real."""
+    backbone = _build(name, tmp_path)
+    backbone.text_tower.pack_tokens = packed
+    texts = SPELLED_PAD['nllb' if name.startswith('nllb') else 'xlmr']
+    tokens = backbone.tokenizer(texts, TEXT_LANGS)
+    pad_id = backbone.tokenizer.pad_id
+    spelled = tokens['attention_mask'] & (tokens['input_ids'] == pad_id)
+    assert spelled[:2].any(1).all() and not spelled[2].any()
+    with torch.no_grad():
+        expected = backbone.clip.encode_text(tokens['input_ids'], normalize=False)
+        torch.testing.assert_close(backbone.encode_source_text(tokens), expected,
+                                   atol=ATOL, rtol=RTOL)
+        out = backbone.encode_text_tokens(tokens)
+    torch.testing.assert_close(out.pooled, expected, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(out.mask, tokens['attention_mask'] & ~spelled)
+
+
 @pytest.mark.parametrize('name', ['siglip2_tanh_gelu', 'coca', 'xlmr_cls_pooler_linear',
                                   'mt5_mean_pooler_mlp', 'nllb_clip_cls_pooler_linear'])
 def test_source_path_equals_the_model_open_clips_own_factory_builds(name, tmp_path):

@@ -80,6 +80,15 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         end_id: the id whose first position the tower pools (open_clip's ``text_cfg.eos_id``
             of an ``'eos'``-pooled tower, MetaCLIP 2's); its source tokenizer must end captions
             with it. ``None``: the tokenizer's own end token.
+        masks_pad_id: the tower's own forward derives its key mask from the ids, ``ids !=
+            pad_id`` (open_clip's ``HFTextEncoder``; a ``TextTransformer`` with
+            ``use_pad_mask`` or ``embed_cls``), so a token of the caption whose id is
+            :attr:`pad_id` (a spelled ``<pad>``, CLIP's ``!`` piece) is masked and never pooled,
+            as padding is (:meth:`token_mask`).
+        positions_count_real_tokens: the tower numbers only the tokens it reads as real
+            (Hugging Face's RoBERTa and M2M100 derive position ids from the ids): a token read
+            as padding takes the padding position and does not advance the count
+            (:func:`position_ids`); its :meth:`add_positions` then takes the mask.
         reads_language_token: the tower was trained on captions that begin with their
             language's code token (NLLB), so its source tokenizer must write one
             (:attr:`~xmr.models.language.tokenizers.BaseTokenizer.writes_language_token`).
@@ -105,6 +114,8 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     pad_id: int | None = None
     pad_masked: bool | None = None
     end_id: int | None = None
+    masks_pad_id: bool = False
+    positions_count_real_tokens: bool = False
     reads_language_token: bool = False
     post_norm: bool = False
 
@@ -132,7 +143,26 @@ class TextTower(nn.Module, metaclass=ABCMeta):
 
     @abstractmethod
     def add_positions(self, x: torch.Tensor) -> torch.Tensor:
-        """Add the positional embedding of positions ``0..L-1`` to ``x`` ``[B, L, D]``."""
+        """Add the positional embedding of positions ``0..L-1`` to ``x`` ``[B, L, D]``.
+
+        A tower whose :attr:`positions_count_real_tokens` also takes ``attention_mask``
+        ``[B, L]``, the tokens it reads as real (:meth:`token_mask`), and numbers those only.
+        """
+
+    def token_mask(self, tokens: TokenBatch) -> torch.Tensor:
+        """``[B, L]`` bool: the tokens the tower reads as real, the tokenizer's mask less, where
+        :attr:`masks_pad_id`, every token whose id is :attr:`pad_id`, as the tower's own forward
+        masks them (``ids != pad_id``)."""
+        mask = tokens['attention_mask']
+        return mask & (tokens['input_ids'] != self.pad_id) if self.masks_pad_id else mask
+
+    def embed_source(self, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Source tokens -> ``([B, L, D]`` embeddings with positions, ``[B, L]``
+        :meth:`token_mask`), the input of the tower's own forward."""
+        mask = self.token_mask(tokens)
+        x = self.embed_tokens(tokens['input_ids'])
+        return (self.add_positions(x, mask) if self.positions_count_real_tokens
+                else self.add_positions(x)), mask
 
     @abstractmethod
     def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
@@ -282,8 +312,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         Returns:
             ``[B, E]`` unnormalised text embeddings.
         """
-        mask = tokens['attention_mask']
-        x = self.add_positions(self.embed_tokens(tokens['input_ids']))
+        x, mask = self.embed_source(tokens)
         x = self.encode_embeddings(x, mask, packed=self.packing(mask))
         return self.head(self.pool(x, mask, tokens['eos_index']))
 
@@ -335,6 +364,22 @@ class PreNormTextTower(TextTower):
         x = x + residual_site(self.mlp_branch(index, x, hooks), hooks, AdapterSite.MLP_OUTPUT,
                               index)
         return residual_site(x, hooks, AdapterSite.BLOCK_OUTPUT, index)
+
+
+def position_ids(length: int, first: int, attention_mask: torch.Tensor | None = None,
+                 device: torch.device | None = None) -> torch.Tensor:
+    """Rows of a position table for ``L`` tokens numbered from ``first``.
+
+    Without a mask, ``[L]``: ``first .. first + L - 1``. With the ``[B, L]`` mask of the tokens
+    read as real, ``[B, L]``: ``first - 1 + cumsum(mask) * mask``, Hugging Face's
+    ``create_position_ids_from_input_ids`` (RoBERTa, M2M100: ``first = pad_id + 1``), where a
+    token read as padding takes row ``first - 1`` and does not advance the count. The two agree
+    on the real tokens of a right-padded caption.
+    """
+    if attention_mask is None:
+        return torch.arange(first, first + length, device=device)
+    real = attention_mask.long()
+    return real.cumsum(1) * real + (first - 1)
 
 
 def residual_site(x: torch.Tensor, hooks: SiteHooks | None, site: AdapterSite,
@@ -510,12 +555,10 @@ class TextBackbone(nn.Module, metaclass=ABCMeta):
         One pass of the plain tower; ``pooled`` equals :meth:`encode_source_text`.
         """
         tower = self.text_tower
-        mask, eos_index = tokens['attention_mask'], tokens['eos_index']
-        hidden = tower.encode_embeddings(
-            tower.add_positions(tower.embed_tokens(tokens['input_ids'])), mask,
-            packed=tower.packing(mask))
+        x, mask = tower.embed_source(tokens)
+        hidden = tower.encode_embeddings(x, mask, packed=tower.packing(mask))
         return TokenOutput(tower.head(tower.token_states(hidden)), mask,
-                           tower.head(tower.pool(hidden, mask, eos_index)))
+                           tower.head(tower.pool(hidden, mask, tokens['eos_index'])))
 
     def fingerprint(self) -> str:
         """What keys the feature caches of this backbone (``r^S``, ``r^V``): a hash of its

@@ -11,6 +11,7 @@ from xmr.models.backbones.base import (
     TextTower,
     block_linear_shapes,
     linear_site,
+    position_ids,
     residual_site,
     with_qkv_delta,
 )
@@ -82,6 +83,7 @@ class BertTextTower(TextTower):
         padding_idx = getattr(self.embeddings, 'padding_idx', None)
         if padding_idx is not None:
             self.position_offset = padding_idx + 1
+            self.positions_count_real_tokens = True
         self.context_length = config.max_position_embeddings - self.position_offset
         self.num_heads = config.num_attention_heads
         self.intermediate_size = config.intermediate_size
@@ -90,20 +92,22 @@ class BertTextTower(TextTower):
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embeddings.word_embeddings(input_ids)
 
-    def add_positions(self, x: torch.Tensor) -> torch.Tensor:
-        """``LN(x + type_0 + pos_{o..o+L-1})``: BERT's embedding sum and its LayerNorm.
+    def add_positions(self, x: torch.Tensor,
+                      attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``LN(x + type_0 + pos)``: BERT's embedding sum and its LayerNorm, ``[B, L, D]``.
 
-        ``o`` is :attr:`position_offset`: 0 for BERT (CCLM's encoder: positions start at 0),
-        ``pad_id + 1`` for RoBERTa / XLM-R, which number real tokens after the padding id.
-        Hugging Face gives padding positions the id ``pad_id`` rather than continuing the count;
-        padding is never attended to nor pooled, so the outputs that matter are the same. The
-        single token type (0) is part of every token's embedding.
+        Positions are numbered from :attr:`position_offset`: 0 for BERT (CCLM's encoder), by
+        index; ``pad_id + 1`` for RoBERTa / XLM-R, which count the real tokens of
+        ``attention_mask`` only (:func:`~xmr.models.backbones.base.position_ids`: a token read
+        as padding takes row ``pad_id`` and later tokens keep their count, as Hugging Face
+        derives them from the ids); without a mask, by index. The single token type (0) is part
+        of every token's embedding.
         """
         length = self.checked_length(x)
         token_type = self.embeddings.token_type_embeddings.weight[0]
-        start = self.position_offset
-        positions = self.embeddings.position_embeddings.weight[start:start + length]
-        return self.embeddings.LayerNorm(x + token_type + positions)
+        table = self.embeddings.position_embeddings.weight
+        rows = position_ids(length, self.position_offset, attention_mask, table.device)
+        return self.embeddings.LayerNorm(x + token_type + table[rows])
 
     def _self_attention(self, index: int, x: torch.Tensor,
                         mask: torch.Tensor | PackedTokens | None,

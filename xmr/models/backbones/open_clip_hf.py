@@ -15,7 +15,9 @@ with a final norm on every token: :class:`OpenCLIPT5TextTower` and
 pre-norm block (:class:`~xmr.models.backbones.base.PreNormTextTower`) and share the pooling and
 head of :class:`HFPreNormTextTower`. In every family each q/k/v, output and FFN projection and
 each sub-layer output is an adapter site; padding keys are masked and the pooling reads real
-tokens only, so dynamic padding and packed tokens give open_clip's outputs.
+tokens only, so dynamic padding and packed tokens give open_clip's outputs. As in open_clip,
+the real tokens are those whose id is not the padding id (``TextTower.masks_pad_id``): a
+caption's own ``<pad>`` is masked and not pooled, and RoBERTa's and M2M100's positions skip it.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from xmr.models.backbones.base import (
     TextTower,
     block_linear_shapes,
     linear_site,
+    position_ids,
     with_qkv_delta,
 )
 from xmr.models.backbones.bert import BertTextTower
@@ -109,6 +112,7 @@ class OpenCLIPHFTextTower(BertTextTower):
     """
 
     causal = False
+    masks_pad_id = True
 
     def __init__(self, encoder: nn.Module, owner: str = 'CustomTextCLIP') -> None:
         config = encoder.config
@@ -174,6 +178,7 @@ class HFPreNormTextTower(PreNormTextTower):
     """
 
     causal = False
+    masks_pad_id = True
 
     def __init__(self, encoder: nn.Module, width: int, inner_dim: int, ff_dim: int,
                  final_norm: nn.Module, where: str) -> None:
@@ -340,6 +345,7 @@ class OpenCLIPM2M100TextTower(HFPreNormTextTower):
     """
 
     reads_language_token = True
+    positions_count_real_tokens = True
 
     def __init__(self, encoder: nn.Module, where: str) -> None:
         stack = encoder.transformer
@@ -362,20 +368,23 @@ class OpenCLIPM2M100TextTower(HFPreNormTextTower):
         """``[B, L] -> [B, L, D]``: the token table times ``embed_scale`` (no positions)."""
         return F.embedding(input_ids, self.token_embedding.weight) * self.embed_scale
 
-    def add_positions(self, x: torch.Tensor) -> torch.Tensor:
-        """Add the sinusoids of positions ``o..o+L-1``, ``o = pad_id + 1``, to ``x`` ``[B, L, D]``.
+    def add_positions(self, x: torch.Tensor,
+                      attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Add M2M100's sinusoids to ``x`` ``[B, L, D]``, numbered from ``o = pad_id + 1``.
 
-        Hugging Face derives the positions from the ids: ``cumsum(ids != pad_id) + pad_id`` on
-        real tokens, ``pad_id`` (a zero row) on padding. Captions are right-padded, so a real
-        token at index ``i`` gets ``pad_id + 1 + i`` either way; padding positions differ, but
-        padding is never attended to nor pooled, so every output that matters is the same.
+        Hugging Face derives the positions from the ids, ``cumsum(ids != pad_id) + pad_id`` on
+        real tokens and ``pad_id`` (a zero row) on padding: given ``attention_mask`` (the tokens
+        read as real, :meth:`token_mask`) the positions count those only
+        (:func:`~xmr.models.backbones.base.position_ids`); without it, ``o .. o + L - 1``, the
+        same rows on the real tokens of a right-padded caption.
 
         Raises:
             ValueError: a sequence longer than :attr:`context_length`.
         """
         length = self.checked_length(x)
-        start = self.position_offset
-        return x + self.sinusoids.weights[start:start + length].to(x.dtype)
+        table = self.sinusoids.weights
+        rows = position_ids(length, self.position_offset, attention_mask, table.device)
+        return x + table[rows].to(x.dtype)
 
     def attention_branch(self, index: int, x: torch.Tensor,
                          mask: torch.Tensor | PackedTokens | None,
