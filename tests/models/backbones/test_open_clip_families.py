@@ -355,6 +355,53 @@ def test_appended_class_token_equals_open_clip(causal, correct_cls_mask):
         torch.testing.assert_close(tower(tokens), text(ids), atol=ATOL, rtol=RTOL)
 
 
+#: Captions with CLIP's BPE piece ``!`` (id 0, the padding id; ``!</w>`` is 256), which only a
+#: punctuation run that BPE does not merge leaves: ``ok!~`` is ``ok</w> ! ~</w>``.
+SPELLED_CLIP_PAD = ['ok!~ a dog', 'a dog x!$ on the grass', 'a dog on the grass']
+
+
+def test_coca_masks_a_captions_own_pad_id_as_open_clip_does(tmp_path):
+    """CoCa's open_clip mask is ``text != pad_id`` (0): CLIP's ``!`` piece inside a caption is
+    masked (at the legacy mask's shifted position) as CoCa was trained."""
+    backbone = _build('coca', tmp_path)
+    tokens = backbone.tokenizer(SPELLED_CLIP_PAD)
+    ids = _open_clip_ids(backbone, tokens)
+    assert ((ids == 0) & tokens['attention_mask'][:, :-1]).any(1).tolist() == [True, True, False]
+    with torch.no_grad():
+        expected = backbone.clip.encode_text(ids, normalize=False)
+        torch.testing.assert_close(backbone.encode_source_text(tokens), expected,
+                                   atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(backbone.encode_text_tokens(tokens).pooled, expected,
+                                   atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize('packed', [True, False])
+def test_a_padding_masked_tower_masks_a_captions_own_pad_id_padded_and_packed(packed):
+    """``use_pad_mask``: open_clip masks every key whose id is ``pad_id``, one inside a caption
+    too; dynamically padded, packed or not, the tower gives open_clip's output."""
+    from open_clip.transformer import TextTransformer
+
+    torch.manual_seed(0)
+    text = TextTransformer(context_length=16, vocab_size=50, width=32, heads=2, layers=2,
+                           output_dim=8, no_causal_mask=True, use_pad_mask=True, pad_id=0,
+                           eos_id=2, pool_type='eos', proj_bias=True).eval()
+    tower = OpenCLIPTextTower(text)
+    tower.pack_tokens = packed
+    lengths = [6, 9, 4]
+    ids = torch.zeros(3, 16, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        ids[row, :length - 1] = torch.randint(3, 50, (length - 1,))
+        ids[row, length - 1] = 2
+    ids[0, 2] = ids[1, 1] = ids[1, 4] = 0  # the pad id inside two captions
+    positions = torch.arange(16)
+    mask = positions < torch.tensor(lengths)[:, None]
+    width = max(lengths)
+    tokens = dict(input_ids=ids[:, :width], attention_mask=mask[:, :width],
+                  eos_index=torch.tensor(lengths) - 1)
+    with torch.no_grad():
+        torch.testing.assert_close(tower(tokens), text(ids), atol=ATOL, rtol=RTOL)
+
+
 def test_padding_masked_tower_pooling_the_last_padding_position_equals_open_clip():
     """``use_pad_mask`` with ``'last'`` pooling pools a padding query, which attends to the
     real keys only, as in open_clip: a fixed context, no packing."""

@@ -84,7 +84,8 @@ class OpenCLIPTextTower(PreNormTextTower):
 
     * mask: causal when the model keeps a causal ``attn_mask`` (``no_causal_mask``); padding keys
       masked only when the model masks them (``use_pad_mask`` of a bidirectional
-      ``TextTransformer``); otherwise every position, padding included, is attended to, as
+      ``TextTransformer``), and then, as open_clip, every key whose id is ``pad_id``
+      (:attr:`masks_pad_id`); otherwise every position, padding included, is attended to, as
       open_clip does;
     * pooling (``pool_type``): ``'argmax'`` and ``'eos'`` pool the caption's first end token
       (``eos_index``; open_clip's argmax finds it only with its own BPE vocabulary, its
@@ -173,6 +174,13 @@ class OpenCLIPTextTower(PreNormTextTower):
                           'its text attributes (transformer, token_embedding, '
                           'positional_embedding, ln_final)')
         return text, owner, pool_type
+
+    @property
+    def masks_pad_id(self) -> bool:
+        """A padding-masked tower (``use_pad_mask``, ``embed_cls``) masks the keys whose id is
+        :attr:`pad_id`, as open_clip builds its mask from the ids (``text != pad_id``): with
+        CLIP's BPE id 0 is also the piece ``!``, which CoCa was trained with masked."""
+        return self.pad_masked
 
     def _check_blocks(self, owner: str) -> bool:
         from open_clip.transformer import CustomResidualAttentionBlock, ResidualAttentionBlock
