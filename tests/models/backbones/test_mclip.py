@@ -56,6 +56,24 @@ def test_text_tower_equals_mclip_formula_on_a_padded_multilingual_batch(backbone
                                rtol=1e-4)
 
 
+@pytest.mark.parametrize('packed', [True, False])
+def test_a_caption_spelling_pad_is_attended_to_and_its_position_skipped_as_in_mclip(backbone,
+                                                                                   packed):
+    """M-CLIP's Hugging Face pass takes the tokenizer's mask, which keeps a spelled ``<pad>``
+    (id 1), while XLM-R derives positions from the ids and does not count it: the tower
+    attends to and pools that token and numbers the tokens after it as Hugging Face does."""
+    tokens = backbone.tokenizer(['a dog <pad> on the grass', '<pad> two cats', 'a dog'])
+    spelled = tokens['attention_mask'] & (tokens['input_ids'] == 1)
+    assert spelled[:2].any(1).all() and not spelled[2].any()
+    expected = mclip_reference(hf_model(backbone), backbone.text_tower.text_proj, tokens)
+    backbone.text_tower.pack_tokens = packed
+    try:
+        torch.testing.assert_close(backbone.encode_source_text(tokens), expected, atol=1e-5,
+                                   rtol=1e-4)
+    finally:
+        backbone.text_tower.pack_tokens = 'auto'
+
+
 @pytest.mark.parametrize('suffix', ['.safetensors', '.bin'])
 def test_release_checkpoint_loads_under_its_own_names(backbone, tmp_path, suffix):
     path = tmp_path / f'model{suffix}'

@@ -85,10 +85,11 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             ``use_pad_mask`` or ``embed_cls``), so a token of the caption whose id is
             :attr:`pad_id` (a spelled ``<pad>``, CLIP's ``!`` piece) is masked and never pooled,
             as padding is (:meth:`token_mask`).
-        positions_count_real_tokens: the tower numbers only the tokens it reads as real
-            (Hugging Face's RoBERTa and M2M100 derive position ids from the ids): a token read
-            as padding takes the padding position and does not advance the count
-            (:func:`position_ids`); its :meth:`add_positions` then takes the mask.
+        position_pad_id: the id the tower's positions do not count, or ``None`` for positions
+            by index: Hugging Face's RoBERTa and M2M100 derive position ids from the ids,
+            whatever the attention mask, and a token with this id (their padding id) takes the
+            padding position without advancing the count (:func:`position_ids`); such a
+            tower's :meth:`add_positions` takes the mask of the counted tokens.
         reads_language_token: the tower was trained on captions that begin with their
             language's code token (NLLB), so its source tokenizer must write one
             (:attr:`~xmr.models.language.tokenizers.BaseTokenizer.writes_language_token`).
@@ -115,7 +116,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     pad_masked: bool | None = None
     end_id: int | None = None
     masks_pad_id: bool = False
-    positions_count_real_tokens: bool = False
+    position_pad_id: int | None = None
     reads_language_token: bool = False
     post_norm: bool = False
 
@@ -145,8 +146,8 @@ class TextTower(nn.Module, metaclass=ABCMeta):
     def add_positions(self, x: torch.Tensor) -> torch.Tensor:
         """Add the positional embedding of positions ``0..L-1`` to ``x`` ``[B, L, D]``.
 
-        A tower whose :attr:`positions_count_real_tokens` also takes ``attention_mask``
-        ``[B, L]``, the tokens it reads as real (:meth:`token_mask`), and numbers those only.
+        A tower with a :attr:`position_pad_id` also takes ``attention_mask`` ``[B, L]``, the
+        tokens it counts, and numbers those only.
         """
 
     def token_mask(self, tokens: TokenBatch) -> torch.Tensor:
@@ -158,11 +159,19 @@ class TextTower(nn.Module, metaclass=ABCMeta):
 
     def embed_source(self, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Source tokens -> ``([B, L, D]`` embeddings with positions, ``[B, L]``
-        :meth:`token_mask`), the input of the tower's own forward."""
-        mask = self.token_mask(tokens)
-        x = self.embed_tokens(tokens['input_ids'])
-        return (self.add_positions(x, mask) if self.positions_count_real_tokens
-                else self.add_positions(x)), mask
+        :meth:`token_mask`), the input of the tower's own forward.
+
+        Where the tower has a :attr:`position_pad_id`, the positions count the tokenizer's
+        real tokens with another id, also in a tower that attends to a token with that id
+        (M-CLIP's Hugging Face pass takes the tokenizer's mask).
+        """
+        ids = tokens['input_ids']
+        x = self.embed_tokens(ids)
+        if self.position_pad_id is not None:
+            x = self.add_positions(x, tokens['attention_mask'] & (ids != self.position_pad_id))
+        else:
+            x = self.add_positions(x)
+        return x, self.token_mask(tokens)
 
     @abstractmethod
     def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,

@@ -48,8 +48,9 @@ class BertTextTower(TextTower):
     q/k/v and output projections and on each sub-layer's output before its residual add.
 
     A ``RobertaModel`` / ``XLMRobertaModel`` (a sentence encoder such as multilingual-e5) is
-    read with its own positions: :attr:`position_offset` becomes ``pad_id + 1`` when the
-    embeddings have a ``padding_idx``, as Hugging Face numbers them.
+    read with its own positions: when the embeddings have a ``padding_idx``,
+    :attr:`position_offset` becomes ``pad_id + 1`` and :attr:`position_pad_id` ``pad_id``, as
+    Hugging Face numbers them from the ids.
 
     Args:
         bert: a ``BertModel`` (or ``RobertaModel`` / ``XLMRobertaModel``) whose embeddings and
@@ -83,7 +84,7 @@ class BertTextTower(TextTower):
         padding_idx = getattr(self.embeddings, 'padding_idx', None)
         if padding_idx is not None:
             self.position_offset = padding_idx + 1
-            self.positions_count_real_tokens = True
+            self.position_pad_id = padding_idx
         self.context_length = config.max_position_embeddings - self.position_offset
         self.num_heads = config.num_attention_heads
         self.intermediate_size = config.intermediate_size

@@ -345,7 +345,6 @@ class OpenCLIPM2M100TextTower(HFPreNormTextTower):
     """
 
     reads_language_token = True
-    positions_count_real_tokens = True
 
     def __init__(self, encoder: nn.Module, where: str) -> None:
         stack = encoder.transformer
@@ -360,6 +359,7 @@ class OpenCLIPM2M100TextTower(HFPreNormTextTower):
         self.num_blocks = len(self.layers)
         #: M2M100 numbers the real tokens pad_id + 1, pad_id + 2, ... (fairseq's positions).
         self.position_offset = config.pad_token_id + 1
+        self.position_pad_id = config.pad_token_id
         table_rows = self.sinusoids.weights.shape[0]
         self.context_length = min(config.max_position_embeddings,
                                   table_rows - self.position_offset)
