@@ -57,7 +57,7 @@ __all__ = [
     'OPTIMIZERS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'PARAM_SCHEDULERS',
     'METRICS', 'EVALUATOR', 'TASK_UTILS', 'VISUALIZERS', 'VISBACKENDS', 'LOG_PROCESSORS',
     'INFERENCERS', 'FUNCTIONS', 'ADAPTERS', 'DISENTANGLERS', 'TOKENIZERS', 'XMRRegistry',
-    'UnknownOptionError', 'check_part_options',
+    'UnknownOptionError', 'check_part_options', 'with_defaults',
 ]
 
 
@@ -244,6 +244,15 @@ def check_part_options(registry: XMRRegistry, cfg: Any, key: str) -> None:
         check = getattr(_built_class(owner, part), 'check_config', None)
         if check is not None:
             check(part)
+
+
+def with_defaults(kind: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``cfg``'s options over the defaults of ``kind``'s constructor: what a build would pass,
+    for a ``check_config`` that reads options the config may leave out."""
+    defaults = {name: parameter.default
+                for name, parameter in inspect.signature(kind).parameters.items()
+                if parameter.default is not inspect.Parameter.empty}
+    return {**defaults, **cfg}
 
 
 def _built_class(registry: XMRRegistry | None, cfg: Any) -> Any:

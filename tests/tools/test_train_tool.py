@@ -1,6 +1,7 @@
 """tools/train.py --resume: PATH, latest (an error when there is nothing to resume) and auto."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -274,19 +275,25 @@ def test_a_misspelt_option_of_an_adapter_is_refused_before_the_work_dir_is_made(
     assert not work_dir.exists()
 
 
-@pytest.mark.parametrize('base, branch, refused', [
-    ('dasd_tiny-clip_synthetic.py', "adapters=dict(type='StaticAdapter')",
+@pytest.mark.parametrize('base, model, refused', [
+    ('dasd_tiny-clip_synthetic.py', "language_branch=dict(adapters=dict(type='StaticAdapter'))",
      "no adapter of the target branch reads the SDM's condition"),
-    ('static_tiny-clip_synthetic.py', "languages=['de', 'eng']",
-     "source language 'en' is read by the frozen tower")])
+    ('static_tiny-clip_synthetic.py', "language_branch=dict(languages=['de', 'eng'])",
+     "source language 'en' is read by the frozen tower"),
+    # The demo's tiny CLIP has a text tower of width 64 and 2 blocks.
+    ('static_tiny-clip_synthetic.py', 'language_branch=dict(adapters=dict(blocks=[0, 5]))',
+     re.escape('model.language_branch.adapters (StaticAdapter): blocks=[0, 5], an adapter '
+               'placed at block 5, but the branch runs 2 blocks')),
+    ('dasd_tiny-clip_synthetic.py', 'disentangler=dict(depth=5)',
+     re.escape("SDM depth 5 is outside 0..2 (the text tower's blocks)"))])
 def test_a_model_the_config_alone_refuses_is_refused_before_the_work_dir_is_made(
-        tmp_path, base, branch, refused):
-    """DASD's config with static adapters and English among the targets were refused as the
-    model built: after the runner had made the work dir and its log, and after the backbone
-    (minutes with real weights) and the branch's tokenizer."""
+        tmp_path, base, model, refused):
+    """DASD's config with static adapters, English among the targets and options beyond the
+    text tower were refused as the model built: after the runner had made the work dir and its
+    log, and after the backbone (minutes with real weights) and the branch's tokenizer."""
     config, work_dir = tmp_path / 'refused.py', tmp_path / 'work'
     config.write_text(f"_base_ = ['{DEMO.with_name(base)}']\n"
-                      f'model = dict(language_branch=dict({branch}))\n')
+                      f'model = dict({model})\n')
     with pytest.raises(ValueError, match=f'^{refused}'):
         train_tool.main([str(config), '--work-dir', str(work_dir)])
     assert not work_dir.exists()

@@ -164,7 +164,8 @@ def test_blocks_that_place_nothing_or_not_what_they_say_are_refused(blocks, mess
     """``blocks=[-1]`` (Python's last block) placed no adapter at all, without a word."""
     from xmr.models.adapters.language_adapters import LanguageAdapters
 
-    with pytest.raises(ValueError, match=f'^adapter HoulsbyAdapter:? {message}'):
+    with pytest.raises(ValueError, match=r'^model\.language_branch\.adapters \(HoulsbyAdapter\): '
+                                         rf'(blocks=.*, an adapter )?{message}'):
         LanguageAdapters(['de'], dict(type='HoulsbyAdapter', hidden=4, blocks=blocks), 8, 2)
     placed = LanguageAdapters(['de'], dict(type='HoulsbyAdapter', hidden=4, blocks=[1]), 8, 2)
     assert sorted(placed.sets['de']) == ['1:attn_output', '1:mlp_output']

@@ -9,6 +9,8 @@ import torch
 from open_clip.transformer import TextTransformer
 from torch import nn
 
+from tests.conftest import TINY_CLIP
+from tests.models.backbones.mclip_helpers import TOKENIZER_FILE as XLMR_TOKENIZER
 from xmr.engine.feature_cache import backbone_fingerprint
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones import OpenCLIPTextTower
@@ -16,10 +18,12 @@ from xmr.models.backbones.base import (
     VisionLanguageBackbone,
     block_linear_shapes,
     check_tokenizer_fits,
+    configured_tower_shape,
     position_ids,
     weights_fingerprint,
 )
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
+from xmr.registry import MODELS
 
 
 def test_the_fingerprint_is_the_description_then_each_entry_by_name_and_float32_values():
@@ -172,3 +176,48 @@ def test_positions_counted_over_real_tokens_skip_a_token_read_as_padding():
     torch.testing.assert_close(position_ids(5, 2, mask),
                                torch.tensor([[2, 3, 1, 4, 1], [2, 3, 4, 5, 6]]))
     torch.testing.assert_close(position_ids(3, 2), torch.tensor([2, 3, 4]))
+
+
+def _tiny_cclm() -> dict:
+    from tests.models.backbones.test_cclm import tiny_cfg
+    return tiny_cfg()
+
+
+def _tiny_mclip() -> dict:
+    from tests.models.backbones.mclip_helpers import tiny_mclip_cfg
+    return tiny_mclip_cfg()
+
+
+def _tiny_vit_bert() -> dict:
+    from tests.models.backbones.test_vit_bert import tiny_cfg
+    return tiny_cfg()
+
+
+@pytest.mark.parametrize('config', [
+    lambda: dict(type='OpenCLIPBackbone', arch=None, model_cfg=TINY_CLIP),
+    lambda: dict(type='OpenCLIPBackbone', arch=None, model_cfg=dict(
+        TINY_CLIP, text_cfg=dict(TINY_CLIP['text_cfg'], width=48, heads=4, layers=1))),
+    _tiny_cclm, _tiny_mclip, _tiny_vit_bert], ids=['clip', 'clip-1-block', 'cclm', 'mclip',
+                                                   'vit-bert'])
+def test_the_tower_shape_a_backbone_config_gives_is_the_built_towers(config):
+    """What the parts on the tower are checked against as the config loads."""
+    if config in (_tiny_cclm, _tiny_mclip) and not XLMR_TOKENIZER.is_file():
+        pytest.skip(f'XLM-R tokenizer fixture missing: {XLMR_TOKENIZER}')
+    cfg = config()
+    tower = MODELS.build(cfg).text_tower
+    assert configured_tower_shape(cfg) == (tower.width, tower.num_blocks)
+
+
+@pytest.mark.parametrize('cfg, shape', [
+    # DESIGN: CLIP ViT-B's text tower has width 512 and 12 blocks; ViT-L/14's is 768 wide.
+    (dict(type='OpenCLIPBackbone', arch='ViT-B-32'), (512, 12)),
+    (dict(type='OpenCLIPBackbone', arch='ViT-L-14'), (768, 12)),
+    # CCLM's 6 text-only layers of XLM-R large; M-CLIP's whole XLM-R large.
+    (dict(type='CCLMDualStream', checkpoint='checkpoints/cclm_4m.th'), (1024, 6)),
+    (dict(type='MultilingualCLIPBackbone'), (1024, 24)),
+    # Only the hub's config knows these: their build checks the parts.
+    (dict(type='OpenCLIPBackbone', arch='xlm-roberta-base-ViT-B-32'), None),
+    (dict(type='ViTBERTBackbone', text='bert-base-uncased'), None),
+    (dict(type='OpenCLIPBackbone', arch='ViT-B-32-nosuch'), None)])
+def test_the_tower_shape_of_a_named_architecture_is_read_without_building_it(cfg, shape):
+    assert configured_tower_shape(cfg) == shape

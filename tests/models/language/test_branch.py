@@ -80,7 +80,7 @@ def test_unknown_language_names_the_configured_ones(parts):
 
 def test_width_mismatches_fail_at_build_naming_both_numbers(parts):
     backbone, _ = parts
-    with pytest.raises(ValueError, match='width 768 but the text tower width is 32'):
+    with pytest.raises(ValueError, match='width 768 does not match the text tower width 32'):
         MODELS.build(tiny_branch_cfg(adapters=dict(type='StaticAdapter', width=768)),
                      default_args=dict(tower=backbone.text_tower))
     bad_embedding = tiny_branch_cfg()

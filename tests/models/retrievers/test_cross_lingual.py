@@ -16,8 +16,9 @@ from tests.conftest import (
 from tests.conftest import MIXED_BATCH as BATCH
 from xmr.datasets.collate import media_keys
 from xmr.models.adapters import StaticAdapter
+from xmr.models.backbones import OpenCLIPBackbone
 from xmr.models.disentanglers.semantics import NO_CONDITION_READER
-from xmr.registry import MODELS, check_part_options
+from xmr.registry import DISENTANGLERS, MODELS, check_part_options
 
 
 def test_preprocessor_normalises_with_the_backbone_statistics(tiny_retriever):
@@ -177,6 +178,61 @@ def test_a_disentangler_the_model_cannot_run_is_refused_by_the_config_check_alon
                                         'ConditionDisentangler; CDDSDisentangler does not'):
         check_part_options(MODELS, tiny_retriever_cfg(disentangler=dict(type='CDDSDisentangler')),
                            'model')
+
+
+#: Options of DASD's tiny model (a text tower of width 32 and 3 blocks) beyond that tower, and
+#: what the message names: the key, the value and the fix.
+BEYOND_THE_TOWER = [
+    ('language_branch', dict(adapters=dict(type='DynamicAdapter', hidden=4, blocks=[0, 3])),
+     'model.language_branch.adapters (DynamicAdapter): blocks=[0, 3], an adapter placed at '
+     'block 3, but the branch runs 3 blocks, numbered 0..2'),
+    ('language_branch', dict(num_blocks=2, adapters=dict(type='DynamicAdapter', hidden=4,
+                                                         blocks=[2])),
+     'blocks=[2], an adapter placed at block 2, but the branch runs 2 blocks'),
+    ('language_branch', dict(adapters=dict(type='DynamicAdapter', hidden=4, width=64)),
+     'model.language_branch.adapters (DynamicAdapter): width 64 does not match the text tower '
+     "width 32; leave width out"),
+    ('language_branch', dict(num_blocks=4),
+     'model.language_branch.num_blocks=4 but the text tower has 3 blocks; set it in 1..3'),
+    ('language_branch', dict(embedding=dict(type='TargetEmbedding', table_width=24, width=64)),
+     'model.language_branch.embedding: width 64 does not match the text tower width 32'),
+    ('disentangler', dict(depth=4),
+     "SDM depth 4 is outside 0..3 (the text tower's blocks): set model.disentangler.depth in "
+     '0..3'),
+    ('disentangler', dict(adapter=dict(type='StaticAdapter', hidden=8, width=64)),
+     'model.disentangler.adapter: width 64 does not match the text tower width 32')]
+
+
+@pytest.mark.parametrize('part, options, message', BEYOND_THE_TOWER)
+def test_an_option_beyond_the_text_tower_is_refused_by_the_config_check_as_the_build_does(
+        tiny_retriever, part, options, message):
+    """Refused only as the branch or the SDM built, on the built backbone's tower, after the
+    runner had made the work dir; the config check reads the tower's width and depth from the
+    backbone's config (open_clip's model_cfg) and gives the build's message."""
+    cfg = tiny_dasd_cfg()
+    cfg[part] = dict(cfg[part], **options)
+    with pytest.raises(ValueError, match=re.escape(message)) as loaded:
+        check_part_options(MODELS, cfg, 'model')
+    registry = MODELS if part == 'language_branch' else DISENTANGLERS
+    with pytest.raises(ValueError) as built:
+        registry.build(cfg[part], default_args=dict(tower=tiny_retriever.backbone.text_tower))
+    assert str(loaded.value) == str(built.value)
+
+
+def test_a_backbone_whose_tower_only_its_build_knows_leaves_the_tower_to_the_build():
+    """A subclass's own config tells nothing of its tower (text_tower_shape: None)."""
+    cfg = tiny_dasd_cfg()
+    cfg['backbone'] = dict(cfg['backbone'], type=OwnBackbone)
+    cfg['disentangler'] = dict(cfg['disentangler'], depth=4)
+    check_part_options(MODELS, cfg, 'model')
+
+
+class OwnBackbone(OpenCLIPBackbone):
+    """A backbone of a user's own whose config does not give its tower's shape."""
+
+    @classmethod
+    def text_tower_shape(cls, cfg):
+        return None
 
 
 @pytest.mark.parametrize('adapters', [

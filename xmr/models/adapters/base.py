@@ -23,7 +23,7 @@ adapters do not all accept packed tokens runs its padded batch.
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -96,6 +96,24 @@ class AdapterContext:
     rows: slice = field(default_factory=lambda: slice(None))
     membership: LanguageMembership | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+
+
+def check_tower_width(key: str, cfg: Any, width: int) -> None:
+    """A ``width`` of ``cfg``, a config whose builder fills in the text tower's width ``D``
+    (an adapter's, the embedding block's), is that width.
+
+    Args:
+        key: ``cfg``'s key in the config (``model.language_branch.embedding``).
+        cfg: the config (anything but a dict is left alone).
+        width: the tower's ``D``.
+
+    Raises:
+        ValueError: naming the key, both widths and the fix.
+    """
+    given = cfg.get('width') if isinstance(cfg, Mapping) else None
+    if given is not None and given != width:
+        raise ValueError(f'{key}: width {given} does not match the text tower width {width}; '
+                         "leave width out (the tower's is filled in)")
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
-from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
+from xmr.models.adapters.base import (
+    AdapterContext,
+    AdapterPlacement,
+    AdapterSite,
+    BaseAdapter,
+    check_tower_width,
+)
 from xmr.models.adapters.grouped import GroupedAdapter
 from xmr.registry import ADAPTERS
 from xmr.utils.cli import UserKeyError
@@ -16,6 +23,9 @@ def _key(block_index: int, site: AdapterSite) -> str:
     # ModuleDict keys may not contain dots.
     return f'{block_index}:{site.value.replace(".", "_")}'
 
+
+#: The config key of a branch's adapter configs, as messages name it.
+ADAPTERS_KEY = 'model.language_branch.adapters'
 
 #: Key of a language's own tower weights (:class:`~xmr.models.language.tower_weights.TowerWeights`)
 #: in its set; no site key has this form.
@@ -40,23 +50,37 @@ def check_blocks(adapter_type: str, blocks: Sequence[int] | None,
     if blocks is None:
         return list(range(num_blocks))
     if isinstance(blocks, str) or not isinstance(blocks, Sequence):
-        raise ValueError(f'adapter {adapter_type}: blocks={blocks!r} must be a list of block '
-                         f'indices in 0..{num_blocks - 1}, e.g. blocks=[{num_blocks - 1}]')
+        raise ValueError(f'{ADAPTERS_KEY} ({adapter_type}): blocks={blocks!r} must be a list '
+                         f'of block indices in 0..{num_blocks - 1}, e.g. '
+                         f'blocks=[{num_blocks - 1}]')
     blocks = list(blocks)
     if not blocks:
-        raise ValueError(f'adapter {adapter_type}: blocks=[] places no adapter; leave blocks '
-                         f'out for every block (0..{num_blocks - 1}) or drop the config')
+        raise ValueError(f'{ADAPTERS_KEY} ({adapter_type}): blocks=[] places no adapter; leave '
+                         f'blocks out for every block (0..{num_blocks - 1}) or drop the config')
     for index in blocks:
         if isinstance(index, bool) or not isinstance(index, int) or \
                 not 0 <= index < num_blocks:
-            raise ValueError(f'adapter {adapter_type} placed at block {index!r}, but the '
-                             f'branch runs {num_blocks} blocks, numbered 0..{num_blocks - 1} '
-                             f'(the last is {num_blocks - 1}, not -1)')
+            raise ValueError(f'{ADAPTERS_KEY} ({adapter_type}): blocks={blocks!r}, an adapter '
+                             f'placed at block {index!r}, but the branch runs {num_blocks} '
+                             f'blocks, numbered 0..{num_blocks - 1} (the last is '
+                             f'{num_blocks - 1}, not -1)')
     twice = sorted({index for index in blocks if blocks.count(index) > 1})
     if twice:
-        raise ValueError(f'adapter {adapter_type}: blocks lists {twice} more than once; '
-                         'one site of a block holds one adapter')
+        raise ValueError(f'{ADAPTERS_KEY} ({adapter_type}): blocks lists {twice} more than '
+                         'once; one site of a block holds one adapter')
     return blocks
+
+
+def check_adapter_config(cfg: Mapping[str, Any], width: int, num_blocks: int) -> list[int]:
+    """Check an adapter config against the tower it is placed on: its ``width``, if given, is
+    the tower's (:func:`~xmr.models.adapters.base.check_tower_width`) and its ``blocks`` the
+    branch's (:func:`check_blocks`).
+
+    Returns:
+        The block indices its block-site instances go to.
+    """
+    check_tower_width(f"{ADAPTERS_KEY} ({cfg['type']})", cfg, width)
+    return check_blocks(cfg['type'], cfg.get('blocks'), num_blocks)
 
 
 def adapter_configs(adapters: dict | Sequence[dict] | None) -> list[dict]:
@@ -142,12 +166,9 @@ class LanguageAdapters(nn.Module):
             raise TypeError(f"adapter type {cfg['type']} must subclass xmr BaseAdapter")
         # On a post-LN tower the class's own defaults for it come first; the config still wins.
         cfg = {**(adapter_cls.post_norm_defaults if self.post_norm else {}), **cfg}
-        if 'width' in cfg and cfg['width'] != self.width:
-            raise ValueError(f"adapter {cfg.get('type')} is configured with width "
-                             f"{cfg['width']} but the text tower width is {self.width}")
+        blocks = check_adapter_config(cfg, self.width, num_blocks)
         cfg.pop('width', None)
         given_blocks = cfg.pop('blocks', None)
-        blocks = check_blocks(cfg['type'], given_blocks, num_blocks)
         sites = adapter_cls.resolve_sites(cfg.pop('sites', None), cfg)
         if given_blocks is not None and set(sites) == {AdapterSite.INPUT}:
             raise ValueError(f"adapter {cfg['type']} acts once, at the input site, before the "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import weakref
 from abc import ABCMeta, abstractmethod
+from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 
 import torch
@@ -23,6 +24,7 @@ from xmr.models.adapters.base import AdapterSite
 from xmr.models.language.packed_tokens import PackedTokens
 from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch, check_max_length
 from xmr.models.pooling import masked_token_mean
+from xmr.registry import MODELS
 
 
 class SiteHooks(Protocol):
@@ -534,6 +536,27 @@ class TokenOutput(NamedTuple):
     pooled: torch.Tensor
 
 
+class TowerShape(NamedTuple):
+    """A text tower's width ``D`` and number of blocks as a backbone's config gives them,
+    before the tower is built (:meth:`TextBackbone.text_tower_shape`). The checks of the parts
+    placed on the tower read these two attributes of this or of the built :class:`TextTower`
+    alike."""
+
+    width: int
+    num_blocks: int
+
+
+def configured_tower_shape(cfg: Any) -> TowerShape | None:
+    """The :class:`TowerShape` of the text tower a backbone config (``MODELS``) builds, or
+    ``None`` where its class cannot tell from the config alone."""
+    if not isinstance(cfg, Mapping):
+        return None
+    kind = cfg.get('type')
+    kind = MODELS.get(kind) if isinstance(kind, str) else kind
+    shape = getattr(kind, 'text_tower_shape', None)
+    return None if shape is None else shape(cfg)
+
+
 class TextBackbone(nn.Module, metaclass=ABCMeta):
     """A frozen source-language text encoder: a text tower and its tokenizer.
 
@@ -553,6 +576,15 @@ class TextBackbone(nn.Module, metaclass=ABCMeta):
     tokenizer: BaseTokenizer
     embed_dim: int
     arch: str | None = None
+
+    @classmethod
+    def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
+        """The width and depth of the text tower this class builds from ``cfg`` (its
+        ``MODELS`` config), read from the config alone, so that the parts placed on the tower
+        are checked as the config loads (:meth:`~xmr.models.retrievers.CrossLingualRetriever.
+        check_config`); ``None`` where only the build knows them (a hub model's config, a
+        checkpoint), the default."""
+        return None
 
     def encode_source_text(self, tokens: TokenBatch) -> torch.Tensor:
         """Source-language tokens -> ``[B, E]`` unnormalised embeddings ``r^S``."""

@@ -15,7 +15,9 @@ pre-training from 0.07 (the checkpoint holds the learnt value: :attr:`temperatur
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from mmengine.logging import print_log
@@ -23,6 +25,7 @@ from torch import nn
 
 from xmr.models.backbones.base import (
     TokenOutput,
+    TowerShape,
     VisionLanguageBackbone,
     check_tokenizer_fits,
     weights_fingerprint,
@@ -36,7 +39,7 @@ from xmr.models.backbones.cclm_checkpoint import (
 from xmr.models.backbones.relative_position import INTERPOLATION_MODES
 from xmr.models.language.cclm_tokenizer import CCLMTokenizer
 from xmr.models.language.tokenizers import BaseTokenizer
-from xmr.registry import MODELS, TOKENIZERS
+from xmr.registry import MODELS, TOKENIZERS, with_defaults
 from xmr.utils.cli import UserKeyError
 
 __all__ = ['CCLMDualStream', 'CCLMTokenizer']
@@ -185,6 +188,12 @@ class CCLMDualStream(VisionLanguageBackbone):
         """CCLM's ``(1 / temp, None)``: the checkpoint's temperature (``temp``, 0.07 by default)
         divides the cosine of its contrastive pairs; it learns no bias."""
         return 1.0 / self.temperature, None
+
+    @classmethod
+    def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape:
+        """``hidden_size`` and ``num_layers`` of :data:`CCLM_TEXT` with the config's ``text``."""
+        text = _merge(CCLM_TEXT, with_defaults(cls, cfg)['text'], 'text')
+        return TowerShape(text['hidden_size'], text['num_layers'])
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` -> ``[B, E]``: ``vision_proj`` of the mean final patch token."""

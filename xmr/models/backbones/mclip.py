@@ -17,12 +17,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from xmr.models.backbones.base import (
     TokenOutput,
+    TowerShape,
     VisionLanguageBackbone,
     check_tokenizer_fits,
     weights_fingerprint,
@@ -37,7 +39,7 @@ from xmr.models.backbones.open_clip_pretrained import (
 )
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.models.weight_files import check_weights_fit, read_weights
-from xmr.registry import MODELS, TOKENIZERS
+from xmr.registry import MODELS, TOKENIZERS, with_defaults
 
 __all__ = ['MultilingualCLIPTextTower', 'MultilingualCLIPBackbone', 'XLMR_LARGE',
            'convert_mclip_state_dict']
@@ -228,6 +230,16 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
                           '(XLMR_LARGE for XLM-Roberta-Large-Vit-L-14) and embed_dim to its '
                           'LinearTransformation output')
         self.text_tower.load_state_dict(converted, strict=True)
+
+    @classmethod
+    def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
+        """``hidden_size`` and ``num_hidden_layers`` of ``text_encoder`` (keys or a
+        ``config.json``; :data:`XLMR_LARGE` by default); ``None`` for a hub name."""
+        encoder = with_defaults(cls, cfg)['text_encoder']
+        if isinstance(encoder, str) and not Path(encoder).is_file():
+            return None
+        config = _xlmr_config(XLMR_LARGE if encoder is None else encoder)
+        return TowerShape(config.hidden_size, config.num_hidden_layers)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` -> ``[B, E]`` with the open_clip image tower."""

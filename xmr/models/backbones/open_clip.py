@@ -2,6 +2,9 @@
 CLIPs) as frozen :class:`VisionLanguageBackbone`s."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -12,6 +15,7 @@ from xmr.models.backbones.base import (
     SiteHooks,
     TextTower,
     TokenOutput,
+    TowerShape,
     VisionLanguageBackbone,
     block_linear_shapes,
     check_tokenizer_fits,
@@ -21,6 +25,7 @@ from xmr.models.backbones.base import (
 from xmr.models.backbones.open_clip_hf import hf_text_tower
 from xmr.models.backbones.open_clip_pretrained import (
     apply_image_record,
+    arch_text_cfg,
     build_open_clip,
     check_record_context,
     check_record_tokenizer,
@@ -31,7 +36,7 @@ from xmr.models.backbones.open_clip_pretrained import (
     text_tokenizer_cfg,
 )
 from xmr.models.language.packed_tokens import PackedTokens
-from xmr.registry import MODELS, TOKENIZERS
+from xmr.registry import MODELS, TOKENIZERS, with_defaults
 
 #: open_clip ``pool_type`` -> the :class:`TextTower` pooling rule that selects the same token.
 _POOLING = {'argmax': 'eos', 'eos': 'eos', 'first': 'cls', 'last': 'last'}
@@ -452,6 +457,24 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
             check_record_context(self.tokenizer, self.record)
         if freeze:
             self.freeze()
+
+    @classmethod
+    def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
+        """``width`` and ``layers`` of the architecture's ``text_cfg`` (``model_cfg``'s, else
+        ``open_clip.get_model_config(arch)``'s) with open_clip's defaults; ``None`` for a Hugging
+        Face text encoder (``hf_model_name``: its config is the hub's) and for an architecture
+        open_clip does not name (the build says so)."""
+        from open_clip.model import CLIPTextCfg
+
+        options = with_defaults(cls, cfg)
+        try:
+            text = arch_text_cfg(options['arch'], options['model_cfg'])
+        except ValueError:
+            return None
+        if text.get('hf_model_name'):
+            return None
+        text = CLIPTextCfg(**text)
+        return TowerShape(text.width, text.layers)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         # Unnormalised for every model class (CoCa normalises unless told not to).

@@ -445,9 +445,19 @@ def _clip_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
     return (open_clip.CustomTextCLIP if custom else open_clip.CLIP), cfg
 
 
+def arch_text_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``text_cfg`` of ``model_cfg``, else of open_clip's config of ``arch``, as written
+    (open_clip's defaults left out).
+
+    Raises:
+        ValueError: neither or both given, or an architecture open_clip does not name.
+    """
+    return _model_cfg(arch, model_cfg).get('text_cfg', {})
+
+
 def hf_tokenizer_name(arch: str | None, model_cfg: Mapping[str, Any] | None) -> str | None:
     """``text_cfg.hf_tokenizer_name`` of an architecture, ``None`` for CLIP's BPE."""
-    return _model_cfg(arch, model_cfg).get('text_cfg', {}).get('hf_tokenizer_name') or None
+    return arch_text_cfg(arch, model_cfg).get('hf_tokenizer_name') or None
 
 
 def text_tokenizer_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
@@ -468,7 +478,7 @@ def text_tokenizer_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
     name = hf_tokenizer_name(arch, model_cfg)
     if not name:
         return None
-    text_cfg = _model_cfg(arch, model_cfg).get('text_cfg', {})
+    text_cfg = arch_text_cfg(arch, model_cfg)
     options = dict(text_cfg.get('tokenizer_kwargs') or {})
     mode = text_cfg.get('tokenizer_mode')
     reproduced = {'clean'} if language_token else {'clean', 'strip_sep_token'}

@@ -17,13 +17,16 @@ learning rate of the new layers); it is frozen when built, like every backbone, 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from xmr.models.backbones.base import (
     TokenOutput,
+    TowerShape,
     VisionLanguageBackbone,
     check_tokenizer_fits,
     weights_fingerprint,
@@ -31,7 +34,7 @@ from xmr.models.backbones.base import (
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.models.weight_files import check_weights_fit, fetch_weights, read_weights
-from xmr.registry import MODELS, TOKENIZERS
+from xmr.registry import MODELS, TOKENIZERS, with_defaults
 
 __all__ = ['ViTBERTBackbone']
 
@@ -239,6 +242,18 @@ class ViTBERTBackbone(VisionLanguageBackbone):
             raise TypeError(f"timm model '{self.vision_name}' gives features of shape "
                             f'{tuple(features.shape)}; tokens need [B, N, C] or NHWC maps')
         return tokens, pooled
+
+    @classmethod
+    def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
+        """``hidden_size`` and ``num_hidden_layers`` of the ``text_cfg`` of a random BERT
+        (``text=None``); ``None`` for a named BERT, whose config is its folder's or the hub's."""
+        from transformers import BertConfig
+
+        options = with_defaults(cls, cfg)
+        if options['text'] is not None:
+            return None
+        config = BertConfig(**(options['text_cfg'] or {}))
+        return TowerShape(config.hidden_size, config.num_hidden_layers)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` -> ``[B, E]``: ``vision_proj`` of the timm model's pooled feature."""

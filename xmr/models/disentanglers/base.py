@@ -25,6 +25,7 @@ from torch import nn
 from xmr.registry import DISENTANGLERS
 
 if TYPE_CHECKING:
+    from xmr.models.backbones.base import TextTower, TowerShape
     from xmr.models.language.tokenizers import TokenBatch
 
 
@@ -46,6 +47,13 @@ class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
     def check_adapter_types(cls, adapter_types: Sequence[type]) -> None:
         """Refuse, from the config alone, a branch whose adapters (of ``adapter_types``, those
         of ``model.language_branch.adapters``) cannot take this module's condition; any can by
+        default."""
+
+    @classmethod
+    def check_tower(cls, cfg: Mapping[str, Any], tower: TextTower | TowerShape) -> None:
+        """Refuse, from this module's config and the text tower's ``width`` and ``num_blocks``
+        (the built tower, or the :class:`~xmr.models.backbones.base.TowerShape` of the
+        backbone's config as it loads), options that do not fit the tower; any fit by
         default."""
 
     @property

@@ -21,14 +21,19 @@ shared by all target languages.
 """
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
+from xmr.models.adapters.base import (
+    AdapterContext,
+    AdapterPlacement,
+    AdapterSite,
+    BaseAdapter,
+    check_tower_width,
+)
 from xmr.models.disentanglers.base import ConditionDisentangler
 from xmr.models.disentanglers.discriminator import (
     PairDiscriminator,
@@ -39,17 +44,20 @@ from xmr.models.disentanglers.parameter_generator import ParameterGenerator
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.pooling import masked_token_mean
 from xmr.models.unowned import hold_unowned
-from xmr.registry import ADAPTERS, DISENTANGLERS, MODELS
+from xmr.registry import ADAPTERS, DISENTANGLERS, MODELS, with_defaults
 from xmr.utils.cli import UserKeyError
 
 if TYPE_CHECKING:
-    from xmr.models.backbones.base import TextTower
+    from xmr.models.backbones.base import TextTower, TowerShape
 
 #: The two semantic features; ``features`` of the disentangler picks those fed to the generator.
 FEATURES = ('sr', 'sa')
 
 #: lambda_1 (adversarial) and lambda_2 (semantic consistency) of DASD Eq. 12.
 PAPER_LOSS_WEIGHTS = {'adv': 1.0, 'sc': 0.1}
+
+#: The config key of the streams' adapters, as messages name it.
+SDM_ADAPTER_KEY = 'model.disentangler.adapter'
 
 #: The SDM is shared by every language; its adapters read no language from the context.
 SHARED = '*'
@@ -86,6 +94,14 @@ def _checked_loss_weights(loss_weights: Mapping[str, float] | None) -> dict[str,
         raise UserKeyError(f'SDM loss_weights name {sorted(weights)}; the SDM computes '
                            f'{sorted(PAPER_LOSS_WEIGHTS)} (lambda_1, lambda_2)')
     return weights
+
+
+def _check_depth(depth: int, tower: TextTower | TowerShape) -> None:
+    """``k`` is a count of the tower's blocks, ``0..num_blocks``."""
+    if not 0 <= depth <= tower.num_blocks:
+        raise ValueError(f'SDM depth {depth} is outside 0..{tower.num_blocks} (the text '
+                         f"tower's blocks): set model.disentangler.depth in "
+                         f'0..{tower.num_blocks}')
 
 
 def _condition_blocks(blocks: Sequence[int] | None, num_blocks: int) -> list[int]:
@@ -164,9 +180,7 @@ class SemanticsDisentangler(ConditionDisentangler):
                  condition_blocks: Sequence[int] | None = None) -> None:
         super().__init__()
         hold_unowned(self, 'tower', tower)
-        if not 0 <= depth <= tower.num_blocks:
-            raise ValueError(f'SDM depth {depth} is outside 0..{tower.num_blocks} (the text '
-                             'tower\'s blocks)')
+        _check_depth(depth, tower)
         features = _checked_features(features, use_consistency_loss, use_adversarial)
         self.loss_weights = _checked_loss_weights(loss_weights)
         self.depth = depth
@@ -209,12 +223,20 @@ class SemanticsDisentangler(ConditionDisentangler):
         """Refuse, as the config loads (:func:`~xmr.registry.check_part_options`), options
         that ``__init__`` would refuse without the tower: ``features`` the kept losses do not
         read, and ``loss_weights`` naming another loss."""
-        options = {name: parameter.default
-                   for name, parameter in inspect.signature(cls).parameters.items()}
-        options.update(cfg)
+        options = with_defaults(cls, cfg)
         _checked_features(options['features'], options['use_consistency_loss'],
                           options['use_adversarial'])
         _checked_loss_weights(options['loss_weights'])
+
+    @classmethod
+    def check_tower(cls, cfg: Mapping[str, object], tower: TextTower | TowerShape) -> None:
+        """Refuse, from the config and the tower's width and depth alone, a ``depth`` beyond
+        the tower's blocks and a stream ``adapter.width`` other than the tower's, as the build
+        does (:meth:`ConditionDisentangler.check_tower`)."""
+        options = with_defaults(cls, cfg)
+        _check_depth(options['depth'], tower)
+        if options['stream_adapters']:
+            check_tower_width(SDM_ADAPTER_KEY, options['adapter'], tower.width)
 
     @classmethod
     def check_adapter_types(cls, adapter_types: Sequence[type]) -> None:
@@ -228,10 +250,8 @@ class SemanticsDisentangler(ConditionDisentangler):
         ``None`` without stream adapters."""
         if cfg is None:
             return None
+        check_tower_width(SDM_ADAPTER_KEY, cfg, self.tower.width)
         cfg = dict(cfg)
-        if 'width' in cfg and cfg['width'] != self.tower.width:
-            raise ValueError(f"SDM adapter width {cfg['width']} does not match the text tower "
-                             f'width {self.tower.width}')
         cfg.pop('width', None)
         adapters = nn.ModuleList()
         for index in (range(self.depth) if self.depth else [-1]):

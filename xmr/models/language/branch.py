@@ -1,7 +1,7 @@
 """The target-language branch: trainable embedding block + frozen blocks with adapter slots."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -9,9 +9,14 @@ import torch
 from torch import nn
 
 from xmr.datasets.languages import normalize_languages
-from xmr.models.adapters.base import AdapterContext, BaseAdapter
+from xmr.models.adapters.base import AdapterContext, BaseAdapter, check_tower_width
 from xmr.models.adapters.grouped import LanguageMembership
-from xmr.models.adapters.language_adapters import LanguageAdapters, join_rows
+from xmr.models.adapters.language_adapters import (
+    LanguageAdapters,
+    adapter_configs,
+    check_adapter_config,
+    join_rows,
+)
 from xmr.models.host_to_device import host_to_device
 from xmr.models.language.embedding import EmbeddingBlock
 from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch, check_max_length
@@ -20,7 +25,10 @@ from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS, TOKENIZERS
 
 if TYPE_CHECKING:
-    from xmr.models.backbones.base import TextTower
+    from xmr.models.backbones.base import TextTower, TowerShape
+
+#: The config key of the branch's embedding block, as messages name it.
+EMBEDDING_KEY = 'model.language_branch.embedding'
 
 
 def index_condition(condition: Any, index: torch.Tensor | slice) -> Any:
@@ -75,14 +83,27 @@ def _built_tokenizer(cfg: dict | BaseTokenizer, tower: TextTower, given_pad_to: 
     return tokenizer
 
 
+def branch_blocks(num_blocks: int | None, tower: TextTower | TowerShape) -> int:
+    """How many of ``tower``'s blocks the branch runs: ``num_blocks``, else all of them.
+
+    Raises:
+        ValueError: a count outside ``1..tower.num_blocks``, naming the key and the range.
+    """
+    runs = tower.num_blocks if num_blocks is None else num_blocks
+    if not 1 <= runs <= tower.num_blocks:
+        raise ValueError(f'model.language_branch.num_blocks={num_blocks} but the text tower has '
+                         f'{tower.num_blocks} blocks; set it in 1..{tower.num_blocks}, or leave '
+                         'it out for all of them')
+    return runs
+
+
 def _built_embedding(cfg: dict | None, tower: TextTower, tokenizer: BaseTokenizer
                      ) -> EmbeddingBlock:
     """The target embedding block, its width the tower's and its table the tokenizer's
     vocabulary and padding id unless the config says otherwise."""
     cfg = dict(cfg or dict(type='TargetEmbedding'))
-    if cfg.setdefault('width', tower.width) != tower.width:
-        raise ValueError(f"embedding block width {cfg['width']} does not match the "
-                         f'text tower width {tower.width}')
+    check_tower_width(EMBEDDING_KEY, cfg, tower.width)
+    cfg.setdefault('width', tower.width)
     cfg.setdefault('vocab_size', tokenizer.vocab_size)
     cfg.setdefault('padding_idx', tokenizer.pad_id)
     embedding_cls = cfg['type'] if isinstance(cfg['type'], type) else MODELS.get(cfg['type'])
@@ -128,10 +149,7 @@ class TargetLanguageBranch(nn.Module):
         given_pad_to = (tokenizer.get('pad_to') if isinstance(tokenizer, dict)
                         else getattr(tokenizer, 'pad_to', None))
         self.tokenizer = _built_tokenizer(tokenizer, tower, given_pad_to)
-        self.num_blocks = tower.num_blocks if num_blocks is None else num_blocks
-        if not 1 <= self.num_blocks <= tower.num_blocks:
-            raise ValueError(f'num_blocks={num_blocks} but the text tower has '
-                             f'{tower.num_blocks} blocks')
+        self.num_blocks = branch_blocks(num_blocks, tower)
         self.embedding = _built_embedding(embedding, tower, self.tokenizer)
         linear_shapes = tower.linear_shapes()
         self.adapters = LanguageAdapters(self.languages, adapters, tower.width, self.num_blocks,
@@ -146,6 +164,28 @@ class TargetLanguageBranch(nn.Module):
             self._fit_fixed_context(given_pad_to)
         else:
             self._leave_room_for_prompts()
+
+    @classmethod
+    def check_tower(cls, cfg: Mapping[str, Any], tower: TextTower | TowerShape) -> None:
+        """Refuse, from the branch's config and the tower's width and depth alone, what the
+        build refuses with the same message: ``num_blocks`` beyond the tower's
+        (:func:`branch_blocks`), an embedding or adapter ``width`` other than the tower's and
+        adapter ``blocks`` beyond the branch's
+        (:func:`~xmr.models.adapters.language_adapters.check_adapter_config`).
+        :meth:`CrossLingualRetriever.check_config
+        <xmr.models.retrievers.CrossLingualRetriever.check_config>` runs it as the config
+        loads, on the shape the backbone's config gives
+        (:meth:`~xmr.models.backbones.base.TextBackbone.text_tower_shape`).
+
+        Args:
+            cfg: the branch's config.
+            tower: the text tower, or its :class:`~xmr.models.backbones.base.TowerShape`.
+        """
+        num_blocks = branch_blocks(cfg.get('num_blocks'), tower)
+        check_tower_width(EMBEDDING_KEY, cfg.get('embedding'), tower.width)
+        for adapter in adapter_configs(cfg.get('adapters')):
+            if isinstance(adapter, Mapping) and 'type' in adapter:
+                check_adapter_config(adapter, tower.width, num_blocks)
 
     def _num_prompt_tokens(self) -> int:
         """Tokens the input-site adapters (prompts) insert into every caption; every language

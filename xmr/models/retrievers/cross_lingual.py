@@ -10,7 +10,7 @@ from torch import nn
 from xmr.datasets.languages import normalize_language, normalize_languages
 from xmr.models.adapters.grouped import LanguageMembership
 from xmr.models.adapters.language_adapters import TOWER_WEIGHTS, adapter_types
-from xmr.models.backbones.base import VisionLanguageBackbone
+from xmr.models.backbones.base import VisionLanguageBackbone, configured_tower_shape
 from xmr.models.disentanglers.base import (
     ConditionDisentangler,
     build_disentangler,
@@ -42,6 +42,12 @@ def canonical_source(source_language: str) -> str:
     """``source_language`` canonical, as the branch's languages and the datasets' are: ``eng``
     must match ``en``."""
     return normalize_language(source_language, 'CrossLingualRetriever source_language')
+
+
+def _branch_class(cfg: Any) -> Any:
+    """The class a ``language_branch`` config builds (``None`` for no config)."""
+    kind = cfg.get('type') if isinstance(cfg, Mapping) else None
+    return MODELS.get(kind) if isinstance(kind, str) else kind
 
 
 @MODELS.register_module()
@@ -105,8 +111,8 @@ class CrossLingualRetriever(BaseRetriever):
                  compile: dict | None = None) -> None:
         super().__init__(data_preprocessor, init_cfg, default_preprocessor)
         # Before the backbone, whose weights may take minutes to load.
-        self.check_config(dict(language_branch=language_branch, disentangler=disentangler,
-                               source_language=source_language))
+        self.check_config(dict(backbone=backbone, language_branch=language_branch,
+                               disentangler=disentangler, source_language=source_language))
         self.backbone = self.build_backbone(backbone)
         source_language = canonical_source(source_language)
         self.source_language = source_language
@@ -143,21 +149,33 @@ class CrossLingualRetriever(BaseRetriever):
             cfg: the model's config; its ``language_branch``, ``disentangler`` and
                 ``source_language`` are read.
 
+        Where the backbone's config gives its text tower's width and depth
+        (:meth:`~xmr.models.backbones.base.TextBackbone.text_tower_shape`: open_clip's
+        ``model_cfg`` or ``arch``, CCLM, M-CLIP), the branch's and the disentangler's options
+        are checked against them too (their ``check_tower``), with the messages of their build.
+
         Raises:
             ValueError: the source language among the branch's ``languages`` (in any form:
                 ``eng`` is ``en``); a disentangler without a ``language_branch``, or one whose
                 class refuses the branch's adapter types (DASD's SDM with no adapter that reads
-                ``W^z``: :meth:`ConditionDisentangler.check_adapter_types`).
+                ``W^z``: :meth:`ConditionDisentangler.check_adapter_types`); an option beyond
+                the tower (:meth:`TargetLanguageBranch.check_tower
+                <xmr.models.language.branch.TargetLanguageBranch.check_tower>`,
+                :meth:`ConditionDisentangler.check_tower`).
             TypeError: a disentangler that is no :class:`ConditionDisentangler`.
             LanguageCodeError: a code no form of which is known, named by its option.
         """
         disentangler, branch = cfg.get('disentangler'), cfg.get('language_branch')
+        tower = configured_tower_shape(cfg.get('backbone'))
         if isinstance(branch, Mapping) and branch.get('languages') is not None:
             source = canonical_source(cfg.get('source_language', SOURCE_LANGUAGE))
             if source in normalize_languages(branch['languages'],
                                              'TargetLanguageBranch languages'):
                 raise ValueError(f"source language '{source}' is read by the frozen tower; it "
                                  'cannot also be a target language')
+        check_tower = getattr(_branch_class(branch), 'check_tower', None)
+        if tower is not None and check_tower is not None:
+            check_tower(branch, tower)
         if disentangler is None:
             return
         if branch is None:
@@ -166,6 +184,8 @@ class CrossLingualRetriever(BaseRetriever):
         types = adapter_types(branch.get('adapters'))
         if types is not None:
             kind.check_adapter_types(types)
+        if tower is not None:
+            kind.check_tower(disentangler, tower)
 
     def _check_compile(self, options: dict | None) -> dict | None:
         """``compile``'s options, or a ``ValueError`` naming what a compiled step cannot hold."""
