@@ -9,7 +9,7 @@ from tests.models.losses.test_vse_hinge import triplet_loop
 from xmr.datasets import retrieval_collate
 from xmr.models.disentanglers.cdds import column_statistics
 from xmr.models.losses.cdds import CDDSDistributionSamplingLoss, patch_word_similarity
-from xmr.registry import MODELS
+from xmr.registry import MODELS, check_part_options
 
 BATCH = dict(
     media=torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
@@ -290,3 +290,21 @@ def test_languages_and_source_language_in_other_forms_are_the_canonical_codes():
     model = build(languages=['eng', 'deu'], source_language='EN')
     assert model.languages == ['en', 'de'] and model.source_language == 'en'
     model.check_languages(['en', 'de'], 'test dataset x')
+
+
+@pytest.mark.parametrize('options, error, message', [
+    (dict(disentangler=dict(type='SemanticsDisentangler')), TypeError,
+     '^DualEncoderRetriever runs disentanglers that subclass TokenDisentangler; '
+     'SemanticsDisentangler does not'),
+    (dict(train_text='src'), ValueError, "^train_text 'src' is not one of"),
+    (dict(retrieval_score='words'), ValueError, "^retrieval_score 'words' is not one of"),
+    (dict(languages=['de'], source_language='eng'), ValueError,
+     r"^train_text='source' reads en captions, which are not among languages \['de'\]")])
+def test_a_dual_encoder_its_config_alone_refuses_is_refused_as_the_config_loads(options, error,
+                                                                                 message):
+    """Refused as the model built, after the runner had made the work dir."""
+    cfg = dict(type='DualEncoderRetriever', backbone=tiny_backbone_cfg(), **options)
+    with pytest.raises(error, match=message):
+        check_part_options(MODELS, cfg, 'model')
+    with pytest.raises(error, match=message):
+        MODELS.build(cfg)

@@ -31,7 +31,11 @@ from torch import nn
 
 from xmr.datasets.languages import normalize_language, normalize_languages
 from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone
-from xmr.models.disentanglers.base import TokenDisentangler, build_disentangler
+from xmr.models.disentanglers.base import (
+    TokenDisentangler,
+    build_disentangler,
+    disentangler_class,
+)
 from xmr.models.language.tokenizers import TokenBatch
 from xmr.models.losses.cdds import patch_word_similarity
 from xmr.models.retrievers.base import (
@@ -40,7 +44,7 @@ from xmr.models.retrievers.base import (
     gallery_batch,
     unit_rows,
 )
-from xmr.registry import MODELS
+from xmr.registry import MODELS, with_defaults
 from xmr.utils.cli import UserKeyError
 
 #: Which captions of a training pair the text tower reads.
@@ -91,20 +95,13 @@ class DualEncoderRetriever(BaseRetriever):
                  train_text: str = 'source', retrieval_score: str = 'pooled',
                  data_preprocessor: dict | None = None, init_cfg: dict | None = None) -> None:
         super().__init__(data_preprocessor, init_cfg)
-        if train_text not in TRAIN_TEXTS:
-            raise ValueError(f"train_text '{train_text}' is not one of {TRAIN_TEXTS}")
-        if retrieval_score not in RETRIEVAL_SCORES:
-            raise ValueError(f"retrieval_score '{retrieval_score}' is not one of "
-                             f'{RETRIEVAL_SCORES}')
-        if not languages:
-            raise ValueError('the dual encoder needs at least one caption language')
-        # Canonical both, as the datasets' codes are: 'eng' must match 'en'.
+        # Before the backbone, whose weights may take minutes to load.
+        self.check_config(dict(disentangler=disentangler, languages=languages,
+                               source_language=source_language, train_text=train_text,
+                               retrieval_score=retrieval_score))
         languages = normalize_languages(languages, 'DualEncoderRetriever languages')
         source_language = normalize_language(source_language,
                                              'DualEncoderRetriever source_language')
-        if train_text == 'source' and source_language not in languages:
-            raise ValueError(f"train_text='source' reads {source_language} captions, which are "
-                             f'not among languages {list(languages)}')
         self.backbone = self.build_backbone(backbone)
         if not isinstance(self.backbone, VisionLanguageBackbone):
             raise TypeError(f'{type(self.backbone).__name__} is not a VisionLanguageBackbone, '
@@ -124,6 +121,41 @@ class DualEncoderRetriever(BaseRetriever):
                                     self.backbone.image_mean, self.backbone.image_std,
                                     source_language)
         self.set_phase('train', dict.fromkeys(sorted(self.loss_names()), 1.0))
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Refuse, from the config alone, what ``__init__`` would: at the config's load
+        (:func:`~xmr.registry.check_part_options`), before the runner makes the work dir, and in
+        ``__init__`` before the backbone is built.
+
+        Args:
+            cfg: the model's config; ``disentangler``, ``languages``, ``source_language``,
+                ``train_text`` and ``retrieval_score`` are read (defaults where left out).
+
+        Raises:
+            ValueError: an unknown ``train_text`` or ``retrieval_score``, no ``languages``, or
+                ``train_text='source'`` with the source language not among them (in any form:
+                ``eng`` is ``en``).
+            TypeError: a disentangler that is no :class:`TokenDisentangler` (DASD's SDM).
+            LanguageCodeError: a code no form of which is known, named by its option.
+        """
+        options = with_defaults(cls, cfg)
+        train_text, score = options['train_text'], options['retrieval_score']
+        if train_text not in TRAIN_TEXTS:
+            raise ValueError(f"train_text '{train_text}' is not one of {TRAIN_TEXTS}")
+        if score not in RETRIEVAL_SCORES:
+            raise ValueError(f"retrieval_score '{score}' is not one of {RETRIEVAL_SCORES}")
+        if not options['languages']:
+            raise ValueError('the dual encoder needs at least one caption language')
+        # Canonical both, as the datasets' codes are: 'eng' must match 'en'.
+        languages = normalize_languages(options['languages'], 'DualEncoderRetriever languages')
+        source = normalize_language(options['source_language'],
+                                    'DualEncoderRetriever source_language')
+        if train_text == 'source' and source not in languages:
+            raise ValueError(f"train_text='source' reads {source} captions, which are "
+                             f'not among languages {list(languages)}')
+        if options['disentangler'] is not None:
+            disentangler_class(options['disentangler'], TokenDisentangler, cls.__name__)
 
     # ----------------------------------------------------------------------------- encoders
     def encode_media_tokens(self, media: torch.Tensor) -> TokenOutput:
