@@ -295,6 +295,63 @@ def test_a_part_inside_a_part_is_checked_by_its_own_registry_and_named_by_its_ke
                                                               normalize='no')), 'model')
 
 
+class Sized:
+    """A part its owner builds with a width of its own, from options of the config's."""
+
+    def __init__(self, width: int, depth: int = 1, scale: float = 1.0) -> None:
+        pass
+
+
+class PassesOn:
+    """A model that passes ``inner``, a dict without a type, on to ``Sized``."""
+
+    option_dicts = {'inner': (Sized, ('width',))}
+
+    def __init__(self, inner: dict | None = None) -> None:
+        self.inner = Sized(8, **(inner or {}))
+
+
+@pytest.mark.parametrize('inner, error, message', [
+    (dict(detph=2), UnknownOptionError,
+     r"^model\.inner\.detph: model Sized: unknown option 'detph' \(did you mean 'depth'\?\); "
+     r'it takes depth, scale$'),
+    # Its owner fills it in: given in the config, the build would get it twice.
+    (dict(width=8), UnknownOptionError, r"^model\.inner\.width: model Sized: unknown option "),
+    (dict(scale='big'), ValueError,
+     r"^model\.inner\.scale: model Sized: option scale='big' must be a number")])
+def test_an_option_dict_without_a_type_is_checked_against_what_its_owner_passes_it_to(
+        inner, error, message):
+    """Such dicts were checked only as their owner built them (a TypeError naming no key)."""
+    check_part_options(MODELS, dict(type=PassesOn, inner=dict(depth=2, scale=0.5)), 'model')
+    with pytest.raises(error, match=message):
+        check_part_options(MODELS, dict(type=PassesOn, inner=inner), 'model')
+
+
+@pytest.mark.parametrize('path, options, message', [
+    ('disentangler.generator', dict(dz=16),
+     r"^model\.disentangler\.generator\.dz: disentangler ParameterGenerator: unknown option 'dz' "
+     r"\(did you mean 'd_z'\?\); it takes d_z, d_u, activation$"),
+    ('disentangler.discriminator', dict(hiden=(8,)),
+     r"^model\.disentangler\.discriminator\.hiden: disentangler PairDiscriminator: unknown "
+     r"option 'hiden' \(did you mean 'hidden'\?\); it takes hidden$"),
+    ('disentangler.generator', dict(blocks=[0]),
+     r'^the generator produces W\^z for the blocks whose adapters read it'),
+    ('compile', dict(mdoe='reduce-overhead'),
+     r"^model\.compile\.mdoe: model compile: unknown option 'mdoe' \(did you mean 'mode'\?\)")])
+def test_the_option_dicts_of_xmrs_models_are_checked_as_the_config_loads(path, options,
+                                                                         message):
+    """DASD's generator, discriminator and compile options were refused as the model built."""
+    from tests.conftest import tiny_dasd_cfg
+
+    cfg = tiny_dasd_cfg()
+    holder = cfg
+    for key in path.split('.')[:-1]:
+        holder = holder[key]
+    holder[path.split('.')[-1]] = options
+    with pytest.raises((UnknownOptionError, ValueError), match=message):
+        check_part_options(MODELS, cfg, 'model')
+
+
 def test_a_part_whose_type_two_registries_hold_apart_is_left_to_its_builder(monkeypatch):
     class One:
         def __init__(self, size=1):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
@@ -85,7 +85,8 @@ class XMRRegistry(Registry):
         self.check_options(cfg)
         return super().build(cfg, *args, **kwargs)
 
-    def check_options(self, cfg: Any, where: str | None = None) -> None:
+    def check_options(self, cfg: Any, where: str | None = None,
+                      filled: Collection[str] = ()) -> None:
         """Refuse an option of ``cfg`` its type's constructor does not take (without ``**``,
         or a ``**`` whose keys go on to the callables of its ``forwards_options_to``; the
         names of its ``builder_options`` are taken too), and a value of another kind than the
@@ -96,6 +97,8 @@ class XMRRegistry(Registry):
             where: ``cfg``'s key path in the whole config (``model.language_branch.adapters``),
                 which prefixes the message with the option's full key; ``None`` for a part
                 whose kind already says where it is (``model``, a hook).
+            filled: arguments of the type that its builder fills in, which the config may not
+                give (an option dict's, :func:`check_part_options`).
 
         Raises:
             UnknownOptionError: naming the type, the option, the nearest option and the ones the
@@ -122,6 +125,8 @@ class XMRRegistry(Registry):
                     takes.setdefault(name, p)
         for name in getattr(built, 'builder_options', ()):
             takes.setdefault(name, inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY))
+        for name in filled:
+            takes.pop(name, None)
         open_ended = len(signatures) == 1 and any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in signatures[0].values())
         for option, value in cfg.items():
@@ -221,6 +226,9 @@ def check_part_options(registry: XMRRegistry, cfg: Any, key: str) -> None:
     Then ``cfg``'s type and each part's type that has a classmethod ``check_config(cfg)``
     refuses what its build would from the config alone (a disentangler its branch's adapters
     cannot take, :meth:`~xmr.models.retrievers.CrossLingualRetriever.check_config`).
+    And the options of each that are dicts without a ``type`` which its class passes on to a
+    callable (``option_dicts``: the SDM's ``generator``, ``torch.compile``'s ``compile``) are
+    checked against that callable's arguments (:func:`_check_option_dicts`).
 
     A part builds only when its parent does (an adapter inside the branch inside the model),
     after MMEngine's runner has made its work dir and log; its misspelt option is refused here,
@@ -233,17 +241,32 @@ def check_part_options(registry: XMRRegistry, cfg: Any, key: str) -> None:
             type's ``check_config`` refuses.
     """
     registry.check_options(cfg)
-    typed = [(cfg, registry)]
+    typed = [(key, cfg, registry)]
     for path, part in _parts_inside(cfg, key):
         owner = _registry_of(part['type'])
         if owner is not None:
             owner.check_options(part, where=path)
-        typed.append((part, owner))
+        typed.append((path, part, owner))
     # Once every option is known good, so that a check reads only options its type takes.
-    for part, owner in typed:
-        check = getattr(_built_class(owner, part), 'check_config', None)
+    for path, part, owner in typed:
+        built = _built_class(owner, part)
+        check = getattr(built, 'check_config', None)
         if check is not None:
             check(part)
+        _check_option_dicts(owner, built, part, path)
+
+
+def _check_option_dicts(registry: XMRRegistry, built: Any, cfg: Mapping[str, Any],
+                        key: str) -> None:
+    """Check each option of ``cfg`` that is a dict without a ``type`` which ``built`` passes on
+    to a callable, as its class declares in ``option_dicts`` (``{option: (callable, the
+    arguments the class fills in)}``, the SDM's ``generator``), as a part of that callable's
+    type is checked (:meth:`XMRRegistry.check_options`), named by its key."""
+    for option, (target, filled) in getattr(built, 'option_dicts', {}).items():
+        value = cfg.get(option)
+        if isinstance(value, Mapping) and 'type' not in value:
+            registry.check_options({'type': target, **value}, where=f'{key}.{option}',
+                                   filled=filled)
 
 
 def with_defaults(kind: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,8 +21,8 @@ shared by all target languages.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import nn
@@ -104,6 +104,16 @@ def _check_depth(depth: int, tower: TextTower | TowerShape) -> None:
                          f'0..{tower.num_blocks}')
 
 
+def _checked_generator(generator: Mapping[str, object] | None) -> dict[str, object]:
+    """The generator's options, which may not place it: it follows the adapters."""
+    generator = dict(generator or {})
+    if 'blocks' in generator:
+        raise ValueError('the generator produces W^z for the blocks whose adapters read it; '
+                         'place the dynamic adapters (language_branch.adapters.blocks) '
+                         'instead of setting generator.blocks')
+    return generator
+
+
 def _condition_blocks(blocks: Sequence[int] | None, num_blocks: int) -> list[int]:
     """The tower's blocks whose adapters read the condition (``None``: all of them)."""
     blocks = list(range(num_blocks)) if blocks is None else list(blocks)
@@ -169,6 +179,12 @@ class SemanticsDisentangler(ConditionDisentangler):
             with its ``disentangler`` weight (0 switches them off).
     """
 
+    #: Options without a ``type`` and what each goes to, less the arguments this module fills
+    #: in: checked as the config loads (:func:`~xmr.registry.check_part_options`).
+    option_dicts: ClassVar[Mapping[str, tuple[Callable, tuple[str, ...]]]] = {
+        'generator': (ParameterGenerator, ('in_features', 'blocks')),
+        'discriminator': (PairDiscriminator, ('in_features',))}
+
     def __init__(self, tower: TextTower, depth: int = 1,
                  adapter: dict | None = None, features: Sequence[str] = FEATURES,
                  generator: dict | None = None, consistency_loss: dict | None = None,
@@ -200,11 +216,7 @@ class SemanticsDisentangler(ConditionDisentangler):
         if 'sa' in features:
             self.sa_adapters = self._build_adapters(adapter)
             self.sa_norm = nn.LayerNorm(width)
-        generator = dict(generator or {})
-        if 'blocks' in generator:
-            raise ValueError('the generator produces W^z for the blocks whose adapters read it; '
-                             'place the dynamic adapters (language_branch.adapters.blocks) '
-                             'instead of setting generator.blocks')
+        generator = _checked_generator(generator)
         blocks = _condition_blocks(condition_blocks, tower.num_blocks)
         in_features = (embed_dim if 'sr' in features else 0) + (width if 'sa' in features
                                                                 else 0)
@@ -222,11 +234,12 @@ class SemanticsDisentangler(ConditionDisentangler):
     def check_config(cls, cfg: Mapping[str, object]) -> None:
         """Refuse, as the config loads (:func:`~xmr.registry.check_part_options`), options
         that ``__init__`` would refuse without the tower: ``features`` the kept losses do not
-        read, and ``loss_weights`` naming another loss."""
+        read, ``loss_weights`` naming another loss, and ``generator.blocks``."""
         options = with_defaults(cls, cfg)
         _checked_features(options['features'], options['use_consistency_loss'],
                           options['use_adversarial'])
         _checked_loss_weights(options['loss_weights'])
+        _checked_generator(options['generator'])
 
     @classmethod
     def check_tower(cls, cfg: Mapping[str, object], tower: TextTower | TowerShape) -> None:

@@ -1,8 +1,8 @@
 """The MMEngine model of xmr: frozen towers + target-language branch + optional disentangler."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -96,6 +96,10 @@ class CrossLingualRetriever(BaseRetriever):
     COMPILED: Mapping[str, str] = {'_losses': '_phase_losses',
                                    '_source_embeddings': 'encode_source',
                                    '_target_embeddings': '_embed_target'}
+    #: ``compile``'s options go to ``torch.compile``: checked as the config loads
+    #: (:func:`~xmr.registry.check_part_options`).
+    option_dicts: ClassVar[Mapping[str, tuple[Callable, tuple[str, ...]]]] = {
+        'compile': (torch.compile, ('model',))}
     #: The losses built unless ``losses`` replaces them by name.
     DEFAULT_LOSSES: Mapping[str, dict] = {
         'source_cm': dict(type='InfoNCELoss', temperature=0.07, learnable=True),

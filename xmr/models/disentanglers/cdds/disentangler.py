@@ -16,7 +16,8 @@ Inference uses the semantic components only (:meth:`CDDSDisentangler.encode_imag
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -76,6 +77,11 @@ class CDDSDisentangler(TokenDisentangler):
             ``w_s Ŝ + w_m M``) with learnable scalars ``w_s``, ``w_m`` per modality, initialised
             to 1 (Eq. 14); ``False`` fixes them at 1.
     """
+
+    #: ``correlation``'s options go to the column correlation, which is given the widths:
+    #: checked as the config loads (:func:`~xmr.registry.check_part_options`).
+    option_dicts: ClassVar[Mapping[str, tuple[Callable, tuple[str, ...]]]] = {
+        'correlation': (CDDSColumnCorrelation, ('image_dim', 'text_dim'))}
 
     def __init__(self, dim: int, num_heads: int = 8, num_encoder_layers: int = 2,
                  num_decoder_layers: int = 2, num_perturbations: int = 4,
