@@ -23,7 +23,7 @@ from xmr.apis import (
 from xmr.apis.inference import _first_lines
 from xmr.datasets import Annotation, MediaRecord, dump_annotation, retrieval_collate
 from xmr.datasets.media_io import MediaReadError
-from xmr.registry import DATASETS, MODELS
+from xmr.registry import DATASETS, MODELS, UnknownOptionError
 from xmr.utils.cli import UserError
 from xmr.version import provenance
 
@@ -531,3 +531,20 @@ def test_the_default_transform_is_open_clip_s_preprocessing_of_the_weights(
     for frame, ours in zip(frames, seen[1][0]):
         reference = preprocess(Image.fromarray(frame.permute(1, 2, 0).numpy()))
         assert _grey_levels(ours, reference, cfg['std']) <= 3
+
+
+@pytest.mark.parametrize('options, error, message', [
+    ({'model.disentangler.features': ['sa']}, ValueError,
+     r"^L_sc supervises f\^sr, which features=\('sa',\) leaves out"),
+    ({'model.disentangler.generator.dz': 16}, UnknownOptionError,
+     r"^model\.disentangler\.generator\.dz: disentangler ParameterGenerator: unknown option")])
+def test_a_model_its_config_alone_refuses_is_refused_before_anything_is_built(
+        monkeypatch, options, error, message):
+    """init_retriever met these once the backbone and the branch's tokenizer were built (24 s
+    into the demo's DASD config), where the tools refuse them as the config loads."""
+    def build(*args, **kwargs):
+        raise AssertionError('the model was built')
+
+    monkeypatch.setattr(MODELS, 'build', build)
+    with pytest.raises(error, match=message):
+        init_retriever('xmr::demo/dasd_tiny-clip_synthetic.py', cfg_options=options)

@@ -29,7 +29,7 @@ from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.language.language_modules import module_file_problem
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
-from xmr.registry import MODELS, TRANSFORMS
+from xmr.registry import MODELS, TRANSFORMS, check_part_options
 from xmr.run_config import config_file, import_custom_modules, merge_options
 from xmr.utils.cli import UserKeyError
 from xmr.utils.counts import is_count
@@ -64,6 +64,8 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
     Raises:
         UserError: the config file does not exist, or a module of its ``custom_imports``
             failed to import (naming the module and the cause, not only ``PYTHONPATH``).
+        UnknownOptionError, ValueError, TypeError: a model option the config alone refuses
+            (:func:`~xmr.registry.check_part_options`), before anything is built.
         CheckpointMismatchError: when the checkpoint's backbone, languages or parameter shapes
             differ from the config's (the message names each mismatch).
     """
@@ -75,6 +77,8 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
     if 'model' not in cfg:
         raise UserKeyError(f'config {where} has no model')
     import_custom_modules(where, cfg)
+    # What the tools refuse as the config loads, before the backbone's weights load.
+    check_part_options(MODELS, cfg.model, 'model')
     model = MODELS.build(cfg.model)
     if not isinstance(model, CrossLingualRetriever):
         raise TypeError(f'the config builds a {type(model).__name__}; xmr.apis serves '
