@@ -174,19 +174,25 @@ def _seeded_per_rank_worker(rank: int, port: int, work_dir: str, out_dir: str,
     torch.distributed.destroy_process_group()
 
 
-def test_each_rank_resumes_its_own_random_streams(tmp_path, monkeypatch):
-    """Under ``diff_rank_seed`` the ranks draw apart (the discriminator's negatives): a run
-    resumed mid-phase ends where the whole run ends only if each rank gets its own streams
-    back, not rank 0's."""
+def _train_whole_then_resumed(worker, tmp_path: Path, monkeypatch) -> Path:
+    """Run ``worker`` on every rank whole, then resumed from the whole run's ``iter_1.pth``;
+    the whole run's work dir."""
     MODELS.import_from_location()
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     whole = tmp_path / 'whole'
     for work_dir, resume_from in ((whole, None), (tmp_path / 'resumed', str(whole / 'iter_1.pth'))):
-        mp.start_processes(_seeded_per_rank_worker,
-                           args=(free_port(), str(work_dir), str(tmp_path), resume_from),
+        mp.start_processes(worker, args=(free_port(), str(work_dir), str(tmp_path), resume_from),
                            nprocs=WORLD, join=True, start_method='fork')
     allow_mmengine_checkpoint_types()
+    return whole
+
+
+def test_each_rank_resumes_its_own_random_streams(tmp_path, monkeypatch):
+    """Under ``diff_rank_seed`` the ranks draw apart (the discriminator's negatives): a run
+    resumed mid-phase ends where the whole run ends only if each rank gets its own streams
+    back, not rank 0's."""
+    whole = _train_whole_then_resumed(_seeded_per_rank_worker, tmp_path, monkeypatch)
     saved = torch.load(whole / 'iter_1.pth')['rng_state']
     assert len(saved) == WORLD and not torch.equal(saved[0]['torch'], saved[1]['torch'])
     expected = torch.load(tmp_path / 'rank0_whole.pt')
@@ -222,15 +228,7 @@ def test_a_run_resumed_inside_an_accumulation_window_keeps_every_rank_s_gradient
     """Iteration 1's checkpoint falls inside cross_lingual's first window: each rank holds the
     gradients of its own half of the batch (DDP syncs none before the window's step), and the
     run resumed there ends where the whole run ends only with every rank's gradients back."""
-    MODELS.import_from_location()
-    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
-    monkeypatch.setenv('OMP_NUM_THREADS', '1')
-    whole = tmp_path / 'whole'
-    for work_dir, resume_from in ((whole, None), (tmp_path / 'resumed', str(whole / 'iter_1.pth'))):
-        mp.start_processes(_accumulating_worker,
-                           args=(free_port(), str(work_dir), str(tmp_path), resume_from),
-                           nprocs=WORLD, join=True, start_method='fork')
-    allow_mmengine_checkpoint_types()
+    whole = _train_whole_then_resumed(_accumulating_worker, tmp_path, monkeypatch)
     saved = torch.load(whole / 'iter_1.pth')['optimizer']['pending_grads']
     assert len(saved) == WORLD and differences(saved[0], saved[1]) != []
     expected = torch.load(tmp_path / 'rank0_whole.pt')['state']
