@@ -414,8 +414,10 @@ ANNOTATION_WRITERS = (
     (r'multi30k_train_\d+shot', 'tools/data/few_shot_split.py --protocol subsample'),
     (r'multi30k_', 'tools/data/prepare_multi30k.py'),
     (r'flickr30k_200_', 'tools/data/prepare_flickr30k_200.py'),
-    (r'flickr30k_', 'tools/data/prepare_flickr30k.py'),
-    (r'(coco|cococn)_', 'tools/data/prepare_mscoco.py'),
+    (r'flickr30k_', "tools/data/prepare_flickr30k.py, or from LAPS's files by "
+                    'tools/data/prepare_laps.py'),
+    (r'coco_', "tools/data/prepare_mscoco.py, or from LAPS's files by tools/data/prepare_laps.py"),
+    (r'cococn_', 'tools/data/prepare_mscoco.py'),
     (r'xtd10_', 'tools/data/prepare_xtd10.py'),
     (r'xtd200_', 'tools/data/prepare_xtd200.py'),
     (r'(cc300k|cc3m)_', 'tools/data/prepare_cc3m.py'),
@@ -425,8 +427,9 @@ ANNOTATION_WRITERS = (
 
 
 def annotation_writer(path: str | os.PathLike) -> str | None:
-    """The tool (and its options) that writes the annotation file ``path`` by its name
-    (:data:`ANNOTATION_WRITERS`); ``None`` for a name no converter writes."""
+    """The tool (and its options) that writes the annotation file ``path`` by its name, or the
+    tools where several write it (:data:`ANNOTATION_WRITERS`); ``None`` for a name no converter
+    writes."""
     name = Path(path).name
     return next((tool for pattern, tool in ANNOTATION_WRITERS if re.match(pattern, name)), None)
 
