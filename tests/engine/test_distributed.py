@@ -152,15 +152,10 @@ def _dasd_worker(rank: int, port: int, work_dir: str, out_dir: str, compile: dic
     torch.distributed.destroy_process_group()
 
 
-def _seeded_per_rank_worker(rank: int, port: int, work_dir: str, out_dir: str,
-                            resume_from: str | None) -> None:
-    """DASD (its discriminator draws a permutation each step) with a seed per rank,
-    checkpointed every iteration, trained whole or resumed from ``resume_from``."""
-    _start(rank, port)
-    cfg = dasd_cfg(Path(work_dir), GLOBAL_BATCH // WORLD, compile=None)
-    cfg.randomness = dict(seed=0, diff_rank_seed=True)
+def _train_checkpointing_each_iteration(cfg, resume_from: str | None) -> Runner:
+    """Train ``cfg`` on this rank under the launcher, checkpointed every iteration, whole or
+    resumed from ``resume_from``; the runner."""
     cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=1, by_epoch=False)
-    cfg.custom_hooks = [dict(type='RNGStateHook'), dict(type='WeightsOnlyCheckpointHook')]
     cfg.launcher = 'pytorch'
     allow_mmengine_checkpoint_types()
     if resume_from:
@@ -168,6 +163,18 @@ def _seeded_per_rank_worker(rank: int, port: int, work_dir: str, out_dir: str,
     setup_cpu_distributed(cfg, 'pytorch')
     runner = Runner.from_cfg(cfg)
     runner.train()
+    return runner
+
+
+def _seeded_per_rank_worker(rank: int, port: int, work_dir: str, out_dir: str,
+                            resume_from: str | None) -> None:
+    """DASD (its discriminator draws a permutation each step) with a seed per rank,
+    checkpointed every iteration, trained whole or resumed from ``resume_from``."""
+    _start(rank, port)
+    cfg = dasd_cfg(Path(work_dir), GLOBAL_BATCH // WORLD, compile=None)
+    cfg.randomness = dict(seed=0, diff_rank_seed=True)
+    cfg.custom_hooks = [dict(type='RNGStateHook'), dict(type='WeightsOnlyCheckpointHook')]
+    runner = _train_checkpointing_each_iteration(cfg, resume_from)
     state = {name: value.detach().clone() for name, value in runner.model.module.state_dict()
              .items() if name.startswith(('language_branch.', 'disentangler.'))}
     torch.save(state, Path(out_dir) / f'rank{rank}_{"resumed" if resume_from else "whole"}.pt')
@@ -208,15 +215,8 @@ def _accumulating_worker(rank: int, port: int, work_dir: str, out_dir: str,
     _start(rank, port)
     cfg = make_cfg(Path(work_dir), GLOBAL_BATCH // WORLD)
     cfg.optim_wrapper.accumulative_counts = 2
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=1, by_epoch=False)
     cfg.custom_hooks = [dict(type='WeightsOnlyCheckpointHook')]
-    cfg.launcher = 'pytorch'
-    allow_mmengine_checkpoint_types()
-    if resume_from:
-        cfg.update(resume=True, load_from=resume_from)
-    setup_cpu_distributed(cfg, 'pytorch')
-    runner = Runner.from_cfg(cfg)
-    runner.train()
+    runner = _train_checkpointing_each_iteration(cfg, resume_from)
     log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
     torch.save(dict(state=trained_state(runner), lost='Resumed iteration number' in log),
                Path(out_dir) / f'rank{rank}_{"resumed" if resume_from else "whole"}.pt')
