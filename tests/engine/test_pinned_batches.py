@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import torch
 from mmengine.runner import Runner
+from torch.utils.data import DataLoader
 
 from tests.conftest import tiny_retriever_cfg
 from tests.engine.test_eval_loops import base_cfg, eval_loader, synthetic
@@ -56,9 +57,9 @@ def test_the_one_dataset_loops_pin_their_loader_too(tmp_path, monkeypatch):
 
 def test_the_cdds_hook_builds_its_own_loader_through_it(monkeypatch):
     monkeypatch.setattr(cdds_correlation, 'pinned_on_gpu', pin_always)
-    built = []
+    built, loader = [], DataLoader(range(2))
     runner = SimpleNamespace(seed=0, _randomness_cfg={},
-                             build_dataloader=lambda cfg, seed: built.append(cfg))
+                             build_dataloader=lambda cfg, seed: built.append(cfg) or loader)
     CDDSCorrelationHook(dataloader=dict(batch_size=2))._loader(runner)
     assert built == [dict(batch_size=2, pin_memory=True)]
 

@@ -34,7 +34,8 @@ from xmr.registry import MODEL_WRAPPERS
 from xmr.utils.cli import UserError
 
 __all__ = ['RANK_VARIABLES', 'launcher_rank', 'padded_repeats', 'phase_wrapper_cfg',
-           'rewrap_for_phase', 'setup_cpu_distributed', 'shared_seed', 'start_distributed']
+           'rewrap_for_phase', 'setup_cpu_distributed', 'shared_seed', 'start_distributed',
+           'unpadded_shard_size']
 
 
 def phase_wrapper_cfg(cfg: dict | None, on_cuda: bool) -> dict[str, Any]:
@@ -164,6 +165,19 @@ def shared_seed(runner) -> int:
     if runner._randomness_cfg.get('diff_rank_seed', False):
         seed -= dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     return seed
+
+
+def unpadded_shard_size(sampler: Any) -> int:
+    """Items of this rank's shard of a pass of ``sampler`` that are no padding.
+
+    MMEngine's ``DefaultSampler`` (``round_up``) pads a pass of ``N`` items with its first
+    items to ``world_size x ceil(N / world_size)`` positions and gives rank ``r`` positions
+    ``r, r + world_size, ...``: those from ``N`` on are the pad, at the end of the shard.
+    Another sampler pads nothing: its whole length.
+    """
+    if not getattr(sampler, 'round_up', False):
+        return len(sampler)
+    return len(range(sampler.rank, len(sampler.dataset), sampler.world_size))
 
 
 def padded_repeats(loader: Any) -> int:

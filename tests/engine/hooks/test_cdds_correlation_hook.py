@@ -1,14 +1,21 @@
 """CDDSCorrelationHook: dataset-level statistics, when it recomputes them, untouched RNG."""
 import logging
+import os
+from datetime import timedelta
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.multiprocessing as mp
+from mmengine.runner import Runner
 from torch.utils.data import DataLoader
 
 from tests.conftest import tiny_backbone_cfg
+from tests.engine.test_distributed import free_port
 from xmr.datasets.collate import retrieval_collate
 from xmr.engine.hooks import CDDSCorrelationHook
+from xmr.engine.resume import pass_indices
 from xmr.models.disentanglers.cdds import column_statistics
 from xmr.registry import DATASETS, HOOKS, MODELS
 
@@ -28,7 +35,8 @@ def loader():
 
 
 def runner_for(model, iteration: int = 0):
-    return SimpleNamespace(model=model, iter=iteration, seed=0,
+    return SimpleNamespace(model=model, iter=iteration, seed=0, _randomness_cfg={},
+                           build_dataloader=Runner.build_dataloader,
                            train_loop=SimpleNamespace(dataloader=loader()),
                            logger=logging.getLogger('test_cdds_correlation_hook'))
 
@@ -145,3 +153,54 @@ def test_a_model_without_dataset_correlation_is_refused():
         CDDSCorrelationHook().before_train(runner_for(model_with('batch')))
     with pytest.raises(ValueError, match='max_batches must be positive'):
         CDDSCorrelationHook(max_batches=0)
+
+
+# 11 items on 2 ranks: MMEngine's DefaultSampler pads the pass to 12 with the first item again,
+# which ends rank 1's shard; batches of 2 leave rank 1's last batch that item alone.
+PADDED_LOADER = dict(
+    batch_size=2, num_workers=0, sampler=dict(type='DefaultSampler', shuffle=True),
+    collate_fn=dict(type='xmr.retrieval_collate'),
+    dataset=dict(type='xmr.SyntheticPairDataset', num_scenes=11, languages=[], split='train',
+                 image_size=32, seed=0))
+
+
+def refreshed_statistics(source: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The statistics one refresh leaves, over ``PADDED_LOADER`` as the hook's own dataloader
+    (``'own'``) or as the train loop's (``'train'``, its indices keyed by pass as the loop
+    keys them)."""
+    model = model_with()
+    runner = runner_for(model)
+    hook = CDDSCorrelationHook(dataloader=PADDED_LOADER if source == 'own' else None)
+    if source == 'train':
+        runner.train_loop.dataloader = Runner.build_dataloader(PADDED_LOADER, seed=0)
+        pass_indices(runner.train_loop.dataloader)
+    hook.refresh(runner)
+    correlation = model.disentangler.correlation
+    return correlation.image_statistics.clone(), correlation.text_statistics.clone()
+
+
+def _refresh_worker(rank: int, port: int, out_dir: str, source: str) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE='2', LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group('gloo', rank=rank, world_size=2,
+                                         timeout=timedelta(seconds=120))
+    torch.save(refreshed_statistics(source), Path(out_dir) / f'rank{rank}.pt')
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize('source', ['own', 'train'])
+def test_two_gloo_processes_refresh_the_statistics_of_one_process(tmp_path, monkeypatch,
+                                                                  source):
+    """Summed over 2 ranks, the statistics are those of one process reading the 11 items: the
+    sampler's pad (item 0 again) is not counted twice."""
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    mp.start_processes(_refresh_worker, args=(free_port(), str(tmp_path), source), nprocs=2,
+                       join=True, start_method='fork')
+    image, text = refreshed_statistics(source)
+    assert int(image[0, 0]) == 11 * 17
+    for rank in range(2):
+        ranks_image, ranks_text = torch.load(tmp_path / f'rank{rank}.pt')
+        assert int(ranks_image[0, 0]) == 11 * 17, f'rank {rank} counted the pad'
+        torch.testing.assert_close(ranks_image, image, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(ranks_text, text, rtol=1e-6, atol=1e-6)

@@ -5,7 +5,9 @@ its column Gaussians from sufficient statistics accumulated over the training se
 from the current batch. This hook fills them: it empties every such estimate of the model
 (:meth:`~xmr.models.retrievers.dual_encoder.DualEncoderRetriever.dataset_correlations`),
 runs the training data through the towers (and the UNets) in eval mode without gradient, sums
-the statistics over the ranks, and hands the model back in train mode.
+the statistics over the ranks, and hands the model back in train mode. Each rank reads its shard
+of the dataset without the sampler's pad and drops no batch, so the sum over the ranks counts
+every item once, as one process does.
 
 When: before the first iteration (unless a resumed checkpoint already holds an estimate), then
 every ``interval`` iterations — by default once per pass over the data, so the estimate follows
@@ -15,15 +17,18 @@ the same batches as one without.
 """
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from mmengine import dist
 from mmengine.hooks import Hook
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, Sampler
 
-from xmr.engine.distributed import shared_seed
+from xmr.engine.distributed import shared_seed, unpadded_shard_size
 from xmr.engine.pinned_batches import pinned_on_gpu
+from xmr.engine.resume import PassIndices
 from xmr.engine.rng import preserved_rng_state
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.retrievers.dual_encoder import DualEncoderRetriever
@@ -61,10 +66,10 @@ class CDDSCorrelationHook(Hook):
 
     def _loader(self, runner) -> Any:
         if self._dataloader is None:
-            self._dataloader = (_own_workers(runner.train_loop.dataloader)
-                                if self.dataloader_cfg is None
-                                else runner.build_dataloader(
-                                    pinned_on_gpu(self.dataloader_cfg), seed=shared_seed(runner)))
+            self._dataloader = _each_item_once(
+                runner.train_loop.dataloader if self.dataloader_cfg is None
+                else runner.build_dataloader(pinned_on_gpu(self.dataloader_cfg),
+                                             seed=shared_seed(runner)))
         return self._dataloader
 
     def _correlations(self, runner) -> list[torch.nn.Module]:
@@ -113,21 +118,41 @@ class CDDSCorrelationHook(Hook):
             self.refresh(runner)
 
 
-def _own_workers(loader: Any) -> Any:
-    """``loader``'s dataset, batches and collation, read by workers of each pass's own.
+class _Unpadded(Sampler[int]):
+    """The indices of ``sampler``'s shard of a pass without its trailing pad
+    (:func:`~xmr.engine.distributed.unpadded_shard_size`)."""
 
-    A loader with persistent workers hands every ``iter()`` its one iterator, restarted: a pass
-    over the train loop's loader itself would restart the pass training is in, which would then
-    skip the batches read here.
+    def __init__(self, sampler: Sampler) -> None:
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(iter(self.sampler), len(self))
+
+    def __len__(self) -> int:
+        return unpadded_shard_size(self.sampler)
+
+
+def _each_item_once(loader: DataLoader) -> DataLoader:
+    """``loader``'s dataset, collation and batch size, reading this rank's shard of a pass
+    through the per-item sampler beneath its batch sampler, without the pad, and no batch
+    dropped: summed over the ranks, every item of the dataset once, as one process reads it.
+
+    MMEngine's ``DefaultSampler`` pads a pass to a multiple of the ranks with its first items,
+    which a sum of the ranks' statistics would count twice. xmr's batch samplers
+    (``LanguageBatchSampler``) drop each language's incomplete global batch; the per-item
+    sampler under them is the ``DefaultSampler`` MMEngine built for the dataloader. Its plain
+    indices leave the batch sampler's state alone: a resumed pass's start (``PassIndices.skip``,
+    ``start_at``) stays for training. Workers are this pass's own: a loader with persistent
+    workers hands every ``iter()`` its one iterator, restarted, so a pass over the train loop's
+    loader would restart the pass training is in, which would then skip the batches read here.
     """
-    if not (isinstance(loader, DataLoader) and loader.persistent_workers
-            and loader.num_workers > 0):
-        return loader
-    batching = (dict(batch_sampler=loader.batch_sampler) if loader.batch_sampler is not None
-                else dict(sampler=loader.sampler, batch_size=None))
+    sampler = loader.batch_sampler.sampler
+    if isinstance(sampler, PassIndices):
+        sampler = sampler.sampler
+    batches = BatchSampler(_Unpadded(sampler), loader.batch_sampler.batch_size, drop_last=False)
     # No generator: the workers' seeds then come from torch's stream, which refresh()
     # restores, and the train loader's own generator is not drawn from.
-    return DataLoader(loader.dataset, **batching, num_workers=loader.num_workers,
+    return DataLoader(loader.dataset, batch_sampler=batches, num_workers=loader.num_workers,
                       collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
                       timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
                       multiprocessing_context=loader.multiprocessing_context,
