@@ -204,3 +204,22 @@ def test_two_gloo_processes_refresh_the_statistics_of_one_process(tmp_path, monk
         assert int(ranks_image[0, 0]) == 11 * 17, f'rank {rank} counted the pad'
         torch.testing.assert_close(ranks_image, image, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(ranks_text, text, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('own', [False, True])
+def test_every_rank_refreshes_at_the_same_iterations(monkeypatch, own):
+    """9 items on 2 ranks in batches of 2: training's padded shards are 3 batches on both
+    ranks, the hook's shards without the pad 3 and 2 (5 and 4 items). The ranks refresh once
+    per pass over the training data, at the same iterations (their statistics' sum is a
+    collective), with the hook's own loader too."""
+    nine = dict(PADDED_LOADER, dataset=dict(PADDED_LOADER['dataset'], num_scenes=9))
+    refreshed = {rank: [] for rank in range(2)}
+    for rank, iterations in refreshed.items():
+        monkeypatch.setattr('mmengine.dataset.sampler.get_dist_info', lambda r=rank: (r, 2))
+        runner = runner_for(model_with())
+        runner.train_loop.dataloader = Runner.build_dataloader(nine, seed=0)
+        hook = CDDSCorrelationHook(dataloader=nine if own else None)
+        monkeypatch.setattr(hook, 'refresh', lambda runner, at=iterations: at.append(runner.iter))
+        for runner.iter in range(1, 7):
+            hook.before_train_iter(runner, runner.iter)
+    assert refreshed == {0: [3, 6], 1: [3, 6]}

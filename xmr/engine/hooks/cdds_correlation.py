@@ -10,7 +10,8 @@ of the dataset without the sampler's pad and drops no batch, so the sum over the
 every item once, as one process does.
 
 When: before the first iteration (unless a resumed checkpoint already holds an estimate), then
-every ``interval`` iterations — by default once per pass over the data, so the estimate follows
+every ``interval`` iterations — by default once per pass over the training data (the train
+loop's dataloader, even beside a dataloader of the hook's own), so the estimate follows
 the semantic components as they train, at the cost of one extra forward pass per epoch.
 Validation-like passes leave every random stream untouched, so a run with the hook trains on
 the same batches as one without.
@@ -40,8 +41,10 @@ class CDDSCorrelationHook(Hook):
     """Recomputes CDDS's dataset-level correlation statistics at the start and periodically.
 
     Args:
-        interval: iterations between two recomputations; ``None`` = the number of batches of
-            the hook's dataloader (once per epoch); ``0`` = only once, before training.
+        interval: iterations between two recomputations; ``None`` = the batches of a pass
+            of the train loop's dataloader (once per epoch of training, at the same iterations
+            on every rank, whatever the hook's own dataloader); ``0`` = only once, before
+            training.
         max_batches: read at most this many batches per recomputation (a random subset of the
             dataset when the loader shuffles); ``None`` = all of them.
         dataloader: dataloader config to read; ``None`` = the train loop's dataloader.
@@ -113,7 +116,9 @@ class CDDSCorrelationHook(Hook):
             self.refresh(runner)
 
     def before_train_iter(self, runner, batch_idx: int, data_batch: Any = None) -> None:
-        interval = len(self._loader(runner)) if self.interval is None else self.interval
+        # A training pass has as many batches on every rank; the hook's shards need not (no pad).
+        interval = (len(runner.train_loop.dataloader) if self.interval is None
+                    else self.interval)
         if interval and runner.iter > 0 and runner.iter % interval == 0:
             self.refresh(runner)
 
