@@ -223,3 +223,17 @@ def test_every_rank_refreshes_at_the_same_iterations(monkeypatch, own):
         for runner.iter in range(1, 7):
             hook.before_train_iter(runner, runner.iter)
     assert refreshed == {0: [3, 6], 1: [3, 6]}
+
+
+def test_a_train_loader_of_language_batches_is_read_item_by_item():
+    """The shipped configs batch one language at a time (``LanguageBatchSampler``), dropping
+    each pass's incomplete batch: 5 batches of the 11 items. The refresh reads the sampler
+    beneath, every item once, and leaves the batch sampler's pass alone."""
+    runner = runner_for(model_with())
+    runner.train_loop.dataloader = Runner.build_dataloader(
+        dict(PADDED_LOADER, batch_sampler=dict(type='xmr.LanguageBatchSampler')), seed=0)
+    batches = runner.train_loop.dataloader.batch_sampler
+    batches.start_at(2)
+    CDDSCorrelationHook().refresh(runner)
+    assert runner.model.disentangler.correlation.num_accumulated_tokens[0] == 11 * 17
+    assert len(list(batches)) == 3, 'the refresh consumed the resumed pass\'s start'

@@ -45,8 +45,8 @@ class CDDSCorrelationHook(Hook):
             of the train loop's dataloader (once per epoch of training, at the same iterations
             on every rank, whatever the hook's own dataloader); ``0`` = only once, before
             training.
-        max_batches: read at most this many batches per recomputation (a random subset of the
-            dataset when the loader shuffles); ``None`` = all of them.
+        max_batches: read at most this many batches per recomputation, on each rank (a
+            random subset of the dataset when the loader shuffles); ``None`` = all of them.
         dataloader: dataloader config to read; ``None`` = the train loop's dataloader.
     """
 
