@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import io
 import struct
 from pathlib import Path
 
@@ -10,7 +11,13 @@ import pytest
 import torch
 from PIL import Image
 
-from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
+from xmr.datasets.media_io import (
+    MediaReadError,
+    check_image_decodes,
+    check_video_decodes,
+    read_image,
+    read_video_frames,
+)
 
 
 @pytest.fixture
@@ -230,3 +237,46 @@ def test_a_clip_of_a_width_decord_cannot_copy_is_named_as_decord_s_limit_not_dam
             r'may be sound \(it fails on clips 8, 16, 24, 48 or 72 px wide, dmlc/decord#336; '
             r'Check failed: .*\); re-encode it wider')):
         read_video_frames(path, 2, random_offset=False)
+
+
+def encoded_image(image_format: str) -> bytes:
+    """A 48 x 64 image of noise, encoded as ``image_format``."""
+    pixels = np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, image_format)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize('image_format', ['JPEG', 'PNG'])
+def test_the_decode_check_refuses_an_image_where_a_read_does(tmp_path, image_format):
+    """An image cut short passed check_image_file (it is not empty) and failed when read, at its
+    batch; check_image_decodes fails on it as read_image does, naming the file, and passes the
+    whole file (a JPEG decoded at an eighth of its size, which reads all of its data)."""
+    data = encoded_image(image_format)
+    path = tmp_path / f'image.{image_format.lower()}'
+    # Cut at eighths of the file: inside its data (a PNG cut in its last chunk, IEND, reads).
+    for end in (len(data), *(len(data) * eighths // 8 for eighths in range(1, 8))):
+        path.write_bytes(data[:end])
+        try:
+            read_image(path)
+            expected = None
+        except MediaReadError as error:
+            expected = error.reason
+        try:
+            check_image_decodes(path)
+            found = None
+        except MediaReadError as error:
+            found = error.reason
+            assert error.path == str(path)
+        assert (end, found) == (end, expected)
+        assert (expected is None) == (end == len(data))
+
+
+def test_the_decode_check_decodes_every_frame_of_a_video(videos):
+    """corrupted.mp4's container is whole and decord opens it; its frames 28-49 do not decode,
+    which only decoding them finds."""
+    with pytest.raises(MediaReadError, match=r'corrupted\.mp4: decoding failed \(') as info:
+        check_video_decodes(videos / 'corrupted.mp4')
+    assert info.value.path == str(videos / 'corrupted.mp4')
+    for name in ('video_0.mov', 'unordered.mov', 'flipping_a_pancake.mkv'):
+        check_video_decodes(videos / name)

@@ -284,6 +284,60 @@ def test_the_container_check_can_be_left_to_the_reads(damaged_clips):
         dataset[1]
 
 
+@pytest.fixture
+def cut_images(tmp_path) -> Path:
+    """A whole JPEG, then a JPEG and a PNG cut to half their bytes (a copy cut short)."""
+    images = tmp_path / 'images'
+    images.mkdir()
+    pixels = np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    for name in ('a.jpg', 'b.jpg', 'c.png'):
+        Image.fromarray(pixels).save(images / name)
+    for name in ('b.jpg', 'c.png'):
+        data = (images / name).read_bytes()
+        (images / name).write_bytes(data[:len(data) // 2])
+    dump_annotation(Annotation(dataset='d', split='test', media_type='image', languages=['en'],
+                               items=[MediaRecord(n[0], n, {'en': [f'image {n}']})
+                                      for n in ('a.jpg', 'b.jpg', 'c.png')]), tmp_path / 'ann.json')
+    return tmp_path / 'ann.json'
+
+
+def test_images_cut_short_are_named_before_any_is_read_when_decoding_is_checked(cut_images,
+                                                                                monkeypatch):
+    """The stat check passes an image cut short, which stopped training when its batch came;
+    check_decode=True names every such file with its read's reason, in one report."""
+    from xmr.datasets import base
+
+    images = cut_images.parent / 'images'
+    options = dict(data_root=cut_images.parent, data_prefix=dict(media='images'), transform=TINY)
+    RetrievalDataset(cut_images, **options).check_media_exist()  # opt-in: passes by default
+    reasons = []
+    for index in (1, 2):
+        with pytest.raises(MediaReadError) as read:
+            RetrievalDataset(cut_images, **options)[index]
+        reasons.append(f'\n  {read.value.path}: {read.value.reason}')
+    report = f'2 of its 3 images cannot be read whole:{"".join(reasons)}\nreplace them'
+    assert 'truncated' in report and str(images / 'c.png') in report
+    with pytest.raises(MediaReadError) as info:
+        RetrievalDataset(cut_images, **options, check_decode=True).check_media_exist()
+    assert str(info.value) == f"{cut_images}: {report}: or set on_corrupt='skip' to leave them out"
+    said = []
+    monkeypatch.setattr(base, 'print_log', lambda message, **_: said.append(message))
+    RetrievalDataset(cut_images, **options, check_decode=True,
+                     on_corrupt='skip').check_media_exist()
+    assert said == [f"{cut_images}: {report}; they are skipped (on_corrupt='skip')"]
+
+
+def test_a_video_damaged_inside_is_named_before_any_is_read_when_decoding_is_checked(clips):
+    """corrupted.mp4's container is whole: the container check passes it, and a read fails."""
+    RetrievalDataset(clips, num_frames=2, transform=TINY).check_media_exist()
+    dataset = RetrievalDataset(clips, num_frames=2, transform=TINY, check_decode=True)
+    with pytest.raises(MediaReadError) as info:
+        dataset.check_media_exist()
+    damaged = dataset.media_path(dataset.records[CLIPS.index('corrupted.mp4')])
+    assert str(info.value).startswith(f'{clips}: 1 of its 4 videos cannot be read whole:\n'
+                                      f'  {damaged}: decoding failed (')
+
+
 def test_a_web_page_under_a_video_s_name_is_named_and_a_misnamed_video_is_not(shared_data,
                                                                               tmp_path):
     """A page a failed download saved as 'page.mp4' passed the check and stopped the run when

@@ -18,8 +18,10 @@ from xmr.datasets.media_files import missing_media, other_spelling_hint
 from xmr.datasets.media_io import (
     MediaReadError,
     check_decode_threads,
+    check_image_decodes,
     check_image_file,
     check_video_container,
+    check_video_decodes,
     check_video_opens,
     read_image,
     read_video_frames,
@@ -65,13 +67,18 @@ class MediaCaptionDataset(MediaDataset):
             empty file is unreadable) and each video's container sizes (a file open and a few
             bytes per top-level box) besides listing the folders; ``False`` for a set so large
             that even this is too slow.
+        check_decode: :meth:`check_media_exist` decodes every file whole, as a read would (an
+            image cut short is found only so, and damage inside a whole video): opt in where
+            a damaged file must be found before training rather than at its batch; it costs
+            a full read of the set (``docs/data.md``).
     """
 
     def __init__(self, ann_file: str | os.PathLike, data_root: str | os.PathLike = '',
                  data_prefix: dict[str, str] | None = None,
                  transform: dict[str, Any] | None = None, num_frames: int = 12,
                  test_mode: bool = False, on_corrupt: str = 'raise', decode_threads: int = 1,
-                 with_media: bool = True, check_containers: bool = True) -> None:
+                 with_media: bool = True, check_containers: bool = True,
+                 check_decode: bool = False) -> None:
         self.data_root = Path(data_root)
         self.ann_file = self._under_root(ann_file)
         self.annotation: Annotation = load_annotation(self.ann_file, items=RecordStore)
@@ -89,6 +96,7 @@ class MediaCaptionDataset(MediaDataset):
         # A text-only annotation has nothing to decode.
         self.with_media = with_media and self.annotation.media_type != 'text'
         self.check_containers = check_containers
+        self.check_decode = check_decode
         transform_cfg = dict(DEFAULT_TRANSFORM if transform is None else transform)
         transform_cfg.setdefault('type', 'MediaTransform')
         transform_cfg['training'] = not test_mode
@@ -115,7 +123,8 @@ class MediaCaptionDataset(MediaDataset):
 
     def check_media_exist(self) -> None:
         """Refuse an annotation whose media files are missing, empty, or are videos whose
-        containers say they cannot be whole (cut short: :func:`check_video_container`), with
+        containers say they cannot be whole (cut short: :func:`check_video_container`), or,
+        with ``check_decode``, that do not decode whole, with
         ``on_corrupt='raise'``; ``'skip'`` warns with the same report. Missing files are found
         with one listing per folder and given by count and the first; every damaged file is
         named with what is wrong. A dataset without media passes. The training loop calls it
@@ -152,10 +161,16 @@ class MediaCaptionDataset(MediaDataset):
         """Each present file that cannot be read whole, with the reason, in annotation order:
         an empty image (a ``stat``: :func:`check_image_file`), a video whose container says it
         cannot be whole or whose first bytes are not the container its name says and decord
-        cannot open (:func:`_check_video`); none with ``check_containers=False``."""
-        if not self.check_containers:
+        cannot open (:func:`_check_video`); with ``check_decode``, any file that does not
+        decode whole (:func:`check_image_decodes`, :func:`check_video_decodes`); none with
+        ``check_containers=False`` alone."""
+        video = self.annotation.media_type == 'video'
+        if self.check_decode:
+            check = check_video_decodes if video else check_image_decodes
+        elif self.check_containers:
+            check = _check_video if video else check_image_file
+        else:
             return []
-        check = _check_video if self.annotation.media_type == 'video' else check_image_file
         # Joined as text, a Path only for a failure: building 300k Paths costs several times
         # the stats.
         root, damaged = str(self.media_root), []
