@@ -280,3 +280,22 @@ def test_the_decode_check_decodes_every_frame_of_a_video(videos):
     assert info.value.path == str(videos / 'corrupted.mp4')
     for name in ('video_0.mov', 'unordered.mov', 'flipping_a_pancake.mkv'):
         check_video_decodes(videos / name)
+
+
+@pytest.mark.parametrize('check', [read_image, check_image_decodes])
+def test_pillow_set_to_read_images_cut_short_is_refused_not_padded(tmp_path, monkeypatch,
+                                                                     check):
+    """With LOAD_TRUNCATED_IMAGES (the usual advice for Pillow's 'image file is truncated'),
+    a JPEG cut in half read without an error, its lower rows all 128 (grey); a RuntimeError,
+    not a MediaReadError, which on_corrupt='skip' would take as every image's fault."""
+    from PIL import ImageFile
+
+    data = encoded_image('JPEG')
+    (tmp_path / 'cut.jpg').write_bytes(data[:len(data) // 2])
+    (tmp_path / 'whole.jpg').write_bytes(data)
+    monkeypatch.setattr(ImageFile, 'LOAD_TRUNCATED_IMAGES', True)
+    for name in ('cut.jpg', 'whole.jpg'):
+        with pytest.raises(RuntimeError, match=r'^PIL\.ImageFile\.LOAD_TRUNCATED_IMAGES is True '
+                                               r'.*set it back to False') as info:
+            check(tmp_path / name)
+        assert not isinstance(info.value, MediaReadError)

@@ -327,6 +327,21 @@ def test_images_cut_short_are_named_before_any_is_read_when_decoding_is_checked(
     assert said == [f"{cut_images}: {report}; they are skipped (on_corrupt='skip')"]
 
 
+@pytest.mark.parametrize('on_corrupt', ['raise', 'skip'])
+def test_pillow_set_to_read_images_cut_short_is_refused_before_any_is_read(cut_images,
+                                                                          monkeypatch, on_corrupt):
+    """With LOAD_TRUNCATED_IMAGES the check passed and both cut images trained padded with
+    grey, under either policy."""
+    from PIL import ImageFile
+
+    monkeypatch.setattr(ImageFile, 'LOAD_TRUNCATED_IMAGES', True)
+    dataset = RetrievalDataset(cut_images, data_root=cut_images.parent,
+                               data_prefix=dict(media='images'), transform=TINY,
+                               on_corrupt=on_corrupt)
+    with pytest.raises(RuntimeError, match=r'^PIL\.ImageFile\.LOAD_TRUNCATED_IMAGES is True'):
+        dataset.check_media_exist()
+
+
 def test_a_video_damaged_inside_is_named_before_any_is_read_when_decoding_is_checked(clips):
     """corrupted.mp4's container is whole: the container check passes it, and a read fails."""
     RetrievalDataset(clips, num_frames=2, transform=TINY).check_media_exist()

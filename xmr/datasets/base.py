@@ -20,6 +20,7 @@ from xmr.datasets.media_io import (
     check_decode_threads,
     check_image_decodes,
     check_image_file,
+    check_truncated_images_refused,
     check_video_container,
     check_video_decodes,
     check_video_opens,
@@ -135,9 +136,13 @@ class MediaCaptionDataset(MediaDataset):
             FileNotFoundError: naming the annotation, the first missing file and the count,
                 and every damaged file.
             MediaReadError: naming the annotation and every damaged file, none missing.
+            RuntimeError: for images, if Pillow is set to read images cut short
+                (:func:`check_truncated_images_refused`), whatever the policy.
         """
         if not self.with_media:
             return
+        if self.annotation.media_type == 'image':
+            check_truncated_images_refused()
         missing = missing_media(self.media_root, (r.media_path for r in self.records))
         damaged = self._damaged_media(set(missing))
         found = [f'{len(missing)} of its {len(self.records)} media files are missing, the '

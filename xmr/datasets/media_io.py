@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageFile, UnidentifiedImageError
 
 from xmr.datasets.frame_sampling import check_frame_count, uniform_frame_indices
 from xmr.datasets.media_files import EMPTY_FILE
@@ -24,8 +24,8 @@ from xmr.datasets.video_containers import container_problem
 from xmr.utils.counts import is_count
 
 __all__ = ['MediaReadError', 'check_decode_threads', 'check_image_decodes', 'check_image_file',
-           'check_video_container', 'check_video_decodes', 'check_video_opens', 'read_image',
-           'read_video_frames']
+           'check_truncated_images_refused', 'check_video_container', 'check_video_decodes',
+           'check_video_opens', 'read_image', 'read_video_frames']
 
 # decord prefixes its C++ errors with "[hh:mm:ss] /source/file.cc:line: "; the rest is the reason.
 _DECORD_LOCATION = re.compile(r'\[\d\d:\d\d:\d\d\] \S+:\d+: ')
@@ -79,6 +79,19 @@ def check_image_file(path: str | os.PathLike) -> None:
         raise MediaReadError(path, EMPTY_FILE)
 
 
+def check_truncated_images_refused() -> None:
+    """Raise RuntimeError if Pillow is set to read images cut short
+    (``PIL.ImageFile.LOAD_TRUNCATED_IMAGES``, the usual advice for its 'image file is
+    truncated'): it then pads the missing rows with grey or black without an error, and no
+    damaged image could be named or skipped under ``on_corrupt``."""
+    if ImageFile.LOAD_TRUNCATED_IMAGES:
+        raise RuntimeError(
+            'PIL.ImageFile.LOAD_TRUNCATED_IMAGES is True (code imported into this process set '
+            'it): Pillow would read an image cut short with its missing rows grey, without an '
+            "error; set it back to False, and leave damaged images out with on_corrupt='skip' "
+            'on the dataset (check_decode=True names them all before the first step)')
+
+
 def read_image(path: str | os.PathLike) -> torch.Tensor:
     """Decode an image as RGB.
 
@@ -87,7 +100,10 @@ def read_image(path: str | os.PathLike) -> torch.Tensor:
 
     Raises:
         MediaReadError: if the file is missing, empty or not a decodable image.
+        RuntimeError: if Pillow is set to read images cut short
+            (:func:`check_truncated_images_refused`).
     """
+    check_truncated_images_refused()
     check_image_file(path)
     with _image_errors(path), Image.open(path) as image:
         array = np.asarray(image.convert('RGB'))
@@ -98,7 +114,8 @@ def check_image_decodes(path: str | os.PathLike) -> None:
     """Raise :class:`MediaReadError` naming ``path`` where :func:`read_image` would: a file
     missing, empty, or not decodable whole (cut short). A JPEG decodes at an eighth of its
     size (Pillow's draft mode), which reads the whole entropy-coded stream, as a full read
-    does, in about half the time."""
+    does, in about half the time; RuntimeError as :func:`read_image`."""
+    check_truncated_images_refused()
     check_image_file(path)
     with _image_errors(path), Image.open(path) as image:
         image.draft(None, (1, 1))
