@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from xmr.datasets.media_io import MediaReadError
 from xmr.utils.cli import EXIT_ERROR, UserError, UserKeyError, did_you_mean, run_tool
@@ -197,3 +198,29 @@ def test_a_usage_error_under_a_launcher_is_printed_by_local_rank_0_alone(tool, m
         err = capsys.readouterr().err
         assert ("'resume' is no KEY=VALUE" in err and 'usage:' in err) is printed
         assert bool(err) is printed
+
+
+class _FailingDataset(torch.utils.data.Dataset):
+    """One item, whose read raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int):
+        raise self.error
+
+
+@pytest.mark.parametrize('error', [MediaReadError('x.jpg', 'truncated JPEG'),
+                                   ZeroDivisionError('division by zero')])
+def test_an_error_a_dataloader_worker_raised_prints_as_without_workers(capsys, error):
+    """torch re-raises a worker's MediaReadError as a RuntimeError whose text is 'Caught
+    MediaReadError in DataLoader worker process 0.' and the worker's traceback: a training
+    run under on_corrupt='raise' (every config reads with workers) printed about 50 lines,
+    marked unexpected, the file named on the last."""
+    def main(argv):
+        next(iter(torch.utils.data.DataLoader(_FailingDataset(error), num_workers=1)))
+
+    assert _fails_with(main, [], capsys) == _fails_with(_raise(error), [], capsys)

@@ -6,25 +6,34 @@ process exits with status 2 (as ``argparse`` does for a bad flag); the traceback
 with ``--debug``. Library code raises :class:`UserError` where it knows the fault and its fix;
 other exceptions still produce one line (marked as unexpected unless xmr raised it on
 purpose, e.g. a ``MediaReadError`` naming the file), so that no tool prints a raw traceback by
-default. Under a launcher (torchrun, srun, mpirun), a refusal before the process group starts is
-printed by the first process of each node alone, a bad flag's usage error included
+default; an error a DataLoader worker raised, which torch re-raises wrapped in the worker's
+traceback, is printed as if raised in the main process (:func:`worker_error`). Under a
+launcher (torchrun, srun, mpirun), a refusal before the process group starts is printed by the
+first process of each node alone, a bad flag's usage error included
 (:func:`quiet_on_other_processes`); every process still exits with status 2.
 """
 from __future__ import annotations
 
 import argparse
+import builtins
 import difflib
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 __all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'int_at_least',
-           'quiet_on_other_processes', 'run_tool']
+           'quiet_on_other_processes', 'run_tool', 'worker_error']
 
 EXIT_ERROR = 2
 DEBUG_FLAG = '--debug'
+# torch re-raises an error of a DataLoader worker as one whose text is "Caught <Type> in
+# DataLoader worker process <n>.\nOriginal Traceback ...": the worker's traceback, ending with
+# "<module>.<Type>: <message>". A type that cannot be built from that one text (MediaReadError
+# takes the file and the reason) comes back as a RuntimeError.
+_WORKER_ERROR = re.compile(r'Caught (\w+) in DataLoader worker process \d+\.\nOriginal ')
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -88,8 +97,24 @@ def print_for_reader(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def worker_error(error: BaseException) -> tuple[str, str] | None:
+    """``(qualified type, message)`` of the error a DataLoader worker raised, which torch
+    re-raised in the main process as ``error``; ``None`` for any other error."""
+    text = str(error)
+    caught = _WORKER_ERROR.match(text)
+    raised = caught and list(re.finditer(rf'^((?:\w+\.)*{caught[1]}): ', text, re.MULTILINE))
+    if not raised:
+        return None
+    return raised[-1][1], text[raised[-1].end():].rstrip()
+
+
 def error_line(error: BaseException) -> str:
-    """The one line a tool prints for ``error`` (without the ``error: `` prefix)."""
+    """The one line a tool prints for ``error`` (without the ``error: `` prefix); a
+    DataLoader worker's error (:func:`worker_error`) is printed as if raised here."""
+    worker = worker_error(error)
+    if worker is not None:
+        raised, message = worker
+        return message if _expected_type(raised) else f'{raised.rpartition(".")[2]}: {message}'
     if isinstance(error, SystemExit):
         return str(error.code).removeprefix('error: ')
     if isinstance(error, OSError) and error.filename is not None:
@@ -144,9 +169,21 @@ def _swallowed_interrupt(error: BaseException) -> KeyboardInterrupt | None:
 
 
 def _expected(error: BaseException) -> bool:
-    """Whether ``error`` is one xmr raises on purpose (its own classes, bad values, files)."""
+    """Whether ``error`` is one xmr raises on purpose (its own classes, bad values, files),
+    in this process or in a DataLoader worker."""
+    worker = worker_error(error)
+    if worker is not None:
+        return _expected_type(worker[0])
     return (isinstance(error, (UserError, SystemExit, OSError, ValueError))
             or type(error).__module__.split('.')[0] == 'xmr')
+
+
+def _expected_type(qualified: str) -> bool:
+    """Whether the type a traceback names (``xmr.datasets.media_io.MediaReadError``,
+    ``ValueError``) is one xmr raises on purpose."""
+    kind = getattr(builtins, qualified, None)
+    return qualified.split('.')[0] == 'xmr' or (
+        isinstance(kind, type) and issubclass(kind, (SystemExit, OSError, ValueError)))
 
 
 #: Where a launcher tells a process its rank on its node: torchrun, srun, mpirun.
