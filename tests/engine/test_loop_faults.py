@@ -3,6 +3,7 @@ are refused before anything trains, and a diverging loss stops the run at once."
 from __future__ import annotations
 
 import copy
+import io
 import math
 import re
 import types
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
+from PIL import Image
 
 from tests.conftest import tiny_retriever_cfg
 from tests.engine.test_loops import (
@@ -19,11 +22,13 @@ from tests.engine.test_loops import (
     PAIRS,
     PHASES,
     RecordingHook,
+    augmented_images,
     loader,
     loop_of,
     make_cfg,
     train,
 )
+from xmr.datasets import MediaReadError, MediaSkippedWarning
 from xmr.datasets.synthetic.dataset import SyntheticPairDataset
 from xmr.engine import loops
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
@@ -519,3 +524,43 @@ def test_an_error_ending_the_workers_of_a_failed_run_leaves_the_run_s_error_rais
         'while handling it, end_persistent_workers raised RuntimeError: DataLoader worker '
         '(pid 4321) did not exit (logged with its traceback)']
     assert 'in workers_stuck' in log_text(tmp_path)
+
+
+# ------------------------------------------------------------------ unreadable media
+@pytest.mark.slow
+@pytest.mark.parametrize('image_format', ['JPEG', 'PNG'])
+def test_an_image_cut_short_is_met_at_its_batch_under_each_policy_and_a_resume_meets_it_again(
+        tmp_path, image_format):
+    """12 images at batch 4, 7 iterations: passes 0 (iterations 0-2) and 1 (3-5) each read the
+    image cut in half once. 'raise' stops at the first batch holding it, naming it, with the
+    checkpoints before kept; 'skip' trains on 3 items there, and a run resumed from iteration 2
+    skips it where the uninterrupted run did and ends on the same weights."""
+    dataset = augmented_images(tmp_path)
+    cut = tmp_path / '5.png'  # the annotation's name; the bytes are image_format's
+    buffer = io.BytesIO()
+    Image.open(cut).save(buffer, image_format)
+    cut.write_bytes(buffer.getvalue()[:len(buffer.getvalue()) // 2])
+
+    def cfg(work_dir: Path, on_corrupt: str, **options) -> Config:
+        cfg = make_cfg(work_dir, phases=[dict(PHASES[0], iters=7, dataloader=None)],
+                       checkpoint_interval=2, **options)
+        cfg.train_dataloader = loader(dict(dataset, on_corrupt=on_corrupt), batch_size=4)
+        return cfg
+
+    with pytest.warns(MediaSkippedWarning, match=re.escape(f'{cut}: not a decodable image')):
+        runner, whole = train(cfg(tmp_path / 'whole', 'skip'))
+    sizes = [record['batch_size'] for record in whole]
+    assert sorted(sizes[:3]) == sorted(sizes[3:6]) == [3, 4, 4] and sizes[6] in (3, 4)
+    first = sizes.index(3)
+    with pytest.raises(MediaReadError, match=re.escape(f'{cut}: not a decodable image')):
+        train(cfg(tmp_path / 'raised', 'raise'))
+    assert sorted(p.name for p in (tmp_path / 'raised').glob('*.pth')) == [
+        f'iter_{i}.pth' for i in range(2, first + 1, 2)]
+    assert list((tmp_path / 'raised').glob('*/*.log'))
+    with pytest.warns(MediaSkippedWarning):
+        resumed_runner, resumed = train(cfg(tmp_path / 'resumed', 'skip',
+                                            resume_from=tmp_path / 'whole' / 'iter_2.pth'))
+    assert [record['batch_size'] for record in resumed] == sizes[2:]
+    weights = runner.model.state_dict()
+    assert [key for key, value in resumed_runner.model.state_dict().items()
+            if not torch.equal(value, weights[key])] == []
