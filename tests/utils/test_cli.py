@@ -224,3 +224,23 @@ def test_an_error_a_dataloader_worker_raised_prints_as_without_workers(capsys, e
         next(iter(torch.utils.data.DataLoader(_FailingDataset(error), num_workers=1)))
 
     assert _fails_with(main, [], capsys) == _fails_with(_raise(error), [], capsys)
+
+
+def test_a_failure_is_written_to_the_log_file_of_the_run_it_stopped(tmp_path, capsys):
+    """A run's log ended at its last iteration: why it stopped went to stderr alone."""
+    from mmengine.logging import MMLogger
+    log_file = tmp_path / 'run.log'
+    logger = MMLogger.get_instance('test_cli_run_log', log_file=str(log_file))
+    logger.info('Iter(train) [3/10]')
+
+    def main(argv):
+        raise RuntimeError('boom at iteration 4')
+
+    err = _fails_with(main, [], capsys)
+    line = 'error: RuntimeError: boom at iteration 4 (unexpected; run again with --debug'
+    assert err.count(line) == 1  # the logger's own console handler did not print it again
+    log = log_file.read_text()
+    assert log.index('Iter(train) [3/10]') < log.index(line)
+    assert 'Traceback (most recent call last)' in log
+    assert "raise RuntimeError('boom at iteration 4')" in log
+

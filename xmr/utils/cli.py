@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import builtins
 import difflib
+import logging
 import os
 import re
 import sys
@@ -239,4 +240,22 @@ def _report(error: BaseException, debug: bool) -> NoReturn:
         line += f' (unexpected; run again with {DEBUG_FLAG} for the traceback)'
     if not _printed_by_another_process(error):
         print(line, file=sys.stderr)
+    _write_to_run_log(line, error)
     raise SystemExit(EXIT_ERROR) from error
+
+
+def _write_to_run_log(line: str, error: BaseException) -> None:
+    """Append ``line`` and ``error``'s traceback to the log file of the run it stopped.
+
+    stderr may be gone (a batch job's output, a closed terminal) while the work dir stays:
+    without this a run's log ended at its last iteration with no word of why.
+    """
+    logger_module = sys.modules.get('mmengine.logging.logger')
+    if logger_module is None:  # mmengine never loaded: no runner, no run log
+        return
+    logger = logger_module.MMLogger.get_current_instance()
+    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, line, None,
+                               (type(error), error, error.__traceback__))
+    for handler in logger.handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
