@@ -15,6 +15,7 @@ from xmr.engine.feature_cache import backbone_fingerprint
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones import OpenCLIPTextTower
 from xmr.models.backbones.base import (
+    TextBackbone,
     VisionLanguageBackbone,
     block_linear_shapes,
     check_tokenizer_fits,
@@ -221,3 +222,30 @@ def test_the_tower_shape_a_backbone_config_gives_is_the_built_towers(config):
     (dict(type='OpenCLIPBackbone', arch='ViT-B-32-nosuch'), None)])
 def test_the_tower_shape_of_a_named_architecture_is_read_without_building_it(cfg, shape):
     assert configured_tower_shape(cfg) == shape
+
+
+class _BertTeacher(TextBackbone):
+    """A user's text-only teacher: a tiny random BERT tower, no tokenizer needed here."""
+
+    def __init__(self) -> None:
+        from transformers import BertConfig, BertModel
+
+        from xmr.models.backbones import BertTextTower
+
+        super().__init__()
+        torch.manual_seed(0)
+        bert = BertModel(BertConfig(vocab_size=20, hidden_size=16, num_hidden_layers=1,
+                                    num_attention_heads=2, intermediate_size=32),
+                         add_pooling_layer=False)
+        self.text_tower = BertTextTower(bert, embed_dim=None)
+
+
+def test_a_text_tower_switched_to_another_pooling_is_keyed_anew():
+    """A user's tower whose ``pooling`` is a class attribute edited from 'cls' to 'mean' (the
+    same weights, the same class): its cached ``r^S`` are not read back."""
+    teacher = _BertTeacher()
+    cls_key = backbone_fingerprint(teacher)
+    teacher.text_tower.pooling = 'mean'
+    assert backbone_fingerprint(teacher) != cls_key
+    teacher.text_tower.pooling = 'cls'
+    assert backbone_fingerprint(teacher) == cls_key

@@ -128,6 +128,13 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         :attr:`reserved_positions`."""
         return self.context_length - self.reserved_positions
 
+    def extra_repr(self) -> str:
+        """The pooling rule, a plain attribute that changes the features without changing a
+        weight: it is in the module tree a feature cache is keyed by
+        (:meth:`TextBackbone.fingerprint`), so that a tower switched from ``'mean'`` to
+        ``'cls'`` does not read back the other rule's features."""
+        return f'pooling={self.pooling!r}'
+
     def checked_length(self, x: torch.Tensor) -> int:
         """``L`` of ``x`` ``[B, L, D]``, which :meth:`add_positions` gives positions to.
 
