@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny random CLIP and the path of the real data fixtures."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -144,9 +145,31 @@ TEACHER_WORDS = ('a an the two three man woman dog dogs girl boy men people red 
                  'shirt snow group young little white black').split()
 
 
-def tiny_sentence_encoder(folder: Path, width: int = 32, layers: int = 2) -> Path:
-    """A Hugging Face folder of a random BERT-style sentence encoder (``config.json``, weights,
-    a WordPiece ``tokenizer.json``), the layout of all-MiniLM-L6-v2."""
+def sentence_transformer_files(folder: Path, width: int, pooling: str = 'mean',
+                               normalize: bool = True) -> Path:
+    """Write sentence-transformers' ``modules.json`` and ``1_Pooling/config.json`` (and an
+    empty ``2_Normalize``) into ``folder``, as ``SentenceTransformer.save`` does."""
+    modules = [('Transformer', ''), ('Pooling', '1_Pooling')] + \
+        [('Normalize', '2_Normalize')] * normalize
+    (folder / 'modules.json').write_text(json.dumps([
+        dict(idx=i, name=str(i), path=path, type=f'sentence_transformers.models.{kind}')
+        for i, (kind, path) in enumerate(modules)]))
+    (folder / '1_Pooling').mkdir(exist_ok=True)
+    (folder / '1_Pooling' / 'config.json').write_text(json.dumps(dict(
+        word_embedding_dimension=width, pooling_mode_cls_token=pooling == 'cls',
+        pooling_mode_mean_tokens=pooling == 'mean', pooling_mode_max_tokens=False,
+        pooling_mode_mean_sqrt_len_tokens=False, pooling_mode_weightedmean_tokens=False,
+        pooling_mode_lasttoken=False, include_prompt=True)))
+    if normalize:
+        (folder / '2_Normalize').mkdir(exist_ok=True)
+    return folder
+
+
+def tiny_sentence_encoder(folder: Path, width: int = 32, layers: int = 2,
+                          pooling: str = 'mean', normalize: bool = True) -> Path:
+    """A sentence-transformers folder of a random BERT-style encoder (``config.json``, weights,
+    a WordPiece ``tokenizer.json``, the pooling and ``Normalize`` modules), the layout of
+    all-MiniLM-L6-v2."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import BertConfig, BertModel
 
@@ -163,7 +186,7 @@ def tiny_sentence_encoder(folder: Path, width: int = 32, layers: int = 2) -> Pat
                         num_attention_heads=2, intermediate_size=2 * width,
                         max_position_embeddings=64)
     BertModel(config, add_pooling_layer=False).save_pretrained(folder)
-    return folder
+    return sentence_transformer_files(folder, width, pooling, normalize)
 
 
 @pytest.fixture(scope='session')

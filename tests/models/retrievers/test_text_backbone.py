@@ -44,8 +44,9 @@ def test_the_backbone_is_text_only(model):
     assert backbone.text_tower.text_proj is None and backbone.embed_dim == 32
 
 
-def test_the_teacher_embedding_is_the_mean_of_its_real_tokens(model, teacher_folder):
-    """Against transformers' own BertModel read from the same folder."""
+def test_the_teacher_embedding_is_the_normalised_mean_of_its_real_tokens(model, teacher_folder):
+    """Against transformers' own BertModel read from the same folder, pooled and normalised as
+    its modules say (Pooling(mean), Normalize: all-MiniLM-L6-v2's)."""
     from transformers import BertModel
 
     bert = BertModel.from_pretrained(teacher_folder, add_pooling_layer=False).eval()
@@ -55,7 +56,8 @@ def test_the_teacher_embedding_is_the_mean_of_its_real_tokens(model, teacher_fol
                       attention_mask=tokens['attention_mask'].long()).last_hidden_state
         ours = model.backbone.encode_source_text(tokens)
     mask = tokens['attention_mask'].unsqueeze(-1).float()
-    torch.testing.assert_close(ours, (states * mask).sum(1) / mask.sum(1), rtol=1e-4, atol=1e-5)
+    expected = F.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
+    torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_text_pairs_train_the_branch_and_nothing_of_the_teacher(model):

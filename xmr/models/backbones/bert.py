@@ -3,6 +3,7 @@ Hugging Face text encoders share."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
@@ -57,6 +58,12 @@ class BertTextTower(TextTower):
             layers are used (not copied).
         embed_dim: width ``E`` of ``text_proj``; ``None`` builds no projection (a sentence
             encoder whose embedding is the pooled hidden state, ``E = D``).
+
+    Attributes:
+        normalize: the head ends in an L2 normalisation, ``r = h / ||h||_2`` (a
+            sentence-transformers folder whose modules end in ``Normalize``,
+            :func:`~xmr.models.backbones.sentence_transformers.read_sentence_transformer`), so
+            that ``r^S`` and the branch's ``r^T`` are the model's own sentence embeddings.
     """
 
     causal = False
@@ -64,6 +71,7 @@ class BertTextTower(TextTower):
     pooling = 'cls'
     #: first position id of a sequence (see :meth:`add_positions`).
     position_offset = 0
+    normalize = False
 
     def __init__(self, bert: nn.Module, embed_dim: int | None) -> None:
         super().__init__()
@@ -146,10 +154,16 @@ class BertTextTower(TextTower):
         x = layer.output.LayerNorm(residual_site(h, hooks, AdapterSite.MLP_OUTPUT, index) + x)
         return residual_site(x, hooks, AdapterSite.BLOCK_OUTPUT, index)
 
+    def extra_repr(self) -> str:
+        """The pooling and :attr:`normalize`: both change the features a cache keys."""
+        return f'{super().extra_repr()}, normalize={self.normalize}'
+
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
-        """``r = text_proj(x_CLS)`` (``x_CLS`` itself without a projection); BERT is post-LN,
+        """``r = text_proj(x_CLS)`` (``x_CLS`` itself without a projection), divided by its L2
+        norm when :attr:`normalize` (every token's, for token-level outputs); BERT is post-LN,
         so there is no final norm."""
-        return pooled if self.text_proj is None else self.text_proj(pooled)
+        r = pooled if self.text_proj is None else self.text_proj(pooled)
+        return F.normalize(r, dim=-1) if self.normalize else r
 
     def linear_shapes(self) -> dict[AdapterSite, tuple[int, int]]:
         """``(in_features, out_features)`` of the frozen projection at each linear site."""

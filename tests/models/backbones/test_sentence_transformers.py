@@ -1,0 +1,109 @@
+"""xmr.models.backbones.sentence_transformers: a user's own sentence-transformers folder as the
+teacher of docs/custom_modules.md (``SentenceEncoder``) embeds as the model's own pipeline does,
+its pooling, normalisation and lower-casing read from its files; the reference is transformers'
+forward with the pooling done by hand."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import BertModel, PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
+
+from tests.conftest import SHARED_DATA, sentence_transformer_files, tiny_sentence_encoder
+from xmr.engine.feature_cache import backbone_fingerprint
+from xmr.models.backbones.sentence_transformers import read_sentence_transformer
+
+CAPTIONS = ['A man is playing with a red ball', 'two dogs on the grass in the snow',
+            'the girl']
+
+
+def _reference(model, folder, captions, pooling, normalize):
+    """transformers' last hidden states, pooled (and normalised) by hand."""
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(folder / 'tokenizer.json'))
+    tokenizer.pad_token_id = model.config.pad_token_id
+    batch = tokenizer(captions, padding=True, return_tensors='pt')
+    with torch.no_grad():
+        hidden = model.eval()(**batch).last_hidden_state
+    if pooling == 'cls':
+        pooled = hidden[:, 0]
+    else:
+        real = batch['attention_mask'][..., None].float()
+        pooled = (hidden * real).sum(1) / real.sum(1)
+    return F.normalize(pooled, dim=-1) if normalize else pooled
+
+
+@pytest.mark.parametrize('pooling, normalize', [('cls', True), ('mean', False), ('mean', True)])
+def test_the_docs_teacher_pools_and_normalises_as_its_folder_says(
+        tmp_path, sentence_encoder_module, pooling, normalize):
+    folder = tiny_sentence_encoder(tmp_path / 'teacher', pooling=pooling, normalize=normalize)
+    teacher = sentence_encoder_module.SentenceEncoder(str(folder)).eval()
+    with torch.no_grad():
+        ours = teacher.encode_source_text(teacher.tokenizer(CAPTIONS))
+    model = BertModel.from_pretrained(folder, add_pooling_layer=False)
+    expected = _reference(model, folder, CAPTIONS, pooling, normalize)
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_an_xlmr_folder_that_lower_cases_is_read_with_its_own_positions_and_case(
+        tmp_path, sentence_encoder_module):
+    """XLM-R's real (cased) tokenizer, ``do_lower_case`` in sentence_bert_config.json."""
+    tokenizer_file = SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'
+    if not tokenizer_file.is_file():
+        pytest.skip(f'{tokenizer_file} not found')
+    folder = tmp_path / 'xlmr'
+    folder.mkdir()
+    (folder / 'tokenizer.json').write_bytes(tokenizer_file.read_bytes())
+    torch.manual_seed(0)
+    model = XLMRobertaModel(XLMRobertaConfig(
+        vocab_size=250_002, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=16, max_position_embeddings=66), add_pooling_layer=False)
+    model.save_pretrained(folder)
+    sentence_transformer_files(folder, 8, pooling='cls', normalize=True)
+    (folder / 'sentence_bert_config.json').write_text(json.dumps(
+        dict(max_seq_length=64, do_lower_case=True)))
+    teacher = sentence_encoder_module.SentenceEncoder(str(folder)).eval()
+    with torch.no_grad():
+        ours = teacher.encode_source_text(teacher.tokenizer(CAPTIONS))
+    lowered = [caption.lower() for caption in CAPTIONS]
+    torch.testing.assert_close(ours, _reference(model, folder, lowered, 'cls', True),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_the_fingerprint_changes_with_the_folders_pooling_and_normalisation(
+        tmp_path, sentence_encoder_module):
+    """Same weights, another pooling or normalisation: cached ``r^S`` are not read back."""
+    keys = set()
+    for pooling, normalize in [('mean', True), ('cls', True), ('mean', False)]:
+        folder = tiny_sentence_encoder(tmp_path / f'{pooling}{normalize}', pooling=pooling,
+                                       normalize=normalize)
+        keys.add(backbone_fingerprint(sentence_encoder_module.SentenceEncoder(str(folder))))
+    assert len(keys) == 3
+
+
+def _edit(path, **changes):
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+@pytest.mark.parametrize('edit, message', [
+    (lambda folder: _edit(folder / '1_Pooling' / 'config.json', pooling_mode_mean_tokens=False,
+                          pooling_mode_max_tokens=True),
+     r"1_Pooling/config.json: pooling modes \['pooling_mode_max_tokens'\] set"),
+    (lambda folder: _edit(folder / '1_Pooling' / 'config.json', pooling_mode_cls_token=True),
+     r"1_Pooling/config.json: pooling modes \['pooling_mode_mean_tokens', "
+     r"'pooling_mode_cls_token'\] set"),
+    (lambda folder: _edit(folder / '1_Pooling' / 'config.json', word_embedding_dimension=16),
+     r'1_Pooling/config.json: word_embedding_dimension=16 .* hidden_size=32'),
+    (lambda folder: (folder / 'modules.json').write_text(json.dumps(
+        [*json.loads((folder / 'modules.json').read_text()),
+         dict(idx=3, name='3', path='3_Dense', type='sentence_transformers.models.Dense')])),
+     r"modules.json: modules \['Transformer', 'Pooling', 'Normalize', 'Dense'\]"),
+    (lambda folder: (folder / 'modules.json').unlink(), r'modules.json not found'),
+    (lambda folder: _edit(folder / 'config.json', model_type='distilbert'),
+     r"config.json: model_type='distilbert'"),
+], ids=['max', 'two-modes', 'width', 'dense', 'no-modules', 'distilbert'])
+def test_a_folder_xmr_cannot_run_as_trained_is_refused_naming_file_and_field(
+        tmp_path, edit, message):
+    folder = tiny_sentence_encoder(tmp_path / 'teacher')
+    edit(folder)
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        read_sentence_transformer(folder)

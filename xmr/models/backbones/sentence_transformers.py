@@ -1,0 +1,90 @@
+"""A sentence-transformers folder's own pipeline, read from its files: the pooling of the last
+hidden states, whether the sentence embedding is L2-normalised, and whether captions are
+lower-cased before tokenising, so that a teacher built on the folder embeds as the model was
+trained (docs/custom_modules.md, "A text-only backbone: your own teacher")."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ['SentenceTransformerPipeline', 'read_sentence_transformer']
+
+#: ``1_Pooling/config.json``'s mode flags, each to the :attr:`TextTower.pooling
+#: <xmr.models.backbones.base.TextTower.pooling>` that computes it (``None``: none does).
+POOLING_MODES: dict[str, str | None] = {
+    'pooling_mode_mean_tokens': 'mean', 'pooling_mode_cls_token': 'cls',
+    'pooling_mode_max_tokens': None, 'pooling_mode_mean_sqrt_len_tokens': None,
+    'pooling_mode_weightedmean_tokens': None, 'pooling_mode_lasttoken': None}
+#: Model types whose layers :class:`~xmr.models.backbones.bert.BertTextTower` writes out.
+BERT_MODEL_TYPES = ('bert', 'roberta', 'xlm-roberta')
+
+
+@dataclass(frozen=True)
+class SentenceTransformerPipeline:
+    """What a sentence-transformers folder does around its transformer.
+
+    Attributes:
+        pooling: ``'mean'`` (masked mean of the last states) or ``'cls'`` (the first token's).
+        normalize: a ``Normalize`` module follows the pooling: ``r = p / ||p||_2``.
+        lowercase: ``sentence_bert_config.json``'s ``do_lower_case``: captions are lower-cased
+            before the tokenizer reads them.
+    """
+
+    pooling: str
+    normalize: bool
+    lowercase: bool
+
+
+def _json(path: Path) -> Any:
+    if not path.is_file():
+        raise FileNotFoundError(f'{path} not found: a sentence-transformers folder (saved by '
+                                'SentenceTransformer.save) names its modules in modules.json '
+                                'and its pooling in <Pooling path>/config.json')
+    return json.loads(path.read_text(encoding='utf-8'))
+
+
+def _pooling(path: Path, width: int) -> str:
+    """The :attr:`TextTower.pooling` of a ``Pooling`` module's ``config.json``."""
+    config = _json(path)
+    chosen = [field for field in POOLING_MODES if config.get(field)]
+    if len(chosen) != 1 or POOLING_MODES[chosen[0]] is None:
+        raise ValueError(f'{path}: pooling modes {chosen or "none"} set; xmr runs exactly one '
+                         'of pooling_mode_mean_tokens or pooling_mode_cls_token')
+    if config.get('word_embedding_dimension', width) != width:
+        raise ValueError(f"{path}: word_embedding_dimension={config['word_embedding_dimension']}"
+                         f' but the transformer (config.json) has hidden_size={width}')
+    return POOLING_MODES[chosen[0]]
+
+
+def read_sentence_transformer(folder: str | Path) -> SentenceTransformerPipeline:
+    """Read ``modules.json``, the ``Pooling`` module's ``config.json`` and
+    ``sentence_bert_config.json`` of a sentence-transformers folder.
+
+    The folder must hold a BERT, RoBERTa or XLM-R transformer, one ``Pooling`` module in mean or
+    CLS mode and at most a ``Normalize`` after it: what a :class:`~xmr.models.backbones.bert.
+    BertTextTower` (``embed_dim=None``) computes. Anything else is refused here, naming the file
+    and field, rather than embedding otherwise than the model was trained to.
+
+    Raises:
+        FileNotFoundError: ``modules.json`` or the pooling's ``config.json`` is missing.
+        ValueError: a module, pooling mode or ``model_type`` xmr does not run.
+    """
+    folder = Path(folder)
+    model_type = _json(folder / 'config.json').get('model_type')
+    if model_type not in BERT_MODEL_TYPES:
+        raise ValueError(f'{folder / "config.json"}: model_type={model_type!r}; BertTextTower '
+                         f'runs {", ".join(BERT_MODEL_TYPES)}')
+    width = _json(folder / 'config.json')['hidden_size']
+    kinds = [(module['type'].rsplit('.', 1)[-1], module.get('path', ''))
+             for module in _json(folder / 'modules.json')]
+    names = [kind for kind, _ in kinds]
+    if names not in (['Transformer', 'Pooling'], ['Transformer', 'Pooling', 'Normalize']):
+        raise ValueError(f'{folder / "modules.json"}: modules {names}; xmr runs Transformer, '
+                         'Pooling and an optional Normalize, in that order')
+    settings = folder / 'sentence_bert_config.json'
+    lowercase = settings.is_file() and bool(_json(settings).get('do_lower_case', False))
+    return SentenceTransformerPipeline(pooling=_pooling(folder / kinds[1][1] / 'config.json',
+                                                        width),
+                                       normalize=names[-1] == 'Normalize', lowercase=lowercase)
