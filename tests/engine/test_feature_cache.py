@@ -799,6 +799,25 @@ def test_a_tokenizer_that_truncates_on_the_left_keys_another_cache_others_keep_t
         'truncation_side'] == 'left'
 
 
+def test_a_tokenizer_that_lower_cases_or_cleans_keys_another_cache_others_keep_theirs(
+        shared_data):
+    """A teacher whose sentence_bert_config.json says ``do_lower_case`` reads 'A Man' as
+    'a man', other ids than its cased twin's; a tokenizer that does neither keeps its key."""
+    from xmr.engine.feature_cache.key import tokenizer_identity
+    from xmr.models.language.tokenizers import HFTokenizer
+
+    file = str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json')
+    cased, lowered = (HFTokenizer(tokenizer_file=file, max_length=8, lowercase=lowercase)
+                      for lowercase in (False, True))
+    assert not torch.equal(cased(['A Man'])['input_ids'], lowered(['A Man'])['input_ids'])
+    assert tokenizer_identity(lowered) == {**tokenizer_identity(cased), 'lowercase': True}
+    assert tokenizer_identity(HFTokenizer(tokenizer_file=file, max_length=8, clean='lower')) == \
+        {**tokenizer_identity(cased), 'clean': 'lower'}
+    plain = dict(max_length=77, vocab_size=49408, pad_id=0)
+    assert tokenizer_identity(SimpleNamespace(**plain, lowercase=False, clean=None)) == \
+        tokenizer_identity(SimpleNamespace(**plain))
+
+
 def test_language_tokens_given_to_nllb_key_another_cache_none_keep_theirs():
     """``language_tokens`` changes the ids a caption of such a language starts with."""
     from xmr.engine.feature_cache.key import tokenizer_identity
