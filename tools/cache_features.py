@@ -95,18 +95,15 @@ def check_checkpoint_option(checkpoint: str | None) -> None:
     """``--checkpoint``, checked before the model is built (tens of seconds in).
 
     Raises:
-        UserError: no such file, naming it and the fix.
+        UserError: missing, a folder or unreadable, naming it and the fix.
         CheckpointReadError: an empty, foreign, truncated or damaged file.
     """
-    from xmr.engine.checkpoint import check_checkpoint
+    from xmr.engine.checkpoint import CHECKPOINT_FIX, check_given_checkpoint
 
     if checkpoint is None:
         return
-    if not os.path.isfile(checkpoint):
-        raise UserError(checkpoint, '--checkpoint does not exist', 'give a .pth written by '
-                        'tools/train.py, or leave --checkpoint out for the weights the config '
-                        'builds')
-    check_checkpoint(checkpoint)
+    check_given_checkpoint(checkpoint, '--checkpoint', f'{CHECKPOINT_FIX}, or leave '
+                           '--checkpoint out for the weights the config builds')
 
 
 def towers_device(name: str | None) -> str:

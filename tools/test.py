@@ -101,16 +101,13 @@ def check_inputs(args: argparse.Namespace) -> None:
     it would be tested into, and a damaged checkpoint before the runner is built.
 
     Raises:
-        UserError: no such config or checkpoint, naming it.
+        UserError: no such config; a checkpoint missing, a folder or unreadable; naming it.
         CheckpointReadError: an empty, foreign, truncated or damaged checkpoint.
     """
-    from xmr.engine.checkpoint import check_checkpoint
+    from xmr.engine.checkpoint import check_given_checkpoint
 
     config_file(args.config)
-    if not osp.isfile(args.checkpoint):
-        raise UserError(args.checkpoint, 'checkpoint does not exist',
-                        'give a .pth written by tools/train.py')
-    check_checkpoint(args.checkpoint)
+    check_given_checkpoint(args.checkpoint, 'CHECKPOINT')
 
 
 def build_config(args: argparse.Namespace) -> Config:

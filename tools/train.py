@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import os.path as osp
 
 from mmengine.config import Config
 
@@ -63,7 +62,8 @@ def build_config(args: argparse.Namespace) -> Config:
     if args.amp or args.amp_dtype:
         enable_amp(cfg, args.amp_dtype)
     resume = args.resume if args.resume is not None else config_resume(cfg)
-    checkpoint = resume_checkpoint(resume, cfg.work_dir)
+    key = '--resume' if args.resume is not None else 'load_from (resume = True)'
+    checkpoint = resume_checkpoint(resume, cfg.work_dir, key)
     if checkpoint is not None:
         cfg.resume, cfg.load_from = True, checkpoint  # checked by resume_checkpoint
         return cfg
@@ -98,18 +98,14 @@ def check_load_from(load_from: str | None) -> None:
     its config dump and log (MMEngine's ``torch.load`` names no file: ``EOFError:``).
 
     Raises:
-        UserError: no such file, naming the path.
+        UserError: missing, a folder or unreadable, naming the path and ``load_from``.
         CheckpointReadError: an empty, foreign, truncated or damaged file, naming it.
     """
-    from xmr.engine.checkpoint import check_checkpoint
+    from xmr.engine.checkpoint import CHECKPOINT_FIX, check_given_checkpoint
 
     if load_from is None or '://' in str(load_from):
         return
-    if not osp.isfile(load_from):
-        raise UserError(f'load_from={load_from}', 'no such checkpoint file',
-                        'give the path of a .pth (a relative one from the folder you run in), '
-                        'or load_from=None')
-    check_checkpoint(load_from)
+    check_given_checkpoint(load_from, 'load_from', f'{CHECKPOINT_FIX}, or load_from=None')
 
 
 def config_resume(cfg: Config) -> str | None:
@@ -121,28 +117,32 @@ def config_resume(cfg: Config) -> str | None:
     return cfg.get('load_from') or 'auto'
 
 
-def resume_checkpoint(resume: str | None, work_dir: str) -> str | None:
+def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume') -> str | None:
     """The checkpoint that ``--resume`` names (see the module docstring), or ``None``.
 
+    Args:
+        resume: ``--resume``'s value (or the config's ``resume = True``'s, :func:`config_resume`).
+        work_dir: the run's work dir, where ``latest`` and ``auto`` look.
+        key: where ``resume`` came from, for the messages.
+
     Raises:
-        UserError: ``PATH`` does not exist, ``latest`` finds no checkpoint, or a new run
+        UserError: ``PATH`` is missing, a folder or unreadable (naming ``key``), ``latest``
+            finds no checkpoint, or a new run
             would overwrite checkpoints (:func:`refuse_earlier_checkpoints`).
         CheckpointReadError: the checkpoint is empty, foreign or truncated; checked before the
             runner writes its config dump and log into the work dir.
     """
     from mmengine.logging import print_log
 
-    from xmr.engine.checkpoint import check_checkpoint
+    from xmr.engine.checkpoint import CHECKPOINT_FIX, check_checkpoint, check_given_checkpoint
     from xmr.engine.work_dir import latest_checkpoint
 
     if resume is None:
         refuse_earlier_checkpoints(work_dir)
         return None
     if resume not in ('latest', 'auto'):
-        if not osp.isfile(resume):
-            raise UserError(resume, '--resume checkpoint does not exist',
-                            'give an existing .pth, or --resume alone for the latest one')
-        check_checkpoint(resume)
+        check_given_checkpoint(resume, key, f'{CHECKPOINT_FIX}, or --resume alone for the '
+                               "work dir's latest")
         return resume
     checkpoint = latest_checkpoint(work_dir)
     if checkpoint is not None:

@@ -108,10 +108,19 @@ def test_a_checkpoint_with_keys_this_model_lacks_names_the_xmr_that_wrote_it(tra
         init_retriever(shallower, checkpoint)
 
 
-def test_missing_checkpoint_is_named(trained, tmp_path):
+def test_missing_checkpoint_is_named_before_the_model_is_built(trained, tmp_path, monkeypatch):
+    """It was met once the backbone and the branch were built, in its own wording."""
     config, _, _ = trained
-    with pytest.raises(FileNotFoundError, match='checkpoint not found: .*nothing.pth'):
-        init_retriever(config, tmp_path / 'nothing.pth')
+
+    def built(*args, **kwargs):
+        raise AssertionError('the model was built')
+
+    monkeypatch.setattr(MODELS, 'build', built)
+    for given, problem in ((tmp_path / 'nothing.pth', 'no such file'),
+                           (tmp_path, 'is a folder, not a file')):
+        with pytest.raises(UserError, match=f'^{given} \\(checkpoint\\): {problem}: give a '
+                           '.pth written by tools/train.py'):
+            init_retriever(config, given)
 
 
 def test_checkpoint_with_pickled_objects_gets_advice(trained, tmp_path):

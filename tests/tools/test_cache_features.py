@@ -229,8 +229,11 @@ class BuildStarted(Exception):
 
 
 @pytest.mark.parametrize('options, message', [
-    (['--checkpoint', 'no_such.pth'], 'error: no_such.pth: --checkpoint does not exist: give a '
-     '.pth written by tools/train.py, or leave --checkpoint out'),
+    (['--checkpoint', 'no_such.pth'], 'error: no_such.pth (--checkpoint): no such file: give a '
+     '.pth written by tools/train.py'),
+    (['--checkpoint', '.'], 'error: . (--checkpoint): is a folder, not a file: give a .pth '
+     'written by tools/train.py (a relative path from the folder you run in), or leave '
+     '--checkpoint out'),
     (['--device', 'gpu'], 'error: --device gpu: is no torch device: give cpu, cuda or cuda:N'),
     (['--device', 'cuda:64'], 'error: --device cuda:64: this machine has '),
     (['--batch-size', '0'], "argument --batch-size: '0' is no whole number >= 1"),

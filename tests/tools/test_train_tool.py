@@ -165,7 +165,21 @@ def test_a_config_that_says_resume_resumes_as_the_flag_does(tmp_path):
     cfg = train_tool.build_config(args)
     assert (cfg.resume, cfg.load_from) == (True, str(checkpoint))
     config.write_text(f"_base_ = ['{DEMO}']\nresume = True\nload_from = 'gone.pth'\n")
-    with pytest.raises(UserError, match='gone.pth: --resume checkpoint does not exist'):
+    with pytest.raises(UserError, match=r'^gone.pth \(load_from \(resume = True\)\): no such '
+                       'file: give a .pth'):
+        train_tool.build_config(args)
+
+
+@pytest.mark.parametrize('flag', ['--resume', '--cfg-options'])
+def test_a_folder_given_as_checkpoint_is_named_a_folder(tmp_path, flag):
+    """A work dir given for its checkpoint was said not to exist (--resume, load_from)."""
+    folder = tmp_path / 'run'
+    folder.mkdir()
+    given = [flag, str(folder)] if flag == '--resume' else [flag, f'load_from={folder}']
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path / 'wd'), *given])
+    key = '--resume' if flag == '--resume' else 'load_from'
+    with pytest.raises(UserError, match=f'^{folder} \\({key}\\): is a folder, not a file: give '
+                       'a .pth'):
         train_tool.build_config(args)
 
 
@@ -173,8 +187,8 @@ def test_a_load_from_that_does_not_exist_is_named_before_the_run_starts(tmp_path
     """MMEngine said '<path> can not be found.' once the runner had written its log."""
     args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path), '--cfg-options',
                                   f'load_from={tmp_path}/gone.pth'])
-    with pytest.raises(UserError, match=f'^load_from={tmp_path}/gone.pth: no such checkpoint '
-                       'file: give the path of a .pth'):
+    with pytest.raises(UserError, match=rf'^{tmp_path}/gone.pth \(load_from\): no such file: '
+                       'give a .pth written by tools/train.py'):
         train_tool.build_config(args)
     save_checkpoint(tmp_path / 'gone.pth')
     assert train_tool.build_config(args).load_from == f'{tmp_path}/gone.pth'
@@ -229,7 +243,7 @@ def test_a_training_config_missing_one_of_its_keys_names_it(tmp_path):
 def test_a_load_from_url_is_left_to_mmengine_to_download():
     train_tool.check_load_from('https://download.example.org/clip/iter_100.pth')
     train_tool.check_load_from(None)
-    with pytest.raises(UserError, match='^load_from=nowhere.pth: no such checkpoint file'):
+    with pytest.raises(UserError, match=r'^nowhere.pth \(load_from\): no such file'):
         train_tool.check_load_from('nowhere.pth')
 
 

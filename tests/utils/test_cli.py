@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -10,7 +11,14 @@ import pytest
 import torch
 
 from xmr.datasets.media_io import MediaReadError
-from xmr.utils.cli import EXIT_ERROR, UserError, UserKeyError, did_you_mean, run_tool
+from xmr.utils.cli import (
+    EXIT_ERROR,
+    UserError,
+    UserKeyError,
+    did_you_mean,
+    given_file,
+    run_tool,
+)
 
 TOOLS = Path(__file__).resolve().parents[2] / 'tools'
 
@@ -244,3 +252,20 @@ def test_a_failure_is_written_to_the_log_file_of_the_run_it_stopped(tmp_path, ca
     assert 'Traceback (most recent call last)' in log
     assert "raise RuntimeError('boom at iteration 4')" in log
 
+
+def test_given_file_names_the_path_the_key_and_what_is_wrong(tmp_path, monkeypatch):
+    """One wording for a missing, folder or unreadable file, whatever tool or key it came from."""
+    present = tmp_path / 'a.pth'
+    present.write_bytes(b'x')
+    given_file(present, '--resume', 'give a .pth')  # a readable file passes
+    for path, problem in ((tmp_path / 'gone.pth', 'no such file'),
+                          (tmp_path, 'is a folder, not a file')):
+        with pytest.raises(UserError) as error:
+            given_file(path, 'load_from', 'give a .pth')
+        assert str(error.value) == f'{path} (load_from): {problem}: give a .pth'
+    # Root reads any file whatever its mode: the permission is what os.access answers.
+    monkeypatch.setattr(os, 'access', lambda path, mode: False)
+    with pytest.raises(UserError) as error:
+        given_file(present, 'CHECKPOINT', 'give a .pth')
+    assert str(error.value) == (f'{present} (CHECKPOINT): cannot be read (permission denied): '
+                                'give a .pth')

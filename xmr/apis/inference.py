@@ -23,7 +23,12 @@ from xmr.datasets.frame_sampling import check_frame_count
 from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.datasets.video_containers import VIDEO_SUFFIXES
-from xmr.engine.checkpoint import foreign_checkpoint_fix, keys_of_another_model, read_checkpoint
+from xmr.engine.checkpoint import (
+    check_given_checkpoint,
+    foreign_checkpoint_fix,
+    keys_of_another_model,
+    read_checkpoint,
+)
 from xmr.engine.data_languages import transform_size_problem
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
@@ -66,6 +71,9 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
             failed to import (naming the module and the cause, not only ``PYTHONPATH``).
         UnknownOptionError, ValueError, TypeError: a model option the config alone refuses
             (:func:`~xmr.registry.check_part_options`), before anything is built.
+        UserError, CheckpointReadError: a checkpoint missing, a folder, unreadable, empty,
+            foreign or damaged, before anything is built
+            (:func:`~xmr.engine.checkpoint.check_given_checkpoint`).
         CheckpointMismatchError: when the checkpoint's backbone, languages or parameter shapes
             differ from the config's (the message names each mismatch).
     """
@@ -79,6 +87,8 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
     import_custom_modules(where, cfg)
     # What the tools refuse as the config loads, before the backbone's weights load.
     check_part_options(MODELS, cfg.model, 'model')
+    if checkpoint is not None:
+        check_given_checkpoint(checkpoint, 'checkpoint')
     model = MODELS.build(cfg.model)
     if not isinstance(model, CrossLingualRetriever):
         raise TypeError(f'the config builds a {type(model).__name__}; xmr.apis serves '

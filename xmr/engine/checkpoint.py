@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from xmr.fileio import atomic_torch_save
+from xmr.utils.cli import given_file
 from xmr.version import provenance
 
 _REGISTERED = False
@@ -212,6 +213,30 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> None:
                                   'torch.save (tools/train.py writes them)')
     if head == _ZIP_MAGIC:
         check_archive_records(path, what)
+
+
+#: What to give in place of a checkpoint refused by :func:`check_given_checkpoint`.
+CHECKPOINT_FIX = ('give a .pth written by tools/train.py (a relative path from the folder you '
+                  'run in)')
+
+
+def check_given_checkpoint(path: str | os.PathLike, key: str, fix: str = CHECKPOINT_FIX) -> None:
+    """A checkpoint the user named, checked before the run writes or builds anything: every
+    tool and :func:`~xmr.apis.init_retriever` refuse one the same way.
+
+    Args:
+        path: the checkpoint as given.
+        key: the flag, config key or argument it came from (``'--resume'``, ``'load_from'``).
+        fix: what to give instead, where the tool offers more than :data:`CHECKPOINT_FIX`.
+
+    Raises:
+        UserError: missing, a folder or unreadable, naming the path and ``key``
+            (:func:`~xmr.utils.cli.given_file`).
+        CheckpointReadError: an empty, foreign, truncated or damaged file
+            (:func:`check_checkpoint`).
+    """
+    given_file(path, key, fix)
+    check_checkpoint(path)
 
 
 def check_archive_records(path: str | os.PathLike, what: str = 'checkpoint') -> None:

@@ -25,8 +25,8 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'int_at_least',
-           'quiet_on_other_processes', 'run_tool', 'worker_error']
+__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'given_file',
+           'int_at_least', 'quiet_on_other_processes', 'run_tool', 'worker_error']
 
 EXIT_ERROR = 2
 DEBUG_FLAG = '--debug'
@@ -71,6 +71,26 @@ class UserError(Exception):
     def __init__(self, where: str | os.PathLike, problem: str, fix: str = '') -> None:
         self.where, self.problem, self.fix = str(where), problem, fix
         super().__init__(': '.join(part for part in (self.where, problem, fix) if part))
+
+
+def given_file(path: str | os.PathLike, key: str, fix: str) -> None:
+    """Refuse a file the user named (a flag, a config key, an argument) that is missing, a
+    folder or unreadable, naming the path and where it came from: one wording for every tool,
+    checked before any work dir, log or output is written.
+
+    Args:
+        path: the path as given.
+        key: where it was given (``'--resume'``, ``'load_from'``, ``'CHECKPOINT'``).
+        fix: what to give instead.
+
+    Raises:
+        UserError: ``<path> (<key>): no such file | is a folder, not a file | cannot be read``.
+    """
+    problem = ('is a folder, not a file' if os.path.isdir(path) else
+               'no such file' if not os.path.isfile(path) else
+               None if os.access(path, os.R_OK) else 'cannot be read (permission denied)')
+    if problem is not None:
+        raise UserError(f'{os.fspath(path)} ({key})', problem, fix)
 
 
 class UserKeyError(KeyError):
