@@ -244,3 +244,29 @@ def test_an_fp16_step_reads_the_loss_scale_only_after_its_update():
             update = reads.ops.index('_amp_update_scale_')
             assert '_local_scalar_dense' not in reads.ops[:update], step
     assert wrapper.scaler.get_scale() == 256.0  # no overflow: no step was said skipped
+
+
+def test_mmengine_amp_wrapper_counts_windows_per_phase_without_mmengine_warning(monkeypatch):
+    """``type='AmpOptimWrapper'`` built MMEngine's, whose count at a resume warned that
+    gradients were lost (``Resumed iteration number is not divisible ...``) by the run's
+    iteration: 6 at windows of 4, where the phase begun at 2 has done one whole window."""
+    from mmengine.optim.optimizer import amp_optimizer_wrapper, optimizer_wrapper
+    from mmengine.registry import DefaultScope
+
+    from xmr.registry import OPTIM_WRAPPERS
+
+    # MMEngine's wrapper asserts a GPU as it is built; the counting is the same without one.
+    monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available', lambda: True)
+    logged = []
+    monkeypatch.setattr(optimizer_wrapper, 'print_log', lambda message, **kwargs:
+                        logged.append(message))
+    model = torch.nn.Linear(2, 2)
+    with DefaultScope.overwrite_default_scope('xmr'):
+        wrapper = OPTIM_WRAPPERS.build(dict(
+            type='AmpOptimWrapper', accumulative_counts=4,
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1)))
+    wrapper.initialize_count_status(model, 6, 20)  # the runner's: the run's iteration
+    wrapper.initialize_count_status(model, 4, 18)  # the loop's: the phase's (18 iterations)
+    assert logged == []
+    # 4 of the phase's iterations done; its last window holds 18 % 4 = 2 iterations.
+    assert (wrapper._inner_count, wrapper._max_counts, wrapper._remainder_counts) == (4, 18, 2)

@@ -7,9 +7,10 @@ from typing import Any
 
 import torch
 from mmengine.logging import print_log
+from mmengine.optim import AmpOptimWrapper as MMEngineAmpOptimWrapper
 
 from xmr.engine.frozen_casts import FrozenWeightCasts
-from xmr.engine.optim_wrapper import OptimWrapper
+from xmr.engine.optim_wrapper import OptimWrapper, PhaseWindowCounts
 from xmr.registry import OPTIM_WRAPPERS
 
 #: Autocast precisions a config may ask for (``None``: the device's best).
@@ -166,6 +167,15 @@ def _log_precision(device_type: str, dtype: torch.dtype, scaled: bool) -> None:
                   logger='current', level=logging.WARNING)
     else:
         print_log(message, logger='current')
+
+
+@OPTIM_WRAPPERS.register_module()
+class AmpOptimWrapper(PhaseWindowCounts, MMEngineAmpOptimWrapper):
+    """MMEngine's ``AmpOptimWrapper`` (GPUs alone), whose accumulation windows count within
+    each phase as :class:`AutocastOptimWrapper`'s do, without MMEngine's warning at a resume
+    that counted the run's iterations. Its checkpoints hold no window's gradients
+    (``optimizer.pending_grads``): a run resumed inside a window is told so by the loop.
+    """
 
 
 def enable_amp(cfg: Any, dtype: str | None = None) -> None:

@@ -20,8 +20,26 @@ from xmr.models.losses.distributed import host_group
 from xmr.registry import OPTIM_WRAPPERS
 
 
+class PhaseWindowCounts:
+    """Gradient-accumulation windows counted as :class:`~xmr.engine.loops.PhasedTrainLoop`
+    counts them, for xmr's :class:`OptimWrapper` and the AMP wrappers alike (a mixin before
+    an MMEngine wrapper among the bases).
+    """
+
+    def initialize_count_status(self, model: torch.nn.Module, init_counts: int,
+                                max_counts: int) -> None:
+        """MMEngine's, without its warning for a count inside a window (``Resumed iteration
+        number is not divisible by ...``, some gradients lost): the runner calls it with the
+        run's iteration where xmr's windows count within each phase, and a checkpoint of xmr's
+        wrapper carries the window's gradients; :class:`~xmr.engine.loops.PhasedTrainLoop`
+        warns where a run resumed inside a window has lost them."""
+        # Counted from 0, MMEngine finds no window under way.
+        super().initialize_count_status(model, 0, max_counts)
+        self._inner_count = init_counts
+
+
 @OPTIM_WRAPPERS.register_module()
-class OptimWrapper(MMEngineOptimWrapper):
+class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
     """MMEngine's ``OptimWrapper`` whose clipping leaves the gradients' norm on the device.
 
     MMEngine logs the clipped gradients' total norm as ``float(norm)`` inside ``step``: on a GPU
@@ -225,17 +243,6 @@ class OptimWrapper(MMEngineOptimWrapper):
         grads = () if saved is None else window_grads_for_this_rank(saved)
         for parameter, grad in zip(self._parameters(), grads, strict=saved is not None):
             parameter.grad = None if grad is None else grad.to(parameter.device)
-
-    def initialize_count_status(self, model: torch.nn.Module, init_counts: int,
-                                max_counts: int) -> None:
-        """MMEngine's, without its warning for a count inside a window (``Resumed iteration
-        number is not divisible by ...``, some gradients lost): the runner calls it with the
-        run's iteration where xmr's windows count within each phase, and a checkpoint of this
-        wrapper carries the window's gradients; :class:`~xmr.engine.loops.PhasedTrainLoop`
-        warns where a run resumed inside a window has lost them."""
-        # Counted from 0, MMEngine finds no window under way.
-        super().initialize_count_status(model, 0, max_counts)
-        self._inner_count = init_counts
 
     def _window_grads(self) -> list[torch.Tensor | None]:
         """Each parameter's gradient (of ``param_groups`` in order) copied to the host."""
