@@ -18,7 +18,7 @@ from mmengine.utils import import_modules_from_strings
 
 from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
 from xmr.packaged import CONFIG_SCHEME, config_path
-from xmr.utils.cli import UserError, did_you_mean, quiet_on_other_processes
+from xmr.utils.cli import UserError, did_you_mean, given_file, quiet_on_other_processes
 
 __all__ = ['DEFAULT_WORK_DIR', 'add_config_arguments', 'check_evaluation_keys',
            'check_run_values', 'config_file', 'load_run_config', 'merge_options']
@@ -116,19 +116,22 @@ def import_custom_modules(config: str | os.PathLike, cfg: Config) -> None:
                         'traceback)') from error
 
 
-def config_file(config: str | os.PathLike) -> str | os.PathLike:
+def config_file(config: str | os.PathLike, key: str = 'CONFIG') -> str | os.PathLike:
     """The file ``config`` names (``xmr::<path>``: the packaged config).
 
+    Args:
+        config: the config as given.
+        key: where it was given (the tools' ``CONFIG``, the API's ``config``), for the messages.
+
     Raises:
-        UserError: there is no such file, or it is of a kind MMEngine reads no config from
-            (:data:`CONFIG_SUFFIXES`; its own error named no file: a checkpoint given first).
+        UserError: no such file, a folder or an unreadable one (:func:`~xmr.utils.cli.given_file`),
+            or one of a kind MMEngine reads no config from (:data:`CONFIG_SUFFIXES`; its own
+            error named no file: a checkpoint given first).
     """
     if str(config).startswith(CONFIG_SCHEME):
         config = config_path(str(config))
-    if not os.path.isfile(config):
-        raise UserError(config, 'config file does not exist',
-                        'give the path of a config file, or name a config xmr ships as '
-                        f"'{CONFIG_SCHEME}demo/static_tiny-clip_synthetic.py'")
+    given_file(config, key, 'give the path of a config file, or name a config xmr ships as '
+               f"'{CONFIG_SCHEME}demo/static_tiny-clip_synthetic.py'")
     suffix = os.path.splitext(config)[1]
     if suffix not in CONFIG_SUFFIXES:
         raise UserError(config, f'is no config file (a config is a {", ".join(CONFIG_SUFFIXES)} '
@@ -177,7 +180,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
         work_dir: ``--work-dir``; by default ``work_dirs/<config name>[_<ablation>...]``.
 
     Raises:
-        UserError: the config file does not exist, a module of its ``custom_imports``
+        UserError: the config file is missing or a folder, a module of its ``custom_imports``
             failed to import, or an option indexes past a list's end.
         UnknownOptionError, ValueError, KeyError: a value :func:`check_run_values` refuses.
     """

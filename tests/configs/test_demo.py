@@ -52,7 +52,7 @@ def test_demo_runs_a_shortened_schedule_to_the_end(tmp_path: Path):
 
 
 def test_train_tool_refuses_a_missing_config_or_checkpoint(tmp_path: Path):
-    with pytest.raises(UserError, match='nope.py: config file does not exist'):
+    with pytest.raises(UserError, match=r'nope.py \(CONFIG\): no such file'):
         train_tool.main([str(tmp_path / 'nope.py')])
     with pytest.raises(UserError, match=r'missing.pth \(--resume\): no such file'):
         train_tool.main([str(DEMO), '--resume', str(tmp_path / 'missing.pth')])

@@ -312,8 +312,8 @@ def test_bad_input_stops_with_a_clear_message(synthetic_setup, capsys):
         ([str(config(languages=('en', 'de', 'fr'), name='fr.py')), str(root / 'model.pth')],
          r"error: test dataset synthetic: the model has no adapters for \['fr'\]; it reads "
          r"\['en', 'de', 'zh'\]"),
-        ([str(config()), str(root / 'missing.pth')], 'error: .*missing.pth: checkpoint does '
-         'not exist: give a .pth written by tools/train.py'),
+        ([str(config()), str(root / 'missing.pth')], r'error: .*missing.pth \(CHECKPOINT\): no '
+         'such file: give a .pth written by tools/train.py'),
         (['--compare', str(root / 'nothing.json')], 'error: .*nothing.json: no such result '
          r'file: give a result JSON tools/test.py wrote \(<checkpoint>_test.json, or its '
          r'--out\)\n$'),
@@ -332,7 +332,7 @@ def test_bad_input_stops_with_a_clear_message(synthetic_setup, capsys):
     evaluation.write_csv(root / 'model_test.csv', [EvaluationResult('earlier', {'mAR': 1.0})])
     with pytest.raises(SystemExit):
         run_tool(tool.main, [str(root / 'no_such_config.py'), str(root / 'model.pth')])
-    assert re.match(r'error: .*no_such_config\.py: config file does not exist',
+    assert re.match(r'error: .*no_such_config\.py \(CONFIG\): no such file',
                     capsys.readouterr().err)
 
 

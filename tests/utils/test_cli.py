@@ -109,15 +109,21 @@ def test_every_tool_entry_runs_through_run_tool(script):
     assert 'run_tool(' in entry, f'tools/{script} does not end with run_tool(main)'
 
 
-def test_train_with_a_missing_config_prints_no_traceback(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sys, 'argv', ['train.py', str(tmp_path / 'nope.py')])
+@pytest.mark.parametrize('name, problem', [('nope.py', 'no such file'),
+                                           ('configs', 'is a folder, not a file')])
+def test_train_with_a_missing_config_prints_no_traceback(tmp_path, monkeypatch, capsys, name,
+                                                         problem):
+    """A folder given for the config was said not to exist."""
+    (tmp_path / 'configs').mkdir()
+    monkeypatch.setattr(sys, 'argv', ['train.py', str(tmp_path / name)])
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(TOOLS / 'train.py'), run_name='__main__')
     err = capsys.readouterr().err
     assert exit_info.value.code == EXIT_ERROR
-    assert err == (f'error: {tmp_path / "nope.py"}: config file does not exist: give the path '
-                   "of a config file, or name a config xmr ships as "
-                   "'xmr::demo/static_tiny-clip_synthetic.py'\n")
+    assert err == (f'error: {tmp_path / name} (CONFIG): {problem}: give the path of a config '
+                   "file, or name a config xmr ships as 'xmr::demo/static_tiny-clip_synthetic.py'"
+                   '\n')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['configs']  # nothing written
 
 
 def test_a_failure_exits_with_status_2_as_a_bad_argparse_flag_does(capsys):

@@ -67,7 +67,7 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
         The model, with the config as ``model.cfg``.
 
     Raises:
-        UserError: the config file does not exist, or a module of its ``custom_imports``
+        UserError: the config file is missing or a folder, or a module of its ``custom_imports``
             failed to import (naming the module and the cause, not only ``PYTHONPATH``).
         UnknownOptionError, ValueError, TypeError: a model option the config alone refuses
             (:func:`~xmr.registry.check_part_options`), before anything is built.
@@ -79,7 +79,7 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
     """
     # A copy: merged into the caller's Config, the options would build its next model too.
     cfg = copy.deepcopy(config) if isinstance(config, Config) else Config.fromfile(
-        str(config_file(config)), import_custom_modules=False)
+        str(config_file(config, 'config')), import_custom_modules=False)
     merge_options(cfg, cfg_options or {})
     where = getattr(cfg, 'filename', None) or config
     if 'model' not in cfg:
