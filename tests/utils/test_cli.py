@@ -269,6 +269,7 @@ def test_given_file_names_the_path_the_key_and_what_is_wrong(tmp_path, monkeypat
         with pytest.raises(UserError) as error:
             given_file(path, 'load_from', 'give a .pth')
         assert str(error.value) == f'{path} (load_from): {problem}: give a .pth'
+    given_file(tmp_path, 'pretrained', 'give a file or folder', folder_ok=True)
     # Root reads any file whatever its mode: the permission is what os.access answers.
     monkeypatch.setattr(os, 'access', lambda path, mode: False)
     with pytest.raises(UserError) as error:

@@ -73,7 +73,7 @@ class UserError(Exception):
         super().__init__(': '.join(part for part in (self.where, problem, fix) if part))
 
 
-def given_file(path: str | os.PathLike, key: str, fix: str) -> None:
+def given_file(path: str | os.PathLike, key: str, fix: str, folder_ok: bool = False) -> None:
     """Refuse a file the user named (a flag, a config key, an argument) that is missing, a
     folder or unreadable, naming the path and where it came from: one wording for every tool,
     checked before any work dir, log or output is written.
@@ -82,10 +82,13 @@ def given_file(path: str | os.PathLike, key: str, fix: str) -> None:
         path: the path as given.
         key: where it was given (``'--resume'``, ``'load_from'``, ``'CHECKPOINT'``).
         fix: what to give instead.
+        folder_ok: a folder passes too (a hub snapshot whose files its reader picks).
 
     Raises:
         UserError: ``<path> (<key>): no such file | is a folder, not a file | cannot be read``.
     """
+    if folder_ok and os.path.isdir(path):
+        return
     problem = ('is a folder, not a file' if os.path.isdir(path) else
                'no such file' if not os.path.isfile(path) else
                None if os.access(path, os.R_OK) else 'cannot be read (permission denied)')

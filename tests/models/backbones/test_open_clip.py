@@ -8,6 +8,7 @@ from xmr.models.backbones import OpenCLIPTextTower
 from xmr.models.backbones.base import check_tokenizer_fits
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.registry import MODELS
+from xmr.utils.cli import UserError
 
 
 @pytest.fixture
@@ -97,7 +98,7 @@ def test_local_checkpoint_file_loads(tmp_path):
 def test_bad_names_fail_clearly(tmp_path):
     with pytest.raises(ValueError, match="unknown open_clip architecture 'ViT-B-33'.*ViT-B-32"):
         MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-33'))
-    with pytest.raises(FileNotFoundError, match='missing.pt'):
+    with pytest.raises(UserError, match=r'missing.pt \(pretrained\): no such file'):
         MODELS.build(tiny_backbone_cfg(pretrained=str(tmp_path / 'missing.pt')))
     with pytest.raises(ValueError, match="'nonsense' is neither a file nor an open_clip tag"):
         MODELS.build(dict(type='OpenCLIPBackbone', arch='RN50', pretrained='nonsense'))

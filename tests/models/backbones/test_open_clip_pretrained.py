@@ -26,6 +26,7 @@ from xmr.models.backbones.open_clip_pretrained import (
 )
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.registry import MODELS, TOKENIZERS
+from xmr.utils.cli import UserError
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -215,9 +216,25 @@ def test_a_path_is_a_local_file_even_without_a_checkpoint_suffix():
     """``work_dirs/clip`` names a file (it has a folder), not a tag: it takes the record it
     declares and, absent, is reported missing rather than as an unknown tag."""
     assert record_for('ViT-B-32', 'work_dirs/clip', 'openai') == record_for('ViT-B-32', 'openai')
-    with pytest.raises(FileNotFoundError, match='pretrained checkpoint work_dirs/clip does not '
-                                                'exist'):
+    with pytest.raises(UserError, match=r'^work_dirs/clip \(pretrained\): no such file: give a '
+                       'local open_clip checkpoint file'):
         resolve_pretrained('ViT-B-32', 'work_dirs/clip', 'openai')
+
+
+def test_a_missing_pretrained_file_is_refused_as_the_config_loads(tmp_path):
+    """It was met as the backbone built, after the runner had written its work dir and log
+    (``pretrained checkpoint X does not exist``). A hub snapshot folder is a pretrained value."""
+    from xmr.registry import check_part_options
+
+    def backbone(pretrained):
+        return dict(type='OpenCLIPBackbone', arch='ViT-B-32', pretrained=str(pretrained),
+                    pretrained_cfg='openai')
+
+    given = tmp_path / 'none.pt'
+    with pytest.raises(UserError, match=f'^{given} \\(pretrained\\): no such file: give a '
+                       'local open_clip checkpoint file or hub snapshot folder'):
+        check_part_options(MODELS, backbone(given), 'model.backbone')
+    check_part_options(MODELS, backbone(tmp_path), 'model.backbone')
 
 
 def test_a_tag_repeated_as_its_own_pretrained_cfg_is_no_contradiction():

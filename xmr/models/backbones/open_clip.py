@@ -27,6 +27,7 @@ from xmr.models.backbones.open_clip_pretrained import (
     apply_image_record,
     arch_text_cfg,
     build_open_clip,
+    check_pretrained_file,
     check_record_context,
     check_record_tokenizer,
     check_trained_tokenizer,
@@ -457,6 +458,17 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
             check_record_context(self.tokenizer, self.record)
         if freeze:
             self.freeze()
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Refuse a local ``pretrained`` file that is missing or unreadable as the
+        config loads (:func:`~xmr.registry.check_part_options`), before the runner writes its
+        work dir and log; the build met it tens of seconds later.
+
+        Raises:
+            UserError: naming the path and ``pretrained`` (:func:`check_pretrained_file`).
+        """
+        check_pretrained_file(cfg.get('pretrained'), 'pretrained')
 
     @classmethod
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:

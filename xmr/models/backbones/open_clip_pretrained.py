@@ -38,12 +38,14 @@ from xmr.models.weight_files import (
     fetch_weights,
     read_weights,
 )
+from xmr.utils.cli import given_file
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
            'build_open_clip', 'apply_image_record', 'read_clip_weights', 'record_tokenizer_cfg',
            'check_record_tokenizer', 'check_record_context', 'check_trained_tokenizer',
            'settled_tokenizer_cfg',
-           'is_checkpoint_path', 'RECORD_FIELDS', 'text_tokenizer_cfg', 'hf_tokenizer_name']
+           'is_checkpoint_path', 'check_pretrained_file', 'RECORD_FIELDS', 'text_tokenizer_cfg',
+           'hf_tokenizer_name']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
 RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
@@ -228,14 +230,28 @@ def resolve_pretrained(arch: str | None, pretrained: str | None,
     """:func:`record_for` and the local weight file to load (``None``: a tag or random).
 
     Raises:
-        FileNotFoundError: a checkpoint path that does not exist.
+        UserError: a checkpoint path that is missing or unreadable
+            (:func:`check_pretrained_file`).
     """
     record = record_for(arch, pretrained, pretrained_cfg, model_cfg, key_prefix)
+    return record, check_pretrained_file(pretrained, f'{key_prefix}pretrained')
+
+
+def check_pretrained_file(pretrained: str | None, key: str) -> Path | None:
+    """The local file (or hub snapshot folder) a ``pretrained`` value names, checked as every
+    file a user gives is (:func:`~xmr.utils.cli.given_file`); ``None`` for a tag or random
+    weights. The backbone's
+    ``check_config`` calls it as the config loads, before the runner writes its work dir.
+
+    Raises:
+        UserError: missing or unreadable, naming the path and ``key``.
+    """
     if not (pretrained and is_checkpoint_path(pretrained)):
-        return record, None
-    if not Path(pretrained).exists():
-        raise FileNotFoundError(f'{key_prefix}pretrained checkpoint {pretrained} does not exist')
-    return record, Path(pretrained)
+        return None
+    given_file(pretrained, key, "give a local open_clip checkpoint file or hub snapshot folder, "
+               "or a pretrained tag of the arch ('openai'; docs/pretrained_weights.md)",
+               folder_ok=True)
+    return Path(pretrained)
 
 
 def build_open_clip(arch: str | None, pretrained: str | None = None,
