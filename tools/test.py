@@ -37,7 +37,7 @@ from xmr.run_config import (
     config_file,
     load_run_config,
 )
-from xmr.utils.cli import UserError, print_for_reader, run_tool
+from xmr.utils.cli import UserError, given_folder, print_for_reader, run_tool
 from xmr.version import provenance
 
 if TYPE_CHECKING:
@@ -121,6 +121,8 @@ def build_config(args: argparse.Namespace) -> Config:
     # checkpoints, whatever --work-dir it trained with) must not be replaced by the test's.
     # Beside the result, whose folder is checked writable (the checkpoint's, without --out).
     work_dir = args.work_dir or str(output_paths(args)[0].absolute().parent / 'test')
+    given_folder(work_dir, '--work-dir' if args.work_dir else 'the test logs beside the result',
+                 'give a folder for the test logs (made if absent)')
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=work_dir)
     missing = [key for key in ('test_dataloader', 'test_evaluator', 'test_cfg')

@@ -23,7 +23,7 @@ from xmr.run_config import (
     check_evaluation_keys,
     load_run_config,
 )
-from xmr.utils.cli import UserError, run_tool
+from xmr.utils.cli import UserError, given_folder, run_tool
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,6 +55,8 @@ def build_config(args: argparse.Namespace) -> Config:
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
     check_training_keys(cfg, args.config)
+    given_folder(cfg.work_dir, '--work-dir' if args.work_dir else 'work_dir',
+                 'give a folder for the run (made if absent)')
     for split in ('val', 'test'):
         check_evaluation_keys(cfg, split)
     check_cached_galleries(cfg, 'val')

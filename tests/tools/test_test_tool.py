@@ -718,7 +718,7 @@ def test_a_test_killed_while_saving_keeps_the_earlier_result_whole(synthetic_set
 
 
 @pytest.mark.parametrize('case', ['not a test config', 'damaged checkpoint', 'option typo',
-                                  'checkpoint folder'])
+                                  'checkpoint folder', 'work dir a file'])
 def test_a_bad_config_or_checkpoint_is_refused_before_the_result_folder_or_runner(
         synthetic_setup, capsys, monkeypatch, case):
     """The folder of --out was made first, and a damaged checkpoint was met once the runner
@@ -736,6 +736,10 @@ def test_a_bad_config_or_checkpoint_is_refused_before_the_result_folder_or_runne
         (root / 'model.pth').write_bytes(b'not a checkpoint')
         message = (f'error: {root / "model.pth"}: not a checkpoint: neither a torch zip archive '
                    'nor a pickle; give a .pth written by torch.save (tools/train.py writes them)\n')
+    elif case == 'work dir a file':
+        argv += ['--work-dir', str(root / 'model.pth')]
+        message = (f'error: {root / "model.pth"} (--work-dir): is a file, not a folder: give a '
+                   'folder for the test logs (made if absent)\n')
     elif case == 'checkpoint folder':
         argv[1] = str(root)
         message = (f'error: {root} (CHECKPOINT): is a folder, not a file: give a .pth written by '

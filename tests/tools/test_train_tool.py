@@ -334,3 +334,15 @@ def test_a_cached_validation_gallery_without_its_hook_is_refused_before_the_runn
     args = train_tool.parse_args([str(config), '--work-dir', str(tmp_path / 'run')])
     with pytest.raises(ValueError, match='^val_dataloader.dataset is a CachedFeatureDataset'):
         train_tool.build_config(args)
+
+
+def test_a_work_dir_that_is_a_file_is_named_with_its_key(tmp_path):
+    """``os.makedirs`` said '<path>: File exists', naming neither --work-dir nor the fault."""
+    taken = tmp_path / 'run'
+    taken.write_text('a file')
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(taken)])
+    with pytest.raises(UserError) as error:
+        train_tool.build_config(args)
+    assert str(error.value) == (f'{taken} (--work-dir): is a file, not a folder: give a folder '
+                                'for the run (made if absent)')
+    assert taken.read_text() == 'a file'

@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 __all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'given_file',
-           'int_at_least', 'quiet_on_other_processes', 'run_tool', 'worker_error']
+           'given_folder', 'int_at_least', 'quiet_on_other_processes', 'run_tool',
+           'worker_error']
 
 EXIT_ERROR = 2
 DEBUG_FLAG = '--debug'
@@ -94,6 +95,18 @@ def given_file(path: str | os.PathLike, key: str, fix: str, folder_ok: bool = Fa
                None if os.access(path, os.R_OK) else 'cannot be read (permission denied)')
     if problem is not None:
         raise UserError(f'{os.fspath(path)} ({key})', problem, fix)
+
+
+def given_folder(path: str | os.PathLike, key: str, fix: str) -> None:
+    """Refuse a folder the user named for a run to write in (a work dir) where a file stands,
+    naming the path and where it came from, before anything is written (``os.makedirs`` said
+    ``File exists``, naming no key). A folder that does not exist yet passes: the run makes it.
+
+    Raises:
+        UserError: ``<path> (<key>): is a file, not a folder``.
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f'{os.fspath(path)} ({key})', 'is a file, not a folder', fix)
 
 
 class UserKeyError(KeyError):
