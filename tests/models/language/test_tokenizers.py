@@ -847,3 +847,81 @@ def test_an_xlmr_tokenizer_gives_open_clips_ids_and_end_position_on_hard_caption
         tokens = HFTokenizer(clean='whitespace', pad_to=77, **source)(HARD_CAPTIONS)
         assert torch.equal(tokens['input_ids'], expected)
         assert torch.equal(tokens['eos_index'], (expected == 2).int().argmax(1))
+
+
+def gemma_snapshot(folder, captions, post_processor: str, **config):
+    """A SigLIP 2 snapshot's layout built with ``tokenizers``: Gemma's specials (``<pad>`` 0,
+    ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3, ``<mask>`` 4), the 256 byte-fallback pieces, BPE
+    merges learned from ``captions``, spaces written as ``▁``, the given post-processor
+    (``'$A <eos>'``), and a ``tokenizer_config.json`` of the real key names."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+
+    specials = ['<pad>', '<eos>', '<bos>', '<unk>', '<mask>',
+                *(f'<0x{byte:02X}>' for byte in range(256))]
+    tokenizer = Tokenizer(models.BPE(unk_token='<unk>', fuse_unk=True, byte_fallback=True))
+    tokenizer.normalizer = normalizers.Replace(' ', '\u2581')
+    tokenizer.decoder = decoders.Sequence([decoders.Replace('\u2581', ' '),
+                                           decoders.ByteFallback(), decoders.Fuse()])
+    tokenizer.train_from_iterator([caption.lower() for caption in captions], trainers.BpeTrainer(
+        vocab_size=1500, special_tokens=specials, limit_alphabet=300, show_progress=False))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=post_processor, special_tokens=[('<bos>', 2), ('<eos>', 1)])
+    folder.mkdir()
+    tokenizer.save(str(folder / 'tokenizer.json'))
+    (folder / 'tokenizer_config.json').write_text(json.dumps({
+        'tokenizer_class': 'GemmaTokenizer', 'bos_token': '<bos>', 'eos_token': '<eos>',
+        'pad_token': '<pad>', 'unk_token': '<unk>', 'mask_token': '<mask>',
+        'padding_side': 'right', 'model_max_length': 64, **config}))
+    return folder
+
+
+#: SigLIP 2's tokenizer_config.json fields: no ``<bos>``, ``<eos>`` appended.
+SIGLIP2_FLAGS = dict(add_bos_token=False, add_eos_token=True)
+
+
+def test_siglip2_file_route_equals_the_hub_route_and_open_clip_on_real_captions(shared_data,
+                                                                               tmp_path):
+    """A Gemma snapshot whose file and config agree: the tokenizer.json alone, its folder through
+    ``AutoTokenizer`` (which rebuilds Gemma's pipeline from the vocabulary and merges) and
+    open_clip's ``HFTokenizer`` with SigLIP 2's record (``canonicalize``, context 64) give the
+    same ids on real captions of XTD10's 11 languages and Multi30K's four, the CJK ones partly as
+    byte pieces."""
+    from open_clip.tokenizer import HFTokenizer as OpenCLIPHFTokenizer
+
+    captions = _real_captions(shared_data)
+    folder = gemma_snapshot(tmp_path / 'siglip2', captions[::2], '$A <eos>', **SIGLIP2_FLAGS)
+    expected = OpenCLIPHFTokenizer(str(folder), context_length=64,
+                                   clean='canonicalize')(captions)
+    assert ((expected >= 5) & (expected < 261)).any() and 2 not in expected
+    assert (expected == 1).sum() == len(captions)  # one <eos> each, the long one's kept last
+    for source in (dict(tokenizer_file=str(folder / 'tokenizer.json')),
+                   dict(name_or_path=str(folder))):
+        tokenizer = HFTokenizer(clean='canonicalize', max_length=64, pad_to=64, **source)
+        assert torch.equal(tokenizer(captions)['input_ids'], expected)
+
+
+@pytest.mark.parametrize('flags, post_processor, field', [
+    (SIGLIP2_FLAGS, '<bos> $A', 'add_bos_token=false'),
+    (dict(add_bos_token=True, add_eos_token=True), '<bos> $A', 'add_eos_token=true'),
+    (dict(add_eos_token=True, eos_token='</s>'), '$A <eos>', "'</s>'"),
+], ids=['siglip2_config_gemma_file', 'llama_style_eos', 'eos_not_in_vocabulary'])
+def test_a_config_whose_bos_eos_flags_contradict_its_file_is_refused_on_both_routes(
+        shared_data, tmp_path, flags, post_processor, field):
+    """transformers 4 wrote ``<bos>`` / ``<eos>`` as ``tokenizer_config.json``'s
+    ``add_bos_token`` / ``add_eos_token`` say; transformers 5.23 (and open_clip with it) keeps
+    the ``tokenizer.json``'s post-processor, as the file route does: the ids then hang on the
+    library version, so both routes refuse, naming the config file and the field."""
+    from transformers import AutoTokenizer
+
+    folder = gemma_snapshot(tmp_path / 'snapshot', _real_captions(shared_data)[:200],
+                            post_processor, **flags)
+    if field.startswith('add_'):  # transformers 5 keeps the file's ids, ignoring the field
+        ids = AutoTokenizer.from_pretrained(str(folder))('a dog')['input_ids']
+        assert (ids[0] == 2, ids[-1] == 1) == (post_processor.startswith('<bos>'),
+                                                post_processor.endswith('<eos>'))
+    for source in (dict(tokenizer_file=str(folder / 'tokenizer.json')),
+                   dict(name_or_path=str(folder))):
+        with pytest.raises(ValueError, match=rf'tokenizer_config\.json: .*{field}'):
+            HFTokenizer(**source)

@@ -416,6 +416,9 @@ def _load_file(path: Path) -> _Loaded:
     config_path = path.with_name('tokenizer_config.json')
     config = (json.loads(config_path.read_text(encoding='utf-8')) if config_path.is_file()
               else {})
+    _check_bos_eos_flags(config, config_path, path,
+                         lambda text, specials: fast.encode(text, add_special_tokens=specials).ids,
+                         fast.get_vocab())
     pad_id = _file_pad_id(config, fast)
     # Hugging Face truncates as the snapshot's config says, else as the file's settings do.
     truncation_side = config.get('truncation_side') or (fast.truncation or {}).get(
@@ -441,11 +444,70 @@ def _load_hub(name_or_path: str) -> _Loaded:
                       'pass tokenizer_file=<tokenizer.json> or a local folder (on a '
                       'machine without network, HF_HUB_OFFLINE=1 fails here at once '
                       'instead of retrying the hub)') from error
-    return _Loaded(lambda text, specials: hf(text, add_special_tokens=specials)['input_ids'],
-                   len(hf), 0 if hf.pad_token_id is None else hf.pad_token_id,
+
+    def encode(text: str, specials: bool) -> list[int]:
+        return hf(text, add_special_tokens=specials)['input_ids']
+
+    config_path = _hub_file(name_or_path, 'tokenizer_config.json')
+    if config_path is not None:
+        _check_bos_eos_flags(json.loads(config_path.read_text(encoding='utf-8')), config_path,
+                             _hub_file(name_or_path, 'tokenizer.json'), encode, hf.get_vocab())
+    return _Loaded(encode, len(hf), 0 if hf.pad_token_id is None else hf.pad_token_id,
                    hf.get_vocab(), hf.sep_token_id, hf.unk_token_id,
                    getattr(hf, 'backend_tokenizer', None),
                    hf.truncation_side)
+
+
+def _hub_file(name_or_path: str, filename: str) -> Path | None:
+    """``filename`` of a local tokenizer folder or of a hub snapshot in the local cache (where
+    ``AutoTokenizer`` has just read it); ``None`` when there is none."""
+    from transformers.utils.hub import cached_file
+
+    found = cached_file(name_or_path, filename, local_files_only=True,
+                        _raise_exceptions_for_missing_entries=False,
+                        _raise_exceptions_for_connection_errors=False)
+    return None if found is None else Path(found)
+
+
+def _check_bos_eos_flags(config: Mapping[str, Any], config_path: Path, tokenizer_json: Path | None,
+                         encode: Callable[[str, bool], list[int]],
+                         vocab: Mapping[str, int]) -> None:
+    """Refuse a ``tokenizer_config.json`` whose ``add_bos_token`` / ``add_eos_token`` contradict
+    what its ``tokenizer.json``'s post-processor writes around a caption.
+
+    transformers 4 rebuilt the post-processor from these fields (a ``<bos>`` first, an
+    ``<eos>`` last, as the fields say); transformers 5 (5.23, and open_clip's ``HFTokenizer``
+    with it) keeps the ``tokenizer.json``'s (huggingface/transformers#42563). Where the two
+    disagree (a LLaMA-style snapshot whose file writes ``<s>`` alone and whose config asks for
+    ``</s>`` too), every caption gets other ids depending on the library version, and neither
+    the file nor xmr can tell which ones the text tower was trained on.
+
+    Raises:
+        ValueError: naming ``config_path``, the field, its value, what the file writes and the
+            fix; also a field set true whose token (``bos_token``, ``eos_token``) the
+            vocabulary lacks.
+    """
+    full = list(encode('x', True))
+    for field, token_field, position in (('add_bos_token', 'bos_token', 0),
+                                         ('add_eos_token', 'eos_token', -1)):
+        if field not in config:
+            continue
+        token = config.get(token_field)
+        token = token.get('content') if isinstance(token, dict) else token
+        if config[field] and token not in vocab:
+            raise ValueError(f'{config_path}: {field}=true, but its {token_field} {token!r} is '
+                             'no token of the vocabulary; name one it holds or drop the field')
+        writes = token in vocab and bool(full) and full[position] == vocab[token]
+        if writes != bool(config[field]):
+            where = 'first' if position == 0 else 'last'
+            raise ValueError(
+                f'{config_path}: {field}={str(config[field]).lower()}, but the post-processor '
+                f'of {tokenizer_json or "its tokenizer"} writes {"a" if writes else "no"} '
+                f'{token!r} {where} (ids of "x": {full}). transformers 4 wrote what the field '
+                'says, transformers 5 and open_clip with it write what the file says, so the '
+                'text tower may have been trained on either; make them agree with how it was '
+                f'trained: drop {field} from tokenizer_config.json to keep the file\'s ids, or '
+                "set the tokenizer.json's post_processor to what the field asks")
 
 
 def _clean_function(clean: str | None) -> Callable[[str], str] | None:
@@ -516,7 +578,11 @@ class HFTokenizer(BaseTokenizer):
     Args:
         name_or_path: hub name or folder for ``AutoTokenizer.from_pretrained`` (e.g.
             ``'bert-base-multilingual-cased'``).
-        tokenizer_file: a ``tokenizers`` JSON file, loaded without the hub.
+        tokenizer_file: a ``tokenizers`` JSON file, loaded without the hub; its specials
+            are its post-processor's, as ``AutoTokenizer`` of transformers 5 writes them
+            (a ``tokenizer_config.json`` beside it that contradicts them with
+            ``add_bos_token`` / ``add_eos_token`` is refused, on both routes:
+            :func:`_check_bos_eos_flags`).
         max_length: longest sequence kept.
         lowercase: lower-case captions first (CCLM's retrieval recipe).
         pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
