@@ -12,6 +12,7 @@ NLLB-CLIP reads a tiny tokenizer in NLLB's layout written here (:func:`nllb_toke
 from __future__ import annotations
 
 import copy
+import json
 import string
 from pathlib import Path
 
@@ -200,3 +201,32 @@ def backbone_cfg(model_cfg: dict, tokenizer: dict | None = None) -> dict:
     if tokenizer is not None:
         cfg['tokenizer'] = tokenizer
     return cfg
+
+
+def gemma_snapshot(folder, captions, post_processor: str, **config):
+    """A SigLIP 2 snapshot's layout built with ``tokenizers``: Gemma's specials (``<pad>`` 0,
+    ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3, ``<mask>`` 4), the 256 byte-fallback pieces, BPE
+    merges learned from ``captions``, spaces written as ``▁``, the given post-processor
+    (``'$A <eos>'``), and a ``tokenizer_config.json`` of the real key names (``config``
+    overrides them; one given as ``None`` is left out)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+
+    specials = ['<pad>', '<eos>', '<bos>', '<unk>', '<mask>',
+                *(f'<0x{byte:02X}>' for byte in range(256))]
+    tokenizer = Tokenizer(models.BPE(unk_token='<unk>', fuse_unk=True, byte_fallback=True))
+    tokenizer.normalizer = normalizers.Replace(' ', '\u2581')
+    tokenizer.decoder = decoders.Sequence([decoders.Replace('\u2581', ' '),
+                                           decoders.ByteFallback(), decoders.Fuse()])
+    tokenizer.train_from_iterator([caption.lower() for caption in captions], trainers.BpeTrainer(
+        vocab_size=1500, special_tokens=specials, limit_alphabet=300, show_progress=False))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=post_processor, special_tokens=[('<bos>', 2), ('<eos>', 1)])
+    folder.mkdir()
+    tokenizer.save(str(folder / 'tokenizer.json'))
+    fields = {'tokenizer_class': 'GemmaTokenizer', 'bos_token': '<bos>', 'eos_token': '<eos>',
+              'pad_token': '<pad>', 'unk_token': '<unk>', 'mask_token': '<mask>',
+              'padding_side': 'right', 'model_max_length': 64, **config}
+    (folder / 'tokenizer_config.json').write_text(json.dumps(
+        {key: value for key, value in fields.items() if value is not None}))
+    return folder
+

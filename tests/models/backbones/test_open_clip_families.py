@@ -18,6 +18,7 @@ from tests.models.backbones.open_clip_families import (
     backbone_cfg,
     clip_cfg,
     coca_cfg,
+    gemma_snapshot,
     mobileclip_cfg,
     mt5_cfg,
     nllb_cfg,
@@ -755,3 +756,22 @@ def test_dasd_dynamic_adapters_with_the_sdm_train_on_each_family(name, tmp_path)
         assert any(n.startswith('disentangler.') for n in grads)
         optimizer.step()
     assert all(torch.equal(frozen[k], v) for k, v in model.backbone.state_dict().items())
+
+
+def test_a_siglip2_tower_refuses_a_tokenizer_padded_on_the_left(tmp_path):
+    """SigLIP 2's tower reads its padding (the last of 64 positions): a Gemma snapshot whose
+    ``tokenizer_config.json`` leaves ``padding_side`` to ``GemmaTokenizer``'s default
+    (``'left'``, where open_clip would pad) is refused as the backbone builds, naming the file;
+    set to ``'right'``, the same file builds."""
+    for padding_side in (None, 'right'):
+        folder = gemma_snapshot(tmp_path / str(padding_side), TEXTS, '$A <eos>',
+                                padding_side=padding_side, add_bos_token=False,
+                                add_eos_token=True)
+        cfg = backbone_cfg(siglip_cfg('ViT-B-16-SigLIP2', vocab_size=1500),
+                           dict(type='HFTokenizer', tokenizer_file=str(folder / 'tokenizer.json')))
+        if padding_side is None:
+            with pytest.raises(ValueError, match=r'tokenizer padding side: .* pads on the left '
+                                                 r'\(.*None/tokenizer_config\.json padding_side'):
+                MODELS.build(cfg)
+        else:
+            assert MODELS.build(cfg).tokenizer.left_padded_by is None

@@ -5,6 +5,7 @@ import sentencepiece
 import torch
 
 from tests.conftest import CORPUS
+from tests.models.backbones.open_clip_families import gemma_snapshot
 from xmr.models.language.tokenizers import (
     BaseTokenizer,
     HFTokenizer,
@@ -849,34 +850,6 @@ def test_an_xlmr_tokenizer_gives_open_clips_ids_and_end_position_on_hard_caption
         assert torch.equal(tokens['eos_index'], (expected == 2).int().argmax(1))
 
 
-def gemma_snapshot(folder, captions, post_processor: str, **config):
-    """A SigLIP 2 snapshot's layout built with ``tokenizers``: Gemma's specials (``<pad>`` 0,
-    ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3, ``<mask>`` 4), the 256 byte-fallback pieces, BPE
-    merges learned from ``captions``, spaces written as ``▁``, the given post-processor
-    (``'$A <eos>'``), and a ``tokenizer_config.json`` of the real key names."""
-    import json
-
-    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
-
-    specials = ['<pad>', '<eos>', '<bos>', '<unk>', '<mask>',
-                *(f'<0x{byte:02X}>' for byte in range(256))]
-    tokenizer = Tokenizer(models.BPE(unk_token='<unk>', fuse_unk=True, byte_fallback=True))
-    tokenizer.normalizer = normalizers.Replace(' ', '\u2581')
-    tokenizer.decoder = decoders.Sequence([decoders.Replace('\u2581', ' '),
-                                           decoders.ByteFallback(), decoders.Fuse()])
-    tokenizer.train_from_iterator([caption.lower() for caption in captions], trainers.BpeTrainer(
-        vocab_size=1500, special_tokens=specials, limit_alphabet=300, show_progress=False))
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=post_processor, special_tokens=[('<bos>', 2), ('<eos>', 1)])
-    folder.mkdir()
-    tokenizer.save(str(folder / 'tokenizer.json'))
-    (folder / 'tokenizer_config.json').write_text(json.dumps({
-        'tokenizer_class': 'GemmaTokenizer', 'bos_token': '<bos>', 'eos_token': '<eos>',
-        'pad_token': '<pad>', 'unk_token': '<unk>', 'mask_token': '<mask>',
-        'padding_side': 'right', 'model_max_length': 64, **config}))
-    return folder
-
-
 #: SigLIP 2's tokenizer_config.json fields: no ``<bos>``, ``<eos>`` appended.
 SIGLIP2_FLAGS = dict(add_bos_token=False, add_eos_token=True)
 
@@ -925,3 +898,30 @@ def test_a_config_whose_bos_eos_flags_contradict_its_file_is_refused_on_both_rou
                    dict(name_or_path=str(folder))):
         with pytest.raises(ValueError, match=rf'tokenizer_config\.json: .*{field}'):
             HFTokenizer(**source)
+
+
+@pytest.mark.parametrize('padding_side, named', [
+    (None, "padding_side (unset: GemmaTokenizer's default, 'left')"),
+    ('left', "padding_side='left'"),
+    ('right', None),
+], ids=['gemma_default', 'left', 'right'])
+def test_a_snapshot_padded_on_the_left_says_so_on_both_routes(shared_data, tmp_path,
+                                                             padding_side, named):
+    """A Gemma snapshot whose ``tokenizer_config.json`` sets no ``padding_side`` pads on the left
+    in ``AutoTokenizer`` (``GemmaTokenizer``'s default), and so does open_clip's
+    ``HFTokenizer``; xmr pads on the right and names what says otherwise, on both routes."""
+    from open_clip.tokenizer import HFTokenizer as OpenCLIPHFTokenizer
+
+    folder = gemma_snapshot(tmp_path / 'snapshot', _real_captions(shared_data)[:200],
+                            '$A <eos>', padding_side=padding_side, **SIGLIP2_FLAGS)
+    open_clip_ids = OpenCLIPHFTokenizer(str(folder), context_length=8,
+                                        clean='canonicalize')(['a dog'])[0].tolist()
+    assert (open_clip_ids[0] == 0) == (named is not None)  # padding first: on the left
+    for source in (dict(tokenizer_file=str(folder / 'tokenizer.json')),
+                   dict(name_or_path=str(folder))):
+        tokenizer = HFTokenizer(clean='canonicalize', max_length=8, pad_to=8, **source)
+        assert tokenizer(['a dog'])['input_ids'][0, -1] == 0  # xmr's padding: on the right
+        if named is None:
+            assert tokenizer.left_padded_by is None
+        else:
+            assert tokenizer.left_padded_by == f'{folder / "tokenizer_config.json"} {named}'

@@ -471,7 +471,8 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
             fixed-context tower fed without ``pad_to`` = its context, or a padding id other
             than the one the tower masks (each names both numbers); a guessed padding id
             (``pad_id_guessed``) for a fixed-context tower that attends to its padding
-            (SigLIP's); a tokenizer whose end id is not the one the tower pools
+            (SigLIP's), or a tokenizer whose files pad on the left (``left_padded_by``) for
+            such a tower; a tokenizer whose end id is not the one the tower pools
             (``end_id``); a tower that reads a language token fed by a tokenizer that writes
             none.
     """
@@ -503,6 +504,14 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
                          "beside it); put the snapshot's tokenizer_config.json beside it, or "
                          "set tokenizer.pad_id to the id open_clip pads with (SigLIP's T5 "
                          "vocabularies: 1, </s>; SigLIP 2's Gemma: 0, <pad>)")
+    if tower.fixed_context and not masks_padding and tokenizer.left_padded_by:
+        raise ValueError(f'tokenizer padding side: the text tower of {owner} attends to its '
+                         f'padding, and the source tokenizer pads on the left '
+                         f'({tokenizer.left_padded_by}), as open_clip then pads its captions; '
+                         'xmr pads every caption on the right, which puts other tokens at the '
+                         "position the tower pools: set \"padding_side\": \"right\" in that "
+                         'tokenizer_config.json if the tower was trained so (big_vision pads '
+                         'at the end)')
     if masks_padding and tower.pad_id is not None and tokenizer.pad_id != tower.pad_id:
         raise ValueError(f'tokenizer pads with id {tokenizer.pad_id} but the text tower of '
                          f'{owner} masks id {tower.pad_id} as padding')

@@ -122,6 +122,11 @@ class BaseTokenizer(metaclass=ABCMeta):
             (:func:`pad_batch`); ``None``: the last real token.
         pad_id_guessed: :attr:`pad_id` is a guess that neither the config nor the tokenizer's
             files name (a lone ``tokenizer.json``, :class:`HFTokenizer`).
+        left_padded_by: where the tokenizer's own files pad on the left, as open_clip's
+            ``HFTokenizer`` then pads them (``'<dir>/tokenizer_config.json padding_side'``,
+            or its ``tokenizer_class``'s default); ``None``: they pad on the right. xmr pads
+            every caption on the right, so a tower that reads its padding refuses such a
+            tokenizer (:func:`~xmr.models.backbones.base.check_tokenizer_fits`).
     """
 
     writes_language_token: bool = False
@@ -129,6 +134,7 @@ class BaseTokenizer(metaclass=ABCMeta):
     end_id: int | None = None
     start_tokens: int = 1
     truncation_side: str = 'right'
+    left_padded_by: str | None = None
 
     def __init__(self, max_length: int = 77, pad_to: int | None = None,
                  pad_to_multiple_of: int | None = None) -> None:
@@ -395,6 +401,7 @@ class _Loaded(NamedTuple):
     unk_id: int | None  # what it writes for a piece its vocabulary lacks; None: nothing
     backend: Any  # its ``tokenizers.Tokenizer``, if it has one
     truncation_side: str  # 'right' or 'left'
+    left_padded_by: str | None  # what says the tokenizer pads on the left; None: right
 
 
 def _load_file(path: Path) -> _Loaded:
@@ -429,7 +436,7 @@ def _load_file(path: Path) -> _Loaded:
     sep_id = next((vocab[t] for t in ('[SEP]', '</s>') if t in vocab), None)
     return _Loaded(lambda text, specials: fast.encode(text, add_special_tokens=specials).ids,
                    fast.get_vocab_size(), pad_id, vocab, sep_id, _file_unk_id(fast), fast,
-                   truncation_side)
+                   truncation_side, _left_padded_by(config, config_path))
 
 
 def _load_hub(name_or_path: str) -> _Loaded:
@@ -449,13 +456,15 @@ def _load_hub(name_or_path: str) -> _Loaded:
         return hf(text, add_special_tokens=specials)['input_ids']
 
     config_path = _hub_file(name_or_path, 'tokenizer_config.json')
-    if config_path is not None:
-        _check_bos_eos_flags(json.loads(config_path.read_text(encoding='utf-8')), config_path,
-                             _hub_file(name_or_path, 'tokenizer.json'), encode, hf.get_vocab())
+    config = ({} if config_path is None
+              else json.loads(config_path.read_text(encoding='utf-8')))
+    _check_bos_eos_flags(config, config_path, _hub_file(name_or_path, 'tokenizer.json'),
+                         encode, hf.get_vocab())
     return _Loaded(encode, len(hf), 0 if hf.pad_token_id is None else hf.pad_token_id,
                    hf.get_vocab(), hf.sep_token_id, hf.unk_token_id,
                    getattr(hf, 'backend_tokenizer', None),
-                   hf.truncation_side)
+                   hf.truncation_side,
+                   _left_padded_by(config, config_path))
 
 
 def _hub_file(name_or_path: str, filename: str) -> Path | None:
@@ -469,7 +478,8 @@ def _hub_file(name_or_path: str, filename: str) -> Path | None:
     return None if found is None else Path(found)
 
 
-def _check_bos_eos_flags(config: Mapping[str, Any], config_path: Path, tokenizer_json: Path | None,
+def _check_bos_eos_flags(config: Mapping[str, Any], config_path: Path | None,
+                         tokenizer_json: Path | None,
                          encode: Callable[[str, bool], list[int]],
                          vocab: Mapping[str, int]) -> None:
     """Refuse a ``tokenizer_config.json`` whose ``add_bos_token`` / ``add_eos_token`` contradict
@@ -508,6 +518,21 @@ def _check_bos_eos_flags(config: Mapping[str, Any], config_path: Path, tokenizer
                 'text tower may have been trained on either; make them agree with how it was '
                 f'trained: drop {field} from tokenizer_config.json to keep the file\'s ids, or '
                 "set the tokenizer.json's post_processor to what the field asks")
+
+
+def _left_padded_by(config: Mapping[str, Any], config_path: Path | None) -> str | None:
+    """What makes ``AutoTokenizer`` pad on the left: the config's ``padding_side``, else the
+    default of its ``tokenizer_class`` (Gemma's and LLaMA's are ``'left'``); ``None``: right."""
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    named = f'{config_path or "tokenizer_config.json"} padding_side'
+    if 'padding_side' in config:
+        return f"{named}='left'" if config['padding_side'] == 'left' else None
+    kind = config.get('tokenizer_class')
+    cls = tokenizer_class_from_name(kind) if kind else None
+    if getattr(cls, 'padding_side', 'right') == 'left':
+        return f"{named} (unset: {kind}'s default, 'left')"
+    return None
 
 
 def _clean_function(clean: str | None) -> Callable[[str], str] | None:
@@ -641,6 +666,7 @@ class HFTokenizer(BaseTokenizer):
         self.end_id: int | None = self._appended_end_id()
         self.start_tokens = self._prepended_count()
         self.truncation_side = loaded.truncation_side
+        self.left_padded_by = loaded.left_padded_by
 
     @property
     def vocab_size(self) -> int:
