@@ -8,6 +8,7 @@ from open_clip.transformer import TextTransformer
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from xmr.datasets import SkippedMedia, retrieval_collate
 from xmr.models.backbones import OpenCLIPTextTower, VisionLanguageBackbone
+from xmr.models.backbones.base import TextTower
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.models.retrievers import base as retriever_base
 from xmr.models.retrievers.base import (
@@ -18,6 +19,7 @@ from xmr.models.retrievers.base import (
     unit_rows,
 )
 from xmr.registry import MODELS
+from xmr.utils.cli import UserError
 
 
 class PairRetriever(BaseRetriever):
@@ -219,3 +221,54 @@ def test_a_backbone_that_is_not_a_text_backbone_is_refused_by_name():
                                         'TextBackbone'):
         MODELS.build(dict(type='CrossLingualRetriever',
                           backbone=dict(type=torch.nn.Linear, in_features=2, out_features=2)))
+
+
+class ShortTower(TextTower):
+    """A user's tower whose class forgot three of what TextTower lists: causal, pooling and
+    num_heads, unless ``pooling`` is given (never run: the build refuses it first)."""
+
+    embed_tokens = add_positions = run_block = head = None
+    width = embed_dim = 32
+    num_blocks, context_length, vocab_size = 1, 40, 49408
+
+    def __init__(self, pooling: str | None = None) -> None:
+        super().__init__()
+        if pooling is not None:
+            self.causal, self.pooling, self.num_heads = True, pooling, 2
+
+
+class ShortBackbone(VisionLanguageBackbone):
+    """A user's backbone that sets no image_mean and no tokenizer, its tower as ``tower`` says."""
+
+    image_size = (32, 32)
+    image_std = (0.5, 0.5, 0.5)
+
+    def __init__(self, tower: str = 'whole', pooling: str | None = None) -> None:
+        super().__init__()
+        self.text_tower = ShortTower(pooling) if tower == 'short' else OpenCLIPTextTower(
+            TextTransformer(context_length=40, vocab_size=49408, width=32, heads=2, layers=1,
+                            output_dim=32))
+        self.embed_dim = 32
+        if tower != 'no_tokenizer':
+            self.tokenizer = OpenCLIPTokenizer(max_length=12)
+            self.image_mean = (0.5, 0.5, 0.5)
+
+    def encode_image(self, images):
+        return images.flatten(1)[:, :32]
+
+
+@pytest.mark.parametrize('options, message', [
+    (dict(tower='no_tokenizer'), "^CrossLingualRetriever: ShortBackbone sets no tokenizer, "
+                                 "image_mean: set them in its class or __init__, as every "
+                                 "VisionLanguageBackbone does \\(docs/custom_modules.md, 'The "
+                                 "interface of a backbone'\\)$"),
+    (dict(tower='short'), '^the text tower of ShortBackbone: ShortTower sets no causal, pooling, '
+                          'num_heads: set them in its class or __init__, as every TextTower'),
+    (dict(tower='short', pooling='avg'), "^the text tower of ShortBackbone: ShortTower pools by "
+                                         "'avg': set its pooling to one of eos, cls, last, mean$"),
+])
+def test_a_users_backbone_short_of_its_interface_is_refused_by_name_when_built(options, message):
+    """Not as an AttributeError where a check or a step first reads the attribute."""
+    with pytest.raises(UserError, match=message):
+        MODELS.build(dict(type='CrossLingualRetriever', language_branch=tiny_branch_cfg(),
+                          backbone=dict(type=ShortBackbone, **options)))

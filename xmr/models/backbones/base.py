@@ -25,6 +25,7 @@ from xmr.models.language.packed_tokens import PackedTokens
 from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch, check_max_length
 from xmr.models.pooling import masked_token_mean
 from xmr.registry import MODELS
+from xmr.utils.cli import UserError
 
 
 class SiteHooks(Protocol):
@@ -41,6 +42,9 @@ class SiteHooks(Protocol):
                x_in: torch.Tensor) -> torch.Tensor | None:
         """Return a delta to add to the frozen projection's output, or ``None``."""
 
+
+#: The values of :attr:`TextTower.pooling`, the rules :meth:`TextTower.pool` knows.
+POOLINGS = ('eos', 'cls', 'last', 'mean')
 
 #: Each tower's last :meth:`TextTower.attention_bias`: ``(its mask, held weakly; the mask's
 #: version and the bias's dtype; the bias)``.
@@ -298,7 +302,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
             return x[:, -1]
         if self.pooling == 'mean':
             return masked_token_mean(x, attention_mask)
-        raise ValueError(f"unknown pooling '{self.pooling}' (eos, cls, last or mean)")
+        raise ValueError(f"unknown pooling '{self.pooling}' (one of {', '.join(POOLINGS)})")
 
     def encode_embeddings(self, x: torch.Tensor, attention_mask: torch.Tensor,
                           hooks: SiteHooks | None = None, blocks: range | None = None,
@@ -465,6 +469,7 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
         owner: the model named in the message (``'ViT-B-32'``, ``'CCLM'``, ...).
 
     Raises:
+        UserError: a tower short of its interface (:func:`check_tower_interface`).
         ValueError: a ``max_length`` that keeps no piece of a caption
             (:func:`~xmr.models.language.tokenizers.check_max_length`), more ids than the tower
             embeds, a ``max_length`` beyond its context, a
@@ -476,6 +481,7 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
             (``end_id``); a tower that reads a language token fed by a tokenizer that writes
             none.
     """
+    check_tower_interface(tower, owner)
     if tower.reads_language_token and not tokenizer.writes_language_token:
         raise ValueError(f'the text tower of {owner} reads each caption after its language-code '
                          f'token (NLLB), which a {type(tokenizer).__name__} does not write; use '
@@ -515,6 +521,44 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
     if masks_padding and tower.pad_id is not None and tokenizer.pad_id != tower.pad_id:
         raise ValueError(f'tokenizer pads with id {tokenizer.pad_id} but the text tower of '
                          f'{owner} masks id {tower.pad_id} as padding')
+
+
+def unset_attributes(obj: object, interface: type) -> list[str]:
+    """The attributes that ``interface`` and its bases in this module annotate and ``obj``
+    does not set (a class default counts as set), in declaration order."""
+    declared = dict.fromkeys(name for cls in reversed(interface.__mro__)
+                             if cls.__module__ == __name__
+                             for name in vars(cls).get('__annotations__', {}))
+    return [name for name in declared if not hasattr(obj, name)]
+
+
+def check_interface(obj: object, interface: type, owner: str) -> None:
+    """Refuse ``obj`` (a user's tower or backbone) without an attribute ``interface`` declares.
+
+    Raises:
+        UserError: naming ``owner``, the attributes unset and where to set them; met at their
+            first use otherwise, as an ``AttributeError`` mid-build or mid-run.
+    """
+    missing = unset_attributes(obj, interface)
+    if missing:
+        raise UserError(owner, f'{type(obj).__name__} sets no {", ".join(missing)}',
+                        f'set them in its class or __init__, as every {interface.__name__} '
+                        "does (docs/custom_modules.md, 'The interface of a backbone')")
+
+
+def check_tower_interface(tower: TextTower, owner: str) -> None:
+    """Refuse a text tower without the attributes :class:`TextTower` lists or with a
+    :attr:`~TextTower.pooling` :meth:`TextTower.pool` does not know.
+
+    Raises:
+        UserError: an attribute unset (:func:`check_interface`), or an unknown pooling, naming
+            it and the known ones.
+    """
+    where = f'the text tower of {owner}'
+    check_interface(tower, TextTower, where)
+    if tower.pooling not in POOLINGS:
+        raise UserError(where, f"{type(tower).__name__} pools by '{tower.pooling}'",
+                        f'set its pooling to one of {", ".join(POOLINGS)}')
 
 
 def weights_fingerprint(description: str, module: nn.Module) -> str:

@@ -21,7 +21,12 @@ from mmengine.model import BaseModel
 from torch import nn
 
 from xmr.datasets.collate import kept_no_item
-from xmr.models.backbones.base import TextBackbone, check_tokenizer_fits
+from xmr.models.backbones.base import (
+    TextBackbone,
+    VisionLanguageBackbone,
+    check_interface,
+    check_tokenizer_fits,
+)
 from xmr.models.losses.distributed import gather_with_grad
 from xmr.models.losses.pair import PairLoss
 from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
@@ -79,6 +84,10 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         Raises:
             TypeError: a backbone that is not a :class:`~xmr.models.backbones.base.TextBackbone`
                 (no text tower and tokenizer to check or to adapt).
+            UserError: one that sets no ``text_tower``, ``tokenizer``, ``embed_dim`` (and, for
+                a :class:`~xmr.models.backbones.base.VisionLanguageBackbone`, ``image_size``,
+                ``image_mean``, ``image_std``), or whose tower lacks an attribute
+                :class:`~xmr.models.backbones.base.TextTower` lists.
             ValueError: the tokenizer's ids, length or padding do not fit the tower (both
                 numbers named, with the backbone's ``arch`` or class).
         """
@@ -88,8 +97,10 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
                             'TextBackbone (xmr.models.backbones.base), whose text_tower, '
                             'tokenizer and embed_dim a retriever reads; subclass it or '
                             'VisionLanguageBackbone (docs/custom_modules.md)')
-        check_tokenizer_fits(backbone.tokenizer, backbone.text_tower,
-                             getattr(backbone, 'arch', None) or type(backbone).__name__)
+        owner = getattr(backbone, 'arch', None) or type(backbone).__name__
+        check_interface(backbone, VisionLanguageBackbone if isinstance(
+            backbone, VisionLanguageBackbone) else TextBackbone, type(self).__name__)
+        check_tokenizer_fits(backbone.tokenizer, backbone.text_tower, owner)
         return backbone
 
     # ----------------------------------------------------------------------------- losses
