@@ -77,8 +77,17 @@ def test_a_tower_without_linear_sites_offers_residual_sites_only():
     assert _Residual.linear_shapes(None) == {}
     residual_only = _Residual.linear_shapes(None)
     LanguageAdapters(['de'], dict(type='StaticAdapter', hidden=4), 8, 2, residual_only)
-    with pytest.raises(ValueError, match='the text tower exposes no linear site attn.qkv'):
+    with pytest.raises(ValueError) as refused:
         LanguageAdapters(['de'], dict(type='LoRA', r=1), 8, 2, residual_only)
+    assert str(refused.value) == (
+        'adapter LoRA at attn.qkv: the text tower exposes no linear site attn.qkv (its linear '
+        'sites: none: residual sites only); a tower of your own offers its frozen projections '
+        'by overriding TextTower.linear_shapes() (docs/custom_modules.md), else choose an '
+        'adapter at a residual site (StaticAdapter, HoulsbyAdapter)')
+    mlp_only = {AdapterSite.MLP_FC: (8, 16), AdapterSite.MLP_PROJ: (16, 8)}
+    with pytest.raises(ValueError, match=r'no linear site attn.qkv \(its linear sites: mlp.fc, '
+                                         r'mlp.proj\);'):
+        LanguageAdapters(['de'], dict(type='LoRA', r=1), 8, 2, mlp_only)
 
 
 def test_an_embedding_block_outside_the_base_is_refused():

@@ -99,6 +99,17 @@ def adapter_types(adapters: dict | Sequence[dict] | None) -> list[type] | None:
     return found if all(isinstance(kind, type) for kind in found) else None
 
 
+
+def unexposed_site_message(adapter: str, site: AdapterSite,
+                           linear_shapes: dict[AdapterSite, tuple[int, int]]) -> str:
+    """Why ``adapter`` cannot sit at the linear ``site`` of a tower whose
+    :meth:`~xmr.models.backbones.base.TextTower.linear_shapes` lacks it, and the two ways out."""
+    offered = ', '.join(str(s) for s in linear_shapes) or 'none: residual sites only'
+    return (f'adapter {adapter} at {site!s}: the text tower exposes no linear site {site!s} '
+            f'(its linear sites: {offered}); a tower of your own offers its frozen projections '
+            'by overriding TextTower.linear_shapes() (docs/custom_modules.md), else choose an '
+            'adapter at a residual site (StaticAdapter, HoulsbyAdapter)')
+
 class LanguageModuleDict(nn.ModuleDict):
     """A ``ModuleDict`` keyed by language codes, whatever the code.
 
@@ -190,7 +201,7 @@ class LanguageAdapters(nn.Module):
                 shape = {}
                 if site.is_linear:
                     if site not in linear_shapes:
-                        raise ValueError(f'the text tower exposes no linear site {site!s}')
+                        raise ValueError(unexposed_site_message(cfg['type'], site, linear_shapes))
                     shape = dict(zip(('in_features', 'out_features'), linear_shapes[site]))
                 placement = AdapterPlacement(self.width, site, index, **shape)
                 yield index, site, ADAPTERS.build(
