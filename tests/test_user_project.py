@@ -1,15 +1,15 @@
 """xmr from a user's own project: packaged configs by ``xmr::``, the ``xmr`` command, own modules.
 
-The project lives in a temporary folder outside the repository: its adapter, disentangler and
-backbone are registered through ``custom_imports``, its config inherits a packaged config, and it
-trains and tests through ``python -m xmr`` (the installed ``xmr`` command runs the same code).
+The project lives in a temporary folder outside the repository: its files are the code blocks of
+docs/custom_modules.md as the page has them (an adapter, a disentangler and a backbone registered
+through ``custom_imports``, configs inheriting a packaged config), and it trains and tests through
+``python -m xmr`` (the installed ``xmr`` command runs the same code).
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,60 +22,32 @@ from xmr.packaged import config_path
 from xmr.registry import MODELS
 
 REPO = Path(__file__).resolve().parents[1]
-HF_CLIP_HEADER = '# my_project/hf_clip.py'
 
-MODULES = '''
-import torch
-from torch import nn
-
-from xmr.models.adapters import AdapterPlacement, BaseAdapter
-from xmr.models.backbones.open_clip import OpenCLIPBackbone
-from xmr.models.disentanglers import ConditionDisentangler
-from xmr.registry import ADAPTERS, DISENTANGLERS, MODELS
+#: The files docs/custom_modules.md writes out (a code block headed by its file's name) that run
+#: on the bundled synthetic data; its teacher's config reads Multi30K (tests/test_text_teacher.py).
+DOCS_FILES = ('my_project/adapters.py', 'my_project/disentanglers.py', 'my_project/hf_clip.py',
+              'my_config.py', 'my_disentangler_config.py', 'my_clip_config.py')
 
 
-@ADAPTERS.register_module()
-class GatedAdapter(BaseAdapter):
-    accepts_packed_tokens = True
+def write_docs_project(folder: Path) -> None:
+    """The docs' files, as the page has them, under ``folder`` (a package for each folder)."""
+    sys.path.insert(0, str(REPO / 'tools' / 'benchmarks'))
+    from text_teacher_adapters import docs_module
 
-    def __init__(self, placement: AdapterPlacement, hidden: int = 8) -> None:
-        super().__init__(placement)
-        self.down = nn.Linear(self.width, hidden)
-        self.up = nn.Linear(hidden, self.width)
-        self.gate = nn.Parameter(torch.zeros(()))
-
-    def forward(self, x, ctx):
-        return x + torch.tanh(self.gate) * self.up(torch.relu(self.down(x)))
-
-
-@DISENTANGLERS.register_module()
-class GateRegulariser(ConditionDisentangler):
-    def __init__(self, tower, condition_blocks) -> None:
-        super().__init__()
-        self.gate = nn.Linear(tower.width, 1)
-
-    @property
-    def loss_names(self):
-        return frozenset({'gate'})
-
-    def forward(self, embeddings, tokens, r_source=None):
-        losses = {} if r_source is None else {'gate': self.gate(embeddings).pow(2).mean()}
-        return None, losses
+    for name in DOCS_FILES:
+        path = folder / name
+        path.parent.mkdir(exist_ok=True)
+        if path.parent != folder:
+            (path.parent / '__init__.py').touch()
+        path.write_text(docs_module(f'# {name}'))
 
 
-@MODELS.register_module()
-class MyCLIP(OpenCLIPBackbone):
-    """The user's backbone: the same tiny CLIP, registered from their own code."""
-'''
+def xmr_command(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    """``PYTHONPATH=. xmr ARGS`` in ``folder``, as the docs run it."""
+    env = dict(os.environ, PYTHONPATH=str(folder), OMP_NUM_THREADS='1')
+    return subprocess.run([sys.executable, '-m', 'xmr', *args], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=600)
 
-CONFIG = '''
-_base_ = ['xmr::demo/static_tiny-clip_synthetic.py']
-custom_imports = dict(imports=['my_project.modules'], allow_failed_imports=False)
-model = dict(
-    backbone=dict(type='MyCLIP'),
-    language_branch=dict(adapters=dict(_delete_=True, type='GatedAdapter', hidden=8)),
-    disentangler=dict(type='GateRegulariser'))
-'''
 
 SHORT = ['train_cfg.phases.0.iters=2', 'train_cfg.phases.1.iters=2', 'train_cfg.phases.2.iters=2',
          'source_finetune_dataloader.batch_size=8',
@@ -158,57 +130,54 @@ def test_help_answers_without_loading_torch(command):
 
 
 @pytest.mark.slow
-def test_a_users_project_trains_and_tests_through_the_command(tmp_path):
-    project = tmp_path / 'my_project'
-    project.mkdir()
-    (project / '__init__.py').write_text('')
-    (project / 'modules.py').write_text(textwrap.dedent(MODULES))
-    (tmp_path / 'my_config.py').write_text(textwrap.dedent(CONFIG))
-    env = dict(os.environ, PYTHONPATH=str(tmp_path), OMP_NUM_THREADS='1')
-
-    def xmr_command(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, '-m', 'xmr', *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=600)
-
-    train = xmr_command('train', 'my_config.py', '--work-dir', 'run', '--cfg-options', *SHORT)
+def test_the_docs_adapter_and_disentangler_train_and_test_through_the_command(tmp_path):
+    write_docs_project(tmp_path)
+    train = xmr_command(tmp_path, 'train', 'my_disentangler_config.py', '--work-dir', 'run',
+                        '--cfg-options', *SHORT)
     assert train.returncode == 0, train.stderr[-3000:]
     log = train.stdout + train.stderr
     assert "losses {'cl': 1.0, 'disentangler': 1.0}, trainable ['language_branch', " \
            "'disentangler']" in log
     assert 'loss_gate' in log
     checkpoint = tmp_path / 'run' / 'iter_6.pth'
-    assert checkpoint.is_file()
-    test = xmr_command('test', 'my_config.py', str(checkpoint), '--cfg-options', *SHORT)
+    assert "type='GatedAdapter'" in log
+    test = xmr_command(tmp_path, 'test', 'my_disentangler_config.py', str(checkpoint),
+                       '--cfg-options', *SHORT)
     assert test.returncode == 0, test.stderr[-3000:]
     assert '| mAR' in test.stdout or 'mAR' in test.stdout
 
 
-@pytest.fixture(scope='module')
-def hf_clip_folder(tmp_path_factory):
-    """The docs' own vision-language backbone (docs/custom_modules.md, ``HFCLIP``) imported from
-    a user's project, and a tiny random transformers ``CLIPModel`` saved in a folder for it."""
-    import importlib
-
+def save_tiny_clip(folder: Path, image_size: int, patch_size: int) -> None:
+    """A tiny random transformers ``CLIPModel`` (text tower of width 32, 2 blocks) in ``folder``."""
     from transformers import CLIPConfig, CLIPModel
 
-    sys.path.insert(0, str(REPO / 'tools' / 'benchmarks'))
-    from text_teacher_adapters import docs_module
-
-    project = tmp_path_factory.mktemp('user_project')
-    (project / 'my_project').mkdir()
-    (project / 'my_project' / '__init__.py').write_text('')
-    (project / 'my_project' / 'hf_clip.py').write_text(docs_module(HF_CLIP_HEADER))
-    sys.path.insert(0, str(project))
-    importlib.import_module('my_project.hf_clip')
     torch.manual_seed(0)
     CLIPModel(CLIPConfig(
         text_config=dict(vocab_size=49408, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=32,
+                         num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=77,
                          eos_token_id=49407),
         vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=2, image_size=32, patch_size=8),
-        projection_dim=24)).save_pretrained(project / 'tiny-clip')
-    return project / 'tiny-clip'
+                           num_attention_heads=2, image_size=image_size, patch_size=patch_size),
+        projection_dim=24)).save_pretrained(folder)
+
+
+@pytest.fixture(scope='module')
+def docs_project(tmp_path_factory):
+    """The docs' files in a user's project, whose modules this process imports too."""
+    import importlib
+
+    project = tmp_path_factory.mktemp('user_project')
+    write_docs_project(project)
+    sys.path.insert(0, str(project))
+    importlib.import_module('my_project.hf_clip')
+    return project
+
+
+@pytest.fixture(scope='module')
+def hf_clip_folder(docs_project):
+    """A tiny random CLIP at 32 px for the docs' vision-language backbone (``HFCLIP``)."""
+    save_tiny_clip(docs_project / 'tiny-clip', image_size=32, patch_size=8)
+    return docs_project / 'tiny-clip'
 
 
 def test_the_docs_own_clip_embeds_as_transformers_does(hf_clip_folder):
@@ -225,6 +194,21 @@ def test_the_docs_own_clip_embeds_as_transformers_does(hf_clip_folder):
                                    clip.text_projection(text.pooler_output))
         torch.testing.assert_close(backbone.encode_image(images),
                                    clip.visual_projection(image.pooler_output))
+
+
+@pytest.mark.slow
+def test_the_docs_clip_config_trains_and_tests_through_the_command(docs_project):
+    """my_clip_config.py as it stands: its folder holds a tiny random CLIP at 224 px, the
+    input size the config sets the data to."""
+    save_tiny_clip(docs_project / 'clip-vit-base-patch32', image_size=224, patch_size=32)
+    train = xmr_command(docs_project, 'train', 'my_clip_config.py', '--work-dir', 'clip_run',
+                        '--cfg-options', *SHORT)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert "losses {'cl': 1.0, 'disentangler': 1.0}, trainable ['language_branch']" in (
+        train.stdout + train.stderr)
+    test = xmr_command(docs_project, 'test', 'my_clip_config.py',
+                       str(docs_project / 'clip_run' / 'iter_6.pth'), '--cfg-options', *SHORT)
+    assert test.returncode == 0, test.stderr[-3000:]
 
 
 @pytest.mark.parametrize('method', ['static', 'lora', 'dasd'])
