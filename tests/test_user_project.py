@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: The files docs/custom_modules.md writes out (a code block headed by its file's name) that run
 #: on the bundled synthetic data; its teacher's config reads Multi30K (tests/test_text_teacher.py).
 DOCS_FILES = ('my_project/adapters.py', 'my_project/disentanglers.py', 'my_project/hf_clip.py',
-              'my_config.py', 'my_disentangler_config.py', 'my_clip_config.py')
+              'my_project/tiny_dual.py', 'my_config.py', 'my_disentangler_config.py',
+              'my_clip_config.py', 'my_tiny_config.py')
 
 
 def write_docs_project(folder: Path) -> None:
@@ -170,6 +171,7 @@ def docs_project(tmp_path_factory):
     write_docs_project(project)
     sys.path.insert(0, str(project))
     importlib.import_module('my_project.hf_clip')
+    importlib.import_module('my_project.tiny_dual')
     return project
 
 
@@ -211,8 +213,38 @@ def test_the_docs_clip_config_trains_and_tests_through_the_command(docs_project)
     assert test.returncode == 0, test.stderr[-3000:]
 
 
+@pytest.mark.slow
+def test_the_docs_tiny_dual_encoder_trains_and_tests_through_the_command(docs_project):
+    """Its own tokenizer and tower, nothing of open_clip: feature caches, packed tokens and the
+    evaluation hooks of the demo's schedule run on it."""
+    train = xmr_command(docs_project, 'train', 'my_tiny_config.py', '--work-dir', 'tiny_run',
+                        '--cfg-options', *SHORT)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert 'feature cache' in train.stdout + train.stderr
+    test = xmr_command(docs_project, 'test', 'my_tiny_config.py',
+                       str(docs_project / 'tiny_run' / 'iter_6.pth'), '--cfg-options', *SHORT)
+    assert test.returncode == 0, test.stderr[-3000:]
+
+
+def test_the_docs_own_tower_embeds_packed_tokens_as_padded_ones_and_a_caption_alone(
+        docs_project):
+    backbone = MODELS.build(dict(type='TinyDualEncoder'))
+    captions = ['a red circle', 'two blue squares on the left of a dog']
+    tokens = backbone.tokenizer(captions)
+    assert not tokens['attention_mask'].all()
+    with torch.no_grad():
+        backbone.text_tower.pack_tokens = False
+        padded = backbone.encode_source_text(tokens)
+        backbone.text_tower.pack_tokens = True
+        torch.testing.assert_close(backbone.encode_source_text(tokens), padded)
+        alone = backbone.encode_source_text(backbone.tokenizer(captions[:1]))
+    torch.testing.assert_close(padded[:1], alone)
+
+
+@pytest.mark.parametrize('backbone', ['HFCLIP', 'TinyDualEncoder'])
 @pytest.mark.parametrize('method', ['static', 'lora', 'dasd'])
-def test_each_method_trains_on_the_docs_own_clip_and_leaves_it_frozen(hf_clip_folder, method):
+def test_each_method_trains_on_the_docs_own_backbones_and_leaves_them_frozen(
+        hf_clip_folder, backbone, method):
     adapters = dict(static=dict(type='StaticAdapter', hidden=8),
                     lora=dict(type='LoRA', r=2, alpha=4, targets=['q', 'v', 'fc']),
                     dasd=dict(type='DynamicAdapter', hidden=4))[method]
@@ -221,7 +253,9 @@ def test_each_method_trains_on_the_docs_own_clip_and_leaves_it_frozen(hf_clip_fo
         generator=dict(d_z=16, d_u=4))) if method == 'dasd' else {}
     torch.manual_seed(0)
     model = MODELS.build(dict(type='CrossLingualRetriever',
-                              backbone=dict(type='HFCLIP', folder=str(hf_clip_folder)),
+                              backbone=dict(type=backbone, **(
+                                  dict(folder=str(hf_clip_folder)) if backbone == 'HFCLIP'
+                                  else {})),
                               language_branch=tiny_branch_cfg(adapters=adapters), **disentangler))
     frozen = {k: v.clone() for k, v in model.backbone.state_dict().items()}
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
