@@ -299,16 +299,21 @@ def test_a_misspelt_option_of_an_adapter_is_refused_before_the_work_dir_is_made(
      re.escape('model.language_branch.adapters (StaticAdapter): blocks=[0, 5], an adapter '
                'placed at block 5, but the branch runs 2 blocks')),
     ('dasd_tiny-clip_synthetic.py', 'disentangler=dict(depth=5)',
-     re.escape("SDM depth 5 is outside 0..2 (the text tower's blocks)"))])
+     re.escape("SDM depth 5 is outside 0..2 (the text tower's blocks)")),
+    # Without a type, the options of the retriever's own preprocessor.
+    ('static_tiny-clip_synthetic.py', 'data_preprocessor=dict(pad_multple=8)',
+     re.escape("model.data_preprocessor.pad_multple: model RetrievalDataPreprocessor: unknown "
+               "option 'pad_multple'; it takes non_blocking, source_prompt"))])
 def test_a_model_the_config_alone_refuses_is_refused_before_the_work_dir_is_made(
         tmp_path, base, model, refused):
-    """DASD's config with static adapters, English among the targets and options beyond the
-    text tower were refused as the model built: after the runner had made the work dir and its
-    log, and after the backbone (minutes with real weights) and the branch's tokenizer."""
+    """DASD's config with static adapters, English among the targets, options beyond the
+    text tower and a misspelt preprocessor option were refused as the model built: after the
+    runner had made the work dir and its log, and after the backbone (minutes with real
+    weights) and the branch's tokenizer."""
     config, work_dir = tmp_path / 'refused.py', tmp_path / 'work'
-    config.write_text(f"_base_ = ['{DEMO.with_name(base)}']\n"
+    config.write_text(f"_base_ = ['{DEMO.parent / base}']\n"
                       f'model = dict({model})\n')
-    with pytest.raises(ValueError, match=f'^{refused}'):
+    with pytest.raises((ValueError, UnknownOptionError), match=f'^{refused}'):
         train_tool.main([str(config), '--work-dir', str(work_dir)])
     assert not work_dir.exists()
 

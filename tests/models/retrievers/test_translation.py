@@ -6,7 +6,7 @@ from mmengine.optim import OptimWrapper
 
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from xmr.datasets.collate import media_keys
-from xmr.registry import MODELS
+from xmr.registry import MODELS, UnknownOptionError, check_part_options
 
 # Every text differs, so a routine that reads the wrong one cannot match the expected loss.
 BATCH = dict(
@@ -202,3 +202,16 @@ def test_checkpoint_state_names_the_routine():
     assert model.get_extra_state()['routine'] == 'routine3'
     with pytest.raises(ValueError, match="routine: checkpoint 'routine3' vs config 'routine1'"):
         build('routine1').set_extra_state(model.get_extra_state())
+
+
+def test_a_preprocessor_config_without_a_type_is_checked_as_the_translation_ones():
+    """Its options go to TranslationDataPreprocessor, which takes source_through_branch; the
+    cross-lingual retriever's RetrievalDataPreprocessor does not."""
+    options = dict(backbone=tiny_backbone_cfg(), language_branch=tiny_branch_cfg(),
+                   data_preprocessor=dict(source_through_branch=True))
+    check_part_options(MODELS, dict(type='TranslationAlignmentRetriever', routine='routine1',
+                                    **options), 'model')
+    with pytest.raises(UnknownOptionError, match=(
+            r"^model\.data_preprocessor\.source_through_branch: model "
+            r"RetrievalDataPreprocessor: unknown option 'source_through_branch'")):
+        check_part_options(MODELS, dict(type='CrossLingualRetriever', **options), 'model')

@@ -11,7 +11,7 @@ the per-item dicts :class:`~xmr.evaluation.RetrievalMetric` reads.
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -27,6 +27,7 @@ from xmr.models.backbones.base import (
     check_interface,
     check_tokenizer_fits,
 )
+from xmr.models.data_preprocessor import RetrievalDataPreprocessor
 from xmr.models.losses.distributed import gather_with_grad
 from xmr.models.losses.pair import PairLoss
 from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
@@ -55,18 +56,24 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         phase / loss_weights: the phase :meth:`loss` runs and its non-zero weights.
 
     Args:
-        data_preprocessor: config of the preprocessor (its ``type`` defaults to
-            ``default_preprocessor``); ``None`` builds ``default_preprocessor``.
+        data_preprocessor: config of the preprocessor; without a ``type``, the options of
+            the one this retriever's batches need (``option_dicts['data_preprocessor']``);
+            ``None`` builds that one.
         init_cfg: MMEngine init config.
-        default_preprocessor: the preprocessor type this retriever's batches need.
     """
 
     LOSSES: ClassVar[Mapping[str, str]] = {}
+    #: ``data_preprocessor`` without a ``type`` goes to the preprocessor this retriever's
+    #: batches need: its options are checked as the config loads
+    #: (:func:`~xmr.registry.check_part_options`).
+    option_dicts: ClassVar[Mapping[str, tuple[Callable, tuple[str, ...]]]] = {
+        'data_preprocessor': (RetrievalDataPreprocessor, ())}
 
-    def __init__(self, data_preprocessor: dict | None = None, init_cfg: dict | None = None,
-                 default_preprocessor: str = 'RetrievalDataPreprocessor') -> None:
+    def __init__(self, data_preprocessor: dict | None = None,
+                 init_cfg: dict | None = None) -> None:
         # A config may give the preprocessor's options alone; the retriever knows its type.
-        preprocessor = MODELS.build({'type': default_preprocessor, **(data_preprocessor or {})})
+        kind = self.option_dicts['data_preprocessor'][0]
+        preprocessor = MODELS.build({'type': kind, **(data_preprocessor or {})})
         super().__init__(data_preprocessor=preprocessor, init_cfg=init_cfg)
         self.disentangler: nn.Module | None = None
         self.losses = nn.ModuleDict()

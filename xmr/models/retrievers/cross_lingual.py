@@ -73,8 +73,8 @@ class CrossLingualRetriever(BaseRetriever):
             learned scale for fine-tuning the towers, MSE, InfoNCE τ=0.01).
         source_language: the language the frozen text tower reads, in any form
             :func:`~xmr.datasets.languages.normalize_language` accepts (``eng`` is ``en``).
-        data_preprocessor: config of the preprocessor (default
-            :class:`RetrievalDataPreprocessor`).
+        data_preprocessor: config of the preprocessor, or the options of
+            :class:`RetrievalDataPreprocessor` (no ``type``).
         init_cfg: MMEngine init config.
         compile: ``torch.compile`` options for the training step's losses (forward and
             backward), e.g. ``dict(mode='reduce-overhead')`` to replay them as CUDA graphs;
@@ -99,7 +99,7 @@ class CrossLingualRetriever(BaseRetriever):
     #: ``compile``'s options go to ``torch.compile``: checked as the config loads
     #: (:func:`~xmr.registry.check_part_options`).
     option_dicts: ClassVar[Mapping[str, tuple[Callable, tuple[str, ...]]]] = {
-        'compile': (torch.compile, ('model',))}
+        **BaseRetriever.option_dicts, 'compile': (torch.compile, ('model',))}
     #: The losses built unless ``losses`` replaces them by name.
     DEFAULT_LOSSES: Mapping[str, dict] = {
         'source_cm': dict(type='InfoNCELoss', temperature=0.07, learnable=True),
@@ -110,10 +110,8 @@ class CrossLingualRetriever(BaseRetriever):
     def __init__(self, backbone: dict, language_branch: dict | None = None,
                  disentangler: dict | None = None, losses: Mapping[str, dict] | None = None,
                  source_language: str = SOURCE_LANGUAGE, data_preprocessor: dict | None = None,
-                 init_cfg: dict | None = None,
-                 default_preprocessor: str = 'RetrievalDataPreprocessor',
-                 compile: dict | None = None) -> None:
-        super().__init__(data_preprocessor, init_cfg, default_preprocessor)
+                 init_cfg: dict | None = None, compile: dict | None = None) -> None:
+        super().__init__(data_preprocessor, init_cfg)
         # Before the backbone, whose weights may take minutes to load.
         self.check_config(dict(backbone=backbone, language_branch=language_branch,
                                disentangler=disentangler, source_language=source_language))

@@ -21,9 +21,9 @@ translation at test time, so their evaluation data must carry ``back_translation
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -90,6 +90,11 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
     #: Where ``**kwargs`` go: a misspelt option is refused when the config loads, not by
     #: Python as the runner builds the model.
     forwards_options_to = (CrossLingualRetriever.__init__,)
+    #: ``data_preprocessor`` without a ``type``: the options of the preprocessor that
+    #: tokenises the translations.
+    option_dicts: ClassVar[Mapping[str, tuple[Callable, tuple[str, ...]]]] = {
+        **CrossLingualRetriever.option_dicts,
+        'data_preprocessor': (TranslationDataPreprocessor, ())}
 
     def __init__(self, routine: str, english_encoder: str = 'branch', **kwargs: Any) -> None:
         if routine not in ROUTINES:
@@ -102,7 +107,7 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
         if kwargs.get('language_branch') is None:
             raise ValueError('TranslationAlignmentRetriever needs a language_branch: the '
                              'per-language modules are what it trains')
-        super().__init__(default_preprocessor='TranslationDataPreprocessor', **kwargs)
+        super().__init__(**kwargs)
         if not isinstance(self.data_preprocessor, TranslationDataPreprocessor):
             raise TypeError(f'TranslationAlignmentRetriever reads the translated texts a '
                             f'TranslationDataPreprocessor tokenises; got '
