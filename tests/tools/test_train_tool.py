@@ -300,6 +300,12 @@ def test_a_misspelt_option_of_an_adapter_is_refused_before_the_work_dir_is_made(
                'placed at block 5, but the branch runs 2 blocks')),
     ('dasd_tiny-clip_synthetic.py', 'disentangler=dict(depth=5)',
      re.escape("SDM depth 5 is outside 0..2 (the text tower's blocks)")),
+    # A prompt acts before the blocks, whatever their indices: 5 is beyond the branch's 2.
+    *[('static_tiny-clip_synthetic.py',
+       f"language_branch=dict(adapters=dict(_delete_=True, type='SoftPrompt', blocks={blocks}))",
+       re.escape(f'model.language_branch.adapters (SoftPrompt): blocks={blocks} does not apply '
+                 'to SoftPrompt, which acts once, at the input site, before the blocks (a '
+                 'shallow prompt): drop blocks')) for blocks in ([0], [5])],
     # Without a type, the options of the retriever's own preprocessor.
     ('static_tiny-clip_synthetic.py', 'data_preprocessor=dict(pad_multple=8)',
      re.escape("model.data_preprocessor.pad_multple: model RetrievalDataPreprocessor: unknown "

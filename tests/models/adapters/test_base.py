@@ -1,6 +1,8 @@
 """The adapter contract enforces itself: abstract methods, the placement object, declarations."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -184,11 +186,28 @@ def test_blocks_given_to_an_input_site_prompt_are_refused():
     """``blocks`` read as deep prompts (one set per block) built a shallow prompt silently."""
     from xmr.models.adapters.language_adapters import LanguageAdapters
 
-    with pytest.raises(ValueError, match=r'^adapter SoftPrompt acts once, at the input site, '
-                                         r'.*blocks=\[0, 1\] does not apply to it'):
-        LanguageAdapters(['de'], dict(type='SoftPrompt', blocks=[0, 1]), 8, 2)
+    # Beyond the branch's two blocks too: the fix is to drop them, not to renumber them.
+    for blocks in ([0, 1], [5]):
+        with pytest.raises(ValueError, match=(
+                rf'^model\.language_branch\.adapters \(SoftPrompt\): '
+                rf'blocks={re.escape(repr(blocks))} does not apply to SoftPrompt, which acts '
+                r'once, at the input site, .*: drop blocks')):
+            LanguageAdapters(['de'], dict(type='SoftPrompt', blocks=blocks), 8, 2)
     assert sorted(LanguageAdapters(['de'], dict(type='SoftPrompt'), 8, 2).sets['de']) == [
         '-1:input']
+
+
+def test_blocks_given_to_a_prompt_are_refused_as_the_config_loads_whatever_the_tower():
+    """Its class's check_config runs on the adapter's config, which no tower shape gates (a
+    backbone whose config cannot tell its tower's depth)."""
+    from xmr.registry import ADAPTERS, check_part_options
+
+    with pytest.raises(ValueError, match=r'^model\.language_branch\.adapters \(HardPrompt\): '
+                                         r'blocks=\[0\] does not apply to HardPrompt'):
+        check_part_options(ADAPTERS, dict(type='HardPrompt', text='a photo of', blocks=[0]),
+                           'model.language_branch.adapters')
+    check_part_options(ADAPTERS, dict(type='HoulsbyAdapter', hidden=4, blocks=[0]),
+                       'model.language_branch.adapters')
 
 
 def test_a_prompt_before_the_blocks_leaves_packed_tokens_to_the_block_adapters():

@@ -98,6 +98,10 @@ class AdapterContext:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
+#: The config key of a branch's adapter configs, as messages name it.
+ADAPTERS_KEY = 'model.language_branch.adapters'
+
+
 def check_tower_width(key: str, cfg: Any, width: int) -> None:
     """A ``width`` of ``cfg``, a config whose builder fills in the text tower's width ``D``
     (an adapter's, the embedding block's), is that width.
@@ -212,6 +216,24 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
         self.block_index = placement.block_index
         self.in_features = placement.in_features or placement.width
         self.out_features = placement.out_features or placement.width
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Refuse ``blocks`` in the config of an adapter whose sites are the input site alone
+        (a prompt acts once, before the blocks): as the config loads
+        (:func:`~xmr.registry.check_part_options`) and as the adapter set builds it, before
+        the indices are checked against the branch's blocks.
+
+        Raises:
+            ValueError: naming the key, the type, ``blocks`` and the fix.
+        """
+        if cfg.get('blocks') is None or \
+                set(cls.resolve_sites(cfg.get('sites'), dict(cfg))) != {AdapterSite.INPUT}:
+            return
+        raise ValueError(f"{ADAPTERS_KEY} ({cfg['type']}): blocks={cfg['blocks']!r} does not "
+                         f'apply to {cls.__name__}, which acts once, at the input site, before '
+                         'the blocks (a shallow prompt): drop blocks (xmr has no deep, '
+                         'per-block prompts)')
 
     @classmethod
     def resolve_sites(cls, sites: Sequence[str] | None, cfg: dict) -> tuple[AdapterSite, ...]:

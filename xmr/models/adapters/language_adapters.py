@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from xmr.models.adapters.base import (
+    ADAPTERS_KEY,
     AdapterContext,
     AdapterPlacement,
     AdapterSite,
@@ -23,9 +24,6 @@ def _key(block_index: int, site: AdapterSite) -> str:
     # ModuleDict keys may not contain dots.
     return f'{block_index}:{site.value.replace(".", "_")}'
 
-
-#: The config key of a branch's adapter configs, as messages name it.
-ADAPTERS_KEY = 'model.language_branch.adapters'
 
 #: Key of a language's own tower weights (:class:`~xmr.models.language.tower_weights.TowerWeights`)
 #: in its set; no site key has this form.
@@ -73,13 +71,17 @@ def check_blocks(adapter_type: str, blocks: Sequence[int] | None,
 
 def check_adapter_config(cfg: Mapping[str, Any], width: int, num_blocks: int) -> list[int]:
     """Check an adapter config against the tower it is placed on: its ``width``, if given, is
-    the tower's (:func:`~xmr.models.adapters.base.check_tower_width`) and its ``blocks`` the
-    branch's (:func:`check_blocks`).
+    the tower's (:func:`~xmr.models.adapters.base.check_tower_width`), its class takes its
+    ``blocks`` (:meth:`~xmr.models.adapters.base.BaseAdapter.check_config`: a prompt takes
+    none) and they are the branch's (:func:`check_blocks`).
 
     Returns:
         The block indices its block-site instances go to.
     """
     check_tower_width(f"{ADAPTERS_KEY} ({cfg['type']})", cfg, width)
+    for kind in adapter_types(cfg) or ():
+        if issubclass(kind, BaseAdapter):
+            kind.check_config(cfg)
     return check_blocks(cfg['type'], cfg.get('blocks'), num_blocks)
 
 
@@ -179,12 +181,8 @@ class LanguageAdapters(nn.Module):
         cfg = {**(adapter_cls.post_norm_defaults if self.post_norm else {}), **cfg}
         blocks = check_adapter_config(cfg, self.width, num_blocks)
         cfg.pop('width', None)
-        given_blocks = cfg.pop('blocks', None)
+        cfg.pop('blocks', None)
         sites = adapter_cls.resolve_sites(cfg.pop('sites', None), cfg)
-        if given_blocks is not None and set(sites) == {AdapterSite.INPUT}:
-            raise ValueError(f"adapter {cfg['type']} acts once, at the input site, before the "
-                             f'blocks (a shallow prompt); blocks={given_blocks!r} does not '
-                             'apply to it: drop blocks (xmr has no deep, per-block prompts)')
         options = {k: v for k, v in cfg.items() if k != 'type'}
         shared = adapter_cls.build_shared(self.width, **options)
         shared_args = {}
