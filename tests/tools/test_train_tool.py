@@ -306,6 +306,10 @@ def test_a_misspelt_option_of_an_adapter_is_refused_before_the_work_dir_is_made(
        re.escape(f'model.language_branch.adapters (SoftPrompt): blocks={blocks} does not apply '
                  'to SoftPrompt, which acts once, at the input site, before the blocks (a '
                  'shallow prompt): drop blocks')) for blocks in ([0], [5])],
+    # CDDS's UNets read the tiny CLIP's 64-wide tokens.
+    ('../cdds/cdds_tiny-clip_synthetic.py', 'disentangler=dict(dim=128)',
+     re.escape('model.disentangler.dim=128 but the backbone gives tokens of width 64 (its '
+               "embed_dim); leave dim out (the backbone's is filled in)")),
     # Without a type, the options of the retriever's own preprocessor.
     ('static_tiny-clip_synthetic.py', 'data_preprocessor=dict(pad_multple=8)',
      re.escape("model.data_preprocessor.pad_multple: model RetrievalDataPreprocessor: unknown "

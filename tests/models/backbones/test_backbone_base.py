@@ -206,16 +206,18 @@ def test_the_tower_shape_a_backbone_config_gives_is_the_built_towers(config):
         pytest.skip(f'XLM-R tokenizer fixture missing: {XLMR_TOKENIZER}')
     cfg = config()
     tower = MODELS.build(cfg).text_tower
-    assert configured_tower_shape(cfg) == (tower.width, tower.num_blocks)
+    assert configured_tower_shape(cfg) == (tower.width, tower.num_blocks, tower.embed_dim)
 
 
 @pytest.mark.parametrize('cfg, shape', [
-    # DESIGN: CLIP ViT-B's text tower has width 512 and 12 blocks; ViT-L/14's is 768 wide.
-    (dict(type='OpenCLIPBackbone', arch='ViT-B-32'), (512, 12)),
-    (dict(type='OpenCLIPBackbone', arch='ViT-L-14'), (768, 12)),
-    # CCLM's 6 text-only layers of XLM-R large; M-CLIP's whole XLM-R large.
-    (dict(type='CCLMDualStream', checkpoint='checkpoints/cclm_4m.th'), (1024, 6)),
-    (dict(type='MultilingualCLIPBackbone'), (1024, 24)),
+    # DESIGN: CLIP ViT-B's text tower has width 512 and 12 blocks, and projects to the 512-d
+    # joint space; ViT-L/14's is 768 wide, and so is its joint space.
+    (dict(type='OpenCLIPBackbone', arch='ViT-B-32'), (512, 12, 512)),
+    (dict(type='OpenCLIPBackbone', arch='ViT-L-14'), (768, 12, 768)),
+    # CCLM's 6 text-only layers of XLM-R large, text_proj to 256; M-CLIP's whole XLM-R large,
+    # mapped to ViT-L/14's 768.
+    (dict(type='CCLMDualStream', checkpoint='checkpoints/cclm_4m.th'), (1024, 6, 256)),
+    (dict(type='MultilingualCLIPBackbone'), (1024, 24, 768)),
     # Only the hub's config knows these: their build checks the parts.
     (dict(type='OpenCLIPBackbone', arch='xlm-roberta-base-ViT-B-32'), None),
     (dict(type='ViTBERTBackbone', text='bert-base-uncased'), None),

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import tiny_backbone_cfg
+from tests.conftest import TINY_CLIP, tiny_backbone_cfg
 from tests.models.backbones.mclip_helpers import TOKENIZER_FILE, tiny_mclip_cfg
 from tests.models.losses.test_vse_hinge import triplet_loop
 from xmr.datasets import retrieval_collate
@@ -258,6 +258,25 @@ def test_bad_configurations_are_named():
     other = build(languages=['en', 'de'])
     with pytest.raises(ValueError, match=r"languages: checkpoint \['en', 'de'\] vs config"):
         build().load_state_dict(other.state_dict())
+
+
+def test_a_cdds_dim_other_than_the_backbones_token_width_is_refused_by_key_before_a_token():
+    """It was met at the first forward (``UNet built for width 48, got tokens of width 40``),
+    after the runner had made the work dir. The tokens are the projected ones: ``E`` = 40, not
+    the text tower's width 32."""
+    from tests.models.retrievers.test_cross_lingual import OwnBackbone
+
+    backbone = dict(tiny_backbone_cfg(), model_cfg=dict(TINY_CLIP, embed_dim=40))
+    cfg = dict(type='DualEncoderRetriever', backbone=backbone)
+    refused = (r'^model\.disentangler\.dim={} but the backbone gives tokens of width 40 \(its '
+               r"embed_dim\); leave dim out \(the backbone's is filled in\)$")
+    for dim in (32, 48):
+        with pytest.raises(ValueError, match=refused.format(dim)):
+            check_part_options(MODELS, dict(cfg, disentangler=dict(CDDS, dim=dim)), 'model')
+    check_part_options(MODELS, dict(cfg, disentangler=dict(CDDS, dim=40)), 'model')
+    # A backbone whose config does not tell: its build refuses it, with the same message.
+    with pytest.raises(ValueError, match=refused.format(48)):
+        build(backbone=dict(backbone, type=OwnBackbone), disentangler=dict(CDDS, dim=48))
 
 
 def test_checkpoint_facts_travel_as_a_tensor_and_refuse_another_model():

@@ -597,13 +597,14 @@ class TokenOutput(NamedTuple):
 
 
 class TowerShape(NamedTuple):
-    """A text tower's width ``D`` and number of blocks as a backbone's config gives them,
-    before the tower is built (:meth:`TextBackbone.text_tower_shape`). The checks of the parts
-    placed on the tower read these two attributes of this or of the built :class:`TextTower`
-    alike."""
+    """A text tower's width ``D``, number of blocks and output width ``E`` (after its
+    projection: the backbone's joint space) as a backbone's config gives them, before the tower
+    is built (:meth:`TextBackbone.text_tower_shape`). The checks of the parts placed on the
+    tower read these attributes of this or of the built :class:`TextTower` alike."""
 
     width: int
     num_blocks: int
+    embed_dim: int
 
 
 def configured_tower_shape(cfg: Any) -> TowerShape | None:
@@ -639,7 +640,7 @@ class TextBackbone(nn.Module, metaclass=ABCMeta):
 
     @classmethod
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
-        """The width and depth of the text tower this class builds from ``cfg`` (its
+        """The width, depth and output width of the text tower this class builds from ``cfg`` (its
         ``MODELS`` config), read from the config alone, so that the parts placed on the tower
         are checked as the config loads (:meth:`~xmr.models.retrievers.CrossLingualRetriever.
         check_config`); ``None`` where only the build knows them (a hub model's config, a

@@ -191,9 +191,11 @@ class CCLMDualStream(VisionLanguageBackbone):
 
     @classmethod
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape:
-        """``hidden_size`` and ``num_layers`` of :data:`CCLM_TEXT` with the config's ``text``."""
-        text = _merge(CCLM_TEXT, with_defaults(cls, cfg)['text'], 'text')
-        return TowerShape(text['hidden_size'], text['num_layers'])
+        """``hidden_size`` and ``num_layers`` of :data:`CCLM_TEXT` with the config's ``text``,
+        and ``embed_dim``, the width of ``text_proj``."""
+        options = with_defaults(cls, cfg)
+        text = _merge(CCLM_TEXT, options['text'], 'text')
+        return TowerShape(text['hidden_size'], text['num_layers'], options['embed_dim'])
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` -> ``[B, E]``: ``vision_proj`` of the mean final patch token."""

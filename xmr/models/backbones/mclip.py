@@ -234,12 +234,14 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
     @classmethod
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
         """``hidden_size`` and ``num_hidden_layers`` of ``text_encoder`` (keys or a
-        ``config.json``; :data:`XLMR_LARGE` by default); ``None`` for a hub name."""
-        encoder = with_defaults(cls, cfg)['text_encoder']
+        ``config.json``; :data:`XLMR_LARGE` by default) and ``embed_dim``, the width of its
+        linear map; ``None`` for a hub name."""
+        options = with_defaults(cls, cfg)
+        encoder = options['text_encoder']
         if isinstance(encoder, str) and not Path(encoder).is_file():
             return None
         config = _xlmr_config(XLMR_LARGE if encoder is None else encoder)
-        return TowerShape(config.hidden_size, config.num_hidden_layers)
+        return TowerShape(config.hidden_size, config.num_hidden_layers, options['embed_dim'])
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` -> ``[B, E]`` with the open_clip image tower."""

@@ -25,6 +25,7 @@ from xmr.models.backbones.base import (
 from xmr.models.backbones.open_clip_hf import hf_text_tower
 from xmr.models.backbones.open_clip_pretrained import (
     apply_image_record,
+    arch_embed_dim,
     arch_text_cfg,
     build_open_clip,
     check_pretrained_file,
@@ -473,7 +474,8 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
     @classmethod
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
         """``width`` and ``layers`` of the architecture's ``text_cfg`` (``model_cfg``'s, else
-        ``open_clip.get_model_config(arch)``'s) with open_clip's defaults; ``None`` for a Hugging
+        ``open_clip.get_model_config(arch)``'s) with open_clip's defaults, and its ``embed_dim``,
+        which the text projection maps to (``width`` without one); ``None`` for a Hugging
         Face text encoder (``hf_model_name``: its config is the hub's) and for an architecture
         open_clip does not name (the build says so)."""
         from open_clip.model import CLIPTextCfg
@@ -486,7 +488,10 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         if text.get('hf_model_name'):
             return None
         text = CLIPTextCfg(**text)
-        return TowerShape(text.width, text.layers)
+        # open_clip builds no projection with proj_type='none': the tokens stay D wide.
+        embed_dim = text.width if text.proj_type == 'none' else \
+            arch_embed_dim(options['arch'], options['model_cfg'])
+        return TowerShape(text.width, text.layers, embed_dim)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         # Unnormalised for every model class (CoCa normalises unless told not to).

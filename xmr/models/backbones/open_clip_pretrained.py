@@ -43,7 +43,7 @@ from xmr.utils.cli import given_file
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
            'build_open_clip', 'apply_image_record', 'read_clip_weights', 'record_tokenizer_cfg',
            'check_record_tokenizer', 'check_record_context', 'check_trained_tokenizer',
-           'settled_tokenizer_cfg',
+           'settled_tokenizer_cfg', 'arch_embed_dim',
            'is_checkpoint_path', 'check_pretrained_file', 'RECORD_FIELDS', 'text_tokenizer_cfg',
            'hf_tokenizer_name']
 
@@ -469,6 +469,12 @@ def arch_text_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None) -> dict
         ValueError: neither or both given, or an architecture open_clip does not name.
     """
     return _model_cfg(arch, model_cfg).get('text_cfg', {})
+
+
+def arch_embed_dim(arch: str | None, model_cfg: Mapping[str, Any] | None) -> int:
+    """``embed_dim`` of ``model_cfg``, else of open_clip's config of ``arch``: the width
+    ``E`` the text projection maps to (raises as :func:`arch_text_cfg` does)."""
+    return _model_cfg(arch, model_cfg)['embed_dim']
 
 
 def hf_tokenizer_name(arch: str | None, model_cfg: Mapping[str, Any] | None) -> str | None:

@@ -246,14 +246,15 @@ class ViTBERTBackbone(VisionLanguageBackbone):
     @classmethod
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
         """``hidden_size`` and ``num_hidden_layers`` of the ``text_cfg`` of a random BERT
-        (``text=None``); ``None`` for a named BERT, whose config is its folder's or the hub's."""
+        (``text=None``) and ``embed_dim``, the width of ``text_proj``; ``None`` for a named
+        BERT, whose config is its folder's or the hub's."""
         from transformers import BertConfig
 
         options = with_defaults(cls, cfg)
         if options['text'] is not None:
             return None
         config = BertConfig(**(options['text_cfg'] or {}))
-        return TowerShape(config.hidden_size, config.num_hidden_layers)
+        return TowerShape(config.hidden_size, config.num_hidden_layers, options['embed_dim'])
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` -> ``[B, E]``: ``vision_proj`` of the timm model's pooled feature."""

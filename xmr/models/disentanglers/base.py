@@ -81,6 +81,13 @@ class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
 class TokenDisentangler(nn.Module, metaclass=ABCMeta):
     """CDDS-style: token sequences of a dual encoder -> semantic components and their losses."""
 
+    @classmethod
+    def check_tower(cls, cfg: Mapping[str, Any], tower: TextTower | TowerShape) -> None:
+        """Refuse, from this module's config and the text tower's output width ``embed_dim``
+        (the width of the tokens the dual encoder gives it: the built tower, or the
+        :class:`~xmr.models.backbones.base.TowerShape` of the backbone's config as it loads),
+        options that do not fit the tokens; any fit by default."""
+
     @property
     @abstractmethod
     def loss_names(self) -> Set[str]:

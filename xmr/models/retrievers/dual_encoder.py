@@ -30,7 +30,11 @@ import torch
 from torch import nn
 
 from xmr.datasets.languages import normalize_language, normalize_languages
-from xmr.models.backbones.base import TokenOutput, VisionLanguageBackbone
+from xmr.models.backbones.base import (
+    TokenOutput,
+    VisionLanguageBackbone,
+    configured_tower_shape,
+)
 from xmr.models.disentanglers.base import (
     TokenDisentangler,
     build_disentangler,
@@ -96,7 +100,7 @@ class DualEncoderRetriever(BaseRetriever):
                  data_preprocessor: dict | None = None, init_cfg: dict | None = None) -> None:
         super().__init__(data_preprocessor, init_cfg)
         # Before the backbone, whose weights may take minutes to load.
-        self.check_config(dict(disentangler=disentangler, languages=languages,
+        self.check_config(dict(backbone=backbone, disentangler=disentangler, languages=languages,
                                source_language=source_language, train_text=train_text,
                                retrieval_score=retrieval_score))
         languages = normalize_languages(languages, 'DualEncoderRetriever languages')
@@ -110,6 +114,8 @@ class DualEncoderRetriever(BaseRetriever):
         self.source_language, self.train_text = source_language, train_text
         self.retrieval_score = retrieval_score
         if disentangler is not None:
+            disentangler_class(disentangler, TokenDisentangler, type(self).__name__).check_tower(
+                disentangler, self.backbone.text_tower)
             self.disentangler = build_disentangler(disentangler, TokenDisentangler,
                                                    type(self).__name__,
                                                    dim=self.backbone.embed_dim)
@@ -129,13 +135,16 @@ class DualEncoderRetriever(BaseRetriever):
         ``__init__`` before the backbone is built.
 
         Args:
-            cfg: the model's config; ``disentangler``, ``languages``, ``source_language``,
-                ``train_text`` and ``retrieval_score`` are read (defaults where left out).
+            cfg: the model's config; ``backbone``, ``disentangler``, ``languages``,
+                ``source_language``, ``train_text`` and ``retrieval_score`` are read (defaults
+                where left out).
 
         Raises:
             ValueError: an unknown ``train_text`` or ``retrieval_score``, no ``languages``, or
                 ``train_text='source'`` with the source language not among them (in any form:
-                ``eng`` is ``en``).
+                ``eng`` is ``en``); a disentangler option that does not fit the tokens, where
+                the backbone's config tells their width (CDDS's ``dim``:
+                :meth:`TokenDisentangler.check_tower`).
             TypeError: a disentangler that is no :class:`TokenDisentangler` (DASD's SDM).
             LanguageCodeError: a code no form of which is known, named by its option.
         """
@@ -154,8 +163,12 @@ class DualEncoderRetriever(BaseRetriever):
         if train_text == 'source' and source not in languages:
             raise ValueError(f"train_text='source' reads {source} captions, which are "
                              f'not among languages {list(languages)}')
-        if options['disentangler'] is not None:
-            disentangler_class(options['disentangler'], TokenDisentangler, cls.__name__)
+        disentangler = options['disentangler']
+        if disentangler is not None:
+            kind = disentangler_class(disentangler, TokenDisentangler, cls.__name__)
+            tower = configured_tower_shape(options.get('backbone'))
+            if tower is not None:
+                kind.check_tower(disentangler, tower)
 
     # ----------------------------------------------------------------------------- encoders
     def encode_media_tokens(self, media: torch.Tensor) -> TokenOutput:

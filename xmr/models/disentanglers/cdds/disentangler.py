@@ -17,7 +17,7 @@ Inference uses the semantic components only (:meth:`CDDSDisentangler.encode_imag
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -36,6 +36,9 @@ from xmr.models.losses.cdds import (
 )
 from xmr.models.pooling import masked_token_mean
 from xmr.registry import DISENTANGLERS
+
+if TYPE_CHECKING:
+    from xmr.models.backbones.base import TextTower, TowerShape
 
 #: How one embedding per sample is read from its semantic tokens.
 POOLINGS = ('mean', 'first')
@@ -82,6 +85,20 @@ class CDDSDisentangler(TokenDisentangler):
     #: checked as the config loads (:func:`~xmr.registry.check_part_options`).
     option_dicts: ClassVar[Mapping[str, tuple[Callable, tuple[str, ...]]]] = {
         'correlation': (CDDSColumnCorrelation, ('image_dim', 'text_dim'))}
+
+    @classmethod
+    def check_tower(cls, cfg: Mapping[str, Any], tower: TextTower | TowerShape) -> None:
+        """A ``dim`` in the config is the width ``E`` of the backbone's tokens, which the dual
+        encoder fills in otherwise (:meth:`TokenDisentangler.check_tower`).
+
+        Raises:
+            ValueError: naming the key, both widths and the fix.
+        """
+        dim = cfg.get('dim')
+        if dim is not None and dim != tower.embed_dim:
+            raise ValueError(f'model.disentangler.dim={dim!r} but the backbone gives tokens of '
+                             f'width {tower.embed_dim} (its embed_dim); leave dim out (the '
+                             "backbone's is filled in)")
 
     def __init__(self, dim: int, num_heads: int = 8, num_encoder_layers: int = 2,
                  num_decoder_layers: int = 2, num_perturbations: int = 4,
