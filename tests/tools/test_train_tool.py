@@ -328,6 +328,26 @@ def test_a_model_the_config_alone_refuses_is_refused_before_the_work_dir_is_made
     assert not work_dir.exists()
 
 
+def test_a_part_beyond_a_text_encoder_in_a_folder_is_refused_before_the_work_dir_is_made(
+        tmp_path):
+    """A BERT given by its folder told its shape only as it built, after the runner had made
+    the work dir: its config is read as the config loads."""
+    from tests.models.backbones.test_backbone_base import _saved_bert
+
+    config, work_dir = tmp_path / 'bert.py', tmp_path / 'work'
+    config.write_text(
+        f"_base_ = ['{DEMO.parent.parent / 'cdds' / 'cdds_tiny-clip_synthetic.py'}']\n"
+        "model = dict(disentangler=dict(dim=64), backbone=dict(\n"
+        "    _delete_=True, type='ViTBERTBackbone', vision='vit_base_patch16_224',\n"
+        "    vision_cfg=dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2),\n"
+        f"    text='{_saved_bert(tmp_path / 'bert')}', embed_dim=16,\n"
+        "    tokenizer=dict(type='SentencePieceTokenizer', vocab_size=48, corpus=['a b c'])))\n")
+    with pytest.raises(ValueError, match=re.escape(
+            'model.disentangler.dim=64 but the backbone gives tokens of width 16')):
+        train_tool.main([str(config), '--work-dir', str(work_dir)])
+    assert not work_dir.exists()
+
+
 def test_the_help_of_work_dir_names_the_default_a_run_takes(tmp_path, capsys):
     """The help said work_dirs/<config name>, where a config's own work_dir comes first."""
     config = tmp_path / 'mine.py'

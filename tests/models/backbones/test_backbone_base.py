@@ -220,7 +220,7 @@ def test_the_tower_shape_a_backbone_config_gives_is_the_built_towers(config):
     (dict(type='MultilingualCLIPBackbone'), (1024, 24, 768)),
     # Only the hub's config knows these: their build checks the parts.
     (dict(type='OpenCLIPBackbone', arch='xlm-roberta-base-ViT-B-32'), None),
-    (dict(type='ViTBERTBackbone', text='bert-base-uncased'), None),
+    (dict(type='ViTBERTBackbone', text='xmr-tests/no-such-bert'), None),
     (dict(type='OpenCLIPBackbone', arch='ViT-B-32-nosuch'), None)])
 def test_the_tower_shape_of_a_named_architecture_is_read_without_building_it(cfg, shape):
     assert configured_tower_shape(cfg) == shape
@@ -251,3 +251,58 @@ def test_a_text_tower_switched_to_another_pooling_is_keyed_anew():
     assert backbone_fingerprint(teacher) != cls_key
     teacher.text_tower.pooling = 'cls'
     assert backbone_fingerprint(teacher) == cls_key
+
+
+def _saved_bert(folder) -> str:
+    """A tiny random BERT saved as a Hugging Face folder (config and weights)."""
+    from transformers import BertConfig, BertModel
+
+    from tests.models.backbones.test_vit_bert import TINY_BERT
+
+    torch.manual_seed(0)
+    BertModel(BertConfig(**TINY_BERT), add_pooling_layer=False).save_pretrained(folder)
+    return str(folder)
+
+
+def _saved_xlmr(folder) -> str:
+    from transformers import XLMRobertaConfig
+
+    from tests.models.backbones.mclip_helpers import TINY_XLMR
+    XLMRobertaConfig(**TINY_XLMR).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize('config', [
+    lambda tmp: dict(_tiny_vit_bert(), text=_saved_bert(tmp), text_cfg=None),
+    # text_cfg's fields over the folder's config, as the build reads them: one block of two.
+    lambda tmp: dict(_tiny_vit_bert(), text=_saved_bert(tmp), text_cfg=dict(num_hidden_layers=1)),
+    lambda tmp: dict(_tiny_mclip(), text_encoder=_saved_xlmr(tmp))], ids=[
+        'vit-bert', 'vit-bert-1-block', 'mclip'])
+def test_the_tower_shape_of_a_text_encoder_in_a_folder_is_the_built_towers(config, tmp_path):
+    """A Hugging Face folder's config is read as the config loads; it was left to the build."""
+    if config(tmp_path).get('type') == 'MultilingualCLIPBackbone' and \
+            not XLMR_TOKENIZER.is_file():
+        pytest.skip(f'XLM-R tokenizer fixture missing: {XLMR_TOKENIZER}')
+    cfg = config(tmp_path)
+    tower = MODELS.build(cfg).text_tower
+    assert configured_tower_shape(cfg) == (tower.width, tower.num_blocks, tower.embed_dim)
+
+
+def test_the_tower_shape_of_a_hub_name_is_read_from_the_cache_without_the_network(
+        tmp_path, monkeypatch):
+    """What ``from_pretrained`` finds in the Hugging Face cache; a name it lacks: ``None``."""
+    from huggingface_hub import constants
+    from transformers import BertConfig
+
+    snapshot = tmp_path / 'models--xmr-tests--tiny-bert' / 'snapshots' / ('0' * 40)
+    BertConfig(hidden_size=48, num_hidden_layers=3, num_attention_heads=4).save_pretrained(
+        snapshot)
+    (snapshot.parent.parent / 'refs').mkdir()
+    (snapshot.parent.parent / 'refs' / 'main').write_text('0' * 40)
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(tmp_path))
+    for kind, option in (('ViTBERTBackbone', 'text'), ('MultilingualCLIPBackbone',
+                                                         'text_encoder')):
+        cfg = dict(type=kind, embed_dim=16)
+        assert configured_tower_shape(dict(cfg, **{option: 'xmr-tests/tiny-bert'})) == (
+            48, 3, 16)
+        assert configured_tower_shape(dict(cfg, **{option: 'xmr-tests/no-such'})) is None

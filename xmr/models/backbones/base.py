@@ -618,6 +618,17 @@ def configured_tower_shape(cfg: Any) -> TowerShape | None:
     return None if shape is None else shape(cfg)
 
 
+def offline_hf_config(config_class: Any, name: str, **overrides: Any) -> Any | None:
+    """The Hugging Face config of ``name`` (a folder or a hub name) with ``overrides``, read
+    without the network, from the folder or the Hugging Face cache (``local_files_only``), for
+    a backbone's :meth:`TextBackbone.text_tower_shape`; ``None`` where neither holds it (the
+    build fetches it, or says what is missing)."""
+    try:
+        return config_class.from_pretrained(name, local_files_only=True, **overrides)
+    except OSError:
+        return None
+
+
 class TextBackbone(nn.Module, metaclass=ABCMeta):
     """A frozen source-language text encoder: a text tower and its tokenizer.
 

@@ -27,6 +27,7 @@ from xmr.models.backbones.base import (
     TowerShape,
     VisionLanguageBackbone,
     check_tokenizer_fits,
+    offline_hf_config,
     weights_fingerprint,
 )
 from xmr.models.backbones.bert import BertTextTower
@@ -235,12 +236,18 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
         """``hidden_size`` and ``num_hidden_layers`` of ``text_encoder`` (keys or a
         ``config.json``; :data:`XLMR_LARGE` by default) and ``embed_dim``, the width of its
-        linear map; ``None`` for a hub name."""
+        linear map; for a Hugging Face name or folder, its config as its folder or the Hugging
+        Face cache holds it (:func:`offline_hf_config`), ``None`` where neither does."""
+        from transformers import XLMRobertaConfig
+
         options = with_defaults(cls, cfg)
         encoder = options['text_encoder']
         if isinstance(encoder, str) and not Path(encoder).is_file():
+            config = offline_hf_config(XLMRobertaConfig, encoder)
+        else:
+            config = _xlmr_config(XLMR_LARGE if encoder is None else encoder)
+        if config is None:
             return None
-        config = _xlmr_config(XLMR_LARGE if encoder is None else encoder)
         return TowerShape(config.hidden_size, config.num_hidden_layers, options['embed_dim'])
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:

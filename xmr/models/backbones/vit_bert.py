@@ -29,6 +29,7 @@ from xmr.models.backbones.base import (
     TowerShape,
     VisionLanguageBackbone,
     check_tokenizer_fits,
+    offline_hf_config,
     weights_fingerprint,
 )
 from xmr.models.backbones.bert import BertTextTower
@@ -246,14 +247,17 @@ class ViTBERTBackbone(VisionLanguageBackbone):
     @classmethod
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
         """``hidden_size`` and ``num_hidden_layers`` of the ``text_cfg`` of a random BERT
-        (``text=None``) and ``embed_dim``, the width of ``text_proj``; ``None`` for a named
-        BERT, whose config is its folder's or the hub's."""
+        (``text=None``), or of a named BERT's config with ``text_cfg`` over it, read from its
+        folder or the Hugging Face cache (:func:`offline_hf_config`), and ``embed_dim``, the
+        width of ``text_proj``; ``None`` for a named BERT neither holds."""
         from transformers import BertConfig
 
         options = with_defaults(cls, cfg)
-        if options['text'] is not None:
+        text_cfg = dict(options['text_cfg'] or {})
+        config = BertConfig(**text_cfg) if options['text'] is None else \
+            offline_hf_config(BertConfig, options['text'], **text_cfg)
+        if config is None:
             return None
-        config = BertConfig(**(options['text_cfg'] or {}))
         return TowerShape(config.hidden_size, config.num_hidden_layers, options['embed_dim'])
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
