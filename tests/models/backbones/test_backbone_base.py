@@ -218,11 +218,16 @@ def test_the_tower_shape_a_backbone_config_gives_is_the_built_towers(config):
     # mapped to ViT-L/14's 768.
     (dict(type='CCLMDualStream', checkpoint='checkpoints/cclm_4m.th'), (1024, 6, 256)),
     (dict(type='MultilingualCLIPBackbone'), (1024, 24, 768)),
-    # Only the hub's config knows these: their build checks the parts.
+    # Only the hub's config knows these (the Hugging Face cache is empty here): their build
+    # checks the parts.
     (dict(type='OpenCLIPBackbone', arch='xlm-roberta-base-ViT-B-32'), None),
     (dict(type='ViTBERTBackbone', text='xmr-tests/no-such-bert'), None),
     (dict(type='OpenCLIPBackbone', arch='ViT-B-32-nosuch'), None)])
-def test_the_tower_shape_of_a_named_architecture_is_read_without_building_it(cfg, shape):
+def test_the_tower_shape_of_a_named_architecture_is_read_without_building_it(
+        cfg, shape, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(tmp_path))
     assert configured_tower_shape(cfg) == shape
 
 

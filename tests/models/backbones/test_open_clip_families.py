@@ -28,6 +28,7 @@ from tests.models.backbones.open_clip_families import (
     xlmr_tokenizer,
 )
 from xmr.models.backbones import OpenCLIPTextTower
+from xmr.models.backbones.base import configured_tower_shape
 from xmr.models.backbones.open_clip_hf import OpenCLIPHFTextTower, OpenCLIPM2M100TextTower
 from xmr.models.language.tokenizers import NLLBTokenizer
 from xmr.registry import MODELS
@@ -130,6 +131,15 @@ def _open_clip_ids(backbone, tokens) -> torch.Tensor:
         pad = ids.new_full((ids.shape[0], context - ids.shape[1]), backbone.tokenizer.pad_id)
         ids = torch.cat([ids, pad], dim=1)
     return ids
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_the_tower_shape_the_config_gives_is_the_built_towers(name, tmp_path):
+    """Read as the config loads; a Hugging Face encoder's (hf_model_name) from its folder,
+    which was left to the build."""
+    cfg = backbone_cfg(*_family(name, tmp_path))
+    tower = MODELS.build(cfg).text_tower
+    assert configured_tower_shape(cfg) == (tower.width, tower.num_blocks, tower.embed_dim)
 
 
 @pytest.mark.parametrize('name', FAMILIES)

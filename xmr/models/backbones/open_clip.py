@@ -19,6 +19,7 @@ from xmr.models.backbones.base import (
     VisionLanguageBackbone,
     block_linear_shapes,
     check_tokenizer_fits,
+    offline_hf_config,
     weights_fingerprint,
     with_linear_delta,
 )
@@ -475,23 +476,28 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
         """``width`` and ``layers`` of the architecture's ``text_cfg`` (``model_cfg``'s, else
         ``open_clip.get_model_config(arch)``'s) with open_clip's defaults, and its ``embed_dim``,
-        which the text projection maps to (``width`` without one); ``None`` for a Hugging
-        Face text encoder (``hf_model_name``: its config is the hub's) and for an architecture
-        open_clip does not name (the build says so)."""
+        which the text projection maps to (``width`` without one); for a Hugging Face text
+        encoder (``hf_model_name``), ``hidden_size`` and ``num_hidden_layers`` of its config as
+        its folder or the Hugging Face cache holds it (:func:`offline_hf_config`). ``None``
+        for an encoder neither holds and for an architecture open_clip does not name (the
+        build says so)."""
         from open_clip.model import CLIPTextCfg
+        from transformers import AutoConfig
 
         options = with_defaults(cls, cfg)
         try:
             text = arch_text_cfg(options['arch'], options['model_cfg'])
         except ValueError:
             return None
+        embed_dim = arch_embed_dim(options['arch'], options['model_cfg'])
         if text.get('hf_model_name'):
-            return None
+            config = offline_hf_config(AutoConfig, text['hf_model_name'])
+            return None if config is None else TowerShape(
+                config.hidden_size, config.num_hidden_layers, embed_dim)
         text = CLIPTextCfg(**text)
         # open_clip builds no projection with proj_type='none': the tokens stay D wide.
-        embed_dim = text.width if text.proj_type == 'none' else \
-            arch_embed_dim(options['arch'], options['model_cfg'])
-        return TowerShape(text.width, text.layers, embed_dim)
+        return TowerShape(text.width, text.layers,
+                          text.width if text.proj_type == 'none' else embed_dim)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         # Unnormalised for every model class (CoCa normalises unless told not to).
