@@ -143,7 +143,7 @@ def extract_features(model, captions: Sequence[str], lang: str, feature: str,
     for start in range(0, len(captions), batch_size):
         chunk = list(captions[start:start + batch_size])
         tokens = model.language_branch.tokenize(chunk, [lang] * len(chunk))
-        tokens = {k: v.to(device) for k, v in tokens.items()}
+        tokens = model.language_branch.read({k: v.to(device) for k, v in tokens.items()})
         with torch.no_grad():
             found = disentangler.extract(model.language_branch.embed(tokens), tokens)
         chunks.append(found[feature].float().cpu())

@@ -191,8 +191,9 @@ def test_a_tokenizer_of_another_kind_than_xlm_rs_is_refused():
         MODELS.build(tiny_mclip_cfg(tokenizer=clip_bpe))
 
 
-def test_lora_on_query_and_value_equals_merged_hugging_face_weights(backbone):
-    """The sites reach XLM-R's separate q/k/v projections: LoRA matches merged weights."""
+def _lora_branch_and_merged_encoder(backbone):
+    """A branch on M-CLIP's own table with LoRA on q and v (``B`` drawn, not zero), and
+    Hugging Face's XLM-R with the same deltas merged into its weights."""
     branch = MODELS.build(
         dict(type='TargetLanguageBranch', languages=['de'], tokenizer=tokenizer_cfg(),
              embedding=dict(type='TowerTokenEmbedding'),
@@ -203,17 +204,40 @@ def test_lora_on_query_and_value_equals_merged_hugging_face_weights(backbone):
         for name, parameter in branch.named_parameters():
             if 'lora_B' in name:
                 parameter.normal_(std=0.05)
-    tokens = branch.tokenize(CAPTIONS)
     merged = hf_model(backbone)
     with torch.no_grad():
         for index, layer in enumerate(merged.encoder.layer):
             lora = branch.adapters.sets['de'][f'{index}:attn_qkv']
             layer.attention.self.query.weight += lora_delta(lora, 'q')
             layer.attention.self.value.weight += lora_delta(lora, 'v')
+    return branch, merged
+
+
+def test_lora_on_query_and_value_equals_merged_hugging_face_weights(backbone):
+    """The sites reach XLM-R's separate q/k/v projections: LoRA matches merged weights."""
+    branch, merged = _lora_branch_and_merged_encoder(backbone)
+    tokens = branch.tokenize(CAPTIONS)
     expected = mclip_reference(merged, backbone.text_tower.text_proj, tokens)
     adapted = branch(tokens, ['de'] * len(CAPTIONS))
     torch.testing.assert_close(adapted, expected, atol=1e-5, rtol=1e-4)
     assert not torch.allclose(adapted, backbone.encode_source_text(tokens), atol=1e-4)
+
+
+@pytest.mark.parametrize('packed', [True, False])
+def test_the_branch_numbers_positions_after_a_spelled_pad_as_mclip(backbone, packed):
+    """On M-CLIP's own ids the branch numbers positions as the source path does, from the ids
+    (a spelled ``<pad>`` attended to and not counted): LoRA equals Hugging Face's merged
+    encoder on such captions too, padded or packed (before: numbered by index)."""
+    branch, merged = _lora_branch_and_merged_encoder(backbone)
+    tokens = branch.tokenize(['a dog <pad> on the grass', '<pad> two cats', 'a dog'])
+    spelled = tokens['attention_mask'] & (tokens['input_ids'] == 1)
+    assert spelled.any(1).tolist() == [True, True, False]
+    expected = mclip_reference(merged, backbone.text_tower.text_proj, tokens)
+    backbone.text_tower.pack_tokens = packed
+    try:
+        torch.testing.assert_close(branch(tokens, ['de'] * 3), expected, atol=1e-5, rtol=1e-4)
+    finally:
+        backbone.text_tower.pack_tokens = 'auto'
 
 
 def test_houlsby_sits_before_each_post_ln_sublayer_norm(backbone):

@@ -496,6 +496,80 @@ def test_target_branch_attaches_and_trains_only_its_adapters(name, adapter, tmp_
         torch.testing.assert_close(value, frozen[key], rtol=0, atol=0, equal_nan=True, msg=key)
 
 
+def _identity_branch(name: str, backbone, tmp_path):
+    """A target branch on the tower's own table and tokenizer whose LoRA starts as the
+    identity (``B = 0``): the frozen tower itself."""
+    return MODELS.build(
+        dict(type='TargetLanguageBranch', languages=['de'],
+             tokenizer=_branch_tokenizer(name, tmp_path),
+             embedding=dict(type='TowerTokenEmbedding'),
+             adapters=dict(type='LoRA', r=2, alpha=4, targets=['q', 'v'])),
+        default_args=dict(tower=backbone.text_tower)).eval()
+
+
+@pytest.mark.parametrize('packed', [True, False])
+@pytest.mark.parametrize('name', ['xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear',
+                                  'mt5_mean_pooler_mlp', 'nllb_clip_cls_pooler_linear',
+                                  'coca'])
+def test_the_branch_on_the_towers_own_ids_reads_a_spelled_pad_token_as_open_clip(name, packed,
+                                                                                 tmp_path):
+    """``TowerTokenEmbedding`` with the tower's tokenizer: the branch reads the ids as the
+    source path does, a caption's own padding id (``<pad>``, CLIP's ``!`` piece on CoCa)
+    masked and, on XLM-R and NLLB, left out of the positions; with identity adapters it gives
+    open_clip's ``encode_text``, padded or packed (before: 0.03-0.62 off on those captions)."""
+    backbone = _build(name, tmp_path)
+    backbone.text_tower.pack_tokens = packed
+    branch = _identity_branch(name, backbone, tmp_path)
+    texts = (SPELLED_CLIP_PAD if name == 'coca'
+             else SPELLED_PAD['nllb' if name.startswith('nllb') else 'xlmr'])
+    langs = ['de'] * len(texts)
+    tokens = branch.tokenize(texts, langs)
+    assert torch.equal(tokens['input_ids'], backbone.tokenizer(texts, langs)['input_ids'])
+    spelled = tokens['attention_mask'] & (tokens['input_ids'] == branch.tokenizer.pad_id)
+    assert spelled.any(1).tolist() == [True, True, False]
+    with torch.no_grad():
+        expected = backbone.clip.encode_text(_open_clip_ids(backbone, tokens), normalize=False)
+        torch.testing.assert_close(branch(tokens, langs), expected, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize('name', ['xlmr_mean_pooler_mlp', 'xlmr_cls_pooler_linear'])
+def test_the_sdm_reads_a_spelled_pad_token_as_the_towers_hugging_face_encoder(name, tmp_path):
+    """The SDM through the retriever, on every block without stream adapters: its streams are
+    the Hugging Face encoder's hidden states under open_clip's mask (``ids != pad_id``), so
+    ``f^sa`` is their mean over that mask through ``LN^sa`` and ``f^sr`` the tower's pooled
+    token of them through ``LN^sr`` and ``W_p^sr`` (before: the spelled ``<pad>`` was attended
+    to, averaged and counted in the positions)."""
+    model_cfg, tokenizer = _family(name, tmp_path)
+    torch.manual_seed(0)
+    model = MODELS.build(dict(
+        type='CrossLingualRetriever', backbone=backbone_cfg(model_cfg, tokenizer),
+        language_branch=dict(type='TargetLanguageBranch', languages=['de'],
+                             tokenizer=_branch_tokenizer(name, tmp_path),
+                             embedding=dict(type='TowerTokenEmbedding'),
+                             adapters=dict(type='DynamicAdapter', hidden=4)),
+        disentangler=dict(type='SemanticsDisentangler', depth=2, stream_adapters=False,
+                          generator=dict(d_z=16, d_u=4)))).eval()
+    sdm, tokenizer = model.disentangler, model.language_branch.tokenizer
+    seen = []
+    sdm.register_forward_hook(lambda module, args, output: seen.append(args))
+    tokens = tokenizer(SPELLED_PAD['xlmr'])
+    spelled = tokens['attention_mask'] & (tokens['input_ids'] == tokenizer.pad_id)
+    assert spelled.any(1).tolist() == [True, True, False]
+    with torch.no_grad():
+        model.encode_text(tokens, 'de')
+        found = sdm.extract(*seen[0])
+        ids = seen[0][1]['input_ids']
+        real = (ids != tokenizer.pad_id).long()
+        hidden = model.backbone.clip.text.transformer(input_ids=ids,
+                                                      attention_mask=real).last_hidden_state
+        mean = (sdm.sa_norm(hidden) * real[..., None]).sum(1) / real.sum(1, keepdim=True)
+        pooled = ((hidden * real[..., None]).sum(1) / real.sum(1, keepdim=True)
+                  if model.backbone.text_tower.pooling == 'mean' else hidden[:, 0])
+    torch.testing.assert_close(found['sa'], mean, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(found['sr'], sdm.sr_projection(sdm.sr_norm(pooled)), atol=ATOL,
+                               rtol=RTOL)
+
+
 def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missing(tmp_path):
     with pytest.raises(TypeError, match=r"CustomTextCLIP.text \(TextTransformer\): "
                                         r"text_cfg.pool_type='none' - open_clip then returns "

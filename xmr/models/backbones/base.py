@@ -170,20 +170,34 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         mask = tokens['attention_mask']
         return mask & (tokens['input_ids'] != self.pad_id) if self.masks_pad_id else mask
 
-    def embed_source(self, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Source tokens -> ``([B, L, D]`` embeddings with positions, ``[B, L]``
-        :meth:`token_mask`), the input of the tower's own forward.
+    def read_tokens(self, tokens: TokenBatch) -> TokenBatch:
+        """``tokens`` ``[B, L]`` of the tower's vocabulary as its own forward reads them: the
+        ``attention_mask`` its :meth:`token_mask`. ``tokens`` itself where the tower masks no
+        id, so that its mask stays the one tensor every pass of a step builds its attention
+        bias from once (:meth:`attention_bias`); reading twice gives the same batch."""
+        if not self.masks_pad_id:
+            return tokens
+        return TokenBatch(**{**tokens, 'attention_mask': self.token_mask(tokens)})
 
-        Where the tower has a :attr:`position_pad_id`, the positions count the tokenizer's
-        real tokens with another id, also in a tower that attends to a token with that id
-        (M-CLIP's Hugging Face pass takes the tokenizer's mask).
+    def add_token_positions(self, x: torch.Tensor, tokens: TokenBatch) -> torch.Tensor:
+        """``x`` ``[B, L, D]``, the embeddings of ``tokens``' ids, plus the tower's positions.
+
+        By index, or, where the tower has a :attr:`position_pad_id`, counting the tokenizer's
+        real tokens with another id (:func:`position_ids`), also in a tower that attends to a
+        token with that id (M-CLIP's Hugging Face pass takes the tokenizer's mask). The same
+        rows for ``tokens`` as given or as :meth:`read_tokens` gives them: the key mask drops
+        only ids the positions skip.
         """
-        ids = tokens['input_ids']
-        x = self.embed_tokens(ids)
-        if self.position_pad_id is not None:
-            x = self.add_positions(x, tokens['attention_mask'] & (ids != self.position_pad_id))
-        else:
-            x = self.add_positions(x)
+        if self.position_pad_id is None:
+            return self.add_positions(x)
+        counted = tokens['attention_mask'] & (tokens['input_ids'] != self.position_pad_id)
+        return self.add_positions(x, counted)
+
+    def embed_source(self, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Source tokens -> ``([B, L, D]`` embeddings with positions
+        (:meth:`add_token_positions`), ``[B, L]`` :meth:`token_mask`), the input of the
+        tower's own forward."""
+        x = self.add_token_positions(self.embed_tokens(tokens['input_ids']), tokens)
         return x, self.token_mask(tokens)
 
     @abstractmethod

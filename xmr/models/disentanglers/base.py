@@ -68,7 +68,8 @@ class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
 
         Args:
             embeddings: ``[B, L, D]`` target embeddings with positions (the branch's ``embed``).
-            tokens: their :class:`TokenBatch` (``attention_mask``, ``eos_index``).
+            tokens: their :class:`TokenBatch` (``attention_mask``, ``eos_index``) as the
+                branch reads them (:meth:`~xmr.models.language.branch.TargetLanguageBranch.read`).
             r_source: ``[B, E]`` frozen source embeddings of the paired captions, or ``None``
                 (inference: no losses).
 

@@ -334,7 +334,8 @@ class SemanticsDisentangler(ConditionDisentangler):
 
         Args:
             embeddings: ``[B, L, D]`` target embeddings with positions (the branch's ``embed``).
-            tokens: their :class:`TokenBatch` (``attention_mask``, ``eos_index``).
+            tokens: their :class:`TokenBatch` (``attention_mask``, ``eos_index``) as the
+                branch reads them (:meth:`~xmr.models.language.branch.TargetLanguageBranch.read`).
             r_source: ``[B, E]`` frozen source embeddings of the paired English captions, or
                 ``None`` (inference: no losses).
             r_negative: ``[B, E]`` the discriminator's mismatched ``r^S−``, source embeddings of

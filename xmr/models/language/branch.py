@@ -239,9 +239,24 @@ class TargetLanguageBranch(nn.Module):
         :meth:`~xmr.models.language.tokenizers.BaseTokenizer.__call__`)."""
         return self.tokenizer(texts, langs)
 
+    def read(self, tokens: TokenBatch) -> TokenBatch:
+        """The batch as the branch and the disentangler read it: where the embedding block
+        embeds with the tower's own table (:attr:`~xmr.models.language.embedding.
+        EmbeddingBlock.reads_tower`, :class:`TowerTokenEmbedding`), as the tower's own forward
+        reads the source path's (:meth:`~xmr.models.backbones.base.TextTower.read_tokens`: a
+        caption's own padding id masked); else as the tokenizer gives it, its ids another
+        vocabulary's, which the tower's id rules do not name."""
+        return self.tower.read_tokens(tokens) if self.embedding.reads_tower else tokens
+
     def embed(self, tokens: TokenBatch) -> torch.Tensor:
-        """``[B, L]`` ids -> ``[B, L, D]`` embeddings with the tower's positions added."""
-        return self.tower.add_positions(self.embedding(tokens['input_ids']))
+        """``[B, L]`` ids -> ``[B, L, D]`` embeddings with the tower's positions added: those
+        of the source path for the tower's own ids
+        (:meth:`~xmr.models.backbones.base.TextTower.add_token_positions`), by index for
+        another vocabulary's."""
+        x = self.embedding(tokens['input_ids'])
+        if self.embedding.reads_tower:
+            return self.tower.add_token_positions(x, tokens)
+        return self.tower.add_positions(x)
 
     def membership(self, langs: Sequence[str], device: torch.device
                    ) -> LanguageMembership | None:
@@ -277,7 +292,7 @@ class TargetLanguageBranch(nn.Module):
 
         Args:
             embeddings: ``[B, L, D]`` output of :meth:`embed`.
-            tokens: the batch's :class:`TokenBatch`.
+            tokens: the batch's :class:`TokenBatch` as :meth:`read` gives it.
             langs: language of each sample (``B`` codes).
             condition: per-sample condition for conditioned adapters (DASD's ``W^z``), indexed
                 along its first dimension.
@@ -372,4 +387,5 @@ class TargetLanguageBranch(nn.Module):
     def forward(self, tokens: TokenBatch, langs: Sequence[str],
                 condition: Any = None) -> torch.Tensor:
         """Tokens -> ``[B, E]`` ``r^T`` (embedding block, blocks with adapters, head)."""
+        tokens = self.read(tokens)
         return self.encode(self.embed(tokens), tokens, langs, condition)

@@ -24,8 +24,11 @@ class EmbeddingBlock(nn.Module):
     from its tokenizer and tower.
 
     Attributes:
-        reads_tower: the branch also passes its text tower as ``tower`` (a block that embeds
-            with the tower's own table).
+        reads_tower: the block embeds with the tower's own table, the branch passing its text
+            tower as ``tower``: its ids are the tower's, which the branch and the disentangler
+            then read as the tower's own forward does (a caption's own padding id masked, the
+            positions the source path's: :meth:`~xmr.models.language.branch.
+            TargetLanguageBranch.read`).
     """
 
     reads_tower: ClassVar[bool] = False

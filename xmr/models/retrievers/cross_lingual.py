@@ -316,6 +316,7 @@ class CrossLingualRetriever(BaseRetriever):
         """
         if self.language_branch is None:
             raise ValueError('this model has no target-language branch')
+        tokens = self.language_branch.read(tokens)
         embeddings = self.language_branch.embed(tokens)
         condition, losses = None, {}
         if self.disentangler is not None:
