@@ -799,6 +799,46 @@ def test_siglip_i18n_equals_open_clip_and_refuses_to_guess_the_padding_it_attend
         MODELS.build(backbone_cfg(model_cfg, dict(type='HFTokenizer', tokenizer_file=str(lone))))
 
 
+def test_a_branch_on_the_i18n_towers_table_refuses_to_guess_the_padding_it_attends_to(
+        tmp_path):
+    """The target branch on SigLIP i18n's own table reads its tokenizer's padding through the
+    frozen tower as the source path does: from a lone ``tokenizer.json`` with ``pad_id=1`` an
+    identity branch gives open_clip's ``encode_text``; without it the guessed ``<pad>`` = 0 is
+    refused as the branch builds, naming the branch's key (before: built, 2.4 off)."""
+    import shutil
+
+    folder = siglip_t5_tokenizer_folder(tmp_path / 'snapshot')
+    lone = tmp_path / 'lone' / 'tokenizer.json'
+    lone.parent.mkdir()
+    shutil.copy(folder / 'tokenizer.json', lone)
+    torch.manual_seed(0)
+    backbone = MODELS.build(backbone_cfg(
+        siglip_cfg('ViT-B-16-SigLIP-i18n-256', vocab_size=64),
+        dict(type='HFTokenizer', tokenizer_file=str(folder / 'tokenizer.json')))).eval()
+
+    def branch(**options):
+        return MODELS.build(
+            dict(type='TargetLanguageBranch', languages=['de'],
+                 tokenizer=dict(type='HFTokenizer', tokenizer_file=str(lone), max_length=64,
+                                clean='canonicalize', **options),
+                 embedding=dict(type='TowerTokenEmbedding'),
+                 adapters=dict(type='LoRA', r=2, alpha=4, targets=['q', 'v'])),
+            default_args=dict(tower=backbone.text_tower)).eval()
+
+    named = branch(pad_id=1)
+    langs = ['de'] * len(TEXTS)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            named(named.tokenize(TEXTS, langs), langs),
+            backbone.clip.encode_text(backbone.tokenizer(TEXTS)['input_ids'], normalize=False),
+            atol=ATOL, rtol=RTOL)
+    with pytest.raises(ValueError, match=(
+            r"^model\.language_branch\.tokenizer\.pad_id: the text tower of the target-language "
+            r'branch attends to its padding, and the target tokenizer guessed its pad id \(0\): '
+            r'.* set model\.language_branch\.tokenizer\.pad_id to the id open_clip pads with')):
+        branch()
+
+
 DASD_BATCH = dict(MIXED_BATCH, lang=['de', 'sw', 'de', 'sw'],
                   target_text=['ein roter Kreis', 'mraba wa bluu', 'zwei rote Kreise',
                                'pembetatu kijani'])

@@ -22,7 +22,12 @@ from torch import nn
 
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.language.packed_tokens import PackedTokens
-from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch, check_max_length
+from xmr.models.language.tokenizers import (
+    BaseTokenizer,
+    TokenBatch,
+    check_max_length,
+    check_padding,
+)
 from xmr.models.pooling import masked_token_mean
 from xmr.registry import MODELS
 from xmr.utils.cli import UserError
@@ -487,13 +492,10 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
         ValueError: a ``max_length`` that keeps no piece of a caption
             (:func:`~xmr.models.language.tokenizers.check_max_length`), more ids than the tower
             embeds, a ``max_length`` beyond its context, a
-            fixed-context tower fed without ``pad_to`` = its context, or a padding id other
-            than the one the tower masks (each names both numbers); a guessed padding id
-            (``pad_id_guessed``) for a fixed-context tower that attends to its padding
-            (SigLIP's), or a tokenizer whose files pad on the left (``left_padded_by``) for
-            such a tower; a tokenizer whose end id is not the one the tower pools
-            (``end_id``); a tower that reads a language token fed by a tokenizer that writes
-            none.
+            fixed-context tower fed without ``pad_to`` = its context (each names both
+            numbers); a padding the tower would not read as trained (:func:`check_padding`);
+            a tokenizer whose end id is not the one the tower pools (``end_id``); a tower
+            that reads a language token fed by a tokenizer that writes none.
     """
     check_tower_interface(tower, owner)
     if tower.reads_language_token and not tokenizer.writes_language_token:
@@ -516,25 +518,7 @@ def check_tokenizer_fits(tokenizer: BaseTokenizer, tower: TextTower, owner: str)
         raise ValueError(f'tokenizer pad_to={tokenizer.pad_to} but the text tower of {owner} '
                          f'pools a fixed position of its {tower.context_length}-token context: '
                          f'set pad_to={tower.context_length} (docs/backbones.md)')
-    masks_padding = tower.pad_masked if tower.pad_masked is not None else not tower.causal
-    if tower.fixed_context and not masks_padding and tokenizer.pad_id_guessed:
-        raise ValueError(f'tokenizer.pad_id: the text tower of {owner} attends to its padding, '
-                         f'and the source tokenizer guessed its pad id ({tokenizer.pad_id}): '
-                         'its tokenizer_file names no pad token (no tokenizer_config.json '
-                         "beside it); put the snapshot's tokenizer_config.json beside it, or "
-                         "set tokenizer.pad_id to the id open_clip pads with (SigLIP's T5 "
-                         "vocabularies: 1, </s>; SigLIP 2's Gemma: 0, <pad>)")
-    if tower.fixed_context and not masks_padding and tokenizer.left_padded_by:
-        raise ValueError(f'tokenizer padding side: the text tower of {owner} attends to its '
-                         f'padding, and the source tokenizer pads on the left '
-                         f'({tokenizer.left_padded_by}), as open_clip then pads its captions; '
-                         'xmr pads every caption on the right, which puts other tokens at the '
-                         "position the tower pools: set \"padding_side\": \"right\" in that "
-                         'tokenizer_config.json if the tower was trained so (big_vision pads '
-                         'at the end)')
-    if masks_padding and tower.pad_id is not None and tokenizer.pad_id != tower.pad_id:
-        raise ValueError(f'tokenizer pads with id {tokenizer.pad_id} but the text tower of '
-                         f'{owner} masks id {tower.pad_id} as padding')
+    check_padding(tokenizer, tower, owner)
 
 
 def unset_attributes(obj: object, interface: type) -> list[str]:

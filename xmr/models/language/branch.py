@@ -19,7 +19,12 @@ from xmr.models.adapters.language_adapters import (
 )
 from xmr.models.host_to_device import host_to_device
 from xmr.models.language.embedding import EmbeddingBlock
-from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch, check_max_length
+from xmr.models.language.tokenizers import (
+    BaseTokenizer,
+    TokenBatch,
+    check_max_length,
+    check_padding,
+)
 from xmr.models.language.tower_weights import TowerWeights
 from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS, TOKENIZERS
@@ -151,6 +156,9 @@ class TargetLanguageBranch(nn.Module):
         self.tokenizer = _built_tokenizer(tokenizer, tower, given_pad_to)
         self.num_blocks = branch_blocks(num_blocks, tower)
         self.embedding = _built_embedding(embedding, tower, self.tokenizer)
+        if self.embedding.reads_tower:
+            check_padding(self.tokenizer, tower, 'the target-language branch',
+                          'model.language_branch.tokenizer', 'target')
         linear_shapes = tower.linear_shapes()
         self.adapters = LanguageAdapters(self.languages, adapters, tower.width, self.num_blocks,
                                          linear_shapes, post_norm=tower.post_norm)

@@ -14,7 +14,7 @@ import unicodedata
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 import torch
 from mmengine.logging import print_log
@@ -26,6 +26,9 @@ from xmr.datasets.languages import (
     normalize_language,
 )
 from xmr.registry import FUNCTIONS, TOKENIZERS
+
+if TYPE_CHECKING:
+    from xmr.models.backbones.base import TextTower
 
 #: Share of unknown tokens among a language's tokens in a batch above which it is reported:
 #: a language the vocabulary never saw comes out about half unknowns (SentencePiece keeps the
@@ -328,6 +331,48 @@ def check_max_length(tokenizer: BaseTokenizer, whose: str) -> None:
                          f'caption: a {type(tokenizer).__name__} writes {tokenizer.start_tokens} '
                          'start token(s) and an end token; set tokenizer.max_length to an '
                          f'integer >= {least}')
+
+
+def check_padding(tokenizer: BaseTokenizer, tower: TextTower, owner: str,
+                  key: str = 'tokenizer', role: str = 'source') -> None:
+    """Refuse a tokenizer of the tower's vocabulary whose padding the tower would read
+    otherwise than it was trained: the source tokenizer
+    (:func:`~xmr.models.backbones.base.check_tokenizer_fits`) and a target branch's on the
+    tower's own table (:class:`~xmr.models.language.tower_embedding.TowerTokenEmbedding`).
+
+    Args:
+        tokenizer: the tokenizer.
+        tower: the text tower its ids go to.
+        owner: whose tower the message names (``'ViT-B-32'``, ``'the target-language
+            branch'``).
+        key: the tokenizer's config key, as the message names it.
+        role: ``'source'`` or ``'target'``, as the message names the tokenizer.
+
+    Raises:
+        ValueError: a guessed padding id (``pad_id_guessed``) or padding on the left
+            (``left_padded_by``) for a fixed-context tower that attends to its padding
+            (SigLIP's), or a padding id other than the one the tower masks (both numbers
+            named).
+    """
+    masks_padding = tower.pad_masked if tower.pad_masked is not None else not tower.causal
+    if tower.fixed_context and not masks_padding and tokenizer.pad_id_guessed:
+        raise ValueError(f'{key}.pad_id: the text tower of {owner} attends to its padding, '
+                         f'and the {role} tokenizer guessed its pad id ({tokenizer.pad_id}): '
+                         'its tokenizer_file names no pad token (no tokenizer_config.json '
+                         "beside it); put the snapshot's tokenizer_config.json beside it, or "
+                         f"set {key}.pad_id to the id open_clip pads with (SigLIP's T5 "
+                         "vocabularies: 1, </s>; SigLIP 2's Gemma: 0, <pad>)")
+    if tower.fixed_context and not masks_padding and tokenizer.left_padded_by:
+        raise ValueError(f'{key} padding side: the text tower of {owner} attends to its '
+                         f'padding, and the {role} tokenizer pads on the left '
+                         f'({tokenizer.left_padded_by}), as open_clip then pads its captions; '
+                         'xmr pads every caption on the right, which puts other tokens at the '
+                         "position the tower pools: set \"padding_side\": \"right\" in that "
+                         'tokenizer_config.json if the tower was trained so (big_vision pads '
+                         'at the end)')
+    if masks_padding and tower.pad_id is not None and tokenizer.pad_id != tower.pad_id:
+        raise ValueError(f'{key} pads with id {tokenizer.pad_id} but the text tower of '
+                         f'{owner} masks id {tower.pad_id} as padding')
 
 
 @TOKENIZERS.register_module()
