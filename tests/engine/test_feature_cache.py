@@ -45,6 +45,7 @@ from xmr.engine.feature_cache import (
 from xmr.engine.feature_cache import dataset as feature_cache_dataset
 from xmr.engine.feature_cache.key import changed_media_files
 from xmr.engine.hooks import FeatureCacheHook
+from xmr.models.backbones.base import ENCODING_VERSION
 from xmr.registry import MODELS
 from xmr.utils.cli import UserError
 
@@ -184,6 +185,30 @@ def test_other_weights_dtype_or_tokenizer_are_refused_naming_the_field(tiny_retr
     tiny_retriever.data_preprocessor.source_tokenizer.max_length = 16
     with pytest.raises(StaleFeatureCacheError, match='preprocessing: cache has'):
         CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+
+
+def test_a_cache_built_by_code_that_encoded_otherwise_is_refused_or_rebuilt(tiny_retriever,
+                                                                            tmp_path):
+    """A cache's key holds the version of the encoding code (``ENCODING_VERSION``): one built
+    before a change of how captions are encoded (its meta without the field, as before
+    version 2) is refused naming the folder, the field and why, and rebuilt where the dataset
+    may rebuild it, with features of the code in use."""
+    dataset = ListDataset(pair_items())
+    cache_dir = tmp_path / 'cache'
+    CachedFeatureDataset(dataset, cache_dir).prepare(tiny_retriever)
+    meta_file = cache_dir / 'meta.json'
+    meta = json.loads(meta_file.read_text())
+    assert meta['key']['encoding'] == ENCODING_VERSION
+    del meta['key']['encoding']
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(StaleFeatureCacheError, match=(
+            rf'(?s)feature cache {re.escape(str(cache_dir))} is stale .*encoding: cache has '
+            rf'None, now {ENCODING_VERSION} \(xmr encodes captions or media otherwise since the '
+            r'build')):
+        CachedFeatureDataset(dataset, cache_dir).prepare(tiny_retriever)
+    owned = CachedFeatureDataset(dataset, cache_dir, rebuild_if_stale=True)
+    owned.prepare(tiny_retriever)
+    assert json.loads(meta_file.read_text())['key']['encoding'] == ENCODING_VERSION
 
 
 def test_changed_captions_are_caught_at_phase_start_and_rebuilt_when_run_owned(

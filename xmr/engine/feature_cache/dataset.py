@@ -41,6 +41,7 @@ from xmr.engine.feature_cache.store import (
     StaleFeatureCacheError,
 )
 from xmr.engine.wrappers import unwrap_model
+from xmr.models.backbones.base import ENCODING_VERSION
 from xmr.models.losses.distributed import gloo_group_beside
 from xmr.registry import DATASETS
 
@@ -191,7 +192,8 @@ class CachedFeatureDataset(Dataset):
         metainfo = {k: v for k, v in self.metainfo.items() if k != 'ann_file'}
         dataset = {'type': type(self.dataset).__qualname__, 'items': len(self.dataset),
                    'metainfo': jsonable(metainfo)}
-        key = dict(format=CACHE_FORMAT, backbone=backbone_fingerprint(model.backbone),
+        key = dict(format=CACHE_FORMAT, encoding=ENCODING_VERSION,
+                   backbone=backbone_fingerprint(model.backbone),
                    dataset=dataset,
                    item_digests=item_digests(index or index_items(self.dataset, self.kinds)),
                    preprocessing=preprocessing, dtype=self.dtype, features=list(self.kinds))
@@ -244,7 +246,11 @@ class CachedFeatureDataset(Dataset):
         # Needed no further: kept, ~200 bytes a media file would stay in the training process
         # and in every worker the dataset is pickled to (570 MiB for CC3M's 3M images).
         self.media_files = []
-        cache.check(key, details={'media_files': f'changed: {changed}'} if changed else None)
+        details = {'encoding': 'xmr encodes captions or media otherwise since the build '
+                               '(docs/benchmarks.md, Staleness)'}
+        if changed:
+            details['media_files'] = f'changed: {changed}'
+        cache.check(key, details)
         cache.verify()
         self.cache = cache
         print_log(f'feature cache {self.cache_dir}: reading {", ".join(self.kinds)} features '

@@ -51,6 +51,13 @@ class SiteHooks(Protocol):
 #: The values of :attr:`TextTower.pooling`, the rules :meth:`TextTower.pool` knows.
 POOLINGS = ('eos', 'cls', 'last', 'mean')
 
+#: Version of the code that turns a backbone's inputs into ``r^S`` and ``r^V`` for the same
+#: weights, ids and pixels, part of a feature cache's key (``encoding``): raised with a change
+#: that alters a feature, so that a cache built before it is refused or rebuilt, not read.
+#: 2: a caption's own padding id is masked and left out of the positions, as open_clip and
+#: Hugging Face read it (a cache without the field was built before).
+ENCODING_VERSION = 2
+
 #: Each tower's last :meth:`TextTower.attention_bias`: ``(its mask, held weakly; the mask's
 #: version and the bias's dtype; the bias)``.
 _LAST_BIAS: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, tuple, torch.Tensor]] = (
