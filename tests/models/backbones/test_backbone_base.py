@@ -247,15 +247,20 @@ class _BertTeacher(TextBackbone):
         self.text_tower = BertTextTower(bert, embed_dim=None)
 
 
-def test_a_text_tower_switched_to_another_pooling_is_keyed_anew():
-    """A user's tower whose ``pooling`` is a class attribute edited from 'cls' to 'mean' (the
-    same weights, the same class): its cached ``r^S`` are not read back."""
+@pytest.mark.parametrize('name, other', [
+    ('pooling', 'mean'), ('causal', True), ('pad_id', 7), ('pad_masked', False), ('end_id', 3),
+    ('masks_pad_id', True), ('position_pad_id', 1), ('post_norm', False)])
+def test_a_text_tower_switched_to_another_reading_is_keyed_anew(name, other):
+    """A user's tower whose ``pooling`` (or any attribute of how it reads the same ids) is a
+    plain attribute edited, the same weights, the same class: its cached ``r^S`` are not read
+    back."""
     teacher = _BertTeacher()
-    cls_key = backbone_fingerprint(teacher)
-    teacher.text_tower.pooling = 'mean'
-    assert backbone_fingerprint(teacher) != cls_key
-    teacher.text_tower.pooling = 'cls'
-    assert backbone_fingerprint(teacher) == cls_key
+    key, kept = backbone_fingerprint(teacher), getattr(teacher.text_tower, name)
+    assert kept != other
+    setattr(teacher.text_tower, name, other)
+    assert backbone_fingerprint(teacher) != key
+    setattr(teacher.text_tower, name, kept)
+    assert backbone_fingerprint(teacher) == key
 
 
 def _saved_bert(folder) -> str:

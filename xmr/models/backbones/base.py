@@ -50,6 +50,10 @@ class SiteHooks(Protocol):
 
 #: The values of :attr:`TextTower.pooling`, the rules :meth:`TextTower.pool` knows.
 POOLINGS = ('eos', 'cls', 'last', 'mean')
+#: :class:`TextTower` attributes that decide how the same ids and weights are read (attention,
+#: pooling, which ids are masked or counted as positions, where blocks normalise).
+READING_ATTRIBUTES = ('causal', 'pooling', 'pad_id', 'pad_masked', 'end_id', 'masks_pad_id',
+                      'position_pad_id', 'post_norm')
 
 #: Version of the code that turns a backbone's inputs into ``r^S`` and ``r^V`` for the same
 #: weights, ids and pixels, part of a feature cache's key (``encoding``): raised with a change
@@ -145,11 +149,11 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         return self.context_length - self.reserved_positions
 
     def extra_repr(self) -> str:
-        """The pooling rule, a plain attribute that changes the features without changing a
-        weight: it is in the module tree a feature cache is keyed by
+        """The plain attributes that change the features without changing a weight
+        (:data:`READING_ATTRIBUTES`): they are in the module tree a feature cache is keyed by
         (:meth:`TextBackbone.fingerprint`), so that a tower switched from ``'mean'`` to
-        ``'cls'`` does not read back the other rule's features."""
-        return f'pooling={self.pooling!r}'
+        ``'cls'`` pooling, or to causal attention, does not read back the other's features."""
+        return ', '.join(f'{name}={getattr(self, name)!r}' for name in READING_ATTRIBUTES)
 
     def checked_length(self, x: torch.Tensor) -> int:
         """``L`` of ``x`` ``[B, L, D]``, which :meth:`add_positions` gives positions to.
