@@ -14,8 +14,9 @@
 # Data: tools/data/prepare_multi30k.py; a routine that reads machine translations needs PECTVLM's
 # translated_from_en (translations, routine 2) or translated_to_en (back-translations,
 # translate-test and routine 3: in the train/val/test annotations) files attached
-# (docs/methods/pectvlm.md); the baseline and routine 1 read neither. Few-shot Multi30K: tools/data/few_shot_split.py --protocol subsample
-# --shots N and point train_dataloader.dataset.ann_file at multi30k_train_<N>shot.json.
+# (docs/methods/pectvlm.md); the baseline and routine 1 read neither. Few-shot Multi30K:
+# tools/data/few_shot_split.py --protocol subsample --shots N and point
+# train_dataloader.dataset.ann_file at multi30k_train_<N>shot.json.
 _base_ = ['../../_base_/datasets/multi30k_clft.py', './recipe.py']
 media_transform = _base_.mclip_transform
 batch_size = 48

@@ -14,8 +14,9 @@
 # routine reads to it before splitting (routine 2: tools/data/attach_translations.py
 # --translations <lang>=translated_from_en/..; translate-test and routine 3:
 # tools/data/attach_back_translations.py --back-translations <lang>=translated_to_en/..; the
-# baseline and routine 1 read neither), then tools/data/few_shot_split.py --protocol split --shots 50 --seed 42 (docs/methods/pectvlm.md).
-# Another language: see ../lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_ja.py.
+# baseline and routine 1 read neither), then tools/data/few_shot_split.py --protocol split --shots
+# 50 --seed 42 (docs/methods/pectvlm.md). Another language: see
+# ../lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_ja.py.
 _base_ = ['../../_base_/datasets/xtd10_clft.py', './recipe.py']
 media_transform = _base_.mclip_transform
 batch_size = 10
