@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import runpy
 import sys
 from pathlib import Path
 
+import PIL
 import pytest
 import torch
 
@@ -227,8 +229,12 @@ class _FailingDataset(torch.utils.data.Dataset):
         raise self.error
 
 
-@pytest.mark.parametrize('error', [MediaReadError('x.jpg', 'truncated JPEG'),
-                                   ZeroDivisionError('division by zero')])
+@pytest.mark.parametrize('error', [
+    MediaReadError('x.jpg', 'truncated JPEG'), ZeroDivisionError('division by zero'),
+    # OSError / ValueError subclasses outside builtins, named by their module in the traceback
+    PIL.UnidentifiedImageError('cannot identify image file x.jpg'),
+    json.JSONDecodeError('Expecting value', 'x', 0)], ids=[
+        'xmr', 'unexpected', 'pil', 'json'])
 def test_an_error_a_dataloader_worker_raised_prints_as_without_workers(capsys, error):
     """torch re-raises a worker's MediaReadError as a RuntimeError whose text is 'Caught
     MediaReadError in DataLoader worker process 0.' and the worker's traceback: a training

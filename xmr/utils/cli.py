@@ -15,7 +15,6 @@ first process of each node alone, a bad flag's usage error included
 from __future__ import annotations
 
 import argparse
-import builtins
 import difflib
 import logging
 import os
@@ -217,8 +216,10 @@ def _expected(error: BaseException) -> bool:
 
 def _expected_type(qualified: str) -> bool:
     """Whether the type a traceback names (``xmr.datasets.media_io.MediaReadError``,
-    ``ValueError``) is one xmr raises on purpose."""
-    kind = getattr(builtins, qualified, None)
+    ``ValueError``, ``PIL.UnidentifiedImageError``: looked up in its loaded module) is one xmr
+    raises on purpose."""
+    module, _, name = qualified.rpartition('.')
+    kind = getattr(sys.modules.get(module or 'builtins'), name, None)
     return qualified.split('.')[0] == 'xmr' or (
         isinstance(kind, type) and issubclass(kind, (SystemExit, OSError, ValueError)))
 
