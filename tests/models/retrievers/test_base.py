@@ -9,6 +9,7 @@ from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from xmr.datasets import SkippedMedia, retrieval_collate
 from xmr.models.backbones import OpenCLIPTextTower, VisionLanguageBackbone
 from xmr.models.backbones.base import TextTower
+from xmr.models.data_preprocessor import RetrievalDataPreprocessor
 from xmr.models.language.tokenizers import OpenCLIPTokenizer
 from xmr.models.retrievers import base as retriever_base
 from xmr.models.retrievers.base import (
@@ -18,6 +19,8 @@ from xmr.models.retrievers.base import (
     gallery_items,
     unit_rows,
 )
+from xmr.models.retrievers.translation import TranslationAlignmentRetriever
+from xmr.models.translation_data_preprocessor import TranslationDataPreprocessor
 from xmr.registry import MODELS
 from xmr.utils.cli import UserError
 
@@ -47,6 +50,19 @@ class PairRetriever(BaseRetriever):
 
 LOSSES = dict(contrast=dict(type='InfoNCELoss', temperature=0.05),
               distance=dict(type='AlignmentLoss'))
+
+
+def test_a_retriever_declaring_options_of_its_own_alone_keeps_its_bases_preprocessor():
+    """A user's retriever whose ``option_dicts`` names its own option alone (as
+    docs/custom_modules.md shows) stopped with a bare KeyError 'data_preprocessor'."""
+    class OwnOptions(PairRetriever):
+        option_dicts = {'scorer': (dict, ())}
+
+    class Translating(TranslationAlignmentRetriever):
+        option_dicts = {'scorer': (dict, ())}
+
+    assert type(OwnOptions(LOSSES).data_preprocessor) is RetrievalDataPreprocessor
+    assert Translating.preprocessor_type() is TranslationDataPreprocessor
 
 
 def test_a_retriever_without_its_computation_cannot_be_built():

@@ -57,7 +57,7 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
 
     Args:
         data_preprocessor: config of the preprocessor; without a ``type``, the options of
-            the one this retriever's batches need (``option_dicts['data_preprocessor']``);
+            the one this retriever's batches need (:meth:`preprocessor_type`);
             ``None`` builds that one.
         init_cfg: MMEngine init config.
     """
@@ -72,13 +72,21 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
     def __init__(self, data_preprocessor: dict | None = None,
                  init_cfg: dict | None = None) -> None:
         # A config may give the preprocessor's options alone; the retriever knows its type.
-        kind = self.option_dicts['data_preprocessor'][0]
+        kind = self.preprocessor_type()
         preprocessor = MODELS.build({'type': kind, **(data_preprocessor or {})})
         super().__init__(data_preprocessor=preprocessor, init_cfg=init_cfg)
         self.disentangler: nn.Module | None = None
         self.losses = nn.ModuleDict()
         self.phase, self.loss_weights = '', {}
         store_facts_as_tensor(self)
+
+    @classmethod
+    def preprocessor_type(cls) -> Callable:
+        """The preprocessor a ``data_preprocessor`` without a ``type`` builds: the nearest
+        class's ``option_dicts['data_preprocessor']``, so that a user's retriever declaring
+        ``option_dicts`` of its own options alone keeps its base's."""
+        return next(vars(base)['option_dicts']['data_preprocessor'][0] for base in cls.__mro__
+                    if 'data_preprocessor' in vars(base).get('option_dicts', {}))
 
     def build_backbone(self, cfg: dict) -> TextBackbone:
         """Build the backbone of ``cfg`` (a ``MODELS`` config) and check that its source
