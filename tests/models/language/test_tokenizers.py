@@ -1,3 +1,4 @@
+import json
 import logging
 
 import pytest
@@ -898,6 +899,23 @@ def test_a_config_whose_bos_eos_flags_contradict_its_file_is_refused_on_both_rou
                    dict(name_or_path=str(folder))):
         with pytest.raises(ValueError, match=rf'tokenizer_config\.json: .*{field}'):
             HFTokenizer(**source)
+
+
+@pytest.mark.parametrize('tokens_map', [{'bos_token': '<bos>', 'eos_token': '<eos>'}, None],
+                         ids=['special_tokens_map', 'no_token_named'])
+def test_flags_agreeing_with_the_file_pass_with_their_tokens_named_beside_the_config(
+        shared_data, tmp_path, tokens_map):
+    """An older snapshot names its specials in ``special_tokens_map.json``, not in
+    ``tokenizer_config.json``: its agreeing ``add_eos_token`` was refused as 'its eos_token
+    None is no token of the vocabulary' (found in review); a token no file names is not
+    compared."""
+    folder = gemma_snapshot(tmp_path / 'snapshot', _real_captions(shared_data)[:200],
+                            '$A <eos>', bos_token=None, eos_token=None, **SIGLIP2_FLAGS)
+    if tokens_map is not None:
+        (folder / 'special_tokens_map.json').write_text(json.dumps(tokens_map))
+    for source in (dict(tokenizer_file=str(folder / 'tokenizer.json')),
+                   dict(name_or_path=str(folder))):
+        assert HFTokenizer(**source).encode('x')[-1] == 1
 
 
 @pytest.mark.parametrize('padding_side, named', [

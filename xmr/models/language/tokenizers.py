@@ -523,6 +523,18 @@ def _hub_file(name_or_path: str, filename: str) -> Path | None:
     return None if found is None else Path(found)
 
 
+def _special_token(config: Mapping[str, Any], config_path: Path | None,
+                   field: str) -> str | None:
+    """The text of special token ``field`` (``'eos_token'``) as ``tokenizer_config.json``
+    names it, else as the ``special_tokens_map.json`` beside it does (older snapshots keep
+    their specials there); ``None`` where neither names it."""
+    token = config.get(field)
+    beside = None if config_path is None else config_path.with_name('special_tokens_map.json')
+    if token is None and beside is not None and beside.is_file():
+        token = json.loads(beside.read_text(encoding='utf-8')).get(field)
+    return token.get('content') if isinstance(token, dict) else token
+
+
 def _check_bos_eos_flags(config: Mapping[str, Any], config_path: Path | None,
                          tokenizer_json: Path | None,
                          encode: Callable[[str, bool], list[int]],
@@ -539,16 +551,16 @@ def _check_bos_eos_flags(config: Mapping[str, Any], config_path: Path | None,
 
     Raises:
         ValueError: naming ``config_path``, the field, its value, what the file writes and the
-            fix; also a field set true whose token (``bos_token``, ``eos_token``) the
-            vocabulary lacks.
+            fix; also a field set true whose token (``bos_token``, ``eos_token``, named by
+            the config or the ``special_tokens_map.json`` beside it) the vocabulary lacks. A
+            token neither names is not compared.
     """
     full = list(encode('x', True))
     for field, token_field, position in (('add_bos_token', 'bos_token', 0),
                                          ('add_eos_token', 'eos_token', -1)):
-        if field not in config:
+        token = _special_token(config, config_path, token_field)
+        if field not in config or token is None:  # no field, or no token to compare with
             continue
-        token = config.get(token_field)
-        token = token.get('content') if isinstance(token, dict) else token
         if config[field] and token not in vocab:
             raise ValueError(f'{config_path}: {field}=true, but its {token_field} {token!r} is '
                              'no token of the vocabulary; name one it holds or drop the field')
