@@ -123,6 +123,19 @@ def test_missing_checkpoint_is_named_before_the_model_is_built(trained, tmp_path
             init_retriever(config, given)
 
 
+def test_a_checkpoint_is_read_whole_once(trained, monkeypatch):
+    """Checked before the build and again as it loaded, a multi-GB checkpoint was read whole
+    twice for its records' CRC (found in review)."""
+    from xmr.engine import checkpoint as checkpoints
+    config, checkpoint, _ = trained
+    reads = []
+    check = checkpoints.check_archive_records
+    monkeypatch.setattr(checkpoints, 'check_archive_records',
+                        lambda path, *args: reads.append(path) or check(path, *args))
+    init_retriever(config, checkpoint)
+    assert reads == [checkpoint]
+
+
 def test_checkpoint_with_pickled_objects_gets_advice(trained, tmp_path):
     config, checkpoint, _ = trained
     state = torch.load(checkpoint, map_location='cpu', weights_only=True)

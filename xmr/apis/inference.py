@@ -24,7 +24,7 @@ from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.datasets.video_containers import VIDEO_SUFFIXES
 from xmr.engine.checkpoint import (
-    check_given_checkpoint,
+    CHECKPOINT_FIX,
     foreign_checkpoint_fix,
     keys_of_another_model,
     read_checkpoint,
@@ -36,7 +36,7 @@ from xmr.models.language.language_modules import module_file_problem
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 from xmr.registry import MODELS, TRANSFORMS, check_part_options
 from xmr.run_config import config_file, import_custom_modules, merge_options
-from xmr.utils.cli import UserKeyError
+from xmr.utils.cli import UserKeyError, given_file
 from xmr.utils.counts import is_count
 from xmr.version import written_by
 
@@ -71,9 +71,9 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
             failed to import (naming the module and the cause, not only ``PYTHONPATH``).
         UnknownOptionError, ValueError, TypeError: a model option the config alone refuses
             (:func:`~xmr.registry.check_part_options`), before anything is built.
-        UserError, CheckpointReadError: a checkpoint missing, a folder, unreadable, empty,
-            foreign or damaged, before anything is built
-            (:func:`~xmr.engine.checkpoint.check_given_checkpoint`).
+        UserError: a checkpoint missing, a folder or unreadable, before anything is built
+            (:func:`~xmr.utils.cli.given_file`).
+        CheckpointReadError: an empty, foreign or damaged checkpoint, as it is read.
         CheckpointMismatchError: when the checkpoint's backbone, languages or parameter shapes
             differ from the config's (the message names each mismatch).
     """
@@ -88,7 +88,8 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
     # What the tools refuse as the config loads, before the backbone's weights load.
     check_part_options(MODELS, cfg.model, 'model')
     if checkpoint is not None:
-        check_given_checkpoint(checkpoint, 'checkpoint')
+        # Present before the build; read (and its records' CRC checked) once, after it.
+        given_file(checkpoint, 'checkpoint', CHECKPOINT_FIX)
     model = MODELS.build(cfg.model)
     if not isinstance(model, CrossLingualRetriever):
         raise TypeError(f'the config builds a {type(model).__name__}; xmr.apis serves '
