@@ -203,12 +203,23 @@ def test_a_cache_built_by_code_that_encoded_otherwise_is_refused_or_rebuilt(tiny
     meta_file.write_text(json.dumps(meta))
     with pytest.raises(StaleFeatureCacheError, match=(
             rf'(?s)feature cache {re.escape(str(cache_dir))} is stale .*encoding: cache has '
-            rf'None, now {ENCODING_VERSION} \(xmr encodes captions or media otherwise since the '
+            rf'None, now {ENCODING_VERSION} \(xmr encodes captions otherwise since the '
             r'build')):
         CachedFeatureDataset(dataset, cache_dir).prepare(tiny_retriever)
     owned = CachedFeatureDataset(dataset, cache_dir, rebuild_if_stale=True)
     owned.prepare(tiny_retriever)
     assert json.loads(meta_file.read_text())['key']['encoding'] == ENCODING_VERSION
+
+
+def test_a_cache_of_media_features_alone_is_not_keyed_by_the_captions_encoding(tiny_retriever,
+                                                                             tmp_path):
+    """Version 2 changed how captions are read: caches of ``r^V`` alone (a gallery's images
+    through a ViT-L, hours to rebuild) built before it stay current (found in review)."""
+    media = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'media',
+                                 features=['media'])
+    assert 'encoding' not in media.cache_key(tiny_retriever)
+    both = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'both')
+    assert both.cache_key(tiny_retriever)['encoding'] == ENCODING_VERSION
 
 
 def test_changed_captions_are_caught_at_phase_start_and_rebuilt_when_run_owned(

@@ -192,11 +192,12 @@ class CachedFeatureDataset(Dataset):
         metainfo = {k: v for k, v in self.metainfo.items() if k != 'ann_file'}
         dataset = {'type': type(self.dataset).__qualname__, 'items': len(self.dataset),
                    'metainfo': jsonable(metainfo)}
-        key = dict(format=CACHE_FORMAT, encoding=ENCODING_VERSION,
-                   backbone=backbone_fingerprint(model.backbone),
+        key = dict(format=CACHE_FORMAT, backbone=backbone_fingerprint(model.backbone),
                    dataset=dataset,
                    item_digests=item_digests(index or index_items(self.dataset, self.kinds)),
                    preprocessing=preprocessing, dtype=self.dtype, features=list(self.kinds))
+        if 'source' in self.kinds:  # r^V's encoding never changed: its caches stay current
+            key['encoding'] = ENCODING_VERSION
         if 'media' in self.kinds:
             key['media_files'], self.media_files = media_files_identity(self.dataset,
                                                                         self.media_identity)
@@ -246,7 +247,7 @@ class CachedFeatureDataset(Dataset):
         # Needed no further: kept, ~200 bytes a media file would stay in the training process
         # and in every worker the dataset is pickled to (570 MiB for CC3M's 3M images).
         self.media_files = []
-        details = {'encoding': 'xmr encodes captions or media otherwise since the build '
+        details = {'encoding': 'xmr encodes captions otherwise since the build '
                                '(docs/benchmarks.md, Staleness)'}
         if changed:
             details['media_files'] = f'changed: {changed}'

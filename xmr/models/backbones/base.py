@@ -55,9 +55,10 @@ POOLINGS = ('eos', 'cls', 'last', 'mean')
 READING_ATTRIBUTES = ('causal', 'pooling', 'pad_id', 'pad_masked', 'end_id', 'masks_pad_id',
                       'position_pad_id', 'post_norm')
 
-#: Version of the code that turns a backbone's inputs into ``r^S`` and ``r^V`` for the same
-#: weights, ids and pixels, part of a feature cache's key (``encoding``): raised with a change
-#: that alters a feature, so that a cache built before it is refused or rebuilt, not read.
+#: Version of the code that turns a backbone's caption ids into ``r^S`` for the same weights
+#: and ids, part of the key of a feature cache holding ``r^S`` (``encoding``): raised with a
+#: change that alters a feature, so that a cache built before it is refused or rebuilt, not
+#: read. (``r^V``'s encoding has not changed since caches began; a change would key it too.)
 #: 2: a caption's own padding id is masked and left out of the positions, as open_clip and
 #: Hugging Face read it (a cache without the field was built before).
 ENCODING_VERSION = 2
