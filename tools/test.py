@@ -122,7 +122,8 @@ def build_config(args: argparse.Namespace) -> Config:
     # Beside the result, whose folder is checked writable (the checkpoint's, without --out).
     work_dir = args.work_dir or str(output_paths(args)[0].absolute().parent / 'test')
     given_folder(work_dir, '--work-dir' if args.work_dir else 'the test logs beside the result',
-                 'give a folder for the test logs (made if absent)')
+                 'give a folder for the test logs (made if absent)'
+                 + ('' if args.work_dir else ' with --work-dir'))
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=work_dir)
     missing = [key for key in ('test_dataloader', 'test_evaluator', 'test_cfg')

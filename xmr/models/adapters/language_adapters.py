@@ -101,7 +101,6 @@ def adapter_types(adapters: dict | Sequence[dict] | None) -> list[type] | None:
     return found if all(isinstance(kind, type) for kind in found) else None
 
 
-
 def unexposed_site_message(adapter: str, site: AdapterSite,
                            linear_shapes: dict[AdapterSite, tuple[int, int]]) -> str:
     """Why ``adapter`` cannot sit at the linear ``site`` of a tower whose
@@ -111,6 +110,7 @@ def unexposed_site_message(adapter: str, site: AdapterSite,
             f'(its linear sites: {offered}); a tower of your own offers its frozen projections '
             'by overriding TextTower.linear_shapes() (docs/custom_modules.md), else choose an '
             'adapter at a residual site (StaticAdapter, HoulsbyAdapter)')
+
 
 class LanguageModuleDict(nn.ModuleDict):
     """A ``ModuleDict`` keyed by language codes, whatever the code.

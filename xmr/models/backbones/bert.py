@@ -155,7 +155,8 @@ class BertTextTower(TextTower):
         return residual_site(x, hooks, AdapterSite.BLOCK_OUTPUT, index)
 
     def extra_repr(self) -> str:
-        """The pooling and :attr:`normalize`: both change the features a cache keys."""
+        """The tower's reading attributes and :attr:`normalize`, which changes the features a
+        cache keys too."""
         return f'{super().extra_repr()}, normalize={self.normalize}'
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:

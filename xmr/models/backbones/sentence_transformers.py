@@ -40,8 +40,9 @@ class SentenceTransformerPipeline:
 def _json(path: Path) -> Any:
     if not path.is_file():
         raise FileNotFoundError(f'{path} not found: a sentence-transformers folder (saved by '
-                                'SentenceTransformer.save) names its modules in modules.json '
-                                'and its pooling in <Pooling path>/config.json')
+                                'SentenceTransformer.save) holds its transformer\'s '
+                                'config.json, its modules in modules.json and its pooling in '
+                                '<Pooling path>/config.json')
     return json.loads(path.read_text(encoding='utf-8'))
 
 
@@ -72,11 +73,12 @@ def read_sentence_transformer(folder: str | Path) -> SentenceTransformerPipeline
         ValueError: a module, pooling mode or ``model_type`` xmr does not run.
     """
     folder = Path(folder)
-    model_type = _json(folder / 'config.json').get('model_type')
+    transformer = _json(folder / 'config.json')
+    model_type = transformer.get('model_type')
     if model_type not in BERT_MODEL_TYPES:
         raise ValueError(f'{folder / "config.json"}: model_type={model_type!r}; BertTextTower '
                          f'runs {", ".join(BERT_MODEL_TYPES)}')
-    width = _json(folder / 'config.json')['hidden_size']
+    width = transformer['hidden_size']
     kinds = [(module['type'].rsplit('.', 1)[-1], module.get('path', ''))
              for module in _json(folder / 'modules.json')]
     names = [kind for kind, _ in kinds]
