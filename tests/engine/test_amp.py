@@ -246,6 +246,9 @@ def test_an_fp16_step_reads_the_loss_scale_only_after_its_update():
     assert wrapper.scaler.get_scale() == 256.0  # no overflow: no step was said skipped
 
 
+# MMEngine's wrapper builds torch.cuda.amp's deprecated GradScaler, disabled without CUDA.
+@pytest.mark.filterwarnings('ignore:`torch.cuda.amp.GradScaler',
+                            'ignore:torch.cuda.amp.GradScaler is enabled')
 def test_mmengine_amp_wrapper_counts_windows_per_phase_without_mmengine_warning(monkeypatch):
     """``type='AmpOptimWrapper'`` built MMEngine's, whose count at a resume warned that
     gradients were lost (``Resumed iteration number is not divisible ...``) by the run's
