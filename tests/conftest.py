@@ -2,12 +2,28 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, share the cores among the workers: each worker's torch would take
+    every core, and N workers' spinning OpenMP threads then slow one another down."""
+    workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', 1))
+    if workers > 1:
+        from xmr.engine.threads import available_cores
+        torch.set_num_threads(max(1, available_cores() // workers))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The end-to-end runs (``slow``, up to minutes) first, each group in file order: pytest-xdist
+    hands tests out in this order, so no worker is left with a long run once the others are done."""
+    items.sort(key=lambda item: item.get_closest_marker('slow') is None)
 SHARED_DATA = (REPO / '..' / 'shared' / 'data').resolve()
 
 TINY_CLIP = dict(

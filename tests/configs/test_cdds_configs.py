@@ -189,6 +189,7 @@ def test_mscoco_trains_on_train2014_alone_or_on_train_and_restval():
     assert alone.test_evaluator == both.test_evaluator
 
 
+@pytest.mark.slow
 def test_demo_config_trains_and_improves_r1_over_its_start(tmp_path: Path):
     """Shortened phases and smaller UNets (1 + 1 layers, one perturbation) keep it to seconds."""
     short = [

@@ -188,6 +188,7 @@ def tiny_run(path: Path, tmp_path: Path, model: dict, langs: list[str]) -> Path:
     return work_dir
 
 
+@pytest.mark.slow
 def test_dasd_siglip2_trains_through_the_tool(tmp_path):
     model = dict(backbone=dict(_delete_=True, type='OpenCLIPBackbone', arch=None,
                                model_cfg={**siglip_cfg('ViT-B-16-SigLIP2'),
@@ -202,6 +203,7 @@ def test_dasd_siglip2_trains_through_the_tool(tmp_path):
     assert {'de/AR', 'fr/AR', 'mAR'} <= set(report[-1]['metrics'])
 
 
+@pytest.mark.slow
 def test_xlmr_lora_trains_through_the_tool(tmp_path):
     model = dict(backbone=dict(_delete_=True, type='OpenCLIPBackbone', arch=None,
                                model_cfg=xlmr_cfg(tmp_path / 'xlmr'),
@@ -212,6 +214,7 @@ def test_xlmr_lora_trains_through_the_tool(tmp_path):
     assert checkpoints == ['iter_4.pth']
 
 
+@pytest.mark.slow
 def test_nllb_lora_trains_through_the_tool(tmp_path):
     branch_tokenizer = dict(_delete_=True, type='NLLBTokenizer', max_length=24,
                             tokenizer_file=str(tmp_path / 'nllb' / 'tokenizer.json'))

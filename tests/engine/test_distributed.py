@@ -417,6 +417,8 @@ def test_a_ddp_pass_that_pads_items_into_its_batches_is_warned_of(tmp_path, monk
     monkeypatch.setattr('xmr.datasets.language_batch_sampler.get_dist_info', lambda: (0, WORLD))
     for batching, warned in (('padded', 1), ('global_odd', 0)):
         cfg = make_cfg(tmp_path / batching, GLOBAL_BATCH // WORLD, 'global_odd')
+        # Two runners in one second: MMEngine would name both by the same timestamp.
+        cfg.experiment_name = batching
         if batching == 'padded':
             cfg.train_dataloader.batch_sampler = None
         runner = Runner.from_cfg(cfg)

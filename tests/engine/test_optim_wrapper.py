@@ -81,6 +81,7 @@ def three_dasd_steps(compile: dict, compiled_autograd: dict | None,
     return torch.stack(losses).cpu(), [p.detach().cpu() for p in trained], captures
 
 
+@pytest.mark.slow
 def test_compiled_autograd_traces_the_backward_once_and_trains_as_autograd_s_engine():
     """DASD's compiled losses, three steps on one batch: the backward traced whole (compiled
     autograd) gives the losses and weights of autograd's engine, bit for bit under AOTAutograd's
@@ -217,6 +218,7 @@ def test_a_compiled_step_is_refused_where_it_cannot_trace():
     OptimWrapper(capturable, compiled_step=dict(mode='max-autotune-no-cudagraphs'))
 
 
+@pytest.mark.slow
 def test_a_phased_run_with_a_compiled_step_trains_and_resumes_as_the_eager_run(tmp_path):
     """The loop's run (three phases, an lr schedule each, the state restarted at each phase)
     with the clip and AdamW traced by Dynamo, stopped after 7 iterations and resumed, against

@@ -27,6 +27,7 @@ def test_the_synthetic_annotation_has_the_size_asked_for(tmp_path):
     assert ann.media_type == 'text' and ann.items[6].media_id == '00000006'
 
 
+@pytest.mark.slow
 def test_each_mode_is_measured_in_its_own_process(capsys):
     """Each mode's row counts the dataset's items (records times translations), and a packed
     dataset's workers copy no page of it (whole MiB)."""

@@ -619,6 +619,7 @@ def test_an_eos_pooled_tower_refuses_a_tokenizer_that_ends_captions_with_another
         **model_cfg['text_cfg'], 'eos_id': 1}}, t5)).text_tower.end_id == 1
 
 
+@pytest.mark.slow
 def test_tokenizers_that_do_not_fit_the_tower_name_both_numbers(tmp_path):
     if not XLMR_TOKENIZER.is_file():
         pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')

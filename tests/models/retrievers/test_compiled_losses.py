@@ -57,6 +57,7 @@ def losses_and_grads(model, langs: list[str], **captions) -> list[torch.Tensor]:
 # (torch.compiler.disable): the step's code breaks around it into four graphs, the parts of
 # the loss and of encode_target before and after it, of which a new set of languages changes
 # one (the branch's).
+@pytest.mark.slow
 @pytest.mark.parametrize('per_language, graphs', [(False, 1), (True, 4)],
                          ids=['shared', 'per-language'])
 def test_compiled_losses_equal_eager_and_compile_once_per_set_of_languages(per_language, graphs):
@@ -75,6 +76,7 @@ def test_compiled_losses_equal_eager_and_compile_once_per_set_of_languages(per_l
         assert counters['stats']['unique_graphs'] == made
 
 
+@pytest.mark.slow
 def test_batches_padded_to_one_width_share_the_compiled_code():
     """Two batches whose longest captions differ in length, but not in multiples of 8 tokens:
     padded to the multiple (the compiled model's default) they run one graph; padded to their
@@ -96,6 +98,7 @@ def test_batches_padded_to_one_width_share_the_compiled_code():
         assert counters['stats']['unique_graphs'] == graphs
 
 
+@pytest.mark.slow
 def test_compiled_evaluation_equals_eager_and_compiles_once_per_language():
     """``encode_text``, as the evaluation loops call it: one language a batch, batches of
     several sizes and widths. The frozen tower's English and the first target language's code
@@ -139,6 +142,7 @@ def test_compile_refuses_adapters_that_sort_each_batch_by_language():
         MODELS.build(tiny_retriever_cfg(compile=TRACED))
 
 
+@pytest.mark.slow
 def test_every_phase_of_a_paper_config_runs_compiled():
     # The clft schedule: source finetune (towers trained on raw images), cross-lingual,
     # cross-modal; the paper's per-language SDMs.
@@ -150,6 +154,7 @@ def test_every_phase_of_a_paper_config_runs_compiled():
     assert counters['stats']['unique_graphs'] >= len(cfg.train_cfg.phases)
 
 
+@pytest.mark.slow
 def test_a_compiled_run_of_the_demo_trains_as_the_eager_one(tmp_path):
     """The Runner's three phases, validation and checkpoint with compiled losses and
     evaluation: the trained weights and the validation's metrics equal an eager run's."""
