@@ -9,9 +9,19 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = (REPO / '..' / 'shared' / 'data').resolve()
+
+TINY_CLIP = dict(
+    embed_dim=32,
+    vision_cfg=dict(image_size=32, layers=2, width=32, patch_size=8, head_width=16),
+    text_cfg=dict(context_length=32, vocab_size=49408, width=32, heads=2, layers=3),
+)
+
+CORPUS = ['ein roter Kreis', 'zwei blaue Quadrate links', 'un cercle rouge à gauche',
+          '一个红色的圆', '两个蓝色的正方形在左边', 'drei grüne Dreiecke oben']
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def pytest_configure() -> None:
     """Under pytest-xdist, share the cores among the workers: each worker's torch would take
     every core, and N workers' spinning OpenMP threads then slow one another down."""
     workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', 1))
@@ -24,16 +34,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The end-to-end runs (``slow``, up to minutes) first, each group in file order: pytest-xdist
     hands tests out in this order, so no worker is left with a long run once the others are done."""
     items.sort(key=lambda item: item.get_closest_marker('slow') is None)
-SHARED_DATA = (REPO / '..' / 'shared' / 'data').resolve()
-
-TINY_CLIP = dict(
-    embed_dim=32,
-    vision_cfg=dict(image_size=32, layers=2, width=32, patch_size=8, head_width=16),
-    text_cfg=dict(context_length=32, vocab_size=49408, width=32, heads=2, layers=3),
-)
-
-CORPUS = ['ein roter Kreis', 'zwei blaue Quadrate links', 'un cercle rouge à gauche',
-          '一个红色的圆', '两个蓝色的正方形在左边', 'drei grüne Dreiecke oben']
 
 
 #: A mixed-language training batch of four 32 px images (German and Chinese captions), the
