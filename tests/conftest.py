@@ -22,12 +22,13 @@ CORPUS = ['ein roter Kreis', 'zwei blaue Quadrate links', 'un cercle rouge à ga
 
 
 def pytest_configure() -> None:
-    """Under pytest-xdist, share the cores among the workers: each worker's torch would take
-    every core, and N workers' spinning OpenMP threads then slow one another down."""
+    """Under pytest-xdist, share the cores among the workers as the tools share them among a
+    run's processes: each worker's torch would take every core, and N workers' spinning OpenMP
+    threads then slow one another down."""
     workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', 1))
     if workers > 1:
-        from xmr.engine.threads import available_cores
-        torch.set_num_threads(max(1, available_cores() // workers))
+        from xmr.engine.threads import choose_cpu_threads
+        torch.set_num_threads(choose_cpu_threads(local_processes=workers)[0])
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
