@@ -55,6 +55,10 @@ def test_a_run_logs_the_norms_mmengine_s_wrapper_logs(tmp_path):
     assert losses == pytest.approx(reference_losses, rel=1e-6)
 
 
+#: The learning rate of ``three_dasd_steps``: AdamW moves an element by about this much a step.
+THREE_STEPS_LR = 1e-2
+
+
 def three_dasd_steps(compile: dict, compiled_autograd: dict | None,
                      device: torch.device | str = 'cpu'
                      ) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
@@ -69,8 +73,8 @@ def three_dasd_steps(compile: dict, compiled_autograd: dict | None,
     langs = ['de', 'fr', 'cs', 'de']
     model = dasd(compile).to(device)
     trained = [p for p in model.parameters() if p.requires_grad]
-    wrapper = OptimWrapper(torch.optim.AdamW(trained, lr=1e-2), clip_grad=dict(max_norm=1.0),
-                           compiled_autograd=compiled_autograd)
+    wrapper = OptimWrapper(torch.optim.AdamW(trained, lr=THREE_STEPS_LR),
+                           clip_grad=dict(max_norm=1.0), compiled_autograd=compiled_autograd)
     torch._dynamo.reset()
     counters.clear()
     losses, captures = [], []

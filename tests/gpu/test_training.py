@@ -241,15 +241,19 @@ def test_a_dasd_backward_traced_whole_as_cuda_graphs_trains_as_autograd_s_engine
     twice in the three steps, in which two the test did not yet say.)"""
     import torch._inductor.config
 
-    from tests.engine.test_optim_wrapper import three_dasd_steps
+    from tests.engine.test_optim_wrapper import THREE_STEPS_LR, three_dasd_steps
 
     graphs = dict(mode='reduce-overhead')
     with torch._inductor.config.patch(fallback_random=True):
         engine_losses, engine_weights, _ = three_dasd_steps(graphs, None, accelerator)
         losses, weights, captures = three_dasd_steps(graphs, graphs, accelerator)
     torch.testing.assert_close(losses, engine_losses, **FP32_TOLERANCE)
+    # Adam divides each gradient by its own running size, so the reductions' order, which
+    # differs between the two backwards' kernels, moves an element whose gradients nearly cancel
+    # by a share of a whole step: on an H200 (2026-11-30) 6.7e-5, 0.7% of the lr, for 1 element
+    # of 1024. A gradient lost or overwritten would move many by about the lr itself.
     for mine, reference in zip(weights, engine_weights, strict=True):
-        torch.testing.assert_close(mine, reference, **FP32_TOLERANCE)
+        torch.testing.assert_close(mine, reference, rtol=1e-4, atol=THREE_STEPS_LR / 50)
     assert captures[0] >= 1 and captures[2] == captures[1], f'traced after each step: {captures}'
 
 
