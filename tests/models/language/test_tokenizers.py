@@ -621,6 +621,52 @@ def test_a_tokenizer_file_saved_with_padding_and_truncation_on_pads_with_its_pad
     assert tokenizer.truncated == 1
 
 
+def test_a_tokenizer_file_is_parsed_once_until_it_changes_and_keeps_its_own_settings(tmp_path):
+    """Tokenizers built from one ``tokenizer.json`` share its parse; each still reads the pad id
+    of the file's padding settings, which the first one's build turned off in the shared
+    backend; the file rewritten with another vocabulary is parsed again."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from xmr.models.language.tokenizers import _read_tokenizer_file
+
+    def write(vocab: dict[str, int]) -> str:
+        fast = Tokenizer(models.WordLevel(vocab, unk_token='[UNK]'))
+        fast.pre_tokenizer = pre_tokenizers.Whitespace()
+        fast.enable_padding(pad_id=vocab['<blank>'], pad_token='<blank>', length=10)
+        fast.save(str(tmp_path / 'tokenizer.json'))
+        return str(tmp_path / 'tokenizer.json')
+
+    _read_tokenizer_file.cache_clear()
+    path = write({'[UNK]': 0, '<blank>': 1, 'two': 2, 'red': 3})
+    first, second = HFTokenizer(tokenizer_file=path), HFTokenizer(tokenizer_file=path)
+    assert _read_tokenizer_file.cache_info().misses == 1
+    assert first.pad_id == second.pad_id == 1 and second.encode('two red') == [2, 3]
+    path = write({'[UNK]': 0, 'red': 1, 'two': 2, 'dogs': 3, '<blank>': 4})
+    third = HFTokenizer(tokenizer_file=path)
+    assert _read_tokenizer_file.cache_info().misses == 2
+    assert third.pad_id == 4 and third.encode('two red dogs') == [2, 1, 3]
+
+
+def test_a_tokenizer_file_names_the_id_its_model_writes_for_an_unknown_piece(shared_data,
+                                                                             tmp_path):
+    """XLM-R's Unigram model (read from the head of its state) writes ``<unk>`` = 3, as the
+    whole state parsed says; a WordPiece model its ``[UNK]``; a byte-level BPE none."""
+    import json
+
+    from tokenizers import Tokenizer, models
+
+    xlmr = shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json'
+    state = json.loads(Tokenizer.from_file(str(xlmr)).model.__getstate__())
+    assert HFTokenizer(tokenizer_file=str(xlmr)).unk_id == state['unk_id'] == 3
+    for name, model, unk_id in (
+            ('unigram', models.Unigram([('<pad>', 0.0), ('x', -1.0)], unk_id=None), None),
+            ('wordpiece', models.WordPiece({'[PAD]': 0, 'a': 1, '[UNK]': 2},
+                                           unk_token='[UNK]'), 2),
+            ('bpe', models.BPE({'<pad>': 0, 'x': 1}, []), None)):
+        Tokenizer(model).save(str(tmp_path / f'{name}.json'))
+        assert HFTokenizer(tokenizer_file=str(tmp_path / f'{name}.json')).unk_id == unk_id, name
+
+
 def test_a_trained_sentencepiece_needs_room_for_its_characters_and_five_pieces():
     """The corpus has 37 distinct characters; pad, unk, BOS, EOS and the word boundary '▁'
     take five more pieces."""

@@ -6,10 +6,12 @@ sits, since only open_clip's own vocabulary lets ``argmax`` find it (DESIGN pitf
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
 import logging
+import re
 import unicodedata
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -449,17 +451,44 @@ class _Loaded(NamedTuple):
     left_padded_by: str | None  # what says the tokenizer pads on the left; None: right
 
 
-def _load_file(path: Path) -> _Loaded:
-    """A ``tokenizers`` JSON file, read without the hub, its padding and truncation off."""
+class _TokenizerFile(NamedTuple):
+    """A ``tokenizer.json`` as read: what xmr needs of it, its own settings taken first."""
+
+    backend: Any  # its ``tokenizers.Tokenizer``, padding and truncation off
+    vocab: dict[str, int]  # token -> id, special and added tokens included
+    padding: dict[str, Any] | None  # the file's padding settings
+    truncation_side: str | None  # the file's truncation direction; None: it truncates none
+    unk_id: int | None
+
+
+@functools.lru_cache(maxsize=8)
+def _read_tokenizer_file(path: str, version: tuple[int, int, int]) -> _TokenizerFile:
+    """The ``tokenizer.json`` at ``path``, parsed once per process while its ``version`` (inode,
+    modification time, size) stays the same: XLM-R's or Gemma's 250k pieces take a second to parse and copy,
+    and a run builds its tokenizers more than once. The tokenizers built from it share the
+    returned backend and vocabulary and change neither."""
     from tokenizers import Tokenizer
 
+    fast = Tokenizer.from_file(path)
+    padding, truncation = fast.padding, fast.truncation
+    fast.no_padding()
+    fast.no_truncation()
+    return _TokenizerFile(fast, fast.get_vocab(), padding,
+                          None if truncation is None else truncation['direction'],
+                          _file_unk_id(fast))
+
+
+def _load_file(path: Path) -> _Loaded:
+    """A ``tokenizers`` JSON file, read without the hub, its padding and truncation off."""
     if path.is_dir():
         raise FileNotFoundError(f'tokenizer_file {path} is a folder: pass it as name_or_path, '
                                 'or the tokenizer.json inside it as tokenizer_file')
     if not path.is_file():
         raise FileNotFoundError(f'tokenizer_file {path} does not exist')
+    stat = path.stat()
     try:
-        fast = Tokenizer.from_file(str(path))
+        read = _read_tokenizer_file(str(path.resolve()),
+                                    (stat.st_ino, stat.st_mtime_ns, stat.st_size))
     except Exception as error:  # tokenizers raises a bare Exception naming no file
         raise ValueError(f'tokenizer_file {path} is not a `tokenizers` JSON file '
                          f'(tokenizer.json): {error}; pass the tokenizer.json of a Hugging Face '
@@ -468,21 +497,18 @@ def _load_file(path: Path) -> _Loaded:
     config_path = path.with_name('tokenizer_config.json')
     config = (json.loads(config_path.read_text(encoding='utf-8')) if config_path.is_file()
               else {})
-    # Read once: a copy of a 250k-piece vocabulary (XLM-R, Gemma) takes a third of a second.
-    vocab = fast.get_vocab()
-    _check_bos_eos_flags(config, config_path, path,
-                         lambda text, specials: fast.encode(text, add_special_tokens=specials).ids,
-                         vocab)
-    pad_id = _file_pad_id(config, fast, vocab)
+
+    def encode(text: str, specials: bool) -> list[int]:
+        return read.backend.encode(text, add_special_tokens=specials).ids
+
+    _check_bos_eos_flags(config, config_path, path, encode, read.vocab)
     # Hugging Face truncates as the snapshot's config says, else as the file's settings do.
-    truncation_side = config.get('truncation_side') or (fast.truncation or {}).get(
-        'direction', 'right')
-    fast.no_padding()
-    fast.no_truncation()
-    sep_id = next((vocab[t] for t in ('[SEP]', '</s>') if t in vocab), None)
-    return _Loaded(lambda text, specials: fast.encode(text, add_special_tokens=specials).ids,
-                   fast.get_vocab_size(), pad_id, vocab, sep_id, _file_unk_id(fast), fast,
-                   truncation_side, _left_padded_by(config, config_path))
+    truncation_side = config.get('truncation_side') or read.truncation_side or 'right'
+    sep_id = next((read.vocab[t] for t in ('[SEP]', '</s>') if t in read.vocab), None)
+    return _Loaded(encode, read.backend.get_vocab_size(),
+                   _file_pad_id(config, read.padding, read.vocab), read.vocab, sep_id,
+                   read.unk_id, read.backend, truncation_side,
+                   _left_padded_by(config, config_path))
 
 
 def _load_hub(name_or_path: str) -> _Loaded:
@@ -606,15 +632,16 @@ def _clean_function(clean: str | None) -> Callable[[str], str] | None:
     return get_clean_fn(clean)
 
 
-def _file_pad_id(config: Mapping[str, Any], fast: Any, vocab: Mapping[str, int]) -> int | None:
+def _file_pad_id(config: Mapping[str, Any], padding: Mapping[str, Any] | None,
+                 vocab: Mapping[str, int]) -> int | None:
     """The padding id a ``tokenizer.json`` names: its snapshot's ``tokenizer_config.json``
-    (``pad_token``; ``config``, empty without one), else the file's padding settings; ``None``
-    when neither says (:func:`_guessed_pad_id`). ``vocab``: the file's."""
+    (``pad_token``; ``config``, empty without one), else the file's ``padding`` settings;
+    ``None`` when neither says (:func:`_guessed_pad_id`). ``vocab``: the file's."""
     pad = config.get('pad_token')
     pad = pad.get('content') if isinstance(pad, dict) else pad
     if pad in vocab:
         return vocab[pad]
-    return None if fast.padding is None else int(fast.padding['pad_id'])
+    return None if padding is None else int(padding['pad_id'])
 
 
 def _guessed_pad_id(token_ids: Mapping[str, int]) -> int:
@@ -624,6 +651,10 @@ def _guessed_pad_id(token_ids: Mapping[str, int]) -> int:
     return next((token_ids[t] for t in ('<pad>', '[PAD]', '<|pad|>') if t in token_ids), 0)
 
 
+#: The head of a ``tokenizers`` Unigram model's JSON state, its ``unk_id`` (``null``: none).
+_UNIGRAM_UNK_ID = re.compile(rb'\{"type":"Unigram","unk_id":(null|\d+),')
+
+
 def _file_unk_id(fast: Any) -> int | None:
     """The id a ``tokenizers`` model writes for a piece its vocabulary lacks (XLM-R's ``<unk>``,
     mBERT's ``[UNK]``); ``None`` for one that writes none (byte-level BPE)."""
@@ -631,7 +662,12 @@ def _file_unk_id(fast: Any) -> int | None:
 
     model = fast.model
     if isinstance(model, Unigram):  # SentencePiece's (XLM-R, NLLB, T5): only its state says
-        return json.loads(model.__getstate__()).get('unk_id')
+        state = model.__getstate__()
+        # The field precedes the vocabulary, whose JSON takes XLM-R's 0.3 s to parse.
+        head = _UNIGRAM_UNK_ID.match(state)
+        if head is not None:
+            return None if head[1] == b'null' else int(head[1])
+        return json.loads(state).get('unk_id')
     token = getattr(model, 'unk_token', None)
     return None if token is None else fast.token_to_id(token)
 
