@@ -463,10 +463,10 @@ class _TokenizerFile(NamedTuple):
 
 @functools.lru_cache(maxsize=8)
 def _read_tokenizer_file(path: str, version: tuple[int, int, int]) -> _TokenizerFile:
-    """The ``tokenizer.json`` at ``path``, parsed once per process while its ``version`` (inode,
-    modification time, size) stays the same: XLM-R's or Gemma's 250k pieces take a second to parse and copy,
-    and a run builds its tokenizers more than once. The tokenizers built from it share the
-    returned backend and vocabulary and change neither."""
+    """The ``tokenizer.json`` at ``path``, parsed once per process while its ``version``
+    (inode, modification time, size) stays the same: XLM-R's or Gemma's 250k pieces take a
+    second to parse and copy, and a run builds its tokenizers more than once. The tokenizers
+    built from it share the returned backend and vocabulary and change neither."""
     from tokenizers import Tokenizer
 
     fast = Tokenizer.from_file(path)
