@@ -1,8 +1,8 @@
 """A user's own text-only teacher trained through the console tools, from a folder outside the
 repository: tools/benchmarks/text_teacher_adapters.py writes the docs' sentence-encoder module,
 Multi30K's en-de text pairs (``xmr data prepare_multi30k --text-only``) and a config per adapter
-type, trains each with ``xmr train`` (text-to-text validation, best checkpoint on ``mAR``) and
-scores the last checkpoint with ``xmr test``."""
+type, trains each with ``xmr train --test`` (text-to-text validation, best checkpoint on ``mAR``),
+which scores the last checkpoint as ``xmr test`` does."""
 from __future__ import annotations
 
 import ast

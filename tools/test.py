@@ -136,6 +136,10 @@ def build_config(args: argparse.Namespace) -> Config:
     cfg.launcher = args.launcher
     # The checkpoint is loaded strictly below; the runner must neither load nor resume.
     cfg.load_from, cfg.resume = None, False
+    # MMEngine names its logger, message hub and visualizer after the config and the second
+    # the runner starts: a test in the process of a training (`tools/train.py --test`) that
+    # began in the second it ended would otherwise log into the training's files.
+    cfg.experiment_name = f"{cfg.get('experiment_name') or Path(args.config).stem}_test"
     return cfg
 
 

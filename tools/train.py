@@ -6,12 +6,20 @@ jobs that a scheduler restarts); ``--resume PATH`` continues from that checkpoin
 (without ``--resume``, or ``--resume auto`` finding no ``last_checkpoint``) refuses a work dir
 holding ``iter_*.pth`` or ``best_*.pth``: it would overwrite some of them and leave the rest
 beside its own.
+
+``--test`` (or ``--test last``) tests the final weights once training has ended, as
+``tools/test.py CONFIG <work_dir>/iter_<n>.pth`` would, in the same process: the leaderboard is
+printed and the result written as ``iter_<n>_test.json`` (and ``.csv``) beside the checkpoint;
+``--test best`` tests the best validation's checkpoint (``CheckpointHook``'s ``save_best``).
 """
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib.util
 import logging
 import os
+from pathlib import Path
 
 from mmengine.config import Config
 
@@ -42,6 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--amp-dtype', choices=['bfloat16', 'float16'],
                         help='force the autocast precision of --amp (implies --amp); float16 '
                         'comes with loss scaling')
+    parser.add_argument('--test', nargs='?', choices=['last', 'best'], const='last',
+                        help="after training, test a checkpoint in this process as "
+                        "tools/test.py does: 'last' (the default when the flag has no value), "
+                        "the final weights, or 'best', the best validation's (the checkpoint "
+                        "hook's save_best); the leaderboard is printed and the result written "
+                        'beside the checkpoint as <checkpoint>_test.json')
     add_config_arguments(parser)
     add_launcher_arguments(parser, 'training')
     args = parser.parse_args(argv)
@@ -60,6 +74,7 @@ def build_config(args: argparse.Namespace) -> Config:
     for split in ('val', 'test'):
         check_evaluation_keys(cfg, split)
     check_cached_galleries(cfg, 'val')
+    check_test_after_training(cfg, args.test, args.config)
     cfg.launcher = args.launcher
     if args.amp or args.amp_dtype:
         enable_amp(cfg, args.amp_dtype)
@@ -108,6 +123,75 @@ def check_load_from(load_from: str | None) -> None:
     if load_from is None or '://' in str(load_from):
         return
     check_given_checkpoint(load_from, 'load_from', f'{CHECKPOINT_FIX}, or load_from=None')
+
+
+def check_test_after_training(cfg: Config, which: str | None, config: str) -> None:
+    """What ``--test`` tests will be there, checked before training: the config has a test
+    split, and its checkpoint hook saves the final iteration (``last``) or a best validation
+    (``best``).
+
+    Raises:
+        UserError: naming the config and the key at fault.
+    """
+    if which is None:
+        return
+    if cfg.get('test_dataloader') is None:
+        raise UserError(config, 'has no test_dataloader, test_evaluator and test_cfg: --test '
+                        'has no test split to test the trained model on', 'drop --test, or give '
+                        'the config a test split')
+    check_cached_galleries(cfg, 'test')
+    hook = (cfg.get('default_hooks') or {}).get('checkpoint')
+    if hook is None:
+        raise UserError('default_hooks.checkpoint', 'is None: the run saves no checkpoint for '
+                        f'--test {which} to test', 'drop --test, or keep the checkpoint hook')
+    if which == 'last' and hook.get('save_last') is False:
+        raise UserError('default_hooks.checkpoint.save_last', 'is False: the final weights that '
+                        '--test tests may be left unsaved', 'set save_last=True, or test a '
+                        'checkpoint by path with tools/test.py')
+    save_best, validated = hook.get('save_best'), cfg.get('val_dataloader') is not None
+    one_metric = isinstance(save_best, str) or bool(save_best) and len(save_best) == 1
+    if which == 'best' and not (one_metric and validated):
+        raise UserError('default_hooks.checkpoint.save_best', f'is {save_best!r}'
+                        + ('' if validated else ' and the config has no val_dataloader')
+                        + ': --test best tests the checkpoint of the best validation by one '
+                        "metric", "validate and name one metric (save_best='mAR'), or test the "
+                        'final weights: --test last')
+
+
+def tested_checkpoint(runner, which: str) -> str:
+    """The checkpoint that ``--test`` names (``last`` or ``best``) once ``runner`` has trained:
+    the checkpoint hook's record in the message hub, which a resumed run's checkpoint carries.
+
+    Raises:
+        UserError: no validation saved a best checkpoint.
+    """
+    checkpoint = runner.message_hub.get_info('last_ckpt' if which == 'last' else 'best_ckpt')
+    if checkpoint is None:
+        raise UserError(runner.work_dir, f'the run saved no {which} checkpoint for --test to test'
+                        + (' (no validation ran)' if which == 'best' else ''), 'test a '
+                        'checkpoint by path with tools/test.py CONFIG CHECKPOINT')
+    return str(checkpoint)
+
+
+def test_after_training(args: argparse.Namespace, checkpoint: str) -> None:
+    """Test ``checkpoint`` with ``tools/test.py`` (the copy beside this tool) in this process,
+    given the training's config, ``--ablation`` rows, ``--cfg-options`` and launcher, which the
+    result records as the command that repeats the test."""
+    from mmengine.dist import barrier
+
+    spec = importlib.util.spec_from_file_location('xmr_test_tool',
+                                                  Path(__file__).with_name('test.py'))
+    test_tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(test_tool)
+    argv = [args.config, checkpoint]
+    if args.launcher != 'none':
+        argv += ['--launcher', args.launcher]
+    if args.ablation:
+        argv += ['--ablation', *args.ablation]
+    if getattr(args, 'cfg_options_given', None):
+        argv += ['--cfg-options', *args.cfg_options_given]
+    barrier()  # the main process has written the checkpoint every process loads
+    test_tool.main(argv)
 
 
 def config_resume(cfg: Config) -> str | None:
@@ -214,6 +298,11 @@ def main(argv: list[str] | None = None) -> None:
                        if isinstance(hook, PreemptionHook)), None)
     if stopped_by is not None:
         raise SystemExit(128 + stopped_by)  # a run cut short, as the signal's own exit says
+    if args.test is not None:
+        checkpoint = tested_checkpoint(runner, args.test)
+        del runner  # its model, optimiser state and loaders: the test builds its own
+        gc.collect()
+        test_after_training(args, checkpoint)
 
 
 if __name__ == '__main__':

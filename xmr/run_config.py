@@ -39,6 +39,8 @@ class ConfigOptionsAction(DictAction):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
+        # As typed, for a tool that passes them on (``tools/train.py --test``).
+        namespace.cfg_options_given = [*getattr(namespace, 'cfg_options_given', []), *values]
         for value in values:
             if '=' not in value:
                 raise argparse.ArgumentError(self, f'{value!r} is no KEY=VALUE')

