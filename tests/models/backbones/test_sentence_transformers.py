@@ -107,3 +107,44 @@ def test_a_folder_xmr_cannot_run_as_trained_is_refused_naming_file_and_field(
     edit(folder)
     with pytest.raises((ValueError, FileNotFoundError), match=message):
         read_sentence_transformer(folder)
+
+
+def test_a_caption_longer_than_the_folders_max_seq_length_is_cut_where_the_model_cuts_it(
+        tmp_path, sentence_encoder_module):
+    """sentence-transformers tokenises with ``truncation=True, max_length=max_seq_length``: the
+    docs' teacher had read 64 tokens of every folder's captions."""
+    folder = tiny_sentence_encoder(tmp_path / 'teacher')
+    (folder / 'sentence_bert_config.json').write_text(json.dumps(
+        dict(max_seq_length=6, do_lower_case=False)))
+    teacher = sentence_encoder_module.SentenceEncoder(str(folder)).eval()
+    assert teacher.tokenizer(CAPTIONS)['input_ids'].shape[1] == 6
+    with torch.no_grad():
+        ours = teacher.encode_source_text(teacher.tokenizer(CAPTIONS))
+    model = BertModel.from_pretrained(folder, add_pooling_layer=False).eval()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(folder / 'tokenizer.json'))
+    tokenizer.pad_token_id = model.config.pad_token_id
+    batch = tokenizer(CAPTIONS, padding=True, truncation=True, max_length=6,
+                      return_tensors='pt')
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    real = batch['attention_mask'][..., None].float()
+    expected = F.normalize((hidden * real).sum(1) / real.sum(1), dim=-1)
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(
+        ours, _reference(model, folder, CAPTIONS, 'mean', True), atol=1e-3)
+
+
+@pytest.mark.parametrize('settings, tokenizer_config, expected', [
+    (dict(max_seq_length=128), dict(model_max_length=512), 128),
+    (dict(max_seq_length=None), dict(model_max_length=40), 40),
+    ({}, dict(model_max_length=int(1e30)), 64),   # transformers' "no limit"
+    (None, None, 64),                              # config.json's max_position_embeddings
+])
+def test_the_tokens_read_fall_back_as_sentence_transformers_falls_back(
+        tmp_path, settings, tokenizer_config, expected):
+    folder = tiny_sentence_encoder(tmp_path / 'teacher')
+    if settings is not None:
+        (folder / 'sentence_bert_config.json').write_text(json.dumps(settings))
+    if tokenizer_config is not None:
+        (folder / 'tokenizer_config.json').write_text(json.dumps(tokenizer_config))
+    assert read_sentence_transformer(folder).max_length == expected

@@ -1,7 +1,8 @@
 """A sentence-transformers folder's own pipeline, read from its files: the pooling of the last
-hidden states, whether the sentence embedding is L2-normalised, and whether captions are
-lower-cased before tokenising, so that a teacher built on the folder embeds as the model was
-trained (docs/custom_modules.md, "A text-only backbone: your own teacher")."""
+hidden states, whether the sentence embedding is L2-normalised, whether captions are lower-cased
+before tokenising and how many tokens of a caption are read, so that a teacher built on the
+folder embeds as the model was trained (docs/custom_modules.md, "A text-only backbone: your own
+teacher")."""
 from __future__ import annotations
 
 import json
@@ -30,11 +31,16 @@ class SentenceTransformerPipeline:
         normalize: a ``Normalize`` module follows the pooling: ``r = p / ||p||_2``.
         lowercase: ``sentence_bert_config.json``'s ``do_lower_case``: captions are lower-cased
             before the tokenizer reads them.
+        max_length: the tokens of a caption the model reads, its special tokens included (the
+            rest is cut): ``sentence_bert_config.json``'s ``max_seq_length``, else, as
+            sentence-transformers falls back, the smaller of ``config.json``'s
+            ``max_position_embeddings`` and ``tokenizer_config.json``'s ``model_max_length``.
     """
 
     pooling: str
     normalize: bool
     lowercase: bool
+    max_length: int
 
 
 def _json(path: Path) -> Any:
@@ -85,8 +91,22 @@ def read_sentence_transformer(folder: str | Path) -> SentenceTransformerPipeline
     if names not in (['Transformer', 'Pooling'], ['Transformer', 'Pooling', 'Normalize']):
         raise ValueError(f'{folder / "modules.json"}: modules {names}; xmr runs Transformer, '
                          'Pooling and an optional Normalize, in that order')
-    settings = folder / 'sentence_bert_config.json'
-    lowercase = settings.is_file() and bool(_json(settings).get('do_lower_case', False))
+    settings_file = folder / 'sentence_bert_config.json'
+    settings = _json(settings_file) if settings_file.is_file() else {}
     return SentenceTransformerPipeline(pooling=_pooling(folder / kinds[1][1] / 'config.json',
                                                         width),
-                                       normalize=names[-1] == 'Normalize', lowercase=lowercase)
+                                       normalize=names[-1] == 'Normalize',
+                                       lowercase=bool(settings.get('do_lower_case', False)),
+                                       max_length=settings.get('max_seq_length')
+                                       or _fallback_max_length(folder, transformer))
+
+
+def _fallback_max_length(folder: Path, transformer: dict) -> int:
+    """sentence-transformers' ``max_seq_length`` where ``sentence_bert_config.json`` gives none:
+    ``config.json``'s ``max_position_embeddings``, or ``tokenizer_config.json``'s
+    ``model_max_length`` if smaller (transformers writes ``1e30`` there for "no limit")."""
+    tokenizer_file = folder / 'tokenizer_config.json'
+    tokenizer_limit = (_json(tokenizer_file).get('model_max_length') if tokenizer_file.is_file()
+                       else None)
+    limits = [transformer['max_position_embeddings'], tokenizer_limit or float('inf')]
+    return int(min(limits))
