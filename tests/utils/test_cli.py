@@ -233,8 +233,10 @@ class _FailingDataset(torch.utils.data.Dataset):
     MediaReadError('x.jpg', 'truncated JPEG'), ZeroDivisionError('division by zero'),
     # OSError / ValueError subclasses outside builtins, named by their module in the traceback
     PIL.UnidentifiedImageError('cannot identify image file x.jpg'),
-    json.JSONDecodeError('Expecting value', 'x', 0)], ids=[
-        'xmr', 'unexpected', 'pil', 'json'])
+    json.JSONDecodeError('Expecting value', 'x', 0),
+    # its text names the file last ("[Errno 2] No such file or directory: 'x.jpg'")
+    FileNotFoundError(2, 'No such file or directory', "frames/it's x.jpg")], ids=[
+        'xmr', 'unexpected', 'pil', 'json', 'file'])
 def test_an_error_a_dataloader_worker_raised_prints_as_without_workers(capsys, error):
     """torch re-raises a worker's MediaReadError as a RuntimeError whose text is 'Caught
     MediaReadError in DataLoader worker process 0.' and the worker's traceback: a training

@@ -15,6 +15,7 @@ first process of each node alone, a bad flag's usage error included
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import logging
 import os
@@ -35,6 +36,8 @@ DEBUG_FLAG = '--debug'
 # "<module>.<Type>: <message>". A type that cannot be built from that one text (MediaReadError
 # takes the file and the reason) comes back as a RuntimeError.
 _WORKER_ERROR = re.compile(r'Caught (\w+) in DataLoader worker process \d+\.\nOriginal ')
+# OSError's str() with a file, the reason first: "[Errno 2] No such file or directory: 'x.jpg'".
+_OS_ERROR_TEXT = re.compile(r"\[Errno -?\d+\] (?P<reason>.+): (?P<file>'.*'|\".*\")")
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -150,7 +153,11 @@ def error_line(error: BaseException) -> str:
     worker = worker_error(error)
     if worker is not None:
         raised, message = worker
-        return message if _expected_type(raised) else f'{raised.rpartition(".")[2]}: {message}'
+        if not _expected_type(raised):
+            return f'{raised.rpartition(".")[2]}: {message}'
+        os_error = _OS_ERROR_TEXT.fullmatch(message)
+        return message if os_error is None else (
+            f"{ast.literal_eval(os_error['file'])}: {os_error['reason']}")
     if isinstance(error, SystemExit):
         return str(error.code).removeprefix('error: ')
     if isinstance(error, OSError) and error.filename is not None:
