@@ -18,7 +18,7 @@ default_hooks = dict(
 )
 custom_hooks = [dict(type='WorkDirLockHook'), dict(type='RNGStateHook'),
                 dict(type='WeightsOnlyCheckpointHook'), dict(type='PhaseReportHook'),
-                dict(type='PreemptionHook')]
+                dict(type='PreemptionHook'), dict(type='CorruptMediaHook')]
 
 log_processor = dict(type='LogProcessor', window_size=50, by_epoch=False)
 log_level = 'INFO'

@@ -10,5 +10,6 @@ custom_hooks = [
     dict(type='WeightsOnlyCheckpointHook'),
     dict(type='PhaseReportHook'),
     dict(type='PreemptionHook'),
+    dict(type='CorruptMediaHook'),
     dict(type='CDDSCorrelationHook', interval=None),
 ]

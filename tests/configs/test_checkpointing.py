@@ -36,4 +36,5 @@ def test_a_shipped_config_saves_resumable_checkpoints_before_its_end(path):
     if phases and all(phase.get(length) for phase in phases):
         assert interval < sum(phase[length] for phase in phases)
     hooks = {hook.type for hook in cfg.custom_hooks}
-    assert {'WorkDirLockHook', 'RNGStateHook', 'WeightsOnlyCheckpointHook'} <= hooks
+    assert {'WorkDirLockHook', 'RNGStateHook', 'WeightsOnlyCheckpointHook',
+            'CorruptMediaHook'} <= hooks

@@ -4,10 +4,10 @@
 # captions, text->video R@1 per language and their sum (t2v_R@1_sum). Each video gives 12
 # uniformly sampled frames (random offset in training, segment centre in evaluation), encoded as
 # images and mean-pooled by the model. A damaged video stops the run and names the file;
-# on_corrupt='skip' skips it with a warning instead -- add dict(type='CorruptMediaHook') to
-# custom_hooks to get the count per epoch. Prepare with tools/data/prepare_msrvtt.py, then
-# translate and attach the val captions (tools/data/export_source_captions.py,
-# tools/data/attach_translations.py).
+# on_corrupt='skip' skips it with a warning instead, and the runtime's CorruptMediaHook logs the
+# count and the files after each validation and test, and every 1,000 iterations. Prepare
+# with tools/data/prepare_msrvtt.py, then translate and attach the val captions
+# (tools/data/export_source_captions.py, tools/data/attach_translations.py).
 _base_ = ['./eval_loaders.py']
 data_root = 'data/msrvtt'
 data_prefix = dict(media='videos')
