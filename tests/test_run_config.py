@@ -718,3 +718,49 @@ def test_every_launcher_option_says_what_it_is_in_the_help():
     helps = {action.dest: action.help for action in parser._actions if action.dest != 'help'}
     assert helps['launcher'] == 'job launcher for distributed training'
     assert 'torch.distributed.launch passes' in helps['local_rank']
+
+
+def test_the_annotation_files_of_the_splits_a_run_reads_are_checked_as_the_config_loads(
+        tmp_path):
+    """The runner builds a dataset after the model (minutes of pretrained weights), into a work
+    dir it has written: a dataset not yet converted stopped the run there."""
+    from mmengine.config import Config
+
+    from xmr.run_config import check_annotation_files
+
+    (tmp_path / 'annotations').mkdir()
+    for name in ('train.json', 'val.json', 'test.json'):
+        (tmp_path / 'annotations' / name).write_text('{}')
+
+    def dataset(ann_file, data_root=str(tmp_path)):
+        return dict(type='RetrievalDataset', data_root=data_root, ann_file=ann_file)
+
+    cfg = Config(dict(
+        train_dataloader=dict(dataset=dataset('annotations/train.json')),
+        val_dataloader=[dict(dataset=dataset('annotations/val.json')),
+                        dict(dataset=dataset(str(tmp_path / 'annotations' / 'val.json'),
+                                             data_root='elsewhere'))],
+        test_dataloader=dict(dataset=dataset('annotations/test.json')),
+        train_cfg=dict(phases=[dict(name='a', dataloader=dict(dataset=dict(
+            type='ConcatDataset', datasets=[dataset('annotations/train.json')])))])))
+    check_annotation_files(cfg, ['train', 'val', 'test'])
+    # A type that is no xmr annotation dataset reads its files its own way: not checked.
+    cfg.train_dataloader.dataset.type = 'SyntheticRetrievalDataset'
+    cfg.train_dataloader.dataset.ann_file = 'gone.json'
+    check_annotation_files(cfg, ['train'])
+
+    cfg.test_dataloader.dataset.ann_file = 'annotations/multi30k_test.json'
+    check_annotation_files(cfg, ['train', 'val'])  # a run without a test reads no test file
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"annotation file not found: {tmp_path / 'annotations' / 'multi30k_test.json'} "
+            '(test_dataloader.dataset.ann_file): check ann_file and data_root, or make it: '
+            'multi30k_test.json is written by tools/data/prepare_multi30k.py')):
+        check_annotation_files(cfg, ['test'])
+    cfg.val_dataloader[1].dataset.ann_file = 'annotations/val.json'  # under 'elsewhere'
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            'elsewhere/annotations/val.json (val_dataloader.1.dataset.ann_file)')):
+        check_annotation_files(cfg, ['val'])
+    cfg.train_cfg.phases[0].dataloader.dataset.datasets[0].ann_file = 'train2.json'
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            '(train_cfg.phases.0.dataloader.dataset.datasets.0.ann_file)')):
+        check_annotation_files(cfg, ['train'])

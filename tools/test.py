@@ -33,6 +33,7 @@ from mmengine.config import Config
 from xmr.run_config import (
     add_config_arguments,
     add_launcher_arguments,
+    check_annotation_files,
     check_cached_galleries,
     config_file,
     load_run_config,
@@ -440,6 +441,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     check_inputs(args)
     cfg = build_config(args)
+    check_annotation_files(cfg, ['test'])
     prepare_process(cfg, args.launcher)
     json_path, csv_path = output_paths(args)
     check_writable(json_path, args.overwrite)

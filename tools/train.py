@@ -27,6 +27,7 @@ from xmr.run_config import (
     DEFAULT_WORK_DIR,
     add_config_arguments,
     add_launcher_arguments,
+    check_annotation_files,
     check_cached_galleries,
     check_evaluation_keys,
     load_run_config,
@@ -278,6 +279,8 @@ def main(argv: list[str] | None = None) -> None:
 
     allow_mmengine_checkpoint_types()
     cfg = build_config(args)
+    # Here, not in build_config, which computes a shipped config's schedule without its data.
+    check_annotation_files(cfg, ['train', 'val'] + ['test'] * (args.test is not None))
     prepare_process(cfg, args.launcher)
     if launcher_rank(args.launcher) == 0:
         # Before the runner: it dumps the config and opens its log in the work dir, which a

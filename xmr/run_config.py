@@ -10,7 +10,8 @@ import argparse
 import difflib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from mmengine.config import Config, DictAction
@@ -20,8 +21,9 @@ from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
 from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import UserError, did_you_mean, given_file, quiet_on_other_processes
 
-__all__ = ['DEFAULT_WORK_DIR', 'add_config_arguments', 'check_evaluation_keys',
-           'check_run_values', 'config_file', 'load_run_config', 'merge_options']
+__all__ = ['DEFAULT_WORK_DIR', 'add_config_arguments', 'check_annotation_files',
+           'check_evaluation_keys', 'check_run_values', 'config_file', 'load_run_config',
+           'merge_options']
 
 
 #: Where a run writes without ``--work-dir`` (:func:`~xmr.engine.work_dir.resolve_work_dir`),
@@ -400,6 +402,44 @@ def _hooks(cfg: Config) -> dict[str, Any]:
     return {**{f'default_hooks.{name}': hook
                for name, hook in (cfg.get('default_hooks') or {}).items()},
             **{f'custom_hooks.{i}': hook for i, hook in enumerate(cfg.get('custom_hooks') or [])}}
+
+
+def check_annotation_files(cfg: Config, splits: Sequence[str]) -> None:
+    """Every annotation file that the loaders of ``splits`` read exists, checked as the config
+    loads: the runner builds a loader's dataset after the model, whose pretrained weights may
+    take minutes, and writes its work dir first. ``'train'`` is every loader but the ``val_``
+    and ``test_`` ones (the phases' own included), which the loops of ``'val'`` and ``'test'``
+    read.
+
+    Raises:
+        FileNotFoundError: naming the file, its key and the converter that writes it.
+    """
+    from xmr.datasets.annotation import missing_annotation
+
+    for where, loader in _dataloaders(cfg).items():
+        split = where.partition('_')[0]
+        if (split if split in ('val', 'test') else 'train') not in splits:
+            continue
+        for key, dataset in _annotated_datasets(f'{where}.dataset', loader.get('dataset')):
+            path = Path(dataset['ann_file'])
+            path = path if path.is_absolute() else Path(dataset.get('data_root') or '') / path
+            if not path.is_file():
+                raise missing_annotation(path, f'{key}.ann_file')
+
+
+def _annotated_datasets(where: str, part: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """The dataset dicts inside ``part`` (a loader's ``dataset``, wrappers and lists included)
+    that build a :class:`~xmr.datasets.base.MediaCaptionDataset`, by their keys."""
+    from xmr.datasets.base import MediaCaptionDataset
+    from xmr.registry import DATASETS
+
+    if isinstance(part, Mapping) and 'ann_file' in part and \
+            _built_type(DATASETS, part, MediaCaptionDataset):
+        yield where, part
+    children = part.items() if isinstance(part, Mapping) else (
+        enumerate(part) if isinstance(part, (list, tuple)) else ())
+    for key, child in children:
+        yield from _annotated_datasets(f'{where}.{key}', child)
 
 
 def check_cached_galleries(cfg: Config, split: str) -> None:

@@ -508,3 +508,19 @@ def test_test_after_a_run_resumed_at_its_end_tests_the_checkpoint_it_resumed_fro
     train_tool.main([str(config), '--resume', '--test'])
     result = json.loads((tmp_path / 'run' / 'iter_16_test.json').read_text())
     assert result['checkpoint'] == str(tmp_path / 'run' / 'iter_16.pth')
+
+
+@pytest.mark.parametrize('split, flags', [('val', []), ('test', ['--test'])])
+def test_an_annotation_file_not_yet_made_is_named_before_the_work_dir_is_written(
+        tmp_path, split, flags):
+    """The runner built the dataset after the model, into a work dir it had written."""
+    config = tmp_path / 'unconverted.py'
+    config.write_text(f"_base_ = [{str(DEMO)!r}]\n{split}_dataloader = dict(dataset=dict("
+                      "_delete_=True, type='RetrievalDataset', data_root='data/multi30k', "
+                      f"ann_file='annotations/multi30k_{split}.json'))\n")
+    work_dir = tmp_path / 'run'
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f'annotation file not found: data/multi30k/annotations/multi30k_{split}.json '
+            f'({split}_dataloader.dataset.ann_file): check ann_file and data_root')):
+        train_tool.main([str(config), '--work-dir', str(work_dir), *flags])
+    assert not work_dir.exists()

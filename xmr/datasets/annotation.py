@@ -426,6 +426,17 @@ ANNOTATION_WRITERS = (
 )
 
 
+def missing_annotation(path: Path, key: str | None = None) -> FileNotFoundError:
+    """The error of an annotation file ``path`` that does not exist (given as the config's
+    ``key``, where known), naming the converter that writes it."""
+    tool = annotation_writer(path)
+    make = (f'{path.name} is written by {tool}' if tool is not None
+            else 'a raw release is converted by tools/data/prepare_<dataset>.py')
+    named = path if key is None else f'{path} ({key})'
+    return FileNotFoundError(f'annotation file not found: {named}: check ann_file and '
+                             f'data_root, or make it: {make} (docs/data.md, Converters)')
+
+
 def annotation_writer(path: str | os.PathLike) -> str | None:
     """The tool (and its options) that writes the annotation file ``path`` by its name, or the
     tools where several write it (:data:`ANNOTATION_WRITERS`); ``None`` for a name no converter
@@ -456,11 +467,7 @@ def load_annotation(path: str | os.PathLike,
     """
     path = Path(path)
     if not path.is_file():
-        tool = annotation_writer(path)
-        make = (f'{path.name} is written by {tool}' if tool is not None
-                else 'a raw release is converted by tools/data/prepare_<dataset>.py')
-        raise FileNotFoundError(f'annotation file not found: {path}: check ann_file and '
-                                f'data_root, or make it: {make} (docs/data.md, Converters)')
+        raise missing_annotation(path)
     origin, failures = str(path), []
     # utf-8-sig: a byte order mark (Windows editors write one) is no JSON error.
     with _collector_paused(), path.open(encoding='utf-8-sig') as file:
