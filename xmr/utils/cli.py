@@ -37,7 +37,9 @@ DEBUG_FLAG = '--debug'
 # takes the file and the reason) comes back as a RuntimeError.
 _WORKER_ERROR = re.compile(r'Caught (\w+) in DataLoader worker process \d+\.\nOriginal ')
 # OSError's str() with a file, the reason first: "[Errno 2] No such file or directory: 'x.jpg'".
-_OS_ERROR_TEXT = re.compile(r"\[Errno -?\d+\] (?P<reason>.+): (?P<file>'.*'|\".*\")")
+# The file is one string literal (its repr), so that two files ("'a' -> 'b'") stay as they are.
+_OS_ERROR_TEXT = re.compile(
+    r"""\[Errno -?\d+\] (?P<reason>.+): (?P<file>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
