@@ -388,7 +388,7 @@ def test_a_work_dir_that_is_a_file_is_named_with_its_key(tmp_path):
     assert taken.read_text() == 'a file'
 
 
-def tested_run_config(tmp_path: Path) -> Path:
+def run_config_with_a_test_split(tmp_path: Path) -> Path:
     """The phase report's tiny run (validated at the cross-lingual phase's start and each
     phase's end, best kept by mAR), its validation split its test split as well."""
     cfg = report_cfg(tmp_path / 'run')
@@ -413,7 +413,7 @@ def test_test_after_training_scores_the_checkpoint_it_names_as_the_test_tool_doe
     monkeypatch.setattr(mmengine_runner, 'time', SimpleNamespace(
         time=lambda: second, localtime=mmengine_runner.time.localtime,
         strftime=mmengine_runner.time.strftime))
-    config = tested_run_config(tmp_path)
+    config = run_config_with_a_test_split(tmp_path)
     work_dir = tmp_path / 'run'
     options = ['train_cfg.phases.1.lr=0.003', 'randomness.seed=4']
     train_tool.main([str(config), '--test', which, '--cfg-options', *options])
@@ -431,6 +431,7 @@ def test_test_after_training_scores_the_checkpoint_it_names_as_the_test_tool_doe
     assert '(test) [' not in next(work_dir.glob('2*/2*.log')).read_text()
     assert '(test) [' in next((work_dir / 'test').glob('2*/2*.log')).read_text()
 
+    monkeypatch.undo()  # the test alone starts in a second of its own
     load_tool().main([str(config), str(tested), '--out', str(tmp_path / 'alone.json'),
                       '--cfg-options', *options])
     assert result['metrics'] == json.loads((tmp_path / 'alone.json').read_text())['metrics']
@@ -453,7 +454,7 @@ def test_test_after_training_scores_the_checkpoint_it_names_as_the_test_tool_doe
 ])
 def test_test_after_training_is_refused_before_the_run_where_it_has_nothing_to_test(
         tmp_path, which, options, refused):
-    config = tested_run_config(tmp_path)
+    config = run_config_with_a_test_split(tmp_path)
     args = train_tool.parse_args([str(config), '--test', which, '--cfg-options', *options])
     with pytest.raises(UserError, match=refused):
         train_tool.build_config(args)
@@ -461,7 +462,7 @@ def test_test_after_training_is_refused_before_the_run_where_it_has_nothing_to_t
 
 
 def test_test_best_after_a_run_that_never_validated_names_the_run_and_keeps_it(tmp_path):
-    config = tested_run_config(tmp_path)
+    config = run_config_with_a_test_split(tmp_path)
     with pytest.raises(UserError, match=r'run: the run saved no best checkpoint for --test to '
                        r'test \(no validation ran\): test a checkpoint by path'):
         train_tool.main([str(config), '--test', 'best', '--cfg-options',
@@ -487,7 +488,7 @@ def test_test_after_training_under_the_launcher_scores_as_one_process(tmp_path, 
     MODELS.import_from_location()
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
-    config = tested_run_config(tmp_path)
+    config = run_config_with_a_test_split(tmp_path)
     cfg = Config.fromfile(config)
     cfg.custom_hooks = [hook for hook in cfg.custom_hooks if hook.type != 'RecordingHook']
     cfg.dump(str(config))
@@ -503,7 +504,7 @@ def test_test_after_training_under_the_launcher_scores_as_one_process(tmp_path, 
 
 def test_test_after_a_run_resumed_at_its_end_tests_the_checkpoint_it_resumed_from(tmp_path):
     """Nothing trains, nothing is saved: the checkpoint records itself as the last one."""
-    config = tested_run_config(tmp_path)
+    config = run_config_with_a_test_split(tmp_path)
     train_tool.main([str(config)])
     train_tool.main([str(config), '--resume', '--test'])
     result = json.loads((tmp_path / 'run' / 'iter_16_test.json').read_text())
