@@ -502,13 +502,17 @@ def test_test_after_training_under_the_launcher_scores_as_one_process(tmp_path, 
     assert result['metrics'] == json.loads((tmp_path / 'alone.json').read_text())['metrics']
 
 
-def test_test_after_a_run_resumed_at_its_end_tests_the_checkpoint_it_resumed_from(tmp_path):
-    """Nothing trains, nothing is saved: the checkpoint records itself as the last one."""
+@pytest.mark.parametrize('moved', [False, True])
+def test_test_after_a_run_resumed_at_its_end_tests_the_checkpoint_it_resumed_from(
+        tmp_path, moved):
+    """Nothing trains, nothing is saved: the checkpoint records itself as the last one, by the
+    absolute path it was written to, which a moved work dir reads as its own file."""
     config = run_config_with_a_test_split(tmp_path)
     train_tool.main([str(config)])
-    train_tool.main([str(config), '--resume', '--test'])
-    result = json.loads((tmp_path / 'run' / 'iter_16_test.json').read_text())
-    assert result['checkpoint'] == str(tmp_path / 'run' / 'iter_16.pth')
+    work_dir = (tmp_path / 'run').rename(tmp_path / 'moved') if moved else tmp_path / 'run'
+    train_tool.main([str(config), '--work-dir', str(work_dir), '--resume', '--test'])
+    result = json.loads((work_dir / 'iter_16_test.json').read_text())
+    assert result['checkpoint'] == str(work_dir / 'iter_16.pth')
 
 
 @pytest.mark.parametrize('split, flags', [('val', []), ('test', ['--test'])])

@@ -329,6 +329,26 @@ def test_a_moved_work_dir_records_its_own_best_of_each_of_several_keys(tmp_path)
     assert 'best_ckpt' not in runner.message_hub.runtime_info
 
 
+@pytest.mark.parametrize('main_process', [True, False])
+def test_a_moved_work_dir_records_its_own_last_and_best_on_every_rank(
+        tmp_path, monkeypatch, main_process):
+    """Every rank of tools/train.py --test reads the hub's record of the checkpoint it tests;
+    the old absolute paths named files of the work dir's former place."""
+    runner, hook = runner_with_hook(tmp_path / 'written', save_best='mAR', rule='greater')
+    runner.train_loop._iter = 4
+    hook._save_checkpoint(runner)
+    hook._save_best_checkpoint(runner, {'mAR': 1.0})
+    written = {key: runner.message_hub.get_info(key) for key in ('last_ckpt', 'best_ckpt')}
+    moved = (tmp_path / 'written').rename(tmp_path / 'moved')
+    monkeypatch.setattr(checkpoint_hook, 'is_main_process', lambda: main_process)
+    runner, hook = runner_with_hook(moved, save_best='mAR', rule='greater')
+    for key, path in written.items():  # as the resumed hub says
+        runner.message_hub.update_info(key, path)
+    hook.before_train(runner)
+    assert runner.message_hub.get_info('last_ckpt') == hook.last_ckpt == str(moved / 'iter_4.pth')
+    assert runner.message_hub.get_info('best_ckpt') == str(moved / 'best_mAR_iter_4.pth')
+
+
 def test_a_best_saved_again_at_its_iteration_keeps_its_file(tmp_path):
     """A resumed run makes up the validation of the iteration it resumed at."""
     runner, hook = runner_with_hook(tmp_path, save_best='mAR', rule='greater')

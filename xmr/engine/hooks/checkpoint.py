@@ -12,7 +12,8 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
   after their successor is in place (MMEngine removes them first), and only from this run's
   work dir: a run resumed from another work dir's checkpoint (a fork) inherits that run's best
   path and score, and leaves its file where it is; a work dir moved or copied elsewhere takes
-  its own file of the recorded best's name;
+  its own files of the recorded best's and last checkpoint's names (the last is the one
+  ``tools/train.py --test`` tests after a run resumed at its end);
 * resuming loads strictly: a checkpoint whose weights do not fit the model (other adapter
   shapes, other languages) is refused, naming the keys and shapes, instead of training on
   with re-initialised modules; its facts (``_extra_state``) are compared by value, as
@@ -85,21 +86,25 @@ class CheckpointHook(MMEngineCheckpointHook):
         if is_main_process():
             for path in remove_stale_temporaries(self.out_dir):
                 runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
-            for key, path in self._best_paths().items() if self.save_best else ():
-                if path is None or self._ours(path):
-                    continue
-                # MMEngine records the absolute path: a work dir moved or copied elsewhere
-                # names the file where it was written, and holds its own of that name.
-                own = self.file_backend.join_path(self.out_dir, Path(path).name)
-                if self.file_backend.isfile(own):
-                    self._set_best_path(key, own)
-                    runner.message_hub.update_info(
-                        'best_ckpt' if len(self.key_indicators) == 1 else f'best_ckpt_{key}', own)
-                else:
-                    runner.logger.warning(
-                        f'the best checkpoint so far, {path}, is another work dir\'s (this run '
-                        'resumed from it); it stays there, and this work dir gets its own when '
-                        'a validation beats that score')
+        # On every rank: each reads the hub's paths (tools/train.py --test tests on each).
+        for key, path in self._best_paths().items() if self.save_best else ():
+            if path is None or self._ours(path):
+                continue
+            own = self._own_file(path)
+            if own is not None:
+                self._set_best_path(key, own)
+                runner.message_hub.update_info(
+                    'best_ckpt' if len(self.key_indicators) == 1 else f'best_ckpt_{key}', own)
+            elif is_main_process():
+                runner.logger.warning(
+                    f'the best checkpoint so far, {path}, is another work dir\'s (this run '
+                    'resumed from it); it stays there, and this work dir gets its own when a '
+                    'validation beats that score')
+        last = runner.message_hub.get_info('last_ckpt')
+        own = None if last is None or self._ours(last) else self._own_file(last)
+        if own is not None:
+            self.last_ckpt = own
+            runner.message_hub.update_info('last_ckpt', own)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         # Every save of the runner (periodic, best, preemption) passes here.
@@ -199,6 +204,13 @@ class CheckpointHook(MMEngineCheckpointHook):
     def _ours(self, path: str) -> bool:
         """Whether ``path`` lies in this run's work dir (not in the one a fork resumed from)."""
         return Path(path).resolve().parent == Path(self.out_dir).resolve()
+
+    def _own_file(self, path: str) -> str | None:
+        """This work dir's file of ``path``'s name, if it has one: MMEngine records absolute
+        paths, and a work dir moved or copied elsewhere names the files where they were
+        written while holding its own of those names."""
+        own = self.file_backend.join_path(self.out_dir, Path(path).name)
+        return own if self.file_backend.isfile(own) else None
 
     def _remove(self, path: str) -> None:
         if is_main_process() and self.file_backend.isfile(path):
