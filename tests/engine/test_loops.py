@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import itertools
 import json
 import math
 import random
@@ -122,6 +123,9 @@ EPOCH_PHASES = [
 EPOCH_BOUNDARIES = [(0, 6), (6, 16), (16, 19)]
 
 
+RUN_IDS = itertools.count()
+
+
 def make_cfg(work_dir: Path, phases=PHASES, checkpoint_interval: int = 100,
              resume_from: Path | None = None, stop_after: int | None = None,
              english_drop_last: bool = True) -> Config:
@@ -129,8 +133,9 @@ def make_cfg(work_dir: Path, phases=PHASES, checkpoint_interval: int = 100,
         default_scope='xmr',
         work_dir=str(work_dir),
         # MMEngine reuses the logger of a run started in the same second under the same name,
-        # writing its log elsewhere; a name per work dir keeps each run's log in its own dir.
-        experiment_name=str(work_dir).strip('/').replace('/', '_'),
+        # writing its log elsewhere; a name per config keeps each run's log its own (a resumed
+        # run's too, which may start in the second its first run started).
+        experiment_name=f"{str(work_dir).strip('/').replace('/', '_')}_{next(RUN_IDS)}",
         model=tiny_retriever_cfg(),
         train_dataloader=loader(PAIRS),
         source_finetune_dataloader=dict(loader(ENGLISH, batch_size=16),
