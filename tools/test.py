@@ -137,10 +137,6 @@ def build_config(args: argparse.Namespace) -> Config:
     cfg.launcher = args.launcher
     # The checkpoint is loaded strictly below; the runner must neither load nor resume.
     cfg.load_from, cfg.resume = None, False
-    # MMEngine names its logger, message hub and visualizer after the config and the second
-    # the runner starts: a test in the process of a training (`tools/train.py --test`) that
-    # began in the second it ended would otherwise log into the training's files.
-    cfg.experiment_name = f"{cfg.get('experiment_name') or Path(args.config).stem}_test"
     return cfg
 
 
@@ -340,9 +336,14 @@ def run_test(args: argparse.Namespace, cfg: Config):
     from mmengine.runner import Runner
 
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
+    from xmr.engine.runner import runner_name_in_process
     from xmr.engine.wrappers import unwrap_model
     from xmr.evaluation import EvaluationResult, clip_benchmark_records, scored_datasets
 
+    # A name of its own: a test in the process of its training (`tools/train.py --test`)
+    # that began in the second the training's runner did would log into the training's files.
+    cfg.experiment_name = runner_name_in_process(
+        f"{cfg.get('experiment_name') or Path(args.config).stem}_test")
     runner = Runner.from_cfg(cfg)
     model = unwrap_model(runner.model)
     try:

@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     from xmr.engine.distributed import launcher_rank
     from xmr.engine.hooks import PreemptionHook
     from xmr.engine.process import prepare_process
-    from xmr.engine.runner import ResumeCheckedRunner
+    from xmr.engine.runner import ResumeCheckedRunner, runner_name_in_process
     from xmr.engine.work_dir import lock_work_dir, unlock_work_dir
 
     allow_mmengine_checkpoint_types()
@@ -289,6 +289,9 @@ def main(argv: list[str] | None = None) -> None:
         if taken_over:
             print_log(taken_over, logger='current', level=logging.WARNING)
     try:
+        name = cfg.get('experiment_name') or Path(args.config).stem
+        if (own := runner_name_in_process(name)) != name:
+            cfg.experiment_name = own  # the first keeps MMEngine's name, and its dump its keys
         runner = ResumeCheckedRunner.from_cfg(cfg)
         runner.train()
     except BaseException:

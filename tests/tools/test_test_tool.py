@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import itertools
 import json
 import os
 import re
@@ -77,15 +76,9 @@ def save_checkpoint(model_cfg: dict, path: Path, seed: int = 0) -> None:
     torch.save({'meta': {'iter': 42}, 'state_dict': model.state_dict()}, path)
 
 
-RUN_IDS = itertools.count()
-
-
 def write_config(path: Path, work_dir: Path, model: dict, datasets: list[dict],
                  evaluators: list[dict]) -> Path:
-    # A name per config: MMEngine hands a runner started in the second another of the same
-    # name started (in this process: another test's) that runner's logger and log file.
     Config(dict(default_scope='xmr', work_dir=str(work_dir), model=model, log_level='WARNING',
-                experiment_name=f'{path.stem}_{next(RUN_IDS)}',
                 test_dataloader=[eval_loader(d) for d in datasets], test_evaluator=evaluators,
                 test_cfg=dict(type='MultiDatasetTestLoop'))).dump(path)
     return path

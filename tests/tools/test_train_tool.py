@@ -515,6 +515,27 @@ def test_test_after_a_run_resumed_at_its_end_tests_the_checkpoint_it_resumed_fro
     assert result['checkpoint'] == str(work_dir / 'iter_16.pth')
 
 
+def test_runs_started_in_one_second_of_one_process_log_into_their_own_files(
+        tmp_path, monkeypatch):
+    """MMEngine handed the second runner of a name started in one second the first's logger
+    (its file) and message hub (its last checkpoint)."""
+    import mmengine.runner.runner as mmengine_runner
+
+    second = mmengine_runner.time.time()
+    monkeypatch.setattr(mmengine_runner, 'time', SimpleNamespace(
+        time=lambda: second, localtime=mmengine_runner.time.localtime,
+        strftime=mmengine_runner.time.strftime))
+    config = run_config_with_a_test_split(tmp_path)
+    for run in ('first', 'second'):
+        train_tool.main([str(config), '--work-dir', str(tmp_path / run), '--cfg-options',
+                         'train_cfg.validate_at_phase_end=False',
+                         'train_cfg.phases.1.validate_at_start=False'])
+    logs = {run: list((tmp_path / run).glob('2*/2*.log')) for run in ('first', 'second')}
+    assert [len(files) for files in logs.values()] == [1, 1]
+    assert str(tmp_path / 'second') not in logs['first'][0].read_text()
+    assert f"Checkpoints will be saved to {tmp_path / 'second'}" in logs['second'][0].read_text()
+
+
 @pytest.mark.parametrize('split, flags', [('val', []), ('test', ['--test'])])
 def test_an_annotation_file_not_yet_made_is_named_before_the_work_dir_is_written(
         tmp_path, split, flags):

@@ -1,10 +1,29 @@
-"""The runner of ``tools/train.py``: a refused resume leaves the work dir's config dump alone."""
+"""The runner of ``tools/train.py``: a refused resume leaves the work dir's config dump alone;
+and the name the tools give each runner they build in a process."""
 from __future__ import annotations
+
+from collections import Counter
 
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-__all__ = ['ResumeCheckedRunner']
+__all__ = ['ResumeCheckedRunner', 'runner_name_in_process']
+
+#: How many runners of each name the tools have built in this process.
+_RUNNERS_NAMED: Counter[str] = Counter()
+
+
+def runner_name_in_process(name: str) -> str:
+    """The name of a runner the tools build in this process as ``name``: ``name`` for the
+    first, ``<name>_<n>`` for the n-th (for ``cfg.experiment_name``).
+
+    MMEngine names a runner's logger, message hub and visualizer ``<name>_<second it
+    starts>``, and hands a runner that starts in the second another of its name started that
+    runner's: its log file and its messages. A tool's ``main`` called again from Python (a
+    notebook, a sweep, the tests) would log into the earlier run's files.
+    """
+    _RUNNERS_NAMED[name] += 1
+    return name if _RUNNERS_NAMED[name] == 1 else f'{name}_{_RUNNERS_NAMED[name]}'
 
 
 class ResumeCheckedRunner(Runner):
