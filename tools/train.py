@@ -11,6 +11,9 @@ beside its own.
 ``tools/test.py CONFIG <work_dir>/iter_<n>.pth`` would, in the same process: the leaderboard is
 printed and the result written as ``iter_<n>_test.json`` (and ``.csv``) beside the checkpoint;
 ``--test best`` tests the best validation's checkpoint (``CheckpointHook``'s ``save_best``).
+A result of that very test already beside the checkpoint (the same command, written after the
+checkpoint: a job requeued with ``--resume auto --test`` after it ended) is shown again, not
+computed again; any other file there is kept and the test refused, naming the command to run.
 """
 from __future__ import annotations
 
@@ -178,7 +181,8 @@ def test_after_training(args: argparse.Namespace, checkpoint: str) -> None:
     """Test ``checkpoint`` with ``tools/test.py`` (the copy beside this tool) in this process,
     given the training's config, ``--ablation`` rows, ``--cfg-options`` and launcher, which the
     result records as the command that repeats the test."""
-    from mmengine.dist import barrier
+    from mmengine.dist import barrier, is_main_process
+    from mmengine.logging import print_log
 
     spec = importlib.util.spec_from_file_location('xmr_test_tool',
                                                   Path(__file__).with_name('test.py'))
@@ -192,7 +196,32 @@ def test_after_training(args: argparse.Namespace, checkpoint: str) -> None:
     if getattr(args, 'cfg_options_given', None):
         argv += ['--cfg-options', *args.cfg_options_given]
     barrier()  # the main process has written the checkpoint every process loads
-    test_tool.main(argv)
+    test_args = test_tool.parse_args(argv)
+    json_path, _ = test_tool.output_paths(test_args)
+    if not json_path.exists():
+        test_tool.main(argv)
+    elif not is_this_test(json_path, Path(checkpoint), test_args.command):
+        raise UserError(json_path, 'exists and is kept (an earlier test of the checkpoint, '
+                        'with other options, or another file); the training is done', 'test '
+                        f'the checkpoint with {test_args.command} --overwrite (replacing an '
+                        'earlier result) or --out OTHER.json')
+    elif is_main_process():
+        print_log(f'{checkpoint} was tested before by this command; its result, {json_path}, '
+                  'is shown, not computed again', logger='current', level=logging.WARNING)
+        test_tool.main(['--compare', str(json_path)])
+
+
+def is_this_test(json_path: Path, checkpoint: Path, command: str) -> bool:
+    """Whether ``json_path`` is the result of ``command`` (a ``tools/test.py`` line) on
+    ``checkpoint`` as it is now: a result recording that command, written after the file."""
+    from xmr.evaluation import load_result
+
+    try:
+        earlier = load_result(json_path)
+    except (FileNotFoundError, ValueError):
+        return False
+    return (earlier.extra.get('command') == command
+            and json_path.stat().st_mtime_ns >= checkpoint.stat().st_mtime_ns)
 
 
 def config_resume(cfg: Config) -> str | None:

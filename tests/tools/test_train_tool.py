@@ -515,6 +515,36 @@ def test_test_after_a_run_resumed_at_its_end_tests_the_checkpoint_it_resumed_fro
     assert result['checkpoint'] == str(work_dir / 'iter_16.pth')
 
 
+def test_test_after_a_run_tested_before_shows_that_result_and_keeps_any_other(
+        tmp_path, capsys):
+    """A job requeued with --resume auto --test after it ended met its own result, and the
+    test tool's advice (--overwrite, --out) named options the train tool does not have."""
+    config = run_config_with_a_test_split(tmp_path)
+    train_tool.main([str(config), '--resume', 'auto', '--test'])
+    tested = tmp_path / 'run' / 'iter_16.pth'
+    result = tested.with_name('iter_16_test.json')
+    written, text = result.stat().st_mtime_ns, result.read_text()
+    capsys.readouterr()
+
+    train_tool.main([str(config), '--resume', 'auto', '--test'])
+    assert (result.stat().st_mtime_ns, result.read_text()) == (written, text)
+    captured = capsys.readouterr()
+    assert any(line.startswith('| tiny (iter_16, seed ') for line in captured.out.splitlines())
+    assert f'{tested} was tested before by this command' in captured.out + captured.err
+
+    command = shlex.join(['tools/test.py', str(config), str(tested), '--cfg-options',
+                          'randomness.seed=4'])
+    with pytest.raises(UserError, match=re.escape(
+            f'{result}: exists and is kept (an earlier test of the checkpoint, with other '
+            f'options, or another file); the training is done: test the checkpoint with '
+            f'{command} --overwrite (replacing an earlier result) or --out OTHER.json')):
+        train_tool.main([str(config), '--resume', '--test', '--cfg-options', 'randomness.seed=4'])
+    os.utime(tested)  # a checkpoint written after the result is not the one it scored
+    with pytest.raises(UserError, match='exists and is kept'):
+        train_tool.main([str(config), '--resume', '--test'])
+    assert (result.stat().st_mtime_ns, result.read_text()) == (written, text)
+
+
 def test_runs_started_in_one_second_of_one_process_log_into_their_own_files(
         tmp_path, monkeypatch):
     """MMEngine handed the second runner of a name started in one second the first's logger
