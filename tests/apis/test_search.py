@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.conftest import tiny_retriever_cfg
+from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
 from xmr.apis import MediaIndex, SearchHit, encode_media, encode_texts
 from xmr.registry import MODELS
 
@@ -141,3 +141,49 @@ def test_gallery_embeddings_with_nan_are_refused_by_media_id(index):
     with pytest.raises(ValueError, match=r"embeddings of media \['b', 'c'\] hold NaN or "
                        'infinite values'):
         MediaIndex(gallery, ['a', 'b', 'c'], **index)
+
+
+@pytest.mark.parametrize('index', [dict(index='flat'), dict(index='ivf', nlist=2, nprobe=1),
+                                   dict(index='hnsw', hnsw_m=4, ef_search=4)])
+def test_a_saved_index_searches_as_the_one_it_was_built(model, image_files, tmp_path, index):
+    """An approximate index loads as it was built (IVF's cells and HNSW's graph are not built
+    again), so its misses stay its misses."""
+    built = MediaIndex.from_media(model, image_files, **index)
+    assert built.save(tmp_path / 'gallery.idx') == tmp_path / 'gallery.idx'
+    loaded = MediaIndex.load(tmp_path / 'gallery.idx', model=model)
+    assert loaded.media_ids == built.media_ids and loaded.encoded_by == built.encoded_by
+    assert loaded.encoded_by == dict(backbone=model.backbone.fingerprint(), transform=None,
+                                     num_frames=12)
+    for lang, queries in QUERIES.items():
+        assert loaded.search(model, queries, lang, k=5) == built.search(model, queries, lang, k=5)
+
+
+def test_a_loaded_index_refuses_a_model_of_other_weights_and_takes_one_of_more_languages(
+        model, image_files, tmp_path):
+    MediaIndex.from_media(model, image_files).save(tmp_path / 'gallery.idx')
+    torch.manual_seed(1)
+    other = MODELS.build(tiny_retriever_cfg()).eval()
+    with pytest.raises(ValueError, match=re.escape(
+            f"{tmp_path / 'gallery.idx'}: its media were encoded by backbone "
+            f"{model.backbone.fingerprint()}, the model's is {other.backbone.fingerprint()} "
+            '(other weights): encode the gallery with this model')):
+        MediaIndex.load(tmp_path / 'gallery.idx', model=other)
+    # A language added on the same backbone leaves every media embedding as it was.
+    more = MODELS.build(tiny_retriever_cfg(
+        language_branch=tiny_branch_cfg(languages=('de', 'zh', 'fr')))).eval()
+    more.backbone.load_state_dict(model.backbone.state_dict())
+    loaded = MediaIndex.load(tmp_path / 'gallery.idx', model=more)
+    assert len(loaded.search(more, 'un cercle rouge', lang='fr', k=2)[0]) == 2
+    # An index of embeddings given cannot tell; it takes any model.
+    MediaIndex(torch.eye(2), ['a', 'b']).save(tmp_path / 'given.idx')
+    assert MediaIndex.load(tmp_path / 'given.idx', model=other).encoded_by is None
+
+
+def test_a_file_that_is_no_media_index_is_named(tmp_path):
+    torch.save({'state_dict': {}}, tmp_path / 'model.pth')
+    with pytest.raises(ValueError, match=re.escape(
+            f"{tmp_path / 'model.pth'}: is not a media index (a dict without a format, not "
+            "'xmr-media-index/1'); MediaIndex.save writes one")):
+        MediaIndex.load(tmp_path / 'model.pth')
+    with pytest.raises(FileNotFoundError, match='gallery.idx'):
+        MediaIndex.load(tmp_path / 'gallery.idx')

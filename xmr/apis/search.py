@@ -1,6 +1,7 @@
 """Text-to-media search: a gallery index of media embeddings, queried in any trained language."""
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,11 +11,18 @@ import torch
 from torch import Tensor
 
 from xmr.apis.inference import MediaInput, encode_media, encode_texts, media_list
+from xmr.engine.checkpoint import read_checkpoint
+from xmr.engine.feature_cache.key import backbone_fingerprint, jsonable
 from xmr.evaluation.search import FaissSearcher
+from xmr.fileio import atomic_torch_save
 from xmr.models.retrievers.base import unit_rows
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
+from xmr.version import provenance
 
-__all__ = ['SearchHit', 'MediaIndex']
+#: What :meth:`MediaIndex.save` writes as the file's ``format``.
+INDEX_FORMAT = 'xmr-media-index/1'
+
+__all__ = ['INDEX_FORMAT', 'SearchHit', 'MediaIndex']
 
 
 @dataclass(frozen=True)
@@ -47,7 +55,15 @@ class MediaIndex:
         index: ``'flat'`` (exact, default), ``'ivf'`` or ``'hnsw'`` (approximate, for large
             galleries).
         **search_options: further :class:`FaissSearcher` options (``nprobe``, ``ef_search``, ...).
+
+    Attributes:
+        encoded_by: what the embeddings depend on, for an index :meth:`from_media` encoded:
+            ``backbone`` (the model's backbone fingerprint: its weights; a language's adapters
+            change nothing of the media embeddings), ``transform`` and ``num_frames``;
+            ``None`` for embeddings given.
     """
+
+    encoded_by: dict[str, Any] | None = None
 
     def __init__(self, embeddings: Tensor, media_ids: Sequence[str], index: str = 'flat',
                  **search_options: Any) -> None:
@@ -101,7 +117,69 @@ class MediaIndex:
             raise ValueError(f'{len(media_ids)} media_ids for {len(media)} media')
         embeddings = encode_media(model, media, transform=transform, num_frames=num_frames,
                                   batch_size=batch_size)
-        return cls(embeddings, media_ids, index=index, **search_options)
+        gallery = cls(embeddings, media_ids, index=index, **search_options)
+        gallery.encoded_by = dict(backbone=backbone_fingerprint(model.backbone),
+                                  transform=jsonable(transform), num_frames=num_frames)
+        return gallery
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the index to one file (atomically: an earlier file there stays whole until the
+        new one is), for :meth:`load` to search again without encoding the gallery again: the
+        faiss index as built, the media ids, :attr:`encoded_by` and the xmr that wrote it.
+
+        Returns:
+            ``path``.
+        """
+        return atomic_torch_save(dict(format=INDEX_FORMAT, media_ids=self.media_ids,
+                                      searcher=self.searcher.state_dict(),
+                                      encoded_by=self.encoded_by, **provenance()), path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike,
+             model: CrossLingualRetriever | None = None) -> MediaIndex:
+        """The index :meth:`save` wrote (an approximate one as it was built, not trained
+        again), read weights-only.
+
+        Args:
+            path: the file.
+            model: the retriever that will query it: refused unless its backbone is the one
+                that encoded the gallery (:attr:`encoded_by`); a model trained on more
+                languages since, on the same backbone, is accepted.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: a file that is no media index, or a model that did not encode it
+                (:class:`~xmr.engine.checkpoint.CheckpointReadError` for a damaged file).
+        """
+        state = read_checkpoint(path, 'media index')
+        if not isinstance(state, Mapping) or state.get('format') != INDEX_FORMAT:
+            found = (f"format {state.get('format')!r}" if isinstance(state, Mapping)
+                     and 'format' in state else f'a {type(state).__name__} without a format')
+            raise ValueError(f'{path}: is not a media index ({found}, not {INDEX_FORMAT!r}); '
+                             'MediaIndex.save writes one')
+        gallery = cls.__new__(cls)
+        gallery.searcher = FaissSearcher.from_state_dict(state['searcher'])
+        gallery.media_ids, gallery.encoded_by = list(state['media_ids']), state['encoded_by']
+        if model is not None:
+            gallery.check_encoder(model, where=str(path))
+        return gallery
+
+    def check_encoder(self, model: CrossLingualRetriever, where: str = 'the index') -> None:
+        """Refuse a ``model`` whose backbone did not encode the gallery: its queries would be
+        scored against another model's media embeddings. An index of embeddings given (no
+        :attr:`encoded_by`) passes.
+
+        Raises:
+            ValueError: naming both backbone fingerprints.
+        """
+        if self.encoded_by is None:
+            return
+        fingerprint = backbone_fingerprint(model.backbone)
+        if fingerprint != self.encoded_by['backbone']:
+            raise ValueError(f"{where}: its media were encoded by backbone "
+                             f"{self.encoded_by['backbone']}, the model's is {fingerprint} "
+                             '(other weights): encode the gallery with this model '
+                             '(MediaIndex.from_media), or query with the model that encoded it')
 
     def __len__(self) -> int:
         return self.searcher.gallery_size

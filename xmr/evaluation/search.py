@@ -202,6 +202,24 @@ class FaissSearcher:
     def gallery_size(self) -> int:
         return int(self.index.ntotal)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The searcher as plain data, its faiss index serialised (``uint8 [N]``): what
+        :meth:`from_state_dict` rebuilds and a weights-only ``torch.load`` reads."""
+        return dict(index_type=self.index_type, ids=self.ids, chunk_size=self.chunk_size,
+                    ef_search=self.ef_search,
+                    index=torch.from_numpy(faiss.serialize_index(self.index)))
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> FaissSearcher:
+        """The searcher :meth:`state_dict` wrote: the same index (an approximate one is not
+        trained again, so it returns what it returned)."""
+        searcher = cls.__new__(cls)
+        searcher.index_type, searcher.ids = state['index_type'], state['ids']
+        searcher.chunk_size, searcher.ef_search = state['chunk_size'], state['ef_search']
+        searcher.index = faiss.deserialize_index(state['index'].numpy())
+        searcher.dim = searcher.index.d
+        return searcher
+
     def search(self, queries: Tensor | np.ndarray, k: int) -> tuple[Tensor, Tensor]:
         """The ``k`` best gallery items of every query.
 
