@@ -1,0 +1,117 @@
+"""tools/search.py: the hits of xmr.apis on a folder of media, a saved index searched again, and
+everything given checked before the model is built."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mmengine.config import Config
+from PIL import Image
+
+from tests.conftest import tiny_retriever_cfg
+from tests.tools.test_test_tool import save_checkpoint
+from xmr.apis import MediaIndex, init_retriever
+from xmr.utils.cli import UserError
+
+TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'search.py'
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location('xmr_search_tool', TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def gallery(tmp_path, shared_data):
+    """A config, its checkpoint, and a folder of images (one nested, one upper-case suffix) and
+    a video, beside files that are no media."""
+    config, checkpoint = tmp_path / 'tiny.py', tmp_path / 'tiny.pth'
+    Config(dict(default_scope='xmr', model=tiny_retriever_cfg())).dump(config)
+    save_checkpoint(tiny_retriever_cfg(), checkpoint)
+    media = tmp_path / 'media'
+    rng = np.random.default_rng(0)
+    for name in ('beach.png', 'forest.JPG', 'cities/night.png'):
+        (media / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (36, 44, 3), dtype=np.uint8)).save(
+            media / name, 'PNG' if name.endswith('.png') else 'JPEG')
+    shutil.copy(shared_data / 'videos' / 'video_0.mov', media / 'clip.mov')
+    (media / 'notes.txt').write_text('not a medium')
+    (media / 'features.h5').write_bytes(b'\x89HDF')
+    return config, checkpoint, media
+
+
+def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index_again(
+        gallery, tmp_path, capsys):
+    config, checkpoint, media = gallery
+    files = [media / 'beach.png', media / 'cities' / 'night.png', media / 'clip.mov',
+             media / 'forest.JPG']
+    model = init_retriever(str(config), str(checkpoint))
+    expected = MediaIndex.from_media(model, files, media_ids=[str(f) for f in files]).search(
+        model, ['ein roter Kreis', 'zwei Quadrate'], 'de', k=3)
+
+    tool = load_tool()
+    tool.main([str(config), str(checkpoint), '--media', str(media), '--index',
+               str(tmp_path / 'gallery.idx'), '--lang', 'de', '--query', 'ein roter Kreis',
+               'zwei Quadrate', '--k', '3', '--out', str(tmp_path / 'hits.json')])
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"index of 4 media: {tmp_path / 'gallery.idx'}\n")
+    hit = expected[0][0]
+    assert (f'query (de): ein roter Kreis\n\n| rank | score | media |\n|---:|---:|---|\n'
+            f'| 1 | {hit.score:.4f} | {hit.media_id} |') in printed
+    written = json.loads((tmp_path / 'hits.json').read_text())
+    assert [[(h['media'], h['score']) for h in row['hits']] for row in written['results']] == [
+        [(h.media_id, h.score) for h in row] for row in expected]
+
+    # The saved index: only the queries are encoded.
+    (tmp_path / 'queries.txt').write_text('ein roter Kreis\n\nzwei Quadrate\n')
+    tool.main([str(config), str(checkpoint), '--index', str(tmp_path / 'gallery.idx'),
+               '--lang', 'de', '--queries', str(tmp_path / 'queries.txt'), '--k', '3',
+               '--out', str(tmp_path / 'again.json')])
+    assert json.loads((tmp_path / 'again.json').read_text())['results'] == written['results']
+
+
+@pytest.mark.parametrize('flags, refused', [
+    (['--media', 'nowhere', '--lang', 'de', '--query', 'x'],
+     r'^nowhere \(--media\): no such file or folder$'),
+    (['--index', 'missing.idx', '--lang', 'de', '--query', 'x'],
+     r'^missing.idx \(--index\): no such file: give the index a search with --media --index '),
+    (['--media', 'media', '--index', 'kept.idx'],
+     r'^kept.idx \(--index\): exists and is kept: pass --overwrite to replace it'),
+    (['--media', 'empty', '--lang', 'de', '--query', 'x'],
+     r'^empty \(--media\): holds no image or video file'),
+    (['--media', 'media', '--lang', 'de', '--queries', 'none.txt'],
+     r'^none.txt \(--queries\): no such file'),
+])
+def test_what_is_given_is_checked_before_the_model_is_built(
+        gallery, tmp_path, monkeypatch, flags, refused):
+    config, checkpoint, _ = gallery
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'empty').mkdir()
+    (tmp_path / 'kept.idx').write_text('an earlier index')
+    tool = load_tool()
+    monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
+    with pytest.raises(UserError, match=refused):
+        tool.main([str(config), str(checkpoint), *flags])
+    assert (tmp_path / 'kept.idx').read_text() == 'an earlier index'
+
+
+@pytest.mark.parametrize('flags, refused', [
+    ([], 'give --media to search'),
+    (['--media', 'm'], r'give --query TEXT ... or --queries FILE'),
+    (['--media', 'm', '--query', 'x'], "give the queries' language: --lang"),
+    (['--index', 'i', '--overwrite', '--lang', 'de', '--query', 'x'],
+     '--overwrite lets --media replace a saved index'),
+    (['--media', 'm', '--lang', 'de', '--query', 'x', '--k', '0'],
+     '--k must be at least 1, got 0'),
+])
+def test_usage_errors_name_what_to_give(capsys, flags, refused):
+    with pytest.raises(SystemExit):
+        load_tool().parse_args(['c.py', 'c.pth', *flags])
+    assert re.search(refused, capsys.readouterr().err)
