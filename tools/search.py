@@ -3,7 +3,8 @@
 ``python tools/search.py CONFIG CHECKPOINT --media PATH [PATH ...] --lang de --query TEXT ...``
 encodes the media (a folder: every image and video below it, by suffix, in path order) as
 ``xmr.apis.MediaIndex.from_media`` does and prints, per query, the ``--k`` best media with their
-cosine scores. ``--index FILE`` with ``--media`` saves the gallery's index there
+cosine scores. A file that cannot be read stops the search, or with ``--on-corrupt skip`` is
+named and left out. ``--index FILE`` with ``--media`` saves the gallery's index there
 (``MediaIndex.save``), so that later searches, ``--index FILE`` without ``--media``, encode only
 their queries; the saved index refuses a model whose backbone did not encode it
 (``MediaIndex.load``), and serves one trained on more languages since. ``--out FILE.json`` writes
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="faiss index of a new gallery: 'flat' (exact, default), 'ivf' or "
                         "'hnsw' (approximate, for large galleries)")
     parser.add_argument('--num-frames', type=int, default=12, help='frames per video (default: 12)')
+    parser.add_argument('--on-corrupt', choices=['raise', 'skip'], default='raise',
+                        help="a media file that cannot be read: 'raise' stops (default), 'skip' "
+                        'warns and leaves it out of the gallery')
     parser.add_argument('--batch-size', type=int, default=32, help='media per forward pass')
     parser.add_argument('--device', default='cpu', help="where the model runs ('cpu', 'cuda')")
     parser.add_argument('--out', type=Path, metavar='FILE.json', help='write the hits as JSON')
@@ -128,6 +133,8 @@ def hits_table(query: str, lang: str, hits: list[Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    from mmengine.logging import print_log
+
     from xmr.apis import MediaIndex, init_retriever
     from xmr.fileio import atomic_write_text
 
@@ -142,7 +149,11 @@ def main(argv: list[str] | None = None) -> None:
     else:
         index = MediaIndex.from_media(model, files, media_ids=[str(path) for path in files],
                                       index=args.index_type, num_frames=args.num_frames,
-                                      batch_size=args.batch_size)
+                                      batch_size=args.batch_size, on_corrupt=args.on_corrupt)
+        if index.skipped:
+            print_log(f'{len(index.skipped)} of the {len(files)} media cannot be read and are '
+                      "left out (--on-corrupt skip; named above)", logger='current',
+                      level=logging.WARNING)
         if args.index is not None:
             index.save(args.index)
             print_for_reader(f'index of {len(index)} media: {args.index}\n')
@@ -156,7 +167,9 @@ def main(argv: list[str] | None = None) -> None:
             lang=args.lang, k=args.k, index=None if args.index is None else str(args.index),
             results=[dict(query=query, hits=[dict(media=hit.media_id, score=hit.score)
                                              for hit in row])
-                     for query, row in zip(queries, hits)]), ensure_ascii=False, indent=1) + '\n')
+                     for query, row in zip(queries, hits)],
+            skipped=[dict(media=marker.media_path, reason=marker.reason)
+                     for marker in index.skipped]), ensure_ascii=False, indent=1) + '\n')
         print_for_reader(f'hits: {args.out}')
 
 

@@ -9,7 +9,9 @@ import torch
 from PIL import Image
 
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
-from xmr.apis import MediaIndex, SearchHit, encode_media, encode_texts
+from xmr.apis import MediaIndex, SearchHit, encode_media, encode_readable_media, encode_texts
+from xmr.datasets.corrupt_policy import MediaSkippedWarning
+from xmr.datasets.media_io import MediaReadError
 from xmr.registry import MODELS
 
 QUERIES = {'de': ['ein roter Kreis', 'zwei blaue Quadrate links'],
@@ -187,3 +189,29 @@ def test_a_file_that_is_no_media_index_is_named(tmp_path):
         MediaIndex.load(tmp_path / 'model.pth')
     with pytest.raises(FileNotFoundError, match='gallery.idx'):
         MediaIndex.load(tmp_path / 'gallery.idx')
+
+
+def test_media_that_cannot_be_read_are_left_out_when_asked_and_stop_the_index_otherwise(
+        model, image_files, tmp_path):
+    empty, garbled = tmp_path / 'empty.png', tmp_path / 'garbled.jpg'
+    empty.write_bytes(b'')
+    garbled.write_bytes(b'\xff\xd8 not a jpeg')
+    media = [image_files[0], empty, image_files[1], garbled, image_files[2]]
+    with pytest.raises(MediaReadError, match=re.escape(str(empty))):
+        MediaIndex.from_media(model, media)
+    with pytest.warns(MediaSkippedWarning) as warned:
+        index = MediaIndex.from_media(model, media, on_corrupt='skip')
+    assert [str(w.message).split(':')[0] for w in warned] == ['skipping item 1', 'skipping item 3']
+    assert [(marker.index, marker.media_path) for marker in index.skipped] == [
+        (1, str(empty)), (3, str(garbled))]
+    readable = MediaIndex.from_media(model, image_files[:3])
+    assert index.media_ids == readable.media_ids == ['beach', 'forest', 'city']
+    assert index.search(model, QUERIES['de'], 'de', k=3) == readable.search(
+        model, QUERIES['de'], 'de', k=3)
+    with pytest.warns(MediaSkippedWarning):
+        embeddings, skipped = encode_readable_media(model, media)
+    torch.testing.assert_close(embeddings, encode_media(model, image_files[:3]), rtol=0, atol=0)
+    assert skipped == index.skipped
+    with pytest.raises(MediaReadError, match=r'none of the 2 media can be read, this one: '), \
+            pytest.warns(MediaSkippedWarning):
+        MediaIndex.from_media(model, [empty, garbled], on_corrupt='skip')

@@ -16,6 +16,8 @@ from PIL import Image
 from tests.conftest import tiny_retriever_cfg
 from tests.tools.test_test_tool import save_checkpoint
 from xmr.apis import MediaIndex, init_retriever
+from xmr.datasets.corrupt_policy import MediaSkippedWarning
+from xmr.datasets.media_io import MediaReadError
 from xmr.utils.cli import UserError
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'search.py'
@@ -115,3 +117,23 @@ def test_usage_errors_name_what_to_give(capsys, flags, refused):
     with pytest.raises(SystemExit):
         load_tool().parse_args(['c.py', 'c.pth', *flags])
     assert re.search(refused, capsys.readouterr().err)
+
+
+def test_a_file_that_cannot_be_read_stops_the_search_or_is_left_out_and_named(
+        gallery, tmp_path):
+    config, checkpoint, media = gallery
+    (media / 'cut.png').write_bytes(b'')
+    tool = load_tool()
+    flags = [str(config), str(checkpoint), '--media', str(media), '--lang', 'de', '--query',
+             'ein roter Kreis', '--k', '10', '--out', str(tmp_path / 'hits.json')]
+    with pytest.raises(MediaReadError, match=re.escape(f"{media / 'cut.png'}: the file is empty")):
+        tool.main(flags)
+    assert not (tmp_path / 'hits.json').exists()
+    with pytest.warns(MediaSkippedWarning, match='cut.png'):
+        tool.main([*flags, '--on-corrupt', 'skip'])
+    written = json.loads((tmp_path / 'hits.json').read_text())
+    assert written['skipped'] == [dict(media=str(media / 'cut.png'),
+                                       reason='the file is empty (0 bytes) (media[3])')]
+    assert sorted(hit['media'] for hit in written['results'][0]['hits']) == sorted(
+        str(path) for path in (media / 'beach.png', media / 'cities' / 'night.png',
+                               media / 'clip.mov', media / 'forest.JPG'))

@@ -14,6 +14,7 @@ from xmr.apis.inference import (
     CheckpointMismatchError,
     check_languages,
     encode_media,
+    encode_readable_media,
     encode_texts,
     init_retriever,
     load_trained_checkpoint,
@@ -23,6 +24,6 @@ from xmr.apis.search import MediaIndex, SearchHit
 from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'CheckpointReadError', 'read_checkpoint',
-           'check_languages', 'encode_media',
+           'check_languages', 'encode_media', 'encode_readable_media',
            'encode_texts', 'init_retriever', 'load_trained_checkpoint', 'trained_languages',
            'MediaIndex', 'SearchHit']

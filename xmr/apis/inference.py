@@ -19,6 +19,7 @@ from mmengine.config import Config
 from mmengine.runner.checkpoint import load_state_dict
 from torch import Tensor
 
+from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.frame_sampling import check_frame_count
 from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
@@ -42,7 +43,7 @@ from xmr.version import written_by
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
            'load_trained_checkpoint', 'trained_languages', 'check_languages', 'encode_texts',
-           'encode_media']
+           'encode_media', 'encode_readable_media']
 
 MediaInput = str | os.PathLike | Tensor
 
@@ -257,7 +258,6 @@ def media_list(media: MediaInput | Sequence[MediaInput]) -> list[MediaInput]:
     return [media] if isinstance(media, (str, os.PathLike)) else list(media)
 
 
-@torch.no_grad()
 def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
                  transform: Mapping[str, Any] | None = None, num_frames: int = 12,
                  batch_size: int = 32) -> Tensor:
@@ -276,6 +276,33 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
 
     Returns:
         ``[N, E]`` L2-normalised float32 on the CPU, in input order.
+
+    Raises:
+        MediaReadError: a file that cannot be read (:func:`encode_readable_media` leaves such
+            files out).
+    """
+    return encode_readable_media(model, media, transform, num_frames, batch_size,
+                                 on_corrupt='raise')[0]
+
+
+@torch.no_grad()
+def encode_readable_media(model: CrossLingualRetriever,
+                          media: MediaInput | Sequence[MediaInput],
+                          transform: Mapping[str, Any] | None = None, num_frames: int = 12,
+                          batch_size: int = 32, on_corrupt: str = 'skip'
+                          ) -> tuple[Tensor, list[SkippedMedia]]:
+    """:func:`encode_media` of the files that can be read: with ``on_corrupt='skip'`` a file
+    that cannot be read (missing, empty, cut short, undecodable) is warned of
+    (:class:`~xmr.datasets.corrupt_policy.MediaSkippedWarning`) and left out; ``'raise'``
+    stops on it.
+
+    Returns:
+        ``[R, E]`` embeddings of the ``R`` media read, in input order, and a
+        :class:`~xmr.datasets.corrupt_policy.SkippedMedia` (``index``: its position in
+        ``media``) for each left out.
+
+    Raises:
+        MediaReadError: with ``'skip'``, when no media can be read.
     """
     if not isinstance(model.backbone, VisionLanguageBackbone):
         raise TypeError(f'{type(model.backbone).__name__} is a text-only backbone: the model '
@@ -285,6 +312,7 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
         raise ValueError('no media to encode')
     _check_batch_size(batch_size)
     check_frame_count(num_frames, 'num_frames')
+    check_policy(on_corrupt)
     resize = TRANSFORMS.build(dict(transform) if transform is not None
                               else model.backbone.media_transform())
     # Media of another size fail inside the tower, on two token counts that name nothing.
@@ -293,11 +321,16 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
         raise ValueError(f'encode_media transform: it {problem}, or pass transform=None (the '
                          "backbone's own)")
     embeddings: Tensor | None = None
+    skipped: list[SkippedMedia] = []
     # Decoded one batch at a time, images and videos apart: decoding the whole gallery first
     # held every decoded media at once (3 x 224 x 224 bytes an image, 17 GB for COCO's 113k).
     pending: dict[int, list[tuple[int, Tensor]]] = {3: [], 4: []}
     for position, item in enumerate(media):
-        decoded = resize(_decode(item, num_frames, position))
+        try:
+            decoded = resize(_decode(item, num_frames, position))
+        except MediaReadError as error:
+            skipped.append(skip_or_raise(error, on_corrupt, position))
+            continue
         batch = pending[decoded.dim()]
         batch.append((position, decoded))
         if len(batch) == batch_size:
@@ -306,7 +339,14 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
     for batch in pending.values():
         if batch:
             embeddings = _encode_batch(model, batch, embeddings, len(media))
-    return embeddings
+    if embeddings is None:
+        first = skipped[0]
+        raise MediaReadError(first.media_path, f'none of the {len(media)} media can be read, '
+                             f'this one: {first.reason}', 'give media that can be read')
+    if skipped:
+        left_out = {marker.index for marker in skipped}
+        embeddings = embeddings[[row for row in range(len(media)) if row not in left_out]]
+    return embeddings, skipped
 
 
 def _check_batch_size(batch_size: Any) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from xmr.apis.inference import MediaInput, encode_media, encode_texts, media_list
+from xmr.apis.inference import MediaInput, encode_readable_media, encode_texts, media_list
+from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.engine.checkpoint import read_checkpoint
 from xmr.engine.feature_cache.key import backbone_fingerprint, jsonable
 from xmr.evaluation.search import FaissSearcher
@@ -61,9 +62,13 @@ class MediaIndex:
             ``backbone`` (the model's backbone fingerprint: its weights; a language's adapters
             change nothing of the media embeddings), ``transform`` and ``num_frames``;
             ``None`` for embeddings given.
+        skipped: the media :meth:`from_media` left out (``on_corrupt='skip'``), each a
+            :class:`~xmr.datasets.corrupt_policy.SkippedMedia` (its position in the media
+            given, file, reason); not saved.
     """
 
     encoded_by: dict[str, Any] | None = None
+    skipped: Sequence[SkippedMedia] = ()
 
     def __init__(self, embeddings: Tensor, media_ids: Sequence[str], index: str = 'flat',
                  **search_options: Any) -> None:
@@ -89,7 +94,8 @@ class MediaIndex:
     def from_media(cls, model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
                    media_ids: Sequence[str] | None = None, index: str = 'flat',
                    transform: Mapping[str, Any] | None = None, num_frames: int = 12,
-                   batch_size: int = 32, **search_options: Any) -> MediaIndex:
+                   batch_size: int = 32, on_corrupt: str = 'raise',
+                   **search_options: Any) -> MediaIndex:
         """Encode media with the model (:func:`~xmr.apis.encode_media`) and index them.
 
         Args:
@@ -101,6 +107,9 @@ class MediaIndex:
             transform: media transform config (see :func:`~xmr.apis.encode_media`).
             num_frames: frames per video file.
             batch_size: media per forward pass.
+            on_corrupt: ``'raise'`` stops on a file that cannot be read; ``'skip'`` warns and
+                leaves it out of the index, listed in :attr:`skipped`
+                (:func:`~xmr.apis.encode_readable_media`).
             **search_options: :class:`FaissSearcher` options.
         """
         media = media_list(media)
@@ -115,9 +124,12 @@ class MediaIndex:
                                  'without its suffix): pass media_ids, one per media')
         elif len(media_ids) != len(media):
             raise ValueError(f'{len(media_ids)} media_ids for {len(media)} media')
-        embeddings = encode_media(model, media, transform=transform, num_frames=num_frames,
-                                  batch_size=batch_size)
-        gallery = cls(embeddings, media_ids, index=index, **search_options)
+        embeddings, skipped = encode_readable_media(model, media, transform, num_frames,
+                                                    batch_size, on_corrupt)
+        left_out = {marker.index for marker in skipped}
+        gallery = cls(embeddings, [media_id for position, media_id in enumerate(media_ids)
+                                   if position not in left_out], index=index, **search_options)
+        gallery.skipped = skipped
         gallery.encoded_by = dict(backbone=backbone_fingerprint(model.backbone),
                                   transform=jsonable(transform), num_frames=num_frames)
         return gallery
