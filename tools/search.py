@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         index = MediaIndex.from_media(model, files, media_ids=[str(path) for path in files],
                                       index=args.index_type, num_frames=args.num_frames,
-                                      batch_size=args.batch_size, on_corrupt=args.on_corrupt)
+                                      batch_size=args.batch_size, on_corrupt=args.on_corrupt,
+                                      progress=True)
         if index.skipped:
             print_log(f'{len(index.skipped)} of the {len(files)} media cannot be read and are '
                       "left out (--on-corrupt skip; named above)", logger='current',

@@ -215,3 +215,10 @@ def test_media_that_cannot_be_read_are_left_out_when_asked_and_stop_the_index_ot
     with pytest.raises(MediaReadError, match=r'none of the 2 media can be read, this one: '), \
             pytest.warns(MediaSkippedWarning):
         MediaIndex.from_media(model, [empty, garbled], on_corrupt='skip')
+
+
+def test_progress_follows_the_batches_on_stderr(model, image_files, capsys):
+    MediaIndex.from_media(model, image_files, batch_size=2, progress=True)
+    shown = capsys.readouterr()
+    assert [count for count in re.findall(r'\] (\d)/5, ', shown.err)] == ['0', '2', '4', '5']
+    assert shown.out == ''

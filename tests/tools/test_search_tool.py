@@ -62,8 +62,10 @@ def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index
     tool.main([str(config), str(checkpoint), '--media', str(media), '--index',
                str(tmp_path / 'gallery.idx'), '--lang', 'de', '--query', 'ein roter Kreis',
                'zwei Quadrate', '--k', '3', '--out', str(tmp_path / 'hits.json')])
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert printed.startswith(f"index of 4 media: {tmp_path / 'gallery.idx'}\n")
+    assert '] 4/4, ' in captured.err  # the progress, on stderr, apart from the hits
     hit = expected[0][0]
     assert (f'query (de): ein roter Kreis\n\n| rank | score | media |\n|---:|---:|---|\n'
             f'| 1 | {hit.score:.4f} | {hit.media_id} |') in printed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.runner.checkpoint import load_state_dict
+from mmengine.utils import ProgressBar
 from torch import Tensor
 
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
@@ -289,12 +291,13 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
 def encode_readable_media(model: CrossLingualRetriever,
                           media: MediaInput | Sequence[MediaInput],
                           transform: Mapping[str, Any] | None = None, num_frames: int = 12,
-                          batch_size: int = 32, on_corrupt: str = 'skip'
-                          ) -> tuple[Tensor, list[SkippedMedia]]:
+                          batch_size: int = 32, on_corrupt: str = 'skip',
+                          progress: bool = False) -> tuple[Tensor, list[SkippedMedia]]:
     """:func:`encode_media` of the files that can be read: with ``on_corrupt='skip'`` a file
     that cannot be read (missing, empty, cut short, undecodable) is warned of
     (:class:`~xmr.datasets.corrupt_policy.MediaSkippedWarning`) and left out; ``'raise'``
-    stops on it.
+    stops on it. ``progress`` shows the media read so far, the rate and the time left on
+    stderr (MMEngine's ``ProgressBar``, after each batch).
 
     Returns:
         ``[R, E]`` embeddings of the ``R`` media read, in input order, and a
@@ -325,6 +328,7 @@ def encode_readable_media(model: CrossLingualRetriever,
     # Decoded one batch at a time, images and videos apart: decoding the whole gallery first
     # held every decoded media at once (3 x 224 x 224 bytes an image, 17 GB for COCO's 113k).
     pending: dict[int, list[tuple[int, Tensor]]] = {3: [], 4: []}
+    bar = ProgressBar(len(media), file=sys.stderr) if progress else None
     for position, item in enumerate(media):
         try:
             decoded = resize(_decode(item, num_frames, position))
@@ -336,9 +340,15 @@ def encode_readable_media(model: CrossLingualRetriever,
         if len(batch) == batch_size:
             embeddings = _encode_batch(model, batch, embeddings, len(media))
             batch.clear()
+            if bar is not None:
+                bar.update(position + 1 - bar.completed)
     for batch in pending.values():
         if batch:
             embeddings = _encode_batch(model, batch, embeddings, len(media))
+    if bar is not None:
+        if bar.completed < len(media):
+            bar.update(len(media) - bar.completed)
+        sys.stderr.write('\n')
     if embeddings is None:
         first = skipped[0]
         raise MediaReadError(first.media_path, f'none of the {len(media)} media can be read, '

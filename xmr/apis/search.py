@@ -94,7 +94,7 @@ class MediaIndex:
     def from_media(cls, model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
                    media_ids: Sequence[str] | None = None, index: str = 'flat',
                    transform: Mapping[str, Any] | None = None, num_frames: int = 12,
-                   batch_size: int = 32, on_corrupt: str = 'raise',
+                   batch_size: int = 32, on_corrupt: str = 'raise', progress: bool = False,
                    **search_options: Any) -> MediaIndex:
         """Encode media with the model (:func:`~xmr.apis.encode_media`) and index them.
 
@@ -110,6 +110,7 @@ class MediaIndex:
             on_corrupt: ``'raise'`` stops on a file that cannot be read; ``'skip'`` warns and
                 leaves it out of the index, listed in :attr:`skipped`
                 (:func:`~xmr.apis.encode_readable_media`).
+            progress: show the media read so far, the rate and the time left on stderr.
             **search_options: :class:`FaissSearcher` options.
         """
         media = media_list(media)
@@ -125,7 +126,7 @@ class MediaIndex:
         elif len(media_ids) != len(media):
             raise ValueError(f'{len(media_ids)} media_ids for {len(media)} media')
         embeddings, skipped = encode_readable_media(model, media, transform, num_frames,
-                                                    batch_size, on_corrupt)
+                                                    batch_size, on_corrupt, progress)
         left_out = {marker.index for marker in skipped}
         gallery = cls(embeddings, [media_id for position, media_id in enumerate(media_ids)
                                    if position not in left_out], index=index, **search_options)
