@@ -104,13 +104,25 @@ def media_files(paths: list[str]) -> list[Path]:
 
 
 def read_queries(args: argparse.Namespace) -> list[str]:
-    """``--query`` then the lines of ``--queries`` (blank lines left out)."""
+    """``--query`` then the lines of ``--queries`` (blank lines left out).
+
+    Raises:
+        UserError: a query file that is missing, not UTF-8, or holds no query.
+    """
     queries = list(args.query)
-    if args.queries is not None:
-        given_file(args.queries, '--queries', 'give a text file of queries, one a line')
-        queries += [line.strip() for line in args.queries.read_text(encoding='utf-8')
-                    .splitlines() if line.strip()]
-    return queries
+    if args.queries is None:
+        return queries
+    where = f'{args.queries} (--queries)'
+    given_file(args.queries, '--queries', 'give a text file of queries, one a line')
+    try:
+        text = args.queries.read_text(encoding='utf-8')
+    except UnicodeDecodeError as error:
+        raise UserError(where, f'is not UTF-8 text (byte {error.start})',
+                        'save it as UTF-8') from None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise UserError(where, 'holds no query', 'write one query a line')
+    return queries + lines
 
 
 def check_index_path(args: argparse.Namespace) -> None:

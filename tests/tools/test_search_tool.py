@@ -92,6 +92,10 @@ def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index
      r'^empty \(--media\): holds no image or video file'),
     (['--media', 'media', '--lang', 'de', '--queries', 'none.txt'],
      r'^none.txt \(--queries\): no such file'),
+    (['--index', 'kept.idx', '--lang', 'de', '--queries', 'blank.txt'],
+     r'^blank.txt \(--queries\): holds no query: write one query a line$'),
+    (['--index', 'kept.idx', '--lang', 'de', '--queries', 'latin1.txt'],
+     r'^latin1.txt \(--queries\): is not UTF-8 text \(byte 5\): save it as UTF-8$'),
 ])
 def test_what_is_given_is_checked_before_the_model_is_built(
         gallery, tmp_path, monkeypatch, flags, refused):
@@ -99,6 +103,8 @@ def test_what_is_given_is_checked_before_the_model_is_built(
     monkeypatch.chdir(tmp_path)
     (tmp_path / 'empty').mkdir()
     (tmp_path / 'kept.idx').write_text('an earlier index')
+    (tmp_path / 'blank.txt').write_text('\n  \n')
+    (tmp_path / 'latin1.txt').write_bytes('ein Bär'.encode('latin-1'))
     tool = load_tool()
     monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
     with pytest.raises(UserError, match=refused):
