@@ -49,15 +49,22 @@ def latest_checkpoint(work_dir: str | os.PathLike) -> str | None:
         return None
     with open(pointer, encoding='utf-8') as handle:
         checkpoint = handle.read().strip()
-    # MMEngine writes the absolute path: a work dir moved or copied elsewhere names the file
-    # where it was; this work dir's own file of that name is the one meant.
-    own = osp.join(str(work_dir), osp.basename(checkpoint))
-    if osp.isfile(own):
+    own = own_file(work_dir, checkpoint)
+    if own is not None:
         return own
     if not osp.isfile(checkpoint):
         raise FileNotFoundError(f'{pointer}: names {checkpoint!r}, which does not exist; resume '
                                 'from a checkpoint by path: --resume PATH')
     return checkpoint
+
+
+def own_file(work_dir: str | os.PathLike, recorded: str) -> str | None:
+    """``work_dir``'s own file of the name of ``recorded`` (a checkpoint's path that MMEngine
+    recorded), or ``None`` when it has none. MMEngine records absolute paths: a work dir moved
+    or copied elsewhere names the files where they were written, and holds its own of those
+    names, which are the ones meant."""
+    own = osp.join(str(work_dir), osp.basename(recorded))
+    return own if osp.isfile(own) else None
 
 
 #: The lock file a training run holds in its work dir.

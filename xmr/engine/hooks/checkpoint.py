@@ -47,6 +47,7 @@ from xmr.engine.checkpoint import (
 )
 from xmr.engine.eval_loops import expected_metric_keys
 from xmr.engine.hook_points import call_hook_point
+from xmr.engine.work_dir import own_file
 from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import atomic_write_text, remove_stale_temporaries
 from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, decode_facts
@@ -90,7 +91,7 @@ class CheckpointHook(MMEngineCheckpointHook):
         for key, path in self._best_paths().items() if self.save_best else ():
             if path is None or self._ours(path):
                 continue
-            own = self._own_file(path)
+            own = own_file(self.out_dir, path)
             if own is not None:
                 self._set_best_path(key, own)
                 runner.message_hub.update_info(
@@ -101,7 +102,7 @@ class CheckpointHook(MMEngineCheckpointHook):
                     'resumed from it); it stays there, and this work dir gets its own when a '
                     'validation beats that score')
         last = runner.message_hub.get_info('last_ckpt')
-        own = None if last is None or self._ours(last) else self._own_file(last)
+        own = None if last is None or self._ours(last) else own_file(self.out_dir, last)
         if own is not None:
             self.last_ckpt = own
             runner.message_hub.update_info('last_ckpt', own)
@@ -204,13 +205,6 @@ class CheckpointHook(MMEngineCheckpointHook):
     def _ours(self, path: str) -> bool:
         """Whether ``path`` lies in this run's work dir (not in the one a fork resumed from)."""
         return Path(path).resolve().parent == Path(self.out_dir).resolve()
-
-    def _own_file(self, path: str) -> str | None:
-        """This work dir's file of ``path``'s name, if it has one: MMEngine records absolute
-        paths, and a work dir moved or copied elsewhere names the files where they were
-        written while holding its own of those names."""
-        own = self.file_backend.join_path(self.out_dir, Path(path).name)
-        return own if self.file_backend.isfile(own) else None
 
     def _remove(self, path: str) -> None:
         if is_main_process() and self.file_backend.isfile(path):
