@@ -104,6 +104,29 @@ def tiny_retriever():
     return MODELS.build(tiny_retriever_cfg())
 
 
+class Interrupt(Exception):
+    """Stands in for a kill (Ctrl-C, a crash) in the middle of a run."""
+
+
+def decoded_media(monkeypatch: pytest.MonkeyPatch, interrupt_at: object = None) -> list:
+    """Record the media ``xmr.apis`` decodes, in order, from now on; raise :class:`Interrupt`
+    instead of decoding the media ``interrupt_at``."""
+    import xmr.apis.inference as inference
+
+    # Patched again, the decoder wraps the original, not the earlier patch.
+    decoded, decode = [], getattr(inference._decode, 'original', inference._decode)
+
+    def recorded(item, num_frames, position):
+        if interrupt_at is not None and item == interrupt_at:
+            raise Interrupt
+        decoded.append(item)
+        return decode(item, num_frames, position)
+
+    recorded.original = decode
+    monkeypatch.setattr(inference, '_decode', recorded)
+    return decoded
+
+
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -7,18 +7,23 @@ cosine scores. A file that cannot be read stops the search, or with ``--on-corru
 named and left out. ``--index FILE`` with ``--media`` saves the gallery's index there
 (``MediaIndex.save``), so that later searches, ``--index FILE`` without ``--media``, encode only
 their queries; the saved index refuses a model whose backbone did not encode it
-(``MediaIndex.load``), and serves one trained on more languages since. ``--out FILE.json`` writes
-the hits.
+(``MediaIndex.load``), and serves one trained on more languages since. ``--update`` adds to it
+the media it lacks. ``--out FILE.json`` writes the hits.
+
+While an index is built, the embeddings are saved every ``--save-every`` media in
+``FILE.parts`` (``xmr.apis.encode_media_in_parts``): an interrupted run, run again as it was,
+encodes only what it had not saved. The folder is removed once the index is.
 
 Everything given is checked before the model is built: the media (missing paths, a folder
-without media), an index that ``--media`` would write over (unless ``--overwrite``), the index to
-read, the query file.
+without media), an index that ``--media`` would write over (unless ``--overwrite`` or
+``--update``), the index to read, the query file.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +47,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         'index saved here')
     parser.add_argument('--overwrite', action='store_true',
                         help='let --media replace an index saved at --index')
+    parser.add_argument('--update', action='store_true',
+                        help='with --media and --index: add to the saved index the media it '
+                        'lacks (by path), encoded as its own were; build it if there is none')
+    parser.add_argument('--save-every', type=int, default=256, metavar='N',
+                        help='while an --index is built: save the embeddings every N media in '
+                        'INDEX.parts, where a run interrupted goes on (default: 256)')
     parser.add_argument('--query', nargs='+', default=[], metavar='TEXT', help='query texts')
     parser.add_argument('--queries', type=Path, metavar='FILE',
                         help='a UTF-8 text file of queries, one a line')
     parser.add_argument('--lang', help="the queries' language (one the model was trained on)")
     parser.add_argument('--k', type=int, default=10, help='hits per query (default: 10)')
-    parser.add_argument('--index-type', choices=['flat', 'ivf', 'hnsw'], default='flat',
+    parser.add_argument('--index-type', choices=['flat', 'ivf', 'hnsw'],
                         help="faiss index of a new gallery: 'flat' (exact, default), 'ivf' or "
                         "'hnsw' (approximate, for large galleries)")
-    parser.add_argument('--num-frames', type=int, default=12, help='frames per video (default: 12)')
+    parser.add_argument('--num-frames', type=int,
+                        help="frames per video (default: 12; --update: the index's own)")
     parser.add_argument('--on-corrupt', choices=['raise', 'skip'], default='raise',
                         help="a media file that cannot be read: 'raise' stops (default), 'skip' "
                         'warns and leaves it out of the gallery')
@@ -69,9 +81,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("give the queries' language: --lang")
     if args.media is None and args.overwrite:
         parser.error('--overwrite lets --media replace a saved index: give --media')
+    if args.update and (args.media is None or args.index is None):
+        parser.error('--update adds --media to the index saved at --index: give both')
+    if args.update and args.overwrite:
+        parser.error('give --update (add the new media to the saved index) or --overwrite '
+                     '(build it anew), not both')
     for flag, value in (('--k', args.k), ('--num-frames', args.num_frames),
-                        ('--batch-size', args.batch_size)):
-        if value < 1:
+                        ('--batch-size', args.batch_size), ('--save-every', args.save_every)):
+        if value is not None and value < 1:
             parser.error(f'{flag} must be at least 1, got {value}')
     return args
 
@@ -131,9 +148,15 @@ def check_index_path(args: argparse.Namespace) -> None:
         return
     if args.media is None:
         given_file(args.index, '--index', 'give the index a search with --media --index saved')
-    elif args.index.exists() and not args.overwrite:
-        raise UserError(f'{args.index} (--index)', 'exists and is kept', 'pass --overwrite to '
-                        'replace it, or give --index another path')
+    elif args.index.exists() and not (args.overwrite or args.update):
+        raise UserError(f'{args.index} (--index)', 'exists and is kept', 'pass --update to add '
+                        'the media it lacks, --overwrite to replace it, or give --index another '
+                        'path')
+
+
+def parts_folder(index: Path) -> Path:
+    """Where the embeddings of the index being built are saved as they are encoded."""
+    return index.with_name(index.name + '.parts')
 
 
 def hits_table(query: str, lang: str, hits: list[Any]) -> str:
@@ -145,31 +168,22 @@ def hits_table(query: str, lang: str, hits: list[Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from mmengine.logging import print_log
-
     from xmr.apis import MediaIndex, init_retriever
     from xmr.fileio import atomic_write_text
 
     queries = read_queries(args)
     files = media_files(args.media) if args.media is not None else None
     check_index_path(args)
+    saved = (MediaIndex.load(args.index) if args.index is not None and args.index.exists()
+             and (files is None or args.update) else None)
+    if saved is not None and files is not None:
+        check_same_encoding(args, saved)
     given_file(args.checkpoint, 'CHECKPOINT', 'give a .pth written by tools/train.py')
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options)
     model = init_retriever(cfg, args.checkpoint, device=args.device)
-    if files is None:
-        index = MediaIndex.load(args.index, model=model)
-    else:
-        index = MediaIndex.from_media(model, files, media_ids=[str(path) for path in files],
-                                      index=args.index_type, num_frames=args.num_frames,
-                                      batch_size=args.batch_size, on_corrupt=args.on_corrupt,
-                                      progress=True)
-        if index.skipped:
-            print_log(f'{len(index.skipped)} of the {len(files)} media cannot be read and are '
-                      "left out (--on-corrupt skip; named above)", logger='current',
-                      level=logging.WARNING)
-        if args.index is not None:
-            index.save(args.index)
-            print_for_reader(f'index of {len(index)} media: {args.index}\n')
+    if saved is not None:
+        saved.check_encoder(model, where=str(args.index))
+    index = saved if files is None else build_index(args, model, files, saved)
     if not queries:
         return
     hits = index.search(model, queries, lang=args.lang, k=args.k)
@@ -184,6 +198,63 @@ def main(argv: list[str] | None = None) -> None:
             skipped=[dict(media=marker.media_path, reason=marker.reason)
                      for marker in index.skipped]), ensure_ascii=False, indent=1) + '\n')
         print_for_reader(f'hits: {args.out}')
+
+
+def build_index(args: argparse.Namespace, model: Any, files: list[Path], saved: Any) -> Any:
+    """The index of ``files`` (``--update``: the ``saved`` index, with those it lacks added),
+    saved at ``--index`` when given, its embeddings saved as they are encoded until it is."""
+    from mmengine.logging import print_log
+
+    from xmr.apis import MediaIndex
+    from xmr.apis.encoding_parts import EncodingParts
+
+    parts = None if args.index is None else parts_folder(args.index)
+    encoding = dict(batch_size=args.batch_size, on_corrupt=args.on_corrupt, progress=True,
+                    parts=parts, part_size=args.save_every)
+    try:
+        if saved is not None:
+            index = saved
+            known = set(index.media_ids)
+            new = [path for path in files if str(path) not in known]
+            print_for_reader(f'{args.index}: {len(known)} media indexed, {len(new)} of the '
+                             f'{len(files)} given to add\n')
+            if new:
+                index.add_media(model, new, media_ids=[str(path) for path in new], **encoding)
+        else:
+            index = MediaIndex.from_media(model, files, media_ids=[str(path) for path in files],
+                                          index=args.index_type or 'flat',
+                                          num_frames=args.num_frames or 12, **encoding)
+    except BaseException:
+        if parts is not None and any(parts.glob('part-*.pt')):
+            sys.stderr.write('\n')  # ends the progress bar's line
+            print_log(f'the media encoded so far are saved in {parts}: run the same command '
+                      'again to go on from there', logger='current', level=logging.WARNING)
+        raise
+    if index.skipped:
+        print_log(f'{len(index.skipped)} of the media given cannot be read and are left out '
+                  '(--on-corrupt skip; named above)', logger='current', level=logging.WARNING)
+    if args.index is not None:
+        index.save(args.index)
+        EncodingParts(parts, index.encoded_by).remove()
+        print_for_reader(f'index of {len(index)} media: {args.index}\n')
+    return index
+
+
+def check_same_encoding(args: argparse.Namespace, index: Any) -> None:
+    """``--update`` encodes as the index's media were: an ``--index-type`` or
+    ``--num-frames`` given must be the saved index's."""
+    if index.encoded_by is None:
+        raise UserError(f'{args.index} (--update)', 'holds embeddings given to MediaIndex, not '
+                        'encoded by it: nothing says how to encode new media alike',
+                        'pass --overwrite to build it from the media')
+    saved = dict(index_type=index.searcher.index_type,
+                 num_frames=index.encoded_by['num_frames'])
+    for flag, name in (('--index-type', 'index_type'), ('--num-frames', 'num_frames')):
+        given = getattr(args, name)
+        if given is not None and given != saved[name]:
+            raise UserError(f'{args.index} (--update)', f'was built with {flag} {saved[name]}, '
+                            f'not {given}', f'leave out {flag}, or pass --overwrite to build '
+                            'it anew')
 
 
 if __name__ == '__main__':

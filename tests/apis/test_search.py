@@ -6,8 +6,8 @@ import re
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
+from tests.apis.conftest import random_images
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
 from xmr.apis import MediaIndex, SearchHit, encode_media, encode_readable_media, encode_texts
 from xmr.datasets.corrupt_policy import MediaSkippedWarning
@@ -18,20 +18,9 @@ QUERIES = {'de': ['ein roter Kreis', 'zwei blaue Quadrate links'],
            'zh': ['一个红色的圆'], 'en': ['three green triangles']}
 
 
-@pytest.fixture(scope='module')
-def model():
-    torch.manual_seed(0)
-    return MODELS.build(tiny_retriever_cfg()).eval()
-
-
 @pytest.fixture
 def image_files(tmp_path):
-    rng = np.random.default_rng(0)
-    paths = []
-    for name in ('beach', 'forest', 'city', 'desert', 'lake'):
-        paths.append(tmp_path / f'{name}.png')
-        Image.fromarray(rng.integers(0, 256, (36, 44, 3), dtype=np.uint8)).save(paths[-1])
-    return paths
+    return random_images(tmp_path, ('beach', 'forest', 'city', 'desert', 'lake'))
 
 
 def test_search_equals_brute_force_in_every_language(model, image_files):
@@ -222,3 +211,53 @@ def test_progress_follows_the_batches_on_stderr(model, image_files, capsys):
     shown = capsys.readouterr()
     assert [count for count in re.findall(r'\] (\d)/5, ', shown.err)] == ['0', '2', '4', '5']
     assert shown.out == ''
+
+
+@pytest.mark.parametrize('index', [dict(index='flat'), dict(index='ivf', nlist=1),
+                                   dict(index='hnsw')])
+def test_a_gallery_grown_by_add_media_searches_as_one_built_at_once(
+        model, image_files, tmp_path, index):
+    """Grown after a save and a load, as tools/search.py --update grows it; an IVF index of one
+    cell and an HNSW graph as large as its candidate list are exact, as is the flat one."""
+    whole = MediaIndex.from_media(model, image_files, **index)
+    MediaIndex.from_media(model, image_files[:2], **index).save(tmp_path / 'gallery.idx')
+    grown = MediaIndex.load(tmp_path / 'gallery.idx', model=model)
+    grown.add_media(model, image_files[2:], batch_size=2)
+    assert grown.media_ids == whole.media_ids == ['beach', 'forest', 'city', 'desert', 'lake']
+    assert len(grown) == 5 and grown.skipped == []
+    for lang, queries in QUERIES.items():
+        for expected, found in zip(whole.search(model, queries, lang, k=5),
+                                   grown.search(model, queries, lang, k=5)):
+            assert [hit.media_id for hit in found] == [hit.media_id for hit in expected]
+            np.testing.assert_allclose([hit.score for hit in found],
+                                       [hit.score for hit in expected], rtol=0, atol=1e-6)
+    grown.save(tmp_path / 'gallery.idx')
+    assert MediaIndex.load(tmp_path / 'gallery.idx').media_ids == whole.media_ids
+
+
+def test_add_media_encodes_as_the_gallery_was_encoded(model, image_files, monkeypatch):
+    gallery = MediaIndex.from_media(model, image_files[:2], num_frames=4)
+    encoded = []
+    monkeypatch.setattr('xmr.apis.search.encode_readable_media',
+                        lambda *args: encoded.append(args) or (torch.eye(1, 32), []))
+    gallery.add_media(model, image_files[2:3])
+    assert encoded[0][2:4] == (None, 4)  # the gallery's transform and frames
+
+
+def test_what_a_gallery_cannot_take_is_named(model, image_files):
+    gallery = MediaIndex.from_media(model, image_files[:2])
+    with pytest.raises(ValueError, match=r"media \['forest'\] are in the gallery already: add "
+                       'only new media'):
+        gallery.add_media(model, image_files[1:3])
+    assert gallery.media_ids == ['beach', 'forest'] and len(gallery) == 2
+    with pytest.raises(ValueError, match=r"embeddings of media \['x'\] hold NaN"):
+        gallery.add(torch.full((1, 32), float('nan')), ['x'])
+    with pytest.raises(ValueError, match='added items have dimension 3, the gallery 32'):
+        gallery.add(torch.eye(3), ['x', 'y', 'z'])
+    torch.manual_seed(1)
+    other = MODELS.build(tiny_retriever_cfg()).eval()
+    with pytest.raises(ValueError, match='its media were encoded by backbone'):
+        gallery.add_media(other, image_files[2:])
+    with pytest.raises(ValueError, match='this gallery was built from embeddings given'):
+        MediaIndex(torch.eye(2), ['a', 'b']).add_media(model, image_files[2:])
+    assert len(gallery) == 2

@@ -281,3 +281,23 @@ def test_ivf_trained_on_the_whole_gallery_does_not_copy_it():
         tracemalloc.stop()
     assert 256 * searcher.index.nlist >= len(gallery)
     assert peak < gallery.nbytes / 4
+
+
+@pytest.mark.parametrize('index, options', [('flat', {}), ('ivf', dict(nlist=4, nprobe=4)),
+                                            ('hnsw', {})])
+def test_items_added_are_found_as_if_built_with_the_gallery(index, options):
+    gallery, queries = _random_unit(300, 16, seed=3), _random_unit(20, 16, seed=4)
+    ids = [f'm{row}' for row in range(300)]
+    whole = FaissSearcher(gallery, index=index, ids=ids, **options)
+    grown = FaissSearcher(gallery[:200], index=index, ids=ids[:200], **options)
+    grown.add(gallery[200:], ids[200:])
+    assert grown.gallery_size == 300 and grown.ids == ids
+    exact_scores, exact_rows = (queries @ gallery.T).topk(5)
+    for searcher in (whole, grown):
+        scores, named = searcher.search_ids(queries, 5)
+        assert named == [[ids[row] for row in rows] for rows in exact_rows.tolist()]
+        torch.testing.assert_close(scores, exact_scores, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match='give ids for the added items exactly when'):
+        grown.add(gallery[:1])
+    with pytest.raises(ValueError, match='ids has 2 entries for 1 added items'):
+        grown.add(gallery[:1], ['a', 'b'])

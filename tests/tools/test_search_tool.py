@@ -13,11 +13,12 @@ import pytest
 from mmengine.config import Config
 from PIL import Image
 
-from tests.conftest import tiny_retriever_cfg
+from tests.conftest import Interrupt, decoded_media, tiny_retriever_cfg
 from tests.tools.test_test_tool import save_checkpoint
 from xmr.apis import MediaIndex, init_retriever
 from xmr.datasets.corrupt_policy import MediaSkippedWarning
 from xmr.datasets.media_io import MediaReadError
+from xmr.engine.checkpoint import CheckpointReadError
 from xmr.utils.cli import UserError
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'search.py'
@@ -87,7 +88,8 @@ def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index
     (['--index', 'missing.idx', '--lang', 'de', '--query', 'x'],
      r'^missing.idx \(--index\): no such file: give the index a search with --media --index '),
     (['--media', 'media', '--index', 'kept.idx'],
-     r'^kept.idx \(--index\): exists and is kept: pass --overwrite to replace it'),
+     r'^kept.idx \(--index\): exists and is kept: pass --update to add the media it lacks, '
+     '--overwrite to replace it'),
     (['--media', 'empty', '--lang', 'de', '--query', 'x'],
      r'^empty \(--media\): holds no image or video file'),
     (['--media', 'media', '--lang', 'de', '--queries', 'none.txt'],
@@ -120,6 +122,12 @@ def test_what_is_given_is_checked_before_the_model_is_built(
      '--overwrite lets --media replace a saved index'),
     (['--media', 'm', '--lang', 'de', '--query', 'x', '--k', '0'],
      '--k must be at least 1, got 0'),
+    (['--media', 'm', '--update', '--lang', 'de', '--query', 'x'],
+     '--update adds --media to the index saved at --index: give both'),
+    (['--media', 'm', '--index', 'i', '--update', '--overwrite'],
+     'give --update .* or --overwrite .*, not both'),
+    (['--media', 'm', '--index', 'i', '--save-every', '0'],
+     '--save-every must be at least 1, got 0'),
 ])
 def test_usage_errors_name_what_to_give(capsys, flags, refused):
     with pytest.raises(SystemExit):
@@ -145,3 +153,89 @@ def test_a_file_that_cannot_be_read_stops_the_search_or_is_left_out_and_named(
     assert sorted(hit['media'] for hit in written['results'][0]['hits']) == sorted(
         str(path) for path in (media / 'beach.png', media / 'cities' / 'night.png',
                                media / 'clip.mov', media / 'forest.JPG'))
+
+
+def hits_of(path):
+    return [[(hit['media'], hit['score']) for hit in row['hits']]
+            for row in json.loads(path.read_text())['results']]
+
+
+def test_update_encodes_only_the_media_the_index_lacks(gallery, tmp_path, monkeypatch, capsys):
+    config, checkpoint, media = gallery
+    tool = load_tool()
+    index = tmp_path / 'gallery.idx'
+    search = [str(config), str(checkpoint), '--lang', 'de', '--query', 'ein roter Kreis',
+              '--k', '6']
+    tool.main([*search, '--media', str(media), '--index', str(index), '--num-frames', '4'])
+    Image.fromarray(np.zeros((40, 40, 3), dtype=np.uint8)).save(media / 'black.png')
+    decoded = decoded_media(monkeypatch)
+    capsys.readouterr()
+    tool.main([*search, '--media', str(media), '--index', str(index), '--update', '--out',
+               str(tmp_path / 'grown.json')])
+    assert decoded == [media / 'black.png']
+    assert f'{index}: 4 media indexed, 1 of the 5 given to add\n' in capsys.readouterr().out
+    tool.main([*search, '--media', str(media), '--index', str(tmp_path / 'whole.idx'),
+               '--num-frames', '4', '--out', str(tmp_path / 'whole.json')])
+    for found, expected in zip(hits_of(tmp_path / 'grown.json'),
+                               hits_of(tmp_path / 'whole.json')):
+        assert [media_id for media_id, _ in found] == [media_id for media_id, _ in expected]
+        np.testing.assert_allclose([score for _, score in found],
+                                   [score for _, score in expected], rtol=0, atol=1e-6)
+    decoded.clear()
+    tool.main([*search, '--media', str(media), '--index', str(index), '--update'])
+    assert decoded == []
+    # Encoded otherwise, the new media would not be comparable: refused before the model is
+    # built, as is a file that is no index.
+    monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
+    (tmp_path / 'notes.idx').write_text('my notes')
+    with pytest.raises(CheckpointReadError, match=re.escape(
+            f"{tmp_path / 'notes.idx'}: not a media index: neither a torch zip archive nor a "
+            'pickle; give a file MediaIndex.save wrote (tools/search.py --index)')):
+        tool.main([*search, '--media', str(media), '--index', str(tmp_path / 'notes.idx'),
+                   '--update'])
+    assert (tmp_path / 'notes.idx').read_text() == 'my notes'
+    with pytest.raises(UserError, match=re.escape(
+            f'{index} (--update): was built with --num-frames 4, not 12: leave out '
+            '--num-frames, or pass --overwrite')):
+        tool.main([*search, '--media', str(media), '--index', str(index), '--update',
+                   '--num-frames', '12'])
+
+
+def test_an_interrupted_index_goes_on_from_what_it_saved_when_run_again(
+        gallery, tmp_path, monkeypatch):
+    config, checkpoint, media = gallery
+    tool = load_tool()
+    index, parts = tmp_path / 'gallery.idx', tmp_path / 'gallery.idx.parts'
+    command = [str(config), str(checkpoint), '--media', str(media), '--index', str(index),
+               '--save-every', '2', '--batch-size', '1', '--lang', 'de', '--query',
+               'ein roter Kreis', '--k', '4', '--out', str(tmp_path / 'hits.json')]
+    said = []
+
+    def log(message, **_):
+        if str(parts) in message:  # not the registries' debug lines
+            said.append(message)
+
+    monkeypatch.setattr('mmengine.logging.print_log', log)
+    monkeypatch.setattr('xmr.apis.inference.print_log', log)
+    decoded_media(monkeypatch, interrupt_at=media / 'clip.mov')
+    with pytest.raises(Interrupt):
+        tool.main(command)
+    assert said == [f'the media encoded so far are saved in {parts}: run the same command '
+                    'again to go on from there']
+    assert not index.exists() and [path.name for path in parts.iterdir()] == ['part-000001.pt']
+
+    decoded = decoded_media(monkeypatch)
+    tool.main(command)
+    assert said[1:] == [f'{parts}: 2 of the 4 media were encoded before and are taken from '
+                        'there; 2 to encode']
+    assert decoded == [media / 'clip.mov', media / 'forest.JPG']
+    assert index.exists() and not parts.exists()
+    model = init_retriever(str(config), str(checkpoint))
+    files = sorted([media / 'beach.png', media / 'cities' / 'night.png', media / 'clip.mov',
+                    media / 'forest.JPG'])
+    expected = MediaIndex.from_media(model, files, media_ids=[str(f) for f in files]).search(
+        model, 'ein roter Kreis', 'de', k=4)[0]
+    found = hits_of(tmp_path / 'hits.json')[0]
+    assert [media_id for media_id, _ in found] == [hit.media_id for hit in expected]
+    np.testing.assert_allclose([score for _, score in found], [hit.score for hit in expected],
+                               rtol=0, atol=1e-6)

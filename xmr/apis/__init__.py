@@ -14,16 +14,18 @@ from xmr.apis.inference import (
     CheckpointMismatchError,
     check_languages,
     encode_media,
+    encode_media_in_parts,
     encode_readable_media,
     encode_texts,
     init_retriever,
     load_trained_checkpoint,
+    media_encoding,
     trained_languages,
 )
 from xmr.apis.search import MediaIndex, SearchHit
 from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'CheckpointReadError', 'read_checkpoint',
-           'check_languages', 'encode_media', 'encode_readable_media',
-           'encode_texts', 'init_retriever', 'load_trained_checkpoint', 'trained_languages',
-           'MediaIndex', 'SearchHit']
+           'check_languages', 'encode_media', 'encode_readable_media', 'encode_media_in_parts',
+           'media_encoding', 'encode_texts', 'init_retriever', 'load_trained_checkpoint',
+           'trained_languages', 'MediaIndex', 'SearchHit']

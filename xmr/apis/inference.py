@@ -17,10 +17,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from mmengine.config import Config
+from mmengine.logging import print_log
 from mmengine.runner.checkpoint import load_state_dict
 from mmengine.utils import ProgressBar
 from torch import Tensor
 
+from xmr.apis.encoding_parts import EncodingParts
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.frame_sampling import check_frame_count
 from xmr.datasets.languages import normalize_language
@@ -33,6 +35,7 @@ from xmr.engine.checkpoint import (
     read_checkpoint,
 )
 from xmr.engine.data_languages import transform_size_problem
+from xmr.engine.feature_cache.key import backbone_fingerprint, jsonable
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.language.language_modules import module_file_problem
@@ -45,7 +48,7 @@ from xmr.version import written_by
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
            'load_trained_checkpoint', 'trained_languages', 'check_languages', 'encode_texts',
-           'encode_media', 'encode_readable_media']
+           'encode_media', 'encode_readable_media', 'encode_media_in_parts', 'media_encoding']
 
 MediaInput = str | os.PathLike | Tensor
 
@@ -307,10 +310,89 @@ def encode_readable_media(model: CrossLingualRetriever,
     Raises:
         MediaReadError: with ``'skip'``, when no media can be read.
     """
+    media = media_list(media)
+    resize = _media_resize(model, media, transform, num_frames, batch_size, on_corrupt)
+    bar = ProgressBar(len(media), file=sys.stderr) if progress else None
+    embeddings, skipped = _encode_readable(model, list(enumerate(media)), resize, num_frames,
+                                           batch_size, on_corrupt, bar)
+    if bar is not None:
+        sys.stderr.write('\n')
+    return _some_read(embeddings, skipped, len(media)), skipped
+
+
+@torch.no_grad()
+def encode_media_in_parts(model: CrossLingualRetriever, media: Sequence[MediaInput],
+                          media_ids: Sequence[str], parts: str | os.PathLike,
+                          part_size: int = 256, transform: Mapping[str, Any] | None = None,
+                          num_frames: int = 12, batch_size: int = 32, on_corrupt: str = 'skip',
+                          progress: bool = False) -> tuple[Tensor, list[SkippedMedia]]:
+    """:func:`encode_readable_media`, its embeddings saved ``part_size`` media at a time in the
+    folder ``parts`` (:class:`~xmr.apis.encoding_parts.EncodingParts`). The media whose
+    embeddings the folder already holds, by id, are not encoded again: an interrupted encoding
+    run again goes on where it stopped, and returns what one uninterrupted encoding returns.
+    Media that cannot be read are not saved: a later run tries them again.
+
+    Args:
+        media_ids: one unique id per media, what the saved embeddings are known by.
+        parts: the folder; remove it (:meth:`EncodingParts.remove`) once what was built of the
+            embeddings is saved.
+        part_size: media per part; an interruption loses at most the part being encoded.
+
+    Returns:
+        As :func:`encode_readable_media`.
+
+    Raises:
+        ValueError: a folder whose parts were encoded otherwise (another backbone, transform
+            or number of frames), naming the part and the value.
+    """
+    media = media_list(media)
+    resize = _media_resize(model, media, transform, num_frames, batch_size, on_corrupt)
+    if not is_count(part_size):
+        raise ValueError(f'part_size must be a positive int, got {part_size!r}')
+    if len(media_ids) != len(media) or len(set(media_ids)) != len(media_ids):
+        raise ValueError(f'media_ids must be {len(media)} unique ids, one per media, got '
+                         f'{len(media_ids)} ({len(set(media_ids))} unique)')
+    folder = EncodingParts(parts, media_encoding(model, transform, num_frames))
+    saved = folder.read()
+    todo = [position for position, media_id in enumerate(media_ids) if media_id not in saved]
+    if len(todo) < len(media):
+        print_log(f'{parts}: {len(media) - len(todo)} of the {len(media)} media were encoded '
+                  f'before and are taken from there; {len(todo)} to encode', logger='current')
+    bar = ProgressBar(len(todo), file=sys.stderr) if progress and todo else None
+    skipped: list[SkippedMedia] = []
+    for start in range(0, len(todo), part_size):
+        part = [(position, media[position]) for position in todo[start:start + part_size]]
+        embeddings, left_out = _encode_readable(model, part, resize, num_frames, batch_size,
+                                                on_corrupt, bar)
+        skipped += left_out
+        if embeddings is not None:
+            unread = {marker.index for marker in left_out}
+            read_ids = [media_ids[position] for position, _ in part if position not in unread]
+            folder.write(read_ids, embeddings)
+            saved.update(zip(read_ids, embeddings))
+    if bar is not None:
+        sys.stderr.write('\n')
+    unread = {marker.index for marker in skipped}
+    rows = [saved[media_id] for position, media_id in enumerate(media_ids)
+            if position not in unread]
+    return _some_read(torch.stack(rows) if rows else None, skipped, len(media)), skipped
+
+
+def media_encoding(model: CrossLingualRetriever, transform: Mapping[str, Any] | None,
+                   num_frames: int) -> dict[str, Any]:
+    """What a model's media embeddings depend on: ``backbone`` (its fingerprint: the weights;
+    a language's adapters change nothing of them), ``transform`` and ``num_frames``."""
+    return dict(backbone=backbone_fingerprint(model.backbone), transform=jsonable(transform),
+                num_frames=num_frames)
+
+
+def _media_resize(model: CrossLingualRetriever, media: Sequence[MediaInput],
+                  transform: Mapping[str, Any] | None, num_frames: int, batch_size: int,
+                  on_corrupt: str) -> Any:
+    """The checked arguments of a media encoding, and its built resize transform."""
     if not isinstance(model.backbone, VisionLanguageBackbone):
         raise TypeError(f'{type(model.backbone).__name__} is a text-only backbone: the model '
                         'embeds no media; search its texts with encode_texts')
-    media = media_list(media)
     if not media:
         raise ValueError('no media to encode')
     _check_batch_size(batch_size)
@@ -323,40 +405,58 @@ def encode_readable_media(model: CrossLingualRetriever,
     if problem is not None:
         raise ValueError(f'encode_media transform: it {problem}, or pass transform=None (the '
                          "backbone's own)")
+    return resize
+
+
+def _encode_readable(model: CrossLingualRetriever, media: Sequence[tuple[int, MediaInput]],
+                     resize: Any, num_frames: int, batch_size: int, on_corrupt: str,
+                     bar: ProgressBar | None) -> tuple[Tensor | None, list[SkippedMedia]]:
+    """Embed ``(position, media)`` pairs, the position naming a media in messages, decoded
+    one batch at a time (images and videos apart); ``bar`` advances by the media read.
+
+    Returns:
+        ``[R, E]`` embeddings of the ``R`` media read, in order (``None`` when none is), and
+        the markers of those left out.
+    """
     embeddings: Tensor | None = None
     skipped: list[SkippedMedia] = []
-    # Decoded one batch at a time, images and videos apart: decoding the whole gallery first
-    # held every decoded media at once (3 x 224 x 224 bytes an image, 17 GB for COCO's 113k).
+    unread: set[int] = set()
+    started = bar.completed if bar is not None else 0
+    # Decoded one batch at a time: decoding the whole gallery first held every decoded media
+    # at once (3 x 224 x 224 bytes an image, 17 GB for COCO's 113k).
     pending: dict[int, list[tuple[int, Tensor]]] = {3: [], 4: []}
-    bar = ProgressBar(len(media), file=sys.stderr) if progress else None
-    for position, item in enumerate(media):
+    for row, (position, item) in enumerate(media):
         try:
             decoded = resize(_decode(item, num_frames, position))
         except MediaReadError as error:
             skipped.append(skip_or_raise(error, on_corrupt, position))
+            unread.add(row)
             continue
         batch = pending[decoded.dim()]
-        batch.append((position, decoded))
+        batch.append((row, decoded))
         if len(batch) == batch_size:
             embeddings = _encode_batch(model, batch, embeddings, len(media))
             batch.clear()
             if bar is not None:
-                bar.update(position + 1 - bar.completed)
+                bar.update(started + row + 1 - bar.completed)
     for batch in pending.values():
         if batch:
             embeddings = _encode_batch(model, batch, embeddings, len(media))
-    if bar is not None:
-        if bar.completed < len(media):
-            bar.update(len(media) - bar.completed)
-        sys.stderr.write('\n')
+    if bar is not None and bar.completed < started + len(media):
+        bar.update(started + len(media) - bar.completed)
+    if embeddings is not None and unread:
+        embeddings = embeddings[[row for row in range(len(media)) if row not in unread]]
+    return embeddings, skipped
+
+
+def _some_read(embeddings: Tensor | None, skipped: Sequence[SkippedMedia],
+               total: int) -> Tensor:
+    """``embeddings``, unless no media could be read."""
     if embeddings is None:
         first = skipped[0]
-        raise MediaReadError(first.media_path, f'none of the {len(media)} media can be read, '
+        raise MediaReadError(first.media_path, f'none of the {total} media can be read, '
                              f'this one: {first.reason}', 'give media that can be read')
-    if skipped:
-        left_out = {marker.index for marker in skipped}
-        embeddings = embeddings[[row for row in range(len(media)) if row not in left_out]]
-    return embeddings, skipped
+    return embeddings
 
 
 def _check_batch_size(batch_size: Any) -> None:
@@ -375,7 +475,7 @@ def _encode_batch(model: CrossLingualRetriever, batch: Sequence[tuple[int, Tenso
 
     Args:
         model: the retriever.
-        batch: ``(position, media)`` pairs, media uint8 ``[3, S, S]`` or ``[T, 3, S, S]``.
+        batch: ``(row, media)`` pairs, media uint8 ``[3, S, S]`` or ``[T, 3, S, S]``.
         embeddings: ``[total, E]`` float32 rows by input position, filled in place; ``None``
             before the first batch, which allocates them (its output gives ``E``).
         total: the number of media.

@@ -10,10 +10,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from xmr.apis.inference import MediaInput, encode_readable_media, encode_texts, media_list
+from xmr.apis.inference import (
+    MediaInput,
+    encode_media_in_parts,
+    encode_readable_media,
+    encode_texts,
+    media_encoding,
+    media_list,
+)
 from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.engine.checkpoint import read_checkpoint
-from xmr.engine.feature_cache.key import backbone_fingerprint, jsonable
+from xmr.engine.feature_cache.key import backbone_fingerprint
 from xmr.evaluation.search import FaissSearcher
 from xmr.fileio import atomic_torch_save
 from xmr.models.retrievers.base import unit_rows
@@ -58,11 +65,12 @@ class MediaIndex:
         **search_options: further :class:`FaissSearcher` options (``nprobe``, ``ef_search``, ...).
 
     Attributes:
-        encoded_by: what the embeddings depend on, for an index :meth:`from_media` encoded:
-            ``backbone`` (the model's backbone fingerprint: its weights; a language's adapters
-            change nothing of the media embeddings), ``transform`` and ``num_frames``;
-            ``None`` for embeddings given.
-        skipped: the media :meth:`from_media` left out (``on_corrupt='skip'``), each a
+        encoded_by: what the embeddings depend on (:func:`~xmr.apis.media_encoding`), for an
+            index :meth:`from_media` encoded: ``backbone`` (the model's backbone fingerprint:
+            its weights; a language's adapters change nothing of the media embeddings),
+            ``transform`` and ``num_frames``; ``None`` for embeddings given.
+        skipped: the media the last :meth:`from_media` or :meth:`add_media` left out
+            (``on_corrupt='skip'``), each a
             :class:`~xmr.datasets.corrupt_policy.SkippedMedia` (its position in the media
             given, file, reason); not saved.
     """
@@ -72,21 +80,7 @@ class MediaIndex:
 
     def __init__(self, embeddings: Tensor, media_ids: Sequence[str], index: str = 'flat',
                  **search_options: Any) -> None:
-        media_ids = [str(media_id) for media_id in media_ids]
-        repeat = _first_repeat(media_ids)
-        if repeat is not None:
-            raise ValueError(f"media_ids {repeat[0]} and {repeat[1]} are both "
-                             f"'{media_ids[repeat[0]]}'; every gallery item needs its own id")
-        embeddings = _unit_rows(embeddings, 'embeddings')
-        # Another shape, or another count than media_ids, is named by FaissSearcher.
-        broken = (_non_finite_rows(embeddings)
-                  if embeddings.dim() == 2 and len(embeddings) == len(media_ids) else [])
-        if broken:
-            # A flat or HNSW index takes such a row and never returns it (the media would
-            # silently vanish); IVF's training fails on it naming no media.
-            raise ValueError(f'embeddings of media {[media_ids[row] for row in broken[:10]]} '
-                             'hold NaN or infinite values: they would never be found; check the '
-                             'model and those media')
+        embeddings, media_ids = _checked_rows(embeddings, media_ids)
         self.searcher = FaissSearcher(embeddings, index=index, ids=media_ids, **search_options)
         self.media_ids = media_ids
 
@@ -95,6 +89,7 @@ class MediaIndex:
                    media_ids: Sequence[str] | None = None, index: str = 'flat',
                    transform: Mapping[str, Any] | None = None, num_frames: int = 12,
                    batch_size: int = 32, on_corrupt: str = 'raise', progress: bool = False,
+                   parts: str | os.PathLike | None = None, part_size: int = 256,
                    **search_options: Any) -> MediaIndex:
         """Encode media with the model (:func:`~xmr.apis.encode_media`) and index them.
 
@@ -111,29 +106,57 @@ class MediaIndex:
                 leaves it out of the index, listed in :attr:`skipped`
                 (:func:`~xmr.apis.encode_readable_media`).
             progress: show the media read so far, the rate and the time left on stderr.
+            parts: a folder where the embeddings are saved ``part_size`` media at a time while
+                they are encoded; the same call run again after an interruption encodes only
+                the media not saved there, and builds the index an uninterrupted call builds
+                (:func:`~xmr.apis.encode_media_in_parts`). Remove it once the index is saved
+                (:meth:`~xmr.apis.encoding_parts.EncodingParts.remove`).
+            part_size: media per saved part.
             **search_options: :class:`FaissSearcher` options.
         """
-        media = media_list(media)
-        if media_ids is None:
-            media_ids = [str(position) if isinstance(item, Tensor) else Path(item).stem
-                         for position, item in enumerate(media)]
-            repeat = _first_repeat(media_ids)
-            if repeat is not None:
-                first, second = repeat
-                raise ValueError(f'media {first} ({media[first]}) and {second} ({media[second]}) '
-                                 f"would both be called '{media_ids[first]}' (the file name "
-                                 'without its suffix): pass media_ids, one per media')
-        elif len(media_ids) != len(media):
-            raise ValueError(f'{len(media_ids)} media_ids for {len(media)} media')
-        embeddings, skipped = encode_readable_media(model, media, transform, num_frames,
-                                                    batch_size, on_corrupt, progress)
-        left_out = {marker.index for marker in skipped}
-        gallery = cls(embeddings, [media_id for position, media_id in enumerate(media_ids)
-                                   if position not in left_out], index=index, **search_options)
+        embeddings, read_ids, skipped = _encode(model, media, media_ids, transform, num_frames,
+                                                batch_size, on_corrupt, progress, parts,
+                                                part_size)
+        gallery = cls(embeddings, read_ids, index=index, **search_options)
         gallery.skipped = skipped
-        gallery.encoded_by = dict(backbone=backbone_fingerprint(model.backbone),
-                                  transform=jsonable(transform), num_frames=num_frames)
+        gallery.encoded_by = media_encoding(model, transform, num_frames)
         return gallery
+
+    def add(self, embeddings: Tensor, media_ids: Sequence[str]) -> None:
+        """Append media to the gallery: ``[N, E]`` ``embeddings`` (L2-normalised here) of
+        media whose ids it does not hold yet. An ``'ivf'`` index files them in the cells it was
+        trained on: a gallery grown far beyond what it was built on is better built again."""
+        embeddings, media_ids = _checked_rows(embeddings, media_ids)
+        known = set(self.media_ids)
+        present = [media_id for media_id in media_ids if media_id in known]
+        if present:
+            raise ValueError(f'media {present[:10]} are in the gallery already: add only new '
+                             'media, or build the gallery anew')
+        self.searcher.add(embeddings, media_ids)
+        self.media_ids += media_ids
+
+    def add_media(self, model: CrossLingualRetriever,
+                  media: MediaInput | Sequence[MediaInput],
+                  media_ids: Sequence[str] | None = None, batch_size: int = 32,
+                  on_corrupt: str = 'raise', progress: bool = False,
+                  parts: str | os.PathLike | None = None, part_size: int = 256) -> None:
+        """Encode media as the gallery's were (its :attr:`encoded_by`: the same backbone,
+        transform and frames) and :meth:`add` them; those left out are in :attr:`skipped`.
+        Arguments as :meth:`from_media`'s.
+
+        Raises:
+            ValueError: a gallery of embeddings given (nothing says how to encode alike), a
+                model of another backbone, or media ids the gallery holds.
+        """
+        if self.encoded_by is None:
+            raise ValueError('this gallery was built from embeddings given, not encoded here: '
+                             'encode the new media as its were, then MediaIndex.add them')
+        self.check_encoder(model)
+        transform, num_frames = self.encoded_by['transform'], self.encoded_by['num_frames']
+        embeddings, read_ids, self.skipped = _encode(model, media, media_ids, transform,
+                                                     num_frames, batch_size, on_corrupt,
+                                                     progress, parts, part_size)
+        self.add(embeddings, read_ids)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the index to one file (atomically: an earlier file there stays whole until the
@@ -164,7 +187,8 @@ class MediaIndex:
             ValueError: a file that is no media index, or a model that did not encode it
                 (:class:`~xmr.engine.checkpoint.CheckpointReadError` for a damaged file).
         """
-        state = read_checkpoint(path, 'media index')
+        state = read_checkpoint(path, 'media index', fix='give a file MediaIndex.save wrote '
+                                '(tools/search.py --index)')
         if not isinstance(state, Mapping) or state.get('format') != INDEX_FORMAT:
             found = (f"format {state.get('format')!r}" if isinstance(state, Mapping)
                      and 'format' in state else f'a {type(state).__name__} without a format')
@@ -230,6 +254,59 @@ class MediaIndex:
         return [[SearchHit(media_id, float(score))
                  for media_id, score in zip(row_ids, row_scores.tolist()) if media_id is not None]
                 for row_ids, row_scores in zip(ids, scores)]
+
+
+def _encode(model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
+            media_ids: Sequence[str] | None, transform: Mapping[str, Any] | None,
+            num_frames: int, batch_size: int, on_corrupt: str, progress: bool,
+            parts: str | os.PathLike | None,
+            part_size: int) -> tuple[Tensor, list[str], list[SkippedMedia]]:
+    """The ``[R, E]`` embeddings of the media read, their ids, and the markers of those left
+    out (:meth:`MediaIndex.from_media`'s arguments)."""
+    media = media_list(media)
+    if media_ids is None:
+        media_ids = [str(position) if isinstance(item, Tensor) else Path(item).stem
+                     for position, item in enumerate(media)]
+        repeat = _first_repeat(media_ids)
+        if repeat is not None:
+            first, second = repeat
+            raise ValueError(f'media {first} ({media[first]}) and {second} ({media[second]}) '
+                             f"would both be called '{media_ids[first]}' (the file name "
+                             'without its suffix): pass media_ids, one per media')
+    elif len(media_ids) != len(media):
+        raise ValueError(f'{len(media_ids)} media_ids for {len(media)} media')
+    media_ids = [str(media_id) for media_id in media_ids]
+    if parts is None:
+        embeddings, skipped = encode_readable_media(model, media, transform, num_frames,
+                                                    batch_size, on_corrupt, progress)
+    else:
+        embeddings, skipped = encode_media_in_parts(model, media, media_ids, parts, part_size,
+                                                    transform, num_frames, batch_size,
+                                                    on_corrupt, progress)
+    left_out = {marker.index for marker in skipped}
+    return embeddings, [media_id for position, media_id in enumerate(media_ids)
+                        if position not in left_out], skipped
+
+
+def _checked_rows(embeddings: Tensor | Any,
+                  media_ids: Sequence[str]) -> tuple[Tensor, list[str]]:
+    """L2-normalised ``[N, E]`` embeddings of media with unique ids, all finite."""
+    media_ids = [str(media_id) for media_id in media_ids]
+    repeat = _first_repeat(media_ids)
+    if repeat is not None:
+        raise ValueError(f"media_ids {repeat[0]} and {repeat[1]} are both "
+                         f"'{media_ids[repeat[0]]}'; every gallery item needs its own id")
+    embeddings = _unit_rows(embeddings, 'embeddings')
+    # Another shape, or another count than media_ids, is named by FaissSearcher.
+    broken = (_non_finite_rows(embeddings)
+              if embeddings.dim() == 2 and len(embeddings) == len(media_ids) else [])
+    if broken:
+        # A flat or HNSW index takes such a row and never returns it (the media would
+        # silently vanish); IVF's training fails on it naming no media.
+        raise ValueError(f'embeddings of media {[media_ids[row] for row in broken[:10]]} '
+                         'hold NaN or infinite values: they would never be found; check the '
+                         'model and those media')
+    return embeddings, media_ids
 
 
 def _first_repeat(ids: Sequence[str]) -> tuple[int, int] | None:

@@ -165,20 +165,26 @@ def _part_holding(state: Mapping[str, Any], model_keys: Iterable[str]) -> str | 
     return held[0].rstrip('.') if held else None
 
 
-def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> Any:
+#: What to give in place of a file that is no torch file at all.
+TORCH_FILE_FIX = 'give a .pth written by torch.save (tools/train.py writes them)'
+
+
+def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
+                    fix: str = TORCH_FILE_FIX) -> Any:
     """``torch.load(path, weights_only=True)`` on the CPU, with every failure naming the file.
 
     Args:
         path: the file.
         what: what the file should be, for the messages (``'checkpoint'``, ``'language
             module'``).
+        fix: what to give instead of a file that is no torch file.
 
     Raises:
         FileNotFoundError: no such file.
         CheckpointReadError: an empty, truncated or foreign file, or one that pickles objects
             a weights-only load refuses (advice to re-save only for MMEngine's own objects).
     """
-    check_checkpoint(path, what)
+    check_checkpoint(path, what, fix)
     allow_mmengine_checkpoint_types()
     try:
         return torch.load(path, map_location='cpu', weights_only=True)
@@ -189,7 +195,8 @@ def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> Any:
         raise _corrupt(path, what, reason) from error
 
 
-def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> None:
+def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
+                     fix: str = TORCH_FILE_FIX) -> None:
     """Fail as :func:`read_checkpoint` does on a missing, empty, foreign or truncated file,
     without loading it (``tools/train.py`` checks ``--resume`` so before the runner writes).
 
@@ -209,8 +216,7 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint') -> None:
         head = handle.read(4)
     if not head.startswith((_ZIP_MAGIC, _PICKLE_MAGIC)):
         found = 'an empty file' if not head else 'neither a torch zip archive nor a pickle'
-        raise CheckpointReadError(f'{path}: not a {what}: {found}; give a .pth written by '
-                                  'torch.save (tools/train.py writes them)')
+        raise CheckpointReadError(f'{path}: not a {what}: {found}; {fix}')
     if head == _ZIP_MAGIC:
         check_archive_records(path, what)
 

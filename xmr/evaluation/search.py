@@ -220,6 +220,26 @@ class FaissSearcher:
         searcher.dim = searcher.index.d
         return searcher
 
+    def add(self, gallery: Tensor | np.ndarray, ids: Sequence[str] | None = None) -> None:
+        """Append items to the gallery: rows ``gallery_size ...`` on. An IVF index puts them in
+        the cells it was trained on (not trained again); HNSW links them into its graph.
+
+        Args:
+            gallery: ``[N, E]`` embeddings of the new items.
+            ids: their ``N`` ids; given exactly when the searcher has ids.
+        """
+        vectors = _as_float32(gallery, 'gallery')
+        if vectors.shape[1] != self.dim:
+            raise ValueError(f'added items have dimension {vectors.shape[1]}, the gallery '
+                             f'{self.dim}.')
+        if (ids is None) != (self.ids is None):
+            raise ValueError('give ids for the added items exactly when the searcher has ids.')
+        if ids is not None and len(ids) != vectors.shape[0]:
+            raise ValueError(f'ids has {len(ids)} entries for {vectors.shape[0]} added items.')
+        self.index.add(vectors)
+        if ids is not None:
+            self.ids += list(ids)
+
     def search(self, queries: Tensor | np.ndarray, k: int) -> tuple[Tensor, Tensor]:
         """The ``k`` best gallery items of every query.
 

@@ -1,0 +1,136 @@
+"""An encoding saved in parts: interrupted, run again, it encodes only what it had not saved and
+returns what one uninterrupted encoding returns."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import xmr.apis.inference as inference
+from tests.apis.conftest import random_images
+from tests.conftest import Interrupt, decoded_media, tiny_retriever_cfg
+from xmr.apis import encode_media, encode_media_in_parts, media_encoding
+from xmr.apis.encoding_parts import PART_FORMAT, EncodingParts
+from xmr.datasets.corrupt_policy import MediaSkippedWarning
+from xmr.registry import MODELS
+
+
+@pytest.fixture
+def image_files(tmp_path):
+    return random_images(tmp_path, [f'photo{number}' for number in range(7)])
+
+
+def ids_of(files):
+    return [file.stem for file in files]
+
+
+def test_an_interrupted_encoding_goes_on_from_its_parts_and_equals_an_uninterrupted_one(
+        model, image_files, tmp_path, monkeypatch):
+    whole, whole_skipped = encode_media_in_parts(model, image_files, ids_of(image_files),
+                                                 tmp_path / 'whole', part_size=2, batch_size=2)
+    assert whole_skipped == []
+    torch.testing.assert_close(whole, encode_media(model, image_files), rtol=0, atol=1e-6)
+
+    decoded_media(monkeypatch, interrupt_at=image_files[5])
+    with pytest.raises(Interrupt):
+        encode_media_in_parts(model, image_files, ids_of(image_files), tmp_path / 'parts',
+                              part_size=2, batch_size=2)
+    parts = EncodingParts(tmp_path / 'parts', media_encoding(model, None, 12))
+    assert [path.name for path in parts.files()] == ['part-000001.pt', 'part-000002.pt']
+    assert list(parts.read()) == ids_of(image_files[:4])
+
+    decoded = decoded_media(monkeypatch)
+    resumed, skipped = encode_media_in_parts(model, image_files, ids_of(image_files),
+                                             tmp_path / 'parts', part_size=2, batch_size=2)
+    assert decoded == image_files[4:] and skipped == []
+    torch.testing.assert_close(resumed, whole, rtol=0, atol=0)
+    assert len(parts.files()) == 4
+    # Run again once whole, nothing is decoded; another order of the media is served too.
+    decoded.clear()
+    again, _ = encode_media_in_parts(model, image_files[::-1], ids_of(image_files[::-1]),
+                                     tmp_path / 'parts', part_size=2, batch_size=2)
+    assert decoded == []
+    torch.testing.assert_close(again, whole.flip(0), rtol=0, atol=0)
+
+
+def test_media_that_cannot_be_read_are_not_saved_and_are_tried_again(
+        model, image_files, tmp_path, monkeypatch):
+    broken = image_files[2].read_bytes()
+    image_files[2].write_bytes(b'')
+    with pytest.warns(MediaSkippedWarning, match=re.escape(f'skipping item 2: {image_files[2]}')):
+        embeddings, skipped = encode_media_in_parts(
+            model, image_files, ids_of(image_files), tmp_path / 'parts', part_size=3,
+            on_corrupt='skip')
+    assert [(marker.index, marker.media_path) for marker in skipped] == [(2, str(image_files[2]))]
+    assert embeddings.shape[0] == 6
+    image_files[2].write_bytes(broken)
+    decoded = decoded_media(monkeypatch)
+    embeddings, skipped = encode_media_in_parts(model, image_files, ids_of(image_files),
+                                                tmp_path / 'parts', part_size=3)
+    assert decoded == [image_files[2]] and skipped == []
+    torch.testing.assert_close(embeddings, encode_media(model, image_files), rtol=0, atol=1e-6)
+
+
+def test_a_part_in_which_no_media_can_be_read_is_not_the_end(model, image_files, tmp_path):
+    """Only an encoding that reads no media at all fails, as encode_readable_media does."""
+    for path in image_files[:2]:
+        path.write_bytes(b'')
+    with pytest.warns(MediaSkippedWarning):
+        embeddings, skipped = encode_media_in_parts(model, image_files[:4],
+                                                    ids_of(image_files[:4]), tmp_path / 'parts',
+                                                    part_size=2, on_corrupt='skip')
+    assert embeddings.shape[0] == 2 and [marker.index for marker in skipped] == [0, 1]
+    with pytest.warns(MediaSkippedWarning), pytest.raises(
+            inference.MediaReadError, match='none of the 2 media can be read'):
+        encode_media_in_parts(model, image_files[:2], ids_of(image_files[:2]),
+                              tmp_path / 'none', part_size=1, on_corrupt='skip')
+
+
+def test_parts_encoded_otherwise_are_refused_naming_the_part_and_the_value(
+        model, image_files, tmp_path):
+    encode_media_in_parts(model, image_files[:2], ids_of(image_files[:2]), tmp_path / 'parts',
+                          num_frames=8)
+    part = tmp_path / 'parts' / 'part-000001.pt'
+    with pytest.raises(ValueError, match=re.escape(
+            f'{part}: its media were encoded with num_frames 8, this encoding has 12: encode '
+            f"with the num_frames that wrote it to go on, or remove {tmp_path / 'parts'}")):
+        encode_media_in_parts(model, image_files, ids_of(image_files), tmp_path / 'parts')
+    torch.manual_seed(1)
+    other = MODELS.build(tiny_retriever_cfg()).eval()
+    with pytest.raises(ValueError, match=re.escape(
+            f"{part}: its media were encoded with backbone '{model.backbone.fingerprint()}'")):
+        encode_media_in_parts(other, image_files, ids_of(image_files), tmp_path / 'parts',
+                              num_frames=8)
+    torch.save({'weights': torch.zeros(1)}, tmp_path / 'parts' / 'part-000002.pt')
+    with pytest.raises(ValueError, match=re.escape(
+            f"{tmp_path / 'parts' / 'part-000002.pt'}: is not a part of a media encoding "
+            f"(no format '{PART_FORMAT}')")):
+        encode_media_in_parts(model, image_files, ids_of(image_files), tmp_path / 'parts',
+                              num_frames=8)
+
+
+def test_bad_arguments_are_named(model, image_files, tmp_path):
+    with pytest.raises(ValueError, match=r'media_ids must be 3 unique ids, one per media, got '
+                       r'3 \(2 unique\)'):
+        encode_media_in_parts(model, image_files[:3], ['a', 'b', 'a'], tmp_path / 'parts')
+    with pytest.raises(ValueError, match='part_size must be a positive int, got 0'):
+        encode_media_in_parts(model, image_files[:3], ['a', 'b', 'c'], tmp_path / 'parts',
+                              part_size=0)
+    (tmp_path / 'file').write_text('')
+    with pytest.raises(ValueError, match='is a file, not a folder of encoding parts'):
+        encode_media_in_parts(model, image_files[:3], ['a', 'b', 'c'], tmp_path / 'file')
+
+
+def test_remove_deletes_the_parts_and_keeps_what_else_is_in_the_folder(tmp_path):
+    parts = EncodingParts(tmp_path / 'parts', dict(num_frames=12))
+    parts.write(['a', 'b'], torch.eye(2))
+    parts.write(['c'], torch.ones(1, 2))
+    assert sorted(parts.read()) == ['a', 'b', 'c']
+    (tmp_path / 'parts' / '.part-000003.pt.999999999.tmp').write_bytes(b'left by a kill')
+    parts.remove()
+    assert not (tmp_path / 'parts').exists()
+    parts.write(['a'], torch.eye(1, 2))
+    (tmp_path / 'parts' / 'notes.txt').write_text('mine')
+    parts.remove()
+    assert [path.name for path in (tmp_path / 'parts').iterdir()] == ['notes.txt']

@@ -1,0 +1,96 @@
+"""A gallery's media embeddings saved a part at a time while they are encoded, so that an
+interrupted encoding goes on from what it saved (:func:`~xmr.apis.encode_media_in_parts`,
+``MediaIndex.from_media(parts=...)``, ``tools/search.py``)."""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from xmr.engine.checkpoint import read_checkpoint
+from xmr.fileio import atomic_torch_save, remove_stale_temporaries
+
+#: What a part file records as its ``format``.
+PART_FORMAT = 'xmr-media-encoding-part/1'
+
+_PART_NAME = re.compile(r'^part-(\d+)\.pt$')
+
+__all__ = ['PART_FORMAT', 'EncodingParts']
+
+
+class EncodingParts:
+    """The folder of one encoding's parts: ``part-000001.pt``, ... each holding the ids and the
+    ``[N, E]`` embeddings of the media encoded since the part before, and what they depend on.
+
+    Args:
+        folder: where the parts are (created by the first :meth:`write`).
+        encoded_by: what this encoding's embeddings depend on
+            (:func:`~xmr.apis.media_encoding`); a part recorded with other values is refused,
+            as its embeddings would differ from this encoding's.
+    """
+
+    def __init__(self, folder: str | os.PathLike, encoded_by: Mapping[str, Any]) -> None:
+        self.folder = Path(folder)
+        self.encoded_by = dict(encoded_by)
+
+    def files(self) -> list[Path]:
+        """The part files, in the order they were written."""
+        if not self.folder.is_dir():
+            return []
+        return sorted(path for path in self.folder.iterdir() if _PART_NAME.match(path.name))
+
+    def read(self) -> dict[str, Tensor]:
+        """The embeddings saved so far: ``[E]`` rows by media id.
+
+        Raises:
+            ValueError: a file that is no part, or a part encoded otherwise (naming the value
+                that differs).
+            CheckpointReadError: a damaged part.
+        """
+        if self.folder.exists() and not self.folder.is_dir():
+            raise ValueError(f'{self.folder}: is a file, not a folder of encoding parts: give '
+                             'the parts another path')
+        remove_stale_temporaries(self.folder)
+        rows: dict[str, Tensor] = {}
+        for path in self.files():
+            part = read_checkpoint(path, 'encoding part', fix='remove it: its media are '
+                                   'encoded again')
+            if not isinstance(part, Mapping) or part.get('format') != PART_FORMAT:
+                raise ValueError(f'{path}: is not a part of a media encoding (no format '
+                                 f'{PART_FORMAT!r}): move it out of {self.folder}')
+            self._check_encoded_by(path, part['encoded_by'])
+            rows.update(zip(part['media_ids'], part['embeddings']))
+        return rows
+
+    def write(self, media_ids: Sequence[str], embeddings: Tensor) -> Path:
+        """Save the next part, atomically: ``[N, E]`` ``embeddings`` of the media ``media_ids``.
+
+        Returns:
+            The part's file.
+        """
+        written = [int(_PART_NAME.match(path.name)[1]) for path in self.files()]
+        path = self.folder / f'part-{max(written, default=0) + 1:06d}.pt'
+        return atomic_torch_save(dict(format=PART_FORMAT, encoded_by=self.encoded_by,
+                                      media_ids=list(media_ids),
+                                      embeddings=embeddings.contiguous()), path)
+
+    def remove(self) -> None:
+        """Delete the parts, and the folder once nothing else is in it."""
+        for path in self.files():
+            path.unlink()
+        remove_stale_temporaries(self.folder)
+        if self.folder.is_dir() and not any(self.folder.iterdir()):
+            self.folder.rmdir()
+
+    def _check_encoded_by(self, path: Path, recorded: Mapping[str, Any]) -> None:
+        differ = [key for key in self.encoded_by if recorded.get(key) != self.encoded_by[key]]
+        if differ:
+            key = differ[0]
+            raise ValueError(f'{path}: its media were encoded with {key} {recorded.get(key)!r}, '
+                             f'this encoding has {self.encoded_by[key]!r}: encode with the '
+                             f'{key} that wrote it to go on, or remove {self.folder} to encode '
+                             'the media anew')
