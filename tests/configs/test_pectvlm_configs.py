@@ -21,6 +21,7 @@ from tests.models.backbones.mclip_helpers import TINY_XLMR, TOKENIZER_FILE, need
 from xmr.ablations import apply_ablations
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.engine.runner import runner_name_in_process
 from xmr.models.adapters import CompacterAdapter, HardPrompt, HoulsbyAdapter, LoRA, SoftPrompt
 from xmr.models.retrievers.translation import ROUTINES
 from xmr.registry import DATASETS, MODELS, TOKENIZERS
@@ -284,7 +285,8 @@ def test_xtd10_few_shot_schedule_resolves_from_its_50_pairs(ablations, steps, tm
         transform=dict(type='MediaTransform', backbone=None, size=32))
     run = Config(dict(default_scope='xmr', work_dir=str(tmp_path / 'work'), model=tiny_mclip(cfg),
                       train_dataloader=loader, train_cfg=cfg.train_cfg,
-                      optim_wrapper=cfg.optim_wrapper, log_level='WARNING'))
+                      optim_wrapper=cfg.optim_wrapper, log_level='WARNING',
+                      experiment_name=runner_name_in_process('xtd10_few_shot_schedule')))
     loop = Runner.from_cfg(run).train_loop
     assert [(p.name, p.start, p.end) for p in loop.phases] == [('pectvlm', 0, steps)]
     assert loop.val_interval == 5
