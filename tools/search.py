@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -94,9 +95,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def media_files(paths: list[str]) -> list[Path]:
-    """The files of ``paths``: a file as given, a folder's images and videos below it (by
-    suffix, any case: :data:`IMAGE_SUFFIXES`,
-    :data:`~xmr.datasets.video_containers.VIDEO_SUFFIXES`) in path order.
+    """The files of ``paths``, absolute: a file as given, a folder's images and videos below it
+    (by suffix, any case: :data:`IMAGE_SUFFIXES`,
+    :data:`~xmr.datasets.video_containers.VIDEO_SUFFIXES`) in path order. Absolute, since they
+    name the media in a saved index: ``--update`` run from another folder knows them again.
 
     Raises:
         UserError: a path that does not exist, or a folder holding no media.
@@ -105,16 +107,18 @@ def media_files(paths: list[str]) -> list[Path]:
 
     suffixes = set(IMAGE_SUFFIXES) | set(VIDEO_SUFFIXES)
     files = []
-    for given in map(Path, paths):
-        if given.is_dir():
-            found = sorted(path for path in given.rglob('*')
-                           if path.suffix.lower() in suffixes and path.is_file())
+    for given in paths:
+        # abspath, not resolve: a link to a folder of photos keeps the name it was given by.
+        path = Path(os.path.abspath(given))
+        if path.is_dir():
+            found = sorted(file for file in path.rglob('*')
+                           if file.suffix.lower() in suffixes and file.is_file())
             if not found:
                 raise UserError(f'{given} (--media)', 'holds no image or video file',
                                 'give a folder of media, or the files')
             files += found
-        elif given.is_file():
-            files.append(given)
+        elif path.is_file():
+            files.append(path)
         else:
             raise UserError(f'{given} (--media)', 'no such file or folder')
     return files

@@ -166,11 +166,14 @@ def test_update_encodes_only_the_media_the_index_lacks(gallery, tmp_path, monkey
     index = tmp_path / 'gallery.idx'
     search = [str(config), str(checkpoint), '--lang', 'de', '--query', 'ein roter Kreis',
               '--k', '6']
-    tool.main([*search, '--media', str(media), '--index', str(index), '--num-frames', '4'])
+    monkeypatch.chdir(tmp_path)
+    tool.main([*search, '--media', 'media', '--index', str(index), '--num-frames', '4'])
     Image.fromarray(np.zeros((40, 40, 3), dtype=np.uint8)).save(media / 'black.png')
     decoded = decoded_media(monkeypatch)
     capsys.readouterr()
-    tool.main([*search, '--media', str(media), '--index', str(index), '--update', '--out',
+    # Run from another folder, the media given by another relative path are known again.
+    monkeypatch.chdir(media / 'cities')
+    tool.main([*search, '--media', '..', '--index', str(index), '--update', '--out',
                str(tmp_path / 'grown.json')])
     assert decoded == [media / 'black.png']
     assert f'{index}: 4 media indexed, 1 of the 5 given to add\n' in capsys.readouterr().out
