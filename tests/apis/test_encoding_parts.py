@@ -134,3 +134,23 @@ def test_remove_deletes_the_parts_and_keeps_what_else_is_in_the_folder(tmp_path)
     (tmp_path / 'parts' / 'notes.txt').write_text('mine')
     parts.remove()
     assert [path.name for path in (tmp_path / 'parts').iterdir()] == ['notes.txt']
+
+
+def test_parts_decoded_by_workers_equal_those_decoded_in_turn_and_start_them_once(
+        model, image_files, tmp_path, monkeypatch):
+    loaders = []
+
+    class CountedLoader(inference.DataLoader):
+        def __init__(self, *args, **kwargs):
+            loaders.append(kwargs['num_workers'])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(inference, 'DataLoader', CountedLoader)
+    in_turn, _ = encode_media_in_parts(model, image_files, ids_of(image_files),
+                                       tmp_path / 'in_turn', part_size=2, batch_size=2)
+    by_workers, _ = encode_media_in_parts(model, image_files, ids_of(image_files),
+                                          tmp_path / 'by_workers', part_size=2, batch_size=2,
+                                          num_workers=2)
+    torch.testing.assert_close(by_workers, in_turn, rtol=0, atol=0)
+    assert loaders == [2]
+    assert len(EncodingParts(tmp_path / 'by_workers', {}).files()) == 4

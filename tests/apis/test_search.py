@@ -261,3 +261,26 @@ def test_what_a_gallery_cannot_take_is_named(model, image_files):
     with pytest.raises(ValueError, match='this gallery was built from embeddings given'):
         MediaIndex(torch.eye(2), ['a', 'b']).add_media(model, image_files[2:])
     assert len(gallery) == 2
+
+
+def test_media_decoded_by_workers_are_encoded_as_in_turn(model, image_files, tmp_path):
+    """The same rows and the same markers in the same order, a file that cannot be read in the
+    middle (its error sent back from a worker by its fields)."""
+    (tmp_path / 'cut.png').write_bytes(b'')
+    media = [*image_files[:2], tmp_path / 'cut.png', *image_files[2:],
+             torch.zeros(2, 3, 36, 44, dtype=torch.uint8)]
+    with pytest.warns(MediaSkippedWarning):
+        in_turn = encode_readable_media(model, media, batch_size=2, num_frames=2)
+    with pytest.warns(MediaSkippedWarning, match=re.escape(
+            f"skipping item 2: {tmp_path / 'cut.png'}: the file is empty (0 bytes) "
+            '(media[2])')):
+        by_workers = encode_readable_media(model, media, batch_size=2, num_frames=2,
+                                           num_workers=2)
+    torch.testing.assert_close(by_workers[0], in_turn[0], rtol=0, atol=0)
+    assert by_workers[1] == in_turn[1] and len(by_workers[0]) == 6
+    with pytest.raises(MediaReadError, match=re.escape(
+            f"{tmp_path / 'cut.png'}: the file is empty (0 bytes) (media[2]): replace the "
+            'file, or leave it out of the media')):
+        encode_media(model, media, num_workers=2)
+    with pytest.raises(ValueError, match='num_workers must be an int >= 0, got -1'):
+        encode_media(model, media, num_workers=-1)

@@ -62,7 +62,8 @@ def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index
     tool = load_tool()
     tool.main([str(config), str(checkpoint), '--media', str(media), '--index',
                str(tmp_path / 'gallery.idx'), '--lang', 'de', '--query', 'ein roter Kreis',
-               'zwei Quadrate', '--k', '3', '--out', str(tmp_path / 'hits.json')])
+               'zwei Quadrate', '--k', '3', '--out', str(tmp_path / 'hits.json'),
+               '--num-workers', '2'])
     captured = capsys.readouterr()
     printed = captured.out
     assert printed.startswith(f"index of 4 media: {tmp_path / 'gallery.idx'}\n")
@@ -128,6 +129,8 @@ def test_what_is_given_is_checked_before_the_model_is_built(
      'give --update .* or --overwrite .*, not both'),
     (['--media', 'm', '--index', 'i', '--save-every', '0'],
      '--save-every must be at least 1, got 0'),
+    (['--media', 'm', '--index', 'i', '--num-workers', '-1'],
+     '--num-workers must be at least 0, got -1'),
 ])
 def test_usage_errors_name_what_to_give(capsys, flags, refused):
     with pytest.raises(SystemExit):

@@ -7,10 +7,11 @@ frozen tower (source language) or the target-language branch, media through the 
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from mmengine.logging import print_log
 from mmengine.runner.checkpoint import load_state_dict
 from mmengine.utils import ProgressBar
 from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
 
 from xmr.apis.encoding_parts import EncodingParts
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
@@ -36,6 +38,7 @@ from xmr.engine.checkpoint import (
 )
 from xmr.engine.data_languages import transform_size_problem
 from xmr.engine.feature_cache.key import backbone_fingerprint, jsonable
+from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.language.language_modules import module_file_problem
@@ -265,7 +268,7 @@ def media_list(media: MediaInput | Sequence[MediaInput]) -> list[MediaInput]:
 
 def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
                  transform: Mapping[str, Any] | None = None, num_frames: int = 12,
-                 batch_size: int = 32) -> Tensor:
+                 batch_size: int = 32, num_workers: int = 0) -> Tensor:
     """Embed images and videos, given as files or as decoded uint8 tensors.
 
     Args:
@@ -278,6 +281,8 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
             ``create_model_and_transforms`` preprocesses; CCLM's whole-image ``squash``).
         num_frames: frames sampled per video file, uniformly, segment centres (evaluation).
         batch_size: media per forward pass; images and videos go in separate batches.
+        num_workers: processes decoding and resizing the files while the model encodes
+            (a DataLoader's workers, in input order); 0: decoded in this process, in turn.
 
     Returns:
         ``[N, E]`` L2-normalised float32 on the CPU, in input order.
@@ -287,7 +292,7 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
             files out).
     """
     return encode_readable_media(model, media, transform, num_frames, batch_size,
-                                 on_corrupt='raise')[0]
+                                 on_corrupt='raise', num_workers=num_workers)[0]
 
 
 @torch.no_grad()
@@ -295,7 +300,8 @@ def encode_readable_media(model: CrossLingualRetriever,
                           media: MediaInput | Sequence[MediaInput],
                           transform: Mapping[str, Any] | None = None, num_frames: int = 12,
                           batch_size: int = 32, on_corrupt: str = 'skip',
-                          progress: bool = False) -> tuple[Tensor, list[SkippedMedia]]:
+                          progress: bool = False,
+                          num_workers: int = 0) -> tuple[Tensor, list[SkippedMedia]]:
     """:func:`encode_media` of the files that can be read: with ``on_corrupt='skip'`` a file
     that cannot be read (missing, empty, cut short, undecodable) is warned of
     (:class:`~xmr.datasets.corrupt_policy.MediaSkippedWarning`) and left out; ``'raise'``
@@ -311,10 +317,13 @@ def encode_readable_media(model: CrossLingualRetriever,
         MediaReadError: with ``'skip'``, when no media can be read.
     """
     media = media_list(media)
-    resize = _media_resize(model, media, transform, num_frames, batch_size, on_corrupt)
+    resize = _media_resize(model, media, transform, num_frames, batch_size, on_corrupt,
+                           num_workers)
     bar = ProgressBar(len(media), file=sys.stderr) if progress else None
-    embeddings, skipped = _encode_readable(model, list(enumerate(media)), resize, num_frames,
-                                           batch_size, on_corrupt, bar)
+    pairs = list(enumerate(media))
+    embeddings, skipped = _encode_readable(
+        model, pairs, _DecodedMedia(pairs, resize, num_frames).decoded(num_workers),
+        batch_size, on_corrupt, bar)
     if bar is not None:
         sys.stderr.write('\n')
     return _some_read(embeddings, skipped, len(media)), skipped
@@ -325,7 +334,8 @@ def encode_media_in_parts(model: CrossLingualRetriever, media: Sequence[MediaInp
                           media_ids: Sequence[str], parts: str | os.PathLike,
                           part_size: int = 256, transform: Mapping[str, Any] | None = None,
                           num_frames: int = 12, batch_size: int = 32, on_corrupt: str = 'skip',
-                          progress: bool = False) -> tuple[Tensor, list[SkippedMedia]]:
+                          progress: bool = False,
+                          num_workers: int = 0) -> tuple[Tensor, list[SkippedMedia]]:
     """:func:`encode_readable_media`, its embeddings saved ``part_size`` media at a time in the
     folder ``parts`` (:class:`~xmr.apis.encoding_parts.EncodingParts`). The media whose
     embeddings the folder already holds, by id, are not encoded again: an interrupted encoding
@@ -346,7 +356,8 @@ def encode_media_in_parts(model: CrossLingualRetriever, media: Sequence[MediaInp
             or number of frames), naming the part and the value.
     """
     media = media_list(media)
-    resize = _media_resize(model, media, transform, num_frames, batch_size, on_corrupt)
+    resize = _media_resize(model, media, transform, num_frames, batch_size, on_corrupt,
+                           num_workers)
     if not is_count(part_size):
         raise ValueError(f'part_size must be a positive int, got {part_size!r}')
     if len(media_ids) != len(media) or len(set(media_ids)) != len(media_ids):
@@ -360,10 +371,13 @@ def encode_media_in_parts(model: CrossLingualRetriever, media: Sequence[MediaInp
                   f'before and are taken from there; {len(todo)} to encode', logger='current')
     bar = ProgressBar(len(todo), file=sys.stderr) if progress and todo else None
     skipped: list[SkippedMedia] = []
+    pairs = [(position, media[position]) for position in todo]
+    # One pass of decoding for all the parts: a loader's workers start once.
+    decoded = _DecodedMedia(pairs, resize, num_frames).decoded(num_workers)
     for start in range(0, len(todo), part_size):
-        part = [(position, media[position]) for position in todo[start:start + part_size]]
-        embeddings, left_out = _encode_readable(model, part, resize, num_frames, batch_size,
-                                                on_corrupt, bar)
+        part = pairs[start:start + part_size]
+        embeddings, left_out = _encode_readable(model, part, itertools.islice(decoded, len(part)),
+                                                batch_size, on_corrupt, bar)
         skipped += left_out
         if embeddings is not None:
             unread = {marker.index for marker in left_out}
@@ -388,7 +402,7 @@ def media_encoding(model: CrossLingualRetriever, transform: Mapping[str, Any] | 
 
 def _media_resize(model: CrossLingualRetriever, media: Sequence[MediaInput],
                   transform: Mapping[str, Any] | None, num_frames: int, batch_size: int,
-                  on_corrupt: str) -> Any:
+                  on_corrupt: str, num_workers: int) -> Any:
     """The checked arguments of a media encoding, and its built resize transform."""
     if not isinstance(model.backbone, VisionLanguageBackbone):
         raise TypeError(f'{type(model.backbone).__name__} is a text-only backbone: the model '
@@ -398,6 +412,8 @@ def _media_resize(model: CrossLingualRetriever, media: Sequence[MediaInput],
     _check_batch_size(batch_size)
     check_frame_count(num_frames, 'num_frames')
     check_policy(on_corrupt)
+    if not is_count(num_workers, least=0):
+        raise ValueError(f'num_workers must be an int >= 0, got {num_workers!r}')
     resize = TRANSFORMS.build(dict(transform) if transform is not None
                               else model.backbone.media_transform())
     # Media of another size fail inside the tower, on two token counts that name nothing.
@@ -409,10 +425,12 @@ def _media_resize(model: CrossLingualRetriever, media: Sequence[MediaInput],
 
 
 def _encode_readable(model: CrossLingualRetriever, media: Sequence[tuple[int, MediaInput]],
-                     resize: Any, num_frames: int, batch_size: int, on_corrupt: str,
+                     decoded: Iterable[Tensor | tuple[str, str]], batch_size: int,
+                     on_corrupt: str,
                      bar: ProgressBar | None) -> tuple[Tensor | None, list[SkippedMedia]]:
-    """Embed ``(position, media)`` pairs, the position naming a media in messages, decoded
-    one batch at a time (images and videos apart); ``bar`` advances by the media read.
+    """Embed ``(position, media)`` pairs, the position naming a media in messages, a batch at a
+    time as they are ``decoded`` (:meth:`_DecodedMedia.decoded`, in the same order), images
+    and videos apart; ``bar`` advances by the media read.
 
     Returns:
         ``[R, E]`` embeddings of the ``R`` media read, in order (``None`` when none is), and
@@ -422,18 +440,17 @@ def _encode_readable(model: CrossLingualRetriever, media: Sequence[tuple[int, Me
     skipped: list[SkippedMedia] = []
     unread: set[int] = set()
     started = bar.completed if bar is not None else 0
-    # Decoded one batch at a time: decoding the whole gallery first held every decoded media
-    # at once (3 x 224 x 224 bytes an image, 17 GB for COCO's 113k).
+    # Encoded a batch at a time as they are decoded: decoding the whole gallery first held
+    # every decoded media at once (3 x 224 x 224 bytes an image, 17 GB for COCO's 113k).
     pending: dict[int, list[tuple[int, Tensor]]] = {3: [], 4: []}
-    for row, (position, item) in enumerate(media):
-        try:
-            decoded = resize(_decode(item, num_frames, position))
-        except MediaReadError as error:
-            skipped.append(skip_or_raise(error, on_corrupt, position))
+    for row, item in enumerate(decoded):
+        if not isinstance(item, Tensor):
+            error = MediaReadError(*item, _LEAVE_OUT_FIX)
+            skipped.append(skip_or_raise(error, on_corrupt, media[row][0]))
             unread.add(row)
             continue
-        batch = pending[decoded.dim()]
-        batch.append((row, decoded))
+        batch = pending[item.dim()]
+        batch.append((row, item))
         if len(batch) == batch_size:
             embeddings = _encode_batch(model, batch, embeddings, len(media))
             batch.clear()
@@ -447,6 +464,39 @@ def _encode_readable(model: CrossLingualRetriever, media: Sequence[tuple[int, Me
     if embeddings is not None and unread:
         embeddings = embeddings[[row for row in range(len(media)) if row not in unread]]
     return embeddings, skipped
+
+
+#: The advice of a media file given to the search functions that cannot be read (a
+#: dataset's names an option; the caller here holds a list).
+_LEAVE_OUT_FIX = 'replace the file, or leave it out of the media'
+
+
+class _DecodedMedia(Dataset):
+    """The media of ``(position, media)`` pairs decoded and resized, uint8 ``[3, S, S]`` or
+    ``[T, 3, S, S]``; a file that cannot be read gives ``(path, reason)`` (a
+    :class:`MediaReadError` sent back from a worker would lose its fields)."""
+
+    def __init__(self, media: Sequence[tuple[int, MediaInput]], resize: Any,
+                 num_frames: int) -> None:
+        self.media, self.resize, self.num_frames = media, resize, num_frames
+
+    def __len__(self) -> int:
+        return len(self.media)
+
+    def __getitem__(self, row: int) -> Tensor | tuple[str, str]:
+        position, item = self.media[row]
+        try:
+            return self.resize(_decode(item, self.num_frames, position))
+        except MediaReadError as error:
+            return error.path, error.reason
+
+    def decoded(self, num_workers: int) -> Iterator[Tensor | tuple[str, str]]:
+        """Every media in order: decoded here as it is asked for (``num_workers=0``), or
+        ahead by that many worker processes, which leave Ctrl-C and SIGTERM to this one."""
+        if num_workers == 0:
+            return (self[row] for row in range(len(self)))
+        return iter(DataLoader(self, batch_size=None, num_workers=num_workers,
+                               worker_init_fn=IgnoringWorkerInit(WORKER_IGNORED_SIGNALS)))
 
 
 def _some_read(embeddings: Tensor | None, skipped: Sequence[SkippedMedia],
@@ -519,4 +569,4 @@ def _decode(item: MediaInput, num_frames: int, position: int) -> Tensor:
     except MediaReadError as error:
         # Its own advice names a dataset option; the caller here holds a list, not a dataset.
         raise MediaReadError(error.path, f'{error.reason} (media[{position}])',
-                             'replace the file, or leave it out of the media') from error
+                             _LEAVE_OUT_FIX) from error

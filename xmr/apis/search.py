@@ -90,7 +90,7 @@ class MediaIndex:
                    transform: Mapping[str, Any] | None = None, num_frames: int = 12,
                    batch_size: int = 32, on_corrupt: str = 'raise', progress: bool = False,
                    parts: str | os.PathLike | None = None, part_size: int = 256,
-                   **search_options: Any) -> MediaIndex:
+                   num_workers: int = 0, **search_options: Any) -> MediaIndex:
         """Encode media with the model (:func:`~xmr.apis.encode_media`) and index them.
 
         Args:
@@ -112,11 +112,13 @@ class MediaIndex:
                 (:func:`~xmr.apis.encode_media_in_parts`). Remove it once the index is saved
                 (:meth:`~xmr.apis.encoding_parts.EncodingParts.remove`).
             part_size: media per saved part.
+            num_workers: processes decoding the files while the model encodes
+                (:func:`~xmr.apis.encode_media`).
             **search_options: :class:`FaissSearcher` options.
         """
         embeddings, read_ids, skipped = _encode(model, media, media_ids, transform, num_frames,
                                                 batch_size, on_corrupt, progress, parts,
-                                                part_size)
+                                                part_size, num_workers)
         gallery = cls(embeddings, read_ids, index=index, **search_options)
         gallery.skipped = skipped
         gallery.encoded_by = media_encoding(model, transform, num_frames)
@@ -139,7 +141,8 @@ class MediaIndex:
                   media: MediaInput | Sequence[MediaInput],
                   media_ids: Sequence[str] | None = None, batch_size: int = 32,
                   on_corrupt: str = 'raise', progress: bool = False,
-                  parts: str | os.PathLike | None = None, part_size: int = 256) -> None:
+                  parts: str | os.PathLike | None = None, part_size: int = 256,
+                  num_workers: int = 0) -> None:
         """Encode media as the gallery's were (its :attr:`encoded_by`: the same backbone,
         transform and frames) and :meth:`add` them; those left out are in :attr:`skipped`.
         Arguments as :meth:`from_media`'s.
@@ -155,7 +158,7 @@ class MediaIndex:
         transform, num_frames = self.encoded_by['transform'], self.encoded_by['num_frames']
         embeddings, read_ids, self.skipped = _encode(model, media, media_ids, transform,
                                                      num_frames, batch_size, on_corrupt,
-                                                     progress, parts, part_size)
+                                                     progress, parts, part_size, num_workers)
         self.add(embeddings, read_ids)
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -259,8 +262,8 @@ class MediaIndex:
 def _encode(model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
             media_ids: Sequence[str] | None, transform: Mapping[str, Any] | None,
             num_frames: int, batch_size: int, on_corrupt: str, progress: bool,
-            parts: str | os.PathLike | None,
-            part_size: int) -> tuple[Tensor, list[str], list[SkippedMedia]]:
+            parts: str | os.PathLike | None, part_size: int,
+            num_workers: int) -> tuple[Tensor, list[str], list[SkippedMedia]]:
     """The ``[R, E]`` embeddings of the media read, their ids, and the markers of those left
     out (:meth:`MediaIndex.from_media`'s arguments)."""
     media = media_list(media)
@@ -278,11 +281,12 @@ def _encode(model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInpu
     media_ids = [str(media_id) for media_id in media_ids]
     if parts is None:
         embeddings, skipped = encode_readable_media(model, media, transform, num_frames,
-                                                    batch_size, on_corrupt, progress)
+                                                    batch_size, on_corrupt, progress,
+                                                    num_workers)
     else:
         embeddings, skipped = encode_media_in_parts(model, media, media_ids, parts, part_size,
                                                     transform, num_frames, batch_size,
-                                                    on_corrupt, progress)
+                                                    on_corrupt, progress, num_workers)
     left_out = {marker.index for marker in skipped}
     return embeddings, [media_id for position, media_id in enumerate(media_ids)
                         if position not in left_out], skipped

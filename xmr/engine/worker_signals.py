@@ -5,7 +5,13 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ['IgnoringWorkerInit']
+__all__ = ['WORKER_IGNORED_SIGNALS', 'IgnoringWorkerInit']
+
+#: Signals the workers of a loader the main process stops itself ignore (a feature cache's
+#: build, a gallery's encoding), as the training loaders' workers do: a scheduler's SIGTERM (or
+#: a terminal's SIGINT) reaches every process of the job, and a worker it killed failed the
+#: pass before the main process could stop it cleanly.
+WORKER_IGNORED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class IgnoringWorkerInit:

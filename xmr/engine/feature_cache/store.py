@@ -6,7 +6,6 @@ import errno
 import json
 import os
 import shutil
-import signal
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,17 +22,13 @@ from xmr.engine.feature_cache.key import (
     media_decoding,
 )
 from xmr.engine.feature_cache.ranks import BuildRanks, BuildStep, rank_rows
-from xmr.engine.worker_signals import IgnoringWorkerInit
+from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
 from xmr.fileio import fsync_folder, fsync_path, process_running
 from xmr.utils.cli import UserError
 
 #: Version of the on-disk layout; a cache of another version is refused.
 CACHE_FORMAT = 1
 
-#: Signals the build's DataLoader workers ignore, as the training loaders' workers do: a
-#: scheduler's SIGTERM (or a terminal's SIGINT) reaches every process of the job, and a worker
-#: it killed failed the build, and the run, before the main process could stop it cleanly.
-WORKER_IGNORED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class StaleFeatureCacheError(RuntimeError):
     """A feature cache does not match the model, the dataset or the preprocessing in use."""
 
