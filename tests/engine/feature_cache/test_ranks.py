@@ -58,10 +58,10 @@ def five_images_ann(folder: Path) -> Path:
     return folder / 'ann.json'
 
 
-def cached_pairs(ann_file: Path, cache_dir: Path) -> CachedFeatureDataset:
+def cached_pairs(ann_file: Path, cache_dir: Path, batch_size: int = 2) -> CachedFeatureDataset:
     dataset = dict(type='CaptionPairDataset', ann_file=str(ann_file),
                    data_root=str(ann_file.parent), transform=TINY_TRANSFORM, on_corrupt='skip')
-    return CachedFeatureDataset(dataset, cache_dir, batch_size=2, num_workers=1)
+    return CachedFeatureDataset(dataset, cache_dir, batch_size=batch_size, num_workers=1)
 
 
 def join_group(rank: int, port: int) -> None:

@@ -19,7 +19,9 @@ Media files are identified by size and modification time (``media_identity='stat
 SHA-256 of their bytes (``'content'``), so pixels replaced under the same media id are caught.
 Space for the feature arrays is reserved before they are written (``posix_fallocate``): a full
 disk is a clear error naming the folder and the bytes needed, not a SIGBUS from a memory map,
-and a failed build removes its partial folder (as does the next build, for a killed one).
+and a failed build removes its partial folder; a build stopped while encoding (killed,
+interrupted) keeps it, with each rank's rows written so far recorded, and the next build of the
+same key goes on from there (:mod:`~xmr.engine.feature_cache.progress`).
 
 :class:`CachedFeatureDataset` wraps any dataset whose items carry ``source_text`` and/or
 ``media_id``; its items gain ``source_features`` / ``media_features`` (float32 ``[E]``) and lose

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from mmengine.logging import print_log
 from torch.utils.data import DataLoader, Dataset
 
 from xmr.datasets.corrupt_policy import SkippedMedia
@@ -21,9 +22,16 @@ from xmr.engine.feature_cache.key import (
     index_items,
     media_decoding,
 )
+from xmr.engine.feature_cache.progress import (
+    BUILD_RECORD,
+    PROGRESS_RECORD,
+    RankProgress,
+    build_record,
+    records_build,
+)
 from xmr.engine.feature_cache.ranks import BuildRanks, BuildStep, rank_rows
 from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
-from xmr.fileio import fsync_folder, fsync_path, process_running
+from xmr.fileio import atomic_write_text, fsync_folder, fsync_path, process_running
 from xmr.utils.cli import UserError
 
 #: Version of the on-disk layout; a cache of another version is refused.
@@ -148,6 +156,13 @@ class FeatureCache:
         the old cache or the new one whole under ``path``; the next build removes what a
         killed one left.
 
+        A build stopped while it encodes (killed, or interrupted: ``KeyboardInterrupt``,
+        ``SystemExit``) leaves its folder, where each rank has recorded the rows it wrote
+        (:mod:`~xmr.engine.feature_cache.progress`, every 30 s): the next build of the same
+        key, world size and batch size goes on from there, and builds the cache an
+        uninterrupted build builds, bit for bit. A build that fails otherwise removes its
+        folder; the next build removes those of other builds.
+
         Under DDP every rank calls this together (``ranks``) and encodes its own contiguous run
         of whole batches of the rows (:func:`~xmr.engine.feature_cache.ranks.rank_rows`): rank
         0 into the temporary folder's arrays, each other rank into a shard folder of its own,
@@ -180,8 +195,9 @@ class FeatureCache:
         path, ranks = Path(path), ranks or BuildRanks(Path(path))
         index = index or index_items(dataset, key['features'])
         started = time.perf_counter()
+        record = build_record(key, ranks.world, batch_size)
         with ranks.step('making the build folder') as step:
-            step.result = _start_build(path, overwrite) if ranks.rank == 0 else None
+            step.result = _start_build(path, overwrite, record) if ranks.rank == 0 else None
         partial = step.results[0]
         try:
             with ranks.step('encoding its rows', markers=partial) as encoded:
@@ -191,15 +207,16 @@ class FeatureCache:
                 if ranks.rank == 0:
                     _finish_build(partial, path, len(dataset), key, index, encoded.results,
                                   batch_size, media_files, started)
-        except BaseException:
+        except Exception:
             if ranks.rank == 0:
                 shutil.rmtree(partial, ignore_errors=True)
             raise
         return cls(path)
 
 
-def _start_build(path: Path, overwrite: bool) -> Path:
-    """Make the build's temporary folder ``<path>.partial-<pid>`` and return it.
+def _start_build(path: Path, overwrite: bool, record: dict[str, Any]) -> Path:
+    """The build's temporary folder ``<path>.partial-<pid>``: the folder of a stopped build
+    that ``record`` describes too, renamed, or a new one.
 
     Raises:
         FileExistsError: as :meth:`FeatureCache.build`.
@@ -210,11 +227,19 @@ def _start_build(path: Path, overwrite: bool) -> Path:
             raise FileExistsError(f'{path} exists and holds no feature cache (no meta.json): '
                                   'give the cache a new or empty folder (cache_dir)')
         raise FileExistsError(f'feature cache {path} exists; pass overwrite=True to rebuild')
-    remove_abandoned_builds(path)
     partial = path.with_name(f'{path.name}.partial-{os.getpid()}')
+    stopped = next((left for left in _stopped_builds(path) if records_build(left, record)), None)
+    remove_abandoned_builds(path, keep=stopped)
+    if stopped is not None:
+        print_log(f'{path}: going on with the rows a stopped build encoded ({stopped.name})',
+                  logger='current')
+        if stopped != partial:
+            stopped.rename(partial)
+        return partial
     if partial.exists():
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
+    atomic_write_text(partial / BUILD_RECORD, json.dumps(record))
     return partial
 
 
@@ -234,7 +259,11 @@ def _encode_rows(partial: Path, dataset: Dataset, model: torch.nn.Module, key: d
     """
     kinds, first_item = list(key['features']), index.first_item
     folder = partial if ranks.rank == 0 else partial / f'shard-{ranks.rank}.partial'
+    # A rank of a stopped build may have ended its rows (and renamed its folder) before.
+    done = ranks.rank > 0 and _shard_folder(partial, ranks.rank).is_dir()
+    folder = _shard_folder(partial, ranks.rank) if done else folder
     folder.mkdir(exist_ok=True)
+    progress = RankProgress(folder)
     widths, unreadable = {}, {}
     was_training = model.training
     model.eval()
@@ -244,15 +273,17 @@ def _encode_rows(partial: Path, dataset: Dataset, model: torch.nn.Module, key: d
                 texts = list(first_item['source'])
                 out = _RankRows(folder, 'source', len(texts), key['dtype'], ranks, batch_size)
                 widths['source'] = _encode_sources(out, model, texts[out.rows.start:
-                                                                    out.rows.stop], step)
+                                                                    out.rows.stop], step,
+                                                   progress)
             if 'media' in kinds:
                 items = list(first_item['media'].values())
                 out = _RankRows(folder, 'media', len(items), key['dtype'], ranks, batch_size)
                 widths['media'], unreadable = _encode_media(
-                    out, dataset, model, items[out.rows.start:out.rows.stop], num_workers, step)
+                    out, dataset, model, items[out.rows.start:out.rows.stop], num_workers, step,
+                    progress)
     finally:
         model.train(was_training)
-    if ranks.rank > 0:
+    if ranks.rank > 0 and not done:
         fsync_folder(folder)
         folder.rename(_shard_folder(partial, ranks.rank))
     return unreadable, {kind: width for kind, width in widths.items() if width is not None}
@@ -295,6 +326,8 @@ def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], in
     (partial / 'meta.json').write_text(json.dumps(meta, indent=2, sort_keys=True))
     if media_files:
         (partial / 'media_files.json').write_text(json.dumps(list(media_files)))
+    for record in (BUILD_RECORD, PROGRESS_RECORD):
+        (partial / record).unlink(missing_ok=True)
     # Without it, a power cut after the rename can leave arrays of the right length
     # but zeros (their pages never written), which verify() cannot tell from features.
     fsync_folder(partial)
@@ -330,14 +363,26 @@ def _assemble(partial: Path, name: str, total: int, widths: list[int | None], dt
     out.flush()
 
 
-def remove_abandoned_builds(path: Path) -> None:
+def remove_abandoned_builds(path: Path, keep: Path | None = None) -> None:
     """Delete the ``<path>.partial-<pid>`` folders of builds and the ``<path>.replaced-<pid>``
-    caches they replaced whose process is gone (killed)."""
+    caches they replaced whose process is gone (killed), but ``keep``."""
     for left in [*path.parent.glob(f'{path.name}.partial-*'),
                  *path.parent.glob(f'{path.name}.replaced-*')]:
         pid = left.name.rsplit('-', 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not process_running(int(pid)):
+        if left != keep and pid.isdigit() and int(pid) != os.getpid() and \
+                not process_running(int(pid)):
             shutil.rmtree(left, ignore_errors=True)
+
+
+def _stopped_builds(path: Path) -> list[Path]:
+    """The build folders of ``path`` that no running build writes: a killed process's, or
+    this process's own, left by an interruption."""
+    stopped = []
+    for left in sorted(path.parent.glob(f'{path.name}.partial-*')):
+        pid = left.name.rsplit('-', 1)[-1]
+        if pid.isdigit() and (int(pid) == os.getpid() or not process_running(int(pid))):
+            stopped.append(left)
+    return stopped
 
 
 def _open_rows(folder: Path, name: str, rows: int, width: int, dtype: str) -> np.ndarray:
@@ -404,22 +449,28 @@ class _RankRows:
         its row ``i``."""
         return _open_rows(self.folder, self.name, self.file_rows, width, self.dtype)
 
+    def reopen(self, progress: RankProgress) -> np.ndarray | None:
+        """The file a stopped build wrote rows to, as a writable map (``None``: none)."""
+        if progress.width(self.name) is None:
+            return None
+        return np.load(self.folder / f'{self.name}.npy', mmap_mode='r+')
+
 
 def _encode_sources(out: _RankRows, model: torch.nn.Module, texts: list[str],
-                    step: BuildStep) -> int | None:
-    """Write ``r^S`` of this rank's ``texts``; return the width (``None``: no texts)."""
-    array = None
-    for start in range(0, len(texts), out.batch_size):
+                    step: BuildStep, progress: RankProgress) -> int | None:
+    """Write ``r^S`` of this rank's ``texts`` from the first not written yet; return the width
+    (``None``: no texts)."""
+    array = out.reopen(progress)
+    for start in range(progress.rows_done('source'), len(texts), out.batch_size):
         step.stop_if_another_failed()
         batch = model.data_preprocessor(dict(source_text=texts[start:start + out.batch_size]))
         features = model.encode_source(batch['source_tokens']).float().cpu().numpy()
         if array is None:
             array = out.open(features.shape[1])
         array[start:start + len(features)] = features
-    if array is None:
-        return None
-    array.flush()
-    return array.shape[1]
+        progress.record('source', start + len(features), array)
+    progress.record('source', len(texts), array, now=True)
+    return None if array is None else array.shape[1]
 
 
 class _RowMedia(Dataset):
@@ -453,31 +504,34 @@ def _collate_row_media(pairs: Sequence[tuple[int, torch.Tensor | SkippedMedia]]
 
 
 def _encode_media(out: _RankRows, dataset: Dataset, model: torch.nn.Module,
-                  indices: list[int], num_workers: int, step: BuildStep
-                  ) -> tuple[int | None, dict[int, SkippedMedia]]:
-    """Write ``r^V`` of the media of this rank's items ``indices`` (one per media row).
+                  indices: list[int], num_workers: int, step: BuildStep,
+                  progress: RankProgress) -> tuple[int | None, dict[int, SkippedMedia]]:
+    """Write ``r^V`` of the media of this rank's items ``indices`` (one per media row), from
+    the first not written yet.
 
     Returns:
         The width (``None``: no media of these rows could be read) and the rows whose media
         could not be read, with the markers the dataset gave them (file and reason).
     """
-    loader = DataLoader(_RowMedia(dataset, indices), batch_size=out.batch_size,
+    done = progress.rows_done('media')
+    # Whole batches were written: the batches from there are those of an uninterrupted build.
+    loader = DataLoader(_RowMedia(dataset, indices[done:]), batch_size=out.batch_size,
                         num_workers=num_workers, collate_fn=_collate_row_media,
                         worker_init_fn=IgnoringWorkerInit(WORKER_IGNORED_SIGNALS))
-    unreadable: dict[int, SkippedMedia] = {}
-    array = None
+    unreadable = progress.unreadable('media')
+    array = out.reopen(progress)
     with media_decoding(dataset, True):
-        for rows, media, skipped in loader:
+        for number, (rows, media, skipped) in enumerate(loader):
             step.stop_if_another_failed()
-            unreadable.update({out.rows.start + row: marker for row, marker in skipped.items()})
-            if media is None:
-                continue
-            data = model.data_preprocessor(dict(media=media))
-            features = model.encode_media(data['media']).float().cpu().numpy()
-            if array is None:
-                array = out.open(features.shape[1])
-            array[rows] = features
-    if array is None:
-        return None, unreadable
-    array.flush()
-    return array.shape[1], unreadable
+            unreadable.update({out.rows.start + done + row: marker
+                               for row, marker in skipped.items()})
+            if media is not None:
+                data = model.data_preprocessor(dict(media=media))
+                features = model.encode_media(data['media']).float().cpu().numpy()
+                if array is None:
+                    array = out.open(features.shape[1])
+                array[[done + row for row in rows]] = features
+            written = min(done + (number + 1) * out.batch_size, len(indices))
+            progress.record('media', written, array, unreadable)
+    progress.record('media', len(indices), array, unreadable, now=True)
+    return None if array is None else array.shape[1], unreadable

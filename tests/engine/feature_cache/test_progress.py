@@ -1,0 +1,148 @@
+"""A feature cache build stopped while it encodes goes on from the rows it recorded, into the
+cache an uninterrupted build writes, byte for byte; a stopped build of another key or batch
+size is not taken, and a build that fails otherwise leaves nothing."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.engine.feature_cache.test_ranks import (
+    cached_pairs,
+    counting_media,
+    five_images_ann,
+    join_group,
+    wait_for,
+)
+from tests.engine.test_distributed import free_port
+
+
+@pytest.fixture(autouse=True)
+def record_every_batch(monkeypatch):
+    monkeypatch.setattr('xmr.engine.feature_cache.progress.PROGRESS_SECONDS', 0)
+
+
+def stop_at(monkeypatch, model, calls: int, error: BaseException | type[BaseException]) -> list:
+    """Count the media batches ``model`` encodes; raise ``error`` at batch ``calls``."""
+    encoded, encode = [], model.encode_media
+
+    def counted(media):
+        if len(encoded) == calls:
+            raise error
+        encoded.append(len(media))
+        return encode(media)
+
+    monkeypatch.setattr(model, 'encode_media', counted)
+    return encoded
+
+
+def cache_files(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())
+            if path.name != 'meta.json'}
+
+
+def build(ann_file: Path, folder: Path, model, batch_size: int = 2) -> None:
+    """The media decoded in a worker (which warns of grey there)."""
+    cached_pairs(ann_file, folder, batch_size).prepare(model)
+
+
+@pytest.mark.parametrize('error', [KeyboardInterrupt, SystemExit])
+def test_a_stopped_build_goes_on_from_the_rows_it_recorded_and_builds_the_same_cache(
+        tiny_retriever, tmp_path, monkeypatch, error):
+    ann_file = five_images_ann(tmp_path)
+    build(ann_file, tmp_path / 'whole', tiny_retriever)
+    with monkeypatch.context() as patch:
+        stop_at(patch, tiny_retriever, 2, error)
+        with pytest.raises(error):
+            build(ann_file, tmp_path / 'cache', tiny_retriever)
+    [partial] = tmp_path.glob('cache.partial-*')
+    progress = json.loads((partial / 'progress.json').read_text())
+    # Five media in batches of 2: the second holds grey, unreadable; the third stopped.
+    assert progress['source']['rows'] == 10 and progress['media']['rows'] == 4
+    assert list(progress['media']['unreadable']) == ['3']
+    # Left by a process gone since: the next build takes it over.
+    partial.rename(tmp_path / 'cache.partial-999999999')
+
+    encoded = stop_at(monkeypatch, tiny_retriever, -1, error)
+    build(ann_file, tmp_path / 'cache', tiny_retriever)
+    assert encoded == [1]  # white alone: the rows not recorded
+    assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'whole')
+    meta = json.loads((tmp_path / 'cache' / 'meta.json').read_text())
+    assert list(meta['unreadable_media']) == ['grey'] and meta['counts']['media'] == 5
+    assert not list(tmp_path.glob('*.partial-*'))
+
+
+def test_a_stopped_build_of_another_batch_size_is_removed_and_a_failed_one_leaves_nothing(
+        tiny_retriever, tmp_path, monkeypatch):
+    ann_file = five_images_ann(tmp_path)
+    with monkeypatch.context() as patch:
+        stop_at(patch, tiny_retriever, 2, KeyboardInterrupt)
+        with pytest.raises(KeyboardInterrupt):
+            build(ann_file, tmp_path / 'cache', tiny_retriever)
+    assert len(list(tmp_path.glob('cache.partial-*'))) == 1
+    # Batches of another size are other forward passes: their rows are not taken.
+    encoded = stop_at(monkeypatch, tiny_retriever, 1, RuntimeError('a bug'))
+    with pytest.raises(RuntimeError, match='a bug'):
+        build(ann_file, tmp_path / 'cache', tiny_retriever, batch_size=4)
+    assert encoded == [3]  # from the first batch, grey among it
+    assert not list(tmp_path.glob('cache*'))
+
+
+def _stopped_rank(rank: int, port: int, model: torch.nn.Module, ann_file: str, out_dir: str,
+                  killed: bool) -> None:
+    """Rank of a build whose job is killed outright (a scheduler's SIGKILL reaches every rank):
+    rank 1 at its second media batch, then rank 0 at its first (in that order, so that neither
+    sees the other gone and fails instead); else builds and records its batches."""
+    from xmr.engine.feature_cache import progress
+
+    progress.PROGRESS_SECONDS = 0
+    join_group(rank, port)
+    encoded: list[int] = []
+    counting_media(model, encoded)
+    count = model.encode_media
+    waiting, gone = Path(out_dir, 'rank0-waiting'), Path(out_dir, 'rank1-gone')
+
+    def killed_at_its_batch(media: torch.Tensor) -> torch.Tensor:
+        if killed and len(encoded) == rank:
+            (waiting if rank == 0 else gone).touch()
+            wait_for((gone if rank == 0 else waiting).is_file)
+            os._exit(9)
+        return count(media)
+
+    model.encode_media = killed_at_its_batch
+    cached_pairs(Path(ann_file), Path(out_dir, 'cache')).prepare(model)
+    Path(out_dir, f'rank{rank}').write_text(json.dumps(encoded))
+    torch.distributed.destroy_process_group()
+
+
+def test_two_ranks_killed_go_on_with_the_rows_they_recorded(tiny_retriever, tmp_path):
+    """Rank 0's share (one batch) is not begun, rank 1's first of two batches is recorded."""
+    ann_file = five_images_ann(tmp_path)
+    context = multiprocessing.get_context('fork')
+    port = free_port()
+    processes = [context.Process(target=_stopped_rank, args=(
+        rank, port, tiny_retriever, str(ann_file), str(tmp_path), True)) for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert [process.exitcode for process in processes] == [9, 9]
+    [partial] = tmp_path.glob('cache.partial-*')
+    assert json.loads((partial / 'shard-1.partial' / 'progress.json').read_text())['media'][
+        'rows'] == 2
+
+    torch.multiprocessing.start_processes(
+        _stopped_rank, args=(free_port(), tiny_retriever, str(ann_file), str(tmp_path), False),
+        nprocs=2, join=True, start_method='fork')
+    assert [json.loads((tmp_path / f'rank{rank}').read_text()) for rank in (0, 1)] == [[2], [1]]
+    cached_pairs(ann_file, tmp_path / 'single').prepare(tiny_retriever)
+    for name in {path.name for path in (tmp_path / 'single').iterdir()} - {'meta.json'}:
+        assert (tmp_path / 'single' / name).read_bytes() == (
+            tmp_path / 'cache' / name).read_bytes(), name
+    assert sorted(path.name for path in (tmp_path / 'cache').iterdir()) == sorted(
+        path.name for path in (tmp_path / 'single').iterdir())
+    assert not list(tmp_path.glob('*.partial-*'))
