@@ -493,7 +493,7 @@ class _DecodedMedia(Dataset):
     def decoded(self, num_workers: int) -> Iterator[Tensor | tuple[str, str]]:
         """Every media in order: decoded here as it is asked for (``num_workers=0``), or
         ahead by that many worker processes, which leave Ctrl-C and SIGTERM to this one."""
-        if num_workers == 0:
+        if num_workers == 0 or not self.media:
             return (self[row] for row in range(len(self)))
         return iter(DataLoader(self, batch_size=None, num_workers=num_workers,
                                worker_init_fn=IgnoringWorkerInit(WORKER_IGNORED_SIGNALS)))

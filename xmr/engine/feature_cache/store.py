@@ -37,6 +37,7 @@ from xmr.utils.cli import UserError
 #: Version of the on-disk layout; a cache of another version is refused.
 CACHE_FORMAT = 1
 
+
 class StaleFeatureCacheError(RuntimeError):
     """A feature cache does not match the model, the dataset or the preprocessing in use."""
 
