@@ -19,6 +19,7 @@ from tests.engine.feature_cache.test_ranks import (
     wait_for,
 )
 from tests.engine.test_distributed import free_port
+from xmr.engine.feature_cache import store
 
 
 @pytest.fixture(autouse=True)
@@ -55,11 +56,16 @@ def test_a_stopped_build_goes_on_from_the_rows_it_recorded_and_builds_the_same_c
         tiny_retriever, tmp_path, monkeypatch, error):
     ann_file = five_images_ann(tmp_path)
     build(ann_file, tmp_path / 'whole', tiny_retriever)
+    said = []
     with monkeypatch.context() as patch:
         stop_at(patch, tiny_retriever, 2, error)
+        patch.setattr(store, 'print_log', lambda message, **_: said.append(message))
         with pytest.raises(error):
             build(ann_file, tmp_path / 'cache', tiny_retriever)
     [partial] = tmp_path.glob('cache.partial-*')
+    assert said[-1] == (f"{tmp_path / 'cache'}: stopped; the rows encoded so far are kept in "
+                        f'{partial.name}, and the next build of this cache (the same data, '
+                        'model, ranks and batch size) goes on from them')
     progress = json.loads((partial / 'progress.json').read_text())
     # Five media in batches of 2: the second holds grey, unreadable; the third stopped.
     assert progress['source']['rows'] == 10 and progress['media']['rows'] == 4

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import shutil
 import time
@@ -211,6 +212,13 @@ class FeatureCache:
         except Exception:
             if ranks.rank == 0:
                 shutil.rmtree(partial, ignore_errors=True)
+            raise
+        except BaseException:
+            if ranks.rank == 0:
+                print_log(f'{path}: stopped; the rows encoded so far are kept in {partial.name}, '
+                          'and the next build of this cache (the same data, model, ranks and '
+                          'batch size) goes on from them', logger='current',
+                          level=logging.WARNING)
             raise
         return cls(path)
 
