@@ -8,7 +8,8 @@ named and left out. ``--index FILE`` with ``--media`` saves the gallery's index 
 (``MediaIndex.save``), so that later searches, ``--index FILE`` without ``--media``, encode only
 their queries; the saved index refuses a model whose backbone did not encode it
 (``MediaIndex.load``), and serves one trained on more languages since. ``--update`` adds to it
-the media it lacks. ``--out FILE.json`` writes the hits.
+the media it lacks, ``--prune`` drops those whose files are gone. ``--out FILE.json`` writes
+the hits.
 
 While an index is built, the embeddings are saved every ``--save-every`` media in
 ``FILE.parts`` (``xmr.apis.encode_media_in_parts``): an interrupted run, run again as it was,
@@ -51,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--update', action='store_true',
                         help='with --media and --index: add to the saved index the media it '
                         'lacks (by path), encoded as its own were; build it if there is none')
+    parser.add_argument('--prune', action='store_true',
+                        help='drop from the saved index the media whose files are gone (with '
+                        '--media: --update too)')
     parser.add_argument('--save-every', type=int, default=256, metavar='N',
                         help='while an --index is built: save the embeddings every N media in '
                         'INDEX.parts, where a run interrupted goes on (default: 256)')
@@ -78,7 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.media is None and args.index is None:
         parser.error('give --media to search (and --index to save their index), or --index '
                      'to search a saved one')
-    if not (args.query or args.queries) and (args.media is None or args.index is None):
+    if not (args.query or args.queries or args.prune) and (args.media is None
+                                                           or args.index is None):
         parser.error('give --query TEXT ... or --queries FILE (or --media and --index to only '
                      'save an index)')
     if (args.query or args.queries) and args.lang is None:
@@ -87,6 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error('--overwrite lets --media replace a saved index: give --media')
     if args.update and (args.media is None or args.index is None):
         parser.error('--update adds --media to the index saved at --index: give both')
+    if args.prune and (args.index is None or args.media is not None and not args.update):
+        parser.error('--prune drops media from the index saved at --index: give --index, and '
+                     'with --media, --update')
     if args.update and args.overwrite:
         parser.error('give --update (add the new media to the saved index) or --overwrite '
                      '(build it anew), not both')
@@ -187,6 +195,10 @@ def main(argv: list[str] | None = None) -> None:
              and (files is None or args.update) else None)
     if saved is not None and files is not None:
         check_same_encoding(args, saved)
+    if saved is not None and args.prune:
+        prune(args.index, saved, save=files is None)
+    if files is None and not queries:
+        return  # pruned: no model needed
     given_file(args.checkpoint, 'CHECKPOINT', 'give a .pth written by tools/train.py')
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options)
     model = init_retriever(cfg, args.checkpoint, device=args.device)
@@ -247,6 +259,26 @@ def build_index(args: argparse.Namespace, model: Any, files: list[Path], saved: 
         EncodingParts(parts, index.encoded_by).remove()
         print_for_reader(f'index of {len(index)} media: {args.index}\n')
     return index
+
+
+def prune(path: Path, index: Any, save: bool) -> None:
+    """Drop from ``index`` the media whose files are gone, and ``save`` it at ``path``.
+
+    Raises:
+        UserError: when none of its files is there (a disk not mounted, rather than a gallery
+            deleted whole).
+    """
+    gone = [media_id for media_id in index.media_ids if not Path(media_id).exists()]
+    if len(gone) == len(index):
+        raise UserError(f'{path} (--prune)', f'none of its {len(index)} media files is there, '
+                        f'the first {gone[0]}', 'check that their disk is mounted; pass '
+                        '--overwrite with --media to build a new index')
+    if gone:
+        index.remove(gone)
+        if save:
+            index.save(path)
+    print_for_reader(f'{path}: {len(gone)} media whose files are gone dropped, '
+                     f'{len(index)} kept\n')
 
 
 def check_same_encoding(args: argparse.Namespace, index: Any) -> None:

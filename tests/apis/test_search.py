@@ -284,3 +284,23 @@ def test_media_decoded_by_workers_are_encoded_as_in_turn(model, image_files, tmp
         encode_media(model, media, num_workers=2)
     with pytest.raises(ValueError, match='num_workers must be an int >= 0, got -1'):
         encode_media(model, media, num_workers=-1)
+
+
+def test_media_removed_are_found_no_more_and_the_rest_as_before(model, image_files, tmp_path):
+    gallery = MediaIndex.from_media(model, image_files)
+    gallery.remove(['forest', 'lake'])
+    assert gallery.media_ids == ['beach', 'city', 'desert'] and len(gallery) == 3
+    kept = MediaIndex.from_media(model, [image_files[0], image_files[2], image_files[3]])
+    gallery.save(tmp_path / 'gallery.idx')
+    loaded = MediaIndex.load(tmp_path / 'gallery.idx', model=model)
+    for lang, queries in QUERIES.items():
+        for expected, found in zip(kept.search(model, queries, lang, k=3),
+                                   loaded.search(model, queries, lang, k=3)):
+            assert [hit.media_id for hit in found] == [hit.media_id for hit in expected]
+            np.testing.assert_allclose([hit.score for hit in found],
+                                       [hit.score for hit in expected], rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"media \['forest'\] are not in the gallery"):
+        loaded.remove(['forest'])
+    with pytest.raises(ValueError, match='removing all 3 media would leave the gallery empty'):
+        loaded.remove(loaded.media_ids)
+    assert len(loaded) == 3

@@ -301,3 +301,25 @@ def test_items_added_are_found_as_if_built_with_the_gallery(index, options):
         grown.add(gallery[:1])
     with pytest.raises(ValueError, match='ids has 2 entries for 1 added items'):
         grown.add(gallery[:1], ['a', 'b'])
+
+
+@pytest.mark.parametrize('index, options', [('flat', {}), ('ivf', dict(nlist=4, nprobe=4)),
+                                            ('hnsw', {})])
+def test_a_searcher_kept_to_some_rows_finds_as_one_built_of_them(index, options):
+    gallery, queries = _random_unit(300, 16, seed=3), _random_unit(20, 16, seed=4)
+    ids = [f'm{row}' for row in range(300)]
+    rows = [row for row in range(300) if row % 3]
+    searcher = FaissSearcher(gallery, index=index, ids=ids, **options)
+    nprobe = searcher.index.nprobe if index == 'ivf' else None
+    searcher.keep(rows)
+    assert searcher.gallery_size == 200 and searcher.ids == [ids[row] for row in rows]
+    if index == 'ivf':  # the trained cells and their probing kept
+        assert (searcher.index.nlist, searcher.index.nprobe) == (4, nprobe)
+    exact_scores, exact_rows = (queries @ gallery[rows].T).topk(5)
+    scores, named = searcher.search_ids(queries, 5)
+    assert named == [[ids[rows[row]] for row in found] for found in exact_rows.tolist()]
+    torch.testing.assert_close(scores, exact_scores, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match='keep\\(\\) would leave the gallery empty'):
+        searcher.keep([])
+    with pytest.raises(ValueError, match=r'rows must be in \[0, 200\), got \[200\]'):
+        searcher.keep([0, 200])

@@ -131,6 +131,7 @@ def test_what_is_given_is_checked_before_the_model_is_built(
      '--save-every must be at least 1, got 0'),
     (['--media', 'm', '--index', 'i', '--num-workers', '-1'],
      '--num-workers must be at least 0, got -1'),
+    (['--media', 'm', '--index', 'i', '--prune'], 'with --media, --update'),
 ])
 def test_usage_errors_name_what_to_give(capsys, flags, refused):
     with pytest.raises(SystemExit):
@@ -245,3 +246,25 @@ def test_an_interrupted_index_goes_on_from_what_it_saved_when_run_again(
     assert [media_id for media_id, _ in found] == [hit.media_id for hit in expected]
     np.testing.assert_allclose([score for _, score in found], [hit.score for hit in expected],
                                rtol=0, atol=1e-6)
+
+
+def test_prune_drops_the_media_whose_files_are_gone_without_the_model(gallery, tmp_path,
+                                                                      monkeypatch, capsys):
+    config, checkpoint, media = gallery
+    tool = load_tool()
+    index = tmp_path / 'gallery.idx'
+    tool.main([str(config), str(checkpoint), '--media', str(media), '--index', str(index)])
+    (media / 'forest.JPG').unlink()
+    capsys.readouterr()
+    monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
+    tool.main([str(config), str(checkpoint), '--index', str(index), '--prune'])
+    assert capsys.readouterr().out == (f'{index}: 1 media whose files are gone dropped, 3 '
+                                       'kept\n\n')
+    assert MediaIndex.load(index).media_ids == [
+        str(media / name) for name in ('beach.png', 'cities/night.png', 'clip.mov')]
+    shutil.move(media, tmp_path / 'unmounted')
+    with pytest.raises(UserError, match=re.escape(
+            f'{index} (--prune): none of its 3 media files is there, the first '
+            f"{media / 'beach.png'}: check that their disk is mounted")):
+        tool.main([str(config), str(checkpoint), '--index', str(index), '--prune'])
+    assert len(MediaIndex.load(index)) == 3

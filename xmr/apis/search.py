@@ -137,6 +137,25 @@ class MediaIndex:
         self.searcher.add(embeddings, media_ids)
         self.media_ids += media_ids
 
+    def remove(self, media_ids: Sequence[str]) -> None:
+        """Drop media from the gallery (their files deleted, say); the others keep their order
+        and are found as before (:meth:`FaissSearcher.keep`).
+
+        Raises:
+            ValueError: an id the gallery does not hold, or all of them (a gallery cannot be
+                empty).
+        """
+        dropped = set(map(str, media_ids))
+        unknown = sorted(dropped - set(self.media_ids))
+        if unknown:
+            raise ValueError(f'media {unknown[:10]} are not in the gallery')
+        rows = [row for row, media_id in enumerate(self.media_ids) if media_id not in dropped]
+        if not rows:
+            raise ValueError(f'removing all {len(self)} media would leave the gallery empty: '
+                             'build one of the media you have')
+        self.searcher.keep(rows)
+        self.media_ids = [self.media_ids[row] for row in rows]
+
     def add_media(self, model: CrossLingualRetriever,
                   media: MediaInput | Sequence[MediaInput],
                   media_ids: Sequence[str] | None = None, batch_size: int = 32,

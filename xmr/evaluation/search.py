@@ -240,6 +240,30 @@ class FaissSearcher:
         if ids is not None:
             self.ids += list(ids)
 
+    def keep(self, rows: Sequence[int]) -> None:
+        """Keep only the gallery items of ``rows``, in that order: the index is emptied and
+        their vectors added again (an IVF index keeps the cells it was trained on; HNSW links
+        them anew, with its own settings).
+
+        Raises:
+            ValueError: no rows (a gallery cannot be empty), or one out of range.
+        """
+        rows = list(rows)
+        if not rows:
+            raise ValueError('keep() would leave the gallery empty: nothing to search.')
+        if not all(0 <= row < self.gallery_size for row in rows):
+            raise ValueError(f'rows must be in [0, {self.gallery_size}), got '
+                             f'{[row for row in rows if not 0 <= row < self.gallery_size][:10]}.')
+        if self.index_type == 'ivf':
+            self.index.make_direct_map()  # an IVF index reconstructs its vectors only with it
+        vectors = self.index.reconstruct_n(0, self.gallery_size)[rows]
+        index = faiss.clone_index(self.index)
+        index.reset()
+        index.add(vectors)
+        self.index = index
+        if self.ids is not None:
+            self.ids = [self.ids[row] for row in rows]
+
     def search(self, queries: Tensor | np.ndarray, k: int) -> tuple[Tensor, Tensor]:
         """The ``k`` best gallery items of every query.
 
