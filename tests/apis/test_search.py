@@ -213,6 +213,17 @@ def test_progress_follows_the_batches_on_stderr(model, image_files, capsys):
     assert shown.out == ''
 
 
+def assert_same_hits(model, found: MediaIndex, expected: MediaIndex) -> None:
+    """Every query of :data:`QUERIES` finds in ``found`` the media ``expected`` finds, in the
+    same order, with the same scores (to float32 rounding)."""
+    for lang, queries in QUERIES.items():
+        for hits, expected_hits in zip(found.search(model, queries, lang, k=len(expected)),
+                                       expected.search(model, queries, lang, k=len(expected))):
+            assert [hit.media_id for hit in hits] == [hit.media_id for hit in expected_hits]
+            np.testing.assert_allclose([hit.score for hit in hits],
+                                       [hit.score for hit in expected_hits], rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize('index', [dict(index='flat'), dict(index='ivf', nlist=1),
                                    dict(index='hnsw')])
 def test_a_gallery_grown_by_add_media_searches_as_one_built_at_once(
@@ -225,12 +236,7 @@ def test_a_gallery_grown_by_add_media_searches_as_one_built_at_once(
     grown.add_media(model, image_files[2:], batch_size=2)
     assert grown.media_ids == whole.media_ids == ['beach', 'forest', 'city', 'desert', 'lake']
     assert len(grown) == 5 and grown.skipped == []
-    for lang, queries in QUERIES.items():
-        for expected, found in zip(whole.search(model, queries, lang, k=5),
-                                   grown.search(model, queries, lang, k=5)):
-            assert [hit.media_id for hit in found] == [hit.media_id for hit in expected]
-            np.testing.assert_allclose([hit.score for hit in found],
-                                       [hit.score for hit in expected], rtol=0, atol=1e-6)
+    assert_same_hits(model, grown, whole)
     grown.save(tmp_path / 'gallery.idx')
     assert MediaIndex.load(tmp_path / 'gallery.idx').media_ids == whole.media_ids
 
@@ -293,12 +299,7 @@ def test_media_removed_are_found_no_more_and_the_rest_as_before(model, image_fil
     kept = MediaIndex.from_media(model, [image_files[0], image_files[2], image_files[3]])
     gallery.save(tmp_path / 'gallery.idx')
     loaded = MediaIndex.load(tmp_path / 'gallery.idx', model=model)
-    for lang, queries in QUERIES.items():
-        for expected, found in zip(kept.search(model, queries, lang, k=3),
-                                   loaded.search(model, queries, lang, k=3)):
-            assert [hit.media_id for hit in found] == [hit.media_id for hit in expected]
-            np.testing.assert_allclose([hit.score for hit in found],
-                                       [hit.score for hit in expected], rtol=0, atol=1e-6)
+    assert_same_hits(model, loaded, kept)
     with pytest.raises(ValueError, match=r"media \['forest'\] are not in the gallery"):
         loaded.remove(['forest'])
     with pytest.raises(ValueError, match='removing all 3 media would leave the gallery empty'):
