@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> None:
     check_index_path(args)
     saved = (MediaIndex.load(args.index) if args.index is not None and args.index.exists()
              and (files is None or args.update) else None)
+    if saved is not None and (args.update or args.prune):
+        check_named_by_paths(args.index, saved)
     if saved is not None and files is not None:
         check_same_encoding(args, saved)
     if saved is not None and args.prune:
@@ -279,6 +281,17 @@ def prune(path: Path, index: Any, save: bool) -> None:
             index.save(path)
     print_for_reader(f'{path}: {len(gone)} media whose files are gone dropped, '
                      f'{len(index)} kept\n')
+
+
+def check_named_by_paths(path: Path, index: Any) -> None:
+    """``--update`` and ``--prune`` know the media by their absolute paths: an index whose
+    ids are other names would have each media added twice, or pruned in error."""
+    other = next((media_id for media_id in index.media_ids if not os.path.isabs(media_id)), None)
+    if other is not None:
+        raise UserError(f'{path} (--update, --prune)', f"names its media by ids that are no "
+                        f"absolute paths, such as '{other}' (MediaIndex.from_media's own ids, "
+                        'or a tools/search.py before absolute paths)', 'build it anew: --media '
+                        '... --overwrite')
 
 
 def check_same_encoding(args: argparse.Namespace, index: Any) -> None:

@@ -262,6 +262,14 @@ def test_prune_drops_the_media_whose_files_are_gone_without_the_model(gallery, t
                                        'kept\n\n')
     assert MediaIndex.load(index).media_ids == [
         str(media / name) for name in ('beach.png', 'cities/night.png', 'clip.mov')]
+    # An index of other ids (the API's file stems) would have every media added again.
+    model = init_retriever(str(config), str(checkpoint))
+    MediaIndex.from_media(model, [media / 'beach.png']).save(tmp_path / 'stems.idx')
+    with pytest.raises(UserError, match=re.escape(
+            f"{tmp_path / 'stems.idx'} (--update, --prune): names its media by ids that are no "
+            "absolute paths, such as 'beach'")):
+        tool.main([str(config), str(checkpoint), '--index', str(tmp_path / 'stems.idx'),
+                   '--media', str(media), '--update'])
     shutil.move(media, tmp_path / 'unmounted')
     with pytest.raises(UserError, match=re.escape(
             f'{index} (--prune): none of its 3 media files is there, the first '
