@@ -822,7 +822,11 @@ def test_a_double_loss_reaches_the_host_exactly():
 
 # ------------------------------------------------------------------ epochs and dataloader keys
 def loop_of(cfg: Config):
-    """The train loop as the runner builds it (phases resolved), without training."""
+    """The train loop as the runner builds it (phases resolved), without training; its runner
+    named anew (a runner of its config's name built in the same second took that one's
+    logger)."""
+    cfg = copy.deepcopy(cfg)
+    cfg.experiment_name = f"{cfg.get('experiment_name', 'run')}_loop_{next(RUN_IDS)}"
     return Runner.from_cfg(cfg).train_loop
 
 
