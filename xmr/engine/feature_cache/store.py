@@ -377,21 +377,23 @@ def remove_abandoned_builds(path: Path, keep: Path | None = None) -> None:
     caches they replaced whose process is gone (killed), but ``keep``."""
     for left in [*path.parent.glob(f'{path.name}.partial-*'),
                  *path.parent.glob(f'{path.name}.replaced-*')]:
-        pid = left.name.rsplit('-', 1)[-1]
-        if left != keep and pid.isdigit() and int(pid) != os.getpid() and \
-                not process_running(int(pid)):
+        pid = _writer_pid(left)
+        if left != keep and pid not in (None, os.getpid()) and not process_running(pid):
             shutil.rmtree(left, ignore_errors=True)
 
 
 def _stopped_builds(path: Path) -> list[Path]:
     """The build folders of ``path`` that no running build writes: a killed process's, or
     this process's own, left by an interruption."""
-    stopped = []
-    for left in sorted(path.parent.glob(f'{path.name}.partial-*')):
-        pid = left.name.rsplit('-', 1)[-1]
-        if pid.isdigit() and (int(pid) == os.getpid() or not process_running(int(pid))):
-            stopped.append(left)
-    return stopped
+    return [left for left in sorted(path.parent.glob(f'{path.name}.partial-*'))
+            if (pid := _writer_pid(left)) is not None
+            and (pid == os.getpid() or not process_running(pid))]
+
+
+def _writer_pid(folder: Path) -> int | None:
+    """The process a ``<cache>.partial-<pid>`` or ``.replaced-<pid>`` folder is named by."""
+    pid = folder.name.rsplit('-', 1)[-1]
+    return int(pid) if pid.isdigit() else None
 
 
 def _open_rows(folder: Path, name: str, rows: int, width: int, dtype: str) -> np.ndarray:
