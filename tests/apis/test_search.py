@@ -9,7 +9,14 @@ import torch
 
 from tests.apis.conftest import random_images
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
-from xmr.apis import MediaIndex, SearchHit, encode_media, encode_readable_media, encode_texts
+from xmr.apis import (
+    MediaIndex,
+    NoMediaReadError,
+    SearchHit,
+    encode_media,
+    encode_readable_media,
+    encode_texts,
+)
 from xmr.datasets.corrupt_policy import MediaSkippedWarning
 from xmr.datasets.media_io import MediaReadError
 from xmr.registry import MODELS
@@ -120,6 +127,31 @@ def test_one_media_file_given_alone_is_a_gallery_of_one(model, image_files):
     for alone in (image_files[0], str(image_files[0])):
         index = MediaIndex.from_media(model, alone)
         assert index.media_ids == ['beach']
+
+
+def test_one_video_tensor_given_alone_is_a_gallery_of_one(model):
+    """Its frames were iterated: a gallery of its 4 frames as images '0' to '3'."""
+    video = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8,
+                          generator=torch.Generator().manual_seed(0))
+    index = MediaIndex.from_media(model, video)
+    assert index.media_ids == ['0'] and len(index) == 1
+    torch.testing.assert_close(encode_media(model, video), encode_media(model, [video]),
+                               rtol=0, atol=0)
+
+
+def test_ids_given_twice_are_refused_before_anything_is_encoded(model, image_files,
+                                                                 monkeypatch):
+    """Refused by the index once every media was encoded."""
+    monkeypatch.setattr('xmr.apis.search.encode_readable_media', None)
+    with pytest.raises(ValueError, match=re.escape(
+            f"media 0 ({image_files[0]}) and 2 ({image_files[2]}) would both be called 'x' in "
+            'media_ids: give each its own')):
+        MediaIndex.from_media(model, image_files[:3], media_ids=['x', 'y', 'x'])
+    image = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=re.escape(
+            "media 0 (a tensor (3, 32, 32)) and 1 (a tensor (3, 32, 32)) would both be called "
+            "'a' in media_ids")):
+        MediaIndex.from_media(model, [image, image], media_ids=['a', 'a'])
 
 
 @pytest.mark.parametrize('index', [dict(index='flat'), dict(index='ivf', nlist=1)])
@@ -254,7 +286,7 @@ def test_what_a_gallery_cannot_take_is_named(model, image_files):
     gallery = MediaIndex.from_media(model, image_files[:2])
     with pytest.raises(ValueError, match=r"media \['forest'\] are in the gallery already: add "
                        'only new media'):
-        gallery.add_media(model, image_files[1:3])
+        gallery.add_media(model, image_files[1:3], media_ids=['forest', 'city'])
     assert gallery.media_ids == ['beach', 'forest'] and len(gallery) == 2
     with pytest.raises(ValueError, match=r"embeddings of media \['x'\] hold NaN"):
         gallery.add(torch.full((1, 32), float('nan')), ['x'])
@@ -267,6 +299,42 @@ def test_what_a_gallery_cannot_take_is_named(model, image_files):
     with pytest.raises(ValueError, match='this gallery was built from embeddings given'):
         MediaIndex(torch.eye(2), ['a', 'b']).add_media(model, image_files[2:])
     assert len(gallery) == 2
+
+
+def test_the_ids_made_of_new_media_that_the_gallery_holds_are_refused_before_encoding(
+        model, image_files, monkeypatch):
+    """Tensors are named by their position, so a second batch of them always met the first's
+    ids: refused once encoded, as if the media were in the gallery already."""
+    images = [torch.full((3, 32, 32), value, dtype=torch.uint8) for value in (0, 80, 160)]
+    gallery = MediaIndex.from_media(model, images[:2])
+    encoded = []
+    monkeypatch.setattr('xmr.apis.search.encode_readable_media',
+                        lambda *args: encoded.append(args) or (torch.eye(1, 32), []))
+    with pytest.raises(ValueError, match=re.escape(
+            "media ['0'] are in the gallery already: they are the ids made of the media (file "
+            'names without suffix, positions for tensors): pass media_ids')):
+        gallery.add_media(model, images[2:])
+    assert encoded == []
+    gallery.add_media(model, images[2:], media_ids=['2'])
+    assert gallery.media_ids == ['0', '1', '2'] and len(encoded) == 1
+
+
+def test_new_media_none_of_which_can_be_read_add_nothing_when_skipped(model, image_files,
+                                                                      tmp_path):
+    """They raised 'none of the 1 media can be read', which stopped tools/search.py --update
+    at every run while such a file lay in the folder."""
+    gallery = MediaIndex.from_media(model, image_files[:2])
+    (tmp_path / 'cut.png').write_bytes(b'')
+    with pytest.warns(MediaSkippedWarning, match='skipping item 0'):
+        gallery.add_media(model, [tmp_path / 'cut.png'], on_corrupt='skip')
+    assert gallery.media_ids == ['beach', 'forest'] and len(gallery) == 2
+    assert [(marker.index, marker.media_path) for marker in gallery.skipped] == [
+        (0, str(tmp_path / 'cut.png'))]
+    with pytest.raises(MediaReadError, match=re.escape(str(tmp_path / 'cut.png'))):
+        gallery.add_media(model, [tmp_path / 'cut.png'])
+    with pytest.raises(NoMediaReadError, match='none of the 1 media can be read'), \
+            pytest.warns(MediaSkippedWarning):
+        MediaIndex.from_media(model, [tmp_path / 'cut.png'], on_corrupt='skip')
 
 
 def test_media_decoded_by_workers_are_encoded_as_in_turn(model, image_files, tmp_path):
@@ -305,3 +373,5 @@ def test_media_removed_are_found_no_more_and_the_rest_as_before(model, image_fil
     with pytest.raises(ValueError, match='removing all 3 media would leave the gallery empty'):
         loaded.remove(loaded.media_ids)
     assert len(loaded) == 3
+    loaded.remove('city')  # one id alone, not its characters 'c', 'i', 't', 'y'
+    assert loaded.media_ids == ['beach', 'desert']

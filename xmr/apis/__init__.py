@@ -12,6 +12,7 @@ with ``weights_only=True`` and xmr's allow-list of the numpy types MMEngine's lo
 from xmr.apis.inference import (
     VIDEO_SUFFIXES,
     CheckpointMismatchError,
+    NoMediaReadError,
     check_languages,
     encode_media,
     encode_media_in_parts,
@@ -25,7 +26,8 @@ from xmr.apis.inference import (
 from xmr.apis.search import MediaIndex, SearchHit
 from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
 
-__all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'CheckpointReadError', 'read_checkpoint',
+__all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'CheckpointReadError', 'NoMediaReadError',
+           'read_checkpoint',
            'check_languages', 'encode_media', 'encode_readable_media', 'encode_media_in_parts',
            'media_encoding', 'encode_texts', 'init_retriever', 'load_trained_checkpoint',
            'trained_languages', 'MediaIndex', 'SearchHit']

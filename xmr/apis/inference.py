@@ -51,7 +51,8 @@ from xmr.version import written_by
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
            'load_trained_checkpoint', 'trained_languages', 'check_languages', 'encode_texts',
-           'encode_media', 'encode_readable_media', 'encode_media_in_parts', 'media_encoding']
+           'encode_media', 'encode_readable_media', 'encode_media_in_parts', 'media_encoding',
+           'NoMediaReadError']
 
 MediaInput = str | os.PathLike | Tensor
 
@@ -261,9 +262,10 @@ def _check_encodable(text: str, where: str) -> None:
 
 
 def media_list(media: MediaInput | Sequence[MediaInput]) -> list[MediaInput]:
-    """The media as a list: one file path given alone is one media (a str would otherwise be
-    read as its characters, each a file name)."""
-    return [media] if isinstance(media, (str, os.PathLike)) else list(media)
+    """The media as a list: one file path or one tensor given alone is one media (a str would
+    otherwise be read as its characters, each a file name; a video's ``[T, 3, H, W]`` frames
+    as ``T`` images)."""
+    return [media] if isinstance(media, (str, os.PathLike, Tensor)) else list(media)
 
 
 def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
@@ -273,8 +275,8 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
 
     Args:
         model: a trained retriever.
-        media: one file path or several (a suffix in :data:`VIDEO_SUFFIXES` reads a video), or
-            uint8 tensors ``[3, H, W]`` (image) / ``[T, 3, H, W]`` (video frames).
+        media: one media or several: file paths (a suffix in :data:`VIDEO_SUFFIXES` reads a
+            video), or uint8 tensors ``[3, H, W]`` (image) / ``[T, 3, H, W]`` (video frames).
         transform: ``TRANSFORMS`` config of the resize + crop; default: the backbone's own
             (:meth:`~xmr.models.backbones.base.VisionLanguageBackbone.media_transform`: an
             open_clip tower's size, resize mode and interpolation from its weights' record, as
@@ -314,7 +316,8 @@ def encode_readable_media(model: CrossLingualRetriever,
         ``media``) for each left out.
 
     Raises:
-        MediaReadError: with ``'skip'``, when no media can be read.
+        NoMediaReadError: with ``'skip'``, when no media can be read (a
+            :class:`~xmr.datasets.media_io.MediaReadError` holding the markers of all).
     """
     media = media_list(media)
     resize = _media_resize(model, media, transform, num_frames, batch_size, on_corrupt,
@@ -326,7 +329,7 @@ def encode_readable_media(model: CrossLingualRetriever,
         batch_size, on_corrupt, bar)
     if bar is not None:
         sys.stderr.write('\n')
-    return _some_read(embeddings, skipped, len(media)), skipped
+    return _some_read(embeddings, skipped), skipped
 
 
 @torch.no_grad()
@@ -389,7 +392,7 @@ def encode_media_in_parts(model: CrossLingualRetriever, media: Sequence[MediaInp
     unread = {marker.index for marker in skipped}
     rows = [saved[media_id] for position, media_id in enumerate(media_ids)
             if position not in unread]
-    return _some_read(torch.stack(rows) if rows else None, skipped, len(media)), skipped
+    return _some_read(torch.stack(rows) if rows else None, skipped), skipped
 
 
 def media_encoding(model: CrossLingualRetriever, transform: Mapping[str, Any] | None,
@@ -499,13 +502,24 @@ class _DecodedMedia(Dataset):
                                worker_init_fn=IgnoringWorkerInit(WORKER_IGNORED_SIGNALS)))
 
 
-def _some_read(embeddings: Tensor | None, skipped: Sequence[SkippedMedia],
-               total: int) -> Tensor:
+class NoMediaReadError(MediaReadError):
+    """None of the media given to an encoding that skips unreadable files can be read.
+
+    Attributes:
+        skipped: a :class:`~xmr.datasets.corrupt_policy.SkippedMedia` for each.
+    """
+
+    def __init__(self, skipped: Sequence[SkippedMedia]) -> None:
+        self.skipped = list(skipped)
+        first = self.skipped[0]
+        super().__init__(first.media_path, f'none of the {len(self.skipped)} media can be '
+                         f'read, this one: {first.reason}', 'give media that can be read')
+
+
+def _some_read(embeddings: Tensor | None, skipped: Sequence[SkippedMedia]) -> Tensor:
     """``embeddings``, unless no media could be read."""
     if embeddings is None:
-        first = skipped[0]
-        raise MediaReadError(first.media_path, f'none of the {total} media can be read, '
-                             f'this one: {first.reason}', 'give media that can be read')
+        raise NoMediaReadError(skipped)
     return embeddings
 
 

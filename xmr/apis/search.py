@@ -12,6 +12,7 @@ from torch import Tensor
 
 from xmr.apis.inference import (
     MediaInput,
+    NoMediaReadError,
     encode_media_in_parts,
     encode_readable_media,
     encode_texts,
@@ -116,9 +117,10 @@ class MediaIndex:
                 (:func:`~xmr.apis.encode_media`).
             **search_options: :class:`FaissSearcher` options.
         """
-        embeddings, read_ids, skipped = _encode(model, media, media_ids, transform, num_frames,
-                                                batch_size, on_corrupt, progress, parts,
-                                                part_size, num_workers)
+        media = media_list(media)
+        embeddings, read_ids, skipped = _encode(model, media, _media_ids(media, media_ids),
+                                                transform, num_frames, batch_size, on_corrupt,
+                                                progress, parts, part_size, num_workers)
         gallery = cls(embeddings, read_ids, index=index, **search_options)
         gallery.skipped = skipped
         gallery.encoded_by = media_encoding(model, transform, num_frames)
@@ -129,23 +131,19 @@ class MediaIndex:
         media whose ids it does not hold yet. An ``'ivf'`` index files them in the cells it was
         trained on: a gallery grown far beyond what it was built on is better built again."""
         embeddings, media_ids = _checked_rows(embeddings, media_ids)
-        known = set(self.media_ids)
-        present = [media_id for media_id in media_ids if media_id in known]
-        if present:
-            raise ValueError(f'media {present[:10]} are in the gallery already: add only new '
-                             'media, or build the gallery anew')
+        self._check_new(media_ids)
         self.searcher.add(embeddings, media_ids)
         self.media_ids += media_ids
 
-    def remove(self, media_ids: Sequence[str]) -> None:
-        """Drop media from the gallery (their files deleted, say); the others keep their order
-        and are found as before (:meth:`FaissSearcher.keep`).
+    def remove(self, media_ids: str | Sequence[str]) -> None:
+        """Drop media from the gallery (their files deleted, say): one id or several; the
+        others keep their order and are found as before (:meth:`FaissSearcher.keep`).
 
         Raises:
             ValueError: an id the gallery does not hold, or all of them (a gallery cannot be
                 empty).
         """
-        dropped = set(map(str, media_ids))
+        dropped = {media_ids} if isinstance(media_ids, str) else set(map(str, media_ids))
         unknown = sorted(dropped - set(self.media_ids))
         if unknown:
             raise ValueError(f'media {unknown[:10]} are not in the gallery')
@@ -163,22 +161,43 @@ class MediaIndex:
                   parts: str | os.PathLike | None = None, part_size: int = 256,
                   num_workers: int = 0) -> None:
         """Encode media as the gallery's were (its :attr:`encoded_by`: the same backbone,
-        transform and frames) and :meth:`add` them; those left out are in :attr:`skipped`.
+        transform and frames) and :meth:`add` them; those left out are in :attr:`skipped`
+        (with ``on_corrupt='skip'``, new media none of which can be read add nothing).
         Arguments as :meth:`from_media`'s.
 
         Raises:
             ValueError: a gallery of embeddings given (nothing says how to encode alike), a
-                model of another backbone, or media ids the gallery holds.
+                model of another backbone, or media ids the gallery holds; all before any
+                media is encoded.
         """
         if self.encoded_by is None:
             raise ValueError('this gallery was built from embeddings given, not encoded here: '
                              'encode the new media as its were, then MediaIndex.add them')
         self.check_encoder(model)
+        media = media_list(media)
+        new_ids = _media_ids(media, media_ids)
+        self._check_new(new_ids, given=media_ids is not None)
         transform, num_frames = self.encoded_by['transform'], self.encoded_by['num_frames']
-        embeddings, read_ids, self.skipped = _encode(model, media, media_ids, transform,
-                                                     num_frames, batch_size, on_corrupt,
-                                                     progress, parts, part_size, num_workers)
+        try:
+            embeddings, read_ids, self.skipped = _encode(model, media, new_ids, transform,
+                                                         num_frames, batch_size, on_corrupt,
+                                                         progress, parts, part_size,
+                                                         num_workers)
+        except NoMediaReadError as error:
+            self.skipped = error.skipped
+            return
         self.add(embeddings, read_ids)
+
+    def _check_new(self, media_ids: Sequence[str], given: bool = True) -> None:
+        """Refuse ids the gallery holds already; ``given=False``: ids made of the media (file
+        stems, positions), which are to be given instead."""
+        known = set(self.media_ids)
+        present = [media_id for media_id in media_ids if media_id in known]
+        if present:
+            fix = ('add only new media, or build the gallery anew' if given else
+                   'they are the ids made of the media (file names without suffix, positions '
+                   'for tensors): pass media_ids, ids the gallery does not hold')
+            raise ValueError(f'media {present[:10]} are in the gallery already: {fix}')
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the index to one file (atomically: an earlier file there stays whole until the
@@ -278,26 +297,40 @@ class MediaIndex:
                 for row_ids, row_scores in zip(ids, scores)]
 
 
-def _encode(model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
-            media_ids: Sequence[str] | None, transform: Mapping[str, Any] | None,
-            num_frames: int, batch_size: int, on_corrupt: str, progress: bool,
-            parts: str | os.PathLike | None, part_size: int,
-            num_workers: int) -> tuple[Tensor, list[str], list[SkippedMedia]]:
-    """The ``[R, E]`` embeddings of the media read, their ids, and the markers of those left
-    out (:meth:`MediaIndex.from_media`'s arguments)."""
-    media = media_list(media)
+def _media_ids(media: Sequence[MediaInput], media_ids: Sequence[str] | None) -> list[str]:
+    """One unique id per media: those given, or the file names without suffix (positions
+    for tensors).
+
+    Raises:
+        ValueError: another count than the media's, or an id twice, naming both media.
+    """
     if media_ids is None:
-        media_ids = [str(position) if isinstance(item, Tensor) else Path(item).stem
-                     for position, item in enumerate(media)]
-        repeat = _first_repeat(media_ids)
-        if repeat is not None:
-            first, second = repeat
-            raise ValueError(f'media {first} ({media[first]}) and {second} ({media[second]}) '
-                             f"would both be called '{media_ids[first]}' (the file name "
-                             'without its suffix): pass media_ids, one per media')
+        ids = [str(position) if isinstance(item, Tensor) else Path(item).stem
+               for position, item in enumerate(media)]
+        made = ' (the file name without its suffix): pass media_ids, one per media'
     elif len(media_ids) != len(media):
         raise ValueError(f'{len(media_ids)} media_ids for {len(media)} media')
-    media_ids = [str(media_id) for media_id in media_ids]
+    else:
+        ids, made = [str(media_id) for media_id in media_ids], ' in media_ids: give each its own'
+    repeat = _first_repeat(ids)
+    if repeat is not None:
+        first, second = repeat
+        raise ValueError(f'media {first} ({_shown(media[first])}) and {second} '
+                         f"({_shown(media[second])}) would both be called '{ids[first]}'{made}")
+    return ids
+
+
+def _shown(item: MediaInput) -> str:
+    """A media as an error names it: a file by its path, a tensor by its shape."""
+    return f'a tensor {tuple(item.shape)}' if isinstance(item, Tensor) else str(item)
+
+
+def _encode(model: CrossLingualRetriever, media: list[MediaInput], media_ids: list[str],
+            transform: Mapping[str, Any] | None, num_frames: int, batch_size: int,
+            on_corrupt: str, progress: bool, parts: str | os.PathLike | None, part_size: int,
+            num_workers: int) -> tuple[Tensor, list[str], list[SkippedMedia]]:
+    """The ``[R, E]`` embeddings of the media read, their ids, and the markers of those left
+    out (:meth:`MediaIndex.from_media`'s arguments, the ids made: :func:`_media_ids`)."""
     if parts is None:
         embeddings, skipped = encode_readable_media(model, media, transform, num_frames,
                                                     batch_size, on_corrupt, progress,
