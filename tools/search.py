@@ -110,8 +110,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def media_files(paths: list[str]) -> list[Path]:
     """The files of ``paths``, absolute: a file as given, a folder's images and videos below it
     (by suffix, any case: :data:`IMAGE_SUFFIXES`,
-    :data:`~xmr.datasets.video_containers.VIDEO_SUFFIXES`) in path order. Absolute, since they
-    name the media in a saved index: ``--update`` run from another folder knows them again.
+    :data:`~xmr.datasets.video_containers.VIDEO_SUFFIXES`) in path order; a file met again (a
+    folder and a file in it, folders that overlap) is the one media. Absolute, since they name
+    the media in a saved index: ``--update`` run from another folder knows them again.
 
     Raises:
         UserError: a path that does not exist, or a folder holding no media.
@@ -134,7 +135,7 @@ def media_files(paths: list[str]) -> list[Path]:
             files.append(path)
         else:
             raise UserError(f'{given} (--media)', 'no such file or folder')
-    return files
+    return list(dict.fromkeys(files))
 
 
 def read_queries(args: argparse.Namespace) -> list[str]:
@@ -213,14 +214,24 @@ def main(argv: list[str] | None = None) -> None:
     print_for_reader('\n'.join(hits_table(query, args.lang, row)
                                for query, row in zip(queries, hits)))
     if args.out is not None:
-        atomic_write_text(args.out, json.dumps(dict(
+        atomic_write_text(args.out, json_text(dict(
             lang=args.lang, k=args.k, index=None if args.index is None else str(args.index),
             results=[dict(query=query, hits=[dict(media=hit.media_id, score=hit.score)
                                              for hit in row])
                      for query, row in zip(queries, hits)],
             skipped=[dict(media=marker.media_path, reason=marker.reason)
-                     for marker in index.skipped]), ensure_ascii=False, indent=1) + '\n')
+                     for marker in index.skipped])))
         print_for_reader(f'hits: {args.out}')
+
+
+def json_text(value: Any) -> str:
+    """``value`` as UTF-8 JSON text, the queries and paths as written. A file name that is no
+    UTF-8 reaches Python with lone surrogates, which UTF-8 cannot write: they are written as
+    JSON's escapes (``\\udce9``), which ``json.load`` reads back as the name
+    (``os.fsencode`` gives its bytes)."""
+    text = json.dumps(value, ensure_ascii=False, indent=1) + '\n'
+    # json.dumps escaped every backslash of the text: the only ones added here are the escapes.
+    return text.encode('utf-8', 'backslashreplace').decode('utf-8')
 
 
 def build_index(args: argparse.Namespace, model: Any, files: list[Path], saved: Any) -> Any:
@@ -247,8 +258,11 @@ def build_index(args: argparse.Namespace, model: Any, files: list[Path], saved: 
             index = MediaIndex.from_media(model, files, media_ids=[str(path) for path in files],
                                           index=args.index_type or 'flat',
                                           num_frames=args.num_frames or 12, **encoding)
-    except BaseException:
-        if parts is not None and any(parts.glob('part-*.pt')):
+    except BaseException as error:
+        # A refusal (parts encoded otherwise, ids given twice) is not gone past by running the
+        # same command again.
+        if (parts is not None and not isinstance(error, ValueError)
+                and any(parts.glob('part-*.pt'))):
             sys.stderr.write('\n')  # ends the progress bar's line
             print_log(f'the media encoded so far are saved in {parts}: run the same command '
                       'again to go on from there', logger='current', level=logging.WARNING)

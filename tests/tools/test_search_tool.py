@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -230,6 +231,12 @@ def test_an_interrupted_index_goes_on_from_what_it_saved_when_run_again(
     assert said == [f'the media encoded so far are saved in {parts}: run the same command '
                     'again to go on from there']
     assert not index.exists() and [path.name for path in parts.iterdir()] == ['part-000001.pt']
+    # Encoded otherwise, the saved parts are refused; running the same command again would not
+    # get past that, and is not advised.
+    with pytest.raises(ValueError, match=re.escape(
+            'part-000001.pt: its media were encoded with num_frames 12, this encoding has 4')):
+        tool.main([*command, '--num-frames', '4'])
+    assert len(said) == 1
 
     decoded = decoded_media(monkeypatch)
     tool.main(command)
@@ -276,3 +283,38 @@ def test_prune_drops_the_media_whose_files_are_gone_without_the_model(gallery, t
             f"{media / 'beach.png'}: check that their disk is mounted")):
         tool.main([str(config), str(checkpoint), '--index', str(index), '--prune'])
     assert len(MediaIndex.load(index)) == 3
+
+
+def test_media_given_twice_unreadable_new_media_and_a_prune_make_one_saved_index(
+        gallery, tmp_path, capsys):
+    """A file given again (in a folder given too) stopped the index with ids given twice; a new
+    file that cannot be read stopped --update, and the --prune given with it was never saved."""
+    config, checkpoint, media = gallery
+    tool = load_tool()
+    index = tmp_path / 'gallery.idx'
+    tool.main([str(config), str(checkpoint), '--media', str(media), str(media / 'beach.png'),
+               str(media / 'cities'), '--index', str(index)])
+    assert capsys.readouterr().out.startswith(f'index of 4 media: {index}')
+    (media / 'cut.png').write_bytes(b'')
+    (media / 'forest.JPG').unlink()
+    with pytest.warns(MediaSkippedWarning, match='cut.png'):
+        tool.main([str(config), str(checkpoint), '--media', str(media), '--index', str(index),
+                   '--update', '--prune', '--on-corrupt', 'skip'])
+    assert MediaIndex.load(index).media_ids == [
+        str(media / name) for name in ('beach.png', 'cities/night.png', 'clip.mov')]
+
+
+def test_hits_of_a_file_whose_name_is_no_utf_8_are_written_and_read_back_as_its_name(
+        gallery, tmp_path):
+    """UTF-8 cannot write the name's lone surrogate: --out failed once the search was done."""
+    config, checkpoint, _ = gallery
+    photos = tmp_path / 'photos'
+    photos.mkdir()
+    latin1 = photos / os.fsdecode(b'caf\xe9.png')  # a name written by a Latin-1 system
+    Image.fromarray(np.zeros((40, 40, 3), dtype=np.uint8)).save(latin1, 'PNG')
+    tool = load_tool()
+    tool.main([str(config), str(checkpoint), '--media', str(photos), '--lang', 'de', '--query',
+               'ein Café', '--out', str(tmp_path / 'hits.json')])
+    written = (tmp_path / 'hits.json').read_text(encoding='utf-8')
+    assert '"ein Café"' in written and 'caf\\udce9.png' in written
+    assert hits_of(tmp_path / 'hits.json')[0][0][0] == str(latin1)
