@@ -458,12 +458,16 @@ def test_hook_prepares_a_cached_test_gallery(tiny_retriever, tmp_path):
     assert cached[0]['media_features'].shape == (32,)
 
 
+@pytest.mark.parametrize('workers', [dict(num_workers=0),
+                                     dict(num_workers=1, persistent_workers=True)])
 def test_a_validation_while_the_towers_train_reads_the_gallery_of_that_moment(tiny_retriever,
-                                                                             tmp_path):
-    """CL-FT validates during source_finetune: the hook rebuilds the gallery, not refuses it."""
+                                                                             tmp_path, workers):
+    """CL-FT validates during source_finetune: the hook rebuilds the gallery, not refuses it.
+    Persistent workers (the shipped evaluation loaders') read the first gallery's files again,
+    their copy of the dataset made before the rebuild."""
     gallery = SyntheticRetrievalDataset(num_scenes=3, languages=['en', 'de'], image_size=32)
     cached = CachedFeatureDataset(gallery, tmp_path / 'gallery', rebuild_if_stale=True)
-    loader = DataLoader(cached, batch_size=3, collate_fn=retrieval_collate)
+    loader = DataLoader(cached, batch_size=3, collate_fn=retrieval_collate, **workers)
     runner = SimpleNamespace(model=tiny_retriever, val_loop=SimpleNamespace(dataloader=loader))
     tiny_retriever.backbone.requires_grad_(True)
     tiny_retriever.eval()
@@ -608,8 +612,8 @@ def test_a_full_disk_is_an_error_naming_the_folder_and_bytes_and_leaves_nothing(
     (tmp_path / 'cache.partial-999999999').mkdir()  # a build killed earlier
     cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache')
     # 3 distinct captions x 32 float32 = 384 bytes of rows after the 128-byte .npy header.
-    with pytest.raises(UserError, match=r'cache.partial-\d+: no space for the feature cache: '
-                       r'source.npy needs 512 bytes, [\d,]+ are free: free space'):
+    with pytest.raises(UserError, match=r'cache.partial-[\w.-]+-\d+: no space for the feature '
+                       r'cache: source.npy needs 512 bytes, [\d,]+ are free: free space'):
         cached.prepare(tiny_retriever)
     assert sorted(path.name for path in tmp_path.iterdir()) == []
 

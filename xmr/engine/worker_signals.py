@@ -1,11 +1,12 @@
-"""DataLoader worker processes that ignore the signals the main process handles."""
+"""DataLoader worker processes that ignore the signals the main process handles, and the end of
+a loader's persistent ones."""
 from __future__ import annotations
 
 import signal
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ['WORKER_IGNORED_SIGNALS', 'IgnoringWorkerInit']
+__all__ = ['WORKER_IGNORED_SIGNALS', 'IgnoringWorkerInit', 'end_workers']
 
 #: Signals the workers of a loader the main process stops itself ignore (a feature cache's
 #: build, a gallery's encoding), as the training loaders' workers do: a scheduler's SIGTERM (or
@@ -34,3 +35,13 @@ class IgnoringWorkerInit:
             signal.signal(number, signal.SIG_IGN)
         if self.init is not None:
             self.init(worker_id)
+
+
+def end_workers(loader: Any) -> None:
+    """End the persistent worker processes ``loader`` has started, if any: its next pass starts
+    new ones, each with a copy of the dataset as it is then. The loader's own shutdown (an
+    event and a message on their queues) ends them, whatever signals they ignore."""
+    iterator = getattr(loader, '_iterator', None)
+    if iterator is not None:
+        iterator._shutdown_workers()
+        loader._iterator = None

@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 
 from xmr.datasets.base import MediaDataset
 from xmr.datasets.corrupt_policy import SkippedMedia, warned
+from xmr.datasets.media_io import MediaReadError
 from xmr.engine.feature_cache.key import (
     FEATURE_KINDS,
     ITEM_KEY,
@@ -40,6 +41,7 @@ from xmr.engine.feature_cache.store import (
     FeatureCache,
     StaleFeatureCacheError,
 )
+from xmr.engine.worker_signals import end_workers
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import ENCODING_VERSION
 from xmr.models.losses.distributed import gloo_group_beside
@@ -152,8 +154,9 @@ class CachedFeatureDataset(Dataset):
                 check()
 
     def _choose_kinds(self) -> list[str]:
+        self._check_not_empty()
         with media_decoding(self.dataset, False):
-            sample = self.dataset[0] if len(self.dataset) else {}
+            sample = self.dataset[0]
         has_media = 'media_id' in sample and (
             sample.get('media') is not None or isinstance(self.dataset, MediaDataset)
             and self.dataset.with_media)
@@ -170,6 +173,17 @@ class CachedFeatureDataset(Dataset):
                              'carry neither source_text nor fixed media')
         return kinds
 
+    def _check_not_empty(self) -> None:
+        """Refuse an empty dataset: its cache would hold no feature arrays, which the cache's
+        own check calls corrupt, rebuilt as often as it is deleted."""
+        if len(self.dataset):
+            return
+        ann_file = getattr(self.dataset, 'ann_file', None)
+        read = f' read from {ann_file}' if ann_file else ''
+        raise ValueError(f'feature cache {self.cache_dir}: the {type(self.dataset).__name__}'
+                         f'{read} is empty (0 items), so there is nothing to cache; give it '
+                         'items or leave its CachedFeatureDataset out')
+
     def cache_key(self, model: torch.nn.Module, index: ItemIndex | None = None
                   ) -> dict[str, Any]:
         """The key the cache must have been built under, for ``model`` and this dataset.
@@ -181,8 +195,12 @@ class CachedFeatureDataset(Dataset):
         preprocessor = model.data_preprocessor
         preprocessing: dict[str, Any] = {}
         if 'source' in self.kinds:
-            preprocessing['source_tokenizer'] = tokenizer_identity(
-                preprocessor.source_tokenizer)
+            # The prompt is written before each caption, and a tokenizer that writes language
+            # tokens (NLLB's) starts each caption with the source language's.
+            preprocessing.update(
+                source_tokenizer=tokenizer_identity(preprocessor.source_tokenizer),
+                source_prompt=preprocessor.source_prompt,
+                source_language=preprocessor.source_language)
         if 'media' in self.kinds:
             preprocessing.update(
                 media=media_pipeline(self.dataset),
@@ -204,7 +222,7 @@ class CachedFeatureDataset(Dataset):
         return jsonable(key)
 
     def prepare(self, model: torch.nn.Module, training: bool = True,
-                loader_workers: int = 0, rebuild: bool = False) -> None:
+                loader_workers: int = 0, rebuild: bool = False) -> bool:
         """Open (building if missing) and check the cache against the live ``model``.
 
         Args:
@@ -217,6 +235,9 @@ class CachedFeatureDataset(Dataset):
                 decode the media of a build unless the dataset's ``num_workers`` says otherwise.
             rebuild: build the cache afresh even where one is there
                 (``tools/cache_features.py --overwrite``), under DDP by every rank as above.
+
+        Returns:
+            Whether the cache was built here.
 
         Raises:
             StaleFeatureCacheError: when the cache was built for other weights, data or
@@ -256,6 +277,7 @@ class CachedFeatureDataset(Dataset):
         self.cache = cache
         print_log(f'feature cache {self.cache_dir}: reading {", ".join(self.kinds)} features '
                   f'({self.dtype})', logger='current')
+        return step.results[0] is not None
 
     def build(self, model: torch.nn.Module, overwrite: bool = False,
               index: ItemIndex | None = None, key: dict[str, Any] | None = None,
@@ -369,24 +391,27 @@ class CachedFeatureDataset(Dataset):
 
     def _skipped(self, index: int, media_id: str) -> SkippedMedia:
         """The marker the dataset gave ``media_id``'s file when the cache was built (its path and
-        reason), warned of as the dataset warns of it. A cache built before xmr recorded them
+        reason), warned of as the dataset warns of it; a dataset set to ``on_corrupt='raise'``
+        since raises, as it would reading the file. A cache built before xmr recorded them
         names the media id."""
         recorded = self.cache.meta.get('unreadable_media', {}).get(media_id) or dict(
             media_path=media_id, reason='unreadable when the feature cache was built')
-        return warned(SkippedMedia(index=index, **recorded),
-                      f'recorded by the feature cache {self.cache_dir}')
+        source = f'recorded by the feature cache {self.cache_dir}'
+        if getattr(self.dataset, 'on_corrupt', 'skip') == 'raise':
+            raise MediaReadError(recorded['media_path'], f"{recorded['reason']} ({source})")
+        return warned(SkippedMedia(index=index, **recorded), source)
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(cache_dir={str(self.cache_dir)!r}, kinds={self.kinds}, '
                 f'dtype={self.dtype!r}, dataset={self.dataset!r})')
 
 
-def _datasets_of(loader: Any) -> Iterable[tuple[Dataset, int]]:
-    """Each dataset behind ``loader`` and the number of workers of the loader reading it."""
+def _datasets_of(loader: Any) -> Iterable[tuple[Any, Dataset]]:
+    """Each loader behind ``loader`` (a loader sequence's, or itself) and its dataset."""
     for inner in getattr(loader, 'loaders', [loader]):
         dataset = getattr(inner, 'dataset', inner)
         if dataset is not None:
-            yield dataset, getattr(inner, 'num_workers', 0)
+            yield inner, dataset
 
 
 def source_dataset(dataset: Dataset) -> Dataset:
@@ -399,8 +424,11 @@ def prepare_feature_caches(loader: Any, model: torch.nn.Module, training: bool =
 
     Other datasets are left alone, so the loops call this unconditionally. ``training`` as in
     :meth:`CachedFeatureDataset.prepare`; a build decodes the media in as many workers as the
-    dataloader has, unless the dataset's ``num_workers`` says otherwise.
+    dataloader has, unless the dataset's ``num_workers`` says otherwise. A loader whose cache
+    was built anew ends its persistent workers: theirs is a copy of the dataset made before,
+    which would go on reading the replaced cache's files (a validation's rebuilt gallery).
     """
-    for dataset, workers in _datasets_of(loader):
-        if isinstance(dataset, CachedFeatureDataset):
-            dataset.prepare(model, training, loader_workers=workers)
+    for inner, dataset in _datasets_of(loader):
+        if isinstance(dataset, CachedFeatureDataset) and dataset.prepare(
+                model, training, loader_workers=getattr(inner, 'num_workers', 0)):
+            end_workers(inner)

@@ -13,7 +13,7 @@ from mmengine.hooks import Hook
 
 from xmr.engine.divergence import max_over_ranks
 from xmr.engine.hooks.checkpoint import CheckpointHook
-from xmr.engine.worker_signals import IgnoringWorkerInit
+from xmr.engine.worker_signals import IgnoringWorkerInit, end_workers
 from xmr.models.losses.distributed import host_group
 from xmr.registry import HOOKS
 
@@ -132,9 +132,6 @@ def end_persistent_workers() -> None:
     """End the persistent workers of the loaders :func:`workers_ignore` changed (as training
     ends): they outlive their pass, and at the interpreter's exit multiprocessing ends daemon
     processes with SIGTERM, which they ignore, then waits for them, so the process would never
-    exit. The loader's own shutdown (an event and a message on their queues) ends them."""
+    exit."""
     for loader in list(_IGNORING_LOADERS):
-        iterator = getattr(loader, '_iterator', None)
-        if iterator is not None:
-            iterator._shutdown_workers()
-            loader._iterator = None
+        end_workers(loader)

@@ -1,0 +1,90 @@
+"""The dataset wrapper's cache key: what decides the features of its captions keys them; and the
+datasets it refuses to cache."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from tests.conftest import tiny_retriever_cfg
+from tests.engine.feature_cache.test_ranks import cached_pairs, five_images_ann
+from tests.engine.test_feature_cache import TINY_TRANSFORM, ListDataset, pair_items
+from tests.models.backbones.open_clip_families import backbone_cfg, nllb_cfg
+from xmr.datasets.media_io import MediaReadError
+from xmr.engine.feature_cache import CachedFeatureDataset, StaleFeatureCacheError
+from xmr.engine.feature_cache.key import media_decoding
+from xmr.registry import MODELS
+
+
+def retriever(**overrides) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return MODELS.build(tiny_retriever_cfg(**overrides))
+
+
+def test_a_prompted_model_refuses_a_cache_built_without_its_prompt(tiny_retriever, tmp_path):
+    """The cache held r^S of the captions as they are, served for 'a photo of <caption>'."""
+    dataset = ListDataset(pair_items())
+    CachedFeatureDataset(dataset, tmp_path / 'cache', features=['source']).prepare(
+        tiny_retriever)
+    prompted = retriever(data_preprocessor=dict(source_prompt='a photo of'))
+    assert prompted.backbone.fingerprint() == tiny_retriever.backbone.fingerprint()
+    with pytest.raises(StaleFeatureCacheError, match=re.escape(
+            "'source_prompt': None")):
+        CachedFeatureDataset(dataset, tmp_path / 'cache', features=['source']).prepare(prompted)
+    rebuilt = CachedFeatureDataset(dataset, tmp_path / 'cache', features=['source'],
+                                   rebuild_if_stale=True)
+    rebuilt.prepare(prompted)
+    with torch.no_grad():
+        prompted.eval()
+        tokens = prompted.data_preprocessor(dict(source_text=[pair_items()[0]['source_text']]))
+        live = prompted.encode_source(tokens['source_tokens'])[0].float()
+    torch.testing.assert_close(rebuilt[0]['source_features'], live, rtol=1e-5, atol=1e-6)
+
+
+def test_a_cache_of_captions_read_in_one_source_language_is_refused_in_another(tmp_path):
+    """NLLB's tokenizer starts each caption with its language's token: a cache built with
+    source_language='en' served its features to a model reading the captions as French."""
+    backbone = backbone_cfg(nllb_cfg(tmp_path / 'nllb'))
+    english, french = (retriever(backbone=backbone, source_language=language)
+                       for language in ('en', 'fr'))
+    assert english.backbone.fingerprint() == french.backbone.fingerprint()
+    dataset = ListDataset(pair_items())
+    CachedFeatureDataset(dataset, tmp_path / 'cache', features=['source']).prepare(english)
+    with pytest.raises(StaleFeatureCacheError, match=re.escape("'source_language': 'en'")):
+        CachedFeatureDataset(dataset, tmp_path / 'cache', features=['source']).prepare(french)
+
+
+@pytest.mark.parametrize('features', [['source'], ['media'], None])
+def test_an_empty_dataset_is_refused_naming_it_before_anything_is_built(tmp_path, features):
+    """A cache of captions was built without its feature array, which its own check then called
+    corrupt, at every rebuild; an empty dataset of media was said to have no readable media, one
+    of unknown kinds to carry neither captions nor media."""
+    dataset = ListDataset([])
+    dataset.ann_file = 'data/empty.json'
+    with pytest.raises(ValueError, match=re.escape(
+            f'feature cache {tmp_path / "cache"}: the ListDataset read from data/empty.json is '
+            'empty (0 items), so there is nothing to cache; give it items or leave its '
+            'CachedFeatureDataset out')):
+        CachedFeatureDataset(dataset, tmp_path / 'cache', features=features)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_media_the_cache_records_as_unreadable_stops_a_dataset_set_to_raise(tiny_retriever,
+                                                                            tmp_path):
+    """The cache served its marker whatever the dataset's on_corrupt: a dataset set to 'raise'
+    since the build (with 'skip') read on past the file."""
+    ann_file = five_images_ann(tmp_path)
+    cached_pairs(ann_file, tmp_path / 'cache').prepare(tiny_retriever)  # grey left out
+    strict = CachedFeatureDataset(dict(
+        type='CaptionPairDataset', ann_file=str(ann_file), data_root=str(tmp_path),
+        transform=TINY_TRANSFORM, on_corrupt='raise'), tmp_path / 'cache')
+    strict.prepare(tiny_retriever)
+    assert strict[0]['media_features'].shape == (32,)
+    with media_decoding(strict.dataset, False):
+        grey = next(index for index in range(len(strict))
+                    if strict.dataset[index]['media_id'] == 'grey')
+    with pytest.raises(MediaReadError, match=re.escape(
+            f"{tmp_path / 'grey.png'}: not a decodable image") + '.*' + re.escape(
+            f"(recorded by the feature cache {tmp_path / 'cache'}): replace the file")):
+        strict[grey]
