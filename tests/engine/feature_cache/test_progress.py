@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -98,11 +101,69 @@ def test_a_stopped_build_of_another_batch_size_is_removed_and_a_failed_one_leave
     assert not list(tmp_path.glob('cache*'))
 
 
+def test_a_cache_named_with_glob_characters_goes_on_with_its_own_stopped_build_alone(
+        tiny_retriever, tmp_path, monkeypatch):
+    """'<name>.partial-*' was a glob pattern: a build of 'cache[12]' took over (or removed) the
+    stopped build of 'cache1', and one of 'cache[1]' never found its own."""
+    ann_file = five_images_ann(tmp_path)
+    build(ann_file, tmp_path / 'whole', tiny_retriever)
+    for pid, name in enumerate(('cache[1]', 'cache1'), 999999990):
+        with monkeypatch.context() as patch:
+            stop_at(patch, tiny_retriever, 2, KeyboardInterrupt)
+            with pytest.raises(KeyboardInterrupt):
+                build(ann_file, tmp_path / name, tiny_retriever)
+        # Left by a process gone since.
+        (tmp_path / f'{name}.partial-{socket.gethostname()}-{os.getpid()}').rename(
+            tmp_path / f'{name}.partial-{pid}')
+
+    encoded = stop_at(monkeypatch, tiny_retriever, -1, KeyboardInterrupt)
+    build(ann_file, tmp_path / 'cache[12]', tiny_retriever)
+    assert encoded == [2, 1, 1]  # every batch, grey unreadable in the second
+    encoded.clear()
+    build(ann_file, tmp_path / 'cache[1]', tiny_retriever)
+    assert encoded == [1]  # white alone: the rows not recorded
+    assert cache_files(tmp_path / 'cache[1]') == cache_files(tmp_path / 'whole')
+    assert sorted(path.name for path in tmp_path.glob('cache*')) == [
+        'cache1.partial-999999991', 'cache[12]', 'cache[1]']
+
+
+def test_another_host_s_build_is_left_alone_while_it_changes_and_taken_over_once_quiet(
+        tiny_retriever, tmp_path, monkeypatch):
+    """Its pid was asked of this host's system: two jobs of a sweep on two nodes, building one
+    cache, took over or removed the other's running build."""
+    ann_file = five_images_ann(tmp_path)
+    build(ann_file, tmp_path / 'whole', tiny_retriever)
+    with monkeypatch.context() as patch:
+        stop_at(patch, tiny_retriever, 2, KeyboardInterrupt)
+        with pytest.raises(KeyboardInterrupt):
+            build(ann_file, tmp_path / 'cache', tiny_retriever)
+    [own] = tmp_path.glob('cache.partial-*')
+    assert own.name == f'cache.partial-{socket.gethostname()}-{os.getpid()}'
+    # Its pid names no process here, where it was taken for a killed build's.
+    other = own.rename(tmp_path / 'cache.partial-node-07-999999999')
+    with monkeypatch.context() as patch:
+        encoded = stop_at(patch, tiny_retriever, -1, KeyboardInterrupt)
+        build(ann_file, tmp_path / 'cache', tiny_retriever)
+    assert encoded == [2, 1, 1]  # every batch: the running build's rows are its own
+    assert other.is_dir() and cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'whole')
+
+    shutil.rmtree(tmp_path / 'cache')
+    quiet = time.time() - store.OTHER_HOST_QUIET_SECONDS - 1
+    for path in [other, *other.rglob('*')]:
+        os.utime(path, (quiet, quiet))
+    encoded = stop_at(monkeypatch, tiny_retriever, -1, KeyboardInterrupt)
+    build(ann_file, tmp_path / 'cache', tiny_retriever)
+    assert encoded == [1]  # white alone: the rows the stopped build recorded are taken
+    assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'whole')
+    assert not list(tmp_path.glob('*.partial-*'))
+
+
 def _stopped_rank(rank: int, port: int, model: torch.nn.Module, ann_file: str, out_dir: str,
-                  killed: bool) -> None:
-    """Rank of a build whose job is killed outright (a scheduler's SIGKILL reaches every rank):
-    rank 1 at its second media batch, then rank 0 at its first (in that order, so that neither
-    sees the other gone and fails instead); else builds and records its batches."""
+                  stop: str | None) -> None:
+    """Rank of a build whose job is stopped (``'killed'`` outright, as a scheduler's SIGKILL
+    reaching every rank, or ``'interrupted'``, as Ctrl-C): rank 1 at its second media batch,
+    then rank 0 at its first (killed in that order, so that neither sees the other gone and
+    fails instead); without ``stop`` builds and records its batches."""
     from xmr.engine.feature_cache import progress
 
     progress.PROGRESS_SECONDS = 0
@@ -112,37 +173,49 @@ def _stopped_rank(rank: int, port: int, model: torch.nn.Module, ann_file: str, o
     count = model.encode_media
     waiting, gone = Path(out_dir, 'rank0-waiting'), Path(out_dir, 'rank1-gone')
 
-    def killed_at_its_batch(media: torch.Tensor) -> torch.Tensor:
-        if killed and len(encoded) == rank:
+    def stopped_at_its_batch(media: torch.Tensor) -> torch.Tensor:
+        if stop and len(encoded) == rank:
             (waiting if rank == 0 else gone).touch()
             wait_for((gone if rank == 0 else waiting).is_file)
-            os._exit(9)
+            if stop == 'killed':
+                os._exit(9)
+            raise KeyboardInterrupt
         return count(media)
 
-    model.encode_media = killed_at_its_batch
-    cached_pairs(Path(ann_file), Path(out_dir, 'cache')).prepare(model)
+    model.encode_media = stopped_at_its_batch
+    try:
+        cached_pairs(Path(ann_file), Path(out_dir, 'cache')).prepare(model)
+    except KeyboardInterrupt:
+        encoded = 'interrupted'
     Path(out_dir, f'rank{rank}').write_text(json.dumps(encoded))
     torch.distributed.destroy_process_group()
 
 
-def test_two_ranks_killed_go_on_with_the_rows_they_recorded(tiny_retriever, tmp_path):
-    """Rank 0's share (one batch) is not begun, rank 1's first of two batches is recorded."""
+@pytest.mark.parametrize('stop, exitcode', [('killed', 9), ('interrupted', 0)])
+def test_two_ranks_killed_or_interrupted_go_on_with_the_rows_they_recorded(
+        tiny_retriever, tmp_path, stop, exitcode):
+    """Rank 0's share (one batch) is not begun, rank 1's first of two batches is recorded.
+    Interrupted, each rank left a failure marker in the folder kept: the next build took it for
+    a failure of its own ranks, stopped, and rank 0 removed the rows recorded."""
     ann_file = five_images_ann(tmp_path)
     context = multiprocessing.get_context('fork')
     port = free_port()
     processes = [context.Process(target=_stopped_rank, args=(
-        rank, port, tiny_retriever, str(ann_file), str(tmp_path), True)) for rank in (0, 1)]
+        rank, port, tiny_retriever, str(ann_file), str(tmp_path), stop)) for rank in (0, 1)]
     for process in processes:
         process.start()
     for process in processes:
         process.join(120)
-    assert [process.exitcode for process in processes] == [9, 9]
+    assert [process.exitcode for process in processes] == [exitcode, exitcode]
     [partial] = tmp_path.glob('cache.partial-*')
     assert json.loads((partial / 'shard-1.partial' / 'progress.json').read_text())['media'][
         'rows'] == 2
+    assert not list(partial.glob('failed-rank-*'))
+    # As a rank that failed while the others were interrupted leaves it.
+    (partial / 'failed-rank-1').write_text('ValueError: a bug')
 
     torch.multiprocessing.start_processes(
-        _stopped_rank, args=(free_port(), tiny_retriever, str(ann_file), str(tmp_path), False),
+        _stopped_rank, args=(free_port(), tiny_retriever, str(ann_file), str(tmp_path), None),
         nprocs=2, join=True, start_method='fork')
     assert [json.loads((tmp_path / f'rank{rank}').read_text()) for rank in (0, 1)] == [[2], [1]]
     cached_pairs(ann_file, tmp_path / 'single').prepare(tiny_retriever)

@@ -129,7 +129,8 @@ class BuildRanks:
     def step(self, doing: str, markers: Path | None = None) -> Iterator[BuildStep]:
         """Run the body on this rank, then wait for every rank to finish it.
 
-        A rank whose body raises leaves its marker in ``markers`` and raises its own error; each
+        A rank whose body raises an ``Exception`` leaves its marker in ``markers`` (an
+        interruption, which keeps the folder, leaves none) and raises its own error; each
         other rank raises :class:`RankFailedError` naming it and that error, at the end of the
         step (or between two batches, :meth:`BuildStep.stop_if_another_failed`) instead of
         waiting for it at a later collective until the group's timeout. A rank whose process
@@ -157,8 +158,10 @@ class BuildRanks:
             return
         own = error is not None and not isinstance(error, _OtherRankFailed)
         failure = f'{type(error).__name__}: {error}' if own else None
-        if own and step.markers is not None:
-            # Only a speed-up: the exchange below tells every rank, once each has finished.
+        # Only a speed-up: the exchange below tells every rank, once each has finished. None for
+        # an interruption (Ctrl-C, SystemExit): it keeps the build folder for the next build,
+        # whose ranks would take the marker for a failure of their own.
+        if own and isinstance(error, Exception) and step.markers is not None:
             with contextlib.suppress(OSError):
                 atomic_write_text(step.markers / f'{FAILED_MARKER}{self.rank}', failure)
         gone = step.watch.end()

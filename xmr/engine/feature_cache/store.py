@@ -3,10 +3,12 @@ it back."""
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import logging
 import os
 import shutil
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,7 +32,7 @@ from xmr.engine.feature_cache.progress import (
     build_record,
     records_build,
 )
-from xmr.engine.feature_cache.ranks import BuildRanks, BuildStep, rank_rows
+from xmr.engine.feature_cache.ranks import FAILED_MARKER, BuildRanks, BuildStep, rank_rows
 from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
 from xmr.fileio import atomic_write_text, fsync_folder, fsync_path, process_running
 from xmr.utils.cli import UserError
@@ -154,9 +156,10 @@ class FeatureCache:
         The folder is written under a temporary name, its files and itself are fsynced, and it
         is renamed when complete (the rename fsynced too), so neither an interrupted build nor
         a power cut leaves a cache that looks valid. A cache it replaces (``overwrite``) is
-        renamed aside to ``<path>.replaced-<pid>`` first and removed after, so a kill leaves
-        the old cache or the new one whole under ``path``; the next build removes what a
-        killed one left.
+        renamed aside to ``<path>.replaced-<host>-<pid>`` first and removed after, so a kill
+        leaves the old cache or the new one whole under ``path``; the next build removes what
+        a killed one left (a folder of another host's once it has not changed for
+        ``OTHER_HOST_QUIET_SECONDS``).
 
         A build stopped while it encodes (killed, or interrupted: ``KeyboardInterrupt``,
         ``SystemExit``) leaves its folder, where each rank has recorded the rows it wrote
@@ -224,8 +227,8 @@ class FeatureCache:
 
 
 def _start_build(path: Path, overwrite: bool, record: dict[str, Any]) -> Path:
-    """The build's temporary folder ``<path>.partial-<pid>``: the folder of a stopped build
-    that ``record`` describes too, renamed, or a new one.
+    """The build's temporary folder ``<path>.partial-<host>-<pid>``: the folder of a stopped
+    build that ``record`` describes too, renamed, or a new one.
 
     Raises:
         FileExistsError: as :meth:`FeatureCache.build`.
@@ -236,7 +239,7 @@ def _start_build(path: Path, overwrite: bool, record: dict[str, Any]) -> Path:
             raise FileExistsError(f'{path} exists and holds no feature cache (no meta.json): '
                                   'give the cache a new or empty folder (cache_dir)')
         raise FileExistsError(f'feature cache {path} exists; pass overwrite=True to rebuild')
-    partial = path.with_name(f'{path.name}.partial-{os.getpid()}')
+    partial = _own_folder(path, 'partial')
     stopped = next((left for left in _stopped_builds(path) if records_build(left, record)), None)
     remove_abandoned_builds(path, keep=stopped)
     if stopped is not None:
@@ -244,6 +247,10 @@ def _start_build(path: Path, overwrite: bool, record: dict[str, Any]) -> Path:
                   logger='current')
         if stopped != partial:
             stopped.rename(partial)
+        # A rank that failed while the others were stopped left its marker, which this build's
+        # ranks would take for a failure of their own.
+        for marker in partial.glob(f'{FAILED_MARKER}*'):
+            marker.unlink()
         return partial
     if partial.exists():
         shutil.rmtree(partial)
@@ -342,7 +349,7 @@ def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], in
     fsync_folder(partial)
     # The cache replaced is renamed aside, not removed in place: a kill while removing it (a
     # multi-GB array's unlink) left it half deleted under its name and the new one abandoned.
-    replaced = path.with_name(f'{path.name}.replaced-{os.getpid()}')
+    replaced = _own_folder(path, 'replaced')
     if path.exists():
         path.rename(replaced)
     partial.rename(path)
@@ -372,28 +379,70 @@ def _assemble(partial: Path, name: str, total: int, widths: list[int | None], dt
     out.flush()
 
 
+#: How long a build folder written on another host may go unchanged before a build here takes
+#: it for stopped: this host cannot ask after another's processes, and a running build records
+#: its rows every ``PROGRESS_SECONDS``.
+OTHER_HOST_QUIET_SECONDS = 600
+
+
 def remove_abandoned_builds(path: Path, keep: Path | None = None) -> None:
-    """Delete the ``<path>.partial-<pid>`` folders of builds and the ``<path>.replaced-<pid>``
-    caches they replaced whose process is gone (killed), but ``keep``."""
-    for left in [*path.parent.glob(f'{path.name}.partial-*'),
-                 *path.parent.glob(f'{path.name}.replaced-*')]:
-        pid = _writer_pid(left)
-        if left != keep and pid not in (None, os.getpid()) and not process_running(pid):
-            shutil.rmtree(left, ignore_errors=True)
+    """Delete the ``<path>.partial-<host>-<pid>`` folders of builds and the
+    ``<path>.replaced-<host>-<pid>`` caches they replaced whose process is gone (killed), but
+    ``keep``."""
+    for left in [*_builds_of(path, 'partial'), *_builds_of(path, 'replaced')]:
+        if left.folder != keep and not left.own and not left.writer_running():
+            shutil.rmtree(left.folder, ignore_errors=True)
 
 
 def _stopped_builds(path: Path) -> list[Path]:
     """The build folders of ``path`` that no running build writes: a killed process's, or
     this process's own, left by an interruption."""
-    return [left for left in sorted(path.parent.glob(f'{path.name}.partial-*'))
-            if (pid := _writer_pid(left)) is not None
-            and (pid == os.getpid() or not process_running(pid))]
+    return sorted(left.folder for left in _builds_of(path, 'partial')
+                  if left.own or not left.writer_running())
 
 
-def _writer_pid(folder: Path) -> int | None:
-    """The process a ``<cache>.partial-<pid>`` or ``.replaced-<pid>`` folder is named by."""
-    pid = folder.name.rsplit('-', 1)[-1]
-    return int(pid) if pid.isdigit() else None
+def _own_folder(path: Path, state: str) -> Path:
+    """``<path>.<state>-<host>-<pid>``, the folder of this process: its build (``'partial'``)
+    or the cache it replaces (``'replaced'``)."""
+    return path.with_name(f'{path.name}.{state}-{socket.gethostname()}-{os.getpid()}')
+
+
+class _BuildFolder:
+    """A ``<cache>.<state>-<host>-<pid>`` folder and the process it is named by (no host in
+    the names of an xmr before 2026-12: this host's)."""
+
+    def __init__(self, folder: Path, host: str, pid: int) -> None:
+        self.folder, self.host, self.pid = folder, host or socket.gethostname(), pid
+
+    @property
+    def own(self) -> bool:
+        return self.host == socket.gethostname() and self.pid == os.getpid()
+
+    def writer_running(self) -> bool:
+        """Whether its process runs: asked of this host's system, or for another host's,
+        whether the folder changed within ``OTHER_HOST_QUIET_SECONDS`` (two jobs of a sweep on
+        two nodes building one cache each went on with, or removed, the other's folder)."""
+        if self.host == socket.gethostname():
+            return process_running(self.pid)
+        try:
+            written = max(entry.stat().st_mtime for entry in [self.folder,
+                                                               *self.folder.rglob('*')])
+        except FileNotFoundError:  # renamed or removed meanwhile: by a running build
+            return True
+        return time.time() - written < OTHER_HOST_QUIET_SECONDS
+
+
+def _builds_of(path: Path, state: str) -> list[_BuildFolder]:
+    """The ``<path>.<state>-<host>-<pid>`` folders beside ``path``."""
+    prefix = f'{path.name}.{state}-'
+    found = []
+    # Unescaped, a cache named 'feat[1]' was a pattern: it matched the folders of 'feat1'
+    # and missed its own.
+    for folder in path.parent.glob(f'{glob.escape(prefix)}*'):
+        host, _, pid = folder.name[len(prefix):].rpartition('-')
+        if pid.isdigit():
+            found.append(_BuildFolder(folder, host, int(pid)))
+    return found
 
 
 def _open_rows(folder: Path, name: str, rows: int, width: int, dtype: str) -> np.ndarray:
