@@ -19,6 +19,7 @@ from mmengine.hooks import Hook
 from mmengine.logging import MessageHub
 from mmengine.runner import Runner
 from PIL import Image
+from torch.utils.data import Sampler
 
 from tests.conftest import (
     TINY_CLIP,
@@ -41,7 +42,7 @@ from xmr.engine.loops import (
 from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phases import Phase, phase_lr_factor
 from xmr.models.adapters import AdapterPlacement, BaseAdapter
-from xmr.registry import ADAPTERS, HOOKS
+from xmr.registry import ADAPTERS, DATA_SAMPLERS, HOOKS
 
 LANGS = ['de', 'zh']
 
@@ -348,6 +349,18 @@ def test_resume_in_the_middle_of_phase_two_repeats_the_uninterrupted_run(full_ru
     # The checkpoint's random streams are restored: the draws continue those of iteration 7.
     assert [r['draw'] for r in resumed] == [r['draw'] for r in uninterrupted[7:]]
     assert_same_checkpoint(tmp_path / 'iter_16.pth', full_dir / 'iter_16.pth')
+
+
+@pytest.mark.parametrize('seed', [8, None])
+def test_a_run_resumed_under_another_seed_reads_the_data_of_its_checkpoint_s_seed(
+        full_run, tmp_path, seed):
+    """MMEngine builds the loop and its train_dataloader before it resumes: their sampler took
+    randomness.seed, not the checkpoint's seed the resumed run trains with."""
+    full_dir, _, uninterrupted = full_run
+    cfg = make_cfg(tmp_path, resume_from=full_dir / 'iter_7.pth')
+    cfg.randomness = dict(seed=seed)
+    _, resumed = train(cfg)
+    assert [r['losses'] for r in resumed] == [r['losses'] for r in uninterrupted[7:]]
 
 
 def test_a_run_resumed_where_a_pass_or_a_phase_begins_draws_what_the_uninterrupted_run_drew(
@@ -871,6 +884,59 @@ def test_resume_around_an_epochs_phase_repeats_the_uninterrupted_run(epochs_run,
                                                        reference['batch_size'])
         assert (mine['lrs'], mine['losses']) == (reference['lrs'], reference['losses'])
     assert_same_checkpoint(tmp_path / 'iter_19.pth', work_dir / 'iter_19.pth')
+
+
+def test_an_epochs_phase_resumed_under_another_seed_reads_the_data_of_its_checkpoint_s_seed(
+        epochs_run, tmp_path):
+    """The loop counts an epochs-phase's loader as it is built, before MMEngine resumes: its
+    sampler took randomness.seed, not the checkpoint's."""
+    work_dir, uninterrupted = epochs_run
+    cfg = make_cfg(tmp_path, phases=EPOCH_PHASES, resume_from=work_dir / 'iter_3.pth')
+    cfg.randomness = dict(seed=8)
+    _, resumed = train(cfg)
+    assert [r['losses'] for r in resumed] == [r['losses'] for r in uninterrupted[3:]]
+
+
+@DATA_SAMPLERS.register_module(force=True)
+class LengthlessSampler(Sampler):
+    """Every index in order, a pass of no told length (no ``__len__``)."""
+
+    def __init__(self, dataset, seed: int | None = None) -> None:
+        self.dataset = dataset
+
+    def __iter__(self):
+        return iter(range(len(self.dataset)))
+
+
+@pytest.mark.parametrize('phases, key, sampler, fault', [
+    (PHASES, 'train_dataloader', 'InfiniteSampler', 'never ends a pass'),
+    (EPOCH_PHASES, 'source_finetune_dataloader', 'LengthlessSampler',
+     'tells no length of a pass (no __len__)'),
+], ids=['infinite', 'lengthless'])
+def test_a_loader_whose_passes_have_no_end_is_refused_when_the_loop_is_built(
+        tmp_path, phases, key, sampler, fault):
+    """MMEngine's InfiniteSampler ended the next phase reading its loader in a bare
+    StopIteration, and resumed past one pass on other items; a lengthless one in a TypeError."""
+    cfg = make_cfg(tmp_path, phases=phases)
+    cfg[key].sampler = dict(type=sampler)
+    phase = 'cross_lingual' if key == 'train_dataloader' else 'source_finetune'
+    with pytest.raises(ValueError, match=re.escape(
+            f'phase {phase}: its dataloader ({key}) samples with {sampler}, which {fault}; '
+            'PhasedTrainLoop counts its own iterations and reads its loaders pass by pass: '
+            "use sampler=dict(type='DefaultSampler', shuffle=True)")):
+        loop_of(cfg)
+
+
+def test_a_phase_s_own_loader_whose_sampler_never_ends_a_pass_is_refused_before_a_step(
+        tmp_path):
+    phases = copy.deepcopy(PHASES)
+    phases[0]['dataloader']['sampler'] = dict(type='InfiniteSampler')
+    runner = Runner.from_cfg(make_cfg(tmp_path, phases=phases))
+    with pytest.raises(ValueError, match=re.escape(
+            'phase source_finetune: its dataloader (source_finetune) samples with '
+            'InfiniteSampler, which never ends a pass')):
+        runner.train()
+    assert next(h for h in runner.hooks if isinstance(h, RecordingHook)).records == []
 
 
 def with_validation(cfg: Config, val_interval: int | dict = 2) -> Config:

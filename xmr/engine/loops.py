@@ -42,6 +42,8 @@ from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.engine.resume import (
     can_skip_at_sampler,
     pass_indices,
+    refuse_endless_sampler,
+    reseed_samplers,
     restart_iteration_timers,
     skip_at_sampler,
 )
@@ -380,6 +382,13 @@ class PhasedTrainLoop(BaseLoop):
             dataloader = self.phases[0].dataloader
         super().__init__(runner, pinned_on_gpu(dataloader) if isinstance(dataloader, Mapping)
                          else dataloader)
+        shared = next((index for index, phase in enumerate(self.phases)
+                       if phase.dataloader is None), None)
+        if shared is not None:
+            self._refuse_endless_sampler(shared, self.dataloader)
+        # The seed the loaders built here take: MMEngine resumes after building the loop, with
+        # the checkpoint's seed (_reseed_built_samplers).
+        self._seed_at_build = shared_seed(runner)
         # Phases' own dataloaders, built before training (to count an epochs-phase's batches,
         # to check languages) and kept until the phase uses them.
         self._built_dataloaders: dict[int, DataLoader] = {}
@@ -460,9 +469,30 @@ class PhasedTrainLoop(BaseLoop):
         if phase.dataloader is None:
             return self.dataloader
         if index not in self._built_dataloaders:
-            self._built_dataloaders[index] = self.runner.build_dataloader(
-                phase.dataloader, seed=shared_seed(self.runner))
+            dataloader = self.runner.build_dataloader(phase.dataloader,
+                                                      seed=shared_seed(self.runner))
+            self._refuse_endless_sampler(index, dataloader)
+            self._built_dataloaders[index] = dataloader
         return self._built_dataloaders[index]
+
+    def _refuse_endless_sampler(self, index: int, dataloader: DataLoader) -> None:
+        """Refuse phase ``index``'s built dataloader if its passes have no known end
+        (:func:`~xmr.engine.resume.refuse_endless_sampler`)."""
+        refuse_endless_sampler(dataloader, f'phase {self.phases[index].name}: its dataloader '
+                                           f'({self._loader_names[index]})')
+
+    def _reseed_built_samplers(self) -> None:
+        """Give the samplers of the loaders built with the loop the seed the run trains with.
+
+        MMEngine builds the loop, its ``train_dataloader`` and the loaders an epochs-phase
+        counts, before it resumes, with ``randomness.seed`` (a random one for ``None``); the
+        resumed run trains with its checkpoint's seed, and its passes must be those of the
+        run that wrote it. Loaders built later take that seed as they are built.
+        """
+        seed = shared_seed(self.runner)
+        if seed != self._seed_at_build:
+            for dataloader in (self.dataloader, *self._built_dataloaders.values()):
+                reseed_samplers(dataloader, self._seed_at_build, seed)
 
     def _warn_of_padding(self, phase: Any, loader_name: str, dataloader: Any) -> None:
         """Say where a DDP pass trains some items twice (:func:`padded_repeats`): its steps are
@@ -805,6 +835,7 @@ class PhasedTrainLoop(BaseLoop):
         return model
 
     def _run_phases(self) -> torch.nn.Module:
+        self._reseed_built_samplers()
         self._check_before_training()
         if self.runner.val_loop is not None:
             # A preemption's signal reaches every process of the job: the validation's workers

@@ -1,10 +1,13 @@
 """Resuming a phase in its middle: skip its data at the sampler, each item keyed with its pass
-(its random draws those of an uninterrupted run), and keep the ETA honest."""
+(its random draws those of an uninterrupted run), the samplers seeded with the checkpoint's
+seed, and keep the ETA honest; loaders whose passes have no known end are refused."""
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sized
+from typing import Any
 
+from mmengine.dataset import InfiniteSampler
 from mmengine.hooks import IterTimerHook
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler
 
@@ -58,6 +61,65 @@ def pass_indices(dataloader: DataLoader) -> PassIndices | None:
     if not isinstance(batch_sampler.sampler, PassIndices):
         batch_sampler.sampler = PassIndices(batch_sampler.sampler)
     return batch_sampler.sampler
+
+
+def refuse_endless_sampler(dataloader: Any, where: str) -> None:
+    """Refuse a DataLoader whose passes have no known end: one sampled by MMEngine's
+    ``InfiniteSampler`` (the sampler of MMEngine's iteration-based configs), or by a sampler
+    or batch sampler without ``len``.
+
+    The phased loop counts its own iterations and reads its loaders pass by pass: each pass
+    sets the sampler's epoch, a resumed phase skips whole passes (``len(dataloader)`` batches
+    each) and each phase starts its own passes. ``InfiniteSampler`` draws every pass from one
+    generator, made when it is built: a phase's end closes it, so the next phase reading the
+    loader stops at once (a bare ``StopIteration``), and a run resumed past the first
+    ``len(dataloader)`` batches reads other items than the uninterrupted one. An iterable
+    dataset ends its passes itself, and a loader of one's own (no DataLoader) is taken as it is.
+
+    Args:
+        dataloader: the built loader a phase reads.
+        where: the loader as the error names it, e.g. ``'phase cross_lingual: its dataloader
+            (train_dataloader)'``.
+
+    Raises:
+        ValueError: naming ``where``, the sampler's type and the sampler to use instead.
+    """
+    if not isinstance(dataloader, DataLoader) or isinstance(dataloader.dataset,
+                                                            IterableDataset):
+        return
+    batch_sampler = dataloader.batch_sampler
+    if batch_sampler is None:
+        sampler = dataloader.sampler
+    elif type(batch_sampler) is BatchSampler:
+        sampler = batch_sampler.sampler
+    else:
+        sampler = batch_sampler  # it plans its passes itself
+    if isinstance(sampler, InfiniteSampler):
+        fault = 'never ends a pass'
+    elif not isinstance(sampler, Sized):
+        fault = 'tells no length of a pass (no __len__)'
+    else:
+        return
+    raise ValueError(f'{where} samples with {type(sampler).__name__}, which {fault}; '
+                     'PhasedTrainLoop counts its own iterations and reads its loaders pass by '
+                     "pass: use sampler=dict(type='DefaultSampler', shuffle=True)")
+
+
+def reseed_samplers(dataloader: Any, built_with: int, seed: int) -> None:
+    """Give the samplers of ``dataloader`` that took the run's seed when it was built,
+    ``built_with``, the seed the run trains with, ``seed``.
+
+    The seed decides each pass's order and keys every item's draws
+    (:class:`PassIndices`, :class:`~xmr.datasets.language_batch_sampler.LanguageBatchSampler`
+    copies its sampler's). A sampler seeded otherwise (a ``seed`` of its own config) keeps its
+    seed, as it did in the run that wrote the checkpoint.
+    """
+    batch_sampler = getattr(dataloader, 'batch_sampler', None)
+    samplers = (getattr(dataloader, 'sampler', None), batch_sampler,
+                getattr(batch_sampler, 'sampler', None))
+    for sampler in samplers:
+        if getattr(sampler, 'seed', None) == built_with:
+            sampler.seed = seed
 
 
 def can_skip_at_sampler(dataloader: DataLoader) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from mmengine.hooks import Hook
-from mmengine.runner import Runner
+from mmengine.runner import Runner, ValLoop
 
 import xmr.fileio
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
@@ -347,6 +347,35 @@ def test_a_moved_work_dir_records_its_own_last_and_best_on_every_rank(
     hook.before_train(runner)
     assert runner.message_hub.get_info('last_ckpt') == hook.last_ckpt == str(moved / 'iter_4.pth')
     assert runner.message_hub.get_info('best_ckpt') == str(moved / 'best_mAR_iter_4.pth')
+
+
+def test_a_run_resumed_in_its_work_dir_writes_the_checkpoints_of_the_uninterrupted_run(
+        tmp_path, monkeypatch):
+    """A validation that finds a new best saves its iteration's checkpoint again where a last
+    checkpoint is known: the resumed run knew none until its next periodic save, and wrote no
+    iter_6.pth."""
+    scores = {2: 1.0, 4: 2.0, 6: 3.0, 8: 4.0}
+
+    def validate(loop):
+        metrics = {'mAR': scores[loop.runner.train_loop.iter]}
+        loop.runner.call_hook('after_val_epoch', metrics=metrics)
+        return metrics
+
+    monkeypatch.setattr(ValLoop, 'run', validate)
+
+    def cfg(work_dir, **kwargs):
+        cfg = with_validation(make_cfg(work_dir, phases=[PHASES[1]],
+                                       checkpoint_interval=4, **kwargs))
+        cfg.default_hooks.checkpoint.update(save_best='mAR', rule='greater')
+        return cfg
+
+    train(cfg(tmp_path / 'whole'))
+    train(cfg(tmp_path / 'cut', stop_after=4))
+    train(cfg(tmp_path / 'cut', resume_from=tmp_path / 'cut' / 'iter_4.pth'))
+    written = {run: sorted(p.name for p in (tmp_path / run).glob('*.pth'))
+               for run in ('whole', 'cut')}
+    assert written['cut'] == written['whole'] == ['best_mAR_iter_8.pth', 'iter_4.pth',
+                                                  'iter_6.pth', 'iter_8.pth']
 
 
 def test_a_best_saved_again_at_its_iteration_keeps_its_file(tmp_path):

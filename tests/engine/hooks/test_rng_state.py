@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.engine.hooks.test_phase_report_hook import report_cfg
-from tests.engine.test_loops import train
+from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.hooks import rng_state
 from xmr.engine.hooks.rng_state import RNGStateHook
 
@@ -15,7 +15,7 @@ from xmr.engine.hooks.rng_state import RNGStateHook
 def resumed_state(monkeypatch, saved, rank: int, world: int):
     monkeypatch.setattr(rng_state, 'get_rank', lambda: rank)
     monkeypatch.setattr(rng_state, 'get_world_size', lambda: world)
-    runner = SimpleNamespace(_train_loop=SimpleNamespace(pending_rng_state=None))
+    runner = SimpleNamespace(_train_loop=SimpleNamespace(pending_rng_state=None), _resume=True)
     RNGStateHook().after_load_checkpoint(runner, dict(rng_state=saved))
     return runner._train_loop.pending_rng_state
 
@@ -45,7 +45,7 @@ def test_each_rank_resumes_its_own_streams_or_rank_0s(monkeypatch, saved, rank, 
 
 
 def test_a_checkpoint_without_random_states_leaves_the_loops_streams_alone():
-    runner = SimpleNamespace(_train_loop=SimpleNamespace(pending_rng_state=None))
+    runner = SimpleNamespace(_train_loop=SimpleNamespace(pending_rng_state=None), _resume=True)
     RNGStateHook().after_load_checkpoint(runner, dict(meta=dict(iter=7)))
     assert runner._train_loop.pending_rng_state is None
 
@@ -53,9 +53,28 @@ def test_a_checkpoint_without_random_states_leaves_the_loops_streams_alone():
 @pytest.mark.parametrize('loop', [None, dict(type='PhasedTrainLoop')])
 def test_a_checkpoint_loaded_before_the_train_loop_is_built_hands_no_streams(loop):
     # runner.test() with load_from: the train loop is still its config, or None.
-    runner = SimpleNamespace(_train_loop=loop)
+    runner = SimpleNamespace(_train_loop=loop, _resume=False)
     RNGStateHook().after_load_checkpoint(runner, dict(rng_state=['s0']))
     assert runner._train_loop == loop
+
+
+def test_a_run_loaded_from_a_checkpoint_draws_from_its_own_seed(tmp_path):
+    """load_from without resume handed the checkpoint's streams to the loop, which restored
+    them at its first phase: runs of other seeds drew alike."""
+    train(make_cfg(tmp_path / 'source', phases=[dict(PHASES[0], iters=1)], checkpoint_interval=1))
+    draws = {}
+    for seed in (1, 2):
+        cfg = make_cfg(tmp_path / f'seed_{seed}', phases=[dict(PHASES[1], iters=2)])
+        cfg.update(load_from=str(tmp_path / 'source' / 'iter_1.pth'), randomness=dict(seed=seed))
+        draws[seed] = [record['draw'] for record in train(cfg)[1]]
+    assert draws[1] != draws[2]
+
+
+@pytest.mark.parametrize('resume, expected', [(True, 's0'), (False, None)])
+def test_only_a_resumed_run_takes_the_checkpoints_streams(resume, expected):
+    runner = SimpleNamespace(_train_loop=SimpleNamespace(pending_rng_state=None), _resume=resume)
+    RNGStateHook().after_load_checkpoint(runner, dict(rng_state=['s0']))
+    assert runner._train_loop.pending_rng_state == expected
 
 
 def test_only_a_run_of_several_ranks_unlike_the_checkpoints_is_told_rank_0s_streams_go_on(

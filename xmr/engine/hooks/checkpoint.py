@@ -101,8 +101,21 @@ class CheckpointHook(MMEngineCheckpointHook):
                     f'the best checkpoint so far, {path}, is another work dir\'s (this run '
                     'resumed from it); it stays there, and this work dir gets its own when a '
                     'validation beats that score')
+        self._take_last_checkpoint(runner)
+
+    def _take_last_checkpoint(self, runner) -> None:
+        """Take a resumed run's last checkpoint, as the run that wrote it had it: a validation
+        that finds a new best saves the checkpoint of its iteration again (MMEngine's hook,
+        to record the best in it) only where a last checkpoint is known. A work dir moved or
+        copied elsewhere takes its own file of that name."""
         last = runner.message_hub.get_info('last_ckpt')
-        own = None if last is None or self._ours(last) else own_file(self.out_dir, last)
+        if last is None:
+            return
+        if self._ours(last):
+            if runner._resume and self.file_backend.isfile(last):
+                self.last_ckpt = last
+            return
+        own = own_file(self.out_dir, last)
         if own is not None:
             self.last_ckpt = own
             runner.message_hub.update_info('last_ckpt', own)

@@ -26,7 +26,8 @@ class RNGStateHook(Hook):
     The states are applied by :class:`~xmr.engine.loops.PhasedTrainLoop`: for a phase resumed
     in its middle after it fast-forwards the phase's data, so draws made while skipping batches
     do not shift later ones; for one resumed where it begins before it sets the phase up, as
-    the uninterrupted run did.
+    the uninterrupted run did. A run that loads a checkpoint without resuming it (``load_from``
+    alone) is a new run: it draws from its own ``randomness.seed``, not the checkpoint's streams.
     """
 
     priority = 'VERY_LOW'
@@ -54,7 +55,8 @@ class RNGStateHook(Hook):
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         loop = getattr(runner, '_train_loop', None)
-        if 'rng_state' not in checkpoint or not hasattr(loop, 'pending_rng_state'):
+        if ('rng_state' not in checkpoint or not hasattr(loop, 'pending_rng_state')
+                or not runner._resume):
             return
         states = checkpoint['rng_state']
         states = [states] if isinstance(states, dict) else states
