@@ -40,8 +40,12 @@ def test_large_sizes_size_zero_and_a_missing_index(tmp_path):
         is None
     assert container_problem(_mp4(tmp_path, _box(b'ftyp', b'') + _box(b'mdat', bytes(8)))) == (
         "no 'moov' box, the index of the frames (a recording never finished?)")
-    # A tail shorter than a box header is padding, not a box.
-    assert container_problem(_mp4(tmp_path, moov + bytes(7))) is None
+    # A tail shorter than a box header is padding, not a box; so is a tail of zeros, which
+    # read as a box of size 0 and no type made a playable file 'not an MP4'.
+    for padding in (7, 8, 64):
+        assert container_problem(_mp4(tmp_path, moov + bytes(padding))) is None
+    assert container_problem(_mp4(tmp_path, _box(b'ftyp', b'') + bytes(64))) == (
+        "no 'moov' box, the index of the frames (a recording never finished?)")
     assert container_problem(_mp4(tmp_path, moov + b'\x00\x00\x00\x02zz\x01\x02')) == (
         "not an MP4/QuickTime file: no box at byte 12 (size 2, type b'zz\\x01\\x02')")
 

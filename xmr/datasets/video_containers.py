@@ -78,6 +78,8 @@ def _iso_problem(file: BinaryIO, size: int) -> str | None:
     while size - offset >= 8:
         file.seek(offset)
         header = file.read(16)
+        if header[:8] == bytes(8):
+            break  # zeros where a box would begin: padding, read by decoders as such
         box_size, box_type = struct.unpack('>I4s', header[:8])
         if box_size == 1 and len(header) == 16:
             box_size = struct.unpack('>Q', header[8:])[0]

@@ -93,9 +93,12 @@ def test_command_lines_round_trip(tmp_path):
         main_attach([str(ann_path), '--translations', f'en={tmp_path / "cs.txt"}'])
 
 
-def test_a_caption_with_a_line_break_is_not_exported(tmp_path):
+@pytest.mark.parametrize('line_break', ['\n', '\r', '\u2028', '\x85', '\x0b'])
+def test_a_caption_with_a_line_break_is_not_exported(tmp_path, line_break):
+    """Every boundary str.splitlines breaks at: those but \\n and \\r were written, and a tool
+    reading the file so saw one line more than there are captions."""
     ann = _source()
-    ann.items[1].captions['en'][0] = 'a cat\non a mat'
+    ann.items[1].captions['en'][0] = f'a cat{line_break}on a mat'
     with pytest.raises(ConversionError, match="source caption 3 of demo/train holds a line break"):
         export_source_captions(ann, tmp_path / 'source.txt')
     assert not (tmp_path / 'source.txt').exists()

@@ -108,7 +108,9 @@ def write_caption_lines(captions: Sequence[str], path: str | os.PathLike, kind: 
         ConversionError: if a caption holds a line break (it would shift every later line).
     """
     for number, text in enumerate(captions, start=1):
-        if '\n' in text or '\r' in text:
+        # Each boundary str.splitlines breaks at (U+2028, NEL, ...): a tool reading the file so
+        # would cut the caption there.
+        if len(f'{text}\n'.splitlines()) > 1:
             raise ConversionError(f'{kind} caption {number} of {ann.dataset}/{ann.split} holds '
                                   f'a line break: {text!r}')
     # A line at a time: a text joined first held each caption again and the join (2x the file).
