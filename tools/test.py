@@ -338,7 +338,7 @@ def run_test(args: argparse.Namespace, cfg: Config):
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
     from xmr.engine.runner import runner_name_in_process
     from xmr.engine.wrappers import unwrap_model
-    from xmr.evaluation import EvaluationResult, clip_benchmark_records, scored_datasets
+    from xmr.evaluation import EvaluationResult, comparable_entries, scored_datasets
 
     # A name of its own: a test in the process of its training (`tools/train.py --test`)
     # that began in the second the training's runner did would log into the training's files.
@@ -351,7 +351,7 @@ def run_test(args: argparse.Namespace, cfg: Config):
         check_test_languages(runner, model)
         scored = scored_datasets(runner.test_loop)
         if args.format == 'clip_benchmark':
-            clip_benchmark_records({}, scored, '', '')
+            comparable_entries(scored)
     except (CheckpointMismatchError, ValueError) as error:
         raise SystemExit(f'error: {error}') from error
     metrics = runner.test()
@@ -413,15 +413,14 @@ def clip_benchmark_texts(args: argparse.Namespace, result, scored, json_path: Pa
 
 def shown_rows(args: argparse.Namespace, results: list[EvaluationResult]
                ) -> list[EvaluationResult]:
-    """The table's rows: ``results``, or with ``--over-seeds`` one per run over its seeds."""
+    """The table's rows: ``results``, or with ``--over-seeds`` one per run over its seeds.
+
+    Raises:
+        ValueError: results ``--over-seeds`` cannot average (a seed missing or given twice).
+    """
     from xmr.evaluation.leaderboard import mean_over_seeds
 
-    if not args.over_seeds:
-        return results
-    try:
-        return mean_over_seeds(results)
-    except ValueError as error:
-        raise SystemExit(f'error: {error}') from error
+    return mean_over_seeds(results) if args.over_seeds else results
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -438,7 +437,11 @@ def main(argv: list[str] | None = None) -> None:
         except (FileNotFoundError, ValueError) as error:
             raise SystemExit(f'error: {error}') from error
     if args.config is None:
-        print_for_reader(leaderboard_markdown(shown_rows(args, results)))
+        try:
+            rows = shown_rows(args, results)
+        except ValueError as error:
+            raise SystemExit(f'error: {error}') from error
+        print_for_reader(leaderboard_markdown(rows))
         return
     check_inputs(args)
     cfg = build_config(args)

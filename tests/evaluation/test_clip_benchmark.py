@@ -8,6 +8,7 @@ from xmr.evaluation.clip_benchmark import (
     clip_benchmark_filename,
     clip_benchmark_files,
     clip_benchmark_records,
+    comparable_entries,
     write_clip_benchmark,
 )
 from xmr.evaluation.leaderboard import EvaluationResult, save_result
@@ -46,8 +47,25 @@ def test_only_protocols_ranking_what_clip_benchmark_ranks_are_written():
     records = clip_benchmark_records(METRICS, [all_captions, first], 'm', 'p')
     assert [(r['dataset'], r['language']) for r in records] == [
         ('crossmodal3600', 'sw'), ('crossmodal3600', 'zh-Hant')]
-    with pytest.raises(ValueError, match="'nllb' and 'nllb' both give crossmodal3600_p_m_sw"):
+    with pytest.raises(ValueError, match="'nllb' and 'nllb' both score the languages of "
+                       'crossmodal3600, which CLIP_benchmark keeps in one file'):
         clip_benchmark_records(METRICS, [first, first], 'm', 'p')
+
+
+def test_two_metrics_that_would_write_one_file_are_refused_from_what_a_test_will_score():
+    """tools/test.py checked with no metrics, which write no file: two metrics of a dataset
+    (CDDS's token score and pooled/) were refused once the whole test had run."""
+    tokens = ScoredDataset('', 'synthetic', 'standard')
+    pooled = ScoredDataset('pooled', 'synthetic', 'standard', languages=('de',))
+    with pytest.raises(ValueError, match="test metrics '' and 'pooled' both score the languages "
+                       'of synthetic'):
+        comparable_entries([tokens, pooled])
+    german = pooled
+    chinese = ScoredDataset('zh', 'synthetic', 'standard', languages=('zh', 'ja'))
+    other_set = ScoredDataset('x', 'xtd10', 'standard')
+    assert comparable_entries([german, chinese, other_set]) == [german, chinese, other_set]
+    with pytest.raises(ValueError, match="'zh' and 'ja' both score language ja of synthetic"):
+        comparable_entries([german, chinese, chinese._replace(prefix='ja', languages=('ja',))])
 
 
 def test_files_are_plain_json_named_as_clip_benchmark_names_them(tmp_path):

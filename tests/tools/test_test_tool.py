@@ -408,6 +408,41 @@ def test_a_result_the_leaderboard_cannot_show_is_saved_all_the_same(synthetic_se
     assert json.loads((root / 'model_test.json').read_text())['metrics'] == metrics
 
 
+def test_a_new_result_over_seeds_that_cannot_be_averaged_is_saved_all_the_same(
+        synthetic_setup, capsys):
+    """--over-seeds refused the table by SystemExit, past the saving: the whole test of a
+    checkpoint recording no seed was lost, and testing it again lost it again."""
+    root, config = synthetic_setup
+    save_result(root / 'seed0.json', EvaluationResult(
+        'seed 0', {'synthetic/de/AR': 1.0, 'synthetic/mAR': 1.0}, config=str(config()),
+        checkpoint='seed0/model.pth', extra={'seed': 0, 'ablations': []}))
+    with pytest.raises(SystemExit):
+        run_tool(load_tool().main, [str(config()), str(root / 'model.pth'), '--compare',
+                                    str(root / 'seed0.json'), '--over-seeds'])
+    assert re.search(r'error: .*records no seed.*; the result is saved: .*model_test\.json',
+                     capsys.readouterr().err)
+    assert 'synthetic/mAR' in load_result(root / 'model_test.json').metrics
+
+
+def test_two_metrics_clip_benchmark_would_keep_in_one_file_stop_before_the_test(
+        tmp_path, capsys, monkeypatch):
+    """The check before the test saw no file, and the clash stopped the tool once the test had
+    run, its result unsaved (configs/cdds's token score and pooled/ on one set)."""
+    model = tiny_retriever_cfg()
+    save_checkpoint(model, tmp_path / 'model.pth')
+    dataset = dict(type='SyntheticRetrievalDataset', num_scenes=4, languages=['en', 'de'],
+                   split='test', image_size=32, seed=0)
+    config = write_config(tmp_path / 'two.py', tmp_path / 'work', model, [dataset], [[
+        dict(type='RetrievalMetric', prefix='a'),
+        dict(type='RetrievalMetric', prefix='b', directions=['t2i'])]])
+    monkeypatch.setattr('mmengine.runner.Runner.test', lambda runner: pytest.fail('tested'))
+    with pytest.raises(SystemExit, match="test metrics 'a' and 'b' both score the languages of "
+                       'synthetic, which CLIP_benchmark keeps in one file'):
+        load_tool().main([str(config), str(tmp_path / 'model.pth'), '--format',
+                          'clip_benchmark'])
+    assert not list(tmp_path.glob('model_test*'))
+
+
 def test_a_config_named_in_bytes_that_are_not_utf8_is_tested_and_saved(synthetic_setup, capsys):
     """A config unpacked from a Latin-1 archive ('mod\\xe8le.py'): Python holds the byte as a
     lone surrogate ('\\udce8'), which the result's name, config path and command carried;

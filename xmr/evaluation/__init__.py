@@ -7,6 +7,7 @@ from xmr.evaluation.clip_benchmark import (
     clip_benchmark_files,
     clip_benchmark_records,
     clip_benchmark_texts,
+    comparable_entries,
     scored_datasets,
     write_clip_benchmark,
 )
@@ -53,5 +54,5 @@ __all__ = [
     'FaissSearcher', 'exact_ranks', 'EvaluationResult', 'format_table', 'leaderboard_columns',
     'leaderboard_markdown', 'leaderboard_table', 'load_result', 'save_result', 'save_result_files',
     'write_csv', 'ScoredDataset', 'clip_benchmark_files', 'clip_benchmark_records',
-    'clip_benchmark_texts', 'scored_datasets', 'write_clip_benchmark',
+    'clip_benchmark_texts', 'comparable_entries', 'scored_datasets', 'write_clip_benchmark',
 ]

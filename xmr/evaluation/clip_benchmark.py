@@ -28,7 +28,8 @@ from xmr.evaluation.protocols import PROTOCOLS
 from xmr.fileio import atomic_write_texts
 
 __all__ = ['CLIP_BENCHMARK_DATASETS', 'COMPARABLE_PROTOCOLS', 'ScoredDataset',
-           'scored_datasets', 'clip_benchmark_records', 'clip_benchmark_filename',
+           'scored_datasets', 'comparable_entries', 'clip_benchmark_records',
+           'clip_benchmark_filename',
            'clip_benchmark_texts', 'write_clip_benchmark', 'clip_benchmark_files']
 
 # xmr dataset name -> CLIP_benchmark's; other datasets keep their name.
@@ -44,14 +45,16 @@ _CB_NAMES = {'t2i': 'image_retrieval_recall', 'i2t': 'text_retrieval_recall'}
 
 
 class ScoredDataset(NamedTuple):
-    """One test metric: its key prefix, the dataset it scored, its protocol, and ``ranking``:
+    """One test metric: its key prefix, the dataset it scored, its protocol, ``ranking``:
     ``'exact'``, or the option that ranks otherwise than CLIP_benchmark (the DASD code's grouped
-    image→text, an approximate index, token re-ranking of a shortlist)."""
+    image→text, an approximate index, token re-ranking of a shortlist), and the ``languages`` it
+    scores (``None``: each of the dataset's)."""
 
     prefix: str
     dataset: str
     protocol: str
     ranking: str = 'exact'
+    languages: tuple[str, ...] | None = None
 
 
 def scored_datasets(test_loop: Any) -> list[ScoredDataset]:
@@ -63,7 +66,7 @@ def scored_datasets(test_loop: Any) -> list[ScoredDataset]:
         metainfo = getattr(loader.dataset, 'metainfo', None) or {}
         dataset = str(metainfo.get('dataset') or type(loader.dataset).__name__)
         scored.extend(ScoredDataset(metric.prefix or '', dataset, metric.protocol,
-                                    _ranking(metric))
+                                    _ranking(metric), _languages(metric))
                       for metric in evaluator.metrics if hasattr(metric, 'protocol'))
     return scored
 
@@ -80,6 +83,11 @@ def _ranking(metric: Any) -> str:
     if getattr(metric, 'scoring', 'embedding') == 'tokens_rerank':
         return "scoring='tokens_rerank'"
     return 'exact'
+
+
+def _languages(metric: Any) -> tuple[str, ...] | None:
+    languages = getattr(metric, 'languages', None)
+    return None if languages is None else tuple(languages)
 
 
 def _comparable(scored: ScoredDataset) -> bool:
@@ -102,17 +110,8 @@ def clip_benchmark_records(metrics: Mapping[str, float], scored: Sequence[Scored
         ValueError: when no metric is comparable (naming each and why), or two would write the
             same file.
     """
-    comparable = [entry for entry in scored if _comparable(entry)]
-    if not comparable:
-        listed = ', '.join(f'{s.prefix or "<no prefix>"} ({s.dataset}, {s.protocol}'
-                           + ('' if s.ranking == 'exact' else f', {s.ranking}') + ')'
-                           for s in scored)
-        raise ValueError(f'no test metric is comparable with CLIP_benchmark: {listed}. It ranks '
-                         f'the whole set ({", ".join(COMPARABLE_PROTOCOLS)}), Crossmodal-3600 '
-                         "with the first caption only (protocol='crossmodal3600_first_caption'), "
-                         "exactly, image->text by any caption (i2t_mode='standard')")
     records, owners = [], {}
-    for entry in comparable:
+    for entry in comparable_entries(scored):
         for lang, recalls in _recalls(metrics, entry.prefix).items():
             record = {'dataset': CLIP_BENCHMARK_DATASETS.get(entry.dataset, entry.dataset),
                       'model': model, 'pretrained': pretrained, 'task': _TASK,
@@ -124,6 +123,36 @@ def clip_benchmark_records(metrics: Mapping[str, float], scored: Sequence[Scored
             owners[name] = entry.prefix
             records.append(record)
     return records
+
+
+def comparable_entries(scored: Sequence[ScoredDataset]) -> list[ScoredDataset]:
+    """The metrics whose results CLIP_benchmark's files can hold, checked before a test: two of
+    one dataset that score a language alike would write one file twice.
+
+    Raises:
+        ValueError: when none is comparable (naming each and why), or two would write one file
+            (a metric of the dataset's every language, ``languages=None``, meets any other).
+    """
+    comparable = [entry for entry in scored if _comparable(entry)]
+    if not comparable:
+        listed = ', '.join(f'{s.prefix or "<no prefix>"} ({s.dataset}, {s.protocol}'
+                           + ('' if s.ranking == 'exact' else f', {s.ranking}') + ')'
+                           for s in scored)
+        raise ValueError(f'no test metric is comparable with CLIP_benchmark: {listed}. It ranks '
+                         f'the whole set ({", ".join(COMPARABLE_PROTOCOLS)}), Crossmodal-3600 '
+                         "with the first caption only (protocol='crossmodal3600_first_caption'), "
+                         "exactly, image->text by any caption (i2t_mode='standard')")
+    for position, entry in enumerate(comparable):
+        for other in comparable[:position]:
+            shared = (None if entry.languages is None or other.languages is None
+                      else sorted(set(entry.languages) & set(other.languages)))
+            if entry.dataset == other.dataset and shared != []:
+                scores = 'the languages' if shared is None else f'language {shared[0]}'
+                raise ValueError(f"test metrics '{other.prefix}' and '{entry.prefix}' both "
+                                 f'score {scores} of {entry.dataset}, which CLIP_benchmark '
+                                 'keeps in one file; keep one metric per dataset and language '
+                                 '(their languages)')
+    return comparable
 
 
 def _recalls(metrics: Mapping[str, float], prefix: str) -> dict[str, dict[str, float]]:

@@ -1,5 +1,6 @@
 """RetrievalMetric end to end on fake val_step outputs with hand-computed results."""
 import math
+import re
 
 import pytest
 import torch
@@ -354,6 +355,19 @@ def test_one_direction_without_r1_reports_its_recalls_and_no_r1_sum():
     result = _run(RetrievalMetric(recall_ks=(2,), directions=('t2i',)), _three_media())
     assert result['de/t2i_R@2'] == pytest.approx(100.0)
     assert not [key for key in result if key.endswith('_sum')]
+
+
+@pytest.mark.parametrize('shots, gallery_size', [(500, None), (0, None), (50.0, None),
+                                                 (5, 10)])
+def test_few_shot_splits_leaving_no_test_images_are_refused_when_the_metric_is_built(
+        shots, gallery_size):
+    """Refused once the whole gallery was encoded, naming 'shots' (a float: a TypeError of
+    slice indices)."""
+    bound = 499 if gallery_size is None else 4
+    with pytest.raises(ValueError, match=re.escape(
+            f'fewshot_shots must be a whole number in [1, {bound}] so that the train, val and '
+            f'test splits of the {gallery_size or 1000} media are non-empty, got {shots!r}.')):
+        RetrievalMetric(protocol='xtd10_fewshot', fewshot_shots=shots, gallery_size=gallery_size)
 
 
 def test_a_direction_given_twice_is_refused():

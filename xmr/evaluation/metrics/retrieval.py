@@ -163,6 +163,8 @@ class RetrievalMetric(BaseMetric):
         self.folds = tuple(folds) if folds is not None else None
         if protocol == 'coco_1k_5fold':
             check_folds(num_folds, self.folds)
+        if protocol == 'xtd10_fewshot':
+            _check_fewshot_shots(fewshot_shots, gallery_size or spec.gallery_size)
         self.fewshot_shots = fewshot_shots
         self.fewshot_seed = fewshot_seed
         if scoring not in ('embedding', *TOKEN_SCORING_MODES):
@@ -571,6 +573,15 @@ def _check_normalised(rows: Tensor, name: str) -> None:
     problem = _normalisation_problem(rows)
     if problem is not None:
         raise ValueError(f'{name} {problem}')
+
+
+def _check_fewshot_shots(shots: Any, gallery_size: int) -> None:
+    """Refuse, as the metric is built, ``fewshot_shots`` that leave no test split of the
+    ``gallery_size`` media (train and val take ``shots`` each), naming the option."""
+    if not is_count(shots) or 2 * shots >= gallery_size:
+        raise ValueError(f'fewshot_shots must be a whole number in [1, {(gallery_size - 1) // 2}]'
+                         f' so that the train, val and test splits of the {gallery_size} media '
+                         f'are non-empty, got {shots!r}.')
 
 
 def _warn_if_galleries_differ(gallery_sizes: Mapping[str, int]) -> None:
