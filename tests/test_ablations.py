@@ -162,6 +162,17 @@ def test_an_index_past_the_end_of_a_list_is_a_part_the_config_lacks(tmp_path):
         apply_ablations(load(DASD_CONFIGS[0]), [str(row)])
 
 
+def test_an_index_written_as_a_number_is_the_item_s(tmp_path):
+    """phases={1: ...} reached MMEngine's merge, which failed on 'int' object has no attribute
+    'isdigit', naming neither the file nor the key."""
+    row = tmp_path / 'row.py'
+    row.write_text("train_cfg = dict(phases={1: dict(lr=1e-4)})\n"
+                   "test_dataloader = dict(dataset=dict(languages={1: 'fr'}))\n")
+    cfg = apply_ablations(load('demo/static_tiny-clip_synthetic.py'), [str(row)])
+    assert [phase.lr for phase in cfg.train_cfg.phases][1] == 1e-4
+    assert cfg.test_dataloader.dataset.languages == ['en', 'fr', 'fr', 'zh', 'ja']
+
+
 def test_a_row_may_add_a_module_the_config_lacks_when_it_gives_its_type(tmp_path):
     row = tmp_path / 'with-sdm.py'
     row.write_text("model = dict(disentangler=dict(type='SemanticsDisentangler', depth=0))\n")

@@ -494,6 +494,9 @@ def test_a_misspelt_option_of_an_evaluators_metric_or_a_loaders_sampler_is_refus
      r"brackets is a list or tuple of plain values .* set a dict's keys one at a time "
      r'\(train_cfg.phases.0.iters=2\)'),
     ('train_cfg', r"argument --cfg-options: 'train_cfg' is no KEY=VALUE"),
+    # An empty key was set, and the one line of its error was the whole config.
+    ('=5', r"argument --cfg-options: '=5': its KEY has an empty part; write it as a.b.c"),
+    ('train_cfg..val_interval=2', r"'train_cfg..val_interval=2': its KEY has an empty part"),
 ])
 def test_a_config_option_mmengines_parser_cannot_read_is_refused_by_name(option, message,
                                                                         capsys):

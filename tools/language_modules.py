@@ -138,17 +138,21 @@ def _figures_of_the_model_reported(model, args: argparse.Namespace) -> tuple[dic
     paper = model.cfg.get('paper_figures') or {}
     if not paper or not args.ablation:
         return paper, None
-    config = load_run_config(args.config, cfg_options=args.cfg_options)
-    if config.get('paper_figures') != model.cfg.get('paper_figures'):
-        return paper, None  # the ablation states the figures of its own row
-    # The model without the rows is built only where they change its config (a schedule's row
-    # does not): a paper's backbone is large.
-    if (config.to_dict()['model'] == model.cfg.to_dict()['model']
-            or _parameter_counts(init_retriever(config)) == _parameter_counts(model)):
-        return paper, None
-    return {}, (f"no paper column: the config's paper figures "
-                f"({paper.get('source', 'the paper')}) are of its model without --ablation "
-                f"{' '.join(map(str, args.ablation))}, which changes the parameters counted")
+    dropped = (f"no paper column: the config's paper figures ({paper.get('source', 'the paper')})"
+               f" are of its model without --ablation {' '.join(map(str, args.ablation))}, which")
+    try:
+        config = load_run_config(args.config, cfg_options=args.cfg_options)
+        if config.get('paper_figures') != model.cfg.get('paper_figures'):
+            return paper, None  # the ablation states the figures of its own row
+        # The model without the rows is built only where they change its config (a
+        # schedule's row does not): a paper's backbone is large.
+        if (config.to_dict()['model'] == model.cfg.to_dict()['model']
+                or _parameter_counts(init_retriever(config)) == _parameter_counts(model)):
+            return paper, None
+    except (KeyError, ValueError, TypeError, UserError) as error:
+        # Options of the ablated model's parts alone: the paper's is another model.
+        return {}, f'{dropped} --cfg-options do not fit ({error})'
+    return {}, f'{dropped} changes the parameters counted'
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -161,49 +165,45 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     checkpoint = args.base if args.command == 'merge' else getattr(args, 'checkpoint', None)
-    try:
-        cfg = load_run_config(args.config, ablations=args.ablation,
-                              cfg_options=args.cfg_options)
-        model = init_retriever(cfg, checkpoint)
-        if args.command == 'report':
-            paper, dropped = _figures_of_the_model_reported(model, args)
-            print_parameter_report(model, paper)
-            if dropped:
-                print(dropped)
-        elif args.command == 'export':
-            from xmr.datasets.languages import normalize_languages
+    cfg = load_run_config(args.config, ablations=args.ablation,
+                          cfg_options=args.cfg_options)
+    model = init_retriever(cfg, checkpoint)
+    if args.command == 'report':
+        paper, dropped = _figures_of_the_model_reported(model, args)
+        print_parameter_report(model, paper)
+        if dropped:
+            print(dropped)
+    elif args.command == 'export':
+        from xmr.datasets.languages import normalize_languages
 
-            # The model's languages are canonical codes ('DE' would name none of them); the
-            # file names follow them.
-            langs = normalize_languages(args.langs, '--langs') if args.langs else model.languages
-            # All checked before the first file is written: a run that fails on a later one
-            # would leave the earlier files as if the export had been done.
-            for lang in langs:
-                model.language_branch.adapters.check_language(lang)
-            if args.out_dir.exists() and not args.out_dir.is_dir():
-                raise UserError(f'--out-dir {args.out_dir}', 'is a file, not a folder',
-                                'name a folder (made if missing) for the module files')
-            for lang in langs:
-                path = save_language_module(model, lang, args.out_dir / f'{lang}.pth',
-                                            base_checkpoint=args.checkpoint)
-                print(f'{path}: {lang} module, {path.stat().st_size:,} bytes')
-        else:
-            modules = _pairs(args.modules)
-            _refuse_writing_over_inputs(args.out, [args.base, *modules.values()])
-            for lang, path in modules.items():
-                load_language_module(model, path, lang)
-            save_merged_checkpoint(model, args.out, dict(
-                base=args.base, language_modules={k: str(v) for k, v in modules.items()}))
-            print(f'{args.out}: {", ".join(modules)} modules merged')
-            # The merged file holds every language of the config: tools/test.py scores them all.
-            kept = (f'kept from {args.base}' if args.base
-                    else 'kept as the config builds it (untrained)')
-            for lang in model.languages:
-                if lang not in modules:
-                    print(f'{lang}: no module given, {kept}')
-    except KeyError as error:
-        # A KeyError's message is its repr; the one line should read as a sentence.
-        raise UserError(args.config, error.args[0], 'see the languages of the model') from error
+        # The model's languages are canonical codes ('DE' would name none of them); the
+        # file names follow them.
+        langs = normalize_languages(args.langs, '--langs') if args.langs else model.languages
+        # All checked before the first file is written: a run that fails on a later one
+        # would leave the earlier files as if the export had been done.
+        for lang in langs:
+            model.language_branch.adapters.check_language(lang)
+        if args.out_dir.exists() and not args.out_dir.is_dir():
+            raise UserError(f'--out-dir {args.out_dir}', 'is a file, not a folder',
+                            'name a folder (made if missing) for the module files')
+        for lang in langs:
+            path = save_language_module(model, lang, args.out_dir / f'{lang}.pth',
+                                        base_checkpoint=args.checkpoint)
+            print(f'{path}: {lang} module, {path.stat().st_size:,} bytes')
+    else:
+        modules = _pairs(args.modules)
+        _refuse_writing_over_inputs(args.out, [args.base, *modules.values()])
+        for lang, path in modules.items():
+            load_language_module(model, path, lang)
+        save_merged_checkpoint(model, args.out, dict(
+            base=args.base, language_modules={k: str(v) for k, v in modules.items()}))
+        print(f'{args.out}: {", ".join(modules)} modules merged')
+        # The merged file holds every language of the config: tools/test.py scores them all.
+        kept = (f'kept from {args.base}' if args.base
+                else 'kept as the config builds it (untrained)')
+        for lang in model.languages:
+            if lang not in modules:
+                print(f'{lang}: no module given, {kept}')
 
 
 if __name__ == '__main__':

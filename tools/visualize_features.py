@@ -60,6 +60,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error(f'--{name.replace("_", "-")} must be positive')
     if args.clusters > args.num_captions:
         parser.error(f'--clusters {args.clusters} exceeds --num-captions {args.num_captions}')
+    # A map is of two points at least, and t-SNE's perplexity is positive.
+    if args.num_captions < 2:
+        parser.error(f'--num-captions must be at least 2 (a map of points), got '
+                     f'{args.num_captions}')
+    if not args.perplexity > 0:
+        parser.error(f'--perplexity must be positive, got {args.perplexity}')
     from xmr.datasets.languages import LanguageCodeError, normalize_language
 
     try:
@@ -225,9 +231,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         with DefaultScope.overwrite_default_scope('xmr'):
             dataset = DATASETS.build(loader['dataset'])
         captions = dataset_captions(dataset, args.lang, args.num_captions)
-    if len(captions) < args.clusters:
+    if len(captions) < max(2, args.clusters):
         raise ValueError(f'{len(captions)} {args.lang} captions found, fewer than --clusters '
-                         f'{args.clusters}')
+                         f'{args.clusters} or the 2 a map needs')
     features = extract_features(model, captions, args.lang, args.feature, args.batch_size)
     labels, distances = cluster(features, args.clusters, args.seed)
     points = tsne(features, args.perplexity, args.seed)

@@ -133,7 +133,10 @@ def _every_item_indexed(overlay: Mapping[str, Any], config: Any, who: str,
     """
     indexed = {}
     for key, value in overlay.items():
-        path, here = (*prefix, str(key)), _item(config, key)
+        # An item's index written as a number (phases={1: ...}), which MMEngine's merge reads
+        # as a string ('1'.isdigit()).
+        key = str(key) if isinstance(key, int) and not isinstance(key, bool) else key
+        path, here = (*prefix, key), _item(config, key)
         if isinstance(value, Mapping) and EVERY_ITEM in value:
             if not isinstance(here, list):
                 raise ValueError(f"{who} sets {'.'.join(path)}.{EVERY_ITEM} (every item), which "

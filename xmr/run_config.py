@@ -46,6 +46,9 @@ class ConfigOptionsAction(DictAction):
         for value in values:
             if '=' not in value:
                 raise argparse.ArgumentError(self, f'{value!r} is no KEY=VALUE')
+            if '' in value.split('=', 1)[0].split('.'):
+                raise argparse.ArgumentError(self, f'{value!r}: its KEY has an empty part; '
+                                             'write it as a.b.c (train_cfg.phases.0.iters)')
             try:
                 super().__call__(parser, namespace, [value], option_string)
             except RecursionError:

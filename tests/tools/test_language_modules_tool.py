@@ -295,6 +295,32 @@ def test_a_report_of_an_ablation_that_resizes_the_model_states_no_paper_figure(
         f"--ablation {ablation}, which changes the parameters counted")
 
 
+def test_a_report_of_an_ablation_with_options_of_its_own_model_states_no_paper_figure(
+        tmp_path, monkeypatch, capsys):
+    """The model without the rows, for the paper's figures, was built with the options of the
+    ablated one, which it refused: the report was lost."""
+    config = _tiny_dasd_with_paper_figures(tmp_path)
+    _run(['report', str(config), '--ablation', 'dasd/static-adapter', '--cfg-options',
+          'model.language_branch.adapters.zero_init=True'], monkeypatch)
+    ablated = _table_and_after(capsys.readouterr().out)
+    assert 'paper' not in ablated[0]
+    assert ablated[-1].startswith(
+        "no paper column: the config's paper figures (DASD, Table 1) are of its model without "
+        "--ablation dasd/static-adapter, which --cfg-options do not fit (model.language_branch."
+        "adapters.zero_init: adapter DynamicAdapter: unknown option 'zero_init'")
+
+
+def test_a_config_error_is_told_as_it_is(tmp_path, monkeypatch, capsys):
+    """Every KeyError got 'see the languages of the model' added, a phase's own too."""
+    config = _tiny_dasd_with_paper_figures(tmp_path)
+    config.write_text(config.read_text() + "train_cfg = dict(type='PhasedTrainLoop', phases=["
+                      "dict(name='cross_lingual', itres=1)])\n")
+    with pytest.raises(SystemExit, match='2'):
+        _run(['report', str(config)], monkeypatch)
+    err = capsys.readouterr().err
+    assert 'phase 0 (cross_lingual) lacks' in err and 'see the languages' not in err
+
+
 def test_a_report_of_an_ablation_that_keeps_the_models_size_or_states_its_own_figures(
         tmp_path, monkeypatch, capsys):
     config = _tiny_dasd_with_paper_figures(tmp_path)

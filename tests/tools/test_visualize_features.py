@@ -101,6 +101,17 @@ def test_more_clusters_than_captions_is_refused_and_as_many_is_accepted(capsys):
     assert '--clusters 6 exceeds --num-captions 5' in capsys.readouterr().err
 
 
+@pytest.mark.parametrize('flags, message', [
+    (['--num-captions', '1', '--clusters', '1'], '--num-captions must be at least 2'),
+    (['--perplexity', '0'], '--perplexity must be positive, got 0.0')])
+def test_a_map_of_one_point_or_no_perplexity_is_refused_before_the_model(capsys, flags,
+                                                                         message):
+    """Refused by scikit-learn once the model had embedded the captions, naming no flag."""
+    with pytest.raises(SystemExit):
+        tool['parse_args'](['config.py', '--lang', 'de', *flags])
+    assert message in capsys.readouterr().err
+
+
 def test_tsne_perplexity_is_capped_so_that_3_perplexity_fits_in_n_minus_1(monkeypatch):
     """Barnes-Hut t-SNE needs N - 1 >= 3 * perplexity: 7 captions allow 2, 2 captions 1."""
     import sklearn.manifold
