@@ -9,7 +9,12 @@ import torch
 from open_clip.transformer import QuickGELU
 
 from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg
-from tests.models.backbones.open_clip_families import XLMR_TOKENIZER, xlmr_tokenizer
+from tests.models.backbones.open_clip_families import (
+    XLMR_TOKENIZER,
+    backbone_cfg,
+    coca_cfg,
+    xlmr_tokenizer,
+)
 from tests.models.backbones.openai_clip_layout import (
     openai_state_dict,
     openai_vit_clip_shapes,
@@ -448,6 +453,32 @@ def test_an_nllb_sinusoid_table_other_than_the_models_is_refused_naming_it(chang
     message = str(refused.value)
     assert message.startswith(f'{path}: text.transformer.embed_positions.weights holds {named}')
     assert 'd_model 32, padding id 1' in message and 'text_cfg.hf_model_name' in message
+
+
+def test_a_file_lacking_a_position_table_is_refused_naming_it(tmp_path):
+    """Taken for a table of another size, it was read: a bare KeyError named no file."""
+    torch.manual_seed(0)
+    state = open_clip.CLIP(**TINY_CLIP).state_dict()
+    del state['positional_embedding']
+    torch.save(state, tmp_path / 'partial.pt')
+    with pytest.raises(ValueError, match=r'partial\.pt.* 1 missing \(positional_embedding\).*'
+                       'Set arch to the architecture it was trained as'):
+        MODELS.build(tiny_backbone_cfg(pretrained=str(tmp_path / 'partial.pt')))
+
+
+def test_a_coca_fine_tune_of_another_context_length_is_told_its_length_not_its_rows(tmp_path):
+    """CoCa's text table holds a position for its class token beyond the context: the hint
+    said context_length=41 for a file trained at 40, a model that would refuse it again."""
+    cfg = {key: value for key, value in coca_cfg().items() if key != 'custom_text'}
+    cfg['text_cfg'] = dict(cfg['text_cfg'], context_length=40)
+    cfg['multimodal_cfg'] = dict(cfg['multimodal_cfg'], context_length=40)
+    torch.manual_seed(0)
+    torch.save(open_clip.CoCa(**cfg).state_dict(), tmp_path / 'coca.pt')
+    with pytest.raises(ValueError) as refused:
+        MODELS.build(dict(backbone_cfg(coca_cfg()), pretrained=str(tmp_path / 'coca.pt')))
+    assert ('text.positional_embedding holds 41 positions: the file was trained with context '
+            "length 40 (open_clip's --force-context-length 40)") in str(refused.value)
+    assert 'text_cfg.context_length=40>' in str(refused.value)
 
 
 @pytest.mark.parametrize('forced,setting,named', [

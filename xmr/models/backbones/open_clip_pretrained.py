@@ -350,7 +350,8 @@ def _mismatch_fix(model: nn.Module, state_dict: Mapping[str, torch.Tensor], arch
     differing = {key for key in expected.keys() | state_dict.keys()
                  if key not in expected or key not in state_dict
                  or expected[key].shape != state_dict[key].shape}
-    if not differing or not differing <= set(_POSITION_TABLES):
+    # A table missing from the file is no table of another size.
+    if not differing or not differing <= set(_POSITION_TABLES) & state_dict.keys():
         return (f'Is it a checkpoint of {arch}? Set arch to the architecture it was trained as '
                 '(e.g. ViT-B-16 for ViT-B-16.pt)')
     sizes = [_trained_size(model, key, state_dict[key].shape[0]) for key in sorted(differing)]
@@ -365,9 +366,11 @@ def _trained_size(model: nn.Module, key: str, rows: int) -> tuple[str, str]:
     """What a position table of ``rows`` rows says of the size it was trained at, and the
     ``model_cfg`` setting of that size."""
     if not key.startswith('visual.'):
+        # CoCa's text tower appends a class token: a position beyond its context length.
+        context = rows - (model.state_dict()[key].shape[0] - model.context_length)
         return (f'{key} holds {rows} positions: the file was trained with context length '
-                f'{rows} (open_clip\'s --force-context-length {rows})',
-                f'text_cfg.context_length={rows}')
+                f'{context} (open_clip\'s --force-context-length {context})',
+                f'text_cfg.context_length={context}')
     grid_height, grid_width = model.visual.grid_size
     extra = model.visual.positional_embedding.shape[0] - grid_height * grid_width  # class token
     side, patch = math.isqrt(rows - extra), model.visual.patch_size[0]
