@@ -13,9 +13,13 @@ def cross_lingual(**changes) -> dict:
 
 
 def test_the_warm_up_length_rounds_to_the_nearest_iteration():
-    """35% of 10 iterations is 3.5, rounded to a warm-up of 4 (not truncated to 3)."""
+    """35% of 10 iterations is 3.5, rounded to a warm-up of 4 (not truncated to 3); a half
+    rounds up, where round() took it to the even number (2.5 to 2, 4.5 to 4)."""
     assert [phase_lr_factor(step, 10, 0.35, 'constant') for step in range(5)] == \
         [0.25, 0.5, 0.75, 1.0, 1.0]
+    assert [phase_lr_factor(step, 10, 0.25, 'constant') for step in range(4)] == \
+        pytest.approx([1 / 3, 2 / 3, 1.0, 1.0])
+    assert phase_lr_factor(0, 45, 0.1, 'constant') == pytest.approx(1 / 5)
 
 
 def test_the_decay_ends_at_the_floor_and_scales_between_it_and_one():

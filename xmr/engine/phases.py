@@ -27,7 +27,8 @@ def phase_lr_factor(step: int, total: int, warmup_ratio: float, schedule: str,
         raise ValueError(f"unknown schedule '{schedule}'; choose from {SCHEDULES}")
     if schedule == 'bert_cosine':
         return bert_cosine_factor(step / total, warmup_ratio, min_ratio)
-    warmup = int(round(warmup_ratio * total))
+    # Half up: round() takes a half to the even number (4.5 of 45 iterations gave 4).
+    warmup = math.floor(warmup_ratio * total + 0.5)
     if step < warmup:
         return (step + 1) / warmup
     if schedule == 'constant' or total <= warmup + 1:
