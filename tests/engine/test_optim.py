@@ -75,6 +75,14 @@ def test_sparse_table_goes_to_sparse_adam_and_the_rest_to_the_dense_optimizer():
     assert optimizer.sparse.param_groups[0]['lr'] == optimizer.dense.param_groups[0]['lr'] == 0.5
 
 
+def test_a_sparse_table_takes_the_dense_optimizer_s_default_eps_where_the_config_gives_none():
+    """The authors' BertAdam (eps 1e-6 by default) left the table to SparseAdam's 1e-8."""
+    cfg = dict(type='OptimWrapper', optimizer=dict(type='BertAdam', lr=LR))
+    optimizer = PhasedOptimWrapperConstructor(cfg)(TinyBranch(sparse=True)).optimizer
+    assert optimizer.sparse.param_groups[0]['eps'] == 1e-6
+    assert optimizer.sparse.param_groups[0]['betas'] == (0.9, 0.999)
+
+
 def test_sparse_update_follows_adam_on_the_batch_rows_only():
     model = TinyBranch(sparse=True)
     wrapper = build(model)

@@ -239,8 +239,9 @@ class PhasedOptimWrapperConstructor:
 
     Tables with sparse gradients (the target embedding built with ``sparse=True``) go to
     ``paramwise_cfg['sparse_optimizer']`` (default ``SparseAdam`` with the dense optimiser's
-    ``betas`` and ``eps``), which updates only the rows of the batch and applies no weight
-    decay; the wrapper then holds a :class:`HybridOptimizer`. Without sparse tables the dense
+    ``betas`` and ``eps``, its defaults where the config gives none), which updates only the
+    rows of the batch and applies no weight decay; the wrapper then holds a
+    :class:`HybridOptimizer`. Without sparse tables the dense
     optimiser is used alone. Adam and AdamW run fused (one kernel per step) unless the config
     sets ``fused`` or ``foreach`` itself (:func:`fused_by_default`), or in the form
     ``torch.compile`` traces when the wrapper compiles the step (``compiled_step``,
@@ -286,9 +287,11 @@ class PhasedOptimWrapperConstructor:
                                              [p for params in buckets.values() for p in params])
         optimizer = OPTIMIZERS.build(optimizer_cfg)
         if sparse_buckets:
+            # The dense optimiser's own betas and eps, its defaults where the config gives
+            # none (BertAdam's eps is 1e-6, SparseAdam's 1e-8).
             sparse_cfg = dict(self.sparse_optimizer_cfg or dict(
-                type='SparseAdam', betas=optimizer_cfg.get('betas', (0.9, 0.999)),
-                eps=optimizer_cfg.get('eps', 1e-8)))
+                type='SparseAdam', betas=optimizer.defaults.get('betas', (0.9, 0.999)),
+                eps=optimizer.defaults.get('eps', 1e-8)))
             sparse_cfg.setdefault('lr', optimizer_cfg.get('lr', 1e-3))
             sparse_cfg['params'] = [dict(params=params, name=group)
                                     for group, params in sorted(sparse_buckets.items())]
