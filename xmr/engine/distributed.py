@@ -48,11 +48,14 @@ def phase_wrapper_cfg(cfg: dict | None, on_cuda: bool) -> dict[str, Any]:
     wrapper = dict(type='MMDistributedDataParallel', find_unused_parameters=True,
                    device_ids=[int(os.environ.get('LOCAL_RANK', 0))] if on_cuda else None)
     # xmr's buffers (normalisation statistics, fixed temperatures) never change: sync them once
-    # at wrap time, not before every forward. Newer torch renamed the option.
-    parameters = inspect.signature(DistributedDataParallel.__init__).parameters
-    wrapper['forward_sync_buffers' if 'forward_sync_buffers' in parameters
-            else 'broadcast_buffers'] = False
-    wrapper.update(cfg or {})
+    # at wrap time, not before every forward. Newer torch renamed the option; a config that
+    # sets it by either name decides (given both, DDP ignores the old name's value).
+    cfg = dict(cfg or {})
+    if not {'forward_sync_buffers', 'broadcast_buffers'} & cfg.keys():
+        parameters = inspect.signature(DistributedDataParallel.__init__).parameters
+        wrapper['forward_sync_buffers' if 'forward_sync_buffers' in parameters
+                else 'broadcast_buffers'] = False
+    wrapper.update(cfg)
     return wrapper
 
 

@@ -134,7 +134,7 @@ def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
     taken_over = None
     while not _create_lock(path, host):
         pid, holder_host, started = _lock_holder(path)
-        if pid == os.getpid() and holder_host == host:
+        if _held_here((pid, holder_host, started)):
             return None  # taken already (tools/train.py takes it before the runner exists)
         elsewhere = holder_host not in ('', host)
         if elsewhere or _holder_alive(pid, started):
@@ -222,5 +222,15 @@ def _remove_if_unchanged(path: str, holder: tuple[int, str, str | None]) -> bool
 def unlock_work_dir(work_dir: str | os.PathLike) -> None:
     """Release the lock of :func:`lock_work_dir` if this process holds it."""
     path = osp.join(str(work_dir), LOCK_NAME)
-    if _lock_holder(path)[0] == os.getpid():
+    if _held_here(_lock_holder(path)):
         os.remove(path)
+
+
+def _held_here(holder: tuple[int, str, str | None]) -> bool:
+    """Whether a lock's ``(pid, host, start time)`` names this process: its PID alone named a
+    process of another node that failed (and released a live run's lock), or an earlier
+    process of a restarted container (whose stale lock was kept, for a second run to take)."""
+    pid, host, started = holder
+    now = process_start_time(os.getpid())
+    return (pid == os.getpid() and host == socket.gethostname()
+            and (started is None or now is None or started == now))

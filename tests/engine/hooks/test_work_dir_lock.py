@@ -135,6 +135,26 @@ def test_the_lock_names_this_process_and_host_and_refuses_a_holder_on_another_ho
         lock_work_dir(tmp_path)
 
 
+def test_a_lock_of_this_pid_and_host_but_another_start_is_no_lock_of_this_process(tmp_path):
+    """A failing process of another node (or an earlier process of a restarted container)
+    with the holder's PID released a live run's lock; a stale lock of an earlier process of
+    this PID was kept as this run's, for a second run to take over."""
+    host, now = socket.gethostname(), process_start_time(os.getpid())
+    (tmp_path / LOCK_NAME).write_text(f'{os.getpid()} gpu-node-7 {now}\n')
+    unlock_work_dir(tmp_path)  # another node's process of our PID: kept
+    assert (tmp_path / LOCK_NAME).exists()
+    earlier = f'{os.getpid()} {host} {int(now) - 1}\n'
+    (tmp_path / LOCK_NAME).write_text(earlier)
+    unlock_work_dir(tmp_path)  # an earlier process of our PID: not ours to release
+    assert (tmp_path / LOCK_NAME).read_text() == earlier
+    assert lock_work_dir(tmp_path) == (
+        f'{tmp_path}: took over the lock of PID {os.getpid()}, which is no longer running (its '
+        'PID now names another process than the one that wrote the lock)')
+    assert (tmp_path / LOCK_NAME).read_text() == f'{os.getpid()} {host} {now}\n'
+    unlock_work_dir(tmp_path)
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
 def test_a_taken_over_lock_is_reported(tmp_path):
     pid = dead_pid()
     (tmp_path / LOCK_NAME).write_text(f'{pid} {socket.gethostname()}\n')
