@@ -76,6 +76,7 @@ def expected_metric_keys(loop: Any) -> set[str] | None:
         known before the evaluation).
     """
     keys: set[str] = set()
+    summarised = False
     for _, evaluator in scored_loaders(loop):
         for metric in evaluator.metrics:
             expected = getattr(metric, 'expected_keys', None)
@@ -83,10 +84,24 @@ def expected_metric_keys(loop: Any) -> set[str] | None:
             if found is None:
                 return None
             keys |= found
+            summarised = summarised or bool(_summarised_ar(metric, found))
     summary_key = getattr(loop, 'summary_key', None)
-    if summary_key is not None:
+    # As combined_mean_ar forms it: a t2i-only metric (text->video) reports no AR to average.
+    if summary_key is not None and summarised:
         keys.add(summary_key)
     return keys
+
+
+def _summarised_ar(metric: Any, keys: Iterable[str]) -> list[str]:
+    """The languages whose ``<prefix>/<lang>/AR`` among ``keys`` a :class:`RetrievalMetric`
+    averages into its summaries (none for another metric)."""
+    if not isinstance(metric, RetrievalMetric):
+        return []
+    head = f'{metric.prefix}/' if metric.prefix else ''
+    evaluated = [key[len(head):-len('/AR')] for key in keys
+                 if key.startswith(head) and key.endswith('/AR')
+                 and key.count('/') == head.count('/') + 1]
+    return metric.summary_languages(evaluated) if evaluated else []
 
 
 def combined_mean_ar(evaluators: Sequence[Evaluator],
@@ -107,15 +122,9 @@ def combined_mean_ar(evaluators: Sequence[Evaluator],
     values = []
     for evaluator, metrics in zip(evaluators, results):
         for metric in evaluator.metrics:
-            if not isinstance(metric, RetrievalMetric):
-                continue
-            head = f'{metric.prefix}/' if metric.prefix else ''
-            evaluated = [key[len(head):-len('/AR')] for key in metrics
-                         if key.startswith(head) and key.endswith('/AR')
-                         and key.count('/') == head.count('/') + 1]
-            if evaluated:
-                values.extend(metrics[f'{head}{lang}/AR']
-                              for lang in metric.summary_languages(evaluated))
+            head = f'{metric.prefix}/' if getattr(metric, 'prefix', None) else ''
+            values.extend(metrics[f'{head}{lang}/AR']
+                          for lang in _summarised_ar(metric, metrics))
     return sum(values) / len(values) if values else None
 
 
