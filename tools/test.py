@@ -38,6 +38,7 @@ from xmr.run_config import (
     config_file,
     load_run_config,
 )
+from xmr.utils import cli
 from xmr.utils.cli import UserError, given_folder, print_for_reader, run_tool
 from xmr.version import provenance
 
@@ -91,8 +92,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error('--format clip_benchmark needs CONFIG and CHECKPOINT')
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     # The arguments given, which main(argv) from Python takes in place of sys.argv, quoted so
-    # that the recorded command runs again as it is.
-    args.command = shlex.join(['tools/test.py', *(sys.argv[1:] if argv is None else argv)])
+    # that the recorded command runs again as it is: `xmr test` where the xmr command runs the
+    # tools (`xmr train --test` too), an installed copy having no tools/ folder.
+    tool = ['xmr', 'test'] if (cli.command_name or '').startswith('xmr ') else ['tools/test.py']
+    args.command = shlex.join([*tool, *(sys.argv[1:] if argv is None else argv)])
     return args
 
 

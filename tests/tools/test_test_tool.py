@@ -443,6 +443,17 @@ def test_two_metrics_clip_benchmark_would_keep_in_one_file_stop_before_the_test(
     assert not list(tmp_path.glob('model_test*'))
 
 
+@pytest.mark.parametrize('run_by, recorded', [(None, ['tools/test.py']),
+                                               ('xmr test', ['xmr', 'test']),
+                                               ('xmr train', ['xmr', 'test'])])
+def test_the_command_recorded_is_the_one_the_user_runs_again(monkeypatch, run_by, recorded):
+    """Run by the xmr command (an installed copy has no tools/ folder), a result recorded, and
+    xmr train --test advised, 'tools/test.py ...'."""
+    monkeypatch.setattr(xmr.utils.cli, 'command_name', run_by)
+    args = load_tool().parse_args(['my config.py', 'iter_9.pth'])
+    assert args.command == shlex.join([*recorded, 'my config.py', 'iter_9.pth'])
+
+
 def test_a_config_named_in_bytes_that_are_not_utf8_is_tested_and_saved(synthetic_setup, capsys):
     """A config unpacked from a Latin-1 archive ('mod\\xe8le.py'): Python holds the byte as a
     lone surrogate ('\\udce8'), which the result's name, config path and command carried;
