@@ -167,13 +167,26 @@ def tested_checkpoint(runner, which: str) -> str:
     the checkpoint hook's record in the message hub, which a resumed run's checkpoint carries.
 
     Raises:
-        UserError: no validation saved a best checkpoint.
+        UserError: no validation saved a best checkpoint, or a hook stopped training early
+            (``last``: its final weights are not saved).
     """
+    from mmengine.hooks import CheckpointHook
+
     checkpoint = runner.message_hub.get_info('last_ckpt' if which == 'last' else 'best_ckpt')
     if checkpoint is None:
         raise UserError(runner.work_dir, f'the run saved no {which} checkpoint for --test to test'
                         + (' (no validation ran)' if which == 'best' else ''), 'test a '
                         'checkpoint by path with tools/test.py CONFIG CHECKPOINT')
+    saver = next((hook for hook in runner.hooks if isinstance(hook, CheckpointHook)), None)
+    final = None if saver is None else saver.filename_tmpl.format(runner.iter)
+    # A hook that stopped training early (EarlyStoppingHook) leaves the final weights unsaved:
+    # the last checkpoint is an earlier iteration's.
+    if which == 'last' and runner.iter < runner.max_iters and Path(checkpoint).name != final:
+        raise UserError(checkpoint, f'is the last checkpoint, but training stopped at iteration '
+                        f'{runner.iter} of {runner.max_iters} (a hook set stop_training) and '
+                        'saved no checkpoint of its final weights', 'test the best validation\'s '
+                        'checkpoint (--test best), or this one by path with tools/test.py CONFIG '
+                        'CHECKPOINT')
     return str(checkpoint)
 
 

@@ -472,6 +472,26 @@ def test_test_best_after_a_run_that_never_validated_names_the_run_and_keeps_it(t
     assert not list((tmp_path / 'run').glob('*_test.json'))
 
 
+def test_test_last_after_a_run_a_hook_stopped_early_is_refused_naming_the_stop(tmp_path):
+    """EarlyStoppingHook ends the loop before its last iteration, which save_last saves: the
+    last checkpoint was an earlier iteration's, tested as if it held the final weights."""
+    from mmengine.hooks import CheckpointHook
+    from mmengine.logging import MessageHub
+
+    def runner(stopped_at: int, last: str) -> SimpleNamespace:
+        hub = MessageHub(f'stopped_{stopped_at}_{last}')
+        hub.update_info('last_ckpt', str(tmp_path / last))
+        return SimpleNamespace(message_hub=hub, iter=stopped_at, max_iters=12,
+                               work_dir=str(tmp_path),
+                               hooks=[CheckpointHook(interval=3, by_epoch=False)])
+
+    with pytest.raises(UserError, match=r'iter_3.pth: is the last checkpoint, but training '
+                       'stopped at iteration 4 of 12 .* test the best validation'):
+        train_tool.tested_checkpoint(runner(4, 'iter_3.pth'), 'last')
+    assert train_tool.tested_checkpoint(runner(6, 'iter_6.pth'), 'last').endswith('iter_6.pth')
+    assert train_tool.tested_checkpoint(runner(12, 'iter_12.pth'), 'last').endswith('iter_12.pth')
+
+
 def _train_and_test_on_rank(rank: int, port: int, config: str) -> None:
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE='2', LOCAL_RANK=str(rank))
