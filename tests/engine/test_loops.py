@@ -866,8 +866,8 @@ def test_epoch_phases_train_their_resolved_lengths_on_their_named_loaders(epochs
     assert [r['iter'] for r in records] == list(range(19))
     assert [(r['phase'], r['batch_size']) for r in records] == (
         [('source_finetune', 16)] * 6 + [('cross_lingual', 8)] * 10 + [('cross_modal', 8)] * 3)
-    # The cosine of cross_lingual spans its 10 resolved iterations: warm-up 2.5 -> 2 steps.
-    assert list(records[6]['lrs'].values())[0] == pytest.approx(4e-3 * 0.5)
+    # The cosine of cross_lingual spans its 10 resolved iterations: warm-up 2.5 -> 3 steps.
+    assert list(records[6]['lrs'].values())[0] == pytest.approx(4e-3 / 3)
     assert list(records[15]['lrs'].values())[0] == pytest.approx(0.0)
 
 
