@@ -84,7 +84,7 @@ def expected_metric_keys(loop: Any) -> set[str] | None:
             if found is None:
                 return None
             keys |= found
-            summarised = summarised or bool(_summarised_ar(metric, found))
+            summarised = summarised or bool(_summarised_ar_keys(metric, found))
     summary_key = getattr(loop, 'summary_key', None)
     # As combined_mean_ar forms it: a t2i-only metric (text->video) reports no AR to average.
     if summary_key is not None and summarised:
@@ -92,8 +92,8 @@ def expected_metric_keys(loop: Any) -> set[str] | None:
     return keys
 
 
-def _summarised_ar(metric: Any, keys: Iterable[str]) -> list[str]:
-    """The languages whose ``<prefix>/<lang>/AR`` among ``keys`` a :class:`RetrievalMetric`
+def _summarised_ar_keys(metric: Any, keys: Iterable[str]) -> list[str]:
+    """The ``<prefix>/<lang>/AR`` among ``keys`` of the languages a :class:`RetrievalMetric`
     averages into its summaries (none for another metric)."""
     if not isinstance(metric, RetrievalMetric):
         return []
@@ -101,7 +101,8 @@ def _summarised_ar(metric: Any, keys: Iterable[str]) -> list[str]:
     evaluated = [key[len(head):-len('/AR')] for key in keys
                  if key.startswith(head) and key.endswith('/AR')
                  and key.count('/') == head.count('/') + 1]
-    return metric.summary_languages(evaluated) if evaluated else []
+    return [f'{head}{lang}/AR' for lang in metric.summary_languages(evaluated)] if evaluated \
+        else []
 
 
 def combined_mean_ar(evaluators: Sequence[Evaluator],
@@ -122,9 +123,7 @@ def combined_mean_ar(evaluators: Sequence[Evaluator],
     values = []
     for evaluator, metrics in zip(evaluators, results):
         for metric in evaluator.metrics:
-            head = f'{metric.prefix}/' if getattr(metric, 'prefix', None) else ''
-            values.extend(metrics[f'{head}{lang}/AR']
-                          for lang in _summarised_ar(metric, metrics))
+            values.extend(metrics[key] for key in _summarised_ar_keys(metric, metrics))
     return sum(values) / len(values) if values else None
 
 
