@@ -267,6 +267,43 @@ def test_a_validation_that_only_ties_the_best_keeps_the_earlier_weights(tmp_path
     assert torch.load(kept['path'])['bias'].item() == 4.0
 
 
+def test_a_nan_validation_never_becomes_the_best(tmp_path):
+    """NaN compares False with every best: taken as an improvement, a diverged model's weights
+    would be the ones the next phase starts from."""
+    from mmengine.logging import MessageHub
+
+    before = Phase.from_config(1, PHASES[1])
+    best = PhaseBest([before, Phase.from_config(2, dict(PHASES[2], start_from_best='mAR'))])
+    model = torch.nn.Linear(2, 1)
+    warnings = []
+    runner = SimpleNamespace(message_hub=MessageHub('nan'), work_dir=str(tmp_path), model=model,
+                             logger=SimpleNamespace(info=lambda message: None,
+                                                    warning=warnings.append))
+    for iteration, score in ((2, float('nan')), (4, 0.5), (6, float('nan')), (8, 0.25)):
+        with torch.no_grad():
+            model.bias.fill_(iteration)
+        best.record(runner, before, {'mAR': score}, iteration)
+    kept = runner.message_hub.get_info('phase_best/cross_lingual')
+    assert (kept['score'], kept['iteration']) == (0.5, 4)
+    assert torch.load(kept['path'])['bias'].item() == 4.0
+    assert len(warnings) == 2 and 'mAR is NaN at iteration 6' in warnings[1]
+
+
+def test_restoring_keeps_only_the_best_file_of_a_phase_named_with_glob_characters(tmp_path):
+    from mmengine.logging import MessageHub
+
+    before = Phase.from_config(1, dict(PHASES[1], name='stage[1]'))
+    after = Phase.from_config(2, dict(PHASES[2], start_from_best='mAR'))
+    model = torch.nn.Linear(2, 1)
+    runner = SimpleNamespace(message_hub=MessageHub('glob_name'), work_dir=str(tmp_path),
+                             model=model, logger=SimpleNamespace(info=lambda message: None))
+    best = PhaseBest([before, after])
+    best.record(runner, before, {'mAR': 0.25}, 2)
+    best.record(runner, before, {'mAR': 0.5}, 4)
+    best.restore(runner, before, after)
+    assert sorted(p.name for p in (tmp_path / 'phase_best').iterdir()) == ['stage[1]_iter_4.pth']
+
+
 def test_a_best_file_holding_a_parameter_the_model_lacks_is_refused_by_name(tmp_path):
     from mmengine.logging import MessageHub
 

@@ -6,6 +6,8 @@ not the last weights. A phase with ``start_from_best='mAR'`` does the same insid
 """
 from __future__ import annotations
 
+import glob
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -81,7 +83,8 @@ class PhaseBest:
                 runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
 
     def record(self, runner, phase: Phase, metrics: Mapping[str, float], iteration: int) -> None:
-        """Keep the trained weights if this validation of ``phase`` beats its best.
+        """Keep the trained weights if this validation of ``phase`` beats its best (a NaN
+        score, as a diverged model reports, never does).
 
         Raises:
             KeyError: the validation reported no value of the tracked metric.
@@ -93,9 +96,13 @@ class PhaseBest:
             raise KeyError(f'phase {phase.name}: its validation reported no {metric!r}, which '
                            f'the next phase\'s start_from_best names; it reported '
                            f'{sorted(metrics)}')
+        score = float(metrics[metric])
+        if math.isnan(score):  # compares False with every best, so it would replace any
+            runner.logger.warning(f'phase {phase.name}: {metric} is NaN at iteration '
+                                  f'{iteration}; this validation cannot be the best')
+            return
         hub = runner.message_hub
         best = hub.get_info(best_info_key(phase))
-        score = float(metrics[metric])
         if best is not None and score <= best['score']:
             return
         path = self.path(runner.work_dir, phase, iteration)
@@ -140,7 +147,7 @@ class PhaseBest:
                            f'best validation ({phase.start_from_best} {best["score"]:.4f} at '
                            f'iteration {best["iteration"]}), {path}')
         if is_main_process():  # this run's own files only, never a forked run's
-            for stale in own.parent.glob(f'{before.name}_iter_*.pth'):
+            for stale in own.parent.glob(f'{glob.escape(before.name)}_iter_*.pth'):
                 if stale != path:
                     stale.unlink(missing_ok=True)
 
