@@ -120,9 +120,12 @@ def test_state_dict_mismatches_lists_a_few_keys_of_each_kind_and_counts_all():
     assert state_dict_mismatches(model, dict(model)) == []
 
 
-def test_a_directory_given_as_checkpoint_is_not_found(tmp_path):
-    with pytest.raises(FileNotFoundError, match=f'language module not found: {tmp_path}$'):
+def test_a_directory_given_as_checkpoint_is_refused_as_a_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f'^language module is a folder, not a file: '
+                                                f'{tmp_path}; give a .pth written by'):
         read_checkpoint(tmp_path, what='language module')
+    with pytest.raises(FileNotFoundError, match=f'language module not found: {tmp_path / "x"}$'):
+        read_checkpoint(tmp_path / 'x', what='language module')
 
 
 def test_a_damage_in_any_record_is_refused_naming_that_record(tmp_path):

@@ -180,7 +180,7 @@ def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
         fix: what to give instead of a file that is no torch file.
 
     Raises:
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file, or a folder.
         CheckpointReadError: an empty, truncated or foreign file, or one that pickles objects
             a weights-only load refuses (advice to re-save only for MMEngine's own objects).
     """
@@ -206,10 +206,12 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
     other numbers. A legacy pickle is checked by its first byte only.
 
     Raises:
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file, or a folder.
         CheckpointReadError: an empty, foreign, truncated or damaged file.
     """
     path = Path(path)
+    if path.is_dir():  # FileNotFoundError still: every caller's handler of a missing file takes it
+        raise FileNotFoundError(f'{what} is a folder, not a file: {path}; {fix}')
     if not path.is_file():
         raise FileNotFoundError(f'{what} not found: {path}')
     with open(path, 'rb') as handle:
