@@ -162,6 +162,17 @@ def test_an_option_replaces_a_list_item_that_is_no_dict():
     assert cfg.optim_wrapper.optimizer.betas == (0.9, 0.99)
 
 
+@pytest.mark.parametrize('key, where, value', [
+    ('train_dataloader.batch_size.x', 'train_dataloader.batch_size', '128'),
+    ('test_dataloader.dataset.languages.1.x', 'test_dataloader.dataset.languages.1', "'de'")])
+def test_an_option_that_names_a_key_inside_a_plain_value_names_that_value(key, where, value):
+    """MMEngine's merge failed with a TypeError of its own, shown as an unexpected error."""
+    with pytest.raises(UserError, match=(
+            f"^--cfg-options {key}: {where} is {value}, which holds no key 'x': give {where} a "
+            f'value of its own \\({where}=...\\)$')):
+        load_run_config(DEMO, cfg_options={key: 1})
+
+
 @pytest.mark.parametrize('index', ['-1', 'last'])
 def test_an_option_that_names_a_list_item_by_no_index_names_the_list(index):
     with pytest.raises(UserError, match=(

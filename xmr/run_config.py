@@ -597,7 +597,8 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
     checked the merged config: a typed part's own refusal names its type and options.
 
     Raises:
-        UserError: naming the option, the list and its indices.
+        UserError: naming the option, the list and its indices, or the value that holds no
+            keys (``train_dataloader.batch_size.x``; MMEngine's merge fails on it).
     """
     whole = cfg.to_dict()
     typo = None
@@ -609,6 +610,11 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
                 raise UserError(f'--cfg-options {key}',
                                 f"{'.'.join(walked)} is a list of {len(node)} items",
                                 f'name one by its index, 0 to {len(node) - 1}')
+            if not isinstance(node, (Mapping, list, tuple)):
+                where = '.'.join(walked)
+                raise UserError(f'--cfg-options {key}',
+                                f'{where} is {node!r}, which holds no key {part!r}',
+                                f'give {where} a value of its own ({where}=...)')
             if isinstance(node, (list, tuple)):
                 if int(part) >= len(node):
                     raise UserError(f'--cfg-options {key}',
