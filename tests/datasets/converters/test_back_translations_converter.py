@@ -21,7 +21,7 @@ def _ann() -> Annotation:
 
 
 def test_export_then_attach_aligns_each_line_with_its_caption(tmp_path):
-    assert export_captions(_ann(), 'de', tmp_path / 'de.txt') == 3
+    assert export_captions(_ann(), {'de': tmp_path / 'de.txt'}) == {'de': 3}
     assert (tmp_path / 'de.txt').read_text(encoding='utf-8').splitlines() == [
         'ein Hund', 'ein Köter', 'eine Katze']
     (tmp_path / 'de2en.txt').write_text('a dog\r\na mutt\r\na cat', encoding='utf-8')
@@ -75,5 +75,17 @@ def test_a_caption_with_a_line_break_is_not_exported(tmp_path):
     ann = _ann()
     ann.items[0].captions['de'][1] = 'ein\rKöter'
     with pytest.raises(ConversionError, match='de caption 2 of demo/test holds a line break'):
-        export_captions(ann, 'de', tmp_path / 'de.txt')
+        export_captions(ann, {'de': tmp_path / 'de.txt'})
     assert not (tmp_path / 'de.txt').exists()
+
+
+def test_an_export_of_several_languages_writes_every_file_or_none(tmp_path):
+    """A language refused after another's file was replaced left a set of mixed exports."""
+    ann = _ann()
+    ann.items[1].captions['de'][0] = 'eine\u2028Katze'
+    en, de = tmp_path / 'en.txt', tmp_path / 'de.txt'
+    en.write_text('earlier export\n', encoding='utf-8')
+    dump_annotation(ann, tmp_path / 'ann.json')
+    with pytest.raises(SystemExit, match='de caption 3 of demo/test holds a line break'):
+        main_attach_back([str(tmp_path / 'ann.json'), '--export', f'en={en}', f'de={de}'])
+    assert en.read_text(encoding='utf-8') == 'earlier export\n' and not de.exists()

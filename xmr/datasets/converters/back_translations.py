@@ -23,7 +23,8 @@ from xmr.datasets.annotation import (
 )
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
-from xmr.datasets.converters.translations import write_caption_lines
+from xmr.datasets.converters.translations import caption_lines
+from xmr.fileio import atomic_write_texts
 
 __all__ = ['attach_back_translations', 'export_captions', 'main_attach_back']
 
@@ -86,16 +87,25 @@ def attach_back_translations(ann: Annotation, files: Mapping[str, str | os.PathL
     return replace(ann, items=records, back_translation_langs=langs)
 
 
-def export_captions(ann: Annotation, lang: str, path: str | os.PathLike) -> int:
-    """Write the ``lang`` captions of ``ann`` one per line, the order back-translations follow.
+def export_captions(ann: Annotation, files: Mapping[str, str | os.PathLike]) -> dict[str, int]:
+    """Write the captions of each language of ``files`` one per line, the order
+    back-translations follow: every file or none.
+
+    Args:
+        ann: the annotation.
+        files: caption language -> the file to write its captions to.
 
     Returns:
-        The number of lines written.
+        The number of lines written, by language.
 
     Raises:
-        ConversionError: if a caption holds a line break (it would shift every later line).
+        ConversionError: a language ``ann`` has no captions in, or a caption holding a line
+            break (it would shift every later line); no file is written then.
     """
-    return write_caption_lines(_captions_of(ann, lang), path, lang, ann)
+    lines = {path: caption_lines(_captions_of(ann, lang), lang, ann)
+             for lang, path in files.items()}
+    atomic_write_texts(lines)
+    return {lang: len(_captions_of(ann, lang)) for lang in files}
 
 
 def main_attach_back(argv: Sequence[str] | None = None) -> None:
@@ -117,8 +127,9 @@ def main_attach_back(argv: Sequence[str] | None = None) -> None:
     try:
         ann = load_annotation(args.ann)
         if args.export is not None:
-            for lang, path in parse_lang_paths(args.export, '--export').items():
-                print(f'{path}: {export_captions(ann, lang, path)} {lang} captions')
+            files = parse_lang_paths(args.export, '--export')
+            for lang, count in export_captions(ann, files).items():
+                print(f'{files[lang]}: {count} {lang} captions')
             return
         files = parse_lang_paths(args.back_translations, '--back-translations')
         ann = attach_back_translations(ann, files, args.overwrite)

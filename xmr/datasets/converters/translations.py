@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -107,15 +107,24 @@ def write_caption_lines(captions: Sequence[str], path: str | os.PathLike, kind: 
     Raises:
         ConversionError: if a caption holds a line break (it would shift every later line).
     """
+    atomic_write_text(path, caption_lines(captions, kind, ann))
+    return len(captions)
+
+
+def caption_lines(captions: Sequence[str], kind: str, ann: Annotation) -> Iterator[str]:
+    """The lines of :func:`write_caption_lines`' file, made as they are written, once every
+    caption is checked (a line at a time: a text joined first held each caption again).
+
+    Raises:
+        ConversionError: if a caption holds a line break (it would shift every later line).
+    """
     for number, text in enumerate(captions, start=1):
         # Each boundary str.splitlines breaks at (U+2028, NEL, ...): a tool reading the file so
         # would cut the caption there.
         if len(f'{text}\n'.splitlines()) > 1:
             raise ConversionError(f'{kind} caption {number} of {ann.dataset}/{ann.split} holds '
                                   f'a line break: {text!r}')
-    # A line at a time: a text joined first held each caption again and the join (2x the file).
-    atomic_write_text(path, (text + '\n' for text in captions))
-    return len(captions)
+    return (text + '\n' for text in captions)
 
 
 def main_attach(argv: Sequence[str] | None = None) -> None:
