@@ -47,6 +47,9 @@ def test_seeded_subset_is_reproducible(tmp_path):
         assert [r.media_id for r in ann.items] == expected
     with pytest.raises(ConversionError, match='subset of 19 images asked for, but only 18'):
         convert_cc3m(tmp_path, languages=['en', 'de', 'zh'], subset_size=19)
+    for size in (0, -3, 2.5, True):
+        with pytest.raises(ConversionError, match=f'^subset_size={size!r}: give a whole number'):
+            convert_cc3m(tmp_path, languages=['en', 'de', 'zh'], subset_size=size)
 
 
 def test_a_missing_image_folder_says_to_check_it_or_leave_it_out(tmp_path):
@@ -78,6 +81,7 @@ def test_images_without_a_file_are_left_out_with_a_warning(tmp_path):
     (('1', 'u', 'x', 'done'), r"line 2 has status 'done'"),
     (('1', 'u', 'x'), 'line 2 has 3 tab-separated fields'),
     (('one', 'u', 'x', 'success'), "line 2 has id 'one'"),
+    (('\u00b2', 'u', 'x', 'success'), "line 2 has id '\u00b2'"),
     (('1', 'u', ' ', 'success'), 'line 2 is marked success but has no caption'),
 ])
 def test_malformed_rows_name_file_and_line(tmp_path, row, message):
@@ -86,12 +90,15 @@ def test_malformed_rows_name_file_and_line(tmp_path, row, message):
         convert_cc3m(tmp_path, languages=['en'])
 
 
-def test_command_line_writes_the_subset(tmp_path):
+def test_command_line_writes_the_subset(tmp_path, capsys):
     _uc2(tmp_path / 'uc2')
     out = tmp_path / 'cc300k_train.json'
     main(['--uc2-dir', str(tmp_path / 'uc2'), '--languages', 'en', 'de', 'zh',
           '--subset-size', '3', '--out', str(out)])
     assert out.is_file()
+    with pytest.raises(SystemExit):
+        main(['--uc2-dir', str(tmp_path / 'uc2'), '--subset-size', '0', '--out', str(out)])
+    assert "--subset-size: '0' is no whole number >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit, match='UC2 TSV not found'):
         main(['--uc2-dir', str(tmp_path / 'uc2'), '--languages', 'en', 'ja',
               '--out', str(tmp_path / 'never.json')])

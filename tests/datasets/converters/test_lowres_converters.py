@@ -59,6 +59,8 @@ def test_crossmodal3600_keeps_every_caption_in_release_order(tmp_path):
     ([{'en': {'caption': ['x']}}], ['en'], "line 1: expected an object with a string 'image/key'"),
     (XM3600_ROWS, ['swh_Latn', 'tgl_Latn'], r"Crossmodal-3600 has no captions in \['tl'\]"),
     (XM3600_ROWS, ['swahili'], "--languages: unknown language code 'swahili'"),
+    ([*XM3600_ROWS, XM3600_ROWS[0]], ['en'],
+     r"captions\.jsonl line 3 repeats image/key '000411001ff7dd4f' of line 1$"),
 ])
 def test_crossmodal3600_errors_name_line_and_key(tmp_path, rows, languages, message):
     with pytest.raises(ConversionError, match=message):

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from xmr.datasets.converters.errors import ConversionError
-from xmr.datasets.converters.mscoco import convert_mscoco, main
+from xmr.datasets.converters.mscoco import convert_mscoco, main, read_stair
 
 
 def _name(cocoid: int) -> str:
@@ -132,3 +132,12 @@ def test_evaluation_splits_keep_the_first_five_captions_of_an_image(coco):
         f'image 100 caption {k}' for k in range(5)]
     assert len(outputs['coco_train'].items[0].captions['en']) == 7
     assert len(outputs['coco_train2014'].items[0].captions['en']) == 7
+
+
+def test_a_stair_annotation_whose_image_id_is_no_integer_names_its_file_and_index(tmp_path):
+    path = tmp_path / 'stair.json'
+    path.write_text(json.dumps({'annotations': [{'image_id': 1, 'caption': 'a'},
+                                                {'image_id': None, 'caption': 'b'}]}))
+    with pytest.raises(ConversionError, match=f'^STAIR Captions file {path} annotation 1 has '
+                                              'image_id None, not an integer$'):
+        read_stair([path])

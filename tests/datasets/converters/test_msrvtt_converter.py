@@ -72,3 +72,32 @@ def test_missing_video_stops_the_command_line(msrvtt):
         main(['--test-csv', str(msrvtt / 'test.csv'), '--videos-dir', str(videos),
               '--out-dir', str(msrvtt / 'out')])
     assert not (msrvtt / 'out').exists()
+
+
+def test_release_files_at_fault_are_named_with_the_line_or_sentence(msrvtt):
+    """Each was refused naming the output file (repeats, no rows), by a bare int() message, or
+    not at all (a null video_id became a video named 'None')."""
+    data = json.loads((msrvtt / 'data.json').read_text())
+    lists = {'7k': msrvtt / '7k.csv'}
+    for key, value, shown in (('sen_id', 's5', "sen_id 's5', not an integer"),
+                              ('video_id', None, "video_id None, not a video name")):
+        data['sentences'][4][key] = value
+        (msrvtt / 'bad.json').write_text(json.dumps(data))
+        with pytest.raises(ConversionError, match=f'bad.json sentence 4 has {shown}'):
+            convert_msrvtt(msrvtt / 'test.csv', data_json=msrvtt / 'bad.json', train_lists=lists)
+        data['sentences'][4][key] = 'video1' if key == 'video_id' else 4
+    (msrvtt / 'repeats.csv').write_text('video_id\nvideo0\nvideo1\nvideo0\n')
+    with pytest.raises(ConversionError, match=r"7k training list .*repeats\.csv line 4 repeats "
+                                              r"video 'video0' of line 2$"):
+        convert_msrvtt(msrvtt / 'test.csv', data_json=msrvtt / 'data.json',
+                       train_lists={'7k': msrvtt / 'repeats.csv'})
+    (msrvtt / 'header.csv').write_text('key,vid_key,video_id,sentence\n')
+    with pytest.raises(ConversionError, match=r'test CSV .*header\.csv holds its header and no '
+                                              'row$'):
+        convert_msrvtt(msrvtt / 'header.csv')
+
+
+def test_a_data_file_without_training_lists_is_refused_not_ignored(msrvtt):
+    with pytest.raises(ConversionError, match=r'the MSRVTT data file .*gone\.json gives the '
+                                              'captions of training lists, and none is given'):
+        convert_msrvtt(msrvtt / 'test.csv', data_json=msrvtt / 'gone.json')

@@ -25,6 +25,7 @@ from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, du
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import canonical_languages, read_lines
 from xmr.datasets.media_files import missing_media
+from xmr.utils.cli import int_at_least
 
 __all__ = ['UC2_LANGUAGES', 'read_uc2_tsv', 'convert_cc3m', 'main']
 
@@ -48,7 +49,7 @@ def read_uc2_tsv(path: str | os.PathLike) -> dict[str, list[str]]:
         if status not in _STATUSES:
             raise ConversionError(f'UC2 TSV {path} line {number} has status {status!r}, '
                                   f'expected one of {_STATUSES}')
-        if not image_id.isdigit():
+        if not (image_id.isascii() and image_id.isdigit()):
             raise ConversionError(f'UC2 TSV {path} line {number} has id {image_id!r}, '
                                   'expected a number')
         if status == 'fail':
@@ -79,9 +80,13 @@ def convert_cc3m(uc2_dir: str | os.PathLike, languages: Sequence[str] = UC2_LANG
         split: the split name written into the annotation.
 
     Raises:
-        ConversionError: on malformed files, mismatching caption counts, or a subset larger
-            than the kept images.
+        ConversionError: on malformed files, mismatching caption counts, or a subset size that
+            is no whole number >= 1 or larger than the kept images.
     """
+    if subset_size is not None and (isinstance(subset_size, bool) or not isinstance(
+            subset_size, int) or subset_size < 1):
+        raise ConversionError(f'subset_size={subset_size!r}: give a whole number of images >= 1 '
+                              '(CC300K: 300000), or None for every image')
     uc2_dir = Path(uc2_dir)
     # UC2 names its files by the canonical codes (en.tsv, ja.tsv).
     languages = canonical_languages(languages, '--languages')
@@ -138,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--images-dir', type=Path,
                         help='image folder; images without a file are left out')
     parser.add_argument('--image-name-format', default='{id:08d}.jpg')
-    parser.add_argument('--subset-size', type=int, help='seeded subset size (CC300K: 300000)')
+    parser.add_argument('--subset-size', type=int_at_least(1),
+                        help='seeded subset size (CC300K: 300000)')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--out', type=Path, required=True, help='annotation file to write')
     args = parser.parse_args(argv)

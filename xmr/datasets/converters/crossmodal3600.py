@@ -26,7 +26,12 @@ from xmr.datasets.annotation import Annotation, MediaRecord
 from xmr.datasets.converters.cli import write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption
-from xmr.datasets.converters.raw_files import canonical_languages, check_media_exist, read_lines
+from xmr.datasets.converters.raw_files import (
+    canonical_languages,
+    check_media_exist,
+    read_lines,
+    refuse_repeats,
+)
 
 __all__ = ['XM3600_LANGUAGES', 'convert_crossmodal3600', 'main']
 
@@ -55,6 +60,8 @@ def convert_crossmodal3600(captions_file: str | os.PathLike,
                               f'{list(XM3600_LANGUAGES)}')
     records = [_record(line, f'captions file {captions_file} line {number}', languages)
                for number, line in enumerate(read_lines(captions_file, 'captions file'), 1)]
+    refuse_repeats([record.media_id for record in records], f'captions file {captions_file}',
+                   'image/key')
     if images_dir is not None:
         check_media_exist(images_dir, [record.media_path for record in records])
     source_lang = 'en' if 'en' in languages else None

@@ -17,7 +17,7 @@ from typing import Any
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import require_file
 
-__all__ = ['clean_caption', 'read_json']
+__all__ = ['clean_caption', 'integer_id', 'read_json']
 
 # Every boundary str.splitlines breaks at: Unicode's line and paragraph separators and NEL
 # split a line for a translation tool that reads with it as a newline does.
@@ -37,6 +37,20 @@ def clean_caption(text: Any, where: str) -> str:
     if not cleaned:
         raise ConversionError(f'{where}: caption is empty')
     return cleaned
+
+
+def integer_id(value: Any, where: str, key: str) -> int:
+    """A record's ``key`` field as an integer id: a JSON integer or a string of digits, never a
+    boolean, a fraction or ``null`` (``int()`` would take ``True`` and ``1.5`` as ``1``).
+
+    Raises:
+        ConversionError: naming ``where``, the key and the value.
+    """
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ConversionError(f'{where} has {key} {value!r}, not an integer')
 
 
 def read_json(path: str | os.PathLike, what: str) -> Any:

@@ -22,7 +22,7 @@ from pathlib import Path
 from xmr.datasets.annotation import Annotation
 from xmr.datasets.converters.cli import write_converted
 from xmr.datasets.converters.errors import ConversionError
-from xmr.datasets.converters.json_captions import clean_caption, read_json
+from xmr.datasets.converters.json_captions import clean_caption, integer_id, read_json
 from xmr.datasets.converters.raw_files import parse_lang_paths
 
 __all__ = ['KarpathyLayout', 'KarpathyImage', 'read_karpathy', 'group_splits',
@@ -110,11 +110,7 @@ def read_karpathy(path: str | os.PathLike, layout: KarpathyLayout) -> list[Karpa
         if entry['split'] not in known:
             raise ConversionError(f'{where} has split {entry["split"]!r}, expected one of '
                                   f'{sorted(known)}')
-        try:
-            image_id = int(entry[layout.id_key])
-        except (TypeError, ValueError) as err:
-            raise ConversionError(f'{where} has {layout.id_key} {entry[layout.id_key]!r}, not an '
-                                  'integer') from err
+        image_id = integer_id(entry[layout.id_key], where, layout.id_key)
         media_path = (entry['filename'] if layout.folder_key is None
                       else f'{entry[layout.folder_key]}/{entry["filename"]}')
         if media_path in first_index:

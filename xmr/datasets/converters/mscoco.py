@@ -27,7 +27,7 @@ from pathlib import Path
 
 from xmr.datasets.annotation import Annotation, MediaRecord
 from xmr.datasets.converters.errors import ConversionError
-from xmr.datasets.converters.json_captions import clean_caption, read_json
+from xmr.datasets.converters.json_captions import clean_caption, integer_id, read_json
 from xmr.datasets.converters.karpathy import (
     KarpathyImage,
     KarpathyLayout,
@@ -72,7 +72,8 @@ def read_stair(paths: Sequence[str | os.PathLike]) -> dict[int, list[str]]:
             where = f'STAIR Captions file {path} annotation {index}'
             if not isinstance(entry, dict) or 'image_id' not in entry or 'caption' not in entry:
                 raise ConversionError(f'{where} lacks image_id or caption')
-            captions[int(entry['image_id'])].append(clean_caption(entry['caption'], where))
+            captions[integer_id(entry['image_id'], where, 'image_id')].append(
+                clean_caption(entry['caption'], where))
     return dict(captions)
 
 

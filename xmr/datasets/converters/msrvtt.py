@@ -32,11 +32,12 @@ from typing import Any
 from xmr.datasets.annotation import Annotation, MediaRecord
 from xmr.datasets.converters.cli import write_converted
 from xmr.datasets.converters.errors import ConversionError
-from xmr.datasets.converters.json_captions import clean_caption, read_json
+from xmr.datasets.converters.json_captions import clean_caption, integer_id, read_json
 from xmr.datasets.converters.raw_files import (
     check_media_exist,
     parse_lang_paths,
     read_lines,
+    refuse_repeats,
     require_file,
 )
 
@@ -55,6 +56,8 @@ def read_csv_rows(path: str | os.PathLike, required: Sequence[str], what: str,
         raise ConversionError(f'{what} {path} lacks the column(s) {missing}; header is '
                               f'{reader.fieldnames}')
     rows = list(reader)
+    if not rows:
+        raise ConversionError(f'{what} {path} holds its header and no row')
     for number, row in enumerate(rows, start=2):
         if any(not (row.get(column) or '').strip() for column in required):
             raise ConversionError(f'{what} {path} line {number} has an empty '
@@ -101,7 +104,11 @@ def read_msrvtt_sentences(path: str | os.PathLike) -> dict[str, list[str]]:
         where = f'MSRVTT data file {path} sentence {index}'
         if not isinstance(entry, dict) or 'video_id' not in entry or 'caption' not in entry:
             raise ConversionError(f'{where} lacks video_id or caption')
-        rows.append((int(entry.get('sen_id', index)), str(entry['video_id']),
+        video_id = entry['video_id']
+        if not isinstance(video_id, str) or not video_id.strip():
+            raise ConversionError(f'{where} has video_id {video_id!r}, not a video name '
+                                  "(e.g. 'video7010')")
+        rows.append((integer_id(entry.get('sen_id', index), where, 'sen_id'), video_id.strip(),
                      clean_caption(entry['caption'], where)))
     captions: dict[str, list[str]] = defaultdict(list)
     for _, video_id, caption in sorted(rows):
@@ -119,15 +126,10 @@ def _test_split(test_csv: Path, test_jsons: Mapping[str, str | os.PathLike],
         raise ConversionError('English test captions come from the test CSV; drop en from the '
                               'per-language test JSONs')
     rows = read_csv_rows(test_csv, ('video_id', 'sentence'), 'test CSV')
-    order: list[str] = []
-    english: dict[str, list[str]] = {}
-    for number, row in enumerate(rows, start=2):
-        video_id = row['video_id'].strip()
-        if video_id in english:
-            raise ConversionError(f'test CSV {test_csv} line {number} repeats video {video_id}')
-        order.append(video_id)
-        english[video_id] = [clean_caption(row['sentence'], f'test CSV {test_csv} line '
-                                           f'{number}')]
+    order = [row['video_id'].strip() for row in rows]
+    refuse_repeats(order, f'test CSV {test_csv}', 'video', first_line=2)
+    english = {video_id: [clean_caption(row['sentence'], f'test CSV {test_csv} line {number}')]
+               for number, (video_id, row) in enumerate(zip(order, rows), start=2)}
     per_lang = {lang: read_test_json(path, lang) for lang, path in test_jsons.items()}
     for lang, table in per_lang.items():
         missing = [video_id for video_id in order if video_id not in table]
@@ -176,6 +178,10 @@ def convert_msrvtt(test_csv: str | os.PathLike,
     Returns:
         Output name (``msrvtt_test1ka``, ``msrvtt_train7k``, ``msrvtt_val``, ...) -> annotation.
     """
+    if data_json is not None and not train_lists:
+        raise ConversionError(f'the MSRVTT data file {data_json} gives the captions of training '
+                              'lists, and none is given; pass them (--train-list 7k=... '
+                              '9k=...) or drop the data file')
     outputs = {'msrvtt_test1ka': _test_split(Path(test_csv), test_jsons or {}, video_ext)}
     if train_lists:
         if data_json is None:
@@ -187,6 +193,7 @@ def convert_msrvtt(test_csv: str | os.PathLike,
         for name, path in train_lists.items():
             rows = read_csv_rows(path, ('video_id',), f'{name} training list')
             lists[name] = [row['video_id'].strip() for row in rows]
+            refuse_repeats(lists[name], f'{name} training list {path}', 'video', first_line=2)
             leaked = [video_id for video_id in lists[name] if video_id in test_ids]
             if leaked:
                 raise ConversionError(f'{name} training list {path} holds {len(leaked)} 1k-A test '

@@ -117,6 +117,21 @@ def require_same_length(reference: tuple[Path, int], files: Mapping[Path, Sequen
                 f'{expected}; line i of both must describe the same media')
 
 
+def refuse_repeats(keys: Iterable[str], where: str, what: str, first_line: int = 1) -> None:
+    """Stop at the first of ``keys`` (one per line of a release file, from ``first_line``) that
+    an earlier line holds: the annotation would refuse it naming only the file it writes.
+
+    Raises:
+        ConversionError: ``<where> line <n> repeats <what> <key> of line <m>``.
+    """
+    seen: dict[str, int] = {}
+    for number, key in enumerate(keys, start=first_line):
+        earlier = seen.setdefault(key, number)
+        if earlier != number:
+            raise ConversionError(f'{where} line {number} repeats {what} {key!r} of line '
+                                  f'{earlier}')
+
+
 def check_media_exist(media_root: str | os.PathLike, relative_paths: Iterable[str],
                       what: str = 'image') -> None:
     """Stop unless every media file exists under ``media_root`` (one listing per folder,
