@@ -128,11 +128,40 @@ def test_enable_amp_switches_the_wrapper_and_refuses_others():
         AutocastOptimWrapper(dtype='half', optimizer=torch.optim.SGD([torch.zeros(1)], lr=1))
 
 
-def test_cuda_autocasts_to_bf16_where_supported_else_fp16(monkeypatch):
-    monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda *args, **kwargs: True)
-    assert amp_dtype('cuda') is torch.bfloat16
-    monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda *args, **kwargs: False)
-    assert amp_dtype('cuda') is torch.float16
+@pytest.mark.parametrize('native, expected', [(True, torch.bfloat16), (False, torch.float16)])
+def test_cuda_autocasts_to_bf16_where_native_else_fp16(monkeypatch, native, expected):
+    """torch's default counts emulated bf16 (sm_7x: T4, V100) as supported, where fp16 is
+    the fast precision: the emulation must not count."""
+    monkeypatch.setattr(torch.cuda, 'is_bf16_supported',
+                        lambda including_emulation=True: including_emulation or native)
+    assert amp_dtype('cuda') is expected
+
+
+@pytest.mark.parametrize('loss_scale, message', [
+    ('dynamic', r"loss_scale='dynamic' must be a dict of torch.amp.GradScaler arguments "
+                r'\(init_scale, growth_factor, backoff_factor, growth_interval, enabled\), '
+                r'or None'),
+    (512.0, 'loss_scale=512.0 must be a dict'),
+    (dict(init_scal=8.0), r"GradScaler takes no \['init_scal'\]; it takes init_scale, "),
+])
+def test_a_loss_scale_the_scaler_cannot_take_is_refused_when_the_wrapper_is_built(loss_scale,
+                                                                                 message):
+    """It failed at the first fp16 step, after the data and any validation at the start."""
+    with pytest.raises(ValueError, match=message):
+        AutocastOptimWrapper(dtype='float16', loss_scale=loss_scale,
+                             optimizer=torch.optim.SGD([torch.zeros(1)], lr=1))
+
+
+def test_a_loss_scale_under_bf16_is_said_to_be_unused(monkeypatch):
+    said = []
+    monkeypatch.setattr(amp, 'print_log', lambda message, **kwargs: said.append(
+        (message, kwargs.get('level'))))
+    wrapper = AutocastOptimWrapper(dtype='bfloat16', loss_scale=dict(init_scale=8.0),
+                                   optimizer=torch.optim.SGD([torch.zeros(1)], lr=1))
+    wrapper._resolve()
+    assert wrapper.scaler is None
+    assert ("optim_wrapper.loss_scale={'init_scale': 8.0} is unused: torch.bfloat16 autocast "
+            'needs no loss scaling (only float16 has it)', logging.WARNING) in said
 
 
 def test_a_device_that_resolves_to_fp16_refuses_a_compiled_step(monkeypatch):

@@ -564,3 +564,13 @@ def test_an_image_cut_short_is_met_at_its_batch_under_each_policy_and_a_resume_m
     weights = runner.model.state_dict()
     assert [key for key, value in resumed_runner.model.state_dict().items()
             if not torch.equal(value, weights[key])] == []
+
+
+def test_an_mmengine_param_scheduler_is_refused_not_overwritten(tmp_path):
+    """The loop sets every iteration's learning rate: a MultiStepLR ran, unseen in the rates."""
+    cfg = make_cfg(tmp_path)
+    cfg.param_scheduler = dict(type='MultiStepLR', milestones=[1], gamma=0.01)
+    with pytest.raises(ValueError, match=r"^param_scheduler=\{'type': 'MultiStepLR', .*give "
+                                         r'param_scheduler = None and schedule in '
+                                         r'train_cfg.phases \(lr, schedule'):
+        train(cfg)

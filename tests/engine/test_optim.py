@@ -1,4 +1,5 @@
 """PhasedOptimWrapperConstructor: named groups, and SparseAdam for sparse embedding tables."""
+import logging
 import math
 
 import pytest
@@ -9,6 +10,7 @@ from xmr.engine.optim import (
     HybridOptimizer,
     PhasedOptimWrapperConstructor,
     clip_grad_norm_with_sparse,
+    clip_grad_value_with_sparse,
     fused_by_default,
     group_of,
     parameter_counts,
@@ -57,6 +59,16 @@ def test_groups_are_named_and_biases_get_no_weight_decay():
     assert decay == {('language_branch.embedding', 0.2), ('language_branch.embedding', 0.0),
                      ('language_branch.adapters', 0.2), ('language_branch.adapters', 0.0)}
     assert not isinstance(optimizer, HybridOptimizer)
+
+
+@pytest.mark.parametrize('optimizer, decay', [('AdamW', 0.01), ('BertAdam', 0.01),
+                                              ('Adam', 0.0)])
+def test_a_config_without_weight_decay_keeps_the_optimizer_s_default(optimizer, decay):
+    """Every decaying group was given 0.0: AdamW trained without its 0.01."""
+    cfg = dict(type='OptimWrapper', optimizer=dict(type=optimizer, lr=LR))
+    groups = PhasedOptimWrapperConstructor(cfg)(TinyBranch(sparse=False)).optimizer.param_groups
+    assert sorted({g['weight_decay'] for g in groups}) == sorted({decay, 0.0})
+    assert all(g['weight_decay'] == 0.0 for g in groups if g['params'][0].ndim < 2)
 
 
 def test_sparse_table_goes_to_sparse_adam_and_the_rest_to_the_dense_optimizer():
@@ -173,6 +185,42 @@ def test_the_sparse_wrapper_clips_with_the_sparse_aware_norm():
         clip_grad_norm_with_sparse
     assert build(TinyBranch(sparse=False), clip_grad=dict(max_norm=1.0)).clip_func is \
         nn.utils.clip_grad_norm_
+
+
+@pytest.mark.parametrize('clip_value', [1e-3, 1e3])
+def test_sparse_clipping_by_value_equals_torch_clipping_of_the_dense_gradients(clip_value):
+    """torch's clip_grad_value_ stopped at the sparse gradient (no sparse clamp)."""
+    sparse, dense = TinyBranch(sparse=True), TinyBranch(sparse=False)
+    for model in (sparse, dense):
+        model(torch.tensor([[2, 2, 7]])).backward()
+    clip_grad_value_with_sparse(sparse.parameters(), clip_value)
+    nn.utils.clip_grad_value_(dense.parameters(), clip_value)
+    for got, want in zip(sparse.parameters(), dense.parameters(), strict=True):
+        torch.testing.assert_close(got.grad.to_dense(), want.grad)
+    wrapper = build(TinyBranch(sparse=True), clip_grad=dict(type='value', clip_value=1e-3))
+    assert wrapper.clip_func is clip_grad_value_with_sparse
+
+
+def test_an_fp16_checkpoint_loads_into_a_run_without_loss_scaling_with_a_warning(monkeypatch):
+    """Its loss scale was taken for a sparse setting that differs, and refused as such."""
+    from xmr.engine import optim_wrapper
+
+    model = TinyBranch(sparse=True)
+    scaled = build(model, wrapper='AutocastOptimWrapper', dtype='float16')
+    train_step(model, scaled, [1, 2])
+    state = scaled.state_dict()
+    assert set(state) == {'dense', 'sparse', 'loss_scaler'}
+    said = []
+    monkeypatch.setattr(optim_wrapper, 'print_log', lambda message, **kwargs: said.append(
+        (message, kwargs.get('level'))))
+    for wrapper in (build(TinyBranch(sparse=True)),
+                    build(TinyBranch(sparse=True), wrapper='AutocastOptimWrapper',
+                          dtype='bfloat16')):
+        wrapper.load_state_dict(state)
+        assert wrapper.optimizer.sparse.state_dict()['state'].keys() == \
+            state['sparse']['state'].keys()
+    assert [level for message, level in said if 'under fp16 loss scaling' in message] == [
+        logging.WARNING] * 2
 
 
 def test_sparse_updates_run_under_fp16_loss_scaling():

@@ -421,3 +421,16 @@ def test_a_window_saved_by_other_ranks_continues_from_their_mean_gradient():
     # An earlier xmr's checkpoint: one rank's list, its own.
     wrapper.load_state_dict(dict(state, pending_grads=saved[1]))
     assert wrapper._parameters()[1].grad.tolist() == [4.0]
+
+
+@pytest.mark.parametrize('clip_grad', [dict(max_norm=-1.0), dict(max_norm=0),
+                                       dict(type='value', clip_value=-0.5),
+                                       dict(max_norm='1')])
+def test_a_clip_threshold_that_is_no_positive_number_is_refused(clip_grad):
+    """max_norm=-1 (the authors' "no clip") turned every step uphill; 0 zeroed the gradients."""
+    key = 'clip_value' if 'clip_value' in clip_grad else 'max_norm'
+    with pytest.raises(ValueError, match=f'^optim_wrapper.clip_grad.{key}='
+                                         f'{clip_grad[key]!r} must be a positive number; give '
+                                         'clip_grad=None to train without clipping$'):
+        OptimWrapper(optimizer=torch.optim.SGD([torch.zeros(1)], lr=1), clip_grad=clip_grad)
+

@@ -1,6 +1,7 @@
 """Mixed precision on CPU and CUDA: bf16 where the device supports it, else fp16 + loss scaling."""
 from __future__ import annotations
 
+import inspect
 import logging
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -19,7 +20,9 @@ AMP_DTYPES = (None, 'bfloat16', 'float16')
 
 def amp_dtype(device_type: str) -> torch.dtype:
     """bf16 on CPU and on GPUs that support it (Ampere and newer), fp16 on older GPUs."""
-    if device_type == 'cuda' and not torch.cuda.is_bf16_supported():
+    # Without including_emulation=False, torch says yes on sm_7x (T4, V100), where bf16 is
+    # emulated in fp32 kernels: slower than fp16, and cuDNN has no bf16 engines there.
+    if device_type == 'cuda' and not torch.cuda.is_bf16_supported(including_emulation=False):
         return torch.float16
     return torch.bfloat16
 
@@ -53,6 +56,7 @@ class AutocastOptimWrapper(OptimWrapper):
         if dtype not in AMP_DTYPES:
             raise ValueError(f"AutocastOptimWrapper dtype must be one of {AMP_DTYPES}, got "
                              f'{dtype!r}')
+        _check_loss_scale(loss_scale)
         super().__init__(**kwargs)
         self.requested_dtype = getattr(torch, dtype) if dtype else None
         self.loss_scale = dict(loss_scale or {})
@@ -80,6 +84,10 @@ class AutocastOptimWrapper(OptimWrapper):
                 self._refuse_compiled_step_with_scaler(dtype)
                 # fp16's narrow exponent range underflows small gradients; bf16 needs no scaler.
                 self.scaler = torch.amp.GradScaler(self._device_type, **self.loss_scale)
+            elif self.loss_scale:
+                print_log(f'optim_wrapper.loss_scale={self.loss_scale} is unused: {dtype} '
+                          'autocast needs no loss scaling (only float16 has it)',
+                          logger='current', level=logging.WARNING)
             _log_precision(self._device_type, dtype, self.scaler is not None)
         return self._device_type, self.requested_dtype
 
@@ -148,12 +156,32 @@ class AutocastOptimWrapper(OptimWrapper):
 
     def load_state_dict(self, state_dict: dict) -> None:
         state_dict = dict(state_dict)
-        scaler_state = state_dict.pop('loss_scaler', None)
-        if scaler_state is not None:
+        if 'loss_scaler' in state_dict:
             self._resolve()
             if self.scaler is not None:
-                self.scaler.load_state_dict(scaler_state)
-        super().load_state_dict(state_dict)
+                self.scaler.load_state_dict(state_dict.pop('loss_scaler'))
+        super().load_state_dict(state_dict)  # drops a scale this run has no use for, saying so
+
+
+def _check_loss_scale(loss_scale: Any) -> None:
+    """``loss_scale`` is ``None`` or a dict of ``torch.amp.GradScaler`` arguments, checked when
+    the wrapper is built rather than by the scaler at the first fp16 step.
+
+    Raises:
+        ValueError: MMEngine's ``'dynamic'`` or a number, or a key GradScaler does not take.
+    """
+    if loss_scale is None:
+        return
+    takes = [name for name in inspect.signature(torch.amp.GradScaler).parameters
+             if name != 'device']
+    if not isinstance(loss_scale, dict):
+        raise ValueError(f'optim_wrapper.loss_scale={loss_scale!r} must be a dict of '
+                         f'torch.amp.GradScaler arguments ({", ".join(takes)}), or None for '
+                         'its dynamic scaling from 2^16 (what MMEngine calls "dynamic")')
+    unknown = sorted(set(loss_scale) - set(takes))
+    if unknown:
+        raise ValueError(f'optim_wrapper.loss_scale: torch.amp.GradScaler takes no {unknown}; '
+                         f'it takes {", ".join(takes)}')
 
 
 def _log_precision(device_type: str, dtype: torch.dtype, scaled: bool) -> None:

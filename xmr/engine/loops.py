@@ -75,6 +75,21 @@ def resolve_dataloader_key(cfg: Mapping[str, Any], key: str, phase_name: str) ->
     return loader
 
 
+def _refuse_param_scheduler(param_scheduler: Any) -> None:
+    """Refuse an MMEngine ``param_scheduler``: the loop sets every group's learning rate from
+    its phase before each iteration, so a scheduler's values would be overwritten unseen.
+
+    Raises:
+        ValueError: naming the scheduler and the phase keys that schedule instead.
+    """
+    if param_scheduler is None or param_scheduler == []:
+        return
+    raise ValueError(f'param_scheduler={param_scheduler!r}: PhasedTrainLoop sets the learning '
+                     'rate of every iteration from its phase, overwriting what a scheduler '
+                     'sets; give param_scheduler = None and schedule in train_cfg.phases '
+                     '(lr, schedule, warmup_ratio, min_lr_ratio, lr_mult)')
+
+
 def _check_validation_options(val_interval: Any, validate_at_phase_end: Any) -> None:
     # Checked here: a wrong type would fail at the first step's modulo, naming no key.
     if is_epochs(val_interval):
@@ -370,6 +385,7 @@ class PhasedTrainLoop(BaseLoop):
         if not phases:
             raise ValueError('PhasedTrainLoop needs at least one phase')
         _check_validation_options(val_interval, validate_at_phase_end)
+        _refuse_param_scheduler(getattr(runner, 'param_schedulers', None))
         configured = [_configured_phase(runner, index, cfg, dataloader)
                       for index, cfg in enumerate(phases)]
         self.phases = [phase for phase, _ in configured]

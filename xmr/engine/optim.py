@@ -228,13 +228,31 @@ def clip_grad_norm_with_sparse(parameters: Iterable[nn.Parameter], max_norm: flo
     return total
 
 
+def clip_grad_value_with_sparse(parameters: Iterable[nn.Parameter], clip_value: float,
+                                foreach: bool | None = None) -> None:
+    """``torch.nn.utils.clip_grad_value_`` that also takes sparse gradients: a sparse
+    gradient is coalesced (repeated rows summed, as its dense form holds them) and its values
+    clamped to ``[-clip_value, clip_value]``; torch's own function has no sparse clamp.
+    ``foreach`` is accepted for MMEngine's call and not needed.
+    """
+    for parameter in parameters:
+        if parameter.grad is None:
+            continue
+        if parameter.grad.is_sparse:
+            parameter.grad = parameter.grad.coalesce()
+            parameter.grad._values().clamp_(-clip_value, clip_value)
+        else:
+            parameter.grad.clamp_(-clip_value, clip_value)
+
+
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class PhasedOptimWrapperConstructor:
     """Builds the optimiser over every parameter a phase may train, grouped by module.
 
     Frozen parameters are included: a later phase unfreezes them (``requires_grad``), and a
     parameter without a gradient is skipped by the optimiser step. Groups carry a ``name`` so a
-    phase can scale one group's learning rate (``lr_mult``); weight decay is not applied to
+    phase can scale one group's learning rate (``lr_mult``); weight decay (the config's
+    ``weight_decay``, else the optimiser's own default) is not applied to
     biases, norms, embeddings' padding and 0/1-d parameters.
 
     Tables with sparse gradients (the target embedding built with ``sparse=True``) go to
@@ -266,7 +284,9 @@ class PhasedOptimWrapperConstructor:
         model = unwrap_model(model)
         cfg = dict(self.optim_wrapper_cfg)
         optimizer_cfg = dict(cfg.pop('optimizer'))
-        weight_decay = optimizer_cfg.get('weight_decay', 0.0)
+        # Given, the config's decay; else the optimiser's own default (AdamW's 0.01).
+        decay = ({} if 'weight_decay' not in optimizer_cfg
+                 else dict(weight_decay=optimizer_cfg['weight_decay']))
         sparse_names = sparse_parameter_names(model)
         buckets: dict[tuple[str, bool], list[nn.Parameter]] = {}
         sparse_buckets: dict[str, list[nn.Parameter]] = {}
@@ -278,7 +298,7 @@ class PhasedOptimWrapperConstructor:
             decays = parameter.ndim >= 2 and 'norm' not in name and 'ln_' not in name
             buckets.setdefault((group, decays), []).append(parameter)
         optimizer_cfg['params'] = [dict(params=params, name=group,
-                                        weight_decay=weight_decay if decays else 0.0)
+                                        **(decay if decays else dict(weight_decay=0.0)))
                                    for (group, decays), params in sorted(buckets.items())]
         if cfg.get('compiled_step') is not None:
             optimizer_cfg = traceable_by_default(optimizer_cfg)
@@ -298,6 +318,8 @@ class PhasedOptimWrapperConstructor:
             optimizer = HybridOptimizer(optimizer, OPTIMIZERS.build(sparse_cfg))
         cfg.setdefault('type', 'OptimWrapper')
         wrapper = OPTIM_WRAPPERS.build(cfg, default_args=dict(optimizer=optimizer))
-        if sparse_buckets and getattr(wrapper, 'clip_func', None) is nn.utils.clip_grad_norm_:
-            wrapper.clip_func = clip_grad_norm_with_sparse
+        with_sparse = {nn.utils.clip_grad_norm_: clip_grad_norm_with_sparse,
+                       nn.utils.clip_grad_value_: clip_grad_value_with_sparse}
+        if sparse_buckets and getattr(wrapper, 'clip_func', None) in with_sparse:
+            wrapper.clip_func = with_sparse[wrapper.clip_func]
         return wrapper

@@ -95,6 +95,7 @@ class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
     def __init__(self, *args: Any, compiled_autograd: dict | None = None,
                  compiled_step: dict | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        _check_clip_threshold(self.clip_grad_kwargs)
         for name, options in (('compiled_autograd', compiled_autograd),
                               ('compiled_step', compiled_step)):
             if options is not None and not isinstance(options, dict):
@@ -236,9 +237,14 @@ class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
     def load_state_dict(self, state_dict: dict) -> None:
         """Load :meth:`state_dict`'s, its ``pending_grads`` back onto the parameters: each
         rank's own where the checkpoint holds as many ranks as this run has
-        (:func:`window_grads_for_this_rank`)."""
+        (:func:`window_grads_for_this_rank`). fp16's loss scale, which a run without it
+        cannot use, is dropped with a warning."""
         state_dict = dict(state_dict)
         saved = state_dict.pop('pending_grads', None)
+        if state_dict.pop('loss_scaler', None) is not None:
+            print_log('the checkpoint was written under fp16 loss scaling, which this run does '
+                      'not use; its loss scale is dropped (resume with --amp-dtype float16 to '
+                      'keep training as it did)', logger='current', level=logging.WARNING)
         self.optimizer.load_state_dict(state_dict)
         grads = () if saved is None else window_grads_for_this_rank(saved)
         for parameter, grad in zip(self._parameters(), grads, strict=saved is not None):
@@ -349,3 +355,19 @@ def check_traceable(optimizer: torch.optim.Optimizer) -> None:
             raise ValueError(f'optim_wrapper.compiled_step: the optimiser\'s group {name!r} has '
                              'capturable=False; a compiled step takes its lr as a tensor and '
                              'keeps the step counts on the device: set capturable=True')
+
+
+def _check_clip_threshold(clip_grad: dict | None) -> None:
+    """``clip_grad``'s ``max_norm`` or ``clip_value`` is a positive number: ``max_norm=-1``
+    (the authors' "no clip") makes the scale ``max_norm / ||g||`` negative, every step then
+    ascends the loss, and 0 zeroes every gradient.
+
+    Raises:
+        ValueError: naming the key, the value and ``clip_grad=None``.
+    """
+    for key in ('max_norm', 'clip_value'):
+        value = (clip_grad or {}).get(key)
+        if value is not None and not (isinstance(value, (int, float))
+                                      and not isinstance(value, bool) and value > 0):
+            raise ValueError(f'optim_wrapper.clip_grad.{key}={value!r} must be a positive '
+                             'number; give clip_grad=None to train without clipping')
