@@ -87,7 +87,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from xmr.utils.cli import run_tool
+from xmr.utils.cli import int_at_least, run_tool
 
 CASES = ('cross_lingual', 'cross_modal', 'video', 'eval')
 METHODS = ('static', 'dasd')
@@ -135,12 +135,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f'comma-separated subset of {CASES}')
     parser.add_argument('--methods', help=f'comma-separated subset of {METHODS} (default: '
                         'static on CPU, both on CUDA)')
-    parser.add_argument('--batch-size', type=int,
+    parser.add_argument('--batch-size', type=int_at_least(1),
                         help='samples per step (default: 32 on CPU, 128 on CUDA)')
-    parser.add_argument('--steps', type=int, help='timed steps (default: 2 on CPU, 20 on CUDA)')
-    parser.add_argument('--warmup', type=int,
+    parser.add_argument('--steps', type=int_at_least(1),
+                        help='timed steps (default: 2 on CPU, 20 on CUDA)')
+    parser.add_argument('--warmup', type=int_at_least(0),
                         help='untimed steps first (default: 1 on CPU, 5 on CUDA)')
-    parser.add_argument('--frames', type=int, default=12, help='frames per video (DASD: 12)')
+    parser.add_argument('--frames', type=int_at_least(1), default=12,
+                        help='frames per video (DASD: 12)')
     parser.add_argument('--amp', choices=['none', 'amp', 'both'],
                         help="precisions: fp32 ('none'), autocast ('amp': bf16, fp16 on GPUs "
                         "without bf16), or both (default: none on CPU, both on CUDA)")
@@ -179,10 +181,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.warmup = args.warmup if args.warmup is not None else (5 if cuda else 1)
     args.amp = args.amp or ('both' if cuda else 'none')
     args.methods = args.methods or (','.join(METHODS) if cuda else 'static')
+    if cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error(f'--device {args.device}: torch sees no CUDA device here; on a CPU '
+                         'give --device cpu')
     for option, known in (('cases', CASES), ('methods', METHODS), ('compile', COMPILED_PATHS)):
-        unknown = set(filter(None, getattr(args, option).split(','))) - set(known)
+        chosen = [name for name in getattr(args, option).split(',') if name]
+        unknown = sorted(set(chosen) - set(known))
         if unknown:
-            parser.error(f'unknown {option} {sorted(unknown)}; choose from {known}')
+            parser.error(f'unknown {option} {unknown}; choose from {known}')
+        if not chosen and option != 'compile':
+            parser.error(f'--{option} names none of {known}')
+        setattr(args, option, ','.join(chosen))
+    if args.compile and 'dasd' not in args.methods.split(','):
+        parser.error('--compile adds compiled DASD rows: add dasd to --methods')
+    for option in WRAPPER_SUFFIXES:
+        if getattr(args, option) and not args.compile:
+            parser.error(f"--{option.replace('_', '-')} adds each compiled row again: give "
+                         '--compile')
     return args
 
 
@@ -346,8 +364,10 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     items = make_items(case, spec['batch_size'], spec['frames'], model.backbone.image_size[0])
     dataset: Any = ItemList(items, case)
     if not recompute:
+        # A --work-dir reused with other sizes holds another setup's cache: built anew.
         dataset = CachedFeatureDataset(dataset, Path(spec['work_dir']) / f'cache_{case}',
-                                       batch_size=min(64, spec['batch_size']))
+                                       batch_size=min(64, spec['batch_size']),
+                                       rebuild_if_stale=True)
         dataset.prepare(model)
     wrapper = None
     if case != 'eval':
@@ -780,7 +800,7 @@ def results_table(rows: list[dict[str, Any]], device: str) -> str:
               f"{r['peak_memory_mib']:.0f}",
               f"{r['target_tokens']}/{r['source_tokens']}", f"{r['target_tokens_run']:.1f}",
               '' if r['first_loss'] is None else f"{r['first_loss']:.5f}",
-              f"{r.get('speedup', 1.0):.2f}x", f"{r.get('cpu_speedup', 1.0):.2f}x"]
+              *(f'{r[key]:.2f}x' if key in r else '' for key in ('speedup', 'cpu_speedup'))]
              for r in rows]
     return format_table(header, cells)
 
@@ -792,6 +812,10 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         if split_path(row['path'])[0] not in ('xmr', *COMPILED_PATHS.values()):
             continue
         method = row.get('method', 'static')
+        if 'speedup' not in row:  # its baseline row failed (said with the failures)
+            lines.append(f"{method} {row['case']} {row['precision']}: {row['path']} has no "
+                         f'{PATHS[method][0]} row to compare with')
+            continue
         target = TARGETS.get((method, row['case']))
         against = [(PATHS[method][0], row['speedup'])] + (
             [('recompute', row['recompute_speedup'])] if 'recompute_speedup' in row else [])

@@ -198,8 +198,10 @@ benchmark_rows() {
     echo
     echo "## a run compiled as CUDA graphs ($compiled_run): exit $run"
     echo
+    # A run stopped by DEADLINE_S or failing at collection printed no such line: the report
+    # goes on (set -e -o pipefail would end it here).
     [ "$run" = skipped ] || grep -E 'shortened DASD demo|passed|failed|skipped' \
-        "$out/compiled_run.log" | sed 's/^/    /'
+        "$out/compiled_run.log" | sed 's/^/    /' || echo "    (no summary line: exit $run)"
     echo
     echo "## the training loop's iterations (tools/benchmarks/loop_time.py ${LOOP_ARGS:-}): exit $loop"
     echo

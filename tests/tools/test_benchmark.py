@@ -291,9 +291,12 @@ def test_the_authors_path_pays_frozen_gradients_and_a_second_discriminator_updat
     assert all(not torch.equal(a, b) for a, b in zip(before, discriminator.parameters()))
 
 
-def test_defaults_follow_the_device():
+def test_defaults_follow_the_device(monkeypatch):
+    import torch
+
     cpu = benchmark.parse_args([])
     assert (cpu.batch_size, cpu.steps, cpu.warmup, cpu.amp) == (32, 2, 1, 'none')
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     cuda = benchmark.parse_args(['--device', 'cuda'])
     assert (cuda.batch_size, cuda.steps, cuda.warmup, cuda.amp) == (128, 20, 5, 'both')
     with pytest.raises(SystemExit):
@@ -323,6 +326,62 @@ def test_compiled_rows_are_dasd_rows_of_each_mode():
     assert [s['path'] for s in benchmark.rows_to_run(both)][3:] == [
         'xmr-compile', 'xmr-compile+ca', 'xmr-compile+step', 'xmr-compile+ca+step',
         'xmr-graphs', 'xmr-graphs+ca', 'xmr-graphs+step', 'xmr-graphs+ca+step']
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--steps', '0'], "--steps: '0' is no whole number >= 1"),
+    (['--batch-size', '-4'], "--batch-size: '-4' is no whole number >= 1"),
+    (['--warmup', '-1'], "--warmup: '-1' is no whole number >= 0"),
+    (['--frames', '0'], "--frames: '0' is no whole number >= 1"),
+    (['--cases', ','], "--cases names none of"),
+    (['--methods', 'static', '--compile', 'default'], '--compile adds compiled DASD rows: add '
+     'dasd to --methods'),
+    (['--methods', 'dasd', '--compiled-autograd'], '--compiled-autograd adds each compiled row '
+     'again: give --compile'),
+    (['--device', 'cuda'], '--device cuda: torch sees no CUDA device here; on a CPU give '
+     '--device cpu'),
+])
+def test_options_that_would_fail_every_row_or_add_none_are_refused(monkeypatch, capsys, argv,
+                                                                   message):
+    """Each was taken: rows then failed after their model was built (no step, no GPU), or
+    nothing was added and nothing said."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_an_empty_entry_of_a_comma_list_names_no_row():
+    """``--cases eval,`` ran rows of case '' (cross-modal training shown without a case)."""
+    args = benchmark.parse_args(['--cases', 'eval,', '--methods', 'dasd,'])
+    assert (args.cases, args.methods) == ('eval', 'dasd')
+    assert {(s['method'], s['case']) for s in benchmark.rows_to_run(args)} == {('dasd', 'eval')}
+
+
+def test_a_failed_baseline_row_leaves_its_rows_without_ratios_not_the_summary_broken():
+    rows = benchmark.with_ratios([dict(case='video', path='xmr', precision='fp32', step_ms=250.0,
+                                       cpu_ms=500.0, model_ms=200.0, unwaited_ms=150.0, waits=[],
+                                       first_loss=1.0, batch_size=32, parts_ms=dict(data=1.0),
+                                       steps_per_s=4.0, samples_per_s=128.0, data_ms=1.0,
+                                       peak_memory_mib=1.0, target_tokens=9, source_tokens=7,
+                                       target_tokens_run=9.0)])
+    assert benchmark.summary(rows) == ['static video fp32: xmr has no recompute row to compare '
+                                       'with']
+    cells = [cell.strip() for cell in benchmark.results_table(rows, 'cpu').splitlines()[-1]
+             .split('|')]
+    assert cells[-4:] == ['1.00000', '', '', '']  # no speed-up shown as 1.00x
+
+
+def test_a_work_dir_reused_with_another_batch_size_rebuilds_its_feature_cache(tmp_path):
+    """Every xmr row failed on the stale cache of the first run's sizes."""
+    for batch_size in ('4', '6'):
+        rows = benchmark.main(['--arch', 'tiny', '--batch-size', batch_size, '--steps', '1',
+                               '--warmup', '0', '--in-process', '--cases', 'eval',
+                               '--work-dir', str(tmp_path)])
+        assert [(row['path'], row['batch_size']) for row in rows] == [
+            ('recompute', int(batch_size)), ('xmr', int(batch_size))]
 
 
 @pytest.mark.parametrize('path, split', [

@@ -75,6 +75,16 @@ def test_the_stages_run_in_the_order_stages_names_them(tmp_path):
     assert tools == ['tools/benchmarks/loop_time.py', 'tools/benchmarks/host_costs.py']
 
 
+def test_a_compiled_run_that_printed_no_summary_line_leaves_the_report_whole(tmp_path):
+    """The report's grep for the run's summary failed under ``set -e -o pipefail`` and ended
+    the script there: no later section, no ``report:`` line."""
+    done, out, _ = run_check(tmp_path, STAGES='run loop')
+    report = (out / 'gpu_report.md').read_text()
+    assert '    (no summary line: exit 0)' in report.split('## a run compiled as CUDA graphs')[1]
+    assert "## the training loop's iterations" in report
+    assert f'report: {out}/gpu_report.md' in done.stdout and done.returncode == 0, done.stderr
+
+
 def test_an_unknown_stage_is_refused_before_anything_is_installed(tmp_path):
     """A misspelt stage would otherwise run nothing and report success, the lease's call spent."""
     done, _, calls = run_check(tmp_path, STAGES='tier compile')
@@ -98,9 +108,12 @@ def lease_calls() -> list[dict[str, str]]:
     return calls
 
 
-def test_the_next_lease_s_calls_are_calls_the_check_takes():
+def test_the_next_lease_s_calls_are_calls_the_check_takes(monkeypatch):
     """Each call is its own command on the GPU machine, so each sets its own deadline (an
     exported one would not reach the next call); its stages and benchmark rows exist."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)  # the lease's machine
     calls = lease_calls()
     assert calls
     known = re.search(r'^known="(.*)"$', (REPO / 'tools' / 'gpu_check.sh').read_text(),

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
               f'{len(files) - args.images} videos), batch {args.batch_size}, '
               f'{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, device '
               f'{args.device}')
-        print('| workers | seconds | media/s | vs in turn | same embeddings |')
+        print('| workers | seconds | media/s | vs the first row | same embeddings |')
         print('|---:|---:|---:|---:|---|')
         first = None
         for workers in map(int, args.workers.split(',')):
