@@ -322,8 +322,6 @@ def changed_cfg(method: str, change: str, value) -> dict:
                  'tokenizer.lowercase is True',
                  marks=pytest.mark.skipif(not XLMR_TOKENIZER.is_file(),
                                           reason=f'needs the shared data ({XLMR_TOKENIZER})')),
-    ('mla', 'language_branch.embedding', dict(type='TowerTokenEmbedding'),
-     "embedding.type is 'TowerTokenEmbedding'"),
     ('mla', 'language_branch.adapters', dict(type='StaticAdapter', hidden=D_U, blocks=[0, 1]),
      "adapters is '2 adapters'"),
     pytest.param('mla', 'language_branch.tokenizer',
@@ -343,6 +341,18 @@ def test_a_config_that_computes_otherwise_than_the_authors_is_refused(
                   tmp_path / 'o.pth')
     assert f'does not compute what the {method.upper()} code computes' in err
     assert named in err and f'configs/dasd/{method}_clip-vit-b' in err
+    assert 'Traceback' not in err and not (tmp_path / 'o.pth').exists()
+
+
+def test_a_config_whose_model_cannot_be_built_is_refused_naming_it(tmp_path, capsys):
+    """The tower's own table reading another tokenizer's ids: refused as the model builds."""
+    torch.save(authors_state_dict('mla'), tmp_path / 'authors.bin')
+    Config(dict(model=changed_cfg('mla', 'language_branch.embedding',
+                                  dict(type='TowerTokenEmbedding')))).dump(tmp_path / 'changed.py')
+    err = refused(capsys, 'mla', tmp_path / 'authors.bin', tmp_path / 'changed.py', '--out',
+                  tmp_path / 'o.pth')
+    assert f'{tmp_path / "changed.py"}: its model cannot be built: model.language_branch.' \
+        "tokenizer: TowerTokenEmbedding embeds with the text tower's own table" in err
     assert 'Traceback' not in err and not (tmp_path / 'o.pth').exists()
 
 

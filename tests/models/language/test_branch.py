@@ -111,6 +111,40 @@ def test_a_target_max_length_that_keeps_no_piece_of_a_caption_is_refused_at_buil
     assert MODELS.build(cfg, default_args=dict(tower=backbone.text_tower)).tokenizer.max_length == 3
 
 
+def test_a_table_with_fewer_rows_than_the_tokenizer_has_ids_is_refused_at_build(parts):
+    """It built, and a caption with a high id stopped the run at its batch (IndexError)."""
+    backbone, _ = parts
+    cfg = tiny_branch_cfg()
+    cfg['embedding']['vocab_size'] = 47
+    with pytest.raises(ValueError, match=re.escape(
+            'model.language_branch.embedding.vocab_size=47 holds fewer rows than the target '
+            "tokenizer has ids (48); leave it out to take the tokenizer's size")):
+        MODELS.build(cfg, default_args=dict(tower=backbone.text_tower))
+    cfg['embedding']['vocab_size'] = 50  # room to spare is taken
+    MODELS.build(cfg, default_args=dict(tower=backbone.text_tower))
+
+
+@pytest.mark.parametrize('adapters, pad_to, message', [
+    (None, 33, 'target tokenizer pad_to 33 exceeds the text tower context length 32; set '
+               'model.language_branch.tokenizer.pad_to <= 32'),
+    ([dict(type='StaticAdapter', hidden=8), dict(type='SoftPrompt', num_tokens=4)], 32,
+     'target tokenizer pad_to 32 with the 4 prompt tokens exceeds the text tower context length '
+     '32; set model.language_branch.tokenizer.pad_to <= 28'),
+])
+def test_a_pad_to_beyond_the_context_left_for_captions_is_refused_at_build(parts, adapters,
+                                                                           pad_to, message):
+    """The authors' pad_to=77 with prompts on a 77-token tower failed at every forward."""
+    backbone, _ = parts
+    cfg = tiny_branch_cfg(adapters=adapters)
+    cfg['tokenizer']['pad_to'] = pad_to
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MODELS.build(cfg, default_args=dict(tower=backbone.text_tower))
+    fits = pad_to - 4 if adapters else pad_to - 1
+    cfg['tokenizer'].update(pad_to=fits, max_length=fits)
+    branch = MODELS.build(cfg, default_args=dict(tower=backbone.text_tower))
+    assert branch.tokenize(['ein roter Kreis'])['input_ids'].shape == (1, fits)
+
+
 def test_num_blocks_limits_the_branch(parts):
     backbone, _ = parts
     short = MODELS.build(tiny_branch_cfg(num_blocks=1), default_args=dict(

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import xmr
-from tests.conftest import tiny_backbone_cfg
+from tests.conftest import CORPUS, tiny_backbone_cfg, tiny_branch_cfg
 from tests.models.adapters.peft_helpers import CAPTIONS, clip_branch_cfg
 from xmr.models.language.language_modules import (
     language_parameter_report,
@@ -99,6 +99,31 @@ def test_a_module_of_another_config_is_refused_with_the_difference(tmp_path):
     torch.save({'state_dict': {}}, tmp_path / 'plain.pth')
     with pytest.raises(ValueError, match='not an xmr language module file'):
         load_language_module(build(['de'], adapters=LORA), tmp_path / 'plain.pth')
+
+
+def test_a_module_trained_on_another_target_vocabulary_is_refused_naming_both(tmp_path):
+    """Shared weights that happen to match (an own table from the same seed) let it load, and
+    the module then read another vocabulary's ids for the same text."""
+    def with_corpus(corpus):
+        torch.manual_seed(0)
+        branch = tiny_branch_cfg(languages=['de'])
+        branch['tokenizer']['corpus'] = corpus * 20
+        return MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                                 language_branch=branch))
+
+    trained = with_corpus(CORPUS)
+    other = with_corpus([caption.upper()[::-1] + ' xyz' for caption in CORPUS])
+    sizes = {m.language_branch.tokenizer.vocab_size for m in (trained, other)}
+    assert len(sizes) == 1  # the same table shape: only the vocabulary tells them apart
+    save_language_module(trained, 'de', tmp_path / 'de.pth')
+    digests = [m.language_branch.tokenizer.vocabulary_digest() for m in (trained, other)]
+    with pytest.raises(ValueError, match=f"target_vocabulary: file '{digests[0]}' vs model "
+                                         f"'{digests[1]}'"):
+        load_language_module(other, tmp_path / 'de.pth')
+    old = torch.load(tmp_path / 'de.pth', weights_only=True)
+    del old['facts']['target_vocabulary']  # as an earlier xmr wrote it
+    torch.save(old, tmp_path / 'earlier.pth')
+    assert load_language_module(with_corpus(CORPUS), tmp_path / 'earlier.pth') == 'de'
 
 
 def test_parameter_shares_match_hand_counts():

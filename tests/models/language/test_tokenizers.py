@@ -289,6 +289,22 @@ def test_hf_tokenizer_file_reads_the_real_xlmr_tokenizer(shared_data):
     assert (ids[~batch['attention_mask']] == 1).all()
 
 
+def test_a_folder_naming_no_pad_token_guesses_as_its_lone_file_does_and_says_so(
+        shared_data, tmp_path, monkeypatch):
+    """The folder route padded with 0 (XLM-R's <s>, which the target table then froze at
+    zero) and did not flag the guess, so SigLIP's check never refused it."""
+    from transformers import PreTrainedTokenizerFast
+
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    file = shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json'
+    PreTrainedTokenizerFast(tokenizer_file=str(file), bos_token='<s>', eos_token='</s>',
+                            unk_token='<unk>').save_pretrained(tmp_path)
+    from_file = HFTokenizer(tokenizer_file=str(tmp_path / 'tokenizer.json'))
+    from_folder = HFTokenizer(name_or_path=str(tmp_path))
+    assert (from_folder.pad_id, from_folder.pad_id_guessed) == (1, True)  # <pad>
+    assert (from_file.pad_id, from_file.pad_id_guessed) == (1, True)
+
+
 def test_hf_tokenizer_needs_exactly_one_source(tmp_path):
     with pytest.raises(ValueError, match='exactly one'):
         HFTokenizer()

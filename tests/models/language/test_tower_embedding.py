@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from tests.conftest import tiny_backbone_cfg
+from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from xmr.models.language.tower_embedding import TowerTokenEmbedding
 from xmr.registry import MODELS
 
@@ -27,3 +27,18 @@ def test_a_tokenizer_emitting_one_id_more_than_the_tower_embeds_is_refused(backb
     with pytest.raises(ValueError, match=r'the tokenizer emits 49409 ids but the tower embeds '
                                          r"49408; TowerTokenEmbedding needs the tower's own"):
         TowerTokenEmbedding(tower, vocab_size=tower.vocab_size + 1, width=tower.width)
+
+
+def test_a_target_tokenizer_other_than_the_tower_s_own_is_refused():
+    """A 48-piece SentencePiece vocabulary built and ran: its ids read as CLIP BPE tokens."""
+    branch = dict(tiny_branch_cfg(), embedding=dict(type='TowerTokenEmbedding'))
+    with pytest.raises(ValueError, match=r"model.language_branch.tokenizer: TowerTokenEmbedding "
+                                         r"embeds with the text tower's own table, which reads the "
+                                         r"source tokenizer's ids \(vocabulary [0-9a-f]{16}, 49408 "
+                                         r'ids\), and the target tokenizer has another vocabulary '
+                                         r'\([0-9a-f]{16}, 48 ids\)'):
+        MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                          language_branch=branch))
+    branch['tokenizer'] = dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=24)
+    MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                      language_branch=branch))

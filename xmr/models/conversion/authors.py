@@ -402,7 +402,11 @@ def _aliases(model: nn.Module) -> set[str]:
 
 
 def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -> nn.Module:
-    """The config's model, without fetching pretrained weights (the checkpoint brings them)."""
+    """The config's model, without fetching pretrained weights (the checkpoint brings them).
+
+    Raises:
+        ConversionError: a model the config cannot build, naming the config and the reason.
+    """
     from xmr.registry import MODELS
 
     cfg = Config.fromfile(str(config))
@@ -411,7 +415,11 @@ def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -
     for part in (cfg.model.get('backbone'), branch.get('embedding')):
         if part is not None and 'pretrained' in part:  # a part without it is refused later
             part.pretrained = None
-    return MODELS.build(cfg.model)
+    try:
+        return MODELS.build(cfg.model)
+    except (ValueError, KeyError, TypeError) as error:
+        reason = error.args[0] if isinstance(error, KeyError) and error.args else error
+        raise ConversionError(f'{config}: its model cannot be built: {reason}') from error
 
 
 def state_for(path: Path, state: Mapping[str, torch.Tensor], model: nn.Module,

@@ -115,6 +115,12 @@ def _built_embedding(cfg: dict | None, tower: TextTower, tokenizer: BaseTokenize
     if not (isinstance(embedding_cls, type) and issubclass(embedding_cls, EmbeddingBlock)):
         raise TypeError(f"embedding type {cfg['type']!r} must subclass xmr's "
                         'EmbeddingBlock (xmr.models.language.embedding)')
+    if not embedding_cls.reads_tower and cfg['vocab_size'] < tokenizer.vocab_size:
+        # Else a caption with a high id (CJK, say) stops the run hours in, and lower ids read
+        # rows meant for another vocabulary.
+        raise ValueError(f"{EMBEDDING_KEY}.vocab_size={cfg['vocab_size']} holds fewer rows than "
+                         f'the target tokenizer has ids ({tokenizer.vocab_size}); leave it out '
+                         "to take the tokenizer's size")
     return MODELS.build(cfg, default_args=dict(tower=tower) if embedding_cls.reads_tower
                         else None)
 
@@ -206,7 +212,8 @@ class TargetLanguageBranch(nn.Module):
         ``max_length`` that fills the context would stop the run mid-way at the positions.
 
         Raises:
-            ValueError: prompts that leave fewer than two tokens of the context for a caption.
+            ValueError: prompts that leave fewer than two tokens of the context for a caption,
+                or a ``pad_to`` beyond the room they leave (every batch would overflow).
         """
         num_prompt = self._num_prompt_tokens()
         room = self.tower.max_tokens - num_prompt
@@ -214,6 +221,12 @@ class TargetLanguageBranch(nn.Module):
             raise ValueError(f'{num_prompt} prompt tokens leave {room} of the '
                              f'{self.tower.max_tokens}-token context for a caption (its start '
                              'and end tokens need 2): use fewer prompt tokens')
+        pad_to = self.tokenizer.pad_to
+        if pad_to is not None and pad_to > room:
+            prompts = f' with the {num_prompt} prompt tokens' if num_prompt else ''
+            raise ValueError(f'target tokenizer pad_to {pad_to}{prompts} exceeds the text tower '
+                             f'context length {self.tower.max_tokens}; set '
+                             f'model.language_branch.tokenizer.pad_to <= {room}')
         self.tokenizer.max_length = min(self.tokenizer.max_length, room)
 
     def _fit_fixed_context(self, given_pad_to: int | None) -> None:

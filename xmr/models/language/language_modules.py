@@ -65,7 +65,8 @@ def _facts(model: nn.Module) -> dict[str, Any]:
     backbone = getattr(model, 'backbone', None)
     return dict(backbone=type(backbone).__name__ if backbone is not None else None,
                 arch=getattr(backbone, 'arch', None), width=branch.tower.width,
-                num_blocks=branch.num_blocks, routine=getattr(model, 'routine', None))
+                num_blocks=branch.num_blocks, routine=getattr(model, 'routine', None),
+                target_vocabulary=branch.tokenizer.vocabulary_digest())
 
 
 def shared_fingerprints(model: nn.Module) -> dict[str, str]:
@@ -103,9 +104,10 @@ def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
     (a small torch file), through a temporary file.
 
     The file holds the format tag, the language, the facts the receiving model must share
-    (backbone, architecture, width, blocks, routine), its base (``base_checkpoint``, the file the
-    model was loaded from, and :func:`shared_fingerprints` of the model), the module's state and
-    the xmr that wrote it (:func:`~xmr.version.provenance`).
+    (backbone, architecture, width, blocks, routine, target vocabulary), its base
+    (``base_checkpoint``, the file the model was loaded from, and :func:`shared_fingerprints`
+    of the model), the module's state and the xmr that wrote it
+    (:func:`~xmr.version.provenance`).
 
     Returns:
         The path written.
@@ -171,8 +173,9 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
                          'with the xmr that wrote it, or update this one')
     target = normalize_language(lang or payload['lang'], f'{path} language')
     mine = _facts(model)
-    differing = {k: (payload['facts'].get(k), v) for k, v in mine.items()
-                 if payload['facts'].get(k) != v}
+    # The facts the file records: one written before target_vocabulary was a fact has none.
+    differing = {k: (payload['facts'][k], v) for k, v in mine.items()
+                 if k in payload['facts'] and payload['facts'][k] != v}
     if differing:
         details = '; '.join(f'{k}: file {a!r} vs model {b!r}' for k, (a, b) in differing.items())
         raise ValueError(f'{path} ({payload["lang"]}) does not fit this model: {details}')

@@ -533,8 +533,9 @@ def _load_hub(name_or_path: str) -> _Loaded:
     vocab = hf.get_vocab()
     _check_bos_eos_flags(config, config_path, _hub_file(name_or_path, 'tokenizer.json'),
                          encode, vocab)
-    return _Loaded(encode, len(hf), 0 if hf.pad_token_id is None else hf.pad_token_id,
-                   vocab, hf.sep_token_id, hf.unk_token_id,
+    # No pad token named: None, so that HFTokenizer guesses as for a lone file and says so
+    # (XLM-R's id 0 is <s>, the first token of every caption).
+    return _Loaded(encode, len(hf), hf.pad_token_id, vocab, hf.sep_token_id, hf.unk_token_id,
                    getattr(hf, 'backend_tokenizer', None),
                    hf.truncation_side,
                    _left_padded_by(config, config_path))

@@ -11,6 +11,7 @@ from xmr.registry import MODELS
 
 if TYPE_CHECKING:
     from xmr.models.backbones.base import TextTower
+    from xmr.models.language.tokenizers import BaseTokenizer
 
 
 @MODELS.register_module()
@@ -45,3 +46,21 @@ class TowerTokenEmbedding(EmbeddingBlock):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """``[B, L]`` ids -> ``[B, L, D]`` (without positions)."""
         return self.tower.embed_tokens(input_ids)
+
+
+def check_tower_tokenizer(source: BaseTokenizer, target: BaseTokenizer) -> None:
+    """Refuse a target tokenizer other than the tower's own (the source tokenizer's vocabulary)
+    for :class:`TowerTokenEmbedding`: the tower's table would read its ids as other tokens.
+    Tokenizers that cannot list their vocabulary are not compared.
+
+    Raises:
+        ValueError: naming both vocabularies' digests and sizes.
+    """
+    mine, theirs = target.vocabulary_digest(), source.vocabulary_digest()
+    if mine is not None and theirs is not None and mine != theirs:
+        raise ValueError(f'model.language_branch.tokenizer: TowerTokenEmbedding embeds with the '
+                         f"text tower's own table, which reads the source tokenizer's ids "
+                         f'(vocabulary {theirs}, {source.vocab_size} ids), and the target '
+                         f'tokenizer has another vocabulary ({mine}, {target.vocab_size} ids); '
+                         "give the branch the backbone's tokenizer, or its own table "
+                         "(embedding=dict(type='TargetEmbedding'))")

@@ -18,6 +18,7 @@ from xmr.models.disentanglers.base import (
 )
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
 from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.language.tower_embedding import check_tower_tokenizer
 from xmr.models.retrievers.base import (
     DISENTANGLER_SCALE,
     BaseRetriever,
@@ -122,6 +123,8 @@ class CrossLingualRetriever(BaseRetriever):
         self.language_branch = None
         if language_branch is not None:
             self.language_branch = MODELS.build(language_branch, default_args=dict(tower=tower))
+            if getattr(self.language_branch.embedding, 'reads_tower', False):
+                check_tower_tokenizer(self.backbone.tokenizer, self.language_branch.tokenizer)
         if disentangler is not None:
             self.disentangler = self._build_disentangler(dict(disentangler), tower)
         self.build_losses({**self.DEFAULT_LOSSES, **(losses or {})})
