@@ -35,9 +35,11 @@ from xmr.engine.checkpoint import (
     foreign_checkpoint_fix,
     keys_of_another_model,
     read_checkpoint,
+    state_dict_mismatches,
 )
 from xmr.engine.data_languages import transform_size_problem
 from xmr.engine.feature_cache.key import backbone_fingerprint, jsonable
+from xmr.engine.hooks.checkpoint import refuse_other_facts
 from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
@@ -132,6 +134,7 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
             unexpected or differently shaped parameters with the xmr that wrote the file
             (:func:`~xmr.version.written_by`) and the one reading it.
     """
+    model = unwrap_model(model)
     path = Path(checkpoint)
     loaded = read_checkpoint(path)
     module_file = module_file_problem(path, loaded)
@@ -149,17 +152,20 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
             f"checkpoint {path} holds none of the model's weights ({foreign}): "
             f'{foreign_checkpoint_fix(path, state, model.state_dict())}')
     meta = dict(loaded.get('meta') or {})
+    # Both checks before any weight is copied: a failed strict load leaves the weights it
+    # reached overwritten, and a caller that catches the error would hold a mixed model.
     try:
-        load_state_dict(model, state, strict=True, logger=None)
-    except ValueError as error:
-        # The retriever's own check: backbone, architecture, width, languages.
-        raise CheckpointMismatchError(f'checkpoint {path}: {error}') from error
-    except RuntimeError as error:
-        # Missing, unexpected or differently shaped parameters: another config, or keys that
-        # another xmr added or renamed.
+        refuse_other_facts(model, state, f'checkpoint {path}',
+                           'give the config the checkpoint was trained with')
+    except ValueError as error:  # backbone, architecture, width, languages
+        raise CheckpointMismatchError(str(error)) from error
+    mismatches = state_dict_mismatches(model.state_dict(), state)
+    if mismatches:
+        # Another config, or keys that another xmr added or renamed.
         raise CheckpointMismatchError(f'checkpoint {path} does not match the config: '
-                                      f'{_first_lines(str(error))}\n(the checkpoint was '
-                                      f'{written_by(meta)})') from error
+                                      + '; '.join(mismatches)
+                                      + f'\n(the checkpoint was {written_by(meta)})')
+    load_state_dict(model, state, strict=True, logger=None)
     _check_authors_settings(path, model, meta)
     return meta
 
@@ -181,13 +187,6 @@ def _check_authors_settings(path: Path, model: torch.nn.Module, meta: Mapping) -
     if problem is not None:
         raise CheckpointMismatchError(f"checkpoint {path}, converted from {method.upper()}'s "
                                       f"{meta['converted_from']}: the config's model {problem}")
-
-
-def _first_lines(message: str, limit: int = 6) -> str:
-    """The first ``limit`` non-empty lines of a message (a mismatch can list every parameter)."""
-    lines = [line for line in message.splitlines() if line.strip()]
-    more = f'\n... and {len(lines) - limit} more' if len(lines) > limit else ''
-    return '\n'.join(lines[:limit]) + more
 
 
 def trained_languages(model: CrossLingualRetriever) -> list[str]:
@@ -218,6 +217,11 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
                  batch_size: int = 256) -> Tensor:
     """Embed captions or queries of one language.
 
+    A model that queries with back-translations (PECTVLM's ``routine3`` and ``translate_test``)
+    reads a target language's texts as its evaluation does: the queries machine-translated into
+    the source language, tokenised as source-language text and encoded with that language's
+    module. Give them so.
+
     Args:
         model: a trained retriever.
         texts: one text or several.
@@ -239,9 +243,14 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
         _check_encodable(text, f'text {i}')
     _check_batch_size(batch_size)
     embeddings = None
+    # The evaluation's query texts: its captions, or their back-translations.
+    back = (lang != model.source_language
+            and getattr(getattr(model, 'spec', None), 'query', None) == 'target_to_source')
+    field, group = (('back_translations', 'back_translation_tokens') if back
+                    else ('captions', 'caption_tokens'))
     for start in range(0, len(texts), batch_size):
-        batch = model.data_preprocessor({'captions': [{lang: texts[start:start + batch_size]}]})
-        tokens, _ = batch['caption_tokens'][lang]
+        batch = model.data_preprocessor({field: [{lang: texts[start:start + batch_size]}]})
+        tokens, _ = batch[group][lang]
         rows = F.normalize(model.encode_text(tokens, lang).float(), dim=-1)
         # Filled in place: batches joined at the end held every embedding twice at once.
         if embeddings is None:
@@ -264,8 +273,20 @@ def _check_encodable(text: str, where: str) -> None:
 def media_list(media: MediaInput | Sequence[MediaInput]) -> list[MediaInput]:
     """The media as a list: one file path or one tensor given alone is one media (a str would
     otherwise be read as its characters, each a file name; a video's ``[T, 3, H, W]`` frames
-    as ``T`` images)."""
-    return [media] if isinstance(media, (str, os.PathLike, Tensor)) else list(media)
+    as ``T`` images).
+
+    Raises:
+        TypeError: a media that is neither a path nor a tensor (a PIL image), naming its place.
+    """
+    items = [media] if isinstance(media, (str, os.PathLike, Tensor)) else list(
+        media if isinstance(media, Iterable) else [media])
+    for index, item in enumerate(items):
+        if not isinstance(item, (str, os.PathLike, Tensor)):
+            raise TypeError(f'media {index} is a {type(item).__name__}: give a file path or a '
+                            'uint8 tensor [3, H, W] (an image; a PIL image as '
+                            'torchvision.transforms.functional.pil_to_tensor gives it) or '
+                            '[T, 3, H, W] (video frames)')
+    return items
 
 
 def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
@@ -445,14 +466,15 @@ def _encode_readable(model: CrossLingualRetriever, media: Sequence[tuple[int, Me
     started = bar.completed if bar is not None else 0
     # Encoded a batch at a time as they are decoded: decoding the whole gallery first held
     # every decoded media at once (3 x 224 x 224 bytes an image, 17 GB for COCO's 113k).
-    pending: dict[int, list[tuple[int, Tensor]]] = {3: [], 4: []}
+    # By shape: images, and videos of each frame count (tensors given may differ in it).
+    pending: dict[tuple[int, ...], list[tuple[int, Tensor]]] = {}
     for row, item in enumerate(decoded):
         if not isinstance(item, Tensor):
             error = MediaReadError(*item, _LEAVE_OUT_FIX)
             skipped.append(skip_or_raise(error, on_corrupt, media[row][0]))
             unread.add(row)
             continue
-        batch = pending[item.dim()]
+        batch = pending.setdefault(tuple(item.shape), [])
         batch.append((row, item))
         if len(batch) == batch_size:
             embeddings = _encode_batch(model, batch, embeddings, len(media))
@@ -539,21 +561,15 @@ def _encode_batch(model: CrossLingualRetriever, batch: Sequence[tuple[int, Tenso
 
     Args:
         model: the retriever.
-        batch: ``(row, media)`` pairs, media uint8 ``[3, S, S]`` or ``[T, 3, S, S]``.
+        batch: ``(row, media)`` pairs of one shape, media uint8 ``[3, S, S]`` or
+            ``[T, 3, S, S]``.
         embeddings: ``[total, E]`` float32 rows by input position, filled in place; ``None``
             before the first batch, which allocates them (its output gives ``E``).
         total: the number of media.
 
     Returns:
         ``embeddings``, with the batch's rows written.
-
-    Raises:
-        ValueError: when the batch's media differ in shape.
     """
-    sizes = {tuple(media.shape) for _, media in batch}
-    if len(sizes) > 1:
-        raise ValueError(f'media of one batch must share a shape after the transform, '
-                         f'got {sorted(sizes)} (videos need the same frame count)')
     stacked = model.data_preprocessor.normalize_media(torch.stack([m for _, m in batch]))
     rows = F.normalize(model.encode_media(stacked).float(), dim=-1)
     # Filled in place: rows stacked at the end held every embedding twice at once.

@@ -7,10 +7,12 @@ import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ['EMPTY_FILE', 'missing_media', 'other_spelling_hint']
+__all__ = ['EMPTY_FILE', 'FOLDER', 'missing_media', 'other_spelling_hint']
 
 #: Why an empty file (a failed copy or download) cannot be read, image or video.
 EMPTY_FILE = 'the file is empty (0 bytes)'
+#: What a media path that names a folder is said to be.
+FOLDER = 'is a folder, not a file'
 
 
 def missing_media(media_root: str | os.PathLike, relative_paths: Iterable[str]) -> list[Path]:

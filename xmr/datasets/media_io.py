@@ -19,7 +19,7 @@ import torch
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from xmr.datasets.frame_sampling import check_frame_count, uniform_frame_indices
-from xmr.datasets.media_files import EMPTY_FILE
+from xmr.datasets.media_files import EMPTY_FILE, FOLDER
 from xmr.datasets.video_containers import container_problem
 from xmr.utils.counts import is_count
 
@@ -73,6 +73,8 @@ def check_image_file(path: str | os.PathLike) -> None:
         info = os.stat(path)
     except OSError:
         info = None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise MediaReadError(path, FOLDER)
     if info is None or not stat.S_ISREG(info.st_mode):
         raise MediaReadError(path, 'file not found')
     if info.st_size == 0:
@@ -231,6 +233,8 @@ def check_video_decodes(path: str | os.PathLike) -> None:
 def _check_video_file(path: str | os.PathLike) -> None:
     """Raise :class:`MediaReadError` if ``path`` is no file or its container says it cannot be
     whole (:func:`check_video_container`)."""
+    if Path(path).is_dir():
+        raise MediaReadError(path, FOLDER)
     if not Path(path).is_file():
         raise MediaReadError(path, 'file not found')
     check_video_container(path)

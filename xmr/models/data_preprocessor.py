@@ -77,7 +77,8 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
         media = media.to(self.mean.device, non_blocking=self._non_blocking)
         if media.dtype == torch.uint8:
             media = media.float().div_(255.0)
-        return (media - self.mean) / self.std
+        # In the statistics' dtype, the model's: fp32 media would meet a bf16 model's weights.
+        return ((media - self.mean) / self.std).to(self.mean.dtype)
 
     def _tokenizer_for(self, lang: str) -> BaseTokenizer:
         """The source tokenizer for the source language, the target one for any other."""
