@@ -3,6 +3,7 @@ returns what one uninterrupted encoding returns."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -120,6 +121,15 @@ def test_bad_arguments_are_named(model, image_files, tmp_path):
     (tmp_path / 'file').write_text('')
     with pytest.raises(ValueError, match='is a file, not a folder of encoding parts'):
         encode_media_in_parts(model, image_files[:3], ['a', 'b', 'c'], tmp_path / 'file')
+    # Saved, a Path id was refused by the weights-only read of the run that goes on.
+    with pytest.raises(ValueError, match=r"media_ids\[1\] is a PosixPath \(PosixPath\('b'\)\): "
+                                         'the parts keep ids as str; give str ids'):
+        encode_media_in_parts(model, image_files[:3], ['a', Path('b'), 'c'], tmp_path / 'parts')
+    assert not (tmp_path / 'parts').exists()
+    # Random crops and flips would embed each media otherwise at every run.
+    with pytest.raises(ValueError, match='training=True crops and flips each media at random'):
+        encode_media(model, image_files[:1], transform=dict(
+            model.backbone.media_transform(), training=True))
 
 
 def test_remove_deletes_the_parts_and_keeps_what_else_is_in_the_folder(tmp_path):

@@ -387,6 +387,11 @@ def encode_media_in_parts(model: CrossLingualRetriever, media: Sequence[MediaInp
     if len(media_ids) != len(media) or len(set(media_ids)) != len(media_ids):
         raise ValueError(f'media_ids must be {len(media)} unique ids, one per media, got '
                          f'{len(media_ids)} ({len(set(media_ids))} unique)')
+    other = next((i for i, media_id in enumerate(media_ids) if not isinstance(media_id, str)),
+                 None)
+    if other is not None:  # saved, it would be refused by the weights-only read of a resume
+        raise ValueError(f'media_ids[{other}] is a {type(media_ids[other]).__name__} '
+                         f'({media_ids[other]!r}): the parts keep ids as str; give str ids')
     folder = EncodingParts(parts, media_encoding(model, transform, num_frames))
     saved = folder.read()
     todo = [position for position, media_id in enumerate(media_ids) if media_id not in saved]
@@ -440,6 +445,9 @@ def _media_resize(model: CrossLingualRetriever, media: Sequence[MediaInput],
         raise ValueError(f'num_workers must be an int >= 0, got {num_workers!r}')
     resize = TRANSFORMS.build(dict(transform) if transform is not None
                               else model.backbone.media_transform())
+    if getattr(resize, 'training', False):
+        raise ValueError('encode_media transform: training=True crops and flips each media at '
+                         'random; give training=False (the default) to embed a gallery')
     # Media of another size fail inside the tower, on two token counts that name nothing.
     problem = transform_size_problem(model, resize, 'it')
     if problem is not None:
