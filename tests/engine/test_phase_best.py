@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -249,44 +250,32 @@ def test_a_tracked_phase_counts_as_validated_only_by_a_validation_inside_it(
         best.check_validated(False, val_interval, at_end)  # nothing validates without a loop
 
 
-def test_a_validation_that_only_ties_the_best_keeps_the_earlier_weights(tmp_path):
-    """Greater is better: a tie is no improvement, so the first iteration to reach it stays."""
-    from mmengine.logging import MessageHub
-
-    before = Phase.from_config(1, PHASES[1])
-    best = PhaseBest([before, Phase.from_config(2, dict(PHASES[2], start_from_best='mAR'))])
-    model = torch.nn.Linear(2, 1)
-    runner = SimpleNamespace(message_hub=MessageHub('tie'), work_dir=str(tmp_path), model=model,
-                             logger=SimpleNamespace(info=lambda message: None))
-    for iteration, score in ((2, 0.25), (4, 0.5), (6, 0.5), (8, 0.25)):
-        with torch.no_grad():
-            model.bias.fill_(iteration)
-        best.record(runner, before, {'mAR': score}, iteration)
-    kept = runner.message_hub.get_info('phase_best/cross_lingual')
-    assert (kept['score'], kept['iteration']) == (0.5, 4)
-    assert torch.load(kept['path'])['bias'].item() == 4.0
-
-
-def test_a_nan_validation_never_becomes_the_best(tmp_path):
-    """NaN compares False with every best: taken as an improvement, a diverged model's weights
-    would be the ones the next phase starts from."""
+@pytest.mark.parametrize('scores, warned', [
+    (((2, 0.25), (4, 0.5), (6, 0.5), (8, 0.25)), 0),
+    (((2, math.nan), (4, 0.5), (6, math.nan), (8, 0.25)), 2),
+], ids=['tie', 'nan'])
+def test_the_best_is_the_first_greatest_score_and_never_a_nan(tmp_path, scores, warned):
+    """Greater is better: a tie is no improvement, so the first iteration to reach it stays.
+    NaN compares False with every best: taken as an improvement, a diverged model's weights
+    would be the ones the next phase starts from; each is warned of."""
     from mmengine.logging import MessageHub
 
     before = Phase.from_config(1, PHASES[1])
     best = PhaseBest([before, Phase.from_config(2, dict(PHASES[2], start_from_best='mAR'))])
     model = torch.nn.Linear(2, 1)
     warnings = []
-    runner = SimpleNamespace(message_hub=MessageHub('nan'), work_dir=str(tmp_path), model=model,
-                             logger=SimpleNamespace(info=lambda message: None,
-                                                    warning=warnings.append))
-    for iteration, score in ((2, float('nan')), (4, 0.5), (6, float('nan')), (8, 0.25)):
+    runner = SimpleNamespace(message_hub=MessageHub(f'best_{warned}'), work_dir=str(tmp_path),
+                             model=model, logger=SimpleNamespace(info=lambda message: None,
+                                                                 warning=warnings.append))
+    for iteration, score in scores:
         with torch.no_grad():
             model.bias.fill_(iteration)
         best.record(runner, before, {'mAR': score}, iteration)
     kept = runner.message_hub.get_info('phase_best/cross_lingual')
     assert (kept['score'], kept['iteration']) == (0.5, 4)
     assert torch.load(kept['path'])['bias'].item() == 4.0
-    assert len(warnings) == 2 and 'mAR is NaN at iteration 6' in warnings[1]
+    assert len(warnings) == warned
+    assert not warnings or 'mAR is NaN at iteration 6' in warnings[1]
 
 
 def test_restoring_keeps_only_the_best_file_of_a_phase_named_with_glob_characters(tmp_path):
