@@ -15,8 +15,10 @@ model = dict(
 
 target_langs = ['de', 'fr', 'cs']
 eval_langs = ['en', 'de', 'fr', 'cs']
-train_dataloader = dict(dataset=dict(source_only=False, target_langs=target_langs))
-val_dataloader = dict(dataset=dict(languages=eval_langs))
+# Multi30K's files again, in place of the English-only Flickr30K ones of the base.
+train_dataloader = dict(dataset=dict(ann_file='annotations/multi30k_train.json', source_only=False,
+                                     target_langs=target_langs))
+val_dataloader = dict(dataset=dict(ann_file='annotations/multi30k_val.json', languages=eval_langs))
 test_dataloader = dict(dataset=dict(ann_file='annotations/multi30k_test.json',
                                     languages=eval_langs))
 # The metric without _delete_: MMEngine applies it only where a dict merges into its base, and

@@ -217,3 +217,12 @@ def test_demo_config_trains_and_improves_r1_over_its_start(tmp_path: Path):
                     'test_dataloader.dataset.num_scenes=50', *short[-4:]])
     metrics = json.loads((tmp_path / 'test.json').read_text())['metrics']
     assert {'en/t2i_R@1', 'pooled/en/t2i_R@1'} <= set(metrics)
+
+
+def test_the_cross_lingual_config_reads_multi30k_not_the_english_only_flickr30k_files():
+    """It inherited flickr30k_{train,val}.json from its English base: 145,000 English pairs a
+    language instead of Multi30K's 29,000 translations, and a validation asking de/fr/cs of
+    English-only captions."""
+    cfg = Config.fromfile(str(REPO / 'configs' / 'cdds' / 'cdds_vit-mbert-b16_multi30k-mt.py'))
+    assert [cfg[f'{split}_dataloader'].dataset.ann_file for split in ('train', 'val', 'test')] == [
+        f'annotations/multi30k_{split}.json' for split in ('train', 'val', 'test')]
