@@ -643,6 +643,11 @@ def test_the_keys_expected_before_evaluation_are_those_the_metric_reports():
     prefixed = RetrievalMetric(recall_ks=(1, 2), prefix='m30k')
     prefixed.dataset_meta = dict(languages=['en', 'de', 'fr'])  # as the loop hands it over
     assert prefixed.expected_keys() == {f'm30k/{key}' for key in EXPECTED}
+    # The dataset's languages hold the source, whose captions are a text gallery, not queries:
+    # 'en/AR' was expected, so save_best='en/AR' passed the check and was never reported.
+    text = RetrievalMetric(recall_ks=(1, 2), protocol='text_to_text')
+    text.dataset_meta = dict(languages=['en', 'de'])
+    assert text.expected_keys() == set(TEXT_EXPECTED)
 
 
 @pytest.mark.parametrize('options', [dict(directions=('t2i',)), dict(directions=('i2t',)),

@@ -427,6 +427,8 @@ class RetrievalMetric(BaseMetric):
         if languages is None:
             return None
         languages = [normalize_language(lang) for lang in languages]
+        if PROTOCOLS[self.protocol].text_gallery:  # the source captions are the gallery
+            languages = [lang for lang in languages if lang != self.source_language]
         try:
             mean_languages = self.summary_languages(languages)
         except ValueError:
