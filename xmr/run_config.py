@@ -602,6 +602,7 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
     """
     whole = cfg.to_dict()
     typo = None
+    replaced = {key.removesuffix('._delete_') for key in cfg_options if key.endswith('._delete_')}
     for key in cfg_options:
         node: Any = whole
         walked: list[str] = []
@@ -612,6 +613,9 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
                                 f'name one by its index, 0 to {len(node) - 1}')
             if not isinstance(node, (Mapping, list, tuple)):
                 where = '.'.join(walked)
+                # An option's _delete_ of it or of a dict above it makes it a dict anew.
+                if any(where == path or where.startswith(path + '.') for path in replaced):
+                    break
                 raise UserError(f'--cfg-options {key}',
                                 f'{where} is {node!r}, which holds no key {part!r}',
                                 f'give {where} a value of its own ({where}=...)')

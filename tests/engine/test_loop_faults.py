@@ -574,3 +574,22 @@ def test_an_mmengine_param_scheduler_is_refused_not_overwritten(tmp_path):
                                          r'param_scheduler = None and schedule in '
                                          r'train_cfg.phases \(lr, schedule'):
         train(cfg)
+
+
+@pytest.mark.parametrize('paramwise, message', [
+    (dict(bias_decay_mult=0.0), r"^phase source_finetune: the optimiser holds no \d+ of the "
+                                r"parameters it trains \(\['backbone\."),
+    (dict(custom_keys={'losses': dict(lr_mult=10.0)}),
+     r'^the optimiser groups start at rates \[0.001, 0.01\], which the loop replaces at the '
+     r"first step with each phase's lr"),
+])
+def test_an_optimiser_the_loop_would_silently_override_is_refused(tmp_path, paramwise, message):
+    """MMEngine's default constructor leaves out the parameters frozen at build (the backbone
+    trained nothing in its phase) and applies paramwise lr_mult as starting rates (dropped at
+    the first step)."""
+    cfg = make_cfg(tmp_path, phases=PHASES[:1])
+    cfg.optim_wrapper = dict(type='OptimWrapper',
+                             optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.1),
+                             paramwise_cfg=paramwise)
+    with pytest.raises(ValueError, match=message + ".*constructor='PhasedOptimWrapperConstructor'"):
+        train(cfg)

@@ -309,6 +309,34 @@ def test_a_frozen_batch_norm_a_hook_put_in_training_mode_goes_back_to_eval_mode(
     assert (model.head.training, model.tower.norm.training) == (True, False)
 
 
+@HOOKS.register_module(force=True)
+class TrainsEveryModule(Hook):
+    """What CDDSCorrelationHook's refresh does to the modes before an iteration."""
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        runner.model.train()
+
+
+def test_a_hook_that_trains_every_module_leaves_the_frozen_backbone_frozen_for_that_step(
+        tmp_path, monkeypatch):
+    """The modes were set before the hooks ran: the step after such a hook ran the frozen
+    backbone in training mode (its batch norms' statistics moving, its dropout on)."""
+    from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
+
+    modes = []
+    train_step = CrossLingualRetriever.train_step
+
+    def recorded(model, *args, **kwargs):
+        modes.append(model.backbone.training)
+        return train_step(model, *args, **kwargs)
+
+    monkeypatch.setattr(CrossLingualRetriever, 'train_step', recorded)
+    cfg = make_cfg(tmp_path, phases=PHASES[1:])
+    cfg.custom_hooks.append(dict(type='TrainsEveryModule'))
+    train(cfg)
+    assert modes == [False] * 12
+
+
 def test_a_frozen_backbone_runs_as_in_eval_mode_unless_its_phase_trains_it():
     """A backbone of one's own whose tower applies dropout in training mode (a Hugging Face
     tower's attention dropout, open_clip's patch dropout) encodes without it while frozen, as

@@ -545,13 +545,7 @@ class PhasedTrainLoop(BaseLoop):
         self._check_patience()
         self.phase_best.check_validated(self.runner.val_loop is not None, self.val_interval,
                                         self.validate_at_phase_end)
-        groups = {g.get('name') for g in self.runner.optim_wrapper.optimizer.param_groups}
-        for phase in self.phases:
-            unknown = sorted(set(phase.lr_mult) - groups)
-            if unknown:
-                raise ValueError(f'phase {phase.name}: lr_mult names {unknown}, which are no '
-                                 f'parameter group of the optimiser; it has '
-                                 f'{sorted(g for g in groups if g)}')
+        self._check_optimizer_groups()
         datasets, padding_checked = {}, []
         for index, phase in enumerate(self.phases):
             if self._iter >= phase.end:
@@ -652,6 +646,43 @@ class PhasedTrainLoop(BaseLoop):
                 "foreach, not sparse=True tables, without compiled_step), or by fp16's loss "
                 "scaler (AutocastOptimWrapper, dtype='float16'); else set "
                 'nonfinite_patience=0')
+
+    def _check_optimizer_groups(self) -> None:
+        """The optimiser holds every parameter a phase trains, its groups start at one rate
+        (the loop sets each group's rate from its phase: a rate of its own would be
+        overwritten at the first step), and each ``lr_mult`` names one of its groups.
+
+        Raises:
+            ValueError: naming the phase and the parameters, the rates or the group names;
+                MMEngine's default constructor leaves out the parameters frozen at build and
+                applies ``paramwise_cfg``'s ``lr_mult`` as starting rates.
+        """
+        param_groups = self.runner.optim_wrapper.optimizer.param_groups
+        held = {id(p) for group in param_groups for p in group['params']}
+        fix = ("build the optimiser with constructor='PhasedOptimWrapperConstructor' (every "
+               "parameter, grouped by module) and give multipliers as the phases' lr_mult")
+        # Built, not resumed: a resumed optimiser holds the last step's rates, lr_mult's in them.
+        rates = sorted({group['lr'] for group in param_groups})
+        if self._iter == 0 and len(rates) > 1:
+            raise ValueError(f'the optimiser groups start at rates {rates}, which the loop '
+                             f"replaces at the first step with each phase's lr; {fix}")
+        for phase in self.phases:
+            if self._iter >= phase.end:
+                continue
+            left_out = [name for name, parameter in self.model.named_parameters()
+                        if id(parameter) not in held and name not in self._built_frozen
+                        and any(name == p or name.startswith(p + '.') for p in phase.trainable)]
+            if left_out:
+                raise ValueError(f'phase {phase.name}: the optimiser holds no '
+                                 f'{len(left_out)} of the parameters it trains ({left_out[:3]}); '
+                                 f'{fix}')
+        groups = {g.get('name') for g in param_groups}
+        for phase in self.phases:
+            unknown = sorted(set(phase.lr_mult) - groups)
+            if unknown:
+                raise ValueError(f'phase {phase.name}: lr_mult names {unknown}, which are no '
+                                 f'parameter group of the optimiser; it has '
+                                 f'{sorted(g for g in groups if g)}')
 
     def _check_phases_against_model(self) -> None:
         """Every phase's ``trainable`` prefixes match parameters and the model can run its
@@ -889,8 +920,6 @@ class PhasedTrainLoop(BaseLoop):
             restart_iteration_timers(self.runner)
             while self._iter < phase.end and not self.stop_training:
                 self._set_lr(phase)
-                self._trained_modules = ensure_train_mode(
-                    self.runner.model, self._trained_modules, self._frozen_norms)
                 self.run_iter(next(iterator))
                 at_end = self._iter == phase.end
                 # A stopped run (SIGTERM: PreemptionHook) validates nothing: its checkpoint is
@@ -914,6 +943,10 @@ class PhasedTrainLoop(BaseLoop):
 
     def run_iter(self, data_batch: Any) -> None:
         self.runner.call_hook('before_train_iter', batch_idx=self._iter, data_batch=data_batch)
+        # After the hooks: one that calls model.train() (CDDS's correlation refresh) would put
+        # the frozen norms in training mode for this very step.
+        self._trained_modules = ensure_train_mode(self.runner.model, self._trained_modules,
+                                                  self._frozen_norms)
         optim_wrapper = self.runner.optim_wrapper
         outputs = self.runner.model.train_step(data_batch, optim_wrapper=optim_wrapper)
         keeps_norm = isinstance(optim_wrapper, OptimWrapper)
