@@ -40,7 +40,7 @@ from xmr.run_config import (
     add_launcher_arguments,
     load_run_config,
 )
-from xmr.utils.cli import UserError, int_at_least, run_tool
+from xmr.utils.cli import given_device, given_folder, int_at_least, run_tool
 
 LOADER_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
@@ -109,44 +109,21 @@ def check_checkpoint_option(checkpoint: str | None) -> None:
                            '--checkpoint out for the weights the config builds')
 
 
-def towers_device(name: str | None) -> str:
-    """The device the towers run on: ``--device``, checked before the model is built, or the
-    first GPU, else the CPU.
-
-    Raises:
-        UserError: a device torch does not know, or a GPU this machine lacks, naming the value
-            and the devices there are.
-    """
-    import torch
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if name is None:
-        return 'cuda' if gpus else 'cpu'
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f'--device {name}', 'is no torch device',
-                        'give cpu, cuda or cuda:N') from None
-    if device.type == 'cuda' and (device.index or 0) >= gpus:
-        raise UserError(f'--device {name}', f'this machine has {gpus} CUDA device(s)',
-                        'leave --device out (the first GPU, else the CPU), or give cpu'
-                        + (f' or cuda:0 to cuda:{gpus - 1}' if gpus else ''))
-    return name
-
-
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
     from mmengine.dist import is_main_process
     from mmengine.runner import set_random_seed
 
     from xmr.apis import read_checkpoint
+    from xmr.engine.checkpoint import state_dict_mismatches
     from xmr.engine.process import prepare_process
     from xmr.registry import DATASETS, MODELS
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
     check_checkpoint_option(args.checkpoint)
-    device = towers_device(args.device)
+    given_folder(cfg.work_dir, '--work-dir', 'give a folder (made if missing) for the caches')
+    device = given_device(args.device)
     prepare_process(cfg, args.launcher, start_group=True)
     found = list(cached_dataset_cfgs(cfg))
     if not found:
@@ -161,15 +138,19 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if args.checkpoint:
         loaded = read_checkpoint(args.checkpoint)
         state = loaded.get('state_dict', loaded)
-        # Lenient: the towers' weights are what the cache needs; DDP prefixes are dropped.
-        missing = model.load_state_dict({re.sub(r'^module\.', '', key): value
-                                         for key, value in state.items()}, strict=False)[0]
-        towers = [key for key in missing if key.startswith('backbone.')]
-        if towers:
-            # The cache would silently hold the built towers' features, not the checkpoint's.
-            raise ValueError(f'checkpoint {args.checkpoint} holds no weights for {len(towers)} '
-                             f'of the towers\' parameters ({towers[:3]}): give a checkpoint '
-                             "tools/train.py wrote for this config's model")
+        # The towers' weights alone are what the cache needs (another branch's languages may
+        # differ), strictly: DDP prefixes dropped, and every tower key and shape the config's.
+        towers = {key: value for key, value in ((re.sub(r'^module\.', '', key), value)
+                                                for key, value in state.items())
+                  if key.startswith('backbone.')}
+        mismatches = state_dict_mismatches(
+            {k: v for k, v in model.state_dict().items() if k.startswith('backbone.')}, towers)
+        if mismatches:
+            # The cache would hold features of other towers than the checkpoint's.
+            raise ValueError(f'checkpoint {args.checkpoint} (--checkpoint): its towers do not '
+                             'fit those of the config: ' + '; '.join(mismatches)
+                             + "; give a checkpoint tools/train.py wrote for this config's model")
+        model.load_state_dict(towers, strict=False)
     done: dict[str, dict[str, Any]] = {}
     for where, dataset_cfg in found:
         dataset_cfg = dict(dataset_cfg)

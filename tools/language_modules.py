@@ -167,6 +167,9 @@ def main(argv: list[str] | None = None) -> None:
     checkpoint = args.base if args.command == 'merge' else getattr(args, 'checkpoint', None)
     cfg = load_run_config(args.config, ablations=args.ablation,
                           cfg_options=args.cfg_options)
+    if args.command == 'merge' and args.out.is_dir():  # refused before the model is built
+        raise UserError(f'--out {args.out}', 'is a folder, not a file',
+                        'name the merged checkpoint file (.pth)')
     model = init_retriever(cfg, checkpoint)
     if args.command == 'report':
         paper, dropped = _figures_of_the_model_reported(model, args)

@@ -19,6 +19,7 @@ Captions come from a text file (one per line) or from the config's val/test data
 from __future__ import annotations
 
 import argparse
+import io
 from collections.abc import Sequence
 from itertools import islice
 from pathlib import Path
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from xmr.run_config import add_config_arguments, load_run_config
-from xmr.utils.cli import UserError, run_tool
+from xmr.utils.cli import UserError, given_device, given_folder, run_tool
 
 FEATURES = ('sa', 'sr')
 
@@ -188,7 +189,7 @@ def cluster_report(captions: Sequence[str], labels: np.ndarray, distances: np.nd
     return '\n'.join(lines)
 
 
-def plot(points: np.ndarray, labels: np.ndarray, title: str, path: Path) -> None:
+def plot(points: np.ndarray, labels: np.ndarray, title: str, out: io.BytesIO) -> None:
     import matplotlib
 
     matplotlib.use('Agg')
@@ -205,17 +206,18 @@ def plot(points: np.ndarray, labels: np.ndarray, title: str, path: Path) -> None
     axes.set_yticks([])
     axes.legend(loc='best', fontsize='small', markerscale=2)
     figure.tight_layout()
-    figure.savefig(path, dpi=150)
+    figure.savefig(out, format='png', dpi=150)
     plt.close(figure)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     args = parse_args(argv)
     from xmr.apis import init_retriever
-    from xmr.fileio import atomic_write_text
+    from xmr.fileio import atomic_write_bytes, atomic_write_text
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options)
-    model = init_retriever(cfg, args.checkpoint, device=args.device)
+    given_folder(args.out_dir, '--out-dir', 'give a folder (made if missing) for the map')
+    model = init_retriever(cfg, args.checkpoint, device=given_device(args.device))
     check_model(model, args.lang, args.feature)
     if args.captions:
         captions = read_caption_file(args.captions, args.num_captions)
@@ -244,9 +246,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     title = (f'f^{args.feature} of {len(captions)} {args.lang} captions, k-means k={args.clusters}'
              f' ({Path(args.config).stem})')
     written = dict(png=out_dir / f'{stem}.png', text=out_dir / f'{stem}_clusters.txt')
-    plot(points, labels, title, written['png'])
-    atomic_write_text(written['text'],
-                      cluster_report(captions, labels, distances, args.examples, title))
+    image = io.BytesIO()
+    plot(points, labels, title, image)
+    report = cluster_report(captions, labels, distances, args.examples, title)
+    # Both made before either is written, each written whole: an interrupted run leaves no cut
+    # image over an earlier one.
+    atomic_write_bytes(written['png'], image.getvalue())
+    atomic_write_text(written['text'], report)
     for path in written.values():
         print(f'wrote {path}')
     return written

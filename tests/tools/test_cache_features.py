@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -202,9 +203,33 @@ def test_a_checkpoint_without_the_towers_weights_is_refused(tmp_path):
     state = MODELS.build(tiny_retriever_cfg()).state_dict()
     torch.save({'state_dict': {f'model.{key}': value for key, value in state.items()}},
                tmp_path / 'prefixed.pth')
-    with pytest.raises(ValueError, match=r"prefixed\.pth holds no weights for .*'backbone\."):
+    with pytest.raises(ValueError, match=r'prefixed\.pth \(--checkpoint\): its towers do not fit '
+                                         r'those of the config: \d+ keys missing from the '
+                                         r'checkpoint: backbone\.'):
         cache_features.main([str(write_config(tmp_path)), '--device', 'cpu', '--checkpoint',
                              str(tmp_path / 'prefixed.pth')])
+    assert not (tmp_path / 'pairs').exists()
+
+
+def test_a_checkpoint_of_other_towers_is_refused_naming_the_keys(tmp_path):
+    """Loaded leniently, tower keys the config lacks were dropped (a deeper image tower cached
+    as the config's shallower one), and other shapes failed as a raw RuntimeError."""
+    from xmr.registry import MODELS
+
+    state = MODELS.build(tiny_retriever_cfg()).state_dict()
+    extra = dict(state, **{'backbone.clip.visual.extra': torch.zeros(2)})
+    torch.save({'state_dict': extra}, tmp_path / 'extra.pth')
+    with pytest.raises(ValueError, match=r'extra\.pth \(--checkpoint\): .*1 keys the model does '
+                                         r'not have: backbone\.clip\.visual\.extra'):
+        cache_features.main([str(write_config(tmp_path)), '--device', 'cpu', '--checkpoint',
+                             str(tmp_path / 'extra.pth')])
+    key = next(k for k in state if k.startswith('backbone.') and state[k].ndim == 2)
+    reshaped = dict(state, **{key: torch.zeros(3, 3)})
+    torch.save({'state_dict': reshaped}, tmp_path / 'reshaped.pth')
+    with pytest.raises(ValueError, match=rf'1 keys of other shapes: {re.escape(key)} '
+                                         r'\(checkpoint \[3, 3\]'):
+        cache_features.main([str(write_config(tmp_path)), '--device', 'cpu', '--checkpoint',
+                             str(tmp_path / 'reshaped.pth')])
     assert not (tmp_path / 'pairs').exists()
 
 

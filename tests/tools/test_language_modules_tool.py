@@ -351,3 +351,20 @@ def test_a_report_of_an_ablation_that_leaves_the_model_alone_builds_it_once(
     _run(['report', str(config), '--ablation', str(schedule)], monkeypatch)
     assert _table_and_after(capsys.readouterr().out)[-2].endswith('| 134M |')
     assert len(builds) == 1
+
+
+def test_a_merge_into_a_folder_is_refused_before_the_model_is_built(tmp_path, monkeypatch,
+                                                                    capsys):
+    """It failed once the model was built and the modules loaded ('Is a directory')."""
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    (tmp_path / 'de.pth').write_bytes(b'')
+    (tmp_path / 'merged').mkdir()
+    import xmr.apis
+
+    monkeypatch.setattr(xmr.apis, 'init_retriever', None)  # never reached
+    with pytest.raises(SystemExit, match='2'):
+        _run(['merge', str(config), '--modules', f'de={tmp_path / "de.pth"}', '--out',
+              str(tmp_path / 'merged')], monkeypatch)
+    assert f"--out {tmp_path / 'merged'}: is a folder, not a file: name the merged checkpoint" \
+        in capsys.readouterr().err

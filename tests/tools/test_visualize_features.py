@@ -1,6 +1,7 @@
 """tools/visualize_features.py: clusters of f^sa / f^sr, the PNG and the caption listing."""
 from __future__ import annotations
 
+import re
 import runpy
 import tracemalloc
 from pathlib import Path
@@ -12,6 +13,7 @@ from sklearn.cluster import KMeans
 
 from tests.conftest import CORPUS, tiny_branch_cfg, tiny_retriever_cfg
 from xmr.apis import init_retriever
+from xmr.utils.cli import UserError
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'visualize_features.py'
 tool = runpy.run_path(str(TOOL))
@@ -174,3 +176,42 @@ def test_a_caption_file_not_in_utf_8_is_named_with_its_line_and_a_bom_is_dropped
         tool['read_caption_file'](tmp_path / 'latin1.txt', 5)
     (tmp_path / 'bom.txt').write_text('\ufeffein Hund\n', encoding='utf-8')
     assert tool['read_caption_file'](tmp_path / 'bom.txt', 5) == ['ein Hund']
+
+
+@pytest.mark.parametrize('flag, value, message', [
+    ('--device', 'foo', '--device foo: is no torch device: give cpu, cuda or cuda:N'),
+    ('--device', 'cuda:64', '--device cuda:64: this machine has'),
+    ('--out-dir', 'afile', 'afile (--out-dir): is a file, not a folder'),
+])
+def test_a_device_or_out_dir_it_cannot_use_is_refused_before_the_model(tmp_path, monkeypatch,
+                                                                       flag, value, message):
+    """Each failed once the captions were embedded and mapped (an unexpected RuntimeError, or
+    the OS's 'File exists'), naming no flag."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'afile').write_text('notes')
+    with pytest.raises(UserError, match=re.escape(message)):
+        tool['main']([str(write_config(tmp_path)), '--lang', 'de', flag, value])
+    assert (tmp_path / 'afile').read_text() == 'notes'
+
+
+def test_an_interrupted_map_leaves_the_earlier_one_whole(tmp_path, monkeypatch):
+    """The image was drawn straight into its file: a run stopped while writing it left a cut
+    PNG over the earlier map."""
+    import matplotlib.figure
+
+    captions = tmp_path / 'captions.txt'
+    captions.write_text('\n'.join(CAPTIONS) + '\n')
+    written = run(tmp_path, write_config(tmp_path), '--captions', str(captions))
+    before = {path: path.read_bytes() for path in written.values()}
+
+    def cut_short(figure, target, **kwargs):
+        if isinstance(target, (str, Path)):
+            Path(target).write_bytes(b'\x89PN')
+        else:
+            target.write(b'\x89PN')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, write_config(tmp_path), '--captions', str(captions), '--seed', '3')
+    assert {path: path.read_bytes() for path in written.values()} == before

@@ -25,8 +25,8 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'given_file',
-           'given_folder', 'int_at_least', 'quiet_on_other_processes', 'run_tool',
+__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'given_device',
+           'given_file', 'given_folder', 'int_at_least', 'quiet_on_other_processes', 'run_tool',
            'worker_error']
 
 EXIT_ERROR = 2
@@ -111,6 +111,31 @@ def given_folder(path: str | os.PathLike, key: str, fix: str) -> None:
     """
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f'{os.fspath(path)} ({key})', 'is a file, not a folder', fix)
+
+
+def given_device(name: str | None) -> str:
+    """The device a tool runs its model on: ``--device``, checked before the model is built, or
+    the first GPU, else the CPU.
+
+    Raises:
+        UserError: a device torch does not know, or a GPU this machine lacks, naming the value
+            and the devices there are.
+    """
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if name is None:
+        return 'cuda' if gpus else 'cpu'
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f'--device {name}', 'is no torch device',
+                        'give cpu, cuda or cuda:N') from None
+    if device.type == 'cuda' and (device.index or 0) >= gpus:
+        raise UserError(f'--device {name}', f'this machine has {gpus} CUDA device(s)',
+                        'leave --device out (the first GPU, else the CPU), or give cpu'
+                        + (f' or cuda:0 to cuda:{gpus - 1}' if gpus else ''))
+    return name
 
 
 class UserKeyError(KeyError):

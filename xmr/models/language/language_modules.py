@@ -30,6 +30,7 @@ from xmr.datasets.languages import normalize_language
 from xmr.engine.checkpoint import read_checkpoint, save_model_checkpoint
 from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import atomic_torch_save
+from xmr.models.adapters.base import BaseAdapter
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
 from xmr.version import provenance, written_by
 
@@ -63,10 +64,17 @@ def _facts(model: nn.Module) -> dict[str, Any]:
     model = unwrap_model(model)
     branch = _branch(model)
     backbone = getattr(model, 'backbone', None)
+    disentangler = getattr(model, 'disentangler', None)
+    first = next(iter(branch.adapters.sets.values()))
     return dict(backbone=type(backbone).__name__ if backbone is not None else None,
                 arch=getattr(backbone, 'arch', None), width=branch.tower.width,
                 num_blocks=branch.num_blocks, routine=getattr(model, 'routine', None),
-                target_vocabulary=branch.tokenizer.vocabulary_digest())
+                target_vocabulary=branch.tokenizer.vocabulary_digest(),
+                # A module of other adapter types, or beside another disentangler, is told so
+                # (its shared weights differing would send the user to a --base that cannot fit).
+                adapters=sorted({type(module).__name__ for module in first.modules()
+                                 if isinstance(module, BaseAdapter)}),
+                disentangler=None if disentangler is None else type(disentangler).__name__)
 
 
 def shared_fingerprints(model: nn.Module) -> dict[str, str]:
@@ -104,7 +112,8 @@ def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
     (a small torch file), through a temporary file.
 
     The file holds the format tag, the language, the facts the receiving model must share
-    (backbone, architecture, width, blocks, routine, target vocabulary), its base
+    (backbone, architecture, width, blocks, routine, target vocabulary, adapter and
+    disentangler types), its base
     (``base_checkpoint``, the file the model was loaded from, and :func:`shared_fingerprints`
     of the model), the module's state and the xmr that wrote it
     (:func:`~xmr.version.provenance`).
