@@ -843,7 +843,8 @@ def test_an_iteration_with_a_nonfinite_loss_logs_no_gradient_norm():
         call_hook=lambda name, **kwargs: hooks.append(name),
         logger=types.SimpleNamespace(warning=lambda message: None))
     loop = types.SimpleNamespace(runner=runner, divergence=DivergenceMonitor(1), _iter=0,
-                                 current_phase=types.SimpleNamespace(name='cross_lingual'))
+                                 current_phase=types.SimpleNamespace(name='cross_lingual'),
+                                 _trained_modules=[], _frozen_norms=[])
     PhasedTrainLoop.run_iter(loop, {})
     assert hooks == ['before_train_iter'] and loop._iter == 1
     assert 'train/grad_norm' not in hub.log_scalars

@@ -920,6 +920,8 @@ class PhasedTrainLoop(BaseLoop):
             restart_iteration_timers(self.runner)
             while self._iter < phase.end and not self.stop_training:
                 self._set_lr(phase)
+                self._trained_modules = ensure_train_mode(
+                    self.runner.model, self._trained_modules, self._frozen_norms)
                 self.run_iter(next(iterator))
                 at_end = self._iter == phase.end
                 # A stopped run (SIGTERM: PreemptionHook) validates nothing: its checkpoint is
@@ -943,8 +945,9 @@ class PhasedTrainLoop(BaseLoop):
 
     def run_iter(self, data_batch: Any) -> None:
         self.runner.call_hook('before_train_iter', batch_idx=self._iter, data_batch=data_batch)
-        # After the hooks: one that calls model.train() (CDDS's correlation refresh) would put
-        # the frozen norms in training mode for this very step.
+        # Again after the hooks (the hooks see the modes the step runs in; a check of flags when
+        # none changed): one that calls model.train(), CDDS's correlation refresh, would put the
+        # frozen norms in training mode for this very step.
         self._trained_modules = ensure_train_mode(self.runner.model, self._trained_modules,
                                                   self._frozen_norms)
         optim_wrapper = self.runner.optim_wrapper
