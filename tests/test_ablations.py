@@ -196,3 +196,25 @@ def test_a_row_replaces_list_items_that_are_no_dicts(tmp_path):
     assert [phase.trainable for phase in cfg.train_cfg.phases] == [
         ['target', 'losses.source_cm'], ['target'], ['target']]
     assert [phase.iters for phase in cfg.train_cfg.phases] == [700, 700, 200]
+
+
+@pytest.mark.parametrize('rows, key', [
+    (['dasd/du-16', 'dasd/du-64'], 'model.language_branch.adapters.hidden to 16'),
+    (['dasd/no-da-block-3', 'dasd/no-da-block-4'], 'model.language_branch.adapters.blocks'),
+    (['dasd/sc-mse', 'dasd/sc-smooth-l1'], "consistency_loss.kind to 'mse'"),
+    (['dasd/du-16', 'dasd/static-adapter'], 'replaces model.language_branch.adapters whole')])
+def test_rows_setting_one_key_differently_cannot_be_combined(rows, key):
+    with pytest.raises(ValueError, match='only the last would take effect') as error:
+        apply_ablations(load(DASD_CONFIGS[0]), rows)
+    assert key in str(error.value)
+    assert all(f"ablation '{row}'" in str(error.value) for row in rows)
+
+
+def test_rows_setting_one_key_alike_combine(tmp_path):
+    (tmp_path / 'small.py').write_text('model = dict(language_branch=dict(adapters=dict('
+                                       'hidden=16)))\n')
+    cfg = apply_ablations(load(DASD_CONFIGS[0]), ['dasd/du-16', str(tmp_path / 'small.py')])
+    assert cfg.model.disentangler.generator.d_u == cfg.model.language_branch.adapters.hidden == 16
+    # Beneath a part an earlier row replaced whole, a later row changes its options.
+    cfg = apply_ablations(load(DASD_CONFIGS[0]), ['dasd/static-adapter', str(tmp_path / 'small.py')])
+    assert cfg.model.language_branch.adapters == dict(type='StaticAdapter', hidden=16)

@@ -13,8 +13,9 @@ So one file serves the Multi30K, MSCOCO, video and demo configs alike, and rows 
 are overlaid by index, ``{'1': dict(...)}``, or all of them with ``'*'``: ``train_cfg =
 dict(phases={'*': dict(schedule='bert_cosine')})`` changes every phase. An ablation that
 configures a module the config or an earlier ablation removes (sets to ``None``) or does not
-have at all (a dict without a ``type`` where the config has nothing), or removes a module an
-earlier ablation configures, fails before anything is built, naming both.
+have at all (a dict without a ``type`` where the config has nothing), removes a module an
+earlier ablation configures, or sets a key an earlier ablation set to another value (or
+replaces whole a part where it set one), fails before anything is built, naming both.
 """
 from __future__ import annotations
 
@@ -110,17 +111,44 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
                     f"{who} configures {'.'.join(keys)}, but the config {cfg.filename} has no "
                     f"{'.'.join(absent)}: the row applies to configs that have one (to add the "
                     f'part anew, give it whole with its type)')
-            configured.setdefault(keys, who)
+            _refuse_overridden(configured, keys, _value_at(overlay, keys), who)
+            configured.setdefault(keys, (who, _value_at(overlay, keys)))
         for keys in _removed_paths(overlay):
             clash = [k for k in configured
-                     if len(k) > len(keys) and k[:len(keys)] == keys and configured[k] != who]
+                     if len(k) > len(keys) and k[:len(keys)] == keys and configured[k][0] != who]
             if clash:
                 raise ValueError(
-                    f"{who} removes {'.'.join(keys)} (None), but {configured[clash[0]]} "
+                    f"{who} removes {'.'.join(keys)} (None), but {configured[clash[0]][0]} "
                     f"configures {'.'.join(clash[0])}: the two rows cannot be combined")
             removed[keys] = who
         cfg.merge_from_dict(list_items_replaced(overlay, cfg.to_dict()))
     return cfg
+
+
+def _refuse_overridden(configured: Mapping[tuple[str, ...], tuple[str, Any]],
+                       keys: tuple[str, ...], value: Any, who: str) -> None:
+    """Refuse a row that sets ``keys`` to another value than an earlier row did, or replaces
+    whole a part beneath which an earlier row set a key: only the last row would count, while
+    the run is named after both.
+
+    Raises:
+        ValueError: naming both rows, the key and the values.
+    """
+    for earlier, (by, given) in configured.items():
+        if by == who or earlier[:len(keys)] != keys or (earlier == keys and given == value):
+            continue
+        what = (f'to {given!r}, and {who} to {value!r}' if earlier == keys else
+                f"and {who} replaces {'.'.join(keys)} whole")
+        raise ValueError(f"{by} sets {'.'.join(earlier)} {what}: only the last would take "
+                         'effect, while the run is named after both; the two rows cannot be '
+                         'combined (write one ablation file that sets the combination)')
+
+
+def _value_at(tree: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
+    """``tree[keys[0]][keys[1]]...``."""
+    for key in keys:
+        tree = tree[key]
+    return tree
 
 
 def _every_item_indexed(overlay: Mapping[str, Any], config: Any, who: str,
