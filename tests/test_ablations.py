@@ -216,5 +216,6 @@ def test_rows_setting_one_key_alike_combine(tmp_path):
     cfg = apply_ablations(load(DASD_CONFIGS[0]), ['dasd/du-16', str(tmp_path / 'small.py')])
     assert cfg.model.disentangler.generator.d_u == cfg.model.language_branch.adapters.hidden == 16
     # Beneath a part an earlier row replaced whole, a later row changes its options.
-    cfg = apply_ablations(load(DASD_CONFIGS[0]), ['dasd/static-adapter', str(tmp_path / 'small.py')])
+    cfg = apply_ablations(load(DASD_CONFIGS[0]),
+                          ['dasd/static-adapter', str(tmp_path / 'small.py')])
     assert cfg.model.language_branch.adapters == dict(type='StaticAdapter', hidden=16)

@@ -31,7 +31,7 @@ def test_records_use_clip_benchmark_names_fractions_and_key_order():
     assert list(records[0]['metrics']) == ['image_retrieval_recall@1', 'text_retrieval_recall@1',
                                            'image_retrieval_recall@5', 'text_retrieval_recall@5']
     assert [(r['dataset'], r['language']) for r in records[1:]] == [
-        ('flickr30k-200', 'zho_Hant'), ('xtd10', 'jp')]
+        ('flickr30k-200', 'zho_Hant'), ('multilingual_mscoco_captions', 'jp')]
     assert records[2]['metrics'] == {'image_retrieval_recall@10': 0.4}
     assert clip_benchmark_filename(records[0]) == (
         'flickr30k-200_iter_10.pth_lora_b32_swh_Latn_zeroshot_retrieval.json')
@@ -43,6 +43,11 @@ def test_only_protocols_ranking_what_clip_benchmark_ranks_are_written():
     with pytest.raises(ValueError, match=r"no test metric is comparable with CLIP_benchmark: "
                        r"nllb \(crossmodal3600, crossmodal3600\), xtd \(xtd10, xtd10_fewshot\)"):
         clip_benchmark_records(METRICS, [all_captions, few_shot], 'm', 'p')
+    # PECTVLM's configs score the 900 test images as an annotation of their own.
+    few_shot_split = ScoredDataset('xtd', 'xtd10', 'standard', split='fewshot50_test')
+    with pytest.raises(ValueError, match=r'xtd \(xtd10, standard, split fewshot50_test\)'):
+        clip_benchmark_records(METRICS, [few_shot_split], 'm', 'p')
+    assert comparable_entries([few_shot_split._replace(split='test')])
     first = ScoredDataset('nllb', 'crossmodal3600', 'crossmodal3600_first_caption')
     records = clip_benchmark_records(METRICS, [all_captions, first], 'm', 'p')
     assert [(r['dataset'], r['language']) for r in records] == [
@@ -92,8 +97,9 @@ def test_scored_datasets_of_single_and_multi_dataset_loops():
 
     from xmr.evaluation import RetrievalMetric, scored_datasets
 
-    def loader(name):
-        return SimpleNamespace(dataset=SimpleNamespace(metainfo={'dataset': name}))
+    def loader(name, split=None):
+        return SimpleNamespace(dataset=SimpleNamespace(metainfo={'dataset': name,
+                                                                 'split': split}))
 
     xm3600 = SimpleNamespace(metrics=[
         RetrievalMetric(protocol='crossmodal3600', prefix='all'),
@@ -103,11 +109,13 @@ def test_scored_datasets_of_single_and_multi_dataset_loops():
         ScoredDataset('all', 'crossmodal3600', 'crossmodal3600'),
         ScoredDataset('cb', 'crossmodal3600', 'crossmodal3600_first_caption')]
     multi = SimpleNamespace(
-        dataloaders=[loader('xtd200'), loader('multi30k')],
+        dataloaders=[loader('xtd200'), loader('xtd10', 'fewshot50_test')],
         evaluators=[SimpleNamespace(metrics=[RetrievalMetric(protocol='xtd200', prefix='x')]),
                     SimpleNamespace(metrics=[RetrievalMetric(prefix='m')])])
     assert scored_datasets(multi) == [ScoredDataset('x', 'xtd200', 'xtd200'),
-                                      ScoredDataset('m', 'multi30k', 'standard')]
+                                      ScoredDataset('m', 'xtd10', 'standard',
+                                                    split='fewshot50_test')]
+    assert comparable_entries(scored_datasets(multi)) == [ScoredDataset('x', 'xtd200', 'xtd200')]
 
 
 def test_crossmodal3600_under_the_standard_protocol_is_not_comparable():

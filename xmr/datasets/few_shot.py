@@ -15,6 +15,7 @@ as the authors index them.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -22,9 +23,18 @@ from pathlib import Path
 from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations, load_annotation
 from xmr.datasets.converters.errors import ConversionError
 
-__all__ = ['PROTOCOLS', 'few_shot_splits', 'main', 'seeded_permutation', 'subsample']
+__all__ = ['PROTOCOLS', 'few_shot_splits', 'is_few_shot_split', 'main', 'seeded_permutation',
+           'subsample']
 
 PROTOCOLS = ('split', 'subsample')
+#: The split names :func:`few_shot_splits` and :func:`subsample` write.
+_FEW_SHOT_SPLIT = re.compile(r'^fewshot\d+_(train|val|test)$|_\d+shot$')
+
+
+def is_few_shot_split(split: str) -> bool:
+    """Whether ``split`` is a part this module cut from a whole split (``fewshot50_test``,
+    ``train_100shot``): a subset, whose scores are not the whole set's."""
+    return _FEW_SHOT_SPLIT.search(split) is not None
 
 
 def seeded_permutation(count: int, seed: int = 42) -> list[int]:

@@ -10,8 +10,9 @@ dataset and language, named ``{dataset}_{pretrained}_{model}_{language}_{task}.j
 
 ``image_retrieval_recall@k`` is text→image (xmr's ``t2i_R@k``) and ``text_retrieval_recall@k``
 image→text (``i2t_R@k``), both as fractions where xmr reports percent. Datasets and languages
-carry CLIP_benchmark's names (``flickr30k-200``, ``swh_Latn``, XTD10's ``jp``). Only results
-whose protocol ranks what CLIP_benchmark ranks are written: every media of the set, and for
+carry CLIP_benchmark's names (``flickr30k-200``, ``swh_Latn``; XTD10 is
+``multilingual_mscoco_captions``, its Japanese ``jp``). Only results whose protocol ranks what
+CLIP_benchmark ranks are written: every media of the set (not a few-shot test split), and for
 Crossmodal-3600 the first caption of each image (``crossmodal3600_first_caption``).
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from xmr.datasets.few_shot import is_few_shot_split
 from xmr.datasets.languages import release_code
 from xmr.evaluation.protocols import PROTOCOLS
 from xmr.fileio import atomic_write_texts
@@ -33,7 +35,8 @@ __all__ = ['CLIP_BENCHMARK_DATASETS', 'COMPARABLE_PROTOCOLS', 'ScoredDataset',
            'clip_benchmark_texts', 'write_clip_benchmark', 'clip_benchmark_files']
 
 # xmr dataset name -> CLIP_benchmark's; other datasets keep their name.
-CLIP_BENCHMARK_DATASETS = {'flickr30k_200': 'flickr30k-200', 'mscoco': 'mscoco_captions'}
+CLIP_BENCHMARK_DATASETS = {'flickr30k_200': 'flickr30k-200', 'mscoco': 'mscoco_captions',
+                           'xtd10': 'multilingual_mscoco_captions'}
 # Protocols that rank the whole evaluation set, as CLIP_benchmark does.
 COMPARABLE_PROTOCOLS = ('standard', 'coco_5k', 'text_to_video', 'xtd10_t2i_r10', 'xtd200',
                         'flickr30k_200', 'crossmodal3600_first_caption')
@@ -47,14 +50,15 @@ _CB_NAMES = {'t2i': 'image_retrieval_recall', 'i2t': 'text_retrieval_recall'}
 class ScoredDataset(NamedTuple):
     """One test metric: its key prefix, the dataset it scored, its protocol, ``ranking``:
     ``'exact'``, or the option that ranks otherwise than CLIP_benchmark (the DASD code's grouped
-    image→text, an approximate index, token re-ranking of a shortlist), and the ``languages`` it
-    scores (``None``: each of the dataset's)."""
+    image→text, an approximate index, token re-ranking of a shortlist), the ``languages`` it
+    scores (``None``: each of the dataset's) and the dataset's ``split`` (``''``: unknown)."""
 
     prefix: str
     dataset: str
     protocol: str
     ranking: str = 'exact'
     languages: tuple[str, ...] | None = None
+    split: str = ''
 
 
 def scored_datasets(test_loop: Any) -> list[ScoredDataset]:
@@ -65,8 +69,9 @@ def scored_datasets(test_loop: Any) -> list[ScoredDataset]:
     for loader, evaluator in scored_loaders(test_loop):
         metainfo = getattr(loader.dataset, 'metainfo', None) or {}
         dataset = str(metainfo.get('dataset') or type(loader.dataset).__name__)
+        split = str(metainfo.get('split') or '')
         scored.extend(ScoredDataset(metric.prefix or '', dataset, metric.protocol,
-                                    _ranking(metric), _languages(metric))
+                                    _ranking(metric), _languages(metric), split)
                       for metric in evaluator.metrics if hasattr(metric, 'protocol'))
     return scored
 
@@ -91,7 +96,9 @@ def _languages(metric: Any) -> tuple[str, ...] | None:
 
 
 def _comparable(scored: ScoredDataset) -> bool:
-    if scored.protocol not in COMPARABLE_PROTOCOLS or scored.ranking != 'exact':
+    # A few-shot test split (XTD10's 900 images) is a part of the set CLIP_benchmark ranks.
+    if (scored.protocol not in COMPARABLE_PROTOCOLS or scored.ranking != 'exact'
+            or is_few_shot_split(scored.split)):
         return False
     return scored.dataset != 'crossmodal3600' or PROTOCOLS[scored.protocol].captions_per_media == 1
 
@@ -136,10 +143,12 @@ def comparable_entries(scored: Sequence[ScoredDataset]) -> list[ScoredDataset]:
     comparable = [entry for entry in scored if _comparable(entry)]
     if not comparable:
         listed = ', '.join(f'{s.prefix or "<no prefix>"} ({s.dataset}, {s.protocol}'
-                           + ('' if s.ranking == 'exact' else f', {s.ranking}') + ')'
+                           + ('' if s.ranking == 'exact' else f', {s.ranking}')
+                           + (f', split {s.split}' if is_few_shot_split(s.split) else '') + ')'
                            for s in scored)
         raise ValueError(f'no test metric is comparable with CLIP_benchmark: {listed}. It ranks '
-                         f'the whole set ({", ".join(COMPARABLE_PROTOCOLS)}), Crossmodal-3600 '
+                         f'the whole set ({", ".join(COMPARABLE_PROTOCOLS)}; not a few-shot '
+                         'split of it), Crossmodal-3600 '
                          "with the first caption only (protocol='crossmodal3600_first_caption'), "
                          "exactly, image->text by any caption (i2t_mode='standard')")
     for position, entry in enumerate(comparable):
