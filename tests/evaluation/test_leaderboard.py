@@ -142,6 +142,10 @@ def test_table_unions_columns_and_marks_missing_values():
     header, rows = leaderboard_table([first, second])
     assert header == ['model', 'de', 'fr', 'mAR']  # a later row's language before the summary
     assert rows == [['static', '40.00', '-', '40.00'], ['dasd', '41.26', '39.00', '40.13']]
+    # Rows recording no languages are not said to average their columns.
+    assert len(column_legend([first, second])) == 1
+    first.extra['summary_languages'] = {'': ['de']}
+    second.extra['summary_languages'] = {'': ['de', 'fr']}
     assert column_legend([first, second])[1] == (
         'mAR averages other languages per row: static over de; dasd over de, fr')
 
@@ -169,6 +173,15 @@ def test_the_legend_names_a_shown_language_the_summary_leaves_out():
     other = result('other', {'en/AR': 80.0, 'de/AR': 40.0, 'mAR': 40.0}, {'': ['de']})
     assert column_legend([row, other])[1:] == [
         'mAR averages other languages per row: run over de, fr; other over de']
+    # Two rows of one name (a checkpoint tested again with other options) keep a line each.
+    again = result('run', other.metrics, {'': ['de']})
+    assert column_legend([row, again])[1:] == [
+        'mAR averages other languages per row: run over de, fr; run over de']
+    # A row that records none is not said to average its English column.
+    old = EvaluationResult('old', row.metrics)
+    assert column_legend([old, row])[1:] == [
+        'mAR averages other languages per row: old over languages it does not record; '
+        'run over de, fr']
 
 
 def test_the_summary_languages_survive_the_result_file(tmp_path):
@@ -512,6 +525,13 @@ def test_results_that_record_no_resolved_config_are_grouped_by_the_path_given():
                                               checkpoint='work/iter_900.pth',
                                               extra={'seed': 1})],
      r'^run seed 0 and run seed 1, seeds of one run, report other metrics \(m30k/de/AR\)'),
+    ([_seed_result(0, 10.0), replace(_seed_result(1, 12.0), extra={
+        'seed': 1, 'ablations': [], 'summary_languages': {'m30k': ['de']}})],
+     r'^run seed 0 and run seed 1, seeds of one run, were scored otherwise \(languages '
+     r"averaged and rankings: \(\{\}, \{\}\) and \(\{'m30k': \['de'\]\}, \{\}\)\)"),
+    ([_seed_result(0, 10.0), replace(_seed_result(1, 12.0), extra={
+        'seed': 1, 'ablations': [], 'rankings': {'m30k': "i2t_mode='grouped'"}})],
+     r'^run seed 0 and run seed 1, seeds of one run, were scored otherwise'),
 ])
 def test_results_that_cannot_be_averaged_over_seeds_are_refused_by_name(results, message):
     with pytest.raises(ValueError, match=message):

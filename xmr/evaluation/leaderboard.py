@@ -399,24 +399,31 @@ def _recall_k(key: str) -> bool:
 def _summary_languages(summary: Column, columns: Sequence[Column],
                        results: Sequence[EvaluationResult]) -> list[str]:
     """A legend line naming the languages ``summary`` is made of, when they are not simply the
-    language columns beside it (a source language is reported but left out) or the rows differ."""
-    reported, found = {}, {}
+    language columns beside it (a source language is reported but left out) or the rows differ.
+
+    Each row is its own entry, so that two rows of one name keep theirs; a row that records no
+    languages (a result written before xmr recorded them) is said to be unknown, not counted as
+    averaging every column."""
+    rows = []  # (name, columns reported, columns averaged or None: not recorded)
     for result in results:
         if summary.key in result.metrics:
-            reported[result.name] = [c for c in columns if c.group == summary.group
-                                     and c.headline == summary.headline
-                                     and c.kind == 'language' and c.key in result.metrics]
+            reported = [c for c in columns if c.group == summary.group
+                        and c.headline == summary.headline
+                        and c.kind == 'language' and c.key in result.metrics]
             recorded = result.summary_languages.get(summary.group)
-            found[result.name] = [c for c in reported[result.name]
-                                  if recorded is None or _language(c) in recorded]
-    if len({tuple(c.label for c in chosen) for chosen in found.values()}) > 1:
+            rows.append((result.name, reported, None if recorded is None else
+                         [c for c in reported if _language(c) in recorded]))
+    if any(chosen is not None for _, _, chosen in rows) and len(
+            {None if chosen is None else tuple(c.label for c in chosen)
+             for _, _, chosen in rows}) > 1:
         return [f'{summary.label} averages other languages per row: ' + '; '.join(
-            f'{name} over {", ".join(_language(c) for c in chosen)}'
-            for name, chosen in found.items())]
-    if not found:
+            f'{name} over ' + ('languages it does not record' if chosen is None
+                               else ', '.join(_language(c) for c in chosen))
+            for name, _, chosen in rows)]
+    if not rows or rows[0][2] is None:
         return []
-    name, chosen = next(iter(found.items()))
-    left_out = [c for c in reported[name] if c not in chosen]
+    _, reported, chosen = rows[0]
+    left_out = [c for c in reported if c not in chosen]
     if not left_out:
         return []
     verb = 'summed' if summary.headline.summary.endswith('_sum') else 'averaged'
@@ -477,7 +484,8 @@ def mean_over_seeds(results: Sequence[EvaluationResult]) -> list[EvaluationResul
 
     Raises:
         ValueError: a result that records no seed, two results of one seed in a run, or seeds of
-            a run reporting different metrics, naming the results.
+            a run reporting different metrics, averaging other languages or ranking otherwise,
+            naming the results.
     """
     runs: dict[tuple, list[EvaluationResult]] = {}
     for result in results:
@@ -527,6 +535,10 @@ def _seed_mean(seeds: Sequence[EvaluationResult], label: str) -> EvaluationResul
             other = sorted(result.metrics.keys() ^ first.metrics.keys())
             raise ValueError(f'{first.name} and {result.name}, seeds of one run, report other '
                              f"metrics ({', '.join(other[:4])}): average seeds of one test")
+        if _scoring(result) != _scoring(first):
+            raise ValueError(f'{first.name} and {result.name}, seeds of one run, were scored '
+                             f'otherwise (languages averaged and rankings: {_scoring(first)} and '
+                             f'{_scoring(result)}): average seeds of one test')
     count = len(seeds)
     mean = {key: math.fsum(r.metrics[key] for r in seeds) / count for key in first.metrics}
     std = {} if count == 1 else {
@@ -538,6 +550,12 @@ def _seed_mean(seeds: Sequence[EvaluationResult], label: str) -> EvaluationResul
     extra = {**first.extra, 'seeds': sorted(numbers), 'seed_std': std}
     del extra['seed']
     return replace(first, name=name, metrics=mean, extra=extra)
+
+
+def _scoring(result: EvaluationResult) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """What a result's summaries average, per prefix, and its rankings other than exact."""
+    return ({prefix: sorted(langs) for prefix, langs in result.summary_languages.items()},
+            result.rankings)
 
 
 def csv_text(results: Sequence[EvaluationResult]) -> str:
