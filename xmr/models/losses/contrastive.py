@@ -37,6 +37,7 @@ class InfoNCELoss(PairLoss):
             call, never trained here, not clamped), e.g. the ``temp`` a CCLM checkpoint holds.
         learnable: train ``log(1/τ)`` (CLIP pre-training) instead of fixing it.
         max_scale: clamp of the logit scale (CLIP's 100); ``1/temperature`` may not exceed it.
+            A learnt scale is clamped in place at each call, so that it trains on from the cap.
         mask_same_media: leave the other captions of a query's medium out of its softmax
             (``same_media``, :class:`PairLoss`); ``False`` counts them as negatives (CLIP).
         backbone: the backbone whose scale ``temperature=None`` reads (the retrievers pass
@@ -87,7 +88,14 @@ class InfoNCELoss(PairLoss):
         """``[B, E]`` pairs (row i of ``a`` matches row i of ``b``), optionally ``same_media``
         ``[B, B]`` -> scalar."""
         a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
-        scale = (self.backbone.pair_logits()[0].detach() if self.backbone is not None
-                 else self.log_scale.clamp(max=self.max_log_scale).exp())
+        if self.backbone is not None:
+            scale = self.backbone.pair_logits()[0].detach()
+        else:
+            if isinstance(self.log_scale, nn.Parameter):
+                # In place, as CLIP and CCLM clamp theirs: a clamp in the graph would give the
+                # scale no gradient once a step took it past the cap, and hold it there for good.
+                with torch.no_grad():
+                    self.log_scale.clamp_(max=self.max_log_scale)
+            scale = self.log_scale.exp()
         # The product in the autocast dtype, the softmaxes in fp32 (as on CUDA).
         return symmetric_cross_entropy(scale * a @ b.t(), false_negatives(same_media))
