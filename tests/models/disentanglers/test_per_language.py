@@ -71,6 +71,21 @@ def test_a_language_with_one_caption_still_has_an_adversarial_negative(tower):
     assert torch.isfinite(losses['adv'])
 
 
+def test_without_a_discriminator_a_batch_of_one_caption_trains_as_the_shared_module(tower):
+    """No module reads negatives, so none are drawn: the wrapper refused a batch of one (a last
+    partial batch) naming a discriminator that did not exist."""
+    torch.manual_seed(0)
+    shared = build(tower, use_adversarial=False)
+    wrapped = PerLanguageDisentangler({'de': shared})
+    embeddings, tokens, r_source = batch(tower)
+    one = torch.tensor([0])
+    inputs = (embeddings[one], select_tokens(tokens, one))
+    _, alone = shared(*inputs, r_source=r_source[one])
+    _, losses = wrapped(*inputs, r_source=r_source[one], langs=['de'])
+    assert set(losses) == {'sc'}
+    torch.testing.assert_close(losses['sc'], alone['sc'])
+
+
 def test_adversarial_negatives_are_drawn_from_the_whole_batch(tower, monkeypatch):
     """As in the shared SDM: r^S- of each caption is another caption's r^S, drawn over the
     whole batch (other languages included), then handed to each caption's language module."""

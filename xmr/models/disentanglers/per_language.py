@@ -77,13 +77,17 @@ class PerLanguageDisentangler(ConditionDisentangler):
                              f'{list(self.per_language)}')
         condition: dict[Any, torch.Tensor] = {}
         losses: dict[str, torch.Tensor] = {}
-        r_negative = None if r_source is None else r_source[
-            shuffled_negatives(embeddings.shape[0], device=embeddings.device)]
+        # Only a discriminator reads negatives: a batch of one caption trains the others.
+        discriminated = any(getattr(module, 'discriminator', None) is not None
+                            for module in self.per_language.values())
+        r_negative = r_source[shuffled_negatives(embeddings.shape[0], device=embeddings.device)
+                              ] if r_source is not None and discriminated else None
         for lang in dict.fromkeys(langs):
             index = host_to_device(torch.tensor([i for i, code in enumerate(langs)
                                                  if code == lang]), embeddings.device)
-            training = {} if r_source is None else dict(r_source=r_source[index],
-                                                        r_negative=r_negative[index])
+            training = {} if r_source is None else dict(
+                r_source=r_source[index],
+                r_negative=None if r_negative is None else r_negative[index])
             group_condition, group_losses = self.per_language[lang](
                 embeddings[index], select_tokens(tokens, index), **training)
             for key, value in group_condition.items():
