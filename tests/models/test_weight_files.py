@@ -9,7 +9,12 @@ from safetensors.torch import save_file
 
 from tests.models.backbones.openai_clip_layout import save_openai_torchscript
 from tests.zip_records import damage_record
-from xmr.models.weight_files import WeightsMismatchError, check_weights_fit, read_weights
+from xmr.models.weight_files import (
+    WeightsMismatchError,
+    check_weights_fit,
+    read_weights,
+    strict_load_refusal,
+)
 
 STATE = {'encoder.weight': torch.arange(6.0).view(2, 3), 'encoder.bias': torch.tensor([1.0, 2.0])}
 
@@ -21,8 +26,9 @@ def _assert_state(loaded):
 
 
 @pytest.mark.parametrize('payload', [
-    STATE, {'state_dict': STATE, 'epoch': 3}, {f'module.{k}': v for k, v in STATE.items()}],
-    ids=['plain', 'wrapped', 'data-parallel'])
+    STATE, {'state_dict': STATE, 'epoch': 3}, {'model': STATE, 'epoch': 300},
+    {f'module.{k}': v for k, v in STATE.items()}],
+    ids=['plain', 'wrapped', 'wrapped-as-model', 'data-parallel'])
 def test_torch_files_in_every_wrapping(tmp_path, payload):
     path = tmp_path / 'weights.pt'
     torch.save(payload, path)
@@ -126,3 +132,19 @@ def test_five_keys_are_listed_whole_without_a_count_of_more():
     assert str(error.value) == (
         'ckpt.pt does not fit the tower: 5 missing (block.0.weight, block.1.weight, '
         'block.2.weight, block.3.weight, block.4.weight). Fix it.')
+
+
+def test_torchs_strict_load_refusal_is_told_as_a_mismatch():
+    """The keys as the module was given them (after a loader's renaming), counted as
+    check_weights_fit counts them: torch's own message, cut short, lost the unexpected ones
+    behind a long list of missing keys."""
+    module = torch.nn.Sequential(*(torch.nn.Linear(2, 2) for _ in range(4)))
+    given = {'0.weight': torch.zeros(3, 2), 'visual.conv1.weight': torch.zeros(1)}
+    with pytest.raises(RuntimeError) as refused:
+        module.load_state_dict(given)
+    error = strict_load_refusal(refused.value, 'vit.pth', 'the tower', 'Fix it.')
+    assert str(error) == (
+        'vit.pth does not fit the tower: 7 missing (0.bias, 1.weight, 1.bias, 2.weight, '
+        '2.bias, ... 2 more); 1 unexpected (visual.conv1.weight); 1 with another shape '
+        '(0.weight (file [3, 2], model [2, 2])). Fix it.')
+    assert strict_load_refusal(RuntimeError('CUDA out of memory'), 'a', 'b', 'c') is None

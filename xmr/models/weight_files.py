@@ -1,7 +1,8 @@
 """Reading released weight files and checking that they fit a module, with errors that say why.
 
 Released checkpoints come as torch pickles (``pytorch_model.bin``, ``.pt``, ``.pth``, sometimes
-wrapped in ``{'state_dict': ...}`` or saved from a ``DataParallel`` with ``module.`` prefixes),
+wrapped in ``{'state_dict': ...}`` or ``{'model': ...}`` (Microsoft's Swin and DeiT) or saved
+from a ``DataParallel`` with ``module.`` prefixes),
 safetensors files, or TorchScript archives (OpenAI's CLIP ``ViT-B-32.pt``). :func:`read_weights`
 turns any of them into a state dict; :func:`check_weights_fit` compares a state dict with what a
 module expects and refuses, before anything is copied, with the missing, unexpected and
@@ -10,6 +11,7 @@ differently shaped keys (counts and the first few) and the fix.
 from __future__ import annotations
 
 import pickle
+import re
 import warnings
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
@@ -18,8 +20,8 @@ from typing import TypeVar
 
 import torch
 
-__all__ = ['read_weights', 'check_weights_fit', 'fetch_weights', 'WeightsMismatchError',
-           'CHECKPOINT_SUFFIXES', 'unreadable_file']
+__all__ = ['read_weights', 'check_weights_fit', 'strict_load_refusal', 'fetch_weights',
+           'WeightsMismatchError', 'CHECKPOINT_SUFFIXES', 'unreadable_file']
 
 Fetched = TypeVar('Fetched')
 
@@ -28,7 +30,14 @@ CHECKPOINT_SUFFIXES = ('.pt', '.pth', '.bin', '.safetensors')
 #: Files looked for, in order, when a folder is given (Hugging Face's names).
 HF_WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin')
 
+#: Keys under which a file may hold its state dict, first found wins.
+WRAPPER_KEYS = ('state_dict', 'model')
+
 _SHOWN_KEYS = 5
+_QUOTED = re.compile(r'"([^"]+)"')
+_RESHAPED = re.compile(r'size mismatch for (\S+): copying a param with shape '
+                       r'torch\.Size\((\[.*?\])\) from checkpoint, the shape in current model '
+                       r'is torch\.Size\((\[.*?\])\)')
 
 
 class WeightsMismatchError(ValueError):
@@ -70,7 +79,8 @@ def read_weights(path: str | Path, what: str = 'checkpoint',
         folder_files: names looked for inside a folder, first found wins.
 
     Returns:
-        ``{key: tensor}`` on the CPU, unwrapped from ``{'state_dict': ...}`` and ``module.``.
+        ``{key: tensor}`` on the CPU, unwrapped from ``{'state_dict': ...}``, ``{'model': ...}``
+        and ``module.``.
 
     Raises:
         FileNotFoundError: no such file, or a folder without any of ``folder_files``.
@@ -92,8 +102,10 @@ def read_weights(path: str | Path, what: str = 'checkpoint',
         loaded = _read_torchscript(path)
     else:
         loaded = _read_pickle(path, what)
-    if isinstance(loaded, Mapping) and isinstance(loaded.get('state_dict'), Mapping):
-        loaded = loaded['state_dict']
+    for wrapper in WRAPPER_KEYS:
+        if isinstance(loaded, Mapping) and isinstance(loaded.get(wrapper), Mapping):
+            loaded = loaded[wrapper]
+            break
     if not isinstance(loaded, Mapping) or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in loaded.items()):
         raise ValueError(f'{path} is not a {what}: it holds a {type(loaded).__name__}, not '
@@ -185,12 +197,33 @@ def check_weights_fit(expected: Mapping[str, torch.Tensor], state_dict: Mapping[
     reshaped = [f'{key} (file {list(state_dict[key].shape)}, model {list(value.shape)})'
                 for key, value in expected.items()
                 if key in state_dict and state_dict[key].shape != value.shape]
+    if missing or unexpected or reshaped:
+        raise _mismatch(source, target, missing, unexpected, reshaped, fix)
+
+
+def strict_load_refusal(error: RuntimeError, source: str, target: str, fix: str
+                        ) -> WeightsMismatchError | None:
+    """torch's refusal of a strict ``load_state_dict`` (its ``Missing key(s)``, ``Unexpected
+    key(s)`` and ``size mismatch`` lines) told as :func:`check_weights_fit` tells it: the keys as
+    the module was given them, after whatever a loader renamed (timm's filters); ``None`` for
+    another error."""
+    lines = str(error).splitlines()
+    missing = [key for line in lines if 'Missing key(s)' in line for key in _QUOTED.findall(line)]
+    unexpected = [key for line in lines if 'Unexpected key(s)' in line
+                  for key in _QUOTED.findall(line)]
+    reshaped = [f'{key} (file {file}, model {model})'
+                for key, file, model in _RESHAPED.findall(str(error))]
     if not (missing or unexpected or reshaped):
-        return
+        return None
+    return _mismatch(source, target, missing, unexpected, reshaped, fix)
+
+
+def _mismatch(source: str, target: str, missing: list[str], unexpected: list[str],
+              reshaped: list[str], fix: str) -> WeightsMismatchError:
     parts = [_listing(title, keys) for title, keys in (
         ('missing', missing), ('unexpected', unexpected), ('with another shape', reshaped))
         if keys]
-    raise WeightsMismatchError(f'{source} does not fit {target}: {"; ".join(parts)}. {fix}')
+    return WeightsMismatchError(f'{source} does not fit {target}: {"; ".join(parts)}. {fix}')
 
 
 def _listing(title: str, keys: list[str]) -> str:

@@ -181,11 +181,47 @@ def test_timms_own_weights_load_strictly_into_the_headless_tower(tmp_path, visio
     assert head and set(loaded) == set(source) - head  # headless, as num_classes=0 builds it
     assert all(torch.equal(tensor, source[key]) for key, tensor in loaded.items())
     with pytest.raises(ValueError, match=rf"record of '{vision}' names \(file .*lacking\.pth\) "
-                                         rf'does not fit .*Missing key.*"{re.escape(dropped)}"'):
+                                         rf'does not fit .*: 1 missing \({re.escape(dropped)}\)'):
         built('lacking')
-    with pytest.raises(ValueError, match=r'extra\.pth\) does not fit .*Unexpected key.*'
-                                         r'"extra\.weight"'):
+    with pytest.raises(ValueError, match=r'extra\.pth\) does not fit .*: 1 unexpected '
+                                         r'\(extra\.weight\)'):
         built('extra')
+
+
+def _microsoft_swin_layout(state: dict) -> dict:
+    """A timm Swin state dict as Microsoft released theirs: each stage's downsample at the end
+    of the stage before, the classifier as ``head``."""
+    def original(key: str) -> str:
+        key = re.sub(r'layers\.(\d+)\.downsample',
+                     lambda found: f'layers.{int(found.group(1)) - 1}.downsample', key)
+        return key.replace('head.fc.', 'head.')
+    return {original(key): value for key, value in state.items()}
+
+
+@pytest.mark.parametrize('wrapped', [True, False])
+def test_a_swin_file_in_microsofts_layout_loads_as_timm_loads_it(tmp_path, wrapped):
+    """timm's filter renames the original layout; xmr dropped the classifier under timm's name
+    only, so Microsoft's 'head.weight' came back as an unexpected 'head.fc.weight', and
+    refused the {'model': ...} wrapping of their releases."""
+    torch.manual_seed(4)
+    source = timm.create_model('swin_base_patch4_window7_224', **TINY_SWIN).eval()
+    released = _microsoft_swin_layout(source.state_dict())
+    assert 'layers.0.downsample.reduction.weight' in released and 'head.weight' in released
+    path = tmp_path / 'swin_ms.pth'
+    torch.save({'model': released} if wrapped else released, path)
+    backbone = MODELS.build(tiny_cfg(vision='swin_base_patch4_window7_224', vision_cfg=TINY_SWIN,
+                                     vision_pretrained=str(path)))
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        expected = source.forward_head(source.forward_features(images), pre_logits=True)
+        torch.testing.assert_close(backbone.vision.eval()(images), expected)
+    # A key the file lacks is named as timm's filter names it, not as the file does.
+    del released['layers.0.blocks.0.mlp.fc1.weight']
+    torch.save(released, path)
+    with pytest.raises(ValueError, match=r'swin_ms\.pth does not fit .*: 1 missing '
+                                         r'\(layers\.0\.blocks\.0\.mlp\.fc1\.weight\)\. Is it'):
+        MODELS.build(tiny_cfg(vision='swin_base_patch4_window7_224', vision_cfg=TINY_SWIN,
+                              vision_pretrained=str(path)))
 
 
 def test_bad_configurations_are_named():

@@ -34,7 +34,7 @@ from xmr.models.backbones.base import (
 )
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.tokenizers import BaseTokenizer
-from xmr.models.weight_files import check_weights_fit, fetch_weights, read_weights
+from xmr.models.weight_files import fetch_weights, read_weights, strict_load_refusal
 from xmr.registry import MODELS, TOKENIZERS, with_defaults
 
 __all__ = ['ViTBERTBackbone']
@@ -101,16 +101,18 @@ def _record_source(name: str, kwargs: dict) -> str:
 
 
 def _refusal(source: str, name: str, error: RuntimeError, fix: str) -> ValueError:
-    """torch's refusal of a strict load (its missing, unexpected and reshaped keys) as an error
-    naming ``source`` and the fix."""
-    return ValueError(f"{source} does not fit timm '{name}' once timm has adapted them "
-                      f'({" ".join(str(error).split())[:400]}). {fix}')
+    """torch's refusal of a strict load as an error naming ``source``, the keys timm's filter
+    made of the file that do not fit (counts and the first few), and the fix."""
+    target = f"timm '{name}' once timm has adapted them"
+    return strict_load_refusal(error, source, target, fix) or ValueError(
+        f'{source} does not fit {target} ({" ".join(str(error).split())[:400]}). {fix}')
 
 
 def _vision_from_file(name: str, path: Path, kwargs: dict) -> nn.Module:
     """timm's ``name`` with the weights of ``path`` (a file, or a hub snapshot folder holding
     ``model.safetensors`` or ``pytorch_model.bin``), loaded strictly through timm's own filter
-    (which resamples position embeddings to the configured size).
+    (which resamples position embeddings to the configured size, and renames the layout of
+    original releases such as Microsoft's Swin).
 
     timm loads non-strictly whenever the model's head differs from its record's, as a headless
     one does: weights missing from the file would stay random without a word. The record is told
@@ -120,29 +122,41 @@ def _vision_from_file(name: str, path: Path, kwargs: dict) -> nn.Module:
         FileNotFoundError: no such file, or a folder without those files.
         ValueError: a truncated, damaged or foreign file (named by :func:`read_weights`), or
             one whose weights are not those of ``name`` with ``kwargs`` (the keys missing,
-            unexpected or of another shape).
+            unexpected or of another shape once timm's filter has renamed them).
     """
     import timm
 
     if not path.exists():
         raise FileNotFoundError(f'vision_pretrained checkpoint {path} does not exist')
     state = read_weights(path, f"timm '{name}' checkpoint")  # a hub snapshot folder too
-    classifiers = timm.models.get_pretrained_cfg(name).classifier or ()
-    for classifier in (classifiers,) if isinstance(classifiers, str) else classifiers:
-        state.pop(f'{classifier}.weight', None)
-        state.pop(f'{classifier}.bias', None)
+    with torch.device('meta'):
+        headless = timm.create_model(name, **kwargs).state_dict()
+    for key in _classifier_keys(name):
+        if key not in headless:
+            state.pop(key, None)
     try:
         model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(
             state_dict=state, num_classes=0), **kwargs)
     except RuntimeError as error:  # torch's strict load, of what timm's filter made of the file
-        fix = ('Is it a checkpoint of this model? Set vision (and vision_cfg) to the model it '
-               'was trained as')
-        with torch.device('meta'):
-            expected = timm.create_model(name, **kwargs).state_dict()
-        check_weights_fit(expected, state, str(path), f"timm '{name}'", fix)
-        raise _refusal(str(path), name, error, fix) from error
+        raise _refusal(str(path), name, error, 'Is it a checkpoint of this model? Set vision '
+                       '(and vision_cfg) to the model it was trained as') from error
     model.pretrained_cfg.pop('state_dict')  # the weights are in the model: no second copy
     return model
+
+
+def _classifier_keys(name: str) -> list[str]:
+    """The keys a classifier of timm's ``name`` may have in a file: under its record's name
+    (``head.fc``) and under each module above it (``head``: Microsoft's Swin, which timm's
+    filter renames)."""
+    import timm
+
+    classifiers = timm.models.get_pretrained_cfg(name).classifier or ()
+    keys = []
+    for classifier in (classifiers,) if isinstance(classifiers, str) else classifiers:
+        parts = classifier.split('.')
+        keys += [f"{'.'.join(parts[:end])}.{kind}" for end in range(len(parts), 0, -1)
+                 for kind in ('weight', 'bias')]
+    return keys
 
 
 def build_text(pretrained: str | None, options: dict) -> nn.Module:
