@@ -271,6 +271,20 @@ def test_fingerprint_follows_the_weights():
 
 
 @needs_tokenizer
+def test_fingerprint_follows_a_setting_that_changes_features_but_no_weight():
+    """r^S cached under GELU was read back under ReLU: the fingerprint hashed the image
+    settings and the weights only."""
+    def built(**text):
+        torch.manual_seed(0)
+        return MODELS.build(tiny_cfg(text=text))
+
+    gelu, relu, eps = built(hidden_act='gelu'), built(hidden_act='relu'), built(layer_norm_eps=0.1)
+    assert all(torch.equal(gelu.state_dict()[k], v) for k, v in relu.state_dict().items())
+    assert len({gelu.fingerprint(), relu.fingerprint(), eps.fingerprint()}) == 3
+    assert built(hidden_act='gelu').fingerprint() == gelu.fingerprint()
+
+
+@needs_tokenizer
 def test_target_branch_and_static_adapters_run_on_the_cclm_tower():
     retriever = MODELS.build(dict(
         type='CrossLingualRetriever', backbone=tiny_cfg(),

@@ -7,6 +7,7 @@ from safetensors.torch import save_file
 from tests.models.adapters.peft_helpers import lora_delta
 from tests.models.backbones.mclip_helpers import (
     CAPTIONS,
+    TINY_XLMR,
     mclip_reference,
     needs_tokenizer,
     tiny_mclip,
@@ -291,6 +292,15 @@ def test_frozen_hard_prompt_with_mean_pooling_equals_the_prefixed_caption(backbo
     torch.testing.assert_close(branch(branch.tokenize(captions), ['de', 'de']),
                                backbone.encode_source_text(tokenizer(prefixed)), atol=1e-5,
                                rtol=1e-4)
+
+
+def test_fingerprint_follows_a_norms_eps_that_changes_features_but_no_weight(backbone):
+    """r^S cached under one layer_norm_eps was read back under another: the fingerprint hashed
+    the image record and the weights only."""
+    other = tiny_mclip(text_encoder=dict(TINY_XLMR, layer_norm_eps=0.1))
+    assert all(torch.equal(backbone.state_dict()[k], v) for k, v in other.state_dict().items())
+    assert other.fingerprint() != backbone.fingerprint()
+    assert tiny_mclip().fingerprint() == backbone.fingerprint()
 
 
 def test_image_tower_needs_exactly_one_description():

@@ -224,6 +224,25 @@ def test_a_swin_file_in_microsofts_layout_loads_as_timm_loads_it(tmp_path, wrapp
                               vision_pretrained=str(path)))
 
 
+def test_fingerprint_follows_settings_that_change_features_but_no_weight():
+    """Features cached under one BERT activation or timm pooling were read back under another:
+    the fingerprint hashed the vision model's name, the image size and the weights only."""
+    def built(**overrides):
+        torch.manual_seed(0)
+        return MODELS.build(tiny_cfg(**overrides))
+
+    swin = dict(vision='swin_base_patch4_window7_224')
+    prints = [built().fingerprint(),
+              built(text_cfg=dict(TINY_BERT, hidden_act='relu')).fingerprint(),
+              # timm's ViT keeps its pooling in a plain attribute: avg and max share weights.
+              built(vision_cfg=dict(TINY_VIT, global_pool='avg')).fingerprint(),
+              built(vision_cfg=dict(TINY_VIT, global_pool='max')).fingerprint(),
+              built(**swin, vision_cfg=TINY_SWIN).fingerprint(),
+              built(**swin, vision_cfg=dict(TINY_SWIN, global_pool='max')).fingerprint()]
+    assert len(set(prints)) == 6
+    assert built().fingerprint() == prints[0]
+
+
 def test_bad_configurations_are_named():
     with pytest.raises(ValueError, match="unknown timm model 'vit_bsae_patch16_224'.*"
                                          'vit_base_patch16_224'):

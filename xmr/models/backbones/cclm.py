@@ -214,5 +214,6 @@ class CCLMDualStream(VisionLanguageBackbone):
         return TokenOutput(tokens, mask, pooled)
 
     def fingerprint(self) -> str:
-        """Configuration + weights hash: keys feature caches to exactly these frozen weights."""
-        return weights_fingerprint(f'cclm-{self.image_size}-{self.window_size}', self)
+        """Configuration, module tree (an activation, a norm's ``eps``) + weights hash: keys
+        feature caches to exactly these frozen weights run this way."""
+        return weights_fingerprint(f'cclm-{self.image_size}-{self.window_size}\n{self!r}', self)

@@ -260,5 +260,7 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
         return open_clip_image_tokens(self.visual, images, self.arch)
 
     def fingerprint(self) -> str:
-        """Architecture + weights hash: keys feature caches to exactly these frozen weights."""
-        return weights_fingerprint(f'mclip-{sorted(self.record.settings().items())}', self)
+        """Architecture, module tree (an activation, a norm's ``eps``) + weights hash: keys
+        feature caches to exactly these frozen weights run this way."""
+        return weights_fingerprint(f'mclip-{sorted(self.record.settings().items())}\n{self!r}',
+                                   self)

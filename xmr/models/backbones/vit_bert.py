@@ -287,5 +287,7 @@ class ViTBERTBackbone(VisionLanguageBackbone):
         return TokenOutput(projected, mask, self.vision_proj(pooled))
 
     def fingerprint(self) -> str:
-        """Configuration + weights hash: keys feature caches to exactly these weights."""
-        return weights_fingerprint(f'vit-bert-{self.vision_name}-{self.image_size}', self)
+        """Configuration, module tree (an activation, a norm's ``eps``, timm's pooling) +
+        weights hash: keys feature caches to exactly these weights run this way."""
+        return weights_fingerprint(f'vit-bert-{self.vision_name}-{self.image_size}-'
+                                   f"{getattr(self.vision, 'global_pool', '')}\n{self!r}", self)
