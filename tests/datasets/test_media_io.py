@@ -39,6 +39,21 @@ def test_test_sampling_decodes_the_segment_centres(videos):
     assert torch.equal(frames[5], torch.from_numpy(reader[142].asnumpy()).permute(2, 0, 1))
 
 
+def test_frames_decode_alike_under_the_torch_bridge_other_code_set(videos):
+    """decord.bridge.set_bridge('torch') (a user's module) made get_batch return torch tensors,
+    which have no asnumpy(): every video read failed with an AttributeError naming no file."""
+    import decord
+
+    path = videos / 'flipping_a_pancake.mkv'
+    expected, _ = read_video_frames(path, 4, random_offset=False)
+    decord.bridge.set_bridge('torch')
+    try:
+        frames, _ = read_video_frames(path, 4, random_offset=False)
+    finally:
+        decord.bridge.set_bridge('native')
+    assert torch.equal(frames, expected)
+
+
 def test_sampled_h264_frames_equal_the_frames_decoded_in_sequence(videos):
     """bigbuckbunny.mp4 (H.264, 132 frames of 720 x 1280): 12 segments of 11 frames, centres
     5 + 11 i; frames reached by seeking must equal those reached by decoding from the start."""

@@ -216,7 +216,10 @@ def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: b
 
     def sample(reader) -> tuple[np.ndarray, list[int]]:
         indices = uniform_frame_indices(len(reader), num_frames, random_offset)
-        return reader.get_batch(indices).asnumpy(), indices
+        frames = reader.get_batch(indices)
+        # Under a bridge other code set (decord.bridge.set_bridge('torch')), decord returns
+        # that framework's array, which has numpy() where decord's own has asnumpy().
+        return (frames.asnumpy() if hasattr(frames, 'asnumpy') else frames.numpy()), indices
 
     frames, indices = _with_reader(path, num_threads, sample)
     return torch.from_numpy(frames).permute(0, 3, 1, 2).contiguous(), indices
