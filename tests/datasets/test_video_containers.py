@@ -50,6 +50,22 @@ def test_large_sizes_size_zero_and_a_missing_index(tmp_path):
         "not an MP4/QuickTime file: no box at byte 12 (size 2, type b'zz\\x01\\x02')")
 
 
+@pytest.mark.parametrize('trailer', [b'trailer appended by a phone', b'\xff' * 12,
+                                     _box(b'udta', bytes(40))[:20]])
+def test_bytes_after_whole_frames_and_index_are_a_trailer_not_a_cut(tmp_path, trailer):
+    """Phones and tools append data after the last box; decord and FFmpeg read every frame,
+    where the walk read the trailer as a box running past the end ('truncated') or as no box
+    at all ('not an MP4')."""
+    whole = _box(b'ftyp', b'isom') + _box(b'moov', bytes(20)) + _box(b'mdat', bytes(100))
+    assert container_problem(_mp4(tmp_path, whole + trailer)) is None
+    # A box of frames cut short after them is still a cut file (a fragmented MP4's last part).
+    assert container_problem(_mp4(tmp_path, whole + _box(b'moof', bytes(40))[:20])) == (
+        "truncated: its 'moof' box ends at byte 196 but the file has 168 bytes (a copy or "
+        'download cut short)')
+    # Before the frames are whole, such bytes are no box.
+    assert container_problem(_mp4(tmp_path, _box(b'moov', bytes(4)) + trailer)) is not None
+
+
 def test_empty_files_and_unknown_containers(tmp_path):
     empty = tmp_path / 'empty.mp4'
     empty.write_bytes(b'')

@@ -21,6 +21,8 @@ __all__ = ['VIDEO_SUFFIXES', 'container_problem', 'unlike_its_name']
 # A first box of these types marks an ISO base media (MP4, MOV, M4V, 3GP) file.
 _ISO_FIRST_BOXES = frozenset({b'ftyp', b'moov', b'mdat', b'free', b'skip', b'wide', b'pnot',
                               b'styp', b'sidx'})
+# Boxes that hold frames or their index: one cut short is a cut file, whatever comes before.
+_FRAME_BOXES = frozenset({b'moov', b'mdat', b'moof'})
 _EBML_MAGIC = b'\x1a\x45\xdf\xa3'
 _MATROSKA_SEGMENT = b'\x18\x53\x80\x67'
 _PRINTABLE = frozenset(range(0x20, 0x7f))
@@ -72,8 +74,12 @@ def _truncated(what: str, end: int, size: int) -> str:
 def _iso_problem(file: BinaryIO, size: int) -> str | None:
     """Walk the top-level boxes (``size: uint32, type: 4 chars``; size 1: a uint64 follows,
     size 0: to the end of the file; ISO/IEC 14496-12, 4.2); every one must end inside the file,
-    and one must be ``moov``, the index without which no frame can be found."""
-    offset, seen_moov = 0, False
+    and one must be ``moov``, the index without which no frame can be found.
+
+    Bytes after whole ``moov`` and ``mdat`` boxes that are no whole box (a trailer some phones
+    and tools append) are left to the decoder, which reads the frames without them; a box of
+    frames or their index (``moov``, ``mdat``, ``moof``) that runs past the end is a cut file."""
+    offset, seen = 0, set()
     # A tail shorter than a box header is padding some writers leave, not a cut box.
     while size - offset >= 8:
         file.seek(offset)
@@ -85,15 +91,19 @@ def _iso_problem(file: BinaryIO, size: int) -> str | None:
             box_size = struct.unpack('>Q', header[8:])[0]
         elif box_size == 0:
             box_size = size - offset
-        if box_size < 8 or not set(box_type) <= _PRINTABLE:
+        is_box = box_size >= 8 and set(box_type) <= _PRINTABLE
+        if ({b'moov', b'mdat'} <= seen and box_type not in _FRAME_BOXES
+                and not (is_box and offset + box_size <= size)):
+            break
+        if not is_box:
             return (f'not an MP4/QuickTime file: no box at byte {offset:,} (size {box_size}, '
                     f'type {box_type!r})')
         if offset + box_size > size:
             return _truncated(f'{box_type.decode()!r} box', offset + box_size, size)
-        seen_moov = seen_moov or box_type == b'moov'
+        seen.add(box_type)
         offset += box_size
-    return None if seen_moov else "no 'moov' box, the index of the frames (a recording never " \
-                                  'finished?)'
+    return None if b'moov' in seen else "no 'moov' box, the index of the frames (a recording " \
+                                        'never finished?)'
 
 
 def _ebml_number(data: bytes, at: int, is_id: bool) -> tuple[int, int] | None:
