@@ -58,7 +58,7 @@ def test_the_one_dataset_loops_pin_their_loader_too(tmp_path, monkeypatch):
 def test_the_cdds_hook_builds_its_own_loader_through_it(monkeypatch):
     monkeypatch.setattr(cdds_correlation, 'pinned_on_gpu', pin_always)
     built, loader = [], DataLoader(range(2))
-    runner = SimpleNamespace(seed=0, _randomness_cfg={},
+    runner = SimpleNamespace(seed=0, _randomness_cfg={}, hooks=[],
                              build_dataloader=lambda cfg, seed: built.append(cfg) or loader)
     CDDSCorrelationHook(dataloader=dict(batch_size=2))._loader(runner)
     assert built == [dict(batch_size=2, pin_memory=True)]

@@ -1,6 +1,7 @@
 """CDDSCorrelationHook: dataset-level statistics, when it recomputes them, untouched RNG."""
 import logging
 import os
+import signal
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +15,7 @@ from torch.utils.data import DataLoader
 from tests.conftest import tiny_backbone_cfg
 from tests.engine.test_distributed import free_port
 from xmr.datasets.collate import retrieval_collate
-from xmr.engine.hooks import CDDSCorrelationHook
+from xmr.engine.hooks import CDDSCorrelationHook, PreemptionHook
 from xmr.engine.resume import pass_indices
 from xmr.models.disentanglers.cdds import column_statistics
 from xmr.registry import DATASETS, HOOKS, MODELS
@@ -35,7 +36,7 @@ def loader():
 
 
 def runner_for(model, iteration: int = 0):
-    return SimpleNamespace(model=model, iter=iteration, seed=0, _randomness_cfg={},
+    return SimpleNamespace(model=model, iter=iteration, seed=0, _randomness_cfg={}, hooks=[],
                            build_dataloader=Runner.build_dataloader,
                            train_loop=SimpleNamespace(dataloader=loader()),
                            logger=logging.getLogger('test_cdds_correlation_hook'))
@@ -146,6 +147,35 @@ def test_a_pass_over_persistent_workers_leaves_the_training_pass_where_it_was():
     first = next(training)['media_id']
     CDDSCorrelationHook(max_batches=2).refresh(runner)
     assert [first, *(batch['media_id'] for batch in training)] == expected
+
+
+class _SignalledInWorkers(torch.utils.data.Dataset):
+    """A scheduler's SIGTERM, sent to every process of the job, reaching a loader worker."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        if torch.utils.data.get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return self.dataset[index]
+
+
+def test_a_refresh_s_workers_outlive_a_preemption_signal_as_training_s_do():
+    """The refresh's loader copied the train loader's worker init before the loop made it
+    ignore the signals (or had none, from a config of its own): a SIGTERM during a refresh
+    killed its workers, and the run failed with no checkpoint."""
+    data = DataLoader(_SignalledInWorkers(loader().dataset), batch_size=5, num_workers=1,
+                      collate_fn=retrieval_collate)
+    runner = runner_for(model_with())
+    runner.train_loop.dataloader = data
+    runner.hooks = [PreemptionHook()]
+    CDDSCorrelationHook().refresh(runner)
+    torch.testing.assert_close(runner.model.disentangler.correlation.image_statistics,
+                               expected_statistics(runner.model)[0])
 
 
 def test_a_model_without_dataset_correlation_is_refused():

@@ -28,6 +28,7 @@ from mmengine.hooks import Hook
 from torch.utils.data import BatchSampler, DataLoader, Sampler
 
 from xmr.engine.distributed import shared_seed, unpadded_shard_size
+from xmr.engine.hooks.preemption import preemption_signals, workers_ignore
 from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.engine.resume import PassIndices
 from xmr.engine.rng import preserved_rng_state
@@ -73,6 +74,9 @@ class CDDSCorrelationHook(Hook):
                 runner.train_loop.dataloader if self.dataloader_cfg is None
                 else runner.build_dataloader(pinned_on_gpu(self.dataloader_cfg),
                                              seed=shared_seed(runner)))
+            # A preemption's signal reaches every process of the job: a refresh's workers must
+            # outlive it, as training's do, for the iteration and its checkpoint to finish.
+            workers_ignore(self._dataloader, preemption_signals(runner))
         return self._dataloader
 
     def _correlations(self, runner) -> list[torch.nn.Module]:
