@@ -330,27 +330,26 @@ def main(argv: list[str] | None = None) -> None:
         taken_over = lock_work_dir(cfg.work_dir)
         if taken_over:
             print_log(taken_over, logger='current', level=logging.WARNING)
+    # Held through --test, whose result is written into the work dir; given back whatever
+    # fails (the runner's build, a checkpoint refused as it loads, training, the test).
     try:
         name = cfg.get('experiment_name') or Path(args.config).stem
         if (own := runner_name_in_process(name)) != name:
             cfg.experiment_name = own  # the first keeps MMEngine's name, and its dump its keys
         runner = ResumeCheckedRunner.from_cfg(cfg)
         runner.train()
-    except BaseException:
-        # WorkDirLockHook gives the lock back once training has begun; a failure before (the
-        # runner's build, a checkpoint refused as it loads) gives back the one taken here.
+        # A signal after the last iteration stopped nothing (PreemptionHook logs it): exit 0.
+        stopped_by = next((hook.stopped_by for hook in runner.hooks
+                           if isinstance(hook, PreemptionHook)), None)
+        if stopped_by is not None:
+            raise SystemExit(128 + stopped_by)  # a run cut short, as the signal's exit says
+        if args.test is not None:
+            checkpoint = tested_checkpoint(runner, args.test)
+            del runner  # its model, optimiser state and loaders: the test builds its own
+            gc.collect()
+            test_after_training(args, checkpoint)
+    finally:
         unlock_work_dir(cfg.work_dir)
-        raise
-    # A signal after the last iteration stopped nothing (PreemptionHook logs it): exit 0.
-    stopped_by = next((hook.stopped_by for hook in runner.hooks
-                       if isinstance(hook, PreemptionHook)), None)
-    if stopped_by is not None:
-        raise SystemExit(128 + stopped_by)  # a run cut short, as the signal's own exit says
-    if args.test is not None:
-        checkpoint = tested_checkpoint(runner, args.test)
-        del runner  # its model, optimiser state and loaders: the test builds its own
-        gc.collect()
-        test_after_training(args, checkpoint)
 
 
 if __name__ == '__main__':

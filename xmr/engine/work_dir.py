@@ -8,6 +8,7 @@ import glob
 import os
 import os.path as osp
 import socket
+import time
 
 from mmengine.config import Config
 
@@ -69,6 +70,9 @@ def own_file(work_dir: str | os.PathLike, recorded: str) -> str | None:
 
 #: The lock file a training run holds in its work dir.
 LOCK_NAME = '.train.lock'
+#: Seconds a lock file without a holder's line is given to get one before it counts as stale: a
+#: lock created in place (a file system without hard links) is empty until its run writes it.
+EMPTY_LOCK_GRACE_S = 5.0
 
 
 class WorkDirLockedError(RuntimeError):
@@ -118,8 +122,9 @@ def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
     """Take ``<work_dir>/.train.lock`` for this process (PID, host and start time written in it).
 
     A lock whose process is gone (killed, crashed, or an earlier run in this process) is taken
-    over. Of several runs that start at once, or take over the same stale lock at once, exactly
-    one gets the lock; the others are refused naming it.
+    over, and so is one left without its line for :data:`EMPTY_LOCK_GRACE_S`. Of several runs
+    that start at once, or take over the same stale lock at once, exactly one gets the lock; the
+    others are refused naming it.
 
     Returns:
         A line for the log when a stale lock was taken over, else ``None``.
@@ -131,11 +136,16 @@ def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
     os.makedirs(work_dir, exist_ok=True)
     path = osp.join(str(work_dir), LOCK_NAME)
     host = socket.gethostname()
-    taken_over = None
+    taken_over, empty_since = None, None
     while not _create_lock(path, host):
         pid, holder_host, started = _lock_holder(path)
         if _held_here((pid, holder_host, started)):
             return None  # taken already (tools/train.py takes it before the runner exists)
+        if pid == -1:  # empty: being written by a run that has just created it, or stale
+            empty_since = empty_since or time.monotonic()
+            if time.monotonic() - empty_since < EMPTY_LOCK_GRACE_S:
+                time.sleep(0.05)
+                continue
         elsewhere = holder_host not in ('', host)
         if elsewhere or _holder_alive(pid, started):
             where = f' on {holder_host}' if elsewhere else ''
@@ -221,9 +231,13 @@ def _remove_if_unchanged(path: str, holder: tuple[int, str, str | None]) -> bool
 
 def unlock_work_dir(work_dir: str | os.PathLike) -> None:
     """Release the lock of :func:`lock_work_dir` if this process holds it."""
-    path = osp.join(str(work_dir), LOCK_NAME)
-    if _held_here(_lock_holder(path)):
-        os.remove(path)
+    if work_dir_locked_here(work_dir):
+        os.remove(osp.join(str(work_dir), LOCK_NAME))
+
+
+def work_dir_locked_here(work_dir: str | os.PathLike) -> bool:
+    """Whether this process holds ``work_dir``'s lock."""
+    return _held_here(_lock_holder(osp.join(str(work_dir), LOCK_NAME)))
 
 
 def _held_here(holder: tuple[int, str, str | None]) -> bool:

@@ -15,6 +15,7 @@ import pytest
 import torch
 from mmengine.hooks import Hook
 
+import xmr.engine.work_dir as work_dir_module
 from tests.conftest import REPO
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.work_dir import (
@@ -23,6 +24,7 @@ from xmr.engine.work_dir import (
     lock_work_dir,
     process_start_time,
     unlock_work_dir,
+    work_dir_locked_here,
 )
 from xmr.registry import HOOKS
 
@@ -155,13 +157,45 @@ def test_a_lock_of_this_pid_and_host_but_another_start_is_no_lock_of_this_proces
     assert not (tmp_path / LOCK_NAME).exists()
 
 
-def test_a_taken_over_lock_is_reported(tmp_path):
+def test_a_taken_over_lock_is_reported(tmp_path, monkeypatch):
     pid = dead_pid()
     (tmp_path / LOCK_NAME).write_text(f'{pid} {socket.gethostname()}\n')
     assert lock_work_dir(tmp_path) == (f'{tmp_path}: took over the lock of PID {pid}, which is no '
                                        'longer running (an interrupted run)')
     (tmp_path / LOCK_NAME).write_text('')  # a holder killed before it wrote its PID
+    monkeypatch.setattr(work_dir_module, 'EMPTY_LOCK_GRACE_S', 0.5)
+    started = time.monotonic()
     assert 'took over' in lock_work_dir(tmp_path)
+    assert time.monotonic() - started >= work_dir_module.EMPTY_LOCK_GRACE_S
+
+
+def _create_empty_then_write(path, created) -> None:
+    """A run on a file system without hard links: its lock exists, empty, before its line."""
+    descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    created.set()
+    time.sleep(0.5)
+    os.write(descriptor, f'{os.getpid()} {socket.gethostname()}\n'.encode())
+    os.close(descriptor)
+    time.sleep(5)  # alive, holding the lock
+
+
+def test_a_lock_created_in_place_and_not_yet_written_is_not_taken_for_stale(tmp_path,
+                                                                          monkeypatch):
+    """Read between its exclusive create and its write, a live run's lock was empty, taken for
+    a killed run's, removed, and both runs went on holding the work dir."""
+    monkeypatch.setattr(work_dir_module, 'EMPTY_LOCK_GRACE_S', 2.0)
+    context = multiprocessing.get_context('fork')
+    created = context.Event()
+    writer = context.Process(target=_create_empty_then_write,
+                             args=(tmp_path / LOCK_NAME, created))
+    writer.start()
+    try:
+        assert created.wait(30)
+        with pytest.raises(WorkDirLockedError, match=f'PID {writer.pid}'):
+            lock_work_dir(tmp_path)
+    finally:
+        writer.kill()
+        writer.join()
 
 
 def test_a_file_system_without_hard_links_or_flock_still_locks_and_takes_over(tmp_path,
@@ -412,6 +446,46 @@ def test_a_stale_lock_another_run_takes_over_meanwhile_is_left_to_it(tmp_path, p
         run.join()
     assert sorted(outcome.values()) == ['locked', 'refused']
     assert holder == str(next(pid for pid, result in outcome.items() if result == 'locked'))
+
+
+def test_the_lock_is_held_until_every_hook_has_ended_training(tmp_path):
+    """Running first at after_train too, the lock was given back before the phase report and
+    the last checkpoint were written into the work dir."""
+    held = []
+
+    @HOOKS.register_module(name='LateWriterTestHook', force=True)
+    class LateWriter(Hook):
+        priority = 'LOWEST'
+
+        def after_train(self, runner):
+            held.append(work_dir_locked_here(runner.work_dir))
+
+    cfg = make_cfg(tmp_path, phases=PHASES[:1])
+    cfg.custom_hooks += [dict(type='LateWriterTestHook'), dict(type='WorkDirLockHook')]
+    train(cfg)
+    assert held == [True]
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_the_train_tool_holds_the_lock_through_its_test(tmp_path, monkeypatch):
+    """--test writes its result into the work dir after training: the lock stays the run's
+    until it is written, and is given back then."""
+    from types import SimpleNamespace
+
+    from xmr.engine.runner import ResumeCheckedRunner
+
+    tool = train_tool()
+    held = []
+    trained = SimpleNamespace(train=lambda: held.append(work_dir_locked_here(tmp_path)),
+                              hooks=[])
+    monkeypatch.setattr(ResumeCheckedRunner, 'from_cfg', lambda cfg: trained)
+    monkeypatch.setattr(tool, 'tested_checkpoint', lambda runner, which: 'iter_2.pth')
+    monkeypatch.setattr(tool, 'test_after_training', lambda args, checkpoint: held.append(
+        work_dir_locked_here(tmp_path)))
+    tool.main([str(REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'), '--work-dir',
+               str(tmp_path), '--test'])
+    assert held == [True, True]
+    assert not (tmp_path / LOCK_NAME).exists()
 
 
 def test_the_lock_refuses_before_any_other_hook_starts_training(tmp_path, other_process):
