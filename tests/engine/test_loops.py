@@ -380,13 +380,16 @@ def test_resume_in_the_middle_of_phase_two_repeats_the_uninterrupted_run(full_ru
 
 
 @pytest.mark.parametrize('seed', [8, None])
+@pytest.mark.parametrize('diff_rank_seed', [False, True])
 def test_a_run_resumed_under_another_seed_reads_the_data_of_its_checkpoint_s_seed(
-        full_run, tmp_path, seed):
+        full_run, tmp_path, seed, diff_rank_seed):
     """MMEngine builds the loop and its train_dataloader before it resumes: their sampler took
-    randomness.seed, not the checkpoint's seed the resumed run trains with."""
+    randomness.seed, not the checkpoint's seed the resumed run trains with. Under
+    diff_rank_seed MMEngine's build gave the sampler a random seed of its own, which no resumed
+    run repeated (one process: rank 0's streams are the run's)."""
     full_dir, _, uninterrupted = full_run
     cfg = make_cfg(tmp_path, resume_from=full_dir / 'iter_7.pth')
-    cfg.randomness = dict(seed=seed)
+    cfg.randomness = dict(seed=seed, diff_rank_seed=diff_rank_seed)
     _, resumed = train(cfg)
     assert [r['losses'] for r in resumed] == [r['losses'] for r in uninterrupted[7:]]
 

@@ -396,8 +396,12 @@ class PhasedTrainLoop(BaseLoop):
             raise ValueError('a phase without its own dataloader needs train_dataloader')
         if dataloader is None:
             dataloader = self.phases[0].dataloader
-        super().__init__(runner, pinned_on_gpu(dataloader) if isinstance(dataloader, Mapping)
-                         else dataloader)
+        if isinstance(dataloader, Mapping):
+            # With the run's seed on every rank, as the phases' own: MMEngine's build under
+            # diff_rank_seed gives the sampler a random seed, which a resumed run cannot repeat.
+            dataloader = runner.build_dataloader(pinned_on_gpu(dataloader),
+                                                 seed=shared_seed(runner))
+        super().__init__(runner, dataloader)
         shared = next((index for index, phase in enumerate(self.phases)
                        if phase.dataloader is None), None)
         if shared is not None:
