@@ -563,6 +563,15 @@ def test_mla_fine_tuned_clip_from_a_second_file_as_their_inference(tmp_path, cap
     torch.testing.assert_close(model.encode_media(images), authors_encode_image(theirs, images),
                                atol=2e-5, rtol=1e-4)
 
+    # A NaN of the CLIP file is that file's, not the acquirers' file's to download again.
+    nan = dict(finetuned, **{'visual.proj': finetuned['visual.proj'].clone()})
+    nan['visual.proj'][0, 0] = float('nan')
+    torch.save(nan, tmp_path / 'nan.bin')
+    err = refused(capsys, 'mla', tmp_path / 'le.bin', config, '--out', tmp_path / 'o.pth',
+                  '--clip-checkpoint', tmp_path / 'nan.bin')
+    assert err.startswith(f'error: {tmp_path / "nan.bin"}: 1 weights hold NaN or infinite '
+                          'values (backbone.clip.visual.proj)')
+
     del finetuned['visual.proj']
     torch.save(finetuned, tmp_path / 'partial.bin')
     err = refused(capsys, 'mla', tmp_path / 'le.bin', config, '--out', tmp_path / 'o.pth',

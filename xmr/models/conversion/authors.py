@@ -189,7 +189,8 @@ def with_clip_from(path: Path, state: Mapping[str, torch.Tensor], clip_path: Pat
 
     Raises:
         ConversionError: ``clip_path`` unreadable, or lacking a weight of the ``config``
-            model's CLIP or holding one of another shape (named with both shapes).
+            model's CLIP, holding one of another shape (named with both shapes) or NaN or
+            infinite values.
     """
     if clip_path.is_file() and clip_path.suffix != '.safetensors':
         check_records(clip_path)
@@ -205,7 +206,9 @@ def with_clip_from(path: Path, state: Mapping[str, torch.Tensor], clip_path: Pat
             f'{clip_path}: {len(absent)} weights of the config\'s CLIP are not in the CLIP '
             f'file ({first(absent)}): give the file of CLIP (their --clip_ckpt, e.g. '
             'finetune-en-m30k/pytorch_model.bin.4), or a config of its architecture')
-    check_shapes(clip_path, clip_weights(clip_state, model, set()), model, config)
+    towers = clip_weights(clip_state, model, set())
+    check_shapes(clip_path, towers, model, config)
+    check_finite(clip_path, towers)  # here, where the file holding them can be named
     merged = {k: v for k, v in state.items() if k not in wanted}
     merged.update({k: clip_state[k] for k in wanted})
     left = ([f'{path}:{k}' for k in sorted(wanted & set(state))] +
