@@ -20,7 +20,8 @@ fingerprint of the shared weights (towers, shared embedding, disentangler) it wa
 
 ``python tools/language_modules.py merge CONFIG [--base CHECKPOINT] --modules de=de.pth fr=fr.pth
 --out FILE`` builds the config's model (from ``--base`` when given), loads each module file into
-its language and writes a checkpoint that ``tools/test.py`` and ``xmr.apis.init_retriever`` load;
+its language (``LANG=PATH`` names the language it is loaded into, which may be another than
+the file's) and writes a checkpoint that ``tools/test.py`` and ``xmr.apis.init_retriever`` load;
 it names each language of the model given no module, whose weights stay ``--base``'s (or the
 config's untrained ones).
 A module whose shared weights differ from the model's is refused, naming the base to give, and
@@ -52,7 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                        'disentangler) the modules were trained with (default: the config\'s '
                        'built model, right only when those stayed as built)')
     merge.add_argument('--modules', nargs='+', required=True, metavar='LANG=PATH',
-                       help='module file per language of the model')
+                       help='module file per language of the model; a file of another '
+                       "language loads into LANG as given (es=pt.pth: Portuguese's module "
+                       'serving Spanish)')
     merge.add_argument('--out', type=Path, required=True)
     for command in (report, export, merge):
         add_config_arguments(command, "model.language_branch.languages=['de','fr','cs']",
