@@ -47,6 +47,21 @@ def test_branch_equals_frozen_tower_plus_adapters_by_hand(parts):
     torch.testing.assert_close(branch(tokens, ['de'])[0], expected)
 
 
+def test_a_built_tokenizer_is_the_branch_s_own(parts):
+    """Its pad_to was read as a built tokenizer's, then TOKENIZERS.build refused it."""
+    backbone, branch = parts
+    built = branch.tokenizer
+    torch.manual_seed(0)
+    given = MODELS.build(dict(tiny_branch_cfg(), tokenizer=built),
+                         default_args=dict(tower=backbone.text_tower))
+    assert given.tokenizer is built
+    tower = backbone.text_tower
+    tower.fixed_context = True  # a SigLIP-like tower reads its whole context
+    with pytest.raises(ValueError, match=f'the target tokenizer pads to None, but the text '
+                       f'tower reads a fixed context of {tower.context_length} tokens'):
+        MODELS.build(dict(tiny_branch_cfg(), tokenizer=built), default_args=dict(tower=tower))
+
+
 def test_mixed_language_batch_equals_per_language_batches(parts):
     _, branch = parts
     mixed = branch(branch.tokenize(TEXTS), LANGS)

@@ -77,9 +77,16 @@ def _built_tokenizer(cfg: dict | BaseTokenizer, tower: TextTower, given_pad_to: 
                      ) -> BaseTokenizer:
     """The target tokenizer, padding to the context of a fixed-context tower unless the config
     pads otherwise, its captions no longer than the tower takes."""
-    if tower.fixed_context and isinstance(cfg, dict):
-        cfg = {**cfg, 'pad_to': given_pad_to or tower.context_length}
-    tokenizer = TOKENIZERS.build(cfg)
+    if isinstance(cfg, BaseTokenizer):
+        tokenizer = cfg
+        if tower.fixed_context and tokenizer.pad_to != tower.context_length:
+            raise ValueError(f'the target tokenizer pads to {tokenizer.pad_to}, but the text '
+                             f'tower reads a fixed context of {tower.context_length} tokens: '
+                             f'build it with pad_to={tower.context_length}, or give its config')
+    else:
+        if tower.fixed_context:
+            cfg = {**cfg, 'pad_to': given_pad_to or tower.context_length}
+        tokenizer = TOKENIZERS.build(cfg)
     check_max_length(tokenizer, 'the target language branch')
     if tokenizer.max_length > tower.max_tokens:
         raise ValueError(f'target tokenizer max_length {tokenizer.max_length} exceeds the '
@@ -136,8 +143,9 @@ class TargetLanguageBranch(nn.Module):
         tower: the backbone's :class:`TextTower`; used, not owned (it is not registered as a
             submodule, so the frozen weights appear once, under the backbone).
         languages: target language codes, each with its own adapter set.
-        tokenizer: ``TOKENIZERS`` config of the target tokenizer; for a fixed-context tower
-            (:attr:`TextTower.fixed_context`, SigLIP) ``pad_to`` defaults to its context.
+        tokenizer: ``TOKENIZERS`` config of the target tokenizer, or one built; for a
+            fixed-context tower (:attr:`TextTower.fixed_context`, SigLIP) a config's ``pad_to``
+            defaults to its context, and a built one must pad to it.
         embedding: ``MODELS`` config of the embedding block (default :class:`TargetEmbedding`);
             ``vocab_size`` and ``width`` are filled in from the tokenizer and the tower, and
             ``tower`` too when the class sets ``reads_tower`` (the tower's own embedding).
@@ -149,7 +157,7 @@ class TargetLanguageBranch(nn.Module):
             LayerNorms and head, ``['*']`` for full fine-tuning.
     """
 
-    def __init__(self, tower: TextTower, languages: Sequence[str], tokenizer: dict,
+    def __init__(self, tower: TextTower, languages: Sequence[str], tokenizer: dict | BaseTokenizer,
                  embedding: dict | None = None, adapters: dict | Sequence[dict] | None = None,
                  num_blocks: int | None = None, tuned_weights: Sequence[str] = ()) -> None:
         super().__init__()
