@@ -287,6 +287,31 @@ def test_a_phase_without_cl_still_computes_the_disentanglers_losses(weights):
     assert set(losses) == phase_loss_keys(model, weights) != {'loss_cm'}
 
 
+@pytest.mark.parametrize('weights', [dict(cl=1.0), dict(cl=1.0, disentangler=0.0)])
+def test_a_phase_that_does_not_weigh_the_disentangler_computes_none_of_its_losses(
+        weights, monkeypatch):
+    """Given r^S, the SDM computed L_sc and L_d (one more pass of its blocks, the
+    discriminator, a draw of negatives) which a phase without its weight dropped; L_CL is the
+    same without them."""
+    from xmr.models.disentanglers.discriminator import PairDiscriminator
+
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_dasd_cfg())
+    data = model.data_preprocessor(BATCH, True)
+    model.set_phase('both', dict(cl=1.0, disentangler=1.0))
+    weighed = model(mode='loss', **data)['loss_cl']
+
+    def computed(*args, **kwargs):
+        raise AssertionError('the discriminator ran')
+
+    monkeypatch.setattr(PairDiscriminator, 'loss', computed)
+    model.set_phase('cl only', weights)
+    state = torch.get_rng_state()
+    losses = model(mode='loss', **data)
+    assert set(losses) == {'loss_cl'} and torch.equal(torch.get_rng_state(), state)
+    torch.testing.assert_close(losses['loss_cl'], weighed)
+
+
 def test_check_languages_accepts_the_source_and_the_branchs_languages(tiny_retriever):
     tiny_retriever.check_languages(['en', 'de', 'zh'], 'val dataset xtd10')
     with pytest.raises(ValueError, match=r"val dataset xtd10: the model has no adapters for "

@@ -403,7 +403,10 @@ class CrossLingualRetriever(BaseRetriever):
                                                        media_keys)
         if any(name != 'source_cm' for name in weights):
             tokens = self._require(target_tokens, 'target_text')
-            r_target, extra = self.encode_target(tokens, langs, r_source, membership)
+            # The SDM's losses only where the phase weighs them: given r^S it computes them
+            # (one more pass of its blocks, the discriminator), which a weight of 0 drops.
+            r_target, extra = self.encode_target(
+                tokens, langs, r_source if DISENTANGLER_SCALE in weights else None, membership)
             if 'cl' in weights:
                 losses['loss_cl'] = self.pair_loss('cl', r_target, r_source, media_keys)
             if 'cm' in weights:

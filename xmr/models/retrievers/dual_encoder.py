@@ -248,11 +248,15 @@ class DualEncoderRetriever(BaseRetriever):
         text = self.encode_text_tokens(self.training_text(source_tokens, target_tokens, langs))
         losses: dict[str, torch.Tensor] = {}
         image_embedding, text_embedding = image.pooled, text.pooled
-        if self.disentangler is not None and ({DISENTANGLER_SCALE, 'itc'} & set(weights)):
+        if self.disentangler is not None and DISENTANGLER_SCALE in weights:
             out = self.disentangler(image.tokens, image.mask, text.tokens, text.mask)
             losses.update(self.disentangler_losses(out['losses']))
             image_embedding = self.disentangler.pool(out['image_semantic'], image.mask)
             text_embedding = self.disentangler.pool(out['text_semantic'], text.mask)
+        elif self.disentangler is not None and 'itc' in weights:
+            # The semantic components alone: no sampling, no terms the phase does not weigh.
+            image_embedding = self.retrieval_tokens(image, 'image')[1]
+            text_embedding = self.retrieval_tokens(text, 'text')[1]
         if 'itc' in weights:
             losses['loss_itc'] = self.pair_loss('itc', image_embedding, text_embedding,
                                                  media_keys)
