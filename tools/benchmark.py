@@ -328,6 +328,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from xmr.datasets.collate import retrieval_collate
+    from xmr.engine.compile_counts import compile_counts, reset_compile_counts
     from xmr.engine.feature_cache import CachedFeatureDataset
     from xmr.engine.frozen_casts import FrozenWeightCasts
     from xmr.engine.loops import ensure_train_mode, read_to_host
@@ -347,7 +348,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         # Eager's random draws, so that the shuffled negatives are the other paths'.
         torch._inductor.config.fallback_random = True
         torch._dynamo.reset()
-        torch._dynamo.utils.counters.clear()
+        reset_compile_counts()
     torch.manual_seed(0)
     model = MODELS.build(dict(model_cfg(spec['arch'], 77 if recompute else None,
                                         path == 'xmr+sparse', spec['sp_model'], method,
@@ -589,17 +590,6 @@ def unwaited_steps(train, batches: list[dict[str, Any]], device) -> dict[str, An
             warnings.warn_explicit(warning.message, warning.category, warning.filename,
                                    warning.lineno)
     return dict(unwaited_ms=1000 * min(means), waits=sorted(waits))
-
-
-def compile_counts() -> dict[str, int]:
-    """What ``torch.compile`` made of a row: graphs, breaks, recompilations and the graphs
-    CUDA graphs skipped (each a reason the compiled step is slower than it could be)."""
-    from torch._dynamo.utils import counters
-
-    return dict(graphs=counters['stats']['unique_graphs'],
-                graph_breaks=sum(counters['graph_break'].values()),
-                recompiles=sum(counters['recompiles'].values()),
-                cudagraph_skips=counters['inductor']['cudagraph_skips'])
 
 
 #: The profiler's label of the data path: what a run's dataloader workers do.

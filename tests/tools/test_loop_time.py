@@ -19,12 +19,14 @@ loop_time = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(loop_time)
 
 
-def test_one_off_iterations_are_the_warm_up_and_each_first_width_by_hand():
+def test_one_off_iterations_are_the_warm_up_and_each_first_kind_of_batch_by_hand():
+    """A language's first batch compiles even at a width another language met (the compiled
+    step is guarded on both): counted as steady, one compile inflated the projection."""
     times = [5.0, 1.0, 0.1, 0.2, 0.3, 2.0, 0.1]
     data_times = [0.5, 0.01, 0.02, 0.9, 0.03, 0.9, 0.04]
-    figures = loop_time.iteration_summary(times, data_times, [32, 32, 32, 40, 40, 48, None],
-                                          warmup=1, paper_iters=10)
-    # One-off: iteration 0 (warm-up and width 32), 3 (width 40), 5 (width 48).
+    kinds = [('de', 32), ('de', 32), ('de', 32), ('de', 40), ('de', 40), ('fr', 32), None]
+    figures = loop_time.iteration_summary(times, data_times, kinds, warmup=1, paper_iters=10)
+    # One-off: iteration 0 (warm-up, de at 32), 3 (de at 40), 5 (fr at 32).
     assert figures['one_off'] == 3
     assert figures['one_off_s'] == pytest.approx(5.0 + 0.2 + 2.0)
     # Steady: 1.0, 0.1, 0.3, 0.1.
@@ -35,7 +37,7 @@ def test_one_off_iterations_are_the_warm_up_and_each_first_width_by_hand():
     assert figures['paper_phase_min'] == pytest.approx((8.7 + 3 * 0.375) / 60)
     assert figures['first_ms'] == pytest.approx(5000.0)
     with pytest.raises(ValueError, match='all 2 iterations are one-off'):
-        loop_time.iteration_summary([1.0, 1.0], [0.0, 0.0], [8, 16], warmup=0)
+        loop_time.iteration_summary([1.0, 1.0], [0.0, 0.0], [('de', 8), ('fr', 8)], warmup=0)
 
 
 def test_the_steady_iterations_by_part_are_medians_with_the_rest_as_other_by_hand():
@@ -89,7 +91,7 @@ def test_a_tiny_run_on_the_cpu_times_every_iteration(tmp_path, capsys):
     assert parts['forward'] > 0 and parts['backward'] > 0 and parts['wait'] > 0
     assert sum(parts.values()) == pytest.approx(figures['median_ms'], rel=0.5)
     out = capsys.readouterr().out
-    assert "the paper's 45000-step phase projected" in out
+    assert "the paper's 45000-step phase projected at batch 8 (the paper's is 128): " in out
     assert 'the others by part on the host, median ms: data ' in out
     assert loops.read_to_host is READ_TO_HOST  # the loop's read restored after the run
 
@@ -113,3 +115,15 @@ def test_the_default_cuda_device_without_a_gpu_is_refused_naming_the_cpu_option(
         loop_time.main(['--arch', 'tiny', '--iters', '12'])
     assert ('--device cuda: torch sees no CUDA device here; on a CPU give --device cpu'
             in capsys.readouterr().err)
+
+
+def test_a_batch_s_kind_is_its_languages_and_target_width():
+    import torch
+
+    hook = loop_time.TargetWidths()
+    for langs, width in ((['fr'] * 2, 48), (['de'] * 2, 48), (['de', 'fr'], 16)):
+        hook.before_train_iter(None, 0, dict(lang=langs, tokens=dict(target_tokens=dict(
+            input_ids=torch.zeros(2, width, dtype=torch.long)))))
+    hook.before_train_iter(None, 0, dict(lang=['de']))  # untokenised: unknown
+    assert hook.kinds == [('fr', 48), ('de', 48), ('de fr', 16), None]
+    assert hook.widths == [16, 48]

@@ -176,13 +176,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     parser.add_argument('--reps', type=int, default=20)
     parser.add_argument('--threads', type=int, help='torch CPU threads')
     parser.add_argument('--compile', nargs='?', const='default', metavar='MODE',
-                        help="also time the clip and the step compiled together, in this "
-                             "torch.compile mode ('default'; 'reduce-overhead' replays them "
-                             'as a CUDA graph on a GPU)')
+                        help="also time the clip and the step compiled together, as "
+                             "optim_wrapper.compiled_step beside a model compiled in this mode "
+                             "('default'; 'reduce-overhead' compiles the step in 'default', "
+                             'without CUDA graphs), and the backward in it')
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     from xmr.engine.loops import ensure_train_mode
+    from xmr.engine.optim_wrapper import wrapper_compile_options
 
     device = torch.device(args.device)
     model = dasd_model(args.arch, device)
@@ -223,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         part = results[key]
         print(f"| {label} | {part['clip']:.3f} | {part['step']:.3f} | {part['zero_grad']:.3f} |")
     if args.compile:
-        print(f"| their own shapes, clip and step compiled ({args.compile}) | "
+        step_mode = wrapper_compile_options('compiled_step', args.compile)['mode']
+        print(f"| their own shapes, clip and step compiled ({step_mode}) | "
               f"{results['compiled']['step']:.3f} "
               f"(both; {results['compiled']['new_graphs']} graphs compiled for the timed calls' "
               'new lrs) | | |')

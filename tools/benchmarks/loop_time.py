@@ -1,12 +1,13 @@
 """The training loop's time per iteration: DASD's cross-lingual phase as a run trains it.
 
 ``tools/benchmark.py`` times one batch's step again and again. A run's loop pays for more: each
-batch is a new one, with its own padded width (a compiled model records a CUDA graph the first
-time it meets one); the loader's workers read and tokenise beside the model; the loop sets the
-learning rate and reads the losses for its non-finite check; the hooks time, log and look for
-checkpoints to save. This script trains DASD's model of ``tools/benchmark.py`` (random towers
-of ``--arch``, the paper's 119,547 x 768 table, dynamic adapters for de/fr/zh/ja and the
-disentangler) through MMEngine's ``Runner`` and xmr's ``PhasedTrainLoop``:
+batch is a new one, of one language and its own padded width (a compiled model compiles, or
+records a CUDA graph, the first time it meets a language at a width); the loader's workers read
+and tokenise beside the model; the loop sets the learning rate and reads the losses for its
+non-finite check; the hooks time, log and look for checkpoints to save. This script trains DASD's
+model of ``tools/benchmark.py`` (random towers of ``--arch``, the paper's 119,547 x 768 table,
+dynamic adapters for de/fr/zh/ja and the disentangler) through MMEngine's ``Runner`` and xmr's
+``PhasedTrainLoop``:
 
 - the ``cross_lingual`` phase of ``configs/_base_/schedules/dasd_dynamic_phases.py`` (its
   optimiser, lr, warm-up, losses and feature cache), shortened to ``--iters``;
@@ -23,7 +24,8 @@ of one iteration to the end of the next, the wait for the loader included)::
     python tools/benchmarks/loop_time.py --arch tiny --device cpu --iters 20 --batch-size 16
 
 It prints the first iteration, the one-off iterations (the first ``--warmup``, and each that met
-a target width for the first time: compiled, the model compiles for it or records a CUDA graph),
+a language at a target width for the first time: compiled, the model compiles for it or records
+a CUDA graph),
 the median and mean of the others (steady), the loader's wait among them, their median by part
 on the host (:class:`IterationParts`: the hooks, the model's step by part, the one read of the
 losses, where the iteration waits for the device), the target widths, and
@@ -38,7 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,27 +118,28 @@ def loop_cfg(args: argparse.Namespace, work_dir: Path):
 
 
 def iteration_summary(times: Sequence[float], data_times: Sequence[float],
-                      widths: Sequence[int | None], warmup: int,
+                      kinds: Sequence[Hashable | None], warmup: int,
                       paper_iters: int = PAPER_ITERS,
                       parts: Sequence[dict[str, float]] = ()) -> dict[str, Any]:
     """The figures of a run's iteration times in seconds (``train/time``, ``train/data_time``).
 
-    The one-off iterations are the first ``warmup`` and each that met a target width for the
-    first time (``widths``, ``None`` where unknown): a compiled model compiles for it, or
-    records a CUDA graph. The others are steady. The projected phase is this run's
+    The one-off iterations are the first ``warmup`` and each that met a kind of batch for the
+    first time (``kinds``: its languages and target width, :class:`TargetWidths`; ``None``
+    where unknown): a compiled model compiles for it, guarded on both, or records a CUDA graph.
+    The others are steady. The projected phase is this run's
     iterations, then ``paper_iters`` less them at the steady mean. With ``parts`` (each
     iteration's seconds by part, :class:`IterationParts`), the steady iterations' median of each
     part, ``data`` the logged data time and ``other`` the rest of each iteration.
     """
     one_off, seen = set(range(min(warmup, len(times)))), set()
-    for index, width in enumerate(widths):
-        if width is not None and width not in seen:
-            seen.add(width)
+    for index, kind in enumerate(kinds):
+        if kind is not None and kind not in seen:
+            seen.add(kind)
             one_off.add(index)
     steady = [t for index, t in enumerate(times) if index not in one_off]
     if not steady:
         raise ValueError(f'all {len(times)} iterations are one-off (the first {warmup}, and '
-                         'those that met a new width): run more iterations (--iters)')
+                         'those that met a new kind of batch): run more iterations (--iters)')
     mean = statistics.fmean(steady)
     by_part = [dict(data=data_times[index], **parts[index],
                     other=times[index] - data_times[index] - sum(parts[index].values()))
@@ -187,27 +190,36 @@ class IterationParts(Hook):
 
 
 class TargetWidths(Hook):
-    """Records each training batch's target width, as the loader's workers tokenised it.
+    """Records each training batch's kind: its languages and its target width, as the loader's
+    workers tokenised it (the compiled step is guarded on both: one language a batch, the
+    shipped ``LanguageBatchSampler``'s, compiles once per language).
 
     A hook of the run (``before_train_iter``), it reads the batch's ``tokens`` and so costs the
     iteration no tokenising; a loader without workers leaves the batch untokenised, and the
-    widths unknown.
+    kinds unknown.
     """
 
     priority = 'LOWEST'
 
     def __init__(self) -> None:
-        self.widths: list[int | None] = []
+        self.kinds: list[tuple[str, int] | None] = []
 
     def before_train_iter(self, runner, batch_idx: int, data_batch: dict | None = None) -> None:
         tokens = (data_batch or {}).get('tokens', {}).get('target_tokens')
-        self.widths.append(None if tokens is None else int(tokens['input_ids'].shape[1]))
+        langs = ' '.join(sorted(set((data_batch or {}).get('lang') or ())))
+        self.kinds.append(None if tokens is None else (langs, int(tokens['input_ids'].shape[1])))
+
+    @property
+    def widths(self) -> list[int]:
+        """The target widths met, sorted."""
+        return sorted({kind[1] for kind in self.kinds if kind is not None})
 
 
 def report(figures: dict[str, Any], warmup: int) -> str:
     """The run's figures in words."""
     compiled = figures['compile'] != 'eager'
-    one_off = f'the first {warmup}' + (', each new target width' if compiled else '')
+    one_off = f'the first {warmup}' + (', each new language and target width' if compiled
+                                       else '')
     lines = [
         f'{figures["iterations"]} iterations of DASD cross_lingual ({figures["arch"]}, batch '
         f'{figures["batch_size"]}, {"bf16" if figures["amp"] else "fp32"}, {figures["compile"]}'
@@ -221,7 +233,9 @@ def report(figures: dict[str, Any], warmup: int) -> str:
         *(['the others by part on the host, median ms: '
            + benchmark.parts_ms_text(figures['parts_median_ms'])]
           if 'parts_median_ms' in figures else []),
-        f'the paper\'s {PAPER_ITERS}-step phase projected: {figures["paper_phase_min"]:.1f} min',
+        f'the paper\'s {PAPER_ITERS}-step phase projected at batch {figures["batch_size"]}'
+        + ('' if figures['batch_size'] == 128 else ' (the paper\'s is 128)')
+        + f': {figures["paper_phase_min"]:.1f} min',
         f'train() {figures["train_s"]:.0f} s, building the feature cache included'
         + ('' if figures['peak_mib'] is None else
            f', the device\'s peak {figures["peak_mib"]:.0f} MiB allocated')
@@ -250,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument('--iters', type=int, default=600)
     parser.add_argument('--warmup', type=int, default=10,
                         help='first iterations left out of the steady figures (besides each '
-                             'that meets a new target width)')
+                             'that meets a new language and target width)')
     parser.add_argument('--batch-size', type=int, default=128)
     parser.add_argument('--workers', type=int, default=2)
     parser.add_argument('--scenes', type=int, default=20000,
@@ -267,15 +281,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                      '--device cpu')
     if args.compile and args.workers == 0:
         parser.error('--compile needs --workers >= 1: a compiled run\'s one-off iterations '
-                     'are those meeting a new target width, known from the batches the '
-                     'workers tokenise')
+                     'are those meeting a new language and target width, known from the '
+                     'batches the workers tokenise')
 
     from mmengine.runner import Runner
-    from torch._dynamo.utils import counters
+
+    from xmr.engine.compile_counts import compile_counts, reset_compile_counts
 
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix='loop_time_'))
     work_dir.mkdir(parents=True, exist_ok=True)
-    counters.clear()  # the compiled run's graphs, breaks and recompilations are this run's
+    reset_compile_counts()  # the compiled run's graphs, breaks and recompilations are its own
     runner = Runner.from_cfg(loop_cfg(args, work_dir))
     widths, split = TargetWidths(), IterationParts()
     runner.register_hook(widths)
@@ -298,12 +313,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                    compiled_step=args.compiled_step,
                    batch_size=args.batch_size, workers=args.workers, train_s=wall,
                    peak_mib=peak,
-                   # Eager code meets a new width as any other.
+                   # Eager code meets a new kind of batch as any other.
                    **iteration_summary(times, data_times,
-                                       widths.widths if args.compile else [], args.warmup,
+                                       widths.kinds if args.compile else [], args.warmup,
                                        parts=split.iterations),
-                   target_widths=sorted({w for w in widths.widths if w is not None}),
-                   **(benchmark.compile_counts() if args.compile else {}))
+                   target_widths=widths.widths,
+                   **(compile_counts() if args.compile else {}))
     print(report(figures, args.warmup))
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=1))

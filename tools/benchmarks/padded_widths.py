@@ -3,9 +3,12 @@
 A compiled model (``CrossLingualRetriever(compile=...)``) records one CUDA graph per padded width
 of its batches, and pads them to multiples of 8 tokens so that the widths are few
 (docs/benchmarks.md, "A compiled step"). This script shuffles Multi30K's training captions into
-batches as a run's sampler would (the target languages mixed, as the cross-lingual phase mixes
-them) and prints, for the target and the English captions, the widths the batches come in padded
-to their longest caption and rounded up to a multiple, and the tokens per caption each runs::
+batches as a run's sampler would (each target language's captions batched apart, as the shipped
+``LanguageBatchSampler`` draws them, one language a batch; the compiled step is guarded on the
+batch's language too, so each language's widths are its own graphs) and prints, for each target
+language and for English, the widths the batches come in padded to their longest caption and
+rounded up to a multiple, and the tokens per caption each runs; then the graphs the target
+languages' batches make in all::
 
     python tools/benchmarks/padded_widths.py --batch-size 128 --multiple 8
 
@@ -53,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--tokenizer-file', type=Path,
                         default=SHARED / 'tokenizers' / 'xlm-roberta.tokenizer.json',
                         help='the target captions\' tokenizer (a tokenizers JSON file)')
-    parser.add_argument('--languages', default='de,fr,cs', help='target languages, mixed')
+    parser.add_argument('--languages', default='de,fr,cs',
+                        help='target languages, each batched apart')
     parser.add_argument('--batch-size', type=int, default=128)
     parser.add_argument('--multiple', type=int, default=8, help='pad_to_multiple_of')
     parser.add_argument('--seed', type=int, default=0)
@@ -77,15 +81,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     target = TOKENIZERS.build(dict(type='HFTokenizer', tokenizer_file=str(args.tokenizer_file),
                                    max_length=77, pad_to_multiple_of=args.multiple))
     english = TOKENIZERS.build(dict(type='OpenCLIPTokenizer', pad_to_multiple_of=args.multiple))
-    mixed = [n for lang in languages for n in lengths(target, captions[lang])]
     print(f'Multi30K train, batch {args.batch_size}, widths in steps of {args.multiple}, '
           f'seed {args.seed}\n')
     print('| captions | batches | tokens per caption | widths | mean width | widths, in steps '
           '| mean width, in steps | batches per width, in steps |')
     print('|---|---:|---:|---:|---:|---:|---:|---|')
-    print(summary(f"{'+'.join(languages)} (XLM-R)", mixed, target, args.batch_size, args.seed))
+    graphs = 0
+    for lang in languages:
+        own = lengths(target, captions[lang])
+        print(summary(f'{lang} (XLM-R)', own, target, args.batch_size, args.seed))
+        graphs += len({target.padded_length(width)
+                       for width in batch_widths(own, args.batch_size, args.seed)})
     print(summary('en (CLIP)', lengths(english, captions['en']), english, args.batch_size,
                   args.seed))
+    print(f'\nthe target batches make {graphs} graphs in all (one per language and width, in '
+          'steps)')
 
 
 if __name__ == '__main__':

@@ -131,10 +131,28 @@ def test_a_copy_compiles_its_own_losses():
     torch.testing.assert_close(losses_and_grads(twin, langs)[0], losses_and_grads(model, langs)[0])
 
 
-def test_compile_raises_dynamos_recompile_limit_to_the_languages():
+def test_every_phase_and_language_of_one_language_batches_runs_compiled(monkeypatch):
+    """The losses are guarded on a one-language batch's language and on the phase's losses:
+    the limit of the languages plus 2 was spent within two phases, and the rest ran eagerly,
+    with a warning."""
+    from torch._dynamo import convert_frame
+
+    warned = []
+    monkeypatch.setattr(convert_frame.log, 'warning',
+                        lambda message, *args: warned.append(message % args))
     with torch._dynamo.config.patch(recompile_limit=2):
-        model = dasd(TRACED)
-        assert torch._dynamo.config.recompile_limit == len(model.languages) + 2 == 5
+        torch._dynamo.reset()
+        model = dasd(dict(backend='eager'))
+        for phase, weights in (('source_finetune', dict(source_cm=1.0)),
+                               ('cross_lingual', dict(cl=1.0, disentangler=1.0)),
+                               ('cross_modal', dict(cm=1.0))):
+            model.set_phase(phase, weights)
+            for lang in model.languages:
+                for words in (1, 9):  # two widths
+                    data = model.data_preprocessor(dict(
+                        dasd_batch([lang]), target_text=['Kreis ' * words] * 4), True)
+                    model(mode='loss', **data)
+    assert not [line for line in warned if 'recompile_limit' in line]
 
 
 def test_compile_refuses_adapters_that_sort_each_batch_by_language():

@@ -51,6 +51,10 @@ def _branch_class(cfg: Any) -> Any:
     return MODELS.get(kind) if isinstance(kind, str) else kind
 
 
+#: Phases a compiled model may train, each compiling its losses anew: DASD's three.
+COMPILED_PHASES = 3
+
+
 @MODELS.register_module()
 class CrossLingualRetriever(BaseRetriever):
     """Teaches a frozen vision-language model new languages through a trainable branch.
@@ -207,9 +211,11 @@ class CrossLingualRetriever(BaseRetriever):
     def _compile(self) -> None:
         """Compile the training losses and the evaluation's encoders, or bind them eager."""
         options = self.compile_options
-        # Dynamo keeps recompile_limit versions of a function and runs it eagerly past them;
-        # evaluation makes one per language (a static and a dynamic one for the first).
-        needed = len(self.languages) + 2
+        # Dynamo keeps recompile_limit versions of a function and runs it eagerly past them.
+        # The losses are guarded on a one-language batch's language (the shipped batches) and
+        # on the phase's losses: each phase makes one version per language, and one for mixed
+        # batches; the first, one more with dynamic widths (evaluation: one per language).
+        needed = COMPILED_PHASES * (len(self.languages) + 2)
         if options is not None and torch._dynamo.config.recompile_limit < needed:
             torch._dynamo.config.recompile_limit = needed
         for name, method in self.COMPILED.items():
