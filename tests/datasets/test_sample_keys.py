@@ -47,15 +47,21 @@ def test_a_keyed_item_draws_its_key_s_media_and_leaves_the_process_streams_alone
 
 
 def test_frame_offsets_and_every_stream_follow_the_key():
-    def draws(seed: int) -> tuple:
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        random.seed(seed)
-        with sample_draws(SampleIndex(7, seed=5, epoch=0)):
+    """Each stream follows the item's key and nothing else: the same under two process seeds,
+    other for another index, epoch or seed (every stream seeded alike would augment every
+    item as the first)."""
+    def draws(process_seed: int, index: int = 7, seed: int = 5, epoch: int = 0) -> tuple:
+        torch.manual_seed(process_seed)
+        np.random.seed(process_seed)
+        random.seed(process_seed)
+        with sample_draws(SampleIndex(index, seed=seed, epoch=epoch)):
             return (uniform_frame_indices(300, 12, random_offset=True),
                     float(np.random.random()), random.random())
 
-    assert draws(0) == draws(1)
+    first = draws(0)
+    assert draws(1) == first
+    for other in (draws(0, index=8), draws(0, epoch=1), draws(0, seed=6)):
+        assert all(mine != theirs for mine, theirs in zip(other, first))
 
 
 def test_a_sample_index_is_its_int_and_pickles_with_its_key():

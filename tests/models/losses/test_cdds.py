@@ -176,11 +176,14 @@ def test_module_forms_are_registered_and_weighted():
     mc = MODELS.build(dict(type='CDDSModalityConsistencyLoss', loss_weight=3.0))
     torch.testing.assert_close(mc(words, word_mask),
                                3 * modality_consistency_loss(words, word_mask))
-    for name, fn in (('CDDSInformationIntegrityLoss', information_integrity_loss),
-                     ('CDDSXSemanticReconstructionLoss', x_semantic_reconstruction_loss)):
+    # ‖(S + M) − X‖² by hand on distinct S, M, X: one tensor in all three hid their order.
+    generator = torch.Generator().manual_seed(3)
+    semantic, modality, tokens = (torch.randn(B, P, D, generator=generator) for _ in range(3))
+    expected = ((semantic + modality - tokens) ** 2)[patch_mask].mean()
+    for name in ('CDDSInformationIntegrityLoss', 'CDDSXSemanticReconstructionLoss'):
         module = MODELS.build(dict(type=name, loss_weight=0.5))
-        torch.testing.assert_close(module(patches, patches, patches, patch_mask),
-                                   0.5 * fn(patches, patches, patches, patch_mask))
+        torch.testing.assert_close(module(semantic, modality, tokens, patch_mask),
+                                   0.5 * expected)
     with pytest.raises(ValueError, match="scoring 'cls'"):
         MODELS.build(dict(type='CDDSSemanticConsistencyLoss', scoring='cls'))
 

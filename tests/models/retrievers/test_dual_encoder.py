@@ -185,6 +185,21 @@ def test_frozen_towers_get_no_gradient_and_the_unets_do():
     assert model.losses['itc'].log_scale.grad is not None
 
 
+def test_itc_alone_trains_both_unets_semantic_paths_and_no_modality_path():
+    """Backward through every loss gave each UNet parameter a gradient from the CDDS terms
+    alone, whether or not L_itc reached the UNets."""
+    model = build(disentangler=CDDS)
+    model.set_phase('itc', dict(itc=1.0))
+    model(mode='loss', **model.data_preprocessor(BATCH, True))['loss_itc'].backward()
+    for unet in (model.disentangler.image_unet, model.disentangler.text_unet):
+        assert any(p.grad is not None and p.grad.abs().sum() > 0
+                   for p in unet.semantic_decoder.parameters())
+        assert any(p.grad is not None and p.grad.abs().sum() > 0
+                   for p in unet.encoder.parameters())
+        assert all(p.grad is None or not p.grad.any()
+                   for p in unet.modality_decoder.parameters())
+
+
 def test_predict_embeds_semantic_components_only():
     model = build(disentangler=CDDS).eval()
     batch = dict(media=BATCH['media'][:2], media_id=['a', 'b'], index=[5, 6],
