@@ -685,16 +685,21 @@ class TextBackbone(nn.Module, metaclass=ABCMeta):
 
     def fingerprint(self) -> str:
         """What keys the feature caches of this backbone (``r^S``, ``r^V``): a hash of its
-        module tree and its weights (:func:`weights_fingerprint`).
+        :meth:`fingerprint_settings`, its module tree and its weights (:func:`weights_fingerprint`).
 
         The module tree (``repr``: each submodule's class and settings, such as an activation's
         class or a norm's ``eps``) carries what changes the features without changing a weight,
-        so features cached under one activation are not read back under another. A backbone
-        whose features also depend on a setting its modules do not show (a pooling rule or a
-        scale kept in a plain attribute) overrides this and adds it to the description, as
-        :class:`~xmr.models.backbones.open_clip.OpenCLIPBackbone` adds its pretrained record.
+        so features cached under one activation are not read back under another.
         """
-        return weights_fingerprint(f'{type(self).__qualname__}\n{self!r}', self)
+        return weights_fingerprint(
+            f'{type(self).__qualname__}\n{self.fingerprint_settings()}\n{self!r}', self)
+
+    def fingerprint_settings(self) -> str:
+        """Settings that change the features and that no module shows (a pooling rule or an
+        image size kept in a plain attribute), for :meth:`fingerprint`; a backbone with some
+        overrides this (:class:`~xmr.models.backbones.cclm.CCLMDualStream` gives its image and
+        window sizes)."""
+        return ''
 
     def freeze(self) -> None:
         """Freeze every weight; a phase that fine-tunes the towers unfreezes them itself."""

@@ -28,7 +28,6 @@ from xmr.models.backbones.base import (
     TowerShape,
     VisionLanguageBackbone,
     check_tokenizer_fits,
-    weights_fingerprint,
 )
 from xmr.models.backbones.bert import BertTextTower, build_bert
 from xmr.models.backbones.cclm_checkpoint import (
@@ -213,7 +212,5 @@ class CCLMDualStream(VisionLanguageBackbone):
         mask = torch.ones(tokens.shape[:2], dtype=torch.bool, device=tokens.device)
         return TokenOutput(tokens, mask, pooled)
 
-    def fingerprint(self) -> str:
-        """Configuration, module tree (an activation, a norm's ``eps``) + weights hash: keys
-        feature caches to exactly these frozen weights run this way."""
-        return weights_fingerprint(f'cclm-{self.image_size}-{self.window_size}\n{self!r}', self)
+    def fingerprint_settings(self) -> str:
+        return f'image {self.image_size}, window {self.window_size}'

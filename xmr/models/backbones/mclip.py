@@ -28,7 +28,6 @@ from xmr.models.backbones.base import (
     VisionLanguageBackbone,
     check_tokenizer_fits,
     offline_hf_config,
-    weights_fingerprint,
 )
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.backbones.open_clip import open_clip_image_tokens
@@ -259,8 +258,5 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
         methods such as CDDS (:func:`~xmr.models.backbones.open_clip.open_clip_image_tokens`)."""
         return open_clip_image_tokens(self.visual, images, self.arch)
 
-    def fingerprint(self) -> str:
-        """Architecture, module tree (an activation, a norm's ``eps``) + weights hash: keys
-        feature caches to exactly these frozen weights run this way."""
-        return weights_fingerprint(f'mclip-{sorted(self.record.settings().items())}\n{self!r}',
-                                   self)
+    def fingerprint_settings(self) -> str:
+        return repr(sorted(self.record.settings().items()))

@@ -30,7 +30,6 @@ from xmr.models.backbones.base import (
     VisionLanguageBackbone,
     check_tokenizer_fits,
     offline_hf_config,
-    weights_fingerprint,
 )
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.tokenizers import BaseTokenizer
@@ -286,8 +285,7 @@ class ViTBERTBackbone(VisionLanguageBackbone):
         mask = torch.ones(projected.shape[:2], dtype=torch.bool, device=projected.device)
         return TokenOutput(projected, mask, self.vision_proj(pooled))
 
-    def fingerprint(self) -> str:
-        """Configuration, module tree (an activation, a norm's ``eps``, timm's pooling) +
-        weights hash: keys feature caches to exactly these weights run this way."""
-        return weights_fingerprint(f'vit-bert-{self.vision_name}-{self.image_size}-'
-                                   f"{getattr(self.vision, 'global_pool', '')}\n{self!r}", self)
+    def fingerprint_settings(self) -> str:
+        # timm's ViT keeps its pooling in a plain attribute: 'avg' and 'max' share weights.
+        return (f'{self.vision_name}, image {self.image_size}, pooling '
+                f"{getattr(self.vision, 'global_pool', '')}")
