@@ -108,6 +108,31 @@ def test_the_record_is_part_of_the_feature_cache_key():
     assert gelu.fingerprint() != quick.fingerprint()  # features of GELU are not reused
 
 
+@pytest.mark.parametrize('tower', ['text_cfg', 'vision_cfg'])
+def test_an_inline_architectures_poolings_are_part_of_the_feature_cache_key(tower):
+    """A pooling holds no weight: the same weights pooled otherwise give other features, so
+    features cached under one pooling are not read back under the other."""
+    other = {**TINY_CLIP, tower: {**TINY_CLIP[tower],
+                                  'pool_type': 'first' if tower == 'text_cfg' else 'avg'}}
+    torch.manual_seed(0)
+    default = MODELS.build(tiny_backbone_cfg()).eval()
+    torch.manual_seed(0)
+    pooled = MODELS.build({**tiny_backbone_cfg(), 'model_cfg': other}).eval()
+    assert all(torch.equal(a, b) for a, b in zip(default.state_dict().values(),
+                                                pooled.state_dict().values()))
+    with torch.no_grad():
+        if tower == 'text_cfg':
+            tokens = default.tokenizer(['a red circle', 'two blue squares'], ['en', 'en'])
+            first, second = default.encode_source_text(tokens), pooled.encode_source_text(tokens)
+        else:
+            images = torch.randn(2, 3, 32, 32)
+            first, second = default.encode_image(images), pooled.encode_image(images)
+    assert not torch.allclose(first, second)
+    assert default.fingerprint() != pooled.fingerprint()
+    torch.manual_seed(0)
+    assert MODELS.build(tiny_backbone_cfg()).fingerprint() == default.fingerprint()
+
+
 def test_a_tags_settings_are_taken_from_its_record():
     siglip = pretrained_record('ViT-B-16-SigLIP', 'webli')
     assert (siglip.mean, siglip.std, siglip.resize_mode) == ((0.5,) * 3, (0.5,) * 3, 'squash')

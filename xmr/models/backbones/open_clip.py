@@ -2,6 +2,8 @@
 CLIPs) as frozen :class:`VisionLanguageBackbone`s."""
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -434,6 +436,7 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         super().__init__()
         self.clip, self.record = build_open_clip(arch, pretrained, pretrained_cfg, model_cfg)
         self.arch = self.record.arch
+        self.model_cfg = None if model_cfg is None else copy.deepcopy(dict(model_cfg))
         self.pretrained = pretrained
 
         self.text_tower = open_clip_text_tower(self.clip)
@@ -515,6 +518,12 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         return self.clip.logit_scale.exp(), bias
 
     def fingerprint(self) -> str:
-        """Record + weights hash: keys feature caches to exactly these frozen weights."""
-        # The record is part of the key: QuickGELU or another mean changes every feature.
-        return weights_fingerprint(repr(sorted(self.record.settings().items())), self.clip)
+        """Record + inline architecture + weights hash: keys feature caches to exactly these
+        frozen weights, run as these settings run them."""
+        # The record is part of the key: QuickGELU or another mean changes every feature. An
+        # architecture's name stands for its open_clip config; an inline model_cfg has no name,
+        # and its poolings (text_cfg/vision_cfg pool_type, hf_pooler_type) hold no weight.
+        settings = repr(sorted(self.record.settings().items()))
+        if self.model_cfg is not None:
+            settings += '\n' + json.dumps(self.model_cfg, sort_keys=True, default=repr)
+        return weights_fingerprint(settings, self.clip)
