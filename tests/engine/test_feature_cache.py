@@ -842,7 +842,8 @@ def test_a_tokenizer_that_truncates_on_the_left_keys_another_cache_others_keep_t
 def test_a_tokenizer_that_lower_cases_or_cleans_keys_another_cache_others_keep_theirs(
         shared_data):
     """A teacher whose sentence_bert_config.json says ``do_lower_case`` reads 'A Man' as
-    'a man', other ids than its cased twin's; a tokenizer that does neither keeps its key."""
+    'a man', other ids than its cased twin's (and so does one that strips the ends or writes
+    the separator as 0); a tokenizer that does none of these keeps its key."""
     from xmr.engine.feature_cache.key import tokenizer_identity
     from xmr.models.language.tokenizers import HFTokenizer
 
@@ -853,6 +854,14 @@ def test_a_tokenizer_that_lower_cases_or_cleans_keys_another_cache_others_keep_t
     assert tokenizer_identity(lowered) == {**tokenizer_identity(cased), 'lowercase': True}
     assert tokenizer_identity(HFTokenizer(tokenizer_file=file, max_length=8, clean='lower')) == \
         {**tokenizer_identity(cased), 'clean': 'lower'}
+    # A sentence-transformers teacher strips the ends: 'a man ' loses its last id.
+    stripped = HFTokenizer(tokenizer_file=file, max_length=8, strip=True)
+    assert cased(['A Man '])['input_ids'].shape[1] == stripped(['A Man '])['input_ids'].shape[1] + 1
+    assert tokenizer_identity(stripped) == {**tokenizer_identity(cased), 'strip': True}
+    # CLIPA's tokenizer writes 0 over the separator.
+    no_sep = HFTokenizer(tokenizer_file=file, max_length=8, strip_sep_token=True)
+    assert not torch.equal(cased(['A Man'])['input_ids'], no_sep(['A Man'])['input_ids'])
+    assert tokenizer_identity(no_sep) == {**tokenizer_identity(cased), 'strip_sep_token': True}
     plain = dict(max_length=77, vocab_size=49408, pad_id=0)
     assert tokenizer_identity(SimpleNamespace(**plain, lowercase=False, clean=None)) == \
         tokenizer_identity(SimpleNamespace(**plain))

@@ -122,8 +122,9 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
     ``compose``), whether it does: composed, a decomposed caption gets other ids; and a long
     caption's side cut when it is the left (right-cutting tokenizers keep the key they had); the
     language tokens an ``NLLBTokenizer`` reads languages with in place of their own, when it is
-    given some; the text an ``HFTokenizer`` lower-cases (a sentence-transformers teacher's
-    ``do_lower_case``) or cleans before reading it, when it does."""
+    given some; the text an ``HFTokenizer`` strips, lower-cases (a sentence-transformers
+    teacher's ``do_lower_case``) or cleans before reading it, and the separator it writes as 0
+    (``strip_sep_token``), when it does."""
     identity = {'type': type(tokenizer).__qualname__,
                 'max_length': getattr(tokenizer, 'max_length', None),
                 'vocab_size': getattr(tokenizer, 'vocab_size', None),
@@ -132,8 +133,9 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
         identity['compose'] = bool(tokenizer.compose)
     if getattr(tokenizer, 'truncation_side', 'right') != 'right':
         identity['truncation_side'] = tokenizer.truncation_side
-    if getattr(tokenizer, 'lowercase', False):
-        identity['lowercase'] = True
+    for flag in ('strip', 'lowercase', 'strip_sep_token'):
+        if getattr(tokenizer, flag, False):
+            identity[flag] = True
     if getattr(tokenizer, 'clean', None) is not None:
         identity['clean'] = tokenizer.clean
     if getattr(tokenizer, 'language_tokens', None):

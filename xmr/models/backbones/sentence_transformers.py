@@ -1,8 +1,8 @@
 """A sentence-transformers folder's own pipeline, read from its files: the pooling of the last
-hidden states, whether the sentence embedding is L2-normalised, whether captions are lower-cased
-before tokenising and how many tokens of a caption are read, so that a teacher built on the
-folder embeds as the model was trained (docs/custom_modules.md, "A text-only backbone: your own
-teacher")."""
+hidden states, whether the sentence embedding is L2-normalised, how captions are read before
+tokenising (ends stripped, lower-cased or not) and how many of their tokens are read, so that a
+teacher built on the folder embeds as the model was trained (docs/custom_modules.md, "A
+text-only backbone: your own teacher")."""
 from __future__ import annotations
 
 import json
@@ -41,6 +41,16 @@ class SentenceTransformerPipeline:
     normalize: bool
     lowercase: bool
     max_length: int
+
+    def tokenizer_cfg(self, tokenizer_file: str | Path, max_length: int | None = None
+                      ) -> dict[str, Any]:
+        """The ``HFTokenizer`` config that reads captions as the folder's ``Transformer``
+        module does: each caption's ends stripped (sentence-transformers always strips them),
+        lower-cased when :attr:`lowercase`, cut at ``max_length`` (default :attr:`max_length`).
+        """
+        return dict(type='HFTokenizer', tokenizer_file=str(tokenizer_file), strip=True,
+                    lowercase=self.lowercase,
+                    max_length=self.max_length if max_length is None else max_length)
 
 
 def _json(path: Path) -> Any:

@@ -712,6 +712,9 @@ class HFTokenizer(BaseTokenizer):
             ``None`` for the caption as it is.
         strip_sep_token: write id 0 in place of the separator token, as open_clip's tokenizer
             of the CLIPA models does (``tokenizer_kwargs.strip_sep_token``).
+        strip: strip each caption's leading and trailing whitespace before anything else, as
+            sentence-transformers' ``Transformer`` module does (with a SentencePiece vocabulary
+            a trailing space or newline is one more token).
         pad_id: the padding id, where the tokenizer's own files do not say it. A
             ``tokenizer_file`` takes it from the ``tokenizer_config.json`` beside it (a Hugging
             Face snapshot's), else from its padding settings, else guesses the first of
@@ -725,10 +728,12 @@ class HFTokenizer(BaseTokenizer):
                  max_length: int = 77, lowercase: bool = False,
                  pad_to: int | None = None, clean: str | None = None,
                  strip_sep_token: bool = False, pad_to_multiple_of: int | None = None,
-                 pad_id: int | None = None) -> None:
+                 pad_id: int | None = None, strip: bool = False) -> None:
         super().__init__(max_length, pad_to, pad_to_multiple_of)
         if (name_or_path is None) == (tokenizer_file is None):
             raise ValueError('HFTokenizer needs exactly one of name_or_path or tokenizer_file')
+        self.strip = strip
+        self.strip_sep_token = strip_sep_token
         self.lowercase = lowercase
         self.clean = clean
         self._clean_fn = _clean_function(clean)
@@ -797,8 +802,10 @@ class HFTokenizer(BaseTokenizer):
         return self.end_id is not None and ids[-1] == self.end_id
 
     def _prepare(self, text: str) -> str:
-        """The caption as the tokenizer reads it: composed (:attr:`compose`), cleaned,
+        """The caption as the tokenizer reads it: stripped, composed (:attr:`compose`), cleaned,
         lower-cased when asked."""
+        if self.strip:
+            text = text.strip()
         if self.compose:
             text = unicodedata.normalize('NFC', text)
         if self._clean_fn is not None:
