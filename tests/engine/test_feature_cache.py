@@ -29,6 +29,7 @@ from xmr.datasets import (
     CaptionPairDataset,
     MediaRecord,
     MediaSkippedWarning,
+    MediaTransform,
     RetrievalDataset,
     dump_annotation,
 )
@@ -678,6 +679,26 @@ def test_other_media_normalisation_is_refused(tiny_retriever, tmp_path):
             CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
         buffer.copy_(original)
     CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+
+
+def test_the_padding_colour_of_longest_resizing_keys_the_media_other_modes_keep_their_key(
+        tiny_retriever, pair_ann_file):
+    """'longest' pads a non-square image with ``fill_color``: other pixels, other features; the
+    modes that pad nothing keep one key whatever the colour."""
+    def media_key(**transform):
+        dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
+                       data_root=str(pair_ann_file.parent),
+                       transform=dict(TINY_TRANSFORM, **transform))
+        return CachedFeatureDataset(dataset, 'unused').cache_key(tiny_retriever)[
+            'preprocessing']['media']
+
+    wide = torch.full((3, 20, 36), 128, dtype=torch.uint8)
+    black, white = (MediaTransform(backbone=None, size=32, resize_mode='longest',
+                                   fill_color=colour) for colour in (0, 255))
+    assert not torch.equal(black(wide), white(wide))
+    assert media_key(resize_mode='longest', fill_color=0) != \
+        media_key(resize_mode='longest', fill_color=255)
+    assert media_key(fill_color=0) == media_key(fill_color=255)
 
 
 def test_stat_identity_sees_a_rewrite_of_the_same_size(tiny_retriever, pair_ann_file):

@@ -143,8 +143,11 @@ class MediaTransform:
                              target_h - new_h - pad_top], fill=self.fill_color)
 
     def __repr__(self) -> str:
-        return (f'{type(self).__name__}(size={self.size}, resize_mode={self.resize_mode!r}, '
-                f'interpolation={self.interpolation.value!r}, training={self.training}, '
+        # A feature cache is keyed by this: the padding colour decides pixels of 'longest' only
+        # (the other modes keep the key they had).
+        fill = f', fill_color={self.fill_color}' if self.resize_mode == 'longest' else ''
+        return (f'{type(self).__name__}(size={self.size}, resize_mode={self.resize_mode!r}'
+                f'{fill}, interpolation={self.interpolation.value!r}, training={self.training}, '
                 f'random_resized_crop={self.random_resized_crop}, hflip_prob={self.hflip_prob})')
 
 
