@@ -778,3 +778,38 @@ def test_the_annotation_files_of_the_splits_a_run_reads_are_checked_as_the_confi
     with pytest.raises(FileNotFoundError, match=re.escape(
             '(train_cfg.phases.0.dataloader.dataset.datasets.0.ann_file)')):
         check_annotation_files(cfg, ['train'])
+
+
+def test_only_the_loaders_a_run_builds_need_their_annotation_files(tmp_path):
+    """A base config's loaders that no phase reads (CDDS Flickr30K inherits Multi30K's
+    ``text_train_dataloader``; MSCOCO's helper ``coco_test_dataloader`` and
+    ``test1k_fold_dataloaders``) refused training over files it never opens."""
+    from mmengine.config import Config
+
+    from xmr.run_config import check_annotation_files
+
+    (tmp_path / 'train.json').write_text('{}')
+
+    def loader(name):
+        return dict(dataset=dict(type='RetrievalDataset', data_root=str(tmp_path),
+                                 ann_file=name))
+
+    cfg = Config(dict(
+        train_dataloader=loader('train.json'), text_train_dataloader=loader('text.json'),
+        coco_test_dataloader=loader('test5k.json'),
+        test1k_fold_dataloaders=[loader('fold0.json')],
+        train_cfg=dict(phases=[dict(name='a')])))
+    check_annotation_files(cfg, ['train', 'val'])
+    cfg.train_cfg.phases.append(dict(name='b', dataloader='text_train_dataloader'))
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            '(text_train_dataloader.dataset.ann_file)')):
+        check_annotation_files(cfg, ['train'])
+    cfg.train_cfg.phases.pop()
+    cfg.custom_hooks = [dict(type='CDDSCorrelationHook', dataloader=loader('refresh.json'))]
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            '(custom_hooks.0.dataloader.dataset.ann_file)')):
+        check_annotation_files(cfg, ['train'])
+    cfg.test_dataloader = [loader('train.json'), cfg.coco_test_dataloader]
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            '(test_dataloader.1.dataset.ann_file)')):
+        check_annotation_files(cfg, ['test'])

@@ -410,24 +410,44 @@ def _hooks(cfg: Config) -> dict[str, Any]:
 def check_annotation_files(cfg: Config, splits: Sequence[str]) -> None:
     """Every annotation file that the loaders of ``splits`` read exists, checked as the config
     loads: the runner builds a loader's dataset after the model, whose pretrained weights may
-    take minutes, and writes its work dir first. ``'train'`` is every loader but the ``val_``
-    and ``test_`` ones (the phases' own included), which the loops of ``'val'`` and ``'test'``
-    read.
+    take minutes, and writes its work dir first. The loaders are those the run builds
+    (:func:`_loaders_built`), not every ``*_dataloader`` key: a base config's loaders that no
+    phase reads need no files.
 
     Raises:
         FileNotFoundError: naming the file, its key and the converter that writes it.
     """
     from xmr.datasets.annotation import missing_annotation
 
-    for where, loader in _dataloaders(cfg).items():
-        split = where.partition('_')[0]
-        if (split if split in ('val', 'test') else 'train') not in splits:
-            continue
+    for where, loader in _loaders_built(cfg, splits).items():
         for key, dataset in _annotated_datasets(f'{where}.dataset', loader.get('dataset')):
             path = Path(dataset['ann_file'])
             path = path if path.is_absolute() else Path(dataset.get('data_root') or '') / path
             if not path.is_file():
                 raise missing_annotation(path, f'{key}.ann_file')
+
+
+def _loaders_built(cfg: Config, splits: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+    """The dataloader dicts a run builds for ``splits``, by key. ``'train'``: the
+    ``train_dataloader`` (the train loop builds it when given), the loaders the phases name or
+    hold, and a hook's own (``CDDSCorrelationHook``'s); ``'val'`` and ``'test'``: the
+    ``val_dataloader`` / ``test_dataloader`` (a dict or a list of them)."""
+    found: dict[str, Any] = {}
+    if 'train' in splits:
+        found['train_dataloader'] = cfg.get('train_dataloader')
+        for index, phase in enumerate((cfg.get('train_cfg') or {}).get('phases') or []):
+            own = phase.get('dataloader') if isinstance(phase, Mapping) else None
+            if isinstance(own, str):
+                found[own] = cfg.get(own)
+            else:
+                found[f'train_cfg.phases.{index}.dataloader'] = own
+        found.update({f'{where}.dataloader': hook.get('dataloader')
+                      for where, hook in _hooks(cfg).items() if isinstance(hook, Mapping)})
+    for split in ('val', 'test'):
+        value = cfg.get(f'{split}_dataloader') if split in splits else None
+        found.update({f'{split}_dataloader.{i}': item for i, item in enumerate(value)}
+                     if isinstance(value, (list, tuple)) else {f'{split}_dataloader': value})
+    return {key: loader for key, loader in found.items() if isinstance(loader, Mapping)}
 
 
 def _annotated_datasets(where: str, part: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
