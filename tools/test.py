@@ -336,10 +336,8 @@ def run_test(args: argparse.Namespace, cfg: Config):
     with ``--format clip_benchmark`` they must include one CLIP_benchmark can be compared with,
     checked before any encoding.
     """
-    from mmengine.runner import Runner
-
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
-    from xmr.engine.runner import runner_name_in_process
+    from xmr.engine.runner import ResumeCheckedRunner, runner_name_in_process
     from xmr.engine.wrappers import unwrap_model
     from xmr.evaluation import EvaluationResult, comparable_entries, scored_datasets
 
@@ -347,7 +345,8 @@ def run_test(args: argparse.Namespace, cfg: Config):
     # that began in the second the training's runner did would log into the training's files.
     cfg.experiment_name = runner_name_in_process(
         f"{cfg.get('experiment_name') or Path(args.config).stem}_test")
-    runner = Runner.from_cfg(cfg)
+    # Its config dump never replaces the config it read (--work-dir naming the config's folder).
+    runner = ResumeCheckedRunner.from_cfg(cfg)
     model = unwrap_model(runner.model)
     try:
         meta = load_trained_checkpoint(model, args.checkpoint)

@@ -265,6 +265,23 @@ def test_a_run_keeps_torchs_fp32_matmuls_without_tf32(tmp_path):
     assert torch.backends.cudnn.allow_tf32  # torch's default: convolutions may use TF32
 
 
+def test_a_work_dir_that_is_the_configs_folder_keeps_the_config(tmp_path, capsys):
+    """MMEngine dumps the config into the work dir under the config's name: trained from the
+    config's own folder, the dump replaced the config (its _base_ and comments gone, the
+    --cfg-options baked in)."""
+    from xmr.engine.runner import ResumeCheckedRunner
+
+    config = tmp_path / 'mine.py'
+    text = f'_base_ = [{str(DEMO)!r}]  # my experiment\n'
+    config.write_text(text)
+    args = train_tool.parse_args([str(config), '--work-dir', str(tmp_path),
+                                  '--cfg-options', 'randomness.seed=7'])
+    ResumeCheckedRunner.from_cfg(train_tool.build_config(args))
+    assert config.read_text() == text
+    printed = capsys.readouterr()
+    assert 'the config this run read, which the dump would replace' in printed.out + printed.err
+
+
 @pytest.mark.slow
 def test_a_resumed_runs_config_dump_records_the_seed_it_trains_with(tmp_path):
     """Resuming under another randomness.seed, MMEngine trains on with the checkpoint's seed

@@ -1,13 +1,19 @@
-"""The runner of ``tools/train.py``: a refused resume leaves the work dir's config dump alone;
-and the name the tools give each runner they build in a process."""
+"""The runner of ``tools/train.py`` and ``tools/test.py``: a refused resume leaves the work
+dir's config dump alone, and no dump replaces the config it was read from; and the name the
+tools give each runner they build in a process."""
 from __future__ import annotations
 
+import logging
 from collections import Counter
+from pathlib import Path
 
 from mmengine.hooks import Hook
+from mmengine.logging import print_log
 from mmengine.runner import Runner
 
-__all__ = ['ResumeCheckedRunner', 'runner_name_in_process']
+from xmr.fileio import input_written_over
+
+__all__ = ['ResumeCheckedRunner', 'dump_config_unless_over_source', 'runner_name_in_process']
 
 #: How many runners of each name the tools have built in this process.
 _RUNNERS_NAMED: Counter[str] = Counter()
@@ -27,7 +33,8 @@ def runner_name_in_process(name: str) -> str:
 
 
 class ResumeCheckedRunner(Runner):
-    """MMEngine's ``Runner`` whose config dump, when resuming, waits until the resume is accepted.
+    """MMEngine's ``Runner`` whose config dump, when resuming, waits until the resume is accepted,
+    and never replaces the config file the run was read from.
 
     MMEngine dumps the config into the work dir as the runner is built, before the resume
     checks: weights that do not fit the model (:class:`~xmr.engine.hooks.CheckpointHook`, while
@@ -36,13 +43,31 @@ class ResumeCheckedRunner(Runner):
     checkpoint, the config their errors tell the user to resume with. Resuming, the dump is
     written at ``before_train`` instead, once both checks have passed, with the checkpoint's
     seed, which the run trains with.
+
+    A work dir that is the config's own folder (``--work-dir`` naming it, ``work_dir='.'``)
+    would have the dump written over the config (:func:`dump_config_unless_over_source`).
     """
 
     def dump_config(self) -> None:
         if self._resume:
             self.register_hook(_ConfigDumpHook())  # called by __init__, once its hooks exist
         else:
-            super().dump_config()
+            dump_config_unless_over_source(self)
+
+
+def dump_config_unless_over_source(runner: Runner) -> None:
+    """MMEngine's dump of ``runner``'s config into its work dir, unless it would replace the
+    file the config was read from: its ``_base_`` composition and comments would be lost, the
+    command line's ``--cfg-options`` baked in. The resolved config is in the log either way
+    (MMEngine writes it there as the runner starts)."""
+    source = runner.cfg.filename
+    if source is not None and input_written_over(Path(runner.work_dir) / Path(source).name,
+                                                  [source]):
+        print_log(f'config not dumped: the work dir {runner.work_dir} holds {source}, the '
+                  'config this run read, which the dump would replace; the resolved config is '
+                  'at the top of the log', logger='current', level=logging.WARNING)
+        return
+    Runner.dump_config(runner)
 
 
 class _ConfigDumpHook(Hook):
@@ -57,4 +82,4 @@ class _ConfigDumpHook(Hook):
         seed = runner._randomness_cfg.get('seed')
         if seed is not None and runner.cfg.get('randomness') is not None:
             runner.cfg.randomness.seed = seed
-        Runner.dump_config(runner)
+        dump_config_unless_over_source(runner)
