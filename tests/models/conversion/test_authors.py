@@ -711,16 +711,16 @@ def test_the_cli_counts_every_key_of_the_file_as_used_or_unused(tmp_path, capsys
     assert used + unused == len(state) and unused > 0
 
 
-@pytest.mark.parametrize('over', ['checkpoint', 'clip'])
+@pytest.mark.parametrize('over', ['checkpoint', 'clip', 'config'])
 def test_an_out_that_is_an_input_is_refused_and_the_release_kept(over, tmp_path, capsys):
     """--out naming the released file replaced it with the conversion, which no tool turns
-    back into the authors' file."""
+    back into the authors' file (and naming the config, the user's own)."""
     torch.save(authors_state_dict('mla'), tmp_path / 'le.bin')
     torch.save({k: v for k, v in authors_state_dict('mla').items() if 'acquirer' not in k},
                tmp_path / 'clip.bin')
-    out = tmp_path / ('le.bin' if over == 'checkpoint' else 'clip.bin')
-    before = out.read_bytes()
     config = write_config(tmp_path / 'mla.py', 'mla')
+    out = tmp_path / {'checkpoint': 'le.bin', 'clip': 'clip.bin', 'config': 'mla.py'}[over]
+    before = out.read_bytes()
     err = refused(capsys, 'mla', tmp_path / 'le.bin', config, '--out', out,
                   '--clip-checkpoint', tmp_path / 'clip.bin')
     assert err == (f'error: {out}: the output (--out) is a file the conversion reads: write '

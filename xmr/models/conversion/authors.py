@@ -461,8 +461,8 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
         ConversionError: naming the file, the keys at fault (first few and counts) and the fix.
     """
     path = Path(source)
-    # The conversion replaces out: over the released file, it would be lost.
-    if input_written_over(out, (source, clip_source)) is not None:
+    # The conversion replaces out: over the released file (or the config), it would be lost.
+    if input_written_over(out, (source, clip_source, config)) is not None:
         raise ConversionError(f'{out}: the output (--out) is a file the conversion reads: '
                               'write the xmr checkpoint to another file')
     state = read_state_dict(path)
