@@ -80,8 +80,9 @@ def _pairs(values: list[str]) -> dict[str, Path]:
 
 
 def _refuse_writing_over_inputs(out: Path, inputs: list[str | Path | None]) -> None:
-    """Refuse an ``--out`` that is ``--base`` or a module file: the merged weights alone would
-    replace a training checkpoint (its optimizer and schedule, what a resume needs) or a module.
+    """Refuse an ``--out`` that is the config, ``--base`` or a module file: the merged weights
+    alone would replace the config, a training checkpoint (its optimizer and schedule, what a
+    resume needs) or a module.
 
     Raises:
         UserError: naming ``--out`` and the input it is.
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f'{path}: {lang} module, {path.stat().st_size:,} bytes')
     else:
         modules = _pairs(args.modules)
-        _refuse_writing_over_inputs(args.out, [args.base, *modules.values()])
+        _refuse_writing_over_inputs(args.out, [args.config, args.base, *modules.values()])
         for lang, path in modules.items():
             load_language_module(model, path, lang)
         save_merged_checkpoint(model, args.out, dict(

@@ -215,10 +215,10 @@ def test_an_export_into_a_file_is_refused_naming_it(tmp_path, monkeypatch, capsy
     assert (tmp_path / 'modules').read_text() == 'notes'
 
 
-@pytest.mark.parametrize('out', ['trained.pth', 'modules/de.pth'])
+@pytest.mark.parametrize('out', ['trained.pth', 'modules/de.pth', 'tiny_lora.py'])
 def test_a_merge_refuses_to_write_over_its_own_inputs(tmp_path, monkeypatch, capsys, out):
     """--out naming --base replaced a training checkpoint (optimizer, schedule: a resumable
-    run) with the merged weights alone."""
+    run) with the merged weights alone; naming the config, the user's config."""
     from xmr.apis import init_retriever
 
     config = tmp_path / 'tiny_lora.py'
