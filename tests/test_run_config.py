@@ -173,6 +173,31 @@ def test_an_option_that_names_a_key_inside_a_plain_value_names_that_value(key, w
         load_run_config(DEMO, cfg_options={key: 1})
 
 
+def test_an_option_under_a_key_that_is_none_names_the_options_that_make_it_a_dict(tmp_path):
+    """Its advice had been ``optim_wrapper.clip_grad=...``, which --cfg-options reads as text."""
+    config = tmp_path / 'child.py'
+    config.write_text(f"_base_ = ['{DEMO}']\noptim_wrapper = dict(clip_grad=None)\n")
+    key = 'optim_wrapper.clip_grad.max_norm'
+    with pytest.raises(UserError, match=re.escape(
+            f"optim_wrapper.clip_grad is None, which holds no key 'max_norm': make it a dict "
+            f'first (optim_wrapper.clip_grad._delete_=True {key}=...)')):
+        load_run_config(config, cfg_options={key: 1.0})
+    cfg = load_run_config(config, cfg_options={'optim_wrapper.clip_grad._delete_': True,
+                                               key: 1.0})
+    assert cfg.optim_wrapper.clip_grad == {'max_norm': 1.0}
+
+
+@pytest.mark.parametrize('options', [
+    {'model.disentangler': None, 'model.disentangler.depth': 2},
+    {'model.disentangler.depth': 2, 'model.disentangler': None}])
+def test_options_that_set_a_key_and_a_key_inside_it_are_refused_naming_both(options):
+    """The merge failed with a TypeError in one order and dropped ``depth`` in the other."""
+    with pytest.raises(UserError, match=re.escape(
+            '--cfg-options model.disentangler: sets model.disentangler to None, and '
+            'model.disentangler.depth sets a key inside it: give one of the two')):
+        load_run_config(DEMO, cfg_options=options)
+
+
 @pytest.mark.parametrize('index', ['-1', 'last'])
 def test_an_option_that_names_a_list_item_by_no_index_names_the_list(index):
     with pytest.raises(UserError, match=(
@@ -501,9 +526,14 @@ def test_a_misspelt_option_of_an_evaluators_metric_or_a_loaders_sampler_is_refus
 
 @pytest.mark.parametrize('option, message', [
     ("train_cfg.phases=[dict(name='a',iters=2)]",
-     r"argument --cfg-options: \"train_cfg.phases=\[dict\(name='a',iters=2\)\]\": a value in "
-     r"brackets is a list or tuple of plain values .* set a dict's keys one at a time "
-     r'\(train_cfg.phases.0.iters=2\)'),
+     r"argument --cfg-options: \"train_cfg.phases=\[dict\(name='a',iters=2\)\]\": "
+     r"--cfg-options reads plain values and lists or tuples of them .* set a dict's keys one "
+     r'at a time \(train_cfg.phases.0.iters=2; KEY._delete_=True first'),
+    # Kept as text by MMEngine: each passed the config's checks and failed in the runner.
+    ('optim_wrapper.clip_grad=dict(max_norm=1.0)',
+     r"'optim_wrapper.clip_grad=dict\(max_norm=1.0\)': --cfg-options reads plain values"),
+    ("optim_wrapper.clip_grad={'max_norm':1.0}", r'not dict\(...\), \{...\} or other calls'),
+    ('custom_hooks=[dict(type=EarlyStoppingHook)]', r'not dict\(...\), \{...\} or other calls'),
     ('train_cfg', r"argument --cfg-options: 'train_cfg' is no KEY=VALUE"),
     # An empty key was set, and the one line of its error was the whole config.
     ('=5', r"argument --cfg-options: '=5': its KEY has an empty part; write it as a.b.c"),
@@ -511,8 +541,9 @@ def test_a_misspelt_option_of_an_evaluators_metric_or_a_loaders_sampler_is_refus
 ])
 def test_a_config_option_mmengines_parser_cannot_read_is_refused_by_name(option, message,
                                                                         capsys):
-    """MMEngine's parser recursed without end on dict(...) inside brackets, and failed on an
-    item without '=' with Python's unpacking error, naming neither."""
+    """MMEngine's parser recursed without end on dict(...) inside brackets, kept dict(k=v) and
+    {k: v} as text, and failed on an item without '=' with Python's unpacking error, naming
+    neither."""
     import argparse
 
     from xmr.run_config import add_config_arguments

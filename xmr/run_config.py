@@ -31,13 +31,35 @@ __all__ = ['DEFAULT_WORK_DIR', 'add_config_arguments', 'check_annotation_files',
 DEFAULT_WORK_DIR = "the config's work_dir, else work_dirs/<config name>[_<ablation>...]"
 
 
+#: A value MMEngine's parser keeps as text that was meant as a dict: ``dict(k=v)``, ``{k: v}``.
+_DICT_AS_TEXT = re.compile(r'\s*(\{.*:.*\}|[A-Za-z_]\w*\(.*\))\s*', re.S)
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """The strings of a parsed ``--cfg-options`` value, inside lists and tuples too."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _texts(item)
+
+
 class ConfigOptionsAction(DictAction):
     """MMEngine's ``--cfg-options KEY=VALUE ...`` parser, refusing a value it cannot read by name.
 
     MMEngine's parser reads a value in brackets as a list or tuple of plain values; it recurses
-    without end on a call inside one (``[dict(...)]``) and fails on an item without ``=`` with
-    Python's unpacking error, naming neither the value nor what to write.
+    without end on a call inside one (``[dict(...)]``), keeps ``dict(k=v)`` or ``{k: v}`` as
+    text (which a config check took for a value, and the runner failed on after writing its
+    work dir) and fails on an item without ``=`` with Python's unpacking error, naming neither
+    the value nor what to write.
     """
+
+    def _refuse_dict(self, value: str) -> argparse.ArgumentError:
+        return argparse.ArgumentError(
+            self, f"{value!r}: --cfg-options reads plain values and lists or tuples of them "
+            "('[de,fr]', '(1,2)'), not dict(...), {...} or other calls; set a dict's keys one "
+            'at a time (train_cfg.phases.0.iters=2; KEY._delete_=True first to drop the keys '
+            'it had) or write the change in a config whose _base_ is this one')
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
@@ -52,11 +74,10 @@ class ConfigOptionsAction(DictAction):
             try:
                 super().__call__(parser, namespace, [value], option_string)
             except RecursionError:
-                raise argparse.ArgumentError(
-                    self, f"{value!r}: a value in brackets is a list or tuple of plain values "
-                    "('[de,fr]', '(1,2)'), not of dict(...) or other calls; set a dict's keys "
-                    'one at a time (train_cfg.phases.0.iters=2) or write the change in a '
-                    'config whose _base_ is this one') from None
+                raise self._refuse_dict(value) from None
+            parsed = getattr(namespace, self.dest)[value.split('=', 1)[0]]
+            if any(_DICT_AS_TEXT.fullmatch(text) for text in _texts(parsed)):
+                raise self._refuse_dict(value)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser,
@@ -618,8 +639,15 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
 
     Raises:
         UserError: naming the option, the list and its indices, or the value that holds no
-            keys (``train_dataloader.batch_size.x``; MMEngine's merge fails on it).
+            keys (``train_dataloader.batch_size.x``; MMEngine's merge fails on it), or two
+            options of which one sets a key and the other one inside it (``a=None a.b=2``:
+            the merge failed, or dropped ``a.b``, by their order).
     """
+    for key in cfg_options:
+        inside = next((other for other in cfg_options if other.startswith(f'{key}.')), None)
+        if inside is not None:
+            raise UserError(f'--cfg-options {key}', f'sets {key} to {cfg_options[key]!r}, and '
+                            f'{inside} sets a key inside it', 'give one of the two')
     whole = cfg.to_dict()
     typo = None
     replaced = {key.removesuffix('._delete_') for key in cfg_options if key.endswith('._delete_')}
@@ -638,6 +666,8 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
                     break
                 raise UserError(f'--cfg-options {key}',
                                 f'{where} is {node!r}, which holds no key {part!r}',
+                                f'make it a dict first ({where}._delete_=True {key}=...)'
+                                if node is None else
                                 f'give {where} a value of its own ({where}=...)')
             if isinstance(node, (list, tuple)):
                 if int(part) >= len(node):
