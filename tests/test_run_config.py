@@ -565,11 +565,17 @@ def test_a_config_option_mmengines_parser_cannot_read_is_refused_by_name(option,
      r'must be True or False'),
     ('optim_wrapper.optimizer.betas', 0.9, r'^optimizer AdamW: option betas=0.9 must be a list '
      r'or tuple \(its default is \(0.9, 0.999\)\)$'),
+    # Annotated a sequence of strings, with None or no default: refused once built.
+    ('val_evaluator.languages', 'en', r"^metric RetrievalMetric: option languages='en' must be "
+     r"a list or tuple \(\['en'\] for one\) \(its default is None\)$"),
+    ('train_dataloader.dataset.languages', 'de', r"^dataset SyntheticPairDataset: option "
+     r"languages='de' must be a list or tuple \(\['de'\] for one\) \(it has no default\)$"),
 ])
 def test_a_value_of_another_kind_than_the_options_default_is_refused_when_the_config_loads(
         option, value, message):
     """A word is truthy (shuffle='False' shuffled), and torch's optimiser reads betas=0.9 at
-    its build with "'float' object is not subscriptable", naming no key."""
+    its build with "'float' object is not subscriptable", naming no key; a word where a list
+    of languages goes was refused by the built metric or dataset, after the work dir."""
     with pytest.raises(ValueError, match=message):
         load_run_config(DEMO, cfg_options={option: value})
 

@@ -144,8 +144,10 @@ class XMRRegistry(Registry):
                                          f"{', '.join(takes)}")
             wanted = _kind_wanted(value, takes[option])
             if wanted is not None:
-                raise ValueError(f'{kind}: option {option}={value!r} must be {wanted} (its '
-                                 f'default is {takes[option].default!r})')
+                default = takes[option].default
+                raise ValueError(f'{kind}: option {option}={value!r} must be {wanted} ' + (
+                    '(it has no default)' if default is inspect.Parameter.empty
+                    else f'(its default is {default!r})'))
 
     def _register_module(self, module: type, module_name: str | list[str] | None = None,
                          force: bool = False) -> None:
@@ -323,11 +325,15 @@ def _kind_wanted(value: Any, option: inspect.Parameter) -> str | None:
     empty or not (``betas=0.9``, found in torch's optimiser; ``tuned_weights='ln_*'``, read as
     the patterns ``l``, ``n``, ``_``, ``*``); ``None`` where it may be, or where the option's
     annotation takes that kind outside any sequence (``resume: str | bool = False``,
-    ``str | Sequence[str]``; not ``Sequence[str]``)."""
+    ``str | Sequence[str]``; not ``Sequence[str]``). A string where the annotation takes a
+    sequence and no string (``languages: Sequence[str] | None = None``) is refused whatever
+    the default."""
     default = option.default
     taken = _kinds_outside_sequences(option.annotation)
     if isinstance(value, str) and 'str' in taken:
         return None
+    if isinstance(value, str) and _SEQUENCE_OF.search(str(option.annotation)):
+        return f'a list or tuple ([{value!r}] for one)'
     if isinstance(default, bool):
         return 'True or False' if isinstance(value, str) else None
     if isinstance(default, (int, float)):
