@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from tests.conftest import MIXED_BATCH, tiny_branch_cfg, tiny_retriever_cfg
 from tests.models.language.test_packed_tokens import randomise
 from xmr.models.adapters import (
     AdapterContext,
@@ -12,8 +14,9 @@ from xmr.models.adapters import (
     LanguageAdapters,
     LanguageMembership,
 )
-from xmr.models.adapters.grouped import spread
+from xmr.models.adapters.grouped import GroupedAdapter, spread
 from xmr.models.language.packed_tokens import PackedTokens
+from xmr.registry import ADAPTERS, MODELS
 
 WIDTH, D_U, LENGTH = 12, 4, 5
 #: An interleaved batch: a grouped call needs no order of samples.
@@ -169,3 +172,50 @@ def test_a_grouped_context_of_one_language_runs_its_adapters():
                                                                   condition=condition))
     torch.testing.assert_close(out, own, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(out, x)
+
+
+class GroupedLinearDelta(GroupedAdapter):
+    """A grouped adapter at a linear site: ``delta = up(down(x))``, all languages in one call
+    (each language's bottleneck spread into its block of one wide bottleneck)."""
+
+    sites = (AdapterSite.MLP_FC,)
+    accepts_packed_tokens = True
+
+    def __init__(self, placement, hidden: int = 4) -> None:
+        super().__init__(placement)
+        self.down = torch.nn.Linear(self.in_features, hidden)
+        self.up = torch.nn.Linear(hidden, self.out_features)
+
+    def forward(self, x, ctx):
+        return self.up(self.down(x))
+
+    @classmethod
+    def forward_grouped(cls, adapters, x, ctx):
+        one_hot = ctx.membership.rows(x.dtype, ctx.packed)                 # [B, 1, G]
+        hidden = torch.cat([F.linear(x, a.down.weight, a.down.bias) for a in adapters], -1)
+        # Each row's bottleneck outside its language's block is zeroed.
+        hidden = hidden * one_hot.repeat_interleave(adapters[0].down.out_features, dim=-1)
+        up = torch.cat([a.up.weight for a in adapters], dim=1)
+        return F.linear(hidden, up) + one_hot @ torch.stack([a.up.bias for a in adapters])
+
+
+def test_a_grouped_adapter_at_a_linear_site_serves_a_mixed_batch():
+    """A mixed-language batch builds no per-language routes where every site is grouped: the
+    linear hook made no grouped call, so the projection ran without the adapters' deltas and
+    they got no gradient, while a one-language batch applied them."""
+    ADAPTERS.register_module(name='TestGroupedLinearDelta', module=GroupedLinearDelta,
+                             force=True)
+    torch.manual_seed(0)
+    branch = MODELS.build(tiny_retriever_cfg(language_branch=tiny_branch_cfg(
+        adapters=dict(type='TestGroupedLinearDelta')))).language_branch
+    texts, langs = MIXED_BATCH['target_text'], MIXED_BATCH['lang']
+    assert len(set(langs)) > 1
+    mixed = branch(branch.tokenizer(texts), langs)
+    with torch.no_grad():
+        alone = torch.cat([branch(branch.tokenizer([text]), [lang])
+                           for text, lang in zip(texts, langs)])
+    torch.testing.assert_close(mixed, alone, rtol=1e-5, atol=1e-5)
+    mixed.sum().backward()
+    for lang in set(langs):
+        assert all(p.grad is not None and p.grad.abs().sum() > 0
+                   for p in branch.adapters.sets[lang].parameters()), lang

@@ -335,6 +335,9 @@ class LanguageHooks:
 
     def linear(self, site: AdapterSite, block_index: int,
                x_in: torch.Tensor) -> torch.Tensor | None:
+        grouped = self._grouped_call(site, block_index, x_in)
+        if grouped is not None:
+            return grouped
         calls = self._calls(site, block_index, x_in)
         deltas = [None if adapter is None else adapter(rows, ctx) for adapter, rows, ctx in calls]
         given = next((delta for delta in deltas if delta is not None), None)
