@@ -4,6 +4,7 @@ on their mix, nor (within a multiple of 8 tokens) on its length."""
 from __future__ import annotations
 
 import copy
+import inspect
 
 import pytest
 import torch
@@ -155,9 +156,21 @@ def test_every_phase_and_language_of_one_language_batches_runs_compiled(monkeypa
     assert not [line for line in warned if 'recompile_limit' in line]
 
 
-def test_compile_refuses_adapters_that_sort_each_batch_by_language():
+@pytest.mark.parametrize('options', [TRACED, {}], ids=['options', 'defaults'])
+def test_compile_refuses_adapters_that_sort_each_batch_by_language(options):
     with pytest.raises(ValueError, match='GroupedAdapter'):
-        MODELS.build(tiny_retriever_cfg(compile=TRACED))
+        MODELS.build(tiny_retriever_cfg(compile=options))
+
+
+@pytest.mark.parametrize('options', [None, {}], ids=['eager', 'defaults'])
+def test_compile_without_options_compiles_with_torchs_defaults(options):
+    """``compile=dict()`` ran eagerly, as ``None`` does: the model's methods stayed bound."""
+    model = dasd(options)
+    assert model.compile_options == options
+    compiled = [not inspect.ismethod(getattr(model, name)) for name in model.COMPILED]
+    assert compiled == [options is not None] * len(model.COMPILED)
+    assert (model.language_branch.tokenizer.pad_to_multiple_of == COMPILED_PAD_MULTIPLE) == (
+        options is not None)
 
 
 @pytest.mark.slow

@@ -141,7 +141,7 @@ class CrossLingualRetriever(BaseRetriever):
         self.phase = 'cross_lingual'
         self.loss_weights: dict[str, float] = {'cl': 1.0}
         self.compile_options = self._check_compile(compile)
-        if self.compile_options:
+        if self.compile_options is not None:
             for tokenizer in (self.backbone.tokenizer, self.language_branch.tokenizer):
                 if tokenizer.pad_to is None and tokenizer.pad_to_multiple_of is None:
                     tokenizer.pad_to_multiple_of = COMPILED_PAD_MULTIPLE
@@ -197,8 +197,9 @@ class CrossLingualRetriever(BaseRetriever):
             kind.check_tower(disentangler, tower)
 
     def _check_compile(self, options: dict | None) -> dict | None:
-        """``compile``'s options, or a ``ValueError`` naming what a compiled step cannot hold."""
-        if not options:
+        """``compile``'s options (``{}``: torch.compile's defaults), or a ``ValueError`` naming
+        what a compiled step cannot hold."""
+        if options is None:
             return None
         branch = self.language_branch
         if branch is None or not branch.adapters.groups_every_site(branch.languages):
