@@ -210,6 +210,23 @@ def test_blocks_given_to_a_prompt_are_refused_as_the_config_loads_whatever_the_t
                        'model.language_branch.adapters')
 
 
+def test_sites_given_as_one_string_are_refused_as_the_config_loads():
+    """'mlp.output' was read letter by letter, as the model built: "site 'm' does not exist"."""
+    from xmr.models.adapters.language_adapters import LanguageAdapters
+    from xmr.registry import ADAPTERS, check_part_options
+
+    message = (r"^model\.language_branch\.adapters \(StaticAdapter\): sites='mlp.output' must "
+               r"be a list of sites \(\['mlp.output'\] for one\)$")
+    with pytest.raises(ValueError, match=message):
+        check_part_options(ADAPTERS, dict(type='StaticAdapter', hidden=4, sites='mlp.output'),
+                           'model.language_branch.adapters')
+    with pytest.raises(ValueError, match=message):
+        LanguageAdapters(['de'], dict(type='StaticAdapter', hidden=4, sites='mlp.output'), 8, 2)
+    placed = LanguageAdapters(['de'], dict(type='StaticAdapter', hidden=4, sites=['mlp.output']),
+                              8, 2)
+    assert sorted(placed.sets['de']) == ['0:mlp_output', '1:mlp_output']
+
+
 def test_a_prompt_before_the_blocks_leaves_packed_tokens_to_the_block_adapters():
     """The input site acts on the padded batch, before any packing: only the block sites'
     adapters decide whether the blocks may run packed."""

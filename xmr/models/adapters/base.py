@@ -219,14 +219,18 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Refuse ``blocks`` in the config of an adapter whose sites are the input site alone
+        """Refuse ``sites`` given as one string (read letter by letter: sites ``'m'``, ``'l'``,
+        ...), and ``blocks`` in the config of an adapter whose sites are the input site alone
         (a prompt acts once, before the blocks): as the config loads
         (:func:`~xmr.registry.check_part_options`) and as the adapter set builds it, before
         the indices are checked against the branch's blocks.
 
         Raises:
-            ValueError: naming the key, the type, ``blocks`` and the fix.
+            ValueError: naming the key, the type, ``sites`` or ``blocks`` and the fix.
         """
+        if isinstance(cfg.get('sites'), str):
+            raise ValueError(f"{ADAPTERS_KEY} ({cfg['type']}): sites={cfg['sites']!r} must be a "
+                             f"list of sites ([{cfg['sites']!r}] for one)")
         if cfg.get('blocks') is None or \
                 set(cls.resolve_sites(cfg.get('sites'), dict(cfg))) != {AdapterSite.INPUT}:
             return
