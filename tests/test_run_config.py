@@ -27,6 +27,12 @@ DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
     ('my_absent_package.tool', None,
      "custom_imports: my_absent_package.tool failed to import: ModuleNotFoundError: No module "
      "named 'my_absent_package': check its name, and that the folder"),
+    # Not ImportErrors: MMEngine let them through, and the tools printed them naming no module.
+    ('my_unnamed', 'layer = nn.Linear(2, 2)\n',
+     "custom_imports: my_unnamed failed to import: NameError: name 'nn' is not defined: fix "
+     'my_unnamed'),
+    ('my_unparsed', 'def f(:\n    pass\n',
+     'custom_imports: my_unparsed failed to import: SyntaxError: '),
 ])
 def test_a_custom_import_that_fails_is_named_with_its_cause(tmp_path, monkeypatch, module,
                                                             source, message):

@@ -19,7 +19,13 @@ from mmengine.utils import import_modules_from_strings
 
 from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
 from xmr.packaged import CONFIG_SCHEME, config_path
-from xmr.utils.cli import UserError, did_you_mean, given_file, quiet_on_other_processes
+from xmr.utils.cli import (
+    UserError,
+    UserKeyError,
+    did_you_mean,
+    given_file,
+    quiet_on_other_processes,
+)
 
 __all__ = ['DEFAULT_WORK_DIR', 'add_config_arguments', 'check_annotation_files',
            'check_evaluation_keys', 'check_run_values', 'config_file', 'load_run_config',
@@ -124,24 +130,30 @@ def import_custom_modules(config: str | os.PathLike, cfg: Config) -> None:
     the end of the error's chain.
 
     Raises:
-        UserError: naming the module that failed to import, and why.
+        UserError: naming the module that failed to import, and why (any error its import
+            raised, a ``NameError`` or ``SyntaxError`` in it included; xmr's own refusals of
+            what it registers are raised as they are).
     """
     if not cfg.get('custom_imports'):
         return
-    try:
-        import_modules_from_strings(**cfg.custom_imports)
-    except ImportError as error:
-        module = str(error).removeprefix('Failed to import ')
-        cause = error
-        while cause.__cause__ or cause.__context__:
-            cause = cause.__cause__ or cause.__context__
-        missing = isinstance(cause, ModuleNotFoundError) and cause.name is not None and (
-            module == cause.name or module.startswith(f'{cause.name}.'))
-        raise UserError(config, f'custom_imports: {module} failed to import: '
-                        f'{type(cause).__name__}: {cause}',
-                        'check its name, and that the folder holding it is on PYTHONPATH'
-                        if missing else f'fix {module} (run again with --debug for the '
-                        'traceback)') from error
+    options = dict(cfg.custom_imports)
+    modules = options.pop('imports', [])
+    for module in [modules] if isinstance(modules, str) else modules:
+        try:
+            import_modules_from_strings(module, **options)
+        except (UserError, UserKeyError):
+            raise
+        except Exception as error:  # the user's module may raise anything
+            cause = error
+            while cause.__cause__ or cause.__context__:
+                cause = cause.__cause__ or cause.__context__
+            missing = isinstance(cause, ModuleNotFoundError) and cause.name is not None and (
+                module == cause.name or str(module).startswith(f'{cause.name}.'))
+            raise UserError(config, f'custom_imports: {module} failed to import: '
+                            f'{type(cause).__name__}: {cause}',
+                            'check its name, and that the folder holding it is on PYTHONPATH'
+                            if missing else f'fix {module} (run again with --debug for the '
+                            'traceback)') from error
 
 
 def config_file(config: str | os.PathLike, key: str = 'CONFIG') -> str | os.PathLike:
