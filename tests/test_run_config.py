@@ -283,11 +283,29 @@ def test_one_value_where_a_list_of_patterns_goes_is_refused_when_the_config_load
 
 
 def test_a_seed_that_is_no_integer_is_refused_when_the_config_loads():
-    with pytest.raises(ValueError, match=r"randomness.seed='abc' must be an integer \(or None"):
+    with pytest.raises(ValueError, match=r"randomness.seed='abc' must be an integer from 0 to "
+                       r'2\*\*32 - 1 \(or None'):
         load_run_config(DEMO, cfg_options={'randomness.seed': 'abc'})
     with pytest.raises(ValueError, match=r"randomness.seed=True must be an integer"):
         load_run_config(DEMO, cfg_options={'randomness.seed': True})  # a bool is no seed
+    # NumPy's range: its error, as the runner seeded, named no key.
+    for seed in (-1, 2**32):
+        with pytest.raises(ValueError, match=rf'randomness.seed={seed} must be an integer'):
+            load_run_config(DEMO, cfg_options={'randomness.seed': seed})
     assert load_run_config(DEMO, cfg_options={'randomness.seed': 7}).randomness.seed == 7
+    assert load_run_config(DEMO, cfg_options={'randomness.seed': 2**32 - 1})
+
+
+@pytest.mark.parametrize('option', ['drop_last', 'shuffle'])
+def test_a_batch_samplers_loader_refuses_options_torch_takes_only_without_one(option):
+    """torch refused them as the runner built the loader, naming neither loader nor option."""
+    config = 'xmr::dasd/dasd_clip-vit-b32_multi30k_clft.py'
+    assert load_run_config(config).train_dataloader.batch_sampler
+    with pytest.raises(ValueError, match=(
+            rf'^train_dataloader.{option}=True: its batch_sampler makes the batches, and torch '
+            rf'takes no {option} beside one: drop it')):
+        load_run_config(config, cfg_options={f'train_dataloader.{option}': True})
+    load_run_config(config, cfg_options={f'train_dataloader.{option}': False})
 
 
 @pytest.mark.parametrize('option, message', [

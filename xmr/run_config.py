@@ -303,8 +303,10 @@ def check_run_values(cfg: Config) -> None:
     _check_epoch_counts(cfg)
     _check_runner_flags(cfg)
     seed = (cfg.get('randomness') or {}).get('seed')
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f'randomness.seed={seed!r} must be an integer (or None for a random one)')
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                             or not 0 <= seed < 2**32):  # NumPy's range, whose error names no key
+        raise ValueError(f'randomness.seed={seed!r} must be an integer from 0 to 2**32 - 1 (or '
+                         'None for a random one)')
     train_cfg = cfg.get('train_cfg') or {}
     if train_cfg.get('type') == 'PhasedTrainLoop':
         check_phase_names([Phase.from_config(index, phase)
@@ -387,10 +389,12 @@ def _example(key: str) -> str:
 
 def _check_loader_options(where: str, loader: Mapping[str, Any]) -> None:
     """Refuse an option neither torch's ``DataLoader`` nor MMEngine's ``build_dataloader``
-    takes (``batch_szie``), which torch refuses, naming no loader, as the runner builds it.
+    takes (``batch_szie``), and ``drop_last`` or ``shuffle`` beside a ``batch_sampler``, which
+    torch refuses, naming no loader, as the runner builds it.
 
     Raises:
         UnknownOptionError: naming the loader, the option and the nearest.
+        ValueError: naming the loader, the option and the batch sampler.
     """
     import inspect
 
@@ -405,6 +409,11 @@ def _check_loader_options(where: str, loader: Mapping[str, Any]) -> None:
             raise UnknownOptionError(f"{where}: unknown option '{option}'"
                                      f'{did_you_mean(option, takes)}; a dataloader takes '
                                      f"{', '.join(takes)}")
+    for option in ('drop_last', 'shuffle'):
+        if loader.get('batch_sampler') and loader.get(option):
+            raise ValueError(f'{where}.{option}={loader[option]!r}: its batch_sampler makes the '
+                             f'batches, and torch takes no {option} beside one: drop it (the '
+                             'batch sampler has its own options)')
 
 
 #: A loader's counts and the least each may be: torch's own errors (``batch_size=0``,
