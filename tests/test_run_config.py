@@ -562,6 +562,8 @@ def test_a_misspelt_option_of_an_evaluators_metric_or_a_loaders_sampler_is_refus
     # An empty key was set, and the one line of its error was the whole config.
     ('=5', r"argument --cfg-options: '=5': its KEY has an empty part; write it as a.b.c"),
     ('train_cfg..val_interval=2', r"'train_cfg..val_interval=2': its KEY has an empty part"),
+    ('model.language_branch.languages=[de,fr', r"'model.language_branch.languages=\[de,fr': its "
+     r'brackets do not pair up'),
 ])
 def test_a_config_option_mmengines_parser_cannot_read_is_refused_by_name(option, message,
                                                                         capsys):
@@ -580,6 +582,22 @@ def test_a_config_option_mmengines_parser_cannot_read_is_refused_by_name(option,
     assert re.search(message, capsys.readouterr().err)
     assert parser.parse_args(['--cfg-options', 'a.b=[de,fr]', 'c=(1,2)']).cfg_options == {
         'a.b': ['de', 'fr'], 'c': (1, 2)}
+
+
+def test_a_config_option_keeps_the_spaces_of_a_plain_value():
+    """MMEngine's parser deletes every space: a prompt's 'a photo of' became 'aphotoof' and
+    work_dir=/tmp/my runs went to /tmp/myruns; lists keep MMEngine's reading."""
+    import argparse
+
+    from xmr.run_config import add_config_arguments
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    given = ['text=a photo of', "quoted='a photo of'", 'work_dir=/tmp/my runs', 'n= 5 ',
+             'langs=[de, fr]', 'pair=de, fr', 'flag= True']
+    assert parser.parse_args(['--cfg-options', *given]).cfg_options == {
+        'text': 'a photo of', 'quoted': 'a photo of', 'work_dir': '/tmp/my runs', 'n': 5,
+        'langs': ['de', 'fr'], 'pair': ['de', 'fr'], 'flag': True}
 
 
 @pytest.mark.parametrize('option, value, message', [

@@ -56,8 +56,9 @@ class ConfigOptionsAction(DictAction):
     MMEngine's parser reads a value in brackets as a list or tuple of plain values; it recurses
     without end on a call inside one (``[dict(...)]``), keeps ``dict(k=v)`` or ``{k: v}`` as
     text (which a config check took for a value, and the runner failed on after writing its
-    work dir) and fails on an item without ``=`` with Python's unpacking error, naming neither
-    the value nor what to write.
+    work dir), fails on an item without ``=`` with Python's unpacking error and on unpaired
+    brackets with a bare assertion, naming neither the value nor what to write. It also deletes
+    every space: a plain value keeps its own here (``text='a photo of'``).
     """
 
     def _refuse_dict(self, value: str) -> argparse.ArgumentError:
@@ -81,9 +82,17 @@ class ConfigOptionsAction(DictAction):
                 super().__call__(parser, namespace, [value], option_string)
             except RecursionError:
                 raise self._refuse_dict(value) from None
-            parsed = getattr(namespace, self.dest)[value.split('=', 1)[0]]
-            if any(_DICT_AS_TEXT.fullmatch(text) for text in _texts(parsed)):
+            except AssertionError:  # MMEngine's, on brackets that do not pair up
+                raise argparse.ArgumentError(
+                    self, f'{value!r}: its brackets do not pair up') from None
+            key, text = value.split('=', 1)
+            options = getattr(namespace, self.dest)
+            if any(_DICT_AS_TEXT.fullmatch(item) for item in _texts(options[key])):
                 raise self._refuse_dict(value)
+            text = text.strip().strip('\'"')
+            if ' ' in text and not text.startswith(('[', '(')) and ',' not in text:
+                # MMEngine deletes the spaces: 'a photo of' was read as 'aphotoof'.
+                options[key] = DictAction._parse_int_float_bool(text)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser,
