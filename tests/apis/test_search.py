@@ -1,6 +1,7 @@
 """MediaIndex: search results equal a brute-force ranking of the same embeddings."""
 from __future__ import annotations
 
+import multiprocessing
 import re
 
 import numpy as np
@@ -356,6 +357,9 @@ def test_media_decoded_by_workers_are_encoded_as_in_turn(model, image_files, tmp
             f"{tmp_path / 'cut.png'}: the file is empty (0 bytes) (media[2]): replace the "
             'file, or leave it out of the media')):
         encode_media(model, media, num_workers=2)
+    # The error's traceback held the loader: its workers, which ignore SIGTERM, outlived it
+    # and kept the process (tools/search.py --num-workers) from exiting.
+    assert not multiprocessing.active_children()
     with pytest.raises(ValueError, match='num_workers must be an int >= 0, got -1'):
         encode_media(model, media, num_workers=-1)
 

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -345,9 +346,9 @@ def encode_readable_media(model: CrossLingualRetriever,
                            num_workers)
     bar = ProgressBar(len(media), file=sys.stderr) if progress else None
     pairs = list(enumerate(media))
-    embeddings, skipped = _encode_readable(
-        model, pairs, _DecodedMedia(pairs, resize, num_frames).decoded(num_workers),
-        batch_size, on_corrupt, bar)
+    with _DecodedMedia(pairs, resize, num_frames).decoded(num_workers) as decoded:
+        embeddings, skipped = _encode_readable(model, pairs, decoded, batch_size, on_corrupt,
+                                               bar)
     if bar is not None:
         sys.stderr.write('\n')
     return _some_read(embeddings, skipped), skipped
@@ -402,17 +403,17 @@ def encode_media_in_parts(model: CrossLingualRetriever, media: Sequence[MediaInp
     skipped: list[SkippedMedia] = []
     pairs = [(position, media[position]) for position in todo]
     # One pass of decoding for all the parts: a loader's workers start once.
-    decoded = _DecodedMedia(pairs, resize, num_frames).decoded(num_workers)
-    for start in range(0, len(todo), part_size):
-        part = pairs[start:start + part_size]
-        embeddings, left_out = _encode_readable(model, part, itertools.islice(decoded, len(part)),
-                                                batch_size, on_corrupt, bar)
-        skipped += left_out
-        if embeddings is not None:
-            unread = {marker.index for marker in left_out}
-            read_ids = [media_ids[position] for position, _ in part if position not in unread]
-            folder.write(read_ids, embeddings)
-            saved.update(zip(read_ids, embeddings))
+    with _DecodedMedia(pairs, resize, num_frames).decoded(num_workers) as decoded:
+        for start in range(0, len(todo), part_size):
+            part = pairs[start:start + part_size]
+            embeddings, left_out = _encode_readable(
+                model, part, itertools.islice(decoded, len(part)), batch_size, on_corrupt, bar)
+            skipped += left_out
+            if embeddings is not None:
+                unread = {marker.index for marker in left_out}
+                read_ids = [media_ids[position] for position, _ in part if position not in unread]
+                folder.write(read_ids, embeddings)
+                saved.update(zip(read_ids, embeddings))
     if bar is not None:
         sys.stderr.write('\n')
     unread = {marker.index for marker in skipped}
@@ -523,13 +524,22 @@ class _DecodedMedia(Dataset):
         except MediaReadError as error:
             return error.path, error.reason
 
-    def decoded(self, num_workers: int) -> Iterator[Tensor | tuple[str, str]]:
+    @contextmanager
+    def decoded(self, num_workers: int) -> Iterator[Iterator[Tensor | tuple[str, str]]]:
         """Every media in order: decoded here as it is asked for (``num_workers=0``), or
-        ahead by that many worker processes, which leave Ctrl-C and SIGTERM to this one."""
+        ahead by that many worker processes, which leave Ctrl-C and SIGTERM to this one and
+        are shut down as the ``with`` block ends, however it ends."""
         if num_workers == 0 or not self.media:
-            return (self[row] for row in range(len(self)))
-        return iter(DataLoader(self, batch_size=None, num_workers=num_workers,
-                               worker_init_fn=IgnoringWorkerInit(WORKER_IGNORED_SIGNALS)))
+            yield (self[row] for row in range(len(self)))
+            return
+        loader = iter(DataLoader(self, batch_size=None, num_workers=num_workers,
+                                 worker_init_fn=IgnoringWorkerInit(WORKER_IGNORED_SIGNALS)))
+        try:
+            yield loader
+        finally:
+            # An error raised mid-way keeps the iterator alive in its traceback, and workers
+            # that ignore SIGTERM then held the process at its exit for ever.
+            loader._shutdown_workers()
 
 
 class NoMediaReadError(MediaReadError):
