@@ -135,7 +135,8 @@ def test_training_flip_follows_its_probability():
     assert 60 < flipped < 140
 
 
-@pytest.mark.parametrize('height, width', [(37, 100), (100, 45)])
+# (32, 5) and (5, 32): the short side is 2.5 pixels, a tie open_clip rounds to the even 2.
+@pytest.mark.parametrize('height, width', [(37, 100), (100, 45), (32, 5), (5, 32)])
 def test_longest_rounds_the_short_side_and_pads_as_open_clip(height, width):
     """37 x 100 to 16: the short side is 5.92 pixels, rounded to 6 (not cut to 5), then padded
     to the centre as open_clip's ResizeKeepRatio(longest=1) + center_crop_or_pad do."""

@@ -9,7 +9,6 @@ goes through one call, so every frame of a clip gets the same crop and flip.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -134,9 +133,10 @@ class MediaTransform:
                                          max(target_w, round(width * scale))],
                                  interpolation=self.interpolation, antialias=True)
             return F.center_crop(media, [target_h, target_w])
-        scale = min(target_h / height, target_w / width)
-        new_h = min(target_h, max(1, math.floor(height * scale + 0.5)))
-        new_w = min(target_w, max(1, math.floor(width * scale + 0.5)))
+        # open_clip's ResizeKeepRatio: Python's round of size / ratio, a tie to the even side.
+        ratio = max(height / target_h, width / target_w)
+        new_h = min(target_h, max(1, round(height / ratio)))
+        new_w = min(target_w, max(1, round(width / ratio)))
         media = F.resize(media, [new_h, new_w], interpolation=self.interpolation, antialias=True)
         pad_top, pad_left = (target_h - new_h) // 2, (target_w - new_w) // 2
         return F.pad(media, [pad_left, pad_top, target_w - new_w - pad_left,
