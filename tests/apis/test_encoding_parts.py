@@ -14,6 +14,7 @@ from tests.conftest import Interrupt, decoded_media, tiny_retriever_cfg
 from xmr.apis import encode_media, encode_media_in_parts, media_encoding
 from xmr.apis.encoding_parts import PART_FORMAT, EncodingParts
 from xmr.datasets.corrupt_policy import MediaSkippedWarning
+from xmr.engine.feature_cache.key import jsonable
 from xmr.registry import MODELS
 
 
@@ -97,6 +98,12 @@ def test_parts_encoded_otherwise_are_refused_naming_the_part_and_the_value(
             f'{part}: its media were encoded with num_frames 8, this encoding has 12: encode '
             f"with the num_frames that wrote it to go on, or remove {tmp_path / 'parts'}")):
         encode_media_in_parts(model, image_files, ids_of(image_files), tmp_path / 'parts')
+    squash = dict(type='MediaTransform', backbone=None, size=32, resize_mode='squash')
+    with pytest.raises(ValueError, match=re.escape(
+            f'{part}: its media were encoded with transform None, this encoding has '
+            f"{jsonable(squash)!r}")):
+        encode_media_in_parts(model, image_files, ids_of(image_files), tmp_path / 'parts',
+                              num_frames=8, transform=squash)
     torch.manual_seed(1)
     other = MODELS.build(tiny_retriever_cfg()).eval()
     with pytest.raises(ValueError, match=re.escape(

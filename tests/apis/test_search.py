@@ -275,12 +275,13 @@ def test_a_gallery_grown_by_add_media_searches_as_one_built_at_once(
 
 
 def test_add_media_encodes_as_the_gallery_was_encoded(model, image_files, monkeypatch):
-    gallery = MediaIndex.from_media(model, image_files[:2], num_frames=4)
+    squash = dict(type='MediaTransform', backbone=None, size=32, resize_mode='squash')
+    gallery = MediaIndex.from_media(model, image_files[:2], transform=squash, num_frames=4)
     encoded = []
     monkeypatch.setattr('xmr.apis.search.encode_readable_media',
                         lambda *args: encoded.append(args) or (torch.eye(1, 32), []))
     gallery.add_media(model, image_files[2:3])
-    assert encoded[0][2:4] == (None, 4)  # the gallery's transform and frames
+    assert encoded[0][2:4] == (squash, 4)  # the gallery's transform and frames
 
 
 def test_what_a_gallery_cannot_take_is_named(model, image_files):

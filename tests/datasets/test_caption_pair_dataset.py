@@ -164,15 +164,18 @@ def test_missing_media_files_are_found_in_one_listing_before_training(ann_file, 
                        with_media=False).check_media_exist()  # reads no file
 
 
-def test_parallel_captions_refuse_a_record_with_more_target_captions(tmp_path):
-    """Pairing the k-th source caption with the k-th target caption needs equal counts; extra
-    target captions would be dropped silently."""
+@pytest.mark.parametrize('english, german', [(['a dog'], ['ein Hund', 'ein brauner Hund']),
+                                             (['a dog', 'a brown dog'], ['ein Hund'])],
+                         ids=['more', 'fewer'])
+def test_parallel_captions_refuse_a_record_with_more_target_captions(tmp_path, english, german):
+    """Pairing the k-th source caption with the k-th target caption needs equal counts: extra
+    target captions would be dropped silently, missing ones read past the list's end."""
     ann = Annotation(dataset='demo', split='train', media_type='text', languages=['en', 'de'],
                      source_lang='en',
-                     items=[MediaRecord('a', None, {'en': ['a dog'],
-                                                    'de': ['ein Hund', 'ein brauner Hund']})])
+                     items=[MediaRecord('a', None, {'en': english, 'de': german})])
     dump_annotation(ann, tmp_path / 'ann.json')
-    with pytest.raises(ValueError, match="1 en and 2 de captions; target_field='captions'"):
+    with pytest.raises(ValueError, match=f"{len(english)} en and {len(german)} de captions; "
+                       "target_field='captions'"):
         CaptionPairDataset(tmp_path / 'ann.json', target_field='captions')
 
 

@@ -60,13 +60,34 @@ def test_inconsistent_back_translations_are_named(change, message):
         _annotation(**change).validate('ann.json')
 
 
-def test_back_translations_must_align_with_their_captions():
+@pytest.mark.parametrize('german, back_translations', [
+    (['ein Hund'], ['BT a dog', 'BT extra']), (['ein Hund', 'ein Tier'], ['BT a dog'])],
+    ids=['more', 'fewer'])
+def test_back_translations_must_align_with_their_captions(german, back_translations):
     ann = _annotation()
-    ann.items[0].back_translations['de'] = ['BT a dog', 'BT extra']
-    with pytest.raises(AnnotationError, match=r"item 0 \(media_id 'a'\): back_translations"
-                                              r"\['de'\] has 2 entries but captions\['de'\] "
-                                              r'has 1'):
+    ann.items[0].captions['de'] = german
+    ann.items[0].back_translations['de'] = back_translations
+    with pytest.raises(AnnotationError, match=(
+            rf"item 0 \(media_id 'a'\): back_translations\['de'\] has {len(back_translations)} "
+            rf"entries but captions\['de'\] has {len(german)}")):
         ann.validate('ann.json')
+
+
+def test_each_caption_carries_its_own_back_translation(tmp_path):
+    """Items of a record with two captions: each reads the back-translation at its index."""
+    two = MediaRecord('a', 'a.jpg', {'en': ['a dog', 'a brown dog'],
+                                     'de': ['ein Hund', 'ein brauner Hund'],
+                                     'fr': ['un chien', 'un chien brun']},
+                      {'de': ['MT ein Hund', 'MT ein brauner Hund'],
+                       'fr': ['MT un chien', 'MT un chien brun']},
+                      {'de': ['BT a dog', 'BT a brown dog']})
+    dump_annotation(_annotation(items=[two]), tmp_path / 'ann.json')
+    dataset = CaptionPairDataset(tmp_path / 'ann.json', target_langs=['de'],
+                                 target_field='captions', translated_texts=['target_to_source'],
+                                 with_media=False, transform=TINY)
+    assert [(dataset[i]['target_text'], dataset[i]['target_to_source_text'])
+            for i in range(len(dataset))] == [('ein Hund', 'BT a dog'),
+                                              ('ein brauner Hund', 'BT a brown dog')]
 
 
 def test_pair_items_carry_the_requested_translations(ann_file):
