@@ -78,13 +78,19 @@ def test_a_failed_write_leaves_no_output_of_the_run(xtd, tmp_path):
               '--out-dir', str(tmp_path), '--few-shot', '50'])
     assert [p.name for p in tmp_path.iterdir()] == ['xtd10_fewshot50_val.json']
 
-def test_few_shot_split_follows_the_seeded_permutation(xtd):
+def test_few_shot_split_follows_the_seeded_permutation(xtd, tmp_path):
     root, names_file = xtd
     ann = convert_xtd10(root, image_names=names_file)
     parts = few_shot_splits(ann, 50, seed=42)
     order = torch.randperm(1000, generator=torch.Generator().manual_seed(42)).tolist()
     assert [r.media_id for r in parts['train'].items] == [ann.items[i].media_id
                                                           for i in order[:50]]
+    # The command line's split, without --seed: the authors' 42.
+    main(['--xtd-dir', str(root), '--image-names', str(names_file), '--skip-media-check',
+          '--out-dir', str(tmp_path), '--few-shot', '50'])
+    assert [r.media_id for r in load_annotation(
+        tmp_path / 'xtd10_fewshot50_train.json').items] == [r.media_id
+                                                            for r in parts['train'].items]
     assert [len(parts[p].items) for p in ('train', 'val', 'test')] == [50, 50, 900]
     ids = [{r.media_id for r in parts[p].items} for p in ('train', 'val', 'test')]
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
