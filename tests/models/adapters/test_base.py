@@ -72,6 +72,33 @@ def test_the_branch_places_a_user_adapter_through_its_placement():
     assert adapter.placement == AdapterPlacement(branch.tower.width, AdapterSite.MLP_OUTPUT, 1)
 
 
+class _Narrow(BaseAdapter):
+    """Returns a bottleneck's width where its site continues with the tower's."""
+
+    sites = (AdapterSite.MLP_OUTPUT, AdapterSite.MLP_FC)
+
+    def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+        return x[..., :4]
+
+
+@pytest.mark.parametrize('site, kind, width', [('mlp.output', 'rows', 'width'),
+                                               ('mlp.fc', 'delta of the projection', 'fc')])
+def test_an_adapter_that_returns_another_shape_is_named_with_its_site(site, kind, width):
+    """torch's error, steps later (a LayerNorm's normalized_shape, at the first validation of a
+    run), named no adapter, site or block."""
+    ADAPTERS.register_module(name='TestNarrowAdapter', module=_Narrow, force=True)
+    backbone, branch = build_clip_branch(dict(type='TestNarrowAdapter', sites=[site],
+                                              blocks=[1]), languages=['de'])
+    tokens = branch.tokenizer(['a red circle'])
+    expected = branch.tower.width if width == 'width' else \
+        branch.tower.linear_shapes()[AdapterSite.MLP_FC][1]
+    with pytest.raises(ValueError, match=(
+            rf'^model\.language_branch\.adapters: _Narrow at {re.escape(site)} of block 1 \(de\) '
+            rf'returned shape \(1, \d+, 4\); the site continues with its {kind}, shape '
+            rf'\(1, \d+, {expected}\): check its forward$')):
+        branch(tokens, ['de'])
+
+
 def test_a_tower_without_linear_sites_offers_residual_sites_only():
     class _Residual(TextTower):
         embed_tokens = add_positions = run_block = head = None
