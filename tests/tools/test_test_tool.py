@@ -698,6 +698,16 @@ def test_a_work_dir_of_a_training_run_is_refused_before_its_config_dump_is_repla
     capsys.readouterr()
 
 
+def test_the_runner_of_a_test_neither_loads_nor_resumes_what_the_config_names(tmp_path):
+    """The checkpoint given is loaded strictly by the tool: MMEngine's Runner.test() would then
+    load a config's load_from (or resume) over it, and score those weights unsaid."""
+    demo = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
+    args = load_tool().parse_args([str(demo), str(tmp_path / 'model.pth'), '--cfg-options',
+                                   f"load_from={tmp_path / 'other.pth'}", 'resume=True'])
+    cfg = load_tool().build_config(args)
+    assert cfg.load_from is None and cfg.resume is False
+
+
 def test_a_cached_test_gallery_without_its_hook_is_refused_before_the_runner(tmp_path):
     config = tmp_path / 'cached.py'
     config.write_text(cached_gallery_config(
