@@ -133,6 +133,13 @@ def test_paper_config_builds_and_runs_every_phase(path):
     assert (phases['cross_lingual']['iters'], phases['cross_lingual']['lr']) == (45000, 2e-4)
     assert (phases['cross_modal']['iters'], phases['cross_modal']['lr']) == (6000, 6e-6)
     assert ('source_finetune' in phases) == path.stem.endswith('_clft')
+    if 'source_finetune' in phases:  # CL-FT's stage 0: 5 epochs of CLIP on English at 3e-6
+        assert (phases['source_finetune']['epochs'], phases['source_finetune']['lr']) == (5, 3e-6)
+    # Sec. 4.1's optimiser (REFERENCE.md): betas (0.9, 0.98), eps 1e-6, wd 0.2, clipping 1.0.
+    optimizer = cfg.optim_wrapper.optimizer
+    assert (optimizer.type, tuple(optimizer.betas), optimizer.eps, optimizer.weight_decay) == (
+        'AdamW', (0.9, 0.98), 1e-6, 0.2)
+    assert cfg.optim_wrapper.clip_grad == dict(max_norm=1.0)
     run_phases(cfg, model)
 
 
