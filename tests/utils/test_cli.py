@@ -18,6 +18,7 @@ from xmr.utils.cli import (
     UserError,
     UserKeyError,
     did_you_mean,
+    given_device,
     given_file,
     run_tool,
 )
@@ -284,3 +285,21 @@ def test_given_file_names_the_path_the_key_and_what_is_wrong(tmp_path, monkeypat
         given_file(present, 'CHECKPOINT', 'give a .pth')
     assert str(error.value) == (f'{present} (CHECKPOINT): cannot be read (permission denied): '
                                 'give a .pth')
+
+
+@pytest.mark.parametrize('gpus', [0, 2])
+def test_given_device_takes_the_gpus_this_machine_has_and_no_other(monkeypatch, gpus):
+    """``cuda`` is ``cuda:0``: refused on a machine without a GPU, as ``cuda:N`` past the last."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: gpus)
+    assert given_device(None) == ('cuda' if gpus else 'cpu')
+    assert given_device('cpu') == 'cpu'
+    for name in ('cuda', f'cuda:{gpus}'):
+        if name == 'cuda' and gpus:
+            assert given_device(name) == name
+            continue
+        with pytest.raises(UserError, match=rf'^--device {name}: this machine has {gpus} CUDA '
+                           r'device\(s\): leave --device out'):
+            given_device(name)
+    with pytest.raises(UserError, match='^--device gpu0: is no torch device'):
+        given_device('gpu0')
