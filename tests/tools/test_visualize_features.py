@@ -42,10 +42,12 @@ def run(tmp_path: Path, config: Path, *extra: str) -> dict[str, Path]:
                          '--out-dir', str(tmp_path / 'out'), *extra])
 
 
-def test_clusters_partition_the_captions_as_k_means_on_f_sa(tmp_path):
+@pytest.mark.parametrize('feature', ['sa', 'sr'])
+def test_clusters_partition_the_captions_as_k_means_on_the_feature(tmp_path, feature):
     captions_file = tmp_path / 'captions.txt'
     captions_file.write_text('\n'.join(CAPTIONS) + '\n\n')
-    written = run(tmp_path, write_config(tmp_path), '--captions', str(captions_file))
+    written = run(tmp_path, write_config(tmp_path), '--captions', str(captions_file),
+                  '--feature', feature)
     assert written['png'].read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     report = written['text'].read_text(encoding='utf-8').split('\n\n')[1:]
     listed = [block.split('\n') for block in report if block.startswith('cluster')]
@@ -53,17 +55,20 @@ def test_clusters_partition_the_captions_as_k_means_on_f_sa(tmp_path):
     sizes = [int(block[0].split('(')[1].split()[0]) for block in listed]
     assert sum(sizes) == len(CAPTIONS)
 
-    # An independent reading: the model's f^sa, k-means with the tool's seed.
+    # An independent reading: the model's f^sa or f^sr, k-means with the tool's seed.
     torch.manual_seed(0)
     model = init_retriever(write_config(tmp_path))
     tokens = model.language_branch.tokenize(CAPTIONS)
+    read = dict(sa=model.disentangler.semantic_agnostic,
+                sr=model.disentangler.semantic_related)[feature]
     with torch.no_grad():
-        f_sa = model.disentangler.semantic_agnostic(model.language_branch.embed(tokens), tokens)
-    kmeans = KMeans(n_clusters=3, n_init=10, random_state=0).fit(f_sa.numpy())
+        features = read(model.language_branch.embed(tokens), tokens)
+    kmeans = KMeans(n_clusters=3, n_init=10, random_state=0).fit(features.numpy())
     for label, block in enumerate(listed):
         members = np.flatnonzero(kmeans.labels_ == label)
         assert sizes[label] == len(members)
-        distances = np.linalg.norm(f_sa.numpy()[members] - kmeans.cluster_centers_[label], axis=1)
+        distances = np.linalg.norm(features.numpy()[members] - kmeans.cluster_centers_[label],
+                                   axis=1)
         nearest = [CAPTIONS[i] for i in members[np.argsort(distances, kind='stable')][:2]]
         assert [line.strip() for line in block[1:3]] == nearest
 
