@@ -850,6 +850,16 @@ def test_a_tokenizer_that_composes_captions_keys_another_cache_than_one_that_doe
                                                                pad_id=0))
 
 
+def test_a_tokenizer_that_pads_with_another_id_keys_another_cache():
+    """A tower that reads its padding (SigLIP's) embeds otherwise under another pad id, the
+    setting check_padding tells a user to change."""
+    from xmr.engine.feature_cache.key import tokenizer_identity
+
+    plain = dict(max_length=64, vocab_size=32000)
+    assert tokenizer_identity(SimpleNamespace(**plain, pad_id=0)) != \
+        tokenizer_identity(SimpleNamespace(**plain, pad_id=1))
+
+
 def test_a_tokenizer_that_truncates_on_the_left_keys_another_cache_others_keep_theirs():
     from xmr.engine.feature_cache.key import tokenizer_identity
 

@@ -6,6 +6,7 @@ compute the same arithmetic as open_clip's; only the order of floating-point sum
 from __future__ import annotations
 
 import functools
+import re
 
 import pytest
 import torch
@@ -658,6 +659,26 @@ def test_tokenizers_that_do_not_fit_the_tower_name_both_numbers(tmp_path):
                                          '64-token context less 3 prompt tokens; set '
                                          'tokenizer.max_length <= 61'):
         branch(xlmr_tokenizer(max_length=63), dict(type='SoftPrompt', num_tokens=3))
+
+
+def test_a_target_tokenizer_leaves_room_for_the_class_token_coca_appends(tmp_path):
+    """CoCa's tower writes its class token into the last of its 32 positions: a caption of
+    29 ids beside a 3-token prompt would lose its end token to it."""
+    tower = _build('coca', tmp_path).text_tower
+    assert (tower.context_length, tower.reserved_positions) == (32, 1)
+
+    def branch(max_length):
+        return MODELS.build(dict(
+            type='TargetLanguageBranch', languages=['de'],
+            tokenizer=dict(type='OpenCLIPTokenizer', model_name='ViT-B-32',
+                           max_length=max_length),
+            adapters=[dict(type='SoftPrompt', num_tokens=3)]), default_args=dict(tower=tower))
+
+    with pytest.raises(ValueError, match=re.escape(
+            'target tokenizer max_length 29 does not fit the 32-token context less 3 prompt '
+            'tokens and 1 position(s) the tower fills itself; set tokenizer.max_length <= 28')):
+        branch(29)
+    assert branch(28).tokenizer.max_length == 28
 
 
 @pytest.mark.parametrize('family', ['xlmr', 'nllb'])

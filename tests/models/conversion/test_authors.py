@@ -361,6 +361,9 @@ def test_a_config_whose_model_cannot_be_built_is_refused_naming_it(tmp_path, cap
     ('mla', 'target_projection'),  # DASD's, not MLA's
     ('dasd', 'transformer.resblocks.0.mlp_zi.c_fc2.weight'),
     ('dasd', 'optimizer.state.0.exp_avg'),
+    # Names that begin as a known unused key does and go on: matched whole, not by prefix.
+    ('dasd', 'target_projection.weight'),
+    ('mla', 'transformer.resblocks.0.acquirer.de.ln.weight_orig'),
 ])
 def test_a_key_the_authors_model_does_not_have_is_refused_naming_it(method, key, tmp_path,
                                                                     capsys):

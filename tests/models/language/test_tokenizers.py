@@ -66,6 +66,8 @@ def test_pad_batch_without_an_end_id_marks_the_last_real_token():
     batch = pad_batch([[5, 2, 7], [8, 9]], pad_id=0, end_id=None)
     assert batch['eos_index'].tolist() == [2, 1]
     assert pad_batch([[5, 2, 7], [8, 9]], pad_id=0, end_id=2)['eos_index'].tolist() == [1, 1]
+    # A pad id that is the end id (T5's </s>): the padding is no end token of its caption.
+    assert pad_batch([[5, 6, 7], [8, 9]], pad_id=2, end_id=2)['eos_index'].tolist() == [2, 1]
 
 
 def test_truncation_keeps_the_end_token():
