@@ -362,8 +362,7 @@ def _dataloaders(cfg: Config) -> dict[str, Mapping[str, Any]]:
     found: dict[str, Any] = {}
     for key, value in cfg.items():
         if key.endswith(('_dataloader', '_dataloaders')):
-            found.update({f'{key}.{i}': item for i, item in enumerate(value)}
-                         if isinstance(value, (list, tuple)) else {key: value})
+            found.update(_loader_items(key, value))
     for index, phase in enumerate((cfg.get('train_cfg') or {}).get('phases') or []):
         if isinstance(phase, Mapping):
             found[f'train_cfg.phases.{index}.dataloader'] = phase.get('dataloader')
@@ -495,10 +494,16 @@ def _loaders_built(cfg: Config, splits: Sequence[str]) -> dict[str, Mapping[str,
         found.update({f'{where}.dataloader': hook.get('dataloader')
                       for where, hook in _hooks(cfg).items() if isinstance(hook, Mapping)})
     for split in ('val', 'test'):
-        value = cfg.get(f'{split}_dataloader') if split in splits else None
-        found.update({f'{split}_dataloader.{i}': item for i, item in enumerate(value)}
-                     if isinstance(value, (list, tuple)) else {f'{split}_dataloader': value})
+        if split in splits:
+            found.update(_loader_items(f'{split}_dataloader', cfg.get(f'{split}_dataloader')))
     return {key: loader for key, loader in found.items() if isinstance(loader, Mapping)}
+
+
+def _loader_items(key: str, value: Any) -> dict[str, Any]:
+    """A ``*_dataloader`` value by key: itself, or each item of a list of them (as
+    ``MultiDatasetValLoop`` takes: ``val_dataloader.1``)."""
+    return ({f'{key}.{i}': item for i, item in enumerate(value)}
+            if isinstance(value, (list, tuple)) else {key: value})
 
 
 def _annotated_datasets(where: str, part: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -518,12 +518,17 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         return self.clip.logit_scale.exp(), bias
 
     def fingerprint(self) -> str:
-        """Record + inline architecture + weights hash: keys feature caches to exactly these
-        frozen weights, run as these settings run them."""
-        # The record is part of the key: QuickGELU or another mean changes every feature. An
-        # architecture's name stands for its open_clip config; an inline model_cfg has no name,
-        # and its poolings (text_cfg/vision_cfg pool_type, hf_pooler_type) hold no weight.
+        """:meth:`fingerprint_settings` + the CLIP's weights hash: keys feature caches to
+        exactly these frozen weights, run as these settings run them. Unlike the base's, no
+        module tree: the record names the activation, and the key stays the one open_clip
+        caches and saved indexes were made under."""
+        return weights_fingerprint(self.fingerprint_settings(), self.clip)
+
+    def fingerprint_settings(self) -> str:
+        # The record: QuickGELU or another mean changes every feature. An architecture's name
+        # stands for its open_clip config; an inline model_cfg has no name, and its poolings
+        # (text_cfg/vision_cfg pool_type, hf_pooler_type) hold no weight.
         settings = repr(sorted(self.record.settings().items()))
         if self.model_cfg is not None:
             settings += '\n' + json.dumps(self.model_cfg, sort_keys=True, default=repr)
-        return weights_fingerprint(settings, self.clip)
+        return settings
