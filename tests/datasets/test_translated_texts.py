@@ -117,6 +117,10 @@ def test_missing_translations_are_refused_early(ann_file):
     with pytest.raises(ValueError, match=r"translated_texts \['to_english'\] unknown"):
         CaptionPairDataset(ann_file, translated_texts=['to_english'], with_media=False,
                            transform=TINY)
+    with pytest.raises(ValueError, match=r"translated_texts='target_to_source' is one string: "
+                                         r"give a list, \['target_to_source'\]"):
+        CaptionPairDataset(ann_file, target_field='captions', translated_texts='target_to_source',
+                           with_media=False, transform=TINY)
 
 
 def test_missing_forward_translations_name_the_tool_that_attaches_them(tmp_path):

@@ -87,6 +87,9 @@ class CaptionPairDataset(MediaCaptionDataset):
 
     def _check_translated_texts(self, translated_texts: Sequence[str]) -> tuple[str, ...]:
         ann = self.annotation
+        if isinstance(translated_texts, str):
+            raise ValueError(f'translated_texts={translated_texts!r} is one string: give a list, '
+                             f'[{translated_texts!r}]')
         unknown = [t for t in translated_texts if t not in TRANSLATED_TEXTS]
         if unknown:
             raise ValueError(f'translated_texts {unknown} unknown; choose from {TRANSLATED_TEXTS}')

@@ -33,6 +33,20 @@ def test_gzip_is_read_transparently(tmp_path):
     assert read_lines(path) == ['Muž v oranžovém klobouku.', 'Dívka.']
 
 
+def test_damage_inside_a_gzip_names_the_file(tmp_path):
+    """Damaged deflate data raises zlib.error, which is no OSError: it escaped unnamed."""
+    path = tmp_path / 'val.de.gz'
+    with gzip.open(path, 'wb') as handle:
+        handle.write(''.join(f'Ein Hund läuft über die Wiese {n}.\n' for n in range(2000))
+                     .encode())
+    raw = bytearray(path.read_bytes())
+    raw[40:100] = bytes(60)
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ConversionError, match=r'caption file .*val\.de\.gz cannot be read: '
+                                              r'Error -3'):
+        read_lines(path)
+
+
 def test_blank_line_and_bad_encoding_name_file_and_line(tmp_path):
     path = tmp_path / 'de.txt'
     path.write_bytes(b'eins\n\nzwei\n')

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -94,7 +95,7 @@ def iter_lines(path: str | os.PathLike, what: str = 'caption file',
                 if not allow_empty_lines and not line.strip():
                     raise ConversionError(f'{what} {path} has an empty line {number}')
                 yield line
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:  # zlib.error: damage inside a .gz's data
         raise ConversionError(f'{what} {path} cannot be read: {err}') from err
 
 
