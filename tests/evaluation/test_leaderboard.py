@@ -216,6 +216,24 @@ def test_overall_column_stays_last_when_a_later_result_adds_it():
     assert rows[0] == ['one', '1.00', '1.00', '-', '-', '-']
 
 
+def test_one_dataset_under_the_multi_dataset_loop_shares_the_summary_column_of_a_plain_run():
+    """MultiDatasetTestLoop over the test set alone reports its cross-dataset mAR under the
+    bare key a plain TestLoop's run summarises its languages by: the table had two columns
+    titled mAR (the CSV a repeated header), each row's number in both, and the legend said the
+    second row averaged languages it does not record."""
+    plain = EvaluationResult('plain', {'en/AR': 7.5, 'de/AR': 0.7, 'fr/AR': 0.5, 'mAR': 0.6},
+                             extra={'summary_languages': {'': ['de', 'fr']}})
+    multi = EvaluationResult('multi', {'s/en/AR': 7.5, 's/de/AR': 0.7, 's/fr/AR': 0.5,
+                                       's/mAR': 0.6, 'mAR': 0.6},
+                             extra={'summary_languages': {'s': ['de', 'fr']}})
+    header, rows = leaderboard_table([plain, multi])
+    assert header == ['model', 'en', 'de', 'fr', 'mAR', 's/en', 's/de', 's/fr', 's/mAR']
+    assert rows[1] == ['multi', '-', '-', '-', '0.60', '7.50', '0.70', '0.50', '0.60']
+    legend = column_legend([plain, multi])
+    assert 'mAR is over de, fr; en: reported, not averaged' in legend
+    assert not any('does not record' in line for line in legend)
+
+
 def test_rows_summarising_a_dataset_differently_get_columns_titled_by_their_statistic():
     """A run scoring both directions (AR, mAR) beside one scoring text->image alone (R@1 and
     its sum) on the same dataset: two columns titled 'm/de' would hold AR and R@1 under one

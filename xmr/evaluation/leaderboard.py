@@ -411,6 +411,8 @@ def _summary_languages(summary: Column, columns: Sequence[Column],
                         and c.headline == summary.headline
                         and c.kind == 'language' and c.key in result.metrics]
             recorded = result.summary_languages.get(summary.group)
+            if not reported:  # its value there is a cross-dataset summary of other columns
+                continue
             rows.append((result.name, reported, None if recorded is None else
                          [c for c in reported if _language(c) in recorded]))
     if any(chosen is not None for _, _, chosen in rows) and len(
@@ -693,7 +695,10 @@ def _union_columns(results: Sequence[EvaluationResult]) -> list[Column]:
         columns.extend(replace(column, label=column.key)
                        if mixed and column.kind == 'language' else column
                        for column in sorted(found.values(), key=lambda c: c.kind == 'summary'))
-    return columns + list(overall.values())
+    # One dataset tested by MultiDatasetTestLoop reports its cross-dataset summary under the
+    # key a plain TestLoop's run of that dataset summarises its languages by: one key, one
+    # column (the two are the same statistic then).
+    return columns + [column for key, column in overall.items() if key not in datasets.get('', {})]
 
 
 def _languages(keys: Sequence[str], group: str, statistic: str) -> list[str]:
