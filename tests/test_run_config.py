@@ -282,6 +282,17 @@ def test_one_value_where_a_list_of_patterns_goes_is_refused_when_the_config_load
                         work_dir=str(tmp_path))
 
 
+def test_auto_scale_lr_is_refused_under_the_phased_loop_that_would_overwrite_it():
+    """MMEngine logged 'Scaling the original LR by 4.0'; the loop then set every iteration's
+    lr from its phase, and the run trained at the unscaled rate."""
+    scaled = {'auto_scale_lr.enable': True, 'auto_scale_lr.base_batch_size': 32}
+    with pytest.raises(ValueError, match=r"auto_scale_lr=\{'enable': True, 'base_batch_size': "
+                                         r"32\}: PhasedTrainLoop .* scale train_cfg\.phases\.N"
+                                         r"\.lr"):
+        load_run_config(DEMO, cfg_options=scaled)
+    load_run_config(DEMO, cfg_options={**scaled, 'auto_scale_lr.enable': False})
+
+
 def test_a_seed_that_is_no_integer_is_refused_when_the_config_loads():
     with pytest.raises(ValueError, match=r"randomness.seed='abc' must be an integer from 0 to "
                        r'2\*\*32 - 1 \(or None'):

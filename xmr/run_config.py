@@ -267,7 +267,8 @@ def check_run_values(cfg: Config) -> None:
     learning rate, a value of MMEngine's logger or checkpoint hook that it refuses naming no key
     or silently reads as another (:func:`_check_mmengine_hook_values`), a count in epochs that
     no loop would resolve (:func:`_check_epoch_counts`), a flag of the runner's own that is no
-    ``True`` or ``False`` (:data:`RUNNER_FLAGS`).
+    ``True`` or ``False`` (:data:`RUNNER_FLAGS`), MMEngine's ``auto_scale_lr`` under the phased
+    loop, which would overwrite its scaling.
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
     option check of xmr's registries, after it has made the work dir; their own options, and
@@ -320,6 +321,13 @@ def check_run_values(cfg: Config) -> None:
     if train_cfg.get('type') == 'PhasedTrainLoop':
         check_phase_names([Phase.from_config(index, phase)
                            for index, phase in enumerate(train_cfg.get('phases') or [])])
+        if (cfg.get('auto_scale_lr') or {}).get('enable'):
+            # MMEngine scales the optimiser's groups, and logs it; the loop then sets each
+            # group's lr from its phase every iteration, unscaled.
+            raise ValueError(f"auto_scale_lr={dict(cfg.auto_scale_lr)!r}: PhasedTrainLoop sets "
+                             "every iteration's lr from its phase, so MMEngine's scaling would "
+                             'be logged and lost; scale train_cfg.phases.N.lr to the batch size '
+                             'instead and drop auto_scale_lr')
 
 
 #: Keys MMEngine's runner (and ``tools/train.py``, ``resume``) reads as flags, which no
