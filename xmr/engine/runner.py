@@ -11,7 +11,7 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.runner import Runner
 
-from xmr.fileio import input_written_over
+from xmr.fileio import atomic_write_text, input_written_over
 
 __all__ = ['ResumeCheckedRunner', 'dump_config_unless_over_source', 'runner_name_in_process']
 
@@ -56,10 +56,15 @@ class ResumeCheckedRunner(Runner):
 
 
 def dump_config_unless_over_source(runner: Runner) -> None:
-    """MMEngine's dump of ``runner``'s config into its work dir, unless it would replace the
-    file the config was read from: its ``_base_`` composition and comments would be lost, the
-    command line's ``--cfg-options`` baked in. The resolved config is in the log either way
-    (MMEngine writes it there as the runner starts)."""
+    """MMEngine's dump of ``runner``'s config into its work dir (the config's file name, or
+    ``<timestamp>.py``), written atomically, unless it would replace the file the config was
+    read from: its ``_base_`` composition and comments would be lost, the command line's
+    ``--cfg-options`` baked in. The resolved config is in the log either way (MMEngine writes
+    it there as the runner starts).
+
+    MMEngine's own dump opens the file for writing before it formats the config (a third of a
+    second): a resumed run interrupted then left the dump of the run that wrote the
+    checkpoints empty."""
     source = runner.cfg.filename
     if source is not None and input_written_over(Path(runner.work_dir) / Path(source).name,
                                                   [source]):
@@ -67,7 +72,8 @@ def dump_config_unless_over_source(runner: Runner) -> None:
                   'config this run read, which the dump would replace; the resolved config is '
                   'at the top of the log', logger='current', level=logging.WARNING)
         return
-    Runner.dump_config(runner)
+    name = Path(source).name if source is not None else f'{runner.timestamp}.py'
+    atomic_write_text(Path(runner.work_dir) / name, runner.cfg.dump())
 
 
 class _ConfigDumpHook(Hook):
