@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 
 import pytest
 
@@ -14,6 +15,7 @@ from xmr.fileio import (
     atomic_write_texts,
     process_running,
     remove_stale_temporaries,
+    temporary_path,
 )
 
 
@@ -51,7 +53,7 @@ def test_the_new_file_is_on_disk_before_it_replaces_the_old_and_the_replacement_
     monkeypatch.setattr(xmr.fileio.os, 'replace', recording_replace)
     path = tmp_path / 'report.md'
     atomic_write_text(path, 'new\n')
-    temporary = str(tmp_path / f'.report.md.{os.getpid()}.tmp')
+    temporary = str(temporary_path(path))
     assert events == [('fsync', temporary), ('replace', temporary, str(path)),
                       ('fsync', str(tmp_path))]
     assert path.read_text() == 'new\n'
@@ -128,6 +130,24 @@ def test_stale_temporaries_of_dead_processes_are_removed_and_live_ones_kept(tmp_
     assert remove_stale_temporaries(tmp_path) == [no_process, dead]
     assert sorted(tmp_path.iterdir()) == [live, not_ours]
     assert remove_stale_temporaries(tmp_path / 'missing') == []
+
+
+def test_a_temporary_of_another_host_is_kept_until_it_has_gone_quiet(tmp_path, monkeypatch):
+    """A test run on node B removed every .tmp whose PID no process of B had: node A's
+    checkpoint, half written in the shared work dir, and A's training stopped."""
+    monkeypatch.setattr(xmr.fileio.socket, 'gethostname', lambda: 'node-b.cluster')
+    assert temporary_path(tmp_path / 'iter_6.pth').name == (
+        f'.iter_6.pth.node-b_cluster-{os.getpid()}.tmp')
+    writing = tmp_path / '.iter_6.pth.node-a_cluster-999999999.tmp'
+    killed = tmp_path / '.iter_4.pth.node-a_cluster-999999998.tmp'
+    own_dead = tmp_path / '.r.json.node-b_cluster-999999999.tmp'
+    own_live = temporary_path(tmp_path / 'r.csv')
+    for path in (writing, killed, own_dead, own_live):
+        path.write_text('x')
+    quiet = time.time() - xmr.fileio.OTHER_HOST_QUIET_SECONDS - 1
+    os.utime(killed, (quiet, quiet))
+    assert remove_stale_temporaries(tmp_path) == [killed, own_dead]
+    assert sorted(tmp_path.iterdir()) == sorted([writing, own_live])
 
 
 def test_a_process_of_another_user_counts_as_running(monkeypatch):

@@ -1,6 +1,7 @@
 """Atomic file writes: a reader (or a resumed run) sees the old file or the whole new one.
 
-Every write goes to a hidden temporary sibling ``.<name>.<pid>.tmp``, is flushed and fsynced,
+Every write goes to a hidden temporary sibling ``.<name>.<host>-<pid>.tmp``, is flushed and
+fsynced,
 and is renamed over the final name (``os.replace``, atomic on POSIX within one directory); the
 directory is fsynced so the rename itself survives a power cut. A failed write (a full disk, a
 kill) never leaves a partial file under the final name: the temporary file is removed on error,
@@ -14,6 +15,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+import socket
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,12 +24,19 @@ from typing import IO, Any
 
 from mmengine.fileio import LocalBackend, register_backend
 
-__all__ = ['atomic_open', 'atomic_torch_save', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_texts', 'fsync_folder', 'fsync_path', 'input_written_over',
-           'process_running',
+__all__ = ['OTHER_HOST_QUIET_SECONDS', 'atomic_open', 'atomic_torch_save', 'atomic_write_bytes',
+           'atomic_write_text', 'atomic_write_texts', 'fsync_folder', 'fsync_path',
+           'input_written_over', 'process_running',
            'remove_stale_temporaries', 'temporary_path', 'AtomicLocalBackend']
 
-_TEMPORARY = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$')
+# The host has its dots as underscores, so that the name's end parses back; the host is
+# absent in the temporaries of an xmr before 2026-12 (this host's).
+_TEMPORARY = re.compile(r'^\.(?P<name>.+)\.(?:(?P<host>[^.]+)-)?(?P<pid>\d+)\.tmp$')
+
+#: How long a file or folder written on another host may go unchanged before this host takes it
+#: for left by a killed process: it cannot ask after another host's processes, and a running
+#: write changes its file as it goes.
+OTHER_HOST_QUIET_SECONDS = 600
 
 
 def input_written_over(out: str | os.PathLike,
@@ -40,10 +50,14 @@ def input_written_over(out: str | os.PathLike,
 
 
 def temporary_path(path: str | os.PathLike) -> Path:
-    """This process's temporary sibling of ``path`` (``.<name>.<pid>.tmp``), which
+    """This process's temporary sibling of ``path`` (``.<name>.<host>-<pid>.tmp``), which
     :func:`remove_stale_temporaries` removes once its process is gone."""
     path = Path(path)
-    return path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+    return path.with_name(f'.{path.name}.{_host_in_names()}-{os.getpid()}.tmp')
+
+
+def _host_in_names() -> str:
+    return socket.gethostname().replace('.', '_')
 
 
 def fsync_path(path: str | os.PathLike) -> None:
@@ -195,7 +209,9 @@ def process_running(pid: int) -> bool:
 def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
     """Remove the temporaries that dead processes left in ``directory`` (not recursive).
 
-    A temporary of a live process (another rank, or this one) is kept.
+    A temporary of a live process (another rank, or this one) is kept; one of another host
+    (a shared work dir, a test run on another node while training writes a checkpoint) is kept
+    until it has gone unchanged for ``OTHER_HOST_QUIET_SECONDS``.
 
     Returns:
         The removed paths, sorted.
@@ -206,10 +222,20 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
     removed = []
     for entry in sorted(directory.iterdir()):
         match = _TEMPORARY.match(entry.name)
-        if match and entry.is_file() and not process_running(int(match['pid'])):
+        if match and entry.is_file() and not _writer_running(entry, match['host'],
+                                                              int(match['pid'])):
             entry.unlink(missing_ok=True)
             removed.append(entry)
     return removed
+
+
+def _writer_running(temporary: Path, host: str | None, pid: int) -> bool:
+    if host is None or host == _host_in_names():
+        return process_running(pid)
+    try:
+        return time.time() - temporary.stat().st_mtime < OTHER_HOST_QUIET_SECONDS
+    except FileNotFoundError:  # renamed into place meanwhile
+        return True
 
 
 @register_backend('xmr_atomic_local')

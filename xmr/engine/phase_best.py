@@ -76,7 +76,7 @@ class PhaseBest:
                     '(train_cfg.validate_at_phase_end=True or a val_interval inside it)')
 
     def remove_partial_files(self, runner) -> None:
-        """Remove the partial files (``.<name>.<pid>.tmp``) of runs killed while writing a
+        """Remove the partial files (``.<name>.<host>-<pid>.tmp``) of runs killed while writing a
         best to ``<work_dir>/phase_best``, which no later run replaced or removed."""
         if is_main_process():
             for path in remove_stale_temporaries(Path(runner.work_dir) / FOLDER):

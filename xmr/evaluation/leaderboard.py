@@ -603,7 +603,7 @@ def save_result_files(json_path: str | os.PathLike, result: EvaluationResult,
     Every text is made before any file is written, and the JSON, which ``tools/test.py``
     checks before replacing anything, is renamed into place last: a kill leaves the earlier
     result and its table as they were, never a new JSON beside the old table. Partial files
-    of killed writes (``.<name>.<pid>.tmp``) in the result's folders are removed first.
+    of killed writes (``.<name>.<host>-<pid>.tmp``) in the result's folders are removed first.
 
     Returns:
         The paths written, the JSON last.

@@ -34,7 +34,13 @@ from xmr.engine.feature_cache.progress import (
 )
 from xmr.engine.feature_cache.ranks import FAILED_MARKER, BuildRanks, BuildStep, rank_rows
 from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
-from xmr.fileio import atomic_write_text, fsync_folder, fsync_path, process_running
+from xmr.fileio import (
+    OTHER_HOST_QUIET_SECONDS,
+    atomic_write_text,
+    fsync_folder,
+    fsync_path,
+    process_running,
+)
 from xmr.utils.cli import UserError
 
 #: Version of the on-disk layout; a cache of another version is refused.
@@ -377,12 +383,6 @@ def _assemble(partial: Path, name: str, total: int, widths: list[int | None], dt
             out[rows.start:rows.stop] = np.load(
                 _shard_folder(partial, rank) / f'{name}.npy', mmap_mode='r')
     out.flush()
-
-
-#: How long a build folder written on another host may go unchanged before a build here takes
-#: it for stopped: this host cannot ask after another's processes, and a running build records
-#: its rows every ``PROGRESS_SECONDS``.
-OTHER_HOST_QUIET_SECONDS = 600
 
 
 def remove_abandoned_builds(path: Path, keep: Path | None = None) -> None:
