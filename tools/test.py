@@ -161,6 +161,28 @@ def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
     return json_path, json_path.with_suffix('.csv')
 
 
+def path_not_taken_meanwhile(json_path: Path, taken_before: bool, overwrite: bool) -> Path:
+    """``json_path``, or, where another test wrote a result there while this one ran (two
+    tests of one checkpoint at once) and ``overwrite`` was not given, a sibling named by the
+    time: the result checked free as the test began is not replaced, nor this one lost.
+
+    Args:
+        json_path: where the result goes; its CSV beside it.
+        taken_before: whether a result stood there as the test began (``overwrite`` then).
+        overwrite: whether an earlier test result there may be replaced.
+    """
+    if overwrite or taken_before or not _result_files_exist(json_path):
+        return json_path
+    moved = json_path.with_name(f"{json_path.stem}_{datetime.now():%Y%m%d_%H%M%S}.json")
+    print(f'warning: {json_path}: another test wrote its result there while this one ran; this '
+          f'result goes to {moved}', file=sys.stderr)
+    return moved
+
+
+def _result_files_exist(json_path: Path) -> bool:
+    return json_path.exists() or json_path.with_suffix('.csv').exists()
+
+
 def check_writable(json_path: Path, overwrite: bool) -> None:
     """Stop before testing when the result cannot be written where it goes.
 
@@ -180,7 +202,7 @@ def check_writable(json_path: Path, overwrite: bool) -> None:
     if json_path.suffix != '.json':
         raise UserError(json_path, 'the result is written as JSON, and its table beside it as '
                         '.csv', 'give --out a path ending in .json')
-    if json_path.exists() or json_path.with_suffix('.csv').exists():
+    if _result_files_exist(json_path):
         check_earlier_result(json_path, overwrite)
     check_earlier_clip_benchmark_files(json_path, overwrite)
     folder = json_path.parent
@@ -451,10 +473,13 @@ def main(argv: list[str] | None = None) -> None:
     prepare_process(cfg, args.launcher)
     json_path, csv_path = output_paths(args)
     check_writable(json_path, args.overwrite)
+    taken_before = _result_files_exist(json_path)
     check_work_dir(args)
     result, scored = run_test(args, cfg)
     if not is_main_process():
         return
+    json_path = path_not_taken_meanwhile(json_path, taken_before, args.overwrite)
+    csv_path = json_path.with_suffix('.csv')
     # The table is printed before anything is written, so a failing write never hides it;
     # a result the table cannot show is written all the same, then named. A reader of stdout
     # that quit (`| head`) stops neither: the test's result is written whoever reads.

@@ -392,6 +392,33 @@ def test_only_an_earlier_result_is_replaced_and_only_with_overwrite(synthetic_se
     assert len(tested) == 2
 
 
+def test_a_result_written_by_another_test_meanwhile_is_kept_and_this_one_saved_beside_it(
+        synthetic_setup, capsys, monkeypatch):
+    """Two tests of one checkpoint at once (two test sets, two GPUs) both found the default
+    result free as they began; the later one replaced the other's without --overwrite."""
+    root, config = synthetic_setup
+    tool = load_tool()
+    synthetic = dict(dataset='synthetic', split='test', languages=['de'])
+
+    def other_test_finishes_meanwhile(args, cfg):
+        save_result(root / 'model_test.json', EvaluationResult('other', {'mAR': 1.0}))
+        return EvaluationResult('this', {'synthetic/de/AR': 2.0, 'synthetic/mAR': 2.0},
+                                checkpoint=args.checkpoint, test_sets=[synthetic]), []
+
+    monkeypatch.setattr(tool, 'run_test', other_test_finishes_meanwhile)
+    tool.main([str(config()), str(root / 'model.pth')])
+    err = capsys.readouterr().err
+    assert load_result(root / 'model_test.json').name == 'other'
+    moved = sorted(root.glob('model_test_*.json'))
+    assert [load_result(path).name for path in moved] == ['this']
+    assert moved[0].with_suffix('.csv').is_file()
+    assert re.search(r'warning: .*model_test\.json: another test wrote its result there while '
+                     r'this one ran; this result goes to .*model_test_\d{8}_\d{6}\.json', err)
+    # With --overwrite, the result goes where it was told.
+    tool.main([str(config()), str(root / 'model.pth'), '--overwrite'])
+    assert load_result(root / 'model_test.json').name == 'this'
+
+
 def test_a_result_the_leaderboard_cannot_show_is_saved_all_the_same(synthetic_setup, capsys,
                                                                     monkeypatch):
     """The table was made before anything was written: a result without a column it can show
