@@ -11,7 +11,11 @@ import pytest
 from xmr.datasets.annotation import load_annotation, text_pairs
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.multi30k import convert_multi30k, main
-from xmr.datasets.converters.translations import attach_translations, export_source_captions
+from xmr.datasets.converters.translations import (
+    attach_translations,
+    export_source_captions,
+    main_attach,
+)
 
 
 @pytest.fixture
@@ -191,3 +195,27 @@ def test_a_missing_image_folder_names_the_options_that_convert_without_it(multi3
         main(args)
     main([*args, '--skip-media-check'])
     assert len(load_annotation(tmp_path / 'out' / 'multi30k_val.json').items) == 1014
+
+
+def test_converting_again_keeps_a_file_that_translations_were_attached_to(multi30k, tmp_path,
+                                                                          capsys):
+    """docs/data.md attaches translations in place; the converter run again into the same
+    folder replaced the file, and the attached languages were gone without a word."""
+    convert = ['--raw-dir', str(multi30k / 'raw'), '--image-splits-dir',
+               str(multi30k / 'image_splits'), '--text-only', '--splits', 'val',
+               '--languages', 'en', 'de', '--out-dir', str(tmp_path)]
+    main(convert)
+    ann = tmp_path / 'multi30k_val.json'
+    count = export_source_captions(load_annotation(ann), tmp_path / 'en.txt')
+    (tmp_path / 'es.txt').write_text(''.join(f'es {i}\n' for i in range(count)))
+    main_attach([str(ann), '--translations', f'es={tmp_path / "es.txt"}'])
+    attached = ann.read_bytes()
+    with pytest.raises(SystemExit, match=r"multi30k_val\.json: holds texts attached after its "
+                                         r"conversion \(translation_langs \['es'\]\) .* it is "
+                                         r'kept: move it away first'):
+        main(convert)
+    assert ann.read_bytes() == attached
+    main(convert[:-1] + [str(tmp_path / 'other')])  # another folder: written
+    ann.rename(tmp_path / 'moved.json')
+    main(convert)  # the place is free again
+    assert load_annotation(ann).translation_langs == []

@@ -21,7 +21,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord, dump_annotations
+from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord
+from xmr.datasets.converters.cli import dump_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import canonical_languages, read_lines
 from xmr.datasets.media_files import missing_media
@@ -151,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         ann = convert_cc3m(args.uc2_dir, args.languages, args.images_dir, args.subset_size,
                            args.seed, args.tsv_pattern, args.image_name_format)
-        dump_annotations({args.out: ann})
+        dump_converted({args.out: ann})
     except (ConversionError, AnnotationError) as err:
         raise SystemExit(f'error: {err}') from err
     print(f'{args.out}: {len(ann.items)} images, {args.languages[0]} captions translated to '

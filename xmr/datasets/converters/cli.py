@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations, text_pairs
 from xmr.datasets.converters.errors import ConversionError
 
-__all__ = ['add_media_options', 'checked_media_dir', 'write_converted']
+__all__ = ['add_media_options', 'checked_media_dir', 'dump_converted', 'write_converted']
 
 
 def add_media_options(parser: argparse.ArgumentParser, media: str) -> None:
@@ -54,9 +55,42 @@ def write_converted(convert: Callable[[], Mapping[str, Annotation]], out_dir: Pa
         if text_only:
             outputs = {name: text_pairs(ann) for name, ann in outputs.items()}
             unit = 'text items'
-        written = dump_annotations({out_dir / f'{name}.json': ann
-                                    for name, ann in outputs.items()})
+        written = dump_converted({out_dir / f'{name}.json': ann
+                                  for name, ann in outputs.items()})
     except (ConversionError, AnnotationError) as err:
         raise SystemExit(f'error: {err}') from err
     for path, ann in zip(written, outputs.values()):
         print(f'{path}: {len(ann.items)} {unit}, languages {", ".join(ann.languages)}')
+
+
+def dump_converted(outputs: Mapping[Path, Annotation]) -> list[Path]:
+    """Write a conversion's annotations, all or none, unless one would replace a file holding
+    machine translations or back-translations attached since (tools/data/attach_*.py), which a
+    converter does not make: re-running it into the same folder lost them without a word.
+
+    Raises:
+        ConversionError: naming the file, the languages and the fix; nothing is written.
+    """
+    for path, ann in outputs.items():
+        attached = _attached_languages(path)
+        lost = {key: [lang for lang in attached.get(key, []) if lang not in getattr(ann, key)]
+                for key in ('translation_langs', 'back_translation_langs')}
+        if any(lost.values()):
+            named = '; '.join(f'{key} {langs}' for key, langs in lost.items() if langs)
+            raise ConversionError(f'{path}: holds texts attached after its conversion ({named}) '
+                                  'that the new file would not have; it is kept: move it away '
+                                  'first (and attach them again to the new file), or give '
+                                  '--out-dir another folder')
+    return dump_annotations(outputs)
+
+
+def _attached_languages(path: Path) -> dict[str, list[str]]:
+    """The ``translation_langs`` and ``back_translation_langs`` of an annotation file xmr wrote
+    (its header is the first line, before the items); none for a file it did not."""
+    try:
+        with path.open(encoding='utf-8-sig') as file:
+            header, found, _ = file.readline().partition(', "items": [')
+        fields = json.loads(header + '}') if found else {}
+        return fields if isinstance(fields, dict) else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}

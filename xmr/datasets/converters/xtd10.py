@@ -26,8 +26,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations, text_pairs
-from xmr.datasets.converters.cli import add_media_options, checked_media_dir
+from xmr.datasets.annotation import Annotation, AnnotationError, text_pairs
+from xmr.datasets.converters.cli import add_media_options, checked_media_dir, dump_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import (
     canonical_languages,
@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.few_shot is not None:
             for part in few_shot_splits(ann, args.few_shot, args.seed).values():
                 outputs[args.out_dir / f'xtd10_{part.split}.json'] = part
-        written = dump_annotations(outputs)
+        written = dump_converted(outputs)
     except (ConversionError, AnnotationError) as err:
         raise SystemExit(f'error: {err}') from err
     for path in written:
