@@ -26,6 +26,8 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -186,12 +188,48 @@ def hits_table(query: str, lang: str, hits: list[Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from xmr.apis import MediaIndex, init_retriever
-    from xmr.fileio import atomic_write_text
-
     queries = read_queries(args)
     files = media_files(args.media) if args.media is not None else None
     check_index_path(args)
+    writes_index = args.index is not None and (files is not None or args.prune)
+    with index_lock(args.index if writes_index else None):
+        search(args, queries, files)
+
+
+@contextmanager
+def index_lock(index: Path | None) -> Iterator[None]:
+    """Hold ``.<index name>.lock`` beside ``index`` while this run reads and writes it (none
+    for ``None``): two runs adding media to one index (``--update``) each saved the index they
+    had loaded, and the first one's additions were lost.
+
+    Raises:
+        UserError: another running tools/search.py holds it, naming it and the lock file.
+    """
+    if index is None:
+        yield
+        return
+    from mmengine.logging import print_log
+
+    from xmr.engine.work_dir import release_lock, take_lock
+
+    path = str(index.with_name(f'.{index.name}.lock'))
+    index.parent.mkdir(parents=True, exist_ok=True)
+    taken_over = take_lock(path, str(index), lambda holder, fix: UserError(
+        f'{index} (--index)', f'another tools/search.py ({holder}) is writing this index (lock '
+        f'file {path})', f'wait for it, or give --index another path{fix}'))
+    if taken_over is not None:
+        print_log(taken_over, logger='current', level=logging.WARNING)
+    try:
+        yield
+    finally:
+        release_lock(path)
+
+
+def search(args: argparse.Namespace, queries: list[str], files: list[Path] | None) -> None:
+    """Load, prune, build or update the index as the options say, then search it."""
+    from xmr.apis import MediaIndex, init_retriever
+    from xmr.fileio import atomic_write_text
+
     saved = (MediaIndex.load(args.index) if args.index is not None and args.index.exists()
              and (files is None or args.update) else None)
     if saved is not None and (args.update or args.prune):

@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import socket
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -207,6 +209,34 @@ def test_update_encodes_only_the_media_the_index_lacks(gallery, tmp_path, monkey
             '--num-frames, or pass --overwrite')):
         tool.main([*search, '--media', str(media), '--index', str(index), '--update',
                    '--num-frames', '12'])
+
+
+def test_an_index_another_run_is_writing_is_refused_and_its_lock_freed_after(
+        gallery, tmp_path, monkeypatch, capsys):
+    """Two --update runs on one index each saved the index they had loaded: the media the
+    first added were lost. A run writing the index holds its lock; a search alone takes none."""
+    from xmr.engine.work_dir import process_start_time
+
+    config, checkpoint, media = gallery
+    tool = load_tool()
+    index = tmp_path / 'gallery.idx'
+    search = [str(config), str(checkpoint), '--lang', 'de', '--query', 'ein roter Kreis']
+    tool.main([*search, '--media', str(media), '--index', str(index), '--num-frames', '4'])
+    lock = tmp_path / '.gallery.idx.lock'
+    assert not lock.exists()
+    other = subprocess.Popen(['sleep', '60'])
+    try:
+        lock.write_text(f'{other.pid} {socket.gethostname()} {process_start_time(other.pid)}\n')
+        with pytest.raises(UserError, match=re.escape(
+                f'{index} (--index): another tools/search.py (PID {other.pid}) is writing this '
+                f'index (lock file {lock}): wait for it, or give --index another path')):
+            tool.main([*search, '--media', str(media), '--index', str(index), '--update'])
+        tool.main([*search, '--index', str(index)])  # reading it needs no lock
+    finally:
+        other.kill()
+        other.wait()
+    tool.main([*search, '--media', str(media), '--index', str(index), '--update'])
+    assert not lock.exists()
 
 
 def test_an_interrupted_index_goes_on_from_what_it_saved_when_run_again(

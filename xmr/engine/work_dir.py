@@ -9,6 +9,7 @@ import os
 import os.path as osp
 import socket
 import time
+from collections.abc import Callable
 
 from mmengine.config import Config
 
@@ -119,12 +120,7 @@ def _holder_alive(pid: int, started: str | None) -> bool:
 
 
 def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
-    """Take ``<work_dir>/.train.lock`` for this process (PID, host and start time written in it).
-
-    A lock whose process is gone (killed, crashed, or an earlier run in this process) is taken
-    over, and so is one left without its line for :data:`EMPTY_LOCK_GRACE_S`. Of several runs
-    that start at once, or take over the same stale lock at once, exactly one gets the lock; the
-    others are refused naming it.
+    """Take ``<work_dir>/.train.lock`` for this process (:func:`take_lock`).
 
     Returns:
         A line for the log when a stale lock was taken over, else ``None``.
@@ -134,32 +130,58 @@ def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
             liveness cannot be checked); the message names its PID and the lock file.
     """
     os.makedirs(work_dir, exist_ok=True)
-    path = osp.join(str(work_dir), LOCK_NAME)
+    return take_lock(osp.join(str(work_dir), LOCK_NAME), str(work_dir), lambda holder, fix: (
+        WorkDirLockedError(f'{work_dir}: another training run ({holder}) is using this work dir '
+                           f'(lock file {osp.join(str(work_dir), LOCK_NAME)}); wait for it or '
+                           f'stop it, or train into another --work-dir{fix}')))
+
+
+def take_lock(path: str, subject: str,
+              refusal: Callable[[str, str], Exception]) -> str | None:
+    """Take the lock file ``path`` for this process (PID, host and start time written in it).
+
+    A lock whose process is gone (killed, crashed, or an earlier holder in this process) is
+    taken over, and so is one left without its line for :data:`EMPTY_LOCK_GRACE_S`. Of several
+    processes that start at once, or take over the same stale lock at once, exactly one gets
+    the lock; the others are refused.
+
+    Args:
+        path: the lock file; its folder exists.
+        subject: what the lock guards, for the take-over line (a work dir, an index).
+        refusal: the error of a lock held by a running process, or by one on another host,
+            whose liveness cannot be checked: made of the holder (``PID 12 on node-a``) and a
+            fix to append where it may be gone (``; if it is gone, delete <path>``).
+
+    Returns:
+        A line for the log when a stale lock was taken over, else ``None``.
+    """
     host = socket.gethostname()
     taken_over, empty_since = None, None
     while not _create_lock(path, host):
         pid, holder_host, started = _lock_holder(path)
         if _held_here((pid, holder_host, started)):
             return None  # taken already (tools/train.py takes it before the runner exists)
-        if pid == -1:  # empty: being written by a run that has just created it, or stale
+        if pid == -1:  # empty: being written by a process that has just created it, or stale
             empty_since = empty_since or time.monotonic()
             if time.monotonic() - empty_since < EMPTY_LOCK_GRACE_S:
                 time.sleep(0.05)
                 continue
         elsewhere = holder_host not in ('', host)
         if elsewhere or _holder_alive(pid, started):
-            where = f' on {holder_host}' if elsewhere else ''
-            gone = f'; if it is gone, delete {path}' if elsewhere else ''
-            raise WorkDirLockedError(
-                f'{work_dir}: another training run (PID {pid}{where}) is using this work '
-                f'dir (lock file {path}); wait for it or stop it, or train into another '
-                f'--work-dir{gone}')
+            raise refusal(f'PID {pid}' + (f' on {holder_host}' if elsewhere else ''),
+                          f'; if it is gone, delete {path}' if elsewhere else '')
         if _remove_if_unchanged(path, (pid, holder_host, started)):
             why = ('its PID now names another process than the one that wrote the lock'
                    if process_running(pid) else 'an interrupted run')
-            taken_over = (f'{work_dir}: took over the lock of PID {pid}, which is no longer '
+            taken_over = (f'{subject}: took over the lock of PID {pid}, which is no longer '
                           f'running ({why})')
     return taken_over
+
+
+def release_lock(path: str) -> None:
+    """Remove the lock file ``path`` of :func:`take_lock` if this process holds it."""
+    if _held_here(_lock_holder(path)):
+        os.remove(path)
 
 
 def _create_lock(path: str, host: str) -> bool:
@@ -231,8 +253,7 @@ def _remove_if_unchanged(path: str, holder: tuple[int, str, str | None]) -> bool
 
 def unlock_work_dir(work_dir: str | os.PathLike) -> None:
     """Release the lock of :func:`lock_work_dir` if this process holds it."""
-    if work_dir_locked_here(work_dir):
-        os.remove(osp.join(str(work_dir), LOCK_NAME))
+    release_lock(osp.join(str(work_dir), LOCK_NAME))
 
 
 def work_dir_locked_here(work_dir: str | os.PathLike) -> bool:
