@@ -1,5 +1,6 @@
 """Where a run writes: the work directory every tool derives from a config the same way, its
-latest checkpoint, and the lock a training run holds on it."""
+latest checkpoint, and the lock a training run holds on it (the lock file any tool may take
+on what it writes: :func:`take_lock`)."""
 from __future__ import annotations
 
 import contextlib
