@@ -5,7 +5,13 @@ import pytest
 
 from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation, load_annotation
 from xmr.datasets.converters.errors import ConversionError
-from xmr.datasets.few_shot import few_shot_splits, main, seeded_permutation, subsample
+from xmr.datasets.few_shot import (
+    few_shot_splits,
+    is_few_shot_split,
+    main,
+    seeded_permutation,
+    subsample,
+)
 
 
 def _train(count: int = 10) -> Annotation:
@@ -27,6 +33,9 @@ def test_subsample_keeps_the_first_n_of_the_permutation_with_all_their_texts():
     part = subsample(_train(), 3, seed=42)
     assert [r.media_id for r in part.items] == ['2', '6', '1']
     assert part.split == 'train_3shot'
+    # A subset's scores are not the whole split's (no CLIP_benchmark export as the split).
+    assert is_few_shot_split(part.split) and is_few_shot_split('test_2016_100shot')
+    assert not is_few_shot_split('train') and not is_few_shot_split('test_2016_flickr')
     assert part.items[0].translations == {'de': ['mt 2']}
     assert part.items[0].back_translations == {'de': ['bt 2']}
     part.validate()

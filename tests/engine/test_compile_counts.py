@@ -21,3 +21,19 @@ def test_recompilations_are_the_compilations_a_failed_guard_made_again():
     assert (counts['graphs'], counts['recompiles'], counts['graph_breaks']) == (3, 2, 0)
     reset_compile_counts()
     assert compile_counts()['recompiles'] == 0
+
+
+def test_recompilations_past_torchs_64_kept_records_are_all_counted():
+    """torch keeps 64 compilation records by default: a run's 100th recompilation read as its
+    64th, and a benchmark's count stopped there."""
+    from types import SimpleNamespace
+
+    from torch._dynamo import utils
+
+    reset_compile_counts()
+    for _ in range(100):  # the records torch appends, one a compilation
+        utils._compilation_metrics.append(SimpleNamespace(recompile_reason='size mismatch'))
+    try:
+        assert compile_counts()['recompiles'] == 100
+    finally:
+        reset_compile_counts()
