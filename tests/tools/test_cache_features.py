@@ -263,6 +263,8 @@ class BuildStarted(Exception):
     (['--device', 'cuda:64'], 'error: --device cuda:64: this machine has '),
     (['--batch-size', '0'], "argument --batch-size: '0' is no whole number >= 1"),
     (['--num-workers', 'two'], "argument --num-workers: 'two' is no whole number >= 0"),
+    (['--work-dir', __file__], f'error: {__file__} (--work-dir): is a file, not a folder: give a '
+     'folder (made if missing) for the caches'),
 ])
 def test_a_bad_option_is_named_before_the_model_is_built(tmp_path, monkeypatch, capsys, options,
                                                          message):
