@@ -119,6 +119,26 @@ def test_a_lock_of_a_dead_run_is_taken_over_and_released_at_the_end(tmp_path):
     assert not lock.exists()
 
 
+def test_a_lock_taken_before_training_is_left_to_its_taker(tmp_path):
+    """tools/train.py takes the lock before the runner and keeps it through --test, whose
+    results go into the work dir: the hook must not give it back as training ends."""
+    from types import SimpleNamespace
+
+    from xmr.engine.hooks.work_dir_lock import WorkDirLockHook
+
+    runner = SimpleNamespace(work_dir=str(tmp_path), logger=None)
+    lock_work_dir(tmp_path)
+    hook = WorkDirLockHook()
+    hook.before_train(runner)
+    hook.after_run(runner)
+    assert work_dir_locked_here(tmp_path)
+    unlock_work_dir(tmp_path)
+    hook.before_train(runner)  # the hook's own lock it gives back
+    assert work_dir_locked_here(tmp_path)
+    hook.after_run(runner)
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
 def test_the_lock_names_this_process_and_host_and_refuses_a_holder_on_another_host(tmp_path):
     assert lock_work_dir(tmp_path) is None
     assert (tmp_path / LOCK_NAME).read_text() == (
