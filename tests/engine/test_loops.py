@@ -771,6 +771,27 @@ def test_a_parameter_built_frozen_outside_the_backbone_stays_frozen_in_every_pha
         loop_of(cfg)
 
 
+def test_mmengines_constructor_may_leave_out_what_a_module_built_frozen(tmp_path):
+    """The loop refuses an optimiser that holds no parameter a phase trains (MMEngine's
+    default constructor leaves out those frozen at build); an adapter's fixed projection is
+    none of them, and its phase trains."""
+    cfg = make_cfg(tmp_path, phases=PHASES[1:2])
+    cfg.model = tiny_retriever_cfg(language_branch=tiny_branch_cfg(
+        adapters=dict(type='TestFixedProjectionAdapter')))
+    cfg.optim_wrapper = dict(type='OptimWrapper',
+                             optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.1),
+                             paramwise_cfg=dict(bias_decay_mult=0.0))
+    # Its groups have no names, which the recording hook reads.
+    cfg.custom_hooks = [h for h in cfg.custom_hooks if h['type'] != 'RecordingHook']
+    runner = Runner.from_cfg(cfg)
+    scales = {n: p.detach().clone() for n, p in runner.model.named_parameters()
+              if n.endswith('.d')}
+    allow_mmengine_checkpoint_types()
+    runner.train()
+    after = dict(runner.model.named_parameters())
+    assert scales and all(not torch.equal(after[n], v) for n, v in scales.items())
+
+
 @HOOKS.register_module(force=True)
 class EvalModeHook(Hook):
     """Puts the language branch in eval mode after iteration ``at``; records, before each
