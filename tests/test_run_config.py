@@ -12,7 +12,7 @@ from xmr.run_config import (
     check_evaluation_keys,
     load_run_config,
 )
-from xmr.utils.cli import UserError
+from xmr.utils.cli import UserError, UserKeyError
 
 DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
 
@@ -49,6 +49,25 @@ def test_a_custom_import_that_fails_is_named_with_its_cause(tmp_path, monkeypatc
         sys.modules.pop(module, None)
     assert str(refused.value).startswith(f'{config}: {message}')
     assert 'sys.path' not in str(refused.value)
+
+
+def test_a_registration_xmr_refuses_in_a_custom_import_is_raised_as_it_is(tmp_path, monkeypatch):
+    """Its own message says what to rename; wrapped as 'failed to import' it said to fix the
+    module."""
+    (tmp_path / 'my_duplicate.py').write_text(
+        'from torch import nn\nfrom xmr.registry import MODELS\n\n\n'
+        '@MODELS.register_module()\nclass CrossLingualRetriever(nn.Module):\n    pass\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / 'config.py'
+    config.write_text("custom_imports = dict(imports=['my_duplicate'], "
+                      'allow_failed_imports=False)\n')
+    try:
+        with pytest.raises(UserKeyError) as refused:
+            load_run_config(config)
+    finally:
+        sys.modules.pop('my_duplicate', None)
+    assert "'CrossLingualRetriever' is already registered" in str(refused.value)
+    assert 'failed to import' not in str(refused.value)
 
 
 def test_the_custom_imports_an_option_or_a_row_gives_are_imported(tmp_path, monkeypatch):
