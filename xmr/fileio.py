@@ -1,11 +1,11 @@
 """Atomic file writes: a reader (or a resumed run) sees the old file or the whole new one.
 
 Every write goes to a hidden temporary sibling ``.<name>.<host>-<pid>.tmp``, is flushed and
-fsynced,
-and is renamed over the final name (``os.replace``, atomic on POSIX within one directory); the
-directory is fsynced so the rename itself survives a power cut. A failed write (a full disk, a
-kill) never leaves a partial file under the final name: the temporary file is removed on error,
-and temporaries left by a killed process are removed by :func:`remove_stale_temporaries`.
+fsynced, and is renamed over the final name (``os.replace``, atomic on POSIX within one
+directory); the directory is fsynced so the rename itself survives a power cut. A failed write
+(a full disk, a kill) never leaves a partial file under the final name: the temporary file is
+removed on error, and temporaries left by a killed process are removed by
+:func:`remove_stale_temporaries`.
 
 :class:`AtomicLocalBackend` routes MMEngine's file backend through the same mechanism; xmr's
 :class:`~xmr.engine.hooks.CheckpointHook` saves checkpoints with it.
