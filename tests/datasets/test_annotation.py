@@ -17,6 +17,7 @@ from xmr.datasets.annotation import (
     annotation_writer,
     dump_annotation,
     load_annotation,
+    written_header,
 )
 from xmr.datasets.record_store import RecordStore
 
@@ -32,6 +33,15 @@ def _annotation(**overrides) -> Annotation:
                            {'ja': ['猫。']})])
     fields.update(overrides)
     return Annotation(**fields)
+
+
+def test_the_header_of_a_written_file_is_read_without_its_items(tmp_path):
+    ann = _annotation()
+    dump_annotation(ann, tmp_path / 'a.json')
+    assert written_header(tmp_path / 'a.json') == ann.header_json()
+    (tmp_path / 'other.json').write_text('{"items": []}')
+    assert written_header(tmp_path / 'other.json') == {}
+    assert written_header(tmp_path / 'missing.json') == {}
 
 
 def test_round_trip_keeps_every_field_and_non_ascii_bytes(tmp_path):

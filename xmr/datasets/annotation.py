@@ -40,7 +40,7 @@ from xmr.fileio import atomic_write_texts
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
     'Annotation', 'load_annotation', 'dump_annotation',
-    'dump_annotations', 'text_pairs',
+    'dump_annotations', 'text_pairs', 'written_header',
 ]
 
 ANNOTATION_FORMAT = 'xmr-media-captions'
@@ -515,6 +515,23 @@ def dump_annotations(outputs: Mapping[str | os.PathLike, Annotation]) -> list[Pa
     return atomic_write_texts({path: _annotation_lines(ann) for path, ann in outputs.items()})
 
 
+#: What ends the header's line of a written annotation and opens its items.
+_ITEMS_OPEN = ', "items": ['
+
+
+def written_header(path: str | os.PathLike) -> dict[str, Any]:
+    """The header fields of an annotation file :func:`dump_annotations` wrote (its first line,
+    before the items), without reading the items; empty for a file it did not write or that
+    does not exist."""
+    try:
+        with Path(path).open(encoding='utf-8-sig') as file:
+            header, found, _ = file.readline().partition(_ITEMS_OPEN)
+        fields = json.loads(header + '}') if found else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return fields if isinstance(fields, dict) else {}
+
+
 def _annotation_lines(ann: Annotation) -> Iterator[str]:
     """The text of ``ann``'s file as it is written: the header's fields, then one item a line.
 
@@ -525,7 +542,7 @@ def _annotation_lines(ann: Annotation) -> Iterator[str]:
     file (its lines, their join, and the join copied into the header's line).
     """
     header = json.dumps(ann.header_json(), ensure_ascii=False)
-    yield f'{header[:-1]}, "items": [\n'
+    yield f'{header[:-1]}{_ITEMS_OPEN}\n'
     for number, record in enumerate(ann.items):
         yield (',\n' if number else '') + json.dumps(record.to_json(), ensure_ascii=False)
     yield '\n]}\n'

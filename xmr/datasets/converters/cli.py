@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations, text_pairs
+from xmr.datasets.annotation import (
+    Annotation,
+    AnnotationError,
+    dump_annotations,
+    text_pairs,
+    written_header,
+)
 from xmr.datasets.converters.errors import ConversionError
 
 __all__ = ['add_media_options', 'checked_media_dir', 'dump_converted', 'write_converted']
@@ -72,7 +77,7 @@ def dump_converted(outputs: Mapping[Path, Annotation]) -> list[Path]:
         ConversionError: naming the file, the languages and the fix; nothing is written.
     """
     for path, ann in outputs.items():
-        attached = _attached_languages(path)
+        attached = written_header(path)
         lost = {key: [lang for lang in attached.get(key, []) if lang not in getattr(ann, key)]
                 for key in ('translation_langs', 'back_translation_langs')}
         if any(lost.values()):
@@ -83,14 +88,3 @@ def dump_converted(outputs: Mapping[Path, Annotation]) -> list[Path]:
                                   '--out-dir another folder')
     return dump_annotations(outputs)
 
-
-def _attached_languages(path: Path) -> dict[str, list[str]]:
-    """The ``translation_langs`` and ``back_translation_langs`` of an annotation file xmr wrote
-    (its header is the first line, before the items); none for a file it did not."""
-    try:
-        with path.open(encoding='utf-8-sig') as file:
-            header, found, _ = file.readline().partition(', "items": [')
-        fields = json.loads(header + '}') if found else {}
-        return fields if isinstance(fields, dict) else {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
