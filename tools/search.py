@@ -9,7 +9,8 @@ named and left out. ``--index FILE`` with ``--media`` saves the gallery's index 
 their queries; the saved index refuses a model whose backbone did not encode it
 (``MediaIndex.load``), and serves one trained on more languages since. ``--update`` adds to it
 the media it lacks, ``--prune`` drops those whose files are gone. ``--out FILE.json`` writes
-the hits.
+the hits. ``--index-option NAME=N`` sets the faiss options of a new ``--index-type`` index, and
+those a saved one searches with (``nprobe``, ``ef_search``) for this run.
 
 While an index is built, the embeddings are saved every ``--save-every`` media in
 ``FILE.parts`` (``xmr.apis.encode_media_in_parts``): an interrupted run, run again as it was,
@@ -68,6 +69,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--index-type', choices=['flat', 'ivf', 'hnsw'],
                         help="faiss index of a new gallery: 'flat' (exact, default), 'ivf' or "
                         "'hnsw' (approximate, for large galleries)")
+    parser.add_argument('--index-option', nargs='+', action='extend', type=index_option,
+                        default=[], metavar='NAME=N',
+                        help="faiss options (docs/evaluation.md): a new 'ivf' index's nlist, "
+                        "nprobe, train_size, seed; a new 'hnsw' index's hnsw_m, "
+                        'ef_construction, ef_search; a saved index takes nprobe or ef_search '
+                        '(kept if this run saves it)')
     parser.add_argument('--num-frames', type=int,
                         help="frames per video (default: 12; --update: the index's own)")
     parser.add_argument('--on-corrupt', choices=['raise', 'skip'], default='raise',
@@ -106,7 +113,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f'{flag} must be at least 1, got {value}')
     if args.num_workers < 0:
         parser.error(f'--num-workers must be at least 0, got {args.num_workers}')
+    args.index_option = dict(args.index_option)
     return args
+
+
+def index_option(text: str) -> tuple[str, int]:
+    """One ``--index-option``: ``NAME=N``, every faiss option being a count."""
+    name, _, value = text.partition('=')
+    try:
+        return name, int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'{text!r} is no NAME=N (nlist=1024)') from None
 
 
 def media_files(paths: list[str]) -> list[Path]:
@@ -236,6 +253,7 @@ def search(args: argparse.Namespace, queries: list[str], files: list[Path] | Non
         check_named_by_paths(args.index, saved)
     if saved is not None and files is not None:
         check_same_encoding(args, saved)
+    check_index_options(args, saved)
     if saved is not None and args.prune:
         prune(args.index, saved, save=files is None)
     if files is None and not queries:
@@ -295,7 +313,8 @@ def build_index(args: argparse.Namespace, model: Any, files: list[Path], saved: 
         else:
             index = MediaIndex.from_media(model, files, media_ids=[str(path) for path in files],
                                           index=args.index_type or 'flat',
-                                          num_frames=args.num_frames or 12, **encoding)
+                                          num_frames=args.num_frames or 12, **encoding,
+                                          **args.index_option)
     except BaseException as error:
         # A refusal (parts encoded otherwise, ids given twice) is not gone past by running the
         # same command again.
@@ -333,6 +352,22 @@ def prune(path: Path, index: Any, save: bool) -> None:
             index.save(path)
     print_for_reader(f'{path}: {len(gone)} media whose files are gone dropped, '
                      f'{len(index)} kept\n')
+
+
+def check_index_options(args: argparse.Namespace, index: Any) -> None:
+    """``--index-option`` as the index takes it: all its type's options for a new one
+    (``--index-type``), and for the saved ``index``, those it searches with, set on it."""
+    from xmr.evaluation.search import check_search_options
+
+    where = '--index-option' if index is None else f'{args.index} (--index-option)'
+    try:
+        if index is None:
+            check_search_options(dict(index=args.index_type or 'flat', **args.index_option))
+        else:
+            index.searcher.tune(**args.index_option)
+    except ValueError as error:
+        raise UserError(where, str(error).rstrip('.'), 'see docs/evaluation.md for the options '
+                        'of each index type') from None
 
 
 def check_named_by_paths(path: Path, index: Any) -> None:

@@ -1,4 +1,5 @@
 """faiss search against brute force, chunking, approximate indexes, exact chunked ranks."""
+import re
 import tracemalloc
 
 import faiss
@@ -341,3 +342,33 @@ def test_a_searcher_s_state_is_its_index_not_one_built_again(index, options):
     assert not torch.equal(found, exact)  # the index misses some: its misses are its own
     assert torch.equal(loaded.search(queries, 5)[1], found)
     assert not torch.equal(rebuilt.search(queries, 5)[1], found)
+
+
+def test_a_loaded_index_is_tuned_to_search_as_one_built_with_those_options():
+    """A saved IVF index probed more cells finds what one built probing them finds (every cell:
+    the exact top-k); HNSW's candidate list likewise. Build options are refused by name."""
+    gallery, queries = _random_unit(400, 16, 13), _random_unit(40, 16, 14)
+    _, exact = FaissSearcher(gallery).search(queries, 5)
+    ivf = FaissSearcher.from_state_dict(
+        FaissSearcher(gallery, index='ivf', nlist=8, nprobe=1).state_dict())
+    assert not torch.equal(ivf.search(queries, 5)[1], exact)
+    ivf.tune(nprobe=100, chunk_size=3)
+    assert (ivf.index.nprobe, ivf.chunk_size) == (8, 3)
+    assert torch.equal(ivf.search(queries, 5)[1], exact)
+    assert FaissSearcher.from_state_dict(ivf.state_dict()).index.nprobe == 8
+
+    hnsw = FaissSearcher(gallery, index='hnsw', hnsw_m=4, ef_search=5)
+    wide = FaissSearcher.from_state_dict(hnsw.state_dict())
+    wide.tune(ef_search=400)
+    assert torch.equal(wide.search(queries, 5)[1], exact)
+    assert not torch.equal(hnsw.search(queries, 5)[1], exact)
+
+    with pytest.raises(ValueError, match=re.escape(
+            "options ['nlist', 'train_size'] shape the ivf index as it is built; a built one "
+            "takes ('chunk_size', 'nprobe').")):
+        ivf.tune(nlist=4, train_size=100, nprobe=2)
+    with pytest.raises(ValueError, match="options \\['ef_search'\\] shape the flat index"):
+        FaissSearcher(gallery).tune(ef_search=4)
+    with pytest.raises(ValueError, match='search option nprobe must be an integer >= 1, got 0'):
+        ivf.tune(nprobe=0)
+    assert ivf.index.nprobe == 8

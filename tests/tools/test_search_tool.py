@@ -135,6 +135,8 @@ def test_what_is_given_is_checked_before_the_model_is_built(
     (['--media', 'm', '--index', 'i', '--num-workers', '-1'],
      '--num-workers must be at least 0, got -1'),
     (['--media', 'm', '--index', 'i', '--prune'], 'with --media, --update'),
+    (['--media', 'm', '--index-option', 'nlist'], "'nlist' is no NAME=N \\(nlist=1024\\)"),
+    (['--media', 'm', '--index-option', 'nlist=many'], "'nlist=many' is no NAME=N"),
 ])
 def test_usage_errors_name_what_to_give(capsys, flags, refused):
     with pytest.raises(SystemExit):
@@ -348,3 +350,44 @@ def test_hits_of_a_file_whose_name_is_no_utf_8_are_written_and_read_back_as_its_
     written = (tmp_path / 'hits.json').read_text(encoding='utf-8')
     assert '"ein Café"' in written and 'caf\\udce9.png' in written
     assert hits_of(tmp_path / 'hits.json')[0][0][0] == str(latin1)
+
+
+def test_index_options_build_an_approximate_index_and_tune_a_saved_one(gallery, tmp_path,
+                                                                       monkeypatch):
+    """The docs' advice for a large gallery on a CPU (pass nlist and train_size) is taken from
+    the command line, and a saved IVF index probes more cells for one search without being
+    built again or saved."""
+    config, checkpoint, media = gallery
+    tool = load_tool()
+    index = tmp_path / 'gallery.idx'
+    search = [str(config), str(checkpoint), '--lang', 'de', '--query', 'ein roter Kreis',
+              'zwei Quadrate', '--k', '4']
+    tool.main([*search, '--media', str(media), '--out', str(tmp_path / 'exact.json')])
+    tool.main([*search, '--media', str(media), '--index', str(index), '--index-type', 'ivf',
+               '--index-option', 'nlist=2', 'nprobe=1', '--index-option', 'train_size=3',
+               '--out', str(tmp_path / 'one_cell.json')])
+    built = MediaIndex.load(index).searcher.index
+    assert (built.nlist, built.nprobe) == (2, 1)
+    assert all(len(row) < 4 for row in hits_of(tmp_path / 'one_cell.json'))
+    saved = index.read_bytes()
+    tool.main([*search, '--index', str(index), '--index-option', 'nprobe=2',
+               '--out', str(tmp_path / 'every_cell.json')])
+    for probed, exact in zip(hits_of(tmp_path / 'every_cell.json'),
+                             hits_of(tmp_path / 'exact.json')):
+        assert [media_id for media_id, _ in probed] == [media_id for media_id, _ in exact]
+        np.testing.assert_allclose([s for _, s in probed], [s for _, s in exact], atol=1e-6)
+    assert index.read_bytes() == saved
+
+    monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
+    with pytest.raises(UserError, match=re.escape(
+            f"{index} (--index-option): options ['nlist'] shape the ivf index as it is built; "
+            "a built one takes ('chunk_size', 'nprobe'): see docs/evaluation.md")):
+        tool.main([*search, '--index', str(index), '--index-option', 'nlist=4'])
+    with pytest.raises(UserError, match=re.escape(
+            "--index-option: search options ['nprobe'] do not apply to index 'hnsw'; it takes "
+            "('chunk_size', 'hnsw_m', 'ef_construction', 'ef_search'): see")):
+        tool.main([*search, '--media', str(media), '--index-type', 'hnsw', '--index-option',
+                   'nprobe=4'])
+    with pytest.raises(UserError, match=re.escape(
+            "--index-option: search options ['nlist'] do not apply to index 'flat'")):
+        tool.main([*search, '--media', str(media), '--index-option', 'nlist=4'])

@@ -19,12 +19,14 @@ from xmr.evaluation.ranking import group_max_scores, positive_pairs, ranks_from_
 from xmr.utils.counts import is_count
 
 __all__ = ['FaissSearcher', 'exact_ranks', 'blockwise_ranks', 'default_chunk_size', 'INDEX_TYPES',
-           'check_search_options']
+           'check_search_options', 'SEARCH_TIME_OPTIONS']
 
 INDEX_TYPES = ('flat', 'ivf', 'hnsw')
 #: The :class:`FaissSearcher` options each index takes, besides ``chunk_size``.
 INDEX_OPTIONS = {'flat': (), 'ivf': ('nlist', 'nprobe', 'train_size', 'seed'),
                  'hnsw': ('hnsw_m', 'ef_construction', 'ef_search')}
+#: Those of :data:`INDEX_OPTIONS` that a built index takes anew (:meth:`FaissSearcher.tune`).
+SEARCH_TIME_OPTIONS = {'flat': (), 'ivf': ('nprobe',), 'hnsw': ('ef_search',)}
 
 # 2**26 float32 scores = 256 MiB per query block, whatever the gallery size.
 _BLOCK_ELEMENTS = 2 ** 26
@@ -263,6 +265,26 @@ class FaissSearcher:
         self.index = index
         if self.ids is not None:
             self.ids = [self.ids[row] for row in rows]
+
+    def tune(self, **options: int) -> None:
+        """Set the options a built index searches with: ``chunk_size`` and
+        :data:`SEARCH_TIME_OPTIONS`, ``nprobe`` (IVF; at most its ``nlist``) and ``ef_search``
+        (HNSW), which trade speed for recall on a saved index without building it again.
+
+        Raises:
+            ValueError: an option its index does not take anew, or a count that is not a
+                positive integer.
+        """
+        accepted = ('chunk_size', *SEARCH_TIME_OPTIONS[self.index_type])
+        other = sorted(set(options) - set(accepted))
+        if other:
+            raise ValueError(f'options {other} shape the {self.index_type} index as it is '
+                             f'built; a built one takes {accepted}.')
+        _check_counts(options)
+        if 'nprobe' in options:
+            self.index.nprobe = min(options['nprobe'], self.index.nlist)
+        self.ef_search = options.get('ef_search', self.ef_search)
+        self.chunk_size = options.get('chunk_size', self.chunk_size)
 
     def search(self, queries: Tensor | np.ndarray, k: int) -> tuple[Tensor, Tensor]:
         """The ``k`` best gallery items of every query.
