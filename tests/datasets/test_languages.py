@@ -59,6 +59,24 @@ def test_a_language_flores_lacks_drops_the_subtag_of_its_usual_script(code, cano
     assert normalize_language(code) == canonical
 
 
+@pytest.mark.parametrize('code, canonical', [
+    # ISO 639-3 codes of ISO 639-1 languages FLORES-200 lacks; a macrolanguage's code is its
+    # ISO 639-1 language, the individual languages FLORES holds stay apart
+    ('lat', 'la'), ('bre', 'br'), ('chv', 'cv'), ('que', 'qu'), ('aym', 'ay'), ('ayr', 'ayr'),
+    ('ful', 'ff'), ('fuv', 'fuv'), ('kau', 'kr'), ('knc', 'knc'), ('iku', 'iu'),
+    ('zha', 'za'), ('lat-Latn', 'la'), ('chv_Cyrl', 'cv'), ('iku-Latn', 'iu-Latn'),
+])
+def test_iso_639_3_codes_of_iso_639_1_languages(code, canonical):
+    assert normalize_language(code) == canonical
+
+
+def test_every_iso_639_1_language_but_a_group_has_an_iso_639_3_code():
+    from xmr.datasets.languages import _ALIASES, ISO639_1
+
+    three_letter = {canonical for code, canonical in _ALIASES.items() if len(code) == 3}
+    assert sorted(ISO639_1 - three_letter) == ['bh']  # Bihari: languages, no ISO 639-3 code
+
+
 def test_every_canonical_code_is_its_own_canonical_code():
     for canonical in [*FLORES200_TO_CANONICAL.values(), *XM3600_LANGUAGES]:
         assert normalize_language(canonical) == canonical
@@ -78,7 +96,8 @@ def test_unknown_code_names_the_place_and_the_accepted_forms():
     with pytest.raises(LanguageCodeError, match="closest: 'sw'"):
         normalize_language('swx_Latn')
     # 'de' and 'deu' are both close to 'de ': the language is suggested once.
-    with pytest.raises(LanguageCodeError, match=r"unknown language code 'de '; closest: 'de'\. "):
+    with pytest.raises(LanguageCodeError, match=r"unknown language code 'de '; closest: 'de', "
+                       r"'nd'\. "):
         normalize_language('de ')
 
 
@@ -109,6 +128,7 @@ def test_a_language_outside_the_tables_is_known_once_registered(own_languages):
 
 @pytest.mark.parametrize('code, aliases, message', [
     ('deu', (), r"register_language\('deu'\): 'deu' already names the language 'de'"),
+    ('lat', (), r"register_language\('lat'\): 'lat' already names the language 'la'"),
     ('haw', ['deu'], r"register_language\('haw'\): 'deu' already names the language 'de'"),
     ('Haw', (), r"'Haw' is no canonical code; give the ISO 639-3 code \('haw'\)"),
     ('sat_Olck', (), r"'sat_Olck' is no canonical code"),

@@ -104,6 +104,20 @@ _DATASET_ALIASES = {
     'yid': 'yi', 'pus': 'ps', 'kur': 'ku', 'nor': 'no', 'cmn': 'zh',
 }
 
+# ISO 639-3 codes of the ISO 639-1 languages FLORES-200 lacks, the macrolanguage's where the
+# language is one (``que`` Quechua; FLORES' ``quy`` is Ayacucho Quechua, its own language).
+# Bihari (``bh``) is a group of languages, with no ISO 639-3 code.
+_ISO639_3_OF_ISO639_1 = {
+    'aar': 'aa', 'abk': 'ab', 'ave': 'ae', 'arg': 'an', 'ava': 'av', 'aym': 'ay', 'bis': 'bi',
+    'bre': 'br', 'che': 'ce', 'cha': 'ch', 'cos': 'co', 'cre': 'cr', 'chu': 'cu', 'chv': 'cv',
+    'div': 'dv', 'ful': 'ff', 'fry': 'fy', 'glv': 'gv', 'hmo': 'ho', 'her': 'hz', 'ina': 'ia',
+    'ile': 'ie', 'iii': 'ii', 'ipk': 'ik', 'ido': 'io', 'iku': 'iu', 'kua': 'kj', 'kal': 'kl',
+    'kau': 'kr', 'kom': 'kv', 'cor': 'kw', 'lat': 'la', 'lub': 'lu', 'mah': 'mh', 'nau': 'na',
+    'nde': 'nd', 'ndo': 'ng', 'nbl': 'nr', 'nav': 'nv', 'oji': 'oj', 'oss': 'os', 'pli': 'pi',
+    'que': 'qu', 'roh': 'rm', 'sme': 'se', 'ton': 'to', 'tah': 'ty', 'ven': 've', 'vol': 'vo',
+    'wln': 'wa', 'zha': 'za',
+}
+
 _EXACT_DATASET_CODES = frozenset({'jp', 'zh-CN', 'zh-SG', 'zh-Hans', 'zh-TW', 'zh-HK', 'zh-MO'})
 
 _SUBTAG = re.compile(r'^([A-Za-z]{2,3})[-_]([A-Za-z]{4}|[A-Za-z]{2}|\d{3})$')
@@ -123,6 +137,7 @@ def _build_aliases() -> dict[str, str]:
         if '-' not in canonical:
             aliases.setdefault(flores.split('_')[0], canonical)
     aliases.update(_DATASET_ALIASES)
+    aliases.update(_ISO639_3_OF_ISO639_1)
     return aliases
 
 
