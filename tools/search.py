@@ -158,7 +158,10 @@ def media_files(paths: list[str]) -> list[Path]:
 
 
 def read_queries(args: argparse.Namespace) -> list[str]:
-    """``--query`` then the lines of ``--queries`` (blank lines left out).
+    """``--query`` then the lines of ``--queries`` (blank lines left out): lines end at
+    ``\n`` only, as xmr's caption files do (``str.splitlines`` also splits at U+2028, U+0085
+    and form feeds, which text from the web and MT systems holds inside a query), and a byte
+    order mark (Notepad's) is no part of the first query.
 
     Raises:
         UserError: a query file that is missing, not UTF-8, or holds no query.
@@ -169,11 +172,11 @@ def read_queries(args: argparse.Namespace) -> list[str]:
     where = f'{args.queries} (--queries)'
     given_file(args.queries, '--queries', 'give a text file of queries, one a line')
     try:
-        text = args.queries.read_text(encoding='utf-8')
+        text = args.queries.read_text(encoding='utf-8-sig')
     except UnicodeDecodeError as error:
         raise UserError(where, f'is not UTF-8 text (byte {error.start})',
                         'save it as UTF-8') from None
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line.strip() for line in text.split('\n') if line.strip()]
     if not lines:
         raise UserError(where, 'holds no query', 'write one query a line')
     return queries + lines
@@ -197,10 +200,13 @@ def parts_folder(index: Path) -> Path:
 
 
 def hits_table(query: str, lang: str, hits: list[Any]) -> str:
-    """A query's hits as a Markdown table (rank, score, media)."""
-    rows = [f'| {rank} | {hit.score:.4f} | {hit.media_id} |' for rank, hit in enumerate(hits, 1)]
-    return '\n'.join([f'query ({lang}): {query}', '', '| rank | score | media |',
-                      '|---:|---:|---|', *rows, ''])
+    """A query's hits as a Markdown table (rank, score, media), as the leaderboard's are
+    written (a ``|`` in a file name escaped)."""
+    from xmr.evaluation.leaderboard import format_table
+
+    rows = [(rank, f'{hit.score:.4f}', hit.media_id) for rank, hit in enumerate(hits, 1)]
+    return '\n'.join([f'query ({lang}): {query}', '',
+                      format_table(('rank', 'score', 'media'), rows), ''])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -71,9 +71,10 @@ def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index
     printed = captured.out
     assert printed.startswith(f"index of 4 media: {tmp_path / 'gallery.idx'}\n")
     assert '] 4/4, ' in captured.err  # the progress, on stderr, apart from the hits
-    hit = expected[0][0]
-    assert (f'query (de): ein roter Kreis\n\n| rank | score | media |\n|---:|---:|---|\n'
-            f'| 1 | {hit.score:.4f} | {hit.media_id} |') in printed
+    hit, width = expected[0][0], max(len(hit.media_id) for hit in expected[0])
+    assert (f"query (de): ein roter Kreis\n\n| rank | score  | {'media'.ljust(width)} |\n"
+            f"|------|--------|{'-' * (width + 2)}|\n"
+            f'| 1    | {hit.score:.4f} | {hit.media_id.ljust(width)} |') in printed
     written = json.loads((tmp_path / 'hits.json').read_text())
     assert [[(h['media'], h['score']) for h in row['hits']] for row in written['results']] == [
         [(h.media_id, h.score) for h in row] for row in expected]
@@ -391,3 +392,23 @@ def test_index_options_build_an_approximate_index_and_tune_a_saved_one(gallery, 
     with pytest.raises(UserError, match=re.escape(
             "--index-option: search options ['nlist'] do not apply to index 'flat'")):
         tool.main([*search, '--media', str(media), '--index-option', 'nlist=4'])
+
+
+def test_a_query_file_is_cut_at_newlines_only_without_its_byte_order_mark(tmp_path):
+    """str.splitlines cut one query in three at a U+2028 and a form feed, and the byte order
+    mark Notepad writes stayed in the first query."""
+    queries = tmp_path / 'queries.txt'
+    queries.write_text('\ufeffሁለት ውሻዎች\r\nदो लड़के\u2028फुटबॉल खेल\x0crahe\n\n lá\x85 \n',
+                       encoding='utf-8')
+    args = load_tool().parse_args(['c.py', 'c.pth', '--media', 'm', '--lang', 'am', '--query',
+                                   'given', '--queries', str(queries)])
+    assert load_tool().read_queries(args) == [
+        'given', 'ሁለት ውሻዎች', 'दो लड़के\u2028फुटबॉल खेल\x0crahe', 'lá']
+
+
+def test_a_hit_s_file_name_with_a_bar_keeps_the_table_of_three_columns():
+    hit = type('Hit', (), dict(score=0.91, media_id='/photos/ምሳሌ | 2024/a.jpg'))
+    table = load_tool().hits_table('ሁለት ውሻዎች', 'am', [hit])
+    assert table.splitlines()[2:] == ['| rank | score  | media                     |',
+                                      '|------|--------|---------------------------|',
+                                      '| 1    | 0.9100 | /photos/ምሳሌ \\| 2024/a.jpg |']
