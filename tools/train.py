@@ -73,6 +73,7 @@ def build_config(args: argparse.Namespace) -> Config:
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
     check_training_keys(cfg, args.config)
+    check_checkpoint_hooks(cfg, args.config)
     given_folder(cfg.work_dir, '--work-dir' if args.work_dir else 'work_dir',
                  'give a folder for the run (made if absent)')
     for split in ('val', 'test'):
@@ -112,6 +113,34 @@ def check_training_keys(cfg: Config, config: str) -> None:
                         '[CHECKPOINT]')
     raise UserError(config, f'has no {" and ".join(missing)}', f'a training run needs all of '
                     f'{", ".join(keys)}')
+
+
+#: The hooks of ``configs/_base_/default_runtime.py`` without which a run's checkpoints fail
+#: xmr's own tools: MMEngine's log objects, which a weights-only load refuses (tools/test.py,
+#: ``--resume``), and a resume that draws other random numbers than the run it continues.
+CHECKPOINT_HOOKS = ('WeightsOnlyCheckpointHook', 'RNGStateHook')
+
+
+def check_checkpoint_hooks(cfg: Config, config: str) -> None:
+    """``custom_hooks`` holds :data:`CHECKPOINT_HOOKS` (or subclasses): a config's own
+    ``custom_hooks`` replaces its base's list, and ``[dict(type='MyHook')]`` dropped them
+    without a word.
+
+    Raises:
+        UserError: naming those missing and the list that keeps them.
+    """
+    from xmr.registry import HOOKS
+
+    given = [hook.get('type') for hook in cfg.get('custom_hooks') or []]
+    classes = [HOOKS.get(kind) if isinstance(kind, str) else kind for kind in given]
+    missing = [name for name in CHECKPOINT_HOOKS
+               if not any(isinstance(kind, type) and issubclass(kind, HOOKS.get(name))
+                          for kind in classes)]
+    if missing:
+        raise UserError(f'{config} (custom_hooks)', f'lacks {" and ".join(missing)}, without '
+                        "which the run's checkpoints fail tools/test.py and --resume (a "
+                        "config's custom_hooks replaces its base's list)", 'add yours to the '
+                        "base's: custom_hooks = [*_base_.custom_hooks, dict(type='MyHook')]")
 
 
 def check_load_from(load_from: str | None) -> None:

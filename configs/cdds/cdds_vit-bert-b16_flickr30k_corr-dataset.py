@@ -4,12 +4,4 @@
 _base_ = ['./cdds_vit-bert-b16_flickr30k.py']
 
 model = dict(disentangler=dict(correlation=dict(mode='dataset')))
-custom_hooks = [
-    dict(type='WorkDirLockHook'),
-    dict(type='RNGStateHook'),
-    dict(type='WeightsOnlyCheckpointHook'),
-    dict(type='PhaseReportHook'),
-    dict(type='PreemptionHook'),
-    dict(type='CorruptMediaHook'),
-    dict(type='CDDSCorrelationHook', interval=None),
-]
+custom_hooks = [*_base_.custom_hooks, dict(type='CDDSCorrelationHook', interval=None)]

@@ -245,6 +245,39 @@ def test_a_training_config_missing_one_of_its_keys_names_it(tmp_path):
         train_tool.build_config(args)
 
 
+@pytest.mark.parametrize('hooks, missing', [
+    ("[dict(type='PhaseReportHook')]", 'WeightsOnlyCheckpointHook and RNGStateHook'),
+    ('None', 'WeightsOnlyCheckpointHook and RNGStateHook'),
+    ("[dict(type='xmr.WeightsOnlyCheckpointHook')]", 'RNGStateHook'),
+    ("[*_base_.custom_hooks, dict(type='EMAHook')]", None),
+    ("[dict(type='OwnRNGStateHook'), dict(type='WeightsOnlyCheckpointHook')]", None),
+])
+def test_custom_hooks_that_drop_what_checkpoints_need_are_refused(tmp_path, hooks, missing):
+    """A config's custom_hooks replaces its base's list: a user's one hook dropped xmr's, and
+    the run's checkpoints then failed tools/test.py and --resume, the error blaming an old
+    xmr. A subclass of one of them serves as it does."""
+    from xmr.engine.hooks import RNGStateHook
+    from xmr.registry import HOOKS
+
+    child = tmp_path / 'own_hooks.py'
+    child.write_text(f"_base_ = ['{DEMO}']\ncustom_hooks = {hooks}\n")
+    args = train_tool.parse_args([str(child), '--work-dir', str(tmp_path / 'run')])
+    HOOKS.register_module(name='OwnRNGStateHook', module=type('Own', (RNGStateHook,), {}))
+    try:
+        if missing is None:
+            train_tool.build_config(args)
+        else:
+            with pytest.raises(UserError, match=re.escape(
+                    f'own_hooks.py (custom_hooks): lacks {missing}, without which the run\'s '
+                    "checkpoints fail tools/test.py and --resume (a config's custom_hooks "
+                    "replaces its base's list): add yours to the base's: custom_hooks = "
+                    "[*_base_.custom_hooks, dict(type='MyHook')]")):
+                train_tool.build_config(args)
+    finally:
+        HOOKS.module_dict.pop('OwnRNGStateHook')
+    assert not (tmp_path / 'run').exists()
+
+
 def test_a_load_from_url_is_left_to_mmengine_to_download():
     train_tool.check_load_from('https://download.example.org/clip/iter_100.pth')
     train_tool.check_load_from(None)

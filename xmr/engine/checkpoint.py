@@ -297,7 +297,8 @@ def _refused_message(path: Path, what: str, error: str) -> str:
     qualified = name if name is None or '.' in name else f'builtins.{name}'
     if qualified is not None and qualified.startswith(_MMENGINE_GLOBALS):
         return (f'{path}: {what} pickles objects that torch.load(weights_only=True) refuses '
-                f'({name}); it was probably written before xmr stored its logs as plain data. If '
+                f'({name}); it was probably written before xmr stored its logs as plain data, '
+                'or by a run whose custom_hooks lacked WeightsOnlyCheckpointHook. If '
                 "you trust the file, keep only its weights once: torch.save({'state_dict': "
                 f"torch.load('{path}', weights_only=False)['state_dict']}}, 'weights.pth')")
     return (f'{path}: not an xmr {what}: it pickles '

@@ -5,8 +5,10 @@ import random
 
 import pytest
 
+from xmr.datasets.annotation import load_annotation
 from xmr.datasets.converters.cc3m import convert_cc3m, main
 from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.translations import main_attach
 
 
 def _write_tsvs(folder, rows_per_lang):
@@ -103,3 +105,20 @@ def test_command_line_writes_the_subset(tmp_path, capsys):
         main(['--uc2-dir', str(tmp_path / 'uc2'), '--languages', 'en', 'ja',
               '--out', str(tmp_path / 'never.json')])
     assert not (tmp_path / 'never.json').exists()
+
+
+def test_converting_again_keeps_a_file_that_translations_were_attached_to(tmp_path):
+    """prepare_cc3m.py writes through the converters' dump_converted: a language attached in
+    place since the first run is not replaced by a second."""
+    _uc2(tmp_path / 'uc2')
+    out = tmp_path / 'cc300k_train.json'
+    convert = ['--uc2-dir', str(tmp_path / 'uc2'), '--languages', 'en', 'de', '--out', str(out)]
+    main(convert)
+    captions = sum(len(item.captions['en']) for item in load_annotation(out).items)
+    (tmp_path / 'fr.txt').write_text(''.join(f'une photo {i}\n' for i in range(captions)))
+    main_attach([str(out), '--translations', f'fr={tmp_path / "fr.txt"}'])
+    attached = out.read_bytes()
+    with pytest.raises(SystemExit, match=r"cc300k_train\.json: holds texts attached after its "
+                                         r"conversion \(translation_langs \['fr'\]\)"):
+        main(convert)
+    assert out.read_bytes() == attached

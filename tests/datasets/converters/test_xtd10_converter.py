@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from xmr.datasets.annotation import load_annotation
+from xmr.datasets.converters.back_translations import main_attach_back
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.xtd10 import XTD10_LANGUAGES, convert_xtd10, main
 from xmr.datasets.few_shot import few_shot_splits
@@ -174,3 +175,20 @@ def test_without_english_the_annotation_names_no_source_language(xtd):
     assert ann.languages == ['de', 'ja'] and ann.source_lang is None
     ann.validate()
     assert convert_xtd10(root, languages=['de', 'en'], image_names=names_file).source_lang == 'en'
+
+
+def test_converting_again_keeps_a_file_that_back_translations_were_attached_to(xtd, tmp_path):
+    """prepare_xtd10.py writes through the converters' dump_converted: back-translations
+    attached in place since the first run are not replaced by a second."""
+    root, names_file = xtd
+    convert = ['--xtd-dir', str(root), '--image-names', str(names_file), '--skip-media-check',
+               '--out-dir', str(tmp_path), '--languages', 'en', 'de']
+    main(convert)
+    ann = tmp_path / 'xtd10_test.json'
+    (tmp_path / 'de2en.txt').write_text(''.join(f'a photo {i}\n' for i in range(1000)))
+    main_attach_back([str(ann), '--back-translations', f'de={tmp_path / "de2en.txt"}'])
+    attached = ann.read_bytes()
+    with pytest.raises(SystemExit, match=r"xtd10_test\.json: holds texts attached after its "
+                                         r"conversion \(back_translation_langs \['de'\]\)"):
+        main(convert)
+    assert ann.read_bytes() == attached

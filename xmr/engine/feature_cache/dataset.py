@@ -367,7 +367,7 @@ class CachedFeatureDataset(Dataset):
         if self.cache is None:
             raise RuntimeError(f'feature cache {self.cache_dir} is not prepared: the training '
                                'loop prepares it at phase start; a validation or test dataset '
-                               "needs custom_hooks=[dict(type='FeatureCacheHook')]; call "
+                               "needs dict(type='FeatureCacheHook') in custom_hooks; call "
                                'prepare(model) when using the dataset directly')
         item = self.dataset[index]
         if item is None or isinstance(item, SkippedMedia):
