@@ -311,3 +311,38 @@ def test_a_best_file_holding_a_parameter_the_model_lacks_is_refused_by_name(tmp_
                                            'the model'):
         PhaseBest([before, after]).restore(runner, before, after)
     assert torch.equal(model.bias, bias)  # nothing was loaded
+
+
+def test_the_buffers_of_trained_modules_go_back_with_their_weights_and_others_stay(tmp_path):
+    """A BatchNorm of a user's adapter started the next phase with the best's weights and the
+    last iteration's running statistics, a pair that never ran; a loss's counter, in a module
+    that trains nothing, and a frozen module's statistics keep their values."""
+    from mmengine.logging import MessageHub
+
+    model = torch.nn.ModuleDict(dict(adapter=torch.nn.BatchNorm1d(2),
+                                     frozen=torch.nn.BatchNorm1d(2), loss=torch.nn.Module()))
+    model.frozen.requires_grad_(False)
+    model.loss.register_buffer('pairs_seen', torch.zeros((), dtype=torch.long))
+    before = Phase.from_config(1, PHASES[1])
+    after = Phase.from_config(2, dict(PHASES[2], start_from_best='mAR'))
+    runner = SimpleNamespace(message_hub=MessageHub('buffers'), work_dir=str(tmp_path),
+                             model=model, logger=SimpleNamespace(info=lambda message: None))
+    best = PhaseBest([before, after])
+
+    def step(value: float) -> None:
+        with torch.no_grad():
+            for norm in (model.adapter, model.frozen):
+                norm.weight.fill_(value)
+                norm.running_mean.fill_(value)
+            model.loss.pairs_seen.fill_(int(value))
+
+    step(4)
+    best.record(runner, before, {'mAR': 0.5}, 4)
+    assert sorted(torch.load(best.path(tmp_path, before, 4))) == [
+        'adapter.bias', 'adapter.num_batches_tracked', 'adapter.running_mean',
+        'adapter.running_var', 'adapter.weight']
+    step(8)
+    best.restore(runner, before, after)
+    assert model.adapter.weight.tolist() == model.adapter.running_mean.tolist() == [4, 4]
+    assert model.frozen.weight.tolist() == model.frozen.running_mean.tolist() == [8, 8]
+    assert model.loss.pairs_seen.item() == 8

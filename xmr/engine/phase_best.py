@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mmengine.dist import barrier, is_main_process
+from torch import Tensor, nn
 
 from xmr.engine.checkpoint import read_checkpoint
 from xmr.engine.phases import Phase
@@ -35,7 +36,9 @@ class PhaseBest:
     and the score and iteration to the message hub, which checkpoints carry: a resumed run
     reads the file of the best its checkpoint records, never one a killed run wrote after it.
     The successor, entered afresh, loads that file and the phase's other files are removed.
-    Buffers (e.g. a loss's counters) keep their values: only the trained parameters go back.
+    The buffers of the modules it trains go back with their weights (a BatchNorm's running
+    statistics: its weights with the last iteration's statistics never ran together); other
+    buffers (a loss's counters) keep their values (:func:`trained_state`).
 
     Args:
         phases: the run's phases; a phase's ``start_from_best`` names the validation metric
@@ -108,8 +111,7 @@ class PhaseBest:
         path = self.path(runner.work_dir, phase, iteration)
         if is_main_process():
             model = unwrap_model(runner.model)
-            atomic_torch_save({name: p.detach().cpu() for name, p in model.named_parameters()
-                               if p.requires_grad}, path)
+            atomic_torch_save(trained_state(model), path)
         hub.update_info(best_info_key(phase), dict(score=score, iteration=iteration,
                                                    path=str(path.resolve())))
         runner.logger.info(f'phase {phase.name}: best {metric} {score:.4f} so far, at iteration '
@@ -139,7 +141,7 @@ class PhaseBest:
                                'resume from the latest checkpoint, which records the file kept')
         weights = read_checkpoint(path, f'phase {before.name} best weights')
         model = unwrap_model(runner.model)
-        unknown = sorted(set(weights) - dict(model.named_parameters()).keys())
+        unknown = sorted(set(weights) - model.state_dict(keep_vars=True).keys())
         if unknown:
             raise RuntimeError(f'{path}: parameters {unknown[:5]} are not in the model')
         model.load_state_dict(weights, strict=False)
@@ -155,3 +157,14 @@ class PhaseBest:
     def path(work_dir: str | os.PathLike, phase: Phase, iteration: int) -> Path:
         """The file of ``phase``'s trained weights at its validation at ``iteration``."""
         return Path(work_dir) / FOLDER / f'{phase.name}_iter_{iteration}.pth'
+
+
+def trained_state(model: nn.Module) -> dict[str, Tensor]:
+    """The parameters of ``model`` that train (``requires_grad``) and the persistent buffers of
+    the modules holding them, by their ``state_dict`` names, on the CPU."""
+    owners = {name for name, module in model.named_modules()
+              if any(p.requires_grad for p in module.parameters(recurse=False))}
+    return {name: value.detach().cpu()
+            for name, value in model.state_dict(keep_vars=True).items()
+            if name.rpartition('.')[0] in owners
+            and (value.requires_grad or not isinstance(value, nn.Parameter))}
