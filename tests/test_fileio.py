@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 
 import pytest
@@ -179,3 +180,38 @@ def test_a_rename_that_fails_part_way_leaves_no_temporary(tmp_path, monkeypatch)
                        r'file\(s\) of this set replaced before it'):
         atomic_write_texts({path: 'new\n' for path in paths})
     assert sorted(p.name for p in tmp_path.iterdir()) == ['train.json']
+
+
+def test_a_link_is_written_through_to_the_file_it_points_to(tmp_path):
+    """A rename over the link made it a file of its own: a project's link to a shared
+    annotation got the translations attached, and the shared file, which other configs read,
+    kept its old text without a word."""
+    shared = tmp_path / 'shared' / 'ann.json'
+    shared.parent.mkdir()
+    shared.write_text('old')
+    (tmp_path / 'project').mkdir()
+    for name in ('one.json', 'set.json'):
+        (tmp_path / 'project' / name).symlink_to(shared)
+    atomic_write_text(tmp_path / 'project' / 'one.json', 'new')
+    assert (tmp_path / 'project' / 'one.json').is_symlink() and shared.read_text() == 'new'
+    assert atomic_write_texts({tmp_path / 'project' / 'set.json': 'newer'}) == [
+        tmp_path / 'project' / 'set.json']
+    assert (tmp_path / 'project' / 'set.json').is_symlink() and shared.read_text() == 'newer'
+    assert sorted(path.name for path in shared.parent.iterdir()) == ['ann.json']
+
+
+def test_a_path_starting_with_a_tilde_is_refused_unless_such_a_folder_exists(tmp_path,
+                                                                           monkeypatch):
+    """Python does not expand '~': MediaIndex.save('~/gallery.idx') made a folder named '~'
+    in the current one, and the index was not in the home folder."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"~/gallery.idx: starts with '~', which only a shell expands: give the folder "
+            f"itself ({os.path.expanduser('~')})")):
+        atomic_write_text('~/gallery.idx', 'index')
+    with pytest.raises(FileNotFoundError, match="~me/a.json: starts with '~me'"):
+        atomic_write_texts({'~me/a.json': 'text'})
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / '~').mkdir()  # a folder of that name, made on purpose
+    atomic_write_text('~/gallery.idx', 'index')
+    assert (tmp_path / '~' / 'gallery.idx').read_text() == 'index'

@@ -27,7 +27,7 @@ from mmengine.fileio import LocalBackend, register_backend
 __all__ = ['OTHER_HOST_QUIET_SECONDS', 'atomic_open', 'atomic_torch_save', 'atomic_write_bytes',
            'atomic_write_text', 'atomic_write_texts', 'fsync_folder', 'fsync_path',
            'input_written_over', 'process_running',
-           'remove_stale_temporaries', 'temporary_path', 'AtomicLocalBackend']
+           'remove_stale_temporaries', 'temporary_path', 'written_path', 'AtomicLocalBackend']
 
 # The host has its dots as underscores, so that the name's end parses back; the host is
 # absent in the temporaries of an xmr before 2026-12 (this host's).
@@ -80,19 +80,36 @@ def fsync_folder(folder: str | os.PathLike) -> None:
     fsync_path(folder)
 
 
+def written_path(path: str | os.PathLike) -> Path:
+    """The file a write to ``path`` replaces: the one a link there points to (a rename over
+    the link made it a file of its own, and the shared file it pointed to kept its old text).
+
+    Raises:
+        FileNotFoundError: ``path`` starts with ``~`` and no such folder exists: Python does
+            not expand it (a shell does), and the write would make a folder named ``~``.
+    """
+    path = Path(path)
+    if path.parts and path.parts[0].startswith('~') and not Path(path.parts[0]).is_dir():
+        raise FileNotFoundError(errno.ENOENT, f"{path}: starts with {path.parts[0]!r}, which "
+                                'only a shell expands: give the folder itself '
+                                f'({os.path.expanduser(path.parts[0])})')
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 @contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = 'wb', **kwargs) -> Iterator[IO]:
     """Open a temporary sibling of ``path`` for writing; it replaces ``path`` on a clean exit.
 
     Args:
-        path: the final file name; its directory is created.
+        path: the final file name (a link: the file it points to, :func:`written_path`); its
+            directory is created.
         mode: ``'wb'`` or ``'w'`` (``kwargs`` go to :func:`open`, e.g. ``encoding``).
 
     Raises:
         OSError: writing failed (e.g. ``ENOSPC``); the message names ``path`` and says that the
             previous file, if any, is unchanged. Nothing is left under either name.
     """
-    path = Path(path)
+    path = written_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = temporary_path(path)
     try:
@@ -135,8 +152,9 @@ def atomic_write_texts(texts: Mapping[str | os.PathLike, str | Iterable[str]]) -
     written, so that no rename fails part-way.
 
     Args:
-        texts: path -> its text, or the pieces of its text in order (a generator: the text
-            is made as it is written and never held whole).
+        texts: path (a link: the file it points to, :func:`written_path`) -> its text, or the
+            pieces of its text in order (a generator: the text is made as it is written and
+            never held whole).
 
     Returns:
         The paths written, in order.
@@ -147,7 +165,7 @@ def atomic_write_texts(texts: Mapping[str | os.PathLike, str | Iterable[str]]) -
             only an outside change can cause once every file is written, says how many were
             replaced before it). No temporary file is left.
     """
-    paths = {Path(path): text for path, text in texts.items()}
+    paths = {written_path(path): text for path, text in texts.items()}
     for path in paths:
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, f'{path}: is a folder, not a file; nothing '
@@ -181,7 +199,7 @@ def atomic_write_texts(texts: Mapping[str | os.PathLike, str | Iterable[str]]) -
                             ) from error
     for folder in {path.parent for path in paths}:
         fsync_path(folder)
-    return list(paths)
+    return [Path(path) for path in texts]
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
