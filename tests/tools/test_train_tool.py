@@ -438,6 +438,20 @@ def test_a_work_dir_that_is_a_file_is_named_with_its_key(tmp_path):
     assert taken.read_text() == 'a file'
 
 
+def test_a_work_dir_linked_to_a_missing_folder_is_named_as_such(tmp_path):
+    """A link to a scratch disk not mounted passed the check, and os.makedirs then said 'File
+    exists' once the config had loaded."""
+    link = tmp_path / 'runs'
+    link.symlink_to(tmp_path / 'scratch' / 'runs')
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(link)])
+    with pytest.raises(UserError) as error:
+        train_tool.build_config(args)
+    assert str(error.value) == (f"{link} (--work-dir): is a link to {tmp_path / 'scratch' / 'runs'}"
+                                ', which does not exist: mount or make the folder it points to, '
+                                'or give another')
+    assert not (tmp_path / 'scratch').exists()
+
+
 def run_config_with_a_test_split(tmp_path: Path) -> Path:
     """The phase report's tiny run (validated at the cross-lingual phase's start and each
     phase's end, best kept by mAR), its validation split its test split as well."""

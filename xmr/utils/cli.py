@@ -107,8 +107,13 @@ def given_folder(path: str | os.PathLike, key: str, fix: str) -> None:
     ``File exists``, naming no key). A folder that does not exist yet passes: the run makes it.
 
     Raises:
-        UserError: ``<path> (<key>): is a file, not a folder``.
+        UserError: ``<path> (<key>): is a file, not a folder``, or a link to nothing (a scratch
+            disk not mounted; ``os.makedirs`` said ``File exists``).
     """
+    if os.path.islink(path) and not os.path.exists(path):
+        raise UserError(f'{os.fspath(path)} ({key})', f'is a link to {os.readlink(path)}, which '
+                        'does not exist', 'mount or make the folder it points to, or give '
+                        'another')
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f'{os.fspath(path)} ({key})', 'is a file, not a folder', fix)
 
