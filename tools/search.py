@@ -130,8 +130,9 @@ def media_files(paths: list[str]) -> list[Path]:
     """The files of ``paths``, absolute: a file as given, a folder's images and videos below it
     (by suffix, any case: :data:`IMAGE_SUFFIXES`,
     :data:`~xmr.datasets.video_containers.VIDEO_SUFFIXES`) in path order; a file met again (a
-    folder and a file in it, folders that overlap) is the one media. Absolute, since they name
-    the media in a saved index: ``--update`` run from another folder knows them again.
+    folder and a file in it, folders that overlap, a link to a folder given beside it) is the
+    one media, named as first met. Absolute, since they name the media in a saved index:
+    ``--update`` run from another folder knows them again.
 
     Raises:
         UserError: a path that does not exist, or a folder holding no media.
@@ -154,7 +155,10 @@ def media_files(paths: list[str]) -> list[Path]:
             files.append(path)
         else:
             raise UserError(f'{given} (--media)', 'no such file or folder')
-    return list(dict.fromkeys(files))
+    first_names: dict[str, Path] = {}
+    for file in files:
+        first_names.setdefault(os.path.realpath(file), file)
+    return list(first_names.values())
 
 
 def read_queries(args: argparse.Namespace) -> list[str]:
@@ -310,8 +314,8 @@ def build_index(args: argparse.Namespace, model: Any, files: list[Path], saved: 
     try:
         if saved is not None:
             index = saved
-            known = set(index.media_ids)
-            new = [path for path in files if str(path) not in known]
+            known = {os.path.realpath(media_id) for media_id in index.media_ids}
+            new = [path for path in files if os.path.realpath(path) not in known]
             print_for_reader(f'{args.index}: {len(known)} media indexed, {len(new)} of the '
                              f'{len(files)} given to add\n')
             if new:

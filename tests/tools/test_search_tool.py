@@ -197,6 +197,10 @@ def test_update_encodes_only_the_media_the_index_lacks(gallery, tmp_path, monkey
     decoded.clear()
     tool.main([*search, '--media', str(media), '--index', str(index), '--update'])
     assert decoded == []
+    # Through a link to the folder, the same files: known, not added again.
+    (tmp_path / 'linked').symlink_to(media)
+    tool.main([*search, '--media', str(tmp_path / 'linked'), '--index', str(index), '--update'])
+    assert decoded == [] and len(MediaIndex.load(index)) == 5
     # Encoded otherwise, the new media would not be comparable: refused before the model is
     # built, as is a file that is no index.
     monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
@@ -412,3 +416,16 @@ def test_a_hit_s_file_name_with_a_bar_keeps_the_table_of_three_columns():
     assert table.splitlines()[2:] == ['| rank | score  | media                     |',
                                       '|------|--------|---------------------------|',
                                       '| 1    | 0.9100 | /photos/ምሳሌ \\| 2024/a.jpg |']
+
+
+def test_a_file_reached_again_through_a_link_is_one_media_named_as_first_met(tmp_path):
+    """Files were told apart by the names given: an image reached through a linked folder was
+    indexed twice and came back twice in the hits."""
+    photos = tmp_path / 'photos'
+    photos.mkdir()
+    for name in ('a.png', 'b.png'):
+        Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(photos / name)
+    (tmp_path / 'photos link').symlink_to(photos)
+    files = load_tool().media_files([str(photos / 'b.png'), str(tmp_path / 'photos link'),
+                                     str(photos)])
+    assert files == [photos / 'b.png', tmp_path / 'photos link' / 'a.png']
