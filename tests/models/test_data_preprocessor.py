@@ -111,3 +111,20 @@ def test_cclm_evaluation_ranks_every_xtd10_german_caption_and_training_refuses_a
     assert [tuple(item['caption_embeddings']['de'].shape) for item in out] == [(1, 16), (1, 16)]
     with pytest.raises(ValueError, match=r"caption '\?' is empty after CCLM's caption cleaning"):
         model.data_preprocessor(dict(source_text=['a dog'], target_text=['?'], lang=['de']), True)
+
+
+def test_media_are_scaled_from_uint8_by_hand_and_float_media_are_refused():
+    """A float image in 0..255 from a dataset of one's own trained silently on values 255 times
+    too large: only the uint8 the datasets give is read."""
+    model = MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
+                              language_branch=tiny_branch_cfg(languages=['de'])))
+    preprocessor = model.data_preprocessor
+    media = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+    mean, std = preprocessor.mean.flatten().tolist(), preprocessor.std.flatten().tolist()
+    expected = torch.stack([(media[:, c].double() / 255 - mean[c]) / std[c] for c in range(3)], 1)
+    torch.testing.assert_close(preprocessor.normalize_media(media).double(), expected,
+                               atol=1e-6, rtol=0)
+    for given in (media.float(), media.float() / 255):
+        with pytest.raises(ValueError, match=r"the batch's media are torch.float32, not uint8 "
+                                             r'\[..., 3, H, W\] in 0..255'):
+            preprocessor(dict(media=given, source_text=['a'] * 2), True)

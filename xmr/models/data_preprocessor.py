@@ -68,15 +68,20 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
         """uint8 ``[..., 3, H, W]`` in 0..255 -> float, normalised with the backbone's stats.
 
         Raises:
-            ValueError: media for a model bound without image statistics (a text-only backbone).
+            ValueError: media for a model bound without image statistics (a text-only backbone),
+                or media of another dtype: a float image from a dataset of one's own may be in
+                0..1 or 0..255, and the second trained silently on values 255 times too large.
         """
         if not self.reads_media:
             raise ValueError('the batch carries media but the model has a text-only backbone; '
                              "give its datasets a text-only annotation (media_type 'text') or "
                              'with_media=False')
+        if media.dtype != torch.uint8:
+            raise ValueError(f"the batch's media are {media.dtype}, not uint8 [..., 3, H, W] in "
+                             "0..255 as datasets give them (docs/data.md); leave the dataset's "
+                             'images as read_image decodes them, the model scales them')
         media = media.to(self.mean.device, non_blocking=self._non_blocking)
-        if media.dtype == torch.uint8:
-            media = media.float().div_(255.0)
+        media = media.float().div_(255.0)
         # In the statistics' dtype, the model's: fp32 media would meet a bf16 model's weights.
         return ((media - self.mean) / self.std).to(self.mean.dtype)
 
