@@ -234,10 +234,14 @@ def test_an_index_another_run_is_writing_is_refused_and_its_lock_freed_after(
     other = subprocess.Popen(['sleep', '60'])
     try:
         lock.write_text(f'{other.pid} {socket.gethostname()} {process_start_time(other.pid)}\n')
-        with pytest.raises(UserError, match=re.escape(
-                f'{index} (--index): another tools/search.py (PID {other.pid}) is writing this '
-                f'index (lock file {lock}): wait for it, or give --index another path')):
-            tool.main([*search, '--media', str(media), '--index', str(index), '--update'])
+        saved = index.read_bytes()
+        for writes in (['--media', str(media), '--update'], ['--prune']):
+            with pytest.raises(UserError, match=re.escape(
+                    f'{index} (--index): another tools/search.py (PID {other.pid}) is writing '
+                    f'this index (lock file {lock}): wait for it, or give --index another '
+                    'path')):
+                tool.main([*search, '--index', str(index), *writes])
+        assert index.read_bytes() == saved
         tool.main([*search, '--index', str(index)])  # reading it needs no lock
     finally:
         other.kill()

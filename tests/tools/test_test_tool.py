@@ -414,7 +414,13 @@ def test_a_result_written_by_another_test_meanwhile_is_kept_and_this_one_saved_b
     assert moved[0].with_suffix('.csv').is_file()
     assert re.search(r'warning: .*model_test\.json: another test wrote its result there while '
                      r'this one ran; this result goes to .*model_test_\d{8}_\d{6}\.json', err)
-    # With --overwrite, the result goes where it was told.
+    # With --overwrite, the result goes where it was told, whether a result stood there as
+    # the test began or one was written meanwhile.
+    for path in [root / 'model_test.json', root / 'model_test.csv', *moved]:
+        path.unlink(missing_ok=True)
+    tool.main([str(config()), str(root / 'model.pth'), '--overwrite'])
+    assert load_result(root / 'model_test.json').name == 'this'
+    assert not list(root.glob('model_test_*.json'))
     tool.main([str(config()), str(root / 'model.pth'), '--overwrite'])
     assert load_result(root / 'model_test.json').name == 'this'
 
