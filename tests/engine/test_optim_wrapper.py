@@ -2,6 +2,7 @@
 losses are read rather than inside the step."""
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -434,3 +435,18 @@ def test_a_clip_threshold_that_is_no_positive_number_is_refused(clip_grad):
                                          'clip_grad=None to train without clipping$'):
         OptimWrapper(optimizer=torch.optim.SGD([torch.zeros(1)], lr=1), clip_grad=clip_grad)
 
+
+
+def test_an_fp16_loss_scale_a_run_without_it_cannot_use_is_dropped_with_a_warning(monkeypatch):
+    said = []
+    monkeypatch.setattr('xmr.engine.optim_wrapper.print_log',
+                        lambda message, **kwargs: said.append((message, kwargs['level'])))
+    weight = torch.nn.Parameter(torch.zeros(2))
+    wrapper = OptimWrapper(torch.optim.SGD([weight], lr=0.5))
+    wrapper.load_state_dict(dict(wrapper.state_dict(), loss_scaler=dict(scale=1024.0)))
+    assert wrapper.optimizer.param_groups[0]['lr'] == 0.5
+    assert said == [('the checkpoint was written under fp16 loss scaling, which this run does '
+                     'not use; its loss scale is dropped (resume with --amp-dtype float16 to '
+                     'keep training as it did)', logging.WARNING)]
+    wrapper.load_state_dict(wrapper.state_dict())
+    assert len(said) == 1

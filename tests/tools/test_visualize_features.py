@@ -220,3 +220,16 @@ def test_an_interrupted_map_leaves_the_earlier_one_whole(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path, write_config(tmp_path), '--captions', str(captions), '--seed', '3')
     assert {path: path.read_bytes() for path in written.values()} == before
+
+
+def test_a_caption_file_shorter_than_the_clusters_is_refused_before_anything_is_encoded(
+        tmp_path, monkeypatch):
+    """k-means refused it after the captions were encoded, in sklearn's words, naming no
+    flag."""
+    (tmp_path / 'de.txt').write_text('ein Hund\neine Katze\n', encoding='utf-8')
+    monkeypatch.setitem(tool['main'].__globals__, 'extract_features',
+                        lambda *args: pytest.fail('encoded'))
+    with pytest.raises(ValueError, match=r'^2 de captions found, fewer than --clusters 3 or the '
+                                         '2 a map needs$'):
+        run(tmp_path, write_config(tmp_path), '--captions', str(tmp_path / 'de.txt'))
+    assert not (tmp_path / 'out').exists()
