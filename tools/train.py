@@ -204,7 +204,8 @@ def tested_checkpoint(runner, which: str) -> str:
     checkpoint = runner.message_hub.get_info('last_ckpt' if which == 'last' else 'best_ckpt')
     if checkpoint is None:
         raise UserError(runner.work_dir, f'the run saved no {which} checkpoint for --test to test'
-                        + (' (no validation ran)' if which == 'best' else ''), 'test a '
+                        + (' (no validation ran, or none reported a number: NaN is never the '
+                           'best)' if which == 'best' else ''), 'test a '
                         'checkpoint by path with tools/test.py CONFIG CHECKPOINT')
     saver = next((hook for hook in runner.hooks if isinstance(hook, CheckpointHook)), None)
     final = None if saver is None else saver.filename_tmpl.format(runner.iter)

@@ -528,7 +528,8 @@ def test_test_after_training_is_refused_before_the_run_where_it_has_nothing_to_t
 def test_test_best_after_a_run_that_never_validated_names_the_run_and_keeps_it(tmp_path):
     config = run_config_with_a_test_split(tmp_path)
     with pytest.raises(UserError, match=r'run: the run saved no best checkpoint for --test to '
-                       r'test \(no validation ran\): test a checkpoint by path'):
+                       r'test \(no validation ran, or none reported a number: NaN is never the '
+                       r'best\): test a checkpoint by path'):
         train_tool.main([str(config), '--test', 'best', '--cfg-options',
                          'train_cfg.validate_at_phase_end=False',
                          'train_cfg.phases.1.validate_at_start=False'])

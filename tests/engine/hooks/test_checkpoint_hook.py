@@ -82,6 +82,21 @@ def test_a_best_checkpoint_that_fails_to_write_keeps_the_previous_best(tmp_path,
 
 
 
+def test_a_nan_validation_is_never_the_best_and_is_warned_of(tmp_path, monkeypatch):
+    """MMEngine compared NaN False with every best and said nothing: a run whose metric was
+    NaN saved no best, and --test best then said that no validation ran."""
+    runner, hook = runner_with_hook(tmp_path, save_best='mAR', rule='greater')
+    warned = []
+    monkeypatch.setattr(runner.logger, 'warning', warned.append)
+    hook._save_best_checkpoint(runner, {'mAR': 1.0})
+    runner.train_loop._iter = 5
+    hook._save_best_checkpoint(runner, {'mAR': float('nan')})
+    assert warned == ["save_best 'mAR' is NaN at iteration 5; this validation cannot be the "
+                      'best']
+    assert hook.best_ckpt_path == str(tmp_path / 'best_mAR_iter_0.pth')
+    assert not (tmp_path / 'best_mAR_iter_5.pth').exists()
+
+
 def test_a_fork_never_removes_the_best_checkpoint_of_the_run_it_resumed_from(tmp_path):
     """A run resumed from another work dir's checkpoint inherits its best path (the message
     hub's); its own better best must not delete the other run's file."""

@@ -30,6 +30,8 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
 """
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -200,6 +202,11 @@ class CheckpointHook(MMEngineCheckpointHook):
         if not self.save_best:
             return
         check_best_keys(self.key_indicators, metrics)
+        for key in self.key_indicators:
+            if isinstance(metrics[key], numbers.Real) and math.isnan(metrics[key]):
+                # MMEngine compares it False with every best and says nothing.
+                runner.logger.warning(f'save_best {key!r} is NaN at iteration {runner.iter}; '
+                                      'this validation cannot be the best')
         previous = self._best_paths()
         # MMEngine removes the known best before writing its successor: hide it until then.
         for key in previous:
