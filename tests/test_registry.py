@@ -42,6 +42,23 @@ def test_unknown_type_lists_the_closest_registered_names():
     assert 'StaticAdaptor' not in ADAPTERS and 'StaticAdapter' in ADAPTERS
 
 
+def test_a_type_registered_in_another_registry_is_named_with_it(monkeypatch):
+    """A user's adapter registered with MODELS was 'not a registered type' in the adapter
+    registry, with advice to add the custom_imports the config already had."""
+    own = type('WrongRegistryAdapter', (torch.nn.Module,), dict(__module__='myext.adapters'))
+    monkeypatch.setitem(MODELS.module_dict, 'WrongRegistryAdapter', own)
+    with pytest.raises(KeyError, match=re.escape(
+            "'WrongRegistryAdapter' is not a registered type in the xmr 'adapter' registry: "
+            "myext.adapters registered it in the xmr 'model' registry; register it with "
+            'xmr.registry.ADAPTERS to build it here.')):
+        ADAPTERS.build(dict(type='WrongRegistryAdapter'))
+    with pytest.raises(KeyError, match=re.escape(
+            "'StaticAdapter' is not a registered type in the xmr 'model' registry: "
+            "xmr.models.adapters.static registered it in the xmr 'adapter' registry; use it "
+            "where xmr builds 'adapter' types.")):
+        MODELS.build(dict(type='StaticAdapter'))
+
+
 def test_a_loose_misspelling_is_still_suggested_nearest_first():
     """'DynAdapter' is no substring of a name and far from exact: about 0.8 alike with
     DynamicAdapter, less with the others."""

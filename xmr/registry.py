@@ -210,6 +210,18 @@ class XMRRegistry(Registry):
 
     def _unknown_type_message(self, key: str) -> str:
         name = key.split('.')[-1]
+        registries = {constant: registry for constant, registry in globals().items()
+                      if isinstance(registry, XMRRegistry)}
+        elsewhere = next((registry for registry in registries.values()
+                          if registry is not self and name in registry.module_dict), None)
+        if elsewhere is not None:
+            module = elsewhere.module_dict[name].__module__
+            own = next(constant for constant, registry in registries.items() if registry is self)
+            fix = (f"use it where xmr builds '{elsewhere.name}' types"
+                   if module.startswith('xmr.')
+                   else f'register it with xmr.registry.{own} to build it here')
+            return (f"'{key}' is not a registered type in the xmr '{self.name}' registry: "
+                    f"{module} registered it in the xmr '{elsewhere.name}' registry; {fix}.")
         names = self.known_names()
         close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
         lowered = [n for n in names if name.lower() in n.lower() and n not in close]
