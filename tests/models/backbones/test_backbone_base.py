@@ -316,3 +316,22 @@ def test_the_tower_shape_of_a_hub_name_is_read_from_the_cache_without_the_networ
         assert configured_tower_shape(dict(cfg, **{option: 'xmr-tests/tiny-bert'})) == (
             48, 3, 16)
         assert configured_tower_shape(dict(cfg, **{option: 'xmr-tests/no-such'})) is None
+
+
+@pytest.mark.parametrize('gives, got', [
+    (lambda images: images.flatten(2).transpose(1, 2), r'shape \(2, 1, 3\)'),  # no pooling
+    (lambda images: images.flatten(1).repeat(1, 2), r'shape \(2, 6\)'),  # no projection
+    (lambda images: (images.flatten(1),), 'a tuple'),
+])
+def test_a_backbone_whose_encode_image_gives_no_b_by_e_embedding_is_named(gives, got):
+    """A backbone of one's own that forgot its pooling failed later inside a loss, and one
+    that forgot its projection gave the API embeddings of another width without a word."""
+    backbone = _PixelsAsEmbedding()
+    backbone.embed_dim = 3
+    images = torch.rand(2, 3, 1, 1)
+    assert torch.equal(backbone.encode_media(images), images.flatten(1))
+    backbone.encode_image = gives
+    with pytest.raises(ValueError, match=(
+            rf'^_PixelsAsEmbedding.encode_image gave {got} for 2 media; the embedding space '
+            r'takes \[B, E\] = \[2, 3\] \(embed_dim\): check its pooling and projection$')):
+        backbone.encode_media(images)

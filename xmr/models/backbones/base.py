@@ -750,8 +750,22 @@ class VisionLanguageBackbone(TextBackbone):
         return per_frame.mean(dim=1)
 
     def encode_media(self, media: torch.Tensor) -> torch.Tensor:
-        """Images ``[B, 3, H, W]`` or videos ``[B, T, 3, H, W]`` -> ``[B, E]``."""
-        return self.encode_video(media) if media.dim() == 5 else self.encode_image(media)
+        """Images ``[B, 3, H, W]`` or videos ``[B, T, 3, H, W]`` -> ``[B, E]``.
+
+        Raises:
+            ValueError: :meth:`encode_image` gave no ``[B, E]`` tensor (a backbone of one's own
+                that forgot its pooling or projection), naming the backbone; torch failed later
+                inside a loss, and an API encoding returned embeddings of another width.
+        """
+        embedded = self.encode_video(media) if media.dim() == 5 else self.encode_image(media)
+        wanted = (media.shape[0], self.embed_dim)
+        if not isinstance(embedded, torch.Tensor) or tuple(embedded.shape) != wanted:
+            got = (f'shape {tuple(embedded.shape)}' if isinstance(embedded, torch.Tensor)
+                   else f'a {type(embedded).__name__}')
+            raise ValueError(f'{type(self).__name__}.encode_image gave {got} for {wanted[0]} '
+                             f'media; the embedding space takes [B, E] = {list(wanted)} '
+                             '(embed_dim): check its pooling and projection')
+        return embedded
 
     def encode_image_tokens(self, images: torch.Tensor) -> TokenOutput:
         """``[B, 3, H, W]`` normalised images -> :class:`TokenOutput` (``[B, N, E]`` tokens).
