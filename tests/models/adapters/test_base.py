@@ -94,8 +94,34 @@ def test_an_adapter_that_returns_another_shape_is_named_with_its_site(site, kind
         branch.tower.linear_shapes()[AdapterSite.MLP_FC][1]
     with pytest.raises(ValueError, match=(
             rf'^model\.language_branch\.adapters: _Narrow at {re.escape(site)} of block 1 \(de\) '
-            rf'returned shape \(1, \d+, 4\); the site continues with its {kind}, shape '
-            rf'\(1, \d+, {expected}\): check its forward$')):
+            rf'returned shape \(1, \d+, 4\) torch.float32; the site continues with its {kind}, '
+            rf'shape \(1, \d+, {expected}\) torch.float32: check its forward$')):
+        branch(tokens, ['de'])
+
+
+class _Double(BaseAdapter):
+    """Returns its rows in float64, as numpy-minded code does."""
+
+    sites = (AdapterSite.MLP_OUTPUT,)
+
+    def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+        return x.double()
+
+
+def test_an_adapter_that_returns_another_dtype_is_named_with_its_site():
+    """torch's 'mixed dtype (CPU)' came from a later layer, naming no adapter; under autocast
+    the autocast dtype is taken as well as the rows'."""
+    ADAPTERS.register_module(name='TestDoubleAdapter', module=_Double, force=True)
+    backbone, branch = build_clip_branch(dict(type='TestDoubleAdapter', blocks=[1]),
+                                         languages=['de'])
+    tokens = branch.tokenizer(['a red circle'])
+    with pytest.raises(ValueError, match=(
+            r'_Double at mlp.output of block 1 \(de\) returned shape \(1, \d+, \d+\) '
+            r'torch.float64; the site continues with its rows, shape \(1, \d+, \d+\) '
+            r'torch.float32: check its forward$')):
+        branch(tokens, ['de'])
+    _Double.forward = lambda self, x, ctx: x.bfloat16()
+    with torch.autocast('cpu', dtype=torch.bfloat16):
         branch(tokens, ['de'])
 
 

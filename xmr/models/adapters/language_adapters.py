@@ -275,23 +275,29 @@ def join_rows(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(list(parts))
 
 
-def checked_output(output: Any, shape: Sequence[int], adapter: BaseAdapter,
+def checked_output(output: Any, rows: torch.Tensor, shape: Sequence[int], adapter: BaseAdapter,
                    lang: str) -> torch.Tensor:
     """An adapter's output, if it is a tensor of the ``shape`` its site continues with (the
-    rows at a residual site, their projection's ``[..., out_features]`` at a linear one).
+    rows at a residual site, their projection's ``[..., out_features]`` at a linear one), in
+    the dtype of its input ``rows`` or autocast's.
 
     Raises:
         ValueError: naming the adapter, its site, block and language, what it returned and
             what the site needs (torch's own error, steps later, named none of them).
     """
-    if isinstance(output, torch.Tensor) and tuple(output.shape) == tuple(shape):
+    device = rows.device.type
+    dtypes = {rows.dtype, *([torch.get_autocast_dtype(device)]
+                            if torch.is_autocast_enabled(device) else [])}
+    if (isinstance(output, torch.Tensor) and tuple(output.shape) == tuple(shape)
+            and output.dtype in dtypes):
         return output
-    got = (f'shape {tuple(output.shape)}' if isinstance(output, torch.Tensor)
+    got = (f'shape {tuple(output.shape)} {output.dtype}' if isinstance(output, torch.Tensor)
            else type(output).__name__)
     kind = 'delta of the projection' if adapter.site.is_linear else 'rows'
+    wanted = ' or '.join(sorted(str(dtype) for dtype in dtypes))
     raise ValueError(f'{ADAPTERS_KEY}: {type(adapter).__name__} at {adapter.site!s} of block '
                      f'{adapter.block_index} ({lang}) returned {got}; the site continues with '
-                     f'its {kind}, shape {tuple(shape)}: check its forward')
+                     f'its {kind}, shape {tuple(shape)} {wanted}: check its forward')
 
 
 class LanguageHooks:
@@ -330,7 +336,7 @@ class LanguageHooks:
             return None
         self.grouped.block_index = block_index
         width = adapters[0].out_features if site.is_linear else x.shape[-1]
-        return checked_output(type(adapters[0]).forward_grouped(adapters, x, self.grouped),
+        return checked_output(type(adapters[0]).forward_grouped(adapters, x, self.grouped), x,
                               (*x.shape[:-1], width), adapters[0], self.grouped.lang)
 
     def _calls(self, site: AdapterSite, block_index: int, x: torch.Tensor
@@ -352,7 +358,8 @@ class LanguageHooks:
         if all(adapter is None for adapter, _, _ in calls):
             return x
         return join_rows([rows if adapter is None else
-                          checked_output(adapter(rows, ctx), rows.shape, adapter, ctx.lang)
+                          checked_output(adapter(rows, ctx), rows, rows.shape, adapter,
+                                         ctx.lang)
                           for adapter, rows, ctx in calls])
 
     def linear(self, site: AdapterSite, block_index: int,
@@ -362,8 +369,8 @@ class LanguageHooks:
             return grouped
         calls = self._calls(site, block_index, x_in)
         deltas = [None if adapter is None else checked_output(
-                      adapter(rows, ctx), (*rows.shape[:-1], adapter.out_features), adapter,
-                      ctx.lang)
+                      adapter(rows, ctx), rows, (*rows.shape[:-1], adapter.out_features),
+                      adapter, ctx.lang)
                   for adapter, rows, ctx in calls]
         given = next((delta for delta in deltas if delta is not None), None)
         if given is None or len(deltas) == 1:
