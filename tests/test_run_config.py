@@ -922,3 +922,24 @@ def test_only_the_loaders_a_run_builds_need_their_annotation_files(tmp_path):
     with pytest.raises(FileNotFoundError, match=re.escape(
             '(test_dataloader.1.dataset.ann_file)')):
         check_annotation_files(cfg, ['test'])
+
+
+def test_an_option_setting_a_variable_the_config_copied_where_it_is_used_is_refused(tmp_path):
+    """MMEngine's merge changed the variable alone: the keys kept the copies the config made as
+    it loaded (a data_root in every dataset), and the run read the old data. Text no key
+    repeats, and numbers, which meet their equals by chance (the decay's 0.05 is also the
+    warm-up ratio), are set as asked."""
+    base = tmp_path / 'base.py'
+    base.write_text(f"_base_ = ['{DEMO}']\nnote = 'a run'\nscenes = 1000\nsplit = 'test'\n"
+                    "decay = 0.05\noptim_wrapper = dict(optimizer=dict(weight_decay=decay))\n"
+                    "test_dataloader = dict(dataset=dict(split=split))\n")
+    with pytest.raises(UserError, match=re.escape(
+            "--cfg-options split: split is a variable of the config, whose value 'test' was "
+            'copied where the config uses it as it loaded (test_dataloader.dataset.split): '
+            'changing split now changes none of them: set those keys instead '
+            "(test_dataloader.dataset.split='val' ...)")):
+        load_run_config(base, cfg_options={'split': 'val'})
+    cfg = load_run_config(base, cfg_options={'note': 'another run', 'scenes': 5, 'decay': 0.1,
+                                             'test_dataloader.dataset.split': 'val'})
+    assert (cfg.note, cfg.scenes, cfg.decay, cfg.test_dataloader.dataset.split) == (
+        'another run', 5, 0.1, 'val')

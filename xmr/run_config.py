@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import inspect
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -245,6 +246,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     import_custom_modules(config, loaded)
     cfg = apply_ablations(loaded, ablations)
     typo = _check_option_keys(cfg, cfg_options or {})
+    _refuse_copied_variables(cfg, cfg_options or {})
     merge_options(cfg, cfg_options or {})
     import_custom_modules(f'{config} with its --ablation rows and --cfg-options', cfg)
     check_run_values(cfg)
@@ -734,6 +736,44 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
                 break
             walked.append(part)
     return typo
+
+
+def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
+    """Refuse an option that sets a variable of the config (``data_root``, ``lr``) whose
+    value the config copied where it uses it as it loaded: the copies keep the old value, and
+    the run read the old data (MMEngine's merge changes the variable alone). A variable is a
+    top-level key MMEngine's runner does not read, holding text that some nested key holds too
+    (a number would meet its equal by chance: ``weight_decay`` 0.05 and ``warmup_ratio``).
+
+    Raises:
+        UserError: naming the option, the keys holding the copies and the one to set.
+    """
+    from mmengine.runner import Runner
+
+    read = set(inspect.signature(Runner.__init__).parameters)
+    for key, value in cfg_options.items():
+        old = cfg.get(key) if '.' not in key and key not in read else None
+        if not isinstance(old, str) or old == value:
+            continue
+        copies = [path for path, found in _nested_values(cfg.to_dict(), '')
+                  if '.' in path and found == old]
+        if copies:
+            shown = ', '.join(copies[:4]) + (f' and {len(copies) - 4} more' if len(copies) > 4
+                                             else '')
+            raise UserError(f'--cfg-options {key}', f'{key} is a variable of the config, whose '
+                            f'value {old!r} was copied where the config uses it as it loaded '
+                            f'({shown}): changing {key} now changes none of them',
+                            f'set those keys instead ({copies[0]}={value!r} ...)')
+
+
+def _nested_values(node: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """``(dotted path, value)`` of every value inside ``node``, lists' items by index."""
+    items = (node.items() if isinstance(node, Mapping) else enumerate(node)
+             if isinstance(node, (list, tuple)) else ())
+    for name, value in items:
+        inner = f'{path}.{name}' if path else str(name)
+        yield inner, value
+        yield from _nested_values(value, inner)
 
 
 def merge_options(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
