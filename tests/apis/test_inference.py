@@ -1,6 +1,7 @@
 """xmr.apis: strict checkpoint loading, language checks, text/media embeddings as in evaluation."""
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -615,6 +616,8 @@ def test_a_pil_image_or_a_folder_given_as_media_is_refused_by_name(trained, tmp_
         encode_media(model, [torch.zeros(3, 32, 32, dtype=torch.uint8), image])
     with pytest.raises(TypeError, match='^media 0 is a Image'):
         encode_media(model, image)
+    with pytest.raises(TypeError, match='^media 0 is a bytes: give a file path'):
+        encode_media(model, os.fsencode(tmp_path / 'a.png'))  # not its byte values, one by one
     with pytest.raises(MediaReadError, match=f'^{re.escape(str(tmp_path))}: is a folder, not a '
                                              'file'):
         encode_media(model, [tmp_path])

@@ -274,12 +274,13 @@ def _check_encodable(text: str, where: str) -> None:
 def media_list(media: MediaInput | Sequence[MediaInput]) -> list[MediaInput]:
     """The media as a list: one file path or one tensor given alone is one media (a str would
     otherwise be read as its characters, each a file name; a video's ``[T, 3, H, W]`` frames
-    as ``T`` images).
+    as ``T`` images; a name in ``bytes`` as its byte values).
 
     Raises:
-        TypeError: a media that is neither a path nor a tensor (a PIL image), naming its place.
+        TypeError: a media that is neither a path nor a tensor (a PIL image, ``bytes``),
+            naming its place.
     """
-    items = [media] if isinstance(media, (str, os.PathLike, Tensor)) else list(
+    items = [media] if isinstance(media, (str, bytes, os.PathLike, Tensor)) else list(
         media if isinstance(media, Iterable) else [media])
     for index, item in enumerate(items):
         if not isinstance(item, (str, os.PathLike, Tensor)):
