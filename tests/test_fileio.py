@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 import re
 import time
 
@@ -198,6 +199,12 @@ def test_a_link_is_written_through_to_the_file_it_points_to(tmp_path):
         tmp_path / 'project' / 'set.json']
     assert (tmp_path / 'project' / 'set.json').is_symlink() and shared.read_text() == 'newer'
     assert sorted(path.name for path in shared.parent.iterdir()) == ['ann.json']
+    # A link and its file in one set are one file: refused before anything is written.
+    with pytest.raises(ValueError, match=re.escape(
+            f"{shared} and {tmp_path / 'project' / 'set.json'} are one file ({shared}); "
+            'nothing of this set was written')):
+        atomic_write_texts({tmp_path / 'project' / 'set.json': 'a', shared: 'b'})
+    assert shared.read_text() == 'newer' and not list(shared.parent.glob('.*.tmp'))
 
 
 def test_a_path_starting_with_a_tilde_is_refused_unless_such_a_folder_exists(tmp_path,
@@ -209,9 +216,14 @@ def test_a_path_starting_with_a_tilde_is_refused_unless_such_a_folder_exists(tmp
             f"~/gallery.idx: starts with '~', which only a shell expands: give the folder "
             f"itself ({os.path.expanduser('~')})")):
         atomic_write_text('~/gallery.idx', 'index')
-    with pytest.raises(FileNotFoundError, match="~me/a.json: starts with '~me'"):
-        atomic_write_texts({'~me/a.json': 'text'})
+    user = pwd.getpwuid(os.getuid()).pw_name
+    with pytest.raises(FileNotFoundError, match=f"~{user}/a.json: starts with '~{user}'"):
+        atomic_write_texts({f'~{user}/a.json': 'text'})
     assert list(tmp_path.iterdir()) == []
     (tmp_path / '~').mkdir()  # a folder of that name, made on purpose
     atomic_write_text('~/gallery.idx', 'index')
     assert (tmp_path / '~' / 'gallery.idx').read_text() == 'index'
+    # Names a shell passes as they are: a file, and a folder no user is named after.
+    atomic_write_texts({'~draft.json': 'draft', '~no_such_user_xmr/a.json': 'a'})
+    assert (tmp_path / '~draft.json').read_text() == 'draft'
+    assert (tmp_path / '~no_such_user_xmr' / 'a.json').read_text() == 'a'

@@ -85,14 +85,16 @@ def written_path(path: str | os.PathLike) -> Path:
     the link made it a file of its own, and the shared file it pointed to kept its old text).
 
     Raises:
-        FileNotFoundError: ``path`` starts with ``~`` and no such folder exists: Python does
-            not expand it (a shell does), and the write would make a folder named ``~``.
+        FileNotFoundError: ``path`` starts with a folder ``~`` or ``~user`` that a shell would
+            expand and that does not exist: Python does not expand it, and the write would
+            make a folder of that name (a file named ``~draft.json`` is written as named).
     """
     path = Path(path)
-    if path.parts and path.parts[0].startswith('~') and not Path(path.parts[0]).is_dir():
-        raise FileNotFoundError(errno.ENOENT, f"{path}: starts with {path.parts[0]!r}, which "
-                                'only a shell expands: give the folder itself '
-                                f'({os.path.expanduser(path.parts[0])})')
+    head = path.parts[0] if len(path.parts) > 1 else ''
+    if head.startswith('~') and os.path.expanduser(head) != head and not Path(head).is_dir():
+        raise FileNotFoundError(errno.ENOENT, f"{path}: starts with {head!r}, which only a "
+                                'shell expands: give the folder itself '
+                                f'({os.path.expanduser(head)})')
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
@@ -160,12 +162,21 @@ def atomic_write_texts(texts: Mapping[str | os.PathLike, str | Iterable[str]]) -
         The paths written, in order.
 
     Raises:
+        ValueError: two paths are one file (a link and the file it points to); nothing is
+            written.
         OSError: a path is a folder, or a write failed (e.g. ``ENOSPC``); the message names the
             file, and no file of the set is written or changed (a rename that fails, which
             only an outside change can cause once every file is written, says how many were
             replaced before it). No temporary file is left.
     """
-    paths = {written_path(path): text for path, text in texts.items()}
+    paths, given = {}, {}
+    for name, text in texts.items():
+        path = written_path(name)
+        real = os.path.realpath(path)
+        if real in given:
+            raise ValueError(f'{name} and {given[real]} are one file ({real}); nothing of this '
+                             'set was written')
+        given[real], paths[path] = name, text
     for path in paths:
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, f'{path}: is a folder, not a file; nothing '
