@@ -115,10 +115,12 @@ def check_training_keys(cfg: Config, config: str) -> None:
                     f'{", ".join(keys)}')
 
 
-#: The hooks of ``configs/_base_/default_runtime.py`` without which a run's checkpoints fail
-#: xmr's own tools: MMEngine's log objects, which a weights-only load refuses (tools/test.py,
-#: ``--resume``), and a resume that draws other random numbers than the run it continues.
-CHECKPOINT_HOOKS = ('WeightsOnlyCheckpointHook', 'RNGStateHook')
+#: The hooks of ``configs/_base_/default_runtime.py`` a run's checkpoints need, and why.
+CHECKPOINT_HOOKS = {
+    'WeightsOnlyCheckpointHook': "its checkpoints would hold MMEngine's log objects, which "
+                                 'tools/test.py and --resume refuse',
+    'RNGStateHook': 'a resumed run would draw other random numbers than the run it continues',
+}
 
 
 def check_checkpoint_hooks(cfg: Config, config: str) -> None:
@@ -137,10 +139,10 @@ def check_checkpoint_hooks(cfg: Config, config: str) -> None:
                if not any(isinstance(kind, type) and issubclass(kind, HOOKS.get(name))
                           for kind in classes)]
     if missing:
-        raise UserError(f'{config} (custom_hooks)', f'lacks {" and ".join(missing)}, without '
-                        "which the run's checkpoints fail tools/test.py and --resume (a "
-                        "config's custom_hooks replaces its base's list)", 'add yours to the '
-                        "base's: custom_hooks = [*_base_.custom_hooks, dict(type='MyHook')]")
+        raise UserError(f'{config} (custom_hooks)', ' and '.join(
+            f'lacks {name} ({CHECKPOINT_HOOKS[name]})' for name in missing) + "; a config's "
+            "custom_hooks replaces its base's list", "add yours to the base's: custom_hooks = "
+            "[*_base_.custom_hooks, dict(type='MyHook')]")
 
 
 def check_load_from(load_from: str | None) -> None:

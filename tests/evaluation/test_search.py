@@ -268,6 +268,9 @@ def test_ivf_training_sample_smaller_than_its_cells_is_named_by_its_options():
     with pytest.raises(ValueError, match=r'train_size 50 is smaller than nlist 100.*raise '
                        'train_size or lower nlist'):
         FaissSearcher(gallery, index='ivf', nlist=100, train_size=50)
+    # Both given: refused as the options are checked, before a gallery is encoded.
+    with pytest.raises(ValueError, match=r'train_size 50 is smaller than nlist 100'):
+        search.check_search_options(dict(index='ivf', nlist=100, train_size=50))
 
 
 def test_ivf_trained_on_the_whole_gallery_does_not_copy_it():
@@ -367,8 +370,10 @@ def test_a_loaded_index_is_tuned_to_search_as_one_built_with_those_options():
             "options ['nlist', 'train_size'] shape the ivf index as it is built; a built one "
             "takes ('chunk_size', 'nprobe').")):
         ivf.tune(nlist=4, train_size=100, nprobe=2)
-    with pytest.raises(ValueError, match="options \\['ef_search'\\] shape the flat index"):
-        FaissSearcher(gallery).tune(ef_search=4)
+    with pytest.raises(ValueError, match=re.escape(
+            "search options ['ef_search'] do not apply to index 'ivf'; it takes ('chunk_size', "
+            "'nlist', 'nprobe', 'train_size', 'seed').")):
+        ivf.tune(ef_search=4)
     with pytest.raises(ValueError, match='search option nprobe must be an integer >= 1, got 0'):
         ivf.tune(nprobe=0)
     assert ivf.index.nprobe == 8

@@ -400,6 +400,15 @@ def test_index_options_build_an_approximate_index_and_tune_a_saved_one(gallery, 
     with pytest.raises(UserError, match=re.escape(
             "--index-option: search options ['nlist'] do not apply to index 'flat'")):
         tool.main([*search, '--media', str(media), '--index-option', 'nlist=4'])
+    with pytest.raises(UserError, match=re.escape(
+            '--index-option: IVF train_size 2 is smaller than nlist 4: k-means needs a training '
+            'row per cell')):
+        tool.main([*search, '--media', str(media), '--index-type', 'ivf', '--index-option',
+                   'nlist=4', 'train_size=2'])
+    with pytest.raises(UserError, match=re.escape(
+            f"{index} (--index-option): search options ['ef_search'] do not apply to index "
+            "'ivf'")):
+        tool.main([*search, '--index', str(index), '--index-option', 'ef_search=8'])
 
 
 def test_a_query_file_is_cut_at_newlines_only_without_its_byte_order_mark(tmp_path):

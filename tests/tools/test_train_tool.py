@@ -246,9 +246,11 @@ def test_a_training_config_missing_one_of_its_keys_names_it(tmp_path):
 
 
 @pytest.mark.parametrize('hooks, missing', [
-    ("[dict(type='PhaseReportHook')]", 'WeightsOnlyCheckpointHook and RNGStateHook'),
-    ('None', 'WeightsOnlyCheckpointHook and RNGStateHook'),
-    ("[dict(type='xmr.WeightsOnlyCheckpointHook')]", 'RNGStateHook'),
+    ("[dict(type='PhaseReportHook')]", "lacks WeightsOnlyCheckpointHook (its checkpoints "
+     "would hold MMEngine's log objects, which tools/test.py and --resume refuse) and lacks "
+     'RNGStateHook (a resumed run would draw other random numbers than the run it continues)'),
+    ('None', 'lacks WeightsOnlyCheckpointHook (its checkpoints would hold MMEngine'),
+    ("[dict(type='xmr.WeightsOnlyCheckpointHook')]", 'lacks RNGStateHook (a resumed run'),
     ("[*_base_.custom_hooks, dict(type='EMAHook')]", None),
     ("[dict(type='OwnRNGStateHook'), dict(type='WeightsOnlyCheckpointHook')]", None),
 ])
@@ -268,11 +270,11 @@ def test_custom_hooks_that_drop_what_checkpoints_need_are_refused(tmp_path, hook
             train_tool.build_config(args)
         else:
             with pytest.raises(UserError, match=re.escape(
-                    f'own_hooks.py (custom_hooks): lacks {missing}, without which the run\'s '
-                    "checkpoints fail tools/test.py and --resume (a config's custom_hooks "
-                    "replaces its base's list): add yours to the base's: custom_hooks = "
-                    "[*_base_.custom_hooks, dict(type='MyHook')]")):
+                    f'own_hooks.py (custom_hooks): {missing}')) as refused:
                 train_tool.build_config(args)
+            assert str(refused.value).endswith(
+                "; a config's custom_hooks replaces its base's list: add yours to the base's: "
+                "custom_hooks = [*_base_.custom_hooks, dict(type='MyHook')]")
     finally:
         HOOKS.module_dict.pop('OwnRNGStateHook')
     assert not (tmp_path / 'run').exists()

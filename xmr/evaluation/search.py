@@ -52,6 +52,16 @@ def check_search_options(search: Mapping[str, Any]) -> None:
         raise ValueError(f"search options {unknown} do not apply to index '{index}'; it takes "
                          f'{accepted}.')
     _check_counts({name: value for name, value in search.items() if name != 'index'})
+    nlist, train_size = search.get('nlist'), search.get('train_size')
+    if nlist is not None and train_size is not None:
+        _check_training_rows(train_size, nlist)
+
+
+def _check_training_rows(train_size: int, nlist: int) -> None:
+    if train_size < nlist:
+        raise ValueError(f'IVF train_size {train_size} is smaller than nlist {nlist}: '
+                         "k-means needs a training row per cell (faiss asks for 39); "
+                         'raise train_size or lower nlist.')
 
 
 def _check_counts(options: Mapping[str, Any]) -> None:
@@ -272,15 +282,15 @@ class FaissSearcher:
         (HNSW), which trade speed for recall on a saved index without building it again.
 
         Raises:
-            ValueError: an option its index does not take anew, or a count that is not a
-                positive integer.
+            ValueError: an option of another index type (:func:`check_search_options`), one
+                its index takes only as it is built, or a count that is not a positive integer.
         """
         accepted = ('chunk_size', *SEARCH_TIME_OPTIONS[self.index_type])
-        other = sorted(set(options) - set(accepted))
-        if other:
-            raise ValueError(f'options {other} shape the {self.index_type} index as it is '
+        check_search_options(dict(index=self.index_type, **options))
+        built = sorted(set(options) - set(accepted))
+        if built:
+            raise ValueError(f'options {built} shape the {self.index_type} index as it is '
                              f'built; a built one takes {accepted}.')
-        _check_counts(options)
         if 'nprobe' in options:
             self.index.nprobe = min(options['nprobe'], self.index.nlist)
         self.ef_search = options.get('ef_search', self.ef_search)
@@ -338,10 +348,7 @@ class FaissSearcher:
             index = faiss.IndexIVFFlat(quantizer, dim, cells, faiss.METRIC_INNER_PRODUCT)
             index.cp.seed = seed
             sample_size = min(size, train_size or 256 * cells)
-            if sample_size < cells:
-                raise ValueError(f'IVF train_size {sample_size} is smaller than nlist {cells}: '
-                                 "k-means needs a training row per cell (faiss asks for 39); "
-                                 'raise train_size or lower nlist.')
+            _check_training_rows(sample_size, cells)
             if sample_size < size:
                 rows = np.random.default_rng(seed).choice(size, sample_size, replace=False)
                 index.train(vectors[np.sort(rows)])
