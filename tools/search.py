@@ -145,7 +145,7 @@ def media_files(paths: list[str]) -> list[Path]:
         # abspath, not resolve: a link to a folder of photos keeps the name it was given by.
         path = Path(os.path.abspath(given))
         if path.is_dir():
-            found = sorted(file for file in path.rglob('*')
+            found = sorted(file for file in files_below(path)
                            if file.suffix.lower() in suffixes and file.is_file())
             if not found:
                 raise UserError(f'{given} (--media)', 'holds no image or video file',
@@ -159,6 +159,19 @@ def media_files(paths: list[str]) -> list[Path]:
     for file in files:
         first_names.setdefault(os.path.realpath(file), file)
     return list(first_names.values())
+
+
+def files_below(folder: Path) -> Iterator[Path]:
+    """Every file below ``folder``, through linked folders too (``Path.rglob`` passes them
+    by), each folder once (a link back up would loop)."""
+    visited = set()
+    for root, folders, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in visited:
+            folders.clear()
+            continue
+        visited.add(real)
+        yield from (Path(root) / name for name in names)
 
 
 def read_queries(args: argparse.Namespace) -> list[str]:

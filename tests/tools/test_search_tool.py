@@ -442,3 +442,11 @@ def test_a_file_reached_again_through_a_link_is_one_media_named_as_first_met(tmp
     files = load_tool().media_files([str(photos / 'b.png'), str(tmp_path / 'photos link'),
                                      str(photos)])
     assert files == [photos / 'b.png', tmp_path / 'photos link' / 'a.png']
+    # A linked folder inside one given is searched too (Path.rglob passed it by), and a link
+    # back up is not followed round.
+    (tmp_path / 'more').mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / 'more' / 'c.png')
+    (photos / 'more').symlink_to(tmp_path / 'more')
+    (photos / 'more' / 'up').symlink_to(photos)
+    assert load_tool().media_files([str(photos)]) == [
+        photos / 'a.png', photos / 'b.png', photos / 'more' / 'c.png']
