@@ -739,7 +739,7 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
 
 
 def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
-    """Refuse an option that sets a variable of the config (``data_root``, ``lr``) whose
+    """Refuse an option that sets a variable of the config (``data_root``, ``language``) whose
     value the config copied where it uses it as it loaded: the copies keep the old value, and
     the run read the old data (MMEngine's merge changes the variable alone). A variable is a
     top-level key MMEngine's runner does not read, holding text that some nested key holds too
