@@ -388,27 +388,24 @@ def test_index_options_build_an_approximate_index_and_tune_a_saved_one(gallery, 
     assert index.read_bytes() == saved
 
     monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
-    with pytest.raises(UserError, match=re.escape(
-            f"{index} (--index-option): options ['nlist'] shape the ivf index as it is built; "
-            "a built one takes ('chunk_size', 'nprobe'): see docs/evaluation.md")):
-        tool.main([*search, '--index', str(index), '--index-option', 'nlist=4'])
-    with pytest.raises(UserError, match=re.escape(
-            "--index-option: search options ['nprobe'] do not apply to index 'hnsw'; it takes "
-            "('chunk_size', 'hnsw_m', 'ef_construction', 'ef_search'): see")):
-        tool.main([*search, '--media', str(media), '--index-type', 'hnsw', '--index-option',
-                   'nprobe=4'])
-    with pytest.raises(UserError, match=re.escape(
-            "--index-option: search options ['nlist'] do not apply to index 'flat'")):
-        tool.main([*search, '--media', str(media), '--index-option', 'nlist=4'])
-    with pytest.raises(UserError, match=re.escape(
-            '--index-option: IVF train_size 2 is smaller than nlist 4: k-means needs a training '
-            'row per cell')):
-        tool.main([*search, '--media', str(media), '--index-type', 'ivf', '--index-option',
-                   'nlist=4', 'train_size=2'])
-    with pytest.raises(UserError, match=re.escape(
-            f"{index} (--index-option): search options ['ef_search'] do not apply to index "
-            "'ivf'")):
-        tool.main([*search, '--index', str(index), '--index-option', 'ef_search=8'])
+    for flags, refused in [
+            (['--index', str(index), '--index-option', 'nlist=4'],
+             f"{index} (--index-option): options ['nlist'] shape the ivf index as it is built; "
+             "a built one takes ('chunk_size', 'nprobe'): see docs/evaluation.md"),
+            (['--media', str(media), '--index-type', 'hnsw', '--index-option', 'nprobe=4'],
+             "--index-option: search options ['nprobe'] do not apply to index 'hnsw'; it takes "
+             "('chunk_size', 'hnsw_m', 'ef_construction', 'ef_search'): see"),
+            (['--media', str(media), '--index-option', 'nlist=4'],
+             "--index-option: search options ['nlist'] do not apply to index 'flat'"),
+            (['--media', str(media), '--index-type', 'ivf', '--index-option', 'nlist=4',
+              'train_size=2'],
+             '--index-option: IVF train_size 2 is smaller than nlist 4: k-means needs a '
+             'training row per cell'),
+            (['--index', str(index), '--index-option', 'ef_search=8'],
+             f"{index} (--index-option): search options ['ef_search'] do not apply to index "
+             "'ivf'")]:
+        with pytest.raises(UserError, match=re.escape(refused)):
+            tool.main([*search, *flags])
 
 
 def test_a_query_file_is_cut_at_newlines_only_without_its_byte_order_mark(tmp_path):
