@@ -33,7 +33,7 @@ import argparse
 from pathlib import Path
 
 from xmr.run_config import add_config_arguments, load_run_config
-from xmr.utils.cli import UserError, run_tool
+from xmr.utils.cli import GatherAction, UserError, run_tool
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,14 +45,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     export = commands.add_parser('export', help='write one file per language module')
     export.add_argument('config')
     export.add_argument('checkpoint', help='checkpoint written by training')
-    export.add_argument('--langs', nargs='+', help='languages (default: all of the model)')
+    export.add_argument('--langs', nargs='+', action=GatherAction,
+                        help='languages (default: all of the model)')
     export.add_argument('--out-dir', type=Path, required=True)
     merge = commands.add_parser('merge', help='load module files into one model checkpoint')
     merge.add_argument('config')
     merge.add_argument('--base', help='checkpoint whose shared weights (towers, shared embedding, '
                        'disentangler) the modules were trained with (default: the config\'s '
                        'built model, right only when those stayed as built)')
-    merge.add_argument('--modules', nargs='+', required=True, metavar='LANG=PATH',
+    merge.add_argument('--modules', nargs='+', action=GatherAction, required=True,
+                       metavar='LANG=PATH',
                        help='module file per language of the model; a file of another '
                        "language loads into LANG as given (es=pt.pth: Portuguese's module "
                        'serving Spanish)')

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from xmr.run_config import add_config_arguments, load_run_config
-from xmr.utils.cli import UserError, given_file, print_for_reader, run_tool
+from xmr.utils.cli import GatherAction, UserError, given_file, print_for_reader, run_tool
 
 #: The image files a folder given to ``--media`` is searched for (a file given by its path
 #: is read whatever its suffix, as Pillow can).
@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      'in any trained language (docs/evaluation.md)')
     parser.add_argument('config', help='config file')
     parser.add_argument('checkpoint', help='checkpoint written by training')
-    parser.add_argument('--media', nargs='+', metavar='PATH',
+    parser.add_argument('--media', nargs='+', action=GatherAction, metavar='PATH',
                         help='image and video files, or folders searched for them (recursively)')
     parser.add_argument('--index', type=Path, metavar='FILE',
                         help='with --media: save the gallery index here; without: search the '
@@ -61,7 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--save-every', type=int, default=256, metavar='N',
                         help='while an --index is built: save the embeddings every N media in '
                         'INDEX.parts, where a run interrupted goes on (default: 256)')
-    parser.add_argument('--query', nargs='+', default=[], metavar='TEXT', help='query texts')
+    parser.add_argument('--query', nargs='+', action=GatherAction,
+                        default=[], metavar='TEXT', help='query texts')
     parser.add_argument('--queries', type=Path, metavar='FILE',
                         help='a UTF-8 text file of queries, one a line')
     parser.add_argument('--lang', help="the queries' language (one the model was trained on)")
@@ -69,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--index-type', choices=['flat', 'ivf', 'hnsw'],
                         help="faiss index of a new gallery: 'flat' (exact, default), 'ivf' or "
                         "'hnsw' (approximate, for large galleries)")
-    parser.add_argument('--index-option', nargs='+', action='extend', type=index_option,
+    parser.add_argument('--index-option', nargs='+', action=GatherAction, type=index_option,
                         default=[], metavar='NAME=N',
                         help="faiss options (docs/evaluation.md): a new 'ivf' index's nlist, "
                         "nprobe, train_size, seed; a new 'hnsw' index's hnsw_m, "

@@ -39,7 +39,7 @@ from xmr.run_config import (
     load_run_config,
 )
 from xmr.utils import cli
-from xmr.utils.cli import UserError, given_folder, print_for_reader, run_tool
+from xmr.utils.cli import GatherAction, UserError, given_folder, print_for_reader, run_tool
 from xmr.version import provenance
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--format', choices=['xmr', 'clip_benchmark'], default='xmr',
                         help="clip_benchmark: also write CLIP_benchmark's JSON per dataset and "
                         'language into <result>_clip_benchmark/')
-    parser.add_argument('--compare', nargs='+', metavar='JSON',
+    parser.add_argument('--compare', nargs='+', action=GatherAction, metavar='JSON',
                         help='result files of earlier runs to show side by side (printed; '
                         "the CSV written for CHECKPOINT holds its own row alone)")
     parser.add_argument('--over-seeds', action='store_true',

@@ -21,6 +21,7 @@ from mmengine.utils import import_modules_from_strings
 from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
 from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import (
+    GatherAction,
     UserError,
     UserKeyError,
     did_you_mean,
@@ -108,7 +109,7 @@ def add_config_arguments(parser: argparse.ArgumentParser,
         named_by: what of the tool's output adds the ablations' names, as its help says
             (``None`` for a tool that names nothing after them).
     """
-    parser.add_argument('--ablation', nargs='+', default=[], metavar='NAME',
+    parser.add_argument('--ablation', nargs='+', action=GatherAction, default=[], metavar='NAME',
                         help="paper ablations applied to the config, in order: '<method>/<row>' "
                         "(e.g. dasd/no-sc; configs/<method>/ablations/) or a .py file"
                         + ('' if named_by is None else f'; {named_by} adds their names'))

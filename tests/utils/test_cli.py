@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from xmr.datasets.media_io import MediaReadError
+from xmr.run_config import ConfigOptionsAction
 from xmr.utils.cli import (
     EXIT_ERROR,
+    GatherAction,
     UserError,
     UserKeyError,
     did_you_mean,
@@ -303,3 +305,46 @@ def test_given_device_takes_the_gpus_this_machine_has_and_no_other(monkeypatch, 
             given_device(name)
     with pytest.raises(UserError, match='^--device gpu0: is no torch device'):
         given_device('gpu0')
+
+
+def test_a_gathered_list_flag_adds_its_repeats_and_replaces_its_default():
+    default = ['en', 'de']
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--languages', nargs='+', action=GatherAction, default=default)
+    assert parser.parse_args([]).languages == ['en', 'de']
+    assert parser.parse_args(['--languages', 'fr']).languages == ['fr']
+    assert parser.parse_args(['--languages', 'fr', 'cs', '--languages', 'ja']).languages == [
+        'fr', 'cs', 'ja']
+    assert parser.parse_args(['--languages', 'fr']).languages == ['fr']  # nothing carried over
+    assert default == ['en', 'de']
+
+
+def _parsers_of(parser: argparse.ArgumentParser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers_of(sub)
+
+
+@pytest.mark.parametrize('script', sorted(
+    str(path.relative_to(TOOLS)) for path in [*TOOLS.glob('*.py'), *TOOLS.glob('*/*.py')]))
+def test_every_list_flag_of_every_tool_gathers_its_repeats(script, monkeypatch):
+    """``--ablation a --ablation b`` kept ``b`` alone (argparse's ``store``): a run trained
+    another paper row than its name said."""
+    built = []
+
+    def record(parser, args=None, namespace=None):
+        built.append(parser)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, 'parse_known_args', record)
+    monkeypatch.setattr(sys, 'argv', [script, '--help'])
+    with pytest.raises(SystemExit):
+        runpy.run_path(str(TOOLS / script), run_name='__main__')
+    assert built, f'tools/{script} parsed no command line'
+    single = [f'{action.option_strings[0]} ({type(action).__name__})'
+              for parser in _parsers_of(built[0]) for action in parser._actions
+              if action.option_strings and action.nargs in ('+', '*')
+              and not isinstance(action, (GatherAction, ConfigOptionsAction))]
+    assert not single, f'tools/{script}: list flags that keep their last use alone: {single}'

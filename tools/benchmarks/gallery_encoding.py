@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xmr.utils.cli import run_tool
+from xmr.utils.cli import GatherAction, run_tool
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / 'configs/demo/static_tiny-clip_synthetic.py'
 
@@ -33,7 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--images', type=int, default=300, help='JPEG files to write')
     parser.add_argument('--size', default='1280x960', help='their width x height')
-    parser.add_argument('--videos', nargs='*', default=[], help='video files to add')
+    parser.add_argument('--videos', nargs='*', action=GatherAction,
+                        default=[], help='video files to add')
     parser.add_argument('--video-copies', type=int, default=4, help='copies of each video')
     parser.add_argument('--workers', default='0,1,2', help='worker counts, one row each')
     parser.add_argument('--batch-size', type=int, default=32)

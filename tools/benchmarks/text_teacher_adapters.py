@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from xmr.utils.cli import run_tool
+from xmr.utils.cli import GatherAction, run_tool
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / 'shared' / 'data'
@@ -231,7 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--tokenizer', type=Path,
                         default=DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json',
                         help='tokenizer.json of the target branch')
-    parser.add_argument('--variants', nargs='+', choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument('--variants', nargs='+', action=GatherAction,
+                        choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument('--iters', type=int, default=300,
                         help='steps of the cross-lingual phase (the schedule base: 300)')
     parser.add_argument('--val-interval', type=int, default=100)

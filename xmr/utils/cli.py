@@ -25,9 +25,9 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ['EXIT_ERROR', 'UserError', 'UserKeyError', 'did_you_mean', 'given_device',
-           'given_file', 'given_folder', 'int_at_least', 'quiet_on_other_processes', 'run_tool',
-           'worker_error']
+__all__ = ['EXIT_ERROR', 'GatherAction', 'UserError', 'UserKeyError', 'did_you_mean',
+           'given_device', 'given_file', 'given_folder', 'int_at_least',
+           'quiet_on_other_processes', 'run_tool', 'worker_error']
 
 EXIT_ERROR = 2
 DEBUG_FLAG = '--debug'
@@ -62,6 +62,21 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
         return number
 
     return whole_number
+
+
+class GatherAction(argparse.Action):
+    """A list flag (``nargs='+'``) whose repeats add up: ``--media a --media b`` gives
+    ``[a, b]``, as ``--cfg-options`` does, where argparse's ``store`` kept the last use alone
+    (``--ablation x --ablation y`` trained row ``y`` under a name that read right). The first
+    use replaces the default; argparse's ``extend`` would add to it (``--languages de`` on a
+    default of ten languages).
+    """
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        given = getattr(namespace, self.dest, None)
+        first = given is None or given is self.default
+        setattr(namespace, self.dest, list(values) if first else [*given, *values])
 
 
 class UserError(Exception):

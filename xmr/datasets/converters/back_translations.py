@@ -25,6 +25,7 @@ from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
 from xmr.datasets.converters.translations import caption_lines
 from xmr.fileio import atomic_write_texts
+from xmr.utils.cli import GatherAction
 
 __all__ = ['attach_back_translations', 'export_captions', 'main_attach_back']
 
@@ -114,9 +115,9 @@ def main_attach_back(argv: Sequence[str] | None = None) -> None:
                                      'translated into the source language (one line per '
                                      'caption) to an xmr annotation file.')
     parser.add_argument('ann', type=Path, help='annotation file')
-    parser.add_argument('--back-translations', nargs='+', metavar='LANG=PATH',
+    parser.add_argument('--back-translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help='back-translation file per caption language')
-    parser.add_argument('--export', nargs='+', metavar='LANG=PATH',
+    parser.add_argument('--export', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help='instead, write the LANG captions to translate, one per line')
     parser.add_argument('--out', type=Path, help='output file (default: overwrite ann)')
     parser.add_argument('--overwrite', action='store_true',

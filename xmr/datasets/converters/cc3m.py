@@ -26,7 +26,7 @@ from xmr.datasets.converters.cli import dump_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import canonical_languages, read_lines
 from xmr.datasets.media_files import missing_media
-from xmr.utils.cli import int_at_least
+from xmr.utils.cli import GatherAction, int_at_least
 
 __all__ = ['UC2_LANGUAGES', 'read_uc2_tsv', 'convert_cc3m', 'main']
 
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      'TSVs to an xmr annotation; --subset-size 300000 gives '
                                      'CC300K (docs/data.md).')
     parser.add_argument('--uc2-dir', type=Path, required=True)
-    parser.add_argument('--languages', nargs='+', default=list(UC2_LANGUAGES),
+    parser.add_argument('--languages', nargs='+', action=GatherAction, default=list(UC2_LANGUAGES),
                         help='source language first')
     parser.add_argument('--tsv-pattern', default='train_imageId2Ann_{lang}.tsv')
     parser.add_argument('--images-dir', type=Path,

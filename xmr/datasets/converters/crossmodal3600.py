@@ -32,6 +32,7 @@ from xmr.datasets.converters.raw_files import (
     read_lines,
     refuse_repeats,
 )
+from xmr.utils.cli import GatherAction
 
 __all__ = ['XM3600_LANGUAGES', 'convert_crossmodal3600', 'main']
 
@@ -101,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         '(checked)')
     parser.add_argument('--skip-media-check', action='store_true')
     parser.add_argument('--out-dir', type=Path, required=True)
-    parser.add_argument('--languages', nargs='+', default=list(XM3600_LANGUAGES))
+    parser.add_argument('--languages', nargs='+', action=GatherAction,
+                        default=list(XM3600_LANGUAGES))
     args = parser.parse_args(argv)
     if args.images_dir is None and not args.skip_media_check:
         parser.error('give --images-dir, or --skip-media-check to convert without images')

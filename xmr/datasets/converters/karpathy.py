@@ -24,6 +24,7 @@ from xmr.datasets.converters.cli import write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption, integer_id, read_json
 from xmr.datasets.converters.raw_files import parse_lang_paths
+from xmr.utils.cli import GatherAction
 
 __all__ = ['KarpathyLayout', 'KarpathyImage', 'read_karpathy', 'group_splits',
            'karpathy_parser', 'run_karpathy_command']
@@ -189,7 +190,7 @@ def karpathy_parser(description: str, images_help: str, train_output: str,
     parser.add_argument('--images-dir', type=Path, help=f'{images_help} (checked)')
     parser.add_argument('--skip-media-check', action='store_true')
     parser.add_argument('--out-dir', type=Path, required=True)
-    parser.add_argument('--translations', nargs='+', metavar='LANG=PATH',
+    parser.add_argument('--translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help=f'machine translations of {train_output}, one line per caption')
     return parser
 

@@ -39,6 +39,7 @@ from xmr.datasets.converters.karpathy import (
 from xmr.datasets.converters.raw_files import check_media_exist, read_lines, require_file
 from xmr.datasets.converters.translations import attach_translations
 from xmr.datasets.converters.xtd10 import coco_image_path
+from xmr.utils.cli import GatherAction
 
 __all__ = ['COCO_KARPATHY', 'COCO_FOLDS', 'coco_folds', 'read_stair', 'read_coco_cn',
            'convert_mscoco', 'main']
@@ -199,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                              'annotations (docs/data.md).',
                              images_help='COCO image folder with train2014/ and val2014/',
                              train_output='coco_train.json')
-    parser.add_argument('--stair-json', type=Path, nargs='+', default=[],
+    parser.add_argument('--stair-json', type=Path, nargs='+', action=GatherAction, default=[],
                         help='STAIR Captions files (train and val) for Japanese')
     parser.add_argument('--coco-cn-dir', type=Path, help='COCO-CN folder for Chinese')
     run_karpathy_command(parser, argv, lambda args, images_dir, translations: convert_mscoco(

@@ -40,6 +40,7 @@ from xmr.datasets.converters.raw_files import (
     refuse_repeats,
     require_file,
 )
+from xmr.utils.cli import GatherAction
 
 __all__ = ['read_csv_rows', 'read_test_json', 'read_msrvtt_sentences', 'convert_msrvtt', 'main']
 
@@ -219,10 +220,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description='Convert Multi-MSRVTT to xmr annotations '
                                      '(docs/data.md).')
     parser.add_argument('--test-csv', type=Path, required=True, help='MSRVTT_JSFUSION_test.csv')
-    parser.add_argument('--test-json', nargs='+', metavar='LANG=PATH',
+    parser.add_argument('--test-json', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help='per-language test captions')
     parser.add_argument('--data-json', type=Path, help='MSRVTT_data.json (training captions)')
-    parser.add_argument('--train-list', nargs='+', metavar='NAME=PATH',
+    parser.add_argument('--train-list', nargs='+', action=GatherAction, metavar='NAME=PATH',
                         help='training lists, e.g. 7k=MSRVTT_train.7k.csv 9k=MSRVTT_train.9k.csv')
     parser.add_argument('--videos-dir', type=Path, help='video folder (checked)')
     parser.add_argument('--skip-media-check', action='store_true')

@@ -30,6 +30,7 @@ from xmr.datasets.converters.raw_files import (
     require_same_length,
 )
 from xmr.datasets.converters.translations import attach_translations
+from xmr.utils.cli import GatherAction
 
 __all__ = ['MULTI30K_SPLITS', 'TASK2_LANGUAGES', 'convert_multi30k', 'main']
 
@@ -144,9 +145,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help='folder with {train,val,test_2016_flickr}.txt')
     add_media_options(parser, 'images')
     parser.add_argument('--out-dir', type=Path, required=True)
-    parser.add_argument('--splits', nargs='+', default=['train', 'val', 'test', TASK2_SPLIT])
-    parser.add_argument('--languages', nargs='+', default=['en', 'de', 'fr', 'cs'])
-    parser.add_argument('--translations', nargs='+', metavar='LANG=PATH',
+    parser.add_argument('--splits', nargs='+', action=GatherAction,
+                        default=['train', 'val', 'test', TASK2_SPLIT])
+    parser.add_argument('--languages', nargs='+', action=GatherAction,
+                        default=['en', 'de', 'fr', 'cs'])
+    parser.add_argument('--translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help='machine translations of the train split, one line per caption')
     args = parser.parse_args(argv)
     images_dir = checked_media_dir(parser, args, 'images')

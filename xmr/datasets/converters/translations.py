@@ -23,6 +23,7 @@ from xmr.datasets.annotation import (
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
 from xmr.fileio import atomic_write_text
+from xmr.utils.cli import GatherAction
 
 __all__ = ['attach_translations', 'export_source_captions', 'main_attach', 'main_export']
 
@@ -132,7 +133,8 @@ def main_attach(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description='Join machine-translated caption files (one '
                                      'line per source caption) to an xmr annotation file.')
     parser.add_argument('ann', type=Path, help='annotation file with source captions')
-    parser.add_argument('--translations', nargs='+', required=True, metavar='LANG=PATH',
+    parser.add_argument('--translations', nargs='+', action=GatherAction,
+                        required=True, metavar='LANG=PATH',
                         help='translation file per target language')
     parser.add_argument('--out', type=Path, help='output file (default: overwrite ann)')
     parser.add_argument('--overwrite', action='store_true',

@@ -37,6 +37,7 @@ from xmr.datasets.converters.raw_files import (
 )
 from xmr.datasets.few_shot import few_shot_splits
 from xmr.datasets.languages import release_code
+from xmr.utils.cli import GatherAction
 
 __all__ = ['RELEASE_FOLDERS', 'XTD10_LANGUAGES', 'coco_image_path', 'convert_xtd10', 'main',
            'release_file']
@@ -125,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help='image list (default: test_image_names.txt of the release)')
     add_media_options(parser, 'images')
     parser.add_argument('--out-dir', type=Path, required=True)
-    parser.add_argument('--languages', nargs='+', default=list(XTD10_LANGUAGES))
+    parser.add_argument('--languages', nargs='+', action=GatherAction,
+                        default=list(XTD10_LANGUAGES))
     parser.add_argument('--few-shot', type=int, metavar='N',
                         help="also write PECTVLM's seeded few-shot split with N train images")
     parser.add_argument('--seed', type=int, default=42, help='seed of the few-shot split')
