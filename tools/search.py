@@ -33,7 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from xmr.run_config import add_config_arguments, load_run_config
-from xmr.utils.cli import GatherAction, UserError, given_file, print_for_reader, run_tool
+from xmr.utils.cli import (
+    GatherAction,
+    UserError,
+    given_device,
+    given_file,
+    given_output,
+    print_for_reader,
+    run_tool,
+)
 
 #: The image files a folder given to ``--media`` is searched for (a file given by its path
 #: is read whatever its suffix, as Pillow can).
@@ -81,11 +89,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--on-corrupt', choices=['raise', 'skip'], default='raise',
                         help="a media file that cannot be read: 'raise' stops (default), 'skip' "
                         'warns and leaves it out of the gallery')
-    parser.add_argument('--batch-size', type=int, default=32, help='media per forward pass')
+    parser.add_argument('--batch-size', type=int, default=32,
+                        help='media per forward pass (default: 32)')
     parser.add_argument('--num-workers', type=int, default=0, metavar='N',
                         help='processes decoding the media while the model encodes (default: '
                         '0, decoded in turn; with --device cuda decoding is what takes the time)')
-    parser.add_argument('--device', default='cpu', help="where the model runs ('cpu', 'cuda')")
+    parser.add_argument('--device', default='cpu',
+                        help="where the model runs ('cpu', 'cuda', 'cuda:N'; default: cpu)")
     parser.add_argument('--out', type=Path, metavar='FILE.json', help='write the hits as JSON')
     add_config_arguments(parser, named_by=None)
     args = parser.parse_args(argv)
@@ -105,6 +115,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.prune and (args.index is None or args.media is not None and not args.update):
         parser.error('--prune drops media from the index saved at --index: give --index, and '
                      'with --media, --update')
+    if args.out is not None and not (args.query or args.queries):
+        parser.error('--out writes the hits of queries: give --query TEXT ... or --queries FILE')
+    if args.media is None and (args.index_type is not None or args.num_frames is not None):
+        parser.error('--index-type and --num-frames build a new index: give --media (a saved '
+                     'index searches as it was built)')
     if args.update and args.overwrite:
         parser.error('give --update (add the new media to the saved index) or --overwrite '
                      '(build it anew), not both')
@@ -201,12 +216,17 @@ def read_queries(args: argparse.Namespace) -> list[str]:
 
 
 def check_index_path(args: argparse.Namespace) -> None:
-    """The index to read exists; the one to write replaces nothing unless ``--overwrite``."""
+    """The index to read exists; the one to write replaces nothing unless ``--overwrite``, and
+    can be written, as can ``--out``: checked before any media is encoded."""
+    if args.out is not None:
+        given_output(args.out, '--out', 'give --out the path of a .json file to write')
     if args.index is None:
         return
     if args.media is None:
         given_file(args.index, '--index', 'give the index a search with --media --index saved')
-    elif args.index.exists() and not (args.overwrite or args.update):
+        return
+    given_output(args.index, '--index', 'give --index the path of the index file to write')
+    if args.index.exists() and not (args.overwrite or args.update):
         raise UserError(f'{args.index} (--index)', 'exists and is kept', 'pass --update to add '
                         'the media it lacks, --overwrite to replace it, or give --index another '
                         'path')
@@ -229,6 +249,7 @@ def hits_table(query: str, lang: str, hits: list[Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    given_device(args.device)
     queries = read_queries(args)
     files = media_files(args.media) if args.media is not None else None
     check_index_path(args)
@@ -268,7 +289,7 @@ def index_lock(index: Path | None) -> Iterator[None]:
 
 def search(args: argparse.Namespace, queries: list[str], files: list[Path] | None) -> None:
     """Load, prune, build or update the index as the options say, then search it."""
-    from xmr.apis import MediaIndex, init_retriever
+    from xmr.apis import MediaIndex, check_languages, init_retriever
     from xmr.fileio import atomic_write_text
 
     saved = (MediaIndex.load(args.index) if args.index is not None and args.index.exists()
@@ -285,6 +306,8 @@ def search(args: argparse.Namespace, queries: list[str], files: list[Path] | Non
     given_file(args.checkpoint, 'CHECKPOINT', 'give a .pth written by tools/train.py')
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options)
     model = init_retriever(cfg, args.checkpoint, device=args.device)
+    if queries:
+        check_languages(model, args.lang, where='--lang')
     if saved is not None:
         saved.check_encoder(model, where=str(args.index))
     index = saved if files is None else build_index(args, model, files, saved)

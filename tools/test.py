@@ -22,7 +22,6 @@ import os
 import os.path as osp
 import shlex
 import sys
-import tempfile
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,7 +38,14 @@ from xmr.run_config import (
     load_run_config,
 )
 from xmr.utils import cli
-from xmr.utils.cli import GatherAction, UserError, given_folder, print_for_reader, run_tool
+from xmr.utils.cli import (
+    GatherAction,
+    UserError,
+    given_folder,
+    given_output,
+    print_for_reader,
+    run_tool,
+)
 from xmr.version import provenance
 
 if TYPE_CHECKING:
@@ -205,14 +211,7 @@ def check_writable(json_path: Path, overwrite: bool) -> None:
     if _result_files_exist(json_path):
         check_earlier_result(json_path, overwrite)
     check_earlier_clip_benchmark_files(json_path, overwrite)
-    folder = json_path.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        raise UserError(json_path, f'cannot write the result here ({error.strerror or error})',
-                        'give a writable --out') from error
+    given_output(json_path, '--out', 'give a writable --out')
 
 
 def check_earlier_result(json_path: Path, overwrite: bool) -> None:

@@ -103,6 +103,15 @@ def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index
      r'^blank.txt \(--queries\): holds no query: write one query a line$'),
     (['--index', 'kept.idx', '--lang', 'de', '--queries', 'latin1.txt'],
      r'^latin1.txt \(--queries\): is not UTF-8 text \(byte 5\): save it as UTF-8$'),
+    (['--media', 'media', '--index', 'empty', '--overwrite'],
+     r'^empty \(--index\): is a folder, not a file: give --index the path of the index file'),
+    (['--media', 'media', '--lang', 'de', '--query', 'x', '--out', 'empty'],
+     r'^empty \(--out\): is a folder, not a file: give --out the path of a .json file'),
+    (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--out', 'kept.idx/hits.json'],
+     r'^kept.idx/hits.json \(--out\): cannot be written there \(/.*/kept.idx is a file, '
+     r'not a folder\)'),
+    (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--device', 'gpu'],
+     r'^--device gpu: is no torch device: give cpu, cuda or cuda:N$'),
 ])
 def test_what_is_given_is_checked_before_the_model_is_built(
         gallery, tmp_path, monkeypatch, flags, refused):
@@ -138,11 +147,27 @@ def test_what_is_given_is_checked_before_the_model_is_built(
     (['--media', 'm', '--index', 'i', '--prune'], 'with --media, --update'),
     (['--media', 'm', '--index-option', 'nlist'], "'nlist' is no NAME=N \\(nlist=1024\\)"),
     (['--media', 'm', '--index-option', 'nlist=many'], "'nlist=many' is no NAME=N"),
+    (['--media', 'm', '--index', 'i', '--out', 'hits.json'],
+     '--out writes the hits of queries: give --query TEXT ... or --queries FILE'),
+    (['--index', 'i', '--index-type', 'hnsw', '--lang', 'de', '--query', 'x'],
+     '--index-type and --num-frames build a new index: give --media'),
+    (['--index', 'i', '--num-frames', '3', '--lang', 'de', '--query', 'x'],
+     '--index-type and --num-frames build a new index: give --media'),
 ])
 def test_usage_errors_name_what_to_give(capsys, flags, refused):
     with pytest.raises(SystemExit):
         load_tool().parse_args(['c.py', 'c.pth', *flags])
     assert re.search(refused, capsys.readouterr().err)
+
+
+def test_a_query_language_the_model_lacks_is_refused_before_any_media_is_encoded(
+        gallery, tmp_path, monkeypatch):
+    config, checkpoint, media = gallery
+    monkeypatch.setattr(MediaIndex, 'from_media', lambda *args, **kwargs: pytest.fail('encoded'))
+    with pytest.raises(ValueError, match=r"--lang.*\['ko'\]"):
+        load_tool().main([str(config), str(checkpoint), '--media', str(media), '--index',
+                          str(tmp_path / 'gallery.idx'), '--lang', 'ko', '--query', 'x'])
+    assert not (tmp_path / 'gallery.idx').exists()
 
 
 def test_a_file_that_cannot_be_read_stops_the_search_or_is_left_out_and_named(

@@ -272,7 +272,7 @@ def test_out_is_checked_before_testing_and_the_table_is_printed_even_if_saving_f
         run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--out',
                              str(root / 'file' / 'r.json')])
     assert exit_info.value.code == EXIT_ERROR and tested == []
-    assert re.match(r'error: .*file/r\.json: cannot write the result here \(.*\): give a '
+    assert re.match(r'error: .*file/r\.json \(--out\): cannot be written there \(.*\): give a '
                     'writable --out', capsys.readouterr().err)
     with pytest.raises(SystemExit):
         run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--out', str(root)])

@@ -21,12 +21,13 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 __all__ = ['EXIT_ERROR', 'GatherAction', 'UserError', 'UserKeyError', 'did_you_mean',
-           'given_device', 'given_file', 'given_folder', 'int_at_least',
+           'given_device', 'given_file', 'given_folder', 'given_output', 'int_at_least',
            'quiet_on_other_processes', 'run_tool', 'worker_error']
 
 EXIT_ERROR = 2
@@ -131,6 +132,35 @@ def given_folder(path: str | os.PathLike, key: str, fix: str) -> None:
                         'another')
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f'{os.fspath(path)} ({key})', 'is a file, not a folder', fix)
+
+
+def given_output(path: str | os.PathLike, key: str, fix: str) -> None:
+    """Refuse a file a tool is told to write (``--out``, a new ``--index``) where it cannot be
+    written, before the work that makes it (a search wrote its hits, a gallery its index,
+    only to fail on a folder standing there): the folder it goes in is made if missing.
+
+    Raises:
+        UserError: ``<path> (<key>): is a folder, not a file``, or ``cannot be written there
+            (<reason>)`` (a folder not writable, a file standing where a folder of the path
+            goes).
+    """
+    where = f'{os.fspath(path)} ({key})'
+    if os.path.isdir(path):
+        raise UserError(where, 'is a folder, not a file', fix)
+    folder = os.path.dirname(os.path.abspath(path))
+    standing = folder
+    while not os.path.exists(standing):
+        standing = os.path.dirname(standing)
+    if not os.path.isdir(standing):  # os.makedirs says 'File exists', naming no file
+        raise UserError(where, f'cannot be written there ({standing} is a file, not a folder)',
+                        fix)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise UserError(where, f'cannot be written there ({error.strerror or error})',
+                        fix) from error
 
 
 def given_device(name: str | None) -> str:
