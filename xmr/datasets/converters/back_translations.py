@@ -21,6 +21,7 @@ from xmr.datasets.annotation import (
     dump_annotation,
     load_annotation,
 )
+from xmr.datasets.converters.cli import refuse_written_over
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
 from xmr.datasets.converters.translations import caption_lines
@@ -129,10 +130,14 @@ def main_attach_back(argv: Sequence[str] | None = None) -> None:
         ann = load_annotation(args.ann)
         if args.export is not None:
             files = parse_lang_paths(args.export, '--export')
+            refuse_written_over({f'--export {lang}': path for lang, path in files.items()},
+                                {'ANN': args.ann})
             for lang, count in export_captions(ann, files).items():
                 print(f'{files[lang]}: {count} {lang} captions')
             return
         files = parse_lang_paths(args.back_translations, '--back-translations')
+        refuse_written_over({'--out': args.out or args.ann}, {
+            f'--back-translations {lang}': path for lang, path in files.items()})
         ann = attach_back_translations(ann, files, args.overwrite)
         dump_annotation(ann, args.out or args.ann)
     except (ConversionError, AnnotationError, FileNotFoundError) as err:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from xmr.datasets.annotation import (
 )
 from xmr.datasets.converters.errors import ConversionError
 
-__all__ = ['add_media_options', 'checked_media_dir', 'dump_converted', 'write_converted']
+__all__ = ['add_media_options', 'checked_media_dir', 'dump_converted', 'refuse_written_over',
+           'write_converted']
 
 
 def add_media_options(parser: argparse.ArgumentParser, media: str) -> None:
@@ -40,6 +42,28 @@ def checked_media_dir(parser: argparse.ArgumentParser, args: argparse.Namespace,
         parser.error(f'give --{media}-dir, or --skip-media-check to convert without {media}, '
                      'or --text-only for text pairs alone')
     return folder
+
+
+def refuse_written_over(outputs: Mapping[str, Path], inputs: Mapping[str, Path | None]) -> None:
+    """Refuse, before anything is written, an output that is one of the run's inputs (the
+    annotation file replaced by caption lines) or another of its outputs (``--export de=x.txt
+    fr=x.txt`` wrote French over German and reported both), however the two are named.
+
+    Args:
+        outputs: what names each output (``'--export de'``) -> its path.
+        inputs: what names each input (``'ANN'``) -> its path; ``None`` entries skipped.
+
+    Raises:
+        ConversionError: naming both and the fix.
+    """
+    seen: dict[str, str] = {os.path.realpath(path): name for name, path in inputs.items()
+                            if path is not None}
+    for name, path in outputs.items():
+        other = seen.get(os.path.realpath(path))
+        if other is not None:
+            raise ConversionError(f'{path} ({name}) is also {other}: writing it would replace '
+                                  'that; give another path')
+        seen[os.path.realpath(path)] = name
 
 
 def write_converted(convert: Callable[[], Mapping[str, Annotation]], out_dir: Path,

@@ -20,6 +20,7 @@ from xmr.datasets.annotation import (
     dump_annotation,
     load_annotation,
 )
+from xmr.datasets.converters.cli import refuse_written_over
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
 from xmr.fileio import atomic_write_text
@@ -142,6 +143,8 @@ def main_attach(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         files = parse_lang_paths(args.translations, '--translations')
+        refuse_written_over({'--out': args.out or args.ann},
+                            {f'--translations {lang}': path for lang, path in files.items()})
         ann = attach_translations(load_annotation(args.ann), files, args.overwrite)
         dump_annotation(ann, args.out or args.ann)
     except (ConversionError, AnnotationError, FileNotFoundError) as err:
@@ -158,6 +161,7 @@ def main_export(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('out', type=Path, help='text file to write')
     args = parser.parse_args(argv)
     try:
+        refuse_written_over({'OUT': args.out}, {'ANN': args.ann})
         count = export_source_captions(load_annotation(args.ann), args.out)
     except (ConversionError, AnnotationError, FileNotFoundError) as err:
         raise SystemExit(f'error: {err}') from err
