@@ -58,7 +58,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                        help='module file per language of the model; a file of another '
                        "language loads into LANG as given (es=pt.pth: Portuguese's module "
                        'serving Spanish)')
-    merge.add_argument('--out', type=Path, required=True)
+    merge.add_argument('--out', type=Path, required=True,
+                       help='the merged checkpoint to write (a new file, unless --overwrite)')
+    merge.add_argument('--overwrite', action='store_true',
+                       help='replace the file at --out (an earlier merge)')
     for command in (report, export, merge):
         add_config_arguments(command, "model.language_branch.languages=['de','fr','cs']",
                              named_by=None)
@@ -81,20 +84,29 @@ def _pairs(values: list[str]) -> dict[str, Path]:
     return pairs
 
 
-def _refuse_writing_over_inputs(out: Path, inputs: list[str | Path | None]) -> None:
-    """Refuse an ``--out`` that is the config, ``--base`` or a module file: the merged weights
-    alone would replace the config, a training checkpoint (its optimizer and schedule, what a
-    resume needs) or a module.
+def _check_merge_out(args: argparse.Namespace, modules: dict[str, Path]) -> None:
+    """Refuse, before the model is built, an ``--out`` that is a folder, the config, ``--base``
+    or a module file, or any file there without ``--overwrite``: the merged weights alone would
+    replace the config, a module or a training checkpoint (its optimizer and schedule, what a
+    resume needs).
 
     Raises:
-        UserError: naming ``--out`` and the input it is.
+        UserError: naming ``--out`` and what stands there.
     """
     from xmr.fileio import input_written_over
 
-    given = input_written_over(out, inputs)
+    out = args.out
+    if out.is_dir():
+        raise UserError(f'--out {out}', 'is a folder, not a file',
+                        'name the merged checkpoint file (.pth)')
+    given = input_written_over(out, [args.config, args.base, *modules.values()])
     if given is not None:
         raise UserError(out, f'--out is an input of the merge ({given})',
                         'write the merged checkpoint to another file')
+    if out.exists() and not args.overwrite:
+        raise UserError(f'--out {out}', 'exists and is kept (a training checkpoint there would '
+                        'lose what a resume needs)', 'pass --overwrite to replace it, or write '
+                        'the merged checkpoint to another file')
 
 
 def print_parameter_report(model, paper: dict) -> None:
@@ -173,9 +185,9 @@ def main(argv: list[str] | None = None) -> None:
     checkpoint = args.base if args.command == 'merge' else getattr(args, 'checkpoint', None)
     cfg = load_run_config(args.config, ablations=args.ablation,
                           cfg_options=args.cfg_options)
-    if args.command == 'merge' and args.out.is_dir():  # refused before the model is built
-        raise UserError(f'--out {args.out}', 'is a folder, not a file',
-                        'name the merged checkpoint file (.pth)')
+    if args.command == 'merge':
+        modules = _pairs(args.modules)
+        _check_merge_out(args, modules)
     model = init_retriever(cfg, checkpoint)
     if args.command == 'report':
         paper, dropped = _figures_of_the_model_reported(model, args)
@@ -200,8 +212,6 @@ def main(argv: list[str] | None = None) -> None:
                                         base_checkpoint=args.checkpoint)
             print(f'{path}: {lang} module, {path.stat().st_size:,} bytes')
     else:
-        modules = _pairs(args.modules)
-        _refuse_writing_over_inputs(args.out, [args.config, args.base, *modules.values()])
         for lang, path in modules.items():
             load_language_module(model, path, lang)
         save_merged_checkpoint(model, args.out, dict(

@@ -368,3 +368,33 @@ def test_a_merge_into_a_folder_is_refused_before_the_model_is_built(tmp_path, mo
               str(tmp_path / 'merged')], monkeypatch)
     assert f"--out {tmp_path / 'merged'}: is a folder, not a file: name the merged checkpoint" \
         in capsys.readouterr().err
+
+
+def test_a_merge_replaces_a_file_at_out_only_with_overwrite(tmp_path, monkeypatch, capsys):
+    """Any checkpoint at --out (a copy of a training one: optimizer, schedule) became the
+    merged weights alone, without a word."""
+    from xmr.apis import init_retriever
+
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    torch.manual_seed(0)
+    torch.save(dict(state_dict=init_retriever(config).state_dict()), tmp_path / 'trained.pth')
+    _run(['export', str(config), str(tmp_path / 'trained.pth'), '--langs', 'de', '--out-dir',
+          str(tmp_path / 'modules')], monkeypatch)
+    (tmp_path / 'kept.pth').write_bytes(b'a training checkpoint')
+    merge = ['merge', str(config), '--modules', f'de={tmp_path / "modules" / "de.pth"}',
+             '--out', str(tmp_path / 'kept.pth')]
+    capsys.readouterr()
+    import xmr.apis
+
+    with monkeypatch.context() as patch:
+        patch.setattr(xmr.apis, 'init_retriever', None)  # refused before the model is built
+        with pytest.raises(SystemExit, match='2'):
+            _run(merge, monkeypatch)
+    assert capsys.readouterr().err == (
+        f"error: --out {tmp_path / 'kept.pth'}: exists and is kept (a training checkpoint there "
+        'would lose what a resume needs): pass --overwrite to replace it, or write the merged '
+        'checkpoint to another file\n')
+    assert (tmp_path / 'kept.pth').read_bytes() == b'a training checkpoint'
+    _run([*merge, '--overwrite'], monkeypatch)
+    assert sorted(torch.load(tmp_path / 'kept.pth', weights_only=True)) == ['meta', 'state_dict']
