@@ -22,7 +22,17 @@ slurm_launch() {
     local -a positionals=("${@:1:${#names[@]}}")
     shift "${#names[@]}"
     local gpus=${GPUS:-8}
+    # Else bash stopped on 'abc: unbound variable', and 0 or -2 went on to srun as --ntasks=0.
+    if ! [[ $gpus =~ ^[1-9][0-9]*$ ]]; then
+        echo "error: GPUS: '$gpus' is no positive number of GPUs (tasks); set GPUS=N" >&2
+        exit 2
+    fi
     local gpus_per_node=${GPUS_PER_NODE:-$(( gpus < 8 ? gpus : 8 ))}
+    if ! [[ $gpus_per_node =~ ^[1-9][0-9]*$ ]]; then
+        echo "error: GPUS_PER_NODE: '$gpus_per_node' is no positive number of GPUs a node;" \
+            "set GPUS_PER_NODE=N" >&2
+        exit 2
+    fi
     local tools
     tools=$(dirname "$0")
     local -a extra_srun_args

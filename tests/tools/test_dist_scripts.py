@@ -74,6 +74,17 @@ def test_a_number_of_processes_that_is_no_positive_integer_prints_the_usage(scri
         f'{names}']
 
 
+@pytest.mark.parametrize('env, refused', [
+    (dict(GPUS='abc'), "error: GPUS: 'abc' is no positive number of GPUs (tasks); set GPUS=N"),
+    (dict(GPUS='0'), "error: GPUS: '0' is no positive number of GPUs (tasks); set GPUS=N"),
+    (dict(GPUS='4', GPUS_PER_NODE='-2'), "error: GPUS_PER_NODE: '-2' is no positive number of "
+     'GPUs a node; set GPUS_PER_NODE=N')])
+def test_a_slurm_gpu_count_that_is_no_positive_integer_is_refused(env, refused):
+    """'abc' stopped bash on 'abc: unbound variable'; 0 and -2 reached srun as --ntasks=0."""
+    out = run('slurm_train.sh', 'part', 'job', 'cfg.py', SRUN='echo', **env)
+    assert (out.returncode, out.stdout, out.stderr) == (2, '', refused + '\n')
+
+
 def test_train_amp_dtype_implies_amp(tmp_path):
     demo = str(REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py')
     cfg = train_tool.build_config(train_tool.parse_args([demo, '--work-dir', str(tmp_path),
