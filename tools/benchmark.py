@@ -87,7 +87,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from xmr.utils.cli import int_at_least, run_tool
+from xmr.utils.cli import UserError, given_device, int_at_least, run_tool
 
 CASES = ('cross_lingual', 'cross_modal', 'video', 'eval')
 METHODS = ('static', 'dasd')
@@ -153,7 +153,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--tokenizer-file', help="tokenizer.json standing in for the Hugging "
                         "Face tokenizer of an architecture that reads one (SigLIP's Gemma "
                         "tokenizer): the figures time the model, not the vocabulary")
-    parser.add_argument('--threads', type=int, help='torch CPU threads in each run')
+    parser.add_argument('--threads', type=int_at_least(1),
+                        help="torch CPU threads in each run (default: torch's own)")
     parser.add_argument('--work-dir', help='tokenizer model and feature caches (default: temp)')
     parser.add_argument('--out', help='write the rows as JSON here')
     parser.add_argument('--in-process', action='store_true',
@@ -181,12 +182,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.warmup = args.warmup if args.warmup is not None else (5 if cuda else 1)
     args.amp = args.amp or ('both' if cuda else 'none')
     args.methods = args.methods or (','.join(METHODS) if cuda else 'static')
-    if cuda:
-        import torch
-
-        if not torch.cuda.is_available():
-            parser.error(f'--device {args.device}: torch sees no CUDA device here; on a CPU '
-                         'give --device cpu')
+    try:
+        given_device(args.device)
+    except UserError as error:  # every row would fail on it, each with its traceback
+        parser.error(str(error))
     for option, known in (('cases', CASES), ('methods', METHODS), ('compile', COMPILED_PATHS)):
         chosen = [name for name in getattr(args, option).split(',') if name]
         unknown = sorted(set(chosen) - set(known))

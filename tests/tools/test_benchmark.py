@@ -338,8 +338,10 @@ def test_compiled_rows_are_dasd_rows_of_each_mode():
      'dasd to --methods'),
     (['--methods', 'dasd', '--compiled-autograd'], '--compiled-autograd adds each compiled row '
      'again: give --compile'),
-    (['--device', 'cuda'], '--device cuda: torch sees no CUDA device here; on a CPU give '
-     '--device cpu'),
+    (['--device', 'cuda'], '--device cuda: this machine has 0 CUDA device(s): leave --device '
+     'out (the first GPU, else the CPU), or give cpu'),
+    (['--device', 'gpu'], '--device gpu: is no torch device: give cpu, cuda or cuda:N'),
+    (['--threads', '0'], "--threads: '0' is no whole number >= 1"),
 ])
 def test_options_that_would_fail_every_row_or_add_none_are_refused(monkeypatch, capsys, argv,
                                                                    message):
