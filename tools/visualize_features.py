@@ -45,15 +45,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     source.add_argument('--split', choices=('val', 'test'), default='test',
                         help="take the captions of --lang from the config's val/test dataset "
                         '(default: test)')
-    parser.add_argument('--num-captions', type=int, default=500, help='captions embedded (N)')
-    parser.add_argument('--clusters', type=int, default=5, help='k of k-means')
+    parser.add_argument('--num-captions', type=int, default=500,
+                        help='captions embedded (N; default: 500)')
+    parser.add_argument('--clusters', type=int, default=5, help='k of k-means (default: 5)')
     parser.add_argument('--examples', type=int, default=8,
-                        help='captions listed per cluster, nearest to its centre first')
-    parser.add_argument('--perplexity', type=float, default=30.0, help='t-SNE perplexity')
+                        help='captions listed per cluster, nearest to its centre first '
+                        '(default: 8)')
+    parser.add_argument('--perplexity', type=float, default=30.0,
+                        help='t-SNE perplexity (default: 30; at most (N - 1) / 3, as t-SNE '
+                        'needs, for few captions)')
     parser.add_argument('--seed', type=int, default=0, help='seed of t-SNE and k-means')
-    parser.add_argument('--batch-size', type=int, default=256)
-    parser.add_argument('--device', default='cpu')
-    parser.add_argument('--out-dir', default='work_dirs/features')
+    parser.add_argument('--batch-size', type=int, default=256,
+                        help='captions per forward pass (default: 256)')
+    parser.add_argument('--device', default='cpu', help="'cpu', 'cuda' or 'cuda:N' (default: cpu)")
+    parser.add_argument('--out-dir', default='work_dirs/features',
+                        help='where the map (.png) and its clusters (.txt) go (default: '
+                        'work_dirs/features)')
     add_config_arguments(parser, named_by=None)
     args = parser.parse_args(argv)
     for name in ('num_captions', 'clusters', 'examples', 'batch_size'):
