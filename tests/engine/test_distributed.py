@@ -532,6 +532,11 @@ def test_phase_wrapper_defaults_and_cpu_launcher_checks(monkeypatch):
             '--launcher pytorch: RANK is not set: no pytorch launcher started this process: '
             'start it with tools/dist_train.sh CONFIG NUM_PROCESSES')):
         setup_cpu_distributed(cfg, 'pytorch')
+    monkeypatch.delenv('SLURM_PROCID', raising=False)
+    with pytest.raises(UserError, match=(
+            '--launcher slurm: SLURM_PROCID is not set: no slurm launcher started this process: '
+            'start it with tools/slurm_train.sh PARTITION JOB_NAME CONFIG')):
+        setup_cpu_distributed(cfg, 'slurm')
     monkeypatch.setenv('SLURM_PROCID', '0')
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="use the 'pytorch' launcher"):

@@ -88,6 +88,11 @@ def rewrap_for_phase(runner) -> None:
 
 #: Where each launcher tells a process its global rank before MMEngine sets ``RANK`` from it.
 RANK_VARIABLES = {'pytorch': 'RANK', 'slurm': 'SLURM_PROCID', 'mpi': 'OMPI_COMM_WORLD_RANK'}
+#: The commands that start processes with each launcher's variables set.
+LAUNCH_COMMANDS = {
+    'pytorch': 'tools/dist_train.sh CONFIG NUM_PROCESSES (torchrun; tools/dist_test.sh to test)',
+    'slurm': 'tools/slurm_train.sh PARTITION JOB_NAME CONFIG (srun; tools/slurm_test.sh to test)',
+    'mpi': 'mpirun -np N python tools/train.py CONFIG --launcher mpi'}
 
 
 def launcher_rank(launcher: str) -> int:
@@ -122,8 +127,8 @@ def setup_cpu_distributed(cfg: Any, launcher: str) -> None:
         raise UserError(f'--launcher {launcher}',
                         f'{RANK_VARIABLES.get(launcher, "RANK")} is not set: no {launcher} '
                         'launcher started this process',
-                        'start it with tools/dist_train.sh CONFIG NUM_PROCESSES (torchrun; '
-                        'tools/dist_test.sh to test), or drop --launcher for one process')
+                        f'start it with {LAUNCH_COMMANDS.get(launcher, LAUNCH_COMMANDS["pytorch"])}'
+                        ', or drop --launcher for one process')
     if launcher == 'none' or torch.cuda.is_available():
         return
     if launcher != 'pytorch':
