@@ -153,6 +153,25 @@ def test_remove_deletes_the_parts_and_keeps_what_else_is_in_the_folder(tmp_path)
     assert [path.name for path in (tmp_path / 'parts').iterdir()] == ['notes.txt']
 
 
+def test_parts_are_numbered_on_from_the_folder_read_once(tmp_path, monkeypatch):
+    """Each part listed the folder to name itself: a 1M-media gallery (3,907 parts) spent
+    159 s in the listing alone."""
+    (tmp_path / 'parts').mkdir()
+    EncodingParts(tmp_path / 'parts', {}).write(['a'], torch.eye(1, 2))  # an earlier run's
+    parts = EncodingParts(tmp_path / 'parts', {})
+    listed = []
+    monkeypatch.setattr(parts, 'files', lambda: listed.append(1) or EncodingParts.files(parts))
+    for number in range(4):
+        parts.write([f'id{number}'], torch.ones(1, 2))
+    assert len(listed) == 1
+    assert [path.name for path in EncodingParts.files(parts)] == [
+        f'part-{number:06d}.pt' for number in range(1, 6)]
+    assert list(parts.read()) == ['a', 'id0', 'id1', 'id2', 'id3']
+    parts.remove()
+    parts.write(['b'], torch.eye(1, 2))
+    assert [path.name for path in EncodingParts.files(parts)] == ['part-000001.pt']
+
+
 def test_parts_decoded_by_workers_equal_those_decoded_in_turn_and_start_them_once(
         model, image_files, tmp_path, monkeypatch):
     loaders = []
