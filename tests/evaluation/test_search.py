@@ -329,6 +329,28 @@ def test_a_searcher_kept_to_some_rows_finds_as_one_built_of_them(index, options)
         searcher.keep([0, 200])
 
 
+@pytest.mark.parametrize('order', ['ascending', 'reordered'])
+def test_a_flat_searcher_keeps_rows_in_order_in_place_and_others_in_their_order(order):
+    """Dropping one file from a 400k flat gallery copied it whole twice (6.1 s, +2x memory):
+    rows in order are dropped in place; rows in another order are kept in that order."""
+    gallery, queries = _random_unit(50, 8, seed=5), _random_unit(6, 8, seed=6)
+    ids = [f'm{row}' for row in range(50)]
+    rows = [row for row in range(50) if row not in (0, 17, 49)]
+    if order == 'reordered':
+        rows = rows[::-1]
+    searcher = FaissSearcher(gallery, index='flat', ids=ids)
+    built = searcher.index
+    searcher.keep(rows)
+    assert (searcher.index is built) == (order == 'ascending')
+    assert searcher.ids == [ids[row] for row in rows]
+    torch.testing.assert_close(torch.from_numpy(searcher.index.reconstruct_n(0, 47)),
+                               gallery[rows])
+    exact_scores, exact_rows = (queries @ gallery[rows].T).topk(4)
+    scores, named = searcher.search_ids(queries, 4)
+    assert named == [[ids[rows[row]] for row in found] for found in exact_rows.tolist()]
+    torch.testing.assert_close(scores, exact_scores, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize('index, options', [('ivf', dict(nlist=8, nprobe=1)),
                                             ('hnsw', dict(hnsw_m=4, ef_search=2))])
 def test_a_searcher_s_state_is_its_index_not_one_built_again(index, options):

@@ -253,9 +253,10 @@ class FaissSearcher:
             self.ids += list(ids)
 
     def keep(self, rows: Sequence[int]) -> None:
-        """Keep only the gallery items of ``rows``, in that order: the index is emptied and
-        their vectors added again (an IVF index keeps the cells it was trained on; HNSW links
-        them anew, with its own settings).
+        """Keep only the gallery items of ``rows``, in that order: a flat index given its rows
+        in order drops the others in place (faiss's ``remove_ids``, no copy of the gallery);
+        any other is emptied and their vectors added again (an IVF index keeps the cells it
+        was trained on; HNSW links them anew, with its own settings: as long as a build).
 
         Raises:
             ValueError: no rows (a gallery cannot be empty), or one out of range.
@@ -266,13 +267,18 @@ class FaissSearcher:
         if not all(0 <= row < self.gallery_size for row in rows):
             raise ValueError(f'rows must be in [0, {self.gallery_size}), got '
                              f'{[row for row in rows if not 0 <= row < self.gallery_size][:10]}.')
-        if self.index_type == 'ivf':
-            self.index.make_direct_map()  # an IVF index reconstructs its vectors only with it
-        vectors = self.index.reconstruct_n(0, self.gallery_size)[rows]
-        index = faiss.clone_index(self.index)
-        index.reset()
-        index.add(vectors)
-        self.index = index
+        if self.index_type == 'flat' and all(a < b for a, b in zip(rows, rows[1:])):
+            dropped = np.ones(self.gallery_size, dtype=bool)
+            dropped[rows] = False
+            self.index.remove_ids(np.flatnonzero(dropped).astype(np.int64))
+        else:
+            if self.index_type == 'ivf':
+                self.index.make_direct_map()  # an IVF index reconstructs its vectors with it
+            vectors = self.index.reconstruct_n(0, self.gallery_size)[rows]
+            index = faiss.clone_index(self.index)
+            index.reset()
+            index.add(vectors)
+            self.index = index
         if self.ids is not None:
             self.ids = [self.ids[row] for row in rows]
 
