@@ -119,3 +119,25 @@ def test_converting_again_keeps_a_file_that_translations_were_attached_to(tmp_pa
     (tmp_path / 'fr.txt').write_text(''.join(f'une photo {i}\n' for i in range(captions)))
     main_attach([str(out), '--translations', f'fr={tmp_path / "fr.txt"}'])
     assert_a_rerun_keeps(out, lambda: main(convert), 'translation_langs', ['fr'])
+
+
+def test_captions_must_be_as_many_in_every_language_of_an_image_kept(tmp_path):
+    """Image 3 is unaligned in de but has no zh row (not kept, no error); image 4 is kept and
+    unaligned: the error names it; with 4 aligned, its two captions are kept in order."""
+    def rows(captions):
+        return [(str(i), f'http://x/{i}.jpg', text, 'success') for i, text in captions]
+
+    tsvs = {'en': rows([(1, 'a'), (3, 'b'), (3, 'c'), (4, 'd'), (4, 'e'), (5, 'f')]),
+            'de': rows([(1, 'A'), (3, 'B'), (4, 'D'), (5, 'F')]),
+            'zh': rows([(1, '甲'), (4, '丁'), (4, '戊'), (5, '己')])}
+    _write_tsvs(tmp_path, tsvs)
+    with pytest.raises(ConversionError, match=r'train_imageId2Ann_de.tsv has 1 captions for id 4 '
+                       'but the en file has 2; translations must align'):
+        convert_cc3m(tmp_path, languages=['en', 'de', 'zh'])
+    tsvs['de'].insert(3, ('4', 'http://x/4.jpg', 'E', 'success'))
+    _write_tsvs(tmp_path, tsvs)
+    ann = convert_cc3m(tmp_path, languages=['en', 'de', 'zh'])
+    assert [(r.media_id, r.captions['en'], r.translations['de'], r.translations['zh'])
+            for r in ann.items] == [('1', ['a'], ['A'], ['甲']),
+                                    ('4', ['d', 'e'], ['D', 'E'], ['丁', '戊']),
+                                    ('5', ['f'], ['F'], ['己'])]
