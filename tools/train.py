@@ -1,11 +1,12 @@
 """Train a model from a config: ``python tools/train.py CONFIG [--work-dir DIR] [--resume [WHAT]]``.
 
-``--resume`` (or ``--resume latest``) continues from the work dir's latest checkpoint and fails
-when there is none; ``--resume auto`` does the same but starts a new run when there is none (for
-jobs that a scheduler restarts); ``--resume PATH`` continues from that checkpoint. A new run
-(without ``--resume``, or ``--resume auto`` finding no ``last_checkpoint``) refuses a work dir
-holding ``iter_*.pth`` or ``best_*.pth``: it would overwrite some of them and leave the rest
-beside its own.
+``--resume`` (or ``--resume latest``) continues from the work dir's latest checkpoint (the one
+``last_checkpoint`` names, else the newest ``iter_<n>.pth``) and fails when there is none;
+``--resume auto`` does the same but starts a new run when there is none (for jobs that a
+scheduler restarts), whose own first best of each key replaces the ``best_*.pth`` of a start
+stopped before its first periodic checkpoint; ``--resume PATH`` continues from that checkpoint.
+A new run without ``--resume`` refuses a work dir holding ``iter_*.pth`` or ``best_*.pth``: it
+would overwrite some of them and leave the rest beside its own.
 
 ``--test`` (or ``--test last``) tests the final weights once training has ended, as
 ``tools/test.py CONFIG <work_dir>/iter_<n>.pth`` would, in the same process: the leaderboard is
@@ -69,6 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_config(args: argparse.Namespace) -> Config:
     from xmr.engine.amp import enable_amp
+    from xmr.engine.work_dir import training_checkpoints
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
@@ -91,6 +93,9 @@ def build_config(args: argparse.Namespace) -> Config:
         return cfg
     if resume is not None:
         cfg.resume = False  # --resume auto found nothing: a new run
+        stopped_best = training_checkpoints(cfg.work_dir)  # best_*.pth alone: resume allowed it
+        if stopped_best and cfg.get('default_hooks', {}).get('checkpoint') is not None:
+            cfg.default_hooks.checkpoint.earlier_best = stopped_best
     check_load_from(cfg.get('load_from'))
     return cfg
 
@@ -296,7 +301,11 @@ def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume') 
     from mmengine.logging import print_log
 
     from xmr.engine.checkpoint import CHECKPOINT_FIX, check_checkpoint, check_given_checkpoint
-    from xmr.engine.work_dir import latest_checkpoint
+    from xmr.engine.work_dir import (
+        latest_checkpoint,
+        newest_periodic_checkpoint,
+        training_checkpoints,
+    )
 
     if resume is None:
         refuse_earlier_checkpoints(work_dir)
@@ -306,17 +315,34 @@ def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume') 
                                "work dir's latest")
         return resume
     checkpoint = latest_checkpoint(work_dir)
+    if checkpoint is None:
+        # A kill between the first iter_<n>.pth and its pointer left them apart.
+        checkpoint = newest_periodic_checkpoint(work_dir)
+        if checkpoint is not None:
+            print_log(f'{work_dir} has no last_checkpoint: resuming from its newest checkpoint, '
+                      f'{os.path.basename(checkpoint)}', logger='current', level=logging.WARNING)
     if checkpoint is not None:
         check_checkpoint(checkpoint)
-    if checkpoint is None and resume == 'latest':
+        return checkpoint
+    best = training_checkpoints(work_dir)  # best_*.pth alone, if any: no iter_*.pth
+    if resume == 'latest':
         raise UserError(work_dir, '--resume: the work dir has no checkpoint to resume from (no '
-                        'last_checkpoint)', 'drop --resume to start a new run, or name one: '
-                        '--resume PATH')
-    if checkpoint is None:
-        refuse_earlier_checkpoints(work_dir)
+                        'last_checkpoint, no iter_*.pth' + (f'; {best[0]} keeps no optimiser '
+                                                            'state to resume' if best else '')
+                        + ')', 'drop --resume to start a new run' + (
+                            ' (--resume auto replaces the best checkpoints of the run stopped '
+                            'before its first checkpoint)' if best else '')
+                        + ', or name one: --resume PATH')
+    if best:
+        # A requeued job stopped after a validation but before its first periodic checkpoint:
+        # its new run replaces each at its own first best (CheckpointHook).
+        print_log(f'--resume auto: no checkpoint to resume in {work_dir}; starting a new run, '
+                  f'which replaces {", ".join(best)} (saved by a run stopped before its first '
+                  'checkpoint) with its own best', logger='current', level=logging.WARNING)
+    else:
         print_log(f'--resume auto: no checkpoint in {work_dir}; starting a new run',
                   logger='current')
-    return checkpoint
+    return None
 
 
 def refuse_earlier_checkpoints(work_dir: str) -> None:
@@ -335,9 +361,9 @@ def refuse_earlier_checkpoints(work_dir: str) -> None:
         shown = ', '.join(found[:3]) + (f', ... ({len(found)} in all)' if len(found) > 3 else '')
         raise UserError(work_dir, f'holds the checkpoints of an earlier run ({shown}), which a '
                         'new run would overwrite and mix with its own', 'continue it with '
-                        '--resume (--resume PATH where last_checkpoint is missing or names a '
-                        'deleted file), train into another --work-dir, or remove them to start '
-                        'afresh')
+                        '--resume (--resume PATH where last_checkpoint names a deleted file; '
+                        '--resume auto where it saved best_*.pth alone), train into another '
+                        '--work-dir, or remove them to start afresh')
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -113,10 +113,35 @@ def test_a_work_dir_named_with_glob_characters_is_searched_for_checkpoints_as_na
         train_tool.build_config(args)
 
 
-def test_resume_auto_without_last_checkpoint_refuses_a_work_dir_with_checkpoints(tmp_path):
-    (tmp_path / 'iter_4.pth').write_bytes(b'weights')
-    with pytest.raises(UserError, match=r'earlier run \(iter_4.pth\)'):
+def test_resume_without_last_checkpoint_takes_the_newest_periodic_checkpoint(tmp_path):
+    """A kill between the first iter_<n>.pth and its pointer: --resume auto was refused as a
+    new run ('holds the checkpoints of an earlier run'), --resume found no checkpoint."""
+    for name in ('iter_4.pth', 'iter_12.pth', 'iter_8.pth', 'best_mAR_iter_10.pth'):
+        save_checkpoint(tmp_path / name)
+    assert resumed(tmp_path) == (True, str(tmp_path / 'iter_12.pth'))
+    assert resumed(tmp_path, 'auto') == (True, str(tmp_path / 'iter_12.pth'))
+    (tmp_path / 'iter_12.pth').write_bytes(b'')  # what no atomic save leaves: refused
+    with pytest.raises(CheckpointReadError, match='iter_12.pth'):
         resumed(tmp_path, 'auto')
+
+
+def test_best_checkpoints_alone_start_a_new_run_under_auto_alone(tmp_path):
+    """A run killed after a validation, before its first periodic checkpoint (validation
+    every 300 iterations, checkpoints every 1000): every requeue with --resume auto was
+    refused, and --resume said to drop --resume."""
+    save_checkpoint(tmp_path / 'best_mAR_iter_300.pth')
+    assert resumed(tmp_path, 'auto') == (False, None)
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path), '--resume', 'auto'])
+    assert train_tool.build_config(args).default_hooks.checkpoint.earlier_best == [
+        'best_mAR_iter_300.pth']  # the new run's own first best replaces it
+    with pytest.raises(UserError, match=(
+            r'no iter_\*.pth; best_mAR_iter_300.pth keeps no optimiser state to resume\): drop '
+            r'--resume to start a new run \(--resume auto replaces the best checkpoints')):
+        resumed(tmp_path)
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path)])
+    with pytest.raises(UserError, match=r'earlier run \(best_mAR_iter_300.pth\).*--resume auto '
+                       r'where it saved best_\*.pth alone'):
+        train_tool.build_config(args)
 
 
 def test_a_truncated_checkpoint_is_refused_before_the_work_dir_is_written(tmp_path):

@@ -8,6 +8,7 @@ import fcntl
 import glob
 import os
 import os.path as osp
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -39,6 +40,16 @@ def training_checkpoints(work_dir: str | os.PathLike) -> list[str]:
     may lack or whose file may be deleted."""
     return sorted(osp.basename(path) for pattern in ('iter_*.pth', 'best_*.pth')
                   for path in glob.glob(osp.join(glob.escape(str(work_dir)), pattern)))
+
+
+def newest_periodic_checkpoint(work_dir: str | os.PathLike) -> str | None:
+    """The ``iter_<n>.pth`` of ``work_dir`` with the largest ``n``, or ``None``: the checkpoint
+    ``last_checkpoint`` names, where a kill came between saving the first checkpoint and its
+    pointer (or the work dir was copied without the pointer)."""
+    numbered = [(int(match[1]), path) for path in glob.glob(
+        osp.join(glob.escape(str(work_dir)), 'iter_*.pth'))
+        if (match := re.fullmatch(r'iter_(\d+)\.pth', osp.basename(path)))]
+    return max(numbered)[1] if numbered else None
 
 
 def latest_checkpoint(work_dir: str | os.PathLike) -> str | None:

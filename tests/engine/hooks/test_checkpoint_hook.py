@@ -324,6 +324,31 @@ def test_a_moved_work_dir_takes_its_own_best_and_replaces_it_with_a_better_one(t
     assert sorted(path.name for path in moved.glob('best_*.pth')) == ['best_mAR_iter_8.pth']
 
 
+def test_a_new_run_replaces_the_best_of_a_run_stopped_before_its_first_checkpoint(tmp_path):
+    """The stopped run's best of each key goes once this run saves its own of that key; a
+    file of a key this run did not save, or not named to it, stays."""
+    for name in ('best_mAR_iter_300.pth', 'best_rSum_iter_300.pth', 'best_mAR_iter_9.pth'):
+        torch.save({'state_dict': {}}, tmp_path / name)
+    runner, hook = runner_with_hook(
+        tmp_path, save_best=['mAR', 'rSum'], rule=['greater'] * 2,
+        earlier_best=['best_mAR_iter_300.pth', 'best_rSum_iter_300.pth'])
+    runner.train_loop._iter = 100
+    hook._save_best_checkpoint(runner, {'mAR': 1.0, 'rSum': float('nan')})
+    assert sorted(path.name for path in tmp_path.glob('best_*.pth')) == [
+        'best_mAR_iter_100.pth', 'best_mAR_iter_9.pth', 'best_rSum_iter_300.pth']
+    runner.train_loop._iter = 300  # the same name as the stopped run's: saved, kept
+    hook._save_best_checkpoint(runner, {'mAR': 0.5, 'rSum': 2.0})
+    assert sorted(path.name for path in tmp_path.glob('best_*.pth')) == [
+        'best_mAR_iter_100.pth', 'best_mAR_iter_9.pth', 'best_rSum_iter_300.pth']
+    assert loads(tmp_path / 'best_rSum_iter_300.pth')
+    resumed, hook = runner_with_hook(tmp_path / 'resumed', save_best='mAR', rule='greater',
+                                     earlier_best=['best_mAR_iter_9.pth'])
+    assert hook._earlier_best  # a new run takes them; a resumed one does not
+    resumed._resume = True
+    hook.before_train(resumed)
+    assert hook._earlier_best == []
+
+
 def test_a_moved_work_dir_records_its_own_best_of_each_of_several_keys(tmp_path):
     """With several save_best keys the hub names each key's best as 'best_ckpt_<key>': the
     file a moved work dir takes over is recorded there, so its next checkpoint carries it."""

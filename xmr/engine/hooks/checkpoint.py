@@ -67,6 +67,9 @@ class CheckpointHook(MMEngineCheckpointHook):
 
     Args:
         backend_args: MMEngine file backend arguments; default: the atomic local backend.
+        earlier_best: names of best checkpoints in the work dir that a run stopped before its
+            first periodic checkpoint saved (``tools/train.py --resume auto`` sets them): this
+            new run's own first best of each key replaces them instead of leaving them beside.
         **kwargs: :class:`mmengine.hooks.CheckpointHook` arguments.
     """
 
@@ -76,9 +79,12 @@ class CheckpointHook(MMEngineCheckpointHook):
     #: ``meta``, ...) itself, so that any such option fails the save: its own options alone.
     forwards_options_to = (MMEngineCheckpointHook.__init__,)
 
-    def __init__(self, backend_args: dict | None = None, **kwargs: Any) -> None:
+    def __init__(self, backend_args: dict | None = None, earlier_best: Sequence[str] = (),
+                 **kwargs: Any) -> None:
         super().__init__(backend_args=backend_args or dict(backend='xmr_atomic_local'),
                          **kwargs)
+        self.earlier_best = list(earlier_best)
+        self._earlier_best: list[Path] = []
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
@@ -89,6 +95,8 @@ class CheckpointHook(MMEngineCheckpointHook):
         if is_main_process():
             for path in remove_stale_temporaries(self.out_dir):
                 runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
+        self._earlier_best = ([] if runner._resume or not self.save_best else
+                              [Path(self.out_dir, name) for name in self.earlier_best])
         # On every rank: each reads the hub's paths (tools/train.py --test tests on each).
         for key, path in self._best_paths().items() if self.save_best else ():
             if path is None or self._ours(path):
@@ -221,6 +229,21 @@ class CheckpointHook(MMEngineCheckpointHook):
                 elif old is not None and old != new and self._ours(old):
                     self._remove(old)
                     runner.logger.info(f'The previous best checkpoint {old} is removed')
+                if new is not None and self.file_backend.isfile(new):
+                    self._replace_earlier_best(runner, Path(new))
+
+    def _replace_earlier_best(self, runner, new: Path) -> None:
+        """Remove the earlier run's best checkpoints of ``new``'s key (``best_<key>_``), now
+        that this run saved its own."""
+        stem = new.name[:new.name.rindex('_iter_') + 1] if '_iter_' in new.name else new.stem
+        replaced = [path for path in self._earlier_best
+                    if path.name.startswith(stem) and path.resolve() != new.resolve()]
+        self._earlier_best = [path for path in self._earlier_best
+                              if not path.name.startswith(stem)]
+        for path in replaced:
+            self._remove(str(path))
+            runner.logger.info(f'{path.name}, the best checkpoint of a run stopped before its '
+                               f'first checkpoint, is replaced by {new.name}')
 
     def _ours(self, path: str) -> bool:
         """Whether ``path`` lies in this run's work dir (not in the one a fork resumed from)."""
