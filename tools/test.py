@@ -218,8 +218,9 @@ def check_earlier_result(json_path: Path, overwrite: bool) -> None:
     """Refuse to replace the files at ``json_path`` unless they are an earlier test result
     (its JSON and CSV) and ``overwrite`` is given.
 
-    A result and its table are replaced together, so the CSV alone, or a JSON whose CSV is
-    some other file, is refused as well.
+    A result and its table are replaced together, so a JSON whose CSV is some other file is
+    refused as well, as is a CSV alone unless it is a result's table (a test killed as it
+    saved, between the table and the JSON) and ``overwrite`` is given.
     """
     from xmr.evaluation import load_result
 
@@ -228,8 +229,14 @@ def check_earlier_result(json_path: Path, overwrite: bool) -> None:
     try:
         earlier = load_result(json_path)
     except FileNotFoundError:
-        raise UserError(csv_path, f'exists, and no test result {json_path.name} stands beside '
-                        'it; it is left as it is', keep) from None
+        if not _is_result_table(csv_path):
+            raise UserError(csv_path, f'exists, and no test result {json_path.name} stands '
+                            'beside it; it is left as it is', keep) from None
+        if not overwrite:
+            raise UserError(csv_path, f'holds the table of a test result without its '
+                            f'{json_path.name} (a test stopped as it saved); it is kept',
+                            f'pass --overwrite to replace it, or {keep}') from None
+        return
     except ValueError as error:
         raise UserError(json_path, f'exists and is not an earlier test result ({error}); it is '
                         'left as it is', keep) from error

@@ -383,13 +383,25 @@ def test_only_an_earlier_result_is_replaced_and_only_with_overwrite(synthetic_se
     assert json.loads((root / 'model_test.json').read_text())['name'] == 'run 2'
     assert 'run 2' in (root / 'model_test.csv').read_text()
 
-    # A table left without its result is not taken for one either.
+    # A result's table left without its JSON (a test killed between the two renames: every
+    # rerun was refused, --overwrite too) is replaced with --overwrite alone.
     (root / 'model_test.json').unlink()
+    with pytest.raises(SystemExit):
+        run_tool(tool.main, [str(config()), str(root / 'model.pth')])
+    assert re.match(r'error: .*model_test\.csv: holds the table of a test result without its '
+                    r'model_test\.json \(a test stopped as it saved\); it is kept: pass '
+                    '--overwrite to replace it', capsys.readouterr().err)
+    assert len(tested) == 2
+    tool.main([str(config()), str(root / 'model.pth'), '--overwrite'])
+    assert len(tested) == 3 and (root / 'model_test.json').exists()
+    # Any other file there is no result's table: kept, --overwrite or not.
+    (root / 'model_test.json').unlink()
+    (root / 'model_test.csv').write_text('my,own,table\n')
     with pytest.raises(SystemExit):
         run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--overwrite'])
     assert re.match(r'error: .*model_test\.csv: exists, and no test result model_test\.json',
                     capsys.readouterr().err)
-    assert len(tested) == 2
+    assert len(tested) == 3 and (root / 'model_test.csv').read_text() == 'my,own,table\n'
 
 
 def test_a_result_written_by_another_test_meanwhile_is_kept_and_this_one_saved_beside_it(

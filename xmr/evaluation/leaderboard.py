@@ -602,8 +602,10 @@ def save_result_files(json_path: str | os.PathLike, result: EvaluationResult,
 
     Every text is made before any file is written, and the JSON, which ``tools/test.py``
     checks before replacing anything, is renamed into place last: a kill leaves the earlier
-    result and its table as they were, never a new JSON beside the old table. Partial files
-    of killed writes (``.<name>.<host>-<pid>.tmp``) in the result's folders are removed first.
+    result whole, never a new JSON beside the old table; one between the renames leaves the
+    new table beside it (or alone), which the same test run again with ``--overwrite``
+    replaces. Partial files of killed writes (``.<name>.<host>-<pid>.tmp``) in the result's
+    folders are removed first.
 
     Returns:
         The paths written, the JSON last.
