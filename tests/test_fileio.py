@@ -134,6 +134,19 @@ def test_stale_temporaries_of_dead_processes_are_removed_and_live_ones_kept(tmp_
     assert remove_stale_temporaries(tmp_path / 'missing') == []
 
 
+def test_a_set_of_files_written_where_a_killed_writer_left_temporaries_removes_them(tmp_path):
+    """A converter killed as it wrote left 12.7 MB of .tmp files beside its outputs, which
+    the rerun that wrote them whole left there."""
+    (tmp_path / 'out').mkdir()
+    killed = [tmp_path / 'out' / '.train.json.999999999.tmp', tmp_path / '.x.txt.999999998.tmp']
+    live = tmp_path / 'out' / f'.val.json.{os.getpid()}.tmp'
+    for path in (*killed, live):
+        path.write_text('partial')
+    atomic_write_texts({tmp_path / 'out' / 'train.json': '{}', tmp_path / 'y.txt': 'y'})
+    assert sorted(path.name for path in tmp_path.rglob('*') if path.is_file()) == [
+        f'.val.json.{os.getpid()}.tmp', 'train.json', 'y.txt']
+
+
 def test_a_temporary_of_another_host_is_kept_until_it_has_gone_quiet(tmp_path, monkeypatch):
     """A test run on node B removed every .tmp whose PID no process of B had: node A's
     checkpoint, half written in the shared work dir, and A's training stopped."""

@@ -151,7 +151,8 @@ def atomic_write_texts(texts: Mapping[str | os.PathLike, str | Iterable[str]]) -
 
     Every file is written to its temporary sibling first; only when all are written are they
     renamed over their final names. A path that is a folder is refused before anything is
-    written, so that no rename fails part-way.
+    written, so that no rename fails part-way. Temporaries that killed processes left in the
+    files' folders are removed first (:func:`remove_stale_temporaries`).
 
     Args:
         texts: path (a link: the file it points to, :func:`written_path`) -> its text, or the
@@ -181,6 +182,9 @@ def atomic_write_texts(texts: Mapping[str | os.PathLike, str | Iterable[str]]) -
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, f'{path}: is a folder, not a file; nothing '
                                     'of this set was written')
+    # The outputs of one conversion go where an earlier one may have been killed as it wrote.
+    for folder in {path.parent for path in paths}:
+        remove_stale_temporaries(folder)
     temporaries: list[Path] = []
     try:
         for path, text in paths.items():

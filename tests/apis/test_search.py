@@ -173,7 +173,10 @@ def test_a_saved_index_searches_as_the_one_it_was_built(model, image_files, tmp_
     """An approximate index loads as it was built (IVF's cells and HNSW's graph are not built
     again), so its misses stay its misses."""
     built = MediaIndex.from_media(model, image_files, **index)
+    killed = tmp_path / '.gallery.idx.999999999.tmp'  # a save killed as it wrote: removed
+    killed.write_bytes(b'partial')
     assert built.save(tmp_path / 'gallery.idx') == tmp_path / 'gallery.idx'
+    assert sorted(path.name for path in tmp_path.glob('.*.tmp')) == []
     loaded = MediaIndex.load(tmp_path / 'gallery.idx', model=model)
     assert loaded.media_ids == built.media_ids and loaded.encoded_by == built.encoded_by
     assert loaded.encoded_by == dict(backbone=model.backbone.fingerprint(), transform=None,

@@ -23,7 +23,7 @@ from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.engine.checkpoint import read_checkpoint
 from xmr.engine.feature_cache.key import backbone_fingerprint
 from xmr.evaluation.search import FaissSearcher
-from xmr.fileio import atomic_torch_save
+from xmr.fileio import atomic_torch_save, remove_stale_temporaries
 from xmr.models.retrievers.base import unit_rows
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 from xmr.version import provenance
@@ -204,9 +204,12 @@ class MediaIndex:
         new one is), for :meth:`load` to search again without encoding the gallery again: the
         faiss index as built, the media ids, :attr:`encoded_by` and the xmr that wrote it.
 
+        Temporaries of earlier saves killed as they wrote are removed from its folder first.
+
         Returns:
             ``path``.
         """
+        remove_stale_temporaries(Path(path).parent)
         return atomic_torch_save(dict(format=INDEX_FORMAT, media_ids=self.media_ids,
                                       searcher=self.searcher.state_dict(),
                                       encoded_by=self.encoded_by, **provenance()), path)

@@ -59,7 +59,7 @@ from typing import Any, NamedTuple
 
 from xmr.ablations import ablation_suffix
 from xmr.datasets.languages import is_language_alias, normalize_language
-from xmr.fileio import atomic_write_text, atomic_write_texts, remove_stale_temporaries
+from xmr.fileio import atomic_write_text, atomic_write_texts
 
 __all__ = [
     'HEADLINES', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult', 'format_table',
@@ -613,8 +613,6 @@ def save_result_files(json_path: str | os.PathLike, result: EvaluationResult,
     json_path = Path(json_path)
     texts = {json_path.with_suffix('.csv'): csv_text([result]), **(more or {}),
              json_path: result_json(result)}
-    for folder in {path.parent for path in texts}:
-        remove_stale_temporaries(folder)
     return atomic_write_texts(texts)
 
 

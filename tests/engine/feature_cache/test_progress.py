@@ -19,6 +19,7 @@ from tests.engine.feature_cache.test_ranks import (
     counting_media,
     five_images_ann,
     join_group,
+    one_process_build,
     wait_for,
 )
 from tests.engine.test_distributed import free_port
@@ -73,7 +74,9 @@ def test_a_stopped_build_goes_on_from_the_rows_it_recorded_and_builds_the_same_c
     # Five media in batches of 2: the second holds grey, unreadable; the third stopped.
     assert progress['source']['rows'] == 10 and progress['media']['rows'] == 4
     assert list(progress['media']['unreadable']) == ['3']
-    # Left by a process gone since: the next build takes it over.
+    # Left by a process gone since: the next build takes it over, without the temporary of
+    # the write it was killed in (it ended up in the finished cache).
+    (partial / '.progress.json.999999999.tmp').write_text('{"cut')
     partial.rename(tmp_path / 'cache.partial-999999999')
 
     encoded = stop_at(monkeypatch, tiny_retriever, -1, error)
@@ -218,7 +221,7 @@ def test_two_ranks_killed_or_interrupted_go_on_with_the_rows_they_recorded(
         _stopped_rank, args=(free_port(), tiny_retriever, str(ann_file), str(tmp_path), None),
         nprocs=2, join=True, start_method='fork')
     assert [json.loads((tmp_path / f'rank{rank}').read_text()) for rank in (0, 1)] == [[2], [1]]
-    cached_pairs(ann_file, tmp_path / 'single').prepare(tiny_retriever)
+    one_process_build(ann_file, tmp_path / 'single', tiny_retriever)
     for name in {path.name for path in (tmp_path / 'single').iterdir()} - {'meta.json'}:
         assert (tmp_path / 'single' / name).read_bytes() == (
             tmp_path / 'cache' / name).read_bytes(), name

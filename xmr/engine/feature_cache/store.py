@@ -40,6 +40,7 @@ from xmr.fileio import (
     fsync_folder,
     fsync_path,
     process_running,
+    remove_stale_temporaries,
 )
 from xmr.utils.cli import UserError
 
@@ -253,6 +254,7 @@ def _start_build(path: Path, overwrite: bool, record: dict[str, Any]) -> Path:
                   logger='current')
         if stopped != partial:
             stopped.rename(partial)
+        remove_stale_temporaries(partial)  # the stopped build's writes under way (progress)
         # A rank that failed while the others were stopped left its marker, which this build's
         # ranks would take for a failure of their own.
         for marker in partial.glob(f'{FAILED_MARKER}*'):
