@@ -943,3 +943,6 @@ def test_an_option_setting_a_variable_the_config_copied_where_it_is_used_is_refu
                                              'test_dataloader.dataset.split': 'val'})
     assert (cfg.note, cfg.scenes, cfg.decay, cfg.test_dataloader.dataset.split) == (
         'another run', 5, 0.1, 'val')
+    # Set to the value it has (a script passing it always): nothing changes, nothing refused.
+    assert load_run_config(base, cfg_options={'split': 'test'}).test_dataloader.dataset.split \
+        == 'test'

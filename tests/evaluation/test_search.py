@@ -399,3 +399,22 @@ def test_a_loaded_index_is_tuned_to_search_as_one_built_with_those_options():
     with pytest.raises(ValueError, match='search option nprobe must be an integer >= 1, got 0'):
         ivf.tune(nprobe=0)
     assert ivf.index.nprobe == 8
+
+
+@pytest.mark.parametrize('name, index', [('nprobe', 'ivf'), ('seed', 'ivf'),
+                                         ('ef_search', 'hnsw')])
+def test_none_is_taken_only_for_an_option_whose_default_is_computed(name, index):
+    """``nprobe=None`` passed the early check and failed in min(None, cells) once the gallery
+    was encoded."""
+    computed = dict(nlist=None, train_size=None) if index == 'ivf' else {}
+    search.check_search_options(dict(index=index, chunk_size=None, **computed))
+    with pytest.raises(ValueError, match=f'search option {name} must be an integer >= '):
+        search.check_search_options({'index': index, name: None})
+
+
+def test_an_ivf_index_trains_on_as_many_rows_as_it_has_cells():
+    search.check_search_options(dict(index='ivf', nlist=4, train_size=4))
+    gallery = np.random.default_rng(0).standard_normal((200, 8)).astype('float32')
+    assert FaissSearcher(gallery, index='ivf', nlist=4, train_size=4).index.nlist == 4
+    with pytest.raises(ValueError, match='train_size'):
+        search.check_search_options(dict(index='ivf', nlist=4, train_size=3))

@@ -472,3 +472,14 @@ def test_a_file_reached_again_through_a_link_is_one_media_named_as_first_met(tmp
     (photos / 'more' / 'up').symlink_to(photos)
     assert load_tool().media_files([str(photos)]) == [
         photos / 'a.png', photos / 'b.png', photos / 'more' / 'c.png']
+
+
+def test_a_folder_reached_again_through_links_back_up_is_walked_once(tmp_path):
+    """Two links back up made os.walk's walk grow without end (each link every other's way
+    in), and --media hung."""
+    photos = tmp_path / 'photos'
+    photos.mkdir()
+    (photos / 'a.png').write_bytes(b'x')
+    (photos / 'up').symlink_to(photos)
+    (photos / 'up2').symlink_to(photos)
+    assert list(load_tool().files_below(photos)) == [photos / 'a.png']

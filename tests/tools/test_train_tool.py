@@ -278,6 +278,9 @@ def test_a_training_config_missing_one_of_its_keys_names_it(tmp_path):
     ("[dict(type='xmr.WeightsOnlyCheckpointHook')]", 'lacks RNGStateHook (a resumed run'),
     ("[*_base_.custom_hooks, dict(type='EMAHook')]", None),
     ("[dict(type='OwnRNGStateHook'), dict(type='WeightsOnlyCheckpointHook')]", None),
+    # Types given as classes (MMEngine builds dict(type=<class>) too).
+    ("[dict(type=__import__('xmr.engine.hooks').engine.hooks.RNGStateHook), "
+     "dict(type=__import__('xmr.engine.hooks').engine.hooks.WeightsOnlyCheckpointHook)]", None),
 ])
 def test_custom_hooks_that_drop_what_checkpoints_need_are_refused(tmp_path, hooks, missing):
     """A config's custom_hooks replaces its base's list: a user's one hook dropped xmr's, and
