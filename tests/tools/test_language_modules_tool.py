@@ -239,10 +239,9 @@ def test_a_merge_refuses_to_write_over_its_own_inputs(tmp_path, monkeypatch, cap
     assert (tmp_path / out).read_bytes() == before
 
 
-def test_a_merge_names_the_languages_given_no_module_and_where_theirs_come_from(
-        tmp_path, monkeypatch, capsys):
-    """Only 'de modules merged' was printed: the merged file's fr, the config's untrained
-    module, was scored by tools/test.py as if it were a trained one."""
+def _trained_with_de_exported(tmp_path, monkeypatch) -> Path:
+    """The tiny LoRA config, its built model saved as ``trained.pth`` and that model's de
+    module exported to ``modules/de.pth``."""
     from xmr.apis import init_retriever
 
     config = tmp_path / 'tiny_lora.py'
@@ -251,6 +250,14 @@ def test_a_merge_names_the_languages_given_no_module_and_where_theirs_come_from(
     torch.save(dict(state_dict=init_retriever(config).state_dict()), tmp_path / 'trained.pth')
     _run(['export', str(config), str(tmp_path / 'trained.pth'), '--langs', 'de', '--out-dir',
           str(tmp_path / 'modules')], monkeypatch)
+    return config
+
+
+def test_a_merge_names_the_languages_given_no_module_and_where_theirs_come_from(
+        tmp_path, monkeypatch, capsys):
+    """Only 'de modules merged' was printed: the merged file's fr, the config's untrained
+    module, was scored by tools/test.py as if it were a trained one."""
+    config = _trained_with_de_exported(tmp_path, monkeypatch)
     capsys.readouterr()
     module = f'de={tmp_path / "modules" / "de.pth"}'
     _run(['merge', str(config), '--modules', module, '--out', str(tmp_path / 'a.pth')],
@@ -373,14 +380,7 @@ def test_a_merge_into_a_folder_is_refused_before_the_model_is_built(tmp_path, mo
 def test_a_merge_replaces_a_file_at_out_only_with_overwrite(tmp_path, monkeypatch, capsys):
     """Any checkpoint at --out (a copy of a training one: optimizer, schedule) became the
     merged weights alone, without a word."""
-    from xmr.apis import init_retriever
-
-    config = tmp_path / 'tiny_lora.py'
-    config.write_text(CONFIG)
-    torch.manual_seed(0)
-    torch.save(dict(state_dict=init_retriever(config).state_dict()), tmp_path / 'trained.pth')
-    _run(['export', str(config), str(tmp_path / 'trained.pth'), '--langs', 'de', '--out-dir',
-          str(tmp_path / 'modules')], monkeypatch)
+    config = _trained_with_de_exported(tmp_path, monkeypatch)
     (tmp_path / 'kept.pth').write_bytes(b'a training checkpoint')
     merge = ['merge', str(config), '--modules', f'de={tmp_path / "modules" / "de.pth"}',
              '--out', str(tmp_path / 'kept.pth')]
