@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import logging
 import sys
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -551,11 +552,22 @@ def _checked_tokens(sample: Mapping[str, Any], media_id: str,
                 token_score=sample['token_score'])
 
 
+#: The float32 CPU copy of each tensor of the val_step items, kept while the tensor lives: an
+#: evaluator's metrics all process the same items, and each held a copy of its own (COCO's
+#: two token metrics: 2.3x the media tokens, 12.7 GiB for 5K images of ViT-B/16 tokens).
+_COPIES: dict[int, Tensor] = {}
+
+
 def _compact(tensor: Any, name: str) -> Tensor:
+    """A float32 CPU copy of ``tensor``, one for every metric processing it."""
     if not isinstance(tensor, Tensor):
         raise TypeError(f'{name} must be a torch.Tensor, got {type(tensor).__name__}.')
-    # clone(): a row view of a batch tensor would pickle (and gather) the whole batch storage.
-    return tensor.detach().to('cpu', torch.float32).clone()
+    copy = _COPIES.get(id(tensor))
+    if copy is None:
+        # clone(): a row view of a batch tensor would pickle (and gather) the whole batch.
+        copy = _COPIES[id(tensor)] = tensor.detach().to('cpu', torch.float32).clone()
+        weakref.finalize(tensor, _COPIES.pop, id(tensor), None)  # the id is free once it dies
+    return copy
 
 
 def _normalisation_problem(rows: Tensor) -> str | None:
