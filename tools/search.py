@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -172,9 +172,24 @@ def media_files(paths: list[str]) -> list[Path]:
         else:
             raise UserError(f'{given} (--media)', 'no such file or folder')
     first_names: dict[str, Path] = {}
-    for file in files:
-        first_names.setdefault(os.path.realpath(file), file)
+    for file, real in zip(files, real_paths(files)):
+        first_names.setdefault(real, file)
     return list(first_names.values())
+
+
+def real_paths(paths: Iterable[str | os.PathLike]) -> list[str]:
+    """``os.path.realpath`` of each path, each folder resolved once: a gallery's files share
+    few folders, and ``realpath`` of each file took ~8 ``lstat`` calls (2.5 min for 1M files
+    at every ``--update``), where a file that is no link takes one here."""
+    folders: dict[str, str] = {}
+    resolved = []
+    for path in map(os.fspath, paths):
+        head, name = os.path.split(path)
+        if head not in folders:
+            folders[head] = os.path.realpath(head)
+        joined = os.path.join(folders[head], name)
+        resolved.append(os.path.realpath(joined) if os.path.islink(joined) else joined)
+    return resolved
 
 
 def files_below(folder: Path) -> Iterator[Path]:
@@ -351,8 +366,8 @@ def build_index(args: argparse.Namespace, model: Any, files: list[Path], saved: 
     try:
         if saved is not None:
             index = saved
-            known = {os.path.realpath(media_id) for media_id in index.media_ids}
-            new = [path for path in files if os.path.realpath(path) not in known]
+            known = set(real_paths(index.media_ids))
+            new = [path for path, real in zip(files, real_paths(files)) if real not in known]
             print_for_reader(f'{args.index}: {len(known)} media indexed, {len(new)} of the '
                              f'{len(files)} given to add\n')
             if new:
