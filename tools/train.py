@@ -24,6 +24,7 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from mmengine.config import Config
 
@@ -94,10 +95,21 @@ def build_config(args: argparse.Namespace) -> Config:
     if resume is not None:
         cfg.resume = False  # --resume auto found nothing: a new run
         stopped_best = training_checkpoints(cfg.work_dir)  # best_*.pth alone: resume allowed it
-        if stopped_best and cfg.get('default_hooks', {}).get('checkpoint') is not None:
+        if stopped_best and _is_xmr_checkpoint_hook(cfg.get('default_hooks', {}).get(
+                'checkpoint')):
             cfg.default_hooks.checkpoint.earlier_best = stopped_best
     check_load_from(cfg.get('load_from'))
     return cfg
+
+
+def _is_xmr_checkpoint_hook(hook_cfg: Any) -> bool:
+    """Whether ``hook_cfg`` builds xmr's ``CheckpointHook`` (which takes ``earlier_best``)."""
+    from xmr.engine.hooks import CheckpointHook
+    from xmr.registry import HOOKS
+
+    kind = hook_cfg.get('type') if isinstance(hook_cfg, dict) else None
+    kind = HOOKS.get(kind) if isinstance(kind, str) else kind
+    return isinstance(kind, type) and issubclass(kind, CheckpointHook)
 
 
 def check_training_keys(cfg: Config, config: str) -> None:

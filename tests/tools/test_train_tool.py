@@ -134,6 +134,8 @@ def test_best_checkpoints_alone_start_a_new_run_under_auto_alone(tmp_path):
     args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path), '--resume', 'auto'])
     assert train_tool.build_config(args).default_hooks.checkpoint.earlier_best == [
         'best_mAR_iter_300.pth']  # the new run's own first best replaces it
+    assert train_tool._is_xmr_checkpoint_hook(dict(type='CheckpointHook'))
+    assert not train_tool._is_xmr_checkpoint_hook(dict(type='mmengine.CheckpointHook'))
     with pytest.raises(UserError, match=(
             r'no iter_\*.pth; best_mAR_iter_300.pth keeps no optimiser state to resume\): drop '
             r'--resume to start a new run \(--resume auto replaces the best checkpoints')):
