@@ -189,12 +189,14 @@ def _result_files_exist(json_path: Path) -> bool:
     return json_path.exists() or json_path.with_suffix('.csv').exists()
 
 
-def check_writable(json_path: Path, overwrite: bool) -> None:
+def check_writable(json_path: Path, overwrite: bool, given_by: str = '--out') -> None:
     """Stop before testing when the result cannot be written where it goes.
 
     Args:
         json_path: the result JSON; its CSV goes beside it.
         overwrite: whether an earlier test result there may be replaced.
+        given_by: what named ``json_path``, for the message (``'--out'``, or the default
+            beside the checkpoint).
 
     Raises:
         UserError: ``json_path`` does not end in ``.json``, a folder or a file other than an
@@ -211,7 +213,7 @@ def check_writable(json_path: Path, overwrite: bool) -> None:
     if _result_files_exist(json_path):
         check_earlier_result(json_path, overwrite)
     check_earlier_clip_benchmark_files(json_path, overwrite)
-    given_output(json_path, '--out', 'give a writable --out')
+    given_output(json_path, given_by, 'give a writable --out')
 
 
 def check_earlier_result(json_path: Path, overwrite: bool) -> None:
@@ -478,7 +480,8 @@ def main(argv: list[str] | None = None) -> None:
     check_annotation_files(cfg, ['test'])
     prepare_process(cfg, args.launcher)
     json_path, csv_path = output_paths(args)
-    check_writable(json_path, args.overwrite)
+    check_writable(json_path, args.overwrite,
+                   '--out' if args.out is not None else 'the default, beside CHECKPOINT')
     taken_before = _result_files_exist(json_path)
     check_work_dir(args)
     result, scored = run_test(args, cfg)

@@ -313,6 +313,7 @@ def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume') 
     from mmengine.logging import print_log
 
     from xmr.engine.checkpoint import CHECKPOINT_FIX, check_checkpoint, check_given_checkpoint
+    from xmr.engine.hooks.checkpoint import FINISHED_MARKER
     from xmr.engine.work_dir import (
         latest_checkpoint,
         newest_periodic_checkpoint,
@@ -337,6 +338,12 @@ def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume') 
         check_checkpoint(checkpoint)
         return checkpoint
     best = training_checkpoints(work_dir)  # best_*.pth alone, if any: no iter_*.pth
+    if best and os.path.isfile(os.path.join(work_dir, FINISHED_MARKER)):
+        # Its best is not to be replaced by training again.
+        raise UserError(work_dir, 'holds the best checkpoints of a run that ended '
+                        f'({", ".join(best)}) and saved no periodic checkpoint (save_last='
+                        'False): there is nothing to resume', 'test them with tools/test.py, '
+                        'train into another --work-dir, or remove them to train again')
     if resume == 'latest':
         raise UserError(work_dir, '--resume: the work dir has no checkpoint to resume from (no '
                         'last_checkpoint, no iter_*.pth' + (f'; {best[0]} keeps no optimiser '

@@ -274,6 +274,8 @@ def test_out_is_checked_before_testing_and_the_table_is_printed_even_if_saving_f
     assert exit_info.value.code == EXIT_ERROR and tested == []
     assert re.match(r'error: .*file/r\.json \(--out\): cannot be written there \(.*\): give a '
                     'writable --out', capsys.readouterr().err)
+    with pytest.raises(UserError, match=r'file/r\.json \(the default, beside CHECKPOINT\): '):
+        tool.check_writable(root / 'file' / 'r.json', False, 'the default, beside CHECKPOINT')
     with pytest.raises(SystemExit):
         run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--out', str(root)])
     assert tested == [] and capsys.readouterr().err == (

@@ -144,6 +144,13 @@ def test_best_checkpoints_alone_start_a_new_run_under_auto_alone(tmp_path):
     with pytest.raises(UserError, match=r'earlier run \(best_mAR_iter_300.pth\).*--resume auto '
                        r'where it saved best_\*.pth alone'):
         train_tool.build_config(args)
+    # The best of a run that ended without a periodic checkpoint (save_last=False): kept.
+    (tmp_path / '.train_finished').write_text('900\n')
+    for resume in ('auto', 'latest'):
+        with pytest.raises(UserError, match=(
+                r'holds the best checkpoints of a run that ended \(best_mAR_iter_300.pth\) and '
+                'saved no periodic checkpoint')):
+            resumed(tmp_path, resume)
 
 
 def test_a_truncated_checkpoint_is_refused_before_the_work_dir_is_written(tmp_path):

@@ -92,7 +92,8 @@ RANK_VARIABLES = {'pytorch': 'RANK', 'slurm': 'SLURM_PROCID', 'mpi': 'OMPI_COMM_
 LAUNCH_COMMANDS = {
     'pytorch': 'tools/dist_train.sh CONFIG NUM_PROCESSES (torchrun; tools/dist_test.sh to test)',
     'slurm': 'tools/slurm_train.sh PARTITION JOB_NAME CONFIG (srun; tools/slurm_test.sh to test)',
-    'mpi': 'mpirun -np N python tools/train.py CONFIG --launcher mpi'}
+    'mpi': 'mpirun -np N python tools/train.py CONFIG --launcher mpi (tools/test.py CONFIG '
+           'CHECKPOINT to test)'}
 
 
 def launcher_rank(launcher: str) -> int:

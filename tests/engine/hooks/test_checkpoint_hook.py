@@ -341,6 +341,11 @@ def test_a_new_run_replaces_the_best_of_a_run_stopped_before_its_first_checkpoin
     assert sorted(path.name for path in tmp_path.glob('best_*.pth')) == [
         'best_mAR_iter_100.pth', 'best_mAR_iter_9.pth', 'best_rSum_iter_300.pth']
     assert loads(tmp_path / 'best_rSum_iter_300.pth')
+    # Its end marks the work dir's run finished; the next new run there unmarks it.
+    hook.after_train(runner)
+    assert (tmp_path / '.train_finished').read_text() == f'{runner.iter}\n'
+    hook.before_train(runner)
+    assert not (tmp_path / '.train_finished').exists()
     resumed, hook = runner_with_hook(tmp_path / 'resumed', save_best='mAR', rule='greater',
                                      earlier_best=['best_mAR_iter_9.pth'])
     assert hook._earlier_best  # a new run takes them; a resumed one does not

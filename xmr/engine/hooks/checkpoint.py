@@ -57,8 +57,12 @@ from xmr.registry import HOOKS
 from xmr.utils.cli import UserKeyError, did_you_mean
 from xmr.version import provenance, written_by
 
-__all__ = ['CheckpointHook', 'check_best_keys', 'check_metric_names', 'refuse_foreign_weights',
-           'refuse_other_facts']
+#: Written into the work dir as a training run ends (its last iteration), removed as a new one
+#: starts: best checkpoints alone beside it are a finished run's, not a stopped start's.
+FINISHED_MARKER = '.train_finished'
+
+__all__ = ['FINISHED_MARKER', 'CheckpointHook', 'check_best_keys', 'check_metric_names',
+           'refuse_foreign_weights', 'refuse_other_facts']
 
 
 @HOOKS.register_module()
@@ -97,6 +101,8 @@ class CheckpointHook(MMEngineCheckpointHook):
                 runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
         self._earlier_best = ([] if runner._resume or not self.save_best else
                               [Path(self.out_dir, name) for name in self.earlier_best])
+        if is_main_process() and not runner._resume:
+            Path(runner.work_dir, FINISHED_MARKER).unlink(missing_ok=True)  # of another run
         # On every rank: each reads the hub's paths (tools/train.py --test tests on each).
         for key, path in self._best_paths().items() if self.save_best else ():
             if path is None or self._ours(path):
@@ -112,6 +118,14 @@ class CheckpointHook(MMEngineCheckpointHook):
                     'resumed from it); it stays there, and this work dir gets its own when a '
                     'validation beats that score')
         self._take_last_checkpoint(runner)
+
+    def after_train(self, runner) -> None:
+        """Publish as MMEngine does, then mark the work dir's run finished
+        (:data:`FINISHED_MARKER`): a run that saved best checkpoints alone is then told from
+        one stopped before its first periodic checkpoint."""
+        super().after_train(runner)
+        if is_main_process():
+            atomic_write_text(Path(runner.work_dir) / FINISHED_MARKER, f'{runner.iter}\n')
 
     def _take_last_checkpoint(self, runner) -> None:
         """Take a resumed run's last checkpoint, as the run that wrote it had it: a validation
