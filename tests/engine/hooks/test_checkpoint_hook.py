@@ -82,6 +82,16 @@ def test_a_best_checkpoint_that_fails_to_write_keeps_the_previous_best(tmp_path,
 
 
 
+def test_save_best_auto_takes_the_first_metric_as_mmengine_does(tmp_path):
+    """It failed at the first validation with KeyError: 'auto'."""
+    runner, hook = runner_with_hook(tmp_path, save_best='auto', rule='greater')
+    hook._save_best_checkpoint(runner, {'mAR': 1.0, 'rSum': 9.0})
+    assert hook.key_indicators == ['mAR'] and loads(tmp_path / 'best_mAR_iter_0.pth')
+    runner.train_loop._iter = 4
+    hook._save_best_checkpoint(runner, {'mAR': 2.0, 'rSum': 1.0})
+    assert sorted(path.name for path in tmp_path.glob('best_*.pth')) == ['best_mAR_iter_4.pth']
+
+
 def test_a_nan_validation_is_never_the_best_and_is_warned_of(tmp_path, monkeypatch):
     """MMEngine compared NaN False with every best and said nothing: a run whose metric was
     NaN saved no best, and --test best then said that no validation ran."""

@@ -223,6 +223,10 @@ class CheckpointHook(MMEngineCheckpointHook):
     def _save_best_checkpoint(self, runner, metrics: dict) -> None:
         if not self.save_best:
             return
+        if 'auto' in self.key_indicators:
+            # MMEngine's own resolution (the first metric), done first: the checks and paths
+            # below read the key ('auto' failed them with KeyError at the first validation).
+            self._init_rule(self.rules, [next(iter(metrics))])
         check_best_keys(self.key_indicators, metrics)
         for key in self.key_indicators:
             if isinstance(metrics[key], numbers.Real) and math.isnan(metrics[key]):
