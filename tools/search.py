@@ -18,7 +18,9 @@ encodes only what it had not saved. The folder is removed once the index is.
 
 Everything given is checked before the model is built: the media (missing paths, a folder
 without media), an index that ``--media`` would write over (unless ``--overwrite`` or
-``--update``), the index to read, the query file.
+``--update``), the index to read, the query file, the ``--device``, and whether ``--index`` and
+``--out`` can be written; the queries' ``--lang`` once the model is, before any media is
+encoded.
 """
 from __future__ import annotations
 
