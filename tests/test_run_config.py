@@ -233,7 +233,8 @@ def test_an_option_that_names_a_list_item_by_no_index_names_the_list(index):
 
 @pytest.mark.parametrize('option, message', [
     ('default_hooks.checkpoint.max_keep_ckpt', "hook CheckpointHook: unknown option "
-     "'max_keep_ckpt' \\(did you mean 'max_keep_ckpts'\\?\\); it takes backend_args, interval"),
+     "'max_keep_ckpt' \\(did you mean 'max_keep_ckpts'\\?\\); it takes backend_args, "
+     'earlier_best, interval'),
     ('train_cfg.max_iter', "loop PhasedTrainLoop: unknown option 'max_iter'"),
     ('custom_hooks.3.metrik', "hook PhaseReportHook: unknown option 'metrik' \\(did you mean "
      "'metric'\\?\\)"),

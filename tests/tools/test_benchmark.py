@@ -297,6 +297,7 @@ def test_defaults_follow_the_device(monkeypatch):
     cpu = benchmark.parse_args([])
     assert (cpu.batch_size, cpu.steps, cpu.warmup, cpu.amp) == (32, 2, 1, 'none')
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
     cuda = benchmark.parse_args(['--device', 'cuda'])
     assert (cuda.batch_size, cuda.steps, cuda.warmup, cuda.amp) == (128, 20, 5, 'both')
     with pytest.raises(SystemExit):
