@@ -174,6 +174,12 @@ def test_the_metrics_of_one_evaluator_hold_one_copy_of_each_token_sequence(galle
     gc.collect()
     assert not any(view in retrieval._COPIES for view in views)
     assert first['media_embedding'].shape == gallery['pooled_media'][0].shape
+    # A buffer changed in place between two items is copied as it is then.
+    buffer = torch.ones(4)
+    before = retrieval._compact(buffer, 'buffer')
+    buffer.mul_(2)
+    assert retrieval._compact(buffer, 'buffer').tolist() == [2.0] * 4
+    assert before.tolist() == [1.0] * 4
 
 
 def test_the_metric_names_what_is_missing_for_token_scoring(gallery):

@@ -555,18 +555,21 @@ def _checked_tokens(sample: Mapping[str, Any], media_id: str,
 #: The float32 CPU copy of each tensor of the val_step items, kept while the tensor lives: an
 #: evaluator's metrics all process the same items, and each held a copy of its own (COCO's
 #: two token metrics: 2.3x the media tokens, 12.7 GiB for 5K images of ViT-B/16 tokens).
-_COPIES: dict[int, Tensor] = {}
+_COPIES: dict[int, tuple[int, Tensor]] = {}
 
 
 def _compact(tensor: Any, name: str) -> Tensor:
-    """A float32 CPU copy of ``tensor``, one for every metric processing it."""
+    """A float32 CPU copy of ``tensor``, one for every metric processing it (a new one once
+    the tensor is changed in place: a buffer a model fills again for each batch)."""
     if not isinstance(tensor, Tensor):
         raise TypeError(f'{name} must be a torch.Tensor, got {type(tensor).__name__}.')
-    copy = _COPIES.get(id(tensor))
-    if copy is None:
+    version, copy = _COPIES.get(id(tensor), (None, None))
+    if copy is None or version != tensor._version:
+        if copy is None:
+            weakref.finalize(tensor, _COPIES.pop, id(tensor), None)  # its id is free once gone
         # clone(): a row view of a batch tensor would pickle (and gather) the whole batch.
-        copy = _COPIES[id(tensor)] = tensor.detach().to('cpu', torch.float32).clone()
-        weakref.finalize(tensor, _COPIES.pop, id(tensor), None)  # the id is free once it dies
+        copy = tensor.detach().to('cpu', torch.float32).clone()
+        _COPIES[id(tensor)] = (tensor._version, copy)
     return copy
 
 
