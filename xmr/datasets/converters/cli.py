@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from xmr.datasets.annotation import (
     written_header,
 )
 from xmr.datasets.converters.errors import ConversionError
+from xmr.fileio import input_written_over
 
 __all__ = ['add_media_options', 'checked_media_dir', 'dump_converted', 'refuse_written_over',
            'write_converted']
@@ -56,14 +56,13 @@ def refuse_written_over(outputs: Mapping[str, Path], inputs: Mapping[str, Path |
     Raises:
         ConversionError: naming both and the fix.
     """
-    seen: dict[str, str] = {os.path.realpath(path): name for name, path in inputs.items()
-                            if path is not None}
+    named = {path: name for name, path in inputs.items() if path is not None}
     for name, path in outputs.items():
-        other = seen.get(os.path.realpath(path))
+        other = input_written_over(path, named)
         if other is not None:
-            raise ConversionError(f'{path} ({name}) is also {other}: writing it would replace '
-                                  'that; give another path')
-        seen[os.path.realpath(path)] = name
+            raise ConversionError(f'{path} ({name}) is also {named[other]}: writing it would '
+                                  'replace that; give another path')
+        named[path] = name
 
 
 def write_converted(convert: Callable[[], Mapping[str, Annotation]], out_dir: Path,
