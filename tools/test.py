@@ -369,7 +369,7 @@ def run_test(args: argparse.Namespace, cfg: Config):
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
     from xmr.engine.runner import ResumeCheckedRunner, runner_name_in_process
     from xmr.engine.wrappers import unwrap_model
-    from xmr.evaluation import EvaluationResult, comparable_entries, scored_datasets
+    from xmr.evaluation import EvaluationResult, comparable_entries, plain_metrics, scored_datasets
 
     # A name of its own: a test in the process of its training (`tools/train.py --test`)
     # that began in the second the training's runner did would log into the training's files.
@@ -398,7 +398,7 @@ def run_test(args: argparse.Namespace, cfg: Config):
     extra['rankings'] = {entry.prefix: entry.ranking for entry in scored
                          if entry.ranking != 'exact'}
     return EvaluationResult(name=as_text(args.name or default_name(args, extra['seed'])),
-                            metrics=dict(metrics), config=as_text(str(args.config)),
+                            metrics=plain_metrics(metrics), config=as_text(str(args.config)),
                             checkpoint=as_text(str(args.checkpoint)), test_sets=test_sets(runner),
                             extra=extra, config_resolved=resolved(config_file(args.config)),
                             checkpoint_resolved=resolved(args.checkpoint)), scored

@@ -5,7 +5,9 @@ import csv
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
+import torch
 
 from xmr.evaluation.leaderboard import (
     EvaluationResult,
@@ -17,6 +19,7 @@ from xmr.evaluation.leaderboard import (
     leaderboard_table,
     load_result,
     mean_over_seeds,
+    plain_metrics,
     save_result,
     write_csv,
 )
@@ -472,6 +475,19 @@ def test_saved_results_keep_numbers_as_floats_and_leave_out_flags_and_text(tmp_p
     assert saved == {'de/AR': 40.0, 'mAR': 40.5}
     assert isinstance(saved['de/AR'], float)
     assert leaderboard_table([result]) == (['model', 'de', 'mAR'], [['r', '40.00', '40.50']])
+
+
+def test_a_user_metrics_numpy_and_tensor_numbers_are_the_numbers_they_hold():
+    """tools/test.py takes a metric's numpy scalar or one-element tensor as its number: left
+    as it was, the table had no column for it and the result file no value."""
+    metrics = {'de/AR': np.float32(40.5), 'fr/AR': torch.tensor([30.25]), 'en/AR': np.int64(7),
+               'mAR': torch.tensor(35.375, dtype=torch.float64), 'ranks': torch.arange(3),
+               'converged': np.bool_(True), 'note': 'fold 0'}
+    plain = plain_metrics(metrics)
+    assert plain == {'de/AR': 40.5, 'fr/AR': 30.25, 'en/AR': 7, 'mAR': 35.375}
+    assert all(type(value) in (int, float) for value in plain.values())
+    assert leaderboard_table([EvaluationResult('r', plain)])[1] == [
+        ['r', '40.50', '30.25', '7.00', '35.38']]
 
 
 def _seed_result(seed, de_ar, ablations=(), checkpoint='work/iter_900.pth'):

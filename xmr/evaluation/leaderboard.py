@@ -65,7 +65,7 @@ __all__ = [
     'HEADLINES', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult', 'format_table',
     'leaderboard_columns', 'leaderboard_table', 'leaderboard_markdown', 'column_legend',
     'mean_over_seeds', 'save_result', 'save_result_files', 'load_result', 'write_csv',
-    'result_json', 'csv_text',
+    'result_json', 'csv_text', 'plain_metrics',
 ]
 
 RESULT_FORMAT = 'xmr-test-result'
@@ -728,6 +728,25 @@ def _join(*parts: str) -> str:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def plain_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric metrics as Python numbers, in order; others (a text) left out.
+
+    A metric of the user's own may report a numpy scalar or a one-element tensor, as MMEngine's
+    logger accepts: the tables and the JSON files take it as the number it holds, where it would
+    otherwise fail to be written (JSON) or be left out of the table as no number.
+    """
+    plain = {}
+    for key, value in metrics.items():
+        if hasattr(value, 'item') and not isinstance(value, (int, float)):
+            try:
+                value = value.item()
+            except (ValueError, RuntimeError):  # more than one element: no single number
+                continue
+        if _is_number(value):
+            plain[key] = value
+    return plain
 
 
 def _cell(value: float | None, std: float | None = None) -> str:

@@ -5,6 +5,7 @@ import copy
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 
 from tests.engine.test_loops import LANGS, PHASES, loader, make_cfg, train
@@ -161,6 +162,22 @@ def test_a_validation_is_labelled_by_its_place_in_its_phase_and_one_without_metr
         hook.after_val_epoch(runner, {'mAR': float(runner.iter)})
     assert [(c['column'], c['iter']) for c in read_report(tmp_path)] == [
         ('align start', 4), ('align @8', 8), ('align end', 12)]
+
+
+def test_a_metric_of_numpy_or_torch_numbers_is_reported_as_those_numbers_and_a_text_left_out(
+        tmp_path, monkeypatch):
+    """A user metric may report np.float32 or a one-element tensor, as MMEngine's logger
+    accepts: the report writes the numbers, where json failed on them and stopped training."""
+    monkeypatch.setattr('xmr.engine.hooks.phase_report.is_main_process', lambda: True)
+    runner = SimpleNamespace(_train_loop=None, iter=0, work_dir=str(tmp_path))
+    hook = PhaseReportHook()
+    hook.after_val_epoch(runner, {'de/AR': np.float32(40.5), 'fr/AR': torch.tensor([30.25]),
+                                  'mAR': torch.tensor(35.375, dtype=torch.float64),
+                                  'note': 'a text', 'ranks': torch.arange(3)})
+    assert read_report(tmp_path)[0]['metrics'] == {'de/AR': 40.5, 'fr/AR': 30.25, 'mAR': 35.375}
+    assert [[cell.strip() for cell in line.strip('|').split('|')]
+            for line in hook.table().splitlines()[-3:]] == [
+        ['de', '40.50'], ['fr', '30.25'], ['mAR', '35.38']]
 
 
 def test_a_resume_keeps_the_columns_up_to_its_iteration_also_from_an_earlier_xmr_s_work_dir(

@@ -9,7 +9,7 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
-from xmr.evaluation.leaderboard import format_table, leaderboard_columns
+from xmr.evaluation.leaderboard import format_table, leaderboard_columns, plain_metrics
 from xmr.fileio import atomic_write_text
 from xmr.registry import HOOKS
 from xmr.utils.cli import did_you_mean
@@ -60,7 +60,7 @@ class PhaseReportHook(Hook):
             warn_if_unreported(self.given[0], metrics)
         # A resumed run validates a phase's start again: its column replaces the restored one.
         self.columns = [column for column in self.columns if column[0] != label]
-        self.columns.append((label, runner.iter, dict(metrics)))
+        self.columns.append((label, runner.iter, plain_metrics(metrics)))
         self._write(Path(runner.work_dir))
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
