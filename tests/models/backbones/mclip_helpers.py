@@ -30,11 +30,12 @@ def tiny_mclip_cfg(**overrides) -> dict:
 
 
 def tiny_mclip(**overrides) -> nn.Module:
-    """The tiny M-CLIP backbone of :func:`tiny_mclip_cfg`, built with seed 0."""
+    """The tiny M-CLIP backbone of :func:`tiny_mclip_cfg`, built with seed 0, in eval mode as
+    the phase loop runs a frozen backbone (its XLM-R's dropout, 0.1, acts in training mode)."""
     from xmr.registry import MODELS
 
     torch.manual_seed(0)
-    return MODELS.build(tiny_mclip_cfg(**overrides))
+    return MODELS.build(tiny_mclip_cfg(**overrides)).eval()
 
 
 def mclip_reference(xlmr, linear, tokens) -> torch.Tensor:

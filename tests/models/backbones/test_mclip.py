@@ -84,7 +84,8 @@ def test_release_checkpoint_loads_under_its_own_names(backbone, tmp_path, suffix
     else:
         torch.save(state, path)
     torch.manual_seed(1)
-    loaded = MODELS.build(tiny_mclip_cfg(checkpoint=str(path), tokenizer=backbone.tokenizer))
+    loaded = MODELS.build(tiny_mclip_cfg(checkpoint=str(path), tokenizer=backbone.tokenizer)
+                          ).eval()
     tokens = backbone.tokenizer(CAPTIONS)
     torch.testing.assert_close(loaded.encode_source_text(tokens),
                                backbone.encode_source_text(tokens))

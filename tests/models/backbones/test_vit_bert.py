@@ -10,6 +10,7 @@ from transformers import BertConfig, BertModel
 
 from tests.conftest import CORPUS
 from tests.zip_records import damage_record
+from xmr.engine.loops import frozen_eval_modules
 from xmr.models.backbones.vit_bert import ViTBERTBackbone
 from xmr.registry import MODELS, TOKENIZERS
 
@@ -60,6 +61,26 @@ def test_text_is_transformers_bert_projected(backbone):
     real = tokens['attention_mask']
     torch.testing.assert_close(out.tokens[real], expected[real], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out.pooled, expected[:, 0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('trainable, drops_out', [
+    (['backbone', 'disentangler'], True), (['backbone.text_tower.text_proj'], False),
+    (['disentangler'], False)])
+def test_a_phase_that_trains_the_bert_runs_its_dropout_and_a_frozen_one_none(trainable,
+                                                                           drops_out):
+    """CDDS fine-tunes BERT as LAPS does, with its dropout (0.1); where the phase leaves the
+    layers frozen, the loop keeps them in eval mode and the text is encoded without it."""
+    torch.manual_seed(0)
+    model = torch.nn.Module()
+    model.backbone = MODELS.build(tiny_cfg())
+    model.disentangler = torch.nn.Linear(2, 2)
+    model.train()
+    for module in frozen_eval_modules(model, trainable):
+        module.eval()
+    tokens = model.backbone.tokenizer(CAPTIONS)
+    with torch.no_grad():
+        first, second = (model.backbone.encode_source_text(tokens) for _ in range(2))
+    assert torch.equal(first, second) is not drops_out
 
 
 def test_vit_tokens_are_cls_then_patches_and_cls_is_the_embedding(backbone):

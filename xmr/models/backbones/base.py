@@ -300,7 +300,7 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         return bias
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               mask: torch.Tensor | PackedTokens | None) -> torch.Tensor:
+               mask: torch.Tensor | PackedTokens | None, dropout: float = 0.0) -> torch.Tensor:
         """Multi-head ``softmax(q k^T / sqrt(d) + bias) v``, heads split from the last dim.
 
         Args:
@@ -308,18 +308,20 @@ class TextTower(nn.Module, metaclass=ABCMeta):
                 :class:`PackedTokens` (they are unpacked for attention and the context packed
                 again, so that padding never enters a real token's sum).
             mask: additive bias ``[B, 1, L, L]``, :class:`PackedTokens`, or ``None``.
+            dropout: probability of dropping an attention weight (a trained tower's).
 
         Returns:
             The context, in the layout of ``q``.
         """
         if isinstance(mask, PackedTokens):
-            context = self.attend(mask.unpack(q), mask.unpack(k), mask.unpack(v), mask.bias)
+            context = self.attend(mask.unpack(q), mask.unpack(k), mask.unpack(v), mask.bias,
+                                  dropout)
             return mask.pack(context)
         batch, length, width = q.shape
         q, k, v = (t.reshape(batch, length, self.num_heads, width // self.num_heads)
                    .transpose(1, 2) for t in (q, k, v))
         bias = mask.to(q.dtype) if mask is not None else None
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
         return context.transpose(1, 2).reshape(batch, length, width)
 
     def pool(self, x: torch.Tensor, attention_mask: torch.Tensor,

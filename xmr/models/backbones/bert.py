@@ -33,7 +33,7 @@ def build_bert(text: dict) -> nn.Module:
         max_position_embeddings=text['max_position_embeddings'],
         type_vocab_size=text['type_vocab_size'], layer_norm_eps=text['layer_norm_eps'],
         pad_token_id=text['pad_token_id'],
-        # The tower is frozen and run through explicit blocks that apply no dropout.
+        # CCLM's towers are frozen: no dropout, whatever mode a caller leaves them in.
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     return BertModel(config, add_pooling_layer=False)
 
@@ -44,9 +44,12 @@ class BertTextTower(TextTower):
     CCLM's six text-only layers, M-CLIP's XLM-R and open_clip's Hugging Face towers are this
     tower; subclasses set the pooling and the position offset.
 
-    Each post-LN layer is written out on the frozen weights of transformers' ``BertLayer``:
+    Each post-LN layer is written out on the weights of transformers' ``BertLayer``:
     ``x = LN_1(x + attn(x))``, ``x = LN_2(x + W_2 gelu(W_1 x))``, so that adapters can act on the
-    q/k/v and output projections and on each sub-layer's output before its residual add.
+    q/k/v and output projections and on each sub-layer's output before its residual add. In
+    training mode (a tower a phase trains: CDDS's BERT) the layers' own dropout acts where
+    ``BertLayer``'s does (on the embeddings, the attention weights and each sub-layer's output
+    before its adapter site); a frozen tower runs in eval mode, without it.
 
     A ``RobertaModel`` / ``XLMRobertaModel`` (a sentence encoder such as multilingual-e5) is
     read with its own positions: when the embeddings have a ``padding_idx``,
@@ -116,7 +119,7 @@ class BertTextTower(TextTower):
         token_type = self.embeddings.token_type_embeddings.weight[0]
         table = self.embeddings.position_embeddings.weight
         rows = position_ids(length, self.position_offset, attention_mask, table.device)
-        return self.embeddings.LayerNorm(x + token_type + table[rows])
+        return self.embeddings.dropout(self.embeddings.LayerNorm(x + token_type + table[rows]))
 
     def _self_attention(self, index: int, x: torch.Tensor,
                         mask: torch.Tensor | PackedTokens | None,
@@ -125,7 +128,7 @@ class BertTextTower(TextTower):
         attention = self.layers[index].attention.self
         q, k, v = with_qkv_delta(attention.query(x), attention.key(x), attention.value(x), x,
                                  hooks, index)
-        return self.attend(q, k, v, mask)
+        return self.attend(q, k, v, mask, attention.dropout.p if attention.training else 0.0)
 
     def run_block(self, index: int, x: torch.Tensor, mask: torch.Tensor | PackedTokens | None,
                   hooks: SiteHooks | None = None) -> torch.Tensor:
@@ -143,14 +146,15 @@ class BertTextTower(TextTower):
         """
         layer = self.layers[index]
         context = self._self_attention(index, x, mask, hooks)
-        h = linear_site(context, layer.attention.output.dense, hooks, AdapterSite.ATTN_OUT,
-                         index)
+        h = layer.attention.output.dropout(linear_site(
+            context, layer.attention.output.dense, hooks, AdapterSite.ATTN_OUT, index))
         x = layer.attention.output.LayerNorm(
             residual_site(h, hooks, AdapterSite.ATTN_OUTPUT, index) + x)
 
         h = linear_site(x, layer.intermediate.dense, hooks, AdapterSite.MLP_FC, index)
         h = layer.intermediate.intermediate_act_fn(h)
-        h = linear_site(h, layer.output.dense, hooks, AdapterSite.MLP_PROJ, index)
+        h = layer.output.dropout(linear_site(h, layer.output.dense, hooks, AdapterSite.MLP_PROJ,
+                                             index))
         x = layer.output.LayerNorm(residual_site(h, hooks, AdapterSite.MLP_OUTPUT, index) + x)
         return residual_site(x, hooks, AdapterSite.BLOCK_OUTPUT, index)
 
