@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from xmr.utils.cli import UserKeyError
-from xmr.utils.counts import is_count
+from xmr.utils.counts import is_count, is_finite_number
 
 SCHEDULES = ('cosine', 'linear', 'constant', 'bert_cosine')
 
@@ -165,10 +164,6 @@ def check_phase_names(phases: Sequence[Phase]) -> None:
                              'phase report and the best weights of start_from_best are by name)')
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _check_weights(phase: str, key: str, weights: Any) -> None:
     """``weights`` is a ``{name: finite number >= 0}`` mapping (``loss_weights``, ``lr_mult``)."""
     if not isinstance(weights, Mapping):
@@ -181,7 +176,7 @@ def _check_weights(phase: str, key: str, weights: Any) -> None:
         if not isinstance(name, str):
             raise ValueError(f'phase {phase}: {key} is keyed by {name!r}; its keys name a loss '
                              "or a parameter group, as strings (e.g. 'disentangler')")
-        if not _is_number(weight) or weight < 0:
+        if not is_finite_number(weight) or weight < 0:
             raise ValueError(f'phase {phase}: {key}[{name!r}]={weight!r} must be a finite '
                              'number >= 0')
 
@@ -195,7 +190,7 @@ def check_phase_values(phase: Phase) -> None:
     name = phase.name
     if not isinstance(name, str) or not name:
         raise ValueError(f'phase name must be a non-empty string, got {name!r}')
-    if not _is_number(phase.lr) or phase.lr <= 0:
+    if not is_finite_number(phase.lr) or phase.lr <= 0:
         raise ValueError(f'phase {name}: lr={phase.lr!r} must be a positive number, e.g. 1e-4')
     if (phase.iters is None) == (phase.epochs is None):
         raise ValueError(f'phase {name}: give exactly one of iters and epochs, got '
@@ -208,7 +203,7 @@ def check_phase_values(phase: Phase) -> None:
     ratios = (('warmup_ratio', phase.warmup_ratio, '[0, 1)', lambda r: 0 <= r < 1),
               ('min_lr_ratio', phase.min_lr_ratio, '[0, 1]', lambda r: 0 <= r <= 1))
     for key, value, interval, inside in ratios:
-        if not _is_number(value) or not inside(value):
+        if not is_finite_number(value) or not inside(value):
             raise ValueError(f'phase {name}: {key}={value!r} must be a number in {interval}')
     if phase.schedule not in SCHEDULES:
         raise ValueError(f'phase {name}: unknown schedule {phase.schedule!r}; choose from '

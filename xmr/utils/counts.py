@@ -1,10 +1,11 @@
-"""What a count a config gives must be."""
+"""What a count or a number a config gives must be."""
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
-__all__ = ['is_count']
+__all__ = ['is_count', 'is_finite_number']
 
 
 def is_count(value: Any, least: int = 1) -> bool:
@@ -15,3 +16,9 @@ def is_count(value: Any, least: int = 1) -> bool:
     """
     return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
             and bool(value >= least))
+
+
+def is_finite_number(value: Any) -> bool:
+    """Whether ``value`` is a finite real number (a loss weight, a rate), not a bool."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(value))

@@ -285,7 +285,11 @@ def test_bad_options_fail_naming_the_option(tower):
 @pytest.mark.parametrize('options, error, refused', [
     (dict(features=['sa']), ValueError, 'L_sc supervises f.sr.*use_consistency_loss=False'),
     (dict(features=['sr'], use_consistency_loss=True), ValueError, 'use_adversarial=False'),
-    (dict(loss_weights=dict(ad=0.5)), KeyError, r"SDM loss_weights name \['ad', 'adv', 'sc'\]")])
+    (dict(loss_weights=dict(ad=0.5)), KeyError, r"SDM loss_weights name \['ad', 'adv', 'sc'\]"),
+    # A negative adv turns the reversed gradient around: the SDM would help the discriminator.
+    (dict(loss_weights=dict(adv=-1.0)), ValueError,
+     r"SDM loss_weights\['adv'\]=-1.0 must be a finite number >= 0 \(the paper: 1.0\)"),
+    (dict(loss_weights=dict(sc='0.1')), ValueError, r"SDM loss_weights\['sc'\]='0.1' must be")])
 def test_contradicting_options_are_refused_by_the_config_check_without_a_build(
         options, error, refused):
     """Refused only as the model built, after the backbone and the runner's work dir."""

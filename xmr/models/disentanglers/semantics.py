@@ -46,6 +46,7 @@ from xmr.models.pooling import masked_token_mean
 from xmr.models.unowned import hold_unowned
 from xmr.registry import ADAPTERS, DISENTANGLERS, MODELS, with_defaults
 from xmr.utils.cli import UserKeyError
+from xmr.utils.counts import is_finite_number
 
 if TYPE_CHECKING:
     from xmr.models.backbones.base import TextTower, TowerShape
@@ -93,6 +94,11 @@ def _checked_loss_weights(loss_weights: Mapping[str, float] | None) -> dict[str,
     if set(weights) != set(PAPER_LOSS_WEIGHTS):
         raise UserKeyError(f'SDM loss_weights name {sorted(weights)}; the SDM computes '
                            f'{sorted(PAPER_LOSS_WEIGHTS)} (lambda_1, lambda_2)')
+    for name, weight in weights.items():
+        # A negative adv would turn the reversed gradient around: the SDM would help F.
+        if not is_finite_number(weight) or weight < 0:
+            raise ValueError(f'SDM loss_weights[{name!r}]={weight!r} must be a finite number '
+                             f'>= 0 (the paper: {PAPER_LOSS_WEIGHTS[name]})')
     return weights
 
 
