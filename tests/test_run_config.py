@@ -947,3 +947,29 @@ def test_an_option_setting_a_variable_the_config_copied_where_it_is_used_is_refu
     # Set to the value it has (a script passing it always): nothing changes, nothing refused.
     assert load_run_config(base, cfg_options={'split': 'test'}).test_dataloader.dataset.split \
         == 'test'
+
+
+def test_an_option_setting_a_list_or_dict_variable_or_a_key_inside_one_is_refused(tmp_path):
+    """target_langs=[de] left the model and the loaders on the config's languages, and
+    data_prefix.media=images every loader on its folder: lists and dicts are copied too."""
+    base = tmp_path / 'base.py'
+    base.write_text(f"_base_ = ['{DEMO}']\nlangs = ['de', 'fr']\nprefix = dict(media='img')\n"
+                    "empty = []\nrun = dict(languages=langs, data_prefix=prefix, none=empty, "
+                    "tags=['x'])\n")
+    with pytest.raises(UserError, match=re.escape(
+            "--cfg-options langs: langs is a variable of the config, whose value ['de', 'fr'] "
+            'was copied where the config uses it as it loaded (run.languages): changing langs '
+            "now changes none of them: set those keys instead (run.languages=['de'] ...)")):
+        load_run_config(base, cfg_options={'langs': ['de']})
+    with pytest.raises(UserError, match=re.escape(
+            "--cfg-options prefix.media: prefix is a variable of the config, whose value "
+            "{'media': 'img'} was copied where the config uses it as it loaded "
+            '(run.data_prefix): changing prefix.media now changes none of them: set those keys '
+            "instead (run.data_prefix.media='images' ...)")):
+        load_run_config(base, cfg_options={'prefix.media': 'images'})
+    # Unchanged values, empty lists (which meet their equals by chance) and keys inside the
+    # copies themselves are set as asked.
+    cfg = load_run_config(base, cfg_options={
+        'langs': ['de', 'fr'], 'prefix.media': 'img', 'empty': ['x'],
+        'run.languages': ['de'], 'run.data_prefix.media': 'images'})
+    assert (cfg.empty, cfg.run.languages, cfg.run.data_prefix.media) == (['x'], ['de'], 'images')

@@ -740,11 +740,12 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
 
 
 def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
-    """Refuse an option that sets a variable of the config (``data_root``, ``language``) whose
-    value the config copied where it uses it as it loaded: the copies keep the old value, and
-    the run read the old data (MMEngine's merge changes the variable alone). A variable is a
-    top-level key MMEngine's runner does not read, holding text that some nested key holds too
-    (a number would meet its equal by chance: ``weight_decay`` 0.05 and ``warmup_ratio``).
+    """Refuse an option that sets a variable of the config (``data_root``, ``target_langs``,
+    ``data_prefix.media``) whose value the config copied where it uses it as it loaded: the
+    copies keep the old value, and the run read the old data or languages (MMEngine's merge
+    changes the variable alone). A variable is a top-level key MMEngine's runner does not read,
+    holding text, a non-empty list or a non-empty dict that some nested key holds too (a number
+    would meet its equal by chance: ``weight_decay`` 0.05 and ``warmup_ratio``).
 
     Raises:
         UserError: naming the option, the keys holding the copies and the one to set.
@@ -752,19 +753,37 @@ def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> Non
     from mmengine.runner import Runner
 
     read = set(inspect.signature(Runner.__init__).parameters)
+    whole = cfg.to_dict()
     for key, value in cfg_options.items():
-        old = cfg.get(key) if '.' not in key and key not in read else None
-        if not isinstance(old, str) or old == value:
+        variable, _, inner = key.partition('.')
+        old = whole.get(variable) if variable not in read else None
+        if not (isinstance(old, str) or old and isinstance(old, (list, tuple, Mapping))) \
+                or _value_at(whole, key) == value:
             continue
-        copies = [path for path, found in _nested_values(cfg.to_dict(), '')
-                  if '.' in path and found == old]
+        copies = [path for path, found in _nested_values(whole, '')
+                  if '.' in path and not path.startswith(variable + '.') and found == old]
         if copies:
             shown = ', '.join(copies[:4]) + (f' and {len(copies) - 4} more' if len(copies) > 4
                                              else '')
-            raise UserError(f'--cfg-options {key}', f'{key} is a variable of the config, whose '
-                            f'value {old!r} was copied where the config uses it as it loaded '
-                            f'({shown}): changing {key} now changes none of them',
-                            f'set those keys instead ({copies[0]}={value!r} ...)')
+            shown_old = repr(old) if len(repr(old)) <= 60 else f'{repr(old)[:57]}...'
+            raise UserError(f'--cfg-options {key}', f'{variable} is a variable of the config, '
+                            f'whose value {shown_old} was copied where the config uses it as '
+                            f'it loaded ({shown}): changing {key} now changes none of them',
+                            f"set those keys instead ({copies[0]}{'.' + inner if inner else ''}"
+                            f'={value!r} ...)')
+
+
+def _value_at(node: Any, key: str) -> Any:
+    """The value at dotted ``key`` inside ``node`` (lists' items by index), ``None`` where
+    there is none."""
+    for part in key.split('.'):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
 def _nested_values(node: Any, path: str) -> Iterator[tuple[str, Any]]:
