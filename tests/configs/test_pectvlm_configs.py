@@ -138,7 +138,7 @@ def test_zero_shot_config_is_mclip_with_at_most_a_frozen_prompt(path):
     cfg = Config.fromfile(path)
     assert cfg.get('train_dataloader') is None and cfg.get('train_cfg') is None
     torch.manual_seed(0)
-    model = MODELS.build(tiny_mclip(cfg))
+    model = MODELS.build(tiny_mclip(cfg)).eval()  # as tools/test.py runs it
     assert not list(model.language_branch.parameters())
     tokens = xlmr_tokenizer()(['ein Hund rennt', 'un chat dort'])
     lang = model.languages[0]
