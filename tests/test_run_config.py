@@ -949,6 +949,19 @@ def test_an_option_setting_a_variable_the_config_copied_where_it_is_used_is_refu
         == 'test'
 
 
+def test_the_optimisers_lr_as_an_option_is_refused_under_the_phased_loop():
+    """The phases set every group's rate: the option's rate was read by nothing, while the
+    dumped config recorded it. Outside the phased loop it is MMEngine's rate, and taken."""
+    with pytest.raises(UserError, match=re.escape(
+            "--cfg-options optim_wrapper.optimizer.lr: PhasedTrainLoop sets every group's "
+            "learning rate from its phase's lr at every iteration and never reads the "
+            "optimiser's (the phases': 0: source_finetune 0.002, 1: cross_lingual 0.002, 2: "
+            "cross_modal 0.0001): set train_cfg.phases.N.lr=... instead")):
+        load_run_config(DEMO, cfg_options={'optim_wrapper.optimizer.lr': 1e-7})
+    cfg = load_run_config(DEMO, cfg_options={'train_cfg.phases.1.lr': 1e-3})
+    assert cfg.train_cfg.phases[1].lr == 1e-3
+
+
 def test_an_option_setting_a_list_or_dict_variable_or_a_key_inside_one_is_refused(tmp_path):
     """target_langs=[de] left the model and the loaders on the config's languages, and
     data_prefix.media=images every loader on its folder: lists and dicts are copied too."""

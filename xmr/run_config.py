@@ -251,6 +251,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     merge_options(cfg, cfg_options or {})
     import_custom_modules(f'{config} with its --ablation rows and --cfg-options', cfg)
     check_run_values(cfg)
+    _refuse_optimizer_lr_option(cfg, cfg_options or {})
     if typo is not None:
         raise typo
     # Here, not at the top: xmr.engine loads torch and every engine module, which neither a
@@ -771,6 +772,26 @@ def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> Non
                             f'it loaded ({shown}): changing {key} now changes none of them',
                             f"set those keys instead ({copies[0]}{'.' + inner if inner else ''}"
                             f'={value!r} ...)')
+
+
+def _refuse_optimizer_lr_option(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
+    """Refuse ``--cfg-options optim_wrapper.optimizer.lr=...`` under the phased loop, which sets
+    every group's rate from its phase at every iteration and reads the optimiser's never: the
+    run finished on the phases' rates while its dumped config recorded the option's.
+
+    Raises:
+        UserError: naming the option and the phases' rates to set instead.
+    """
+    train_cfg = cfg.get('train_cfg') or {}
+    if 'optim_wrapper.optimizer.lr' not in cfg_options or \
+            train_cfg.get('type') != 'PhasedTrainLoop':
+        return
+    rates = ', '.join(f"{index}: {phase.get('name')} {phase.get('lr')}"
+                      for index, phase in enumerate(train_cfg.get('phases') or []))
+    raise UserError('--cfg-options optim_wrapper.optimizer.lr',
+                    "PhasedTrainLoop sets every group's learning rate from its phase's lr at "
+                    f"every iteration and never reads the optimiser's (the phases': {rates})",
+                    'set train_cfg.phases.N.lr=... instead')
 
 
 def _value_at(node: Any, key: str) -> Any:

@@ -148,7 +148,6 @@ def train_variant(out: Path, name: str, args: argparse.Namespace) -> dict[int, f
                                     'disentangler': VARIANTS[name].get('disentangler')}})
     work_dir = out / 'work_dirs' / name
     schedule = [f'train_cfg.phases.0.iters={args.iters}', f'train_cfg.phases.0.lr={args.lr}',
-                f'optim_wrapper.optimizer.lr={args.lr}',
                 f'train_cfg.val_interval={args.val_interval}',
                 f'default_hooks.logger.interval={args.val_interval}',
                 f'default_hooks.checkpoint.interval={args.iters}']
