@@ -365,6 +365,59 @@ def test_a_phase_may_not_end_on_a_tolerated_nan_iteration(tmp_path, monkeypatch)
     assert validated == []
 
 
+class PoisonedGradients(Hook):
+    """Makes iteration ``at``'s gradients of one trained weight NaN; its loss stays finite."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        if batch_idx == self.at:
+            weight = next(p for p in runner.model.parameters() if p.requires_grad)
+            handle = weight.register_hook(lambda grad: (handle.remove(), grad * math.nan)[1])
+
+
+@pytest.mark.parametrize('change', [
+    dict(clip_grad=None), dict(clip_grad=dict(type='value', clip_value=1.0)),
+    dict(clip_grad=dict(max_norm=1.0), optimizer=dict(type='AdamW', lr=1e-3, foreach=True))],
+    ids=['no-clip', 'clip-by-value', 'clipped-foreach'])
+def test_a_step_that_applied_nan_gradients_stops_the_run_before_a_checkpoint_holds_it(
+        tmp_path, change):
+    """Where the step skips nothing, NaN gradients with a finite loss reach the weights: the
+    run stops there, and the checkpoints (one per iteration) are the finite ones before."""
+    cfg = make_cfg(tmp_path, phases=[dict(PHASES[1], iters=4)], checkpoint_interval=1)
+    cfg.optim_wrapper.clip_grad = None  # replaced whole, not merged into
+    cfg.optim_wrapper.update(change)
+    allow_mmengine_checkpoint_types()
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(PoisonedGradients(at=2))
+    with pytest.raises(TrainingDivergedError, match=re.escape(
+            'phase cross_lingual: the gradients are non-finite at iteration 3 (their norm is '
+            "nan, the loss finite) and this optimiser's step applied them")) as error:
+        runner.train()
+    assert str(error.value).endswith(DivergenceMonitor.WAYS_ON)
+    assert sorted(p.name for p in tmp_path.glob('*.pth')) == ['iter_1.pth', 'iter_2.pth']
+    assert (tmp_path / 'last_checkpoint').read_text().endswith('iter_2.pth')
+    for name in ('iter_1.pth', 'iter_2.pth'):
+        state = torch.load(tmp_path / name, map_location='cpu', weights_only=True)['state_dict']
+        assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+
+
+def test_a_step_skipped_for_nan_gradients_trains_on_and_each_skip_is_said(tmp_path, caplog):
+    """The constructor's fused AdamW clipped by norm skips the step: no divergence, and every
+    skip has a warning of its own (MMEngine's logger prints a repeated warning once)."""
+    cfg = make_cfg(tmp_path, phases=[dict(PHASES[1], iters=5)])
+    allow_mmengine_checkpoint_types()
+    runner = Runner.from_cfg(cfg)
+    for at in (1, 3):
+        runner.register_hook(PoisonedGradients(at=at))
+    runner.train()
+    logged = (Path(runner.log_dir) / f'{runner.timestamp}.log').read_text()
+    assert re.findall(r'optimiser step skipped at iteration (\d) \((\d) so far', logged) == [
+        ('2', '1'), ('4', '2')]
+    assert all(torch.isfinite(p).all() for p in runner.model.parameters())
+
+
 @pytest.mark.parametrize('change, why', [
     (dict(clip_grad=None), 'no clip'),
     (dict(clip_grad=dict(type='value', clip_value=1.0)), 'clipped by value: no norm'),

@@ -302,13 +302,37 @@ def test_a_skipped_step_is_said_not_logged_and_an_unfused_step_is_not_skipped(mo
     monkeypatch.setattr(module, 'print_log', lambda message, **_: said.append(message))
     _, _, wrapper = adamw_after([torch.tensor([math.nan, 0.0, 0.0])], fused=True)
     wrapper.log_pending_norm()
-    assert said == ["optimiser step skipped: the clipped gradients' norm is nan; the weights "
-                    "and the optimiser's state are as they were"]
+    assert said == ["optimiser step skipped (1 so far in this process): the clipped "
+                    "gradients' norm is nan; the weights and the optimiser's state are as they "
+                    "were"]
     assert 'train/grad_norm' not in wrapper.message_hub.log_scalars
+    wrapper.message_hub.update_info('iter', 6)
+    wrapper.pending_norm = torch.tensor(math.inf)
+    wrapper.log_pending_norm()
+    assert said[1].startswith('optimiser step skipped at iteration 7 (2 so far in this process)')
     # The per-tensor loop takes no flag: NaN reaches the weight.
     weight, _, unfused = adamw_after([torch.tensor([math.nan, 0.0, 0.0])], foreach=False)
     assert not unfused.skips_nonfinite_steps
     assert torch.isnan(weight).all()
+
+
+@pytest.mark.parametrize('clip_grad', [None, dict(type='value', clip_value=0.5)],
+                         ids=['no-clip', 'clip-by-value'])
+def test_a_step_without_a_norm_clip_keeps_its_gradients_norm(clip_grad):
+    """Where no clip by norm computes it, the step still keeps the gradients' total norm (after
+    a clip by value, the one it applies), which the loop checks; logged as ``grad_norm`` where
+    it is the gradients' own."""
+    weight = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    wrapper = OptimWrapper(torch.optim.SGD([weight], lr=0.1), clip_grad=clip_grad)
+    wrapper.message_hub = MessageHub.get_instance(f'test_norm_without_clip_{clip_grad}')
+    weight.grad = torch.tensor([3.0, 0.0, -4.0])
+    wrapper.step()
+    applied = torch.tensor([3.0, 0.0, -4.0]).clamp(-0.5, 0.5) if clip_grad else torch.tensor(
+        [3.0, 0.0, -4.0])
+    assert wrapper.pending_norm.item() == pytest.approx(applied.norm().item())
+    wrapper.log_pending_norm()
+    logged = wrapper.message_hub.log_scalars.get('train/grad_norm')
+    assert (logged.current() if logged else None) == (None if clip_grad else pytest.approx(5.0))
 
 
 def test_gradients_accumulate_over_the_configured_count():

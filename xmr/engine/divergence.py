@@ -51,10 +51,12 @@ def on_any_rank(flag: bool) -> bool:
 class DivergenceMonitor:
     """Counts consecutive iterations whose loss is non-finite and stops training past a patience.
 
-    The loss is what is checked, not the gradients: a step whose gradients are not finite
-    is skipped by fp16's loss scaler, and by a fused optimiser behind xmr's ``OptimWrapper``
-    with ``clip_grad``, while the loss may stay finite; those steps are not divergence. With
-    that skip a tolerated non-finite iteration leaves the weights as they were.
+    The loss is what is counted: a step whose gradients are not finite is skipped by fp16's
+    loss scaler, and by a fused optimiser behind xmr's ``OptimWrapper`` with ``clip_grad``,
+    while the loss may stay finite; those steps are not divergence. With that skip a tolerated
+    non-finite iteration leaves the weights as they were. Where no step is skipped, a step
+    that applied non-finite gradients stops the run at once
+    (:meth:`check_applied_gradients`): its weights are no longer finite.
 
     Args:
         patience: consecutive non-finite iterations tolerated; 0 stops at the first.
@@ -93,6 +95,25 @@ class DivergenceMonitor:
                 f'this state, so the checkpoints already written hold the last finite one; '
                 f'{self.WAYS_ON}')
         return False
+
+    def check_applied_gradients(self, norm: torch.Tensor | None, skipped: bool, phase: str,
+                                iteration: int) -> None:
+        """A step that applied non-finite gradients (``norm``, their total norm, is NaN or inf
+        and the optimiser skips no such step: ``skipped`` False) has made the weights
+        non-finite while the loss was still finite: stop before any hook saves them.
+
+        Raises:
+            TrainingDivergedError: naming the phase, the iteration and the settings that skip
+                such a step.
+        """
+        if norm is None or skipped or math.isfinite(float(norm)):
+            return
+        raise TrainingDivergedError(
+            f'phase {phase}: the gradients are non-finite at iteration {iteration} (their norm '
+            f'is {float(norm)}, the loss finite) and this optimiser\'s step applied them (a '
+            "fused Adam or AdamW with clip_grad=dict(max_norm=...) skips such a step): the "
+            'weights are no longer finite; training stopped before any hook saw this state, so '
+            f'the checkpoints already written hold the last finite one; {self.WAYS_ON}')
 
     def check_phase_end(self, phase: str) -> None:
         """A phase may not end in a non-finite streak: its end would validate that state.

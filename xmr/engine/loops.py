@@ -960,6 +960,8 @@ class PhasedTrainLoop(BaseLoop):
         outputs, norm = read_to_host(outputs, optim_wrapper.pending_norm if keeps_norm else None)
         finite = self.divergence.check(outputs, self.current_phase.name, self._iter + 1)
         if keeps_norm:
+            self.divergence.check_applied_gradients(norm, optim_wrapper.skips_nonfinite_steps,
+                                                    self.current_phase.name, self._iter + 1)
             optim_wrapper.pending_norm = norm
             optim_wrapper.log_pending_norm(log=finite)
         if finite:

@@ -86,8 +86,13 @@ class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
     #: Python as the runner builds the wrapper.
     forwards_options_to = (MMEngineOptimWrapper.__init__,)
 
-    #: The total norm of the last clipped gradients, until :meth:`log_pending_norm` takes it.
+    #: The total norm of the last step's gradients (before clipping), until
+    #: :meth:`log_pending_norm` takes it.
     pending_norm: torch.Tensor | None = None
+    #: Its name in the log: MMEngine's, which names it only where ``clip_grad`` is set.
+    grad_name = 'grad_norm'
+    #: Steps skipped for non-finite gradients so far (each said in its own warning).
+    skipped_steps = 0
     #: Every rank's window gradients for rank 0's next :meth:`state_dict`
     #: (:meth:`gather_pending_grads`).
     _gathered_grads: list[list[torch.Tensor | None]] | None = None
@@ -168,6 +173,8 @@ class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
         # cannot split `optimizer.step(**kwargs)` at the graph break torch's optimisers make,
         # and would run the clip eagerly.
         norm = self._clip_grad() if self.clip_grad_kwargs else None
+        if norm is None:
+            norm = self._grad_norm()
         if norm is None or not self._fused_step_skips():
             self.optimizer.step(closure)
             return
@@ -205,6 +212,16 @@ class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
             return None
         # torch.nn.utils.clip_grad_value_ returns None: nothing to log.
         self.pending_norm = self.clip_func(params, **self.clip_grad_kwargs)
+        return self.pending_norm
+
+    def _grad_norm(self) -> torch.Tensor | None:
+        """The gradients' total norm (0-d, on their device), kept as :attr:`pending_norm`,
+        where no clip by norm computed it: a step that skips nothing applies what it gets, and
+        the loop stops a run whose step applied non-finite gradients before a hook saves its
+        weights."""
+        grads = [p.grad for group in self.optimizer.param_groups for p in group['params']
+                 if p.requires_grad and p.grad is not None]
+        self.pending_norm = torch.nn.utils.get_total_norm(grads) if grads else None
         return self.pending_norm
 
     def gather_pending_grads(self) -> None:
@@ -268,11 +285,16 @@ class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
         if norm is None:
             return
         if not math.isfinite(float(norm)) and self.skips_nonfinite_steps:
-            print_log(f"optimiser step skipped: the clipped gradients' norm is {float(norm)}; "
-                      "the weights and the optimiser's state are as they were",
-                      logger='current', level=logging.WARNING)
-        elif log:
-            self.message_hub.update_scalar(f'train/{self.grad_name}', float(norm))
+            # Each its own text: MMEngine's logger prints a warning it has printed once only.
+            self.skipped_steps += 1
+            iteration = self.message_hub.get_info('iter')
+            at = '' if iteration is None else f' at iteration {iteration + 1}'
+            print_log(f'optimiser step skipped{at} ({self.skipped_steps} so far in this '
+                      f"process): the clipped gradients' norm is {float(norm)}; the weights "
+                      "and the optimiser's state are as they were", logger='current',
+                      level=logging.WARNING)
+        elif log and self.grad_name == 'grad_norm':  # clipped by value: a norm after the clip
+            self.message_hub.update_scalar('train/grad_norm', float(norm))
 
 
 def window_grads_for_this_rank(saved: list) -> list[torch.Tensor | None]:
