@@ -287,6 +287,21 @@ def test_a_phase_language_without_adapters_names_the_config_key_of_its_loader(tm
                                 "adapters for ['fr']; it reads ['en', 'de', 'zh']")
 
 
+def test_a_model_language_no_phase_trains_is_warned_about_before_the_first_step(tmp_path):
+    """Modules of a language the phases' data lacks stay as initialised: the run said nothing,
+    the checkpoint held them, and encode_texts(lang) answered with untrained ones."""
+    cfg = make_cfg(tmp_path, phases=[dict(PHASES[1], iters=1)])
+    cfg.model.language_branch.languages = [*cfg.model.language_branch.languages, 'fr']
+    runner, _ = train(cfg)
+    logged = (Path(runner.log_dir) / f'{runner.timestamp}.log').read_text()
+    assert ("the model has modules for ['fr'], which no phase's data holds (phase cross_lingual "
+            "dataset (train_dataloader)): no step trains them") in logged
+    plain = make_cfg(tmp_path / 'plain', phases=[dict(PHASES[1], iters=1)])
+    runner, _ = train(plain)
+    assert 'no step trains them' not in (Path(runner.log_dir) /
+                                         f'{runner.timestamp}.log').read_text()
+
+
 # ------------------------------------------------------------------ item 11: divergence
 def test_a_huge_lr_stops_at_the_first_nan_and_keeps_the_last_finite_checkpoint(tmp_path):
     phases = copy.deepcopy(PHASES[1:])

@@ -55,6 +55,24 @@ def check_data_languages(model: torch.nn.Module, datasets: Mapping[str, Dataset]
             check_gallery(gallery.metainfo, where)
 
 
+def unfed_languages(model: torch.nn.Module, phase_datasets: Mapping[str, Dataset]) -> list[str]:
+    """The model's languages other than its source one that no phase's dataset holds: their
+    modules stay as initialised (or as their group's, for adapters grouped across languages),
+    and the run ends without a word on them. ``[]`` where a dataset states no languages, or the
+    model names none.
+
+    Args:
+        model: the retriever (``languages``, ``source_language``).
+        phase_datasets: ``{what the dataset is: dataset}`` of the phases that will train.
+    """
+    languages, source = getattr(model, 'languages', None), getattr(model, 'source_language', None)
+    held = [caption_languages(dataset) for dataset in phase_datasets.values()]
+    if not languages or source is None or not held or not all(held):
+        return []
+    fed = set().union(*held)
+    return [lang for lang in languages if lang != source and lang not in fed]
+
+
 def check_media_sizes(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -> None:
     """Fail unless each dataset's media transform (or, for a dataset that renders its images,
     its ``image_size``) gives the size the image tower takes.

@@ -15,6 +15,7 @@ from xmr.engine.data_languages import (
     check_data_languages,
     check_gallery_sizes,
     check_media_sizes,
+    unfed_languages,
 )
 from xmr.engine.distributed import padded_repeats, rewrap_for_phase, shared_seed
 from xmr.engine.divergence import DivergenceMonitor, nonfinite_terms
@@ -562,6 +563,7 @@ class PhasedTrainLoop(BaseLoop):
                 padding_checked.append(dataloader)
             datasets[f'phase {phase.name} dataset ({self._loader_names[index]})'] = \
                 dataloader.dataset
+        phase_datasets = dict(datasets)
         val_loop = self.runner.val_loop
         if val_loop is not None:
             datasets.update({f'val dataset {i} ({type(loader.dataset).__name__})':
@@ -577,6 +579,13 @@ class PhasedTrainLoop(BaseLoop):
                                     if phase.start_from_best is not None], expected,
                                    expected=True)
         check_data_languages(self.model, datasets)
+        unfed = unfed_languages(unwrap_model(self.model), phase_datasets)
+        if unfed and self._iter == 0:
+            self.runner.logger.warning(
+                f"the model has modules for {unfed}, which no phase's data holds "
+                f"({', '.join(phase_datasets)}): no step trains them; give the phases' datasets "
+                'those languages (target_langs), or drop them from the model '
+                '(model.language_branch.languages)')
         check_media_sizes(unwrap_model(self.model), datasets)
         check_media_exist(datasets.values())
 
