@@ -949,6 +949,36 @@ def test_an_option_setting_a_variable_the_config_copied_where_it_is_used_is_refu
         == 'test'
 
 
+@pytest.mark.parametrize('line, key, meant', [
+    ('optim_wraper = dict(optimizer=dict(weight_decay=0.5))', 'optim_wraper', 'optim_wrapper'),
+    ('randomnes = dict(seed=123)', 'randomnes', 'randomness'),
+    ('default_hook = dict(checkpoint=dict(interval=50))', 'default_hook', 'default_hooks'),
+    ("custom_hook = [dict(type='EMAHook')]", 'custom_hook', 'custom_hooks'),
+    ('cpu_thread = 1', 'cpu_thread', 'cpu_threads')])
+def test_a_top_level_key_one_edit_from_a_read_one_is_refused(tmp_path, line, key, meant):
+    """Nothing read it, and the run kept the base's value (the decay, the seed, the hooks)."""
+    leaf = tmp_path / 'leaf.py'
+    leaf.write_text(f"_base_ = ['{DEMO}']\n{line}\n")
+    message = (f"the top-level key '{key}' (of the file, a base or an --ablation row) is read "
+               f"by nothing (did you mean '{meant}'?): {meant} keeps the value it has without "
+               'it: correct the key')
+    with pytest.raises(UserError, match=re.escape(f'{leaf}: {message}')):
+        load_run_config(leaf)
+    if meant not in load_run_config(DEMO):  # else the option's own check names it
+        with pytest.raises(UserError, match=re.escape(f'--cfg-options {key}: {message}')):
+            load_run_config(DEMO, cfg_options={key: 1})
+
+
+def test_variables_of_the_config_far_from_a_read_key_are_taken(tmp_path):
+    leaf = tmp_path / 'leaf.py'
+    leaf.write_text(f"_base_ = ['{DEMO}']\nzh_val_dataloader = None\nmodels = None\n"
+                    "cpu_threads = 1\n")
+    with pytest.raises(UserError, match="the top-level key 'models'"):
+        load_run_config(leaf)
+    leaf.write_text(f"_base_ = ['{DEMO}']\nzh_val_dataloader = None\ncpu_threads = 1\n")
+    assert load_run_config(leaf).cpu_threads == 1
+
+
 def test_the_optimisers_lr_as_an_option_is_refused_under_the_phased_loop():
     """The phases set every group's rate: the option's rate was read by nothing, while the
     dumped config recorded it. Outside the phased loop it is MMEngine's rate, and taken."""

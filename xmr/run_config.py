@@ -249,6 +249,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     typo = _check_option_keys(cfg, cfg_options or {})
     _refuse_copied_variables(cfg, cfg_options or {})
     merge_options(cfg, cfg_options or {})
+    _refuse_top_level_typos(cfg, config, cfg_options or {})
     import_custom_modules(f'{config} with its --ablation rows and --cfg-options', cfg)
     check_run_values(cfg)
     _refuse_optimizer_lr_option(cfg, cfg_options or {})
@@ -772,6 +773,35 @@ def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> Non
                             f'it loaded ({shown}): changing {key} now changes none of them',
                             f"set those keys instead ({copies[0]}{'.' + inner if inner else ''}"
                             f'={value!r} ...)')
+
+
+#: Top-level keys xmr reads beside those of MMEngine's runner.
+XMR_TOP_LEVEL_KEYS = ('cpu_threads', 'custom_imports', 'paper_figures')
+
+
+def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str, Any]) -> None:
+    """Refuse a top-level key one edit from one the runner or xmr reads (``optim_wraper``,
+    ``randomnes``, ``cpu_thread``): nothing reads it, and the run kept the base's value. Any
+    other new key is a variable of the config (``zh_val_dataloader``), and taken.
+
+    Raises:
+        UserError: naming the key, where it was given (the file or the option) and the key
+            meant.
+    """
+    from mmengine.runner import Runner
+
+    known = sorted({*inspect.signature(Runner.__init__).parameters, *XMR_TOP_LEVEL_KEYS})
+    for key in cfg:
+        # One edit only: a loader variable (zh_val_dataloader) is 90% alike its runner key.
+        meant = None if key in known or key.startswith('_') else next(
+            (name for name in known if len(key) >= 4 and _one_edit_apart(key, name)), None)
+        options = [option for option in cfg_options if option.partition('.')[0] == key]
+        # An option's typo of a key the config holds is _check_option_keys' to name.
+        if meant is not None and not (options and meant in cfg):
+            given = f'--cfg-options {options[0]}' if options else str(config)
+            raise UserError(given, f"the top-level key '{key}' (of the file, a base or an "
+                            f"--ablation row) is read by nothing (did you mean '{meant}'?): "
+                            f'{meant} keeps the value it has without it', 'correct the key')
 
 
 def _refuse_optimizer_lr_option(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
