@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from xmr.apis import init_retriever
     from xmr.models.language.language_modules import (
+        check_module_finite,
         load_language_module,
         save_language_module,
         save_merged_checkpoint,
@@ -204,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
         # would leave the earlier files as if the export had been done.
         for lang in langs:
             model.language_branch.adapters.check_language(lang)
+            check_module_finite(model, lang)
         if args.out_dir.exists() and not args.out_dir.is_dir():
             raise UserError(f'--out-dir {args.out_dir}', 'is a file, not a folder',
                             'name a folder (made if missing) for the module files')

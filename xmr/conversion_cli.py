@@ -33,9 +33,10 @@ def main(method: str, argv: list[str] | None = None) -> None:
     parser.add_argument('--cfg-options', nargs='+', action=ConfigOptionsAction,
                         help='override config keys, e.g. model.language_branch.languages=[ja]')
     args = parser.parse_args(argv)
-    from xmr.models.conversion.authors import ConversionError, convert_authors_checkpoint, first
+    from xmr.models.conversion.authors import ConversionError, convert_authors_checkpoint
     from xmr.models.conversion.dasd import map_dasd
     from xmr.models.conversion.mla import map_mla
+    from xmr.models.weight_files import first_keys
 
     mapping = {'mla': map_mla, 'dasd': map_dasd}[method]
     try:
@@ -45,5 +46,5 @@ def main(method: str, argv: list[str] | None = None) -> None:
     except (ConversionError, FileNotFoundError) as error:
         parser.exit(2, f'error: {error}\n')
     print(f'{args.out}: {len(report.used)} keys used; {len(report.unused)} unused: '
-          f'{first(report.unused) or "none"}; 0 missing; {len(report.kept)} kept from the '
-          f'config: {first(report.kept) or "none"}')
+          f'{first_keys(report.unused) or "none"}; 0 missing; {len(report.kept)} kept from the '
+          f'config: {first_keys(report.kept) or "none"}')

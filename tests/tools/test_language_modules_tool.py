@@ -199,6 +199,24 @@ def test_an_export_naming_a_language_without_a_module_writes_no_file(tmp_path, m
     assert not (tmp_path / 'modules').exists() or not any((tmp_path / 'modules').iterdir())
 
 
+def test_an_export_with_a_diverged_language_writes_no_file(tmp_path, monkeypatch, capsys):
+    """fr diverged before the checkpoint: de is not written either, as if the export were
+    done."""
+    from xmr.apis import init_retriever
+
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    state = init_retriever(config).state_dict()
+    key = next(k for k in state if '.sets.fr.' in k)
+    state[key].view(-1)[0] = float('nan')
+    torch.save(dict(state_dict=state), tmp_path / 'trained.pth')
+    with pytest.raises(SystemExit, match='2'):
+        _run(['export', str(config), str(tmp_path / 'trained.pth'), '--out-dir',
+              str(tmp_path / 'modules')], monkeypatch)
+    assert 'the fr module holds NaN or infinite weights' in capsys.readouterr().err
+    assert not (tmp_path / 'modules').exists() or not any((tmp_path / 'modules').iterdir())
+
+
 def test_an_export_into_a_file_is_refused_naming_it(tmp_path, monkeypatch, capsys):
     """An --out-dir that is a file failed with the OS's terse 'File exists'."""
     from xmr.apis import init_retriever

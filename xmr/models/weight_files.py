@@ -21,7 +21,8 @@ from typing import TypeVar
 import torch
 
 __all__ = ['read_weights', 'check_weights_fit', 'strict_load_refusal', 'fetch_weights',
-           'WeightsMismatchError', 'CHECKPOINT_SUFFIXES', 'unreadable_file']
+           'WeightsMismatchError', 'CHECKPOINT_SUFFIXES', 'unreadable_file', 'nonfinite_keys',
+           'first_keys']
 
 Fetched = TypeVar('Fetched')
 
@@ -175,6 +176,20 @@ def unreadable_file(path: Path, what: str, error: Exception | str) -> str:
               else type(error).__name__)
     return (f'{path} ({path.stat().st_size} bytes) is not a readable {what}: {reason}. A '
             'truncated download or a file of another kind; download the file again')
+
+
+def first_keys(keys: Iterable[str], limit: int = 3) -> str:
+    """``'a, b, c (and 12 more)'``: the first few of a key list, sorted, and its size."""
+    keys = sorted(keys)
+    more = f' (and {len(keys) - limit} more)' if len(keys) > limit else ''
+    return ', '.join(keys[:limit]) + more
+
+
+def nonfinite_keys(state_dict: Mapping[str, torch.Tensor]) -> list[str]:
+    """The keys whose (floating) tensors hold NaN or infinite values, sorted: weights of a run
+    that diverged before it saved, or of a file damaged where no CRC-32 guards it."""
+    return sorted(key for key, value in state_dict.items()
+                  if value.is_floating_point() and not torch.isfinite(value).all())
 
 
 def check_weights_fit(expected: Mapping[str, torch.Tensor], state_dict: Mapping[str, torch.Tensor],

@@ -1,4 +1,5 @@
 """Per-language module files: exact round trip, several languages in one model, shares."""
+import math
 import re
 
 import pytest
@@ -8,10 +9,12 @@ import xmr
 from tests.conftest import CORPUS, tiny_backbone_cfg, tiny_branch_cfg
 from tests.models.adapters.peft_helpers import CAPTIONS, clip_branch_cfg
 from xmr.models.language.language_modules import (
+    check_module_finite,
     language_parameter_report,
     language_state_dict,
     load_language_module,
     save_language_module,
+    save_merged_checkpoint,
 )
 from xmr.registry import MODELS
 from xmr.version import provenance
@@ -55,6 +58,43 @@ def test_round_trip_is_exact_and_the_file_holds_only_the_module(tmp_path):
     for key, value in language_state_dict(source, 'de').items():
         assert torch.equal(language_state_dict(receiver, 'de')[key], value), key
     assert torch.equal(encode(receiver, 'de'), encode(source, 'de'))
+
+
+def test_modules_and_merged_models_holding_nan_are_refused_and_nothing_is_written(tmp_path):
+    """A run that diverged before it saved: its NaN weights were exported, merged and written
+    without a word, and surfaced as NaN scores at test time."""
+    diverged = build(['de', 'fr'], module_seed=1)
+    with torch.no_grad():
+        next(diverged.language_branch.adapters.sets['de'].parameters()).view(-1)[0] = math.nan
+    with pytest.raises(ValueError, match=r'^the de module holds NaN or infinite weights \(\S+\): '
+                                         'its run diverged before this checkpoint was saved'):
+        save_language_module(diverged, 'de', tmp_path / 'de.pth')
+    assert not list(tmp_path.iterdir())
+    check_module_finite(diverged, 'fr')  # its other language is finite
+
+    # A file written by an xmr that did not check, or damaged: refused as it loads.
+    finite = build(['de'], module_seed=1)
+    path = save_language_module(finite, 'de', tmp_path / 'de.pth')
+    payload = torch.load(path, weights_only=True)
+    key = sorted(payload['state_dict'])[0]
+    payload['state_dict'][key].view(-1)[0] = math.inf
+    torch.save(payload, path)
+    receiver = build(['de'], module_seed=2)
+    before = language_state_dict(receiver, 'de')
+    with pytest.raises(ValueError, match=re.escape(
+            f'{path} (de): 1 weights hold NaN or infinite values ({key}): the run diverged')):
+        load_language_module(receiver, path)
+    assert all(torch.equal(language_state_dict(receiver, 'de')[k], v) for k, v in before.items())
+
+    # A merge onto a base whose shared weights diverged writes nothing.
+    with torch.no_grad():
+        next(receiver.backbone.parameters()).view(-1)[0] = math.nan
+    out = tmp_path / 'merged.pth'
+    with pytest.raises(ValueError, match=re.escape(f'{out} not written: ') + r'\d weights hold '
+                       r'NaN or infinite values \(backbone\..*kept from the base checkpoint '
+                       'run/iter_9.pth'):
+        save_merged_checkpoint(receiver, out, dict(base='run/iter_9.pth'))
+    assert not out.exists()
 
 
 def test_a_module_is_saved_and_loaded_by_any_spelling_of_its_language(tmp_path):

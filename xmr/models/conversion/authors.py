@@ -31,7 +31,7 @@ from xmr.engine.checkpoint import (
 )
 from xmr.fileio import input_written_over
 from xmr.models.conversion.settings import authors_differences
-from xmr.models.weight_files import read_weights
+from xmr.models.weight_files import first_keys, nonfinite_keys, read_weights
 from xmr.run_config import merge_options
 
 #: Prefixes of the xmr parameters a converted file must provide (the rest, e.g. loss
@@ -86,13 +86,6 @@ class ConversionReport:
 StateMapping = Callable[[Mapping[str, torch.Tensor], nn.Module, set], dict[str, torch.Tensor]]
 
 
-def first(keys, limit: int = 3) -> str:
-    """``'a, b, c (and 12 more)'``: the first few of a key list and its size."""
-    keys = sorted(keys)
-    more = f' (and {len(keys) - limit} more)' if len(keys) > limit else ''
-    return ', '.join(keys[:limit]) + more
-
-
 def check_records(path: Path) -> None:
     """Refuse a torch file whose records fail their CRC-32 (``torch.load`` checks none: a
     damaged download would convert as other numbers), a truncated or a foreign one."""
@@ -131,15 +124,16 @@ def check_method(path: Path, state: Mapping[str, torch.Tensor], method: str) -> 
     if not acquirers:
         raise ConversionError(
             f'{path}: no per-language acquirer modules (no key like transformer.resblocks.0.'
-            f'acquirer.<lang>.*; {len(state)} keys, e.g. {first(state)}): not an MLA or DASD '
+            f'acquirer.<lang>.*; {len(state)} keys, e.g. {first_keys(state)}): not an MLA or DASD '
             'checkpoint; give the released model file (the CLIP weights alone go to '
             'model.backbone.pretrained, or with the acquirers\' file to --clip-checkpoint)')
     if method == 'mla' and dasd:
-        raise ConversionError(f'{path}: a DASD checkpoint ({len(dasd)} DASD keys: {first(dasd)}) '
-                              'given to the MLA converter: use tools/convert/dasd_to_xmr.py')
+        raise ConversionError(f'{path}: a DASD checkpoint ({len(dasd)} DASD keys: '
+                              f'{first_keys(dasd)}) given to the MLA converter: use '
+                              'tools/convert/dasd_to_xmr.py')
     if method == 'dasd' and not dasd:
         raise ConversionError(f'{path}: an MLA checkpoint (acquirers without DASD\'s mlp_zi / '
-                              f'zi_adapter_student: {first(acquirers)}) given to the DASD '
+                              f'zi_adapter_student: {first_keys(acquirers)}) given to the DASD '
                               'converter: use tools/convert/mla_to_xmr.py')
 
 
@@ -204,7 +198,7 @@ def with_clip_from(path: Path, state: Mapping[str, torch.Tensor], clip_path: Pat
     if absent:
         raise ConversionError(
             f'{clip_path}: {len(absent)} weights of the config\'s CLIP are not in the CLIP '
-            f'file ({first(absent)}): give the file of CLIP (their --clip_ckpt, e.g. '
+            f'file ({first_keys(absent)}): give the file of CLIP (their --clip_ckpt, e.g. '
             'finetune-en-m30k/pytorch_model.bin.4), or a config of its architecture')
     towers = clip_weights(clip_state, model, set())
     check_shapes(clip_path, towers, model, config)
@@ -247,7 +241,7 @@ def check_unused(path: Path, state: Mapping[str, torch.Tensor], used: set,
     if unknown:
         raise ConversionError(
             f'{path}: {len(unknown)} keys that the {method.upper()} code\'s model does not have '
-            f'({first(unknown)}): the file holds modules this converter does not know, whose '
+            f'({first_keys(unknown)}): the file holds modules this converter does not know, whose '
             'part in the computation it cannot place; convert the checkpoint its train.py '
             'wrote, without keys added to it (an optimizer state, another model\'s weights)')
     return unused
@@ -300,7 +294,8 @@ def check_languages(path: Path, codes: Mapping[str, str], languages: list[str]) 
         keys = [f'transformer.resblocks.0.acquirer.{lang}' for lang in absent]
         present = sorted(codes)
         raise ConversionError(
-            f'{path}: no acquirer modules for {", ".join(absent)} (missing {first(keys)}.*; the '
+            f'{path}: no acquirer modules for {", ".join(absent)} (missing '
+            f'{first_keys(keys)}.*; the '
             f'config names {", ".join(languages)}, the file has {", ".join(present) or "none"}): '
             'convert with the languages of the file, e.g. --cfg-options '
             f'model.language_branch.languages="{present}"')
@@ -335,11 +330,11 @@ def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.M
     if absent or missing:
         raise ConversionError(
             f'{path}: {len(absent) + len(missing)} parameters of the {config} model are '
-            f'not in the file ({first(absent + missing)}): it is a checkpoint of another '
+            f'not in the file ({first_keys(absent + missing)}): it is a checkpoint of another '
             'architecture or setting; convert with the config it was trained as')
     placeless = sorted(set(mapped) - set(expected))
     if placeless:
-        raise ConversionError(f'{path}: the {config} model has no {first(placeless)}: convert '
+        raise ConversionError(f'{path}: the {config} model has no {first_keys(placeless)}: convert '
                               'with a config of the authors\' model (configs/dasd/*_authors.py)')
     check_shapes(path, mapped, model, config)
     # The retriever's facts (backbone, width, languages) are recorded, not a weight kept.
@@ -387,10 +382,10 @@ def shape_fix(key: str) -> str:
 def check_finite(path: Path, mapped: Mapping[str, torch.Tensor]) -> None:
     """Refuse NaN or infinite values in the weights placed (a run diverged before it saved,
     or a file damaged where no CRC-32 guards it): every score would come out NaN."""
-    bad = sorted(k for k, v in mapped.items() if not torch.isfinite(v).all())
+    bad = nonfinite_keys(mapped)
     if bad:
         raise ConversionError(f'{path}: {len(bad)} weights hold NaN or infinite values '
-                              f'({first(bad)}): the run diverged or the file is damaged; '
+                              f'({first_keys(bad)}): the run diverged or the file is damaged; '
                               'convert another checkpoint of the run, or download it again')
 
 

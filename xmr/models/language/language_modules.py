@@ -32,11 +32,13 @@ from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import atomic_torch_save
 from xmr.models.adapters.base import BaseAdapter
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
+from xmr.models.weight_files import first_keys, nonfinite_keys
 from xmr.version import provenance, written_by
 
-__all__ = ['MODULE_FORMAT', 'LanguageShare', 'language_state_dict', 'load_language_module',
-           'language_parameter_report', 'module_file_problem', 'save_language_module',
-           'save_merged_checkpoint', 'shared_fingerprints', 'shared_parameter_count']
+__all__ = ['MODULE_FORMAT', 'LanguageShare', 'check_module_finite', 'language_state_dict',
+           'load_language_module', 'language_parameter_report', 'module_file_problem',
+           'save_language_module', 'save_merged_checkpoint', 'shared_fingerprints',
+           'shared_parameter_count']
 
 MODULE_FORMAT = 'xmr-language-module'
 # Version 2 records the base (checkpoint and shared-state fingerprints) of the module.
@@ -106,6 +108,20 @@ def language_state_dict(model: nn.Module, lang: str) -> dict[str, torch.Tensor]:
             for key, value in _module(model, lang).state_dict().items()}
 
 
+def check_module_finite(model: nn.Module, lang: str) -> None:
+    """Refuse to export ``lang``'s module when its weights hold NaN or infinite values: the run
+    diverged before it saved, and every score of the language would come out NaN.
+
+    Raises:
+        ValueError: naming the language, the weights and the fix.
+    """
+    bad = nonfinite_keys(_module(model, normalize_language(lang, 'language')).state_dict())
+    if bad:
+        raise ValueError(f'the {lang} module holds NaN or infinite weights '
+                         f'({first_keys(bad)}): its run diverged before this checkpoint was '
+                         'saved; export from an earlier checkpoint of the run')
+
+
 def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
                          base_checkpoint: str | os.PathLike | None = None) -> Path:
     """Write ``lang``'s module (any spelling of its code, ``deu_Latn`` for ``de``) to ``path``
@@ -122,6 +138,7 @@ def save_language_module(model: nn.Module, lang: str, path: str | os.PathLike,
         The path written.
     """
     lang = normalize_language(lang, 'save_language_module lang')
+    check_module_finite(model, lang)
     base = dict(checkpoint=None if base_checkpoint is None else str(base_checkpoint),
                 shared=shared_fingerprints(model))
     payload = dict(format=MODULE_FORMAT, version=MODULE_VERSION, lang=lang, facts=_facts(model),
@@ -145,8 +162,20 @@ def module_file_problem(path: str | os.PathLike, payload: Any) -> str | None:
 
 def save_merged_checkpoint(model: nn.Module, path: str | os.PathLike,
                            meta: Mapping[str, Any]) -> Path:
-    """Write the whole model as a checkpoint ``tools/test.py`` loads (``state_dict`` + ``meta``)."""
-    return save_model_checkpoint(path, unwrap_model(model).state_dict(), meta)
+    """Write the whole model as a checkpoint ``tools/test.py`` loads (``state_dict`` + ``meta``).
+
+    Raises:
+        ValueError: weights that hold NaN or infinite values (the modules were checked as they
+            loaded: they came from ``meta['base']``), nothing written.
+    """
+    state = unwrap_model(model).state_dict()
+    bad = nonfinite_keys(state)
+    if bad:
+        raise ValueError(f"{path} not written: {len(bad)} weights hold NaN or infinite values "
+                         f"({first_keys(bad)}), kept from the base checkpoint {meta.get('base')}, "
+                         'whose run diverged before it saved; give an earlier checkpoint of '
+                         'that run as --base')
+    return save_model_checkpoint(path, state, meta)
 
 
 
@@ -200,6 +229,12 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
                          f'{missing[:5]}, unexpected {unexpected[:5]}, other shapes '
                          f'{reshaped[:5]}; was it trained with the same adapter config? (The '
                          f'file was {written_by(payload)})')
+    bad = nonfinite_keys(state)
+    if bad:
+        raise ValueError(f'{path} ({payload["lang"]}): {len(bad)} weights hold NaN or infinite '
+                         f'values ({first_keys(bad)}): the run diverged before the checkpoint it '
+                         'was exported from, or the file is damaged; export the module from an '
+                         'earlier checkpoint of the run')
     module.load_state_dict(state, strict=True)
     return target
 
