@@ -336,7 +336,8 @@ def test_amp_evaluation_runs_on_cast_frozen_weights_with_autocast_results(tmp_pa
 def test_evaluation_with_tokenising_workers_gives_the_same_metrics(tmp_path, loop):
     metrics = []
     for workers in (0, 2):
-        loader = dict(eval_loader(synthetic('test', ['en', 'de', 'zh'])), num_workers=workers)
+        loader = dict(eval_loader(synthetic('test', ['en', 'de', 'zh'])), num_workers=workers,
+                      persistent_workers=bool(workers))
         evaluator = dict(type='RetrievalMetric', prefix='synth')
         one_dataset = loop == 'TestLoop'
         runner = Runner(**base_cfg(
@@ -344,9 +345,10 @@ def test_evaluation_with_tokenising_workers_gives_the_same_metrics(tmp_path, loo
             test_evaluator=evaluator if one_dataset else [evaluator],
             test_cfg=dict(type=loop)))
         metrics.append(runner.test())
-        collate = runner.test_loop.dataloader.collate_fn if one_dataset \
-            else runner.test_loop.dataloaders[0].collate_fn
-        assert isinstance(collate, TokenizingCollate) == bool(workers)
+        tested = runner.test_loop.dataloader if one_dataset else runner.test_loop.dataloaders[0]
+        assert isinstance(tested.collate_fn, TokenizingCollate) == bool(workers)
+        # A test runs once: its persistent workers end with it (each left a pymp-* folder).
+        assert getattr(tested, '_iterator', None) is None
     assert metrics[0] == metrics[1]
 
 

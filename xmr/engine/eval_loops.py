@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader
 from xmr.datasets.collate import kept_no_item
 from xmr.engine.frozen_casts import FrozenWeightCasts
 from xmr.engine.pinned_batches import pinned_on_gpu
+from xmr.engine.worker_signals import end_workers
 from xmr.engine.worker_tokens import tokenize_in_workers
 from xmr.evaluation.metrics import RetrievalMetric
 from xmr.registry import LOOPS
@@ -259,7 +260,11 @@ class MultiDatasetTestLoop(_MultiDatasetLoop):
 
     def run(self) -> dict[str, float]:
         check_media_exist(loader.dataset for loader in self.dataloaders)
-        return super().run()
+        try:
+            return super().run()
+        finally:
+            for loader in self.dataloaders:
+                end_workers(loader)
 
 
 class _OneDatasetLoop:
@@ -302,13 +307,21 @@ class ValLoop(_OneDatasetLoop, MMEngineValLoop):
 @LOOPS.register_module()
 class TestLoop(_OneDatasetLoop, MMEngineTestLoop):
     """MMEngine's ``TestLoop`` with xmr's data path and skipped media (:class:`_OneDatasetLoop`);
-    the dataset's media are checked (:func:`check_media_exist`) before the first batch."""
+    the dataset's media are checked (:func:`check_media_exist`) before the first batch.
+
+    A test runs once: its loader's persistent workers end with it (as the test loops' of
+    several datasets do), where they lived on until the process exited and were killed, each
+    leaving its ``pymp-*`` folder in the temporary directory.
+    """
 
     mode = 'test'
 
     def run(self) -> dict:
         check_media_exist([self.dataloader.dataset])
-        return super().run()
+        try:
+            return super().run()
+        finally:
+            end_workers(self.dataloader)
 
 
 def check_media_exist(datasets: Iterable[Any]) -> None:
