@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import tempfile
 
 import pytest
 
@@ -78,10 +79,13 @@ def test_the_run_is_the_shipped_cross_lingual_phase_on_text_pairs(tmp_path):
     assert item['source_text'] and item['target_text'] != item['source_text']
 
 
-def test_a_tiny_run_on_the_cpu_times_every_iteration(tmp_path, capsys):
+def test_a_tiny_run_on_the_cpu_times_every_iteration(tmp_path, capsys, monkeypatch):
+    """Without --work-dir, in a temporary folder that the run removes (each run left its
+    text pairs, tokenizer, logs and feature cache behind)."""
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
     figures = loop_time.main(['--arch', 'tiny', '--device', 'cpu', '--iters', '12',
-                              '--warmup', '2', '--batch-size', '8', '--scenes', '40',
-                              '--work-dir', str(tmp_path)])
+                              '--warmup', '2', '--batch-size', '8', '--scenes', '40'])
+    assert list(tmp_path.iterdir()) == []
     assert figures['iterations'] == 12 and figures['one_off'] == 2
     assert figures['target_widths'] and figures['compile'] == 'eager'
     assert 0 < figures['median_ms'] < figures['first_ms']

@@ -73,10 +73,10 @@ def dasd_model(arch: str, device: torch.device) -> nn.Module:
     """DASD's retriever of ``tools/benchmark.py``, in its cross-lingual phase's trained state."""
     from xmr.registry import MODELS, TOKENIZERS
 
-    work_dir = tempfile.mkdtemp()
-    cfg = benchmark.model_cfg(arch, None, False, f'{work_dir}/target_sp.model', 'dasd')
-    TOKENIZERS.build(cfg['language_branch']['tokenizer'])
-    model = MODELS.build(cfg).to(device)
+    with tempfile.TemporaryDirectory() as work_dir:  # the tokenizer is read as it is built
+        cfg = benchmark.model_cfg(arch, None, False, f'{work_dir}/target_sp.model', 'dasd')
+        TOKENIZERS.build(cfg['language_branch']['tokenizer'])
+        model = MODELS.build(cfg).to(device)
     benchmark.train_target_only(model)
     return model
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -284,12 +285,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                      'are those meeting a new language and target width, known from the '
                      'batches the workers tokenise')
 
+    if args.work_dir is None:
+        work_dir = Path(tempfile.mkdtemp(prefix='loop_time_'))
+        try:
+            return measure(args, work_dir)
+        finally:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+    return measure(args, Path(args.work_dir))
+
+
+def measure(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    """Train the timed run in ``work_dir``; print and return its figures."""
     from mmengine.runner import Runner
 
     from xmr.engine.compile_counts import compile_counts, reset_compile_counts
 
-    work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix='loop_time_'))
-    work_dir.mkdir(parents=True, exist_ok=True)
     reset_compile_counts()  # the compiled run's graphs, breaks and recompilations are its own
     runner = Runner.from_cfg(loop_cfg(args, work_dir))
     widths, split = TargetWidths(), IterationParts()
