@@ -977,6 +977,14 @@ def test_variables_of_the_config_far_from_a_read_key_are_taken(tmp_path):
         load_run_config(leaf)
     leaf.write_text(f"_base_ = ['{DEMO}']\nzh_val_dataloader = None\ncpu_threads = 1\n")
     assert load_run_config(leaf).cpu_threads == 1
+    # One edit from a runner key, yet read: named by a phase, or copied where it is used.
+    leaf.write_text(
+        f"_base_ = ['{DEMO}']\ntext_dataloader = _base_.train_dataloader\n"
+        "train_cfg = dict(phases=[_base_.train_cfg.phases[0], dict(_base_.train_cfg.phases[1], "
+        "dataloader='text_dataloader'), _base_.train_cfg.phases[2]])\n"
+        "text_cfg = dict(width=32)\nnotes = dict(text=text_cfg)\n")
+    cfg = load_run_config(leaf)
+    assert cfg.train_cfg.phases[1].dataloader == 'text_dataloader' and cfg.text_cfg.width == 32
 
 
 def test_the_optimisers_lr_as_an_option_is_refused_under_the_phased_loop():

@@ -781,8 +781,10 @@ XMR_TOP_LEVEL_KEYS = ('cpu_threads', 'custom_imports', 'paper_figures')
 
 def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str, Any]) -> None:
     """Refuse a top-level key one edit from one the runner or xmr reads (``optim_wraper``,
-    ``randomnes``, ``cpu_thread``): nothing reads it, and the run kept the base's value. Any
-    other new key is a variable of the config (``zh_val_dataloader``), and taken.
+    ``randomnes``, ``cpu_thread``): nothing reads it, and the run kept the base's value. A key
+    the config names elsewhere (a phase's ``dataloader='text_dataloader'``) or whose value it
+    copied where it uses it (``text_cfg``) is read, and any other new key is a variable of the
+    config (``zh_val_dataloader``): those are taken.
 
     Raises:
         UserError: naming the key, where it was given (the file or the option) and the key
@@ -791,17 +793,30 @@ def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str,
     from mmengine.runner import Runner
 
     known = sorted({*inspect.signature(Runner.__init__).parameters, *XMR_TOP_LEVEL_KEYS})
+    whole = cfg.to_dict()
     for key in cfg:
         # One edit only: a loader variable (zh_val_dataloader) is 90% alike its runner key.
         meant = None if key in known or key.startswith('_') else next(
             (name for name in known if len(key) >= 4 and _one_edit_apart(key, name)), None)
+        if meant is None or _used_elsewhere(whole, key):
+            continue
         options = [option for option in cfg_options if option.partition('.')[0] == key]
         # An option's typo of a key the config holds is _check_option_keys' to name.
-        if meant is not None and not (options and meant in cfg):
+        if not (options and meant in cfg):
             given = f'--cfg-options {options[0]}' if options else str(config)
             raise UserError(given, f"the top-level key '{key}' (of the file, a base or an "
                             f"--ablation row) is read by nothing (did you mean '{meant}'?): "
                             f'{meant} keeps the value it has without it', 'correct the key')
+
+
+def _used_elsewhere(whole: Mapping[str, Any], key: str) -> bool:
+    """Whether the config names top-level ``key`` in a value (a phase's ``dataloader``) or holds
+    a copy of its (text, non-empty list or dict) value under another key."""
+    value = whole[key]
+    copied = isinstance(value, str) or value and isinstance(value, (list, tuple, Mapping))
+    return any(found == key or copied and found == value
+               for path, found in _nested_values(whole, '')
+               if path != key and not path.startswith(key + '.'))
 
 
 def _refuse_optimizer_lr_option(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
