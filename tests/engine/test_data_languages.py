@@ -17,6 +17,7 @@ from xmr.engine.data_languages import (
     check_data_languages,
     check_gallery_sizes,
     check_media_sizes,
+    unfed_languages,
 )
 from xmr.engine.feature_cache import CachedFeatureDataset
 from xmr.evaluation import RetrievalMetric
@@ -137,3 +138,17 @@ def test_the_fix_for_a_transform_of_another_size_names_the_tower_s_own_geometry(
             "(MediaTransform with its backbone and pretrained, or backbone=None, size=64, "
             "resize_mode='squash', interpolation='bilinear', fill_color=0)")):
         check_media_sizes(SimpleNamespace(backbone=backbone), {'val': media_dataset((32, 32))})
+
+
+def test_the_languages_no_phase_holds_are_those_of_a_models_own_modules_only():
+    """A model's language the phases' data lacks keeps its modules as built; a dual encoder
+    has none (its one text tower reads other languages zero-shot), and a dataset that states
+    no languages leaves nothing to tell."""
+    fed = {'phase a': SimpleNamespace(metainfo=dict(languages=['de'])),
+           'phase b': SimpleNamespace(metainfo=dict(languages=['en', 'zh']))}
+    branch = SimpleNamespace(languages=['de', 'fr', 'zh', 'ja'], source_language='en',
+                             language_branch=object())
+    assert unfed_languages(branch, fed) == ['fr', 'ja']
+    assert unfed_languages(branch, {**fed, 'phase c': SimpleNamespace(metainfo={})}) == []
+    dual_encoder = SimpleNamespace(languages=['en', 'de', 'fr'], source_language='en')
+    assert unfed_languages(dual_encoder, fed) == []

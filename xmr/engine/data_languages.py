@@ -62,9 +62,13 @@ def unfed_languages(model: torch.nn.Module, phase_datasets: Mapping[str, Dataset
     model names none.
 
     Args:
-        model: the retriever (``languages``, ``source_language``).
+        model: the retriever (``languages``, ``source_language``); one without a
+            ``language_branch`` (a dual encoder, whose one text tower reads every language it
+            trains on and others zero-shot) has no module of a language.
         phase_datasets: ``{what the dataset is: dataset}`` of the phases that will train.
     """
+    if getattr(model, 'language_branch', None) is None:
+        return []
     languages, source = getattr(model, 'languages', None), getattr(model, 'source_language', None)
     held = [caption_languages(dataset) for dataset in phase_datasets.values()]
     if not languages or source is None or not held or not all(held):
