@@ -302,14 +302,14 @@ def test_a_skipped_step_is_said_not_logged_and_an_unfused_step_is_not_skipped(mo
     monkeypatch.setattr(module, 'print_log', lambda message, **_: said.append(message))
     _, _, wrapper = adamw_after([torch.tensor([math.nan, 0.0, 0.0])], fused=True)
     wrapper.log_pending_norm()
-    assert said == ["optimiser step skipped (1 so far in this process): the clipped "
+    assert said == ["optimiser step skipped (1 so far in this run): the clipped "
                     "gradients' norm is nan; the weights and the optimiser's state are as they "
                     "were"]
     assert 'train/grad_norm' not in wrapper.message_hub.log_scalars
     wrapper.message_hub.update_info('iter', 6)
     wrapper.pending_norm = torch.tensor(math.inf)
     wrapper.log_pending_norm()
-    assert said[1].startswith('optimiser step skipped at iteration 7 (2 so far in this process)')
+    assert said[1].startswith('optimiser step skipped at iteration 7 (2 so far in this run)')
     # The per-tensor loop takes no flag: NaN reaches the weight.
     weight, _, unfused = adamw_after([torch.tensor([math.nan, 0.0, 0.0])], foreach=False)
     assert not unfused.skips_nonfinite_steps

@@ -289,9 +289,9 @@ class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
             self.skipped_steps += 1
             iteration = self.message_hub.get_info('iter')
             at = '' if iteration is None else f' at iteration {iteration + 1}'
-            print_log(f'optimiser step skipped{at} ({self.skipped_steps} so far in this '
-                      f"process): the clipped gradients' norm is {float(norm)}; the weights "
-                      "and the optimiser's state are as they were", logger='current',
+            print_log(f'optimiser step skipped{at} ({self.skipped_steps} so far in this run): '
+                      f"the clipped gradients' norm is {float(norm)}; the weights and the "
+                      "optimiser's state are as they were", logger='current',
                       level=logging.WARNING)
         elif log and self.grad_name == 'grad_norm':  # clipped by value: a norm after the clip
             self.message_hub.update_scalar('train/grad_norm', float(norm))
