@@ -959,13 +959,15 @@ def test_a_top_level_key_one_edit_from_a_read_one_is_refused(tmp_path, line, key
     """Nothing read it, and the run kept the base's value (the decay, the seed, the hooks)."""
     leaf = tmp_path / 'leaf.py'
     leaf.write_text(f"_base_ = ['{DEMO}']\n{line}\n")
-    message = (f"the top-level key '{key}' (of the file, a base or an --ablation row) is read "
-               f"by nothing (did you mean '{meant}'?): {meant} keeps the value it has without "
-               'it: correct the key')
-    with pytest.raises(UserError, match=re.escape(f'{leaf}: {message}')):
+    message = (f"is read by nothing (did you mean '{meant}'?): {meant} keeps the value it has "
+               'without it: correct the key')
+    with pytest.raises(UserError, match=re.escape(
+            f"{leaf}: the top-level key '{key}' (of the file, a base or an --ablation row) "
+            f'{message}')):
         load_run_config(leaf)
     if meant not in load_run_config(DEMO):  # else the option's own check names it
-        with pytest.raises(UserError, match=re.escape(f'--cfg-options {key}: {message}')):
+        with pytest.raises(UserError, match=re.escape(
+                f"--cfg-options {key}: the top-level key '{key}' {message}")):
             load_run_config(DEMO, cfg_options={key: 1})
 
 

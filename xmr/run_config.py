@@ -803,10 +803,11 @@ def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str,
         options = [option for option in cfg_options if option.partition('.')[0] == key]
         # An option's typo of a key the config holds is _check_option_keys' to name.
         if not (options and meant in cfg):
-            given = f'--cfg-options {options[0]}' if options else str(config)
-            raise UserError(given, f"the top-level key '{key}' (of the file, a base or an "
-                            f"--ablation row) is read by nothing (did you mean '{meant}'?): "
-                            f'{meant} keeps the value it has without it', 'correct the key')
+            given, of = ((f'--cfg-options {options[0]}', '') if options else
+                         (str(config), ' (of the file, a base or an --ablation row)'))
+            raise UserError(given, f"the top-level key '{key}'{of} is read by nothing (did you "
+                            f"mean '{meant}'?): {meant} keeps the value it has without it",
+                            'correct the key')
 
 
 def _used_elsewhere(whole: Mapping[str, Any], key: str) -> bool:
