@@ -76,12 +76,12 @@ def test_an_evaluation_caption_that_cleaning_empties_is_the_empty_text(monkeypat
     assert logged == [
         "CCLMTokenizer: CCLM's caption cleaning left nothing of 2 of the 3 evaluation captions "
         "in a batch ('?' (de), '\"...\"' (de)); each is encoded as the empty text <s></s> and "
-        'ranked, so the protocol keeps its count of captions (2 so far in this run, '
+        'ranked, so the protocol keeps its count of captions (2 so far in this process, '
         'tokenizer.emptied)']
     # A batch without such a caption is a plain call's, and says nothing.
     plain = tokenizer.evaluation_batch(['Ein Hund läuft.', 'zwei Kinder'], ['de', 'de'])
     assert torch.equal(plain['input_ids'],
                        tokenizer(['Ein Hund läuft.', 'zwei Kinder'])['input_ids'])
     tokenizer.evaluation_batch(['?'], ['de'])
-    assert len(logged) == 2 and logged[1].endswith('(3 so far in this run, '
+    assert len(logged) == 2 and logged[1].endswith('(3 so far in this process, '
                                                    'tokenizer.emptied)')

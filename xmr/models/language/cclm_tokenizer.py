@@ -83,7 +83,7 @@ class CCLMTokenizer(HFTokenizer):
                       f'of the {len(texts)} evaluation captions in a batch '
                       f'({", ".join(emptied)}); each is encoded as the empty text <s></s> and '
                       'ranked, so the protocol keeps its count of captions '
-                      f'({self.emptied} so far in this run, tokenizer.emptied)',
+                      f'({self.emptied} so far in this process, tokenizer.emptied)',
                       logger='current', level=logging.WARNING)
         return batch
 
