@@ -758,12 +758,10 @@ def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> Non
     whole = cfg.to_dict()
     for key, value in cfg_options.items():
         variable, _, inner = key.partition('.')
-        old = whole.get(variable) if variable not in read else None
-        if not (isinstance(old, str) or old and isinstance(old, (list, tuple, Mapping))) \
-                or _value_at(whole, key) == value:
+        if variable in read or variable not in whole or _value_at(whole, key) == value:
             continue
-        copies = [path for path, found in _nested_values(whole, '')
-                  if '.' in path and not path.startswith(variable + '.') and found == old]
+        old = whole[variable]
+        copies = _copies(whole, variable)
         if copies:
             shown = ', '.join(copies[:4]) + (f' and {len(copies) - 4} more' if len(copies) > 4
                                              else '')
@@ -812,12 +810,19 @@ def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str,
 
 def _used_elsewhere(whole: Mapping[str, Any], key: str) -> bool:
     """Whether the config names top-level ``key`` in a value (a phase's ``dataloader``) or holds
-    a copy of its (text, non-empty list or dict) value under another key."""
+    a copy of its value under another key (:func:`_copies`)."""
+    return bool(_copies(whole, key)) or any(
+        found == key for path, found in _nested_values(whole, '') if '.' in path)
+
+
+def _copies(whole: Mapping[str, Any], key: str) -> list[str]:
+    """The nested keys outside top-level ``key`` holding a copy of its value: text, a non-empty
+    list or a non-empty dict (a number, or an empty list, meets its equals by chance)."""
     value = whole[key]
-    copied = isinstance(value, str) or value and isinstance(value, (list, tuple, Mapping))
-    return any(found == key or copied and found == value
-               for path, found in _nested_values(whole, '')
-               if path != key and not path.startswith(key + '.'))
+    if not (isinstance(value, str) or value and isinstance(value, (list, tuple, Mapping))):
+        return []
+    return [path for path, found in _nested_values(whole, '')
+            if '.' in path and not path.startswith(key + '.') and found == value]
 
 
 def _refuse_optimizer_lr_option(cfg: Config, cfg_options: Mapping[str, Any]) -> None:

@@ -206,8 +206,7 @@ class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
     def _clip_grad(self) -> torch.Tensor | None:
         """Clip the gradients; their total norm before clipping (0-d, on their device), also
         kept as :attr:`pending_norm`, or ``None`` (no gradient, or clipping by value)."""
-        params = [p for group in self.optimizer.param_groups for p in group['params']
-                  if p.requires_grad and p.grad is not None]
+        params = self._stepped_parameters()
         if not params:
             return None
         # torch.nn.utils.clip_grad_value_ returns None: nothing to log.
@@ -219,10 +218,13 @@ class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
         where no clip by norm computed it: a step that skips nothing applies what it gets, and
         the loop stops a run whose step applied non-finite gradients before a hook saves its
         weights."""
-        grads = [p.grad for group in self.optimizer.param_groups for p in group['params']
-                 if p.requires_grad and p.grad is not None]
+        grads = [p.grad for p in self._stepped_parameters()]
         self.pending_norm = torch.nn.utils.get_total_norm(grads) if grads else None
         return self.pending_norm
+
+    def _stepped_parameters(self) -> list[torch.nn.Parameter]:
+        """The trained parameters holding a gradient, which the step updates."""
+        return [p for p in self._parameters() if p.requires_grad and p.grad is not None]
 
     def gather_pending_grads(self) -> None:
         """Collect on rank 0 every rank's gradients of the accumulation window under way, for
