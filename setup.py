@@ -24,19 +24,26 @@ setup(
     entry_points={'console_scripts': ['xmr = xmr.console:main']},
     python_requires='>=3.11',
     install_requires=[
-        'torch>=2.4',
+        # The floors are the first releases with what xmr calls: torch 2.7's
+        # nn.utils.get_total_norm and dynamo's recompile_limit; open_clip 3.1's text configs
+        # (proj_type, eos_id; MetaCLIP 2); timm 1.0.21, the first to build a ViT on the meta
+        # device that vision_pretrained files load into; tokenizers 0.21.2, the first whose
+        # normalizers.Sequence has a length (HFTokenizer's check for decomposed captions reads
+        # it), and transformers 4.50, which accepts that tokenizers.
+        'torch>=2.7',
         'torchvision',
         'mmengine>=0.10.7',
-        'open_clip_torch>=2.24',
-        'timm>=1.0',
-        'transformers>=4.40',
-        'tokenizers',
+        'open_clip_torch>=3.1',
+        'timm>=1.0.21',
+        'transformers>=4.50',
+        'tokenizers>=0.21.2',
+        'safetensors',
+        'scipy',
         # 0.2.2 learns another vocabulary from a corpus of several scripts (long CJK phrases,
         # Latin captions in characters): SentencePieceTokenizer's note.
         'sentencepiece>=0.2.3',
         'faiss-cpu>=1.8',
         'decord>=0.6',
-        'jsonargparse>=4.27',
         'numpy',
         'pillow',
         'scikit-learn',

@@ -84,7 +84,7 @@ export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 import importlib, sys
 missing = []
 for name in ('torch', 'mmengine', 'open_clip', 'faiss', 'decord', 'timm', 'transformers',
-             'tokenizers', 'sentencepiece', 'jsonargparse', 'xmr'):
+             'tokenizers', 'sentencepiece', 'xmr'):
     try:
         importlib.import_module(name)
     except Exception as error:  # noqa: BLE001 - each missing module is named below
