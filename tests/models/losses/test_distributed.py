@@ -95,6 +95,61 @@ def test_equal_shards_gather_through_the_default_gloo_group(tmp_path):
                                    rtol=0, atol=0)
 
 
+class _PerLanguageScorer(torch.nn.Module):
+    """One linear map per language, then a gathered contrastive score with a learnable scale
+    after the gather (a learnable InfoNCE temperature with per-language adapters)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.languages = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(WORLD))
+        self.scale = torch.nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, texts: torch.Tensor, media: torch.Tensor, language: int) -> torch.Tensor:
+        return self.loss(*distributed.gather_with_grad(self.languages[language](texts), media))
+
+    def loss(self, texts: torch.Tensor, media: torch.Tensor) -> torch.Tensor:
+        logits = self.scale * texts @ media.T
+        return torch.nn.functional.cross_entropy(logits, torch.arange(len(texts)))
+
+
+def _batch(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(rank)
+    return torch.randn(3, 4, generator=generator), torch.randn(3, 4, generator=generator)
+
+
+def _ddp_worker(rank: int, port: int, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', rank=rank, world_size=WORLD)
+    # One bucket per parameter: each rank's unused language makes its own bucket ready early.
+    model = torch.nn.parallel.DistributedDataParallel(
+        _PerLanguageScorer(), find_unused_parameters=True, bucket_cap_mb=1e-6)
+    for _ in range(3):
+        model.zero_grad()
+        model(*_batch(rank), language=rank).backward()
+    torch.save({name: p.grad for name, p in model.module.named_parameters()},
+               Path(out_dir) / f'rank{rank}.pt')
+    dist.destroy_process_group()
+
+
+def test_ranks_training_other_languages_with_a_learnable_scale_get_one_process_s_gradients(
+        tmp_path):
+    """Each rank trains its own language's map, so DDP finds different unused parameters per
+    rank and readies their buckets in a different order; the gather's backward must not add a
+    collective that those buckets' all-reduces could pair up with (gloo aborted here)."""
+    mp.start_processes(_ddp_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True,
+                       start_method='fork')
+    reference = _PerLanguageScorer()
+    batches = [_batch(rank) for rank in range(WORLD)]
+    texts = torch.cat([reference.languages[rank](batches[rank][0]) for rank in range(WORLD)])
+    reference.loss(texts, torch.cat([media for _, media in batches])).backward()
+    for rank in range(WORLD):
+        grads = torch.load(tmp_path / f'rank{rank}.pt')
+        for name, parameter in reference.named_parameters():
+            torch.testing.assert_close(grads[name], parameter.grad, rtol=1e-5, atol=1e-6)
+
+
 def test_a_default_group_with_gloo_for_host_tensors_is_the_host_group(monkeypatch):
     """torch's default backend on a CUDA machine, ``cpu:gloo,cuda:nccl``, exchanges host
     tensors through gloo already: no second group is made."""

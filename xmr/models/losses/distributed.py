@@ -2,9 +2,9 @@
 
 InfoNCE compares each caption with every medium of the batch, so a rank that sees only its
 shard of the batch would train on fewer negatives than the configured global batch (DASD's 128).
-Gathering the embeddings makes each rank compute the loss of the global batch; the backward pass
-sums the gradients of the gathered copies across ranks, and DDP's averaging then gives exactly
-the single-process gradient of that global batch.
+Gathering the embeddings makes each rank compute the loss of the global batch; each rank's own
+rows then carry the whole gradient of that loss, scaled by the number of ranks, and DDP's
+averaging gives exactly the single-process gradient of the global batch.
 """
 from __future__ import annotations
 
@@ -74,15 +74,21 @@ class _GatherRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        # Every rank computed the same global loss: the gradient of this rank's rows is the sum
-        # over ranks of the gradients that reached them.
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad)
-        return grad[ctx.offset:ctx.offset + ctx.rows], None
+        # Every rank computed the same loss L of the same rows, so each reaches its own rows with
+        # the whole dL/dx_r, and summing the copies over ranks is a product by their number
+        # (which DDP's average of the parameters' gradients divides again). Computed here, with
+        # no all-reduce: one in the backward pass would run on the group where DDP all-reduces
+        # its buckets, in an order that differs between ranks whose batches leave different
+        # parameters unused (a learnable temperature with per-language adapters), and the
+        # collectives would pair up wrongly.
+        return grad[ctx.offset:ctx.offset + ctx.rows] * dist.get_world_size(), None
 
 
 def gather_with_grad(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Concatenate each ``[B_r, E]`` tensor over the DDP ranks, keeping gradients.
+
+    Every rank must compute the same loss of the gathered tensors (as the batch-contrastive
+    losses do): a rank's rows take their gradient from its own copy of that loss.
 
     The ranks' row counts of all ``tensors`` are exchanged once (:func:`shard_rows`). Returns
     the tensors unchanged outside distributed runs (or with one process).
