@@ -201,6 +201,10 @@ def _odd_galleries_rank(rank: int, port: int, work_dir: str, clips: str) -> None
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE='2', LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
+    # Each rank in its own working directory, as the nodes of a multi-node run are.
+    own_folder = Path(work_dir) / f'cwd{rank}'
+    own_folder.mkdir()
+    os.chdir(own_folder)
     cfg = Config(dict(_odd_galleries_cfg(Path(work_dir) / 'ddp', Path(clips)), launcher='pytorch'))
     setup_cpu_distributed(cfg, 'pytorch')
     torch.save(Runner.from_cfg(cfg).test(), Path(work_dir) / f'metrics{rank}.pt')
@@ -211,7 +215,8 @@ def test_two_gloo_processes_score_every_gallery_as_one_process(tmp_path, clips_a
     """Galleries of 7, 9 and 3 media on 2 ranks: MMEngine's sampler pads each with its first
     media, which the metric drops (kept, they score other numbers), and the gathered items
     are in dataset order (the fold scored follows it), so every key equals one process's, bit
-    for bit."""
+    for bit. The ranks work in folders of their own and gather without files: nothing is
+    written there."""
     MODELS.import_from_location()
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
     mp.start_processes(_odd_galleries_rank, args=(free_port(), str(tmp_path), str(clips_ann)),
@@ -220,6 +225,7 @@ def test_two_gloo_processes_score_every_gallery_as_one_process(tmp_path, clips_a
     assert len(one) == 76 and 0 < one['a/de/t2i_R@1'] < 100
     for rank in range(2):
         assert torch.load(tmp_path / f'metrics{rank}.pt') == one
+        assert not any((tmp_path / f'cwd{rank}').iterdir())
 
 
 def test_bad_configurations_name_the_fault(tmp_path):

@@ -523,13 +523,10 @@ def test_an_english_only_set_reports_no_summaries():
 def test_two_ranks_keep_every_media_when_a_padding_item_was_skipped(monkeypatch):
     """Five items on two ranks, batches of three: MMEngine's DefaultSampler gives rank 0 items
     0, 2, 4 and rank 1 items 1, 3 and item 0 again as padding. Item 0 is unreadable, so each
-    rank's batch holds its skipped-media marker first. The gather below is MMEngine's
-    (``collect_results``: interleave the ranks' lists, keep the first ``size``); the gallery
-    must still be items 1-4, as one process scores them."""
-    import itertools
-
-    import mmengine.evaluator.metric as mmengine_metric
-
+    rank's batch holds its skipped-media marker first. Gathered on rank 0 (two gathered lists
+    stand in for the ranks' gather), the gallery must still be items 1-4, as one process
+    scores them: MMEngine's own gather would keep the first five of the interleaved lists and
+    drop a real medium behind the markers."""
     generator = torch.Generator().manual_seed(0)
     unit = [torch.nn.functional.normalize(torch.randn(3, generator=generator), dim=0)
             for _ in range(10)]
@@ -541,12 +538,20 @@ def test_two_ranks_keep_every_media_when_a_padding_item_was_skipped(monkeypatch)
         rank.process({'skipped_media': ['m0.jpg']}, [items[i] for i in own])
         rank_lists.append(rank.results)
 
-    def gather(results, size, device, tmpdir=None):
-        interleaved = [r for r in itertools.chain(*itertools.zip_longest(*rank_lists))
-                       if r is not None]
-        return interleaved[:size]
+    class TwoRanks:
+        @staticmethod
+        def get_world_size():
+            return 2
 
-    monkeypatch.setattr(mmengine_metric, 'collect_results', gather)
+        @staticmethod
+        def gather_object(results, parts, dst, group):
+            assert dst == 0 and results is metric.results
+            parts[:] = rank_lists
+
+    monkeypatch.setattr(retrieval, 'dist', TwoRanks)
+    monkeypatch.setattr(retrieval, 'is_distributed', lambda: True)
+    monkeypatch.setattr(retrieval, 'host_group', lambda: None)
+    monkeypatch.setattr(retrieval, 'broadcast_object_list', lambda objects: None)
     metric = RetrievalMetric(recall_ks=(1, 2, 3))
     metric.results = list(rank_lists[0])
     distributed = metric.evaluate(5)

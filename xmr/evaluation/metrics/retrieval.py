@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import collections
 import logging
-import sys
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from mmengine.dist import broadcast_object_list, is_distributed, is_main_process
 from mmengine.evaluator import BaseMetric
 from mmengine.logging import print_log
 from torch import Tensor
@@ -29,6 +30,7 @@ from xmr.evaluation.protocols import (
 )
 from xmr.evaluation.search import check_search_options
 from xmr.evaluation.token_scoring import TOKEN_SCORING_MODES, TokenScoring, TokenSet
+from xmr.models.losses.distributed import host_group
 from xmr.registry import METRICS
 from xmr.utils.cli import UserKeyError
 from xmr.utils.counts import is_count
@@ -105,9 +107,7 @@ class RetrievalMetric(BaseMetric):
             items by cosine; recalls only, exact up to R@``rerank_candidates``).
         rerank_candidates: shortlist length of ``'tokens_rerank'``.
         scoring_device: where token blocks are scored; ``None`` = CUDA when available.
-        collect_device: ``'cpu'`` or ``'gpu'``, where ranks gather results.
         prefix: MMEngine's key prefix, e.g. the dataset name when several sets are evaluated.
-        collect_dir: MMEngine's directory for gathering results on ``'cpu'``.
     """
 
     # '' (not None) keeps MMEngine from warning about a missing prefix; keys stay bare.
@@ -121,9 +121,8 @@ class RetrievalMetric(BaseMetric):
                  num_folds: int = 5, folds: Sequence[int] | None = None,
                  fewshot_shots: int = 50, fewshot_seed: int = 42, scoring: str = 'embedding',
                  rerank_candidates: int = 100, scoring_device: str | None = None,
-                 collect_device: str = 'cpu',
-                 prefix: str | None = None, collect_dir: str | None = None) -> None:
-        super().__init__(collect_device=collect_device, prefix=prefix, collect_dir=collect_dir)
+                 prefix: str | None = None) -> None:
+        super().__init__(prefix=prefix)
         for option, value in dict(languages=languages, mean_languages=mean_languages,
                                   recall_ks=recall_ks, directions=directions,
                                   folds=folds).items():
@@ -225,19 +224,37 @@ class RetrievalMetric(BaseMetric):
                 needs_media=not PROTOCOLS[self.protocol].text_gallery))
 
     def evaluate(self, size: int) -> dict:
-        """Gather every rank's items and score them, keeping all gathered results.
+        """Gather every rank's items on rank 0, score them there, and hand every rank the
+        metrics.
 
-        MMEngine keeps the first ``size`` (dataset length) gathered results, which drops a
+        The items travel through the host's group (:func:`host_group`), not through files:
+        MMEngine's default gathers them in ``.dist_test/`` under each process's working
+        directory, which the nodes of a multi-node run do not share. All gathered items are
+        kept: MMEngine would keep the first ``size`` (the dataset length), which drops a
         distributed sampler's padding only when each rank's results follow its samples one to
-        one. A batch's skipped-media markers come before its items, so a padding item that was
-        skipped (the sampler pads with the first items of the dataset) pushes a real item past
-        ``size``, and that media would leave the gallery. :meth:`compute_metrics` drops the
-        repeated media (and markers) of the padding itself, by ``media_id`` (and path).
+        one, and a batch's skipped-media markers come before its items, so a skipped padding
+        item (the sampler pads with the first items of the dataset) would push a real item out
+        of the gallery. :meth:`compute_metrics` drops the repeated media (and markers) of the
+        padding itself, by ``media_id`` (and path).
 
         Args:
             size: the dataset length (not used to cut the results).
         """
-        return super().evaluate(sys.maxsize)
+        if not self.results:
+            print_log(f'{type(self).__name__} got no results on this rank', logger='current',
+                      level=logging.WARNING)
+        parts = [self.results]
+        if is_distributed():
+            parts = [None] * dist.get_world_size() if is_main_process() else None
+            dist.gather_object(self.results, parts, dst=0, group=host_group())
+        metrics = [None]
+        if is_main_process():
+            scores = self.compute_metrics([item for part in parts for item in part])
+            metrics = [{f'{self.prefix}/{key}' if self.prefix else key: value
+                        for key, value in scores.items()}]
+        broadcast_object_list(metrics)
+        self.results.clear()
+        return metrics[0]
 
     def compute_metrics(self, results: list) -> dict[str, float]:
         """Score every language under the protocol.
