@@ -219,3 +219,31 @@ def test_rows_setting_one_key_alike_combine(tmp_path):
     cfg = apply_ablations(load(DASD_CONFIGS[0]),
                           ['dasd/static-adapter', str(tmp_path / 'small.py')])
     assert cfg.model.language_branch.adapters == dict(type='StaticAdapter', hidden=16)
+
+
+def test_a_row_giving_a_copied_config_variable_another_value_is_refused(tmp_path):
+    """The demo copied ``target_langs`` into its training loader and model as it loaded: a row
+    changing the variable would train every language under the row's name."""
+    row = tmp_path / 'de-only.py'
+    row.write_text("target_langs = ['de']\n")
+    with pytest.raises(ValueError, match=r"ablation '.*de-only.py' sets target_langs, a variable "
+                       r'of the config whose value was copied .*\(model.*, train_dataloader\.'
+                       r'dataset\.languages\): the row would change none'):
+        apply_ablations(load('demo/static_tiny-clip_synthetic.py'), [str(row)])
+    # The value it already has, a variable nothing copied, and a new one are taken.
+    row.write_text("target_langs = ['de', 'fr', 'zh', 'ja']\nimage_size = 64\nnote = 'x'\n")
+    cfg = apply_ablations(load('demo/static_tiny-clip_synthetic.py'), [str(row)])
+    assert (cfg.image_size, cfg.note) == (64, 'x')
+
+
+def test_a_row_merging_into_a_copied_dict_variable_is_refused_only_where_it_changes_it(
+        tmp_path):
+    base = tmp_path / 'base.py'
+    base.write_text("data_prefix = dict(media='images', ann='ann')\n"
+                    "loader = dict(dataset=dict(data_prefix=data_prefix))\n")
+    row = tmp_path / 'row.py'
+    row.write_text("data_prefix = dict(media='images')\n")
+    assert apply_ablations(Config.fromfile(str(base)), [str(row)]).data_prefix.ann == 'ann'
+    row.write_text("data_prefix = dict(media='frames')\n")
+    with pytest.raises(ValueError, match=r'sets data_prefix, .*\(loader\.dataset\.data_prefix\)'):
+        apply_ablations(Config.fromfile(str(base)), [str(row)])

@@ -26,6 +26,7 @@ from typing import Any
 
 from mmengine.config import Config
 
+from xmr.config_variables import stale_copies
 from xmr.packaged import packaged_root
 from xmr.utils.cli import did_you_mean
 
@@ -95,6 +96,8 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
         if not overlay:
             raise ValueError(f'ablation {name!r} ({path}) changes nothing: it defines no key')
         who = f'ablation {str(name)!r}'
+        _refuse_copied_variables(cfg.to_dict(), overlay,
+                                 who if str(name).endswith('.py') else f'{who} ({path})')
         overlay = _every_item_indexed(overlay, cfg.to_dict(), who)
         for keys in _merged_paths(overlay):
             # Setting a key that is None is an override; merging beneath it completes a part
@@ -123,6 +126,25 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
             removed[keys] = who
         cfg.merge_from_dict(list_items_replaced(overlay, cfg.to_dict()))
     return cfg
+
+
+def _refuse_copied_variables(whole: Mapping[str, Any], overlay: Mapping[str, Any],
+                             who: str) -> None:
+    """Refuse a row that gives a config variable (``target_langs``, ``data_root``) another
+    value: the config copied the old one where it uses it as it loaded, so the run would read
+    the old data or languages under the row's name.
+
+    Raises:
+        ValueError: naming the row, the variable and the keys holding its copies.
+    """
+    for key, value in overlay.items():
+        copies = stale_copies(whole, key, value)
+        if copies:
+            shown = ', '.join(copies[:4]) + (f' and {len(copies) - 4} more'
+                                             if len(copies) > 4 else '')
+            raise ValueError(f'{who} sets {key}, a variable of the config whose value was '
+                             f'copied where the config uses it as it loaded ({shown}): the row '
+                             'would change none of them; set those keys in the row instead')
 
 
 def _refuse_overridden(configured: Mapping[tuple[str, ...], tuple[str, Any]],

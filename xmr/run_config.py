@@ -19,6 +19,7 @@ from mmengine.config import Config, DictAction
 from mmengine.utils import import_modules_from_strings
 
 from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
+from xmr.config_variables import nested_values, runner_keys, stale_copies, variable_copies
 from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import (
     GatherAction,
@@ -417,8 +418,6 @@ def _check_loader_options(where: str, loader: Mapping[str, Any]) -> None:
         UnknownOptionError: naming the loader, the option and the nearest.
         ValueError: naming the loader, the option and the batch sampler.
     """
-    import inspect
-
     from torch.utils.data import DataLoader
 
     from xmr.registry import UnknownOptionError
@@ -752,17 +751,12 @@ def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> Non
     Raises:
         UserError: naming the option, the keys holding the copies and the one to set.
     """
-    from mmengine.runner import Runner
-
-    read = set(inspect.signature(Runner.__init__).parameters)
     whole = cfg.to_dict()
     for key, value in cfg_options.items():
         variable, _, inner = key.partition('.')
-        if variable in read or variable not in whole or _value_at(whole, key) == value:
-            continue
-        old = whole[variable]
-        copies = _copies(whole, variable)
+        copies = stale_copies(whole, key, value)
         if copies:
+            old = whole[variable]
             shown = ', '.join(copies[:4]) + (f' and {len(copies) - 4} more' if len(copies) > 4
                                              else '')
             shown_old = repr(old) if len(repr(old)) <= 60 else f'{repr(old)[:57]}...'
@@ -788,9 +782,7 @@ def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str,
         UserError: naming the key, where it was given (the file or the option) and the key
             meant.
     """
-    from mmengine.runner import Runner
-
-    known = sorted({*inspect.signature(Runner.__init__).parameters, *XMR_TOP_LEVEL_KEYS})
+    known = sorted({*runner_keys(), *XMR_TOP_LEVEL_KEYS})
     whole = cfg.to_dict()
     for key in cfg:
         # One edit only: a loader variable (zh_val_dataloader) is 90% alike its runner key.
@@ -810,19 +802,9 @@ def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str,
 
 def _used_elsewhere(whole: Mapping[str, Any], key: str) -> bool:
     """Whether the config names top-level ``key`` in a value (a phase's ``dataloader``) or holds
-    a copy of its value under another key (:func:`_copies`)."""
-    return bool(_copies(whole, key)) or any(
-        found == key for path, found in _nested_values(whole, '') if '.' in path)
-
-
-def _copies(whole: Mapping[str, Any], key: str) -> list[str]:
-    """The nested keys outside top-level ``key`` holding a copy of its value: text, a non-empty
-    list or a non-empty dict (a number, or an empty list, meets its equals by chance)."""
-    value = whole[key]
-    if not (isinstance(value, str) or value and isinstance(value, (list, tuple, Mapping))):
-        return []
-    return [path for path, found in _nested_values(whole, '')
-            if '.' in path and not path.startswith(key + '.') and found == value]
+    a copy of its value under another key (:func:`~xmr.config_variables.variable_copies`)."""
+    return bool(variable_copies(whole, key)) or any(
+        found == key for path, found in nested_values(whole, '') if '.' in path)
 
 
 def _refuse_optimizer_lr_option(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
@@ -843,29 +825,6 @@ def _refuse_optimizer_lr_option(cfg: Config, cfg_options: Mapping[str, Any]) -> 
                     "PhasedTrainLoop sets every group's learning rate from its phase's lr at "
                     f"every iteration and never reads the optimiser's (the phases': {rates})",
                     'set train_cfg.phases.N.lr=... instead')
-
-
-def _value_at(node: Any, key: str) -> Any:
-    """The value at dotted ``key`` inside ``node`` (lists' items by index), ``None`` where
-    there is none."""
-    for part in key.split('.'):
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
-
-
-def _nested_values(node: Any, path: str) -> Iterator[tuple[str, Any]]:
-    """``(dotted path, value)`` of every value inside ``node``, lists' items by index."""
-    items = (node.items() if isinstance(node, Mapping) else enumerate(node)
-             if isinstance(node, (list, tuple)) else ())
-    for name, value in items:
-        inner = f'{path}.{name}' if path else str(name)
-        yield inner, value
-        yield from _nested_values(value, inner)
 
 
 def merge_options(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
