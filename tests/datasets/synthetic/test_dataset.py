@@ -1,4 +1,6 @@
 """Registered synthetic datasets and corpus: contract, determinism, splits, galleries."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -88,6 +90,24 @@ def test_pairs_read_in_order_draw_each_scene_once(monkeypatch):
     every_item = [dataset[i]['source_text'] for i in range(len(dataset))]
     assert len(draws) == 2 * drawn_for_one_language >= 2 * 6
     assert every_item[::len(TARGETS)] == one_language
+
+
+def test_shuffled_epochs_of_the_demo_draw_each_scene_once():
+    """Two shuffled passes over the demo's training scenes and one over its evaluation sets
+    (4 languages a scene): every scene is drawn the first time it is read only."""
+    from mmengine.config import Config
+
+    configs = Path(__file__).resolve().parents[3] / 'configs'
+    demo = Config.fromfile(str(configs / 'demo/static_tiny-clip_synthetic.py'))
+    splits = {'train': demo.num_train_scenes, 'val': demo.val_dataloader.dataset.num_scenes,
+              'test': demo.test_dataloader.dataset.num_scenes}
+    scene_at.cache_clear()
+    generator = torch.Generator().manual_seed(0)
+    for split, count in splits.items():
+        for _ in range(2 if split == 'train' else 1):
+            for index in torch.randperm(4 * count, generator=generator).tolist():
+                scene_at(0, split, index // 4)
+    assert scene_at.cache_info().misses == sum(splits.values())
 
 
 def test_pair_styles_vary_across_items():
