@@ -37,7 +37,8 @@ __all__ = ['DEFAULT_WORK_DIR', 'add_config_arguments', 'check_annotation_files',
 
 #: Where a run writes without ``--work-dir`` (:func:`~xmr.engine.work_dir.resolve_work_dir`),
 #: as the tools' help says it.
-DEFAULT_WORK_DIR = "the config's work_dir, else work_dirs/<config name>[_<ablation>...]"
+DEFAULT_WORK_DIR = ("the config's work_dir, else work_dirs/<config name>; either with "
+                    "[_<ablation>...]")
 
 
 #: A value MMEngine's parser keeps as text that was meant as a dict: ``dict(k=v)``, ``{k: v}``.

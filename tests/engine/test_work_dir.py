@@ -6,7 +6,8 @@ from xmr.engine.work_dir import latest_checkpoint, resolve_work_dir
 
 def test_the_work_dir_is_the_option_then_the_config_s_own_then_named_after_the_config():
     own = Config(dict(work_dir='runs/dasd'))
-    assert resolve_work_dir(own, 'configs/dasd/x.py', suffix='_no-sc') == 'runs/dasd'
+    # Each row its own folder, beside the config's own.
+    assert resolve_work_dir(own, 'configs/dasd/x.py', suffix='_no-sc') == 'runs/dasd_no-sc'
     assert resolve_work_dir(own, 'configs/dasd/x.py', 'elsewhere') == 'elsewhere'
     assert own.work_dir == 'elsewhere'
     named = Config(dict())

@@ -448,11 +448,17 @@ def test_the_help_of_work_dir_names_the_default_a_run_takes(tmp_path, capsys):
     config.write_text(f"_base_ = [{str(DEMO)!r}]\nwork_dir = {str(tmp_path / 'runs')!r}\n")
     assert train_tool.build_config(train_tool.parse_args([str(config)])).work_dir == \
         str(tmp_path / 'runs')
+    # A row's run beside it, never in it: --resume auto would take the config's run up.
+    row = tmp_path / 'seed-1.py'
+    row.write_text('randomness = dict(seed=1)\n')
+    assert train_tool.build_config(train_tool.parse_args(
+        [str(config), '--ablation', str(row)])).work_dir == str(tmp_path / 'runs_seed-1')
     with pytest.raises(SystemExit):
         train_tool.parse_args(['--help'])
     work_dir = capsys.readouterr().out.split('--work-dir WORK_DIR ')[1].split('--resume')[0]
     assert ' '.join(work_dir.split()) == ("where logs and checkpoints go (default: the config's "
-                                          'work_dir, else work_dirs/<config name>[_<ablation>...])')
+                                          'work_dir, else work_dirs/<config name>; either with '
+                                          '[_<ablation>...])')
 
 
 def test_a_cached_validation_gallery_without_its_hook_is_refused_before_the_runner(tmp_path):

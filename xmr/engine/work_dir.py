@@ -21,14 +21,18 @@ from xmr.fileio import process_running, temporary_path
 def resolve_work_dir(cfg: Config, config_path: str | os.PathLike,
                      work_dir: str | None = None, suffix: str = '') -> str:
     """Set and return ``cfg.work_dir``: ``work_dir`` when given, else the config's own
-    ``work_dir``, else ``work_dirs/<config name><suffix>`` (``suffix``: the run's ablations).
+    ``work_dir`` plus ``suffix``, else ``work_dirs/<config name><suffix>`` (``suffix``: the
+    run's ablations, so that each row keeps its own folder, and ``--resume auto`` never picks
+    up another row's run).
 
     ``tools/train.py``, ``tools/test.py`` and ``tools/cache_features.py`` agree through this, so
     that a cache built ahead of time lies where training looks for it.
     """
     if work_dir is not None:
         cfg.work_dir = work_dir
-    elif cfg.get('work_dir') is None:
+    elif cfg.get('work_dir') is not None:
+        cfg.work_dir = str(cfg.work_dir).rstrip('/') + suffix
+    else:
         cfg.work_dir = osp.join('work_dirs',
                                 osp.splitext(osp.basename(str(config_path)))[0] + suffix)
     return cfg.work_dir
