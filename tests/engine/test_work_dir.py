@@ -1,4 +1,6 @@
 """Where a run writes: the work directory every tool derives from a config."""
+import os
+
 from mmengine.config import Config
 
 from xmr.engine.work_dir import latest_checkpoint, resolve_work_dir
@@ -8,6 +10,11 @@ def test_the_work_dir_is_the_option_then_the_config_s_own_then_named_after_the_c
     own = Config(dict(work_dir='runs/dasd'))
     # Each row its own folder, beside the config's own.
     assert resolve_work_dir(own, 'configs/dasd/x.py', suffix='_no-sc') == 'runs/dasd_no-sc'
+    for folder, beside in [('runs/dasd/', 'runs/dasd'), ('.', os.getcwd()),
+                           ('..', os.path.dirname(os.getcwd()))]:
+        assert resolve_work_dir(Config(dict(work_dir=folder)), 'x.py', suffix='_no-sc') == \
+            beside + '_no-sc'
+    assert resolve_work_dir(Config(dict(work_dir='.')), 'x.py') == '.'
     assert resolve_work_dir(own, 'configs/dasd/x.py', 'elsewhere') == 'elsewhere'
     assert own.work_dir == 'elsewhere'
     named = Config(dict())

@@ -31,7 +31,10 @@ def resolve_work_dir(cfg: Config, config_path: str | os.PathLike,
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is not None:
-        cfg.work_dir = str(cfg.work_dir).rstrip('/') + suffix
+        if suffix:
+            own = osp.normpath(str(cfg.work_dir))
+            # '.' + '_no-sc' would be a hidden folder: the rows go beside the folder it names.
+            cfg.work_dir = (osp.abspath(own) if osp.basename(own) in ('.', '..') else own) + suffix
     else:
         cfg.work_dir = osp.join('work_dirs',
                                 osp.splitext(osp.basename(str(config_path)))[0] + suffix)
