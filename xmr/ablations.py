@@ -26,7 +26,7 @@ from typing import Any
 
 from mmengine.config import Config
 
-from xmr.config_variables import stale_copies
+from xmr.config_variables import copies_shown, stale_copies
 from xmr.packaged import packaged_root
 from xmr.utils.cli import did_you_mean
 
@@ -140,10 +140,9 @@ def _refuse_copied_variables(whole: Mapping[str, Any], overlay: Mapping[str, Any
     for key, value in overlay.items():
         copies = stale_copies(whole, key, value)
         if copies:
-            shown = ', '.join(copies[:4]) + (f' and {len(copies) - 4} more'
-                                             if len(copies) > 4 else '')
             raise ValueError(f'{who} sets {key}, a variable of the config whose value was '
-                             f'copied where the config uses it as it loaded ({shown}): the row '
+                             f'copied where the config uses it as it loaded '
+                             f'({copies_shown(copies)}): the row '
                              'would change none of them; set those keys in the row instead')
 
 

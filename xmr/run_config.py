@@ -19,7 +19,13 @@ from mmengine.config import Config, DictAction
 from mmengine.utils import import_modules_from_strings
 
 from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
-from xmr.config_variables import nested_values, runner_keys, stale_copies, variable_copies
+from xmr.config_variables import (
+    copies_shown,
+    nested_values,
+    runner_keys,
+    stale_copies,
+    variable_copies,
+)
 from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import (
     GatherAction,
@@ -758,12 +764,11 @@ def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> Non
         copies = stale_copies(whole, key, value)
         if copies:
             old = whole[variable]
-            shown = ', '.join(copies[:4]) + (f' and {len(copies) - 4} more' if len(copies) > 4
-                                             else '')
             shown_old = repr(old) if len(repr(old)) <= 60 else f'{repr(old)[:57]}...'
             raise UserError(f'--cfg-options {key}', f'{variable} is a variable of the config, '
                             f'whose value {shown_old} was copied where the config uses it as '
-                            f'it loaded ({shown}): changing {key} now changes none of them',
+                            f'it loaded ({copies_shown(copies)}): changing {key} now changes '
+                            'none of them',
                             f"set those keys instead ({copies[0]}{'.' + inner if inner else ''}"
                             f'={value!r} ...)')
 
