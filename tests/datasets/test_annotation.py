@@ -337,6 +337,36 @@ def test_a_key_twice_in_the_header_is_refused(tmp_path):
         load_annotation(path)
 
 
+def test_a_language_twice_among_an_item_s_captions_is_refused_naming_the_item(tmp_path):
+    """json keeps the last of a key given twice: the first 'cs' list would be dropped."""
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(), path)
+    path.write_text(path.read_text(encoding='utf-8').replace(
+        '"cs": ["Kočka."]', '"cs": ["Kočka."], "cs": ["Malá kočka."]'), encoding='utf-8')
+    with pytest.raises(AnnotationError, match=r"^.*ann\.json: items\[1\]: an object holds the "
+                                              "key 'cs' twice$"):
+        load_annotation(path)
+
+
+def test_a_file_not_in_utf8_is_refused_naming_the_line_and_byte_of_its_first_fault(tmp_path):
+    """The file is decoded a chunk (1M characters) at a time: the decoder's position is the
+    chunk's, so a fault past the first chunk is located in the file itself."""
+    items = [MediaRecord(f'{i}', f'{i}.jpg', {'en': [f'caption {i}'], 'cs': [f'popisek {i}']})
+             for i in range(60_000)]
+    items[50_000] = replace(items[50_000], captions={'en': ['un café'], 'cs': ['kavárna']})
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(items=items, translation_langs=[]), path)
+    data = path.read_bytes().replace('café'.encode(), b'caf\xe9')
+    path.write_bytes(data)
+    byte = data.index(b'\xe9')
+    assert byte > 1 << 21  # past the first chunks
+    line = data[:byte].count(b'\n') + 1
+    with pytest.raises(AnnotationError) as error:
+        load_annotation(path)
+    assert str(error.value) == (f"{path}: not UTF-8: invalid bytes b'\\xe9' on line {line}, "
+                                f'byte {byte}; save it as UTF-8')
+
+
 @pytest.mark.parametrize('container', [list, RecordStore])
 def test_a_file_of_an_empty_items_array_is_said_to_hold_no_items(tmp_path, container):
     data = _annotation().to_json()

@@ -95,6 +95,20 @@ def test_a_key_given_twice_is_refused_where_json_loads_keeps_the_last(key):
         read_object(f'{{"{key}": [1], "b": 0, "{key}": [2]}}', 'items', list)
 
 
+@pytest.mark.parametrize('chunk', [4, 1 << 20])
+def test_a_key_given_twice_in_an_element_or_a_member_is_refused_naming_where(chunk):
+    """Inside an element ('sw' twice among an item's captions), json would keep the last list
+    and drop the first; the error names the element, or the top-level key, that holds it."""
+    item = '{"id": "a", "captions": {"en": ["x"], "sw": ["y"], "sw": ["z"]}}'
+    with pytest.raises(DuplicateKeyError,
+                       match=r"^items\[1\]: an object holds the key 'sw' twice$"):
+        read_in_chunks(f'{{"items": [{{"id": "b"}}, {item}]}}', chunk)
+    with pytest.raises(DuplicateKeyError, match=r"^meta: an object holds the key 'a' twice$"):
+        read_in_chunks('{"items": [], "meta": {"a": 1, "b": {}, "a": 2}}', chunk)
+    assert read_in_chunks('{"items": [{"a": {"a": 1}}, {"a": 2}]}', chunk) == (
+        {}, [{'a': {'a': 1}}, {'a': 2}])
+
+
 class CountingText(io.StringIO):
     """A text file that counts the characters read from it."""
 

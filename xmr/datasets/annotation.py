@@ -474,11 +474,32 @@ def load_annotation(path: str | os.PathLike,
         try:
             header, records = read_object(
                 file, 'items', lambda values: items(_records_until_error(values, origin, failures)))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        except UnicodeDecodeError as err:
+            raise AnnotationError(f'{path}: not UTF-8: {_first_invalid_bytes(path)}; save it '
+                                  'as UTF-8') from err
+        except json.JSONDecodeError as err:
             raise AnnotationError(f'{path}: not a UTF-8 JSON file ({err})') from err
         except DuplicateKeyError as err:
             raise AnnotationError(f'{path}: {err}') from err
         return _annotation(header, records, origin, failures)
+
+
+def _first_invalid_bytes(path: Path) -> str:
+    """Where ``path`` first breaks UTF-8, as ``invalid bytes b'\\xe9' on line 3, byte 41``.
+
+    The decoder reading the file a chunk at a time counts its position from the chunk's start,
+    so the file is read again, a line at a time (UTF-8 puts no newline byte inside a character).
+    """
+    offset = 0
+    with path.open('rb') as file:
+        for number, line in enumerate(file, start=1):
+            try:
+                line.decode('utf-8')
+            except UnicodeDecodeError as err:
+                return (f'invalid bytes {line[err.start:err.end]!r} on line {number}, '
+                        f'byte {offset + err.start}')
+            offset += len(line)
+    return 'it changed as it was read'
 
 
 @contextmanager

@@ -11,6 +11,7 @@ packed, never the text or the tree.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -20,13 +21,26 @@ __all__ = ['DuplicateKeyError', 'read_object']
 
 _T = TypeVar('_T')
 _WHITESPACE = re.compile(r'[ \t\n\r]*')
-_decode = json.JSONDecoder().raw_decode
 _CHUNK = 1 << 20
 _COMMA = "Expecting ',' delimiter"
 
 
 class DuplicateKeyError(ValueError):
-    """The top-level object holds a key twice (``json.load`` would keep the last silently)."""
+    """An object of the document holds a key twice (``json.load`` would keep the last
+    silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members as a dict, refusing a key given twice."""
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        key = next(key for index, (key, _) in enumerate(pairs)
+                   if any(key == other for other, _ in pairs[:index]))
+        raise DuplicateKeyError(f'an object holds the key {key!r} twice')
+    return members
+
+
+_decode = json.JSONDecoder(object_pairs_hook=_unique_keys).raw_decode
 
 
 def read_object(source: str | TextIO, streamed: str,
@@ -50,7 +64,8 @@ def read_object(source: str | TextIO, streamed: str,
     Raises:
         json.JSONDecodeError: the document is no valid JSON, with the position, line and column
             in the document at fault, as ``json.loads`` gives them (its ``doc`` is the window).
-        DuplicateKeyError: a key appears twice in the top-level object.
+        DuplicateKeyError: a key appears twice in one object, naming the top-level key or
+            the element of ``streamed`` that holds it.
     """
     window = _Window(io.StringIO(source) if isinstance(source, str) else source, chunk)
     if window.step(_next_char) != '{':
@@ -70,12 +85,15 @@ def read_object(source: str | TextIO, streamed: str,
             raise DuplicateKeyError(f'the top-level object holds the key {key!r} twice')
         seen.add(key)
         if key == streamed and window.step(_next_char) == '[':
-            iterator = _elements(window)
+            iterator = _elements(window, streamed)
             consumed = consume(iterator)
             for _ in iterator:  # what consume left, decoded to reach the keys after the array
                 pass
         else:
-            fields[key] = window.step(_member_value)
+            try:
+                fields[key] = window.step(_member_value)
+            except DuplicateKeyError as error:
+                raise DuplicateKeyError(f'{key}: {error}') from None
         if window.step(_next_char) == '}':
             window.position += 1
             window.step(_end)
@@ -139,15 +157,19 @@ class _Window:
         return moved
 
 
-def _elements(window: _Window) -> Iterator[Any]:
-    """The elements of the array at ``window.position`` (``[``), decoded one at a time; once
-    exhausted, the window is past its ``]``."""
+def _elements(window: _Window, name: str) -> Iterator[Any]:
+    """The elements of the array ``name`` at ``window.position`` (``[``), decoded one at a time;
+    once exhausted, the window is past its ``]``."""
     window.position += 1
     if window.step(_next_char) == ']':
         window.position += 1
         return
-    while True:
-        yield window.step(_element)
+    for index in itertools.count():
+        try:
+            element = window.step(_element)
+        except DuplicateKeyError as error:
+            raise DuplicateKeyError(f'{name}[{index}]: {error}') from None
+        yield element
         if window.step(_next_char) == ']':
             window.position += 1
             return
