@@ -196,6 +196,25 @@ def test_the_summary_languages_survive_the_result_file(tmp_path):
     assert column_legend([loaded])[1] == 'multi30k/mAR is over de, fr; en: reported, not averaged'
 
 
+def test_a_language_registered_where_the_result_was_written_keeps_its_column_where_not(
+        tmp_path):
+    """'ain' (Ainu: in neither ISO 639-1 nor FLORES-200) was registered by the run's
+    custom_imports; `xmr test --compare` imports none, and the result records the code."""
+    metrics = {'en/AR': 48.0, 'sw/AR': 47.0, 'ain/AR': 41.0, 'ain/t2i_R@10': 50.0,
+               'mAR': 44.0}
+    save_result(tmp_path / 'r.json', EvaluationResult(
+        'r', metrics, test_sets=[dict(dataset='mine', split='test',
+                                      languages=['en', 'sw', 'ain'])],
+        extra={'summary_languages': {'': ['sw', 'ain']}}))
+    loaded = load_result(tmp_path / 'r.json')
+    assert leaderboard_table([loaded]) == (['model', 'en', 'sw', 'ain', 'mAR'],
+                                           [['r', '48.00', '47.00', '41.00', '44.00']])
+    assert column_legend([loaded]) == [
+        'all columns: AR = mean of R@10 both ways; mAR = mean AR',
+        'mAR is over sw, ain; en: reported, not averaged']
+    assert [c.key for c in leaderboard_columns(metrics)] == ['en/AR', 'sw/AR', 'mAR']
+
+
 def test_a_metric_ranked_otherwise_than_the_papers_is_named_below_the_table(tmp_path):
     """Grouped image->text (the DASD code's: R@5/10 as high or higher) and approximate search
     give other numbers than the exact standard ranking: a row beside a paper's must say so."""

@@ -52,7 +52,7 @@ import json
 import math
 import os
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -252,6 +252,16 @@ class EvaluationResult:
         return recorded if isinstance(recorded, dict) else {}
 
     @property
+    def languages(self) -> frozenset[str]:
+        """The language codes recorded beside its metrics (its test sets', its summaries'):
+        a language registered where it was evaluated (``register_language``) is one in its
+        columns wherever it is read, registered there or not."""
+        recorded = [*(ts.get('languages') or [] for ts in self.test_sets),
+                    *self.summary_languages.values()]
+        return frozenset(code for codes in recorded if isinstance(codes, list)
+                         for code in codes if isinstance(code, str))
+
+    @property
     def seed_std(self) -> dict[str, float]:
         """Per metric, its standard deviation over the seeds this result averages
         (:func:`mean_over_seeds`); empty for the result of one run."""
@@ -275,11 +285,14 @@ class EvaluationResult:
                          for ts in self.test_sets)
 
 
-def leaderboard_columns(metrics: Mapping[str, Any]) -> list[Column]:
+def leaderboard_columns(metrics: Mapping[str, Any], languages: Collection[str] = ()
+                        ) -> list[Column]:
     """The table columns of one metric dict (see the module docstring for the rules).
 
     Args:
         metrics: ``{key: value}`` as returned by the validation or test loop.
+        languages: codes that are languages besides those this process knows
+            (:attr:`EvaluationResult.languages`).
 
     Returns:
         Per dataset (in key order): its per-language columns, then its summary; a bare
@@ -291,7 +304,7 @@ def leaderboard_columns(metrics: Mapping[str, Any]) -> list[Column]:
     for key in keys:
         group, _, name = key.rpartition('/')
         parent, _, lang = group.rpartition('/')
-        if name in statistics and _is_language(lang):
+        if name in statistics and _is_language(lang, languages):
             group = parent
         elif not any(name == h.summary for h in HEADLINES):
             continue
@@ -300,7 +313,7 @@ def leaderboard_columns(metrics: Mapping[str, Any]) -> list[Column]:
     columns: list[Column] = []
     overall: list[Column] = []
     for group in groups:
-        chosen = _dataset_headline(metrics, keys, group)
+        chosen = _dataset_headline(metrics, keys, group, languages)
         if chosen is not None:
             headline, languages, summary_key = chosen
             columns.extend(Column(_join(group, lang), _join(group, lang, headline.per_language),
@@ -313,8 +326,8 @@ def leaderboard_columns(metrics: Mapping[str, Any]) -> list[Column]:
     return columns + overall
 
 
-def _dataset_headline(metrics: Mapping[str, Any], keys: Sequence[str], group: str
-                      ) -> tuple[Headline, list[str], str | None] | None:
+def _dataset_headline(metrics: Mapping[str, Any], keys: Sequence[str], group: str,
+                      known: Collection[str]) -> tuple[Headline, list[str], str | None] | None:
     """The headline a dataset's columns follow, its languages and its summary key.
 
     The first headline whose summary and per-language statistic the dataset reports; for a
@@ -322,7 +335,7 @@ def _dataset_headline(metrics: Mapping[str, Any], keys: Sequence[str], group: st
     before the single recalls), with no summary column.
     """
     reported = [(headline, languages) for headline in HEADLINES
-                if (languages := _languages(keys, group, headline.per_language))]
+                if (languages := _languages(keys, group, headline.per_language, known))]
     for headline, languages in reported:
         if _join(group, headline.summary) in metrics:
             return headline, languages, _join(group, headline.summary)
@@ -381,18 +394,18 @@ def _meaning(column: Column, results: Sequence[EvaluationResult]) -> str:
     # A language key is {group}/{lang}/{statistic}: matching the group whole keeps the bare
     # keys (group '') and a dataset 'a' from reading the recalls of 'pooled' or 'a/b'.
     ks = sorted({int(key.rpartition('@')[2]) for result in results for key in result.metrics
-                 if _recall_k(key) and (column.kind == 'overall'
+                 if _recall_k(key, result.languages) and (column.kind == 'overall'
                                         or '/'.join(key.split('/')[:-2]) == column.group)})
     recalls = 'R@' + '/'.join(map(str, ks)) if ks else 'the recalls'
     return column.headline.meaning.format(recalls=recalls)
 
 
-def _recall_k(key: str) -> bool:
+def _recall_k(key: str, known: Collection[str]) -> bool:
     """Whether ``key`` is a language's ``t2i_R@K`` (``t2s_R@K`` text to text: the K a dataset's
     AR averages)."""
     parts = key.split('/')
     direction, _, k = parts[-1].partition('_R@')
-    return (len(parts) >= 2 and _is_language(parts[-2]) and direction in ('t2i', 't2s')
+    return (len(parts) >= 2 and _is_language(parts[-2], known) and direction in ('t2i', 't2s')
             and k.isdigit())
 
 
@@ -684,7 +697,7 @@ def _union_columns(results: Sequence[EvaluationResult]) -> list[Column]:
     datasets: dict[str, dict[str, Column]] = {}
     overall: dict[str, Column] = {}
     for result in results:
-        for column in leaderboard_columns(result.metrics):
+        for column in leaderboard_columns(result.metrics, result.languages):
             found = overall if column.kind == 'overall' else datasets.setdefault(column.group, {})
             found.setdefault(column.key, column)
     columns = []
@@ -701,21 +714,24 @@ def _union_columns(results: Sequence[EvaluationResult]) -> list[Column]:
     return columns + [column for key, column in overall.items() if key not in datasets.get('', {})]
 
 
-def _languages(keys: Sequence[str], group: str, statistic: str) -> list[str]:
+def _languages(keys: Sequence[str], group: str, statistic: str, known: Collection[str]
+               ) -> list[str]:
     depth = group.count('/') + 1 if group else 0
     languages = []
     for key in keys:
         parts = key.split('/')
         if (len(parts) == depth + 2 and parts[-1] == statistic
-                and '/'.join(parts[:depth]) == group and _is_language(parts[-2])):
+                and '/'.join(parts[:depth]) == group and _is_language(parts[-2], known)):
             languages.append(parts[-2])
     return languages
 
 
-def _is_language(part: str) -> bool:
-    """Whether a key's part is a canonical language code (``de``, ``zh-Hant``): the summary
-    ``xtd10_pectvlm/mean_R@1`` is named as the statistic ``de/mean_R@1`` is, and its prefix is
-    no language."""
+def _is_language(part: str, known: Collection[str]) -> bool:
+    """Whether a key's part is a canonical language code (``de``, ``zh-Hant``) or one of
+    ``known``: the summary ``xtd10_pectvlm/mean_R@1`` is named as the statistic ``de/mean_R@1``
+    is, and its prefix is no language."""
+    if part in known:
+        return True
     try:
         return normalize_language(part) == part
     except ValueError:
