@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from mmengine.config import Config, DictAction
-from mmengine.utils import import_modules_from_strings
 
 from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
 from xmr.config_variables import (
@@ -30,9 +29,9 @@ from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import (
     GatherAction,
     UserError,
-    UserKeyError,
     did_you_mean,
     given_file,
+    import_user_module,
     quiet_on_other_processes,
 )
 
@@ -144,35 +143,18 @@ def import_custom_modules(config: str | os.PathLike, cfg: Config) -> None:
     MMEngine imports those of a config file as it loads it, and never those an ``--ablation``
     row or ``--cfg-options`` adds (their types were unknown at the build, a misspelt module
     went unnoticed), so :func:`load_run_config` calls this on the file's config and on the
-    merged one; MMEngine reports a failure as a missing folder on ``PYTHONPATH`` and lists
-    ``sys.path``, where the cause (a misspelt name inside the module, a missing package) is at
-    the end of the error's chain.
+    merged one.
 
     Raises:
-        UserError: naming the module that failed to import, and why (any error its import
-            raised, a ``NameError`` or ``SyntaxError`` in it included; xmr's own refusals of
-            what it registers are raised as they are).
+        UserError: naming the config and the module that failed to import, and why
+            (:func:`~xmr.utils.cli.import_user_module`).
     """
     if not cfg.get('custom_imports'):
         return
     options = dict(cfg.custom_imports)
     modules = options.pop('imports', [])
     for module in [modules] if isinstance(modules, str) else modules:
-        try:
-            import_modules_from_strings(module, **options)
-        except (UserError, UserKeyError):
-            raise
-        except Exception as error:  # the user's module may raise anything
-            cause = error
-            while cause.__cause__ or cause.__context__:
-                cause = cause.__cause__ or cause.__context__
-            missing = isinstance(cause, ModuleNotFoundError) and cause.name is not None and (
-                module == cause.name or str(module).startswith(f'{cause.name}.'))
-            raise UserError(config, f'custom_imports: {module} failed to import: '
-                            f'{type(cause).__name__}: {cause}',
-                            'check its name, and that the folder holding it is on PYTHONPATH'
-                            if missing else f'fix {module} (run again with --debug for the '
-                            'traceback)') from error
+        import_user_module(module, f'{config}: custom_imports', **options)
 
 
 def config_file(config: str | os.PathLike, key: str = 'CONFIG') -> str | os.PathLike:

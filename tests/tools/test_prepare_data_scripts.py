@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -96,3 +98,43 @@ def test_an_output_path_that_cannot_be_made_is_one_error_line(tmp_path, monkeypa
                                            str(tmp_path / 'taken' / 'en.txt')], monkeypatch)
     err = capsys.readouterr().err
     assert err.startswith(f'error: {tmp_path / "taken"}') and 'Traceback' not in err, err
+
+
+@pytest.mark.parametrize('script', sorted(path.name for path in TOOLS.glob('*.py')))
+def test_every_data_tool_takes_the_modules_that_register_a_language(script, monkeypatch,
+                                                                    capsys):
+    """The data tools read no config, whose custom_imports would register the user's languages."""
+    with pytest.raises(SystemExit, match='0'):
+        _run(script, ['--help'], monkeypatch)
+    assert '--custom-imports MODULE [MODULE ...]' in capsys.readouterr().out
+
+
+def test_a_language_registered_by_custom_imports_is_one_the_data_tools_read(tmp_path,
+                                                                           monkeypatch, capsys):
+    """'ain' (Ainu) is in neither ISO 639-1 nor FLORES-200. The tool runs in a process of its
+    own: the registration would outlive the test in this one."""
+    (tmp_path / 'my_langs.py').write_text('from xmr.datasets.languages import register_language'
+                                          "\nregister_language('ain', ['ain_Latn'])\n")
+    ann = Annotation(dataset='demo', split='train', media_type='image', languages=['en'],
+                     source_lang='en', items=[MediaRecord('a', 'a.jpg', {'en': ['a dog']})])
+    dump_annotation(ann, tmp_path / 'ann.json')
+    (tmp_path / 'ain.txt').write_text('seta\n', encoding='utf-8')
+    command = [sys.executable, '-m', 'xmr', 'data', 'attach_translations',
+               str(tmp_path / 'ann.json'), '--translations', f"ain_Latn={tmp_path / 'ain.txt'}",
+               '--out', str(tmp_path / 'out.json')]
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(tmp_path), *sys.path])}
+    refused = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "unknown language code 'ain_Latn'" in refused.stderr
+    assert "a data tool's --custom-imports" in refused.stderr
+    subprocess.run([*command, '--custom-imports', 'my_langs'], env=env, check=True,
+                   capture_output=True)
+    written = json.loads((tmp_path / 'out.json').read_text(encoding='utf-8'))
+    assert written['items'][0]['translations'] == {'ain': ['seta']}  # unknown in this process
+    with pytest.raises(SystemExit, match='2'):
+        _run('export_source_captions.py', [str(tmp_path / 'ann.json'), str(tmp_path / 'en.txt'),
+                                           '--custom-imports', 'my_absent_langs'], monkeypatch)
+    assert capsys.readouterr().err == (
+        "error: --custom-imports: my_absent_langs failed to import: ModuleNotFoundError: No "
+        "module named 'my_absent_langs': check its name, and that the folder holding it is on "
+        'PYTHONPATH\n')
+    assert not (tmp_path / 'en.txt').exists()

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations, load_annotation
 from xmr.datasets.converters.errors import ConversionError
+from xmr.utils.cli import add_custom_imports
 
 __all__ = ['PROTOCOLS', 'few_shot_splits', 'is_few_shot_split', 'main', 'seeded_permutation',
            'subsample']
@@ -85,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--shots', type=int, required=True, metavar='N')
     parser.add_argument('--seed', type=int, default=42)
     parser.add_argument('--out-dir', type=Path, required=True)
+    add_custom_imports(parser)
     args = parser.parse_args(argv)
     try:
         ann = load_annotation(args.ann)

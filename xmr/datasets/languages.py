@@ -207,8 +207,8 @@ def normalize_language(code: str, where: str = 'language code') -> str:
         "ISO 639-3 ('swh', 'fil'), FLORES-200 ('swh_Latn'), the datasets' own codes ('jp', "
         "'zh-CN'), each optionally with a script or region subtag ('zh-Hant', 'pt-BR'), of the "
         'languages of ISO 639-1 and FLORES-200; make another known with '
-        'xmr.datasets.languages.register_language in a module of custom_imports (the language '
-        'codes section of docs/data.md)')
+        "xmr.datasets.languages.register_language in a module of the config's custom_imports "
+        "(a data tool's --custom-imports; the language codes section of docs/data.md)")
 
 
 def normalize_languages(codes: Sequence[str], where: str = 'languages') -> list[str]:

@@ -26,9 +26,10 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ['EXIT_ERROR', 'GatherAction', 'UserError', 'UserKeyError', 'did_you_mean',
-           'given_device', 'given_file', 'given_folder', 'given_output', 'int_at_least',
-           'quiet_on_other_processes', 'run_tool', 'worker_error']
+__all__ = ['EXIT_ERROR', 'GatherAction', 'UserError', 'UserKeyError', 'add_custom_imports',
+           'did_you_mean', 'given_device', 'given_file', 'given_folder', 'given_output',
+           'import_user_module', 'int_at_least', 'quiet_on_other_processes', 'run_tool',
+           'worker_error']
 
 EXIT_ERROR = 2
 DEBUG_FLAG = '--debug'
@@ -78,6 +79,61 @@ class GatherAction(argparse.Action):
         given = getattr(namespace, self.dest, None)
         first = given is None or given is self.default
         setattr(namespace, self.dest, list(values) if first else [*given, *values])
+
+
+class _ImportModules(argparse.Action):
+    """``--custom-imports MODULE ...``: the modules are imported as the flag is parsed, before
+    the tool reads a file or a language code."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        for module in values:
+            import_user_module(module, option_string)
+        setattr(namespace, self.dest, [*getattr(namespace, self.dest, []), *values])
+
+
+def add_custom_imports(parser: argparse.ArgumentParser) -> None:
+    """Give a tool without a config the ``--custom-imports`` of a config: the modules of the
+    user's code that register what the tool must know, such as a language
+    (``register_language``)."""
+    parser.add_argument('--custom-imports', nargs='+', default=[], action=_ImportModules,
+                        metavar='MODULE', help="modules to import first, as a config's "
+                        "custom_imports: those registering a language of one's own "
+                        '(docs/data.md); the folder holding them on PYTHONPATH')
+
+
+def import_user_module(module: str, where: str | os.PathLike, **options: Any) -> None:
+    """Import ``module`` of the user's code (again only where not yet imported), named at
+    ``where`` (``<config>: custom_imports``, a tool's ``--custom-imports``).
+
+    Args:
+        module: its dotted name.
+        where: the config or flag naming it, for the error.
+        options: MMEngine's ``custom_imports`` options (``allow_failed_imports``).
+
+    Raises:
+        UserError: naming the module and why its import failed (any error it raised, a
+            ``NameError`` or ``SyntaxError`` in it included; xmr's own refusals of what it
+            registers are raised as they are). MMEngine reports a failure as a missing folder
+            on ``PYTHONPATH`` and lists ``sys.path``, where the cause (a misspelt name inside
+            the module, a missing package) is at the end of the error's chain.
+    """
+    from mmengine.utils import import_modules_from_strings
+
+    try:
+        import_modules_from_strings(module, **options)
+    except (UserError, UserKeyError):
+        raise
+    except Exception as error:  # the user's module may raise anything
+        cause = error
+        while cause.__cause__ or cause.__context__:
+            cause = cause.__cause__ or cause.__context__
+        missing = isinstance(cause, ModuleNotFoundError) and cause.name is not None and (
+            module == cause.name or str(module).startswith(f'{cause.name}.'))
+        raise UserError(where, f'{module} failed to import: {type(cause).__name__}: {cause}',
+                        'check its name, and that the folder holding it is on PYTHONPATH'
+                        if missing else f'fix {module} (run again with --debug for the '
+                        'traceback)') from error
 
 
 class UserError(Exception):

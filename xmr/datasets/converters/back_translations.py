@@ -26,7 +26,7 @@ from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
 from xmr.datasets.converters.translations import caption_lines
 from xmr.fileio import atomic_write_texts
-from xmr.utils.cli import GatherAction
+from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['attach_back_translations', 'export_captions', 'main_attach_back']
 
@@ -123,6 +123,7 @@ def main_attach_back(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--out', type=Path, help='output file (default: overwrite ann)')
     parser.add_argument('--overwrite', action='store_true',
                         help='replace the back-translations of a language the file already has')
+    add_custom_imports(parser)
     args = parser.parse_args(argv)
     if (args.back_translations is None) == (args.export is None):
         parser.error('give exactly one of --back-translations or --export')

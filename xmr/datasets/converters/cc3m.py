@@ -26,7 +26,7 @@ from xmr.datasets.converters.cli import dump_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import canonical_languages, read_lines
 from xmr.datasets.media_files import missing_media
-from xmr.utils.cli import GatherAction, int_at_least
+from xmr.utils.cli import GatherAction, add_custom_imports, int_at_least
 
 __all__ = ['UC2_LANGUAGES', 'uc2_rows', 'read_uc2_tsv', 'convert_cc3m', 'main']
 
@@ -181,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help='seeded subset size (CC300K: 300000)')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--out', type=Path, required=True, help='annotation file to write')
+    add_custom_imports(parser)
     args = parser.parse_args(argv)
     try:
         ann = convert_cc3m(args.uc2_dir, args.languages, args.images_dir, args.subset_size,

@@ -32,7 +32,7 @@ from xmr.datasets.converters.raw_files import (
     read_lines,
     refuse_repeats,
 )
-from xmr.utils.cli import GatherAction
+from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['XM3600_LANGUAGES', 'convert_crossmodal3600', 'main']
 
@@ -104,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--out-dir', type=Path, required=True)
     parser.add_argument('--languages', nargs='+', action=GatherAction,
                         default=list(XM3600_LANGUAGES))
+    add_custom_imports(parser)
     args = parser.parse_args(argv)
     if args.images_dir is None and not args.skip_media_check:
         parser.error('give --images-dir, or --skip-media-check to convert without images')

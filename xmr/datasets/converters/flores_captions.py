@@ -30,7 +30,7 @@ from xmr.datasets.converters.raw_files import (
 )
 from xmr.datasets.converters.xtd10 import coco_image_path
 from xmr.datasets.languages import FLORES200_TO_CANONICAL, LanguageCodeError, flores_code
-from xmr.utils.cli import GatherAction
+from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['IMAGE_LISTS', 'convert_flores_captions', 'main_xtd200', 'main_flickr30k_200']
 
@@ -113,6 +113,7 @@ def _parser(dataset: str, images_help: str) -> argparse.ArgumentParser:
     parser.add_argument('--out-dir', type=Path, required=True)
     parser.add_argument('--languages', nargs='+', action=GatherAction, required=True,
                         help="codes in any accepted form (sw, swh_Latn), or 'all'")
+    add_custom_imports(parser)
     return parser
 
 

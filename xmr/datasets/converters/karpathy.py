@@ -24,7 +24,7 @@ from xmr.datasets.converters.cli import write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption, integer_id, read_json
 from xmr.datasets.converters.raw_files import parse_lang_paths
-from xmr.utils.cli import GatherAction
+from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['KarpathyLayout', 'KarpathyImage', 'read_karpathy', 'group_splits',
            'karpathy_parser', 'run_karpathy_command']
@@ -192,6 +192,7 @@ def karpathy_parser(description: str, images_help: str, train_output: str,
     parser.add_argument('--out-dir', type=Path, required=True)
     parser.add_argument('--translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help=f'machine translations of {train_output}, one line per caption')
+    add_custom_imports(parser)
     return parser
 
 

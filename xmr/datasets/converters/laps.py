@@ -34,7 +34,7 @@ from xmr.datasets.converters.mscoco import COCO_FOLD_SIZE, COCO_FOLDS, coco_fold
 from xmr.datasets.converters.raw_files import check_media_exist, parse_lang_paths, read_lines
 from xmr.datasets.converters.translations import attach_translations
 from xmr.datasets.converters.xtd10 import coco_image_path
-from xmr.utils.cli import GatherAction
+from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['LAPS_DATASETS', 'LapsDataset', 'LapsImage', 'convert_laps', 'main',
            'read_laps_split']
@@ -295,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--out-dir', type=Path, required=True)
     parser.add_argument('--translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help='machine translations of the train split, one line per caption')
+    add_custom_imports(parser)
     args = parser.parse_args(argv)
     images_dir = checked_media_dir(parser, args, 'images')
     write_converted(lambda: convert_laps(args.laps_dir, args.dataset, images_dir,

@@ -40,7 +40,7 @@ from xmr.datasets.converters.raw_files import (
     refuse_repeats,
     require_file,
 )
-from xmr.utils.cli import GatherAction
+from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['read_csv_rows', 'read_test_json', 'read_msrvtt_sentences', 'convert_msrvtt', 'main']
 
@@ -229,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--skip-media-check', action='store_true')
     parser.add_argument('--video-ext', default='mp4')
     parser.add_argument('--out-dir', type=Path, required=True)
+    add_custom_imports(parser)
     args = parser.parse_args(argv)
     if args.videos_dir is None and not args.skip_media_check:
         parser.error('give --videos-dir, or --skip-media-check to convert without videos')

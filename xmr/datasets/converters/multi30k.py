@@ -30,7 +30,7 @@ from xmr.datasets.converters.raw_files import (
     require_same_length,
 )
 from xmr.datasets.converters.translations import attach_translations
-from xmr.utils.cli import GatherAction
+from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['MULTI30K_SPLITS', 'TASK2_LANGUAGES', 'convert_multi30k', 'main']
 
@@ -151,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         default=['en', 'de', 'fr', 'cs'])
     parser.add_argument('--translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help='machine translations of the train split, one line per caption')
+    add_custom_imports(parser)
     args = parser.parse_args(argv)
     images_dir = checked_media_dir(parser, args, 'images')
 

@@ -24,7 +24,7 @@ from xmr.datasets.converters.cli import refuse_written_over
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
 from xmr.fileio import atomic_write_text
-from xmr.utils.cli import GatherAction
+from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['attach_translations', 'export_source_captions', 'main_attach', 'main_export']
 
@@ -140,6 +140,7 @@ def main_attach(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--out', type=Path, help='output file (default: overwrite ann)')
     parser.add_argument('--overwrite', action='store_true',
                         help='replace the translations of a language the file already has')
+    add_custom_imports(parser)
     args = parser.parse_args(argv)
     try:
         files = parse_lang_paths(args.translations, '--translations')
@@ -159,6 +160,7 @@ def main_export(argv: Sequence[str] | None = None) -> None:
                                      'annotation file one per line, ready for translation.')
     parser.add_argument('ann', type=Path, help='annotation file')
     parser.add_argument('out', type=Path, help='text file to write')
+    add_custom_imports(parser)
     args = parser.parse_args(argv)
     try:
         refuse_written_over({'OUT': args.out}, {'ANN': args.ann})

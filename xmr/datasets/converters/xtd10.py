@@ -37,7 +37,7 @@ from xmr.datasets.converters.raw_files import (
 )
 from xmr.datasets.few_shot import few_shot_splits
 from xmr.datasets.languages import release_code
-from xmr.utils.cli import GatherAction
+from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['RELEASE_FOLDERS', 'XTD10_LANGUAGES', 'coco_image_path', 'convert_xtd10', 'main',
            'release_file']
@@ -131,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--few-shot', type=int, metavar='N',
                         help="also write PECTVLM's seeded few-shot split with N train images")
     parser.add_argument('--seed', type=int, default=42, help='seed of the few-shot split')
+    add_custom_imports(parser)
     args = parser.parse_args(argv)
     images_dir = checked_media_dir(parser, args, 'images')
     try:
