@@ -253,3 +253,35 @@ def test_a_foreign_checkpoint_holding_the_backbone_alone_is_sent_to_the_backbone
     fix = foreign_checkpoint_fix('ft.pt', state, model)
     assert route in fix
     assert ('model.backbone.pretrained=ft.pt' in fix) == (route == 'backbone.clip alone')
+
+
+def test_a_checkpoint_written_under_the_other_numpy_major_loads(tmp_path):
+    """A pickle names numpy's reconstructors by the writer's module: numpy 1's numpy.core, numpy
+    2's numpy._core. The file is rewritten to name the other numpy's (a fresh interpreter: the
+    allow-list is process-wide)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    path = tmp_path / 'run.pth'
+    torch.save({'state_dict': {'w': torch.ones(2)},
+                'message_hub': {'log': np.array([0.5, 0.25]), 'step': np.int64(7)}}, path)
+    with zipfile.ZipFile(path) as archive:
+        records = {info.filename: archive.read(info) for info in archive.infolist()}
+    pickle_name = next(name for name in records if name.endswith('/data.pkl'))
+    running, other = (('numpy._core', 'numpy.core') if int(np.__version__.split('.')[0]) >= 2
+                      else ('numpy.core', 'numpy._core'))
+    assert f'{running}.multiarray\n'.encode() in records[pickle_name]
+    records[pickle_name] = records[pickle_name].replace(f'{running}.multiarray\n'.encode(),
+                                                        f'{other}.multiarray\n'.encode())
+    with zipfile.ZipFile(path, 'w') as archive:
+        for name, data in records.items():
+            archive.writestr(name, data)
+    script = ('import warnings; warnings.simplefilter("ignore"); '
+              'from xmr.apis import read_checkpoint; '
+              f'c = read_checkpoint({str(path)!r}); '
+              "print(c['message_hub']['log'].tolist(), int(c['message_hub']['step']))")
+    user = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True)
+    assert user.returncode == 0, user.stderr
+    assert user.stdout.split() == ['[0.5,', '0.25]', '7']

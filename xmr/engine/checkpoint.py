@@ -42,9 +42,14 @@ _REGISTERED = False
 FACTS = '_extra_state'
 
 
+#: Where numpy keeps the functions its pickles name: numpy 2 renamed ``numpy.core`` to
+#: ``numpy._core``, and a pickle names the module of the numpy that wrote it.
+_NUMPY_MULTIARRAY = ('numpy._core.multiarray', 'numpy.core.multiarray')
+
+
 def _numpy_multiarray():
     """``numpy._core.multiarray`` (numpy 2) or ``numpy.core.multiarray`` (numpy 1)."""
-    for name in ('numpy._core.multiarray', 'numpy.core.multiarray'):
+    for name in _NUMPY_MULTIARRAY:
         try:
             return importlib.import_module(name)
         except ImportError:
@@ -54,6 +59,10 @@ def _numpy_multiarray():
 
 def allow_mmengine_checkpoint_types() -> None:
     """Add the numpy types xmr checkpoints contain to torch's weights-only allow-list.
+
+    A checkpoint names numpy's reconstructors by the module of the numpy that wrote it: both
+    names are allowed, so that a run trained under numpy 1 (a GPU image's) is tested, resumed
+    or served under numpy 2, and the other way round.
 
     Idempotent; call it before ``Runner.resume`` / ``load_checkpoint`` (``tools/train.py`` and
     ``tools/test.py`` do).
@@ -65,8 +74,10 @@ def allow_mmengine_checkpoint_types() -> None:
     dtype_classes = [type(np.dtype(kind)) for kind in (
         'float16', 'float32', 'float64', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint32',
         'uint64', 'bool')]
-    torch.serialization.add_safe_globals(
-        [np.ndarray, np.dtype, multiarray._reconstruct, multiarray.scalar, *dtype_classes])
+    reconstructors = [(getattr(multiarray, function), f'{module}.{function}')
+                      for module in _NUMPY_MULTIARRAY for function in ('_reconstruct', 'scalar')]
+    torch.serialization.add_safe_globals([np.ndarray, np.dtype, *reconstructors,
+                                          *dtype_classes])
     _REGISTERED = True
 
 
