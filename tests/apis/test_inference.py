@@ -79,7 +79,11 @@ def test_an_option_replaces_a_list_item_as_cfg_options_does(trained):
      'embed_dim: checkpoint 32 vs config 48'),
     (dict(language_branch=tiny_branch_cfg(adapters=dict(type='StaticAdapter', hidden=4))),
      r'keys of other shapes: language_branch\.adapters'),
-], ids=['languages', 'embed_dim', 'adapter_shape'])
+    # The same weights under QuickGELU compute other features: the record is no weight.
+    (dict(backbone=tiny_backbone_cfg(pretrained_cfg=dict(quick_gelu=True))),
+     r"backbone_settings: checkpoint \"…21073\)\), \('quick_gelu', False\), \('resize_mode', "
+     r"'sho…\" vs config \"…21073\)\), \('quick_gelu', True\), \('resize_mode', 'sho…\""),
+], ids=['languages', 'embed_dim', 'adapter_shape', 'backbone_record'])
 def test_mismatched_checkpoint_names_the_mismatch(trained, tmp_path, overrides, message):
     _, checkpoint, _ = trained
     config = write_config(tmp_path / 'other.py', **overrides)

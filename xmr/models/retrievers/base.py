@@ -278,8 +278,12 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         """What a checkpoint must agree on with the config it is loaded into (JSON values);
         subclasses add their own to these. The disentangler's type is named, so that a
         checkpoint of one method loaded into another's config says so rather than listing
-        keys."""
-        return dict(backbone=type(self.backbone).__name__, embed_dim=self.backbone.embed_dim,
+        keys. The backbone's settings that no weight holds (``fingerprint_settings``: an
+        open_clip record's QuickGELU, mean and std, image size) are one: the same weights run
+        under another activation compute other features."""
+        return dict(backbone=type(self.backbone).__name__,
+                    backbone_settings=self.backbone.fingerprint_settings(),
+                    embed_dim=self.backbone.embed_dim,
                     languages=list(self.languages),
                     disentangler=None if self.disentangler is None
                     else type(self.disentangler).__name__)

@@ -19,12 +19,32 @@ def check_checkpoint_facts(checkpoint: dict[str, Any], config: dict[str, Any]) -
     Raises:
         ValueError: ``checkpoint does not match the config: <fact>: checkpoint .. vs config ..``.
     """
-    mismatched = {k: (checkpoint[k], config[k]) for k in config
+    mismatched = {k: _where_different(checkpoint[k], config[k]) for k in config
                   if k in checkpoint and checkpoint[k] != config[k]}
     if mismatched:
         details = '; '.join(f'{k}: checkpoint {a!r} vs config {b!r}'
                             for k, (a, b) in mismatched.items())
         raise ValueError(f'checkpoint does not match the config: {details}')
+
+
+def _where_different(first: Any, second: Any, context: int = 24) -> tuple[Any, Any]:
+    """Two long texts cut to where they differ, ``context`` characters either side (a
+    backbone's settings differ in one field of many); other values as they are."""
+    if not (isinstance(first, str) and isinstance(second, str)) or max(
+            len(first), len(second)) <= 3 * context:
+        return first, second
+    start = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b),
+                 min(len(first), len(second)))
+    same_end, limit = 0, min(len(first), len(second)) - start  # a common end after start
+    while same_end < limit and first[-1 - same_end] == second[-1 - same_end]:
+        same_end += 1
+    cut = max(0, start - context)
+
+    def middle(text: str) -> str:
+        end = min(len(text), len(text) - same_end + context)
+        return ('…' if cut else '') + text[cut:end] + ('…' if end < len(text) else '')
+
+    return middle(first), middle(second)
 
 
 def store_facts_as_tensor(module: torch.nn.Module) -> None:
