@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import xmr
-from tests.conftest import CORPUS, tiny_backbone_cfg, tiny_branch_cfg
+from tests.conftest import CORPUS, tiny_backbone_cfg, tiny_branch_cfg, tiny_dasd_cfg
 from tests.models.adapters.peft_helpers import CAPTIONS, clip_branch_cfg
 from xmr.models.language.language_modules import (
     check_module_finite,
@@ -47,8 +47,8 @@ def test_round_trip_is_exact_and_the_file_holds_only_the_module(tmp_path):
     source = build(['de'], module_seed=1)
     path = save_language_module(source, 'de', tmp_path / 'de.pth')
     payload = torch.load(path, weights_only=True)
-    assert set(payload['state_dict']) == set(source.language_branch.adapters.sets['de']
-                                             .state_dict())
+    assert set(payload['state_dict']) == {
+        f'adapters.{key}' for key in source.language_branch.adapters.sets['de'].state_dict()}
     assert payload['lang'] == 'de'
     assert {key: payload[key] for key in provenance()} == provenance()
 
@@ -124,10 +124,10 @@ def test_two_languages_trained_apart_keep_their_own_outputs_in_one_model(tmp_pat
 
 def test_a_module_of_another_config_is_refused_with_the_difference(tmp_path):
     save_language_module(build(['de'], adapters=LORA), 'de', tmp_path / 'de.pth')
-    with pytest.raises(ValueError, match=r"other shapes \['0:attn_qkv.lora_A.q'"):
+    with pytest.raises(ValueError, match=r"other shapes \['adapters.0:attn_qkv.lora_A.q'"):
         load_language_module(build(['de'], adapters=dict(LORA, r=1)), tmp_path / 'de.pth')
-    with pytest.raises(ValueError, match=r"missing \['0:attn_out.lora_A.out'.* \(The file was "
-                       rf'written by xmr {re.escape(xmr.__version__)} \('):
+    with pytest.raises(ValueError, match=r"missing \['adapters.0:attn_out.lora_A.out'.* \(The "
+                       rf'file was written by xmr {re.escape(xmr.__version__)} \('):
         load_language_module(build(['de'], adapters=dict(LORA, targets=['q', 'v', 'out'])),
                              tmp_path / 'de.pth')
     # Other adapter types: told as such, not as shared weights that differ (whose advice, the
@@ -206,10 +206,67 @@ def test_a_module_of_a_newer_format_asks_for_a_newer_xmr(tmp_path):
     compared first."""
     save_language_module(build(['de'], adapters=LORA), 'de', tmp_path / 'de.pth')
     payload = torch.load(tmp_path / 'de.pth', weights_only=True)
-    torch.save(dict(payload, version=3, facts=dict(payload['facts'], width=None),
-                    xmr_version='0.3.0', xmr_commit='0123abc'), tmp_path / 'v3.pth')
-    with pytest.raises(ValueError, match=r'v3\.pth: a language module of format version 3, '
+    torch.save(dict(payload, version=4, facts=dict(payload['facts'], width=None),
+                    xmr_version='0.3.0', xmr_commit='0123abc'), tmp_path / 'v4.pth')
+    with pytest.raises(ValueError, match=r'v4\.pth: a language module of format version 4, '
                        r'written by xmr 0\.3\.0 \(commit 0123abc\); read by xmr '
-                       rf'{re.escape(xmr.__version__)} \(.*\), which reads version 2: load it '
+                       rf'{re.escape(xmr.__version__)} \(.*\), which reads version 3: load it '
                        r'with the xmr that wrote it, or update this one'):
-        load_language_module(build(['de'], adapters=LORA), tmp_path / 'v3.pth')
+        load_language_module(build(['de'], adapters=LORA), tmp_path / 'v4.pth')
+
+
+def dasd(per_language, module_seed):
+    """DASD on the tiny CLIP, de and fr, its trainable weights drawn from module_seed."""
+    torch.manual_seed(0)
+    cfg = tiny_dasd_cfg()
+    cfg['language_branch'] = clip_branch_cfg(dict(type='DynamicAdapter', hidden=4), ['de', 'fr'])
+    cfg['disentangler']['per_language'] = per_language
+    model = MODELS.build(cfg)
+    torch.manual_seed(module_seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.startswith(('language_branch.adapters', 'disentangler')):
+                parameter.normal_(std=0.1)
+    return model.eval()
+
+
+def test_a_language_s_own_disentangler_travels_with_its_module(tmp_path):
+    """DASD's paper configs build a disentangler per language: de's module loaded into the fr
+    slot of a model trained otherwise reproduces de's captions, which it did not when the file
+    held de's adapters alone (fr's disentangler conditioned them)."""
+    source = dasd(per_language=True, module_seed=1)
+    path = save_language_module(source, 'de', tmp_path / 'de.pth')
+    state = torch.load(path, weights_only=True)['state_dict']
+    own = sum(p.numel() for p in source.disentangler.per_language['de'].parameters())
+    assert own > 0 and sum(v.numel() for k, v in state.items()
+                           if k.startswith('disentangler.')) == own
+    assert sum(v.numel() for v in state.values()) == \
+        language_parameter_report(source)['de'].parameters
+    receiver = dasd(per_language=True, module_seed=2)
+    assert not torch.allclose(encode(receiver, 'fr'), encode(source, 'de'))
+    assert load_language_module(receiver, path, lang='fr') == 'fr'
+    assert torch.equal(encode(receiver, 'fr'), encode(source, 'de'))
+    # A file of format 2 held the adapters alone: refused where a language has its own part.
+    payload = torch.load(path, weights_only=True)
+    old = {key.partition('.')[2]: value for key, value in payload['state_dict'].items()
+           if key.startswith('adapters.')}
+    torch.save(dict(payload, version=2, state_dict=old), tmp_path / 'v2.pth')
+    with pytest.raises(ValueError, match=r"v2\.pth \(de\): a language module of format version "
+                       r"2, which holds no language's own disentangler, the model's "
+                       r'SemanticsDisentangler of de among them: export it again'):
+        load_language_module(receiver, tmp_path / 'v2.pth')
+
+
+def test_a_module_file_of_format_2_loads_where_the_languages_share_the_disentangler(tmp_path):
+    source = dasd(per_language=False, module_seed=1)
+    payload = torch.load(save_language_module(source, 'de', tmp_path / 'de.pth'),
+                         weights_only=True)
+    assert all(key.startswith('adapters.') for key in payload['state_dict'])
+    old = {key.partition('.')[2]: value for key, value in payload['state_dict'].items()}
+    torch.save(dict(payload, version=2, state_dict=old), tmp_path / 'v2.pth')
+    receiver = dasd(per_language=False, module_seed=1)
+    with torch.no_grad():
+        for parameter in receiver.language_branch.adapters.sets['de'].parameters():
+            parameter.zero_()
+    assert load_language_module(receiver, tmp_path / 'v2.pth') == 'de'
+    assert torch.equal(encode(receiver, 'de'), encode(source, 'de'))

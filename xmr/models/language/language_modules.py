@@ -1,17 +1,19 @@
 """Per-language modules: save one language's trained parameters, load several into one model.
 
-A language's module is everything the target branch holds for that language alone: the adapters
-of ``language_branch.adapters.sets[lang]`` (LoRA, Houlsby, Compacter with its shared rule,
-prompts) and its own copies of tower weights (PECTVLM's LayerNorms and head, FT's whole tower).
-The frozen towers and anything shared by all languages stay out, so a module file is small
-(PECTVLM saves only the trainable parameters) and modules trained apart can be loaded side by
-side into a model built for all their languages.
+A language's module is everything the model holds for that language alone: the adapters of
+``language_branch.adapters.sets[lang]`` (LoRA, Houlsby, Compacter with its shared rule,
+prompts), its own copies of tower weights (PECTVLM's LayerNorms and head, FT's whole tower) and,
+where DASD builds one per language (``per_language=True``, the paper configs), its own
+disentangler. The frozen towers and anything shared by all languages stay out, so a module file
+is small (PECTVLM saves only the trainable parameters) and modules trained apart can be loaded
+side by side into a model built for all their languages.
 
 What a module leaves out still shapes its output: a tower fine-tuned by ``source_finetune``, a
-trained shared embedding table and ``W_e``, DASD's disentangler. A module file therefore names
-its base: the checkpoint it was exported from and a SHA-256 fingerprint of every shared part of
-that model's state. Loading refuses a model whose shared parts differ (naming them and the base
-checkpoint to build from), so a merged model reproduces each language exactly or is not made.
+trained shared embedding table and ``W_e``, a disentangler shared by the languages. A module
+file therefore names its base: the checkpoint it was exported from and a SHA-256 fingerprint of
+every shared part of that model's state. Loading refuses a model whose shared parts differ
+(naming them and the base checkpoint to build from), so a merged model reproduces each language
+exactly or is not made.
 """
 from __future__ import annotations
 
@@ -41,8 +43,9 @@ __all__ = ['MODULE_FORMAT', 'LanguageShare', 'check_module_finite', 'language_st
            'shared_parameter_count']
 
 MODULE_FORMAT = 'xmr-language-module'
-# Version 2 records the base (checkpoint and shared-state fingerprints) of the module.
-MODULE_VERSION = 2
+# Version 2 records the base (checkpoint and shared-state fingerprints) of the module; version 3
+# keys its state by part ('adapters.', 'disentangler.': a language's own disentangler).
+MODULE_VERSION = 3
 
 
 def _branch(model: nn.Module) -> nn.Module:
@@ -90,8 +93,9 @@ def shared_fingerprints(model: nn.Module) -> dict[str, str]:
         ``{part: hex digest}`` over each entry's key, dtype, shape and bytes.
     """
     model = unwrap_model(model)
-    sets = _branch(model).adapters.sets
-    per_language = next(f'{name}.' for name, module in model.named_modules() if module is sets)
+    own = _per_language_containers(model)
+    per_language = tuple(f'{name}.' for name, module in model.named_modules()
+                         if any(module is container for container in own))
     digests = defaultdict(hashlib.sha256)
     for key, value in sorted(model.state_dict().items()):
         if key.startswith(per_language) or key.endswith('_extra_state'):
@@ -103,9 +107,11 @@ def shared_fingerprints(model: nn.Module) -> dict[str, str]:
 
 
 def language_state_dict(model: nn.Module, lang: str) -> dict[str, torch.Tensor]:
-    """The parameters (and persistent buffers) of ``lang``'s module, keyed inside the module."""
-    return {key: value.detach().cpu().clone()
-            for key, value in _module(model, lang).state_dict().items()}
+    """The parameters (and persistent buffers) of ``lang``'s module, keyed by part
+    (:func:`_language_parts`) then inside it: ``adapters.<key>``, ``disentangler.<key>``."""
+    return {f'{part}.{key}': value.detach().cpu().clone()
+            for part, module in _language_parts(model, lang).items()
+            for key, value in module.state_dict().items()}
 
 
 def check_module_finite(model: nn.Module, lang: str) -> None:
@@ -115,7 +121,7 @@ def check_module_finite(model: nn.Module, lang: str) -> None:
     Raises:
         ValueError: naming the language, the weights and the fix.
     """
-    bad = nonfinite_keys(_module(model, normalize_language(lang, 'language')).state_dict())
+    bad = nonfinite_keys(language_state_dict(model, normalize_language(lang, 'language')))
     if bad:
         raise ValueError(f'the {lang} module holds NaN or infinite weights '
                          f'({first_keys(bad)}): its run diverged before this checkpoint was '
@@ -210,6 +216,16 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
                          f'{written_by(payload)}, which reads version {MODULE_VERSION}: load it '
                          'with the xmr that wrote it, or update this one')
     target = normalize_language(lang or payload['lang'], f'{path} language')
+    parts = _language_parts(model, target)
+    if version == 2:
+        if set(parts) != {'adapters'}:
+            raise ValueError(f"{path} ({payload['lang']}): a language module of format version 2, "
+                             "which holds no language's own disentangler, the model's "
+                             f'{type(parts["disentangler"]).__name__} of {target} among them: '
+                             'export it again from its training checkpoint '
+                             '(tools/language_modules.py export)')
+        payload = dict(payload, state_dict={f'adapters.{key}': value for key, value
+                                            in payload['state_dict'].items()})
     mine = _facts(model)
     # The facts the file records: one written before target_vocabulary was a fact has none.
     differing = {k: (payload['facts'][k], v) for k, v in mine.items()
@@ -218,8 +234,7 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
         details = '; '.join(f'{k}: file {a!r} vs model {b!r}' for k, (a, b) in differing.items())
         raise ValueError(f'{path} ({payload["lang"]}) does not fit this model: {details}')
     _check_base(model, path, payload)
-    module = _module(model, target)
-    expected = module.state_dict()
+    expected = language_state_dict(model, target)
     state = payload['state_dict']
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -235,14 +250,16 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
                          f'values ({first_keys(bad)}): the run diverged before the checkpoint it '
                          'was exported from, or the file is damaged; export the module from an '
                          'earlier checkpoint of the run')
-    module.load_state_dict(state, strict=True)
+    for part, module in parts.items():
+        module.load_state_dict({key.partition('.')[2]: value for key, value in state.items()
+                                if key.partition('.')[0] == part}, strict=True)
     return target
 
 
 def _check_base(model: nn.Module, path: Path, payload: Mapping[str, Any]) -> None:
     """Refuse a model whose shared parts differ from those the module was trained with."""
     base = payload.get('base')
-    if payload.get('version') != MODULE_VERSION or not isinstance(base, Mapping):
+    if payload.get('version') not in (2, MODULE_VERSION) or not isinstance(base, Mapping):
         raise ValueError(f'{path}: a language module of format version {payload.get("version")}, '
                          'which does not record the shared weights it needs: export it again '
                          'from its training checkpoint (tools/language_modules.py export)')
@@ -284,7 +301,8 @@ def language_parameter_report(model: nn.Module) -> dict[str, LanguageShare]:
     total = sum(p.numel() for p in backbone.parameters()) if backbone is not None else text
     report = {}
     for lang in branch.languages:
-        count = sum(p.numel() for part in _language_parts(model, lang) for p in part.parameters())
+        count = sum(p.numel() for part in _language_parts(model, lang).values()
+                    for p in part.parameters())
         report[lang] = LanguageShare(count, count / text, count / total)
     return report
 
@@ -294,18 +312,27 @@ def shared_parameter_count(model: nn.Module) -> int:
     block and a disentangler shared by all languages (the rest of DASD's #TP)."""
     model = unwrap_model(model)
     own = {id(p) for lang in _branch(model).languages
-           for part in _language_parts(model, lang) for p in part.parameters()}
+           for part in _language_parts(model, lang).values() for p in part.parameters()}
     frozen = {id(p) for p in getattr(model, 'backbone', nn.Module()).parameters()}
     parts = [getattr(model, name, None) for name in ('language_branch', 'disentangler')]
     return sum(p.numel() for part in parts if part is not None for p in part.parameters()
                if id(p) not in own and id(p) not in frozen)
 
 
-def _language_parts(model: nn.Module, lang: str) -> list[nn.Module]:
-    """The modules of ``lang`` alone: its adapters, and its disentangler when the model has
-    one per language."""
-    parts = [_module(model, lang)]
+def _language_parts(model: nn.Module, lang: str) -> dict[str, nn.Module]:
+    """The modules of ``lang`` alone, by part: its ``adapters``, and its ``disentangler`` when
+    the model has one per language."""
+    parts = {'adapters': _module(model, lang)}
     disentangler = getattr(unwrap_model(model), 'disentangler', None)
     if isinstance(disentangler, PerLanguageDisentangler):
-        parts.append(disentangler.per_language[lang])
+        parts['disentangler'] = disentangler.per_language[lang]
     return parts
+
+
+def _per_language_containers(model: nn.Module) -> list[nn.Module]:
+    """The containers of every language's own modules: the branch's adapter sets, and a
+    disentangler's copies per language."""
+    disentangler = getattr(model, 'disentangler', None)
+    return [_branch(model).adapters.sets,
+            *([disentangler.per_language] if isinstance(disentangler, PerLanguageDisentangler)
+              else [])]
