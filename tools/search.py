@@ -214,9 +214,18 @@ def read_queries(args: argparse.Namespace) -> list[str]:
     order mark (Notepad's) is no part of the first query.
 
     Raises:
-        UserError: a query file that is missing, not UTF-8, or holds no query.
+        UserError: a ``--query`` that is blank or not UTF-8, a query file that is missing,
+            not UTF-8, or holds no query.
     """
+    from xmr.apis.inference import check_texts
+
     queries = list(args.query)
+    for query in queries:
+        try:
+            check_texts([query])
+        except ValueError:
+            raise UserError(f'--query {query!r}', 'is blank or not UTF-8 text',
+                            'give the words to search for, in UTF-8') from None
     if args.queries is None:
         return queries
     where = f'{args.queries} (--queries)'

@@ -112,6 +112,11 @@ def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index
      r'not a folder\)'),
     (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--device', 'gpu'],
      r'^--device gpu: is no torch device: give cpu, cuda or cuda:N$'),
+    (['--media', 'media', '--lang', 'de', '--query', 'x', '  '],
+     r"^--query '  ': is blank or not UTF-8 text: give the words to search for, in UTF-8$"),
+    # A byte that is not UTF-8 on the command line (a Latin-1 terminal) reaches argv escaped.
+    (['--index', 'kept.idx', '--lang', 'de', '--query', 'caf\udce9'],
+     r"^--query 'caf\\udce9': is blank or not UTF-8 text"),
 ])
 def test_what_is_given_is_checked_before_the_model_is_built(
         gallery, tmp_path, monkeypatch, flags, refused):

@@ -53,7 +53,8 @@ from xmr.utils.counts import is_count
 from xmr.version import written_by
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
-           'load_trained_checkpoint', 'trained_languages', 'check_languages', 'encode_texts',
+           'load_trained_checkpoint', 'trained_languages', 'check_languages', 'check_texts',
+           'encode_texts',
            'encode_media', 'encode_readable_media', 'encode_media_in_parts', 'media_encoding',
            'NoMediaReadError']
 
@@ -237,11 +238,7 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
     check_languages(model, [lang])
     if not texts:
         raise ValueError('no texts to encode')
-    empty = [i for i, text in enumerate(texts) if not isinstance(text, str) or not text.strip()]
-    if empty:
-        raise ValueError(f'texts {empty[:10]} are empty or not strings')
-    for i, text in enumerate(texts):
-        _check_encodable(text, f'text {i}')
+    check_texts(texts)
     _check_batch_size(batch_size)
     embeddings = None
     # The evaluation's query texts: its captions, or their back-translations.
@@ -258,6 +255,20 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
             embeddings = rows.new_empty((len(texts), rows.shape[1]), device='cpu')
         embeddings[start:start + rows.shape[0]] = rows
     return embeddings
+
+
+def check_texts(texts: Sequence[Any]) -> None:
+    """Refuse a text that is blank or no string, or holds a lone surrogate, by its position:
+    what :func:`encode_texts` would refuse once its model is built (a tool checks first).
+
+    Raises:
+        ValueError: naming the texts at fault.
+    """
+    empty = [i for i, text in enumerate(texts) if not isinstance(text, str) or not text.strip()]
+    if empty:
+        raise ValueError(f'texts {empty[:10]} are empty or not strings')
+    for i, text in enumerate(texts):
+        _check_encodable(text, f'text {i}')
 
 
 def _check_encodable(text: str, where: str) -> None:
