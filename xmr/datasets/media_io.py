@@ -95,7 +95,8 @@ def check_truncated_images_refused() -> None:
 
 
 def read_image(path: str | os.PathLike) -> torch.Tensor:
-    """Decode an image as RGB.
+    """Decode an image as RGB, as stored (an EXIF orientation is not applied, as open_clip's
+    preprocessing and the benchmarks' loaders apply none); 16-bit grey as its top 8 bits.
 
     Returns:
         uint8 ``[3, H, W]``.
@@ -108,8 +109,25 @@ def read_image(path: str | os.PathLike) -> torch.Tensor:
     check_truncated_images_refused()
     check_image_file(path)
     with _image_errors(path), Image.open(path) as image:
-        array = np.asarray(image.convert('RGB'))
+        _check_sample_range(path, image)
+        if image.mode.startswith('I;16'):
+            # Pillow's RGB conversion clips 16-bit samples at 255: every such scan or depth
+            # map would read as one white picture. The top 8 bits keep the picture.
+            grey = (np.asarray(image).astype(np.uint16) >> 8).astype(np.uint8)
+            array = np.repeat(grey[..., None], 3, axis=2)
+        else:
+            array = np.asarray(image.convert('RGB'))
     return torch.from_numpy(array.copy()).permute(2, 0, 1)
+
+
+def _check_sample_range(path: str | os.PathLike, image: Image.Image) -> None:
+    """Refuse an image of 32-bit samples (Pillow's modes ``I`` and ``F``): no range says which
+    values are black and white, and Pillow's RGB conversion clips them to one colour."""
+    if image.mode in ('I', 'F'):
+        kind = 'integer' if image.mode == 'I' else 'floating-point'
+        raise MediaReadError(path, f'an image of 32-bit {kind} samples (mode {image.mode!r}), '
+                             'whose values map to no known range of grey; save it with 8 or '
+                             '16 bits per sample')
 
 
 def check_image_decodes(path: str | os.PathLike) -> None:
@@ -120,6 +138,7 @@ def check_image_decodes(path: str | os.PathLike) -> None:
     check_truncated_images_refused()
     check_image_file(path)
     with _image_errors(path), Image.open(path) as image:
+        _check_sample_range(path, image)
         image.draft(None, (1, 1))
         image.load()
 
