@@ -24,7 +24,7 @@ import pickle
 import re
 import zipfile
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -200,7 +200,10 @@ def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
     try:
         return torch.load(path, map_location='cpu', weights_only=True)
     except pickle.UnpicklingError as error:
-        raise CheckpointReadError(_refused_message(Path(path), what, str(error))) from error
+        refused = re.search(r'Unsupported global: GLOBAL (\S+)', str(error))
+        raise CheckpointReadError(_refused_message(Path(path), what,
+                                                   [refused.group(1)] if refused else [])
+                                  ) from error
     except (RuntimeError, EOFError, KeyError, ValueError, OSError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise _corrupt(path, what, reason) from error
@@ -214,11 +217,14 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
     A torch zip archive must hold its central directory, which lies at the end: a truncated
     copy or an interrupted save has none. Each of its records must match the CRC-32 that
     ``torch.save`` wrote for it: ``torch.load`` checks none, so a damaged tensor would load as
-    other numbers. A legacy pickle is checked by its first byte only.
+    other numbers. Its pickle may name no object a weights-only load refuses (MMEngine's resume
+    would fail on it with torch's advice to trust the file). A legacy pickle is checked by its
+    first byte only.
 
     Raises:
         FileNotFoundError: no such file, or a folder.
-        CheckpointReadError: an empty, foreign, truncated or damaged file.
+        CheckpointReadError: an empty, foreign, truncated or damaged file, or one pickling an
+            object a weights-only load refuses.
     """
     path = Path(path)
     if path.is_dir():  # FileNotFoundError still: every caller's handler of a missing file takes it
@@ -232,6 +238,10 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
         raise CheckpointReadError(f'{path}: not a {what}: {found}; {fix}')
     if head == _ZIP_MAGIC:
         check_archive_records(path, what)
+        allow_mmengine_checkpoint_types()
+        refused = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        if refused:
+            raise CheckpointReadError(_refused_message(path, what, refused))
 
 
 #: What to give in place of a checkpoint refused by :func:`check_given_checkpoint`.
@@ -301,16 +311,17 @@ def _corrupt(path: str | os.PathLike, what: str, reason: str) -> CheckpointReadE
         f'{what} (an interrupted save leaves such a file)')
 
 
-def _refused_message(path: Path, what: str, error: str) -> str:
-    refused = re.search(r'Unsupported global: GLOBAL (\S+)', error)
-    name = refused.group(1) if refused else None
-    # torch names a builtin without its module: ``getattr``, not ``builtins.getattr``.
-    qualified = name if name is None or '.' in name else f'builtins.{name}'
-    if qualified is not None and qualified.startswith(_MMENGINE_GLOBALS):
+def _refused_message(path: Path, what: str, names: Sequence[str]) -> str:
+    """Why a weights-only load refuses ``path``, which pickles the objects ``names`` (the
+    first a load met, or all that its pickle names; none where torch's error named none)."""
+    # torch's load names a builtin without its module: ``getattr``, not ``builtins.getattr``.
+    qualified = sorted(name if '.' in name else f'builtins.{name}' for name in names)
+    shown = ', '.join(qualified) or 'objects'
+    if any(name.startswith(_MMENGINE_GLOBALS) for name in qualified):
         return (f'{path}: {what} pickles objects that torch.load(weights_only=True) refuses '
-                f'({name}); it was probably written before xmr stored its logs as plain data, '
+                f'({shown}); it was probably written before xmr stored its logs as plain data, '
                 'or by a run whose custom_hooks lacked WeightsOnlyCheckpointHook. If '
                 "you trust the file, keep only its weights once: torch.save({'state_dict': "
                 f"torch.load('{path}', weights_only=False)['state_dict']}}, 'weights.pth')")
-    return (f'{path}: not an xmr {what}: it pickles '
-            f'{name or "objects"} that a weights-only load refuses; give a .pth written by xmr')
+    return (f'{path}: not an xmr {what}: it pickles {shown} that a weights-only load refuses; '
+            'give a .pth written by xmr')
