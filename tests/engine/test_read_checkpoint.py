@@ -290,3 +290,16 @@ def test_a_checkpoint_written_under_the_other_numpy_major_loads(tmp_path):
     user = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True)
     assert user.returncode == 0, user.stderr
     assert user.stdout.split() == ['[0.5,', '0.25]', '7']
+
+
+def test_the_check_leaves_a_torchscript_archive_to_its_loader_and_names_a_foreign_zip(tmp_path):
+    """OpenAI's CLIP releases are TorchScript archives, which the converters read on purpose:
+    the check of a checkpoint's pickled objects passed torch's refusal of them up unnamed."""
+    import numpy as np
+
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), tmp_path / 'ViT-B-32.pt')
+    check_checkpoint(tmp_path / 'ViT-B-32.pt')
+    np.savez(tmp_path / 'feats.npz', x=np.zeros(2))
+    with pytest.raises(CheckpointReadError, match=r'feats\.npz: not a checkpoint: a zip archive '
+                       r'torch\.save did not write \(it holds no data\.pkl\); give a \.pth'):
+        check_checkpoint(tmp_path / 'feats.npz')

@@ -238,10 +238,28 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
         raise CheckpointReadError(f'{path}: not a {what}: {found}; {fix}')
     if head == _ZIP_MAGIC:
         check_archive_records(path, what)
-        allow_mmengine_checkpoint_types()
+        _check_pickled_globals(path, what, fix)
+
+
+def _check_pickled_globals(path: Path, what: str, fix: str) -> None:
+    """Refuse a ``torch.save`` archive whose pickle names an object a weights-only load
+    refuses, reading the names alone (no tensor), and a zip archive torch wrote none of; a
+    TorchScript archive (OpenAI's CLIP releases) is left to its own loader."""
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+    if any(name.endswith('/constants.pkl') for name in names):
+        return
+    if not any(name.endswith('/data.pkl') or name == 'data.pkl' for name in names):
+        raise CheckpointReadError(f'{path}: not a {what}: a zip archive torch.save did not write '
+                                  f'(it holds no data.pkl); {fix}')
+    allow_mmengine_checkpoint_types()
+    try:
         refused = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-        if refused:
-            raise CheckpointReadError(_refused_message(path, what, refused))
+    except (RuntimeError, ValueError, pickle.UnpicklingError, EOFError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise _corrupt(path, what, reason) from error
+    if refused:
+        raise CheckpointReadError(_refused_message(path, what, refused))
 
 
 #: What to give in place of a checkpoint refused by :func:`check_given_checkpoint`.
