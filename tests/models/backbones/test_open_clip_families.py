@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+import shutil
 
 import pytest
 import torch
@@ -921,3 +922,17 @@ def test_a_siglip2_tower_refuses_a_tokenizer_padded_on_the_left(tmp_path):
                 MODELS.build(cfg)
         else:
             assert MODELS.build(cfg).tokenizer.left_padded_by is None
+
+
+def test_where_the_text_tower_s_files_are_read_is_no_checkpoint_setting(tmp_path):
+    """docs/backbones.md's offline route names a folder of this machine: a checkpoint trained
+    with the encoder's config in one folder loads where it is in another; its pooling is a
+    setting still."""
+    first = xlmr_cfg(tmp_path / 'machine_a' / 'xlmr')
+    shutil.copytree(tmp_path / 'machine_a' / 'xlmr', tmp_path / 'machine_b')
+    moved = dict(first, text_cfg=dict(first['text_cfg'], hf_model_name=str(tmp_path / 'machine_b')))
+    pooled = xlmr_cfg(tmp_path / 'machine_a' / 'xlmr', pooler='cls_pooler')
+    a, b, c = (MODELS.build(backbone_cfg(cfg, xlmr_tokenizer())) for cfg in (first, moved, pooled))
+    assert a.fingerprint_settings() != b.fingerprint_settings()
+    assert a.checkpoint_settings() == b.checkpoint_settings()
+    assert a.checkpoint_settings() != c.checkpoint_settings()

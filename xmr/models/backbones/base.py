@@ -703,6 +703,11 @@ class TextBackbone(nn.Module, metaclass=ABCMeta):
         window sizes)."""
         return ''
 
+    def checkpoint_settings(self) -> str:
+        """The settings a checkpoint of a model on this backbone must have been trained under:
+        :meth:`fingerprint_settings`, less what names where files are read on this machine."""
+        return self.fingerprint_settings()
+
     def freeze(self) -> None:
         """Freeze every weight; a phase that fine-tunes the towers unfreezes them itself."""
         for parameter in self.parameters():

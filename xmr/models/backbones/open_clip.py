@@ -528,7 +528,18 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         # The record: QuickGELU or another mean changes every feature. An architecture's name
         # stands for its open_clip config; an inline model_cfg has no name, and its poolings
         # (text_cfg/vision_cfg pool_type, hf_pooler_type) hold no weight.
+        return self._settings(self.model_cfg)
+
+    def checkpoint_settings(self) -> str:
+        # Where the text tower's Hugging Face config and tokenizer are read (a hub name, a
+        # folder of this machine) is no setting: a checkpoint is tested on other machines.
+        text_cfg = (self.model_cfg or {}).get('text_cfg') or {}
+        located = {key: None for key in ('hf_model_name', 'hf_tokenizer_name') if key in text_cfg}
+        return self._settings(self.model_cfg if not located else
+                              {**self.model_cfg, 'text_cfg': {**text_cfg, **located}})
+
+    def _settings(self, model_cfg: dict | None) -> str:
         settings = repr(sorted(self.record.settings().items()))
-        if self.model_cfg is not None:
-            settings += '\n' + json.dumps(self.model_cfg, sort_keys=True, default=repr)
+        if model_cfg is not None:
+            settings += '\n' + json.dumps(model_cfg, sort_keys=True, default=repr)
         return settings

@@ -278,11 +278,11 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         """What a checkpoint must agree on with the config it is loaded into (JSON values);
         subclasses add their own to these. The disentangler's type is named, so that a
         checkpoint of one method loaded into another's config says so rather than listing
-        keys. The backbone's settings that no weight holds (``fingerprint_settings``: an
+        keys. The backbone's settings that no weight holds (``checkpoint_settings``: an
         open_clip record's QuickGELU, mean and std, image size) are one: the same weights run
         under another activation compute other features."""
         return dict(backbone=type(self.backbone).__name__,
-                    backbone_settings=self.backbone.fingerprint_settings(),
+                    backbone_settings=self.backbone.checkpoint_settings(),
                     embed_dim=self.backbone.embed_dim,
                     languages=list(self.languages),
                     disentangler=None if self.disentangler is None
