@@ -213,6 +213,12 @@ def test_a_language_registered_where_the_result_was_written_keeps_its_column_whe
         'all columns: AR = mean of R@10 both ways; mAR = mean AR',
         'mAR is over sw, ain; en: reported, not averaged']
     assert [c.key for c in leaderboard_columns(metrics)] == ['en/AR', 'sw/AR', 'mAR']
+    # Each dataset's columns, where another dataset comes first.
+    two = {'xtd/en/AR': 50.0, 'xtd/de/AR': 45.0, 'xtd/mAR': 45.0,
+           **{f'mine/{key}': value for key, value in metrics.items()}}
+    assert [c.key for c in leaderboard_columns(two, loaded.languages)] == [
+        'xtd/en/AR', 'xtd/de/AR', 'xtd/mAR', 'mine/en/AR', 'mine/sw/AR', 'mine/ain/AR',
+        'mine/mAR']
 
 
 def test_a_metric_ranked_otherwise_than_the_papers_is_named_below_the_table(tmp_path):

@@ -315,9 +315,9 @@ def leaderboard_columns(metrics: Mapping[str, Any], languages: Collection[str] =
     for group in groups:
         chosen = _dataset_headline(metrics, keys, group, languages)
         if chosen is not None:
-            headline, languages, summary_key = chosen
+            headline, reported, summary_key = chosen
             columns.extend(Column(_join(group, lang), _join(group, lang, headline.per_language),
-                                  group, headline, 'language') for lang in languages)
+                                  group, headline, 'language') for lang in reported)
             if summary_key is not None:
                 columns.append(Column(summary_key, summary_key, group, headline, 'summary'))
         elif group == '':
