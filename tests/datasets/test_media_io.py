@@ -211,23 +211,26 @@ def test_images_decode_as_rgb_and_bad_files_name_their_path(tmp_path):
 def test_a_16_bit_grey_image_reads_as_its_top_8_bits_and_32_bit_samples_are_refused(
         tmp_path):
     """Pillow's RGB conversion clips 16-bit samples at 255 (every scan a white picture) and
-    32-bit ones alike; a 32-bit image has no known range of grey."""
+    32-bit ones alike; a 32-bit image beyond 16 bits, or of floats, has no known range of grey.
+    Pillow opens a 16-bit PGM (and, before 10.3, a 16-bit PNG) in its 32-bit mode 'I'."""
     samples = np.array([[0, 255, 256, 4660], [32768, 40000, 65280, 65535]], dtype=np.uint16)
     Image.fromarray(samples).save(tmp_path / 'scan.png')
     Image.fromarray(samples).save(tmp_path / 'scan.tif')
+    header = b'P5\n4 2\n65535\n'
+    (tmp_path / 'scan.pgm').write_bytes(header + samples.astype('>u2').tobytes())
     expected = torch.tensor([[0, 0, 1, 18], [128, 156, 255, 255]], dtype=torch.uint8)
-    for name in ('scan.png', 'scan.tif'):
-        assert Image.open(tmp_path / name).mode == 'I;16'
+    for name, mode in (('scan.png', 'I;16'), ('scan.tif', 'I;16'), ('scan.pgm', 'I')):
+        assert Image.open(tmp_path / name).mode == mode
         assert torch.equal(read_image(tmp_path / name), expected.expand(3, 2, 4)), name
         check_image_decodes(tmp_path / name)
-    Image.fromarray(samples.astype(np.int32)).save(tmp_path / 'wide.tif')
+    Image.fromarray(samples.astype(np.int32) * 2).save(tmp_path / 'wide.tif')
     Image.fromarray(samples.astype(np.float32) / 65535).save(tmp_path / 'depth.tif')
-    for name, kind in (('wide.tif', "integer samples (mode 'I')"),
-                       ('depth.tif', "floating-point samples (mode 'F')")):
+    for name, kind in (('wide.tif', "integer samples (mode 'I', values 0..131070)"),
+                       ('depth.tif', "floating-point samples (mode 'F', values 0.0..1.0)")):
         for read in (read_image, check_image_decodes):
             with pytest.raises(MediaReadError, match=rf'{name}: an image of 32-bit '
-                               rf"{re.escape(kind)}, whose values map to no known range of "
-                               'grey; save it with 8 or 16 bits per sample'):
+                               rf'{re.escape(kind)}, which map to no known range of grey; '
+                               'save it with 8 or 16 bits per sample'):
                 read(tmp_path / name)
 
 

@@ -109,25 +109,36 @@ def read_image(path: str | os.PathLike) -> torch.Tensor:
     check_truncated_images_refused()
     check_image_file(path)
     with _image_errors(path), Image.open(path) as image:
-        _check_sample_range(path, image)
-        if image.mode.startswith('I;16'):
+        if _sixteen_bit_grey(path, image):
             # Pillow's RGB conversion clips 16-bit samples at 255: every such scan or depth
             # map would read as one white picture. The top 8 bits keep the picture.
-            grey = (np.asarray(image).astype(np.uint16) >> 8).astype(np.uint8)
+            grey = (np.asarray(image).astype(np.uint32) >> 8).astype(np.uint8)
             array = np.repeat(grey[..., None], 3, axis=2)
         else:
             array = np.asarray(image.convert('RGB'))
     return torch.from_numpy(array.copy()).permute(2, 0, 1)
 
 
-def _check_sample_range(path: str | os.PathLike, image: Image.Image) -> None:
-    """Refuse an image of 32-bit samples (Pillow's modes ``I`` and ``F``): no range says which
-    values are black and white, and Pillow's RGB conversion clips them to one colour."""
-    if image.mode in ('I', 'F'):
-        kind = 'integer' if image.mode == 'I' else 'floating-point'
-        raise MediaReadError(path, f'an image of 32-bit {kind} samples (mode {image.mode!r}), '
-                             'whose values map to no known range of grey; save it with 8 or '
-                             '16 bits per sample')
+def _sixteen_bit_grey(path: str | os.PathLike, image: Image.Image) -> bool:
+    """Whether ``image`` holds 16-bit grey samples: Pillow's ``I;16`` modes, or its 32-bit mode
+    ``I`` with values in ``0..65535`` (how Pillow opens a 16-bit PGM, and a 16-bit PNG before
+    10.3).
+
+    Raises:
+        MediaReadError: samples beyond 16 bits (mode ``I``) or floating-point (``F``), which
+            no range maps to grey and Pillow's RGB conversion clips to one colour.
+    """
+    if image.mode.startswith('I;16'):
+        return True
+    if image.mode not in ('I', 'F'):
+        return False
+    low, high = image.getextrema()
+    if image.mode == 'I' and 0 <= low and high <= 65535:
+        return True
+    kind = 'integer' if image.mode == 'I' else 'floating-point'
+    raise MediaReadError(path, f'an image of 32-bit {kind} samples (mode {image.mode!r}, '
+                         f'values {low}..{high}), which map to no known range of grey; save it '
+                         'with 8 or 16 bits per sample')
 
 
 def check_image_decodes(path: str | os.PathLike) -> None:
@@ -138,7 +149,7 @@ def check_image_decodes(path: str | os.PathLike) -> None:
     check_truncated_images_refused()
     check_image_file(path)
     with _image_errors(path), Image.open(path) as image:
-        _check_sample_range(path, image)
+        _sixteen_bit_grey(path, image)  # refuses 32-bit samples as read_image does
         image.draft(None, (1, 1))
         image.load()
 
