@@ -138,3 +138,9 @@ def test_a_language_registered_by_custom_imports_is_one_the_data_tools_read(tmp_
         "module named 'my_absent_langs': check its name, and that the folder holding it is on "
         'PYTHONPATH\n')
     assert not (tmp_path / 'en.txt').exists()
+    with pytest.raises(SystemExit, match='2'):
+        _run('export_source_captions.py', ['--custom-imports', 'json', str(tmp_path / 'ann.json'),
+                                           str(tmp_path / 'en.txt')], monkeypatch)
+    assert capsys.readouterr().err == (
+        f"error: --custom-imports: {tmp_path / 'ann.json'} is a file, not a module: give the flag "
+        'after the other arguments\n')

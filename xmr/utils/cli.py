@@ -88,7 +88,13 @@ class _ImportModules(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
         for module in values:
-            import_user_module(module, option_string)
+            try:
+                import_user_module(module, option_string)
+            except UserError:
+                if os.path.exists(module):  # the flag took the tool's own arguments after it
+                    raise UserError(option_string, f'{module} is a file, not a module',
+                                    'give the flag after the other arguments') from None
+                raise
         setattr(namespace, self.dest, [*getattr(namespace, self.dest, []), *values])
 
 
