@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import tempfile
+import types
 
 import pytest
 
@@ -82,7 +83,10 @@ def test_the_run_is_the_shipped_cross_lingual_phase_on_text_pairs(tmp_path):
 def test_a_tiny_run_on_the_cpu_times_every_iteration(tmp_path, capsys, monkeypatch):
     """Without --work-dir, in a temporary folder that the run removes (each run left its
     text pairs, tokenizer, logs and feature cache behind)."""
-    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    # The run's folder alone: tempfile.tempdir would put the DataLoader workers' sockets under
+    # tmp_path too, whose path can pass AF_UNIX's 107 bytes (the workers then hang).
+    monkeypatch.setattr(loop_time, 'tempfile', types.SimpleNamespace(
+        mkdtemp=lambda **kwargs: tempfile.mkdtemp(**kwargs, dir=tmp_path)))
     figures = loop_time.main(['--arch', 'tiny', '--device', 'cpu', '--iters', '12',
                               '--warmup', '2', '--batch-size', '8', '--scenes', '40'])
     assert list(tmp_path.iterdir()) == []
