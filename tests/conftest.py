@@ -80,6 +80,20 @@ def tiny_dasd_cfg() -> dict:
 
 
 @pytest.fixture(autouse=True)
+def _process_settings_of_the_tools_restored():
+    """A tool run in the test's process sets torch's threads for a process of its own (every
+    core but one) and ``LOCAL_RANK``: the worker's share of the cores (pytest_configure) and
+    its environment are given back."""
+    threads, rank = torch.get_num_threads(), os.environ.get('LOCAL_RANK')
+    yield
+    torch.set_num_threads(threads)
+    if rank is None:
+        os.environ.pop('LOCAL_RANK', None)
+    else:
+        os.environ['LOCAL_RANK'] = rank
+
+
+@pytest.fixture(autouse=True)
 def _loggers_of_the_test_closed():
     """Close and forget the MMEngine loggers a test made. MMEngine keeps every ``MMLogger``
     for the process, its stream handler bound to the ``sys.stdout`` of the test that made it;

@@ -77,6 +77,7 @@ if ! compgen -G "$wheels/*.whl" > /dev/null; then
 fi
 mkdir -p "$out"
 site=$(mktemp -d)
+trap 'rm -rf "$site"' EXIT
 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
     "$wheels"/*.whl
 export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
