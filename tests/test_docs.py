@@ -628,7 +628,8 @@ def broken_links(page: Path) -> list[str]:
 def test_anchors_are_written_as_github_writes_them(tmp_path):
     page = tmp_path / 'page.md'
     page.write_text('# Crossmodal-3600 — `tools/data/x.py`\n## Notes\n## Notes\n## Notes\n'
-                    '```bash\n# not a heading\n```\n[a](#notes-2) [b](#nope) [c](other.md)\n')
+                    '```bash\n# not a heading\n```\n[a](#notes-2) [b](#nope) [c](other.md)\n',
+                    encoding='utf-8')
     assert anchors(page) == {'crossmodal-3600--toolsdataxpy', 'notes', 'notes-1', 'notes-2'}
     assert broken_links(page) == ['#nope', 'other.md']
 
@@ -708,7 +709,8 @@ def test_the_demo_schedule_the_pages_quote_is_the_demo_config_s():
     quoted_cfg = {key: value for key, value in namespace['train_cfg'].items() if key != '_delete_'}
     assert quoted_cfg == cfg.train_cfg.to_dict()
 
-    lr, steps, batch = RECIPE.search((REPO / 'docs' / 'design_notes.md').read_text()).groups()
+    lr, steps, batch = RECIPE.search((REPO / 'docs' / 'design_notes.md').read_text(
+        encoding='utf-8')).groups()
     english = cfg.train_cfg.phases[0]
     assert (float(lr), int(steps.replace(',', '')), int(batch)) == (
         english.lr, english.iters, cfg.source_finetune_dataloader.batch_size)

@@ -645,7 +645,7 @@ def profile_steps(step, device, spec: dict[str, Any], seconds: float) -> None:
                for key in (('self_device_time_total', 'self_cpu_time_total') if cuda
                            else ('self_cpu_time_total',))), '```', '']
     path = Path(spec['profile'])
-    previous = path.read_text() if path.exists() else ''
+    previous = path.read_text(encoding='utf-8') if path.exists() else ''
     atomic_write_text(path, previous + '\n'.join(lines) + '\n')
 
 

@@ -12,7 +12,8 @@ def leaves():
 
 
 def holds_code(path: Path) -> bool:
-    return any(isinstance(node, CODE) for node in ast.walk(ast.parse(path.read_text())))
+    tree = ast.parse(path.read_text(encoding='utf-8'))
+    return any(isinstance(node, CODE) for node in ast.walk(tree))
 
 
 def test_no_leaf_config_holds_code():

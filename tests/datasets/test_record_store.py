@@ -58,7 +58,8 @@ def test_the_packed_annotation_equals_the_loaded_one_and_is_validated_as_it(tmp_
     assert packed.items[:] == load_annotation(tmp_path / 'ann.json').items
     assert packed.header_json() == ann.header_json()
     (tmp_path / 'bad.json').write_text(
-        (tmp_path / 'ann.json').read_text().replace('"a.jpg"', '""'))
+        (tmp_path / 'ann.json').read_text(encoding='utf-8').replace('"a.jpg"', '""'),
+        encoding='utf-8')
     with pytest.raises(AnnotationError, match=r'bad\.json: item 0: media_path must be'):
         load_annotation(tmp_path / 'bad.json', items=RecordStore)
 

@@ -225,7 +225,7 @@ def _accumulating_worker(rank: int, port: int, work_dir: str, out_dir: str,
     cfg.optim_wrapper.accumulative_counts = 2
     cfg.custom_hooks = [dict(type='WeightsOnlyCheckpointHook')]
     runner = _train_checkpointing_each_iteration(cfg, resume_from)
-    log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
+    log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text(encoding='utf-8')
     torch.save(dict(state=trained_state(runner), lost='Resumed iteration number' in log),
                Path(out_dir) / f'rank{rank}_{"resumed" if resume_from else "whole"}.pt')
     torch.distributed.destroy_process_group()

@@ -937,7 +937,7 @@ class ReaderRecordingDataset(ListDataset):
         self.log, self.signals = log, signals
 
     def __getitem__(self, index: int) -> dict:
-        with open(self.log, 'a') as file:
+        with open(self.log, 'a', encoding='utf-8') as file:
             file.write(f'{os.getpid()}\n')
         if torch.utils.data.get_worker_info() is not None:
             for number in self.signals:
@@ -946,7 +946,7 @@ class ReaderRecordingDataset(ListDataset):
 
 
 def readers(log: Path) -> set[int]:
-    return {int(pid) for pid in log.read_text().split()}
+    return {int(pid) for pid in log.read_text(encoding='utf-8').split()}
 
 
 @pytest.mark.parametrize('options, in_workers', [({}, True), (dict(num_workers=0), False)],
@@ -1014,7 +1014,8 @@ def _waiting_rank(rank: int, port: int, model: torch.nn.Module, cache_dir: str,
     cached = CachedFeatureDataset(SyntheticPairDataset(num_scenes=2, languages=['de'],
                                                        image_size=32), cache_dir)
     cached.prepare(model)
-    Path(out_dir, f'rank{rank}').write_text(json.dumps(cached.cache.meta['counts']))
+    Path(out_dir, f'rank{rank}').write_text(json.dumps(cached.cache.meta['counts']),
+                                            encoding='utf-8')
     torch.distributed.destroy_process_group()
 
 

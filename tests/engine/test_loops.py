@@ -1232,7 +1232,7 @@ def test_a_run_resumed_at_a_window_s_end_repeats_the_accumulating_run(accumulate
 
 def lost_window_warnings(runner: Runner) -> list[str]:
     """The lines of the run's log that say a resumed window lost gradients (MMEngine's, xmr's)."""
-    log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
+    log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text(encoding='utf-8')
     return [line for line in log.splitlines()
             if 'Resumed iteration number' in line or 'accumulation window' in line]
 
@@ -1267,7 +1267,7 @@ def test_a_run_resumed_in_a_phase_s_first_window_is_not_told_adam_restarts(accum
     train(accumulating_cfg(tmp_path, checkpoint_interval=4, stop_after=4))
     runner, resumed = train(accumulating_cfg(tmp_path, resume_from=tmp_path / 'iter_4.pth'))
     assert [r['losses'] for r in resumed] == [r['losses'] for r in whole[4:]]
-    log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text()
+    log = Path(runner.log_dir, f'{runner.timestamp}.log').read_text(encoding='utf-8')
     assert 'without optimiser state' not in log
 
 

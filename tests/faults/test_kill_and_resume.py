@@ -178,7 +178,7 @@ def resume(config: Path, work_dir: Path, tmp_path: Path) -> tuple[list[int], lis
     subprocess.run(driver_command(tmp_path, marker, 'none', config, work_dir, ('--resume',)),
                    env=environment(), check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
-    lines = Path(f'{marker}.record').read_text().splitlines()
+    lines = Path(f'{marker}.record').read_text(encoding='utf-8').splitlines()
     return ([int(line.split()[1]) for line in lines if line.startswith('iteration ')],
             [line.split()[1] for line in lines if line.startswith('wrote ')])
 

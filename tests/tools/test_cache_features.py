@@ -78,7 +78,7 @@ def _tool_rank(rank: int, port: int, config: str, out_dir: str) -> None:
     for extra in ([], ['--overwrite']):
         encoded.append([])
         cache_features.main([config, '--device', 'cpu', '--launcher', 'pytorch', *extra])
-    Path(out_dir, f'rank{rank}.json').write_text(json.dumps(encoded))
+    Path(out_dir, f'rank{rank}.json').write_text(json.dumps(encoded), encoding='utf-8')
 
 
 def test_torchrun_s_processes_build_each_its_share_byte_for_byte_one_process_s(tmp_path):

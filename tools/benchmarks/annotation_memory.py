@@ -54,7 +54,7 @@ def write_annotation(path: Path, items: int, translations: int) -> None:
 def _status(pid: int | str = 'self') -> dict[str, int]:
     """``VmRSS`` and ``VmHWM`` of ``/proc/<pid>/status``, in KiB."""
     fields = {}
-    for line in Path(f'/proc/{pid}/status').read_text().splitlines():
+    for line in Path(f'/proc/{pid}/status').read_text(encoding='utf-8').splitlines():
         key, _, value = line.partition(':')
         if key in ('VmRSS', 'VmHWM'):
             fields[key] = int(value.split()[0])
@@ -63,7 +63,7 @@ def _status(pid: int | str = 'self') -> dict[str, int]:
 
 def _private_dirty() -> int:
     """This process's ``Private_Dirty`` in KiB: the pages only it holds written."""
-    for line in Path('/proc/self/smaps_rollup').read_text().splitlines():
+    for line in Path('/proc/self/smaps_rollup').read_text(encoding='utf-8').splitlines():
         if line.startswith('Private_Dirty:'):
             return int(line.split()[1])
     raise RuntimeError('/proc/self/smaps_rollup has no Private_Dirty')

@@ -75,7 +75,8 @@ def write_text_pairs(path: Path, num_scenes: int) -> Path:
     path.write_text(json.dumps(dict(
         format='xmr-media-captions', version=1, dataset='synthetic_text_pairs', split='train',
         media_type='text', languages=['en'], source_lang='en',
-        translation_langs=list(benchmark.LANGUAGES), items=items), ensure_ascii=False))
+        translation_langs=list(benchmark.LANGUAGES), items=items), ensure_ascii=False),
+        encoding='utf-8')
     return path
 
 
@@ -332,7 +333,7 @@ def measure(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
                    **(compile_counts() if args.compile else {}))
     print(report(figures, args.warmup))
     if args.out:
-        Path(args.out).write_text(json.dumps(figures, indent=1))
+        Path(args.out).write_text(json.dumps(figures, indent=1), encoding='utf-8')
     return figures
 
 

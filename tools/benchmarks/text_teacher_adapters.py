@@ -128,7 +128,7 @@ def write_project(out: Path, args: argparse.Namespace) -> None:
 
 def write_config(path: Path, cfg: dict) -> None:
     """A config file of plain assignments (data only, as every leaf config)."""
-    path.write_text(''.join(f'{key} = {value!r}\n' for key, value in cfg.items()))
+    path.write_text(''.join(f'{key} = {value!r}\n' for key, value in cfg.items()), encoding='utf-8')
 
 
 def run(command: list[str], cwd: Path, threads: int) -> None:

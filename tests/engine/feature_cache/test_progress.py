@@ -190,7 +190,7 @@ def _stopped_rank(rank: int, port: int, model: torch.nn.Module, ann_file: str, o
         cached_pairs(Path(ann_file), Path(out_dir, 'cache')).prepare(model)
     except KeyboardInterrupt:
         encoded = 'interrupted'
-    Path(out_dir, f'rank{rank}').write_text(json.dumps(encoded))
+    Path(out_dir, f'rank{rank}').write_text(json.dumps(encoded), encoding='utf-8')
     torch.distributed.destroy_process_group()
 
 

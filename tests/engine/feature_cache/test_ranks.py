@@ -99,7 +99,7 @@ def _sharded_rank(rank: int, port: int, model: torch.nn.Module, ann_file: str,
     encoded: list[int] = []
     counting_media(model, encoded)
     cached_pairs(Path(ann_file), Path(out_dir, 'sharded')).prepare(model)
-    Path(out_dir, f'rank{rank}').write_text(json.dumps(encoded))
+    Path(out_dir, f'rank{rank}').write_text(json.dumps(encoded), encoding='utf-8')
     torch.distributed.destroy_process_group()
 
 

@@ -482,11 +482,12 @@ def xlmr_tokenizer_files(shared_data, tmp_path, post_processor: bool):
 
     from transformers import PreTrainedTokenizerFast
 
-    spec = json.loads((shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json').read_text())
+    spec = json.loads((shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json').read_text(
+        encoding='utf-8'))
     if not post_processor:
         spec['post_processor'] = None
     path = tmp_path / 'tokenizer.json'
-    path.write_text(json.dumps(spec))
+    path.write_text(json.dumps(spec), encoding='utf-8')
     PreTrainedTokenizerFast(tokenizer_file=str(path), pad_token='<pad>').save_pretrained(
         tmp_path / 'folder')
     return path
