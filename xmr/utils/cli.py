@@ -81,7 +81,7 @@ class GatherAction(argparse.Action):
         setattr(namespace, self.dest, list(values) if first else [*given, *values])
 
 
-class _ImportModules(argparse.Action):
+class _ImportModules(GatherAction):
     """``--custom-imports MODULE ...``: the modules are imported as the flag is parsed, before
     the tool reads a file or a language code."""
 
@@ -95,7 +95,7 @@ class _ImportModules(argparse.Action):
                     raise UserError(option_string, f'{module} is a file, not a module',
                                     'give the flag after the other arguments') from None
                 raise
-        setattr(namespace, self.dest, [*getattr(namespace, self.dest, []), *values])
+        super().__call__(parser, namespace, values, option_string)
 
 
 def add_custom_imports(parser: argparse.ArgumentParser) -> None:

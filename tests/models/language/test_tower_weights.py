@@ -150,7 +150,8 @@ def test_a_language_module_file_carries_its_tower_weights(backbone, tmp_path):
     trained = build_branch(backbone, PECTVLM_WEIGHTS)
     perturb(trained.adapters.sets['de'], seed=3)
     path = save_language_module(trained, 'de', tmp_path / 'de.pth')
-    assert 'tower_weights.text_proj.weight' in torch.load(path, weights_only=False)['state_dict']
+    state = torch.load(path, weights_only=False)['state_dict']
+    assert 'adapters.tower_weights.text_proj.weight' in state
     fresh = build_branch(backbone, PECTVLM_WEIGHTS)
     load_language_module(fresh, path)
     tokens = fresh.tokenize(CAPTIONS)
