@@ -1,6 +1,7 @@
 """Weight files of every released format read alike; unreadable or unfitting ones are named."""
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -14,6 +15,8 @@ from xmr.models.weight_files import (
     check_weights_fit,
     read_weights,
     strict_load_refusal,
+    transformers_layout_key,
+    weights_file,
 )
 
 STATE = {'encoder.weight': torch.arange(6.0).view(2, 3), 'encoder.bias': torch.tensor([1.0, 2.0])}
@@ -42,6 +45,49 @@ def test_safetensors_and_hugging_face_folders(tmp_path):
     _assert_state(read_weights(tmp_path))  # safetensors first, as Hugging Face prefers
     (tmp_path / 'model.safetensors').unlink()
     assert torch.equal(read_weights(tmp_path)['encoder.bias'], torch.tensor([2.0, 3.0]))
+
+
+@pytest.mark.parametrize('name, save', [
+    ('model.safetensors', lambda state, path: save_file(state, str(path))),
+    ('pytorch_model.bin', lambda state, path: torch.save(state, path))])
+def test_a_folder_saved_in_shards_reads_as_its_index_maps_them(tmp_path, name, save):
+    """save_pretrained(max_shard_size=...) writes <name>.index.json and shards: the folder was
+    refused as holding no weights."""
+    stem, suffix = name.split('.')
+    shards = {f'{stem}-00001-of-00002.{suffix}': {'encoder.weight': STATE['encoder.weight']},
+              f'{stem}-00002-of-00002.{suffix}': {'encoder.bias': STATE['encoder.bias']}}
+    for shard, part in shards.items():
+        save(part, tmp_path / shard)
+    weight_map = {key: shard for shard, part in shards.items() for key in part}
+    (tmp_path / f'{name}.index.json').write_text(json.dumps(
+        {'metadata': {'total_size': 32}, 'weight_map': weight_map}))
+    assert weights_file(tmp_path) == tmp_path / f'{name}.index.json'
+    _assert_state(read_weights(tmp_path))
+    weight_map['encoder.scale'] = f'{stem}-00002-of-00002.{suffix}'
+    (tmp_path / f'{name}.index.json').write_text(json.dumps({'weight_map': weight_map}))
+    with pytest.raises(ValueError, match=r'shards of .*index\.json lack 1 keys its weight_map '
+                                         r'gives them \(encoder\.scale\)'):
+        read_weights(tmp_path)
+    (tmp_path / f'{stem}-00002-of-00002.{suffix}').unlink()
+    with pytest.raises(FileNotFoundError, match=rf'{stem}-00002-of-00002\.{suffix} does not'):
+        read_weights(tmp_path)
+    (tmp_path / f'{name}.index.json').write_text('{"metadata": {}}')
+    with pytest.raises(ValueError, match=r'index\.json is not the index of a checkpoint saved '
+                                         r'in shards: no "weight_map"'):
+        read_weights(tmp_path)
+
+
+def test_keys_only_transformers_gives_vision_and_clip_weights_are_told_apart():
+    assert transformers_layout_key(['logit_scale', 'vision_model.embeddings.class_embedding']
+                                   ) == 'vision_model.embeddings.class_embedding'
+    assert transformers_layout_key(['classifier.weight',
+                                    'swin.embeddings.patch_embeddings.projection.weight']
+                                   ) == 'swin.embeddings.patch_embeddings.projection.weight'
+    assert transformers_layout_key(['embeddings.patch_embeddings.projection.bias']) is not None
+    # open_clip's own names, its Hugging Face text towers' included, and timm's.
+    assert transformers_layout_key(['visual.conv1.weight', 'text.transformer.embeddings.'
+                                    'word_embeddings.weight', 'patch_embed.proj.weight',
+                                    'visual.trunk.patch_embed.proj.weight']) is None
 
 
 def test_torchscript_archive_gives_its_state_dict(tmp_path):

@@ -10,6 +10,7 @@ differently shaped keys (counts and the first few) and the fix.
 """
 from __future__ import annotations
 
+import json
 import pickle
 import re
 import warnings
@@ -20,9 +21,9 @@ from typing import TypeVar
 
 import torch
 
-__all__ = ['read_weights', 'check_weights_fit', 'strict_load_refusal', 'fetch_weights',
-           'WeightsMismatchError', 'CHECKPOINT_SUFFIXES', 'unreadable_file', 'nonfinite_keys',
-           'first_keys']
+__all__ = ['read_weights', 'weights_file', 'check_weights_fit', 'strict_load_refusal',
+           'fetch_weights', 'WeightsMismatchError', 'CHECKPOINT_SUFFIXES', 'unreadable_file',
+           'nonfinite_keys', 'first_keys', 'transformers_layout_key']
 
 Fetched = TypeVar('Fetched')
 
@@ -30,6 +31,13 @@ Fetched = TypeVar('Fetched')
 CHECKPOINT_SUFFIXES = ('.pt', '.pth', '.bin', '.safetensors')
 #: Files looked for, in order, when a folder is given (Hugging Face's names).
 HF_WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin')
+#: How Hugging Face names the index of a file saved in shards (``save_pretrained``'s
+#: ``max_shard_size``): ``model.safetensors.index.json``, whose ``weight_map`` names each key's
+#: shard.
+SHARD_INDEX_SUFFIX = '.index.json'
+#: Parts of key names found only in Hugging Face transformers' layouts of vision and CLIP
+#: models, which open_clip and timm name otherwise (``visual.``, ``patch_embed.proj``).
+TRANSFORMERS_LAYOUT_MARKS = ('text_model.', 'vision_model.', 'embeddings.patch_embeddings.')
 
 #: Keys under which a file may hold its state dict, first found wins.
 WRAPPER_KEYS = ('state_dict', 'model')
@@ -72,10 +80,12 @@ def fetch_weights(fetch: Callable[[], Fetched], what: str, local_copy: str,
 
 def read_weights(path: str | Path, what: str = 'checkpoint',
                  folder_files: Iterable[str] = HF_WEIGHT_FILES) -> dict[str, torch.Tensor]:
-    """The state dict held by a weight file (or by the first of ``folder_files`` in a folder).
+    """The state dict held by a weight file (or by the first of ``folder_files`` in a folder,
+    whole or in shards).
 
     Args:
-        path: a ``.safetensors`` file, a torch file (pickle or TorchScript archive) or a folder.
+        path: a ``.safetensors`` file, a torch file (pickle or TorchScript archive), the
+            ``.index.json`` of a file saved in shards, or a folder.
         what: what the file should be, for the errors (``'OpenAI CLIP checkpoint'``).
         folder_files: names looked for inside a folder, first found wins.
 
@@ -84,25 +94,16 @@ def read_weights(path: str | Path, what: str = 'checkpoint',
         and ``module.``.
 
     Raises:
-        FileNotFoundError: no such file, or a folder without any of ``folder_files``.
+        FileNotFoundError: no such file, a folder without any of ``folder_files``, or a shard
+            an index names that is not beside it.
         ValueError: a file that is truncated, damaged (a torch archive's record failing its
             CRC-32), not a weight file, pickles Python objects, or holds something other than
-            tensors by name.
+            tensors by name; shards that lack keys their index gives them.
     """
-    path = _weights_file(Path(path), what, tuple(folder_files))
-    if path.suffix != '.safetensors' and zipfile.is_zipfile(path):
-        # xmr.engine imports the models: here, not at the top.
-        from xmr.engine.checkpoint import check_archive_records
-
-        # torch.load and torch.jit.load check no record's CRC-32: a damaged tensor would load
-        # as other numbers.
-        check_archive_records(path, what)
-    if path.suffix == '.safetensors':
-        loaded = _read_safetensors(path, what)
-    elif _is_torchscript(path):
-        loaded = _read_torchscript(path)
-    else:
-        loaded = _read_pickle(path, what)
+    path = weights_file(path, what, folder_files)
+    if path.name.endswith(SHARD_INDEX_SUFFIX):
+        return _read_shards(path, what)
+    loaded = _read_file(path, what)
     for wrapper in WRAPPER_KEYS:
         if isinstance(loaded, Mapping) and isinstance(loaded.get(wrapper), Mapping):
             loaded = loaded[wrapper]
@@ -116,15 +117,69 @@ def read_weights(path: str | Path, what: str = 'checkpoint',
     return dict(loaded)
 
 
-def _weights_file(path: Path, what: str, folder_files: tuple[str, ...]) -> Path:
+def weights_file(path: str | Path, what: str = 'checkpoint',
+                 folder_files: Iterable[str] = HF_WEIGHT_FILES) -> Path:
+    """The file :func:`read_weights` reads for ``path``: ``path`` itself, or in a folder the
+    first of ``folder_files`` found, whole or as its shards' index (``<name>.index.json``).
+
+    Raises:
+        FileNotFoundError: no such file, or a folder without any of ``folder_files``.
+    """
+    path = Path(path)
     if path.is_dir():
-        found = [path / name for name in folder_files if (path / name).is_file()]
+        found = [path / file for name in folder_files
+                 for file in (name, name + SHARD_INDEX_SUFFIX) if (path / file).is_file()]
         if not found:
-            raise FileNotFoundError(f'{what} folder {path} holds none of {list(folder_files)}')
+            raise FileNotFoundError(f'{what} folder {path} holds none of {list(folder_files)}, '
+                                    f'whole or in shards (<name>{SHARD_INDEX_SUFFIX})')
         return found[0]
     if not path.is_file():
         raise FileNotFoundError(f'{what} {path} does not exist')
     return path
+
+
+def _read_shards(index: Path, what: str) -> dict[str, torch.Tensor]:
+    """The state dict of a file saved in shards, read shard by shard as ``index``'s
+    ``weight_map`` (``{key: shard file name}``) names them."""
+    try:
+        weight_map = json.loads(index.read_text(encoding='utf-8'))['weight_map']
+        shards = sorted(set(weight_map.values()))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f'{index} is not the index of a {what} saved in shards: no '
+                         f'"weight_map" of key -> shard file ({error!r})') from error
+    state_dict = {}
+    for shard in shards:
+        state_dict.update(read_weights(index.parent / shard, f'shard of {what} ({index.name})'))
+    lacking = weight_map.keys() - state_dict.keys()
+    if lacking:
+        raise ValueError(f'the shards of {index} lack {len(lacking)} keys its weight_map gives '
+                         f'them ({first_keys(lacking)}): a shard of another save; download the '
+                         'shards and their index again')
+    return state_dict
+
+
+def transformers_layout_key(keys: Iterable[str]) -> str | None:
+    """The first of ``keys`` named as only Hugging Face transformers names vision and CLIP
+    weights (``vision_model.``, ``swin.embeddings.patch_embeddings.``), or ``None``: weights in
+    a layout that open_clip and timm do not read, whatever model they are of."""
+    return next((key for key in keys if any(
+        key.startswith(mark) or f'.{mark}' in key for mark in TRANSFORMERS_LAYOUT_MARKS)), None)
+
+
+def _read_file(path: Path, what: str) -> object:
+    """What a torch, TorchScript or safetensors file holds."""
+    if path.suffix != '.safetensors' and zipfile.is_zipfile(path):
+        # xmr.engine imports the models: here, not at the top.
+        from xmr.engine.checkpoint import check_archive_records
+
+        # torch.load and torch.jit.load check no record's CRC-32: a damaged tensor would load
+        # as other numbers.
+        check_archive_records(path, what)
+    if path.suffix == '.safetensors':
+        return _read_safetensors(path, what)
+    if _is_torchscript(path):
+        return _read_torchscript(path)
+    return _read_pickle(path, what)
 
 
 def _is_torchscript(path: Path) -> bool:

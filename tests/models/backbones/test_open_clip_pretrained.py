@@ -299,6 +299,31 @@ def test_a_hub_snapshot_folder_loads_its_open_clip_weights(tmp_path):
                for name, tensor in source.state_dict().items())
 
 
+def test_a_folder_holding_another_librarys_layout_names_its_file_and_the_open_clip_one(
+        tmp_path):
+    """transformers' CLIPModel folders (openai/clip-vit-base-patch32) and timm's image-only
+    model.safetensors were refused naming the folder, with the advice to change arch."""
+    from safetensors.torch import save_file
+    from transformers import CLIPConfig, CLIPModel
+
+    CLIPModel(CLIPConfig(
+        text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=32),
+        vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=64, image_size=32, patch_size=8),
+        projection_dim=16)).save_pretrained(tmp_path / 'hf')
+    with pytest.raises(ValueError, match=r"hf/model\.safetensors does not fit .*Hugging Face "
+                                         r"transformers' layout \((text|vision)_model\..*"
+                                         r'open_clip_model\.safetensors'):
+        MODELS.build(tiny_backbone_cfg(pretrained=str(tmp_path / 'hf')))
+    (tmp_path / 'timm').mkdir()
+    save_file({'patch_embed.proj.weight': torch.zeros(2), 'cls_token': torch.zeros(2)},
+              str(tmp_path / 'timm' / 'model.safetensors'))
+    with pytest.raises(ValueError, match=r"timm/model\.safetensors does not fit .*timm's "
+                                         r'image tower alone.*open_clip_model\.safetensors'):
+        MODELS.build(tiny_backbone_cfg(pretrained=str(tmp_path / 'timm')))
+
+
 def _tiny_reference(state: dict[str, torch.Tensor], quick_gelu: bool) -> open_clip.CLIP:
     reference = open_clip.CLIP(**TINY_CLIP, quick_gelu=quick_gelu)
     reference.load_state_dict({k: v.float() for k, v in state.items()})

@@ -289,6 +289,43 @@ def test_a_bert_folder_that_lacks_weights_of_the_configured_model_is_refused(tmp
         MODELS.build(tiny_cfg(text=str(tmp_path / 'bert'), text_cfg=dict(num_hidden_layers=3)))
 
 
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_a_bert_folder_saved_in_half_precision_runs_in_float32(tmp_path, dtype):
+    """transformers 5 loads a folder in the dtype it was saved in: a half-precision BERT beside
+    the float32 projection failed at the first caption (mat1 and mat2 dtypes)."""
+    torch.manual_seed(5)
+    bert = BertModel(BertConfig(**TINY_BERT), add_pooling_layer=False)
+    bert.to(dtype).save_pretrained(tmp_path / 'bert')
+    backbone = MODELS.build(tiny_cfg(text=str(tmp_path / 'bert'))).eval()
+    assert {p.dtype for p in backbone.text_tower.parameters()} == {torch.float32}
+    torch.testing.assert_close(backbone.text_tower.embeddings.word_embeddings.weight,
+                               bert.embeddings.word_embeddings.weight.float())
+    ids = backbone.tokenizer(CAPTIONS)
+    assert backbone.encode_source_text(ids).dtype == torch.float32
+
+
+def test_a_vision_folder_in_transformers_layout_is_refused_naming_its_file(tmp_path):
+    """LAPS names its towers by their Hugging Face repositories; their model.safetensors is in
+    transformers' layout, on which timm's filter failed with an AttributeError naming no file
+    (Swin) or the advice to change the model (ViT)."""
+    from transformers import SwinConfig, SwinForImageClassification, ViTConfig, ViTModel
+
+    SwinForImageClassification(SwinConfig(
+        image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+        window_size=2, num_labels=3)).save_pretrained(tmp_path / 'swin')
+    with pytest.raises(ValueError, match=r"swin/model\.safetensors is in Hugging Face "
+                                         r"transformers' layout \(swin\.embeddings\."
+                                         r"patch_embeddings\..*timm/ hub repository"):
+        MODELS.build(tiny_cfg(vision='swin_base_patch4_window7_224', vision_cfg=TINY_SWIN,
+                              vision_pretrained=str(tmp_path / 'swin')))
+    ViTModel(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                       num_attention_heads=2, intermediate_size=64)
+             ).save_pretrained(tmp_path / 'vit')
+    with pytest.raises(ValueError, match=r"vit/model\.safetensors is in Hugging Face "
+                                         r"transformers' layout \(embeddings\.patch_embed"):
+        MODELS.build(tiny_cfg(vision_pretrained=str(tmp_path / 'vit')))
+
+
 def test_weights_that_cannot_be_fetched_name_the_model_and_the_local_route(monkeypatch,
                                                                           tmp_path):
     """Offline, timm's and Hugging Face's hub clients raise OSErrors that name no model."""

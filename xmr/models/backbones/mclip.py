@@ -38,7 +38,7 @@ from xmr.models.backbones.open_clip_pretrained import (
     check_trained_tokenizer,
 )
 from xmr.models.language.tokenizers import BaseTokenizer
-from xmr.models.weight_files import check_weights_fit, read_weights
+from xmr.models.weight_files import check_weights_fit, read_weights, weights_file
 from xmr.registry import MODELS, TOKENIZERS, with_defaults
 
 __all__ = ['MultilingualCLIPTextTower', 'MultilingualCLIPBackbone', 'XLMR_LARGE',
@@ -203,7 +203,7 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
         """Load M-CLIP's released text weights (file, folder or state dict), strictly.
 
         A folder is read as the release ships it: ``model.safetensors`` or
-        ``pytorch_model.bin``.
+        ``pytorch_model.bin``, whole or in shards.
 
         Raises:
             ValueError: an unreadable file, keys outside the layout, or weights missing or
@@ -213,7 +213,7 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
             state_dict, source = checkpoint, '<state dict>'
         else:
             try:
-                state_dict = read_weights(checkpoint, 'M-CLIP text checkpoint')
+                path = weights_file(checkpoint, 'M-CLIP text checkpoint')
             except FileNotFoundError as error:
                 raise FileNotFoundError(
                     f'{error}: download an M-CLIP release there (the hub repository '
@@ -222,7 +222,7 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
                     '(elsewhere: --cfg-options model.backbone.checkpoint=DIR '
                     'model.backbone.tokenizer.name_or_path=DIR '
                     'model.language_branch.tokenizer.name_or_path=DIR)') from error
-            source = str(checkpoint)
+            state_dict, source = read_weights(path, 'M-CLIP text checkpoint'), str(path)
         converted = convert_mclip_state_dict(state_dict, source)
         check_weights_fit(self.text_tower.state_dict(), converted, source,
                           'the configured XLM-R encoder',

@@ -37,6 +37,8 @@ from xmr.models.weight_files import (
     check_weights_fit,
     fetch_weights,
     read_weights,
+    transformers_layout_key,
+    weights_file,
 )
 from xmr.utils.cli import given_file
 
@@ -283,7 +285,8 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
     if pretrained and weights is None:
         weights = _download(arch, pretrained, key_prefix)
     # Read before building: a broken file fails fast, before a large model is initialised.
-    state_dict = read_clip_weights(weights, record) if weights is not None else None
+    weights, state_dict = (read_clip_weights(weights, record) if weights is not None
+                           else (None, None))
     model = _build_model(model_cls, cfg, record)
     if state_dict is not None:
         for key in ('logit_scale', 'logit_bias'):  # a scalar in some releases, [1] in others
@@ -350,6 +353,16 @@ def _mismatch_fix(model: nn.Module, state_dict: Mapping[str, torch.Tensor], arch
     differing = {key for key in expected.keys() | state_dict.keys()
                  if key not in expected or key not in state_dict
                  or expected[key].shape != state_dict[key].shape}
+    foreign = transformers_layout_key(state_dict)
+    if foreign:
+        return (f"Its keys are in Hugging Face transformers' layout ({foreign}), which open_clip "
+                'does not read: give the open_clip file of the same weights '
+                '(open_clip_model.safetensors or open_clip_pytorch_model.bin of an open_clip '
+                'hub repository, or the pretrained tag; docs/pretrained_weights.md)')
+    if 'patch_embed.proj.weight' in state_dict:
+        return ("It is timm's image tower alone (patch_embed.proj.weight: the model.safetensors "
+                'of a timm/ hub repository), without the text tower: give the '
+                'open_clip_model.safetensors of the same repository, or the pretrained tag')
     # A table missing from the file is no table of another size.
     if not differing or not differing <= set(_POSITION_TABLES) & state_dict.keys():
         return (f'Is it a checkpoint of {arch}? Set arch to the architecture it was trained as '
@@ -558,20 +571,22 @@ def _download(arch: str, tag: str, key_prefix: str) -> Path:
         failures=(OSError, RuntimeError)))  # open_clip's checksum mismatch is a RuntimeError
 
 
-def read_clip_weights(path: str | Path, record: PretrainedRecord) -> dict[str, torch.Tensor]:
-    """A CLIP checkpoint's state dict (plain, safetensors or OpenAI's TorchScript archive) in
-    open_clip's names: the archive's non-weight attributes dropped. In a folder (a hub
-    snapshot), open_clip's own files come first: timm's repositories of open_clip models also
-    hold the image tower alone as ``model.safetensors``.
+def read_clip_weights(path: str | Path, record: PretrainedRecord
+                      ) -> tuple[Path, dict[str, torch.Tensor]]:
+    """The file a CLIP checkpoint ``path`` names, and its state dict (plain, safetensors or
+    OpenAI's TorchScript archive) in open_clip's names: the archive's non-weight attributes
+    dropped. In a folder (a hub snapshot), open_clip's own files come first: timm's repositories
+    of open_clip models also hold the image tower alone as ``model.safetensors``.
 
     Raises:
         ValueError: a truncated or non-checkpoint file.
     """
-    state_dict = read_weights(path, f'{record.arch} CLIP checkpoint',
-                              OPEN_CLIP_WEIGHT_FILES + HF_WEIGHT_FILES)
+    what = f'{record.arch} CLIP checkpoint'
+    path = weights_file(path, what, OPEN_CLIP_WEIGHT_FILES + HF_WEIGHT_FILES)
+    state_dict = read_weights(path, what)
     for key in _OPENAI_JIT_ATTRIBUTES:
         state_dict.pop(key, None)
-    return state_dict
+    return path, state_dict
 
 
 def record_tokenizer_cfg(record: PretrainedRecord, tokenizer: Mapping[str, Any] | None,

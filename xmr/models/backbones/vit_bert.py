@@ -33,7 +33,13 @@ from xmr.models.backbones.base import (
 )
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.language.tokenizers import BaseTokenizer
-from xmr.models.weight_files import fetch_weights, read_weights, strict_load_refusal
+from xmr.models.weight_files import (
+    fetch_weights,
+    read_weights,
+    strict_load_refusal,
+    transformers_layout_key,
+    weights_file,
+)
 from xmr.registry import MODELS, TOKENIZERS, with_defaults
 
 __all__ = ['ViTBERTBackbone']
@@ -109,9 +115,9 @@ def _refusal(source: str, name: str, error: RuntimeError, fix: str) -> ValueErro
 
 def _vision_from_file(name: str, path: Path, kwargs: dict) -> nn.Module:
     """timm's ``name`` with the weights of ``path`` (a file, or a hub snapshot folder holding
-    ``model.safetensors`` or ``pytorch_model.bin``), loaded strictly through timm's own filter
-    (which resamples position embeddings to the configured size, and renames the layout of
-    original releases such as Microsoft's Swin).
+    ``model.safetensors`` or ``pytorch_model.bin``, whole or in shards), loaded strictly
+    through timm's own filter (which resamples position embeddings to the configured size, and
+    renames the layout of original releases such as Microsoft's Swin).
 
     timm loads non-strictly whenever the model's head differs from its record's, as a headless
     one does: weights missing from the file would stay random without a word. The record is told
@@ -119,15 +125,24 @@ def _vision_from_file(name: str, path: Path, kwargs: dict) -> nn.Module:
 
     Raises:
         FileNotFoundError: no such file, or a folder without those files.
-        ValueError: a truncated, damaged or foreign file (named by :func:`read_weights`), or
-            one whose weights are not those of ``name`` with ``kwargs`` (the keys missing,
-            unexpected or of another shape once timm's filter has renamed them).
+        ValueError: a truncated, damaged or foreign file (named by :func:`read_weights`), one
+            in Hugging Face transformers' layout, or one whose weights are not those of
+            ``name`` with ``kwargs`` (the keys missing, unexpected or of another shape once
+            timm's filter has renamed them).
     """
     import timm
 
     if not path.exists():
         raise FileNotFoundError(f'vision_pretrained checkpoint {path} does not exist')
-    state = read_weights(path, f"timm '{name}' checkpoint")  # a hub snapshot folder too
+    what = f"timm '{name}' checkpoint"
+    path = weights_file(path, what)  # in a hub snapshot folder, the file its errors name
+    state = read_weights(path, what)
+    foreign = transformers_layout_key(state)
+    if foreign:  # timm's filter would fail on it with an AttributeError naming no file
+        raise ValueError(f"{path} is in Hugging Face transformers' layout ({foreign}), which "
+                         "timm does not read: give timm's file of the same weights (the "
+                         'model.safetensors of its timm/ hub repository) or the original '
+                         "release (Microsoft's swin_*.pth for Swin); docs/pretrained_weights.md")
     with torch.device('meta'):
         headless = timm.create_model(name, **kwargs).state_dict()
     for key in _classifier_keys(name):
@@ -174,6 +189,9 @@ def build_text(pretrained: str | None, options: dict) -> nn.Module:
     def load() -> nn.Module:
         model, info = BertModel.from_pretrained(pretrained, add_pooling_layer=False,
                                                 output_loading_info=True, **options)
+        # A BERT saved in half precision loads so (transformers 5's dtype='auto'): the tower
+        # runs and trains in float32 beside its projection.
+        model.float()
         # transformers initialises what the checkpoint lacks at random and only prints so.
         missing = sorted(info['missing_keys'])
         if missing:

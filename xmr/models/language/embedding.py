@@ -7,7 +7,12 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from xmr.models.weight_files import CHECKPOINT_SUFFIXES, fetch_weights, read_weights
+from xmr.models.weight_files import (
+    CHECKPOINT_SUFFIXES,
+    fetch_weights,
+    read_weights,
+    weights_file,
+)
 from xmr.registry import MODELS
 
 #: Where Hugging Face checkpoints keep the input word embeddings: ``BertForPreTraining`` (mBERT's
@@ -97,11 +102,12 @@ def _word_embeddings(pretrained: str) -> tuple[torch.Tensor, str]:
             'pretrained=<that file or its folder> (--cfg-options '
             'model.language_branch.embedding.pretrained=FILE)')
         return model.get_input_embeddings().weight.detach(), pretrained
-    state = read_weights(pretrained, 'word-embedding checkpoint')
+    path = weights_file(pretrained, 'word-embedding checkpoint')
+    state = read_weights(path, 'word-embedding checkpoint')
     found = [key for key in WORD_EMBEDDING_KEYS if key in state]
     if not found:
-        raise ValueError(f'{pretrained} has no word-embedding table: none of '
+        raise ValueError(f'{path} has no word-embedding table: none of '
                          f'{list(WORD_EMBEDDING_KEYS)} among its {len(state)} keys (first: '
                          f'{list(state)[:5]}); give the pytorch_model.bin or model.safetensors '
                          'of the multilingual encoder (bert-base-multilingual-cased)')
-    return state[found[0]], f'{pretrained} ({found[0]})'
+    return state[found[0]], f'{path} ({found[0]})'
