@@ -42,6 +42,9 @@ setup(
         # 0.2.2 learns another vocabulary from a corpus of several scripts (long CJK phrases,
         # Latin captions in characters): SentencePieceTokenizer's note.
         'sentencepiece>=0.2.3',
+        # transformers reads a tokenizer folder holding only a SentencePiece model (mT5's
+        # spiece.model, no tokenizer.json) through protobuf, and without it fails naming tiktoken.
+        'protobuf',
         'faiss-cpu>=1.8',
         'decord>=0.6',
         'numpy',
