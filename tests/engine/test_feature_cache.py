@@ -604,17 +604,23 @@ def test_a_built_cache_is_on_disk_before_its_folder_is_renamed(tiny_retriever, t
     assert ('fsync', str(tmp_path)) in events[moved + 1:]
 
 
+@pytest.mark.parametrize('code, reason', [(errno.ENOSPC, ''),
+                                          (errno.EDQUOT, r' \(Disk quota exceeded\)'),
+                                          (errno.EFBIG, r' \(File too large\)')])
 def test_a_full_disk_is_an_error_naming_the_folder_and_bytes_and_leaves_nothing(
-        tiny_retriever, tmp_path, monkeypatch):
+        tiny_retriever, tmp_path, monkeypatch, code, reason):
+    """A quota (the clusters' full disk) or a file too large (FAT's 4 GB, ulimit -f) came out
+    as a bare errno."""
     def full(fd, offset, length):
-        raise OSError(errno.ENOSPC, 'No space left on device')
+        raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(os, 'posix_fallocate', full)
     (tmp_path / 'cache.partial-999999999').mkdir()  # a build killed earlier
     cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache')
     # 3 distinct captions x 32 float32 = 384 bytes of rows after the 128-byte .npy header.
     with pytest.raises(UserError, match=r'cache.partial-[\w.-]+-\d+: no space for the feature '
-                       r'cache: source.npy needs 512 bytes, [\d,]+ are free: free space'):
+                       rf'cache{reason}: source.npy needs 512 bytes, [\d,]+ are free: free '
+                       'space'):
         cached.prepare(tiny_retriever)
     assert sorted(path.name for path in tmp_path.iterdir()) == []
 

@@ -3,6 +3,7 @@ cache an uninterrupted build writes, byte for byte; a stopped build of another k
 size is not taken, and a build that fails otherwise leaves nothing."""
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
@@ -24,6 +25,7 @@ from tests.engine.feature_cache.test_ranks import (
 )
 from tests.engine.test_distributed import free_port
 from xmr.engine.feature_cache import store
+from xmr.utils.cli import UserError
 
 
 @pytest.fixture(autouse=True)
@@ -85,6 +87,34 @@ def test_a_stopped_build_goes_on_from_the_rows_it_recorded_and_builds_the_same_c
     assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'whole')
     meta = json.loads((tmp_path / 'cache' / 'meta.json').read_text())
     assert list(meta['unreadable_media']) == ['grey'] and meta['counts']['media'] == 5
+    assert not list(tmp_path.glob('*.partial-*'))
+
+
+@pytest.mark.parametrize('code', [errno.ENOSPC, errno.EDQUOT, errno.EFBIG])
+def test_a_build_that_finds_no_room_as_it_finishes_keeps_its_rows_for_the_next(
+        tiny_retriever, tmp_path, monkeypatch, code):
+    """The arrays of item rows and the meta are written once every row is encoded (hours on
+    CC3M): a full disk then removed the build folder with all of it, naming no folder."""
+    ann_file = five_images_ann(tmp_path)
+    build(ann_file, tmp_path / 'whole', tiny_retriever)
+    write_bytes = Path.write_bytes
+
+    def full(path, data):
+        if path.name == 'item_media.npy':
+            raise OSError(code, os.strerror(code))
+        return write_bytes(path, data)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, 'write_bytes', full)
+        with pytest.raises(UserError, match=r'cache\.partial-[\w.-]+-\d+: no room to write the '
+                           rf'feature cache \(\[Errno {code}\] .*the rows encoded so far are '
+                           'kept here'):
+            build(ann_file, tmp_path / 'cache', tiny_retriever)
+    assert len(list(tmp_path.glob('cache.partial-*'))) == 1
+    encoded = stop_at(monkeypatch, tiny_retriever, -1, KeyboardInterrupt)
+    build(ann_file, tmp_path / 'cache', tiny_retriever)
+    assert encoded == []
+    assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'whole')
     assert not list(tmp_path.glob('*.partial-*'))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import io
 import json
 import logging
 import os
@@ -46,6 +47,8 @@ from xmr.utils.cli import UserError
 
 #: Version of the on-disk layout; a cache of another version is refused.
 CACHE_FORMAT = 1
+#: The errnos of a write that found no room (:func:`_no_room`).
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class StaleFeatureCacheError(RuntimeError):
@@ -219,7 +222,13 @@ class FeatureCache:
                 if ranks.rank == 0:
                     _finish_build(partial, path, len(dataset), key, index, encoded.results,
                                   batch_size, media_files, started)
-        except Exception:
+        except Exception as error:
+            if ranks.rank == 0 and _no_room(error):
+                raise UserError(partial, f'no room to write the feature cache ({error})',
+                                'free space, or set cache_dir (or --work-dir) on a larger disk; '
+                                'the rows encoded so far are kept here, and the next build of '
+                                'this cache (the same data, model, ranks and batch size) goes on '
+                                'from them') from error
             if ranks.rank == 0:
                 shutil.rmtree(partial, ignore_errors=True)
             raise
@@ -343,8 +352,8 @@ def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], in
                                                          reason=marker.reason)
                                     for row, marker in sorted(skipped.items())}
     for kind in kinds:
-        np.save(partial / f'item_{kind}.npy', rows[kind])
-        np.save(partial / f'item_{kind}_hash.npy', index.hashes[kind])
+        _save_array(partial / f'item_{kind}.npy', rows[kind])
+        _save_array(partial / f'item_{kind}_hash.npy', index.hashes[kind])
     meta.update(counts=dict(items=items, **counts),
                 seconds=round(time.perf_counter() - started, 1))
     (partial / 'meta.json').write_text(json.dumps(meta, indent=2, sort_keys=True))
@@ -363,6 +372,20 @@ def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], in
     partial.rename(path)
     fsync_path(path.parent)
     shutil.rmtree(replaced, ignore_errors=True)
+
+
+def _save_array(file: Path, array: np.ndarray) -> None:
+    """``np.save`` through Python's own write: numpy's write of a file tells a full disk as
+    'N requested and M written', without its errno."""
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    file.write_bytes(buffer.getbuffer())
+
+
+def _no_room(error: BaseException) -> bool:
+    """A write that found no room: a full disk, a quota, or a file over the file system's
+    (FAT's 4 GB) or ``ulimit -f``'s limit."""
+    return isinstance(error, OSError) and error.errno in _NO_ROOM
 
 
 def _assemble(partial: Path, name: str, total: int, widths: list[int | None], dtype: str,
@@ -472,17 +495,18 @@ def _reserve(file: Path, size: int) -> None:
                 allocate(handle.fileno(), 0, size)
             return
     except OSError as error:
-        if error.errno == errno.ENOSPC:
-            _raise_no_space(file, size)
+        if _no_room(error):
+            _raise_no_space(file, size, '' if error.errno == errno.ENOSPC
+                            else f' ({error.strerror})')
         if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
     if shutil.disk_usage(file.parent).free < size:
         _raise_no_space(file, size)
 
 
-def _raise_no_space(file: Path, size: int) -> None:
+def _raise_no_space(file: Path, size: int, reason: str = '') -> None:
     free = shutil.disk_usage(file.parent).free
-    raise UserError(file.parent, f'no space for the feature cache: {file.name} needs '
+    raise UserError(file.parent, f'no space for the feature cache{reason}: {file.name} needs '
                     f'{size:,} bytes, {free:,} are free',
                     'free space, or set cache_dir (or --work-dir) on a larger disk')
 
