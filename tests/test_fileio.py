@@ -36,6 +36,22 @@ def test_a_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path, monk
     assert [p.name for p in tmp_path.iterdir()] == ['report.md']
 
 
+@pytest.mark.parametrize('write', [lambda path: atomic_write_bytes(path, b'new'),
+                                   lambda path: atomic_write_texts({path: 'new'})],
+                         ids=['one file', 'a set'])
+def test_on_a_read_only_file_system_the_error_is_the_writes_not_the_clean_up(
+        tmp_path, monkeypatch, write):
+    """There even the unlink of a temporary never made fails (EROFS): raised from the clean-up,
+    it hid the error naming the file, and named a temporary file that never existed."""
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, 'Read-only file system')
+
+    monkeypatch.setattr(xmr.fileio.os, 'fsync', read_only)
+    monkeypatch.setattr(xmr.fileio.Path, 'unlink', read_only)
+    with pytest.raises(OSError, match=r'report\.md: writing failed \(Read-only file system\)'):
+        write(tmp_path / 'report.md')
+
+
 def test_the_new_file_is_on_disk_before_it_replaces_the_old_and_the_replacement_after(
         tmp_path, monkeypatch):
     """A power cut after the write leaves the old file or the whole new one: the temporary's

@@ -18,7 +18,7 @@ import re
 import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -124,7 +124,15 @@ def atomic_open(path: str | os.PathLike, mode: str = 'wb', **kwargs) -> Iterator
     except OSError as error:
         raise _write_failed(path, error, 'the previous file, if any, is unchanged') from error
     finally:
-        temporary.unlink(missing_ok=True)
+        _discard([temporary])
+
+
+def _discard(temporaries: Iterable[Path]) -> None:
+    """Remove temporary files a failed write leaves, if any: on a read-only file system even
+    the unlink of a file never made fails, and would hide the write's own error."""
+    for temporary in temporaries:
+        with suppress(OSError):
+            temporary.unlink(missing_ok=True)
 
 
 def _write_failed(path: Path, error: OSError, unchanged: str) -> OSError:
@@ -196,8 +204,7 @@ def atomic_write_texts(texts: Mapping[str | os.PathLike, str | Iterable[str]]) -
                 os.fsync(handle.fileno())
     except BaseException as error:
         # The pieces of a text may fail as they are made (or be interrupted), not only the disk.
-        for temporary in temporaries:
-            temporary.unlink(missing_ok=True)
+        _discard(temporaries)
         if isinstance(error, OSError):
             raise _write_failed(path, error,
                                 'no file of this set was written or changed') from error
@@ -208,8 +215,7 @@ def atomic_write_texts(texts: Mapping[str | os.PathLike, str | Iterable[str]]) -
             os.replace(temporary, path)
             replaced += 1
     except OSError as error:
-        for temporary in temporaries[replaced:]:
-            temporary.unlink(missing_ok=True)
+        _discard(temporaries[replaced:])
         raise _write_failed(path, error, f'{replaced} file(s) of this set replaced before it'
                             ) from error
     for folder in {path.parent for path in paths}:

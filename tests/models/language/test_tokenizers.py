@@ -192,8 +192,13 @@ def test_a_script_xlmr_never_saw_is_reported_by_the_hugging_face_tokenizer(share
 
 def test_sentencepiece_trains_writes_and_reloads(tmp_path):
     path = tmp_path / 'spm' / 'target.model'
+    # Another process of a sweep writing the same model_file: its temporary file was this
+    # one's too, renamed away under it (FileNotFoundError) or rewritten once published.
+    path.parent.mkdir()
+    (tmp_path / 'spm' / 'target.model.tmp').write_bytes(b'another process, writing')
     trained = SentencePieceTokenizer(model_file=str(path), corpus=CORPUS * 10, vocab_size=64)
     assert path.is_file()
+    assert (tmp_path / 'spm' / 'target.model.tmp').read_bytes() == b'another process, writing'
     reloaded = SentencePieceTokenizer(model_file=str(path))
     texts = ['zwei rote Kreise', '一个蓝色的圆']
     assert torch.equal(trained(texts)['input_ids'], reloaded(texts)['input_ids'])

@@ -27,6 +27,7 @@ from xmr.datasets.languages import (
     flores_code,
     normalize_language,
 )
+from xmr.fileio import atomic_write_bytes
 from xmr.registry import FUNCTIONS, TOKENIZERS
 
 if TYPE_CHECKING:
@@ -962,11 +963,8 @@ class SentencePieceTokenizer(BaseTokenizer):
         elif corpus is not None:
             lines = self._corpus_lines(corpus)
             proto = self._train(lines, vocab_size, character_coverage)
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(path.suffix + '.tmp')
-                tmp.write_bytes(proto)
-                tmp.replace(path)
+            if path is not None:  # each process of a sweep through its own temporary file
+                atomic_write_bytes(path, proto)
         else:
             raise FileNotFoundError(
                 f'SentencePiece model_file {model_file} does not exist and no corpus was given '
