@@ -2,7 +2,7 @@
 
 A PHM layer's weight is a sum of Kronecker products, ``W = Σ_{i=1..n} A_i ⊗ B_i`` with
 ``W ∈ R^{d_in×d_out}``, ``A_i ∈ R^{n×n}`` and ``B_i ∈ R^{(d_in/n)×(d_out/n)}`` (Compacter Eq. 4),
-each ``B_i = s_i t_iᵀ`` factorised with rank-``r`` factors ``s_i ∈ R^{(d_in/n)×r}``,
+each ``B_i = s_i t_i`` factorised with rank-``r`` factors ``s_i ∈ R^{(d_in/n)×r}``,
 ``t_i ∈ R^{r×(d_out/n)}`` (Eq. 5). The paper shares the "rules" ``A_i`` across all layers
 (``share_rule=True``: the ``n³`` rule weights paid once per language); OpenDelta's
 ``CompacterModel``, which PECTVLM ran, refuses that sharing and gives every PHM layer its own rule,
@@ -43,7 +43,7 @@ FACTOR_INITS = ('glorot_uniform', 'normal')
 
 
 class PHMLinear(nn.Module):
-    """``y = x W + b`` with ``W = Σ_i A_i ⊗ (s_i t_iᵀ)`` (rank ``r`` factors).
+    """``y = x W + b`` with ``W = Σ_i A_i ⊗ (s_i t_i)`` (rank ``r`` factors).
 
     Args:
         in_features: ``d_in`` (divisible by ``n``).

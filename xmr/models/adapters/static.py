@@ -12,13 +12,15 @@ from xmr.registry import ADAPTERS
 class StaticAdapter(BaseAdapter):
     """``x + W_up ReLU(W_down x)`` after a frozen text block, one set per language.
 
-    On a post-LN tower (BERT, XLM-R: :attr:`~xmr.models.backbones.base.TextTower.post_norm`)
-    the defaults are ``sites=['mlp.output']``, the FFN's output before ``LN(x + h)`` (Houlsby's
+    In the target branch (:class:`~xmr.models.adapters.language_adapters.LanguageAdapters`) on a
+    post-LN tower (BERT, XLM-R: :attr:`~xmr.models.backbones.base.TextTower.post_norm`) the
+    defaults are ``sites=['mlp.output']``, the FFN's output before ``LN(x + h)`` (Houlsby's
     and Pfeiffer's place), and ``zero_init=True``: after the block, outside any LayerNorm, the
     adapter drives the pooled embedding directly and collapses a short, high-rate cross-lingual
     phase to the teacher's mean embedding, and with PyTorch's initialisation it starts far from
     the identity (docs/methods/text_teacher.md has the measurements). A config's own ``sites``
-    and ``zero_init`` win.
+    and ``zero_init`` win. DASD's SDM builds its stream adapters ``A^sr`` / ``A^sa`` itself, at
+    ``block.output`` with PyTorch's initialisation.
 
     Args:
         placement: where the instance sits (:class:`AdapterPlacement`).

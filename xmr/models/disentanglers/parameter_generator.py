@@ -21,7 +21,8 @@ ACTIVATIONS = {'gelu': nn.GELU, 'quick_gelu': QuickGELU}
 class ParameterGenerator(nn.Module):
     """``z = MLP([f^sr; f^sa])``, then ``W_i^z = reshape(W_i^down z)`` for every adapted block.
 
-    One generator serves every target language: ``z`` is shared by all blocks,
+    One generator serves the target languages it is built for (``per_language=True``, which
+    the paper configs set, builds one per language): ``z`` is shared by all blocks,
     each block ``i`` has its own ``W_i^down`` (with bias, as in the authors' code). The MLP is one
     linear layer and a GELU (the authors' code: ``Linear(1024→512)`` + QuickGELU, which
     ``activation='quick_gelu'`` reproduces).

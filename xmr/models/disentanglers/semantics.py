@@ -17,7 +17,8 @@ For the embedded target captions ``X`` ``[B, L, D]`` (embedding block + position
   reversed gradient stops at the SDM's input, so the shared embedding block does not play.
 
 The frozen blocks are the backbone's (used, not owned); everything else here trains, and is
-shared by all target languages.
+shared by the target languages it is built for (``per_language=True``, which the paper configs
+set, builds one per language).
 """
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ PAPER_LOSS_WEIGHTS = {'adv': 1.0, 'sc': 0.1}
 #: The config key of the streams' adapters, as messages name it.
 SDM_ADAPTER_KEY = 'model.disentangler.adapter'
 
-#: The SDM is shared by every language; its adapters read no language from the context.
+#: An SDM serves every language it is built for; its adapters read no language from the
+#: context.
 SHARED = '*'
 
 

@@ -54,7 +54,7 @@ class TargetEmbedding(EmbeddingBlock):
             (mBERT's ``pytorch_model.bin`` or ``model.safetensors``) or a folder holding one,
             read without building the model; else a Hugging Face model name
             (``'bert-base-multilingual-cased'``, from the hub cache); ``None`` for a fresh table.
-        padding_idx: id whose row stays zero.
+        padding_idx: id whose row gets no gradient (zero, unless ``pretrained`` gives it).
         sparse: emit sparse gradients for the table (only the rows in the batch are updated;
             pair with ``SparseAdam``).
     """

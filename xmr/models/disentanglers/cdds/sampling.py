@@ -10,7 +10,8 @@ with ``F_i`` the empirical CDF of column ``i`` over the batch's real source toke
 ``(r + ½) / N_s``) and ``Q_j`` the empirical quantile function of column ``j`` over the real
 target tokens (linear interpolation between order statistics). A weighted mean of 1-D quantile
 functions is the quantile function of the Wasserstein-2 barycentre of those distributions, so
-the x-semantic column follows a proper mixture law of the related columns while the tokens
+the x-semantic column follows a proper law, that barycentre (not the related columns'
+mixture: of N(-5, 1) and N(5, 1) at weight ½ each it is N(0, 1)), while the tokens
 keep their order: the result lies in the other modality's value distribution and still says
 which token is which. Mapped back onto the source tokens, the columns form the x-semantic
 component ``[B, N_s, D_s]``. Sampling a distribution from itself returns the original values.
