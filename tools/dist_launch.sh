@@ -31,10 +31,11 @@ dist_launch() {
     fi
     local tools
     tools=$(dirname "$0")
-    # torchrun sets OMP_NUM_THREADS=1 where the caller set none: the tools take that for the
-    # caller's word unless told (xmr/engine/threads.py, CALLER_SET_NO_OMP).
+    # torchrun sets OMP_NUM_THREADS=1 where the caller set none: the tools would take that for
+    # the caller's word unless told (xmr/engine/threads.py, CALLER_SET_NO_OMP).
     if [ -z "${OMP_NUM_THREADS+set}" ]; then
         export XMR_CALLER_SET_NO_OMP_NUM_THREADS=1
+        export OMP_NUM_THREADS=1  # what torchrun sets, set here so that it prints no warning
     else
         unset XMR_CALLER_SET_NO_OMP_NUM_THREADS
     fi

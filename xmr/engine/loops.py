@@ -762,6 +762,8 @@ class PhasedTrainLoop(BaseLoop):
             norm = f"train/{getattr(optim_wrapper, 'grad_name', 'grad_norm')}"
             for key in [k for k in scalars if k.startswith('train/loss') or k == norm]:
                 scalars.pop(key)
+                # Else every later checkpoint lists it, and its resume warns of a key not there.
+                self.runner.message_hub._resumed_keys.pop(key, None)
             optim_wrapper.zero_grad()
         # Gradient accumulation (optim_wrapper.accumulative_counts) counts its windows within
         # the phase, as MMEngine counts them within a run: the phase's last window steps at its

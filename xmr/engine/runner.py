@@ -48,6 +48,12 @@ class ResumeCheckedRunner(Runner):
     would have the dump written over the config (:func:`dump_config_unless_over_source`).
     """
 
+    def resume(self, filename: str, resume_optimizer: bool = True,
+               resume_param_scheduler: bool = False, map_location: str = 'default') -> None:
+        """MMEngine's resume, with no parameter schedulers to restore (PhasedTrainLoop sets the
+        rates itself; MMEngine's default warned at every resume that there were none)."""
+        super().resume(filename, resume_optimizer, resume_param_scheduler, map_location)
+
     def dump_config(self) -> None:
         if self._resume:
             self.register_hook(_ConfigDumpHook())  # called by __init__, once its hooks exist

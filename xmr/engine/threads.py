@@ -10,7 +10,8 @@ preempts one thread and the other burns its core waiting. On the demo's source_f
 (:func:`~xmr.engine.process.prepare_process`), in this order:
 
 1. ``OMP_NUM_THREADS`` in the environment (the user's word for this run), but for the 1 that
-   torchrun sets where ``tools/dist_train.sh``'s caller set none (:data:`CALLER_SET_NO_OMP`);
+   ``tools/dist_train.sh`` sets, as torchrun would, where its caller set none
+   (:data:`CALLER_SET_NO_OMP`);
 2. ``cpu_threads = N`` in the config;
 3. the cores this process may use, divided among the local processes (DDP), less one core left
    for data loading and the system; at least 1.
@@ -34,9 +35,9 @@ from xmr.utils.cli import UserError
 
 __all__ = ['CALLER_SET_NO_OMP', 'available_cores', 'choose_cpu_threads', 'set_cpu_threads']
 
-#: Set to ``1`` by ``tools/dist_launch.sh`` where its caller set no ``OMP_NUM_THREADS``: torchrun
-#: then sets it to 1 in every process it starts (more than one a node), a default that is not
-#: the user's word, and would silence ``cpu_threads`` and the share of the cores.
+#: Set to ``1`` by ``tools/dist_launch.sh`` where its caller set no ``OMP_NUM_THREADS``: it then
+#: sets that to 1 (as torchrun would, with a warning, in every process it starts), a default that
+#: is not the user's word, and would silence ``cpu_threads`` and the share of the cores.
 CALLER_SET_NO_OMP = 'XMR_CALLER_SET_NO_OMP_NUM_THREADS'
 
 

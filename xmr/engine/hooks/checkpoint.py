@@ -85,6 +85,9 @@ class CheckpointHook(MMEngineCheckpointHook):
 
     def __init__(self, backend_args: dict | None = None, earlier_best: Sequence[str] = (),
                  **kwargs: Any) -> None:
+        # PhasedTrainLoop sets the rates itself (no param_scheduler): MMEngine's default would
+        # warn at every save that there is none to save.
+        kwargs.setdefault('save_param_scheduler', False)
         super().__init__(backend_args=backend_args or dict(backend='xmr_atomic_local'),
                          **kwargs)
         self.earlier_best = list(earlier_best)
