@@ -208,6 +208,23 @@ def test_images_decode_as_rgb_and_bad_files_name_their_path(tmp_path):
         read_image(tmp_path / 'gone.jpg')
 
 
+def test_a_palette_image_with_transparency_reads_its_colours_without_a_warning(tmp_path):
+    """Pillow warned of such a file (common in scraped galleries) in every DataLoader worker,
+    naming none."""
+    import warnings
+
+    palette = [value for colour in [(200, 10, 10), (10, 200, 10), (10, 10, 200)]
+               for value in colour]
+    image = Image.fromarray(np.array([[0, 1, 2], [2, 1, 0]], dtype=np.uint8), mode='P')
+    image.putpalette(palette)
+    image.save(tmp_path / 'logo.png', transparency=b'\x00\xff\x80')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        read = read_image(tmp_path / 'logo.png')
+    expected = np.array(palette, dtype=np.uint8).reshape(3, 3)[[[0, 1, 2], [2, 1, 0]]]
+    assert torch.equal(read, torch.from_numpy(expected).permute(2, 0, 1))
+
+
 def test_a_16_bit_grey_image_reads_as_its_top_8_bits_and_32_bit_samples_are_refused(
         tmp_path):
     """Pillow's RGB conversion clips 16-bit samples at 255 (every scan a white picture) and

@@ -115,6 +115,9 @@ def read_image(path: str | os.PathLike) -> torch.Tensor:
             grey = (np.asarray(image).astype(np.uint32) >> 8).astype(np.uint8)
             array = np.repeat(grey[..., None], 3, axis=2)
         else:
+            if image.mode == 'P' and 'transparency' in image.info:
+                # The same colours; straight to RGB, Pillow warns in every worker, naming no file.
+                image = image.convert('RGBA')
             array = np.asarray(image.convert('RGB'))
     return torch.from_numpy(array.copy()).permute(2, 0, 1)
 
