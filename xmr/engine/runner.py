@@ -49,10 +49,12 @@ class ResumeCheckedRunner(Runner):
     """
 
     def resume(self, filename: str, resume_optimizer: bool = True,
-               resume_param_scheduler: bool = False, map_location: str = 'default') -> None:
-        """MMEngine's resume, with no parameter schedulers to restore (PhasedTrainLoop sets the
-        rates itself; MMEngine's default warned at every resume that there were none)."""
-        super().resume(filename, resume_optimizer, resume_param_scheduler, map_location)
+               resume_param_scheduler: bool = True, map_location: str = 'default') -> None:
+        """MMEngine's resume, restoring parameter schedulers only where the run has some
+        (PhasedTrainLoop sets the rates itself; MMEngine warned at every resume of it)."""
+        super().resume(filename, resume_optimizer,
+                       resume_param_scheduler and self.param_schedulers is not None,
+                       map_location)
 
     def dump_config(self) -> None:
         if self._resume:

@@ -258,3 +258,58 @@ def test_two_ranks_killed_or_interrupted_go_on_with_the_rows_they_recorded(
     assert sorted(path.name for path in (tmp_path / 'cache').iterdir()) == sorted(
         path.name for path in (tmp_path / 'single').iterdir())
     assert not list(tmp_path.glob('*.partial-*'))
+
+
+def _rank_finding_no_room(rank: int, port: int, model: torch.nn.Module, ann_file: str,
+                          out_dir: str, full: bool) -> None:
+    """Rank of a build whose rank 0 finds the disk full as it writes the item arrays."""
+    join_group(rank, port)
+    encoded: list[int] = []
+    counting_media(model, encoded)
+    if full and rank == 0:
+        write_bytes = Path.write_bytes
+
+        def no_room(path: Path, data) -> int:
+            if path.name == 'item_media.npy':
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return write_bytes(path, data)
+
+        Path.write_bytes = no_room  # in this forked process alone
+    try:
+        cached_pairs(Path(ann_file), Path(out_dir, 'cache')).prepare(model)
+        outcome: list[int] | str = encoded
+    except Exception as error:  # noqa: BLE001 - the outcome is what the test reads
+        outcome = type(error).__name__
+    Path(out_dir, f'rank{rank}').write_text(json.dumps(outcome), encoding='utf-8')
+    torch.distributed.destroy_process_group()
+
+
+def test_two_ranks_that_find_no_room_as_they_finish_keep_every_ranks_rows(tiny_retriever,
+                                                                          tmp_path):
+    """The other ranks' shards were removed once copied, before the item arrays were written:
+    the build kept after a full disk had lost their records, and they encoded their rows again."""
+    ann_file = five_images_ann(tmp_path)
+    outcomes = []
+    for full in (True, False):
+        torch.multiprocessing.start_processes(
+            _rank_finding_no_room, args=(free_port(), tiny_retriever, str(ann_file),
+                                         str(tmp_path), full),
+            nprocs=2, join=True, start_method='fork')
+        outcomes.append([json.loads((tmp_path / f'rank{rank}').read_text()) for rank in (0, 1)])
+    assert outcomes[0][0] == 'UserError'
+    assert outcomes[1] == [[], []]
+    one_process_build(ann_file, tmp_path / 'single', tiny_retriever)
+    assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'single')
+
+
+def test_no_room_once_the_build_records_are_removed_is_not_told_as_a_build_kept(
+        tiny_retriever, tmp_path, monkeypatch):
+    """A quota reported at the last fsync (NFS, Lustre): the folder no longer recorded its
+    build, so the next build would have removed what the error said was kept."""
+    def quota(folder: Path) -> None:
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    monkeypatch.setattr(store, 'fsync_folder', quota)
+    with pytest.raises(OSError, match='Disk quota exceeded'):
+        build(five_images_ann(tmp_path), tmp_path / 'cache', tiny_retriever)
+    assert not list(tmp_path.glob('cache*'))

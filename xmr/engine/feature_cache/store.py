@@ -223,7 +223,8 @@ class FeatureCache:
                     _finish_build(partial, path, len(dataset), key, index, encoded.results,
                                   batch_size, media_files, started)
         except Exception as error:
-            if ranks.rank == 0 and _no_room(error):
+            # Kept only while it records its build: else the next build would remove it.
+            if ranks.rank == 0 and _no_room(error) and records_build(partial, record):
                 raise UserError(partial, f'no room to write the feature cache ({error})',
                                 'free space, or set cache_dir (or --work-dir) on a larger disk; '
                                 'the rows encoded so far are kept here, and the next build of '
@@ -338,8 +339,6 @@ def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], in
     for kind in kinds:
         _assemble(partial, kind, counts[kind], [widths.get(kind) for _, widths in encoded],
                   key['dtype'], batch_size)
-    for rank in range(1, len(encoded)):
-        shutil.rmtree(_shard_folder(partial, rank))
     meta: dict[str, Any] = dict(key=key)
     if 'media' in kinds:
         if not any('media' in widths for _, widths in encoded):
@@ -359,6 +358,9 @@ def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], in
     (partial / 'meta.json').write_text(json.dumps(meta, indent=2, sort_keys=True))
     if media_files:
         (partial / 'media_files.json').write_text(json.dumps(list(media_files)))
+    # Only now: a build kept after a failed write above goes on from the shards' records.
+    for rank in range(1, len(encoded)):
+        shutil.rmtree(_shard_folder(partial, rank))
     for record in (BUILD_RECORD, PROGRESS_RECORD):
         (partial / record).unlink(missing_ok=True)
     # Without it, a power cut after the rename can leave arrays of the right length

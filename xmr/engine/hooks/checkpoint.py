@@ -85,9 +85,6 @@ class CheckpointHook(MMEngineCheckpointHook):
 
     def __init__(self, backend_args: dict | None = None, earlier_best: Sequence[str] = (),
                  **kwargs: Any) -> None:
-        # PhasedTrainLoop sets the rates itself (no param_scheduler): MMEngine's default would
-        # warn at every save that there is none to save.
-        kwargs.setdefault('save_param_scheduler', False)
         super().__init__(backend_args=backend_args or dict(backend='xmr_atomic_local'),
                          **kwargs)
         self.earlier_best = list(earlier_best)
@@ -95,6 +92,9 @@ class CheckpointHook(MMEngineCheckpointHook):
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
+        # PhasedTrainLoop sets the rates itself (no param_scheduler): MMEngine would warn at
+        # every save that there is none to save.
+        self.save_param_scheduler &= runner.param_schedulers is not None
         expected = (expected_metric_keys(runner.val_loop)
                     if self.save_best and runner.val_loop is not None else None)
         if expected is not None:
