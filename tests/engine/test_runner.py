@@ -1,16 +1,20 @@
-"""The runner's config dump: atomic, never over the config the run read."""
+"""The runner: its config dump (atomic, never over the config the run read), and what it does for
+loops other than PhasedTrainLoop (schedulers saved and resumed, a failed run's hooks called)."""
 from __future__ import annotations
 
+import signal
 from types import SimpleNamespace
 
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.hooks import Hook
 from mmengine.model import BaseModel
 from torch import nn
 
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.runner import ResumeCheckedRunner, dump_config_unless_over_source
+from xmr.engine.work_dir import work_dir_locked_here
 
 
 def _runner(tmp_path, cfg_text: str, suffix: str = '.py') -> SimpleNamespace:
@@ -67,7 +71,8 @@ class _Squares(BaseModel):
         return dict(loss=self.weight(x).pow(2).mean())  # x: [B, 2]
 
 
-def _scheduled_run(work_dir, iters: int, resume: bool) -> ResumeCheckedRunner:
+def _scheduled_run(work_dir, iters: int, resume: bool, hooks: tuple = ()
+                   ) -> ResumeCheckedRunner:
     """MMEngine's own loop with a warm-up, which xmr's runner and hooks also serve."""
     return ResumeCheckedRunner(
         model=_Squares(), work_dir=str(work_dir), default_scope='xmr', resume=resume,
@@ -79,7 +84,7 @@ def _scheduled_run(work_dir, iters: int, resume: bool) -> ResumeCheckedRunner:
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=1.0)),
         param_scheduler=dict(type='LinearLR', start_factor=0.01, by_epoch=False, end=8),
         default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=4, by_epoch=False)),
-        custom_hooks=[dict(type='WeightsOnlyCheckpointHook')], log_level='WARNING')
+        custom_hooks=[dict(type='WeightsOnlyCheckpointHook'), *hooks], log_level='WARNING')
 
 
 def test_a_runs_own_parameter_schedulers_are_saved_and_resumed(tmp_path):
@@ -93,3 +98,21 @@ def test_a_runs_own_parameter_schedulers_are_saved_and_resumed(tmp_path):
     resumed = _scheduled_run(tmp_path / 'cut', 6, resume=True)
     resumed.train()
     assert resumed.optim_wrapper.get_lr() == whole.optim_wrapper.get_lr()
+
+
+class _StopButton(Hook):
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if runner.iter == 1:
+            raise KeyboardInterrupt
+
+
+def test_a_run_of_another_loop_that_raises_gives_back_the_lock_and_sigterm(tmp_path):
+    """Only PhasedTrainLoop called the hooks' after_failed_train: a notebook's run of MMEngine's
+    own loop, stopped, kept swallowing SIGTERM and kept the work dir locked."""
+    before = signal.getsignal(signal.SIGTERM)
+    run = _scheduled_run(tmp_path, 6, resume=False, hooks=(
+        dict(type='PreemptionHook'), dict(type='WorkDirLockHook'), _StopButton()))
+    with pytest.raises(KeyboardInterrupt):
+        run.train()
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert not work_dir_locked_here(tmp_path)

@@ -48,6 +48,21 @@ class ResumeCheckedRunner(Runner):
     would have the dump written over the config (:func:`dump_config_unless_over_source`).
     """
 
+    def train(self):
+        """MMEngine's training; a run that raises under a loop other than
+        :class:`~xmr.engine.loops.PhasedTrainLoop` (which does it itself, under any runner)
+        gives back what its hooks took in ``before_train`` (the work dir's lock, the SIGTERM
+        handler) through their ``after_failed_train``."""
+        from xmr.engine.hook_points import call_failure_point
+        from xmr.engine.loops import PhasedTrainLoop
+
+        try:
+            return super().train()
+        except BaseException as failure:
+            if not isinstance(self._train_loop, PhasedTrainLoop):
+                call_failure_point(self, 'after_failed_train', failure)
+            raise
+
     def resume(self, filename: str, resume_optimizer: bool = True,
                resume_param_scheduler: bool = True, map_location: str = 'default') -> None:
         """MMEngine's resume, restoring parameter schedulers only where the run has some
