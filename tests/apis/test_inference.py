@@ -64,6 +64,19 @@ def test_init_retriever_loads_every_weight(trained):
     assert trained_languages(model) == ['en', 'de', 'zh']
 
 
+def test_the_api_builds_from_xmrs_registries_whatever_scope_the_process_is_in(trained):
+    """Another library's runner (MMEngine's own: scope 'mmengine') left the process in its
+    scope: the model and the media transform were looked up there, and not found."""
+    from mmengine.registry import DefaultScope
+
+    config, checkpoint, _ = trained
+    with DefaultScope.overwrite_default_scope('mmengine'):
+        model = init_retriever(config, checkpoint)
+        media = encode_media(model, [torch.zeros(3, 32, 32, dtype=torch.uint8)])
+        assert DefaultScope.get_current_instance().scope_name == 'mmengine'
+    assert media.shape == (1, model.backbone.embed_dim)
+
+
 def test_an_option_replaces_a_list_item_as_cfg_options_does(trained):
     """MMEngine's merge failed on a list's item that is no dict ('str' object has no attribute
     'copy')."""

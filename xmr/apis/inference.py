@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.logging import print_log
+from mmengine.registry import DefaultScope
 from mmengine.runner.checkpoint import load_state_dict
 from mmengine.utils import ProgressBar
 from torch import Tensor
@@ -99,12 +100,15 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
     if 'model' not in cfg:
         raise UserKeyError(f'config {where} has no model')
     import_custom_modules(where, cfg)
-    # What the tools refuse as the config loads, before the backbone's weights load.
-    check_part_options(MODELS, cfg.model, 'model')
-    if checkpoint is not None:
-        # Present before the build; read (and its records' CRC checked) once, after it.
-        given_file(checkpoint, 'checkpoint', CHECKPOINT_FIX)
-    model = MODELS.build(cfg.model)
+    # xmr's registries whatever scope the caller's process is in (another library's runner,
+    # an earlier run's): MMEngine looks a type up in the current default scope first.
+    with DefaultScope.overwrite_default_scope('xmr'):
+        # What the tools refuse as the config loads, before the backbone's weights load.
+        check_part_options(MODELS, cfg.model, 'model')
+        if checkpoint is not None:
+            # Present before the build; read (and its records' CRC checked) once, after it.
+            given_file(checkpoint, 'checkpoint', CHECKPOINT_FIX)
+        model = MODELS.build(cfg.model)
     if not isinstance(model, CrossLingualRetriever):
         raise TypeError(f'the config builds a {type(model).__name__}; xmr.apis serves '
                         'CrossLingualRetriever models')
@@ -456,8 +460,9 @@ def _media_resize(model: CrossLingualRetriever, media: Sequence[MediaInput],
     check_policy(on_corrupt)
     if not is_count(num_workers, least=0):
         raise ValueError(f'num_workers must be an int >= 0, got {num_workers!r}')
-    resize = TRANSFORMS.build(dict(transform) if transform is not None
-                              else model.backbone.media_transform())
+    with DefaultScope.overwrite_default_scope('xmr'):  # as init_retriever's build
+        resize = TRANSFORMS.build(dict(transform) if transform is not None
+                                  else model.backbone.media_transform())
     if getattr(resize, 'training', False):
         raise ValueError('encode_media transform: training=True crops and flips each media at '
                          'random; give training=False (the default) to embed a gallery')
