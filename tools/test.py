@@ -456,7 +456,13 @@ def shown_rows(args: argparse.Namespace, results: list[EvaluationResult]
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+    from xmr.engine.runner import runner_instances_released
+
+    with runner_instances_released():  # a main called again from Python: its own log
+        _test_or_compare(parse_args(argv))
+
+
+def _test_or_compare(args: argparse.Namespace) -> None:
     from mmengine.dist import is_main_process
 
     from xmr.engine.process import prepare_process

@@ -393,7 +393,11 @@ def main(argv: list[str] | None = None) -> None:
     from xmr.engine.distributed import launcher_rank
     from xmr.engine.hooks import PreemptionHook
     from xmr.engine.process import prepare_process
-    from xmr.engine.runner import ResumeCheckedRunner, runner_name_in_process
+    from xmr.engine.runner import (
+        ResumeCheckedRunner,
+        runner_instances_released,
+        runner_name_in_process,
+    )
     from xmr.engine.work_dir import lock_work_dir, unlock_work_dir
 
     allow_mmengine_checkpoint_types()
@@ -407,26 +411,27 @@ def main(argv: list[str] | None = None) -> None:
         taken_over = lock_work_dir(cfg.work_dir)
         if taken_over:
             print_log(taken_over, logger='current', level=logging.WARNING)
-    # Held through --test, whose result is written into the work dir; given back whatever
-    # fails (the runner's build, a checkpoint refused as it loads, training, the test).
-    try:
-        name = cfg.get('experiment_name') or Path(args.config).stem
-        if (own := runner_name_in_process(name)) != name:
-            cfg.experiment_name = own  # the first keeps MMEngine's name, and its dump its keys
-        runner = ResumeCheckedRunner.from_cfg(cfg)
-        runner.train()
-        # A signal after the last iteration stopped nothing (PreemptionHook logs it): exit 0.
-        stopped_by = next((hook.stopped_by for hook in runner.hooks
-                           if isinstance(hook, PreemptionHook)), None)
-        if stopped_by is not None:
-            raise SystemExit(128 + stopped_by)  # a run cut short, as the signal's exit says
-        if args.test is not None:
-            checkpoint = tested_checkpoint(runner, args.test)
-            del runner  # its model, optimiser state and loaders: the test builds its own
-            gc.collect()
-            test_after_training(args, checkpoint)
-    finally:
-        unlock_work_dir(cfg.work_dir)
+    with runner_instances_released():  # a main called again from Python: its own log
+        # Held through --test, whose result is written into the work dir; given back whatever
+        # fails (the runner's build, a checkpoint refused as it loads, training, the test).
+        try:
+            name = cfg.get('experiment_name') or Path(args.config).stem
+            if (own := runner_name_in_process(name)) != name:
+                cfg.experiment_name = own  # the first keeps MMEngine's name, and its dump its keys
+            runner = ResumeCheckedRunner.from_cfg(cfg)
+            runner.train()
+            # A signal after the last iteration stopped nothing (PreemptionHook logs it): exit 0.
+            stopped_by = next((hook.stopped_by for hook in runner.hooks
+                               if isinstance(hook, PreemptionHook)), None)
+            if stopped_by is not None:
+                raise SystemExit(128 + stopped_by)  # a run cut short, as the signal's exit says
+            if args.test is not None:
+                checkpoint = tested_checkpoint(runner, args.test)
+                del runner  # its model, optimiser state and loaders: the test builds its own
+                gc.collect()
+                test_after_training(args, checkpoint)
+        finally:
+            unlock_work_dir(cfg.work_dir)
 
 
 if __name__ == '__main__':

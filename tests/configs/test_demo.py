@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -37,7 +38,17 @@ def test_demo_runs_a_shortened_schedule_to_the_end(tmp_path: Path):
         'model.language_branch.tokenizer.corpus.num_scenes=100',
         'model.language_branch.tokenizer.vocab_size=200',
     ]
+    from mmengine.logging import MMLogger
+    from mmengine.registry import DefaultScope
+
+    loggers, scope = set(MMLogger._instance_dict), DefaultScope.get_current_instance()
     train_tool.main([str(DEMO), '--work-dir', str(tmp_path), '--cfg-options', *short])
+    # Called from Python, it leaves no run's logger (with its log file open) nor scope of its
+    # own; MMEngine's default logger ('mmengine', made at the first line logged) may stay.
+    assert set(MMLogger._instance_dict) <= loggers | {'mmengine'}
+    assert not [handler for logger in MMLogger._instance_dict.values()
+                for handler in logger.handlers if isinstance(handler, logging.FileHandler)]
+    assert DefaultScope.get_current_instance() is scope
 
     report = json.loads((tmp_path / 'phase_report.json').read_text())
     assert [c['column'] for c in report] == [
@@ -51,8 +62,13 @@ def test_demo_runs_a_shortened_schedule_to_the_end(tmp_path: Path):
     assert (tmp_path / 'iter_9.pth').is_file()
     # Resumed where it ended: nothing left to train, but the resume itself is done.
     train_tool.main([str(DEMO), '--work-dir', str(tmp_path), '--resume', '--cfg-options', *short])
-    logs = ''.join(log.read_text(encoding='utf-8') for log in tmp_path.glob('*/*.log'))
+    first, second = sorted(tmp_path.glob('*/*.log'))
+    # The resume's lines, its thread count logged before its runner exists included, are not in
+    # the first run's log (whose logger stayed current after main).
+    assert 'Load checkpoint from' in second.read_text(encoding='utf-8')
+    logs = first.read_text(encoding='utf-8') + second.read_text(encoding='utf-8')
     assert logs.count('Load checkpoint from') == 1
+    assert 'torch CPU threads' not in first.read_text(encoding='utf-8')
     # Warnings of MMEngine's that xmr's phases make empty: no parameter schedulers (the loop
     # sets the rates), losses of an earlier phase dropped from the log window.
     for empty in ('save_param_scheduler', 'resume_param_scheduler', 'not defined in message_hub'):

@@ -1,19 +1,24 @@
 """The runner of ``tools/train.py`` and ``tools/test.py``: a refused resume leaves the work
 dir's config dump alone, and no dump replaces the config it was read from; and the name the
-tools give each runner they build in a process."""
+tools give each runner they build in a process, and what those runners leave in it."""
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mmengine.hooks import Hook
-from mmengine.logging import print_log
+from mmengine.logging import MessageHub, MMLogger, print_log
+from mmengine.registry import DefaultScope
 from mmengine.runner import Runner
+from mmengine.visualization import Visualizer
 
 from xmr.fileio import atomic_write_text, input_written_over
 
-__all__ = ['ResumeCheckedRunner', 'dump_config_unless_over_source', 'runner_name_in_process']
+__all__ = ['ResumeCheckedRunner', 'dump_config_unless_over_source', 'runner_name_in_process',
+           'runner_instances_released']
 
 #: How many runners of each name the tools have built in this process.
 _RUNNERS_NAMED: Counter[str] = Counter()
@@ -76,6 +81,29 @@ class ResumeCheckedRunner(Runner):
             self.register_hook(_ConfigDumpHook())  # called by __init__, once its hooks exist
         else:
             dump_config_unless_over_source(self)
+
+
+@contextmanager
+def runner_instances_released() -> Iterator[None]:
+    """Forget, once the block has run, the process-wide instances its runners made current:
+    their loggers (log files closed), message hubs, visualizers and default scopes.
+
+    A tool's ``main`` called from Python (a notebook, a sweep) otherwise left its log file open
+    (one more for each run) and its logger current, so that the next run's first lines went
+    into this one's log, and the caller's process in xmr's registry scope. A block that raises
+    keeps them: a tool run from the command line writes its error line into the run's log.
+    """
+    kinds = (MMLogger, MessageHub, Visualizer, DefaultScope)
+    before = {kind: set(kind._instance_dict) for kind in kinds}
+    yield
+    for kind, kept in before.items():
+        for name in [name for name in kind._instance_dict if name not in kept]:
+            instance = kind._instance_dict.pop(name)
+            if isinstance(instance, Visualizer):
+                instance.close()
+            for handler in list(getattr(instance, 'handlers', [])):
+                handler.close()
+                instance.removeHandler(handler)
 
 
 def dump_config_unless_over_source(runner: Runner) -> None:
