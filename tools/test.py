@@ -456,10 +456,11 @@ def shown_rows(args: argparse.Namespace, results: list[EvaluationResult]
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)  # first: --help answers without loading torch
     from xmr.engine.runner import runner_instances_released
 
     with runner_instances_released():  # a main called again from Python: its own log
-        _test_or_compare(parse_args(argv))
+        _test_or_compare(args)
 
 
 def _test_or_compare(args: argparse.Namespace) -> None:
