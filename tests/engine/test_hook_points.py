@@ -56,3 +56,16 @@ def test_a_failure_handler_that_raises_is_logged_and_noted_and_the_next_handlers
                              'unreachable while the run was failing with RuntimeError: disk full')
     assert 'in after_failed_train' in logged  # the handler's own traceback
     assert logged.endswith('ConnectionError: tracking server unreachable')
+
+
+def test_a_failure_point_runs_once_per_failure_whoever_calls_it_again():
+    """PhasedTrainLoop calls it for runs under MMEngine's Runner, xmr's runner for every loop:
+    under both, one failure reaches each hook once; another failure reaches it again."""
+    calls = []
+    runner = SimpleNamespace(hooks=[Defines('lock', calls)])
+    failure = KeyboardInterrupt()
+    for _ in range(2):
+        call_failure_point(runner, 'after_failed_train', failure)
+    assert calls == [('lock', runner)]
+    call_failure_point(runner, 'after_failed_train', RuntimeError('the next run'))
+    assert len(calls) == 2

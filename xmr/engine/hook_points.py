@@ -34,7 +34,14 @@ def call_failure_point(runner, name: str, failure: BaseException) -> None:
     ``failure`` as a note, and the hooks after it are still called. The run's own error stays
     the one raised and reported (a tool's ``error:`` line names it, not the handler's).
     A ``KeyboardInterrupt`` during the handlers stops them, as the user asked.
+
+    Called once per failure: a second call for the same ``failure`` (the runner's, after the
+    loop's) does nothing.
     """
+    called = vars(failure).setdefault('_xmr_failure_points', set())
+    if name in called:
+        return
+    called.add(name)
     for hook, method in _defining(runner, name):
         call_while_failing(runner, f'{type(hook).__name__}.{name}',
                            functools.partial(method, runner), failure)

@@ -15,6 +15,7 @@ from mmengine.registry import DefaultScope
 from mmengine.runner import Runner
 from mmengine.visualization import Visualizer
 
+from xmr.engine.hook_points import call_failure_point
 from xmr.fileio import atomic_write_text, input_written_over
 
 __all__ = ['ResumeCheckedRunner', 'dump_config_unless_over_source', 'runner_name_in_process',
@@ -54,18 +55,14 @@ class ResumeCheckedRunner(Runner):
     """
 
     def train(self):
-        """MMEngine's training; a run that raises under a loop other than
-        :class:`~xmr.engine.loops.PhasedTrainLoop` (which does it itself, under any runner)
-        gives back what its hooks took in ``before_train`` (the work dir's lock, the SIGTERM
-        handler) through their ``after_failed_train``."""
-        from xmr.engine.hook_points import call_failure_point
-        from xmr.engine.loops import PhasedTrainLoop
-
+        """MMEngine's training; a run that raises gives back what its hooks took in
+        ``before_train`` (the work dir's lock, the SIGTERM handler) through their
+        ``after_failed_train``, under MMEngine's loops too. (``PhasedTrainLoop`` calls it itself,
+        for runs under MMEngine's own ``Runner``; the point runs once per failure.)"""
         try:
             return super().train()
         except BaseException as failure:
-            if not isinstance(self._train_loop, PhasedTrainLoop):
-                call_failure_point(self, 'after_failed_train', failure)
+            call_failure_point(self, 'after_failed_train', failure)
             raise
 
     def resume(self, filename: str, resume_optimizer: bool = True,
