@@ -310,6 +310,9 @@ def test_no_room_once_the_build_records_are_removed_is_not_told_as_a_build_kept(
         raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
 
     monkeypatch.setattr(store, 'fsync_folder', quota)
-    with pytest.raises(OSError, match='Disk quota exceeded'):
+    with pytest.raises(UserError) as error:
         build(five_images_ann(tmp_path), tmp_path / 'cache', tiny_retriever)
+    assert error.value.where == str(tmp_path / 'cache')
+    assert 'Disk quota exceeded' in error.value.problem
+    assert 'larger disk' in error.value.fix and 'kept' not in error.value.fix
     assert not list(tmp_path.glob('cache*'))

@@ -223,15 +223,19 @@ class FeatureCache:
                     _finish_build(partial, path, len(dataset), key, index, encoded.results,
                                   batch_size, media_files, started)
         except Exception as error:
+            if ranks.rank != 0:
+                raise
             # Kept only while it records its build: else the next build would remove it.
-            if ranks.rank == 0 and _no_room(error) and records_build(partial, record):
-                raise UserError(partial, f'no room to write the feature cache ({error})',
-                                'free space, or set cache_dir (or --work-dir) on a larger disk; '
-                                'the rows encoded so far are kept here, and the next build of '
-                                'this cache (the same data, model, ranks and batch size) goes on '
-                                'from them') from error
-            if ranks.rank == 0:
+            kept = _no_room(error) and records_build(partial, record)
+            if not kept:
                 shutil.rmtree(partial, ignore_errors=True)
+            if _no_room(error):
+                raise UserError(partial if kept else path,
+                                f'no room to write the feature cache ({error})',
+                                'free space, or set cache_dir (or --work-dir) on a larger disk'
+                                + ('; the rows encoded so far are kept here, and the next build '
+                                   'of this cache (the same data, model, ranks and batch size) '
+                                   'goes on from them' if kept else '')) from error
             raise
         except BaseException:
             if ranks.rank == 0:
