@@ -543,6 +543,33 @@ def test_hf_tokenizer_truncates_as_open_clip_with_and_without_an_end_token(
         assert tokenizer.truncated == 1
 
 
+#: What transformers 4.57.6 (the version of the XLM-R towers' training) writes for XLM-R's
+#: tokenizer.json in an ``XLMRobertaTokenizer`` snapshot: each caption's trailing space,
+#: newline or U+200F is a '▁' (6), which transformers 5's rebuilt pre-tokenizer drops.
+XLMR_TRANSFORMERS_4_IDS = {'A dog runs. ': [0, 62, 10269, 127877, 5, 6, 2],
+                           'A dog runs.\n': [0, 62, 10269, 127877, 5, 6, 2],
+                           '   ': [0, 6, 2],
+                           'Ein Hund\u200f': [0, 2991, 49083, 6, 2],
+                           'a dog </s> on grass': [0, 10, 10269, 6, 2, 98, 27689, 7, 2]}
+
+
+def test_an_xlmr_snapshot_reads_as_transformers_4_ran_its_file_on_both_routes(shared_data,
+                                                                              tmp_path):
+    folder = tmp_path / 'xlmr'
+    folder.mkdir()
+    (folder / 'tokenizer.json').write_bytes(
+        (shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json').read_bytes())
+    (folder / 'tokenizer_config.json').write_text(json.dumps(
+        {'tokenizer_class': 'XLMRobertaTokenizer', 'bos_token': '<s>', 'eos_token': '</s>',
+         'unk_token': '<unk>', 'sep_token': '</s>', 'pad_token': '<pad>', 'cls_token': '<s>',
+         'mask_token': '<mask>'}), encoding='utf-8')
+    for route in (dict(name_or_path=str(folder)),
+                  dict(tokenizer_file=str(folder / 'tokenizer.json'))):
+        tokenizer = HFTokenizer(**route, max_length=16)
+        assert {caption: tokenizer.encode(caption)
+                for caption in XLMR_TRANSFORMERS_4_IDS} == XLMR_TRANSFORMERS_4_IDS, route
+
+
 def test_a_caption_ending_in_its_own_special_token_is_cut_as_one_without_an_end_token(
         shared_data, tmp_path):
     """A tokenizer whose post-processor appends nothing keeps a caption's first max_length ids

@@ -479,8 +479,8 @@ def _read_tokenizer_file(path: str, version: tuple[int, int, int]) -> _Tokenizer
                           _file_unk_id(fast))
 
 
-def _load_file(path: Path) -> _Loaded:
-    """A ``tokenizers`` JSON file, read without the hub, its padding and truncation off."""
+def _open_tokenizer_file(path: Path) -> _TokenizerFile:
+    """:func:`_read_tokenizer_file` of ``path``, a missing or foreign file named."""
     if path.is_dir():
         raise FileNotFoundError(f'tokenizer_file {path} is a folder: pass it as name_or_path, '
                                 'or the tokenizer.json inside it as tokenizer_file')
@@ -488,13 +488,18 @@ def _load_file(path: Path) -> _Loaded:
         raise FileNotFoundError(f'tokenizer_file {path} does not exist')
     stat = path.stat()
     try:
-        read = _read_tokenizer_file(str(path.resolve()),
+        return _read_tokenizer_file(str(path.resolve()),
                                     (stat.st_ino, stat.st_mtime_ns, stat.st_size))
     except Exception as error:  # tokenizers raises a bare Exception naming no file
         raise ValueError(f'tokenizer_file {path} is not a `tokenizers` JSON file '
                          f'(tokenizer.json): {error}; pass the tokenizer.json of a Hugging Face '
                          'snapshot, not its tokenizer_config.json (a SentencePiece .model is '
                          "SentencePieceTokenizer's model_file)") from error
+
+
+def _load_file(path: Path) -> _Loaded:
+    """A ``tokenizers`` JSON file, read without the hub, its padding and truncation off."""
+    read = _open_tokenizer_file(path)
     config_path = path.with_name('tokenizer_config.json')
     config = (json.loads(config_path.read_text(encoding='utf-8')) if config_path.is_file()
               else {})
@@ -513,7 +518,8 @@ def _load_file(path: Path) -> _Loaded:
 
 
 def _load_hub(name_or_path: str) -> _Loaded:
-    """A hub name or local folder, through ``AutoTokenizer``."""
+    """A hub name or local folder, through ``AutoTokenizer``, encoding with its
+    ``tokenizer.json`` where it has one."""
     from transformers import AutoTokenizer
 
     try:
@@ -525,21 +531,27 @@ def _load_hub(name_or_path: str) -> _Loaded:
                       'machine without network, HF_HUB_OFFLINE=1 fails here at once '
                       'instead of retrying the hub)') from error
 
+    tokenizer_json = _hub_file(name_or_path, 'tokenizer.json')
+    # The snapshot's own pipeline, as transformers 4 ran it when the towers were trained:
+    # transformers 5 rebuilds some classes' pre-tokenizers (XLM-R's splits on whitespace first,
+    # dropping a caption's trailing space, newline or U+200F that the file writes as a '▁').
+    backend = (getattr(hf, 'backend_tokenizer', None) if tokenizer_json is None
+               else _open_tokenizer_file(tokenizer_json).backend)
+
     def encode(text: str, specials: bool) -> list[int]:
-        return hf(text, add_special_tokens=specials)['input_ids']
+        if backend is None:  # a slow tokenizer: no tokenizer.json, no pipeline to run
+            return hf(text, add_special_tokens=specials, verbose=False)['input_ids']
+        return backend.encode(text, add_special_tokens=specials).ids
 
     config_path = _hub_file(name_or_path, 'tokenizer_config.json')
     config = ({} if config_path is None
               else json.loads(config_path.read_text(encoding='utf-8')))
     vocab = hf.get_vocab()
-    _check_bos_eos_flags(config, config_path, _hub_file(name_or_path, 'tokenizer.json'),
-                         encode, vocab)
+    _check_bos_eos_flags(config, config_path, tokenizer_json, encode, vocab)
     # No pad token named: None, so that HFTokenizer guesses as for a lone file and says so
     # (XLM-R's id 0 is <s>, the first token of every caption).
     return _Loaded(encode, len(hf), hf.pad_token_id, vocab, hf.sep_token_id, hf.unk_token_id,
-                   getattr(hf, 'backend_tokenizer', None),
-                   hf.truncation_side,
-                   _left_padded_by(config, config_path))
+                   backend, hf.truncation_side, _left_padded_by(config, config_path))
 
 
 def _hub_file(name_or_path: str, filename: str) -> Path | None:
@@ -698,7 +710,8 @@ class HFTokenizer(BaseTokenizer):
 
     Args:
         name_or_path: hub name or folder for ``AutoTokenizer.from_pretrained`` (e.g.
-            ``'bert-base-multilingual-cased'``).
+            ``'bert-base-multilingual-cased'``); its captions are encoded by the snapshot's
+            ``tokenizer.json`` where it has one, as with ``tokenizer_file``.
         tokenizer_file: a ``tokenizers`` JSON file, loaded without the hub; its specials
             are its post-processor's, as ``AutoTokenizer`` of transformers 5 writes them
             (a ``tokenizer_config.json`` beside it that contradicts them with
