@@ -421,3 +421,19 @@ def test_a_json_error_among_the_items_is_reported_where_json_loads_reports_it(
     with pytest.raises(AnnotationError) as error:
         load_annotation(path)
     assert str(error.value) == f'{path}: not a UTF-8 JSON file ({expected.value})'
+
+
+@pytest.mark.parametrize('key', ['media_id', 'media_path'])
+def test_a_name_holding_a_nul_is_refused_on_load_naming_the_item_and_key(tmp_path, key):
+    """A JSON '\\u0000' in a name loaded, and the dataset later stopped reading the file with a
+    bare 'embedded null byte', naming neither the file nor the item."""
+    record = MediaRecord('b', 'b.jpg', {'en': ['A cat.'], 'cs': ['Kočka.']}, {'ja': ['猫。']})
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(items=[record]), path)
+    escaped = json.dumps(record.to_json()[key])
+    path.write_text(path.read_text(encoding='utf-8').replace(escaped, '"b\\u0000.jpg"'),
+                    encoding='utf-8')
+    with pytest.raises(AnnotationError,
+                       match=rf"item 0: {key} 'b\\x00.jpg' holds a NUL character at character 1"):
+        load_annotation(path)
+

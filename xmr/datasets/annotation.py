@@ -200,6 +200,9 @@ def text_pairs(ann: Annotation) -> Annotation:
 def _check_name(value: Any, key: str, origin: str) -> None:
     if not isinstance(value, str) or not value.strip():
         raise AnnotationError(f'{origin}: {key} must be a non-empty string, got {value!r}')
+    if '\x00' in value:  # no file name can hold one: opening it fails naming no item
+        raise AnnotationError(f'{origin}: {key} {value!r} holds a NUL character at character '
+                              f"{value.index(chr(0))}; repair the file's {key}")
     if not value.isascii():
         _check_encodable(value, f'{origin}: {key} {value!r}')
 

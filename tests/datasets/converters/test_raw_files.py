@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import gzip
+import re
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -118,6 +120,16 @@ def test_lang_path_options():
         parse_lang_paths(['de:a.txt'], '--x')
     with pytest.raises(ConversionError, match="names 'de' twice"):
         parse_lang_paths(['de=a', 'de=b'], '--x')
+
+
+@pytest.mark.parametrize('name', ['../../escaped', '/x', '.hidden', 'a/b'])
+def test_a_name_that_would_be_a_path_in_the_output_file_names_is_refused(name):
+    """MSR-VTT's --train-list NAME=PATH writes msrvtt_train<NAME>.json: '/../../escaped' wrote
+    outside --out-dir."""
+    assert parse_lang_paths(['7k=a.csv', '9k.v2=b.csv'], '--train-list', key_name='NAME') == {
+        '7k': Path('a.csv'), '9k.v2': Path('b.csv')}
+    with pytest.raises(ConversionError, match=rf"--train-list: NAME '{re.escape(name)}' in"):
+        parse_lang_paths([f'{name}=a.csv'], '--train-list', key_name='NAME')
 
 
 def test_a_json_release_file_with_a_byte_order_mark_is_read(tmp_path):

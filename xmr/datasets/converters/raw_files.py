@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -170,6 +171,10 @@ def parse_lang_paths(pairs: Sequence[str] | None, option: str,
             raise ConversionError(f'{option} expects {key_name}=PATH, got {pair!r}')
         if key_name == 'LANG':
             lang = canonical_languages([lang], option)[0]
+        elif not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9_.-]*', lang):
+            # The name goes into output file names: no path of its own.
+            raise ConversionError(f'{option}: {key_name} {lang!r} in {pair!r} must be letters, '
+                                  "digits, '_', '.' or '-', starting with a letter or digit")
         if lang in parsed:
             raise ConversionError(f'{option} names {lang!r} twice')
         parsed[lang] = Path(path)
