@@ -1085,3 +1085,24 @@ def test_a_rebuild_killed_while_removing_the_old_cache_leaves_a_whole_one(tiny_r
             assert torch.equal(again[index][kind], first[index][kind])
     again.build(tiny_retriever, overwrite=True)
     assert [path.name for path in tmp_path.iterdir()] == ['cache']
+
+
+def test_a_cache_folder_that_is_a_link_is_built_and_rebuilt_where_it_points(tiny_retriever,
+                                                                             tmp_path):
+    """work_dirs/cache -> /scratch/cache: the build wrote the cache beside the link, renamed
+    the link aside (left there: rmtree cannot remove a link) and a second rebuild stopped with
+    NotADirectoryError."""
+    from tests.engine.feature_cache.test_ranks import cached_pairs, five_images_ann
+
+    ann_file = five_images_ann(tmp_path)
+    (tmp_path / 'work_dirs').mkdir()
+    (tmp_path / 'scratch' / 'cache').mkdir(parents=True)
+    link = tmp_path / 'work_dirs' / 'cache'
+    link.symlink_to(tmp_path / 'scratch' / 'cache')
+    cached_pairs(ann_file, link).prepare(tiny_retriever)
+    for _ in range(2):
+        cached_pairs(ann_file, link).prepare(tiny_retriever, rebuild=True)
+    assert link.is_symlink() and (tmp_path / 'scratch' / 'cache' / 'meta.json').is_file()
+    assert [p.name for p in (tmp_path / 'work_dirs').iterdir()] == ['cache']
+    assert [p.name for p in (tmp_path / 'scratch').iterdir()] == ['cache']
+

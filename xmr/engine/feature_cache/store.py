@@ -188,7 +188,7 @@ class FeatureCache:
         temporary folder.
 
         Args:
-            path: the cache folder to create.
+            path: the cache folder to create; a symbolic link is built where it points.
             dataset: the dataset to cache (its items carry ``source_text`` / ``media_id``).
             model: the retriever whose frozen towers and data preprocessor encode.
             key: from :meth:`CachedFeatureDataset.cache_key`; ``key['features']`` says which
@@ -207,7 +207,10 @@ class FeatureCache:
                 (named as a cache or as a folder holding none).
             RankFailedError: another rank failed (its error named).
         """
-        path, ranks = Path(path), ranks or BuildRanks(Path(path))
+        # A link (work_dirs/cache -> /scratch/cache) is built where it points: its temporary
+        # and replaced folders beside the target, the link kept.
+        path = Path(path).resolve()
+        ranks = ranks or BuildRanks(path)
         index = index or index_items(dataset, key['features'])
         started = time.perf_counter()
         record = build_record(key, ranks.world, batch_size)
