@@ -535,13 +535,13 @@ def _load_hub(name_or_path: str) -> _Loaded:
     # The snapshot's own pipeline, as transformers 4 ran it when the towers were trained:
     # transformers 5 rebuilds some classes' pre-tokenizers (XLM-R's splits on whitespace first,
     # dropping a caption's trailing space, newline or U+200F that the file writes as a '▁').
-    backend = (getattr(hf, 'backend_tokenizer', None) if tokenizer_json is None
-               else _open_tokenizer_file(tokenizer_json).backend)
+    file_backend = (None if tokenizer_json is None
+                    else _open_tokenizer_file(tokenizer_json).backend)
 
     def encode(text: str, specials: bool) -> list[int]:
-        if backend is None:  # a slow tokenizer: no tokenizer.json, no pipeline to run
+        if file_backend is None:  # no tokenizer.json (a SentencePiece model): as its class reads
             return hf(text, add_special_tokens=specials, verbose=False)['input_ids']
-        return backend.encode(text, add_special_tokens=specials).ids
+        return file_backend.encode(text, add_special_tokens=specials).ids
 
     config_path = _hub_file(name_or_path, 'tokenizer_config.json')
     config = ({} if config_path is None
@@ -551,7 +551,8 @@ def _load_hub(name_or_path: str) -> _Loaded:
     # No pad token named: None, so that HFTokenizer guesses as for a lone file and says so
     # (XLM-R's id 0 is <s>, the first token of every caption).
     return _Loaded(encode, len(hf), hf.pad_token_id, vocab, hf.sep_token_id, hf.unk_token_id,
-                   backend, hf.truncation_side, _left_padded_by(config, config_path))
+                   file_backend or getattr(hf, 'backend_tokenizer', None), hf.truncation_side,
+                   _left_padded_by(config, config_path))
 
 
 def _hub_file(name_or_path: str, filename: str) -> Path | None:
