@@ -150,8 +150,8 @@ class EndlessWordTokenizer(WordTokenizer):
     def encode(self, text: str) -> list[int]:
         return super().encode(text)[:-1]
 
-    def ends_with_special(self, ids: list[int]) -> bool:
-        return False
+    def end_count(self, ids: list[int]) -> int:
+        return 0
 
 
 def test_a_tokenizer_without_an_end_token_counts_every_token_after_its_start(monkeypatch):
@@ -502,17 +502,18 @@ def test_a_tokenizer_file_pads_with_the_id_its_snapshot_names(siglip_t5_folder, 
     assert torch.equal(told(texts)['input_ids'], reference)
 
 
-def xlmr_tokenizer_files(shared_data, tmp_path, post_processor: bool):
+def xlmr_tokenizer_files(shared_data, tmp_path, post_processor: bool | dict):
     """XLM-R's tokenizer.json in ``tmp_path`` (without its post-processor, which appends
-    ``</s>``, unless ``post_processor``) and a transformers folder of it, ``tmp_path/folder``."""
+    ``</s>``, unless ``post_processor``; with this one if it is one) and a transformers folder
+    of it, ``tmp_path/folder``."""
     import json
 
     from transformers import PreTrainedTokenizerFast
 
     spec = json.loads((shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json').read_text(
         encoding='utf-8'))
-    if not post_processor:
-        spec['post_processor'] = None
+    if post_processor is not True:
+        spec['post_processor'] = post_processor or None
     path = tmp_path / 'tokenizer.json'
     path.write_text(json.dumps(spec), encoding='utf-8')
     PreTrainedTokenizerFast(tokenizer_file=str(path), pad_token='<pad>').save_pretrained(
@@ -541,6 +542,28 @@ def test_hf_tokenizer_truncates_as_open_clip_with_and_without_an_end_token(
                       HFTokenizer(name_or_path=str(tmp_path / 'folder'), max_length=8)):
         assert tokenizer([caption])['input_ids'][0].tolist() == expected
         assert tokenizer.truncated == 1
+
+
+def test_two_appended_end_tokens_are_both_kept_by_truncation_as_open_clip_keeps_them(
+        shared_data, tmp_path):
+    """A post-processor appending ``</s>`` and a language code, as mBART-cc25's and legacy
+    NLLB's (``pieces </s> en_XX``; ``<mask>`` stands in for the code here): a long caption
+    keeps both, as Hugging Face's truncation (and so open_clip's) keeps them, and its pieces
+    are those without either."""
+    special = {'</s>': [2], '<mask>': [250001]}
+    template = {'type': 'TemplateProcessing', 'pair': [],
+                'single': [{'Sequence': {'id': 'A', 'type_id': 0}},
+                           *({'SpecialToken': {'id': t, 'type_id': 0}} for t in special)],
+                'special_tokens': {t: {'id': t, 'ids': ids, 'tokens': [t]}
+                                   for t, ids in special.items()}}
+    path = xlmr_tokenizer_files(shared_data, tmp_path, template)
+    caption = 'one two three four five six seven eight nine ten eleven twelve'
+    expected = open_clip_ids(tmp_path / 'folder', caption)
+    assert expected[-2:] == [2, 250001]
+    for tokenizer in (HFTokenizer(tokenizer_file=str(path), max_length=8),
+                      HFTokenizer(name_or_path=str(tmp_path / 'folder'), max_length=8)):
+        assert tokenizer([caption])['input_ids'][0].tolist() == expected
+        assert tokenizer.pieces('one two') == tokenizer.encode('one two')[:-2]
 
 
 #: What transformers 4.57.6 (the version of the XLM-R towers' training) writes for XLM-R's

@@ -106,7 +106,7 @@ class BaseTokenizer(metaclass=ABCMeta):
 
     Args:
         max_length: longest sequence kept, specials included; longer captions are cut to their
-            first ``max_length`` ids with their end token (:meth:`ends_with_special`) kept
+            first ``max_length`` ids with their end tokens (:meth:`end_count`) kept
             last, counted in :attr:`truncated` and reported once (a warning with the first
             one's length) per process.
         pad_to: pad every batch to this length (at least ``max_length``) instead of its longest
@@ -193,26 +193,28 @@ class BaseTokenizer(metaclass=ABCMeta):
                                        else hashlib.sha256(data).hexdigest()[:16])
         return self._vocabulary_digest
 
-    def ends_with_special(self, ids: list[int]) -> bool:
-        """Whether ``ids[-1]`` is an end token that truncation keeps last (every tokenizer of
-        xmr writes one; a Hugging Face tokenizer's is what its post-processor appends, if any)."""
-        return True
+    def end_count(self, ids: list[int]) -> int:
+        """How many of ``ids``' last ids are end tokens that truncation keeps last: 1 (every
+        tokenizer of xmr writes one); a Hugging Face tokenizer's are what its post-processor
+        appends, none or several (mBART's ``</s> en_XX``)."""
+        return 1
 
     def pieces(self, text: str) -> list[int]:
         """The ids of ``text`` without the specials :meth:`encode` writes around them: the
-        :attr:`start_tokens` before, the end token (:meth:`ends_with_special`) after."""
+        :attr:`start_tokens` before, the end tokens (:meth:`end_count`) after."""
         ids = self.encode(text)
-        return ids[self.start_tokens:len(ids) - self.ends_with_special(ids)]
+        return ids[self.start_tokens:len(ids) - self.end_count(ids)]
 
     def truncate(self, ids: list[int]) -> list[int]:
-        """The first ``max_length`` ids; an end token (:meth:`ends_with_special`) stays last,
-        as Hugging Face's and open_clip's truncation keep it. With :attr:`truncation_side`
+        """The first ``max_length`` ids; the end tokens (:meth:`end_count`) stay last, as
+        Hugging Face's and open_clip's truncation keep them. With :attr:`truncation_side`
         ``'left'``: the :attr:`start_tokens`, then the last ids."""
         if len(ids) <= self.max_length:
             return ids
-        keep_end = self.ends_with_special(ids)
+        end = self.end_count(ids)
         if not self.truncated:
-            kept = 'its end token kept' if keep_end else 'it has no end token to keep'
+            kept = ('it has no end token to keep' if not end else 'its end token kept'
+                    if end == 1 else f'its {end} end tokens kept')
             print_log(f'{type(self).__name__}: a caption of {len(ids)} tokens is longer than '
                       f'max_length={self.max_length} and is truncated ({kept}); '
                       'later ones are counted in tokenizer.truncated, not reported again',
@@ -220,9 +222,7 @@ class BaseTokenizer(metaclass=ABCMeta):
         self.truncated += 1
         if self.truncation_side == 'left':
             return ids[:self.start_tokens] + ids[len(ids) - self.max_length + self.start_tokens:]
-        if not keep_end:
-            return ids[:self.max_length]
-        return ids[:self.max_length - 1] + ids[-1:]
+        return ids[:self.max_length - end] + ids[len(ids) - end:]
 
     def padded_length(self, longest: int) -> int | None:
         """The width of a batch whose longest caption has ``longest`` tokens (specials included):
@@ -299,7 +299,7 @@ class BaseTokenizer(metaclass=ABCMeta):
         for ids, lang in zip(sequences, langs):
             unknown_and_all = counts.setdefault(lang, [0, 0])
             unknown_and_all[0] += ids.count(self.unk_id)
-            unknown_and_all[1] += len(ids) - self.start_tokens - self.ends_with_special(ids)
+            unknown_and_all[1] += len(ids) - self.start_tokens - self.end_count(ids)
         for lang, (unknown, total) in counts.items():
             if lang in self._unknown_reported or unknown <= UNKNOWN_SHARE_WARNING * total:
                 continue
@@ -755,6 +755,7 @@ class HFTokenizer(BaseTokenizer):
         loaded = (_load_file(Path(tokenizer_file)) if tokenizer_file is not None
                   else _load_hub(name_or_path))
         self._encode_fn = loaded.encode
+        self._backend = loaded.backend
         self._vocab = loaded.size
         #: the padding id is a guess (:func:`_guessed_pad_id`): neither ``pad_id`` nor the
         #: tokenizer's files name it; a tower whose output depends on it refuses the guess
@@ -774,11 +775,12 @@ class HFTokenizer(BaseTokenizer):
                 raise ValueError('HFTokenizer strip_sep_token=True but the tokenizer has no '
                                  'separator token ([SEP] or </s>)')
             self._strip_id = loaded.sep_id
-        #: the id the post-processor appends after a caption's pieces (``None``: it appends
-        #: none, and truncation cuts such captions to their first ``max_length`` ids). Read
-        #: from the tokenizer, not from a caption's last id: a caption may end in a special
-        #: token of its own (``<unk>`` for an unknown character) that is no end token.
-        self.end_id: int | None = self._appended_end_id()
+        #: the ids the post-processor appends after a caption's pieces, which truncation keeps
+        #: (none: it cuts such captions to their first ``max_length`` ids). Read from the
+        #: tokenizer, not from a caption's last ids: a caption may end in a special token of
+        #: its own (``<unk>`` for an unknown character) that is no end token.
+        self.end_ids: list[int] = self._appended_ids()
+        self.end_id: int | None = self.end_ids[-1] if self.end_ids else None
         self.start_tokens = self._prepended_count()
         self.truncation_side = loaded.truncation_side
         self.left_padded_by = loaded.left_padded_by
@@ -798,13 +800,26 @@ class HFTokenizer(BaseTokenizer):
     def vocabulary(self) -> Mapping[str, int]:
         return self.token_ids
 
-    def _appended_end_id(self) -> int | None:
+    def pipeline_digest(self) -> str | None:
+        """A short SHA-256 of the ``tokenizers`` pipeline that encodes the captions (its
+        normaliser, pre-tokeniser, model and vocabulary, post-processor and added tokens),
+        computed once; :meth:`vocabulary_digest` for a tokenizer without one. A feature cache's
+        key holds it: another snapshot's file, or a library's rebuilt pipeline (transformers
+        5's XLM-R, before xmr read the snapshot's own), gives some captions other ids."""
+        if not hasattr(self, '_pipeline_digest'):
+            self._pipeline_digest = (
+                self.vocabulary_digest() if self._backend is None
+                else hashlib.sha256(self._backend.to_str().encode()).hexdigest()[:16])
+        return self._pipeline_digest
+
+    def _appended_ids(self) -> list[int]:
+        """The ids the post-processor writes after a caption's pieces (``</s>``; mBART's
+        ``</s> en_XX``), as :meth:`encode` writes them."""
         pieces = list(self._encode_fn('x', False))
         full = list(self._encode_fn('x', True))
-        if not full or full[len(full) - len(pieces):] == pieces:
-            return None  # nothing after the pieces (perhaps a start token before them)
-        # strip_sep_token writes 0 over the separator: still the end token of the caption.
-        return 0 if full[-1] == self._strip_id else full[-1]
+        appended = full[self._prepended_count() + len(pieces):]
+        # strip_sep_token writes 0 over the separator: still an end token of the caption.
+        return [0 if i == self._strip_id else i for i in appended]
 
     def _prepended_count(self) -> int:
         """How many ids the post-processor writes before a caption's pieces (0 for T5's)."""
@@ -813,8 +828,9 @@ class HFTokenizer(BaseTokenizer):
         return next((start for start in range(len(full) - len(pieces) + 1)
                      if full[start:start + len(pieces)] == pieces), 0)
 
-    def ends_with_special(self, ids: list[int]) -> bool:
-        return self.end_id is not None and ids[-1] == self.end_id
+    def end_count(self, ids: list[int]) -> int:
+        count = len(self.end_ids)
+        return count if count and ids[-count:] == self.end_ids else 0
 
     def _prepare(self, text: str) -> str:
         """The caption as the tokenizer reads it: stripped, composed (:attr:`compose`), cleaned,
@@ -886,7 +902,7 @@ class NLLBTokenizer(HFTokenizer):
             raise ValueError(f'NLLBTokenizer: {source} has no </s> token; not an NLLB tokenizer')
         self.eos_id = self.token_ids['</s>']
         # It writes its own </s> (encode_in), whatever the file's post-processor appends.
-        self.end_id = self.eos_id
+        self.end_ids, self.end_id = [self.eos_id], self.eos_id
         #: FLORES-200 codes the vocabulary holds a token for.
         self.flores_codes = sorted(code for code in FLORES200_TO_CANONICAL
                                    if code in self.token_ids)
