@@ -124,7 +124,8 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
     language tokens an ``NLLBTokenizer`` reads languages with in place of their own, when it is
     given some; the text an ``HFTokenizer`` strips, lower-cases (a sentence-transformers
     teacher's ``do_lower_case``) or cleans before reading it, and the separator it writes as 0
-    (``strip_sep_token``), when it does."""
+    (``strip_sep_token``), when it does; and the pipeline an ``HFTokenizer`` encodes with
+    (:meth:`~xmr.models.language.tokenizers.HFTokenizer.pipeline_digest`)."""
     identity = {'type': type(tokenizer).__qualname__,
                 'max_length': getattr(tokenizer, 'max_length', None),
                 'vocab_size': getattr(tokenizer, 'vocab_size', None),
@@ -140,6 +141,8 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
         identity['clean'] = tokenizer.clean
     if getattr(tokenizer, 'language_tokens', None):
         identity['language_tokens'] = dict(sorted(tokenizer.language_tokens.items()))
+    if hasattr(tokenizer, 'pipeline_digest'):
+        identity['pipeline'] = tokenizer.pipeline_digest()
     return identity
 
 
