@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 import json
+import pickle
 import re
+import warnings
+import zipfile
+from collections import OrderedDict
 
 import pytest
 import torch
 from safetensors.torch import save_file
+from torch import nn
 
 from tests.models.backbones.openai_clip_layout import save_openai_torchscript
 from tests.zip_records import damage_record
@@ -97,6 +102,240 @@ def test_torchscript_archive_gives_its_state_dict(tmp_path):
     assert int(loaded.pop('input_resolution')) == 224 and int(loaded.pop('vocab_size')) == 9
     assert int(loaded.pop('context_length')) == 77
     _assert_state(loaded)
+
+
+class _Block(nn.Module):
+    """A residual attention block as OpenAI's: attention, layer norms, a named MLP, and a
+    non-persistent buffer (open_clip's ``attn_mask`` is one)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(width, 2)
+        self.ln_1 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(OrderedDict([
+            ('c_fc', nn.Linear(width, 2 * width)), ('gelu', nn.GELU()),
+            ('c_proj', nn.Linear(2 * width, width))]))
+        self.ln_2 = nn.LayerNorm(width)
+        self.register_buffer('attn_mask', torch.full((3, 3), -1e4).triu(1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.ln_2(x))
+
+
+class _Transformer(nn.Module):
+    def __init__(self, width: int, layers: int) -> None:
+        super().__init__()
+        self.resblocks = nn.ModuleList(_Block(width) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.resblocks:
+            x = block(x)
+        return x
+
+
+class _Visual(nn.Module):
+    def __init__(self, width: int, embed: int) -> None:
+        super().__init__()
+        self.class_embedding = nn.Parameter(torch.randn(width))
+        self.conv1 = nn.Conv2d(3, width, 2, 2, bias=False)
+        self.transformer = _Transformer(width, 2)
+        self.proj = nn.Parameter(torch.randn(width, embed))
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        x = self.conv1(image).flatten(2).transpose(1, 2) + self.class_embedding
+        return self.transformer(x) @ self.proj
+
+
+class _Clip(nn.Module):
+    """OpenAI's CLIP in miniature, with what a state dict must tell apart: parameters on the
+    root, a buffer registered between them, nested modules and a ModuleList, buffers viewing
+    one shared storage (transposed, at an offset), a plain tensor attribute and a ``None``
+    buffer (neither in a state dict)."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.positional_embedding = nn.Parameter(torch.randn(3, 4))
+        self.register_buffer('input_resolution', torch.tensor(224))
+        self.text_projection = nn.Parameter(torch.randn(4, 2))
+        self.logit_scale = nn.Parameter(torch.tensor(4.6052))
+        self.visual = _Visual(4, 2)
+        self.transformer = _Transformer(4, 1)
+        self.token_embedding = nn.Embedding(9, 4)
+        self.ln_final = nn.LayerNorm(4)
+        self.register_buffer('flags', torch.tensor([True, False]))
+        self.register_buffer('absent', None)
+        self.scratch = torch.zeros(2)
+        self.to(dtype)
+        base = torch.randn(24).to(dtype)
+        self.register_buffer('shared_t', base[4:16].view(3, 4).t())
+        self.register_buffer('shared_tail', base[10:])
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.visual(image) * self.logit_scale.exp()
+
+
+def _jit_save(path, model: nn.Module, example: torch.Tensor | None = None) -> None:
+    """Save ``model`` scripted, or traced on ``example`` (OpenAI's releases were traced: their
+    classes are named ``___torch_mangle_N``)."""
+    with warnings.catch_warnings():  # the format is OpenAI's, deprecated or not
+        warnings.simplefilter('ignore')
+        torch.jit.save(torch.jit.script(model) if example is None
+                       else torch.jit.trace(model, example), str(path))
+
+
+def _jit_state_dict(path) -> dict[str, torch.Tensor]:
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return dict(torch.jit.load(str(path), map_location='cpu').state_dict())
+
+
+def _bytes(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _shared(state: dict[str, torch.Tensor]) -> list[list[str]]:
+    """The groups of keys whose tensors view one storage."""
+    groups: dict[int, list[str]] = {}
+    for key, value in state.items():
+        groups.setdefault(value.untyped_storage().data_ptr(), []).append(key)
+    return sorted(keys for keys in groups.values() if len(keys) > 1)
+
+
+def _assert_same_tensors(loaded: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]):
+    assert list(loaded) == list(expected)  # the same keys, in the same order
+    for key, value in expected.items():
+        got = loaded[key]
+        assert (got.dtype, got.shape, got.stride(), got.storage_offset(), got.requires_grad) == \
+            (value.dtype, value.shape, value.stride(), value.storage_offset(), False), key
+        assert torch.equal(_bytes(got), _bytes(value)), key
+    assert _shared(loaded) == _shared(expected)
+
+
+@pytest.mark.parametrize('how, dtype', [('script', torch.float32), ('script', torch.float16),
+                                        ('trace', torch.float32), ('trace', torch.float16)])
+def test_a_torchscript_archive_reads_as_jit_load_gives_it_without_jit_load(
+        tmp_path, monkeypatch, how, dtype):
+    """Its tensors alone, bit for bit, in jit.load's names and order: jit.load compiles the
+    archive's code and runs its __setstate__, code from a file the user did not write."""
+    path = tmp_path / 'ViT-B-32.pt'
+    _jit_save(path, _Clip(dtype), None if how == 'script' else torch.ones(1, 3, 4, 4, dtype=dtype))
+    expected = _jit_state_dict(path)
+    # What jit.load's state dict holds, which the reader must match: a non-persistent buffer
+    # (an archive does not record which were), no plain tensor attribute, no None buffer.
+    assert 'visual.transformer.resblocks.1.attn_mask' in expected
+    assert not {'scratch', 'absent'} & set(expected)
+    assert expected['visual.proj'].dtype == dtype
+    assert _shared(expected) == [['shared_t', 'shared_tail']]
+
+    def refuse(*_, **__):
+        raise AssertionError('torch.jit.load ran')
+
+    monkeypatch.setattr(torch.jit, 'load', refuse)
+    _assert_same_tensors(read_weights(path), expected)
+
+
+def _rewrite(path, change) -> None:
+    """Rewrite the records of the zip archive ``path`` through ``change(name, data)``; zipfile
+    writes each record's CRC-32 anew, so the archive passes its check."""
+    with zipfile.ZipFile(path) as archive:
+        records = {info.filename: archive.read(info) for info in archive.infolist()}
+    with zipfile.ZipFile(path, 'w') as archive:
+        for name, data in records.items():
+            archive.writestr(name, change(name, data))
+
+
+def test_a_big_endian_torchscript_archive_reads_in_this_machines_byte_order(tmp_path):
+    path = tmp_path / 'ViT-B-32.pt'
+    model = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4)).half()
+    model.register_buffer('view', model[0].weight.detach().t()[1:])
+    _jit_save(path, model)
+    expected = _jit_state_dict(path)
+
+    def to_big_endian(name, data):  # every storage holds fp16: two bytes an element
+        if name.endswith('/byteorder'):
+            return b'big'
+        if '/data/' in name:
+            return b''.join(data[i:i + 2][::-1] for i in range(0, len(data), 2))
+        return data
+
+    _rewrite(path, to_big_endian)
+    _assert_same_tensors(read_weights(path), expected)
+
+
+def _payload(module: str, name: str, argument: str) -> bytes:
+    """Pickle opcodes that call ``module.name(argument)`` and drop the result."""
+    encoded = argument.encode()
+    return (f'c{module}\n{name}\n'.encode() + b'X' + len(encoded).to_bytes(4, 'little')
+            + encoded + b'\x85R0')
+
+
+@pytest.mark.parametrize('module, name, call', [
+    ('os', 'mkdir', '{marker}'), ('builtins', 'eval', "__import__('os').mkdir({marker!r})")])
+def test_a_torchscript_archive_naming_another_global_is_refused_unrun(tmp_path, module, name,
+                                                                       call):
+    """A tampered data.pkl: refused naming the file and the global, which is not called."""
+    path, marker = tmp_path / 'ViT-B-32.pt', tmp_path / 'marker'
+    _jit_save(path, nn.Linear(2, 2))
+    payload = _payload(module, name, call.format(marker=str(marker)))
+    _rewrite(path, lambda record, data: data[:2] + payload + data[2:]
+             if record.endswith('/data.pkl') else data)
+    with zipfile.ZipFile(path) as archive:  # the payload runs under a plain unpickler
+        pickled = archive.read(next(n for n in archive.namelist() if n.endswith('/data.pkl')))
+    with pytest.raises(ModuleNotFoundError, match='__torch__'):
+        pickle.loads(pickled)
+    assert marker.is_dir()
+    marker.rmdir()
+    with pytest.raises(ValueError, match=rf'{re.escape(str(path))} is a TorchScript archive '
+                       rf'that xmr refuses to read: its data\.pkl names the global '
+                       rf'{module}\.{name}, where only tensors and the modules of the archive '
+                       'may be'):
+        read_weights(path, 'CLIP checkpoint')
+    assert not marker.exists()
+
+
+class _SetsItsOwnState(nn.Module):
+    """A module whose archive restores it through its own TorchScript ``__setstate__``, which
+    jit.load runs: here it prints and doubles the weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
+
+    @torch.jit.export
+    def __getstate__(self) -> tuple[torch.Tensor, bool]:
+        return self.weight, self.training
+
+    @torch.jit.export
+    def __setstate__(self, state: tuple[torch.Tensor, bool]) -> None:
+        print('the archive ran its code')
+        self.weight = state[0] * 2
+        self.training = state[1]
+
+
+def test_a_torchscript_archive_whose_code_sets_its_state_is_refused_unrun(tmp_path, capfd):
+    path = tmp_path / 'ViT-B-32.pt'
+    _jit_save(path, _SetsItsOwnState())
+    capfd.readouterr()
+    with pytest.raises(ValueError, match=r'refuses to read: its module \(the root\) of class '
+                                         r'__torch__\.[\w.]*_SetsItsOwnState sets its state '
+                                         r'through its own __setstate__, which torch\.jit\.load '
+                                         'would run'):
+        read_weights(path)
+    assert 'the archive ran its code' not in capfd.readouterr().out
+
+
+def test_a_torchscript_record_shorter_than_its_storage_is_refused(tmp_path):
+    path = tmp_path / 'ViT-B-32.pt'
+    _jit_save(path, nn.Linear(2, 2))
+    _rewrite(path, lambda name, data: data[:-2] if name.endswith('/data/0') else data)
+    with pytest.raises(ValueError, match=r'ViT-B-32\.pt \(\d+ bytes\) is not a readable CLIP '
+                                         r'checkpoint: its record \S+/data/0 holds 14 bytes, not '
+                                         r'the 4 torch\.float32 elements'):
+        read_weights(path, 'CLIP checkpoint')
 
 
 @pytest.mark.parametrize('kind', ['torch.save', 'torchscript'])

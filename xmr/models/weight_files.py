@@ -3,8 +3,9 @@
 Released checkpoints come as torch pickles (``pytorch_model.bin``, ``.pt``, ``.pth``, sometimes
 wrapped in ``{'state_dict': ...}`` or ``{'model': ...}`` (Microsoft's Swin and DeiT) or saved
 from a ``DataParallel`` with ``module.`` prefixes),
-safetensors files, or TorchScript archives (OpenAI's CLIP ``ViT-B-32.pt``). :func:`read_weights`
-turns any of them into a state dict; :func:`check_weights_fit` compares a state dict with what a
+safetensors files, or TorchScript archives (OpenAI's CLIP ``ViT-B-32.pt``, whose tensors alone
+are read: none of the code it holds is run). :func:`read_weights` turns any of them into a state
+dict; :func:`check_weights_fit` compares a state dict with what a
 module expects and refuses, before anything is copied, with the missing, unexpected and
 differently shaped keys (counts and the first few) and the fix.
 """
@@ -13,13 +14,18 @@ from __future__ import annotations
 import json
 import pickle
 import re
-import warnings
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
 import torch
+
+from xmr.models.torchscript_weights import (
+    RefusedTorchScriptError,
+    is_torchscript,
+    read_torchscript_weights,
+)
 
 __all__ = ['read_weights', 'weights_file', 'check_weights_fit', 'strict_load_refusal',
            'fetch_weights', 'WeightsMismatchError', 'CHECKPOINT_SUFFIXES', 'unreadable_file',
@@ -98,7 +104,8 @@ def read_weights(path: str | Path, what: str = 'checkpoint',
             an index names that is not beside it.
         ValueError: a file that is truncated, damaged (a torch archive's record failing its
             CRC-32), not a weight file, pickles Python objects, or holds something other than
-            tensors by name; shards that lack keys their index gives them.
+            tensors by name; a TorchScript archive that could be read only by running what it
+            holds; shards that lack keys their index gives them.
     """
     path = weights_file(path, what, folder_files)
     if path.name.endswith(SHARD_INDEX_SUFFIX):
@@ -177,24 +184,24 @@ def _read_file(path: Path, what: str) -> object:
         check_archive_records(path, what)
     if path.suffix == '.safetensors':
         return _read_safetensors(path, what)
-    if _is_torchscript(path):
-        return _read_torchscript(path)
+    if is_torchscript(path):
+        return _read_torchscript(path, what)
     return _read_pickle(path, what)
 
 
-def _is_torchscript(path: Path) -> bool:
-    if not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as archive:
-        return any(name.endswith('/constants.pkl') for name in archive.namelist())
-
-
-def _read_torchscript(path: Path) -> dict[str, torch.Tensor]:
-    # OpenAI's releases exist only in this format, so torch's deprecation of it is no news here.
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', message='.*torch.jit.load.* is deprecated',
-                                category=FutureWarning)
-        return dict(torch.jit.load(str(path), map_location='cpu').state_dict())
+def _read_torchscript(path: Path, what: str) -> dict[str, torch.Tensor]:
+    """:func:`~xmr.models.torchscript_weights.read_torchscript_weights`, its refusals and
+    failures naming the file."""
+    try:
+        return read_torchscript_weights(path)
+    except RefusedTorchScriptError as error:
+        raise ValueError(f'{path} is a TorchScript archive that xmr refuses to read: {error}. '
+                         'xmr takes only the tensors of such a file and runs nothing it holds; '
+                         f'a released {what} needs nothing else: download it again, or re-save '
+                         'the weights of a model you trust with torch.save(model.state_dict(), '
+                         "'weights.pt')") from None
+    except Exception as error:  # noqa: BLE001 - a malformed pickle fails anywhere
+        raise ValueError(unreadable_file(path, what, error)) from error
 
 
 def _read_safetensors(path: Path, what: str) -> dict[str, torch.Tensor]:
