@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import struct
 import zipfile
 
@@ -11,8 +12,10 @@ from mmengine.logging import HistoryBuffer
 
 from tests.zip_records import damage_record
 from xmr.engine.checkpoint import (
+    CHECKPOINT_FIX,
     CheckpointReadError,
     check_checkpoint,
+    check_given_checkpoint,
     foreign_checkpoint_fix,
     keys_of_another_model,
     read_checkpoint,
@@ -303,3 +306,25 @@ def test_the_check_leaves_a_torchscript_archive_to_its_loader_and_names_a_foreig
     with pytest.raises(CheckpointReadError, match=r'feats\.npz: not a checkpoint: a zip archive '
                        r'torch\.save did not write \(it holds no data\.pkl\); give a \.pth'):
         check_checkpoint(tmp_path / 'feats.npz')
+
+
+def test_a_torchscript_archive_given_as_a_checkpoint_is_named_and_sent_to_the_backbone(tmp_path):
+    """OpenAI's ViT-B-32.pt given as load_from or a tool's checkpoint: torch.load's refusal of
+    a TorchScript archive was told as a truncated or corrupt file, to be copied again."""
+    path = tmp_path / 'ViT-B-32.pt'
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), path)
+    route = (r"a TorchScript model archive \(the format of OpenAI's released CLIP weights, "
+             r'ViT-B-32\.pt\), which holds the pretrained weights of a backbone, not a model xmr '
+             r'trained; give it to the backbone: model\.backbone\.pretrained='
+             rf'{re.escape(str(path))} with model\.backbone\.pretrained_cfg=openai')
+    with pytest.raises(CheckpointReadError, match=rf'ViT-B-32\.pt: not an xmr checkpoint but '
+                                                  rf'{route}.*image_pretrained.*; as the '
+                                                  r'checkpoint, give a \.pth') as refused:
+        read_checkpoint(path)
+    assert 'corrupt' not in str(refused.value) and 'weights_only' not in str(refused.value)
+    with pytest.raises(CheckpointReadError, match=rf'not an xmr checkpoint \(load_from\) but '
+                                                  rf'{route}.*; as the checkpoint \(load_from\), '
+                                                  r'give a \.pth written by tools/train\.py.*, or '
+                                                  'load_from=None'):
+        check_given_checkpoint(path, 'load_from', f'{CHECKPOINT_FIX}, or load_from=None')
+    check_checkpoint(path)  # the converters read such archives on purpose

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from xmr.fileio import atomic_torch_save
+from xmr.models.torchscript_weights import is_torchscript_archive
 from xmr.utils.cli import given_file
 from xmr.version import provenance
 
@@ -192,10 +193,13 @@ def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
 
     Raises:
         FileNotFoundError: no such file, or a folder.
-        CheckpointReadError: an empty, truncated or foreign file, or one that pickles objects
-            a weights-only load refuses (advice to re-save only for MMEngine's own objects).
+        CheckpointReadError: an empty, truncated or foreign file, a TorchScript model archive
+            (a backbone's released weights, sent to the backbone's setting), or one that
+            pickles objects a weights-only load refuses (advice to re-save only for MMEngine's
+            own objects).
     """
     check_checkpoint(path, what, fix)
+    refuse_torchscript(path, what, fix)
     allow_mmengine_checkpoint_types()
     try:
         return torch.load(path, map_location='cpu', weights_only=True)
@@ -207,6 +211,35 @@ def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
     except (RuntimeError, EOFError, KeyError, ValueError, OSError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise _corrupt(path, what, reason) from error
+
+
+#: What a user who gave a backbone's TorchScript archive as a checkpoint should do instead.
+_TORCHSCRIPT_FIX = ("give it to the backbone: model.backbone.pretrained={path} with "
+                   "model.backbone.pretrained_cfg=openai for OpenAI's files (MultilingualCLIP"
+                   "Backbone's image tower: image_pretrained, image_pretrained_cfg; --cfg-options; "
+                   'docs/pretrained_weights.md)')
+
+
+def refuse_torchscript(path: str | os.PathLike, what: str = 'checkpoint',
+                       fix: str = TORCH_FILE_FIX) -> None:
+    """Refuse a TorchScript model archive given where an xmr ``what`` goes: OpenAI's
+    ``ViT-B-32.pt`` holds a backbone's pretrained weights, and ``torch.load`` refuses it with
+    advice to trust the file (``weights_only=False``) that would not help, as if it were
+    damaged.
+
+    Raises:
+        CheckpointReadError: naming the file, what it is, the backbone setting that takes it
+            (:data:`_TORCHSCRIPT_FIX`) and ``fix``.
+    """
+    if not zipfile.is_zipfile(path):
+        return
+    with zipfile.ZipFile(path) as archive:
+        if not is_torchscript_archive(archive.namelist()):
+            return
+    raise CheckpointReadError(
+        f'{path}: not an xmr {what} but a TorchScript model archive (the format of OpenAI\'s '
+        'released CLIP weights, ViT-B-32.pt), which holds the pretrained weights of a backbone, '
+        f'not a model xmr trained; {_TORCHSCRIPT_FIX.format(path=path)}; as the {what}, {fix}')
 
 
 def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
@@ -247,7 +280,7 @@ def _check_pickled_globals(path: Path, what: str, fix: str) -> None:
     TorchScript archive (OpenAI's CLIP releases) is left to its own loader."""
     with zipfile.ZipFile(path) as archive:
         names = archive.namelist()
-    if any(name.endswith('/constants.pkl') for name in names):
+    if is_torchscript_archive(names):
         return
     if not any(name.endswith('/data.pkl') or name == 'data.pkl' for name in names):
         raise CheckpointReadError(f'{path}: not a {what}: a zip archive torch.save did not write '
@@ -280,10 +313,12 @@ def check_given_checkpoint(path: str | os.PathLike, key: str, fix: str = CHECKPO
         UserError: missing, a folder or unreadable, naming the path and ``key``
             (:func:`~xmr.utils.cli.given_file`).
         CheckpointReadError: an empty, foreign, truncated or damaged file
-            (:func:`check_checkpoint`).
+            (:func:`check_checkpoint`), or a backbone's TorchScript archive
+            (:func:`refuse_torchscript`).
     """
     given_file(path, key, fix)
     check_checkpoint(path)
+    refuse_torchscript(path, f'checkpoint ({key})', fix)
 
 
 def check_archive_records(path: str | os.PathLike, what: str = 'checkpoint') -> None:
