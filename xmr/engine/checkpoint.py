@@ -204,13 +204,19 @@ def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
     try:
         return torch.load(path, map_location='cpu', weights_only=True)
     except pickle.UnpicklingError as error:
-        refused = re.search(r'Unsupported global: GLOBAL (\S+)', str(error))
+        refused = refused_global(error)
         raise CheckpointReadError(_refused_message(Path(path), what,
-                                                   [refused.group(1)] if refused else [])
-                                  ) from error
+                                                   [refused] if refused else [])) from error
     except (RuntimeError, EOFError, KeyError, ValueError, OSError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise _corrupt(path, what, reason) from error
+
+
+def refused_global(error: Exception) -> str | None:
+    """The global a weights-only ``torch.load`` refused (``argparse.Namespace``), as its
+    ``error`` names it; ``None`` where it names none."""
+    found = re.search(r'Unsupported global: GLOBAL (\S+)', str(error))
+    return found.group(1) if found else None
 
 
 #: What a user who gave a backbone's TorchScript archive as a checkpoint should do instead.

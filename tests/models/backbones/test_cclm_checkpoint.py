@@ -391,6 +391,23 @@ def test_files_that_are_not_cclm_checkpoints_fail_clearly(tmp_path):
         convert_cclm_state_dict({'text_encoder.x': torch.zeros(1)}, {}, 2)
 
 
+def test_a_checkpoint_pickling_objects_names_the_backbone_setting_that_reads_it(tmp_path,
+                                                                                state):
+    """A fine-tuning's file that pickles its arguments (an ``argparse.Namespace``) beside the
+    weights: the safe loader refuses it, naming the backbone's setting a user trusting the
+    file gives in the config."""
+    import argparse
+
+    path = tmp_path / 'finetuned.th'
+    torch.save({'model': state, 'args': argparse.Namespace(lr=1e-4)}, path)
+    with pytest.raises(ValueError, match=rf'{re.escape(str(path))} pickles objects that the '
+                                         r'safe loader refuses \(argparse\.Namespace\); if you '
+                                         r'trust the file, set checkpoint_weights_only=False on '
+                                         r'the CCLMDualStream backbone'):
+        read_cclm_checkpoint(path)
+    assert read_cclm_checkpoint(path, weights_only=False).keys() == state.keys()
+
+
 def test_truncated_or_damaged_files_are_refused_naming_them(tmp_path, checkpoint_file):
     """A cut-off download names the file; a damaged tensor, which torch.load would read as other
     numbers without a word, names its record."""

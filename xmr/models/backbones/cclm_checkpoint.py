@@ -107,7 +107,7 @@ def read_cclm_checkpoint(path: str | Path, weights_only: bool = True) -> dict[st
             read safely, or holds no CCLM state dict.
     """
     # xmr.engine imports the models: here, not at the top.
-    from xmr.engine.checkpoint import check_archive_records
+    from xmr.engine.checkpoint import check_archive_records, refused_global
 
     path = Path(path)
     if not path.is_file():
@@ -118,8 +118,10 @@ def read_cclm_checkpoint(path: str | Path, weights_only: bool = True) -> dict[st
     try:
         loaded = torch.load(path, map_location='cpu', weights_only=weights_only)
     except pickle.UnpicklingError as error:
-        raise ValueError(f'{path} pickles objects that the safe loader refuses ({error}); if '
-                         'you trust the file, load it with weights_only=False') from error
+        refused = refused_global(error) or str(error).strip().splitlines()[0]
+        raise ValueError(f'{path} pickles objects that the safe loader refuses ({refused}); if '
+                         'you trust the file, set checkpoint_weights_only=False on the '
+                         'CCLMDualStream backbone (weights_only=False here)') from error
     except (RuntimeError, EOFError) as error:  # a cut-off archive has no central directory
         raise ValueError(unreadable_file(path, 'CCLM checkpoint', error)) from error
     if isinstance(loaded, Mapping) and isinstance(loaded.get('model'), Mapping):
