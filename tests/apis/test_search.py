@@ -201,8 +201,8 @@ def test_a_loaded_index_refuses_a_model_of_other_weights_and_takes_one_of_more_l
     more.backbone.load_state_dict(model.backbone.state_dict())
     loaded = MediaIndex.load(tmp_path / 'gallery.idx', model=more)
     assert len(loaded.search(more, 'un cercle rouge', lang='fr', k=2)[0]) == 2
-    # An index of embeddings given cannot tell; it takes any model.
-    MediaIndex(torch.eye(2), ['a', 'b']).save(tmp_path / 'given.idx')
+    # An index of embeddings given cannot tell; it takes any model embedding in its width.
+    MediaIndex(torch.eye(other.backbone.embed_dim)[:2], ['a', 'b']).save(tmp_path / 'given.idx')
     assert MediaIndex.load(tmp_path / 'given.idx', model=other).encoded_by is None
 
 
@@ -214,6 +214,94 @@ def test_a_file_that_is_no_media_index_is_named(tmp_path):
         MediaIndex.load(tmp_path / 'model.pth')
     with pytest.raises(FileNotFoundError, match='gallery.idx'):
         MediaIndex.load(tmp_path / 'gallery.idx')
+
+
+REBUILD = ('build it again from its media: python tools/search.py CONFIG CHECKPOINT --media '
+           'MEDIA... --index {path} --overwrite, or MediaIndex.from_media(model, media).save() '
+           '(docs/evaluation.md, "From the command line: tools/search.py")')
+
+
+def test_a_missing_index_names_the_file_or_its_missing_folder_and_how_to_build_one(tmp_path):
+    """'media index not found: <path>' said neither which part is missing nor what to do."""
+    build = 'or build one: python tools/search.py CONFIG CHECKPOINT --media MEDIA... --index'
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"{tmp_path / 'gallery.idx'}: no media index there; give the file MediaIndex.save or "
+            f"tools/search.py --index wrote, {build} {tmp_path / 'gallery.idx'}")):
+        MediaIndex.load(tmp_path / 'gallery.idx')
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"{tmp_path / 'gone' / 'gallery.idx'}: no media index there: the folder "
+            f"{tmp_path / 'gone'} does not exist; ")):
+        MediaIndex.load(tmp_path / 'gone' / 'gallery.idx')
+
+
+@pytest.mark.parametrize('cut', [0, 2], ids=['empty', 'truncated'])
+def test_an_index_file_cut_short_is_named_with_the_command_that_builds_it_again(tmp_path, cut):
+    MediaIndex(torch.eye(4), list('abcd')).save(tmp_path / 'gallery.idx')
+    data = (tmp_path / 'gallery.idx').read_bytes()
+    (tmp_path / 'gallery.idx').write_bytes(data[:len(data) // cut] if cut else b'')
+    with pytest.raises(ValueError) as error:
+        MediaIndex.load(tmp_path / 'gallery.idx')
+    assert str(error.value).startswith(f"{tmp_path / 'gallery.idx'}: ")
+    assert str(error.value).endswith(REBUILD.format(path=tmp_path / 'gallery.idx'))
+
+
+@pytest.mark.parametrize(('edit', 'damage'), [
+    (lambda state: state['searcher'].update(index=state['searcher']['index'][:40].clone()),
+     "faiss cannot read its index (Error: 'ret == (1)' failed: read error in : 0 != 1"),
+    (lambda state: state['searcher'].update(index=torch.zeros(200, dtype=torch.uint8)),
+     'faiss cannot read its index (Index type 0x00000000'),
+    (lambda state: state.update(media_ids=['a', 'b', 'c']),
+     'its faiss index holds 4 embeddings and it names 3 media'),
+], ids=['faiss truncated', 'faiss garbage', 'fewer ids'])
+def test_a_damaged_index_file_is_named_with_its_fault_and_the_command_that_builds_it_again(
+        tmp_path, edit, damage):
+    """faiss's C++ error named no file; an index naming fewer media than its rows loaded, and
+    its searches named other media than the embeddings'."""
+    path = tmp_path / 'gallery.idx'
+    MediaIndex(torch.eye(4), list('abcd')).save(path)
+    state = torch.load(path, weights_only=True)
+    edit(state)
+    torch.save(state, path)
+    with pytest.raises(ValueError) as error:
+        MediaIndex.load(path)
+    message = str(error.value)
+    assert message.startswith(f'{path}: a damaged media index: {damage}')
+    assert message.endswith(f'; {REBUILD.format(path=path)}')
+
+
+def test_an_index_of_another_format_version_names_the_xmr_that_wrote_it(tmp_path):
+    """It was called no media index at all ('MediaIndex.save writes one')."""
+    path = tmp_path / 'gallery.idx'
+    MediaIndex(torch.eye(2), ['a', 'b']).save(path)
+    state = torch.load(path, weights_only=True)
+    torch.save({**state, 'format': 'xmr-media-index/2', 'xmr_version': '9.0.0',
+                'xmr_commit': None}, path)
+    with pytest.raises(ValueError) as error:
+        MediaIndex.load(path)
+    assert str(error.value).startswith(
+        f"{path}: a media index of format 'xmr-media-index/2' (written by xmr 9.0.0 (an "
+        'installed copy); read by xmr ')
+    assert str(error.value).endswith(
+        "which reads 'xmr-media-index/1': search it with the xmr that wrote it, or "
+        + REBUILD.format(path=path))
+
+
+def test_a_model_embedding_in_other_dimensions_than_the_gallery_is_refused_naming_both(
+        model, tmp_path):
+    """An index of embeddings given passed any model, whose queries then stopped in faiss
+    ('queries have dimension 8, the gallery 2.') naming no index."""
+    path = tmp_path / 'given.idx'
+    MediaIndex(torch.eye(2), ['a', 'b']).save(path)
+    width = model.backbone.embed_dim
+    assert width != 2
+    with pytest.raises(ValueError, match=re.escape(
+            f'{path}: its media embeddings have 2 dimensions, the model embeds in {width}: '
+            'encode the gallery with this model')):
+        MediaIndex.load(path, model=model)
+    with pytest.raises(ValueError, match=re.escape(
+            f"query embeddings have {width} dimensions, the gallery's 2: encode the queries "
+            'with the model that encoded the gallery')):
+        MediaIndex.load(path).search(model, 'ein roter Kreis', 'de', k=1)
 
 
 def test_media_that_cannot_be_read_are_left_out_when_asked_and_stop_the_index_otherwise(

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,16 +21,22 @@ from xmr.apis.inference import (
     media_list,
 )
 from xmr.datasets.corrupt_policy import SkippedMedia
-from xmr.engine.checkpoint import read_checkpoint
+from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
 from xmr.engine.feature_cache.key import backbone_fingerprint
 from xmr.evaluation.search import FaissSearcher
 from xmr.fileio import atomic_torch_save, remove_stale_temporaries
 from xmr.models.retrievers.base import unit_rows
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
-from xmr.version import provenance
+from xmr.version import provenance, written_by
 
 #: What :meth:`MediaIndex.save` writes as the file's ``format``.
 INDEX_FORMAT = 'xmr-media-index/1'
+#: What to do with an index file that cannot be searched: build it again from its media.
+_REBUILD = ('build it again from its media: python tools/search.py CONFIG CHECKPOINT --media '
+            'MEDIA... --index {path} --overwrite, or MediaIndex.from_media(model, media).save() '
+            '(docs/evaluation.md, "From the command line: tools/search.py")')
+#: The C++ function and source line that open a faiss error's message.
+_FAISS_WHERE = re.compile(r'^Error in .*? at \S+?:\d+: ', re.DOTALL)
 
 __all__ = ['INDEX_FORMAT', 'SearchHit', 'MediaIndex']
 
@@ -220,27 +227,38 @@ class MediaIndex:
         """The index :meth:`save` wrote (an approximate one as it was built, not trained
         again), read weights-only.
 
+        Every fault is named with the file and, for a file that cannot be searched, the
+        command that builds it again (:data:`_REBUILD`), before anything is searched.
+
         Args:
             path: the file.
             model: the retriever that will query it: refused unless its backbone is the one
-                that encoded the gallery (:attr:`encoded_by`); a model trained on more
-                languages since, on the same backbone, is accepted.
+                that encoded the gallery (:attr:`encoded_by`) and embeds in as many dimensions;
+                a model trained on more languages since, on the same backbone, is accepted.
 
         Raises:
-            FileNotFoundError: no such file.
-            ValueError: a file that is no media index, or a model that did not encode it
-                (:class:`~xmr.engine.checkpoint.CheckpointReadError` for a damaged file).
+            FileNotFoundError: no such file (naming the folder when it is the folder that is
+                missing), or a folder.
+            CheckpointReadError: (a ``ValueError``) an empty, truncated or foreign file.
+            ValueError: a file that is no media index, one of another format version (naming
+                the xmr that wrote it), one whose faiss index does not deserialise or holds
+                another row count than its ids, or a model that did not encode it.
         """
-        state = read_checkpoint(path, 'media index', fix='give a file MediaIndex.save wrote '
-                                '(tools/search.py --index)')
-        if not isinstance(state, Mapping) or state.get('format') != INDEX_FORMAT:
-            found = (f"format {state.get('format')!r}" if isinstance(state, Mapping)
-                     and 'format' in state else f'a {type(state).__name__} without a format')
-            raise ValueError(f'{path}: is not a media index ({found}, not {INDEX_FORMAT!r}); '
-                             'MediaIndex.save writes one')
+        path = Path(path)
+        _check_index_exists(path)
+        try:
+            state = read_checkpoint(path, 'media index', fix='give a file MediaIndex.save '
+                                    'wrote (tools/search.py --index)')
+        except CheckpointReadError as error:
+            raise CheckpointReadError(f'{error}; or {_REBUILD.format(path=path)}') from error
+        _check_format(state, path)
         gallery = cls.__new__(cls)
-        gallery.searcher = FaissSearcher.from_state_dict(state['searcher'])
+        gallery.searcher = _read_searcher(state, path)
         gallery.media_ids, gallery.encoded_by = list(state['media_ids']), state['encoded_by']
+        rows = gallery.searcher.gallery_size
+        if rows != len(gallery.media_ids):  # its searches would name other media
+            raise _damaged(path, f'its faiss index holds {rows} embeddings and it names '
+                                 f'{len(gallery.media_ids)} media')
         if model is not None:
             gallery.check_encoder(model, where=str(path))
         return gallery
@@ -248,11 +266,19 @@ class MediaIndex:
     def check_encoder(self, model: CrossLingualRetriever, where: str = 'the index') -> None:
         """Refuse a ``model`` whose backbone did not encode the gallery: its queries would be
         scored against another model's media embeddings. An index of embeddings given (no
-        :attr:`encoded_by`) passes.
+        :attr:`encoded_by`) passes if the model embeds in as many dimensions.
 
         Raises:
-            ValueError: naming both backbone fingerprints.
+            ValueError: naming both widths, or both backbone fingerprints.
         """
+        width = getattr(model.backbone, 'embed_dim', None)
+        if width is not None and width != self.searcher.dim:
+            # Checked first, and for an index of embeddings given too: its queries would stop
+            # in faiss naming no index ('queries have dimension 512, the gallery 256').
+            raise ValueError(f'{where}: its media embeddings have {self.searcher.dim} '
+                             f'dimensions, the model embeds in {width}: encode the gallery with '
+                             'this model (MediaIndex.from_media; tools/search.py --media ... '
+                             '--index ... --overwrite), or query with the model that encoded it')
         if self.encoded_by is None:
             return
         fingerprint = backbone_fingerprint(model.backbone)
@@ -289,6 +315,10 @@ class MediaIndex:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f'k must be a positive whole number, got {k!r}')
         queries = torch.as_tensor(queries)
+        if queries.dim() == 2 and queries.shape[1] != self.searcher.dim:
+            raise ValueError(f'query embeddings have {queries.shape[1]} dimensions, the '
+                             f"gallery's {self.searcher.dim}: encode the queries with the model "
+                             'that encoded the gallery')
         broken = _non_finite_rows(queries)
         if broken:
             raise ValueError(f'query embeddings {broken[:10]} hold NaN or infinite values: they '
@@ -298,6 +328,63 @@ class MediaIndex:
         return [[SearchHit(media_id, float(score))
                  for media_id, score in zip(row_ids, row_scores.tolist()) if media_id is not None]
                 for row_ids, row_scores in zip(ids, scores)]
+
+
+def _check_index_exists(path: Path) -> None:
+    """Refuse a missing index file, naming the folder when that is what is missing, with the
+    commands that write one.
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    if path.exists():
+        return
+    folder = path.parent
+    where = (f'no media index there: the folder {folder} does not exist'
+             if not folder.is_dir() else 'no media index there')
+    raise FileNotFoundError(f'{path}: {where}; give the file MediaIndex.save or tools/search.py '
+                            '--index wrote, or build one: python tools/search.py CONFIG '
+                            f'CHECKPOINT --media MEDIA... --index {path} (docs/evaluation.md)')
+
+
+def _check_format(state: Any, path: Path) -> None:
+    """Refuse a file that is no media index, or one of another format version.
+
+    Raises:
+        ValueError: naming what the file holds, or the xmr that wrote it.
+    """
+    found = state.get('format') if isinstance(state, Mapping) else None
+    if found == INDEX_FORMAT:
+        return
+    family = INDEX_FORMAT.rpartition('/')[0]
+    if isinstance(found, str) and found.startswith(f'{family}/'):
+        raise ValueError(f'{path}: a media index of format {found!r} ({written_by(state)}), '
+                         f'which reads {INDEX_FORMAT!r}: search it with the xmr that wrote it, '
+                         f'or {_REBUILD.format(path=path)}')
+    described = (f'format {found!r}' if isinstance(state, Mapping) and 'format' in state
+                 else f'a {type(state).__name__} without a format')
+    raise ValueError(f'{path}: is not a media index ({described}, not {INDEX_FORMAT!r}); '
+                     'MediaIndex.save writes one')
+
+
+def _read_searcher(state: Mapping[str, Any], path: Path) -> FaissSearcher:
+    """The searcher of a media index file, its faiss index deserialised.
+
+    Raises:
+        ValueError: faiss cannot read the index (a damaged file), naming the file and why.
+    """
+    try:
+        return FaissSearcher.from_state_dict(state['searcher'])
+    except RuntimeError as error:
+        # faiss names its C++ function and source line, and no file: 'Error in void
+        # faiss::read_xb_vector(...) at .../index_read.cpp:276: Error: ...'; its reason is kept.
+        reason = _FAISS_WHERE.sub('', str(error).strip()) or 'no reason given'
+        raise _damaged(path, f'faiss cannot read its index ({reason})') from error
+
+
+def _damaged(path: Path, damage: str) -> ValueError:
+    """The error of a media index file whose content :meth:`MediaIndex.save` did not write."""
+    return ValueError(f'{path}: a damaged media index: {damage}; {_REBUILD.format(path=path)}')
 
 
 def _media_ids(media: Sequence[MediaInput], media_ids: Sequence[str] | None) -> list[str]:
