@@ -26,8 +26,8 @@ from mmengine.fileio import LocalBackend, register_backend
 
 __all__ = ['OTHER_HOST_QUIET_SECONDS', 'atomic_open', 'atomic_torch_save', 'atomic_write_bytes',
            'atomic_write_text', 'atomic_write_texts', 'fsync_folder', 'fsync_path',
-           'input_written_over', 'process_running',
-           'remove_stale_temporaries', 'temporary_path', 'written_path', 'AtomicLocalBackend']
+           'input_written_over', 'process_running', 'remove_stale_temporaries',
+           'temporary_path', 'written_path', 'AtomicLocalBackend']
 
 # The host has its dots as underscores, so that the name's end parses back; the host is
 # absent in the temporaries of an xmr before 2026-12 (this host's).

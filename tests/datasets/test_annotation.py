@@ -420,7 +420,67 @@ def test_a_json_error_among_the_items_is_reported_where_json_loads_reports_it(
     path.write_text(text, encoding='utf-8')
     with pytest.raises(AnnotationError) as error:
         load_annotation(path)
-    assert str(error.value) == f'{path}: not a UTF-8 JSON file ({expected.value})'
+    assert str(error.value) == f'{path}: not a JSON file Python reads: {expected.value}'
+
+
+def _faulty_annotation(path, item: int, fault: str, lines: int = 2) -> tuple[int, int, int]:
+    """Write an annotation of ``lines`` items (one a line, as written) whose item ``item``
+    holds ``fault`` for its media_path; the fault's line, column (from 1) and character."""
+    items = [MediaRecord(f'{i}', f'{i}.jpg', {'en': [f'caption {i}'], 'cs': [f'popisek {i}']})
+             for i in range(lines)]
+    dump_annotation(_annotation(items=items, translation_langs=[]), path)
+    text = path.read_text(encoding='utf-8').replace(f'"{item}.jpg"', fault)
+    path.write_text(text, encoding='utf-8')
+    start = text.index(fault)
+    return text.count('\n', 0, start) + 1, start - text.rfind('\n', 0, start), start
+
+
+@pytest.mark.parametrize('lines', [2, 60_000], ids=['first chunk', 'past the first chunks'])
+def test_an_integer_longer_than_python_reads_is_refused_naming_its_line_and_column(
+        tmp_path, lines):
+    """Python converts at most 4300 digits: json raised a bare ValueError ('Exceeds the limit
+    (4300 digits) for integer string conversion') naming neither the file nor the place."""
+    path = tmp_path / 'ann.json'
+    line, column, char = _faulty_annotation(path, lines - 1, '-' + '7' * 5000, lines)
+    assert char > 1 << 21 or lines == 2  # past the first chunks: the window's place is moved
+    with pytest.raises(AnnotationError) as error:
+        load_annotation(path)
+    assert str(error.value) == (
+        f'{path}: not a JSON file Python reads: an integer of 5000 digits, more than the 4300 '
+        f'Python reads: write it as a string: line {line} column {column} (char {char})')
+
+
+@pytest.mark.parametrize('where', ['item', 'header'])
+def test_arrays_nested_deeper_than_json_follows_are_refused_naming_the_deepest_place(
+        tmp_path, where):
+    """'[' * 100000 raised a bare RecursionError, naming neither the file nor the place."""
+    path = tmp_path / 'ann.json'
+    nested = '[' * 100_000 + ']' * 100_000
+    if where == 'item':
+        line, column, _ = _faulty_annotation(path, 1, nested)
+        # The item is decoded alone: its object is the first level.
+        deepest, column = 100_001, column + 100_000 - 1
+    else:
+        dump_annotation(_annotation(), path)
+        path.write_text(path.read_text(encoding='utf-8').replace(
+            '{"format"', '{"nested": ' + nested + ', "format"', 1), encoding='utf-8')
+        line, deepest, column = 1, 100_000, len('{"nested": ') + 100_000
+    with pytest.raises(AnnotationError, match=re.escape(
+            f'{path}: not a JSON file Python reads: a value nesting arrays and objects {deepest} '
+            "levels deep, deeper than Python's JSON reader follows (it stops before the "
+            'recursion limit, ') + r'\d+\): ' + re.escape(f'line {line} column {column} ')):
+        load_annotation(path)
+
+
+@pytest.mark.parametrize('fault', ['7' * 5000, '[' * 100_000 + ']' * 100_000])
+def test_a_header_line_no_json_reader_takes_is_no_written_header(tmp_path, fault):
+    """A number too long, or nesting too deep, on the first line: a bare ValueError or
+    RecursionError escaped, where any other fault is a header dump_annotations did not write."""
+    path = tmp_path / 'a.json'
+    dump_annotation(_annotation(), path)
+    path.write_text(path.read_text(encoding='utf-8').replace('"version": 1', f'"version": {fault}'),
+                    encoding='utf-8')
+    assert written_header(path) == {}
 
 
 @pytest.mark.parametrize('key', ['media_id', 'media_path'])

@@ -89,6 +89,35 @@ def test_invalid_json_fails_where_json_loads_fails(text, chunk):
                 expected.value.colno))
 
 
+@pytest.mark.parametrize('chunk', CHUNKS)
+@pytest.mark.parametrize('where', ['element', 'member'])
+def test_an_integer_longer_than_python_reads_fails_as_a_json_error_at_its_place(chunk, where):
+    """json raised a bare ValueError ('Exceeds the limit (4300 digits) for integer string
+    conversion'), which named no place and which no caller catching JSONDecodeError named the
+    file of."""
+    number = '-' + '7' * 5000
+    text = (f'{{"a": 1,\n"items": [1,\n  {number}, 2]}}' if where == 'element'
+            else f'{{"a": 1,\n"items": [1],\n  "n": {number}}}')
+    with pytest.raises(json.JSONDecodeError) as error:
+        read_in_chunks(text, chunk)
+    assert ((error.value.pos, error.value.lineno, error.value.colno)
+            == (text.index(number), 3, len('  ') + (1 if where == 'element' else 6)))
+    assert error.value.msg == ('an integer of 5000 digits, more than the 4300 Python reads: '
+                               'write it as a string')
+
+
+@pytest.mark.parametrize('chunk', [5, 1 << 20])
+def test_arrays_nested_deeper_than_json_follows_fail_as_a_json_error_at_the_deepest(chunk):
+    """json raised a bare RecursionError, naming no place."""
+    text = '{"items": [0,\n ' + '[' * 100_000 + ']' * 100_000 + ']}'
+    with pytest.raises(json.JSONDecodeError) as error:
+        read_in_chunks(text, chunk)
+    deepest = text.index('[[') + 100_000 - 1
+    assert (error.value.pos, error.value.lineno, error.value.colno) == (deepest, 2, deepest - 13)
+    assert error.value.msg.startswith('a value nesting arrays and objects 100000 levels deep, '
+                                      "deeper than Python's JSON reader follows")
+
+
 @pytest.mark.parametrize('key', ['items', 'a'])
 def test_a_key_given_twice_is_refused_where_json_loads_keeps_the_last(key):
     with pytest.raises(DuplicateKeyError, match=f"holds the key '{key}' twice"):

@@ -147,3 +147,14 @@ def test_a_metric_ranking_otherwise_than_clip_benchmark_is_not_written():
     with pytest.raises(ValueError, match=r"grouped \(xtd200, xtd200, i2t_mode='grouped'\), "
                                          r"ivf \(xtd200, xtd200, search index 'ivf'\)"):
         clip_benchmark_records(recalls, scored, 'm', 'p')
+
+
+def test_a_json_file_python_cannot_read_beside_the_records_is_not_taken_for_one(tmp_path):
+    """A number too long or arrays nested too deep raised a bare ValueError or RecursionError,
+    which stopped tools/test.py's check of the folder; such a file is no record, and is kept."""
+    record = {'dataset': 'xtd200', 'model': 'm', 'pretrained': 'p', 'task': 'zeroshot_retrieval',
+              'metrics': {'image_retrieval_recall@1': 0.5}, 'language': 'swh_Latn'}
+    [path] = write_clip_benchmark([record], tmp_path)
+    (tmp_path / 'long.json').write_text('{"n": ' + '7' * 5000 + '}', encoding='utf-8')
+    (tmp_path / 'deep.json').write_text('[' * 100_000 + ']' * 100_000, encoding='utf-8')
+    assert clip_benchmark_files(tmp_path) == [path]

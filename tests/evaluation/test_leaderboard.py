@@ -364,6 +364,33 @@ def test_result_round_trip_and_csv(tmp_path):
                                             ['other', '1.5', '0.25', '1.5']]
 
 
+@pytest.mark.parametrize(('text', 'message'), [
+    (b'{"format": "xmr-test-result",\n "metrics": {"mAR": ' + b'9' * 5000 + b'}}',
+     'not a JSON file Python reads: an integer of 5000 digits, more than the 4300 Python reads: '
+     'write it as a string: line 2 column 21 (char 50)'),
+    (b'{"format": "xmr-test-result",\n "extra": ' + b'[' * 100_000 + b']' * 100_000 + b'}',
+     'not a JSON file Python reads: a value nesting arrays and objects 100001 levels deep, '
+     "deeper than Python's JSON reader follows (it stops before the recursion limit, "),
+    (b'{"format": "xmr-test-result",\n "name": "caf\xe9"}',
+     "not UTF-8: invalid bytes b'\\xe9' on line 2, byte 43; save it as UTF-8"),
+    (b'{"format": "xmr-test-result", "version": 1, "name": "run \\ud83d"}',
+     "['name'] holds '\\ud83d' at character 4, half of a UTF-16 surrogate pair, which no "
+     'UTF-8 text can hold: repair that text, or test the checkpoint again (tools/test.py)'),
+], ids=['integer too long', 'nested too deep', 'not UTF-8', 'half an emoji'])
+def test_a_result_python_cannot_read_or_print_is_named_with_the_fault_and_its_place(
+        tmp_path, text, message):
+    """Each escaped naming no file: a bare ValueError ('Exceeds the limit (4300 digits)'), a
+    RecursionError, and a UnicodeEncodeError as tools/test.py --compare printed the table."""
+    path = tmp_path / 'result.json'
+    path.write_bytes(text)
+    with pytest.raises(ValueError) as error:
+        load_result(path)
+    assert str(error.value).startswith(f'{path}: {message}'
+                                       if not message.startswith('[') else f'{path}{message}')
+    if 'nesting' in message:  # the deepest bracket: the document is the first level
+        assert str(error.value).endswith('): line 2 column 100010 (char 100039)')
+
+
 def test_bad_result_files_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match='missing.json'):
         load_result(tmp_path / 'missing.json')

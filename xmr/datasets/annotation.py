@@ -36,6 +36,7 @@ from typing import Any
 from xmr.datasets.json_stream import DuplicateKeyError, read_object
 from xmr.datasets.languages import LanguageCodeError, normalize_language, normalize_languages
 from xmr.fileio import atomic_write_texts
+from xmr.json_files import json_file_problem, loads_json
 
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
@@ -477,32 +478,11 @@ def load_annotation(path: str | os.PathLike,
         try:
             header, records = read_object(
                 file, 'items', lambda values: items(_records_until_error(values, origin, failures)))
-        except UnicodeDecodeError as err:
-            raise AnnotationError(f'{path}: not UTF-8: {_first_invalid_bytes(path)}; save it '
-                                  'as UTF-8') from err
-        except json.JSONDecodeError as err:
-            raise AnnotationError(f'{path}: not a UTF-8 JSON file ({err})') from err
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise AnnotationError(json_file_problem(path, err)) from err
         except DuplicateKeyError as err:
             raise AnnotationError(f'{path}: {err}') from err
         return _annotation(header, records, origin, failures)
-
-
-def _first_invalid_bytes(path: Path) -> str:
-    """Where ``path`` first breaks UTF-8, as ``invalid bytes b'\\xe9' on line 3, byte 41``.
-
-    The decoder reading the file a chunk at a time counts its position from the chunk's start,
-    so the file is read again, a line at a time (UTF-8 puts no newline byte inside a character).
-    """
-    offset = 0
-    with path.open('rb') as file:
-        for number, line in enumerate(file, start=1):
-            try:
-                line.decode('utf-8')
-            except UnicodeDecodeError as err:
-                return (f'invalid bytes {line[err.start:err.end]!r} on line {number}, '
-                        f'byte {offset + err.start}')
-            offset += len(line)
-    return 'it changed as it was read'
 
 
 @contextmanager
@@ -550,7 +530,7 @@ def written_header(path: str | os.PathLike) -> dict[str, Any]:
     try:
         with Path(path).open(encoding='utf-8-sig') as file:
             header, found, _ = file.readline().partition(_ITEMS_OPEN)
-        fields = json.loads(header + '}') if found else {}
+        fields = loads_json(header + '}') if found else {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return {}
     return fields if isinstance(fields, dict) else {}

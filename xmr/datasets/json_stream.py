@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO, TypeVar
 
+from xmr.json_files import raw_json_decoder
+
 __all__ = ['DuplicateKeyError', 'read_object']
 
 _T = TypeVar('_T')
@@ -40,7 +42,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return members
 
 
-_decode = json.JSONDecoder(object_pairs_hook=_unique_keys).raw_decode
+# A number longer than Python converts and arrays nested deeper than json follows fail as
+# JSONDecodeErrors at their place, as syntax does: a bare ValueError or RecursionError named no
+# file, line or column.
+_decode = raw_json_decoder(object_pairs_hook=_unique_keys)
 
 
 def read_object(source: str | TextIO, streamed: str,
@@ -62,8 +67,10 @@ def read_object(source: str | TextIO, streamed: str,
         ``(None, None)`` when the document is valid JSON but no object.
 
     Raises:
-        json.JSONDecodeError: the document is no valid JSON, with the position, line and column
-            in the document at fault, as ``json.loads`` gives them (its ``doc`` is the window).
+        json.JSONDecodeError: the document is no valid JSON, or holds an integer longer than
+            Python converts or arrays and objects nested deeper than ``json`` follows
+            (:func:`~xmr.json_files.raw_json_decoder`), with the position, line and column in the
+            document at fault, as ``json.loads`` gives them (its ``doc`` is the window).
         DuplicateKeyError: a key appears twice in one object, naming the top-level key or
             the element of ``streamed`` that holds it.
     """

@@ -28,6 +28,7 @@ from xmr.datasets.few_shot import is_few_shot_split
 from xmr.datasets.languages import release_code
 from xmr.evaluation.protocols import PROTOCOLS
 from xmr.fileio import atomic_write_texts
+from xmr.json_files import JSONFileError, load_json
 
 __all__ = ['CLIP_BENCHMARK_DATASETS', 'COMPARABLE_PROTOCOLS', 'ScoredDataset',
            'scored_datasets', 'comparable_entries', 'clip_benchmark_records',
@@ -219,8 +220,8 @@ def clip_benchmark_files(folder: str | os.PathLike) -> list[Path]:
     files = []
     for path in sorted(Path(folder).glob('*.json')):
         try:
-            record = json.loads(path.read_text(encoding='utf-8'))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            record = load_json(path)
+        except (OSError, JSONFileError):  # a number too long, too deep: not ours either
             continue
         if isinstance(record, dict) and _RECORD_FIELDS <= record.keys():
             files.append(path)

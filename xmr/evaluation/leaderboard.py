@@ -60,6 +60,7 @@ from typing import Any, NamedTuple
 from xmr.ablations import ablation_suffix
 from xmr.datasets.languages import is_language_alias, normalize_language
 from xmr.fileio import atomic_write_text, atomic_write_texts
+from xmr.json_files import load_json, lone_surrogate
 
 __all__ = [
     'HEADLINES', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult', 'format_table',
@@ -634,22 +635,27 @@ def load_result(path: str | os.PathLike) -> EvaluationResult:
 
     Raises:
         FileNotFoundError: the file does not exist, naming it and the fix.
-        ValueError: naming the file when it is not such a result.
+        ValueError: naming the file when it is not such a result: not UTF-8, no JSON that
+            Python reads (:class:`~xmr.json_files.JSONFileError`, naming the line and column), a
+            text holding half a character (a lone surrogate), or not a result's fields.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f'{path}: no such result file: give a result JSON '
                                 'tools/test.py wrote (<checkpoint>_test.json, or its --out)')
-    try:
-        data = json.loads(path.read_text(encoding='utf-8'))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f'{path}: not a JSON file ({error})') from error
+    data = load_json(path)
     if not isinstance(data, dict) or data.get('format') != RESULT_FORMAT:
         raise ValueError(f"{path}: not an xmr test result (format must be '{RESULT_FORMAT}'; "
                          'write one with tools/test.py)')
     if data.get('version') != RESULT_VERSION:
         raise ValueError(f"{path}: result version {data.get('version')!r} is not supported "
                          f'(this xmr reads version {RESULT_VERSION})')
+    surrogate = lone_surrogate(data, str(path))
+    if surrogate is not None:
+        # Its name or command would stop the table's printing with a UnicodeEncodeError
+        # naming no file.
+        raise ValueError(f'{surrogate}, which no UTF-8 text can hold: repair that text, or '
+                         'test the checkpoint again (tools/test.py)')
     metrics = data.get('metrics')
     if not isinstance(metrics, dict) or not all(_is_number(v) for v in metrics.values()):
         raise ValueError(f'{path}: metrics must map keys to numbers')

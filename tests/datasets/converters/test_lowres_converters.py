@@ -67,6 +67,23 @@ def test_crossmodal3600_errors_name_line_and_key(tmp_path, rows, languages, mess
         convert_crossmodal3600(write_xm3600(tmp_path, rows), None, languages)
 
 
+@pytest.mark.parametrize('value, fault', [
+    ('7' * 5000, 'an integer of 5000 digits, more than the 4300 Python reads: write it as a '
+                 'string: line 1 column 11 (char 10)'),
+    ('[' * 100_000 + ']' * 100_000, 'a value nesting arrays and objects 100001 levels deep'),
+], ids=['integer too long', 'nested too deep'])
+def test_crossmodal3600_a_line_python_cannot_read_is_named_with_its_column(tmp_path, value,
+                                                                           fault):
+    """A bare ValueError ('Exceeds the limit (4300 digits)') or RecursionError escaped,
+    naming neither the file nor the line."""
+    path = write_xm3600(tmp_path)
+    path.write_text(path.read_text(encoding='utf-8') + f'{{"extra": {value}}}\n',
+                    encoding='utf-8')
+    with pytest.raises(ConversionError, match=re.escape(
+            f'captions file {path} line 3 is not a JSON object: {fault}')):
+        convert_crossmodal3600(path, None, ['en'])
+
+
 def test_crossmodal3600_script_checks_images_and_writes_nothing_on_failure(tmp_path, monkeypatch,
                                                                             capsys):
     captions = write_xm3600(tmp_path)

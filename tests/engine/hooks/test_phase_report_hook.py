@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from tests.engine.test_loops import LANGS, PHASES, loader, make_cfg, train
@@ -227,3 +229,20 @@ def test_a_text_to_video_validation_is_reported_by_its_r1_and_their_sum():
     hook = PhaseReportHook()
     hook.columns = [('align end', 4, metrics)]
     assert (hook.metric, hook.mean_key) == ('t2i_R@1', 't2v_R@1_sum')
+
+
+@pytest.mark.parametrize(('text', 'fault'), [
+    ('{', 'Expecting property name enclosed in double quotes: line 1 column 2 (char 1)'),
+    ('[' * 100_000 + ']' * 100_000, 'a value nesting arrays and objects 100000 levels deep'),
+], ids=['cut off', 'nested too deep'])
+def test_a_resume_from_an_earlier_xmr_s_work_dir_names_a_report_python_cannot_read(
+        tmp_path, text, fault):
+    """A bare JSONDecodeError or RecursionError stopped the resume, naming no file."""
+    (tmp_path / 'phase_report.json').write_text(text, encoding='utf-8')
+    runner = SimpleNamespace(_resume=True, work_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=re.escape(
+            f"{tmp_path / 'phase_report.json'}: not a JSON file Python reads: {fault}")) as error:
+        PhaseReportHook().after_load_checkpoint(runner, {'meta': {'iter': 4}})
+    assert str(error.value).endswith('; it holds the columns of the phases before this resume: '
+                                     'repair it, or move it aside to resume without them')
+    assert (tmp_path / 'phase_report.json').read_text(encoding='utf-8') == text

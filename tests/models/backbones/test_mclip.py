@@ -1,4 +1,5 @@
 import copy
+import re
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from tests.models.backbones.mclip_helpers import (
     tokenizer_cfg,
 )
 from xmr.models.adapters import AdapterContext
+from xmr.models.backbones.mclip import MultilingualCLIPBackbone
 from xmr.registry import MODELS
 
 pytestmark = needs_tokenizer
@@ -330,3 +332,14 @@ def test_the_image_towers_record_and_offline_errors_name_its_own_keys(tmp_path, 
             r'\(--cfg-options model\.backbone\.image_pretrained=FILE '
             r'model\.backbone\.image_pretrained_cfg=openai;')):
         MODELS.build(tiny_mclip_cfg(**vit_l14, image_pretrained='openai'))
+
+
+def test_a_text_encoder_config_json_python_cannot_read_is_named_with_the_fault(tmp_path):
+    """A bare JSONDecodeError named no file (a RecursionError for arrays nested too deep)."""
+    config = tmp_path / 'config.json'
+    config.write_text('{"hidden_size": 32,\n "layers": ' + '[' * 100_000 + ']' * 100_000 + '}',
+                      encoding='utf-8')
+    with pytest.raises(ValueError, match=re.escape(
+            f'{config}: not a JSON file Python reads: a value nesting arrays and objects 100001 '
+            'levels deep')):
+        MultilingualCLIPBackbone.text_tower_shape(dict(text_encoder=str(config)))

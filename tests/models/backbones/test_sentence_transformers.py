@@ -104,7 +104,13 @@ def _edit(path, **changes):
     (lambda folder: (folder / 'modules.json').unlink(), r'modules.json not found'),
     (lambda folder: _edit(folder / 'config.json', model_type='distilbert'),
      r"config.json: model_type='distilbert'"),
-], ids=['max', 'two-modes', 'width', 'dense', 'no-modules', 'distilbert'])
+    # A bare JSONDecodeError named no file.
+    (lambda folder: (folder / 'modules.json').write_text('[{"idx": 0,'),
+     r'modules.json: not a JSON file Python reads: Expecting property name enclosed in double '
+     r'quotes: line 1 column 12 \(char 11\)$'),
+    (lambda folder: (folder / 'config.json').write_bytes(b'{"model_type": "b\xe9rt"}'),
+     r"config.json: not UTF-8: invalid bytes b'\\xe9' on line 1, byte 17; save it as UTF-8$"),
+], ids=['max', 'two-modes', 'width', 'dense', 'no-modules', 'distilbert', 'cut-off', 'latin-1'])
 def test_a_folder_xmr_cannot_run_as_trained_is_refused_naming_file_and_field(
         tmp_path, edit, message):
     folder = tiny_sentence_encoder(tmp_path / 'teacher')

@@ -32,6 +32,7 @@ from xmr.datasets.converters.raw_files import (
     read_lines,
     refuse_repeats,
 )
+from xmr.json_files import loads_json
 from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['XM3600_LANGUAGES', 'convert_crossmodal3600', 'main']
@@ -72,7 +73,9 @@ def convert_crossmodal3600(captions_file: str | os.PathLike,
 
 def _record(line: str, where: str, languages: Sequence[str]) -> MediaRecord:
     try:
-        data: Any = json.loads(line)
+        # loads_json: a number too long or arrays nested too deep are JSONDecodeErrors too,
+        # at their column, not a bare ValueError or RecursionError naming no line.
+        data: Any = loads_json(line)
     except json.JSONDecodeError as err:
         raise ConversionError(f'{where} is not a JSON object: {err}') from err
     if not isinstance(data, dict) or not isinstance(data.get('image/key'), str):

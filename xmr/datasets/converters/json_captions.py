@@ -8,14 +8,13 @@ ends.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import require_file
+from xmr.json_files import JSONFileError, load_json, lone_surrogate
 
 __all__ = ['clean_caption', 'integer_id', 'read_json']
 
@@ -25,7 +24,8 @@ _LINE_BREAKS = re.compile(r'\s*[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]+\s*')
 
 
 def clean_caption(text: Any, where: str) -> str:
-    """Fold line breaks into a space and strip; stop on a non-string or empty caption.
+    """Fold line breaks into a space and strip; stop on a non-string or empty caption, or one
+    holding half a character (a lone UTF-16 surrogate), which no UTF-8 file can hold.
 
     Args:
         text: the raw field value.
@@ -33,6 +33,13 @@ def clean_caption(text: Any, where: str) -> str:
     """
     if not isinstance(text, str):
         raise ConversionError(f'{where}: caption must be a string, got {text!r}')
+    surrogate = lone_surrogate(text, f'{where}: the caption')
+    if surrogate is not None:
+        # Refused here, naming the release's record: the annotation refuses it only as it is
+        # written, naming the output's item and telling to repair a text it does not hold.
+        raise ConversionError(f'{surrogate} (a JSON escape such as \\ud83d without its other '
+                              'half: an emoji cut in two): repair the release file, or report it '
+                              'to its authors')
     cleaned = _LINE_BREAKS.sub(' ', text).strip()
     if not cleaned:
         raise ConversionError(f'{where}: caption is empty')
@@ -54,11 +61,17 @@ def integer_id(value: Any, where: str, key: str) -> int:
 
 
 def read_json(path: str | os.PathLike, what: str) -> Any:
-    """Parse a JSON file, naming it (and its role) when it is missing or malformed."""
+    """Parse a JSON file, naming it (and its role) when it is missing or malformed.
+
+    A byte order mark is dropped, as :func:`read_lines` drops it from caption files.
+
+    Raises:
+        ConversionError: the file is missing, not UTF-8, or no JSON that Python reads (an
+            integer too long, arrays nested too deep among them), naming its role, the file,
+            the fault and its line and column (:func:`~xmr.json_files.load_json`).
+    """
     path = require_file(path, what)
     try:
-        # utf-8-sig: a byte order mark is dropped, as read_lines drops it from caption files.
-        with Path(path).open(encoding='utf-8-sig') as handle:
-            return json.load(handle)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ConversionError(f'{what} {path} is not a UTF-8 JSON file: {err}') from err
+        return load_json(path)
+    except JSONFileError as err:
+        raise ConversionError(f'{what} {err}') from err

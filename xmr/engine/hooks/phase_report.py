@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
@@ -11,6 +12,7 @@ from mmengine.logging import print_log
 
 from xmr.evaluation.leaderboard import format_table, leaderboard_columns, plain_metrics
 from xmr.fileio import atomic_write_text
+from xmr.json_files import JSONFileError, load_json
 from xmr.registry import HOOKS
 from xmr.utils.cli import did_you_mean
 
@@ -74,7 +76,7 @@ class PhaseReportHook(Hook):
             saved = Path(runner.work_dir) / 'phase_report.json'
             if not saved.is_file():
                 return
-            records = json.loads(saved.read_text(encoding='utf-8'))
+            records = _saved_records(saved)
         resumed_at = checkpoint['meta']['iter']
         self.columns = [(c['column'], c['iter'], c['metrics']) for c in records
                         if c['iter'] <= resumed_at]
@@ -149,3 +151,17 @@ def warn_if_unreported(metric: str, metrics: dict) -> None:
               f'{did_you_mean(metric, reported)}, so its table lists no language; set '
               "custom_hooks' PhaseReportHook(metric=...) to one it reports: "
               f"{', '.join(reported) or 'none'}", logger='current', level=logging.WARNING)
+
+
+def _saved_records(path: Path) -> Any:
+    """The columns an earlier xmr's run saved in its work dir's report ``path``.
+
+    Raises:
+        ValueError: the file is not UTF-8 or no JSON that Python reads, naming it, the fault
+            and its place; it is left as it is (the resumed run would write over it).
+    """
+    try:
+        return load_json(path)
+    except JSONFileError as error:
+        raise ValueError(f'{error}; it holds the columns of the phases before this resume: '
+                         'repair it, or move it aside to resume without them') from error

@@ -14,7 +14,6 @@ that nothing is downloaded. The image tower is any open_clip vision tower.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from xmr.json_files import load_json
 from xmr.models.backbones.base import (
     TokenOutput,
     TowerShape,
@@ -124,7 +124,8 @@ def _xlmr_config(text_encoder: dict | str):
         return XLMRobertaConfig(**text_encoder)
     path = Path(text_encoder)
     if path.is_file():
-        return XLMRobertaConfig(**json.loads(path.read_text(encoding='utf-8')))
+        # load_json: a broken file is named with its fault and place.
+        return XLMRobertaConfig(**load_json(path))
     return XLMRobertaConfig.from_pretrained(text_encoder)
 
 

@@ -5,10 +5,11 @@ teacher built on the folder embeds as the model was trained (docs/custom_modules
 text-only backbone: your own teacher")."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from xmr.json_files import load_json
 
 __all__ = ['SentenceTransformerPipeline', 'read_sentence_transformer']
 
@@ -54,12 +55,19 @@ class SentenceTransformerPipeline:
 
 
 def _json(path: Path) -> Any:
+    """A JSON file of the folder.
+
+    Raises:
+        FileNotFoundError: there is none, naming it and what the folder holds.
+        JSONFileError: it is not UTF-8 or no JSON that Python reads, naming it, the fault and
+            its line and column (:func:`~xmr.json_files.load_json`).
+    """
     if not path.is_file():
         raise FileNotFoundError(f'{path} not found: a sentence-transformers folder (saved by '
                                 'SentenceTransformer.save) holds its transformer\'s '
                                 'config.json, its modules in modules.json and its pooling in '
                                 '<Pooling path>/config.json')
-    return json.loads(path.read_text(encoding='utf-8'))
+    return load_json(path)
 
 
 def _pooling(path: Path, width: int) -> str:
@@ -86,7 +94,9 @@ def read_sentence_transformer(folder: str | Path) -> SentenceTransformerPipeline
 
     Raises:
         FileNotFoundError: ``modules.json`` or the pooling's ``config.json`` is missing.
-        ValueError: a module, pooling mode or ``model_type`` xmr does not run.
+        ValueError: a module, pooling mode or ``model_type`` xmr does not run, or a file
+            that is not UTF-8 or no JSON Python reads (:class:`~xmr.json_files.JSONFileError`,
+            naming the file, the fault and its place).
     """
     folder = Path(folder)
     transformer = _json(folder / 'config.json')

@@ -1,0 +1,58 @@
+"""JSON files read with every fault named: the file, the fault, its line and column."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from xmr.json_files import JSONFileError, load_json, loads_json, lone_surrogate
+
+
+@pytest.mark.parametrize('text', ['{"a": [1, -2, 3.5e3, "9999", {"b": null}], "c": true}',
+                                  ' [ "[[[", "\\"]", 12 ] ', '"x"', '0'])
+def test_json_text_reads_as_json_loads_reads_it(text):
+    assert loads_json(text) == json.loads(text)
+
+
+@pytest.mark.parametrize(('text', 'message', 'position'), [
+    ('{"id": "' + '9' * 5000 + '",\n "n": -' + '7' * 4301 + '}',
+     'an integer of 4301 digits, more than the 4300 Python reads: write it as a string',
+     8 + 5000 + 3 + 6),
+    ('{"s": "[[[", "a": [' + '[' * 3000 + ']' * 3000 + ']}',
+     "a value nesting arrays and objects 3002 levels deep, deeper than Python's JSON reader "
+     f'follows (it stops before the recursion limit, {sys.getrecursionlimit()})',
+     len('{"s": "[[[", "a": [') + 2999),
+], ids=['integer too long (a string of digits is text)', 'nested too deep (a bracket in a '
+        'string is text)'])
+def test_what_json_raises_without_a_place_is_a_json_error_at_the_fault(text, message, position):
+    """A bare ValueError ('Exceeds the limit (4300 digits) for integer string conversion') or
+    RecursionError named no place, and no caller catching JSONDecodeError named the file."""
+    with pytest.raises(json.JSONDecodeError) as error:
+        loads_json(text)
+    assert (error.value.msg, error.value.pos) == (message, position)
+
+
+def test_a_json_file_is_read_without_its_byte_order_mark_and_its_faults_name_it(tmp_path):
+    path = tmp_path / 'a.json'
+    path.write_bytes(b'\xef\xbb\xbf{"a": 1}')
+    assert load_json(path) == {'a': 1}
+    path.write_bytes(b'{"a":\n 1,}')
+    with pytest.raises(JSONFileError, match=re.escape(
+            f'{path}: not a JSON file Python reads: Expecting property name enclosed in double '
+            'quotes: line 2 column 4 (char 9)')):
+        load_json(path)
+    path.write_bytes(b'{"a":\n "caf\xe9"}')
+    with pytest.raises(JSONFileError, match=re.escape(
+            f"{path}: not UTF-8: invalid bytes b'\\xe9' on line 2, byte 11; save it as UTF-8")):
+        load_json(path)
+
+
+def test_a_lone_surrogate_is_named_by_its_place_in_the_document():
+    assert lone_surrogate({'a': ['ok', 'caf\u00e9 \U0001f600'], 'b': 1}, 'r.json') is None
+    assert lone_surrogate({'a': ['ok', 'x \ud83d']}, 'r.json') == (
+        "r.json['a'][1] holds '\\ud83d' at character 2, half of a UTF-16 surrogate pair")
+    assert lone_surrogate({'k\udce9': 1}, 'r.json') == (
+        "r.json: the key 'k\\udce9' holds '\\udce9' at character 1, half of a UTF-16 surrogate "
+        'pair')
