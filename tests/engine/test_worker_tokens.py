@@ -50,6 +50,29 @@ def test_workers_tokenise_and_the_preprocessor_takes_their_tokens(tiny_retriever
         assert_same_inputs(mine, theirs)
 
 
+def test_spawned_workers_tokenise_with_a_hugging_face_tokenizer_as_the_main_process(
+        tiny_retriever, shared_data):
+    """Under spawn (macOS's start method; forkserver, Python 3.14's on Linux, pickles alike)
+    the preprocessor goes to each worker by pickle: an HFTokenizer held a function defined
+    inside its loader, which pickle refuses, and no loader of a run could start."""
+    from xmr.models.language.tokenizers import HFTokenizer
+
+    preprocessor = tiny_retriever.data_preprocessor
+    preprocessor.target_tokenizer = HFTokenizer(
+        tokenizer_file=str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json'))
+    items = text_items()
+    workers = DataLoader(items, batch_size=4, num_workers=1, collate_fn=retrieval_collate,
+                         multiprocessing_context='spawn')
+    assert tokenize_in_workers(workers, tiny_retriever)
+    batches = list(workers)
+    preprocessor.tokenize = lambda data: (_ for _ in ()).throw(AssertionError('main process'))
+    got = [preprocessor(batch) for batch in batches]
+    del preprocessor.tokenize
+    expected = [preprocessor(retrieval_collate(items[i:i + 4])) for i in (0, 4)]
+    for mine, theirs in zip(got, expected, strict=True):
+        assert_same_inputs(mine, theirs)
+
+
 def test_loaders_without_workers_or_models_without_tokenisation_stay_as_they_are(
         tiny_retriever):
     alone = DataLoader(text_items(), batch_size=4, num_workers=0, collate_fn=retrieval_collate)

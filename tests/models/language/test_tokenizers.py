@@ -1,5 +1,6 @@
 import json
 import logging
+import pickle
 
 import pytest
 import sentencepiece
@@ -312,26 +313,51 @@ def test_a_folder_naming_no_pad_token_guesses_as_its_lone_file_does_and_says_so(
     assert (from_file.pad_id, from_file.pad_id_guessed) == (1, True)
 
 
+def sentencepiece_only_folder(folder) -> bytes:
+    """google/mt5-base's layout in ``folder``: a SentencePiece ``spiece.model`` (T5's ids), no
+    tokenizer.json; returns the model's bytes."""
+    import io
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS * 20), model_writer=model, vocab_size=48, pad_id=0,
+        eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+    (folder / 'spiece.model').write_bytes(model.getvalue())
+    (folder / 'tokenizer_config.json').write_text(json.dumps(
+        {'tokenizer_class': 'T5Tokenizer', 'eos_token': '</s>', 'unk_token': '<unk>',
+         'pad_token': '<pad>', 'extra_ids': 0}))
+    return model.getvalue()
+
+
 def test_a_folder_holding_only_a_sentencepiece_model_reads_as_its_tokenizer_class_says(
         tmp_path, monkeypatch):
     """google/mt5-base's layout (spiece.model, no tokenizer.json): transformers 5 converts it
     with protobuf, which xmr did not install, and then failed naming tiktoken."""
-    import io
-
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')
-    model = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS * 20), model_writer=model, vocab_size=48, pad_id=0,
-        eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)  # T5's ids
-    (tmp_path / 'spiece.model').write_bytes(model.getvalue())
-    (tmp_path / 'tokenizer_config.json').write_text(json.dumps(
-        {'tokenizer_class': 'T5Tokenizer', 'eos_token': '</s>', 'unk_token': '<unk>',
-         'pad_token': '<pad>', 'extra_ids': 0}))
-    pieces = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    pieces = sentencepiece.SentencePieceProcessor(model_proto=sentencepiece_only_folder(tmp_path))
     tokenizer = HFTokenizer(name_or_path=str(tmp_path))
     ids = tokenizer([CORPUS[0]])['input_ids'][0]
     assert ids[:len(pieces.encode(CORPUS[0])) + 1].tolist() == pieces.encode(CORPUS[0]) + [1]
     assert tokenizer.pad_id == 0
+
+
+def test_every_hugging_face_tokenizer_pickles_with_its_ids(shared_data, nllb_folder, tmp_path,
+                                                          monkeypatch):
+    """A spawned or forkserver dataloader worker (macOS's start method, Python 3.14's on
+    Linux) gets the run's tokenizers by pickle; an HFTokenizer held a function defined inside
+    its loader, which pickle refuses, on every route."""
+    from xmr.models.language.cclm_tokenizer import CCLMTokenizer
+
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    xlmr = str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json')
+    sentencepiece_only_folder(tmp_path)
+    captions = ['Ein Hund rennt. ', 'a red circle\n']
+    for tokenizer in (HFTokenizer(tokenizer_file=xlmr), HFTokenizer(name_or_path=str(tmp_path)),
+                      HFTokenizer(name_or_path=str(nllb_folder)),
+                      NLLBTokenizer(name_or_path=str(nllb_folder)),
+                      CCLMTokenizer(tokenizer_file=xlmr)):
+        copy = pickle.loads(pickle.dumps(tokenizer))
+        assert torch.equal(copy(captions)['input_ids'], tokenizer(captions)['input_ids'])
 
 
 def test_hf_tokenizer_needs_exactly_one_source(tmp_path):

@@ -504,9 +504,7 @@ def _load_file(path: Path) -> _Loaded:
     config = (json.loads(config_path.read_text(encoding='utf-8')) if config_path.is_file()
               else {})
 
-    def encode(text: str, specials: bool) -> list[int]:
-        return read.backend.encode(text, add_special_tokens=specials).ids
-
+    encode = functools.partial(_backend_encode, read.backend)
     _check_bos_eos_flags(config, config_path, path, encode, read.vocab)
     # Hugging Face truncates as the snapshot's config says, else as the file's settings do.
     truncation_side = config.get('truncation_side') or read.truncation_side or 'right'
@@ -515,6 +513,18 @@ def _load_file(path: Path) -> _Loaded:
                    _file_pad_id(config, read.padding, read.vocab), read.vocab, sep_id,
                    read.unk_id, read.backend, truncation_side,
                    _left_padded_by(config, config_path))
+
+
+# Functions of the module, bound with functools.partial: a tokenizer goes to spawned dataloader
+# workers by pickle (TokenizingCollate), which takes no function defined in another.
+def _backend_encode(backend: Any, text: str, specials: bool) -> list[int]:
+    """The ids a ``tokenizers.Tokenizer`` gives ``text``, with its specials or without."""
+    return backend.encode(text, add_special_tokens=specials).ids
+
+
+def _transformers_encode(hf: Any, text: str, specials: bool) -> list[int]:
+    """The ids a transformers tokenizer gives ``text``, with its specials or without."""
+    return hf(text, add_special_tokens=specials, verbose=False)['input_ids']
 
 
 def _load_hub(name_or_path: str) -> _Loaded:
@@ -537,12 +547,9 @@ def _load_hub(name_or_path: str) -> _Loaded:
     # dropping a caption's trailing space, newline or U+200F that the file writes as a '▁').
     file_backend = (None if tokenizer_json is None
                     else _open_tokenizer_file(tokenizer_json).backend)
-
-    def encode(text: str, specials: bool) -> list[int]:
-        if file_backend is None:  # no tokenizer.json (a SentencePiece model): as its class reads
-            return hf(text, add_special_tokens=specials, verbose=False)['input_ids']
-        return file_backend.encode(text, add_special_tokens=specials).ids
-
+    # No tokenizer.json (a SentencePiece model alone): as its class reads it.
+    encode = (functools.partial(_transformers_encode, hf) if file_backend is None
+              else functools.partial(_backend_encode, file_backend))
     config_path = _hub_file(name_or_path, 'tokenizer_config.json')
     config = ({} if config_path is None
               else json.loads(config_path.read_text(encoding='utf-8')))
