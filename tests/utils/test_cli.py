@@ -251,6 +251,24 @@ def test_an_error_a_dataloader_worker_raised_prints_as_without_workers(capsys, e
     assert _fails_with(main, [], capsys) == _fails_with(_raise(error), [], capsys)
 
 
+def test_xmrs_errors_built_from_parts_pickle_as_they_were_raised():
+    """An error raised in a spawned dataloader worker or another process comes back pickled:
+    rebuilt from its message alone, MediaReadError, NoMediaReadError and UserError failed
+    (``missing 1 required positional argument: 'reason'``), hiding the error raised."""
+    import pickle
+
+    from xmr.apis.inference import NoMediaReadError
+    from xmr.datasets.corrupt_policy import SkippedMedia
+
+    for error in (MediaReadError('x.jpg', 'truncated JPEG'),
+                  MediaReadError('x.jpg', 'truncated JPEG', 'give another'),
+                  NoMediaReadError([SkippedMedia(3, 'y.png', 'empty file')]),
+                  UserError('cfg.py', 'no model', 'add one'), UserError('cfg.py', 'no model')):
+        copy = pickle.loads(pickle.dumps(error))
+        assert (type(copy), str(copy), copy.__dict__) == (type(error), str(error),
+                                                          error.__dict__)
+
+
 def test_a_failure_is_written_to_the_log_file_of_the_run_it_stopped(tmp_path, capsys):
     """A run's log ended at its last iteration: why it stopped went to stderr alone."""
     from mmengine.logging import MMLogger

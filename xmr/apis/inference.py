@@ -572,6 +572,9 @@ class NoMediaReadError(MediaReadError):
         super().__init__(first.media_path, f'none of the {len(self.skipped)} media can be '
                          f'read, this one: {first.reason}', 'give media that can be read')
 
+    def __reduce__(self) -> tuple:
+        return type(self), (self.skipped,)
+
 
 def _some_read(embeddings: Tensor | None, skipped: Sequence[SkippedMedia]) -> Tensor:
     """``embeddings``, unless no media could be read."""

@@ -50,7 +50,13 @@ class MediaReadError(RuntimeError):
                             'it out') -> None:
         self.path = str(path)
         self.reason = reason
+        self.fix = fix
         super().__init__(f'{self.path}: {reason}: {fix}')
+
+    def __reduce__(self) -> tuple:
+        # Pickled as built (a spawned dataloader worker's error, a multiprocessing result):
+        # the default rebuilds it from its message alone.
+        return type(self), (self.path, self.reason, self.fix)
 
 
 def check_decode_threads(value: Any, name: str) -> int:

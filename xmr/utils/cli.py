@@ -155,6 +155,11 @@ class UserError(Exception):
         self.where, self.problem, self.fix = str(where), problem, fix
         super().__init__(': '.join(part for part in (self.where, problem, fix) if part))
 
+    def __reduce__(self) -> tuple:
+        # Pickled as built (an error raised in a spawned worker or another process): the
+        # default rebuilds it from its message alone.
+        return type(self), (self.where, self.problem, self.fix)
+
 
 def given_file(path: str | os.PathLike, key: str, fix: str, folder_ok: bool = False) -> None:
     """Refuse a file the user named (a flag, a config key, an argument) that is missing, a
