@@ -10,6 +10,7 @@ packed, never the text or the tree.
 """
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import json
@@ -105,7 +106,7 @@ def read_object(source: str | TextIO, streamed: str,
             window.position += 1
             window.step(_end)
             return fields, consumed
-        window.step(_comma)
+        window.step(_member_comma)
 
 
 class _Window:
@@ -180,7 +181,7 @@ def _elements(window: _Window, name: str) -> Iterator[Any]:
         if window.step(_next_char) == ']':
             window.position += 1
             return
-        window.step(_comma)
+        window.step(_element_comma)
 
 
 def _skip(text: str, position: int) -> int:
@@ -221,9 +222,37 @@ def _key(text: str, position: int) -> tuple[str, int]:
     return key, _skip(text, position + 1)
 
 
-def _comma(text: str, position: int) -> tuple[None, int]:
+def _comma(text: str, position: int, closing: str) -> tuple[None, int]:
+    """The ``,`` at ``position`` and the position past the whitespace after it, where the next
+    member or element stands: a comma before ``closing`` fails as this Python's ``json`` fails
+    on it (:func:`_trailing_comma`)."""
     _expect(text, position, ',', _COMMA)
-    return None, _skip(text, position + 1)
+    after = _skip(text, position + 1)
+    if text.startswith(closing, after):
+        message, at_comma = _trailing_comma(closing)
+        raise json.JSONDecodeError(message, text, position if at_comma else after)
+    return None, after
+
+
+def _member_comma(text: str, position: int) -> tuple[None, int]:
+    return _comma(text, position, '}')
+
+
+def _element_comma(text: str, position: int) -> tuple[None, int]:
+    return _comma(text, position, ']')
+
+
+@functools.cache
+def _trailing_comma(closing: str) -> tuple[str, bool]:
+    """How this Python's ``json`` fails on a comma before ``closing``: its message, and whether
+    it places it at the comma. Python 3.13 says 'Illegal trailing comma before end of object' at
+    the comma, earlier ones what they expected after it ('Expecting value') at ``closing``."""
+    text = '{"a": 1, }' if closing == '}' else '[1, ]'
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        return error.msg, error.pos == text.index(',')
+    raise AssertionError(f'json read {text!r}')
 
 
 def _value_then_end(text: str, position: int) -> tuple[None, int]:
