@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import pytest
 
@@ -22,7 +21,7 @@ def test_json_text_reads_as_json_loads_reads_it(text):
      8 + 5000 + 3 + 6),
     ('{"s": "[[[", "a": [' + '[' * 100_000 + ']' * 100_000 + ']}',
      "a value nesting arrays and objects 100002 levels deep, deeper than Python's JSON reader "
-     f'follows (it stops before the recursion limit, {sys.getrecursionlimit()})',
+     'follows',
      len('{"s": "[[[", "a": [') + 99_999),
 ], ids=['integer too long (a string of digits is text)', 'nested too deep (a bracket in a '
         'string is text)'])

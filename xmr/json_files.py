@@ -73,8 +73,7 @@ def _placed(error: _LongInteger | RecursionError, text: str,
             if depth <= 0:
                 break  # the value that failed ends here
     return json.JSONDecodeError(f'a value nesting arrays and objects {deepest} levels deep, '
-                                "deeper than Python's JSON reader follows (it stops before the "
-                                f'recursion limit, {sys.getrecursionlimit()})', text, position)
+                                "deeper than Python's JSON reader follows", text, position)
 
 
 def raw_json_decoder(**options: Any) -> Callable[[str, int], tuple[Any, int]]:

@@ -467,8 +467,8 @@ def test_arrays_nested_deeper_than_json_follows_are_refused_naming_the_deepest_p
         line, deepest, column = 1, 100_000, len('{"nested": ') + 100_000
     with pytest.raises(AnnotationError, match=re.escape(
             f'{path}: not a JSON file Python reads: a value nesting arrays and objects {deepest} '
-            "levels deep, deeper than Python's JSON reader follows (it stops before the "
-            'recursion limit, ') + r'\d+\): ' + re.escape(f'line {line} column {column} ')):
+            "levels deep, deeper than Python's JSON reader follows: "
+            f'line {line} column {column} ')):
         load_annotation(path)
 
 

@@ -41,7 +41,7 @@ def test_anything_else_is_refused_naming_the_record_key_and_value(value):
      'column 31 (char 30)'),
     (b'{"annotations": ' + b'[' * 100_000 + b']' * 100_000 + b'}',
      "a value nesting arrays and objects 100001 levels deep, deeper than Python's JSON reader "
-     'follows (it stops before the recursion limit, '),
+     'follows: line 1 column '),
 ], ids=['integer too long', 'nested too deep'])
 def test_a_json_file_python_cannot_read_is_named_with_its_role_the_fault_and_its_place(
         tmp_path, text, fault):
