@@ -747,6 +747,24 @@ def test_a_hash_array_shorter_than_the_meta_states_is_corrupt(tiny_retriever, tm
         CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
 
 
+@pytest.mark.parametrize('kind,row', [('media', 3), ('media', -2), ('source', -1)])
+def test_an_item_row_outside_its_feature_array_is_corrupt(tiny_retriever, tmp_path, kind, row):
+    """pair_items' 6 items read 3 distinct rows of each kind: row 3 would fail in a DataLoader
+    worker with numpy's IndexError naming no file, and a negative row would read another row's
+    features (-1 only marks unreadable media)."""
+    dataset = ListDataset(pair_items())
+    CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    rows_file = tmp_path / 'cache' / f'item_{kind}.npy'
+    rows = np.load(rows_file)
+    assert rows.max() == 2 and rows.min() == 0
+    rows[4] = row
+    np.save(rows_file, rows)
+    with pytest.raises(CorruptFeatureCacheError,
+                       match=f'{rows_file}: item 4 reads row {row} of {kind}.npy, which has 3 '
+                             r'rows \(1 such items\); delete'):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+
+
 @pytest.mark.parametrize('meta', ['[]', '{"counts": {"items": 6}}', '{"key": {}}'])
 def test_a_meta_file_without_key_and_counts_is_corrupt(tmp_path, meta):
     (tmp_path / 'meta.json').write_text(meta)

@@ -121,11 +121,12 @@ class FeatureCache:
         return json.loads(file.read_text()) if file.is_file() else []
 
     def verify(self) -> None:
-        """Open every array and check its length against the meta, naming a file that fails.
+        """Open every array and check its length against the meta, and each item's row against
+        its feature array's, naming a file that fails.
 
         Raises:
-            CorruptFeatureCacheError: a file missing, unreadable (truncated) or of the wrong
-                length.
+            CorruptFeatureCacheError: a file missing, unreadable (truncated), of the wrong
+                length, or an item's row outside its feature array.
         """
         counts = self.meta['counts']
         expected = {kind: counts[kind] for kind in self.kinds}
@@ -142,6 +143,21 @@ class FeatureCache:
                 raise CorruptFeatureCacheError(
                     f'{file}: {length} rows where meta.json states {rows}; delete {self.path} '
                     'to rebuild it')
+        for kind in self.kinds:
+            self._verify_item_rows(kind, counts[kind])
+
+    def _verify_item_rows(self, kind: str, rows: int) -> None:
+        """Refuse an item row of ``kind`` outside ``[0, rows)`` (``-1`` too for media: not
+        readable), which a read would index past the feature array with, or wrap round to
+        another row."""
+        item_rows, lowest = self.array(f'item_{kind}'), -1 if kind == 'media' else 0
+        outside = np.flatnonzero((item_rows < lowest) | (item_rows >= rows))
+        if outside.size:
+            item = int(outside[0])
+            raise CorruptFeatureCacheError(
+                f'{self.path / f"item_{kind}.npy"}: item {item} reads row '
+                f'{int(item_rows[item])} of {kind}.npy, which has {rows} rows '
+                f'({outside.size} such items); delete {self.path} to rebuild it')
 
     def array(self, name: str) -> np.ndarray:
         """A memory-mapped array of the cache, opened once per process (DataLoader workers)."""
