@@ -77,6 +77,27 @@ def test_a_moved_or_copied_work_dir_resumes_from_its_own_checkpoint(tmp_path):
     assert resumed(moved, 'auto') == (True, str(moved / 'iter_9.pth'))
 
 
+def test_a_copied_work_dir_missing_the_checkpoint_its_pointer_names_is_refused(tmp_path):
+    """A fork of a finished run at an earlier checkpoint: the copy's iter_50.pth removed, its
+    pointer still naming the original's. Resuming took the original's file, outside the copy,
+    and the copy trained nothing."""
+    original, fork = tmp_path / 'original', tmp_path / 'fork'
+    for folder in (original, fork):
+        folder.mkdir()
+        save_checkpoint(folder / 'iter_45.pth')
+    save_checkpoint(original / 'iter_50.pth')
+    (fork / 'last_checkpoint').write_text(str(original / 'iter_50.pth'))
+    for resume in ((), ('auto',)):
+        with pytest.raises(FileNotFoundError, match=(
+                f"names '{original / 'iter_50.pth'}', which is not in this work dir .*no "
+                f'iter_50.pth of its own; resume from a checkpoint by path: --resume '
+                f'{fork / "iter_45.pth"} \\(its newest\\) or --resume {original / "iter_50.pth"}')):
+            resumed(fork, *resume)
+    # Checkpoints saved to another folder (the hook's out_dir): the work dir holds none.
+    (fork / 'iter_45.pth').unlink()
+    assert resumed(fork) == (True, str(original / 'iter_50.pth'))
+
+
 def test_a_new_run_refuses_a_work_dir_with_an_earlier_runs_checkpoints(tmp_path):
     (tmp_path / 'iter_16.pth').write_bytes(b'weights')
     (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_16.pth'))

@@ -62,8 +62,15 @@ def newest_periodic_checkpoint(work_dir: str | os.PathLike) -> str | None:
 def latest_checkpoint(work_dir: str | os.PathLike) -> str | None:
     """The checkpoint that ``<work_dir>/last_checkpoint`` names, or ``None`` when there is none.
 
+    The work dir's own file of that name is taken first (:func:`own_file`). A file elsewhere
+    is taken only when the work dir holds no periodic checkpoint of its own: checkpoints saved
+    to another folder (the checkpoint hook's ``out_dir``). One that does is a copy of another
+    run's work dir, whose pointer still names the original's checkpoint.
+
     Raises:
-        FileNotFoundError: ``last_checkpoint`` names a file that does not exist.
+        FileNotFoundError: ``last_checkpoint`` names a file that does not exist, or one outside
+            a work dir that holds periodic checkpoints of its own but not that one (both
+            named).
     """
     pointer = osp.join(str(work_dir), 'last_checkpoint')
     if not osp.isfile(pointer):
@@ -76,6 +83,13 @@ def latest_checkpoint(work_dir: str | os.PathLike) -> str | None:
     if not osp.isfile(checkpoint):
         raise FileNotFoundError(f'{pointer}: names {checkpoint!r}, which does not exist; resume '
                                 'from a checkpoint by path: --resume PATH')
+    newest = newest_periodic_checkpoint(work_dir)
+    if newest is not None:
+        raise FileNotFoundError(
+            f'{pointer}: names {checkpoint!r}, which is not in this work dir (a copy of '
+            f"another run's?), and the work dir holds no {osp.basename(checkpoint)} of its "
+            f'own; resume from a checkpoint by path: --resume {newest} (its newest) or '
+            f'--resume {checkpoint}')
     return checkpoint
 
 
