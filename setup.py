@@ -20,7 +20,7 @@ setup(
     packages=find_packages(include=['xmr', 'xmr.*']),
     # The repository's configs and tools, for `xmr::` bases and the `xmr` command (links in a
     # checkout, copied into a wheel).
-    package_data={'xmr': ['.mim/configs/**/*.py', '.mim/tools/**/*.py']},
+    package_data={'xmr': ['.mim/configs/**/*.py', '.mim/tools/**/*.py', '.mim/tools/*.sh']},
     entry_points={'console_scripts': ['xmr = xmr.console:main']},
     python_requires='>=3.11',
     install_requires=[

@@ -33,6 +33,7 @@ from unittest import mock
 import pytest
 from mmengine.registry import Registry
 
+from xmr.console import LAUNCHERS
 from xmr.utils.cli import DEBUG_FLAG
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +90,8 @@ def test_files_named_by_fenced_commands_exist(page):
 # Flags: every `--flag` a documented command passes is one its tool's parser accepts.
 
 # A tool the docs run: `python tools/X.py`, `python -m xmr SUB`, `xmr SUB`, `xmr data X`, or a
-# launcher that hands its trailing options to tools/train.py or tools/test.py.
+# launcher (`tools/dist_train.sh`, `xmr dist_train`) that hands its trailing options to
+# tools/train.py or tools/test.py.
 INVOCATION = re.compile(r'(?:python3? -m (?P<module>[\w.]+)'
                         r'|(?:python3? )?(?P<script>tools/[\w/]+\.py)'
                         r'|(?:bash )?tools/(?P<launcher>(?:dist|slurm)_(?:train|test)\.sh)'
@@ -136,6 +138,8 @@ def tool_call(command: str) -> tuple[str, list[str]] | None:
     if match['module'] not in (None, 'xmr'):
         path = match['module'].replace('.', '/') + '.py'
         return (path, words) if path.startswith('tools/') else None
+    if words[:1] and words[0] in LAUNCHERS:
+        return launched(words[0], words[1:])
     count = 2 if words[:1] in (['data'], ['convert']) else 1
     if len(words) < count or any(PLACEHOLDER.search(word) or word.startswith('-')
                                  for word in words[:count]):

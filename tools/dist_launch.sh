@@ -3,18 +3,24 @@
 #
 #   dist_launch SCRIPT 'POSITIONAL NAMES' "$@"
 #
-# checks that the caller got SCRIPT's positional arguments followed by NUM_PROCESSES, a positive
-# integer (else prints the usage and exits 2), then runs tools/SCRIPT under torchrun with MMEngine's `pytorch`
-# launcher. Environment: NNODES (1), NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (29500),
-# PYTHON.
+# prints the usage for -h or --help; checks that the caller got SCRIPT's positional arguments
+# followed by NUM_PROCESSES, a positive integer (else prints the usage and exits 2), then runs
+# tools/SCRIPT under torchrun with MMEngine's `pytorch` launcher. Environment: NNODES (1),
+# NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (29500), PYTHON, XMR_COMMAND (the name the usage
+# shows; `xmr dist_train` sets it).
 
 dist_launch() {
     local script=$1
     local -a names
     read -r -a names <<< "$2"
     shift 2
+    local usage="usage: ${XMR_COMMAND:-$0} ${names[*]} NUM_PROCESSES [tools/$script options...]"
+    if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+        echo "$usage"
+        exit 0
+    fi
     if [ $# -lt $(( ${#names[@]} + 1 )) ]; then
-        echo "usage: $0 ${names[*]} NUM_PROCESSES [tools/$script options...]" >&2
+        echo "$usage" >&2
         exit 2
     fi
     local -a positionals=("${@:1:${#names[@]}}")
@@ -24,7 +30,7 @@ dist_launch() {
     # Else torchrun stops with its own traceback ('Unsupported nproc_per_node value: --amp')
     # when NUM_PROCESSES was left out and an option took its place.
     if ! [[ $num_processes =~ ^[1-9][0-9]*$ ]]; then
-        echo "usage: $0 ${names[*]} NUM_PROCESSES [tools/$script options...]" >&2
+        echo "$usage" >&2
         echo "error: NUM_PROCESSES: '$num_processes' is no positive number of processes; give" \
             "it after ${names[*]}" >&2
         exit 2
@@ -40,7 +46,12 @@ dist_launch() {
         unset XMR_CALLER_SET_NO_OMP_NUM_THREADS
     fi
 
-    PYTHONPATH="$tools/..${PYTHONPATH:+:$PYTHONPATH}" \
+    # A checkout's xmr, for the tools run from it uninstalled; an installed xmr's tools lie in
+    # the package (xmr/.mim/tools), found by the interpreter anyway, and its folder on the path
+    # would put xmr's configs/ and tools/ before a project's own.
+    if [ -d "$tools/../xmr" ]; then
+        export PYTHONPATH="$tools/..${PYTHONPATH:+:$PYTHONPATH}"
+    fi
     exec "${PYTHON:-python}" -m torch.distributed.run \
         --nnodes="${NNODES:-1}" \
         --node_rank="${NODE_RANK:-0}" \

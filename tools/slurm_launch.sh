@@ -3,18 +3,25 @@
 #
 #   slurm_launch SCRIPT 'POSITIONAL NAMES' "$@"
 #
-# checks that the caller got PARTITION JOB_NAME and SCRIPT's positional arguments (else prints
-# the usage and exits 2), then runs tools/SCRIPT under srun, one task per GPU, with MMEngine's
-# `slurm` launcher, which reads the rank, world size and master address from Slurm's environment.
-# Environment: GPUS (8), GPUS_PER_NODE (min(GPUS, 8)), CPUS_PER_TASK (5), SRUN_ARGS, SRUN, PYTHON.
+# prints the usage for -h or --help; checks that the caller got PARTITION JOB_NAME and SCRIPT's
+# positional arguments (else prints the usage and exits 2), then runs tools/SCRIPT under srun,
+# one task per GPU, with MMEngine's `slurm` launcher, which reads the rank, world size and master
+# address from Slurm's environment.
+# Environment: GPUS (8), GPUS_PER_NODE (min(GPUS, 8)), CPUS_PER_TASK (5), SRUN_ARGS, SRUN, PYTHON,
+# XMR_COMMAND (the name the usage shows; `xmr slurm_train` sets it).
 
 slurm_launch() {
     local script=$1
     local -a names
     read -r -a names <<< "$2"
     shift 2
+    local usage="usage: ${XMR_COMMAND:-$0} PARTITION JOB_NAME ${names[*]} [tools/$script options...]"
+    if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+        echo "$usage"
+        exit 0
+    fi
     if [ $# -lt $(( 2 + ${#names[@]} )) ]; then
-        echo "usage: $0 PARTITION JOB_NAME ${names[*]} [tools/$script options...]" >&2
+        echo "$usage" >&2
         exit 2
     fi
     local partition=$1 job_name=$2
@@ -38,7 +45,12 @@ slurm_launch() {
     local -a extra_srun_args
     read -r -a extra_srun_args <<< "${SRUN_ARGS:-}"
 
-    PYTHONPATH="$tools/..${PYTHONPATH:+:$PYTHONPATH}" \
+    # A checkout's xmr, for the tools run from it uninstalled; an installed xmr's tools lie in
+    # the package (xmr/.mim/tools), found by the interpreter anyway, and its folder on the path
+    # would put xmr's configs/ and tools/ before a project's own.
+    if [ -d "$tools/../xmr" ]; then
+        export PYTHONPATH="$tools/..${PYTHONPATH:+:$PYTHONPATH}"
+    fi
     exec "${SRUN:-srun}" -p "$partition" \
         --job-name="$job_name" \
         --gres=gpu:"$gpus_per_node" \

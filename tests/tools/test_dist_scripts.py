@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from xmr.console import available
+from xmr.packaged import tool_path
 
 TOOLS = REPO / 'tools'
 sys.path.insert(0, str(TOOLS))
@@ -117,3 +121,52 @@ def test_the_scripts_tell_the_tools_whether_their_caller_set_omp_num_threads(tmp
                             env={**inherited, 'PYTHON': str(python), 'OMP_NUM_THREADS': '3',
                                  CALLER_SET_NO_OMP: '1'})
     assert chosen.stdout == '[]\n'
+
+
+@pytest.mark.parametrize('launcher, names', [
+    ('dist_train', 'CONFIG NUM_PROCESSES [tools/train.py options...]'),
+    ('dist_test', 'CONFIG CHECKPOINT NUM_PROCESSES [tools/test.py options...]'),
+    ('slurm_train', 'PARTITION JOB_NAME CONFIG [tools/train.py options...]'),
+    ('slurm_test', 'PARTITION JOB_NAME CONFIG CHECKPOINT [tools/test.py options...]')])
+def test_the_xmr_command_runs_the_launch_scripts_by_their_names(launcher, names):
+    """An installed xmr has no tools/ folder to run them from: `xmr dist_train ...`."""
+    shown = subprocess.run([sys.executable, '-m', 'xmr', launcher, '--help'],
+                           capture_output=True, text=True, check=False)
+    assert (shown.returncode, shown.stdout, shown.stderr) == (
+        0, f'usage: xmr {launcher} {names}\n', '')
+    assert launcher in available()
+
+
+def fake_srun(folder: Path) -> Path:
+    """An ``srun`` printing the PYTHONPATH it was given and its arguments."""
+    srun = folder / 'srun'
+    srun.write_text('#!/bin/sh\necho "PYTHONPATH=$PYTHONPATH"\necho "$@"\n')
+    srun.chmod(0o755)
+    return srun
+
+
+def test_the_launched_processes_run_the_interpreter_of_the_xmr_command(tmp_path):
+    """`/path/venv/bin/xmr dist_train ...` with no environment activated: the `python` first
+    on PATH may lack xmr."""
+    inherited = {key: value for key, value in os.environ.items() if key != 'PYTHON'}
+    out = subprocess.run([sys.executable, '-m', 'xmr', 'slurm_train', 'part', 'job', 'cfg.py'],
+                         capture_output=True, text=True, check=False,
+                         env={**inherited, 'SRUN': str(fake_srun(tmp_path)), 'GPUS': '1'})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1].split()[-6:] == [
+        sys.executable, '-u', str(tool_path('train.py')), 'cfg.py', '--launcher', 'slurm']
+
+
+def test_only_a_checkout_s_folder_goes_on_the_python_path(tmp_path):
+    """A wheel's launch scripts lie in xmr/.mim/tools: that folder's parent on PYTHONPATH would
+    put xmr's configs/ and tools/ before a project's own of those names."""
+    installed = tmp_path / 'site-packages' / 'xmr' / '.mim' / 'tools'
+    installed.mkdir(parents=True)
+    for script in ('slurm_train.sh', 'slurm_launch.sh'):
+        shutil.copy(TOOLS / script, installed)
+    env = {**{key: value for key, value in os.environ.items() if key != 'PYTHONPATH'},
+           'SRUN': str(fake_srun(tmp_path)), 'GPUS': '1'}
+    for tools, pythonpath in ((installed, ''), (TOOLS, f'{TOOLS}/..')):
+        out = subprocess.run(['bash', str(tools / 'slurm_train.sh'), 'part', 'job', 'cfg.py'],
+                             capture_output=True, text=True, check=False, env=env)
+        assert out.stdout.splitlines()[0] == f'PYTHONPATH={pythonpath}', out.stderr
