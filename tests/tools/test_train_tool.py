@@ -728,6 +728,7 @@ def test_an_annotation_file_not_yet_made_is_named_before_the_work_dir_is_written
     work_dir = tmp_path / 'run'
     with pytest.raises(FileNotFoundError, match=re.escape(
             f'annotation file not found: data/multi30k/annotations/multi30k_{split}.json '
-            f'({split}_dataloader.dataset.ann_file): check ann_file and data_root')):
+            f'({split}_dataloader.dataset.ann_file), relative to the working directory '
+            f'{os.getcwd()}: check ann_file and data_root')):
         train_tool.main([str(config), '--work-dir', str(work_dir), *flags])
     assert not work_dir.exists()

@@ -437,6 +437,9 @@ def missing_annotation(path: Path, key: str | None = None) -> FileNotFoundError:
     make = (f'{path.name} is written by {tool}' if tool is not None
             else 'a raw release is converted by tools/data/prepare_<dataset>.py')
     named = path if key is None else f'{path} ({key})'
+    if not path.is_absolute():
+        # A config's paths follow the working directory, not the config's folder.
+        named = f'{named}, relative to the working directory {Path.cwd()}'
     return FileNotFoundError(f'annotation file not found: {named}: check ann_file and '
                              f'data_root, or make it: {make} (docs/data.md, Converters)')
 
