@@ -38,6 +38,7 @@ from xmr.run_config import add_config_arguments, load_run_config
 from xmr.utils.cli import (
     GatherAction,
     UserError,
+    argument_text,
     given_device,
     given_file,
     given_output,
@@ -219,10 +220,11 @@ def read_queries(args: argparse.Namespace) -> list[str]:
     """
     from xmr.apis.inference import check_texts
 
-    queries = list(args.query)
-    for query in queries:
+    queries = []
+    for query in args.query:
         try:
-            check_texts([query])
+            queries.append(argument_text(query, 'strict'))
+            check_texts(queries[-1:])
         except ValueError:
             raise UserError(f'--query {query!r}', 'is blank or not UTF-8 text',
                             'give the words to search for, in UTF-8') from None

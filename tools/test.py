@@ -41,6 +41,7 @@ from xmr.utils import cli
 from xmr.utils.cli import (
     GatherAction,
     UserError,
+    argument_text,
     given_folder,
     given_output,
     print_for_reader,
@@ -147,14 +148,6 @@ def build_config(args: argparse.Namespace) -> Config:
     # The checkpoint is loaded strictly below; the runner must neither load nor resume.
     cfg.load_from, cfg.resume = None, False
     return cfg
-
-
-def as_text(value: str) -> str:
-    """A file name or argument as text a UTF-8 file can hold: a byte that is not UTF-8 (a
-    Latin-1 'mod\\xe8le.py'), which Python holds as a lone surrogate, becomes its ``\\xe8``
-    escape; the result's name, paths and command would otherwise fail its write after the
-    whole test."""
-    return os.fsencode(value).decode('utf-8', 'backslashreplace')
 
 
 def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
@@ -389,26 +382,28 @@ def run_test(args: argparse.Namespace, cfg: Config):
     metrics = runner.test()
     seed = meta.get('seed')
     extra = {'tested_at': datetime.now(UTC).isoformat(timespec='seconds'),
-             'command': as_text(args.command),
-             'ablations': [as_text(str(name)) for name in args.ablation],
+             'command': argument_text(args.command),
+             'ablations': [argument_text(str(name)) for name in args.ablation],
              'seed': None if seed is None else int(seed), **provenance()}
     if 'iter' in meta:
         extra['iter'] = int(meta['iter'])
     extra['summary_languages'] = summary_languages(runner)
     extra['rankings'] = {entry.prefix: entry.ranking for entry in scored
                          if entry.ranking != 'exact'}
-    return EvaluationResult(name=as_text(args.name or default_name(args, extra['seed'])),
-                            metrics=plain_metrics(metrics), config=as_text(str(args.config)),
-                            checkpoint=as_text(str(args.checkpoint)), test_sets=test_sets(runner),
+    return EvaluationResult(name=argument_text(args.name or default_name(args, extra['seed'])),
+                            metrics=plain_metrics(metrics),
+                            config=argument_text(str(args.config)),
+                            checkpoint=argument_text(str(args.checkpoint)),
+                            test_sets=test_sets(runner),
                             extra=extra, config_resolved=resolved(config_file(args.config)),
                             checkpoint_resolved=resolved(args.checkpoint)), scored
 
 
 def resolved(path: str | os.PathLike) -> str:
-    """``path`` absolute, symbolic links resolved, as text (:func:`as_text`): a result read
-    from another folder still names the file, where the path as given was relative to the
+    """``path`` absolute, symbolic links resolved, as text (:func:`argument_text`): a result
+    read from another folder still names the file, where the path as given was relative to the
     folder ``tools/test.py`` ran in."""
-    return as_text(str(Path(path).resolve()))
+    return argument_text(str(Path(path).resolve()))
 
 
 def default_name(args: argparse.Namespace, seed: int | None) -> str:
@@ -437,9 +432,9 @@ def clip_benchmark_texts(args: argparse.Namespace, result, scored, json_path: Pa
     from xmr.evaluation import clip_benchmark_records
     from xmr.evaluation import clip_benchmark_texts as texts
 
-    model = as_text(args.name or config_name(args))
+    model = argument_text(args.name or config_name(args))
     return texts(clip_benchmark_records(result.metrics, scored, model,
-                                        as_text(str(args.checkpoint))),
+                                        argument_text(str(args.checkpoint))),
                  clip_benchmark_folder(json_path))
 
 

@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from xmr.utils.cli import (
     GatherAction,
     UserError,
     UserKeyError,
+    argument_text,
     did_you_mean,
     given_device,
     given_file,
@@ -366,3 +368,67 @@ def test_every_list_flag_of_every_tool_gathers_its_repeats(script, monkeypatch):
               if action.option_strings and action.nargs in ('+', '*')
               and not isinstance(action, (GatherAction, ConfigOptionsAction))]
     assert not single, f'tools/{script}: list flags that keep their last use alone: {single}'
+
+
+# A tool run as a process: it logs (MMEngine's logger), prints between its outputs, writes them.
+# Its text is ASCII (escapes): Python under LC_ALL=C cannot read a command line that is not.
+LOGGING_TOOL = '''
+import sys
+from pathlib import Path
+from mmengine.logging import MMLogger, print_log
+from xmr.utils.cli import run_tool
+
+def main(args):
+    MMLogger.get_instance('tool', logger_name='tool')
+    for name in ('de', 'fr', 'zh'):
+        for line in range(200):
+            print_log(f'exporting {name}: step {line}', logger='current')
+        Path(args[0], f'{name}.txt').write_text(name)
+        print(f'{name}: \\u7ea2\\u8272\\u7684\\u5706\\u5708 written')
+
+run_tool(main)
+'''
+
+
+def run_logging_tool(folder: Path, stdout, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, '-c', LOGGING_TOOL, str(folder)], stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, timeout=120,
+                          env={**{key: value for key, value in os.environ.items()
+                                  if key != 'PYTHONIOENCODING'}, **env})
+
+
+def test_a_reader_that_quits_early_stops_neither_the_tool_nor_its_log(tmp_path):
+    """`tools/language_modules.py export ... | head -1`: the print between two exports stopped
+    the tool after the first (`error: [Errno 32] Broken pipe`), and each later log line printed
+    a `--- Logging error ---` traceback."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        tool = run_logging_tool(tmp_path, writer)
+    finally:
+        os.close(writer)
+    assert (tool.returncode, tool.stderr) == (0, '')
+    assert sorted(path.name for path in tmp_path.iterdir()) == ['de.txt', 'fr.txt', 'zh.txt']
+
+
+@pytest.mark.parametrize('env', [dict(PYTHONIOENCODING='ascii'),
+                                 dict(LC_ALL='C', PYTHONUTF8='0')])
+def test_a_stdout_that_is_not_utf8_prints_escapes_after_the_work_is_done(tmp_path, env):
+    """`tools/search.py ... --out hits.json` on an ASCII terminal failed at the table, printed
+    before the file was written: `error: 'ascii' codec can't encode characters`."""
+    tool = run_logging_tool(tmp_path, subprocess.PIPE, **env)
+    assert (tool.returncode, tool.stderr) == (0, '')
+    assert tool.stdout.splitlines()[-1] == ('zh: \\u7ea2\\u8272\\u7684\\u5706\\u5708 written')
+    assert (tmp_path / 'zh.txt').read_text() == 'zh'
+
+
+def test_an_argument_is_read_as_the_utf8_its_bytes_are():
+    """Under LC_ALL=C without UTF-8 mode, Python decodes the arguments as ASCII: the bytes of
+    赤い丸 arrive as lone surrogates, which tools/search.py refused as not UTF-8."""
+    as_ascii = '赤い丸'.encode().decode('ascii', 'surrogateescape')
+    assert os.fsencode(as_ascii) == '赤い丸'.encode()  # what os.fsencode gives back here
+    assert argument_text(as_ascii) == argument_text(as_ascii, 'strict') == '赤い丸'
+    latin1 = 'modèle'.encode('latin-1').decode('utf-8', 'surrogateescape')
+    assert argument_text(latin1) == 'mod\\xe8le'
+    with pytest.raises(UnicodeDecodeError):
+        argument_text(latin1, 'strict')

@@ -277,7 +277,56 @@ def print_for_reader(text: str) -> None:
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_devnull(sys.stdout)
+
+
+def _stdout_to_devnull(stream: Any) -> None:
+    """Send what is still to come on ``stream``'s file to ``/dev/null``: its reader is gone."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
+class ReaderStdout:
+    """The process's stdout for a tool whose reader may stop early or may not read UTF-8.
+
+    ``tools/test.py ... | head -3`` closes the pipe while the tool still logs and prints: every
+    log line then printed a ``--- Logging error --- BrokenPipeError`` traceback, and a print
+    between two outputs (a language module exported, the next one not) stopped the tool. Writes
+    after the reader has gone go to ``/dev/null`` and the tool carries on. On a stdout that is
+    not UTF-8 (``LC_ALL=C``, ``PYTHONIOENCODING=ascii``), a character it cannot hold is printed
+    as its escape (``\\u7ea2``), as stderr prints it, not an error after the work is done.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        stream.reconfigure(errors='backslashreplace')
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _stdout_to_devnull(self._stream)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _stdout_to_devnull(self._stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def argument_text(value: str, errors: str = 'backslashreplace') -> str:
+    """A command-line argument as the UTF-8 text its bytes are.
+
+    Python decodes the arguments with the locale's encoding: under ``LC_ALL=C`` (without UTF-8
+    mode) the UTF-8 bytes of ``赤い丸`` arrive as lone surrogates, and a Latin-1 file name
+    (``mod\\xe8le.py``) does anywhere. Their bytes are decoded as UTF-8 again; ``errors`` says
+    what becomes of bytes that are not UTF-8 (``'backslashreplace'``: their ``\\xe8`` escapes, as
+    a UTF-8 file can hold them; ``'strict'``: a ``UnicodeDecodeError``).
+    """
+    return os.fsencode(value).decode('utf-8', errors)
 
 
 def worker_error(error: BaseException) -> tuple[str, str] | None:
@@ -327,6 +376,8 @@ def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None
     args = list(sys.argv[1:] if argv is None else argv)
     if command_name is not None:
         sys.argv[0] = command_name  # runpy put the script's path there
+    if sys.stdout is sys.__stdout__ and sys.stdout is not None:
+        sys.stdout = ReaderStdout(sys.stdout)  # the process's own: not a test's capture
     debug = DEBUG_FLAG in args
     try:
         main([arg for arg in args if arg != DEBUG_FLAG])
