@@ -9,6 +9,7 @@ from xmr.evaluation.protocols import LanguageGallery, evaluate_language
 from xmr.evaluation.token_scoring import (
     TokenScoring,
     TokenSet,
+    _shortlist,
     pairwise_token_scores,
     token_ranks,
 )
@@ -269,6 +270,32 @@ def test_reranked_ties_count_against_the_query_as_exact_ranks_do(direction, grou
     whole = token_ranks(TokenScoring(patch_word_similarity, 'tokens_rerank', 6), *args,
                         grouped=grouped)
     assert whole.tolist() == exact.tolist()
+
+
+@pytest.mark.parametrize('direction', ['t2i', 'i2t'])
+def test_a_positive_tied_at_the_shortlists_cut_is_left_out_for_the_negatives(direction):
+    """A collapsed model, 10 media of a caption each, 5 candidates: every positive ties with 9
+    negatives, so it ranks 10 and R@5 is 0. The cosine's top-k shortlisted by index order and
+    held the positive of half the queries: R@5 = 50."""
+    media = TokenSet.stack([torch.ones(2, DIM)] * 10, DIM)
+    captions = TokenSet.stack([torch.ones(3, DIM)] * 10, DIM)
+    pooled = F.normalize(torch.ones(10, 4), dim=1)
+    ranks = token_ranks(TokenScoring(patch_word_similarity, 'tokens_rerank', 5), direction,
+                        media, captions, pooled, pooled, torch.arange(10))
+    assert ranks.tolist() == [6] * 10  # past the 5 negatives shortlisted: a miss at every R@5
+
+
+def test_the_shortlist_keeps_a_positive_one_float_step_above_the_cut():
+    """Only a tie is left out: a positive whose float32 cosine is one step above a negative's
+    outranks it."""
+    below_one = torch.nextafter(torch.tensor(1.0), torch.tensor(0.0)).item()
+    query = torch.tensor([[1.0]])
+    positive = torch.tensor([[False, True]])
+    tied = torch.tensor([[1.0], [1.0]])
+    assert _shortlist(query, tied, positive, 1).tolist() == [[0]]
+    one_step = torch.tensor([[below_one], [1.0]])
+    assert _shortlist(query, one_step, positive, 1).tolist() == [[1]]
+    assert _shortlist(query, one_step, ~positive, 1).tolist() == [[1]]
 
 
 def test_a_shortlist_of_no_candidates_is_refused():

@@ -153,8 +153,9 @@ def token_ranks(scoring: TokenScoring, direction: str, media: TokenSet, captions
         depth *= int(torch.bincount(caption_media).max())
     depth = min(depth, gallery.shape[0])
     chunk = default_chunk_size(gallery.shape[0])
-    shortlist = torch.cat([(queries[start:start + chunk].float() @ gallery.float().T)
-                           .topk(depth, dim=1).indices
+    shortlist = torch.cat([_shortlist(queries[start:start + chunk], gallery,
+                                      gallery_group[None] == query_group[start:start + chunk, None],
+                                      depth)
                            for start in range(0, queries.shape[0], chunk)])
     reordered = torch.stack([
         candidates[_tie_against_query(
@@ -162,6 +163,26 @@ def token_ranks(scoring: TokenScoring, direction: str, media: TokenSet, captions
             gallery_group[candidates] == query_group[query])]
         for query, candidates in enumerate(shortlist)]) if len(shortlist) else shortlist
     return ranks_from_topk(reordered, query_group, gallery_group, grouped=grouped)
+
+
+def _shortlist(queries: Tensor, gallery: Tensor, positive: Tensor, depth: int) -> Tensor:
+    """The ``depth`` gallery items of highest pooled cosine for each query, a positive tied at
+    the cut left out for the negatives it ties with: the tie counts against the query at the
+    shortlist's edge too (a collapsed model's positives are not shortlisted by index order).
+
+    Args:
+        queries: ``[q, E]`` and ``gallery`` ``[G, E]`` pooled embeddings.
+        positive: ``[q, G]`` bool, whether each item is a positive of the query.
+        depth: the shortlist's length.
+
+    Returns:
+        ``[q, depth]`` gallery indices.
+    """
+    scores = (queries.float() @ gallery.float().T).double()
+    # The next double below a positive's float32 score: below the negatives it ties with,
+    # above any lower float32 score, so the order is otherwise the scores'.
+    scores = torch.where(positive, torch.nextafter(scores, scores.new_tensor(-math.inf)), scores)
+    return scores.topk(depth, dim=1).indices
 
 
 def _tie_against_query(scores: Tensor, positive: Tensor) -> Tensor:
