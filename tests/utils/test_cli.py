@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import runpy
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -432,3 +433,38 @@ def test_an_argument_is_read_as_the_utf8_its_bytes_are():
     assert argument_text(latin1) == 'mod\\xe8le'
     with pytest.raises(UnicodeDecodeError):
         argument_text(latin1, 'strict')
+
+
+INTERRUPTED_TOOL = '''
+import sys
+from pathlib import Path
+from xmr.utils.cli import run_tool
+
+def main(args):
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        if args[1] == 'swallowed':  # as MMEngine's Config.pretty_text turns it into another
+            raise SyntaxError('Failed to format the config file') from None
+        raise
+    finally:
+        Path(args[0]).write_text('kept')
+
+run_tool(main)
+'''
+
+
+@pytest.mark.parametrize('how', ['raised', 'swallowed'])
+def test_a_ctrl_c_ends_a_tool_with_one_line_as_killed_by_sigint(tmp_path, how):
+    """The tool's last message (an interrupted cache build: 'the rows encoded so far are kept
+    in ...') was followed by a traceback of 36 to 72 lines."""
+    kept = tmp_path / 'kept.txt'
+    ended = subprocess.run([sys.executable, '-c', INTERRUPTED_TOOL, str(kept), how],
+                           capture_output=True, text=True, timeout=60)
+    assert (ended.returncode, ended.stderr) == (-signal.SIGINT,
+                                                'interrupted (--debug shows where)\n')
+    assert kept.read_text() == 'kept'
+    shown = subprocess.run([sys.executable, '-c', INTERRUPTED_TOOL, str(kept), how, '--debug'],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == -signal.SIGINT
+    assert shown.stderr.startswith('Traceback') and 'KeyboardInterrupt' in shown.stderr

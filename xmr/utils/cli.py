@@ -7,7 +7,9 @@ with ``--debug``. Library code raises :class:`UserError` where it knows the faul
 other exceptions still produce one line (marked as unexpected unless xmr raised it on
 purpose, e.g. a ``MediaReadError`` naming the file), so that no tool prints a raw traceback by
 default; an error a DataLoader worker raised, which torch re-raises wrapped in the worker's
-traceback, is printed as if raised in the main process (:func:`worker_error`). Under a
+traceback, is printed as if raised in the main process (:func:`worker_error`). A Ctrl-C ends
+the tool with one line, ``interrupted``, as killed by SIGINT. Its stdout takes a reader that
+quits early and a terminal that is not UTF-8 (:class:`ReaderStdout`). Under a
 launcher (torchrun, srun, mpirun), a refusal before the process group starts is printed by the
 first process of each node alone, a bad flag's usage error included
 (:func:`quiet_on_other_processes`); every process still exits with status 2.
@@ -381,6 +383,10 @@ def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None
     debug = DEBUG_FLAG in args
     try:
         main([arg for arg in args if arg != DEBUG_FLAG])
+    except KeyboardInterrupt:
+        if argv is None:
+            _quiet_interrupt(debug)
+        raise
     except SystemExit as error:
         if not isinstance(error.code, str):
             if error.code in (0, None) and {'-h', '--help'} & set(args):
@@ -391,8 +397,27 @@ def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None
     except Exception as error:  # noqa: BLE001  (every failure becomes one line; --debug shows it)
         interrupt = _swallowed_interrupt(error)
         if interrupt is not None:
+            if argv is None:
+                _quiet_interrupt(debug)
             raise interrupt from None
         _report(error, debug)
+
+
+def _quiet_interrupt(debug: bool) -> None:
+    """Have the Ctrl-C about to end this process print one line (``--debug``: the traceback),
+    not a traceback of dozens of lines under the tool's last message (what a stopped build kept,
+    and where). Python still ends the process after its clean-up as killed by SIGINT (status
+    130 in a shell)."""
+    if debug:
+        return
+    print(f'interrupted ({DEBUG_FLAG} shows where)', file=sys.stderr, flush=True)
+    shown = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, trace: Any) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            shown(kind, value, trace)
+
+    sys.excepthook = hook
 
 
 def _swallowed_interrupt(error: BaseException) -> KeyboardInterrupt | None:
