@@ -218,7 +218,7 @@ def test_a_file_that_is_no_media_index_is_named(tmp_path):
 
 REBUILD = ('build it again from its media: python tools/search.py CONFIG CHECKPOINT --media '
            'MEDIA... --index {path} --overwrite, or MediaIndex.from_media(model, media).save() '
-           '(docs/evaluation.md, "From the command line: tools/search.py")')
+           '(docs/evaluation.md, "From the command line")')
 
 
 def test_a_missing_index_names_the_file_or_its_missing_folder_and_how_to_build_one(tmp_path):

@@ -16,6 +16,7 @@ import torch
 
 from xmr.datasets.media_io import MediaReadError
 from xmr.run_config import ConfigOptionsAction
+from xmr.utils import cli
 from xmr.utils.cli import (
     EXIT_ERROR,
     GatherAction,
@@ -468,3 +469,22 @@ def test_a_ctrl_c_ends_a_tool_with_one_line_as_killed_by_sigint(tmp_path, how):
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == -signal.SIGINT
     assert shown.stderr.startswith('Traceback') and 'KeyboardInterrupt' in shown.stderr
+
+
+NAMED_TOOLS = ('tools/test.py CONFIG CHECKPOINT; python tools/data/prepare_multi30k.py; '
+               'tools/data/prepare_<dataset>.py; tools/convert/dasd_to_xmr.py; '
+               'tools/dist_train.sh; tools/benchmarks/loop_time.py; /opt/tools/test.py; '
+               'tools/nothing.py')
+
+
+@pytest.mark.parametrize('run_by, named', [
+    (None, NAMED_TOOLS),
+    ('xmr train', 'xmr test CONFIG CHECKPOINT; xmr data prepare_multi30k; '
+                  'xmr data prepare_<dataset>; xmr convert dasd_to_xmr; xmr dist_train; '
+                  'tools/benchmarks/loop_time.py; /opt/tools/test.py; tools/nothing.py')])
+def test_run_by_the_xmr_command_an_error_names_the_tools_as_xmr_commands(run_by, named,
+                                                                         monkeypatch, capsys):
+    monkeypatch.setattr(sys, 'argv', sys.argv[:])
+    monkeypatch.setattr(cli, 'command_name', run_by)
+    err = _fails_with(_raise(UserError('a.json', 'is old', NAMED_TOOLS)), [], capsys)
+    assert err == f'error: a.json: is old: {named}\n'

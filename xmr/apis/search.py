@@ -34,7 +34,7 @@ INDEX_FORMAT = 'xmr-media-index/1'
 #: What to do with an index file that cannot be searched: build it again from its media.
 _REBUILD = ('build it again from its media: python tools/search.py CONFIG CHECKPOINT --media '
             'MEDIA... --index {path} --overwrite, or MediaIndex.from_media(model, media).save() '
-            '(docs/evaluation.md, "From the command line: tools/search.py")')
+            '(docs/evaluation.md, "From the command line")')
 #: The C++ function and source line that open a faiss error's message.
 _FAISS_WHERE = re.compile(r'^Error in .*? at \S+?:\d+: ', re.DOTALL)
 

@@ -7,9 +7,10 @@ with ``--debug``. Library code raises :class:`UserError` where it knows the faul
 other exceptions still produce one line (marked as unexpected unless xmr raised it on
 purpose, e.g. a ``MediaReadError`` naming the file), so that no tool prints a raw traceback by
 default; an error a DataLoader worker raised, which torch re-raises wrapped in the worker's
-traceback, is printed as if raised in the main process (:func:`worker_error`). A Ctrl-C ends
-the tool with one line, ``interrupted``, as killed by SIGINT. Its stdout takes a reader that
-quits early and a terminal that is not UTF-8 (:class:`ReaderStdout`). Under a
+traceback, is printed as if raised in the main process (:func:`worker_error`). Run by the
+``xmr`` command, the line names the tools it suggests as ``xmr`` commands (:func:`as_typed`). A
+Ctrl-C ends the tool with one line, ``interrupted``, as killed by SIGINT. Its stdout takes a
+reader that quits early and a terminal that is not UTF-8 (:class:`ReaderStdout`). Under a
 launcher (torchrun, srun, mpirun), a refusal before the process group starts is printed by the
 first process of each node alone, a bad flag's usage error included
 (:func:`quiet_on_other_processes`); every process still exits with status 2.
@@ -44,6 +45,11 @@ _WORKER_ERROR = re.compile(r'Caught (\w+) in DataLoader worker process \d+\.\nOr
 # The file is one string literal (its repr), so that two files ("'a' -> 'b'") stay as they are.
 _OS_ERROR_TEXT = re.compile(
     r"""\[Errno -?\d+\] (?P<reason>.+): (?P<file>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+# A tool of the repository as a message names it: ``tools/test.py``, ``python
+# tools/data/prepare_multi30k.py``, ``tools/data/prepare_<dataset>.py``, ``tools/dist_train.sh``
+# (not a path ending so).
+_TOOL_IN_TEXT = re.compile(
+    r'(?<![\w/.-])(?:python )?tools/(?:(data|convert)/)?(\w+(?:<\w+>)?)\.(?:py|sh)\b')
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -496,10 +502,29 @@ def _process_group_started() -> bool:
     return dist is not None and dist.is_available() and dist.is_initialized()
 
 
+def as_typed(text: str) -> str:
+    """``text`` with each tool of the repository it names (``tools/test.py``, ``python
+    tools/data/prepare_multi30k.py``, ``tools/dist_train.sh``) as the user runs it: ``xmr test``,
+    ``xmr data prepare_multi30k``, ``xmr dist_train`` where the ``xmr`` command runs this tool
+    (a project outside the checkout has no ``tools/``); ``text`` itself otherwise."""
+    if not (command_name or '').startswith('xmr '):
+        return text
+    from xmr.console import available  # the console imports this module
+    commands = set(available())
+
+    def typed(tool: re.Match) -> str:
+        group, name = tool.groups()
+        words = f'{group} {name}' if group else name
+        placeholder = group and '<' in name  # 'data prepare_<dataset>'
+        return f'xmr {words}' if words in commands or placeholder else tool[0]
+
+    return _TOOL_IN_TEXT.sub(typed, text)
+
+
 def _report(error: BaseException, debug: bool) -> NoReturn:
     if debug:
         traceback.print_exception(error)
-    line = f'error: {error_line(error)}'
+    line = f'error: {as_typed(error_line(error))}'
     if not _expected(error):
         line += f' (unexpected; run again with {DEBUG_FLAG} for the traceback)'
     if not _printed_by_another_process(error):
