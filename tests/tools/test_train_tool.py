@@ -86,7 +86,8 @@ def test_a_copied_work_dir_missing_the_checkpoint_its_pointer_names_is_refused(t
         folder.mkdir()
         save_checkpoint(folder / 'iter_45.pth')
     save_checkpoint(original / 'iter_50.pth')
-    (fork / 'last_checkpoint').write_text(str(original / 'iter_50.pth'))
+    for folder in (original, fork):
+        (folder / 'last_checkpoint').write_text(str(original / 'iter_50.pth'))
     for resume in ((), ('auto',)):
         with pytest.raises(FileNotFoundError, match=(
                 f"names '{original / 'iter_50.pth'}', which is not in this work dir .*no "
@@ -96,6 +97,18 @@ def test_a_copied_work_dir_missing_the_checkpoint_its_pointer_names_is_refused(t
     # Checkpoints saved to another folder (the hook's out_dir): the work dir holds none.
     (fork / 'iter_45.pth').unlink()
     assert resumed(fork) == (True, str(original / 'iter_50.pth'))
+
+
+def test_checkpoints_moved_to_an_out_dir_part_way_through_a_run_are_resumed(tmp_path):
+    """The first disk filled: a resumed run saved on to ``out_dir``, MMEngine's pointer in the
+    work dir naming the checkpoint there; the work dir's own are older."""
+    work_dir, out_dir = tmp_path / 'work_dirs' / 'run', tmp_path / 'bigdisk' / 'run'
+    for folder, name in ((work_dir, 'iter_20.pth'), (out_dir, 'iter_40.pth')):
+        folder.mkdir(parents=True)
+        save_checkpoint(folder / name)
+    (work_dir / 'last_checkpoint').write_text(str(out_dir / 'iter_40.pth'))
+    for resume in ((), ('auto',)):
+        assert resumed(work_dir, *resume) == (True, str(out_dir / 'iter_40.pth'))
 
 
 def test_a_new_run_refuses_a_work_dir_with_an_earlier_runs_checkpoints(tmp_path):

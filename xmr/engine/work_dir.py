@@ -63,14 +63,16 @@ def latest_checkpoint(work_dir: str | os.PathLike) -> str | None:
     """The checkpoint that ``<work_dir>/last_checkpoint`` names, or ``None`` when there is none.
 
     The work dir's own file of that name is taken first (:func:`own_file`). A file elsewhere
-    is taken only when the work dir holds no periodic checkpoint of its own: checkpoints saved
-    to another folder (the checkpoint hook's ``out_dir``). One that does is a copy of another
-    run's work dir, whose pointer still names the original's checkpoint.
+    is taken unless its folder is another run's work dir (it holds a ``last_checkpoint`` of
+    its own) while this one holds periodic checkpoints: a copy of that run's work dir, whose
+    pointer still names the original's checkpoint. Checkpoints saved to another folder (the
+    checkpoint hook's ``out_dir``, also one set part-way through a run) are taken: MMEngine
+    writes ``last_checkpoint`` in the work dir alone.
 
     Raises:
-        FileNotFoundError: ``last_checkpoint`` names a file that does not exist, or one outside
-            a work dir that holds periodic checkpoints of its own but not that one (both
-            named).
+        FileNotFoundError: ``last_checkpoint`` names a file that does not exist, or one in
+            another run's work dir while this one holds periodic checkpoints of its own but not
+            that one (both named).
     """
     pointer = osp.join(str(work_dir), 'last_checkpoint')
     if not osp.isfile(pointer):
@@ -84,7 +86,7 @@ def latest_checkpoint(work_dir: str | os.PathLike) -> str | None:
         raise FileNotFoundError(f'{pointer}: names {checkpoint!r}, which does not exist; resume '
                                 'from a checkpoint by path: --resume PATH')
     newest = newest_periodic_checkpoint(work_dir)
-    if newest is not None:
+    if newest is not None and osp.isfile(osp.join(osp.dirname(checkpoint), 'last_checkpoint')):
         raise FileNotFoundError(
             f'{pointer}: names {checkpoint!r}, which is not in this work dir (a copy of '
             f"another run's?), and the work dir holds no {osp.basename(checkpoint)} of its "
