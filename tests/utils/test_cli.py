@@ -424,6 +424,27 @@ def test_a_stdout_that_is_not_utf8_prints_escapes_after_the_work_is_done(tmp_pat
     assert (tmp_path / 'zh.txt').read_text() == 'zh'
 
 
+PATH_PRINTING_TOOL = '''
+import os
+from xmr.utils.cli import run_tool
+
+run_tool(lambda args: print('wrote', os.fsdecode(b'mod\\xe8le.pt'), '\\u7ea2'))
+'''
+
+
+@pytest.mark.parametrize('env, red', [(dict(LC_ALL='C', PYTHONUTF8='0'), rb'\u7ea2'),
+                                      (dict(LC_ALL='C.UTF-8'), '\u7ea2'.encode()),
+                                      (dict(PYTHONUTF8='1'), '\u7ea2'.encode()),
+                                      (dict(PYTHONIOENCODING='ascii'), rb'\u7ea2')])
+def test_a_path_a_tool_prints_names_its_file_whatever_the_terminal(env, red):
+    """A file name that is not UTF-8 (Latin-1's mod\\xe8le) printed as 'mod\\udce8le', which
+    names no file, under C, C.UTF-8 and UTF-8 mode, whose stdout writes such names' bytes."""
+    tool = subprocess.run([sys.executable, '-c', PATH_PRINTING_TOOL], capture_output=True,
+                          timeout=60, env={**os.environ, **env})
+    assert (tool.returncode, tool.stderr) == (0, b'')
+    assert tool.stdout == b'wrote mod\xe8le.pt ' + red + b'\n'
+
+
 def test_an_argument_is_read_as_the_utf8_its_bytes_are():
     """Under LC_ALL=C without UTF-8 mode, Python decodes the arguments as ASCII: the bytes of
     赤い丸 arrive as lone surrogates, which tools/search.py refused as not UTF-8."""
@@ -434,6 +455,13 @@ def test_an_argument_is_read_as_the_utf8_its_bytes_are():
     assert argument_text(latin1) == 'mod\\xe8le'
     with pytest.raises(UnicodeDecodeError):
         argument_text(latin1, 'strict')
+
+
+def test_an_argument_a_locale_of_another_encoding_decoded_is_taken_as_it_is(monkeypatch):
+    """Under LC_ALL=fr_FR.ISO-8859-1 (or zh_CN.GBK) Python decodes 'modèle' right; encoded
+    back in that locale's encoding and read as UTF-8, search refused it as not UTF-8."""
+    monkeypatch.setattr(os, 'fsencode', lambda text: text.encode('latin-1', 'surrogateescape'))
+    assert argument_text('modèle', 'strict') == argument_text('modèle') == 'modèle'
 
 
 INTERRUPTED_TOOL = '''

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import codecs
 import difflib
 import logging
 import os
@@ -45,6 +46,8 @@ _WORKER_ERROR = re.compile(r'Caught (\w+) in DataLoader worker process \d+\.\nOr
 # The file is one string literal (its repr), so that two files ("'a' -> 'b'") stay as they are.
 _OS_ERROR_TEXT = re.compile(
     r"""\[Errno -?\d+\] (?P<reason>.+): (?P<file>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+# The lone surrogates Python decodes the bytes of an argument its locale could not read to.
+_UNDECODED = re.compile('[\udc80-\udcff]+')
 # A tool of the repository as a message names it: ``tools/test.py``, ``python
 # tools/data/prepare_multi30k.py``, ``tools/data/prepare_<dataset>.py``, ``tools/dist_train.sh``
 # (not a path ending so).
@@ -293,6 +296,22 @@ def _stdout_to_devnull(stream: Any) -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
+def _bytes_or_escapes(error: UnicodeError) -> tuple[str | bytes, int]:
+    """Encoding error handler: the bytes of a name Python could not decode (lone surrogates, as
+    ``surrogateescape`` writes them: a path printed names its file), escapes for any other
+    character the encoding cannot hold (``\\u7ea2``, as ``backslashreplace``)."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start:error.end]
+    if _UNDECODED.fullmatch(text):
+        return bytes(ord(char) - 0xdc00 for char in text), error.end
+    return codecs.backslashreplace_errors(error)
+
+
+_BYTES_OR_ESCAPES = 'xmr.bytes_or_escapes'
+codecs.register_error(_BYTES_OR_ESCAPES, _bytes_or_escapes)
+
+
 class ReaderStdout:
     """The process's stdout for a tool whose reader may stop early or may not read UTF-8.
 
@@ -301,11 +320,12 @@ class ReaderStdout:
     between two outputs (a language module exported, the next one not) stopped the tool. Writes
     after the reader has gone go to ``/dev/null`` and the tool carries on. On a stdout that is
     not UTF-8 (``LC_ALL=C``, ``PYTHONIOENCODING=ascii``), a character it cannot hold is printed
-    as its escape (``\\u7ea2``), as stderr prints it, not an error after the work is done.
+    as its escape (``\\u7ea2``), as stderr prints it, not an error after the work is done; a
+    path whose bytes are not the locale's text is printed as those bytes, which name its file.
     """
 
     def __init__(self, stream: Any) -> None:
-        stream.reconfigure(errors='backslashreplace')
+        stream.reconfigure(errors=_BYTES_OR_ESCAPES)
         self._stream = stream
 
     def write(self, text: str) -> int:
@@ -330,10 +350,13 @@ def argument_text(value: str, errors: str = 'backslashreplace') -> str:
 
     Python decodes the arguments with the locale's encoding: under ``LC_ALL=C`` (without UTF-8
     mode) the UTF-8 bytes of ``赤い丸`` arrive as lone surrogates, and a Latin-1 file name
-    (``mod\\xe8le.py``) does anywhere. Their bytes are decoded as UTF-8 again; ``errors`` says
-    what becomes of bytes that are not UTF-8 (``'backslashreplace'``: their ``\\xe8`` escapes, as
-    a UTF-8 file can hold them; ``'strict'``: a ``UnicodeDecodeError``).
+    (``mod\\xe8le.py``) does under a UTF-8 locale. Their bytes are decoded as UTF-8 again;
+    ``errors`` says what becomes of bytes that are not UTF-8 (``'backslashreplace'``: their
+    ``\\xe8`` escapes, as a UTF-8 file can hold them; ``'strict'``: a ``UnicodeDecodeError``). An
+    argument without surrogates is the text its locale's encoding (GBK, Latin-1) says it is.
     """
+    if not _UNDECODED.search(value):
+        return value
     return os.fsencode(value).decode('utf-8', errors)
 
 
