@@ -152,7 +152,7 @@ def token_ranks(scoring: TokenScoring, direction: str, media: TokenSet, captions
         # Ranked over media: the captions of `candidates` media may fill the shortlist.
         depth *= int(torch.bincount(caption_media).max())
     depth = min(depth, gallery.shape[0])
-    chunk = default_chunk_size(gallery.shape[0])
+    chunk = max(1, default_chunk_size(gallery.shape[0]) // 2)  # float64 scores: half the rows
     shortlist = torch.cat([_shortlist(queries[start:start + chunk], gallery,
                                       gallery_group[None] == query_group[start:start + chunk, None],
                                       depth)
@@ -180,8 +180,10 @@ def _shortlist(queries: Tensor, gallery: Tensor, positive: Tensor, depth: int) -
     """
     scores = (queries.float() @ gallery.float().T).double()
     # The next double below a positive's float32 score: below the negatives it ties with,
-    # above any lower float32 score, so the order is otherwise the scores'.
-    scores = torch.where(positive, torch.nextafter(scores, scores.new_tensor(-math.inf)), scores)
+    # above any lower float32 score, so the order is otherwise the scores'. In place, at the
+    # positives alone: the block is the chunk's memory.
+    at = positive.nonzero(as_tuple=True)
+    scores[at] = torch.nextafter(scores[at], scores.new_tensor(-math.inf))
     return scores.topk(depth, dim=1).indices
 
 
