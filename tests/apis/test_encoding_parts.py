@@ -11,8 +11,8 @@ import torch
 import xmr.apis.inference as inference
 from tests.apis.conftest import random_images
 from tests.conftest import Interrupt, decoded_media, tiny_retriever_cfg
-from xmr.apis import encode_media, encode_media_in_parts, media_encoding
-from xmr.apis.encoding_parts import PART_FORMAT, EncodingParts
+from xmr.apis import EncodingParts, encode_media, encode_media_in_parts, media_encoding
+from xmr.apis.encoding_parts import PART_FORMAT
 from xmr.datasets.corrupt_policy import MediaSkippedWarning
 from xmr.engine.feature_cache.key import jsonable
 from xmr.registry import MODELS

@@ -9,6 +9,7 @@
 ``read_checkpoint(path)`` reads any xmr checkpoint in user code the safe way (``torch.load``
 with ``weights_only=True`` and xmr's allow-list of the numpy types MMEngine's logs store).
 """
+from xmr.apis.encoding_parts import EncodingParts
 from xmr.apis.inference import (
     VIDEO_SUFFIXES,
     CheckpointMismatchError,
@@ -29,5 +30,5 @@ from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'CheckpointReadError', 'NoMediaReadError',
            'read_checkpoint',
            'check_languages', 'encode_media', 'encode_readable_media', 'encode_media_in_parts',
-           'media_encoding', 'encode_texts', 'init_retriever', 'load_trained_checkpoint',
-           'trained_languages', 'MediaIndex', 'SearchHit']
+           'EncodingParts', 'media_encoding', 'encode_texts', 'init_retriever',
+           'load_trained_checkpoint', 'trained_languages', 'MediaIndex', 'SearchHit']
