@@ -59,6 +59,20 @@ def test_a_run_that_is_not_deterministic_leaves_the_environment_alone(unset, mon
     assert os.environ.get(CUBLAS_WORKSPACE_CONFIG) == value
 
 
+def test_a_run_that_is_not_deterministic_leaves_an_earlier_runs_deterministic_mode():
+    """tools/train.py's main called twice in one process: the second run, logged
+    'deterministic: False', ran in the first's deterministic mode."""
+    try:
+        torch.use_deterministic_algorithms(True)  # as the earlier run's MMEngine runner left it
+        torch.backends.cudnn.deterministic = True
+        prepare_deterministic_cuda(config(deterministic=False))
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert not torch.backends.cudnn.deterministic
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
+
+
 class CudaCouldStart(Exception):
     """Raised where a tool first builds what can start CUDA (the runner, the seeded model)."""
 

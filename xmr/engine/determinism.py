@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
 from mmengine.logging import print_log
 
 from xmr.utils.cli import UserError
@@ -32,14 +33,19 @@ def prepare_deterministic_cuda(cfg: Any) -> None:
     """Make a run of ``cfg`` with ``randomness.deterministic=True`` able to multiply on CUDA.
 
     Sets ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where it is unset or empty and keeps ``:16:8``
-    (the user's choice); does nothing for a run that is not deterministic. Call it before the
-    process's first CUDA operation.
+    (the user's choice). A run that is not deterministic leaves the environment alone and takes
+    torch out of the deterministic mode an earlier run in this process left on (MMEngine's
+    runner only ever turns it on: a sweep or notebook ran every later run deterministic, slower
+    or refused by an op without a deterministic kernel, its log saying otherwise). Call it
+    before the process's first CUDA operation.
 
     Raises:
         UserError: any other value, which every CUDA matrix product of the run would refuse,
             naming the variable, its value and the fixes.
     """
     if not (cfg.get('randomness') or {}).get('deterministic'):
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
         return
     value = os.environ.get(CUBLAS_WORKSPACE_CONFIG)
     if value in DETERMINISTIC_CUBLAS_WORKSPACES:
