@@ -388,6 +388,18 @@ def test_a_work_dir_that_is_the_configs_folder_keeps_the_config(tmp_path, capsys
     assert 'the config this run read, which the dump would replace' in printed.out + printed.err
 
 
+def test_the_config_dump_records_the_seed_drawn_for_randomness_seed_none(tmp_path):
+    """The dump said seed=None: run again, it drew another seed and trained another run; the
+    seed used was in the log's environment lines alone."""
+    from xmr.engine.runner import ResumeCheckedRunner
+
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path),
+                                  '--cfg-options', 'randomness.seed=None'])
+    runner = ResumeCheckedRunner.from_cfg(train_tool.build_config(args))
+    assert runner.seed is not None
+    assert Config.fromfile(tmp_path / DEMO.name).randomness.seed == runner.seed
+
+
 @pytest.mark.slow
 def test_a_resumed_runs_config_dump_records_the_seed_it_trains_with(tmp_path):
     """Resuming under another randomness.seed, MMEngine trains on with the checkpoint's seed
@@ -402,6 +414,12 @@ def test_a_resumed_runs_config_dump_records_the_seed_it_trains_with(tmp_path):
     train_tool.main([str(config), '--work-dir', str(work_dir), '--resume', '--cfg-options',
                      f'randomness.seed={trained_seed + 5}'])
     assert Config.fromfile(work_dir / 'tiny.py').randomness.seed == trained_seed
+    # A seed drawn for None is replaced without MMEngine's warning: the log says so.
+    train_tool.main([str(config), '--work-dir', str(work_dir), '--resume', '--cfg-options',
+                     'randomness.seed=None'])
+    assert Config.fromfile(work_dir / 'tiny.py').randomness.seed == trained_seed
+    log = max(work_dir.glob('*/*.log')).read_text()
+    assert f"resumed: training with the checkpoint's seed {trained_seed}, not the " in log
 
 
 def test_a_misspelt_option_of_an_adapter_is_refused_before_the_work_dir_is_made(tmp_path):

@@ -18,8 +18,8 @@ from mmengine.visualization import Visualizer
 from xmr.engine.hook_points import call_failure_point
 from xmr.fileio import atomic_write_text, input_written_over
 
-__all__ = ['ResumeCheckedRunner', 'dump_config_unless_over_source', 'runner_name_in_process',
-           'runner_instances_released']
+__all__ = ['ResumeCheckedRunner', 'dump_config_unless_over_source', 'record_seed',
+           'runner_name_in_process', 'runner_instances_released']
 
 #: How many runners of each name the tools have built in this process.
 _RUNNERS_NAMED: Counter[str] = Counter()
@@ -75,8 +75,9 @@ class ResumeCheckedRunner(Runner):
 
     def dump_config(self) -> None:
         if self._resume:
-            self.register_hook(_ConfigDumpHook())  # called by __init__, once its hooks exist
+            self.register_hook(_ConfigDumpHook(self.seed))  # called by __init__, hooks built
         else:
+            record_seed(self, self.seed)  # one drawn for randomness.seed=None: the dump repeats
             dump_config_unless_over_source(self)
 
 
@@ -124,16 +125,31 @@ def dump_config_unless_over_source(runner: Runner) -> None:
     atomic_write_text(Path(runner.work_dir) / name, runner.cfg.dump())
 
 
+def record_seed(runner: Runner, seed: int) -> None:
+    """Make ``seed`` the ``randomness.seed`` of ``runner``'s config: its dump, and the config
+    each checkpoint keeps, then repeat the run (``None`` there draws another)."""
+    runner.cfg.randomness = {**(runner.cfg.get('randomness') or {}), 'seed': seed}
+
+
 class _ConfigDumpHook(Hook):
     """Dumps the runner's config as training starts, after the resume checks, with the seed
-    the resumed run trains with."""
+    the resumed run trains with.
+
+    Args:
+        built_seed: the seed the runner was built with, which its log names.
+    """
 
     priority = 'VERY_HIGH'  # after WorkDirLockHook (HIGHEST), which guards the work dir
 
+    def __init__(self, built_seed: int) -> None:
+        self.built_seed = built_seed
+
     def before_train(self, runner) -> None:
-        # MMEngine resumes with the checkpoint's seed whatever randomness.seed says (a warning
-        # names both); the dump, and the config each later checkpoint keeps, record that one.
-        seed = runner._randomness_cfg.get('seed')
-        if seed is not None and runner.cfg.get('randomness') is not None:
-            runner.cfg.randomness.seed = seed
+        # MMEngine resumes with the checkpoint's seed whatever randomness.seed says, and warns
+        # only where randomness.seed is set: one drawn for None is replaced without a word.
+        drawn = (runner.cfg.get('randomness') or {}).get('seed') is None
+        if drawn and runner.seed != self.built_seed:
+            print_log(f"resumed: training with the checkpoint's seed {runner.seed}, not the "
+                      f'{self.built_seed} logged above', logger='current', level=logging.WARNING)
+        record_seed(runner, runner.seed)
         dump_config_unless_over_source(runner)
