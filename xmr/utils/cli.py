@@ -308,7 +308,7 @@ def _bytes_or_escapes(error: UnicodeError) -> tuple[str | bytes, int]:
     return codecs.backslashreplace_errors(error)
 
 
-_BYTES_OR_ESCAPES = 'xmr.bytes_or_escapes'
+_BYTES_OR_ESCAPES = 'xmr-bytes-or-escapes'
 codecs.register_error(_BYTES_OR_ESCAPES, _bytes_or_escapes)
 
 
