@@ -37,11 +37,11 @@ from xmr.run_config import (
     config_file,
     load_run_config,
 )
-from xmr.utils import cli
 from xmr.utils.cli import (
     GatherAction,
     UserError,
     argument_text,
+    as_typed,
     given_folder,
     given_output,
     print_for_reader,
@@ -101,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # The arguments given, which main(argv) from Python takes in place of sys.argv, quoted so
     # that the recorded command runs again as it is: `xmr test` where the xmr command runs the
     # tools (`xmr train --test` too), an installed copy having no tools/ folder.
-    tool = ['xmr', 'test'] if (cli.command_name or '').startswith('xmr ') else ['tools/test.py']
+    tool = as_typed('tools/test.py').split()
     args.command = shlex.join([*tool, *(sys.argv[1:] if argv is None else argv)])
     return args
 

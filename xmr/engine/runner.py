@@ -18,8 +18,8 @@ from mmengine.visualization import Visualizer
 from xmr.engine.hook_points import call_failure_point
 from xmr.fileio import atomic_write_text, input_written_over
 
-__all__ = ['ResumeCheckedRunner', 'dump_config_unless_over_source', 'record_seed',
-           'runner_name_in_process', 'runner_instances_released']
+__all__ = ['ResumeCheckedRunner', 'dump_config_unless_over_source', 'runner_name_in_process',
+           'runner_instances_released']
 
 #: How many runners of each name the tools have built in this process.
 _RUNNERS_NAMED: Counter[str] = Counter()
@@ -77,7 +77,7 @@ class ResumeCheckedRunner(Runner):
         if self._resume:
             self.register_hook(_ConfigDumpHook(self.seed))  # called by __init__, hooks built
         else:
-            record_seed(self, self.seed)  # one drawn for randomness.seed=None: the dump repeats
+            _record_seed(self, self.seed)  # one drawn for randomness.seed=None: the dump repeats
             dump_config_unless_over_source(self)
 
 
@@ -125,7 +125,7 @@ def dump_config_unless_over_source(runner: Runner) -> None:
     atomic_write_text(Path(runner.work_dir) / name, runner.cfg.dump())
 
 
-def record_seed(runner: Runner, seed: int) -> None:
+def _record_seed(runner: Runner, seed: int) -> None:
     """Make ``seed`` the ``randomness.seed`` of ``runner``'s config: its dump, and the config
     each checkpoint keeps, then repeat the run (``None`` there draws another)."""
     runner.cfg.randomness = {**(runner.cfg.get('randomness') or {}), 'seed': seed}
@@ -151,5 +151,5 @@ class _ConfigDumpHook(Hook):
         if drawn and runner.seed != self.built_seed:
             print_log(f"resumed: training with the checkpoint's seed {runner.seed}, not the "
                       f'{self.built_seed} logged above', logger='current', level=logging.WARNING)
-        record_seed(runner, runner.seed)
+        _record_seed(runner, runner.seed)
         dump_config_unless_over_source(runner)
