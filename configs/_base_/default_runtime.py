@@ -10,7 +10,8 @@ randomness = dict(seed=0, deterministic=False)
 default_hooks = dict(
     runtime_info=dict(type='RuntimeInfoHook'),
     timer=dict(type='IterTimerHook'),
-    logger=dict(type='LoggerHook', interval=50),
+    # An iteration-based run logs each validation at its iteration, not at epoch 0.
+    logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
     checkpoint=dict(type='CheckpointHook', interval=1000, by_epoch=False, max_keep_ckpts=2,
                     save_best='mAR', rule='greater'),

@@ -153,14 +153,12 @@ def train_variant(out: Path, name: str, args: argparse.Namespace) -> dict[int, f
                 f'default_hooks.checkpoint.interval={args.iters}']
     run([sys.executable, '-m', 'xmr', 'train', str(config), '--work-dir', str(work_dir),
          '--test', '--cfg-options', *schedule], out, args.threads)
-    curve, last_iter = {}, 0
+    curve = {}
     for scalars in sorted(work_dir.glob('*/vis_data/scalars.json')):
         for line in scalars.read_text().splitlines():
             record = json.loads(line)
-            # A validation record follows the training record of its iteration.
-            last_iter = int(record.get('iter', last_iter))
-            if 'de/t2s_R@1' in record:
-                curve[last_iter] = float(record['de/t2s_R@1'])
+            if 'de/t2s_R@1' in record:  # a validation, logged at its iteration
+                curve[int(record['step'])] = float(record['de/t2s_R@1'])
     metrics = json.loads((work_dir / f'iter_{args.iters}_test.json').read_text())['metrics']
     curve[-1] = float(metrics['de/t2s_R@1'])
     return curve

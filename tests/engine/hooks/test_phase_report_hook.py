@@ -9,7 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from mmengine.config import Config
 
+from tests.conftest import REPO
 from tests.engine.test_loops import LANGS, PHASES, loader, make_cfg, train
 from xmr.engine.hooks import PhaseReportHook
 
@@ -246,3 +248,16 @@ def test_a_resume_from_an_earlier_xmr_s_work_dir_names_a_report_python_cannot_re
     assert str(error.value).endswith('; it holds the columns of the phases before this resume: '
                                      'repair it, or move it aside to resume without them')
     assert (tmp_path / 'phase_report.json').read_text(encoding='utf-8') == text
+
+
+def test_the_default_runtime_logs_each_validation_at_the_iteration_it_validated(tmp_path):
+    """MMEngine logs a validation's metrics at the epoch by default: every validation of an
+    iteration-based run was at step 0 in ``scalars.json`` and TensorBoard, one over another."""
+    runtime = Config.fromfile(REPO / 'configs' / '_base_' / 'default_runtime.py')
+    cfg = report_cfg(tmp_path)
+    cfg.default_hooks.logger = runtime.default_hooks.logger
+    train(cfg)
+    scalars = [json.loads(line) for line in
+               next(tmp_path.glob('*/vis_data/scalars.json')).read_text().splitlines()]
+    validated = [record['step'] for record in scalars if 'mAR' in record]
+    assert validated == [column['iter'] for column in read_report(tmp_path)] == [4, 4, 12, 16]
