@@ -9,8 +9,9 @@ named and left out. ``--index FILE`` with ``--media`` saves the gallery's index 
 their queries; the saved index refuses a model whose backbone did not encode it
 (``MediaIndex.load``), and serves one trained on more languages since. ``--update`` adds to it
 the media it lacks, ``--prune`` drops those whose files are gone. ``--out FILE.json`` writes
-the hits. ``--index-option NAME=N`` sets the faiss options of a new ``--index-type`` index, and
-those a saved one searches with (``nprobe``, ``ef_search``) for this run.
+the hits (replacing only an earlier search's, with ``--overwrite``). ``--index-option NAME=N``
+sets the faiss options of a new ``--index-type`` index, and those a saved one searches with
+(``nprobe``, ``ef_search``) for this run.
 
 While an index is built, the embeddings are saved every ``--save-every`` media in
 ``FILE.parts`` (``xmr.apis.encode_media_in_parts``): an interrupted run, run again as it was,
@@ -18,9 +19,9 @@ encodes only what it had not saved. The folder is removed once the index is.
 
 Everything given is checked before the model is built: the media (missing paths, a folder
 without media), an index that ``--media`` would write over (unless ``--overwrite`` or
-``--update``), the index to read, the query file, the ``--device``, and whether ``--index`` and
-``--out`` can be written; the queries' ``--lang`` once the model is, before any media is
-encoded.
+``--update``), the index to read, the query file, the ``--device``, whether ``--index`` and
+``--out`` can be written, and what stands at ``--out``; the queries' ``--lang`` once the
+model is, before any media is encoded.
 """
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ from xmr.utils.cli import (
     run_tool,
 )
 
+#: The keys of the JSON ``--out`` writes, by which an earlier search's hits are told apart
+#: from any other file standing there.
+HITS_KEYS = {'lang', 'k', 'index', 'results', 'skipped'}
+
 #: The image files a folder given to ``--media`` is searched for (a file given by its path
 #: is read whatever its suffix, as Pillow can).
 IMAGE_SUFFIXES = ('.bmp', '.gif', '.jpeg', '.jpg', '.png', '.tif', '.tiff', '.webp')
@@ -62,7 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='with --media: save the gallery index here; without: search the '
                         'index saved here')
     parser.add_argument('--overwrite', action='store_true',
-                        help='let --media replace an index saved at --index')
+                        help='let --media replace an index saved at --index, and --out the '
+                        'hits of an earlier search (with --update: those alone)')
     parser.add_argument('--update', action='store_true',
                         help='with --media and --index: add to the saved index the media it '
                         'lacks (by path), encoded as its own were; build it if there is none')
@@ -111,8 +117,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      'save an index)')
     if (args.query or args.queries) and args.lang is None:
         parser.error("give the queries' language: --lang")
-    if args.media is None and args.overwrite:
-        parser.error('--overwrite lets --media replace a saved index: give --media')
+    if args.overwrite and args.media is None and args.out is None:
+        parser.error('--overwrite lets --media replace a saved index, or --out the hits of an '
+                     'earlier search: give --media or --out')
     if args.update and (args.media is None or args.index is None):
         parser.error('--update adds --media to the index saved at --index: give both')
     if args.prune and (args.index is None or args.media is not None and not args.update):
@@ -123,7 +130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.media is None and (args.index_type is not None or args.num_frames is not None):
         parser.error('--index-type and --num-frames build a new index: give --media (a saved '
                      'index searches as it was built)')
-    if args.update and args.overwrite:
+    if args.update and args.overwrite and args.out is None:
         parser.error('give --update (add the new media to the saved index) or --overwrite '
                      '(build it anew), not both')
     for flag, value in (('--k', args.k), ('--num-frames', args.num_frames),
@@ -245,9 +252,10 @@ def read_queries(args: argparse.Namespace) -> list[str]:
 
 def check_index_path(args: argparse.Namespace) -> None:
     """The index to read exists; the one to write replaces nothing unless ``--overwrite``, and
-    can be written, as can ``--out``: checked before any media is encoded."""
+    can be written, as can ``--out`` (:func:`check_out_path`): checked before any media is
+    encoded."""
     if args.out is not None:
-        given_output(args.out, '--out', 'give --out the path of a .json file to write')
+        check_out_path(args)
     if args.index is None:
         return
     if args.media is None:
@@ -258,6 +266,43 @@ def check_index_path(args: argparse.Namespace) -> None:
         raise UserError(f'{args.index} (--index)', 'exists and is kept', 'pass --update to add '
                         'the media it lacks, --overwrite to replace it, or give --index another '
                         'path')
+
+
+def check_out_path(args: argparse.Namespace) -> None:
+    """``--out`` is a ``.json`` path that can be written and is no input of this search; a
+    file standing there is replaced only where it holds an earlier search's hits and
+    ``--overwrite`` is given (a checkpoint, a test result, the index were written over).
+
+    Raises:
+        UserError: naming ``--out``, what stands there, and the fix.
+    """
+    from xmr.fileio import input_written_over
+    from xmr.json_files import JSONFileError, load_json
+
+    out, where, fix = args.out, f'{args.out} (--out)', 'give --out another .json path'
+    given_output(out, '--out', 'give --out the path of a .json file to write')
+    if out.suffix != '.json':
+        raise UserError(where, 'the hits are written as JSON', 'give --out a path ending in .json')
+    inputs = {'--index': args.index, '--queries': args.queries, 'the config': args.config,
+              'the checkpoint': args.checkpoint}
+    given = input_written_over(out, inputs.values())
+    if given is not None:
+        name = next(name for name, path in inputs.items() if path is given)
+        raise UserError(where, f'is also {name} ({given}) of this search', fix)
+    if not out.exists():
+        return
+    try:
+        earlier = load_json(out)
+    except (OSError, JSONFileError) as error:
+        raise UserError(where, f"exists and is no earlier search's hits ({error}); it is left as "
+                        'it is', fix) from error
+    if not (isinstance(earlier, dict) and earlier.keys() == HITS_KEYS):
+        raise UserError(where, "exists and is no earlier search's hits (a JSON object of "
+                        f"{', '.join(sorted(HITS_KEYS))}); it is left as it is", fix)
+    if not args.overwrite:
+        raise UserError(where, f"holds the hits of an earlier search (--lang {earlier['lang']}, "
+                        f"--k {earlier['k']}); it is kept", f'pass --overwrite to replace them, or '
+                        f'{fix}')
 
 
 def parts_folder(index: Path) -> Path:

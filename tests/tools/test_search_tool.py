@@ -110,6 +110,19 @@ def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index
     (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--out', 'kept.idx/hits.json'],
      r'^kept.idx/hits.json \(--out\): cannot be written there \(/.*/kept.idx is a file, '
      r'not a folder\)'),
+    (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--out', 'hits.csv'],
+     r'^hits.csv \(--out\): the hits are written as JSON: give --out a path ending in .json$'),
+    (['--media', 'media', '--index', 'gallery.json', '--lang', 'de', '--query', 'x', '--out',
+      'media/../gallery.json'],
+     r'^media/../gallery.json \(--out\): is also --index \(gallery.json\) of this search: give --out '
+     r'another .json path$'),
+    (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--out', 'result.json',
+      '--overwrite'],
+     r"^result.json \(--out\): exists and is no earlier search's hits \(a JSON object of "
+     r'index, k, lang, results, skipped\); it is left as it is: give --out another .json path$'),
+    (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--out', 'cut.json'],
+     r"^cut.json \(--out\): exists and is no earlier search's hits \(cut.json: not a JSON file "
+     r'Python reads: .*\); it is left as it is'),
     (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--device', 'gpu'],
      r'^--device gpu: is no torch device: give cpu, cuda or cuda:N$'),
     (['--media', 'media', '--lang', 'de', '--query', 'x', '  '],
@@ -126,11 +139,14 @@ def test_what_is_given_is_checked_before_the_model_is_built(
     (tmp_path / 'kept.idx').write_text('an earlier index')
     (tmp_path / 'blank.txt').write_text('\n  \n')
     (tmp_path / 'latin1.txt').write_bytes('ein Bär'.encode('latin-1'))
+    (tmp_path / 'result.json').write_text('{"metrics": {"mAR": 50.0}}')
+    (tmp_path / 'cut.json').write_text('{"lang": "de", ')
     tool = load_tool()
     monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
     with pytest.raises(UserError, match=refused):
         tool.main([str(config), str(checkpoint), *flags])
     assert (tmp_path / 'kept.idx').read_text() == 'an earlier index'
+    assert (tmp_path / 'result.json').read_text() == '{"metrics": {"mAR": 50.0}}'
 
 
 @pytest.mark.parametrize('flags, refused', [
@@ -138,7 +154,8 @@ def test_what_is_given_is_checked_before_the_model_is_built(
     (['--media', 'm'], r'give --query TEXT ... or --queries FILE'),
     (['--media', 'm', '--query', 'x'], "give the queries' language: --lang"),
     (['--index', 'i', '--overwrite', '--lang', 'de', '--query', 'x'],
-     '--overwrite lets --media replace a saved index'),
+     '--overwrite lets --media replace a saved index, or --out the hits of an earlier search: '
+     'give --media or --out'),
     (['--media', 'm', '--lang', 'de', '--query', 'x', '--k', '0'],
      '--k must be at least 1, got 0'),
     (['--media', 'm', '--update', '--lang', 'de', '--query', 'x'],
@@ -193,6 +210,27 @@ def test_a_file_that_cannot_be_read_stops_the_search_or_is_left_out_and_named(
     assert sorted(hit['media'] for hit in written['results'][0]['hits']) == sorted(
         str(path) for path in (media / 'beach.png', media / 'cities' / 'night.png',
                                media / 'clip.mov', media / 'forest.JPG'))
+
+
+def test_out_replaces_an_earlier_searchs_hits_only_with_overwrite(gallery, tmp_path):
+    """--out wrote over any file: a checkpoint, a test result, the index it had just saved."""
+    config, checkpoint, media = gallery
+    tool = load_tool()
+    index, hits = tmp_path / 'gallery.idx', tmp_path / 'hits.json'
+    search = [str(config), str(checkpoint), '--index', str(index), '--lang', 'de', '--out',
+              str(hits)]
+    tool.main([*search, '--media', str(media), '--query', 'ein roter Kreis', '--k', '2'])
+    earlier = hits.read_text()
+    with pytest.raises(UserError, match=re.escape(
+            f"{hits} (--out): holds the hits of an earlier search (--lang de, --k 2); it is kept: "
+            'pass --overwrite to replace them, or give --out another .json path')):
+        tool.main([*search, '--query', 'zwei Quadrate'])
+    assert hits.read_text() == earlier
+    tool.main([*search, '--query', 'zwei Quadrate', '--overwrite'])
+    assert json.loads(hits.read_text())['results'][0]['query'] == 'zwei Quadrate'
+    # Adding to the index, --overwrite can mean the hits alone.
+    tool.main([*search, '--media', str(media), '--update', '--overwrite', '--query', 'x'])
+    assert json.loads(hits.read_text())['results'][0]['query'] == 'x'
 
 
 def hits_of(path):
