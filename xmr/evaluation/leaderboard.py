@@ -281,6 +281,7 @@ class EvaluationResult:
         """``multi30k test (cs, de, en, fr)``, one per set, or a note that none was recorded."""
         if not self.test_sets:
             return 'test set not recorded'
+        # Sorted: the label groups results into tables, whatever order each listed its languages.
         return '; '.join(f"{ts.get('dataset')} {ts.get('split')} "
                          f"({', '.join(sorted(ts.get('languages') or []))})"
                          for ts in self.test_sets)
