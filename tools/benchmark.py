@@ -87,7 +87,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from xmr.utils.cli import UserError, given_device, int_at_least, run_tool
+from xmr.utils.cli import UserError, given_device, given_json_output, int_at_least, run_tool
 
 CASES = ('cross_lingual', 'cross_modal', 'video', 'eval')
 METHODS = ('static', 'dasd')
@@ -114,6 +114,9 @@ TINY_CLIP = dict(embed_dim=32,
 TINY_TABLE = dict(vocab_size=2000, table_width=24)
 #: Steps each row runs under torch.profiler with --profile.
 PROFILED_STEPS = 3
+#: The keys of the JSON ``--out`` holds, by which an earlier benchmark's rows are told apart
+#: from any other file standing there.
+RESULT_KEYS = {'arch', 'device', 'batch_size', 'frames', 'steps', 'warmup', 'rows'}
 #: The parts of a step (:class:`StepParts`) in the order the step runs them; ``other`` is the
 #: rest (MMEngine's and the model's glue between the parts).
 STEP_PARTS = ('data', 'hooks', 'preprocess', 'forward', 'encode', 'backward', 'clip',
@@ -156,7 +159,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--threads', type=int_at_least(1),
                         help="torch CPU threads in each run (default: torch's own)")
     parser.add_argument('--work-dir', help='tokenizer model and feature caches (default: temp)')
-    parser.add_argument('--out', help='write the rows as JSON here')
+    parser.add_argument('--out', help='write the rows as JSON here, each as it ends')
+    parser.add_argument('--overwrite', action='store_true',
+                        help="let --out replace an earlier benchmark's rows")
     parser.add_argument('--in-process', action='store_true',
                         help='run every row in this process (saves a start per row; on the CPU '
                         'the memory column then is the peak so far, on CUDA it stays per row)')
@@ -183,9 +188,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.amp = args.amp or ('both' if cuda else 'none')
     args.methods = args.methods or (','.join(METHODS) if cuda else 'static')
     try:
-        given_device(args.device)
-    except UserError as error:  # every row would fail on it, each with its traceback
+        given_device(args.device)  # every row would fail on it, each with its traceback
+        if args.out is not None:  # checked before the first row, which writes it
+            given_json_output(args.out, '--out', "an earlier benchmark's rows", RESULT_KEYS,
+                              args.overwrite)
+    except UserError as error:
         parser.error(str(error))
+    if args.overwrite and args.out is None:
+        parser.error("--overwrite lets --out replace an earlier benchmark's rows: give --out")
     for option, known in (('cases', CASES), ('methods', METHODS), ('compile', COMPILED_PATHS)):
         chosen = [name for name in getattr(args, option).split(',') if name]
         unknown = sorted(set(chosen) - set(known))

@@ -42,6 +42,7 @@ from xmr.utils.cli import (
     argument_text,
     given_device,
     given_file,
+    given_json_output,
     given_output,
     print_for_reader,
     run_tool,
@@ -269,40 +270,25 @@ def check_index_path(args: argparse.Namespace) -> None:
 
 
 def check_out_path(args: argparse.Namespace) -> None:
-    """``--out`` is a ``.json`` path that can be written and is no input of this search; a
-    file standing there is replaced only where it holds an earlier search's hits and
-    ``--overwrite`` is given (a checkpoint, a test result, the index were written over).
+    """``--out`` is a ``.json`` path that is no input of this search, and replaces only an
+    earlier search's hits, with ``--overwrite`` (:func:`~xmr.utils.cli.given_json_output`).
 
     Raises:
         UserError: naming ``--out``, what stands there, and the fix.
     """
     from xmr.fileio import input_written_over
-    from xmr.json_files import JSONFileError, load_json
 
-    out, where, fix = args.out, f'{args.out} (--out)', 'give --out another .json path'
-    given_output(out, '--out', 'give --out the path of a .json file to write')
-    if out.suffix != '.json':
+    where = f'{args.out} (--out)'
+    if args.out.suffix != '.json' and not args.out.is_dir():
         raise UserError(where, 'the hits are written as JSON', 'give --out a path ending in .json')
     inputs = {'--index': args.index, '--queries': args.queries, 'the config': args.config,
               'the checkpoint': args.checkpoint}
-    given = input_written_over(out, inputs.values())
+    given = input_written_over(args.out, inputs.values())
     if given is not None:
         name = next(name for name, path in inputs.items() if path is given)
-        raise UserError(where, f'is also {name} ({given}) of this search', fix)
-    if not out.exists():
-        return
-    try:
-        earlier = load_json(out)
-    except (OSError, JSONFileError) as error:
-        raise UserError(where, f"exists and is no earlier search's hits ({error}); it is left as "
-                        'it is', fix) from error
-    if not (isinstance(earlier, dict) and earlier.keys() == HITS_KEYS):
-        raise UserError(where, "exists and is no earlier search's hits (a JSON object of "
-                        f"{', '.join(sorted(HITS_KEYS))}); it is left as it is", fix)
-    if not args.overwrite:
-        raise UserError(where, f"holds the hits of an earlier search (--lang {earlier['lang']}, "
-                        f"--k {earlier['k']}); it is kept", f'pass --overwrite to replace them, or '
-                        f'{fix}')
+        raise UserError(where, f'is also {name} ({given}) of this search',
+                        'give --out another .json path')
+    given_json_output(args.out, '--out', "an earlier search's hits", HITS_KEYS, args.overwrite)
 
 
 def parts_folder(index: Path) -> Path:

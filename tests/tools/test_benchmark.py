@@ -211,6 +211,31 @@ def test_a_run_cut_short_keeps_its_finished_rows_and_their_parts(monkeypatch, tm
             'its fastest step by part, ms: data 1.00, forward 999.00\n') in capsys.readouterr().out
 
 
+def test_out_replaces_only_an_earlier_benchmarks_rows_with_overwrite(monkeypatch, tmp_path,
+                                                                     capsys):
+    """--out wrote over whatever stood there (a checkpoint, a test result) once a row ended."""
+    monkeypatch.setattr(benchmark, 'run_one', made_row)
+    out = tmp_path / 'rows.json'
+    run = ['--arch', 'tiny', '--in-process', '--cases', 'video', '--out', str(out)]
+    benchmark.main(run)
+    earlier = out.read_text()
+    monkeypatch.setattr(benchmark, 'run_one', lambda spec: pytest.fail('a row ran'))
+    with pytest.raises(SystemExit):
+        benchmark.main(run)
+    assert (f"{out} (--out): holds an earlier benchmark's rows; it is kept: pass --overwrite to "
+            'replace it, or give --out another .json path') in capsys.readouterr().err
+    assert out.read_text() == earlier
+    checkpoint = tmp_path / 'iter_10.json'
+    checkpoint.write_text('{"state_dict": {}}')
+    with pytest.raises(SystemExit):
+        benchmark.main([*run[:-1], str(checkpoint), '--overwrite'])
+    assert "exists and is not an earlier benchmark's rows" in capsys.readouterr().err
+    assert checkpoint.read_text() == '{"state_dict": {}}'
+    monkeypatch.setattr(benchmark, 'run_one', made_row)
+    benchmark.main([*run, '--overwrite'])
+    assert [row['path'] for row in json.loads(out.read_text())['rows']] == ['recompute', 'xmr']
+
+
 def test_ratios_and_target_verdicts_from_hand_made_rows():
     def row(case, path, ms, loss=1.0):
         return dict(case=case, path=path, precision='fp32', step_ms=ms, cpu_ms=2 * ms,

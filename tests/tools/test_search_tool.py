@@ -114,14 +114,14 @@ def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index
      r'^hits.csv \(--out\): the hits are written as JSON: give --out a path ending in .json$'),
     (['--media', 'media', '--index', 'gallery.json', '--lang', 'de', '--query', 'x', '--out',
       'media/../gallery.json'],
-     r'^media/../gallery.json \(--out\): is also --index \(gallery.json\) of this search: give --out '
-     r'another .json path$'),
+     r'^media/../gallery.json \(--out\): is also --index \(gallery.json\) of this search: '
+     r'give --out another .json path$'),
     (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--out', 'result.json',
       '--overwrite'],
-     r"^result.json \(--out\): exists and is no earlier search's hits \(a JSON object of "
+     r"^result.json \(--out\): exists and is not an earlier search's hits \(a JSON object of "
      r'index, k, lang, results, skipped\); it is left as it is: give --out another .json path$'),
     (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--out', 'cut.json'],
-     r"^cut.json \(--out\): exists and is no earlier search's hits \(cut.json: not a JSON file "
+     r"^cut.json \(--out\): exists and is not an earlier search's hits \(cut.json: not a JSON file "
      r'Python reads: .*\); it is left as it is'),
     (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--device', 'gpu'],
      r'^--device gpu: is no torch device: give cpu, cuda or cuda:N$'),
@@ -222,8 +222,8 @@ def test_out_replaces_an_earlier_searchs_hits_only_with_overwrite(gallery, tmp_p
     tool.main([*search, '--media', str(media), '--query', 'ein roter Kreis', '--k', '2'])
     earlier = hits.read_text()
     with pytest.raises(UserError, match=re.escape(
-            f"{hits} (--out): holds the hits of an earlier search (--lang de, --k 2); it is kept: "
-            'pass --overwrite to replace them, or give --out another .json path')):
+            f"{hits} (--out): holds an earlier search's hits; it is kept: pass --overwrite to "
+            'replace it, or give --out another .json path')):
         tool.main([*search, '--query', 'zwei Quadrate'])
     assert hits.read_text() == earlier
     tool.main([*search, '--query', 'zwei Quadrate', '--overwrite'])

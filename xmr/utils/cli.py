@@ -27,13 +27,13 @@ import re
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, NoReturn
 
 __all__ = ['EXIT_ERROR', 'GatherAction', 'UserError', 'UserKeyError', 'add_custom_imports',
-           'did_you_mean', 'given_device', 'given_file', 'given_folder', 'given_output',
-           'import_user_module', 'int_at_least', 'quiet_on_other_processes', 'run_tool',
-           'worker_error']
+           'did_you_mean', 'given_device', 'given_file', 'given_folder', 'given_json_output',
+           'given_output', 'import_user_module', 'int_at_least', 'quiet_on_other_processes',
+           'run_tool', 'worker_error']
 
 EXIT_ERROR = 2
 DEBUG_FLAG = '--debug'
@@ -239,6 +239,38 @@ def given_output(path: str | os.PathLike, key: str, fix: str) -> None:
     except OSError as error:
         raise UserError(where, f'cannot be written there ({error.strerror or error})',
                         fix) from error
+
+
+def given_json_output(path: str | os.PathLike, key: str, what: str, keys: Collection[str],
+                      overwrite: bool) -> None:
+    """:func:`given_output` for a JSON file a tool writes, whose file standing at ``path`` is
+    replaced only where it holds the tool's own earlier output (a JSON object of exactly
+    ``keys``) and ``overwrite`` is given: a checkpoint, a test result or an index standing
+    there was written over.
+
+    Args:
+        what: the tool's earlier output, for the messages (``"an earlier search's hits"``).
+
+    Raises:
+        UserError: naming ``<path> (<key>)``, what stands there, and the fix.
+    """
+    from xmr.json_files import JSONFileError, load_json
+
+    where, fix = f'{os.fspath(path)} ({key})', f'give {key} another .json path'
+    given_output(path, key, f'give {key} the path of a .json file to write')
+    if not os.path.exists(path):
+        return
+    try:
+        earlier = load_json(path)
+    except (OSError, JSONFileError) as error:
+        raise UserError(where, f'exists and is not {what} ({error}); it is left as it is',
+                        fix) from error
+    if not (isinstance(earlier, dict) and earlier.keys() == set(keys)):
+        raise UserError(where, f"exists and is not {what} (a JSON object of "
+                        f"{', '.join(sorted(keys))}); it is left as it is", fix)
+    if not overwrite:
+        raise UserError(where, f'holds {what}; it is kept',
+                        f'pass --overwrite to replace it, or {fix}')
 
 
 def given_device(name: str | None) -> str:
