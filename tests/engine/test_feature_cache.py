@@ -269,6 +269,11 @@ def test_a_cache_dir_made_ahead_empty_is_built_into_and_a_full_one_is_left_alone
             f'{other} exists and holds no feature cache (no meta.json): give the cache a new '
             'or empty folder (cache_dir)')):
         CachedFeatureDataset(ListDataset(pair_items()), other).prepare(tiny_retriever)
+    # A rebuild (tools/cache_features.py --overwrite) replaces a cache alone: a cache_dir
+    # naming the data's own folder lost its annotation and images.
+    with pytest.raises(FileExistsError, match='holds no feature cache'):
+        CachedFeatureDataset(ListDataset(pair_items()), other).prepare(tiny_retriever,
+                                                                       rebuild=True)
     assert [path.name for path in other.iterdir()] == ['notes.txt']
 
 

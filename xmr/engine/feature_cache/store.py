@@ -273,12 +273,14 @@ def _start_build(path: Path, overwrite: bool, record: dict[str, Any]) -> Path:
     Raises:
         FileExistsError: as :meth:`FeatureCache.build`.
     """
-    # A folder made ahead for the cache, empty, holds nothing a build would replace.
-    if path.exists() and not overwrite and not (path.is_dir() and not any(path.iterdir())):
+    # A folder made ahead for the cache, empty, holds nothing a build would replace; overwrite
+    # replaces a cache alone (a cache_dir naming the data's folder lost the data).
+    if path.exists() and not (path.is_dir() and not any(path.iterdir())):
         if not (path / 'meta.json').is_file():
             raise FileExistsError(f'{path} exists and holds no feature cache (no meta.json): '
                                   'give the cache a new or empty folder (cache_dir)')
-        raise FileExistsError(f'feature cache {path} exists; pass overwrite=True to rebuild')
+        if not overwrite:
+            raise FileExistsError(f'feature cache {path} exists; pass overwrite=True to rebuild')
     partial = _own_folder(path, 'partial')
     stopped = next((left for left in _stopped_builds(path) if records_build(left, record)), None)
     remove_abandoned_builds(path, keep=stopped)
