@@ -263,6 +263,7 @@ def check_index_path(args: argparse.Namespace) -> None:
         given_file(args.index, '--index', 'give the index a search with --media --index saved')
         return
     given_output(args.index, '--index', 'give --index the path of the index file to write')
+    refuse_input(args.index, '--index', args)
     if args.index.exists() and not (args.overwrite or args.update):
         raise UserError(f'{args.index} (--index)', 'exists and is kept', 'pass --update to add '
                         'the media it lacks, --overwrite to replace it, or give --index another '
@@ -276,19 +277,31 @@ def check_out_path(args: argparse.Namespace) -> None:
     Raises:
         UserError: naming ``--out``, what stands there, and the fix.
     """
-    from xmr.fileio import input_written_over
-
     where = f'{args.out} (--out)'
     if args.out.suffix != '.json' and not args.out.is_dir():
         raise UserError(where, 'the hits are written as JSON', 'give --out a path ending in .json')
+    refuse_input(args.out, '--out', args)
+    given_json_output(args.out, '--out', "an earlier search's hits", HITS_KEYS, args.overwrite)
+
+
+def refuse_input(path: Path, key: str, args: argparse.Namespace) -> None:
+    """Refuse an output of this search (``key``) that is one of its inputs, however named: the
+    checkpoint, the config, the query file, or for ``--out`` the index (with ``--overwrite``
+    the checkpoint was replaced by the index built from it).
+
+    Raises:
+        UserError: naming both.
+    """
+    from xmr.fileio import input_written_over
+
     inputs = {'--index': args.index, '--queries': args.queries, 'the config': args.config,
               'the checkpoint': args.checkpoint}
-    given = input_written_over(args.out, inputs.values())
+    inputs.pop(key, None)
+    given = input_written_over(path, inputs.values())
     if given is not None:
-        name = next(name for name, path in inputs.items() if path is given)
-        raise UserError(where, f'is also {name} ({given}) of this search',
-                        'give --out another .json path')
-    given_json_output(args.out, '--out', "an earlier search's hits", HITS_KEYS, args.overwrite)
+        name = next(name for name, input_path in inputs.items() if input_path is given)
+        raise UserError(f'{path} ({key})', f'is also {name} ({given}) of this search',
+                        f'give {key} another path')
 
 
 def parts_folder(index: Path) -> Path:

@@ -115,7 +115,11 @@ def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index
     (['--media', 'media', '--index', 'gallery.json', '--lang', 'de', '--query', 'x', '--out',
       'media/../gallery.json'],
      r'^media/../gallery.json \(--out\): is also --index \(gallery.json\) of this search: '
-     r'give --out another .json path$'),
+     r'give --out another path$'),
+    # --overwrite replaced the checkpoint with the index built from it.
+    (['--media', 'media', '--index', 'tiny.pth', '--overwrite', '--lang', 'de', '--query', 'x'],
+     r'^tiny.pth \(--index\): is also the checkpoint \(/.*/tiny.pth\) of this search: give '
+     r'--index another path$'),
     (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--out', 'result.json',
       '--overwrite'],
      r"^result.json \(--out\): exists and is not an earlier search's hits \(a JSON object of "
