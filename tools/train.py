@@ -89,6 +89,10 @@ def build_config(args: argparse.Namespace) -> Config:
     resume = args.resume if args.resume is not None else config_resume(cfg)
     key = '--resume' if args.resume is not None else 'load_from (resume = True)'
     checkpoint = resume_checkpoint(resume, cfg.work_dir, key)
+    if resume is None:
+        saved_in = checkpoint_folder(cfg)
+        if saved_in != cfg.work_dir:
+            refuse_earlier_checkpoints(saved_in)
     if checkpoint is not None:
         cfg.resume, cfg.load_from = True, checkpoint  # checked by resume_checkpoint
         return cfg
@@ -362,6 +366,15 @@ def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume') 
         print_log(f'--resume auto: no checkpoint in {work_dir}; starting a new run',
                   logger='current')
     return None
+
+
+def checkpoint_folder(cfg: Config) -> str:
+    """Where the run saves its checkpoints: the work dir, or with the checkpoint hook's
+    ``out_dir``, ``<out_dir>/<work dir's name>`` (MMEngine's ``CheckpointHook``)."""
+    out_dir = ((cfg.get('default_hooks') or {}).get('checkpoint') or {}).get('out_dir')
+    if out_dir is None:
+        return cfg.work_dir
+    return os.path.join(out_dir, os.path.basename(os.path.normpath(cfg.work_dir)))
 
 
 def refuse_earlier_checkpoints(work_dir: str) -> None:

@@ -111,6 +111,25 @@ def test_checkpoints_moved_to_an_out_dir_part_way_through_a_run_are_resumed(tmp_
         assert resumed(work_dir, *resume) == (True, str(out_dir / 'iter_40.pth'))
 
 
+def test_a_new_run_refuses_the_checkpoints_an_earlier_run_saved_to_the_hooks_out_dir(
+        tmp_path):
+    """With ``default_hooks.checkpoint.out_dir`` the work dir holds no checkpoint: a second
+    run into the same work dir replaced the first run's ``<out_dir>/<work dir>/iter_16.pth``."""
+    work_dir = tmp_path / 'work'
+    cfg = report_cfg(work_dir)
+    cfg.default_hooks.checkpoint.out_dir = str(tmp_path / 'bigdisk')
+    config = tmp_path / 'tiny.py'
+    cfg.dump(str(config))
+    train_tool.main([str(config), '--work-dir', str(work_dir)])
+    saved = tmp_path / 'bigdisk' / 'work' / 'iter_16.pth'
+    written = saved.stat().st_mtime_ns
+    with pytest.raises(UserError, match=re.escape(
+            f"{tmp_path / 'bigdisk' / 'work'}: holds the checkpoints of an earlier run "
+            '(iter_16.pth), which a new run would overwrite')):
+        train_tool.main([str(config), '--work-dir', str(work_dir)])
+    assert saved.stat().st_mtime_ns == written
+
+
 def test_a_new_run_refuses_a_work_dir_with_an_earlier_runs_checkpoints(tmp_path):
     (tmp_path / 'iter_16.pth').write_bytes(b'weights')
     (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_16.pth'))
