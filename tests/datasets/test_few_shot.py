@@ -1,6 +1,9 @@
 """PECTVLM's seeded few-shot protocols: the permutation, the subsample, the command line."""
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 import pytest
 
 from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation, load_annotation
@@ -80,3 +83,21 @@ def test_without_a_seed_both_protocols_use_pectvlms_42():
     assert seeded_permutation(10) == [2, 6, 1, 8, 4, 5, 0, 9, 3, 7]
     assert [r.media_id for r in subsample(_train(), 3).items] == ['2', '6', '1']
     assert [r.media_id for r in few_shot_splits(_train(), 2)['val'].items] == ['1', '8']
+
+
+def test_a_rerun_keeps_an_output_holding_translations_attached_since(tmp_path):
+    """Attaching French to the few-shot file, then running the split again, dropped it."""
+    dump_annotation(_train(), tmp_path / 'train.json')
+    run = [str(tmp_path / 'train.json'), '--protocol', 'subsample', '--shots', '4', '--out-dir',
+           str(tmp_path / 'out')]
+    main(run)
+    out = tmp_path / 'out' / 'multi30k_train_4shot.json'
+    few = load_annotation(out)
+    attached = replace(few, translation_langs=['de', 'fr'], items=[
+        replace(item, translations={**item.translations, 'fr': ['fr']}) for item in few.items])
+    dump_annotation(attached, out)
+    kept = out.read_bytes()
+    with pytest.raises(SystemExit, match=re.escape(
+            f"{out}: holds texts attached after its conversion (translation_langs ['fr'])")):
+        main(run)
+    assert out.read_bytes() == kept

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from xmr.datasets.annotation import Annotation, AnnotationError, dump_annotations, load_annotation
+from xmr.datasets.annotation import Annotation, AnnotationError, load_annotation
 from xmr.datasets.converters.errors import ConversionError
 from xmr.utils.cli import add_custom_imports
 
@@ -88,12 +88,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--out-dir', type=Path, required=True)
     add_custom_imports(parser)
     args = parser.parse_args(argv)
+    from xmr.datasets.converters.cli import dump_converted
+
     try:
         ann = load_annotation(args.ann)
         parts = (list(few_shot_splits(ann, args.shots, args.seed).values())
                  if args.protocol == 'split' else [subsample(ann, args.shots, args.seed)])
         outputs = {args.out_dir / f'{part.dataset}_{part.split}.json': part for part in parts}
-        written = dump_annotations(outputs)
+        # An output that holds translations attached since keeps them: it is refused.
+        written = dump_converted(outputs)
     except (ConversionError, AnnotationError, FileNotFoundError) as err:
         raise SystemExit(f'error: {err}') from err
     for path in written:
