@@ -48,6 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     export.add_argument('--langs', nargs='+', action=GatherAction,
                         help='languages (default: all of the model)')
     export.add_argument('--out-dir', type=Path, required=True)
+    export.add_argument('--overwrite', action='store_true',
+                        help="replace a module file in --out-dir (an earlier export's)")
     merge = commands.add_parser('merge', help='load module files into one model checkpoint')
     merge.add_argument('config')
     merge.add_argument('--base', help='checkpoint whose shared weights (towers, shared embedding, '
@@ -147,6 +149,36 @@ def _parameter_counts(model) -> tuple[dict[str, int], int]:
     return languages, shared_parameter_count(model)
 
 
+def _check_export_out(args: argparse.Namespace, path: Path) -> None:
+    """Refuse a module file to write that is the config or the checkpoint exported (a training
+    checkpoint named ``de.pth`` in ``--out-dir`` became ``de``'s module), or any other file
+    standing there but an earlier module, which only ``--overwrite`` replaces.
+
+    Raises:
+        UserError: naming the file, what it is, and the fix.
+    """
+    from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
+    from xmr.fileio import input_written_over
+    from xmr.models.language.language_modules import MODULE_FORMAT
+
+    where, fix = f'{path} (--out-dir)', 'export into another --out-dir'
+    given = input_written_over(path, [args.config, args.checkpoint])
+    if given is not None:
+        raise UserError(where, f'is an input of the export ({given})', fix)
+    if not path.exists():
+        return
+    try:
+        payload = read_checkpoint(path, what='language module')
+    except (CheckpointReadError, OSError) as error:
+        raise UserError(where, f'exists and is no language module ({error}); it is left as it '
+                        'is', fix) from error
+    if not (isinstance(payload, dict) and payload.get('format') == MODULE_FORMAT):
+        raise UserError(where, 'exists and is no language module; it is left as it is', fix)
+    if not args.overwrite:
+        raise UserError(where, f"holds the {payload.get('lang')} module of an earlier export; "
+                        'it is kept', f'pass --overwrite to replace it, or {fix}')
+
+
 def _figures_of_the_model_reported(model, args: argparse.Namespace) -> tuple[dict, str | None]:
     """The run config's ``paper_figures`` and ``None``, or ``{}`` and the reason where they are
     the config's own and its ``--ablation`` rows change the parameters counted: they are the
@@ -209,6 +241,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.out_dir.exists() and not args.out_dir.is_dir():
             raise UserError(f'--out-dir {args.out_dir}', 'is a file, not a folder',
                             'name a folder (made if missing) for the module files')
+        for lang in langs:
+            _check_export_out(args, args.out_dir / f'{lang}.pth')
         for lang in langs:
             path = save_language_module(model, lang, args.out_dir / f'{lang}.pth',
                                         base_checkpoint=args.checkpoint)

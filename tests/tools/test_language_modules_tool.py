@@ -233,6 +233,45 @@ def test_an_export_into_a_file_is_refused_naming_it(tmp_path, monkeypatch, capsy
     assert (tmp_path / 'modules').read_text() == 'notes'
 
 
+def test_an_export_replaces_earlier_modules_alone_and_those_with_overwrite(tmp_path,
+                                                                            monkeypatch, capsys):
+    """Exporting ``modules/de.pth`` into ``modules`` replaced the training checkpoint with
+    its German module; a second export replaced the first's modules without a word."""
+    from xmr.apis import init_retriever
+
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    modules = tmp_path / 'modules'
+    modules.mkdir()
+    checkpoint = modules / 'de.pth'
+    torch.save(dict(state_dict=init_retriever(config).state_dict()), checkpoint)
+    (modules / 'fr.pth').write_bytes(checkpoint.read_bytes())
+    saved = checkpoint.read_bytes()
+
+    def export(*flags):
+        _run(['export', str(config), str(checkpoint), '--out-dir', str(modules), *flags],
+             monkeypatch)
+
+    with pytest.raises(SystemExit, match='2'):
+        export('--langs', 'de', '--overwrite')
+    assert (f'{checkpoint} (--out-dir): is an input of the export ({checkpoint}): export into '
+            'another --out-dir') in capsys.readouterr().err
+    with pytest.raises(SystemExit, match='2'):
+        export('--langs', 'fr', '--overwrite')
+    assert (f"{modules / 'fr.pth'} (--out-dir): exists and is no language module; it is left "
+            'as it is') in capsys.readouterr().err
+    assert checkpoint.read_bytes() == saved == (modules / 'fr.pth').read_bytes()
+
+    (modules / 'fr.pth').unlink()
+    export('--langs', 'fr')
+    with pytest.raises(SystemExit, match='2'):
+        export('--langs', 'fr')
+    assert (f"{modules / 'fr.pth'} (--out-dir): holds the fr module of an earlier export; it is "
+            'kept: pass --overwrite to replace it') in capsys.readouterr().err
+    export('--langs', 'fr', '--overwrite')
+    assert checkpoint.read_bytes() == saved
+
+
 @pytest.mark.parametrize('out', ['trained.pth', 'modules/de.pth', 'tiny_lora.py'])
 def test_a_merge_refuses_to_write_over_its_own_inputs(tmp_path, monkeypatch, capsys, out):
     """--out naming --base replaced a training checkpoint (optimizer, schedule: a resumable
