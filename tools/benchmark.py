@@ -87,7 +87,14 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from xmr.utils.cli import UserError, given_device, given_json_output, int_at_least, run_tool
+from xmr.utils.cli import (
+    UserError,
+    given_device,
+    given_json_output,
+    given_output,
+    int_at_least,
+    run_tool,
+)
 
 CASES = ('cross_lingual', 'cross_modal', 'video', 'eval')
 METHODS = ('static', 'dasd')
@@ -192,6 +199,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if args.out is not None:  # checked before the first row, which writes it
             given_json_output(args.out, '--out', "an earlier benchmark's rows", RESULT_KEYS,
                               args.overwrite)
+        if args.profile is not None:
+            check_profile_path(args)
     except UserError as error:
         parser.error(str(error))
     if args.overwrite and args.out is None:
@@ -859,6 +868,23 @@ def row_details(row: dict[str, Any]) -> str:
                 if 'unwaited_ms' in row else '')
     return (f"tokens tgt/en {row['target_tokens']}/{row['source_tokens']}, "
             f"model {row['model_ms']:.2f} ms{unwaited}; {parts_text(row)}")
+
+
+def check_profile_path(args: argparse.Namespace) -> None:
+    """``--profile`` is a Markdown file, which each row appends to, and not ``--out``: appended
+    to a result or a checkpoint, the profile made it unreadable.
+
+    Raises:
+        UserError: naming the file and the fix.
+    """
+    from xmr.fileio import input_written_over
+
+    where = f'{args.profile} (--profile)'
+    if Path(args.profile).suffix != '.md':
+        raise UserError(where, 'each row appends Markdown to it', 'give a path ending in .md')
+    if args.out is not None and input_written_over(args.profile, [args.out]) is not None:
+        raise UserError(where, 'is also --out, which the rows replace', 'give another .md path')
+    given_output(args.profile, '--profile', 'give a writable .md path')
 
 
 def write_results(args: argparse.Namespace, device: str, rows: list[dict[str, Any]]) -> None:

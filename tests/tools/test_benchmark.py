@@ -236,6 +236,24 @@ def test_out_replaces_only_an_earlier_benchmarks_rows_with_overwrite(monkeypatch
     assert [row['path'] for row in json.loads(out.read_text())['rows']] == ['recompute', 'xmr']
 
 
+@pytest.mark.parametrize(('profile', 'refused'), [
+    ('result.json', 'result.json (--profile): each row appends Markdown to it: give a path '
+                    'ending in .md'),
+    ('rows.md', 'rows.md (--profile): is also --out, which the rows replace'),
+])
+def test_a_profile_that_would_spoil_a_file_is_refused_before_the_first_row(
+        monkeypatch, tmp_path, capsys, profile, refused):
+    """Appended to a test result, the profile left it no JSON; given as --out too, lost."""
+    monkeypatch.setattr(benchmark, 'run_one', lambda spec: pytest.fail('a row ran'))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'result.json').write_text('{}')
+    with pytest.raises(SystemExit):
+        benchmark.main(['--arch', 'tiny', '--in-process', '--cases', 'video', '--out', 'rows.md',
+                        '--profile', profile])
+    assert refused in capsys.readouterr().err
+    assert (tmp_path / 'result.json').read_text() == '{}'
+
+
 def test_ratios_and_target_verdicts_from_hand_made_rows():
     def row(case, path, ms, loss=1.0):
         return dict(case=case, path=path, precision='fp32', step_ms=ms, cpu_ms=2 * ms,
