@@ -258,6 +258,8 @@ def check_work_dir(args: argparse.Namespace) -> None:
         return
     dump = Path(args.work_dir) / Path(config_file(args.config)).name
     found = training_checkpoints(args.work_dir)
+    if not found and (Path(args.work_dir) / 'last_checkpoint').is_file():
+        found = ['last_checkpoint']  # a run whose checkpoint hook saves to its out_dir
     if found and dump.is_file():
         shown = ', '.join(found[:3]) + (', ...' if len(found) > 3 else '')
         raise UserError(args.work_dir, f'is the work dir of a training run ({shown}), whose '

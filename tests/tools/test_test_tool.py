@@ -738,6 +738,16 @@ def test_a_work_dir_of_a_training_run_is_refused_before_its_config_dump_is_repla
                           str(trained)])
     assert (trained / 'synthetic.py').read_text() == "# the training run's dump\n"
     assert not (trained / 'iter_4_test.json').exists()
+    # A run whose checkpoint hook saved to its out_dir left its pointer alone in the work dir.
+    saved_elsewhere = root / 'bigdisk' / 'trained'
+    saved_elsewhere.mkdir(parents=True)
+    (trained / 'iter_4.pth').rename(saved_elsewhere / 'iter_4.pth')
+    (trained / 'last_checkpoint').write_text(str(saved_elsewhere / 'iter_4.pth'))
+    with pytest.raises(UserError, match=r'is the work dir of a training run \(last_checkpoint\)'):
+        load_tool().main([str(config()), str(saved_elsewhere / 'iter_4.pth'), '--work-dir',
+                          str(trained)])
+    assert (trained / 'synthetic.py').read_text() == "# the training run's dump\n"
+    shutil.copy(saved_elsewhere / 'iter_4.pth', trained / 'iter_4.pth')
     # A folder of the test's own, or a work dir without checkpoints, is taken.
     load_tool().main([str(config()), str(trained / 'iter_4.pth'), '--work-dir',
                       str(root / 'tests')])
