@@ -453,5 +453,15 @@ def test_a_merge_replaces_a_file_at_out_only_with_overwrite(tmp_path, monkeypatc
         'would lose what a resume needs): pass --overwrite to replace it, or write the merged '
         'checkpoint to another file\n')
     assert (tmp_path / 'kept.pth').read_bytes() == b'a training checkpoint'
+    # --overwrite replaces an earlier merge alone.
+    with pytest.raises(SystemExit, match='2'):
+        _run([*merge, '--overwrite'], monkeypatch)
+    assert 'exists and is no earlier merge' in capsys.readouterr().err
+    assert (tmp_path / 'kept.pth').read_bytes() == b'a training checkpoint'
+    merge[-1] = str(tmp_path / 'merged.pth')
+    _run(merge, monkeypatch)
+    first = (tmp_path / 'merged.pth').stat().st_mtime_ns
     _run([*merge, '--overwrite'], monkeypatch)
-    assert sorted(torch.load(tmp_path / 'kept.pth', weights_only=True)) == ['meta', 'state_dict']
+    assert (tmp_path / 'merged.pth').stat().st_mtime_ns != first
+    assert sorted(torch.load(tmp_path / 'merged.pth', weights_only=True)) == ['meta',
+                                                                              'state_dict']
