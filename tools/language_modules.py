@@ -95,6 +95,7 @@ def _check_merge_out(args: argparse.Namespace, modules: dict[str, Path]) -> None
     Raises:
         UserError: naming ``--out`` and what stands there.
     """
+    from xmr.engine.checkpoint import meta_records
     from xmr.fileio import input_written_over
 
     out = args.out
@@ -109,23 +110,10 @@ def _check_merge_out(args: argparse.Namespace, modules: dict[str, Path]) -> None
         raise UserError(f'--out {out}', 'exists and is kept (a training checkpoint there would '
                         'lose what a resume needs)', 'pass --overwrite to replace it, or write '
                         'the merged checkpoint to another file')
-    if out.exists() and not _is_merged_checkpoint(out):
+    if out.exists() and not meta_records(out, 'language_modules'):
         raise UserError(f'--out {out}', 'exists and is no earlier merge (its meta records no '
                         'language_modules); it is left as it is, --overwrite replacing an '
                         'earlier merge alone', 'write the merged checkpoint to another file')
-
-
-def _is_merged_checkpoint(path: Path) -> bool:
-    """Whether ``path`` is a checkpoint ``merge`` wrote (its meta names the modules merged);
-    a file that is no checkpoint, or cannot be read, is not."""
-    from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
-
-    try:
-        checkpoint = read_checkpoint(path)
-    except (CheckpointReadError, OSError):
-        return False
-    meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
-    return isinstance(meta, dict) and 'language_modules' in meta
 
 
 def print_parameter_report(model, paper: dict) -> None:

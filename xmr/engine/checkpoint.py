@@ -384,3 +384,15 @@ def _refused_message(path: Path, what: str, names: Sequence[str]) -> str:
                 f"torch.load('{path}', weights_only=False)['state_dict']}}, 'weights.pth')")
     return (f'{path}: not an xmr {what}: it pickles {shown} that a weights-only load refuses; '
             'give a .pth written by xmr')
+
+
+def meta_records(path: str | os.PathLike, key: str) -> bool:
+    """Whether ``path`` is a checkpoint whose ``meta`` records ``key`` (``language_modules`` of
+    a merge, ``converted_from`` of a conversion): a tool's own earlier output, which its
+    ``--overwrite`` may replace; a file that is no checkpoint, or cannot be read, is not."""
+    try:
+        checkpoint = read_checkpoint(path)
+    except (CheckpointReadError, OSError):
+        return False
+    meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
+    return isinstance(meta, dict) and key in meta

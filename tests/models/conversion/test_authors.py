@@ -253,6 +253,28 @@ def test_missing_language_truncated_file_and_other_architecture_are_refused(tmp_
     assert not out.exists() and not list(tmp_path.glob('.o.pth*'))
 
 
+def test_the_cli_replaces_an_earlier_conversion_alone_and_only_with_overwrite(tmp_path,
+                                                                             capsys):
+    """--out replaced whatever stood there: a training checkpoint, a test result."""
+    torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
+    config = write_config(tmp_path / 'dasd.py', 'dasd')
+    trained = tmp_path / 'iter_3000.pth'
+    torch.save({'state_dict': {}, 'meta': {'iter': 3000}}, trained)
+    kept = trained.read_bytes()
+    convert = [tmp_path / 'dasd.bin', config, '--out']
+    err = refused(capsys, 'dasd', *convert, trained)
+    assert err == (f'error: {trained} (--out): exists and is kept: pass --overwrite to replace '
+                   'an earlier conversion, or give --out another file\n')
+    err = refused(capsys, 'dasd', *convert, trained, '--overwrite')
+    assert 'exists and is no earlier conversion' in err
+    assert trained.read_bytes() == kept
+    out = tmp_path / 'x.pth'
+    main('dasd', [str(a) for a in [*convert, out]])
+    assert 'exists and is kept' in refused(capsys, 'dasd', *convert, out)
+    main('dasd', [str(a) for a in [*convert, out, '--overwrite']])
+    assert torch.load(out)['meta']['converted_from'] == str(tmp_path / 'dasd.bin')
+
+
 def test_the_cli_reports_used_unused_and_kept_keys(tmp_path, capsys):
     torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
     config = write_config(tmp_path / 'dasd.py', 'dasd')
