@@ -91,6 +91,15 @@ def test_command_lines_round_trip(tmp_path):
     assert load_annotation(tmp_path / 'out.json').items[2].translations['cs'][1] == 'cats (cs2)'
     with pytest.raises(SystemExit, match="translation language 'en' is the source"):
         main_attach([str(ann_path), '--translations', f'en={tmp_path / "cs.txt"}'])
+    # Another language attached from the source into that --out dropped Czech from it.
+    (tmp_path / 'de.txt').write_text(''.join(f'{line} (de)\n' for line in lines),
+                                     encoding='utf-8')
+    before = (tmp_path / 'out.json').read_bytes()
+    with pytest.raises(SystemExit, match=r"out.json: holds texts attached after its conversion "
+                       r"\(translation_langs \['cs'\]\) .* or give --out another file$"):
+        main_attach([str(ann_path), '--translations', f'de={tmp_path / "de.txt"}', '--out',
+                     str(tmp_path / 'out.json')])
+    assert (tmp_path / 'out.json').read_bytes() == before
 
 
 @pytest.mark.parametrize('line_break', ['\n', '\r', '\u2028', '\x85', '\x0b'])

@@ -18,10 +18,9 @@ from pathlib import Path
 from xmr.datasets.annotation import (
     Annotation,
     AnnotationError,
-    dump_annotation,
     load_annotation,
 )
-from xmr.datasets.converters.cli import refuse_written_over
+from xmr.datasets.converters.cli import dump_converted, refuse_written_over
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
 from xmr.datasets.converters.translations import caption_lines
@@ -140,7 +139,8 @@ def main_attach_back(argv: Sequence[str] | None = None) -> None:
         refuse_written_over({'--out': args.out or args.ann}, {
             f'--back-translations {lang}': path for lang, path in files.items()})
         ann = attach_back_translations(ann, files, args.overwrite)
-        dump_annotation(ann, args.out or args.ann)
+        # An --out holding languages attached since keeps them: it is refused.
+        dump_converted({args.out or args.ann: ann}, 'give --out another file')
     except (ConversionError, AnnotationError, FileNotFoundError) as err:
         raise SystemExit(f'error: {err}') from err
     print(f'{args.out or args.ann}: back-translations for {", ".join(files)} attached to '

@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         ann = convert_cc3m(args.uc2_dir, args.languages, args.images_dir, args.subset_size,
                            args.seed, args.tsv_pattern, args.image_name_format)
-        dump_converted({args.out: ann})
+        dump_converted({args.out: ann}, 'give --out another file')
     except (ConversionError, AnnotationError) as err:
         raise SystemExit(f'error: {err}') from err
     print(f'{args.out}: {len(ann.items)} images, {args.languages[0]} captions translated to '

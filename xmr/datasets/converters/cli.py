@@ -91,10 +91,14 @@ def write_converted(convert: Callable[[], Mapping[str, Annotation]], out_dir: Pa
         print(f'{path}: {len(ann.items)} {unit}, languages {", ".join(ann.languages)}')
 
 
-def dump_converted(outputs: Mapping[Path, Annotation]) -> list[Path]:
+def dump_converted(outputs: Mapping[Path, Annotation],
+                   elsewhere: str = 'give --out-dir another folder') -> list[Path]:
     """Write a conversion's annotations, all or none, unless one would replace a file holding
     machine translations or back-translations attached since (tools/data/attach_*.py), which a
     converter does not make: re-running it into the same folder lost them without a word.
+
+    Args:
+        elsewhere: how the command writes elsewhere, for the message.
 
     Raises:
         ConversionError: naming the file, the languages and the fix; nothing is written.
@@ -107,7 +111,6 @@ def dump_converted(outputs: Mapping[Path, Annotation]) -> list[Path]:
             named = '; '.join(f'{key} {langs}' for key, langs in lost.items() if langs)
             raise ConversionError(f'{path}: holds texts attached after its conversion ({named}) '
                                   'that the new file would not have; it is kept: move it away '
-                                  'first (and attach them again to the new file), or give '
-                                  '--out-dir another folder')
+                                  f'first (and attach them again to the new file), or {elsewhere}')
     return dump_annotations(outputs)
 
