@@ -595,3 +595,61 @@ def test_every_path_reads_the_facts_as_facts_not_weights(tmp_path, how):
     assert re.search(r"other facts.pth: checkpoint does not match the config: languages: "
                      r"checkpoint \['de', 'zh', 'ja'\] vs config \['de', 'zh'\]",
                      refusals['other facts'])
+
+
+def saved_iterations(work_dir: Path) -> list[int]:
+    return sorted(int(path.stem[5:]) for path in work_dir.glob('iter_*.pth'))
+
+
+def test_a_new_best_between_periodic_checkpoints_costs_no_periodic_one(tmp_path):
+    """MMEngine saves the iteration of a new best again and counted it towards max_keep_ckpts:
+    with checkpoints every 4 iterations kept 2 and bests at 6, 10 and 11, iter_8.pth was gone
+    when iter_12.pth was written."""
+    runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=2, save_best='mAR', rule='greater')
+    states = []
+    for done, mAR in [(3, None), (6, 1.0), (7, None), (10, 2.0), (11, 3.0), (11, None)]:
+        runner.train_loop._iter = done
+        if mAR is None:
+            hook._save_checkpoint(runner)  # the periodic one of iteration done + 1
+        else:
+            hook._save_best_checkpoint(runner, {'mAR': mAR})
+        states.append(saved_iterations(tmp_path))
+    assert states == [[4], [4, 6], [4, 8], [4, 8, 10], [4, 8, 11], [8, 12]]
+    assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'iter_12.pth')
+    allow_mmengine_checkpoint_types()
+    info = torch.load(tmp_path / 'iter_12.pth', map_location='cpu', weights_only=True)[
+        'message_hub']['runtime_info']
+    assert (info['keep_ckpt_ids'], info['interim_ckpt_step']) == ([8, 12], None)
+
+
+def test_a_best_at_a_periodic_checkpoint_s_iteration_rewrites_that_checkpoint(tmp_path):
+    runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=1, save_best='mAR', rule='greater')
+    runner.train_loop._iter = 3
+    hook._save_checkpoint(runner)
+    runner.train_loop._iter = 4
+    hook._save_best_checkpoint(runner, {'mAR': 1.0})
+    assert saved_iterations(tmp_path) == [4]
+    assert list(hook.keep_ckpt_ids) == [4] and hook.interim_step is None
+    allow_mmengine_checkpoint_types()
+    info = torch.load(tmp_path / 'iter_4.pth', map_location='cpu', weights_only=True)[
+        'message_hub']['runtime_info']
+    assert info['best_score'] == 1.0
+
+
+def test_a_run_resumed_from_an_interim_checkpoint_replaces_it_with_its_next(tmp_path):
+    runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=1)
+    runner.train_loop._iter = 3
+    hook._save_checkpoint(runner)
+    runner.train_loop._iter = 5
+    hook.save_interim_checkpoint(runner)  # a signal's stop after iteration 6
+    assert saved_iterations(tmp_path) == [4, 6]
+    allow_mmengine_checkpoint_types()
+    saved = torch.load(tmp_path / 'iter_6.pth', map_location='cpu', weights_only=True)
+    resumed, hook = runner_with_hook(tmp_path, max_keep_ckpts=1)
+    resumed.message_hub.load_state_dict(saved['message_hub'])
+    resumed._resume = True
+    hook.before_train(resumed)
+    assert (list(hook.keep_ckpt_ids), hook.interim_step) == ([4], 6)
+    resumed.train_loop._iter = 7
+    hook._save_checkpoint(resumed)
+    assert saved_iterations(tmp_path) == [8]

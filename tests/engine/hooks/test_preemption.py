@@ -17,7 +17,7 @@ from tests.conftest import REPO
 from tests.engine.hooks.test_phase_report_hook import read_report, report_cfg
 from tests.engine.test_loops import PHASES, make_cfg, train
 from xmr.engine.hooks import preemption
-from xmr.engine.hooks.checkpoint import CheckpointHook
+from xmr.engine.hooks.checkpoint import FINISHED_MARKER, CheckpointHook
 from xmr.registry import HOOKS
 
 sys.path.insert(0, str(REPO / 'tools'))
@@ -85,6 +85,8 @@ def test_the_train_tool_exits_with_the_signal_only_when_it_cut_training_short(
     log = next(work_dir.glob('*/*.log')).read_text()
     assert logged in log
     assert log.count('SIGTERM received') == 1  # cut short, or after the end: never both
+    # The mark of a run's end, which a run cut short had too.
+    assert (work_dir / FINISHED_MARKER).exists() == (status == 0)
     assert signal.getsignal(signal.SIGTERM) is handler_before  # a finished run hands it back
 
 
@@ -121,9 +123,13 @@ def test_the_iteration_a_signal_stops_at_is_saved_once(tmp_path, monkeypatch, at
 
     monkeypatch.setattr(CheckpointHook, '_save_checkpoint_with_step', recorded)
     torch.manual_seed(0)
-    _, records = train(signalled_cfg(tmp_path, at, checkpoint_interval=4))
+    cfg = signalled_cfg(tmp_path, at, checkpoint_interval=4)
+    cfg.default_hooks.checkpoint.max_keep_ckpts = 2
+    runner, records = train(cfg)
     assert len(records) == at
     assert steps == saved
+    saver = next(h for h in runner.hooks if isinstance(h, CheckpointHook))
+    assert saver.interim_step == (at if at % 4 else None)  # a periodic one's iteration: kept
     assert sorted(p.name for p in tmp_path.glob('*.pth')) == [f'iter_{at}.pth']
 
 

@@ -8,6 +8,11 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
   rename), and ``last_checkpoint`` likewise (MMEngine writes it in place): a kill or a full
   disk never leaves a truncated file under a checkpoint's name nor an empty pointer, and
   temporaries left by a killed run are removed when training starts;
+* ``max_keep_ckpts`` counts the periodic checkpoints (and the last): one saved between them,
+  at the iteration of a new best (MMEngine saves it again to record the best) or of a signal's
+  stop (:class:`~xmr.engine.hooks.preemption.PreemptionHook`), is an interim checkpoint, kept
+  until the next checkpoint is in place (MMEngine counts it, and its removal of the oldest lost
+  a periodic checkpoint at each new best);
 * the previous best checkpoint, and checkpoints beyond ``max_keep_ckpts``, are removed only
   after their successor is in place (MMEngine removes them first), and only from this run's
   work dir: a run resumed from another work dir's checkpoint (a fork) inherits that run's best
@@ -30,10 +35,11 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +66,9 @@ from xmr.version import provenance, written_by
 #: Written into the work dir as a training run ends (its last iteration), removed as a new one
 #: starts: best checkpoints alone beside it are a finished run's, not a stopped start's.
 FINISHED_MARKER = '.train_finished'
+
+#: The message hub's record of the interim checkpoint in place (a resumed run removes it).
+INTERIM_KEY = 'interim_ckpt_step'
 
 __all__ = ['FINISHED_MARKER', 'CheckpointHook', 'check_best_keys', 'check_metric_names',
            'refuse_foreign_weights', 'refuse_other_facts']
@@ -89,6 +98,9 @@ class CheckpointHook(MMEngineCheckpointHook):
                          **kwargs)
         self.earlier_best = list(earlier_best)
         self._earlier_best: list[Path] = []
+        #: The iteration of the interim checkpoint in place (:meth:`save_interim_checkpoint`).
+        self.interim_step: int | None = None
+        self._saving_interim = False
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
@@ -102,6 +114,7 @@ class CheckpointHook(MMEngineCheckpointHook):
         if is_main_process():
             for path in remove_stale_temporaries(self.out_dir):
                 runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
+        self.interim_step = runner.message_hub.get_info(INTERIM_KEY) if runner._resume else None
         self._earlier_best = ([] if runner._resume or not self.save_best else
                               [Path(self.out_dir, name) for name in self.earlier_best])
         if is_main_process() and not runner._resume:
@@ -124,10 +137,15 @@ class CheckpointHook(MMEngineCheckpointHook):
 
     def after_train(self, runner) -> None:
         """Publish as MMEngine does, then mark the work dir's run finished
-        (:data:`FINISHED_MARKER`): a run that saved best checkpoints alone is then told from
-        one stopped before its first periodic checkpoint."""
+        (:data:`FINISHED_MARKER`) unless a signal stopped it: a run that saved best checkpoints
+        alone is then told from one stopped before its first periodic checkpoint."""
+        # Imported here: the preemption hook saves through this one.
+        from xmr.engine.hooks.preemption import PreemptionHook
+
         super().after_train(runner)
-        if is_main_process():
+        stopped = any(hook.stopped_by is not None for hook in runner.hooks
+                      if isinstance(hook, PreemptionHook))
+        if is_main_process() and not stopped:
             atomic_write_text(Path(runner.work_dir) / FINISHED_MARKER, f'{runner.iter}\n')
 
     def _take_last_checkpoint(self, runner) -> None:
@@ -191,11 +209,16 @@ class CheckpointHook(MMEngineCheckpointHook):
         if self.save_optimizer and gather_grads is not None:
             gather_grads()
         keep = self.max_keep_ckpts
-        recorded = keep > 0 and (not self.keep_ckpt_ids or self.keep_ckpt_ids[-1] != step)
+        interim = keep > 0 and self._saving_interim and step not in self.keep_ckpt_ids
+        recorded = keep > 0 and not interim and (not self.keep_ckpt_ids
+                                                 or self.keep_ckpt_ids[-1] != step)
         steps = [*self.keep_ckpt_ids, step] if recorded else []
-        if recorded:
+        replaced_interim = self.interim_step if self.interim_step != step else None
+        if keep > 0:
             # The checkpoint written holds the ids kept once it is in place.
-            runner.message_hub.update_info('keep_ckpt_ids', steps[-keep:])
+            if recorded:
+                runner.message_hub.update_info('keep_ckpt_ids', steps[-keep:])
+            runner.message_hub.update_info(INTERIM_KEY, step if interim else None)
         # MMEngine's method, but for its removals (here, after the new file is in place) and
         # its plain write of last_checkpoint, which a full disk or a kill would leave empty.
         filename = self.filename_tmpl.format(step)
@@ -207,10 +230,32 @@ class CheckpointHook(MMEngineCheckpointHook):
             backend_args=self.backend_args, **self.args)
         if is_main_process():
             atomic_write_text(Path(runner.work_dir) / 'last_checkpoint', self.last_ckpt)
+            if interim:
+                runner.logger.info(f'saved {filename}, the state of iteration {step} between '
+                                   'periodic checkpoints; the next checkpoint replaces it')
         if recorded:
             self.keep_ckpt_ids.append(step)  # the deque's maxlen drops the outdated ids
-        for old in steps[:-keep]:
-            self._remove(self.file_backend.join_path(self.out_dir, self.filename_tmpl.format(old)))
+        if keep > 0:
+            self.interim_step = step if interim else None
+        for old in [*steps[:-keep], *[replaced_interim] * (replaced_interim is not None)]:
+            if old not in self.keep_ckpt_ids:
+                self._remove(self.file_backend.join_path(self.out_dir,
+                                                         self.filename_tmpl.format(old)))
+
+    def save_interim_checkpoint(self, runner) -> None:
+        """Save the iteration under way between periodic checkpoints (a signal's stop): the
+        file stays until the next checkpoint is in place, and counts towards no
+        ``max_keep_ckpts``."""
+        with self._interim():
+            self._save_checkpoint(runner)
+
+    @contextlib.contextmanager
+    def _interim(self) -> Iterator[None]:
+        self._saving_interim = True
+        try:
+            yield
+        finally:
+            self._saving_interim = False
 
     def _best_paths(self) -> dict[str, str | None]:
         if len(self.key_indicators) == 1:
@@ -241,7 +286,10 @@ class CheckpointHook(MMEngineCheckpointHook):
         for key in previous:
             self._set_best_path(key, None)
         try:
-            super()._save_best_checkpoint(runner, metrics)
+            # MMEngine saves the iteration of a new best again, to record the best in the run's
+            # latest checkpoint: an interim one where no periodic checkpoint has this iteration.
+            with self._interim():
+                super()._save_best_checkpoint(runner, metrics)
         finally:
             for key, old in previous.items():
                 new = self._best_paths()[key]

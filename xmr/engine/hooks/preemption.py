@@ -28,10 +28,12 @@ class PreemptionHook(Hook):
     Without it the process dies at once and loses every iteration since the last periodic
     checkpoint (up to ``checkpoint.interval``). With it, the iteration under way ends, its
     checkpoint is written through the run's :class:`CheckpointHook` (``last_checkpoint`` names
-    it), training stops (:attr:`stopped_by` names the signal), and ``tools/train.py`` exits with
-    143 (128 + SIGTERM) so that a scheduler sees a run cut short; ``--resume`` continues it as
-    if uninterrupted. A signal that comes after the last iteration (during the final validation)
-    stops nothing: the run finishes, says so in its log, and exits with 0.
+    it; an interim checkpoint, which counts towards no ``max_keep_ckpts``), training stops
+    (:attr:`stopped_by` names the signal; the work dir gets no mark of a finished run), and
+    ``tools/train.py`` exits with 143 (128 + SIGTERM) so that a scheduler sees a run cut
+    short; ``--resume`` continues it as if uninterrupted. A signal that comes after the last
+    iteration (during the final validation) stops nothing: the run finishes, says so in its
+    log, and exits with 0.
 
     The handler only notes the signal. A scheduler signals every process of the job, and
     PyTorch's DataLoader workers die of SIGTERM, which would fail the step or the validation
@@ -82,7 +84,7 @@ class PreemptionHook(Hook):
         saver = next((hook for hook in runner.hooks if isinstance(hook, CheckpointHook)), None)
         if saver is not None and not str(getattr(saver, 'last_ckpt', '')).endswith(
                 saver.filename_tmpl.format(step)):
-            saver._save_checkpoint(runner)
+            saver.save_interim_checkpoint(runner)
             if is_distributed():
                 # A rank that ends now exits 143, and its launcher (torchrun, srun
                 # --kill-on-bad-exit) then stops the others: the main process's file first.
