@@ -35,6 +35,7 @@ from xmr.engine.divergence import DivergenceMonitor
 from xmr.engine.feature_cache import FeatureCache, StaleFeatureCacheError
 from xmr.engine.loops import (
     PhasedTrainLoop,
+    _phase_header,
     ensure_train_mode,
     frozen_eval_modules,
     read_to_host,
@@ -42,7 +43,7 @@ from xmr.engine.loops import (
 from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phases import Phase, phase_lr_factor
 from xmr.models.adapters import AdapterPlacement, BaseAdapter
-from xmr.registry import ADAPTERS, DATA_SAMPLERS, HOOKS
+from xmr.registry import ADAPTERS, DATA_SAMPLERS, HOOKS, MODELS
 
 LANGS = ['de', 'zh']
 
@@ -167,6 +168,21 @@ def train_runner(runner: Runner) -> tuple[Runner, list[dict]]:
     runner.train()
     recorder = next(h for h in runner.hooks if isinstance(h, RecordingHook))
     return runner, recorder.records
+
+
+@pytest.mark.parametrize('model_cfg, losses', [
+    (tiny_retriever_cfg, "losses {'cl': 1.0} (not run: cm=0, disentangler=1; the model has no "
+                         "disentangler for 'disentangler' to scale), trainable"),
+    (tiny_dasd_cfg, "losses {'cl': 1.0, 'disentangler': 1.0} (not run: cm=0), trainable")])
+def test_a_phase_s_log_header_names_the_losses_the_model_runs(model_cfg, losses):
+    """It printed the config's weights: a disentangler's scale on a model without one read as
+    a loss the phase trained."""
+    model = MODELS.build(model_cfg())
+    phase = Phase.from_config(0, dict(name='cross_lingual', iters=4, lr=1e-3,
+                                      trainable=['language_branch'],
+                                      loss_weights=dict(cl=1.0, cm=0, disentangler=1.0)))
+    model.set_phase(phase.name, phase.loss_weights)
+    assert losses in _phase_header(phase, model)
 
 
 def test_lr_factor_worked_by_hand():

@@ -52,6 +52,7 @@ from xmr.engine.rng import preserved_rng_state, restore_rng_state
 from xmr.engine.worker_tokens import tokenize_in_workers
 from xmr.engine.wrappers import unwrap_model
 from xmr.evaluation.leaderboard import format_table
+from xmr.models.retrievers.base import DISENTANGLER_SCALE
 from xmr.registry import LOOPS
 from xmr.utils.cli import did_you_mean
 
@@ -131,8 +132,21 @@ def _phase_header(phase: Phase, model: torch.nn.Module) -> str:
     rows.append(['all', f'{sum(c[0] for c in counts.values()):,}',
                  f'{sum(c[1] for c in counts.values()):,}'])
     return (f'phase {phase.name}: iterations {phase.start}-{phase.end}, lr {phase.lr}, '
-            f'losses {phase.loss_weights}, trainable {list(phase.trainable)}\n'
+            f'losses {_losses_run(phase, model)}, trainable {list(phase.trainable)}\n'
             + format_table(['module group', 'trainable', 'total'], rows))
+
+
+def _losses_run(phase: Phase, model: torch.nn.Module) -> str:
+    """The phase's loss weights as the model runs them (its ``set_phase``'s), naming those of
+    the config it drops: a zero weight, or the disentangler's scale on a model without one."""
+    run = getattr(model, 'loss_weights', phase.loss_weights)
+    dropped = {name: weight for name, weight in phase.loss_weights.items() if name not in run}
+    if not dropped:
+        return str(run)
+    why = ("; the model has no disentangler for 'disentangler' to scale"
+           if dropped.get(DISENTANGLER_SCALE) else '')
+    return f'{run} (not run: ' + ', '.join(f'{name}={weight:g}' for name, weight
+                                            in dropped.items()) + f'{why})'
 
 
 def phase_loader_name(phase: Phase) -> str:
