@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
 from tests.datasets.converters.reruns import assert_a_rerun_keeps
-from xmr.datasets.annotation import load_annotation
+from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation, load_annotation
 from xmr.datasets.converters.cc3m import convert_cc3m, main
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.translations import main_attach
@@ -119,6 +120,35 @@ def test_converting_again_keeps_a_file_that_translations_were_attached_to(tmp_pa
     (tmp_path / 'fr.txt').write_text(''.join(f'une photo {i}\n' for i in range(captions)))
     main_attach([str(out), '--translations', f'fr={tmp_path / "fr.txt"}'])
     assert_a_rerun_keeps(out, lambda: main(convert), 'translation_langs', ['fr'])
+
+
+def test_out_replaces_an_earlier_conversion_alone_never_a_tsv_or_another_file(tmp_path):
+    """--out naming its own English TSV, a test result or another dataset's annotation was
+    written over by the annotation."""
+    _uc2(tmp_path / 'uc2')
+    convert = ['--uc2-dir', str(tmp_path / 'uc2'), '--languages', 'en', 'de', '--out']
+    tsv = tmp_path / 'uc2' / 'train_imageId2Ann_en.tsv'
+    result = tmp_path / 'result.json'
+    result.write_text('{"metrics": {"mAR": 50.0}}')
+    other = tmp_path / 'multi30k_train.json'
+    dump_annotation(Annotation(dataset='multi30k', split='train', media_type='image',
+                               languages=['en'], items=[MediaRecord('1', '1.jpg',
+                                                                    {'en': ['a dog']})]), other)
+    kept = {path: path.read_bytes() for path in (tsv, result, other)}
+    with pytest.raises(SystemExit, match=re.escape(
+            f'{tmp_path}/uc2/../uc2/train_imageId2Ann_en.tsv (--out) is also --uc2-dir en TSV: '
+            'writing it would replace that; give another path')):
+        main([*convert, str(tmp_path / 'uc2' / '..' / 'uc2' / tsv.name)])
+    for path in (result, other):
+        with pytest.raises(SystemExit, match=re.escape(
+                f'{path} (--out): exists and is no cc3m annotation a converter wrote; it is kept '
+                '(a converter replaces its own earlier output alone): give --out another file')):
+            main([*convert, str(path)])
+    assert {path: path.read_bytes() for path in kept} == kept
+    out = tmp_path / 'cc300k_train.json'
+    main([*convert, str(out)])
+    main([*convert, str(out)])  # its own earlier output: replaced
+    assert load_annotation(out).translation_langs == ['de']
 
 
 def test_captions_must_be_as_many_in_every_language_of_an_image_kept(tmp_path):

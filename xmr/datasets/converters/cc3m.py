@@ -22,7 +22,11 @@ from collections.abc import Container, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation, AnnotationError, MediaRecord
-from xmr.datasets.converters.cli import dump_converted
+from xmr.datasets.converters.cli import (
+    dump_converted,
+    refuse_other_file,
+    refuse_written_over,
+)
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import canonical_languages, read_lines
 from xmr.datasets.media_files import missing_media
@@ -180,10 +184,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--subset-size', type=int_at_least(1),
                         help='seeded subset size (CC300K: 300000)')
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--out', type=Path, required=True, help='annotation file to write')
+    parser.add_argument('--out', type=Path, required=True,
+                        help='annotation file to write; a file standing there is replaced '
+                        'only where it is a cc3m annotation a converter wrote (an earlier run), '
+                        'never a TSV it reads or any other file')
     add_custom_imports(parser)
     args = parser.parse_args(argv)
     try:
+        # Checked before the TSVs are read (minutes for CC3M): a TSV or another file at --out
+        # was replaced by the annotation.
+        languages = canonical_languages(args.languages, '--languages')
+        refuse_written_over({'--out': args.out}, {
+            f'--uc2-dir {lang} TSV': args.uc2_dir / args.tsv_pattern.format(lang=lang)
+            for lang in languages})
+        refuse_other_file(args.out, '--out', 'cc3m')
         ann = convert_cc3m(args.uc2_dir, args.languages, args.images_dir, args.subset_size,
                            args.seed, args.tsv_pattern, args.image_name_format)
         dump_converted({args.out: ann}, 'give --out another file')

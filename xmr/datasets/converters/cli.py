@@ -15,8 +15,8 @@ from xmr.datasets.annotation import (
 from xmr.datasets.converters.errors import ConversionError
 from xmr.fileio import input_written_over
 
-__all__ = ['add_media_options', 'checked_media_dir', 'dump_converted', 'refuse_written_over',
-           'write_converted']
+__all__ = ['add_media_options', 'checked_media_dir', 'dump_converted', 'refuse_other_file',
+           'refuse_written_over', 'write_converted']
 
 
 def add_media_options(parser: argparse.ArgumentParser, media: str) -> None:
@@ -63,6 +63,29 @@ def refuse_written_over(outputs: Mapping[str, Path], inputs: Mapping[str, Path |
             raise ConversionError(f'{path} ({name}) is also {named[other]}: writing it would '
                                   'replace that; give another path')
         named[path] = name
+
+
+def refuse_other_file(path: Path, option: str, dataset: str) -> None:
+    """Refuse, before converting, a file at ``path`` that is no ``dataset`` annotation a
+    converter wrote (:func:`~xmr.datasets.annotation.written_header`): a converter replaces its
+    own earlier output alone, where ``--out`` naming a user's file (a test result, the
+    annotation of another dataset) replaced it.
+
+    Args:
+        path: the file to write.
+        option: what named it (``'--out'``), for the message.
+        dataset: the ``dataset`` field the converter writes (``'cc3m'``).
+
+    Raises:
+        ConversionError: naming the path, the option and the fix; nothing is written.
+    """
+    if path.is_dir():
+        raise ConversionError(f'{path} ({option}): is a folder, not a file; give {option} the '
+                              'annotation file to write')
+    if path.exists() and written_header(path).get('dataset') != dataset:
+        raise ConversionError(f'{path} ({option}): exists and is no {dataset} annotation a '
+                              'converter wrote; it is kept (a converter replaces its own '
+                              f'earlier output alone): give {option} another file')
 
 
 def write_converted(convert: Callable[[], Mapping[str, Annotation]], out_dir: Path,
