@@ -602,8 +602,11 @@ def test_results_that_record_no_resolved_config_are_grouped_by_the_path_given():
 
 
 @pytest.mark.parametrize('results, message', [
-    ([_seed_result(0, 10.0), _seed_result(0, 12.0)],
-     r'^seed 0 of one run is in two results: run seed 0, run seed 0; compare each seed once$'),
+    ([_seed_result(0, 10.0, checkpoint='a/iter_900.pth'),
+      _seed_result(0, 12.0, checkpoint='b/iter_900.pth')],
+     r'^seed 0 of run seed 0 is in 2 results, of a/iter_900.pth, b/iter_900.pth: --over-seeds '
+     r'averages results of one config, checkpoint name and test as seeds of one run; compare '
+     r'each seed once$'),
     ([_seed_result(0, 10.0), EvaluationResult('old', {'m30k/mAR': 1.0})],
      r'^old: the result records no seed \(seed: None\)'),
     ([_seed_result(0, 10.0), EvaluationResult('run seed 1', {'m30k/mAR': 1.0},
@@ -630,3 +633,19 @@ def test_a_sum_says_it_is_over_the_target_languages_where_the_result_records_non
     old = EvaluationResult('old', {'v/en/t2i_R@1': 30.0, 'v/de/t2i_R@1': 20.0,
                                    'v/fr/t2i_R@1': 10.0, 'v/t2v_R@1_sum': 30.0})
     assert column_legend([old]) == ['v: text→video R@1 summed over the target languages']
+
+
+def test_rows_of_one_name_are_told_apart_by_their_checkpoint_s_folders():
+    """Two work dirs of one config name their checkpoints alike: their rows were labelled
+    alike."""
+    def result(checkpoint, name='dasd (iter_9, seed 0)'):
+        return EvaluationResult(name, {'de/AR': 1.0, 'mAR': 1.0}, checkpoint=checkpoint)
+
+    table = leaderboard_markdown([
+        result('work_dirs/lr_high/run/iter_9.pth'), result('work_dirs/lr_low/run/iter_9.pth'),
+        result('work_dirs/x/iter_9.pth', name='other (iter_9, seed 0)'),
+        result('work_dirs/x/iter_9.pth', name='same (iter_9, seed 0)'),
+        result('work_dirs/x/iter_9.pth', name='same (iter_9, seed 0)')])
+    assert [line.split('|')[1].strip() for line in table.splitlines()[4:9]] == [
+        'dasd (iter_9, seed 0) [lr_high/run]', 'dasd (iter_9, seed 0) [lr_low/run]',
+        'other (iter_9, seed 0)', 'same (iter_9, seed 0)', 'same (iter_9, seed 0)']

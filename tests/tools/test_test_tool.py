@@ -615,7 +615,8 @@ def test_compare_over_seeds_prints_one_row_per_run(tmp_path, capsys):
     rows = [line for line in table_lines(capsys.readouterr().out) if line.startswith('| dasd')]
     assert [row.split('|')[1:-1] for row in rows] == [
         [' dasd (iter_9, seeds 0, 1, 2) ', ' 30.00 ± 26.46 ', ' 30.00 ± 26.46 ']]
-    with pytest.raises(SystemExit, match=r'^error: seed 0 of one run is in two results'):
+    with pytest.raises(SystemExit, match=r'^error: seed 0 of dasd \(iter_9, seed 0\) is in 2 '
+                       r'results, of seed0/iter_9.pth, seed0/iter_9.pth: '):
         load_tool().main(['--compare', *files, files[0], '--over-seeds'])
 
 

@@ -462,7 +462,7 @@ def leaderboard_markdown(results: Sequence[EvaluationResult]) -> str:
     if not results:
         raise ValueError('a leaderboard needs at least one result')
     groups: dict[str, list[EvaluationResult]] = {}
-    for result in results:
+    for result in _told_apart(results):
         groups.setdefault(result.test_set_label(), []).append(result)
     return '\n\n'.join(f'test set: {label}\n\n{_markdown_table(group)}'
                         for label, group in groups.items())
@@ -526,15 +526,39 @@ def _config_file(result: EvaluationResult) -> str:
 def _config_labels(files: Sequence[str]) -> dict[str, str]:
     """Per config file, its name without ``.py``, with as many of its folders as tell it from
     the other ``files`` of that name (``lora/dasd``, ``static/dasd``)."""
-    parts = {file: Path(file).with_suffix('').parts for file in files}
-    labels = {}
-    for file, own in parts.items():
-        namesakes = [other for other in parts.values() if other[-1:] == own[-1:]]
+    stems = {file: str(Path(file).with_suffix('')) for file in files}
+    tails = _shortest_tails(list(stems.values()))
+    return {file: tails[stem] for file, stem in stems.items()}
+
+
+def _shortest_tails(paths: Sequence[str]) -> dict[str, str]:
+    """Per path, its last parts, as few as tell it from the other ``paths``
+    (``a/run/x``, ``b/run/y`` -> ``x``, ``y``; ``a/run``, ``b/run`` -> ``a/run``, ``b/run``)."""
+    parts = {path: Path(path).parts for path in paths}
+    tails = {}
+    for path, own in parts.items():
         depth = next((depth for depth in range(1, len(own) + 1)
-                      if [other[-depth:] for other in namesakes].count(own[-depth:]) == 1),
+                      if [other[-depth:] for other in parts.values()].count(own[-depth:]) == 1),
                      len(own))
-        labels[file] = '/'.join(own[-depth:]).removeprefix('/')
-    return labels
+        tails[path] = '/'.join(own[-depth:]).removeprefix('/')
+    return tails
+
+
+def _told_apart(results: Sequence[EvaluationResult]) -> list[EvaluationResult]:
+    """``results``, each name that rows of other checkpoint folders share followed by as many
+    of its checkpoint's folders as tell them apart (``dasd (iter_3000, seed 0) [run_a]``): two
+    work dirs of one config name their checkpoints alike."""
+    folders = {id(result): os.path.dirname(result.checkpoint_resolved or result.checkpoint or '')
+               for result in results}
+    told = []
+    for result in results:
+        namesakes = [other for other in results if other.name == result.name]
+        tails = _shortest_tails([folders[id(other)] for other in namesakes])
+        if len(tails) < 2:  # one row of this name, or rows of one folder
+            told.append(result)
+        else:
+            told.append(replace(result, name=f'{result.name} [{tails[folders[id(result)]]}]'))
+    return told
 
 
 def _seed_mean(seeds: Sequence[EvaluationResult], label: str) -> EvaluationResult:
@@ -544,9 +568,11 @@ def _seed_mean(seeds: Sequence[EvaluationResult], label: str) -> EvaluationResul
     numbers = [result.extra['seed'] for result in seeds]
     repeated = sorted({n for n in numbers if numbers.count(n) > 1})
     if repeated:
-        raise ValueError(f'seed {repeated[0]} of one run is in two results: '
-                         f"{', '.join(r.name for r in seeds if r.extra['seed'] == repeated[0])}; "
-                         'compare each seed once')
+        twice = [result for result in seeds if result.extra['seed'] == repeated[0]]
+        raise ValueError(f'seed {repeated[0]} of {first.name} is in {len(twice)} results, of '
+                         + ', '.join(result.checkpoint or result.name for result in twice)
+                         + ': --over-seeds averages results of one config, checkpoint name and '
+                         'test as seeds of one run; compare each seed once')
     for result in seeds[1:]:
         if result.metrics.keys() != first.metrics.keys():
             other = sorted(result.metrics.keys() ^ first.metrics.keys())
