@@ -1,6 +1,8 @@
 """Back-translation files: export a language's captions, attach their translations."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation, load_annotation
@@ -87,5 +89,33 @@ def test_an_export_of_several_languages_writes_every_file_or_none(tmp_path):
     en.write_text('earlier export\n', encoding='utf-8')
     dump_annotation(ann, tmp_path / 'ann.json')
     with pytest.raises(SystemExit, match='de caption 3 of demo/test holds a line break'):
-        main_attach_back([str(tmp_path / 'ann.json'), '--export', f'en={en}', f'de={de}'])
+        main_attach_back([str(tmp_path / 'ann.json'), '--export', f'en={en}', f'de={de}',
+                          '--overwrite'])
     assert en.read_text(encoding='utf-8') == 'earlier export\n' and not de.exists()
+
+
+def test_an_export_keeps_a_file_standing_there_unless_overwrite_and_then_text_alone(tmp_path):
+    """--export wrote over any file: the back-translations made of an earlier export, which
+    has as many lines, or the annotation another tool wrote."""
+    dump_annotation(_ann(), tmp_path / 'ann.json')
+    back = tmp_path / 'de2en.txt'
+    back.write_text('a dog\na mutt\na cat\n', encoding='utf-8')
+    other = tmp_path / 'other.json'
+    dump_annotation(_ann(), other)
+    weights = tmp_path / 'de.pth'
+    weights.write_bytes(b'PK\x03\x04\x00\x00\x08\x00')
+    kept = {path: path.read_bytes() for path in (back, other, weights)}
+    export = [str(tmp_path / 'ann.json'), '--export']
+    with pytest.raises(SystemExit, match=re.escape(
+            f'{back} (--export de): exists and is kept: pass --overwrite to replace it (an '
+            'earlier export, not a translation of one), or give another path')):
+        main_attach_back([*export, f'de={back}'])
+    for path, what in ((other, 'an annotation a converter wrote'), (weights, 'a binary file')):
+        with pytest.raises(SystemExit, match=re.escape(
+                f'{path} (--export de): exists and is {what}, no export of caption lines; it is '
+                'left as it is, --overwrite replacing an earlier export alone: give another '
+                'path')):
+            main_attach_back([*export, f'de={path}', '--overwrite'])
+    assert {path: path.read_bytes() for path in kept} == kept
+    main_attach_back([*export, f'de={back}', '--overwrite'])
+    assert back.read_text(encoding='utf-8') == 'ein Hund\nein Köter\neine Katze\n'

@@ -1,6 +1,7 @@
 """The plain machine-translation format: export, attach, misalignment caught."""
 from __future__ import annotations
 
+import re
 import tracemalloc
 
 import pytest
@@ -100,6 +101,28 @@ def test_command_lines_round_trip(tmp_path):
         main_attach([str(ann_path), '--translations', f'de={tmp_path / "de.txt"}', '--out',
                      str(tmp_path / 'out.json')])
     assert (tmp_path / 'out.json').read_bytes() == before
+
+
+def test_the_export_keeps_a_file_standing_at_out_unless_overwrite(tmp_path):
+    """OUT was written over whatever stood there: a translation made of an earlier export
+    (as many lines), an annotation."""
+    ann_path = tmp_path / 'ann.json'
+    dump_annotation(_source(), ann_path)
+    german = tmp_path / 'de.txt'
+    german.write_text(''.join(f'Satz {i}\n' for i in range(6)), encoding='utf-8')
+    translated = german.read_bytes()
+    with pytest.raises(SystemExit, match=re.escape(
+            f'{german} (OUT): exists and is kept: pass --overwrite to replace it (an earlier '
+            'export, not a translation of one), or give another path')):
+        main_export([str(ann_path), str(german)])
+    assert german.read_bytes() == translated
+    other = tmp_path / 'other.json'
+    dump_annotation(_source(), other)
+    with pytest.raises(SystemExit, match=re.escape(
+            f'{other} (OUT): exists and is an annotation a converter wrote, no export')):
+        main_export([str(ann_path), str(other), '--overwrite'])
+    main_export([str(ann_path), str(german), '--overwrite'])
+    assert german.read_text(encoding='utf-8').splitlines()[:2] == ['a dog', 'a brown dog']
 
 
 @pytest.mark.parametrize('line_break', ['\n', '\r', '\u2028', '\x85', '\x0b'])

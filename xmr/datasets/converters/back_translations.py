@@ -20,7 +20,11 @@ from xmr.datasets.annotation import (
     AnnotationError,
     load_annotation,
 )
-from xmr.datasets.converters.cli import dump_converted, refuse_written_over
+from xmr.datasets.converters.cli import (
+    dump_converted,
+    refuse_standing_text,
+    refuse_written_over,
+)
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
 from xmr.datasets.converters.translations import caption_lines
@@ -110,7 +114,12 @@ def export_captions(ann: Annotation, files: Mapping[str, str | os.PathLike]) -> 
 
 
 def main_attach_back(argv: Sequence[str] | None = None) -> None:
-    """Command line of ``tools/data/attach_back_translations.py``."""
+    """Command line of ``tools/data/attach_back_translations.py``.
+
+    ``--export`` keeps a file standing at a ``PATH`` unless ``--overwrite`` is given
+    (:func:`~xmr.datasets.converters.cli.refuse_standing_text`): nothing in a file of lines
+    tells an earlier export from the translation made of it.
+    """
     parser = argparse.ArgumentParser(description='Join target-language captions machine-'
                                      'translated into the source language (one line per '
                                      'caption) to an xmr annotation file.')
@@ -118,27 +127,30 @@ def main_attach_back(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--back-translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help='back-translation file per caption language')
     parser.add_argument('--export', nargs='+', action=GatherAction, metavar='LANG=PATH',
-                        help='instead, write the LANG captions to translate, one per line')
+                        help='instead, write the LANG captions to translate, one per line; a '
+                        'file standing at PATH is kept unless --overwrite is given')
     parser.add_argument('--out', type=Path, help='output file (default: overwrite ann)')
     parser.add_argument('--overwrite', action='store_true',
-                        help='replace the back-translations of a language the file already has')
+                        help='replace the back-translations of a language the file already '
+                        'has; with --export, a file standing at PATH, an earlier export (an '
+                        'annotation or a binary file is kept even so)')
     add_custom_imports(parser)
     args = parser.parse_args(argv)
     if (args.back_translations is None) == (args.export is None):
         parser.error('give exactly one of --back-translations or --export')
     try:
-        ann = load_annotation(args.ann)
         if args.export is not None:
             files = parse_lang_paths(args.export, '--export')
-            refuse_written_over({f'--export {lang}': path for lang, path in files.items()},
-                                {'ANN': args.ann})
-            for lang, count in export_captions(ann, files).items():
+            outputs = {f'--export {lang}': path for lang, path in files.items()}
+            refuse_written_over(outputs, {'ANN': args.ann})
+            refuse_standing_text(outputs, args.overwrite)
+            for lang, count in export_captions(load_annotation(args.ann), files).items():
                 print(f'{files[lang]}: {count} {lang} captions')
             return
         files = parse_lang_paths(args.back_translations, '--back-translations')
         refuse_written_over({'--out': args.out or args.ann}, {
             f'--back-translations {lang}': path for lang, path in files.items()})
-        ann = attach_back_translations(ann, files, args.overwrite)
+        ann = attach_back_translations(load_annotation(args.ann), files, args.overwrite)
         # An --out holding languages attached since keeps them: it is refused.
         dump_converted({args.out or args.ann: ann}, 'give --out another file')
     except (ConversionError, AnnotationError, FileNotFoundError) as err:

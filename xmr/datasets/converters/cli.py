@@ -16,7 +16,10 @@ from xmr.datasets.converters.errors import ConversionError
 from xmr.fileio import input_written_over
 
 __all__ = ['add_media_options', 'checked_media_dir', 'dump_converted', 'refuse_other_file',
-           'refuse_written_over', 'write_converted']
+           'refuse_written_over', 'refuse_standing_text', 'write_converted']
+
+#: How much of a file :func:`refuse_standing_text` reads to tell a binary file (a NUL byte).
+_TEXT_PROBE_BYTES = 8192
 
 
 def add_media_options(parser: argparse.ArgumentParser, media: str) -> None:
@@ -86,6 +89,44 @@ def refuse_other_file(path: Path, option: str, dataset: str) -> None:
         raise ConversionError(f'{path} ({option}): exists and is no {dataset} annotation a '
                               'converter wrote; it is kept (a converter replaces its own '
                               f'earlier output alone): give {option} another file')
+
+
+def refuse_standing_text(outputs: Mapping[str, Path], overwrite: bool) -> None:
+    """Refuse, before anything is written, a file standing where a tool writes caption lines
+    (``export_source_captions.py OUT``, ``attach_back_translations.py --export``) unless
+    ``overwrite`` is given: a translation file (hours of a MT system) given as the export's
+    path was replaced by the captions to translate.
+
+    Nothing in a file of lines tells an earlier export from a translation of it (their line
+    counts are the same), so ``overwrite`` is the user's word that the file is an earlier export;
+    even then a file that cannot be one is kept: an annotation a converter wrote, or a binary
+    file (a NUL byte in its first 8 KiB: a checkpoint, an image).
+
+    Args:
+        outputs: what names each output (``'OUT'``, ``'--export de'``) -> its path.
+        overwrite: the tool's ``--overwrite``.
+
+    Raises:
+        ConversionError: naming the path, what named it and the fix; nothing is written.
+    """
+    for name, path in outputs.items():
+        if path.is_dir():
+            raise ConversionError(f'{path} ({name}): is a folder, not a file; give the text '
+                                  'file to write')
+        if not path.exists():
+            continue
+        if not overwrite:
+            raise ConversionError(f'{path} ({name}): exists and is kept: pass --overwrite to '
+                                  'replace it (an earlier export, not a translation of one), or '
+                                  'give another path')
+        with path.open('rb') as file:
+            binary = b'\0' in file.read(_TEXT_PROBE_BYTES)
+        other = ('a binary file' if binary else
+                 'an annotation a converter wrote' if written_header(path) else None)
+        if other is not None:
+            raise ConversionError(f'{path} ({name}): exists and is {other}, no export of caption '
+                                  'lines; it is left as it is, --overwrite replacing an earlier '
+                                  'export alone: give another path')
 
 
 def write_converted(convert: Callable[[], Mapping[str, Annotation]], out_dir: Path,

@@ -19,7 +19,11 @@ from xmr.datasets.annotation import (
     AnnotationError,
     load_annotation,
 )
-from xmr.datasets.converters.cli import dump_converted, refuse_written_over
+from xmr.datasets.converters.cli import (
+    dump_converted,
+    refuse_standing_text,
+    refuse_written_over,
+)
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
 from xmr.fileio import atomic_write_text
@@ -155,15 +159,26 @@ def main_attach(argv: Sequence[str] | None = None) -> None:
 
 
 def main_export(argv: Sequence[str] | None = None) -> None:
-    """Command line of ``tools/data/export_source_captions.py``."""
+    """Command line of ``tools/data/export_source_captions.py``.
+
+    A file standing at ``OUT`` is kept unless ``--overwrite`` is given
+    (:func:`~xmr.datasets.converters.cli.refuse_standing_text`): nothing in a file of lines
+    tells an earlier export from the translation made of it.
+    """
     parser = argparse.ArgumentParser(description='Write the source captions of an xmr '
                                      'annotation file one per line, ready for translation.')
     parser.add_argument('ann', type=Path, help='annotation file')
-    parser.add_argument('out', type=Path, help='text file to write')
+    parser.add_argument('out', type=Path, help='text file to write; a file standing there is '
+                        'kept unless --overwrite is given')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace a file standing at OUT, an earlier export (nothing in a '
+                        'file of lines tells it from a translation of one); an annotation or a '
+                        'binary file is kept even so')
     add_custom_imports(parser)
     args = parser.parse_args(argv)
     try:
         refuse_written_over({'OUT': args.out}, {'ANN': args.ann})
+        refuse_standing_text({'OUT': args.out}, args.overwrite)
         count = export_source_captions(load_annotation(args.ann), args.out)
     except (ConversionError, AnnotationError, FileNotFoundError) as err:
         raise SystemExit(f'error: {err}') from err
