@@ -700,7 +700,8 @@ def test_an_option_one_letter_from_type_is_the_types_to_judge():
      r"rule is 'greater'"),
     ('default_hooks.checkpoint.rule', ['greater', 'more'], r"rule=\['greater', 'more'\]: a rule"),
     ('default_hooks.checkpoint.interval', 0, r'^default_hooks.checkpoint.interval=0 must be a '
-     r'positive integer, or -1 for no periodic checkpoint'),
+     r'positive integer \(iterations\), dict\(epochs=E\), or -1 for no periodic checkpoint '
+     r'\(save_last still saves the last\): MMEngine reads any value below 1 as -1$'),
     ('default_hooks.checkpoint.interval', -5, r'^default_hooks.checkpoint.interval=-5 must be'),
     ('default_hooks.checkpoint.max_keep_ckpts', 0, r'^default_hooks.checkpoint.max_keep_ckpts=0 '
      r'must be a positive integer, or -1 for keep every checkpoint: MMEngine reads any value '

@@ -594,9 +594,9 @@ def _check_mmengine_hook_values(where: str, hook: Any, train_cfg: Any) -> None:
         if key == 'interval' and is_epochs(value):
             continue  # _check_epoch_counts
         if value is not None and value != -1 and not _is_count(value, 1):
-            raise ValueError(f'{where}.{key}={value!r} must be a positive integer, or -1 for '
-                             f"{meaning}: MMEngine reads any value below 1 as -1"
-                             + (', or dict(epochs=E)' if key == 'interval' else ''))
+            raise ValueError(f'{where}.{key}={value!r} must be a positive integer'
+                             + (' (iterations), dict(epochs=E)' if key == 'interval' else '')
+                             + f', or -1 for {meaning}: MMEngine reads any value below 1 as -1')
     save_begin = hook.get('save_begin')
     if save_begin is not None and not _is_count(save_begin, 0):
         raise ValueError(f'{where}.save_begin={save_begin!r} must be an integer >= 0')

@@ -5,7 +5,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from xmr.engine.epoch_counts import batches_per_epoch, check_epochs, iterations_in, resolve_count
+from xmr.engine.epoch_counts import (
+    batches_per_epoch,
+    check_epochs,
+    iterations_in,
+    resolve_count,
+    resolved_text,
+)
 
 
 @pytest.mark.parametrize('epochs, batches, iterations', [
@@ -50,3 +56,12 @@ def test_a_dataloader_without_a_length_has_no_epochs():
                                          r'with a length, and that of _Stream has none; give '
                                          r'iterations instead'):
         batches_per_epoch(DataLoader(_Stream()), 'train_cfg.val_interval')
+
+
+@pytest.mark.parametrize('epochs, iterations, batches, text', [
+    (1, 2265, 2265, '1 epoch = 2265 iterations (2265 per epoch)'),
+    (0.5, 1, 2, '0.5 epochs = 1 iteration (2 per epoch)'),
+    (3, 6, 2, '3 epochs = 6 iterations (2 per epoch)')])
+def test_the_log_says_how_a_count_in_epochs_resolved_in_words(epochs, iterations, batches, text):
+    """It logged '1 epochs'."""
+    assert resolved_text(epochs, iterations, batches) == text

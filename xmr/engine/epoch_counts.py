@@ -71,6 +71,13 @@ def iterations_in(where: str, epochs: numbers.Real, batches: int) -> int:
     return iterations
 
 
+def resolved_text(epochs: numbers.Real, iterations: int, batches: int) -> str:
+    """How a count in epochs resolved, as the log says it: ``1 epoch = 226 iterations (226 per
+    epoch)``."""
+    return (f'{epochs} epoch{"s" * (epochs != 1)} = {iterations} '
+            f'iteration{"s" * (iterations != 1)} ({batches} per epoch)')
+
+
 def resolve_count(where: str, value: Any, dataloader: Any) -> Any:
     """``value`` in iterations: a count in epochs (:func:`is_epochs`) resolved against the
     batches of one pass of the built ``dataloader``, any other value as it is.

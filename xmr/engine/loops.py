@@ -25,6 +25,7 @@ from xmr.engine.epoch_counts import (
     is_epochs,
     iterations_in,
     resolve_count,
+    resolved_text,
 )
 from xmr.engine.eval_loops import check_media_exist, expected_metric_keys, scored_loaders
 from xmr.engine.feature_cache import prepare_feature_caches
@@ -486,16 +487,16 @@ class PhasedTrainLoop(BaseLoop):
         if batches == 0:
             raise _no_batch_error(phase)
         phase.iters = iterations_in(f'phase {phase.name}', phase.epochs, batches)
-        self.runner.logger.info(f'phase {phase.name}: {phase.epochs} epochs = {phase.iters} '
-                                f'iterations ({batches} per epoch)')
+        self.runner.logger.info(
+            f'phase {phase.name}: {resolved_text(phase.epochs, phase.iters, batches)}')
 
     def _in_iterations(self, where: str, count: int | dict) -> int:
         """``count`` in iterations; one in epochs counts passes over the runner's train
         dataloader (:func:`~xmr.engine.epoch_counts.resolve_count`), logged."""
         iterations = resolve_count(where, count, self.dataloader)
         if iterations is not count:
-            self.runner.logger.info(f"{where}: {count['epochs']} epochs = {iterations} "
-                                    f'iterations ({len(self.dataloader)} per epoch)')
+            self.runner.logger.info(
+                f"{where}: {resolved_text(count['epochs'], iterations, len(self.dataloader))}")
         return iterations
 
     def _phase_dataloader(self, index: int) -> DataLoader:
