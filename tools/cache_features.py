@@ -17,6 +17,10 @@ every 30 s: the same command run again goes on from them (``xmr.engine.feature_c
 on the demo, stopped after its captions, the build ran 12.1 s against 23.0 s whole, into the
 same files byte for byte).
 
+A ``cache_dir`` holding other files than a feature cache (no ``meta.json``: the data's own
+folder) is refused, naming it and the loader it belongs to, before the model is built;
+``--overwrite`` replaces a feature cache alone.
+
 Launched on several processes (``--launcher pytorch`` under torchrun, as
 ``tools/dist_train.sh`` launches training, or ``slurm``), every process encodes its share of
 each cache's rows as training's ranks do, and the caches are byte for byte the ones a single
@@ -49,7 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Build the feature caches of a config')
     parser.add_argument('config', help='config file')
     parser.add_argument('--checkpoint', help='weights to load into the model first')
-    parser.add_argument('--overwrite', action='store_true', help='rebuild existing caches')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='rebuild existing caches (a folder holding no feature cache, no '
+                        'meta.json, is refused, with or without it)')
     parser.add_argument('--work-dir', help="the run's work directory, where phases with "
                         'cache_features keep their caches (default: '
                         f'{DEFAULT_WORK_DIR}, as tools/train.py)')
@@ -116,6 +122,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
     from xmr.apis import read_checkpoint
     from xmr.engine.checkpoint import state_dict_mismatches
+    from xmr.engine.feature_cache import refuse_other_folder
     from xmr.engine.process import prepare_process
     from xmr.registry import DATASETS, MODELS
 
@@ -124,11 +131,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     check_checkpoint_option(args.checkpoint)
     given_folder(cfg.work_dir, '--work-dir', 'give a folder (made if missing) for the caches')
     device = given_device(args.device)
-    prepare_process(cfg, args.launcher, start_group=True)
     found = list(cached_dataset_cfgs(cfg))
     if not found:
         raise ValueError(f'{args.config} uses no CachedFeatureDataset; wrap a dataset in one '
                          '(docs/benchmarks.md, "Feature cache")')
+    # A cache_dir holding other files is refused by the build, once the model is built (tens
+    # of seconds, minutes for a large one): here, before it.
+    for where, dataset_cfg in found:
+        refuse_other_folder(dataset_cfg['cache_dir'], f'cache_dir of {where}')
+    prepare_process(cfg, args.launcher, start_group=True)
     # Seeded as the runner seeds before it builds the model, so that towers built from random
     # weights (the demo's) are those training builds, and its phases read the caches.
     randomness = cfg.get('randomness') or {}

@@ -282,3 +282,27 @@ def test_a_bad_option_is_named_before_the_model_is_built(tmp_path, monkeypatch, 
         run_tool(cache_features.main, [str(write_config(tmp_path)), *options])
     assert exit_info.value.code == EXIT_ERROR
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('overwrite', [[], ['--overwrite']])
+def test_a_cache_dir_holding_other_files_is_refused_before_the_model_is_built(
+        tmp_path, monkeypatch, capsys, overwrite):
+    """The build refused it once the model was built (tens of seconds in, minutes for a large
+    model): the data's own folder given as cache_dir."""
+    import xmr.engine.process
+    from xmr.utils.cli import EXIT_ERROR, run_tool
+
+    def started(*args, **kwargs):
+        raise BuildStarted
+
+    config = write_config(tmp_path)
+    (tmp_path / 'gallery').mkdir()
+    (tmp_path / 'gallery' / 'annotation.json').write_text('{}')
+    monkeypatch.setattr(xmr.engine.process, 'prepare_process', started)
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(cache_features.main, [str(config), *overwrite])
+    assert exit_info.value.code == EXIT_ERROR
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'gallery'} exists and holds no feature cache (no meta.json): give "
+        'the cache a new or empty folder (cache_dir of val_dataloader[0])\n')
+    assert [path.name for path in (tmp_path / 'gallery').iterdir()] == ['annotation.json']

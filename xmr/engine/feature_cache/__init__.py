@@ -53,9 +53,10 @@ from xmr.engine.feature_cache.store import (
     CorruptFeatureCacheError,
     FeatureCache,
     StaleFeatureCacheError,
+    refuse_other_folder,
 )
 
 __all__ = ['CACHE_FORMAT', 'FEATURE_KINDS', 'CachedFeatureDataset', 'CorruptFeatureCacheError',
            'FeatureCache', 'ItemIndex', 'RankFailedError', 'StaleFeatureCacheError',
-           'backbone_fingerprint', 'media_randomness', 'prepare_feature_caches', 'text_hash',
-           'source_dataset']
+           'backbone_fingerprint', 'media_randomness', 'prepare_feature_caches',
+           'refuse_other_folder', 'text_hash', 'source_dataset']

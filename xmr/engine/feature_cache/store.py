@@ -266,6 +266,31 @@ class FeatureCache:
         return cls(path)
 
 
+def refuse_other_folder(path: str | os.PathLike, where: str = 'cache_dir') -> None:
+    """Refuse a cache folder that holds something other than a feature cache (no
+    ``meta.json``): a build, a rebuild (``overwrite``) too, replaces what it holds, and a
+    ``cache_dir`` naming the data's own folder lost its annotation and images. A folder made
+    ahead for the cache, empty, passes, as does one not made yet. Cheap: a tool checks it
+    before it builds the model (``tools/cache_features.py``).
+
+    Args:
+        path: the cache folder.
+        where: where it was given, for the message.
+
+    Raises:
+        FileExistsError: naming the folder, where it was given and the fix.
+    """
+    path = Path(path)
+    if path.exists() and not _empty_folder(path) and not (path / 'meta.json').is_file():
+        raise FileExistsError(f'{path} exists and holds no feature cache (no meta.json): give '
+                              f'the cache a new or empty folder ({where})')
+
+
+def _empty_folder(path: Path) -> bool:
+    """A folder made ahead for the cache, empty: it holds nothing a build would replace."""
+    return path.is_dir() and not any(path.iterdir())
+
+
 def _start_build(path: Path, overwrite: bool, record: dict[str, Any]) -> Path:
     """The build's temporary folder ``<path>.partial-<host>-<pid>``: the folder of a stopped
     build that ``record`` describes too, renamed, or a new one.
@@ -273,14 +298,9 @@ def _start_build(path: Path, overwrite: bool, record: dict[str, Any]) -> Path:
     Raises:
         FileExistsError: as :meth:`FeatureCache.build`.
     """
-    # A folder made ahead for the cache, empty, holds nothing a build would replace; overwrite
-    # replaces a cache alone (a cache_dir naming the data's folder lost the data).
-    if path.exists() and not (path.is_dir() and not any(path.iterdir())):
-        if not (path / 'meta.json').is_file():
-            raise FileExistsError(f'{path} exists and holds no feature cache (no meta.json): '
-                                  'give the cache a new or empty folder (cache_dir)')
-        if not overwrite:
-            raise FileExistsError(f'feature cache {path} exists; pass overwrite=True to rebuild')
+    refuse_other_folder(path)
+    if path.exists() and not _empty_folder(path) and not overwrite:
+        raise FileExistsError(f'feature cache {path} exists; pass overwrite=True to rebuild')
     partial = _own_folder(path, 'partial')
     stopped = next((left for left in _stopped_builds(path) if records_build(left, record)), None)
     remove_abandoned_builds(path, keep=stopped)
