@@ -11,7 +11,8 @@ bit for bit (printed).
 Example::
 
     python tools/benchmarks/gallery_encoding.py --images 300 --workers 0,1,2
-    python tools/benchmarks/gallery_encoding.py --images 0 --videos ../shared/data/videos/*.mp4
+    python tools/benchmarks/gallery_encoding.py --images 0 --videos ../shared/data/videos/*.mp4 \
+        --video-copies 15
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ DEMO_CONFIG = Path(__file__).resolve().parents[2] / 'configs/demo/static_tiny-cl
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--images', type=int, default=300, help='JPEG files to write')
     parser.add_argument('--size', default='1280x960', help='their width x height')
     parser.add_argument('--videos', nargs='*', action=GatherAction,
