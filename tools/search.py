@@ -19,9 +19,10 @@ encodes only what it had not saved. The folder is removed once the index is.
 
 Everything given is checked before the model is built: the media (missing paths, a folder
 without media), an index that ``--media`` would write over (unless ``--overwrite`` or
-``--update``), the index to read, the query file, the ``--device``, whether ``--index`` and
-``--out`` can be written, and what stands at ``--out``; the queries' ``--lang`` once the
-model is, before any media is encoded.
+``--update``; ``--overwrite`` replaces an index an earlier search saved, whole or damaged since,
+never a checkpoint or another file), the index to read, the query file, the ``--device``,
+whether ``--index`` and ``--out`` can be written, and what stands at ``--out``; the queries'
+``--lang`` once the model is, before any media is encoded.
 """
 from __future__ import annotations
 
@@ -68,8 +69,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='with --media: save the gallery index here; without: search the '
                         'index saved here')
     parser.add_argument('--overwrite', action='store_true',
-                        help='let --media replace an index saved at --index, and --out the '
-                        'hits of an earlier search (with --update: those alone)')
+                        help='let --media replace an index saved at --index (one this tool '
+                        'wrote, whole or damaged: never a checkpoint or another file), and '
+                        '--out the hits of an earlier search (with --update: those alone)')
     parser.add_argument('--update', action='store_true',
                         help='with --media and --index: add to the saved index the media it '
                         'lacks (by path), encoded as its own were; build it if there is none')
@@ -253,8 +255,10 @@ def read_queries(args: argparse.Namespace) -> list[str]:
 
 def check_index_path(args: argparse.Namespace) -> None:
     """The index to read exists; the one to write replaces nothing unless ``--overwrite``, and
-    can be written, as can ``--out`` (:func:`check_out_path`): checked before any media is
-    encoded."""
+    then an index alone (:func:`~xmr.apis.search.written_as_media_index`), and can be written,
+    as can ``--out`` (:func:`check_out_path`): checked before any media is encoded."""
+    from xmr.apis.search import written_as_media_index
+
     if args.out is not None:
         check_out_path(args)
     if args.index is None:
@@ -268,6 +272,12 @@ def check_index_path(args: argparse.Namespace) -> None:
         raise UserError(f'{args.index} (--index)', 'exists and is kept', 'pass --update to add '
                         'the media it lacks, --overwrite to replace it, or give --index another '
                         'path')
+    # --update loads the index, and refuses a file that is none; --overwrite replaces it.
+    if args.index.exists() and not args.update and not written_as_media_index(args.index):
+        raise UserError(f'{args.index} (--index)', 'exists and is no media index (a checkpoint, '
+                        'another file: its first bytes name no xmr-media-index format); it is '
+                        'left as it is, --overwrite replacing an earlier index alone (one cut '
+                        'short or damaged too)', 'give --index another path')
 
 
 def check_out_path(args: argparse.Namespace) -> None:

@@ -120,6 +120,13 @@ def test_a_folder_is_searched_as_xmr_apis_searches_its_media_and_its_saved_index
     (['--media', 'media', '--index', 'tiny.pth', '--overwrite', '--lang', 'de', '--query', 'x'],
      r'^tiny.pth \(--index\): is also the checkpoint \(/.*/tiny.pth\) of this search: give '
      r'--index another path$'),
+    # --overwrite replaced any file with the index: a training checkpoint, a text file.
+    (['--media', 'media', '--index', 'iter_3000.pth', '--overwrite'],
+     r'^iter_3000.pth \(--index\): exists and is no media index \(a checkpoint, another file: its '
+     r'first bytes name no xmr-media-index format\); it is left as it is, --overwrite replacing '
+     r'an earlier index alone \(one cut short or damaged too\): give --index another path$'),
+    (['--media', 'media', '--index', 'kept.idx', '--overwrite'],
+     r'^kept.idx \(--index\): exists and is no media index'),
     (['--index', 'kept.idx', '--lang', 'de', '--query', 'x', '--out', 'result.json',
       '--overwrite'],
      r"^result.json \(--out\): exists and is not an earlier search's hits \(a JSON object of "
@@ -145,12 +152,31 @@ def test_what_is_given_is_checked_before_the_model_is_built(
     (tmp_path / 'latin1.txt').write_bytes('ein Bär'.encode('latin-1'))
     (tmp_path / 'result.json').write_text('{"metrics": {"mAR": 50.0}}')
     (tmp_path / 'cut.json').write_text('{"lang": "de", ')
+    save_checkpoint(tiny_retriever_cfg(), tmp_path / 'iter_3000.pth')
+    trained = (tmp_path / 'iter_3000.pth').read_bytes()
     tool = load_tool()
     monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
     with pytest.raises(UserError, match=refused):
         tool.main([str(config), str(checkpoint), *flags])
     assert (tmp_path / 'kept.idx').read_text() == 'an earlier index'
     assert (tmp_path / 'result.json').read_text() == '{"metrics": {"mAR": 50.0}}'
+    assert (tmp_path / 'iter_3000.pth').read_bytes() == trained
+
+
+@pytest.mark.parametrize('damage', ['whole', 'cut', 'empty'])
+def test_overwrite_replaces_an_earlier_index_whole_cut_short_or_empty(gallery, tmp_path, damage):
+    """What --overwrite may replace is told by the file's first bytes, which name the index
+    format: an index cut short or damaged since, which no load reads, is still replaced."""
+    config, checkpoint, media = gallery
+    tool = load_tool()
+    index = tmp_path / 'gallery.idx'
+    build = [str(config), str(checkpoint), '--media', str(media / 'beach.png'), '--index',
+             str(index)]
+    tool.main(build)
+    saved = index.read_bytes()
+    index.write_bytes({'whole': saved, 'cut': saved[:len(saved) // 3], 'empty': b''}[damage])
+    tool.main([*build, '--overwrite'])
+    assert len(MediaIndex.load(index)) == 1
 
 
 @pytest.mark.parametrize('flags, refused', [

@@ -37,8 +37,11 @@ _REBUILD = ('build it again from its media: python tools/search.py CONFIG CHECKP
             '(docs/evaluation.md, "From the command line")')
 #: The C++ function and source line that open a faiss error's message.
 _FAISS_WHERE = re.compile(r'^Error in .*? at \S+?:\d+: ', re.DOTALL)
+#: How much of a file :func:`written_as_media_index` reads: a saved index names its format
+#: about 90 bytes in.
+_FORMAT_PROBE_BYTES = 4096
 
-__all__ = ['INDEX_FORMAT', 'SearchHit', 'MediaIndex']
+__all__ = ['INDEX_FORMAT', 'SearchHit', 'MediaIndex', 'written_as_media_index']
 
 
 @dataclass(frozen=True)
@@ -328,6 +331,21 @@ class MediaIndex:
         return [[SearchHit(media_id, float(score))
                  for media_id, score in zip(row_ids, row_scores.tolist()) if media_id is not None]
                 for row_ids, row_scores in zip(ids, scores)]
+
+
+def written_as_media_index(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a file :meth:`MediaIndex.save` wrote, of any format version, whole
+    or cut short or damaged since (or empty, holding nothing): what ``tools/search.py --index
+    ... --overwrite`` may replace, where a checkpoint or any other file is kept.
+
+    Its first bytes are read, not the file: torch's archive stores the pickle first and
+    uncompressed, and an index's pickle opens with its ``format`` (``xmr-media-index/...``), so
+    a file damaged past them still tells, where loading it fails. A file cut short before them
+    does not.
+    """
+    with open(path, 'rb') as file:
+        head = file.read(_FORMAT_PROBE_BYTES)
+    return not head or f'{INDEX_FORMAT.rpartition("/")[0]}/'.encode() in head
 
 
 def _check_index_exists(path: Path) -> None:
