@@ -15,7 +15,10 @@ sets the faiss options of a new ``--index-type`` index, and those a saved one se
 
 While an index is built, the embeddings are saved every ``--save-every`` media in
 ``FILE.parts`` (``xmr.apis.encode_media_in_parts``): an interrupted run, run again as it was,
-encodes only what it had not saved. The folder is removed once the index is.
+encodes only what it had not saved. The folder is removed once the index is. A run stopped by
+Ctrl-C or by SIGTERM (a scheduler's stop) says where the media encoded so far are saved and
+which of ``--index`` and ``--out`` it did not write (a file there is as it was), gives back
+the index's lock, and exits as killed by SIGINT, or with 143 for SIGTERM.
 
 Everything given is checked before the model is built: the media (missing paths, a folder
 without media), an index that ``--media`` would write over (unless ``--overwrite`` or
@@ -39,6 +42,7 @@ from typing import Any
 from xmr.run_config import add_config_arguments, load_run_config
 from xmr.utils.cli import (
     GatherAction,
+    Terminated,
     UserError,
     argument_text,
     given_device,
@@ -47,6 +51,7 @@ from xmr.utils.cli import (
     given_output,
     print_for_reader,
     run_tool,
+    sigterm_interrupts,
 )
 
 #: The keys of the JSON ``--out`` writes, by which an earlier search's hits are told apart
@@ -331,13 +336,34 @@ def hits_table(query: str, lang: str, hits: list[Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    given_device(args.device)
-    queries = read_queries(args)
-    files = media_files(args.media) if args.media is not None else None
-    check_index_path(args)
-    writes_index = args.index is not None and (files is not None or args.prune)
-    with index_lock(args.index if writes_index else None):
-        search(args, queries, files)
+    # SIGTERM (a scheduler's stop) ends the run as Ctrl-C does: the lock given back, the
+    # encoding's parts kept and named, what was not written said.
+    with sigterm_interrupts():
+        given_device(args.device)
+        queries = read_queries(args)
+        files = media_files(args.media) if args.media is not None else None
+        check_index_path(args)
+        writes_index = args.index is not None and (files is not None or args.prune)
+        written: list[Path] = []
+        with index_lock(args.index if writes_index else None):
+            try:
+                search(args, queries, files, written)
+            except (KeyboardInterrupt, Terminated):
+                say_not_written([(args.index if writes_index else None, '--index'),
+                                 (args.out, '--out')], written)
+                raise
+
+
+def say_not_written(outputs: list[tuple[Path | None, str]], written: list[Path]) -> None:
+    """Log, as a run stops (Ctrl-C, SIGTERM), each of its outputs (path, flag; ``None``: not
+    asked for) it had not written: a file standing there is as it was."""
+    from mmengine.logging import print_log
+
+    for path, flag in outputs:
+        if path is not None and path not in written:
+            print_log(f'stopped: {path} ({flag}) is not written'
+                      + ('; the file there is as it was' if path.exists() else ''),
+                      logger='current', level=logging.WARNING)
 
 
 @contextmanager
@@ -369,8 +395,11 @@ def index_lock(index: Path | None) -> Iterator[None]:
         release_lock(path)
 
 
-def search(args: argparse.Namespace, queries: list[str], files: list[Path] | None) -> None:
-    """Load, prune, build or update the index as the options say, then search it."""
+def search(args: argparse.Namespace, queries: list[str], files: list[Path] | None,
+           written: list[Path] | None = None) -> None:
+    """Load, prune, build or update the index as the options say, then search it; each file
+    saved is added to ``written``."""
+    written = [] if written is None else written
     from xmr.apis import MediaIndex, check_languages, init_retriever
     from xmr.fileio import atomic_write_text
 
@@ -381,8 +410,8 @@ def search(args: argparse.Namespace, queries: list[str], files: list[Path] | Non
     if saved is not None and files is not None:
         check_same_encoding(args, saved)
     check_index_options(args, saved)
-    if saved is not None and args.prune:
-        prune(args.index, saved, save=files is None)
+    if saved is not None and args.prune and prune(args.index, saved, save=files is None):
+        written.append(args.index)
     if files is None and not queries:
         return  # pruned: no model needed
     given_file(args.checkpoint, 'CHECKPOINT', 'give a .pth written by tools/train.py')
@@ -393,6 +422,8 @@ def search(args: argparse.Namespace, queries: list[str], files: list[Path] | Non
     if saved is not None:
         saved.check_encoder(model, where=str(args.index))
     index = saved if files is None else build_index(args, model, files, saved)
+    if files is not None and args.index is not None:
+        written.append(args.index)
     if not queries:
         return
     hits = index.search(model, queries, lang=args.lang, k=args.k)
@@ -406,6 +437,7 @@ def search(args: argparse.Namespace, queries: list[str], files: list[Path] | Non
                      for query, row in zip(queries, hits)],
             skipped=[dict(media=marker.media_path, reason=marker.reason)
                      for marker in index.skipped])))
+        written.append(args.out)
         print_for_reader(f'hits: {args.out}')
 
 
@@ -463,8 +495,11 @@ def build_index(args: argparse.Namespace, model: Any, files: list[Path], saved: 
     return index
 
 
-def prune(path: Path, index: Any, save: bool) -> None:
+def prune(path: Path, index: Any, save: bool) -> bool:
     """Drop from ``index`` the media whose files are gone, and ``save`` it at ``path``.
+
+    Returns:
+        Whether it was saved (some media were dropped).
 
     Raises:
         UserError: when none of its files is there (a disk not mounted, rather than a gallery
@@ -481,6 +516,7 @@ def prune(path: Path, index: Any, save: bool) -> None:
             index.save(path)
     print_for_reader(f'{path}: {len(gone)} media whose files are gone dropped, '
                      f'{len(index)} kept\n')
+    return bool(gone) and save
 
 
 def check_index_options(args: argparse.Namespace, index: Any) -> None:

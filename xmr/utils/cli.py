@@ -9,7 +9,9 @@ purpose, e.g. a ``MediaReadError`` naming the file), so that no tool prints a ra
 default; an error a DataLoader worker raised, which torch re-raises wrapped in the worker's
 traceback, is printed as if raised in the main process (:func:`worker_error`). Run by the
 ``xmr`` command, the line names the tools it suggests as ``xmr`` commands (:func:`as_typed`). A
-Ctrl-C ends the tool with one line, ``interrupted``, as killed by SIGINT. Its stdout takes a
+Ctrl-C ends the tool with one line, ``interrupted``, as killed by SIGINT; a tool that runs
+under :func:`sigterm_interrupts` ends on SIGTERM alike, its clean-up run, with one line,
+``terminated``, and exit status 143. Its stdout takes a
 reader that quits early and a terminal that is not UTF-8 (:class:`ReaderStdout`). Under a
 launcher (torchrun, srun, mpirun), a refusal before the process group starts is printed by the
 first process of each node alone, a bad flag's usage error included
@@ -24,16 +26,19 @@ import difflib
 import logging
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 import traceback
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
-__all__ = ['EXIT_ERROR', 'GatherAction', 'UserError', 'UserKeyError', 'add_custom_imports',
-           'did_you_mean', 'given_device', 'given_file', 'given_folder', 'given_json_output',
-           'given_output', 'import_user_module', 'int_at_least', 'quiet_on_other_processes',
-           'run_tool', 'worker_error']
+__all__ = ['EXIT_ERROR', 'GatherAction', 'Terminated', 'UserError', 'UserKeyError',
+           'add_custom_imports', 'did_you_mean', 'given_device', 'given_file', 'given_folder',
+           'given_json_output', 'given_output', 'import_user_module', 'int_at_least',
+           'quiet_on_other_processes', 'run_tool', 'sigterm_interrupts', 'worker_error']
 
 EXIT_ERROR = 2
 DEBUG_FLAG = '--debug'
@@ -424,6 +429,36 @@ def error_line(error: BaseException) -> str:
     return f'{type(error).__name__}: {error}'
 
 
+class Terminated(BaseException):
+    """SIGTERM (a scheduler's stop, ``kill``) received under :func:`sigterm_interrupts`,
+    raised where the tool stands, as Ctrl-C raises ``KeyboardInterrupt``: what the tool holds
+    is given back on the way out (a lock file, a partial write), and :func:`run_tool` ends it
+    with one line and exit status 143. Not an ``Exception``, so that no ``except Exception``
+    goes on past it."""
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated`: Python's default ended the
+    process at once, silent, its ``finally`` blocks not run (``tools/search.py`` left its
+    index's lock file). A second SIGTERM meanwhile is ignored, so that the clean-up the first
+    starts ends; the handler before is restored as the block ends. A block run outside the
+    main thread (where Python delivers signals) keeps the default."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(number: int, frame: Any) -> None:
+        signal.signal(number, signal.SIG_IGN)
+        raise Terminated(number)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None) -> None:
     """Run a tool's ``main``; turn a failure into one ``error:`` line and exit status 2.
 
@@ -433,8 +468,9 @@ def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None
             the traceback of a failure before the line.
 
     Raises:
-        SystemExit: with :data:`EXIT_ERROR` after a failure; ``argparse``'s own exits (``--help``,
-            a bad flag) pass through unchanged.
+        SystemExit: with :data:`EXIT_ERROR` after a failure, with 143 (128 + SIGTERM) after a
+            :class:`Terminated`; ``argparse``'s own exits (``--help``, a bad flag) pass through
+            unchanged.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if command_name is not None:
@@ -448,6 +484,8 @@ def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None
         if argv is None:
             _quiet_interrupt(debug)
         raise
+    except Terminated as stop:
+        _report_terminated(stop, debug)
     except SystemExit as error:
         if not isinstance(error.code, str):
             if error.code in (0, None) and {'-h', '--help'} & set(args):
@@ -457,11 +495,23 @@ def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None
         _report(error, debug)
     except Exception as error:  # noqa: BLE001  (every failure becomes one line; --debug shows it)
         interrupt = _swallowed_interrupt(error)
+        if isinstance(interrupt, Terminated):
+            _report_terminated(interrupt, debug)
         if interrupt is not None:
             if argv is None:
                 _quiet_interrupt(debug)
             raise interrupt from None
         _report(error, debug)
+
+
+def _report_terminated(stop: Terminated, debug: bool) -> NoReturn:
+    """End a tool stopped by SIGTERM as Ctrl-C ends one: one line (``--debug``: the traceback)
+    under the tool's last message, which says what it kept, and the status a shell gives a
+    process SIGTERM killed, 143."""
+    if debug:
+        traceback.print_exception(stop)
+    print(f'terminated by SIGTERM ({DEBUG_FLAG} shows where)', file=sys.stderr, flush=True)
+    raise SystemExit(128 + signal.SIGTERM) from None
 
 
 def _quiet_interrupt(debug: bool) -> None:
@@ -481,12 +531,13 @@ def _quiet_interrupt(debug: bool) -> None:
     sys.excepthook = hook
 
 
-def _swallowed_interrupt(error: BaseException) -> KeyboardInterrupt | None:
-    """The Ctrl-C a library turned into another error (MMEngine's ``Config.pretty_text``, which
-    every checkpoint save calls, catches it with a bare ``except`` and raises a SyntaxError)."""
+def _swallowed_interrupt(error: BaseException) -> KeyboardInterrupt | Terminated | None:
+    """The Ctrl-C (or :class:`Terminated`) a library turned into another error (MMEngine's
+    ``Config.pretty_text``, which every checkpoint save calls, catches it with a bare ``except``
+    and raises a SyntaxError)."""
     seen = error.__context__
     while seen is not None:
-        if isinstance(seen, KeyboardInterrupt):
+        if isinstance(seen, (KeyboardInterrupt, Terminated)):
             return seen
         seen = seen.__context__
     return None
