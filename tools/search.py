@@ -85,7 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         '--media: --update too)')
     parser.add_argument('--save-every', type=int, default=256, metavar='N',
                         help='while an --index is built: save the embeddings every N media in '
-                        'INDEX.parts, where a run interrupted goes on (default: 256)')
+                        'INDEX.parts, where a run interrupted goes on (Ctrl-C, or SIGTERM: exit '
+                        '143, the index lock given back; default: 256)')
     parser.add_argument('--query', nargs='+', action=GatherAction,
                         default=[], metavar='TEXT', help='query texts')
     parser.add_argument('--queries', type=Path, metavar='FILE',
