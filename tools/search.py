@@ -98,10 +98,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "'hnsw' (approximate, for large galleries)")
     parser.add_argument('--index-option', nargs='+', action=GatherAction, type=index_option,
                         default=[], metavar='NAME=N',
-                        help="faiss options (docs/evaluation.md): a new 'ivf' index's nlist, "
-                        "nprobe, train_size, seed; a new 'hnsw' index's hnsw_m, "
-                        'ef_construction, ef_search; a saved index takes nprobe or ef_search '
-                        '(kept if this run saves it)')
+                        help="faiss options (docs/evaluation.md): any index's chunk_size "
+                        "(queries per faiss call); a new 'ivf' index's nlist, nprobe, "
+                        "train_size, seed; a new 'hnsw' index's hnsw_m, ef_construction, "
+                        'ef_search; a saved index takes chunk_size, nprobe or ef_search (kept '
+                        'if this run saves it)')
     parser.add_argument('--num-frames', type=int,
                         help="frames per video (default: 12; --update: the index's own)")
     parser.add_argument('--on-corrupt', choices=['raise', 'skip'], default='raise',

@@ -640,3 +640,16 @@ def test_sigterm_ends_a_build_as_ctrl_c_does_saying_what_it_kept_and_freeing_the
     assert 'Traceback' not in said
     assert not (tmp_path / '.gallery.idx.lock').exists()
     assert not index.exists() and [path.name for path in parts.iterdir()] == ['part-000001.pt']
+
+
+def test_the_help_of_index_option_names_every_option_an_index_takes(capsys):
+    """It left out chunk_size, which every index takes."""
+    from xmr.evaluation.search import INDEX_OPTIONS
+
+    with pytest.raises(SystemExit):
+        load_tool().parse_args(['--help'])
+    shown = ' '.join(capsys.readouterr().out.split())
+    listed = shown[shown.index('--index-option NAME=N [NAME=N ...] faiss'):]
+    listed = listed[:listed.index('--num-frames')]
+    assert {'chunk_size', *(name for names in INDEX_OPTIONS.values() for name in names)} <= set(
+        re.findall(r'[a-z_]+', listed))
