@@ -51,7 +51,6 @@ from xmr.utils.cli import (
     given_output,
     print_for_reader,
     run_tool,
-    sigterm_interrupts,
 )
 
 #: The keys of the JSON ``--out`` writes, by which an earlier search's hits are told apart
@@ -338,22 +337,19 @@ def hits_table(query: str, lang: str, hits: list[Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    # SIGTERM (a scheduler's stop) ends the run as Ctrl-C does: the lock given back, the
-    # encoding's parts kept and named, what was not written said.
-    with sigterm_interrupts():
-        given_device(args.device)
-        queries = read_queries(args)
-        files = media_files(args.media) if args.media is not None else None
-        check_index_path(args)
-        writes_index = args.index is not None and (files is not None or args.prune)
-        written: list[Path] = []
-        with index_lock(args.index if writes_index else None):
-            try:
-                search(args, queries, files, written)
-            except (KeyboardInterrupt, Terminated):
-                say_not_written([(args.index if writes_index else None, '--index'),
-                                 (args.out, '--out')], written)
-                raise
+    given_device(args.device)
+    queries = read_queries(args)
+    files = media_files(args.media) if args.media is not None else None
+    check_index_path(args)
+    writes_index = args.index is not None and (files is not None or args.prune)
+    written: list[Path] = []
+    with index_lock(args.index if writes_index else None):
+        try:
+            search(args, queries, files, written)
+        except (KeyboardInterrupt, Terminated):  # SIGTERM: run_tool's sigterm_interrupts
+            say_not_written([(args.index if writes_index else None, '--index'),
+                             (args.out, '--out')], written)
+            raise
 
 
 def say_not_written(outputs: list[tuple[Path | None, str]], written: list[Path]) -> None:

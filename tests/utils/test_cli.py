@@ -499,6 +499,63 @@ def test_a_ctrl_c_ends_a_tool_with_one_line_as_killed_by_sigint(tmp_path, how):
     assert shown.stderr.startswith('Traceback') and 'KeyboardInterrupt' in shown.stderr
 
 
+TERMINATED_TOOL = '''
+import multiprocessing, sys, time
+from pathlib import Path
+from xmr.utils.cli import run_tool
+
+def main(args):
+    kept, ready = Path(args[0]), Path(args[1])
+    child = multiprocessing.get_context('fork').Process(target=time.sleep, args=(60,))
+    child.start()
+    try:
+        ready.write_text('started')
+        time.sleep(60)
+    finally:
+        child.terminate()  # multiprocessing's own stop, SIGTERM: the child's default, not ours
+        child.join()
+        kept.write_text(str(child.exitcode))
+
+run_tool(main)
+'''
+
+
+def test_sigterm_ends_every_tool_as_ctrl_c_does_and_a_forked_child_as_it_did(tmp_path):
+    """A tool that did not ask for it (all but tools/search.py) died of SIGTERM at once, its
+    finally blocks not run (a lock, a temporary folder left behind); a process it forked still
+    dies of SIGTERM at once, as multiprocessing's terminate() expects."""
+    import time
+
+    kept, ready = tmp_path / 'kept.txt', tmp_path / 'ready'
+    run = subprocess.Popen([sys.executable, '-c', TERMINATED_TOOL, str(kept), str(ready)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert (run.returncode, err) == (128 + signal.SIGTERM,
+                                     'terminated by SIGTERM (--debug shows where)\n')
+    assert kept.read_text() == str(-signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the test's own, untouched
+
+
+def test_run_tool_gives_back_the_sigterm_handler_it_found(capsys):
+    """Called from Python (a test, a notebook), the handler before the tool is the one after."""
+    def own(number, frame):
+        raise AssertionError('not called')
+
+    before = signal.signal(signal.SIGTERM, own)
+    try:
+        run_tool(lambda args: None, [])
+        assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 NAMED_TOOLS = ('tools/test.py CONFIG CHECKPOINT; python tools/data/prepare_multi30k.py; '
                'tools/data/prepare_<dataset>.py; tools/convert/dasd_to_xmr.py; '
                'tools/dist_train.sh; tools/benchmarks/loop_time.py; /opt/tools/test.py; '

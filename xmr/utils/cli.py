@@ -9,9 +9,20 @@ purpose, e.g. a ``MediaReadError`` naming the file), so that no tool prints a ra
 default; an error a DataLoader worker raised, which torch re-raises wrapped in the worker's
 traceback, is printed as if raised in the main process (:func:`worker_error`). Run by the
 ``xmr`` command, the line names the tools it suggests as ``xmr`` commands (:func:`as_typed`). A
-Ctrl-C ends the tool with one line, ``interrupted``, as killed by SIGINT; a tool that runs
-under :func:`sigterm_interrupts` ends on SIGTERM alike, its clean-up run, with one line,
-``terminated``, and exit status 143. Its stdout takes a
+Ctrl-C ends the tool with one line, ``interrupted``, as killed by SIGINT; SIGTERM (a
+scheduler's stop, ``kill``) ends it alike, its clean-up run (a lock given back, a temporary
+folder removed, a partial build named), with one line, ``terminated``, and exit status 143.
+
+:func:`run_tool` runs every tool under :func:`sigterm_interrupts`, once for all, rather than
+each tool itself: Python's default SIGTERM ended any of them at once, its ``finally`` blocks
+not run, and a tool that forgot the line died so. What runs its own SIGTERM handler within
+keeps it: ``tools/train.py``'s ``PreemptionHook`` replaces the handler for the training (a
+checkpoint, then exit 143) and restores this one after, so that SIGTERM while the runner is
+built, or during ``--test``, ends the run as Ctrl-C does, its work dir lock given back. The
+processes a tool forks (DataLoader workers, which PyTorch and :func:`xmr.engine.worker_signals`
+give their own handling; a ``multiprocessing`` child, which its parent stops with SIGTERM)
+inherit the handler; in them it does what Python's default did, end the process at once. Under
+a launcher every rank gets SIGTERM and each stops as at a Ctrl-C. Its stdout takes a
 reader that quits early and a terminal that is not UTF-8 (:class:`ReaderStdout`). Under a
 launcher (torchrun, srun, mpirun), a refusal before the process group starts is printed by the
 first process of each node alone, a bad flag's usage error included
@@ -443,12 +454,23 @@ def sigterm_interrupts() -> Iterator[None]:
     process at once, silent, its ``finally`` blocks not run (``tools/search.py`` left its
     index's lock file). A second SIGTERM meanwhile is ignored, so that the clean-up the first
     starts ends; the handler before is restored as the block ends. A block run outside the
-    main thread (where Python delivers signals) keeps the default."""
+    main thread (where Python delivers signals) keeps the default.
+
+    A process forked meanwhile inherits the handler; there it ends the process at once, as
+    the default did: a ``multiprocessing`` child is stopped with SIGTERM by its parent
+    (``Process.terminate``), and one raising :class:`Terminated` instead printed a traceback
+    and could linger in its own clean-up.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    owner = os.getpid()
 
     def terminate(number: int, frame: Any) -> None:
+        if os.getpid() != owner:
+            signal.signal(number, signal.SIG_DFL)
+            os.kill(os.getpid(), number)
+            return
         signal.signal(number, signal.SIG_IGN)
         raise Terminated(number)
 
@@ -461,6 +483,9 @@ def sigterm_interrupts() -> Iterator[None]:
 
 def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None) -> None:
     """Run a tool's ``main``; turn a failure into one ``error:`` line and exit status 2.
+
+    ``main`` runs under :func:`sigterm_interrupts`: SIGTERM ends it as Ctrl-C does, its
+    clean-up run, with one line and exit status 143.
 
     Args:
         main: the tool's entry, called with the arguments (``--debug`` removed).
@@ -479,7 +504,9 @@ def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None
         sys.stdout = ReaderStdout(sys.stdout)  # the process's own: not a test's capture
     debug = DEBUG_FLAG in args
     try:
-        main([arg for arg in args if arg != DEBUG_FLAG])
+        # Every tool, once here (the module's docstring says why not each in its main).
+        with sigterm_interrupts():
+            main([arg for arg in args if arg != DEBUG_FLAG])
     except KeyboardInterrupt:
         if argv is None:
             _quiet_interrupt(debug)
