@@ -469,3 +469,62 @@ def test_the_dasd_rows_run_under_cpu_autocast_the_authors_update_included(tmp_pa
                            '--batch-size', '4', '--work-dir', str(tmp_path)])
     assert [r['path'] for r in rows] == ['authors', 'recompute', 'xmr']
     assert all(r['precision'] == 'amp' and r['first_loss'] > 0 for r in rows)
+
+
+#: Runs tools/benchmark.py as its own process (argv: a file to create as the first row's
+#: process is started, then the tool and its arguments).
+_AT_THE_FIRST_ROW = '''
+import runpy, subprocess, sys
+from pathlib import Path
+run, ready = subprocess.run, Path(sys.argv[1])
+def started(*args, **kwargs):
+    ready.write_text('running the first row')
+    return run(*args, **kwargs)
+subprocess.run = started
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+'''
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does_its_row_process_and_temporary_folder_gone(tmp_path):
+    """SIGTERM (a lease's end, a scheduler's stop) killed the run silently (exit -15): its
+    temporary work dir (the tokenizer, the feature caches) was left in the temp folder, and
+    the row's process ran on, on the device, with nobody to read its row."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    temp, ready = tmp_path / 'temp', tmp_path / 'ready'
+    temp.mkdir()
+    run = subprocess.Popen(
+        [sys.executable, '-c', _AT_THE_FIRST_ROW, str(ready), str(REPO / 'tools' / 'benchmark.py'),
+         '--arch', 'tiny', '--batch-size', '2', '--steps', '1', '--warmup', '0', '--frames', '2',
+         '--cases', 'video'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, 'TMPDIR': str(temp), 'PYTHONPATH': os.pathsep.join(sys.path)})
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), run.communicate(timeout=30)
+        time.sleep(0.5)  # the row's process started
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 128 + signal.SIGTERM, out + err
+    assert err.endswith('terminated by SIGTERM (--debug shows where)\n'), out + err
+    assert 'Traceback' not in out + err
+    # tempfile's folders (torchinductor_<user>, torch's cache kept across runs, is none)
+    assert [path.name for path in temp.glob('tmp*')] == []
+    rows = [pid for pid in os.listdir('/proc') if pid.isdigit()
+            and str(temp).encode() in _command_line(pid)]
+    assert rows == []
+
+
+def _command_line(pid: str) -> bytes:
+    try:
+        return Path('/proc', pid, 'cmdline').read_bytes()
+    except OSError:  # ended meanwhile
+        return b''
