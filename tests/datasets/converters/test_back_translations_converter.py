@@ -119,3 +119,23 @@ def test_an_export_keeps_a_file_standing_there_unless_overwrite_and_then_text_al
     assert {path: path.read_bytes() for path in kept} == kept
     main_attach_back([*export, f'de={back}', '--overwrite'])
     assert back.read_text(encoding='utf-8') == 'ein Hund\nein Köter\neine Katze\n'
+
+
+def test_out_replaces_an_annotation_of_the_dataset_alone(tmp_path):
+    """--out naming a training checkpoint or a test result was written over."""
+    dump_annotation(_ann(), tmp_path / 'ann.json')
+    (tmp_path / 'de2en.txt').write_text('a dog\na mutt\na cat\n', encoding='utf-8')
+    checkpoint = tmp_path / 'iter_3000.pth'
+    checkpoint.write_bytes(b'PK\x03\x04\x00\x00\x08\x00')
+    result = tmp_path / 'result.json'
+    result.write_text('{"metrics": {"mAR": 50.0}}')
+    kept = {path: path.read_bytes() for path in (checkpoint, result)}
+    attach = [str(tmp_path / 'ann.json'), '--back-translations', f'de={tmp_path / "de2en.txt"}',
+              '--out']
+    for path in kept:
+        with pytest.raises(SystemExit, match=re.escape(
+                f'{path} (--out): exists and is no demo annotation a converter wrote')):
+            main_attach_back([*attach, str(path)])
+    assert {path: path.read_bytes() for path in kept} == kept
+    main_attach_back([*attach, str(tmp_path / 'ann.json')])  # --out naming ANN: written over
+    assert load_annotation(tmp_path / 'ann.json').back_translation_langs == ['de']

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import tracemalloc
+from dataclasses import replace
 
 import pytest
 
@@ -145,3 +146,29 @@ def test_a_second_language_attached_later_keeps_the_first(tmp_path):
     assert both.items[2].translations == {'de': ['de 3', 'de 4', 'de 5'],
                                           'fr': ['fr 3', 'fr 4', 'fr 5']}
     both.validate()
+
+
+def test_out_replaces_an_annotation_of_the_dataset_alone(tmp_path):
+    """--out naming a training checkpoint, a test result or another dataset's annotation was
+    written over by the annotation (dump_converted refused a file losing languages alone)."""
+    ann_path = tmp_path / 'ann.json'
+    dump_annotation(_source(), ann_path)
+    (tmp_path / 'cs.txt').write_text('1\n2\n3\n4\n5\n6\n', encoding='utf-8')
+    checkpoint = tmp_path / 'iter_3000.pth'
+    checkpoint.write_bytes(b'PK\x03\x04\x00\x00\x08\x00')
+    result = tmp_path / 'result.json'
+    result.write_text('{"metrics": {"mAR": 50.0}}')
+    other = tmp_path / 'multi30k_train.json'
+    dump_annotation(replace(_source(), dataset='multi30k'), other)
+    kept = {path: path.read_bytes() for path in (checkpoint, result, other)}
+    attach = [str(ann_path), '--translations', f'cs={tmp_path / "cs.txt"}', '--out']
+    for path in kept:
+        with pytest.raises(SystemExit, match=re.escape(
+                f'{path} (--out): exists and is no demo annotation a converter wrote; it is kept '
+                '(a converter replaces its own earlier output alone): give --out another file')):
+            main_attach([*attach, str(path)])
+    assert {path: path.read_bytes() for path in kept} == kept
+    out = tmp_path / 'out.json'
+    main_attach([*attach, str(out)])
+    main_attach([*attach, str(out)])  # an earlier run's annotation of the dataset: replaced
+    assert load_annotation(out).items[0].translations == {'cs': ['1', '2']}

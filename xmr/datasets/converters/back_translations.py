@@ -21,6 +21,8 @@ from xmr.datasets.annotation import (
     load_annotation,
 )
 from xmr.datasets.converters.cli import (
+    ATTACH_OUT_HELP,
+    attach_out,
     dump_converted,
     refuse_standing_text,
     refuse_written_over,
@@ -129,7 +131,7 @@ def main_attach_back(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--export', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help='instead, write the LANG captions to translate, one per line; a '
                         'file standing at PATH is kept unless --overwrite is given')
-    parser.add_argument('--out', type=Path, help='output file (default: overwrite ann)')
+    parser.add_argument('--out', type=Path, help=ATTACH_OUT_HELP)
     parser.add_argument('--overwrite', action='store_true',
                         help='replace the back-translations of a language the file already '
                         'has; with --export, a file standing at PATH, an earlier export (an '
@@ -150,9 +152,12 @@ def main_attach_back(argv: Sequence[str] | None = None) -> None:
         files = parse_lang_paths(args.back_translations, '--back-translations')
         refuse_written_over({'--out': args.out or args.ann}, {
             f'--back-translations {lang}': path for lang, path in files.items()})
-        ann = attach_back_translations(load_annotation(args.ann), files, args.overwrite)
+        ann = load_annotation(args.ann)
+        # Checked before the files are read: any other file at --out was written over.
+        out = attach_out(args.out, args.ann, ann)
+        ann = attach_back_translations(ann, files, args.overwrite)
         # An --out holding languages attached since keeps them: it is refused.
-        dump_converted({args.out or args.ann: ann}, 'give --out another file')
+        dump_converted({out: ann}, 'give --out another file')
     except (ConversionError, AnnotationError, FileNotFoundError) as err:
         raise SystemExit(f'error: {err}') from err
     print(f'{args.out or args.ann}: back-translations for {", ".join(files)} attached to '

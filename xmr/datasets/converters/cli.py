@@ -15,8 +15,14 @@ from xmr.datasets.annotation import (
 from xmr.datasets.converters.errors import ConversionError
 from xmr.fileio import input_written_over
 
-__all__ = ['add_media_options', 'checked_media_dir', 'dump_converted', 'refuse_other_file',
-           'refuse_written_over', 'refuse_standing_text', 'write_converted']
+__all__ = ['ATTACH_OUT_HELP', 'add_media_options', 'attach_out', 'checked_media_dir',
+           'dump_converted', 'refuse_other_file', 'refuse_written_over', 'refuse_standing_text',
+           'write_converted']
+
+#: ``--out``'s help in the attaching tools, whose check is :func:`attach_out`.
+ATTACH_OUT_HELP = ('annotation file to write (default: ANN itself); a file standing there is '
+                   "replaced only where it is an annotation of ANN's dataset a converter wrote "
+                   '(an earlier run), never a checkpoint, a test result or any other file')
 
 #: How much of a file :func:`refuse_standing_text` reads to tell a binary file (a NUL byte).
 _TEXT_PROBE_BYTES = 8192
@@ -89,6 +95,27 @@ def refuse_other_file(path: Path, option: str, dataset: str) -> None:
         raise ConversionError(f'{path} ({option}): exists and is no {dataset} annotation a '
                               'converter wrote; it is kept (a converter replaces its own '
                               f'earlier output alone): give {option} another file')
+
+
+def attach_out(out: Path | None, ann_path: Path, ann: Annotation) -> Path:
+    """The file an attaching tool (``attach_translations.py``, ``attach_back_translations.py``)
+    writes: ``--out``, or the annotation it read. An ``--out`` standing there must be an
+    annotation of ``ann``'s dataset a converter wrote (:func:`refuse_other_file`): a training
+    checkpoint or a test result given as ``--out`` was replaced by the annotation.
+
+    Args:
+        out: the tool's ``--out`` (``None``: write over ``ann_path``).
+        ann_path: the annotation file read.
+        ann: what it holds.
+
+    Raises:
+        ConversionError: naming ``--out`` and the fix; nothing is written.
+    """
+    if out is None or input_written_over(out, [ann_path]) is not None:
+        # The file read is the one written: it held an annotation, however it was written.
+        return ann_path if out is None else out
+    refuse_other_file(out, '--out', ann.dataset)
+    return out
 
 
 def refuse_standing_text(outputs: Mapping[str, Path], overwrite: bool) -> None:

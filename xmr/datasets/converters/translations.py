@@ -20,6 +20,8 @@ from xmr.datasets.annotation import (
     load_annotation,
 )
 from xmr.datasets.converters.cli import (
+    ATTACH_OUT_HELP,
+    attach_out,
     dump_converted,
     refuse_standing_text,
     refuse_written_over,
@@ -140,7 +142,7 @@ def main_attach(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--translations', nargs='+', action=GatherAction,
                         required=True, metavar='LANG=PATH',
                         help='translation file per target language')
-    parser.add_argument('--out', type=Path, help='output file (default: overwrite ann)')
+    parser.add_argument('--out', type=Path, help=ATTACH_OUT_HELP)
     parser.add_argument('--overwrite', action='store_true',
                         help='replace the translations of a language the file already has')
     add_custom_imports(parser)
@@ -149,9 +151,12 @@ def main_attach(argv: Sequence[str] | None = None) -> None:
         files = parse_lang_paths(args.translations, '--translations')
         refuse_written_over({'--out': args.out or args.ann},
                             {f'--translations {lang}': path for lang, path in files.items()})
-        ann = attach_translations(load_annotation(args.ann), files, args.overwrite)
+        ann = load_annotation(args.ann)
+        # Checked before the files are read: any other file at --out was written over.
+        out = attach_out(args.out, args.ann, ann)
+        ann = attach_translations(ann, files, args.overwrite)
         # An --out holding languages attached since keeps them: it is refused.
-        dump_converted({args.out or args.ann: ann}, 'give --out another file')
+        dump_converted({out: ann}, 'give --out another file')
     except (ConversionError, AnnotationError, FileNotFoundError) as err:
         raise SystemExit(f'error: {err}') from err
     print(f'{args.out or args.ann}: translations for {", ".join(files)} attached to '
