@@ -20,8 +20,8 @@ a dataset skipped as unreadable goes to the metric without the model.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 from xmr.datasets.collate import kept_no_item
 from xmr.engine.frozen_casts import FrozenWeightCasts
 from xmr.engine.pinned_batches import pinned_on_gpu
-from xmr.engine.worker_signals import end_workers
+from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, end_workers
 from xmr.engine.worker_tokens import tokenize_in_workers
 from xmr.evaluation.metrics import RetrievalMetric
 from xmr.registry import LOOPS
@@ -260,11 +260,8 @@ class MultiDatasetTestLoop(_MultiDatasetLoop):
 
     def run(self) -> dict[str, float]:
         check_media_exist(loader.dataset for loader in self.dataloaders)
-        try:
+        with workers_ending(self.dataloaders):
             return super().run()
-        finally:
-            for loader in self.dataloaders:
-                end_workers(loader)
 
 
 class _OneDatasetLoop:
@@ -318,10 +315,29 @@ class TestLoop(_OneDatasetLoop, MMEngineTestLoop):
 
     def run(self) -> dict:
         check_media_exist([self.dataloader.dataset])
-        try:
+        with workers_ending([self.dataloader]):
             return super().run()
-        finally:
-            end_workers(self.dataloader)
+
+
+@contextmanager
+def workers_ending(loaders: Sequence[DataLoader]) -> Iterator[None]:
+    """A test's block: ``loaders``' workers ignore SIGTERM and SIGINT, and end with the block.
+
+    A scheduler's SIGTERM (a terminal's Ctrl-C) reaches every process of the job: a worker it
+    killed made torch's handler raise 'DataLoader worker is killed by signal' as the test,
+    stopped by the same signal (``run_tool``), shut its loader down, a traceback under the
+    tool's one line. The main process stops the test; the block's end ends the workers, whose
+    shutdown they do not ignore.
+    """
+    from xmr.engine.hooks.preemption import workers_ignore
+
+    for loader in loaders:
+        workers_ignore(loader, WORKER_IGNORED_SIGNALS)
+    try:
+        yield
+    finally:
+        for loader in loaders:
+            end_workers(loader)
 
 
 def check_media_exist(datasets: Iterable[Any]) -> None:
