@@ -166,7 +166,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--threads', type=int_at_least(1),
                         help="torch CPU threads in each run (default: torch's own)")
     parser.add_argument('--work-dir', help='tokenizer model and feature caches (default: temp)')
-    parser.add_argument('--out', help='write the rows as JSON here, each as it ends')
+    parser.add_argument('--out', help='write the rows as JSON here, each as it ends (a run '
+                        'stopped by Ctrl-C or SIGTERM keeps those it finished)')
     parser.add_argument('--overwrite', action='store_true',
                         help="let --out replace an earlier benchmark's rows")
     parser.add_argument('--in-process', action='store_true',
