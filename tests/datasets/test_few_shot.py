@@ -101,3 +101,22 @@ def test_a_rerun_keeps_an_output_holding_translations_attached_since(tmp_path):
             f"{out}: holds texts attached after its conversion (translation_langs ['fr'])")):
         main(run)
     assert out.read_bytes() == kept
+
+
+def test_out_dir_replaces_an_earlier_split_of_the_dataset_alone(tmp_path):
+    """A test result at <out-dir>/<dataset>_<split>.json was written over by the split."""
+    dump_annotation(_train(), tmp_path / 'train.json')
+    run = [str(tmp_path / 'train.json'), '--protocol', 'split', '--shots', '2', '--out-dir',
+           str(tmp_path)]
+    result = tmp_path / 'multi30k_fewshot2_val.json'
+    result.write_text('{"metrics": {"mAR": 50.0}}')
+    with pytest.raises(SystemExit, match=re.escape(
+            f'error: {result} (--out-dir): exists and is no multi30k annotation a converter '
+            'wrote; it is kept')):
+        main(run)
+    assert result.read_text() == '{"metrics": {"mAR": 50.0}}'
+    assert not (tmp_path / 'multi30k_fewshot2_train.json').exists()
+    result.unlink()
+    main(run)
+    main(run)  # its own earlier output: replaced
+    assert len(load_annotation(result).items) == 2

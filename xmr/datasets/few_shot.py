@@ -24,10 +24,12 @@ from xmr.datasets.annotation import Annotation, AnnotationError, load_annotation
 from xmr.datasets.converters.errors import ConversionError
 from xmr.utils.cli import add_custom_imports
 
-__all__ = ['PROTOCOLS', 'few_shot_splits', 'is_few_shot_split', 'main', 'seeded_permutation',
-           'subsample']
+__all__ = ['FEW_SHOT_PARTS', 'PROTOCOLS', 'few_shot_split_name', 'few_shot_splits',
+           'is_few_shot_split', 'main', 'seeded_permutation', 'subsample']
 
 PROTOCOLS = ('split', 'subsample')
+#: The parts of :func:`few_shot_splits`, in order.
+FEW_SHOT_PARTS = ('train', 'val', 'test')
 #: The split names :func:`few_shot_splits` and :func:`subsample` write.
 _FEW_SHOT_SPLIT = re.compile(r'^fewshot\d+_(train|val|test)$|_\d+shot$')
 
@@ -45,6 +47,11 @@ def seeded_permutation(count: int, seed: int = 42) -> list[int]:
     return torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
 
 
+def few_shot_split_name(shots: int, part: str) -> str:
+    """The split of a part (:data:`FEW_SHOT_PARTS`) of :func:`few_shot_splits`."""
+    return f'fewshot{shots}_{part}'
+
+
 def few_shot_splits(ann: Annotation, shots: int, seed: int = 42) -> dict[str, Annotation]:
     """PECTVLM's few-shot split of ``ann``: train/val of ``shots`` images each, the rest test.
 
@@ -56,8 +63,8 @@ def few_shot_splits(ann: Annotation, shots: int, seed: int = 42) -> dict[str, An
         raise ConversionError(f'few-shot size {shots} must be positive and leave test images '
                               f'out of {count}')
     order = seeded_permutation(count, seed)
-    parts = {'train': order[:shots], 'val': order[shots:2 * shots], 'test': order[2 * shots:]}
-    return {part: replace(ann, split=f'fewshot{shots}_{part}',
+    parts = dict(zip(FEW_SHOT_PARTS, (order[:shots], order[shots:2 * shots], order[2 * shots:])))
+    return {part: replace(ann, split=few_shot_split_name(shots, part),
                           items=[ann.items[i] for i in indices])
             for part, indices in parts.items()}
 
@@ -77,6 +84,8 @@ def subsample(ann: Annotation, shots: int, seed: int = 42) -> Annotation:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line of ``tools/data/few_shot_split.py``."""
+    from xmr.datasets.converters.cli import add_out_dir, dump_into
+
     parser = argparse.ArgumentParser(description="PECTVLM's seeded few-shot protocols on an xmr "
                                      'annotation file (docs/methods/pectvlm.md).')
     parser.add_argument('ann', type=Path, help='annotation file')
@@ -85,19 +94,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                         'items of a training split (Multi30K)')
     parser.add_argument('--shots', type=int, required=True, metavar='N')
     parser.add_argument('--seed', type=int, default=42)
-    parser.add_argument('--out-dir', type=Path, required=True)
+    add_out_dir(parser)
     add_custom_imports(parser)
     args = parser.parse_args(argv)
-    from xmr.datasets.converters.cli import dump_converted
 
     try:
         ann = load_annotation(args.ann)
         parts = (list(few_shot_splits(ann, args.shots, args.seed).values())
                  if args.protocol == 'split' else [subsample(ann, args.shots, args.seed)])
-        outputs = {args.out_dir / f'{part.dataset}_{part.split}.json': part for part in parts}
-        # An output that holds translations attached since keeps them: it is refused.
-        written = dump_converted(outputs)
+        outputs = {f'{part.dataset}_{part.split}': part for part in parts}
+        # Another file named so, or an output that holds translations attached since, is
+        # refused.
+        written = dump_into(args.out_dir, outputs)
     except (ConversionError, AnnotationError, FileNotFoundError) as err:
         raise SystemExit(f'error: {err}') from err
-    for path in written:
-        print(f'{path}: {len(outputs[path].items)} items')
+    for path, part in zip(written, outputs.values()):
+        print(f'{path}: {len(part.items)} items')

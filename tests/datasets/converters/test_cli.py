@@ -1,9 +1,21 @@
 """What the converters' command lines share: no output written over an input or another output."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation
+from xmr.datasets.converters import (
+    crossmodal3600,
+    flickr30k,
+    flores_captions,
+    laps,
+    mscoco,
+    msrvtt,
+    multi30k,
+    xtd10,
+)
 from xmr.datasets.converters.back_translations import main_attach_back
 from xmr.datasets.converters.translations import main_attach, main_export
 
@@ -39,3 +51,37 @@ def test_an_output_that_is_an_input_or_another_output_is_refused_before_writing(
         main(argv)
     assert {path.name: path.read_bytes() for path in tmp_path.iterdir()
             if path.is_file()} == before
+
+
+@pytest.mark.parametrize('main, argv, name', [
+    (multi30k.main, ['--raw-dir', 'none', '--image-splits-dir', 'none'], 'multi30k_test_5captions'),
+    (mscoco.main, ['--karpathy-json', 'none.json', '--coco-cn-dir', 'none'], 'cococn_val'),
+    (mscoco.main, ['--karpathy-json', 'none.json'], 'coco_test1k_fold4'),
+    (flickr30k.main, ['--karpathy-json', 'none.json'], 'flickr30k_val'),
+    (laps.main, ['--laps-dir', 'none', '--dataset', 'coco'], 'coco_test1k_fold0'),
+    (laps.main, ['--laps-dir', 'none', '--dataset', 'f30k'], 'flickr30k_train'),
+    (msrvtt.main, ['--test-csv', 'none.csv', '--data-json', 'none.json', '--train-list',
+                   '7k=none.csv', '9k=none.csv'], 'msrvtt_train9k'),
+    (msrvtt.main, ['--test-csv', 'none.csv'], 'msrvtt_test1ka'),
+    (xtd10.main, ['--xtd-dir', 'none', '--few-shot', '50'], 'xtd10_fewshot50_test'),
+    (crossmodal3600.main, ['--captions', 'none.jsonl'], 'crossmodal3600_test'),
+    (flores_captions.main_xtd200, ['--captions-dir', 'none', '--languages', 'sw'],
+     'xtd200_test'),
+    (flores_captions.main_flickr30k_200, ['--captions-dir', 'none', '--languages', 'sw'],
+     'flickr30k_200_test'),
+])
+def test_an_out_dir_converter_replaces_its_own_earlier_output_alone(tmp_path, monkeypatch, main,
+                                                                     argv, name):
+    """Every --out-dir converter wrote over any file at <out-dir>/<name>.json (a test result
+    here); it is refused (write_converted, refuse_other_files) before an input is read: none of
+    them exists."""
+    monkeypatch.chdir(tmp_path)
+    result = tmp_path / 'out' / f'{name}.json'
+    result.parent.mkdir()
+    result.write_text('{"metrics": {"mAR": 50.0}}')
+    with pytest.raises(SystemExit, match=re.escape(
+            f'error: out/{name}.json (--out-dir): exists and is no ') + r'\S+ annotation a '
+            r'converter wrote; it is kept \(a converter replaces its own earlier output alone\): '
+            'move it away, or give --out-dir another folder$'):
+        main([*argv, '--skip-media-check', '--out-dir', 'out'])
+    assert result.read_text() == '{"metrics": {"mAR": 50.0}}'

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.datasets.converters.reruns import assert_a_rerun_keeps
-from xmr.datasets.annotation import load_annotation, text_pairs
+from xmr.datasets.annotation import dump_annotation, load_annotation, text_pairs
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.multi30k import convert_multi30k, main
 from xmr.datasets.converters.translations import (
@@ -215,3 +217,34 @@ def test_converting_again_keeps_a_file_that_translations_were_attached_to(multi3
     ann.rename(tmp_path / 'moved.json')
     main(convert)  # the place is free again
     assert load_annotation(ann).translation_langs == []
+
+
+
+def test_out_dir_replaces_an_earlier_multi30k_annotation_alone(multi30k, tmp_path):
+    """A checkpoint, a test result or another dataset's annotation at <out-dir>/<name>.json
+    was written over; each is refused before the release is read (a --raw-dir that does not
+    exist is not reached), naming the path and the fix."""
+    convert = ['--image-splits-dir', str(multi30k / 'image_splits'), '--skip-media-check',
+               '--out-dir', str(tmp_path), '--splits']
+    main(['--raw-dir', str(multi30k / 'raw'), *convert, 'test'])
+    other = tmp_path / 'multi30k_test.json'
+    dump_annotation(replace(load_annotation(other), dataset='xtd10'), other)
+    result = tmp_path / 'multi30k_val.json'
+    result.write_text('{"metrics": {"mAR": 50.0}}')
+    checkpoint = tmp_path / 'multi30k_train.json'
+    checkpoint.write_bytes(b'PK\x03\x04\x00\x00\x08\x00')
+    kept = {path: path.read_bytes() for path in (checkpoint, result, other)}
+    for path, split in ((checkpoint, 'train'), (result, 'val'), (other, 'test')):
+        for raw in (tmp_path / 'no_raw', multi30k / 'raw'):
+            with pytest.raises(SystemExit, match=re.escape(
+                    f'error: {path} (--out-dir): exists and is no multi30k annotation a '
+                    'converter wrote; it is kept (a converter replaces its own earlier output '
+                    'alone): move it away, or give --out-dir another folder')):
+                main(['--raw-dir', str(raw), *convert, split])
+    assert {path: path.read_bytes() for path in kept} == kept
+    # An earlier run's own output is replaced, as before.
+    for path in kept:
+        path.unlink()
+    main(['--raw-dir', str(multi30k / 'raw'), *convert, 'val', 'test'])
+    main(['--raw-dir', str(multi30k / 'raw'), *convert, 'val', 'test'])
+    assert len(load_annotation(result).items) == 1014

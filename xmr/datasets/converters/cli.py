@@ -15,9 +15,9 @@ from xmr.datasets.annotation import (
 from xmr.datasets.converters.errors import ConversionError
 from xmr.fileio import input_written_over
 
-__all__ = ['ATTACH_OUT_HELP', 'add_media_options', 'attach_out', 'checked_media_dir',
-           'dump_converted', 'refuse_other_file', 'refuse_written_over', 'refuse_standing_text',
-           'write_converted']
+__all__ = ['ATTACH_OUT_HELP', 'add_media_options', 'add_out_dir', 'attach_out', 'checked_media_dir',
+           'dump_converted', 'dump_into', 'refuse_other_file', 'refuse_other_files',
+           'refuse_written_over', 'refuse_standing_text', 'write_converted']
 
 #: ``--out``'s help in the attaching tools, whose check is :func:`attach_out`.
 ATTACH_OUT_HELP = ('annotation file to write (default: ANN itself); a file standing there is '
@@ -38,6 +38,16 @@ def add_media_options(parser: argparse.ArgumentParser, media: str) -> None:
     parser.add_argument('--text-only', action='store_true',
                         help="write text pairs alone (media_type 'text', no media_path): a "
                         'text-only teacher or the cross-lingual phase; needs no media')
+
+
+def add_out_dir(parser: argparse.ArgumentParser) -> None:
+    """``--out-dir``, where a converter writes ``<name>.json`` (checked by
+    :func:`refuse_other_files`)."""
+    parser.add_argument('--out-dir', type=Path, required=True,
+                        help='folder to write the <name>.json annotations into; a file standing '
+                        'at one is replaced only where it is an annotation of the dataset '
+                        'written there (an earlier run), never a test result, a checkpoint or '
+                        "another dataset's annotation")
 
 
 def checked_media_dir(parser: argparse.ArgumentParser, args: argparse.Namespace,
@@ -74,7 +84,8 @@ def refuse_written_over(outputs: Mapping[str, Path], inputs: Mapping[str, Path |
         named[path] = name
 
 
-def refuse_other_file(path: Path, option: str, dataset: str) -> None:
+def refuse_other_file(path: Path, option: str, dataset: str,
+                      elsewhere: str | None = None) -> None:
     """Refuse, before converting, a file at ``path`` that is no ``dataset`` annotation a
     converter wrote (:func:`~xmr.datasets.annotation.written_header`): a converter replaces its
     own earlier output alone, where ``--out`` naming a user's file (a test result, the
@@ -84,17 +95,41 @@ def refuse_other_file(path: Path, option: str, dataset: str) -> None:
         path: the file to write.
         option: what named it (``'--out'``), for the message.
         dataset: the ``dataset`` field the converter writes (``'cc3m'``).
+        elsewhere: how the command writes elsewhere, for the message (default: give
+            ``option`` another file).
 
     Raises:
         ConversionError: naming the path, the option and the fix; nothing is written.
     """
+    elsewhere = elsewhere or f'give {option} another file'
     if path.is_dir():
-        raise ConversionError(f'{path} ({option}): is a folder, not a file; give {option} the '
-                              'annotation file to write')
+        raise ConversionError(f'{path} ({option}): is a folder, not a file; it is kept: '
+                              f'{elsewhere}')
     if path.exists() and written_header(path).get('dataset') != dataset:
         raise ConversionError(f'{path} ({option}): exists and is no {dataset} annotation a '
                               'converter wrote; it is kept (a converter replaces its own '
-                              f'earlier output alone): give {option} another file')
+                              f'earlier output alone): {elsewhere}')
+
+
+def refuse_other_files(out_dir: Path, outputs: Mapping[str, str]) -> None:
+    """:func:`refuse_other_file` for each ``<out_dir>/<name>.json`` an ``--out-dir`` converter
+    writes: a file standing there is replaced only where it is an annotation of the dataset
+    the converter writes under that name (an earlier run), where a test result or another
+    dataset's annotation named so was replaced.
+
+    Args:
+        out_dir: the ``--out-dir``.
+        outputs: output name (``'multi30k_train'``) -> the ``dataset`` field written there.
+
+    Raises:
+        ConversionError: naming the path, ``--out-dir`` and the fix; nothing is written.
+    """
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConversionError(f'{out_dir} (--out-dir): is a file, not a folder; give --out-dir '
+                              'the folder to write the annotations into')
+    for name, dataset in outputs.items():
+        refuse_other_file(out_dir / f'{name}.json', '--out-dir', dataset,
+                          'move it away, or give --out-dir another folder')
 
 
 def attach_out(out: Path | None, ann_path: Path, ann: Annotation) -> Path:
@@ -157,29 +192,56 @@ def refuse_standing_text(outputs: Mapping[str, Path], overwrite: bool) -> None:
 
 
 def write_converted(convert: Callable[[], Mapping[str, Annotation]], out_dir: Path,
-                    unit: str, text_only: bool = False) -> None:
+                    unit: str, outputs: Callable[[], Mapping[str, str]],
+                    text_only: bool = False) -> None:
     """Run a conversion, write each annotation to ``<out_dir>/<name>.json``, report each file.
+
+    A file standing at an output's path is replaced only where it is an annotation of the
+    dataset written there (:func:`refuse_other_files`), checked before ``convert`` reads any
+    input, and again for the names it returned.
 
     Args:
         convert: the conversion; returns output name -> annotation.
         out_dir: where the files go (written atomically, all or none).
         unit: what an item is, for the report line (``'images'``, ``'videos'``).
+        outputs: output name -> dataset of every file the run may write, from the command line
+            alone (no input read).
         text_only: write each output as text pairs (:func:`~xmr.datasets.annotation.text_pairs`).
 
     Raises:
-        SystemExit: on a bad input, with the converter's message; nothing is written then.
+        SystemExit: on a bad input or a file standing at an output that is no earlier one, with
+            the message naming it; nothing is written then.
     """
     try:
-        outputs = convert()
+        refuse_other_files(out_dir, outputs())
+        converted = convert()
         if text_only:
-            outputs = {name: text_pairs(ann) for name, ann in outputs.items()}
+            converted = {name: text_pairs(ann) for name, ann in converted.items()}
             unit = 'text items'
-        written = dump_converted({out_dir / f'{name}.json': ann
-                                  for name, ann in outputs.items()})
+        written = dump_into(out_dir, converted)
     except (ConversionError, AnnotationError) as err:
         raise SystemExit(f'error: {err}') from err
-    for path, ann in zip(written, outputs.values()):
+    for path, ann in zip(written, converted.values()):
         print(f'{path}: {len(ann.items)} {unit}, languages {", ".join(ann.languages)}')
+
+
+def dump_into(out_dir: Path, outputs: Mapping[str, Annotation]) -> list[Path]:
+    """Write an ``--out-dir`` command's annotations to ``<out_dir>/<name>.json`` by
+    :func:`dump_converted`, once :func:`refuse_other_files` has passed each path for the dataset
+    written there (a name a declaration checked before the conversion left out among them).
+
+    Args:
+        out_dir: the ``--out-dir``.
+        outputs: output name -> annotation.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        ConversionError: naming the path at fault and the fix; nothing is written.
+    """
+    refuse_other_files(out_dir, {name: ann.dataset for name, ann in outputs.items()})
+    return dump_converted({out_dir / f'{name}.json': ann for name, ann in outputs.items()})
 
 
 def dump_converted(outputs: Mapping[Path, Annotation],

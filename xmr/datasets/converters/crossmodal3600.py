@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from xmr.datasets.annotation import Annotation, MediaRecord
-from xmr.datasets.converters.cli import write_converted
+from xmr.datasets.converters.cli import add_out_dir, write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption
 from xmr.datasets.converters.raw_files import (
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--images-dir', type=Path, help='folder of the <image key>.jpg files '
                         '(checked)')
     parser.add_argument('--skip-media-check', action='store_true')
-    parser.add_argument('--out-dir', type=Path, required=True)
+    add_out_dir(parser)
     parser.add_argument('--languages', nargs='+', action=GatherAction,
                         default=list(XM3600_LANGUAGES))
     add_custom_imports(parser)
@@ -113,4 +113,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error('give --images-dir, or --skip-media-check to convert without images')
     write_converted(lambda: {'crossmodal3600_test': convert_crossmodal3600(
         args.captions, None if args.skip_media_check else args.images_dir, args.languages)},
-        args.out_dir, 'images')
+        args.out_dir, 'images', lambda: {'crossmodal3600_test': 'crossmodal3600'})

@@ -78,4 +78,5 @@ def main(argv: Sequence[str] | None = None) -> None:
                              images_help='the Flickr30K image folder, flickr30k-images/',
                              train_output='flickr30k_train.json')
     run_karpathy_command(parser, argv, lambda args, images_dir, translations: convert_flickr30k(
-        args.karpathy_json, images_dir, translations))
+        args.karpathy_json, images_dir, translations),
+        lambda args: {f'flickr30k_{split}': 'flickr30k' for split in FLICKR30K_KARPATHY.splits})

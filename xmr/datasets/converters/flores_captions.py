@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation
-from xmr.datasets.converters.cli import write_converted
+from xmr.datasets.converters.cli import add_out_dir, write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import (
     canonical_languages,
@@ -110,7 +110,7 @@ def _parser(dataset: str, images_help: str) -> argparse.ArgumentParser:
                         help=f'folder of <flores code>.txt and {IMAGE_LISTS[dataset]}')
     parser.add_argument('--images-dir', type=Path, help=images_help)
     parser.add_argument('--skip-media-check', action='store_true')
-    parser.add_argument('--out-dir', type=Path, required=True)
+    add_out_dir(parser)
     parser.add_argument('--languages', nargs='+', action=GatherAction, required=True,
                         help="codes in any accepted form (sw, swh_Latn), or 'all'")
     add_custom_imports(parser)
@@ -125,7 +125,7 @@ def _run(dataset: str, parser: argparse.ArgumentParser, argv: Sequence[str] | No
     write_converted(lambda: {f'{dataset}_test': convert_flores_captions(
         dataset, args.captions_dir, args.languages,
         None if args.skip_media_check else args.images_dir, media_path(args))},
-        args.out_dir, 'images')
+        args.out_dir, 'images', lambda: {f'{dataset}_test': dataset})
 
 
 def main_xtd200(argv: Sequence[str] | None = None) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation
-from xmr.datasets.converters.cli import write_converted
+from xmr.datasets.converters.cli import add_out_dir, write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption, integer_id, read_json
 from xmr.datasets.converters.raw_files import parse_lang_paths
@@ -189,7 +189,7 @@ def karpathy_parser(description: str, images_help: str, train_output: str,
                         help="Karpathy's split file (dataset_<name>.json)")
     parser.add_argument('--images-dir', type=Path, help=f'{images_help} (checked)')
     parser.add_argument('--skip-media-check', action='store_true')
-    parser.add_argument('--out-dir', type=Path, required=True)
+    add_out_dir(parser)
     parser.add_argument('--translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help=f'machine translations of {train_output}, one line per caption')
     add_custom_imports(parser)
@@ -199,7 +199,8 @@ def karpathy_parser(description: str, images_help: str, train_output: str,
 def run_karpathy_command(
         parser: argparse.ArgumentParser, argv: Sequence[str] | None,
         convert: Callable[[argparse.Namespace, Path | None, dict[str, Path]],
-                          Mapping[str, Annotation]]) -> None:
+                          Mapping[str, Annotation]],
+        outputs: Callable[[argparse.Namespace], Mapping[str, str]]) -> None:
     """Parse the command line, convert, write ``<out-dir>/<output name>.json`` and list them.
 
     Args:
@@ -207,6 +208,8 @@ def run_karpathy_command(
         argv: the arguments (``None``: ``sys.argv``).
         convert: ``(args, images_dir or None to skip the media check, translations) ->``
             output name -> annotation.
+        outputs: ``args ->`` output name -> dataset of every file the run may write
+            (:func:`~xmr.datasets.converters.cli.write_converted`).
 
     Raises:
         SystemExit: on a bad input, with the converter's message; nothing is written then.
@@ -216,4 +219,4 @@ def run_karpathy_command(
         parser.error('give --images-dir, or --skip-media-check to convert without images')
     write_converted(lambda: convert(args, None if args.skip_media_check else args.images_dir,
                                     parse_lang_paths(args.translations, '--translations')),
-                    args.out_dir, 'images')
+                    args.out_dir, 'images', lambda: outputs(args))

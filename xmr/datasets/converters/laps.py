@@ -27,16 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation, MediaRecord
-from xmr.datasets.converters.cli import add_media_options, checked_media_dir, write_converted
+from xmr.datasets.converters.cli import (
+    add_media_options,
+    add_out_dir,
+    checked_media_dir,
+    write_converted,
+)
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import read_json
-from xmr.datasets.converters.mscoco import COCO_FOLD_SIZE, COCO_FOLDS, coco_folds
+from xmr.datasets.converters.mscoco import COCO_FOLD_SIZE, COCO_FOLD_SPLITS, COCO_FOLDS, coco_folds
 from xmr.datasets.converters.raw_files import check_media_exist, parse_lang_paths, read_lines
 from xmr.datasets.converters.translations import attach_translations
 from xmr.datasets.converters.xtd10 import coco_image_path
 from xmr.utils.cli import GatherAction, add_custom_imports
 
-__all__ = ['LAPS_DATASETS', 'LapsDataset', 'LapsImage', 'convert_laps', 'main',
+__all__ = ['LAPS_DATASETS', 'LapsDataset', 'LapsImage', 'convert_laps', 'laps_outputs', 'main',
            'read_laps_split']
 
 # The 1K/5K protocols rank five captions an image (VSE++'s and LAPS's test files hold 25,000).
@@ -280,6 +285,14 @@ def convert_laps(laps_dir: str | os.PathLike, dataset: str,
     return outputs
 
 
+def laps_outputs(layout: LapsDataset) -> dict[str, str]:
+    """Output name -> dataset of every file :func:`convert_laps` may write for ``layout`` (a
+    split is written where its files are present)."""
+    folds = COCO_FOLD_SPLITS if 'testall' in layout.splits else ()
+    return {f'{layout.prefix}_{split}': layout.dataset
+            for split in (*layout.splits.values(), *folds)}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line of ``tools/data/prepare_laps.py``."""
     parser = argparse.ArgumentParser(
@@ -292,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--id-mapping', type=Path,
                         help='image id -> file (default: <laps-dir>/id_mapping.json)')
     add_media_options(parser, 'images')
-    parser.add_argument('--out-dir', type=Path, required=True)
+    add_out_dir(parser)
     parser.add_argument('--translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help='machine translations of the train split, one line per caption')
     add_custom_imports(parser)
@@ -301,4 +314,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     write_converted(lambda: convert_laps(args.laps_dir, args.dataset, images_dir,
                                          args.id_mapping,
                                          parse_lang_paths(args.translations, '--translations')),
-                    args.out_dir, 'images', text_only=args.text_only)
+                    args.out_dir, 'images', lambda: laps_outputs(LAPS_DATASETS[args.dataset]),
+                    text_only=args.text_only)

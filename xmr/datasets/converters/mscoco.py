@@ -41,11 +41,13 @@ from xmr.datasets.converters.translations import attach_translations
 from xmr.datasets.converters.xtd10 import coco_image_path
 from xmr.utils.cli import GatherAction
 
-__all__ = ['COCO_KARPATHY', 'COCO_FOLDS', 'coco_folds', 'read_stair', 'read_coco_cn',
-           'convert_mscoco', 'main']
+__all__ = ['COCO_KARPATHY', 'COCO_FOLDS', 'COCO_FOLD_SPLITS', 'coco_folds', 'read_stair',
+           'read_coco_cn', 'convert_mscoco', 'main']
 
 COCO_FOLDS = 5
 COCO_FOLD_SIZE = 1000
+#: The splits of the 1K protocol's folds (:func:`coco_folds`).
+COCO_FOLD_SPLITS = tuple(f'test1k_fold{fold}' for fold in range(COCO_FOLDS))
 COCO_CAPTIONS_PER_IMAGE = 5
 # Output split -> Karpathy split labels it takes; the 5K test must split into the 1K folds.
 # Karpathy's 'train' label is COCO's train2014 (82,783 images): a split of its own for methods
@@ -121,10 +123,10 @@ def _records(images: Sequence[KarpathyImage], stair: Mapping[int, list[str]] | N
 def coco_folds(test5k: Annotation) -> dict[str, Annotation]:
     """The 1K protocol's folds of the 5K test: ``coco_test1k_fold{k}`` holds its images
     ``[1000 k, 1000 (k + 1))`` in file order, with their captions."""
-    return {f'coco_test1k_fold{fold}': replace(
-        test5k, split=f'test1k_fold{fold}',
+    return {f'coco_{split}': replace(
+        test5k, split=split,
         items=test5k.items[fold * COCO_FOLD_SIZE:(fold + 1) * COCO_FOLD_SIZE])
-        for fold in range(COCO_FOLDS)}
+        for fold, split in enumerate(COCO_FOLD_SPLITS)}
 
 
 def convert_mscoco(karpathy_json: str | os.PathLike,
@@ -204,4 +206,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help='STAIR Captions files (train and val) for Japanese')
     parser.add_argument('--coco-cn-dir', type=Path, help='COCO-CN folder for Chinese')
     run_karpathy_command(parser, argv, lambda args, images_dir, translations: convert_mscoco(
-        args.karpathy_json, images_dir, args.stair_json, args.coco_cn_dir, translations))
+        args.karpathy_json, images_dir, args.stair_json, args.coco_cn_dir, translations),
+        lambda args: {**{f'coco_{split}': 'mscoco'
+                         for split in (*COCO_KARPATHY.splits, *COCO_FOLD_SPLITS)},
+                      **{f'cococn_{split}': 'coco-cn'
+                         for split in (COCO_CN_SPLITS if args.coco_cn_dir else ())}})

@@ -25,12 +25,12 @@ import io
 import os
 import warnings
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from xmr.datasets.annotation import Annotation, MediaRecord
-from xmr.datasets.converters.cli import write_converted
+from xmr.datasets.converters.cli import add_out_dir, write_converted
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption, integer_id, read_json
 from xmr.datasets.converters.raw_files import (
@@ -42,7 +42,8 @@ from xmr.datasets.converters.raw_files import (
 )
 from xmr.utils.cli import GatherAction, add_custom_imports
 
-__all__ = ['read_csv_rows', 'read_test_json', 'read_msrvtt_sentences', 'convert_msrvtt', 'main']
+__all__ = ['read_csv_rows', 'read_test_json', 'read_msrvtt_sentences', 'convert_msrvtt',
+           'msrvtt_outputs', 'main']
 
 _CAPTION_KEYS = ('caption', 'sentence', 'text')
 
@@ -215,6 +216,14 @@ def convert_msrvtt(test_csv: str | os.PathLike,
     return outputs
 
 
+def msrvtt_outputs(train_lists: Collection[str]) -> dict[str, str]:
+    """Output name -> dataset of every file :func:`convert_msrvtt` writes with training lists
+    of these names (``msrvtt_val`` where the 7k and 9k lists are both given)."""
+    val = ['msrvtt_val'] if {'7k', '9k'} <= set(train_lists) else []
+    return dict.fromkeys(['msrvtt_test1ka', *(f'msrvtt_train{name}' for name in train_lists),
+                          *val], 'msrvtt')
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line of ``tools/data/prepare_msrvtt.py``."""
     parser = argparse.ArgumentParser(description='Convert Multi-MSRVTT to xmr annotations '
@@ -228,13 +237,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--videos-dir', type=Path, help='video folder (checked)')
     parser.add_argument('--skip-media-check', action='store_true')
     parser.add_argument('--video-ext', default='mp4')
-    parser.add_argument('--out-dir', type=Path, required=True)
+    add_out_dir(parser)
     add_custom_imports(parser)
     args = parser.parse_args(argv)
     if args.videos_dir is None and not args.skip_media_check:
         parser.error('give --videos-dir, or --skip-media-check to convert without videos')
+
+    def train_lists() -> dict[str, Path]:
+        return parse_lang_paths(args.train_list, '--train-list', key_name='NAME')
+
     write_converted(lambda: convert_msrvtt(
         args.test_csv, parse_lang_paths(args.test_json, '--test-json'), args.data_json,
-        parse_lang_paths(args.train_list, '--train-list', key_name='NAME'),
-        None if args.skip_media_check else args.videos_dir, args.video_ext),
-        args.out_dir, 'videos')
+        train_lists(), None if args.skip_media_check else args.videos_dir, args.video_ext),
+        args.out_dir, 'videos', lambda: msrvtt_outputs(train_lists()))

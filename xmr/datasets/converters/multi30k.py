@@ -19,7 +19,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation, MediaRecord
-from xmr.datasets.converters.cli import add_media_options, checked_media_dir, write_converted
+from xmr.datasets.converters.cli import (
+    add_media_options,
+    add_out_dir,
+    checked_media_dir,
+    write_converted,
+)
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import (
     canonical_languages,
@@ -144,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--image-splits-dir', type=Path, required=True,
                         help='folder with {train,val,test_2016_flickr}.txt')
     add_media_options(parser, 'images')
-    parser.add_argument('--out-dir', type=Path, required=True)
+    add_out_dir(parser)
     parser.add_argument('--splits', nargs='+', action=GatherAction,
                         default=['train', 'val', 'test', TASK2_SPLIT])
     parser.add_argument('--languages', nargs='+', action=GatherAction,
@@ -155,10 +160,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     images_dir = checked_media_dir(parser, args, 'images')
 
+    names = {split: f'multi30k_{split}' for split in args.splits}
+
     def convert() -> dict[str, Annotation]:
         outputs = convert_multi30k(
             args.raw_dir, args.image_splits_dir, images_dir, args.splits, args.languages,
             parse_lang_paths(args.translations, '--translations'))
-        return {f'multi30k_{split}': ann for split, ann in outputs.items()}
+        return {names[split]: ann for split, ann in outputs.items()}
 
-    write_converted(convert, args.out_dir, 'images', text_only=args.text_only)
+    write_converted(convert, args.out_dir, 'images',
+                    lambda: dict.fromkeys(names.values(), 'multi30k'), text_only=args.text_only)

@@ -27,7 +27,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation, AnnotationError, text_pairs
-from xmr.datasets.converters.cli import add_media_options, checked_media_dir, dump_converted
+from xmr.datasets.converters.cli import (
+    add_media_options,
+    add_out_dir,
+    checked_media_dir,
+    dump_into,
+    refuse_other_files,
+)
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import (
     canonical_languages,
@@ -35,7 +41,7 @@ from xmr.datasets.converters.raw_files import (
     parallel_caption_records,
     read_lines,
 )
-from xmr.datasets.few_shot import few_shot_splits
+from xmr.datasets.few_shot import FEW_SHOT_PARTS, few_shot_split_name, few_shot_splits
 from xmr.datasets.languages import release_code
 from xmr.utils.cli import GatherAction, add_custom_imports
 
@@ -125,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--image-names', type=Path,
                         help='image list (default: test_image_names.txt of the release)')
     add_media_options(parser, 'images')
-    parser.add_argument('--out-dir', type=Path, required=True)
+    add_out_dir(parser)
     parser.add_argument('--languages', nargs='+', action=GatherAction,
                         default=list(XTD10_LANGUAGES))
     parser.add_argument('--few-shot', type=int, metavar='N',
@@ -134,17 +140,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_custom_imports(parser)
     args = parser.parse_args(argv)
     images_dir = checked_media_dir(parser, args, 'images')
+    splits = ['test']
+    if args.few_shot is not None:
+        splits += [few_shot_split_name(args.few_shot, part) for part in FEW_SHOT_PARTS]
     try:
+        # Checked before the release is read: any other file named so was replaced.
+        refuse_other_files(args.out_dir, {f'xtd10_{split}': 'xtd10' for split in splits})
         ann = convert_xtd10(args.xtd_dir, images_dir, args.languages, args.image_names)
         if args.text_only:
             ann = text_pairs(ann)
-        outputs = {args.out_dir / 'xtd10_test.json': ann}
+        outputs = {'xtd10_test': ann}
         if args.few_shot is not None:
             for part in few_shot_splits(ann, args.few_shot, args.seed).values():
-                outputs[args.out_dir / f'xtd10_{part.split}.json'] = part
-        written = dump_converted(outputs)
+                outputs[f'xtd10_{part.split}'] = part
+        written = dump_into(args.out_dir, outputs)
     except (ConversionError, AnnotationError) as err:
         raise SystemExit(f'error: {err}') from err
-    for path in written:
+    for path, part in zip(written, outputs.values()):
         unit = 'text items' if args.text_only else 'images'
-        print(f'{path}: {len(outputs[path].items)} {unit}, {len(args.languages)} languages')
+        print(f'{path}: {len(part.items)} {unit}, {len(args.languages)} languages')
