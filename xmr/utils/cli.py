@@ -19,10 +19,11 @@ not run, and a tool that forgot the line died so. What runs its own SIGTERM hand
 keeps it: ``tools/train.py``'s ``PreemptionHook`` replaces the handler for the training (a
 checkpoint, then exit 143) and restores this one after, so that SIGTERM while the runner is
 built, or during ``--test``, ends the run as Ctrl-C does, its work dir lock given back. The
-processes a tool forks (DataLoader workers, which PyTorch and :func:`xmr.engine.worker_signals`
-give their own handling; a ``multiprocessing`` child, which its parent stops with SIGTERM)
-inherit the handler; in them it does what Python's default did, end the process at once. Under
-a launcher every rank gets SIGTERM and each stops as at a Ctrl-C. Its stdout takes a
+processes a tool forks (DataLoader workers, which PyTorch's handler or
+:mod:`xmr.engine.worker_signals`'s ignoring replaces as they start; a ``multiprocessing``
+child, which its parent stops with SIGTERM) inherit the handler; in them it does what Python's
+default did, end the process at once. Under a launcher every rank gets SIGTERM and each stops
+as at a Ctrl-C, the loaders' workers, which ignore it, ending with their rank. Its stdout takes a
 reader that quits early and a terminal that is not UTF-8 (:class:`ReaderStdout`). Under a
 launcher (torchrun, srun, mpirun), a refusal before the process group starts is printed by the
 first process of each node alone, a bad flag's usage error included
