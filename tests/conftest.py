@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,70 @@ def sentence_encoder_module(tmp_path_factory):
     (project / 'my_teacher' / 'sentence_encoder.py').write_text(docs_module())
     sys.path.insert(0, str(project))
     return importlib.import_module('my_teacher.sentence_encoder')
+
+
+#: Runs a tool as its own process (argv: the file ``ready``, then the tool and its arguments)
+#: after ``{patch}``, which holds one of its calls, writing ``ready`` as it starts: the time for
+#: a test to send a signal there.
+_HELD_TOOL = '''
+import runpy, sys, time
+from pathlib import Path
+ready = Path(sys.argv[1])
+{patch}
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+'''
+
+
+#: Holds the encoding of the first media (:func:`terminated_while_held`).
+HELD_AT_THE_FIRST_MEDIA = '''
+from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
+encode = CrossLingualRetriever.encode_media
+def held(self, inputs):
+    ready.write_text('encoding the first media')
+    time.sleep(60)
+    return encode(self, inputs)
+CrossLingualRetriever.encode_media = held
+'''
+
+
+def terminated_while_held(patch: str, tool: Path, args: list[str], ready: Path,
+                          whole_job: bool = False, env: dict | None = None,
+                          at_ready: Callable[[], None] | None = None) -> str:
+    """Run ``tool`` as its own process, ``patch`` holding it (:data:`_HELD_TOOL`); once
+    ``ready`` exists, call ``at_ready`` and send SIGTERM, to the process alone or, with
+    ``whole_job``, to its process group (a scheduler's stop reaches every process of the job,
+    DataLoader workers too). Asserts that it ended as ``run_tool`` ends a terminated tool: exit
+    143, one last line, no traceback.
+
+    Returns:
+        What it printed, stdout then stderr.
+    """
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = subprocess.Popen(
+        [sys.executable, '-c', _HELD_TOOL.format(patch=patch), str(ready), str(tool), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=whole_job,
+        env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path), **(env or {})})
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), run.communicate(timeout=30)
+        if at_ready is not None:
+            at_ready()
+        if whole_job:
+            os.killpg(run.pid, signal.SIGTERM)
+        else:
+            run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    said = out + err
+    assert run.returncode == 128 + signal.SIGTERM, said
+    assert err.endswith('terminated by SIGTERM (--debug shows where)\n'), said
+    assert 'Traceback' not in said, said
+    return said

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import REPO, SHARED_DATA, terminated_while_held
 
 sys.path.insert(0, str(REPO / 'tools'))
 import benchmark  # noqa: E402
@@ -471,18 +471,14 @@ def test_the_dasd_rows_run_under_cpu_autocast_the_authors_update_included(tmp_pa
     assert all(r['precision'] == 'amp' and r['first_loss'] > 0 for r in rows)
 
 
-#: Runs tools/benchmark.py as its own process (argv: a file to create as the first row's
-#: process is started, then the tool and its arguments).
-_AT_THE_FIRST_ROW = '''
-import runpy, subprocess, sys
-from pathlib import Path
-run, ready = subprocess.run, Path(sys.argv[1])
+#: Notes the start of the first row's process (:func:`~tests.conftest.terminated_while_held`).
+AT_THE_FIRST_ROW = '''
+import subprocess
+run = subprocess.run
 def started(*args, **kwargs):
     ready.write_text('running the first row')
     return run(*args, **kwargs)
 subprocess.run = started
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name='__main__')
 '''
 
 
@@ -491,31 +487,15 @@ def test_sigterm_ends_a_run_as_ctrl_c_does_its_row_process_and_temporary_folder_
     temporary work dir (the tokenizer, the feature caches) was left in the temp folder, and
     the row's process ran on, on the device, with nobody to read its row."""
     import os
-    import signal
-    import subprocess
     import time
 
-    temp, ready = tmp_path / 'temp', tmp_path / 'ready'
+    temp = tmp_path / 'temp'
     temp.mkdir()
-    run = subprocess.Popen(
-        [sys.executable, '-c', _AT_THE_FIRST_ROW, str(ready), str(REPO / 'tools' / 'benchmark.py'),
-         '--arch', 'tiny', '--batch-size', '2', '--steps', '1', '--warmup', '0', '--frames', '2',
-         '--cases', 'video'],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, 'TMPDIR': str(temp), 'PYTHONPATH': os.pathsep.join(sys.path)})
-    try:
-        deadline = time.monotonic() + 120
-        while not ready.exists() and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert ready.exists(), run.communicate(timeout=30)
-        time.sleep(0.5)  # the row's process started
-        run.send_signal(signal.SIGTERM)
-        out, err = run.communicate(timeout=60)
-    finally:
-        run.kill()
-    assert run.returncode == 128 + signal.SIGTERM, out + err
-    assert err.endswith('terminated by SIGTERM (--debug shows where)\n'), out + err
-    assert 'Traceback' not in out + err
+    terminated_while_held(
+        AT_THE_FIRST_ROW, REPO / 'tools' / 'benchmark.py',
+        ['--arch', 'tiny', '--batch-size', '2', '--steps', '1', '--warmup', '0', '--frames', '2',
+         '--cases', 'video'], tmp_path / 'ready', env={'TMPDIR': str(temp)},
+        at_ready=lambda: time.sleep(0.5))  # the row's process started
     # tempfile's folders (torchinductor_<user>, torch's cache kept across runs, is none)
     assert [path.name for path in temp.glob('tmp*')] == []
     rows = [pid for pid in os.listdir('/proc') if pid.isdigit()

@@ -11,7 +11,12 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from tests.conftest import REPO, tiny_retriever_cfg
+from tests.conftest import (
+    HELD_AT_THE_FIRST_MEDIA,
+    REPO,
+    terminated_while_held,
+    tiny_retriever_cfg,
+)
 from tests.engine.test_distributed import free_port
 from xmr.engine.feature_cache import StaleFeatureCacheError
 
@@ -308,52 +313,14 @@ def test_a_cache_dir_holding_other_files_is_refused_before_the_model_is_built(
     assert [path.name for path in (tmp_path / 'gallery').iterdir()] == ['annotation.json']
 
 
-#: Runs tools/cache_features.py as its own process (argv: a file to create once the first
-#: media are being encoded, then the tool and its arguments), that encoding held a minute: the
-#: time for the test to send its signal.
-_HELD_AT_THE_FIRST_MEDIA = '''
-import runpy, sys, time
-from pathlib import Path
-from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
-encode, ready = CrossLingualRetriever.encode_media, Path(sys.argv[1])
-def held(self, inputs):
-    ready.write_text('encoding the first media')
-    time.sleep(60)
-    return encode(self, inputs)
-CrossLingualRetriever.encode_media = held
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name='__main__')
-'''
-
-
 def test_sigterm_ends_a_build_as_ctrl_c_does_naming_the_rows_it_kept(tmp_path):
     """SIGTERM (a scheduler's stop) killed the build silently (exit -15): nothing said where
     the rows encoded so far were kept, nor that the next build goes on from them."""
-    import signal
-    import subprocess
-    import time
-
-    config, ready = write_config(tmp_path), tmp_path / 'ready'
-    run = subprocess.Popen(
-        [sys.executable, '-c', _HELD_AT_THE_FIRST_MEDIA, str(ready),
-         str(REPO / 'tools' / 'cache_features.py'), str(config), '--device', 'cpu'],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
-    try:
-        deadline = time.monotonic() + 120
-        while not ready.exists() and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert ready.exists(), run.communicate(timeout=30)
-        run.send_signal(signal.SIGTERM)
-        out, err = run.communicate(timeout=60)
-    finally:
-        run.kill()
-    said = out + err
-    assert run.returncode == 128 + signal.SIGTERM, said
-    assert err.endswith('terminated by SIGTERM (--debug shows where)\n'), said
+    config = write_config(tmp_path)
+    said = terminated_while_held(HELD_AT_THE_FIRST_MEDIA, REPO / 'tools' / 'cache_features.py',
+                                 [str(config), '--device', 'cpu'], tmp_path / 'ready')
     kept = [path.name for path in tmp_path.glob('pairs.partial-*')]
     assert len(kept) == 1, said
     assert (f"{tmp_path / 'pairs'}: stopped; the rows encoded so far are kept in {kept[0]}, "
             'and the next build of this cache') in said
-    assert 'Traceback' not in said
     assert not (tmp_path / 'pairs').exists()

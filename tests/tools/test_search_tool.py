@@ -16,7 +16,12 @@ import pytest
 from mmengine.config import Config
 from PIL import Image
 
-from tests.conftest import Interrupt, decoded_media, tiny_retriever_cfg
+from tests.conftest import (
+    Interrupt,
+    decoded_media,
+    terminated_while_held,
+    tiny_retriever_cfg,
+)
 from tests.tools.test_test_tool import save_checkpoint
 from xmr.apis import MediaIndex, init_retriever
 from xmr.datasets.corrupt_policy import MediaSkippedWarning
@@ -584,22 +589,16 @@ def test_real_paths_resolve_as_realpath_does_each_folder_once(tmp_path, monkeypa
     assert resolved == [str(tmp_path / 'linked' / 'trip')]  # their one folder, once
 
 
-#: Runs tools/search.py as its own process (argv: a file to create once the third media is
-#: being decoded, then the tool and its arguments), that media's decoding held a minute: the
-#: time for the test to send its signal.
-_HELD_AT_THE_THIRD_MEDIA = '''
-import runpy, sys, time
-from pathlib import Path
+#: Holds the decoding of the third media (:func:`~tests.conftest.terminated_while_held`).
+HELD_AT_THE_THIRD_MEDIA = '''
 import xmr.apis.inference as inference
-decode, ready = inference._decode, Path(sys.argv[1])
+decode = inference._decode
 def held(item, num_frames, position):
     if position == 2:
         ready.write_text('decoding the third media')
         time.sleep(60)
     return decode(item, num_frames, position)
 inference._decode = held
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name='__main__')
 '''
 
 
@@ -607,37 +606,21 @@ def test_sigterm_ends_a_build_as_ctrl_c_does_saying_what_it_kept_and_freeing_the
         gallery, tmp_path):
     """SIGTERM (a scheduler's stop) killed the run silently, its index's lock file left
     behind: the next run was refused until the dead holder was found out."""
-    import signal
-    import sys
-    import time
-
     config, checkpoint, media = gallery
     index, parts, hits = tmp_path / 'gallery.idx', tmp_path / 'gallery.idx.parts', \
         tmp_path / 'hits.json'
-    ready = tmp_path / 'ready'
-    run = subprocess.Popen(
-        [sys.executable, '-c', _HELD_AT_THE_THIRD_MEDIA, str(ready), str(TOOL), str(config),
-         str(checkpoint), '--media', str(media), '--index', str(index), '--save-every', '2',
-         '--batch-size', '1', '--lang', 'de', '--query', 'ein roter Kreis', '--out', str(hits)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
-    try:
-        deadline = time.monotonic() + 120
-        while not ready.exists() and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert ready.exists(), run.communicate(timeout=30)
+
+    def locked() -> None:
         assert (tmp_path / '.gallery.idx.lock').exists()
-        run.send_signal(signal.SIGTERM)
-        out, err = run.communicate(timeout=60)
-    finally:
-        run.kill()
-    said = out + err
-    assert run.returncode == 143, said
-    assert err.endswith('terminated by SIGTERM (--debug shows where)\n'), said
+
+    said = terminated_while_held(
+        HELD_AT_THE_THIRD_MEDIA, TOOL,
+        [str(config), str(checkpoint), '--media', str(media), '--index', str(index),
+         '--save-every', '2', '--batch-size', '1', '--lang', 'de', '--query', 'ein roter Kreis',
+         '--out', str(hits)], tmp_path / 'ready', at_ready=locked)
     assert f'the media encoded so far are saved in {parts}: run the same command again' in said
     assert f'stopped: {index} (--index) is not written\n' in said
     assert f'stopped: {hits} (--out) is not written\n' in said
-    assert 'Traceback' not in said
     assert not (tmp_path / '.gallery.idx.lock').exists()
     assert not index.exists() and [path.name for path in parts.iterdir()] == ['part-000001.pt']
 

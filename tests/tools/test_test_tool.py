@@ -20,7 +20,13 @@ from mmengine.config import Config
 from PIL import Image
 
 import xmr
-from tests.conftest import REPO, tiny_branch_cfg, tiny_retriever_cfg
+from tests.conftest import (
+    HELD_AT_THE_FIRST_MEDIA,
+    REPO,
+    terminated_while_held,
+    tiny_branch_cfg,
+    tiny_retriever_cfg,
+)
 from tests.test_run_config import cached_gallery_config
 from xmr import evaluation
 from xmr.apis import encode_media, encode_texts, init_retriever
@@ -874,50 +880,16 @@ def test_a_bad_config_or_checkpoint_is_refused_before_the_result_folder_or_runne
     assert not (root / 'new').exists()
 
 
-#: Runs tools/test.py as its own process (argv: a file to create once the first media are
-#: being encoded, then the tool and its arguments), that encoding held a minute: the time for
-#: the test to send its signal.
-_HELD_AT_THE_FIRST_MEDIA = '''
-import runpy, sys, time
-from pathlib import Path
-from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
-encode, ready = CrossLingualRetriever.encode_media, Path(sys.argv[1])
-def held(self, inputs):
-    ready.write_text('encoding the first media')
-    time.sleep(60)
-    return encode(self, inputs)
-CrossLingualRetriever.encode_media = held
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name='__main__')
-'''
-
-
 def test_sigterm_to_the_job_ends_a_test_as_ctrl_c_does(synthetic_setup):
     """SIGTERM (a scheduler's stop, sent to every process of the job: the test loader's
     workers too) killed the test silently (exit -15), nothing said."""
-    import time
-
     root, config = synthetic_setup
     cfg = Config.fromfile(str(config()))
     cfg.test_dataloader[0].update(num_workers=2, batch_size=4)
     cfg.dump(str(root / 'workers.py'))
-    ready, result = root / 'ready', root / 'result.json'
-    run = subprocess.Popen(
-        [sys.executable, '-c', _HELD_AT_THE_FIRST_MEDIA, str(ready), str(TOOL),
-         str(root / 'workers.py'), str(root / 'model.pth'), '--out', str(result)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
-    try:
-        deadline = time.monotonic() + 120
-        while not ready.exists() and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert ready.exists(), run.communicate(timeout=30)
-        os.killpg(run.pid, signal.SIGTERM)
-        out, err = run.communicate(timeout=60)
-    finally:
-        run.kill()
-    said = out + err
-    assert run.returncode == 128 + signal.SIGTERM, said
-    assert err.endswith('terminated by SIGTERM (--debug shows where)\n'), said
-    assert "Traceback" not in said and "error" not in said, said
+    result = root / 'result.json'
+    said = terminated_while_held(
+        HELD_AT_THE_FIRST_MEDIA, TOOL, [str(root / 'workers.py'), str(root / 'model.pth'),
+                                        '--out', str(result)], root / 'ready', whole_job=True)
+    assert 'error' not in said, said
     assert not result.exists() and not list(root.glob('.result.json.*'))

@@ -14,7 +14,7 @@ import torch
 import torch.multiprocessing as mp
 from mmengine.config import Config
 
-from tests.conftest import REPO
+from tests.conftest import REPO, terminated_while_held
 from tests.engine.hooks.test_phase_report_hook import report_cfg
 from tests.test_run_config import cached_gallery_config
 from xmr.engine.checkpoint import CheckpointReadError
@@ -784,20 +784,14 @@ def test_an_annotation_file_not_yet_made_is_named_before_the_work_dir_is_written
     assert not work_dir.exists()
 
 
-#: Runs tools/train.py as its own process (argv: a file to create as the runner is being
-#: built, then the tool and its arguments), that build held a minute: the time for the test to
-#: send its signal before the training (and PreemptionHook's handler) starts.
-_HELD_AT_THE_RUNNER = '''
-import runpy, sys, time
-from pathlib import Path
+#: Holds the runner's build (:func:`~tests.conftest.terminated_while_held`): before the
+#: training, and PreemptionHook's handler, start.
+HELD_AT_THE_RUNNER = '''
 from xmr.engine.runner import ResumeCheckedRunner
-ready = Path(sys.argv[1])
 def held(cls, cfg):
     ready.write_text('building the runner')
     time.sleep(60)
 ResumeCheckedRunner.from_cfg = classmethod(held)
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name='__main__')
 '''
 
 
@@ -805,29 +799,14 @@ def test_sigterm_before_the_training_gives_back_the_work_dir_lock(tmp_path):
     """SIGTERM while the runner was built (minutes for a large model, its data) killed the run
     silently (exit -15), its work dir's lock left for the next run to find out and take over
     with a warning; during the training PreemptionHook's own handler stops it (tests/faults)."""
-    import signal
-    import subprocess
-    import time
-
     from xmr.engine.work_dir import LOCK_NAME
 
-    work_dir, ready = tmp_path / 'run', tmp_path / 'ready'
-    run = subprocess.Popen(
-        [sys.executable, '-c', _HELD_AT_THE_RUNNER, str(ready), str(REPO / 'tools' / 'train.py'),
-         str(DEMO), '--work-dir', str(work_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
-    try:
-        deadline = time.monotonic() + 120
-        while not ready.exists() and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert ready.exists(), run.communicate(timeout=30)
+    work_dir = tmp_path / 'run'
+
+    def locked() -> None:
         assert (work_dir / LOCK_NAME).exists()
-        run.send_signal(signal.SIGTERM)
-        out, err = run.communicate(timeout=60)
-    finally:
-        run.kill()
-    assert run.returncode == 128 + signal.SIGTERM, out + err
-    assert err.endswith('terminated by SIGTERM (--debug shows where)\n'), out + err
-    assert 'Traceback' not in out + err
+
+    terminated_while_held(HELD_AT_THE_RUNNER, REPO / 'tools' / 'train.py',
+                          [str(DEMO), '--work-dir', str(work_dir)], tmp_path / 'ready',
+                          at_ready=locked)
     assert not (work_dir / LOCK_NAME).exists()
