@@ -7,7 +7,7 @@ the line format is in docs/data.md. ``--export`` keeps a file standing at a ``PA
 ``--overwrite`` is given, which replaces a text file (an earlier export: nothing in a file of
 lines tells it from a translation of one) and never an annotation or a binary file. The
 back-translations are written over ANN, or to ``--out``, where a file standing is replaced only
-when it is an annotation of ANN's dataset a converter wrote.
+when it is an annotation of ANN's dataset and split a converter wrote.
 """
 from xmr.datasets.converters.back_translations import main_attach_back
 from xmr.utils.cli import run_tool

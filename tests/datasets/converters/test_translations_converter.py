@@ -149,8 +149,9 @@ def test_a_second_language_attached_later_keeps_the_first(tmp_path):
 
 
 def test_out_replaces_an_annotation_of_the_dataset_alone(tmp_path):
-    """--out naming a training checkpoint, a test result or another dataset's annotation was
-    written over by the annotation (dump_converted refused a file losing languages alone)."""
+    """--out naming a training checkpoint, a test result, another dataset's annotation or the
+    dataset's test annotation (from a train annotation) was written over by the annotation
+    (dump_converted refused a file losing languages alone)."""
     ann_path = tmp_path / 'ann.json'
     dump_annotation(_source(), ann_path)
     (tmp_path / 'cs.txt').write_text('1\n2\n3\n4\n5\n6\n', encoding='utf-8')
@@ -160,13 +161,19 @@ def test_out_replaces_an_annotation_of_the_dataset_alone(tmp_path):
     result.write_text('{"metrics": {"mAR": 50.0}}')
     other = tmp_path / 'multi30k_train.json'
     dump_annotation(replace(_source(), dataset='multi30k'), other)
-    kept = {path: path.read_bytes() for path in (checkpoint, result, other)}
+    test_split = tmp_path / 'demo_test.json'
+    dump_annotation(replace(_source(), split='test'), test_split)
+    kept = {path: path.read_bytes() for path in (checkpoint, result, other, test_split)}
     attach = [str(ann_path), '--translations', f'cs={tmp_path / "cs.txt"}', '--out']
-    for path in kept:
+    for path in (checkpoint, result, other):
         with pytest.raises(SystemExit, match=re.escape(
                 f'{path} (--out): exists and is no demo annotation a converter wrote; it is kept '
                 '(a converter replaces its own earlier output alone): give --out another file')):
             main_attach([*attach, str(path)])
+    with pytest.raises(SystemExit, match=re.escape(
+            f"{test_split} (--out): holds the demo 'test' annotation, and this writes 'train'; "
+            'it is kept: give --out another file')):
+        main_attach([*attach, str(test_split)])
     assert {path: path.read_bytes() for path in kept} == kept
     out = tmp_path / 'out.json'
     main_attach([*attach, str(out)])

@@ -21,8 +21,9 @@ __all__ = ['ATTACH_OUT_HELP', 'add_media_options', 'add_out_dir', 'attach_out', 
 
 #: ``--out``'s help in the attaching tools, whose check is :func:`attach_out`.
 ATTACH_OUT_HELP = ('annotation file to write (default: ANN itself); a file standing there is '
-                   "replaced only where it is an annotation of ANN's dataset a converter wrote "
-                   '(an earlier run), never a checkpoint, a test result or any other file')
+                   "replaced only where it is an annotation of ANN's dataset and split a "
+                   'converter wrote (an earlier run), never a checkpoint, a test result or any '
+                   'other file')
 
 #: How much of a file :func:`refuse_standing_text` reads to tell a binary file (a NUL byte).
 _TEXT_PROBE_BYTES = 8192
@@ -85,7 +86,7 @@ def refuse_written_over(outputs: Mapping[str, Path], inputs: Mapping[str, Path |
 
 
 def refuse_other_file(path: Path, option: str, dataset: str,
-                      elsewhere: str | None = None) -> None:
+                      elsewhere: str | None = None, split: str | None = None) -> None:
     """Refuse, before converting, a file at ``path`` that is no ``dataset`` annotation a
     converter wrote (:func:`~xmr.datasets.annotation.written_header`): a converter replaces its
     own earlier output alone, where ``--out`` naming a user's file (a test result, the
@@ -97,6 +98,9 @@ def refuse_other_file(path: Path, option: str, dataset: str,
         dataset: the ``dataset`` field the converter writes (``'cc3m'``).
         elsewhere: how the command writes elsewhere, for the message (default: give
             ``option`` another file).
+        split: the ``split`` field written, where the command knows it: an annotation of
+            another split of the dataset (the test set's, for a train annotation's output) is
+            refused too.
 
     Raises:
         ConversionError: naming the path, the option and the fix; nothing is written.
@@ -105,10 +109,14 @@ def refuse_other_file(path: Path, option: str, dataset: str,
     if path.is_dir():
         raise ConversionError(f'{path} ({option}): is a folder, not a file; it is kept: '
                               f'{elsewhere}')
-    if path.exists() and written_header(path).get('dataset') != dataset:
+    header = written_header(path) if path.exists() else {}
+    if path.exists() and header.get('dataset') != dataset:
         raise ConversionError(f'{path} ({option}): exists and is no {dataset} annotation a '
                               'converter wrote; it is kept (a converter replaces its own '
                               f'earlier output alone): {elsewhere}')
+    if split is not None and header.get('split', split) != split:
+        raise ConversionError(f"{path} ({option}): holds the {dataset} {header['split']!r} "
+                              f'annotation, and this writes {split!r}; it is kept: {elsewhere}')
 
 
 def refuse_other_files(out_dir: Path, outputs: Mapping[str, str]) -> None:
@@ -135,8 +143,9 @@ def refuse_other_files(out_dir: Path, outputs: Mapping[str, str]) -> None:
 def attach_out(out: Path | None, ann_path: Path, ann: Annotation) -> Path:
     """The file an attaching tool (``attach_translations.py``, ``attach_back_translations.py``)
     writes: ``--out``, or the annotation it read. An ``--out`` standing there must be an
-    annotation of ``ann``'s dataset a converter wrote (:func:`refuse_other_file`): a training
-    checkpoint or a test result given as ``--out`` was replaced by the annotation.
+    annotation of ``ann``'s dataset and split a converter wrote (:func:`refuse_other_file`): a
+    training checkpoint, a test result or the dataset's test annotation given as ``--out`` was
+    replaced by the annotation.
 
     Args:
         out: the tool's ``--out`` (``None``: write over ``ann_path``).
@@ -149,7 +158,7 @@ def attach_out(out: Path | None, ann_path: Path, ann: Annotation) -> Path:
     if out is None or input_written_over(out, [ann_path]) is not None:
         # The file read is the one written: it held an annotation, however it was written.
         return ann_path if out is None else out
-    refuse_other_file(out, '--out', ann.dataset)
+    refuse_other_file(out, '--out', ann.dataset, split=ann.split)
     return out
 
 
