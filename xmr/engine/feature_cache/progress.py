@@ -57,6 +57,8 @@ class RankProgress:
         self.kinds: dict[str, dict[str, Any]] = (
             json.loads(self.file.read_text()) if self.file.is_file() else {})
         self._recorded_at = time.monotonic()
+        #: The latest rows written of each kind not yet recorded (:meth:`record_latest`).
+        self._latest: dict[str, tuple[int, np.ndarray | None, dict[int, SkippedMedia]]] = {}
 
     def rows_done(self, kind: str) -> int:
         """How many of this rank's rows of ``kind`` are written (whole batches)."""
@@ -76,7 +78,9 @@ class RankProgress:
         """Record ``rows`` of ``kind`` written, at most every :data:`PROGRESS_SECONDS` unless
         ``now``: ``array`` is flushed first, so that the record never runs ahead of the disk."""
         if not now and time.monotonic() - self._recorded_at < PROGRESS_SECONDS:
+            self._latest[kind] = (rows, array, dict(unreadable or {}))
             return
+        self._latest.pop(kind, None)
         if array is not None:
             array.flush()
         self.kinds[kind] = dict(rows=rows, width=None if array is None else array.shape[1],
@@ -84,3 +88,10 @@ class RankProgress:
                                             for row, marker in (unreadable or {}).items()})
         atomic_write_text(self.file, json.dumps(self.kinds))
         self._recorded_at = time.monotonic()
+
+    def record_latest(self) -> None:
+        """Record now the rows written since the last record (a build stopping: Ctrl-C,
+        SIGTERM), which the next build would otherwise encode again (up to
+        :data:`PROGRESS_SECONDS` of them)."""
+        for kind, (rows, array, unreadable) in list(self._latest.items()):
+            self.record(kind, rows, array, unreadable, now=True)

@@ -360,6 +360,10 @@ def _encode_rows(partial: Path, dataset: Dataset, model: torch.nn.Module, key: d
                 widths['media'], unreadable = _encode_media(
                     out, dataset, model, items[out.rows.start:out.rows.stop], num_workers, step,
                     progress)
+    except BaseException as stop:
+        if not isinstance(stop, Exception):  # a stop (Ctrl-C, SIGTERM, exit), not a failure
+            progress.record_latest()
+        raise
     finally:
         model.train(was_training)
     if ranks.rank > 0 and not done:
