@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import tempfile
 import types
 
@@ -87,9 +88,13 @@ def test_a_tiny_run_on_the_cpu_times_every_iteration(tmp_path, capsys, monkeypat
     # tmp_path too, whose path can pass AF_UNIX's 107 bytes (the workers then hang).
     monkeypatch.setattr(loop_time, 'tempfile', types.SimpleNamespace(
         mkdtemp=lambda **kwargs: tempfile.mkdtemp(**kwargs, dir=tmp_path)))
+    out = tmp_path / 'figures.json'
     figures = loop_time.main(['--arch', 'tiny', '--device', 'cpu', '--iters', '12',
-                              '--warmup', '2', '--batch-size', '8', '--scenes', '40'])
-    assert list(tmp_path.iterdir()) == []
+                              '--warmup', '2', '--batch-size', '8', '--scenes', '40',
+                              '--out', str(out)])
+    assert list(tmp_path.iterdir()) == [out]
+    assert json.loads(out.read_text()) == json.loads(json.dumps(figures))
+    assert set(loop_time.FIGURE_KEYS) <= figures.keys()  # what tells an earlier run's --out
     assert figures['iterations'] == 12 and figures['one_off'] == 2
     assert figures['target_widths'] and figures['compile'] == 'eager'
     assert 0 < figures['median_ms'] < figures['first_ms']
@@ -135,3 +140,21 @@ def test_a_batch_s_kind_is_its_languages_and_target_width():
     hook.before_train_iter(None, 0, dict(lang=['de']))  # untokenised: unknown
     assert hook.kinds == [('fr', 48), ('de', 48), ('de fr', 16), None]
     assert hook.widths == [16, 48]
+
+
+def test_out_keeps_a_file_that_holds_no_earlier_figures_and_those_without_overwrite(
+        tmp_path, capsys):
+    """--out wrote over any file, once the minutes of the run had passed: a checkpoint, a
+    benchmark's rows, an earlier run's figures."""
+    checkpoint, earlier = tmp_path / 'iter_3000.pth', tmp_path / 'figures.json'
+    checkpoint.write_bytes(b'PK\x03\x04')
+    earlier.write_text(json.dumps({key: 1 for key in loop_time.FIGURE_KEYS}))
+    kept = {path: path.read_bytes() for path in (checkpoint, earlier)}
+    for path, said in ((checkpoint, f"{checkpoint} (--out): exists and is not an earlier run's "
+                                    'figures'),
+                       (earlier, f"{earlier} (--out): holds an earlier run's figures; it is "
+                                 'kept: pass --overwrite to replace it')):
+        with pytest.raises(SystemExit):
+            loop_time.main(['--arch', 'tiny', '--device', 'cpu', '--out', str(path)])
+        assert said in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in kept} == kept

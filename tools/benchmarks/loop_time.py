@@ -49,7 +49,8 @@ import torch
 from mmengine.hooks import Hook
 
 from xmr.engine import loops
-from xmr.utils.cli import run_tool
+from xmr.fileio import atomic_write_text
+from xmr.utils.cli import UserError, given_json_output, run_tool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import benchmark  # noqa: E402  (tools/benchmark.py: the model of its rows)
@@ -249,6 +250,11 @@ def report(figures: dict[str, Any], warmup: int) -> str:
     return '\n'.join(lines)
 
 
+#: Keys every run's figures hold, by which ``--out`` tells an earlier run's file from another.
+FIGURE_KEYS = ('arch', 'device', 'amp', 'compile', 'batch_size', 'workers', 'train_s',
+               'target_widths')
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--arch', default='ViT-B-32',
@@ -273,7 +279,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         help='synthetic scenes: 4 pairs each')
     parser.add_argument('--work-dir', help='default: a temporary directory')
     parser.add_argument('--out', help='write the figures as JSON here')
+    parser.add_argument('--overwrite', action='store_true',
+                        help="let --out replace an earlier run's figures")
     args = parser.parse_args(argv)
+    if args.out is not None:  # checked before the run, minutes long, that writes it
+        try:
+            given_json_output(args.out, '--out', "an earlier run's figures", FIGURE_KEYS,
+                              args.overwrite)
+        except UserError as error:
+            parser.error(str(error))
+    elif args.overwrite:
+        parser.error("--overwrite lets --out replace an earlier run's figures: give --out")
     for option in benchmark.WRAPPER_SUFFIXES:
         if getattr(args, option) and not args.compile:
             parser.error(f"--{option.replace('_', '-')} compiles in the mode of --compile: "
@@ -333,7 +349,7 @@ def measure(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
                    **(compile_counts() if args.compile else {}))
     print(report(figures, args.warmup))
     if args.out:
-        Path(args.out).write_text(json.dumps(figures, indent=1), encoding='utf-8')
+        atomic_write_text(args.out, json.dumps(figures, indent=1))
     return figures
 
 

@@ -261,9 +261,9 @@ def given_output(path: str | os.PathLike, key: str, fix: str) -> None:
 def given_json_output(path: str | os.PathLike, key: str, what: str, keys: Collection[str],
                       overwrite: bool) -> None:
     """:func:`given_output` for a JSON file a tool writes, whose file standing at ``path`` is
-    replaced only where it holds the tool's own earlier output (a JSON object of exactly
-    ``keys``) and ``overwrite`` is given: a checkpoint, a test result or an index standing
-    there was written over.
+    replaced only where it holds the tool's own earlier output (a JSON object holding
+    ``keys``, those every output of the tool holds) and ``overwrite`` is given: a checkpoint, a
+    test result or an index standing there was written over.
 
     Args:
         what: the tool's earlier output, for the messages (``"an earlier search's hits"``).
@@ -282,7 +282,7 @@ def given_json_output(path: str | os.PathLike, key: str, what: str, keys: Collec
     except (OSError, JSONFileError) as error:
         raise UserError(where, f'exists and is not {what} ({error}); it is left as it is',
                         fix) from error
-    if not (isinstance(earlier, dict) and earlier.keys() == set(keys)):
+    if not (isinstance(earlier, dict) and set(keys) <= earlier.keys()):
         raise UserError(where, f"exists and is not {what} (a JSON object of "
                         f"{', '.join(sorted(keys))}); it is left as it is", fix)
     if not overwrite:
