@@ -57,9 +57,13 @@ def build(ann_file: Path, folder: Path, model, batch_size: int = 2) -> None:
     cached_pairs(ann_file, folder, batch_size).prepare(model)
 
 
+@pytest.mark.parametrize('record_seconds', [0, 3600])
 @pytest.mark.parametrize('error', [KeyboardInterrupt, SystemExit])
 def test_a_stopped_build_goes_on_from_the_rows_it_recorded_and_builds_the_same_cache(
-        tiny_retriever, tmp_path, monkeypatch, error):
+        tiny_retriever, tmp_path, monkeypatch, error, record_seconds):
+    """Its rows recorded at every batch, or (an hour between records) as it stops alone: a
+    build recorded every 30 s alone, and the next build encoded up to 30 s of rows again."""
+    monkeypatch.setattr('xmr.engine.feature_cache.progress.PROGRESS_SECONDS', record_seconds)
     ann_file = five_images_ann(tmp_path)
     build(ann_file, tmp_path / 'whole', tiny_retriever)
     said = []
@@ -317,25 +321,3 @@ def test_no_room_once_the_build_records_are_removed_is_not_told_as_a_build_kept(
     assert 'larger disk' in error.value.fix and 'kept' not in error.value.fix
     assert not list(tmp_path.glob('cache*'))
 
-
-@pytest.mark.parametrize('error', [KeyboardInterrupt, SystemExit])
-def test_an_interrupted_build_records_the_rows_it_wrote_since_its_last_record(
-        tiny_retriever, tmp_path, monkeypatch, error):
-    """It recorded its rows every 30 s alone: an interrupted build lost up to 30 s of them,
-    which the next build encoded again."""
-    monkeypatch.setattr('xmr.engine.feature_cache.progress.PROGRESS_SECONDS', 3600)
-    ann_file = five_images_ann(tmp_path)
-    build(ann_file, tmp_path / 'whole', tiny_retriever)
-    with monkeypatch.context() as patch:
-        stop_at(patch, tiny_retriever, 2, error)
-        with pytest.raises(error):
-            build(ann_file, tmp_path / 'cache', tiny_retriever)
-    [partial] = tmp_path.glob('cache.partial-*')
-    progress = json.loads((partial / 'progress.json').read_text())
-    # The sources whole (recorded as their kind ends); media: two batches of 2, grey unreadable.
-    assert progress['source']['rows'] == 10 and progress['media']['rows'] == 4
-    assert list(progress['media']['unreadable']) == ['3']
-    encoded = stop_at(monkeypatch, tiny_retriever, -1, error)
-    build(ann_file, tmp_path / 'cache', tiny_retriever)
-    assert encoded == [1]
-    assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'whole')

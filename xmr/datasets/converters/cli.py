@@ -109,8 +109,10 @@ def refuse_other_file(path: Path, option: str, dataset: str,
     if path.is_dir():
         raise ConversionError(f'{path} ({option}): is a folder, not a file; it is kept: '
                               f'{elsewhere}')
-    header = written_header(path) if path.exists() else {}
-    if path.exists() and header.get('dataset') != dataset:
+    if not path.exists():
+        return
+    header = written_header(path)
+    if header.get('dataset') != dataset:
         raise ConversionError(f'{path} ({option}): exists and is no {dataset} annotation a '
                               'converter wrote; it is kept (a converter replaces its own '
                               f'earlier output alone): {elsewhere}')
