@@ -5,6 +5,7 @@ import gc
 import io
 import re
 import struct
+import wave
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,21 @@ def test_a_decoding_failure_gives_decord_s_reason_on_one_line_without_its_source
         read_video_frames(videos / 'corrupted.mp4', 12, random_offset=False)
     assert info.value.reason.startswith('decoding failed (Check failed')
     assert '\n' not in info.value.reason and '.cc:' not in info.value.reason
+
+
+def test_a_file_without_a_video_stream_says_so(tmp_path):
+    """A sound file under a video's name read as 'decoding failed (Check failed: st_nb >= 0
+    (-1381258232 vs. 0) ERROR cannot find video stream with wanted index: -1)'."""
+    with wave.open(str(tmp_path / 'clip.wav'), 'wb') as sound:
+        sound.setnchannels(1)
+        sound.setsampwidth(2)
+        sound.setframerate(8000)
+        sound.writeframes(bytes(16000))
+    with pytest.raises(MediaReadError) as info:
+        read_video_frames(tmp_path / 'clip.wav', 12, random_offset=False)
+    assert info.value.reason == ('no video stream: FFmpeg opens the file but finds no video in '
+                                 'it (an audio-only file, as a download of the sound stream '
+                                 'alone gives)')
 
 
 def test_a_video_without_frames_says_so(monkeypatch, tmp_path):

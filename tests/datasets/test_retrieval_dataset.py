@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import DataLoader
 
+from tests.datasets.test_video_containers import audio_only_copy
 from xmr.datasets import (
     Annotation,
     CaptionPairDataset,
@@ -274,6 +275,33 @@ def test_the_size_check_can_be_left_to_the_reads_which_say_the_image_is_empty(em
     dataset.check_media_exist()
     with pytest.raises(MediaReadError, match=r'b\.jpg: the file is empty \(0 bytes\): replace'):
         dataset[1]
+
+
+def test_an_audio_only_clip_is_named_before_any_is_read_and_skipped_when_read(shared_data,
+                                                                              tmp_path):
+    """A clip's sound stream downloaded alone passed the check and stopped the run at its
+    batch, with decord's 'Check failed: st_nb >= 0 (-1381258232 vs. 0) ERROR cannot find video
+    stream with wanted index: -1'."""
+    source = shared_data / 'videos' / 'bigbuckbunny.mp4'
+    if not source.is_file():
+        pytest.skip(f'{source} not found')
+    audio_only_copy(source, tmp_path / 'sound.mp4')
+    dump_annotation(Annotation(dataset='clips', split='test', media_type='video',
+                               languages=['en'], items=[MediaRecord('s', 'sound.mp4',
+                                                                    {'en': ['a clip']})]),
+                    tmp_path / 'ann.json')
+    reason = ("no video track: its index ('moov') lists sound tracks alone (an audio-only file, "
+              'as a download of the sound stream alone gives)')
+    dataset = RetrievalDataset(tmp_path / 'ann.json', data_root=tmp_path, num_frames=2,
+                               transform=TINY)
+    with pytest.raises(MediaReadError) as info:
+        dataset.check_media_exist()
+    assert f'1 of its 1 videos cannot be read whole:\n  {tmp_path / "sound.mp4"}: {reason}' \
+        in str(info.value)
+    skipping = RetrievalDataset(tmp_path / 'ann.json', data_root=tmp_path, num_frames=2,
+                                transform=TINY, on_corrupt='skip')
+    with pytest.warns(MediaSkippedWarning, match='sound.mp4: no video track'):
+        assert skipping[0] == SkippedMedia(0, str(tmp_path / 'sound.mp4'), reason)
 
 
 def test_the_container_check_can_be_left_to_the_reads(damaged_clips):

@@ -133,3 +133,61 @@ def test_a_file_unlike_the_container_its_name_says(tmp_path):
     mov = tmp_path / 'clip.mov'
     mov.write_bytes(_box(b'wide', b'') + _box(b'mdat', b''))
     assert not unlike_its_name(mov)
+
+
+def _track(handler: bytes, header: bytes = b'\x00' * 8) -> bytes:
+    """A ``trak`` whose ``mdia/hdlr`` names ``handler`` after ``header`` (version, flags and
+    ``pre_defined``; QuickTime puts its component type ``mhlr`` there)."""
+    hdlr = _box(b'hdlr', header + handler + bytes(12) + b'\x00')
+    return _box(b'trak', _box(b'tkhd', bytes(84)) + _box(b'mdia', _box(b'mdhd', bytes(24)) + hdlr))
+
+
+@pytest.mark.parametrize(('tracks', 'sound_alone'), [
+    ([b'soun'], True), ([b'soun', b'soun'], True), ([b'vide', b'soun'], False),
+    ([b'soun', b'vide'], False),
+    # A track of another handler may hold video FFmpeg finds by its codec; no track, no hdlr:
+    # nothing told.
+    ([b'soun', b'text'], False), ([], False)])
+def test_an_index_of_sound_tracks_alone_is_a_file_without_video(tmp_path, tracks, sound_alone):
+    """An audio-only MP4 (the sound stream of a clip, downloaded alone) passed the check before
+    training and stopped the run when its batch came: 'decoding failed (Check failed: st_nb >=
+    0 (-1381258232 vs. 0) ERROR cannot find video stream with wanted index: -1)'."""
+    moov = _box(b'moov', _box(b'mvhd', bytes(100)) + b''.join(map(_track, tracks)))
+    problem = container_problem(_mp4(tmp_path, _box(b'ftyp', b'isom') + moov
+                                     + _box(b'mdat', bytes(50))))
+    assert problem == ("no video track: its index ('moov') lists sound tracks alone (an "
+                       'audio-only file, as a download of the sound stream alone gives)'
+                       if sound_alone else None)
+
+
+def test_quicktime_handlers_and_a_track_without_one(tmp_path):
+    mov = tmp_path / 'clip.mov'
+    mov.write_bytes(_box(b'moov', _track(b'soun', b'\x00' * 4 + b'mhlr')) + _box(b'mdat', b''))
+    assert container_problem(mov).startswith('no video track')
+    no_handler = _box(b'trak', _box(b'mdia', _box(b'mdhd', bytes(24))))
+    mov.write_bytes(_box(b'moov', _track(b'soun') + no_handler) + _box(b'mdat', b''))
+    assert container_problem(mov) is None
+    # A handler box too short to name its type tells nothing either.
+    short = _box(b'trak', _box(b'mdia', _box(b'hdlr', bytes(6))))
+    mov.write_bytes(_box(b'moov', short) + _box(b'mdat', b''))
+    assert container_problem(mov) is None
+
+
+def audio_only_copy(source, target) -> None:
+    """bigbuckbunny.mp4 (a video track, then a sound track) with its video track's box renamed
+    ``free``, which readers skip: the sound alone, every size as it was."""
+    data = bytearray(source.read_bytes())
+    video_trak = 1_051_631  # moov's first trak: hdlr 'vide'
+    assert data[video_trak + 4:video_trak + 8] == b'trak'
+    data[video_trak + 4:video_trak + 8] = b'free'
+    target.write_bytes(bytes(data))
+
+
+def test_a_real_clip_without_its_video_track_is_told(shared_data, tmp_path):
+    source = shared_data / 'videos' / 'bigbuckbunny.mp4'
+    if not source.is_file():
+        pytest.skip(f'{source} not found')
+    assert container_problem(source) is None
+    audio_only_copy(source, tmp_path / 'sound.mp4')
+    assert container_problem(tmp_path / 'sound.mp4').startswith(
+        "no video track: its index ('moov') lists sound tracks alone")

@@ -33,6 +33,8 @@ _DECORD_LOCATION = re.compile(r'\[\d\d:\d\d:\d\d\] \S+:\d+: ')
 # it copies rows FFmpeg padded as if unpadded. Its width/height arguments get past it only by
 # resampling, which moved 16-72 px clips' pixels by 3 levels on average (up to 70 at edges).
 _DECORD_WIDTH_BUG = 'DECORDArrayCopyFromTo'
+# decord's reason for a file FFmpeg opens but finds no video stream in (sound alone, a WAV).
+_DECORD_NO_VIDEO = 'cannot find video stream'
 
 
 class MediaReadError(RuntimeError):
@@ -221,6 +223,9 @@ def _with_reader(path: str | os.PathLike, num_threads: int, use: Callable[[Any],
             failure = ('decord 0.6.0 cannot decode frames of this width, though the file may be '
                        'sound (it fails on clips 8, 16, 24, 48 or 72 px wide, dmlc/decord#336; '
                        f'{reason}); re-encode it wider, e.g. ffmpeg -i IN -vf scale=64:-2 OUT')
+        elif _DECORD_NO_VIDEO in reason:
+            failure = ('no video stream: FFmpeg opens the file but finds no video in it (an '
+                       'audio-only file, as a download of the sound stream alone gives)')
     finally:
         del reader
     if result is None:
@@ -244,7 +249,8 @@ def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: b
     Raises:
         MediaReadError: if the file is missing, empty, cut short (its container's sizes say so,
             :func:`~xmr.datasets.video_containers.container_problem`: decord would read a cut
-            Matroska file as a shorter clip), has no frames, or decoding fails.
+            Matroska file as a shorter clip), has no video stream or no frames, or decoding
+            fails.
         ValueError: if ``num_frames`` is not a positive int, or ``num_threads`` not an int
             ``>= 0``.
     """

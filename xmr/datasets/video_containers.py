@@ -4,14 +4,17 @@ An MP4/QuickTime file is a chain of boxes and a Matroska/WebM file an EBML heade
 each starting with its size; reading those few bytes (a header per top-level box, one read for
 Matroska) finds an empty file and a truncated one without decoding. decord cannot tell the
 latter: it refuses an MP4 cut short only when its index (``moov``) was at the end, and reads a
-cut Matroska file as a shorter clip. Other containers are left to the decoder, which also tells
-a file :func:`unlike_its_name` (a web page named ``.mp4``) from a misnamed video. No torch, no
-decord: the data tools may check files before anything heavy is imported.
+cut Matroska file as a shorter clip. An MP4's index also names the kind of each track (a few
+box headers more): one of sound tracks alone (a download of a clip's audio stream) has no
+frame, which decord says only when the file is read. Other containers are left to the decoder,
+which also tells a file :func:`unlike_its_name` (a web page named ``.mp4``) from a misnamed
+video. No torch, no decord: the data tools may check files before anything heavy is imported.
 """
 from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from xmr.datasets.media_files import EMPTY_FILE
@@ -71,26 +74,35 @@ def _truncated(what: str, end: int, size: int) -> str:
             'or download cut short)')
 
 
+def _box_at(file: BinaryIO, offset: int, end: int) -> tuple[bytes, int, int] | None:
+    """The box whose header starts at ``offset`` of a parent ending at ``end``: ``(type,
+    header length, size)`` (``size: uint32, type: 4 chars``; size 1: a uint64 follows, size 0:
+    to ``end``; ISO/IEC 14496-12, 4.2); ``None`` where zeros stand for a header (padding)."""
+    file.seek(offset)
+    header = file.read(16)
+    if header[:8] == bytes(8):
+        return None
+    box_size, box_type = struct.unpack('>I4s', header[:8])
+    if box_size == 1 and len(header) == 16:
+        return box_type, 16, struct.unpack('>Q', header[8:])[0]
+    return box_type, 8, end - offset if box_size == 0 else box_size
+
+
 def _iso_problem(file: BinaryIO, size: int) -> str | None:
-    """Walk the top-level boxes (``size: uint32, type: 4 chars``; size 1: a uint64 follows,
-    size 0: to the end of the file; ISO/IEC 14496-12, 4.2); every one must end inside the file,
-    and one must be ``moov``, the index without which no frame can be found.
+    """Walk the top-level boxes (:func:`_box_at`); every one must end inside the file, and one
+    must be ``moov``, the index without which no frame can be found, listing a track that is
+    not sound alone (:func:`_sound_alone`).
 
     Bytes after whole ``moov`` and ``mdat`` boxes that are no whole box (a trailer some phones
     and tools append) are left to the decoder, which reads the frames without them; a box of
     frames or their index (``moov``, ``mdat``, ``moof``) that runs past the end is a cut file."""
-    offset, seen = 0, set()
+    offset, seen, index = 0, set(), None
     # A tail shorter than a box header is padding some writers leave, not a cut box.
     while size - offset >= 8:
-        file.seek(offset)
-        header = file.read(16)
-        if header[:8] == bytes(8):
+        box = _box_at(file, offset, size)
+        if box is None:
             break  # zeros where a box would begin: padding, read by decoders as such
-        box_size, box_type = struct.unpack('>I4s', header[:8])
-        if box_size == 1 and len(header) == 16:
-            box_size = struct.unpack('>Q', header[8:])[0]
-        elif box_size == 0:
-            box_size = size - offset
+        box_type, header_size, box_size = box
         is_box = box_size >= 8 and set(box_type) <= _PRINTABLE
         if ({b'moov', b'mdat'} <= seen and box_type not in _FRAME_BOXES
                 and not (is_box and offset + box_size <= size)):
@@ -100,10 +112,52 @@ def _iso_problem(file: BinaryIO, size: int) -> str | None:
                     f'type {box_type!r})')
         if offset + box_size > size:
             return _truncated(f'{box_type.decode()!r} box', offset + box_size, size)
+        if box_type == b'moov' and index is None:
+            index = (offset + header_size, offset + box_size)
         seen.add(box_type)
         offset += box_size
-    return None if b'moov' in seen else "no 'moov' box, the index of the frames (a recording " \
-                                        'never finished?)'
+    if index is None:
+        return "no 'moov' box, the index of the frames (a recording never finished?)"
+    if _sound_alone(file, *index):
+        return ("no video track: its index ('moov') lists sound tracks alone (an audio-only "
+                'file, as a download of the sound stream alone gives)')
+    return None
+
+
+def _children(file: BinaryIO, start: int, end: int) -> Iterator[tuple[bytes, int, int]]:
+    """``(type, payload start, end)`` of each box inside ``[start, end)``, up to the first
+    that is no box inside it."""
+    while end - start >= 8:
+        box = _box_at(file, start, end)
+        if box is None or not box[1] <= box[2] <= end - start:
+            return
+        yield box[0], start + box[1], start + box[2]
+        start += box[2]
+
+
+def _sound_alone(file: BinaryIO, start: int, end: int) -> bool:
+    """Whether the ``moov`` payload ``[start, end)`` lists tracks and each is sound: its
+    ``trak/mdia/hdlr`` handler (after version, flags and 4 bytes: ``pre_defined`` in MP4,
+    QuickTime's component type) is ``soun``. FFmpeg makes a track of another handler, or of
+    none, a video stream where its sample entry names a video codec, so only ``soun`` tracks
+    are surely no video."""
+    handlers = []
+    for kind, trak, trak_end in _children(file, start, end):
+        if kind == b'trak':
+            handlers.append(next((_handler(file, hdlr, hdlr_end)
+                                  for inner, mdia, mdia_end in _children(file, trak, trak_end)
+                                  if inner == b'mdia'
+                                  for box, hdlr, hdlr_end in _children(file, mdia, mdia_end)
+                                  if box == b'hdlr'), None))
+    return bool(handlers) and all(handler == b'soun' for handler in handlers)
+
+
+def _handler(file: BinaryIO, start: int, end: int) -> bytes | None:
+    """The handler type of an ``hdlr`` payload ``[start, end)``, ``None`` if it is too short."""
+    if end - start < 12:
+        return None
+    file.seek(start + 8)
+    return file.read(4)
 
 
 def _ebml_number(data: bytes, at: int, is_id: bool) -> tuple[int, int] | None:
