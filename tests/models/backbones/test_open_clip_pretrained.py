@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import open_clip
 import pytest
@@ -564,3 +565,92 @@ def test_an_open_clip_fine_tune_at_another_size_is_refused_naming_its_size(force
     open_clip.load_checkpoint(reference, str(path))
     for name, value in reference.state_dict().items():
         assert torch.equal(loaded.clip.state_dict()[name], value), name
+
+
+def _no_hub_config(monkeypatch) -> None:
+    """open_clip fetches an ``hf-hub:`` name's config; offline it retries for half a minute."""
+    def fetched(model_id):
+        raise AssertionError(f'open_clip fetched the config of {model_id}')
+
+    monkeypatch.setattr(open_clip.factory, '_get_hf_config', fetched)
+
+
+@pytest.mark.parametrize('name, settings', [
+    ('hf-hub:timm/ViT-B-16-SigLIP2-256', "arch='ViT-B-16-SigLIP2-256', pretrained='webli'"),
+    ('hf-hub:visheratin/nllb-clip-base-oc', "arch='nllb-clip-base', pretrained='v1'"),
+    # Hub names ignore case; a record naming a file in the repository is of that repository.
+    ('hf-hub:TIMM/vit_base_patch32_clip_224.openai',
+     "arch='ViT-B-32', pretrained='openai' or arch='ViT-B-32-quickgelu', pretrained='openai'"),
+])
+def test_an_open_clip_hub_name_is_refused_naming_the_arch_and_tag_of_its_record(
+        name, settings, monkeypatch):
+    """The name open_clip's model cards give (``create_model('hf-hub:timm/...')`` loads the
+    repository's weights); xmr reads weights from ``pretrained`` alone."""
+    _no_hub_config(monkeypatch)
+    with pytest.raises(ValueError, match=f"^arch='{name}' names open_clip's hf-hub model, "
+                       '.* would build random ones: set ' + re.escape(settings) + r' \('):
+        record_for(name, None)
+
+
+def test_an_open_clip_folder_name_is_refused_for_the_route_that_loads_its_weights(tmp_path,
+                                                                                  monkeypatch):
+    """``arch='local-dir:F'`` built F's architecture with random weights, where open_clip's
+    ``create_model`` loads F's; the route the error gives equals open_clip's model and
+    preprocessing."""
+    import json
+
+    _no_hub_config(monkeypatch)
+    config = dict(model_cfg=TINY_CLIP, preprocess_cfg=dict(
+        mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5], interpolation='bilinear',
+        resize_mode='squash'))
+    (tmp_path / 'open_clip_config.json').write_text(json.dumps(config))
+    torch.manual_seed(3)
+    torch.save(open_clip.CLIP(**TINY_CLIP).state_dict(),
+               tmp_path / 'open_clip_pytorch_model.bin')
+    with pytest.raises(ValueError, match=re.escape(
+            f"set arch=None, model_cfg=<the 'model_cfg' of {tmp_path}/open_clip_config.json, "
+            f"with that file's 'preprocess_cfg' inside> and pretrained='{tmp_path}'")):
+        MODELS.build(dict(type='OpenCLIPBackbone', arch=f'local-dir:{tmp_path}'))
+
+    reference = open_clip.create_model(f'local-dir:{tmp_path}').eval()
+    backbone = MODELS.build(dict(
+        type='OpenCLIPBackbone', arch=None, pretrained=str(tmp_path),
+        model_cfg=dict(config['model_cfg'], preprocess_cfg=config['preprocess_cfg'])))
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    tokens = backbone.tokenizer(TEXTS)
+    ids = torch.nn.functional.pad(tokens['input_ids'], (0, 32 - tokens['input_ids'].shape[1]))
+    with torch.no_grad():
+        torch.testing.assert_close(backbone.encode_image(images), reference.encode_image(images))
+        torch.testing.assert_close(backbone.encode_source_text(tokens), reference.encode_text(ids))
+    assert (backbone.image_mean, backbone.image_std) == ((0.5,) * 3, (0.5,) * 3)
+    assert (backbone.image_interpolation, backbone.image_resize_mode) == ('bilinear', 'squash')
+    assert reference.visual.preprocess_cfg['resize_mode'] == 'squash'
+
+
+@pytest.mark.parametrize('backbone, error, message', [
+    (dict(type='OpenCLIPBackbone', arch='ViT-B-16-SigLIP2-265'), ValueError,
+     r"unknown open_clip architecture 'ViT-B-16-SigLIP2-265'; closest: \['ViT-B-16-SigLIP2-256'"),
+    (dict(type='OpenCLIPBackbone', arch='ViT-B-16-SigLIP2-256', pretrained='webly'), ValueError,
+     r"'webly' is neither a file nor an open_clip tag of ViT-B-16-SigLIP2-256 \(tags: \['webli'"),
+    (dict(type='OpenCLIPBackbone', arch='ViT-B-32', pretrained='openai',
+          pretrained_cfg=dict(quick_gelu=False)), ValueError,
+     "pretrained_cfg=.* contradicts the tag pretrained='openai'"),
+    (dict(type='OpenCLIPBackbone', arch='hf-hub:timm/ViT-B-16-SigLIP2-256'), ValueError,
+     "set arch='ViT-B-16-SigLIP2-256', pretrained='webli'"),
+    (dict(type='MultilingualCLIPBackbone', image_arch='ViT-L-14', image_pretrained='opena1'),
+     ValueError, "'opena1' is neither a file nor an open_clip tag of ViT-L-14"),
+    (dict(type='MultilingualCLIPBackbone', image_pretrained='ViT-L-14.pt'), ValueError,
+     "image_pretrained='ViT-L-14.pt' is a local file, .* set image_pretrained_cfg"),
+    (dict(type='MultilingualCLIPBackbone', image_pretrained='none/ViT-L-14.pt',
+          image_pretrained_cfg='openai'), UserError,
+     r'^none/ViT-L-14.pt \(image_pretrained\): no such file'),
+])
+def test_weights_the_build_would_refuse_are_refused_as_the_config_loads(backbone, error, message,
+                                                                        monkeypatch):
+    """They were met as the backbone built, after the runner had written its work dir and log:
+    names, tags and records are checked without reading weights."""
+    from xmr.registry import check_part_options
+
+    _no_hub_config(monkeypatch)
+    with pytest.raises(error, match=message):
+        check_part_options(MODELS, backbone, 'model.backbone')

@@ -36,6 +36,7 @@ from xmr.models.backbones.open_clip_pretrained import (
     apply_image_record,
     build_open_clip,
     check_trained_tokenizer,
+    resolve_pretrained,
 )
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.models.weight_files import check_weights_fit, read_weights, weights_file
@@ -191,6 +192,24 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
         check_trained_tokenizer(self.tokenizer, XLMR_LARGE_TOKENIZER, 'M-CLIP XLM-R')
         if freeze:
             self.freeze()
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Refuse as the config loads (:func:`~xmr.registry.check_part_options`) what the build
+        would refuse of the image tower's weights after the runner has written its work dir:
+        an unknown ``image_arch`` or tag, an ``image_pretrained`` file that is missing or has
+        no ``image_pretrained_cfg``, contradicting settings
+        (:func:`~xmr.models.backbones.open_clip_pretrained.resolve_pretrained`, which reads no
+        weights).
+
+        Raises:
+            ValueError: naming the ``image_`` field, the value and the names or fix.
+            UserError: a missing or unreadable ``image_pretrained`` path.
+        """
+        options = with_defaults(cls, cfg)
+        resolve_pretrained(options['image_arch'], options['image_pretrained'],
+                           options['image_pretrained_cfg'], options['image_model_cfg'],
+                           key_prefix='image_')
 
     @staticmethod
     def _build_visual(arch: str | None, pretrained: str | None, pretrained_cfg: str | dict | None,

@@ -31,12 +31,12 @@ from xmr.models.backbones.open_clip_pretrained import (
     arch_embed_dim,
     arch_text_cfg,
     build_open_clip,
-    check_pretrained_file,
     check_record_context,
     check_record_tokenizer,
     check_trained_tokenizer,
     hf_tokenizer_name,
     record_tokenizer_cfg,
+    resolve_pretrained,
     settled_tokenizer_cfg,
     text_tokenizer_cfg,
 )
@@ -466,14 +466,21 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Refuse a local ``pretrained`` file that is missing or unreadable as the
-        config loads (:func:`~xmr.registry.check_part_options`), before the runner writes its
-        work dir and log; the build met it tens of seconds later.
+        """Refuse as the config loads (:func:`~xmr.registry.check_part_options`), before the
+        runner writes its work dir and log, what the build would refuse tens of seconds later
+        about the weights: an unknown architecture or tag, a local ``pretrained`` file that is
+        missing, unreadable or without its ``pretrained_cfg``, a ``pretrained_cfg`` that
+        contradicts the tag or the architecture (:func:`resolve_pretrained`, which reads no
+        weights).
 
         Raises:
-            UserError: naming the path and ``pretrained`` (:func:`check_pretrained_file`).
+            ValueError: naming the field, the value and the names or fix (:func:`record_for`).
+            UserError: naming the path and ``pretrained``
+                (:func:`~xmr.models.backbones.open_clip_pretrained.check_pretrained_file`).
         """
-        check_pretrained_file(cfg.get('pretrained'), 'pretrained')
+        options = with_defaults(cls, cfg)
+        resolve_pretrained(options['arch'], options['pretrained'], options['pretrained_cfg'],
+                           options['model_cfg'])
 
     @classmethod
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:

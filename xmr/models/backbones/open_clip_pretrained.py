@@ -158,11 +158,57 @@ def _model_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None) -> dict[st
         raise ValueError('an open_clip model needs exactly one of arch or model_cfg')
     if model_cfg is not None:
         return copy.deepcopy(dict(model_cfg))
+    _refuse_located_name(arch)
     found = open_clip.get_model_config(arch)
     if found is None:
         close = difflib.get_close_matches(arch, open_clip.list_models(), n=5)
         raise ValueError(f"unknown open_clip architecture '{arch}'; closest: {close}")
     return found
+
+
+#: open_clip's model names that locate a model (``create_model`` then loads its weights too).
+_LOCATED_NAMES = ('hf-hub:', 'local-dir:')
+
+
+def _hub_records(repository: str) -> list[tuple[str, str]]:
+    """``(arch, tag)`` of every open_clip record whose weights live in the hub ``repository``
+    (``'timm/ViT-B-16-SigLIP2-256'``; hub names ignore case)."""
+    def repository_of(hub: str) -> str:  # some records name a file in it
+        return '/'.join(hub.strip('/').split('/')[:2]).lower()
+
+    return [(arch, tag) for arch, tag in open_clip.list_pretrained()
+            if repository_of(open_clip.get_pretrained_cfg(arch, tag).get('hf_hub', ''))
+            == repository_of(repository)]
+
+
+def _refuse_located_name(arch: str) -> None:
+    """Refuse open_clip's ``hf-hub:`` and ``local-dir:`` model names, naming what to set.
+
+    With them ``open_clip.create_model`` reads the config of a hub repository or folder and
+    loads its weights; xmr's ``pretrained`` alone names weights, so the name would give random
+    ones (``pretrained=None``), and a hub name fetches a config offline machines retry for
+    half a minute before failing.
+
+    Raises:
+        ValueError: naming the ``arch`` and tag of open_clip's record of that repository, or
+            ``model_cfg`` and ``pretrained`` for a folder or a repository without one.
+    """
+    schema = next((schema for schema in _LOCATED_NAMES if arch.startswith(schema)), None)
+    if schema is None:
+        return
+    location = arch[len(schema):]
+    records = _hub_records(location) if schema == 'hf-hub:' else []
+    why = (f"arch='{arch}' names open_clip's {schema[:-1]} model, whose weights open_clip's "
+           'create_model loads with it; xmr reads weights from pretrained alone and would '
+           'build random ones')
+    if records:
+        settings = ' or '.join(f"arch='{model}', pretrained='{tag}'" for model, tag in records)
+        raise ValueError(f'{why}: set {settings} (open_clip\'s record of that repository: '
+                         'its image and text settings too)')
+    folder = location if schema == 'local-dir:' else '<its local snapshot folder>'
+    raise ValueError(f"{why}: set arch=None, model_cfg=<the 'model_cfg' of {folder}/"
+                     "open_clip_config.json, with that file's 'preprocess_cfg' inside> and "
+                     f"pretrained='{folder}' (docs/pretrained_weights.md)")
 
 
 def _tag_cfg(arch: str | None, tag: str) -> dict[str, Any]:
