@@ -395,6 +395,33 @@ def test_media_skipped_as_unreadable_are_counted_once_each():
     assert result == pytest.approx(EXPECTED)
 
 
+def test_a_fixed_size_protocol_missing_skipped_media_names_them_not_gallery_size():
+    """One unreadable COCO image under on_corrupt='skip' left 4,999 media, and the error said
+    to pass gallery_size, hiding the file at fault."""
+    metric = RetrievalMetric(recall_ks=(1, 2), protocol='coco_5k', gallery_size=3)
+    metric.process({'skipped_media': ['images/m3.jpg']}, _three_media()[:2])
+    with pytest.raises(ValueError, match=re.escape(
+            "protocol 'coco_5k' is defined on 3 media; the evaluation set has 2 readable ones "
+            "and 1 skipped as unreadable (on_corrupt='skip': images/m3.jpg). Its numbers need "
+            'every media: repair or replace those files.')):
+        metric.evaluate(3)
+
+
+def test_a_gallery_whose_every_media_was_skipped_names_them_not_an_empty_dataset():
+    metric = RetrievalMetric(recall_ks=(1, 2))
+    metric.process({'skipped_media': [f'v/{n}.mp4' for n in 'edcba']}, [])
+    with pytest.raises(ValueError, match=re.escape(
+            "empty gallery: each of its 5 media was skipped as unreadable (on_corrupt='skip': "
+            'v/a.mp4, v/b.mp4, v/c.mp4 and 2 more); repair or replace those files.')):
+        metric.evaluate(5)
+
+
+def test_skipped_media_of_a_protocol_of_any_size_are_only_counted():
+    metric = RetrievalMetric(recall_ks=(1, 2))
+    metric.process({'skipped_media': ['images/m3.jpg']}, _three_media())
+    assert metric.evaluate(4)['skipped_media'] == 1
+
+
 def _text_item(media_id: str, **captions: list[torch.Tensor]) -> dict:
     return {'media_id': media_id,
             'caption_embeddings': {lang: torch.stack(rows) for lang, rows in captions.items()}}

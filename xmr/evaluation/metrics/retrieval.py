@@ -268,8 +268,12 @@ class RetrievalMetric(BaseMetric):
         skipped = {item['skipped_media'] for item in results if 'skipped_media' in item}
         items = _unique_items([item for item in results if 'skipped_media' not in item])
         if not items:
-            raise ValueError('RetrievalMetric got an empty gallery: the evaluation produced no '
-                             'media embeddings (is the dataset empty?).')
+            raise ValueError('RetrievalMetric got an empty gallery: ' + (
+                f'each of its {len(skipped)} media was skipped as unreadable '
+                f"(on_corrupt='skip': {_some(skipped)}); repair or replace those files."
+                if skipped else
+                'the evaluation produced no media embeddings (is the dataset empty?).'))
+        self._check_skipped_size(len(items), skipped)
         media = self._gallery_rows(items)
         languages = self._evaluated_languages(items)
         mean_languages = self.summary_languages(languages)
@@ -305,6 +309,19 @@ class RetrievalMetric(BaseMetric):
             metrics['skipped_media'] = len(skipped)
         self._log_table(per_language)
         return metrics
+
+    def _check_skipped_size(self, num_media: int, skipped: set[str]) -> None:
+        """Refuse a gallery of a protocol's fixed size that lacks media the dataset skipped as
+        unreadable, naming them: the size error alone (``pass gallery_size``) hid the cause,
+        and another size scores a set no published number is of."""
+        expected = (self.gallery_size if self.gallery_size is not None
+                    else PROTOCOLS[self.protocol].gallery_size)
+        if skipped and expected is not None and num_media != expected:
+            raise ValueError(f"protocol '{self.protocol}' is defined on {expected} media; the "
+                             f'evaluation set has {num_media} readable ones and {len(skipped)} '
+                             f"skipped as unreadable (on_corrupt='skip': "
+                             f'{_some(skipped)}). Its numbers need every media: repair or '
+                             'replace those files.')
 
     def _gallery_rows(self, items: list[dict[str, Any]]) -> Tensor:
         """``[M, E]``: the items' media embeddings, or for a text gallery each item's first
@@ -492,6 +509,13 @@ def _check_listed(option: str, value: Any) -> None:
     if value is not None and (isinstance(value, (str, bytes)) or not isinstance(value, Iterable)):
         raise ValueError(f'RetrievalMetric {option} must be a list, got {value!r}; write '
                         f'[{value!r}].')
+
+
+def _some(paths: set[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``paths`` in sorted order, and how many more."""
+    ordered = sorted(paths)
+    more = f' and {len(ordered) - shown} more' if len(ordered) > shown else ''
+    return ', '.join(ordered[:shown]) + more
 
 
 def _canonical(codes: Sequence[str] | None, where: str) -> tuple[str, ...] | None:
