@@ -422,6 +422,21 @@ def test_skipped_media_of_a_protocol_of_any_size_are_only_counted():
     assert metric.evaluate(4)['skipped_media'] == 1
 
 
+@pytest.mark.parametrize('device, message', [
+    ('gpu', "scoring_device 'gpu' is no torch device"),
+    ('cuda:99', "scoring_device 'cuda:99': this machine has"),
+    ('mps', "scoring_device 'mps': this machine has 0 'mps' devices")])
+def test_a_scoring_device_torch_cannot_use_is_refused_when_the_metric_is_built(device, message):
+    """It failed in compute_metrics, after the whole gallery's tokens were encoded."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        RetrievalMetric(scoring='tokens', scoring_device=device)
+
+
+def test_a_scoring_device_is_taken_on_the_cpu_and_left_alone_where_tokens_are_not_scored():
+    assert RetrievalMetric(scoring='tokens', scoring_device='cpu').scoring_device == 'cpu'
+    assert RetrievalMetric(scoring_device='gpu').scoring == 'embedding'
+
+
 def _text_item(media_id: str, **captions: list[torch.Tensor]) -> dict:
     return {'media_id': media_id,
             'caption_embeddings': {lang: torch.stack(rows) for lang, rows in captions.items()}}

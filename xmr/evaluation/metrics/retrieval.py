@@ -185,6 +185,8 @@ class RetrievalMetric(BaseMetric):
                              '(a positive outside it would count as a hit); raise '
                              'rerank_candidates.')
         self.scoring, self.rerank_candidates = scoring, rerank_candidates
+        if scoring != 'embedding':
+            _check_scoring_device(scoring_device)
         self.scoring_device = scoring_device
 
     @property
@@ -631,6 +633,30 @@ def _check_normalised(rows: Tensor, name: str) -> None:
     problem = _normalisation_problem(rows)
     if problem is not None:
         raise ValueError(f'{name} {problem}')
+
+
+def _check_scoring_device(device: str | None) -> None:
+    """Refuse, as the metric is built, a ``scoring_device`` torch cannot score on here: a
+    misspelt one (``'gpu'``) or one this machine lacks (``'cuda'`` without a GPU) failed only in
+    ``compute_metrics``, after the whole gallery was encoded, naming no option."""
+    if device is None:
+        return
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"RetrievalMetric scoring_device {device!r} is no torch device "
+                         f"({error}); give e.g. 'cuda', 'cuda:1' or 'cpu', or None for CUDA "
+                         'when available.') from error
+    if parsed.type == 'cpu':
+        return
+    # Counted without initialising the accelerator (no context on a GPU the run does not use).
+    accelerator = torch.accelerator.current_accelerator()
+    count = (torch.accelerator.device_count()
+             if accelerator is not None and accelerator.type == parsed.type else 0)
+    if (parsed.index or 0) >= count:
+        raise ValueError(f"RetrievalMetric scoring_device {device!r}: this machine has {count} "
+                         f"'{parsed.type}' device{'' if count == 1 else 's'}; give one it has, "
+                         "'cpu', or None for CUDA when available.")
 
 
 def _check_fewshot_shots(shots: Any, gallery_size: int) -> None:
