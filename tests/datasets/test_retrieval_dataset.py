@@ -381,20 +381,22 @@ def test_a_video_damaged_inside_is_named_before_any_is_read_when_decoding_is_che
                                       f'  {damaged}: decoding failed (')
 
 
+@pytest.mark.parametrize('page', ['page.mp4', 'page.avi', 'page.MPG'])
 def test_a_web_page_under_a_video_s_name_is_named_and_a_misnamed_video_is_not(shared_data,
-                                                                              tmp_path):
+                                                                              tmp_path, page):
     """A page a failed download saved as 'page.mp4' passed the check and stopped the run when
-    read. A Matroska clip named '.mp4' is sound to FFmpeg, which reads the bytes, not the name:
-    decord opens both, and only the page fails."""
+    read; as 'page.avi' (MSVD's clips are AVI files) or 'page.mpg' it still did. A Matroska clip
+    named '.mp4' is sound to FFmpeg, which reads the bytes, not the name: decord opens both, and
+    only the page fails."""
     clip = shared_data / 'videos' / 'flipping_a_pancake.mkv'
     if not clip.is_file():
         pytest.skip(f'video fixture not found: {clip}')
-    (tmp_path / 'page.mp4').write_bytes(b'<!DOCTYPE html><title>404 Not Found</title>')
+    (tmp_path / page).write_bytes(b'<!DOCTYPE html><title>404 Not Found</title>')
     (tmp_path / 'pancake.mp4').write_bytes(clip.read_bytes())
     dump_annotation(Annotation(dataset='clips', split='test', media_type='video',
                                languages=['en'],
                                items=[MediaRecord(f'v{i}', name, {'en': [f'clip {i}']})
-                                      for i, name in enumerate(['pancake.mp4', 'page.mp4'])]),
+                                      for i, name in enumerate(['pancake.mp4', page])]),
                     tmp_path / 'ann.json')
     dataset = RetrievalDataset(tmp_path / 'ann.json', data_root=tmp_path, num_frames=2,
                                transform=TINY)
@@ -402,7 +404,7 @@ def test_a_web_page_under_a_video_s_name_is_named_and_a_misnamed_video_is_not(sh
         dataset.check_media_exist()
     assert str(info.value).startswith(
         f'{tmp_path / "ann.json"}: 1 of its 2 videos cannot be read whole:\n'
-        f'  {tmp_path / "page.mp4"}: decoding failed (Error reading {tmp_path / "page.mp4"}')
+        f'  {tmp_path / page}: decoding failed (Error reading {tmp_path / page}')
     assert 'pancake' not in str(info.value)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 
 from xmr.datasets.video_containers import container_problem, unlike_its_name
@@ -124,9 +125,9 @@ def test_a_file_unlike_the_container_its_name_says(tmp_path):
     page = tmp_path / 'clip.MP4'
     page.write_bytes(b'<!DOCTYPE html><title>404</title>')
     assert unlike_its_name(page)
-    other = tmp_path / 'clip.avi'
+    other = tmp_path / 'clip.txt'
     other.write_bytes(page.read_bytes())
-    assert not unlike_its_name(other)  # a name that says no container checked here
+    assert not unlike_its_name(other)  # a name that says no video
     mkv = tmp_path / 'clip.webm'
     mkv.write_bytes(b'\x1a\x45\xdf\xa3' + bytes(12))
     assert not unlike_its_name(mkv)
@@ -191,3 +192,33 @@ def test_a_real_clip_without_its_video_track_is_told(shared_data, tmp_path):
     audio_only_copy(source, tmp_path / 'sound.mp4')
     assert container_problem(tmp_path / 'sound.mp4').startswith(
         "no video track: its index ('moov') lists sound tracks alone")
+
+
+@pytest.mark.parametrize(('name', 'fourcc'), [
+    ('clip.avi', 'MJPG'), ('clip.AVI', 'mp4v'), ('clip.flv', 'FLV1'), ('clip.wmv', 'WMV2'),
+    ('clip.asf', 'WMV2'), ('clip.ts', 'mp4v'), ('clip.m2ts', 'mp4v'), ('clip.mkv', 'mp4v')])
+def test_every_video_suffix_s_containers_are_told_from_a_page_under_their_name(tmp_path, name,
+                                                                               fourcc):
+    """A web page saved as 'clip.avi' (or .flv, .wmv, .ts, ...) was opened by nothing before
+    training: only '.mp4'-like and '.mkv'-like names were read. Real files of each container,
+    written by OpenCV's FFmpeg, begin as their names say."""
+    cv2 = pytest.importorskip('cv2')
+    path = tmp_path / name
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), 10, (64, 48))
+    for value in range(0, 250, 50):
+        writer.write(np.full((48, 64, 3), value, dtype=np.uint8))
+    writer.release()
+    assert path.stat().st_size > 0, f'OpenCV wrote no {name}'
+    assert not unlike_its_name(path)
+    path.write_bytes(b'<!DOCTYPE html><title>404 Not Found</title>' + bytes(400))
+    assert unlike_its_name(path)
+
+
+@pytest.mark.parametrize('head', [
+    b'OggS\x00\x02', b'\x00\x00\x01\xba\x44', b'\x00\x00\x01\xb3\x14',
+    b'\x47' + bytes(187) + b'\x47', bytes(4) + b'\x47' + bytes(191) + b'\x47'])
+def test_the_first_bytes_of_ogg_mpeg_and_transport_streams_begin_a_video(tmp_path, head):
+    for suffix in ('.ogv', '.mpg', '.ts'):
+        path = tmp_path / f'clip{suffix}'
+        path.write_bytes(head + bytes(300))
+        assert not unlike_its_name(path)

@@ -58,15 +58,39 @@ def container_problem(path: str | os.PathLike) -> str | None:
 
 
 def unlike_its_name(path: str | os.PathLike) -> bool:
-    """Whether ``path``'s name says MP4/QuickTime or Matroska/WebM (``.mp4``, ``.mkv``, ...) but
-    its first bytes begin neither: a web page or an error message saved under a video's name, or
-    a video in another container misnamed, which only a decoder can tell apart."""
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix not in _ISO_SUFFIXES | _MATROSKA_SUFFIXES:
+    """Whether ``path``'s name says a video (a suffix of :data:`VIDEO_SUFFIXES`) but its first
+    bytes begin none of their containers (:func:`_begins_a_video`): a web page or an error
+    message saved under a video's name, or a video in another container misnamed, which only a
+    decoder can tell apart."""
+    if os.path.splitext(path)[1].lower() not in VIDEO_SUFFIXES:
         return False
     with open(path, 'rb') as file:
-        head = file.read(8)
-    return head[:4] != _EBML_MAGIC and head[4:8] not in _ISO_FIRST_BOXES
+        head = file.read(_HEAD_SIZE)
+    return not _begins_a_video(head)
+
+
+# The first bytes of the containers of VIDEO_SUFFIXES other than MP4's, Matroska's and AVI's: a
+# Flash video's, an ASF (Windows Media) header object's GUID, an Ogg page's, an MPEG program
+# stream's pack header and an MPEG video sequence header.
+_MAGIC = (b'FLV', b'\x30\x26\xb2\x75\x8e\x66\xcf\x11\xa6\xd9\x00\xaa\x00\x62\xce\x6c',
+          b'OggS', b'\x00\x00\x01\xba', b'\x00\x00\x01\xb3')
+# MPEG transport stream packets open with a sync byte: (bytes before it, packet size) of a
+# broadcast stream's packets and of a Blu-ray .m2ts's, whose packets carry a 4-byte time code.
+_MPEG_TS_PACKETS = ((0, 188), (4, 192))
+_MPEG_TS_SYNC = 0x47
+#: Bytes of a file's start that tell every container of :data:`VIDEO_SUFFIXES`.
+_HEAD_SIZE = 4 + 192 + 1
+
+
+def _begins_a_video(head: bytes) -> bool:
+    """Whether ``head``, a file's first bytes, begins a container of :data:`VIDEO_SUFFIXES`: MP4
+    or QuickTime, Matroska or WebM, AVI, Flash, ASF, Ogg, an MPEG program or elementary stream,
+    or an MPEG transport stream (a sync byte opening each of its first two packets)."""
+    transport = any(len(head) > lead + size and head[lead] == head[lead + size] == _MPEG_TS_SYNC
+                    for lead, size in _MPEG_TS_PACKETS)
+    return (head[:4] == _EBML_MAGIC or head[4:8] in _ISO_FIRST_BOXES
+            or (head[:4] == b'RIFF' and head[8:12] == b'AVI ') or head.startswith(_MAGIC)
+            or transport)
 
 
 def _truncated(what: str, end: int, size: int) -> str:
