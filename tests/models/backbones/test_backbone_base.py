@@ -302,18 +302,20 @@ def test_the_tower_shape_of_a_hub_name_is_read_from_the_cache_without_the_networ
         tmp_path, monkeypatch):
     """What ``from_pretrained`` finds in the Hugging Face cache; a name it lacks: ``None``."""
     from huggingface_hub import constants
-    from transformers import BertConfig
+    from transformers import BertConfig, XLMRobertaConfig
 
-    snapshot = tmp_path / 'models--xmr-tests--tiny-bert' / 'snapshots' / ('0' * 40)
-    BertConfig(hidden_size=48, num_hidden_layers=3, num_attention_heads=4).save_pretrained(
-        snapshot)
-    (snapshot.parent.parent / 'refs').mkdir()
-    (snapshot.parent.parent / 'refs' / 'main').write_text('0' * 40)
     monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(tmp_path))
-    for kind, option in (('ViTBERTBackbone', 'text'), ('MultilingualCLIPBackbone',
-                                                         'text_encoder')):
+    # Each backbone's own encoder: M-CLIP's tower runs XLM-R (RoBERTa's positions) only.
+    for kind, option, config_cls in (('ViTBERTBackbone', 'text', BertConfig),
+                                     ('MultilingualCLIPBackbone', 'text_encoder',
+                                      XLMRobertaConfig)):
+        snapshot = tmp_path / f'models--xmr-tests--tiny-{kind}' / 'snapshots' / ('0' * 40)
+        config_cls(hidden_size=48, num_hidden_layers=3, num_attention_heads=4).save_pretrained(
+            snapshot)
+        (snapshot.parent.parent / 'refs').mkdir()
+        (snapshot.parent.parent / 'refs' / 'main').write_text('0' * 40)
         cfg = dict(type=kind, embed_dim=16)
-        assert configured_tower_shape(dict(cfg, **{option: 'xmr-tests/tiny-bert'})) == (
+        assert configured_tower_shape(dict(cfg, **{option: f'xmr-tests/tiny-{kind}'})) == (
             48, 3, 16)
         assert configured_tower_shape(dict(cfg, **{option: 'xmr-tests/no-such'})) is None
 

@@ -343,3 +343,49 @@ def test_a_text_encoder_config_json_python_cannot_read_is_named_with_the_fault(t
             f'{config}: not a JSON file Python reads: a value nesting arrays and objects 100001 '
             'levels deep')):
         MultilingualCLIPBackbone.text_tower_shape(dict(text_encoder=str(config)))
+
+
+def _release_config(folder, **fields) -> str:
+    """A release's ``config.json`` as M-CLIP's ``MCLIPConfig`` saves it (``model_type='M-CLIP'``;
+    the encoder is ``modelBase``'s, ``transformerDimensions`` wide)."""
+    import json
+
+    folder.mkdir(exist_ok=True)
+    config = {'_name_or_path': 'M-CLIP/XLM-Roberta-Large-Vit-L-14',
+              'architectures': ['MultilingualCLIP'], 'model_type': 'M-CLIP',
+              'modelBase': 'xlm-roberta-large', 'transformerDimensions': 1024, 'numDims': 768,
+              **fields}
+    (folder / 'config.json').write_text(json.dumps(config))
+    return str(folder)
+
+
+def test_a_release_folder_as_text_encoder_is_its_model_bases_xlmr(tmp_path):
+    """Its config.json is M-CLIP's own: read as an XLM-R config it gave transformers' defaults
+    (768 wide, 12 layers, 30,522 ids) where the release is xlm-roberta-large's 1024 x 24."""
+    from transformers import XLMRobertaConfig
+
+    release = _release_config(tmp_path / 'release')
+    for given in (release, f'{release}/config.json'):
+        assert MultilingualCLIPBackbone.text_tower_shape(dict(text_encoder=given)) == (
+            1024, 24, 768)
+    base = tmp_path / 'base'
+    XLMRobertaConfig(**TINY_XLMR).save_pretrained(base)
+    tiny = _release_config(tmp_path / 'tiny', modelBase=str(base), transformerDimensions=32)
+    built = tiny_mclip(text_encoder=tiny)
+    reference = tiny_mclip()
+    assert built.config.to_diff_dict() == reference.config.to_diff_dict()
+    torch.testing.assert_close(built.encode_source_text(built.tokenizer(CAPTIONS)),
+                               reference.encode_source_text(reference.tokenizer(CAPTIONS)))
+
+
+@pytest.mark.parametrize('fields, message', [
+    (dict(transformerDimensions=768), "the M-CLIP config gives transformerDimensions=768, but "
+     "its modelBase 'xlm-roberta-large' is 1024 wide"),
+    (dict(model_type='bert', hidden_size=768), "model_type='bert'; M-CLIP's text tower runs "
+     'XLM-R encoders'),
+])
+def test_a_text_encoder_config_of_another_encoder_is_refused_naming_it(fields, message,
+                                                                       tmp_path):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MultilingualCLIPBackbone.text_tower_shape(dict(
+            text_encoder=_release_config(tmp_path / 'release', **fields)))

@@ -27,7 +27,6 @@ from xmr.models.backbones.base import (
     TowerShape,
     VisionLanguageBackbone,
     check_tokenizer_fits,
-    offline_hf_config,
 )
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.backbones.open_clip import open_clip_image_tokens
@@ -118,16 +117,62 @@ def convert_mclip_state_dict(state_dict: Mapping[str, torch.Tensor],
     return converted
 
 
-def _xlmr_config(text_encoder: dict | str):
-    from transformers import XLMRobertaConfig
+#: ``model_type`` values of the configs whose encoders :class:`MultilingualCLIPTextTower` runs
+#: (RoBERTa's layers and positions); ``'M-CLIP'``: the release's own config, read through
+#: its ``modelBase``.
+_XLMR_MODEL_TYPES = ('xlm-roberta', 'roberta')
+#: ``modelBase`` values whose config xmr holds, read without the hub.
+_KNOWN_BASES = {'xlm-roberta-large': XLMR_LARGE}
+
+
+def _xlmr_config(text_encoder: Mapping[str, Any] | str, local_files_only: bool = False):
+    """The XLM-R config ``text_encoder`` names: config keys, a ``config.json``, or a Hugging
+    Face name or folder, an M-CLIP release's included.
+
+    A release's ``config.json`` is M-CLIP's own (``model_type='M-CLIP'``): its encoder is
+    ``modelBase``'s (``xlm-roberta-large``: :data:`XLMR_LARGE`), ``transformerDimensions``
+    wide; read as an XLM-R config it gave transformers' defaults (768 wide, 12 layers).
+
+    Raises:
+        OSError: a name or folder neither the folder nor (``local_files_only``) the Hugging
+            Face cache holds.
+        ValueError: a config of another encoder (``model_type``), or an M-CLIP config whose
+            ``transformerDimensions`` is not its base's width, naming the file and fields.
+    """
+    from transformers import PretrainedConfig, XLMRobertaConfig
 
     if isinstance(text_encoder, Mapping):
         return XLMRobertaConfig(**text_encoder)
-    path = Path(text_encoder)
-    if path.is_file():
+    if Path(text_encoder).is_file():
         # load_json: a broken file is named with its fault and place.
-        return XLMRobertaConfig(**load_json(path))
-    return XLMRobertaConfig.from_pretrained(text_encoder)
+        fields = load_json(Path(text_encoder))
+    else:
+        fields = PretrainedConfig.get_config_dict(text_encoder,
+                                                  local_files_only=local_files_only)[0]
+    model_type = fields.get('model_type')
+    if model_type == 'M-CLIP':
+        return _release_base_config(fields, text_encoder, local_files_only)
+    if model_type not in (None, *_XLMR_MODEL_TYPES):
+        raise ValueError(f'text_encoder={text_encoder!r}: model_type={model_type!r}; '
+                         "M-CLIP's text tower runs XLM-R encoders "
+                         f'({", ".join(_XLMR_MODEL_TYPES)})')
+    return XLMRobertaConfig(**fields)
+
+
+def _release_base_config(fields: Mapping[str, Any], text_encoder: str, local_files_only: bool):
+    """The XLM-R config of an M-CLIP release's ``modelBase``, checked against the release's
+    ``transformerDimensions`` (the input width of its ``LinearTransformation``)."""
+    from transformers import XLMRobertaConfig
+
+    base = fields.get('modelBase', 'xlm-roberta-large')  # MCLIPConfig's default
+    config = (XLMRobertaConfig(**_KNOWN_BASES[base]) if base in _KNOWN_BASES
+              else _xlmr_config(base, local_files_only))
+    width = fields.get('transformerDimensions', config.hidden_size)
+    if width != config.hidden_size:
+        raise ValueError(f'text_encoder={text_encoder!r}: the M-CLIP config gives '
+                         f'transformerDimensions={width}, but its modelBase {base!r} is '
+                         f'{config.hidden_size} wide')
+    return config
 
 
 @MODELS.register_module()
@@ -136,7 +181,8 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
 
     Args:
         text_encoder: the XLM-R architecture: config keys (default :data:`XLMR_LARGE`), a
-            ``config.json`` file, or a Hugging Face name/folder.
+            ``config.json`` file, or a Hugging Face name/folder; an M-CLIP release's (its
+            ``config.json`` is M-CLIP's own) gives its ``modelBase``'s.
         embed_dim: output width of the text linear map; must equal the image tower's.
         checkpoint: M-CLIP text weights (``transformer.*`` + ``LinearTransformation.*``): a
             file or a folder as the release ships them; ``None`` keeps random weights (tests).
@@ -255,17 +301,15 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
         """``hidden_size`` and ``num_hidden_layers`` of ``text_encoder`` (keys or a
         ``config.json``; :data:`XLMR_LARGE` by default) and ``embed_dim``, the width of its
-        linear map; for a Hugging Face name or folder, its config as its folder or the Hugging
-        Face cache holds it (:func:`offline_hf_config`), ``None`` where neither does."""
-        from transformers import XLMRobertaConfig
-
+        linear map; for a Hugging Face name or folder (an M-CLIP release's: its ``modelBase``),
+        its config as its folder or the Hugging Face cache holds it, ``None`` where neither
+        does (the build fetches it, or says what is missing)."""
         options = with_defaults(cls, cfg)
         encoder = options['text_encoder']
-        if isinstance(encoder, str) and not Path(encoder).is_file():
-            config = offline_hf_config(XLMRobertaConfig, encoder)
-        else:
-            config = _xlmr_config(XLMR_LARGE if encoder is None else encoder)
-        if config is None:
+        try:
+            config = _xlmr_config(XLMR_LARGE if encoder is None else encoder,
+                                  local_files_only=True)
+        except OSError:
             return None
         return TowerShape(config.hidden_size, config.num_hidden_layers, options['embed_dim'])
 
