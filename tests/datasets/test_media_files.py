@@ -5,7 +5,16 @@ import os
 import unicodedata
 
 from xmr.datasets import media_files
-from xmr.datasets.media_files import missing_media, other_spelling_hint
+from xmr.datasets.media_files import (
+    LFS_POINTER_HEAD,
+    is_lfs_pointer,
+    missing_media,
+    other_spelling_hint,
+)
+
+#: A Git LFS pointer as a clone without Git LFS leaves it under the file's name.
+LFS_POINTER_TEXT = (b'version https://git-lfs.github.com/spec/v1\noid sha256:'
+                    + b'4d7a2146' * 8 + b'\nsize 84213\n')
 
 
 def test_the_missing_files_come_in_the_annotations_order_each_folder_listed_once(
@@ -68,3 +77,11 @@ def test_no_spelling_hint_for_a_path_under_a_file(tmp_path):
     (tmp_path / 'a.jpg').write_bytes(b'')
     assert missing_media(tmp_path, ['a.jpg/b.jpg']) == [tmp_path / 'a.jpg' / 'b.jpg']
     assert other_spelling_hint(tmp_path / 'a.jpg' / 'b.jpg') == ''
+
+
+def test_a_git_lfs_pointer_is_told_by_its_first_line_and_its_size():
+    assert len(LFS_POINTER_TEXT) == 130
+    assert is_lfs_pointer(LFS_POINTER_TEXT[:LFS_POINTER_HEAD], len(LFS_POINTER_TEXT))
+    # A file of 1 KiB or more is no pointer, whatever it opens with; nor is other text.
+    assert not is_lfs_pointer(LFS_POINTER_TEXT[:LFS_POINTER_HEAD], 1024)
+    assert not is_lfs_pointer(b'version 2 of the clip', 100)

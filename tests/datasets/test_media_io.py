@@ -13,9 +13,12 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.datasets.test_media_files import LFS_POINTER_TEXT
+from xmr.datasets.media_files import LFS_POINTER
 from xmr.datasets.media_io import (
     MediaReadError,
     check_image_decodes,
+    check_image_file,
     check_video_decodes,
     read_image,
     read_video_frames,
@@ -374,3 +377,26 @@ def test_pillow_set_to_read_images_cut_short_is_refused_not_padded(tmp_path, mon
                                                r'.*set it back to False') as info:
             check(tmp_path / name)
         assert not isinstance(info.value, MediaReadError)
+
+
+@pytest.mark.parametrize('read', [read_image, check_image_file, check_image_decodes])
+def test_a_git_lfs_pointer_under_an_image_s_name_is_named_so(tmp_path, read):
+    """A dataset repository cloned without Git LFS leaves a pointer under each image's name:
+    a read said 'not a decodable image (cannot identify image file ...)', and the size check
+    before training passed it."""
+    (tmp_path / 'a.jpg').write_bytes(LFS_POINTER_TEXT)
+    with pytest.raises(MediaReadError) as info:
+        read(tmp_path / 'a.jpg')
+    assert (info.value.path, info.value.reason) == (str(tmp_path / 'a.jpg'), LFS_POINTER)
+    # A small image is an image.
+    Image.fromarray(np.full((4, 4, 3), 7, dtype=np.uint8)).save(tmp_path / 'b.png')
+    assert (tmp_path / 'b.png').stat().st_size < 1024
+    read(tmp_path / 'b.png')
+
+
+def test_a_git_lfs_pointer_under_a_video_s_name_is_named_so(tmp_path):
+    """decord said 'decoding failed (Error reading ...)'."""
+    (tmp_path / 'clip.mp4').write_bytes(LFS_POINTER_TEXT)
+    with pytest.raises(MediaReadError) as info:
+        read_video_frames(tmp_path / 'clip.mp4', 12, random_offset=False)
+    assert info.value.reason == LFS_POINTER

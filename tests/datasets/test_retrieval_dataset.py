@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import DataLoader
 
+from tests.datasets.test_media_files import LFS_POINTER_TEXT
 from tests.datasets.test_video_containers import audio_only_copy
 from xmr.datasets import (
     Annotation,
@@ -24,6 +25,7 @@ from xmr.datasets import (
     retrieval_collate,
 )
 from xmr.datasets.converters.multi30k import convert_multi30k
+from xmr.datasets.media_files import LFS_POINTER
 from xmr.registry import DATASETS
 
 TINY = dict(type='MediaTransform', backbone=None, size=16)
@@ -266,6 +268,23 @@ def test_an_empty_image_is_named_before_any_is_read(empty_image, monkeypatch):
         f'{empty_image}: 1 of its 3 media files are missing, the first {images / "c.jpg"}: '
         f'check data_root and data_prefix; {_empty_image_report(images)}, or set '
         "on_corrupt='skip' to leave them out")
+
+
+def test_git_lfs_pointers_are_named_before_any_image_is_read(empty_image):
+    """A dataset repository cloned without Git LFS holds a pointer of ~130 bytes under each
+    image's name: the size check passed them, and the first batch stopped training with 'not
+    a decodable image (cannot identify image file ...)'."""
+    images = empty_image.parent / 'images'
+    (images / 'b.jpg').write_bytes(LFS_POINTER_TEXT)
+    (images / 'c.jpg').write_bytes(LFS_POINTER_TEXT)
+    dataset = RetrievalDataset(empty_image, data_root=empty_image.parent,
+                               data_prefix=dict(media='images'), transform=TINY)
+    with pytest.raises(MediaReadError) as info:
+        dataset.check_media_exist()
+    assert str(info.value) == (
+        f'{empty_image}: 2 of its 3 images cannot be read whole:\n'
+        f'  {images / "b.jpg"}: {LFS_POINTER}\n  {images / "c.jpg"}: {LFS_POINTER}\nreplace '
+        "them: or set on_corrupt='skip' to leave them out")
 
 
 def test_the_size_check_can_be_left_to_the_reads_which_say_the_image_is_empty(empty_image):

@@ -6,6 +6,8 @@ import struct
 import numpy as np
 import pytest
 
+from tests.datasets.test_media_files import LFS_POINTER_TEXT
+from xmr.datasets.media_files import LFS_POINTER
 from xmr.datasets.video_containers import container_problem, unlike_its_name
 
 
@@ -222,3 +224,10 @@ def test_the_first_bytes_of_ogg_mpeg_and_transport_streams_begin_a_video(tmp_pat
         path = tmp_path / f'clip{suffix}'
         path.write_bytes(head + bytes(300))
         assert not unlike_its_name(path)
+
+
+def test_a_git_lfs_pointer_under_a_video_s_name_is_told(tmp_path):
+    """It was opened with decord, as a file unlike its name: 'decoding failed (Error
+    reading ...)'."""
+    path = _mp4(tmp_path, LFS_POINTER_TEXT)
+    assert container_problem(path) == LFS_POINTER

@@ -7,12 +7,30 @@ import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ['EMPTY_FILE', 'FOLDER', 'missing_media', 'other_spelling_hint']
+__all__ = ['EMPTY_FILE', 'FOLDER', 'LFS_POINTER', 'LFS_POINTER_HEAD', 'LFS_POINTER_LIMIT',
+           'is_lfs_pointer', 'missing_media', 'other_spelling_hint']
 
 #: Why an empty file (a failed copy or download) cannot be read, image or video.
 EMPTY_FILE = 'the file is empty (0 bytes)'
 #: What a media path that names a folder is said to be.
 FOLDER = 'is a folder, not a file'
+#: Why a Git LFS pointer cannot be read as the media it stands for.
+LFS_POINTER = ("a Git LFS pointer, not the file it stands for (a clone made without Git LFS, "
+               "the files never fetched): fetch them, e.g. 'git lfs pull' in their repository")
+# The first line of every Git LFS pointer (git-lfs's spec, v1).
+_LFS_POINTER_START = b'version https://git-lfs.github.com/spec/'
+#: The size every Git LFS pointer stays under: Git LFS takes no larger file for one.
+LFS_POINTER_LIMIT = 1024
+#: Bytes of a file's start that :func:`is_lfs_pointer` reads.
+LFS_POINTER_HEAD = len(_LFS_POINTER_START)
+
+
+def is_lfs_pointer(head: bytes, size: int) -> bool:
+    """Whether a file of ``size`` bytes whose first bytes are ``head`` (at least
+    :data:`LFS_POINTER_HEAD` of them) is a Git LFS pointer: a few lines of text standing for a
+    file a clone did not fetch (a dataset repository cloned without Git LFS), under the
+    file's own name."""
+    return size < LFS_POINTER_LIMIT and head.startswith(_LFS_POINTER_START)
 
 
 def missing_media(media_root: str | os.PathLike, relative_paths: Iterable[str]) -> list[Path]:

@@ -19,7 +19,14 @@ import torch
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from xmr.datasets.frame_sampling import check_frame_count, uniform_frame_indices
-from xmr.datasets.media_files import EMPTY_FILE, FOLDER
+from xmr.datasets.media_files import (
+    EMPTY_FILE,
+    FOLDER,
+    LFS_POINTER,
+    LFS_POINTER_HEAD,
+    LFS_POINTER_LIMIT,
+    is_lfs_pointer,
+)
 from xmr.datasets.video_containers import container_problem
 from xmr.utils.counts import is_count
 
@@ -75,8 +82,10 @@ def check_decode_threads(value: Any, name: str) -> int:
 
 
 def check_image_file(path: str | os.PathLike) -> None:
-    """Raise :class:`MediaReadError` naming ``path`` if it is no file or an empty one, found
-    with one ``stat``; an image cut short is found only by decoding it (:func:`read_image`)."""
+    """Raise :class:`MediaReadError` naming ``path`` if it is no file, an empty one, or a Git
+    LFS pointer (:func:`~xmr.datasets.media_files.is_lfs_pointer`), found with one ``stat`` (and
+    a read of a file under 1 KiB); an image cut short is found only by decoding it
+    (:func:`read_image`)."""
     try:
         info = os.stat(path)
     except OSError:
@@ -87,6 +96,17 @@ def check_image_file(path: str | os.PathLike) -> None:
         raise MediaReadError(path, 'file not found')
     if info.st_size == 0:
         raise MediaReadError(path, EMPTY_FILE)
+    if info.st_size < LFS_POINTER_LIMIT and _is_lfs_pointer_file(path, info.st_size):
+        raise MediaReadError(path, LFS_POINTER)
+
+
+def _is_lfs_pointer_file(path: str | os.PathLike, size: int) -> bool:
+    """Whether the file at ``path`` of ``size`` bytes is a Git LFS pointer (one read)."""
+    try:
+        with open(path, 'rb') as file:
+            return is_lfs_pointer(file.read(LFS_POINTER_HEAD), size)
+    except OSError:
+        return False  # the read that follows names what is wrong
 
 
 def check_truncated_images_refused() -> None:

@@ -17,7 +17,7 @@ import struct
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from xmr.datasets.media_files import EMPTY_FILE
+from xmr.datasets.media_files import EMPTY_FILE, LFS_POINTER, LFS_POINTER_HEAD, is_lfs_pointer
 
 __all__ = ['VIDEO_SUFFIXES', 'container_problem', 'unlike_its_name']
 
@@ -39,8 +39,9 @@ VIDEO_SUFFIXES = tuple(sorted(_ISO_SUFFIXES | _MATROSKA_SUFFIXES | {
 
 
 def container_problem(path: str | os.PathLike) -> str | None:
-    """Why the video at ``path`` cannot be whole, or ``None`` when its container tells nothing
-    wrong (or is neither MP4/QuickTime nor Matroska/WebM, whose structure is not read here).
+    """Why the video at ``path`` cannot be whole (or read: a Git LFS pointer stands in its
+    place), or ``None`` when its container tells nothing wrong (or is neither MP4/QuickTime nor
+    Matroska/WebM, whose structure is not read here).
 
     Raises:
         OSError: if the file cannot be opened (missing, a folder, no permission).
@@ -49,7 +50,9 @@ def container_problem(path: str | os.PathLike) -> str | None:
         size = os.fstat(file.fileno()).st_size
         if size == 0:
             return EMPTY_FILE
-        head = file.read(8)
+        head = file.read(LFS_POINTER_HEAD)
+        if is_lfs_pointer(head, size):
+            return LFS_POINTER
         if head[:4] == _EBML_MAGIC:
             return _matroska_problem(file, size)
         if head[4:8] in _ISO_FIRST_BOXES:
