@@ -144,6 +144,15 @@ def test_loader_names_file_item_and_key(tmp_path):
      r"captions\['cs'\]\[0\] must be a non-empty string"),
     (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': [' \t ']}, {'ja': ['1']})]),
      r"captions\['cs'\]\[0\] must be a non-empty string"),
+    # Invisible alone, as the tokenizers drop them: a zero-width space, a byte order mark with
+    # a no-break space, a word joiner and a soft hyphen. They passed as captions.
+    (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': ['\u200b']}, {'ja': ['1']})]),
+     r"captions\['cs'\]\[0\] must be a non-empty string, got '\\u200b'"),
+    (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': ['y']}, {'ja': ['\ufeff\xa0']})]),
+     r"translations\['ja'\]\[0\] must be a non-empty string"),
+    (dict(items=[MediaRecord('a', 'a.jpg', {'en': [' \u2060\xad '], 'cs': ['y']},
+                             {'ja': ['1']})]),
+     r"captions\['en'\]\[0\] must be a non-empty string"),
     (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': ['y']}, {'ja': ['1']}),
                  MediaRecord('a', 'b.jpg', {'en': ['x'], 'cs': ['y']}, {'ja': ['1']})]),
      r"item 1: media_id 'a' repeats item 0"),
@@ -157,6 +166,13 @@ def test_loader_names_file_item_and_key(tmp_path):
 def test_validation_rejects(change, message):
     with pytest.raises(AnnotationError, match=message):
         _annotation(**change).validate('origin.json')
+
+
+@pytest.mark.parametrize('text', ['\ufeffDva mladí muži', '\u200b…', '«Ano»', '\u200d😀',
+                                  '1 dog', '¿Qué?', 'ngôi nhà'])
+def test_a_caption_showing_anything_passes_whatever_it_opens_with(text):
+    _annotation(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': [text]},
+                                   {'ja': ['1']})]).validate('origin.json')
 
 
 def test_half_an_emoji_is_refused_where_it_stands_before_a_tokenizer_or_a_write_meets_it(

@@ -27,6 +27,7 @@ import gc
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -228,10 +229,26 @@ def _check_texts(value: Any, where: str) -> None:
     if not isinstance(value, list) or not value:
         raise AnnotationError(f'{where} must be a non-empty list of strings, got {value!r}')
     for k, text in enumerate(value):
-        if not isinstance(text, str) or not text.strip():
+        # A caption opening with a letter or digit shows something: the check of every
+        # character is left for the rest.
+        if not isinstance(text, str) or not text.strip() or (
+                not text[0].isalnum() and _shows_nothing(text)):
             raise AnnotationError(f'{where}[{k}] must be a non-empty string, got {text!r}')
         if not text.isascii():
             _check_encodable(text, f'{where}[{k}]')
+
+
+#: Unicode categories of characters that show nothing and that tokenizers drop: format
+#: characters (zero-width space and joiners, a byte order mark, direction marks, a soft hyphen)
+#: and control characters.
+_INVISIBLE = frozenset({'Cf', 'Cc'})
+
+
+def _shows_nothing(text: str) -> bool:
+    """Whether ``text`` is whitespace and invisible characters (:data:`_INVISIBLE`) alone, a
+    caption the tokenizers make empty: a lone byte order mark or zero-width space (U+200B)
+    that a translation tool left for a line it could not translate."""
+    return all(char.isspace() or unicodedata.category(char) in _INVISIBLE for char in text)
 
 
 def _check_encodable(text: str, where: str) -> None:
