@@ -31,8 +31,9 @@ def test_checkpoint_path_follows_its_declared_record_and_unknown_names_fail():
         backbone_preprocess_cfg('ViT-B-32', 'work_dirs/clip.pt')
     with pytest.raises(ValueError, match='closest: .*ViT-B-32'):
         backbone_preprocess_cfg('ViT-B-32x')
-    with pytest.raises(ValueError, match="'opanai' is neither a file nor an open_clip tag of "
-                                         r"ViT-B-32 \(tags: \['openai'"):
+    with pytest.raises(ValueError, match="^pretrained='opanai' is neither a file nor an "
+                                         r"open_clip tag of ViT-B-32 \(closest: \['openai'\]; "
+                                         r"tags: \['openai', 'laion400m_e31'"):
         backbone_preprocess_cfg('ViT-B-32', 'opanai')
 
 

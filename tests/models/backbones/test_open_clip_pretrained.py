@@ -631,14 +631,16 @@ def test_an_open_clip_folder_name_is_refused_for_the_route_that_loads_its_weight
     (dict(type='OpenCLIPBackbone', arch='ViT-B-16-SigLIP2-265'), ValueError,
      r"unknown open_clip architecture 'ViT-B-16-SigLIP2-265'; closest: \['ViT-B-16-SigLIP2-256'"),
     (dict(type='OpenCLIPBackbone', arch='ViT-B-16-SigLIP2-256', pretrained='webly'), ValueError,
-     r"'webly' is neither a file nor an open_clip tag of ViT-B-16-SigLIP2-256 \(tags: \['webli'"),
+     r"pretrained='webly' is neither a file nor an open_clip tag of ViT-B-16-SigLIP2-256 "
+     r"\(closest: \['webli'\]"),
     (dict(type='OpenCLIPBackbone', arch='ViT-B-32', pretrained='openai',
           pretrained_cfg=dict(quick_gelu=False)), ValueError,
      "pretrained_cfg=.* contradicts the tag pretrained='openai'"),
     (dict(type='OpenCLIPBackbone', arch='hf-hub:timm/ViT-B-16-SigLIP2-256'), ValueError,
      "set arch='ViT-B-16-SigLIP2-256', pretrained='webli'"),
     (dict(type='MultilingualCLIPBackbone', image_arch='ViT-L-14', image_pretrained='opena1'),
-     ValueError, "'opena1' is neither a file nor an open_clip tag of ViT-L-14"),
+     ValueError, r"^image_pretrained='opena1' is neither a file nor an open_clip tag of "
+     r"ViT-L-14 \(closest: \['openai'\]"),
     (dict(type='MultilingualCLIPBackbone', image_pretrained='ViT-L-14.pt'), ValueError,
      "image_pretrained='ViT-L-14.pt' is a local file, .* set image_pretrained_cfg"),
     (dict(type='MultilingualCLIPBackbone', image_pretrained='none/ViT-L-14.pt',
@@ -654,3 +656,19 @@ def test_weights_the_build_would_refuse_are_refused_as_the_config_loads(backbone
     _no_hub_config(monkeypatch)
     with pytest.raises(error, match=message):
         check_part_options(MODELS, backbone, 'model.backbone')
+
+
+@pytest.mark.parametrize('key_prefix', ['', 'image_'])
+def test_an_unknown_record_tag_of_a_file_is_named_as_its_pretrained_cfg(key_prefix):
+    """It was told as ``'opena1' is neither a file nor an open_clip tag ...; a local file needs
+    its path``, naming neither the key nor the closest tag, while the file was given."""
+    with pytest.raises(ValueError, match=(
+            f"^{key_prefix}pretrained_cfg='opena1' is no open_clip tag of ViT-B-32 "
+            r"\(closest: \['openai'\]; tags: \['openai', .*'metaclip_fullcc'\]\)$")):
+        record_for('ViT-B-32', 'weights/ViT-B-32.pt', 'opena1', key_prefix=key_prefix)
+
+
+def test_a_tag_and_its_record_tag_spelt_as_open_clip_reads_them_are_no_contradiction():
+    """open_clip reads tags lower-cased with ``_`` for ``-``: both name one record."""
+    assert record_for('ViT-B-32', 'laion2b-s34b-b79k', 'LAION2B_s34b_b79k').settings() == \
+        record_for('ViT-B-32', 'laion2b_s34b_b79k').settings()

@@ -98,7 +98,8 @@ class PretrainedRecord:
 
 
 def pretrained_record(arch: str | None, pretrained_cfg: str | Mapping[str, Any] | None = None,
-                      model_cfg: Mapping[str, Any] | None = None) -> PretrainedRecord:
+                      model_cfg: Mapping[str, Any] | None = None,
+                      tag_key: str = 'pretrained_cfg') -> PretrainedRecord:
     """Merge the architecture's config with a tag's record (or explicit settings).
 
     Args:
@@ -107,6 +108,8 @@ def pretrained_record(arch: str | None, pretrained_cfg: str | Mapping[str, Any] 
             :data:`RECORD_FIELDS` (anything left out keeps the architecture's value), or ``None``
             for the architecture's own settings (random weights).
         model_cfg: inline open_clip model config (tests, the demo's tiny CLIP).
+        tag_key: what the config calls the tag, for messages (``'pretrained'``,
+            ``'image_pretrained_cfg'``).
 
     Raises:
         ValueError: an unknown architecture or tag (with the known ones), a dict key outside
@@ -119,7 +122,7 @@ def pretrained_record(arch: str | None, pretrained_cfg: str | Mapping[str, Any] 
     settings.update({k: v for k, v in arch_cfg.get('preprocess_cfg', {}).items()
                      if k in settings})
     settings['quick_gelu'] = arch_cfg.get('quick_gelu', False)
-    given, source = _given_settings(arch, pretrained_cfg, settings['quick_gelu'])
+    given, source = _given_settings(arch, pretrained_cfg, settings['quick_gelu'], tag_key)
     if 'quick_gelu' in arch_cfg and bool(given['quick_gelu']) != bool(arch_cfg['quick_gelu']):
         raise ValueError(
             f"quick_gelu: architecture {name} fixes {arch_cfg['quick_gelu']}, {source} of the "
@@ -137,12 +140,12 @@ def pretrained_record(arch: str | None, pretrained_cfg: str | Mapping[str, Any] 
 
 
 def _given_settings(arch: str | None, pretrained_cfg: str | Mapping[str, Any] | None,
-                    arch_quick_gelu: bool) -> tuple[dict[str, Any], str | None]:
+                    arch_quick_gelu: bool, tag_key: str) -> tuple[dict[str, Any], str | None]:
     """``(settings, source)`` a tag or dict sets; ``quick_gelu`` always among them: a tag or
     dict without the key keeps the architecture's (GELU unless its config says QuickGELU), as
     open_clip's ``create_model`` builds it (``roberta-ViT-B-32``'s one tag records none)."""
     if isinstance(pretrained_cfg, str):
-        given = {k: v for k, v in _tag_cfg(arch, pretrained_cfg).items()
+        given = {k: v for k, v in _tag_cfg(arch, pretrained_cfg, tag_key).items()
                  if k in RECORD_FIELDS and v is not None}
         return {'quick_gelu': arch_quick_gelu, **given}, f"open_clip tag '{pretrained_cfg}'"
     given = dict(pretrained_cfg or {})
@@ -211,15 +214,32 @@ def _refuse_located_name(arch: str) -> None:
                      f"pretrained='{folder}' (docs/pretrained_weights.md)")
 
 
-def _tag_cfg(arch: str | None, tag: str) -> dict[str, Any]:
+def _tag_cfg(arch: str | None, tag: str, key: str) -> dict[str, Any]:
+    """open_clip's record of ``tag`` of ``arch``, which the config gives as ``key``.
+
+    Raises:
+        ValueError: an unknown tag, named with ``key``, the closest tags and all of them
+            (``pretrained``: also as a file, since a tag is read as one only when it looks like
+            a path).
+    """
     if arch is None:
-        raise ValueError(f"pretrained tag '{tag}' needs an open_clip arch name, not model_cfg")
+        raise ValueError(f"{key}: pretrained tag '{tag}' needs an open_clip arch name, not "
+                         'model_cfg')
     cfg = open_clip.get_pretrained_cfg(arch, tag)
     if not cfg:
         tags = open_clip.list_pretrained_tags_by_model(arch)
-        raise ValueError(f"'{tag}' is neither a file nor an open_clip tag of {arch} (tags: "
-                         f'{tags}); a local file needs its path')
+        close = difflib.get_close_matches(_clean_tag(tag), tags, n=3, cutoff=0.5)
+        as_file = not key.endswith('_cfg')  # pretrained: a tag, or a file it could name
+        what = 'neither a file nor an open_clip tag' if as_file else 'no open_clip tag'
+        fix = '; a local file needs its path' if as_file else ''
+        raise ValueError(f"{key}='{tag}' is {what} of {arch} (closest: {close}; tags: "
+                         f'{tags}){fix}')
     return cfg
+
+
+def _clean_tag(tag: str) -> str:
+    """A tag as open_clip looks it up: ``'laion2b-s34b-b79k'`` is ``'laion2b_s34b_b79k'``."""
+    return tag.lower().replace('-', '_')
 
 
 def is_checkpoint_path(pretrained: str) -> bool:
@@ -261,14 +281,16 @@ def record_for(arch: str | None, pretrained: str | None,
                 f"{tags}; 'openai' for OpenAI's released {arch}.pt), or to a dict of "
                 f'{list(RECORD_FIELDS)} (e.g. dict(quick_gelu=False) for weights trained with '
                 f"{arch}'s own config)")
-        return pretrained_record(arch, pretrained_cfg, model_cfg)
+        return pretrained_record(arch, pretrained_cfg, model_cfg, record_key)
     if pretrained:
-        if pretrained_cfg is not None and pretrained_cfg != pretrained:
+        if pretrained_cfg is not None and not (
+                isinstance(pretrained_cfg, str)
+                and _clean_tag(pretrained_cfg) == _clean_tag(pretrained)):
             raise ValueError(f"{record_key}={pretrained_cfg!r} contradicts the tag "
                              f"{given}={pretrained!r}, whose own record applies; drop "
                              f'{record_key} (it is for local files)')
-        return pretrained_record(arch, pretrained, model_cfg)
-    return pretrained_record(arch, pretrained_cfg, model_cfg)
+        return pretrained_record(arch, pretrained, model_cfg, given)
+    return pretrained_record(arch, pretrained_cfg, model_cfg, record_key)
 
 
 def resolve_pretrained(arch: str | None, pretrained: str | None,
