@@ -124,6 +124,21 @@ def test_a_language_the_dataset_lacks_is_refused_when_the_loop_hands_its_facts_o
     metric.dataset_meta = dict(dataset='synthetic')  # facts without languages: checked later
     RetrievalMetric().dataset_meta = dict(languages=['en'])  # every language the data has
 
+
+def test_a_mean_language_the_dataset_lacks_is_refused_when_the_loop_hands_its_facts_over():
+    """Without languages, those evaluated are the dataset's: a mean language it lacks failed
+    after the gallery was encoded (and, its keys unknown, after training to the first
+    validation)."""
+    metric = RetrievalMetric(mean_languages=('de', 'ko'))
+    with pytest.raises(ValueError, match=re.escape(
+            "RetrievalMetric: mean_languages ['ko'] were requested but multi30k val has captions "
+            "in ['en', 'de', 'fr'] only; drop them from the metric's mean_languages or add them "
+            "to the dataset's languages")):
+        metric.dataset_meta = dict(dataset='multi30k', split='val', languages=['en', 'de', 'fr'])
+    metric.dataset_meta = dict(languages=['en', 'de', 'ko'])
+    assert metric.expected_keys() >= {'mAR', 'de/AR', 'ko/AR'}
+    RetrievalMetric(mean_languages=['ja']).dataset_meta = dict(languages=['en', 'jp'])  # XTD10's
+
 def test_unknown_language_lists_the_languages_seen():
     metric = RetrievalMetric(languages=('de', 'ja'))
     with pytest.raises(ValueError, match=r"\['ja'\].*\['de', 'en', 'fr'\]"):
@@ -495,8 +510,13 @@ def test_text_to_text_one_direction_reports_its_r1_sum():
 def test_text_to_text_errors_name_the_fix():
     with pytest.raises(ValueError, match=r"names its directions \('t2s', 's2t'\), got 't2i'"):
         RetrievalMetric(protocol='text_to_text', directions=('t2i',))
-    with pytest.raises(ValueError, match="'en' captions are its gallery, not queries"):
-        _run(RetrievalMetric(protocol='text_to_text', languages=('en', 'de')), _parallel_texts())
+    # Refused as the metric is built, not after the set is encoded.
+    with pytest.raises(ValueError, match=re.escape(
+            "'en' captions are its gallery, not queries; leave the source language out of "
+            "languages ['en', 'de']")):
+        RetrievalMetric(protocol='text_to_text', languages=('en', 'de'))
+    with pytest.raises(ValueError, match=re.escape("out of mean_languages ['en']")):
+        RetrievalMetric(protocol='text_to_text', mean_languages=('en',))
     items = _parallel_texts()
     del items[1]['caption_embeddings']['en']
     with pytest.raises(ValueError, match=r"items \['b'\] have none; give the dataset 'en'"):
@@ -722,10 +742,3 @@ def test_the_keys_expected_of_one_direction_hold_no_ar_and_of_xtd10_fewshot_its_
     # The summaries average the target languages: 'de', the source 'en' left out.
     assert fewshot.expected_keys() == {f'{lang}/{key}' for lang in ('en', 'de')
                                        for key in per_language} | {'mAR', 'rSum', 'mean_R@1'}
-
-
-def test_no_keys_are_expected_while_the_summary_languages_are_not_evaluated():
-    """compute_metrics names such mean_languages; the check before training leaves them to it."""
-    metric = RetrievalMetric(recall_ks=(1,), mean_languages=['fr'])
-    metric.dataset_meta = dict(languages=['en', 'de'])
-    assert metric.expected_keys() is None

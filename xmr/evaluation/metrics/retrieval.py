@@ -152,6 +152,8 @@ class RetrievalMetric(BaseMetric):
         self.source_language = normalize_language(source_language,
                                                   'RetrievalMetric source_language')
         self.mean_languages = _canonical(mean_languages, 'RetrievalMetric mean_languages')
+        if spec.text_gallery:
+            self._check_source_not_queried()
         if self.languages is not None and self.mean_languages is not None:
             outside = [lang for lang in self.mean_languages if lang not in self.languages]
             if outside:
@@ -200,15 +202,20 @@ class RetrievalMetric(BaseMetric):
         encoded."""
         self._dataset_meta = dataset_meta
         offered = (dataset_meta or {}).get('languages')
-        if self.languages is None or offered is None:
+        if offered is not None:  # in the canonical codes the metric's options are in
+            offered = [normalize_language(lang) for lang in offered]
+        # Without languages, those evaluated are the dataset's: mean_languages must be of them.
+        option, requested = (('languages', self.languages) if self.languages is not None
+                             else ('mean_languages', self.mean_languages))
+        if requested is None or offered is None:
             return
-        missing = [lang for lang in self.languages if lang not in offered]
+        missing = [lang for lang in requested if lang not in offered]
         if missing:
             where = f"{dataset_meta.get('dataset', 'the dataset')} {dataset_meta.get('split', '')}"
             raise ValueError(f"RetrievalMetric{f' ({self.prefix})' if self.prefix else ''}: "
-                             f'languages {missing} were requested but {where.strip()} has '
+                             f'{option} {missing} were requested but {where.strip()} has '
                              f'captions in {list(offered)} only; drop them from the metric\'s '
-                             "languages or add them to the dataset's")
+                             f"{option} or add them to the dataset's languages")
 
     def process(self, data_batch: Any, data_samples: Sequence[Mapping[str, Any]]) -> None:
         """Keep each gallery item's embeddings as compact CPU float32 tensors.
@@ -369,6 +376,16 @@ class RetrievalMetric(BaseMetric):
         return TokenScoring(scores.pop(), self.scoring, self.rerank_candidates,
                             self.scoring_device)
 
+    def _check_source_not_queried(self) -> None:
+        """Refuse the source language among the queries of a text gallery, whose rows are its
+        captions, as the metric is built: it was refused after the set was encoded."""
+        for option, codes in (('languages', self.languages),
+                              ('mean_languages', self.mean_languages)):
+            if codes is not None and self.source_language in codes:
+                raise ValueError(f"protocol '{self.protocol}': the '{self.source_language}' "
+                                 'captions are its gallery, not queries; leave the source '
+                                 f'language out of {option} {list(codes)}.')
+
     def _check_protocol_needs(self) -> None:
         needs: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
             'text_to_video': (('t2i',), (1,)),
@@ -399,10 +416,6 @@ class RetrievalMetric(BaseMetric):
                                  f'other language; languages seen: {seen}.')
             # The source language leads so logs read "en, then the target languages".
             return sorted(candidates, key=lambda lang: (lang != self.source_language, lang))
-        if text_gallery and self.source_language in self.languages:
-            raise ValueError(f"protocol '{self.protocol}': the '{self.source_language}' captions "
-                             'are its gallery, not queries; leave the source language out of '
-                             f'languages {list(self.languages)}.')
         missing = [lang for lang in self.languages if lang not in seen]
         if missing:
             raise ValueError(f'languages {missing} were requested but no evaluated item has a '
@@ -457,8 +470,7 @@ class RetrievalMetric(BaseMetric):
 
         Returns:
             The keys, or ``None`` when the languages are not known yet (``languages=None`` and
-            no ``dataset_meta`` stating them) or the summaries' languages are not evaluated
-            (:meth:`compute_metrics` names that).
+            no ``dataset_meta`` stating them).
         """
         languages = self.languages or (self.dataset_meta or {}).get('languages')
         if languages is None:
@@ -466,10 +478,7 @@ class RetrievalMetric(BaseMetric):
         languages = [normalize_language(lang) for lang in languages]
         if PROTOCOLS[self.protocol].text_gallery:  # the source captions are the gallery
             languages = [lang for lang in languages if lang != self.source_language]
-        try:
-            mean_languages = self.summary_languages(languages)
-        except ValueError:
-            return None
+        mean_languages = self.summary_languages(languages)
         spec = PROTOCOLS[self.protocol]
         statistics = [f'{spec.key_direction(direction)}_{statistic}'
                       for direction in self.directions
