@@ -54,6 +54,25 @@ def test_a_media_file_named_in_decomposed_unicode_is_reported_with_its_spelling(
     assert 'NFC' in str(info.value)
 
 
+def test_a_media_path_ending_with_a_carriage_return_is_reported_with_the_folder_s_name(tmp_path):
+    """An annotation of one's own written from a list with Windows line endings: the error said
+    '..., the first DIR/a.png\\r: check data_root ...', whose carriage return a terminal shows by
+    writing the rest of the line over its start, for a file a listing shows."""
+    Image.fromarray(np.zeros((12, 10, 3), dtype=np.uint8)).save(tmp_path / 'a.png')
+    dump_annotation(Annotation(dataset='demo', split='train', media_type='image',
+                               languages=['en'], source_lang='en',
+                               items=[MediaRecord('a', 'a.png\r', {'en': ['a dog']})]),
+                    tmp_path / 'ann.json')
+    dataset = CaptionPairDataset(tmp_path / 'ann.json', data_root=tmp_path, transform=TINY,
+                                 source_only=True)
+    with pytest.raises(FileNotFoundError) as info:
+        dataset.check_media_exist()
+    written = str(tmp_path / 'a.png\r')
+    assert (f'the first {written!r} ({tmp_path} holds \'a.png\', which the annotation names '
+            "'a.png\\r', with whitespace around it") in str(info.value)
+    assert '\r' not in str(info.value)
+
+
 def test_every_translation_is_one_item(ann_file):
     dataset = CaptionPairDataset(ann_file, data_root=ann_file.parent, transform=TINY)
     triples = [(dataset[i]['media_id'], dataset[i]['source_text'], dataset[i]['target_text'],

@@ -4,12 +4,15 @@ from __future__ import annotations
 import os
 import unicodedata
 
+import pytest
+
 from xmr.datasets import media_files
 from xmr.datasets.media_files import (
     LFS_POINTER_HEAD,
     is_lfs_pointer,
     missing_media,
     other_spelling_hint,
+    shown_path,
 )
 
 #: A Git LFS pointer as a clone without Git LFS leaves it under the file's name.
@@ -70,6 +73,21 @@ def test_a_file_the_folder_spells_in_another_unicode_form_is_named_with_that_spe
     assert f'holds {decomposed!r}' in hint and 'Unicode NFD' in hint
     assert other_spelling_hint(tmp_path / 'absent.jpg') == ''
     assert other_spelling_hint(tmp_path / 'no folder' / 'absent.jpg') == ''
+
+
+@pytest.mark.parametrize('written', ['a.jpg\r', 'a.jpg ', ' a.jpg', 'a.jpg\t'])
+def test_a_file_named_without_the_whitespace_around_the_annotation_s_name_is_named(tmp_path,
+                                                                                  written):
+    """An annotation written from a list with Windows line endings keeps 'a.jpg\\r': the file
+    was reported missing as '.../a.jpg', its carriage return unseen, with no hint, though the
+    folder holds a.jpg."""
+    (tmp_path / 'a.jpg').write_bytes(b'')
+    [missing] = missing_media(tmp_path, [written])
+    assert other_spelling_hint(missing) == (
+        f" ({tmp_path} holds 'a.jpg', which the annotation names {written!r}, with whitespace "
+        'around it (a line ending or a space a conversion left): strip each media_path)')
+    assert shown_path(missing) == (repr(str(missing)) if written == 'a.jpg\r' or '\t' in written
+                                   else str(missing))
 
 
 def test_no_spelling_hint_for_a_path_under_a_file(tmp_path):

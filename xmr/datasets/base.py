@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 from xmr.datasets.annotation import Annotation, MediaRecord, load_annotation
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.frame_sampling import check_frame_count
-from xmr.datasets.media_files import missing_media, other_spelling_hint
+from xmr.datasets.media_files import missing_media, other_spelling_hint, shown_path
 from xmr.datasets.media_io import (
     MediaReadError,
     check_decode_threads,
@@ -146,8 +146,8 @@ class MediaCaptionDataset(MediaDataset):
         missing = missing_media(self.media_root, (r.media_path for r in self.records))
         damaged = self._damaged_media(set(missing))
         found = [f'{len(missing)} of its {len(self.records)} media files are missing, the '
-                 f'first {missing[0]}{other_spelling_hint(missing[0])}: check data_root and '
-                 'data_prefix'] if missing else []
+                 f'first {shown_path(missing[0])}{other_spelling_hint(missing[0])}: check '
+                 'data_root and data_prefix'] if missing else []
         found += [f'{len(damaged)} of its {len(self.records)} {self.annotation.media_type}s '
                   'cannot be read whole:'
                   + ''.join(f'\n  {path}: {reason}' for path, reason in damaged)

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ['EMPTY_FILE', 'FOLDER', 'LFS_POINTER', 'LFS_POINTER_HEAD', 'LFS_POINTER_LIMIT',
-           'is_lfs_pointer', 'missing_media', 'other_spelling_hint']
+           'is_lfs_pointer', 'missing_media', 'other_spelling_hint', 'shown_path']
 
 #: Why an empty file (a failed copy or download) cannot be read, image or video.
 EMPTY_FILE = 'the file is empty (0 bytes)'
@@ -59,21 +59,40 @@ def missing_media(media_root: str | os.PathLike, relative_paths: Iterable[str]) 
 
 def other_spelling_hint(path: Path) -> str:
     """A sentence naming the file of ``path``'s folder whose name is ``path``'s name in another
-    Unicode normalisation form, for the error that reports ``path`` missing; ``''`` if none is.
+    Unicode normalisation form, or without the whitespace around it, for the error that
+    reports ``path`` missing; ``''`` if none is.
 
     macOS, and archives made there, write names decomposed (NFD: 'e' then a combining accent);
     annotations hold them composed (NFC). Linux compares names byte for byte, so such a file is
-    missing by the annotation's name though a listing shows it.
+    missing by the annotation's name though a listing shows it. So is a file whose name an
+    annotation of one's own ends with a carriage return or a space (a list with Windows line
+    endings), which a message shows as the name itself.
     """
-    wanted = unicodedata.normalize('NFC', path.name)
+    wanted = _comparable(path.name)
     try:
         found = next((entry.name for entry in os.scandir(path.parent) if entry.name != path.name
-                      and unicodedata.normalize('NFC', entry.name) == wanted), None)
+                      and _comparable(entry.name) == wanted), None)
     except (FileNotFoundError, NotADirectoryError):
         return ''
     if found is None:
         return ''
+    if found == path.name.strip():
+        return (f' ({path.parent} holds {found!r}, which the annotation names {path.name!r}, '
+                'with whitespace around it (a line ending or a space a conversion left): strip '
+                'each media_path)')
     form = 'NFD' if unicodedata.is_normalized('NFD', found) else 'another normalisation form'
     return (f' ({path.parent} holds {found!r}: the same name in Unicode {form}, as macOS writes '
             "names; rename the files to NFC, e.g. 'convmv -r -f utf8 -t utf8 --nfc --notest "
             "FOLDER', or write each media_path as the folder spells it)")
+
+
+def _comparable(name: str) -> str:
+    """``name`` as :func:`other_spelling_hint` compares names: composed, whitespace stripped."""
+    return unicodedata.normalize('NFC', name.strip())
+
+
+def shown_path(path: Path) -> str:
+    """``path`` as a message shows it: as is, or quoted with escapes where it holds a character
+    a terminal does not print (a carriage return would send the rest of the line over it)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
