@@ -139,6 +139,18 @@ def test_a_mean_language_the_dataset_lacks_is_refused_when_the_loop_hands_its_fa
     assert metric.expected_keys() >= {'mAR', 'de/AR', 'ko/AR'}
     RetrievalMetric(mean_languages=['ja']).dataset_meta = dict(languages=['en', 'jp'])  # XTD10's
 
+
+def test_a_text_gallery_whose_source_language_the_dataset_lacks_is_refused_before_encoding():
+    """It was found once every item was encoded (items [...] have no 'en' caption)."""
+    metric = RetrievalMetric(protocol='text_to_text', prefix='pairs')
+    with pytest.raises(ValueError, match=re.escape(
+            "RetrievalMetric (pairs): protocol 'text_to_text' ranks against the 'en' captions "
+            "(source_language), but multi30k val has captions in ['de', 'fr'] only; set "
+            "source_language to one of them or add it to the dataset's languages")):
+        metric.dataset_meta = dict(dataset='multi30k', split='val', languages=['de', 'fr'])
+    metric.dataset_meta = dict(dataset='multi30k', split='val', languages=['en', 'de'])
+    RetrievalMetric().dataset_meta = dict(languages=['de', 'fr'])  # images: no source needed
+
 def test_unknown_language_lists_the_languages_seen():
     metric = RetrievalMetric(languages=('de', 'ja'))
     with pytest.raises(ValueError, match=r"\['ja'\].*\['de', 'en', 'fr'\]"):

@@ -198,23 +198,28 @@ class RetrievalMetric(BaseMetric):
     @dataset_meta.setter
     def dataset_meta(self, dataset_meta: dict | None) -> None:
         """The dataset's facts, handed over when the evaluation loop is built: a requested
-        language the dataset has no captions in is refused then, not after its gallery is
-        encoded."""
+        language the dataset has no captions in, or a text gallery's source language, is
+        refused then, not after its gallery is encoded."""
         self._dataset_meta = dataset_meta
         offered = (dataset_meta or {}).get('languages')
-        if offered is not None:  # in the canonical codes the metric's options are in
-            offered = [normalize_language(lang) for lang in offered]
+        if offered is None:
+            return
+        offered = [normalize_language(lang) for lang in offered]  # as the options are
+        where = f"{dataset_meta.get('dataset', 'the dataset')} {dataset_meta.get('split', '')}"
+        head = f"RetrievalMetric{f' ({self.prefix})' if self.prefix else ''}"
+        if PROTOCOLS[self.protocol].text_gallery and self.source_language not in offered:
+            raise ValueError(f"{head}: protocol '{self.protocol}' ranks against the "
+                             f"'{self.source_language}' captions (source_language), but "
+                             f'{where.strip()} has captions in {offered} only; set '
+                             "source_language to one of them or add it to the dataset's "
+                             'languages')
         # Without languages, those evaluated are the dataset's: mean_languages must be of them.
         option, requested = (('languages', self.languages) if self.languages is not None
                              else ('mean_languages', self.mean_languages))
-        if requested is None or offered is None:
-            return
-        missing = [lang for lang in requested if lang not in offered]
+        missing = [lang for lang in requested or () if lang not in offered]
         if missing:
-            where = f"{dataset_meta.get('dataset', 'the dataset')} {dataset_meta.get('split', '')}"
-            raise ValueError(f"RetrievalMetric{f' ({self.prefix})' if self.prefix else ''}: "
-                             f'{option} {missing} were requested but {where.strip()} has '
-                             f'captions in {list(offered)} only; drop them from the metric\'s '
+            raise ValueError(f'{head}: {option} {missing} were requested but {where.strip()} '
+                             f"has captions in {offered} only; drop them from the metric's "
                              f"{option} or add them to the dataset's languages")
 
     def process(self, data_batch: Any, data_samples: Sequence[Mapping[str, Any]]) -> None:
