@@ -365,11 +365,13 @@ def run_test(args: argparse.Namespace, cfg: Config):
     from xmr.engine.runner import ResumeCheckedRunner, runner_name_in_process
     from xmr.engine.wrappers import unwrap_model
     from xmr.evaluation import EvaluationResult, comparable_entries, plain_metrics, scored_datasets
+    from xmr.models.language.carried_vocabulary import read_vocabulary_from
 
     # A name of its own: a test in the process of its training (`tools/train.py --test`)
     # that began in the second the training's runner did would log into the training's files.
     cfg.experiment_name = runner_name_in_process(
         f"{cfg.get('experiment_name') or Path(args.config).stem}_test")
+    read_vocabulary_from(cfg.model, args.checkpoint)
     # Its config dump never replaces the config it read (--work-dir naming the config's folder).
     runner = ResumeCheckedRunner.from_cfg(cfg)
     model = unwrap_model(runner.model)

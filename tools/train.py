@@ -72,6 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_config(args: argparse.Namespace) -> Config:
     from xmr.engine.amp import enable_amp
     from xmr.engine.work_dir import training_checkpoints
+    from xmr.models.language.carried_vocabulary import read_vocabulary_from
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
                           work_dir=args.work_dir)
@@ -95,14 +96,17 @@ def build_config(args: argparse.Namespace) -> Config:
             refuse_earlier_checkpoints(saved_in)
     if checkpoint is not None:
         cfg.resume, cfg.load_from = True, checkpoint  # checked by resume_checkpoint
-        return cfg
-    if resume is not None:
-        cfg.resume = False  # --resume auto found nothing: a new run
-        stopped_best = training_checkpoints(cfg.work_dir)  # best_*.pth alone: resume allowed it
-        if stopped_best and _is_xmr_checkpoint_hook(cfg.get('default_hooks', {}).get(
-                'checkpoint')):
-            cfg.default_hooks.checkpoint.earlier_best = stopped_best
-    check_load_from(cfg.get('load_from'))
+    else:
+        if resume is not None:
+            cfg.resume = False  # --resume auto found nothing: a new run
+            stopped_best = training_checkpoints(cfg.work_dir)  # best_*.pth alone: allowed
+            if stopped_best and _is_xmr_checkpoint_hook(cfg.get('default_hooks', {}).get(
+                    'checkpoint')):
+                cfg.default_hooks.checkpoint.earlier_best = stopped_best
+        check_load_from(cfg.get('load_from'))
+    if cfg.get('load_from') and '://' not in str(cfg.load_from):
+        # The embedding rows of the weights read were trained on their vocabulary's ids.
+        read_vocabulary_from(cfg.model, cfg.load_from)
     return cfg
 
 

@@ -445,6 +445,21 @@ def test_a_result_written_by_another_test_meanwhile_is_kept_and_this_one_saved_b
     assert load_result(root / 'model_test.json').name == 'this'
 
 
+def test_a_checkpoint_is_tested_with_its_vocabulary_where_its_corpus_is_gone(synthetic_setup):
+    """The config learns its SentencePiece vocabulary from a corpus file this machine lacks:
+    the test built no model before; now it reads the vocabulary the checkpoint carries and
+    scores as the config with the corpus does."""
+    root, config = synthetic_setup
+    tool = load_tool()
+    tool.main([str(config()), str(root / 'model.pth'), '--out', str(root / 'with.json')])
+    moved = tiny_retriever_cfg()
+    moved['language_branch']['tokenizer']['corpus'] = str(root / 'gone' / 'captions.txt')
+    tool.main([str(config(model_cfg=moved, name='moved.py')), str(root / 'model.pth'),
+               '--out', str(root / 'without.json')])
+    assert load_result(root / 'without.json').metrics == \
+        load_result(root / 'with.json').metrics
+
+
 def test_a_result_the_leaderboard_cannot_show_is_saved_all_the_same(synthetic_setup, capsys,
                                                                     monkeypatch):
     """The table was made before anything was written: a result without a column it can show

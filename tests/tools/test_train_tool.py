@@ -287,6 +287,28 @@ def test_a_load_from_that_does_not_exist_is_named_before_the_run_starts(tmp_path
     assert list(tmp_path.iterdir()) == [tmp_path / 'gone.pth']
 
 
+def test_a_run_from_trained_weights_reads_the_vocabulary_they_carry(tmp_path):
+    """The run's embedding rows start from load_from's, trained on its ids; a resumed run's
+    are the checkpoint's own."""
+    from xmr.models.language.carried_vocabulary import carried_entry
+
+    facts = json.dumps(dict(languages=['de'], **carried_entry(b'a model'))).encode()
+    carrying = tmp_path / 'trained.pth'
+    torch.save({'state_dict': {'_extra_state': torch.tensor(list(facts), dtype=torch.uint8)}},
+               carrying)
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path / 'new'),
+                                  '--cfg-options', f'load_from={carrying}'])
+    tokenizer = train_tool.build_config(args).model.language_branch.tokenizer
+    assert tokenizer.model_file == str(carrying) and 'corpus' not in tokenizer
+    (tmp_path / 'new').mkdir()
+    resumed_from = tmp_path / 'new' / 'iter_4.pth'
+    resumed_from.write_bytes(carrying.read_bytes())
+    args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path / 'new'), '--resume',
+                                  str(resumed_from)])
+    tokenizer = train_tool.build_config(args).model.language_branch.tokenizer
+    assert tokenizer.model_file == str(resumed_from) and 'corpus' not in tokenizer
+
+
 def test_a_truncated_or_empty_load_from_is_named_before_the_work_dir_is_written(tmp_path):
     """MMEngine's torch.load said 'EOFError:' or 'PytorchStreamReader failed ...', naming no
     file, after the runner had written its config dump and log."""

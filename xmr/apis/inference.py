@@ -45,6 +45,7 @@ from xmr.engine.hooks.checkpoint import refuse_other_facts
 from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
 from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
+from xmr.models.language.carried_vocabulary import read_vocabulary_from
 from xmr.models.language.language_modules import module_file_problem
 from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 from xmr.registry import MODELS, TRANSFORMS, check_part_options
@@ -108,6 +109,7 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
         if checkpoint is not None:
             # Present before the build; read (and its records' CRC checked) once, after it.
             given_file(checkpoint, 'checkpoint', CHECKPOINT_FIX)
+            read_vocabulary_from(cfg.model, checkpoint)
         model = MODELS.build(cfg.model)
     if not isinstance(model, CrossLingualRetriever):
         raise TypeError(f'the config builds a {type(model).__name__}; xmr.apis serves '

@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import unicodedata
+import zipfile
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -973,8 +974,9 @@ class SentencePieceTokenizer(BaseTokenizer):
     define a pad, a BOS and an EOS piece (SentencePiece's defaults define no pad).
 
     Args:
-        model_file: a trained ``.model`` file; when missing and ``corpus`` is given, the model is
-            trained and written there.
+        model_file: a trained ``.model`` file, or an xmr checkpoint, which carries the model its
+            tokenizer learned (:mod:`~xmr.models.language.carried_vocabulary`); when missing
+            and ``corpus`` is given, the model is trained and written there.
         corpus: captions to train on: a list of strings, a UTF-8 text file (one caption a
             line, as ``export_source_captions`` writes them: ``\\n`` or ``\\r\\n`` ends a line,
             a byte order mark is dropped, blank lines are skipped), or a ``FUNCTIONS`` config
@@ -996,7 +998,7 @@ class SentencePieceTokenizer(BaseTokenizer):
         path = Path(model_file) if model_file else None
         lines = None
         if path is not None and path.is_file():
-            proto = path.read_bytes()
+            proto = self._model_bytes(path)
         elif corpus is not None:
             lines = self._corpus_lines(corpus)
             proto = self._train(lines, vocab_size, character_coverage)
@@ -1015,6 +1017,21 @@ class SentencePieceTokenizer(BaseTokenizer):
         self._check_specials(model_file)
         if lines is not None:
             self._report_training(lines, spm.__version__)
+
+    @staticmethod
+    def _model_bytes(path: Path) -> bytes:
+        """The model of a ``.model`` file, or the one an xmr checkpoint (a torch zip) carries."""
+        if not zipfile.is_zipfile(path):
+            return path.read_bytes()
+        from xmr.models.language.carried_vocabulary import carried_model
+
+        proto = carried_model(path)
+        if proto is None:
+            raise ValueError(f'SentencePiece model_file {path}: a checkpoint that carries no '
+                             'SentencePiece model (written before checkpoints carried the '
+                             'vocabulary their tokenizer learned, or of another tokenizer); '
+                             'give the .model file, or the corpus it was learned from')
+        return proto
 
     def _report_training(self, lines: list[str], version: str) -> None:
         """Log how many of the corpus's captions the learned vocabulary cannot fit in

@@ -17,7 +17,8 @@ from xmr.models.disentanglers.base import (
     disentangler_class,
 )
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
-from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.language.carried_vocabulary import carried_entry
+from xmr.models.language.tokenizers import SentencePieceTokenizer, TokenBatch
 from xmr.models.language.tower_embedding import check_tower_tokenizer
 from xmr.models.retrievers.base import (
     DISENTANGLER_SCALE,
@@ -464,3 +465,11 @@ class CrossLingualRetriever(BaseRetriever):
                     source_language=self.source_language, adapters=adapters,
                     target_vocabulary=None if branch is None
                     else branch.tokenizer.vocabulary_digest())
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The facts, and a SentencePiece target tokenizer's model, which no other file may
+        hold (:mod:`~xmr.models.language.carried_vocabulary`); the facts alone are compared."""
+        tokenizer = None if self.language_branch is None else self.language_branch.tokenizer
+        carried = carried_entry(tokenizer.vocabulary()) if isinstance(
+            tokenizer, SentencePieceTokenizer) else {}
+        return dict(super().get_extra_state(), **carried)
