@@ -231,3 +231,47 @@ def test_a_git_lfs_pointer_under_a_video_s_name_is_told(tmp_path):
     reading ...)'."""
     path = _mp4(tmp_path, LFS_POINTER_TEXT)
     assert container_problem(path) == LFS_POINTER
+
+
+def _matroska(*elements: bytes) -> bytes:
+    """An EBML header, then a segment of ``elements``."""
+    return (_ebml(b'\x1a\x45\xdf\xa3', b'\x42\x82\x88matroska')
+            + _ebml(b'\x18\x53\x80\x67', b''.join(elements)))
+
+
+def _track_entry(*track_types: int) -> bytes:
+    """A Tracks element of one TrackEntry per type (1 video, 2 sound; 0: no TrackType)."""
+    return _ebml(b'\x16\x54\xae\x6b', b''.join(
+        _ebml(b'\xae', b'\xd7\x81\x01' + (bytes([0x83, 0x81, kind]) if kind else b''))
+        for kind in track_types))
+
+
+CLUSTER = _ebml(b'\x1f\x43\xb6\x75', bytes(30))
+
+
+@pytest.mark.parametrize(('elements', 'sound_alone'), [
+    ((_track_entry(2), CLUSTER), True), ((_ebml(b'\xec', bytes(9)), _track_entry(2, 2)), True),
+    ((_track_entry(1, 2), CLUSTER), False), ((_track_entry(2, 0), CLUSTER), False),
+    # A track list after the first cluster, or none: nothing told.
+    ((CLUSTER, _track_entry(2)), False), ((CLUSTER,), False)])
+def test_a_matroska_track_list_of_sound_alone_is_a_file_without_video(tmp_path, elements,
+                                                                      sound_alone):
+    """A WebM of a clip's sound alone read as 'decoding failed (Check failed: st_nb >= 0 ...
+    cannot find video stream ...)' at its batch, after passing the check."""
+    path = tmp_path / 'clip.webm'
+    path.write_bytes(_matroska(*elements))
+    assert container_problem(path) == (
+        'no video track: its Matroska track list holds sound tracks alone (an audio-only file, '
+        'as a download of the sound stream alone gives)' if sound_alone else None)
+
+
+def test_a_real_matroska_clip_with_its_video_track_typed_sound_is_told(shared_data, tmp_path):
+    source = shared_data / 'videos' / 'flipping_a_pancake.mkv'
+    if not source.is_file():
+        pytest.skip(f'{source} not found')
+    data = bytearray(source.read_bytes())
+    video_type = data.index(b'\x83\x81\x01')  # TrackType 1 of its first track, the video
+    data[video_type + 2] = 2
+    (tmp_path / 'sound.mkv').write_bytes(bytes(data))
+    assert container_problem(tmp_path / 'sound.mkv').startswith(
+        'no video track: its Matroska track list holds sound tracks alone')

@@ -4,9 +4,10 @@ An MP4/QuickTime file is a chain of boxes and a Matroska/WebM file an EBML heade
 each starting with its size; reading those few bytes (a header per top-level box, one read for
 Matroska) finds an empty file and a truncated one without decoding. decord cannot tell the
 latter: it refuses an MP4 cut short only when its index (``moov``) was at the end, and reads a
-cut Matroska file as a shorter clip. An MP4's index also names the kind of each track (a few
-box headers more): one of sound tracks alone (a download of a clip's audio stream) has no
-frame, which decord says only when the file is read. Other containers are left to the decoder,
+cut Matroska file as a shorter clip. An MP4's index and a Matroska file's track list also
+name the kind of each track (a few box headers more; the first 16 KiB): a file of sound tracks
+alone (a download of a clip's audio stream) has no frame, which decord says only when it is
+read. Other containers are left to the decoder,
 which also tells a file :func:`unlike_its_name` (a web page named ``.mp4``) from a misnamed
 video. No torch, no decord: the data tools may check files before anything heavy is imported.
 """
@@ -203,11 +204,13 @@ def _ebml_number(data: bytes, at: int, is_id: bool) -> tuple[int, int] | None:
 
 
 def _matroska_problem(file: BinaryIO, size: int) -> str | None:
-    """The segment that follows the EBML header must end inside the file. A segment of
-    unknown size (a live recording's), another element first, or a header past the first 4 KiB
-    cannot be checked here and is left to the decoder."""
+    """The segment that follows the EBML header must end inside the file, and its tracks must
+    not all be sound (:func:`_matroska_sound_alone`). A segment of unknown size (a live
+    recording's) cannot be checked for a cut; another element first, or a header or track list
+    past the file's first :data:`_MATROSKA_HEAD` bytes, cannot be checked here at all: such
+    files are left to the decoder."""
     file.seek(0)
-    data = file.read(4096)
+    data = file.read(_MATROSKA_HEAD)
     header = _ebml_number(data, 4, is_id=False)
     segment = header and header[0] >= 0 and _ebml_number(data, header[1] + header[0], True)
     segment_size = segment and _ebml_number(data, segment[1], is_id=False)
@@ -219,4 +222,47 @@ def _matroska_problem(file: BinaryIO, size: int) -> str | None:
     length, start = segment_size
     if length >= 0 and start + length > size:
         return _truncated('Matroska segment', start + length, size)
+    if _matroska_sound_alone(data, start):
+        return ('no video track: its Matroska track list holds sound tracks alone (an '
+                'audio-only file, as a download of the sound stream alone gives)')
     return None
+
+
+# Matroska element ids (with their length markers, as written) and the value of a sound track's
+# TrackType (RFC 9559).
+_MATROSKA_TRACKS = 0x1654AE6B
+_MATROSKA_CLUSTER = 0x1F43B675
+_MATROSKA_TRACK_ENTRY = 0xAE
+_MATROSKA_TRACK_TYPE = 0x83
+_MATROSKA_AUDIO = 2
+#: Bytes of a Matroska file read for its header and track list, which muxers write before the
+#: first cluster of frames, in the first few KiB.
+_MATROSKA_HEAD = 16384
+
+
+def _ebml_children(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """``(id, payload start, payload end)`` of each element in ``data[start:end]``, up to the
+    first cut off or of unknown size."""
+    while start < end:
+        ident = _ebml_number(data, start, is_id=True)
+        length = ident and _ebml_number(data, ident[1], is_id=False)
+        if not length or length[0] < 0 or length[1] + length[0] > end:
+            return
+        yield ident[0], length[1], length[1] + length[0]
+        start = length[1] + length[0]
+
+
+def _matroska_sound_alone(data: bytes, segment: int) -> bool:
+    """Whether the segment whose payload starts at ``data[segment]`` lists tracks before its
+    first cluster, each of ``TrackType`` 2 (sound); a track without a type tells nothing."""
+    for ident, start, end in _ebml_children(data, segment, len(data)):
+        if ident == _MATROSKA_CLUSTER:
+            break
+        if ident == _MATROSKA_TRACKS:
+            types = [next((int.from_bytes(data[value:value_end], 'big')
+                           for field, value, value_end in _ebml_children(data, entry, entry_end)
+                           if field == _MATROSKA_TRACK_TYPE), None)
+                     for kind, entry, entry_end in _ebml_children(data, start, end)
+                     if kind == _MATROSKA_TRACK_ENTRY]
+            return bool(types) and all(kind == _MATROSKA_AUDIO for kind in types)
+    return False
