@@ -140,6 +140,16 @@ def test_a_mean_language_the_dataset_lacks_is_refused_when_the_loop_hands_its_fa
     RetrievalMetric(mean_languages=['ja']).dataset_meta = dict(languages=['en', 'jp'])  # XTD10's
 
 
+@pytest.mark.parametrize('gallery_size', ['3', 3.0, 0, True])
+def test_a_gallery_size_that_is_no_media_count_is_refused_when_the_metric_is_built(gallery_size):
+    """'3' was compared with the 3 media once they were encoded: 'defined on 3 media, the
+    evaluation set has 3'."""
+    with pytest.raises(ValueError, match=re.escape(
+            f'gallery_size must be a positive integer (the media count) or None for the '
+            f"protocol's own, got {gallery_size!r}")):
+        RetrievalMetric(gallery_size=gallery_size)
+
+
 def test_a_text_gallery_whose_source_language_the_dataset_lacks_is_refused_before_encoding():
     """It was found once every item was encoded (items [...] have no 'en' caption)."""
     metric = RetrievalMetric(protocol='text_to_text', prefix='pairs')

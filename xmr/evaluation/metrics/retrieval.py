@@ -160,6 +160,10 @@ class RetrievalMetric(BaseMetric):
                 raise ValueError(f'mean_languages {outside} are not in languages '
                                  f'{list(self.languages)}.')
         self.i2t_mode = i2t_mode
+        if gallery_size is not None and not is_count(gallery_size):
+            # Compared with the media count only once the set was encoded, as a count it is not.
+            raise ValueError(f'RetrievalMetric gallery_size must be a positive integer (the media '
+                             f"count) or None for the protocol's own, got {gallery_size!r}.")
         self.gallery_size = gallery_size
         self.num_folds = num_folds
         self.folds = tuple(folds) if folds is not None else None
