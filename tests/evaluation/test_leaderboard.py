@@ -471,8 +471,29 @@ def test_skipped_media_mark_the_row_and_are_counted_in_the_legend():
                                       'xtd/de/mean_R@1': 2.0, 'xtd/mean_R@1': 2.0})
     _, table, legend = leaderboard_markdown([result]).split('\n\n')
     assert table.splitlines()[2].startswith('| run * | 50.00')
-    assert legend.splitlines()[-1] == ("- run *: 4 unreadable media skipped (on_corrupt='skip'); "
-                                       'its recalls are over a smaller gallery')
+    assert legend.splitlines()[-1] == (
+        "- run *: unreadable media skipped (on_corrupt='skip'), per metric: multi30k 3, xtd 1; "
+        'its recalls are over smaller galleries')
+    one = EvaluationResult('run', {'de/AR': 50.0, 'mAR': 50.0, 'skipped_media': 2.0})
+    assert leaderboard_markdown([one]).splitlines()[-1] == (
+        "- run *: 2 unreadable media skipped (on_corrupt='skip'); its recalls are over a "
+        'smaller gallery')
+
+
+def test_the_metrics_of_one_test_set_count_its_skipped_media_once(tmp_path):
+    """CDDS's Flickr30K test scores one gallery twice (token score, pooled/): each metric
+    reports its 2 skipped images, and the legend and the JSON said 4."""
+    result = EvaluationResult('cdds', {'en/AR': 50.0, 'mAR': 50.0, 'skipped_media': 2.0,
+                                       'pooled/en/AR': 40.0, 'pooled/mAR': 40.0,
+                                       'pooled/skipped_media': 2.0},
+                              test_sets=[{'dataset': 'flickr30k', 'split': 'test',
+                                          'languages': ['en']}])
+    assert result.skipped_media == 2
+    assert leaderboard_markdown([result]).splitlines()[-1] == (
+        "- cdds *: unreadable media skipped (on_corrupt='skip'), per metric: unprefixed 2, "
+        'pooled 2; its recalls are over smaller galleries')
+    save_result(tmp_path / 'r.json', result)
+    assert json.loads((tmp_path / 'r.json').read_text())['skipped_media'] == 2
 
 
 def test_a_text_to_text_result_is_tabulated_by_its_ar_per_language():

@@ -40,7 +40,8 @@ side-by-side comparisons, renaming language codes to the canonical ones (``jp`` 
 of one run's seeds one row of ``mean ± std``. Results of different test sets are never put
 in one table: the Markdown has one table per test set. A row whose evaluation skipped unreadable
 media (``on_corrupt='skip'``, the ``skipped_media`` metric) is marked ``*`` and the legend gives
-the count: its recalls are over a smaller gallery. A metric that ranked otherwise than the exact
+the count (each metric's, where several report one: those of one test set report the same
+media): its recalls are over a smaller gallery. A metric that ranked otherwise than the exact
 standard protocol (the DASD code's grouped image→text, an approximate index, a re-ranked
 shortlist; ``tools/test.py`` records it) gets a legend line saying so.
 """
@@ -239,10 +240,19 @@ class EvaluationResult:
     checkpoint_resolved: str | None = None
 
     @property
+    def skipped_by_metric(self) -> dict[str, int]:
+        """Per metric prefix (``''`` for bare keys) that reports some, the media its gallery
+        lacks as unreadable (``on_corrupt='skip'``): each metric of a test set reports the
+        set's."""
+        return {key.rpartition('/')[0]: int(value) for key, value in self.metrics.items()
+                if key.rpartition('/')[2] == SKIPPED_KEY and value}
+
+    @property
     def skipped_media(self) -> int:
-        """Media skipped as unreadable over all its test sets."""
-        return int(sum(value for key, value in self.metrics.items()
-                       if key.rpartition('/')[2] == SKIPPED_KEY))
+        """The most media one of its galleries lacks as unreadable (0: none). Not a sum: the
+        metrics of one test set (CDDS's token score and ``pooled/``) each report its skipped
+        media, and their sum counted them once per metric."""
+        return max(self.skipped_by_metric.values(), default=0)
 
     @property
     def summary_languages(self) -> dict[str, list[str]]:
@@ -474,9 +484,8 @@ def _markdown_table(results: Sequence[EvaluationResult]) -> str:
         raise ValueError(f'the results of {[r.name for r in results]} hold no retrieval metric '
                          f'({", ".join(h.per_language for h in HEADLINES)} per language, or '
                          f'{", ".join(h.summary for h in HEADLINES)}); nothing to tabulate')
-    lines = column_legend(results) + [
-        f"{result.name} *: {result.skipped_media} unreadable media skipped (on_corrupt='skip'); "
-        'its recalls are over a smaller gallery' for result in results if result.skipped_media]
+    lines = column_legend(results) + [_skipped_line(result) for result in results
+                                      if result.skipped_media]
     if any(result.seed_std for result in results):
         lines.append('a row over seeds: mean ± sample standard deviation (n - 1) of each value '
                      'over the seeds it names')
@@ -485,6 +494,18 @@ def _markdown_table(results: Sequence[EvaluationResult]) -> str:
               for prefix, ranking in result.rankings.items()]
     legend = '\n'.join(f'- {line}' for line in lines)
     return f'{format_table(header, rows)}\n\n{legend}'
+
+
+def _skipped_line(result: EvaluationResult) -> str:
+    """The legend line of a row whose galleries lack unreadable media: the count, or with
+    several metrics each metric's (those of one test set report the same media)."""
+    counts = result.skipped_by_metric
+    if len(counts) == 1:
+        return (f"{result.name} *: {result.skipped_media} unreadable media skipped "
+                "(on_corrupt='skip'); its recalls are over a smaller gallery")
+    each = ', '.join(f'{prefix or "unprefixed"} {count}' for prefix, count in counts.items())
+    return (f"{result.name} *: unreadable media skipped (on_corrupt='skip'), per metric: "
+            f'{each}; its recalls are over smaller galleries')
 
 
 def mean_over_seeds(results: Sequence[EvaluationResult]) -> list[EvaluationResult]:
