@@ -334,9 +334,10 @@ def summary_languages(runner) -> dict[str, list[str]]:
 
 def check_test_languages(runner, model) -> None:
     """Stop before any encoding when a test set has captions in a language the model lacks,
-    lacks the texts it queries with, or has media of another size than its image tower takes."""
+    lacks the texts it queries with, has media of another size than its image tower takes, or
+    another media count than its metric's protocol is defined on (COCO 5K on a 1K file)."""
     from xmr.apis import check_languages
-    from xmr.engine.data_languages import check_media_sizes
+    from xmr.engine.data_languages import check_gallery_sizes, check_media_sizes
 
     for loader in _test_loaders(runner):
         metainfo = getattr(loader.dataset, 'metainfo', None) or {}
@@ -350,6 +351,7 @@ def check_test_languages(runner, model) -> None:
             if check_gallery is not None:
                 check_gallery(metainfo, where)
         check_media_sizes(model, {where: loader.dataset})
+    check_gallery_sizes(runner.test_loop, 'test')
 
 
 def run_test(args: argparse.Namespace, cfg: Config):

@@ -160,15 +160,19 @@ def _own_geometry(backbone: object, expected: tuple[int, int]) -> str:
     return ', '.join(f'{key}={value!r}' for key, value in cfg.items())
 
 
-def check_gallery_sizes(val_loop) -> None:
-    """Each validation gallery has the media count its metrics' protocol is defined on
-    (``xtd10_t2i_r10``: 1,000), checked before training: the metric finds it at the first
-    validation, a phase in.
+def check_gallery_sizes(loop, split: str = 'val') -> None:
+    """Each gallery of a validation or test loop has the media count its metrics' protocol is
+    defined on (``xtd10_t2i_r10``: 1,000), checked before training or testing: the metric
+    finds it once the whole gallery is encoded, at the first validation a phase in.
+
+    Args:
+        loop: the runner's ``val_loop`` or ``test_loop``.
+        split: ``'val'`` or ``'test'``, for the message.
 
     Raises:
         ValueError: naming the gallery, its size, the protocol and the fix.
     """
-    for index, (loader, evaluator) in enumerate(scored_loaders(val_loop)):
+    for index, (loader, evaluator) in enumerate(scored_loaders(loop)):
         dataset = source_dataset(loader.dataset)
         if not isinstance(dataset, RetrievalDataset):
             continue
@@ -180,7 +184,7 @@ def check_gallery_sizes(val_loop) -> None:
                 continue
             fixed = (f'gallery_size={given}' if given else
                      f"protocol '{protocol.name}' is defined on {expected}")
-            raise ValueError(f'val dataset {index} ({dataset.ann_file}) holds {len(dataset)} '
+            raise ValueError(f'{split} dataset {index} ({dataset.ann_file}) holds {len(dataset)} '
                              f"media, but its metric's {fixed}: give the metric a protocol "
                              f'for any size (standard), or gallery_size={len(dataset)} to '
                              'score it on this one')

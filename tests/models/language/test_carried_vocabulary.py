@@ -69,7 +69,8 @@ def test_a_model_loads_where_its_corpus_is_not(trained):
     assert model.cfg.model.language_branch.tokenizer.model_file == str(checkpoint)
 
 
-def test_only_a_tokenizer_without_its_own_model_file_takes_the_carried_vocabulary(trained, tmp_path):
+def test_only_a_tokenizer_without_its_own_model_file_takes_the_carried_vocabulary(trained,
+                                                                                 tmp_path):
     _, checkpoint, reference = trained
     learning = tiny_retriever_cfg()
     assert read_vocabulary_from(learning, checkpoint)
