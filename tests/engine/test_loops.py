@@ -1306,26 +1306,32 @@ def test_a_run_resumed_inside_a_window_without_its_gradients_says_so(tmp_path):
         'save them')
 
 
+def three_image_loop(folder, split: str, size: int, **metric):
+    """An evaluation loop's stand-in: a gallery of three English-captioned images (files
+    absent) at ``<folder>/<split>.json``, scored by one ``RetrievalMetric(**metric)``."""
+    from types import SimpleNamespace
+
+    from xmr.datasets import Annotation, MediaRecord, RetrievalDataset, dump_annotation
+    from xmr.evaluation import RetrievalMetric
+
+    dump_annotation(Annotation(
+        dataset='demo', split=split, media_type='image', languages=['en'],
+        items=[MediaRecord(name, f'{name}.png', {'en': [f'a {name} dog']})
+               for name in ('red', 'blue', 'green')]), folder / f'{split}.json')
+    gallery = RetrievalDataset(folder / f'{split}.json', data_root=folder,
+                               transform=dict(type='MediaTransform', backbone=None, size=size))
+    return SimpleNamespace(dataloader=SimpleNamespace(dataset=gallery),
+                           evaluator=SimpleNamespace(metrics=[RetrievalMetric(**metric)]))
+
+
 def test_a_validation_gallery_of_another_size_than_its_protocol_is_refused_before_training(
         tmp_path):
     """The metric found it at the first validation, a phase in (xtd10_t2i_r10 on the 50
     images of the few-shot val split)."""
-    from types import SimpleNamespace
-
-    from xmr.datasets import Annotation, MediaRecord, RetrievalDataset, dump_annotation
     from xmr.engine.data_languages import check_gallery_sizes
-    from xmr.evaluation import RetrievalMetric
-
-    dump_annotation(Annotation(
-        dataset='demo', split='val', media_type='image', languages=['en'],
-        items=[MediaRecord(name, f'{name}.png', {'en': [f'a {name} dog']})
-               for name in ('red', 'blue', 'green')]), tmp_path / 'val.json')
-    gallery = RetrievalDataset(tmp_path / 'val.json', data_root=tmp_path,
-                               transform=dict(type='MediaTransform', backbone=None, size=8))
 
     def val_loop(**metric):
-        return SimpleNamespace(dataloader=SimpleNamespace(dataset=gallery),
-                               evaluator=SimpleNamespace(metrics=[RetrievalMetric(**metric)]))
+        return three_image_loop(tmp_path, 'val', 8, **metric)
 
     with pytest.raises(ValueError, match=(
             r"^val dataset 0 \(.*val.json\) holds 3 media, but its metric's protocol "

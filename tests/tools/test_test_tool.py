@@ -611,17 +611,9 @@ def test_a_test_set_of_another_count_than_its_protocol_stops_before_encoding(tmp
     """COCO 5K given the 1K file failed once the whole gallery was encoded (found in review)."""
     from types import SimpleNamespace
 
-    from xmr.datasets import Annotation, MediaRecord, RetrievalDataset
+    from tests.engine.test_loops import three_image_loop
 
-    dump_annotation(Annotation(
-        dataset='mscoco', split='test', media_type='image', languages=['en'],
-        items=[MediaRecord(name, f'{name}.png', {'en': [f'a {name} dog']})
-               for name in ('red', 'blue', 'green')]), tmp_path / 'test.json')
-    gallery = RetrievalDataset(tmp_path / 'test.json', data_root=tmp_path,
-                               transform=dict(type='MediaTransform', backbone=None, size=32))
-    runner = SimpleNamespace(test_loop=SimpleNamespace(
-        dataloader=SimpleNamespace(dataset=gallery),
-        evaluator=SimpleNamespace(metrics=[evaluation.RetrievalMetric(protocol='coco_5k')])))
+    runner = SimpleNamespace(test_loop=three_image_loop(tmp_path, 'test', 32, protocol='coco_5k'))
     with pytest.raises(ValueError, match=(
             r"^test dataset 0 \(.*test.json\) holds 3 media, but its metric's protocol "
             r"'coco_5k' is defined on 5000: ")):
