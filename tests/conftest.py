@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -201,11 +201,15 @@ TEACHER_WORDS = ('a an the two three man woman dog dogs girl boy men people red 
 
 
 def sentence_transformer_files(folder: Path, width: int, pooling: str = 'mean',
-                               normalize: bool = True) -> Path:
-    """Write sentence-transformers' ``modules.json`` and ``1_Pooling/config.json`` (and an
-    empty ``2_Normalize``) into ``folder``, as ``SentenceTransformer.save`` does."""
-    modules = [('Transformer', ''), ('Pooling', '1_Pooling')] + \
-        [('Normalize', '2_Normalize')] * normalize
+                               normalize: bool = True, dense: Sequence[dict] = ()) -> Path:
+    """Write sentence-transformers' ``modules.json`` and ``1_Pooling/config.json`` (then a
+    ``<i>_Dense`` folder per ``dense`` config, with random weights, and an empty
+    ``<i>_Normalize``) into ``folder``, as ``SentenceTransformer.save`` does."""
+    modules = [('Transformer', ''), ('Pooling', '1_Pooling')]
+    for index, config in enumerate(dense, start=2):
+        modules.append(('Dense', f'{index}_Dense'))
+        dense_files(folder / f'{index}_Dense', **config)
+    modules += [('Normalize', f'{len(modules)}_Normalize')] * normalize
     (folder / 'modules.json').write_text(json.dumps([
         dict(idx=i, name=str(i), path=path, type=f'sentence_transformers.models.{kind}')
         for i, (kind, path) in enumerate(modules)]))
@@ -216,12 +220,33 @@ def sentence_transformer_files(folder: Path, width: int, pooling: str = 'mean',
         pooling_mode_mean_sqrt_len_tokens=False, pooling_mode_weightedmean_tokens=False,
         pooling_mode_lasttoken=False, include_prompt=True)))
     if normalize:
-        (folder / '2_Normalize').mkdir(exist_ok=True)
+        (folder / modules[-1][1]).mkdir(exist_ok=True)
     return folder
 
 
+def dense_files(folder: Path, in_features: int, out_features: int, bias: bool = True,
+                activation: str = 'torch.nn.modules.activation.Tanh',
+                weights: str = 'model.safetensors') -> None:
+    """A sentence-transformers ``Dense`` module's folder: its ``config.json`` and its random
+    ``linear.weight`` (and ``linear.bias``) in ``weights``."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / 'config.json').write_text(json.dumps(dict(
+        in_features=in_features, out_features=out_features, bias=bias,
+        activation_function=activation)))
+    state = {'linear.weight': torch.randn(out_features, in_features)}
+    if bias:
+        state['linear.bias'] = torch.randn(out_features)
+    if weights.endswith('.safetensors'):
+        save_file(state, str(folder / weights))
+    else:
+        torch.save(state, folder / weights)
+
+
 def tiny_sentence_encoder(folder: Path, width: int = 32, layers: int = 2,
-                          pooling: str = 'mean', normalize: bool = True) -> Path:
+                          pooling: str = 'mean', normalize: bool = True,
+                          dense: Sequence[dict] = ()) -> Path:
     """A sentence-transformers folder of a random BERT-style encoder (``config.json``, weights,
     a WordPiece ``tokenizer.json``, the pooling and ``Normalize`` modules), the layout of
     all-MiniLM-L6-v2."""
@@ -241,7 +266,7 @@ def tiny_sentence_encoder(folder: Path, width: int = 32, layers: int = 2,
                         num_attention_heads=2, intermediate_size=2 * width,
                         max_position_embeddings=64)
     BertModel(config, add_pooling_layer=False).save_pretrained(folder)
-    return sentence_transformer_files(folder, width, pooling, normalize)
+    return sentence_transformer_files(folder, width, pooling, normalize, dense)
 
 
 @pytest.fixture(scope='session')

@@ -84,6 +84,53 @@ def test_the_fingerprint_changes_with_the_folders_pooling_and_normalisation(
     assert len(keys) == 3
 
 
+#: LaBSE's head (768 -> 768, tanh, a bias) and a projection without bias or activation after
+#: it (clip-ViT-B-32-multilingual-v1's 768 -> 512), on the tiny width.
+DENSE = [dict(in_features=32, out_features=24),
+         dict(in_features=24, out_features=16, bias=False,
+              activation='torch.nn.modules.linear.Identity', weights='pytorch_model.bin')]
+
+
+def test_the_docs_teacher_runs_the_folders_dense_layers(tmp_path, sentence_encoder_module):
+    """LaBSE (Transformer, CLS Pooling, Dense tanh, Normalize) was refused for its Dense."""
+    from safetensors.torch import load_file
+
+    folder = tiny_sentence_encoder(tmp_path / 'teacher', pooling='cls', dense=DENSE)
+    teacher = sentence_encoder_module.SentenceEncoder(str(folder)).eval()
+    with torch.no_grad():
+        ours = teacher.encode_source_text(teacher.tokenizer(CAPTIONS))
+    model = BertModel.from_pretrained(folder, add_pooling_layer=False)
+    pooled = _reference(model, folder, CAPTIONS, 'cls', normalize=False)
+    first = load_file(str(folder / '2_Dense' / 'model.safetensors'))
+    second = torch.load(folder / '3_Dense' / 'pytorch_model.bin', weights_only=True)
+    hidden = torch.tanh(pooled @ first['linear.weight'].T + first['linear.bias'])
+    expected = F.normalize(hidden @ second['linear.weight'].T, dim=-1)
+    assert teacher.embed_dim == 16 and ours.shape == (3, 16)
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
+    assert not any(parameter.requires_grad for parameter in teacher.parameters())
+
+
+@pytest.mark.parametrize('edit, message', [
+    (lambda dense: _edit(dense / 'config.json',
+                         activation_function='torch.nn.modules.activation.LeakyReLU'),
+     r"2_Dense/config.json: activation_function='torch.nn.modules.activation.LeakyReLU'; xmr "
+     r"runs torch.nn.modules.linear.Identity, torch.nn.modules.activation.Tanh"),
+    (lambda dense: _edit(dense / 'config.json', in_features=30),
+     r'2_Dense/config.json: in_features=30 but the module before it gives 32$'),
+    (lambda dense: _edit(dense / 'config.json', bias=False),
+     r"2_Dense: Dense weights \{'linear.bias': \(24,\), 'linear.weight': \(24, 32\)\}, but "
+     r"its config.json gives \{'linear.weight': \(24, 32\)\}"),
+    (lambda dense: (dense / 'model.safetensors').unlink(),
+     r"Dense weights folder .*2_Dense holds none of \['model.safetensors', 'pytorch_model.bin'\]"),
+], ids=['activation', 'in-features', 'bias', 'no-weights'])
+def test_a_dense_layer_xmr_cannot_run_as_saved_is_refused_naming_it(
+        tmp_path, sentence_encoder_module, edit, message):
+    folder = tiny_sentence_encoder(tmp_path / 'teacher', dense=DENSE[:1])
+    edit(folder / '2_Dense')
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        sentence_encoder_module.SentenceEncoder(str(folder))
+
+
 def _edit(path, **changes):
     path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
@@ -110,7 +157,8 @@ def _edit(path, **changes):
      r'quotes: line 1 column 12 \(char 11\)$'),
     (lambda folder: (folder / 'config.json').write_bytes(b'{"model_type": "b\xe9rt"}'),
      r"config.json: not UTF-8: invalid bytes b'\\xe9' on line 1, byte 17; save it as UTF-8$"),
-], ids=['max', 'two-modes', 'width', 'dense', 'no-modules', 'distilbert', 'cut-off', 'latin-1'])
+], ids=['max', 'two-modes', 'width', 'dense-after-normalize', 'no-modules', 'distilbert',
+        'cut-off', 'latin-1'])
 def test_a_folder_xmr_cannot_run_as_trained_is_refused_naming_file_and_field(
         tmp_path, edit, message):
     folder = tiny_sentence_encoder(tmp_path / 'teacher')

@@ -1,17 +1,23 @@
 """A sentence-transformers folder's own pipeline, read from its files: the pooling of the last
-hidden states, whether the sentence embedding is L2-normalised, how captions are read before
-tokenising (ends stripped, lower-cased or not) and how many of their tokens are read, so that a
-teacher built on the folder embeds as the model was trained (docs/custom_modules.md, "A
-text-only backbone: your own teacher")."""
+hidden states, the ``Dense`` layers after it (LaBSE's tanh projection), whether the sentence
+embedding is L2-normalised, how captions are read before tokenising (ends stripped, lower-cased
+or not) and how many of their tokens are read, so that a teacher built on the folder embeds as
+the model was trained (docs/custom_modules.md, "A text-only backbone: your own teacher")."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
 
 from xmr.json_files import load_json
+from xmr.models.weight_files import read_weights
 
-__all__ = ['SentenceTransformerPipeline', 'read_sentence_transformer']
+if TYPE_CHECKING:
+    from xmr.models.backbones.bert import BertTextTower
+
+__all__ = ['DenseLayer', 'SentenceTransformerPipeline', 'read_sentence_transformer']
 
 #: ``1_Pooling/config.json``'s mode flags, each to the :attr:`TextTower.pooling
 #: <xmr.models.backbones.base.TextTower.pooling>` that computes it (``None``: none does).
@@ -21,6 +27,45 @@ POOLING_MODES: dict[str, str | None] = {
     'pooling_mode_weightedmean_tokens': None, 'pooling_mode_lasttoken': None}
 #: Model types whose layers :class:`~xmr.models.backbones.bert.BertTextTower` writes out.
 BERT_MODEL_TYPES = ('bert', 'roberta', 'xlm-roberta')
+#: ``Dense/config.json``'s ``activation_function`` (the class sentence-transformers imports by
+#: that name) to the module it is.
+DENSE_ACTIVATIONS: dict[str, type[nn.Module]] = {
+    'torch.nn.modules.linear.Identity': nn.Identity, 'torch.nn.modules.activation.Tanh': nn.Tanh,
+    'torch.nn.modules.activation.ReLU': nn.ReLU, 'torch.nn.modules.activation.GELU': nn.GELU,
+    'torch.nn.modules.activation.Sigmoid': nn.Sigmoid}
+
+
+@dataclass(frozen=True)
+class DenseLayer:
+    """A ``Dense`` module of the folder: ``y = act(W x + b)``, ``W`` ``[out, in]``.
+
+    Attributes:
+        folder: its folder (``2_Dense``), holding ``config.json`` and its weights
+            (``model.safetensors`` or ``pytorch_model.bin``: ``linear.weight``, ``linear.bias``).
+        in_features, out_features: the widths it maps between.
+        bias: whether ``linear`` has a bias.
+        activation: ``activation_function``, a key of :data:`DENSE_ACTIVATIONS`.
+    """
+
+    folder: Path
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: str
+
+    def build(self) -> nn.Sequential:
+        """``Sequential(Linear, activation)`` holding the folder's weights, checked whole."""
+        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias)
+        weights = read_weights(self.folder, 'sentence-transformers Dense weights')
+        expected = {f'linear.{name}': tuple(value.shape)
+                    for name, value in sorted(linear.named_parameters())}
+        found = {key: tuple(value.shape) for key, value in sorted(weights.items())}
+        if found != expected:
+            raise ValueError(f'{self.folder}: Dense weights {found}, but its config.json gives '
+                             f'{expected}: save the module again with sentence-transformers')
+        linear.load_state_dict({key.removeprefix('linear.'): value
+                                for key, value in weights.items()})
+        return nn.Sequential(linear, DENSE_ACTIVATIONS[self.activation]())
 
 
 @dataclass(frozen=True)
@@ -42,6 +87,16 @@ class SentenceTransformerPipeline:
     normalize: bool
     lowercase: bool
     max_length: int
+    dense: tuple[DenseLayer, ...] = ()
+
+    def apply_to(self, tower: BertTextTower) -> None:
+        """Make ``tower`` (built with ``embed_dim=None``) end as the folder's model does: its
+        pooling, then the ``Dense`` layers as its frozen ``text_proj`` (``E`` their last
+        ``out_features``), then the L2 normalisation if any."""
+        tower.pooling, tower.normalize = self.pooling, self.normalize
+        if self.dense:
+            tower.text_proj = nn.Sequential(*(layer.build() for layer in self.dense))
+            tower.embed_dim = self.dense[-1].out_features
 
     def tokenizer_cfg(self, tokenizer_file: str | Path, max_length: int | None = None
                       ) -> dict[str, Any]:
@@ -83,20 +138,36 @@ def _pooling(path: Path, width: int) -> str:
     return POOLING_MODES[chosen[0]]
 
 
+def _dense(path: Path, width: int) -> DenseLayer:
+    """The :class:`DenseLayer` of a ``Dense`` module's ``config.json``, taking ``width``."""
+    config = _json(path / 'config.json')
+    activation = config.get('activation_function', 'torch.nn.modules.activation.Tanh')
+    if activation not in DENSE_ACTIVATIONS:
+        raise ValueError(f'{path / "config.json"}: activation_function={activation!r}; xmr '
+                         f'runs {", ".join(DENSE_ACTIVATIONS)}')
+    if config.get('in_features') != width:
+        raise ValueError(f'{path / "config.json"}: in_features={config.get("in_features")} but '
+                         f'the module before it gives {width}')
+    return DenseLayer(path, width, config['out_features'], bool(config.get('bias', True)),
+                      activation)
+
+
 def read_sentence_transformer(folder: str | Path) -> SentenceTransformerPipeline:
-    """Read ``modules.json``, the ``Pooling`` module's ``config.json`` and
+    """Read ``modules.json``, the ``Pooling`` and ``Dense`` modules' ``config.json`` and
     ``sentence_bert_config.json`` of a sentence-transformers folder.
 
     The folder must hold a BERT, RoBERTa or XLM-R transformer, one ``Pooling`` module in mean or
-    CLS mode and at most a ``Normalize`` after it: what a :class:`~xmr.models.backbones.bert.
-    BertTextTower` (``embed_dim=None``) computes. Anything else is refused here, naming the file
-    and field, rather than embedding otherwise than the model was trained to.
+    CLS mode, any ``Dense`` layers (LaBSE: 768 -> 768, tanh) and at most a ``Normalize`` last:
+    what a :class:`~xmr.models.backbones.bert.BertTextTower` (``embed_dim=None``) computes once
+    :meth:`SentenceTransformerPipeline.apply_to` it. Anything else is refused here, naming the
+    file and field, rather than embedding otherwise than the model was trained to.
 
     Raises:
-        FileNotFoundError: ``modules.json`` or the pooling's ``config.json`` is missing.
-        ValueError: a module, pooling mode or ``model_type`` xmr does not run, or a file
-            that is not UTF-8 or no JSON Python reads (:class:`~xmr.json_files.JSONFileError`,
-            naming the file, the fault and its place).
+        FileNotFoundError: ``modules.json`` or a module's ``config.json`` is missing.
+        ValueError: a module, pooling mode, activation or ``model_type`` xmr does not run, a
+            ``Dense`` of another input width than it is given, or a file that is not UTF-8 or
+            no JSON Python reads (:class:`~xmr.json_files.JSONFileError`, naming the file, the
+            fault and its place).
     """
     folder = Path(folder)
     transformer = _json(folder / 'config.json')
@@ -108,17 +179,23 @@ def read_sentence_transformer(folder: str | Path) -> SentenceTransformerPipeline
     kinds = [(module['type'].rsplit('.', 1)[-1], module.get('path', ''))
              for module in _json(folder / 'modules.json')]
     names = [kind for kind, _ in kinds]
-    if names not in (['Transformer', 'Pooling'], ['Transformer', 'Pooling', 'Normalize']):
+    normalize = names[-1] == 'Normalize'
+    middle = names[2:len(names) - normalize]
+    if names[:2] != ['Transformer', 'Pooling'] or any(name != 'Dense' for name in middle):
         raise ValueError(f'{folder / "modules.json"}: modules {names}; xmr runs Transformer, '
-                         'Pooling and an optional Normalize, in that order')
+                         'Pooling, any Dense and an optional Normalize, in that order')
+    dense: list[DenseLayer] = []
+    for _, path in kinds[2:2 + len(middle)]:
+        dense.append(_dense(folder / path, dense[-1].out_features if dense else width))
     settings_file = folder / 'sentence_bert_config.json'
     settings = _json(settings_file) if settings_file.is_file() else {}
     return SentenceTransformerPipeline(pooling=_pooling(folder / kinds[1][1] / 'config.json',
                                                         width),
-                                       normalize=names[-1] == 'Normalize',
+                                       normalize=normalize,
                                        lowercase=bool(settings.get('do_lower_case', False)),
                                        max_length=settings.get('max_seq_length')
-                                       or _fallback_max_length(folder, transformer))
+                                       or _fallback_max_length(folder, transformer),
+                                       dense=tuple(dense))
 
 
 def _fallback_max_length(folder: Path, transformer: dict) -> int:
