@@ -73,6 +73,13 @@ def test_scores_are_cosines_whatever_the_norms_and_queries_may_be_arrays():
             index.search_embeddings(torch.ones(1, 2), k=k)
 
 
+def test_the_repr_names_size_dimensions_index_kind_and_the_encoder():
+    index = MediaIndex(torch.eye(3, 4), ['a', 'b', 'c'], index='hnsw')
+    assert repr(index) == "MediaIndex(3 media, 4 dims, index='hnsw', encoded_by=None)"
+    index.encoded_by = {'backbone': 'f00d', 'transform': 'x', 'num_frames': 8}
+    assert repr(index) == "MediaIndex(3 media, 4 dims, index='hnsw', backbone='f00d')"
+
+
 def test_bad_input_is_named(model, image_files):
     index = MediaIndex.from_media(model, image_files[:1])
     with pytest.raises(ValueError, match=r"has no adapters for \['fr'\]; it reads "

@@ -294,6 +294,14 @@ class MediaIndex:
     def __len__(self) -> int:
         return self.searcher.gallery_size
 
+    def __repr__(self) -> str:
+        # A gallery shown in a notebook or a log says what it holds and which backbone's
+        # queries it answers, not an object address.
+        encoder = ('encoded_by=None' if self.encoded_by is None
+                   else f"backbone={self.encoded_by['backbone']!r}")
+        return (f'{type(self).__name__}({len(self)} media, {self.searcher.dim} dims, '
+                f'index={self.searcher.index_type!r}, {encoder})')
+
     def search(self, model: CrossLingualRetriever, queries: str | Sequence[str], lang: str,
                k: int = 10) -> list[list[SearchHit]]:
         """The ``k`` best media for each text query.
