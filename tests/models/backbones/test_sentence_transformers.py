@@ -118,8 +118,8 @@ def test_the_docs_teacher_runs_the_folders_dense_layers(tmp_path, sentence_encod
     (lambda dense: _edit(dense / 'config.json', in_features=30),
      r'2_Dense/config.json: in_features=30 but the module before it gives 32$'),
     (lambda dense: _edit(dense / 'config.json', bias=False),
-     r"2_Dense: Dense weights \{'linear.bias': \(24,\), 'linear.weight': \(24, 32\)\}, but "
-     r"its config.json gives \{'linear.weight': \(24, 32\)\}"),
+     r'2_Dense does not fit the Dense layer its config.json describes \(32 -> 24, bias=False\): '
+     r'1 unexpected \(linear.bias\)'),
     (lambda dense: (dense / 'model.safetensors').unlink(),
      r"Dense weights folder .*2_Dense holds none of \['model.safetensors', 'pytorch_model.bin'\]"),
 ], ids=['activation', 'in-features', 'bias', 'no-weights'])

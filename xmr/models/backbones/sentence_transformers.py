@@ -5,6 +5,7 @@ or not) and how many of their tokens are read, so that a teacher built on the fo
 the model was trained (docs/custom_modules.md, "A text-only backbone: your own teacher")."""
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from xmr.json_files import load_json
-from xmr.models.weight_files import read_weights
+from xmr.models.weight_files import check_weights_fit, read_weights
 
 if TYPE_CHECKING:
     from xmr.models.backbones.bert import BertTextTower
@@ -54,18 +55,18 @@ class DenseLayer:
     activation: str
 
     def build(self) -> nn.Sequential:
-        """``Sequential(Linear, activation)`` holding the folder's weights, checked whole."""
-        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias)
+        """``Sequential(linear, activation)`` holding the folder's weights, checked whole (its
+        keys are the ``Dense`` module's own: ``linear.weight``, ``linear.bias``)."""
+        layer = nn.Sequential(OrderedDict(
+            linear=nn.Linear(self.in_features, self.out_features, bias=self.bias),
+            activation=DENSE_ACTIVATIONS[self.activation]()))
         weights = read_weights(self.folder, 'sentence-transformers Dense weights')
-        expected = {f'linear.{name}': tuple(value.shape)
-                    for name, value in sorted(linear.named_parameters())}
-        found = {key: tuple(value.shape) for key, value in sorted(weights.items())}
-        if found != expected:
-            raise ValueError(f'{self.folder}: Dense weights {found}, but its config.json gives '
-                             f'{expected}: save the module again with sentence-transformers')
-        linear.load_state_dict({key.removeprefix('linear.'): value
-                                for key, value in weights.items()})
-        return nn.Sequential(linear, DENSE_ACTIVATIONS[self.activation]())
+        check_weights_fit(layer.state_dict(), weights, str(self.folder),
+                          f'the Dense layer its config.json describes ({self.in_features} -> '
+                          f'{self.out_features}, bias={self.bias})',
+                          'Save the module again with sentence-transformers.')
+        layer.load_state_dict(weights)
+        return layer
 
 
 @dataclass(frozen=True)
