@@ -26,9 +26,10 @@ from typing import Any
 
 from mmengine.config import Config
 
-from xmr.config_variables import copies_shown, stale_copies
+from xmr.config_variables import stale_copies
 from xmr.packaged import packaged_root
 from xmr.utils.cli import did_you_mean
+from xmr.utils.listing import first_few
 
 __all__ = ['ablation_path', 'apply_ablations', 'ablation_suffix', 'list_items_replaced']
 
@@ -142,7 +143,7 @@ def _refuse_copied_variables(whole: Mapping[str, Any], overlay: Mapping[str, Any
         if copies:
             raise ValueError(f'{who} sets {key}, a variable of the config whose value was '
                              f'copied where the config uses it as it loaded '
-                             f'({copies_shown(copies)}): the row '
+                             f'({first_few(copies, 4)}): the row '
                              'would change none of them; set those keys in the row instead')
 
 

@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ['copies_shown', 'nested_values', 'runner_keys', 'stale_copies', 'value_at',
+__all__ = ['nested_values', 'runner_keys', 'stale_copies', 'value_at',
            'variable_copies']
 
 
@@ -30,11 +30,6 @@ def stale_copies(whole: Mapping[str, Any], key: str, value: Any) -> list[str]:
             not _changes(value_at(whole, key), value):
         return []
     return variable_copies(whole, variable)
-
-
-def copies_shown(copies: list[str]) -> str:
-    """``copies`` for an error: the first four, then how many more."""
-    return ', '.join(copies[:4]) + (f' and {len(copies) - 4} more' if len(copies) > 4 else '')
 
 
 def _changes(old: Any, new: Any) -> bool:

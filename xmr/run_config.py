@@ -19,7 +19,6 @@ from mmengine.config import Config, DictAction
 
 from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
 from xmr.config_variables import (
-    copies_shown,
     nested_values,
     runner_keys,
     stale_copies,
@@ -34,6 +33,7 @@ from xmr.utils.cli import (
     import_user_module,
     quiet_on_other_processes,
 )
+from xmr.utils.listing import first_few
 
 __all__ = ['DEFAULT_WORK_DIR', 'add_config_arguments', 'check_annotation_files',
            'check_evaluation_keys', 'check_run_values', 'config_file', 'load_run_config',
@@ -749,7 +749,7 @@ def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> Non
             shown_old = repr(old) if len(repr(old)) <= 60 else f'{repr(old)[:57]}...'
             raise UserError(f'--cfg-options {key}', f'{variable} is a variable of the config, '
                             f'whose value {shown_old} was copied where the config uses it as '
-                            f'it loaded ({copies_shown(copies)}): changing {key} now changes '
+                            f'it loaded ({first_few(copies, 4)}): changing {key} now changes '
                             'none of them',
                             f"set those keys instead ({copies[0]}{'.' + inner if inner else ''}"
                             f'={value!r} ...)')

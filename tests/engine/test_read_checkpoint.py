@@ -123,7 +123,7 @@ def test_state_dict_mismatches_lists_a_few_keys_of_each_kind_and_counts_all():
     loaded = {'w': torch.zeros(4, 16), 'x': torch.zeros(1)}
     assert state_dict_mismatches(model, loaded) == [
         '1 keys of other shapes: w (checkpoint [4, 16], model [4, 8])',
-        '5 keys missing from the checkpoint: a, b, c, ... (2 more)',
+        '5 keys missing from the checkpoint: a, b, c and 2 more',
         '1 keys the model does not have: x']
     assert state_dict_mismatches(model, dict(model)) == []
 

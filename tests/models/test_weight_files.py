@@ -397,7 +397,7 @@ def test_mismatch_lists_counts_first_keys_and_the_fix():
         check_weights_fit(expected, given, 'ckpt.pt', 'the tower', 'Fix it.')
     assert str(error.value) == (
         'ckpt.pt does not fit the tower: 7 missing (block.1.weight, block.2.weight, '
-        'block.3.weight, block.4.weight, block.5.weight, ... 2 more); 1 unexpected '
+        'block.3.weight, block.4.weight, block.5.weight and 2 more); 1 unexpected '
         '(head.weight); 1 with another shape (block.0.weight (file [4, 2], model [4, 4])). '
         'Fix it.')
     check_weights_fit(expected, {k: torch.zeros(4, 4) for k in expected}, 'a', 'b', 'c')
@@ -430,6 +430,6 @@ def test_torchs_strict_load_refusal_is_told_as_a_mismatch():
     error = strict_load_refusal(refused.value, 'vit.pth', 'the tower', 'Fix it.')
     assert str(error) == (
         'vit.pth does not fit the tower: 7 missing (0.bias, 1.weight, 1.bias, 2.weight, '
-        '2.bias, ... 2 more); 1 unexpected (visual.conv1.weight); 1 with another shape '
+        '2.bias and 2 more); 1 unexpected (visual.conv1.weight); 1 with another shape '
         '(0.weight (file [3, 2], model [2, 2])). Fix it.')
     assert strict_load_refusal(RuntimeError('CUDA out of memory'), 'a', 'b', 'c') is None

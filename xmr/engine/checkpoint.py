@@ -34,6 +34,7 @@ import torch
 from xmr.fileio import atomic_torch_save
 from xmr.models.torchscript_weights import is_torchscript_archive
 from xmr.utils.cli import given_file
+from xmr.utils.listing import first_few
 from xmr.version import provenance
 
 _REGISTERED = False
@@ -96,8 +97,7 @@ def state_dict_mismatches(expected: Mapping[str, torch.Tensor],
         [4, 8], model [4, 16]), ...``; empty when the two match.
     """
     def line(kind: str, items: list[str]) -> list[str]:
-        more = f', ... ({len(items) - shown} more)' if len(items) > shown else ''
-        return [f'{len(items)} {kind}: {", ".join(items[:shown])}{more}'] if items else []
+        return [f'{len(items)} {kind}: {first_few(items, shown)}'] if items else []
 
     # The facts' length is their JSON's: check_checkpoint_facts compares them, not a shape.
     shapes = [f'{key} (checkpoint {list(loaded[key].shape)}, model {list(value.shape)})'

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
+from xmr.utils.listing import counted
+
 __all__ = ['batches_per_epoch', 'check_epochs', 'is_epochs', 'iterations_in', 'resolve_count']
 
 
@@ -74,8 +76,8 @@ def iterations_in(where: str, epochs: numbers.Real, batches: int) -> int:
 def resolved_text(epochs: numbers.Real, iterations: int, batches: int) -> str:
     """How a count in epochs resolved, as the log says it: ``1 epoch = 226 iterations (226 per
     epoch)``."""
-    return (f'{epochs} epoch{"s" * (epochs != 1)} = {iterations} '
-            f'iteration{"s" * (iterations != 1)} ({batches} per epoch)')
+    return (f'{counted(epochs, "epoch")} = {counted(iterations, "iteration")} '
+            f'({batches} per epoch)')
 
 
 def resolve_count(where: str, value: Any, dataloader: Any) -> Any:

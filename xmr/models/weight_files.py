@@ -26,6 +26,7 @@ from xmr.models.torchscript_weights import (
     is_torchscript,
     read_torchscript_weights,
 )
+from xmr.utils.listing import first_few
 
 __all__ = ['read_weights', 'weights_file', 'check_weights_fit', 'strict_load_refusal',
            'fetch_weights', 'WeightsMismatchError', 'CHECKPOINT_SUFFIXES', 'unreadable_file',
@@ -242,9 +243,7 @@ def unreadable_file(path: Path, what: str, error: Exception | str) -> str:
 
 def first_keys(keys: Iterable[str], limit: int = 3) -> str:
     """``'a, b, c (and 12 more)'``: the first few of a key list, sorted, and its size."""
-    keys = sorted(keys)
-    more = f' (and {len(keys) - limit} more)' if len(keys) > limit else ''
-    return ', '.join(keys[:limit]) + more
+    return first_few(sorted(keys), limit)
 
 
 def nonfinite_keys(state_dict: Mapping[str, torch.Tensor]) -> list[str]:
@@ -304,5 +303,4 @@ def _mismatch(source: str, target: str, missing: list[str], unexpected: list[str
 
 
 def _listing(title: str, keys: list[str]) -> str:
-    more = f', ... {len(keys) - _SHOWN_KEYS} more' if len(keys) > _SHOWN_KEYS else ''
-    return f'{len(keys)} {title} ({", ".join(keys[:_SHOWN_KEYS])}{more})'
+    return f'{len(keys)} {title} ({first_few(keys, _SHOWN_KEYS)})'

@@ -43,8 +43,8 @@ def test_validation_and_test_are_reported_apart():
     hook.after_val_epoch(runner, {})
     hook.after_test_epoch(runner, {})
     assert runner.logger.warnings == [
-        'validation: 2 unreadable media skipped (2 files): /v/x.mp4 and 1 more files',
-        'test: 1 unreadable media skipped (1 files): /v/z.mp4']
+        'validation: 2 unreadable media skipped (2 files): /v/x.mp4 and 1 more',
+        'test: 1 unreadable media skipped (1 file): /v/z.mp4']
 
 
 def test_iteration_interval_reports_long_phases():
@@ -55,7 +55,7 @@ def test_iteration_interval_reports_long_phases():
     runner.iter = 1
     hook.after_train_iter(runner, 1, {'batch_size': 8})
     assert runner.logger.warnings == [
-        'train up to iteration 2: 1 unreadable media skipped (1 files): /v/a.mp4']
+        'train up to iteration 2: 1 unreadable media skipped (1 file): /v/a.mp4']
 
 
 @pytest.mark.parametrize('settings', [dict(interval=-1), dict(max_names=-1)])
@@ -105,7 +105,7 @@ def test_an_evaluation_counts_a_file_once_where_the_sampler_padded_a_rank_with_i
     runner = _runner()
     getattr(hook, f'after_{mode}_iter')(runner, 0, {'skipped_media': ['/v/a.mp4']})
     getattr(hook, f'after_{mode}_epoch')(runner)
-    assert runner.logger.warnings == [f'{scope}: 1 unreadable media skipped (1 files): /v/a.mp4']
+    assert runner.logger.warnings == [f'{scope}: 1 unreadable media skipped (1 file): /v/a.mp4']
 
 
 def test_under_ddp_the_counts_go_through_the_host_s_gloo_group(monkeypatch):

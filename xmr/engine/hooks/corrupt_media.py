@@ -19,6 +19,7 @@ from mmengine.hooks import Hook
 
 from xmr.models.losses.distributed import host_group
 from xmr.registry import HOOKS
+from xmr.utils.listing import counted, first_few
 
 __all__ = ['CorruptMediaHook']
 
@@ -62,12 +63,10 @@ class CorruptMediaHook(Hook):
         total = sum(skipped.values())
         if total:
             names = sorted(skipped)
-            listed = ', '.join(f'{name} (x{skipped[name]})' if skipped[name] > 1 else name
-                               for name in names[:self.max_names])
-            more = (f' and {len(names) - self.max_names} more files'
-                    if len(names) > self.max_names else '')
+            listed = first_few((f'{name} (x{skipped[name]})' if skipped[name] > 1 else name
+                                for name in names), self.max_names)
             runner.logger.warning(f'{scope}: {total} unreadable media skipped '
-                                  f'({len(names)} files): {listed}{more}')
+                                  f'({counted(len(names), "file")}): {listed}')
 
     def after_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None,
                          outputs: Any = None) -> None:

@@ -34,6 +34,7 @@ from xmr.models.losses.distributed import host_group
 from xmr.registry import METRICS
 from xmr.utils.cli import UserKeyError
 from xmr.utils.counts import is_count
+from xmr.utils.listing import first_few
 
 __all__ = ['RetrievalMetric']
 
@@ -288,7 +289,7 @@ class RetrievalMetric(BaseMetric):
         if not items:
             raise ValueError('RetrievalMetric got an empty gallery: ' + (
                 f'each of its {len(skipped)} media was skipped as unreadable '
-                f"(on_corrupt='skip': {_some(skipped)}); repair or replace those files."
+                f"(on_corrupt='skip': {first_few(sorted(skipped))}); repair or replace those files."
                 if skipped else
                 'the evaluation produced no media embeddings (is the dataset empty?).'))
         self._check_skipped_size(len(items), skipped)
@@ -338,8 +339,8 @@ class RetrievalMetric(BaseMetric):
             raise ValueError(f"protocol '{self.protocol}' is defined on {expected} media; the "
                              f'evaluation set has {num_media} readable ones and {len(skipped)} '
                              f"skipped as unreadable (on_corrupt='skip': "
-                             f'{_some(skipped)}). Its numbers need every media: repair or '
-                             'replace those files.')
+                             f'{first_few(sorted(skipped))}). Its numbers need every media: '
+                             'repair or replace those files.')
 
     def _gallery_rows(self, items: list[dict[str, Any]]) -> Tensor:
         """``[M, E]``: the items' media embeddings, or for a text gallery each item's first
@@ -529,13 +530,6 @@ def _check_listed(option: str, value: Any) -> None:
     if value is not None and (isinstance(value, (str, bytes)) or not isinstance(value, Iterable)):
         raise ValueError(f'RetrievalMetric {option} must be a list, got {value!r}; write '
                         f'[{value!r}].')
-
-
-def _some(paths: set[str], shown: int = 3) -> str:
-    """The first ``shown`` of ``paths`` in sorted order, and how many more."""
-    ordered = sorted(paths)
-    more = f' and {len(ordered) - shown} more' if len(ordered) > shown else ''
-    return ', '.join(ordered[:shown]) + more
 
 
 def _canonical(codes: Sequence[str] | None, where: str) -> tuple[str, ...] | None:

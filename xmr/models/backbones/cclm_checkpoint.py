@@ -31,6 +31,7 @@ import torch
 
 from xmr.models.backbones.relative_position import resize_relative_position_bias, table_side
 from xmr.models.weight_files import unreadable_file
+from xmr.utils.listing import first_few
 
 _SWIN_BLOCK = re.compile(r'^vision_encoder\.layers\.(\d+)\.blocks\.(\d+)\.(.+)$')
 _SWIN_DOWNSAMPLE = re.compile(r'^vision_encoder\.layers\.(\d+)\.downsample\.(.+)$')
@@ -88,8 +89,7 @@ class CheckpointReport:
         lines += [f'  dropped {count}: {reason}' for reason, count in sorted(reasons.items())]
         for title, keys in (('missing', self.missing), ('unexpected', self.unexpected)):
             if keys:
-                more = f' (+{len(keys) - limit} more)' if len(keys) > limit else ''
-                lines.append(f'  {title}: {", ".join(keys[:limit])}{more}')
+                lines.append(f'  {title}: {first_few(keys, limit)}')
         return '\n'.join(lines)
 
 

@@ -1,0 +1,27 @@
+"""How an error or a log line names the items of a list that may be long, and counts them."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ['counted', 'first_few']
+
+
+def first_few(items: Iterable[str], shown: int = 3) -> str:
+    """``'a, b, c and 12 more'``: the first ``shown`` of ``items``, in their order, and a count
+    of the rest.
+
+    A message names enough of a list to act on and counts the rest, so that 30,000 unreadable
+    files or 400 unexpected checkpoint keys still make one readable line. Sort ``items`` first
+    where their order means nothing, so that the same list gives the same line.
+    """
+    items = list(items)
+    named = ', '.join(items[:shown])
+    rest = len(items) - shown
+    if rest <= 0:
+        return named
+    return f'{named} and {rest} more' if named else f'{rest} items'
+
+
+def counted(count: int | float, noun: str) -> str:
+    """``'1 file'``, ``'2 files'``, ``'0.5 epochs'``: a count and its noun, plural unless one."""
+    return f'{count} {noun}{"s" * (count != 1)}'
