@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,12 +16,15 @@ from torch.utils.data import Dataset
 
 from xmr.datasets.base import MediaCaptionDataset, MediaDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.datasets.transforms import MediaTransform
 from xmr.models.backbones.base import weights_fingerprint
 from xmr.utils.cli import UserKeyError
 
 #: Feature kinds: ``source`` = ``r^S`` of ``source_text``, ``media`` = ``r^V`` of ``media_id``.
 FEATURE_KINDS = ('source', 'media')
 ITEM_KEY = {'source': 'source_text', 'media': 'media_id'}
+#: The memory address a default ``repr`` writes (``<Lock object at 0x7f...>``).
+_ADDRESS = re.compile(r' at 0x[0-9a-fA-F]+')
 
 
 def text_hash(text: str) -> int:
@@ -39,12 +44,22 @@ def backbone_fingerprint(backbone: torch.nn.Module) -> str:
 
 
 def media_randomness(dataset: Dataset) -> str | None:
-    """Why the dataset's media change from one epoch to the next, or ``None`` if they do not."""
+    """Why the dataset's media change from one epoch to the next, or ``None`` if they do not.
+
+    A :class:`~xmr.datasets.transforms.MediaTransform` draws when training with a random crop or
+    flip; a transform of one's own says whether it draws with ``draws_at_random``, and one
+    that does not say is taken to draw while training: xmr cannot see into it, and a random
+    one cached would serve one fixed draw every epoch.
+    """
     transform = getattr(dataset, 'transform', None)
-    if transform is not None and getattr(transform, 'training', False):
-        if getattr(transform, 'random_resized_crop', None) is not None:
+    training = getattr(transform, 'training', False) or (
+        isinstance(dataset, MediaCaptionDataset) and not dataset.test_mode)
+    if transform is not None and training:
+        if not isinstance(transform, MediaTransform):
+            return _declared_randomness(transform)
+        if transform.random_resized_crop is not None:
             return 'its training transform takes random resized crops'
-        if getattr(transform, 'hflip_prob', 0.0) > 0:
+        if transform.hflip_prob > 0:
             return 'its training transform flips at random'
     if isinstance(dataset, MediaCaptionDataset) and not dataset.test_mode and \
             dataset.annotation.media_type == 'video':
@@ -57,12 +72,68 @@ def jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
+def _declared_randomness(transform: Any) -> str | None:
+    """Why a training transform of one's own changes the media each epoch, from its
+    ``draws_at_random``, or ``None`` when it says it draws nothing."""
+    name = type(transform).__name__
+    declared = getattr(transform, 'draws_at_random', None)
+    if declared is None:
+        return (f'its training transform {name} does not say whether it draws at random '
+                f'(draws_at_random); give {name} draws_at_random = False to cache the media of '
+                'a transform that draws nothing')
+    return f'its training transform {name} draws at random' if declared else None
+
+
 def media_pipeline(dataset: Dataset) -> dict[str, Any]:
-    """What decides the pixels of a dataset's media, beyond the media id."""
-    pipeline: dict[str, Any] = {'transform': repr(getattr(dataset, 'transform', None))}
+    """What decides the pixels of a dataset's media, beyond the media id.
+
+    Raises:
+        ValueError: a setting of the transform is known only by its memory address
+            (:func:`settings_identity`).
+    """
+    where = f'the {type(dataset).__name__} ({type(getattr(dataset, "transform", None)).__name__})'
+    pipeline: dict[str, Any] = {
+        'transform': settings_identity(getattr(dataset, 'transform', None), 'transform', where)}
     if isinstance(dataset, MediaCaptionDataset):
         pipeline.update(num_frames=dataset.num_frames, test_mode=dataset.test_mode)
     return pipeline
+
+
+def settings_identity(value: Any, name: str, where: str) -> Any:
+    """What keys a cache to ``value`` (a transform) the same in every process: its ``repr``
+    where its class writes one (``MediaTransform(size=(224, 224), ...)``); for an object
+    whose class writes none, its class and its attributes' identities, each alike; for a
+    function or a class, its qualified name. The default ``repr`` names the object's memory
+    address, which another process (the next run, every other DDP rank) does not share.
+
+    Args:
+        value: the transform, or one of its settings.
+        name: its path, ``transform.resize``, for the error.
+        where: the dataset and transform it belongs to, for the error.
+
+    Raises:
+        ValueError: a setting whose ``repr`` names a memory address and has no attributes to
+            key it by (a lock, a file handle), naming it and the fix.
+    """
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+        return f'{value.__module__}.{value.__qualname__}'
+    if isinstance(value, (list, tuple)):
+        return [settings_identity(item, f'{name}[{i}]', where) for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        return {str(key): settings_identity(item, f'{name}[{key!r}]', where)
+                for key, item in value.items()}
+    if type(value).__repr__ is object.__repr__ and hasattr(value, '__dict__'):
+        return {'class': f'{type(value).__module__}.{type(value).__qualname__}',
+                **{key: settings_identity(item, f'{name}.{key}', where)
+                   for key, item in sorted(vars(value).items())}}
+    text = repr(value)
+    if _ADDRESS.search(text):
+        raise ValueError(
+            f'{name} of {where} is known only by its memory address ({text}), which every '
+            'process has its own of, so a feature cache of its media would be stale in the next '
+            f'run and on every other rank: give {type(value).__name__} a __repr__ naming each '
+            'setting that changes the pixels, or keep it out of the transform\'s attributes')
+    return text
 
 
 def item_digests(index: ItemIndex) -> dict[str, str]:
