@@ -2,6 +2,7 @@
 datasets it refuses to cache."""
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -12,7 +13,7 @@ from tests.engine.feature_cache.test_ranks import cached_pairs, five_images_ann
 from tests.engine.test_feature_cache import TINY_TRANSFORM, ListDataset, pair_items
 from tests.models.backbones.open_clip_families import backbone_cfg, nllb_cfg
 from xmr.datasets.media_io import MediaReadError
-from xmr.engine.feature_cache import CachedFeatureDataset, StaleFeatureCacheError
+from xmr.engine.feature_cache import CACHE_FORMAT, CachedFeatureDataset, StaleFeatureCacheError
 from xmr.engine.feature_cache.key import media_decoding
 from xmr.registry import MODELS
 
@@ -88,3 +89,22 @@ def test_a_media_the_cache_records_as_unreadable_stops_a_dataset_set_to_raise(ti
             f"{tmp_path / 'grey.png'}: not a decodable image") + '.*' + re.escape(
             f"(recorded by the feature cache {tmp_path / 'cache'}): replace the file")):
         strict[grey]
+
+
+def test_a_cache_of_another_xmr_layout_is_refused_naming_its_format_or_rebuilt(tiny_retriever,
+                                                                               tmp_path):
+    """A meta of another layout need not state what this xmr verifies the files by (its
+    feature kinds): a run-owned cache stopped the run with a bare ``KeyError: 'features'``
+    rather than being rebuilt."""
+    cache_dir = tmp_path / 'cache'
+    cache_dir.mkdir()
+    (cache_dir / 'meta.json').write_text(json.dumps(
+        dict(key=dict(format=0, backbone='f00d'), counts=dict(items=6))))
+    dataset = ListDataset(pair_items())
+    with pytest.raises(StaleFeatureCacheError, match=re.escape(
+            f'format: cache has 0, now {CACHE_FORMAT} (the layout of another xmr version; this '
+            f'one reads format {CACHE_FORMAT})')):
+        CachedFeatureDataset(dataset, cache_dir).prepare(tiny_retriever)
+    owned = CachedFeatureDataset(dataset, cache_dir, rebuild_if_stale=True)
+    assert owned.prepare(tiny_retriever) is True
+    assert owned.cache.key['format'] == CACHE_FORMAT and owned[0]['source_features'].shape == (32,)

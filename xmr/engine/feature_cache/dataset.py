@@ -269,7 +269,9 @@ class CachedFeatureDataset(Dataset):
         # and in every worker the dataset is pickled to (570 MiB for CC3M's 3M images).
         self.media_files = []
         details = {'encoding': 'xmr encodes captions otherwise since the build '
-                               '(docs/benchmarks.md, Staleness)'}
+                               '(docs/benchmarks.md, Staleness)',
+                   'format': f'the layout of another xmr version; this one reads format '
+                             f'{CACHE_FORMAT}'}
         if changed:
             details['media_files'] = f'changed: {changed}'
         cache.check(key, details)
@@ -338,15 +340,22 @@ class CachedFeatureDataset(Dataset):
                       f'{built.meta["counts"]}', logger='current')
 
     def _usable(self, key: dict[str, Any]) -> bool:
-        """Whether the existing cache has ``key`` and intact files (logs why not)."""
+        """Whether the existing cache has ``key`` and intact files (logs why not).
+
+        The key is compared first: the files are verified by what the meta states of them
+        (``key['features']``, ``counts``), which a meta of another layout (another xmr
+        version's ``format``) need not state.
+        """
         try:
             cache = FeatureCache(self.cache_dir)
+            if cache.key != key:
+                return False
             cache.verify()
         except CorruptFeatureCacheError as error:
             print_log(f'feature cache {self.cache_dir} is corrupt: {error}', logger='current',
                       level=logging.WARNING)
             return False
-        return cache.key == key
+        return True
 
     def __len__(self) -> int:
         return len(self.dataset)
