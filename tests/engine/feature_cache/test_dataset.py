@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from tests.conftest import tiny_retriever_cfg
+from tests.conftest import tiny_backbone_cfg, tiny_retriever_cfg
 from tests.engine.feature_cache.test_ranks import cached_pairs, five_images_ann
 from tests.engine.test_feature_cache import TINY_TRANSFORM, ListDataset, pair_items
 from tests.models.backbones.open_clip_families import backbone_cfg, nllb_cfg
@@ -108,3 +108,16 @@ def test_a_cache_of_another_xmr_layout_is_refused_naming_its_format_or_rebuilt(t
     owned = CachedFeatureDataset(dataset, cache_dir, rebuild_if_stale=True)
     assert owned.prepare(tiny_retriever) is True
     assert owned.cache.key['format'] == CACHE_FORMAT and owned[0]['source_features'].shape == (32,)
+
+
+def test_a_model_that_reads_no_cached_features_is_refused_before_a_build(tmp_path):
+    """A dual encoder's losses read the towers' tokens: its build stopped at the first batch on
+    an ``AttributeError`` (no ``encode_source``), after the pass over the items."""
+    torch.manual_seed(0)
+    dual = MODELS.build(dict(type='DualEncoderRetriever', backbone=tiny_backbone_cfg()))
+    cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache')
+    with pytest.raises(TypeError, match=re.escape(
+            f'feature cache {tmp_path / "cache"}: DualEncoderRetriever has no encode_source or '
+            'encode_media, so it neither builds nor reads cached source, media features')):
+        cached.prepare(dual)
+    assert not (tmp_path / 'cache').exists()

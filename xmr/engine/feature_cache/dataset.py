@@ -246,6 +246,7 @@ class CachedFeatureDataset(Dataset):
                 the cache (named, with its error).
         """
         model = unwrap_model(model)
+        self._check_reads_features(model)
         trained = [name for name, p in model.backbone.named_parameters() if p.requires_grad]
         if training and trained:
             raise StaleFeatureCacheError(
@@ -280,6 +281,24 @@ class CachedFeatureDataset(Dataset):
         print_log(f'feature cache {self.cache_dir}: reading {", ".join(self.kinds)} features '
                   f'({self.dtype})', logger='current')
         return step.results[0] is not None
+
+    def _check_reads_features(self, model: torch.nn.Module) -> None:
+        """Refuse a model that has no ``encode_<kind>`` for a kind cached: it neither builds
+        nor reads such features (a ``DualEncoderRetriever``'s losses read the towers' tokens),
+        and the build stopped at its first batch on an ``AttributeError``.
+
+        Raises:
+            TypeError: naming the cache, the model's type, what it lacks and the fix.
+        """
+        lacking = [f'encode_{kind}' for kind in self.kinds
+                   if not callable(getattr(model, f'encode_{kind}', None))]
+        if lacking:
+            raise TypeError(
+                f'feature cache {self.cache_dir}: {type(model).__name__} has no '
+                f'{" or ".join(lacking)}, so it neither builds nor reads cached '
+                f'{", ".join(self.kinds)} features (it runs its towers itself); read its data '
+                'through the plain dataset (drop the phase\'s cache_features or the '
+                'CachedFeatureDataset)')
 
     def build(self, model: torch.nn.Module, overwrite: bool = False,
               index: ItemIndex | None = None, key: dict[str, Any] | None = None,
