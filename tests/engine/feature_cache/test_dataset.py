@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from tests.conftest import tiny_backbone_cfg, tiny_retriever_cfg
+from tests.conftest import tiny_backbone_cfg, tiny_dasd_cfg, tiny_retriever_cfg
 from tests.engine.feature_cache.test_ranks import cached_pairs, five_images_ann
 from tests.engine.test_feature_cache import TINY_TRANSFORM, ListDataset, pair_items
 from tests.models.backbones.open_clip_families import backbone_cfg, nllb_cfg
@@ -121,3 +121,34 @@ def test_a_model_that_reads_no_cached_features_is_refused_before_a_build(tmp_pat
             'encode_media, so it neither builds nor reads cached source, media features')):
         cached.prepare(dual)
     assert not (tmp_path / 'cache').exists()
+
+
+def test_a_step_from_cached_features_has_the_live_step_s_losses_and_gradients(tmp_path):
+    """DASD's phases from cached ``r^S`` / ``r^V`` (float32) train as from its live towers: the
+    same losses (the SDM's shuffled negatives drawn alike) and every trainable gradient."""
+    from xmr.datasets.collate import retrieval_collate
+    from xmr.datasets.synthetic import SyntheticPairDataset
+
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_dasd_cfg())
+    scenes = dict(num_scenes=6, languages=['de', 'zh'], image_size=32)
+    cached = CachedFeatureDataset(SyntheticPairDataset(**scenes), tmp_path / 'cache')
+    cached.prepare(model)
+    live = SyntheticPairDataset(**scenes)
+    for phase, weights in (('cross_lingual', dict(cl=1.0, disentangler=1.0)),
+                           ('cross_modal', dict(cm=1.0))):
+        model.set_phase(phase, weights)
+        steps = []
+        for dataset in (cached, live):
+            model.zero_grad(set_to_none=True)
+            torch.manual_seed(1)
+            data = model.data_preprocessor(
+                retrieval_collate([dataset[i] for i in range(len(dataset))]), True)
+            losses = model(mode='loss', **data)
+            sum(losses.values()).backward()
+            steps.append((losses, {name: p.grad for name, p in model.named_parameters()
+                                   if p.grad is not None}))
+        (cached_losses, cached_grads), (live_losses, live_grads) = steps
+        torch.testing.assert_close(cached_losses, live_losses, rtol=1e-5, atol=1e-6)
+        assert cached_grads.keys() == live_grads.keys() and live_grads
+        torch.testing.assert_close(cached_grads, live_grads, rtol=1e-4, atol=1e-5)
