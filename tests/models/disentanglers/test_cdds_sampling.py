@@ -68,6 +68,26 @@ def test_samples_under_bf16_autocast_as_training_with_amp_does():
                                rtol=0.02, atol=0.05)
 
 
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_half_tokens_of_a_real_batch_sample_at_exact_positions(dtype):
+    """Tokens in fp16 / bf16 (a backbone's under ``--amp`` on a GPU) as many as a batch of 64
+    ViT-B/16 images has patches (12,544): every rank and position is read exactly. In the
+    tokens' dtype fp16 overflowed on ``r·N_t`` and bf16 rounded the clamp at ``N_t − 1`` up to
+    an index past the end."""
+    generator = torch.Generator().manual_seed(5)
+    patches = torch.randn(12544, 2, generator=generator).to(dtype)
+    words = (torch.randn(700, 2, generator=generator) * 2 + 1).to(dtype)
+    # Sampled from itself, a column gives back its own values, bit for bit.
+    assert torch.equal(quantile_match(patches, patches, torch.eye(2)), patches)
+    # Other counts: the positions of the fp64 computation on the same values; what is left is
+    # the rounding of the interpolated result to the tokens' dtype.
+    weights = torch.tensor([[0.25, 0.75], [1.0, 0.0]])
+    for source, target in ((patches, words), (words, patches)):
+        exact = quantile_match(source.double(), target.double(), weights.double())
+        torch.testing.assert_close(quantile_match(source, target, weights).double(), exact,
+                                   rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps)
+
+
 def test_keeps_the_order_of_the_source_tokens():
     generator = torch.Generator().manual_seed(2)
     source = torch.randn(20, 2, generator=generator)

@@ -44,8 +44,12 @@ def quantile_match(source_values: torch.Tensor, target_values: torch.Tensor,
     num_source, num_target = source_values.shape[0], target_values.shape[0]
     ranks = source_values.argsort(dim=0, stable=True).argsort(dim=0, stable=True)
     # Mid-rank quantile (r + ½)/N_s read at position q·N_t − ½ of the sorted target: with
-    # N_s = N_t this is exactly r, which makes self-sampling the identity.
-    position = ((ranks.to(target_values.dtype) + 0.5) * num_target / num_source - 0.5)
+    # N_s = N_t this is exactly r, which makes self-sampling the identity. Positions are index
+    # arithmetic, in fp32 (or fp64 tokens' dtype) whatever the tokens': fp16 and bf16 hold no
+    # rank of a batch's 12,544 patches exactly, fp16 overflows on r·N_t (every rank past a few
+    # read the last order statistic) and bf16 rounds a clamp at N_t − 1 up to N_t.
+    position_dtype = torch.promote_types(target_values.dtype, torch.float32)
+    position = (ranks.to(position_dtype) + 0.5) * (num_target / num_source) - 0.5
     position = position.clamp(0, num_target - 1)
     lower = position.floor().long()
     upper = (lower + 1).clamp(max=num_target - 1)
