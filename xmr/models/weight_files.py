@@ -116,10 +116,15 @@ def read_weights(path: str | Path, what: str = 'checkpoint',
         if isinstance(loaded, Mapping) and isinstance(loaded.get(wrapper), Mapping):
             loaded = loaded[wrapper]
             break
-    if not isinstance(loaded, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in loaded.items()):
+    if not isinstance(loaded, Mapping):
         raise ValueError(f'{path} is not a {what}: it holds a {type(loaded).__name__}, not '
                          'tensors by name (a state dict)')
+    others = [str(k) for k, v in loaded.items()
+              if not (isinstance(k, str) and isinstance(v, torch.Tensor))]
+    if others:
+        raise ValueError(f'{path} is not a {what}: {len(others)} of its entries are not tensors '
+                         f'by name ({first_keys(others)}): give the state dict alone '
+                         '(torch.save(model.state_dict(), ...))')
     if loaded and all(key.startswith('module.') for key in loaded):
         return {key[len('module.'):]: value for key, value in loaded.items()}
     return dict(loaded)

@@ -240,7 +240,9 @@ def test_missing_language_truncated_file_and_other_architecture_are_refused(tmp_
     data = (tmp_path / 'full.bin').read_bytes()
     (tmp_path / 'cut.bin').write_bytes(data[:len(data) // 2])
     err = refused(capsys, 'dasd', tmp_path / 'cut.bin', config, '--out', out)
-    assert 'not a readable torch checkpoint' in err and 'download it again' in err
+    assert err.startswith(f'error: {tmp_path / "cut.bin"} ({len(data) // 2} bytes) is not a '
+                          'readable DASD checkpoint')
+    assert 'download the file again' in err
 
     other = write_config(tmp_path / 'patch8.py', 'dasd', patch=8)
     err = refused(capsys, 'dasd', tmp_path / 'full.bin', other, '--out', out)
@@ -648,7 +650,9 @@ def test_a_damaged_tensor_record_is_refused_not_converted(damaged, tmp_path, cap
     err = refused(capsys, 'mla', tmp_path / 'checkpoint.bin',
                   write_config(tmp_path / 'c.py', 'mla'), '--out', tmp_path / 'o.pth',
                   '--clip-checkpoint', tmp_path / 'clip.bin')
-    assert err.startswith(f'error: {tmp_path / f"{damaged}.bin"}: not a readable torch')
+    what = {'checkpoint': 'MLA', 'clip': 'CLIP'}[damaged]
+    assert err.startswith(f'error: {tmp_path / f"{damaged}.bin"}: truncated or corrupt {what} '
+                          'checkpoint')
     assert 'Bad CRC-32' in err and not (tmp_path / 'o.pth').exists()
 
 
@@ -724,6 +728,35 @@ def test_a_file_saved_from_a_data_parallel_model_converts_as_its_plain_save(tmp_
     converted = torch.load(tmp_path / 'x.pth')['state_dict']
     assert torch.equal(converted['language_branch.adapters.sets.zh.2:block_output.up.bias'],
                        state['transformer.resblocks.2.acquirer.zh.mlp.c_proj.bias'])
+
+
+@pytest.mark.parametrize('save', ['model_wrapper', 'safetensors'])
+def test_a_release_saved_in_another_wrapping_converts_as_its_plain_save(save, tmp_path):
+    """The file re-saved under ``{'model': ...}`` (with its step), or as ``.safetensors``: the
+    formats ``--clip-checkpoint`` and every other weight file of xmr are read in
+    (docs/pretrained_weights.md, Formats read) were refused as no state dict or no torch file."""
+    from safetensors.torch import save_file
+
+    state = authors_state_dict('mla')
+    path = tmp_path / ('mla.safetensors' if save == 'safetensors' else 'mla.bin')
+    if save == 'safetensors':
+        save_file(state, str(path))
+    else:
+        torch.save({'model': state, 'step': 18000}, path)
+    convert_authors_checkpoint('mla', path, write_config(tmp_path / 'c.py', 'mla'),
+                               tmp_path / 'x.pth', map_mla)
+    converted = torch.load(tmp_path / 'x.pth')['state_dict']
+    assert torch.equal(converted['language_branch.adapters.sets.de.1:block_output.down.weight'],
+                       state['transformer.resblocks.1.acquirer.de.mlp.c_fc.weight'])
+
+
+def test_an_entry_that_is_no_tensor_is_refused_naming_it(tmp_path, capsys):
+    torch.save({**authors_state_dict('mla'), 'global_step': 18000}, tmp_path / 'mla.bin')
+    err = refused(capsys, 'mla', tmp_path / 'mla.bin', write_config(tmp_path / 'c.py', 'mla'),
+                  '--out', tmp_path / 'o.pth')
+    assert err.startswith(f'error: {tmp_path / "mla.bin"} is not a MLA checkpoint: 1 of its '
+                          'entries are not tensors by name (global_step)')
+    assert not (tmp_path / 'o.pth').exists()
 
 
 def test_the_cli_counts_every_key_of_the_file_as_used_or_unused(tmp_path, capsys):

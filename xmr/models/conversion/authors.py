@@ -23,12 +23,7 @@ from mmengine.config import Config
 from torch import nn
 
 from xmr.datasets.languages import LanguageCodeError, normalize_language
-from xmr.engine.checkpoint import (
-    FACTS,
-    CheckpointReadError,
-    check_checkpoint,
-    save_model_checkpoint,
-)
+from xmr.engine.checkpoint import FACTS, save_model_checkpoint
 from xmr.fileio import input_written_over
 from xmr.models.conversion.settings import authors_differences
 from xmr.models.weight_files import first_keys, nonfinite_keys, read_weights
@@ -86,35 +81,22 @@ class ConversionReport:
 StateMapping = Callable[[Mapping[str, torch.Tensor], nn.Module, set], dict[str, torch.Tensor]]
 
 
-def check_records(path: Path) -> None:
-    """Refuse a torch file whose records fail their CRC-32 (``torch.load`` checks none: a
-    damaged download would convert as other numbers), a truncated or a foreign one."""
-    try:
-        check_checkpoint(path, 'torch checkpoint')
-    except CheckpointReadError as error:
-        reason = str(error).removeprefix(f'{path}: ')
-        raise ConversionError(f'{path}: not a readable torch checkpoint: {reason}; a released '
-                              'file: download it again') from error
+def read_state_dict(path: Path, method: str) -> dict[str, torch.Tensor]:
+    """The tensors of the released file as :func:`~xmr.models.weight_files.read_weights` reads
+    every weight file (a ``torch.save`` of the state dict, under ``state_dict`` or ``model``,
+    with ``module.`` prefixes, or ``.safetensors``; each record's CRC-32 checked, which
+    ``torch.load`` does not: a damaged download would convert as other numbers).
 
-
-def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a ``torch.save``d state dict, refused when unreadable or of another kind."""
+    Raises:
+        ConversionError: no such file, or one that is truncated, damaged, of another format or
+            holds entries that are not tensors (named).
+    """
     if not path.is_file():
         raise ConversionError(f'{path}: no such file: give the path of the released checkpoint')
-    check_records(path)
     try:
-        loaded = torch.load(path, map_location='cpu', weights_only=True)
-    except Exception as error:  # torch raises many kinds for a truncated or foreign file
-        raise ConversionError(f'{path}: not a readable torch checkpoint ({type(error).__name__}: '
-                              f'{str(error).splitlines()[0] if str(error) else ""}): the file is '
-                              'truncated or of another format; download it again') from error
-    if isinstance(loaded, Mapping) and isinstance(loaded.get('state_dict'), Mapping):
-        loaded = loaded['state_dict']
-    if not isinstance(loaded, Mapping) or not loaded or \
-            not all(isinstance(v, torch.Tensor) for v in loaded.values()):
-        raise ConversionError(f'{path}: not a state dict of tensors: give the file the authors\' '
-                              'train.py wrote (torch.save(clip_model.state_dict(), ...))')
-    return {str(k).removeprefix('module.'): v for k, v in loaded.items()}
+        return read_weights(path, f'{method.upper()} checkpoint')
+    except ValueError as error:
+        raise ConversionError(str(error)) from error
 
 
 def check_method(path: Path, state: Mapping[str, torch.Tensor], method: str) -> None:
@@ -186,13 +168,11 @@ def with_clip_from(path: Path, state: Mapping[str, torch.Tensor], clip_path: Pat
             model's CLIP, holding one of another shape (named with both shapes) or NaN or
             infinite values.
     """
-    if clip_path.is_file() and clip_path.suffix != '.safetensors':
-        check_records(clip_path)
     try:
         clip_state = read_weights(clip_path, 'CLIP checkpoint')
     except (ValueError, FileNotFoundError) as error:
-        raise ConversionError(f'{clip_path}: {error}: give the CLIP file the acquirers were '
-                              'evaluated with (their --clip_ckpt)') from error
+        raise ConversionError(f'{error}; give the CLIP file the acquirers were evaluated '
+                              'with (their --clip_ckpt)') from error
     wanted = clip_keys(model)
     absent = sorted(wanted - set(clip_state))
     if absent:
@@ -460,7 +440,7 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     if input_written_over(out, (source, clip_source, config)) is not None:
         raise ConversionError(f'{out}: the output (--out) is a file the conversion reads: '
                               'write the xmr checkpoint to another file')
-    state = read_state_dict(path)
+    state = read_state_dict(path, method)
     check_method(path, state, method)
     model = build_model(config, cfg_options)
     check_settings(path, model, method, Path(config).name)
