@@ -101,3 +101,33 @@ def test_a_data_file_without_training_lists_is_refused_not_ignored(msrvtt):
     with pytest.raises(ConversionError, match=r'the MSRVTT data file .*gone\.json gives the '
                                               'captions of training lists, and none is given'):
         convert_msrvtt(msrvtt / 'test.csv', data_json=msrvtt / 'gone.json')
+
+
+def test_test_json_keyed_by_video_file_name(msrvtt):
+    """MCLIP4VLA's Multi-MSRVTT release (``multilingual_test/test_{lang}.json``) keys each
+    video's captions by its file name, ``video7010.mp4``: every 1k-A video was reported as
+    having no caption in it."""
+    (msrvtt / 'ru.json').write_text(json.dumps(
+        {f'{v}.mp4': [f'клип {i}'] for i, v in enumerate(TEST_IDS)}, ensure_ascii=False),
+        encoding='utf-8')
+    (msrvtt / 'sw.json').write_text(json.dumps(
+        [{'video_id': f'{v}.MP4', 'sentence': f'klipu {i}'} for i, v in enumerate(TEST_IDS)]))
+    test = convert_msrvtt(msrvtt / 'test.csv', {'ru': msrvtt / 'ru.json',
+                                                'sw': msrvtt / 'sw.json'})['msrvtt_test1ka']
+    assert [r.captions for r in test.items] == [
+        {'en': [f'a clip number {i}'], 'ru': [f'клип {i}'], 'sw': [f'klipu {i}']}
+        for i in range(3)]
+    # A key that is no video file name stays whole: 'video7010.x' names no video 'video7010'.
+    (msrvtt / 'odd.json').write_text(json.dumps({f'{v}.x': 'y' for v in TEST_IDS}))
+    with pytest.raises(ConversionError, match='has no caption for 3 of the 3 test videos'):
+        convert_msrvtt(msrvtt / 'test.csv', {'ru': msrvtt / 'odd.json'})
+
+
+def test_test_json_naming_a_video_twice_is_refused(msrvtt):
+    """Its captions under both keys were merged into one list without a word."""
+    captions = {v: 'a' for v in TEST_IDS} | {f'{TEST_IDS[1]}.mp4': 'b'}
+    (msrvtt / 'vi.json').write_text(json.dumps(captions))
+    with pytest.raises(ConversionError, match=r"vi test JSON .*vi\.json names video "
+                                              r"'video7020' twice: as 'video7020' and as "
+                                              r"'video7020\.mp4'"):
+        convert_msrvtt(msrvtt / 'test.csv', {'vi': msrvtt / 'vi.json'})

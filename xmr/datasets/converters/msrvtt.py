@@ -7,7 +7,8 @@ Raw files:
 * per-language test JSONs (Multi-MSRVTT translations of the 1k-A captions), one file per
   language, in any of these shapes (``docs/data.md``): a list of ``{"video_id": ...,
   "caption" | "sentence" | "text": str or [str]}``, an object ``{"sentences": [that list]}``, or
-  an object ``{video_id: str or [str]}``;
+  an object ``{video_id: str or [str]}``; a video may be named by its file,
+  ``video7010.mp4``, as MCLIP4VLA's ``multilingual_test/test_{lang}.json`` key it;
 * ``MSRVTT_data.json`` (``sentences[*]`` with ``video_id``, ``sen_id``, ``caption``): the twenty
   English captions per video used for training;
 * the training lists ``MSRVTT_train.7k.csv`` / ``MSRVTT_train.9k.csv`` (column ``video_id``).
@@ -40,6 +41,7 @@ from xmr.datasets.converters.raw_files import (
     refuse_repeats,
     require_file,
 )
+from xmr.datasets.video_containers import VIDEO_SUFFIXES
 from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['read_csv_rows', 'read_test_json', 'read_msrvtt_sentences', 'convert_msrvtt',
@@ -74,8 +76,22 @@ def _caption_list(value: Any, where: str) -> list[str]:
     return [clean_caption(text, where) for text in values]
 
 
+def _video_id(name: Any) -> str:
+    """The video id a test JSON names: ``video7010``, or ``video7010.mp4``, the video's file
+    (a suffix of :data:`~xmr.datasets.video_containers.VIDEO_SUFFIXES`, any case), by which
+    MCLIP4VLA's Multi-MSRVTT files key their captions."""
+    stem, suffix = os.path.splitext(str(name))
+    return stem if suffix.lower() in VIDEO_SUFFIXES else str(name)
+
+
 def read_test_json(path: str | os.PathLike, lang: str) -> dict[str, list[str]]:
-    """Captions per video id of one per-language test JSON (any accepted shape)."""
+    """Captions per video id of one per-language test JSON (any accepted shape; a video named
+    by its file, ``video7010.mp4``, is keyed by its id, ``video7010``).
+
+    Raises:
+        ConversionError: naming the file and the entry at fault, or a video an object names
+            under two keys (``video7010`` and ``video7010.mp4``), whose captions would merge.
+    """
     data = read_json(path, f'{lang} test JSON')
     what = f'{lang} test JSON {path}'
     captions: dict[str, list[str]] = defaultdict(list)
@@ -87,10 +103,15 @@ def read_test_json(path: str | os.PathLike, lang: str) -> dict[str, list[str]]:
             key = next((k for k in _CAPTION_KEYS if isinstance(entry, dict) and k in entry), None)
             if key is None or 'video_id' not in entry:
                 raise ConversionError(f'{where} needs "video_id" and one of {_CAPTION_KEYS}')
-            captions[str(entry['video_id'])].extend(_caption_list(entry[key], where))
+            captions[_video_id(entry['video_id'])].extend(_caption_list(entry[key], where))
     elif isinstance(data, dict):
-        for video_id, value in data.items():
-            captions[str(video_id)].extend(_caption_list(value, f'{what} video {video_id}'))
+        named: dict[str, str] = {}
+        for name, value in data.items():
+            video_id = _video_id(name)
+            if named.setdefault(video_id, name) != name:
+                raise ConversionError(f'{what} names video {video_id!r} twice: as '
+                                      f'{named[video_id]!r} and as {name!r}')
+            captions[video_id] = _caption_list(value, f'{what} video {name}')
     else:
         raise ConversionError(f'{what} is neither a list of captions nor an object by video id')
     return dict(captions)
