@@ -306,18 +306,44 @@ def test_two_ranks_that_find_no_room_as_they_finish_keep_every_ranks_rows(tiny_r
     assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'single')
 
 
-def test_no_room_once_the_build_records_are_removed_is_not_told_as_a_build_kept(
-        tiny_retriever, tmp_path, monkeypatch):
-    """A quota reported at the last fsync (NFS, Lustre): the folder no longer recorded its
-    build, so the next build would have removed what the error said was kept."""
+def test_no_room_at_the_last_fsync_keeps_the_build_for_the_next(tiny_retriever, tmp_path,
+                                                                 monkeypatch):
+    """A quota reported at the last fsync (NFS, Lustre): the folder still records its build
+    (the records go once it is renamed), so it is kept, named, and the next build encodes
+    nothing again."""
     def quota(folder: Path) -> None:
         raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
 
-    monkeypatch.setattr(store, 'fsync_folder', quota)
-    with pytest.raises(UserError) as error:
-        build(five_images_ann(tmp_path), tmp_path / 'cache', tiny_retriever)
-    assert error.value.where == str(tmp_path / 'cache')
+    ann_file = five_images_ann(tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(store, 'fsync_folder', quota)
+        with pytest.raises(UserError) as error:
+            build(ann_file, tmp_path / 'cache', tiny_retriever)
+    [partial] = tmp_path.glob('cache.partial-*')
+    assert error.value.where == str(partial)
     assert 'Disk quota exceeded' in error.value.problem
-    assert 'larger disk' in error.value.fix and 'kept' not in error.value.fix
-    assert not list(tmp_path.glob('cache*'))
+    assert 'larger disk' in error.value.fix and 'kept here' in error.value.fix
+    encoded = stop_at(monkeypatch, tiny_retriever, -1, KeyboardInterrupt)
+    build(ann_file, tmp_path / 'cache', tiny_retriever)
+    assert encoded == [] and not list(tmp_path.glob('cache.partial-*'))
 
+
+def test_a_build_stopped_as_it_renames_its_finished_folder_goes_on_encoding_nothing(
+        tiny_retriever, tmp_path, monkeypatch):
+    """Stopped once every row was encoded, as it fsyncs the folder before the rename (a
+    multi-GB cache's arrays): its records were removed already, so the next build took the
+    folder for another build's and removed it, every row to encode again."""
+    ann_file = five_images_ann(tmp_path)
+    build(ann_file, tmp_path / 'whole', tiny_retriever)
+    with monkeypatch.context() as patch:
+        def stopped(folder):
+            raise KeyboardInterrupt
+        patch.setattr(store, 'fsync_folder', stopped)
+        with pytest.raises(KeyboardInterrupt):
+            build(ann_file, tmp_path / 'cache', tiny_retriever)
+    assert not (tmp_path / 'cache').exists()
+    encoded = stop_at(monkeypatch, tiny_retriever, -1, KeyboardInterrupt)
+    build(ann_file, tmp_path / 'cache', tiny_retriever)
+    assert encoded == []
+    assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'whole')
+    assert not list(tmp_path.glob('*.partial-*'))

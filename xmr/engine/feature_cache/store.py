@@ -407,11 +407,6 @@ def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], in
     (partial / 'meta.json').write_text(json.dumps(meta, indent=2, sort_keys=True))
     if media_files:
         (partial / 'media_files.json').write_text(json.dumps(list(media_files)))
-    # Only now: a build kept after a failed write above goes on from the shards' records.
-    for rank in range(1, len(encoded)):
-        shutil.rmtree(_shard_folder(partial, rank))
-    for record in (BUILD_RECORD, PROGRESS_RECORD):
-        (partial / record).unlink(missing_ok=True)
     # Without it, a power cut after the rename can leave arrays of the right length
     # but zeros (their pages never written), which verify() cannot tell from features.
     fsync_folder(partial)
@@ -422,6 +417,12 @@ def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], in
         path.rename(replaced)
     partial.rename(path)
     fsync_path(path.parent)
+    # Only now: until the rename, a build stopped or failing (no room) goes on from the
+    # records and the shards; removed before the fsync, a stop there lost every row encoded.
+    for rank in range(1, len(encoded)):
+        shutil.rmtree(_shard_folder(path, rank))
+    for record in (BUILD_RECORD, PROGRESS_RECORD):
+        (path / record).unlink(missing_ok=True)
     shutil.rmtree(replaced, ignore_errors=True)
 
 
