@@ -131,3 +131,17 @@ def test_test_json_naming_a_video_twice_is_refused(msrvtt):
                                               r"'video7020' twice: as 'video7020' and as "
                                               r"'video7020\.mp4'"):
         convert_msrvtt(msrvtt / 'test.csv', {'vi': msrvtt / 'vi.json'})
+
+
+def test_test_json_keeps_one_caption_a_video_as_the_1k_a_protocol(msrvtt):
+    """The 1k-A test ranks one caption a video in every language (the CSV's English one;
+    MCLIP4VLA reads ``captions[0]`` of its test JSONs): a JSON listing more put them all into
+    the queries, another protocol than the English column's and the papers'."""
+    (msrvtt / 'cs.json').write_text(json.dumps(
+        {v: [f'klip {i}', f'jiný {i}', f'třetí {i}'][:i + 1] for i, v in enumerate(TEST_IDS)},
+        ensure_ascii=False), encoding='utf-8')
+    with pytest.warns(UserWarning, match=r'cs test JSON .*cs\.json: 3 captions of 2 of the 3 '
+                                         r'test videos dropped; the 1k-A protocol ranks the '
+                                         r'first of each \(first: video7020, 2 captions\)'):
+        test = convert_msrvtt(msrvtt / 'test.csv', {'cs': msrvtt / 'cs.json'})['msrvtt_test1ka']
+    assert [r.captions['cs'] for r in test.items] == [['klip 0'], ['klip 1'], ['klip 2']]

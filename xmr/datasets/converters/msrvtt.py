@@ -8,7 +8,8 @@ Raw files:
   language, in any of these shapes (``docs/data.md``): a list of ``{"video_id": ...,
   "caption" | "sentence" | "text": str or [str]}``, an object ``{"sentences": [that list]}``, or
   an object ``{video_id: str or [str]}``; a video may be named by its file,
-  ``video7010.mp4``, as MCLIP4VLA's ``multilingual_test/test_{lang}.json`` key it;
+  ``video7010.mp4``, as MCLIP4VLA's ``multilingual_test/test_{lang}.json`` key it; the test
+  split keeps the first caption of each video, the one the 1k-A protocol ranks;
 * ``MSRVTT_data.json`` (``sentences[*]`` with ``video_id``, ``sen_id``, ``caption``): the twenty
   English captions per video used for training;
 * the training lists ``MSRVTT_train.7k.csv`` / ``MSRVTT_train.9k.csv`` (column ``video_id``).
@@ -164,11 +165,26 @@ def _test_split(test_csv: Path, test_jsons: Mapping[str, str | os.PathLike],
         if extra:
             warnings.warn(f'{lang} test JSON {test_jsons[lang]} also captions {len(extra)} '
                           f'videos outside {test_csv}; they are ignored')
+        _warn_extra_captions(table, order, f'{lang} test JSON {test_jsons[lang]}')
     records = [_record(video_id, ext, {'en': english[video_id],
-                                       **{lang: per_lang[lang][video_id] for lang in per_lang}})
+                                       **{lang: per_lang[lang][video_id][:1]
+                                          for lang in per_lang}})
                for video_id in order]
     return Annotation(dataset='msrvtt', split='test1ka', media_type='video',
                       languages=['en', *per_lang], items=records, source_lang='en')
+
+
+def _warn_extra_captions(table: Mapping[str, list[str]], order: Sequence[str],
+                         origin: str) -> None:
+    """Warn how many captions beyond each test video's first ``origin`` gives: the 1k-A test
+    ranks one caption a video in every language (the CSV's English one; MCLIP4VLA reads the
+    first of its test JSONs' lists), so only the first is kept."""
+    longer = [video_id for video_id in order if len(table[video_id]) > 1]
+    if longer:
+        dropped = sum(len(table[video_id]) - 1 for video_id in longer)
+        warnings.warn(f'{origin}: {dropped} captions of {len(longer)} of the {len(order)} test '
+                      'videos dropped; the 1k-A protocol ranks the first of each (first: '
+                      f'{longer[0]}, {len(table[longer[0]])} captions)', stacklevel=4)
 
 
 def _train_split(name: str, video_ids: Sequence[str], english: Mapping[str, list[str]],
