@@ -32,8 +32,8 @@ against the model's frozen weights and the dataset, and refused with
 :class:`StaleFeatureCacheError` on any difference (rebuilt instead for run-owned caches,
 ``rebuild_if_stale``, which also rebuild a cache whose files are corrupt).
 :class:`FeatureCacheHook` does the same for validation and test dataloaders. Media whose
-pixels change every epoch (random crops, flips, random frame offsets) are never cached; the log
-says so.
+pixels change every epoch (random crops, flips, random frame offsets, a training transform of
+one's own unless it says ``draws_at_random = False``) are never cached; the log says so.
 """
 from xmr.engine.feature_cache.dataset import (
     CachedFeatureDataset,
