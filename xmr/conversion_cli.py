@@ -41,33 +41,13 @@ def main(method: str, argv: list[str] | None = None) -> None:
     from xmr.models.weight_files import first_keys
 
     mapping = {'mla': map_mla, 'dasd': map_dasd}[method]
-    check_out(parser, args)
     try:
         report = convert_authors_checkpoint(method, args.checkpoint, args.config, args.out,
                                             mapping, args.cfg_options,
-                                            args.clip_checkpoint)
+                                            args.clip_checkpoint, args.overwrite)
     except (ConversionError, FileNotFoundError) as error:
         parser.exit(2, f'error: {error}\n')
     print(f'{args.out}: {len(report.used)} keys used; {len(report.unused)} unused: '
           f'{first_keys(report.unused) or "none"}; 0 missing; {len(report.kept)} kept from the '
           f'config: {first_keys(report.kept) or "none"}')
 
-
-def check_out(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Keep a file standing at ``--out`` unless it is an earlier conversion and ``--overwrite``
-    is given: a training checkpoint or a test result there was replaced, before any work."""
-    from pathlib import Path
-
-    from xmr.engine.checkpoint import meta_records
-    from xmr.fileio import input_written_over
-
-    inputs = (args.checkpoint, args.clip_checkpoint, args.config)
-    if not Path(args.out).is_file() or input_written_over(args.out, inputs) is not None:
-        return  # an input: the conversion refuses it, naming it so
-    if not args.overwrite:
-        parser.exit(2, f'error: {args.out} (--out): exists and is kept: pass --overwrite to '
-                    'replace an earlier conversion, or give --out another file\n')
-    if not meta_records(args.out, 'converted_from'):
-        parser.exit(2, f'error: {args.out} (--out): exists and is no earlier conversion (its '
-                    'meta records no converted_from); it is left as it is: give --out another '
-                    'file\n')

@@ -265,8 +265,9 @@ def test_the_cli_replaces_an_earlier_conversion_alone_and_only_with_overwrite(tm
     kept = trained.read_bytes()
     convert = [tmp_path / 'dasd.bin', config, '--out']
     err = refused(capsys, 'dasd', *convert, trained)
-    assert err == (f'error: {trained} (--out): exists and is kept: pass --overwrite to replace '
-                   'an earlier conversion, or give --out another file\n')
+    assert err == (f'error: {trained} (--out): exists and is kept: pass --overwrite '
+                   '(overwrite=True) to replace an earlier conversion, or give --out another '
+                   'file\n')
     err = refused(capsys, 'dasd', *convert, trained, '--overwrite')
     assert 'exists and is no earlier conversion' in err
     assert trained.read_bytes() == kept
@@ -275,6 +276,42 @@ def test_the_cli_replaces_an_earlier_conversion_alone_and_only_with_overwrite(tm
     assert 'exists and is kept' in refused(capsys, 'dasd', *convert, out)
     main('dasd', [str(a) for a in [*convert, out, '--overwrite']])
     assert torch.load(out)['meta']['converted_from'] == str(tmp_path / 'dasd.bin')
+
+
+def test_the_api_keeps_a_file_standing_at_out_as_the_cli_does(tmp_path):
+    """convert_authors_checkpoint (xmr.models.conversion's API) replaced whatever stood at
+    ``out``, a training checkpoint included; only the CLI kept it."""
+    from xmr.models.conversion import ConversionError
+
+    torch.save(authors_state_dict('mla'), tmp_path / 'mla.bin')
+    config = write_config(tmp_path / 'mla.py', 'mla')
+    trained = tmp_path / 'iter_3000.pth'
+    torch.save({'state_dict': {}, 'meta': {'iter': 3000}}, trained)
+    kept = trained.read_bytes()
+    for overwrite, refusal in ((False, 'exists and is kept'),
+                               (True, 'exists and is no earlier conversion')):
+        with pytest.raises(ConversionError, match=f'^{re.escape(str(trained))} \\(--out\\): '
+                           f'{refusal}'):
+            convert_authors_checkpoint('mla', tmp_path / 'mla.bin', config, trained, map_mla,
+                                       overwrite=overwrite)
+    assert trained.read_bytes() == kept
+    out = tmp_path / 'x.pth'
+    convert_authors_checkpoint('mla', tmp_path / 'mla.bin', config, out, map_mla)
+    with pytest.raises(ConversionError, match='exists and is kept'):
+        convert_authors_checkpoint('mla', tmp_path / 'mla.bin', config, out, map_mla)
+    convert_authors_checkpoint('mla', tmp_path / 'mla.bin', config, out, map_mla,
+                               overwrite=True)
+
+
+def test_an_out_that_is_a_folder_is_refused_before_converting(tmp_path, capsys):
+    """It failed once the conversion was done (IsADirectoryError of the final rename)."""
+    torch.save(authors_state_dict('mla'), tmp_path / 'mla.bin')
+    (tmp_path / 'work_dirs').mkdir()
+    err = refused(capsys, 'mla', tmp_path / 'mla.bin', write_config(tmp_path / 'c.py', 'mla'),
+                  '--out', tmp_path / 'work_dirs')
+    assert err == (f'error: {tmp_path / "work_dirs"} (--out): a folder: give the file to write '
+                   f'in it, e.g. --out {tmp_path / "work_dirs" / "mla_converted.pth"}\n')
+    assert list((tmp_path / 'work_dirs').iterdir()) == []
 
 
 def test_the_cli_reports_used_unused_and_kept_keys(tmp_path, capsys):

@@ -23,7 +23,7 @@ from mmengine.config import Config
 from torch import nn
 
 from xmr.datasets.languages import LanguageCodeError, normalize_language
-from xmr.engine.checkpoint import FACTS, save_model_checkpoint
+from xmr.engine.checkpoint import FACTS, meta_records, save_model_checkpoint
 from xmr.fileio import input_written_over
 from xmr.models.conversion.settings import authors_differences
 from xmr.models.weight_files import first_keys, nonfinite_keys, read_weights
@@ -415,11 +415,39 @@ def state_for(path: Path, state: Mapping[str, torch.Tensor], model: nn.Module,
     return state, renamed, replaced
 
 
+def check_out(out: str | os.PathLike, inputs: tuple, method: str, overwrite: bool) -> None:
+    """Refuse, before any work, an ``out`` that writing would lose or cannot take: an input
+    of the conversion (the release, the CLIP file, the config), a folder, or a file standing
+    there that is no earlier conversion (a training checkpoint, a test result), or is one and
+    ``overwrite`` is not given.
+
+    Raises:
+        ConversionError: naming ``out`` and the fix.
+    """
+    if input_written_over(out, inputs) is not None:
+        raise ConversionError(f'{out}: the output (--out) is a file the conversion reads: '
+                              'write the xmr checkpoint to another file')
+    out = Path(out)
+    if out.is_dir():
+        raise ConversionError(f'{out} (--out): a folder: give the file to write in it, e.g. '
+                              f'--out {out / f"{method}_converted.pth"}')
+    if not out.exists():
+        return
+    if not overwrite:
+        raise ConversionError(f'{out} (--out): exists and is kept: pass --overwrite '
+                              '(overwrite=True) to replace an earlier conversion, or give --out '
+                              'another file')
+    if not meta_records(out, 'converted_from'):
+        raise ConversionError(f'{out} (--out): exists and is no earlier conversion (its meta '
+                              'records no converted_from); it is left as it is: give --out '
+                              'another file')
+
+
 def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: str | os.PathLike,
                                out: str | os.PathLike, mapping: StateMapping,
                                cfg_options: Mapping | None = None,
-                               clip_source: str | os.PathLike | None = None
-                               ) -> ConversionReport:
+                               clip_source: str | os.PathLike | None = None,
+                               overwrite: bool = False) -> ConversionReport:
     """Convert ``source`` into the model of ``config`` and write ``out`` (atomically).
 
     Args:
@@ -431,15 +459,14 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
         cfg_options: overrides merged into the config.
         clip_source: a file whose CLIP towers replace ``source``'s (:func:`with_clip_from`);
             its keys and ``source``'s CLIP keys are reported unused as ``'<file>:<key>'``.
+        overwrite: replace a file at ``out`` that is an earlier conversion (its ``meta``
+            records ``converted_from``); any other file there is always kept (:func:`check_out`).
 
     Raises:
         ConversionError: naming the file, the keys at fault (first few and counts) and the fix.
     """
     path = Path(source)
-    # The conversion replaces out: over the released file (or the config), it would be lost.
-    if input_written_over(out, (source, clip_source, config)) is not None:
-        raise ConversionError(f'{out}: the output (--out) is a file the conversion reads: '
-                              'write the xmr checkpoint to another file')
+    check_out(out, (source, clip_source, config), method, overwrite)
     state = read_state_dict(path, method)
     check_method(path, state, method)
     model = build_model(config, cfg_options)
