@@ -2,7 +2,7 @@
 # English captions (113,287 images, 566,747 captions) at CDDS's batch of 64, model selection on
 # the 5K val split, test on the 5K test split under both COCO protocols (5-fold 1K, mean over
 # folds; and 5K). tools/data/prepare_mscoco.py writes the files, or tools/data/prepare_laps.py
-# from LAPS's data/coco.
+# from LAPS's data/coco (whose val split is Karpathy val's first 1,000 images: docs/data.md).
 _base_ = ['./mscoco_clft.py']
 batch_size = 64
 

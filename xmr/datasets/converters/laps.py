@@ -12,11 +12,13 @@ Raw files, one folder per dataset (LAPS's ``data/f30k/``, ``data/coco/``):
   folder).
 
 Flickr30K's splits are ``train``, ``dev`` and ``test`` (29,000 / 1,014 / 1,000 images); COCO's
-``train``, ``dev`` and ``testall`` (113,287 / 5,000 / 5,000: the 5K test, whose consecutive 1,000
-images are the 1K protocol's folds, as LAPS's ``fold5`` evaluation cuts it). Outputs carry the
-names and media paths of the Karpathy converters' (``flickr30k_{train,val,test}.json``;
-``coco_{train,val,test5k}.json`` and ``coco_test1k_fold{0..4}.json``), so the same configs read
-either. Captions are kept byte for byte, as every line-based release's.
+``train``, ``dev`` and ``testall`` (113,287 / 1,000 / 5,000: ``dev`` is the first 1,000 images of
+Karpathy's 5K val, ``testall`` the 5K test, whose consecutive 1,000 images are the 1K protocol's
+folds, as LAPS's ``fold5`` evaluation cuts it). Outputs carry the names and media paths of the
+Karpathy converters' (``flickr30k_{train,val,test}.json``; ``coco_{train,val,test5k}.json`` and
+``coco_test1k_fold{0..4}.json``), so the same configs read either; LAPS's ``coco_val.json`` holds
+1,000 images where the Karpathy converter's holds 5,000. Captions are kept byte for byte, as every
+line-based release's: LAPS's are tokenized (``an orange hat .``), Karpathy's ``raw`` are not.
 """
 from __future__ import annotations
 
