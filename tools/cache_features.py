@@ -20,7 +20,8 @@ on the demo, stopped after its captions, the build ran 12.1 s against 23.0 s who
 same files byte for byte).
 
 A ``cache_dir`` holding other files than a feature cache (no ``meta.json``: the data's own
-folder) is refused, naming it and the loader it belongs to, before the model is built;
+folder) is refused, naming it and the loader it belongs to, before the model is built, as is
+one ``cache_dir`` named by two loaders for caches of other content (dataset, dtype, kinds);
 ``--overwrite`` replaces a feature cache alone.
 
 Launched on several processes (``--launcher pytorch`` under torchrun, as
@@ -102,6 +103,33 @@ def cached_dataset_cfgs(cfg: Config) -> Iterator[tuple[str, dict[str, Any]]]:
                        dataset)
 
 
+#: The options of a ``CachedFeatureDataset`` that decide what its cache holds (the others
+#: decide how it is built or when).
+CONTENT_OPTIONS = ('dataset', 'dtype', 'features', 'media_identity', 'cache_media_when_random')
+
+
+def refuse_shared_cache_dirs(found: list[tuple[str, dict[str, Any]]]) -> None:
+    """Refuse one ``cache_dir`` named for caches of different content (another dataset, dtype
+    or kinds): the tool built the first and skipped the others as built, and the run refused
+    the cache as stale at the other's first use (a test gallery, after the training).
+
+    Raises:
+        ValueError: naming the folder, both loaders, the options that differ and the fix.
+    """
+    first: dict[str, tuple[str, dict[str, Any]]] = {}
+    for where, dataset_cfg in found:
+        content = {option: dataset_cfg.get(option) for option in CONTENT_OPTIONS}
+        where_first, content_first = first.setdefault(str(dataset_cfg['cache_dir']),
+                                                      (where, content))
+        differing = [option for option in CONTENT_OPTIONS
+                     if content[option] != content_first[option]]
+        if differing:
+            raise ValueError(
+                f'cache_dir {dataset_cfg["cache_dir"]} is named by {where_first} and {where}, '
+                f'whose CachedFeatureDatasets differ in {", ".join(differing)}: one folder holds '
+                'one cache; give each its own cache_dir')
+
+
 def check_checkpoint_option(checkpoint: str | None) -> None:
     """``--checkpoint``, checked before the model is built (tens of seconds in).
 
@@ -141,6 +169,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     # of seconds, minutes for a large one): here, before it.
     for where, dataset_cfg in found:
         refuse_other_folder(dataset_cfg['cache_dir'], f'cache_dir of {where}')
+    refuse_shared_cache_dirs(found)
     prepare_process(cfg, args.launcher, start_group=True)
     # Seeded as the runner seeds before it builds the model, so that towers built from random
     # weights (the demo's) are those training builds, and its phases read the caches.

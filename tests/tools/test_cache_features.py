@@ -313,6 +313,33 @@ def test_a_cache_dir_holding_other_files_is_refused_before_the_model_is_built(
     assert [path.name for path in (tmp_path / 'gallery').iterdir()] == ['annotation.json']
 
 
+def test_one_cache_dir_named_for_two_datasets_is_refused_before_the_model_is_built(
+        tmp_path, monkeypatch):
+    """The tool built the first loader's cache and skipped the second's as built: the run
+    found it stale at the second's first use (a test gallery, once the training ended). Two
+    loaders of one dataset share their cache, whatever their build options."""
+    import xmr.engine.process
+
+    def started(*args, **kwargs):
+        raise BuildStarted
+
+    monkeypatch.setattr(xmr.engine.process, 'prepare_process', started)
+    cfg = Config.fromfile(write_config(tmp_path))
+    gallery = cfg.val_dataloader[0]
+    cfg.test_dataloader = dict(dataset=dict(gallery.dataset, batch_size=1, num_workers=0))
+    cfg.dump(str(tmp_path / 'shared.py'))
+    with pytest.raises(BuildStarted):
+        cache_features.main([str(tmp_path / 'shared.py'), '--device', 'cpu'])
+    cfg.test_dataloader = dict(dataset=dict(
+        gallery.dataset, dtype='float16', dataset=dict(gallery.dataset.dataset, split='test')))
+    cfg.dump(str(tmp_path / 'other.py'))
+    with pytest.raises(ValueError, match=re.escape(
+            f"cache_dir {tmp_path / 'gallery'} is named by val_dataloader[0] and "
+            'test_dataloader, whose CachedFeatureDatasets differ in dataset, dtype: one folder '
+            'holds one cache; give each its own cache_dir')):
+        cache_features.main([str(tmp_path / 'other.py'), '--device', 'cpu'])
+
+
 def test_sigterm_ends_a_build_as_ctrl_c_does_naming_the_rows_it_kept(tmp_path):
     """SIGTERM (a scheduler's stop) killed the build silently (exit -15): nothing said where
     the rows encoded so far were kept, nor that the next build goes on from them."""
