@@ -3,6 +3,7 @@ its ablation switches, and per-caption conditioning inside the retriever."""
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -231,7 +232,10 @@ def test_shuffled_negatives_never_pair_a_caption_with_itself():
             negatives = shuffled_negatives(size, torch.Generator().manual_seed(seed))
             assert sorted(negatives.tolist()) == list(range(size))
             assert not (negatives == torch.arange(size)).any()
-    with pytest.raises(ValueError, match='at least two'):
+    with pytest.raises(ValueError, match=re.escape(
+            'batches of at least two captions; got 1: give train_dataloader a batch_size of at '
+            'least 2 and drop_last=True (an epoch may end on a batch of one), or train without '
+            "L_adv (the disentangler's use_adversarial=False)")):
         shuffled_negatives(1)
 
 

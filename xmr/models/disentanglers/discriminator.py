@@ -53,7 +53,9 @@ def shuffled_negatives(batch: int, generator: torch.Generator | None = None,
     """
     if batch < 2:
         raise ValueError(f'the discriminator needs mismatched pairs, so batches of at least two '
-                         f'captions; got {batch}')
+                         f'captions; got {batch}: give train_dataloader a batch_size of at least 2 '
+                         'and drop_last=True (an epoch may end on a batch of one), or train '
+                         'without L_adv (the disentangler\'s use_adversarial=False)')
     order = torch.randperm(batch, generator=generator, device=device)
     negatives = torch.empty_like(order)
     negatives[order] = order.roll(-1)
