@@ -1,7 +1,7 @@
 """Reading the plain files of the raw releases, with checks that name the file at fault.
 
 Caption files of the public releases are one caption per line, sometimes gzipped, sometimes with
-Windows line ends, sometimes without a final newline (XTD10's zh and ru). :func:`read_lines`
+Windows line ends, sometimes without a final newline (seven of XTD10's). :func:`read_lines`
 accepts all of these and returns every caption exactly as written: only the line terminator is
 removed, so non-ASCII text survives byte for byte.
 """

@@ -3,7 +3,7 @@
 Raw release layout (github.com/adobe-research/Cross-lingual-Test-Dataset-XTD10)::
 
     XTD10/test_1kcaptions_{lang}.txt   one caption per line, lang in en es it ko pl ru tr zh
-                                       (some files use CRLF, zh and ru lack a final newline)
+                                       (es it ko pl ru tr zh: CRLF, no final newline)
     XTD10/test_image_names.txt         COCO 2014 file name per line (COCO_train2014_... or
                                        COCO_val2014_...)
     MIC/test_1kcaptions_{de,fr}.txt    German and French (MIC)
