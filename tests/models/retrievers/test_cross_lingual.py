@@ -180,6 +180,34 @@ def test_a_disentangler_the_model_cannot_run_is_refused_by_the_config_check_alon
                            'model')
 
 
+def test_dynamic_adapters_of_another_width_than_the_generators_d_u_are_refused_as_it_loads():
+    """``W^z`` (``d_u × d_u``) sits between the adapters' ``W_down`` and ``W_up``. Built, such
+    a model stopped at its first forward with a condition: at the validation that ends a whole
+    source-finetune phase, or after the cross-lingual phase's feature cache was built."""
+    wider = dasd_with([dict(type='DynamicAdapter', hidden=4, blocks=[0]),
+                       dict(type='DynamicAdapter', hidden=8, blocks=[1, 2])])
+    message = ('^model.disentangler.generator.d_u=4 but model.language_branch.adapters '
+               r'\(DynamicAdapter\) has hidden=8: W\^z \(d_u × d_u\) sits between the dynamic '
+               "adapters' W_down and W_up; give both the same d_u")
+    with pytest.raises(ValueError, match=message):
+        check_part_options(MODELS, wider, 'model')
+    with pytest.raises(ValueError, match=message):
+        MODELS.build(wider)
+    # Either side's default (32) counts: the generator's here, the adapter's below.
+    generator_default = tiny_dasd_cfg()
+    generator_default['disentangler'].pop('generator')
+    with pytest.raises(ValueError, match=r'generator.d_u=32 .* has hidden=4: '):
+        check_part_options(MODELS, generator_default, 'model')
+    with pytest.raises(ValueError, match=r'generator.d_u=4 .* has hidden=32: '):
+        check_part_options(MODELS, dasd_with(dict(type='DynamicAdapter')), 'model')
+    # An adapter that reads no W^z has its own width; an own reader of the condition is not
+    # the SDM's to size.
+    check_part_options(MODELS, dasd_with([dict(type='DynamicAdapter', hidden=4, blocks=[0]),
+                                          dict(type='StaticAdapter', hidden=8, blocks=[1])]),
+                       'model')
+    check_part_options(MODELS, dasd_with(dict(type=ReadsCondition, hidden=8)), 'model')
+
+
 #: Options of DASD's tiny model (a text tower of width 32 and 3 blocks) beyond that tower, and
 #: what the message names: the key, the value and the fix.
 BEYOND_THE_TOWER = [

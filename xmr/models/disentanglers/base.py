@@ -50,6 +50,13 @@ class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
         default."""
 
     @classmethod
+    def check_adapter_configs(cls, cfg: Mapping[str, Any], adapters: Any) -> None:
+        """Refuse, from this module's config and the branch's adapter configs
+        (``model.language_branch.adapters``: one, a list or ``None``), adapters whose options
+        do not fit the condition this module makes (DASD's SDM: dynamic adapters whose width is
+        not its ``W^z``'s); any fit by default."""
+
+    @classmethod
     def check_tower(cls, cfg: Mapping[str, Any], tower: TextTower | TowerShape) -> None:
         """Refuse, from this module's config and the text tower's ``width`` and ``num_blocks``
         (the built tower, or the :class:`~xmr.models.backbones.base.TowerShape` of the

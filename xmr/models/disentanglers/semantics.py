@@ -35,6 +35,8 @@ from xmr.models.adapters.base import (
     BaseAdapter,
     check_tower_width,
 )
+from xmr.models.adapters.dynamic import DynamicAdapter
+from xmr.models.adapters.language_adapters import adapter_configs, adapter_types
 from xmr.models.disentanglers.base import ConditionDisentangler
 from xmr.models.disentanglers.discriminator import (
     PairDiscriminator,
@@ -265,6 +267,25 @@ class SemanticsDisentangler(ConditionDisentangler):
         would make ``W^z`` for no block (``__init__``'s ``condition_blocks=[]``)."""
         if not any(getattr(kind, 'reads_condition', False) for kind in adapter_types):
             raise ValueError(NO_CONDITION_READER)
+
+    @classmethod
+    def check_adapter_configs(cls, cfg: Mapping[str, object], adapters: object) -> None:
+        """Refuse dynamic adapters whose bottleneck ``hidden`` is not the generator's ``d_u``
+        (either's default counting): ``W^z``, ``d_u × d_u``, sits between their ``W_down`` and
+        ``W_up``. Built, the model would stop at its first forward with a condition, which
+        may come after a whole source-finetune phase or a feature cache's build. An adapter
+        type of one's own that reads the condition checks its ``W^z`` itself."""
+        generator = _checked_generator(with_defaults(cls, cfg)['generator'])
+        d_u = with_defaults(ParameterGenerator, generator)['d_u']
+        for adapter, kind in zip(adapter_configs(adapters), adapter_types(adapters) or ()):
+            if not issubclass(kind, DynamicAdapter):
+                continue
+            hidden = with_defaults(kind, adapter)['hidden']
+            if hidden != d_u:
+                raise ValueError(
+                    f'model.disentangler.generator.d_u={d_u} but model.language_branch.adapters '
+                    f'({kind.__name__}) has hidden={hidden}: W^z (d_u × d_u) sits between the '
+                    "dynamic adapters' W_down and W_up; give both the same d_u (DASD: 32)")
 
     def _build_adapters(self, cfg: dict | None) -> nn.ModuleList | None:
         """One adapter after each of the ``k`` blocks, or one on the embeddings at ``k = 0``;

@@ -168,7 +168,9 @@ class CrossLingualRetriever(BaseRetriever):
             ValueError: the source language among the branch's ``languages`` (in any form:
                 ``eng`` is ``en``); a disentangler without a ``language_branch``, or one whose
                 class refuses the branch's adapter types (DASD's SDM with no adapter that reads
-                ``W^z``: :meth:`ConditionDisentangler.check_adapter_types`); an option beyond
+                ``W^z``: :meth:`ConditionDisentangler.check_adapter_types`) or their options
+                (dynamic adapters of another width than ``W^z``:
+                :meth:`ConditionDisentangler.check_adapter_configs`); an option beyond
                 the tower (:meth:`TargetLanguageBranch.check_tower
                 <xmr.models.language.branch.TargetLanguageBranch.check_tower>`,
                 :meth:`ConditionDisentangler.check_tower`).
@@ -194,6 +196,7 @@ class CrossLingualRetriever(BaseRetriever):
         types = adapter_types(branch.get('adapters'))
         if types is not None:
             kind.check_adapter_types(types)
+        kind.check_adapter_configs(disentangler, branch.get('adapters'))
         if tower is not None:
             kind.check_tower(disentangler, tower)
 
