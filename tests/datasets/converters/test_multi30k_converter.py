@@ -57,8 +57,9 @@ def test_counts_per_split_and_language(multi30k, tmp_path):
         assert all(len(r.captions[lang]) == 1 for r in outputs[split].items
                    for lang in ('en', 'de', 'fr', 'cs'))
     five = outputs['test_5captions']
-    assert five.languages == ['en', 'de']
+    assert five.languages == ['en', 'de', 'fr', 'cs']
     assert all(len(r.captions[lang]) == 5 for r in five.items for lang in ('en', 'de'))
+    assert all(len(r.captions[lang]) == 1 for r in five.items for lang in ('fr', 'cs'))
     # Line i of the image list names item i, in every split.
     assert [r.media_path for r in outputs['test'].items] == names['test_2016_flickr']
     assert [r.media_path for r in five.items] == names['test_2016_flickr']
@@ -248,3 +249,35 @@ def test_out_dir_replaces_an_earlier_multi30k_annotation_alone(multi30k, tmp_pat
     main(['--raw-dir', str(multi30k / 'raw'), *convert, 'val', 'test'])
     main(['--raw-dir', str(multi30k / 'raw'), *convert, 'val', 'test'])
     assert len(load_annotation(result).items) == 1014
+
+
+def test_task_2_galleries_hold_the_protocol_of_the_multilingual_papers(multi30k, tmp_path):
+    """M3P, UC2, MLA and DASD (DASD's multi30k_4lang_path.json) score Multi30K on one gallery:
+    en and de with task 2's five captions an image, fr and cs with task 1's one. The
+    5-caption file held en and de alone, and no val split had task 2's captions."""
+    test = convert_multi30k(multi30k / 'raw', multi30k / 'image_splits',
+                            splits=['test_5captions'])['test_5captions']
+    for lang in ('fr', 'cs'):
+        task1 = _raw_lines(multi30k / 'raw' / f'test_2016_flickr.{lang}.gz')
+        assert [r.captions[lang] for r in test.items] == [[line.decode()] for line in task1]
+    assert test.items[0].captions['en'][3] == 'A man in an orange hat starring at something.'
+    # Task 2's val files (the release's data/task2/raw/val.{k}.{en,de}.gz) beside task 1's.
+    raw = tmp_path / 'raw'
+    shutil.copytree(multi30k / 'raw', raw, ignore=shutil.ignore_patterns('train.*', 'test*'))
+    for k in range(1, 6):
+        for lang in ('en', 'de'):
+            with gzip.open(raw / f'val.{k}.{lang}.gz', 'wt', encoding='utf-8') as handle:
+                handle.write(''.join(f'{lang} {k} of image {i}\n' for i in range(1014)))
+    val = convert_multi30k(raw, multi30k / 'image_splits',
+                           splits=['val_5captions'])['val_5captions']
+    names = (multi30k / 'image_splits' / 'val.txt').read_text().split()
+    assert (val.split, val.languages, val.source_lang) == ('val_5captions',
+                                                           ['en', 'de', 'fr', 'cs'], 'en')
+    assert [r.media_path for r in val.items] == names
+    assert val.items[7].captions['de'] == [f'de {k} of image 7' for k in range(1, 6)]
+    assert val.items[7].captions['cs'] == [
+        _raw_lines(multi30k / 'raw' / 'val.cs.gz')[7].decode()]
+    with pytest.raises(ConversionError, match=(
+            r"val_5captions is Multi30K task 2: put the release's data/task2/raw/val\.\*\.gz "
+            r"into --raw-dir")):
+        convert_multi30k(multi30k / 'raw', multi30k / 'image_splits', splits=['val_5captions'])

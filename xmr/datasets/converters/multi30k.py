@@ -3,13 +3,15 @@
 Raw release layout (github.com/multi30k/dataset, ``data/task1`` and ``data/task2``)::
 
     <raw_dir>/{train,val,test_2016_flickr}.{en,de,fr,cs}.gz   task 1: one caption per image
-    <raw_dir>/test_2016.{1..5}.{en,de}.gz                     task 2: five captions per image
+    <raw_dir>/{val,test_2016}.{1..5}.{en,de}.gz               task 2: five captions per image
     <image_splits_dir>/{train,val,test_2016_flickr}.txt       Flickr30K file name per line
 
 Line ``i`` of every caption file of a split describes the image on line ``i`` of its image list;
-task 2's test files follow ``test_2016_flickr.txt``. Outputs (``docs/data.md``):
-``multi30k_{train,val,test}.json`` (task 1, ``test`` = test_2016_flickr) and
-``multi30k_test_5captions.json`` (task 2, en and de).
+task 2's files follow task 1's lists (its own ``image_splits/{val,test_2016}_images.txt`` are
+the same files). Outputs (``docs/data.md``): ``multi30k_{train,val,test}.json`` (task 1,
+``test`` = test_2016_flickr) and ``multi30k_{val,test}_5captions.json``: task 2's five en and
+five de captions an image with task 1's fr and cs caption, the gallery the multilingual
+retrieval papers (M3P, UC2, MLA, DASD) score Multi30K on.
 """
 from __future__ import annotations
 
@@ -37,11 +39,13 @@ from xmr.datasets.converters.raw_files import (
 from xmr.datasets.converters.translations import attach_translations
 from xmr.utils.cli import GatherAction, add_custom_imports
 
-__all__ = ['MULTI30K_SPLITS', 'TASK2_LANGUAGES', 'convert_multi30k', 'main']
+__all__ = ['MULTI30K_SPLITS', 'TASK2_LANGUAGES', 'TASK2_SPLITS', 'convert_multi30k', 'main']
 
 # Output split name -> name of the release's task 1 files.
 MULTI30K_SPLITS = {'train': 'train', 'val': 'val', 'test': 'test_2016_flickr'}
-TASK2_SPLIT = 'test_5captions'
+#: Task 2 output split -> (the task 1 split whose images and other languages it takes, the stem
+#: of task 2's caption files ``<stem>.<k>.<lang>.gz``).
+TASK2_SPLITS = {'val_5captions': ('val', 'val'), 'test_5captions': ('test', 'test_2016')}
 TASK2_LANGUAGES = ('en', 'de')
 TASK2_CAPTIONS = 5
 
@@ -64,28 +68,40 @@ def _caption_file(raw_dir: Path, stem: str, lang: str) -> Path:
     return find_first(raw_dir, [f'{stem}.{lang}.gz', f'{stem}.{lang}'], f'{lang} caption file')
 
 
+def _caption_files(raw_dir: Path, split: str,
+                   languages: Sequence[str]) -> tuple[str, dict[str, list[Path]]]:
+    """The task 1 split an output split takes its images from, and each language's caption
+    files: task 1's one, or for a :data:`TASK2_SPLITS` split task 2's five of each of
+    :data:`TASK2_LANGUAGES` beside task 1's one of every other language of ``languages``.
+
+    Raises:
+        ConversionError: naming the missing file, and for task 2's where the release keeps it.
+    """
+    if split not in TASK2_SPLITS:
+        stem = MULTI30K_SPLITS[split]
+        return split, {lang: [_caption_file(raw_dir, stem, lang)] for lang in languages}
+    task1, stem = TASK2_SPLITS[split]
+    try:
+        files = {lang: [_caption_file(raw_dir, f'{stem}.{k}', lang)
+                        for k in range(1, TASK2_CAPTIONS + 1)] for lang in TASK2_LANGUAGES}
+    except ConversionError as error:
+        # The release keeps task 2 in its own folder, which the documented command does not
+        # name.
+        raise ConversionError(f"{error}; {split} is Multi30K task 2: put the release's "
+                              f'data/task2/raw/{stem}.*.gz into --raw-dir, or leave the split '
+                              'out with --splits train val test') from None
+    others = [lang for lang in languages if lang not in TASK2_LANGUAGES]
+    return task1, {**files, **_caption_files(raw_dir, task1, others)[1]}
+
+
 def _split(raw_dir: Path, image_splits_dir: Path, split: str,
            languages: Sequence[str]) -> Annotation:
     """One output split: task 1's (a caption per image in each of ``languages``, source first)
-    or, for :data:`TASK2_SPLIT`, task 2's (five per image in each of :data:`TASK2_LANGUAGES`)."""
-    if split == TASK2_SPLIT:
-        image_list, languages = MULTI30K_SPLITS['test'], TASK2_LANGUAGES
-        stems = [f'test_2016.{k}' for k in range(1, TASK2_CAPTIONS + 1)]
-    else:
-        image_list = MULTI30K_SPLITS[split]
-        stems = [image_list]
-    list_path, names = _read_image_list(image_splits_dir, image_list)
-    try:
-        files = {lang: [_caption_file(raw_dir, stem, lang) for stem in stems]
-                 for lang in languages}
-    except ConversionError as error:
-        if split != TASK2_SPLIT:
-            raise
-        # The release keeps task 2 in its own folder, which the documented command does not
-        # name.
-        raise ConversionError(f"{error}; {TASK2_SPLIT} is Multi30K task 2: put the release's "
-                              'data/task2/raw/test_2016.*.gz into --raw-dir, or leave the split '
-                              'out with --splits train val test') from None
+    or a :data:`TASK2_SPLITS` one (five per image in each of :data:`TASK2_LANGUAGES`, one in
+    each other language of ``languages``)."""
+    task1, files = _caption_files(raw_dir, split, languages)
+    list_path, names = _read_image_list(image_splits_dir, MULTI30K_SPLITS[task1])
+    languages = list(files)
     captions = {path: read_lines(path) for paths in files.values() for path in paths}
     require_same_length((list_path, len(names)), captions)
     records = [
@@ -99,7 +115,7 @@ def _split(raw_dir: Path, image_splits_dir: Path, split: str,
 
 def convert_multi30k(raw_dir: str | os.PathLike, image_splits_dir: str | os.PathLike,
                      images_dir: str | os.PathLike | None = None,
-                     splits: Sequence[str] = ('train', 'val', 'test', TASK2_SPLIT),
+                     splits: Sequence[str] = ('train', 'val', 'test', *TASK2_SPLITS),
                      languages: Sequence[str] = ('en', 'de', 'fr', 'cs'),
                      train_translations: Mapping[str, str | os.PathLike] | None = None,
                      ) -> dict[str, Annotation]:
@@ -109,7 +125,8 @@ def convert_multi30k(raw_dir: str | os.PathLike, image_splits_dir: str | os.Path
         raw_dir: folder with the task 1 (and task 2) caption files.
         image_splits_dir: folder with ``{train,val,test_2016_flickr}.txt``.
         images_dir: Flickr30K image folder; when given, every listed image must exist in it.
-        splits: outputs to build: ``train``, ``val``, ``test`` and ``test_5captions``.
+        splits: outputs to build: ``train``, ``val``, ``test``, ``val_5captions`` and
+            ``test_5captions``.
         languages: task 1 languages; the first is the source language of translations.
         train_translations: target language -> machine-translation file for the train split
             (plain format of :mod:`xmr.datasets.converters.translations`).
@@ -123,7 +140,7 @@ def convert_multi30k(raw_dir: str | os.PathLike, image_splits_dir: str | os.Path
     raw_dir, image_splits_dir = Path(raw_dir), Path(image_splits_dir)
     # The release names its files by the canonical codes (train.de.gz).
     languages = canonical_languages(languages, '--languages')
-    known = (*MULTI30K_SPLITS, TASK2_SPLIT)
+    known = (*MULTI30K_SPLITS, *TASK2_SPLITS)
     for split in splits:
         if split not in known:
             raise ConversionError(f'unknown Multi30K split {split!r}; choose from {known}')
@@ -145,13 +162,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description='Convert the Multi30K release to xmr '
                                      'annotations (docs/data.md).')
     parser.add_argument('--raw-dir', type=Path, required=True,
-                        help='folder with {split}.{lang}.gz and test_2016.{k}.{en,de}.gz')
+                        help='folder with {split}.{lang}.gz and task 2\'s '
+                        '{val,test_2016}.{k}.{en,de}.gz')
     parser.add_argument('--image-splits-dir', type=Path, required=True,
                         help='folder with {train,val,test_2016_flickr}.txt')
     add_media_options(parser, 'images')
     add_out_dir(parser)
     parser.add_argument('--splits', nargs='+', action=GatherAction,
-                        default=['train', 'val', 'test', TASK2_SPLIT])
+                        default=['train', 'val', 'test', *TASK2_SPLITS])
     parser.add_argument('--languages', nargs='+', action=GatherAction,
                         default=['en', 'de', 'fr', 'cs'])
     parser.add_argument('--translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
