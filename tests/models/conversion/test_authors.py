@@ -439,19 +439,22 @@ def test_a_key_the_authors_model_does_not_have_is_refused_naming_it(method, key,
     assert 'Traceback' not in err and not (tmp_path / 'o.pth').exists()
 
 
-@pytest.mark.parametrize('change,value,fix', [
-    ('language_branch.tokenizer.vocab_size', 56, 'model.language_branch.tokenizer.name_or_path'),
-    ('language_branch.adapters.hidden', D_U + 1, 'model.language_branch.adapters.hidden'),
-    ('disentangler.generator.d_z', D_Z + 1, 'model.disentangler.generator.d_z'),
-    ('backbone.model_cfg.text_cfg.width', WIDTH * 2, 'model.backbone.arch'),
+@pytest.mark.parametrize('method,change,value,fix', [
+    ('dasd', 'language_branch.tokenizer.vocab_size', 56,
+     'model.language_branch.tokenizer.name_or_path'),
+    # MLA's static acquirer: a DASD config whose adapters' hidden is not the generator's d_u is
+    # refused as it builds, before any weight is compared.
+    ('mla', 'language_branch.adapters.hidden', D_U + 1, 'model.language_branch.adapters.hidden'),
+    ('dasd', 'disentangler.generator.d_z', D_Z + 1, 'model.disentangler.generator.d_z'),
+    ('dasd', 'backbone.model_cfg.text_cfg.width', WIDTH * 2, 'model.backbone.arch'),
 ])
-def test_a_shape_difference_names_the_setting_of_its_part(change, value, fix, tmp_path,
+def test_a_shape_difference_names_the_setting_of_its_part(method, change, value, fix, tmp_path,
                                                           capsys):
     """Another vocabulary, acquirer or generator width is not "another architecture": each
     part's difference names the config key that fixes it."""
-    torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
-    Config(dict(model=changed_cfg('dasd', change, value))).dump(tmp_path / 'changed.py')
-    err = refused(capsys, 'dasd', tmp_path / 'dasd.bin', tmp_path / 'changed.py', '--out',
+    torch.save(authors_state_dict(method), tmp_path / 'authors.bin')
+    Config(dict(model=changed_cfg(method, change, value))).dump(tmp_path / 'changed.py')
+    err = refused(capsys, method, tmp_path / 'authors.bin', tmp_path / 'changed.py', '--out',
                   tmp_path / 'o.pth')
     assert 'differ in shape' in err and fix in err
     assert (fix == 'model.backbone.arch') == ('another architecture' in err)
