@@ -18,7 +18,7 @@ from xmr.datasets.collate import media_keys
 from xmr.models.adapters import StaticAdapter
 from xmr.models.backbones import OpenCLIPBackbone
 from xmr.models.disentanglers.semantics import NO_CONDITION_READER
-from xmr.registry import DISENTANGLERS, MODELS, check_part_options
+from xmr.registry import DISENTANGLERS, MODELS, UnknownOptionError, check_part_options
 
 
 def test_preprocessor_normalises_with_the_backbone_statistics(tiny_retriever):
@@ -200,6 +200,12 @@ def test_dynamic_adapters_of_another_width_than_the_generators_d_u_are_refused_a
         check_part_options(MODELS, generator_default, 'model')
     with pytest.raises(ValueError, match=r'generator.d_u=4 .* has hidden=32: '):
         check_part_options(MODELS, dasd_with(dict(type='DynamicAdapter')), 'model')
+    # A misspelt d_u is named as such, not as the default's mismatch.
+    misspelt = dasd_with(dict(type='DynamicAdapter', hidden=16))
+    misspelt['disentangler']['generator'] = dict(d_z=16, du=16)
+    with pytest.raises(UnknownOptionError, match=r"generator\.du: .* unknown option 'du' "
+                                                 r"\(did you mean 'd_u'\?\)"):
+        check_part_options(MODELS, misspelt, 'model')
     # An adapter that reads no W^z has its own width; an own reader of the condition is not
     # the SDM's to size.
     check_part_options(MODELS, dasd_with([dict(type='DynamicAdapter', hidden=4, blocks=[0]),

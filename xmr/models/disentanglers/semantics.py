@@ -22,6 +22,7 @@ set, builds one per language).
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -276,6 +277,8 @@ class SemanticsDisentangler(ConditionDisentangler):
         may come after a whole source-finetune phase or a feature cache's build. An adapter
         type of one's own that reads the condition checks its ``W^z`` itself."""
         generator = _checked_generator(with_defaults(cls, cfg)['generator'])
+        if set(generator) - set(inspect.signature(ParameterGenerator).parameters):
+            return  # a misspelt d_u: the check of the generator's options that follows names it
         d_u = with_defaults(ParameterGenerator, generator)['d_u']
         for adapter, kind in zip(adapter_configs(adapters), adapter_types(adapters) or ()):
             if not issubclass(kind, DynamicAdapter):
