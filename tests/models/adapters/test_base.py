@@ -16,7 +16,7 @@ from xmr.models.adapters import (
     BaseAdapter,
     LanguageAdapters,
 )
-from xmr.models.backbones.base import TextTower
+from xmr.models.backbones.base import TextTower, block_linear_shapes
 from xmr.registry import ADAPTERS, MODELS
 
 
@@ -278,6 +278,37 @@ def test_sites_given_as_one_string_are_refused_as_the_config_loads():
     placed = LanguageAdapters(['de'], dict(type='StaticAdapter', hidden=4, sites=['mlp.output']),
                               8, 2)
     assert sorted(placed.sets['de']) == ['0:mlp_output', '1:mlp_output']
+
+
+#: Placements no block has, or the class does not serve, and what names them: the key, the
+#: type, the value and the choices (each was refused only as the model built, in a work dir the
+#: runner had made, without the key).
+UNPLACEABLE = [
+    (dict(type='StaticAdapter', sites=['attn.foo']),
+     r"\(StaticAdapter\): adapter site 'attn.foo' does not exist \(did you mean 'attn.out'\?\); "
+     'the sites are input, '),
+    (dict(type='StaticAdapter', sites=['mlp.output', 'attn.qkv']),
+     r"\(StaticAdapter\): sites=\['mlp.output', 'attn.qkv'\]: StaticAdapter cannot sit at "
+     r"attn.qkv; its sites are \['block.output', 'attn.output', 'mlp.output'\]$"),
+    (dict(type='LoRA', targets=['q', 'query']),
+     r"\(LoRA\): unknown LoRA targets \['query'\]; choose from \['q', 'k', 'v', 'out', 'fc', "
+     r"'proj'\]"),
+    (dict(type='LoRA', targets=['q'], sites=['mlp.fc']),
+     r"\(LoRA\): LoRA targets \['q'\] sit at \['attn.qkv'\], but the config names sites "
+     r"\['mlp.fc'\]"),
+]
+
+
+@pytest.mark.parametrize('cfg, message', UNPLACEABLE)
+def test_a_site_no_block_has_or_the_class_does_not_serve_is_refused_as_the_config_loads(
+        cfg, message):
+    from xmr.registry import check_part_options
+
+    message = r'^model\.language_branch\.adapters ' + message
+    with pytest.raises(ValueError, match=message):
+        check_part_options(ADAPTERS, cfg, 'model.language_branch.adapters')
+    with pytest.raises(ValueError, match=message):
+        LanguageAdapters(['de'], cfg, 8, 2, block_linear_shapes(8, 32))
 
 
 def test_a_prompt_before_the_blocks_leaves_packed_tokens_to_the_block_adapters():

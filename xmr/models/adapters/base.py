@@ -219,20 +219,22 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Refuse ``sites`` given as one string (read letter by letter: sites ``'m'``, ``'l'``,
-        ...), and ``blocks`` in the config of an adapter whose sites are the input site alone
-        (a prompt acts once, before the blocks): as the config loads
+        """Refuse what places the adapter nowhere it can act, as the config loads
         (:func:`~xmr.registry.check_part_options`) and as the adapter set builds it, before
-        the indices are checked against the branch's blocks.
+        the indices are checked against the branch's blocks: ``sites`` given as one string
+        (read letter by letter: sites ``'m'``, ``'l'``, ...), sites that
+        :meth:`placed_sites` refuses, and ``blocks`` in the config of an adapter whose sites
+        are the input site alone (a prompt acts once, before the blocks).
 
         Raises:
-            ValueError: naming the key, the type, ``sites`` or ``blocks`` and the fix.
+            ValueError: naming the key, the type, ``sites``, ``blocks`` or the option that
+                places it, and the fix.
         """
         if isinstance(cfg.get('sites'), str):
             raise ValueError(f"{ADAPTERS_KEY} ({cfg['type']}): sites={cfg['sites']!r} must be a "
                              f"list of sites ([{cfg['sites']!r}] for one)")
-        if cfg.get('blocks') is None or \
-                set(cls.resolve_sites(cfg.get('sites'), dict(cfg))) != {AdapterSite.INPUT}:
+        sites = cls.placed_sites(cfg.get('sites'), dict(cfg))
+        if cfg.get('blocks') is None or set(sites) != {AdapterSite.INPUT}:
             return
         raise ValueError(f"{ADAPTERS_KEY} ({cfg['type']}): blocks={cfg['blocks']!r} does not "
                          f'apply to {cls.__name__}, which acts once, at the input site, before '
@@ -256,6 +258,28 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
         if sites is not None:
             return tuple(AdapterSite(s) for s in sites)
         return tuple(cls.default_sites or cls.sites[:1])
+
+    @classmethod
+    def placed_sites(cls, sites: Sequence[str] | None, cfg: dict) -> tuple[AdapterSite, ...]:
+        """The sites a config places the adapter at (:meth:`resolve_sites`), each one the class
+        serves (:attr:`sites`).
+
+        Raises:
+            ValueError: a site no block has, one the class does not serve, or options that
+                place it nowhere (LoRA's unknown ``targets``), named with the config's key and
+                type.
+        """
+        where = f'{ADAPTERS_KEY} ({cls.__name__})'
+        try:
+            placed = cls.resolve_sites(sites, cfg)
+        except ValueError as error:
+            raise ValueError(f'{where}: {error}') from None
+        for site in placed:
+            if site not in cls.sites:
+                raise ValueError(f'{where}: sites={[str(s) for s in placed]}: {cls.__name__} '
+                                 f'cannot sit at {site!s}; its sites are '
+                                 f'{[str(s) for s in cls.sites]}')
+        return placed
 
     @classmethod
     def build_shared(cls, width: int, **options: Any) -> nn.Module | None:

@@ -182,7 +182,7 @@ class LanguageAdapters(nn.Module):
         blocks = check_adapter_config(cfg, self.width, num_blocks)
         cfg.pop('width', None)
         cfg.pop('blocks', None)
-        sites = adapter_cls.resolve_sites(cfg.pop('sites', None), cfg)
+        sites = adapter_cls.placed_sites(cfg.pop('sites', None), cfg)
         options = {k: v for k, v in cfg.items() if k != 'type'}
         shared = adapter_cls.build_shared(self.width, **options)
         shared_args = {}
@@ -191,9 +191,6 @@ class LanguageAdapters(nn.Module):
             placed[f'shared_{position}'] = shared
             shared_args['shared'] = shared
         for site in sites:
-            if site not in adapter_cls.sites:
-                raise ValueError(f'{cfg["type"]} cannot sit at {site!s}; its sites are '
-                                 f'{[str(s) for s in adapter_cls.sites]}')
             site_blocks = [-1] if site == AdapterSite.INPUT else blocks
             for index in site_blocks:
                 shape = {}
