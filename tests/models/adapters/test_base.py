@@ -290,6 +290,9 @@ UNPLACEABLE = [
     (dict(type='StaticAdapter', sites=['mlp.output', 'attn.qkv']),
      r"\(StaticAdapter\): sites=\['mlp.output', 'attn.qkv'\]: StaticAdapter cannot sit at "
      r"attn.qkv; its sites are \['block.output', 'attn.output', 'mlp.output'\]$"),
+    (dict(type='HoulsbyAdapter', sites=['mlp.output', 'attn.output', 'mlp.output']),
+     r"\(HoulsbyAdapter\): sites=\['mlp.output', 'attn.output', 'mlp.output'\] lists "
+     r"\['mlp.output'\] more than once; one site of a block holds one adapter$"),
     (dict(type='LoRA', targets=['q', 'query']),
      r"\(LoRA\): unknown LoRA targets \['query'\]; choose from \['q', 'k', 'v', 'out', 'fc', "
      r"'proj'\]"),

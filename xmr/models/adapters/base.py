@@ -265,15 +265,19 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
         serves (:attr:`sites`).
 
         Raises:
-            ValueError: a site no block has, one the class does not serve, or options that
-                place it nowhere (LoRA's unknown ``targets``), named with the config's key and
-                type.
+            ValueError: a site no block has, one the class does not serve, one listed twice,
+                or options that place it nowhere (LoRA's unknown ``targets``), named with the
+                config's key and type.
         """
         where = f'{ADAPTERS_KEY} ({cls.__name__})'
         try:
             placed = cls.resolve_sites(sites, cfg)
         except ValueError as error:
             raise ValueError(f'{where}: {error}') from None
+        twice = [str(s) for s in dict.fromkeys(placed) if placed.count(s) > 1]
+        if twice:
+            raise ValueError(f'{where}: sites={[str(s) for s in placed]} lists {twice} more than '
+                             'once; one site of a block holds one adapter')
         for site in placed:
             if site not in cls.sites:
                 raise ValueError(f'{where}: sites={[str(s) for s in placed]}: {cls.__name__} '
