@@ -1,7 +1,11 @@
 # Multi30K's evaluation, shared by its Cross-lingual Finetune and Zero-shot settings: validation on
-# the val split, test on test_2016_flickr (task 1: one caption per image and language), English
-# and the target languages, every language the gallery holds scored (RetrievalMetric's default).
-# Prepare with tools/data/prepare_multi30k.py.
+# the val split (1,014 images), test on test_2016 (1,000), English and the target languages,
+# every language the gallery holds scored (RetrievalMetric's default). The galleries are those
+# M3P, UC2, MLA and DASD score Multi30K on (DASD's multi30k_4lang_path.json): task 2's five en
+# and five de captions an image, task 1's one fr and one cs caption. Task 1's galleries, one
+# caption an image in every language (PECTVLM's), are multi30k_{val,test}.json: their en and de
+# recalls are not comparable with those papers' tables (docs/data.md, Multi30K).
+# Prepare with tools/data/prepare_multi30k.py, task 2's files in its --raw-dir.
 _base_ = ['./eval_loaders.py']
 data_root = 'data/multi30k'
 data_prefix = dict(media='flickr30k-images')
@@ -16,7 +20,7 @@ def _gallery(ann_file):
                 ann_file=ann_file, languages=eval_langs, transform=media_transform)
 
 
-val_dataloader = dict(dataset=_gallery('annotations/multi30k_val.json'))
-test_dataloader = dict(dataset=_gallery('annotations/multi30k_test.json'))
+val_dataloader = dict(dataset=_gallery('annotations/multi30k_val_5captions.json'))
+test_dataloader = dict(dataset=_gallery('annotations/multi30k_test_5captions.json'))
 val_evaluator = dict(type='RetrievalMetric')
 test_evaluator = val_evaluator

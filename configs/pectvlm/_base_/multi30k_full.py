@@ -27,8 +27,10 @@ train_dataloader = dict(batch_size=batch_size,
                         dataset=dict(_base_.train_dataset, target_field='captions'))
 text_train_dataloader = None
 source_finetune_dataloader = None
-val_dataloader = dict(batch_size=100, dataset=_base_.eval_dataset)
-test_dataloader = val_dataloader
+val_dataloader = dict(batch_size=100, dataset=dict(_base_.eval_dataset,
+                                                   ann_file='annotations/multi30k_val.json'))
+test_dataloader = dict(batch_size=100, dataset=dict(_base_.eval_dataset,
+                                                    ann_file='annotations/multi30k_test.json'))
 val_evaluator = _base_.target_evaluator
 test_evaluator = val_evaluator
 train_cfg = dict(val_interval=300, phases=[phase])
