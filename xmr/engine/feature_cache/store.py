@@ -410,13 +410,7 @@ def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], in
     # Without it, a power cut after the rename can leave arrays of the right length
     # but zeros (their pages never written), which verify() cannot tell from features.
     fsync_folder(partial)
-    # The cache replaced is renamed aside, not removed in place: a kill while removing it (a
-    # multi-GB array's unlink) left it half deleted under its name and the new one abandoned.
-    replaced = _own_folder(path, 'replaced')
-    if path.exists():
-        path.rename(replaced)
-    partial.rename(path)
-    fsync_path(path.parent)
+    replaced = _install(partial, path)
     # Only now: until the rename, a build stopped or failing (no room) goes on from the
     # records and the shards; removed before the fsync, a stop there lost every row encoded.
     for rank in range(1, len(encoded)):
@@ -424,6 +418,35 @@ def _finish_build(partial: Path, path: Path, items: int, key: dict[str, Any], in
     for record in (BUILD_RECORD, PROGRESS_RECORD):
         (path / record).unlink(missing_ok=True)
     shutil.rmtree(replaced, ignore_errors=True)
+
+
+def _install(partial: Path, path: Path, attempts: int = 3) -> Path:
+    """Rename the finished ``partial`` to ``path``, the cache there renamed aside first; return
+    where it went (``<path>.replaced-<host>-<pid>``, to remove).
+
+    The cache replaced is renamed aside, not removed in place: a kill while removing it (a
+    multi-GB array's unlink) left it half deleted under its name and the new one abandoned.
+    Another process building the same cache (a sweep's jobs sharing a ``cache_dir``) may
+    install its own between the two renames: it is renamed aside in turn, where the rename
+    onto it failed (``ENOTEMPTY``) and this build, finished, removed its folder.
+    """
+    replaced = _own_folder(path, 'replaced')
+    for attempt in range(attempts):
+        try:
+            if path.exists():
+                path.rename(replaced)
+        except FileNotFoundError:  # another process's moved aside meanwhile
+            pass
+        try:
+            partial.rename(path)
+            break
+        except OSError as error:
+            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST) or attempt == attempts - 1:
+                raise
+            # The cache renamed aside before is the older one: removed now, to take the other's.
+            shutil.rmtree(replaced, ignore_errors=True)
+    fsync_path(path.parent)
+    return replaced
 
 
 def _save_array(file: Path, array: np.ndarray) -> None:
