@@ -118,6 +118,15 @@ def test_the_paper_runs_have_configs():
             'msrvtt_clft', 'msrvtt_zeroshot')}
 
 
+@pytest.mark.parametrize('path', [p for p in PAPER if 'multi30k' in p.stem], ids=lambda p: p.stem)
+def test_multi30k_is_scored_on_the_gallery_of_the_papers(path):
+    """MLA's and DASD's Multi30K (DASD's multi30k_4lang_path.json): task 2's five de captions
+    an image, task 1's fr and cs; task 1's one de caption gives recalls of another protocol."""
+    cfg = Config.fromfile(path)
+    assert cfg.val_dataloader.dataset.ann_file == 'annotations/multi30k_val_5captions.json'
+    assert cfg.test_dataloader.dataset.ann_file == 'annotations/multi30k_test_5captions.json'
+
+
 @pytest.mark.parametrize('path', PAPER, ids=lambda p: p.stem)
 def test_paper_config_builds_and_runs_every_phase(path):
     cfg, model = build(path)

@@ -292,6 +292,15 @@ def test_xtd10_few_shot_schedule_resolves_from_its_50_pairs(ablations, steps, tm
     assert loop.val_interval == 5
 
 
+@pytest.mark.parametrize('path', [p for p in PECTVLM if 'multi30k' in p.stem],
+                         ids=lambda p: p.stem)
+def test_multi30k_is_scored_on_task_1_as_its_authors(path):
+    cfg = Config.fromfile(path)
+    if 'zeroshot' not in path.stem:
+        assert cfg.val_dataloader.dataset.ann_file == 'annotations/multi30k_val.json'
+    assert cfg.test_dataloader.dataset.ann_file == 'annotations/multi30k_test.json'
+
+
 def test_multi30k_full_schedule_is_the_papers_or_the_authors_script():
     cfg = Config.fromfile(CONFIGS / 'pectvlm' / 'lora-r8_mclip-xlmr-l14_multi30k-full_de.py')
     assert (cfg.train_dataloader.batch_size, cfg.train_cfg.phases[0]['epochs'],
