@@ -2,6 +2,7 @@
 when such a transform's media are cached at all."""
 from __future__ import annotations
 
+import functools
 import re
 import threading
 
@@ -32,14 +33,19 @@ class GreyTestTransform:
                  draws_at_random: bool | None = None) -> None:
         self.resize = MediaTransform(backbone=None, size=size)
         self.weights, self.training, self.rounding = list(weights), training, torch.round
+        # A method and a partial: their default reprs name addresses too.
+        self.cast, self.scale = self.to_uint8, functools.partial(torch.mul, other=1.0)
         if draws_at_random is not None:
             self.draws_at_random = draws_at_random
 
     def __call__(self, media: torch.Tensor) -> torch.Tensor:
         media = self.resize(media).float()
         weights = torch.tensor(self.weights, dtype=torch.float32).view(3, 1, 1)
-        grey = self.rounding((media * weights).sum(-3, keepdim=True) / weights.sum())
-        return grey.expand_as(media).to(torch.uint8)
+        grey = self.rounding(self.scale((media * weights).sum(-3, keepdim=True)) / weights.sum())
+        return self.cast(grey.expand_as(media))
+
+    def to_uint8(self, media: torch.Tensor) -> torch.Tensor:
+        return media.to(torch.uint8)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 files and their preprocessing; and the one pass that indexes a dataset's items."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -103,7 +104,8 @@ def settings_identity(value: Any, name: str, where: str) -> Any:
     """What keys a cache to ``value`` (a transform) the same in every process: its ``repr``
     where its class writes one (``MediaTransform(size=(224, 224), ...)``); for an object
     whose class writes none, its class and its attributes' identities, each alike; for a
-    function or a class, its qualified name. The default ``repr`` names the object's memory
+    function, a class or a method, its qualified name (a ``functools.partial``: its function's
+    and its arguments' identities). The default ``repr`` names the object's memory
     address, which another process (the next run, every other DDP rank) does not share.
 
     Args:
@@ -117,6 +119,12 @@ def settings_identity(value: Any, name: str, where: str) -> Any:
     """
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         return f'{value.__module__}.{value.__qualname__}'
+    if isinstance(value, types.MethodType):  # its object's settings: keyed where it is held
+        return settings_identity(value.__func__, name, where)
+    if isinstance(value, functools.partial):
+        return {'partial': settings_identity(value.func, f'{name}.func', where),
+                'args': settings_identity(value.args, f'{name}.args', where),
+                'keywords': settings_identity(value.keywords, f'{name}.keywords', where)}
     if isinstance(value, (list, tuple)):
         return [settings_identity(item, f'{name}[{i}]', where) for i, item in enumerate(value)]
     if isinstance(value, dict):
