@@ -15,6 +15,7 @@ from xmr.models.adapters import (
     AdapterSite,
     BaseAdapter,
     LanguageAdapters,
+    StaticAdapter,
 )
 from xmr.models.backbones.base import TextTower, block_linear_shapes
 from xmr.registry import ADAPTERS, MODELS
@@ -213,6 +214,41 @@ def test_a_rank_token_count_or_divisor_that_is_no_positive_integer_is_refused(
     with pytest.raises(ValueError, match=(
             f'^adapter {name}: {option}={value!r} must be a positive integer$')):
         ADAPTERS.get(name)(AdapterPlacement(width=8, site=site), **options, **{option: value})
+
+
+@pytest.mark.parametrize('name, option', [
+    ('StaticAdapter', 'hidden'), ('HoulsbyAdapter', 'hidden'), ('DynamicAdapter', 'hidden'),
+    ('LoRA', 'r'), ('SoftPrompt', 'num_tokens'), ('CompacterAdapter', 'reduction_factor'),
+    ('CompacterAdapter', 'phm_dim'), ('CompacterAdapter', 'rank')])
+def test_a_size_that_is_no_positive_integer_is_refused_as_the_config_loads(name, option):
+    """``r=0`` was refused only as the model built, in the runner's new work dir, after the
+    backbone's weights and the tokenizer had loaded, and without the config key."""
+    from xmr.registry import check_part_options
+
+    message = (rf'^model\.language_branch\.adapters \({name}\): {option}=0 must be a positive '
+               'integer$')
+    with pytest.raises(ValueError, match=message):
+        check_part_options(ADAPTERS, {'type': name, option: 0}, 'model.language_branch.adapters')
+    with pytest.raises(ValueError, match=message):
+        LanguageAdapters(['de'], {'type': name, option: 0}, 8, 2, block_linear_shapes(8, 32))
+    check_part_options(ADAPTERS, {'type': name, option: 2}, 'model.language_branch.adapters')
+
+
+class _Scaled(StaticAdapter):
+    """An own subclass that passes its base's options on in ``**kwargs``."""
+
+    def __init__(self, placement: AdapterPlacement, scale: float = 1.0, **kwargs) -> None:
+        super().__init__(placement, **kwargs)
+
+
+def test_a_size_passed_on_in_kwargs_is_checked_where_the_config_gives_it():
+    from xmr.registry import check_part_options
+
+    check_part_options(ADAPTERS, dict(type=_Scaled, scale=2.0), 'model.language_branch.adapters')
+    with pytest.raises(ValueError, match=r'^model\.language_branch\.adapters \(_Scaled\): '
+                                         'hidden=0 must be a positive integer$'):
+        check_part_options(ADAPTERS, dict(type=_Scaled, hidden=0),
+                           'model.language_branch.adapters')
 
 
 @pytest.mark.parametrize('blocks, message', [

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
+from xmr.registry import with_defaults
 from xmr.utils.cli import did_you_mean
 
 if TYPE_CHECKING:
@@ -178,6 +179,9 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
             where ``block.output`` lies after the block's LayerNorm; a config's own keys win.
         builder_options: config keys the adapter set reads and removes before it builds each
             instance (where to place it), so that the config's load takes them as options.
+        positive_options: options that must be positive integers (bottleneck widths, ranks,
+            token counts, divisors), which ``__init__`` checks with :meth:`positive_option`;
+            declared, they are refused as the config loads too (:meth:`check_config`).
     """
 
     sites: ClassVar[tuple[AdapterSite, ...]] = (AdapterSite.BLOCK_OUTPUT,)
@@ -186,18 +190,24 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
     accepts_packed_tokens: ClassVar[bool] = False
     reads_condition: ClassVar[bool] = False
     builder_options: ClassVar[tuple[str, ...]] = ('width', 'blocks', 'sites')
+    positive_options: ClassVar[tuple[str, ...]] = ()
 
-    def positive_option(self, option: str, value: Any) -> int:
+    @classmethod
+    def positive_option(cls, option: str, value: Any, where: str | None = None) -> int:
         """``value`` of the config option ``option`` (a bottleneck width, a rank, a token
         count, a divisor), which must be a positive integer: torch builds a 0-wide layer, and
         the adapter trains a bias alone; a float or a string fails inside torch, naming neither.
+
+        Args:
+            where: what the message names the adapter by (default ``adapter <class>``; the
+                config's key as it loads).
 
         Raises:
             ValueError: naming the adapter, the option and the value.
         """
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f'adapter {type(self).__name__}: {option}={value!r} must be a '
-                             'positive integer')
+            raise ValueError(f'{where or f"adapter {cls.__name__}"}: {option}={value!r} must '
+                             'be a positive integer')
         return value
 
     def __init__(self, placement: AdapterPlacement) -> None:
@@ -223,8 +233,9 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
         (:func:`~xmr.registry.check_part_options`) and as the adapter set builds it, before
         the indices are checked against the branch's blocks: ``sites`` given as one string
         (read letter by letter: sites ``'m'``, ``'l'``, ...), sites that
-        :meth:`placed_sites` refuses, and ``blocks`` in the config of an adapter whose sites
-        are the input site alone (a prompt acts once, before the blocks).
+        :meth:`placed_sites` refuses, ``positive_options`` that are no positive integers, and
+        ``blocks`` in the config of an adapter whose sites are the input site alone (a prompt
+        acts once, before the blocks).
 
         Raises:
             ValueError: naming the key, the type, ``sites``, ``blocks`` or the option that
@@ -233,6 +244,10 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
         if isinstance(cfg.get('sites'), str):
             raise ValueError(f"{ADAPTERS_KEY} ({cfg['type']}): sites={cfg['sites']!r} must be a "
                              f"list of sites ([{cfg['sites']!r}] for one)")
+        options = with_defaults(cls, cfg)
+        # An option a subclass passes on in **kwargs, left out of the config, has no value here.
+        for option in (name for name in cls.positive_options if name in options):
+            cls.positive_option(option, options[option], f'{ADAPTERS_KEY} ({cls.__name__})')
         sites = cls.placed_sites(cfg.get('sites'), dict(cfg))
         if cfg.get('blocks') is None or set(sites) != {AdapterSite.INPUT}:
             return

@@ -38,6 +38,7 @@ class DynamicAdapter(GroupedAdapter):
 
     sites = (AdapterSite.BLOCK_OUTPUT, AdapterSite.MLP_OUTPUT)
     accepts_packed_tokens = True
+    positive_options = ('hidden',)
     reads_condition = True
 
     def __init__(self, placement: AdapterPlacement, hidden: int = 32) -> None:

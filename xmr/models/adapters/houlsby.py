@@ -46,6 +46,7 @@ class HoulsbyAdapter(BaseAdapter):
     sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT, AdapterSite.BLOCK_OUTPUT)
     default_sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
     accepts_packed_tokens = True
+    positive_options = ('hidden',)
 
     def __init__(self, placement: AdapterPlacement, hidden: int = 24, activation: str = 'gelu_new',
                  init_std: float = 0.01, zero_init: bool = False) -> None:

@@ -64,6 +64,7 @@ class LoRA(BaseAdapter):
              AdapterSite.MLP_PROJ)
     default_targets = ('q', 'v')
     accepts_packed_tokens = True
+    positive_options = ('r',)
 
     def __init__(self, placement: AdapterPlacement, r: int = 8, alpha: float | None = None,
                  dropout: float = 0.0, targets: Sequence[str] = default_targets) -> None:

@@ -57,6 +57,7 @@ class SoftPrompt(BaseAdapter):
     """
 
     sites = (AdapterSite.INPUT,)
+    positive_options = ('num_tokens',)
 
     def __init__(self, placement: AdapterPlacement, num_tokens: int = 4,
                  init_std: float = 0.02) -> None:

@@ -32,6 +32,7 @@ class StaticAdapter(BaseAdapter):
     sites = (AdapterSite.BLOCK_OUTPUT, AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
     post_norm_defaults = {'sites': [str(AdapterSite.MLP_OUTPUT)], 'zero_init': True}
     accepts_packed_tokens = True
+    positive_options = ('hidden',)
 
     def __init__(self, placement: AdapterPlacement, hidden: int = 256,
                  zero_init: bool = False) -> None:
