@@ -1,6 +1,6 @@
 # DASD on English CLIP ViT-B/32, Multi30K, Cross-lingual Finetune setting (DASD Table 1):
 #   0. source_finetune: CLIP fine-tuned on the English Multi30K captions (5 epochs, lr 3e-6;
-#      1,130 iterations on the 29,000 captions at batch 128);
+#      5,660 iterations on task 2's 145,000 captions at batch 128);
 #   1. cross_lingual: towers frozen; embedding block, dynamic adapters and the disentangler learn
 #      de/fr/cs from MT(DTD) text pairs: L_CL + lambda1 L_adv + lambda2 L_sc (45k steps, lr 2e-4);
 #   2. cross_modal: the same modules on image + caption pairs: L_CM + lambda1 L_adv + lambda2 L_sc

@@ -154,8 +154,9 @@ def test_paper_config_builds_and_runs_every_phase(path):
 
 def test_clft_source_finetune_runs_five_epochs_of_the_english_captions(tmp_path):
     """The phases name their loaders by key, the source finetune's 5 epochs become iterations
-    of the config's own source_finetune_dataloader, here over a 29-caption annotation, and the
-    alignment phases cache their features."""
+    of the config's own source_finetune_dataloader, every English caption of task 2's five an
+    image (DASD's get_m30k), here 6 images' 30, and the alignment phases cache their
+    features."""
     cfg = Config.fromfile(CONFIGS / 'dasd' / 'dasd_clip-vit-b32_multi30k_clft.py')
     cfg.model = tiny_model(cfg)
     # The runner prints its config: the tokenizer by name, not the cached function.
@@ -167,13 +168,19 @@ def test_clft_source_finetune_runs_five_epochs_of_the_english_captions(tmp_path)
         source_lang='en', translation_langs=list(cfg.target_langs),
         items=[MediaRecord(f'm{i}', f'm{i}.jpg', {'en': ['a caption']}, translations)
                for i in range(29)]),
+        tmp_path / cfg.train_dataloader.dataset.ann_file)
+    assert cfg.source_finetune_dataloader.dataset.ann_file.endswith('train_5captions.json')
+    dump_annotation(Annotation(
+        dataset='multi30k', split='train_5captions', media_type='image', languages=['en'],
+        source_lang='en', items=[MediaRecord(f'm{i}', f'm{i}.jpg', {'en': ['a caption'] * 5})
+                                 for i in range(6)]),
         tmp_path / cfg.source_finetune_dataloader.dataset.ann_file)
     for key in ('train_dataloader', 'text_train_dataloader', 'source_finetune_dataloader'):
         cfg[key].update(batch_size=4, num_workers=0, persistent_workers=False)
         cfg[key].dataset.data_root = str(tmp_path)
     cfg.update(work_dir=str(tmp_path / 'work'), log_level='WARNING')
     loop = Runner.from_cfg(cfg).train_loop
-    # 29 captions at batch 4, drop_last: 7 batches per epoch, 35 iterations in 5 epochs.
+    # 30 captions at batch 4, drop_last: 7 batches per epoch, 35 iterations in 5 epochs.
     assert [(p.name, p.start, p.end) for p in loop.phases] == [
         ('source_finetune', 0, 35), ('cross_lingual', 35, 45035), ('cross_modal', 45035, 51035)]
     assert loop.phases[0].dataloader == pinned_on_gpu(cfg.source_finetune_dataloader)

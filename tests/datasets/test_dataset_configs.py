@@ -25,7 +25,8 @@ CONFIGS = sorted(p for p in CONFIG_DIR.glob('*.py')
                  if p.stem not in (*PARTS, *EVAL_ONLY) and not p.stem.endswith('_eval'))
 # File names the converters write (cc300k_train.json is prepare_cc3m.py's documented --out).
 CONVERTER_OUTPUTS = {
-    *(f'multi30k_{s}.json' for s in ('train', 'val', 'test', 'val_5captions', 'test_5captions')),
+    *(f'multi30k_{s}.json' for s in ('train', 'val', 'test', 'train_5captions', 'val_5captions',
+                                   'test_5captions')),
     *(f'flickr30k_{s}.json' for s in ('train', 'val', 'test')),
     *(f'coco_{s}.json' for s in ('train', 'val', 'test5k')),
     *(f'coco_test1k_fold{k}.json' for k in range(5)),

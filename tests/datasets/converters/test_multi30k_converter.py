@@ -261,23 +261,30 @@ def test_task_2_galleries_hold_the_protocol_of_the_multilingual_papers(multi30k,
         task1 = _raw_lines(multi30k / 'raw' / f'test_2016_flickr.{lang}.gz')
         assert [r.captions[lang] for r in test.items] == [[line.decode()] for line in task1]
     assert test.items[0].captions['en'][3] == 'A man in an orange hat starring at something.'
-    # Task 2's val files (the release's data/task2/raw/val.{k}.{en,de}.gz) beside task 1's.
+
+
+@pytest.mark.parametrize(('split', 'stem'), [('val_5captions', 'val'),
+                                             ('train_5captions', 'train')])
+def test_task_2_train_and_val_hold_five_en_and_de_captions_beside_task_1(multi30k, tmp_path,
+                                                                        split, stem):
+    """Task 2's val files (the release's data/task2/raw/val.{k}.{en,de}.gz) give the papers'
+    validation gallery, its train files the 145,000 English captions DASD's source finetune
+    reads; fr and cs come from task 1, image by image."""
+    names = (multi30k / 'image_splits' / f'{stem}.txt').read_text().split()
     raw = tmp_path / 'raw'
-    shutil.copytree(multi30k / 'raw', raw, ignore=shutil.ignore_patterns('train.*', 'test*'))
+    shutil.copytree(multi30k / 'raw', raw, ignore=shutil.ignore_patterns('test*'))
     for k in range(1, 6):
         for lang in ('en', 'de'):
-            with gzip.open(raw / f'val.{k}.{lang}.gz', 'wt', encoding='utf-8') as handle:
-                handle.write(''.join(f'{lang} {k} of image {i}\n' for i in range(1014)))
-    val = convert_multi30k(raw, multi30k / 'image_splits',
-                           splits=['val_5captions'])['val_5captions']
-    names = (multi30k / 'image_splits' / 'val.txt').read_text().split()
-    assert (val.split, val.languages, val.source_lang) == ('val_5captions',
-                                                           ['en', 'de', 'fr', 'cs'], 'en')
-    assert [r.media_path for r in val.items] == names
-    assert val.items[7].captions['de'] == [f'de {k} of image 7' for k in range(1, 6)]
-    assert val.items[7].captions['cs'] == [
-        _raw_lines(multi30k / 'raw' / 'val.cs.gz')[7].decode()]
+            with gzip.open(raw / f'{stem}.{k}.{lang}.gz', 'wt', encoding='utf-8') as handle:
+                handle.write(''.join(f'{lang} {k} of image {i}\n' for i in range(len(names))))
+    ann = convert_multi30k(raw, multi30k / 'image_splits', splits=[split])[split]
+    assert (ann.split, ann.languages, ann.source_lang) == (split, ['en', 'de', 'fr', 'cs'], 'en')
+    assert [r.media_path for r in ann.items] == names
+    assert sum(len(r.captions['en']) for r in ann.items) == 5 * len(names)
+    assert ann.items[7].captions['de'] == [f'de {k} of image 7' for k in range(1, 6)]
+    assert ann.items[7].captions['cs'] == [
+        _raw_lines(multi30k / 'raw' / f'{stem}.cs.gz')[7].decode()]
     with pytest.raises(ConversionError, match=(
-            r"val_5captions is Multi30K task 2: put the release's data/task2/raw/val\.\*\.gz "
+            rf"{split} is Multi30K task 2: put the release's data/task2/raw/{stem}\.\*\.gz "
             r"into --raw-dir")):
-        convert_multi30k(multi30k / 'raw', multi30k / 'image_splits', splits=['val_5captions'])
+        convert_multi30k(multi30k / 'raw', multi30k / 'image_splits', splits=[split])

@@ -1,17 +1,18 @@
-"""Multi30K (task 1 and task 2 test captions) to xmr annotations.
+"""Multi30K (task 1 and task 2 captions) to xmr annotations.
 
 Raw release layout (github.com/multi30k/dataset, ``data/task1`` and ``data/task2``)::
 
     <raw_dir>/{train,val,test_2016_flickr}.{en,de,fr,cs}.gz   task 1: one caption per image
-    <raw_dir>/{val,test_2016}.{1..5}.{en,de}.gz               task 2: five captions per image
+    <raw_dir>/{train,val,test_2016}.{1..5}.{en,de}.gz         task 2: five captions per image
     <image_splits_dir>/{train,val,test_2016_flickr}.txt       Flickr30K file name per line
 
 Line ``i`` of every caption file of a split describes the image on line ``i`` of its image list;
-task 2's files follow task 1's lists (its own ``image_splits/{val,test_2016}_images.txt`` are
-the same files). Outputs (``docs/data.md``): ``multi30k_{train,val,test}.json`` (task 1,
-``test`` = test_2016_flickr) and ``multi30k_{val,test}_5captions.json``: task 2's five en and
-five de captions an image with task 1's fr and cs caption, the gallery the multilingual
-retrieval papers (M3P, UC2, MLA, DASD) score Multi30K on.
+task 2's files follow task 1's lists (its own ``image_splits/{train,val,test_2016}_images.txt``
+are the same files). Outputs (``docs/data.md``): ``multi30k_{train,val,test}.json`` (task 1,
+``test`` = test_2016_flickr) and ``multi30k_{train,val,test}_5captions.json``: task 2's five en
+and five de captions an image with task 1's fr and cs caption, the gallery the multilingual
+retrieval papers (M3P, UC2, MLA, DASD) score Multi30K on, and the 145,000 English captions
+DASD's source finetune reads.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ __all__ = ['MULTI30K_SPLITS', 'TASK2_LANGUAGES', 'TASK2_SPLITS', 'convert_multi3
 MULTI30K_SPLITS = {'train': 'train', 'val': 'val', 'test': 'test_2016_flickr'}
 #: Task 2 output split -> (the task 1 split whose images and other languages it takes, the stem
 #: of task 2's caption files ``<stem>.<k>.<lang>.gz``).
-TASK2_SPLITS = {'val_5captions': ('val', 'val'), 'test_5captions': ('test', 'test_2016')}
+TASK2_SPLITS = {'train_5captions': ('train', 'train'), 'val_5captions': ('val', 'val'),
+                'test_5captions': ('test', 'test_2016')}
 TASK2_LANGUAGES = ('en', 'de')
 TASK2_CAPTIONS = 5
 
@@ -125,8 +127,8 @@ def convert_multi30k(raw_dir: str | os.PathLike, image_splits_dir: str | os.Path
         raw_dir: folder with the task 1 (and task 2) caption files.
         image_splits_dir: folder with ``{train,val,test_2016_flickr}.txt``.
         images_dir: Flickr30K image folder; when given, every listed image must exist in it.
-        splits: outputs to build: ``train``, ``val``, ``test``, ``val_5captions`` and
-            ``test_5captions``.
+        splits: outputs to build: ``train``, ``val``, ``test`` (task 1) and
+            ``train_5captions``, ``val_5captions``, ``test_5captions`` (task 2).
         languages: task 1 languages; the first is the source language of translations.
         train_translations: target language -> machine-translation file for the train split
             (plain format of :mod:`xmr.datasets.converters.translations`).
@@ -163,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      'annotations (docs/data.md).')
     parser.add_argument('--raw-dir', type=Path, required=True,
                         help='folder with {split}.{lang}.gz and task 2\'s '
-                        '{val,test_2016}.{k}.{en,de}.gz')
+                        '{train,val,test_2016}.{k}.{en,de}.gz')
     parser.add_argument('--image-splits-dir', type=Path, required=True,
                         help='folder with {train,val,test_2016_flickr}.txt')
     add_media_options(parser, 'images')
