@@ -38,7 +38,7 @@ def main(method: str, argv: list[str] | None = None) -> None:
     from xmr.models.conversion.authors import ConversionError, convert_authors_checkpoint
     from xmr.models.conversion.dasd import map_dasd
     from xmr.models.conversion.mla import map_mla
-    from xmr.models.weight_files import first_keys
+    from xmr.utils.listing import first_few
 
     mapping = {'mla': map_mla, 'dasd': map_dasd}[method]
     try:
@@ -48,6 +48,6 @@ def main(method: str, argv: list[str] | None = None) -> None:
     except (ConversionError, FileNotFoundError) as error:
         parser.exit(2, f'error: {error}\n')
     print(f'{args.out}: {len(report.used)} keys used; {len(report.unused)} unused: '
-          f'{first_keys(report.unused) or "none"}; 0 missing; {len(report.kept)} kept from the '
-          f'config: {first_keys(report.kept) or "none"}')
+          f'{first_few(report.unused) or "none"}; 0 missing; {len(report.kept)} kept from the '
+          f'config: {first_few(report.kept) or "none"}')
 

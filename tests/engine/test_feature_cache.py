@@ -501,7 +501,7 @@ def test_the_changed_media_files_are_named_a_few_at_a_time():
              ('e.jpg', '10|1')]
     now = [('a.jpg', '10|1'), ('b.jpg', '11|2'), ('c.jpg', '10|3'), ('e.jpg', '10|1'),
            ('f.jpg', '10|1'), ('g.jpg', '10|1')]
-    assert changed_media_files(built, now) == 'b.jpg, c.jpg, d.jpg (+2 more)'
+    assert changed_media_files(built, now) == 'b.jpg, c.jpg, d.jpg and 2 more'
     assert changed_media_files(built, built) == ''
     assert changed_media_files([], now, shown=10) == 'a.jpg, b.jpg, c.jpg, e.jpg, f.jpg, g.jpg'
 
@@ -510,7 +510,7 @@ def test_as_many_changed_media_files_as_are_shown_are_named_without_more():
     built = [('a.jpg', '10|1'), ('b.jpg', '10|1')]
     now = [('a.jpg', '11|2'), ('b.jpg', '11|2')]
     assert changed_media_files(built, now, shown=2) == 'a.jpg, b.jpg'
-    assert changed_media_files(built, now, shown=1) == 'a.jpg (+1 more)'
+    assert changed_media_files(built, now, shown=1) == 'a.jpg and 1 more'
 
 
 def test_replaced_pixels_under_the_same_media_id_are_caught(tiny_retriever, pair_ann_file,

@@ -429,7 +429,7 @@ def test_torchs_strict_load_refusal_is_told_as_a_mismatch():
         module.load_state_dict(given)
     error = strict_load_refusal(refused.value, 'vit.pth', 'the tower', 'Fix it.')
     assert str(error) == (
-        'vit.pth does not fit the tower: 7 missing (0.bias, 1.weight, 1.bias, 2.weight, '
-        '2.bias and 2 more); 1 unexpected (visual.conv1.weight); 1 with another shape '
+        'vit.pth does not fit the tower: 7 missing (0.bias, 1.bias, 1.weight, 2.bias, '
+        '2.weight and 2 more); 1 unexpected (visual.conv1.weight); 1 with another shape '
         '(0.weight (file [3, 2], model [2, 2])). Fix it.')
     assert strict_load_refusal(RuntimeError('CUDA out of memory'), 'a', 'b', 'c') is None

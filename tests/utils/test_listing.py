@@ -5,13 +5,13 @@ from xmr.utils.listing import counted, first_few
 
 @pytest.mark.parametrize(('items', 'shown', 'line'), [
     ([], 3, ''),
-    (['b', 'a'], 3, 'b, a'),
-    (['c', 'b', 'a'], 3, 'c, b, a'),
-    (['e', 'd', 'c', 'b', 'a'], 3, 'e, d, c and 2 more'),
+    (["b", "a"], 3, "a, b"),
+    (["c", "b", "a"], 3, "a, b, c"),
+    (["e", "d", "c", "b", "a"], 3, "a, b, c and 2 more"),
     (['x', 'y'], 1, 'x and 1 more'),
     (['x', 'y'], 0, '2 items'),
 ])
-def test_first_few_names_the_first_in_order_and_counts_the_rest(items, shown, line):
+def test_first_few_names_the_first_in_sorted_order_and_counts_the_rest(items, shown, line):
     assert first_few(iter(items), shown) == line
 
 

@@ -30,7 +30,7 @@ from xmr.utils.listing import first_few
 
 __all__ = ['read_weights', 'weights_file', 'check_weights_fit', 'strict_load_refusal',
            'fetch_weights', 'WeightsMismatchError', 'CHECKPOINT_SUFFIXES', 'unreadable_file',
-           'nonfinite_keys', 'first_keys', 'transformers_layout_key']
+           'nonfinite_keys', 'transformers_layout_key']
 
 Fetched = TypeVar('Fetched')
 
@@ -123,7 +123,7 @@ def read_weights(path: str | Path, what: str = 'checkpoint',
               if not (isinstance(k, str) and isinstance(v, torch.Tensor))]
     if others:
         raise ValueError(f'{path} is not a {what}: {len(others)} of its entries are not tensors '
-                         f'by name ({first_keys(others)}): give the state dict alone '
+                         f'by name ({first_few(others)}): give the state dict alone '
                          '(torch.save(model.state_dict(), ...))')
     if loaded and all(key.startswith('module.') for key in loaded):
         return {key[len('module.'):]: value for key, value in loaded.items()}
@@ -166,7 +166,7 @@ def _read_shards(index: Path, what: str) -> dict[str, torch.Tensor]:
     lacking = weight_map.keys() - state_dict.keys()
     if lacking:
         raise ValueError(f'the shards of {index} lack {len(lacking)} keys its weight_map gives '
-                         f'them ({first_keys(lacking)}): a shard of another save; download the '
+                         f'them ({first_few(lacking)}): a shard of another save; download the '
                          'shards and their index again')
     return state_dict
 
@@ -244,11 +244,6 @@ def unreadable_file(path: Path, what: str, error: Exception | str) -> str:
               else type(error).__name__)
     return (f'{path} ({path.stat().st_size} bytes) is not a readable {what}: {reason}. A '
             'truncated download or a file of another kind; download the file again')
-
-
-def first_keys(keys: Iterable[str], limit: int = 3) -> str:
-    """``'a, b, c (and 12 more)'``: the first few of a key list, sorted, and its size."""
-    return first_few(sorted(keys), limit)
 
 
 def nonfinite_keys(state_dict: Mapping[str, torch.Tensor]) -> list[str]:

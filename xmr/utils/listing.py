@@ -7,14 +7,14 @@ __all__ = ['counted', 'first_few']
 
 
 def first_few(items: Iterable[str], shown: int = 3) -> str:
-    """``'a, b, c and 12 more'``: the first ``shown`` of ``items``, in their order, and a count
+    """``'a, b, c and 12 more'``: the first ``shown`` of ``items`` in sorted order, and a count
     of the rest.
 
     A message names enough of a list to act on and counts the rest, so that 30,000 unreadable
-    files or 400 unexpected checkpoint keys still make one readable line. Sort ``items`` first
-    where their order means nothing, so that the same list gives the same line.
+    files or 400 unexpected checkpoint keys still make one readable line; sorted, the same
+    items give the same line in whatever order a dict, a set or the ranks gathered them.
     """
-    items = list(items)
+    items = sorted(items)
     named = ', '.join(items[:shown])
     rest = len(items) - shown
     if rest <= 0:

@@ -20,6 +20,7 @@ from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.datasets.transforms import MediaTransform
 from xmr.models.backbones.base import weights_fingerprint
 from xmr.utils.cli import UserKeyError
+from xmr.utils.listing import first_few
 
 #: Feature kinds: ``source`` = ``r^S`` of ``source_text``, ``media`` = ``r^V`` of ``media_id``.
 FEATURE_KINDS = ('source', 'media')
@@ -188,11 +189,10 @@ def media_files_identity(dataset: Dataset, identity: str
 def changed_media_files(built: Sequence[Sequence[str]], now: Sequence[Sequence[str]],
                         shown: int = 3) -> str:
     """The media files whose identity differs between two :func:`media_files_identity` lists:
-    ``'a.jpg, b.jpg (+2 more)'``, or ``''`` when none does."""
+    ``'a.jpg, b.jpg and 2 more'``, or ``''`` when none does."""
     before, after = dict(map(tuple, built)), dict(map(tuple, now))
-    changed = [path for path in {**before, **after} if before.get(path) != after.get(path)]
-    more = f' (+{len(changed) - shown} more)' if len(changed) > shown else ''
-    return ', '.join(changed[:shown]) + more
+    return first_few((path for path in {**before, **after} if before.get(path) != after.get(path)),
+                     shown)
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:

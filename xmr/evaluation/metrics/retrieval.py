@@ -289,7 +289,7 @@ class RetrievalMetric(BaseMetric):
         if not items:
             raise ValueError('RetrievalMetric got an empty gallery: ' + (
                 f'each of its {len(skipped)} media was skipped as unreadable '
-                f"(on_corrupt='skip': {first_few(sorted(skipped))}); repair or replace those files."
+                f"(on_corrupt='skip': {first_few(skipped)}); repair or replace those files."
                 if skipped else
                 'the evaluation produced no media embeddings (is the dataset empty?).'))
         self._check_skipped_size(len(items), skipped)
@@ -339,7 +339,7 @@ class RetrievalMetric(BaseMetric):
             raise ValueError(f"protocol '{self.protocol}' is defined on {expected} media; the "
                              f'evaluation set has {num_media} readable ones and {len(skipped)} '
                              f"skipped as unreadable (on_corrupt='skip': "
-                             f'{first_few(sorted(skipped))}). Its numbers need every media: '
+                             f'{first_few(skipped)}). Its numbers need every media: '
                              'repair or replace those files.')
 
     def _gallery_rows(self, items: list[dict[str, Any]]) -> Tensor:

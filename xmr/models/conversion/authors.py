@@ -26,8 +26,9 @@ from xmr.datasets.languages import LanguageCodeError, normalize_language
 from xmr.engine.checkpoint import FACTS, meta_records, save_model_checkpoint
 from xmr.fileio import input_written_over
 from xmr.models.conversion.settings import authors_differences
-from xmr.models.weight_files import first_keys, nonfinite_keys, read_weights
+from xmr.models.weight_files import nonfinite_keys, read_weights
 from xmr.run_config import merge_options
+from xmr.utils.listing import first_few
 
 #: Prefixes of the xmr parameters a converted file must provide (the rest, e.g. loss
 #: constants, keep the config's values).
@@ -106,16 +107,16 @@ def check_method(path: Path, state: Mapping[str, torch.Tensor], method: str) -> 
     if not acquirers:
         raise ConversionError(
             f'{path}: no per-language acquirer modules (no key like transformer.resblocks.0.'
-            f'acquirer.<lang>.*; {len(state)} keys, e.g. {first_keys(state)}): not an MLA or DASD '
+            f'acquirer.<lang>.*; {len(state)} keys, e.g. {first_few(state)}): not an MLA or DASD '
             'checkpoint; give the released model file (the CLIP weights alone go to '
             'model.backbone.pretrained, or with the acquirers\' file to --clip-checkpoint)')
     if method == 'mla' and dasd:
         raise ConversionError(f'{path}: a DASD checkpoint ({len(dasd)} DASD keys: '
-                              f'{first_keys(dasd)}) given to the MLA converter: use '
+                              f'{first_few(dasd)}) given to the MLA converter: use '
                               'tools/convert/dasd_to_xmr.py')
     if method == 'dasd' and not dasd:
         raise ConversionError(f'{path}: an MLA checkpoint (acquirers without DASD\'s mlp_zi / '
-                              f'zi_adapter_student: {first_keys(acquirers)}) given to the DASD '
+                              f'zi_adapter_student: {first_few(acquirers)}) given to the DASD '
                               'converter: use tools/convert/mla_to_xmr.py')
 
 
@@ -178,7 +179,7 @@ def with_clip_from(path: Path, state: Mapping[str, torch.Tensor], clip_path: Pat
     if absent:
         raise ConversionError(
             f'{clip_path}: {len(absent)} weights of the config\'s CLIP are not in the CLIP '
-            f'file ({first_keys(absent)}): give the file of CLIP (their --clip_ckpt, e.g. '
+            f'file ({first_few(absent)}): give the file of CLIP (their --clip_ckpt, e.g. '
             'finetune-en-m30k/pytorch_model.bin.4), or a config of its architecture')
     towers = clip_weights(clip_state, model, set())
     check_shapes(clip_path, towers, model, config)
@@ -221,7 +222,7 @@ def check_unused(path: Path, state: Mapping[str, torch.Tensor], used: set,
     if unknown:
         raise ConversionError(
             f'{path}: {len(unknown)} keys that the {method.upper()} code\'s model does not have '
-            f'({first_keys(unknown)}): the file holds modules this converter does not know, whose '
+            f'({first_few(unknown)}): the file holds modules this converter does not know, whose '
             'part in the computation it cannot place; convert the checkpoint its train.py '
             'wrote, without keys added to it (an optimizer state, another model\'s weights)')
     return unused
@@ -275,7 +276,7 @@ def check_languages(path: Path, codes: Mapping[str, str], languages: list[str]) 
         present = sorted(codes)
         raise ConversionError(
             f'{path}: no acquirer modules for {", ".join(absent)} (missing '
-            f'{first_keys(keys)}.*; the '
+            f'{first_few(keys)}.*; the '
             f'config names {", ".join(languages)}, the file has {", ".join(present) or "none"}): '
             'convert with the languages of the file, e.g. --cfg-options '
             f'model.language_branch.languages="{present}"')
@@ -310,11 +311,11 @@ def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.M
     if absent or missing:
         raise ConversionError(
             f'{path}: {len(absent) + len(missing)} parameters of the {config} model are '
-            f'not in the file ({first_keys(absent + missing)}): it is a checkpoint of another '
+            f'not in the file ({first_few(absent + missing)}): it is a checkpoint of another '
             'architecture or setting; convert with the config it was trained as')
     placeless = sorted(set(mapped) - set(expected))
     if placeless:
-        raise ConversionError(f'{path}: the {config} model has no {first_keys(placeless)}: convert '
+        raise ConversionError(f'{path}: the {config} model has no {first_few(placeless)}: convert '
                               'with a config of the authors\' model (configs/dasd/*_authors.py)')
     check_shapes(path, mapped, model, config)
     # The retriever's facts (backbone, width, languages) are recorded, not a weight kept.
@@ -365,7 +366,7 @@ def check_finite(path: Path, mapped: Mapping[str, torch.Tensor]) -> None:
     bad = nonfinite_keys(mapped)
     if bad:
         raise ConversionError(f'{path}: {len(bad)} weights hold NaN or infinite values '
-                              f'({first_keys(bad)}): the run diverged or the file is damaged; '
+                              f'({first_few(bad)}): the run diverged or the file is damaged; '
                               'convert another checkpoint of the run, or download it again')
 
 

@@ -34,7 +34,8 @@ from xmr.engine.wrappers import unwrap_model
 from xmr.fileio import atomic_torch_save
 from xmr.models.adapters.base import BaseAdapter
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
-from xmr.models.weight_files import first_keys, nonfinite_keys
+from xmr.models.weight_files import nonfinite_keys
+from xmr.utils.listing import first_few
 from xmr.version import provenance, written_by
 
 __all__ = ['MODULE_FORMAT', 'LanguageShare', 'check_module_finite', 'language_state_dict',
@@ -124,7 +125,7 @@ def check_module_finite(model: nn.Module, lang: str) -> None:
     bad = nonfinite_keys(language_state_dict(model, normalize_language(lang, 'language')))
     if bad:
         raise ValueError(f'the {lang} module holds NaN or infinite weights '
-                         f'({first_keys(bad)}): its run diverged before this checkpoint was '
+                         f'({first_few(bad)}): its run diverged before this checkpoint was '
                          'saved; export from an earlier checkpoint of the run')
 
 
@@ -178,7 +179,7 @@ def save_merged_checkpoint(model: nn.Module, path: str | os.PathLike,
     bad = nonfinite_keys(state)
     if bad:
         raise ValueError(f"{path} not written: {len(bad)} weights hold NaN or infinite values "
-                         f"({first_keys(bad)}), kept from the base checkpoint {meta.get('base')}, "
+                         f"({first_few(bad)}), kept from the base checkpoint {meta.get('base')}, "
                          'whose run diverged before it saved; give an earlier checkpoint of '
                          'that run as --base')
     return save_model_checkpoint(path, state, meta)
@@ -247,7 +248,7 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
     bad = nonfinite_keys(state)
     if bad:
         raise ValueError(f'{path} ({payload["lang"]}): {len(bad)} weights hold NaN or infinite '
-                         f'values ({first_keys(bad)}): the run diverged before the checkpoint it '
+                         f'values ({first_few(bad)}): the run diverged before the checkpoint it '
                          'was exported from, or the file is damaged; export the module from an '
                          'earlier checkpoint of the run')
     for part, module in parts.items():
