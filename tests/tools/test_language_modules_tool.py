@@ -392,7 +392,8 @@ def test_a_report_of_an_ablation_that_keeps_the_models_size_or_states_its_own_fi
     _run(['report', str(config), '--ablation', 'dasd/sc-mse'], monkeypatch)
     assert _table_and_after(capsys.readouterr().out)[-2].endswith('| 134M |')
     own = tmp_path / 'du-16-stated.py'
-    own.write_text("model = dict(language_branch=dict(adapters=dict(hidden=16)))\n"
+    own.write_text("model = dict(language_branch=dict(adapters=dict(hidden=16)),\n"
+                   "             disentangler=dict(generator=dict(d_u=16)))\n"
                    "paper_figures = dict(source='a row of my own', trainable_parameters=5e6)\n")
     _run(['report', str(config), '--ablation', str(own)], monkeypatch)
     report = _table_and_after(capsys.readouterr().out)
