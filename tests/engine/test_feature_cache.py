@@ -289,22 +289,6 @@ def test_unprepared_or_missing_caches_fail_clearly(tiny_retriever, tmp_path):
         FeatureCache(tmp_path / 'cache')
 
 
-@pytest.fixture
-def pair_ann_file(tmp_path):
-    ann = Annotation(
-        dataset='demo', split='train', media_type='image', languages=['en'],
-        source_lang='en', translation_langs=['de'],
-        items=[MediaRecord(name, f'{name}.png', {'en': [f'a {name} dog', f'the {name} cat']},
-                           {'de': [f'ein {name} Hund', f'die {name} Katze']})
-               for name in ('red', 'blue')])
-    rng = np.random.default_rng(0)
-    for name in ('red', 'blue'):
-        Image.fromarray(rng.integers(0, 255, (40, 36, 3), dtype=np.uint8)).save(
-            tmp_path / f'{name}.png')
-    dump_annotation(ann, tmp_path / 'ann.json')
-    return tmp_path / 'ann.json'
-
-
 def test_annotation_dataset_skips_decoding_once_media_are_cached(tiny_retriever, pair_ann_file,
                                                                  tmp_path):
     dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),

@@ -6,17 +6,12 @@ import functools
 import re
 import threading
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from xmr.datasets import (
-    Annotation,
     CaptionPairDataset,
-    MediaRecord,
     MediaTransform,
-    dump_annotation,
 )
 from xmr.engine.feature_cache import CachedFeatureDataset
 from xmr.engine.feature_cache import dataset as feature_cache_dataset
@@ -48,45 +43,31 @@ class GreyTestTransform:
         return media.to(torch.uint8)
 
 
-@pytest.fixture
-def ann_file(tmp_path):
-    ann = Annotation(dataset='demo', split='train', media_type='image', languages=['en'],
-                     source_lang='en', translation_langs=['de'],
-                     items=[MediaRecord(name, f'{name}.png', {'en': [f'a {name} dog']},
-                                        {'de': [f'ein {name} Hund']})
-                            for name in ('red', 'blue')])
-    rng = np.random.default_rng(0)
-    for name in ('red', 'blue'):
-        Image.fromarray(rng.integers(0, 255, (40, 36, 3), dtype=np.uint8)).save(
-            tmp_path / f'{name}.png')
-    dump_annotation(ann, tmp_path / 'ann.json')
-    return tmp_path / 'ann.json'
-
-
-def grey_dataset(ann_file, test_mode: bool = True, **settings) -> CaptionPairDataset:
-    return CaptionPairDataset(ann_file, data_root=ann_file.parent, test_mode=test_mode,
+def grey_dataset(pair_ann_file, test_mode: bool = True, **settings) -> CaptionPairDataset:
+    return CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent, test_mode=test_mode,
                               transform=dict(type='GreyTestTransform', **settings))
 
 
-def test_a_transform_of_one_s_own_keys_its_cache_by_its_settings_not_its_address(ann_file):
+def test_a_transform_of_one_s_own_keys_its_cache_by_its_settings_not_its_address(pair_ann_file):
     """Keyed by ``repr``, a transform without one was keyed by its memory address: another
     process (the next run, a resumed one, every other DDP rank) found the cache stale."""
-    first, again = media_pipeline(grey_dataset(ann_file)), media_pipeline(grey_dataset(ann_file))
+    first = media_pipeline(grey_dataset(pair_ann_file))
+    again = media_pipeline(grey_dataset(pair_ann_file))
     assert first == again
-    assert first != media_pipeline(grey_dataset(ann_file, weights=(3, 2, 1)))
-    assert first != media_pipeline(grey_dataset(ann_file, size=16))  # the inner transform's
+    assert first != media_pipeline(grey_dataset(pair_ann_file, weights=(3, 2, 1)))
+    assert first != media_pipeline(grey_dataset(pair_ann_file, size=16))  # the inner transform's
     assert '0x' not in str(first)
 
 
-def test_xmr_s_own_transform_keeps_the_key_it_had(ann_file):
+def test_xmr_s_own_transform_keeps_the_key_it_had(pair_ann_file):
     """A MediaTransform states its settings in its ``repr``: caches built before stay valid."""
-    dataset = CaptionPairDataset(ann_file, data_root=ann_file.parent, test_mode=True,
+    dataset = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent, test_mode=True,
                                  transform=dict(type='MediaTransform', backbone=None, size=32))
     assert media_pipeline(dataset)['transform'] == repr(dataset.transform)
 
 
-def test_a_setting_known_only_by_its_address_is_refused_naming_it(ann_file):
-    dataset = grey_dataset(ann_file)
+def test_a_setting_known_only_by_its_address_is_refused_naming_it(pair_ann_file):
+    dataset = grey_dataset(pair_ann_file)
     dataset.transform.lock = threading.Lock()
     with pytest.raises(ValueError, match=re.escape(
             'transform.lock of the CaptionPairDataset (GreyTestTransform) is known only by its '
@@ -95,30 +76,30 @@ def test_a_setting_known_only_by_its_address_is_refused_naming_it(ann_file):
 
 
 def test_a_training_transform_of_one_s_own_caches_its_media_only_when_it_says_it_draws_nothing(
-        ann_file, tmp_path, monkeypatch):
+        pair_ann_file, tmp_path, monkeypatch):
     """xmr cannot see whether a transform of one's own draws at random: a random one cached
     was one fixed draw served every epoch, its augmentation silently gone."""
     logged = []
     monkeypatch.setattr(feature_cache_dataset, 'print_log', lambda msg, **_: logged.append(msg))
-    silent = CachedFeatureDataset(grey_dataset(ann_file, test_mode=False), tmp_path / 'a')
+    silent = CachedFeatureDataset(grey_dataset(pair_ann_file, test_mode=False), tmp_path / 'a')
     assert silent.kinds == ['source']
     assert any('its training transform GreyTestTransform does not say whether it draws at '
                'random (draws_at_random)' in message for message in logged)
-    random = grey_dataset(ann_file, test_mode=False, draws_at_random=True)
+    random = grey_dataset(pair_ann_file, test_mode=False, draws_at_random=True)
     assert CachedFeatureDataset(random, tmp_path / 'b').kinds == ['source']
-    fixed = grey_dataset(ann_file, test_mode=False, draws_at_random=False)
+    fixed = grey_dataset(pair_ann_file, test_mode=False, draws_at_random=False)
     assert CachedFeatureDataset(fixed, tmp_path / 'c').kinds == ['source', 'media']
-    evaluation = grey_dataset(ann_file, test_mode=True)
+    evaluation = grey_dataset(pair_ann_file, test_mode=True)
     assert CachedFeatureDataset(evaluation, tmp_path / 'd').kinds == ['source', 'media']
 
 
 def test_a_cache_of_a_transform_of_one_s_own_is_read_by_a_dataset_built_again(
-        tiny_retriever, ann_file, tmp_path):
+        tiny_retriever, pair_ann_file, tmp_path):
     """What the next run does: the cache built is read, not refused as stale."""
-    CachedFeatureDataset(grey_dataset(ann_file), tmp_path / 'cache').prepare(tiny_retriever)
-    again = CachedFeatureDataset(grey_dataset(ann_file), tmp_path / 'cache')
+    CachedFeatureDataset(grey_dataset(pair_ann_file), tmp_path / 'cache').prepare(tiny_retriever)
+    again = CachedFeatureDataset(grey_dataset(pair_ann_file), tmp_path / 'cache')
     assert again.prepare(tiny_retriever) is False  # read, not built
-    plain = grey_dataset(ann_file)
+    plain = grey_dataset(pair_ann_file)
     with torch.no_grad():
         live = tiny_retriever.encode_media(tiny_retriever.data_preprocessor(
             dict(media=plain[0]['media'][None]))['media'])
