@@ -117,8 +117,10 @@ def test_a_release_of_another_size_or_a_broken_file_is_refused(backbone, tmp_pat
     wider = {k: torch.zeros(2 * v.shape[0], *v.shape[1:]) if '.intermediate.dense.' in k else v
              for k, v in state.items()}
     with pytest.raises(ValueError, match=r'does not fit the configured XLM-R encoder: 4 with '
-                                         r'another shape \(layers.0.intermediate.dense.weight '
-                                         r'\(file \[128, 32\], model \[64, 32\]\), .*Set '
+                                         r'another shape \(layers.0.intermediate.dense.bias '
+                                         r'\(file \[128\], model \[64\]\), '
+                                         r'layers.0.intermediate.dense.weight \(file \[128, 32\], '
+                                         r'model \[64, 32\]\), .*Set '
                                          r'text_encoder to the XLM-R config'):
         backbone.load_text_checkpoint(wider)
     path = tmp_path / 'pytorch_model.bin'

@@ -366,9 +366,11 @@ def test_dasd_style_vit_b16_file_loads_at_full_size_on_meta(tmp_path):
                                      pretrained=str(path), pretrained_cfg='openai'))
         assert _activations(backbone.clip) == {QuickGELU}
         with pytest.raises(ValueError, match=r'ViT-B-16.pt does not fit open_clip ViT-B-32: 2 '
-                                             r'with another shape \(.*visual.conv1.weight \(file '
-                                             r'\[768, 3, 16, 16\], model \[768, 3, 32, 32\]\)\)'
-                                             r'. Is it a checkpoint of ViT-B-32\? Set arch'):
+                                             r'with another shape \(visual.conv1.weight \(file '
+                                             r'\[768, 3, 16, 16\], model \[768, 3, 32, 32\]\), '
+                                             r'visual.positional_embedding \(file \[197, 768\], '
+                                             r'model \[50, 768\]\)\). Is it a checkpoint of '
+                                             r'ViT-B-32\? Set arch'):
             MODELS.build(dict(type='OpenCLIPBackbone', arch='ViT-B-32', pretrained=str(path),
                               pretrained_cfg='openai'))
 
