@@ -503,9 +503,7 @@ def test_a_load_from_of_other_languages_is_refused_naming_the_file_and_the_langu
     other = MODELS.build(tiny_retriever_cfg(language_branch=tiny_branch_cfg(('de', 'zh', 'ja'))))
     with pytest.raises(ValueError, match=(
             r"^load_from=four_languages.pth: checkpoint does not match the config: languages: "
-            r"checkpoint \['de', 'zh', 'ja'\] vs config \['de', 'zh'\]; load it with the config "
-            r"that trained it \(the one its work dir holds\), or give yours the checkpoint's "
-            r"values \(--cfg-options\)$")):
+            r"checkpoint \['de', 'zh', 'ja'\] vs config \['de', 'zh'\]")):
         hook.after_load_checkpoint(runner, dict(state_dict=other.state_dict()))
 
 

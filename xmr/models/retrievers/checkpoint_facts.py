@@ -17,17 +17,14 @@ def check_checkpoint_facts(checkpoint: dict[str, Any], config: dict[str, Any]) -
     """Raise naming every fact both sides state with different values.
 
     Raises:
-        ValueError: ``checkpoint does not match the config: <fact>: checkpoint .. vs config ..``,
-            and the two ways out.
+        ValueError: ``checkpoint does not match the config: <fact>: checkpoint .. vs config ..``.
     """
     mismatched = {k: _where_different(checkpoint[k], config[k]) for k in config
                   if k in checkpoint and checkpoint[k] != config[k]}
     if mismatched:
         details = '; '.join(f'{k}: checkpoint {a!r} vs config {b!r}'
                             for k, (a, b) in mismatched.items())
-        raise ValueError(f'checkpoint does not match the config: {details}; load it with the '
-                         'config that trained it (the one its work dir holds), or give yours '
-                         "the checkpoint's values (--cfg-options)")
+        raise ValueError(f'checkpoint does not match the config: {details}')
 
 
 def _where_different(first: Any, second: Any, context: int = 24) -> tuple[Any, Any]:
