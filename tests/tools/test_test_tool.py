@@ -316,7 +316,8 @@ def test_bad_input_stops_with_a_clear_message(synthetic_setup, capsys):
     cases = [
         ([str(config(model_cfg=other_languages, name='ja.py')), str(root / 'model.pth')],
          r"error: checkpoint .*model\.pth: checkpoint does not match the config: languages: "
-         r"checkpoint \['de', 'zh'\] vs config \['de', 'ja'\]"),
+         r"checkpoint \['de', 'zh'\] vs config \['de', 'ja'\]\. give the config the checkpoint "
+         r"was trained with, or set the config's values to the checkpoint's \(--cfg-options\)"),
         ([str(config(languages=('en', 'de', 'fr'), name='fr.py')), str(root / 'model.pth')],
          r"error: test dataset synthetic: the model has no adapters for \['fr'\]; it reads "
          r"\['en', 'de', 'zh'\]"),

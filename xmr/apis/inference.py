@@ -164,7 +164,8 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
     # reached overwritten, and a caller that catches the error would hold a mixed model.
     try:
         refuse_other_facts(model, state, f'checkpoint {path}',
-                           'give the config the checkpoint was trained with')
+                           "give the config the checkpoint was trained with, or set the config's "
+                           "values to the checkpoint's (--cfg-options)")
     except ValueError as error:  # backbone, architecture, width, languages
         raise CheckpointMismatchError(str(error)) from error
     mismatches = state_dict_mismatches(model.state_dict(), state)
