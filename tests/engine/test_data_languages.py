@@ -140,6 +140,53 @@ def test_the_fix_for_a_transform_of_another_size_names_the_tower_s_own_geometry(
         check_media_sizes(SimpleNamespace(backbone=backbone), {'val': media_dataset((32, 32))})
 
 
+def _squashing_backbone(resize_mode='squash', interpolation='bilinear'):
+    """A tiny open_clip tower of 64 px whose weights' record resizes as given."""
+    from tests.conftest import TINY_CLIP
+    from xmr.registry import MODELS
+
+    vision = dict(TINY_CLIP['vision_cfg'], image_size=64)
+    return MODELS.build(dict(type='OpenCLIPBackbone', arch=None,
+                             model_cfg=dict(TINY_CLIP, vision_cfg=vision),
+                             pretrained_cfg=dict(resize_mode=resize_mode,
+                                                 interpolation=interpolation)))
+
+
+def test_a_transform_of_the_tower_s_size_and_another_geometry_is_warned_of(monkeypatch):
+    """CLIP's short-side crop (the _base_ data configs' ViT-B-32 transform) for a 224 px tower
+    whose weights saw squashed images (SigLIP, CLIPA, DFN) passed the size check, and the run
+    scored other pixels than the published numbers without a word."""
+    from xmr.datasets.transforms import MediaTransform
+    from xmr.engine import data_languages
+
+    said = []
+    monkeypatch.setattr(data_languages, 'print_log', lambda message, **_: said.append(message))
+    model = SimpleNamespace(backbone=_squashing_backbone())
+    clip = SimpleNamespace(transform=MediaTransform(backbone=None, size=64), with_media=True)
+    check_media_sizes(model, {'test dataset msrvtt': clip})
+    assert said == [
+        "test dataset msrvtt: its transform resizes with resize_mode='shortest', "
+        "interpolation='bicubic', but the weights of the image tower of OpenCLIPBackbone were "
+        "evaluated with resize_mode='squash', interpolation='bilinear': give the dataset the "
+        "backbone's transform (MediaTransform with its backbone and pretrained, or "
+        "backbone=None, size=64, resize_mode='squash', interpolation='bilinear', "
+        "fill_color=0) to score as they were scored"]
+    said.clear()
+    own = MediaTransform(**{k: v for k, v in model.backbone.media_transform().items()
+                            if k != 'type'})
+    # A random crop replaces the resize in training: its interpolation alone is applied.
+    cropping = MediaTransform(backbone=None, size=64, interpolation='bilinear', training=True,
+                              random_resized_crop={})
+    check_media_sizes(model, {'val': SimpleNamespace(transform=own),
+                              'train': SimpleNamespace(transform=cropping)})
+    assert said == []
+    padding = _squashing_backbone(resize_mode='longest', interpolation='bicubic')
+    grey = MediaTransform(backbone=None, size=64, resize_mode='longest', fill_color=128)
+    check_media_sizes(SimpleNamespace(backbone=padding), {'val': SimpleNamespace(transform=grey)})
+    assert len(said) == 1 and ("resizes with fill_color=128, but the weights of the image tower "
+                               'of OpenCLIPBackbone were evaluated with fill_color=0') in said[0]
+
+
 def test_the_languages_no_phase_holds_are_those_of_a_models_own_modules_only():
     """A model's language the phases' data lacks keeps its modules as built; a dual encoder
     has none (its one text tower reads other languages zero-shot), and a dataset that states

@@ -2,9 +2,11 @@
 model and its metrics before anything trains."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import torch
+from mmengine.logging import print_log
 from torch.utils.data import Dataset
 
 from xmr.datasets.pairs import CaptionPairDataset
@@ -79,12 +81,16 @@ def unfed_languages(model: torch.nn.Module, phase_datasets: Mapping[str, Dataset
 
 def check_media_sizes(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -> None:
     """Fail unless each dataset's media transform (or, for a dataset that renders its images,
-    its ``image_size``) gives the size the image tower takes.
+    its ``image_size``) gives the size the image tower takes; warn where it resizes otherwise
+    than the tower's weights were evaluated (:func:`transform_geometry_problem`).
 
     A transform of another size (``MediaTransform`` left at ViT-B-32's 224 px for a 336 px
     tower) failed inside the tower at its first batch, with two token counts: at the feature
-    cache, or at the first validation, a phase in. Datasets without media, or whose transform
-    states no ``size``, are not checked.
+    cache, or at the first validation, a phase in. One of the right size and another geometry
+    (CLIP's short-side crop, which the ``_base_`` data configs name, for a 224 px SigLIP, CLIPA
+    or DFN tower whose weights saw squashed images) ran without a word on other pixels than
+    the published numbers'; a deliberate choice (an ablation) is warned of, not refused.
+    Datasets without media, or whose transform states no ``size``, are not checked.
 
     Raises:
         ValueError: naming the dataset, both sizes and the fix.
@@ -108,6 +114,10 @@ def check_media_sizes(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -
         problem = transform_size_problem(model, transform, 'the dataset')
         if problem is not None:
             raise ValueError(f'{where}: its transform {problem}')
+        problem = transform_geometry_problem(model, transform, 'the dataset')
+        if problem is not None:
+            print_log(f'{where}: its transform {problem}', logger='current',
+                      level=logging.WARNING)
 
 
 def _tower_size(model: torch.nn.Module) -> tuple[int, int] | None:
@@ -143,6 +153,49 @@ def transform_size_problem(model: torch.nn.Module, transform: object,
             f"takes {expected[0]}x{expected[1]}: give {receiver} the backbone's transform "
             f'(MediaTransform with its backbone and pretrained, or '
             f'{_own_geometry(backbone, expected)})')
+
+
+def transform_geometry_problem(model: torch.nn.Module, transform: object,
+                               receiver: str) -> str | None:
+    """How a media transform of the tower's size resizes otherwise than the tower's weights
+    were evaluated (its backbone's ``media_transform()``): ``resize_mode`` and, for
+    ``'longest'``, ``fill_color``, unless the transform crops at random instead (training with
+    ``random_resized_crop``); ``interpolation`` always.
+
+    Args:
+        model: the model; its ``backbone.media_transform()`` is the geometry of its weights.
+        transform: the transform (``MediaTransform``'s attributes).
+        receiver: what the fix gives the right transform to (``'the dataset'``).
+
+    Returns:
+        ``resizes with resize_mode='shortest', but the weights of the image tower of X were
+        evaluated with resize_mode='squash': give <receiver> ...``, or ``None`` when they
+        agree or either states no geometry (a transform or backbone of one's own).
+    """
+    backbone = getattr(model, 'backbone', None)
+    own = getattr(backbone, 'media_transform', None)
+    expected = _tower_size(model)
+    if own is None or expected is None or getattr(transform, 'resize_mode', None) is None:
+        return None
+    record = own()
+    keys = []
+    if not (getattr(transform, 'training', False)
+            and getattr(transform, 'random_resized_crop', None) is not None):
+        keys += ['resize_mode', 'fill_color'] if record['resize_mode'] == 'longest' \
+            else ['resize_mode']
+    keys.append('interpolation')
+    given = {key: getattr(transform, key, None) for key in keys}
+    # MediaTransform holds torchvision's InterpolationMode, whose value is the record's name.
+    given['interpolation'] = getattr(given['interpolation'], 'value', given['interpolation'])
+    departs = [key for key in keys if given[key] is not None and given[key] != record[key]]
+    if not departs:
+        return None
+    ours = ', '.join(f'{key}={given[key]!r}' for key in departs)
+    theirs = ', '.join(f'{key}={record[key]!r}' for key in departs)
+    return (f'resizes with {ours}, but the weights of the image tower of '
+            f'{type(backbone).__name__} were evaluated with {theirs}: give {receiver} the '
+            "backbone's transform (MediaTransform with its backbone and pretrained, or "
+            f'{_own_geometry(backbone, expected)}) to score as they were scored')
 
 
 def _own_geometry(backbone: object, expected: tuple[int, int]) -> str:
