@@ -1,19 +1,39 @@
-"""Leaf configs and ablation overlays are data: no function, lambda or comprehension
-(docs/configs.md); phases name their loaders."""
+"""Leaf configs and ablation overlays are data: assignments of values, no function, lambda,
+comprehension, loop, condition, import or call other than ``dict(...)`` (docs/configs.md);
+phases name their loaders."""
 import ast
 import re
 from pathlib import Path
 
+import pytest
+
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
-CODE = (ast.FunctionDef, ast.Lambda, ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp)
+CODE = (ast.FunctionDef, ast.Lambda, ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp,
+        ast.IfExp)
+
 
 def leaves():
     return [path for path in sorted(CONFIGS.rglob('*.py')) if '_base_' not in path.parts]
 
 
+def is_data_statement(node: ast.stmt) -> bool:
+    """An assignment, or the module's docstring: anything else (a loop, an ``if``, an import,
+    a class) runs code as the config loads."""
+    return isinstance(node, (ast.Assign, ast.AnnAssign)) or (
+        isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+
+
+def is_code(node: ast.AST) -> bool:
+    """A function, comprehension or conditional value, or a call of anything but ``dict``
+    (``list(range(12))`` computes what a leaf should state: ``[0, 1, ..., 11]``)."""
+    return isinstance(node, CODE) or (isinstance(node, ast.Call) and not (
+        isinstance(node.func, ast.Name) and node.func.id == 'dict'))
+
+
 def holds_code(path: Path) -> bool:
     tree = ast.parse(path.read_text(encoding='utf-8'))
-    return any(isinstance(node, CODE) for node in ast.walk(tree))
+    return (not all(is_data_statement(node) for node in tree.body)
+            or any(is_code(node) for node in ast.walk(tree)))
 
 
 def test_no_leaf_config_holds_code():
@@ -21,11 +41,27 @@ def test_no_leaf_config_holds_code():
     assert found == set()
 
 
-def test_the_check_sees_code(tmp_path):
+@pytest.mark.parametrize('text', [
+    'phases = [dict(p, lr=1e-4) for p in _base_.phases]',
+    'blocks = list(range(12))',
+    'lr = 1e-4 if fast else 1e-5',
+    'for phase in _base_.phases:\n    phase.update(lr=1e-4)',
+    'if fast:\n    lr = 1e-4',
+    'import os\ndata_root = os.environ["DATA"]',
+    '_base_.phases[0].update(lr=1e-4)',
+])
+def test_the_check_sees_code(text, tmp_path):
     leaf = tmp_path / 'leaf.py'
-    leaf.write_text("phases = [dict(p, lr=1e-4) for p in _base_.phases]\n")
+    leaf.write_text(text + '\n')
     assert holds_code(leaf)
-    leaf.write_text("model = dict(language_branch=dict(num_blocks=3))\n")
+
+
+def test_the_check_passes_data(tmp_path):
+    leaf = tmp_path / 'leaf.py'
+    leaf.write_text('"""A leaf."""\n_base_ = ["./base.py"]\n'
+                    "model = dict(language_branch=dict(num_blocks=3, blocks=[0, 1, 2]))\n"
+                    "a = b = {{_base_.images_384}}\n"
+                    "phases = [*_base_.phases, dict(_base_.phase, lr=-1e-4)]\n")
     assert not holds_code(leaf)
 
 
