@@ -114,3 +114,38 @@ def test_no_config_builds_a_delete_that_mmengine_left_in_a_list():
     assert found == set()
     assert list(kept_deletes({'test_evaluator': [dict(type='M', _delete_=True)]})) == [
         'test_evaluator.0']
+
+
+#: docs/configs.md, "File names": a part is lower-case words joined by '-'; a leaf joins at least
+#: {method}_{backbone}_{dataset} (or {backbone}_{dataset}_{setting} for a model evaluated as it
+#: is) by '_'; an ablation overlay is one part, named after its change.
+PART = r'[a-z0-9][a-z0-9.]*(?:-[a-z0-9.]+)*'
+LEAF_NAME = re.compile(rf'{PART}(?:_{PART}){{2,}}')
+ABLATION_NAME = re.compile(PART)
+#: The names docs/configs.md keeps as users know them.
+KEPT_NAMES = {'dasd/cclm_multi30k', 'demo/static_tiny-clip_synthetic'}
+
+
+def misnamed(paths: list[Path]) -> set[str]:
+    """The configs among ``paths`` whose stem breaks the scheme of their kind."""
+    found = set()
+    for path in paths:
+        name = str(path.relative_to(CONFIGS).with_suffix(''))
+        pattern = ABLATION_NAME if 'ablations' in path.parts else LEAF_NAME
+        if name not in KEPT_NAMES and not pattern.fullmatch(path.stem):
+            found.add(name)
+    return found
+
+
+def test_configs_follow_the_naming_scheme():
+    assert misnamed(leaves()) == set()
+    page = (CONFIGS.parent / 'docs' / 'configs.md').read_text(encoding='utf-8')
+    assert all(f'configs/{name}.py' in page for name in KEPT_NAMES)
+    assert all((CONFIGS / f'{name}.py').is_file() for name in KEPT_NAMES)
+
+
+@pytest.mark.parametrize('name', ['dasd/DASD_clip-vit-b32_multi30k', 'dasd/dasd_multi30k',
+                                  'dasd/dasd__multi30k_clft', 'cdds/cdds vit_bert_flickr30k',
+                                  'pectvlm/lora-r1_mclip--xlmr_xtd10', 'dasd/ablations/no_sc'])
+def test_the_naming_check_sees_a_broken_name(name):
+    assert misnamed([CONFIGS / f'{name}.py']) == {name}
