@@ -152,6 +152,41 @@ def test_paper_config_builds_and_runs_every_phase(path):
     run_phases(cfg, model)
 
 
+@pytest.mark.parametrize('path', PAPER, ids=lambda p: p.stem)
+def test_paper_config_holds_the_rest_of_dasds_recipe(path):
+    """What test_paper_config_builds_and_runs_every_phase leaves out, as the resolved config
+    states it (the ViT-B/16 twins equal these but for the arch). From the paper: batch 128 and a
+    10% warm-up in every phase, L_CL = ||r^S - r^T||^2, L_CM an InfoNCE at tau 0.01, the SDM's
+    k = 1 with A^sr/A^sa of hidden 256, d_z 512, d_u 32 after every block and L_sc as L1; from
+    the released code (HuiGuanLab/DASD: expr/vitb32/*/config.json, train.py, clip/model.py, adv.py):
+    the cosine after the warm-up (BertAdam's warmup_cosine), the source finetune's InfoNCE at the
+    same fixed scale 100, mBERT cased cut at 77 tokens with its 768-wide table, and the
+    discriminator's 256 -> 128 hidden layers."""
+    cfg = Config.fromfile(path)
+    loaders = [phase.get('dataloader', 'train_dataloader') for phase in cfg.train_cfg.phases]
+    assert {loader: cfg[loader].batch_size for loader in loaders} == dict.fromkeys(loaders, 128)
+    assert {(p['name'], p['warmup_ratio'], p['schedule']) for p in cfg.train_cfg.phases} == {
+        (p['name'], 0.1, 'cosine') for p in cfg.train_cfg.phases}
+    losses = cfg.model.losses
+    assert (losses.cl.type, losses.cl.kind) == ('AlignmentLoss', 'mse')
+    media_losses = ['cm', 'source_cm'] if path.stem.endswith('_clft') else ['cm']
+    assert {name: (losses[name].type, losses[name].temperature) for name in media_losses} == (
+        dict.fromkeys(media_losses, ('InfoNCELoss', 0.01)))
+    assert (cfg.model.backbone.arch, cfg.model.backbone.pretrained) == ('ViT-B-32', 'openai')
+    branch = cfg.model.language_branch
+    assert (branch.tokenizer.name_or_path, branch.tokenizer.max_length) == (
+        'bert-base-multilingual-cased', 77)
+    assert (branch.embedding.table_width, branch.embedding.pretrained) == (
+        768, 'bert-base-multilingual-cased')
+    assert (branch.adapters.type, branch.adapters.hidden) == ('DynamicAdapter', 32)
+    assert 'blocks' not in branch.adapters and 'num_blocks' not in branch
+    sdm = cfg.model.disentangler
+    assert (sdm.depth, sdm.adapter.hidden, sdm.features, sdm.consistency_loss.kind) == (
+        1, 256, ['sr', 'sa'], 'l1')
+    assert (sdm.generator.d_z, sdm.generator.d_u, tuple(sdm.discriminator.hidden)) == (
+        512, 32, (256, 128))
+
+
 def test_clft_source_finetune_runs_five_epochs_of_the_english_captions(tmp_path):
     """The phases name their loaders by key, the source finetune's 5 epochs become iterations
     of the config's own source_finetune_dataloader, every English caption of task 2's five an
