@@ -319,6 +319,17 @@ PAPER_CAPACITY = [
     ('lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_de',
      24 * 2 * 2 * 1024 + 24 * 2 * 2 * 1024 + 1024 * 768 + 768),
     ('ft_mclip-xlmr-l14_multi30k-full_de', XLMR_LARGE_TEXT),
+    # Multi30K's other PEFT modules, two per layer (after 'attention.output.dense' and
+    # 'output.dense') + both LayerNorms, as OpenDelta builds them: an AdapterLayer of
+    # bottleneck 24 (down 1024 -> 24 and up 24 -> 1024, with biases) ...
+    ('houlsby-24_mclip-xlmr-l14_multi30k-full_de',
+     24 * 2 * ((1024 * 24 + 24) + (24 * 1024 + 1024)) + 24 * 2 * 2 * 1024),
+    # ... and a Compacter of reduction 16 (1024 -> 64 -> 1024) whose two PHMLinear layers
+    # (hypercomplex_linear.py: n = 4, rank 1, shared_phm_rule=False) each hold their own rule
+    # (n, n, n), W_left (n, in / n, 1), W_right (n, 1, out / n) and a bias.
+    ('compacter-16_mclip-xlmr-l14_multi30k-full_de',
+     24 * 2 * ((4 ** 3 + 4 * 256 + 4 * 16 + 64) + (4 ** 3 + 4 * 16 + 4 * 256 + 1024))
+     + 24 * 2 * 2 * 1024),
     # XTD10 few-shot with a prompt (run_XTD.py): the 4 or 20 vectors alone.
     ('soft-prompt_mclip-xlmr-l14_xtd10-fewshot50_routine3_de', 4 * 1024),
     ('soft-prompt-20_mclip-xlmr-l14_xtd10-fewshot50_routine3_de', 20 * 1024),
