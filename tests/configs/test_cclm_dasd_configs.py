@@ -1,6 +1,7 @@
-"""The CCLM configs of configs/dasd: they build on a tiny CCLM checkpoint written with the real key
-names (see tests/models/backbones/test_cclm_checkpoint.py), the DASD one trains a few steps on the
-bundled synthetic data, the zero-shot one is CCLM unchanged, and a missing checkpoint fails."""
+"""The CCLM configs of configs/dasd: every loader a run reads gives CCLM's images and captions,
+they build on a tiny CCLM checkpoint written with the real key names (see
+tests/models/backbones/test_cclm_checkpoint.py), the DASD one trains a few steps on the bundled
+synthetic data, the zero-shot one is CCLM unchanged, and a missing checkpoint fails."""
 from __future__ import annotations
 
 import copy
@@ -69,6 +70,43 @@ def test_the_checkpoint_is_a_config_field_and_a_missing_file_stops_the_build():
     assert cfg.model.backbone.image_size == 384
     with pytest.raises(FileNotFoundError, match='CCLM checkpoint checkpoints/cclm_4m.th'):
         MODELS.build(tiny(cfg, 'checkpoints/cclm_4m.th'))
+
+
+CCLM_LEAVES = ['cclm_multi30k', 'dasd_cclm_mscoco', 'static-adapter_cclm_multi30k',
+               'lora_cclm_multi30k', 'cclm_multi30k_zeroshot', 'cclm_mscoco_zeroshot']
+
+
+def read_loaders(cfg: Config) -> dict[str, dict]:
+    """The loaders a run of ``cfg`` reads media from: its phases' and its loops' (a list of
+    loaders for the multi-dataset loops)."""
+    keys = {phase.get('dataloader', 'train_dataloader')
+            for phase in (cfg.get('train_cfg') or {}).get('phases', [])}
+    keys |= {'val_dataloader', 'test_dataloader'}
+    found = {}
+    for key in sorted(keys):
+        value = cfg.get(key)
+        for index, loader in enumerate(value if isinstance(value, list) else [value]):
+            if loader is not None and loader['dataset'].get('with_media', True):
+                found[f'{key}[{index}]'] = loader
+    return found
+
+
+@pytest.mark.parametrize('name', CCLM_LEAVES)
+def test_config_reads_as_cclms_retrieval_configs(name):
+    """CCLM's Retrieval_{multi30k,coco}_*_ft.yaml (zengyan-97/CCLM): images at image_res 384,
+    resized whole with bicubic interpolation (its test transform), captions cut at max_tokens
+    40; the contrastive temperature is the checkpoint's own (InfoNCELoss(temperature=None))."""
+    cfg = Config.fromfile(DASD / f'{name}.py')
+    assert (cfg.model.backbone.image_size, cfg.model.backbone.tokenizer.max_length,
+            cfg.model.language_branch.tokenizer.max_length) == (384, 40, 40)
+    loaders = read_loaders(cfg)
+    assert 'test_dataloader[0]' in loaders
+    cclm_images = dict(type='MediaTransform', backbone=None, size=384, resize_mode='squash',
+                       interpolation='bicubic')
+    assert {key: loader['dataset']['transform'] for key, loader in loaders.items()} == (
+        dict.fromkeys(loaders, cclm_images))
+    if cfg.get('train_cfg'):
+        assert cfg.model.losses.cm.temperature is None
 
 
 @pytest.mark.parametrize('name,adapter,with_disentangler', [
