@@ -29,7 +29,7 @@ from xmr.engine.epoch_counts import (
 )
 from xmr.engine.eval_loops import check_media_exist, expected_metric_keys, scored_loaders
 from xmr.engine.feature_cache import prepare_feature_caches
-from xmr.engine.hook_points import call_failure_point, call_while_failing
+from xmr.engine.hook_points import call_failure_point, call_hook_point, call_while_failing
 from xmr.engine.hooks.checkpoint import check_metric_names
 from xmr.engine.hooks.preemption import (
     end_persistent_workers,
@@ -935,6 +935,8 @@ class PhasedTrainLoop(BaseLoop):
                 # Resumed where the phase begins: the uninterrupted run set it up with the
                 # checkpoint's streams.
                 self._restore_pending_rng_state()
+                if self._stopped_at_phase_boundary():
+                    continue
             iterator = self._enter_phase(index, fresh)
             if not fresh:
                 self._warn_if_optimiser_restarts(phase)
@@ -942,6 +944,8 @@ class PhasedTrainLoop(BaseLoop):
             # Resumed in its middle: after the phase's set-up, whose draws the uninterrupted run
             # made before the checkpoint.
             self._restore_pending_rng_state()
+            if fresh and self._stopped_at_phase_boundary():
+                continue
             if fresh and phase.validate_at_start:
                 self.validate()
             elif (not fresh and self.val_interval and self._iter % self.val_interval == 0
@@ -966,6 +970,19 @@ class PhasedTrainLoop(BaseLoop):
         self.runner.call_hook('after_train_epoch')
         self.runner.call_hook('after_train')
         return self.runner.model
+
+    def _stopped_at_phase_boundary(self) -> bool:
+        """Whether a hook stopped training where a phase follows another (``PreemptionHook``'s
+        ``at_phase_boundary``: a signal noted during the phase end's validation or the next
+        phase's set-up). Nothing has drawn from the training streams since the iteration
+        ended (validation and set-up preserve them), so a checkpoint written here resumes as
+        that iteration's; after the set-up it holds the weights the phase starts from (under
+        ``start_from_best`` the previous phase's best, which the resumed run loads again). At
+        the first phase there is no iteration to keep."""
+        if self._iter == 0:
+            return False
+        call_hook_point(self.runner, 'at_phase_boundary')
+        return self.stop_training
 
     def _restore_pending_rng_state(self) -> None:
         """Restore the resumed checkpoint's streams (``RNGStateHook``'s), once."""

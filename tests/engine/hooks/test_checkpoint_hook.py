@@ -641,7 +641,7 @@ def test_a_run_resumed_from_an_interim_checkpoint_replaces_it_with_its_next(tmp_
     runner.train_loop._iter = 3
     hook._save_checkpoint(runner)
     runner.train_loop._iter = 5
-    hook.save_interim_checkpoint(runner)  # a signal's stop after iteration 6
+    hook.save_interim_checkpoint(runner, 6)  # a signal's stop after iteration 6
     assert saved_iterations(tmp_path) == [4, 6]
     allow_mmengine_checkpoint_types()
     saved = torch.load(tmp_path / 'iter_6.pth', map_location='cpu', weights_only=True)

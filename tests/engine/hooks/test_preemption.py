@@ -13,9 +13,10 @@ import pytest
 import torch
 from mmengine.hooks import Hook
 
-from tests.conftest import REPO
+from tests.conftest import REPO, assert_same_checkpoint
 from tests.engine.hooks.test_phase_report_hook import read_report, report_cfg
 from tests.engine.test_loops import PHASES, make_cfg, train
+from xmr.engine import loops
 from xmr.engine.hooks import preemption
 from xmr.engine.hooks.checkpoint import FINISHED_MARKER, CheckpointHook
 from xmr.registry import HOOKS
@@ -69,11 +70,12 @@ def exit_status(argv: list[str]) -> int:
 
 
 @pytest.mark.parametrize('at, status, logged', [
-    (4, 128 + signal.SIGTERM, 'SIGTERM received: stopped after iteration 5'),
+    (4, 128 + signal.SIGTERM, 'SIGTERM received: stopped after iteration 4'),
     (16, 0, 'SIGTERM received after the last iteration: training had finished')])
 def test_the_train_tool_exits_with_the_signal_only_when_it_cut_training_short(
         tmp_path, at, status, logged):
-    """Iteration 4 ends a phase of three; 16, the last, is the final validation's."""
+    """Iteration 4 ends a phase of three, where the run stops; 16, the last, is the final
+    validation's."""
     work_dir = tmp_path / 'work'
     cfg = report_cfg(work_dir)
     cfg.custom_hooks += [dict(type='PreemptionHook'), dict(type='SignalAtValidationHook', at=at)]
@@ -204,19 +206,54 @@ class SignalTheJobDuringValidationHook(Hook):
             os.kill(pid, signal.SIGTERM)
 
 
-def test_a_signal_during_a_validation_lets_it_end_and_stops_after_the_next_iteration(tmp_path):
+def test_a_signal_during_a_phase_end_s_validation_lets_it_end_and_stops_at_the_phase_end(
+        tmp_path):
     """The validation's workers ignore the signal as the phases' do: killed, they failed the
-    validation and the run, with no checkpoint of the iterations since the last one."""
+    validation and the run, with no checkpoint of the iterations since the last one. The run
+    stops where the phase ends, with its checkpoint: it went on to set up cross_lingual,
+    validate its start and train an iteration first, which a scheduler's kill may cut short."""
     cfg = report_cfg(tmp_path, checkpoint_interval=100)
     cfg.val_dataloader.update(batch_size=4, num_workers=1)  # 3 batches
     cfg.custom_hooks += [dict(type='SignalTheJobDuringValidationHook'),
                          dict(type='PreemptionHook')]
     torch.manual_seed(0)
     runner, records = train(cfg)
-    assert len(records) == 5  # source_finetune's 4, validated at its end, then 1
-    assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'iter_5.pth')
-    assert [c['column'] for c in read_report(tmp_path)] == [
-        'source_finetune end', 'cross_lingual start']
+    assert len(records) == 4  # source_finetune's 4, validated at its end
+    assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path / 'iter_4.pth')
+    assert [c['column'] for c in read_report(tmp_path)] == ['source_finetune end']
+
+
+def test_a_signal_during_a_phase_s_set_up_stops_before_its_first_step_and_resumes_exactly(
+        tmp_path, monkeypatch):
+    """SIGTERM while cross_lingual builds its feature cache (minutes on a real dataset): the run
+    waited for its first iteration to save, and a scheduler's kill that came first lost every
+    iteration since the last periodic checkpoint. It stops after the set-up with the
+    checkpoint of source_finetune's end, from which the resumed run trains on to the
+    uninterrupted run's weights and optimiser state."""
+    phases = [PHASES[0], dict(PHASES[1], cache_features=True)]
+    torch.manual_seed(0)
+    train(make_cfg(tmp_path / 'whole', phases=phases))
+    build, calls = loops.prepare_feature_caches, []
+
+    def signalled_build(dataloader, model):
+        calls.append(dataloader)
+        if len(calls) == 2:  # cross_lingual's (source_finetune's loader has no cache)
+            os.kill(os.getpid(), signal.SIGTERM)
+        build(dataloader, model)
+
+    monkeypatch.setattr(loops, 'prepare_feature_caches', signalled_build)
+    cfg = make_cfg(tmp_path / 'cut', phases=phases)
+    cfg.custom_hooks.append(dict(type='PreemptionHook'))
+    torch.manual_seed(0)
+    runner, records = train(cfg)
+    assert len(records) == 4  # source_finetune's
+    assert [p.name for p in (tmp_path / 'cut').glob('*.pth')] == ['iter_4.pth']
+    monkeypatch.undo()
+    torch.manual_seed(1)
+    _, resumed = train(make_cfg(tmp_path / 'cut', phases=phases,
+                                resume_from=tmp_path / 'cut' / 'iter_4.pth'))
+    assert [r['iter'] for r in resumed] == list(range(4, 12))
+    assert_same_checkpoint(tmp_path / 'cut' / 'iter_12.pth', tmp_path / 'whole' / 'iter_12.pth')
 
 
 def test_persistent_workers_that_ignore_the_signal_end_with_training(tmp_path):

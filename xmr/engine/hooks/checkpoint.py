@@ -242,12 +242,20 @@ class CheckpointHook(MMEngineCheckpointHook):
                 self._remove(self.file_backend.join_path(self.out_dir,
                                                          self.filename_tmpl.format(old)))
 
-    def save_interim_checkpoint(self, runner) -> None:
-        """Save the iteration under way between periodic checkpoints (a signal's stop): the
-        file stays until the next checkpoint is in place, and counts towards no
-        ``max_keep_ckpts``."""
+    def save_interim_checkpoint(self, runner, iterations: int) -> None:
+        """Save the state after ``iterations`` iterations between periodic checkpoints (a
+        signal's stop): the file stays until the next checkpoint is in place, and counts
+        towards no ``max_keep_ckpts``.
+
+        Args:
+            runner: the runner.
+            iterations: the iterations done: ``runner.iter + 1`` in ``after_train_iter`` (the
+                loop counts an iteration once its hooks have run), ``runner.iter`` between
+                phases.
+        """
         with self._interim():
-            self._save_checkpoint(runner)
+            self._save_checkpoint_with_step(runner, iterations,
+                                            dict(epoch=runner.epoch, iter=iterations))
 
     @contextlib.contextmanager
     def _interim(self) -> Iterator[None]:

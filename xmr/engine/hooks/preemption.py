@@ -31,19 +31,20 @@ class PreemptionHook(Hook):
     it; an interim checkpoint, which counts towards no ``max_keep_ckpts``), training stops
     (:attr:`stopped_by` names the signal; the work dir gets no mark of a finished run), and
     ``tools/train.py`` exits with 143 (128 + SIGTERM) so that a scheduler sees a run cut
-    short; ``--resume`` continues it as if uninterrupted. A signal that comes after the last
-    iteration (during the final validation) stops nothing: the run finishes, says so in its
-    log, and exits with 0.
+    short; ``--resume`` continues it as if uninterrupted. Between two phases the run stops
+    before and after it sets up the next phase (:meth:`at_phase_boundary`), with the
+    checkpoint of the phase's end. A signal that comes after the last iteration (during the
+    final validation) stops nothing: the run finishes, says so in its log, and exits with 0.
 
     The handler only notes the signal. A scheduler signals every process of the job, and
     PyTorch's DataLoader workers die of SIGTERM, which would fail the step or the validation
     under way reading its batch: :class:`~xmr.engine.loops.PhasedTrainLoop` makes the workers of
     each phase and of the validation ignore these signals (:func:`workers_ignore`); they end
     with the main process. A signal during a validation lets it end; the run stops after the
-    next iteration. Under DDP the ranks
-    agree after every iteration whether any received a signal (one integer exchanged on the
-    host), so all stop at the same iteration and the main process writes its checkpoint, which
-    the other ranks wait for before they end.
+    next iteration, or, at a phase's end, before the next phase's set-up. Under DDP the ranks
+    agree after every iteration and between phases whether any received a signal (one integer
+    exchanged on the host), so all stop at the same iteration and the main process writes its
+    checkpoint, which the other ranks wait for before they end.
 
     Args:
         signals: names of the signals that stop the run this way.
@@ -70,6 +71,23 @@ class PreemptionHook(Hook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch: Any = None,
                          outputs: Any = None) -> None:
+        # The loop counts the iteration once its hooks have run.
+        self._stop_if_signalled(runner, runner.iter + 1)
+
+    def at_phase_boundary(self, runner) -> None:
+        """Stop between two phases (xmr's hook point, called by
+        :class:`~xmr.engine.loops.PhasedTrainLoop` before and after it sets up a phase that
+        follows another): a signal noted during the phase end's validation or the set-up
+        (building the phase's data and feature caches, which can take minutes) would otherwise
+        wait for that set-up, the next phase's first validation and its first iteration, and
+        the scheduler's kill may come first, losing every iteration since the last periodic
+        checkpoint. The state here is that after ``runner.iter`` iterations, which the resumed
+        run sets the phase up from again."""
+        self._stop_if_signalled(runner, runner.iter)
+
+    def _stop_if_signalled(self, runner, iterations: int) -> None:
+        """Stop training, with the checkpoint of the state after ``iterations`` iterations,
+        if any rank noted a signal."""
         loop = runner.train_loop
         if loop.stop_training:
             return
@@ -80,19 +98,19 @@ class PreemptionHook(Hook):
         if not agreed:
             return
         self.received = agreed
-        step = runner.iter + 1
         saver = next((hook for hook in runner.hooks if isinstance(hook, CheckpointHook)), None)
         if saver is not None and not str(getattr(saver, 'last_ckpt', '')).endswith(
-                saver.filename_tmpl.format(step)):
-            saver.save_interim_checkpoint(runner)
+                saver.filename_tmpl.format(iterations)):
+            saver.save_interim_checkpoint(runner, iterations)
             if is_distributed():
                 # A rank that ends now exits 143, and its launcher (torchrun, srun
                 # --kill-on-bad-exit) then stops the others: the main process's file first.
                 dist.barrier(group=host_group())
         runner.logger.warning(
-            f'{signal.Signals(self.received).name} received: stopped after iteration {step}'
-            + (f', its checkpoint in {runner.work_dir}; continue with --resume'
-               if saver is not None else ' (no CheckpointHook: nothing was saved)'))
+            f'{signal.Signals(self.received).name} received: stopped after iteration '
+            f'{iterations}' + (f', its checkpoint in {runner.work_dir}; continue with --resume'
+                               if saver is not None else ' (no CheckpointHook: nothing was '
+                               'saved)'))
         loop.stop_training = True
         self.stopped_by = self.received
 
