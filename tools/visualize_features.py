@@ -10,6 +10,9 @@ k-means (in feature space), maps them to 2-D with t-SNE, and writes
 * ``<out>/<lang>_f<feature>_clusters.txt``: per cluster, its size and the captions nearest
   its centre.
 
+A map and listing of an earlier run there (another checkpoint's, of the same language and
+feature) are kept unless ``--overwrite`` is given, and any other file there always.
+
 Captions come from a text file (one per line) or from the config's val/test dataset::
 
     python tools/visualize_features.py configs/demo/dasd_tiny-clip_synthetic.py \\
@@ -20,7 +23,8 @@ from __future__ import annotations
 
 import argparse
 import io
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from itertools import islice
 from pathlib import Path
 
@@ -30,6 +34,10 @@ from xmr.run_config import add_config_arguments, load_run_config
 from xmr.utils.cli import UserError, given_device, given_folder, run_tool
 
 FEATURES = ('sa', 'sr')
+#: How each output begins: a PNG's signature, and the listing's title (:func:`main`). Only
+#: files beginning so are an earlier run's, which ``--overwrite`` replaces.
+PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+LISTING_TITLE = re.compile(r'f\^s[ar] of \d+ \S+ captions, k-means k=\d+ ')
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -61,6 +69,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--out-dir', default='work_dirs/features',
                         help='where the map (.png) and its clusters (.txt) go (default: '
                         'work_dirs/features)')
+    parser.add_argument('--overwrite', action='store_true',
+                        help="replace the map and clusters of an earlier run in --out-dir (of "
+                        "the same --lang and --feature); without it they are kept and the run "
+                        'refused. Other files are never replaced')
     add_config_arguments(parser, named_by=None)
     args = parser.parse_args(argv)
     for name in ('num_captions', 'clusters', 'examples', 'batch_size'):
@@ -183,6 +195,43 @@ def tsne(features: np.ndarray, perplexity: float, seed: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- outputs
+def output_paths(out_dir: str | Path, lang: str, feature: str) -> dict[str, Path]:
+    """The map (``png``) and its cluster listing (``text``) of ``lang``'s ``f^<feature>``."""
+    folder, stem = Path(out_dir), f'{lang}_f{feature}'
+    return dict(png=folder / f'{stem}.png', text=folder / f'{stem}_clusters.txt')
+
+
+def check_outputs(written: Mapping[str, Path], overwrite: bool) -> None:
+    """Refuse, before the model is built, to write over a file standing where an output goes:
+    an earlier run's map or listing (another checkpoint's, say, whose figure would be lost)
+    unless ``overwrite``, any other file always.
+
+    Raises:
+        UserError: ``<file> (--out-dir)``, what stands there, and the fix.
+    """
+    for kind, path in written.items():
+        if not path.exists():
+            continue
+        where = f'{path} (--out-dir)'
+        if not _earlier_output(path, kind):
+            raise UserError(where, 'exists and is not a map or cluster listing this tool '
+                            'wrote; it is left as it is', 'give another --out-dir')
+        if not overwrite:
+            raise UserError(where, 'holds the output of an earlier run; it is kept',
+                            'pass --overwrite to replace it, or give another --out-dir')
+
+
+def _earlier_output(path: Path, kind: str) -> bool:
+    """Whether the file at ``path`` begins as this tool's ``kind`` of output does."""
+    if path.is_dir():
+        return False
+    with open(path, 'rb') as handle:
+        start = handle.read(256)
+    if kind == 'png':
+        return start.startswith(PNG_SIGNATURE)
+    return LISTING_TITLE.match(start.decode('utf-8', errors='replace')) is not None
+
+
 def cluster_report(captions: Sequence[str], labels: np.ndarray, distances: np.ndarray,
                    examples: int, title: str) -> str:
     """Text listing each cluster's size and its ``examples`` captions nearest the centre."""
@@ -224,6 +273,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options)
     given_folder(args.out_dir, '--out-dir', 'give a folder (made if missing) for the map')
+    written = output_paths(args.out_dir, args.lang, args.feature)
+    check_outputs(written, args.overwrite)
     model = init_retriever(cfg, args.checkpoint, device=given_device(args.device))
     check_model(model, args.lang, args.feature)
     if args.captions:
@@ -247,12 +298,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     labels, distances = cluster(features, args.clusters, args.seed)
     points = tsne(features, args.perplexity, args.seed)
 
-    out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f'{args.lang}_f{args.feature}'
+    Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+    # Begins as LISTING_TITLE matches: the listing is known as this tool's by it.
     title = (f'f^{args.feature} of {len(captions)} {args.lang} captions, k-means k={args.clusters}'
              f' ({Path(args.config).stem})')
-    written = dict(png=out_dir / f'{stem}.png', text=out_dir / f'{stem}_clusters.txt')
     image = io.BytesIO()
     plot(points, labels, title, image)
     report = cluster_report(captions, labels, distances, args.examples, title)

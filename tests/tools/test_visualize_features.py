@@ -218,8 +218,46 @@ def test_an_interrupted_map_leaves_the_earlier_one_whole(tmp_path, monkeypatch):
 
     monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', cut_short)
     with pytest.raises(KeyboardInterrupt):
-        run(tmp_path, write_config(tmp_path), '--captions', str(captions), '--seed', '3')
+        run(tmp_path, write_config(tmp_path), '--captions', str(captions), '--seed', '3',
+            '--overwrite')
     assert {path: path.read_bytes() for path in written.values()} == before
+
+
+def test_an_earlier_map_is_kept_unless_overwrite_replaces_it(tmp_path, monkeypatch):
+    """A second run of one language and feature (another checkpoint's map) replaced the
+    first's files without a word."""
+    captions = tmp_path / 'captions.txt'
+    captions.write_text('\n'.join(CAPTIONS) + '\n')
+    config = write_config(tmp_path)
+    written = run(tmp_path, config, '--captions', str(captions))
+    before = {path: path.read_bytes() for path in written.values()}
+    monkeypatch.setitem(tool['main'].__globals__, 'extract_features',
+                        lambda *args: pytest.fail('encoded'))
+    with pytest.raises(UserError, match=re.escape(
+            f"{written['png']} (--out-dir): holds the output of an earlier run; it is kept: "
+            'pass --overwrite to replace it, or give another --out-dir')):
+        run(tmp_path, config, '--captions', str(captions), '--clusters', '2')
+    assert {path: path.read_bytes() for path in written.values()} == before
+
+    monkeypatch.undo()
+    run(tmp_path, config, '--captions', str(captions), '--clusters', '2', '--overwrite')
+    listing = written['text'].read_text(encoding='utf-8')
+    assert listing.startswith(f'f^sa of {len(CAPTIONS)} de captions, k-means k=2 (tiny_dasd)')
+    assert sum(line.startswith('cluster ') for line in listing.split('\n')) == 2
+
+
+@pytest.mark.parametrize('name, content', [
+    ('de_fsa_clusters.txt', b'my notes on the clusters\n'),
+    ('de_fsa.png', b'PK\x03\x04 a zip archive'),
+])
+def test_a_file_the_tool_did_not_write_is_kept_even_with_overwrite(tmp_path, name, content):
+    (tmp_path / 'out').mkdir()
+    (tmp_path / 'out' / name).write_bytes(content)
+    with pytest.raises(UserError, match=re.escape(
+            f"{tmp_path / 'out' / name} (--out-dir): exists and is not a map or cluster listing "
+            'this tool wrote; it is left as it is: give another --out-dir')):
+        run(tmp_path, write_config(tmp_path), '--overwrite')
+    assert (tmp_path / 'out' / name).read_bytes() == content
 
 
 def test_a_caption_file_shorter_than_the_clusters_is_refused_before_anything_is_encoded(
