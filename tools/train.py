@@ -315,12 +315,18 @@ def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume') 
         UserError: ``PATH`` is missing, a folder or unreadable (naming ``key``), ``latest``
             finds no checkpoint, or a new run
             would overwrite checkpoints (:func:`refuse_earlier_checkpoints`).
-        CheckpointReadError: the checkpoint is empty, foreign or truncated; checked before the
-            runner writes its config dump and log into the work dir.
+        CheckpointReadError: the checkpoint is empty, foreign or truncated, or keeps weights
+            alone (no iteration to resume at: :func:`~xmr.engine.checkpoint.refuse_unresumable`);
+            checked before the runner writes its config dump and log into the work dir.
     """
     from mmengine.logging import print_log
 
-    from xmr.engine.checkpoint import CHECKPOINT_FIX, check_checkpoint, check_given_checkpoint
+    from xmr.engine.checkpoint import (
+        CHECKPOINT_FIX,
+        check_checkpoint,
+        check_given_checkpoint,
+        check_resumable,
+    )
     from xmr.engine.hooks.checkpoint import FINISHED_MARKER
     from xmr.engine.work_dir import (
         latest_checkpoint,
@@ -334,6 +340,7 @@ def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume') 
     if resume not in ('latest', 'auto'):
         check_given_checkpoint(resume, key, f'{CHECKPOINT_FIX}, or --resume alone for the '
                                "work dir's latest")
+        check_resumable(resume)
         return resume
     checkpoint = latest_checkpoint(work_dir)
     if checkpoint is None:
@@ -344,6 +351,7 @@ def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume') 
                       f'{os.path.basename(checkpoint)}', logger='current', level=logging.WARNING)
     if checkpoint is not None:
         check_checkpoint(checkpoint)
+        check_resumable(checkpoint)
         return checkpoint
     best = training_checkpoints(work_dir)  # best_*.pth alone, if any: no iter_*.pth
     if best and os.path.isfile(os.path.join(work_dir, FINISHED_MARKER)):

@@ -26,8 +26,10 @@ sys.path.insert(0, str(REPO / 'tools'))
 import train as train_tool  # noqa: E402
 
 
-def save_checkpoint(path: Path) -> None:
-    torch.save({'state_dict': {}}, path)
+def save_checkpoint(path: Path, state_dict: dict | None = None) -> None:
+    """A checkpoint of training holding ``state_dict``: what a resume reads besides weights."""
+    torch.save({'state_dict': state_dict or {}, 'meta': {'epoch': 0, 'iter': 4},
+                'message_hub': {}}, path)
 
 
 def resumed(work_dir: Path, *resume: str) -> tuple[bool, str | None]:
@@ -294,8 +296,7 @@ def test_a_run_from_trained_weights_reads_the_vocabulary_they_carry(tmp_path):
 
     facts = json.dumps(dict(languages=['de'], **carried_entry(b'a model'))).encode()
     carrying = tmp_path / 'trained.pth'
-    torch.save({'state_dict': {'_extra_state': torch.tensor(list(facts), dtype=torch.uint8)}},
-               carrying)
+    save_checkpoint(carrying, {'_extra_state': torch.tensor(list(facts), dtype=torch.uint8)})
     args = train_tool.parse_args([str(DEMO), '--work-dir', str(tmp_path / 'new'),
                                   '--cfg-options', f'load_from={carrying}'])
     tokenizer = train_tool.build_config(args).model.language_branch.tokenizer
@@ -307,6 +308,28 @@ def test_a_run_from_trained_weights_reads_the_vocabulary_they_carry(tmp_path):
                                   str(resumed_from)])
     tokenizer = train_tool.build_config(args).model.language_branch.tokenizer
     assert tokenizer.model_file == str(resumed_from) and 'corpus' not in tokenizer
+
+
+def test_a_resume_from_weights_alone_is_refused_before_the_work_dir_is_written(tmp_path):
+    """A phase_best/ file (a bare state dict) or a converted model given to --resume, or named
+    by last_checkpoint: MMEngine's resume failed on them with KeyError: 'meta' (or 'epoch'),
+    an 'unexpected' error, once the runner had been built and had written its log."""
+    weights = {'language_branch.embedding.weight': torch.zeros(2, 2)}
+    best, converted = tmp_path / 'phase_best.pth', tmp_path / 'converted.pth'
+    torch.save(weights, best)
+    torch.save({'state_dict': weights, 'meta': {'converted_from': 'dasd.pth'}}, converted)
+    work_dir = tmp_path / 'work'
+    for path, lacks in ((best, 'state_dict, message_hub, meta.epoch, meta.iter'),
+                        (converted, 'message_hub, meta.epoch, meta.iter')):
+        with pytest.raises(CheckpointReadError, match=(
+                f'^{path}: not a checkpoint to resume from: it has no {lacks}, .* '
+                f'load_from={path} without --resume$')):
+            train_tool.main([str(DEMO), '--work-dir', str(work_dir), '--resume', str(path)])
+    assert not work_dir.exists()  # no config dump, no log
+    work_dir.mkdir()
+    (work_dir / 'last_checkpoint').write_text(str(best))
+    with pytest.raises(CheckpointReadError, match=f'^{best}: not a checkpoint to resume from'):
+        resumed(work_dir, 'auto')
 
 
 def test_a_truncated_or_empty_load_from_is_named_before_the_work_dir_is_written(tmp_path):

@@ -327,6 +327,49 @@ def check_given_checkpoint(path: str | os.PathLike, key: str, fix: str = CHECKPO
     refuse_torchscript(path, f'checkpoint ({key})', fix)
 
 
+#: What ``meta`` of a checkpoint to resume from holds: MMEngine's resume reads both.
+_RESUMED_META = ('epoch', 'iter')
+
+
+def refuse_unresumable(checkpoint: Any, path: str | os.PathLike) -> None:
+    """Refuse, as a checkpoint to resume from, a file that keeps weights alone: a
+    ``phase_best/`` file, a model converted or merged by ``tools/``
+    (:func:`save_model_checkpoint`), a bare state dict. MMEngine's resume met them with
+    ``KeyError: 'meta'`` or ``'message_hub'`` once the run was built, and the strict resume
+    called every weight of a bare state dict missing.
+
+    Args:
+        checkpoint: the loaded file.
+        path: the file, for the message.
+
+    Raises:
+        CheckpointReadError: naming the file, the entries it lacks, and ``load_from``, which
+            starts a new run from its weights.
+    """
+    meta = checkpoint.get('meta') if isinstance(checkpoint, Mapping) else None
+    lacks = ([key for key in ('state_dict', 'message_hub')
+              if not isinstance(checkpoint, Mapping) or key not in checkpoint]
+             + [f'meta.{key}' for key in _RESUMED_META
+                if not isinstance(meta, Mapping) or key not in meta])
+    if lacks:
+        raise CheckpointReadError(
+            f'{path}: not a checkpoint to resume from: it has no {", ".join(lacks)}, which a '
+            'checkpoint of training holds (its iteration, logs and optimiser state); it keeps '
+            'weights alone (a phase_best/ file, a model that tools/ converted or merged, a bare '
+            'state dict). Resume from an iter_*.pth of its run (its work dir\'s last_checkpoint '
+            f'names the newest), or start a new run from these weights: load_from={path} '
+            'without --resume')
+
+
+def check_resumable(path: str | os.PathLike) -> None:
+    """:func:`refuse_unresumable` of the file ``path``, read with its tensors memory-mapped (a
+    look at its entries, not a read of its weights): ``tools/train.py`` checks ``--resume`` so
+    before the runner is built. Call it on a file :func:`check_checkpoint` has passed."""
+    allow_mmengine_checkpoint_types()
+    refuse_unresumable(torch.load(path, map_location='cpu', weights_only=True,
+                                  mmap=zipfile.is_zipfile(path)), path)
+
+
 def check_archive_records(path: str | os.PathLike, what: str = 'checkpoint') -> None:
     """Read every record of the torch zip archive ``path`` (``torch.save``'s, or a TorchScript
     file's) through zipfile, which compares its CRC-32 at the end: ``torch.load`` checks none.

@@ -25,7 +25,7 @@ from tests.engine.test_loops import (
     train_runner,
     with_validation,
 )
-from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.engine.checkpoint import CheckpointReadError, allow_mmengine_checkpoint_types
 from xmr.engine.hooks import CheckpointHook
 from xmr.engine.hooks import checkpoint as checkpoint_hook
 from xmr.models.retrievers.checkpoint_facts import decode_facts
@@ -230,8 +230,8 @@ def test_every_checkpoint_records_the_xmr_that_wrote_it_and_a_refused_resume_nam
     newer = dict(xmr_version='0.2.0', xmr_commit='0123abc')
     runner._resume = True
     with pytest.raises(ValueError) as error:
-        hook.after_load_checkpoint(runner, dict(meta=dict(iter=4, **newer), state_dict=dict(
-            runner.model.state_dict(), **{'language_branch.gate': torch.zeros(1)})))
+        hook.after_load_checkpoint(runner, resumable(dict(
+            runner.model.state_dict(), **{'language_branch.gate': torch.zeros(1)}), **newer))
     assert ('1 keys the model does not have: language_branch.gate\nthe checkpoint was written '
             f'by xmr 0.2.0 (commit 0123abc); read by xmr {xmr.__version__} ('
             in str(error.value))
@@ -278,9 +278,15 @@ def adapter_weights_of_other_shapes(runner) -> dict:
             else value for key, value in runner.model.state_dict().items()}
 
 
+def resumable(state_dict: dict, **meta) -> dict:
+    """A checkpoint of training holding ``state_dict``: what a resume reads besides the
+    weights, ``meta`` added to its ``meta``."""
+    return dict(state_dict=state_dict, meta=dict(epoch=0, iter=4, **meta), message_hub={})
+
+
 def test_only_a_resume_refuses_weights_that_do_not_fit(tmp_path):
     runner, hook = runner_with_hook(tmp_path)
-    checkpoint = dict(state_dict=adapter_weights_of_other_shapes(runner))
+    checkpoint = resumable(adapter_weights_of_other_shapes(runner))
     runner._resume = False  # load_from alone: MMEngine's lenient loading
     hook.after_load_checkpoint(runner, checkpoint)
     runner._resume = True
@@ -309,12 +315,33 @@ def test_a_load_from_that_holds_none_of_the_models_weights_is_refused_naming_its
 def test_a_resume_takes_weights_saved_with_the_ddp_module_prefix(tmp_path):
     runner, hook = runner_with_hook(tmp_path)
     runner._resume = True
-    hook.after_load_checkpoint(runner, dict(state_dict={
+    hook.after_load_checkpoint(runner, resumable({
         f'module.{key}': value for key, value in runner.model.state_dict().items()}))
     with pytest.raises(ValueError, match=r'\d+ keys of other shapes: language_branch'):
-        hook.after_load_checkpoint(runner, dict(state_dict={
+        hook.after_load_checkpoint(runner, resumable({
             f'module.{key}': value
             for key, value in adapter_weights_of_other_shapes(runner).items()}))
+
+
+@pytest.mark.parametrize('kind', ['bare state dict', 'phase_best file', 'converted model'])
+def test_a_resume_from_weights_alone_is_refused_naming_the_file_and_load_from(tmp_path, kind):
+    """MMEngine's resume met a converted model with KeyError: 'epoch', a bare state dict (a
+    phase_best/ file) with KeyError: 'meta' (or 'message_hub'), once the run was built; and
+    the strict resume called every weight of a bare state dict missing."""
+    runner, hook = runner_with_hook(tmp_path)
+    runner._resume, runner._load_from = True, 'weights.pth'
+    weights = runner.model.state_dict()
+    checkpoint, lacks = {
+        'bare state dict': (weights, 'state_dict, message_hub, meta.epoch, meta.iter'),
+        'phase_best file': ({k: v for k, v in weights.items() if 'language_branch' in k},
+                            'state_dict, message_hub, meta.epoch, meta.iter'),
+        'converted model': (dict(state_dict=weights, meta=dict(converted_from='dasd.pth')),
+                            'message_hub, meta.epoch, meta.iter')}[kind]
+    with pytest.raises(CheckpointReadError, match=(
+            rf'^weights.pth: not a checkpoint to resume from: it has no {lacks}, which a '
+            r'checkpoint of training holds .* start a new run from these weights: '
+            r'load_from=weights.pth without --resume$')):
+        hook.after_load_checkpoint(runner, checkpoint)
 
 
 def test_a_moved_work_dir_takes_its_own_best_and_replaces_it_with_a_better_one(tmp_path):
@@ -587,7 +614,7 @@ def test_every_path_reads_the_facts_as_facts_not_weights(tmp_path, how):
              'fewer facts': with_facts(weights, disentangler=None, target_vocabulary=None),
              'other facts': with_facts(weights, languages=['de', 'zh', 'ja'])}
     for name, state in files.items():
-        torch.save(dict(state_dict=state), tmp_path / f'{name}.pth')
+        torch.save(resumable(state), tmp_path / f'{name}.pth')
     refusals = {name: loaded_by(runner, tmp_path / f'{name}.pth', how) for name in files}
     assert re.search(r"holds none of the model's weights|none of its 1 entries is a weight|"
                      r'its weights do not fit', refusals['facts alone'])

@@ -21,8 +21,10 @@ Registered as ``CheckpointHook`` in xmr's scope, so every config with ``default_
   ``tools/train.py --test`` tests after a run resumed at its end);
 * resuming loads strictly: a checkpoint whose weights do not fit the model (other adapter
   shapes, other languages) is refused, naming the keys and shapes, instead of training on
-  with re-initialised modules; its facts (``_extra_state``) are compared by value, as
-  ``xmr.apis`` compares them, not by the length of their JSON. ``load_from`` without resume
+  with re-initialised modules, and a file of weights alone (no iteration, logs or optimiser
+  state: :func:`~xmr.engine.checkpoint.refuse_unresumable`) is refused naming ``load_from``;
+  its facts (``_extra_state``) are compared by value, as ``xmr.apis`` compares them, not by
+  the length of their JSON. ``load_from`` without resume
   keeps MMEngine's lenient loading, logging what it leaves as built, but refuses a checkpoint
   of another backbone, width or language set (:func:`refuse_other_facts`), as a resume does,
   and one that holds the model's facts alone (no weight: as ``xmr.apis`` refuses it);
@@ -51,6 +53,7 @@ from xmr.engine.checkpoint import (
     FACTS,
     foreign_checkpoint_fix,
     keys_of_another_model,
+    refuse_unresumable,
     state_dict_mismatches,
 )
 from xmr.engine.eval_loops import expected_metric_keys
@@ -189,8 +192,9 @@ class CheckpointHook(MMEngineCheckpointHook):
                 runner.logger.warning(f'load_from={runner._load_from}: loaded leniently, '
                                       + '; '.join(mismatches) + ' (left as built)')
             return
+        refuse_unresumable(checkpoint, runner._load_from or 'the latest checkpoint')
         loaded = {re.sub(r'^module\.', '', key): value
-                  for key, value in checkpoint.get('state_dict', {}).items()}
+                  for key, value in checkpoint['state_dict'].items()}
         resumed = f'cannot resume from {runner._load_from or "the latest checkpoint"}'
         fix = ('resume with the config (and xmr) that wrote the checkpoint, or start a new work '
                'dir (load_from=... loads a checkpoint leniently without resuming)')
