@@ -1,9 +1,10 @@
+import copy
 import re
 
 import pytest
 import torch
 
-from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
+from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg
 from tests.models.language.test_packed_tokens import ADAPTER_SETS, randomise
 from xmr.models.adapters.base import AdapterContext, AdapterSite
 from xmr.models.adapters.language_adapters import LanguageAdapters
@@ -297,3 +298,32 @@ def test_a_language_code_for_each_sample_is_required(parts):
     tokens = branch.tokenize(TEXTS)
     with pytest.raises(ValueError, match='2 language codes for a batch of 3'):
         branch.encode(branch.embed(tokens), tokens, LANGS[:2])
+
+
+def test_a_fixed_context_target_tokenizer_without_max_length_keeps_what_fits():
+    """On a SigLIP-like tower (bidirectional, pooling the last of its 32 positions) the branch
+    pads target captions to the context; a tokenizer config without max_length kept its class's
+    77, refused as 'pad_to=32 is shorter than max_length=77', a pad_to the config never gave
+    (on a causal tower the same config builds). It now keeps what fits, prompts included; a
+    max_length the config gives is still checked."""
+    model_cfg = copy.deepcopy(TINY_CLIP)
+    model_cfg['text_cfg'].update(no_causal_mask=True, pool_type='last')
+    tower = MODELS.build(dict(tiny_backbone_cfg(), model_cfg=model_cfg)).text_tower
+    assert tower.fixed_context and (tower.context_length, tower.reserved_positions) == (32, 0)
+
+    def tokenizer(adapters, **options):
+        cfg = dict(tiny_branch_cfg(adapters=adapters), embedding=dict(type='TowerTokenEmbedding'),
+                   tokenizer=dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', **options))
+        return MODELS.build(cfg, default_args=dict(tower=tower)).tokenizer
+
+    plain = tokenizer([])
+    assert (plain.max_length, plain.pad_to) == (32, 32)
+    prompted = tokenizer([dict(type='SoftPrompt', num_tokens=3)])
+    assert (prompted.max_length, prompted.pad_to) == (29, 29)
+    ids = prompted(['a dog ' * 40])['input_ids']
+    assert ids.shape == (1, 29) and int(ids[0, -1]) == 49407  # cut with its end token kept
+    assert tokenizer([], pad_to=32).max_length == 32
+    with pytest.raises(ValueError, match=re.escape(
+            'target tokenizer max_length 30 does not fit the 32-token context less 3 prompt '
+            'tokens; set tokenizer.max_length <= 29')):
+        tokenizer([dict(type='SoftPrompt', num_tokens=3)], max_length=30)

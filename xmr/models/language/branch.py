@@ -76,7 +76,13 @@ def group_by_language(langs: Sequence[str]) -> tuple[list[int], dict[str, slice]
 def _built_tokenizer(cfg: dict | BaseTokenizer, tower: TextTower, given_pad_to: int | None
                      ) -> BaseTokenizer:
     """The target tokenizer, padding to the context of a fixed-context tower unless the config
-    pads otherwise, its captions no longer than the tower takes."""
+    pads otherwise, its captions no longer than the tower takes.
+
+    For a fixed-context tower, a config without ``max_length`` keeps captions as long as the
+    padded length and the tower's reserved positions allow (prompts lower it further:
+    :meth:`TargetLanguageBranch._fit_fixed_context`), as the source tokenizer's defaults to the
+    context: the class's own default (77) would exceed the ``pad_to`` filled in here.
+    """
     if isinstance(cfg, BaseTokenizer):
         tokenizer = cfg
         if tower.fixed_context and tokenizer.pad_to != tower.context_length:
@@ -85,7 +91,9 @@ def _built_tokenizer(cfg: dict | BaseTokenizer, tower: TextTower, given_pad_to: 
                              f'build it with pad_to={tower.context_length}, or give its config')
     else:
         if tower.fixed_context:
-            cfg = {**cfg, 'pad_to': given_pad_to or tower.context_length}
+            pad_to = given_pad_to or tower.context_length
+            fits = min(pad_to, tower.context_length) - tower.reserved_positions
+            cfg = {'max_length': fits, **cfg, 'pad_to': pad_to}
         tokenizer = TOKENIZERS.build(cfg)
     check_max_length(tokenizer, 'the target language branch')
     if tokenizer.max_length > tower.max_tokens:
@@ -167,6 +175,8 @@ class TargetLanguageBranch(nn.Module):
         self.languages = normalize_languages(languages, 'TargetLanguageBranch languages')
         given_pad_to = (tokenizer.get('pad_to') if isinstance(tokenizer, dict)
                         else getattr(tokenizer, 'pad_to', None))
+        # A built tokenizer's max_length counts as given: the branch does not change it.
+        sets_max_length = not isinstance(tokenizer, dict) or 'max_length' in tokenizer
         self.tokenizer = _built_tokenizer(tokenizer, tower, given_pad_to)
         self.num_blocks = branch_blocks(num_blocks, tower)
         self.embedding = _built_embedding(embedding, tower, self.tokenizer)
@@ -183,7 +193,7 @@ class TargetLanguageBranch(nn.Module):
             for lang in self.languages:
                 self.adapters.add_tower_weights(lang, TowerWeights(tower, tuned_weights))
         if tower.fixed_context:
-            self._fit_fixed_context(given_pad_to)
+            self._fit_fixed_context(given_pad_to, sets_max_length)
         else:
             self._leave_room_for_prompts()
 
@@ -225,10 +235,7 @@ class TargetLanguageBranch(nn.Module):
         """
         num_prompt = self._num_prompt_tokens()
         room = self.tower.max_tokens - num_prompt
-        if num_prompt and room < 2:
-            raise ValueError(f'{num_prompt} prompt tokens leave {room} of the '
-                             f'{self.tower.max_tokens}-token context for a caption (its start '
-                             'and end tokens need 2): use fewer prompt tokens')
+        self._check_prompt_room(num_prompt, room)
         pad_to = self.tokenizer.pad_to
         if pad_to is not None and pad_to > room:
             prompts = f' with the {num_prompt} prompt tokens' if num_prompt else ''
@@ -237,13 +244,28 @@ class TargetLanguageBranch(nn.Module):
                              f'model.language_branch.tokenizer.pad_to <= {room}')
         self.tokenizer.max_length = min(self.tokenizer.max_length, room)
 
-    def _fit_fixed_context(self, given_pad_to: int | None) -> None:
+    def _check_prompt_room(self, num_prompt: int, room: int) -> None:
+        """Refuse prompts that leave ``room`` < 2 positions for a caption (its start and end
+        tokens)."""
+        if num_prompt and room < 2:
+            raise ValueError(f'{num_prompt} prompt tokens leave {room} of the '
+                             f'{self.tower.max_tokens}-token context for a caption (its start '
+                             'and end tokens need 2): use fewer prompt tokens')
+
+    def _fit_fixed_context(self, given_pad_to: int | None, sets_max_length: bool) -> None:
         """Pad the captions of a fixed-context tower so that, with the prompt tokens input-site
         adapters insert, every sequence is exactly the tower's context (docs/backbones.md).
 
+        Args:
+            given_pad_to: the config's ``pad_to``, or ``None``.
+            sets_max_length: the config gives ``max_length`` (or the tokenizer is built); else
+                it is lowered to what the prompt tokens leave, as on other towers
+                (:meth:`_leave_room_for_prompts`).
+
         Raises:
-            ValueError: a ``pad_to`` other than the context less the prompt tokens, or a
-                ``max_length`` that does not fit; each names the numbers.
+            ValueError: a ``pad_to`` other than the context less the prompt tokens, a given
+                ``max_length`` that does not fit, or prompts that leave no room for a caption;
+                each names the numbers.
         """
         context = self.tower.context_length
         num_prompt = self._num_prompt_tokens()
@@ -255,6 +277,9 @@ class TargetLanguageBranch(nn.Module):
                              f'(SigLIP-style): set tokenizer.pad_to={length} or leave it out '
                              '(docs/backbones.md)')
         room = length - self.tower.reserved_positions
+        if not sets_max_length:
+            self._check_prompt_room(num_prompt, room)
+            self.tokenizer.max_length = min(self.tokenizer.max_length, room)
         if self.tokenizer.max_length > room:
             reserved = self.tower.reserved_positions
             also = f' and {reserved} position(s) the tower fills itself' if reserved else ''
