@@ -61,6 +61,9 @@ HITS_KEYS = {'lang', 'k', 'index', 'results', 'skipped'}
 #: is read whatever its suffix, as Pillow can).
 IMAGE_SUFFIXES = ('.bmp', '.gif', '.jpeg', '.jpg', '.png', '.tif', '.tiff', '.webp')
 
+#: The options of the media's encoding, read only with ``--media``, and their defaults.
+MEDIA_ENCODING = {'batch_size': 32, 'num_workers': 0, 'on_corrupt': 'raise', 'save_every': 256}
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Search images and videos with text queries '
@@ -82,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--prune', action='store_true',
                         help='drop from the saved index the media whose files are gone (with '
                         '--media: --update too)')
-    parser.add_argument('--save-every', type=int, default=256, metavar='N',
+    parser.add_argument('--save-every', type=int, metavar='N',
                         help='while an --index is built: save the embeddings every N media in '
                         'INDEX.parts, where a run interrupted goes on (Ctrl-C, or SIGTERM: exit '
                         '143, the index lock given back; default: 256)')
@@ -104,12 +107,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         'if this run saves it)')
     parser.add_argument('--num-frames', type=int,
                         help="frames per video (default: 12; --update: the index's own)")
-    parser.add_argument('--on-corrupt', choices=['raise', 'skip'], default='raise',
+    parser.add_argument('--on-corrupt', choices=['raise', 'skip'],
                         help="a media file that cannot be read: 'raise' stops (default), 'skip' "
                         'warns and leaves it out of the gallery')
-    parser.add_argument('--batch-size', type=int, default=32,
+    parser.add_argument('--batch-size', type=int,
                         help='media per forward pass (default: 32)')
-    parser.add_argument('--num-workers', type=int, default=0, metavar='N',
+    parser.add_argument('--num-workers', type=int, metavar='N',
                         help='processes decoding the media while the model encodes (default: '
                         '0, decoded in turn; with --device cuda decoding is what takes the time)')
     parser.add_argument('--device', default='cpu',
@@ -136,9 +139,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      'with --media, --update')
     if args.out is not None and not (args.query or args.queries):
         parser.error('--out writes the hits of queries: give --query TEXT ... or --queries FILE')
-    if args.media is None and (args.index_type is not None or args.num_frames is not None):
-        parser.error('--index-type and --num-frames build a new index: give --media (a saved '
-                     'index searches as it was built)')
+    # Read as --media are encoded alone: a saved index searches as it was built, and the
+    # queries are encoded as texts. Given without --media, each was dropped without a word.
+    unread = [f'--{name.replace("_", "-")}' for name in ('index_type', 'num_frames',
+                                                         *MEDIA_ENCODING)
+              if getattr(args, name) is not None]
+    if args.media is None and unread:
+        parser.error(f'{", ".join(unread)}: read only as --media are encoded into an index (a '
+                     'saved index searches as it was built; the queries are encoded as texts): '
+                     'give --media')
+    if args.save_every is not None and args.index is None:
+        parser.error("--save-every saves an --index's embeddings as they are encoded: give "
+                     '--index')
     if args.update and args.overwrite and args.out is None:
         parser.error('give --update (add the new media to the saved index) or --overwrite '
                      '(build it anew), not both')
@@ -146,8 +158,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         ('--batch-size', args.batch_size), ('--save-every', args.save_every)):
         if value is not None and value < 1:
             parser.error(f'{flag} must be at least 1, got {value}')
-    if args.num_workers < 0:
+    if args.num_workers is not None and args.num_workers < 0:
         parser.error(f'--num-workers must be at least 0, got {args.num_workers}')
+    for name, default in MEDIA_ENCODING.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     args.index_option = dict(args.index_option)
     return args
 

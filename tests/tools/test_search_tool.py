@@ -207,9 +207,20 @@ def test_overwrite_replaces_an_earlier_index_whole_cut_short_or_empty(gallery, t
     (['--media', 'm', '--index', 'i', '--out', 'hits.json'],
      '--out writes the hits of queries: give --query TEXT ... or --queries FILE'),
     (['--index', 'i', '--index-type', 'hnsw', '--lang', 'de', '--query', 'x'],
-     '--index-type and --num-frames build a new index: give --media'),
+     '--index-type: read only as --media are encoded into an index'),
     (['--index', 'i', '--num-frames', '3', '--lang', 'de', '--query', 'x'],
-     '--index-type and --num-frames build a new index: give --media'),
+     '--num-frames: read only as --media are encoded into an index'),
+    # Each was dropped without a word: a saved index is not encoded again.
+    (['--index', 'i', '--batch-size', '4', '--on-corrupt', 'skip', '--lang', 'de', '--query',
+      'x'], re.escape('--batch-size, --on-corrupt: read only as --media are encoded into an '
+                      'index (a saved index searches as it was built; the queries are encoded '
+                      'as texts): give --media')),
+    (['--index', 'i', '--prune', '--num-workers', '2'],
+     '--num-workers: read only as --media are encoded into an index'),
+    (['--index', 'i', '--save-every', '8', '--lang', 'de', '--query', 'x'],
+     '--save-every: read only as --media are encoded into an index'),
+    (['--media', 'm', '--save-every', '8', '--lang', 'de', '--query', 'x'],
+     "--save-every saves an --index's embeddings as they are encoded: give --index"),
 ])
 def test_usage_errors_name_what_to_give(capsys, flags, refused):
     with pytest.raises(SystemExit):
