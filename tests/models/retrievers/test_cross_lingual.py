@@ -115,6 +115,21 @@ def test_checkpoint_of_other_languages_is_refused(tiny_retriever):
 
 
 
+def test_a_checkpoint_loads_into_a_config_listing_its_languages_in_another_order(tiny_retriever):
+    """Each language's weights are stored under its code: ['zh', 'de'] builds the model that
+    ['de', 'zh'] trained, and it was refused ('languages: checkpoint ['de', 'zh'] vs config
+    ['zh', 'de']')."""
+    reordered = MODELS.build(tiny_retriever_cfg(language_branch=dict(
+        tiny_retriever_cfg()['language_branch'], languages=['zh', 'de'])))
+    reordered.load_state_dict(tiny_retriever.state_dict())
+    langs = ['de', 'zh', 'de']
+    tokens = tiny_retriever.language_branch.tokenize(['ein roter Kreis', '一个红色的圆',
+                                                      'zwei Quadrate'], langs)
+    with torch.no_grad():
+        torch.testing.assert_close(reordered.encode_target(tokens, langs)[0],
+                                   tiny_retriever.encode_target(tokens, langs)[0])
+
+
 def test_checkpoint_of_another_adapter_type_is_refused_by_its_facts(tiny_retriever):
     lora = MODELS.build(tiny_retriever_cfg(language_branch=dict(
         tiny_retriever_cfg()['language_branch'], adapters=dict(type='LoRA', r=2))))

@@ -12,19 +12,33 @@ from typing import Any
 
 import torch
 
+#: Facts that list a set in whatever order a config gives it: a model holds each language's
+#: weights under its code, so a checkpoint trained for ``['de', 'zh']`` is the same model in a
+#: config that lists ``['zh', 'de']`` (the paper's order against an alphabetical one).
+UNORDERED_FACTS = frozenset({'languages'})
+
 
 def check_checkpoint_facts(checkpoint: dict[str, Any], config: dict[str, Any]) -> None:
-    """Raise naming every fact both sides state with different values.
+    """Raise naming every fact both sides state with different values (those of
+    :data:`UNORDERED_FACTS` compared as sets).
 
     Raises:
         ValueError: ``checkpoint does not match the config: <fact>: checkpoint .. vs config ..``.
     """
     mismatched = {k: _where_different(checkpoint[k], config[k]) for k in config
-                  if k in checkpoint and checkpoint[k] != config[k]}
+                  if k in checkpoint and not _same_fact(k, checkpoint[k], config[k])}
     if mismatched:
         details = '; '.join(f'{k}: checkpoint {a!r} vs config {b!r}'
                             for k, (a, b) in mismatched.items())
         raise ValueError(f'checkpoint does not match the config: {details}')
+
+
+def _same_fact(key: str, first: Any, second: Any) -> bool:
+    """Whether fact ``key`` has the same value on both sides; in any order for a list of
+    :data:`UNORDERED_FACTS`."""
+    if key in UNORDERED_FACTS and isinstance(first, list) and isinstance(second, list):
+        return sorted(first) == sorted(second)
+    return first == second
 
 
 def _where_different(first: Any, second: Any, context: int = 24) -> tuple[Any, Any]:
