@@ -52,6 +52,10 @@ from xmr.version import provenance
 if TYPE_CHECKING:
     from xmr.evaluation.leaderboard import EvaluationResult
 
+#: How a ``torch.save`` file begins: a zip archive, or a pickle (``_use_new_zipfile_serialization
+#: =False``).
+TORCH_SAVE_STARTS = (b'PK\x03\x04', b'\x80')
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -456,6 +460,24 @@ def shown_rows(args: argparse.Namespace, results: list[EvaluationResult]
     return mean_over_seeds(results) if args.over_seeds else results
 
 
+def refuse_compared_checkpoint(path: str) -> None:
+    """Refuse a checkpoint given to ``--compare`` in place of its result, naming the result
+    (read as JSON, the file was said to be no UTF-8, to be saved as UTF-8).
+
+    Raises:
+        UserError: naming the checkpoint, its result's path and the command that tests it.
+    """
+    if not os.path.isfile(path):
+        return  # load_result names it
+    with open(path, 'rb') as handle:
+        start = handle.read(len(TORCH_SAVE_STARTS[0]))
+    if any(start.startswith(magic) for magic in TORCH_SAVE_STARTS):
+        result = output_paths(argparse.Namespace(out=None, checkpoint=path))[0]
+        raise UserError(f'{path} (--compare)', 'is a checkpoint, not a test result', 'give its '
+                        f'result ({result}, which tools/test.py CONFIG {path} writes) or '
+                        'another result JSON')
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)  # first: --help answers without loading torch
     from xmr.engine.runner import runner_instances_released
@@ -472,6 +494,7 @@ def _test_or_compare(args: argparse.Namespace) -> None:
 
     results = []
     for path in args.compare or []:
+        refuse_compared_checkpoint(path)
         try:
             results.append(load_result(path))
         except (FileNotFoundError, ValueError) as error:

@@ -326,6 +326,11 @@ def test_bad_input_stops_with_a_clear_message(synthetic_setup, capsys):
         (['--compare', str(root / 'nothing.json')], 'error: .*nothing.json: no such result '
          r'file: give a result JSON tools/test.py wrote \(<checkpoint>_test.json, or its '
          r'--out\)\n$'),
+        # Read as JSON, the checkpoint was 'not UTF-8 ...: save it as UTF-8'.
+        (['--compare', str(root / 'model.pth')], re.escape(
+            f"error: {root / 'model.pth'} (--compare): is a checkpoint, not a test result: give "
+            f"its result ({root / 'model_test.json'}, which tools/test.py CONFIG "
+            f"{root / 'model.pth'} writes) or another result JSON\n")),
     ]
     for argv, message in cases:
         with pytest.raises(SystemExit) as exit_info:
