@@ -714,6 +714,27 @@ def test_resume_under_another_schedule_for_the_phases_begun_is_refused(tmp_path)
     assert [r['iter'] for r in resumed] == list(range(7, 18))
 
 
+def test_a_phase_resumed_in_its_middle_under_another_batching_is_refused(tmp_path):
+    """Resumed 3 batches into cross_lingual at batch 4 instead of 8 (a --cfg-options of the
+    first run left out), it skipped items 0-11 of the pass where 0-23 were trained and trained
+    the rest of the phase at half the batch, without a word. A phase not begun may change."""
+    torch.manual_seed(0)
+    train(make_cfg(tmp_path, checkpoint_interval=1, stop_after=7))
+    for loader_change in (dict(batch_size=4), dict(dataset=dict(PAIRS, num_scenes=20))):
+        cfg = make_cfg(tmp_path, resume_from=tmp_path / 'iter_7.pth')
+        cfg.train_dataloader.update(loader_change)
+        with pytest.raises(ValueError, match=(
+                r"^cannot resume phase cross_lingual at iteration 7: its checkpoint was trained "
+                r"on \{'global_batch': 8, 'items': 80, 'batches': 10\}, this config gives "
+                r"\{'global_batch': (4|8), 'items': (80|40), 'batches': (20|5)\}, so the 3 batches "
+                r"it skips would not be those it trained on")):
+            train(cfg)
+    cfg = make_cfg(tmp_path, resume_from=tmp_path / 'iter_4.pth')  # where cross_lingual begins
+    cfg.train_dataloader.batch_size = 4
+    _, resumed = train(cfg)
+    assert [r['batch_size'] for r in resumed] == [4] * 12
+
+
 def test_resume_under_a_schedule_without_a_phase_begun_is_refused(full_run, tmp_path):
     """Resumed at iteration 7 with cross_lingual (begun at 4) dropped, the run would find
     every phase done and end at once, its training cut short without a word."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 import functools
 import os
 import os.path as osp
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Sized
 from typing import Any
 
 import torch
+from mmengine.dist import get_world_size
 from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
@@ -201,6 +202,23 @@ def with_feature_cache(loader: Mapping[str, Any], phase: Phase, work_dir: str | 
         options.setdefault('rebuild_if_stale', True)
     return dict(loader, dataset=dict(type='CachedFeatureDataset', dataset=dict(dataset),
                                      **options))
+
+
+def batching_record(dataloader: Any) -> dict[str, int | None]:
+    """What decides which items a phase's ``n``-th batch holds: the global batch (a process's
+    batch times the processes, so a run resumed on other GPUs with the same global batch
+    reads on) and the items and batches of a pass (``None`` where the loader tells none)."""
+    batch_sampler = getattr(dataloader, 'batch_sampler', None)
+    batch_size = getattr(batch_sampler, 'batch_size', getattr(dataloader, 'batch_size', None))
+    dataset = getattr(dataloader, 'dataset', None)
+    return dict(global_batch=None if batch_size is None else batch_size * get_world_size(),
+                items=len(dataset) if isinstance(dataset, Sized) else None,
+                batches=len(dataloader) if isinstance(dataloader, Sized) else None)
+
+
+def _batching_key(phase: Phase) -> str:
+    """The message-hub key of ``phase``'s :func:`batching_record`."""
+    return f'phase_batches/{phase.name}'
 
 
 def _no_batch_error(phase: Phase) -> ValueError:
@@ -573,6 +591,8 @@ class PhasedTrainLoop(BaseLoop):
             dataloader = self._phase_dataloader(index)
             if hasattr(dataloader, '__len__') and len(dataloader) == 0:
                 raise _no_batch_error(phase)
+            if phase.start < self._iter:
+                self._check_resumed_batches(phase, dataloader)
             if all(dataloader is not seen for seen in padding_checked):
                 self._warn_of_padding(phase, self._loader_names[index], dataloader)
                 padding_checked.append(dataloader)
@@ -761,8 +781,10 @@ class PhasedTrainLoop(BaseLoop):
         self._start_optimiser(phase, fresh)
         self.runner.message_hub.update_info('phase', phase.name)
         self.runner.logger.info(_phase_header(phase, self.model))
-        return self._resumed_data(phase, self._prepared_dataloader(index),
-                                  self._iter - phase.start)
+        dataloader = self._prepared_dataloader(index)
+        # For a resume in the phase's middle to check (_check_resumed_batches).
+        self.runner.message_hub.update_info(_batching_key(phase), batching_record(dataloader))
+        return self._resumed_data(phase, dataloader, self._iter - phase.start)
 
     def _start_optimiser(self, phase: Phase, fresh: bool) -> None:
         """The optimiser's side of entering ``phase``: afresh, its state and the log window's
@@ -803,6 +825,29 @@ class PhasedTrainLoop(BaseLoop):
         tokenize_in_workers(dataloader, self.model)
         workers_ignore(dataloader, preemption_signals(self.runner))
         return dataloader
+
+    def _check_resumed_batches(self, phase: Phase, dataloader: DataLoader) -> None:
+        """A phase resumed in its middle reads the batches its checkpoint was trained on (the
+        :func:`batching_record` entering it kept in the message hub, which checkpoints carry).
+
+        Its first ``done`` batches are skipped, and its schedule goes on counting them: under
+        another batch size or data (a ``--cfg-options`` of the first run left out of the
+        resume) the items skipped are not those trained, and the phase trains on with batches
+        its earlier iterations never saw. :meth:`_check_resumed_schedule` compares the rest of
+        the schedule.
+
+        Raises:
+            ValueError: naming the phase, both batchings and what to do.
+        """
+        before = self.runner.message_hub.get_info(_batching_key(phase))
+        now = batching_record(dataloader)
+        if before is not None and before != now:
+            raise ValueError(
+                f'cannot resume phase {phase.name} at iteration {self._iter}: its checkpoint was '
+                f'trained on {before}, this config gives {now}, so the {self._iter - phase.start} '
+                'batches it skips would not be those it trained on. Resume with the config that '
+                'wrote it (the work dir holds its dump) and its --cfg-options, or start a new run '
+                'from its weights (load_from=..., without --resume)')
 
     def _resumed_data(self, phase: Phase, dataloader: DataLoader, done: int) -> Iterator:
         """The phase's data from its batch ``done`` on (0 for a phase starting afresh)."""
