@@ -302,6 +302,20 @@ def test_a_model_language_no_phase_trains_is_warned_about_before_the_first_step(
                                          f'{runner.timestamp}.log').read_text()
 
 
+def test_a_phase_running_a_learnt_temperature_it_does_not_train_is_warned_about(tmp_path):
+    """The default source_cm learns its temperature, but only a phase that lists
+    'losses.source_cm' trains it: a source finetune that trained only the backbone scored at
+    the initial 0.07 throughout, which the run never said."""
+    frozen_scale = dict(PHASES[0], iters=1, trainable=['backbone'])
+    runner, _ = train(make_cfg(tmp_path / 'frozen', phases=[frozen_scale]))
+    assert ("phase source_finetune: runs the loss 'source_cm' but does not train its learnt "
+            "parameters ['losses.source_cm.log_scale'], which stay at their initial values; "
+            "add 'losses.source_cm' to the phase's trainable") in log_text(Path(runner.work_dir))
+    assert float(runner.model.losses.source_cm.log_scale) == pytest.approx(math.log(1 / 0.07))
+    runner, _ = train(make_cfg(tmp_path / 'trained', phases=[dict(PHASES[0], iters=1)]))
+    assert 'learnt parameters' not in log_text(Path(runner.work_dir))
+
+
 # ------------------------------------------------------------------ item 11: divergence
 def test_a_huge_lr_stops_at_the_first_nan_and_keeps_the_last_finite_checkpoint(tmp_path):
     phases = copy.deepcopy(PHASES[1:])

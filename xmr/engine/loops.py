@@ -472,6 +472,7 @@ class PhasedTrainLoop(BaseLoop):
         self.phase_best = PhaseBest(self.phases)
         self._built_frozen = built_frozen(self.model)
         self._check_phases_against_model()
+        self._warn_of_fixed_loss_parameters()
 
     # MMEngine reads these.
     @property
@@ -719,7 +720,7 @@ class PhasedTrainLoop(BaseLoop):
                 continue
             left_out = [name for name, parameter in self.model.named_parameters()
                         if id(parameter) not in held and name not in self._built_frozen
-                        and any(name == p or name.startswith(p + '.') for p in phase.trainable)]
+                        and phase.trains(name)]
             if left_out:
                 raise ValueError(f'phase {phase.name}: the optimiser holds no '
                                  f'{len(left_out)} of the parameters it trains ({left_out[:3]}); '
@@ -764,6 +765,26 @@ class PhasedTrainLoop(BaseLoop):
             if check_phase is not None:
                 check_phase(phase.name, phase.loss_weights)
 
+    def _warn_of_fixed_loss_parameters(self) -> None:
+        """Warn of each phase that runs a loss with learnt parameters (``InfoNCELoss``'s
+        ``learnable=True`` temperature) without training them: the loss then scores at their
+        initial values throughout (the default ``source_cm``'s τ = 0.07 under a phase that
+        trains only ``backbone``), which the config never says."""
+        losses = getattr(self.model, 'losses', {})
+        for phase in self.phases:
+            for name, weight in phase.loss_weights.items():
+                if not weight or name not in losses:
+                    continue
+                fixed = [key for key in (f'losses.{name}.{local}' for local, _
+                                         in losses[name].named_parameters())
+                         if key not in self._built_frozen and not phase.trains(key)]
+                if fixed:
+                    self.runner.logger.warning(
+                        f"phase {phase.name}: runs the loss '{name}' but does not train its "
+                        f'learnt parameters {fixed}, which stay at their initial values; add '
+                        f"'losses.{name}' to the phase's trainable to learn them, or fix them "
+                        "in the loss's config (InfoNCELoss: learnable=False)")
+
     # ----------------------------------------------------------------------------- phases
     def _enter_phase(self, index: int, fresh: bool) -> Iterator:
         phase = self.phases[index]
@@ -772,8 +793,7 @@ class PhasedTrainLoop(BaseLoop):
         self.current_phase = phase
         self.model.set_phase(phase.name, phase.loss_weights)
         for name, parameter in self.model.named_parameters():
-            parameter.requires_grad_(name not in self._built_frozen and any(
-                name == p or name.startswith(p + '.') for p in phase.trainable))
+            parameter.requires_grad_(name not in self._built_frozen and phase.trains(name))
         # DDP syncs the parameters that require grad when it wraps: wrap for this phase's set.
         rewrap_for_phase(self.runner)
         self._trained_modules = None

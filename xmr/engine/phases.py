@@ -133,6 +133,10 @@ class Phase:
     def end(self) -> int:
         return self.start + self.iters
 
+    def trains(self, name: str) -> bool:
+        """Whether the parameter ``name`` lies under one of the phase's ``trainable`` prefixes."""
+        return any(name == prefix or name.startswith(prefix + '.') for prefix in self.trainable)
+
     def schedule_record(self) -> dict[str, Any]:
         """What the phase trains and how, as plain data a checkpoint keeps: its name,
         iterations, trainable prefixes, losses and learning-rate schedule."""
