@@ -64,6 +64,17 @@ def test_a_run_that_stopped_trains_nothing_more_when_requeued(tmp_path, scored):
     assert equal(branch(again), branch(whole))
 
 
+def test_a_run_of_several_phases_is_told_a_stop_ends_them_all(tmp_path, scored):
+    """The stop at 8 above ends cross_lingual and with it the run: cross_modal never trains,
+    which nothing said before the hours of training that led to it."""
+    scored['scores'].update(SCORES)
+    runner, _ = train(stopping_cfg(tmp_path / 'run'))
+    logged = (tmp_path / 'run' / runner.timestamp / f'{runner.timestamp}.log').read_text()
+    assert ("EarlyStoppingHook('mAR') stops the whole run: a stop in phase cross_lingual "
+            "leaves ['cross_modal'] untrained") in logged
+    assert runner.iter == 8
+
+
 def test_only_a_resumed_run_of_the_same_monitor_takes_the_state_up():
     saved = EarlyStoppingHook(monitor='mAR', rule='greater')
     saved.best_score, saved.wait_count = 5.0, 1

@@ -19,6 +19,18 @@ class EarlyStoppingHook(MMEngineEarlyStoppingHook):
     the stop again, on the same weights and the same state.
     """
 
+    def before_train(self, runner) -> None:
+        """Warn, before anything trains, that a stop ends every phase: MMEngine's hook stops
+        the run, so a stop in ``cross_lingual`` left ``cross_modal`` untrained, and its best
+        score carries from one phase's metrics to the next's."""
+        phases = [phase.name for phase in getattr(runner.train_loop, 'phases', ())]
+        if len(phases) > 1:
+            runner.logger.warning(
+                f'EarlyStoppingHook({self.monitor!r}) stops the whole run: a stop in phase '
+                f'{phases[0]} leaves {phases[1:]} untrained, and its best score carries across '
+                "phases. To keep each phase's best validation instead, give the next phase "
+                f"start_from_best={self.monitor!r} (train_cfg.phases)")
+
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         checkpoint['early_stopping'] = dict(monitor=self.monitor, best_score=self.best_score,
                                             wait_count=self.wait_count)
