@@ -35,23 +35,26 @@ from pathlib import Path
 from xmr.run_config import add_config_arguments, load_run_config
 from xmr.utils.cli import GatherAction, UserError, run_tool
 
+CONFIG_HELP = "the model's config, which names its languages"
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Export, merge or size the per-language '
                                      'modules of an xmr model (docs/methods/pectvlm.md)')
     commands = parser.add_subparsers(dest='command', required=True)
     report = commands.add_parser('report', help='parameters each language adds')
-    report.add_argument('config')
+    report.add_argument('config', help=CONFIG_HELP)
     export = commands.add_parser('export', help='write one file per language module')
-    export.add_argument('config')
+    export.add_argument('config', help=CONFIG_HELP)
     export.add_argument('checkpoint', help='checkpoint written by training')
     export.add_argument('--langs', nargs='+', action=GatherAction,
                         help='languages (default: all of the model)')
-    export.add_argument('--out-dir', type=Path, required=True)
+    export.add_argument('--out-dir', type=Path, required=True,
+                        help='folder to write <lang>.pth into')
     export.add_argument('--overwrite', action='store_true',
                         help="replace a module file in --out-dir (an earlier export's)")
     merge = commands.add_parser('merge', help='load module files into one model checkpoint')
-    merge.add_argument('config')
+    merge.add_argument('config', help=CONFIG_HELP)
     merge.add_argument('--base', help='checkpoint whose shared weights (towers, shared embedding, '
                        'disentangler) the modules were trained with (default: the config\'s '
                        'built model, right only when those stayed as built)')

@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='skip HNSW above this gallery size (its build is slow on few cores)')
     parser.add_argument('--quality-queries', type=int, default=256,
                         help='queries whose approximate top-k is compared with brute force')
-    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--seed', type=int, default=0, help='seed of the embeddings drawn')
     parser.add_argument('--worker', nargs=2, metavar=('CASE', 'METHOD'), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 

@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         default=[], help='video files to add')
     parser.add_argument('--video-copies', type=int, default=4, help='copies of each video')
     parser.add_argument('--workers', default='0,1,2', help='worker counts, one row each')
-    parser.add_argument('--batch-size', type=int, default=32)
+    parser.add_argument('--batch-size', type=int, default=32, help='media encoded per call')
     parser.add_argument('--device', default='cpu', help="where the model runs ('cuda': the "
                         'decoding alone is timed, as on a GPU host)')
     return parser.parse_args(argv)

@@ -172,8 +172,9 @@ def shrunk(shape: torch.Size) -> torch.Size:
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--arch', default='ViT-B-32', help="as tools/benchmark.py ('tiny')")
-    parser.add_argument('--device', default='cpu')
-    parser.add_argument('--reps', type=int, default=20)
+    parser.add_argument('--device', default='cpu', help="'cpu', 'cuda' or 'cuda:N'")
+    parser.add_argument('--reps', type=int, default=20,
+                        help='repetitions of each call; the median is printed')
     parser.add_argument('--threads', type=int, help='torch CPU threads')
     parser.add_argument('--compile', nargs='?', const='default', metavar='MODE',
                         help="also time the clip and the step compiled together, as "

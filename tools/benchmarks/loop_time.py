@@ -269,12 +269,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument('--compiled-step', action='store_true',
                         help='with --compile, the clip and the optimiser step compiled too, in '
                              'the same mode without CUDA graphs (optim_wrapper.compiled_step)')
-    parser.add_argument('--iters', type=int, default=600)
+    parser.add_argument('--iters', type=int, default=600, help='iterations of the phase')
     parser.add_argument('--warmup', type=int, default=10,
                         help='first iterations left out of the steady figures (besides each '
                              'that meets a new language and target width)')
-    parser.add_argument('--batch-size', type=int, default=128)
-    parser.add_argument('--workers', type=int, default=2)
+    parser.add_argument('--batch-size', type=int, default=128, help="the text loader's batch")
+    parser.add_argument('--workers', type=int, default=2,
+                        help="the text loader's workers (persistent when more than 0)")
     parser.add_argument('--scenes', type=int, default=20000,
                         help='synthetic scenes: 4 pairs each')
     parser.add_argument('--work-dir', help='default: a temporary directory')

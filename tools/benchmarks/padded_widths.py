@@ -58,9 +58,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help='the target captions\' tokenizer (a tokenizers JSON file)')
     parser.add_argument('--languages', default='de,fr,cs',
                         help='target languages, each batched apart')
-    parser.add_argument('--batch-size', type=int, default=128)
+    parser.add_argument('--batch-size', type=int, default=128, help='captions per batch')
     parser.add_argument('--multiple', type=int, default=8, help='pad_to_multiple_of')
-    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--seed', type=int, default=0, help="seed of the pass's shuffle")
     args = parser.parse_args(argv)
 
     from xmr.registry import TOKENIZERS

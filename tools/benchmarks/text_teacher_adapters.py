@@ -229,11 +229,13 @@ def main(argv: list[str] | None = None) -> None:
                         default=DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json',
                         help='tokenizer.json of the target branch')
     parser.add_argument('--variants', nargs='+', action=GatherAction,
-                        choices=list(VARIANTS), default=list(VARIANTS))
+                        choices=list(VARIANTS), default=list(VARIANTS),
+                        help='adapter variants to train, one run each (default: all)')
     parser.add_argument('--iters', type=int, default=300,
                         help='steps of the cross-lingual phase (the schedule base: 300)')
-    parser.add_argument('--val-interval', type=int, default=100)
-    parser.add_argument('--batch-size', type=int, default=32)
+    parser.add_argument('--val-interval', type=int, default=100,
+                        help='steps between validations (a point of each curve)')
+    parser.add_argument('--batch-size', type=int, default=32, help='pairs per batch')
     parser.add_argument('--lr', type=float, default=5e-3,
                         help='its learning rate (the schedule base: 5e-3)')
     parser.add_argument('--table-width', type=int, default=384,

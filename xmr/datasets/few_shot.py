@@ -92,8 +92,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--protocol', choices=PROTOCOLS, required=True,
                         help='split: n train / n val / rest test (XTD10); subsample: keep n '
                         'items of a training split (Multi30K)')
-    parser.add_argument('--shots', type=int, required=True, metavar='N')
-    parser.add_argument('--seed', type=int, default=42)
+    parser.add_argument('--shots', type=int, required=True, metavar='N',
+                        help='n of the protocol')
+    parser.add_argument('--seed', type=int, default=42, help="seed of the draw (PECTVLM's: 42)")
     add_out_dir(parser)
     add_custom_imports(parser)
     args = parser.parse_args(argv)

@@ -174,16 +174,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Convert UC2's translated Conceptual Captions "
                                      'TSVs to an xmr annotation; --subset-size 300000 gives '
                                      'CC300K (docs/data.md).')
-    parser.add_argument('--uc2-dir', type=Path, required=True)
+    parser.add_argument('--uc2-dir', type=Path, required=True,
+                        help="folder of UC2's translated TSVs, one per language")
     parser.add_argument('--languages', nargs='+', action=GatherAction, default=list(UC2_LANGUAGES),
                         help='source language first')
-    parser.add_argument('--tsv-pattern', default='train_imageId2Ann_{lang}.tsv')
+    parser.add_argument('--tsv-pattern', default='train_imageId2Ann_{lang}.tsv',
+                        help="file name of a language's TSV in --uc2-dir, {lang} its code")
     parser.add_argument('--images-dir', type=Path,
                         help='image folder; images without a file are left out')
-    parser.add_argument('--image-name-format', default='{id:08d}.jpg')
+    parser.add_argument('--image-name-format', default='{id:08d}.jpg',
+                        help="file name of an image, {id} its TSV's image id (an int)")
     parser.add_argument('--subset-size', type=int_at_least(1),
                         help='seeded subset size (CC300K: 300000)')
-    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--seed', type=int, default=0, help='seed of --subset-size')
     parser.add_argument('--out', type=Path, required=True,
                         help='annotation file to write; a file standing there is replaced '
                         'only where it is a cc3m annotation a converter wrote (an earlier run), '

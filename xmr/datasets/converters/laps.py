@@ -303,7 +303,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         '(docs/data.md).')
     parser.add_argument('--laps-dir', type=Path, required=True,
                         help="the dataset's LAPS folder (LAPS's data/f30k or data/coco)")
-    parser.add_argument('--dataset', choices=sorted(LAPS_DATASETS), required=True)
+    parser.add_argument('--dataset', choices=sorted(LAPS_DATASETS), required=True,
+                        help='which dataset --laps-dir holds')
     parser.add_argument('--id-mapping', type=Path,
                         help='image id -> file (default: <laps-dir>/id_mapping.json)')
     add_media_options(parser, 'images')

@@ -171,9 +171,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_media_options(parser, 'images')
     add_out_dir(parser)
     parser.add_argument('--splits', nargs='+', action=GatherAction,
-                        default=['train', 'val', 'test', *TASK2_SPLITS])
+                        default=['train', 'val', 'test', *TASK2_SPLITS],
+                        help='outputs to write (default: all): '
+                        f"{', '.join(MULTI30K_SPLITS)} (task 1: a caption per image in each "
+                        f"of --languages) and {', '.join(TASK2_SPLITS)} (task 2: five "
+                        f"{' and '.join(TASK2_LANGUAGES)} captions per image, as MLA and DASD "
+                        "score Multi30K, and task 1's caption in each other of --languages)")
     parser.add_argument('--languages', nargs='+', action=GatherAction,
-                        default=['en', 'de', 'fr', 'cs'])
+                        default=['en', 'de', 'fr', 'cs'],
+                        help='task 1 languages, the first the source of --translations '
+                        '(default: en de fr cs)')
     parser.add_argument('--translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help='machine translations of the train split, one line per caption')
     add_custom_imports(parser)

@@ -133,7 +133,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_media_options(parser, 'images')
     add_out_dir(parser)
     parser.add_argument('--languages', nargs='+', action=GatherAction,
-                        default=list(XTD10_LANGUAGES))
+                        default=list(XTD10_LANGUAGES),
+                        help=f"languages to keep, English first (default: XTD10's "
+                        f"{' '.join(XTD10_LANGUAGES)})")
     parser.add_argument('--few-shot', type=int, metavar='N',
                         help="also write PECTVLM's seeded few-shot split with N train images")
     parser.add_argument('--seed', type=int, default=42, help='seed of the few-shot split')
