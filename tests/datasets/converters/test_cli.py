@@ -1,6 +1,7 @@
 """What the converters' command lines share: no output written over an input or another output."""
 from __future__ import annotations
 
+import argparse
 import re
 
 import pytest
@@ -85,3 +86,38 @@ def test_an_out_dir_converter_replaces_its_own_earlier_output_alone(tmp_path, mo
             'move it away, or give --out-dir another folder$'):
         main([*argv, '--skip-media-check', '--out-dir', 'out'])
     assert result.read_text() == '{"metrics": {"mAR": 50.0}}'
+
+
+class _Parsed(BaseException):
+    """Stops a command at its parse: a BaseException, which the converters' error line lets
+    through."""
+
+
+@pytest.mark.parametrize('main, media, folder', [
+    (msrvtt.main, 'videos', '<video_id>.<--video-ext>'),
+    (mscoco.main, 'images', 'train2014/ and val2014/'),
+    (flickr30k.main, 'images', 'flickr30k-images/'),
+    (flores_captions.main_xtd200, 'images', '--flat-images the folder of the release tarball'),
+    (flores_captions.main_flickr30k_200, 'images', 'flickr30k-images/'),
+    (crossmodal3600.main, 'images', '<image key>.jpg'),
+])
+def test_the_converter_takes_the_shared_media_options_each_with_help(monkeypatch, main, media,
+                                                                      folder):
+    """These converters added --skip-media-check (and MSRVTT --video-ext) without help, and no
+    --text-only: text pairs for a text-only teacher, as every other converter writes. The
+    media folder's help keeps what the release's folder must hold."""
+    parsers = []
+
+    def first_parse(self, args=None, namespace=None):
+        parsers.append(self)
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, 'parse_args', first_parse)
+    with pytest.raises(_Parsed):
+        main([])
+    helps = {(action.option_strings or [action.dest])[0]: action.help
+             for action in parsers[0]._actions}
+    assert [option for option, text in helps.items() if not text] == []
+    assert {f'--{media}-dir', '--skip-media-check', '--text-only'} <= set(helps)
+    assert folder in helps[f'--{media}-dir']
+    assert helps[f'--{media}-dir'].endswith('(checked for every listed file)')

@@ -99,6 +99,19 @@ def test_crossmodal3600_script_checks_images_and_writes_nothing_on_failure(tmp_p
     assert ann.languages == ['en', 'sw'] and len(ann.items) == 2
 
 
+def test_crossmodal3600_text_only_writes_text_pairs_without_images(tmp_path, monkeypatch):
+    """--text-only (text pairs for a text-only teacher or the cross-lingual phase), which every
+    other converter takes, was refused as an unknown argument."""
+    captions = write_xm3600(tmp_path)
+    _run('prepare_crossmodal3600.py', ['--captions', str(captions), '--text-only', '--out-dir',
+                                       str(tmp_path / 'out'), '--languages', 'en', 'sw'],
+         monkeypatch)
+    ann = load_annotation(tmp_path / 'out' / 'crossmodal3600_test.json')
+    assert ann.media_type == 'text' and [item.media_path for item in ann.items] == [None] * 2
+    assert ann.items[0].captions == {'en': ['A dog on a sofa.', 'A brown dog resting.'],
+                                     'sw': ['Mbwa kwenye sofa.']}
+
+
 def write_flores_release(root: Path, image_list: str, names: list[str],
                          captions: dict[str, list[str]]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
@@ -173,6 +186,21 @@ def test_flickr30k_200_script_and_its_errors(tmp_path, monkeypatch, capsys):
     assert [(i.media_id, i.media_path, i.captions['sw']) for i in ann.items] == [
         ('1007129816', '1007129816.jpg', ['Mwanamume.']), ('101362133', '101362133.jpg',
                                                            ['Mbwa.'])]
+
+
+@pytest.mark.parametrize('script, image_list', [('prepare_xtd200.py', 'test_image_names.txt'),
+                                                 ('prepare_flickr30k_200.py', 'filenames.txt')])
+def test_flores_text_only_writes_text_pairs_without_images(tmp_path, monkeypatch, script,
+                                                           image_list):
+    """--text-only (text pairs for a text-only teacher or the cross-lingual phase), which every
+    other converter takes, was refused as an unknown argument."""
+    names = ['COCO_val2014_000000000042.jpg', 'COCO_val2014_000000000073.jpg']
+    release = write_flores_release(tmp_path / 'release', image_list, names, XTD200_CAPTIONS)
+    _run(script, ['--captions-dir', str(release), '--text-only', '--out-dir',
+                  str(tmp_path / 'out'), '--languages', 'en', 'swh_Latn'], monkeypatch)
+    ann = load_annotation(next((tmp_path / 'out').iterdir()))
+    assert ann.media_type == 'text' and [item.media_path for item in ann.items] == [None] * 2
+    assert ann.items[1].captions == {'en': ['birds over water'], 'sw': ['ndege juu ya maji']}
 
 
 def _run(script: str, args: list[str], monkeypatch) -> None:

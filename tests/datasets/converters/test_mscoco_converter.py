@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from xmr.datasets import load_annotation
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.mscoco import convert_mscoco, main, read_stair
 
@@ -102,6 +103,19 @@ def test_command_line_refuses_a_short_test_split(tmp_path):
         main(['--karpathy-json', str(tmp_path / 'dataset_coco.json'), '--skip-media-check',
               '--out-dir', str(tmp_path / 'out')])
     assert not (tmp_path / 'out').exists()
+
+
+def test_text_only_writes_text_pairs_without_images(coco):
+    """--text-only (text pairs for a text-only teacher or the cross-lingual phase), which every
+    other converter takes, was refused as an unknown argument (by every Karpathy command)."""
+    main(['--karpathy-json', str(coco / 'dataset_coco.json'), '--stair-json',
+          str(coco / 'stair_train.json'), str(coco / 'stair_val.json'), '--text-only',
+          '--out-dir', str(coco / 'out')])
+    train = load_annotation(coco / 'out' / 'coco_train.json')
+    assert train.media_type == 'text' and all(r.media_path is None for r in train.items)
+    assert train.items[1].captions == {'en': [f'image 2 caption {k}' for k in range(5)],
+                                       'ja': [f'画像2の説明{k}' for k in range(5)]}
+    assert load_annotation(coco / 'out' / 'coco_test5k.json').media_type == 'text'
 
 
 def test_evaluation_splits_keep_the_first_five_captions_of_an_image(coco):

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from xmr.datasets import load_annotation
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.msrvtt import convert_msrvtt, main
 
@@ -72,6 +73,20 @@ def test_missing_video_stops_the_command_line(msrvtt):
         main(['--test-csv', str(msrvtt / 'test.csv'), '--videos-dir', str(videos),
               '--out-dir', str(msrvtt / 'out')])
     assert not (msrvtt / 'out').exists()
+
+
+def test_text_only_writes_text_pairs_without_videos(msrvtt):
+    """--text-only (text pairs for a text-only teacher or the cross-lingual phase), which every
+    other converter takes, was refused as an unknown argument."""
+    main(['--test-csv', str(msrvtt / 'test.csv'), '--test-json', f'de={msrvtt / "de.json"}',
+          '--data-json', str(msrvtt / 'data.json'), '--train-list', f'7k={msrvtt / "7k.csv"}',
+          '--text-only', '--out-dir', str(msrvtt / 'out')])
+    test = load_annotation(msrvtt / 'out' / 'msrvtt_test1ka.json')
+    assert test.media_type == 'text' and [r.media_path for r in test.items] == [None] * 3
+    assert test.items[2].captions == {'en': ['a clip number 2'], 'de': ['Clip Nummer 2']}
+    train = load_annotation(msrvtt / 'out' / 'msrvtt_train7k.json')
+    assert train.media_type == 'text'
+    assert train.items[1].captions == {'en': ['v1 s0', 'v1 s1', 'v1 s2']}
 
 
 def test_release_files_at_fault_are_named_with_the_line_or_sentence(msrvtt):

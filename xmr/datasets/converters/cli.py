@@ -29,11 +29,22 @@ ATTACH_OUT_HELP = ('annotation file to write (default: ANN itself); a file stand
 _TEXT_PROBE_BYTES = 8192
 
 
-def add_media_options(parser: argparse.ArgumentParser, media: str) -> None:
+def add_media_options(parser: argparse.ArgumentParser, media: str,
+                      folder_help: str | None = None) -> None:
     """``--images-dir`` / ``--videos-dir`` (``media`` names the folder), ``--skip-media-check``
-    and ``--text-only``, the media options every converter shares."""
+    and ``--text-only``, the media options every converter shares (read back by
+    :func:`checked_media_dir`).
+
+    Args:
+        parser: the converter's command line.
+        media: ``'images'`` or ``'videos'``.
+        folder_help: what the folder must hold, where the release lays its files out in a way
+            of its own (``'COCO image folder with train2014/ and val2014/'``); default
+            ``'<media> folder'``.
+    """
     parser.add_argument(f'--{media}-dir', type=Path,
-                        help=f'{media} folder (checked for every listed file)')
+                        help=f'{folder_help or f"{media} folder"} (checked for every listed '
+                        'file)')
     parser.add_argument('--skip-media-check', action='store_true',
                         help=f'do not check that the {media} exist (no --{media}-dir needed)')
     parser.add_argument('--text-only', action='store_true',

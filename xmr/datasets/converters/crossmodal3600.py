@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from xmr.datasets.annotation import Annotation, MediaRecord
-from xmr.datasets.converters.cli import add_out_dir, write_converted
+from xmr.datasets.converters.cli import (
+    add_media_options,
+    add_out_dir,
+    checked_media_dir,
+    write_converted,
+)
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption
 from xmr.datasets.converters.raw_files import (
@@ -101,16 +106,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      '(captions.jsonl) to an xmr annotation (docs/data.md).')
     parser.add_argument('--captions', type=Path, required=True, help="the release's "
                         'captions.jsonl')
-    parser.add_argument('--images-dir', type=Path, help='folder of the <image key>.jpg files '
-                        '(checked)')
-    parser.add_argument('--skip-media-check', action='store_true')
+    add_media_options(parser, 'images', 'folder of the <image key>.jpg files')
     add_out_dir(parser)
     parser.add_argument('--languages', nargs='+', action=GatherAction,
-                        default=list(XM3600_LANGUAGES))
+                        default=list(XM3600_LANGUAGES),
+                        help='languages to keep, in any accepted form (sw, swh_Latn) '
+                        "(default: the release's 36)")
     add_custom_imports(parser)
     args = parser.parse_args(argv)
-    if args.images_dir is None and not args.skip_media_check:
-        parser.error('give --images-dir, or --skip-media-check to convert without images')
+    images_dir = checked_media_dir(parser, args, 'images')
     write_converted(lambda: {'crossmodal3600_test': convert_crossmodal3600(
-        args.captions, None if args.skip_media_check else args.images_dir, args.languages)},
-        args.out_dir, 'images', lambda: {'crossmodal3600_test': 'crossmodal3600'})
+        args.captions, images_dir, args.languages)},
+        args.out_dir, 'images', lambda: {'crossmodal3600_test': 'crossmodal3600'},
+        text_only=args.text_only)

@@ -20,7 +20,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation
-from xmr.datasets.converters.cli import add_out_dir, write_converted
+from xmr.datasets.converters.cli import (
+    add_media_options,
+    add_out_dir,
+    checked_media_dir,
+    write_converted,
+)
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import (
     canonical_languages,
@@ -108,8 +113,7 @@ def _parser(dataset: str, images_help: str) -> argparse.ArgumentParser:
                                      '(docs/data.md).')
     parser.add_argument('--captions-dir', type=Path, required=True,
                         help=f'folder of <flores code>.txt and {IMAGE_LISTS[dataset]}')
-    parser.add_argument('--images-dir', type=Path, help=images_help)
-    parser.add_argument('--skip-media-check', action='store_true')
+    add_media_options(parser, 'images', images_help)
     add_out_dir(parser)
     parser.add_argument('--languages', nargs='+', action=GatherAction, required=True,
                         help="codes in any accepted form (sw, swh_Latn), or 'all'")
@@ -120,18 +124,16 @@ def _parser(dataset: str, images_help: str) -> argparse.ArgumentParser:
 def _run(dataset: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None,
          media_path: Callable[[argparse.Namespace], Callable[[str, str], str] | None]) -> None:
     args = parser.parse_args(argv)
-    if args.images_dir is None and not args.skip_media_check:
-        parser.error('give --images-dir, or --skip-media-check to convert without images')
+    images_dir = checked_media_dir(parser, args, 'images')
     write_converted(lambda: {f'{dataset}_test': convert_flores_captions(
-        dataset, args.captions_dir, args.languages,
-        None if args.skip_media_check else args.images_dir, media_path(args))},
-        args.out_dir, 'images', lambda: {f'{dataset}_test': dataset})
+        dataset, args.captions_dir, args.languages, images_dir, media_path(args))},
+        args.out_dir, 'images', lambda: {f'{dataset}_test': dataset}, text_only=args.text_only)
 
 
 def main_xtd200(argv: Sequence[str] | None = None) -> None:
     """Command line of ``tools/data/prepare_xtd200.py``."""
     parser = _parser('xtd200', 'COCO image folder with train2014/ and val2014/, or with '
-                     '--flat-images the folder of the release tarball (checked)')
+                     '--flat-images the folder of the release tarball')
     parser.add_argument('--flat-images', action='store_true',
                         help='images sit directly in --images-dir (the nllb-data tarball)')
     _run('xtd200', parser, argv, lambda args: None if args.flat_images else coco_image_path)
@@ -139,5 +141,5 @@ def main_xtd200(argv: Sequence[str] | None = None) -> None:
 
 def main_flickr30k_200(argv: Sequence[str] | None = None) -> None:
     """Command line of ``tools/data/prepare_flickr30k_200.py``."""
-    parser = _parser('flickr30k_200', 'the Flickr30K image folder, flickr30k-images/ (checked)')
+    parser = _parser('flickr30k_200', 'the Flickr30K image folder, flickr30k-images/')
     _run('flickr30k_200', parser, argv, lambda args: None)

@@ -20,7 +20,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from xmr.datasets.annotation import Annotation
-from xmr.datasets.converters.cli import add_out_dir, write_converted
+from xmr.datasets.converters.cli import (
+    add_media_options,
+    add_out_dir,
+    checked_media_dir,
+    write_converted,
+)
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption, integer_id, read_json
 from xmr.datasets.converters.raw_files import parse_lang_paths
@@ -187,8 +192,7 @@ def karpathy_parser(description: str, images_help: str, train_output: str,
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument('--karpathy-json', type=Path, required=True,
                         help="Karpathy's split file (dataset_<name>.json)")
-    parser.add_argument('--images-dir', type=Path, help=f'{images_help} (checked)')
-    parser.add_argument('--skip-media-check', action='store_true')
+    add_media_options(parser, 'images', images_help)
     add_out_dir(parser)
     parser.add_argument('--translations', nargs='+', action=GatherAction, metavar='LANG=PATH',
                         help=f'machine translations of {train_output}, one line per caption')
@@ -206,7 +210,8 @@ def run_karpathy_command(
     Args:
         parser: from :func:`karpathy_parser`, with the dataset's own flags added.
         argv: the arguments (``None``: ``sys.argv``).
-        convert: ``(args, images_dir or None to skip the media check, translations) ->``
+        convert: ``(args, images_dir or None to skip the media check (--skip-media-check,
+            --text-only), translations) ->``
             output name -> annotation.
         outputs: ``args ->`` output name -> dataset of every file the run may write
             (:func:`~xmr.datasets.converters.cli.write_converted`).
@@ -215,8 +220,7 @@ def run_karpathy_command(
         SystemExit: on a bad input, with the converter's message; nothing is written then.
     """
     args = parser.parse_args(argv)
-    if args.images_dir is None and not args.skip_media_check:
-        parser.error('give --images-dir, or --skip-media-check to convert without images')
-    write_converted(lambda: convert(args, None if args.skip_media_check else args.images_dir,
+    images_dir = checked_media_dir(parser, args, 'images')
+    write_converted(lambda: convert(args, images_dir,
                                     parse_lang_paths(args.translations, '--translations')),
-                    args.out_dir, 'images', lambda: outputs(args))
+                    args.out_dir, 'images', lambda: outputs(args), text_only=args.text_only)

@@ -32,7 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from xmr.datasets.annotation import Annotation, MediaRecord
-from xmr.datasets.converters.cli import add_out_dir, write_converted
+from xmr.datasets.converters.cli import (
+    add_media_options,
+    add_out_dir,
+    checked_media_dir,
+    write_converted,
+)
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.json_captions import clean_caption, integer_id, read_json
 from xmr.datasets.converters.raw_files import (
@@ -271,19 +276,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--data-json', type=Path, help='MSRVTT_data.json (training captions)')
     parser.add_argument('--train-list', nargs='+', action=GatherAction, metavar='NAME=PATH',
                         help='training lists, e.g. 7k=MSRVTT_train.7k.csv 9k=MSRVTT_train.9k.csv')
-    parser.add_argument('--videos-dir', type=Path, help='video folder (checked)')
-    parser.add_argument('--skip-media-check', action='store_true')
-    parser.add_argument('--video-ext', default='mp4')
+    add_media_options(parser, 'videos', 'folder of the <video_id>.<--video-ext> files')
+    parser.add_argument('--video-ext', default='mp4',
+                        help="the videos' file extension, without the dot: each is found as "
+                        '<videos-dir>/<video_id>.<ext> (default: mp4)')
     add_out_dir(parser)
     add_custom_imports(parser)
     args = parser.parse_args(argv)
-    if args.videos_dir is None and not args.skip_media_check:
-        parser.error('give --videos-dir, or --skip-media-check to convert without videos')
+    videos_dir = checked_media_dir(parser, args, 'videos')
 
     def train_lists() -> dict[str, Path]:
         return parse_lang_paths(args.train_list, '--train-list', key_name='NAME')
 
     write_converted(lambda: convert_msrvtt(
         args.test_csv, parse_lang_paths(args.test_json, '--test-json'), args.data_json,
-        train_lists(), None if args.skip_media_check else args.videos_dir, args.video_ext),
-        args.out_dir, 'videos', lambda: msrvtt_outputs(train_lists()))
+        train_lists(), videos_dir, args.video_ext),
+        args.out_dir, 'videos', lambda: msrvtt_outputs(train_lists()), text_only=args.text_only)
