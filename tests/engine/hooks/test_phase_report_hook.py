@@ -13,6 +13,7 @@ from mmengine.config import Config
 
 from tests.conftest import REPO
 from tests.engine.test_loops import LANGS, PHASES, loader, make_cfg, train
+from xmr.engine.checkpoint import CheckpointReadError
 from xmr.engine.hooks import PhaseReportHook
 
 VAL_LANGS = ['en', *LANGS]
@@ -182,6 +183,21 @@ def test_a_metric_of_numpy_or_torch_numbers_is_reported_as_those_numbers_and_a_t
     assert [[cell.strip() for cell in line.strip('|').split('|')]
             for line in hook.table().splitlines()[-3:]] == [
         ['de', '40.50'], ['fr', '30.25'], ['mAR', '35.38']]
+
+
+def test_a_resume_from_weights_alone_in_a_reported_work_dir_names_what_the_file_lacks(tmp_path):
+    """Under MMEngine's own Runner (the Python API: tools/train.py checks --resume before it
+    builds one), this hook read the file's meta first and the run failed with KeyError: 'meta'
+    where CheckpointHook names what the file lacks and load_from."""
+    torch.manual_seed(0)
+    train(report_cfg(tmp_path, checkpoint_interval=4, stop_after=4))
+    (tmp_path / 'phase_report.json').write_text(json.dumps(
+        [{'column': 'source_finetune end', 'iter': 4, 'metrics': {'mAR': 1.0}}]))
+    weights = tmp_path / 'weights.pth'
+    torch.save(torch.load(tmp_path / 'iter_4.pth', weights_only=False)['state_dict'], weights)
+    with pytest.raises(CheckpointReadError, match=r'weights.pth: not a checkpoint to resume '
+                       r'from: it has no state_dict, message_hub, meta.epoch, meta.iter'):
+        train(report_cfg(tmp_path, resume_from=weights))
 
 
 def test_a_resume_keeps_the_columns_up_to_its_iteration_also_from_an_earlier_xmr_s_work_dir(

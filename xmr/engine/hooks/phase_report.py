@@ -77,7 +77,10 @@ class PhaseReportHook(Hook):
             if not saved.is_file():
                 return
             records = _saved_records(saved)
-        resumed_at = checkpoint['meta']['iter']
+        resumed_at = (checkpoint.get('meta') or {}).get('iter')
+        if resumed_at is None:
+            # A file of weights alone: CheckpointHook refuses it, naming what it lacks.
+            return
         self.columns = [(c['column'], c['iter'], c['metrics']) for c in records
                         if c['iter'] <= resumed_at]
 
