@@ -105,9 +105,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # The arguments given, which main(argv) from Python takes in place of sys.argv, quoted so
     # that the recorded command runs again as it is: `xmr test` where the xmr command runs the
     # tools (`xmr train --test` too), an installed copy having no tools/ folder.
-    tool = as_typed('tools/test.py').split()
+    tool = as_typed(typed_tool_path()).split()
     args.command = shlex.join([*tool, *(sys.argv[1:] if argv is None else argv)])
     return args
+
+
+def typed_tool_path() -> str:
+    """This tool's path as the command line that runs it named it or its sibling
+    (``/abs/xmr/tools/train.py --test`` from another folder: ``/abs/xmr/tools/test.py``, which
+    runs there, where ``tools/test.py`` does not); ``tools/test.py`` when it was not run so
+    (``main(argv)`` from Python)."""
+    sibling = Path(sys.argv[0]).with_name(Path(__file__).name)
+    if Path(sys.argv[0]).suffix == '.py' and sibling.is_file() and sibling.samefile(__file__):
+        return str(sibling)
+    return 'tools/test.py'
 
 
 def check_inputs(args: argparse.Namespace) -> None:

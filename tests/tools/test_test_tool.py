@@ -517,6 +517,18 @@ def test_two_metrics_clip_benchmark_would_keep_in_one_file_stop_before_the_test(
     assert not list(tmp_path.glob('model_test*'))
 
 
+@pytest.mark.parametrize('typed', ['tools/test.py', 'tools/train.py', '{repo}/tools/test.py',
+                                   '{repo}/tools/train.py', '{repo}/tools/../tools/test.py'])
+def test_the_command_recorded_names_the_tool_as_it_was_run(monkeypatch, typed):
+    """Run as python /abs/xmr/tools/train.py --test from another folder, the result recorded
+    'tools/test.py ...', which does not run there."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(sys, 'argv', [typed.format(repo=REPO), 'my config.py', 'iter_9.pth'])
+    args = load_tool().parse_args(['my config.py', 'iter_9.pth'])
+    tool = str(Path(typed.format(repo=REPO)).with_name('test.py'))
+    assert args.command == shlex.join([tool, 'my config.py', 'iter_9.pth'])
+
+
 @pytest.mark.parametrize('run_by, recorded', [(None, ['tools/test.py']),
                                                ('xmr test', ['xmr', 'test']),
                                                ('xmr train', ['xmr', 'test'])])
