@@ -52,10 +52,6 @@ from xmr.version import provenance
 if TYPE_CHECKING:
     from xmr.evaluation.leaderboard import EvaluationResult
 
-#: How a ``torch.save`` file begins: a zip archive, or a pickle (``_use_new_zipfile_serialization
-#: =False``).
-TORCH_SAVE_STARTS = (b'PK\x03\x04', b'\x80')
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -480,9 +476,9 @@ def refuse_compared_checkpoint(path: str) -> None:
     """
     if not os.path.isfile(path):
         return  # load_result names it
-    with open(path, 'rb') as handle:
-        start = handle.read(len(TORCH_SAVE_STARTS[0]))
-    if any(start.startswith(magic) for magic in TORCH_SAVE_STARTS):
+    from xmr.engine.checkpoint import torch_save_head
+
+    if torch_save_head(path) is not None:
         result = output_paths(argparse.Namespace(out=None, checkpoint=path))[0]
         raise UserError(f'{path} (--compare)', 'is a checkpoint, not a test result', 'give its '
                         f'result ({result}, which tools/test.py CONFIG {path} writes) or '

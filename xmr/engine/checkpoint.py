@@ -270,14 +270,22 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
         raise FileNotFoundError(f'{what} is a folder, not a file: {path}; {fix}')
     if not path.is_file():
         raise FileNotFoundError(f'{what} not found: {path}')
-    with open(path, 'rb') as handle:
-        head = handle.read(4)
-    if not head.startswith((_ZIP_MAGIC, _PICKLE_MAGIC)):
-        found = 'an empty file' if not head else 'neither a torch zip archive nor a pickle'
+    head = torch_save_head(path)
+    if head is None:
+        found = 'an empty file' if not path.stat().st_size else \
+            'neither a torch zip archive nor a pickle'
         raise CheckpointReadError(f'{path}: not a {what}: {found}; {fix}')
     if head == _ZIP_MAGIC:
         check_archive_records(path, what)
         _check_pickled_globals(path, what, fix)
+
+
+def torch_save_head(path: str | os.PathLike) -> bytes | None:
+    """How the file ``path`` begins if as a ``torch.save`` file does (a zip archive's magic, or
+    a pickle's first byte), else ``None``."""
+    with open(path, 'rb') as handle:
+        head = handle.read(len(_ZIP_MAGIC))
+    return head if head.startswith((_ZIP_MAGIC, _PICKLE_MAGIC)) else None
 
 
 def _check_pickled_globals(path: Path, what: str, fix: str) -> None:
