@@ -119,8 +119,12 @@ set +e
 for stage in $stages; do
     case $stage in
     tier)
-        staged "$PYTHON" -m pytest -m "${TIER_MARK:-gpu}" tests -q -rs -p no:cacheprovider \
-            --durations=10 "${parallel[@]}" -k "not $compiled_run" 2>&1 | tee "$out/gpu_tier.log"
+        # -v names each test as it starts and as it ends, so a log cut by DEADLINE_S still says
+        # which tests ended and which were running; pytest-benchmark, in CUDA images, warns
+        # once a worker that it is off under xdist, and no test uses it.
+        staged "$PYTHON" -m pytest -m "${TIER_MARK:-gpu}" tests -v -rs -p no:cacheprovider \
+            -p no:benchmark --durations=10 "${parallel[@]}" -k "not $compiled_run" 2>&1 \
+            | tee "$out/gpu_tier.log"
         tier=${PIPESTATUS[0]} ;;
     run)
         staged "$PYTHON" -m pytest -m gpu tests/gpu/test_runs.py -q -s -rs -p no:cacheprovider \
@@ -168,6 +172,19 @@ benchmark_rows() {
     fi
 }
 
+# The tier's tests that began and had not ended where its log stops (a deadline's cut): under
+# -v, pytest names a test as it starts (xdist: a line of its own; else the outcome follows on that
+# line) and again with its outcome.
+unfinished_tests() {
+    awk 'match($0, /tests\/[^ ]+::[^ ]+/) {
+             test = substr($0, RSTART, RLENGTH)
+             if ($0 ~ /(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)/) ended[test] = 1
+             else if (!(test in started)) { started[test] = 1; order[++n] = test }
+         }
+         END { for (i = 1; i <= n; i++) if (!(order[i] in ended)) print "not ended: " order[i] }' \
+        "$1"
+}
+
 {
     echo "# xmr GPU check"
     echo
@@ -178,7 +195,8 @@ benchmark_rows() {
     echo
     echo "## GPU tier (python -m pytest -m \"${TIER_MARK:-gpu}\" tests): exit $tier"
     echo
-    [ "$tier" = skipped ] || tail -n 15 "$out/gpu_tier.log" | sed 's/^/    /'
+    [ "$tier" = skipped ] || { tail -n 15 "$out/gpu_tier.log"
+                               unfinished_tests "$out/gpu_tier.log"; } | sed 's/^/    /'
     echo
     echo "## tools/benchmark.py --device cuda ${BENCHMARK_ARGS:-}: exit $bench"
     echo

@@ -18,14 +18,22 @@ sys.path.insert(0, str(REPO / 'tools'))
 import benchmark  # noqa: E402
 
 #: The GPU machine's python as the script calls it: CUDA there, every install and import fine,
-#: a benchmark that prints one finished row and then runs on past any deadline. Each call's
-#: arguments are appended to ``$CALLS``.
+#: a benchmark that prints one finished row and a tier that ends one test on xdist's workers
+#: and one alone, and each then runs on past any deadline. Each call's arguments are appended to
+#: ``$CALLS``.
 STAND_IN = """#!/usr/bin/env bash
 echo "$*" >> "$CALLS"
 case "$*" in
     *cuda.is_available*|"-m pip install"*) exit 0 ;;
     -) cat > /dev/null; exit 0 ;;
     *"import xdist"*) exit 1 ;;
+    *"-m pytest"*" -v "*)
+        echo "tests/gpu/test_training.py::test_on_xdist "
+        echo "[gw0] [ 50%] PASSED tests/gpu/test_training.py::test_on_xdist "
+        echo "tests/gpu/test_runs.py::test_a_long_run_on_xdist "
+        echo "tests/gpu/test_runs.py::test_alone[schedule0] PASSED                    [ 75%]"
+        echo "tests/gpu/test_runs.py::test_alone[schedule1] "
+        exec sleep 60 ;;
     *tools/benchmark.py*)
         echo "dasd    cross_lingual  xmr-graphs  amp      16.57 ms/step     3279 MiB"
         echo "    tokens tgt/en 48/32, model 12.00 ms; its fastest step by part, ms: data 4.00"
@@ -64,6 +72,18 @@ def test_a_stage_running_at_the_deadline_is_stopped_and_its_finished_rows_report
     assert "## the training loop's iterations" in report
     assert report.split("## the training loop's iterations")[1].split('\n')[0].endswith(
         'exit 124')
+
+
+def test_a_tier_cut_by_the_deadline_names_the_tests_it_cut(tmp_path):
+    """The lease of 2026-12-04 stopped the tier at its deadline with 39 of 40 tests passed:
+    its quiet log, a dot a test, did not say which test it cut."""
+    done, out, _ = run_check(tmp_path, DEADLINE_S='12', STAGES='tier')
+    assert done.returncode == 1, done.stderr
+    tier = (out / 'gpu_report.md').read_text().split('## GPU tier')[1].split('\n## ')[0]
+    assert ': exit 124' in tier.splitlines()[0]
+    cut = [line.strip() for line in tier.splitlines() if 'not ended: ' in line]
+    assert cut == ['not ended: tests/gpu/test_runs.py::test_a_long_run_on_xdist',
+                   'not ended: tests/gpu/test_runs.py::test_alone[schedule1]']
 
 
 def test_the_stages_run_in_the_order_stages_names_them(tmp_path):
