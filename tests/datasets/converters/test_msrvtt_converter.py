@@ -48,6 +48,18 @@ def test_test_train_and_held_out_validation(msrvtt):
     assert outputs['msrvtt_train9k'].items[4].captions['en'] == ['v4 s0', 'v4 s1', 'v4 s2']
 
 
+def test_a_video_extension_with_its_dot_names_the_same_files(msrvtt):
+    """``--video-ext .mp4`` wrote ``video7010..mp4``: with ``--text-only`` nothing caught it
+    until training failed to open the first video."""
+    for ext in ('.webm', 'webm'):
+        test = convert_msrvtt(msrvtt / 'test.csv', video_ext=ext)['msrvtt_test1ka']
+        assert test.items[0].media_path == 'video7010.webm'
+    for ext in ('', '.', '..mp4', 'clips/mp4'):
+        with pytest.raises(ConversionError, match=f'video extension {ext!r} names no file '
+                                                  'extension.*e.g. mp4'):
+            convert_msrvtt(msrvtt / 'test.csv', video_ext=ext)
+
+
 def test_inputs_are_checked(msrvtt):
     (msrvtt / 'fr.json').write_text(json.dumps({TEST_IDS[0]: 'un', TEST_IDS[1]: 'deux'}))
     with pytest.raises(ConversionError, match=r'fr test JSON .*fr\.json has no caption for 1 of '

@@ -145,6 +145,16 @@ def read_msrvtt_sentences(path: str | os.PathLike) -> dict[str, list[str]]:
     return dict(captions)
 
 
+def _file_extension(video_ext: str) -> str:
+    """``video_ext`` without its leading dot: ``.mp4`` and ``mp4`` name the same files, where
+    the dot kept would write ``<video_id>..mp4`` into the annotations."""
+    ext = video_ext[1:] if video_ext.startswith('.') else video_ext
+    if not ext or ext.startswith('.') or '/' in ext or '\\' in ext:
+        raise ConversionError(f'video extension {video_ext!r} names no file extension; give '
+                              'the one the video files end with, e.g. mp4')
+    return ext
+
+
 def _record(video_id: str, ext: str, captions: dict[str, list[str]]) -> MediaRecord:
     return MediaRecord(media_id=video_id, media_path=f'{video_id}.{ext}', captions=captions)
 
@@ -217,7 +227,7 @@ def convert_msrvtt(test_csv: str | os.PathLike,
         data_json: ``MSRVTT_data.json`` (needed with ``train_lists``).
         train_lists: list name (``7k``, ``9k``) -> training list CSV.
         videos_dir: video folder; when given, every video must exist.
-        video_ext: extension of the video files.
+        video_ext: extension of the video files, with or without its dot.
 
     Returns:
         Output name (``msrvtt_test1ka``, ``msrvtt_train7k``, ``msrvtt_val``, ...) -> annotation.
@@ -226,6 +236,7 @@ def convert_msrvtt(test_csv: str | os.PathLike,
         raise ConversionError(f'the MSRVTT data file {data_json} gives the captions of training '
                               'lists, and none is given; pass them (--train-list 7k=... '
                               '9k=...) or drop the data file')
+    video_ext = _file_extension(video_ext)
     outputs = {'msrvtt_test1ka': _test_split(Path(test_csv), test_jsons or {}, video_ext)}
     if train_lists:
         if data_json is None:
@@ -278,8 +289,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help='training lists, e.g. 7k=MSRVTT_train.7k.csv 9k=MSRVTT_train.9k.csv')
     add_media_options(parser, 'videos', 'folder of the <video_id>.<--video-ext> files')
     parser.add_argument('--video-ext', default='mp4',
-                        help="the videos' file extension, without the dot: each is found as "
-                        '<videos-dir>/<video_id>.<ext> (default: mp4)')
+                        help="the videos' file extension, with or without its dot: each is "
+                        'found as <videos-dir>/<video_id>.<ext> (default: mp4)')
     add_out_dir(parser)
     add_custom_imports(parser)
     args = parser.parse_args(argv)
