@@ -6,11 +6,14 @@ discriminator: the paper's configuration, L_CL/L_CM + L_adv + 0.1 L_sc).
 
 Paths (same model, same inputs, same seed):
   authors     (dasd only; the DASD rows' baseline) recompute, plus what the authors' DASD step
-              pays on top: gradients of every frozen weight (their code leaves requires_grad on),
-              a per-parameter Adam loop (their BertAdam) and the discriminator's own second
+              pays on top: gradients of the frozen weights the target branch runs (their code
+              leaves requires_grad on; their teacher passes run under no_grad), clipped with
+              the rest and never applied (their optimiser holds the trained weights alone), a
+              per-parameter Adam loop (their BertAdam) and the discriminator's own second
               update. It omits their data loading, BertAdam's exact update rule (the cost of
-              one loop of elementwise ops per tensor is kept) and their two-class discriminator
-              output; it is a lower bound of their step
+              one loop of elementwise ops per tensor is kept), the frozen gradients'
+              accumulation across steps (their zero_grad leaves them) and their two-class
+              discriminator output; it is a lower bound of their step
   recompute   the frozen towers run every step (English caption -> r^S, image / 12 frames ->
               r^V) and every caption is padded to 77 tokens, as in the authors' code (the static
               rows' baseline: it omits the costs the authors path adds, so it understates what
@@ -403,7 +406,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         wrapper = OPTIM_WRAPPER_CONSTRUCTORS.build(dict(
             type='PhasedOptimWrapperConstructor', optim_wrapper_cfg=wrapper_cfg))(model)
     frozen_casts = FrozenWeightCasts()
-    authors_extra = (AuthorsDASDCosts(model) if path == 'authors' and wrapper is not None
+    authors_extra = (AuthorsDASDCosts(model, wrapper) if path == 'authors' and wrapper is not None
                      else None)
     cuda = device.type == 'cuda'
     # Tokenised in the collate, as the loops' dataloader workers do (xmr.engine.worker_tokens).
@@ -673,15 +676,42 @@ class AuthorsDASDCosts:
     """What the authors' DASD step pays beyond the recompute path (the ``authors`` rows).
 
     Every frozen weight keeps ``requires_grad`` (their code never turns it off), so backward
-    computes gradients no optimiser reads; and the discriminator takes a second, own update on
-    the step's detached ``(f^sa, r^S, r^S-)`` with a per-parameter Adam loop.
+    computes the gradients of the frozen weights the target branch runs (the text blocks, the
+    final norm and projection), which their ``clip_grad_norm_`` over every parameter clips
+    with the rest, while their optimiser, built over the trained parameters alone, never
+    applies them; their teacher passes (the English captions' ``r^S``, the media's ``r^V``) run
+    under ``torch.no_grad()``, so no gradient reaches the towers through them. And the
+    discriminator takes a second, own update on the step's detached ``(f^sa, r^S, r^S-)`` with
+    a per-parameter Adam loop.
+
+    Args:
+        model: the row's retriever, its trained parameters already chosen
+            (:func:`train_target_only`).
+        wrapper: the row's optimiser wrapper, built over every parameter
+            (``PhasedOptimWrapperConstructor``).
     """
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, wrapper) -> None:
         import torch
 
-        for parameter in model.parameters():
+        frozen = [parameter for parameter in model.parameters() if not parameter.requires_grad]
+        for parameter in frozen:
             parameter.requires_grad_(True)
+        # With a backbone weight requiring grad, the model's frozen_tower() records the teacher
+        # passes' graphs: their code's no_grad, kept on the instance.
+        for encoder in ('encode_source', 'encode_media'):
+            setattr(model, encoder, torch.no_grad()(getattr(model, encoder)))
+        step = wrapper.optimizer.step
+
+        @functools.wraps(step)
+        def step_trained(*args, **kwargs):
+            # Clipped with the rest, dropped before the step: Adam skips a parameter without a
+            # gradient, as their optimiser never held the frozen ones.
+            for parameter in frozen:
+                parameter.grad = None
+            return step(*args, **kwargs)
+
+        wrapper.optimizer.step = step_trained
         discriminator = model.disentangler.discriminator
         self.loss = discriminator.loss
         self.optimizer = torch.optim.Adam(discriminator.parameters(), lr=1e-5, foreach=False,

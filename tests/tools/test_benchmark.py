@@ -307,24 +307,38 @@ def test_dasd_rows_are_measured_against_the_authors_path_and_the_schedule_is_pro
     assert not any(line.startswith('dasd recompute') for line in lines)
 
 
-def test_the_authors_path_pays_frozen_gradients_and_a_second_discriminator_update(tmp_path):
+def authors_setup(tmp_path, case: str, phase: str, weights: dict):
+    """A tiny DASD model, its optimiser wrapper as the authors row builds it, the row's extra
+    costs and a collated batch of ``case``."""
     import torch
 
-    from xmr.registry import MODELS, TOKENIZERS
+    from xmr.datasets.collate import retrieval_collate
+    from xmr.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS, TOKENIZERS
 
     sp_model = str(tmp_path / 'sp.model')
     cfg = benchmark.model_cfg('tiny', 77, False, sp_model, method='dasd')
     TOKENIZERS.build(cfg['language_branch']['tokenizer'])
     torch.manual_seed(0)
     model = MODELS.build(cfg)
-    costs = benchmark.AuthorsDASDCosts(model)
+    benchmark.train_target_only(model)
+    model.set_phase(phase, weights)
+    wrapper = OPTIM_WRAPPER_CONSTRUCTORS.build(dict(
+        type='PhasedOptimWrapperConstructor', optim_wrapper_cfg=dict(
+            type='OptimWrapper', clip_grad=dict(max_norm=1.0),
+            optimizer=dict(type='AdamW', lr=1e-2, foreach=False, fused=False))))(model)
+    costs = benchmark.AuthorsDASDCosts(model, wrapper)
+    items = benchmark.make_items(case, 4, 1, model.backbone.image_size[0])
+    return model, wrapper, costs, retrieval_collate(items)
+
+
+def test_the_authors_path_pays_frozen_gradients_and_a_second_discriminator_update(tmp_path):
+    import torch
+
+    model, _, costs, batch = authors_setup(tmp_path, 'cross_lingual', 'cross_lingual',
+                                           dict(cl=1.0, disentangler=1.0))
+    data = model.data_preprocessor(batch, True)
     frozen = model.backbone.text_tower.blocks[0].mlp.c_fc.weight
     discriminator = model.disentangler.discriminator
-    model.set_phase('cross_lingual', dict(cl=1.0, disentangler=1.0))
-    items = benchmark.make_items('cross_lingual', 4, 1, 32)
-    from xmr.datasets.collate import retrieval_collate
-
-    data = model.data_preprocessor(retrieval_collate(items), True)
     model(mode='loss', **data)['loss_adv'].backward()
     assert frozen.grad is not None and frozen.grad.abs().sum() > 0
     before = [p.detach().clone() for p in discriminator.parameters()]
@@ -332,6 +346,37 @@ def test_the_authors_path_pays_frozen_gradients_and_a_second_discriminator_updat
     assert costs.inputs[0].shape == (4, model.backbone.text_tower.width)
     assert not costs.inputs[0].requires_grad  # its own update: detached from the SDM
     assert all(not torch.equal(a, b) for a, b in zip(before, discriminator.parameters()))
+
+
+@pytest.mark.parametrize('case, phase, weights', [
+    ('cross_lingual', 'cross_lingual', dict(cl=1.0, disentangler=1.0)),
+    ('cross_modal', 'cross_modal', dict(cm=1.0, disentangler=1.0))])
+def test_the_authors_step_backpropagates_the_branch_alone_and_updates_no_frozen_weight(
+        tmp_path, case, phase, weights):
+    """Their code embeds the English captions and the media under ``torch.no_grad()`` and
+    steps an optimiser of the trained parameters alone: the frozen weights' gradients are
+    those of the target branch's graph, and no optimiser applies them. The row backpropagated
+    through both teacher towers and AdamW updated every frozen weight."""
+    import torch
+
+    model, wrapper, _, batch = authors_setup(tmp_path, case, phase, weights)
+    trained = ('language_branch.', 'disentangler.')
+    got_grad: set[str] = set()
+    for name, parameter in model.named_parameters():
+        parameter.register_post_accumulate_grad_hook(
+            lambda _, name=name: got_grad.add(name))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    model.train()
+    model.train_step(batch, wrapper)
+    frozen_grads = {name for name in got_grad if not name.startswith(trained)}
+    # The branch runs the tower's text blocks: their weights get gradients, as in their code.
+    assert any('.transformer.resblocks.' in name for name in frozen_grads)
+    # The teachers' passes record no graph: no gradient of the image tower, nor of the
+    # English token embedding (the branch embeds its captions with its own table).
+    assert not any('.visual.' in name or 'token_embedding' in name for name in frozen_grads)
+    changed = {name for name, p in model.named_parameters()
+               if not torch.equal(p, before[name])}
+    assert changed and all(name.startswith(trained) for name in changed)
 
 
 def test_defaults_follow_the_device(monkeypatch):
