@@ -119,6 +119,24 @@ def test_options_that_would_mislead_the_figures_are_refused(argv, message, capsy
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize('argv, message', [
+    (['--iters', '5'], '--iters 5 leaves no steady iteration after the first 10 (--warmup): '
+     'give --iters above 10'),
+    (['--iters', '0', '--warmup', '0'], "--iters: '0' is no whole number >= 1"),
+    (['--batch-size', '0'], "--batch-size: '0' is no whole number >= 1"),
+    (['--workers', '-1'], "--workers: '-1' is no whole number >= 0"),
+    (['--scenes', '0'], "--scenes: '0' is no whole number >= 1"),
+])
+def test_counts_that_leave_no_figure_are_refused_before_the_run(monkeypatch, argv, message,
+                                                                  capsys):
+    """``--iters 5`` (the default warm-up 10) trained its iterations, then failed as they were
+    all one-off; a count below its least was taken as well."""
+    monkeypatch.setattr(loop_time, 'measure', lambda *args: pytest.fail('the run started'))
+    with pytest.raises(SystemExit):
+        loop_time.main(['--arch', 'tiny', '--device', 'cpu', *argv])
+    assert message in capsys.readouterr().err
+
+
 def test_the_default_cuda_device_without_a_gpu_is_refused_naming_the_cpu_option(monkeypatch,
                                                                                   capsys):
     """``--device`` defaults to ``cuda``: on a machine without one the run used to build the

@@ -50,7 +50,7 @@ from mmengine.hooks import Hook
 
 from xmr.engine import loops
 from xmr.fileio import atomic_write_text
-from xmr.utils.cli import UserError, given_json_output, run_tool
+from xmr.utils.cli import UserError, given_json_output, int_at_least, run_tool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import benchmark  # noqa: E402  (tools/benchmark.py: the model of its rows)
@@ -269,20 +269,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument('--compiled-step', action='store_true',
                         help='with --compile, the clip and the optimiser step compiled too, in '
                              'the same mode without CUDA graphs (optim_wrapper.compiled_step)')
-    parser.add_argument('--iters', type=int, default=600, help='iterations of the phase')
-    parser.add_argument('--warmup', type=int, default=10,
+    parser.add_argument('--iters', type=int_at_least(1), default=600,
+                        help='iterations of the phase')
+    parser.add_argument('--warmup', type=int_at_least(0), default=10,
                         help='first iterations left out of the steady figures (besides each '
                              'that meets a new language and target width)')
-    parser.add_argument('--batch-size', type=int, default=128, help="the text loader's batch")
-    parser.add_argument('--workers', type=int, default=2,
+    parser.add_argument('--batch-size', type=int_at_least(1), default=128,
+                        help="the text loader's batch")
+    parser.add_argument('--workers', type=int_at_least(0), default=2,
                         help="the text loader's workers (persistent when more than 0)")
-    parser.add_argument('--scenes', type=int, default=20000,
+    parser.add_argument('--scenes', type=int_at_least(1), default=20000,
                         help='synthetic scenes: 4 pairs each')
     parser.add_argument('--work-dir', help='default: a temporary directory')
     parser.add_argument('--out', help='write the figures as JSON here')
     parser.add_argument('--overwrite', action='store_true',
                         help="let --out replace an earlier run's figures")
     args = parser.parse_args(argv)
+    if args.iters <= args.warmup:  # the figures are those of the steady iterations
+        parser.error(f'--iters {args.iters} leaves no steady iteration after the first '
+                     f'{args.warmup} (--warmup): give --iters above {args.warmup}')
     if args.out is not None:  # checked before the run, minutes long, that writes it
         try:
             given_json_output(args.out, '--out', "an earlier run's figures", FIGURE_KEYS,
