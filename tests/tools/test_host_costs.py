@@ -70,3 +70,22 @@ def test_compiled_autograd_traces_the_backward_into_the_leaves_once():
     assert host_costs.backward_ms(8, 16, 2, torch.device('cpu'), 'default',
                                   compiled_autograd=True) > 0
     assert counters['compiled_autograd']['captures'] == 1
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--compile', 'defualt'], "argument --compile: invalid choice: 'defualt'"),
+    (['--reps', '0'], "--reps: '0' is no whole number >= 1"),
+    (['--threads', '0'], "--threads: '0' is no whole number >= 1"),
+    (['--device', 'cuda'], '--device cuda: this machine has 0 CUDA device(s)'),
+])
+def test_options_that_would_fail_after_the_measurements_are_refused_first(monkeypatch, argv,
+                                                                          message, capsys):
+    """Each was taken: a mistyped mode failed in torch.compile once every eager figure was
+    measured, ``--reps 0`` in the median of none once the model was built, ``--threads 0``
+    left torch's own count without a word, and a missing GPU failed moving the model."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(host_costs, 'dasd_model',
+                        lambda *args: pytest.fail('the model was built'))
+    with pytest.raises(SystemExit):
+        host_costs.main(['--arch', 'tiny', *argv])
+    assert message in capsys.readouterr().err

@@ -40,9 +40,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+import torch._inductor
 from torch import nn
 
-from xmr.utils.cli import run_tool
+from xmr.utils.cli import UserError, given_device, int_at_least, run_tool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import benchmark  # noqa: E402  (tools/benchmark.py: the model of its rows)
@@ -173,15 +174,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--arch', default='ViT-B-32', help="as tools/benchmark.py ('tiny')")
     parser.add_argument('--device', default='cpu', help="'cpu', 'cuda' or 'cuda:N'")
-    parser.add_argument('--reps', type=int, default=20,
+    parser.add_argument('--reps', type=int_at_least(1), default=20,
                         help='repetitions of each call; the median is printed')
-    parser.add_argument('--threads', type=int, help='torch CPU threads')
+    parser.add_argument('--threads', type=int_at_least(1), help='torch CPU threads')
+    # torch.compile's modes, taken here: a mistyped one failed once the eager figures were in.
     parser.add_argument('--compile', nargs='?', const='default', metavar='MODE',
+                        choices=list(torch._inductor.list_mode_options()),
                         help="also time the clip and the step compiled together, as "
                              "optim_wrapper.compiled_step beside a model compiled in this mode "
                              "('default'; 'reduce-overhead' compiles the step in 'default', "
                              'without CUDA graphs), and the backward in it')
     args = parser.parse_args(argv)
+    try:
+        given_device(args.device)  # the model is built before it moves there
+    except UserError as error:
+        parser.error(str(error))
     if args.threads:
         torch.set_num_threads(args.threads)
     from xmr.engine.loops import ensure_train_mode
