@@ -174,10 +174,11 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise SystemExit(f'unknown methods {unknown}; choose from {METHODS}.')
+    # Every case read before the first row: a bad one later on failed after minutes of rows.
+    cases = [(case, *parse_case(case)) for case in args.cases.split(',') if case]
     forwarded = list(argv if argv is not None else sys.argv[1:])
     rows = []
-    for case in args.cases.split(','):
-        num_queries, gallery_size = parse_case(case)
+    for case, num_queries, gallery_size in cases:
         for method in methods:
             reason = skip_reason(method, num_queries, gallery_size, args)
             if reason:
