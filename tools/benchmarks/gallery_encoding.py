@@ -25,23 +25,59 @@ from pathlib import Path
 
 import numpy as np
 
-from xmr.utils.cli import GatherAction, run_tool
+from xmr.utils.cli import (
+    GatherAction,
+    UserError,
+    given_device,
+    given_file,
+    int_at_least,
+    run_tool,
+)
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / 'configs/demo/static_tiny-clip_synthetic.py'
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, each checked before the gallery is written (minutes of JPEGs at the
+    default sizes): a size, a worker count, a video or the device."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--images', type=int, default=300, help='JPEG files to write')
-    parser.add_argument('--size', default='1280x960', help='their width x height')
+    parser.add_argument('--images', type=int_at_least(0), default=300,
+                        help='JPEG files to write')
+    parser.add_argument('--size', type=image_size, default='1280x960',
+                        help='their width x height')
     parser.add_argument('--videos', nargs='*', action=GatherAction,
                         default=[], help='video files to add')
-    parser.add_argument('--video-copies', type=int, default=4, help='copies of each video')
-    parser.add_argument('--workers', default='0,1,2', help='worker counts, one row each')
-    parser.add_argument('--batch-size', type=int, default=32, help='media encoded per call')
+    parser.add_argument('--video-copies', type=int_at_least(1), default=4,
+                        help='copies of each video')
+    parser.add_argument('--workers', type=worker_counts, default='0,1,2',
+                        help='worker counts, one row each')
+    parser.add_argument('--batch-size', type=int_at_least(1), default=32,
+                        help='media encoded per call')
     parser.add_argument('--device', default='cpu', help="where the model runs ('cuda': the "
                         'decoding alone is timed, as on a GPU host)')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        given_device(args.device)
+        for video in args.videos:
+            given_file(video, '--videos', 'give video files that exist')
+    except UserError as error:
+        parser.error(str(error))
+    return args
+
+
+def image_size(text: str) -> tuple[int, int]:
+    """``--size``: ``'1280x960'`` -> ``(1280, 960)``."""
+    try:
+        width, height = map(int_at_least(1), text.lower().split('x'))
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(
+            f'{text!r} is no WIDTHxHEIGHT of whole numbers >= 1') from None
+    return width, height
+
+
+def worker_counts(text: str) -> list[int]:
+    """``--workers``: ``'0,1,2'`` -> ``[0, 1, 2]``."""
+    return [int_at_least(0)(count) for count in text.split(',') if count]
 
 
 def write_images(folder: Path, count: int, width: int, height: int) -> list[Path]:
@@ -65,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from xmr.apis import encode_readable_media, init_retriever
 
-    width, height = map(int, args.size.split('x'))
+    width, height = args.size
     folder = Path(tempfile.mkdtemp(prefix='xmr_gallery_'))
     try:
         files = write_images(folder, args.images, width, height)
@@ -74,14 +110,14 @@ def main(argv: list[str] | None = None) -> None:
                 files.append(shutil.copy(video, folder / f'{video.stem}_{copy}{video.suffix}'))
         model = init_retriever(str(DEMO_CONFIG), device=args.device)
         encode_readable_media(model, files[:2])  # the first call's one-off costs
-        print(f'{len(files)} media ({args.images} JPEGs of {args.size}, '
+        print(f'{len(files)} media ({args.images} JPEGs of {width}x{height}, '
               f'{len(files) - args.images} videos), batch {args.batch_size}, '
               f'{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, device '
               f'{args.device}')
         print('| workers | seconds | media/s | vs the first row | same embeddings |')
         print('|---:|---:|---:|---:|---|')
         first = None
-        for workers in map(int, args.workers.split(',')):
+        for workers in args.workers:
             started = time.perf_counter()
             embeddings, _ = encode_readable_media(model, files, batch_size=args.batch_size,
                                                   num_workers=workers)
