@@ -86,6 +86,20 @@ def test_the_table_names_the_val_and_test_captions_the_runs_read(tmp_path, monke
     assert '| none | 50.0 | 25.0 |' in printed
 
 
+@pytest.mark.parametrize('option', ['--jobs', '--iters', '--val-interval', '--batch-size',
+                                    '--table-width', '--threads'])
+def test_a_count_below_one_is_refused_before_the_project_is_written(tmp_path, monkeypatch,
+                                                                   capsys, option):
+    """``--jobs 0`` failed in the thread pool once the project was written and the teacher
+    scored; the others were taken into each variant's config."""
+    monkeypatch.setattr(text_teacher_adapters, 'write_project',
+                        lambda *args: pytest.fail('the project was written'))
+    with pytest.raises(SystemExit):
+        text_teacher_adapters.main(['--out', str(tmp_path / 'project'), '--teacher',
+                                    str(tmp_path), option, '0'])
+    assert f"{option}: '0' is no whole number >= 1" in capsys.readouterr().err
+
+
 @pytest.mark.minilm
 def test_the_docs_teacher_on_minilm_embeds_as_sentence_transformers_does(
         sentence_encoder_module):

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from xmr.utils.cli import GatherAction, run_tool
+from xmr.utils.cli import GatherAction, int_at_least, run_tool
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / 'shared' / 'data'
@@ -231,17 +231,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--variants', nargs='+', action=GatherAction,
                         choices=list(VARIANTS), default=list(VARIANTS),
                         help='adapter variants to train, one run each (default: all)')
-    parser.add_argument('--iters', type=int, default=300,
+    parser.add_argument('--iters', type=int_at_least(1), default=300,
                         help='steps of the cross-lingual phase (the schedule base: 300)')
-    parser.add_argument('--val-interval', type=int, default=100,
+    parser.add_argument('--val-interval', type=int_at_least(1), default=100,
                         help='steps between validations (a point of each curve)')
-    parser.add_argument('--batch-size', type=int, default=32, help='pairs per batch')
+    parser.add_argument('--batch-size', type=int_at_least(1), default=32, help='pairs per batch')
     parser.add_argument('--lr', type=float, default=5e-3,
                         help='its learning rate (the schedule base: 5e-3)')
-    parser.add_argument('--table-width', type=int, default=384,
+    parser.add_argument('--table-width', type=int_at_least(1), default=384,
                         help='width of the target embedding table')
-    parser.add_argument('--threads', type=int, default=1, help='CPU threads of each run')
-    parser.add_argument('--jobs', type=int, default=1,
+    parser.add_argument('--threads', type=int_at_least(1), default=1,
+                        help='CPU threads of each run')
+    parser.add_argument('--jobs', type=int_at_least(1), default=1,
                         help='variants trained at once, each in its own processes (give each '
                         'job its --threads of cores)')
     args = parser.parse_args(argv)
