@@ -45,3 +45,19 @@ def test_bad_arguments_are_refused_naming_the_value():
         annotation_memory.main(['--modes', 'packed,lists'])
     with pytest.raises(ValueError, match='--translations 12 must be 0 to 9'):
         annotation_memory.main(['--translations', '12'])
+
+
+def test_a_missing_annotation_is_refused_before_any_row(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        annotation_memory.main(['--ann-file', str(tmp_path / 'missing.json')])
+    assert 'missing.json (--ann-file): no such file' in capsys.readouterr().err
+
+
+def test_a_row_that_fails_says_why_from_its_process(tmp_path):
+    """A row's process failed with its error captured and dropped: the run said only that the
+    command returned exit status 1."""
+    ann_file = tmp_path / 'images.json'
+    ann_file.write_text('{"items": []}')
+    with pytest.raises(RuntimeError, match=r'(?s)annotation_memory row packed failed:.*'
+                                           r'images.json: format must be'):
+        annotation_memory.main(['--ann-file', str(ann_file), '--modes', 'packed'])

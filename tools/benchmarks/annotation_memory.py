@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from xmr.utils.cli import run_tool
+from xmr.utils.cli import UserError, given_file, run_tool
 
 MODES = ('packed', 'objects')
 LANGUAGES = ('de', 'fr', 'cs', 'zh', 'ja', 'vi', 'es', 'it', 'ru')
@@ -130,6 +130,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise ValueError(f'--modes {unknown} unknown; choose from {MODES}')
     if not 0 <= args.translations <= len(LANGUAGES):
         raise ValueError(f'--translations {args.translations} must be 0 to {len(LANGUAGES)}')
+    if args.ann_file is not None:
+        try:
+            given_file(args.ann_file, '--ann-file', 'give an xmr annotation (docs/data.md)')
+        except UserError as error:
+            parser.error(str(error))
     with tempfile.TemporaryDirectory() as folder:
         ann_file = args.ann_file
         if ann_file is None:
@@ -143,8 +148,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         for mode in modes:
             result = subprocess.run(
                 [sys.executable, __file__, '--measure', mode, '--ann-file', str(ann_file),
-                 '--workers', str(args.workers)], check=True, capture_output=True, text=True,
+                 '--workers', str(args.workers)], capture_output=True, text=True,
                 env={**os.environ, 'OMP_NUM_THREADS': '1'})
+            if result.returncode != 0:  # its error, captured, is the one to show
+                raise RuntimeError(f'annotation_memory row {mode} failed:\n'
+                                   f'{result.stderr[-4000:]}')
             row = json.loads(result.stdout.splitlines()[-1])
             copied = ', '.join(f'{value:.0f}' for value in row['worker_copied_mib'])
             print(f"| {mode} | {row['items']:,} | {row['build_s']:.1f} "
