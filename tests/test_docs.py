@@ -855,3 +855,22 @@ def test_the_video_suffixes_evaluation_md_lists_are_the_ones_encode_media_reads(
     text = (REPO / 'docs' / 'evaluation.md').read_text(encoding='utf-8')
     listed = re.search(r'`VIDEO_SUFFIXES`: `([^`]*)`', text)
     assert listed is not None and sorted(listed.group(1).split()) == sorted(VIDEO_SUFFIXES)
+
+
+# --- The Python versions the pages state -------------------------------------------------------
+
+PYTHON_VERSIONS = re.compile(r'Python\s+(3\.\d+),\s+(3\.\d+),?\s+(?:or|and)\s+(3\.\d+)')
+
+
+def test_the_python_versions_the_pages_state_are_the_package_s():
+    """README.md and docs/getting_started.md name the Python versions xmr is tested on; the
+    package's metadata (setup.py's classifiers, which pip and PyPI show) names the same, and its
+    ``python_requires`` floor is the first of them."""
+    setup = (REPO / 'setup.py').read_text(encoding='utf-8')
+    classified = re.findall(r"'Programming Language :: Python :: (3\.\d+)'", setup)
+    floor = re.search(r"python_requires='>=(3\.\d+)'", setup)[1]
+    for page in (REPO / 'README.md', REPO / 'docs' / 'getting_started.md'):
+        stated = list(PYTHON_VERSIONS.search(page.read_text(encoding='utf-8')).groups())
+        assert stated == classified, (f'{page.relative_to(REPO)} states Python {stated}, '
+                                      f"setup.py's classifiers {classified}")
+        assert stated[0] == floor
