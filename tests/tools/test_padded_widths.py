@@ -50,3 +50,11 @@ def test_the_table_counts_widths_before_and_after_the_rounding(tmp_path, capsys)
 def test_a_missing_caption_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r'train\.de\.gz not found: pass --multi30k'):
         padded_widths.main(['--multi30k', str(tmp_path), '--languages', 'de'])
+
+
+@pytest.mark.parametrize('option', ['--batch-size', '--multiple'])
+def test_a_count_below_one_is_refused_before_the_captions_are_read(tmp_path, capsys, option):
+    """``--batch-size 0`` failed once every caption was tokenised (range() of step 0)."""
+    with pytest.raises(SystemExit):
+        padded_widths.main(['--multi30k', str(tmp_path), option, '0'])
+    assert f"{option}: '0' is no whole number >= 1" in capsys.readouterr().err

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from xmr.utils.cli import run_tool
+from xmr.utils.cli import int_at_least, run_tool
 
 SHARED = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'data'
 
@@ -58,8 +58,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help='the target captions\' tokenizer (a tokenizers JSON file)')
     parser.add_argument('--languages', default='de,fr,cs',
                         help='target languages, each batched apart')
-    parser.add_argument('--batch-size', type=int, default=128, help='captions per batch')
-    parser.add_argument('--multiple', type=int, default=8, help='pad_to_multiple_of')
+    parser.add_argument('--batch-size', type=int_at_least(1), default=128,
+                        help='captions per batch')
+    parser.add_argument('--multiple', type=int_at_least(1), default=8, help='pad_to_multiple_of')
     parser.add_argument('--seed', type=int, default=0, help="seed of the pass's shuffle")
     args = parser.parse_args(argv)
 
