@@ -874,3 +874,33 @@ def test_the_python_versions_the_pages_state_are_the_package_s():
         assert stated == classified, (f'{page.relative_to(REPO)} states Python {stated}, '
                                       f"setup.py's classifiers {classified}")
         assert stated[0] == floor
+
+
+# The versions docs/getting_started.md quotes, `(torch 2.14.1, open_clip 3.3.0, ...)`: each a
+# package's pin in requirements/constraints.txt (`transformers 5.23` is 5.23.x) and each floor
+# a requirement `>=` in setup.py.
+QUOTED_VERSIONS = re.compile(r'([\w-]+) (\d+(?:\.\d+)+)')
+DISTRIBUTIONS = {'open_clip': 'open_clip_torch'}
+
+
+def quoted_versions(text: str, after: str) -> dict[str, str]:
+    """``{distribution: version}`` of the parenthesis that follows ``after`` in ``text``."""
+    start = text.index('(', text.index(after))
+    listed = ' '.join(text[start + 1:text.index(')', start)].split())
+    return {DISTRIBUTIONS.get(name, name): version
+            for name, version in QUOTED_VERSIONS.findall(listed)}
+
+
+def test_the_versions_getting_started_quotes_are_the_pins_and_floors():
+    text = (REPO / 'docs' / 'getting_started.md').read_text(encoding='utf-8')
+    pinned = dict(re.findall(r'^([\w-]+)==(\S+)$',
+                             (REPO / 'requirements' / 'constraints.txt').read_text('utf-8'), re.M))
+    floors = dict(re.findall(r"'([\w-]+)>=([\d.]+)'", (REPO / 'setup.py').read_text('utf-8')))
+    pins = quoted_versions(text, 'pins the stack')
+    assert len(pins) >= 6
+    wrong = [f'{name} {version}: pinned {pinned.get(name)}' for name, version in pins.items()
+             if not f'{pinned.get(name)}.'.startswith(f'{version}.')]
+    wrong += [f'{name} {version}: setup.py has >={floors.get(name)}'
+              for name, version in quoted_versions(text, 'down to the floors').items()
+              if floors.get(name) != version]
+    assert not wrong, f'docs/getting_started.md quotes other versions than the code: {wrong}'
