@@ -364,3 +364,27 @@ def test_hybrid_zero_grad_clears_the_dense_and_the_sparse_gradients():
     model(torch.tensor([[1, 2]])).backward()
     optimizer.zero_grad()
     assert [name for name, p in model.named_parameters() if p.grad is not None] == []
+
+
+def test_a_configured_group_that_matches_no_parameter_is_refused_at_build():
+    """A misspelt group would leave its parameters in a shorter prefix's group (CDDS's towers'
+    lr_mult 0.1) with nothing said: refused when the optimiser is built, naming the module."""
+    cfg = dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=LR))
+    typo = PhasedOptimWrapperConstructor(cfg, dict(groups=['language_branch',
+                                                           'language_branch.embeding']))
+    with pytest.raises(ValueError, match=r"groups: 'language_branch.embeding' matches no "
+                       r"parameter of the model \(did you mean 'language_branch.embedding'\?\)"):
+        typo(TinyBranch(sparse=False))
+    with pytest.raises(ValueError, match=r"groups='language_branch' must be a list of"):
+        PhasedOptimWrapperConstructor(cfg, dict(groups='language_branch'))
+    # The defaults name modules a model may lack (this one has no backbone nor disentangler),
+    # given or not: never refused.
+    for paramwise in (None, dict(groups=['backbone', 'language_branch.embedding',
+                                         'disentangler'])):
+        names = {g['name'] for g in PhasedOptimWrapperConstructor(cfg, paramwise)(
+            TinyBranch(sparse=False)).optimizer.param_groups}
+        assert names == {'language_branch.embedding', 'language_branch' if paramwise else
+                         'language_branch.adapters'}
+    configured = PhasedOptimWrapperConstructor(cfg, dict(groups=['language_branch.adapters']))
+    assert {g['name'] for g in configured(TinyBranch(sparse=False)).optimizer.param_groups} == \
+        {'language_branch', 'language_branch.adapters'}

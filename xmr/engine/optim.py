@@ -18,7 +18,7 @@ from torch.optim import Optimizer
 
 from xmr.engine.wrappers import unwrap_model
 from xmr.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS, OPTIMIZERS
-from xmr.utils.cli import UserKeyError
+from xmr.utils.cli import UserKeyError, did_you_mean
 
 DEFAULT_GROUPS = ('backbone', 'language_branch.embedding', 'language_branch.adapters',
                   'disentangler', 'losses')
@@ -245,6 +245,30 @@ def clip_grad_value_with_sparse(parameters: Iterable[nn.Parameter], clip_value: 
             parameter.grad.clamp_(-clip_value, clip_value)
 
 
+def check_groups_match(groups: Sequence[str], names: Sequence[str]) -> None:
+    """Each configured group prefix names parameters of the model, but those of
+    :data:`DEFAULT_GROUPS`, modules a model may lack (the dual encoders' ``disentangler``).
+
+    A prefix that matches none (a misspelt ``'backbone.vison_proj'``, or one written for
+    another model) would leave its parameters in the group of a shorter prefix, training them
+    at that group's ``lr_mult`` (CDDS's towers' 0.1x) with nothing said; the phases' ``lr_mult``
+    check sees only the groups the optimiser has.
+
+    Raises:
+        ValueError: naming the prefix, the closest module of the model and the fix.
+    """
+    for group in groups:
+        if group in DEFAULT_GROUPS or any(name == group or name.startswith(group + '.')
+                                          for name in names):
+            continue
+        modules = {name.rsplit('.', depth)[0] for name in names
+                   for depth in range(name.count('.') + 1)}
+        raise ValueError(f"optim_wrapper.paramwise_cfg.groups: '{group}' matches no parameter "
+                         f'of the model{did_you_mean(group, modules)}, so no group of that name '
+                         'is built and its parameters would train in the group of a shorter '
+                         'prefix, at its lr_mult; name a module of this model, or drop the entry')
+
+
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class PhasedOptimWrapperConstructor:
     """Builds the optimiser over every parameter a phase may train, grouped by module.
@@ -253,7 +277,7 @@ class PhasedOptimWrapperConstructor:
     parameter without a gradient is skipped by the optimiser step. Groups carry a ``name`` so a
     phase can scale one group's learning rate (``lr_mult``); weight decay (the config's
     ``weight_decay``, else the optimiser's own default) is not applied to
-    biases, norms, embeddings' padding and 0/1-d parameters.
+    biases, norms and 0/1-d parameters.
 
     Tables with sparse gradients (the target embedding built with ``sparse=True``) go to
     ``paramwise_cfg['sparse_optimizer']`` (default ``SparseAdam`` with the dense optimiser's
@@ -267,14 +291,25 @@ class PhasedOptimWrapperConstructor:
 
     Args:
         optim_wrapper_cfg: MMEngine's ``optim_wrapper`` config (``type``, ``optimizer``, ...).
-        paramwise_cfg: may hold ``groups`` (prefixes, default :data:`DEFAULT_GROUPS`) and
+        paramwise_cfg: may hold ``groups`` (prefixes, default :data:`DEFAULT_GROUPS`; each
+            configured one must match a parameter of the model, :func:`check_groups_match`) and
             ``sparse_optimizer`` (an ``OPTIMIZERS`` config without ``params``).
+
+    Raises:
+        ValueError: ``groups`` is no list of non-empty strings.
     """
 
     def __init__(self, optim_wrapper_cfg: dict, paramwise_cfg: dict | None = None) -> None:
         self.optim_wrapper_cfg = dict(optim_wrapper_cfg)
         paramwise_cfg = dict(paramwise_cfg or {})
-        self.groups = tuple(paramwise_cfg.pop('groups', DEFAULT_GROUPS))
+        groups = paramwise_cfg.pop('groups', None)
+        if groups is not None and (isinstance(groups, str) or not isinstance(groups, Sequence)
+                                   or not all(isinstance(g, str) and g for g in groups)):
+            # A string would be taken letter by letter: prefixes that match no parameter.
+            raise ValueError(f'optim_wrapper.paramwise_cfg.groups={groups!r} must be a list of '
+                             "parameter-name prefixes, e.g. ['backbone', 'backbone.vision_proj']")
+        self.configured_groups = None if groups is None else tuple(groups)
+        self.groups = DEFAULT_GROUPS if groups is None else self.configured_groups
         self.sparse_optimizer_cfg = paramwise_cfg.pop('sparse_optimizer', None)
         if paramwise_cfg:
             raise UserKeyError(f'PhasedOptimWrapperConstructor paramwise_cfg takes groups and '
@@ -282,6 +317,8 @@ class PhasedOptimWrapperConstructor:
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         model = unwrap_model(model)
+        if self.configured_groups is not None:
+            check_groups_match(self.configured_groups, [n for n, _ in model.named_parameters()])
         cfg = dict(self.optim_wrapper_cfg)
         optimizer_cfg = dict(cfg.pop('optimizer'))
         # Given, the config's decay; else the optimiser's own default (AdamW's 0.01).
