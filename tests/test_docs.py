@@ -904,3 +904,18 @@ def test_the_versions_getting_started_quotes_are_the_pins_and_floors():
               for name, version in quoted_versions(text, 'down to the floors').items()
               if floors.get(name) != version]
     assert not wrong, f'docs/getting_started.md quotes other versions than the code: {wrong}'
+
+
+def test_the_xmr_commands_custom_modules_lists_are_the_commands_xmr_runs():
+    """docs/custom_modules.md lists the commands of ``xmr`` for a project without a checkout;
+    each tool (a group, ``xmr data ...``, by its group) is among them and none is extra."""
+    from xmr.console import available
+
+    text = ' '.join((REPO / 'docs' / 'custom_modules.md').read_text(encoding='utf-8').split())
+    listed = text[text.index("the `xmr` command runs the repository's tools:"):
+                  text.index('(`xmr --help` lists them')]
+    documented = set(re.findall(r'`xmr (\w+)', listed))
+    commands = {command.split()[0] for command in available()}
+    assert documented == commands, (
+        f'docs/custom_modules.md lists xmr commands {sorted(documented - commands)} that xmr '
+        f'lacks and leaves out {sorted(commands - documented)}')
