@@ -919,3 +919,30 @@ def test_the_xmr_commands_custom_modules_lists_are_the_commands_xmr_runs():
     assert documented == commands, (
         f'docs/custom_modules.md lists xmr commands {sorted(documented - commands)} that xmr '
         f'lacks and leaves out {sorted(commands - documented)}')
+
+
+def test_the_readme_s_demo_table_is_the_phase_report_s_of_its_own_numbers():
+    """The table README.md says the demo ends with is the one ``PhaseReportHook`` writes for its
+    numbers (the columns the phases' ends label, the rows in order), and each column's mAR is the
+    mean of its target languages' AR, English left out (within the rounding of the shown
+    values)."""
+    from xmr.engine.hooks.phase_report import PhaseReportHook
+    from xmr.run_config import load_run_config
+
+    text = (REPO / 'README.md').read_text(encoding='utf-8')
+    table = re.search(r'^\| language \|.*?(?=\n\n)', text, re.S | re.M)[0]
+    header, _, *lines = ([cell.strip() for cell in line.strip('|').split('|')]
+                         for line in table.splitlines())
+    rows = {line[0]: [float(value) for value in line[1:]] for line in lines}
+    demo = load_run_config(DEMO)
+    phases = [phase.name for phase in demo.train_cfg.phases]
+    assert header == ['language', *(f'{name} end' for name in phases)]
+    assert list(rows) == demo.val_dataloader.dataset.languages + ['mAR']
+    hook = PhaseReportHook()
+    hook.columns = [(label, column, {'mAR' if lang == 'mAR' else f'{lang}/AR': values[column]
+                                     for lang, values in rows.items()})
+                    for column, label in enumerate(header[1:])]
+    assert hook.table() == table
+    targets = [values for lang, values in rows.items() if lang not in ('en', 'mAR')]
+    for column, mean in enumerate(rows['mAR']):
+        assert abs(sum(values[column] for values in targets) / len(targets) - mean) <= 0.01
