@@ -946,3 +946,20 @@ def test_the_readme_s_demo_table_is_the_phase_report_s_of_its_own_numbers():
     targets = [values for lang, values in rows.items() if lang not in ('en', 'mAR')]
     for column, mean in enumerate(rows['mAR']):
         assert abs(sum(values[column] for values in targets) / len(targets) - mean) <= 0.01
+
+
+def test_the_annotation_example_of_data_md_loads_and_its_table_names_every_key(tmp_path):
+    """docs/data.md's example of the annotation format is a file ``load_annotation`` accepts,
+    and its table of keys names every key of the header and of an item the loader reads."""
+    from xmr.datasets import annotation
+
+    text = (REPO / 'docs' / 'data.md').read_text(encoding='utf-8')
+    section = text[text.index('## The annotation format'):text.index('## Language codes')]
+    example = tmp_path / 'example.json'
+    example.write_text(re.search(r'```json\n(.*?)```', section, re.S)[1], encoding='utf-8')
+    loaded = annotation.load_annotation(example)
+    assert loaded.translation_langs == ['de'] and len(loaded.items) == 1
+    documented = {key.removeprefix('items[].') for row in re.findall(r'^\| (.+?) \|', section, re.M)
+                  for key in re.findall(r'`([\w\[\].]+)`', row)}
+    read = {*annotation._HEADER_KEYS, *annotation._ITEM_KEYS} - {'items'}
+    assert read <= documented, f'docs/data.md leaves out the keys {sorted(read - documented)}'
