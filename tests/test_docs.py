@@ -487,10 +487,11 @@ def test_types_and_modules_named_exist(page):
 
 
 # Options: a `dict(type='Foo', a=..., b=...)` a page writes (a fenced block's or inline code's,
-# over lines, comments cut) passes Foo only keywords its constructor takes, or those of the base
-# classes its `**kwargs` reach (a dataset's `data_root`, MMEngine's `BaseDataset`'s); a dict that
-# does not parse as Python (`dict(type='X', ..., key=1)`) or names a type of the page's own is
-# passed over.
+# over lines, comments cut) is one the registry holding Foo lets through its option check
+# (`XMRRegistry.check_options`, as the config's build does): the keywords Foo takes, those its
+# `forwards_options_to` take, values of the kind of each default (a value that is no literal,
+# `...` or a name, is taken as None, of any kind). A dict that does not parse as Python
+# (`dict(type='X', ..., key=1)`) or names a type of the page's own is passed over.
 
 DICT_CALL = re.compile(r'(?<![\w.])dict\(')
 
@@ -510,63 +511,37 @@ def dict_calls(text: str) -> list[str]:
     return calls
 
 
-def built_type(name: str) -> Any:
-    """The class or function that xmr's registries (and their MMEngine parents) build as
-    ``name``, or None."""
+def literal_or_none(node: ast.expr) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:  # a call, a name, `...` inside a list
+        return None
+
+
+def refused_options(page: Path) -> list[str]:
     from xmr import registry
 
-    for found in vars(registry).values():
-        if isinstance(found, Registry) and registered_in(found, name):
-            return found.get(name)
-    return None
-
-
-def taken_keywords(built: Any) -> set[str] | None:
-    """The keywords ``built`` takes: its parameters, and, while a constructor hands on
-    ``**kwargs``, those of the next class up its MRO; None where any keyword is taken."""
-    owners = built.__mro__ if inspect.isclass(built) else (built,)
-    taken: set[str] = set()
-    for owner in owners:
-        if owner is object:
-            return None  # **kwargs reached object: no constructor says what it takes
-        init = owner.__init__ if inspect.isclass(owner) else owner
-        if inspect.isclass(owner) and '__init__' not in vars(owner):
-            continue
+    refused = []
+    for call in dict_calls(page.read_text(encoding='utf-8')):
         try:
-            parameters = inspect.signature(init).parameters
-        except (TypeError, ValueError):  # a builtin's constructor
-            return None
-        taken |= {name for name, parameter in parameters.items()
-                  if parameter.kind not in (inspect.Parameter.VAR_POSITIONAL,
-                                            inspect.Parameter.VAR_KEYWORD)}
-        if not any(parameter.kind is inspect.Parameter.VAR_KEYWORD
-                   for parameter in parameters.values()):
-            return taken - {'self'}
-    return None
-
-
-def unknown_options(page: Path) -> list[str]:
-    text = page.read_text(encoding='utf-8')
-    wrong = []
-    for call in dict_calls(text):
-        try:
-            keywords = {keyword.arg: keyword.value
-                        for keyword in ast.parse(call, mode='eval').body.keywords if keyword.arg}
+            keywords = ast.parse(call, mode='eval').body.keywords
         except SyntaxError:
             continue
-        kind = keywords.get('type')
-        if not (isinstance(kind, ast.Constant) and isinstance(kind.value, str)):
-            continue
-        built = built_type(kind.value)
-        taken = None if built is None else taken_keywords(built)
-        if taken is None:
-            continue  # a type of the page's own (named by the name check), or any keyword
-        wrong += [f"type='{kind.value}': {key} (it takes {', '.join(sorted(taken))})"
-                  for key in keywords if key not in taken | {'type', '_delete_', '_scope_'}]
-    return sorted(set(wrong))
+        cfg = {keyword.arg: literal_or_none(keyword.value) for keyword in keywords if keyword.arg}
+        cfg.pop('_delete_', None)
+        holder = next((found for found in vars(registry).values()
+                       if isinstance(found, registry.XMRRegistry)
+                       and isinstance(cfg.get('type'), str) and registered_in(found, cfg['type'])),
+                      None)  # None: a type of the page's own, or none (the name check's)
+        try:
+            if holder is not None:
+                holder.check_options(cfg)
+        except (TypeError, ValueError) as error:
+            refused.append(str(error))
+    return sorted(set(refused))
 
 
-def test_the_option_check_reads_dicts_over_lines_and_follows_kwargs(tmp_path):
+def test_the_option_check_reads_dicts_over_lines_as_the_build_checks_them(tmp_path):
     page = tmp_path / 'page.md'
     page.write_text("```python\nmetric = dict(type='RetrievalMetric',  # a comment (\n"
                     "              langauges=['de'])\n"
@@ -574,17 +549,20 @@ def test_the_option_check_reads_dicts_over_lines_and_follows_kwargs(tmp_path):
                     "              shufle=True))\n```\n"
                     "`dict(type='CaptionPairDataset', data_root='d', ann_file='a.json')`, "
                     "`dict(type='CheckpointHook', anything=1)`, `dict(type='Mine', x=1)`, "
-                    "`dict(type='RetrievalMetric', ..., languages=None)`\n")
-    wrong = unknown_options(page)
-    assert [entry.split(' (')[0] for entry in wrong] == [
-        "type='DefaultSampler': shufle", "type='RetrievalMetric': langauges"]
-    assert 'shuffle' in wrong[0] and 'languages' in wrong[1]
+                    "`dict(type='RetrievalMetric', ..., languages=None)`, "
+                    "`dict(type='RetrievalMetric', rerank_candidates='100')`\n")
+    refused = refused_options(page)
+    assert len(refused) == 4, refused
+    assert "DefaultSampler: unknown option 'shufle' (did you mean 'shuffle'?)" in refused[0]
+    assert "CheckpointHook: unknown option 'anything'" in refused[1]  # MMEngine's, forwarded
+    assert "RetrievalMetric: option rerank_candidates='100' must be a number" in refused[2]
+    assert "RetrievalMetric: unknown option 'langauges' (did you mean 'languages'?)" in refused[3]
 
 
 @pytest.mark.parametrize('page', PAGES, ids=lambda page: str(page.relative_to(REPO)))
 def test_documented_dicts_pass_their_types_options_they_take(page):
-    wrong = unknown_options(page)
-    assert not wrong, f'{page.relative_to(REPO)} passes types options they do not take: {wrong}'
+    refused = refused_options(page)
+    assert not refused, f'{page.relative_to(REPO)} writes options their types refuse: {refused}'
 
 
 # Signatures: a signature the docs write for a function or class of the public API
