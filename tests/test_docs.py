@@ -941,3 +941,22 @@ def test_the_annotation_example_of_data_md_loads_and_its_table_names_every_key(t
                   for key in re.findall(r'`([\w\[\].]+)`', row)}
     read = {*annotation._HEADER_KEYS, *annotation._ITEM_KEYS} - {'items'}
     assert read <= documented, f'docs/data.md leaves out the keys {sorted(read - documented)}'
+
+
+def test_the_language_code_table_of_data_md_is_what_normalize_language_does():
+    """Each row of docs/data.md's table of language codes: every code given maps to its
+    canonical code (the row's one, or the one at its place in the list)."""
+    from xmr.datasets.languages import normalize_language
+
+    text = (REPO / 'docs' / 'data.md').read_text(encoding='utf-8')
+    table = text[text.index('| given | canonical | rule |'):].splitlines()[2:]
+    wrong, checked = [], 0
+    for line in table[:next(i for i, line in enumerate(table) if not line.startswith('|'))]:
+        given, canonical = (re.findall(r'`([^`]+)`', cell)
+                            for cell in line.strip('|').split('|')[:2])
+        canonical = canonical * len(given) if len(canonical) == 1 else canonical
+        assert len(given) == len(canonical), line
+        checked += len(given)
+        wrong += [f'{code} -> {normalize_language(code)}, the table says {meant}'
+                  for code, meant in zip(given, canonical) if normalize_language(code) != meant]
+    assert checked >= 30 and not wrong, f'docs/data.md maps language codes otherwise: {wrong}'
