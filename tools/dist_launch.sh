@@ -4,8 +4,9 @@
 #   dist_launch SCRIPT 'POSITIONAL NAMES' "$@"
 #
 # prints the usage for -h or --help; checks that the caller got SCRIPT's positional arguments
-# followed by NUM_PROCESSES, a positive integer (else prints the usage and exits 2), then runs
-# tools/SCRIPT under torchrun with MMEngine's `pytorch` launcher. Environment: NNODES (1),
+# followed by NUM_PROCESSES, a positive integer (else prints the usage and exits 2), and that
+# PORT, NNODES (N or torchrun's elastic MIN:MAX) and NODE_RANK are in range (else names the
+# variable and exits 2), then runs tools/SCRIPT under torchrun with MMEngine's `pytorch` launcher. Environment: NNODES (1),
 # NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (29500), PYTHON, XMR_COMMAND (the name the usage
 # shows; `xmr dist_train` sets it).
 
@@ -35,6 +36,23 @@ dist_launch() {
             "it after ${names[*]}" >&2
         exit 2
     fi
+    # torchrun refused a bad PORT with its traceback, and a NODE_RANK past NNODES waited for its
+    # rendezvous until the timeout.
+    local nnodes=${NNODES:-1} node_rank=${NODE_RANK:-0} port=${PORT:-29500}
+    if ! [[ $port =~ ^[1-9][0-9]{0,4}$ ]] || (( port > 65535 )); then
+        echo "error: PORT: '$port' is no port number (1 to 65535); set PORT=N" >&2
+        exit 2
+    fi
+    if ! [[ $nnodes =~ ^[1-9][0-9]{0,5}(:[1-9][0-9]{0,5})?$ ]]; then
+        echo "error: NNODES: '$nnodes' is no positive number of nodes; set NNODES=N" >&2
+        exit 2
+    fi
+    local most_nodes=${nnodes#*:}
+    if ! [[ $node_rank =~ ^(0|[1-9][0-9]{0,5})$ ]] || (( node_rank >= most_nodes )); then
+        echo "error: NODE_RANK: '$node_rank' is no node of NNODES=$nnodes; set NODE_RANK to 0" \
+            "to $(( most_nodes - 1 )), one per node" >&2
+        exit 2
+    fi
     local tools
     tools=$(dirname "$0")
     # torchrun sets OMP_NUM_THREADS=1 where the caller set none: the tools would take that for
@@ -53,10 +71,10 @@ dist_launch() {
         export PYTHONPATH="$tools/..${PYTHONPATH:+:$PYTHONPATH}"
     fi
     exec "${PYTHON:-python}" -m torch.distributed.run \
-        --nnodes="${NNODES:-1}" \
-        --node_rank="${NODE_RANK:-0}" \
+        --nnodes="$nnodes" \
+        --node_rank="$node_rank" \
         --master_addr="${MASTER_ADDR:-127.0.0.1}" \
-        --master_port="${PORT:-29500}" \
+        --master_port="$port" \
         --nproc_per_node="$num_processes" \
         "$tools/$script" "${positionals[@]}" --launcher pytorch "$@"
 }

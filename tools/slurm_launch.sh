@@ -42,8 +42,24 @@ slurm_launch() {
     fi
     local tools
     tools=$(dirname "$0")
-    local -a extra_srun_args
-    read -r -a extra_srun_args <<< "${SRUN_ARGS:-}"
+    # Split as the shell splits a command line (SRUN_ARGS='--comment="a b"'): split at blanks
+    # alone, srun got '--comment="a' and 'b"'. One option a line, none holding a line break.
+    local -a extra_srun_args=()
+    if [ -n "${SRUN_ARGS:-}" ]; then
+        local split_args
+        if ! split_args=$("${PYTHON:-python}" -c 'import shlex, sys
+try:
+    print("\n".join(shlex.split(sys.argv[1])))
+except ValueError as error:
+    sys.exit(str(error).lower())' "$SRUN_ARGS" 2>&1); then
+            echo "error: SRUN_ARGS: '$SRUN_ARGS' is no command line of srun options" \
+                "($split_args); quote as a shell does, e.g. SRUN_ARGS='--comment=\"a b\"'" >&2
+            exit 2
+        fi
+        if [ -n "$split_args" ]; then  # blanks alone: no option (mapfile would read one '')
+            mapfile -t extra_srun_args <<< "$split_args"
+        fi
+    fi
 
     # A checkout's xmr, for the tools run from it uninstalled; an installed xmr's tools lie in
     # the package (xmr/.mim/tools), found by the interpreter anyway, and its folder on the path

@@ -170,3 +170,58 @@ def test_only_a_checkout_s_folder_goes_on_the_python_path(tmp_path):
         out = subprocess.run(['bash', str(tools / 'slurm_train.sh'), 'part', 'job', 'cfg.py'],
                              capture_output=True, text=True, check=False, env=env)
         assert out.stdout.splitlines()[0] == f'PYTHONPATH={pythonpath}', out.stderr
+
+
+def args_printer(folder: Path) -> Path:
+    """A stand-in for ``python`` or ``srun`` that prints each argument it got on a line."""
+    printer = folder / 'printer'
+    printer.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    printer.chmod(0o755)
+    return printer
+
+
+def test_arguments_with_spaces_and_quotes_reach_the_tools_unchanged(tmp_path):
+    printer = str(args_printer(tmp_path))
+    options = ['--cfg-options', "work_dir='runs/a b'", 'x="y z"']
+    out = run('dist_train.sh', 'my cfg.py', '2', *options, PYTHON=printer)
+    assert out.stdout.splitlines()[-6:] == ['my cfg.py', '--launcher', 'pytorch', *options]
+    out = run('slurm_test.sh', 'part', 'job name', 'my cfg.py', 'a ckpt.pth', *options,
+              SRUN=printer, GPUS='1')
+    lines = out.stdout.splitlines()
+    assert '--job-name=job name' in lines
+    assert lines[-7:] == ['my cfg.py', 'a ckpt.pth', '--launcher', 'slurm', *options]
+
+
+def test_srun_args_are_split_as_the_shell_splits_them(tmp_path):
+    """``SRUN_ARGS='--comment="a b"'`` went to srun as '--comment="a' and 'b"'."""
+    out = run('slurm_train.sh', 'part', 'job', 'cfg.py', SRUN=str(args_printer(tmp_path)),
+              GPUS='1', SRUN_ARGS='--time=1:00 --comment="two words" --mail-user=\'a b\'')
+    lines = out.stdout.splitlines()
+    start = lines.index('--kill-on-bad-exit=1') + 1
+    assert lines[start:start + 4] == ['--time=1:00', '--comment=two words', '--mail-user=a b',
+                                      'python']
+    blank = run('slurm_train.sh', 'part', 'job', 'cfg.py', SRUN=str(args_printer(tmp_path)),
+                GPUS='1', SRUN_ARGS='  ')
+    assert blank.stdout.splitlines()[start - 1:start + 1] == ['--kill-on-bad-exit=1', 'python']
+    unclosed = run('slurm_train.sh', 'part', 'job', 'cfg.py', SRUN='echo',
+                   SRUN_ARGS='--comment="a b')
+    assert (unclosed.returncode, unclosed.stdout) == (2, '')
+    assert unclosed.stderr == ('error: SRUN_ARGS: \'--comment="a b\' is no command line of srun '
+                               "options (no closing quotation); quote as a shell does, e.g. "
+                               'SRUN_ARGS=\'--comment="a b"\'\n')
+
+
+@pytest.mark.parametrize('env, refused', [
+    (dict(PORT='abc'), "error: PORT: 'abc' is no port number (1 to 65535); set PORT=N"),
+    (dict(PORT='70000'), "error: PORT: '70000' is no port number (1 to 65535); set PORT=N"),
+    (dict(PORT='0'), "error: PORT: '0' is no port number (1 to 65535); set PORT=N"),
+    (dict(NNODES='0'), "error: NNODES: '0' is no positive number of nodes; set NNODES=N"),
+    (dict(NNODES='2', NODE_RANK='2'), "error: NODE_RANK: '2' is no node of NNODES=2; set "
+     'NODE_RANK to 0 to 1, one per node'),
+    (dict(NODE_RANK='x'), "error: NODE_RANK: 'x' is no node of NNODES=1; set NODE_RANK to 0 "
+     'to 0, one per node')])
+def test_a_bad_port_or_node_is_refused_before_torchrun(env, refused):
+    """torchrun refused PORT=70000 with a traceback, and a NODE_RANK past NNODES waited for its
+    rendezvous until the timeout."""
+    out = run('dist_train.sh', 'cfg.py', '2', PYTHON='echo', **env)
+    assert (out.returncode, out.stdout, out.stderr) == (2, '', refused + '\n')
