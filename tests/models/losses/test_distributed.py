@@ -114,8 +114,10 @@ class _PerLanguageScorer(torch.nn.Module):
 
 
 def _batch(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank ``rank``'s texts and media, ``[3 + 2·rank, 4]`` each: shards of unequal size."""
     generator = torch.Generator().manual_seed(rank)
-    return torch.randn(3, 4, generator=generator), torch.randn(3, 4, generator=generator)
+    rows = 3 + 2 * rank
+    return torch.randn(rows, 4, generator=generator), torch.randn(rows, 4, generator=generator)
 
 
 def _ddp_worker(rank: int, port: int, out_dir: str) -> None:
@@ -127,8 +129,10 @@ def _ddp_worker(rank: int, port: int, out_dir: str) -> None:
         _PerLanguageScorer(), find_unused_parameters=True, bucket_cap_mb=1e-6)
     for _ in range(3):
         model.zero_grad()
-        model(*_batch(rank), language=rank).backward()
-    torch.save({name: p.grad for name, p in model.module.named_parameters()},
+        loss = model(*_batch(rank), language=rank)
+        loss.backward()
+    torch.save(dict(loss=loss.detach(), grads={name: p.grad for name, p in
+                                               model.module.named_parameters()}),
                Path(out_dir) / f'rank{rank}.pt')
     dist.destroy_process_group()
 
@@ -137,17 +141,22 @@ def test_ranks_training_other_languages_with_a_learnable_scale_get_one_process_s
         tmp_path):
     """Each rank trains its own language's map, so DDP finds different unused parameters per
     rank and readies their buckets in a different order; the gather's backward must not add a
-    collective that those buckets' all-reduces could pair up with (gloo aborted here)."""
+    collective that those buckets' all-reduces could pair up with (gloo aborted here). The
+    shards are of unequal size (3 and 5 rows): DDP's average over the ranks must still give the
+    loss and the gradients of one process with the 8 rows."""
     mp.start_processes(_ddp_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True,
                        start_method='fork')
     reference = _PerLanguageScorer()
     batches = [_batch(rank) for rank in range(WORLD)]
     texts = torch.cat([reference.languages[rank](batches[rank][0]) for rank in range(WORLD)])
-    reference.loss(texts, torch.cat([media for _, media in batches])).backward()
+    loss = reference.loss(texts, torch.cat([media for _, media in batches]))
+    loss.backward()
     for rank in range(WORLD):
-        grads = torch.load(tmp_path / f'rank{rank}.pt')
+        result = torch.load(tmp_path / f'rank{rank}.pt')
+        torch.testing.assert_close(result['loss'], loss.detach(), rtol=1e-6, atol=1e-7)
         for name, parameter in reference.named_parameters():
-            torch.testing.assert_close(grads[name], parameter.grad, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(result['grads'][name], parameter.grad, rtol=1e-5,
+                                       atol=1e-6)
 
 
 def test_a_default_group_with_gloo_for_host_tensors_is_the_host_group(monkeypatch):
