@@ -118,19 +118,30 @@ def _worker(rank: int, port: int, work_dir: str, out_dir: str,
     setup_cpu_distributed(cfg, 'pytorch')
     runner = Runner.from_cfg(cfg)
     # The wrappers themselves are kept: an id alone could be reused once a wrapper is freed.
-    wrappers = []
-    original = runner.train_loop._enter_phase
+    wrappers, synced, trained = [], [], []
+    original, build_reducer = (runner.train_loop._enter_phase,
+                               DistributedDataParallel._build_params_for_reducer)
+
+    def record_reducer(wrapper):
+        """What the wrapper all-reduces: the parameters its reducer is built over, once."""
+        parameters, sparse = build_reducer(wrapper)
+        in_buckets = {id(p) for p in parameters}
+        synced.append({n for n, p in wrapper.module.named_parameters() if id(p) in in_buckets})
+        return parameters, sparse
 
     def record_wrapper(phase, fresh):
         iterator = original(phase, fresh)
         wrappers.append(runner.model)
+        trained.append({n for n, p in runner.model.module.named_parameters()
+                        if p.requires_grad})
         return iterator
+
+    DistributedDataParallel._build_params_for_reducer = record_reducer
 
     runner.train_loop._enter_phase = record_wrapper
     runner.train()
     torch.save(dict(state=trained_state(runner), wrappers=len({id(w) for w in wrappers}),
-                    synced=sorted(n for n, p in runner.model.module.named_parameters()
-                                  if p.requires_grad)),
+                    synced=synced, trained=trained),
                Path(out_dir) / f'rank{rank}.pt')
     torch.distributed.destroy_process_group()
 
@@ -475,7 +486,15 @@ def test_two_gloo_processes_match_one_process_with_the_global_batch(tmp_path, mo
     atol = 1e-5 if batching == 'mixed' else 1e-4
     for rank in ranks:
         assert rank['wrappers'] == len(PHASES)  # a fresh DDP wrapper per phase
-        assert 'backbone.clip.text_projection' in rank['synced']
+        # Each phase's wrapper all-reduces exactly what the phase trains (the runner's first
+        # wrapper, built before any phase froze anything, held every parameter): the text
+        # projection (frozen in the first phase) joins the second's, the first's embedding
+        # leaves it.
+        assert rank['synced'][-len(PHASES):] == rank['trained']
+        assert ['backbone.clip.text_projection' in synced
+                for synced in rank['synced'][-len(PHASES):]] == [False, True]
+        assert [any(n.startswith('language_branch.embedding') for n in synced)
+                for synced in rank['synced'][-len(PHASES):]] == [True, False]
         for name, value in expected.items():
             torch.testing.assert_close(rank['state'][name], value, rtol=1e-4, atol=atol,
                                        msg=name)
