@@ -7,7 +7,8 @@
 # positional arguments (else prints the usage and exits 2), then runs tools/SCRIPT under srun,
 # one task per GPU, with MMEngine's `slurm` launcher, which reads the rank, world size and master
 # address from Slurm's environment.
-# Environment: GPUS (8), GPUS_PER_NODE (min(GPUS, 8)), CPUS_PER_TASK (5), SRUN_ARGS, SRUN, PYTHON,
+# Environment: GPUS (8), GPUS_PER_NODE (min(GPUS, 8)), CPUS_PER_TASK (5), SRUN_ARGS (srun's
+# further options, quoted as on a command line: PYTHON's shlex splits them), SRUN, PYTHON,
 # XMR_COMMAND (the name the usage shows; `xmr slurm_train` sets it).
 
 slurm_launch() {
