@@ -6,9 +6,9 @@
 # prints the usage for -h or --help; checks that the caller got SCRIPT's positional arguments
 # followed by NUM_PROCESSES, a positive integer (else prints the usage and exits 2), and that
 # PORT, NNODES (N or torchrun's elastic MIN:MAX) and NODE_RANK are in range (else names the
-# variable and exits 2), then runs tools/SCRIPT under torchrun with MMEngine's `pytorch` launcher. Environment: NNODES (1),
-# NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (29500), PYTHON, XMR_COMMAND (the name the usage
-# shows; `xmr dist_train` sets it).
+# variable and exits 2), then runs tools/SCRIPT under torchrun with MMEngine's `pytorch`
+# launcher. Environment: NNODES (1), NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (29500),
+# PYTHON, XMR_COMMAND (the name the usage shows; `xmr dist_train` sets it).
 
 dist_launch() {
     local script=$1
