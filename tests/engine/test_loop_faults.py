@@ -252,6 +252,19 @@ def test_an_lr_mult_of_no_parameter_group_fails_before_the_first_step(tmp_path):
         "'losses']")
 
 
+def test_an_lr_mult_of_a_group_the_phase_does_not_train_is_warned_about(tmp_path):
+    """A multiplier on a group left out of the phase's trainable scales nothing: its writer
+    meant a rate for weights the run never trained, and nothing said so."""
+    idle = dict(PHASES[1], iters=1, lr_mult=dict(backbone=0.1))
+    runner, _ = train(make_cfg(tmp_path / 'idle', phases=[idle]))
+    assert (f"phase cross_lingual: lr_mult scales the groups ['backbone'], whose parameters "
+            f"the phase does not train (trainable={PHASES[1]['trainable']}), so it changes "
+            'nothing') in log_text(Path(runner.work_dir))
+    trained = dict(idle, lr_mult={'language_branch.embedding': 0.5})
+    runner, _ = train(make_cfg(tmp_path / 'trained', phases=[trained]))
+    assert 'so it changes nothing' not in log_text(Path(runner.work_dir))
+
+
 # ------------------------------------------------------------------ item 10: data languages
 def test_a_val_language_without_adapters_fails_before_the_first_step(tmp_path):
     cfg = make_cfg(tmp_path)

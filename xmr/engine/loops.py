@@ -732,6 +732,23 @@ class PhasedTrainLoop(BaseLoop):
                 raise ValueError(f'phase {phase.name}: lr_mult names {unknown}, which are no '
                                  f'parameter group of the optimiser; it has '
                                  f'{sorted(g for g in groups if g)}')
+        self._warn_of_idle_lr_mults(param_groups)
+
+    def _warn_of_idle_lr_mults(self, param_groups: list[dict]) -> None:
+        """Warn of each phase's ``lr_mult`` on a group whose parameters the phase does not
+        train: the multiplier then scales nothing, where its writer meant a rate for weights
+        they took to be training (a group left out of ``trainable``)."""
+        names = {id(parameter): name for name, parameter in self.model.named_parameters()}
+        for phase in self.phases:
+            # A name may hold two groups (with and without weight decay): idle when both are.
+            trained = {group.get('name') for group in param_groups
+                       if any(phase.trains(names.get(id(p), '')) for p in group['params'])}
+            idle = sorted(set(phase.lr_mult) - trained)
+            if idle:
+                self.runner.logger.warning(
+                    f'phase {phase.name}: lr_mult scales the groups {idle}, whose parameters the '
+                    f'phase does not train (trainable={phase.trainable}), so it changes nothing; '
+                    "add them to the phase's trainable, or drop them from its lr_mult")
 
     def _check_phases_against_model(self) -> None:
         """Every phase's ``trainable`` prefixes match parameters and the model can run its
