@@ -1,8 +1,10 @@
 """Shared fixtures: a tiny random CLIP and the path of the real data fixtures."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -47,6 +49,15 @@ MIXED_BATCH = dict(
     source_text=['a red circle', 'a blue square', 'two red circles', 'a green triangle'],
     target_text=['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise', '一个绿色的三角形'],
     lang=['de', 'zh', 'de', 'zh'], media_id=['a', 'b', 'c', 'd'], index=[0, 1, 2, 3])
+
+
+def benchmark_script(name: str) -> types.ModuleType:
+    """``tools/benchmarks/<name>.py`` loaded as a module (the scripts are no package)."""
+    spec = importlib.util.spec_from_file_location(
+        name, REPO / 'tools' / 'benchmarks' / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def tiny_backbone_cfg(**overrides) -> dict:

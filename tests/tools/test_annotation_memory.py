@@ -1,18 +1,14 @@
 """tools/benchmarks/annotation_memory.py: a dataset's annotation memory and its workers' copies."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import benchmark_script
 
-spec = importlib.util.spec_from_file_location(
-    'annotation_memory', REPO / 'tools' / 'benchmarks' / 'annotation_memory.py')
-annotation_memory = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(annotation_memory)
+annotation_memory = benchmark_script('annotation_memory')
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith('linux'),
                                 reason='reads /proc, Linux only')

@@ -1,16 +1,11 @@
 """tools/benchmarks/eval_search.py: its options checked before the first row."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import benchmark_script
 
-spec = importlib.util.spec_from_file_location(
-    'eval_search', REPO / 'tools' / 'benchmarks' / 'eval_search.py')
-eval_search = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(eval_search)
+eval_search = benchmark_script('eval_search')
 
 
 @pytest.mark.parametrize('argv, message', [

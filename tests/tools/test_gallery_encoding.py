@@ -1,17 +1,12 @@
 """tools/benchmarks/gallery_encoding.py: its options checked before the gallery is written."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import benchmark_script
 
-spec = importlib.util.spec_from_file_location(
-    'gallery_encoding', REPO / 'tools' / 'benchmarks' / 'gallery_encoding.py')
-gallery_encoding = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gallery_encoding)
+gallery_encoding = benchmark_script('gallery_encoding')
 
 
 @pytest.mark.parametrize('argv, message', [

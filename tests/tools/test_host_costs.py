@@ -1,17 +1,12 @@
 """tools/benchmarks/host_costs.py: the host's costs per trained tensor and per module."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import benchmark_script
 
-spec = importlib.util.spec_from_file_location(
-    'host_costs', REPO / 'tools' / 'benchmarks' / 'host_costs.py')
-host_costs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(host_costs)
+host_costs = benchmark_script('host_costs')
 
 
 def test_a_call_is_timed_without_what_runs_before_it(monkeypatch):

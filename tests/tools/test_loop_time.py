@@ -3,23 +3,19 @@ phase, as a run of the shipped schedule trains it."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import tempfile
 import types
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import benchmark_script
 from xmr.datasets.pairs import CaptionPairDataset
 from xmr.engine import loops
 
 READ_TO_HOST = loops.read_to_host
 
-spec = importlib.util.spec_from_file_location(
-    'loop_time', REPO / 'tools' / 'benchmarks' / 'loop_time.py')
-loop_time = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(loop_time)
+loop_time = benchmark_script('loop_time')
 
 
 def test_one_off_iterations_are_the_warm_up_and_each_first_kind_of_batch_by_hand():

@@ -2,17 +2,13 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import SHARED_DATA, benchmark_script
 
-spec = importlib.util.spec_from_file_location(
-    'padded_widths', REPO / 'tools' / 'benchmarks' / 'padded_widths.py')
-padded_widths = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(padded_widths)
+padded_widths = benchmark_script('padded_widths')
 TOKENIZER = SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'
 
 
