@@ -40,7 +40,7 @@ from xmr.engine.hooks.preemption import (
 from xmr.engine.optim import parameter_counts
 from xmr.engine.optim_wrapper import OptimWrapper
 from xmr.engine.phase_best import PhaseBest
-from xmr.engine.phases import Phase, check_phase_names, phase_lr_factor
+from xmr.engine.phases import Phase, check_phase_names, phase_lr_factor, under_prefix
 from xmr.engine.pinned_batches import pinned_on_gpu
 from xmr.engine.resume import (
     can_skip_at_sampler,
@@ -769,12 +769,12 @@ class PhasedTrainLoop(BaseLoop):
                 raise ValueError(f'phase {phase.name}: trainable={named} names groups this model '
                                  f'leaves empty ({groups}); name the modules to train')
             for prefix in phase.trainable:
-                if not any(n == prefix or n.startswith(prefix + '.') for n in names):
+                if not any(under_prefix(n, prefix) for n in names):
                     modules = {n.rsplit('.', depth)[0] for n in names
                                for depth in range(1, n.count('.') + 1)}
                     fixed = ' but those its module built frozen (requires_grad=False), ' \
                         'which no phase trains' if any(
-                            n == prefix or n.startswith(prefix + '.')
+                            under_prefix(n, prefix)
                             for n in self._built_frozen) else ''
                     raise ValueError(f"phase {phase.name}: trainable prefix '{prefix}' matches "
                                      f'no parameter of the model{fixed}'

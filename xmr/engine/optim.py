@@ -16,6 +16,7 @@ from mmengine.optim import OptimWrapper
 from torch import nn
 from torch.optim import Optimizer
 
+from xmr.engine.phases import under_prefix
 from xmr.engine.wrappers import unwrap_model
 from xmr.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS, OPTIMIZERS
 from xmr.utils.cli import UserKeyError, did_you_mean
@@ -258,8 +259,7 @@ def check_groups_match(groups: Sequence[str], names: Sequence[str]) -> None:
         ValueError: naming the prefix, the closest module of the model and the fix.
     """
     for group in groups:
-        if group in DEFAULT_GROUPS or any(name == group or name.startswith(group + '.')
-                                          for name in names):
+        if group in DEFAULT_GROUPS or any(under_prefix(name, group) for name in names):
             continue
         modules = {name.rsplit('.', depth)[0] for name in names
                    for depth in range(name.count('.') + 1)}

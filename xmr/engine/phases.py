@@ -135,7 +135,7 @@ class Phase:
 
     def trains(self, name: str) -> bool:
         """Whether the parameter ``name`` lies under one of the phase's ``trainable`` prefixes."""
-        return any(name == prefix or name.startswith(prefix + '.') for prefix in self.trainable)
+        return any(under_prefix(name, prefix) for prefix in self.trainable)
 
     def schedule_record(self) -> dict[str, Any]:
         """What the phase trains and how, as plain data a checkpoint keeps: its name,
@@ -149,6 +149,11 @@ class Phase:
                     # Only when set: the records of checkpoints written before it stay equal.
                     **({} if self.start_from_best is None
                        else dict(start_from_best=self.start_from_best)))
+
+
+def under_prefix(name: str, prefix: str) -> bool:
+    """Whether the parameter ``name`` is ``prefix`` or lies in the module it names."""
+    return name == prefix or name.startswith(prefix + '.')
 
 
 def check_phase_names(phases: Sequence[Phase]) -> None:
