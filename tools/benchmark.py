@@ -93,6 +93,7 @@ from typing import Any
 from xmr.utils.cli import (
     UserError,
     given_device,
+    given_file,
     given_json_output,
     given_output,
     int_at_least,
@@ -205,6 +206,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                               args.overwrite)
         if args.profile is not None:
             check_profile_path(args)
+        if args.tokenizer_file is not None:
+            check_tokenizer_file(args.tokenizer_file, args.arch)
     except UserError as error:
         parser.error(str(error))
     if args.overwrite and args.out is None:
@@ -226,6 +229,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def check_tokenizer_file(path: str, arch: str) -> None:
+    """Refuse a ``--tokenizer-file`` no row would read: missing, or given for an architecture
+    that tokenizes with CLIP's BPE (its rows ran with the BPE and said nothing)."""
+    from xmr.models.backbones.open_clip_pretrained import text_tokenizer_cfg
+
+    given_file(path, '--tokenizer-file', 'give a Hugging Face tokenizer.json')
+    if arch == 'tiny' or 'name_or_path' not in (text_tokenizer_cfg(arch, None) or {}):
+        raise UserError(f'{path} (--tokenizer-file)', f"--arch {arch} tokenizes with CLIP's "
+                        'BPE and reads no tokenizer file', 'leave --tokenizer-file out, or give '
+                        'an --arch with a Hugging Face tokenizer (ViT-B-16-SigLIP2-256)')
+
+
 # ----------------------------------------------------------------------------------- one row
 def backbone_cfg(arch: str, pad_to: int | None, tokenizer_file: str | None = None,
                  probe: bool = False) -> dict[str, Any]:
@@ -242,9 +257,12 @@ def backbone_cfg(arch: str, pad_to: int | None, tokenizer_file: str | None = Non
     tokenizer = text_tokenizer_cfg(arch, None) or dict(type='OpenCLIPTokenizer')
     if tokenizer_file and 'name_or_path' in tokenizer:
         tokenizer.pop('name_or_path')
-        # A lone file names no pad token, which a SigLIP tower refuses to guess; the stand-in
-        # times the model, so SigLIP 2's own padding id (Gemma's <pad>) serves.
-        tokenizer.update(tokenizer_file=tokenizer_file, pad_id=0)
+        tokenizer['tokenizer_file'] = tokenizer_file
+        if not open_clip.get_model_config(arch)['text_cfg'].get('hf_model_name'):
+            # A lone file names no pad token, which a SigLIP tower refuses to guess; the
+            # stand-in times the model, so SigLIP's own padding id (T5's and Gemma's <pad>)
+            # serves. A Hugging Face encoder (XLM-R: 1) masks its own id, which the guess finds.
+            tokenizer['pad_id'] = 0
     # A fixed-context tower pads to its context itself (the backbone's default).
     if not probe and fixed_context(arch, tokenizer_file) is None:
         tokenizer['pad_to'] = pad_to

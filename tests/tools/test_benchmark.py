@@ -431,6 +431,8 @@ def test_compiled_rows_are_dasd_rows_of_each_mode():
      'out (the first GPU, else the CPU), or give cpu'),
     (['--device', 'gpu'], '--device gpu: is no torch device: give cpu, cuda or cuda:N'),
     (['--threads', '0'], "--threads: '0' is no whole number >= 1"),
+    (['--tokenizer-file', 'no/tokenizer.json', '--arch', 'ViT-B-16-SigLIP2-256'],
+     'no/tokenizer.json (--tokenizer-file): no such file'),
 ])
 def test_options_that_would_fail_every_row_or_add_none_are_refused(monkeypatch, capsys, argv,
                                                                    message):
@@ -442,6 +444,17 @@ def test_options_that_would_fail_every_row_or_add_none_are_refused(monkeypatch, 
     with pytest.raises(SystemExit):
         benchmark.parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('arch', ['ViT-B-32', 'tiny'])
+def test_a_tokenizer_file_for_an_architecture_with_clips_bpe_is_refused(tmp_path, capsys, arch):
+    """Its rows ran with the BPE, the file unread and nothing said."""
+    tokenizer_file = tmp_path / 'tokenizer.json'
+    tokenizer_file.write_text('{}')
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(['--arch', arch, '--tokenizer-file', str(tokenizer_file)])
+    assert (f"{tokenizer_file} (--tokenizer-file): --arch {arch} tokenizes with CLIP's BPE and "
+            'reads no tokenizer file') in capsys.readouterr().err
 
 
 def test_an_empty_entry_of_a_comma_list_names_no_row():
@@ -487,6 +500,8 @@ def test_a_path_names_its_compiled_wrapper_options_by_suffix(path, split):
 
 
 def test_arch_covers_siglip2_and_the_xlmr_clip():
+    from xmr.registry import TOKENIZERS
+
     tokenizer_file = str(SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json')
     if not Path(tokenizer_file).is_file():
         pytest.skip(f'XLM-R tokenizer not found at {tokenizer_file}')
@@ -499,6 +514,10 @@ def test_arch_covers_siglip2_and_the_xlmr_clip():
     # The fixed 64-token context: the branch pads to it on every path, captions fit it.
     branch_tokenizer = siglip['language_branch']['tokenizer']
     assert branch_tokenizer['pad_to'] is None and branch_tokenizer['max_length'] == 64
+    # XLM-R masks its own padding id (1, its <pad>), which the tokenizer finds in the file;
+    # SigLIP's 0 was imposed on it, and the tower refused the tokenizer.
+    xlmr_file = benchmark.backbone_cfg('xlm-roberta-base-ViT-B-32', 77, tokenizer_file)
+    assert TOKENIZERS.build(xlmr_file['tokenizer']).pad_id == 1
     xlmr = benchmark.backbone_cfg('xlm-roberta-base-ViT-B-32', 77)
     assert xlmr['pretrained_cfg'] == 'laion5b_s13b_b90k'
     assert xlmr['tokenizer']['name_or_path'] == 'xlm-roberta-base'
