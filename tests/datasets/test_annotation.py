@@ -329,6 +329,21 @@ def test_a_foreign_file_is_named_foreign_before_any_of_its_items_is_faulted(tmp_
         load_annotation(path)
 
 
+@pytest.mark.parametrize('misspelt', ['translation_lang', 'back_translations_langs'])
+def test_a_misspelt_optional_header_key_is_refused_not_read_as_absent(tmp_path, misspelt):
+    """The file loaded with no translations (no back translations) and said nothing."""
+    data = _annotation().to_json()
+    data[misspelt] = ['de']
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(data), encoding='utf-8')
+    with pytest.raises(AnnotationError) as raised:
+        load_annotation(path)
+    assert str(raised.value) == (
+        f"{path}: header has unknown keys ['{misspelt}']; allowed: ['back_translation_langs', "
+        "'dataset', 'format', 'items', 'languages', 'media_type', 'source_lang', 'split', "
+        "'translation_langs', 'version']")
+
+
 def test_an_item_without_media_path_is_refused_unless_the_annotation_is_text(tmp_path):
     data = _annotation().to_json()
     del data['items'][1]['media_path']

@@ -50,6 +50,7 @@ ANNOTATION_VERSION = 1
 MEDIA_TYPES = ('image', 'video', 'text')
 _HEADER_KEYS = ('format', 'version', 'dataset', 'split', 'media_type', 'languages', 'items')
 _ITEM_KEYS = {'media_id', 'media_path', 'captions', 'translations', 'back_translations'}
+_OPTIONAL_HEADER_KEYS = ('source_lang', 'translation_langs', 'back_translation_langs')
 
 
 class AnnotationError(ValueError):
@@ -354,6 +355,11 @@ def _check_header(data: Mapping[str, Any], origin: str) -> None:
     missing = [key for key in _HEADER_KEYS if key not in data]
     if missing:
         raise AnnotationError(f'{origin}: header lacks {missing}')
+    # A misspelt optional key ('translation_lang') would leave its field empty, unsaid.
+    unknown = set(data) - {*_HEADER_KEYS, *_OPTIONAL_HEADER_KEYS}
+    if unknown:
+        raise AnnotationError(f'{origin}: header has unknown keys {sorted(unknown)}; allowed: '
+                              f'{sorted({*_HEADER_KEYS, *_OPTIONAL_HEADER_KEYS})}')
     if not isinstance(data['items'], list):
         raise AnnotationError(f'{origin}: items must be a list')
 
