@@ -48,6 +48,11 @@ dist_launch() {
         exit 2
     fi
     local most_nodes=${nnodes#*:}
+    if (( ${nnodes%%:*} > most_nodes )); then
+        echo "error: NNODES: '$nnodes' has its fewest nodes above its most; set" \
+            "NNODES=MIN:MAX with MIN <= MAX" >&2
+        exit 2
+    fi
     if ! [[ $node_rank =~ ^(0|[1-9][0-9]{0,5})$ ]] || (( node_rank >= most_nodes )); then
         echo "error: NODE_RANK: '$node_rank' is no node of NNODES=$nnodes; set NODE_RANK to 0" \
             "to $(( most_nodes - 1 )), one per node" >&2

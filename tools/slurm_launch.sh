@@ -41,6 +41,13 @@ slurm_launch() {
             "set GPUS_PER_NODE=N" >&2
         exit 2
     fi
+    local cpus_per_task=${CPUS_PER_TASK:-5}
+    # srun's own refusal named --cpus-per-task, an option the caller never wrote.
+    if ! [[ $cpus_per_task =~ ^[1-9][0-9]*$ ]]; then
+        echo "error: CPUS_PER_TASK: '$cpus_per_task' is no positive number of CPUs a task;" \
+            "set CPUS_PER_TASK=N" >&2
+        exit 2
+    fi
     local tools
     tools=$(dirname "$0")
     # Split as the shell splits a command line (SRUN_ARGS='--comment="a b"'): split at blanks
@@ -73,7 +80,7 @@ except ValueError as error:
         --gres=gpu:"$gpus_per_node" \
         --ntasks="$gpus" \
         --ntasks-per-node="$gpus_per_node" \
-        --cpus-per-task="${CPUS_PER_TASK:-5}" \
+        --cpus-per-task="$cpus_per_task" \
         --kill-on-bad-exit=1 \
         "${extra_srun_args[@]}" \
         "${PYTHON:-python}" -u "$tools/$script" "${positionals[@]}" --launcher slurm "$@"

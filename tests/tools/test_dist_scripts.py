@@ -82,7 +82,9 @@ def test_a_number_of_processes_that_is_no_positive_integer_prints_the_usage(scri
     (dict(GPUS='abc'), "error: GPUS: 'abc' is no positive number of GPUs (tasks); set GPUS=N"),
     (dict(GPUS='0'), "error: GPUS: '0' is no positive number of GPUs (tasks); set GPUS=N"),
     (dict(GPUS='4', GPUS_PER_NODE='-2'), "error: GPUS_PER_NODE: '-2' is no positive number of "
-     'GPUs a node; set GPUS_PER_NODE=N')])
+     'GPUs a node; set GPUS_PER_NODE=N'),
+    (dict(CPUS_PER_TASK='0'), "error: CPUS_PER_TASK: '0' is no positive number of CPUs a task; "
+     'set CPUS_PER_TASK=N')])
 def test_a_slurm_gpu_count_that_is_no_positive_integer_is_refused(env, refused):
     """'abc' stopped bash on 'abc: unbound variable'; 0 and -2 reached srun as --ntasks=0."""
     out = run('slurm_train.sh', 'part', 'job', 'cfg.py', SRUN='echo', **env)
@@ -216,12 +218,14 @@ def test_srun_args_are_split_as_the_shell_splits_them(tmp_path):
     (dict(PORT='70000'), "error: PORT: '70000' is no port number (1 to 65535); set PORT=N"),
     (dict(PORT='0'), "error: PORT: '0' is no port number (1 to 65535); set PORT=N"),
     (dict(NNODES='0'), "error: NNODES: '0' is no positive number of nodes; set NNODES=N"),
+    (dict(NNODES='4:2'), "error: NNODES: '4:2' has its fewest nodes above its most; set "
+     'NNODES=MIN:MAX with MIN <= MAX'),
     (dict(NNODES='2', NODE_RANK='2'), "error: NODE_RANK: '2' is no node of NNODES=2; set "
      'NODE_RANK to 0 to 1, one per node'),
     (dict(NODE_RANK='x'), "error: NODE_RANK: 'x' is no node of NNODES=1; set NODE_RANK to 0 "
      'to 0, one per node')])
 def test_a_bad_port_or_node_is_refused_before_torchrun(env, refused):
-    """torchrun refused PORT=70000 with a traceback, and a NODE_RANK past NNODES waited for its
-    rendezvous until the timeout."""
+    """torchrun refused PORT=70000 and NNODES=4:2 with a traceback, and a NODE_RANK past
+    NNODES waited for its rendezvous until the timeout."""
     out = run('dist_train.sh', 'cfg.py', '2', PYTHON='echo', **env)
     assert (out.returncode, out.stdout, out.stderr) == (2, '', refused + '\n')
