@@ -4,7 +4,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
 
+from tests.engine.test_loop_faults import PoisonedIteration
+from tests.engine.test_loops import PHASES, make_cfg
+from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
+from xmr.engine.divergence import TrainingDivergedError
 from xmr.engine.hooks.corrupt_media import CorruptMediaHook
 from xmr.registry import HOOKS
 
@@ -21,13 +27,19 @@ def _runner(epoch=0, iteration=0):
     return SimpleNamespace(logger=_Logger(), epoch=epoch, iter=iteration)
 
 
+def train_iter(hook: CorruptMediaHook, runner, batch_idx: int, data_batch) -> None:
+    """The hook's points of one finite training iteration, as the train loop calls them."""
+    hook.before_train_iter(runner, batch_idx, data_batch)
+    hook.after_train_iter(runner, batch_idx, data_batch)
+
+
 def test_train_epoch_report_counts_every_skip_and_resets():
     hook = HOOKS.build(dict(type='CorruptMediaHook', interval=0))
     runner = _runner(epoch=2)
     batches = [{'batch_size': 3, 'skipped_media': ['/v/b.mp4']}, {'batch_size': 4},
                {'batch_size': 2, 'skipped_media': ['/v/a.mp4', '/v/b.mp4']}]
     for i, batch in enumerate(batches):
-        hook.after_train_iter(runner, i, batch)
+        train_iter(hook, runner, i, batch)
     hook.after_train_epoch(runner)
     assert runner.logger.warnings == [
         'train epoch 3: 3 unreadable media skipped (2 files): /v/a.mp4, /v/b.mp4 (x2)']
@@ -50,10 +62,10 @@ def test_validation_and_test_are_reported_apart():
 def test_iteration_interval_reports_long_phases():
     hook = CorruptMediaHook(interval=2)
     runner = _runner(iteration=0)
-    hook.after_train_iter(runner, 0, {'skipped_media': ['/v/a.mp4']})
+    train_iter(hook, runner, 0, {'skipped_media': ['/v/a.mp4']})
     assert runner.logger.warnings == []
     runner.iter = 1
-    hook.after_train_iter(runner, 1, {'batch_size': 8})
+    train_iter(hook, runner, 1, {'batch_size': 8})
     assert runner.logger.warnings == [
         'train up to iteration 2: 1 unreadable media skipped (1 file): /v/a.mp4']
 
@@ -68,7 +80,7 @@ def test_a_batch_that_is_no_dict_counts_nothing():
     """A loader yielding tuples or lists (no 'skipped_media' key) passes through unnoticed."""
     hook = CorruptMediaHook(interval=1)
     runner = _runner()
-    hook.after_train_iter(runner, 0, ([1, 2], [3, 4]))
+    train_iter(hook, runner, 0, ([1, 2], [3, 4]))
     hook.after_val_iter(runner, 0, [{'skipped_media': ['/v/a.mp4']}])
     hook.after_train_epoch(runner)
     hook.after_val_epoch(runner)
@@ -82,7 +94,7 @@ def test_under_ddp_a_report_counts_the_files_of_every_rank(monkeypatch):
                         lambda mine, group=None: [mine, other_rank])
     hook = CorruptMediaHook(interval=0)
     runner = _runner()
-    hook.after_train_iter(runner, 0, {'batch_size': 2, 'skipped_media': ['/v/a.mp4', '/v/b.mp4']})
+    train_iter(hook, runner, 0, {'batch_size': 2, 'skipped_media': ['/v/a.mp4', '/v/b.mp4']})
     hook.after_train_epoch(runner)
     assert runner.logger.warnings == [
         'train epoch 1: 5 unreadable media skipped (3 files): /v/a.mp4, /v/b.mp4 (x2), '
@@ -118,5 +130,48 @@ def test_under_ddp_the_counts_go_through_the_host_s_gloo_group(monkeypatch):
     monkeypatch.setattr('xmr.engine.hooks.corrupt_media.all_gather_object',
                         lambda mine, group=None: seen.append(group) or [mine])
     hook = CorruptMediaHook(interval=1)
-    hook.after_train_iter(_runner(), 0, {'batch_size': 1, 'skipped_media': ['/v/a.mp4']})
+    train_iter(hook, _runner(), 0, {'batch_size': 1, 'skipped_media': ['/v/a.mp4']})
     assert seen == [gloo]
+
+
+class _SkipsEveryBatch(Hook):
+    """Lists ``/v/a.jpg`` as skipped in every training batch (a damaged file read each step)."""
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        data_batch['skipped_media'] = ['/v/a.jpg']
+
+
+def _poisoned_run(tmp_path, monkeypatch, patience: int):
+    """Six iterations of the loops' tiny run, iteration 2's loss NaN, every batch skipping a
+    file; the warnings the runner logged."""
+    cfg = make_cfg(tmp_path, phases=[dict(PHASES[1], iters=6)])
+    cfg.train_cfg.nonfinite_patience = patience
+    cfg.custom_hooks.append(dict(type='CorruptMediaHook', interval=0))
+    allow_mmengine_checkpoint_types()
+    runner = Runner.from_cfg(cfg)
+    for hook in (PoisonedIteration(at=2), _SkipsEveryBatch()):
+        runner.register_hook(hook)
+    warnings = []
+    monkeypatch.setattr(runner.logger, 'warning', warnings.append)
+    return runner, warnings
+
+
+def test_a_training_step_with_a_non_finite_loss_counts_its_skipped_files(tmp_path, monkeypatch):
+    """The tolerated NaN iteration reaches no after_train_iter, yet its batch skipped the file:
+    six batches, six skips."""
+    runner, warnings = _poisoned_run(tmp_path, monkeypatch, patience=1)
+    runner.train()
+    assert [w for w in warnings if 'unreadable' in w] == [
+        'train epoch 1: 6 unreadable media skipped (1 file): /v/a.jpg (x6)']
+
+
+def test_a_run_that_fails_names_the_files_it_skipped_since_the_last_report(tmp_path,
+                                                                         monkeypatch):
+    """A diverged run reaches no epoch end: its files are named as it fails (iterations 1 to
+    3, the third non-finite)."""
+    runner, warnings = _poisoned_run(tmp_path, monkeypatch, patience=0)
+    with pytest.raises(TrainingDivergedError):
+        runner.train()
+    assert [w for w in warnings if 'unreadable' in w] == [
+        'train up to the failure at iteration 3, this rank: 3 unreadable media skipped '
+        '(1 file): /v/a.jpg (x3)']

@@ -5,9 +5,12 @@ function drops it and lists the path under ``batch['skipped_media']``. This hook
 and, after every train epoch, validation run and test run, logs how many files were skipped and
 which, so a skipped file never goes unnoticed even when the per-item warnings scrolled away.
 Iteration-based training (xmr's phases) runs a single long "epoch", so the train count is also
-reported every ``interval`` iterations. Under DDP each report sums the files of every rank (the
-main process alone writes the log file, and each rank reads its own shard); a validation or test
-names each file once, as its metric counts it, though the sampler's padding read it twice.
+reported every ``interval`` iterations. A batch counts as it enters its step, so a step whose
+loss is non-finite (it reaches no ``after_train_iter``) counts too; a run that fails names what
+it skipped since the last report (this rank's). Under DDP each report sums the files of every
+rank (the main process alone writes the log file, and each rank reads its own shard); a
+validation or test names each file once, as its metric counts it, though the sampler's padding
+read it twice.
 """
 from __future__ import annotations
 
@@ -60,6 +63,9 @@ class CorruptMediaHook(Hook):
             # An evaluation leaves a file out once, as its metric counts it, though a
             # distributed sampler pads the last shards with repeats of the first items.
             skipped = Counter(set(skipped))
+        self._log(runner, skipped, scope)
+
+    def _log(self, runner: Any, skipped: Counter[str], scope: str) -> None:
         total = sum(skipped.values())
         if total:
             names = sorted(skipped)
@@ -68,9 +74,13 @@ class CorruptMediaHook(Hook):
             runner.logger.warning(f'{scope}: {total} unreadable media skipped '
                                   f'({counted(len(names), "file")}): {listed}')
 
+    def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+        # Counted before the step: an iteration whose loss is non-finite (a tolerated one, or
+        # the one that stops the run) reaches no after_train_iter, yet its files were skipped.
+        self._collect('train', data_batch)
+
     def after_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None,
                          outputs: Any = None) -> None:
-        self._collect('train', data_batch)
         if self.interval and (runner.iter + 1) % self.interval == 0:
             self._report(runner, 'train', f'train up to iteration {runner.iter + 1}')
 
@@ -84,6 +94,14 @@ class CorruptMediaHook(Hook):
 
     def after_train_epoch(self, runner: Any) -> None:
         self._report(runner, 'train', f'train epoch {runner.epoch + 1}')
+
+    def after_failed_train(self, runner: Any) -> None:
+        """Name the files skipped since the last report of a run that fails (a diverged loss,
+        an error), which reaches no epoch end: this rank's alone, since another rank may have
+        failed and would never join a gather."""
+        skipped, self._skipped['train'] = self._skipped['train'], Counter()
+        self._log(runner, skipped, f'train up to the failure at iteration {runner.iter + 1}, '
+                                   'this rank')
 
     def after_val_epoch(self, runner: Any, metrics: dict[str, float] | None = None) -> None:
         self._report(runner, 'val', 'validation')
