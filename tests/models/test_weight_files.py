@@ -384,6 +384,50 @@ def test_truncated_foreign_and_pickled_files_are_refused_by_name(tmp_path):
         read_weights(tmp_path / 'absent.pt')
 
 
+LFS_POINTER_TEXT = (b'version https://git-lfs.github.com/spec/v1\n'
+                    b'oid sha256:4d7a3f0a2b9c5e1d8f6a7b3c2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f\n'
+                    b'size 605247071\n')
+
+
+@pytest.mark.parametrize('name', ['model.safetensors', 'pytorch_model.bin', 'ViT-B-32.pt'])
+def test_a_git_lfs_pointer_is_told_as_one_in_every_format(tmp_path, name):
+    """A Hugging Face repository cloned without Git LFS holds pointers under the weights'
+    names; torch called one a file needing weights_only=False, safetensors a too large header."""
+    (tmp_path / name).write_bytes(LFS_POINTER_TEXT)
+    with pytest.raises(ValueError) as refused:
+        read_weights(tmp_path, 'CLIP checkpoint', folder_files=[name])
+    message = str(refused.value)
+    assert message.startswith(f'{tmp_path / name} ({len(LFS_POINTER_TEXT)} bytes) is not a '
+                              'readable CLIP checkpoint: it is a Git LFS pointer')
+    assert "'git lfs pull'" in message
+
+
+@pytest.mark.parametrize('start', [b'<!DOCTYPE html><html><body>Sign in', bytes(range(256))],
+                         ids=['login-page', 'binary'])
+def test_a_file_of_another_kind_is_never_told_to_load_with_weights_only_false(tmp_path, start):
+    """torch's first line for any bytes its safe unpickler stops on says that
+    weights_only=False "will likely succeed": advice to run an unknown file's pickle, and
+    wrong for a login page saved under the weights' name."""
+    path = tmp_path / 'pytorch_model.bin'
+    path.write_bytes(start)
+    with pytest.raises(ValueError) as refused:
+        read_weights(path)
+    assert str(refused.value) == (
+        f'{path} ({len(start)} bytes) is not a readable checkpoint: neither a torch file nor '
+        'safetensors. A truncated download or a file of another kind; download the file again')
+
+
+def test_a_legacy_torch_file_pickling_objects_is_told_so(tmp_path):
+    """torch.save's format before torch 1.6 (no zip archive) is a torch file too."""
+    path = tmp_path / 'checkpoint.pth'
+    torch.save({'state_dict': STATE, 'config': _Config()}, path,
+               _use_new_zipfile_serialization=False)
+    with pytest.raises(ValueError, match='checkpoint.pth pickles Python objects .* re-save'):
+        read_weights(path)
+    torch.save({'state_dict': STATE}, path, _use_new_zipfile_serialization=False)
+    _assert_state(read_weights(path))
+
+
 class _Config:
     """A pickled object that the safe loader refuses."""
 

@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import torch
 
+from xmr.datasets.media_files import LFS_POINTER, LFS_POINTER_HEAD, is_lfs_pointer
 from xmr.models.torchscript_weights import (
     RefusedTorchScriptError,
     is_torchscript,
@@ -45,6 +46,12 @@ SHARD_INDEX_SUFFIX = '.index.json'
 #: Parts of key names found only in Hugging Face transformers' layouts of vision and CLIP
 #: models, which open_clip and timm name otherwise (``visual.``, ``patch_embed.proj``).
 TRANSFORMERS_LAYOUT_MARKS = ('text_model.', 'vision_model.', 'embeddings.patch_embeddings.')
+
+#: ``torch.save``'s magic number (``torch.serialization.MAGIC_NUMBER``) as the first object of
+#: a file of its format before torch 1.6 (no zip archive) pickles it: a ``LONG1`` of 10 bytes,
+#: little-endian, within the first bytes whatever the pickle protocol.
+_LEGACY_TORCH_MAGIC = (0x1950a86a20f9469cfc6c).to_bytes(10, 'little')
+_LEGACY_TORCH_HEAD = 32
 
 #: Keys under which a file may hold its state dict, first found wins.
 WRAPPER_KEYS = ('state_dict', 'model')
@@ -181,6 +188,13 @@ def transformers_layout_key(keys: Iterable[str]) -> str | None:
 
 def _read_file(path: Path, what: str) -> object:
     """What a torch, TorchScript or safetensors file holds."""
+    size = path.stat().st_size
+    with path.open('rb') as file:
+        head = file.read(max(LFS_POINTER_HEAD, _LEGACY_TORCH_HEAD))
+    if is_lfs_pointer(head, size):
+        # A clone of a Hugging Face repository made without Git LFS holds these under the
+        # weights' names; each loader would call it damaged in its own words.
+        raise ValueError(f'{path} ({size} bytes) is not a readable {what}: it is {LFS_POINTER}')
     if path.suffix != '.safetensors' and zipfile.is_zipfile(path):
         # xmr.engine imports the models: here, not at the top.
         from xmr.engine.checkpoint import check_archive_records
@@ -192,7 +206,8 @@ def _read_file(path: Path, what: str) -> object:
         return _read_safetensors(path, what)
     if is_torchscript(path):
         return _read_torchscript(path, what)
-    return _read_pickle(path, what)
+    return _read_pickle(path, what, is_torch_file=zipfile.is_zipfile(path)
+                        or _LEGACY_TORCH_MAGIC in head)
 
 
 def _read_torchscript(path: Path, what: str) -> dict[str, torch.Tensor]:
@@ -220,11 +235,22 @@ def _read_safetensors(path: Path, what: str) -> dict[str, torch.Tensor]:
         raise ValueError(unreadable_file(path, what, error)) from error
 
 
-def _read_pickle(path: Path, what: str) -> object:
+def _read_pickle(path: Path, what: str, is_torch_file: bool) -> object:
+    """What ``torch.load`` reads of ``path`` with its safe unpickler (``weights_only``).
+
+    Args:
+        is_torch_file: whether ``path`` is of ``torch.save``'s format (a zip archive, or the
+            format before torch 1.6); for any other bytes the safe unpickler stops on, torch's
+            message says that ``weights_only=False`` "will likely succeed", which it would not
+            (and would run whatever the bytes pickle).
+    """
     try:
         return torch.load(path, map_location='cpu', weights_only=True)
     except pickle.UnpicklingError as error:
-        if 'Weights only load failed' in str(error) and zipfile.is_zipfile(path):
+        if 'Weights only load failed' in str(error):
+            if not is_torch_file:
+                raise ValueError(unreadable_file(path, what, 'neither a torch file nor '
+                                                 'safetensors')) from error
             raise ValueError(f'{path} pickles Python objects besides tensors, which the safe '
                              f'loader refuses; if you trust the file, re-save its weights once: '
                              f"torch.save(torch.load('{path}', weights_only=False)"
