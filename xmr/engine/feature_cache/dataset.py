@@ -434,7 +434,7 @@ class CachedFeatureDataset(Dataset):
                 f'dtype={self.dtype!r}, dataset={self.dataset!r})')
 
 
-def _datasets_of(loader: Any) -> Iterable[tuple[Any, Dataset]]:
+def datasets_of(loader: Any) -> Iterable[tuple[Any, Dataset]]:
     """Each loader behind ``loader`` (a loader sequence's, or itself) and its dataset."""
     for inner in getattr(loader, 'loaders', [loader]):
         dataset = getattr(inner, 'dataset', inner)
@@ -456,7 +456,7 @@ def prepare_feature_caches(loader: Any, model: torch.nn.Module, training: bool =
     was built anew ends its persistent workers: theirs is a copy of the dataset made before,
     which would go on reading the replaced cache's files (a validation's rebuilt gallery).
     """
-    for inner, dataset in _datasets_of(loader):
+    for inner, dataset in datasets_of(loader):
         if isinstance(dataset, CachedFeatureDataset) and dataset.prepare(
                 model, training, loader_workers=getattr(inner, 'num_workers', 0)):
             end_workers(inner)
