@@ -402,9 +402,12 @@ def test_a_git_lfs_pointer_is_told_as_one_in_every_format(tmp_path, name):
     assert "'git lfs pull'" in message
 
 
-@pytest.mark.parametrize('start', [b'<!DOCTYPE html><html><body>Sign in', bytes(range(256))],
-                         ids=['login-page', 'binary'])
-def test_a_file_of_another_kind_is_never_told_to_load_with_weights_only_false(tmp_path, start):
+@pytest.mark.parametrize('start, reason', [
+    (b'<!DOCTYPE html><html><body>Sign in', 'neither a torch file nor safetensors'),
+    (bytes(range(256)), 'neither a torch file nor safetensors'), (b'', 'it is empty')],
+    ids=['login-page', 'binary', 'empty'])
+def test_a_file_of_another_kind_is_never_told_to_load_with_weights_only_false(tmp_path, start,
+                                                                              reason):
     """torch's first line for any bytes its safe unpickler stops on says that
     weights_only=False "will likely succeed": advice to run an unknown file's pickle, and
     wrong for a login page saved under the weights' name."""
@@ -413,8 +416,8 @@ def test_a_file_of_another_kind_is_never_told_to_load_with_weights_only_false(tm
     with pytest.raises(ValueError) as refused:
         read_weights(path)
     assert str(refused.value) == (
-        f'{path} ({len(start)} bytes) is not a readable checkpoint: neither a torch file nor '
-        'safetensors. A truncated download or a file of another kind; download the file again')
+        f'{path} ({len(start)} bytes) is not a readable checkpoint: {reason}. A truncated '
+        'download or a file of another kind; download the file again')
 
 
 def test_a_legacy_torch_file_pickling_objects_is_told_so(tmp_path):

@@ -31,7 +31,7 @@ from xmr.utils.listing import first_few
 
 __all__ = ['read_weights', 'weights_file', 'check_weights_fit', 'strict_load_refusal',
            'fetch_weights', 'WeightsMismatchError', 'CHECKPOINT_SUFFIXES', 'unreadable_file',
-           'nonfinite_keys', 'transformers_layout_key']
+           'nonfinite_keys', 'transformers_layout_key', 'refuse_foreign_file']
 
 Fetched = TypeVar('Fetched')
 
@@ -46,12 +46,6 @@ SHARD_INDEX_SUFFIX = '.index.json'
 #: Parts of key names found only in Hugging Face transformers' layouts of vision and CLIP
 #: models, which open_clip and timm name otherwise (``visual.``, ``patch_embed.proj``).
 TRANSFORMERS_LAYOUT_MARKS = ('text_model.', 'vision_model.', 'embeddings.patch_embeddings.')
-
-#: ``torch.save``'s magic number (``torch.serialization.MAGIC_NUMBER``) as the first object of
-#: a file of its format before torch 1.6 (no zip archive) pickles it: a ``LONG1`` of 10 bytes,
-#: little-endian, within the first bytes whatever the pickle protocol.
-_LEGACY_TORCH_MAGIC = (0x1950a86a20f9469cfc6c).to_bytes(10, 'little')
-_LEGACY_TORCH_HEAD = 32
 
 #: Keys under which a file may hold its state dict, first found wins.
 WRAPPER_KEYS = ('state_dict', 'model')
@@ -186,19 +180,41 @@ def transformers_layout_key(keys: Iterable[str]) -> str | None:
         key.startswith(mark) or f'.{mark}' in key for mark in TRANSFORMERS_LAYOUT_MARKS)), None)
 
 
-def _read_file(path: Path, what: str) -> object:
-    """What a torch, TorchScript or safetensors file holds."""
+def refuse_foreign_file(path: Path, what: str, torch_file: bool = True) -> None:
+    """Refuse a file no loader of ``what`` reads, before one fails on it in its own words.
+
+    Torch's safe loader stops on bytes that are no ``torch.save`` file (a login page a
+    download saved) with its advice that ``weights_only=False`` "will likely succeed", which
+    it would not, and would run whatever the bytes pickle.
+
+    Args:
+        torch_file: whether ``path`` should be a ``torch.save`` file (a zip archive or a
+            pickle), checked by how it begins (:func:`~xmr.engine.checkpoint.torch_save_head`).
+
+    Raises:
+        ValueError: a Git LFS pointer (a clone of a Hugging Face repository made without Git
+            LFS holds them under the weights' names), or a file of another kind, naming it.
+    """
+    # xmr.engine imports the models: here, not at the top.
+    from xmr.engine.checkpoint import torch_save_head
+
     size = path.stat().st_size
     with path.open('rb') as file:
-        head = file.read(max(LFS_POINTER_HEAD, _LEGACY_TORCH_HEAD))
+        head = file.read(LFS_POINTER_HEAD)
     if is_lfs_pointer(head, size):
-        # A clone of a Hugging Face repository made without Git LFS holds these under the
-        # weights' names; each loader would call it damaged in its own words.
         raise ValueError(f'{path} ({size} bytes) is not a readable {what}: it is {LFS_POINTER}')
-    if path.suffix != '.safetensors' and zipfile.is_zipfile(path):
-        # xmr.engine imports the models: here, not at the top.
-        from xmr.engine.checkpoint import check_archive_records
+    if torch_file and torch_save_head(path) is None:
+        raise ValueError(unreadable_file(
+            path, what, 'it is empty' if not size else 'neither a torch file nor safetensors'))
 
+
+def _read_file(path: Path, what: str) -> object:
+    """What a torch, TorchScript or safetensors file holds."""
+    # xmr.engine imports the models: here, not at the top.
+    from xmr.engine.checkpoint import check_archive_records
+
+    refuse_foreign_file(path, what, torch_file=path.suffix != '.safetensors')
+    if path.suffix != '.safetensors' and zipfile.is_zipfile(path):
         # torch.load and torch.jit.load check no record's CRC-32: a damaged tensor would load
         # as other numbers.
         check_archive_records(path, what)
@@ -206,8 +222,7 @@ def _read_file(path: Path, what: str) -> object:
         return _read_safetensors(path, what)
     if is_torchscript(path):
         return _read_torchscript(path, what)
-    return _read_pickle(path, what, is_torch_file=zipfile.is_zipfile(path)
-                        or _LEGACY_TORCH_MAGIC in head)
+    return _read_pickle(path, what)
 
 
 def _read_torchscript(path: Path, what: str) -> dict[str, torch.Tensor]:
@@ -235,22 +250,13 @@ def _read_safetensors(path: Path, what: str) -> dict[str, torch.Tensor]:
         raise ValueError(unreadable_file(path, what, error)) from error
 
 
-def _read_pickle(path: Path, what: str, is_torch_file: bool) -> object:
-    """What ``torch.load`` reads of ``path`` with its safe unpickler (``weights_only``).
-
-    Args:
-        is_torch_file: whether ``path`` is of ``torch.save``'s format (a zip archive, or the
-            format before torch 1.6); for any other bytes the safe unpickler stops on, torch's
-            message says that ``weights_only=False`` "will likely succeed", which it would not
-            (and would run whatever the bytes pickle).
-    """
+def _read_pickle(path: Path, what: str) -> object:
+    """What ``torch.load`` reads of ``path`` (a ``torch.save`` file: :func:`refuse_foreign_file`
+    has seen it begin as one) with its safe unpickler."""
     try:
         return torch.load(path, map_location='cpu', weights_only=True)
     except pickle.UnpicklingError as error:
         if 'Weights only load failed' in str(error):
-            if not is_torch_file:
-                raise ValueError(unreadable_file(path, what, 'neither a torch file nor '
-                                                 'safetensors')) from error
             raise ValueError(f'{path} pickles Python objects besides tensors, which the safe '
                              f'loader refuses; if you trust the file, re-save its weights once: '
                              f"torch.save(torch.load('{path}', weights_only=False)"

@@ -408,6 +408,22 @@ def test_a_checkpoint_pickling_objects_names_the_backbone_setting_that_reads_it(
     assert read_cclm_checkpoint(path, weights_only=False).keys() == state.keys()
 
 
+@pytest.mark.parametrize('start', [
+    b'version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 1563413913\n',
+    b'<!DOCTYPE html><html><body>Sign in'], ids=['git-lfs-pointer', 'login-page'])
+def test_a_file_that_is_no_torch_file_is_never_sent_to_weights_only_false(tmp_path, start):
+    """torch's safe loader stops on any such bytes with its advice to load unsafely; the
+    backbone's setting that does so would not read them either."""
+    path = tmp_path / 'cclm_4m_epoch_29.th'
+    path.write_bytes(start)
+    with pytest.raises(ValueError) as refused:
+        read_cclm_checkpoint(path)
+    message = str(refused.value)
+    assert message.startswith(f'{path} ({len(start)} bytes) is not a readable CCLM checkpoint: ')
+    assert 'weights_only' not in message
+    assert ("'git lfs pull'" in message) == start.startswith(b'version')
+
+
 def test_truncated_or_damaged_files_are_refused_naming_them(tmp_path, checkpoint_file):
     """A cut-off download names the file; a damaged tensor, which torch.load would read as other
     numbers without a word, names its record."""

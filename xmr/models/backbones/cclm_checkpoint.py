@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from xmr.models.backbones.relative_position import resize_relative_position_bias, table_side
-from xmr.models.weight_files import unreadable_file
+from xmr.models.weight_files import refuse_foreign_file, unreadable_file
 from xmr.utils.listing import first_few
 
 _SWIN_BLOCK = re.compile(r'^vision_encoder\.layers\.(\d+)\.blocks\.(\d+)\.(.+)$')
@@ -103,8 +103,9 @@ def read_cclm_checkpoint(path: str | Path, weights_only: bool = True) -> dict[st
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the file is truncated or damaged (a record failing its CRC-32), cannot be
-            read safely, or holds no CCLM state dict.
+        ValueError: the file is truncated or damaged (a record failing its CRC-32), a Git LFS
+            pointer or no torch file at all, cannot be read safely, or holds no CCLM state
+            dict.
     """
     # xmr.engine imports the models: here, not at the top.
     from xmr.engine.checkpoint import check_archive_records, refused_global
@@ -112,6 +113,7 @@ def read_cclm_checkpoint(path: str | Path, weights_only: bool = True) -> dict[st
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f'CCLM checkpoint {path} does not exist')
+    refuse_foreign_file(path, 'CCLM checkpoint')
     if zipfile.is_zipfile(path):
         # torch.load checks no record's CRC-32: a damaged tensor would load as other numbers.
         check_archive_records(path, 'CCLM checkpoint')
