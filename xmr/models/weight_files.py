@@ -105,9 +105,9 @@ def read_weights(path: str | Path, what: str = 'checkpoint',
         FileNotFoundError: no such file, a folder without any of ``folder_files``, or a shard
             an index names that is not beside it.
         ValueError: a file that is truncated, damaged (a torch archive's record failing its
-            CRC-32), not a weight file, pickles Python objects, or holds something other than
-            tensors by name; a TorchScript archive that could be read only by running what it
-            holds; shards that lack keys their index gives them.
+            CRC-32), empty, a Git LFS pointer, not a weight file, pickles Python objects, or
+            holds something other than tensors by name; a TorchScript archive that could be
+            read only by running what it holds; shards that lack keys their index gives them.
     """
     path = weights_file(path, what, folder_files)
     if path.name.endswith(SHARD_INDEX_SUFFIX):
