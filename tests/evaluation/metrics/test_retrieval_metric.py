@@ -574,6 +574,31 @@ def test_a_language_with_no_caption_rows_anywhere_is_not_evaluated():
     assert result == pytest.approx(EXPECTED)
 
 
+def test_a_language_the_dataset_states_but_no_item_captions_is_named_not_left_out_of_mar():
+    """Multi30K stating cs with no cs caption among the items (a converter that wrote them
+    empty, a subset of the split) scored mAR over de and fr alone, logged no cs row and said
+    nothing: the number read as the paper's mean over de, fr and cs."""
+    metric = RetrievalMetric(recall_ks=(1, 2), prefix='multi30k')
+    metric.dataset_meta = dict(dataset='multi30k', split='test',
+                               languages=['en', 'de', 'fr', 'cs'])
+    with pytest.raises(ValueError, match=re.escape(
+            "RetrievalMetric (multi30k): multi30k test has captions in ['en', 'de', 'fr', 'cs'], "
+            "but no evaluated item has one in ['cs']")):
+        _run(metric, _three_media())
+    chosen = RetrievalMetric(recall_ks=(1, 2), languages=['en', 'de', 'fr'])
+    chosen.dataset_meta = dict(dataset='multi30k', split='test',
+                               languages=['en', 'de', 'fr', 'cs'])
+    assert _run(chosen, _three_media()) == pytest.approx(EXPECTED)  # the fix the error names
+
+
+def test_no_languages_to_evaluate_are_refused_when_the_metric_is_built():
+    """languages=[] failed after the whole gallery was encoded, with a bare StopIteration."""
+    with pytest.raises(ValueError, match=re.escape(
+            'RetrievalMetric languages [] name no language to evaluate; give some, or None '
+            'for every language of the dataset')):
+        RetrievalMetric(languages=[])
+
+
 def test_embeddings_off_unit_norm_by_more_than_a_hundredth_are_refused():
     metric = RetrievalMetric()
     metric.process({}, [_item('m0', 1.005 * E0, en=[0.995 * E0])])  # within 0.01 of 1

@@ -82,8 +82,9 @@ class RetrievalMetric(BaseMetric):
     accepts (``swh_Latn``, ``jp``); keys use the canonical codes (``sw``, ``ja``).
 
     Args:
-        languages: languages to evaluate; ``None`` evaluates every language some item has a
-            caption in.
+        languages: languages to evaluate (at least one); ``None`` evaluates every language
+            some item has a caption in, and refuses one the dataset states
+            (``dataset_meta['languages']``) that no item has a caption in.
         source_language: the teacher's language, reported but left out of the default
             ``mean_languages``.
         mean_languages: languages averaged into the summaries; ``None`` = every evaluated language
@@ -144,6 +145,10 @@ class RetrievalMetric(BaseMetric):
         # Stored as rankings (t2i / i2t); the keys use the protocol's names for them.
         self.directions = tuple(spec.ranking_direction(d) for d in directions) \
             if directions is not None else spec.directions
+        if languages is not None and not len(languages):
+            # Found only after the whole gallery was encoded, as a bare StopIteration.
+            raise ValueError(f'RetrievalMetric languages {list(languages)} name no language to '
+                             'evaluate; give some, or None for every language of the dataset.')
         check_recall_ks(recall_ks)
         self.recall_ks = tuple(int(k) for k in recall_ks)
         self._check_protocol_needs()
@@ -210,12 +215,11 @@ class RetrievalMetric(BaseMetric):
         if offered is None:
             return
         offered = [normalize_language(lang) for lang in offered]  # as the options are
-        where = f"{dataset_meta.get('dataset', 'the dataset')} {dataset_meta.get('split', '')}"
-        head = f"RetrievalMetric{f' ({self.prefix})' if self.prefix else ''}"
+        head, where = self._named_dataset()
         if PROTOCOLS[self.protocol].text_gallery and self.source_language not in offered:
             raise ValueError(f"{head}: protocol '{self.protocol}' ranks against the "
                              f"'{self.source_language}' captions (source_language), but "
-                             f'{where.strip()} has captions in {offered} only; set '
+                             f'{where} has captions in {offered} only; set '
                              "source_language to one of them or add it to the dataset's "
                              'languages')
         # Without languages, those evaluated are the dataset's: mean_languages must be of them.
@@ -223,9 +227,16 @@ class RetrievalMetric(BaseMetric):
                              else ('mean_languages', self.mean_languages))
         missing = [lang for lang in requested or () if lang not in offered]
         if missing:
-            raise ValueError(f'{head}: {option} {missing} were requested but {where.strip()} '
+            raise ValueError(f'{head}: {option} {missing} were requested but {where} '
                              f"has captions in {offered} only; drop them from the metric's "
                              f"{option} or add them to the dataset's languages")
+
+    def _named_dataset(self) -> tuple[str, str]:
+        """How errors name the metric (``RetrievalMetric (multi30k)``) and its dataset
+        (``multi30k test``) from ``dataset_meta``."""
+        meta = self.dataset_meta or {}
+        where = f"{meta.get('dataset', 'the dataset')} {meta.get('split', '')}".strip()
+        return f"RetrievalMetric{f' ({self.prefix})' if self.prefix else ''}", where
 
     def process(self, data_batch: Any, data_samples: Sequence[Mapping[str, Any]]) -> None:
         """Keep each gallery item's embeddings as compact CPU float32 tensors.
@@ -416,6 +427,7 @@ class RetrievalMetric(BaseMetric):
                        if captions.shape[0]})
         text_gallery = PROTOCOLS[self.protocol].text_gallery
         if self.languages is None:
+            self._check_stated_languages_captioned(seen)
             # A text gallery is the source captions: they are not also queries.
             candidates = [lang for lang in seen
                           if not (text_gallery and lang == self.source_language)]
@@ -431,6 +443,23 @@ class RetrievalMetric(BaseMetric):
             raise ValueError(f'languages {missing} were requested but no evaluated item has a '
                              f'caption in them; languages seen: {seen}.')
         return list(self.languages)
+
+    def _check_stated_languages_captioned(self, seen: Sequence[str]) -> None:
+        """Refuse, when the metric evaluates the dataset's languages (``languages=None``), one
+        the dataset states (``dataset_meta['languages']``) that no evaluated item has a caption
+        in: it was left out of the keys and of ``mAR`` without a word, so that Multi30K's mAR
+        over de and fr read as the paper's over de, fr and cs."""
+        stated = (self.dataset_meta or {}).get('languages')
+        if stated is None:
+            return
+        stated = list(dict.fromkeys(normalize_language(lang) for lang in stated))
+        missing = [lang for lang in stated if lang not in seen]
+        if missing:
+            head, where = self._named_dataset()
+            raise ValueError(f'{head}: {where} has captions in {stated}, but no evaluated item '
+                             f'has one in {missing}; the summaries would leave them out. Give '
+                             "the items those captions, or evaluate the others alone (the "
+                             f"metric's languages={[lang for lang in stated if lang in seen]}).")
 
     def summary_languages(self, languages: Sequence[str]) -> list[str]:
         """The languages the summaries (``mAR``, ``rSum``, ...) average or sum.
