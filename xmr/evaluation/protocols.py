@@ -274,8 +274,8 @@ def check_folds(num_folds: int, folds: Sequence[int] | None) -> None:
         folds: the folds averaged; ``None`` = all.
 
     Raises:
-        ValueError: ``num_folds`` below 1, an empty ``folds`` (no fold to average) or a fold
-            outside ``0..num_folds - 1``.
+        ValueError: ``num_folds`` below 1, an empty ``folds`` (no fold to average), a fold
+            outside ``0..num_folds - 1`` or given twice (the mean would count it twice).
     """
     if not is_count(num_folds):
         raise ValueError(f'num_folds must be a positive integer, got {num_folds!r}.')
@@ -287,6 +287,10 @@ def check_folds(num_folds: int, folds: Sequence[int] | None) -> None:
     for fold in folds:
         if not 0 <= fold < num_folds:
             raise ValueError(f'fold {fold} does not exist; folds are 0..{num_folds - 1}.')
+    repeated = sorted({fold for fold in folds if list(folds).count(fold) > 1})
+    if repeated:
+        raise ValueError(f'folds {tuple(folds)} repeat fold {", ".join(map(str, repeated))}: the '
+                         'mean over folds would count it twice; give each fold once.')
 
 
 def protocol_galleries(protocol: str, num_media: int, gallery_size: int | None = None,

@@ -347,10 +347,13 @@ def test_one_value_where_a_list_goes_is_named_with_the_list_to_write(option, val
     ((), 5, r'folds \(\) name no fold'),
     ((5,), 5, r'fold 5 does not exist; folds are 0..4'),
     (None, 0, 'num_folds must be a positive integer, got 0'),
+    ((0, 0, 1), 5, r'folds \(0, 0, 1\) repeat fold 0: the mean over folds would count it '
+                   r'twice; give each fold once'),
 ])
 def test_coco_folds_that_do_not_exist_are_refused_when_the_metric_is_built(folds, num_folds,
                                                                            message):
-    """Not after the 5,000 images are encoded (an empty folds list ended in an IndexError)."""
+    """Not after the 5,000 images are encoded (an empty folds list ended in an IndexError). A
+    repeated fold was averaged twice: (0, 0, 1) reported (2 * fold 0 + fold 1) / 3."""
     with pytest.raises(ValueError, match=message):
         RetrievalMetric(protocol='coco_1k_5fold', folds=folds, num_folds=num_folds)
 
