@@ -313,6 +313,31 @@ def test_approximate_recall_at_k_beyond_a_small_gallery_counts_every_item():
     assert result == pytest.approx({'t2i_R@1': 75.0, 't2i_R@5': 100.0, 't2i_R@10': 100.0})
 
 
+@pytest.mark.parametrize('i2t_mode', ['standard', 'grouped'])
+def test_an_exhaustive_approximate_search_counts_ties_against_the_query_as_exact_ranks(i2t_mode):
+    """IVF with one cell visits every item, so its recalls are the exact ones, ties included:
+    a positive tied with negatives comes after them, in the list and at its cut. Ties followed
+    faiss's order: 20 collapsed media (every caption ties them all) scored text->image R@10 of
+    50 where the exact ranks give 0. Small-integer vectors: every score is exact in float32,
+    in faiss and in torch alike, and many tie."""
+    generator = torch.Generator().manual_seed(3)
+    for trial in range(20):
+        num_media = 20 if trial == 0 else 12
+        media = (torch.ones(num_media, 4) if trial == 0
+                 else torch.randint(0, 3, (num_media, 4), generator=generator).float())
+        caption_media = torch.arange(num_media).repeat_interleave(
+            torch.randint(1, 4, (num_media,), generator=generator))
+        captions = torch.randint(0, 3, (caption_media.numel(), 4), generator=generator).float()
+        gallery = LanguageGallery(media, captions, caption_media)
+        exact = evaluate_language(gallery, recall_ks=(1, 2, 5, 10), i2t_mode=i2t_mode)
+        searched = evaluate_language(gallery, recall_ks=(1, 2, 5, 10), i2t_mode=i2t_mode,
+                                     search=dict(index='ivf', nlist=1))
+        assert searched == pytest.approx({key: value for key, value in exact.items()
+                                          if 'R@' in key or key in ('AR', 'rSum')}), trial
+        if trial == 0:  # collapsed media
+            assert searched['t2i_R@10'] == 0
+
+
 def test_a_language_without_captions_in_the_gallery_is_named_as_such():
     # Not left to fail later as "no ranks to summarise" of its empty queries.
     gallery = LanguageGallery(torch.eye(2), torch.zeros(0, 2), torch.zeros(0, dtype=torch.long))

@@ -36,6 +36,7 @@ __all__ = [
     'positive_pairs', 'ranks_from_pairs', 'ranks_from_scores', 'group_max_scores',
     'grouped_ranks_from_scores', 'text_to_media_ranks', 'media_to_text_ranks', 'ranks_from_topk',
     'recall_at_k', 'median_rank', 'mean_rank', 'rank_summary', 'average_recall', 'recall_sum',
+    'ties_against_query',
 ]
 
 
@@ -210,7 +211,8 @@ def ranks_from_topk(indices: Tensor, query_group: Tensor, gallery_group: Tensor,
     ``1 + #{distinct negatives (groups) in its list} + #{empty slots}``: an empty slot stands
     for an item the search did not return, so a positive it did not return is a miss at every
     ``K`` up to the list's length (``k`` slots; ``grouped``, ``k / (largest group size)``
-    groups), and ``R@K`` is exact for those ``K``. Ties follow the search's own order.
+    groups), and ``R@K`` is exact for those ``K``. Ties follow the lists' order: order them
+    with :func:`ties_against_query` first for the tie rule above.
 
     Args:
         indices: ``[Q, k]`` gallery indices in decreasing score order; ``-1`` marks an empty slot
@@ -247,6 +249,23 @@ def ranks_from_topk(indices: Tensor, query_group: Tensor, gallery_group: Tensor,
                             torch.full_like(query_group, indices.shape[1]))
     before_hit = torch.arange(indices.shape[1])[None, :] < first_hit[:, None]
     return (counts & before_hit).sum(dim=1) + 1
+
+
+def ties_against_query(scores: Tensor, positive: Tensor) -> Tensor:
+    """The order of retrieved lists by decreasing score, each positive after the negatives it
+    ties with: the tie rule above for lists whose own order of tied items is arbitrary (a
+    faiss index's, a shortlist's), so that a collapsed model scores 0, not what that order gives.
+
+    Args:
+        scores: ``[..., k]`` scores of each list.
+        positive: ``[..., k]`` bool, whether each item is a positive of the list's query.
+
+    Returns:
+        ``[..., k]`` int64 positions into each list.
+    """
+    negatives_first = positive.int().argsort(dim=-1, stable=True)
+    by_score = scores.gather(-1, negatives_first).argsort(dim=-1, descending=True, stable=True)
+    return negatives_first.gather(-1, by_score)
 
 
 def recall_at_k(ranks: Tensor, k: int) -> float:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from xmr.evaluation.ranking import ranks_from_topk
+from xmr.evaluation.ranking import ranks_from_topk, ties_against_query
 from xmr.evaluation.search import blockwise_ranks, default_chunk_size
 
 __all__ = ['TokenScore', 'TokenSet', 'TokenScoring', 'TOKEN_SCORING_MODES', 'TOKEN_PAIR_BUDGET',
@@ -158,7 +158,7 @@ def token_ranks(scoring: TokenScoring, direction: str, media: TokenSet, captions
                                       depth)
                            for start in range(0, queries.shape[0], chunk)])
     reordered = torch.stack([
-        candidates[_tie_against_query(
+        candidates[ties_against_query(
             _candidate_scores(scoring, direction, media, captions, query, candidates),
             gallery_group[candidates] == query_group[query])]
         for query, candidates in enumerate(shortlist)]) if len(shortlist) else shortlist
@@ -185,22 +185,6 @@ def _shortlist(queries: Tensor, gallery: Tensor, positive: Tensor, depth: int) -
     at = positive.nonzero(as_tuple=True)
     scores[at] = torch.nextafter(scores[at], scores.new_tensor(-math.inf))
     return scores.topk(depth, dim=1).indices
-
-
-def _tie_against_query(scores: Tensor, positive: Tensor) -> Tensor:
-    """The order of a shortlist by decreasing score, each positive after the negatives it ties
-    with, so that a tie counts against the query as in the exact ranks (a collapsed model
-    scores 0, not whatever the cosine's top-k order gives).
-
-    Args:
-        scores: ``[k]`` token scores of the shortlist.
-        positive: ``[k]`` bool, whether each item is a positive of the query.
-
-    Returns:
-        ``[k]`` int64 positions into the shortlist.
-    """
-    negatives_first = positive.int().argsort(stable=True)
-    return negatives_first[scores[negatives_first].argsort(descending=True, stable=True)]
 
 
 def _query_block(scoring: TokenScoring, direction: str, media: TokenSet, captions: TokenSet,
