@@ -465,6 +465,20 @@ def test_results_of_other_test_sets_get_their_own_tables():
         'model', 'ja', 'mAR']
 
 
+def test_a_language_of_the_test_set_no_row_reports_is_named_below_the_table():
+    """A metric given languages=['en', 'de', 'fr'] on Multi30K (which has cs) gave a table with
+    no cs column and a legend saying mAR is over de and fr: nothing showed that cs, a language of
+    DASD's mAR, was not scored. A row without it beside one with it shows '-' already."""
+    held = dict(MULTI30K_TEST, languages=['en', 'de', 'fr', 'cs'])
+    partial = EvaluationResult('partial', {'en/AR': 90.0, 'de/AR': 60.0, 'fr/AR': 50.0,
+                                           'mAR': 55.0}, test_sets=[held])
+    legend = leaderboard_markdown([partial]).split('\n\n')[2].splitlines()
+    assert '- cs: in the test set, no row reports it' in legend
+    full = replace(partial, name='full', metrics={**partial.metrics, 'cs/AR': 40.0})
+    assert not any('no row reports' in line
+                   for line in leaderboard_markdown([partial, full]).splitlines())
+
+
 def test_skipped_media_mark_the_row_and_are_counted_in_the_legend():
     result = EvaluationResult('run', {'multi30k/de/AR': 50.0, 'multi30k/mAR': 50.0,
                                       'multi30k/skipped_media': 3.0, 'xtd/skipped_media': 1.0,

@@ -43,7 +43,8 @@ media (``on_corrupt='skip'``, the ``skipped_media`` metric) is marked ``*`` and 
 the count (each metric's, where several report one: those of one test set report the same
 media): its recalls are over a smaller gallery. A metric that ranked otherwise than the exact
 standard protocol (the DASD code's grouped image→text, an approximate index, a re-ranked
-shortlist; ``tools/test.py`` records it) gets a legend line saying so.
+shortlist; ``tools/test.py`` records it) gets a legend line saying so, and so do the languages of
+the test set that no row reports (a row lacking one that another reports shows ``-``).
 """
 from __future__ import annotations
 
@@ -484,8 +485,8 @@ def _markdown_table(results: Sequence[EvaluationResult]) -> str:
         raise ValueError(f'the results of {[r.name for r in results]} hold no retrieval metric '
                          f'({", ".join(h.per_language for h in HEADLINES)} per language, or '
                          f'{", ".join(h.summary for h in HEADLINES)}); nothing to tabulate')
-    lines = column_legend(results) + [_skipped_line(result) for result in results
-                                      if result.skipped_media]
+    lines = column_legend(results) + _unreported_languages(results) + [
+        _skipped_line(result) for result in results if result.skipped_media]
     if any(result.seed_std for result in results):
         lines.append('a row over seeds: mean ± sample standard deviation (n - 1) of each value '
                      'over the seeds it names')
@@ -494,6 +495,17 @@ def _markdown_table(results: Sequence[EvaluationResult]) -> str:
               for prefix, ranking in result.rankings.items()]
     legend = '\n'.join(f'- {line}' for line in lines)
     return f'{format_table(header, rows)}\n\n{legend}'
+
+
+def _unreported_languages(results: Sequence[EvaluationResult]) -> list[str]:
+    """A legend line naming the languages of the table's test set that no column shows (a
+    metric's ``languages`` leaving one out, a text gallery's source language): no row shows
+    ``-`` for them, and the heading alone listed them."""
+    held = {code for result in results for test_set in result.test_sets
+            for code in test_set.get('languages') or [] if isinstance(code, str)}
+    shown = {_language(column) for column in _union_columns(results) if column.kind == 'language'}
+    missing = sorted(held - shown)
+    return [f"{', '.join(missing)}: in the test set, no row reports it"] if missing else []
 
 
 def _skipped_line(result: EvaluationResult) -> str:
