@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from mmengine.dataset import DefaultSampler
-from mmengine.hooks import Hook
+from mmengine.hooks import DistSamplerSeedHook, Hook
+from mmengine.runner.loops import _InfiniteDataloaderIterator
 from torch.utils.data import BatchSampler, DataLoader
 
 from tests.engine.test_loops import PAIRS, PHASES, loader, make_cfg, train
@@ -88,6 +90,24 @@ def test_the_plan_depends_on_the_seed_and_the_epoch_only():
     assert batches(languages, 4, epoch=1) == batches(languages, 4, epoch=1)
     assert batches(languages, 4, epoch=1) != batches(languages, 4, epoch=2)
     assert batches(languages, 4, seed=3) != batches(languages, 4, seed=4)
+
+
+def test_mmengine_loops_setting_the_wrapped_samplers_epoch_plan_that_pass(monkeypatch):
+    """MMEngine's epoch and iteration loops set the epoch of ``batch_sampler.sampler`` (the
+    dataloader's ``sampler`` is torch's ``SequentialSampler`` beside a batch sampler): a pass
+    so begun is the one ``set_epoch`` on this sampler plans, not pass 0 again."""
+    monkeypatch.setattr('time.sleep', lambda seconds: None)  # the iteration loop's pause
+    languages = np.arange(48) % 2
+    dataloader = DataLoader(Items(languages), batch_sampler=LanguageBatchSampler(
+        DefaultSampler(Items(languages), shuffle=True, seed=3), 4), collate_fn=list)
+    assert [list(b) for b in dataloader] == batches(languages, 4, epoch=0)
+    runner = SimpleNamespace(epoch=2, train_loop=SimpleNamespace(dataloader=dataloader))
+    DistSamplerSeedHook().before_train_epoch(runner)  # EpochBasedTrainLoop's, each epoch
+    assert [list(b) for b in dataloader] == batches(languages, 4, epoch=2)
+    assert batches(languages, 4, epoch=2) != batches(languages, 4, epoch=0)
+    endless = _InfiniteDataloaderIterator(dataloader)  # IterBasedTrainLoop's: 2nd pass, epoch 1
+    drawn = [list(next(endless)) for _ in range(2 * len(dataloader))]
+    assert drawn[len(dataloader):] == batches(languages, 4, epoch=1)
 
 
 def test_under_ddp_every_step_reads_one_global_batch_of_one_language(monkeypatch):

@@ -65,7 +65,7 @@ class LanguageBatchSampler(Sampler[list[int]]):
         self.seed = int(getattr(sampler, 'seed', 0) or 0)
         self.shuffle = bool(getattr(sampler, 'shuffle', True))
         self.rank, self.world_size = get_dist_info()
-        self.epoch = 0
+        self._epoch = 0
         self._start = 0
         codes, counts = np.unique(self.languages, return_counts=True)
         global_batch = batch_size * self.world_size
@@ -105,9 +105,22 @@ class LanguageBatchSampler(Sampler[list[int]]):
         """A group of :meth:`item_groups` as the dataset names its language."""
         return _language_name(code, names)
 
+    @property
+    def epoch(self) -> int:
+        """The pass planned: the wrapped sampler's ``epoch`` where it keeps one and
+        :meth:`set_epoch` sets it (``set_epoch``), else the last :meth:`set_epoch`'s.
+
+        MMEngine's loops set the epoch of ``batch_sampler.sampler`` alone (``DistSamplerSeedHook``
+        each epoch, ``IterBasedTrainLoop`` each pass): read from here only, every pass they
+        begin was pass 0 again, in the same order.
+        """
+        if hasattr(self.sampler, 'set_epoch') and hasattr(self.sampler, 'epoch'):
+            return int(self.sampler.epoch)
+        return self._epoch
+
     def set_epoch(self, epoch: int) -> None:
         """Plan the next pass as pass ``epoch`` (the training loop calls it before each)."""
-        self.epoch = epoch
+        self._epoch = epoch
         if hasattr(self.sampler, 'set_epoch'):
             self.sampler.set_epoch(epoch)
 
