@@ -25,7 +25,8 @@ without media), an index that ``--media`` would write over (unless ``--overwrite
 ``--update``; ``--overwrite`` replaces an index an earlier search saved, whole or damaged since,
 never a checkpoint or another file), the index to read, the query file, the ``--device``,
 whether ``--index`` and ``--out`` can be written, and what stands at ``--out``; the queries'
-``--lang`` once the model is, before any media is encoded.
+``--lang`` once the config is read (its custom imports may register a language), against the
+languages its model trains, before the model is built.
 """
 from __future__ import annotations
 
@@ -414,6 +415,7 @@ def search(args: argparse.Namespace, queries: list[str], files: list[Path] | Non
     saved is added to ``written``."""
     written = [] if written is None else written
     from xmr.apis import MediaIndex, check_languages, init_retriever
+    from xmr.apis.inference import check_config_languages
     from xmr.fileio import atomic_write_text
 
     saved = (MediaIndex.load(args.index) if args.index is not None and args.index.exists()
@@ -429,6 +431,9 @@ def search(args: argparse.Namespace, queries: list[str], files: list[Path] | Non
         return  # pruned: no model needed
     given_file(args.checkpoint, 'CHECKPOINT', 'give a .pth written by tools/train.py')
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options)
+    if queries:
+        # From the config, before the backbone's weights load; the built model checks again.
+        check_config_languages(cfg, args.lang, where='--lang')
     model = init_retriever(cfg, args.checkpoint, device=args.device)
     if queries:
         check_languages(model, args.lang, where='--lang')

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
 from xmr.apis import (
     CheckpointMismatchError,
+    check_config_languages,
     check_languages,
     encode_media,
     encode_texts,
@@ -464,6 +465,34 @@ def test_check_languages_takes_one_code_alone_and_any_spelling(trained):
     check_languages(model, ['DE', 'zho_Hans', 'eng'])
     with pytest.raises(ValueError, match=r"^captions: the model has no adapters for \['fr'\]"):
         check_languages(model, 'FR', 'captions')
+
+
+@pytest.mark.parametrize('model_cfg, reads', [
+    (tiny_retriever_cfg(), ['en', 'de', 'zh']),
+    (tiny_retriever_cfg(language_branch=None), ['en']),
+    (tiny_retriever_cfg(source_language='deu', language_branch=tiny_branch_cfg(['eng', 'ja'])),
+     ['de', 'en', 'ja'])])
+def test_the_config_s_languages_are_checked_as_the_built_model_checks_them(model_cfg, reads):
+    """Refused from the config, by the message the built model gives, before its build."""
+    config = Config(dict(model=model_cfg))
+    model = MODELS.build(model_cfg)
+    assert trained_languages(model) == reads
+    for lang in ('ko', 'FR', *reads):
+        try:
+            check_languages(model, lang, '--lang')
+        except ValueError as error:
+            with pytest.raises(ValueError, match=re.escape(str(error))):
+                check_config_languages(config, lang, '--lang')
+        else:
+            check_config_languages(config, lang, '--lang')
+    with pytest.raises(ValueError, match="--lang: unknown language code 'xq'"):
+        check_config_languages(config, ['de', 'xq'], '--lang')
+
+
+def test_a_config_the_language_check_cannot_read_is_left_to_the_model():
+    for model_cfg in (dict(type='DualEncoderRetriever'), tiny_retriever_cfg(
+            language_branch=dict(type='TargetLanguageBranch')), None):
+        check_config_languages(Config(dict(model=model_cfg)), 'ko')
 
 
 def test_a_language_module_file_given_as_the_checkpoint_is_told_to_be_merged(trained, tmp_path):

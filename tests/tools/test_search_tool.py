@@ -228,13 +228,18 @@ def test_usage_errors_name_what_to_give(capsys, flags, refused):
     assert re.search(refused, capsys.readouterr().err)
 
 
-def test_a_query_language_the_model_lacks_is_refused_before_any_media_is_encoded(
-        gallery, tmp_path, monkeypatch):
+@pytest.mark.parametrize('lang, refused', [
+    ('ko', r"--lang: the model has no adapters for \['ko'\]; it reads \['en', 'de', 'zh'\]"),
+    ('xq', r"--lang: unknown language code 'xq'")])
+def test_a_query_language_the_model_lacks_is_refused_before_the_model_is_built(
+        gallery, tmp_path, monkeypatch, lang, refused):
+    """Read from the config: the backbone's weights (seconds to minutes) were loaded first."""
     config, checkpoint, media = gallery
+    monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
     monkeypatch.setattr(MediaIndex, 'from_media', lambda *args, **kwargs: pytest.fail('encoded'))
-    with pytest.raises(ValueError, match=r"--lang.*\['ko'\]"):
+    with pytest.raises(ValueError, match=refused):
         load_tool().main([str(config), str(checkpoint), '--media', str(media), '--index',
-                          str(tmp_path / 'gallery.idx'), '--lang', 'ko', '--query', 'x'])
+                          str(tmp_path / 'gallery.idx'), '--lang', lang, '--query', 'x'])
     assert not (tmp_path / 'gallery.idx').exists()
 
 

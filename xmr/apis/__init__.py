@@ -14,6 +14,7 @@ from xmr.apis.inference import (
     VIDEO_SUFFIXES,
     CheckpointMismatchError,
     NoMediaReadError,
+    check_config_languages,
     check_languages,
     encode_media,
     encode_media_in_parts,
@@ -29,6 +30,7 @@ from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'CheckpointReadError', 'NoMediaReadError',
            'read_checkpoint',
-           'check_languages', 'encode_media', 'encode_readable_media', 'encode_media_in_parts',
+           'check_languages', 'check_config_languages', 'encode_media', 'encode_readable_media',
+           'encode_media_in_parts',
            'EncodingParts', 'media_encoding', 'encode_texts', 'init_retriever',
            'load_trained_checkpoint', 'trained_languages', 'MediaIndex', 'SearchHit']

@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from xmr.apis.encoding_parts import EncodingParts
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.frame_sampling import check_frame_count
-from xmr.datasets.languages import normalize_language
+from xmr.datasets.languages import normalize_language, normalize_languages
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.datasets.video_containers import VIDEO_SUFFIXES
 from xmr.engine.checkpoint import (
@@ -47,7 +47,12 @@ from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.language.carried_vocabulary import read_vocabulary_from
 from xmr.models.language.language_modules import module_file_problem
-from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
+from xmr.models.retrievers.cross_lingual import (
+    SOURCE_LANGUAGE,
+    CrossLingualRetriever,
+    canonical_source,
+    check_read_languages,
+)
 from xmr.registry import MODELS, TRANSFORMS, check_part_options
 from xmr.run_config import config_file, import_custom_modules, merge_options
 from xmr.utils.cli import UserKeyError, given_file
@@ -55,7 +60,8 @@ from xmr.utils.counts import is_count
 from xmr.version import written_by
 
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
-           'load_trained_checkpoint', 'trained_languages', 'check_languages', 'check_texts',
+           'load_trained_checkpoint', 'trained_languages', 'check_languages',
+           'check_config_languages', 'check_texts',
            'encode_texts',
            'encode_media', 'encode_readable_media', 'encode_media_in_parts', 'media_encoding',
            'NoMediaReadError']
@@ -219,6 +225,42 @@ def check_languages(model: CrossLingualRetriever, languages: str | Sequence[str]
     # One code alone would otherwise be checked letter by letter.
     languages = [languages] if isinstance(languages, str) else languages
     model.check_languages([normalize_language(lang, where) for lang in languages], where)
+
+
+def check_config_languages(config: Config, languages: str | Sequence[str],
+                           where: str = 'query') -> None:
+    """:func:`check_languages` from a config alone, before its model is built (a backbone's
+    weights take seconds to minutes to load): the source language and the targets of its
+    ``language_branch``; a config whose model is no :class:`CrossLingualRetriever`, or whose
+    branch names no languages, is left to the built model's check.
+
+    Args:
+        config: a config as :func:`init_retriever` takes it, its ``custom_imports`` imported
+            (a language they register is known).
+        languages: one code or several, in any spelling ``normalize_language`` reads.
+        where: what holds them, named in the error.
+
+    Raises:
+        LanguageCodeError: (a ``ValueError``) a code that names no language.
+        ValueError: as :func:`check_languages`, naming ``where`` and the trained languages.
+    """
+    languages = [languages] if isinstance(languages, str) else languages
+    codes = [normalize_language(lang, where) for lang in languages]
+    model_cfg = config.get('model')
+    if not isinstance(model_cfg, Mapping):
+        return
+    with DefaultScope.overwrite_default_scope('xmr'):  # as init_retriever's build
+        kind = model_cfg.get('type')
+        kind = MODELS.get(kind) if isinstance(kind, str) else kind
+    branch = model_cfg.get('language_branch')
+    targets = [] if branch is None else (branch.get('languages')
+                                         if isinstance(branch, Mapping) else None)
+    if not (isinstance(kind, type) and issubclass(kind, CrossLingualRetriever)) or (
+            targets is None):
+        return
+    source = canonical_source(model_cfg.get('source_language', SOURCE_LANGUAGE))
+    check_read_languages(codes, source,
+                         normalize_languages(targets, 'model.language_branch.languages'), where)
 
 
 @torch.no_grad()

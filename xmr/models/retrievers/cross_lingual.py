@@ -46,6 +46,20 @@ def canonical_source(source_language: str) -> str:
     return normalize_language(source_language, 'CrossLingualRetriever source_language')
 
 
+def check_read_languages(languages: Sequence[str], source_language: str,
+                         targets: Sequence[str], where: str) -> None:
+    """Fail unless every language is the source language or one of the ``targets`` (codes as
+    :func:`~xmr.datasets.languages.normalize_language` gives them).
+
+    Raises:
+        ValueError: naming ``where``, the languages without adapters and those read.
+    """
+    missing = [lang for lang in languages if lang != source_language and lang not in targets]
+    if missing:
+        raise ValueError(f'{where}: the model has no adapters for {missing}; it reads '
+                         f'{[source_language, *targets]}')
+
+
 def _branch_class(cfg: Any) -> Any:
     """The class a ``language_branch`` config builds (``None`` for no config)."""
     kind = cfg.get('type') if isinstance(cfg, Mapping) else None
@@ -269,11 +283,7 @@ class CrossLingualRetriever(BaseRetriever):
         Raises:
             ValueError: naming ``where``, the languages without adapters and those the model reads.
         """
-        missing = [lang for lang in languages
-                   if lang != self.source_language and lang not in self.languages]
-        if missing:
-            raise ValueError(f'{where}: the model has no adapters for {missing}; it reads '
-                             f'{[self.source_language, *self.languages]}')
+        check_read_languages(languages, self.source_language, self.languages, where)
 
     def trainable_groups(self) -> dict[str, list[str]]:
         """Groups a phase's ``trainable`` may name: ``target`` is the language branch plus the
