@@ -129,6 +129,44 @@ def test_under_ddp_every_step_reads_one_global_batch_of_one_language(monkeypatch
         assert len(set(languages[batch])) == 1
 
 
+def reference_global_batches(languages, global_batch: int, seed: int, epoch: int):
+    """The plan written out as a walk along the pass's permutation: each item joins its
+    language's open batch, which is emitted as it fills; what stays open at the end is
+    dropped."""
+    order = torch.randperm(len(languages), generator=torch.Generator().manual_seed(seed + epoch))
+    open_batches, emitted = {}, []
+    for index in order.tolist():
+        batch = open_batches.setdefault(int(languages[index]), [])
+        batch.append(index)
+        if len(batch) == global_batch:
+            emitted.append(open_batches.pop(int(languages[index])))
+    return emitted
+
+
+@pytest.mark.parametrize('world_size', [1, 2, 3, 4])
+def test_every_world_size_shards_each_pass_disjointly_and_completely(monkeypatch, world_size):
+    """Languages of 29, 17 and 11 items at 2 a rank leave tails of every length: each rank
+    reads its slice of every global batch of the written-out plan, in rank order, so the ranks
+    read disjoint items, together every item of a full global batch once, and a rank resumed
+    mid-pass reads on where it stopped."""
+    languages = np.repeat([0, 1, 2], [29, 17, 11])[np.random.default_rng(1).permutation(57)]
+    expected = reference_global_batches(languages, 2 * world_size, seed=3, epoch=1)
+    shares = []
+    for rank in range(world_size):
+        monkeypatch.setattr('xmr.datasets.language_batch_sampler.get_dist_info',
+                            lambda rank=rank: (rank, world_size))
+        shares.append(batches(languages, 2, epoch=1, seed=3))
+        resumed = LanguageBatchSampler(DefaultSampler(Items(languages), seed=3), 2)
+        resumed.set_epoch(1)
+        resumed.start_at(2)  # a run resumed after two steps draws what the third step drew
+        assert list(resumed) == shares[rank][2:]
+    for rank, share in enumerate(shares):
+        assert share == [batch[2 * rank:2 * rank + 2] for batch in expected]
+    drawn = [i for share in shares for batch in share for i in batch]
+    assert len(drawn) == len(set(drawn)) == sum(
+        count // (2 * world_size) * 2 * world_size for count in (29, 17, 11))
+
+
 def test_global_batches_mix_languages_and_shard_as_one_process_reads_them(monkeypatch):
     """Languages mixed, no item_languages() needed: under DDP the ranks' batches of a step are
     the slices of the batch one process with the global batch reads (DefaultSampler with
