@@ -495,6 +495,15 @@ def test_a_config_the_language_check_cannot_read_is_left_to_the_model():
         check_config_languages(Config(dict(model=model_cfg)), 'ko')
 
 
+def test_a_model_the_apis_do_not_serve_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    """A CDDS config was refused once its backbone's weights and its checkpoint had loaded."""
+    config = Config(dict(model=dict(type='DualEncoderRetriever', backbone=tiny_backbone_cfg())))
+    monkeypatch.setattr(MODELS, 'build', lambda *args, **kwargs: pytest.fail('built'))
+    with pytest.raises(TypeError, match=r'its model is a DualEncoderRetriever; xmr.apis serves '
+                       r'CrossLingualRetriever models .*: score this one with tools/test.py'):
+        init_retriever(config, tmp_path / 'missing.pth')
+
+
 def test_a_language_module_file_given_as_the_checkpoint_is_told_to_be_merged(trained, tmp_path):
     """It was refused as a file holding none of the model's weights, to be replaced by one
     tools/train.py wrote: the module, the right file for merge, was not named as one."""

@@ -93,6 +93,9 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
             failed to import (naming the module and the cause, not only ``PYTHONPATH``).
         UnknownOptionError, ValueError, TypeError: a model option the config alone refuses
             (:func:`~xmr.registry.check_part_options`), before anything is built.
+        TypeError: a model that is no :class:`CrossLingualRetriever` (CDDS's
+            ``DualEncoderRetriever``), before anything is built where the config names its
+            class.
         UserError: a checkpoint missing, a folder or unreadable, before anything is built
             (:func:`~xmr.utils.cli.given_file`).
         CheckpointReadError: an empty, foreign or damaged checkpoint, as it is read.
@@ -112,18 +115,35 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
     with DefaultScope.overwrite_default_scope('xmr'):
         # What the tools refuse as the config loads, before the backbone's weights load.
         check_part_options(MODELS, cfg.model, 'model')
+        kind = _model_class(cfg.model)
+        if kind is not None and not issubclass(kind, CrossLingualRetriever):
+            raise _not_served(kind, where)
         if checkpoint is not None:
             # Present before the build; read (and its records' CRC checked) once, after it.
             given_file(checkpoint, 'checkpoint', CHECKPOINT_FIX)
             read_vocabulary_from(cfg.model, checkpoint)
         model = MODELS.build(cfg.model)
-    if not isinstance(model, CrossLingualRetriever):
-        raise TypeError(f'the config builds a {type(model).__name__}; xmr.apis serves '
-                        'CrossLingualRetriever models')
+    if not isinstance(model, CrossLingualRetriever):  # built by a function, say
+        raise _not_served(type(model), where)
     if checkpoint is not None:
         load_trained_checkpoint(model, checkpoint)
     model.cfg = cfg
     return model.to(device).eval()
+
+
+def _model_class(model_cfg: Any) -> type | None:
+    """The class a model config builds, looked up in the current scope; ``None`` where the
+    config names no class (a builder function, no ``type``)."""
+    kind = model_cfg.get('type') if isinstance(model_cfg, Mapping) else None
+    kind = MODELS.get(kind) if isinstance(kind, str) else kind
+    return kind if isinstance(kind, type) else None
+
+
+def _not_served(kind: type, where: Any) -> TypeError:
+    """The error of a config whose model the apis do not serve."""
+    return TypeError(f'config {where}: its model is a {kind.__name__}; xmr.apis serves '
+                     'CrossLingualRetriever models (and their subclasses): score this one with '
+                     'tools/test.py')
 
 
 def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLike) -> dict:
@@ -247,16 +267,14 @@ def check_config_languages(config: Config, languages: str | Sequence[str],
     languages = [languages] if isinstance(languages, str) else languages
     codes = [normalize_language(lang, where) for lang in languages]
     model_cfg = config.get('model')
-    if not isinstance(model_cfg, Mapping):
-        return
     with DefaultScope.overwrite_default_scope('xmr'):  # as init_retriever's build
-        kind = model_cfg.get('type')
-        kind = MODELS.get(kind) if isinstance(kind, str) else kind
+        kind = _model_class(model_cfg)
+    if kind is None or not issubclass(kind, CrossLingualRetriever):
+        return
     branch = model_cfg.get('language_branch')
     targets = [] if branch is None else (branch.get('languages')
                                          if isinstance(branch, Mapping) else None)
-    if not (isinstance(kind, type) and issubclass(kind, CrossLingualRetriever)) or (
-            targets is None):
+    if targets is None:
         return
     source = canonical_source(model_cfg.get('source_language', SOURCE_LANGUAGE))
     check_read_languages(codes, source,
