@@ -481,7 +481,8 @@ def test_the_config_s_languages_are_checked_as_the_built_model_checks_them(model
         try:
             check_languages(model, lang, '--lang')
         except ValueError as error:
-            with pytest.raises(ValueError, match=re.escape(str(error))):
+            with pytest.raises(ValueError, match=re.escape(
+                    f"{error} (the config's source_language and model.language_branch.")):
                 check_config_languages(config, lang, '--lang')
         else:
             check_config_languages(config, lang, '--lang')

@@ -262,7 +262,8 @@ def check_config_languages(config: Config, languages: str | Sequence[str],
 
     Raises:
         LanguageCodeError: (a ``ValueError``) a code that names no language.
-        ValueError: as :func:`check_languages`, naming ``where`` and the trained languages.
+        ValueError: as :func:`check_languages`, naming ``where`` and the trained languages,
+            said to be the config's.
     """
     languages = [languages] if isinstance(languages, str) else languages
     codes = [normalize_language(lang, where) for lang in languages]
@@ -277,8 +278,14 @@ def check_config_languages(config: Config, languages: str | Sequence[str],
     if targets is None:
         return
     source = canonical_source(model_cfg.get('source_language', SOURCE_LANGUAGE))
-    check_read_languages(codes, source,
-                         normalize_languages(targets, 'model.language_branch.languages'), where)
+    targets = normalize_languages(targets, 'model.language_branch.languages')
+    try:
+        check_read_languages(codes, source, targets, where)
+    except ValueError as error:
+        # Read from the config, not a checkpoint: a checkpoint of other languages is refused
+        # as it loads.
+        raise ValueError(f"{error} (the config's source_language and "
+                         'model.language_branch.languages)') from None
 
 
 @torch.no_grad()
