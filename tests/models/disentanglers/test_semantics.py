@@ -303,6 +303,23 @@ def test_contradicting_options_are_refused_by_the_config_check_without_a_build(
         check_part_options(MODELS, cfg, 'model')
 
 
+def test_a_stream_adapter_reading_the_condition_is_refused_at_the_config_check_and_the_build(
+        tower):
+    """A^sr / A^sa run before the generator: a DynamicAdapter there built, passed the config
+    check, and stopped at the first step of cross_lingual (after source_finetune), telling the
+    user to configure the SemanticsDisentangler they had configured."""
+    refused = (r"model.disentangler.adapter is DynamicAdapter, which reads the W\^z the SDM "
+               r"generates .*type='StaticAdapter', hidden=256")
+    cfg = tiny_dasd_cfg()
+    cfg['disentangler']['adapter'] = dict(type='DynamicAdapter', hidden=4)
+    with pytest.raises(ValueError, match=refused):
+        check_part_options(MODELS, cfg, 'model')
+    with pytest.raises(ValueError, match=refused):
+        build(tower, adapter=dict(type='DynamicAdapter', hidden=4))
+    cfg['disentangler']['stream_adapters'] = False  # no stream adapter is built: nothing to read
+    check_part_options(MODELS, cfg, 'model')
+
+
 def test_the_config_check_takes_the_tables_feature_ablations():
     for options in (dict(features=['sr'], use_adversarial=False),
                     dict(features=['sa'], use_consistency_loss=False),

@@ -125,6 +125,19 @@ def _checked_generator(generator: Mapping[str, object] | None) -> dict[str, obje
     return generator
 
 
+def _check_stream_adapter(kind: type | None) -> None:
+    """Refuse an ``A^sr`` / ``A^sa`` type that reads the condition (``reads_condition``, as
+    :class:`DynamicAdapter` does): the streams run before the generator, so no ``W^z`` exists
+    for them to read, and the model would stop at the first step that runs the SDM, which may
+    follow a whole source-finetune phase."""
+    if getattr(kind, 'reads_condition', False):
+        raise ValueError(
+            f'{SDM_ADAPTER_KEY} is {kind.__name__}, which reads the W^z the SDM generates '
+            '(reads_condition = True), but the SDM\'s streams run before the generator: give '
+            f'{SDM_ADAPTER_KEY} an adapter that reads no condition (the paper\'s A^sr / A^sa: '
+            "type='StaticAdapter', hidden=256)")
+
+
 def _condition_blocks(blocks: Sequence[int] | None, num_blocks: int) -> list[int]:
     """The tower's blocks whose adapters read the condition (``None``: all of them)."""
     blocks = list(range(num_blocks)) if blocks is None else list(blocks)
@@ -245,12 +258,16 @@ class SemanticsDisentangler(ConditionDisentangler):
     def check_config(cls, cfg: Mapping[str, object]) -> None:
         """Refuse, as the config loads (:func:`~xmr.registry.check_part_options`), options
         that ``__init__`` would refuse without the tower: ``features`` the kept losses do not
-        read, ``loss_weights`` naming another loss, and ``generator.blocks``."""
+        read, ``loss_weights`` naming another loss, ``generator.blocks``, and a stream
+        ``adapter`` that reads the condition."""
         options = with_defaults(cls, cfg)
         _checked_features(options['features'], options['use_consistency_loss'],
                           options['use_adversarial'])
         _checked_loss_weights(options['loss_weights'])
         _checked_generator(options['generator'])
+        if options['stream_adapters']:
+            for kind in adapter_types(options['adapter']) or ():
+                _check_stream_adapter(kind)
 
     @classmethod
     def check_tower(cls, cfg: Mapping[str, object], tower: TextTower | TowerShape) -> None:
@@ -304,6 +321,7 @@ class SemanticsDisentangler(ConditionDisentangler):
             adapter = ADAPTERS.build(cfg, default_args=dict(placement=placement))
             if not isinstance(adapter, BaseAdapter):
                 raise TypeError(f"SDM adapter type {cfg['type']} must subclass xmr BaseAdapter")
+            _check_stream_adapter(type(adapter))
             adapters.append(adapter)
         return adapters
 
