@@ -72,7 +72,10 @@ def adapters_and_inputs():
 
 @pytest.mark.parametrize('pack', [False, True], ids=['padded', 'packed'])
 def test_a_grouped_dynamic_call_equals_each_language_on_its_rows(pack):
+    """Outputs and the gradients of the input, every language's weights and each sample's
+    ``W^z`` (the parameter generator trains through them)."""
     adapters, x, condition = adapters_and_inputs()
+    condition[1].requires_grad_()
     at_block = [adapters.sets[lang]['1:block_output'] for lang in SAMPLES]
     # Each language alone, its adapter's own forward on its padded samples.
     alone = torch.empty_like(x)
@@ -87,7 +90,7 @@ def test_a_grouped_dynamic_call_equals_each_language_on_its_rows(pack):
     if pack:
         alone = packed.pack(alone)
     torch.testing.assert_close(grouped, alone, rtol=1e-5, atol=1e-6)
-    inputs = [x, *adapters.parameters()]
+    inputs = [x, condition[1], *adapters.parameters()]
     got = torch.autograd.grad(grouped.square().sum(), inputs, allow_unused=True)
     want = torch.autograd.grad(alone.square().sum(), inputs, allow_unused=True)
     for a, b in zip(got, want):
