@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from xmr.models.losses import InfoNCELoss
+from xmr.models.losses.contrastive import symmetric_cross_entropy
 
 
 def symmetric_ce(a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
@@ -18,6 +19,20 @@ def test_the_loss_is_both_directions_cross_entropy_at_one_over_tau():
     torch.manual_seed(0)
     a, b = torch.randn(5, 8), torch.randn(5, 8)
     torch.testing.assert_close(InfoNCELoss(temperature=0.05)(a, b), symmetric_ce(a, b, 20.0))
+
+
+def test_the_gradient_of_the_logits_is_both_softmaxes_less_the_labels_in_float64():
+    """``∂L/∂S = (softmax_rows(S) − I + softmax_columns(S) − I) / 2B``, and ``gradcheck``
+    through the normalisation of the embeddings."""
+    torch.manual_seed(0)
+    a, b = (torch.randn(5, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    logits = (20.0 * F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).t()).detach()
+    logits.requires_grad_()
+    symmetric_cross_entropy(logits).backward()
+    eye = torch.eye(5, dtype=torch.float64)
+    expected = (logits.detach().softmax(1) - eye + logits.detach().softmax(0) - eye) / 10
+    torch.testing.assert_close(logits.grad, expected)
+    assert torch.autograd.gradcheck(InfoNCELoss(temperature=0.05), (a, b))
 
 
 def test_a_learnable_scale_past_max_scale_is_clamped_and_trains_on_from_there():

@@ -15,6 +15,7 @@ from tests.models.backbones.open_clip_families import (
     xlmr_tokenizer,
 )
 from xmr.models.losses import SigmoidLoss
+from xmr.models.losses.sigmoid import pairwise_sigmoid_loss
 from xmr.registry import MODELS
 
 
@@ -39,6 +40,24 @@ def test_equals_open_clips_siglip_loss():
     reference = SigLipLoss()(F.normalize(a, dim=-1), F.normalize(b, dim=-1),
                              torch.tensor(12.5), torch.tensor(-7.0))
     torch.testing.assert_close(ours, reference)
+
+
+def test_the_gradient_of_each_logit_is_the_derivative_written_out_in_float64():
+    """``∂L/∂S_ij = −z_ij σ(−z_ij (S_ij + b)) / B`` on the scaled cosines (0 for a masked pair),
+    and ``gradcheck`` through the normalisation of the embeddings."""
+    torch.manual_seed(0)
+    a, b = (torch.randn(5, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    media = ['u', 'v', 'u', 'w', 'v']
+    same_media = torch.tensor([[i == j for j in media] for i in media])
+    loss_fn = SigmoidLoss(logit_scale=7.0, logit_bias=-3.0, mask_same_media=True)
+    scaled = (7.0 * F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).t()).detach()
+    scaled.requires_grad_()
+    masked = same_media & ~torch.eye(5, dtype=torch.bool)
+    pairwise_sigmoid_loss(scaled, -3.0, masked).backward()
+    signs = 2 * torch.eye(5, dtype=torch.float64) - 1
+    expected = -signs * torch.sigmoid(-signs * (scaled.detach() - 3.0)) / 5
+    torch.testing.assert_close(scaled.grad, expected.masked_fill(masked, 0.0))
+    assert torch.autograd.gradcheck(lambda a, b: loss_fn(a, b, same_media), (a, b))
 
 
 def test_masked_pairs_of_one_medium_leave_the_sum():
