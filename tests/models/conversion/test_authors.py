@@ -460,6 +460,26 @@ def test_a_shape_difference_names_the_setting_of_its_part(method, change, value,
     assert (fix == 'model.backbone.arch') == ('another architecture' in err)
 
 
+def test_a_dasd_file_of_another_d_u_is_refused_naming_d_u(tmp_path):
+    """The generator's rows were permuted by the config's ``d_u`` before any shape was
+    compared: a file of another ``d_u`` failed with a bare ``RuntimeError`` of the reshape."""
+    from xmr.models.conversion import ConversionError
+
+    torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
+    cfg = changed_cfg('dasd', 'disentangler.generator.d_u', 2 * D_U)
+    cfg['language_branch']['adapters']['hidden'] = 2 * D_U  # the adapters' hidden is d_u
+    Config(dict(model=cfg)).dump(tmp_path / 'c.py')
+    with pytest.raises(ConversionError) as error:
+        convert_authors_checkpoint('dasd', tmp_path / 'dasd.bin', tmp_path / 'c.py',
+                                   tmp_path / 'o.pth', map_dasd)
+    message = str(error.value)
+    assert f'disentangler.generator.heads.0.bias: file ({D_U * D_U},) vs config ' \
+        f'({4 * D_U * D_U},)' in message
+    assert 'model.disentangler.generator.d_z / d_u' in message
+    assert 'model.language_branch.adapters.hidden' in message
+    assert not (tmp_path / 'o.pth').exists()
+
+
 def test_an_option_replaces_a_list_item_as_cfg_options_does(tmp_path):
     """MMEngine's merge failed on a list's item that is no dict ('str' object has no attribute
     'copy')."""

@@ -29,7 +29,14 @@ LAYERS = {'mlp_beforez.c_fc': 'down', 'mlp_afterz.c_proj2': 'up'}
 
 
 def transpose_rows(tensor: torch.Tensor, d_u: int) -> torch.Tensor:
-    """Permute the ``d_u²`` rows so that ``reshape(d_u, d_u)`` of the result is the transpose."""
+    """Permute the ``d_u²`` rows so that ``reshape(d_u, d_u)`` of the result is the transpose.
+
+    A tensor of another row count (a file of another ``d_u`` than the config's) is returned
+    as it is: the shape check then refuses it naming ``d_u`` and both shapes, where the
+    reshape failed with a bare ``RuntimeError`` (``shape '[64, 64, 512]' is invalid``).
+    """
+    if tensor.shape[0] != d_u * d_u:
+        return tensor
     return tensor.reshape(d_u, d_u, *tensor.shape[1:]).transpose(0, 1).reshape(tensor.shape)
 
 
