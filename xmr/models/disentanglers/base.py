@@ -81,8 +81,10 @@ class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
                 (inference: no losses).
 
         Returns:
-            ``(condition, {name: unweighted loss})``; the condition reaches every adapter as
-            ``ctx.condition`` (DASD: ``{block: W^z [B, d_u, d_u]}``).
+            ``(condition, {name: loss})``, each loss under the module's own weight (the SDM's
+            ``loss_weights``, lambda_1 and lambda_2), which the phase's ``disentangler`` weight
+            then scales; the condition reaches every adapter as ``ctx.condition`` (DASD:
+            ``{block: W^z [B, d_u, d_u]}``).
         """
 
 
