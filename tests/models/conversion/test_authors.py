@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 
-from tests.conftest import CORPUS, SHARED_DATA
+from tests.conftest import CORPUS, REPO, SHARED_DATA
 from tests.zip_records import damage_record
 from xmr.apis import encode_texts, init_retriever
 from xmr.conversion_cli import main
@@ -415,6 +415,19 @@ def test_a_config_whose_model_cannot_be_built_is_refused_naming_it(tmp_path, cap
     assert f'{tmp_path / "changed.py"}: its model cannot be built: model.language_branch.' \
         "tokenizer: TowerTokenEmbedding embeds with the text tower's own table" in err
     assert 'Traceback' not in err and not (tmp_path / 'o.pth').exists()
+
+
+def test_a_config_of_another_retriever_is_refused_naming_its_type(tmp_path, capsys):
+    """CDDS's DualEncoderRetriever has no target branch: the settings check failed on it with
+    AttributeError ('DualEncoderRetriever' object has no attribute 'language_branch')."""
+    torch.save(authors_state_dict('mla'), tmp_path / 'authors.bin')
+    err = refused(capsys, 'mla', tmp_path / 'authors.bin',
+                  REPO / 'configs' / 'cdds' / 'cdds_tiny-clip_synthetic.py', '--out',
+                  tmp_path / 'o.pth')
+    assert ("model.type is 'DualEncoderRetriever', the authors' code: "
+            "'CrossLingualRetriever'") in err
+    assert 'configs/dasd/mla_clip-vit-b32_multi30k_authors.py' in err
+    assert not (tmp_path / 'o.pth').exists()
 
 
 @pytest.mark.parametrize('method,key', [

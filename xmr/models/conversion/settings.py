@@ -27,6 +27,7 @@ from xmr.models.adapters.static import StaticAdapter
 from xmr.models.disentanglers.parameter_generator import QuickGELU
 from xmr.models.disentanglers.semantics import SemanticsDisentangler
 from xmr.models.language.embedding import TargetEmbedding
+from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
 
 #: ``(setting, config's value, authors' value)``.
 Difference = tuple[str, object, object]
@@ -118,7 +119,11 @@ def dasd_sdm_differences(model: nn.Module) -> list[Difference]:
 
 
 def authors_differences(model: nn.Module, method: str) -> list[Difference]:
-    """Every setting of ``model`` whose computation differs from ``method``'s code."""
+    """Every setting of ``model`` whose computation differs from ``method``'s code; a model
+    that is no :class:`CrossLingualRetriever` (CDDS's ``DualEncoderRetriever``) is that alone:
+    it has no target branch whose settings could be compared."""
+    if not isinstance(model, CrossLingualRetriever):
+        return [('model.type', type(model).__name__, CrossLingualRetriever.__name__)]
     found = backbone_differences(model) + branch_differences(model, method)
     sdm = getattr(model, 'disentangler', None)
     if method == 'mla' and sdm is not None:
