@@ -50,4 +50,8 @@ def main(method: str, argv: list[str] | None = None) -> None:
     print(f'{args.out}: {len(report.used)} keys used; {len(report.unused)} unused: '
           f'{first_few(report.unused) or "none"}; 0 missing; {len(report.kept)} kept from the '
           f'config: {first_few(report.kept) or "none"}')
+    if report.languages_left:  # among hundreds of unused keys, a dropped language goes unseen
+        print(f'{args.out}: the file\'s acquirers of {", ".join(report.languages_left)} are left '
+              'out, the config does not name them: add them to '
+              'model.language_branch.languages (--cfg-options) to convert them too')
 

@@ -327,6 +327,25 @@ def test_the_cli_reports_used_unused_and_kept_keys(tmp_path, capsys):
     assert (tmp_path / 'x.pth').is_file()
 
 
+def test_the_cli_names_the_file_languages_the_config_leaves_out(tmp_path, capsys):
+    """A file of more languages than the config names lost the others' acquirers, named only
+    among hundreds of unused keys ('... and 97 more')."""
+    torch.save(authors_state_dict('dasd', langs=['de', 'zh', 'jp', 'fr']), tmp_path / 'dasd.bin')
+    config = write_config(tmp_path / 'dasd.py', 'dasd')
+    report = convert_authors_checkpoint('dasd', tmp_path / 'dasd.bin', config,
+                                        tmp_path / 'x.pth', map_dasd)
+    assert report.languages_left == ['fr', 'ja']
+    assert 'transformer.resblocks.0.acquirer.jp.mlp_beforez.c_fc.weight' in report.unused
+    main('dasd', [str(tmp_path / 'dasd.bin'), str(config), '--out', str(tmp_path / 'y.pth')])
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"{tmp_path / 'y.pth'}: the file's acquirers of fr, ja are left out, the config does "
+        'not name them: add them to model.language_branch.languages (--cfg-options) to convert '
+        'them too')
+    torch.save(authors_state_dict('dasd'), tmp_path / 'same.bin')
+    assert convert_authors_checkpoint('dasd', tmp_path / 'same.bin', config, tmp_path / 'z.pth',
+                                      map_dasd).languages_left == []
+
+
 def test_tools_test_evaluates_a_converted_dasd_release(tmp_path, capsys):
     """The issue's path: convert the release, then tools/test.py prints its leaderboard row."""
     from tests.tools.test_test_tool import load_tool

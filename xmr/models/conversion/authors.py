@@ -71,11 +71,14 @@ class ConversionReport:
         used: authors' keys placed in the xmr model.
         unused: authors' keys with no place in it (training-only or never called modules).
         kept: xmr keys outside the converted parts, kept as the config builds them.
+        languages_left: the file's languages (xmr codes) with acquirers that the config does
+            not name: not in the converted model (their keys are among ``unused``).
     """
 
     used: list[str] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+    languages_left: list[str] = field(default_factory=list)
 
 
 #: ``(state_dict, model) -> {xmr key: tensor}``; records the authors' keys it reads.
@@ -401,14 +404,12 @@ def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -
         raise ConversionError(f'{config}: its model cannot be built: {reason}') from error
 
 
-def state_for(path: Path, state: Mapping[str, torch.Tensor], model: nn.Module,
-              clip_source: str | os.PathLike | None, config: str
+def state_for(path: Path, state: Mapping[str, torch.Tensor], codes: Mapping[str, str],
+              model: nn.Module, clip_source: str | os.PathLike | None, config: str
               ) -> tuple[dict[str, torch.Tensor], dict[str, str], list[str]]:
-    """``state`` as the mappings read it: the config's languages checked and their acquirers
-    under xmr's codes (:func:`canonical_acquirers`), CLIP from ``clip_source`` when given
+    """``state`` as the mappings read it: the acquirers under xmr's codes (``codes``:
+    :func:`file_languages`; :func:`canonical_acquirers`), CLIP from ``clip_source`` when given
     (:func:`with_clip_from`); with ``{new key: file key}`` and the keys CLIP's file replaced."""
-    codes = file_languages(path, state)
-    check_languages(path, codes, list(model.languages))
     state, renamed = canonical_acquirers(state, codes)
     if clip_source is None:
         return state, renamed, []
@@ -472,7 +473,10 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     check_method(path, state, method)
     model = build_model(config, cfg_options)
     check_settings(path, model, method, Path(config).name)
-    state, renamed, replaced = state_for(path, state, model, clip_source, Path(config).name)
+    codes = file_languages(path, state)
+    check_languages(path, codes, list(model.languages))
+    state, renamed, replaced = state_for(path, state, codes, model, clip_source,
+                                         Path(config).name)
     used: set[str] = set()
     mapped = {**clip_and_embedding(state, model, used), **mapping(state, model, used)}
     kept = check_against_model(path, mapped, model, Path(config).name,
@@ -482,7 +486,8 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     model.load_state_dict(mapped, strict=False)
     report = ConversionReport(used=sorted(renamed.get(k, k) for k in used),
                               unused=sorted(renamed.get(k, k) for k in unused) + replaced,
-                              kept=kept)
+                              kept=kept,
+                              languages_left=sorted(set(codes) - set(model.languages)))
     meta = dict(converted_from=str(path), clip_from=clip_source and str(clip_source),
                 method=method, config=str(config),
                 used_keys=len(report.used), unused_keys=report.unused, kept_keys=report.kept)
