@@ -479,6 +479,10 @@ def test_a_key_the_authors_model_does_not_have_is_refused_naming_it(method, key,
     ('mla', 'language_branch.adapters.hidden', D_U + 1, 'model.language_branch.adapters.hidden'),
     ('dasd', 'disentangler.generator.d_z', D_Z + 1, 'model.disentangler.generator.d_z'),
     ('dasd', 'backbone.model_cfg.text_cfg.width', WIDTH * 2, 'model.backbone.arch'),
+    # The table's width: the columns of the table and of W_e, neither the vocabulary (it was
+    # named for the table) nor the architecture (named for W_e).
+    ('mla', 'language_branch.embedding.table_width', TABLE * 2,
+     'model.language_branch.embedding.table_width'),
 ])
 def test_a_shape_difference_names_the_setting_of_its_part(method, change, value, fix, tmp_path,
                                                           capsys):
@@ -490,6 +494,7 @@ def test_a_shape_difference_names_the_setting_of_its_part(method, change, value,
                   tmp_path / 'o.pth')
     assert 'differ in shape' in err and fix in err
     assert (fix == 'model.backbone.arch') == ('another architecture' in err)
+    assert ('another vocabulary' in err) == (fix == 'model.language_branch.tokenizer.name_or_path')
 
 
 def test_a_dasd_file_of_another_d_u_is_refused_naming_d_u(tmp_path):

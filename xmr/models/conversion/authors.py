@@ -330,13 +330,15 @@ def check_shapes(path: Path, mapped: Mapping[str, torch.Tensor], model: nn.Modul
                  config: str) -> None:
     """Refuse weights of ``path`` (``mapped``, xmr names the model has) whose shape is not the
     ``config`` model's, naming the first three with both shapes and each part's cause and fix
-    (:func:`shape_fix`)."""
+    (:func:`shape_fixes`)."""
     expected = model.state_dict()
     reshaped = sorted(k for k in mapped if tuple(mapped[k].shape) != tuple(expected[k].shape))
     if reshaped:
         details = '; '.join(f'{k}: file {tuple(mapped[k].shape)} vs config '
                             f'{tuple(expected[k].shape)}' for k in reshaped[:3])
-        fixes = '; '.join(dict.fromkeys(shape_fix(k) for k in reshaped))
+        fixes = '; '.join(dict.fromkeys(
+            fix for k in reshaped
+            for fix in shape_fixes(k, tuple(mapped[k].shape), tuple(expected[k].shape))))
         raise ConversionError(
             f'{path}: {len(reshaped)} parameters differ in shape from the {config} model '
             f'({details}{"; ..." if len(reshaped) > 3 else ""}): {fixes}')
@@ -358,9 +360,27 @@ SHAPE_FIXES = (
 )
 
 
-def shape_fix(key: str) -> str:
-    """The cause and fix of ``key`` (an xmr name) having another shape in the file."""
-    return next(fix for prefix, fix in SHAPE_FIXES if key.startswith(prefix))
+#: The embedding block's weights whose columns are the table's width (``[V, W]``, ``[D, W]``).
+TABLE_WIDTH_KEYS = ('language_branch.embedding.table.weight',
+                    'language_branch.embedding.proj.weight')
+
+#: What another table width says (columns of :data:`TABLE_WIDTH_KEYS`), and the fix.
+TABLE_WIDTH_FIX = ("the config's embedding table has another width than the file's (the "
+                   "authors' is mBERT's, 768): set model.language_branch.embedding.table_width "
+                   "to the file's")
+
+
+def shape_fixes(key: str, file_shape: tuple, config_shape: tuple) -> list[str]:
+    """The causes and fixes of ``key`` (an xmr name) being ``file_shape`` in the file and
+    ``config_shape`` in the model: by the part of the model it is in (:data:`SHAPE_FIXES`),
+    and the table's width where the columns of the table or ``W_e`` differ, which is neither
+    the vocabulary nor the architecture."""
+    fixes = []
+    if key in TABLE_WIDTH_KEYS and file_shape[1:] != config_shape[1:]:
+        fixes.append(TABLE_WIDTH_FIX)
+    if not fixes or file_shape[:1] != config_shape[:1]:
+        fixes.append(next(fix for prefix, fix in SHAPE_FIXES if key.startswith(prefix)))
+    return fixes
 
 
 def check_finite(path: Path, mapped: Mapping[str, torch.Tensor]) -> None:
