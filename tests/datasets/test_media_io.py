@@ -296,6 +296,23 @@ def test_a_cut_video_is_refused_naming_the_cut_not_decoded_as_a_shorter_clip(vid
         read_video_frames(empty, 12, random_offset=False)
 
 
+@pytest.mark.parametrize(('kept', 'gap'), [(0.6, 421_081), (0.97, 436_273)])
+def test_a_clip_zeroed_from_a_cut_on_is_refused_not_decoded_as_a_shorter_clip(
+        videos, tmp_path, kept, gap):
+    """flipping_a_pancake.mkv (310 frames) with its bytes zeroed from 60 % on, as a
+    preallocating downloader leaves a file it never finished, read as a clip of 180 frames
+    (from 97 % on, its cue index gone: 300), even by check_video_decodes; its clusters start at
+    bytes 1,001, 211,602 and 421,081, its cues at 436,273."""
+    data = (videos / 'flipping_a_pancake.mkv').read_bytes()
+    path = tmp_path / 'unfinished.mkv'
+    path.write_bytes(data[:int(len(data) * kept)] + bytes(len(data) - int(len(data) * kept)))
+    for read in (check_video_decodes, lambda clip: read_video_frames(clip, 12, False)):
+        with pytest.raises(MediaReadError, match=(
+                rf'unfinished\.mkv: no Matroska element at byte {gap:,} of its segment '
+                r'\(59\.\.436,346\): the bytes there are zeros or damage')):
+            read(path)
+
+
 @pytest.mark.parametrize('width', [16, 72])
 def test_a_clip_of_a_width_decord_cannot_copy_is_named_as_decord_s_limit_not_damage(tmp_path,
                                                                                      width):

@@ -88,7 +88,7 @@ def _ebml(ident: bytes, payload: bytes) -> bytes:
 @pytest.mark.parametrize('cut', [0, 1, 50])
 def test_a_matroska_segment_must_end_inside_the_file(tmp_path, cut):
     header = _ebml(b'\x1a\x45\xdf\xa3', b'\x42\x82\x88matroska')
-    data = header + _ebml(b'\x18\x53\x80\x67', bytes(200))
+    data = header + _ebml(b'\x18\x53\x80\x67', _ebml(b'\xec', bytes(191)))  # a Void element
     path = tmp_path / 'clip.mkv'
     path.write_bytes(data[:len(data) - cut])
     expected = None if cut == 0 else (
@@ -275,3 +275,31 @@ def test_a_real_matroska_clip_with_its_video_track_typed_sound_is_told(shared_da
     (tmp_path / 'sound.mkv').write_bytes(bytes(data))
     assert container_problem(tmp_path / 'sound.mkv').startswith(
         'no video track: its Matroska track list holds sound tracks alone')
+
+
+@pytest.mark.parametrize(('elements', 'gap'), [
+    # The segment's payload starts at byte 35; the track list is 27 bytes, a cluster 42.
+    ((_track_entry(1), CLUSTER, bytes(40)), 35 + 27 + 42),
+    ((_track_entry(1), bytes(4), CLUSTER), 35 + 27),
+    # A cluster of unknown size (a live recording's) ends where its contents say: not walked on.
+    ((_track_entry(1), b'\x1f\x43\xb6\x75\xff', bytes(40)), None),
+    ((_track_entry(1), CLUSTER, _ebml(b'\xec', bytes(3))), None)])
+def test_zeros_where_a_matroska_element_should_begin_are_damage(tmp_path, elements, gap):
+    """A file a preallocating downloader never finished keeps its sizes, zeros from the cut on:
+    the segment check passed it, and decord read the frames before the zeros as a shorter
+    clip."""
+    path = tmp_path / 'clip.mkv'
+    path.write_bytes(_matroska(*elements))
+    segment_end = 35 + sum(map(len, elements))
+    assert container_problem(path) == (None if gap is None else (
+        f'no Matroska element at byte {gap:,} of its segment (35..{segment_end:,}): the bytes '
+        'there are zeros or damage, as a download written into a file of its full size and '
+        'never finished leaves'))
+
+
+def test_an_element_running_past_its_segment_is_damage(tmp_path):
+    data = bytearray(_matroska(_track_entry(1), CLUSTER))
+    data[-31] = 0x40  # the cluster's size, 30, now 64 + 30: past the segment's end
+    (tmp_path / 'clip.mkv').write_bytes(bytes(data))
+    assert container_problem(tmp_path / 'clip.mkv').startswith(
+        'no Matroska element at byte 62 of its segment')

@@ -1,10 +1,12 @@
 """Whether a video file can be whole, told from its container's top-level structure alone.
 
 An MP4/QuickTime file is a chain of boxes and a Matroska/WebM file an EBML header and a segment,
-each starting with its size; reading those few bytes (a header per top-level box, one read for
-Matroska) finds an empty file and a truncated one without decoding. decord cannot tell the
+each starting with its size; reading those few bytes (a header per top-level box or element)
+finds an empty file and a truncated one without decoding. decord cannot tell the
 latter: it refuses an MP4 cut short only when its index (``moov``) was at the end, and reads a
-cut Matroska file as a shorter clip. An MP4's index and a Matroska file's track list also
+cut Matroska file as a shorter clip, and so one zeroed from a point on (a download written
+into a file of its full size and never finished), whose top-level elements are walked (one
+header per cluster) for a gap. An MP4's index and a Matroska file's track list also
 name the kind of each track (a few box headers more; the first 16 KiB): a file of sound tracks
 alone (a download of a clip's audio stream) has no frame, which decord says only when it is
 read. Other containers are left to the decoder,
@@ -225,6 +227,35 @@ def _matroska_problem(file: BinaryIO, size: int) -> str | None:
     if _matroska_sound_alone(data, start):
         return ('no video track: its Matroska track list holds sound tracks alone (an '
                 'audio-only file, as a download of the sound stream alone gives)')
+    gap = _matroska_gap(file, start, start + length) if length >= 0 else None
+    if gap is not None:
+        return (f'no Matroska element at byte {gap:,} of its segment '
+                f'({start:,}..{start + length:,}): the bytes there are zeros or damage, as a '
+                'download written into a file of its full size and never finished leaves')
+    return None
+
+
+def _matroska_gap(file: BinaryIO, start: int, end: int) -> int | None:
+    """The first offset in the segment payload ``[start, end)`` where no top-level element
+    begins (an invalid id, as zeros are, or an element running past ``end``), walking from one
+    element's header to the next: one read per cluster. ``None`` when each element ends where
+    the next begins, or at an element of unknown size (a live recording's cluster), whose end
+    only its contents tell.
+
+    A file whose bytes a preallocating downloader (aria2, a torrent client) or a crash left as
+    zeros keeps its sizes; decord reads the frames before the zeros as a shorter clip, without
+    a word, where an MP4's index would name frames that fail to decode.
+    """
+    while start < end:
+        file.seek(start)
+        header = file.read(_MATROSKA_ELEMENT_HEADER)
+        ident = _ebml_number(header, 0, is_id=True)
+        length = ident and _ebml_number(header, ident[1], is_id=False)
+        if not length or start + length[1] + length[0] > end:
+            return start
+        if length[0] < 0:
+            return None
+        start += length[1] + length[0]
     return None
 
 
@@ -238,6 +269,8 @@ _MATROSKA_AUDIO = 2
 #: Bytes of a Matroska file read for its header and track list, which muxers write before the
 #: first cluster of frames, in the first few KiB.
 _MATROSKA_HEAD = 16384
+# The longest element header: a 4-byte id and an 8-byte size (RFC 8794, 5 and 6).
+_MATROSKA_ELEMENT_HEADER = 12
 
 
 def _ebml_children(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int]]:
