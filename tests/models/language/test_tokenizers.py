@@ -723,6 +723,22 @@ def test_a_stripped_separator_is_kept_last_by_truncation(shared_data):
     assert stripped.truncated == 1
 
 
+def test_a_stripped_separator_that_is_the_start_id_is_the_end_pooled(shared_data):
+    """XLM-R's ``<s>`` is id 0, the id ``strip_sep_token`` writes over ``</s>``: the end token
+    pooled is the stripped separator, where the unstripped ids have their ``</s>``, not the
+    ``<s>`` every caption begins with."""
+    path = str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json')
+    captions = ['a dog runs on the grass', 'a cat', 'two </s> dogs']
+    plain = HFTokenizer(tokenizer_file=path, clean='whitespace')(captions)
+    stripped = HFTokenizer(tokenizer_file=path, clean='whitespace', strip_sep_token=True)
+    batch = stripped(captions)
+    assert batch['input_ids'][:, 0].tolist() == [0, 0, 0]  # <s>
+    assert batch['eos_index'].tolist() == plain['eos_index'].tolist()
+    # <s> a dog runs on the grass </s>; <s> a cat </s>; <s> ▁two ▁ </s> (its own) ▁dog s </s>
+    assert batch['eos_index'].tolist()[:2] == (plain['attention_mask'].sum(1) - 1).tolist()[:2]
+    assert batch['eos_index'][2] == 3
+
+
 def test_a_tokenizer_file_saved_with_padding_and_truncation_on_pads_with_its_pad_id(tmp_path):
     """A ``tokenizer.json`` written by a tokenizer used with padding and truncation on: its
     pad id is the one of its padding settings (no usual pad token to guess from), and xmr

@@ -61,7 +61,8 @@ class TokenBatch(TypedDict):
 
 
 def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int,
-              pad_to: int | None = None, end_id: int | None = None) -> TokenBatch:
+              pad_to: int | None = None, end_id: int | None = None,
+              start_tokens: int = 0) -> TokenBatch:
     """Right-pad id lists into a :class:`TokenBatch`; the EOS is the first ``end_id``.
 
     Args:
@@ -73,6 +74,8 @@ def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int,
             tokens, as open_clip's ``text_global_pool`` finds it (``(text == eos_id).argmax``;
             ``argmax`` of CLIP's ids, whose end id is the largest). ``None``, or a caption
             without it: the last real token.
+        start_tokens: the specials each caption begins with, never its end token: XLM-R's
+            ``<s>`` is id 0, the id ``strip_sep_token`` writes over its ``</s>``.
     """
     if not sequences:
         raise ValueError('cannot tokenise an empty batch of captions')
@@ -88,17 +91,20 @@ def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int,
         input_ids[row, :len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
     attention_mask = torch.arange(input_ids.shape[1])[None, :] < lengths[:, None]
     return TokenBatch(input_ids=input_ids, attention_mask=attention_mask,
-                      eos_index=first_end_index(input_ids, attention_mask, end_id))
+                      eos_index=first_end_index(input_ids, attention_mask, end_id,
+                                                start_tokens))
 
 
 def first_end_index(input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    end_id: int | None) -> torch.Tensor:
-    """``[B]`` first real position of ``end_id`` in ``input_ids`` ``[B, L]``, else the last real
-    position (``attention_mask`` ``[B, L]``, True on real tokens)."""
+                    end_id: int | None, start_tokens: int = 0) -> torch.Tensor:
+    """``[B]`` first real position of ``end_id`` in ``input_ids`` ``[B, L]`` after the first
+    ``start_tokens``, else the last real position (``attention_mask`` ``[B, L]``, True on real
+    tokens)."""
     last = attention_mask.sum(1) - 1
     if end_id is None:
         return last
-    ends = (input_ids == end_id) & attention_mask
+    after_start = torch.arange(input_ids.shape[1], device=input_ids.device) >= start_tokens
+    ends = (input_ids == end_id) & attention_mask & after_start
     return torch.where(ends.any(1), ends.int().argmax(1), last)
 
 
@@ -288,7 +294,8 @@ class BaseTokenizer(metaclass=ABCMeta):
         if self.unk_id is not None:
             self._report_unknown(sequences, langs)
         return pad_batch(sequences, self.pad_id,
-                         self.padded_length(max(map(len, sequences), default=0)), self.end_id)
+                         self.padded_length(max(map(len, sequences), default=0)), self.end_id,
+                         self.start_tokens)
 
     def _report_unknown(self, sequences: Sequence[list[int]],
                         langs: Sequence[str | None]) -> None:
