@@ -20,6 +20,7 @@ from xmr.datasets.media_io import (
     check_image_decodes,
     check_image_file,
     check_video_decodes,
+    check_video_opens,
     read_image,
     read_video_frames,
 )
@@ -311,6 +312,23 @@ def test_a_clip_zeroed_from_a_cut_on_is_refused_not_decoded_as_a_shorter_clip(
                 rf'unfinished\.mkv: no Matroska element at byte {gap:,} of its segment '
                 r'\(59\.\.436,346\): the bytes there are zeros or damage')):
             read(path)
+
+
+@pytest.mark.parametrize('read', [check_video_decodes, check_video_opens,
+                                  lambda clip: read_video_frames(clip, 12, False)])
+def test_a_clip_whose_header_is_damaged_is_named_so_with_its_first_bytes(videos, tmp_path,
+                                                                         read):
+    """bigbuckbunny.mp4 with its first 16 bytes zeroed (its 'ftyp' box) read as 'decoding
+    failed (Error reading PATH...)': the file named twice, the cause not at all."""
+    data = (videos / 'bigbuckbunny.mp4').read_bytes()
+    path = tmp_path / 'clip.mp4'
+    path.write_bytes(bytes(16) + data[16:])
+    with pytest.raises(MediaReadError) as info:
+        read(path)
+    assert (info.value.path, info.value.reason) == (str(path), (
+        'no video container FFmpeg knows: its first bytes (00 00 00 00 00 00 00 00) begin none '
+        "(a damaged header, or a file of another kind under a video's name, as a web page "
+        'saved for a download)'))
 
 
 @pytest.mark.parametrize('width', [16, 72])

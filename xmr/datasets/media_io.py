@@ -42,6 +42,8 @@ _DECORD_LOCATION = re.compile(r'\[\d\d:\d\d:\d\d\] \S+:\d+: ')
 _DECORD_WIDTH_BUG = 'DECORDArrayCopyFromTo'
 # decord's reason for a file FFmpeg opens but finds no video stream in (sound alone, a WAV).
 _DECORD_NO_VIDEO = 'cannot find video stream'
+# decord's whole reason when FFmpeg finds no container it knows in a file: 'Error reading PATH...'.
+_DECORD_NO_CONTAINER = 'Error reading '
 
 
 class MediaReadError(RuntimeError):
@@ -246,11 +248,26 @@ def _with_reader(path: str | os.PathLike, num_threads: int, use: Callable[[Any],
         elif _DECORD_NO_VIDEO in reason:
             failure = ('no video stream: FFmpeg opens the file but finds no video in it (an '
                        'audio-only file, as a download of the sound stream alone gives)')
+        elif reason.startswith(_DECORD_NO_CONTAINER):
+            failure = _no_container(path)
     finally:
         del reader
     if result is None:
         raise MediaReadError(path, failure)
     return result
+
+
+def _no_container(path: str | os.PathLike) -> str:
+    """Why FFmpeg opens ``path`` as no container, with its first bytes, for the reason in place
+    of decord's 'Error reading PATH...', which named the file and no cause."""
+    try:
+        with open(path, 'rb') as file:
+            head = file.read(8)
+    except OSError as err:  # gone since decord tried it, or never there (check_video_opens)
+        return f'cannot be read ({err.strerror})'
+    return (f'no video container FFmpeg knows: its first bytes ({head.hex(" ")}) begin none (a '
+            'damaged header, or a file of another kind under a video\'s name, as a web page '
+            'saved for a download)')
 
 
 def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: bool,
