@@ -111,6 +111,53 @@ def test_a_rotated_video_decodes_upright_as_players_show_it(videos, tmp_path):
     assert torch.equal(turned, torch.rot90(upright, k=-1, dims=(2, 3)))
 
 
+def _vint(data: bytes, at: int) -> tuple[int, int]:
+    """The EBML variable-length number at ``data[at:]`` without its length marker, and the
+    offset after it."""
+    length = 9 - data[at].bit_length()
+    return int.from_bytes(data[at:at + length], 'big') & ((1 << 7 * length) - 1), at + length
+
+
+def _variable_rate_copy(source: Path, target: Path) -> None:
+    """``source`` (a Matroska clip at 30 fps) with each block's time ``t`` ms moved to
+    ``t + 15`` in every odd 33 ms slot: frames 18 to 48 ms apart, in the same order."""
+    data = bytearray(source.read_bytes())
+    at = data.index(b'\x1f\x43\xb6\x75')  # the first cluster
+    while at < len(data) and data[at:at + 4] == b'\x1f\x43\xb6\x75':
+        size, start = _vint(data, at + 4)
+        block = start
+        while block < start + size:
+            ident = data[block]  # a cluster's children here have 1-byte ids
+            length, payload = _vint(data, block + 1)
+            if ident == 0xA3:  # SimpleBlock: track number, then a signed 16-bit time
+                _, time_at = _vint(data, payload)
+                time = int.from_bytes(data[time_at:time_at + 2], 'big', signed=True)
+                data[time_at:time_at + 2] = (time + 15 * (time // 33 % 2)).to_bytes(2, 'big')
+            block = payload + length
+        at = start + size
+    target.write_bytes(bytes(data))
+
+
+def test_a_variable_frame_rate_clip_gives_the_frames_of_its_indices(videos, tmp_path):
+    """Frames reached by seeking a clip whose frames are 18 to 48 ms apart equal those
+    decoded in sequence, and those of the constant-rate clip it was made from: sampling is by
+    frame index, whatever the times."""
+    import decord
+
+    _variable_rate_copy(videos / 'flipping_a_pancake.mkv', tmp_path / 'vfr.mkv')
+    reader = decord.VideoReader(str(tmp_path / 'vfr.mkv'))
+    starts = np.array([reader.get_frame_timestamp(i)[0] for i in range(len(reader))])
+    gaps = np.diff(starts)
+    assert len(reader) == 310 and gaps.min() < 0.02 and gaps.max() > 0.045
+    frames, indices = read_video_frames(tmp_path / 'vfr.mkv', 12, random_offset=False)
+    assert indices == [12, 38, 64, 90, 116, 142, 167, 193, 219, 245, 271, 297]
+    in_sequence = [torch.from_numpy(reader.next().asnumpy()) for _ in range(298)]
+    constant, _ = read_video_frames(videos / 'flipping_a_pancake.mkv', 12, random_offset=False)
+    assert all(torch.equal(frame, in_sequence[index].permute(2, 0, 1))
+               for frame, index in zip(frames, indices))
+    assert torch.equal(frames, constant)
+
+
 def test_train_sampling_draws_one_frame_per_segment(videos):
     torch.manual_seed(0)
     seen = set()
