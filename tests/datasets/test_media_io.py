@@ -77,6 +77,22 @@ def test_sampled_h264_frames_equal_the_frames_decoded_in_sequence(videos):
     assert all(torch.equal(frame, in_sequence[index]) for frame, index in zip(frames, indices))
 
 
+@pytest.mark.parametrize('name', ['flipping_a_pancake.mkv', 'bigbuckbunny.mp4', 'video_0.mov',
+                                  'unordered.mov'])
+def test_sampled_frames_equal_another_reader_s_in_rgb_order(videos, name):
+    """An independent reader (OpenCV's FFmpeg, read in sequence, BGR turned to RGB) gives the
+    same pixels at the sampled indices: frame order, channel order and layout are right."""
+    cv2 = pytest.importorskip('cv2')
+    frames, indices = read_video_frames(videos / name, 12, random_offset=False)
+    capture = cv2.VideoCapture(str(videos / name))
+    in_sequence = []
+    while len(in_sequence) <= indices[-1] and (read := capture.read())[0]:
+        in_sequence.append(torch.from_numpy(read[1][..., ::-1].copy()).permute(2, 0, 1))
+    capture.release()
+    assert frames.dtype == torch.uint8 and frames.shape[:2] == (12, 3)
+    assert all(torch.equal(frame, in_sequence[index]) for frame, index in zip(frames, indices))
+
+
 def _mp4_boxes(data: bytes, start: int, end: int):
     """``(type, payload start, box end)`` of each MP4 box in ``data[start:end]``."""
     while start < end:
