@@ -474,6 +474,9 @@ def test_a_language_of_the_test_set_no_row_reports_is_named_below_the_table():
                                            'mAR': 55.0}, test_sets=[held])
     legend = leaderboard_markdown([partial]).split('\n\n')[2].splitlines()
     assert '- cs: in the test set, no row reports it' in legend
+    fewer = replace(partial, metrics={'en/AR': 90.0, 'de/AR': 60.0, 'mAR': 60.0})
+    assert '- cs, fr: in the test set, no row reports them' in (
+        leaderboard_markdown([fewer]).split('\n\n')[2].splitlines())
     full = replace(partial, name='full', metrics={**partial.metrics, 'cs/AR': 40.0})
     assert not any('no row reports' in line
                    for line in leaderboard_markdown([partial, full]).splitlines())

@@ -505,7 +505,8 @@ def _unreported_languages(results: Sequence[EvaluationResult]) -> list[str]:
             for code in test_set.get('languages') or [] if isinstance(code, str)}
     shown = {_language(column) for column in _union_columns(results) if column.kind == 'language'}
     missing = sorted(held - shown)
-    return [f"{', '.join(missing)}: in the test set, no row reports it"] if missing else []
+    return [f"{', '.join(missing)}: in the test set, no row reports "
+            f"{'it' if len(missing) == 1 else 'them'}"] if missing else []
 
 
 def _skipped_line(result: EvaluationResult) -> str:
