@@ -19,6 +19,7 @@ from xmr.datasets.media_io import (
     MediaReadError,
     check_image_decodes,
     check_image_file,
+    check_video_container,
     check_video_decodes,
     check_video_opens,
     read_image,
@@ -370,11 +371,25 @@ def test_a_clip_zeroed_from_a_cut_on_is_refused_not_decoded_as_a_shorter_clip(
     data = (videos / 'flipping_a_pancake.mkv').read_bytes()
     path = tmp_path / 'unfinished.mkv'
     path.write_bytes(data[:int(len(data) * kept)] + bytes(len(data) - int(len(data) * kept)))
-    for read in (check_video_decodes, lambda clip: read_video_frames(clip, 12, False)):
+    for read in (check_video_container, lambda clip: read_video_frames(clip, 12, False)):
         with pytest.raises(MediaReadError, match=(
                 rf'unfinished\.mkv: no Matroska element at byte {gap:,} of its segment '
                 r'\(59\.\.436,346\): the bytes there are zeros or damage')):
             read(path)
+
+
+def test_zeros_inside_one_cluster_are_found_by_the_decode_check(videos, tmp_path):
+    """flipping_a_pancake.mkv zeroed over bytes 218,173-327,259, inside its second cluster
+    (211,602-421,081), whose size stays right: decord read 166 of its 310 frames and decoded
+    them all, so check_video_decodes passed it; the walk of the cluster's blocks finds the first
+    block header zeroed, at byte 220,448."""
+    data = (videos / 'flipping_a_pancake.mkv').read_bytes()
+    path = tmp_path / 'damaged.mkv'
+    path.write_bytes(data[:218_173] + bytes(109_086) + data[327_259:])
+    with pytest.raises(MediaReadError, match=(
+            r'damaged\.mkv: no Matroska element at byte 220,448 of its segment')):
+        check_video_decodes(path)
+    check_video_decodes(videos / 'flipping_a_pancake.mkv')
 
 
 @pytest.mark.parametrize('read', [check_video_decodes, check_video_opens,

@@ -303,3 +303,18 @@ def test_an_element_running_past_its_segment_is_damage(tmp_path):
     (tmp_path / 'clip.mkv').write_bytes(bytes(data))
     assert container_problem(tmp_path / 'clip.mkv').startswith(
         'no Matroska element at byte 62 of its segment')
+
+
+def test_zeros_inside_a_cluster_are_found_by_walking_its_blocks(tmp_path):
+    """A cluster of a right size, a time and a block, then zeros: its blocks are walked only
+    when asked (a read per frame)."""
+    blocks = _ebml(b'\xe7', b'\x00') + _ebml(b'\xa3', b'\x81\x00\x00\x80' + bytes(8))
+    path = tmp_path / 'clip.mkv'
+    path.write_bytes(_matroska(_track_entry(1), _ebml(b'\x1f\x43\xb6\x75', blocks + bytes(20))))
+    assert container_problem(path) is None
+    # The segment's payload starts at byte 35, the cluster's at 35 + 27 + 12; then 10 + 21
+    # bytes of time and block.
+    assert container_problem(path, blocks=True).startswith(
+        f'no Matroska element at byte {35 + 27 + 12 + 31:,} of its segment')
+    path.write_bytes(_matroska(_track_entry(1), _ebml(b'\x1f\x43\xb6\x75', blocks)))
+    assert container_problem(path, blocks=True) is None

@@ -199,11 +199,12 @@ def _image_errors(path: str | os.PathLike) -> Iterator[None]:
                              'PIL.Image.MAX_IMAGE_PIXELS if the image is meant)') from err
 
 
-def check_video_container(path: str | os.PathLike) -> None:
+def check_video_container(path: str | os.PathLike, blocks: bool = False) -> None:
     """Raise :class:`MediaReadError` naming ``path`` if its container says it cannot be whole
-    (:func:`~xmr.datasets.video_containers.container_problem`) or it cannot be opened."""
+    (:func:`~xmr.datasets.video_containers.container_problem`, which walks a Matroska file's
+    blocks too with ``blocks``) or it cannot be opened."""
     try:
-        problem = container_problem(path)
+        problem = container_problem(path, blocks)
     except OSError as err:
         problem = f'cannot be read ({err.strerror})'
     if problem is not None:
@@ -310,19 +311,21 @@ def read_video_frames(path: str | os.PathLike, num_frames: int, random_offset: b
 def check_video_decodes(path: str | os.PathLike) -> None:
     """Raise :class:`MediaReadError` naming ``path`` where a read of any of its frames would
     fail: every frame is decoded, in order (damage inside a whole file, as in decord's
-    ``corrupted.mp4``, whose frames 28-49 fail, is found only so)."""
-    _check_video_file(path)
+    ``corrupted.mp4``, whose frames 28-49 fail, is found only so), after a walk of a Matroska
+    file's blocks (zeros inside one cluster, after which decord reads no frame, leave a
+    shorter clip that decodes)."""
+    _check_video_file(path, blocks=True)
     _with_reader(path, 1, _decode_every_frame)
 
 
-def _check_video_file(path: str | os.PathLike) -> None:
+def _check_video_file(path: str | os.PathLike, blocks: bool = False) -> None:
     """Raise :class:`MediaReadError` if ``path`` is no file or its container says it cannot be
-    whole (:func:`check_video_container`)."""
+    whole (:func:`check_video_container`, ``blocks`` as there)."""
     if Path(path).is_dir():
         raise MediaReadError(path, FOLDER)
     if not Path(path).is_file():
         raise MediaReadError(path, 'file not found')
-    check_video_container(path)
+    check_video_container(path, blocks)
 
 
 def _decode_every_frame(reader: Any) -> bool:

@@ -41,10 +41,16 @@ VIDEO_SUFFIXES = tuple(sorted(_ISO_SUFFIXES | _MATROSKA_SUFFIXES | {
     '.avi', '.mpg', '.mpeg', '.ts', '.mts', '.m2ts', '.flv', '.wmv', '.asf', '.ogv'}))
 
 
-def container_problem(path: str | os.PathLike) -> str | None:
+def container_problem(path: str | os.PathLike, blocks: bool = False) -> str | None:
     """Why the video at ``path`` cannot be whole (or read: a Git LFS pointer stands in its
     place), or ``None`` when its container tells nothing wrong (or is neither MP4/QuickTime nor
     Matroska/WebM, whose structure is not read here).
+
+    Args:
+        path: the file.
+        blocks: walk each Matroska cluster's blocks too (a read per frame, about the whole
+            file: for a check that decodes every frame anyway), which finds zeros inside one
+            cluster, after which decord reads no frame.
 
     Raises:
         OSError: if the file cannot be opened (missing, a folder, no permission).
@@ -57,7 +63,7 @@ def container_problem(path: str | os.PathLike) -> str | None:
         if is_lfs_pointer(head, size):
             return LFS_POINTER
         if head[:4] == _EBML_MAGIC:
-            return _matroska_problem(file, size)
+            return _matroska_problem(file, size, blocks)
         if head[4:8] in _ISO_FIRST_BOXES:
             return _iso_problem(file, size)
     return None
@@ -205,7 +211,7 @@ def _ebml_number(data: bytes, at: int, is_id: bool) -> tuple[int, int] | None:
     return (-1 if value == (1 << (7 * length)) - 1 else value), at + length
 
 
-def _matroska_problem(file: BinaryIO, size: int) -> str | None:
+def _matroska_problem(file: BinaryIO, size: int, blocks: bool) -> str | None:
     """The segment that follows the EBML header must end inside the file, and its tracks must
     not all be sound (:func:`_matroska_sound_alone`). A segment of unknown size (a live
     recording's) cannot be checked for a cut; another element first, or a header or track list
@@ -227,7 +233,7 @@ def _matroska_problem(file: BinaryIO, size: int) -> str | None:
     if _matroska_sound_alone(data, start):
         return ('no video track: its Matroska track list holds sound tracks alone (an '
                 'audio-only file, as a download of the sound stream alone gives)')
-    gap = _matroska_gap(file, start, start + length) if length >= 0 else None
+    gap = _matroska_gap(file, start, start + length, blocks) if length >= 0 else None
     if gap is not None:
         return (f'no Matroska element at byte {gap:,} of its segment '
                 f'({start:,}..{start + length:,}): the bytes there are zeros or damage, as a '
@@ -235,12 +241,12 @@ def _matroska_problem(file: BinaryIO, size: int) -> str | None:
     return None
 
 
-def _matroska_gap(file: BinaryIO, start: int, end: int) -> int | None:
+def _matroska_gap(file: BinaryIO, start: int, end: int, blocks: bool = False) -> int | None:
     """The first offset in the segment payload ``[start, end)`` where no top-level element
     begins (an invalid id, as zeros are, or an element running past ``end``), walking from one
-    element's header to the next: one read per cluster. ``None`` when each element ends where
-    the next begins, or at an element of unknown size (a live recording's cluster), whose end
-    only its contents tell.
+    element's header to the next: one read per cluster; with ``blocks``, the same inside each
+    cluster, one read per block. ``None`` when each element ends where the next begins, or at
+    an element of unknown size (a live recording's cluster), whose end only its contents tell.
 
     A file whose bytes a preallocating downloader (aria2, a torrent client) or a crash left as
     zeros keeps its sizes; decord reads the frames before the zeros as a shorter clip, without
@@ -255,7 +261,11 @@ def _matroska_gap(file: BinaryIO, start: int, end: int) -> int | None:
             return start
         if length[0] < 0:
             return None
-        start += length[1] + length[0]
+        payload, start = start + length[1], start + length[1] + length[0]
+        inner = (_matroska_gap(file, payload, start)
+                 if blocks and ident[0] == _MATROSKA_CLUSTER else None)
+        if inner is not None:
+            return inner
     return None
 
 
