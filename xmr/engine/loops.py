@@ -182,7 +182,7 @@ def with_feature_cache(loader: Mapping[str, Any], phase: Phase, work_dir: str | 
         ValueError: the phase trains the backbone (cached features would be stale after one
             step), or the loader has no dataset config, or it is cached already.
     """
-    backbone = [p for p in phase.trainable if p == 'backbone' or p.startswith('backbone.')]
+    backbone = [p for p in phase.trainable if under_prefix(p, 'backbone')]
     if backbone:
         raise ValueError(f'phase {phase.name}: cache_features with a trainable backbone '
                          f'({backbone[0]}): its features change every step; drop '
@@ -276,7 +276,7 @@ def built_frozen(model: torch.nn.Module) -> frozenset[str]:
     VeRA's; a frozen encoder inside a disentangler), which no phase trains. The backbone's are
     frozen by :meth:`~xmr.models.backbones.TextBackbone.freeze` until a phase names them."""
     return frozenset(name for name, p in model.named_parameters()
-                     if not p.requires_grad and not name.startswith('backbone.'))
+                     if not p.requires_grad and not under_prefix(name, 'backbone'))
 
 
 def frozen_eval_modules(model: torch.nn.Module, trainable: Sequence[str]
@@ -296,12 +296,11 @@ def frozen_eval_modules(model: torch.nn.Module, trainable: Sequence[str]
         The outermost such modules, in the model's order (a frozen backbone is one entry).
     """
     def trained(name: str) -> bool:
-        return any(name == p or name.startswith(p + '.') or p.startswith(name + '.')
-                   for p in trainable)
+        return any(under_prefix(name, p) or p.startswith(name + '.') for p in trainable)
 
     def kept_in_eval(name: str, module: torch.nn.Module) -> bool:
         return (isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
-                or name == 'backbone' or name.startswith('backbone.'))
+                or under_prefix(name, 'backbone'))
 
     kept: dict[str, torch.nn.Module] = {}
     for name, module in model.named_modules():

@@ -12,6 +12,7 @@ from xmr.engine.feature_cache.dataset import (
     prepare_feature_caches,
 )
 from xmr.engine.feature_cache.store import StaleFeatureCacheError
+from xmr.engine.phases import under_prefix
 from xmr.engine.wrappers import unwrap_model
 from xmr.registry import HOOKS
 
@@ -64,7 +65,7 @@ def refuse_galleries_gone_stale(loop: Any, phases: Sequence[Any], done: int, mod
         StaleFeatureCacheError: naming the phase, a backbone weight it trains, the caches and
             the fix.
     """
-    backbone = [name for name, _ in model.named_parameters() if name.startswith('backbone.')]
+    backbone = [name for name, _ in model.named_parameters() if under_prefix(name, 'backbone')]
     last = phases[-1].end
     for index, phase in enumerate(phases):
         trained = next((name for name in backbone if phase.trains(name)), None)
