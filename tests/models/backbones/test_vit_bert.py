@@ -6,7 +6,13 @@ import timm
 import torch
 from safetensors.torch import save_file
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from transformers import BertConfig, BertModel
+from transformers import (
+    AutoConfig,
+    BertConfig,
+    BertModel,
+    RobertaModel,
+    XLMRobertaModel,
+)
 
 from tests.conftest import CORPUS
 from tests.zip_records import damage_record
@@ -289,6 +295,37 @@ def test_a_bert_folder_that_lacks_weights_of_the_configured_model_is_refused(tmp
         MODELS.build(tiny_cfg(text=str(tmp_path / 'bert'), text_cfg=dict(num_hidden_layers=3)))
 
 
+@pytest.mark.parametrize('model_cls', [XLMRobertaModel, RobertaModel])
+def test_a_roberta_style_folder_runs_as_its_own_model_at_its_own_positions(tmp_path, model_cls):
+    """An XLM-R or RoBERTa folder (a multilingual text tower for CDDS) numbers its positions
+    from pad_id + 1; loaded as a BertModel it took every weight and ran at BERT's 0..L-1, with
+    features far from the model's (3.1 apart here)."""
+    torch.manual_seed(6)
+    config = {**TINY_BERT, 'pad_token_id': 1}
+    reference = model_cls(model_cls.config_class(**config), add_pooling_layer=False).eval()
+    reference.save_pretrained(tmp_path / 'encoder')
+    backbone = MODELS.build(tiny_cfg(text=str(tmp_path / 'encoder'), text_cfg=None)).eval()
+    assert type(backbone.text_tower.embeddings) is type(reference.embeddings)
+    tokens = backbone.tokenizer(CAPTIONS)
+    with torch.no_grad():
+        hidden = reference(input_ids=tokens['input_ids'],
+                           attention_mask=tokens['attention_mask'].long()).last_hidden_state
+        torch.testing.assert_close(backbone.encode_source_text(tokens),
+                                   backbone.text_tower.text_proj(hidden[:, 0]),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_a_text_folder_of_another_encoder_is_refused_naming_its_model_type(tmp_path):
+    from transformers import DistilBertConfig, DistilBertModel
+
+    DistilBertModel(DistilBertConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2,
+                                     hidden_dim=64)).save_pretrained(tmp_path / 'distilbert')
+    with pytest.raises(ValueError, match=r"text='.*distilbert': its config.json gives "
+                                         r"model_type='distilbert'; the text tower runs "
+                                         r'BERT-style encoders \(bert, roberta, xlm-roberta\)'):
+        MODELS.build(tiny_cfg(text=str(tmp_path / 'distilbert'), text_cfg=None))
+
+
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 def test_a_bert_folder_saved_in_half_precision_runs_in_float32(tmp_path, dtype):
     """transformers 5 loads a folder in the dtype it was saved in: a half-precision BERT beside
@@ -344,7 +381,7 @@ def test_weights_that_cannot_be_fetched_name_the_model_and_the_local_route(monke
     BertModel(BertConfig(**TINY_BERT), add_pooling_layer=False).save_pretrained(tmp_path / 'bert')
     with pytest.raises(RuntimeError, match='ignore_mismatched_sizes'):
         MODELS.build(tiny_cfg(text=str(tmp_path / 'bert'), text_cfg=dict(intermediate_size=128)))
-    monkeypatch.setattr(BertModel, 'from_pretrained', offline)
+    monkeypatch.setattr(AutoConfig, 'from_pretrained', offline)
     with pytest.raises(FileNotFoundError, match=(
             r"the BERT 'bert-base-uncased' \(a Hugging Face hub name\) could not be "
             r'fetched .*set text=<its folder> \(--cfg-options model.backbone.text=FOLDER\)')):

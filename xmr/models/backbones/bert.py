@@ -18,7 +18,11 @@ from xmr.models.backbones.base import (
 )
 from xmr.models.language.packed_tokens import PackedTokens
 
-__all__ = ['BertTextTower', 'build_bert']
+__all__ = ['BERT_MODEL_TYPES', 'BertTextTower', 'build_bert']
+
+#: Hugging Face ``model_type`` values whose encoders :class:`BertTextTower` runs: BERT's post-LN
+#: layers, with BERT's positions (``bert``) or RoBERTa's (``roberta``, ``xlm-roberta``).
+BERT_MODEL_TYPES = ('bert', 'roberta', 'xlm-roberta')
 
 
 def build_bert(text: dict) -> nn.Module:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from xmr.json_files import load_json
+from xmr.models.backbones.bert import BERT_MODEL_TYPES
 from xmr.models.weight_files import check_weights_fit, read_weights
 
 if TYPE_CHECKING:
@@ -26,8 +27,6 @@ POOLING_MODES: dict[str, str | None] = {
     'pooling_mode_mean_tokens': 'mean', 'pooling_mode_cls_token': 'cls',
     'pooling_mode_max_tokens': None, 'pooling_mode_mean_sqrt_len_tokens': None,
     'pooling_mode_weightedmean_tokens': None, 'pooling_mode_lasttoken': None}
-#: Model types whose layers :class:`~xmr.models.backbones.bert.BertTextTower` writes out.
-BERT_MODEL_TYPES = ('bert', 'roberta', 'xlm-roberta')
 #: ``Dense/config.json``'s ``activation_function`` (the class sentence-transformers imports by
 #: that name) to the module it is.
 DENSE_ACTIVATIONS: dict[str, type[nn.Module]] = {

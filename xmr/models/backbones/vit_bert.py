@@ -31,7 +31,7 @@ from xmr.models.backbones.base import (
     check_tokenizer_fits,
     offline_hf_config,
 )
-from xmr.models.backbones.bert import BertTextTower
+from xmr.models.backbones.bert import BERT_MODEL_TYPES, BertTextTower
 from xmr.models.language.tokenizers import BaseTokenizer
 from xmr.models.weight_files import (
     fetch_weights,
@@ -41,6 +41,7 @@ from xmr.models.weight_files import (
     weights_file,
 )
 from xmr.registry import MODELS, TOKENIZERS, with_defaults
+from xmr.utils.listing import first_few
 
 __all__ = ['ViTBERTBackbone']
 
@@ -174,21 +175,35 @@ def _classifier_keys(name: str) -> list[str]:
 
 
 def build_text(pretrained: str | None, options: dict) -> nn.Module:
-    """A transformers ``BertModel`` without pooler: loaded from ``pretrained`` (hub name or
-    folder) with ``options`` overriding its config, or randomly initialised from ``options``.
+    """A transformers BERT-style encoder without pooler: loaded from ``pretrained`` (hub name or
+    folder) with ``options`` overriding its config, or a random ``BertModel`` built from
+    ``options``.
+
+    A folder is loaded as the class its ``config.json`` names (``BertModel``, ``RobertaModel``,
+    ``XLMRobertaModel``: :data:`~xmr.models.backbones.bert.BERT_MODEL_TYPES`), so that the tower
+    numbers positions as the encoder was trained: RoBERTa's from ``pad_id + 1``. Read as a
+    ``BertModel``, an XLM-R folder loaded every weight and ran at BERT's positions ``0..L-1``.
 
     Raises:
-        ValueError: the checkpoint lacks weights of the configured model (another BERT, or a
-            ``text_cfg`` asking for more layers than it has).
+        ValueError: a config of another ``model_type``, or a checkpoint that lacks weights of
+            the configured model (another BERT, or a ``text_cfg`` asking for more layers than it
+            has).
     """
-    from transformers import BertConfig, BertModel
+    from transformers import AutoConfig, AutoModel, BertConfig, BertModel
 
     if pretrained is None:
         return BertModel(BertConfig(**options), add_pooling_layer=False)
 
     def load() -> nn.Module:
-        model, info = BertModel.from_pretrained(pretrained, add_pooling_layer=False,
-                                                output_loading_info=True, **options)
+        config = AutoConfig.from_pretrained(pretrained, **options)
+        if config.model_type not in BERT_MODEL_TYPES:
+            raise ValueError(f"text='{pretrained}': its config.json gives model_type="
+                             f"'{config.model_type}'; the text tower runs BERT-style encoders "
+                             f"({', '.join(BERT_MODEL_TYPES)}): give the folder or hub name of "
+                             'one')
+        model, info = AutoModel.from_pretrained(pretrained, config=config,
+                                                add_pooling_layer=False,
+                                                output_loading_info=True)
         # A BERT saved in half precision loads so (transformers 5's dtype='auto'): the tower
         # runs and trains in float32 beside its projection.
         model.float()
@@ -196,10 +211,9 @@ def build_text(pretrained: str | None, options: dict) -> nn.Module:
         missing = sorted(info['missing_keys'])
         if missing:
             raise ValueError(f"the BERT '{pretrained}' lacks {len(missing)} weights of the "
-                             f'configured BertModel ({", ".join(missing[:5])}'
-                             f'{", ..." if len(missing) > 5 else ""}): they would stay random; '
-                             'give the folder of the BERT the config names, or drop the '
-                             'text_cfg fields that contradict it')
+                             f'configured {type(model).__name__} ({first_few(missing, 5)}): '
+                             'they would stay random; give the folder of the BERT the config '
+                             'names, or drop the text_cfg fields that contradict it')
         return model
 
     if Path(pretrained).is_dir():  # nothing to fetch: its own errors say what is wrong
@@ -224,8 +238,9 @@ class ViTBERTBackbone(VisionLanguageBackbone):
             names with ``vision`` (its record's, or the ``file`` of
             ``vision_cfg.pretrained_cfg_overlay``), or a local checkpoint file (or timm's hub
             snapshot folder); either is loaded strictly.
-        text: a BERT hub name or folder whose weights are loaded (``'bert-base-uncased'``), or
-            ``None`` for a random BERT built from ``text_cfg``.
+        text: a BERT hub name or folder whose weights are loaded (``'bert-base-uncased'``; a
+            RoBERTa or XLM-R one runs with its own positions, :func:`build_text`), or ``None``
+            for a random BERT built from ``text_cfg``.
         text_cfg: ``BertConfig`` fields; with ``text`` they override the loaded config.
         embed_dim: width ``E`` of ``vision_proj`` and ``text_proj`` (512 in CDDS).
         tokenizer: ``TOKENIZERS`` config or a built tokenizer; defaults to
@@ -281,12 +296,12 @@ class ViTBERTBackbone(VisionLanguageBackbone):
         (``text=None``), or of a named BERT's config with ``text_cfg`` over it, read from its
         folder or the Hugging Face cache (:func:`offline_hf_config`), and ``embed_dim``, the
         width of ``text_proj``; ``None`` for a named BERT neither holds."""
-        from transformers import BertConfig
+        from transformers import AutoConfig, BertConfig
 
         options = with_defaults(cls, cfg)
         text_cfg = dict(options['text_cfg'] or {})
         config = BertConfig(**text_cfg) if options['text'] is None else \
-            offline_hf_config(BertConfig, options['text'], **text_cfg)
+            offline_hf_config(AutoConfig, options['text'], **text_cfg)
         if config is None:
             return None
         return TowerShape(config.hidden_size, config.num_hidden_layers, options['embed_dim'])
