@@ -465,3 +465,23 @@ def test_dasd_page_row_15_states_the_sdm_per_language_of_the_paper_configs():
     xmr_column = row.strip().strip('|').split('|')[3]
     assert all(Config.fromfile(path).model.disentangler.per_language for path in PAPER)
     assert 'per_language=True' in xmr_column
+
+
+def test_dasd_page_row_23_states_where_cross_modal_is_validated_in_the_multi30k_run():
+    """docs/methods/dasd.md, row 23: the step of cross_modal at which the Multi30K CL-FT run's
+    val_interval falls, from the config: 5 epochs of task 2's 145,000 English captions at batch
+    128 (1,132 full batches each: 5,660 iterations), then cross_lingual's 45,000, validation
+    every 5,000 global iterations. The page said the 3,870th step, left from a source finetune
+    of 1,130 iterations (task 1's 29,000 captions)."""
+    cfg = Config.fromfile(MULTI30K)
+    source, cross_lingual, cross_modal = cfg.train_cfg.phases
+    batch = cfg[source.dataloader].batch_size
+    start = source.epochs * (145000 // batch) + cross_lingual.iters
+    interval = cfg.train_cfg.val_interval
+    steps = [it - start for it in range(interval, start + cross_modal.iters + 1, interval)
+             if it > start]
+    assert (start, steps) == (50660, [4340])
+    page = CONFIGS.parent / 'docs' / 'methods' / 'dasd.md'
+    row = next(line for line in page.read_text(encoding='utf-8').splitlines()
+               if line.startswith('| 23 |'))
+    assert f'(Multi30K CL-FT: at its {steps[0]:,}th step and its last)' in row
