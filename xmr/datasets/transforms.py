@@ -17,12 +17,12 @@ from torchvision.transforms import InterpolationMode, RandomResizedCrop
 from torchvision.transforms.v2 import functional as F
 
 from xmr.models.backbones.open_clip_preprocess import backbone_preprocess_cfg
+from xmr.models.backbones.open_clip_pretrained import RESIZE_MODES
 from xmr.registry import TRANSFORMS
 
 __all__ = ['MediaTransform']
 
 _INTERPOLATIONS = {'bicubic': InterpolationMode.BICUBIC, 'bilinear': InterpolationMode.BILINEAR}
-_RESIZE_MODES = ('shortest', 'longest', 'squash')
 
 
 @TRANSFORMS.register_module()
@@ -78,8 +78,8 @@ class MediaTransform:
                      else tuple(int(s) for s in raw_size))
         if len(self.size) != 2 or min(self.size) <= 0:
             raise ValueError(f'size must be a positive int or (H, W), got {raw_size!r}')
-        if cfg['resize_mode'] not in _RESIZE_MODES:
-            raise ValueError(f'resize_mode must be one of {_RESIZE_MODES}, got '
+        if cfg['resize_mode'] not in RESIZE_MODES:
+            raise ValueError(f'resize_mode must be one of {RESIZE_MODES}, got '
                              f'{cfg["resize_mode"]!r}')
         if cfg['interpolation'] not in _INTERPOLATIONS:
             raise ValueError(f'interpolation must be one of {tuple(_INTERPOLATIONS)}, got '

@@ -674,3 +674,30 @@ def test_a_tag_and_its_record_tag_spelt_as_open_clip_reads_them_are_no_contradic
     """open_clip reads tags lower-cased with ``_`` for ``-``: both name one record."""
     assert record_for('ViT-B-32', 'laion2b-s34b-b79k', 'LAION2B_s34b_b79k').settings() == \
         record_for('ViT-B-32', 'laion2b_s34b_b79k').settings()
+
+
+@pytest.mark.parametrize('setting, takes', [
+    (dict(std=(0.0, 0.5, 0.5)), r'std=\(0\.0, 0\.5, 0\.5\): it takes three positive numbers'),
+    (dict(mean=[0.5, 0.5]), r'mean=\[0\.5, 0\.5\]: it takes three numbers, one per RGB'),
+    (dict(resize_mode='center'),
+     r"resize_mode='center': it takes one of \('shortest', 'longest', 'squash'\)"),
+    (dict(interpolation='nearest'),
+     r"interpolation='nearest': it takes one of \('bicubic', 'bilinear'\)"),
+    (dict(quick_gelu='false'), r"quick_gelu='false': it takes True or False"),
+    (dict(fill_color=300), r'fill_color=300: it takes an integer in 0\.\.255'),
+])
+@pytest.mark.parametrize('backbone, key', [
+    (dict(type='OpenCLIPBackbone', arch='ViT-B-32'), 'pretrained'),
+    (dict(type='MultilingualCLIPBackbone', image_arch='ViT-B-32'), 'image_pretrained'),
+])
+def test_a_settings_dict_the_model_cannot_run_with_is_refused_as_the_config_loads(
+        setting, takes, backbone, key, tmp_path):
+    """Unchecked, a dict's value was read only where it is used, after the model was built: a
+    std of 0 normalised every image to infinities, two mean values failed in the data
+    preprocessor's reshape, an unknown resize mode in the dataset's transform, none of them
+    naming the setting."""
+    weights = tmp_path / 'ViT-B-32.pt'
+    weights.write_bytes(b'weights')
+    with pytest.raises(ValueError, match=f'^{key}_cfg.{takes}'):
+        MODELS.get(backbone['type']).check_config(
+            {**backbone, key: str(weights), f'{key}_cfg': setting})

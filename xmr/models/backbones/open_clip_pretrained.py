@@ -51,6 +51,10 @@ __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretr
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
 RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
+#: The resize modes and interpolations of open_clip's preprocessing records, the ones
+#: :class:`~xmr.datasets.transforms.MediaTransform` reproduces.
+RESIZE_MODES = ('shortest', 'longest', 'squash')
+INTERPOLATIONS = ('bicubic', 'bilinear')
 #: The weight files of an open_clip hub repository, safetensors first as open_clip reads them.
 OPEN_CLIP_WEIGHT_FILES = ('open_clip_model.safetensors', 'open_clip_pytorch_model.bin')
 #: Attributes OpenAI's TorchScript archives keep as tensors beside the weights.
@@ -153,7 +157,47 @@ def _given_settings(arch: str | None, pretrained_cfg: str | Mapping[str, Any] | 
     if unknown:
         raise ValueError(f'pretrained_cfg keys {unknown} are not settings of a pretrained '
                          f'record; use {list(RECORD_FIELDS)} or an open_clip tag name')
+    for key, value in given.items():
+        _check_setting(key, value, tag_key)
     return {'quick_gelu': arch_quick_gelu, **given}, 'pretrained_cfg dict' if given else None
+
+
+def _is_channels(value: Any, positive: bool = False) -> bool:
+    """``value`` is one real number per RGB channel (each ``> 0`` when ``positive``)."""
+    return (isinstance(value, (list, tuple)) and len(value) == 3
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and math.isfinite(v) and (v > 0 or not positive) for v in value))
+
+
+#: What each setting of a ``pretrained_cfg`` dict takes: its check and, for messages, its
+#: values. The data preprocessor computes ``(x - 255 mean) / (255 std)`` per channel.
+_SETTING_VALUES = {
+    'quick_gelu': (lambda v: isinstance(v, bool), 'True or False'),
+    'mean': (_is_channels, 'three numbers, one per RGB channel in [0, 1] units'),
+    'std': (lambda v: _is_channels(v, positive=True),
+            'three positive numbers, one per RGB channel in [0, 1] units'),
+    'interpolation': (lambda v: v in INTERPOLATIONS, f'one of {INTERPOLATIONS}'),
+    'resize_mode': (lambda v: v in RESIZE_MODES, f'one of {RESIZE_MODES}'),
+    'fill_color': (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255,
+                   'an integer in 0..255'),
+}
+
+
+def _check_setting(key: str, value: Any, tag_key: str) -> None:
+    """Refuse a ``pretrained_cfg`` dict's setting the model or its media cannot run with.
+
+    Unchecked, such a value was read only where it is used, after the model was built: a
+    ``std`` of 0 normalised every image to infinities, two ``mean`` values failed in the data
+    preprocessor's reshape, an unknown ``resize_mode`` in the dataset's transform, neither
+    naming the setting.
+
+    Raises:
+        ValueError: naming ``{tag_key}.{key}``, the value and what it takes.
+    """
+    check, takes = _SETTING_VALUES[key]
+    if not check(value):
+        raise ValueError(f'{tag_key}.{key}={value!r}: it takes {takes} (the settings the '
+                         'weights were trained with; docs/pretrained_weights.md)')
 
 
 def _model_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
