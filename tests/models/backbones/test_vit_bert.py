@@ -118,6 +118,27 @@ def test_swin_tokens_are_the_final_patches_averaging_to_the_embedding():
     torch.testing.assert_close(out.tokens.mean(1), expected, rtol=1e-4, atol=1e-5)
 
 
+def test_a_cnn_takes_its_records_size_and_its_tokens_are_its_final_map():
+    """A timm CNN (ConvNeXt) has no patch embedding: the backbone failed to build
+    (AttributeError: no attribute 'patch_embed'), and its NCHW map gave no tokens."""
+    torch.manual_seed(0)
+    backbone = MODELS.build(tiny_cfg(vision='convnext_atto', vision_cfg=dict(
+        depths=(1, 1, 1, 1), dims=(8, 8, 16, 16)))).eval()
+    assert backbone.image_size == (224, 224)  # timm's record: the size it was trained at
+    images = torch.randn(2, 3, 64, 96)
+    with torch.no_grad():
+        feature_map = backbone.vision.forward_features(images)  # [B, C, h, w]
+        out = backbone.encode_image_tokens(images)
+        expected = backbone.vision_proj(backbone.vision(images))
+    assert feature_map.shape == (2, 16, 2, 3) and out.tokens.shape == (2, 6, 16)
+    for row in range(2):
+        for column in range(3):
+            torch.testing.assert_close(out.tokens[:, 3 * row + column], backbone.vision_proj(
+                feature_map[:, :, row, column]))
+    torch.testing.assert_close(out.pooled, expected)
+    torch.testing.assert_close(backbone.encode_image(images), expected)
+
+
 def _saved_as_a_file(state: dict, folder) -> str:
     torch.save(state, folder / 'vit.pth')
     return str(folder / 'vit.pth')

@@ -8,9 +8,9 @@ learning rate of the new layers); it is frozen when built, like every backbone, 
 ``trainable`` prefixes unfreeze it.
 
 * image: ``timm.create_model(vision, num_classes=0)``; its ``forward_features`` are the tokens
-  (ViT: prefix tokens such as CLS, then the patches; Swin: the final ``h × w`` patches), its
-  ``forward_head(pre_logits=True)`` the pooled feature (ViT: CLS; Swin: mean); ``vision_proj``
-  maps both to ``E``.
+  (ViT: prefix tokens such as CLS, then the patches; Swin, or a CNN such as ConvNeXt: the final
+  ``h × w`` map, row by row), its ``forward_head(pre_logits=True)`` the pooled feature (ViT:
+  CLS; Swin: mean); ``vision_proj`` maps both to ``E``.
 * text: transformers' ``BertModel`` run layer by layer by the BERT-layer :class:`BertTextTower`
   (post-LN layers with adapter sites, padding mask, CLS pooling), whose ``text_proj`` maps to
   ``E``. So target-language branches and adapters work on this tower as on CCLM's.
@@ -174,6 +174,16 @@ def _classifier_keys(name: str) -> list[str]:
     return keys
 
 
+def _input_size(model: nn.Module) -> tuple[int, int]:
+    """``(H, W)`` a timm image model takes: its patch embedding's (ViT, Swin: the configured
+    ``img_size``), else its pretrained record's ``input_size``, the size its weights were trained
+    at (a CNN such as ConvNeXt or ResNet, which has no patch embedding and runs at any size)."""
+    size = getattr(getattr(model, 'patch_embed', None), 'img_size', None)
+    if size is None:
+        size = model.pretrained_cfg['input_size'][-2:]
+    return tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+
+
 def build_text(pretrained: str | None, options: dict) -> nn.Module:
     """A transformers BERT-style encoder without pooler: loaded from ``pretrained`` (hub name or
     folder) with ``options`` overriding its config, or a random ``BertModel`` built from
@@ -231,7 +241,8 @@ class ViTBERTBackbone(VisionLanguageBackbone):
     Args:
         vision: timm model name, e.g. ``'vit_base_patch16_224.orig_in21k'`` (LAPS's
             ``google/vit-base-patch16-224-in21k``), ``'vit_base_patch16_384'``,
-            ``'swin_base_patch4_window7_224'``.
+            ``'swin_base_patch4_window7_224'``, or a CNN (``'convnext_base'``: its record's input
+            size, which it has no patch embedding to fix).
         vision_cfg: extra ``timm.create_model`` arguments (``img_size``, ``drop_path_rate``, or
             a small ``embed_dim`` / ``depth`` / ``num_heads`` for tests).
         vision_pretrained: ``None``/``False`` for random weights, ``True`` for the weights timm
@@ -265,8 +276,7 @@ class ViTBERTBackbone(VisionLanguageBackbone):
         self.vision_proj = nn.Linear(self.vision.num_features, embed_dim)
         self.text_tower = BertTextTower(build_text(text, dict(text_cfg or {})), embed_dim)
         self.embed_dim = embed_dim
-        size = self.vision.patch_embed.img_size
-        self.image_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+        self.image_size = _input_size(self.vision)
         config = self.vision.pretrained_cfg
         self.image_mean = tuple(config.get('mean', (0.5, 0.5, 0.5)))
         self.image_std = tuple(config.get('std', (0.5, 0.5, 0.5)))
@@ -284,10 +294,12 @@ class ViTBERTBackbone(VisionLanguageBackbone):
         """``[B, 3, H, W]`` -> tokens ``[B, N, C]`` and pooled ``[B, C]`` of the timm model."""
         features = self.vision.forward_features(images)
         pooled = self.vision.forward_head(features, pre_logits=True)
-        tokens = features.flatten(1, 2) if self._nhwc else features
+        tokens = features
+        if features.dim() == 4:  # a map: Swin's NHWC, a CNN's NCHW (ConvNeXt, ResNet)
+            tokens = features.flatten(1, 2) if self._nhwc else features.flatten(2).transpose(1, 2)
         if tokens.dim() != 3:
             raise TypeError(f"timm model '{self.vision_name}' gives features of shape "
-                            f'{tuple(features.shape)}; tokens need [B, N, C] or NHWC maps')
+                            f'{tuple(features.shape)}; tokens need [B, N, C] or a feature map')
         return tokens, pooled
 
     @classmethod
