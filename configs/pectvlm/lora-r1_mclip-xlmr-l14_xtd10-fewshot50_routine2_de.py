@@ -5,4 +5,4 @@ _base_ = ['./_base_/xtd10_fewshot50.py']
 model = dict(routine='routine2')
 # The alignment partner: each English caption machine-translated into German.
 train_dataloader = dict(dataset=dict(translated_texts=['source_to_target']))
-train_cfg = dict(phases=[dict(_base_.phase, loss_weights=dict(cm=1.0, align=_base_.lambda_align))])
+train_cfg = dict(phases=[dict(_base_.phase, loss_weights=_base_.align_loss_weights)])

@@ -9,4 +9,4 @@ model = dict(routine='routine3')
 train_dataloader = dict(dataset=dict(translated_texts=['target_to_source']))
 val_dataloader = dict(dataset=dict(back_translated_languages=[_base_.language]))
 test_dataloader = val_dataloader
-train_cfg = dict(phases=[dict(_base_.phase, loss_weights=dict(cm=1.0, align=_base_.lambda_align))])
+train_cfg = dict(phases=[dict(_base_.phase, loss_weights=_base_.align_loss_weights)])

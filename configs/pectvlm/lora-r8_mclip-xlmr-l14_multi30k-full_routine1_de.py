@@ -3,5 +3,4 @@
 _base_ = ['./lora-r8_mclip-xlmr-l14_multi30k-full_de.py']
 
 model = dict(routine='routine1')
-train_cfg = dict(phases=[dict(_base_.phase,
-                              loss_weights=dict(cm=1.0, align=_base_.lambda_align))])
+train_cfg = dict(phases=[dict(_base_.phase, loss_weights=_base_.align_loss_weights)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,8 @@ from xmr.engine.runner import runner_name_in_process
 from xmr.models.adapters import CompacterAdapter, HardPrompt, HoulsbyAdapter, LoRA, SoftPrompt
 from xmr.models.retrievers.translation import ROUTINES
 from xmr.registry import DATASETS, MODELS, TOKENIZERS
+from xmr.run_config import load_run_config
+from xmr.utils.cli import UserError
 
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
 PECTVLM = sorted((CONFIGS / 'pectvlm').glob('*.py'))
@@ -308,6 +311,33 @@ def test_multi30k_full_schedule_is_the_papers_or_the_authors_script():
     cfg = apply_ablations(cfg, ['pectvlm/authors-script-multi30k'])
     assert (cfg.train_dataloader.batch_size, cfg.train_cfg.phases[0]['epochs'],
             cfg.train_cfg.val_interval) == (4, 50, dict(epochs=1))
+
+
+def test_the_alignment_weight_is_swept_through_the_phase_and_held_by_no_number_variable():
+    """lambda (text_loss_ratio), the setting PECTVLM grids (0.5 ... 0.003), is the phase's
+    `align` weight. The configs held it in a number variable, `lambda_align`, that the routine
+    configs copied into their phase as they loaded, and docs/methods/pectvlm.md said to sweep
+    it there: a leaf's `lambda_align = 0.1` or `--cfg-options lambda_align=0.1` changed the
+    variable alone (a number is no copy the option check can tell), and every run of the sweep
+    trained at 0.5. Set where the page says, it is the weight the phase trains with; the dict
+    of the weights that the configs share is a variable the check guards, naming that key."""
+    page = (CONFIGS.parent / 'docs' / 'methods' / 'pectvlm.md').read_text(encoding='utf-8')
+    option = 'train_cfg.phases.0.loss_weights.align'
+    assert f'--cfg-options {option}=0.1' in page and 'lambda_align' not in page
+    routines = [path for path in TRAINED
+                if 'align' in Config.fromfile(path).train_cfg.phases[0].loss_weights]
+    assert {path.stem.split('_')[-2] for path in routines} == {
+        'routine1', 'routine2', 'routine3', 'routine3-contrastive'}
+    for path in routines:
+        whole = Config.fromfile(path).to_dict()
+        weight = whole['train_cfg']['phases'][0]['loss_weights']['align']
+        assert not [key for key, value in whole.items()
+                    if isinstance(value, float) and value == weight], path.stem
+        cfg = load_run_config(path, cfg_options={option: 0.1})
+        assert cfg.train_cfg.phases[0].loss_weights == dict(cm=1.0, align=0.1)
+        with pytest.raises(UserError, match=re.escape(
+                f'set those keys instead ({option}=0.1')):
+            load_run_config(path, cfg_options={'align_loss_weights.align': 0.1})
 
 
 # ----------------------------------------------------------------- capacity (the paper's 0.16%)

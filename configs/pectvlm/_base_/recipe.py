@@ -12,9 +12,13 @@ _base_ = [
 ]
 language = 'de'
 mclip_transform = dict(type='MediaTransform', backbone='ViT-L-14', pretrained='openai')
-# Weight of the routines' alignment term: text_loss_ratio of the authors' scripts/de.sh (their
-# grid: 0.5, 0.3, 0.1, 0.03, 0.01, 0.003).
-lambda_align = 0.5
+# The phase weights of a routine with an alignment term: image-text contrastive + lambda x
+# align, lambda = 0.5 the text_loss_ratio of the authors' scripts/de.sh (their grid: 0.5, 0.3,
+# 0.1, 0.03, 0.01, 0.003). The routine configs copy it into their phase as they load: sweep
+# lambda with --cfg-options train_cfg.phases.0.loss_weights.align=0.1 (an option or an
+# --ablation row that changes this dict is refused naming that key: it would change nothing
+# the run reads).
+align_loss_weights = dict(cm=1.0, align=0.5)
 
 model = dict(language_branch=dict(languages=[language]))
 # The target captions and their English sources; a routine that reads a machine translation
