@@ -176,6 +176,30 @@ def test_a_phase_that_does_not_weigh_the_disentangler_computes_none_of_its_terms
     torch.testing.assert_close(model(mode='loss', **data)['loss_itc'], weighed)
 
 
+NO_TERMS = dict(CDDS, use_semantic_consistency=False, use_modality_consistency=False,
+                use_information_integrity=False)
+
+
+def test_a_cdds_disentangler_with_every_term_switched_off_is_no_loss_to_weigh():
+    """Table 3's switches all off (the CDDS configs' losses=dict()) built and then failed at
+    the first training step, after the backbone had loaded, with AttributeError: 'int'
+    object has no attribute 'detach' (no loss to sum); beside itc the phase's 'disentangler'
+    weight ran the UNets' sampling for nothing."""
+    with pytest.raises(ValueError, match=r"weigh no loss this model computes \('disentangler' "
+                                         r"scales a disentangler's losses, and its "
+                                         r'CDDSDisentangler has every term switched off\)'):
+        build(disentangler=NO_TERMS, losses=dict())
+    model = build(disentangler=NO_TERMS)
+    assert model.loss_names() == {'itc'}
+    model.set_phase('cdds', dict(disentangler=1.0, itc=1.0))
+    assert model.loss_weights == {'itc': 1.0}
+    data = model.data_preprocessor(BATCH, True)
+    losses = model(mode='loss', **data)
+    assert set(losses) == {'loss_itc'}
+    model.parse_losses(losses)[0].backward()
+    assert any(p.grad is not None for p in model.disentangler.image_unet.parameters())
+
+
 def test_frozen_towers_get_no_gradient_and_the_unets_do():
     model = build(disentangler=CDDS)
     data = model.data_preprocessor(BATCH, True)

@@ -190,8 +190,13 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
     # ----------------------------------------------------------------------------- phases
     def loss_names(self) -> set[str]:
         """The losses this model computes: the built ones, and the disentangler's (one scaled
-        group, :data:`DISENTANGLER_SCALE`) when it has one."""
-        return {*self.losses, *([DISENTANGLER_SCALE] if self.disentangler is not None else [])}
+        group, :data:`DISENTANGLER_SCALE`) when it has one that computes any (CDDS's switches
+        can turn every term off)."""
+        return {*self.losses, *([DISENTANGLER_SCALE] if self.disentangler_computes() else [])}
+
+    def disentangler_computes(self) -> bool:
+        """Whether the model has a disentangler with a loss for :data:`DISENTANGLER_SCALE`."""
+        return self.disentangler is not None and bool(self.disentangler.loss_names)
 
     def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
         """The phase's non-zero weights as floats, once the model can run them
@@ -202,7 +207,8 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
             KeyError: a weight of one of the disentangler's own losses (they belong to its
                 config), or a name this model does not compute.
             ValueError: no loss is left with a positive weight (the disentangler's scale alone,
-                on a model without one): the phase would train nothing.
+                on a model without one or whose disentangler has every term switched off): the
+                phase would train nothing, and its first step would fail.
         """
         owned = sorted(set(loss_weights) & set(self.disentangler.loss_names)) \
             if self.disentangler is not None else []
@@ -215,12 +221,14 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
             raise UserKeyError(f'phase {name}: unknown loss weights {sorted(unknown)}; this model '
                                f'computes {sorted(self.loss_names())}')
         weights = {key: float(weight) for key, weight in loss_weights.items() if weight}
-        if self.disentangler is None:
+        if not self.disentangler_computes():
             weights.pop(DISENTANGLER_SCALE, None)
         if not weights:
+            none = ('the model has none' if self.disentangler is None else
+                    f'its {type(self.disentangler).__name__} has every term switched off')
             raise ValueError(f'phase {name}: loss_weights={dict(loss_weights)} weigh no loss '
                              f"this model computes ('{DISENTANGLER_SCALE}' scales a "
-                             "disentangler's losses, and the model has none); give one of "
+                             f"disentangler's losses, and {none}); give one of "
                              f'{sorted(self.loss_names())} a positive weight')
         return weights
 
