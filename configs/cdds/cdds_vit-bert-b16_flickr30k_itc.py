@@ -5,9 +5,9 @@ _base_ = ['./cdds_vit-bert-b16_flickr30k.py']
 
 model = dict(losses=dict(itc=dict(type='InfoNCELoss', temperature=0.05, learnable=True)))
 
-train_cfg = dict(
-    phases=[
-        dict(name='cdds_itc', epochs={{_base_.num_epochs}}, lr=2e-4, warmup_ratio=0.04,
-             schedule='cosine', trainable=['backbone', 'disentangler', 'losses'],
-             lr_mult={'backbone': 0.1}, loss_weights=dict(disentangler=1.0, itc=1.0)),
-    ])
+# The CDDS phase's schedule (epochs, rates, warm-up), training the loss's temperature too.
+train_cfg = dict(phases=[
+    dict(_base_.train_cfg.phases[0], name='cdds_itc',
+         trainable=['backbone', 'disentangler', 'losses'],
+         loss_weights=dict(disentangler=1.0, itc=1.0)),
+])

@@ -11,9 +11,8 @@ model = dict(
                                                               init_sparsity=1.0),
         temperature=0.05, scoring='patch_word')))
 
-train_cfg = dict(
-    phases=[
-        dict(name='cdds_wo_decoupling', epochs={{_base_.num_epochs}}, lr=2e-4,
-             warmup_ratio=0.04, schedule='cosine', trainable=['backbone'],
-             lr_mult={'backbone': 0.1}, loss_weights=dict(distribution_sampling=1.0)),
-    ])
+# The CDDS phase's schedule (epochs, rates, warm-up), on the towers alone.
+train_cfg = dict(phases=[
+    dict(_base_.train_cfg.phases[0], name='cdds_wo_decoupling', trainable=['backbone'],
+         loss_weights=dict(distribution_sampling=1.0)),
+])

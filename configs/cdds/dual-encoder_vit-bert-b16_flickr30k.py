@@ -10,10 +10,10 @@ model = dict(disentangler=None,
 val_evaluator = dict(_base_.val_evaluator, scoring='embedding')
 test_evaluator = [val_evaluator]
 
-# The towers train, and the loss's temperature; the rows of Table 4 vary this phase.
-dual_encoder_phase = dict(name='dual_encoder', epochs={{_base_.num_epochs}}, lr=2e-4,
-                          warmup_ratio=0.04, schedule='cosine', trainable=['backbone', 'losses'],
-                          lr_mult={'backbone': 0.1}, loss_weights=dict(itc=1.0))
+# The CDDS phase's schedule (epochs, rates, warm-up) for the towers and the loss's temperature;
+# the rows of Table 4 vary this phase.
+dual_encoder_phase = dict(_base_.train_cfg.phases[0], name='dual_encoder',
+                          trainable=['backbone', 'losses'], loss_weights=dict(itc=1.0))
 train_cfg = dict(phases=[dual_encoder_phase])
 
 # CDDS's distribution sampling as a plug-in loss, for the "+ distribution sampling" rows: the

@@ -116,6 +116,28 @@ def test_no_config_builds_a_delete_that_mmengine_left_in_a_list():
         'test_evaluator.0']
 
 
+def test_no_config_holds_a_number_variable_that_an_option_would_change_alone():
+    """A top-level number the runner and xmr never read is a variable the config copied where it
+    uses it as it loaded; an option or a leaf that changes it changes it alone, and, unlike text,
+    lists and dicts, no check can tell its copies (a number meets its equals by chance: 0.05 is
+    a decay and a warm-up ratio). ``batch_size=128`` left CDDS at 64, ``num_epochs=10`` at 25
+    epochs, ``num_frames=8`` MSRVTT at 12 frames, ``lambda_align=0.1`` PECTVLM at 0.5: the
+    configs write such a value where it is used (docs/configs.md)."""
+    from mmengine.config import Config
+
+    import xmr  # noqa: F401  (the xmr:: scheme of _base_ lists)
+    from xmr.config_variables import runner_keys
+    from xmr.run_config import XMR_TOP_LEVEL_KEYS
+
+    read = runner_keys() | set(XMR_TOP_LEVEL_KEYS)
+    found = {f'{path.relative_to(CONFIGS)}: {key} = {value!r}'
+             for path in leaves() if 'ablations' not in path.parts
+             for key, value in Config.fromfile(str(path)).to_dict().items()
+             if key not in read and isinstance(value, (int, float))
+             and not isinstance(value, bool)}
+    assert found == set()
+
+
 #: docs/configs.md, "File names": a part is lower-case words joined by '-'; a leaf joins at least
 #: {method}_{backbone}_{dataset} (or {backbone}_{dataset}_{setting} for a model evaluated as it
 #: is) by '_'; an ablation overlay is one part, named after its change.

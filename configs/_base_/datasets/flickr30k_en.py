@@ -6,10 +6,8 @@
 # LAPS' one-line-per-caption layout does) at CDDS's batch of 64; validation and test score the
 # five captions of each image.
 _base_ = ['./multi30k_clft.py']
-batch_size = 64
-train_pairs = 145000
 
-train_dataloader = dict(batch_size=batch_size,
+train_dataloader = dict(batch_size=64,
                         dataset=dict(ann_file='annotations/flickr30k_train.json',
                                      source_only=True, target_langs=None))
 val_dataloader = dict(dataset=dict(ann_file='annotations/flickr30k_val.json', languages=['en']))

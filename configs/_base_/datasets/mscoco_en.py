@@ -4,9 +4,8 @@
 # folds; and 5K). tools/data/prepare_mscoco.py writes the files, or tools/data/prepare_laps.py
 # from LAPS's data/coco (whose val split is Karpathy val's first 1,000 images: docs/data.md).
 _base_ = ['./mscoco_clft.py']
-batch_size = 64
 
-train_dataloader = dict(batch_size=batch_size,
+train_dataloader = dict(batch_size=64,
                         dataset=dict(source_only=True, target_langs=None))
 # One English gallery each (the COCO loaders of mscoco_eval.py), in place of the two galleries
 # of its ja/zh evaluation.

@@ -8,7 +8,7 @@ _base_ = ['./train_loaders.py', './msrvtt_eval.py']
 train_captions = dict(type='CaptionPairDataset', data_root=_base_.data_root,
                       data_prefix=_base_.data_prefix, ann_file='annotations/msrvtt_train7k.json',
                       transform=_base_.media_transform)
-train_videos = dict(train_captions, num_frames=_base_.num_frames, on_corrupt=_base_.on_corrupt)
+train_videos = dict(train_captions, num_frames=12, on_corrupt=_base_.on_corrupt)
 
 train_dataloader = dict(dataset=dict(train_videos, target_langs=_base_.target_langs))
 text_train_dataloader = dict(dataset=dict(train_captions, target_langs=_base_.target_langs))

@@ -3,7 +3,8 @@
 # translations into the eight target languages; test on the 1k-A clips with the Multi-MSRVTT
 # captions, text->video R@1 per language and their sum (t2v_R@1_sum). Each video gives 12
 # uniformly sampled frames (random offset in training, segment centre in evaluation), encoded as
-# images and mean-pooled by the model. A damaged video stops the run and names the file;
+# images and mean-pooled by the model; another count is the num_frames of each video loader's
+# dataset (train, source finetune, val, test). A damaged video stops the run and names the file;
 # on_corrupt='skip' skips it with a warning instead, and the runtime's CorruptMediaHook logs the
 # count and the files after each validation and test, and every 1,000 iterations. Prepare
 # with tools/data/prepare_msrvtt.py, then translate and attach the val captions
@@ -13,7 +14,6 @@ data_root = 'data/msrvtt'
 data_prefix = dict(media='videos')
 target_langs = ['de', 'fr', 'cs', 'zh', 'ru', 'vi', 'sw', 'es']
 eval_langs = ['en', *target_langs]
-num_frames = 12
 on_corrupt = 'raise'
 media_transform = dict(type='MediaTransform', backbone='ViT-B-32', pretrained='openai')
 
@@ -21,7 +21,7 @@ media_transform = dict(type='MediaTransform', backbone='ViT-B-32', pretrained='o
 def _videos(ann_file, **options):
     return dict(batch_size=32, dataset=dict(
         type='RetrievalDataset', data_root=data_root, data_prefix=data_prefix,
-        ann_file=ann_file, num_frames=num_frames, on_corrupt=on_corrupt,
+        ann_file=ann_file, num_frames=12, on_corrupt=on_corrupt,
         transform=media_transform, **options))
 
 

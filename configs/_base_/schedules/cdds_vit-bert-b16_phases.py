@@ -4,12 +4,11 @@
 # validated after every epoch. The epochs become iterations of the runner's train_dataloader when
 # the loop is built (25 x its batches per pass, per process under DDP, logged), so they stay
 # epochs at any batch size (docs/configs.md); the configs set the checkpoint interval in epochs.
-num_epochs = 25
 train_cfg = dict(
     type='PhasedTrainLoop',
     val_interval=dict(epochs=1),
     phases=[
-        dict(name='cdds', epochs=num_epochs, lr=2e-4, warmup_ratio=0.04, schedule='cosine',
+        dict(name='cdds', epochs=25, lr=2e-4, warmup_ratio=0.04, schedule='cosine',
              trainable=['backbone', 'disentangler'], lr_mult={'backbone': 0.1},
              loss_weights=dict(disentangler=1.0)),
     ])

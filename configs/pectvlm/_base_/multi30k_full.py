@@ -19,11 +19,10 @@
 # train_dataloader.dataset.ann_file at multi30k_train_<N>shot.json.
 _base_ = ['../../_base_/datasets/multi30k_clft.py', './recipe.py']
 media_transform = _base_.mclip_transform
-batch_size = 48
 phase = dict(_base_.phase, epochs=15)
 model = dict(language_branch=dict(tuned_weights=_base_.mclip_layer_norms))
 
-train_dataloader = dict(batch_size=batch_size,
+train_dataloader = dict(batch_size=48,
                         dataset=dict(_base_.train_dataset, target_field='captions'))
 text_train_dataloader = None
 source_finetune_dataloader = None

@@ -19,7 +19,6 @@
 # ../lora-r1_mclip-xlmr-l14_xtd10-fewshot50_routine3_ja.py.
 _base_ = ['../../_base_/datasets/xtd10_clft.py', './recipe.py']
 media_transform = _base_.mclip_transform
-batch_size = 10
 phase = dict(_base_.phase, epochs=40)
 model = dict(language_branch=dict(
     tuned_weights=[*_base_.mclip_layer_norms, *_base_.mclip_head]))
@@ -28,7 +27,7 @@ model = dict(language_branch=dict(
 paper_figures = dict(source='PECTVLM (Zhang et al., 2023), abstract: parameters added per '
                      'language in the few-shot setting', language_share=0.0016)
 
-train_dataloader = dict(batch_size=batch_size, num_workers=2, dataset=_base_.train_dataset)
+train_dataloader = dict(batch_size=10, num_workers=2, dataset=_base_.train_dataset)
 val_dataloader = dict(batch_size=100, num_workers=2, dataset=_base_.eval_dataset)
 test_dataloader = val_dataloader
 val_evaluator = _base_.target_evaluator

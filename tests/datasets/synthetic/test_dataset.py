@@ -99,7 +99,8 @@ def test_shuffled_epochs_of_the_demo_draw_each_scene_once():
 
     configs = Path(__file__).resolve().parents[3] / 'configs'
     demo = Config.fromfile(str(configs / 'demo/static_tiny-clip_synthetic.py'))
-    splits = {'train': demo.num_train_scenes, 'val': demo.val_dataloader.dataset.num_scenes,
+    splits = {'train': demo.train_dataloader.dataset.num_scenes,
+              'val': demo.val_dataloader.dataset.num_scenes,
               'test': demo.test_dataloader.dataset.num_scenes}
     scene_at.cache_clear()
     generator = torch.Generator().manual_seed(0)
