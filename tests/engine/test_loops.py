@@ -735,6 +735,34 @@ def test_a_phase_resumed_in_its_middle_under_another_batching_is_refused(tmp_pat
     assert [r['batch_size'] for r in resumed] == [4] * 12
 
 
+def test_a_resumed_run_takes_the_config_s_optimiser_settings_where_a_phase_begins_only(
+        tmp_path):
+    """torch's load of the checkpoint's optimiser replaced the config's weight decay and betas
+    with the checkpoint's: a run resumed to train its next phase under new settings trained
+    under the old ones, without a word. Inside a phase begun under the old ones it is
+    refused, as another schedule is."""
+    torch.manual_seed(0)
+    train(make_cfg(tmp_path, checkpoint_interval=1, stop_after=7))
+
+    def resumed(iteration):
+        cfg = make_cfg(tmp_path, resume_from=tmp_path / f'iter_{iteration}.pth')
+        cfg.optim_wrapper.optimizer.update(weight_decay=0.5, betas=(0.8, 0.9))
+        return cfg
+
+    with pytest.raises(ValueError, match=(
+            r"^cannot resume phase cross_lingual at iteration 7: its checkpoint was trained with "
+            r"other optimiser settings than this config gives \(group 'backbone': betas=\(0.9, "
+            r"0.999\) in the checkpoint, \(0.8, 0.9\) in the config; .*group 'backbone': "
+            r"weight_decay=0.1 in the checkpoint, 0.5 in the config; .*Resume with the config "
+            r"that wrote it")):
+        train(resumed(7))
+    runner, records = train(resumed(4))  # where cross_lingual begins
+    assert [r['iter'] for r in records] == list(range(4, 16))
+    groups = runner.optim_wrapper.optimizer.param_groups
+    assert {(g['weight_decay'], tuple(g['betas'])) for g in groups} == {(0.5, (0.8, 0.9)),
+                                                                        (0.0, (0.8, 0.9))}
+
+
 def test_resume_under_a_schedule_without_a_phase_begun_is_refused(full_run, tmp_path):
     """Resumed at iteration 7 with cross_lingual (begun at 4) dropped, the run would find
     every phase done and end at once, its training cut short without a word."""

@@ -474,3 +474,32 @@ def test_an_fp16_loss_scale_a_run_without_it_cannot_use_is_dropped_with_a_warnin
                      'keep training as it did)', logging.WARNING)]
     wrapper.load_state_dict(wrapper.state_dict())
     assert len(said) == 1
+
+
+@pytest.mark.parametrize('wrapper_type', [OptimWrapper, AutocastOptimWrapper])
+def test_a_loaded_state_keeps_the_config_s_settings_and_names_those_it_held_otherwise(
+        wrapper_type):
+    """torch's load replaced each group's settings with the checkpoint's: a resume under a new
+    weight decay decayed at the old one. The state (Adam's moments) is the checkpoint's; a
+    list of the same betas is no change."""
+    def built(weight_decay, betas):
+        weight = torch.nn.Parameter(torch.ones(3))
+        return weight, wrapper_type(optimizer=torch.optim.AdamW(
+            [dict(params=[weight], name='adapters')], lr=0.1, weight_decay=weight_decay,
+            betas=betas))
+
+    weight, saved = built(0.1, (0.9, 0.98))
+    weight.grad = torch.tensor([1.0, -2.0, 3.0])
+    saved.step()
+    state = saved.state_dict()
+    for config, changes in ((dict(weight_decay=0.5, betas=[0.9, 0.98]), (
+            "group 'adapters': weight_decay=0.1 in the checkpoint, 0.5 in the config",)),
+                            (dict(weight_decay=0.1, betas=[0.9, 0.98]), ())):
+        _, loading = built(**config)
+        loading.load_state_dict(dict(state))
+        group = loading.optimizer.param_groups[0]
+        assert (group['weight_decay'], list(group['betas'])) == (config['weight_decay'],
+                                                                [0.9, 0.98])
+        assert loading.resumed_setting_changes == changes
+        moments = next(iter(loading.optimizer.state.values()))['exp_avg']
+        assert torch.equal(moments, next(iter(saved.optimizer.state.values()))['exp_avg'])

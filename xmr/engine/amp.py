@@ -11,7 +11,7 @@ from mmengine.logging import print_log
 from mmengine.optim import AmpOptimWrapper as MMEngineAmpOptimWrapper
 
 from xmr.engine.frozen_casts import FrozenWeightCasts
-from xmr.engine.optim_wrapper import OptimWrapper, PhaseWindowCounts
+from xmr.engine.optim_wrapper import BuiltSettingsKept, OptimWrapper, PhaseWindowCounts
 from xmr.registry import OPTIM_WRAPPERS
 
 #: Autocast precisions a config may ask for (``None``: the device's best).
@@ -198,11 +198,13 @@ def _log_precision(device_type: str, dtype: torch.dtype, scaled: bool) -> None:
 
 
 @OPTIM_WRAPPERS.register_module()
-class AmpOptimWrapper(PhaseWindowCounts, MMEngineAmpOptimWrapper):
+class AmpOptimWrapper(PhaseWindowCounts, BuiltSettingsKept, MMEngineAmpOptimWrapper):
     """MMEngine's ``AmpOptimWrapper`` (GPUs alone), whose accumulation windows count within
     each phase as :class:`AutocastOptimWrapper`'s do, without MMEngine's warning at a resume
-    that counted the run's iterations. Its checkpoints hold no window's gradients
-    (``optimizer.pending_grads``): a run resumed inside a window is told so by the loop.
+    that counted the run's iterations, and whose resume keeps the config's optimiser settings
+    (:class:`~xmr.engine.optim_wrapper.BuiltSettingsKept`). Its checkpoints hold no window's
+    gradients (``optimizer.pending_grads``): a run resumed inside a window is told so by the
+    loop.
     """
 
 

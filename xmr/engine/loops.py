@@ -580,6 +580,7 @@ class PhasedTrainLoop(BaseLoop):
         if legacy is not None:
             hub.runtime_info.setdefault('last_validation_iter', legacy)
         self._check_resumed_schedule()
+        self._check_resumed_optimiser_settings()
         self._check_patience()
         self.phase_best.check_validated(self.runner.val_loop is not None, self.val_interval,
                                         self.validate_at_phase_end)
@@ -675,6 +676,34 @@ class PhasedTrainLoop(BaseLoop):
                         "the config that wrote it (the work dir holds its dump), or start a new "
                         'run from its weights (load_from=..., without --resume)')
         hub.update_info('phase_schedule', schedule)
+
+    def _check_resumed_optimiser_settings(self) -> None:
+        """A phase resumed in its middle goes on under the optimiser settings it began with
+        (``weight_decay``, ``betas``, ``eps``, its groups); a phase that begins at the resumed
+        iteration takes the config's, which the resume kept
+        (:class:`~xmr.engine.optim_wrapper.BuiltSettingsKept`), as it may change its schedule.
+
+        Raises:
+            ValueError: resumed inside a phase under settings of the config that its
+                checkpoint was not trained with, naming the phase, each setting both ways and
+                what to do.
+        """
+        changes = getattr(self.runner.optim_wrapper, 'resumed_setting_changes', ())
+        if not changes:
+            return
+        inside = next((phase for phase in self.phases if phase.start < self._iter < phase.end),
+                      None)
+        if inside is not None:
+            raise ValueError(
+                f'cannot resume phase {inside.name} at iteration {self._iter}: its checkpoint '
+                f'was trained with other optimiser settings than this config gives '
+                f'({"; ".join(changes)}), and the phase would go on under settings it did not '
+                'begin with. Resume with the config that wrote it (the work dir holds its dump) '
+                'and its --cfg-options, or start a new run from its weights (load_from=..., '
+                'without --resume)')
+        self.runner.logger.info(
+            f'resumed at iteration {self._iter}, where a phase begins: the optimiser takes the '
+            f'config\'s settings, not its checkpoint\'s ({"; ".join(changes)})')
 
     def _check_patience(self) -> None:
         """Refuse ``nonfinite_patience`` where the optimiser's step does not skip a step whose

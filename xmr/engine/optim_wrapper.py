@@ -38,8 +38,64 @@ class PhaseWindowCounts:
         self._inner_count = init_counts
 
 
+#: What a parameter group holds besides the config's settings: its parameters, the rate the
+#: phased loop sets every iteration, and how torch runs the step (``fused``, ``foreach``,
+#: ``capturable``: the device decides, and the loaded state is placed by the checkpoint's).
+_NOT_SETTINGS = frozenset({'params', 'param_names', 'lr', 'initial_lr', 'foreach', 'fused',
+                           'capturable', 'differentiable'})
+
+
+class BuiltSettingsKept:
+    """A resume keeps the optimiser settings of the config (a mixin before an MMEngine wrapper
+    among the bases).
+
+    torch's ``Optimizer.load_state_dict`` replaces every parameter group's settings
+    (``weight_decay``, ``betas``, ``eps``, the group's ``name``) with the checkpoint's: a run
+    resumed with ``--cfg-options optim_wrapper.optimizer.weight_decay=0.05`` trained on at the
+    checkpoint's decay, also in the phases it added, with nothing said. Here each group takes
+    its built settings back after the load, and :attr:`resumed_setting_changes` says which
+    differed, for :class:`~xmr.engine.loops.PhasedTrainLoop` to refuse inside a phase begun
+    under the checkpoint's and to log where a phase begins.
+    """
+
+    #: One line per setting the checkpoint held otherwise than the config, after a load.
+    resumed_setting_changes: tuple[str, ...] = ()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        built = [_group_settings(group) for group in self.optimizer.param_groups]
+        super().load_state_dict(state_dict)
+        self.resumed_setting_changes = tuple(
+            _restore_settings(self.optimizer.param_groups, built))
+
+
+def _group_settings(group: dict) -> dict[str, Any]:
+    return {key: value for key, value in group.items() if key not in _NOT_SETTINGS}
+
+
+def _same_setting(first: Any, second: Any) -> bool:
+    """Whether two values of a group setting are equal (a list and a tuple of the same
+    numbers are: a config's ``betas`` may be either; tensors by value)."""
+    if isinstance(first, torch.Tensor) or isinstance(second, torch.Tensor):
+        return torch.equal(torch.as_tensor(first).cpu(), torch.as_tensor(second).cpu())
+    if isinstance(first, (list, tuple)) and isinstance(second, (list, tuple)):
+        return len(first) == len(second) and all(map(_same_setting, first, second))
+    return first == second
+
+
+def _restore_settings(groups: list[dict], built: list[dict[str, Any]]) -> list[str]:
+    """Put each group's ``built`` settings back; a line for each the groups held otherwise."""
+    changes = []
+    for index, (group, settings) in enumerate(zip(groups, built, strict=True)):
+        for key, value in settings.items():
+            if key in group and not _same_setting(group[key], value):
+                changes.append(f"group {settings.get('name', index)!r}: {key}={group[key]!r} in "
+                               f'the checkpoint, {value!r} in the config')
+            group[key] = value
+    return changes
+
+
 @OPTIM_WRAPPERS.register_module()
-class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
+class OptimWrapper(PhaseWindowCounts, BuiltSettingsKept, MMEngineOptimWrapper):
     """MMEngine's ``OptimWrapper`` whose clipping leaves the gradients' norm on the device.
 
     MMEngine logs the clipped gradients' total norm as ``float(norm)`` inside ``step``: on a GPU
@@ -257,14 +313,15 @@ class OptimWrapper(PhaseWindowCounts, MMEngineOptimWrapper):
         """Load :meth:`state_dict`'s, its ``pending_grads`` back onto the parameters: each
         rank's own where the checkpoint holds as many ranks as this run has
         (:func:`window_grads_for_this_rank`). fp16's loss scale, which a run without it
-        cannot use, is dropped with a warning."""
+        cannot use, is dropped with a warning. The groups keep the config's settings
+        (:class:`BuiltSettingsKept`)."""
         state_dict = dict(state_dict)
         saved = state_dict.pop('pending_grads', None)
         if state_dict.pop('loss_scaler', None) is not None:
             print_log('the checkpoint was written under fp16 loss scaling, which this run does '
                       'not use; its loss scale is dropped (resume with --amp-dtype float16 to '
                       'keep training as it did)', logger='current', level=logging.WARNING)
-        self.optimizer.load_state_dict(state_dict)
+        super().load_state_dict(state_dict)
         grads = () if saved is None else window_grads_for_this_rank(saved)
         for parameter, grad in zip(self._parameters(), grads, strict=saved is not None):
             parameter.grad = None if grad is None else grad.to(parameter.device)
