@@ -33,7 +33,7 @@ import argparse
 from pathlib import Path
 
 from xmr.run_config import add_config_arguments, load_run_config
-from xmr.utils.cli import GatherAction, UserError, run_tool
+from xmr.utils.cli import GatherAction, UserError, given_file, run_tool
 
 CONFIG_HELP = "the model's config, which names its languages"
 
@@ -117,6 +117,30 @@ def _check_merge_out(args: argparse.Namespace, modules: dict[str, Path]) -> None
         raise UserError(f'--out {out}', 'exists and is no earlier merge (its meta records no '
                         'language_modules); it is left as it is, --overwrite replacing an '
                         'earlier merge alone', 'write the merged checkpoint to another file')
+
+
+def _check_module_files(modules: dict[str, Path]) -> None:
+    """Refuse, before the model is built (a paper's backbone loads for minutes), a module file
+    that is missing, a folder or unreadable: it was named only once the model stood, and the
+    modules before it had been loaded.
+
+    Raises:
+        UserError: ``<path> (--modules LANG=...)``, what is wrong, and the fix.
+    """
+    for lang, path in modules.items():
+        given_file(path, f'--modules {lang}=...', 'give a module file tools/language_modules.py '
+                   'export wrote')
+
+
+def _check_export_out_dir(out_dir: Path) -> None:
+    """Refuse, before the model is built, an ``--out-dir`` that is a file.
+
+    Raises:
+        UserError: naming ``--out-dir`` and the fix.
+    """
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f'--out-dir {out_dir}', 'is a file, not a folder',
+                        'name a folder (made if missing) for the module files')
 
 
 def print_parameter_report(model, paper: dict) -> None:
@@ -229,6 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == 'merge':
         modules = _pairs(args.modules)
         _check_merge_out(args, modules)
+        _check_module_files(modules)
+    elif args.command == 'export':
+        _check_export_out_dir(args.out_dir)
     model = init_retriever(cfg, checkpoint)
     if args.command == 'report':
         paper, dropped = _figures_of_the_model_reported(model, args)
@@ -246,9 +273,6 @@ def main(argv: list[str] | None = None) -> None:
         for lang in langs:
             model.language_branch.adapters.check_language(lang)
             check_module_finite(model, lang)
-        if args.out_dir.exists() and not args.out_dir.is_dir():
-            raise UserError(f'--out-dir {args.out_dir}', 'is a file, not a folder',
-                            'name a folder (made if missing) for the module files')
         for lang in langs:
             _check_export_out(args, args.out_dir / f'{lang}.pth')
         for lang in langs:

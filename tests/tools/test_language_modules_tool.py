@@ -82,8 +82,48 @@ def test_bad_module_argument_stops_with_a_message(tmp_path, monkeypatch, capsys)
     with pytest.raises(SystemExit, match='2'):
         _run(['merge', str(config), '--modules', f'de={tmp_path / "missing.pth"}', '--out',
               str(tmp_path / 'x.pth')], monkeypatch)
-    assert re.search('language module file .*missing.pth does not exist',
-                     capsys.readouterr().err)
+    assert f'{tmp_path / "missing.pth"} (--modules de=...): no such file' in (
+        capsys.readouterr().err)
+
+
+def _refuse_building(monkeypatch) -> None:
+    """Any model build fails the test: what it checks must be refused before it."""
+    import xmr.apis
+
+    def built(*args, **kwargs):
+        raise AssertionError('the model was built before the bad argument was refused')
+
+    monkeypatch.setattr(xmr.apis, 'init_retriever', built)
+
+
+def test_a_missing_module_file_is_refused_before_the_model_is_built(tmp_path, monkeypatch,
+                                                                    capsys):
+    """A paper's backbone loads for minutes; a mistyped module path (the second of two) was
+    named only once it stood and the first module was loaded."""
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    (tmp_path / 'de.pth').write_bytes(b'')
+    _refuse_building(monkeypatch)
+    with pytest.raises(SystemExit, match='2'):
+        _run(['merge', str(config), '--modules', f'de={tmp_path / "de.pth"}',
+              f'fr={tmp_path / "fr_typo.pth"}', '--out', str(tmp_path / 'x.pth')], monkeypatch)
+    assert capsys.readouterr().err == (
+        f'error: {tmp_path / "fr_typo.pth"} (--modules fr=...): no such file: give a module file '
+        'tools/language_modules.py export wrote\n')
+    assert not (tmp_path / 'x.pth').exists()
+
+
+def test_an_export_into_a_file_is_refused_before_the_model_is_built(tmp_path, monkeypatch,
+                                                                   capsys):
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    (tmp_path / 'modules').write_text('notes')
+    (tmp_path / 'trained.pth').write_bytes(b'')
+    _refuse_building(monkeypatch)
+    with pytest.raises(SystemExit, match='2'):
+        _run(['export', str(config), str(tmp_path / 'trained.pth'), '--out-dir',
+              str(tmp_path / 'modules')], monkeypatch)
+    assert f"--out-dir {tmp_path / 'modules'}: is a file, not a folder" in capsys.readouterr().err
 
 
 def _perturbed(config, parts, seed):
