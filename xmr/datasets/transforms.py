@@ -17,12 +17,12 @@ from torchvision.transforms import InterpolationMode, RandomResizedCrop
 from torchvision.transforms.v2 import functional as F
 
 from xmr.models.backbones.open_clip_preprocess import backbone_preprocess_cfg
-from xmr.models.backbones.open_clip_pretrained import RESIZE_MODES
+from xmr.models.backbones.open_clip_pretrained import INTERPOLATIONS, RESIZE_MODES
 from xmr.registry import TRANSFORMS
 
 __all__ = ['MediaTransform']
 
-_INTERPOLATIONS = {'bicubic': InterpolationMode.BICUBIC, 'bilinear': InterpolationMode.BILINEAR}
+_INTERPOLATIONS = {name: InterpolationMode(name) for name in INTERPOLATIONS}
 
 
 @TRANSFORMS.register_module()
