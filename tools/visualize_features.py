@@ -114,6 +114,17 @@ def read_caption_file(path: str | Path, limit: int) -> list[str]:
     return list(islice((caption for caption in captions if caption), limit))
 
 
+def check_caption_count(captions: Sequence[str], args: argparse.Namespace) -> None:
+    """Refuse fewer captions than ``--clusters`` or the 2 a map needs.
+
+    Raises:
+        ValueError: naming the count found and the flag.
+    """
+    if len(captions) < max(2, args.clusters):
+        raise ValueError(f'{len(captions)} {args.lang} captions found, fewer than --clusters '
+                         f'{args.clusters} or the 2 a map needs')
+
+
 def dataset_captions(dataset, lang: str, limit: int) -> list[str]:
     """The first ``limit`` captions in ``lang`` of an evaluation dataset.
 
@@ -275,11 +286,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     given_folder(args.out_dir, '--out-dir', 'give a folder (made if missing) for the map')
     written = output_paths(args.out_dir, args.lang, args.feature)
     check_outputs(written, args.overwrite)
+    # Read before the model is built (a paper's backbone loads for minutes): a mistyped path,
+    # a file not in UTF-8 or too few captions were named once it stood.
+    captions = read_caption_file(args.captions, args.num_captions) if args.captions else None
+    if captions is not None:
+        check_caption_count(captions, args)
     model = init_retriever(cfg, args.checkpoint, device=given_device(args.device))
     check_model(model, args.lang, args.feature)
-    if args.captions:
-        captions = read_caption_file(args.captions, args.num_captions)
-    else:
+    if captions is None:
         from mmengine.registry import DefaultScope
 
         from xmr.registry import DATASETS
@@ -291,9 +305,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         with DefaultScope.overwrite_default_scope('xmr'):
             dataset = DATASETS.build(loader['dataset'])
         captions = dataset_captions(dataset, args.lang, args.num_captions)
-    if len(captions) < max(2, args.clusters):
-        raise ValueError(f'{len(captions)} {args.lang} captions found, fewer than --clusters '
-                         f'{args.clusters} or the 2 a map needs')
+        check_caption_count(captions, args)
     features = extract_features(model, captions, args.lang, args.feature, args.batch_size)
     labels, distances = cluster(features, args.clusters, args.seed)
     points = tsne(features, args.perplexity, args.seed)

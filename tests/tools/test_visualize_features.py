@@ -265,9 +265,32 @@ def test_a_caption_file_shorter_than_the_clusters_is_refused_before_anything_is_
     """k-means refused it after the captions were encoded, in sklearn's words, naming no
     flag."""
     (tmp_path / 'de.txt').write_text('ein Hund\neine Katze\n', encoding='utf-8')
-    monkeypatch.setitem(tool['main'].__globals__, 'extract_features',
-                        lambda *args: pytest.fail('encoded'))
+    _refuse_building(monkeypatch)
     with pytest.raises(ValueError, match=r'^2 de captions found, fewer than --clusters 3 or the '
                                          '2 a map needs$'):
         run(tmp_path, write_config(tmp_path), '--captions', str(tmp_path / 'de.txt'))
+    assert not (tmp_path / 'out').exists()
+
+
+def _refuse_building(monkeypatch) -> None:
+    """Any model build fails the test: what it checks must be refused before it."""
+    import xmr.apis
+
+    monkeypatch.setattr(xmr.apis, 'init_retriever',
+                        lambda *args, **kwargs: pytest.fail('the model was built first'))
+
+
+@pytest.mark.parametrize('content, message', [
+    (None, 'de_typo.txt: caption file does not exist'),
+    (b'ein Hund\n\xe4\n', 'de_typo.txt is not UTF-8 (invalid bytes on line 2)'),
+])
+def test_a_caption_file_it_cannot_read_is_refused_before_the_model_is_built(
+        tmp_path, monkeypatch, content, message):
+    """A paper's backbone loads for minutes; a mistyped --captions path, or a file not in
+    UTF-8, was named once it stood."""
+    if content is not None:
+        (tmp_path / 'de_typo.txt').write_bytes(content)
+    _refuse_building(monkeypatch)
+    with pytest.raises((UserError, ValueError), match=re.escape(message)):
+        run(tmp_path, write_config(tmp_path), '--captions', str(tmp_path / 'de_typo.txt'))
     assert not (tmp_path / 'out').exists()
