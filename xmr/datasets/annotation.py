@@ -42,7 +42,7 @@ from xmr.json_files import json_file_problem, loads_json
 __all__ = [
     'ANNOTATION_FORMAT', 'ANNOTATION_VERSION', 'MEDIA_TYPES', 'AnnotationError', 'MediaRecord',
     'Annotation', 'load_annotation', 'dump_annotation',
-    'dump_annotations', 'text_pairs', 'written_header',
+    'dump_annotations', 'shows_nothing', 'text_pairs', 'written_header',
 ]
 
 ANNOTATION_FORMAT = 'xmr-media-captions'
@@ -230,10 +230,7 @@ def _check_texts(value: Any, where: str) -> None:
     if not isinstance(value, list) or not value:
         raise AnnotationError(f'{where} must be a non-empty list of strings, got {value!r}')
     for k, text in enumerate(value):
-        # A caption opening with a letter or digit shows something: the check of every
-        # character is left for the rest.
-        if not isinstance(text, str) or not text.strip() or (
-                not text[0].isalnum() and _shows_nothing(text)):
+        if not isinstance(text, str) or shows_nothing(text):
             raise AnnotationError(f'{where}[{k}] must be a non-empty string, got {text!r}')
         if not text.isascii():
             _check_encodable(text, f'{where}[{k}]')
@@ -245,11 +242,15 @@ def _check_texts(value: Any, where: str) -> None:
 _INVISIBLE = frozenset({'Cf', 'Cc'})
 
 
-def _shows_nothing(text: str) -> bool:
+def shows_nothing(text: str) -> bool:
     """Whether ``text`` is whitespace and invisible characters (:data:`_INVISIBLE`) alone, a
     caption the tokenizers make empty: a lone byte order mark or zero-width space (U+200B)
-    that a translation tool left for a line it could not translate."""
-    return all(char.isspace() or unicodedata.category(char) in _INVISIBLE for char in text)
+    that a translation tool left for a line it could not translate. The annotation refuses
+    such a text; the converters refuse it as they read it, naming the file and line."""
+    # A text opening with a letter or digit shows something: the check of every character
+    # is left for the rest.
+    return not text.strip() or (not text[0].isalnum() and all(
+        char.isspace() or unicodedata.category(char) in _INVISIBLE for char in text))
 
 
 def _check_encodable(text: str, where: str) -> None:

@@ -22,6 +22,16 @@ def test_every_line_boundary_of_str_splitlines_is_folded_into_one_space(line_bre
     assert len(clean_caption(caption, 'x').splitlines()) == 1
 
 
+@pytest.mark.parametrize(('text', 'shown'), [('', ''), (' \n ', ''), ('\u200b', ' (only U+200B)'),
+                                              (' \ufeff\u200c ', ' (only U+FEFF U+200C)')])
+def test_a_caption_that_shows_nothing_is_refused_naming_the_record(text, shown):
+    """A caption of invisible characters alone passed and was refused only as the annotation
+    was written, naming the output's item, not the release's record."""
+    with pytest.raises(ConversionError, match=rf'^stair\.json annotation 4: caption is empty'
+                                              rf'{re.escape(shown)}$'):
+        clean_caption(text, 'stair.json annotation 4')
+
+
 @pytest.mark.parametrize('value, expected', [(7, 7), ('0042', 42), (0, 0)])
 def test_an_integer_id_is_a_json_integer_or_a_string_of_digits(value, expected):
     assert integer_id(value, 'file x entry 3', 'image_id') == expected

@@ -61,6 +61,30 @@ def test_blank_line_and_bad_encoding_name_file_and_line(tmp_path):
         read_lines(tmp_path / 'missing.txt')
 
 
+@pytest.mark.parametrize(('line', 'shown'), [
+    ('\u200b', 'U+200B'), ('\ufeff \u200b', 'U+FEFF U+200B'), ('\u00ad', 'U+00AD'),
+    ('\u200e\t', 'U+200E')])
+def test_a_line_of_invisible_characters_alone_is_an_empty_line_of_its_file(tmp_path, line,
+                                                                           shown):
+    """A zero-width space (or mark, soft hyphen) alone, which a translation tool leaves for a
+    line it cannot translate, passed the reader and was refused only as the annotation was
+    written, naming its item (``item 1 ... translations['de'][0]``), not the file and line to
+    repair. Expected: the empty-line error, naming the file, the line and what it holds."""
+    path = tmp_path / 'de.txt'
+    path.write_text(f'eins\n{line}\nzwei\n', encoding='utf-8')
+    with pytest.raises(ConversionError,
+                       match=rf'de\.txt has an empty line 2 \(only {re.escape(shown)}\)$'):
+        read_lines(path)
+
+
+def test_invisible_characters_beside_text_are_kept(tmp_path):
+    """Multi30K's train.cs line 12811 and XTD10's French line 255 hold U+200B inside a caption:
+    byte for byte, as every other character."""
+    path = tmp_path / 'fr.txt'
+    path.write_text('\u200bun chien\nsur \u200b\u200ble point\n', encoding='utf-8')
+    assert read_lines(path) == ['\u200bun chien', 'sur \u200b\u200ble point']
+
+
 def test_a_file_is_held_once_while_it_is_read(tmp_path):
     """The file's bytes and its decoded text were held beside the lines they were split into:
     a peak of twice the lines returned (CC3M's 3M translations of one language: ~0.8 GB)."""

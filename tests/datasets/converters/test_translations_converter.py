@@ -71,6 +71,23 @@ def test_a_translation_file_one_line_short_names_file_and_counts(tmp_path):
     assert 'has 5 lines' in str(info.value) and 'has 6 en source captions' in str(info.value)
 
 
+def test_a_line_an_mt_system_left_blank_names_the_translation_file_and_line(tmp_path):
+    """A translation tool leaves a zero-width space for a line it cannot translate: the line
+    passed the reader and the command stopped naming the annotation's item (``tt.json: item
+    1 (media_id 'b'): translations['de'][0] must be a non-empty string``), not the file and
+    line to repair. Expected: the file and line, and the annotation left as it was."""
+    ann_path = tmp_path / 'train.json'
+    dump_annotation(_source(), ann_path)
+    before = ann_path.read_bytes()
+    german = tmp_path / 'de.txt'
+    german.write_text('ein Hund\nein brauner Hund\n\u200b\nzwei Katzen\nKatzen\nein Haustier\n',
+                      encoding='utf-8')
+    with pytest.raises(SystemExit, match=r'^error: de translation file .*de\.txt has an empty '
+                                         r'line 3 \(only U\+200B\)$'):
+        main_attach([str(ann_path), '--translations', f'de={german}'])
+    assert ann_path.read_bytes() == before
+
+
 def test_command_lines_round_trip(tmp_path):
     ann_path = tmp_path / 'ann.json'
     dump_annotation(_source(), ann_path)

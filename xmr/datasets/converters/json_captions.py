@@ -12,8 +12,9 @@ import os
 import re
 from typing import Any
 
+from xmr.datasets.annotation import shows_nothing
 from xmr.datasets.converters.errors import ConversionError
-from xmr.datasets.converters.raw_files import require_file
+from xmr.datasets.converters.raw_files import blank_detail, require_file
 from xmr.json_files import JSONFileError, load_json, lone_surrogate
 
 __all__ = ['clean_caption', 'integer_id', 'read_json']
@@ -24,8 +25,9 @@ _LINE_BREAKS = re.compile(r'\s*[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]+\s*')
 
 
 def clean_caption(text: Any, where: str) -> str:
-    """Fold line breaks into a space and strip; stop on a non-string or empty caption, or one
-    holding half a character (a lone UTF-16 surrogate), which no UTF-8 file can hold.
+    """Fold line breaks into a space and strip; stop on a non-string or empty caption (one of
+    invisible characters alone, such as U+200B, too), or one holding half a character (a lone
+    UTF-16 surrogate), which no UTF-8 file can hold.
 
     Args:
         text: the raw field value.
@@ -41,8 +43,10 @@ def clean_caption(text: Any, where: str) -> str:
                               'half: an emoji cut in two): repair the release file, or report it '
                               'to its authors')
     cleaned = _LINE_BREAKS.sub(' ', text).strip()
-    if not cleaned:
-        raise ConversionError(f'{where}: caption is empty')
+    if shows_nothing(cleaned):
+        # Invisible characters alone (U+200B) are refused here, naming the release's record,
+        # not as the annotation is written, naming its item.
+        raise ConversionError(f'{where}: caption is empty{blank_detail(cleaned)}')
     return cleaned
 
 

@@ -14,12 +14,13 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from xmr.datasets.annotation import MediaRecord
+from xmr.datasets.annotation import MediaRecord, shows_nothing
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.languages import LanguageCodeError, normalize_languages
 from xmr.datasets.media_files import missing_media, other_spelling_hint
 
-__all__ = ['read_lines', 'iter_lines', 'require_file', 'find_first', 'require_same_length',
+__all__ = ['read_lines', 'iter_lines', 'require_file', 'find_first', 'blank_detail',
+           'require_same_length',
            'parallel_caption_records',
            'check_media_exist', 'parse_lang_paths', 'canonical_languages']
 
@@ -57,7 +58,8 @@ def read_lines(path: str | os.PathLike, what: str = 'caption file') -> list[str]
         One string per line.
 
     Raises:
-        ConversionError: if the file is missing, not UTF-8, empty, or has a blank line.
+        ConversionError: if the file is missing, not UTF-8, empty, or has a blank line (one of
+            whitespace and invisible characters alone, such as U+200B, included).
     """
     lines = list(iter_lines(path, what))
     if not lines:
@@ -93,11 +95,21 @@ def iter_lines(path: str | os.PathLike, what: str = 'caption file',
                         return
                 line = line[:-1] if line.endswith('\n') else line
                 line = line[:-1] if line.endswith('\r') else line
-                if not allow_empty_lines and not line.strip():
-                    raise ConversionError(f'{what} {path} has an empty line {number}')
+                if not allow_empty_lines and shows_nothing(line):
+                    # A line of invisible characters alone (a zero-width space a translation
+                    # tool left) is empty to the annotation too, which named only its item.
+                    raise ConversionError(f'{what} {path} has an empty line {number}'
+                                          f'{blank_detail(line)}')
                 yield line
     except (OSError, EOFError, zlib.error) as err:  # zlib.error: damage inside a .gz's data
         raise ConversionError(f'{what} {path} cannot be read: {err}') from err
+
+
+def blank_detail(text: str) -> str:
+    """What a blank text holds, for a message: ``''`` for whitespace alone, else its code
+    points (`` (only U+200B)``), since a line of invisible characters looks empty."""
+    shown = [f'U+{ord(char):04X}' for char in text if not char.isspace()]
+    return f' (only {" ".join(shown)})' if shown else ''
 
 
 def require_same_length(reference: tuple[Path, int], files: Mapping[Path, Sequence[str]]
