@@ -665,6 +665,29 @@ def test_results_that_cannot_be_averaged_over_seeds_are_refused_by_name(results,
         mean_over_seeds(results)
 
 
+def test_rows_of_one_checkpoint_are_told_apart_by_their_result_files(tmp_path):
+    """One checkpoint tested twice with other --cfg-options (grouped image->text), into two
+    --out files, and compared: two rows of one label, and the legend's grouped-ranking line
+    named that label, so neither said which row ranked otherwise."""
+    def result(name='dasd (iter_9, seed 0)', **extra):
+        return EvaluationResult(name, {'de/AR': 1.0, 'mAR': 1.0},
+                                checkpoint='work_dirs/run/iter_9.pth', extra=extra)
+
+    save_result(tmp_path / 'exact.json', result())
+    (tmp_path / 'other').mkdir()
+    save_result(tmp_path / 'other' / 'grouped.json', result(rankings={'': "i2t_mode='grouped'"}))
+    rows = [load_result(tmp_path / 'exact.json'), load_result(tmp_path / 'other' / 'grouped.json'),
+            result(), load_result(tmp_path / 'exact.json')]
+    table = leaderboard_markdown(rows)
+    assert [line.split('|')[1].strip() for line in table.splitlines()[4:8]] == [
+        'dasd (iter_9, seed 0) [exact.json]', 'dasd (iter_9, seed 0) [grouped.json]',
+        'dasd (iter_9, seed 0) [this test]', 'dasd (iter_9, seed 0) [exact.json]']
+    assert ("- dasd (iter_9, seed 0) [grouped.json]: all columns ranked with "
+            "i2t_mode='grouped'") in table
+    # One file given twice is one result, shown twice alike.
+    assert '[' not in leaderboard_markdown(rows[:1] * 2).splitlines()[4]
+
+
 def test_a_sum_says_it_is_over_the_target_languages_where_the_result_records_none():
     """A result written before the summed languages were recorded showed 'text→video R@1,
     summed' beside an en column: the sum, 30 = de 20 + fr 10, is not the columns' 60."""

@@ -229,6 +229,10 @@ class EvaluationResult:
         test_sets: each evaluated set as ``{'dataset', 'split', 'languages'}`` (empty when not
             recorded, as in results written before xmr recorded them).
         extra: anything else to keep (command line, date).
+        source: the result file it was read from (:func:`load_result`), which tells apart
+            rows of one label and checkpoint (one checkpoint tested with other options into
+            two ``--out`` files); ``None`` for a result made in this process. Neither written
+            nor compared.
     """
 
     name: str
@@ -239,6 +243,8 @@ class EvaluationResult:
     extra: dict[str, Any] = field(default_factory=dict)
     config_resolved: str | None = None
     checkpoint_resolved: str | None = None
+    # Where it was read, not what it holds: a result equals itself read from another place.
+    source: str | None = field(default=None, compare=False)
 
     @property
     def skipped_by_metric(self) -> dict[str, int]:
@@ -581,17 +587,23 @@ def _shortest_tails(paths: Sequence[str]) -> dict[str, str]:
 def _told_apart(results: Sequence[EvaluationResult]) -> list[EvaluationResult]:
     """``results``, each name that rows of other checkpoint folders share followed by as many
     of its checkpoint's folders as tell them apart (``dasd (iter_3000, seed 0) [run_a]``): two
-    work dirs of one config name their checkpoints alike."""
+    work dirs of one config name their checkpoints alike. Rows of one name and folder (one
+    checkpoint tested with other ``--cfg-options`` into two ``--out`` files) are told apart by
+    their result files, the new result of this test as ``this test``
+    (``dasd (iter_3000, seed 0) [grouped_test.json]``)."""
     folders = {id(result): os.path.dirname(result.checkpoint_resolved or result.checkpoint or '')
                for result in results}
     told = []
     for result in results:
         namesakes = [other for other in results if other.name == result.name]
         tails = _shortest_tails([folders[id(other)] for other in namesakes])
-        if len(tails) < 2:  # one row of this name, or rows of one folder
-            told.append(result)
-        else:
-            told.append(replace(result, name=f'{result.name} [{tails[folders[id(result)]]}]'))
+        parts = [tails[folders[id(result)]]] if len(tails) > 1 else []
+        twins = [other for other in namesakes if folders[id(other)] == folders[id(result)]]
+        files = _shortest_tails([other.source or '' for other in twins])
+        if len(files) > 1:  # the same file given twice is one result shown twice
+            parts.append(files[result.source] if result.source else 'this test')
+        told.append(replace(result, name=f'{result.name} [{", ".join(parts)}]') if parts
+                    else result)
     return told
 
 
@@ -738,7 +750,8 @@ def load_result(path: str | os.PathLike) -> EvaluationResult:
                             config=data.get('config'), checkpoint=data.get('checkpoint'),
                             test_sets=test_sets, extra=extra,
                             config_resolved=data.get('config_resolved'),
-                            checkpoint_resolved=data.get('checkpoint_resolved'))
+                            checkpoint_resolved=data.get('checkpoint_resolved'),
+                            source=str(path))
 
 
 def _canonical_key(key: str) -> str:
