@@ -280,19 +280,35 @@ def test_xtd10_few_shot_schedule_resolves_from_its_50_pairs(ablations, steps, tm
     """The paper's 40 epochs of 50 pairs at batch 10 (200 steps), or the authors' scripts' 50
     epochs at batch 5 (500 steps), resolved from the loader; validation every 5 steps."""
     cfg = apply_ablations(Config.fromfile(CONFIGS / 'pectvlm' / ROUTINE3_DE), ablations)
+    loop = Runner.from_cfg(_few_shot_training(cfg, tmp_path)).train_loop
+    assert [(p.name, p.start, p.end) for p in loop.phases] == [('pectvlm', 0, steps)]
+    assert loop.val_interval == 5
+
+
+@needs_tokenizer
+def test_a_routine_set_on_a_schedule_that_never_aligns_is_refused_as_the_loop_is_built(
+        tmp_path):
+    """``model.routine='routine3'`` over phases without an ``align`` weight would train
+    translate-test under routine 3's name."""
+    cfg = Config.fromfile(CONFIGS / 'pectvlm' / ROUTINE3_DE)
+    cfg.merge_from_dict({'train_cfg.phases.0.loss_weights.align': 0})
+    with pytest.raises(ValueError, match=r"routine 'routine3' aligns .* no phase of "
+                                         r"\['pectvlm'\] weighs align"):
+        Runner.from_cfg(_few_shot_training(cfg, tmp_path)).train_loop  # noqa: B018
+
+
+def _few_shot_training(cfg: Config, root: Path) -> Config:
+    """``cfg``'s model (on a tiny M-CLIP), training data (50 pairs in ``root``) and schedule."""
     loader = copy.deepcopy(cfg.to_dict()['train_dataloader'])
     loader.update(num_workers=0, persistent_workers=False)
     loader['dataset'].update(
-        data_root=str(tmp_path), data_prefix=dict(media=''),
-        ann_file=_annotation(tmp_path, 'train', [f't{i}' for i in range(50)]),
+        data_root=str(root), data_prefix=dict(media=''),
+        ann_file=_annotation(root, 'train', [f't{i}' for i in range(50)]),
         transform=dict(type='MediaTransform', backbone=None, size=32))
-    run = Config(dict(default_scope='xmr', work_dir=str(tmp_path / 'work'), model=tiny_mclip(cfg),
-                      train_dataloader=loader, train_cfg=cfg.train_cfg,
-                      optim_wrapper=cfg.optim_wrapper, log_level='WARNING',
-                      experiment_name=runner_name_in_process('xtd10_few_shot_schedule')))
-    loop = Runner.from_cfg(run).train_loop
-    assert [(p.name, p.start, p.end) for p in loop.phases] == [('pectvlm', 0, steps)]
-    assert loop.val_interval == 5
+    return Config(dict(default_scope='xmr', work_dir=str(root / 'work'), model=tiny_mclip(cfg),
+                       train_dataloader=loader, train_cfg=cfg.train_cfg,
+                       optim_wrapper=cfg.optim_wrapper, log_level='WARNING',
+                       experiment_name=runner_name_in_process('xtd10_few_shot_schedule')))
 
 
 @pytest.mark.parametrize('path', [p for p in PECTVLM if 'multi30k' in p.stem],

@@ -780,7 +780,8 @@ class PhasedTrainLoop(BaseLoop):
 
     def _check_phases_against_model(self) -> None:
         """Every phase's ``trainable`` prefixes match parameters and the model can run its
-        losses (the model's ``check_phase``: names, and what the model needs for them).
+        losses (the model's ``check_phase``: names, and what the model needs for them; its
+        ``check_schedule``, where it has one: what the phases must do together).
 
         A ``trainable`` entry naming one of the model's groups (``trainable_groups``, e.g.
         ``target``) is replaced by the group's prefixes here, once, before anything trains.
@@ -809,6 +810,9 @@ class PhasedTrainLoop(BaseLoop):
                                      f'{did_you_mean(prefix, modules)}')
             if check_phase is not None:
                 check_phase(phase.name, phase.loss_weights)
+        check_schedule = getattr(self.model, 'check_schedule', None)
+        if check_schedule is not None:
+            check_schedule({phase.name: phase.loss_weights for phase in self.phases})
 
     def _warn_of_fixed_loss_parameters(self) -> None:
         """Warn of each phase that runs a loss with learnt parameters (``InfoNCELoss``'s

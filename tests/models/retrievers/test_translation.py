@@ -180,6 +180,18 @@ def test_baselines_refuse_an_alignment_weight_and_unknown_names_fail():
         build('routine1').set_phase('train', dict(cl=1.0))
 
 
+@pytest.mark.parametrize('routine', ['routine1', 'routine2', 'routine3'])
+def test_a_routine_with_a_partner_refuses_a_schedule_that_never_aligns(routine):
+    """Set on a baseline's config, such a routine trained the baseline under its own name."""
+    model = build(routine)
+    model.check_schedule({'warmup': dict(cm=1.0), 'train': dict(cm=1.0, align=0.1)})
+    with pytest.raises(ValueError, match=(
+            rf"routine '{routine}' aligns .* no phase of \['train', 'warmup'\] weighs align")):
+        model.check_schedule({'warmup': dict(cm=1.0), 'train': dict(cm=1.0, align=0)})
+    for baseline in ('target_only', 'translate_test'):
+        build(baseline).check_schedule({'train': dict(cm=1.0)})
+
+
 def test_one_step_moves_only_the_trained_languages_module():
     model = build('routine3', losses=dict(align=dict(type='TranslationAlignmentLoss',
                                                      kind='contrastive')))

@@ -126,6 +126,25 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
                              "translation alignment; drop the 'align' weight")
         return super().check_phase(name, loss_weights)
 
+    def check_schedule(self, loss_weights: Mapping[str, Mapping[str, float]]) -> None:
+        """Refuse a schedule in which a routine with a translation partner never aligns.
+
+        ``PhasedTrainLoop`` calls this once with every phase's weights (``{phase: weights}``).
+        Without it, ``model.routine='routine1'`` set on a baseline's config trained the
+        baseline under routine 1's name, and its checkpoint said routine 1.
+
+        Raises:
+            ValueError: no phase weighs ``align``.
+        """
+        if self.spec.partner is not None and not any(
+                weights.get('align') for weights in loss_weights.values()):
+            raise ValueError(f"routine '{self.routine}' aligns its queries with their "
+                             f"'{self.spec.partner}' translations, but no phase of "
+                             f'{sorted(loss_weights)} weighs align; give a phase '
+                             'loss_weights=dict(cm=1.0, align=λ) (configs/pectvlm/_base_/'
+                             "recipe.py: align_loss_weights) or train the baseline "
+                             "routine='target_only'")
+
     # ----------------------------------------------------------------------------- texts
     def _tokens(self, batch: Mapping[str, Any], kind: str) -> TokenBatch:
         key = {'target': 'target_tokens', 'target_to_source': 'target_to_source_tokens',
