@@ -240,6 +240,7 @@ def _figures_of_the_model_reported(model, args: argparse.Namespace) -> tuple[dic
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from xmr.apis import init_retriever
+    from xmr.engine.checkpoint import check_given_checkpoint
     from xmr.models.language.language_modules import (
         check_module_finite,
         load_language_module,
@@ -256,6 +257,10 @@ def main(argv: list[str] | None = None) -> None:
         _check_module_files(modules)
     elif args.command == 'export':
         _check_export_out_dir(args.out_dir)
+    if checkpoint is not None:
+        # Whole, before the model is built, as tools/test.py checks its CHECKPOINT: a truncated
+        # copy was refused once the backbone had loaded, named as the API's '(checkpoint)'.
+        check_given_checkpoint(checkpoint, '--base' if args.command == 'merge' else 'CHECKPOINT')
     model = init_retriever(cfg, checkpoint)
     if args.command == 'report':
         paper, dropped = _figures_of_the_model_reported(model, args)

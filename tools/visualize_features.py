@@ -280,6 +280,7 @@ def plot(points: np.ndarray, labels: np.ndarray, title: str, out: io.BytesIO) ->
 def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     args = parse_args(argv)
     from xmr.apis import init_retriever
+    from xmr.engine.checkpoint import check_given_checkpoint
     from xmr.fileio import atomic_write_bytes, atomic_write_text
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options)
@@ -291,6 +292,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     captions = read_caption_file(args.captions, args.num_captions) if args.captions else None
     if captions is not None:
         check_caption_count(captions, args)
+    if args.checkpoint is not None:
+        # Whole, as tools/test.py checks its CHECKPOINT: a truncated copy was refused once the
+        # backbone had loaded.
+        check_given_checkpoint(args.checkpoint, '--checkpoint')
     model = init_retriever(cfg, args.checkpoint, device=given_device(args.device))
     check_model(model, args.lang, args.feature)
     if captions is None:

@@ -113,6 +113,30 @@ def test_a_missing_module_file_is_refused_before_the_model_is_built(tmp_path, mo
     assert not (tmp_path / 'x.pth').exists()
 
 
+@pytest.mark.parametrize('command', ['export', 'merge'])
+def test_a_truncated_checkpoint_is_refused_before_the_model_is_built_naming_its_flag(
+        tmp_path, monkeypatch, capsys, command):
+    """A checkpoint copy cut short was refused once the backbone had loaded, named as the
+    API's '(checkpoint)', which the command line has not."""
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    torch.save(dict(state_dict={'w': torch.zeros(64)}), tmp_path / 'whole.pth')
+    (tmp_path / 'cut.pth').write_bytes((tmp_path / 'whole.pth').read_bytes()[:300])
+    _refuse_building(monkeypatch)
+    given = {'export': [str(tmp_path / 'missing.pth'), '--out-dir', str(tmp_path / 'm')],
+             'merge': ['--base', str(tmp_path / 'missing.pth'), '--modules',
+                       f'de={tmp_path / "whole.pth"}', '--out', str(tmp_path / 'x.pth')]}[command]
+    flag = {'export': 'CHECKPOINT', 'merge': '--base'}[command]
+    with pytest.raises(SystemExit, match='2'):
+        _run([command, str(config), *given], monkeypatch)
+    assert f'{tmp_path / "missing.pth"} ({flag}): no such file' in capsys.readouterr().err
+    with pytest.raises(SystemExit, match='2'):
+        _run([command, str(config), *[str(tmp_path / 'cut.pth') if arg.endswith('missing.pth')
+                                      else arg for arg in given]], monkeypatch)
+    assert re.search(rf'{re.escape(str(tmp_path / "cut.pth"))}: .*truncated',
+                     capsys.readouterr().err)
+
+
 def test_an_export_into_a_file_is_refused_before_the_model_is_built(tmp_path, monkeypatch,
                                                                    capsys):
     config = tmp_path / 'tiny_lora.py'

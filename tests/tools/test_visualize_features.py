@@ -294,3 +294,15 @@ def test_a_caption_file_it_cannot_read_is_refused_before_the_model_is_built(
     with pytest.raises((UserError, ValueError), match=re.escape(message)):
         run(tmp_path, write_config(tmp_path), '--captions', str(tmp_path / 'de_typo.txt'))
     assert not (tmp_path / 'out').exists()
+
+
+def test_a_truncated_checkpoint_is_refused_before_the_model_is_built(tmp_path, monkeypatch):
+    """A checkpoint copy cut short was refused once the backbone had loaded."""
+    torch.save(dict(state_dict={'w': torch.zeros(64)}), tmp_path / 'whole.pth')
+    (tmp_path / 'cut.pth').write_bytes((tmp_path / 'whole.pth').read_bytes()[:300])
+    _refuse_building(monkeypatch)
+    with pytest.raises(ValueError, match=rf'^{re.escape(str(tmp_path / "cut.pth"))}: truncated'):
+        run(tmp_path, write_config(tmp_path), '--checkpoint', str(tmp_path / 'cut.pth'))
+    with pytest.raises(UserError, match=re.escape(f'{tmp_path / "gone.pth"} (--checkpoint): no '
+                                                  'such file')):
+        run(tmp_path, write_config(tmp_path), '--checkpoint', str(tmp_path / 'gone.pth'))
