@@ -1355,6 +1355,28 @@ def test_a_run_resumed_inside_a_window_without_its_gradients_says_so(tmp_path):
         'save them')
 
 
+def test_a_phase_resumed_in_its_middle_under_another_accumulation_is_refused(tmp_path):
+    """Resumed at iteration 6 (cross_lingual's first window done, one of the second) with
+    windows of 3, the step at 7 summed iteration 5's gradient (halved) with 6's and 7's
+    (divided by 3), and the phase stepped at other iterations than it began to, without a
+    word. Where the phase begins, its windows follow the config."""
+    torch.manual_seed(0)
+    train(accumulating_cfg(tmp_path, checkpoint_interval=3, stop_after=6))
+
+    def resumed(iteration):
+        cfg = accumulating_cfg(tmp_path, resume_from=tmp_path / f'iter_{iteration}.pth')
+        cfg.optim_wrapper.accumulative_counts = 3
+        return cfg
+
+    with pytest.raises(ValueError, match=re.escape(
+            'cannot resume phase cross_lingual at iteration 6: its checkpoint was trained with '
+            'other optimiser settings than this config gives (accumulative_counts=2 in the '
+            'checkpoint, 3 in the config)')):
+        train(resumed(6))
+    _, records = train(resumed(3))  # where cross_lingual begins: 5 iterations, windows of 3
+    assert [r['adam_steps'] for r in records] == [0, 0, 1, 1, 2]
+
+
 def three_image_loop(folder, split: str, size: int, **metric):
     """An evaluation loop's stand-in: a gallery of three English-captioned images (files
     absent) at ``<folder>/<split>.json``, scored by one ``RetrievalMetric(**metric)``."""

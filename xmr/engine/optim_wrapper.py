@@ -55,17 +55,25 @@ class BuiltSettingsKept:
     checkpoint's decay, also in the phases it added, with nothing said. Here each group takes
     its built settings back after the load, and :attr:`resumed_setting_changes` says which
     differed, for :class:`~xmr.engine.loops.PhasedTrainLoop` to refuse inside a phase begun
-    under the checkpoint's and to log where a phase begins.
+    under the checkpoint's and to log where a phase begins. So does the gradient-accumulation
+    window (``accumulative_counts``), where the checkpoint records it (xmr's
+    :class:`OptimWrapper` does): the config's always applies, and inside a phase another one
+    would sum a window's gradients under two loss divisors and step at other iterations.
     """
 
     #: One line per setting the checkpoint held otherwise than the config, after a load.
     resumed_setting_changes: tuple[str, ...] = ()
 
     def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        counts = state_dict.pop('accumulative_counts', self._accumulative_counts)
         built = [_group_settings(group) for group in self.optimizer.param_groups]
         super().load_state_dict(state_dict)
-        self.resumed_setting_changes = tuple(
-            _restore_settings(self.optimizer.param_groups, built))
+        changes = _restore_settings(self.optimizer.param_groups, built)
+        if counts != self._accumulative_counts:
+            changes.append(f'accumulative_counts={counts} in the checkpoint, '
+                           f'{self._accumulative_counts} in the config')
+        self.resumed_setting_changes = tuple(changes)
 
 
 def _group_settings(group: dict) -> dict[str, Any]:
@@ -296,13 +304,14 @@ class OptimWrapper(PhaseWindowCounts, BuiltSettingsKept, MMEngineOptimWrapper):
         self._gathered_grads = gathered
 
     def state_dict(self) -> dict:
-        """The optimiser's state with, inside an accumulation window, the window's gradients so
-        far (``pending_grads``: a list per rank, in rank order, of each parameter's of
-        ``param_groups`` in order, ``None`` where it has none), so that a run resumed inside the
-        window (a preemption's save) steps on the sum the uninterrupted run steps on. With
+        """The optimiser's state, its ``accumulative_counts`` (:class:`BuiltSettingsKept`) and,
+        inside an accumulation window, the window's gradients so far (``pending_grads``: a
+        list per rank, in rank order, of each parameter's of ``param_groups`` in order,
+        ``None`` where it has none), so that a run resumed inside the window (a preemption's
+        save) steps on the sum the uninterrupted run steps on. With
         several ranks, those :meth:`gather_pending_grads` collected for this save (none
         without it)."""
-        state = self.optimizer.state_dict()
+        state = dict(self.optimizer.state_dict(), accumulative_counts=self._accumulative_counts)
         gathered, self._gathered_grads = self._gathered_grads, None
         grads = [self._window_grads()] if get_world_size() == 1 else gathered
         if grads and any(grad is not None for rank in grads for grad in rank):
