@@ -140,12 +140,15 @@ def _phase_header(phase: Phase, model: torch.nn.Module) -> str:
 
 def _losses_run(phase: Phase, model: torch.nn.Module) -> str:
     """The phase's loss weights as the model runs them (its ``set_phase``'s), naming those of
-    the config it drops: a zero weight, or the disentangler's scale on a model without one."""
+    the config it drops: a zero weight, or the disentangler's scale on a model without one or
+    whose disentangler computes no term."""
     run = getattr(model, 'loss_weights', phase.loss_weights)
     dropped = {name: weight for name, weight in phase.loss_weights.items() if name not in run}
     if not dropped:
         return str(run)
-    why = ("; the model has no disentangler for 'disentangler' to scale"
+    has = ('no disentangler' if getattr(model, 'disentangler', None) is None
+           else 'a disentangler with every term switched off')
+    why = (f"; the model has {has} for 'disentangler' to scale"
            if dropped.get(DISENTANGLER_SCALE) else '')
     return f'{run} (not run: ' + ', '.join(f'{name}={weight:g}' for name, weight
                                             in dropped.items()) + f'{why})'

@@ -1,4 +1,6 @@
 """The dual encoder on token outputs: plain, with the Table 4 plug-in, and with CDDS."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -7,6 +9,7 @@ from tests.conftest import TINY_CLIP, tiny_backbone_cfg
 from tests.models.backbones.mclip_helpers import TOKENIZER_FILE, tiny_mclip_cfg
 from tests.models.losses.test_vse_hinge import triplet_loop
 from xmr.datasets import retrieval_collate
+from xmr.engine.loops import _losses_run
 from xmr.models.disentanglers.cdds import column_statistics
 from xmr.models.losses.cdds import CDDSDistributionSamplingLoss, patch_word_similarity
 from xmr.registry import MODELS, check_part_options
@@ -193,6 +196,11 @@ def test_a_cdds_disentangler_with_every_term_switched_off_is_no_loss_to_weigh():
     assert model.loss_names() == {'itc'}
     model.set_phase('cdds', dict(disentangler=1.0, itc=1.0))
     assert model.loss_weights == {'itc': 1.0}
+    # The phase's log line said the model had no disentangler.
+    phase = SimpleNamespace(loss_weights=dict(disentangler=1.0, itc=1.0))
+    assert _losses_run(phase, model) == (
+        "{'itc': 1.0} (not run: disentangler=1; the model has a disentangler with every term "
+        "switched off for 'disentangler' to scale)")
     data = model.data_preprocessor(BATCH, True)
     losses = model(mode='loss', **data)
     assert set(losses) == {'loss_itc'}
