@@ -149,6 +149,15 @@ def test_a_bad_phase_value_names_the_phase_key_and_value(key, value, message):
         Phase.from_config(1, dict(PHASES[1], **{key: value}))
 
 
+@pytest.mark.parametrize('name', ['cl/de', '../cl', '/tmp/cl', 'cl\\de', '..'])
+def test_a_phase_name_that_is_a_path_is_refused_where_the_phase_is_read(name):
+    """A phase's name names its files: under 'cl/de' the best weights went to a folder
+    phase_best/cl/ where the next phase's start never found the phase's other files to
+    remove them; under '../cl' they went beside the work dir."""
+    with pytest.raises(ValueError, match=re.escape(f'phase name {name!r} names files of the run')):
+        Phase.from_config(1, dict(PHASES[1], name=name))
+
+
 def test_an_unknown_phase_key_names_the_phase_and_the_known_keys():
     with pytest.raises(KeyError, match=r"phase 1 \(cross_lingual\): unknown keys \['itres'\]; "
                                        r"a phase has \['cache_features', 'dataloader', "):

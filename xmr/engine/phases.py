@@ -199,6 +199,13 @@ def check_phase_values(phase: Phase) -> None:
     name = phase.name
     if not isinstance(name, str) or not name:
         raise ValueError(f'phase name must be a non-empty string, got {name!r}')
+    if any(separator in name for separator in ('/', '\\')) or name in ('.', '..'):
+        # A folder or a file outside the run's: the best's other files are not found to be
+        # removed (about 0.5 GB each for DASD), and '../x' writes beside the work dir.
+        raise ValueError(f'phase name {name!r} names files of the run '
+                         '(phase_best/<name>_iter_N.pth, feature_cache/<name> for a dataloader '
+                         "written in the phase): give one without '/' or '\\', not '.' or "
+                         "'..', e.g. 'cross_lingual_de'")
     if not is_finite_number(phase.lr) or phase.lr <= 0:
         raise ValueError(f'phase {name}: lr={phase.lr!r} must be a positive number, e.g. 1e-4')
     if (phase.iters is None) == (phase.epochs is None):
