@@ -486,6 +486,17 @@ def test_an_option_for_a_misspelt_top_level_key_is_refused_and_a_new_key_is_take
     assert extra.text_train_dataloader.batch_size == 4
 
 
+def test_an_option_adding_a_top_level_value_nothing_reads_is_refused():
+    """``lambda_align=0.1``, a variable of an older config, was added and read by nothing."""
+    with pytest.raises(UserError, match=(
+            r"^--cfg-options lambda_align: the config has no top-level key 'lambda_align', so "
+            r"nothing reads the value 0.1 it would add: set the key where the value is used")):
+        load_run_config(DEMO, cfg_options={'lambda_align': 0.1})
+    # Read by the runner or by xmr: taken.
+    cfg = load_run_config(DEMO, cfg_options={'experiment_name': 'e', 'cpu_threads': 1})
+    assert (cfg.experiment_name, cfg.cpu_threads) == ('e', 1)
+
+
 def test_a_misspelt_dataloader_option_is_refused_naming_the_loader():
     """torch's DataLoader refused it as the runner built it, naming no loader."""
     with pytest.raises(UnknownOptionError, match=(

@@ -238,8 +238,10 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     cfg = apply_ablations(loaded, ablations)
     typo = _check_option_keys(cfg, cfg_options or {})
     _refuse_copied_variables(cfg, cfg_options or {})
+    held = set(cfg)
     merge_options(cfg, cfg_options or {})
     _refuse_top_level_typos(cfg, config, cfg_options or {})
+    _refuse_unread_new_values(cfg, held, cfg_options or {})
     import_custom_modules(f'{config} with its --ablation rows and --cfg-options', cfg)
     check_run_values(cfg)
     _refuse_optimizer_lr_option(cfg, cfg_options or {})
@@ -786,6 +788,27 @@ def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str,
             raise UserError(given, f"the top-level key '{key}'{of} is read by nothing (did you "
                             f"mean '{meant}'?): {meant} keeps the value it has without it",
                             'correct the key')
+
+
+def _refuse_unread_new_values(cfg: Config, held: set[str], cfg_options: Mapping[str, Any]) -> None:
+    """Refuse an option that adds a top-level value (no dict) to a config that held no such key
+    (``lambda_align=0.1``, the variable of an older config), unless the runner or xmr reads the
+    key (``cpu_threads``) or the config names it: the config's copies were made as it loaded, so
+    nothing reads the new value. A new dict is taken (a loader a phase may name).
+
+    Raises:
+        UserError: naming the option.
+    """
+    known = {*runner_keys(), *XMR_TOP_LEVEL_KEYS}
+    whole = cfg.to_dict()
+    for key, value in cfg_options.items():
+        if ('.' in key or key in held or key in known or isinstance(value, Mapping)
+                or _used_elsewhere(whole, key)):
+            continue
+        raise UserError(f'--cfg-options {key}', f"the config has no top-level key '{key}', so "
+                        f'nothing reads the value {value!r} it would add',
+                        'set the key where the value is used (tools/print_config.py prints the '
+                        'config)')
 
 
 def _used_elsewhere(whole: Mapping[str, Any], key: str) -> bool:
