@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -71,6 +72,31 @@ def test_a_language_back_translated_already_is_replaced_only_when_asked(tmp_path
     assert (tmp_path / 'ann.json').read_bytes() == before
     main_attach_back([*attach, f'de={tmp_path / "other.txt"}', '--overwrite'])
     assert load_annotation(tmp_path / 'ann.json').items[1].back_translations == {'de': ['z']}
+
+
+def test_a_back_translation_file_repeating_the_captions_or_another_language_is_refused(
+        tmp_path):
+    """The exported German captions given as their English translation (``--export
+    de=de.txt`` then ``--back-translations de=de.txt``), or one language's file copied under
+    another's name, were attached: translate-test then queried with untranslated text.
+    Expected: refused naming the file and what it repeats."""
+    ann = replace(_ann(), languages=['en', 'de', 'fr'], items=[
+        replace(record, captions={**record.captions, 'fr': [f'fr {k}' for k in range(len(
+            record.captions['de']))]}) for record in _ann().items])
+    german = tmp_path / 'de.txt'
+    export_captions(ann, {'de': german})
+    with pytest.raises(ConversionError, match=r'^de back-translation file .*de\.txt repeats the '
+                                              r'de captions it translates line for line'):
+        attach_back_translations(ann, {'de': german})
+    de2en, fr2en = tmp_path / 'de2en.txt', tmp_path / 'fr2en.txt'
+    de2en.write_text('a dog\na mutt\na cat\n', encoding='utf-8')
+    fr2en.write_bytes(de2en.read_bytes())
+    with pytest.raises(ConversionError, match=r'^fr back-translation file .*fr2en\.txt repeats '
+                                              r'the de back-translation file .*de2en\.txt'):
+        attach_back_translations(ann, {'de': de2en, 'fr': fr2en})
+    with pytest.raises(ConversionError, match=r'^fr back-translation file .*fr2en\.txt repeats '
+                                              r'the de back-translations demo/test holds'):
+        attach_back_translations(attach_back_translations(ann, {'de': de2en}), {'fr': fr2en})
 
 
 def test_a_caption_with_a_line_break_is_not_exported(tmp_path):

@@ -1,6 +1,7 @@
 """XTD10 conversion on the real caption files of ../shared/data/xtd10."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from tests.datasets.converters.reruns import assert_a_rerun_keeps
 from xmr.datasets.annotation import load_annotation
 from xmr.datasets.converters.back_translations import main_attach_back
 from xmr.datasets.converters.errors import ConversionError
+from xmr.datasets.converters.translations import main_attach
 from xmr.datasets.converters.xtd10 import XTD10_LANGUAGES, convert_xtd10, main
 from xmr.datasets.few_shot import few_shot_splits
 
@@ -159,6 +161,27 @@ def test_the_release_folders_convert_from_its_xtd10_folder_or_its_root(xtd, tmp_
                        r"found in .*XTD10, nor in the release's XTD10/, MIC/ or STAIR/ folders "
                        r"beside or inside it$"):
         convert_xtd10(repo / 'XTD10')
+
+
+def test_a_language_file_copied_under_another_name_is_not_attached(xtd, tmp_path):
+    """PECTVLM ships XTD10's Korean translations as a byte-for-byte copy of its Italian ones
+    (``translated_from_en/ko.txt`` = ``it.txt``); on the real Italian captions, given under
+    both names, the second is refused naming both files and the annotation is kept."""
+    root, names_file = xtd
+    main(['--xtd-dir', str(root), '--image-names', str(names_file), '--skip-media-check',
+          '--out-dir', str(tmp_path), '--languages', 'en', 'it', 'ko'])
+    ann_path = tmp_path / 'xtd10_test.json'
+    before = ann_path.read_bytes()
+    italian = root / 'test_1kcaptions_it.txt'
+    korean = tmp_path / 'ko.txt'
+    korean.write_bytes(italian.read_bytes())
+    with pytest.raises(SystemExit, match=rf'ko translation file {re.escape(str(korean))} repeats '
+                                         rf'the it translation file {re.escape(str(italian))}'):
+        main_attach([str(ann_path), '--translations', f'it={italian}', f'ko={korean}'])
+    assert ann_path.read_bytes() == before
+    with pytest.raises(SystemExit, match='ko back-translation file .* repeats the ko captions'):
+        main_attach_back([str(ann_path), '--back-translations',
+                          f'ko={root / "test_1kcaptions_ko.txt"}'])
 
 
 def test_release_code_jp_is_read_as_ja_whichever_code_is_asked_for(tmp_path):

@@ -29,7 +29,7 @@ from xmr.datasets.converters.cli import (
 )
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
-from xmr.datasets.converters.translations import caption_lines
+from xmr.datasets.converters.translations import caption_lines, refuse_copies
 from xmr.fileio import atomic_write_texts
 from xmr.utils.cli import GatherAction, add_custom_imports
 
@@ -58,8 +58,10 @@ def attach_back_translations(ann: Annotation, files: Mapping[str, str | os.PathL
 
     Raises:
         ConversionError: naming the file and both counts when its line count differs from the
-            language's caption count, a language that is the source or has no captions, or
-            a language back-translated already without ``overwrite``.
+            language's caption count, a language that is the source or has no captions, a
+            language back-translated already without ``overwrite``, or a file that repeats its
+            language's captions or another language's back-translations line for line
+            (:func:`~xmr.datasets.converters.translations.refuse_copies`).
     """
     if ann.source_lang is None:
         raise ConversionError(f'{ann.dataset}/{ann.split} has no source_lang to translate into')
@@ -80,6 +82,12 @@ def attach_back_translations(ann: Annotation, files: Mapping[str, str | os.PathL
                                   f'but {ann.dataset}/{ann.split} has {expected} {lang} captions; '
                                   'write one line per caption, in the order of export_captions')
         lines_of[lang] = lines
+    kept = [lang for lang in ann.back_translation_langs if lang not in files]
+    refuse_copies(lines_of, files, 'back-translation', {
+        **{f'the {lang} captions it translates': _captions_of(ann, lang) for lang in lines_of},
+        **{f'the {lang} back-translations {ann.dataset}/{ann.split} holds':
+           [text for record in ann.items for text in record.back_translations[lang]]
+           for lang in kept}})
     cursor = dict.fromkeys(lines_of, 0)
     records = []
     for record in ann.items:

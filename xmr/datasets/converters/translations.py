@@ -31,7 +31,8 @@ from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
 from xmr.fileio import atomic_write_text
 from xmr.utils.cli import GatherAction, add_custom_imports
 
-__all__ = ['attach_translations', 'export_source_captions', 'main_attach', 'main_export']
+__all__ = ['attach_translations', 'export_source_captions', 'main_attach', 'main_export',
+           'refuse_copies']
 
 
 def attach_translations(ann: Annotation, files: Mapping[str, str | os.PathLike],
@@ -49,8 +50,10 @@ def attach_translations(ann: Annotation, files: Mapping[str, str | os.PathLike],
 
     Raises:
         ConversionError: if a file is missing, malformed, or its line count differs from the
-            number of source captions (the message names the file and both counts), or a
-            language already translated without ``overwrite``.
+            number of source captions (the message names the file and both counts), a
+            language already translated without ``overwrite``, or a file that repeats the
+            source captions or another language's translations line for line
+            (:func:`refuse_copies`).
     """
     if ann.source_lang is None:
         raise ConversionError(f'{ann.dataset}/{ann.split} has no source_lang; cannot align '
@@ -72,6 +75,12 @@ def attach_translations(ann: Annotation, files: Mapping[str, str | os.PathLike],
                 f'{ann.dataset}/{ann.split} has {len(sources)} {ann.source_lang} source captions; '
                 'write one translation per line, in the order of export_source_captions')
         translated[lang] = lines
+    kept = [lang for lang in ann.translation_langs if lang not in files]
+    refuse_copies(translated, files, 'translation', {
+        f'the {ann.source_lang} source captions it translates': sources,
+        **{f'the {lang} translations {ann.dataset}/{ann.split} holds':
+           [text for record in ann.items for text in record.translations[lang]]
+           for lang in kept}})
     records = []
     cursor = 0
     for record in ann.items:
@@ -84,6 +93,37 @@ def attach_translations(ann: Annotation, files: Mapping[str, str | os.PathLike],
     langs = list(ann.translation_langs) + [lang for lang in files
                                            if lang not in ann.translation_langs]
     return replace(ann, items=records, translation_langs=langs)
+
+
+def refuse_copies(lines_of: Mapping[str, Sequence[str]], files: Mapping[str, str | os.PathLike],
+                  kind: str, known: Mapping[str, Sequence[str]]) -> None:
+    """Refuse a translation file that repeats, line for line, another file given with it or a
+    text list the annotation holds: a release's file copied under another language's name
+    (PECTVLM's XTD10 ``translated_from_en/ko.txt`` is its ``it.txt``, byte for byte), or the
+    file to translate given as its translation. Attached, it trains or queries a language on
+    another language's text, or on the untranslated text, and nothing says so.
+
+    Args:
+        lines_of: language -> the file's lines, as read.
+        files: language -> the file, for the message.
+        kind: what the files hold (``'translation'``, ``'back-translation'``).
+        known: what else they must not repeat (``'the en source captions it translates'``)
+            -> its texts, in the files' line order.
+
+    Raises:
+        ConversionError: naming the file, its language and what it repeats; nothing is
+            attached.
+    """
+    seen = dict(known)
+    for lang, lines in lines_of.items():
+        for name, texts in seen.items():
+            # Lists of another length are never equal: the check costs a length compare.
+            if lines == texts:
+                raise ConversionError(
+                    f'{lang} {kind} file {files[lang]} repeats {name} line for line: a file of '
+                    f'another language copied under its name, or text not translated; give '
+                    f'the {lang} {kind}s')
+        seen[f'the {lang} {kind} file {files[lang]}'] = lines
 
 
 def export_source_captions(ann: Annotation, path: str | os.PathLike) -> int:
