@@ -13,6 +13,7 @@ import argparse
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from xmr.datasets.annotation import (
@@ -29,7 +30,7 @@ from xmr.datasets.converters.cli import (
 )
 from xmr.datasets.converters.errors import ConversionError
 from xmr.datasets.converters.raw_files import parse_lang_paths, read_lines
-from xmr.datasets.converters.translations import caption_lines, refuse_copies
+from xmr.datasets.converters.translations import caption_lines, refuse_copies, texts_of
 from xmr.fileio import atomic_write_texts
 from xmr.utils.cli import GatherAction, add_custom_imports
 
@@ -84,10 +85,10 @@ def attach_back_translations(ann: Annotation, files: Mapping[str, str | os.PathL
         lines_of[lang] = lines
     kept = [lang for lang in ann.back_translation_langs if lang not in files]
     refuse_copies(lines_of, files, 'back-translation', {
-        **{f'the {lang} captions it translates': _captions_of(ann, lang) for lang in lines_of},
+        **{f'the {lang} captions it translates': partial(texts_of, ann, 'captions', lang)
+           for lang in lines_of},
         **{f'the {lang} back-translations {ann.dataset}/{ann.split} holds':
-           [text for record in ann.items for text in record.back_translations[lang]]
-           for lang in kept}})
+           partial(texts_of, ann, 'back_translations', lang) for lang in kept}})
     cursor = dict.fromkeys(lines_of, 0)
     records = []
     for record in ann.items:

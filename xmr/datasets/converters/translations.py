@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from xmr.datasets.annotation import (
@@ -32,7 +33,7 @@ from xmr.fileio import atomic_write_text
 from xmr.utils.cli import GatherAction, add_custom_imports
 
 __all__ = ['attach_translations', 'export_source_captions', 'main_attach', 'main_export',
-           'refuse_copies']
+           'refuse_copies', 'texts_of']
 
 
 def attach_translations(ann: Annotation, files: Mapping[str, str | os.PathLike],
@@ -77,10 +78,9 @@ def attach_translations(ann: Annotation, files: Mapping[str, str | os.PathLike],
         translated[lang] = lines
     kept = [lang for lang in ann.translation_langs if lang not in files]
     refuse_copies(translated, files, 'translation', {
-        f'the {ann.source_lang} source captions it translates': sources,
+        f'the {ann.source_lang} source captions it translates': lambda: sources,
         **{f'the {lang} translations {ann.dataset}/{ann.split} holds':
-           [text for record in ann.items for text in record.translations[lang]]
-           for lang in kept}})
+           partial(texts_of, ann, 'translations', lang) for lang in kept}})
     records = []
     cursor = 0
     for record in ann.items:
@@ -96,7 +96,7 @@ def attach_translations(ann: Annotation, files: Mapping[str, str | os.PathLike],
 
 
 def refuse_copies(lines_of: Mapping[str, Sequence[str]], files: Mapping[str, str | os.PathLike],
-                  kind: str, known: Mapping[str, Sequence[str]]) -> None:
+                  kind: str, known: Mapping[str, Callable[[], Iterable[str]]]) -> None:
     """Refuse a translation file that repeats, line for line, another file given with it or a
     text list the annotation holds: a release's file copied under another language's name
     (PECTVLM's XTD10 ``translated_from_en/ko.txt`` is its ``it.txt``, byte for byte), or the
@@ -108,7 +108,8 @@ def refuse_copies(lines_of: Mapping[str, Sequence[str]], files: Mapping[str, str
         files: language -> the file, for the message.
         kind: what the files hold (``'translation'``, ``'back-translation'``).
         known: what else they must not repeat (``'the en source captions it translates'``)
-            -> its texts, in the files' line order.
+            -> a function giving its texts in the files' line order, walked until the first
+            line that differs (no list of a CC3M annotation's texts is built).
 
     Raises:
         ConversionError: naming the file, its language and what it repeats; nothing is
@@ -117,13 +118,18 @@ def refuse_copies(lines_of: Mapping[str, Sequence[str]], files: Mapping[str, str
     seen = dict(known)
     for lang, lines in lines_of.items():
         for name, texts in seen.items():
-            # Lists of another length are never equal: the check costs a length compare.
-            if lines == texts:
+            if _same_lines(lines, texts()):
                 raise ConversionError(
                     f'{lang} {kind} file {files[lang]} repeats {name} line for line: a file of '
                     f'another language copied under its name, or text not translated; give '
                     f'the {lang} {kind}s')
-        seen[f'the {lang} {kind} file {files[lang]}'] = lines
+        seen[f'the {lang} {kind} file {files[lang]}'] = lambda lines=lines: lines
+
+
+def _same_lines(lines: Sequence[str], texts: Iterable[str]) -> bool:
+    """Whether ``texts`` holds exactly ``lines``, read up to its first other line."""
+    texts = iter(texts)
+    return all(next(texts, None) == line for line in lines) and next(texts, None) is None
 
 
 def export_source_captions(ann: Annotation, path: str | os.PathLike) -> int:
@@ -156,6 +162,12 @@ def write_caption_lines(captions: Sequence[str], path: str | os.PathLike, kind: 
     """
     atomic_write_text(path, caption_lines(captions, kind, ann))
     return len(captions)
+
+
+def texts_of(ann: Annotation, key: str, lang: str) -> Iterator[str]:
+    """The ``key`` texts (``'captions'``, ``'translations'``, ``'back_translations'``) of
+    ``lang`` of every record of ``ann``, in file order: the order of a line file of them."""
+    return (text for record in ann.items for text in getattr(record, key)[lang])
 
 
 def caption_lines(captions: Sequence[str], kind: str, ann: Annotation) -> Iterator[str]:
