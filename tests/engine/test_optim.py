@@ -209,7 +209,7 @@ def test_an_fp16_checkpoint_loads_into_a_run_without_loss_scaling_with_a_warning
     scaled = build(model, wrapper='AutocastOptimWrapper', dtype='float16')
     train_step(model, scaled, [1, 2])
     state = scaled.state_dict()
-    assert set(state) == {'dense', 'sparse', 'loss_scaler'}
+    assert set(state) == {'dense', 'sparse', 'loss_scaler', 'accumulative_counts'}
     said = []
     monkeypatch.setattr(optim_wrapper, 'print_log', lambda message, **kwargs: said.append(
         (message, kwargs.get('level'))))
