@@ -106,20 +106,20 @@ def _process_settings_of_the_tools_restored():
 
 
 @pytest.fixture(autouse=True)
-def _loggers_of_the_test_closed():
-    """Close and forget the MMEngine loggers a test made. MMEngine keeps every ``MMLogger``
-    for the process, its stream handler bound to the ``sys.stdout`` of the test that made it;
-    once pytest closes that test's capture, a line logged through it ('current' logger) prints
-    '--- Logging error ---' and a traceback into whichever test runs then."""
-    from mmengine.logging import MMLogger
+def _runner_instances_of_the_test_released():
+    """Forget the process-wide MMEngine instances a test's runners made (loggers closed,
+    message hubs, visualizers, scopes: :func:`~xmr.engine.runner.runner_instances_released`).
 
-    before = set(MMLogger._instance_dict)
-    yield
-    for name in set(MMLogger._instance_dict) - before:
-        logger = MMLogger._instance_dict.pop(name)
-        for handler in list(logger.handlers):
-            handler.close()
-            logger.removeHandler(handler)
+    MMEngine names a runner built from a config of no file by the second it starts, and hands a
+    runner of a later test started in that second the earlier one's instances: a visualizer
+    writing into the earlier test's ``tmp_path``, removed once that test passed (a forked DDP
+    child failed to dump its config there). A kept logger's stream handler, bound to the
+    ``sys.stdout`` of the test that made it, printed '--- Logging error ---' into later tests.
+    """
+    from xmr.engine.runner import runner_instances_released
+
+    with runner_instances_released():
+        yield
 
 
 @pytest.fixture
