@@ -761,6 +761,11 @@ def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> Non
 XMR_TOP_LEVEL_KEYS = ('cpu_threads', 'custom_imports', 'paper_figures')
 
 
+def _top_level_keys_read() -> list[str]:
+    """The top-level keys MMEngine's runner or xmr reads, sorted."""
+    return sorted({*runner_keys(), *XMR_TOP_LEVEL_KEYS})
+
+
 def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str, Any]) -> None:
     """Refuse a top-level key one edit from one the runner or xmr reads (``optim_wraper``,
     ``randomnes``, ``cpu_thread``): nothing reads it, and the run kept the base's value. A key
@@ -772,7 +777,7 @@ def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str,
         UserError: naming the key, where it was given (the file or the option) and the key
             meant.
     """
-    known = sorted({*runner_keys(), *XMR_TOP_LEVEL_KEYS})
+    known = _top_level_keys_read()
     whole = cfg.to_dict()
     for key in cfg:
         # One edit only: a loader variable (zh_val_dataloader) is 90% alike its runner key.
@@ -799,7 +804,7 @@ def _refuse_unread_new_values(cfg: Config, held: set[str], cfg_options: Mapping[
     Raises:
         UserError: naming the option.
     """
-    known = {*runner_keys(), *XMR_TOP_LEVEL_KEYS}
+    known = _top_level_keys_read()
     whole = cfg.to_dict()
     for key, value in cfg_options.items():
         if ('.' in key or key in held or key in known or isinstance(value, Mapping)
