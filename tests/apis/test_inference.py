@@ -710,3 +710,34 @@ def test_a_model_querying_with_back_translations_reads_target_texts_as_source_te
         seen.extend(langs), evaluation_batch(texts, langs))[1])
     encode_texts(model.eval(), ['a red circle', 'two squares'], 'de')
     assert seen == [text_language] * 2
+
+
+def test_a_model_left_in_training_mode_encodes_as_in_evaluation_and_keeps_its_modes():
+    """A model straight from training (its runner leaves it in training mode, the frozen
+    backbone in eval) encoded with LoRA's dropout on: the same texts gave other embeddings at
+    every call. Each module's mode is given back after."""
+    lora = tiny_retriever_cfg(language_branch=tiny_branch_cfg(
+        adapters=dict(type='LoRA', r=2, dropout=0.5)))
+    torch.manual_seed(0)
+    model = MODELS.build(lora)
+    with torch.no_grad():
+        for parameter in model.language_branch.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    texts = ['ein roter Kreis', 'zwei blaue Quadrate links']
+    expected = encode_texts(model.eval(), texts, 'de')
+    model.train()
+    model.backbone.eval()
+    modes = {name: module.training for name, module in model.named_modules()}
+    seen = []
+    for module in model.modules():
+        module.register_forward_pre_hook(lambda module, _: seen.append(module.training))
+    for _ in range(2):
+        torch.testing.assert_close(encode_texts(model, texts, 'de'), expected, rtol=0, atol=0)
+    image = torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8)
+    torch.testing.assert_close(encode_media(model, [image]),
+                               encode_media(model.eval(), [image]), rtol=0, atol=0)
+    model.train()
+    model.backbone.eval()
+    encode_media(model, [image])
+    assert {name: module.training for name, module in model.named_modules()} == modes
+    assert seen and not any(seen)

@@ -320,15 +320,34 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
             and getattr(getattr(model, 'spec', None), 'query', None) == 'target_to_source')
     field, group = (('back_translations', 'back_translation_tokens') if back
                     else ('captions', 'caption_tokens'))
-    for start in range(0, len(texts), batch_size):
-        batch = model.data_preprocessor({field: [{lang: texts[start:start + batch_size]}]})
-        tokens, _ = batch[group][lang]
-        rows = F.normalize(model.encode_text(tokens, lang).float(), dim=-1)
-        # Filled in place: batches joined at the end held every embedding twice at once.
-        if embeddings is None:
-            embeddings = rows.new_empty((len(texts), rows.shape[1]), device='cpu')
-        embeddings[start:start + rows.shape[0]] = rows
+    with _evaluating(model):
+        for start in range(0, len(texts), batch_size):
+            batch = model.data_preprocessor({field: [{lang: texts[start:start + batch_size]}]})
+            tokens, _ = batch[group][lang]
+            rows = F.normalize(model.encode_text(tokens, lang).float(), dim=-1)
+            # Filled in place: batches joined at the end held every embedding twice at once.
+            if embeddings is None:
+                embeddings = rows.new_empty((len(texts), rows.shape[1]), device='cpu')
+            embeddings[start:start + rows.shape[0]] = rows
     return embeddings
+
+
+@contextmanager
+def _evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """Run ``model`` in eval mode, as evaluation does, and give each module its own mode back
+    after.
+
+    A model straight from training is in training mode (its frozen backbone in eval): LoRA's
+    and a Hugging Face encoder's dropout then acted on the embeddings, which differed from the
+    evaluation's and from one call to the next.
+    """
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def check_texts(texts: Sequence[Any]) -> None:
@@ -432,7 +451,8 @@ def encode_readable_media(model: CrossLingualRetriever,
                            num_workers)
     bar = ProgressBar(len(media), file=sys.stderr) if progress else None
     pairs = list(enumerate(media))
-    with _DecodedMedia(pairs, resize, num_frames).decoded(num_workers) as decoded:
+    with _evaluating(model), _DecodedMedia(pairs, resize, num_frames).decoded(
+            num_workers) as decoded:
         embeddings, skipped = _encode_readable(model, pairs, decoded, batch_size, on_corrupt,
                                                bar)
     if bar is not None:
@@ -489,7 +509,8 @@ def encode_media_in_parts(model: CrossLingualRetriever, media: Sequence[MediaInp
     skipped: list[SkippedMedia] = []
     pairs = [(position, media[position]) for position in todo]
     # One pass of decoding for all the parts: a loader's workers start once.
-    with _DecodedMedia(pairs, resize, num_frames).decoded(num_workers) as decoded:
+    with _evaluating(model), _DecodedMedia(pairs, resize, num_frames).decoded(
+            num_workers) as decoded:
         for start in range(0, len(todo), part_size):
             part = pairs[start:start + part_size]
             embeddings, left_out = _encode_readable(
