@@ -11,7 +11,7 @@ from xmr.datasets import (
     RetrievalDataset,
     dump_annotation,
 )
-from xmr.datasets.synthetic import SyntheticRetrievalDataset
+from xmr.datasets.synthetic import SyntheticPairDataset, SyntheticRetrievalDataset
 from xmr.engine.data_languages import (
     caption_languages,
     check_data_languages,
@@ -199,3 +199,23 @@ def test_the_languages_no_phase_holds_are_those_of_a_models_own_modules_only():
     assert unfed_languages(branch, {**fed, 'phase c': SimpleNamespace(metainfo={})}) == []
     dual_encoder = SimpleNamespace(languages=['en', 'de', 'fr'], source_language='en')
     assert unfed_languages(dual_encoder, fed) == []
+
+
+def test_an_english_only_phase_states_its_language_and_leaves_the_others_to_tell(tmp_path):
+    """A source finetune's data (the demo's, every CL-FT config's) holds the source language
+    alone: it states that, not nothing, so a target language no other phase holds is still
+    told. Any such phase silenced the warning, so every run that had one."""
+    dump_annotation(Annotation(
+        dataset='demo', split='train', media_type='image', languages=['en'], source_lang='en',
+        translation_langs=['de'],
+        items=[MediaRecord('red', 'red.png', {'en': ['a red dog']}, {'de': ['ein roter Hund']})]),
+        tmp_path / 'ann.json')
+    english = {'synthetic': SyntheticPairDataset(num_scenes=2, languages=[]),
+               'pairs': CaptionPairDataset(tmp_path / 'ann.json', data_root=tmp_path,
+                                           source_only=True)}
+    branch = SimpleNamespace(languages=['de', 'fr'], source_language='en',
+                             language_branch=object())
+    for name, dataset in english.items():
+        fed = {'phase source_finetune': dataset,
+               'phase cross_lingual': SimpleNamespace(metainfo=dict(languages=['de']))}
+        assert unfed_languages(branch, fed) == ['fr'], name

@@ -311,13 +311,15 @@ def test_a_phase_language_without_adapters_names_the_config_key_of_its_loader(tm
 
 def test_a_model_language_no_phase_trains_is_warned_about_before_the_first_step(tmp_path):
     """Modules of a language the phases' data lacks stay as initialised: the run said nothing,
-    the checkpoint held them, and encode_texts(lang) answered with untrained ones."""
-    cfg = make_cfg(tmp_path, phases=[dict(PHASES[1], iters=1)])
+    the checkpoint held them, and encode_texts(lang) answered with untrained ones. An English
+    source finetune before (the demo's) hides nothing."""
+    cfg = make_cfg(tmp_path, phases=[dict(PHASES[0], iters=1), dict(PHASES[1], iters=1)])
     cfg.model.language_branch.languages = [*cfg.model.language_branch.languages, 'fr']
     runner, _ = train(cfg)
     logged = (Path(runner.log_dir) / f'{runner.timestamp}.log').read_text()
-    assert ("the model has modules for ['fr'], which no phase's data holds (phase cross_lingual "
-            "dataset (train_dataloader)): no step trains them") in logged
+    assert ("the model has modules for ['fr'], which no phase's data holds (phase "
+            'source_finetune dataset (source_finetune), phase cross_lingual dataset '
+            '(train_dataloader)): no step trains them') in logged
     plain = make_cfg(tmp_path / 'plain', phases=[dict(PHASES[1], iters=1)])
     runner, _ = train(plain)
     assert 'no step trains them' not in (Path(runner.log_dir) /

@@ -16,20 +16,21 @@ from xmr.engine.feature_cache import source_dataset
 from xmr.evaluation.protocols import PROTOCOLS
 
 
-def caption_languages(dataset: Dataset) -> list[str]:
+def caption_languages(dataset: Dataset) -> list[str] | None:
     """Languages of the captions a dataset hands the model.
 
     A :class:`CaptionPairDataset` hands its ``target_langs`` (its annotation's ``languages``
     may list more); other datasets state theirs as ``metainfo['languages']`` (pair datasets:
     the target languages; galleries: every caption language, the source one included). A
-    :class:`CachedFeatureDataset` hands those of the dataset it wraps. A dataset that states
-    none yields ``[]``.
+    :class:`CachedFeatureDataset` hands those of the dataset it wraps. Pairs of source
+    captions alone (``source_only``, a synthetic ``languages=[]``) state ``[]``: no target
+    language; a dataset that states none yields ``None``.
     """
     dataset = source_dataset(dataset)
     if isinstance(dataset, CaptionPairDataset):
         return list(dataset.target_langs)
-    metainfo = getattr(dataset, 'metainfo', None) or {}
-    return list(metainfo.get('languages', []))
+    languages = (getattr(dataset, 'metainfo', None) or {}).get('languages')
+    return None if languages is None else list(languages)
 
 
 def check_data_languages(model: torch.nn.Module, datasets: Mapping[str, Dataset]) -> None:
@@ -51,7 +52,7 @@ def check_data_languages(model: torch.nn.Module, datasets: Mapping[str, Dataset]
         return
     check_gallery = getattr(model, 'check_gallery', None)
     for where, dataset in datasets.items():
-        check(caption_languages(dataset), where)
+        check(caption_languages(dataset) or [], where)
         gallery = source_dataset(dataset)
         if check_gallery is not None and isinstance(gallery, RetrievalDataset):
             check_gallery(gallery.metainfo, where)
@@ -73,7 +74,9 @@ def unfed_languages(model: torch.nn.Module, phase_datasets: Mapping[str, Dataset
         return []
     languages, source = getattr(model, 'languages', None), getattr(model, 'source_language', None)
     held = [caption_languages(dataset) for dataset in phase_datasets.values()]
-    if not languages or source is None or not held or not all(held):
+    # A dataset that states no languages may hold any: nothing can be told. One of source
+    # captions alone (a source finetune's) states [] and tells of no target language.
+    if not languages or source is None or not held or None in held:
         return []
     fed = set().union(*held)
     return [lang for lang in languages if lang != source and lang not in fed]
