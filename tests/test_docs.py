@@ -827,6 +827,17 @@ def test_the_api_example_loads_a_checkpoint_the_demo_leaves():
     assert Path(checkpoint).name in kept_checkpoints(cfg)
 
 
+def test_the_api_example_shows_the_index_the_demo_model_builds():
+    """The `MediaIndex` repr docs/evaluation.md shows is that of its example: as many media as
+    it encodes, in the demo model's embedding width (it said 512, ViT-B's, of a 64-wide model)."""
+    from xmr.run_config import load_run_config
+
+    text = (REPO / 'docs' / 'evaluation.md').read_text(encoding='utf-8')
+    media = ast.literal_eval(re.search(r'MediaIndex\.from_media\(model, (\[[^\]]*\])\)', text)[1])
+    count, dims = map(int, re.search(r'# MediaIndex\((\d+) media, (\d+) dims', text).groups())
+    assert (count, dims) == (len(media), load_run_config(DEMO).model.backbone.model_cfg.embed_dim)
+
+
 def test_the_video_suffixes_evaluation_md_lists_are_the_ones_encode_media_reads():
     from xmr.apis import VIDEO_SUFFIXES
 
@@ -882,6 +893,25 @@ def test_the_versions_getting_started_quotes_are_the_pins_and_floors():
               for name, version in quoted_versions(text, 'down to the floors').items()
               if floors.get(name) != version]
     assert not wrong, f'docs/getting_started.md quotes other versions than the code: {wrong}'
+
+
+def takes_flag(parser: argparse.ArgumentParser, flag: str) -> bool:
+    """Whether ``parser`` or one of its sub-commands' parsers takes ``flag``."""
+    return flag in parser._option_string_actions or any(
+        takes_flag(command, flag) for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction) for command in action.choices.values())
+
+
+def test_the_tools_configs_md_says_take_ablation_rows_are_those_that_do():
+    """docs/configs.md lists the tools that take `--ablation` (of those that read a config,
+    tools/*.py); it left out tools/search.py, which builds the model of a row as they do."""
+    text = ' '.join((REPO / 'docs' / 'configs.md').read_text(encoding='utf-8').split())
+    listed = re.search(r'((?:`tools/\w+\.py`(?:, | and | ))+)take `--ablation', text)[1]
+    documented = set(re.findall(r'`(tools/\w+\.py)`', listed))
+    taking = {str(path.relative_to(REPO)) for path in (REPO / 'tools').glob('*.py')
+              if takes_flag(tool_parser(str(path.relative_to(REPO))), '--ablation')}
+    assert documented == taking, (f'docs/configs.md says {sorted(documented - taking)} take '
+                                  f'--ablation and leaves out {sorted(taking - documented)}')
 
 
 def test_the_xmr_commands_custom_modules_lists_are_the_commands_xmr_runs():
