@@ -490,6 +490,22 @@ def test_the_config_s_languages_are_checked_as_the_built_model_checks_them(model
         check_config_languages(config, ['de', 'xq'], '--lang')
 
 
+def test_the_config_s_languages_are_read_from_a_file_as_init_retriever_reads_it(tmp_path):
+    """docs/evaluation.md gives `check_config_languages(config, ...)` the config
+    `init_retriever` takes: a file or a shipped `xmr::` config too, not only a `Config` (a path
+    stopped with "'str' object has no attribute 'get'")."""
+    demo = 'xmr::demo/static_tiny-clip_synthetic.py'
+    (tmp_path / 'mine.py').write_text(f"_base_ = ['{demo}']\n"
+                                      "model = dict(language_branch=dict(languages=['de']))\n")
+    for config in (demo, tmp_path / 'mine.py', str(tmp_path / 'mine.py')):
+        check_config_languages(config, ['DE', 'en'])
+    with pytest.raises(ValueError, match=r"^query: the model has no adapters for \['fr'\]; it "
+                                         r"reads \['en', 'de'\] \(the config's source_language"):
+        check_config_languages(tmp_path / 'mine.py', 'fr')
+    with pytest.raises(UserError, match=r'no_such\.py \(config\): no such file'):
+        check_config_languages(tmp_path / 'no_such.py', 'de')
+
+
 def test_a_config_the_language_check_cannot_read_is_left_to_the_model():
     for model_cfg in (dict(type='DualEncoderRetriever'), tiny_retriever_cfg(
             language_branch=dict(type='TargetLanguageBranch')), None):

@@ -102,14 +102,7 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
         CheckpointMismatchError: when the checkpoint's backbone, languages or parameter shapes
             differ from the config's (the message names each mismatch).
     """
-    # A copy: merged into the caller's Config, the options would build its next model too.
-    cfg = copy.deepcopy(config) if isinstance(config, Config) else Config.fromfile(
-        str(config_file(config, 'config')), import_custom_modules=False)
-    merge_options(cfg, cfg_options or {})
-    where = getattr(cfg, 'filename', None) or config
-    if 'model' not in cfg:
-        raise UserKeyError(f'config {where} has no model')
-    import_custom_modules(where, cfg)
+    cfg, where = _read_config(config, cfg_options)
     # xmr's registries whatever scope the caller's process is in (another library's runner,
     # an earlier run's): MMEngine looks a type up in the current default scope first.
     with DefaultScope.overwrite_default_scope('xmr'):
@@ -129,6 +122,26 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
         load_trained_checkpoint(model, checkpoint)
     model.cfg = cfg
     return model.to(device).eval()
+
+
+def _read_config(config: str | os.PathLike | Config,
+                 cfg_options: dict | None = None) -> tuple[Config, str | os.PathLike]:
+    """A copy of ``config`` (a file, ``xmr::<path>``, or a :class:`Config`) with ``cfg_options``
+    merged and its ``custom_imports`` imported, and what names it in messages.
+
+    Raises:
+        UserError: as :func:`init_retriever`.
+        UserKeyError: a config without ``model``.
+    """
+    # A copy: merged into the caller's Config, the options would build its next model too.
+    cfg = copy.deepcopy(config) if isinstance(config, Config) else Config.fromfile(
+        str(config_file(config, 'config')), import_custom_modules=False)
+    merge_options(cfg, cfg_options or {})
+    where = getattr(cfg, 'filename', None) or config
+    if 'model' not in cfg:
+        raise UserKeyError(f'config {where} has no model')
+    import_custom_modules(where, cfg)
+    return cfg, where
 
 
 def _model_class(model_cfg: Any) -> type | None:
@@ -247,7 +260,7 @@ def check_languages(model: CrossLingualRetriever, languages: str | Sequence[str]
     model.check_languages([normalize_language(lang, where) for lang in languages], where)
 
 
-def check_config_languages(config: Config, languages: str | Sequence[str],
+def check_config_languages(config: str | os.PathLike | Config, languages: str | Sequence[str],
                            where: str = 'query') -> None:
     """:func:`check_languages` from a config alone, before its model is built (a backbone's
     weights take seconds to minutes to load): the source language and the targets of its
@@ -255,16 +268,21 @@ def check_config_languages(config: Config, languages: str | Sequence[str],
     branch names no languages, is left to the built model's check.
 
     Args:
-        config: a config as :func:`init_retriever` takes it, its ``custom_imports`` imported
-            (a language they register is known).
+        config: a config as :func:`init_retriever` takes it: a file (``xmr::<path>`` for
+            a config xmr ships), read and its ``custom_imports`` imported (a language they
+            register is then known), or a :class:`Config` whose modules are imported.
         languages: one code or several, in any spelling ``normalize_language`` reads.
         where: what holds them, named in the error.
 
     Raises:
+        UserError: a config file that is missing, a folder or unreadable, or a module of its
+            ``custom_imports`` that fails to import, as :func:`init_retriever` says it.
         LanguageCodeError: (a ``ValueError``) a code that names no language.
         ValueError: as :func:`check_languages`, naming ``where`` and the trained languages,
             said to be the config's.
     """
+    if not isinstance(config, Config):
+        config, _ = _read_config(config)
     languages = [languages] if isinstance(languages, str) else languages
     codes = [normalize_language(lang, where) for lang in languages]
     model_cfg = config.get('model')
