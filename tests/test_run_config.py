@@ -192,10 +192,23 @@ def test_an_option_replaces_a_list_item_that_is_no_dict():
     ('test_dataloader.dataset.languages.1.x', 'test_dataloader.dataset.languages.1', "'de'")])
 def test_an_option_that_names_a_key_inside_a_plain_value_names_that_value(key, where, value):
     """MMEngine's merge failed with a TypeError of its own, shown as an unexpected error."""
-    with pytest.raises(UserError, match=(
-            f"^--cfg-options {key}: {where} is {value}, which holds no key 'x': give {where} a "
-            f'value of its own \\({where}=...\\)$')):
+    with pytest.raises(UserError, match=re.escape(
+            f"--cfg-options {key}: {where} is {value}, which holds no key 'x': give {where} a "
+            f'value of its own ({where}=...), or make it a dict ({where}._delete_=True '
+            f'{key}=...)')):
         load_run_config(DEMO, cfg_options={key: 1})
+
+
+def test_an_interval_in_epochs_in_place_of_iterations_is_set_as_configs_md_says():
+    """docs/configs.md, "Schedules in epochs": the option on the demo's integer interval was
+    told only to give the interval a value of its own, which an option cannot make a dict."""
+    key = 'default_hooks.checkpoint.interval'
+    with pytest.raises(UserError, match=re.escape(
+            f"{key} is 500, which holds no key 'epochs': give {key} a value of its own "
+            f'({key}=...), or make it a dict ({key}._delete_=True {key}.epochs=...)')):
+        load_run_config(DEMO, cfg_options={f'{key}.epochs': 0.25})
+    cfg = load_run_config(DEMO, cfg_options={f'{key}._delete_': True, f'{key}.epochs': 0.25})
+    assert cfg.default_hooks.checkpoint.interval == {'epochs': 0.25}
 
 
 def test_an_option_under_a_key_that_is_none_names_the_options_that_make_it_a_dict(tmp_path):

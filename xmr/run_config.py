@@ -702,11 +702,14 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
                 # An option's _delete_ of it or of a dict above it makes it a dict anew.
                 if any(where == path or where.startswith(path + '.') for path in replaced):
                     break
+                # An option makes no dict (a count in epochs in place of iterations) but by
+                # _delete_ and its keys.
+                to_dict = f'({where}._delete_=True {key}=...)'
                 raise UserError(f'--cfg-options {key}',
                                 f'{where} is {node!r}, which holds no key {part!r}',
-                                f'make it a dict first ({where}._delete_=True {key}=...)'
-                                if node is None else
-                                f'give {where} a value of its own ({where}=...)')
+                                f'make it a dict first {to_dict}' if node is None else
+                                f'give {where} a value of its own ({where}=...), or make it a '
+                                f'dict {to_dict}')
             if isinstance(node, (list, tuple)):
                 if int(part) >= len(node):
                     raise UserError(f'--cfg-options {key}',
