@@ -146,6 +146,44 @@ def test_checkpoint_of_another_adapter_type_is_refused_by_its_facts(tiny_retriev
     tiny_retriever.load_state_dict(dict(state, _extra_state=older))
 
 
+@pytest.mark.parametrize('trained, configured, fact', [
+    (dict(type='LoRA', r=1, alpha=16), dict(type='LoRA', r=1), r"'alpha': 16\.0"),
+    (dict(type='HoulsbyAdapter', hidden=4), dict(type='HoulsbyAdapter', hidden=4,
+                                                 activation='relu'), "'activation': 'gelu_new'"),
+    (dict(type='CompacterAdapter', reduction_factor=4),
+     dict(type='CompacterAdapter', reduction_factor=4, activation='gelu'),
+     "'activation': 'gelu_new'"),
+    (dict(type='HardPrompt', text='ein Foto von'), dict(type='HardPrompt', text='ein Bild von'),
+     "'text': 'ein Foto von'"),
+])
+def test_a_checkpoint_of_other_adapter_settings_than_its_weights_hold_is_refused_by_its_facts(
+        trained, configured, fact):
+    """PECTVLM's LoRA (alpha 16 at r = 1: scale 16) loaded into a config of the default alpha
+    (scale 1), or an adapter under another activation, or a frozen hard prompt of another text:
+    every weight fits, and the model computed other features without a word."""
+    def built(adapters):
+        torch.manual_seed(0)
+        return MODELS.build(tiny_retriever_cfg(language_branch=tiny_branch_cfg(
+            adapters=adapters)))
+
+    checkpoint, model = built(trained), built(configured)
+    settings = checkpoint.checkpoint_facts()['adapter_settings']
+    assert len(settings) == 1 and settings[0]['type'] == trained['type']
+    with pytest.raises(ValueError, match=r"adapter_settings: checkpoint \[\{.*" + fact):
+        model.load_state_dict(checkpoint.state_dict())
+    built(trained).load_state_dict(checkpoint.state_dict())
+    # A checkpoint written before the facts held the adapters' settings still loads.
+    older = {k: v for k, v in checkpoint.checkpoint_facts().items() if k != 'adapter_settings'}
+    model.load_state_dict(dict(checkpoint.state_dict(), _extra_state=older))
+
+
+def test_adapters_whose_weights_hold_all_they_compute_with_record_no_settings(tiny_retriever):
+    assert tiny_retriever.checkpoint_facts()['adapter_settings'] == []
+    trainable = MODELS.build(tiny_retriever_cfg(language_branch=tiny_branch_cfg(
+        adapters=dict(type='HardPrompt', text='ein Foto von', trainable=True))))
+    assert trainable.checkpoint_facts()['adapter_settings'] == []
+
+
 def test_checkpoint_of_another_target_vocabulary_is_refused(tiny_retriever):
     """A SentencePiece model learned from another corpus: the same size, other tokens."""
     branch = tiny_retriever_cfg()['language_branch']

@@ -315,6 +315,16 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
         """
         return None
 
+    def settings(self) -> dict[str, Any]:
+        """What the adapter computes with that none of its weights holds (JSON values), ``{}``
+        by default: LoRA's ``alpha``, an activation's name, a frozen prompt's text.
+
+        A checkpoint records them (``adapter_settings`` among the retriever's checkpoint
+        facts) and is refused by a config of other values: its weights load there and compute
+        other features.
+        """
+        return {}
+
     def attach(self, tokenizer: Any, embedding: nn.Module) -> None:
         """Advanced hook, called once by the target-language branch after building.
 

@@ -152,6 +152,7 @@ class CompacterAdapter(BaseAdapter):
         if share_rule and shared is None:
             self.own_rule = shared = PHMRule(phm_dim, rule_init_std)
         hidden = width // reduction_factor
+        self.activation_name = activation
         self.activation = get_activation(activation)
         layer = dict(phm_dim=phm_dim, rank=rank, factor_init=factor_init, init_std=init_std,
                      rule=shared, rule_init_std=rule_init_std)
@@ -168,3 +169,7 @@ class CompacterAdapter(BaseAdapter):
     def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
         """``[B, L, D] -> [B, L, D]``."""
         return x + self.up(self.activation(self.down(x)))
+
+    def settings(self) -> dict[str, Any]:
+        """The bottleneck's ``activation``."""
+        return dict(activation=self.activation_name)

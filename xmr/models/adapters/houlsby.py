@@ -1,6 +1,8 @@
 """The Houlsby bottleneck adapter (Houlsby et al., 2019), as PECTVLM applies it."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -53,6 +55,7 @@ class HoulsbyAdapter(BaseAdapter):
         super().__init__(placement)
         width = self.width
         hidden = self.positive_option('hidden', hidden)
+        self.activation_name = activation
         self.activation = get_activation(activation)
         self.down = nn.Linear(width, hidden)
         self.up = nn.Linear(hidden, width)
@@ -65,3 +68,7 @@ class HoulsbyAdapter(BaseAdapter):
     def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
         """``[B, L, D] -> [B, L, D]``."""
         return x + self.up(self.activation(self.down(x)))
+
+    def settings(self) -> dict[str, Any]:
+        """The bottleneck's ``activation``."""
+        return dict(activation=self.activation_name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -127,6 +128,10 @@ class LoRA(BaseAdapter):
                     zeros = x.new_zeros(*x.shape[:-1], self.part_width)
                 parts.append(zeros)
         return torch.cat(parts, dim=-1)
+
+    def settings(self) -> dict[str, Any]:
+        """``alpha``: the update's scale ``alpha / r`` (``r`` is in the weights' shapes)."""
+        return dict(alpha=self.alpha)
 
     def extra_repr(self) -> str:
         return f'site={self.site!s}, targets={list(self.targets)}, r={self.r}, scale={self.scale}'

@@ -139,5 +139,10 @@ class HardPrompt(BaseAdapter):
             self.token_ids.to(x.device))
         return insert_after_start(x, prompt, ctx, self.start)
 
+    def settings(self) -> dict[str, Any]:
+        """A frozen prompt's ``text`` (embedded at every forward); a trainable one's only
+        initialised its weights."""
+        return {} if self.trainable else dict(text=self.text)
+
     def extra_repr(self) -> str:
         return f'text={self.text!r}, trainable={self.trainable}'
