@@ -195,3 +195,28 @@ def test_bad_arguments_are_named():
         SyntheticPairDataset(4, [], image_size=8)
     with pytest.raises(IndexError, match='outside'):
         SyntheticPairDataset(4, ['de'])[4]
+
+
+def test_language_codes_of_any_accepted_form_name_the_synthetic_languages():
+    """``jp`` (XTD10's), ``zh-CN`` and ``DE`` are the canonical ``ja``, ``zh`` and ``de``, as for
+    every other dataset (docs/data.md, language codes): the items and metainfo carry the
+    canonical codes that the language branch and the metric keys use."""
+    pairs = SyntheticPairDataset(num_scenes=2, languages=['jp', 'zh-CN', 'DE'])
+    assert pairs.languages == ('ja', 'zh', 'de')
+    assert [pairs[i]['lang'] for i in range(3)] == ['ja', 'zh', 'de']
+    assert pairs[0]['target_text'] == SyntheticPairDataset(2, ['ja'])[0]['target_text']
+    gallery = SyntheticRetrievalDataset(num_scenes=2, languages=['en', 'jp'])
+    assert gallery.metainfo['languages'] == ['en', 'ja']
+    assert gallery[1]['captions'] == SyntheticRetrievalDataset(2, ['en', 'ja'])[1]['captions']
+    assert synthetic_caption_corpus(['zh_CN'], num_scenes=2) == synthetic_caption_corpus(
+        ['zh'], num_scenes=2)
+
+
+def test_two_codes_of_one_language_and_codes_of_no_language_are_named():
+    with pytest.raises(ValueError, match="'ja' and 'jp' are both the language 'ja'"):
+        SyntheticPairDataset(2, ['ja', 'jp'])
+    with pytest.raises(ValueError, match="unknown language code 'xx'"):
+        SyntheticRetrievalDataset(2, ['en', 'xx'])
+    # A real language the grammars do not write is named with the five they do.
+    with pytest.raises(ValueError, match=r"\['ko'\].*exist in \('en', 'de', 'fr', 'zh', 'ja'\)"):
+        SyntheticPairDataset(2, ['kor_Hang'])

@@ -20,6 +20,7 @@ from __future__ import annotations
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable
 
+from xmr.datasets.languages import normalize_languages
 from xmr.datasets.synthetic.scenes import ObjectGroup, Scene
 
 CAPTION_STYLES = ('existential', 'location_first', 'quantity_first', 'clause_split', 'picture')
@@ -336,20 +337,27 @@ CAPTION_LANGUAGES = tuple(GRAMMARS)
 
 
 def check_languages(languages: tuple[str, ...] | list[str], owner: str) -> tuple[str, ...]:
-    """Validate language codes; the error names ``owner`` (the caller's argument)."""
+    """The canonical codes of ``languages`` (``jp`` -> ``ja``, ``zh-CN`` -> ``zh``: any form
+    :func:`~xmr.datasets.languages.normalize_language` accepts, as for every other dataset),
+    each one of :data:`CAPTION_LANGUAGES`; the error names ``owner`` (the caller's argument).
+
+    Raises:
+        TypeError: ``languages`` is one string.
+        ValueError: a code of no language, two codes of one language, or a language the
+            grammars do not write.
+    """
     if isinstance(languages, str):
         raise TypeError(f'{owner} must be a list of language codes, got the string {languages!r}')
-    unknown = [lang for lang in languages if lang not in GRAMMARS]
+    canonical = normalize_languages(languages, owner)
+    unknown = [lang for lang in canonical if lang not in GRAMMARS]
     if unknown:
         raise ValueError(f'{owner} has unknown languages {unknown}; the synthetic captions '
                          f'exist in {CAPTION_LANGUAGES}')
-    if len(set(languages)) != len(languages):
-        raise ValueError(f'{owner} repeats a language: {list(languages)}')
-    return tuple(languages)
+    return tuple(canonical)
 
 
 def caption_scene(scene: Scene, language: str, style: str) -> str:
     """Write ``scene`` in ``language`` (``'en'``, ``'de'``, ``'fr'``, ``'zh'``, ``'ja'``) in
     ``style`` (one of ``CAPTION_STYLES``)."""
-    check_languages([language], 'language')
+    (language,) = check_languages([language], 'language')
     return GRAMMARS[language].caption(scene, style)
