@@ -846,6 +846,23 @@ def test_the_video_suffixes_evaluation_md_lists_are_the_ones_encode_media_reads(
     assert listed is not None and sorted(listed.group(1).split()) == sorted(VIDEO_SUFFIXES)
 
 
+def test_the_scene_counts_data_synthetic_md_states_are_the_generator_s():
+    """The scene space, the splits and the largest galleries docs/data_synthetic.md states are
+    those the generator makes (``split_sizes``: each distinct scene hashed into its split)."""
+    from xmr.datasets.synthetic import split_sizes
+
+    text = ' '.join((REPO / 'docs' / 'data_synthetic.md').read_text(encoding='utf-8').split())
+    sizes = split_sizes()
+
+    def number(pattern: str) -> list[int]:
+        return [int(value.replace(',', '')) for value in re.search(pattern, text).groups()]
+
+    assert number(r'There are ([\d,]+) distinct scenes') == [sum(sizes.values())]
+    assert number(r'\(([\d,]+) / ([\d,]+) / ([\d,]+) scenes\)') == [
+        sizes['train'], sizes['val'], sizes['test']]
+    assert number(r'\(([\d,]+) for val, ([\d,]+) for test\)') == [sizes['val'], sizes['test']]
+
+
 # --- The Python versions the pages state -------------------------------------------------------
 
 PYTHON_VERSIONS = re.compile(r'Python\s+(3\.\d+),\s+(3\.\d+),?\s+(?:or|and)\s+(3\.\d+)')
