@@ -393,7 +393,6 @@ def changed_cfg(method: str, change: str, value) -> dict:
     ('dasd', 'disentangler.per_language', True, 'PerLanguageDisentangler'),
     ('dasd', 'disentangler.generator.activation', 'gelu', 'activation is \'GELU\''),
     ('dasd', 'disentangler.features', ['sr'], "model.disentangler.features is ('sr',)"),
-    ('dasd', 'language_branch.tokenizer.pad_to', None, 'tokenizer.pad_to is None'),
     ('dasd', 'disentangler', None, 'model.disentangler is None'),
     ('dasd', 'language_branch.embedding.padding_idx', 0, 'embedding.padding_idx is 0'),
     pytest.param('dasd', 'language_branch.tokenizer',
@@ -424,15 +423,24 @@ def test_a_config_that_computes_otherwise_than_the_authors_is_refused(
     assert 'Traceback' not in err and not (tmp_path / 'o.pth').exists()
 
 
-def test_a_config_whose_model_cannot_be_built_is_refused_naming_it(tmp_path, capsys):
-    """The tower's own table reading another tokenizer's ids: refused as the model builds."""
-    torch.save(authors_state_dict('mla'), tmp_path / 'authors.bin')
-    Config(dict(model=changed_cfg('mla', 'language_branch.embedding',
-                                  dict(type='TowerTokenEmbedding')))).dump(tmp_path / 'changed.py')
-    err = refused(capsys, 'mla', tmp_path / 'authors.bin', tmp_path / 'changed.py', '--out',
+@pytest.mark.parametrize('method, change, value, named', [
+    # The tower's own table reading another tokenizer's ids.
+    ('mla', 'language_branch.embedding', dict(type='TowerTokenEmbedding'),
+     "model.language_branch.tokenizer: TowerTokenEmbedding embeds with the text tower's own "
+     'table'),
+    # The authors' f^sa over padding to each batch's longest caption (refused by the model's
+    # config check: a caption's embedding would depend on its batch).
+    ('dasd', 'language_branch.tokenizer.pad_to', None,
+     'model.disentangler.padding_as_tokens=True averages the padding into f^sa, but '
+     'model.language_branch.tokenizer has no pad_to'),
+])
+def test_a_config_whose_model_cannot_be_built_is_refused_naming_it(method, change, value, named,
+                                                                   tmp_path, capsys):
+    torch.save(authors_state_dict(method), tmp_path / 'authors.bin')
+    Config(dict(model=changed_cfg(method, change, value))).dump(tmp_path / 'changed.py')
+    err = refused(capsys, method, tmp_path / 'authors.bin', tmp_path / 'changed.py', '--out',
                   tmp_path / 'o.pth')
-    assert f'{tmp_path / "changed.py"}: its model cannot be built: model.language_branch.' \
-        "tokenizer: TowerTokenEmbedding embeds with the text tower's own table" in err
+    assert f'{tmp_path / "changed.py"}: its model cannot be built: {named}' in err
     assert 'Traceback' not in err and not (tmp_path / 'o.pth').exists()
 
 

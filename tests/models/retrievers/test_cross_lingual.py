@@ -233,6 +233,28 @@ def test_a_disentangler_the_model_cannot_run_is_refused_by_the_config_check_alon
                            'model')
 
 
+def test_padding_averaged_into_f_sa_needs_a_fixed_padding_as_the_config_loads():
+    """``padding_as_tokens`` (the authors' f^sa over all 77 positions) under padding to the
+    batch's longest caption: a caption's embedding depended on the other captions of its batch
+    (its evaluation batch, encode_texts' batch_size)."""
+    cfg = copy.deepcopy(tiny_dasd_cfg())
+    cfg['disentangler']['padding_as_tokens'] = True
+    with pytest.raises(ValueError, match=r'^model\.disentangler\.padding_as_tokens=True averages '
+                       r'the padding into f\^sa, but model\.language_branch\.tokenizer has no '
+                       r'pad_to'):
+        check_part_options(MODELS, cfg, 'model')
+    cfg['language_branch']['tokenizer']['pad_to'] = 32
+    check_part_options(MODELS, cfg, 'model')
+    torch.manual_seed(0)
+    model = MODELS.build(cfg).eval()
+    texts = ['ein roter Kreis', 'zwei blaue Quadrate links oben', 'drei']
+    with torch.no_grad():
+        together = model.encode_text(model.language_branch.tokenize(texts, ['de'] * 3), 'de')
+        alone = [model.encode_text(model.language_branch.tokenize([text], ['de']), 'de')
+                 for text in texts]
+    torch.testing.assert_close(together, torch.cat(alone))
+
+
 def test_dynamic_adapters_of_another_width_than_the_generators_d_u_are_refused_as_it_loads():
     """``W^z`` (``d_u × d_u``) sits between the adapters' ``W_down`` and ``W_up``. Built, such
     a model stopped at its first forward with a condition: at the validation that ends a whole

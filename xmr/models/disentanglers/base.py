@@ -63,6 +63,12 @@ class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
         backbone's config as it loads), options that do not fit the tower; any fit by
         default."""
 
+    @classmethod
+    def check_tokenizer_config(cls, cfg: Mapping[str, Any], tokenizer: Any) -> None:
+        """Refuse, from this module's config and the branch's tokenizer config
+        (``model.language_branch.tokenizer``), options the tokenizer's padding cannot serve;
+        any fit by default."""
+
     @property
     @abstractmethod
     def loss_names(self) -> Set[str]:

@@ -280,6 +280,22 @@ class SemanticsDisentangler(ConditionDisentangler):
             check_tower_width(SDM_ADAPTER_KEY, options['adapter'], tower.width)
 
     @classmethod
+    def check_tokenizer_config(cls, cfg: Mapping[str, object], tokenizer: object) -> None:
+        """Refuse ``padding_as_tokens`` with a tokenizer that pads each batch to its longest
+        caption (no ``pad_to``): ``f^sa`` averages the padding in, so a caption's embedding
+        would depend on the other captions of its batch (evaluation's batch, a query's
+        ``batch_size``). The authors pad every caption to 77."""
+        if not with_defaults(cls, cfg)['padding_as_tokens'] or not isinstance(tokenizer, Mapping):
+            return
+        if tokenizer.get('pad_to') is None:
+            raise ValueError(
+                'model.disentangler.padding_as_tokens=True averages the padding into f^sa, but '
+                'model.language_branch.tokenizer has no pad_to: it pads each batch to its '
+                "longest caption, and a caption's embedding would depend on the other captions "
+                "of its batch; give the tokenizer pad_to (the authors' 77: the tower's context "
+                'length) or padding_as_tokens=False')
+
+    @classmethod
     def check_adapter_types(cls, adapter_types: Sequence[type]) -> None:
         """Refuse a branch none of whose adapter types reads the condition: the generator
         would make ``W^z`` for no block (``__init__``'s ``condition_blocks=[]``)."""

@@ -185,7 +185,9 @@ class CrossLingualRetriever(BaseRetriever):
                 class refuses the branch's adapter types (DASD's SDM with no adapter that reads
                 ``W^z``: :meth:`ConditionDisentangler.check_adapter_types`) or their options
                 (dynamic adapters of another width than ``W^z``:
-                :meth:`ConditionDisentangler.check_adapter_configs`); an option beyond
+                :meth:`ConditionDisentangler.check_adapter_configs`) or the branch's tokenizer
+                (the SDM's ``padding_as_tokens`` without a fixed ``pad_to``:
+                :meth:`ConditionDisentangler.check_tokenizer_config`); an option beyond
                 the tower (:meth:`TargetLanguageBranch.check_tower
                 <xmr.models.language.branch.TargetLanguageBranch.check_tower>`,
                 :meth:`ConditionDisentangler.check_tower`).
@@ -212,6 +214,7 @@ class CrossLingualRetriever(BaseRetriever):
         if types is not None:
             kind.check_adapter_types(types)
         kind.check_adapter_configs(disentangler, branch.get('adapters'))
+        kind.check_tokenizer_config(disentangler, branch.get('tokenizer'))
         if tower is not None:
             kind.check_tower(disentangler, tower)
 
