@@ -263,7 +263,8 @@ def read_queries(args: argparse.Namespace) -> list[str]:
     if args.queries is None:
         return queries
     where = f'{args.queries} (--queries)'
-    given_file(args.queries, '--queries', 'give a text file of queries, one a line')
+    given_file(args.queries, '--queries', 'give a text file of queries, one a line',
+               stream_ok=True)
     try:
         text = args.queries.read_text(encoding='utf-8-sig')
     except UnicodeDecodeError as error:

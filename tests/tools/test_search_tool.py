@@ -9,6 +9,7 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -537,6 +538,22 @@ def test_a_query_file_is_cut_at_newlines_only_without_its_byte_order_mark(tmp_pa
                                    'given', '--queries', str(queries)])
     assert load_tool().read_queries(args) == [
         'given', 'ሁለት ውሻዎች', 'दो लड़के\u2028फुटबॉल खेल\x0crahe', 'lá']
+
+
+def test_a_query_file_may_be_a_pipe(tmp_path):
+    """`--queries <(cut -f2 captions.tsv)`: the shell gives a pipe, read once like a file; it
+    was refused as 'no such file'."""
+    pipe = tmp_path / 'queries'
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=pipe.write_text, args=('ein roter Kreis\n\nzwei Quadrate\n',),
+                              daemon=True)  # blocked in open() if the tool never reads
+    writer.start()
+    args = load_tool().parse_args(['c.py', 'c.pth', '--index', 'g.idx', '--lang', 'de',
+                                   '--queries', str(pipe)])
+    try:
+        assert load_tool().read_queries(args) == ['ein roter Kreis', 'zwei Quadrate']
+    finally:
+        writer.join(timeout=10)
 
 
 def test_a_hit_s_file_name_with_a_bar_keeps_the_table_of_three_columns():

@@ -303,6 +303,13 @@ def test_given_file_names_the_path_the_key_and_what_is_wrong(tmp_path, monkeypat
             given_file(path, 'load_from', 'give a .pth')
         assert str(error.value) == f'{path} (load_from): {problem}: give a .pth'
     given_file(tmp_path, 'pretrained', 'give a file or folder', folder_ok=True)
+    # A pipe exists: it was named 'no such file'. An input read once passes (stream_ok).
+    os.mkfifo(tmp_path / 'pipe')
+    with pytest.raises(UserError) as error:
+        given_file(tmp_path / 'pipe', '--queries', 'give a text file')
+    assert str(error.value) == (f"{tmp_path / 'pipe'} (--queries): is no regular file (a pipe, "
+                                'a device or a socket): give a text file')
+    given_file(tmp_path / 'pipe', '--queries', 'give a text file', stream_ok=True)
     # Root reads any file whatever its mode: the permission is what os.access answers.
     monkeypatch.setattr(os, 'access', lambda path, mode: False)
     with pytest.raises(UserError) as error:

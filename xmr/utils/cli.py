@@ -39,6 +39,7 @@ import logging
 import os
 import re
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -189,27 +190,39 @@ class UserError(Exception):
         return type(self), (self.where, self.problem, self.fix)
 
 
-def given_file(path: str | os.PathLike, key: str, fix: str, folder_ok: bool = False) -> None:
+def given_file(path: str | os.PathLike, key: str, fix: str, folder_ok: bool = False,
+               stream_ok: bool = False) -> None:
     """Refuse a file the user named (a flag, a config key, an argument) that is missing, a
-    folder or unreadable, naming the path and where it came from: one wording for every tool,
-    checked before any work dir, log or output is written.
+    folder, no regular file or unreadable, naming the path and where it came from: one wording
+    for every tool, checked before any work dir, log or output is written.
 
     Args:
         path: the path as given.
         key: where it was given (``'--resume'``, ``'load_from'``, ``'CHECKPOINT'``).
         fix: what to give instead.
         folder_ok: a folder passes too (a hub snapshot whose files its reader picks).
+        stream_ok: a pipe or a device passes too, for an input read once from start to end
+            (the shell's ``<(command)``); a checkpoint or an index is read by offset.
 
     Raises:
-        UserError: ``<path> (<key>): no such file | is a folder, not a file | cannot be read``.
+        UserError: ``<path> (<key>): no such file | is a folder, not a file | is no regular
+            file | cannot be read``.
     """
     if folder_ok and os.path.isdir(path):
         return
     problem = ('is a folder, not a file' if os.path.isdir(path) else
-               'no such file' if not os.path.isfile(path) else
+               'no such file' if not os.path.exists(path) else
+               'is no regular file (a pipe, a device or a socket)'
+               if not (os.path.isfile(path) or stream_ok and _is_stream(path)) else
                None if os.access(path, os.R_OK) else 'cannot be read (permission denied)')
     if problem is not None:
         raise UserError(f'{os.fspath(path)} ({key})', problem, fix)
+
+
+def _is_stream(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a pipe or a character device (``/dev/stdin``, ``/dev/fd/63``)."""
+    mode = os.stat(path).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 def given_folder(path: str | os.PathLike, key: str, fix: str) -> None:
