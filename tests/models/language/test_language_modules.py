@@ -147,6 +147,17 @@ def test_a_module_of_another_config_is_refused_with_the_difference(tmp_path):
         load_language_module(build(['de'], adapters=LORA), tmp_path / 'plain.pth')
 
 
+def test_a_module_of_other_adapter_settings_than_its_weights_hold_is_refused(tmp_path):
+    """PECTVLM's LoRA (alpha 16) loaded into a model of the default alpha: every weight fits,
+    and the module computed other features without a word."""
+    save_language_module(build(['de'], adapters=dict(LORA, alpha=16)), 'de', tmp_path / 'de.pth')
+    with pytest.raises(ValueError, match=r"does not fit this model: adapter_settings: file "
+                       r"\[\{'scale': 8\.0, 'type': 'LoRA'\}\] vs model \[\{'scale': 1\.0, "
+                       r"'type': 'LoRA'\}\]"):
+        load_language_module(build(['de'], adapters=LORA), tmp_path / 'de.pth')
+    load_language_module(build(['de'], adapters=dict(LORA, alpha=16)), tmp_path / 'de.pth')
+
+
 def test_a_module_trained_on_another_target_vocabulary_is_refused_naming_both(tmp_path):
     """Shared weights that happen to match (an own table from the same seed) let it load, and
     the module then read another vocabulary's ids for the same text."""

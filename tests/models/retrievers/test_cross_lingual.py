@@ -147,7 +147,7 @@ def test_checkpoint_of_another_adapter_type_is_refused_by_its_facts(tiny_retriev
 
 
 @pytest.mark.parametrize('trained, configured, fact', [
-    (dict(type='LoRA', r=1, alpha=16), dict(type='LoRA', r=1), r"'alpha': 16\.0"),
+    (dict(type='LoRA', r=1, alpha=16), dict(type='LoRA', r=1), r"'scale': 16\.0"),
     (dict(type='HoulsbyAdapter', hidden=4), dict(type='HoulsbyAdapter', hidden=4,
                                                  activation='relu'), "'activation': 'gelu_new'"),
     (dict(type='CompacterAdapter', reduction_factor=4),

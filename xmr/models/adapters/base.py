@@ -317,7 +317,7 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
 
     def settings(self) -> dict[str, Any]:
         """What the adapter computes with that none of its weights holds (JSON values), ``{}``
-        by default: LoRA's ``alpha``, an activation's name, a frozen prompt's text.
+        by default: LoRA's scale ``alpha / r``, an activation's name, a frozen prompt's text.
 
         A checkpoint records them (``adapter_settings`` among the retriever's checkpoint
         facts) and is refused by a config of other values: its weights load there and compute

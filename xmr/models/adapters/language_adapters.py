@@ -1,6 +1,7 @@
 """Per-language adapter sets and the hooks through which a text tower calls them."""
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -170,6 +171,17 @@ class LanguageAdapters(nn.Module):
                                          f'block {block_index}; one site holds one adapter')
                     placed[key] = adapter
             self.sets[lang] = placed
+
+    def settings(self) -> list[dict[str, Any]]:
+        """Each distinct :meth:`~xmr.models.adapters.base.BaseAdapter.settings` of the adapters,
+        once with its class's name and in a fixed order (``[{'scale': 16.0, 'type': 'LoRA'}]``):
+        what a checkpoint or a language module file records of what they compute with beyond
+        their weights."""
+        found = {json.dumps(dict(type=type(adapter).__name__, **adapter.settings()),
+                            sort_keys=True)
+                 for placed in self.sets.values() for site, adapter in placed.items()
+                 if site != TOWER_WEIGHTS and adapter.settings()}
+        return [json.loads(setting) for setting in sorted(found)]
 
     def _build(self, cfg: dict, num_blocks: int,
                linear_shapes: dict[AdapterSite, tuple[int, int]], placed: nn.ModuleDict,

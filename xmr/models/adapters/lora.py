@@ -130,8 +130,9 @@ class LoRA(BaseAdapter):
         return torch.cat(parts, dim=-1)
 
     def settings(self) -> dict[str, Any]:
-        """``alpha``: the update's scale ``alpha / r`` (``r`` is in the weights' shapes)."""
-        return dict(alpha=self.alpha)
+        """``scale``: the update's factor ``alpha / r`` (``r`` itself is in the weights'
+        shapes, which name it when it differs)."""
+        return dict(scale=self.scale)
 
     def extra_repr(self) -> str:
         return f'site={self.site!s}, targets={list(self.targets)}, r={self.r}, scale={self.scale}'

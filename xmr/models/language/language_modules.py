@@ -80,6 +80,8 @@ def _facts(model: nn.Module) -> dict[str, Any]:
                 # (its shared weights differing would send the user to a --base that cannot fit).
                 adapters=sorted({type(module).__name__ for module in first.modules()
                                  if isinstance(module, BaseAdapter)}),
+                # LoRA's alpha, an activation: the same weights under others compute otherwise.
+                adapter_settings=branch.adapters.settings(),
                 disentangler=None if disentangler is None else type(disentangler).__name__)
 
 

@@ -1,7 +1,6 @@
 """The MMEngine model of xmr: frozen towers + target-language branch + optional disentangler."""
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -474,20 +473,16 @@ class CrossLingualRetriever(BaseRetriever):
     def checkpoint_facts(self) -> dict[str, Any]:
         """The base's facts plus the backbone's architecture, the source language, the
         adapters' types, the settings they compute with that no weight holds
-        (:meth:`~xmr.models.adapters.base.BaseAdapter.settings`, each distinct one once with
-        its type: ``[{'type': 'LoRA', 'alpha': 16.0}]``) and the target tokenizer's vocabulary
-        (its digest)."""
+        (:meth:`~xmr.models.adapters.language_adapters.LanguageAdapters.settings`:
+        ``[{'scale': 16.0, 'type': 'LoRA'}]``) and the target tokenizer's vocabulary (its
+        digest)."""
         branch = self.language_branch
-        adapters = [] if branch is None else [
-            adapter for placed in branch.adapters.sets.values()
-            for site, adapter in placed.items() if site != TOWER_WEIGHTS]
-        settings = {json.dumps(dict(type=type(adapter).__name__, **adapter.settings()),
-                               sort_keys=True)
-                    for adapter in adapters if adapter.settings()}
+        adapters = sorted({type(adapter).__name__ for placed in branch.adapters.sets.values()
+                           for site, adapter in placed.items() if site != TOWER_WEIGHTS}
+                          ) if branch is not None else []
         return dict(super().checkpoint_facts(), arch=self.backbone.arch,
-                    source_language=self.source_language,
-                    adapters=sorted({type(adapter).__name__ for adapter in adapters}),
-                    adapter_settings=[json.loads(setting) for setting in sorted(settings)],
+                    source_language=self.source_language, adapters=adapters,
+                    adapter_settings=[] if branch is None else branch.adapters.settings(),
                     target_vocabulary=None if branch is None
                     else branch.tokenizer.vocabulary_digest())
 
