@@ -36,8 +36,12 @@ class CaptionPairDataset(MediaCaptionDataset):
             the source).
         target_field: ``translations`` pairs each source caption with its machine translation
             (MT training data); ``captions`` pairs the ``k``-th source caption with the ``k``-th
-            caption of the target language, which is right only for parallel human captions
-            such as Multi30K task 1 or XTD10 (every record must have equal counts).
+            caption of the target language, which is right only where those are human
+            translations of the source captions: Multi30K task 1, XTD10's de, fr, es, it, ko,
+            pl, ru, tr and zh (every record must have equal counts). XTD10's ja (STAIR
+            Captions) and the five de captions of Multi30K task 2 were written for the image,
+            not from the English: the pair is two descriptions of one image, and an alignment
+            of the two texts aligns different sentences.
         source_only: one item per source caption with ``target_text=None`` (English CLIP
             fine-tuning).
         translated_texts: machine translations each item also carries, from
