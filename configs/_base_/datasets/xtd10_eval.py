@@ -2,7 +2,9 @@
 # seed-42 split of the 1,000 images, model selection on its 50 val images and the test on the
 # 900 others (mean of R@1 both ways), in English and the ten other XTD10 languages.
 # full_test_dataloader holds all 1,000 images for the M-CLIP convention (text->image R@10), whose
-# gallery includes those 50 val images -- say which protocol a number uses.
+# gallery includes those 50 val images and the 50 train images xtd10_clft.py finetunes on: a
+# zero-shot protocol, held out only for a model that never trained on XTD10 -- say which
+# protocol a number uses.
 # Prepare with tools/data/prepare_xtd10.py --few-shot 50 --seed 42 (COCO images under
 # data/mscoco/images).
 _base_ = ['./eval_loaders.py']
