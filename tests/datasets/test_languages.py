@@ -101,6 +101,34 @@ def test_unknown_code_names_the_place_and_the_accepted_forms():
         normalize_language('de ')
 
 
+@pytest.mark.parametrize('code, country, language', [
+    ('cz', 'Czechia', 'cs'), ('CN', 'China', 'zh'), ('gr', 'Greece', 'el'),
+    ('dk', 'Denmark', 'da'), ('ua', 'Ukraine', 'uk'), ('vn', 'Viet Nam', 'vi')])
+def test_a_country_code_given_for_its_language_is_named_with_the_language_s_code(
+        code, country, language):
+    """Multi30K's Czech is 'cs'; 'cz' (Czechia's country code, in ISO 3166-1) is no language
+    code and not close enough to 'cs' for the closest-code hint, which named nothing."""
+    with pytest.raises(LanguageCodeError, match=rf"multi30k.json: languages: unknown language "
+                       rf"code '{code}'; '{code}' is the country code of {country}, whose "
+                       rf"language's code is '{language}'\. Accepted forms"):
+        normalize_language(code, 'multi30k.json: languages')
+
+
+def test_the_country_codes_named_are_no_language_codes_and_name_canonical_languages():
+    from xmr.datasets.languages import _COUNTRY_CODES
+
+    for code, (_, language) in _COUNTRY_CODES.items():
+        with pytest.raises(LanguageCodeError, match='is the country code of'):
+            normalize_language(code)
+        assert normalize_language(language) == language
+
+
+def test_country_codes_that_are_language_codes_stay_those_languages():
+    # Kanuri's 'kr' (South Korea's country code), Northern Sami's 'se' (Sweden's): ISO 639-1.
+    assert [normalize_language(code) for code in ('kr', 'se', 'ch', 'br')] == [
+        'kr', 'se', 'ch', 'br']
+
+
 @pytest.fixture
 def own_languages(monkeypatch):
     """The registry of codes as it is, restored after the test."""

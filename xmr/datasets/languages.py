@@ -118,6 +118,17 @@ _ISO639_3_OF_ISO639_1 = {
     'wln': 'wa', 'zha': 'za',
 }
 
+# ISO 3166-1 country codes that are no language code, given for the country's language by
+# mistake ('cz' for Czech): named in the error with the language's code rather than accepted,
+# since a country is no language (XTD10's 'jp' is accepted as the release's own code). Those
+# that are language codes too stay those languages: 'kr' Kanuri, 'se' Northern Sami.
+_COUNTRY_CODES = {
+    'cz': ('Czechia', 'cs'), 'cn': ('China', 'zh'), 'gr': ('Greece', 'el'),
+    'dk': ('Denmark', 'da'), 'ua': ('Ukraine', 'uk'), 'vn': ('Viet Nam', 'vi'),
+    'il': ('Israel', 'he'), 'ir': ('Iran', 'fa'), 'rs': ('Serbia', 'sr'),
+    'al': ('Albania', 'sq'), 'by': ('Belarus', 'be'), 'kz': ('Kazakhstan', 'kk'),
+}
+
 _EXACT_DATASET_CODES = frozenset({'jp', 'zh-CN', 'zh-SG', 'zh-Hans', 'zh-TW', 'zh-HK', 'zh-MO'})
 
 _SUBTAG = re.compile(r'^([A-Za-z]{2,3})[-_]([A-Za-z]{4}|[A-Za-z]{2}|\d{3})$')
@@ -198,17 +209,26 @@ def normalize_language(code: str, where: str = 'language code') -> str:
             if len(subtag) == 4 and _usual_script(base) == subtag.title():
                 return base  # sr-Cyrl is sr, as srp_Cyrl is
             return f'{base}-{subtag.title() if len(subtag) == 4 else subtag.upper()}'
+    raise LanguageCodeError(
+        f"{where}: unknown language code {code!r}{_hint(code)}. Accepted forms: ISO 639-1 "
+        "('sw'), ISO 639-3 ('swh', 'fil'), FLORES-200 ('swh_Latn'), the datasets' own codes "
+        "('jp', 'zh-CN'), each optionally with a script or region subtag ('zh-Hant', "
+        "'pt-BR'), of the languages of ISO 639-1 and FLORES-200; make another known with "
+        "xmr.datasets.languages.register_language in a module of the config's custom_imports "
+        "(a data tool's --custom-imports; the language codes section of docs/data.md)")
+
+
+def _hint(code: str) -> str:
+    """What the error of an unknown ``code`` suggests: the language of a country code
+    (:data:`_COUNTRY_CODES`), else the closest accepted codes, else nothing."""
+    if code.lower() in _COUNTRY_CODES:
+        country, language = _COUNTRY_CODES[code.lower()]
+        return (f"; {code!r} is the country code of {country}, whose language's code is "
+                f'{language!r}')
     close = difflib.get_close_matches(code.lower(), _ALIASES, n=3, cutoff=0.6)
     # Several accepted forms of one language may be close ('de', 'deu'): name it once.
     languages = dict.fromkeys(_ALIASES[c] for c in close)
-    hint = f"; closest: {', '.join(map(repr, languages))}" if languages else ''
-    raise LanguageCodeError(
-        f"{where}: unknown language code {code!r}{hint}. Accepted forms: ISO 639-1 ('sw'), "
-        "ISO 639-3 ('swh', 'fil'), FLORES-200 ('swh_Latn'), the datasets' own codes ('jp', "
-        "'zh-CN'), each optionally with a script or region subtag ('zh-Hant', 'pt-BR'), of the "
-        'languages of ISO 639-1 and FLORES-200; make another known with '
-        "xmr.datasets.languages.register_language in a module of the config's custom_imports "
-        "(a data tool's --custom-imports; the language codes section of docs/data.md)")
+    return f"; closest: {', '.join(map(repr, languages))}" if languages else ''
 
 
 def normalize_languages(codes: Sequence[str], where: str = 'languages') -> list[str]:
