@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from xmr.datasets import SkippedMedia, retrieval_collate
@@ -60,3 +61,25 @@ def test_media_ids_become_keys_equal_for_one_id_in_any_process():
         env={**os.environ, 'PYTHONHASHSEED': '12345'}).stdout
     assert other_process.strip() == str(batch['media_keys'].tolist())
     assert 'media_keys' not in retrieval_collate([{'index': 0}])
+
+
+def _pair(index: int, **extra) -> dict:
+    return {'media': None, 'media_id': f'm{index}', 'source_text': f'en {index}',
+            'target_text': f'de {index}', 'lang': 'de', 'index': index, **extra}
+
+
+def test_items_with_other_keys_than_the_first_are_refused_naming_both():
+    """A ConcatDataset of a pair dataset with translated_texts and one without: the batch kept
+    the first item's keys, so a key the first item lacked vanished from the batch without a
+    word, and one it alone had stopped with a bare KeyError."""
+    with pytest.raises(ValueError, match=r"dataset item 1 has \['source_to_target_text'\], "
+                       r"which item 0 lacks: .*translated_texts"):
+        retrieval_collate([_pair(0), _pair(1, source_to_target_text='mt 1')])
+    with pytest.raises(ValueError, match=r"dataset item 1 lacks \['source_to_target_text'\], "
+                       r"which item 0 has"):
+        retrieval_collate([_pair(0, source_to_target_text='mt 0'), _pair(1)])
+    # A skipped item is no item: the kept ones agree.
+    batch = retrieval_collate([_pair(0, source_to_target_text='mt 0'),
+                               SkippedMedia(3, 'x.jpg', 'empty'),
+                               _pair(4, source_to_target_text='mt 4')])
+    assert batch['source_to_target_text'] == ['mt 0', 'mt 4']

@@ -19,10 +19,11 @@ def retrieval_collate(items: Sequence[dict[str, Any] | SkippedMedia | None]) -> 
     and media that are all ``None`` (text-only datasets) collate to ``None``; cached features
     (``source_features``, ``media_features``: ``[E]`` each) are stacked to ``[B, E]``, so that a
     batch reaches the GPU in one copy rather than one per sample; every other key becomes a
-    list of length ``B``. Items that a dataset skipped (``None``, or a
-    ``SkippedMedia`` marker for an unreadable file under ``on_corrupt='skip'``) are dropped; the
-    markers' file paths are listed under ``skipped_media`` (present only when something was
-    skipped) for ``CorruptMediaHook`` to count. Items with a ``media_id`` also get
+    list of length ``B``; every kept item must carry the same keys. Items that a dataset
+    skipped (``None``, or a ``SkippedMedia`` marker for an unreadable file under
+    ``on_corrupt='skip'``) are dropped; the markers' file paths are listed under
+    ``skipped_media`` (present only when something was skipped) for ``CorruptMediaHook`` to
+    count. Items with a ``media_id`` also get
     ``media_keys`` (int64 ``[B]``, :func:`media_keys`), with which a loss tells the other
     captions of an item's media in the global batch.
 
@@ -31,6 +32,9 @@ def retrieval_collate(items: Sequence[dict[str, Any] | SkippedMedia | None]) -> 
 
     Returns:
         The batch, with ``batch_size`` holding the number of kept items.
+
+    Raises:
+        ValueError: kept items with other keys than the first's, naming both.
     """
     kept = [item for item in items if item is not None and not isinstance(item, SkippedMedia)]
     skipped = [item.media_path for item in items if isinstance(item, SkippedMedia)]
@@ -39,6 +43,7 @@ def retrieval_collate(items: Sequence[dict[str, Any] | SkippedMedia | None]) -> 
         batch['skipped_media'] = skipped
     if not kept:
         return batch
+    _check_same_keys(kept)
     for key in kept[0]:
         values = [item[key] for item in kept]
         stacked = key == 'media' or key.endswith('_features')
@@ -51,6 +56,27 @@ def retrieval_collate(items: Sequence[dict[str, Any] | SkippedMedia | None]) -> 
     if 'media_id' in batch:
         batch['media_keys'] = media_keys(batch['media_id'])
     return batch
+
+
+def _check_same_keys(items: Sequence[dict[str, Any]]) -> None:
+    """Refuse items whose keys differ from the first's: the batch takes the first item's keys,
+    so another key would vanish from it unsaid, or a missing one stop it unnamed.
+
+    Raises:
+        ValueError: naming the two items (by their ``index``) and the keys that differ.
+    """
+    first = items[0]
+    for item in items[1:]:
+        if item.keys() == first.keys():
+            continue
+        extra, missing = sorted(item.keys() - first.keys()), sorted(first.keys() - item.keys())
+        named, first_named = (item.get('index', '?'), first.get('index', '?'))
+        differ = (f'has {extra}, which item {first_named} lacks' if extra
+                  else f'lacks {missing}, which item {first_named} has')
+        raise ValueError(f'retrieval_collate: dataset item {named} {differ}: the items of a batch '
+                         'must carry the same keys. A ConcatDataset of datasets built with other '
+                         'options (translated_texts, back_translated_languages) mixes them; '
+                         'build its datasets alike')
 
 
 def kept_no_item(batch: Any) -> bool:
