@@ -199,8 +199,11 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
             f"checkpoint {path} holds none of the model's weights ({foreign}): "
             f'{foreign_checkpoint_fix(path, state, model.state_dict())}')
     meta = dict(loaded.get('meta') or {})
-    # Both checks before any weight is copied: a failed strict load leaves the weights it
-    # reached overwritten, and a caller that catches the error would hold a mixed model.
+    # The checks before any weight is copied: a failed strict load leaves the weights it
+    # reached overwritten, and a caller that catches the error would hold a mixed model. A file
+    # converted from the authors' first: its settings named against their code's, which the
+    # facts (the SDM's depth, say) would only name against the converted file's.
+    _check_authors_settings(path, model, meta)
     try:
         refuse_other_facts(model, state, f'checkpoint {path}',
                            "give the config the checkpoint was trained with, or set the config's "
@@ -214,7 +217,6 @@ def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLik
                                       + '; '.join(mismatches)
                                       + f'\n(the checkpoint was {written_by(meta)})')
     load_state_dict(model, state, strict=True, logger=None)
-    _check_authors_settings(path, model, meta)
     return meta
 
 

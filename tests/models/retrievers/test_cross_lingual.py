@@ -255,6 +255,33 @@ def test_padding_averaged_into_f_sa_needs_a_fixed_padding_as_the_config_loads():
     torch.testing.assert_close(together, torch.cat(alone))
 
 
+@pytest.mark.parametrize('change, fact', [
+    # The authors' SDM has no stream adapters: its depth is in no weight's shape.
+    (dict(stream_adapters=False, depth=1), r"'depth': 2"),
+    (dict(stream_adapters=False, depth=2, generator=dict(d_z=16, d_u=4, activation='gelu')),
+     r"'generator_activation': 'quick_gelu'"),
+])
+def test_a_checkpoint_of_other_disentangler_settings_than_its_weights_hold_is_refused(change,
+                                                                                      fact):
+    """The same weights under another SDM depth or generator activation: every weight fit,
+    and the condition W^z came out otherwise without a word."""
+    def built(**options):
+        cfg = copy.deepcopy(tiny_dasd_cfg())
+        cfg['disentangler'].update(options)
+        torch.manual_seed(0)
+        return MODELS.build(cfg)
+
+    authors = dict(stream_adapters=False, depth=2,
+                   generator=dict(d_z=16, d_u=4, activation='quick_gelu'))
+    checkpoint = built(**authors)
+    assert checkpoint.checkpoint_facts()['disentangler_settings'] == dict(
+        depth=2, generator_activation='quick_gelu', padding_as_tokens=False)
+    with pytest.raises(ValueError, match=r'disentangler_settings: checkpoint \{.*' + fact):
+        built(**change).load_state_dict(checkpoint.state_dict())
+    built(**authors).load_state_dict(checkpoint.state_dict())
+    assert MODELS.build(tiny_retriever_cfg()).checkpoint_facts()['disentangler_settings'] == {}
+
+
 def test_dynamic_adapters_of_another_width_than_the_generators_d_u_are_refused_as_it_loads():
     """``W^z`` (``d_u × d_u``) sits between the adapters' ``W_down`` and ``W_up``. Built, such
     a model stopped at its first forward with a condition: at the validation that ends a whole

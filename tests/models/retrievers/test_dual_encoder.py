@@ -251,6 +251,21 @@ def test_predict_embeds_semantic_components_only():
         model.val_step(dict(batch, captions=[{'de': ['ein Kreis']}, {}]))
 
 
+@pytest.mark.parametrize('change, fact', [
+    (dict(num_heads=4), r"'num_heads': 2"),
+    (dict(pooling='first'), r"'pooling': 'mean'"),
+])
+def test_a_checkpoint_of_other_cdds_settings_than_its_weights_hold_is_refused(change, fact):
+    """The UNets' attention heads and the semantic tokens' pooling are in no weight's shape:
+    a checkpoint loaded under others retrieved with other embeddings without a word."""
+    checkpoint = build(disentangler=CDDS)
+    assert checkpoint.checkpoint_facts()['disentangler_settings'] == dict(num_heads=2,
+                                                                          pooling='mean')
+    with pytest.raises(ValueError, match=r'disentangler_settings: checkpoint \{.*' + fact):
+        build(disentangler=dict(CDDS, **change)).load_state_dict(checkpoint.state_dict())
+    build(disentangler=CDDS).load_state_dict(checkpoint.state_dict())
+
+
 def test_check_languages_names_those_the_model_does_not_read():
     model = build(disentangler=CDDS)
     model.check_languages(['en'], 'query')

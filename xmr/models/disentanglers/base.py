@@ -29,7 +29,21 @@ if TYPE_CHECKING:
     from xmr.models.language.tokenizers import TokenBatch
 
 
-class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
+class SettingsWithoutWeights:
+    """What both kinds of disentangler give a checkpoint to record beyond their weights."""
+
+    def settings(self) -> dict[str, Any]:
+        """What the module computes with that none of its weights holds (JSON values), ``{}``
+        by default: the SDM's depth without stream adapters, CDDS's attention heads.
+
+        A checkpoint records them (``disentangler_settings`` among the retriever's checkpoint
+        facts) and is refused by a config of other values: its weights load there and compute
+        other features.
+        """
+        return {}
+
+
+class ConditionDisentangler(SettingsWithoutWeights, nn.Module, metaclass=ABCMeta):
     """SDM-style: target embeddings -> a condition for the adapters and named losses.
 
     Attributes:
@@ -94,7 +108,7 @@ class ConditionDisentangler(nn.Module, metaclass=ABCMeta):
         """
 
 
-class TokenDisentangler(nn.Module, metaclass=ABCMeta):
+class TokenDisentangler(SettingsWithoutWeights, nn.Module, metaclass=ABCMeta):
     """CDDS-style: token sequences of a dual encoder -> semantic components and their losses."""
 
     @classmethod

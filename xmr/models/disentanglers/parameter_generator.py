@@ -52,6 +52,7 @@ class ParameterGenerator(nn.Module):
                              f'{sorted(ACTIVATIONS)}')
         self.blocks = sorted(blocks)
         self.d_z, self.d_u = d_z, d_u
+        self.activation = activation
         self.to_z = nn.Sequential(nn.Linear(in_features, d_z), ACTIVATIONS[activation]())
         # ModuleDict keys must be strings.
         self.heads = nn.ModuleDict({str(b): nn.Linear(d_z, d_u * d_u) for b in self.blocks})

@@ -51,6 +51,10 @@ class PerLanguageDisentangler(ConditionDisentangler):
     def loss_names(self) -> Set[str]:
         return next(iter(self.per_language.values())).loss_names
 
+    def settings(self) -> dict[str, Any]:
+        """The languages' modules' (built from one config)."""
+        return next(iter(self.per_language.values())).settings()
+
     # Its groups' sizes change with every batch's mix of languages: compiled code would be
     # made again for each; the module runs eagerly between the compiled parts of a step.
     @torch.compiler.disable

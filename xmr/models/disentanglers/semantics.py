@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -278,6 +278,12 @@ class SemanticsDisentangler(ConditionDisentangler):
         _check_depth(options['depth'], tower)
         if options['stream_adapters']:
             check_tower_width(SDM_ADAPTER_KEY, options['adapter'], tower.width)
+
+    def settings(self) -> dict[str, Any]:
+        """``depth`` (in no weight's shape without stream adapters), ``padding_as_tokens`` and
+        the generator's activation."""
+        return dict(depth=self.depth, generator_activation=self.generator.activation,
+                    padding_as_tokens=self.padding_as_tokens)
 
     @classmethod
     def check_tokenizer_config(cls, cfg: Mapping[str, object], tokenizer: object) -> None:

@@ -287,14 +287,18 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         subclasses add their own to these. The disentangler's type is named, so that a
         checkpoint of one method loaded into another's config says so rather than listing
         keys. The backbone's settings that no weight holds (``checkpoint_settings``: an
-        open_clip record's QuickGELU, mean and std, image size) are one: the same weights run
-        under another activation compute other features."""
+        open_clip record's QuickGELU, mean and std, image size) are one, and the
+        disentangler's (:meth:`~xmr.models.disentanglers.base.SettingsWithoutWeights.settings`:
+        the SDM's depth, CDDS's attention heads): the same weights run under other settings
+        compute other features."""
         return dict(backbone=type(self.backbone).__name__,
                     backbone_settings=self.backbone.checkpoint_settings(),
                     embed_dim=self.backbone.embed_dim,
                     languages=list(self.languages),
                     disentangler=None if self.disentangler is None
-                    else type(self.disentangler).__name__)
+                    else type(self.disentangler).__name__,
+                    disentangler_settings={} if self.disentangler is None
+                    else self.disentangler.settings())
 
     def get_extra_state(self) -> dict[str, Any]:
         return self.checkpoint_facts()

@@ -135,6 +135,7 @@ class CDDSDisentangler(TokenDisentangler):
             self.correlation = CDDSColumnCorrelation(dim, dim, **(correlation or {}))
             self.sampler = CDDSDistributionSampler()
         self.temperature, self.scoring, self.pooling = temperature, scoring, pooling
+        self.num_heads = num_heads
         self.alpha_s, self.alpha_m, self.alpha_f = alpha_s, alpha_m, alpha_f
         self.use_semantic_consistency = use_semantic_consistency
         self.use_modality_consistency = use_modality_consistency
@@ -168,6 +169,10 @@ class CDDSDisentangler(TokenDisentangler):
     def encode_text(self, word_tokens: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
         """Semantic components of words: ``[B, W, D]``, ``[B, W]`` -> ``[B, W, D]``."""
         return self.text_unet(word_tokens, word_mask).semantic
+
+    def settings(self) -> dict[str, Any]:
+        """The UNets' attention ``num_heads`` and the semantic tokens' ``pooling``."""
+        return dict(num_heads=self.num_heads, pooling=self.pooling)
 
     def pool(self, semantic: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """One embedding per sample from its semantic tokens: ``[B, N, D]`` -> ``[B, D]``."""
