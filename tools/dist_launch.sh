@@ -7,8 +7,9 @@
 # followed by NUM_PROCESSES, a positive integer (else prints the usage and exits 2), and that
 # PORT, NNODES (N or torchrun's elastic MIN:MAX) and NODE_RANK are in range (else names the
 # variable and exits 2), then runs tools/SCRIPT under torchrun with MMEngine's `pytorch`
-# launcher. Environment: NNODES (1), NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (29500),
-# PYTHON, XMR_COMMAND (the name the usage shows; `xmr dist_train` sets it).
+# launcher. Environment: NNODES (1), NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (else
+# MASTER_PORT, else 29500), PYTHON, XMR_COMMAND (the name the usage shows; `xmr dist_train`
+# sets it).
 
 dist_launch() {
     local script=$1
@@ -38,9 +39,15 @@ dist_launch() {
     fi
     # torchrun refused a bad PORT with its traceback, and a NODE_RANK past NNODES waited for its
     # rendezvous until the timeout.
-    local nnodes=${NNODES:-1} node_rank=${NODE_RANK:-0} port=${PORT:-29500}
+    # MASTER_PORT is torch's name of MASTER_ADDR's pair: ignored, a second job on a node that
+    # set it bound 29500 anyway ('address already in use').
+    local port_variable=PORT
+    if [ -z "${PORT:-}" ] && [ -n "${MASTER_PORT:-}" ]; then
+        port_variable=MASTER_PORT
+    fi
+    local nnodes=${NNODES:-1} node_rank=${NODE_RANK:-0} port=${!port_variable:-29500}
     if ! [[ $port =~ ^[1-9][0-9]{0,4}$ ]] || (( port > 65535 )); then
-        echo "error: PORT: '$port' is no port number (1 to 65535); set PORT=N" >&2
+        echo "error: $port_variable: '$port' is no port number (1 to 65535); set PORT=N" >&2
         exit 2
     fi
     if ! [[ $nnodes =~ ^[1-9][0-9]{0,5}(:[1-9][0-9]{0,5})?$ ]]; then

@@ -35,6 +35,22 @@ def test_dist_train_runs_torchrun_with_the_pytorch_launcher():
         '--launcher', 'pytorch', '--amp']
 
 
+@pytest.mark.parametrize('env, port', [
+    (dict(MASTER_PORT='29511'), '29511'), (dict(PORT='1234', MASTER_PORT='29511'), '1234'),
+    ({}, '29500')])
+def test_the_port_is_port_else_torch_s_master_port_beside_master_addr(env, port):
+    """MASTER_ADDR was read and MASTER_PORT, torch's name of its pair, ignored: a second job
+    on a node set MASTER_PORT=29511 and still bound 29500 ('address already in use'), and
+    nodes told a port their firewall opens met at another until the rendezvous timed out."""
+    inherited = {key: value for key, value in os.environ.items()
+                 if key not in ('PORT', 'MASTER_PORT')}
+    out = subprocess.run(['bash', str(TOOLS / 'dist_train.sh'), 'cfg.py', '2'], text=True,
+                         capture_output=True, env={**inherited, 'PYTHON': 'echo', **env},
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert f'--master_port={port}' in out.stdout.split()
+
+
 def test_dist_test_passes_the_checkpoint():
     out = run('dist_test.sh', 'cfg.py', 'ckpt.pth', '2', PYTHON='echo')
     assert out.returncode == 0, out.stderr
@@ -217,6 +233,8 @@ def test_srun_args_are_split_as_the_shell_splits_them(tmp_path):
     (dict(PORT='abc'), "error: PORT: 'abc' is no port number (1 to 65535); set PORT=N"),
     (dict(PORT='70000'), "error: PORT: '70000' is no port number (1 to 65535); set PORT=N"),
     (dict(PORT='0'), "error: PORT: '0' is no port number (1 to 65535); set PORT=N"),
+    (dict(MASTER_PORT='x'), "error: MASTER_PORT: 'x' is no port number (1 to 65535); set "
+     'PORT=N'),
     (dict(NNODES='0'), "error: NNODES: '0' is no positive number of nodes; set NNODES=N"),
     (dict(NNODES='4:2'), "error: NNODES: '4:2' has its fewest nodes above its most; set "
      'NNODES=MIN:MAX with MIN <= MAX'),
