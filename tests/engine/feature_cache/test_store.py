@@ -1,12 +1,16 @@
-"""Two processes that build one cache folder at once (a sweep's jobs sharing a cache_dir):
-each finishes, whichever renames its folder into place last."""
+"""A cache folder on disk: two processes that build one at once (a sweep's jobs sharing a
+cache_dir) each finish, whichever renames its folder into place last; a damaged file is named."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
+from PIL import Image
+
 from tests.engine.test_feature_cache import ListDataset, pair_items
-from xmr.engine.feature_cache import CachedFeatureDataset
+from xmr.engine.feature_cache import CachedFeatureDataset, CorruptFeatureCacheError
 
 
 def another_process_installs_first(monkeypatch, cache: Path, other: Path) -> None:
@@ -35,3 +39,24 @@ def test_a_build_finishing_as_another_process_installs_the_same_cache_installs_i
     assert json.loads((tmp_path / 'cache' / 'meta.json').read_text())['key'] == built['key']
     assert [path.name for path in tmp_path.iterdir()] == ['cache']
     assert cached[0]['source_features'].shape == (32,)
+
+
+def test_a_damaged_record_of_the_media_files_is_named_as_corrupt(tiny_retriever, pair_ann_file,
+                                                                 tmp_path):
+    """``media_files.json`` is read only once a media file changed, to name it: damaged, it
+    stopped the phase start with a bare ``JSONDecodeError`` that named no file, where any other
+    damaged file of the cache is named, with the fix, and rebuilt for a run-owned cache."""
+    dataset = dict(type='CaptionPairDataset', ann_file=str(pair_ann_file),
+                   data_root=str(pair_ann_file.parent),
+                   transform=dict(type='MediaTransform', backbone=None, size=32))
+    CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    record = tmp_path / 'cache' / 'media_files.json'
+    record.write_text(record.read_text()[:20])  # cut short
+    Image.fromarray(np.full((40, 36, 3), 7, dtype=np.uint8)).save(pair_ann_file.parent /
+                                                                   'blue.png')
+    with pytest.raises(CorruptFeatureCacheError,
+                       match=f'{record}: unreadable .*; delete {tmp_path / "cache"} to rebuild'):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    owned = CachedFeatureDataset(dataset, tmp_path / 'cache', rebuild_if_stale=True)
+    owned.prepare(tiny_retriever)
+    assert json.loads(record.read_text())

@@ -116,9 +116,20 @@ class FeatureCache:
                 'stale, or give this setup another cache_dir.')
 
     def media_files(self) -> list[list[str]]:
-        """Each media file's identity at the build (``[]`` for a cache built without them)."""
+        """Each media file's identity at the build (``[]`` for a cache built without them).
+
+        Raises:
+            CorruptFeatureCacheError: ``media_files.json`` cannot be read (cut short), naming it
+                and the fix; read only once a media file changed, it is not :meth:`verify`'s.
+        """
         file = self.path / 'media_files.json'
-        return json.loads(file.read_text()) if file.is_file() else []
+        if not file.is_file():
+            return []
+        try:
+            return json.loads(file.read_text())
+        except (OSError, ValueError) as error:
+            raise CorruptFeatureCacheError(
+                f'{file}: unreadable ({error}); delete {self.path} to rebuild it') from error
 
     def verify(self) -> None:
         """Open every array and check its length against the meta, and each item's row against
