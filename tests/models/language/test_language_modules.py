@@ -135,7 +135,11 @@ def test_a_module_of_another_config_is_refused_with_the_difference(tmp_path):
     with pytest.raises(ValueError, match=r"does not fit this model: adapters: file \['LoRA'\] vs "
                                          r"model \['CompacterAdapter', 'LoRA', 'SoftPrompt'\]"):
         load_language_module(build(['de']), tmp_path / 'de.pth')
-    with pytest.raises(KeyError, match="no adapters for language 'de'"):
+    # A model without the file's language: the file, both languages and both routes named.
+    with pytest.raises(KeyError, match=re.escape(
+            f"{tmp_path / 'de.pth'} holds the 'de' module, and the model has no 'de' (its "
+            "languages: ['fr']): load it into one of them (lang='fr'; tools/language_modules.py "
+            "merge --modules fr=PATH), or add 'de' to model.language_branch.languages")):
         load_language_module(build(['fr'], adapters=LORA), tmp_path / 'de.pth')
     old = torch.load(tmp_path / 'de.pth', weights_only=True)
     torch.save(dict(old, version=1, base=None), tmp_path / 'v1.pth')

@@ -35,6 +35,7 @@ from xmr.fileio import atomic_torch_save
 from xmr.models.adapters.base import BaseAdapter
 from xmr.models.disentanglers.per_language import PerLanguageDisentangler
 from xmr.models.weight_files import nonfinite_keys
+from xmr.utils.cli import UserKeyError
 from xmr.utils.listing import first_few
 from xmr.version import provenance, written_by
 
@@ -219,6 +220,7 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
                          f'{written_by(payload)}, which reads version {MODULE_VERSION}: load it '
                          'with the xmr that wrote it, or update this one')
     target = normalize_language(lang or payload['lang'], f'{path} language')
+    _check_has_language(model, path, payload['lang'], target)
     parts = _language_parts(model, target)
     if version == 2:
         if set(parts) != {'adapters'}:
@@ -257,6 +259,24 @@ def load_language_module(model: nn.Module, path: str | os.PathLike,
         module.load_state_dict({key.partition('.')[2]: value for key, value in state.items()
                                 if key.partition('.')[0] == part}, strict=True)
     return target
+
+
+def _check_has_language(model: nn.Module, path: Path, file_lang: str, target: str) -> None:
+    """Refuse a ``target`` language the model has no module of, naming the file, its language,
+    the model's and both routes: the file's language is no configured one when the module is
+    merged into a model of other languages (a common case: a Portuguese module for Spanish).
+
+    Raises:
+        UserKeyError: a ``KeyError``, as :meth:`LanguageAdapters.check_language
+            <xmr.models.adapters.language_adapters.LanguageAdapters.check_language>` raises.
+    """
+    languages = list(_branch(model).adapters.sets)
+    if target not in languages:
+        raise UserKeyError(
+            f'{path} holds the {file_lang!r} module, and the model has no {target!r} (its '
+            f'languages: {languages}): load it into one of them (lang={languages[0]!r}; '
+            f'tools/language_modules.py merge --modules {languages[0]}=PATH), or add '
+            f'{target!r} to model.language_branch.languages')
 
 
 def _check_base(model: nn.Module, path: Path, payload: Mapping[str, Any]) -> None:
