@@ -9,11 +9,16 @@ import threading
 import pytest
 import torch
 
+from tests.engine.test_feature_cache import ListDataset
 from xmr.datasets import (
     CaptionPairDataset,
     MediaTransform,
 )
-from xmr.engine.feature_cache import CachedFeatureDataset
+from xmr.engine.feature_cache import (
+    CachedFeatureDataset,
+    StaleFeatureCacheError,
+    backbone_fingerprint,
+)
 from xmr.engine.feature_cache import dataset as feature_cache_dataset
 from xmr.engine.feature_cache.key import media_pipeline
 from xmr.registry import TRANSFORMS
@@ -104,3 +109,26 @@ def test_a_cache_of_a_transform_of_one_s_own_is_read_by_a_dataset_built_again(
         live = tiny_retriever.encode_media(tiny_retriever.data_preprocessor(
             dict(media=plain[0]['media'][None]))['media'])
     torch.testing.assert_close(again[0]['media_features'], live[0])
+
+
+def test_a_backbone_held_in_half_precision_keys_another_cache_a_float32_one_keeps_its_key(
+        tiny_retriever, tmp_path):
+    """Weights released in half precision (OpenAI's CLIP) have the same values in a float32
+    backbone and in one cast back to float16, so the weights' hash alone keyed both alike: a
+    cache of the half backbone's fp16 arithmetic was read by the float32 one (and the reverse)
+    without a word. The float32 backbone's key is the one it had, so its caches stay current."""
+    backbone = tiny_retriever.backbone
+    with torch.no_grad():
+        for tensor in backbone.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.copy_(tensor.half().float())  # as a half checkpoint loads into float32
+    weights = backbone.fingerprint()
+    assert backbone_fingerprint(backbone) == weights
+    dataset = ListDataset([dict(source_text=f'caption {i}') for i in range(3)])
+    CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    backbone.half()
+    assert backbone.fingerprint() == weights  # the weights' hash cannot tell
+    with pytest.raises(StaleFeatureCacheError,
+                       match=r"(?s)backbone: cache has '[0-9a-f]{16}', now '[0-9a-f]{16} "
+                             r"held in float16'"):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)

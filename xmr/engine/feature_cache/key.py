@@ -38,11 +38,20 @@ def text_hash(text: str) -> int:
 def backbone_fingerprint(backbone: torch.nn.Module) -> str:
     """The backbone's ``fingerprint()`` (:meth:`TextBackbone.fingerprint
     <xmr.models.backbones.base.TextBackbone.fingerprint>`: module tree or architecture, and
-    weights), or for a module that is not a backbone a hash of its class and weights."""
+    weights), or for a module that is not a backbone a hash of its class and weights; then the
+    precision its weights are held in where it is not float32 (``'<hash> held in float16'``).
+
+    The weights' hash reads every value as float32, so weights released in half precision
+    (OpenAI's CLIP) hash alike in a float32 backbone and in one cast to float16, whose
+    arithmetic gives other features. A float32 backbone's key is the hash alone, as before.
+    """
     own = getattr(backbone, 'fingerprint', None)
-    if callable(own):
-        return str(own())
-    return weights_fingerprint(type(backbone).__qualname__, backbone)
+    fingerprint = (str(own()) if callable(own)
+                   else weights_fingerprint(type(backbone).__qualname__, backbone))
+    held = sorted({str(tensor.dtype).removeprefix('torch.')
+                   for tensor in backbone.state_dict().values()
+                   if tensor.is_floating_point() and tensor.dtype != torch.float32})
+    return f'{fingerprint} held in {", ".join(held)}' if held else fingerprint
 
 
 def media_randomness(dataset: Dataset) -> str | None:
