@@ -1,5 +1,5 @@
 """What a feature cache of media is keyed by when the dataset's transform is one of one's own, and
-when such a transform's media are cached at all."""
+when such a transform's media are cached at all; the precision a backbone's weights are held in."""
 from __future__ import annotations
 
 import functools
