@@ -55,12 +55,32 @@ def test_a_built_tokenizer_is_the_branch_s_own(parts):
     torch.manual_seed(0)
     given = MODELS.build(dict(tiny_branch_cfg(), tokenizer=built),
                          default_args=dict(tower=backbone.text_tower))
-    assert given.tokenizer is built
+    assert given.tokenizer.vocabulary_digest() == built.vocabulary_digest()
+    assert (given.tokenizer.max_length, given.tokenizer.pad_to) == (built.max_length, None)
     tower = backbone.text_tower
     tower.fixed_context = True  # a SigLIP-like tower reads its whole context
     with pytest.raises(ValueError, match=f'the target tokenizer pads to None, but the text '
                        f'tower reads a fixed context of {tower.context_length} tokens'):
         MODELS.build(dict(tiny_branch_cfg(), tokenizer=built), default_args=dict(tower=tower))
+
+
+def test_a_branch_built_on_the_backbone_s_tokenizer_leaves_the_source_captions_whole(parts):
+    """Prompt tokens lower the branch tokenizer's max_length; given the backbone's own (the
+    tower's, as TowerTokenEmbedding takes it), that cut the source captions as well."""
+    backbone, _ = parts
+    source = backbone.tokenizer
+    caption = ' '.join(['a red circle left of two blue squares'] * 8)
+    before = source([caption])
+    assert int(before['attention_mask'].sum()) == source.max_length  # fills the context
+    branch = MODELS.build(dict(type='TargetLanguageBranch', languages=['de'], tokenizer=source,
+                               embedding=dict(type='TowerTokenEmbedding'),
+                               adapters=dict(type='SoftPrompt', num_tokens=4)),
+                          default_args=dict(tower=backbone.text_tower))
+    assert branch.tokenizer.max_length == source.max_length - 4
+    after = source([caption])
+    assert torch.equal(after['input_ids'], before['input_ids'])
+    with torch.no_grad():
+        assert torch.equal(backbone.encode_source_text(after), backbone.encode_source_text(before))
 
 
 def test_mixed_language_batch_equals_per_language_batches(parts):

@@ -1,6 +1,7 @@
 """The target-language branch: trainable embedding block + frozen blocks with adapter slots."""
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
@@ -84,7 +85,10 @@ def _built_tokenizer(cfg: dict | BaseTokenizer, tower: TextTower, given_pad_to: 
     context: the class's own default (77) would exceed the ``pad_to`` filled in here.
     """
     if isinstance(cfg, BaseTokenizer):
-        tokenizer = cfg
+        # The branch's own copy: it lowers max_length for prompt tokens, and a tokenizer given
+        # built is often the backbone's (TowerTokenEmbedding's), whose source captions that
+        # would cut too. Its vocabulary and backend stay shared (read only).
+        tokenizer = copy.copy(cfg)
         if tower.fixed_context and tokenizer.pad_to != tower.context_length:
             raise ValueError(f'the target tokenizer pads to {tokenizer.pad_to}, but the text '
                              f'tower reads a fixed context of {tower.context_length} tokens: '
@@ -151,7 +155,8 @@ class TargetLanguageBranch(nn.Module):
         tower: the backbone's :class:`TextTower`; used, not owned (it is not registered as a
             submodule, so the frozen weights appear once, under the backbone).
         languages: target language codes, each with its own adapter set.
-        tokenizer: ``TOKENIZERS`` config of the target tokenizer, or one built; for a
+        tokenizer: ``TOKENIZERS`` config of the target tokenizer, or one built (the branch
+            takes a copy, leaving it as it is: the backbone's may be given); for a
             fixed-context tower (:attr:`TextTower.fixed_context`, SigLIP) a config's ``pad_to``
             defaults to its context, and a built one must pad to it.
         embedding: ``MODELS`` config of the embedding block (default :class:`TargetEmbedding`);
