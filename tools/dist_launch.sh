@@ -11,6 +11,22 @@
 # MASTER_PORT, else 29500), PYTHON, XMR_COMMAND (the name the usage shows; `xmr dist_train`
 # sets it).
 
+# Prints the rendezvous port (tools/slurm_launch.sh's too): PORT, else MASTER_PORT, else 29500;
+# a value that is no port is named on stderr (status 2). MASTER_PORT is torch's name of MASTER_ADDR's pair: ignored, a
+# second job on a node that set it bound 29500 anyway ('address already in use').
+rendezvous_port() {
+    local variable=PORT
+    if [ -z "${PORT:-}" ] && [ -n "${MASTER_PORT:-}" ]; then
+        variable=MASTER_PORT
+    fi
+    local port=${!variable:-29500}
+    if ! [[ $port =~ ^[1-9][0-9]{0,4}$ ]] || (( port > 65535 )); then
+        echo "error: $variable: '$port' is no port number (1 to 65535); set PORT=N" >&2
+        return 2
+    fi
+    echo "$port"
+}
+
 dist_launch() {
     local script=$1
     local -a names
@@ -39,17 +55,8 @@ dist_launch() {
     fi
     # torchrun refused a bad PORT with its traceback, and a NODE_RANK past NNODES waited for its
     # rendezvous until the timeout.
-    # MASTER_PORT is torch's name of MASTER_ADDR's pair: ignored, a second job on a node that
-    # set it bound 29500 anyway ('address already in use').
-    local port_variable=PORT
-    if [ -z "${PORT:-}" ] && [ -n "${MASTER_PORT:-}" ]; then
-        port_variable=MASTER_PORT
-    fi
-    local nnodes=${NNODES:-1} node_rank=${NODE_RANK:-0} port=${!port_variable:-29500}
-    if ! [[ $port =~ ^[1-9][0-9]{0,4}$ ]] || (( port > 65535 )); then
-        echo "error: $port_variable: '$port' is no port number (1 to 65535); set PORT=N" >&2
-        exit 2
-    fi
+    local nnodes=${NNODES:-1} node_rank=${NODE_RANK:-0} port
+    port=$(rendezvous_port) || exit 2
     if ! [[ $nnodes =~ ^[1-9][0-9]{0,5}(:[1-9][0-9]{0,5})?$ ]]; then
         echo "error: NNODES: '$nnodes' is no positive number of nodes; set NNODES=N" >&2
         exit 2

@@ -7,9 +7,12 @@
 # positional arguments (else prints the usage and exits 2), then runs tools/SCRIPT under srun,
 # one task per GPU, with MMEngine's `slurm` launcher, which reads the rank, world size and master
 # address from Slurm's environment.
-# Environment: GPUS (8), GPUS_PER_NODE (min(GPUS, 8)), CPUS_PER_TASK (5), SRUN_ARGS (srun's
+# Environment: GPUS (8), GPUS_PER_NODE (min(GPUS, 8)), CPUS_PER_TASK (5), PORT (else
+# MASTER_PORT, else 29500; handed on as MASTER_PORT), SRUN_ARGS (srun's
 # further options, quoted as on a command line: PYTHON's shlex splits them), SRUN, PYTHON,
 # XMR_COMMAND (the name the usage shows; `xmr slurm_train` sets it).
+
+source "$(dirname "${BASH_SOURCE[0]}")/dist_launch.sh"
 
 slurm_launch() {
     local script=$1
@@ -48,6 +51,11 @@ slurm_launch() {
             "set CPUS_PER_TASK=N" >&2
         exit 2
     fi
+    # MMEngine's slurm launcher meets at MASTER_PORT, else 29500, which two jobs sharing a
+    # node both bound ('address already in use'); srun hands the tasks this environment.
+    local port
+    port=$(rendezvous_port) || exit 2
+    export MASTER_PORT=$port
     local tools
     tools=$(dirname "$0")
     # Split as the shell splits a command line (SRUN_ARGS='--comment="a b"'): split at blanks

@@ -38,17 +38,33 @@ def test_dist_train_runs_torchrun_with_the_pytorch_launcher():
 @pytest.mark.parametrize('env, port', [
     (dict(MASTER_PORT='29511'), '29511'), (dict(PORT='1234', MASTER_PORT='29511'), '1234'),
     ({}, '29500')])
-def test_the_port_is_port_else_torch_s_master_port_beside_master_addr(env, port):
+def test_the_port_is_port_else_torch_s_master_port_beside_master_addr(env, port, tmp_path):
     """MASTER_ADDR was read and MASTER_PORT, torch's name of its pair, ignored: a second job
     on a node set MASTER_PORT=29511 and still bound 29500 ('address already in use'), and
-    nodes told a port their firewall opens met at another until the rendezvous timed out."""
+    nodes told a port their firewall opens met at another until the rendezvous timed out.
+    Under srun, MMEngine's slurm launcher meets at the MASTER_PORT the tasks inherit: PORT
+    never reached it, so two Slurm jobs sharing a node both bound 29500."""
     inherited = {key: value for key, value in os.environ.items()
-                 if key not in ('PORT', 'MASTER_PORT')}
-    out = subprocess.run(['bash', str(TOOLS / 'dist_train.sh'), 'cfg.py', '2'], text=True,
-                         capture_output=True, env={**inherited, 'PYTHON': 'echo', **env},
-                         check=False)
-    assert out.returncode == 0, out.stderr
-    assert f'--master_port={port}' in out.stdout.split()
+                 if key not in ('PORT', 'MASTER_PORT', 'PYTHON', 'SRUN')}
+    printer = tmp_path / 'print_port'
+    printer.write_text('#!/usr/bin/env bash\necho "MASTER_PORT=$MASTER_PORT"\n')
+    printer.chmod(0o755)
+    runs = {'dist_train.sh': ['cfg.py', '2'], 'slurm_train.sh': ['part', 'job', 'cfg.py']}
+    said = {}
+    for script, args in runs.items():
+        out = subprocess.run(['bash', str(TOOLS / script), *args], text=True,
+                             capture_output=True, check=False,
+                             env={**inherited, 'PYTHON': 'echo', 'SRUN': str(printer), **env})
+        assert out.returncode == 0, out.stderr
+        said[script] = out.stdout.split()
+    assert f'--master_port={port}' in said['dist_train.sh']
+    assert said['slurm_train.sh'] == [f'MASTER_PORT={port}']
+
+
+def test_a_slurm_port_that_is_no_port_is_refused_before_srun():
+    out = run('slurm_train.sh', 'part', 'job', 'cfg.py', SRUN='echo', PORT='70000')
+    assert (out.returncode, out.stdout, out.stderr) == (
+        2, '', "error: PORT: '70000' is no port number (1 to 65535); set PORT=N\n")
 
 
 def test_dist_test_passes_the_checkpoint():
@@ -180,7 +196,7 @@ def test_only_a_checkout_s_folder_goes_on_the_python_path(tmp_path):
     put xmr's configs/ and tools/ before a project's own of those names."""
     installed = tmp_path / 'site-packages' / 'xmr' / '.mim' / 'tools'
     installed.mkdir(parents=True)
-    for script in ('slurm_train.sh', 'slurm_launch.sh'):
+    for script in ('slurm_train.sh', 'slurm_launch.sh', 'dist_launch.sh'):
         shutil.copy(TOOLS / script, installed)
     env = {**{key: value for key, value in os.environ.items() if key != 'PYTHONPATH'},
            'SRUN': str(fake_srun(tmp_path)), 'GPUS': '1'}
