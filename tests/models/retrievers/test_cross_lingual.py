@@ -153,6 +153,10 @@ def test_checkpoint_of_another_adapter_type_is_refused_by_its_facts(tiny_retriev
     (dict(type='CompacterAdapter', reduction_factor=4),
      dict(type='CompacterAdapter', reduction_factor=4, activation='gelu'),
      "'activation': 'gelu_new'"),
+    # The language's shared PHM rule sits beside its adapters and has settings of none.
+    (dict(type='CompacterAdapter', reduction_factor=4, share_rule=True),
+     dict(type='CompacterAdapter', reduction_factor=4, share_rule=True, activation='gelu'),
+     "'activation': 'gelu_new'"),
     (dict(type='HardPrompt', text='ein Foto von'), dict(type='HardPrompt', text='ein Bild von'),
      "'text': 'ein Foto von'"),
 ])

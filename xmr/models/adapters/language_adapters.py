@@ -179,8 +179,10 @@ class LanguageAdapters(nn.Module):
         their weights."""
         found = {json.dumps(dict(type=type(adapter).__name__, **adapter.settings()),
                             sort_keys=True)
-                 for placed in self.sets.values() for site, adapter in placed.items()
-                 if site != TOWER_WEIGHTS and adapter.settings()}
+                 for placed in self.sets.values() for adapter in placed.values()
+                 # Not the shared state a site's adapters read (a Compacter's rule) nor the
+                 # tower weights: their settings are those of the adapters that read them.
+                 if isinstance(adapter, BaseAdapter) and adapter.settings()}
         return [json.loads(setting) for setting in sorted(found)]
 
     def _build(self, cfg: dict, num_blocks: int,
