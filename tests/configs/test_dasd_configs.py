@@ -55,8 +55,10 @@ def tiny_model(cfg: Config) -> dict:
     model['backbone'] = dict(type='OpenCLIPBackbone', arch=None, model_cfg=TINY_CLIP_12,
                              tokenizer=dict(type=clip_tokenizer))
     branch = model['language_branch']
+    # A fixed padding (the authors' 77) stays fixed, at the tiny tower's context.
+    fixed = {'pad_to': 32} if branch.get('tokenizer', {}).get('pad_to') else {}
     branch['tokenizer'] = dict(type='SentencePieceTokenizer', corpus=CORPUS * 20, vocab_size=48,
-                               max_length=32)
+                               max_length=32, **fixed)
     branch['embedding'] = dict(type='TargetEmbedding', table_width=16)
     if model.get('disentangler'):
         model['disentangler']['adapter'] = dict(model['disentangler']['adapter'], hidden=8)
