@@ -18,6 +18,7 @@ import torch
 from xmr.models.adapters.language_adapters import LanguageModuleDict
 from xmr.models.disentanglers.base import ConditionDisentangler
 from xmr.models.disentanglers.discriminator import shuffled_negatives
+from xmr.models.disentanglers.semantics import batch_contrastive
 from xmr.models.host_to_device import host_to_device
 from xmr.models.language.branch import select_tokens
 from xmr.models.language.tokenizers import TokenBatch
@@ -45,6 +46,18 @@ class PerLanguageDisentangler(ConditionDisentangler):
         super().__init__()
         if not disentangler:
             raise ValueError('PerLanguageDisentangler needs at least one language')
+        contrastive = [lang for lang, module in disentangler.items()
+                       if batch_contrastive(getattr(module, 'consistency_loss', None))]
+        if contrastive:
+            # Each language's module sees its group of the batch: under DDP the ranks' groups
+            # differ, so a gather per group would pair one rank's with another's, or hang.
+            loss = type(disentangler[contrastive[0]].consistency_loss).__name__
+            raise ValueError(
+                f'model.disentangler.consistency_loss ({loss}) is batch-contrastive: it '
+                'contrasts each caption with the global batch, which a per-language module, '
+                "seeing its language's captions of this process only, does not have: set "
+                "model.disentangler.per_language=False, or a per-caption L_sc "
+                "(dict(type='AlignmentLoss', kind='l1'), the paper's)")
         self.per_language = LanguageModuleDict(disentangler)
 
     @property

@@ -46,6 +46,8 @@ from xmr.models.disentanglers.discriminator import (
 )
 from xmr.models.disentanglers.parameter_generator import ParameterGenerator
 from xmr.models.language.tokenizers import TokenBatch
+from xmr.models.losses.distributed import gather_with_grad
+from xmr.models.losses.pair import PairLoss
 from xmr.models.pooling import masked_token_mean
 from xmr.models.unowned import hold_unowned
 from xmr.registry import ADAPTERS, DISENTANGLERS, MODELS, with_defaults
@@ -105,6 +107,21 @@ def _checked_loss_weights(loss_weights: Mapping[str, float] | None) -> dict[str,
             raise ValueError(f'SDM loss_weights[{name!r}]={weight!r} must be a finite number '
                              f'>= 0 (the paper: {PAPER_LOSS_WEIGHTS[name]})')
     return weights
+
+
+def batch_contrastive(loss: nn.Module | None) -> bool:
+    """Whether ``loss`` (``L_sc``) takes the batch's other rows as negatives."""
+    return isinstance(loss, PairLoss) and loss.batch_contrastive
+
+
+def _check_consistency_loss(loss: nn.Module) -> None:
+    """Refuse a batch-contrastive ``L_sc`` that masks the pairs of one medium: it needs the
+    batch's media keys, which the SDM is not given, and would mask nothing."""
+    if batch_contrastive(loss) and loss.mask_same_media:
+        raise ValueError(
+            f'model.disentangler.consistency_loss ({type(loss).__name__}) has '
+            'mask_same_media=True, but the SDM is given no media keys to tell the captions of '
+            'one medium by: set mask_same_media=False')
 
 
 def _check_depth(depth: int, tower: TextTower | TowerShape) -> None:
@@ -183,7 +200,11 @@ class SemanticsDisentangler(ConditionDisentangler):
         condition_blocks: the blocks whose adapters read the condition (filled in by the
             retriever from the branch; standalone, every tower block).
         consistency_loss: ``MODELS`` config of ``L_sc``; default ``AlignmentLoss`` with
-            ``kind='l1'`` (paper; ``'mse'`` and ``'smooth_l1'`` for Table 7).
+            ``kind='l1'`` (paper; ``'mse'`` and ``'smooth_l1'`` for Table 7). A per-caption
+            distance is this rank's mean under DDP (the gradients' average makes it the global
+            batch's); a batch-contrastive :class:`~xmr.models.losses.pair.PairLoss`
+            (``InfoNCELoss``) sees the global batch (``gather_with_grad``), as the retrievers'
+            contrastive losses do, and may not mask by media (the SDM has no media keys).
         discriminator: options of :class:`PairDiscriminator`; default ``hidden=(256, 128)``.
         use_consistency_loss: compute ``L_sc`` (``False``: Table 6 "w/o L_sc"). Needs ``'sr'``
             in ``features``.
@@ -249,6 +270,7 @@ class SemanticsDisentangler(ConditionDisentangler):
         if use_consistency_loss:
             self.consistency_loss = MODELS.build(
                 consistency_loss or dict(type='AlignmentLoss', kind='l1'))
+            _check_consistency_loss(self.consistency_loss)
         self.discriminator = None
         if use_adversarial:
             self.discriminator = PairDiscriminator(width + embed_dim,
@@ -398,6 +420,18 @@ class SemanticsDisentangler(ConditionDisentangler):
             found['sa'] = self.semantic_agnostic(embeddings, tokens)
         return found
 
+    def consistency(self, f_sr: torch.Tensor, r_source: torch.Tensor) -> torch.Tensor:
+        """``L_sc`` (unweighted) of ``f^sr`` and ``r^S``, ``[B, E]`` each -> scalar.
+
+        A per-caption distance (the paper's L1) is the mean over this rank's captions: DDP's
+        average of the ranks' gradients is then the global batch's. A batch-contrastive loss
+        compares each caption with the others of the batch, so it is handed the global batch
+        (:func:`~xmr.models.losses.distributed.gather_with_grad`), as one process would see it.
+        """
+        if batch_contrastive(self.consistency_loss):
+            return self.consistency_loss(*gather_with_grad(f_sr, r_source))
+        return self.consistency_loss(f_sr, r_source)
+
     # ----------------------------------------------------------------------------- forward
     def forward(self, embeddings: torch.Tensor, tokens: TokenBatch,
                 r_source: torch.Tensor | None = None, r_negative: torch.Tensor | None = None
@@ -429,7 +463,7 @@ class SemanticsDisentangler(ConditionDisentangler):
                              f'({embeddings.shape[0]}, {self.tower.embed_dim})')
         r_source = r_source.detach().to(embeddings.dtype)
         if self.consistency_loss is not None:
-            losses['sc'] = self.loss_weights['sc'] * self.consistency_loss(found['sr'], r_source)
+            losses['sc'] = self.loss_weights['sc'] * self.consistency(found['sr'], r_source)
         if self.discriminator is not None:
             if r_negative is None:
                 r_negative = r_source[shuffled_negatives(embeddings.shape[0],

@@ -1,0 +1,123 @@
+"""DASD's ``L_sc`` under DDP, in two gloo processes against one process with the global batch.
+
+The paper's ``L_sc`` (L1, per caption) needs no gather: each process's mean over its shard,
+with DDP's average of the gradients, is the global batch's mean. A batch-contrastive ``L_sc``
+(``InfoNCELoss``) compares each caption with the others of the batch, so the SDM gathers the
+global batch for it; before, each process contrasted its own shard only."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tests.conftest import tiny_backbone_cfg
+from tests.engine.test_distributed import free_port
+from xmr.models.disentanglers import PerLanguageDisentangler, SemanticsDisentangler
+from xmr.registry import DISENTANGLERS, MODELS
+
+WORLD = 2
+#: Captions of the global batch, and their lengths (each process reads a half).
+LENGTHS = (5, 3, 4, 2, 5, 1, 3, 4)
+SHARD = len(LENGTHS) // WORLD
+
+
+def tower():
+    torch.manual_seed(0)
+    return MODELS.build(tiny_backbone_cfg()).text_tower
+
+
+def build(text_tower, consistency_loss: dict) -> SemanticsDisentangler:
+    torch.manual_seed(1)
+    return DISENTANGLERS.build(
+        dict(type='SemanticsDisentangler', adapter=dict(type='StaticAdapter', hidden=8),
+             generator=dict(d_z=16, d_u=4), use_adversarial=False, features=['sr'],
+             consistency_loss=consistency_loss),
+        default_args=dict(tower=text_tower))
+
+
+def global_batch(text_tower) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    """The global batch: ``[8, 5, D]`` embeddings, their tokens and ``[8, E]`` ``r^S``."""
+    generator = torch.Generator().manual_seed(2)
+    lengths = torch.tensor(LENGTHS)
+    longest = int(lengths.max())
+    tokens = dict(input_ids=torch.zeros(len(LENGTHS), longest, dtype=torch.long),
+                  attention_mask=torch.arange(longest)[None] < lengths[:, None],
+                  eos_index=lengths - 1)
+    embeddings = text_tower.add_positions(
+        torch.randn(len(LENGTHS), longest, text_tower.width, generator=generator) * 0.1)
+    return embeddings, tokens, torch.randn(len(LENGTHS), text_tower.embed_dim,
+                                           generator=generator)
+
+
+def sc_and_grads(sdm: SemanticsDisentangler, embeddings, tokens, r_source
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    sdm.zero_grad()
+    loss = sdm(embeddings, tokens, r_source=r_source)[1]['sc']
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in sdm.named_parameters()
+                           if p.grad is not None}
+
+
+def _worker(rank: int, port: int, out_dir: str, consistency_loss: dict) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', rank=rank, world_size=WORLD)
+    text_tower = tower()
+    embeddings, tokens, r_source = global_batch(text_tower)
+    rows = slice(rank * SHARD, (rank + 1) * SHARD)
+    # The shard's tokens stay padded to the global batch's longest caption: the SDM masks
+    # padding, and one width keeps the comparison to the rows alone.
+    loss, grads = sc_and_grads(build(text_tower, consistency_loss), embeddings[rows],
+                               {key: value[rows] for key, value in tokens.items()},
+                               r_source[rows])
+    # DDP's reduction of the parameters' gradients: their mean over the processes.
+    for grad in grads.values():
+        dist.all_reduce(grad)
+        grad /= WORLD
+    torch.save(dict(loss=loss, grads=grads), Path(out_dir) / f'rank{rank}.pt')
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize('consistency_loss', [
+    dict(type='AlignmentLoss', kind='l1'),  # the paper's, per caption: nothing gathered
+    dict(type='InfoNCELoss', temperature=0.1),  # in-batch negatives: the global batch
+])
+def test_two_gloo_processes_train_l_sc_as_one_process_with_the_global_batch(tmp_path,
+                                                                          consistency_loss):
+    mp.start_processes(_worker, args=(free_port(), str(tmp_path), consistency_loss),
+                       nprocs=WORLD, join=True, start_method='fork')
+    text_tower = tower()
+    loss, grads = sc_and_grads(build(text_tower, consistency_loss), *global_batch(text_tower))
+    ranks = [torch.load(tmp_path / f'rank{rank}.pt') for rank in range(WORLD)]
+    assert grads and set(ranks[0]['grads']) == set(grads)
+    for rank in ranks:
+        for name, grad in grads.items():
+            torch.testing.assert_close(rank['grads'][name], grad, rtol=1e-5, atol=1e-7,
+                                       msg=name)
+    if consistency_loss['type'] == 'InfoNCELoss':
+        # Every process computes the global batch's loss itself.
+        for rank in ranks:
+            torch.testing.assert_close(rank['loss'], loss, rtol=1e-6, atol=1e-7)
+    else:
+        # Each its shard's mean, whose mean is the global batch's.
+        torch.testing.assert_close(sum(rank['loss'] for rank in ranks) / WORLD, loss,
+                                   rtol=1e-6, atol=1e-7)
+
+
+def test_an_l_sc_that_masks_by_media_or_serves_one_language_s_captions_is_refused():
+    text_tower = tower()
+    with pytest.raises(ValueError, match=(
+            r'model.disentangler.consistency_loss \(InfoNCELoss\) has mask_same_media=True, '
+            'but the SDM is given no media keys')):
+        build(text_tower, dict(type='InfoNCELoss', mask_same_media=True))
+    contrastive = {lang: build(text_tower, dict(type='InfoNCELoss')) for lang in ('de', 'zh')}
+    with pytest.raises(ValueError, match=(
+            r'consistency_loss \(InfoNCELoss\) is batch-contrastive: .* set '
+            'model.disentangler.per_language=False')):
+        PerLanguageDisentangler(contrastive)
+    PerLanguageDisentangler({lang: build(text_tower, dict(type='AlignmentLoss', kind='l1'))
+                             for lang in ('de', 'zh')})
