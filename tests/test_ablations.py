@@ -247,3 +247,25 @@ def test_a_row_merging_into_a_copied_dict_variable_is_refused_only_where_it_chan
     row.write_text("data_prefix = dict(media='frames')\n")
     with pytest.raises(ValueError, match=r'sets data_prefix, .*\(loader\.dataset\.data_prefix\)'):
         apply_ablations(Config.fromfile(str(base)), [str(row)])
+
+
+@pytest.mark.parametrize('none_first', [False, True])
+def test_rows_setting_one_key_to_none_and_to_a_value_cannot_be_combined(tmp_path, none_first):
+    """``blocks=None`` (every block) and Table 10's row's list: whichever came last was taken
+    without a word, while the run was named after both."""
+    every_block = tmp_path / 'every-block.py'
+    every_block.write_text('model = dict(language_branch=dict(adapters=dict(blocks=None)))\n')
+    rows = ['dasd/no-da-block-3', str(every_block)]
+    rows = rows[::-1] if none_first else rows
+    message = ('sets model.language_branch.adapters.blocks to None, and .* only the last would '
+               'take effect' if none_first else
+               'removes model.language_branch.adapters.blocks \\(None\\), but ablation '
+               "'dasd/no-da-block-3' configures model.language_branch.adapters.blocks")
+    with pytest.raises(ValueError, match=message) as error:
+        apply_ablations(load(DASD_CONFIGS[0]), rows)
+    assert all(f"ablation '{row}'" in str(error.value) for row in rows)
+    # A key the config itself sets to None is an override a row may make.
+    (tmp_path / 'base.py').write_text('model = dict(head=None, neck=dict(type="X"))\n')
+    (tmp_path / 'head.py').write_text('model = dict(head=3)\n')
+    assert apply_ablations(Config.fromfile(str(tmp_path / 'base.py')),
+                           [str(tmp_path / 'head.py')]).model.head == 3

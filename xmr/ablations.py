@@ -90,6 +90,7 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
     """
     configured: dict[tuple[str, ...], str] = {}
     removed = {path: f'the config {cfg.filename}' for path in _removed_paths(cfg.to_dict())}
+    removed_by_config = set(removed)
     for name in names:
         path = ablation_path(name)
         # Its custom_imports are the merged config's, which load_run_config imports.
@@ -115,11 +116,17 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
                     f"{who} configures {'.'.join(keys)}, but the config {cfg.filename} has no "
                     f"{'.'.join(absent)}: the row applies to configs that have one (to add the "
                     f'part anew, give it whole with its type)')
+            by = removed.get(keys, who)
+            if by != who and keys not in removed_by_config:
+                raise ValueError(
+                    f"{by} sets {'.'.join(keys)} to None, and {who} to "
+                    f'{_value_at(overlay, keys)!r}: only the last would take effect, while the '
+                    'run is named after both; the two rows cannot be combined')
             _refuse_overridden(configured, keys, _value_at(overlay, keys), who)
             configured.setdefault(keys, (who, _value_at(overlay, keys)))
         for keys in _removed_paths(overlay):
             clash = [k for k in configured
-                     if len(k) > len(keys) and k[:len(keys)] == keys and configured[k][0] != who]
+                     if k[:len(keys)] == keys and configured[k][0] != who]
             if clash:
                 raise ValueError(
                     f"{who} removes {'.'.join(keys)} (None), but {configured[clash[0]][0]} "
