@@ -269,3 +269,20 @@ def test_rows_setting_one_key_to_none_and_to_a_value_cannot_be_combined(tmp_path
     (tmp_path / 'head.py').write_text('model = dict(head=3)\n')
     assert apply_ablations(Config.fromfile(str(tmp_path / 'base.py')),
                            [str(tmp_path / 'head.py')]).model.head == 3
+
+
+def test_a_row_changing_a_variable_a_runner_key_copied_whole_is_refused(tmp_path):
+    """PECTVLM's configs set ``test_evaluator = target_evaluator``: a row giving
+    ``target_evaluator`` other languages changed the variable alone, and the run evaluated the
+    old ones. Two variables equal to each other (aliases) are no copies."""
+    base = tmp_path / 'base.py'
+    base.write_text("target_evaluator = dict(type='RetrievalMetric', languages=['en', 'de'])\n"
+                    'test_evaluator = target_evaluator\n'
+                    "langs = ['de']\nlanguages = langs\n")
+    row = tmp_path / 'fr.py'
+    row.write_text("target_evaluator = dict(languages=['en', 'fr'])\n")
+    with pytest.raises(ValueError, match=r"sets target_evaluator, .* as it loaded "
+                       r'\(test_evaluator\): the row would change none'):
+        apply_ablations(Config.fromfile(str(base)), [str(row)])
+    row.write_text("langs = ['fr']\n")
+    assert apply_ablations(Config.fromfile(str(base)), [str(row)]).langs == ['fr']

@@ -53,13 +53,20 @@ def value_at(node: Any, key: str) -> Any:
 
 
 def variable_copies(whole: Mapping[str, Any], key: str) -> list[str]:
-    """The nested keys outside top-level ``key`` holding a copy of its value: text, a non-empty
-    list or a non-empty dict (a number, or an empty list, meets its equals by chance)."""
+    """The keys outside top-level ``key`` holding a copy of its value: text, a non-empty list or
+    a non-empty dict (a number, or an empty list, meets its equals by chance).
+
+    A copy is a nested key, or a top-level key the runner reads (``test_evaluator =
+    target_evaluator``: the run evaluates with that copy); another top-level variable equal to
+    it is an alias, whose own copies are nested keys.
+    """
     value = whole[key]
     if not (isinstance(value, str) or value and isinstance(value, (list, tuple, Mapping))):
         return []
+    read = runner_keys()
     return [path for path, found in nested_values(whole, '')
-            if '.' in path and not path.startswith(key + '.') and found == value]
+            if ('.' in path and not path.startswith(key + '.') or path in read)
+            and path != key and found == value]
 
 
 def nested_values(node: Any, path: str = '') -> Iterator[tuple[str, Any]]:
