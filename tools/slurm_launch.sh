@@ -5,12 +5,12 @@
 #
 # prints the usage for -h or --help; checks that the caller got PARTITION JOB_NAME and SCRIPT's
 # positional arguments (else prints the usage and exits 2), then runs tools/SCRIPT under srun,
-# one task per GPU, with MMEngine's `slurm` launcher, which reads the rank, world size and master
-# address from Slurm's environment.
-# Environment: GPUS (8), GPUS_PER_NODE (min(GPUS, 8)), CPUS_PER_TASK (5), PORT (else
-# MASTER_PORT, else 29500; handed on as MASTER_PORT), SRUN_ARGS (srun's
-# further options, quoted as on a command line: PYTHON's shlex splits them), SRUN, PYTHON,
-# XMR_COMMAND (the name the usage shows; `xmr slurm_train` sets it).
+# one task per GPU on GPUS / GPUS_PER_NODE nodes, with MMEngine's `slurm` launcher, which reads
+# the rank, world size and master address from Slurm's environment.
+# Environment: GPUS (8), GPUS_PER_NODE (8; min(GPUS, GPUS_PER_NODE) is used, which must divide
+# GPUS), CPUS_PER_TASK (5), PORT (else MASTER_PORT, else 29500; handed on as MASTER_PORT),
+# SRUN_ARGS (srun's further options, quoted as on a command line: PYTHON's shlex splits them),
+# SRUN, PYTHON, XMR_COMMAND (the name the usage shows; `xmr slurm_train` sets it).
 
 source "$(dirname "${BASH_SOURCE[0]}")/dist_launch.sh"
 
@@ -38,12 +38,24 @@ slurm_launch() {
         echo "error: GPUS: '$gpus' is no positive number of GPUs (tasks); set GPUS=N" >&2
         exit 2
     fi
-    local gpus_per_node=${GPUS_PER_NODE:-$(( gpus < 8 ? gpus : 8 ))}
+    local gpus_per_node=${GPUS_PER_NODE:-8}
     if ! [[ $gpus_per_node =~ ^[1-9][0-9]*$ ]]; then
         echo "error: GPUS_PER_NODE: '$gpus_per_node' is no positive number of GPUs a node;" \
             "set GPUS_PER_NODE=N" >&2
         exit 2
     fi
+    # --gres and --ntasks-per-node are what each node runs: GPUS_PER_NODE=8 with GPUS=2 reserved
+    # 8 GPUs of a shared node for 2 tasks.
+    if (( gpus_per_node > gpus )); then
+        gpus_per_node=$gpus
+    fi
+    # A remainder would leave the last node fewer tasks than the GPUs its --gres reserves.
+    if (( gpus % gpus_per_node != 0 )); then
+        echo "error: GPUS: $gpus GPUs do not fill nodes of GPUS_PER_NODE=$gpus_per_node each;" \
+            "set GPUS to a multiple of $gpus_per_node, or GPUS_PER_NODE to a divisor of $gpus" >&2
+        exit 2
+    fi
+    local nodes=$(( gpus / gpus_per_node ))
     local cpus_per_task=${CPUS_PER_TASK:-5}
     # srun's own refusal named --cpus-per-task, an option the caller never wrote.
     if ! [[ $cpus_per_task =~ ^[1-9][0-9]*$ ]]; then
@@ -86,6 +98,7 @@ except ValueError as error:
     exec "${SRUN:-srun}" -p "$partition" \
         --job-name="$job_name" \
         --gres=gpu:"$gpus_per_node" \
+        --nodes="$nodes" \
         --ntasks="$gpus" \
         --ntasks-per-node="$gpus_per_node" \
         --cpus-per-task="$cpus_per_task" \

@@ -78,12 +78,37 @@ def test_slurm_scripts_run_one_task_per_gpu_with_the_slurm_launcher():
     out = run('slurm_train.sh', 'part', 'job', 'cfg.py', '--amp', SRUN='echo', GPUS='16',
               SRUN_ARGS='--time=1:00 --qos=high')
     assert out.stdout.split() == [
-        '-p', 'part', '--job-name=job', '--gres=gpu:8', '--ntasks=16', '--ntasks-per-node=8',
-        '--cpus-per-task=5', '--kill-on-bad-exit=1', '--time=1:00', '--qos=high', 'python',
+        '-p', 'part', '--job-name=job', '--gres=gpu:8', '--nodes=2', '--ntasks=16',
+        '--ntasks-per-node=8', '--cpus-per-task=5', '--kill-on-bad-exit=1', '--time=1:00', '--qos=high', 'python',
         '-u', f'{TOOLS}/train.py', 'cfg.py', '--launcher', 'slurm', '--amp']
     out = run('slurm_test.sh', 'part', 'job', 'cfg.py', 'ckpt.pth', SRUN='echo', GPUS='2')
     assert '--ntasks=2' in out.stdout and out.stdout.split()[-4:] == [
         'cfg.py', 'ckpt.pth', '--launcher', 'slurm']
+
+
+@pytest.mark.parametrize('env, per_node, nodes', [
+    (dict(GPUS='2', GPUS_PER_NODE='8'), 2, 1), (dict(GPUS='2'), 2, 1),
+    (dict(GPUS='16', GPUS_PER_NODE='4'), 4, 4), (dict(GPUS='8', GPUS_PER_NODE='8'), 8, 1),
+    (dict(GPUS='3', GPUS_PER_NODE='3'), 3, 1)])
+def test_slurm_reserves_the_gpus_its_tasks_use_on_the_nodes_they_fill(tmp_path, env, per_node,
+                                                                       nodes):
+    """GPUS=2 GPUS_PER_NODE=8 reserved --gres=gpu:8 (a shared node's 8 GPUs for 2 tasks) with
+    --ntasks-per-node=8."""
+    out = run('slurm_train.sh', 'part', 'job', 'cfg.py', SRUN=str(args_printer(tmp_path)), **env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[3:7] == [f'--gres=gpu:{per_node}', f'--nodes={nodes}',
+                          f'--ntasks={env["GPUS"]}', f'--ntasks-per-node={per_node}']
+
+
+@pytest.mark.parametrize('gpus, per_node', [('12', '8'), ('10', '4')])
+def test_slurm_gpus_that_do_not_fill_whole_nodes_are_refused(tmp_path, gpus, per_node):
+    """12 tasks at 8 a node: the second node got 4 tasks but --gres=gpu:8."""
+    out = run('slurm_train.sh', 'part', 'job', 'cfg.py', SRUN=str(args_printer(tmp_path)),
+              GPUS=gpus, GPUS_PER_NODE=per_node)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        2, '', f'error: GPUS: {gpus} GPUs do not fill nodes of GPUS_PER_NODE={per_node} each; '
+        f'set GPUS to a multiple of {per_node}, or GPUS_PER_NODE to a divisor of {gpus}\n')
 
 
 @pytest.mark.parametrize('script, args', [('dist_train.sh', ['cfg.py']),
