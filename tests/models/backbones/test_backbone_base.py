@@ -16,6 +16,7 @@ from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones import OpenCLIPTextTower
 from xmr.models.backbones.base import (
     TextBackbone,
+    TowerShape,
     VisionLanguageBackbone,
     block_linear_shapes,
     check_tokenizer_fits,
@@ -206,18 +207,23 @@ def test_the_tower_shape_a_backbone_config_gives_is_the_built_towers(config):
         pytest.skip(f'XLM-R tokenizer fixture missing: {XLMR_TOKENIZER}')
     cfg = config()
     tower = MODELS.build(cfg).text_tower
-    assert configured_tower_shape(cfg) == (tower.width, tower.num_blocks, tower.embed_dim)
+    assert configured_tower_shape(cfg) == TowerShape(tower.width, tower.num_blocks,
+                                                     tower.embed_dim, tower.fixed_context)
 
 
 @pytest.mark.parametrize('cfg, shape', [
     # DESIGN: CLIP ViT-B's text tower has width 512 and 12 blocks, and projects to the 512-d
     # joint space; ViT-L/14's is 768 wide, and so is its joint space.
-    (dict(type='OpenCLIPBackbone', arch='ViT-B-32'), (512, 12, 512)),
-    (dict(type='OpenCLIPBackbone', arch='ViT-L-14'), (768, 12, 768)),
+    (dict(type='OpenCLIPBackbone', arch='ViT-B-32'), TowerShape(512, 12, 512)),
+    (dict(type='OpenCLIPBackbone', arch='ViT-L-14'), TowerShape(768, 12, 768)),
+    # open_clip's SigLIP and SigLIP 2 B/16 configs: 768 wide, 12 bidirectional blocks pooled
+    # at the last position ('last'): a fixed context.
+    (dict(type='OpenCLIPBackbone', arch='ViT-B-16-SigLIP'), TowerShape(768, 12, 768, True)),
+    (dict(type='OpenCLIPBackbone', arch='ViT-B-16-SigLIP2'), TowerShape(768, 12, 768, True)),
     # CCLM's 6 text-only layers of XLM-R large, text_proj to 256; M-CLIP's whole XLM-R large,
     # mapped to ViT-L/14's 768.
-    (dict(type='CCLMDualStream', checkpoint='checkpoints/cclm_4m.th'), (1024, 6, 256)),
-    (dict(type='MultilingualCLIPBackbone'), (1024, 24, 768)),
+    (dict(type='CCLMDualStream', checkpoint='checkpoints/cclm_4m.th'), TowerShape(1024, 6, 256)),
+    (dict(type='MultilingualCLIPBackbone'), TowerShape(1024, 24, 768)),
     # Only the hub's config knows these (the Hugging Face cache is empty here): their build
     # checks the parts.
     (dict(type='OpenCLIPBackbone', arch='xlm-roberta-base-ViT-B-32'), None),
@@ -295,7 +301,8 @@ def test_the_tower_shape_of_a_text_encoder_in_a_folder_is_the_built_towers(confi
         pytest.skip(f'XLM-R tokenizer fixture missing: {XLMR_TOKENIZER}')
     cfg = config(tmp_path)
     tower = MODELS.build(cfg).text_tower
-    assert configured_tower_shape(cfg) == (tower.width, tower.num_blocks, tower.embed_dim)
+    assert configured_tower_shape(cfg) == TowerShape(tower.width, tower.num_blocks,
+                                                     tower.embed_dim, tower.fixed_context)
 
 
 def test_the_tower_shape_of_a_hub_name_is_read_from_the_cache_without_the_network(
@@ -316,7 +323,7 @@ def test_the_tower_shape_of_a_hub_name_is_read_from_the_cache_without_the_networ
         (snapshot.parent.parent / 'refs' / 'main').write_text('0' * 40)
         cfg = dict(type=kind, embed_dim=16)
         assert configured_tower_shape(dict(cfg, **{option: f'xmr-tests/tiny-{kind}'})) == (
-            48, 3, 16)
+            TowerShape(48, 3, 16))
         assert configured_tower_shape(dict(cfg, **{option: 'xmr-tests/no-such'})) is None
 
 

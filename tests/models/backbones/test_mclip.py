@@ -16,6 +16,7 @@ from tests.models.backbones.mclip_helpers import (
     tokenizer_cfg,
 )
 from xmr.models.adapters import AdapterContext
+from xmr.models.backbones.base import TowerShape
 from xmr.models.backbones.mclip import MultilingualCLIPBackbone
 from xmr.registry import MODELS
 
@@ -369,7 +370,7 @@ def test_a_release_folder_as_text_encoder_is_its_model_bases_xlmr(tmp_path):
     release = _release_config(tmp_path / 'release')
     for given in (release, f'{release}/config.json'):
         assert MultilingualCLIPBackbone.text_tower_shape(dict(text_encoder=given)) == (
-            1024, 24, 768)
+            TowerShape(1024, 24, 768))
     base = tmp_path / 'base'
     XLMRobertaConfig(**TINY_XLMR).save_pretrained(base)
     tiny = _release_config(tmp_path / 'tiny', modelBase=str(base), transformerDimensions=32)

@@ -30,7 +30,7 @@ from tests.models.backbones.open_clip_families import (
     xlmr_tokenizer,
 )
 from xmr.models.backbones import OpenCLIPTextTower
-from xmr.models.backbones.base import configured_tower_shape
+from xmr.models.backbones.base import TowerShape, configured_tower_shape
 from xmr.models.backbones.open_clip_hf import OpenCLIPHFTextTower, OpenCLIPM2M100TextTower
 from xmr.models.language.tokenizers import NLLBTokenizer
 from xmr.registry import MODELS
@@ -141,7 +141,8 @@ def test_the_tower_shape_the_config_gives_is_the_built_towers(name, tmp_path):
     which was left to the build."""
     cfg = backbone_cfg(*_family(name, tmp_path))
     tower = MODELS.build(cfg).text_tower
-    assert configured_tower_shape(cfg) == (tower.width, tower.num_blocks, tower.embed_dim)
+    assert configured_tower_shape(cfg) == TowerShape(tower.width, tower.num_blocks,
+                                                     tower.embed_dim, tower.fixed_context)
 
 
 @pytest.mark.parametrize('name', FAMILIES)

@@ -17,7 +17,7 @@ from tests.conftest import MIXED_BATCH as BATCH
 from xmr.datasets.collate import media_keys
 from xmr.models.adapters import StaticAdapter
 from xmr.models.backbones import OpenCLIPBackbone
-from xmr.models.disentanglers.semantics import NO_CONDITION_READER
+from xmr.models.disentanglers.semantics import NO_CONDITION_READER, SemanticsDisentangler
 from xmr.registry import DISENTANGLERS, MODELS, UnknownOptionError, check_part_options
 
 
@@ -247,6 +247,10 @@ def test_padding_averaged_into_f_sa_needs_a_fixed_padding_as_the_config_loads():
                        r'the padding into f\^sa, but model\.language_branch\.tokenizer has no '
                        r'pad_to'):
         check_part_options(MODELS, cfg, 'model')
+    # A backbone whose config does not tell its tower (text_tower_shape: None) needs pad_to.
+    with pytest.raises(ValueError, match=r'tokenizer has no pad_to'):
+        SemanticsDisentangler.check_tokenizer_config(
+            cfg['disentangler'], cfg['language_branch']['tokenizer'], None)
     cfg['language_branch']['tokenizer']['pad_to'] = 32
     check_part_options(MODELS, cfg, 'model')
     torch.manual_seed(0)
@@ -254,6 +258,37 @@ def test_padding_averaged_into_f_sa_needs_a_fixed_padding_as_the_config_loads():
     texts = ['ein roter Kreis', 'zwei blaue Quadrate links oben', 'drei']
     with torch.no_grad():
         together = model.encode_text(model.language_branch.tokenize(texts, ['de'] * 3), 'de')
+        alone = [model.encode_text(model.language_branch.tokenize([text], ['de']), 'de')
+                 for text in texts]
+    torch.testing.assert_close(together, torch.cat(alone))
+
+
+@pytest.mark.parametrize('text_cfg', [dict(pool_type='last'),
+                                      dict(pool_type='last', no_causal_mask=True),
+                                      dict(no_causal_mask=True)],
+                         ids=['causal_last', 'siglip_bidirectional_last', 'bidirectional'])
+def test_padding_averaged_into_f_sa_is_accepted_on_a_fixed_context_tower_without_pad_to(
+        text_cfg):
+    """A fixed-context tower (``'last'`` pooling, SigLIP's; a bidirectional tower that attends
+    to its padding) has every caption padded to its context whatever the tokenizer's config
+    says: a caption's embedding never depends on its batch, and ``padding_as_tokens`` needs
+    no ``pad_to`` in the config."""
+    cfg = copy.deepcopy(tiny_dasd_cfg())
+    cfg['disentangler']['padding_as_tokens'] = True
+    backbone = cfg['backbone']
+    backbone['model_cfg'] = copy.deepcopy(backbone['model_cfg'])
+    backbone['model_cfg']['text_cfg'].update(text_cfg)
+    assert 'pad_to' not in cfg['language_branch']['tokenizer']
+    check_part_options(MODELS, cfg, 'model')
+    torch.manual_seed(0)
+    model = MODELS.build(cfg).eval()
+    assert model.backbone.text_tower.fixed_context
+    texts = ['ein roter Kreis', 'zwei blaue Quadrate links oben', 'drei']
+    tokens = model.language_branch.tokenize(texts, ['de'] * 3)
+    context = backbone['model_cfg']['text_cfg']['context_length']
+    assert tokens['input_ids'].shape == (3, context)
+    with torch.no_grad():
+        together = model.encode_text(tokens, 'de')
         alone = [model.encode_text(model.language_branch.tokenize([text], ['de']), 'de')
                  for text in texts]
     torch.testing.assert_close(together, torch.cat(alone))

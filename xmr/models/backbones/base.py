@@ -611,12 +611,15 @@ class TokenOutput(NamedTuple):
 class TowerShape(NamedTuple):
     """A text tower's width ``D``, number of blocks and output width ``E`` (after its
     projection: the backbone's joint space) as a backbone's config gives them, before the tower
-    is built (:meth:`TextBackbone.text_tower_shape`). The checks of the parts placed on the
-    tower read these attributes of this or of the built :class:`TextTower` alike."""
+    is built (:meth:`TextBackbone.text_tower_shape`), and whether it has a fixed context
+    (:attr:`TextTower.fixed_context`: every caption padded to the context, whatever the
+    tokenizer's config says). The checks of the parts placed on the tower read these
+    attributes of this or of the built :class:`TextTower` alike."""
 
     width: int
     num_blocks: int
     embed_dim: int
+    fixed_context: bool = False
 
 
 def configured_tower_shape(cfg: Any) -> TowerShape | None:

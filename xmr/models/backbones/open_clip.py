@@ -53,6 +53,16 @@ def _text_transformer_class():
     return open_clip.transformer.TextTransformer
 
 
+def _has_fixed_context(pool_type: str, class_token: bool, causal: bool,
+                       pad_masked: bool) -> bool:
+    """Whether a ``TextTransformer``'s pooled token depends on its padding
+    (:attr:`TextTower.fixed_context`). It does not only when it is a real token that sees no
+    padding: masked padding keys, or a causal mask with the padding after it. ``'last'``
+    pooling reads the last position, padding or not, and an appended class token's position
+    moves with the length."""
+    return pool_type == 'last' or class_token or not (causal or pad_masked)
+
+
 def _refuse(owner: str, field: str, what: str) -> TypeError:
     return TypeError(f'{owner}: {field} - {what}')
 
@@ -149,11 +159,8 @@ class OpenCLIPTextTower(PreNormTextTower):
         self.embed_dim = _projected_width(self.text_projection, self.width)
         self.custom_blocks = self._check_blocks(owner)
         self.num_heads = self.blocks[0].attn.num_heads
-        # The pooled token is independent of the padding only when it is a real token that sees
-        # no padding: masked padding keys, or a causal mask with the padding after it.
-        # A class token's position moves with the length too.
-        self.fixed_context = (self.pooling == 'last' or self.cls_emb is not None
-                              or not (self.causal or self.pad_masked))
+        self.fixed_context = _has_fixed_context(pool_type, self.cls_emb is not None,
+                                                self.causal, self.pad_masked)
 
     def _read_masks(self, clip: nn.Module) -> tuple[nn.Module, str, str]:
         """Set the masking the model's text tower trains with (padding mask, padding id, class
@@ -486,9 +493,12 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
     def text_tower_shape(cls, cfg: Mapping[str, Any]) -> TowerShape | None:
         """``width`` and ``layers`` of the architecture's ``text_cfg`` (``model_cfg``'s, else
         ``open_clip.get_model_config(arch)``'s) with open_clip's defaults, and its ``embed_dim``,
-        which the text projection maps to (``width`` without one); for a Hugging Face text
-        encoder (``hf_model_name``), ``hidden_size`` and ``num_hidden_layers`` of its config as
-        its folder or the Hugging Face cache holds it (:func:`offline_hf_config`). ``None``
+        which the text projection maps to (``width`` without one), and whether the tower has a
+        fixed context (its ``pool_type``, ``embed_cls`` and ``no_causal_mask``, as
+        :class:`OpenCLIPTextTower` reads them built); for a Hugging Face text encoder
+        (``hf_model_name``, never a fixed context), ``hidden_size`` and ``num_hidden_layers``
+        of its config as its folder or the Hugging Face cache holds it
+        (:func:`offline_hf_config`). ``None``
         for an encoder neither holds and for an architecture open_clip does not name (the
         build says so)."""
         from open_clip.model import CLIPTextCfg
@@ -505,9 +515,13 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
             return None if config is None else TowerShape(
                 config.hidden_size, config.num_hidden_layers, embed_dim)
         text = CLIPTextCfg(**text)
-        # open_clip builds no projection with proj_type='none': the tokens stay D wide.
+        # open_clip builds no projection with proj_type='none': the tokens stay D wide. Its
+        # configs mask the padding keys of a class-token tower only (use_pad_mask is no
+        # text_cfg field), and a class token overrides the pooling.
+        fixed_context = _has_fixed_context(text.pool_type, text.embed_cls,
+                                           not text.no_causal_mask, text.embed_cls)
         return TowerShape(text.width, text.layers,
-                          text.width if text.proj_type == 'none' else embed_dim)
+                          text.width if text.proj_type == 'none' else embed_dim, fixed_context)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         # Unnormalised for every model class (CoCa normalises unless told not to).

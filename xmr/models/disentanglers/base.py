@@ -78,10 +78,14 @@ class ConditionDisentangler(SettingsWithoutWeights, nn.Module, metaclass=ABCMeta
         default."""
 
     @classmethod
-    def check_tokenizer_config(cls, cfg: Mapping[str, Any], tokenizer: Any) -> None:
-        """Refuse, from this module's config and the branch's tokenizer config
-        (``model.language_branch.tokenizer``), options the tokenizer's padding cannot serve;
-        any fit by default."""
+    def check_tokenizer_config(cls, cfg: Mapping[str, Any], tokenizer: Any,
+                               tower: TextTower | TowerShape | None) -> None:
+        """Refuse, from this module's config, the branch's tokenizer config
+        (``model.language_branch.tokenizer``) and the text tower (the
+        :class:`~xmr.models.backbones.base.TowerShape` of the backbone's config, whose
+        ``fixed_context`` pads every caption to the context whatever the tokenizer's config
+        says; ``None`` where the config does not tell), options the padding cannot serve; any
+        fit by default."""
 
     @property
     @abstractmethod

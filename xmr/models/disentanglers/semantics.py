@@ -308,14 +308,18 @@ class SemanticsDisentangler(ConditionDisentangler):
                     padding_as_tokens=self.padding_as_tokens)
 
     @classmethod
-    def check_tokenizer_config(cls, cfg: Mapping[str, object], tokenizer: object) -> None:
+    def check_tokenizer_config(cls, cfg: Mapping[str, object], tokenizer: object,
+                               tower: TextTower | TowerShape | None) -> None:
         """Refuse ``padding_as_tokens`` with a tokenizer that pads each batch to its longest
         caption (no ``pad_to``): ``f^sa`` averages the padding in, so a caption's embedding
         would depend on the other captions of its batch (evaluation's batch, a query's
-        ``batch_size``). The authors pad every caption to 77."""
+        ``batch_size``). The authors pad every caption to 77. A fixed-context tower's
+        (``tower.fixed_context``: SigLIP's) captions are all padded to its context, ``pad_to``
+        given or not (:class:`~xmr.models.language.branch.TargetLanguageBranch`); a tower the
+        config does not tell (``None``) needs the ``pad_to``."""
         if not with_defaults(cls, cfg)['padding_as_tokens'] or not isinstance(tokenizer, Mapping):
             return
-        if tokenizer.get('pad_to') is None:
+        if tokenizer.get('pad_to') is None and not (tower is not None and tower.fixed_context):
             raise ValueError(
                 'model.disentangler.padding_as_tokens=True averages the padding into f^sa, but '
                 'model.language_branch.tokenizer has no pad_to: it pads each batch to its '

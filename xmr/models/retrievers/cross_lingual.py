@@ -185,7 +185,8 @@ class CrossLingualRetriever(BaseRetriever):
                 ``W^z``: :meth:`ConditionDisentangler.check_adapter_types`) or their options
                 (dynamic adapters of another width than ``W^z``:
                 :meth:`ConditionDisentangler.check_adapter_configs`) or the branch's tokenizer
-                (the SDM's ``padding_as_tokens`` without a fixed ``pad_to``:
+                (the SDM's ``padding_as_tokens`` without a fixed ``pad_to``, on a tower
+                the config does not give a fixed context:
                 :meth:`ConditionDisentangler.check_tokenizer_config`); an option beyond
                 the tower (:meth:`TargetLanguageBranch.check_tower
                 <xmr.models.language.branch.TargetLanguageBranch.check_tower>`,
@@ -213,7 +214,7 @@ class CrossLingualRetriever(BaseRetriever):
         if types is not None:
             kind.check_adapter_types(types)
         kind.check_adapter_configs(disentangler, branch.get('adapters'))
-        kind.check_tokenizer_config(disentangler, branch.get('tokenizer'))
+        kind.check_tokenizer_config(disentangler, branch.get('tokenizer'), tower)
         if tower is not None:
             kind.check_tower(disentangler, tower)
 
