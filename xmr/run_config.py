@@ -264,8 +264,9 @@ def check_run_values(cfg: Config) -> None:
     learning rate, a value of MMEngine's logger or checkpoint hook that it refuses naming no key
     or silently reads as another (:func:`_check_mmengine_hook_values`), a count in epochs that
     no loop would resolve (:func:`_check_epoch_counts`), a flag of the runner's own that is no
-    ``True`` or ``False`` (:data:`RUNNER_FLAGS`), MMEngine's ``auto_scale_lr`` under the phased
-    loop, which would overwrite its scaling.
+    ``True`` or ``False`` (:data:`RUNNER_FLAGS`), a phase's dataloader key that names no
+    dataloader of the config, MMEngine's ``auto_scale_lr`` under the phased loop, which would
+    overwrite its scaling.
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
     option check of xmr's registries, after it has made the work dir; their own options, and
@@ -277,6 +278,7 @@ def check_run_values(cfg: Config) -> None:
         ValueError: naming the key and its value.
         KeyError: a phase's missing or unknown keys.
     """
+    from xmr.engine.loops import resolve_dataloader_key
     from xmr.engine.phases import Phase, check_phase_names
     from xmr.registry import (
         DATA_SAMPLERS,
@@ -316,8 +318,15 @@ def check_run_values(cfg: Config) -> None:
                          'None for a random one)')
     train_cfg = cfg.get('train_cfg') or {}
     if train_cfg.get('type') == 'PhasedTrainLoop':
-        check_phase_names([Phase.from_config(index, phase)
-                           for index, phase in enumerate(train_cfg.get('phases') or [])])
+        phases = [Phase.from_config(index, phase)
+                  for index, phase in enumerate(train_cfg.get('phases') or [])]
+        check_phase_names(phases)
+        # The loop resolves these as the runner trains, after it has made the work dir (a
+        # timestamped log folder, the config dump): a misspelt key left them in a work dir
+        # that may hold an earlier run.
+        for phase in phases:
+            if isinstance(phase.dataloader, str):
+                resolve_dataloader_key(cfg, phase.dataloader, phase.name)
         if (cfg.get('auto_scale_lr') or {}).get('enable'):
             # MMEngine scales the optimiser's groups, and logs it; the loop then sets each
             # group's lr from its phase every iteration, unscaled.

@@ -538,6 +538,26 @@ def test_a_model_the_config_alone_refuses_is_refused_before_the_work_dir_is_made
     assert not work_dir.exists()
 
 
+@pytest.mark.parametrize('earlier_run', [False, True])
+def test_a_misspelt_phase_dataloader_key_is_refused_before_the_work_dir_is_written(
+        tmp_path, earlier_run):
+    """The loop resolved the key as the runner trained: after the runner had made the work dir
+    (a work dir of an earlier run too), its timestamped log folder and its config dump."""
+    work_dir = tmp_path / 'work'
+    if earlier_run:  # one that stopped before its first checkpoint
+        (work_dir / '20261201_000000').mkdir(parents=True)
+        (work_dir / '20261201_000000' / '20261201_000000.log').write_text('phase 1\n')
+    before = sorted(path.name for path in tmp_path.rglob('*'))
+    with pytest.raises(ValueError, match=re.escape(
+            "phase source_finetune: dataloader 'source_finetune_dataloadr' is no dataloader of "
+            "the config (did you mean 'source_finetune_dataloader'?); the config has "
+            "['source_finetune_dataloader', 'test_dataloader', 'train_dataloader', "
+            "'val_dataloader']")):
+        train_tool.main([str(DEMO), '--work-dir', str(work_dir), '--cfg-options',
+                         'train_cfg.phases.0.dataloader=source_finetune_dataloadr'])
+    assert sorted(path.name for path in tmp_path.rglob('*')) == before
+
+
 def test_a_part_beyond_a_text_encoder_in_a_folder_is_refused_before_the_work_dir_is_made(
         tmp_path):
     """A BERT given by its folder told its shape only as it built, after the runner had made

@@ -68,14 +68,15 @@ def resolve_dataloader_key(cfg: Mapping[str, Any], key: str, phase_name: str) ->
         phase_name: the phase asking, named in the error.
 
     Raises:
-        ValueError: ``key`` holds no dataloader dict; the message lists the keys that do.
+        ValueError: ``key`` holds no dataloader dict; the message lists the keys that do, and
+            the nearest to a misspelt ``key``.
     """
     loader = cfg.get(key)
     if not isinstance(loader, Mapping):
         known = sorted(k for k, v in cfg.items() if k.endswith('dataloader')
                        and isinstance(v, Mapping))
         raise ValueError(f"phase {phase_name}: dataloader '{key}' is no dataloader of the "
-                         f'config; the config has {known}')
+                         f'config{did_you_mean(key, known)}; the config has {known}')
     return loader
 
 
