@@ -79,8 +79,8 @@ def test_slurm_scripts_run_one_task_per_gpu_with_the_slurm_launcher():
               SRUN_ARGS='--time=1:00 --qos=high')
     assert out.stdout.split() == [
         '-p', 'part', '--job-name=job', '--gres=gpu:8', '--nodes=2', '--ntasks=16',
-        '--ntasks-per-node=8', '--cpus-per-task=5', '--kill-on-bad-exit=1', '--time=1:00', '--qos=high', 'python',
-        '-u', f'{TOOLS}/train.py', 'cfg.py', '--launcher', 'slurm', '--amp']
+        '--ntasks-per-node=8', '--cpus-per-task=5', '--kill-on-bad-exit=1', '--time=1:00',
+        '--qos=high', 'python', '-u', f'{TOOLS}/train.py', 'cfg.py', '--launcher', 'slurm', '--amp']
     out = run('slurm_test.sh', 'part', 'job', 'cfg.py', 'ckpt.pth', SRUN='echo', GPUS='2')
     assert '--ntasks=2' in out.stdout and out.stdout.split()[-4:] == [
         'cfg.py', 'ckpt.pth', '--launcher', 'slurm']
