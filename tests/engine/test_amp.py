@@ -20,6 +20,7 @@ from tests.conftest import MIXED_BATCH as BATCH
 from xmr.engine import amp
 from xmr.engine.amp import AutocastOptimWrapper, amp_dtype, enable_amp
 from xmr.engine.optim import PhasedOptimWrapperConstructor
+from xmr.engine.optim_wrapper import OptimWrapper
 
 TOLERANCE = 1e-2
 
@@ -302,3 +303,118 @@ def test_mmengine_amp_wrapper_counts_windows_per_phase_without_mmengine_warning(
     assert logged == []
     # 4 of the phase's iterations done; its last window holds 18 % 4 = 2 iterations.
     assert (wrapper._inner_count, wrapper._max_counts, wrapper._remainder_counts) == (4, 18, 2)
+
+
+def fp16_window_wrapper(weight: torch.nn.Parameter, counts: int, iters: int,
+                        **loss_scale) -> AutocastOptimWrapper:
+    """An fp16 wrapper around SGD (lr 1) on ``weight``, its windows of ``counts`` iterations
+    counted over ``iters``, its scaler doubling the scale at every step it takes
+    (``growth_interval=1``) from ``init_scale`` 4 (as given)."""
+    wrapper = AutocastOptimWrapper(dtype='float16', accumulative_counts=counts,
+                                   loss_scale={'init_scale': 4.0, 'growth_interval': 1,
+                                               **loss_scale},
+                                   optimizer=torch.optim.SGD([weight], lr=1.0))
+    wrapper.initialize_count_status(torch.nn.Linear(1, 1), 0, iters)
+    return wrapper
+
+
+def squared_error(weight: torch.Tensor, inputs: torch.Tensor, targets: torch.Tensor
+                  ) -> torch.Tensor:
+    """The batch's mean squared error of the linear model ``inputs @ weight``."""
+    return ((inputs @ weight - targets) ** 2).mean()
+
+
+#: Four items of a linear regression, in small integers (exact in fp16), as two micro-batches.
+INPUTS = torch.tensor([[1.0, 2.0], [3.0, -1.0], [0.0, 1.0], [2.0, 2.0]])
+TARGETS = torch.tensor([1.0, -2.0, 3.0, 0.0])
+
+
+def test_an_fp16_window_steps_once_on_the_full_batch_gradient_and_updates_the_scale_once():
+    """Accumulated over a window of 2, the micro-batches' losses each divided by the window,
+    the step is the full batch's by hand (the gradient of the mean squared error,
+    ``2/N X^T (X w - t)``, at w = 0: ``-2/N X^T t``); the scaler unscales and updates once per
+    window, not at each micro-step (the scale doubles once per step, not twice), and the
+    window's gradients are held at the scale while it runs."""
+    weight = torch.nn.Parameter(torch.zeros(2))
+    wrapper = fp16_window_wrapper(weight, counts=2, iters=4)
+    module = torch.nn.ParameterList([weight])
+    for half in (slice(0, 2), slice(2, 4)):
+        with wrapper.optim_context(module):
+            loss = squared_error(weight, INPUTS[half], TARGETS[half])
+        wrapper.update_params(loss)
+        if half.start == 0:  # inside the window: nothing stepped, the gradient still scaled
+            assert weight.tolist() == [0.0, 0.0] and wrapper.scaler.get_scale() == 4.0
+            half_gradient = -2 / 2 * INPUTS[:2].T @ TARGETS[:2] / 2  # divided by the window
+            torch.testing.assert_close(weight.grad, 4.0 * half_gradient)
+    full_gradient = -2 / 4 * INPUTS.T @ TARGETS
+    torch.testing.assert_close(weight.detach(), -full_gradient)
+    assert wrapper.scaler.get_scale() == 8.0 and weight.grad is None
+
+
+def test_an_fp16_phase_s_last_short_window_is_divided_by_its_own_length():
+    """Three iterations at windows of 2: the second window is one micro-batch, undivided
+    (MMEngine's remainder), and the scale doubles at each of the two steps."""
+    weight = torch.nn.Parameter(torch.zeros(2))
+    wrapper = fp16_window_wrapper(weight, counts=2, iters=3)
+    module = torch.nn.ParameterList([weight])
+    for item in range(3):
+        with wrapper.optim_context(module):
+            loss = squared_error(weight, INPUTS[item:item + 1], TARGETS[item:item + 1])
+        wrapper.update_params(loss)
+    # The first window: the two items' gradients at w = 0 (-2 x t each), each halved.
+    expected = -(-2 * INPUTS[:2].T @ TARGETS[:2]) / 2
+    # The second: the third item's whole gradient, at the weights the first step left.
+    third = 2 * INPUTS[2] * (INPUTS[2] @ expected - TARGETS[2])
+    torch.testing.assert_close(weight.detach(), expected - third)
+    assert wrapper.scaler.get_scale() == 16.0
+
+
+def test_an_overflow_inside_an_fp16_window_skips_the_window_s_one_step_and_halves_once():
+    weight = torch.nn.Parameter(torch.zeros(2))
+    wrapper = fp16_window_wrapper(weight, counts=2, iters=4)
+    module = torch.nn.ParameterList([weight])
+    for scale in (math.inf, 1.0):
+        with wrapper.optim_context(module):
+            loss = squared_error(weight, INPUTS[:2], TARGETS[:2]) * scale
+        wrapper.update_params(loss)
+    assert weight.tolist() == [0.0, 0.0] and wrapper.scaler.get_scale() == 2.0
+
+
+def half_window(wrapper, weight: torch.nn.Parameter) -> dict:
+    """The state of ``wrapper`` after the first micro-batch of a window of 2."""
+    with wrapper.optim_context(torch.nn.ParameterList([weight])):
+        loss = squared_error(weight, INPUTS[:2], TARGETS[:2])
+    wrapper.update_params(loss)
+    return wrapper.state_dict()
+
+
+def finish_window(wrapper, weight: torch.nn.Parameter) -> list[float]:
+    with wrapper.optim_context(torch.nn.ParameterList([weight])):
+        loss = squared_error(weight, INPUTS[2:], TARGETS[2:])
+    wrapper.update_params(loss)
+    return weight.tolist()
+
+
+@pytest.mark.parametrize('saved_under, resumed_under', [
+    ('float16', 'float32'), ('float32', 'float16'), ('float16', 'float16')])
+def test_a_window_saved_under_one_precision_resumes_under_another_on_the_same_gradients(
+        saved_under, resumed_under):
+    """A checkpoint inside a window holds its gradients so far (``pending_grads``), which fp16
+    holds multiplied by its loss scale: resumed without fp16 they stepped 2^16 times too far,
+    and fp32's resumed under fp16 were divided by the scale at its unscale. The resumed window
+    steps as the uninterrupted run does (its full batch's gradient, as by hand above)."""
+    def wrapper_for_precision(precision: str, weight: torch.nn.Parameter):
+        if precision == 'float16':  # a scale of its own, not the one the window was saved at
+            return fp16_window_wrapper(weight, counts=2, iters=2, init_scale=64.0)
+        wrapper = OptimWrapper(torch.optim.SGD([weight], lr=1.0), accumulative_counts=2)
+        wrapper.initialize_count_status(torch.nn.Linear(1, 1), 0, 2)
+        return wrapper
+
+    saving = torch.nn.Parameter(torch.zeros(2))
+    state = half_window(wrapper_for_precision(saved_under, saving), saving)
+    resumed = torch.nn.Parameter(torch.zeros(2))
+    wrapper = wrapper_for_precision(resumed_under, resumed)
+    wrapper.load_state_dict(state)
+    wrapper._inner_count = 1  # the loop's count at the resumed iteration
+    full_gradient = -2 / 4 * INPUTS.T @ TARGETS
+    assert finish_window(wrapper, resumed) == pytest.approx((-full_gradient).tolist())

@@ -154,13 +154,22 @@ class AutocastOptimWrapper(OptimWrapper):
             state['loss_scaler'] = self.scaler.state_dict()
         return state
 
-    def load_state_dict(self, state_dict: dict) -> None:
-        state_dict = dict(state_dict)
-        if 'loss_scaler' in state_dict:
+    def _load_loss_scaler(self, scaler_state: dict | None) -> None:
+        """Load fp16's loss scale into this run's scaler; one this run has no use for (bf16) is
+        dropped, saying so."""
+        if scaler_state is not None:
             self._resolve()
             if self.scaler is not None:
-                self.scaler.load_state_dict(state_dict.pop('loss_scaler'))
-        super().load_state_dict(state_dict)  # drops a scale this run has no use for, saying so
+                self.scaler.load_state_dict(scaler_state)
+                return
+        super()._load_loss_scaler(scaler_state)
+
+    def _window_grad_scale(self) -> float:
+        """fp16's loss scale (the precision chosen now, where no step has chosen it yet: a
+        resumed window's gradients must be scaled as its remaining backward passes will be);
+        1 under bf16."""
+        self._resolve()
+        return 1.0 if self.scaler is None else self._loss_scale()
 
 
 def _check_loss_scale(loss_scale: Any) -> None:

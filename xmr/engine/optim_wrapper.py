@@ -321,19 +321,38 @@ class OptimWrapper(PhaseWindowCounts, BuiltSettingsKept, MMEngineOptimWrapper):
     def load_state_dict(self, state_dict: dict) -> None:
         """Load :meth:`state_dict`'s, its ``pending_grads`` back onto the parameters: each
         rank's own where the checkpoint holds as many ranks as this run has
-        (:func:`window_grads_for_this_rank`). fp16's loss scale, which a run without it
-        cannot use, is dropped with a warning. The groups keep the config's settings
+        (:func:`window_grads_for_this_rank`), brought from the loss scale they were saved at
+        (fp16's ``loss_scaler``, else 1) to this run's (:meth:`_window_grad_scale`). fp16's
+        loss scale, which a run without it cannot use, is dropped with a warning
+        (:meth:`_load_loss_scaler`). The groups keep the config's settings
         (:class:`BuiltSettingsKept`)."""
         state_dict = dict(state_dict)
         saved = state_dict.pop('pending_grads', None)
-        if state_dict.pop('loss_scaler', None) is not None:
+        scaler_state = state_dict.pop('loss_scaler', None)
+        self._load_loss_scaler(scaler_state)
+        super().load_state_dict(state_dict)
+        if saved is None:
+            return
+        # The scaler updates only at a window's step: the window's gradients so far carry the
+        # scale the checkpoint holds (a disabled scaler's state is empty: none).
+        saved_at = float((scaler_state or {}).get('scale', 1.0))
+        factor = self._window_grad_scale() / saved_at
+        for parameter, grad in zip(self._parameters(), window_grads_for_this_rank(saved),
+                                   strict=True):
+            parameter.grad = None if grad is None else grad.to(parameter.device) * factor
+
+    def _load_loss_scaler(self, scaler_state: dict | None) -> None:
+        """Take a checkpoint's fp16 loss-scaler state (``None``: it has none): this wrapper
+        scales no loss, so it is dropped, with a warning."""
+        if scaler_state is not None:
             print_log('the checkpoint was written under fp16 loss scaling, which this run does '
                       'not use; its loss scale is dropped (resume with --amp-dtype float16 to '
                       'keep training as it did)', logger='current', level=logging.WARNING)
-        super().load_state_dict(state_dict)
-        grads = () if saved is None else window_grads_for_this_rank(saved)
-        for parameter, grad in zip(self._parameters(), grads, strict=saved is not None):
-            parameter.grad = None if grad is None else grad.to(parameter.device)
+
+    def _window_grad_scale(self) -> float:
+        """The factor the gradients of a window under way carry: the loss scale their backward
+        passes multiplied the loss by, which the step divides out (1: none here)."""
+        return 1.0
 
     def _window_grads(self) -> list[torch.Tensor | None]:
         """Each parameter's gradient (of ``param_groups`` in order) copied to the host."""
