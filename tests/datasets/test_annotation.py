@@ -225,7 +225,7 @@ def test_foreign_json_is_rejected_with_a_hint(tmp_path):
 
 @pytest.mark.parametrize('name, made', [
     ('multi30k_train.json', 'multi30k_train.json is written by tools/data/prepare_multi30k.py'),
-    ('multi30k_train_100shot.json', 'is written by tools/data/few_shot_split.py --protocol '
+    ('multi30k_train_100shot_seed42.json', 'is written by tools/data/few_shot_split.py --protocol '
      'subsample'),
     ('flickr30k_200_test.json', 'is written by tools/data/prepare_flickr30k_200.py'),
     ('coco_test1k_fold3.json', "is written by tools/data/prepare_mscoco.py, or from LAPS's "

@@ -35,9 +35,10 @@ def test_the_permutation_is_pectvlms_seed_42_draw():
 def test_subsample_keeps_the_first_n_of_the_permutation_with_all_their_texts():
     part = subsample(_train(), 3, seed=42)
     assert [r.media_id for r in part.items] == ['2', '6', '1']
-    assert part.split == 'train_3shot'
+    assert part.split == 'train_3shot_seed42'
     # A subset's scores are not the whole split's (no CLIP_benchmark export as the split).
     assert is_few_shot_split(part.split) and is_few_shot_split('test_2016_100shot')
+    assert is_few_shot_split('fewshot50_seed7_test') and is_few_shot_split('fewshot50_val')
     assert not is_few_shot_split('train') and not is_few_shot_split('test_2016_flickr')
     assert part.items[0].translations == {'de': ['mt 2']}
     assert part.items[0].back_translations == {'de': ['bt 2']}
@@ -52,10 +53,10 @@ def test_command_line_writes_both_protocols(tmp_path, capsys):
           '--out-dir', str(tmp_path / 'out')])
     # Without --seed, PECTVLM's 42: the first of seeded_permutation(10, 42).
     assert [r.media_id for r in load_annotation(
-        tmp_path / 'out' / 'multi30k_train_4shot.json').items] == ['2', '6', '1', '8']
+        tmp_path / 'out' / 'multi30k_train_4shot_seed42.json').items] == ['2', '6', '1', '8']
     main([str(tmp_path / 'train.json'), '--protocol', 'split', '--shots', '2',
           '--out-dir', str(tmp_path / 'out')])
-    sizes = [len(load_annotation(tmp_path / 'out' / f'multi30k_fewshot2_{part}.json').items)
+    sizes = [len(load_annotation(tmp_path / 'out' / f'multi30k_fewshot2_seed42_{part}.json').items)
              for part in ('train', 'val', 'test')]
     assert sizes == [2, 2, 6]
     with pytest.raises(SystemExit, match='few-shot size 5 must be positive and leave test'):
@@ -68,8 +69,8 @@ def test_split_deals_train_val_and_test_from_one_permutation_without_overlap():
     parts = few_shot_splits(_train(), 2, seed=42)
     ids = {part: [r.media_id for r in ann.items] for part, ann in parts.items()}
     assert ids == {'train': ['2', '6'], 'val': ['1', '8'], 'test': ['4', '5', '0', '9', '3', '7']}
-    assert [ann.split for ann in parts.values()] == ['fewshot2_train', 'fewshot2_val',
-                                                     'fewshot2_test']
+    assert [ann.split for ann in parts.values()] == [
+        'fewshot2_seed42_train', 'fewshot2_seed42_val', 'fewshot2_seed42_test']
 
 
 def test_subsample_may_keep_every_item_but_a_split_must_leave_test_items():
@@ -91,7 +92,7 @@ def test_a_rerun_keeps_an_output_holding_translations_attached_since(tmp_path):
     run = [str(tmp_path / 'train.json'), '--protocol', 'subsample', '--shots', '4', '--out-dir',
            str(tmp_path / 'out')]
     main(run)
-    out = tmp_path / 'out' / 'multi30k_train_4shot.json'
+    out = tmp_path / 'out' / 'multi30k_train_4shot_seed42.json'
     few = load_annotation(out)
     attached = replace(few, translation_langs=['de', 'fr'], items=[
         replace(item, translations={**item.translations, 'fr': ['fr']}) for item in few.items])
@@ -108,15 +109,43 @@ def test_out_dir_replaces_an_earlier_split_of_the_dataset_alone(tmp_path):
     dump_annotation(_train(), tmp_path / 'train.json')
     run = [str(tmp_path / 'train.json'), '--protocol', 'split', '--shots', '2', '--out-dir',
            str(tmp_path)]
-    result = tmp_path / 'multi30k_fewshot2_val.json'
+    result = tmp_path / 'multi30k_fewshot2_seed42_val.json'
     result.write_text('{"metrics": {"mAR": 50.0}}')
     with pytest.raises(SystemExit, match=re.escape(
             f'error: {result} (--out-dir): exists and is no multi30k annotation a converter '
             'wrote; it is kept')):
         main(run)
     assert result.read_text() == '{"metrics": {"mAR": 50.0}}'
-    assert not (tmp_path / 'multi30k_fewshot2_train.json').exists()
+    assert not (tmp_path / 'multi30k_fewshot2_seed42_train.json').exists()
     result.unlink()
     main(run)
     main(run)  # its own earlier output: replaced
     assert len(load_annotation(result).items) == 2
+
+
+def test_draws_that_differ_only_in_seed_are_named_apart_and_kept_apart(tmp_path):
+    """Both seeds wrote ``multi30k_fewshot2_val.json`` with split ``fewshot2_val``: the second
+    draw was refused beside the first (or replaced it in another run), and what is keyed on the
+    split (a feature cache's metainfo, a result's dataset row) could not tell them apart."""
+    from xmr.datasets.retrieval import RetrievalDataset
+
+    dump_annotation(_train(), tmp_path / 'train.json')
+    for seed in ('42', '7'):
+        main([str(tmp_path / 'train.json'), '--protocol', 'split', '--shots', '2', '--seed', seed,
+              '--out-dir', str(tmp_path / 'out')])
+        main([str(tmp_path / 'train.json'), '--protocol', 'subsample', '--shots', '2',
+              '--seed', seed, '--out-dir', str(tmp_path / 'out')])
+    assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == sorted(
+        [f'multi30k_fewshot2_seed{seed}_{part}.json' for seed in (42, 7)
+         for part in ('train', 'val', 'test')]
+        + ['multi30k_train_2shot_seed42.json', 'multi30k_train_2shot_seed7.json'])
+    # seeded_permutation(10, 7) is another order than seed 42's [2, 6, 1, 8, ...].
+    assert seeded_permutation(10, 7)[:2] != [2, 6]
+    metainfo = {seed: RetrievalDataset(
+        ann_file=str(tmp_path / 'out' / f'multi30k_fewshot2_seed{seed}_val.json'),
+        with_media=False, test_mode=True).metainfo for seed in (42, 7)}
+    # What a feature cache's key holds of the dataset (every field but the path).
+    assert [metainfo[seed]['split'] for seed in (42, 7)] == ['fewshot2_seed42_val',
+                                                             'fewshot2_seed7_val']
+    # The number of shots is in the name too.
+    assert subsample(_train(), 3, seed=7).split != subsample(_train(), 2, seed=7).split

@@ -41,9 +41,10 @@ def test_xtd10_script_writes_test_and_few_shot_files(shared_data, tmp_path, monk
                               '--skip-media-check', '--few-shot', '50',
                               '--out-dir', str(tmp_path / 'out')], monkeypatch)
     written = sorted(path.name for path in (tmp_path / 'out').iterdir())
-    assert written == ['xtd10_fewshot50_test.json', 'xtd10_fewshot50_train.json',
-                       'xtd10_fewshot50_val.json', 'xtd10_test.json']
-    assert len(load_annotation(tmp_path / 'out' / 'xtd10_fewshot50_test.json').items) == 900
+    assert written == ['xtd10_fewshot50_seed42_test.json', 'xtd10_fewshot50_seed42_train.json',
+                       'xtd10_fewshot50_seed42_val.json', 'xtd10_test.json']
+    test_part = tmp_path / 'out' / 'xtd10_fewshot50_seed42_test.json'
+    assert len(load_annotation(test_part).items) == 900
 
 
 def test_multi30k_script_translations_and_a_bad_file(shared_data, tmp_path, monkeypatch,

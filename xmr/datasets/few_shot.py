@@ -5,10 +5,12 @@ Both draw one permutation with ``torch.randperm(count, generator=Generator().man
 
 * **split** (XTD10): one evaluation set becomes train = ``perm[:n]``, val = ``perm[n:2n]``,
   test = ``perm[2n:]`` (900 test images at ``n = 50``; the XTD10 converter writes them with
-  ``--few-shot``);
-* **subsample** (Multi30K): a training split keeps ``perm[:n]``; its official val and test splits
-  stay whole.
+  ``--few-shot``), splits ``fewshot<n>_seed<seed>_{train,val,test}``;
+* **subsample** (Multi30K): a training split keeps ``perm[:n]`` (split
+  ``<split>_<n>shot_seed<seed>``); its official val and test splits stay whole.
 
+The split names carry everything that decides the draw, ``n`` and the seed: what is keyed on a
+split (output file names, feature caches, evaluation rows) keeps two draws apart.
 Records keep every caption, translation and back-translation; items stay in permutation order,
 as the authors index them.
 """
@@ -25,17 +27,18 @@ from xmr.datasets.converters.errors import ConversionError
 from xmr.utils.cli import add_custom_imports
 
 __all__ = ['FEW_SHOT_PARTS', 'PROTOCOLS', 'few_shot_split_name', 'few_shot_splits',
-           'is_few_shot_split', 'main', 'seeded_permutation', 'subsample']
+           'is_few_shot_split', 'main', 'seeded_permutation', 'subsample', 'subsample_split_name']
 
 PROTOCOLS = ('split', 'subsample')
 #: The parts of :func:`few_shot_splits`, in order.
 FEW_SHOT_PARTS = ('train', 'val', 'test')
-#: The split names :func:`few_shot_splits` and :func:`subsample` write.
-_FEW_SHOT_SPLIT = re.compile(r'^fewshot\d+_(train|val|test)$|_\d+shot$')
+#: The split names :func:`few_shot_splits` and :func:`subsample` write, and those they wrote
+#: before the names carried the seed (still subsets).
+_FEW_SHOT_SPLIT = re.compile(r'^fewshot\d+(_seed\d+)?_(train|val|test)$|_\d+shot(_seed\d+)?$')
 
 
 def is_few_shot_split(split: str) -> bool:
-    """Whether ``split`` is a part this module cut from a whole split (``fewshot50_test``,
+    """Whether ``split`` is a part this module cut from a whole split (``fewshot50_seed42_test``,
     ``train_100shot``): a subset, whose scores are not the whole set's."""
     return _FEW_SHOT_SPLIT.search(split) is not None
 
@@ -47,9 +50,15 @@ def seeded_permutation(count: int, seed: int = 42) -> list[int]:
     return torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def few_shot_split_name(shots: int, part: str) -> str:
-    """The split of a part (:data:`FEW_SHOT_PARTS`) of :func:`few_shot_splits`."""
-    return f'fewshot{shots}_{part}'
+def few_shot_split_name(shots: int, part: str, seed: int = 42) -> str:
+    """The split of a part (:data:`FEW_SHOT_PARTS`) of :func:`few_shot_splits` drawn with
+    ``seed``, e.g. ``fewshot50_seed42_test``."""
+    return f'fewshot{shots}_seed{seed}_{part}'
+
+
+def subsample_split_name(split: str, shots: int, seed: int = 42) -> str:
+    """The split :func:`subsample` makes of ``split``, e.g. ``train_100shot_seed42``."""
+    return f'{split}_{shots}shot_seed{seed}'
 
 
 def few_shot_splits(ann: Annotation, shots: int, seed: int = 42) -> dict[str, Annotation]:
@@ -64,13 +73,14 @@ def few_shot_splits(ann: Annotation, shots: int, seed: int = 42) -> dict[str, An
                               f'out of {count}')
     order = seeded_permutation(count, seed)
     parts = dict(zip(FEW_SHOT_PARTS, (order[:shots], order[shots:2 * shots], order[2 * shots:])))
-    return {part: replace(ann, split=few_shot_split_name(shots, part),
+    return {part: replace(ann, split=few_shot_split_name(shots, part, seed),
                           items=[ann.items[i] for i in indices])
             for part, indices in parts.items()}
 
 
 def subsample(ann: Annotation, shots: int, seed: int = 42) -> Annotation:
-    """The first ``shots`` records of a seeded permutation of ``ann`` (split ``<split>_<n>shot``).
+    """The first ``shots`` records of a seeded permutation of ``ann`` (split
+    :func:`subsample_split_name`).
 
     Raises:
         ConversionError: if ``shots`` is not in ``1..len(ann.items)``.
@@ -79,7 +89,8 @@ def subsample(ann: Annotation, shots: int, seed: int = 42) -> Annotation:
     if not 0 < shots <= count:
         raise ConversionError(f'{ann.dataset}/{ann.split}: cannot keep {shots} of {count} items')
     order = seeded_permutation(count, seed)[:shots]
-    return replace(ann, split=f'{ann.split}_{shots}shot', items=[ann.items[i] for i in order])
+    return replace(ann, split=subsample_split_name(ann.split, shots, seed),
+                   items=[ann.items[i] for i in order])
 
 
 def main(argv: Sequence[str] | None = None) -> None:

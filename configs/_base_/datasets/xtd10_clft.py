@@ -9,7 +9,7 @@ train_dataloader = dict(
     batch_size=5, num_workers=2,
     dataset=dict(type='CaptionPairDataset', data_root=_base_.data_root,
                  data_prefix=_base_.data_prefix,
-                 ann_file='xtd10/annotations/xtd10_fewshot50_train.json',
+                 ann_file='xtd10/annotations/xtd10_fewshot50_seed42_train.json',
                  target_langs=_base_.target_langs, target_field='captions',
                  transform=_base_.media_transform))
 text_train_dataloader = None

@@ -21,7 +21,7 @@ def _gallery(ann_file):
         ann_file=ann_file, languages=eval_langs, transform=media_transform))
 
 
-val_dataloader = _gallery('xtd10/annotations/xtd10_fewshot50_val.json')
-test_dataloader = _gallery('xtd10/annotations/xtd10_fewshot50_test.json')
+val_dataloader = _gallery('xtd10/annotations/xtd10_fewshot50_seed42_val.json')
+test_dataloader = _gallery('xtd10/annotations/xtd10_fewshot50_seed42_test.json')
 full_test_dataloader = dict(_base_.test_dataloader,
                             **_gallery('xtd10/annotations/xtd10_test.json'))

@@ -16,7 +16,7 @@
 # translate-test and routine 3: in the train/val/test annotations) files attached
 # (docs/methods/pectvlm.md); the baseline and routine 1 read neither. Few-shot Multi30K:
 # tools/data/few_shot_split.py --protocol subsample --shots N and point
-# train_dataloader.dataset.ann_file at multi30k_train_<N>shot.json.
+# train_dataloader.dataset.ann_file at multi30k_train_<N>shot_seed<seed>.json.
 _base_ = ['../../_base_/datasets/multi30k_clft.py', './recipe.py']
 media_transform = _base_.mclip_transform
 phase = dict(_base_.phase, epochs=15)

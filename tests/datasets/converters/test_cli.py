@@ -64,7 +64,7 @@ def test_an_output_that_is_an_input_or_another_output_is_refused_before_writing(
     (msrvtt.main, ['--test-csv', 'none.csv', '--data-json', 'none.json', '--train-list',
                    '7k=none.csv', '9k=none.csv'], 'msrvtt_train9k'),
     (msrvtt.main, ['--test-csv', 'none.csv'], 'msrvtt_test1ka'),
-    (xtd10.main, ['--xtd-dir', 'none', '--few-shot', '50'], 'xtd10_fewshot50_test'),
+    (xtd10.main, ['--xtd-dir', 'none', '--few-shot', '50'], 'xtd10_fewshot50_seed42_test'),
     (crossmodal3600.main, ['--captions', 'none.jsonl'], 'crossmodal3600_test'),
     (flores_captions.main_xtd200, ['--captions-dir', 'none', '--languages', 'sw'],
      'xtd200_test'),

@@ -78,11 +78,12 @@ def test_a_failed_write_leaves_no_output_of_the_run(xtd, tmp_path):
     (refused before the release is read, by refuse_other_files; dump_annotations writes all or
     none too)."""
     root, names_file = xtd
-    (tmp_path / 'xtd10_fewshot50_val.json').mkdir()
-    with pytest.raises(SystemExit, match='xtd10_fewshot50_val.json \\(--out-dir\\): is a folder'):
+    (tmp_path / 'xtd10_fewshot50_seed42_val.json').mkdir()
+    with pytest.raises(SystemExit,
+                       match='xtd10_fewshot50_seed42_val.json \\(--out-dir\\): is a folder'):
         main(['--xtd-dir', str(root), '--image-names', str(names_file), '--skip-media-check',
               '--out-dir', str(tmp_path), '--few-shot', '50'])
-    assert [p.name for p in tmp_path.iterdir()] == ['xtd10_fewshot50_val.json']
+    assert [p.name for p in tmp_path.iterdir()] == ['xtd10_fewshot50_seed42_val.json']
 
 def test_few_shot_split_follows_the_seeded_permutation(xtd, tmp_path):
     root, names_file = xtd
@@ -95,12 +96,12 @@ def test_few_shot_split_follows_the_seeded_permutation(xtd, tmp_path):
     main(['--xtd-dir', str(root), '--image-names', str(names_file), '--skip-media-check',
           '--out-dir', str(tmp_path), '--few-shot', '50'])
     assert [r.media_id for r in load_annotation(
-        tmp_path / 'xtd10_fewshot50_train.json').items] == [r.media_id
-                                                            for r in parts['train'].items]
+        tmp_path / 'xtd10_fewshot50_seed42_train.json').items] == [
+            r.media_id for r in parts['train'].items]
     assert [len(parts[p].items) for p in ('train', 'val', 'test')] == [50, 50, 900]
     ids = [{r.media_id for r in parts[p].items} for p in ('train', 'val', 'test')]
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
-    assert parts['test'].split == 'fewshot50_test'
+    assert parts['test'].split == 'fewshot50_seed42_test'
 
 
 def test_missing_image_fails_with_its_path(xtd, tmp_path):

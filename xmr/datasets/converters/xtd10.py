@@ -15,8 +15,9 @@ file is looked for in it, then in the release's folders inside it or beside it.
 The release's ``jp`` becomes the ISO code ``ja``. Images resolve inside the COCO image folder
 from the file name (``COCO_val2014_x.jpg`` -> ``val2014/COCO_val2014_x.jpg``). Outputs:
 ``xtd10_test.json`` (1,000 images x 11 languages) and, with ``few_shot``, PECTVLM's seeded
-few-shot split ``xtd10_fewshot{n}_{train,val,test}.json``: ``torch.randperm(1000)`` drawn from a
-generator seeded with ``seed``; train = ``perm[:n]``, val = ``perm[n:2n]``, test = ``perm[2n:]``.
+few-shot split ``xtd10_fewshot{n}_seed{seed}_{train,val,test}.json``: ``torch.randperm(1000)``
+drawn from a generator seeded with ``seed``; train = ``perm[:n]``, val = ``perm[n:2n]``,
+test = ``perm[2n:]``.
 """
 from __future__ import annotations
 
@@ -144,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     images_dir = checked_media_dir(parser, args, 'images')
     splits = ['test']
     if args.few_shot is not None:
-        splits += [few_shot_split_name(args.few_shot, part) for part in FEW_SHOT_PARTS]
+        splits += [few_shot_split_name(args.few_shot, part, args.seed) for part in FEW_SHOT_PARTS]
     try:
         # Checked before the release is read: any other file named so was replaced.
         refuse_other_files(args.out_dir, {f'xtd10_{split}': 'xtd10' for split in splits})
