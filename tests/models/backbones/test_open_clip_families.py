@@ -145,6 +145,47 @@ def test_the_tower_shape_the_config_gives_is_the_built_towers(name, tmp_path):
                                                      tower.embed_dim, tower.fixed_context)
 
 
+def _read_by(tower, run) -> set[str]:
+    """Names of the tower's parameters ``run()``'s output is computed from (they get a
+    gradient)."""
+    weights = dict(tower.named_parameters())
+    for weight in weights.values():
+        weight.requires_grad_(True)
+    run().float().sum().backward()
+    read = {name for name, weight in weights.items() if weight.grad is not None}
+    for weight in weights.values():
+        weight.requires_grad_(False)
+        weight.grad = None
+    return read
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_the_token_table_and_blocks_a_tower_names_are_the_weights_it_reads_for_them(
+        name, tmp_path):
+    """What a branch with its own table or fewer blocks leaves out of its tuned_weights
+    (unread_tower_weights): the tower's token table is all embed_tokens reads, block i reads
+    all of its block_module(i) and nothing of a later block's (T5's later blocks read block
+    0's relative position bias)."""
+    backbone = _build(name, tmp_path)
+    tower, tokens = backbone.text_tower, backbone.tokenizer(TEXTS, TEXT_LANGS)
+
+    def names(module) -> set[str]:
+        ids = {id(weight) for weight in module.parameters()}
+        return {key for key, weight in tower.named_parameters() if id(weight) in ids}
+
+    assert _read_by(tower, lambda: tower.embed_tokens(tokens['input_ids'])) == names(
+        tower.token_table_module())
+    with torch.no_grad():
+        x, mask = tower.embed_source(tokens)
+    for index in range(tower.num_blocks):
+        read = _read_by(tower, lambda blocks=range(index, index + 1): tower.encode_embeddings(
+            x, mask, blocks=blocks))
+        assert names(tower.block_module(index)) <= read
+        later = set().union(*(names(tower.block_module(j))
+                              for j in range(index + 1, tower.num_blocks)))
+        assert not read & later
+
+
 @pytest.mark.parametrize('name', FAMILIES)
 def test_source_path_and_image_equal_open_clip(name, tmp_path):
     backbone = _build(name, tmp_path)

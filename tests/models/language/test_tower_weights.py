@@ -1,4 +1,6 @@
 """A language's own copies of tower weights (PECTVLM's LayerNorms and head, FT's whole tower)."""
+import re
+
 import pytest
 import torch
 
@@ -133,6 +135,52 @@ def test_full_fine_tuning_copies_the_whole_tower_embeddings_included(backbone):
     report = language_parameter_report(branch)
     assert report['de'].parameters == tower_count
     assert report['de'].of_text_encoder == 1.0
+
+
+def build_own_table_branch(backbone, tuned_weights):
+    """A branch with its own token table (``TargetEmbedding``) running one of the tower's
+    layers."""
+    return MODELS.build(
+        dict(type='TargetLanguageBranch', languages=['de'], tokenizer=tokenizer_cfg(),
+             embedding=dict(type='TargetEmbedding', table_width=16), adapters=None,
+             num_blocks=1, tuned_weights=tuned_weights),
+        default_args=dict(tower=backbone.text_tower))
+
+
+def test_full_fine_tuning_copies_only_the_weights_the_branch_reads(backbone):
+    """A branch with its own table never reads the tower's word embeddings, nor the layers past
+    its ``num_blocks``: ``'*'`` copies neither (a copy of M-CLIP's 250,002-row table would
+    train nothing, yet sit in the optimiser and in every checkpoint)."""
+    branch = build_own_table_branch(backbone, ['*'])
+    german = dict(branch.adapters.tower_weights('de').named_parameters())
+    tower = dict(backbone.text_tower.named_parameters())
+    layers = TINY_XLMR['num_hidden_layers']
+    assert layers > 1
+    unread = {'embeddings.word_embeddings.weight'} | {
+        name for name in tower for index in range(1, layers)
+        if name.startswith(f'layers.{index}.')}
+    assert sorted(german) == sorted(set(tower) - unread)
+    assert 'layers.0.output.LayerNorm.weight' in german and 'text_proj.weight' in german
+    state = branch.state_dict()
+    assert not any(key.endswith('tower_weights.embeddings.word_embeddings.weight')
+                   for key in state)
+    # Every copy kept is read: each gets a gradient.
+    tokens = branch.tokenize(CAPTIONS)
+    branch(tokens, ['de'] * len(CAPTIONS)).pow(2).sum().backward()
+    assert all(copy.grad is not None and copy.grad.abs().sum() > 0
+               for copy in german.values())
+
+
+@pytest.mark.parametrize('pattern, why', [
+    ('embeddings.word_embeddings.*', r'its own token table \(TargetEmbedding\)'),
+    ('layers.1.*', r'1 of the tower.s 2 blocks \(num_blocks=1\)')])
+def test_a_pattern_matching_only_weights_the_branch_never_reads_is_refused(backbone, pattern,
+                                                                            why):
+    assert TINY_XLMR['num_hidden_layers'] == 2
+    with pytest.raises(ValueError, match=rf"^tuned_weights pattern '{re.escape(pattern)}' "
+                                         rf'matches only weights the branch never reads: .*'
+                                         rf'{why}'):
+        build_own_table_branch(backbone, [pattern])
 
 
 def test_the_tower_gets_its_weights_back_after_an_error(backbone):

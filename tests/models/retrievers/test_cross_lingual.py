@@ -8,6 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import (
     CORPUS,
+    TINY_CLIP,
     phase_loss_keys,
     tiny_branch_cfg,
     tiny_dasd_cfg,
@@ -509,6 +510,27 @@ def test_the_adapters_fact_names_adapter_types_and_not_a_languages_tower_weights
         language_branch=tiny_branch_cfg(tuned_weights=['ln_final.*'])))
     assert 'tower_weights' in model.language_branch.adapters.sets['de']
     assert model.checkpoint_facts()['adapters'] == ['StaticAdapter']
+
+
+def test_full_fine_tuning_beside_a_branch_table_copies_no_token_table():
+    """``tuned_weights=['*']`` on DASD's branch (its own table, TargetEmbedding): CLIP's
+    49,408-row token table is read by the source side only, so the languages hold no copy of
+    it, neither among their trainable weights nor in the checkpoint; every copy they hold
+    trains."""
+    model = MODELS.build(tiny_retriever_cfg(
+        language_branch=tiny_branch_cfg(tuned_weights=['*'])))
+    tower = model.backbone.text_tower
+    table = TINY_CLIP['text_cfg']['vocab_size'] * TINY_CLIP['text_cfg']['width']
+    for lang in ('de', 'zh'):
+        copies = model.language_branch.adapters.tower_weights(lang)
+        assert sum(weight.numel() for weight in copies.parameters()) == (
+            sum(weight.numel() for weight in tower.parameters()) - table)
+    assert not any('tower_weights.token_embedding' in key for key in model.state_dict())
+    model.set_phase('cross_lingual', dict(cl=1.0))
+    data = model.data_preprocessor(BATCH, True)
+    sum(model(mode='loss', **data).values()).backward()
+    assert all(weight.grad is not None and weight.grad.abs().sum() > 0
+               for weight in model.language_branch.adapters.tower_weights('de').parameters())
 
 
 def dasd_reference(model, tokens, langs):

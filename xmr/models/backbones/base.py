@@ -224,6 +224,20 @@ class TextTower(nn.Module, metaclass=ABCMeta):
         or packed ``[T, D]`` with the batch's :class:`PackedTokens` (attention through
         :meth:`attend`)."""
 
+    def token_table_module(self) -> nn.Module | None:
+        """The module whose weights :meth:`embed_tokens` reads (the tower's token table), or
+        ``None`` where the tower does not name it. A target branch with its own table never
+        reads it, so its ``tuned_weights`` copy none of it
+        (:func:`~xmr.models.language.tower_weights.unread_tower_weights`)."""
+        return None
+
+    def block_module(self, index: int) -> nn.Module | None:
+        """The module holding block ``index``'s weights (what :meth:`run_block` runs), or
+        ``None`` where the tower does not name it: a branch running fewer blocks
+        (``num_blocks``) never reads the later ones, and its ``tuned_weights`` copy none of
+        them."""
+        return None
+
     def token_states(self, x: torch.Tensor) -> torch.Tensor:
         """What the tower does to every token between its last block and pooling, ``[B, L, D]
         -> [B, L, D]``: nothing by default (T5's final RMSNorm acts here, see

@@ -108,6 +108,12 @@ class BertTextTower(TextTower):
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embeddings.word_embeddings(input_ids)
 
+    def token_table_module(self) -> nn.Module:
+        return self.embeddings.word_embeddings
+
+    def block_module(self, index: int) -> nn.Module:
+        return self.layers[index]
+
     def add_positions(self, x: torch.Tensor,
                       attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``LN(x + type_0 + pos)``: BERT's embedding sum and its LayerNorm, ``[B, L, D]``.

@@ -221,6 +221,12 @@ class OpenCLIPTextTower(PreNormTextTower):
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.token_embedding(input_ids)
 
+    def token_table_module(self) -> nn.Module:
+        return self.token_embedding
+
+    def block_module(self, index: int) -> nn.Module:
+        return self.blocks[index]
+
     def add_positions(self, x: torch.Tensor) -> torch.Tensor:
         """Add positions ``0..L-1`` to ``x`` ``[B, L, D]``; with ``embed_cls`` the last
         position (the slot the tokenizer padded for it) becomes the class token first."""

@@ -250,6 +250,13 @@ class OpenCLIPT5TextTower(HFPreNormTextTower):
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed(input_ids)
 
+    def token_table_module(self) -> nn.Module:
+        return self.embed
+
+    def block_module(self, index: int) -> nn.Module:
+        # Block 0 also holds the relative position bias every block adds; a branch runs it.
+        return self.blocks[index]
+
     def add_positions(self, x: torch.Tensor) -> torch.Tensor:
         """T5 has no absolute positions: ``x`` unchanged (the relative bias acts in attention).
 
@@ -367,6 +374,12 @@ class OpenCLIPM2M100TextTower(HFPreNormTextTower):
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         """``[B, L] -> [B, L, D]``: the token table times ``embed_scale`` (no positions)."""
         return F.embedding(input_ids, self.token_embedding.weight) * self.embed_scale
+
+    def token_table_module(self) -> nn.Module:
+        return self.token_embedding
+
+    def block_module(self, index: int) -> nn.Module:
+        return self.layers[index]
 
     def add_positions(self, x: torch.Tensor,
                       attention_mask: torch.Tensor | None = None) -> torch.Tensor:

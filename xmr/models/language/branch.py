@@ -26,7 +26,7 @@ from xmr.models.language.tokenizers import (
     check_max_length,
     check_padding,
 )
-from xmr.models.language.tower_weights import TowerWeights
+from xmr.models.language.tower_weights import TowerWeights, unread_tower_weights
 from xmr.models.unowned import hold_unowned
 from xmr.registry import MODELS, TOKENIZERS
 
@@ -167,7 +167,10 @@ class TargetLanguageBranch(nn.Module):
         tuned_weights: ``fnmatch`` patterns over the tower's parameter names; each language
             gets its own trainable copies of the matching weights (:class:`TowerWeights`, part
             of its module), used in place of the frozen ones for its captions: PECTVLM's
-            LayerNorms and head, ``['*']`` for full fine-tuning.
+            LayerNorms and head, ``['*']`` for full fine-tuning. Weights the branch never reads
+            are not copied (:func:`~xmr.models.language.tower_weights.unread_tower_weights`:
+            the tower's token table beside an embedding with its own, the blocks past
+            ``num_blocks``), and a pattern matching only such weights is refused.
     """
 
     def __init__(self, tower: TextTower, languages: Sequence[str], tokenizer: dict | BaseTokenizer,
@@ -195,8 +198,9 @@ class TargetLanguageBranch(nn.Module):
             if isinstance(module, BaseAdapter):
                 module.attach(self.tokenizer, self.embedding)
         if tuned_weights:
+            unread = unread_tower_weights(tower, self.num_blocks, self.embedding)
             for lang in self.languages:
-                self.adapters.add_tower_weights(lang, TowerWeights(tower, tuned_weights))
+                self.adapters.add_tower_weights(lang, TowerWeights(tower, tuned_weights, unread))
         if tower.fixed_context:
             self._fit_fixed_context(given_pad_to, sets_max_length)
         else:
