@@ -31,7 +31,7 @@ CONVERTER_OUTPUTS = {
     *(f'coco_{s}.json' for s in ('train', 'val', 'test5k')),
     *(f'coco_test1k_fold{k}.json' for k in range(5)),
     *(f'cococn_{s}.json' for s in ('train', 'val', 'test')),
-    'xtd10_test.json', *(f'xtd10_fewshot50_{s}.json' for s in ('train', 'val', 'test')),
+    'xtd10_test.json', *(f'xtd10_fewshot50_seed42_{s}.json' for s in ('train', 'val', 'test')),
     *(f'msrvtt_{s}.json' for s in ('train7k', 'train9k', 'val', 'test1ka')),
     'cc300k_train.json',
 }
