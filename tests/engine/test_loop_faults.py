@@ -239,6 +239,44 @@ def test_the_media_of_every_dataset_are_checked_before_the_first_step(tmp_path, 
     assert len({id(dataset) for dataset in checked}) == len(checked)
 
 
+def _val_cfg(cfg):
+    cfg.val_dataloader = dict(loader(dict(
+        type='SyntheticRetrievalDataset', num_scenes=4, languages=['en', *LANGS], split='val',
+        image_size=32, seed=0, captions_per_image=1), batch_size=4), drop_last=False)
+    cfg.val_evaluator = dict(type='RetrievalMetric', languages=['en', *LANGS])
+    cfg.val_cfg = dict(type='ValLoop')
+    for phase in cfg.train_cfg.phases:
+        phase.iters = 1
+    return cfg
+
+
+def test_a_gallery_of_media_the_phases_train_on_is_refused_before_the_first_step(
+        tmp_path, monkeypatch):
+    """The synthetic sets stand for annotation datasets: training and validation list one
+    image file among others (check_held_out's own tests read real Multi30K and XTD10)."""
+    from xmr.datasets.annotation import Annotation, MediaRecord
+    from xmr.datasets.synthetic.dataset import SyntheticRetrievalDataset
+
+    def images(*names):
+        return Annotation(dataset='d', split='s', media_type='image', languages=['en'],
+                          items=[MediaRecord(name, f'images/{name}.jpg', {'en': ['a']})
+                                 for name in names])
+
+    for kind, ann in ((SyntheticPairDataset, images('1', '2')),
+                      (SyntheticRetrievalDataset, images('2', '3'))):
+        monkeypatch.setattr(kind, 'annotation', ann, raising=False)
+        monkeypatch.setattr(kind, 'media_root', tmp_path / 'media', raising=False)
+    _, error = runner_that_fails_before_training(_val_cfg(make_cfg(tmp_path / 'refused')))
+    assert str(error.value).startswith(
+        'val dataset 0 (SyntheticRetrievalDataset) shares 1 of its 2 media files with phase '
+        'source_finetune dataset (source_finetune), e.g. images/2.jpg: ')
+    assert str(error.value).endswith('allowed by train_cfg.allow_eval_overlap=True')
+    allowed = _val_cfg(make_cfg(tmp_path / 'allowed'))
+    allowed.train_cfg.allow_eval_overlap = True
+    _, records = train(allowed)
+    assert records
+
+
 def test_a_resumed_run_checks_the_data_of_the_phases_still_to_run_only(long_run, tmp_path,
                                                                        monkeypatch):
     """Resumed at 15, source_finetune (0-4) is done: its English dataset is not checked (its

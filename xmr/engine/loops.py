@@ -12,6 +12,7 @@ from mmengine.dist import get_world_size
 from mmengine.runner.base_loop import BaseLoop
 from torch.utils.data import DataLoader
 
+from xmr.datasets.held_out import check_held_out
 from xmr.engine.data_languages import (
     check_data_languages,
     check_gallery_sizes,
@@ -30,6 +31,7 @@ from xmr.engine.epoch_counts import (
 )
 from xmr.engine.eval_loops import check_media_exist, expected_metric_keys, scored_loaders
 from xmr.engine.feature_cache import prepare_feature_caches
+from xmr.engine.feature_cache.dataset import source_dataset
 from xmr.engine.hook_points import call_failure_point, call_hook_point, call_while_failing
 from xmr.engine.hooks.checkpoint import check_metric_names
 from xmr.engine.hooks.preemption import (
@@ -414,11 +416,15 @@ class PhasedTrainLoop(BaseLoop):
             window, saved nor validated) and a phase may not end on one. Above 0 it needs an
             optimiser step that skips a step with non-finite gradients (checked when ``run``
             starts).
+        allow_eval_overlap: let validation galleries share media files with the phases' data
+            (a deliberate debugging run); by default such a run is refused before any step
+            (:func:`~xmr.datasets.held_out.check_held_out`), as its scores would be on media
+            the model trained on.
     """
 
     def __init__(self, runner, dataloader: DataLoader | dict | None, phases: Sequence[dict],
                  val_interval: int | dict = 0, validate_at_phase_end: bool = True,
-                 nonfinite_patience: int = 0) -> None:
+                 nonfinite_patience: int = 0, allow_eval_overlap: bool = False) -> None:
         if not phases:
             raise ValueError('PhasedTrainLoop needs at least one phase')
         _check_validation_options(val_interval, validate_at_phase_end)
@@ -462,6 +468,7 @@ class PhasedTrainLoop(BaseLoop):
                 hook.interval = self._in_iterations(f'{type(hook).__name__}.interval',
                                                     hook.interval)
         self.validate_at_phase_end = validate_at_phase_end
+        self.allow_eval_overlap = allow_eval_overlap
         self._max_iters = start
         self._iter = 0
         self._epoch = 0
@@ -574,7 +581,8 @@ class PhasedTrainLoop(BaseLoop):
         each phase still to run has a batch (else refused only as the phase begins, after the
         phases before it trained), and the model reads every caption language of those phases
         and of validation, whose media files exist (``check_media_exist`` of the datasets that
-        read files) at the size its image tower takes; the metric each ``start_from_best``
+        read files) at the size its image tower takes and, unless ``allow_eval_overlap``, are
+        held out of the phases' data (``check_held_out``); the metric each ``start_from_best``
         names is one the validation will report.
         """
         hub = self.runner.message_hub
@@ -606,9 +614,13 @@ class PhasedTrainLoop(BaseLoop):
         phase_datasets = dict(datasets)
         val_loop = self.runner.val_loop
         if val_loop is not None:
-            datasets.update({f'val dataset {i} ({type(loader.dataset).__name__})':
-                             loader.dataset
-                             for i, (loader, _) in enumerate(scored_loaders(val_loop))})
+            val_datasets = {f'val dataset {i} ({type(loader.dataset).__name__})': loader.dataset
+                            for i, (loader, _) in enumerate(scored_loaders(val_loop))}
+            if not self.allow_eval_overlap:
+                check_held_out(
+                    {where: source_dataset(data) for where, data in phase_datasets.items()},
+                    {where: source_dataset(data) for where, data in val_datasets.items()})
+            datasets.update(val_datasets)
             self._check_val_protocols(val_loop)
             check_gallery_sizes(val_loop)
             expected = expected_metric_keys(val_loop)

@@ -1,0 +1,81 @@
+"""Whether evaluation media are held out of training.
+
+A run whose validation gallery holds images or videos it trains on (the same split named twice,
+or a "val" file cut from the training split) reports retrieval figures no paper's are
+comparable with, and selects its checkpoint on them; nothing else in a run says so.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+__all__ = ['EXAMPLES_SHOWN', 'check_held_out', 'media_files']
+
+#: How many shared media files an error names.
+EXAMPLES_SHOWN = 5
+
+
+def media_files(dataset: Any) -> Iterator[tuple[str, str]] | None:
+    """The media files a dataset reads, in record order, each as (normalised absolute path,
+    path as its annotation gives it); ``None`` for a dataset that reads no annotation's media
+    (a text-only annotation, a synthetic set that renders its images).
+
+    Paths are compared after joining the dataset's media root, so two configs that reach one
+    file through other ``data_root`` / ``data_prefix`` spellings (``data/x``, ``./data/x``)
+    meet; links are not followed (a ``stat`` per file would cost minutes on CC3M). A text-only
+    read of an image annotation (``with_media=False``) still counts: its captions describe
+    those media."""
+    annotation = getattr(dataset, 'annotation', None)
+    media_root = getattr(dataset, 'media_root', None)
+    if annotation is None or media_root is None or annotation.media_type == 'text':
+        return None
+    root = os.path.abspath(media_root)
+    return ((os.path.normpath(os.path.join(root, record.media_path)), record.media_path)
+            for record in annotation.items if record.media_path is not None)
+
+
+def check_held_out(training: Mapping[str, Any], evaluation: Mapping[str, Any]) -> None:
+    """Refuse evaluation datasets that share media files with a training dataset.
+
+    The evaluation sets' paths are held in memory, the training sets' streamed past them: a
+    training set of millions of images costs one pass over its records, no copy.
+
+    Args:
+        training: ``{what the dataset is, for the message: dataset}`` of the data trained on.
+        evaluation: the same of the data scored (validation galleries).
+
+    Raises:
+        ValueError: naming both datasets and their annotation files, how many of the
+            evaluation dataset's media files the training one holds, the first
+            :data:`EXAMPLES_SHOWN` of them (in the evaluation file's order), and the fix.
+    """
+    scored = {where: (dataset, dict(files)) for where, dataset in evaluation.items()
+              if (files := media_files(dataset)) is not None}
+    if not scored:
+        return
+    wanted = set().union(*(files for _, files in scored.values()))
+    for train_where, train_dataset in training.items():
+        trained = media_files(train_dataset)
+        if trained is None:
+            continue
+        hits = {path for path, _ in trained if path in wanted}
+        for where, (dataset, files) in scored.items():
+            shared = [shown for path, shown in files.items() if path in hits]
+            if shared:
+                raise ValueError(
+                    f'{where}{_read_from(dataset)} shares {len(shared)} of its {len(files)} '
+                    f'media files with {train_where}{_read_from(train_dataset)}, e.g. '
+                    f'{_examples(shared)}: its retrieval scores would be on media the model '
+                    'trained on. Point the two at disjoint splits; a deliberate overlap (a '
+                    'debugging run) is allowed by train_cfg.allow_eval_overlap=True')
+
+
+def _read_from(dataset: Any) -> str:
+    ann_file = getattr(dataset, 'ann_file', None)
+    return f' ({ann_file})' if ann_file is not None else ''
+
+
+def _examples(paths: list[str]) -> str:
+    shown = ', '.join(paths[:EXAMPLES_SHOWN])
+    return shown + (', ...' if len(paths) > EXAMPLES_SHOWN else '')
