@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from xmr.datasets.base import MediaCaptionDataset
+from xmr.datasets.benchmark_sizes import check_split_size
 from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.datasets.languages import normalize_languages
 from xmr.registry import DATASETS
@@ -31,6 +32,10 @@ class RetrievalDataset(MediaCaptionDataset):
             language each item also carries as ``back_translations={lang: [...]}`` (aligned
             with ``captions[lang]``), for models that query with them (translate-test).
         test_mode: defaults to ``True``: segment-centre frames, no augmentation.
+        check_benchmark_size: refuse an evaluation split of a named benchmark (MSR-VTT 1k-A,
+            COCO's Karpathy val/test, XTD10, Multi30K, ...) holding another media count than
+            the papers score (:func:`~xmr.datasets.benchmark_sizes.check_split_size`);
+            ``False`` reads a deliberate subset.
     """
 
     #: Where ``**kwargs`` go: a misspelt option is refused when the config loads.
@@ -39,9 +44,11 @@ class RetrievalDataset(MediaCaptionDataset):
     def __init__(self, ann_file: str | os.PathLike, languages: Sequence[str] | None = None,
                  translated_languages: Sequence[str] = (),
                  back_translated_languages: Sequence[str] = (), test_mode: bool = True,
-                 **kwargs: Any) -> None:
+                 check_benchmark_size: bool = True, **kwargs: Any) -> None:
         super().__init__(ann_file, test_mode=test_mode, **kwargs)
         ann = self.annotation
+        if check_benchmark_size:
+            check_split_size(ann, self.ann_file)
         self.languages = normalize_languages(
             ann.languages if languages is None else languages, 'RetrievalDataset languages')
         self.translated_languages = normalize_languages(translated_languages,
