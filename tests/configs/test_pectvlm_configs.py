@@ -231,7 +231,9 @@ def _annotation(root: Path, split: str, ids: list[str]) -> str:
             media_id, f'{media_id}.png', {'en': [f'a photo number {i}'],
                                           'de': [f'ein Foto Nummer {i}']},
             {'de': [f'ein Bild Nummer {i}']}, {'de': [f'a picture number {i}']}))
-    ann = Annotation(dataset='xtd10', split=split, media_type='image', languages=['en', 'de'],
+    # Not XTD10's 1,000-image test split by name: its size would be refused.
+    ann = Annotation(dataset='xtd10', split=f'tiny_{split}', media_type='image',
+                     languages=['en', 'de'],
                      source_lang='en', translation_langs=['de'], back_translation_langs=['de'],
                      items=items)
     dump_annotation(ann, root / f'{split}.json')
@@ -417,7 +419,7 @@ def _bare_annotation(root: Path, languages: list[str], back_translated: bool) ->
                          {lang: [f'{lang} caption {i} in en'] for lang in targets}
                          if back_translated else {})
              for i in range(2)]
-    ann = Annotation(dataset='xtd10', split='test', media_type='image', languages=languages,
+    ann = Annotation(dataset='xtd10', split='tiny_test', media_type='image', languages=languages,
                      source_lang='en', translation_langs=targets,
                      back_translation_langs=targets if back_translated else [], items=items)
     name = f"{'with' if back_translated else 'without'}_back_translations.json"
