@@ -1121,7 +1121,8 @@ def test_an_unknown_dataloader_key_names_the_phase_and_the_known_keys(tmp_path):
     phases[1]['dataloader'] = 'text_train_dataloader'
     with pytest.raises(ValueError, match=re.escape(
             "phase cross_lingual: dataloader 'text_train_dataloader' is no dataloader of the "
-            "config; the config has ['source_finetune_dataloader', 'train_dataloader']")):
+            "config (did you mean 'train_dataloader'?); the config has "
+            "['source_finetune_dataloader', 'train_dataloader']")):
         loop_of(make_cfg(tmp_path, phases=phases))
 
 
