@@ -153,7 +153,8 @@ def test_a_phase_naming_its_dataloader_by_key_has_its_cache_built(tmp_path):
         ('train_cfg.phases[cross_lingual]', str(tmp_path / 'texts'))]
     phase['dataloader'] = 'text_dataloader'
     with pytest.raises(ValueError, match="dataloader 'text_dataloader' is no dataloader of the "
-                                         r"config; the config has \['text_train_dataloader'\]"):
+                                         r"config \(did you mean 'text_train_dataloader'\?\); "
+                                         r"the config has \['text_train_dataloader'\]"):
         list(cache_features.cached_dataset_cfgs(Config(dict(
             text_train_dataloader=dict(dataset=texts),
             train_cfg=dict(type='PhasedTrainLoop', phases=[phase])))))
