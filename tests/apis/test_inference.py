@@ -513,11 +513,13 @@ def test_a_config_the_language_check_cannot_read_is_left_to_the_model():
 
 
 def test_a_model_the_apis_do_not_serve_is_refused_before_it_is_built(tmp_path, monkeypatch):
-    """A CDDS config was refused once its backbone's weights and its checkpoint had loaded."""
-    config = Config(dict(model=dict(type='DualEncoderRetriever', backbone=tiny_backbone_cfg())))
+    """A config whose model is no retriever (a backbone alone) has no predict to embed with;
+    it is refused before its weights and its checkpoint load."""
+    config = Config(dict(model=tiny_backbone_cfg()))
     monkeypatch.setattr(MODELS, 'build', lambda *args, **kwargs: pytest.fail('built'))
-    with pytest.raises(TypeError, match=r'its model is a DualEncoderRetriever; xmr.apis serves '
-                       r'CrossLingualRetriever models .*: score this one with tools/test.py'):
+    with pytest.raises(TypeError, match=r'its model is a OpenCLIPBackbone, which is no '
+                       r'retriever; xmr.apis serves the models whose class derives from '
+                       r'BaseRetriever'):
         init_retriever(config, tmp_path / 'missing.pth')
 
 

@@ -1,8 +1,11 @@
 """Load a trained retriever and embed text in any trained language, images and videos.
 
-Embeddings come out exactly as in evaluation: L2-normalised float32 on the CPU, text through the
-frozen tower (source language) or the target-language branch, media through the image tower
-(videos: frames encoded as images and mean-pooled).
+Every retriever xmr registers is served (:class:`~xmr.models.retrievers.base.BaseRetriever`: a
+cross-lingual retriever, CDDS's dual encoder, a user's own), through the method evaluation calls,
+``predict``: embeddings come out exactly as in evaluation, L2-normalised float32 on the CPU (a
+cross-lingual retriever's text through the frozen tower, source language, or the target-language
+branch, its media through the image tower, videos' frames encoded as images and mean-pooled; a
+dual encoder's through its towers and, with CDDS, the pooled semantic components).
 """
 from __future__ import annotations
 
@@ -17,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.registry import DefaultScope
@@ -47,6 +49,7 @@ from xmr.engine.wrappers import unwrap_model
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.language.carried_vocabulary import read_vocabulary_from
 from xmr.models.language.language_modules import module_file_problem
+from xmr.models.retrievers.base import BaseRetriever
 from xmr.models.retrievers.cross_lingual import (
     SOURCE_LANGUAGE,
     CrossLingualRetriever,
@@ -75,7 +78,7 @@ class CheckpointMismatchError(ValueError):
 
 def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.PathLike | None = None,
                    device: str | torch.device = 'cpu',
-                   cfg_options: Mapping[str, Any] | None = None) -> CrossLingualRetriever:
+                   cfg_options: Mapping[str, Any] | None = None) -> BaseRetriever:
     """Build the model of a config, load a trained checkpoint into it and set it to eval mode.
 
     Args:
@@ -93,9 +96,9 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
             failed to import (naming the module and the cause, not only ``PYTHONPATH``).
         UnknownOptionError, ValueError, TypeError: a model option the config alone refuses
             (:func:`~xmr.registry.check_part_options`), before anything is built.
-        TypeError: a model that is no :class:`CrossLingualRetriever` (CDDS's
-            ``DualEncoderRetriever``), before anything is built where the config names its
-            class.
+        TypeError: a model that is no retriever (no
+            :class:`~xmr.models.retrievers.base.BaseRetriever`), before anything is built where
+            the config names its class.
         UserError: a checkpoint missing, a folder or unreadable, before anything is built
             (:func:`~xmr.utils.cli.given_file`).
         CheckpointReadError: an empty, foreign or damaged checkpoint, as it is read.
@@ -109,14 +112,14 @@ def init_retriever(config: str | os.PathLike | Config, checkpoint: str | os.Path
         # What the tools refuse as the config loads, before the backbone's weights load.
         check_part_options(MODELS, cfg.model, 'model')
         kind = _model_class(cfg.model)
-        if kind is not None and not issubclass(kind, CrossLingualRetriever):
+        if kind is not None and not issubclass(kind, BaseRetriever):
             raise _not_served(kind, where)
         if checkpoint is not None:
             # Present before the build; read (and its records' CRC checked) once, after it.
             given_file(checkpoint, 'checkpoint', CHECKPOINT_FIX)
             read_vocabulary_from(cfg.model, checkpoint)
         model = MODELS.build(cfg.model)
-    if not isinstance(model, CrossLingualRetriever):  # built by a function, say
+    if not isinstance(model, BaseRetriever):  # built by a function, say
         raise _not_served(type(model), where)
     if checkpoint is not None:
         load_trained_checkpoint(model, checkpoint)
@@ -154,9 +157,10 @@ def _model_class(model_cfg: Any) -> type | None:
 
 def _not_served(kind: type, where: Any) -> TypeError:
     """The error of a config whose model the apis do not serve."""
-    return TypeError(f'config {where}: its model is a {kind.__name__}; xmr.apis serves '
-                     'CrossLingualRetriever models (and their subclasses): score this one with '
-                     'tools/test.py')
+    return TypeError(f'config {where}: its model is a {kind.__name__}, which is no retriever; '
+                     'xmr.apis serves the models whose class derives from BaseRetriever '
+                     '(xmr.models.retrievers.base; docs/custom_modules.md), whose predict embeds '
+                     'a gallery batch')
 
 
 def load_trained_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLike) -> dict:
@@ -239,14 +243,15 @@ def _check_authors_settings(path: Path, model: torch.nn.Module, meta: Mapping) -
                                       f"{meta['converted_from']}: the config's model {problem}")
 
 
-def trained_languages(model: CrossLingualRetriever) -> list[str]:
-    """The languages the model embeds: the source language, then the target languages."""
-    return [model.source_language, *model.languages]
+def trained_languages(model: BaseRetriever) -> list[str]:
+    """The languages the model embeds (its ``read_languages()``): a cross-lingual retriever's
+    source language, then its target languages; a dual encoder's ``languages``."""
+    return model.read_languages()
 
 
-def check_languages(model: CrossLingualRetriever, languages: str | Sequence[str],
+def check_languages(model: BaseRetriever, languages: str | Sequence[str],
                     where: str = 'query') -> None:
-    """Fail unless the model reads every language (:meth:`CrossLingualRetriever.check_languages`).
+    """Fail unless the model reads every language (its ``check_languages``).
 
     Args:
         model: a retriever.
@@ -309,7 +314,7 @@ def check_config_languages(config: str | os.PathLike | Config, languages: str | 
 
 
 @torch.no_grad()
-def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang: str,
+def encode_texts(model: BaseRetriever, texts: str | Sequence[str], lang: str,
                  batch_size: int = 256) -> Tensor:
     """Embed captions or queries of one language.
 
@@ -342,9 +347,13 @@ def encode_texts(model: CrossLingualRetriever, texts: str | Sequence[str], lang:
                     else ('captions', 'caption_tokens'))
     with _evaluating(model):
         for start in range(0, len(texts), batch_size):
-            batch = model.data_preprocessor({field: [{lang: texts[start:start + batch_size]}]})
-            tokens, _ = batch[group][lang]
-            rows = F.normalize(model.encode_text(tokens, lang).float(), dim=-1)
+            # One gallery item without media holding the texts as its captions, embedded by
+            # predict as evaluation embeds captions (a back-translating model's from their
+            # back_translation_tokens, which it reads in the captions' place).
+            batch = model.data_preprocessor({field: [{lang: texts[start:start + batch_size]}],
+                                             'media_id': ['queries']})
+            batch.setdefault('caption_tokens', batch[group])
+            rows = model.predict(**batch)[0]['caption_embeddings'][lang]
             # Filled in place: batches joined at the end held every embedding twice at once.
             if embeddings is None:
                 embeddings = rows.new_empty((len(texts), rows.shape[1]), device='cpu')
@@ -415,7 +424,7 @@ def media_list(media: MediaInput | Sequence[MediaInput]) -> list[MediaInput]:
     return items
 
 
-def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
+def encode_media(model: BaseRetriever, media: MediaInput | Sequence[MediaInput],
                  transform: Mapping[str, Any] | None = None, num_frames: int = 12,
                  batch_size: int = 32, num_workers: int = 0) -> Tensor:
     """Embed images and videos, given as files or as decoded uint8 tensors.
@@ -445,7 +454,7 @@ def encode_media(model: CrossLingualRetriever, media: MediaInput | Sequence[Medi
 
 
 @torch.no_grad()
-def encode_readable_media(model: CrossLingualRetriever,
+def encode_readable_media(model: BaseRetriever,
                           media: MediaInput | Sequence[MediaInput],
                           transform: Mapping[str, Any] | None = None, num_frames: int = 12,
                           batch_size: int = 32, on_corrupt: str = 'skip',
@@ -481,7 +490,7 @@ def encode_readable_media(model: CrossLingualRetriever,
 
 
 @torch.no_grad()
-def encode_media_in_parts(model: CrossLingualRetriever, media: Sequence[MediaInput],
+def encode_media_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
                           media_ids: Sequence[str], parts: str | os.PathLike,
                           part_size: int = 256, transform: Mapping[str, Any] | None = None,
                           num_frames: int = 12, batch_size: int = 32, on_corrupt: str = 'skip',
@@ -549,15 +558,21 @@ def encode_media_in_parts(model: CrossLingualRetriever, media: Sequence[MediaInp
     return _some_read(torch.stack(rows) if rows else None, skipped), skipped
 
 
-def media_encoding(model: CrossLingualRetriever, transform: Mapping[str, Any] | None,
+def media_encoding(model: BaseRetriever, transform: Mapping[str, Any] | None,
                    num_frames: int) -> dict[str, Any]:
     """What a model's media embeddings depend on: ``backbone`` (its fingerprint: the weights;
-    a language's adapters change nothing of them), ``transform`` and ``num_frames``."""
-    return dict(backbone=backbone_fingerprint(model.backbone), transform=jsonable(transform),
-                num_frames=num_frames)
+    a language's adapters change nothing of them), ``media_head`` where the embedding passes
+    through trained modules after the backbone (the model's ``media_head()``, CDDS's
+    disentangler: their fingerprints by name), ``transform`` and ``num_frames``."""
+    encoded_by = dict(backbone=backbone_fingerprint(model.backbone))
+    head = model.media_head()
+    if head:  # absent, not empty: a cross-lingual gallery keeps the record it had
+        encoded_by['media_head'] = {name: backbone_fingerprint(module)
+                                    for name, module in head.items()}
+    return dict(encoded_by, transform=jsonable(transform), num_frames=num_frames)
 
 
-def _media_resize(model: CrossLingualRetriever, media: Sequence[MediaInput],
+def _media_resize(model: BaseRetriever, media: Sequence[MediaInput],
                   transform: Mapping[str, Any] | None, num_frames: int, batch_size: int,
                   on_corrupt: str, num_workers: int) -> Any:
     """The checked arguments of a media encoding, and its built resize transform."""
@@ -585,7 +600,7 @@ def _media_resize(model: CrossLingualRetriever, media: Sequence[MediaInput],
     return resize
 
 
-def _encode_readable(model: CrossLingualRetriever, media: Sequence[tuple[int, MediaInput]],
+def _encode_readable(model: BaseRetriever, media: Sequence[tuple[int, MediaInput]],
                      decoded: Iterable[Tensor | tuple[str, str]], batch_size: int,
                      on_corrupt: str,
                      bar: ProgressBar | None) -> tuple[Tensor | None, list[SkippedMedia]]:
@@ -704,7 +719,7 @@ def _check_batch_size(batch_size: Any) -> None:
         raise ValueError(f'batch_size must be a positive int, got {batch_size!r}')
 
 
-def _encode_batch(model: CrossLingualRetriever, batch: Sequence[tuple[int, Tensor]],
+def _encode_batch(model: BaseRetriever, batch: Sequence[tuple[int, Tensor]],
                   embeddings: Tensor | None, total: int) -> Tensor:
     """Embed one batch of decoded media into its rows of ``embeddings``.
 
@@ -720,7 +735,7 @@ def _encode_batch(model: CrossLingualRetriever, batch: Sequence[tuple[int, Tenso
         ``embeddings``, with the batch's rows written.
     """
     stacked = model.data_preprocessor.normalize_media(torch.stack([m for _, m in batch]))
-    rows = F.normalize(model.encode_media(stacked).float(), dim=-1)
+    rows = torch.stack([item['media_embedding'] for item in model.predict(media=stacked)])
     # Filled in place: rows stacked at the end held every embedding twice at once.
     if embeddings is None:
         embeddings = rows.new_empty((total, rows.shape[1]), device='cpu')

@@ -22,11 +22,9 @@ from xmr.apis.inference import (
 )
 from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
-from xmr.engine.feature_cache.key import backbone_fingerprint
 from xmr.evaluation.search import FaissSearcher
 from xmr.fileio import atomic_torch_save, remove_stale_temporaries
-from xmr.models.retrievers.base import unit_rows
-from xmr.models.retrievers.cross_lingual import CrossLingualRetriever
+from xmr.models.retrievers.base import BaseRetriever, unit_rows
 from xmr.version import provenance, written_by
 
 #: What :meth:`MediaIndex.save` writes as the file's ``format``.
@@ -96,7 +94,7 @@ class MediaIndex:
         self.media_ids = media_ids
 
     @classmethod
-    def from_media(cls, model: CrossLingualRetriever, media: MediaInput | Sequence[MediaInput],
+    def from_media(cls, model: BaseRetriever, media: MediaInput | Sequence[MediaInput],
                    media_ids: Sequence[str] | None = None, index: str = 'flat',
                    transform: Mapping[str, Any] | None = None, num_frames: int = 12,
                    batch_size: int = 32, on_corrupt: str = 'raise', progress: bool = False,
@@ -164,7 +162,7 @@ class MediaIndex:
         self.searcher.keep(rows)
         self.media_ids = [self.media_ids[row] for row in rows]
 
-    def add_media(self, model: CrossLingualRetriever,
+    def add_media(self, model: BaseRetriever,
                   media: MediaInput | Sequence[MediaInput],
                   media_ids: Sequence[str] | None = None, batch_size: int = 32,
                   on_corrupt: str = 'raise', progress: bool = False,
@@ -226,7 +224,7 @@ class MediaIndex:
 
     @classmethod
     def load(cls, path: str | os.PathLike,
-             model: CrossLingualRetriever | None = None) -> MediaIndex:
+             model: BaseRetriever | None = None) -> MediaIndex:
         """The index :meth:`save` wrote (an approximate one as it was built, not trained
         again), read weights-only.
 
@@ -266,7 +264,7 @@ class MediaIndex:
             gallery.check_encoder(model, where=str(path))
         return gallery
 
-    def check_encoder(self, model: CrossLingualRetriever, where: str = 'the index') -> None:
+    def check_encoder(self, model: BaseRetriever, where: str = 'the index') -> None:
         """Refuse a ``model`` whose backbone did not encode the gallery: its queries would be
         scored against another model's media embeddings. An index of embeddings given (no
         :attr:`encoded_by`) passes if the model embeds in as many dimensions.
@@ -284,12 +282,18 @@ class MediaIndex:
                              '--index ... --overwrite), or query with the model that encoded it')
         if self.encoded_by is None:
             return
-        fingerprint = backbone_fingerprint(model.backbone)
-        if fingerprint != self.encoded_by['backbone']:
+        now = media_encoding(model, self.encoded_by['transform'], self.encoded_by['num_frames'])
+        fix = ('encode the gallery with this model (MediaIndex.from_media), or query with the '
+               'model that encoded it')
+        if now['backbone'] != self.encoded_by['backbone']:
             raise ValueError(f"{where}: its media were encoded by backbone "
-                             f"{self.encoded_by['backbone']}, the model's is {fingerprint} "
-                             '(other weights): encode the gallery with this model '
-                             '(MediaIndex.from_media), or query with the model that encoded it')
+                             f"{self.encoded_by['backbone']}, the model's is {now['backbone']} "
+                             f'(other weights): {fix}')
+        if now.get('media_head') != self.encoded_by.get('media_head'):
+            raise ValueError(f'{where}: its media embeddings passed, after the backbone, through '
+                             f"{self.encoded_by.get('media_head') or 'nothing'}, the model's "
+                             f"through {now.get('media_head') or 'nothing'} (other weights or "
+                             f'another model): {fix}')
 
     def __len__(self) -> int:
         return self.searcher.gallery_size
@@ -302,7 +306,7 @@ class MediaIndex:
         return (f'{type(self).__name__}({len(self)} media, {self.searcher.dim} dims, '
                 f'index={self.searcher.index_type!r}, {encoder})')
 
-    def search(self, model: CrossLingualRetriever, queries: str | Sequence[str], lang: str,
+    def search(self, model: BaseRetriever, queries: str | Sequence[str], lang: str,
                k: int = 10) -> list[list[SearchHit]]:
         """The ``k`` best media for each text query.
 
@@ -441,7 +445,7 @@ def _shown(item: MediaInput) -> str:
     return f'a tensor {tuple(item.shape)}' if isinstance(item, Tensor) else str(item)
 
 
-def _encode(model: CrossLingualRetriever, media: list[MediaInput], media_ids: list[str],
+def _encode(model: BaseRetriever, media: list[MediaInput], media_ids: list[str],
             transform: Mapping[str, Any] | None, num_frames: int, batch_size: int,
             on_corrupt: str, progress: bool, parts: str | os.PathLike | None, part_size: int,
             num_workers: int) -> tuple[Tensor, list[str], list[SkippedMedia]]:

@@ -248,6 +248,17 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         return torch.set_grad_enabled(torch.is_grad_enabled() and any(
             parameter.requires_grad for parameter in self.backbone.parameters()))
 
+    def read_languages(self) -> list[str]:
+        """The languages whose texts the model embeds (``xmr.apis.trained_languages``): its
+        ``languages``."""
+        return list(self.languages)
+
+    def media_head(self) -> dict[str, nn.Module]:
+        """The trained modules a media's retrieval embedding passes through after the backbone,
+        by name (a saved gallery's ``encoded_by`` keys them beside the backbone): none here, as
+        for a cross-lingual retriever, whose language modules read text alone."""
+        return {}
+
     # ----------------------------------------------------------------------------- modes
     def forward(self, mode: str = 'tensor', **batch: Any) -> Any:
         """MMEngine's entry: ``loss`` -> :meth:`loss`; ``predict`` and ``tensor`` ->

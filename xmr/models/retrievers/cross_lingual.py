@@ -277,6 +277,10 @@ class CrossLingualRetriever(BaseRetriever):
         """Target languages the model was built for."""
         return [] if self.language_branch is None else list(self.language_branch.languages)
 
+    def read_languages(self) -> list[str]:
+        """The source language, then the target languages."""
+        return [self.source_language, *self.languages]
+
     def check_languages(self, languages: Sequence[str], where: str) -> None:
         """Fail unless the model reads every language: its source one or one it has adapters for.
 

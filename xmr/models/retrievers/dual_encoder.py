@@ -200,6 +200,11 @@ class DualEncoderRetriever(BaseRetriever):
         semantic = encode(out.tokens, out.mask)
         return semantic, self.disentangler.pool(semantic, out.mask)
 
+    def media_head(self) -> dict[str, nn.Module]:
+        """The disentangler, when there is one: CDDS's retrieval embedding of a media pools its
+        semantic components."""
+        return {} if self.disentangler is None else {'disentangler': self.disentangler}
+
     def check_languages(self, languages: Sequence[str], where: str) -> None:
         """Fail unless the text tower reads every language (the model's ``languages``).
 
@@ -276,17 +281,20 @@ class DualEncoderRetriever(BaseRetriever):
                 **_: Any) -> list[dict[str, Any]]:
         """Embed a gallery batch and its captions in every language.
 
+        A batch without media (the queries ``xmr.apis.encode_texts`` embeds) gives items
+        without ``media_embedding`` (and ``media_tokens``), as the cross-lingual retriever's.
+
         Returns:
             One dict per item: ``media_id``, its dataset ``index`` when given,
-            ``media_embedding`` ``[E]`` and ``caption_embeddings`` ``{lang: [n, E]}``, all
-            L2-normalised float32 on CPU; with ``retrieval_score='patch_word'`` also
-            ``media_tokens`` ``[P, E]`` and ``caption_tokens`` ``{lang: [[W, E], ...]}``
-            (the real retrieval tokens, float32 on CPU) and ``token_score``.
+            ``media_embedding`` ``[E]`` (when the batch has media) and ``caption_embeddings``
+            ``{lang: [n, E]}``, all L2-normalised float32 on CPU; with
+            ``retrieval_score='patch_word'`` also ``media_tokens`` ``[P, E]`` and
+            ``caption_tokens`` ``{lang: [[W, E], ...]}`` (the real retrieval tokens, float32 on
+            CPU) and ``token_score``.
         """
-        if media is None:
-            raise ValueError("predict needs the gallery's 'media'")
-        image = self.encode_media_tokens(media)
-        image_tokens, image_embeddings = self.retrieval_tokens(image, 'image')
+        image = None if media is None else self.encode_media_tokens(media)
+        image_tokens, image_embeddings = (None, None) if image is None else \
+            self.retrieval_tokens(image, 'image')
         with_tokens = self.retrieval_score == 'patch_word'
         captions, words = {}, {}
         for lang, (tokens, owner) in (caption_tokens or {}).items():
@@ -298,11 +306,14 @@ class DualEncoderRetriever(BaseRetriever):
             captions[lang] = (unit_rows(caption_embeddings), owner)
             if with_tokens:
                 words[lang] = (word_tokens, text.mask, owner.cpu())
-        outputs = gallery_batch(unit_rows(image_embeddings), captions, media_ids, indices)
+        outputs = gallery_batch(None if image is None else unit_rows(image_embeddings),
+                                captions, media_ids, indices)
         if with_tokens:
-            for out, sequence in zip(outputs, _real_tokens(image_tokens, image.mask)):
-                out.update(media_tokens=sequence, caption_tokens={},
-                           token_score=patch_word_similarity)
+            for out in outputs:
+                out.update(caption_tokens={}, token_score=patch_word_similarity)
+            if image is not None:
+                for out, sequence in zip(outputs, _real_tokens(image_tokens, image.mask)):
+                    out['media_tokens'] = sequence
             for lang, (word_tokens, mask, owner) in words.items():
                 sequences = _real_tokens(word_tokens, mask)
                 for row, out in enumerate(outputs):
