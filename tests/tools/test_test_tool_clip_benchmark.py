@@ -47,7 +47,9 @@ def xm3600_run(tmp_path_factory):
     save_checkpoint(model, root / 'tiny.pth')
     dataset = dict(type='RetrievalDataset', ann_file=str(root / 'crossmodal3600_test.json'),
                    data_prefix=dict(media=str(root / 'images')), transform=TINY,
-                   languages=['swh_Latn'])
+                   languages=['swh_Latn'],
+                   # A few images of the 3,600: a deliberate subset, scored at its own size.
+                   check_benchmark_size=False)
     metric = dict(type='RetrievalMetric', gallery_size=NUM_IMAGES, languages=['sw'])
     config = root / 'xm3600_sw.py'
     from mmengine.config import Config
