@@ -217,28 +217,6 @@ def test_a_bad_validation_option_fails_before_the_first_step(tmp_path, option, v
     assert message in str(error.value)
 
 
-def test_the_media_of_every_dataset_are_checked_before_the_first_step(tmp_path, monkeypatch):
-    from xmr.datasets.synthetic.dataset import SyntheticRetrievalDataset
-
-    checked = []
-    for kind in (SyntheticPairDataset, SyntheticRetrievalDataset):
-        monkeypatch.setattr(kind, 'check_media_exist', lambda self: checked.append(self),
-                            raising=False)
-    cfg = make_cfg(tmp_path)
-    cfg.val_dataloader = dict(loader(dict(
-        type='SyntheticRetrievalDataset', num_scenes=4, languages=['en', *LANGS], split='val',
-        image_size=32, seed=0, captions_per_image=1), batch_size=4), drop_last=False)
-    cfg.val_evaluator = dict(type='RetrievalMetric', languages=['en', *LANGS])
-    cfg.val_cfg = dict(type='ValLoop')
-    for phase in cfg.train_cfg.phases:
-        phase.iters = 1
-    train(cfg)
-    # Two phases share the train loader's dataset: listed once.
-    assert [type(dataset).__name__ for dataset in checked] == [
-        'SyntheticPairDataset', 'SyntheticPairDataset', 'SyntheticRetrievalDataset']
-    assert len({id(dataset) for dataset in checked}) == len(checked)
-
-
 def _val_cfg(cfg):
     cfg.val_dataloader = dict(loader(dict(
         type='SyntheticRetrievalDataset', num_scenes=4, languages=['en', *LANGS], split='val',
@@ -248,6 +226,20 @@ def _val_cfg(cfg):
     for phase in cfg.train_cfg.phases:
         phase.iters = 1
     return cfg
+
+
+def test_the_media_of_every_dataset_are_checked_before_the_first_step(tmp_path, monkeypatch):
+    from xmr.datasets.synthetic.dataset import SyntheticRetrievalDataset
+
+    checked = []
+    for kind in (SyntheticPairDataset, SyntheticRetrievalDataset):
+        monkeypatch.setattr(kind, 'check_media_exist', lambda self: checked.append(self),
+                            raising=False)
+    train(_val_cfg(make_cfg(tmp_path)))
+    # Two phases share the train loader's dataset: listed once.
+    assert [type(dataset).__name__ for dataset in checked] == [
+        'SyntheticPairDataset', 'SyntheticPairDataset', 'SyntheticRetrievalDataset']
+    assert len({id(dataset) for dataset in checked}) == len(checked)
 
 
 def test_a_gallery_of_media_the_phases_train_on_is_refused_before_the_first_step(
