@@ -65,6 +65,16 @@ def test_a_retriever_declaring_options_of_its_own_alone_keeps_its_bases_preproce
     assert Translating.preprocessor_type() is TranslationDataPreprocessor
 
 
+def test_a_users_retriever_checks_languages_against_those_it_reads():
+    """xmr.apis call ``check_languages`` on any retriever; a user's that declares only its
+    ``languages`` stopped with AttributeError there."""
+    model = PairRetriever(LOSSES)
+    model.check_languages(['en', 'en'], 'query')
+    with pytest.raises(ValueError, match=r"^query: the model does not read \['de', 'ja'\]; "
+                                         r"it reads \['en'\]$"):
+        model.check_languages(['en', 'de', 'ja'], 'query')
+
+
 def test_a_retriever_without_its_computation_cannot_be_built():
     class NoPredict(BaseRetriever):
         def loss(self, **batch):

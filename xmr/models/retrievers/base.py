@@ -253,6 +253,21 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         ``languages``."""
         return list(self.languages)
 
+    def check_languages(self, languages: Sequence[str], where: str) -> None:
+        """Fail unless the model reads every language (:meth:`read_languages`).
+
+        Args:
+            languages: languages of captions or queries.
+            where: what holds them (``'query'``, ``'test dataset flickr30k (path)'``).
+
+        Raises:
+            ValueError: naming ``where``, the languages it does not read and those it reads.
+        """
+        read = self.read_languages()
+        unread = [lang for lang in languages if lang not in read]
+        if unread:
+            raise ValueError(f'{where}: the model does not read {unread}; it reads {read}')
+
     def media_head(self) -> dict[str, nn.Module]:
         """The trained modules a media's retrieval embedding passes through after the backbone,
         by name (a saved gallery's ``encoded_by`` keys them beside the backbone): none here, as

@@ -205,21 +205,6 @@ class DualEncoderRetriever(BaseRetriever):
         semantic components."""
         return {} if self.disentangler is None else {'disentangler': self.disentangler}
 
-    def check_languages(self, languages: Sequence[str], where: str) -> None:
-        """Fail unless the text tower reads every language (the model's ``languages``).
-
-        Args:
-            languages: languages of captions or queries.
-            where: what holds them (``'query'``, ``'test dataset flickr30k (path)'``).
-
-        Raises:
-            ValueError: naming ``where``, the languages it does not read and those it reads.
-        """
-        unread = [lang for lang in languages if lang not in self.languages]
-        if unread:
-            raise ValueError(f'{where}: the model does not read {unread}; it reads '
-                             f'{self.languages}')
-
     # ----------------------------------------------------------------------------- modes
     def training_text(self, source_tokens: TokenBatch | None, target_tokens: TokenBatch | None,
                       langs: Sequence[str] | None) -> TokenBatch:
