@@ -523,7 +523,7 @@ def test_two_gloo_processes_train_dasd_s_compiled_losses_as_its_eager_ones(tmp_p
                                        msg=name)
         # The cross-modal phase's InfoNCE gathers the global batch: the ranks' row counts are
         # read on the host once per gather, outside the graphs; nothing else breaks them.
-        assert compiled['breaks'] and all('shard_rows' in reason
+        assert compiled['breaks'] and all('shard_shapes' in reason
                                           for reason in compiled['breaks'])
         # One compilation a phase: the second's other losses fail the first's guards, and
         # nothing else (a rank's shard, a step's values) makes the code again.

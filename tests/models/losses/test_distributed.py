@@ -164,3 +164,38 @@ def test_a_default_group_with_gloo_for_host_tensors_is_the_host_group(monkeypatc
     tensors through gloo already: no second group is made."""
     monkeypatch.setattr(distributed.dist, 'get_backend', lambda: 'cpu:gloo,cuda:nccl')
     assert distributed.host_group() is None
+
+
+def _token_worker(rank: int, port: int, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', rank=rank, world_size=WORLD)
+    # Rank 0: 2 samples of 3 tokens; rank 1: 3 samples of 5 tokens (each its own longest).
+    rows, length = (2, 3) if rank == 0 else (3, 5)
+    tokens = (100.0 * rank + torch.arange(rows * length * 2, dtype=torch.float32)
+              ).reshape(rows, length, 2).requires_grad_()
+    mask = torch.ones(rows, length, dtype=torch.bool)
+    gathered, gathered_mask = distributed.gather_with_grad(tokens, mask)
+    weights = torch.arange(1.0, 1.0 + gathered.numel()).reshape(gathered.shape)
+    (gathered * weights).sum().backward()
+    torch.save(dict(tokens=gathered.detach(), mask=gathered_mask, grad=tokens.grad,
+                    weights=weights), Path(out_dir) / f'rank{rank}.pt')
+    dist.destroy_process_group()
+
+
+def test_tokens_of_unequal_lengths_gather_padded_to_the_longest_with_their_masks(tmp_path):
+    mp.start_processes(_token_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD,
+                       join=True, start_method='fork')
+    for rank in range(WORLD):
+        result = torch.load(tmp_path / f'rank{rank}.pt')
+        assert result['tokens'].shape == (5, 5, 2)
+        assert result['mask'].dtype == torch.bool
+        assert result['mask'].tolist() == [[True] * 3 + [False] * 2] * 2 + [[True] * 5] * 3
+        # Rank 0's two samples, zero on the padding; rank 1's three as they were.
+        torch.testing.assert_close(result['tokens'][:2, :3].flatten(), torch.arange(12.0))
+        assert not result['tokens'][:2, 3:].any()
+        torch.testing.assert_close(result['tokens'][2:].flatten(), 100 + torch.arange(30.0))
+        # Each rank's gradient: its own rows and length of both ranks' identical losses.
+        own = (slice(0, 2), slice(0, 3)) if rank == 0 else (slice(2, 5), slice(0, 5))
+        torch.testing.assert_close(result['grad'], WORLD * result['weights'][own],
+                                   rtol=0, atol=0)

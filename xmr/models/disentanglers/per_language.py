@@ -36,6 +36,15 @@ class PerLanguageDisentangler(ConditionDisentangler):
     them, so a language with a single caption in the batch still has one; the wrapped module's
     ``forward`` takes them as ``r_negative`` (:class:`SemanticsDisentangler` does).
 
+    A batch-contrastive ``L_sc`` (``consistency_loss=dict(type='InfoNCELoss')``) contrasts each
+    caption with the whole batch, as a shared module's does: the groups' ``f^sr`` (each from its
+    language's module) are put back in batch order and one loss of the first language's module
+    (all are built from one config) compares them with the batch's ``r^S``, the global batch
+    under DDP (:meth:`SemanticsDisentangler.consistency`: one gather a step, whatever languages
+    a process's batch holds). With one language a batch it is that language's module's loss of
+    its batch. Such a loss may train no parameters of its own (a learnable temperature would be
+    one per language, and the batch's loss could use only one of them): that is refused.
+
     Args:
         disentangler: one :class:`ConditionDisentangler` per language, ``{lang: module}``.
     """
@@ -48,16 +57,22 @@ class PerLanguageDisentangler(ConditionDisentangler):
             raise ValueError('PerLanguageDisentangler needs at least one language')
         contrastive = [lang for lang, module in disentangler.items()
                        if batch_contrastive(getattr(module, 'consistency_loss', None))]
+        #: A batch-contrastive L_sc is one loss over the whole batch, computed here.
+        self.batch_consistency = bool(contrastive)
         if contrastive:
-            # Each language's module sees its group of the batch: under DDP the ranks' groups
-            # differ, so a gather per group would pair one rank's with another's, or hang.
-            loss = type(disentangler[contrastive[0]].consistency_loss).__name__
-            raise ValueError(
-                f'model.disentangler.consistency_loss ({loss}) is batch-contrastive: it '
-                'contrasts each caption with the global batch, which a per-language module, '
-                "seeing its language's captions of this process only, does not have: set "
-                "model.disentangler.per_language=False, or a per-caption L_sc "
-                "(dict(type='AlignmentLoss', kind='l1'), the paper's)")
+            loss = disentangler[contrastive[0]].consistency_loss
+            trained = [name for name, parameter in loss.named_parameters()
+                       if parameter.requires_grad]
+            if trained:
+                # One loss over a batch that mixes languages has no one language's copy to use.
+                raise ValueError(
+                    f'model.disentangler.consistency_loss ({type(loss).__name__}) trains '
+                    f'{", ".join(trained)} of its own, one per language with '
+                    'per_language=True, but a batch-contrastive L_sc is one loss over every '
+                    "language's captions of the batch (each caption's negatives), which can "
+                    "use only one: fix it (InfoNCELoss: learnable=False, a fixed temperature), "
+                    'or set model.disentangler.per_language=False (one L_sc and its '
+                    'parameters for all languages)')
         self.per_language = LanguageModuleDict(disentangler)
 
     @property
@@ -83,7 +98,8 @@ class PerLanguageDisentangler(ConditionDisentangler):
             langs: the ``B`` captions' languages.
 
         Returns:
-            ``({block: W^z [B, d_u, d_u]}, {name: size-weighted mean of the groups' losses})``.
+            ``({block: W^z [B, d_u, d_u]}, {name: size-weighted mean of the groups' losses})``;
+            a batch-contrastive ``sc`` is the loss of the whole batch instead.
         """
         if langs is None or len(langs) != embeddings.shape[0]:
             raise ValueError(f'a per-language disentangler needs the language of each of the '
@@ -99,14 +115,25 @@ class PerLanguageDisentangler(ConditionDisentangler):
                             for module in self.per_language.values())
         r_negative = r_source[shuffled_negatives(embeddings.shape[0], device=embeddings.device)
                               ] if r_source is not None and discriminated else None
+        batch_consistency = self.batch_consistency and r_source is not None
+        f_sr = None
         for lang in dict.fromkeys(langs):
             index = host_to_device(torch.tensor([i for i, code in enumerate(langs)
                                                  if code == lang]), embeddings.device)
             training = {} if r_source is None else dict(
                 r_source=r_source[index],
                 r_negative=None if r_negative is None else r_negative[index])
-            group_condition, group_losses = self.per_language[lang](
-                embeddings[index], select_tokens(tokens, index), **training)
+            if batch_consistency:
+                # L_sc left to the whole batch's f^sr, below.
+                group_condition, group_losses, found = self.per_language[lang].\
+                    features_and_losses(embeddings[index], select_tokens(tokens, index),
+                                        consistency=False, **training)
+                if f_sr is None:
+                    f_sr = found['sr'].new_empty((embeddings.shape[0], found['sr'].shape[1]))
+                f_sr = f_sr.index_copy(0, index, found['sr'])
+            else:
+                group_condition, group_losses = self.per_language[lang](
+                    embeddings[index], select_tokens(tokens, index), **training)
             for key, value in group_condition.items():
                 if key not in condition:
                     condition[key] = value.new_empty((embeddings.shape[0], *value.shape[1:]))
@@ -114,4 +141,9 @@ class PerLanguageDisentangler(ConditionDisentangler):
             share = len(index) / embeddings.shape[0]
             for name, value in group_losses.items():
                 losses[name] = losses.get(name, 0) + share * value
+        if batch_consistency:
+            module = next(iter(self.per_language.values()))
+            sc = module.loss_weights['sc'] * module.consistency(
+                f_sr, r_source.detach().to(embeddings.dtype))
+            losses = {'sc': sc, **losses}  # the shared module's order
         return condition, losses

@@ -457,16 +457,28 @@ class SemanticsDisentangler(ConditionDisentangler):
             ``({block: W^z [B, d_u, d_u]}, {'sc': lambda_2 L_sc, 'adv': lambda_1 L_d})``, the
             losses present when switched on and ``r_source`` is given.
         """
+        return self.features_and_losses(embeddings, tokens, r_source, r_negative)[:2]
+
+    def features_and_losses(self, embeddings: torch.Tensor, tokens: TokenBatch,
+                            r_source: torch.Tensor | None = None,
+                            r_negative: torch.Tensor | None = None, consistency: bool = True
+                            ) -> tuple[dict[int, torch.Tensor], dict[str, torch.Tensor],
+                                       dict[str, torch.Tensor]]:
+        """:meth:`forward`'s condition and losses, and the features they came from
+        (:meth:`extract`'s). ``consistency=False`` leaves ``L_sc`` out: a caller that computes
+        it itself over captions several modules read (:class:`PerLanguageDisentangler`'s
+        batch-contrastive ``L_sc``) takes ``f^sr`` from the features.
+        """
         found = self.extract(embeddings, tokens)
         condition = self.generator(torch.cat([found[f] for f in FEATURES if f in found], -1))
         losses: dict[str, torch.Tensor] = {}
         if r_source is None:
-            return condition, losses
+            return condition, losses, found
         if r_source.shape != (embeddings.shape[0], self.tower.embed_dim):
             raise ValueError(f'r_source has shape {tuple(r_source.shape)}, expected '
                              f'({embeddings.shape[0]}, {self.tower.embed_dim})')
         r_source = r_source.detach().to(embeddings.dtype)
-        if self.consistency_loss is not None:
+        if self.consistency_loss is not None and consistency:
             losses['sc'] = self.loss_weights['sc'] * self.consistency(found['sr'], r_source)
         if self.discriminator is not None:
             if r_negative is None:
@@ -479,4 +491,4 @@ class SemanticsDisentangler(ConditionDisentangler):
                         else self.semantic_agnostic(embeddings.detach(), tokens))
             losses['adv'] = self.loss_weights['adv'] * self.discriminator.loss(
                 reverse_gradient(agnostic), r_source, r_negative.detach().to(embeddings.dtype))
-        return condition, losses
+        return condition, losses, found

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.losses.contrastive import symmetric_cross_entropy
+from xmr.models.losses.distributed import gather_with_grad
 from xmr.models.losses.precision import in_fp32
 from xmr.models.pooling import masked_token_mean
 from xmr.registry import MODELS
@@ -120,6 +121,14 @@ def semantic_consistency_loss(image_tokens: torch.Tensor, image_mask: torch.Tens
     components of one modality and the x-semantic components of the other, which share one
     value distribution.
 
+    Under DDP the batch is the global one, as one process with it would see it: the four
+    tensors are gathered from every rank with gradients
+    (:func:`~xmr.models.losses.distributed.gather_with_grad`, as the batch-contrastive losses
+    of the retrievers and DASD's SDM are), the tokens padded to the longest patch and word
+    count of any rank with their masks ``False`` there, so every rank computes the global
+    batch's loss and DDP's average of the gradients is that of one process. Every rank must
+    call it alike (the same number of times a step).
+
     Args:
         image_tokens: ``[B, P, D]``.
         image_mask: ``[B, P]`` bool.
@@ -136,6 +145,8 @@ def semantic_consistency_loss(image_tokens: torch.Tensor, image_mask: torch.Tens
     if image_tokens.shape[0] != text_tokens.shape[0]:
         raise ValueError('semantic consistency needs paired batches, got '
                          f'{image_tokens.shape[0]} images and {text_tokens.shape[0]} captions')
+    image_tokens, image_mask, text_tokens, text_mask = gather_with_grad(
+        image_tokens, image_mask, text_tokens, text_mask)
     score = patch_word_similarity if scoring == 'patch_word' else pooled_similarity
     return symmetric_cross_entropy(score(image_tokens, image_mask, text_tokens, text_mask)
                                    / temperature)

@@ -5,6 +5,10 @@ shard of the batch would train on fewer negatives than the configured global bat
 Gathering the embeddings makes each rank compute the loss of the global batch; each rank's own
 rows then carry the whole gradient of that loss, scaled by the number of ranks, and DDP's
 averaging gives exactly the single-process gradient of the global batch.
+
+Token tensors ``[B_r, N_r, D]`` and their masks (CDDS's ``L_s``) differ between ranks in their
+length too (each rank pads its captions to its own longest): they are gathered padded, in every
+dimension after the first, to the longest of any rank, with zeros (``False`` in a mask).
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-__all__ = ['gather_with_grad']
+__all__ = ['gather_with_grad', 'shard_rows', 'shard_shapes']
 
 
 def _distributed() -> bool:
@@ -41,61 +45,90 @@ def gloo_group_beside(world: dist.ProcessGroup, timeout: timedelta | None = None
 
 
 @torch.compiler.disable
-def shard_rows(tensors: tuple[torch.Tensor, ...]) -> list[list[int]]:
-    """The rows of each of ``tensors`` on every rank: ``[rank][tensor]``, in one collective.
+def shard_shapes(tensors: tuple[torch.Tensor, ...]) -> list[list[list[int]]]:
+    """The shape of each of ``tensors`` on every rank: ``[rank][tensor]``, in one collective.
 
-    The counts are shapes, known to the host, and are exchanged there (:func:`host_group`):
-    under NCCL a count sent through the device would wait for every kernel queued before it
-    (the whole forward pass) to be read back. Compiled code runs this eagerly, between its
-    graphs.
+    The shapes are known to the host and are exchanged there (:func:`host_group`): under NCCL a
+    count sent through the device would wait for every kernel queued before it (the whole
+    forward pass) to be read back. Compiled code runs this eagerly, between its graphs. Every
+    rank passes tensors of the same dimensions (the same call of the same code).
     """
-    rows = torch.tensor([t.shape[0] for t in tensors])
-    all_rows = [torch.zeros_like(rows) for _ in range(dist.get_world_size())]
-    dist.all_gather(all_rows, rows, group=host_group())
-    return torch.stack(all_rows).tolist()
+    dims = [t.dim() for t in tensors]
+    flat = torch.tensor([size for t in tensors for size in t.shape], dtype=torch.long)
+    every = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, flat, group=host_group())
+    shapes = []
+    for sizes in torch.stack(every).tolist():
+        shapes.append([])
+        for dim in dims:
+            shapes[-1].append(sizes[:dim])
+            sizes = sizes[dim:]
+    return shapes
+
+
+@torch.compiler.disable
+def shard_rows(tensors: tuple[torch.Tensor, ...]) -> list[list[int]]:
+    """The rows of each of ``tensors`` on every rank: ``[rank][tensor]``, in one collective
+    (:func:`shard_shapes`'s first dimensions)."""
+    return [[shape[0] for shape in rank] for rank in shard_shapes(tensors)]
 
 
 class _GatherRows(torch.autograd.Function):
-    """``[B_r, E]`` on each rank -> ``[sum B_r, E]`` on every rank (rank order), given every
-    rank's ``B_r`` (``sizes``)."""
+    """``[B_r, ...]`` on each rank -> ``[sum B_r, ...]`` on every rank (rank order), given every
+    rank's ``B_r`` (``sizes``) and, where the ranks' other dimensions differ, the largest of each
+    (``width``, ``None``: this rank's): a shorter tensor is padded with zeros (``False``)."""
 
     @staticmethod
-    def forward(ctx, tensor: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-        # all_gather needs equal shapes: pad a shorter shard to the largest, trim afterwards.
+    def forward(ctx, tensor: torch.Tensor, sizes: list[int],
+                width: list[int] | None = None) -> torch.Tensor:
+        # all_gather needs equal shapes: pad a shorter shard to the largest, trim its rows
+        # afterwards (the other dimensions stay padded: a mask tells the padding).
+        shape = (max(sizes), *(tensor.shape[1:] if width is None else width))
         padded = tensor.contiguous()
-        if tensor.shape[0] < max(sizes):
-            padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
-            padded[:tensor.shape[0]] = tensor
-        parts = [torch.empty_like(padded) for _ in sizes]
-        dist.all_gather(parts, padded)
+        if tuple(tensor.shape) != shape:
+            padded = tensor.new_zeros(shape)
+            padded[tuple(slice(0, size) for size in tensor.shape)] = tensor
+        # Sent as bytes: not every backend takes bool tensors.
+        sent = padded.view(torch.uint8) if padded.dtype == torch.bool else padded
+        parts = [torch.empty_like(sent) for _ in sizes]
+        dist.all_gather(parts, sent)
         rank = dist.get_rank()
-        ctx.offset, ctx.rows = sum(sizes[:rank]), sizes[rank]
-        return torch.cat([part[:size] for part, size in zip(parts, sizes)])
+        ctx.own = (slice(sum(sizes[:rank]), sum(sizes[:rank + 1])),
+                   *(slice(0, size) for size in tensor.shape[1:]))
+        gathered = torch.cat([part[:size] for part, size in zip(parts, sizes)])
+        return gathered.view(torch.bool) if padded.dtype == torch.bool else gathered
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         # Every rank computed the same loss L of the same rows, so each reaches its own rows with
         # the whole dL/dx_r, and summing the copies over ranks is a product by their number
         # (which DDP's average of the parameters' gradients divides again). Computed here, with
         # no all-reduce: one in the backward pass would run on the group where DDP all-reduces
         # its buckets, in an order that differs between ranks whose batches leave different
         # parameters unused (a learnable temperature with per-language adapters), and the
-        # collectives would pair up wrongly.
-        return grad[ctx.offset:ctx.offset + ctx.rows] * dist.get_world_size(), None
+        # collectives would pair up wrongly. The padding of the other dimensions is no input.
+        return grad[ctx.own] * dist.get_world_size(), None, None
 
 
 def gather_with_grad(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Concatenate each ``[B_r, E]`` tensor over the DDP ranks, keeping gradients.
+    """Concatenate each ``[B_r, ...]`` tensor over the DDP ranks, keeping gradients.
 
     Every rank must compute the same loss of the gathered tensors (as the batch-contrastive
     losses do): a rank's rows take their gradient from its own copy of that loss.
 
-    The ranks' row counts of all ``tensors`` are exchanged once (:func:`shard_rows`). Returns
-    the tensors unchanged outside distributed runs (or with one process).
+    The ranks' shapes of all ``tensors`` are exchanged once (:func:`shard_shapes`). A tensor
+    whose dimensions after the first differ between ranks (tokens ``[B_r, N_r, D]`` and their
+    masks ``[B_r, N_r]``, each rank padded to its longest) is gathered at the largest of each,
+    padded with zeros (``False``), so a mask gathered with its tokens marks the padding of both.
+    Returns the tensors unchanged outside distributed runs (or with one process).
     """
     if not _distributed():
         return tensors
-    sizes = list(zip(*shard_rows(tensors)))  # [tensor][rank]
-    return tuple(_GatherRows.apply(t, list(rows)) if t.requires_grad
-                 else _GatherRows.apply(t, list(rows)).detach()
-                 for t, rows in zip(tensors, sizes))
+    shapes = list(zip(*shard_shapes(tensors)))  # [tensor][rank]
+    gathered = []
+    for tensor, ranks in zip(tensors, shapes):
+        rows = [shape[0] for shape in ranks]
+        width = [max(sizes) for sizes in zip(*(shape[1:] for shape in ranks))]
+        out = _GatherRows.apply(tensor, rows, width)
+        gathered.append(out if tensor.requires_grad else out.detach())
+    return tuple(gathered)
