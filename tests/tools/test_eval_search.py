@@ -20,3 +20,15 @@ def test_a_bad_case_or_method_is_refused_before_the_first_row(monkeypatch, argv,
                         lambda *args, **kwargs: pytest.fail('a row ran'))
     with pytest.raises(SystemExit, match=message.replace('[', r'\[').replace(']', r'\]')):
         eval_search.main(argv)
+
+
+@pytest.mark.parametrize('k', ['0', '-3', 'ten'])
+def test_a_k_below_one_is_a_usage_error_naming_it(monkeypatch, capsys, k):
+    """``--k 0`` ran each top-k row's subprocess to fail there, the table lost, with FaissSearcher's
+    ``k must be in [1, 5]``, which names no flag."""
+    monkeypatch.setattr(eval_search.subprocess, 'run',
+                        lambda *args, **kwargs: pytest.fail('a row ran'))
+    with pytest.raises(SystemExit) as exit_:
+        eval_search.main(['--cases', '10x5', '--methods', 'flat', '--k', k])
+    assert exit_.value.code == 2
+    assert f"argument --k: '{k}' is no whole number >= 1" in capsys.readouterr().err

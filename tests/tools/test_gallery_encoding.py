@@ -13,6 +13,9 @@ gallery_encoding = benchmark_script('gallery_encoding')
     (['--device', 'cuda'], '--device cuda: this machine has 0 CUDA device(s)'),
     (['--size', '1280'], "--size: '1280' is no WIDTHxHEIGHT of whole numbers >= 1"),
     (['--workers', '0,two'], "--workers: 'two' is no whole number >= 0"),
+    (['--workers', ''], "--workers: '' lists nothing: give one or more comma-separated, e.g. "
+                        '0,1,2'),
+    (['--workers', ','], "--workers: ',' lists nothing"),
     (['--videos', 'missing.mp4'], 'missing.mp4 (--videos): no such file'),
     (['--images', '-1'], "--images: '-1' is no whole number >= 0"),
     (['--batch-size', '0'], "--batch-size: '0' is no whole number >= 1"),

@@ -23,6 +23,7 @@ from xmr.utils.cli import (
     UserError,
     UserKeyError,
     argument_text,
+    comma_list,
     did_you_mean,
     given_device,
     given_file,
@@ -140,6 +141,18 @@ def test_a_failure_exits_with_status_2_as_a_bad_argparse_flag_does(capsys):
         run_tool(_raise(UserError('a', 'b')), [])
     assert exit_info.value.code == 2
     capsys.readouterr()
+
+
+def test_comma_list_reads_each_entry_and_refuses_a_list_of_none():
+    counts = comma_list(cli.int_at_least(0), '0,1,2')
+    assert counts('0,1,,2') == [0, 1, 2]
+    for text in ('', ',', ' , '):
+        with pytest.raises(argparse.ArgumentTypeError,
+                           match=f"^{text!r} lists nothing: give one or more comma-separated, "
+                                 'e.g. 0,1,2$'):
+            counts(text)
+    with pytest.raises(argparse.ArgumentTypeError, match="'-1' is no whole number >= 0"):
+        counts('1,-1')
 
 
 def test_did_you_mean_names_a_close_choice_and_nothing_for_a_far_one():

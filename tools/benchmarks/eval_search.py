@@ -34,7 +34,7 @@ import time
 
 import torch
 
-from xmr.utils.cli import run_tool
+from xmr.utils.cli import int_at_least, run_tool
 
 METHODS = ('ranks', 'flat', 'ivf', 'hnsw', 'metric')
 
@@ -47,7 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--dim', type=int, default=512, help='embedding width E')
     parser.add_argument('--methods', default=','.join(METHODS),
                         help=f'comma-separated subset of {METHODS}')
-    parser.add_argument('--k', type=int, default=10, help='neighbours per query (top-k methods)')
+    parser.add_argument('--k', type=int_at_least(1), default=10,
+                        help='neighbours per query (top-k methods)')
     parser.add_argument('--noise', type=float, default=1.0,
                         help='std of the per-dimension query noise, in units of 1/sqrt(E)')
     parser.add_argument('--chunk-size', type=int, default=None,

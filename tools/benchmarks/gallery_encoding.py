@@ -28,6 +28,7 @@ import numpy as np
 from xmr.utils.cli import (
     GatherAction,
     UserError,
+    comma_list,
     given_device,
     given_file,
     int_at_least,
@@ -49,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         default=[], help='video files to add')
     parser.add_argument('--video-copies', type=int_at_least(1), default=4,
                         help='copies of each video')
-    parser.add_argument('--workers', type=worker_counts, default='0,1,2',
+    parser.add_argument('--workers', type=comma_list(int_at_least(0), '0,1,2'), default='0,1,2',
                         help='worker counts, one row each')
     parser.add_argument('--batch-size', type=int_at_least(1), default=32,
                         help='media encoded per call')
@@ -73,11 +74,6 @@ def image_size(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(
             f'{text!r} is no WIDTHxHEIGHT of whole numbers >= 1') from None
     return width, height
-
-
-def worker_counts(text: str) -> list[int]:
-    """``--workers``: ``'0,1,2'`` -> ``[0, 1, 2]``."""
-    return [int_at_least(0)(count) for count in text.split(',') if count]
 
 
 def write_images(folder: Path, count: int, width: int, height: int) -> list[Path]:

@@ -49,8 +49,9 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 __all__ = ['EXIT_ERROR', 'GatherAction', 'Terminated', 'UserError', 'UserKeyError',
-           'add_custom_imports', 'did_you_mean', 'given_device', 'given_file', 'given_folder',
-           'given_json_output', 'given_output', 'import_user_module', 'int_at_least',
+           'add_custom_imports', 'comma_list', 'did_you_mean', 'given_device', 'given_file',
+           'given_folder', 'given_json_output', 'given_output', 'import_user_module',
+           'int_at_least',
            'quiet_on_other_processes', 'run_tool', 'sigterm_interrupts', 'worker_error']
 
 EXIT_ERROR = 2
@@ -93,6 +94,27 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
         return number
 
     return whole_number
+
+
+def comma_list(item: Callable[[str], Any], example: str) -> Callable[[str], list]:
+    """An argparse ``type`` taking a comma-separated list, each entry read by ``item`` (an
+    argparse ``type`` itself, such as :func:`int_at_least`), empty entries skipped; a list with
+    no entry is refused as a usage error naming the value (``--workers ''`` printed a table of
+    no rows).
+
+    Args:
+        item: reads one entry; its ``ArgumentTypeError`` names the entry at fault.
+        example: a list the usage error suggests (``'0,1,2'``).
+    """
+
+    def entries(text: str) -> list:
+        values = [item(entry) for entry in text.split(',') if entry.strip()]
+        if not values:
+            raise argparse.ArgumentTypeError(
+                f'{text!r} lists nothing: give one or more comma-separated, e.g. {example}')
+        return values
+
+    return entries
 
 
 class GatherAction(argparse.Action):
