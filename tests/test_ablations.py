@@ -92,6 +92,15 @@ def test_unknown_or_empty_ablation(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"'dasd/no-sd': no file .*/configs/dasd/"
                        r"ablations/no-sd.py \(did you mean 'dasd/no-sc'\?\); name a shipped"):
         ablation_path('dasd/no-sd')
+    for name in ('dasd/', 'dasd'):  # 'dasd/' said it named no method
+        with pytest.raises(FileNotFoundError, match=(
+                rf"^ablation '{name}' names no row of method 'dasd'; name one as 'dasd/<row>' "
+                r"\(dasd/align-on-cc300k, .*dasd/no-sc, .*\)$")) as error:
+            ablation_path(name)
+        assert 'pectvlm/' not in str(error.value)  # its own rows, not every method's
+    with pytest.raises(FileNotFoundError, match=r"^ablation 'dsad/' names no row, and 'dsad' is "
+                       r"no method with shipped ablations \(did you mean 'dasd'\?\); name a "):
+        ablation_path('dsad/')
     empty = tmp_path / 'empty.py'
     empty.write_text('# nothing\n')
     with pytest.raises(ValueError, match='changes nothing'):
@@ -152,6 +161,19 @@ def test_every_item_needs_a_list_and_no_index_beside_it(tmp_path, overlay, messa
     row.write_text(overlay + '\n')
     with pytest.raises(ValueError, match=message):
         apply_ablations(load(DASD_CONFIGS[0]), [str(row)])
+
+
+def test_every_item_of_an_empty_list_is_refused_as_changing_nothing(tmp_path):
+    """A row over an empty list changed nothing and passed, the run named after it."""
+    row = tmp_path / 'row.py'
+    row.write_text("test_dataloader = dict(dataset=dict(languages={'*': 'fr'}))\n")
+    config = tmp_path / 'config.py'
+    config.write_text('test_dataloader = dict(dataset=dict(languages=[]))\n')
+    with pytest.raises(ValueError, match=(
+            r"^ablation '.*row\.py' sets test_dataloader\.dataset\.languages\.\* \(every item\), "
+            r'but test_dataloader\.dataset\.languages is an empty list in the config: the row '
+            r'would change nothing there$')):
+        apply_ablations(Config.fromfile(str(config)), [str(row)])
 
 
 def test_an_index_past_the_end_of_a_list_is_a_part_the_config_lacks(tmp_path):

@@ -48,7 +48,8 @@ def ablation_path(name: str | os.PathLike) -> Path:
 
     Raises:
         FileNotFoundError: naming the file looked for (or, for a bare row, the method it
-            lacks), the nearest shipped ablation and all of them.
+            lacks; for a method alone, ``'dasd/'``, its rows), the nearest shipped ablation and
+            all of them.
     """
     name = str(name)
     if name.endswith('.py'):
@@ -61,8 +62,16 @@ def ablation_path(name: str | os.PathLike) -> Path:
         return path
     shipped = sorted(f'{p.parent.parent.name}/{p.stem}'
                      for p in (packaged_root() / 'configs').glob('*/ablations/*.py'))
+    methods = sorted({ablation.partition('/')[0] for ablation in shipped})
     if name.endswith('.py') or row:
         problem = f': no file {path}{did_you_mean(name, shipped)}'
+    elif method in methods:  # 'dasd/' or 'dasd': the method, its row left out
+        rows = [ablation for ablation in shipped if ablation.startswith(f'{method}/')]
+        raise FileNotFoundError(f'ablation {name!r} names no row of method {method!r}; name '
+                                f"one as '{method}/<row>' ({', '.join(rows)})")
+    elif method and name.endswith('/'):
+        problem = (f' names no row, and {method!r} is no method with shipped ablations'
+                   f'{did_you_mean(method, methods)}')
     else:
         rows = [ablation for ablation in shipped if ablation.endswith(f'/{name}')]
         problem = ' names no method' + (f" (did you mean '{rows[0]}'?)" if len(rows) == 1 else '')
@@ -186,7 +195,8 @@ def _every_item_indexed(overlay: Mapping[str, Any], config: Any, who: str,
     '1': part, ...}``, one per item: a row that changes every phase whatever their number.
 
     Raises:
-        ValueError: ``'*'`` over something that is not a list, or beside indices.
+        ValueError: ``'*'`` over something that is not a list, over an empty list (a row
+            that changed nothing, named after it all the same), or beside indices.
     """
     indexed = {}
     for key, value in overlay.items():
@@ -199,6 +209,10 @@ def _every_item_indexed(overlay: Mapping[str, Any], config: Any, who: str,
                 raise ValueError(f"{who} sets {'.'.join(path)}.{EVERY_ITEM} (every item), which "
                                  f"needs {'.'.join(path)} to be a list in the config; the "
                                  f'config has {type(here).__name__}')
+            if not here:
+                raise ValueError(f"{who} sets {'.'.join(path)}.{EVERY_ITEM} (every item), but "
+                                 f"{'.'.join(path)} is an empty list in the config: the row "
+                                 'would change nothing there')
             if len(value) > 1:
                 raise ValueError(f"{who} sets {'.'.join(path)}.{EVERY_ITEM} (every item) beside "
                                  f"{sorted(set(value) - {EVERY_ITEM})}: give one or the other")
