@@ -12,6 +12,7 @@ from tests.engine.test_loops import PHASES, make_cfg
 from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
 from xmr.engine.divergence import TrainingDivergedError
 from xmr.engine.hooks.corrupt_media import CorruptMediaHook
+from xmr.engine.runner import ResumeCheckedRunner
 from xmr.registry import HOOKS
 
 
@@ -175,3 +176,24 @@ def test_a_run_that_fails_names_the_files_it_skipped_since_the_last_report(tmp_p
     assert [w for w in warnings if 'unreadable' in w] == [
         'train up to the failure at iteration 3, this rank: 3 unreadable media skipped '
         '(1 file): /v/a.jpg (x3)']
+
+
+def test_a_train_loop_that_fails_to_be_built_is_reported_once(tmp_path, monkeypatch):
+    """The hook read runner.iter, which built the failed loop again: its error was logged a
+    second time, with a traceback, as CorruptMediaHook.after_failed_train's, and noted on the
+    run's own."""
+    cfg = make_cfg(tmp_path, phases=[dict(PHASES[1], iters=6)])
+    cfg.train_cfg.no_such_option = 1
+    cfg.custom_hooks.append(dict(type='CorruptMediaHook', interval=0))
+    allow_mmengine_checkpoint_types()
+    runner = ResumeCheckedRunner.from_cfg(cfg)
+    errors = []
+    monkeypatch.setattr(runner.logger, 'error', errors.append)
+    built = []
+    build = runner.build_train_loop
+    monkeypatch.setattr(runner, 'build_train_loop', lambda loop: built.append(loop) or build(loop))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'no_such_option'") as info:
+        runner.train()
+    assert errors == []
+    assert not getattr(info.value, '__notes__', None)
+    assert len(built) == 1

@@ -98,8 +98,14 @@ class CorruptMediaHook(Hook):
     def after_failed_train(self, runner: Any) -> None:
         """Name the files skipped since the last report of a run that fails (a diverged loss,
         an error), which reaches no epoch end: this rank's alone, since another rank may have
-        failed and would never join a gather."""
+        failed and would never join a gather.
+
+        A run with nothing to name reads nothing of the runner: one whose train loop failed to
+        be built has none, and ``runner.iter`` built it again, its error logged a second time
+        as this hook's."""
         skipped, self._skipped['train'] = self._skipped['train'], Counter()
+        if not skipped:  # a batch counted means the loop was built, and runner.iter is its
+            return
         self._log(runner, skipped, f'train up to the failure at iteration {runner.iter + 1}, '
                                    'this rank')
 
