@@ -19,7 +19,13 @@ from xmr.datasets.collate import media_keys
 from xmr.models.adapters import StaticAdapter
 from xmr.models.backbones import OpenCLIPBackbone
 from xmr.models.disentanglers.semantics import NO_CONDITION_READER, SemanticsDisentangler
-from xmr.registry import DISENTANGLERS, MODELS, UnknownOptionError, check_part_options
+from xmr.registry import (
+    DISENTANGLERS,
+    MODELS,
+    TOKENIZERS,
+    UnknownOptionError,
+    check_part_options,
+)
 
 
 def test_preprocessor_normalises_with_the_backbone_statistics(tiny_retriever):
@@ -262,6 +268,25 @@ def test_padding_averaged_into_f_sa_needs_a_fixed_padding_as_the_config_loads():
         alone = [model.encode_text(model.language_branch.tokenize([text], ['de']), 'de')
                  for text in texts]
     torch.testing.assert_close(together, torch.cat(alone))
+
+
+def test_padding_averaged_into_f_sa_needs_a_fixed_padding_of_a_tokenizer_given_built():
+    """A tokenizer given built (an object, not a config dict) went unchecked: the model was
+    built with f^sa depending on the other captions of a batch."""
+    cfg = copy.deepcopy(tiny_dasd_cfg())
+    cfg['disentangler']['padding_as_tokens'] = True
+    tokenizer_cfg = cfg['language_branch']['tokenizer']
+    cfg['language_branch']['tokenizer'] = TOKENIZERS.build(tokenizer_cfg)
+    message = (r'^model\.disentangler\.padding_as_tokens=True averages the padding into f\^sa, '
+               r'but model\.language_branch\.tokenizer \(a built SentencePieceTokenizer\) has '
+               r'no pad_to: ')
+    with pytest.raises(ValueError, match=message):
+        check_part_options(MODELS, cfg, 'model')
+    with pytest.raises(ValueError, match=message):
+        MODELS.build(cfg)
+    cfg['language_branch']['tokenizer'] = TOKENIZERS.build(dict(tokenizer_cfg, pad_to=32))
+    check_part_options(MODELS, cfg, 'model')
+    assert MODELS.build(cfg).language_branch.tokenizer.pad_to == 32
 
 
 @pytest.mark.parametrize('text_cfg', [dict(pool_type='last'),

@@ -316,13 +316,18 @@ class SemanticsDisentangler(ConditionDisentangler):
         ``batch_size``). The authors pad every caption to 77. A fixed-context tower's
         (``tower.fixed_context``: SigLIP's) captions are all padded to its context, ``pad_to``
         given or not (:class:`~xmr.models.language.branch.TargetLanguageBranch`); a tower the
-        config does not tell (``None``) needs the ``pad_to``."""
-        if not with_defaults(cls, cfg)['padding_as_tokens'] or not isinstance(tokenizer, Mapping):
+        config does not tell (``None``) needs the ``pad_to``. A tokenizer given built (a
+        :class:`~xmr.models.language.tokenizers.BaseTokenizer`) is checked by its ``pad_to``
+        as a config is."""
+        if not with_defaults(cls, cfg)['padding_as_tokens'] or tokenizer is None:
             return
-        if tokenizer.get('pad_to') is None and not (tower is not None and tower.fixed_context):
+        built = not isinstance(tokenizer, Mapping)
+        pad_to = getattr(tokenizer, 'pad_to', None) if built else tokenizer.get('pad_to')
+        if pad_to is None and not (tower is not None and tower.fixed_context):
+            given = f' (a built {type(tokenizer).__name__})' if built else ''
             raise ValueError(
                 'model.disentangler.padding_as_tokens=True averages the padding into f^sa, but '
-                'model.language_branch.tokenizer has no pad_to: it pads each batch to its '
+                f'model.language_branch.tokenizer{given} has no pad_to: it pads each batch to its '
                 "longest caption, and a caption's embedding would depend on the other captions "
                 "of its batch; give the tokenizer pad_to (the authors' 77: the tower's context "
                 'length) or padding_as_tokens=False')
