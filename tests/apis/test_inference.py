@@ -507,9 +507,35 @@ def test_the_config_s_languages_are_read_from_a_file_as_init_retriever_reads_it(
 
 
 def test_a_config_the_language_check_cannot_read_is_left_to_the_model():
-    for model_cfg in (dict(type='DualEncoderRetriever'), tiny_retriever_cfg(
-            language_branch=dict(type='TargetLanguageBranch')), None):
+    for model_cfg in (tiny_retriever_cfg(language_branch=dict(type='TargetLanguageBranch')),
+                      None):
         check_config_languages(Config(dict(model=model_cfg)), 'ko')
+
+
+@pytest.mark.parametrize('model_cfg, reads', [
+    (dict(type='DualEncoderRetriever', backbone=tiny_backbone_cfg(), languages=['eng', 'de']),
+     ['en', 'de']),
+    (dict(type='DualEncoderRetriever', backbone=tiny_backbone_cfg()), ['en'])])
+def test_a_dual_encoder_s_config_languages_are_checked_as_the_built_model_checks_them(
+        monkeypatch, model_cfg, reads):
+    """A dual encoder's languages were left to the built model: a query of a language its
+    config does not list was refused once the weights had loaded."""
+    model = MODELS.build(model_cfg)
+    assert trained_languages(model) == reads
+    monkeypatch.setattr(MODELS, 'build', lambda *args, **kwargs: pytest.fail('built'))
+    config = Config(dict(model=model_cfg))
+    for lang in ('ko', 'FR', *reads):
+        try:
+            check_languages(model, lang, '--lang')
+        except ValueError as error:
+            with pytest.raises(ValueError, match=re.escape(
+                    f"{error} (the config's model.languages)")):
+                check_config_languages(config, lang, '--lang')
+        else:
+            check_config_languages(config, lang, '--lang')
+    with pytest.raises(ValueError, match=re.escape(
+            "--lang: the model does not read ['ko']; it reads ['en'")):
+        check_config_languages(config, ['en', 'ko'], '--lang')
 
 
 def test_a_model_the_apis_do_not_serve_is_refused_before_it_is_built(tmp_path, monkeypatch):

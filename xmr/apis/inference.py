@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 from xmr.apis.encoding_parts import EncodingParts
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.frame_sampling import check_frame_count
-from xmr.datasets.languages import normalize_language, normalize_languages
+from xmr.datasets.languages import normalize_language
 from xmr.datasets.media_io import MediaReadError, read_image, read_video_frames
 from xmr.datasets.video_containers import VIDEO_SUFFIXES
 from xmr.engine.checkpoint import (
@@ -50,12 +50,6 @@ from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.language.carried_vocabulary import read_vocabulary_from
 from xmr.models.language.language_modules import module_file_problem
 from xmr.models.retrievers.base import BaseRetriever
-from xmr.models.retrievers.cross_lingual import (
-    SOURCE_LANGUAGE,
-    CrossLingualRetriever,
-    canonical_source,
-    check_read_languages,
-)
 from xmr.registry import MODELS, TRANSFORMS, check_part_options
 from xmr.run_config import config_file, import_custom_modules, merge_options
 from xmr.utils.cli import UserKeyError, given_file
@@ -271,8 +265,11 @@ def check_config_languages(config: str | os.PathLike | Config, languages: str | 
                            where: str = 'query') -> None:
     """:func:`check_languages` from a config alone, before its model is built (a backbone's
     weights take seconds to minutes to load): the source language and the targets of its
-    ``language_branch``; a config whose model is no :class:`CrossLingualRetriever`, or whose
-    branch names no languages, is left to the built model's check.
+    ``language_branch`` (a :class:`~xmr.models.retrievers.CrossLingualRetriever`), the
+    ``languages`` of a :class:`~xmr.models.retrievers.DualEncoderRetriever`: what the model's
+    class reads from its config (:meth:`BaseRetriever.configured_languages`). A model whose
+    class cannot tell (a branch naming no languages, a retriever of one's own) is left to the
+    built model's check.
 
     Args:
         config: a config as :func:`init_retriever` takes it: a file (``xmr::<path>`` for
@@ -295,22 +292,17 @@ def check_config_languages(config: str | os.PathLike | Config, languages: str | 
     model_cfg = config.get('model')
     with DefaultScope.overwrite_default_scope('xmr'):  # as init_retriever's build
         kind = _model_class(model_cfg)
-    if kind is None or not issubclass(kind, CrossLingualRetriever):
+    if kind is None or not issubclass(kind, BaseRetriever):
         return
-    branch = model_cfg.get('language_branch')
-    targets = [] if branch is None else (branch.get('languages')
-                                         if isinstance(branch, Mapping) else None)
-    if targets is None:
+    read = kind.configured_languages(model_cfg)
+    if read is None:
         return
-    source = canonical_source(model_cfg.get('source_language', SOURCE_LANGUAGE))
-    targets = normalize_languages(targets, 'model.language_branch.languages')
     try:
-        check_read_languages(codes, source, targets, where)
+        kind.check_read(codes, read, where)
     except ValueError as error:
         # Read from the config, not a checkpoint: a checkpoint of other languages is refused
         # as it loads.
-        raise ValueError(f"{error} (the config's source_language and "
-                         'model.language_branch.languages)') from None
+        raise ValueError(f"{error} (the config's {kind.LANGUAGE_KEYS})") from None
 
 
 @torch.no_grad()

@@ -263,10 +263,30 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         Raises:
             ValueError: naming ``where``, the languages it does not read and those it reads.
         """
-        read = self.read_languages()
+        self.check_read(languages, self.read_languages(), where)
+
+    #: The config keys :meth:`configured_languages` reads, for the message of a refusal.
+    LANGUAGE_KEYS: ClassVar[str] = 'model.languages'
+
+    @classmethod
+    def configured_languages(cls, cfg: Mapping[str, Any]) -> list[str] | None:
+        """What :meth:`read_languages` of the model ``cfg`` builds will give, from the config
+        alone (no weight loaded; ``xmr.apis.check_config_languages``); ``None`` where the config
+        does not tell, and the built model alone is checked (the default: a retriever of one's
+        own declares its languages as built)."""
+        return None
+
+    @classmethod
+    def check_read(cls, languages: Sequence[str], read: Sequence[str], where: str) -> None:
+        """:meth:`check_languages`'s refusal, for languages ``read`` (:meth:`read_languages`,
+        or :meth:`configured_languages` before the model is built).
+
+        Raises:
+            ValueError: naming ``where``, the languages not read and those read.
+        """
         unread = [lang for lang in languages if lang not in read]
         if unread:
-            raise ValueError(f'{where}: the model does not read {unread}; it reads {read}')
+            raise ValueError(f'{where}: the model does not read {unread}; it reads {list(read)}')
 
     def media_head(self) -> dict[str, nn.Module]:
         """The trained modules a media's retrieval embedding passes through after the backbone,

@@ -281,6 +281,25 @@ class CrossLingualRetriever(BaseRetriever):
         """The source language, then the target languages."""
         return [self.source_language, *self.languages]
 
+    LANGUAGE_KEYS = 'source_language and model.language_branch.languages'
+
+    @classmethod
+    def configured_languages(cls, cfg: Mapping[str, Any]) -> list[str] | None:
+        """The config's source language, then its branch's ``languages``; ``None`` where a
+        branch names none (a class of its own may default them)."""
+        branch = cfg.get('language_branch')
+        targets = [] if branch is None else (branch.get('languages')
+                                             if isinstance(branch, Mapping) else None)
+        if targets is None:
+            return None
+        source = canonical_source(cfg.get('source_language', SOURCE_LANGUAGE))
+        return [source, *normalize_languages(targets, 'model.language_branch.languages')]
+
+    @classmethod
+    def check_read(cls, languages: Sequence[str], read: Sequence[str], where: str) -> None:
+        """:func:`check_read_languages`: the first language read is the source one."""
+        check_read_languages(languages, read[0], list(read[1:]), where)
+
     def check_languages(self, languages: Sequence[str], where: str) -> None:
         """Fail unless the model reads every language: its source one or one it has adapters for.
 

@@ -170,6 +170,12 @@ class DualEncoderRetriever(BaseRetriever):
             if tower is not None:
                 kind.check_tower(disentangler, tower)
 
+    @classmethod
+    def configured_languages(cls, cfg: Mapping[str, Any]) -> list[str]:
+        """The config's ``languages`` (default ``('en',)``), as the built model reads them."""
+        return normalize_languages(with_defaults(cls, cfg)['languages'],
+                                   'DualEncoderRetriever languages')
+
     # ----------------------------------------------------------------------------- encoders
     def encode_media_tokens(self, media: torch.Tensor) -> TokenOutput:
         """Images ``[B, 3, H, W]`` or videos ``[B, T, 3, H, W]`` -> tokens ``[B, N, E]``."""
