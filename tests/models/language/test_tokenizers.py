@@ -226,9 +226,40 @@ def test_a_trained_sentencepiece_reports_the_share_of_its_corpus_it_truncates(
                               f'captions; {share} of them are longer than '
                               f'max_length={max_length} tokens')
     assert (logged_level or logging.INFO) == level
-    assert ('raise vocab_size or max_length' in message) == (level == logging.WARNING)
+    # The corpus supports 53 pieces of the 64 asked for: a larger vocab_size is no advice.
+    assert trained.vocab_size < 64
+    assert ('raise max_length' in message) == (level == logging.WARNING)
+    assert 'raise vocab_size' not in message
     SentencePieceTokenizer(model_file=str(path), max_length=max_length)  # loaded: no report
     assert len(logged) == 1
+
+
+def test_a_truncating_vocabulary_of_all_the_pieces_asked_for_advises_a_larger_vocab_size(
+        monkeypatch):
+    from xmr.models.language import tokenizers
+
+    logged = []
+    monkeypatch.setattr(tokenizers, 'print_log',
+                        lambda message, **kwargs: logged.append((message, kwargs.get('level'))))
+    trained = SentencePieceTokenizer(corpus=CORPUS * 10, vocab_size=44, max_length=2)
+    assert trained.vocab_size == 44
+    (message, level), = logged
+    assert level == logging.WARNING and 'raise vocab_size or max_length' in message
+
+
+def test_a_corpus_that_supports_fewer_pieces_than_asked_says_vocab_size_will_not_help(
+        monkeypatch):
+    from xmr.models.language import tokenizers
+
+    logged = []
+    monkeypatch.setattr(tokenizers, 'print_log',
+                        lambda message, **kwargs: logged.append((message, kwargs.get('level'))))
+    trained = SentencePieceTokenizer(corpus=CORPUS * 10, vocab_size=400, max_length=2)
+    (message, level), = logged
+    assert level == logging.WARNING
+    assert (f'only {trained.vocab_size} of the vocab_size=400 pieces asked for were learned'
+            in message)
+    assert 'raise vocab_size' not in message and 'raise max_length' in message
 
 
 def test_a_sentencepiece_model_trained_elsewhere_is_read_with_its_own_special_ids(tmp_path):

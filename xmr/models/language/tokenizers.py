@@ -1023,7 +1023,7 @@ class SentencePieceTokenizer(BaseTokenizer):
                              'tokenizer_file') from error
         self._check_specials(model_file)
         if lines is not None:
-            self._report_training(lines, spm.__version__)
+            self._report_training(lines, spm.__version__, vocab_size)
 
     @staticmethod
     def _model_bytes(path: Path) -> bytes:
@@ -1040,7 +1040,7 @@ class SentencePieceTokenizer(BaseTokenizer):
                              'give the .model file, or the corpus it was learned from')
         return proto
 
-    def _report_training(self, lines: list[str], version: str) -> None:
+    def _report_training(self, lines: list[str], version: str, asked: int) -> None:
         """Log how many of the corpus's captions the learned vocabulary cannot fit in
         ``max_length``; a warning when more than :data:`TRUNCATED_SHARE_WARNING` of them.
 
@@ -1053,7 +1053,14 @@ class SentencePieceTokenizer(BaseTokenizer):
         message = (f'SentencePieceTokenizer: sentencepiece {version} learned {self.vocab_size} '
                    f'pieces from {len(lines)} captions; {share:.0%} of them are longer than '
                    f'max_length={self.max_length} tokens')
-        if share > TRUNCATED_SHARE_WARNING:
+        if share > TRUNCATED_SHARE_WARNING and self.vocab_size < asked:
+            # Trained without a hard limit, SentencePiece keeps no more pieces than the corpus
+            # supports (a small corpus of few distinct words: 60 of 200 on 1,900 captions).
+            print_log(f'{message} and will be truncated: raise max_length, or give a larger, '
+                      f'more varied corpus (only {self.vocab_size} of the vocab_size={asked} '
+                      'pieces asked for were learned from it, so a larger vocab_size adds none)',
+                      logger='current', level=logging.WARNING)
+        elif share > TRUNCATED_SHARE_WARNING:
             print_log(f'{message} and will be truncated: raise vocab_size or max_length '
                       '(or, on a corpus of several scripts, check the sentencepiece version: '
                       'setup.py asks for >=0.2.3)', logger='current', level=logging.WARNING)
