@@ -10,7 +10,7 @@ import os
 
 from xmr.datasets.annotation import Annotation
 
-__all__ = ['BENCHMARK_SPLIT_SIZES', 'check_split_size']
+__all__ = ['BENCHMARK_SPLIT_SIZES', 'check_split_size', 'split_size_mismatch']
 
 #: ``(dataset, split)`` of an xmr annotation (the names its converter writes) -> the image or
 #: video count the benchmark's evaluation is defined on (../shared/REFERENCE.md).
@@ -35,6 +35,15 @@ BENCHMARK_SPLIT_SIZES: dict[tuple[str, str], int] = {
 }
 
 
+def split_size_mismatch(ann: Annotation) -> int | None:
+    """The media count :data:`BENCHMARK_SPLIT_SIZES` expects of ``ann``'s dataset and split
+    where ``ann`` holds another; ``None`` where it matches or the split is no benchmark's
+    (few-shot parts, train splits, a dataset of one's own). Shared by the datasets'
+    :func:`check_split_size` and the converters' check at conversion time."""
+    expected = BENCHMARK_SPLIT_SIZES.get((ann.dataset, ann.split))
+    return None if expected is None or len(ann.items) == expected else expected
+
+
 def check_split_size(ann: Annotation, ann_file: str | os.PathLike) -> None:
     """Refuse an evaluation split of a benchmark in :data:`BENCHMARK_SPLIT_SIZES` whose media
     count differs from the benchmark's; other splits (few-shot parts, a dataset of one's own)
@@ -44,8 +53,8 @@ def check_split_size(ann: Annotation, ann_file: str | os.PathLike) -> None:
         ValueError: naming the file, the dataset and split, the count found and the one
             expected, and the opt-out.
     """
-    expected = BENCHMARK_SPLIT_SIZES.get((ann.dataset, ann.split))
-    if expected is None or len(ann.items) == expected:
+    expected = split_size_mismatch(ann)
+    if expected is None:
         return
     raise ValueError(
         f'{ann_file}: {ann.dataset} {ann.split} holds {len(ann.items)} media, but the '

@@ -121,3 +121,25 @@ def test_the_converter_takes_the_shared_media_options_each_with_help(monkeypatch
     assert {f'--{media}-dir', '--skip-media-check', '--text-only'} <= set(helps)
     assert folder in helps[f'--{media}-dir']
     assert helps[f'--{media}-dir'].endswith('(checked for every listed file)')
+
+
+def test_dump_into_refuses_a_benchmark_split_of_another_size(tmp_path):
+    """A converter given a truncated release learns it at conversion, not at the first run:
+    the split, the size read and the size expected are named, nothing is written; the opt-out
+    (--skip-benchmark-size-check) writes it."""
+    import pytest as _pytest
+
+    from xmr.datasets.annotation import Annotation as _Annotation
+    from xmr.datasets.annotation import MediaRecord as _Record
+    from xmr.datasets.converters.cli import dump_into as _dump_into
+    from xmr.datasets.converters.errors import ConversionError as _ConversionError
+
+    ann = _Annotation(dataset='xtd10', split='test', media_type='image', languages=['en'],
+                      items=[_Record(media_id=str(i), media_path=f'{i}.jpg',
+                                     captions={'en': [f'caption {i}']}) for i in range(3)])
+    with _pytest.raises(_ConversionError, match=r"xtd10_test\.json: xtd10 split 'test' holds 3 "
+                        r'media, but the benchmark is scored on 1000.*--skip-benchmark-size'):
+        _dump_into(tmp_path, {'xtd10_test': ann})
+    assert not (tmp_path / 'xtd10_test.json').exists()
+    assert _dump_into(tmp_path, {'xtd10_test': ann}, check_benchmark_size=False) == [
+        tmp_path / 'xtd10_test.json']

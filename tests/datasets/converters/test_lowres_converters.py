@@ -94,7 +94,12 @@ def test_crossmodal3600_script_checks_images_and_writes_nothing_on_failure(tmp_p
                      _refused('prepare_crossmodal3600.py', args, monkeypatch, capsys))
     assert not (tmp_path / 'out').exists()
     (tmp_path / 'images' / '00cd3c8ab3fd8e8b.jpg').write_bytes(b'')
-    _run('prepare_crossmodal3600.py', args, monkeypatch)
+    # Two images of a benchmark scored on 3,600: refused at conversion, naming split and sizes.
+    refused = _refused('prepare_crossmodal3600.py', args, monkeypatch, capsys)
+    assert re.search(r"crossmodal3600 split 'test' holds 2 media, but the benchmark is scored "
+                     'on 3600.*--skip-benchmark-size-check', refused)
+    assert not (tmp_path / 'out' / 'crossmodal3600_test.json').exists()
+    _run('prepare_crossmodal3600.py', [*args, '--skip-benchmark-size-check'], monkeypatch)
     ann = load_annotation(tmp_path / 'out' / 'crossmodal3600_test.json')
     assert ann.languages == ['en', 'sw'] and len(ann.items) == 2
 
@@ -104,8 +109,8 @@ def test_crossmodal3600_text_only_writes_text_pairs_without_images(tmp_path, mon
     other converter takes, was refused as an unknown argument."""
     captions = write_xm3600(tmp_path)
     _run('prepare_crossmodal3600.py', ['--captions', str(captions), '--text-only', '--out-dir',
-                                       str(tmp_path / 'out'), '--languages', 'en', 'sw'],
-         monkeypatch)
+                                       str(tmp_path / 'out'), '--languages', 'en', 'sw',
+                                       '--skip-benchmark-size-check'], monkeypatch)
     ann = load_annotation(tmp_path / 'out' / 'crossmodal3600_test.json')
     assert ann.media_type == 'text' and [item.media_path for item in ann.items] == [None] * 2
     assert ann.items[0].captions == {'en': ['A dog on a sofa.', 'A brown dog resting.'],

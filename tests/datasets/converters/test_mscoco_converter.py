@@ -110,7 +110,7 @@ def test_text_only_writes_text_pairs_without_images(coco):
     other converter takes, was refused as an unknown argument (by every Karpathy command)."""
     main(['--karpathy-json', str(coco / 'dataset_coco.json'), '--stair-json',
           str(coco / 'stair_train.json'), str(coco / 'stair_val.json'), '--text-only',
-          '--out-dir', str(coco / 'out')])
+          '--out-dir', str(coco / 'out'), '--skip-benchmark-size-check'])
     train = load_annotation(coco / 'out' / 'coco_train.json')
     assert train.media_type == 'text' and all(r.media_path is None for r in train.items)
     assert train.items[1].captions == {'en': [f'image 2 caption {k}' for k in range(5)],

@@ -12,10 +12,12 @@ from xmr.datasets.annotation import (
     text_pairs,
     written_header,
 )
+from xmr.datasets.benchmark_sizes import split_size_mismatch
 from xmr.datasets.converters.errors import ConversionError
 from xmr.fileio import input_written_over
 
-__all__ = ['ATTACH_OUT_HELP', 'add_media_options', 'add_out_dir', 'attach_out', 'checked_media_dir',
+__all__ = ['ATTACH_OUT_HELP', 'SKIP_SIZE_OPTION', 'add_media_options', 'add_out_dir', 'attach_out',
+           'check_benchmark_sizes', 'checked_media_dir',
            'dump_converted', 'dump_into', 'refuse_other_file', 'refuse_other_files',
            'refuse_written_over', 'refuse_standing_text', 'write_converted']
 
@@ -25,15 +27,20 @@ ATTACH_OUT_HELP = ('annotation file to write (default: ANN itself); a file stand
                    'converter wrote (an earlier run), never a checkpoint, a test result or any '
                    'other file')
 
+#: The option that lets a converter write a benchmark split of another size than the papers'
+#: (:func:`check_benchmark_sizes`).
+SKIP_SIZE_OPTION = '--skip-benchmark-size-check'
+
 #: How much of a file :func:`refuse_standing_text` reads to tell a binary file (a NUL byte).
 _TEXT_PROBE_BYTES = 8192
 
 
 def add_media_options(parser: argparse.ArgumentParser, media: str,
                       folder_help: str | None = None) -> None:
-    """``--images-dir`` / ``--videos-dir`` (``media`` names the folder), ``--skip-media-check``
-    and ``--text-only``, the media options every converter shares (read back by
-    :func:`checked_media_dir`).
+    """``--images-dir`` / ``--videos-dir`` (``media`` names the folder), ``--skip-media-check``,
+    ``--text-only`` and ``--skip-benchmark-size-check``, the media options every converter
+    shares (read back by :func:`checked_media_dir`; the last as ``check_benchmark_size`` of
+    :func:`write_converted` / :func:`dump_into`).
 
     Args:
         parser: the converter's command line.
@@ -50,6 +57,11 @@ def add_media_options(parser: argparse.ArgumentParser, media: str,
     parser.add_argument('--text-only', action='store_true',
                         help="write text pairs alone (media_type 'text', no media_path): a "
                         'text-only teacher or the cross-lingual phase; needs no media')
+    parser.add_argument(SKIP_SIZE_OPTION, action='store_true',
+                        help="write a benchmark's evaluation split (MSR-VTT 1k-A, Karpathy COCO "
+                        'and Flickr30K val/test, Multi30K, XTD10, Crossmodal-3600) whose media '
+                        "count differs from the papers' (a deliberate subset); without it the "
+                        'conversion is refused, naming the split and both counts')
 
 
 def add_out_dir(parser: argparse.ArgumentParser) -> None:
@@ -215,7 +227,7 @@ def refuse_standing_text(outputs: Mapping[str, Path], overwrite: bool) -> None:
 
 def write_converted(convert: Callable[[], Mapping[str, Annotation]], out_dir: Path,
                     unit: str, outputs: Callable[[], Mapping[str, str]],
-                    text_only: bool = False) -> None:
+                    text_only: bool = False, check_benchmark_size: bool = True) -> None:
     """Run a conversion, write each annotation to ``<out_dir>/<name>.json``, report each file.
 
     A file standing at an output's path is replaced only where it is an annotation of the
@@ -229,6 +241,8 @@ def write_converted(convert: Callable[[], Mapping[str, Annotation]], out_dir: Pa
         outputs: output name -> dataset of every file the run may write, from the command line
             alone (no input read).
         text_only: write each output as text pairs (:func:`~xmr.datasets.annotation.text_pairs`).
+        check_benchmark_size: refuse a benchmark split of another size
+            (:func:`check_benchmark_sizes`); ``not args.skip_benchmark_size_check``.
 
     Raises:
         SystemExit: on a bad input or a file standing at an output that is no earlier one, with
@@ -240,14 +254,37 @@ def write_converted(convert: Callable[[], Mapping[str, Annotation]], out_dir: Pa
         if text_only:
             converted = {name: text_pairs(ann) for name, ann in converted.items()}
             unit = 'text items'
-        written = dump_into(out_dir, converted)
+        written = dump_into(out_dir, converted, check_benchmark_size)
     except (ConversionError, AnnotationError) as err:
         raise SystemExit(f'error: {err}') from err
     for path, ann in zip(written, converted.values()):
         print(f'{path}: {len(ann.items)} {unit}, languages {", ".join(ann.languages)}')
 
 
-def dump_into(out_dir: Path, outputs: Mapping[str, Annotation]) -> list[Path]:
+def check_benchmark_sizes(outputs: Mapping[Path, Annotation]) -> None:
+    """Refuse, before anything is written, an annotation of a benchmark's evaluation split
+    whose media count is not the one the papers score
+    (:data:`~xmr.datasets.benchmark_sizes.BENCHMARK_SPLIT_SIZES`, which the datasets check on
+    reading too): a truncated download or another release is found at conversion, not by the
+    first run that reads the file.
+
+    Raises:
+        ConversionError: naming the file, the dataset and split, the count read and the one
+            expected, and :data:`SKIP_SIZE_OPTION`.
+    """
+    for path, ann in outputs.items():
+        expected = split_size_mismatch(ann)
+        if expected is not None:
+            raise ConversionError(
+                f'{path}: {ann.dataset} split {ann.split!r} holds {len(ann.items)} media, but the '
+                f'benchmark is scored on {expected}: the release read is likely truncated or '
+                'another one (convert the whole release, docs/data.md); nothing is written. A '
+                f'deliberate subset is written with {SKIP_SIZE_OPTION} (and read with the '
+                "dataset's check_benchmark_size=False)")
+
+
+def dump_into(out_dir: Path, outputs: Mapping[str, Annotation],
+              check_benchmark_size: bool = True) -> list[Path]:
     """Write an ``--out-dir`` command's annotations to ``<out_dir>/<name>.json`` by
     :func:`dump_converted`, once :func:`refuse_other_files` has passed each path for the dataset
     written there (a name a declaration checked before the conversion left out among them).
@@ -255,6 +292,8 @@ def dump_into(out_dir: Path, outputs: Mapping[str, Annotation]) -> list[Path]:
     Args:
         out_dir: the ``--out-dir``.
         outputs: output name -> annotation.
+        check_benchmark_size: refuse a benchmark split of another size
+            (:func:`check_benchmark_sizes`).
 
     Returns:
         The paths written.
@@ -263,7 +302,10 @@ def dump_into(out_dir: Path, outputs: Mapping[str, Annotation]) -> list[Path]:
         ConversionError: naming the path at fault and the fix; nothing is written.
     """
     refuse_other_files(out_dir, {name: ann.dataset for name, ann in outputs.items()})
-    return dump_converted({out_dir / f'{name}.json': ann for name, ann in outputs.items()})
+    paths = {out_dir / f'{name}.json': ann for name, ann in outputs.items()}
+    if check_benchmark_size:
+        check_benchmark_sizes(paths)
+    return dump_converted(paths)
 
 
 def dump_converted(outputs: Mapping[Path, Annotation],

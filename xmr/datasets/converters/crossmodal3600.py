@@ -118,4 +118,4 @@ def main(argv: Sequence[str] | None = None) -> None:
     write_converted(lambda: {'crossmodal3600_test': convert_crossmodal3600(
         args.captions, images_dir, args.languages)},
         args.out_dir, 'images', lambda: {'crossmodal3600_test': 'crossmodal3600'},
-        text_only=args.text_only)
+        text_only=args.text_only, check_benchmark_size=not args.skip_benchmark_size_check)

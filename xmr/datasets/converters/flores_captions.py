@@ -127,7 +127,8 @@ def _run(dataset: str, parser: argparse.ArgumentParser, argv: Sequence[str] | No
     images_dir = checked_media_dir(parser, args, 'images')
     write_converted(lambda: {f'{dataset}_test': convert_flores_captions(
         dataset, args.captions_dir, args.languages, images_dir, media_path(args))},
-        args.out_dir, 'images', lambda: {f'{dataset}_test': dataset}, text_only=args.text_only)
+        args.out_dir, 'images', lambda: {f'{dataset}_test': dataset}, text_only=args.text_only,
+        check_benchmark_size=not args.skip_benchmark_size_check)
 
 
 def main_xtd200(argv: Sequence[str] | None = None) -> None:

@@ -223,4 +223,5 @@ def run_karpathy_command(
     images_dir = checked_media_dir(parser, args, 'images')
     write_converted(lambda: convert(args, images_dir,
                                     parse_lang_paths(args.translations, '--translations')),
-                    args.out_dir, 'images', lambda: outputs(args), text_only=args.text_only)
+                    args.out_dir, 'images', lambda: outputs(args), text_only=args.text_only,
+                    check_benchmark_size=not args.skip_benchmark_size_check)

@@ -318,4 +318,5 @@ def main(argv: Sequence[str] | None = None) -> None:
                                          args.id_mapping,
                                          parse_lang_paths(args.translations, '--translations')),
                     args.out_dir, 'images', lambda: laps_outputs(LAPS_DATASETS[args.dataset]),
-                    text_only=args.text_only)
+                    text_only=args.text_only,
+                    check_benchmark_size=not args.skip_benchmark_size_check)

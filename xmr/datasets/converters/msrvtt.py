@@ -302,4 +302,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     write_converted(lambda: convert_msrvtt(
         args.test_csv, parse_lang_paths(args.test_json, '--test-json'), args.data_json,
         train_lists(), videos_dir, args.video_ext),
-        args.out_dir, 'videos', lambda: msrvtt_outputs(train_lists()), text_only=args.text_only)
+        args.out_dir, 'videos', lambda: msrvtt_outputs(train_lists()), text_only=args.text_only,
+        check_benchmark_size=not args.skip_benchmark_size_check)

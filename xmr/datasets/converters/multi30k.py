@@ -196,4 +196,5 @@ def main(argv: Sequence[str] | None = None) -> None:
         return {names[split]: ann for split, ann in outputs.items()}
 
     write_converted(convert, args.out_dir, 'images',
-                    lambda: dict.fromkeys(names.values(), 'multi30k'), text_only=args.text_only)
+                    lambda: dict.fromkeys(names.values(), 'multi30k'), text_only=args.text_only,
+                    check_benchmark_size=not args.skip_benchmark_size_check)

@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.few_shot is not None:
             for part in few_shot_splits(ann, args.few_shot, args.seed).values():
                 outputs[f'xtd10_{part.split}'] = part
-        written = dump_into(args.out_dir, outputs)
+        written = dump_into(args.out_dir, outputs, not args.skip_benchmark_size_check)
     except (ConversionError, AnnotationError) as err:
         raise SystemExit(f'error: {err}') from err
     for path, part in zip(written, outputs.values()):
