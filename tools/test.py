@@ -375,6 +375,7 @@ def run_test(args: argparse.Namespace, cfg: Config):
     checked before any encoding.
     """
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
+    from xmr.datasets.held_out import check_test_held_out
     from xmr.engine.runner import ResumeCheckedRunner, runner_name_in_process
     from xmr.engine.wrappers import unwrap_model
     from xmr.evaluation import EvaluationResult, comparable_entries, plain_metrics, scored_datasets
@@ -391,6 +392,8 @@ def run_test(args: argparse.Namespace, cfg: Config):
     try:
         meta = load_trained_checkpoint(model, args.checkpoint)
         check_test_languages(runner, model)
+        # After the checkpoint and languages, cheaper to refuse: a training set is read whole.
+        check_test_held_out(cfg, [loader.dataset for loader in _test_loaders(runner)])
         scored = scored_datasets(runner.test_loop)
         if args.format == 'clip_benchmark':
             comparable_entries(scored)

@@ -37,7 +37,7 @@ from xmr.utils.listing import first_few
 
 __all__ = ['DEFAULT_WORK_DIR', 'add_config_arguments', 'check_annotation_files',
            'check_evaluation_keys', 'check_run_values', 'config_file', 'load_run_config',
-           'merge_options']
+           'merge_options', 'present_train_datasets']
 
 
 #: Where a run writes without ``--work-dir`` (:func:`~xmr.engine.work_dir.resolve_work_dir`),
@@ -487,6 +487,22 @@ def check_annotation_files(cfg: Config, splits: Sequence[str]) -> None:
             path = path if path.is_absolute() else Path(dataset.get('data_root') or '') / path
             if not path.is_file():
                 raise missing_annotation(path, f'{key}.ann_file')
+
+
+def present_train_datasets(cfg: Config) -> dict[str, Mapping[str, Any]]:
+    """The annotated dataset dicts that training reads (:func:`_loaders_built`'s ``'train'``
+    loaders, wrappers opened), by key, whose annotation files exist: those a run that
+    evaluates alone (``tools/test.py``) can read to compare with its galleries
+    (:func:`~xmr.datasets.held_out.check_test_held_out`); the training data need not be on
+    the machine that tests."""
+    present = {}
+    for where, loader in _loaders_built(cfg, ['train']).items():
+        for key, dataset in _annotated_datasets(f'{where}.dataset', loader.get('dataset')):
+            path = Path(dataset['ann_file'])
+            path = path if path.is_absolute() else Path(dataset.get('data_root') or '') / path
+            if path.is_file():
+                present[key] = dataset
+    return present
 
 
 def _loaders_built(cfg: Config, splits: Sequence[str]) -> dict[str, Mapping[str, Any]]:

@@ -10,7 +10,7 @@ from xmr.datasets.annotation import dump_annotation
 from xmr.datasets.converters.multi30k import convert_multi30k
 from xmr.datasets.converters.xtd10 import convert_xtd10
 from xmr.datasets.few_shot import few_shot_splits
-from xmr.datasets.held_out import check_held_out
+from xmr.datasets.held_out import check_held_out, check_test_held_out
 from xmr.datasets.pairs import CaptionPairDataset
 from xmr.datasets.retrieval import RetrievalDataset
 
@@ -106,3 +106,60 @@ def test_the_xtd10_few_shot_split_is_held_out_but_the_whole_set_holds_its_traini
             f"shares 50 of its 1000 media files with train ({train.ann_file}), e.g. "
             f"{', '.join(first)}, ...")):
         check_held_out({'train': train}, {'full test': whole})
+
+
+def _test_config(tmp_path: Path, train_file: str | None, **train_cfg) -> dict:
+    """A config testing on Multi30K test, training (when ``train_file``) on ``train_file``."""
+    cfg = dict(test_dataloader=dict(dataset=dict(
+        type='RetrievalDataset', ann_file='multi30k_test.json', data_root=str(tmp_path),
+        data_prefix=dict(media='flickr30k/images'), with_media=False, test_mode=True)))
+    if train_file is not None:
+        cfg['train_dataloader'] = dict(dataset=dict(
+            type='CaptionPairDataset', ann_file=train_file, data_root=str(tmp_path),
+            data_prefix=dict(media='flickr30k/images'), target_field='captions',
+            with_media=False))
+        cfg['train_cfg'] = dict(type='PhasedTrainLoop', phases=[dict(iters=1)], **train_cfg)
+    return cfg
+
+
+def _test_datasets(cfg: dict) -> list:
+    from xmr.registry import DATASETS
+
+    return [DATASETS.build(cfg['test_dataloader']['dataset'])]
+
+
+def test_a_test_split_the_config_trains_on_is_refused_naming_the_split_and_both_files(
+        multi30k, tmp_path):
+    cfg = _test_config(tmp_path, 'multi30k_test.json')
+    first = (multi30k / 'image_splits' / 'test_2016_flickr.txt').read_text().split()[:5]
+    with pytest.raises(ValueError) as error:
+        check_test_held_out(cfg, _test_datasets(cfg))
+    message = str(error.value)
+    assert message.startswith(
+        f'test dataset 0 (RetrievalDataset) ({tmp_path / "multi30k_test.json"}) shares 1000 of '
+        'its 1000 media files with training dataset train_dataloader.dataset '
+        f'({tmp_path / "multi30k_test.json"}), e.g. {", ".join(first)}, ...: ')
+    assert message.endswith('allowed by train_cfg.allow_eval_overlap=True')
+    assert 'validation' not in message
+
+
+def test_the_test_check_is_held_out_by_the_opt_out_and_a_disjoint_train_split(multi30k,
+                                                                              tmp_path):
+    refused = _test_config(tmp_path, 'multi30k_test.json', allow_eval_overlap=True)
+    check_test_held_out(refused, _test_datasets(refused))
+    disjoint = _test_config(tmp_path, 'multi30k_train.json')
+    check_test_held_out(disjoint, _test_datasets(disjoint))
+
+
+def test_a_config_without_training_data_is_not_checked(multi30k, tmp_path, monkeypatch):
+    from xmr.registry import DATASETS
+
+    cfg = _test_config(tmp_path, None)
+    datasets = _test_datasets(cfg)
+    built = []
+    monkeypatch.setattr(DATASETS, 'build', lambda part: built.append(part))
+    check_test_held_out(cfg, datasets)
+    # A training split whose annotation file is not on this machine is not read either.
+    absent = _test_config(tmp_path, 'multi30k_gone.json')
+    check_test_held_out(absent, datasets)
+    assert built == []

@@ -939,3 +939,44 @@ def test_sigterm_to_the_job_ends_a_test_as_ctrl_c_does(synthetic_setup):
                                         '--out', str(result)], root / 'ready', whole_job=True)
     assert 'error' not in said, said
     assert not result.exists() and not list(root.glob('.result.json.*'))
+
+
+def test_a_test_split_the_config_trains_on_is_refused_before_encoding(tmp_path, capsys):
+    """tools/test.py (and so train.py --test, which runs it) on a config that trains on its
+    test annotation: refused naming the test split, both files and the opt-out; allowed with
+    it."""
+    from xmr.datasets.annotation import Annotation, MediaRecord
+
+    names = [f'{i}.png' for i in range(4)]
+    placeholder_images(tmp_path / 'images', names, seed=0)
+    dump_annotation(Annotation(dataset='d', split='test', media_type='image',
+                               languages=['en', 'de'], source_lang='en',
+                               items=[MediaRecord(name, name, {'en': [f'a {name}'],
+                                                               'de': [f'ein {name}']})
+                                      for name in names]), tmp_path / 'd_test.json')
+    model = tiny_retriever_cfg()
+    save_checkpoint(model, tmp_path / 'model.pth')
+    media = dict(ann_file=str(tmp_path / 'd_test.json'),
+                 data_prefix=dict(media=str(tmp_path / 'images')), transform=TINY)
+    config = write_config(tmp_path / 'trained.py', tmp_path / 'work', model,
+                          [dict(type='RetrievalDataset', **media)],
+                          [dict(type='RetrievalMetric', prefix='d')])
+    cfg = Config.fromfile(config)
+    cfg.train_dataloader = dict(dataset=dict(type='CaptionPairDataset', target_field='captions',
+                                             **media))
+    cfg.train_cfg = dict(type='PhasedTrainLoop', phases=[dict(
+        name='cl', iters=1, lr=1e-3, trainable=['language_branch'], loss_weights=dict(cl=1.0))])
+    cfg.optim_wrapper = dict(optimizer=dict(type='AdamW', lr=1e-3))
+    cfg.dump(config)
+    with pytest.raises(SystemExit):
+        run_tool(load_tool().main, [str(config), str(tmp_path / 'model.pth')])
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f'error: test dataset 0 (RetrievalDataset) ({tmp_path / "d_test.json"}) shares 4 of its '
+        f'4 media files with training dataset train_dataloader.dataset '
+        f'({tmp_path / "d_test.json"}), e.g. 0.png, 1.png, 2.png, 3.png: ')
+    assert 'train_cfg.allow_eval_overlap=True' in error
+    assert not (tmp_path / 'model_test.json').exists()
+    run_tool(load_tool().main, [str(config), str(tmp_path / 'model.pth'),
+                                '--cfg-options', 'train_cfg.allow_eval_overlap=True'])
+    assert (tmp_path / 'model_test.json').exists()

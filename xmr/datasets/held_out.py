@@ -1,16 +1,19 @@
 """Whether evaluation media are held out of training.
 
-A run whose validation gallery holds images or videos it trains on (the same split named twice,
-or a "val" file cut from the training split) reports retrieval figures no paper's are
-comparable with, and selects its checkpoint on them; nothing else in a run says so.
+A run whose validation or test gallery holds images or videos it trains on (the same split
+named twice, or a "val" file cut from the training split) reports retrieval figures no paper's
+are comparable with, and (validation) selects its checkpoint on them; nothing else in a run
+says so. Training checks its validation galleries before the first step
+(``PhasedTrainLoop``); a test, of a config that trains, checks its test galleries
+(:func:`check_test_held_out`, ``tools/test.py`` and ``tools/train.py --test``).
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ['EXAMPLES_SHOWN', 'check_held_out', 'media_files']
+__all__ = ['EXAMPLES_SHOWN', 'check_held_out', 'check_test_held_out', 'media_files']
 
 #: How many shared media files an error names.
 EXAMPLES_SHOWN = 5
@@ -43,7 +46,8 @@ def check_held_out(training: Mapping[str, Any], evaluation: Mapping[str, Any]) -
 
     Args:
         training: ``{what the dataset is, for the message: dataset}`` of the data trained on.
-        evaluation: the same of the data scored (validation galleries).
+        evaluation: the same of the data scored (validation or test galleries), each named
+            with its split (``val dataset 0``, ``test dataset 0``).
 
     Raises:
         ValueError: naming both datasets and their annotation files, how many of the
@@ -69,6 +73,38 @@ def check_held_out(training: Mapping[str, Any], evaluation: Mapping[str, Any]) -
                     f'{_examples(shared)}: its retrieval scores would be on media the model '
                     'trained on. Point the two at disjoint splits; a deliberate overlap (a '
                     'debugging run) is allowed by train_cfg.allow_eval_overlap=True')
+
+
+def check_test_held_out(cfg: Mapping[str, Any], test_datasets: Sequence[Any]) -> None:
+    """Refuse test galleries that share media files with the data the config trains on.
+
+    The same check as training's of its validation galleries (:func:`check_held_out`, the same
+    opt-out ``train_cfg.allow_eval_overlap``), for the test loaders, which MMEngine builds only
+    when a test runs. The training datasets are built from ``cfg`` (the train loader, the
+    phases' own, a hook's), those whose annotation file is on this machine
+    (:func:`~xmr.run_config.present_train_datasets`): a checkpoint tested where its training
+    data is not has nothing to compare with. A config without training data (a zero-shot
+    evaluation) is not checked.
+
+    Args:
+        cfg: the run's config.
+        test_datasets: the test loop's datasets, in ``test_dataloader`` order.
+
+    Raises:
+        ValueError: as :func:`check_held_out`, naming ``test dataset <i>``.
+    """
+    from xmr.engine.feature_cache.dataset import source_dataset
+    from xmr.registry import DATASETS
+    from xmr.run_config import present_train_datasets
+
+    if (cfg.get('train_cfg') or {}).get('allow_eval_overlap'):
+        return
+    scored = {f'test dataset {index} ({type(source_dataset(dataset)).__name__})':
+              source_dataset(dataset) for index, dataset in enumerate(test_datasets)}
+    if not any(media_files(dataset) is not None for dataset in scored.values()):
+        return
+    check_held_out({f'training dataset {key}': DATASETS.build(dict(dataset))
+                    for key, dataset in present_train_datasets(cfg).items()}, scored)
 
 
 def _read_from(dataset: Any) -> str:

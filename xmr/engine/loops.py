@@ -419,7 +419,8 @@ class PhasedTrainLoop(BaseLoop):
         allow_eval_overlap: let validation galleries share media files with the phases' data
             (a deliberate debugging run); by default such a run is refused before any step
             (:func:`~xmr.datasets.held_out.check_held_out`), as its scores would be on media
-            the model trained on.
+            the model trained on. A test of the config (``tools/test.py``, ``--test``) reads it
+            too, for its test galleries (:func:`~xmr.datasets.held_out.check_test_held_out`).
     """
 
     def __init__(self, runner, dataloader: DataLoader | dict | None, phases: Sequence[dict],
