@@ -375,8 +375,8 @@ _SEQUENCE_OF = re.compile(r'\b(?:Sequence|Iterable|Collection|list|List|tuple|Tu
 #: start without torch). Every registry imports them all at its first look-up: a type registered
 #: into one registry by another package's module (the feature cache's dataset in
 #: ``xmr.engine``) is found all the same.
-LOCATIONS = ['xmr.datasets.collate', 'xmr.datasets.language_batch_sampler',
-             'xmr.datasets.pairs', 'xmr.datasets.retrieval',
+LOCATIONS = ['xmr.datasets.collate', 'xmr.datasets.concat',
+             'xmr.datasets.language_batch_sampler', 'xmr.datasets.pairs', 'xmr.datasets.retrieval',
              'xmr.datasets.synthetic', 'xmr.datasets.transforms', 'xmr.engine', 'xmr.evaluation',
              'xmr.models', 'xmr.apis']
 

@@ -28,6 +28,7 @@ _HOMES = {
     'RecordStore': 'record_store',
     'MediaCaptionDataset': 'base', 'CaptionPairDataset': 'pairs',
     'RetrievalDataset': 'retrieval', 'retrieval_collate': 'collate',
+    'ConcatDataset': 'concat',
     'MediaSkippedWarning': 'corrupt_policy', 'SkippedMedia': 'corrupt_policy',
     'MediaReadError': 'media_io', 'read_image': 'media_io', 'read_video_frames': 'media_io',
     'uniform_frame_indices': 'frame_sampling', 'MediaTransform': 'transforms',

@@ -74,9 +74,10 @@ def _check_same_keys(items: Sequence[dict[str, Any]]) -> None:
         differ = (f'has {extra}, which item {first_named} lacks' if extra
                   else f'lacks {missing}, which item {first_named} has')
         raise ValueError(f'retrieval_collate: dataset item {named} {differ}: the items of a batch '
-                         'must carry the same keys. A ConcatDataset of datasets built with other '
-                         'options (translated_texts, back_translated_languages) mixes them; '
-                         'build its datasets alike')
+                         'must carry the same keys. xmr\'s ConcatDataset refuses children of '
+                         'other keys as it is built; a dataset of its own that mixes items '
+                         'of other keys (translated_texts, back_translated_languages) must '
+                         'build them alike')
 
 
 def kept_no_item(batch: Any) -> bool:

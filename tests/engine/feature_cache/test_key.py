@@ -15,6 +15,7 @@ from tests.engine.test_feature_cache import ListDataset
 from xmr.datasets import (
     Annotation,
     CaptionPairDataset,
+    ConcatDataset,
     MediaRecord,
     MediaTransform,
     RetrievalDataset,
@@ -26,7 +27,11 @@ from xmr.engine.feature_cache import (
     backbone_fingerprint,
 )
 from xmr.engine.feature_cache import dataset as feature_cache_dataset
-from xmr.engine.feature_cache.key import media_files_identity, media_pipeline
+from xmr.engine.feature_cache.key import (
+    media_files_identity,
+    media_pipeline,
+    media_randomness,
+)
 from xmr.registry import TRANSFORMS
 
 
@@ -200,3 +205,26 @@ def test_the_media_files_are_identified_with_one_stat_a_file(pair_ann_file, monk
     red = real_stat(pair_ann_file.parent / 'red.png')
     assert files == [('red.png', f'{red.st_size}|{red.st_mtime_ns}'), ('blue.png', 'missing')]
     assert entry['identity'] == 'stat'
+
+
+def test_a_concat_is_keyed_by_every_childs_files_and_transform_and_draws_where_one_does(
+        pair_ann_file):
+    """Read as a dataset of no transform and no annotation, a ConcatDataset's cache was keyed
+    by neither its children's files nor their transforms, and a child that draws at random
+    was cached with one fixed draw."""
+    fixed = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent, test_mode=True,
+                               transform=dict(type='MediaTransform', backbone=None, size=32))
+    flipped = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent,
+                                 transform=dict(type='MediaTransform', backbone=None, size=24,
+                                                hflip_prob=0.5))
+    whole = ConcatDataset([fixed, fixed])
+    entry, files = media_files_identity(whole, 'stat')
+    single_entry, single_files = media_files_identity(fixed, 'stat')
+    assert files == single_files * 2
+    assert entry == {'identity': 'stat', 'datasets': [single_entry, single_entry]}
+    assert media_pipeline(whole) == {'datasets': [media_pipeline(fixed)] * 2}
+    assert media_pipeline(ConcatDataset([fixed, flipped])) != media_pipeline(whole)
+    assert media_randomness(whole) is None
+    assert media_randomness(ConcatDataset([fixed, flipped])) == (
+        'datasets[1] (CaptionPairDataset, ' f'{pair_ann_file}): its training transform flips '
+        'at random')

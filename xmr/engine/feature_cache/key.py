@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from xmr.datasets.base import MediaCaptionDataset, MediaDataset
+from xmr.datasets.concat import ConcatDataset, describe
 from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.datasets.transforms import MediaTransform
 from xmr.models.backbones.base import weights_fingerprint
@@ -65,6 +66,13 @@ def media_randomness(dataset: Dataset) -> str | None:
     that does not say is taken to draw while training: xmr cannot see into it, and a random
     one cached would serve one fixed draw every epoch.
     """
+    if isinstance(dataset, ConcatDataset):
+        # The whole changes where one child does; that child is named.
+        for position, child in enumerate(dataset.datasets):
+            reason = media_randomness(child)
+            if reason is not None:
+                return f'{describe(position, child)}: {reason}'
+        return None
     transform = getattr(dataset, 'transform', None)
     training = getattr(transform, 'training', False) or (
         isinstance(dataset, MediaCaptionDataset) and not dataset.test_mode)
@@ -105,6 +113,8 @@ def media_pipeline(dataset: Dataset) -> dict[str, Any]:
         ValueError: a setting of the transform is known only by its memory address
             (:func:`settings_identity`).
     """
+    if isinstance(dataset, ConcatDataset):
+        return {'datasets': [media_pipeline(child) for child in dataset.datasets]}
     where = f'the {type(dataset).__name__} ({type(getattr(dataset, "transform", None)).__name__})'
     pipeline: dict[str, Any] = {
         'transform': settings_identity(getattr(dataset, 'transform', None), 'transform', where)}
@@ -177,6 +187,16 @@ def media_files_identity(dataset: Dataset, identity: str
         identity)`` per record (``'<size>|<mtime_ns>'``, ``'sha256:<hex>'`` or ``'missing'``),
         which a cache keeps to name the files that changed.
     """
+    if isinstance(dataset, ConcatDataset):
+        # Each child's entry in order (a child without files: None), its files one after the
+        # other's, as the whole's records are.
+        entries, files = [], []
+        for child in dataset.datasets:
+            entry, child_files = media_files_identity(child, identity)
+            entries.append(entry)
+            files += child_files
+        return (None if all(entry is None for entry in entries)
+                else {'identity': identity, 'datasets': entries}), files
     if not isinstance(dataset, MediaCaptionDataset):
         return None, []
     digest = hashlib.blake2b(identity.encode(), digest_size=16)

@@ -1,0 +1,206 @@
+"""ConcatDataset: xmr datasets read as one, built from a config of scope ``xmr``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from mmengine.registry import DATASETS as MMENGINE_DATASETS
+from mmengine.registry import DefaultScope
+from torch.utils.data import Dataset
+
+from xmr.datasets.base import MediaDataset
+from xmr.datasets.concat import ConcatDataset
+from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.datasets.language_batch_sampler import LanguageBatchSampler
+from xmr.datasets.sample_keys import SampleIndex
+from xmr.datasets.synthetic import SyntheticPairDataset
+from xmr.registry import DATASETS
+
+
+def pairs(languages, num_scenes=3, **options) -> dict:
+    return dict(type='SyntheticPairDataset', num_scenes=num_scenes, languages=languages,
+                **options)
+
+
+class Drawn(MediaDataset):
+    """Items whose media is a draw from the process's torch stream, or a skipped marker."""
+
+    def __init__(self, size: int, skipped: int | None = None) -> None:
+        self.size, self.skipped, self.checked = size, skipped, 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int):
+        if index == self.skipped:
+            return SkippedMedia(int(index), 'x.jpg', 'empty')
+        return dict(media=torch.rand(2) if self.with_media else None, index=int(index))
+
+    def check_media_exist(self) -> None:
+        self.checked += 1
+
+
+def test_a_config_of_scope_xmr_builds_xmrs_concat_with_xmr_children():
+    """MMEngine's ConcatDataset built its children with its root registry, where
+    SyntheticPairDataset is unknown, and took only mmengine BaseDatasets."""
+    cfg = dict(type='ConcatDataset', datasets=[pairs(['de']), pairs(['zh'], seed=1)])
+    with DefaultScope.overwrite_default_scope('xmr'):
+        built = MMENGINE_DATASETS.build(cfg)
+    assert type(built) is ConcatDataset
+    assert [type(child) for child in built.datasets] == [SyntheticPairDataset] * 2
+    assert type(DATASETS.build(cfg)) is ConcatDataset
+
+
+def test_items_are_the_childrens_in_order_with_the_wholes_index():
+    first, second = SyntheticPairDataset(3, ['de']), SyntheticPairDataset(2, ['zh'], seed=1)
+    whole = ConcatDataset([first, second])
+    assert len(whole) == 5
+    assert whole.locate(3) == (1, 0)
+    assert whole.locate(-1) == (1, 1)
+    for index, (child, local) in enumerate([(first, 0), (first, 1), (first, 2), (second, 0),
+                                            (second, 1)]):
+        item, expected = whole[index], child[local]
+        assert item['index'] == index
+        assert item['media_id'] == expected['media_id']
+        assert item['target_text'] == expected['target_text']
+        assert torch.equal(item['media'], expected['media'])
+    assert whole[-1]['media_id'] == second[1]['media_id']
+    with pytest.raises(IndexError, match=r'ConcatDataset index 5 is outside \[0, 5\)'):
+        whole[5]
+
+
+def test_languages_metainfo_and_item_languages_span_the_children():
+    whole = ConcatDataset([pairs(['de', 'zh'], num_scenes=2), pairs(['zh', 'fr'], num_scenes=1),
+                           pairs([], num_scenes=2)])
+    assert whole.languages == ['de', 'zh', 'fr']
+    # de zh de zh | zh fr | English pairs, a group of their own past the languages.
+    assert whole.item_languages().tolist() == [0, 1, 0, 1, 1, 2, 3, 3]
+    meta = whole.metainfo
+    assert meta['languages'] == ['de', 'zh', 'fr']
+    assert meta['media_type'] == 'image' and meta['source_lang'] == 'en'
+    assert 'num_scenes' not in meta  # the children disagree
+    assert [child['languages'] for child in meta['datasets']] == [['de', 'zh'], ['zh', 'fr'], []]
+
+
+def test_a_language_batch_sampler_batches_one_language_across_children():
+    whole = ConcatDataset([pairs(['de', 'zh'], num_scenes=4), pairs(['zh'], num_scenes=4)])
+
+    class Sampler:
+        dataset, seed, shuffle = whole, 0, True
+
+    batches = list(LanguageBatchSampler(Sampler(), batch_size=4))
+    languages = whole.item_languages()
+    assert sorted(index for batch in batches for index in batch) == list(range(12))
+    assert all(len(set(languages[batch].tolist())) == 1 for batch in batches)
+    assert sorted(whole[batch[0]]['lang'] for batch in batches) == ['de', 'zh', 'zh']
+
+
+def test_children_whose_items_carry_other_keys_are_refused_naming_both():
+    with pytest.raises(ValueError, match=(
+            r"ConcatDataset: the items of datasets\[1\] \(SyntheticRetrievalDataset\) carry "
+            r"keys \['captions', 'index', 'media', 'media_id'\], those of datasets\[0\] "
+            r"\(SyntheticPairDataset\) \['index', 'lang', 'media', 'media_id', 'source_text', "
+            r"'target_text'\]: .*Build the datasets alike")):
+        ConcatDataset([pairs(['de']), dict(type='SyntheticRetrievalDataset', num_scenes=2)])
+
+
+def test_the_key_check_decodes_no_media_and_leaves_with_media_as_it_was():
+    child = SyntheticPairDataset(2, ['de'])
+    seen = []
+    original = type(child)._media
+    type(child)._media = lambda self, *args: seen.append(self.with_media) or original(
+        self, *args)
+    try:
+        whole = ConcatDataset([child])
+    finally:
+        type(child)._media = original
+    assert seen == [False]
+    assert whole.item_keys == ['index', 'lang', 'media', 'media_id', 'source_text',
+                               'target_text']
+    assert child.with_media and whole.with_media
+
+
+def test_with_media_is_set_on_every_child():
+    whole = ConcatDataset([Drawn(2), Drawn(3)])
+    whole.with_media = False
+    assert [child.with_media for child in whole.datasets] == [False, False]
+    assert not whole.with_media and whole[3]['media'] is None
+    whole.with_media = True
+    assert whole[3]['media'] is not None
+
+
+def test_draws_are_keyed_by_the_wholes_index_not_the_childs():
+    """Keyed by the child's index, item 0 of each child drew the same augmentation."""
+    whole = ConcatDataset([Drawn(2), Drawn(2)])
+    first, again = whole[SampleIndex(0, 5, 1)], whole[SampleIndex(0, 5, 1)]
+    other_child = whole[SampleIndex(2, 5, 1)]
+    assert torch.equal(first['media'], again['media'])
+    assert not torch.equal(first['media'], other_child['media'])
+
+
+def test_a_skipped_item_names_the_wholes_index():
+    whole = ConcatDataset([Drawn(2), Drawn(3, skipped=1)])
+    assert whole[3] == SkippedMedia(3, 'x.jpg', 'empty')
+
+
+def test_children_of_other_corrupt_policies_are_refused_and_one_policy_is_the_wholes():
+    """The feature cache raises or skips a recorded unreadable file by the dataset's one
+    policy, which a whole of two policies would not have."""
+    raising, skipping = Drawn(1), Drawn(1)
+    raising.on_corrupt, skipping.on_corrupt = 'raise', 'skip'
+    assert ConcatDataset([raising, Drawn(1), raising]).on_corrupt == 'raise'
+    assert ConcatDataset([Drawn(1)]).on_corrupt is None
+    with pytest.raises(ValueError, match=r"datasets\[2\] \(Drawn\) sets on_corrupt='skip', "
+                       r"datasets\[0\] \(Drawn\) on_corrupt='raise': give every child the "
+                       'same policy'):
+        ConcatDataset([raising, Drawn(1), skipping])
+
+
+def test_media_checks_reach_every_child():
+    whole = ConcatDataset([Drawn(1), Drawn(1)])
+    whole.check_media_exist()
+    assert [child.checked for child in whole.datasets] == [1, 1]
+
+
+def test_item_languages_only_where_every_child_tells_them():
+    class Untold(Dataset):
+        """Pairs, without item_languages()."""
+
+        def __init__(self) -> None:
+            self.inner = SyntheticPairDataset(2, ['de'])
+
+        def __len__(self) -> int:
+            return len(self.inner)
+
+        def __getitem__(self, index: int) -> dict:
+            return self.inner[index]
+
+    whole = ConcatDataset([pairs(['de']), Untold()])
+    assert whole[3]['index'] == 3
+    assert getattr(whole, 'item_languages', None) is None
+    with pytest.raises(ValueError, match='ConcatDataset tells no item languages'):
+        LanguageBatchSampler(type('S', (), {'dataset': whole})(), batch_size=1)
+
+
+@pytest.mark.parametrize('datasets, error, message', [
+    ([], ValueError, 'non-empty list'),
+    (dict(type='SyntheticPairDataset'), ValueError, 'non-empty list'),
+    ([pairs(['de']), [1, 2]], TypeError, r'datasets\[1\] must be a dataset .* got list'),
+])
+def test_what_is_no_list_of_datasets_is_refused(datasets, error, message):
+    with pytest.raises(error, match=message):
+        ConcatDataset(datasets)
+
+
+def test_a_plain_torch_dataset_is_taken_as_it_is():
+    class Plain(Dataset):
+        def __len__(self) -> int:
+            return 2
+
+        def __getitem__(self, index: int) -> dict:
+            return {'value': index, 'index': index}
+
+    whole = ConcatDataset([Plain(), Plain()])
+    assert whole.item_keys is None
+    assert whole[3] == {'value': 1, 'index': 3}
+    assert np.array_equal(whole.cumulative_sizes, [2, 4])
