@@ -8,10 +8,14 @@ from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import DefaultScope
 from torch.utils.data import Dataset
 
+from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation
 from xmr.datasets.base import MediaDataset
 from xmr.datasets.concat import ConcatDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.datasets.held_out import check_held_out, media_files
 from xmr.datasets.language_batch_sampler import LanguageBatchSampler
+from xmr.datasets.pairs import CaptionPairDataset
+from xmr.datasets.retrieval import RetrievalDataset
 from xmr.datasets.sample_keys import SampleIndex
 from xmr.datasets.synthetic import SyntheticPairDataset
 from xmr.registry import DATASETS
@@ -204,3 +208,30 @@ def test_a_plain_torch_dataset_is_taken_as_it_is():
     assert whole.item_keys is None
     assert whole[3] == {'value': 1, 'index': 3}
     assert np.array_equal(whole.cumulative_sizes, [2, 4])
+
+
+def _annotation(path, names) -> str:
+    dump_annotation(Annotation(
+        dataset='demo', split=path.stem, media_type='image', languages=['en'], source_lang='en',
+        translation_langs=['de'],
+        items=[MediaRecord(name, f'{name}.png', {'en': [f'a {name} dog']},
+                           {'de': [f'ein {name} Hund']}) for name in names]), path)
+    return str(path)
+
+
+def test_a_concat_training_set_is_checked_for_held_out_media_through_its_children(tmp_path):
+    """Read as a dataset of no annotation, a ConcatDataset's media were never compared with
+    the galleries: a gallery of its second child's images passed."""
+    options = dict(data_root=str(tmp_path), with_media=False,
+                   transform=dict(type='MediaTransform', backbone=None, size=32))
+    train = ConcatDataset([
+        CaptionPairDataset(_annotation(tmp_path / 'a.json', ['red']), **options),
+        SyntheticPairDataset(2, ['de']),
+        CaptionPairDataset(_annotation(tmp_path / 'b.json', ['blue', 'green']), **options)])
+    assert [shown for _, shown in media_files(train)] == ['red.png', 'blue.png', 'green.png']
+    assert media_files(ConcatDataset([SyntheticPairDataset(2, ['de'])])) is None
+    gallery = RetrievalDataset(_annotation(tmp_path / 'val.json', ['green', 'white']),
+                               test_mode=True, **options)
+    with pytest.raises(ValueError, match=r'val dataset 0 \(.*val.json\) shares 1 of its 2 media '
+                       r'files with train dataset, e.g. green.png'):
+        check_held_out({'train dataset': train}, {'val dataset 0': gallery})

@@ -9,6 +9,7 @@ says so. Training checks its validation galleries before the first step
 """
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -28,7 +29,11 @@ def media_files(dataset: Any) -> Iterator[tuple[str, str]] | None:
     file through other ``data_root`` / ``data_prefix`` spellings (``data/x``, ``./data/x``)
     meet; links are not followed (a ``stat`` per file would cost minutes on CC3M). A text-only
     read of an image annotation (``with_media=False``) still counts: its captions describe
-    those media."""
+    those media. A :class:`~xmr.datasets.concat.ConcatDataset` reads its children's, in order."""
+    children = _concat_children(dataset)
+    if children is not None:
+        found = [files for child in children if (files := media_files(child)) is not None]
+        return itertools.chain.from_iterable(found) if found else None
     annotation = getattr(dataset, 'annotation', None)
     media_root = getattr(dataset, 'media_root', None)
     if annotation is None or media_root is None or annotation.media_type == 'text':
@@ -105,6 +110,15 @@ def check_test_held_out(cfg: Mapping[str, Any], test_datasets: Sequence[Any]) ->
         return
     check_held_out({f'training dataset {key}': DATASETS.build(dict(dataset))
                     for key, dataset in present_train_datasets(cfg).items()}, scored)
+
+
+def _concat_children(dataset: Any) -> list[Any] | None:
+    """A ConcatDataset's children, else ``None``; imported only for a dataset built, so that
+    this module's importers need not load torch."""
+    if type(dataset).__name__ != 'ConcatDataset':
+        return None
+    from xmr.datasets.concat import ConcatDataset
+    return list(dataset.datasets) if isinstance(dataset, ConcatDataset) else None
 
 
 def _read_from(dataset: Any) -> str:
