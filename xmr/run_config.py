@@ -481,12 +481,9 @@ def check_annotation_files(cfg: Config, splits: Sequence[str]) -> None:
     """
     from xmr.datasets.annotation import missing_annotation
 
-    for where, loader in _loaders_built(cfg, splits).items():
-        for key, dataset in _annotated_datasets(f'{where}.dataset', loader.get('dataset')):
-            path = Path(dataset['ann_file'])
-            path = path if path.is_absolute() else Path(dataset.get('data_root') or '') / path
-            if not path.is_file():
-                raise missing_annotation(path, f'{key}.ann_file')
+    for key, _, path in _annotation_files(cfg, splits):
+        if not path.is_file():
+            raise missing_annotation(path, f'{key}.ann_file')
 
 
 def present_train_datasets(cfg: Config) -> dict[str, Mapping[str, Any]]:
@@ -495,14 +492,19 @@ def present_train_datasets(cfg: Config) -> dict[str, Mapping[str, Any]]:
     evaluates alone (``tools/test.py``) can read to compare with its galleries
     (:func:`~xmr.datasets.held_out.check_test_held_out`); the training data need not be on
     the machine that tests."""
-    present = {}
-    for where, loader in _loaders_built(cfg, ['train']).items():
+    return {key: dataset for key, dataset, path in _annotation_files(cfg, ['train'])
+            if path.is_file()}
+
+
+def _annotation_files(cfg: Config, splits: Sequence[str]
+                      ) -> Iterator[tuple[str, Mapping[str, Any], Path]]:
+    """``(key, dataset dict, annotation path)`` of each annotated dataset the loaders of
+    ``splits`` read (:func:`_loaders_built`), the path under the dataset's ``data_root``."""
+    for where, loader in _loaders_built(cfg, splits).items():
         for key, dataset in _annotated_datasets(f'{where}.dataset', loader.get('dataset')):
             path = Path(dataset['ann_file'])
-            path = path if path.is_absolute() else Path(dataset.get('data_root') or '') / path
-            if path.is_file():
-                present[key] = dataset
-    return present
+            yield key, dataset, (path if path.is_absolute()
+                                 else Path(dataset.get('data_root') or '') / path)
 
 
 def _loaders_built(cfg: Config, splits: Sequence[str]) -> dict[str, Mapping[str, Any]]:

@@ -467,6 +467,19 @@ def test_check_languages_takes_one_code_alone_and_any_spelling(trained):
         check_languages(model, 'FR', 'captions')
 
 
+def _assert_checked_as_the_model(model, config: Config, keys: str) -> None:
+    """``check_config_languages`` refuses each language the built model refuses, with the
+    model's message and the config's ``keys`` after it, and passes the others."""
+    for lang in ('ko', 'FR', *trained_languages(model)):
+        try:
+            check_languages(model, lang, '--lang')
+        except ValueError as error:
+            with pytest.raises(ValueError, match=re.escape(f"{error} (the config's {keys}")):
+                check_config_languages(config, lang, '--lang')
+        else:
+            check_config_languages(config, lang, '--lang')
+
+
 @pytest.mark.parametrize('model_cfg, reads', [
     (tiny_retriever_cfg(), ['en', 'de', 'zh']),
     (tiny_retriever_cfg(language_branch=None), ['en']),
@@ -477,15 +490,7 @@ def test_the_config_s_languages_are_checked_as_the_built_model_checks_them(model
     config = Config(dict(model=model_cfg))
     model = MODELS.build(model_cfg)
     assert trained_languages(model) == reads
-    for lang in ('ko', 'FR', *reads):
-        try:
-            check_languages(model, lang, '--lang')
-        except ValueError as error:
-            with pytest.raises(ValueError, match=re.escape(
-                    f"{error} (the config's source_language and model.language_branch.")):
-                check_config_languages(config, lang, '--lang')
-        else:
-            check_config_languages(config, lang, '--lang')
+    _assert_checked_as_the_model(model, config, 'source_language and model.language_branch.')
     with pytest.raises(ValueError, match="--lang: unknown language code 'xq'"):
         check_config_languages(config, ['de', 'xq'], '--lang')
 
@@ -524,15 +529,7 @@ def test_a_dual_encoder_s_config_languages_are_checked_as_the_built_model_checks
     assert trained_languages(model) == reads
     monkeypatch.setattr(MODELS, 'build', lambda *args, **kwargs: pytest.fail('built'))
     config = Config(dict(model=model_cfg))
-    for lang in ('ko', 'FR', *reads):
-        try:
-            check_languages(model, lang, '--lang')
-        except ValueError as error:
-            with pytest.raises(ValueError, match=re.escape(
-                    f"{error} (the config's model.languages)")):
-                check_config_languages(config, lang, '--lang')
-        else:
-            check_config_languages(config, lang, '--lang')
+    _assert_checked_as_the_model(model, config, 'model.languages)')
     with pytest.raises(ValueError, match=re.escape(
             "--lang: the model does not read ['ko']; it reads ['en'")):
         check_config_languages(config, ['en', 'ko'], '--lang')

@@ -64,18 +64,23 @@ def sc_and_grads(sdm: SemanticsDisentangler, embeddings, tokens, r_source
                            if p.grad is not None}
 
 
-def _worker(rank: int, port: int, out_dir: str, consistency_loss: dict) -> None:
+def _joined_shard(rank: int, port: int) -> tuple[torch.nn.Module, tuple, slice]:
+    """Join the gloo group; the tower, this rank's ``(embeddings, tokens, r_source)`` of the
+    global batch and its rows. The shard's tokens stay padded to the global batch's longest
+    caption: the SDM masks padding, and one width keeps the comparison to the rows alone."""
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group('gloo', rank=rank, world_size=WORLD)
     text_tower = tower()
     embeddings, tokens, r_source = global_batch(text_tower)
     rows = slice(rank * SHARD, (rank + 1) * SHARD)
-    # The shard's tokens stay padded to the global batch's longest caption: the SDM masks
-    # padding, and one width keeps the comparison to the rows alone.
-    loss, grads = sc_and_grads(build(text_tower, consistency_loss), embeddings[rows],
-                               {key: value[rows] for key, value in tokens.items()},
-                               r_source[rows])
+    return text_tower, (embeddings[rows], {key: value[rows] for key, value in tokens.items()},
+                        r_source[rows]), rows
+
+
+def _worker(rank: int, port: int, out_dir: str, consistency_loss: dict) -> None:
+    text_tower, shard, _ = _joined_shard(rank, port)
+    loss, grads = sc_and_grads(build(text_tower, consistency_loss), *shard)
     # DDP's reduction of the parameters' gradients: their mean over the processes.
     for grad in grads.values():
         dist.all_reduce(grad)
@@ -183,16 +188,9 @@ def test_a_per_language_contrastive_l_sc_is_the_infonce_of_the_whole_batch_by_ha
 
 
 def _per_language_worker(rank: int, port: int, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group('gloo', rank=rank, world_size=WORLD)
-    text_tower = tower()
-    embeddings, tokens, r_source = global_batch(text_tower)
-    rows = slice(rank * SHARD, (rank + 1) * SHARD)
+    text_tower, shard, rows = _joined_shard(rank, port)
     module = per_language(text_tower)
-    loss, grads = per_language_sc_and_grads(
-        module, embeddings[rows], {key: value[rows] for key, value in tokens.items()},
-        r_source[rows], LANGS[rows])
+    loss, grads = per_language_sc_and_grads(module, *shard, LANGS[rows])
     # DDP's reduction: the mean over the processes, a zero where a process trained none (its
     # batch without the language: find_unused_parameters).
     for name, parameter in module.named_parameters():

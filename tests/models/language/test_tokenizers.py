@@ -207,16 +207,22 @@ def test_sentencepiece_trains_writes_and_reloads(tmp_path):
     assert ids[0, 0] == 2 and ids[0, trained(texts)['eos_index'][0]] == 3
 
 
+@pytest.fixture
+def logged(monkeypatch) -> list[tuple[str, int | None]]:
+    """The tokenizers module's ``print_log`` messages and levels, as they are logged."""
+    from xmr.models.language import tokenizers
+
+    messages = []
+    monkeypatch.setattr(tokenizers, 'print_log',
+                        lambda message, **kwargs: messages.append((message, kwargs.get('level'))))
+    return messages
+
+
 @pytest.mark.parametrize('max_length, share, level', [(1000, '0%', logging.INFO),
                                                        (2, '100%', logging.WARNING)])
 def test_a_trained_sentencepiece_reports_the_share_of_its_corpus_it_truncates(
-        monkeypatch, tmp_path, max_length, share, level):
+        logged, tmp_path, max_length, share, level):
     # Every caption is at least BOS, one piece and EOS: none exceeds 1000 tokens, all exceed 2.
-    from xmr.models.language import tokenizers
-
-    logged = []
-    monkeypatch.setattr(tokenizers, 'print_log',
-                        lambda message, **kwargs: logged.append((message, kwargs.get('level'))))
     path = tmp_path / 'target.model'
     trained = SentencePieceTokenizer(model_file=str(path), corpus=CORPUS * 10, vocab_size=64,
                                      max_length=max_length)
@@ -235,12 +241,7 @@ def test_a_trained_sentencepiece_reports_the_share_of_its_corpus_it_truncates(
 
 
 def test_a_truncating_vocabulary_of_all_the_pieces_asked_for_advises_a_larger_vocab_size(
-        monkeypatch):
-    from xmr.models.language import tokenizers
-
-    logged = []
-    monkeypatch.setattr(tokenizers, 'print_log',
-                        lambda message, **kwargs: logged.append((message, kwargs.get('level'))))
+        logged):
     trained = SentencePieceTokenizer(corpus=CORPUS * 10, vocab_size=44, max_length=2)
     assert trained.vocab_size == 44
     (message, level), = logged
@@ -248,12 +249,7 @@ def test_a_truncating_vocabulary_of_all_the_pieces_asked_for_advises_a_larger_vo
 
 
 def test_a_corpus_that_supports_fewer_pieces_than_asked_says_vocab_size_will_not_help(
-        monkeypatch):
-    from xmr.models.language import tokenizers
-
-    logged = []
-    monkeypatch.setattr(tokenizers, 'print_log',
-                        lambda message, **kwargs: logged.append((message, kwargs.get('level'))))
+        logged):
     trained = SentencePieceTokenizer(corpus=CORPUS * 10, vocab_size=400, max_length=2)
     (message, level), = logged
     assert level == logging.WARNING
