@@ -492,29 +492,68 @@ def sigterm_interrupts() -> Iterator[None]:
     starts ends; the handler before is restored as the block ends. A block run outside the
     main thread (where Python delivers signals) keeps the default.
 
-    A process forked meanwhile inherits the handler; there it ends the process at once, as
-    the default did: a ``multiprocessing`` child is stopped with SIGTERM by its parent
-    (``Process.terminate``), and one raising :class:`Terminated` instead printed a traceback
-    and could linger in its own clean-up.
+    A process forked meanwhile (``os.fork``: ``multiprocessing``, DataLoader workers) starts
+    with the default, as before the block: its parent stops it with SIGTERM
+    (``Process.terminate``) and expects it gone at once (see :func:`_sigterm_default_in_child`).
     """
+    global _sigterm_handler
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    owner = os.getpid()
 
     def terminate(number: int, frame: Any) -> None:
-        if os.getpid() != owner:
-            signal.signal(number, signal.SIG_DFL)
-            os.kill(os.getpid(), number)
-            return
         signal.signal(number, signal.SIG_IGN)
         raise Terminated(number)
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    previous, previous_handler = signal.signal(signal.SIGTERM, terminate), _sigterm_handler
+    _sigterm_handler = terminate
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        _sigterm_handler = previous_handler
+
+
+_sigterm_handler: Callable[[int, Any], None] | None = None  # the innermost block's
+_sigterm_blocked_for_fork = False
+
+
+def _block_sigterm_for_fork() -> None:
+    """Hold SIGTERM back across ``fork`` while :func:`sigterm_interrupts`'s handler is the
+    process's (not while another replaces it: ``PreemptionHook``'s, inherited by the
+    DataLoader workers, which ignore the signal once started).
+
+    A child inherits Python's handler, and a SIGTERM reaching it before the interpreter's
+    after-fork reset is dropped: ``Process.terminate()`` right after ``start()`` then left the
+    child running to its end (CI's test of it hung 60 s). Blocked, the signal waits in the
+    kernel until the child has the default.
+    """
+    global _sigterm_blocked_for_fork
+    _sigterm_blocked_for_fork = (_sigterm_handler is not None
+                                 and signal.getsignal(signal.SIGTERM) is _sigterm_handler)
+    if _sigterm_blocked_for_fork:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _unblock_sigterm_in_parent() -> None:
+    if _sigterm_blocked_for_fork:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _sigterm_default_in_child() -> None:
+    """The child of a process under :func:`sigterm_interrupts` dies of SIGTERM at once, as
+    ``multiprocessing`` expects of its children: one raising :class:`Terminated` printed a
+    traceback and could linger in its own clean-up. A SIGTERM held back meanwhile is
+    delivered on unblocking, to the default."""
+    global _sigterm_handler
+    if _sigterm_blocked_for_fork:
+        _sigterm_handler = None
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+os.register_at_fork(before=_block_sigterm_for_fork, after_in_parent=_unblock_sigterm_in_parent,
+                    after_in_child=_sigterm_default_in_child)
 
 
 def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None) -> None:
