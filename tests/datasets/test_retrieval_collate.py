@@ -83,3 +83,23 @@ def test_items_with_other_keys_than_the_first_are_refused_naming_both():
                                SkippedMedia(3, 'x.jpg', 'empty'),
                                _pair(4, source_to_target_text='mt 4')])
     assert batch['source_to_target_text'] == ['mt 0', 'mt 4']
+
+
+def test_media_of_other_shapes_are_refused_naming_both_items_and_shapes():
+    """A ConcatDataset of children resized otherwise: torch.stack's error named positions in
+    the batch, not the items or what to change."""
+    from xmr.datasets.concat import ConcatDataset
+
+    concat = ConcatDataset([
+        dict(type='SyntheticPairDataset', num_scenes=2, languages=['de'], image_size=32),
+        dict(type='SyntheticPairDataset', num_scenes=2, languages=['de'], image_size=48)])
+    first, last = concat[0], concat[len(concat) - 1]
+    with pytest.raises(ValueError, match=rf"dataset item {len(concat) - 1} has media of shape "
+                       r"\[3, 48, 48\], item 0 \[3, 32, 32\]: .*one transform size"):
+        retrieval_collate([first, last])
+    videos = [_pair(index, media=torch.zeros(frames, 3, 8, 8)) for index, frames in
+              ((0, 4), (1, 4), (2, 8))]
+    assert retrieval_collate(videos[:2])['media'].shape == (2, 4, 3, 8, 8)
+    with pytest.raises(ValueError, match=r'item 2 has media of shape \[8, 3, 8, 8\], item 0 '
+                       r'\[4, 3, 8, 8\]'):
+        retrieval_collate(videos)

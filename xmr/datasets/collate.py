@@ -48,6 +48,7 @@ def retrieval_collate(items: Sequence[dict[str, Any] | SkippedMedia | None]) -> 
         values = [item[key] for item in kept]
         stacked = key == 'media' or key.endswith('_features')
         if stacked and all(isinstance(v, torch.Tensor) for v in values):
+            _check_same_shape(kept, key)
             batch[key] = torch.stack(values)
         elif key == 'media' and all(v is None for v in values):
             batch[key] = None
@@ -78,6 +79,24 @@ def _check_same_keys(items: Sequence[dict[str, Any]]) -> None:
                          'other keys as it is built; a dataset of its own that mixes items '
                          'of other keys (translated_texts, back_translated_languages) must '
                          'build them alike')
+
+
+def _check_same_shape(items: Sequence[dict[str, Any]], key: str) -> None:
+    """Refuse tensors under ``key`` of other shapes than the first item's, which
+    ``torch.stack`` refuses naming only positions in the batch.
+
+    Raises:
+        ValueError: naming the two items (by their ``index``) and both shapes.
+    """
+    first = items[0]
+    for item in items[1:]:
+        if item[key].shape != first[key].shape:
+            raise ValueError(
+                f"retrieval_collate: dataset item {item.get('index', '?')} has {key} of shape "
+                f"{list(item[key].shape)}, item {first.get('index', '?')} "
+                f'{list(first[key].shape)}: the items of a batch are stacked. Their datasets '
+                "resize or sample otherwise (a ConcatDataset's children): give them one "
+                'transform size (image_size) and num_frames')
 
 
 def kept_no_item(batch: Any) -> bool:
