@@ -153,6 +153,40 @@ def decoded_media(monkeypatch: pytest.MonkeyPatch, interrupt_at: object = None) 
     return decoded
 
 
+#: A Hugging Face tokenizer name that no cache holds (:func:`offline_hub`).
+UNCACHED_TOKENIZER = 'xlm-roberta-base-not-cached'
+
+
+@pytest.fixture
+def offline_hub(monkeypatch, tmp_path) -> None:
+    """A machine without network and with an empty Hugging Face cache: the offline variables
+    set and ``HF_HOME`` a fresh folder. huggingface_hub reads them once, when imported, so its
+    constants are set too (with the variable alone the hub was tried with retries, 46 s before
+    the error on a machine without network)."""
+    home = tmp_path / 'hf_home'
+    for variable in ('HF_HUB_OFFLINE', 'TRANSFORMERS_OFFLINE'):
+        monkeypatch.setenv(variable, '1')
+    monkeypatch.setenv('HF_HOME', str(home))
+    monkeypatch.setattr('huggingface_hub.constants.HF_HUB_OFFLINE', True)
+    monkeypatch.setattr('huggingface_hub.constants.HF_HOME', str(home))
+    monkeypatch.setattr('huggingface_hub.constants.HF_HUB_CACHE', str(home / 'hub'))
+
+
+def check_offline_tokenizer_error(raised: pytest.ExceptionInfo, where: str,
+                                  kind: str = 'HFTokenizer') -> None:
+    """``raised`` (building :data:`UNCACHED_TOKENIZER` under :func:`offline_hub`) names
+    ``where`` (the config key, or the tokenizer's class alone), the name and the local routes,
+    with transformers' own error as its cause."""
+    message = str(raised.value)
+    assert message.startswith(f"{where}{kind}(name_or_path='{UNCACHED_TOKENIZER}'): the Hugging "
+                              'Face tokenizer could not be fetched ('), message
+    for route in ('name_or_path a local folder', 'tokenizer_file=<its tokenizer.json>',
+                  f'hf download {UNCACHED_TOKENIZER} '):
+        assert route in message
+    cause = raised.value.__cause__
+    assert type(cause) is OSError and 'huggingface.co' in str(cause)
+
+
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -62,7 +62,8 @@ class WeightsMismatchError(ValueError):
 
 
 def fetch_weights(fetch: Callable[[], Fetched], what: str, local_copy: str,
-                  failures: tuple[type[Exception], ...] = (OSError,)) -> Fetched:
+                  failures: tuple[type[Exception], ...] = (OSError,),
+                  raised: type[FileNotFoundError] = FileNotFoundError) -> Fetched:
     """``fetch()``: a download, or a read of a hub's local cache; its failure (no network, no
     such repository, a checksum) is told as a missing file, with how to give a local copy.
 
@@ -73,17 +74,19 @@ def fetch_weights(fetch: Callable[[], Fetched], what: str, local_copy: str,
         local_copy: how a config gives a copy instead (the keys to set).
         failures: the errors of a fetch: hub clients raise ``OSError`` (no network, no such
             repository, not in the cache); what the loading itself raises passes unchanged.
+        raised: the class of the error raised, a ``FileNotFoundError`` of the caller's own
+            where a caller up the stack tells it apart (a tokenizer's, which the backbone
+            building it names by its config key).
 
     Raises:
-        FileNotFoundError: naming ``what``, the fetch's first line of error and ``local_copy``
-            (the fetch's error chained as the cause).
+        FileNotFoundError: (``raised``) naming ``what``, the fetch's first line of error and
+            ``local_copy`` (the fetch's error chained as the cause).
     """
     try:
         return fetch()
     except failures as error:
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise FileNotFoundError(f'{what} could not be fetched ({reason}); {local_copy}') \
-            from error
+        raise raised(f'{what} could not be fetched ({reason}); {local_copy}') from error
 
 
 def read_weights(path: str | Path, what: str = 'checkpoint',

@@ -6,10 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, UNCACHED_TOKENIZER, check_offline_tokenizer_error
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.bert import BertTextTower, build_bert
 from xmr.models.backbones.cclm import CCLM_IMAGE_MEAN, CCLM_IMAGE_STD, CCLM_TEXT, CCLMDualStream
+from xmr.models.language.tokenizers import TokenizerOutOfReach
 from xmr.registry import MODELS, TOKENIZERS, TRANSFORMS
 
 WIDTH, HEADS, FFN, LAYERS, EMBED_DIM = 32, 4, 64, 2, 16
@@ -328,3 +329,15 @@ def test_the_default_media_transform_is_cclm_s_test_transform(tmp_path):
         transforms.Resize((64, 64), interpolation=transforms.InterpolationMode.BICUBIC),
         transforms.ToTensor()])(Image.open(tmp_path / 'wide.png'))
     assert (ours.float() - 255 * authors).abs().max() <= 3
+
+
+@needs_tokenizer
+def test_an_uncached_hugging_face_tokenizer_offline_names_the_key_and_the_local_routes(
+        offline_hub):
+    with pytest.raises(TokenizerOutOfReach) as raised:
+        MODELS.build(tiny_cfg(tokenizer=dict(type='CCLMTokenizer',
+                                             name_or_path=UNCACHED_TOKENIZER)))
+    check_offline_tokenizer_error(raised, 'model.backbone.tokenizer: ', 'CCLMTokenizer')
+    # XLM-R's tokenizer.json loads offline, given as a config (tiny_cfg's is built).
+    local = dict(type='CCLMTokenizer', tokenizer_file=str(TOKENIZER_FILE))
+    assert MODELS.build(tiny_cfg(tokenizer=local)).tokenizer.vocab_size == 250002

@@ -5,6 +5,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from tests.conftest import UNCACHED_TOKENIZER, check_offline_tokenizer_error
 from tests.models.adapters.peft_helpers import lora_delta
 from tests.models.backbones.mclip_helpers import (
     CAPTIONS,
@@ -18,6 +19,7 @@ from tests.models.backbones.mclip_helpers import (
 from xmr.models.adapters import AdapterContext
 from xmr.models.backbones.base import TowerShape
 from xmr.models.backbones.mclip import MultilingualCLIPBackbone
+from xmr.models.language.tokenizers import TokenizerOutOfReach
 from xmr.registry import MODELS
 
 pytestmark = needs_tokenizer
@@ -392,3 +394,14 @@ def test_a_text_encoder_config_of_another_encoder_is_refused_naming_it(fields, m
     with pytest.raises(ValueError, match=re.escape(message)):
         MultilingualCLIPBackbone.text_tower_shape(dict(
             text_encoder=_release_config(tmp_path / 'release', **fields)))
+
+
+@needs_tokenizer
+def test_an_uncached_hugging_face_tokenizer_offline_names_the_key_and_the_local_routes(
+        offline_hub):
+    uncached = dict(type='HFTokenizer', name_or_path=UNCACHED_TOKENIZER)
+    with pytest.raises(TokenizerOutOfReach) as raised:
+        MODELS.build(tiny_mclip_cfg(tokenizer=uncached))
+    check_offline_tokenizer_error(raised, 'model.backbone.tokenizer: ')
+    # XLM-R's tokenizer.json (tiny_mclip_cfg's) loads offline.
+    assert MODELS.build(tiny_mclip_cfg()).tokenizer.vocab_size == TINY_XLMR['vocab_size']

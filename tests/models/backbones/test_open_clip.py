@@ -2,11 +2,16 @@ import open_clip
 import pytest
 import torch
 
-from tests.conftest import TINY_CLIP, tiny_backbone_cfg
+from tests.conftest import (
+    TINY_CLIP,
+    UNCACHED_TOKENIZER,
+    check_offline_tokenizer_error,
+    tiny_backbone_cfg,
+)
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones import OpenCLIPTextTower
 from xmr.models.backbones.base import check_tokenizer_fits
-from xmr.models.language.tokenizers import OpenCLIPTokenizer
+from xmr.models.language.tokenizers import OpenCLIPTokenizer, TokenizerOutOfReach
 from xmr.registry import MODELS
 from xmr.utils.cli import UserError
 
@@ -102,6 +107,24 @@ def test_bad_names_fail_clearly(tmp_path):
         MODELS.build(tiny_backbone_cfg(pretrained=str(tmp_path / 'missing.pt')))
     with pytest.raises(ValueError, match="'nonsense' is neither a file nor an open_clip tag"):
         MODELS.build(dict(type='OpenCLIPBackbone', arch='RN50', pretrained='nonsense'))
+
+
+def test_an_uncached_hugging_face_tokenizer_offline_names_the_key_and_the_local_routes(
+        offline_hub, shared_data):
+    from tests.models.backbones.open_clip_families import (
+        XLMR_VOCAB,
+        backbone_cfg,
+        clip_cfg,
+        xlmr_tokenizer,
+    )
+
+    model_cfg = clip_cfg(pool_type='eos', eos_id=2, vocab_size=XLMR_VOCAB,
+                         hf_tokenizer_name=UNCACHED_TOKENIZER)
+    with pytest.raises(TokenizerOutOfReach) as raised:
+        MODELS.build(backbone_cfg(model_cfg))
+    check_offline_tokenizer_error(raised, 'model.backbone.tokenizer: ')
+    local = MODELS.build(backbone_cfg(model_cfg, xlmr_tokenizer(clean='whitespace')))
+    assert local.tokenizer.vocab_size == XLMR_VOCAB
 
 
 def test_unreachable_pretrained_tag_names_the_tag_and_the_offline_route(monkeypatch):

@@ -14,10 +14,11 @@ from transformers import (
     XLMRobertaModel,
 )
 
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, UNCACHED_TOKENIZER, check_offline_tokenizer_error
 from tests.zip_records import damage_record
 from xmr.engine.loops import frozen_eval_modules
 from xmr.models.backbones.vit_bert import ViTBERTBackbone
+from xmr.models.language.tokenizers import TokenizerOutOfReach
 from xmr.registry import MODELS, TOKENIZERS
 
 TINY_VIT = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
@@ -407,3 +408,17 @@ def test_weights_that_cannot_be_fetched_name_the_model_and_the_local_route(monke
             r"the BERT 'bert-base-uncased' \(a Hugging Face hub name\) could not be "
             r'fetched .*set text=<its folder> \(--cfg-options model.backbone.text=FOLDER\)')):
         MODELS.build(tiny_cfg(text='bert-base-uncased'))
+
+
+def test_an_uncached_hugging_face_tokenizer_offline_names_the_key_and_the_local_routes(
+        offline_hub, shared_data):
+    with pytest.raises(TokenizerOutOfReach) as raised:
+        MODELS.build(tiny_cfg(tokenizer=dict(type='HFTokenizer',
+                                             name_or_path=UNCACHED_TOKENIZER)))
+    check_offline_tokenizer_error(raised, 'model.backbone.tokenizer: ')
+    # XLM-R's tokenizer.json loads offline, for a BERT of its vocabulary.
+    local = dict(type='HFTokenizer',
+                 tokenizer_file=str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json'))
+    built = MODELS.build(tiny_cfg(tokenizer=local,
+                                  text_cfg=dict(TINY_BERT, vocab_size=250002)))
+    assert built.tokenizer.vocab_size == 250002

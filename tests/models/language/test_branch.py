@@ -4,12 +4,19 @@ import re
 import pytest
 import torch
 
-from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg
+from tests.conftest import (
+    TINY_CLIP,
+    UNCACHED_TOKENIZER,
+    check_offline_tokenizer_error,
+    tiny_backbone_cfg,
+    tiny_branch_cfg,
+)
 from tests.models.language.test_packed_tokens import ADAPTER_SETS, randomise
 from xmr.models.adapters.base import AdapterContext, AdapterSite
 from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.models.language import branch as branch_module
 from xmr.models.language.branch import select_tokens
+from xmr.models.language.tokenizers import TokenizerOutOfReach
 from xmr.registry import MODELS
 
 
@@ -347,3 +354,18 @@ def test_a_fixed_context_target_tokenizer_without_max_length_keeps_what_fits():
             'target tokenizer max_length 30 does not fit the 32-token context less 3 prompt '
             'tokens; set tokenizer.max_length <= 29')):
         tokenizer([dict(type='SoftPrompt', num_tokens=3)], max_length=30)
+
+
+def test_an_uncached_hugging_face_tokenizer_offline_names_the_key_and_the_local_routes(
+        parts, offline_hub, shared_data):
+    def branch(tokenizer: dict):
+        return MODELS.build({**tiny_branch_cfg(), 'tokenizer': tokenizer},
+                            default_args=dict(tower=parts[0].text_tower))
+
+    with pytest.raises(TokenizerOutOfReach) as raised:
+        branch(dict(type='HFTokenizer', name_or_path=UNCACHED_TOKENIZER))
+    check_offline_tokenizer_error(raised, 'model.language_branch.tokenizer: ')
+    # XLM-R's tokenizer.json loads offline.
+    local = shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json'
+    built = branch(dict(type='HFTokenizer', max_length=32, tokenizer_file=str(local)))
+    assert built.tokenizer.vocab_size == 250002

@@ -6,7 +6,7 @@ import pytest
 import sentencepiece
 import torch
 
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, UNCACHED_TOKENIZER, check_offline_tokenizer_error
 from tests.models.backbones.open_clip_families import gemma_snapshot
 from xmr.models.language.tokenizers import (
     BaseTokenizer,
@@ -14,6 +14,8 @@ from xmr.models.language.tokenizers import (
     NLLBTokenizer,
     OpenCLIPTokenizer,
     SentencePieceTokenizer,
+    TokenizerOutOfReach,
+    build_tokenizer,
     pad_batch,
 )
 
@@ -394,14 +396,20 @@ def test_hf_tokenizer_needs_exactly_one_source(tmp_path):
         HFTokenizer(tokenizer_file=str(tmp_path / 'absent.json'))
 
 
-def test_hf_tokenizer_out_of_reach_names_it_and_the_offline_route(monkeypatch):
-    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
-    # huggingface_hub reads the variable once, when imported: set after, the hub was tried
-    # with retries (46 s before the error on a machine without network).
-    monkeypatch.setattr('huggingface_hub.constants.HF_HUB_OFFLINE', True)
-    with pytest.raises(OSError, match="tokenizer 'xmr-tests/absent-tokenizer'.*tokenizer_file"
-                       ".*HF_HUB_OFFLINE=1 fails here at once"):
-        HFTokenizer(name_or_path='xmr-tests/absent-tokenizer')
+def test_hf_tokenizer_out_of_reach_names_it_and_the_offline_route(offline_hub, shared_data):
+    with pytest.raises(TokenizerOutOfReach) as raised:
+        HFTokenizer(name_or_path=UNCACHED_TOKENIZER)
+    check_offline_tokenizer_error(raised, '')
+    assert 'HF_HUB_OFFLINE=1 fails here at once' in str(raised.value)
+    with pytest.raises(TokenizerOutOfReach) as raised:
+        build_tokenizer(dict(type='NLLBTokenizer', name_or_path=UNCACHED_TOKENIZER),
+                        'model.backbone.tokenizer')
+    check_offline_tokenizer_error(raised, 'model.backbone.tokenizer: ', 'NLLBTokenizer')
+    # Its own tokenizer.json, or the folder holding it, loads offline.
+    local = shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json'
+    built = build_tokenizer(dict(type='HFTokenizer', tokenizer_file=str(local)), 'tokenizer')
+    assert built.encode('a red circle') == HFTokenizer(tokenizer_file=str(local)).encode(
+        'a red circle')
 
 
 def test_hf_tokenizer_applies_open_clips_cleaning_and_sep_stripping(shared_data):

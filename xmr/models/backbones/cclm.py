@@ -37,8 +37,8 @@ from xmr.models.backbones.cclm_checkpoint import (
 )
 from xmr.models.backbones.relative_position import INTERPOLATION_MODES
 from xmr.models.language.cclm_tokenizer import CCLMTokenizer
-from xmr.models.language.tokenizers import BaseTokenizer
-from xmr.registry import MODELS, TOKENIZERS, with_defaults
+from xmr.models.language.tokenizers import BaseTokenizer, build_tokenizer
+from xmr.registry import MODELS, with_defaults
 from xmr.utils.cli import UserKeyError
 
 __all__ = ['CCLMDualStream', 'CCLMTokenizer']
@@ -134,8 +134,9 @@ class CCLMDualStream(VisionLanguageBackbone):
         self.image_std = CCLM_IMAGE_STD
 
         if not isinstance(tokenizer, BaseTokenizer):
-            tokenizer = TOKENIZERS.build(
-                tokenizer or dict(type='CCLMTokenizer', name_or_path='xlm-roberta-large'))
+            tokenizer = build_tokenizer(
+                tokenizer or dict(type='CCLMTokenizer', name_or_path='xlm-roberta-large'),
+                'model.backbone.tokenizer')
         self.tokenizer = tokenizer
         check_tokenizer_fits(self.tokenizer, self.text_tower, 'CCLM')
         if checkpoint is not None and not isinstance(tokenizer, CCLMTokenizer):

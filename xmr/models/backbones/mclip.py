@@ -37,9 +37,9 @@ from xmr.models.backbones.open_clip_pretrained import (
     check_trained_tokenizer,
     resolve_pretrained,
 )
-from xmr.models.language.tokenizers import BaseTokenizer
+from xmr.models.language.tokenizers import BaseTokenizer, build_tokenizer
 from xmr.models.weight_files import check_weights_fit, read_weights, weights_file
-from xmr.registry import MODELS, TOKENIZERS, with_defaults
+from xmr.registry import MODELS, with_defaults
 
 __all__ = ['MultilingualCLIPTextTower', 'MultilingualCLIPBackbone', 'XLMR_LARGE',
            'convert_mclip_state_dict']
@@ -231,8 +231,9 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
         apply_image_record(self, self.record)
 
         if not isinstance(tokenizer, BaseTokenizer):
-            tokenizer = TOKENIZERS.build(tokenizer or dict(
-                XLMR_LARGE_TOKENIZER, max_length=self.text_tower.context_length))
+            tokenizer = build_tokenizer(tokenizer or dict(
+                XLMR_LARGE_TOKENIZER, max_length=self.text_tower.context_length),
+                'model.backbone.tokenizer')
         self.tokenizer = tokenizer
         check_tokenizer_fits(self.tokenizer, self.text_tower, 'M-CLIP XLM-R')
         check_trained_tokenizer(self.tokenizer, XLMR_LARGE_TOKENIZER, 'M-CLIP XLM-R')

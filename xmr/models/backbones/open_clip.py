@@ -41,7 +41,8 @@ from xmr.models.backbones.open_clip_pretrained import (
     text_tokenizer_cfg,
 )
 from xmr.models.language.packed_tokens import PackedTokens
-from xmr.registry import MODELS, TOKENIZERS, with_defaults
+from xmr.models.language.tokenizers import build_tokenizer
+from xmr.registry import MODELS, with_defaults
 
 #: open_clip ``pool_type`` -> the :class:`TextTower` pooling rule that selects the same token.
 _POOLING = {'argmax': 'eos', 'eos': 'eos', 'first': 'cls', 'last': 'last'}
@@ -467,7 +468,7 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
                 tokenizer_cfg.setdefault('max_length', self.record.context_length)
         if self.text_tower.fixed_context:
             tokenizer_cfg.setdefault('pad_to', self.text_tower.context_length)
-        self.tokenizer = TOKENIZERS.build(tokenizer_cfg)
+        self.tokenizer = build_tokenizer(tokenizer_cfg, 'model.backbone.tokenizer')
         if bpe:
             check_record_tokenizer(self.record, self.tokenizer)
         check_tokenizer_fits(self.tokenizer, self.text_tower, self.arch)

@@ -32,7 +32,7 @@ from xmr.models.backbones.base import (
     offline_hf_config,
 )
 from xmr.models.backbones.bert import BERT_MODEL_TYPES, BertTextTower
-from xmr.models.language.tokenizers import BaseTokenizer
+from xmr.models.language.tokenizers import BaseTokenizer, build_tokenizer
 from xmr.models.weight_files import (
     fetch_weights,
     read_weights,
@@ -40,7 +40,7 @@ from xmr.models.weight_files import (
     transformers_layout_key,
     weights_file,
 )
-from xmr.registry import MODELS, TOKENIZERS, with_defaults
+from xmr.registry import MODELS, with_defaults
 from xmr.utils.listing import first_few
 
 __all__ = ['ViTBERTBackbone']
@@ -284,7 +284,8 @@ class ViTBERTBackbone(VisionLanguageBackbone):
         if not isinstance(tokenizer, BaseTokenizer):
             if tokenizer is None and text is None:
                 raise ValueError('a random BERT (text=None) needs an explicit tokenizer config')
-            tokenizer = TOKENIZERS.build(tokenizer or dict(type='HFTokenizer', name_or_path=text))
+            tokenizer = build_tokenizer(tokenizer or dict(type='HFTokenizer', name_or_path=text),
+                                        'model.backbone.tokenizer')
         self.tokenizer = tokenizer
         check_tokenizer_fits(self.tokenizer, self.text_tower, 'the BERT')
         if freeze:

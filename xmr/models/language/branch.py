@@ -23,12 +23,13 @@ from xmr.models.language.embedding import EmbeddingBlock
 from xmr.models.language.tokenizers import (
     BaseTokenizer,
     TokenBatch,
+    build_tokenizer,
     check_max_length,
     check_padding,
 )
 from xmr.models.language.tower_weights import TowerWeights, unread_tower_weights
 from xmr.models.unowned import hold_unowned
-from xmr.registry import MODELS, TOKENIZERS
+from xmr.registry import MODELS
 
 if TYPE_CHECKING:
     from xmr.models.backbones.base import TextTower, TowerShape
@@ -98,7 +99,7 @@ def _built_tokenizer(cfg: dict | BaseTokenizer, tower: TextTower, given_pad_to: 
             pad_to = given_pad_to or tower.context_length
             fits = min(pad_to, tower.context_length) - tower.reserved_positions
             cfg = {'max_length': fits, **cfg, 'pad_to': pad_to}
-        tokenizer = TOKENIZERS.build(cfg)
+        tokenizer = build_tokenizer(cfg, 'model.language_branch.tokenizer')
     check_max_length(tokenizer, 'the target language branch')
     if tokenizer.max_length > tower.max_tokens:
         raise ValueError(f'target tokenizer max_length {tokenizer.max_length} exceeds the '

@@ -29,6 +29,7 @@ from xmr.datasets.languages import (
     normalize_language,
 )
 from xmr.fileio import atomic_write_bytes
+from xmr.models.weight_files import fetch_weights
 from xmr.registry import FUNCTIONS, TOKENIZERS
 
 if TYPE_CHECKING:
@@ -535,19 +536,41 @@ def _transformers_encode(hf: Any, text: str, specials: bool) -> list[int]:
     return hf(text, add_special_tokens=specials, verbose=False)['input_ids']
 
 
-def _load_hub(name_or_path: str) -> _Loaded:
+class TokenizerOutOfReach(FileNotFoundError):
+    """A Hugging Face tokenizer by name that no local folder and no Hugging Face cache holds,
+    the hub out of reach (offline); :func:`build_tokenizer` names the config key that gave it.
+    """
+
+
+def build_tokenizer(cfg: Mapping[str, Any], key: str) -> BaseTokenizer:
+    """``TOKENIZERS.build(cfg)``, the tokenizer a config gives at ``key``
+    (``'model.backbone.tokenizer'``, its default filled in where it gives none).
+
+    Raises:
+        TokenizerOutOfReach: ``<key>: <the tokenizer's own message>``: the tokenizer only
+            knows its arguments, not the config key at fault (transformers' error the cause).
+    """
+    try:
+        return TOKENIZERS.build(cfg)
+    except TokenizerOutOfReach as error:
+        raise TokenizerOutOfReach(f'{key}: {error}') from error.__cause__
+
+
+def _load_hub(name_or_path: str, kind: str) -> _Loaded:
     """A hub name or local folder, through ``AutoTokenizer``, encoding with its
-    ``tokenizer.json`` where it has one."""
+    ``tokenizer.json`` where it has one; ``kind`` (the tokenizer's class) names it when it
+    cannot be fetched."""
     from transformers import AutoTokenizer
 
-    try:
-        hf = AutoTokenizer.from_pretrained(name_or_path)
-    except OSError as error:
-        raise OSError(f"cannot load the Hugging Face tokenizer '{name_or_path}' (not a "
-                      'local folder, not in the cache, and the hub is unreachable); '
-                      'pass tokenizer_file=<tokenizer.json> or a local folder (on a '
-                      'machine without network, HF_HUB_OFFLINE=1 fails here at once '
-                      'instead of retrying the hub)') from error
+    hf = fetch_weights(
+        lambda: AutoTokenizer.from_pretrained(name_or_path),
+        f"{kind}(name_or_path='{name_or_path}'): the Hugging Face tokenizer",
+        'give name_or_path a local folder holding its tokenizer files, or '
+        'tokenizer_file=<its tokenizer.json> in its place, or fetch the folder once on a '
+        f"machine with network (hf download {name_or_path} --include '*.json' --include "
+        "'*.model' --include '*.txt' --local-dir <folder>); on a machine without network, "
+        'HF_HUB_OFFLINE=1 fails here at once instead of retrying the hub (docs/backbones.md)',
+        raised=TokenizerOutOfReach)
 
     tokenizer_json = _hub_file(name_or_path, 'tokenizer.json')
     # The snapshot's own pipeline, as transformers 4 ran it when the towers were trained:
@@ -752,6 +775,11 @@ class HFTokenizer(BaseTokenizer):
             = 0 but its towers were trained padding with ``</s>`` = 1. A guess
             (:attr:`pad_id_guessed`) is refused by a text tower whose output depends on its
             padding (SigLIP's).
+
+    Raises:
+        TokenizerOutOfReach: a ``name_or_path`` that no local folder and no Hugging Face cache
+            holds, the hub out of reach, naming it and the local routes (transformers' error
+            its cause); :func:`build_tokenizer` puts the config key in front.
     """
 
     def __init__(self, name_or_path: str | None = None, tokenizer_file: str | None = None,
@@ -768,7 +796,7 @@ class HFTokenizer(BaseTokenizer):
         self.clean = clean
         self._clean_fn = _clean_function(clean)
         loaded = (_load_file(Path(tokenizer_file)) if tokenizer_file is not None
-                  else _load_hub(name_or_path))
+                  else _load_hub(name_or_path, type(self).__name__))
         self._encode_fn = loaded.encode
         self._backend = loaded.backend
         self._vocab = loaded.size
