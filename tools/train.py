@@ -12,6 +12,8 @@ would overwrite some of them and leave the rest beside its own.
 ``tools/test.py CONFIG <work_dir>/iter_<n>.pth`` would, in the same process: the leaderboard is
 printed and the result written as ``iter_<n>_test.json`` (and ``.csv``) beside the checkpoint;
 ``--test best`` tests the best validation's checkpoint (``CheckpointHook``'s ``save_best``).
+The test split, the checkpoint saved for it, and its galleries held out of the training data
+(unless ``train_cfg.allow_eval_overlap``) are checked before training.
 A result of that very test already beside the checkpoint (the same command, written after the
 checkpoint: a job requeued with ``--resume auto --test`` after it ended) is shown again, not
 computed again; any other file there is kept and the test refused, naming the command to run.
@@ -414,6 +416,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from mmengine.logging import print_log
 
+    from xmr.datasets.held_out import check_test_held_out
     from xmr.engine.checkpoint import allow_mmengine_checkpoint_types
     from xmr.engine.distributed import launcher_rank
     from xmr.engine.hooks import PreemptionHook
@@ -429,6 +432,9 @@ def main(argv: list[str] | None = None) -> None:
     cfg = build_config(args)
     # Here, not in build_config, which computes a shipped config's schedule without its data.
     check_annotation_files(cfg, ['train', 'val'] + ['test'] * (args.test is not None))
+    if args.test is not None:
+        # Once its files are known present; the test checks again, after the whole training.
+        check_test_held_out(cfg)
     prepare_process(cfg, args.launcher)
     if launcher_rank(args.launcher) == 0:
         # Before the runner: it dumps the config and opens its log in the work dir, which a

@@ -37,7 +37,7 @@ from xmr.utils.listing import first_few
 
 __all__ = ['DEFAULT_WORK_DIR', 'add_config_arguments', 'check_annotation_files',
            'check_evaluation_keys', 'check_run_values', 'config_file', 'load_run_config',
-           'merge_options', 'present_train_datasets']
+           'loader_datasets', 'merge_options', 'present_train_datasets']
 
 
 #: Where a run writes without ``--work-dir`` (:func:`~xmr.engine.work_dir.resolve_work_dir`),
@@ -494,6 +494,12 @@ def present_train_datasets(cfg: Config) -> dict[str, Mapping[str, Any]]:
     the machine that tests."""
     return {key: dataset for key, dataset, path in _annotation_files(cfg, ['train'])
             if path.is_file()}
+
+
+def loader_datasets(cfg: Config, split: str) -> list[Any]:
+    """The dataset configs of the ``<split>_dataloader`` (``'val'`` or ``'test'``: a dict or
+    a list of them), in the order the split's loop numbers them."""
+    return [loader.get('dataset') for loader in _loaders_built(cfg, [split]).values()]
 
 
 def _annotation_files(cfg: Config, splits: Sequence[str]

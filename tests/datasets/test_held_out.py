@@ -143,6 +143,18 @@ def test_a_test_split_the_config_trains_on_is_refused_naming_the_split_and_both_
     assert 'validation' not in message
 
 
+def test_the_test_galleries_are_built_from_the_config_when_not_given(multi30k, tmp_path):
+    """``tools/train.py --test`` checks before training, with no test loop built: each item of
+    a list of test loaders is built, numbered as the test loop numbers it."""
+    cfg = _test_config(tmp_path, 'multi30k_test.json')
+    val = dict(cfg['test_dataloader']['dataset'], ann_file='multi30k_val.json')
+    cfg['test_dataloader'] = [dict(dataset=val), cfg['test_dataloader']]
+    with pytest.raises(ValueError, match=re.escape(
+            f'test dataset 1 (RetrievalDataset) ({tmp_path / "multi30k_test.json"}) shares 1000 '
+            'of its 1000 media files with training dataset train_dataloader.dataset')):
+        check_test_held_out(cfg)
+
+
 def test_the_test_check_is_held_out_by_the_opt_out_and_a_disjoint_train_split(multi30k,
                                                                               tmp_path):
     refused = _test_config(tmp_path, 'multi30k_test.json', allow_eval_overlap=True)
@@ -162,4 +174,7 @@ def test_a_config_without_training_data_is_not_checked(multi30k, tmp_path, monke
     # A training split whose annotation file is not on this machine is not read either.
     absent = _test_config(tmp_path, 'multi30k_gone.json')
     check_test_held_out(absent, datasets)
+    # Nor are the test galleries built, for a check not made.
+    check_test_held_out(absent)
+    check_test_held_out(_test_config(tmp_path, 'multi30k_test.json', allow_eval_overlap=True))
     assert built == []

@@ -706,6 +706,63 @@ def test_test_after_training_is_refused_before_the_run_where_it_has_nothing_to_t
     assert not (tmp_path / 'run').exists()
 
 
+def run_config_testing_what_it_trains_on(tmp_path: Path) -> Path:
+    """The tiny run with a test split (:func:`run_config_with_a_test_split`) whose test gallery
+    is four images its ``train_dataloader`` reads the captions of too."""
+    from tests.tools.test_test_tool import TINY
+    from xmr.datasets import dump_annotation
+    from xmr.datasets.annotation import Annotation, MediaRecord
+
+    names = [f'{i}.png' for i in range(4)]
+    dump_annotation(Annotation(dataset='d', split='test', media_type='image',
+                               languages=['en', 'de'], source_lang='en',
+                               items=[MediaRecord(name, name, {'en': [f'a {name}'],
+                                                               'de': [f'ein {name}']})
+                                      for name in names]), tmp_path / 'd_test.json')
+    config = run_config_with_a_test_split(tmp_path)
+    cfg = Config.fromfile(config)
+    media = dict(ann_file=str(tmp_path / 'd_test.json'), with_media=False,
+                 data_prefix=dict(media=str(tmp_path / 'images')), transform=TINY)
+    cfg.test_dataloader.dataset = dict(type='RetrievalDataset', test_mode=True, **media)
+    cfg.train_dataloader.dataset = dict(type='CaptionPairDataset', target_field='captions',
+                                        **media)
+    cfg.dump(str(config))
+    return config
+
+
+def test_test_after_training_of_a_test_split_it_trains_on_is_refused_before_the_run(
+        tmp_path, capsys, monkeypatch):
+    """The test refused it (check_test_held_out) only once the whole training had run."""
+    from xmr.engine.runner import ResumeCheckedRunner
+    from xmr.registry import DATASETS
+    from xmr.utils.cli import EXIT_ERROR, run_tool
+
+    config = run_config_testing_what_it_trains_on(tmp_path)
+    with pytest.raises(SystemExit) as exit_status:
+        run_tool(train_tool.main, [str(config), '--test'])
+    assert exit_status.value.code == EXIT_ERROR
+    error = capsys.readouterr().err
+    ann_file = tmp_path / 'd_test.json'
+    assert error.startswith(
+        f'error: test dataset 0 (RetrievalDataset) ({ann_file}) shares 4 of its 4 media files '
+        f'with training dataset train_dataloader.dataset ({ann_file}), e.g. 0.png, 1.png, '
+        '2.png, 3.png: ')
+    assert error.rstrip().endswith('allowed by train_cfg.allow_eval_overlap=True')
+    assert not (tmp_path / 'run').exists()  # no iteration ran, no checkpoint was written
+
+    # The opt-out builds no dataset to check: the run goes on to build its runner.
+    def runner_built(cls, cfg):
+        raise RuntimeError('the runner is built')
+
+    built = []
+    monkeypatch.setattr(DATASETS, 'build', lambda *args, **kwargs: built.append(args))
+    monkeypatch.setattr(ResumeCheckedRunner, 'from_cfg', classmethod(runner_built))
+    with pytest.raises(RuntimeError, match='the runner is built'):
+        train_tool.main([str(config), '--test', '--cfg-options',
+                         'train_cfg.allow_eval_overlap=True'])
+    assert built == []
+
+
 def test_test_best_after_a_run_that_never_validated_names_the_run_and_keeps_it(tmp_path):
     config = run_config_with_a_test_split(tmp_path)
     with pytest.raises(UserError, match=r'run: the run saved no best checkpoint for --test to '

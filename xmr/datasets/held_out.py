@@ -5,7 +5,8 @@ named twice, or a "val" file cut from the training split) reports retrieval figu
 are comparable with, and (validation) selects its checkpoint on them; nothing else in a run
 says so. Training checks its validation galleries before the first step
 (``PhasedTrainLoop``); a test, of a config that trains, checks its test galleries
-(:func:`check_test_held_out`, ``tools/test.py`` and ``tools/train.py --test``).
+(:func:`check_test_held_out`, ``tools/test.py``; ``tools/train.py --test`` before training
+as well).
 """
 from __future__ import annotations
 
@@ -80,7 +81,8 @@ def check_held_out(training: Mapping[str, Any], evaluation: Mapping[str, Any]) -
                     'debugging run) is allowed by train_cfg.allow_eval_overlap=True')
 
 
-def check_test_held_out(cfg: Mapping[str, Any], test_datasets: Sequence[Any]) -> None:
+def check_test_held_out(cfg: Mapping[str, Any],
+                        test_datasets: Sequence[Any] | None = None) -> None:
     """Refuse test galleries that share media files with the data the config trains on.
 
     The same check as training's of its validation galleries (:func:`check_held_out`, the same
@@ -93,23 +95,31 @@ def check_test_held_out(cfg: Mapping[str, Any], test_datasets: Sequence[Any]) ->
 
     Args:
         cfg: the run's config.
-        test_datasets: the test loop's datasets, in ``test_dataloader`` order.
+        test_datasets: the test loop's datasets, in ``test_dataloader`` order; ``None``: built
+            from ``cfg``'s ``test_dataloader`` (``tools/train.py --test``, before training),
+            and only where the check is made (no opt-out, training data present).
 
     Raises:
         ValueError: as :func:`check_held_out`, naming ``test dataset <i>``.
     """
     from xmr.engine.feature_cache.dataset import source_dataset
     from xmr.registry import DATASETS
-    from xmr.run_config import present_train_datasets
+    from xmr.run_config import loader_datasets, present_train_datasets
 
     if (cfg.get('train_cfg') or {}).get('allow_eval_overlap'):
         return
+    training = present_train_datasets(cfg)
+    if not training:
+        return
+    if test_datasets is None:
+        test_datasets = [DATASETS.build(dict(dataset))
+                         for dataset in loader_datasets(cfg, 'test')]
     scored = {f'test dataset {index} ({type(source_dataset(dataset)).__name__})':
               source_dataset(dataset) for index, dataset in enumerate(test_datasets)}
     if not any(media_files(dataset) is not None for dataset in scored.values()):
         return
     check_held_out({f'training dataset {key}': DATASETS.build(dict(dataset))
-                    for key, dataset in present_train_datasets(cfg).items()}, scored)
+                    for key, dataset in training.items()}, scored)
 
 
 def _concat_children(dataset: Any) -> list[Any] | None:
