@@ -849,6 +849,29 @@ def test_a_trained_sentencepiece_needs_room_for_its_characters_and_five_pieces()
 
 
 
+def test_a_sentencepiece_trained_as_bpe_learns_merges_as_many_as_asked(tmp_path):
+    """model_type='bpe': SentencePiece scores a BPE model's pieces by their merge order (0, -1,
+    -2, ... past the specials and characters' own), a unigram model's by log-likelihoods; BPE
+    keeps every piece asked for where unigram stops at what the corpus supports. The type
+    travels in the model: reloaded from its file, the tokenizer encodes alike."""
+    bpe = SentencePieceTokenizer(corpus=CORPUS * 10, vocab_size=64, model_type='bpe')
+    unigram = SentencePieceTokenizer(corpus=CORPUS * 10, vocab_size=64)
+    learned = range(4, bpe.vocab_size)  # past pad, unk, BOS and EOS
+    assert [bpe._sp.get_score(i) for i in learned[:6]] == [0.0, -1.0, -2.0, -3.0, -4.0, -5.0]
+    assert not all(float(unigram._sp.get_score(i)).is_integer() for i in learned[:6])
+    assert bpe.vocab_size == 64 > unigram.vocab_size
+    # Every BPE piece of two characters or more is the merge of two shorter pieces.
+    pieces = {bpe._sp.id_to_piece(i) for i in learned}
+    assert all(any(p[:cut] in pieces and p[cut:] in pieces for cut in range(1, len(p)))
+               for p in pieces if len(p) > 1)
+    (tmp_path / 'bpe.model').write_bytes(bpe.vocabulary())
+    reloaded = SentencePieceTokenizer(model_file=str(tmp_path / 'bpe.model'))
+    assert reloaded.encode('zwei rote Kreise') == bpe.encode('zwei rote Kreise')
+    with pytest.raises(ValueError, match=r"model_type='wordpiece': xmr trains 'unigram' or "
+                       r"'bpe'"):
+        SentencePieceTokenizer(corpus=CORPUS, model_type='wordpiece')
+
+
 def test_a_trained_sentencepiece_counts_the_characters_it_learns_after_normalising():
     """SentencePiece learns from NFKC-normalised text: decomposed Hangul (NFD, 10 + 5 jamo)
     composes into its 50 syllables, full-width Latin folds into ASCII. The check counted the

@@ -1000,9 +1000,14 @@ class NLLBTokenizer(HFTokenizer):
         return [self.language_id(self.language if lang is None else lang), *pieces, self.eos_id]
 
 
+#: The SentencePiece models :class:`SentencePieceTokenizer` trains.
+SENTENCEPIECE_MODEL_TYPES = ('unigram', 'bpe')
+
+
 @TOKENIZERS.register_module()
 class SentencePieceTokenizer(BaseTokenizer):
-    """A SentencePiece unigram tokenizer, loaded from a model file or trained on a corpus.
+    """A SentencePiece tokenizer (unigram or BPE), loaded from a model file or trained on a
+    corpus.
 
     Every caption is ``BOS ... EOS``, padded with the pad id. The ids are the model's own: one
     trained here has 0 = pad, 1 = unk, 2 = BOS, 3 = EOS; a model file trained elsewhere must
@@ -1021,14 +1026,27 @@ class SentencePieceTokenizer(BaseTokenizer):
         character_coverage: SentencePiece's coverage (keep near 1 for CJK).
         pad_to: fixed padded length (see :class:`BaseTokenizer`); ``None`` pads dynamically.
         pad_to_multiple_of: padded lengths in steps of this (see :class:`BaseTokenizer`).
+        model_type: the model trained on ``corpus``: ``'unigram'`` (SentencePiece's default,
+            pieces scored by their likelihood, fewer kept where the corpus supports fewer) or
+            ``'bpe'`` (merges of the most frequent pairs, as many as ``vocab_size`` asks for:
+            the pieces of RoBERTa-style and GPT-style vocabularies). A model file carries its
+            own type, whatever this says.
+
+    Raises:
+        ValueError: ``model_type`` of another name, naming the two SentencePiece trains.
     """
 
     def __init__(self, model_file: str | None = None,
                  corpus: Sequence[str] | str | dict | None = None, vocab_size: int = 1000,
                  max_length: int = 77, character_coverage: float = 0.9999,
-                 pad_to: int | None = None, pad_to_multiple_of: int | None = None) -> None:
+                 pad_to: int | None = None, pad_to_multiple_of: int | None = None,
+                 model_type: str = 'unigram') -> None:
         super().__init__(max_length, pad_to, pad_to_multiple_of)
         import sentencepiece as spm
+
+        if model_type not in SENTENCEPIECE_MODEL_TYPES:
+            raise ValueError(f'SentencePieceTokenizer model_type={model_type!r}: xmr trains '
+                             f"{' or '.join(map(repr, SENTENCEPIECE_MODEL_TYPES))}")
 
         path = Path(model_file) if model_file else None
         lines = None
@@ -1036,7 +1054,7 @@ class SentencePieceTokenizer(BaseTokenizer):
             proto = self._model_bytes(path)
         elif corpus is not None:
             lines = self._corpus_lines(corpus)
-            proto = self._train(lines, vocab_size, character_coverage)
+            proto = self._train(lines, vocab_size, character_coverage, model_type)
             if path is not None:  # each process of a sweep through its own temporary file
                 atomic_write_bytes(path, proto)
         else:
@@ -1123,7 +1141,8 @@ class SentencePieceTokenizer(BaseTokenizer):
         return [line for line in corpus if line]
 
     @staticmethod
-    def _train(lines: list[str], vocab_size: int, character_coverage: float) -> bytes:
+    def _train(lines: list[str], vocab_size: int, character_coverage: float,
+               model_type: str) -> bytes:
         import sentencepiece as spm
 
         # SentencePiece learns the characters of its normalised text (NFKC): decomposed Hangul
@@ -1140,7 +1159,7 @@ class SentencePieceTokenizer(BaseTokenizer):
         model = io.BytesIO()
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
-            character_coverage=character_coverage, model_type='unigram', pad_id=0, unk_id=1,
+            character_coverage=character_coverage, model_type=model_type, pad_id=0, unk_id=1,
             bos_id=2, eos_id=3, hard_vocab_limit=False, num_threads=1, minloglevel=2,
             input_sentence_size=0, shuffle_input_sentence=False, seed_sentencepiece_size=100000)
         return model.getvalue()
