@@ -233,5 +233,22 @@ def test_a_concat_training_set_is_checked_for_held_out_media_through_its_childre
     gallery = RetrievalDataset(_annotation(tmp_path / 'val.json', ['green', 'white']),
                                test_mode=True, **options)
     with pytest.raises(ValueError, match=r'val dataset 0 \(.*val.json\) shares 1 of its 2 media '
-                       r'files with train dataset, e.g. green.png'):
+                       r'files with train dataset \(.*a.json, .*b.json\), e.g. green.png'):
         check_held_out({'train dataset': train}, {'val dataset 0': gallery})
+
+
+def test_a_concat_gallery_is_checked_for_held_out_media_through_its_children(tmp_path):
+    """A validation (or test) gallery of two annotations: the second child's image the
+    training pairs hold is found, named by the whole's place among the galleries."""
+    options = dict(data_root=str(tmp_path), with_media=False,
+                   transform=dict(type='MediaTransform', backbone=None, size=32))
+    train = CaptionPairDataset(_annotation(tmp_path / 'train.json', ['red', 'blue']), **options)
+    galleries = [RetrievalDataset(_annotation(tmp_path / f'{name}.json', names), test_mode=True,
+                                  **options)
+                 for name, names in (('val_a', ['white']), ('val_b', ['black', 'blue']))]
+    concat = ConcatDataset(galleries)
+    with pytest.raises(ValueError, match=r'val dataset 0 \(.*val_a.json, .*val_b.json\) shares '
+                       r'1 of its 3 media files with train dataset \(.*train.json\), e.g. '
+                       r'blue.png'):
+        check_held_out({'train dataset': train}, {'val dataset 0': concat})
+    check_held_out({'train dataset': train}, {'val dataset 0': ConcatDataset(galleries[:1])})

@@ -132,8 +132,10 @@ def _concat_children(dataset: Any) -> list[Any] | None:
 
 
 def _read_from(dataset: Any) -> str:
-    ann_file = getattr(dataset, 'ann_file', None)
-    return f' ({ann_file})' if ann_file is not None else ''
+    """`` (<annotation file>)``, a ConcatDataset's children's files in order, or nothing."""
+    files = [str(ann_file) for child in _concat_children(dataset) or [dataset]
+             if (ann_file := getattr(child, 'ann_file', None)) is not None]
+    return f" ({', '.join(files)})" if files else ''
 
 
 def _examples(paths: list[str]) -> str:
