@@ -552,8 +552,10 @@ def _sigterm_default_in_child() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-os.register_at_fork(before=_block_sigterm_for_fork, after_in_parent=_unblock_sigterm_in_parent,
-                    after_in_child=_sigterm_default_in_child)
+if hasattr(os, 'register_at_fork'):  # a platform without fork has no child to hand it to
+    os.register_at_fork(before=_block_sigterm_for_fork,
+                        after_in_parent=_unblock_sigterm_in_parent,
+                        after_in_child=_sigterm_default_in_child)
 
 
 def run_tool(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None) -> None:
