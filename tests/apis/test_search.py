@@ -18,6 +18,7 @@ from xmr.apis import (
     encode_readable_media,
     encode_texts,
 )
+from xmr.apis.inference import EncodedGallery
 from xmr.datasets.corrupt_policy import MediaSkippedWarning
 from xmr.datasets.media_io import MediaReadError
 from xmr.registry import MODELS
@@ -150,7 +151,7 @@ def test_one_video_tensor_given_alone_is_a_gallery_of_one(model):
 def test_ids_given_twice_are_refused_before_anything_is_encoded(model, image_files,
                                                                  monkeypatch):
     """Refused by the index once every media was encoded."""
-    monkeypatch.setattr('xmr.apis.search.encode_readable_media', None)
+    monkeypatch.setattr('xmr.apis.search.encode_gallery', None)
     with pytest.raises(ValueError, match=re.escape(
             f"media 0 ({image_files[0]}) and 2 ({image_files[2]}) would both be called 'x' in "
             'media_ids: give each its own')):
@@ -217,7 +218,7 @@ def test_a_file_that_is_no_media_index_is_named(tmp_path):
     torch.save({'state_dict': {}}, tmp_path / 'model.pth')
     with pytest.raises(ValueError, match=re.escape(
             f"{tmp_path / 'model.pth'}: is not a media index (a dict without a format, not "
-            "'xmr-media-index/1'); MediaIndex.save writes one")):
+            "'xmr-media-index/2'); MediaIndex.save writes one")):
         MediaIndex.load(tmp_path / 'model.pth')
     with pytest.raises(FileNotFoundError, match='gallery.idx'):
         MediaIndex.load(tmp_path / 'gallery.idx')
@@ -281,15 +282,16 @@ def test_an_index_of_another_format_version_names_the_xmr_that_wrote_it(tmp_path
     path = tmp_path / 'gallery.idx'
     MediaIndex(torch.eye(2), ['a', 'b']).save(path)
     state = torch.load(path, weights_only=True)
-    torch.save({**state, 'format': 'xmr-media-index/2', 'xmr_version': '9.0.0',
+    torch.save({**state, 'format': 'xmr-media-index/3', 'xmr_version': '9.0.0',
                 'xmr_commit': None}, path)
     with pytest.raises(ValueError) as error:
         MediaIndex.load(path)
     assert str(error.value).startswith(
-        f"{path}: a media index of format 'xmr-media-index/2' (written by xmr 9.0.0 (an "
+        f"{path}: a media index of format 'xmr-media-index/3' (written by xmr 9.0.0 (an "
         'installed copy); read by xmr ')
     assert str(error.value).endswith(
-        "which reads 'xmr-media-index/1': search it with the xmr that wrote it, or "
+        "which reads 'xmr-media-index/1' and 'xmr-media-index/2': search it with the xmr that "
+        'wrote it, or '
         + REBUILD.format(path=path))
 
 
@@ -376,8 +378,9 @@ def test_add_media_encodes_as_the_gallery_was_encoded(model, image_files, monkey
     squash = dict(type='MediaTransform', backbone=None, size=32, resize_mode='squash')
     gallery = MediaIndex.from_media(model, image_files[:2], transform=squash, num_frames=4)
     encoded = []
-    monkeypatch.setattr('xmr.apis.search.encode_readable_media',
-                        lambda *args: encoded.append(args) or (torch.eye(1, 32), []))
+    monkeypatch.setattr('xmr.apis.search.encode_gallery',
+                        lambda *args: encoded.append(args) or EncodedGallery(torch.eye(1, 32),
+                                                                            None, []))
     gallery.add_media(model, image_files[2:3])
     assert encoded[0][2:4] == (squash, 4)  # the gallery's transform and frames
 
@@ -408,8 +411,9 @@ def test_the_ids_made_of_new_media_that_the_gallery_holds_are_refused_before_enc
     images = [torch.full((3, 32, 32), value, dtype=torch.uint8) for value in (0, 80, 160)]
     gallery = MediaIndex.from_media(model, images[:2])
     encoded = []
-    monkeypatch.setattr('xmr.apis.search.encode_readable_media',
-                        lambda *args: encoded.append(args) or (torch.eye(1, 32), []))
+    monkeypatch.setattr('xmr.apis.search.encode_gallery',
+                        lambda *args: encoded.append(args) or EncodedGallery(torch.eye(1, 32),
+                                                                            None, []))
     with pytest.raises(ValueError, match=re.escape(
             "media ['0'] are in the gallery already: they are the ids made of the media (file "
             'names without suffix, positions for tensors): pass media_ids')):

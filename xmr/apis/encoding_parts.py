@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from torch import Tensor
 
@@ -19,12 +19,21 @@ PART_FORMAT = 'xmr-media-encoding-part/1'
 
 _PART_NAME = re.compile(r'^part-(\d+)\.pt$')
 
-__all__ = ['PART_FORMAT', 'EncodingParts']
+__all__ = ['PART_FORMAT', 'EncodingParts', 'SavedMedia']
+
+
+class SavedMedia(NamedTuple):
+    """One media's saved encoding: its ``[E]`` embedding and, for an encoding that keeps them,
+    its ``[L, D]`` retrieval tokens (else ``None``)."""
+
+    embedding: Tensor
+    tokens: Tensor | None
 
 
 class EncodingParts:
     """The folder of one encoding's parts: ``part-000001.pt``, ... each holding the ids and the
-    ``[N, E]`` embeddings of the media encoded since the part before, and what they depend on.
+    ``[N, E]`` embeddings of the media encoded since the part before (and their retrieval
+    tokens, for an encoding that keeps them), and what they depend on.
 
     Args:
         folder: where the parts are (created by the first :meth:`write`).
@@ -46,8 +55,8 @@ class EncodingParts:
             return []
         return sorted(path for path in self.folder.iterdir() if _PART_NAME.match(path.name))
 
-    def read(self) -> dict[str, Tensor]:
-        """The embeddings saved so far: ``[E]`` rows by media id.
+    def read(self) -> dict[str, SavedMedia]:
+        """The encodings saved so far, by media id.
 
         Raises:
             ValueError: a file that is no part, or a part encoded otherwise (naming the value
@@ -58,7 +67,7 @@ class EncodingParts:
             raise ValueError(f'{self.folder}: is a file, not a folder of encoding parts: give '
                              'the parts another path')
         remove_stale_temporaries(self.folder)
-        rows: dict[str, Tensor] = {}
+        rows: dict[str, SavedMedia] = {}
         for path in self.files():
             part = read_checkpoint(path, 'encoding part', fix='remove it: its media are '
                                    'encoded again')
@@ -66,11 +75,14 @@ class EncodingParts:
                 raise ValueError(f'{path}: is not a part of a media encoding (no format '
                                  f'{PART_FORMAT!r}): move it out of {self.folder}')
             self._check_encoded_by(path, part['encoded_by'])
-            rows.update(zip(part['media_ids'], part['embeddings']))
+            tokens = part.get('tokens') or [None] * len(part['media_ids'])
+            rows.update(zip(part['media_ids'], map(SavedMedia, part['embeddings'], tokens)))
         return rows
 
-    def write(self, media_ids: Sequence[str], embeddings: Tensor) -> Path:
-        """Save the next part, atomically: ``[N, E]`` ``embeddings`` of the media ``media_ids``.
+    def write(self, media_ids: Sequence[str], embeddings: Tensor,
+              tokens: Sequence[Tensor] | None = None) -> Path:
+        """Save the next part, atomically: ``[N, E]`` ``embeddings`` of the media ``media_ids``
+        and, for an encoding that keeps them, their ``[L_n, D]`` retrieval ``tokens``.
 
         Returns:
             The part's file.
@@ -80,7 +92,8 @@ class EncodingParts:
                                   default=0)
         path = atomic_torch_save(dict(format=PART_FORMAT, encoded_by=self.encoded_by,
                                       media_ids=list(media_ids),
-                                      embeddings=embeddings.contiguous()),
+                                      embeddings=embeddings.contiguous(),
+                                      tokens=None if tokens is None else list(tokens)),
                                  self.folder / f'part-{self._last_part + 1:06d}.pt')
         self._last_part += 1
         return path

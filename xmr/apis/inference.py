@@ -16,6 +16,7 @@ import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from mmengine.utils import ProgressBar
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from xmr.apis.encoding_parts import EncodingParts
+from xmr.apis.encoding_parts import EncodingParts, SavedMedia
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.frame_sampling import check_frame_count
 from xmr.datasets.languages import normalize_language
@@ -46,6 +47,7 @@ from xmr.engine.feature_cache.key import backbone_fingerprint, jsonable
 from xmr.engine.hooks.checkpoint import refuse_other_facts
 from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
 from xmr.engine.wrappers import unwrap_model
+from xmr.evaluation.token_scoring import TokenSet
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.language.carried_vocabulary import read_vocabulary_from
 from xmr.models.language.language_modules import module_file_problem
@@ -59,9 +61,9 @@ from xmr.version import written_by
 __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'init_retriever',
            'load_trained_checkpoint', 'trained_languages', 'check_languages',
            'check_config_languages', 'check_texts',
-           'encode_texts',
+           'encode_texts', 'encode_text_tokens',
            'encode_media', 'encode_readable_media', 'encode_media_in_parts', 'media_encoding',
-           'NoMediaReadError']
+           'EncodedGallery', 'encode_gallery', 'encode_gallery_in_parts', 'NoMediaReadError']
 
 MediaInput = str | os.PathLike | Tensor
 
@@ -324,6 +326,22 @@ def encode_texts(model: BaseRetriever, texts: str | Sequence[str], lang: str,
     Returns:
         ``[N, E]`` L2-normalised float32 on the CPU.
     """
+    return encode_text_tokens(model, texts, lang, batch_size, tokens=False)[0]
+
+
+@torch.no_grad()
+def encode_text_tokens(model: BaseRetriever, texts: str | Sequence[str], lang: str,
+                       batch_size: int = 256,
+                       tokens: bool = True) -> tuple[Tensor, TokenSet | None]:
+    """:func:`encode_texts`, and with ``tokens`` each text's retrieval tokens (``predict``'s
+    ``caption_tokens``), for a model that scores pairs from them (its ``token_score()``).
+
+    Returns:
+        ``[N, E]`` embeddings and, with ``tokens``, a set of ``N`` token sequences.
+
+    Raises:
+        ValueError: ``tokens`` for a model that scores by embeddings alone.
+    """
     texts = [texts] if isinstance(texts, str) else list(texts)
     lang = normalize_language(lang, 'encode_texts lang')
     check_languages(model, [lang])
@@ -331,7 +349,8 @@ def encode_texts(model: BaseRetriever, texts: str | Sequence[str], lang: str,
         raise ValueError('no texts to encode')
     check_texts(texts)
     _check_batch_size(batch_size)
-    embeddings = None
+    _check_token_scoring(model, tokens)
+    embeddings, sequences = None, []
     # The evaluation's query texts: its captions, or their back-translations.
     back = (lang != model.source_language
             and getattr(getattr(model, 'spec', None), 'query', None) == 'target_to_source')
@@ -345,12 +364,15 @@ def encode_texts(model: BaseRetriever, texts: str | Sequence[str], lang: str,
             batch = model.data_preprocessor({field: [{lang: texts[start:start + batch_size]}],
                                              'media_id': ['queries']})
             batch.setdefault('caption_tokens', batch[group])
-            rows = model.predict(**batch)[0]['caption_embeddings'][lang]
+            item = model.predict(**batch)[0]
+            rows = item['caption_embeddings'][lang]
             # Filled in place: batches joined at the end held every embedding twice at once.
             if embeddings is None:
                 embeddings = rows.new_empty((len(texts), rows.shape[1]), device='cpu')
             embeddings[start:start + rows.shape[0]] = rows
-    return embeddings
+            if tokens:
+                sequences += _emitted_tokens(model, item, 'caption_tokens')[lang]
+    return embeddings, _token_set(sequences) if tokens else None
 
 
 @contextmanager
@@ -467,18 +489,54 @@ def encode_readable_media(model: BaseRetriever,
         NoMediaReadError: with ``'skip'``, when no media can be read (a
             :class:`~xmr.datasets.media_io.MediaReadError` holding the markers of all).
     """
+    gallery = encode_gallery(model, media, transform, num_frames, batch_size, on_corrupt,
+                             progress, num_workers)
+    return gallery.embeddings, gallery.skipped
+
+
+@dataclass
+class EncodedGallery:
+    """Media encoded for a gallery.
+
+    Attributes:
+        embeddings: ``[R, E]`` embeddings of the ``R`` media read, in input order.
+        tokens: their retrieval tokens (``R`` sequences, ``predict``'s ``media_tokens``) for an
+            encoding that keeps them, else ``None``.
+        skipped: a :class:`~xmr.datasets.corrupt_policy.SkippedMedia` for each media left out.
+    """
+
+    embeddings: Tensor
+    tokens: TokenSet | None
+    skipped: list[SkippedMedia]
+
+
+@torch.no_grad()
+def encode_gallery(model: BaseRetriever, media: MediaInput | Sequence[MediaInput],
+                   transform: Mapping[str, Any] | None = None, num_frames: int = 12,
+                   batch_size: int = 32, on_corrupt: str = 'skip', progress: bool = False,
+                   num_workers: int = 0, tokens: bool = False) -> EncodedGallery:
+    """:func:`encode_readable_media`, and with ``tokens`` each media's retrieval tokens, for
+    a model that scores pairs from them (its ``token_score()``).
+
+    Raises:
+        ValueError: ``tokens`` for a model that scores by embeddings alone.
+    """
     media = media_list(media)
     resize = _media_resize(model, media, transform, num_frames, batch_size, on_corrupt,
                            num_workers)
+    _check_token_scoring(model, tokens)
     bar = ProgressBar(len(media), file=sys.stderr) if progress else None
     pairs = list(enumerate(media))
+    read_tokens: dict[int, Tensor] | None = {} if tokens else None
     with _evaluating(model), _DecodedMedia(pairs, resize, num_frames).decoded(
             num_workers) as decoded:
         embeddings, skipped = _encode_readable(model, pairs, decoded, batch_size, on_corrupt,
-                                               bar)
+                                               bar, read_tokens)
     if bar is not None:
         sys.stderr.write('\n')
-    return _some_read(embeddings, skipped), skipped
+    return EncodedGallery(_some_read(embeddings, skipped),
+                          _token_set([read_tokens[row] for row in sorted(read_tokens)])
+                          if read_tokens is not None else None, skipped)
 
 
 @torch.no_grad()
@@ -507,9 +565,25 @@ def encode_media_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
         ValueError: a folder whose parts were encoded otherwise (another backbone, transform
             or number of frames), naming the part and the value.
     """
+    gallery = encode_gallery_in_parts(model, media, media_ids, parts, part_size, transform,
+                                      num_frames, batch_size, on_corrupt, progress, num_workers)
+    return gallery.embeddings, gallery.skipped
+
+
+@torch.no_grad()
+def encode_gallery_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
+                            media_ids: Sequence[str], parts: str | os.PathLike,
+                            part_size: int = 256, transform: Mapping[str, Any] | None = None,
+                            num_frames: int = 12, batch_size: int = 32,
+                            on_corrupt: str = 'skip', progress: bool = False,
+                            num_workers: int = 0, tokens: bool = False) -> EncodedGallery:
+    """:func:`encode_media_in_parts`, and with ``tokens`` each media's retrieval tokens, saved
+    in the parts beside its embedding (:func:`encode_gallery`); parts saved without them are
+    refused as encoded otherwise."""
     media = media_list(media)
     resize = _media_resize(model, media, transform, num_frames, batch_size, on_corrupt,
                            num_workers)
+    _check_token_scoring(model, tokens)
     if not is_count(part_size):
         raise ValueError(f'part_size must be a positive int, got {part_size!r}')
     if len(media_ids) != len(media) or len(set(media_ids)) != len(media_ids):
@@ -520,7 +594,7 @@ def encode_media_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
     if other is not None:  # saved, it would be refused by the weights-only read of a resume
         raise ValueError(f'media_ids[{other}] is a {type(media_ids[other]).__name__} '
                          f'({media_ids[other]!r}): the parts keep ids as str; give str ids')
-    folder = EncodingParts(parts, media_encoding(model, transform, num_frames))
+    folder = EncodingParts(parts, media_encoding(model, transform, num_frames, tokens))
     saved = folder.read()
     todo = [position for position, media_id in enumerate(media_ids) if media_id not in saved]
     if len(todo) < len(media):
@@ -534,34 +608,59 @@ def encode_media_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
             num_workers) as decoded:
         for start in range(0, len(todo), part_size):
             part = pairs[start:start + part_size]
+            part_tokens: dict[int, Tensor] | None = {} if tokens else None
             embeddings, left_out = _encode_readable(
-                model, part, itertools.islice(decoded, len(part)), batch_size, on_corrupt, bar)
+                model, part, itertools.islice(decoded, len(part)), batch_size, on_corrupt, bar,
+                part_tokens)
             skipped += left_out
             if embeddings is not None:
                 unread = {marker.index for marker in left_out}
                 read_ids = [media_ids[position] for position, _ in part if position not in unread]
-                folder.write(read_ids, embeddings)
-                saved.update(zip(read_ids, embeddings))
+                sequences = (None if part_tokens is None
+                             else [part_tokens[row] for row in sorted(part_tokens)])
+                folder.write(read_ids, embeddings, sequences)
+                saved.update(zip(read_ids, map(SavedMedia, embeddings,
+                                               sequences or [None] * len(read_ids))))
     if bar is not None:
         sys.stderr.write('\n')
     unread = {marker.index for marker in skipped}
     rows = [saved[media_id] for position, media_id in enumerate(media_ids)
             if position not in unread]
-    return _some_read(torch.stack(rows) if rows else None, skipped), skipped
+    embeddings = _some_read(torch.stack([row.embedding for row in rows]) if rows else None,
+                            skipped)
+    return EncodedGallery(embeddings, _token_set([row.tokens for row in rows]) if tokens
+                          else None, skipped)
 
 
 def media_encoding(model: BaseRetriever, transform: Mapping[str, Any] | None,
-                   num_frames: int) -> dict[str, Any]:
+                   num_frames: int, tokens: bool = False) -> dict[str, Any]:
     """What a model's media embeddings depend on: ``backbone`` (its fingerprint: the weights;
     a language's adapters change nothing of them), ``media_head`` where the embedding passes
     through trained modules after the backbone (the model's ``media_head()``, CDDS's
-    disentangler: their fingerprints by name), ``transform`` and ``num_frames``."""
+    disentangler: their fingerprints by name), ``transform`` and ``num_frames``; and
+    ``media_tokens: True`` for an encoding that keeps the media's retrieval tokens."""
     encoded_by = dict(backbone=backbone_fingerprint(model.backbone))
     head = model.media_head()
     if head:  # absent, not empty: a cross-lingual gallery keeps the record it had
         encoded_by['media_head'] = {name: backbone_fingerprint(module)
                                     for name, module in head.items()}
+    if tokens:  # absent otherwise, as in the records written before tokens were kept
+        encoded_by['media_tokens'] = True
     return dict(encoded_by, transform=jsonable(transform), num_frames=num_frames)
+
+
+def _check_token_scoring(model: BaseRetriever, tokens: bool) -> None:
+    """Refuse to keep the tokens of a model that scores by embeddings alone."""
+    if tokens and model.token_score() is None:
+        raise ValueError(f'{type(model).__name__} scores media and captions by the cosine of '
+                         'their embeddings (its token_score() is None): it has no retrieval '
+                         'tokens to keep; encode without tokens (a DualEncoderRetriever keeps '
+                         "them with retrieval_score='patch_word')")
+
+
+def _token_set(sequences: Sequence[Tensor]) -> TokenSet:
+    """The ``[L_n, D]`` token sequences of a gallery's media as one padded set."""
+    return TokenSet.stack(sequences, sequences[0].shape[-1])
 
 
 def _media_resize(model: BaseRetriever, media: Sequence[MediaInput],
@@ -594,11 +693,13 @@ def _media_resize(model: BaseRetriever, media: Sequence[MediaInput],
 
 def _encode_readable(model: BaseRetriever, media: Sequence[tuple[int, MediaInput]],
                      decoded: Iterable[Tensor | tuple[str, str]], batch_size: int,
-                     on_corrupt: str,
-                     bar: ProgressBar | None) -> tuple[Tensor | None, list[SkippedMedia]]:
+                     on_corrupt: str, bar: ProgressBar | None,
+                     tokens: dict[int, Tensor] | None = None
+                     ) -> tuple[Tensor | None, list[SkippedMedia]]:
     """Embed ``(position, media)`` pairs, the position naming a media in messages, a batch at a
     time as they are ``decoded`` (:meth:`_DecodedMedia.decoded`, in the same order), images
-    and videos apart; ``bar`` advances by the media read.
+    and videos apart; ``bar`` advances by the media read; ``tokens``, when given, receives
+    each media read's retrieval tokens by its row in ``media``.
 
     Returns:
         ``[R, E]`` embeddings of the ``R`` media read, in order (``None`` when none is), and
@@ -621,13 +722,13 @@ def _encode_readable(model: BaseRetriever, media: Sequence[tuple[int, MediaInput
         batch = pending.setdefault(tuple(item.shape), [])
         batch.append((row, item))
         if len(batch) == batch_size:
-            embeddings = _encode_batch(model, batch, embeddings, len(media))
+            embeddings = _encode_batch(model, batch, embeddings, len(media), tokens)
             batch.clear()
             if bar is not None:
                 bar.update(started + row + 1 - bar.completed)
     for batch in pending.values():
         if batch:
-            embeddings = _encode_batch(model, batch, embeddings, len(media))
+            embeddings = _encode_batch(model, batch, embeddings, len(media), tokens)
     if bar is not None and bar.completed < started + len(media):
         bar.update(started + len(media) - bar.completed)
     if embeddings is not None and unread:
@@ -712,8 +813,10 @@ def _check_batch_size(batch_size: Any) -> None:
 
 
 def _encode_batch(model: BaseRetriever, batch: Sequence[tuple[int, Tensor]],
-                  embeddings: Tensor | None, total: int) -> Tensor:
-    """Embed one batch of decoded media into its rows of ``embeddings``.
+                  embeddings: Tensor | None, total: int,
+                  tokens: dict[int, Tensor] | None = None) -> Tensor:
+    """Embed one batch of decoded media into its rows of ``embeddings`` (and their retrieval
+    tokens into ``tokens``, by row, when given).
 
     Args:
         model: the retriever.
@@ -727,12 +830,29 @@ def _encode_batch(model: BaseRetriever, batch: Sequence[tuple[int, Tensor]],
         ``embeddings``, with the batch's rows written.
     """
     stacked = model.data_preprocessor.normalize_media(torch.stack([m for _, m in batch]))
-    rows = torch.stack([item['media_embedding'] for item in model.predict(media=stacked)])
+    outputs = model.predict(media=stacked)
+    rows = torch.stack([item['media_embedding'] for item in outputs])
+    if tokens is not None:
+        for (position, _), item in zip(batch, outputs):
+            tokens[position] = _emitted_tokens(model, item, 'media_tokens')
     # Filled in place: rows stacked at the end held every embedding twice at once.
     if embeddings is None:
         embeddings = rows.new_empty((total, rows.shape[1]), device='cpu')
     embeddings[torch.tensor([position for position, _ in batch])] = rows.cpu()
     return embeddings
+
+
+def _emitted_tokens(model: BaseRetriever, item: Mapping[str, Any], key: str) -> Any:
+    """``item[key]``, the retrieval tokens ``predict`` emits for a model that scores by them.
+
+    Raises:
+        ValueError: a model whose ``token_score()`` is set and whose ``predict`` emits none.
+    """
+    if key not in item:
+        raise ValueError(f'{type(model).__name__}.token_score() scores pairs from their tokens, '
+                         f'but its predict emits no {key}: emit them (as evaluation\'s token '
+                         'scoring reads them), or return None from token_score()')
+    return item[key]
 
 
 def _decode(item: MediaInput, num_frames: int, position: int) -> Tensor:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,23 +13,28 @@ import torch
 from torch import Tensor
 
 from xmr.apis.inference import (
+    EncodedGallery,
     MediaInput,
     NoMediaReadError,
-    encode_media_in_parts,
-    encode_readable_media,
-    encode_texts,
+    encode_gallery,
+    encode_gallery_in_parts,
+    encode_text_tokens,
     media_encoding,
     media_list,
 )
 from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
 from xmr.evaluation.search import FaissSearcher
+from xmr.evaluation.token_scoring import TokenScore, TokenSet, pairwise_token_scores
 from xmr.fileio import atomic_torch_save, remove_stale_temporaries
 from xmr.models.retrievers.base import BaseRetriever, unit_rows
 from xmr.version import provenance, written_by
 
 #: What :meth:`MediaIndex.save` writes as the file's ``format``.
-INDEX_FORMAT = 'xmr-media-index/1'
+INDEX_FORMAT = 'xmr-media-index/2'
+#: The formats :meth:`MediaIndex.load` reads: ``/1`` was written before galleries kept their
+#: media's retrieval tokens (it holds none).
+READABLE_FORMATS = ('xmr-media-index/1', INDEX_FORMAT)
 #: What to do with an index file that cannot be searched: build it again from its media.
 _REBUILD = ('build it again from its media: python tools/search.py CONFIG CHECKPOINT --media '
             'MEDIA... --index {path} --overwrite, or MediaIndex.from_media(model, media).save() '
@@ -39,7 +45,7 @@ _FAISS_WHERE = re.compile(r'^Error in .*? at \S+?:\d+: ', re.DOTALL)
 #: about 90 bytes in.
 _FORMAT_PROBE_BYTES = 4096
 
-__all__ = ['INDEX_FORMAT', 'SearchHit', 'MediaIndex', 'written_as_media_index']
+__all__ = ['INDEX_FORMAT', 'READABLE_FORMATS', 'SearchHit', 'MediaIndex', 'written_as_media_index']
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,8 @@ class SearchHit:
 
     Attributes:
         media_id: the id the gallery gave the media.
-        score: cosine similarity between query and media.
+        score: the model's score of query and media: the cosine of their embeddings, or its
+            token score (:attr:`MediaIndex.tokens`).
     """
 
     media_id: str
@@ -65,15 +72,26 @@ class MediaIndex:
         hits = index.search(model, 'zwei rote Kreise', lang='de', k=2)[0]
         # [SearchHit(media_id='b', score=0.41), SearchHit(media_id='clip', score=0.17)]
 
+    A model that scores a pair from its tokens (``model.token_score()``: CDDS's patch–word
+    matching, ``DualEncoderRetriever(retrieval_score='patch_word')``) is searched as its
+    evaluation ranks: the gallery keeps each media's retrieval tokens (:attr:`tokens`) and
+    :meth:`search` re-ranks the pooled cosine's best ``candidates`` by the token score, or
+    scores the whole gallery (``candidates=None``, evaluation's ``scoring='tokens'``).
+
     Args:
         embeddings: ``[G, E]`` media embeddings; L2-normalised here, so that scores are cosine
             similarities whatever their norms.
         media_ids: one unique id per row.
         index: ``'flat'`` (exact, default), ``'ivf'`` or ``'hnsw'`` (approximate, for large
             galleries).
+        tokens: the media's retrieval tokens, ``G`` sequences in row order, for a model that
+            scores by them; ``None``: ranked by the cosine of the embeddings.
         **search_options: further :class:`FaissSearcher` options (``nprobe``, ``ef_search``, ...).
 
     Attributes:
+        tokens: the media's retrieval tokens (a :class:`~xmr.evaluation.token_scoring.TokenSet`
+            of ``G`` sequences, float32: ``P x D x 4`` bytes a media, 400 KB for ViT-B/16's 197
+            patches of 512), or ``None``.
         encoded_by: what the embeddings depend on (:func:`~xmr.apis.media_encoding`), for an
             index :meth:`from_media` encoded: ``backbone`` (the model's backbone fingerprint:
             its weights; a language's adapters change nothing of the media embeddings),
@@ -88,10 +106,12 @@ class MediaIndex:
     skipped: Sequence[SkippedMedia] = ()
 
     def __init__(self, embeddings: Tensor, media_ids: Sequence[str], index: str = 'flat',
-                 **search_options: Any) -> None:
+                 tokens: TokenSet | None = None, **search_options: Any) -> None:
         embeddings, media_ids = _checked_rows(embeddings, media_ids)
+        _check_token_rows(tokens, media_ids)
         self.searcher = FaissSearcher(embeddings, index=index, ids=media_ids, **search_options)
         self.media_ids = media_ids
+        self.tokens = tokens
 
     @classmethod
     def from_media(cls, model: BaseRetriever, media: MediaInput | Sequence[MediaInput],
@@ -99,7 +119,8 @@ class MediaIndex:
                    transform: Mapping[str, Any] | None = None, num_frames: int = 12,
                    batch_size: int = 32, on_corrupt: str = 'raise', progress: bool = False,
                    parts: str | os.PathLike | None = None, part_size: int = 256,
-                   num_workers: int = 0, **search_options: Any) -> MediaIndex:
+                   num_workers: int = 0, tokens: bool | None = None,
+                   **search_options: Any) -> MediaIndex:
         """Encode media with the model (:func:`~xmr.apis.encode_media`) and index them.
 
         Args:
@@ -123,25 +144,46 @@ class MediaIndex:
             part_size: media per saved part.
             num_workers: processes decoding the files while the model encodes
                 (:func:`~xmr.apis.encode_media`).
+            tokens: keep the media's retrieval tokens, for :meth:`search` to rank by the
+                model's token score; default: when the model scores by them
+                (``model.token_score()``). ``False`` makes a gallery of ``E`` floats a media,
+                ranked by the pooled cosine.
             **search_options: :class:`FaissSearcher` options.
+
+        Raises:
+            ValueError: ``tokens=True`` for a model that scores by embeddings alone.
         """
         media = media_list(media)
-        embeddings, read_ids, skipped = _encode(model, media, _media_ids(media, media_ids),
-                                                transform, num_frames, batch_size, on_corrupt,
-                                                progress, parts, part_size, num_workers)
-        gallery = cls(embeddings, read_ids, index=index, **search_options)
-        gallery.skipped = skipped
-        gallery.encoded_by = media_encoding(model, transform, num_frames)
+        tokens = model.token_score() is not None if tokens is None else tokens
+        encoded, read_ids = _encode(model, media, _media_ids(media, media_ids), transform,
+                                    num_frames, batch_size, on_corrupt, progress, parts,
+                                    part_size, num_workers, tokens)
+        gallery = cls(encoded.embeddings, read_ids, index=index, tokens=encoded.tokens,
+                      **search_options)
+        gallery.skipped = encoded.skipped
+        gallery.encoded_by = media_encoding(model, transform, num_frames, tokens)
         return gallery
 
-    def add(self, embeddings: Tensor, media_ids: Sequence[str]) -> None:
+    def add(self, embeddings: Tensor, media_ids: Sequence[str],
+            tokens: TokenSet | None = None) -> None:
         """Append media to the gallery: ``[N, E]`` ``embeddings`` (L2-normalised here) of
-        media whose ids it does not hold yet. An ``'ivf'`` index files them in the cells it was
-        trained on: a gallery grown far beyond what it was built on is better built again."""
+        media whose ids it does not hold yet, and their retrieval ``tokens`` (``N`` sequences)
+        when the gallery keeps them (and only then). An ``'ivf'`` index files them in the
+        cells it was trained on: a gallery grown far beyond what it was built on is better
+        built again."""
         embeddings, media_ids = _checked_rows(embeddings, media_ids)
         self._check_new(media_ids)
+        if (tokens is None) != (self.tokens is None):
+            raise ValueError('this gallery keeps its media\'s retrieval tokens: give the new '
+                             'media\'s as tokens' if self.tokens is not None else
+                             'this gallery keeps no retrieval tokens (it is ranked by the cosine '
+                             'of the embeddings): add the embeddings alone, or build a gallery '
+                             'with tokens (MediaIndex.from_media(..., tokens=True))')
+        _check_token_rows(tokens, media_ids)
         self.searcher.add(embeddings, media_ids)
         self.media_ids += media_ids
+        if tokens is not None:
+            self.tokens = TokenSet.cat([self.tokens, tokens])
 
     def remove(self, media_ids: str | Sequence[str]) -> None:
         """Drop media from the gallery (their files deleted, say): one id or several; the
@@ -161,6 +203,8 @@ class MediaIndex:
                              'build one of the media you have')
         self.searcher.keep(rows)
         self.media_ids = [self.media_ids[row] for row in rows]
+        if self.tokens is not None:
+            self.tokens = self.tokens.select(torch.tensor(rows))
 
     def add_media(self, model: BaseRetriever,
                   media: MediaInput | Sequence[MediaInput],
@@ -187,14 +231,14 @@ class MediaIndex:
         self._check_new(new_ids, given=media_ids is not None)
         transform, num_frames = self.encoded_by['transform'], self.encoded_by['num_frames']
         try:
-            embeddings, read_ids, self.skipped = _encode(model, media, new_ids, transform,
-                                                         num_frames, batch_size, on_corrupt,
-                                                         progress, parts, part_size,
-                                                         num_workers)
+            encoded, read_ids = _encode(model, media, new_ids, transform, num_frames, batch_size,
+                                        on_corrupt, progress, parts, part_size, num_workers,
+                                        self.tokens is not None)
         except NoMediaReadError as error:
             self.skipped = error.skipped
             return
-        self.add(embeddings, read_ids)
+        self.skipped = encoded.skipped
+        self.add(encoded.embeddings, read_ids, encoded.tokens)
 
     def _check_new(self, media_ids: Sequence[str], given: bool = True) -> None:
         """Refuse ids the gallery holds already; ``given=False``: ids made of the media (file
@@ -210,7 +254,8 @@ class MediaIndex:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the index to one file (atomically: an earlier file there stays whole until the
         new one is), for :meth:`load` to search again without encoding the gallery again: the
-        faiss index as built, the media ids, :attr:`encoded_by` and the xmr that wrote it.
+        faiss index as built, the media ids, their retrieval tokens where kept, :attr:`encoded_by`
+        and the xmr that wrote it.
 
         Temporaries of earlier saves killed as they wrote are removed from its folder first.
 
@@ -218,8 +263,10 @@ class MediaIndex:
             ``path``.
         """
         remove_stale_temporaries(Path(path).parent)
+        tokens = (None if self.tokens is None
+                  else dict(tokens=self.tokens.tokens, mask=self.tokens.mask))
         return atomic_torch_save(dict(format=INDEX_FORMAT, media_ids=self.media_ids,
-                                      searcher=self.searcher.state_dict(),
+                                      searcher=self.searcher.state_dict(), media_tokens=tokens,
                                       encoded_by=self.encoded_by, **provenance()), path)
 
     @classmethod
@@ -260,6 +307,11 @@ class MediaIndex:
         if rows != len(gallery.media_ids):  # its searches would name other media
             raise _damaged(path, f'its faiss index holds {rows} embeddings and it names '
                                  f'{len(gallery.media_ids)} media')
+        tokens = state.get('media_tokens')
+        gallery.tokens = None if tokens is None else TokenSet(tokens['tokens'], tokens['mask'])
+        if gallery.tokens is not None and len(gallery.tokens) != rows:
+            raise _damaged(path, f'it holds the tokens of {len(gallery.tokens)} media and '
+                                 f'names {rows}')
         if model is not None:
             gallery.check_encoder(model, where=str(path))
         return gallery
@@ -303,32 +355,91 @@ class MediaIndex:
         # queries it answers, not an object address.
         encoder = ('encoded_by=None' if self.encoded_by is None
                    else f"backbone={self.encoded_by['backbone']!r}")
+        tokens = '' if self.tokens is None else ', with media tokens'
         return (f'{type(self).__name__}({len(self)} media, {self.searcher.dim} dims, '
-                f'index={self.searcher.index_type!r}, {encoder})')
+                f'index={self.searcher.index_type!r}{tokens}, {encoder})')
 
     def search(self, model: BaseRetriever, queries: str | Sequence[str], lang: str,
-               k: int = 10) -> list[list[SearchHit]]:
-        """The ``k`` best media for each text query.
+               k: int = 10, candidates: int | None = 100) -> list[list[SearchHit]]:
+        """The ``k`` best media for each text query, as the model's evaluation ranks them.
+
+        A model that scores by tokens (``model.token_score()``) searching a gallery that keeps
+        them (:attr:`tokens`) ranks by its token score: the ``candidates`` media of highest
+        pooled cosine (the faiss index's) re-ordered by it, as evaluation's
+        ``scoring='tokens_rerank'`` does (a media outside them is not found), or with
+        ``candidates=None`` the whole gallery scored, as ``scoring='tokens'`` does (every
+        media's tokens meet every query's: ``G x P x W x D`` multiply-adds a query). Any other
+        pair is ranked by the cosine of the embeddings, ``candidates`` unused; a gallery without
+        tokens searched by a model that scores by them warns so.
 
         Args:
             model: the retriever that encoded the gallery.
             queries: one query or several, in ``lang``.
             lang: the queries' language; one the model was trained on.
             k: hits per query (at most the gallery size).
+            candidates: media re-ranked by the token score per query (at least ``k`` are), or
+                ``None`` for all.
 
         Returns:
             Per query, its hits in decreasing score order.
 
         Raises:
-            ValueError: for an untrained language (listing the trained ones), or a bad ``k``.
+            ValueError: for an untrained language (listing the trained ones), a bad ``k`` or
+                ``candidates``, or a token score that is NaN.
         """
-        return self.search_embeddings(encode_texts(model, queries, lang), k)
+        k = _checked_count(k, 'k')
+        if candidates is not None:
+            candidates = _checked_count(candidates, 'candidates')
+        score = model.token_score()
+        if score is not None and self.tokens is None:
+            warnings.warn('this gallery keeps no media tokens: it is ranked by the pooled '
+                          f'cosine, not by the token score {type(model).__name__} is evaluated '
+                          'with; build it with MediaIndex.from_media(..., tokens=True) to rank '
+                          'as evaluation does', stacklevel=2)
+        by_tokens = score is not None and self.tokens is not None
+        embeddings, query_tokens = encode_text_tokens(model, queries, lang, tokens=by_tokens)
+        if not by_tokens:
+            return self.search_embeddings(embeddings, k)
+        device = next(model.parameters(), torch.empty(0)).device
+        return self._ranked_by_tokens(score, embeddings, query_tokens, k, candidates, device)
+
+    def _ranked_by_tokens(self, score: TokenScore, queries: Tensor, query_tokens: TokenSet,
+                          k: int, candidates: int | None,
+                          device: torch.device) -> list[list[SearchHit]]:
+        """Each query's ``k`` best media by the token ``score``, among the ``candidates`` of
+        highest cosine of its ``[Q, E]`` embedding (all media for ``None``), scored on
+        ``device``."""
+        k = min(k, len(self))
+        if candidates is None:
+            shortlists = [None] * len(query_tokens)
+            every_score = pairwise_token_scores(score, self.tokens, query_tokens,
+                                                device=device).T
+        else:
+            _, shortlists = self.searcher.search(_unit_rows(queries, 'queries'),
+                                                 min(max(k, candidates), len(self)))
+        hits = []
+        for query, shortlist in enumerate(shortlists):
+            if shortlist is None:
+                rows, scores = torch.arange(len(self)), every_score[query]
+            else:
+                rows = shortlist[shortlist >= 0]  # an approximate index may find fewer
+                scores = pairwise_token_scores(score, self.tokens.select(rows),
+                                               query_tokens.select(slice(query, query + 1)),
+                                               device=device)[:, 0]
+            if bool(scores.isnan().any()):
+                raise ValueError(f'query {query}: the token score is NaN for media '
+                                 f'{[self.media_ids[row] for row in rows[scores.isnan()][:10]]}'
+                                 ': a NaN score has no rank; check the model and those media')
+            # Stable: media of equal scores keep the pooled cosine's (or the gallery's) order.
+            order = scores.sort(descending=True, stable=True).indices[:k]
+            hits.append([SearchHit(self.media_ids[rows[i]], float(scores[i]))
+                         for i in order.tolist()])
+        return hits
 
     def search_embeddings(self, queries: Tensor | Any, k: int = 10) -> list[list[SearchHit]]:
         """Like :meth:`search`, for ``[Q, E]`` query embeddings computed elsewhere (a tensor or
-        an array; L2-normalised here)."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f'k must be a positive whole number, got {k!r}')
+        an array; L2-normalised here), ranked by the cosine of the embeddings."""
+        k = _checked_count(k, 'k')
         queries = torch.as_tensor(queries)
         if queries.dim() == 2 and queries.shape[1] != self.searcher.dim:
             raise ValueError(f'query embeddings have {queries.shape[1]} dimensions, the '
@@ -360,6 +471,24 @@ def written_as_media_index(path: str | os.PathLike) -> bool:
     return not head or f'{INDEX_FORMAT.rpartition("/")[0]}/'.encode() in head
 
 
+def _checked_count(value: Any, name: str) -> int:
+    """``value``, a positive whole number.
+
+    Raises:
+        ValueError: anything else, naming ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f'{name} must be a positive whole number, got {value!r}')
+    return value
+
+
+def _check_token_rows(tokens: TokenSet | None, media_ids: Sequence[str]) -> None:
+    """Refuse retrieval tokens of another media count than ``media_ids``'."""
+    if tokens is not None and len(tokens) != len(media_ids):
+        raise ValueError(f'tokens hold {len(tokens)} token sequences for {len(media_ids)} '
+                         'media: give one per media, in their order')
+
+
 def _check_index_exists(path: Path) -> None:
     """Refuse a missing index file, naming the folder when that is what is missing, with the
     commands that write one.
@@ -384,12 +513,13 @@ def _check_format(state: Any, path: Path) -> None:
         ValueError: naming what the file holds, or the xmr that wrote it.
     """
     found = state.get('format') if isinstance(state, Mapping) else None
-    if found == INDEX_FORMAT:
+    if found in READABLE_FORMATS:
         return
     family = INDEX_FORMAT.rpartition('/')[0]
     if isinstance(found, str) and found.startswith(f'{family}/'):
         raise ValueError(f'{path}: a media index of format {found!r} ({written_by(state)}), '
-                         f'which reads {INDEX_FORMAT!r}: search it with the xmr that wrote it, '
+                         f"which reads {' and '.join(map(repr, READABLE_FORMATS))}: search it "
+                         'with the xmr that wrote it, '
                          f'or {_REBUILD.format(path=path)}')
     described = (f'format {found!r}' if isinstance(state, Mapping) and 'format' in state
                  else f'a {type(state).__name__} without a format')
@@ -448,20 +578,19 @@ def _shown(item: MediaInput) -> str:
 def _encode(model: BaseRetriever, media: list[MediaInput], media_ids: list[str],
             transform: Mapping[str, Any] | None, num_frames: int, batch_size: int,
             on_corrupt: str, progress: bool, parts: str | os.PathLike | None, part_size: int,
-            num_workers: int) -> tuple[Tensor, list[str], list[SkippedMedia]]:
-    """The ``[R, E]`` embeddings of the media read, their ids, and the markers of those left
-    out (:meth:`MediaIndex.from_media`'s arguments, the ids made: :func:`_media_ids`)."""
+            num_workers: int, tokens: bool) -> tuple[EncodedGallery, list[str]]:
+    """The media read encoded, and their ids (:meth:`MediaIndex.from_media`'s arguments, the
+    ids made: :func:`_media_ids`)."""
     if parts is None:
-        embeddings, skipped = encode_readable_media(model, media, transform, num_frames,
-                                                    batch_size, on_corrupt, progress,
-                                                    num_workers)
+        encoded = encode_gallery(model, media, transform, num_frames, batch_size, on_corrupt,
+                                 progress, num_workers, tokens)
     else:
-        embeddings, skipped = encode_media_in_parts(model, media, media_ids, parts, part_size,
-                                                    transform, num_frames, batch_size,
-                                                    on_corrupt, progress, num_workers)
-    left_out = {marker.index for marker in skipped}
-    return embeddings, [media_id for position, media_id in enumerate(media_ids)
-                        if position not in left_out], skipped
+        encoded = encode_gallery_in_parts(model, media, media_ids, parts, part_size, transform,
+                                          num_frames, batch_size, on_corrupt, progress,
+                                          num_workers, tokens)
+    left_out = {marker.index for marker in encoded.skipped}
+    return encoded, [media_id for position, media_id in enumerate(media_ids)
+                     if position not in left_out]
 
 
 def _checked_rows(embeddings: Tensor | Any,

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from xmr.evaluation.ranking import ranks_from_topk, ties_against_query
@@ -54,6 +55,15 @@ class TokenSet:
             tokens[row, :seq.shape[0]] = seq
             mask[row, :seq.shape[0]] = True
         return cls(tokens, mask)
+
+    @classmethod
+    def cat(cls, sets: Sequence[TokenSet]) -> TokenSet:
+        """The sets' sequences one after the other, padded to the longest."""
+        length = max(part.tokens.shape[1] for part in sets)
+        return cls(torch.cat([F.pad(part.tokens, (0, 0, 0, length - part.tokens.shape[1]))
+                              for part in sets]),
+                   torch.cat([F.pad(part.mask, (0, length - part.mask.shape[1]))
+                              for part in sets]))
 
     def __len__(self) -> int:
         return self.tokens.shape[0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +33,9 @@ from xmr.models.losses.pair import PairLoss
 from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, store_facts_as_tensor
 from xmr.registry import MODELS
 from xmr.utils.cli import UserKeyError
+
+if TYPE_CHECKING:  # evaluation's scoring imports no model
+    from xmr.evaluation.token_scoring import TokenScore
 
 __all__ = ['BaseRetriever', 'DISENTANGLER_SCALE', 'attach_captions', 'feature_rows',
            'gallery_batch', 'gallery_items', 'unit_rows']
@@ -293,6 +296,13 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         by name (a saved gallery's ``encoded_by`` keys them beside the backbone): none here, as
         for a cross-lingual retriever, whose language modules read text alone."""
         return {}
+
+    def token_score(self) -> TokenScore | None:
+        """The function the model scores a media–caption pair with from their tokens, when it
+        does (its ``predict`` then emits ``media_tokens``, ``caption_tokens`` and this as
+        ``token_score``, which evaluation's token scoring and ``MediaIndex`` rank with);
+        ``None`` here: a pair is scored by the cosine of its two embeddings."""
+        return None
 
     # ----------------------------------------------------------------------------- modes
     def forward(self, mode: str = 'tensor', **batch: Any) -> Any:

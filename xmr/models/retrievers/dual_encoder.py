@@ -24,7 +24,7 @@ reads, as the cross-lingual retriever does.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -50,6 +50,9 @@ from xmr.models.retrievers.base import (
 )
 from xmr.registry import MODELS, with_defaults
 from xmr.utils.cli import UserKeyError
+
+if TYPE_CHECKING:
+    from xmr.evaluation.token_scoring import TokenScore
 
 #: Which captions of a training pair the text tower reads.
 TRAIN_TEXTS = ('source', 'target')
@@ -211,6 +214,11 @@ class DualEncoderRetriever(BaseRetriever):
         semantic components."""
         return {} if self.disentangler is None else {'disentangler': self.disentangler}
 
+    def token_score(self) -> TokenScore | None:
+        """:func:`~xmr.models.losses.cdds.patch_word_similarity` with
+        ``retrieval_score='patch_word'``, else ``None`` (the pooled cosine)."""
+        return patch_word_similarity if self.retrieval_score == 'patch_word' else None
+
     # ----------------------------------------------------------------------------- modes
     def training_text(self, source_tokens: TokenBatch | None, target_tokens: TokenBatch | None,
                       langs: Sequence[str] | None) -> TokenBatch:
@@ -301,7 +309,7 @@ class DualEncoderRetriever(BaseRetriever):
                                 captions, media_ids, indices)
         if with_tokens:
             for out in outputs:
-                out.update(caption_tokens={}, token_score=patch_word_similarity)
+                out.update(caption_tokens={}, token_score=self.token_score())
             if image is not None:
                 for out, sequence in zip(outputs, _real_tokens(image_tokens, image.mask)):
                     out['media_tokens'] = sequence

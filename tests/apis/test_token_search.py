@@ -1,0 +1,210 @@
+"""A gallery searched by a model that scores pairs from their tokens (CDDS's patch–word matching)
+ranks as its evaluation does: by the token score of the whole gallery, or of the pooled cosine's
+best candidates, its tokens kept through growing, shrinking, saving, loading and parts."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.apis.conftest import random_images
+from tests.apis.test_dual_encoder import QUERIES, TINY, dual_encoder_cfg
+from xmr.apis import MediaIndex, encode_texts
+from xmr.datasets.media_io import read_image
+from xmr.datasets.transforms import MediaTransform
+from xmr.registry import MODELS
+
+NAMES = ('beach', 'forest', 'city', 'desert', 'lake', 'field')
+
+
+@pytest.fixture(scope='module')
+def model():
+    """A patch-word CDDS dual encoder whose disentangler moved away from its init."""
+    torch.manual_seed(0)
+    built = MODELS.build(dual_encoder_cfg(retrieval_score='patch_word'))
+    with torch.no_grad():
+        for parameter in built.disentangler.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    return built.eval()
+
+
+@pytest.fixture
+def image_files(tmp_path):
+    return random_images(tmp_path, NAMES)
+
+
+@torch.no_grad()
+def semantic_media(model, files) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Each image's real semantic-component tokens ``[P, D]`` (the image tower's tokens through
+    CDDS's image encoder) and the ``[N, E]`` pooled, L2-normalised embeddings."""
+    resize = MediaTransform(backbone=None, size=32)
+    media = model.data_preprocessor.normalize_media(
+        torch.stack([resize(read_image(path)) for path in files]))
+    out = model.backbone.encode_media_tokens(media)
+    semantic = model.disentangler.encode_image(out.tokens, out.mask)
+    pooled = F.normalize(model.disentangler.pool(semantic, out.mask), dim=-1)
+    return [semantic[row][out.mask[row]] for row in range(len(files))], pooled
+
+
+@torch.no_grad()
+def semantic_texts(model, texts, lang) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """As :func:`semantic_media`, for texts through the text tower."""
+    tokens = model.backbone.tokenizer.evaluation_batch(texts, [lang] * len(texts))
+    out = model.backbone.encode_text_tokens(tokens)
+    semantic = model.disentangler.encode_text(out.tokens, out.mask)
+    pooled = F.normalize(model.disentangler.pool(semantic, out.mask), dim=-1)
+    return [semantic[row][out.mask[row]] for row in range(len(texts))], pooled
+
+
+def patch_word(patches: torch.Tensor, words: torch.Tensor) -> float:
+    """CDDS §3.5 by its definition: each word's best cosine over the patches, averaged."""
+    best = []
+    for word in words:
+        best.append(max(float(torch.dot(word, patch) / (word.norm() * patch.norm()))
+                        for patch in patches))
+    return sum(best) / len(best)
+
+
+def by_hand_scores(model, files, texts, lang) -> torch.Tensor:
+    """``[Q, N]`` patch-word scores of each text and image."""
+    patches, _ = semantic_media(model, files)
+    words, _ = semantic_texts(model, texts, lang)
+    return torch.tensor([[patch_word(image, text) for image in patches] for text in words])
+
+
+def assert_hits(hits, ids, scores):
+    assert [hit.media_id for hit in hits] == ids
+    assert [hit.score for hit in hits] == pytest.approx(scores, abs=1e-5)
+
+
+def test_the_whole_gallery_is_ranked_by_the_patch_word_score(model, image_files):
+    """It was ranked by the pooled cosine, which the model's evaluation does not report."""
+    index = MediaIndex.from_media(model, image_files, transform=TINY)
+    assert len(index.tokens) == len(NAMES) and 'with media tokens' in repr(index)
+    for lang, texts in QUERIES.items():
+        expected = by_hand_scores(model, image_files, texts, lang)
+        pooled = semantic_texts(model, texts, lang)[1] @ semantic_media(model, image_files)[1].T
+        assert not torch.allclose(expected, pooled, atol=1e-3)  # the two scores differ here
+        for row, hits in enumerate(index.search(model, texts, lang, k=4, candidates=None)):
+            best = expected[row].topk(4)
+            assert_hits(hits, [NAMES[i] for i in best.indices.tolist()], best.values.tolist())
+
+
+def test_candidates_are_the_pooled_cosine_s_best_re_ordered_by_the_token_score(model,
+                                                                             image_files):
+    index = MediaIndex.from_media(model, image_files, transform=TINY)
+    texts = QUERIES['en']
+    expected = by_hand_scores(model, image_files, texts, 'en')
+    pooled = semantic_texts(model, texts, 'en')[1] @ semantic_media(model, image_files)[1].T
+    for row, hits in enumerate(index.search(model, texts, 'en', k=2, candidates=3)):
+        shortlist = pooled[row].topk(3).indices
+        best = expected[row][shortlist].topk(2)
+        assert_hits(hits, [NAMES[shortlist[i]] for i in best.indices.tolist()],
+                    best.values.tolist())
+    # At least k are re-ranked: candidates below k shortlist k.
+    assert index.search(model, texts, 'en', k=3, candidates=1) == index.search(
+        model, texts, 'en', k=3, candidates=3)
+
+
+def test_a_token_gallery_grown_shrunk_saved_and_loaded_searches_as_one_built_at_once(
+        model, image_files, tmp_path):
+    frames = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(0))
+    grown = MediaIndex.from_media(model, image_files[:3], transform=TINY)
+    grown.add_media(model, [*image_files[3:], frames], media_ids=[*NAMES[3:], 'clip'])
+    grown.remove(['forest', 'lake'])
+    grown.save(tmp_path / 'gallery.idx')
+    loaded = MediaIndex.load(tmp_path / 'gallery.idx', model=model)
+    kept = [path for path in image_files if path.stem not in ('forest', 'lake')]
+    whole = MediaIndex.from_media(model, [*kept, frames],
+                                  media_ids=[*(path.stem for path in kept), 'clip'],
+                                  transform=TINY)
+    assert loaded.media_ids == whole.media_ids
+    # The clip's tokens are its frames' (3 x 17), the images' 17: padded, masked.
+    assert loaded.tokens.mask.sum(1).tolist() == [17, 17, 17, 17, 51]
+    for lang, texts in QUERIES.items():
+        expected = whole.search(model, texts, lang, k=5, candidates=None)
+        for gallery in (grown, loaded):
+            for hits, want in zip(gallery.search(model, texts, lang, k=5, candidates=None),
+                                  expected):
+                assert_hits(hits, [hit.media_id for hit in want], [hit.score for hit in want])
+
+
+def test_tokens_are_kept_in_the_parts_and_parts_without_them_are_refused(model, image_files,
+                                                                        tmp_path):
+    first = MediaIndex.from_media(model, image_files[:3], transform=TINY,
+                                  parts=tmp_path / 'parts', part_size=2)
+    again = MediaIndex.from_media(model, image_files, transform=TINY, parts=tmp_path / 'parts',
+                                  part_size=2)
+    whole = MediaIndex.from_media(model, image_files, transform=TINY)
+    assert torch.equal(again.tokens.tokens[:3], first.tokens.tokens)
+    torch.testing.assert_close(again.tokens.tokens, whole.tokens.tokens, rtol=0, atol=1e-6)
+    MediaIndex.from_media(model, image_files, transform=TINY, parts=tmp_path / 'pooled',
+                          tokens=False)
+    with pytest.raises(ValueError, match=re.escape(
+            'its media were encoded with media_tokens None, this encoding has True')):
+        MediaIndex.from_media(model, image_files, transform=TINY, parts=tmp_path / 'pooled')
+
+
+def test_a_gallery_without_tokens_is_ranked_by_the_pooled_cosine_and_says_so(model, image_files,
+                                                                            tmp_path):
+    """As is an index saved before galleries kept tokens (format /1)."""
+    pooled = MediaIndex.from_media(model, image_files, transform=TINY, tokens=False)
+    assert pooled.tokens is None and 'media_tokens' not in pooled.encoded_by
+    texts = QUERIES['de']
+    cosine = semantic_texts(model, texts, 'de')[1] @ semantic_media(model, image_files)[1].T
+    with pytest.warns(UserWarning, match='this gallery keeps no media tokens: it is ranked by '
+                                         'the pooled cosine'):
+        hits = pooled.search(model, texts, 'de', k=3)
+    for row, query_hits in enumerate(hits):
+        best = cosine[row].topk(3)
+        assert_hits(query_hits, [NAMES[i] for i in best.indices.tolist()], best.values.tolist())
+    tokens = MediaIndex.from_media(model, image_files, transform=TINY)
+    tokens.save(tmp_path / 'gallery.idx')
+    state = torch.load(tmp_path / 'gallery.idx', weights_only=True)
+    del state['media_tokens']
+    torch.save({**state, 'format': 'xmr-media-index/1'}, tmp_path / 'old.idx')
+    old = MediaIndex.load(tmp_path / 'old.idx', model=model)
+    assert old.tokens is None
+    with pytest.warns(UserWarning, match='keeps no media tokens'):
+        assert old.search(model, texts, 'de', k=3) == hits
+    # Embeddings searched directly are ranked by their cosine, tokens or none.
+    assert tokens.search_embeddings(encode_texts(model, texts, 'de'), k=3) == hits
+
+
+def test_what_a_token_gallery_cannot_take_is_named(model, image_files, tmp_path):
+    pooled_model = MODELS.build(dual_encoder_cfg()).eval()
+    with pytest.raises(ValueError, match=re.escape(
+            'DualEncoderRetriever scores media and captions by the cosine of their embeddings '
+            "(its token_score() is None): it has no retrieval tokens to keep")):
+        MediaIndex.from_media(pooled_model, image_files, transform=TINY, tokens=True)
+    index = MediaIndex.from_media(model, image_files[:2], transform=TINY)
+    with pytest.raises(ValueError, match="this gallery keeps its media's retrieval tokens: give "
+                                         "the new media's as tokens"):
+        index.add(torch.eye(1, 32), ['x'])
+    with pytest.raises(ValueError, match='tokens hold 2 token sequences for 1 media'):
+        index.add(torch.eye(1, 32), ['x'], tokens=index.tokens)
+    with pytest.raises(ValueError, match='this gallery keeps no retrieval tokens'):
+        MediaIndex(torch.eye(2, 32), ['a', 'b']).add(torch.eye(1, 32), ['x'],
+                                                     tokens=index.tokens.select(slice(0, 1)))
+    assert index.media_ids == ['beach', 'forest'] and len(index.tokens) == 2
+    with pytest.raises(ValueError, match='candidates must be a positive whole number, got 0'):
+        index.search(model, 'a red circle', 'en', candidates=0)
+    index.save(tmp_path / 'gallery.idx')
+    state = torch.load(tmp_path / 'gallery.idx', weights_only=True)
+    state['media_tokens'] = {key: value[:1] for key, value in state['media_tokens'].items()}
+    torch.save(state, tmp_path / 'gallery.idx')
+    with pytest.raises(ValueError, match=re.escape(
+            f"{tmp_path / 'gallery.idx'}: a damaged media index: it holds the tokens of 1 media "
+            'and names 2; build it again')):
+        MediaIndex.load(tmp_path / 'gallery.idx')
+
+
+def test_a_nan_token_score_is_named_by_query_and_media(model, image_files):
+    index = MediaIndex.from_media(model, image_files[:3], transform=TINY)
+    index.tokens.tokens[1, 0] = float('nan')
+    with pytest.raises(ValueError, match=re.escape(
+            "query 0: the token score is NaN for media ['forest']: a NaN score has no rank")):
+        index.search(model, 'a red circle', 'en', candidates=None)
