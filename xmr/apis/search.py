@@ -409,32 +409,32 @@ class MediaIndex:
         """Each query's ``k`` best media by the token ``score``, among the ``candidates`` of
         highest cosine of its ``[Q, E]`` embedding (all media for ``None``), scored on
         ``device``."""
-        k = min(k, len(self))
         if candidates is None:
-            shortlists = [None] * len(query_tokens)
-            every_score = pairwise_token_scores(score, self.tokens, query_tokens,
-                                                device=device).T
+            every = pairwise_token_scores(score, self.tokens, query_tokens, device=device).T
+            scored = [(torch.arange(len(self)), scores) for scores in every]
         else:
             _, shortlists = self.searcher.search(_unit_rows(queries, 'queries'),
                                                  min(max(k, candidates), len(self)))
-        hits = []
-        for query, shortlist in enumerate(shortlists):
-            if shortlist is None:
-                rows, scores = torch.arange(len(self)), every_score[query]
-            else:
-                rows = shortlist[shortlist >= 0]  # an approximate index may find fewer
-                scores = pairwise_token_scores(score, self.tokens.select(rows),
-                                               query_tokens.select(slice(query, query + 1)),
-                                               device=device)[:, 0]
-            if bool(scores.isnan().any()):
-                raise ValueError(f'query {query}: the token score is NaN for media '
-                                 f'{[self.media_ids[row] for row in rows[scores.isnan()][:10]]}'
-                                 ': a NaN score has no rank; check the model and those media')
-            # Stable: media of equal scores keep the pooled cosine's (or the gallery's) order.
-            order = scores.sort(descending=True, stable=True).indices[:k]
-            hits.append([SearchHit(self.media_ids[rows[i]], float(scores[i]))
-                         for i in order.tolist()])
-        return hits
+            # An approximate index may find fewer (-1 rows).
+            scored = [(rows, pairwise_token_scores(score, self.tokens.select(rows),
+                                                   query_tokens.select(slice(query, query + 1)),
+                                                   device=device)[:, 0])
+                      for query, rows in enumerate(row[row >= 0] for row in shortlists)]
+        return [self._best(query, rows, scores, k) for query, (rows, scores) in enumerate(scored)]
+
+    def _best(self, query: int, rows: Tensor, scores: Tensor, k: int) -> list[SearchHit]:
+        """The ``k`` best of a query's ``[N]`` scored gallery ``rows``.
+
+        Raises:
+            ValueError: a NaN score, naming the query and the media.
+        """
+        if bool(scores.isnan().any()):
+            raise ValueError(f'query {query}: the token score is NaN for media '
+                             f'{[self.media_ids[row] for row in rows[scores.isnan()][:10]]}: a '
+                             'NaN score has no rank; check the model and those media')
+        # Stable: media of equal scores keep the pooled cosine's (or the gallery's) order.
+        order = scores.sort(descending=True, stable=True).indices[:k]
+        return [SearchHit(self.media_ids[rows[i]], float(scores[i])) for i in order.tolist()]
 
     def search_embeddings(self, queries: Tensor | Any, k: int = 10) -> list[list[SearchHit]]:
         """Like :meth:`search`, for ``[Q, E]`` query embeddings computed elsewhere (a tensor or
