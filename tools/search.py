@@ -13,6 +13,17 @@ the hits (replacing only an earlier search's, with ``--overwrite``). ``--index-o
 sets the faiss options of a new ``--index-type`` index, and those a saved one searches with
 (``nprobe``, ``ef_search``) for this run.
 
+A model that scores a media and a caption from their tokens (``model.token_score()``: CDDS's
+``DualEncoderRetriever(retrieval_score='patch_word')``) ranks as its evaluation does: the index
+keeps each media's retrieval tokens, and ``--candidates N`` (default 100) re-ranks each query's
+``N`` best by pooled cosine by the token score (evaluation's ``scoring='tokens_rerank'``), or
+``--candidates all`` scores the whole gallery (``scoring='tokens'``); any other model, or a
+gallery without tokens, ranks by the pooled cosine, and ``--candidates`` is unused.
+``--no-media-tokens`` builds a new index without them (``E`` floats a media, not ``P x D``
+more), ranked by the pooled cosine; ``--update`` encodes as the saved index did. ``--out``
+records the ranking as ``scoring`` (``'embedding'``, ``'tokens'`` or ``'tokens_rerank'`` with
+its shortlist, ``rerank_candidates``).
+
 While an index is built, the embeddings are saved every ``--save-every`` media in
 ``FILE.parts`` (``xmr.apis.encode_media_in_parts``): an interrupted run, run again as it was,
 encodes only what it had not saved. The folder is removed once the index is. A run stopped by
@@ -54,9 +65,13 @@ from xmr.utils.cli import (
     run_tool,
 )
 
-#: The keys of the JSON ``--out`` writes, by which an earlier search's hits are told apart
-#: from any other file standing there.
+#: The keys that every JSON ``--out`` has written holds, by which an earlier search's hits are
+#: told apart from any other file standing there (``scoring`` came later: files written before
+#: it lack it).
 HITS_KEYS = {'lang', 'k', 'index', 'results', 'skipped'}
+
+#: The media re-ranked by the token score per query when ``--candidates`` is not given.
+CANDIDATES = 100
 
 #: The image files a folder given to ``--media`` is searched for (a file given by its path
 #: is read whatever its suffix, as Pillow can).
@@ -96,6 +111,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='a UTF-8 text file of queries, one a line')
     parser.add_argument('--lang', help="the queries' language (one the model was trained on)")
     parser.add_argument('--k', type=int, default=10, help='hits per query (default: 10)')
+    parser.add_argument('--candidates', type=candidate_count, metavar='N|all',
+                        help='a model that scores by tokens (CDDS: retrieval_score='
+                        "'patch_word'), searching an index that keeps them: the token score "
+                        "re-ranks each query's N best by pooled cosine (default: "
+                        f"{CANDIDATES}; at least --k), or with 'all' the whole gallery (exact, "
+                        'slower); unused by any other model or index')
     parser.add_argument('--index-type', choices=['flat', 'ivf', 'hnsw'],
                         help="faiss index of a new gallery: 'flat' (exact, default), 'ivf' or "
                         "'hnsw' (approximate, for large galleries)")
@@ -106,6 +127,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "train_size, seed; a new 'hnsw' index's hnsw_m, ef_construction, "
                         'ef_search; a saved index takes chunk_size, nprobe or ef_search (kept '
                         'if this run saves it)')
+    parser.add_argument('--no-media-tokens', action='store_true', default=None,
+                        help="build the index without the media's retrieval tokens (a model "
+                        'that scores by tokens keeps P x D floats a media: for a gallery too '
+                        'large for them); it is ranked by the pooled cosine (--update: as the '
+                        'saved index was built)')
     parser.add_argument('--num-frames', type=int,
                         help="frames per video (default: 12; --update: the index's own)")
     parser.add_argument('--on-corrupt', choices=['raise', 'skip'],
@@ -140,10 +166,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      'with --media, --update')
     if args.out is not None and not (args.query or args.queries):
         parser.error('--out writes the hits of queries: give --query TEXT ... or --queries FILE')
+    if args.candidates is not None and not (args.query or args.queries):
+        parser.error('--candidates: read only as the hits of queries are ranked: give --query '
+                     'TEXT ... or --queries FILE')
     # Read as --media are encoded alone: a saved index searches as it was built, and the
     # queries are encoded as texts. Given without --media, each was dropped without a word.
     unread = [f'--{name.replace("_", "-")}' for name in ('index_type', 'num_frames',
-                                                         *MEDIA_ENCODING)
+                                                         'no_media_tokens', *MEDIA_ENCODING)
               if getattr(args, name) is not None]
     if args.media is None and unread:
         parser.error(f'{", ".join(unread)}: read only as --media are encoded into an index (a '
@@ -166,6 +195,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             setattr(args, name, default)
     args.index_option = dict(args.index_option)
     return args
+
+
+def candidate_count(text: str) -> int | str:
+    """One ``--candidates``: a count of media, or ``'all'``."""
+    if text == 'all':
+        return text
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is no count of media: give a whole number of "
+                                         "at least 1, or 'all'")
+    return count
 
 
 def index_option(text: str) -> tuple[str, int]:
@@ -445,12 +488,21 @@ def search(args: argparse.Namespace, queries: list[str], files: list[Path] | Non
         written.append(args.index)
     if not queries:
         return
-    hits = index.search(model, queries, lang=args.lang, k=args.k)
+    # None: the whole gallery, as MediaIndex.search takes it.
+    candidates = None if args.candidates == 'all' else args.candidates or CANDIDATES
+    if args.candidates is not None and model.token_score() is None:
+        from mmengine.logging import print_log
+
+        print_log(f'--candidates {args.candidates}: unused: {type(model).__name__} ranks by the '
+                  'cosine of the embeddings (its token_score() is None)', logger='current',
+                  level=logging.WARNING)
+    hits = index.search(model, queries, lang=args.lang, k=args.k, candidates=candidates)
     print_for_reader('\n'.join(hits_table(query, args.lang, row)
                                for query, row in zip(queries, hits)))
     if args.out is not None:
         atomic_write_text(args.out, json_text(dict(
-            lang=args.lang, k=args.k, index=None if args.index is None else str(args.index),
+            lang=args.lang, k=args.k, **ranking(model, index, args.k, candidates),
+            index=None if args.index is None else str(args.index),
             results=[dict(query=query, hits=[dict(media=hit.media_id, score=hit.score)
                                              for hit in row])
                      for query, row in zip(queries, hits)],
@@ -458,6 +510,18 @@ def search(args: argparse.Namespace, queries: list[str], files: list[Path] | Non
                      for marker in index.skipped])))
         written.append(args.out)
         print_for_reader(f'hits: {args.out}')
+
+
+def ranking(model: Any, index: Any, k: int, candidates: int | None) -> dict[str, Any]:
+    """How ``index.search`` ranked the hits, in the terms of evaluation's ``RetrievalMetric``:
+    ``scoring`` (``'embedding'``: the pooled cosine; ``'tokens'``: the model's token score of
+    the whole gallery; ``'tokens_rerank'``: of each query's shortlist by pooled cosine, whose
+    length is ``rerank_candidates``)."""
+    if model.token_score() is None or index.tokens is None:
+        return dict(scoring='embedding')
+    if candidates is None:
+        return dict(scoring='tokens')
+    return dict(scoring='tokens_rerank', rerank_candidates=max(k, candidates))
 
 
 def json_text(value: Any) -> str:
@@ -493,8 +557,9 @@ def build_index(args: argparse.Namespace, model: Any, files: list[Path], saved: 
         else:
             index = MediaIndex.from_media(model, files, media_ids=[str(path) for path in files],
                                           index=args.index_type or 'flat',
-                                          num_frames=args.num_frames or 12, **encoding,
-                                          **args.index_option)
+                                          num_frames=args.num_frames or 12,
+                                          tokens=False if args.no_media_tokens else None,
+                                          **encoding, **args.index_option)
     except BaseException as error:
         # A refusal (parts encoded otherwise, ids given twice) is not gone past by running the
         # same command again.
@@ -567,7 +632,8 @@ def check_named_by_paths(path: Path, index: Any) -> None:
 
 def check_same_encoding(args: argparse.Namespace, index: Any) -> None:
     """``--update`` encodes as the index's media were: an ``--index-type`` or
-    ``--num-frames`` given must be the saved index's."""
+    ``--num-frames`` given must be the saved index's, and ``--no-media-tokens`` that of an
+    index without tokens."""
     if index.encoded_by is None:
         raise UserError(f'{args.index} (--update)', 'holds embeddings given to MediaIndex, not '
                         'encoded by it: nothing says how to encode new media alike',
@@ -580,6 +646,10 @@ def check_same_encoding(args: argparse.Namespace, index: Any) -> None:
             raise UserError(f'{args.index} (--update)', f'was built with {flag} {saved[name]}, '
                             f'not {given}', f'leave out {flag}, or pass --overwrite to build '
                             'it anew')
+    if args.no_media_tokens and index.tokens is not None:
+        raise UserError(f'{args.index} (--update)', "keeps its media's tokens (built without "
+                        '--no-media-tokens)', 'leave out --no-media-tokens, or pass --overwrite '
+                        'to build it anew without them')
 
 
 if __name__ == '__main__':

@@ -14,9 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from mmengine.config import Config
 from PIL import Image
 
+from tests.apis.conftest import random_images
+from tests.apis.test_dual_encoder import dual_encoder_cfg
 from tests.conftest import (
     Interrupt,
     decoded_media,
@@ -24,10 +27,11 @@ from tests.conftest import (
     tiny_retriever_cfg,
 )
 from tests.tools.test_test_tool import save_checkpoint
-from xmr.apis import MediaIndex, init_retriever
+from xmr.apis import MediaIndex, encode_texts, init_retriever
 from xmr.datasets.corrupt_policy import MediaSkippedWarning
 from xmr.datasets.media_io import MediaReadError
 from xmr.engine.checkpoint import CheckpointReadError
+from xmr.registry import MODELS
 from xmr.utils.cli import UserError
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'search.py'
@@ -222,6 +226,12 @@ def test_overwrite_replaces_an_earlier_index_whole_cut_short_or_empty(gallery, t
      '--save-every: read only as --media are encoded into an index'),
     (['--media', 'm', '--save-every', '8', '--lang', 'de', '--query', 'x'],
      "--save-every saves an --index's embeddings as they are encoded: give --index"),
+    (['--media', 'm', '--index', 'i', '--candidates', '5'],
+     '--candidates: read only as the hits of queries are ranked: give --query TEXT ... or '
+     '--queries FILE'),
+    # A saved index keeps the tokens it was built with.
+    (['--index', 'i', '--no-media-tokens', '--lang', 'de', '--query', 'x'],
+     '--no-media-tokens: read only as --media are encoded into an index'),
 ])
 def test_usage_errors_name_what_to_give(capsys, flags, refused):
     with pytest.raises(SystemExit):
@@ -669,3 +679,145 @@ def test_the_help_of_index_option_names_every_option_an_index_takes(capsys):
     listed = listed[:listed.index('--num-frames')]
     assert {'chunk_size', *(name for names in INDEX_OPTIONS.values() for name in names)} <= set(
         re.findall(r'[a-z_]+', listed))
+
+
+#: Queries of the patch-word dual encoder's tests (it trains English and German).
+TOKEN_QUERIES = ['ein roter Kreis', 'zwei blaue Quadrate']
+
+
+@pytest.fixture
+def token_gallery(tmp_path):
+    """A config and checkpoint of a CDDS dual encoder that scores pairs by patch-word matching
+    (its disentangler moved away from its init), and a folder of six images."""
+    config, checkpoint, photos = tmp_path / 'cdds.py', tmp_path / 'cdds.pth', tmp_path / 'photos'
+    cfg = dual_encoder_cfg(retrieval_score='patch_word')
+    Config(dict(default_scope='xmr', model=cfg)).dump(config)
+    torch.manual_seed(0)
+    model = MODELS.build(cfg)
+    with torch.no_grad():
+        for parameter in model.disentangler.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    torch.save({'state_dict': model.state_dict()}, checkpoint)
+    photos.mkdir()
+    random_images(photos, ('beach', 'forest', 'city', 'desert', 'lake', 'field'))
+    return config, checkpoint, photos
+
+
+def assert_same_hits(found, expected):
+    """``found`` (:func:`hits_of`) are the API's ``expected`` hits, scores to float32's
+    rounding."""
+    assert [[media_id for media_id, _ in row] for row in found] == [
+        [hit.media_id for hit in row] for row in expected]
+    for row, want in zip(found, expected):
+        np.testing.assert_allclose([score for _, score in row], [hit.score for hit in want],
+                                   rtol=0, atol=1e-6)
+
+
+def ranking_of(path):
+    return {key: value for key, value in json.loads(path.read_text()).items()
+            if key in ('scoring', 'rerank_candidates')}
+
+
+@pytest.mark.parametrize('candidates, searched, ranking', [
+    ('2', 2, dict(scoring='tokens_rerank', rerank_candidates=2)),
+    ('all', None, dict(scoring='tokens'))])
+def test_a_token_scoring_model_ranks_by_its_token_score_as_xmr_apis_does_and_again_when_saved(
+        token_gallery, tmp_path, capsys, candidates, searched, ranking):
+    """The tool ranked every model by the pooled cosine, which a patch-word model's evaluation
+    does not report."""
+    config, checkpoint, photos = token_gallery
+    files = sorted(photos.iterdir())
+    model = init_retriever(str(config), str(checkpoint))
+    api = MediaIndex.from_media(model, files, media_ids=[str(path) for path in files])
+    ranked = {count: api.search(model, TOKEN_QUERIES, 'de', k=2, candidates=count)
+              for count in (2, None)}
+    # The shortlist of 2 misses a media the whole gallery's ranking finds: the two tell apart
+    # which of them the tool searched.
+    assert [[hit.media_id for hit in row] for row in ranked[2]] != [
+        [hit.media_id for hit in row] for row in ranked[None]]
+    expected = ranked[searched]
+
+    tool = load_tool()
+    index, hits = tmp_path / 'gallery.idx', tmp_path / 'hits.json'
+    search = [str(config), str(checkpoint), '--lang', 'de', '--query', *TOKEN_QUERIES, '--k', '2',
+              '--candidates', candidates]
+    tool.main([*search, '--media', str(photos), '--index', str(index), '--out', str(hits)])
+    assert_same_hits(hits_of(hits), expected)
+    assert ranking_of(hits) == ranking
+    assert f'| 1    | {expected[0][0].score:.4f} | {expected[0][0].media_id} ' in (
+        capsys.readouterr().out)
+    assert len(MediaIndex.load(index).tokens) == len(files)
+
+    tool.main([*search, '--index', str(index), '--out', str(tmp_path / 'again.json')])
+    assert hits_of(tmp_path / 'again.json') == hits_of(hits)
+    assert ranking_of(tmp_path / 'again.json') == ranking
+
+
+def test_no_media_tokens_builds_a_smaller_gallery_ranked_by_the_pooled_cosine(
+        token_gallery, tmp_path, monkeypatch):
+    config, checkpoint, photos = token_gallery
+    files = sorted(photos.iterdir())
+    tool = load_tool()
+    pooled, tokens = tmp_path / 'pooled.idx', tmp_path / 'tokens.idx'
+    search = [str(config), str(checkpoint), '--lang', 'de', '--query', *TOKEN_QUERIES, '--k', '3']
+    tool.main([*search, '--media', str(photos), '--index', str(tokens), '--out',
+               str(tmp_path / 'tokens.json')])
+    with pytest.warns(UserWarning, match='this gallery keeps no media tokens: it is ranked by '
+                      'the pooled cosine'):
+        tool.main([*search, '--media', str(photos), '--index', str(pooled), '--no-media-tokens',
+                   '--out', str(tmp_path / 'pooled.json')])
+    model = init_retriever(str(config), str(checkpoint))
+    expected = MediaIndex.from_media(model, files, media_ids=[str(path) for path in files],
+                                     tokens=False).search_embeddings(
+        encode_texts(model, TOKEN_QUERIES, 'de'), k=3)
+    assert_same_hits(hits_of(tmp_path / 'pooled.json'), expected)
+    assert hits_of(tmp_path / 'pooled.json') != hits_of(tmp_path / 'tokens.json')
+    assert ranking_of(tmp_path / 'pooled.json') == dict(scoring='embedding')
+    assert MediaIndex.load(pooled).tokens is None
+    assert pooled.stat().st_size < tokens.stat().st_size
+
+    # --update encodes as the saved index's media were: without tokens, unless refused.
+    Image.fromarray(np.zeros((40, 40, 3), dtype=np.uint8)).save(photos / 'black.png')
+    with pytest.warns(UserWarning, match='keeps no media tokens'):
+        tool.main([*search, '--media', str(photos), '--index', str(pooled), '--update'])
+    grown = MediaIndex.load(pooled)
+    assert len(grown) == len(files) + 1 and grown.tokens is None
+    monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
+    saved = tokens.read_bytes()
+    with pytest.raises(UserError, match=re.escape(
+            f"{tokens} (--update): keeps its media's tokens (built without --no-media-tokens): "
+            'leave out --no-media-tokens, or pass --overwrite to build it anew without them')):
+        tool.main([*search, '--media', str(photos), '--index', str(tokens), '--update',
+                   '--no-media-tokens'])
+    assert tokens.read_bytes() == saved
+
+
+@pytest.mark.parametrize('given', ['0', '-1', 'x', '2.5'])
+def test_a_candidate_count_that_is_none_is_refused_before_the_model_is_built(
+        gallery, monkeypatch, capsys, given):
+    config, checkpoint, media = gallery
+    monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
+    with pytest.raises(SystemExit) as exited:
+        load_tool().main([str(config), str(checkpoint), '--media', str(media), '--lang', 'de',
+                          '--query', 'x', '--candidates', given])
+    assert exited.value.code == 2
+    assert (f"error: argument --candidates: {given!r} is no count of media: give a whole number "
+            "of at least 1, or 'all'") in capsys.readouterr().err
+
+
+def test_candidates_given_to_a_model_ranking_by_embeddings_are_said_to_be_unused(
+        gallery, tmp_path, monkeypatch):
+    config, checkpoint, media = gallery
+    said = []
+
+    def log(message, **_):
+        if '--candidates' in message:  # not the registries' debug lines
+            said.append(message)
+
+    monkeypatch.setattr('mmengine.logging.print_log', log)
+    load_tool().main([str(config), str(checkpoint), '--media', str(media), '--lang', 'de',
+                      '--query', 'ein roter Kreis', '--candidates', '5', '--out',
+                      str(tmp_path / 'hits.json')])
+    assert said == ['--candidates 5: unused: CrossLingualRetriever ranks by the cosine of the '
+                    'embeddings (its token_score() is None)']
+    assert ranking_of(tmp_path / 'hits.json') == dict(scoring='embedding')
