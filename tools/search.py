@@ -517,7 +517,7 @@ def ranking(model: Any, index: Any, k: int, candidates: int | None) -> dict[str,
     ``scoring`` (``'embedding'``: the pooled cosine; ``'tokens'``: the model's token score of
     the whole gallery; ``'tokens_rerank'``: of each query's shortlist by pooled cosine, whose
     length is ``rerank_candidates``)."""
-    if model.token_score() is None or index.tokens is None:
+    if not index.ranks_by_tokens(model):
         return dict(scoring='embedding')
     if candidates is None:
         return dict(scoring='tokens')

@@ -4,6 +4,7 @@ best candidates, its tokens kept through growing, shrinking, saving, loading and
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 import torch
@@ -152,11 +153,12 @@ def test_a_gallery_without_tokens_is_ranked_by_the_pooled_cosine_and_says_so(mod
                                                                             tmp_path):
     """As is an index saved before galleries kept tokens (format /1)."""
     pooled = MediaIndex.from_media(model, image_files, transform=TINY, tokens=False)
-    assert pooled.tokens is None and 'media_tokens' not in pooled.encoded_by
+    assert pooled.tokens is None and pooled.encoded_by['media_tokens'] is False
+    assert not pooled.ranks_by_tokens(model)
     texts = QUERIES['de']
     cosine = semantic_texts(model, texts, 'de')[1] @ semantic_media(model, image_files)[1].T
-    with pytest.warns(UserWarning, match='this gallery keeps no media tokens: it is ranked by '
-                                         'the pooled cosine'):
+    with warnings.catch_warnings():  # left out on purpose: nothing to warn of
+        warnings.simplefilter('error')
         hits = pooled.search(model, texts, 'de', k=3)
     for row, query_hits in enumerate(hits):
         best = cosine[row].topk(3)
@@ -168,8 +170,14 @@ def test_a_gallery_without_tokens_is_ranked_by_the_pooled_cosine_and_says_so(mod
     torch.save({**state, 'format': 'xmr-media-index/1'}, tmp_path / 'old.idx')
     old = MediaIndex.load(tmp_path / 'old.idx', model=model)
     assert old.tokens is None
-    with pytest.warns(UserWarning, match='keeps no media tokens'):
+    with pytest.warns(UserWarning, match=re.escape(
+            'this gallery keeps no media tokens (saved before xmr kept them, or built of '
+            'embeddings given): it is ranked by the pooled cosine, not by the token score '
+            'DualEncoderRetriever is evaluated with')):
         assert old.search(model, texts, 'de', k=3) == hits
+    with pytest.warns(UserWarning, match='keeps no media tokens'):
+        MediaIndex(pooled.searcher.index.reconstruct_n(0, len(pooled)), pooled.media_ids).search(
+            model, texts, 'de', k=3)
     # Embeddings searched directly are ranked by their cosine, tokens or none.
     assert tokens.search_embeddings(encode_texts(model, texts, 'de'), k=3) == hits
 

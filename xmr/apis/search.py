@@ -162,6 +162,9 @@ class MediaIndex:
                       **search_options)
         gallery.skipped = encoded.skipped
         gallery.encoded_by = media_encoding(model, transform, num_frames, tokens)
+        if not tokens and model.token_score() is not None:
+            # Left out on purpose: its searches by the pooled cosine need no warning.
+            gallery.encoded_by['media_tokens'] = False
         return gallery
 
     def add(self, embeddings: Tensor, media_ids: Sequence[str],
@@ -369,8 +372,10 @@ class MediaIndex:
         ``scoring='tokens_rerank'`` does (a media outside them is not found), or with
         ``candidates=None`` the whole gallery scored, as ``scoring='tokens'`` does (every
         media's tokens meet every query's: ``G x P x W x D`` multiply-adds a query). Any other
-        pair is ranked by the cosine of the embeddings, ``candidates`` unused; a gallery without
-        tokens searched by a model that scores by them warns so.
+        pair is ranked by the cosine of the embeddings, ``candidates`` unused
+        (:meth:`ranks_by_tokens`); a gallery without tokens searched by a model that scores by
+        them warns so, unless it was built without them on purpose (``from_media(tokens=False)``,
+        recorded as ``encoded_by['media_tokens'] = False``).
 
         Args:
             model: the retriever that encoded the gallery.
@@ -390,18 +395,26 @@ class MediaIndex:
         k = _checked_count(k, 'k')
         if candidates is not None:
             candidates = _checked_count(candidates, 'candidates')
-        score = model.token_score()
-        if score is not None and self.tokens is None:
-            warnings.warn('this gallery keeps no media tokens: it is ranked by the pooled '
-                          f'cosine, not by the token score {type(model).__name__} is evaluated '
-                          'with; build it with MediaIndex.from_media(..., tokens=True) to rank '
-                          'as evaluation does', stacklevel=2)
-        by_tokens = score is not None and self.tokens is not None
+        by_tokens = self.ranks_by_tokens(model)
+        if model.token_score() is not None and not by_tokens and (
+                self.encoded_by or {}).get('media_tokens') is not False:
+            warnings.warn('this gallery keeps no media tokens (saved before xmr kept them, or '
+                          'built of embeddings given): it is ranked by the pooled cosine, not by '
+                          f'the token score {type(model).__name__} is evaluated with; build it '
+                          'again from its media to rank as evaluation does (MediaIndex.from_media '
+                          'keeps them; tools/search.py --media ... --index ... --overwrite)',
+                          stacklevel=2)
         embeddings, query_tokens = encode_text_tokens(model, queries, lang, tokens=by_tokens)
         if not by_tokens:
             return self.search_embeddings(embeddings, k)
         device = next(model.parameters(), torch.empty(0)).device
-        return self._ranked_by_tokens(score, embeddings, query_tokens, k, candidates, device)
+        return self._ranked_by_tokens(model.token_score(), embeddings, query_tokens, k,
+                                      candidates, device)
+
+    def ranks_by_tokens(self, model: BaseRetriever) -> bool:
+        """Whether :meth:`search` ranks ``model``'s queries by its token score: the model
+        scores by tokens and the gallery keeps its media's; else by the pooled cosine."""
+        return model.token_score() is not None and self.tokens is not None
 
     def _ranked_by_tokens(self, score: TokenScore, queries: Tensor, query_tokens: TokenSet,
                           k: int, candidates: int | None,
