@@ -12,9 +12,10 @@ import torch.nn.functional as F
 
 from tests.apis.conftest import random_images
 from tests.apis.test_dual_encoder import QUERIES, TINY, dual_encoder_cfg
-from xmr.apis import MediaIndex, encode_texts
+from xmr.apis import MediaIndex, encode_gallery, encode_text_tokens, encode_texts
 from xmr.datasets.media_io import read_image
 from xmr.datasets.transforms import MediaTransform
+from xmr.evaluation.token_scoring import TokenScoring, TokenSet, token_ranks
 from xmr.registry import MODELS
 
 NAMES = ('beach', 'forest', 'city', 'desert', 'lake', 'field')
@@ -107,6 +108,32 @@ def test_candidates_are_the_pooled_cosine_s_best_re_ordered_by_the_token_score(m
     # At least k are re-ranked: candidates below k shortlist k.
     assert index.search(model, texts, 'en', k=3, candidates=1) == index.search(
         model, texts, 'en', k=3, candidates=3)
+
+
+@pytest.mark.parametrize('candidates', [None, 3])
+def test_each_caption_finds_its_image_where_evaluation_ranks_it(model, image_files, candidates):
+    """Search and evaluation (``scoring='tokens'`` / ``'tokens_rerank'``) rank alike: a
+    caption's image is at the rank ``token_ranks`` gives it, on the same tokens."""
+    index = MediaIndex.from_media(model, image_files, transform=TINY)
+    media = encode_gallery(model, image_files, transform=TINY, tokens=True)
+    # Two captions of each image: image i's are queries 2i and 2i + 1.
+    texts = [text for pair in zip(QUERIES['en'][:3] * 2, QUERIES['de'] * 3) for text in pair]
+    pooled, tokens = zip(*(encode_text_tokens(model, [text], lang) for text, lang in zip(
+        texts, ['en', 'de'] * len(NAMES))))
+    caption_media = torch.arange(len(NAMES)).repeat_interleave(2)
+    mode = 'tokens' if candidates is None else 'tokens_rerank'
+    expected = token_ranks(TokenScoring(model.token_score(), mode, candidates or 1, 'cpu'), 't2i',
+                           media.tokens, TokenSet.cat(tokens), media.embeddings,
+                           torch.cat(pooled), caption_media)
+    depth = len(NAMES) if candidates is None else candidates
+    found = [[hit.media_id for hit in index.search(model, text, lang, k=depth,
+                                                   candidates=candidates)[0]]
+             for text, lang in zip(texts, ['en', 'de'] * len(NAMES))]
+    # A positive outside the shortlist ranks past it in evaluation, and is not found here.
+    ranks = [hits.index(NAMES[image]) + 1 if NAMES[image] in hits else depth + 1
+             for hits, image in zip(found, caption_media.tolist())]
+    assert ranks == expected.tolist()
+    assert len(set(ranks)) > 1  # not every caption at one rank: the order is checked
 
 
 def test_a_token_gallery_grown_shrunk_saved_and_loaded_searches_as_one_built_at_once(
