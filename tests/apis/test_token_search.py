@@ -3,6 +3,7 @@ ranks as its evaluation does: by the token score of the whole gallery, or of the
 best candidates, its tokens kept through growing, shrinking, saving, loading and parts."""
 from __future__ import annotations
 
+import os
 import re
 import warnings
 
@@ -158,6 +159,32 @@ def test_a_token_gallery_grown_shrunk_saved_and_loaded_searches_as_one_built_at_
             for hits, want in zip(gallery.search(model, texts, lang, k=5, candidates=None),
                                   expected):
                 assert_hits(hits, [hit.media_id for hit in want], [hit.score for hit in want])
+
+
+def mapped_from(tensor: torch.Tensor, path) -> bool:
+    """Whether ``tensor``'s memory lies in a mapping of the file ``path`` (Linux)."""
+    address, inode = tensor.data_ptr(), path.stat().st_ino
+    for line in open('/proc/self/maps').read().splitlines():
+        span, _, _, _, mapped_inode, *_ = line.split()
+        start, end = (int(bound, 16) for bound in span.split('-'))
+        if start <= address < end:
+            return int(mapped_inode) == inode
+    return False
+
+
+@pytest.mark.skipif(not os.path.exists('/proc/self/maps'), reason='reads Linux /proc/self/maps')
+def test_a_loaded_gallery_s_tokens_are_read_from_its_file_as_used(model, image_files, tmp_path):
+    """Read into memory whole, a COCO-sized gallery's tokens took gigabytes before a search."""
+    MediaIndex.from_media(model, image_files, transform=TINY).save(tmp_path / 'gallery.idx')
+    loaded = MediaIndex.load(tmp_path / 'gallery.idx')
+    assert mapped_from(loaded.tokens.tokens, tmp_path / 'gallery.idx')
+    assert not mapped_from(torch.zeros(1000), tmp_path / 'gallery.idx')
+    loaded.tokens.tokens[0, 0, 0] = 7.0  # a private mapping: the file keeps what was saved
+    assert MediaIndex.load(tmp_path / 'gallery.idx').tokens.tokens[0, 0, 0] != 7.0
+    hits = loaded.search(model, 'a red circle', 'en', k=3)
+    loaded.save(tmp_path / 'gallery.idx')  # over the file it is mapped from
+    assert MediaIndex.load(tmp_path / 'gallery.idx').search(model, 'a red circle', 'en',
+                                                            k=3) == hits
 
 
 def test_tokens_are_kept_in_the_parts_and_parts_without_them_are_refused(model, image_files,

@@ -216,6 +216,8 @@ def test_a_legacy_pickle_checkpoint_loads(tmp_path):
     path = tmp_path / 'legacy.pth'
     torch.save({'state_dict': {'w': torch.arange(3)}}, path, _use_new_zipfile_serialization=False)
     assert torch.equal(read_checkpoint(path)['state_dict']['w'], torch.arange(3))
+    # torch maps zip archives alone: a legacy file asked to be mapped is read.
+    assert torch.equal(read_checkpoint(path, mmap=True)['state_dict']['w'], torch.arange(3))
 
 
 def test_an_mmengine_checkpoint_gets_the_advice_once_its_buffer_class_is_allowed(tmp_path):

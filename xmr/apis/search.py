@@ -298,8 +298,10 @@ class MediaIndex:
         path = Path(path)
         _check_index_exists(path)
         try:
+            # Mapped: a gallery's media tokens (400 KB a ViT-B/16 image) are read from the
+            # file as a search's candidates need them, not held in memory whole.
             state = read_checkpoint(path, 'media index', fix='give a file MediaIndex.save '
-                                    'wrote (tools/search.py --index)')
+                                    'wrote (tools/search.py --index)', mmap=True)
         except CheckpointReadError as error:
             raise CheckpointReadError(f'{error}; or {_REBUILD.format(path=path)}') from error
         _check_format(state, path)

@@ -182,7 +182,7 @@ TORCH_FILE_FIX = 'give a .pth written by torch.save (tools/train.py writes them)
 
 
 def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
-                    fix: str = TORCH_FILE_FIX) -> Any:
+                    fix: str = TORCH_FILE_FIX, mmap: bool = False) -> Any:
     """``torch.load(path, weights_only=True)`` on the CPU, with every failure naming the file.
 
     Args:
@@ -190,6 +190,8 @@ def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
         what: what the file should be, for the messages (``'checkpoint'``, ``'language
             module'``).
         fix: what to give instead of a file that is no torch file.
+        mmap: map the tensors of a zip archive from the file rather than read them into memory
+            (pages are read as they are used; its records' CRC-32 are still checked first).
 
     Raises:
         FileNotFoundError: no such file, or a folder.
@@ -202,7 +204,8 @@ def read_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
     refuse_torchscript(path, what, fix)
     allow_mmengine_checkpoint_types()
     try:
-        return torch.load(path, map_location='cpu', weights_only=True)
+        return torch.load(path, map_location='cpu', weights_only=True,
+                          mmap=mmap and zipfile.is_zipfile(path))
     except pickle.UnpicklingError as error:
         refused = refused_global(error)
         raise CheckpointReadError(_refused_message(Path(path), what,
