@@ -1,5 +1,7 @@
 """Retrieval ranked by a model's token score: exact in bounded blocks, and pooled-shortlist
 re-ranking, checked against a pair-by-pair reference."""
+import weakref
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -61,6 +63,19 @@ def test_token_set_pads_and_selects_without_extra_padding():
     assert tokens.tokens.shape == (2, 5, DIM) and tokens.mask.sum(1).tolist() == [2, 5]
     first = tokens.select(torch.tensor([0]))
     assert first.tokens.shape == (1, 2, DIM) and bool(first.mask.all())
+
+
+def test_token_sets_concatenate_and_a_consumed_list_lets_each_sequence_go():
+    """A gallery's tokens were held twice as they were padded: in their list and in the set."""
+    sequences = [torch.randn(2, DIM), torch.randn(5, DIM), torch.randn(3, DIM)]
+    kept = TokenSet.stack(sequences, DIM)
+    watched = [weakref.ref(seq) for seq in sequences]
+    consumed = TokenSet.stack(sequences, DIM, consume=True)
+    assert sequences == [None, None, None] and [ref() for ref in watched] == [None] * 3
+    assert torch.equal(consumed.tokens, kept.tokens) and torch.equal(consumed.mask, kept.mask)
+    joined = TokenSet.cat([kept.select(slice(0, 1)), kept.select(slice(1, 3))])
+    assert joined.tokens.shape == (3, 5, DIM)
+    assert torch.equal(joined.tokens, kept.tokens) and torch.equal(joined.mask, kept.mask)
 
 
 def test_pairwise_scores_in_tiny_blocks_equal_the_pair_by_pair_reference(gallery):

@@ -535,7 +535,7 @@ def encode_gallery(model: BaseRetriever, media: MediaInput | Sequence[MediaInput
     if bar is not None:
         sys.stderr.write('\n')
     return EncodedGallery(_some_read(embeddings, skipped),
-                          _token_set([read_tokens[row] for row in sorted(read_tokens)])
+                          _token_set([read_tokens.pop(row) for row in sorted(read_tokens)])
                           if read_tokens is not None else None, skipped)
 
 
@@ -624,12 +624,14 @@ def encode_gallery_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
     if bar is not None:
         sys.stderr.write('\n')
     unread = {marker.index for marker in skipped}
-    rows = [saved[media_id] for position, media_id in enumerate(media_ids)
+    # Taken out of `saved`, so that the token list below holds each media's tokens alone.
+    rows = [saved.pop(media_id) for position, media_id in enumerate(media_ids)
             if position not in unread]
     embeddings = _some_read(torch.stack([row.embedding for row in rows]) if rows else None,
                             skipped)
-    return EncodedGallery(embeddings, _token_set([row.tokens for row in rows]) if tokens
-                          else None, skipped)
+    sequences = [row.tokens for row in rows] if tokens else None
+    del rows  # its tuples held the tokens too
+    return EncodedGallery(embeddings, _token_set(sequences) if tokens else None, skipped)
 
 
 def media_encoding(model: BaseRetriever, transform: Mapping[str, Any] | None,
@@ -658,9 +660,10 @@ def _check_token_scoring(model: BaseRetriever, tokens: bool) -> None:
                          "them with retrieval_score='patch_word')")
 
 
-def _token_set(sequences: Sequence[Tensor]) -> TokenSet:
-    """The ``[L_n, D]`` token sequences of a gallery's media as one padded set."""
-    return TokenSet.stack(sequences, sequences[0].shape[-1])
+def _token_set(sequences: list[Tensor]) -> TokenSet:
+    """The ``[L_n, D]`` token sequences of a gallery's media as one padded set, the list
+    emptied as they are copied (:meth:`TokenSet.stack`'s ``consume``)."""
+    return TokenSet.stack(sequences, sequences[0].shape[-1], consume=True)
 
 
 def _media_resize(model: BaseRetriever, media: Sequence[MediaInput],

@@ -46,14 +46,18 @@ class TokenSet:
     mask: Tensor
 
     @classmethod
-    def stack(cls, sequences: Sequence[Tensor], width: int) -> TokenSet:
-        """Pad ``[L_n, D]`` sequences (real tokens only) into one set."""
+    def stack(cls, sequences: Sequence[Tensor], width: int, consume: bool = False) -> TokenSet:
+        """Pad ``[L_n, D]`` sequences (real tokens only) into one set; with ``consume``, each
+        entry of the list ``sequences`` is set to ``None`` once copied, so that a gallery's
+        tokens that only the list holds are held once, not twice, as they are padded."""
         length = max((seq.shape[0] for seq in sequences), default=1)
         tokens = torch.zeros(len(sequences), length, width)
         mask = torch.zeros(len(sequences), length, dtype=torch.bool)
         for row, seq in enumerate(sequences):
             tokens[row, :seq.shape[0]] = seq
             mask[row, :seq.shape[0]] = True
+            if consume:
+                sequences[row] = None
         return cls(tokens, mask)
 
     @classmethod
