@@ -161,6 +161,19 @@ def test_a_token_gallery_grown_shrunk_saved_and_loaded_searches_as_one_built_at_
                 assert_hits(hits, [hit.media_id for hit in want], [hit.score for hit in want])
 
 
+def test_a_gallery_of_embeddings_and_token_sequences_given_searches_as_one_encoded(
+        model, image_files):
+    encoded = encode_gallery(model, image_files, transform=TINY, tokens=True)
+    sequences = [encoded.tokens.tokens[row][encoded.tokens.mask[row]] for row in range(6)]
+    given = MediaIndex(encoded.embeddings[:4], NAMES[:4], tokens=sequences[:4])
+    given.add(encoded.embeddings[4:], NAMES[4:], tokens=sequences[4:])
+    built = MediaIndex.from_media(model, image_files, transform=TINY)
+    texts = QUERIES['en']
+    for hits, want in zip(given.search(model, texts, 'en', k=6, candidates=None),
+                          built.search(model, texts, 'en', k=6, candidates=None)):
+        assert_hits(hits, [hit.media_id for hit in want], [hit.score for hit in want])
+
+
 def mapped_from(tensor: torch.Tensor, path) -> bool:
     """Whether ``tensor``'s memory lies in a mapping of the file ``path`` (Linux)."""
     address, inode = tensor.data_ptr(), path.stat().st_ino

@@ -28,6 +28,7 @@ from xmr.evaluation.search import FaissSearcher
 from xmr.evaluation.token_scoring import TokenScore, TokenSet, pairwise_token_scores
 from xmr.fileio import atomic_torch_save, remove_stale_temporaries
 from xmr.models.retrievers.base import BaseRetriever, unit_rows
+from xmr.utils.counts import is_count
 from xmr.version import provenance, written_by
 
 #: What :meth:`MediaIndex.save` writes as the file's ``format``.
@@ -84,8 +85,9 @@ class MediaIndex:
         media_ids: one unique id per row.
         index: ``'flat'`` (exact, default), ``'ivf'`` or ``'hnsw'`` (approximate, for large
             galleries).
-        tokens: the media's retrieval tokens, ``G`` sequences in row order, for a model that
-            scores by them; ``None``: ranked by the cosine of the embeddings.
+        tokens: the media's retrieval tokens, ``G`` sequences in row order (a
+            :class:`~xmr.evaluation.token_scoring.TokenSet`, or ``[L_g, D]`` tensors), for a
+            model that scores by them; ``None``: ranked by the cosine of the embeddings.
         **search_options: further :class:`FaissSearcher` options (``nprobe``, ``ef_search``, ...).
 
     Attributes:
@@ -106,9 +108,10 @@ class MediaIndex:
     skipped: Sequence[SkippedMedia] = ()
 
     def __init__(self, embeddings: Tensor, media_ids: Sequence[str], index: str = 'flat',
-                 tokens: TokenSet | None = None, **search_options: Any) -> None:
+                 tokens: TokenSet | Sequence[Tensor] | None = None,
+                 **search_options: Any) -> None:
         embeddings, media_ids = _checked_rows(embeddings, media_ids)
-        _check_token_rows(tokens, media_ids)
+        tokens = _checked_tokens(tokens, media_ids)
         self.searcher = FaissSearcher(embeddings, index=index, ids=media_ids, **search_options)
         self.media_ids = media_ids
         self.tokens = tokens
@@ -168,7 +171,7 @@ class MediaIndex:
         return gallery
 
     def add(self, embeddings: Tensor, media_ids: Sequence[str],
-            tokens: TokenSet | None = None) -> None:
+            tokens: TokenSet | Sequence[Tensor] | None = None) -> None:
         """Append media to the gallery: ``[N, E]`` ``embeddings`` (L2-normalised here) of
         media whose ids it does not hold yet, and their retrieval ``tokens`` (``N`` sequences)
         when the gallery keeps them (and only then). An ``'ivf'`` index files them in the
@@ -182,7 +185,7 @@ class MediaIndex:
                              'this gallery keeps no retrieval tokens (it is ranked by the cosine '
                              'of the embeddings): add the embeddings alone, or build a gallery '
                              'with tokens (MediaIndex.from_media(..., tokens=True))')
-        _check_token_rows(tokens, media_ids)
+        tokens = _checked_tokens(tokens, media_ids)
         self.searcher.add(embeddings, media_ids)
         self.media_ids += media_ids
         if tokens is not None:
@@ -492,16 +495,26 @@ def _checked_count(value: Any, name: str) -> int:
     Raises:
         ValueError: anything else, naming ``name``.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_count(value):
         raise ValueError(f'{name} must be a positive whole number, got {value!r}')
-    return value
+    return int(value)
 
 
-def _check_token_rows(tokens: TokenSet | None, media_ids: Sequence[str]) -> None:
-    """Refuse retrieval tokens of another media count than ``media_ids``'."""
-    if tokens is not None and len(tokens) != len(media_ids):
+def _checked_tokens(tokens: TokenSet | Sequence[Tensor] | None,
+                    media_ids: Sequence[str]) -> TokenSet | None:
+    """Retrieval tokens as a set (``[L_n, D]`` sequences padded into one), one per media.
+
+    Raises:
+        ValueError: another count of sequences than of ``media_ids``.
+    """
+    if tokens is None:
+        return None
+    if not isinstance(tokens, TokenSet):
+        tokens = TokenSet.stack(list(tokens), tokens[0].shape[-1]) if len(tokens) else tokens
+    if len(tokens) != len(media_ids):
         raise ValueError(f'tokens hold {len(tokens)} token sequences for {len(media_ids)} '
                          'media: give one per media, in their order')
+    return tokens
 
 
 def _check_index_exists(path: Path) -> None:
