@@ -17,7 +17,7 @@ from xmr.datasets.language_batch_sampler import LanguageBatchSampler
 from xmr.datasets.pairs import CaptionPairDataset
 from xmr.datasets.retrieval import RetrievalDataset
 from xmr.datasets.sample_keys import SampleIndex
-from xmr.datasets.synthetic import SyntheticPairDataset
+from xmr.datasets.synthetic import SyntheticPairDataset, SyntheticRetrievalDataset
 from xmr.registry import DATASETS
 
 
@@ -252,3 +252,83 @@ def test_a_concat_gallery_is_checked_for_held_out_media_through_its_children(tmp
                        r'blue.png'):
         check_held_out({'train dataset': train}, {'val dataset 0': concat})
     check_held_out({'train dataset': train}, {'val dataset 0': ConcatDataset(galleries[:1])})
+
+
+def _gallery(path, names) -> RetrievalDataset:
+    return RetrievalDataset(_annotation(path, names), data_root=str(path.parent),
+                            with_media=False,
+                            transform=dict(type='MediaTransform', backbone=None, size=32))
+
+
+def test_galleries_sharing_media_are_refused_as_built_naming_both_the_ids_and_the_fix(tmp_path):
+    """Two galleries of one split's images (its German and its French captions) were
+    encoded whole, to be refused only at scoring, as items sharing a media_id."""
+    german = _gallery(tmp_path / 'test_de.json', ['red', 'blue', 'green', 'white', 'black'])
+    french = _gallery(tmp_path / 'test_fr.json', ['brown', 'white', 'red', 'black', 'blue'])
+    with pytest.raises(ValueError, match=(
+            r'ConcatDataset: datasets\[1\] \(RetrievalDataset, .*test_fr.json\) holds 4 media '
+            r'ids of datasets\[0\] \(RetrievalDataset, .*test_de.json\): black, blue, red and 1 '
+            r'more; .*one item per media.*one gallery with all the languages \(one '
+            r'RetrievalDataset or SyntheticRetrievalDataset, languages=\[\.\.\.\]\), or leave '
+            r'the repeated media out of one child')):
+        ConcatDataset([german, french])
+
+
+def test_galleries_built_from_configs_are_refused_before_any_item_is_encoded(tmp_path):
+    config = dict(type='RetrievalDataset', data_root=str(tmp_path), with_media=False,
+                  transform=dict(type='MediaTransform', backbone=None, size=32))
+    files = [_annotation(tmp_path / f'{name}.json', names)
+             for name, names in (('a', ['red']), ('b', ['blue']), ('c', ['blue']))]
+    with pytest.raises(ValueError, match=r'datasets\[2\] .*c.json\) holds 1 media id of '
+                       r'datasets\[1\] .*b.json\): blue;'):
+        DATASETS.build(dict(type='ConcatDataset',
+                            datasets=[dict(config, ann_file=file) for file in files]))
+
+
+def test_distinct_galleries_are_one_gallery_listing_its_media_ids_in_item_order(tmp_path):
+    whole = ConcatDataset([_gallery(tmp_path / 'a.json', ['red', 'blue']),
+                           SyntheticRetrievalDataset(2, ['de']),
+                           _gallery(tmp_path / 'b.json', ['green'])])
+    listed = whole.media_ids()
+    assert listed == [whole[index]['media_id'] for index in range(len(whole))]
+    assert listed[:2] == ['red', 'blue'] and listed[-1] == 'green'
+    assert listed[2:4] == [child['media_id'] for child in whole.datasets[1]]
+
+
+def test_a_nested_concat_of_galleries_is_compared_as_one_child_named_by_its_files(tmp_path):
+    inner = ConcatDataset([_gallery(tmp_path / 'a.json', ['red']),
+                           _gallery(tmp_path / 'b.json', ['blue'])])
+    whole = ConcatDataset([inner, _gallery(tmp_path / 'c.json', ['green'])])
+    assert whole.media_ids() == ['red', 'blue', 'green']
+    with pytest.raises(ValueError, match=r'datasets\[1\] \(RetrievalDataset, .*d.json\) holds '
+                       r'1 media id of datasets\[0\] \(ConcatDataset, .*a.json, .*b.json\): '
+                       r'blue;'):
+        ConcatDataset([inner, _gallery(tmp_path / 'd.json', ['blue', 'white'])])
+
+
+def test_training_pairs_sharing_media_are_taken(tmp_path):
+    """Pair datasets hold one item per caption: a media repeats in one child, and two
+    languages' pairs of one image set share every media."""
+    options = dict(data_root=str(tmp_path), with_media=False,
+                   transform=dict(type='MediaTransform', backbone=None, size=32))
+    whole = ConcatDataset([
+        CaptionPairDataset(_annotation(tmp_path / 'a.json', ['red', 'blue']), **options),
+        CaptionPairDataset(_annotation(tmp_path / 'b.json', ['blue']), **options)])
+    assert [whole[index]['media_id'] for index in range(len(whole))].count('blue') == 2
+    assert getattr(whole, 'media_ids', None) is None
+    synthetic = ConcatDataset([pairs(['de']), pairs(['zh'])])
+    assert synthetic[0]['media_id'] == synthetic[3]['media_id']
+    assert getattr(synthetic, 'media_ids', None) is None
+
+
+def test_synthetic_galleries_of_one_split_and_seed_are_refused():
+    """Their scenes are the split's first: the French gallery repeats the German one's
+    images, which scoring refused once both were encoded."""
+    with pytest.raises(ValueError, match=(
+            r'datasets\[1\] \(SyntheticRetrievalDataset\) holds 2 media ids of datasets\[0\] '
+            r'\(SyntheticRetrievalDataset\): synthetic_val_seed0_px32_000000, '
+            r'synthetic_val_seed0_px32_000001;')):
+        ConcatDataset([SyntheticRetrievalDataset(3, ['de']), SyntheticRetrievalDataset(2, ['fr'])])
+    other_seed = ConcatDataset([SyntheticRetrievalDataset(3, ['de']),
+                                SyntheticRetrievalDataset(2, ['fr'], seed=1)])
+    assert len(set(other_seed.media_ids())) == 5

@@ -20,6 +20,7 @@ from xmr.datasets.base import MediaDataset
 from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.datasets.sample_keys import sample_draws
 from xmr.registry import DATASETS
+from xmr.utils.listing import counted, first_few
 
 __all__ = ['ConcatDataset']
 
@@ -32,8 +33,9 @@ class ConcatDataset(MediaDataset):
     What xmr's samplers, hooks and checks read of a dataset is given across the children:
     ``metainfo`` (the keys every child agrees on, ``languages`` and each child's under
     ``datasets``), ``languages``, ``item_languages()`` (where every child has it),
-    ``with_media`` (set on every child), ``check_media_exist()`` (every child's) and
-    ``on_corrupt`` (the children's, which must agree). An item's
+    ``with_media`` (set on every child), ``check_media_exist()`` (every child's),
+    ``on_corrupt`` (the children's, which must agree) and, of galleries (children with
+    ``media_ids()``), ``media_ids()`` (where every child has it). An item's
     ``index`` is its index in the whole, and its random draws (augmentation, frame offsets)
     those of that index's sample key, so two children's item 0 do not draw alike.
 
@@ -44,7 +46,8 @@ class ConcatDataset(MediaDataset):
     Raises:
         ValueError: no child, two children whose items carry other keys (a batch mixing
             them would lose a key or fail at collate), naming both children and the keys, or
-            two of other ``on_corrupt`` policies.
+            two of other ``on_corrupt`` policies, or two galleries holding one media id
+            (scoring takes one item per media), naming both, the ids and the fix.
         TypeError: a child that is not a sized ``torch.utils.data.Dataset``.
     """
 
@@ -64,12 +67,17 @@ class ConcatDataset(MediaDataset):
         self.cumulative_sizes = np.cumsum([len(child) for child in self.datasets]).tolist()
         self.item_keys = _check_same_item_keys(self.datasets)
         self.on_corrupt = _shared_policy(self.datasets)
+        _check_distinct_media(self.datasets)
         self.languages = _union(_child_languages(child) for child in self.datasets)
         if all(callable(getattr(child, 'item_languages', None)) for child in self.datasets):
             # An attribute only where every child tells its items' languages: the
             # LanguageBatchSampler and the feature cache look it up with getattr and name a
             # dataset without it.
             self.item_languages = self._item_languages
+        if all(callable(getattr(child, 'media_ids', None)) for child in self.datasets):
+            # Only a concat of galleries lists them, so that an outer ConcatDataset compares
+            # it with its other galleries and never a pair dataset, whose media repeat.
+            self.media_ids = self._media_ids
 
     def __len__(self) -> int:
         return self.cumulative_sizes[-1]
@@ -140,6 +148,11 @@ class ConcatDataset(MediaDataset):
             groups.append(mapped)
         return np.concatenate(groups)
 
+    def _media_ids(self) -> list[str]:
+        """``[N]`` each item's ``media_id``, in item order: the children's, one after the
+        other."""
+        return [media_id for child in self.datasets for media_id in child.media_ids()]
+
     def check_media_exist(self) -> None:
         """Each child's ``check_media_exist()``, in order (a child without one passes)."""
         for child in self.datasets:
@@ -153,10 +166,19 @@ class ConcatDataset(MediaDataset):
 
 
 def describe(position: int, dataset: Any) -> str:
-    """``datasets[i] (Type, ann_file)``: a child as a message names it."""
+    """``datasets[i] (Type, ann_file)``: a child as a message names it; a ConcatDataset
+    child by its children's annotation files, in order."""
+    files = ', '.join(_annotation_files(dataset))
+    return f'datasets[{position}] ({type(dataset).__name__}' + (f', {files})' if files else ')')
+
+
+def _annotation_files(dataset: Any) -> list[str]:
+    """The annotation files ``dataset`` reads: its ``ann_file``, a ConcatDataset's children's
+    (nested ones' included), or none."""
+    if isinstance(dataset, ConcatDataset):
+        return [path for child in dataset.datasets for path in _annotation_files(child)]
     ann_file = getattr(dataset, 'ann_file', None)
-    return f'datasets[{position}] ({type(dataset).__name__}' + (
-        f', {ann_file})' if ann_file is not None else ')')
+    return [] if ann_file is None else [str(ann_file)]
 
 
 def _check_same_item_keys(datasets: Sequence[Dataset]) -> list[str] | None:
@@ -212,6 +234,35 @@ def _shared_policy(datasets: Sequence[Dataset]) -> str | None:
                 f"{describe(first, first_child)} on_corrupt={first_policy!r}: give every "
                 'child the same policy')
     return policies[0][2] if policies else None
+
+
+def _check_distinct_media(datasets: Sequence[Dataset]) -> None:
+    """Refuse two galleries (children with ``media_ids()``) holding one media id: scoring
+    takes one item per media, with all its captions, and would refuse the repeat only after
+    the whole gallery was encoded. Pair datasets, which repeat a media (one pair per
+    caption), list none and are not compared. One pass, a dict of every gallery id.
+
+    Raises:
+        ValueError: naming the first child holding an earlier child's ids, that earlier
+            child, how many ids the two share, the first few, and the fix.
+    """
+    holder: dict[str, int] = {}
+    for position, child in enumerate(datasets):
+        if not callable(getattr(child, 'media_ids', None)):
+            continue
+        ids = child.media_ids()
+        repeated = [media_id for media_id in ids if media_id in holder]
+        if repeated:
+            first = holder[repeated[0]]
+            shared = [media_id for media_id in repeated if holder[media_id] == first]
+            raise ValueError(
+                f'ConcatDataset: {describe(position, child)} holds '
+                f'{counted(len(shared), "media id")} of {describe(first, datasets[first])}: '
+                f'{first_few(shared)}; an evaluation gallery holds one item per media, with '
+                'all its captions. Read the captions of one set of media as one gallery with '
+                'all the languages (one RetrievalDataset or SyntheticRetrievalDataset, '
+                'languages=[...]), or leave the repeated media out of one child')
+        holder.update(dict.fromkeys(ids, position))
 
 
 def _child_languages(dataset: Any) -> list[str]:

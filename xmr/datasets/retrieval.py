@@ -87,6 +87,12 @@ class RetrievalDataset(MediaCaptionDataset):
     def __len__(self) -> int:
         return len(self.records)
 
+    def media_ids(self) -> list[str]:
+        """``[N]`` each item's ``media_id``, in item order, read from the records without their
+        media: what a :class:`~xmr.datasets.concat.ConcatDataset` of galleries compares, as
+        scoring takes one item per media."""
+        return [record.media_id for record in self.records]
+
     def __getitem__(self, index: int) -> dict[str, Any] | SkippedMedia:
         record = self.records[index]
         media = self.load_media(record, index)

@@ -205,6 +205,12 @@ class SyntheticRetrievalDataset(_SyntheticImages):
     def __len__(self) -> int:
         return self.num_scenes
 
+    def media_ids(self) -> list[str]:
+        """``[N]`` each item's ``media_id``, in item order, none rendered: what a
+        ``ConcatDataset`` of galleries compares (two of one split and seed share their first
+        scenes)."""
+        return [self._media_id(stream_index) for stream_index, _ in self.gallery]
+
     def captions_of(self, index: int) -> dict[str, list[str]]:
         """Captions of gallery image ``index``: per language, distinct styles."""
         self._check_index(index)
