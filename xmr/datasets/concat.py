@@ -22,7 +22,7 @@ from xmr.datasets.sample_keys import sample_draws
 from xmr.registry import DATASETS
 from xmr.utils.listing import counted, first_few
 
-__all__ = ['ConcatDataset']
+__all__ = ['ConcatDataset', 'annotation_files']
 
 
 @DATASETS.register_module()
@@ -168,15 +168,15 @@ class ConcatDataset(MediaDataset):
 def describe(position: int, dataset: Any) -> str:
     """``datasets[i] (Type, ann_file)``: a child as a message names it; a ConcatDataset
     child by its children's annotation files, in order."""
-    files = ', '.join(_annotation_files(dataset))
+    files = ', '.join(annotation_files(dataset))
     return f'datasets[{position}] ({type(dataset).__name__}' + (f', {files})' if files else ')')
 
 
-def _annotation_files(dataset: Any) -> list[str]:
+def annotation_files(dataset: Any) -> list[str]:
     """The annotation files ``dataset`` reads: its ``ann_file``, a ConcatDataset's children's
-    (nested ones' included), or none."""
+    in order (nested ones' included), or none."""
     if isinstance(dataset, ConcatDataset):
-        return [path for child in dataset.datasets for path in _annotation_files(child)]
+        return [path for child in dataset.datasets for path in annotation_files(child)]
     ann_file = getattr(dataset, 'ann_file', None)
     return [] if ann_file is None else [str(ann_file)]
 

@@ -133,8 +133,8 @@ def _concat_children(dataset: Any) -> list[Any] | None:
 
 def _read_from(dataset: Any) -> str:
     """`` (<annotation file>)``, a ConcatDataset's children's files in order, or nothing."""
-    files = [str(ann_file) for child in _concat_children(dataset) or [dataset]
-             if (ann_file := getattr(child, 'ann_file', None)) is not None]
+    from xmr.datasets.concat import annotation_files  # a dataset built: torch is loaded
+    files = annotation_files(dataset)
     return f" ({', '.join(files)})" if files else ''
 
 
