@@ -255,6 +255,13 @@ def test_what_a_token_gallery_cannot_take_is_named(model, image_files, tmp_path)
             'DualEncoderRetriever scores media and captions by the cosine of their embeddings '
             "(its token_score() is None): it has no retrieval tokens to keep")):
         MediaIndex.from_media(pooled_model, image_files, transform=TINY, tokens=True)
+    pooled_model.token_score = model.token_score  # a score its predict emits no tokens for
+    with pytest.raises(ValueError, match=re.escape(
+            'DualEncoderRetriever.token_score() scores pairs from their tokens, but its predict '
+            'emits no media_tokens: emit them')):
+        MediaIndex.from_media(pooled_model, image_files, transform=TINY)
+    with pytest.raises(ValueError, match='its predict emits no caption_tokens'):
+        encode_text_tokens(pooled_model, 'a red circle', 'en')
     index = MediaIndex.from_media(model, image_files[:2], transform=TINY)
     with pytest.raises(ValueError, match="this gallery keeps its media's retrieval tokens: give "
                                          "the new media's as tokens"):
