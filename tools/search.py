@@ -3,7 +3,7 @@
 ``python tools/search.py CONFIG CHECKPOINT --media PATH [PATH ...] --lang de --query TEXT ...``
 encodes the media (a folder: every image and video below it, by suffix, in path order) as
 ``xmr.apis.MediaIndex.from_media`` does and prints, per query, the ``--k`` best media with their
-cosine scores. A file that cannot be read stops the search, or with ``--on-corrupt skip`` is
+scores (cosines, or the model's token scores, below). A file that cannot be read stops the search, or with ``--on-corrupt skip`` is
 named and left out. ``--index FILE`` with ``--media`` saves the gallery's index there
 (``MediaIndex.save``), so that later searches, ``--index FILE`` without ``--media``, encode only
 their queries; the saved index refuses a model whose backbone did not encode it
