@@ -137,6 +137,17 @@ def test_each_caption_finds_its_image_where_evaluation_ranks_it(model, image_fil
     assert len(set(ranks)) > 1  # not every caption at one rank: the order is checked
 
 
+def test_a_shortlist_an_approximate_index_leaves_short_or_empty_is_ranked_as_it_is(
+        model, image_files, monkeypatch):
+    """faiss fills rows it found nothing for with -1: an empty shortlist failed in torch.cat."""
+    index = MediaIndex.from_media(model, image_files, transform=TINY)
+    found = torch.tensor([[2, -1, -1], [-1, -1, -1]])
+    monkeypatch.setattr(index.searcher, 'search',
+                        lambda queries, k: (torch.zeros(len(queries), k), found[:, :k]))
+    hits = index.search(model, ['a red circle', 'a green triangle'], 'en', k=2, candidates=3)
+    assert [[hit.media_id for hit in row] for row in hits] == [['city'], []]
+
+
 def test_a_token_gallery_grown_shrunk_saved_and_loaded_searches_as_one_built_at_once(
         model, image_files, tmp_path):
     frames = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8,

@@ -78,6 +78,14 @@ def test_token_sets_concatenate_and_a_consumed_list_lets_each_sequence_go():
     assert torch.equal(joined.tokens, kept.tokens) and torch.equal(joined.mask, kept.mask)
 
 
+def test_no_media_or_no_captions_score_as_an_empty_matrix():
+    """An approximate index may shortlist no media for a query: torch.cat of no block failed."""
+    media = TokenSet.stack([torch.randn(3, DIM), torch.randn(2, DIM)], DIM)
+    none = media.select(torch.tensor([], dtype=torch.long))
+    assert pairwise_token_scores(patch_word_similarity, none, media).shape == (0, 2)
+    assert pairwise_token_scores(patch_word_similarity, media, none).shape == (2, 0)
+
+
 def test_pairwise_scores_in_tiny_blocks_equal_the_pair_by_pair_reference(gallery):
     media = TokenSet.stack(gallery['media'], DIM)
     captions = TokenSet.stack(gallery['captions'], DIM)

@@ -115,6 +115,8 @@ def pairwise_token_scores(score: TokenScore, media: TokenSet, captions: TokenSet
                           device: torch.device | str = 'cpu') -> Tensor:
     """Every media × caption score, ``[M, C]`` on the CPU, in square blocks of about ``budget``
     token pairs scored on ``device``."""
+    if not len(media) or not len(captions):  # an approximate index's empty shortlist
+        return torch.zeros(len(media), len(captions))
     pairs_per_item = media.tokens.shape[1] * captions.tokens.shape[1]
     side = max(1, math.isqrt(max(1, budget // pairs_per_item)))
     rows = []
