@@ -11,6 +11,7 @@ import torch
 from tests.apis.conftest import random_images
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
 from xmr.apis import (
+    EncodedGallery,
     MediaIndex,
     NoMediaReadError,
     SearchHit,
@@ -18,7 +19,6 @@ from xmr.apis import (
     encode_readable_media,
     encode_texts,
 )
-from xmr.apis.inference import EncodedGallery
 from xmr.datasets.corrupt_policy import MediaSkippedWarning
 from xmr.datasets.media_io import MediaReadError
 from xmr.registry import MODELS

@@ -13,6 +13,7 @@ from xmr.apis.encoding_parts import EncodingParts
 from xmr.apis.inference import (
     VIDEO_SUFFIXES,
     CheckpointMismatchError,
+    EncodedGallery,
     NoMediaReadError,
     check_config_languages,
     check_languages,
@@ -35,5 +36,5 @@ __all__ = ['VIDEO_SUFFIXES', 'CheckpointMismatchError', 'CheckpointReadError', '
            'check_languages', 'check_config_languages', 'encode_media', 'encode_readable_media',
            'encode_media_in_parts',
            'EncodingParts', 'media_encoding', 'encode_texts', 'encode_text_tokens',
-           'encode_gallery', 'init_retriever',
+           'EncodedGallery', 'encode_gallery', 'init_retriever',
            'load_trained_checkpoint', 'trained_languages', 'MediaIndex', 'SearchHit']
