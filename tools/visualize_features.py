@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from xmr.run_config import add_config_arguments, load_run_config
-from xmr.utils.cli import UserError, given_device, given_folder, run_tool
+from xmr.utils.cli import UserError, given_device, given_file, given_folder, run_tool
 
 FEATURES = ('sa', 'sr')
 #: How each output begins: a PNG's signature, and the listing's title (:func:`main`). Only
@@ -101,14 +101,12 @@ def read_caption_file(path: str | Path, limit: int) -> list[str]:
     """The first ``limit`` non-empty lines of a UTF-8 text file (``.gz`` read transparently).
 
     Raises:
-        UserError: no such file.
+        UserError: ``<path> (--captions)``: missing, a folder or unreadable.
         ConversionError: (a ``ValueError``) a file that is not UTF-8, named with the line.
     """
     from xmr.datasets.converters.raw_files import iter_lines
 
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(path, 'caption file does not exist', 'give a text file, one caption a line')
+    given_file(path, '--captions', 'give a text file, one caption a line')
     # Read only as far as the captions taken: the file may be a training set's millions.
     captions = (line.strip() for line in iter_lines(path, allow_empty_lines=True))
     return list(islice((caption for caption in captions if caption), limit))
@@ -279,11 +277,14 @@ def plot(points: np.ndarray, labels: np.ndarray, title: str, out: io.BytesIO) ->
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     args = parse_args(argv)
-    from xmr.apis import init_retriever
+    from xmr.apis import check_config_languages, init_retriever
     from xmr.engine.checkpoint import check_given_checkpoint
     from xmr.fileio import atomic_write_bytes, atomic_write_text
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options)
+    # A language the config's model lacks was refused only once the model stood; the source
+    # language, read but without f^sa / f^sr, is left to check_model.
+    check_config_languages(cfg, args.lang, '--lang')
     given_folder(args.out_dir, '--out-dir', 'give a folder (made if missing) for the map')
     written = output_paths(args.out_dir, args.lang, args.feature)
     check_outputs(written, args.overwrite)

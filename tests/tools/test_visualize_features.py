@@ -94,9 +94,23 @@ def test_models_without_the_feature_are_refused(tmp_path):
     only_sr = dict(DISENTANGLER, features=['sr'], use_adversarial=False)
     with pytest.raises(ValueError, match=r"computes only \['sr'\], not 'sa'"):
         run(tmp_path, write_config(tmp_path, disentangler=only_sr))
-    with pytest.raises(ValueError, match="'fr' is not a target language"):
-        tool['main']([str(write_config(tmp_path)), '--lang', 'fr', '--clusters', '2',
+    # The source language is read by the model, but has no f^sa / f^sr.
+    with pytest.raises(ValueError, match="'en' is not a target language"):
+        tool['main']([str(write_config(tmp_path)), '--lang', 'en', '--clusters', '2',
                       '--out-dir', str(tmp_path)])
+
+
+def test_a_language_the_config_lacks_is_refused_before_the_model_is_built(tmp_path,
+                                                                          monkeypatch):
+    """'--lang fr' on a de/zh model was refused only once the model stood (a paper's backbone
+    loads for minutes), though the config names the model's languages."""
+    config = write_config(tmp_path)
+    _refuse_building(monkeypatch)
+    with pytest.raises(ValueError, match=re.escape(
+            "--lang: the model has no adapters for ['fr']; it reads ['en', 'de', 'zh'] "
+            "(the config's source_language and model.language_branch.languages)")):
+        run(tmp_path, config, '--lang', 'fr')
+    assert not (tmp_path / 'out').exists()
 
 
 def test_more_clusters_than_captions_is_refused_and_as_many_is_accepted(capsys):
@@ -281,14 +295,18 @@ def _refuse_building(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize('content, message', [
-    (None, 'de_typo.txt: caption file does not exist'),
+    (None, 'de_typo.txt (--captions): no such file: give a text file, one caption a line'),
+    ('folder', 'de_typo.txt (--captions): is a folder, not a file: give a text file'),
     (b'ein Hund\n\xe4\n', 'de_typo.txt is not UTF-8 (invalid bytes on line 2)'),
 ])
 def test_a_caption_file_it_cannot_read_is_refused_before_the_model_is_built(
         tmp_path, monkeypatch, content, message):
     """A paper's backbone loads for minutes; a mistyped --captions path, or a file not in
-    UTF-8, was named once it stood."""
-    if content is not None:
+    UTF-8, was named once it stood. A folder was said not to exist, and neither named the
+    flag."""
+    if content == 'folder':
+        (tmp_path / 'de_typo.txt').mkdir()
+    elif content is not None:
         (tmp_path / 'de_typo.txt').write_bytes(content)
     _refuse_building(monkeypatch)
     with pytest.raises((UserError, ValueError), match=re.escape(message)):
