@@ -239,7 +239,8 @@ def _figures_of_the_model_reported(model, args: argparse.Namespace) -> tuple[dic
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from xmr.apis import init_retriever
+    from xmr.apis import check_config_languages, init_retriever
+    from xmr.datasets.languages import normalize_languages
     from xmr.engine.checkpoint import check_given_checkpoint
     from xmr.models.language.language_modules import (
         check_module_finite,
@@ -251,11 +252,19 @@ def main(argv: list[str] | None = None) -> None:
     checkpoint = args.base if args.command == 'merge' else getattr(args, 'checkpoint', None)
     cfg = load_run_config(args.config, ablations=args.ablation,
                           cfg_options=args.cfg_options)
+    # The languages asked for are checked against the config's, as the files are, before the
+    # model is built: a language it lacks was refused once the backbone had loaded.
     if args.command == 'merge':
         modules = _pairs(args.modules)
+        check_config_languages(cfg, list(modules), '--modules')
         _check_merge_out(args, modules)
         _check_module_files(modules)
     elif args.command == 'export':
+        # The model's languages are canonical codes ('DE' would name none of them); the
+        # file names follow them.
+        langs = normalize_languages(args.langs, '--langs') if args.langs else None
+        if langs:
+            check_config_languages(cfg, langs, '--langs')
         _check_export_out_dir(args.out_dir)
     if checkpoint is not None:
         # Whole, before the model is built, as tools/test.py checks its CHECKPOINT: a truncated
@@ -268,11 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         if dropped:
             print(dropped)
     elif args.command == 'export':
-        from xmr.datasets.languages import normalize_languages
-
-        # The model's languages are canonical codes ('DE' would name none of them); the
-        # file names follow them.
-        langs = normalize_languages(args.langs, '--langs') if args.langs else model.languages
+        langs = langs or model.languages
         # All checked before the first file is written: a run that fails on a later one
         # would leave the earlier files as if the export had been done.
         for lang in langs:
