@@ -97,7 +97,9 @@ class MediaIndex:
         encoded_by: what the embeddings depend on (:func:`~xmr.apis.media_encoding`), for an
             index :meth:`from_media` encoded: ``backbone`` (the model's backbone fingerprint:
             its weights; a language's adapters change nothing of the media embeddings),
-            ``transform`` and ``num_frames``; ``None`` for embeddings given.
+            ``transform`` and ``num_frames``, and ``media_tokens`` (``True`` where the gallery
+            keeps its media's tokens, ``False`` where it was built without them for a model
+            that scores by them); ``None`` for embeddings given.
         skipped: the media the last :meth:`from_media` or :meth:`add_media` left out
             (``on_corrupt='skip'``), each a
             :class:`~xmr.datasets.corrupt_policy.SkippedMedia` (its position in the media
