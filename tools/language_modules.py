@@ -33,7 +33,14 @@ import argparse
 from pathlib import Path
 
 from xmr.run_config import add_config_arguments, load_run_config
-from xmr.utils.cli import GatherAction, UserError, given_file, run_tool
+from xmr.utils.cli import (
+    GatherAction,
+    UserError,
+    given_file,
+    given_folder,
+    given_output,
+    run_tool,
+)
 
 CONFIG_HELP = "the model's config, which names its languages"
 
@@ -90,10 +97,11 @@ def _pairs(values: list[str]) -> dict[str, Path]:
 
 
 def _check_merge_out(args: argparse.Namespace, modules: dict[str, Path]) -> None:
-    """Refuse, before the model is built, an ``--out`` that is a folder, the config, ``--base``
-    or a module file, or any file there without ``--overwrite``: the merged weights alone would
-    replace the config, a module or a training checkpoint (its optimizer and schedule, what a
-    resume needs).
+    """Refuse, before the model is built, an ``--out`` that cannot be written (a folder, a
+    file where a folder above it goes: :func:`~xmr.utils.cli.given_output`), the config,
+    ``--base`` or a module file, or any file there without ``--overwrite``: the merged weights
+    alone would replace the config, a module or a training checkpoint (its optimizer and
+    schedule, what a resume needs).
 
     Raises:
         UserError: naming ``--out`` and what stands there.
@@ -102,9 +110,7 @@ def _check_merge_out(args: argparse.Namespace, modules: dict[str, Path]) -> None
     from xmr.fileio import input_written_over
 
     out = args.out
-    if out.is_dir():
-        raise UserError(f'--out {out}', 'is a folder, not a file',
-                        'name the merged checkpoint file (.pth)')
+    given_output(out, '--out', 'name the merged checkpoint file (.pth)')
     given = input_written_over(out, [args.config, args.base, *modules.values()])
     if given is not None:
         raise UserError(out, f'--out is an input of the merge ({given})',
@@ -130,17 +136,6 @@ def _check_module_files(modules: dict[str, Path]) -> None:
     for lang, path in modules.items():
         given_file(path, f'--modules {lang}=...', 'give a module file tools/language_modules.py '
                    'export wrote')
-
-
-def _check_export_out_dir(out_dir: Path) -> None:
-    """Refuse, before the model is built, an ``--out-dir`` that is a file.
-
-    Raises:
-        UserError: naming ``--out-dir`` and the fix.
-    """
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f'--out-dir {out_dir}', 'is a file, not a folder',
-                        'name a folder (made if missing) for the module files')
 
 
 def print_parameter_report(model, paper: dict) -> None:
@@ -265,7 +260,8 @@ def main(argv: list[str] | None = None) -> None:
         langs = normalize_languages(args.langs, '--langs') if args.langs else None
         if langs:
             check_config_languages(cfg, langs, '--langs')
-        _check_export_out_dir(args.out_dir)
+        given_folder(args.out_dir, '--out-dir',
+                     'name a folder (made if missing) for the module files')
     if checkpoint is not None:
         # Whole, before the model is built, as tools/test.py checks its CHECKPOINT: a truncated
         # copy was refused once the backbone had loaded, named as the API's '(checkpoint)'.

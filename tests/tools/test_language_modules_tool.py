@@ -170,7 +170,9 @@ def test_an_export_into_a_file_is_refused_before_the_model_is_built(tmp_path, mo
     with pytest.raises(SystemExit, match='2'):
         _run(['export', str(config), str(tmp_path / 'trained.pth'), '--out-dir',
               str(tmp_path / 'modules')], monkeypatch)
-    assert f"--out-dir {tmp_path / 'modules'}: is a file, not a folder" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'modules'} (--out-dir): is a file, not a folder: name a folder "
+        '(made if missing) for the module files\n')
 
 
 def _perturbed(config, parts, seed):
@@ -315,7 +317,7 @@ def test_an_export_into_a_file_is_refused_naming_it(tmp_path, monkeypatch, capsy
     with pytest.raises(SystemExit, match='2'):
         _run(['export', str(config), str(tmp_path / 'trained.pth'), '--out-dir',
               str(tmp_path / 'modules')], monkeypatch)
-    assert f"--out-dir {tmp_path / 'modules'}: is a file, not a folder: name a folder" in (
+    assert f"{tmp_path / 'modules'} (--out-dir): is a file, not a folder: name a folder" in (
         capsys.readouterr().err)
     assert (tmp_path / 'modules').read_text() == 'notes'
 
@@ -505,9 +507,14 @@ def test_a_report_of_an_ablation_that_leaves_the_model_alone_builds_it_once(
     assert len(builds) == 1
 
 
+@pytest.mark.parametrize('out, problem', [
+    ('merged', 'is a folder, not a file'),
+    ('de.pth/merged.pth', 'cannot be written there ({} is a file, not a folder)'),
+])
 def test_a_merge_into_a_folder_is_refused_before_the_model_is_built(tmp_path, monkeypatch,
-                                                                    capsys):
-    """It failed once the model was built and the modules loaded ('Is a directory')."""
+                                                                    capsys, out, problem):
+    """It failed once the model was built and the modules loaded ('Is a directory'; beneath
+    a file, 'File exists', naming neither --out nor the file)."""
     config = tmp_path / 'tiny_lora.py'
     config.write_text(CONFIG)
     (tmp_path / 'de.pth').write_bytes(b'')
@@ -517,9 +524,10 @@ def test_a_merge_into_a_folder_is_refused_before_the_model_is_built(tmp_path, mo
     monkeypatch.setattr(xmr.apis, 'init_retriever', None)  # never reached
     with pytest.raises(SystemExit, match='2'):
         _run(['merge', str(config), '--modules', f'de={tmp_path / "de.pth"}', '--out',
-              str(tmp_path / 'merged')], monkeypatch)
-    assert f"--out {tmp_path / 'merged'}: is a folder, not a file: name the merged checkpoint" \
-        in capsys.readouterr().err
+              str(tmp_path / out)], monkeypatch)
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / out} (--out): {problem.format(tmp_path / 'de.pth')}: name the "
+        'merged checkpoint file (.pth)\n')
 
 
 def test_a_merge_replaces_a_file_at_out_only_with_overwrite(tmp_path, monkeypatch, capsys):
