@@ -31,7 +31,14 @@ from pathlib import Path
 import numpy as np
 
 from xmr.run_config import add_config_arguments, load_run_config
-from xmr.utils.cli import UserError, given_device, given_file, given_folder, run_tool
+from xmr.utils.cli import (
+    UserError,
+    given_device,
+    given_file,
+    given_folder,
+    given_output,
+    run_tool,
+)
 
 FEATURES = ('sa', 'sr')
 #: How each output begins: a PNG's signature, and the listing's title (:func:`main`). Only
@@ -297,7 +304,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         # Whole, as tools/test.py checks its CHECKPOINT: a truncated copy was refused once the
         # backbone had loaded.
         check_given_checkpoint(args.checkpoint, '--checkpoint')
-    model = init_retriever(cfg, args.checkpoint, device=given_device(args.device))
+    device = given_device(args.device)
+    for path in written.values():
+        # Beneath a file, or in a folder not writable, the map was lost once drawn.
+        given_output(path, '--out-dir', 'give a folder (made if missing) for the map')
+    model = init_retriever(cfg, args.checkpoint, device=device)
     check_model(model, args.lang, args.feature)
     if captions is None:
         from mmengine.registry import DefaultScope
@@ -316,7 +327,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     labels, distances = cluster(features, args.clusters, args.seed)
     points = tsne(features, args.perplexity, args.seed)
 
-    Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     # Begins as LISTING_TITLE matches: the listing is known as this tool's by it.
     title = (f'f^{args.feature} of {len(captions)} {args.lang} captions, k-means k={args.clusters}'
              f' ({Path(args.config).stem})')
