@@ -6,18 +6,18 @@
 Every dataset of the config (``train_dataloader``, the phases' own dataloaders, validation and
 test dataloaders, lists of them included) of type ``CachedFeatureDataset``, and the dataset of
 every phase with ``cache_features`` (cached under the run's work directory), is built and its
-cache computed with the config's model: missing caches are built, existing ones are checked
-(and refused when stale), ``--overwrite`` rebuilds them. ``--checkpoint`` loads weights first,
-e.g. towers fine-tuned in the CL-FT setting's ``source_finetune`` phase, whose features differ
-from the pretrained ones. Training builds missing caches itself on first use; this tool does it
-ahead of time, sparing the training job's GPUs the build. Media are decoded in as many
-DataLoader workers as each cache's loader has (or its own ``num_workers``, or
-``--num-workers``). A build stopped (Ctrl-C, a scheduler's SIGTERM or kill) keeps the rows it
-recorded, every 30 s; stopped by Ctrl-C or SIGTERM it names the folder it keeps them in and
-exits after one line, with 143 for SIGTERM. The same command run again goes on from them
-(``xmr.engine.feature_cache.progress``;
-on the demo, stopped after its captions, the build ran 12.1 s against 23.0 s whole, into the
-same files byte for byte).
+cache computed with the config's model: missing caches are built, existing ones are checked (a
+stale one, of other towers or data, is refused, or rebuilt where the dataset says
+``rebuild_if_stale=True``, as a phase's ``cache_features`` does), ``--overwrite`` rebuilds
+them. ``--checkpoint`` loads weights first, e.g. towers fine-tuned in the CL-FT setting's
+``source_finetune`` phase, whose features differ from the pretrained ones. Training builds
+missing caches itself on first use; this tool does it ahead of time, sparing the training job's
+GPUs the build. Media are decoded in as many DataLoader workers as each cache's loader has (or
+its own ``num_workers``, or ``--num-workers``). A build stopped (Ctrl-C, a scheduler's SIGTERM
+or kill) keeps the rows it recorded, every 30 s; stopped by Ctrl-C or SIGTERM it names the
+folder it keeps them in and exits after one line, with 143 for SIGTERM. The same command run
+again goes on from them (``xmr.engine.feature_cache.progress``; on the demo, stopped after its
+captions, the build ran 12.1 s against 23.0 s whole, into the same files byte for byte).
 
 A ``cache_dir`` holding other files than a feature cache (no ``meta.json``: the data's own
 folder) is refused, naming it and the loader it belongs to, before the model is built, as is
