@@ -151,6 +151,25 @@ def dataset_captions(dataset, lang: str, limit: int) -> list[str]:
     return captions[:limit]
 
 
+def config_captions(cfg, args: argparse.Namespace) -> list[str]:
+    """The first ``--num-captions`` captions in ``--lang`` of the config's ``--split`` dataset.
+
+    Raises:
+        ValueError: the config has no single ``<split>_dataloader`` (none, or a list of them).
+    """
+    from mmengine.registry import DefaultScope
+
+    from xmr.registry import DATASETS
+
+    loader = cfg.get(f'{args.split}_dataloader')
+    if not isinstance(loader, dict) or 'dataset' not in loader:
+        raise ValueError(f'config {args.config} has no single {args.split}_dataloader to '
+                         'take captions from; pass --captions FILE')
+    with DefaultScope.overwrite_default_scope('xmr'):
+        dataset = DATASETS.build(loader['dataset'])
+    return dataset_captions(dataset, args.lang, args.num_captions)
+
+
 # ----------------------------------------------------------------------------- features
 def check_model(model, lang: str, feature: str) -> None:
     """Refuse a model that cannot give ``feature`` for captions in ``lang``.
@@ -296,10 +315,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     written = output_paths(args.out_dir, args.lang, args.feature)
     check_outputs(written, args.overwrite)
     # Read before the model is built (a paper's backbone loads for minutes): a mistyped path,
-    # a file not in UTF-8 or too few captions were named once it stood.
-    captions = read_caption_file(args.captions, args.num_captions) if args.captions else None
-    if captions is not None:
-        check_caption_count(captions, args)
+    # a file not in UTF-8, a config of several test sets or too few captions were named once
+    # it stood.
+    if args.captions:
+        captions = read_caption_file(args.captions, args.num_captions)
+    else:
+        captions = config_captions(cfg, args)
+    check_caption_count(captions, args)
     if args.checkpoint is not None:
         # Whole, as tools/test.py checks its CHECKPOINT: a truncated copy was refused once the
         # backbone had loaded.
@@ -310,19 +332,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         given_output(path, '--out-dir', 'give a folder (made if missing) for the map')
     model = init_retriever(cfg, args.checkpoint, device=device)
     check_model(model, args.lang, args.feature)
-    if captions is None:
-        from mmengine.registry import DefaultScope
-
-        from xmr.registry import DATASETS
-
-        loader = model.cfg.get(f'{args.split}_dataloader')
-        if not isinstance(loader, dict) or 'dataset' not in loader:
-            raise ValueError(f'config {args.config} has no single {args.split}_dataloader to '
-                             'take captions from; pass --captions FILE')
-        with DefaultScope.overwrite_default_scope('xmr'):
-            dataset = DATASETS.build(loader['dataset'])
-        captions = dataset_captions(dataset, args.lang, args.num_captions)
-        check_caption_count(captions, args)
     features = extract_features(model, captions, args.lang, args.feature, args.batch_size)
     labels, distances = cluster(features, args.clusters, args.seed)
     points = tsne(features, args.perplexity, args.seed)

@@ -277,6 +277,25 @@ def test_a_file_the_tool_did_not_write_is_kept_even_with_overwrite(tmp_path, nam
     assert (tmp_path / 'out' / name).read_bytes() == content
 
 
+def test_the_config_test_set_is_read_and_refused_before_the_model_is_built(tmp_path,
+                                                                           monkeypatch):
+    """Captions taken from the config's test set were read once the model stood (a paper's
+    backbone loads for minutes): a test set without captions of --lang, or a config with
+    several test sets (a list: which one?), was refused only then."""
+    config = write_config(tmp_path)
+    _refuse_building(monkeypatch)
+    with pytest.raises(ValueError, match=r'^0 zh captions found, fewer than --clusters 3'):
+        run(tmp_path, config, '--lang', 'zh')
+    several = tmp_path / 'several.py'
+    several.write_text(config.read_text().replace(
+        'test_dataloader = dict(', 'test_dataloader = [dict(').rstrip() + ']\n')
+    with pytest.raises(ValueError, match=re.escape(
+            f'config {several} has no single test_dataloader to take captions from; pass '
+            '--captions FILE')):
+        run(tmp_path, several)
+    assert not (tmp_path / 'out').exists()
+
+
 def test_a_caption_file_shorter_than_the_clusters_is_refused_before_anything_is_encoded(
         tmp_path, monkeypatch):
     """k-means refused it after the captions were encoded, in sklearn's words, naming no
