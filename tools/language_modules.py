@@ -182,13 +182,15 @@ def _check_export_out(args: argparse.Namespace, path: Path) -> None:
     standing there but an earlier module, which only ``--overwrite`` replaces.
 
     Raises:
-        UserError: naming the file, what it is, and the fix.
+        UserError: naming the file, what it is (or why it cannot be written: a file where a
+            folder above it goes), and the fix.
     """
     from xmr.engine.checkpoint import CheckpointReadError, read_checkpoint
     from xmr.fileio import input_written_over
     from xmr.models.language.language_modules import MODULE_FORMAT
 
     where, fix = f'{path} (--out-dir)', 'export into another --out-dir'
+    given_output(path, '--out-dir', fix)
     given = input_written_over(path, [args.config, args.checkpoint])
     if given is not None:
         raise UserError(where, f'is an input of the export ({given})', fix)

@@ -322,6 +322,25 @@ def test_an_export_into_a_file_is_refused_naming_it(tmp_path, monkeypatch, capsy
     assert (tmp_path / 'modules').read_text() == 'notes'
 
 
+def test_an_export_beneath_a_file_is_refused_naming_out_dir_before_any_module_is_written(
+        tmp_path, monkeypatch, capsys):
+    """An --out-dir beneath a file failed on the OS's 'Not a directory', naming no flag."""
+    from xmr.apis import init_retriever
+
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    torch.save(dict(state_dict=init_retriever(config).state_dict()), tmp_path / 'trained.pth')
+    (tmp_path / 'modules').write_text('notes')
+    with pytest.raises(SystemExit, match='2'):
+        _run(['export', str(config), str(tmp_path / 'trained.pth'), '--out-dir',
+              str(tmp_path / 'modules' / 'run1')], monkeypatch)
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'modules' / 'run1' / 'de.pth'} (--out-dir): cannot be written "
+        f"there ({tmp_path / 'modules'} is a file, not a folder): export into another "
+        '--out-dir\n')
+    assert (tmp_path / 'modules').read_text() == 'notes'
+
+
 def test_an_export_replaces_earlier_modules_alone_and_those_with_overwrite(tmp_path,
                                                                             monkeypatch, capsys):
     """Exporting ``modules/de.pth`` into ``modules`` replaced the training checkpoint with
